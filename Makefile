@@ -1,0 +1,155 @@
+# dlockd -- build, test, run and install.
+#
+#   make            build dlockd, libdlock and dlock into $(O) (build/)
+#   make check      install missing Debian packages (announced), then build
+#                   and run every test, normal and -fsanitize=address,undefined
+#   make run        start a private redis-server and dlockd in the foreground
+#   make install    PREFIX=/usr/local DESTDIR= (staged installs welcome)
+#   make bench      benchmarks, dlockd against the Redis recipe (on demand)
+#   make SAN=1 ...  any target with the sanitizers on (objects in build/san)
+#   make deps       only the Debian package step
+
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     ?= $(PREFIX)/bin
+SBINDIR    ?= $(PREFIX)/sbin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR     ?= $(PREFIX)/share/man
+SYSCONFDIR ?= /etc
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+
+CC         ?= cc
+PKG_CONFIG ?= pkg-config
+OPT        ?= -O2 -g
+
+ifneq ($(SAN),)
+O          ?= build/san
+SANFLAGS   := -fsanitize=address,undefined -fno-omit-frame-pointer \
+              -fno-sanitize-recover=undefined
+else
+O          ?= build
+SANFLAGS   :=
+endif
+
+VERSION    := 0.1.0
+SOVERSION  := 0
+
+WARN := -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes -Wshadow \
+        -Wwrite-strings -Werror
+DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags libuv hiredis inih 2>/dev/null)
+DEP_LIBS   := $(shell $(PKG_CONFIG) --libs libuv hiredis inih 2>/dev/null)
+CRIT_CFLAGS := $(shell $(PKG_CONFIG) --cflags criterion 2>/dev/null)
+CRIT_LIBS   := $(shell $(PKG_CONFIG) --libs criterion 2>/dev/null)
+
+CFLAGS   ?=
+CPPFLAGS += -I. -D_GNU_SOURCE -DDL_VERSION=\"$(VERSION)\"
+ALL_CFLAGS = -std=c11 $(OPT) $(WARN) $(SANFLAGS) -MMD -MP $(CFLAGS)
+LDFLAGS  ?=
+ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
+
+# ---- sources ---------------------------------------------------------------
+
+PROTO_SRC  := proto/proto.c
+SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
+              server/conn.c server/cmd.c server/server.c server/store.c \
+              server/notify.c
+CLIENT_SRC :=
+UNIT_TESTS := test_proto test_wheel test_locktab test_config
+INTEG_TESTS := test_server
+
+PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
+SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
+CLIENT_OBJ := $(CLIENT_SRC:%.c=$(O)/%.o)
+
+TEST_BINS  := $(addprefix $(O)/tests/,$(UNIT_TESTS) $(INTEG_TESTS))
+
+.PHONY: all check test unit integ scripts run install uninstall clean deps \
+        bench fuzz format
+all: $(O)/dlockd
+
+# ---- build rules -------------------------------------------------------------
+
+$(O)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(DEP_CFLAGS) $(ALL_CFLAGS) -c -o $@ $<
+
+$(O)/tests/%.o: tests/%.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) $(DEP_CFLAGS) $(CRIT_CFLAGS) $(ALL_CFLAGS) -c -o $@ $<
+
+$(O)/dlockd: $(O)/server/main.o $(SERVER_OBJ) $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) -lm
+
+# ---- tests -------------------------------------------------------------------
+
+$(O)/tests/test_proto: $(O)/tests/test_proto.o $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
+$(O)/tests/test_wheel: $(O)/tests/test_wheel.o $(O)/server/wheel.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
+$(O)/tests/test_locktab: $(O)/tests/test_locktab.o $(O)/server/locktab.o \
+                         $(O)/server/wheel.o $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
+$(O)/tests/test_config: $(O)/tests/test_config.o $(O)/server/config.o \
+                        $(O)/server/log.o $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) $(CRIT_LIBS)
+$(O)/tests/test_server: $(O)/tests/test_server.o $(O)/tests/harness.o \
+                        $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+
+# Criterion forks one process per test; -j1 keeps integration tests (which
+# start daemons on their own ports) from crowding the two cores.
+CRIT_ARGS ?= --jobs 2
+unit: $(addprefix $(O)/tests/,$(UNIT_TESTS))
+	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; \
+	  $(O)/tests/$$t $(CRIT_ARGS); done
+
+integ: $(O)/dlockd $(addprefix $(O)/tests/,$(INTEG_TESTS))
+	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
+	  DLOCKD=$(O)/dlockd $(O)/tests/$$t --jobs 1; done
+
+scripts: $(O)/dlockd
+	@set -e; for s in tests/scripts/*.sh; do echo "== $$s"; \
+	  DLOCKD=$(O)/dlockd sh $$s; done
+
+test: unit integ scripts
+
+# The front door for CI and for people: packages, a normal build, then the
+# whole suite under AddressSanitizer and UBSan.
+check: deps
+	$(MAKE) all
+	$(MAKE) SAN=1 test
+
+# ---- Debian packages -----------------------------------------------------------
+
+DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
+            libcriterion-dev redis-server redis-tools netcat-openbsd
+
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' \
+	    || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	echo "make deps: installing Debian packages:$$missing"; \
+	if [ "$$(id -u)" = 0 ]; then SUDO=; \
+	elif command -v sudo >/dev/null; then SUDO=sudo; \
+	else echo "make deps: not root and no sudo; run as root:"; \
+	  echo "  apt-get install -y$$missing"; exit 1; fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$$SUDO apt-get install -y --no-install-recommends $$missing \
+	  || { $$SUDO apt-get update && \
+	       $$SUDO apt-get install -y --no-install-recommends $$missing; }
+
+# ---- run ---------------------------------------------------------------------
+
+run: deps
+	$(MAKE) all
+	$(O)/dlockd -c conf/dlockd.conf --persist none
+
+clean:
+	rm -rf build
+
+format:
+	clang-format -i proto/*.[ch] server/*.[ch] client/*.[ch] tests/*.[ch]
+
+-include $(shell find $(O) -name '*.d' 2>/dev/null)

@@ -1,0 +1,97 @@
+/*
+ * limits.h -- every limit of dlockd, in one place.
+ *
+ * Two kinds of numbers live here:
+ *
+ *   - wire limits (DL_*_MAX without DEFAULT): fixed by the protocol, shared by
+ *     the server, the client library and the tests; HELLO reports them;
+ *   - defaults of the limits an operator may change in dlockd.conf
+ *     (DL_DEFAULT_*), with the hard bounds the configuration accepts.
+ *
+ * Nothing else in the tree may hard-code one of these numbers.
+ */
+#ifndef DL_PROTO_LIMITS_H
+#define DL_PROTO_LIMITS_H
+
+/* ---- wire limits ------------------------------------------------------ */
+
+/* Bytes in one request line, line ending (LF or CRLF) excluded. A longer
+ * line is discarded up to its LF and answered ERR LINE_TOO_LONG. */
+#define DL_LINE_MAX 1024
+
+/* Bytes a peer may send without any LF before its connection is closed:
+ * past this point it is not speaking the protocol. */
+#define DL_LINE_DISCARD_MAX (64 * 1024)
+
+/* Bytes in a lock name: 1..255 printable ASCII, no space, no '='. */
+#define DL_NAME_MAX 255
+
+/* Bytes in an id=<tag> request tag (printable ASCII, no space). */
+#define DL_TAG_MAX 32
+
+/* Bytes in an owner id (HELLO owner=<id>), same alphabet as a name. */
+#define DL_OWNER_MAX 64
+
+/* Words in one request line, verb included. The longest valid request,
+ * REFRESH <name> <token> ttl= id=, has five; the slack is for nothing. */
+#define DL_ARGS_MAX 8
+
+/* Largest duration the codec accepts, in ms (about 31.7 years). A larger
+ * number, or one that overflows while scaling by its suffix, is BAD_ARG. */
+#define DL_DURATION_MAX_MS 1000000000000ULL
+
+/* Bytes in the longest line the server writes (a STATUS reply with a
+ * 255-byte name and a 64-byte owner is about 400). */
+#define DL_REPLY_MAX 2048
+
+/* Bytes in the longest multi-line reply body line (STATS). */
+#define DL_STATS_LINE_MAX 128
+
+/* ---- tokens ----------------------------------------------------------- */
+
+/* Fencing tokens are unix_ms * DL_TOKEN_PER_MS + sequence: see the comment
+ * on dl_token_floor() in server/locktab.h for why. 10^6 tokens per ms
+ * outruns any grant rate, and u64 lasts until the year 2554. */
+#define DL_TOKEN_PER_MS 1000000ULL
+
+/* ---- configurable limits: defaults and bounds ------------------------- */
+
+#define DL_DEFAULT_PORT 7420
+#define DL_DEFAULT_BIND "127.0.0.1"
+
+/* Concurrent client connections; one more is answered ERR LIMIT and
+ * closed. */
+#define DL_DEFAULT_MAX_CONNECTIONS 10000
+#define DL_MAX_CONNECTIONS_MAX 1000000
+
+/* Waiters queued on one lock; one more gets ERR LIMIT. */
+#define DL_DEFAULT_MAX_WAITERS 10000
+#define DL_MAX_WAITERS_MAX 10000000
+
+/* Leases one owner may hold at once (reentries count once). */
+#define DL_DEFAULT_MAX_LOCKS_PER_OWNER 100000
+#define DL_MAX_LOCKS_PER_OWNER_MAX 100000000
+
+/* Bytes of replies queued for one connection that the peer has not read.
+ * Past it the connection is closed: a client that never reads costs at
+ * most this much memory. */
+#define DL_DEFAULT_MAX_OUTPUT (1024 * 1024)
+#define DL_MAX_OUTPUT_MIN (8 * 1024)
+#define DL_MAX_OUTPUT_MAX (1024 * 1024 * 1024)
+
+/* Lease TTL when a request gives none, and the largest one accepted. */
+#define DL_DEFAULT_TTL_MS 30000
+#define DL_DEFAULT_MAX_TTL_MS (24ULL * 3600 * 1000)
+
+/* Timer wheel tick: lease and wait deadlines fire within one tick. */
+#define DL_DEFAULT_TICK_MS 10
+#define DL_TICK_MS_MIN 1
+#define DL_TICK_MS_MAX 1000
+
+/* Deadlines reaped per loop iteration before the loop serves I/O again. */
+#define DL_REAP_BUDGET 10000
+
+/* How long a waiter restored from Redis keeps its place for its owner. */
+#define DL_DEFAULT_RESTORE_GRACE_MS 5000
+
+#endif /* DL_PROTO_LIMITS_H */

@@ -1,0 +1,222 @@
+/*
+ * proto.h -- the dlockd wire codec, shared by the server and libdlock.
+ *
+ * This module does no I/O and allocates nothing. It turns bytes into lines
+ * (dl_linebuf), lines into requests (dl_parse_request) or replies
+ * (dl_parse_reply), and values into lines (dl_fmt). proto/PROTOCOL.md is the
+ * normative description of what these functions accept and produce; the
+ * tests in tests/test_proto.c hold them to it.
+ *
+ * Borrowing: every struct dl_str a parser fills in points into the line the
+ * caller passed (parsers may write NUL bytes into that line, never past it).
+ * It is valid as long as that line is: for dl_linebuf lines, until the next
+ * call that feeds or consumes the buffer.
+ */
+#ifndef DL_PROTO_PROTO_H
+#define DL_PROTO_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/limits.h"
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* 0 is success; failures are these negative codes. The first group has a
+ * wire name (the word after ERR), see dl_err_word(). */
+enum {
+	DL_EBADFORMAT = -1,   /* missing argument, NUL byte, not a request */
+	DL_EUNKNOWNCMD = -2,  /* first word is not a verb */
+	DL_ELINETOOLONG = -3, /* request line over DL_LINE_MAX */
+	DL_EBADARG = -4,      /* malformed, out-of-range or unknown argument */
+	DL_ENOAUTH = -5,      /* AUTH required first */
+	DL_ELIMIT = -6,       /* a configured limit was reached */
+	DL_EUNAVAILABLE = -7, /* persistence is down: state cannot change */
+	DL_EINTERNAL = -8,    /* the server's fault */
+	/* no wire name of their own (sent as INTERNAL when they must be) */
+	DL_ENOMEM = -9,  /* allocation failed */
+	DL_EPROTO = -10, /* a line that is not valid protocol from the peer */
+	DL_ENOSPC = -11, /* a formatted line did not fit its buffer */
+	DL_ERR_COUNT_ = 11
+};
+
+/* Human-readable text for a DL_E* code ("unknown error" otherwise). */
+const char *dl_strerror(int err);
+
+/* Wire word for a DL_E* code ("BAD_FORMAT", ...); "INTERNAL" for codes
+ * without one. */
+const char *dl_err_word(int err);
+
+/* ---- strings ----------------------------------------------------------- */
+
+/* A borrowed byte range; not NUL-terminated unless a parser says so. */
+struct dl_str {
+	const char *p;
+	size_t len;
+};
+
+#define DL_STR_NULL ((struct dl_str){ NULL, 0 })
+#define DL_STR_LIT(s) ((struct dl_str){ (s), sizeof(s) - 1 })
+
+/* ---- scalar parsers (strict; used by the request parser, the config and
+ *      the dlock command line) -------------------------------------------- */
+
+/* Decimal u64: 1..20 digits, no sign, no space; overflow is DL_EBADARG. */
+int dl_parse_u64(const char *s, size_t len, uint64_t *out);
+
+/* Duration: a decimal number with an optional unit, "ms" (the default),
+ * "s" or "m"; the result in ms must not exceed DL_DURATION_MAX_MS.
+ * "inf" is not a duration (see dl_parse_wait). */
+int dl_parse_duration(const char *s, size_t len, uint64_t *ms);
+
+/* A wait: a duration, or "inf" for DL_WAIT_INF. */
+#define DL_WAIT_INF UINT64_MAX
+int dl_parse_wait(const char *s, size_t len, uint64_t *ms);
+
+/* 0 if s is a valid lock name (1..DL_NAME_MAX bytes, 0x21..0x7e except
+ * '='), DL_EBADARG otherwise. Owner ids follow the same rule with
+ * DL_OWNER_MAX, tags with DL_TAG_MAX. */
+int dl_check_name(const char *s, size_t len);
+int dl_check_owner(const char *s, size_t len);
+int dl_check_tag(const char *s, size_t len);
+
+/* ---- requests ---------------------------------------------------------- */
+
+enum dl_verb {
+	DL_VERB_NONE = 0, /* an empty or blank line: no request, no reply */
+	DL_VERB_LOCK,
+	DL_VERB_TRYLOCK,
+	DL_VERB_UNLOCK,
+	DL_VERB_REFRESH,
+	DL_VERB_CHECK,
+	DL_VERB_CANCEL,
+	DL_VERB_STATUS,
+	DL_VERB_HELLO,
+	DL_VERB_AUTH,
+	DL_VERB_STATS,
+	DL_VERB_PING,
+	DL_VERB_QUIT,
+	DL_VERB_COUNT_
+};
+
+/* Upper-case name of a verb ("LOCK"), "" for DL_VERB_NONE. */
+const char *dl_verb_name(enum dl_verb v);
+
+struct dl_request {
+	enum dl_verb verb;
+	struct dl_str name; /* LOCK TRYLOCK UNLOCK REFRESH CHECK CANCEL STATUS */
+	uint64_t token;     /* UNLOCK REFRESH CHECK */
+	uint64_t ttl_ms;    /* ttl=, when has_ttl */
+	uint64_t wait_ms;   /* wait=, when has_wait; may be DL_WAIT_INF */
+	unsigned has_ttl : 1;
+	unsigned has_wait : 1;
+	struct dl_str tag;   /* id=<tag>; len 0 when absent */
+	struct dl_str owner; /* HELLO owner=; len 0 when absent */
+	struct dl_str arg;   /* AUTH secret, PING text (len 0 when absent) */
+};
+
+/* Parse one request line (line ending already removed; the line may
+ * contain anything, NUL bytes included). Returns 0 and fills *req, or a
+ * negative DL_E* code with *why set to a static explanation. Even on
+ * failure req->tag is set when the line carried a valid id= so the error
+ * reply can echo it. TRYLOCK is reported as itself; its wait is 0. */
+int dl_parse_request(const char *line, size_t len, struct dl_request *req,
+		     const char **why);
+
+/* ---- replies (the client side) ------------------------------------------ */
+
+enum dl_reply_kind {
+	DL_REPLY_OK,    /* "OK <WORD> ..." */
+	DL_REPLY_NO,    /* "NO <REASON> ..." */
+	DL_REPLY_ERR,   /* "ERR <CODE> <free text>" */
+	DL_REPLY_EVENT, /* "* <EVENT> ..." */
+};
+
+#define DL_REPLY_ARGS_MAX 24
+
+struct dl_reply {
+	enum dl_reply_kind kind;
+	struct dl_str word; /* GRANTED, BUSY, BAD_ARG, EXPIRED, ... */
+	int argc;           /* words after `word`, the id= tag excluded */
+	struct dl_str argv[DL_REPLY_ARGS_MAX];
+	struct dl_str tag;  /* the echoed id=, len 0 when absent */
+	struct dl_str rest; /* everything after `word`, tag excluded (the
+			       text of ERR and of PONG) */
+};
+
+/* Split a reply or event line (ending removed). DL_EPROTO when it is not
+ * one. A trailing " id=<tag>" is the echoed tag. */
+int dl_parse_reply(const char *line, size_t len, struct dl_reply *r);
+
+/* argv[i] as a u64 (DL_EPROTO when missing or not a number). */
+int dl_reply_u64(const struct dl_reply *r, int i, uint64_t *out);
+
+/* The value of "key=value" among argv; DL_EPROTO when absent. */
+int dl_reply_kv(const struct dl_reply *r, const char *key,
+		struct dl_str *out);
+
+/* ---- formatting ----------------------------------------------------------- */
+
+/* A line under construction in a caller's buffer. Words are separated by
+ * one space; dl_fmt_end() appends the tag and the line ending. Overflow is
+ * sticky and reported by dl_fmt_end(). */
+struct dl_fmt {
+	char *buf;
+	size_t cap;
+	size_t len;
+	int overflow;
+};
+
+void dl_fmt_init(struct dl_fmt *f, char *buf, size_t cap);
+void dl_fmt_word(struct dl_fmt *f, const char *word);
+void dl_fmt_str(struct dl_fmt *f, struct dl_str s);
+void dl_fmt_u64(struct dl_fmt *f, uint64_t v);
+void dl_fmt_kv_u64(struct dl_fmt *f, const char *key, uint64_t v);
+void dl_fmt_kv_str(struct dl_fmt *f, const char *key, struct dl_str v);
+/* Appends " id=<tag>" when tag.len > 0, then CRLF. Returns the line's
+ * length, or DL_ENOSPC if it did not fit (the buffer then holds garbage). */
+int dl_fmt_end(struct dl_fmt *f, struct dl_str tag);
+
+/* Append the decimal form of v to buf (at least 21 bytes); returns the
+ * number of digits written (no NUL). */
+size_t dl_u64_to_dec(uint64_t v, char *buf);
+
+/* ---- line splitting --------------------------------------------------------- */
+
+/* Bytes of input buffered per connection: one maximal line with its CRLF,
+ * plus room so that small pipelined requests are read in one go. */
+#define DL_INBUF_SIZE 4096
+
+/*
+ * Splits a byte stream into lines, enforcing DL_LINE_MAX and
+ * DL_LINE_DISCARD_MAX. The owner reads directly into dl_linebuf_space()
+ * (libuv alloc_cb, or read(2)), reports the count with dl_linebuf_commit(),
+ * then calls dl_linebuf_next() until it returns DL_LB_NONE.
+ */
+struct dl_linebuf {
+	size_t start;   /* first unconsumed byte */
+	size_t len;     /* bytes held, from 0 */
+	size_t discard; /* bytes of an over-long line dropped so far; 0 when
+			   not discarding */
+	char buf[DL_INBUF_SIZE];
+};
+
+enum dl_lb_result {
+	DL_LB_NONE = 0,     /* need more bytes */
+	DL_LB_LINE = 1,     /* *line, *len: a complete line, ending removed,
+			       NUL-terminated in place */
+	DL_LB_TOOLONG = 2,  /* an over-long line ended: answer
+			       LINE_TOO_LONG, carry on */
+	DL_LB_OVERFLOW = 3, /* DL_LINE_DISCARD_MAX bytes without a LF:
+			       close the connection */
+};
+
+void dl_linebuf_init(struct dl_linebuf *lb);
+/* Free space to read into; never less than 1 byte. */
+char *dl_linebuf_space(struct dl_linebuf *lb, size_t *avail);
+void dl_linebuf_commit(struct dl_linebuf *lb, size_t n);
+/* The returned line lives until the next commit or next call. */
+enum dl_lb_result dl_linebuf_next(struct dl_linebuf *lb, char **line,
+				  size_t *len);
+
+#endif /* DL_PROTO_PROTO_H */

@@ -1,0 +1,468 @@
+/*
+ * cmd.c -- request dispatch (see cmd.h).
+ *
+ * A table maps each verb to its handler and to whether it changes lock
+ * state (such requests are refused with ERR UNAVAILABLE while persistence
+ * is down, before the lock table is touched). Handlers format their reply
+ * into a stack buffer of DL_REPLY_MAX bytes, which the longest reply fits.
+ */
+#include "server/cmd.h"
+
+#include <string.h>
+
+#include "server/conn.h"
+#include "server/log.h"
+#include "server/server.h"
+
+struct reply {
+	struct dl_fmt f;
+	char buf[DL_REPLY_MAX];
+};
+
+static struct dl_fmt *reply_begin(struct reply *r, const char *head)
+{
+	dl_fmt_init(&r->f, r->buf, sizeof(r->buf));
+	dl_fmt_word(&r->f, head);
+	return &r->f;
+}
+
+static void reply_send(struct dl_conn *c, struct reply *r, struct dl_str tag,
+		       int durable)
+{
+	int n = dl_fmt_end(&r->f, tag);
+
+	if (n < 0) {
+		/* Cannot happen with the wire limits; say so rather than
+		 * send half a line. */
+		dl_error("reply did not fit in %d bytes", DL_REPLY_MAX);
+		dl_cmd_error(c, DL_EINTERNAL, "reply too long", tag);
+		return;
+	}
+	dl_conn_send(c, r->buf, (size_t)n, durable);
+}
+
+void dl_cmd_error(struct dl_conn *c, int err, const char *why,
+		  struct dl_str tag)
+{
+	struct reply r;
+	int code = -err;
+
+	if (code > 0 && code <= DL_ERR_COUNT_)
+		c->srv->st.errors[code]++;
+	reply_begin(&r, "ERR");
+	dl_fmt_word(&r.f, dl_err_word(err));
+	dl_fmt_word(&r.f, why);
+	reply_send(c, &r, tag, 0);
+}
+
+/* A lock-table call failed: the reply for its code. */
+static void table_error(struct dl_conn *c, int err, struct dl_str tag)
+{
+	switch (err) {
+	case DL_ELIMIT:
+		dl_cmd_error(c, err,
+			     "limit reached (waiters per lock, locks per "
+			     "owner or reentries)",
+			     tag);
+		break;
+	case DL_EUNAVAILABLE:
+		dl_cmd_error(c, err, "persistence is down, try again", tag);
+		break;
+	case DL_EBADARG:
+		dl_cmd_error(c, err, "bad argument", tag);
+		break;
+	default:
+		dl_error("lock table: %s", dl_strerror(err));
+		dl_cmd_error(c, DL_EINTERNAL, dl_strerror(err), tag);
+	}
+}
+
+/* The outcome of a lock-table call, in its wire form. */
+static void result_reply(struct dl_conn *c, struct dl_str name,
+			 const struct dl_result *res, struct dl_str tag)
+{
+	static const char *const heads[] = {
+		[DL_GRANTED] = "OK GRANTED",
+		[DL_QUEUED] = "OK QUEUED",
+		[DL_BUSY] = "NO BUSY",
+		[DL_RELEASED] = "OK RELEASED",
+		[DL_HELD] = "OK HELD",
+		[DL_NOT_HOLDER] = "NO NOT_HOLDER",
+		[DL_REFRESHED] = "OK REFRESHED",
+		[DL_VALID] = "OK VALID",
+		[DL_STALE] = "NO STALE",
+		[DL_CANCELLED] = "OK CANCELLED",
+		[DL_NOT_QUEUED] = "NO NOT_QUEUED",
+		[DL_ALREADY_WAITING] = "NO ALREADY_WAITING",
+	};
+	struct reply r;
+
+	reply_begin(&r, heads[res->outcome]);
+	dl_fmt_str(&r.f, name);
+	switch (res->outcome) {
+	case DL_GRANTED:
+	case DL_VALID:
+		dl_fmt_u64(&r.f, res->token);
+		dl_fmt_u64(&r.f, res->value);
+		break;
+	case DL_STALE:
+		dl_fmt_u64(&r.f, res->token);
+		break;
+	case DL_QUEUED:
+	case DL_BUSY:
+	case DL_HELD:
+	case DL_REFRESHED:
+	case DL_ALREADY_WAITING:
+		dl_fmt_u64(&r.f, res->value);
+		break;
+	default:
+		break;
+	}
+	reply_send(c, &r, tag, res->durable);
+}
+
+static int check_ttl(struct dl_conn *c, const struct dl_request *rq)
+{
+	if (rq->has_ttl && rq->ttl_ms > c->srv->cfg.max_ttl_ms) {
+		dl_cmd_error(c, DL_EBADARG, "ttl above max_ttl", rq->tag);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- handlers -------------------------------------------------------------- */
+
+static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
+{
+	struct dl_server *srv = c->srv;
+	struct dl_result res;
+	uint64_t ttl = rq->has_ttl ? rq->ttl_ms : srv->cfg.default_ttl_ms;
+	uint64_t wait = rq->has_wait ? rq->wait_ms : DL_WAIT_INF;
+	int err;
+
+	if (check_ttl(c, rq))
+		return;
+	err = dl_locktab_acquire(srv->tab, &c->sess, rq->name, ttl, wait,
+				 rq->tag, &res);
+	if (err)
+		table_error(c, err, rq->tag);
+	else
+		result_reply(c, rq->name, &res, rq->tag);
+}
+
+static void cmd_unlock(struct dl_conn *c, const struct dl_request *rq)
+{
+	struct dl_result res;
+	int err = dl_locktab_release(c->srv->tab, &c->sess, rq->name,
+				     rq->token, &res);
+
+	if (err)
+		table_error(c, err, rq->tag);
+	else
+		result_reply(c, rq->name, &res, rq->tag);
+}
+
+static void cmd_refresh(struct dl_conn *c, const struct dl_request *rq)
+{
+	struct dl_result res;
+	int err;
+
+	if (check_ttl(c, rq))
+		return;
+	err = dl_locktab_refresh(c->srv->tab, &c->sess, rq->name, rq->token,
+				 rq->has_ttl ? rq->ttl_ms : 0, &res);
+	if (err)
+		table_error(c, err, rq->tag);
+	else
+		result_reply(c, rq->name, &res, rq->tag);
+}
+
+static void cmd_check(struct dl_conn *c, const struct dl_request *rq)
+{
+	struct dl_result res;
+
+	dl_locktab_check(c->srv->tab, rq->name, rq->token, &res);
+	result_reply(c, rq->name, &res, rq->tag);
+}
+
+static void cmd_cancel(struct dl_conn *c, const struct dl_request *rq)
+{
+	struct dl_result res;
+
+	dl_locktab_cancel(c->srv->tab, &c->sess, rq->name, &res);
+	result_reply(c, rq->name, &res, rq->tag);
+}
+
+static void cmd_status(struct dl_conn *c, const struct dl_request *rq)
+{
+	struct dl_lock_status st;
+	struct reply r;
+
+	dl_locktab_status(c->srv->tab, rq->name, &st);
+	reply_begin(&r, "OK STATUS");
+	dl_fmt_str(&r.f, rq->name);
+	dl_fmt_word(&r.f, st.held ? "state=held" : "state=free");
+	dl_fmt_kv_u64(&r.f, "token", st.token);
+	dl_fmt_kv_u64(&r.f, "ttl_ms", st.remaining);
+	dl_fmt_kv_u64(&r.f, "count", st.count);
+	dl_fmt_kv_str(&r.f, "owner", st.held ? st.owner : DL_STR_LIT("-"));
+	dl_fmt_kv_u64(&r.f, "waiters", st.waiters);
+	reply_send(c, &r, rq->tag, 0);
+}
+
+static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
+{
+	const struct dl_config *cfg = &c->srv->cfg;
+	struct reply r;
+	int err;
+
+	if (rq->owner.len) {
+		err = dl_session_set_owner(c->srv->tab, &c->sess, rq->owner);
+		if (err == DL_EBADARG) {
+			dl_cmd_error(c, err,
+				     "cannot change owner while waiting for a "
+				     "lock",
+				     rq->tag);
+			return;
+		}
+		if (err) {
+			table_error(c, err, rq->tag);
+			return;
+		}
+	}
+	reply_begin(&r, "OK HELLO");
+	dl_fmt_kv_str(&r.f, "version", DL_STR_LIT(DL_VERSION));
+	dl_fmt_kv_str(&r.f, "owner", dl_session_owner(&c->sess));
+	dl_fmt_kv_str(&r.f, "auth",
+		      cfg->password[0] ? DL_STR_LIT("required")
+				       : DL_STR_LIT("none"));
+	dl_fmt_kv_str(&r.f, "persist",
+		      cfg->persist == DL_PERSIST_REDIS ? DL_STR_LIT("redis")
+						       : DL_STR_LIT("none"));
+	dl_fmt_kv_u64(&r.f, "max_line", DL_LINE_MAX);
+	dl_fmt_kv_u64(&r.f, "max_name", DL_NAME_MAX);
+	dl_fmt_kv_u64(&r.f, "max_tag", DL_TAG_MAX);
+	dl_fmt_kv_u64(&r.f, "max_owner", DL_OWNER_MAX);
+	dl_fmt_kv_u64(&r.f, "default_ttl_ms", cfg->default_ttl_ms);
+	dl_fmt_kv_u64(&r.f, "max_ttl_ms", cfg->max_ttl_ms);
+	dl_fmt_kv_u64(&r.f, "max_waiters", cfg->max_waiters);
+	dl_fmt_kv_u64(&r.f, "max_locks_per_owner", cfg->max_locks_per_owner);
+	dl_fmt_kv_u64(&r.f, "max_connections", cfg->max_connections);
+	dl_fmt_kv_u64(&r.f, "max_output", cfg->max_output);
+	dl_fmt_kv_u64(&r.f, "tick_ms", cfg->tick_ms);
+	reply_send(c, &r, rq->tag, 0);
+}
+
+/* Compare in time that depends only on the lengths, not on where the
+ * strings first differ. */
+static int secret_equal(const char *a, size_t alen, const char *b,
+			size_t blen)
+{
+	volatile unsigned char diff = (unsigned char)(alen != blen);
+	size_t i;
+
+	for (i = 0; i < alen; i++)
+		diff |= (unsigned char)(a[i] ^ (i < blen ? b[i] : 0));
+	return diff == 0;
+}
+
+static void cmd_auth(struct dl_conn *c, const struct dl_request *rq)
+{
+	const char *pw = c->srv->cfg.password;
+	struct reply r;
+
+	if (!pw[0] || secret_equal(pw, strlen(pw), rq->arg.p, rq->arg.len)) {
+		c->authed = 1;
+		reply_begin(&r, "OK AUTH");
+	} else {
+		c->srv->st.auth_failures++;
+		dl_notice("conn %llu %s: AUTH failed",
+			  (unsigned long long)c->id, c->peer);
+		reply_begin(&r, "NO AUTH_FAILED");
+	}
+	reply_send(c, &r, rq->tag, 0);
+}
+
+static void stat_line(struct dl_conn *c, const char *key, uint64_t v)
+{
+	char line[DL_STATS_LINE_MAX];
+	struct dl_fmt f;
+	int n;
+
+	dl_fmt_init(&f, line, sizeof(line));
+	dl_fmt_word(&f, key);
+	dl_fmt_u64(&f, v);
+	n = dl_fmt_end(&f, DL_STR_NULL);
+	if (n > 0)
+		dl_conn_send(c, line, (size_t)n, 0);
+}
+
+static void cmd_stats(struct dl_conn *c, const struct dl_request *rq)
+{
+	static const char *const err_keys[] = {
+		NULL,
+		"errors_bad_format",
+		"errors_unknown_command",
+		"errors_line_too_long",
+		"errors_bad_arg",
+		"errors_noauth",
+		"errors_limit",
+		"errors_unavailable",
+		"errors_internal",
+	};
+	struct dl_server *srv = c->srv;
+	const struct dl_locktab_stats *t = dl_locktab_stats(srv->tab);
+	const struct dl_store_stats *s = dl_store_stats(srv->store);
+	const struct dl_server_stats *v = &srv->st;
+	struct {
+		const char *key;
+		uint64_t value;
+	} rows[] = {
+		{ "uptime_ms", uv_now(srv->loop) - srv->start_ms },
+		{ "connections", srv->nconns },
+		{ "connections_total", v->connections_total },
+		{ "connections_rejected", v->connections_rejected },
+		{ "output_overflows", v->output_overflows },
+		{ "commands", v->commands },
+		{ "locks", t->locks },
+		{ "leases", t->leases },
+		{ "waiters", t->waiters },
+		{ "owners", t->owners },
+		{ "grants", t->grants },
+		{ "reentries", t->reentries },
+		{ "releases", t->releases },
+		{ "expiries", t->expiries },
+		{ "timeouts", t->timeouts },
+		{ "refreshes", t->refreshes },
+		{ "cancels", t->cancels },
+		{ "last_token", dl_locktab_last_token(srv->tab) },
+		{ "auth_failures", v->auth_failures },
+		{ "store_available", (uint64_t)dl_store_available(srv->store) },
+		{ "store_batches", s->batches },
+		{ "store_writes", s->writes },
+		{ "store_round_trips", s->round_trips },
+		{ "store_latency_us_avg",
+		  s->round_trips ? s->latency_us_sum / s->round_trips : 0 },
+		{ "store_latency_us_max", s->latency_us_max },
+		{ "store_backlog", s->backlog },
+		{ "store_reconnects", s->reconnects },
+		{ "store_failures", s->failures },
+	};
+	size_t nrows = sizeof(rows) / sizeof(rows[0]);
+	size_t nerr = sizeof(err_keys) / sizeof(err_keys[0]) - 1;
+	struct reply r;
+	size_t i;
+
+	reply_begin(&r, "OK STATS");
+	dl_fmt_u64(&r.f, nrows + nerr);
+	reply_send(c, &r, rq->tag, 0);
+	for (i = 0; i < nrows; i++)
+		stat_line(c, rows[i].key, rows[i].value);
+	for (i = 1; i <= nerr; i++)
+		stat_line(c, err_keys[i], v->errors[i]);
+}
+
+static void cmd_ping(struct dl_conn *c, const struct dl_request *rq)
+{
+	struct reply r;
+
+	reply_begin(&r, "OK PONG");
+	if (rq->arg.len)
+		dl_fmt_str(&r.f, rq->arg);
+	reply_send(c, &r, rq->tag, 0);
+}
+
+static void cmd_quit(struct dl_conn *c, const struct dl_request *rq)
+{
+	struct reply r;
+
+	reply_begin(&r, "OK BYE");
+	reply_send(c, &r, rq->tag, 0);
+	dl_conn_end(c, DL_END_GRACEFUL, "QUIT");
+}
+
+/* ---- dispatch ---------------------------------------------------------------- */
+
+enum {
+	OPEN = 1,    /* allowed before AUTH */
+	CHANGES = 2, /* changes lock state: refused while persistence is down */
+};
+
+static const struct {
+	void (*fn)(struct dl_conn *c, const struct dl_request *rq);
+	unsigned flags;
+} verbs[DL_VERB_COUNT_] = {
+	[DL_VERB_LOCK] = { cmd_lock, CHANGES },
+	[DL_VERB_TRYLOCK] = { cmd_lock, CHANGES },
+	[DL_VERB_UNLOCK] = { cmd_unlock, CHANGES },
+	[DL_VERB_REFRESH] = { cmd_refresh, CHANGES },
+	[DL_VERB_CHECK] = { cmd_check, 0 },
+	[DL_VERB_CANCEL] = { cmd_cancel, 0 },
+	[DL_VERB_STATUS] = { cmd_status, 0 },
+	[DL_VERB_HELLO] = { cmd_hello, OPEN },
+	[DL_VERB_AUTH] = { cmd_auth, OPEN },
+	[DL_VERB_STATS] = { cmd_stats, 0 },
+	[DL_VERB_PING] = { cmd_ping, OPEN },
+	[DL_VERB_QUIT] = { cmd_quit, OPEN },
+};
+
+void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
+{
+	struct dl_request rq;
+	const char *why = NULL;
+	int err;
+
+	err = dl_parse_request(line, len, &rq, &why);
+	if (err) {
+		dl_debug("conn %llu: bad request: %s", (unsigned long long)c->id,
+			 why);
+		dl_cmd_error(c, err, why ? why : dl_strerror(err), rq.tag);
+		return;
+	}
+	if (rq.verb == DL_VERB_NONE)
+		return;
+	c->srv->st.commands++;
+	dl_debug("conn %llu: %s %.*s", (unsigned long long)c->id,
+		 dl_verb_name(rq.verb), (int)rq.name.len,
+		 rq.name.p ? rq.name.p : "");
+	if (!c->authed && !(verbs[rq.verb].flags & OPEN)) {
+		dl_cmd_error(c, DL_ENOAUTH, "AUTH required", rq.tag);
+		return;
+	}
+	if ((verbs[rq.verb].flags & CHANGES) &&
+	    !dl_store_available(c->srv->store)) {
+		dl_cmd_error(c, DL_EUNAVAILABLE, "persistence is down, try again",
+			     rq.tag);
+		return;
+	}
+	verbs[rq.verb].fn(c, &rq);
+}
+
+void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
+{
+	static const char *const heads[] = {
+		[DL_EVENT_GRANTED] = "* GRANTED",
+		[DL_EVENT_TIMEOUT] = "* TIMEOUT",
+		[DL_EVENT_EXPIRED] = "* EXPIRED",
+	};
+	struct reply r;
+
+	reply_begin(&r, heads[ev->type]);
+	dl_fmt_str(&r.f, ev->name);
+	if (ev->type == DL_EVENT_GRANTED) {
+		dl_fmt_u64(&r.f, ev->token);
+		dl_fmt_u64(&r.f, ev->ttl_ms);
+	} else if (ev->type == DL_EVENT_EXPIRED) {
+		dl_fmt_u64(&r.f, ev->token);
+	}
+	reply_send(c, &r, ev->tag, ev->durable);
+}
+
+void dl_cmd_bye(struct dl_conn *c, const char *reason)
+{
+	struct reply r;
+
+	reply_begin(&r, "* BYE");
+	dl_fmt_word(&r.f, reason);
+	reply_send(c, &r, DL_STR_NULL, 0);
+}

@@ -1,0 +1,33 @@
+/*
+ * cmd.h -- request dispatch: one parsed line in, one reply out.
+ *
+ * The only module that writes protocol text on the server side: it parses
+ * a line with the codec, applies the gates (AUTH, persistence available,
+ * configured limits), calls the lock table, and formats the reply or event
+ * through the codec's formatter. Which replies are durable is decided by
+ * the lock table (dl_result.durable) and passed on to the connection.
+ */
+#ifndef DL_SERVER_CMD_H
+#define DL_SERVER_CMD_H
+
+#include <stddef.h>
+
+#include "proto/proto.h"
+#include "server/locktab.h"
+
+struct dl_conn;
+
+/* Execute one request line (ending removed, NUL-terminated). */
+void dl_cmd_execute(struct dl_conn *c, char *line, size_t len);
+
+/* Reply "ERR <CODE> <why>" (with the request's tag, if any). */
+void dl_cmd_error(struct dl_conn *c, int err, const char *why,
+		  struct dl_str tag);
+
+/* Send a lock-table event to the connection that owns session data. */
+void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev);
+
+/* Send "* BYE <reason>". */
+void dl_cmd_bye(struct dl_conn *c, const char *reason);
+
+#endif /* DL_SERVER_CMD_H */

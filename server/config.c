@@ -1,0 +1,550 @@
+/*
+ * config.c -- the key table, INI loading through inih, checks, diffs.
+ *
+ * Every key is one row of `keys`: adding a key means adding a row, a field
+ * in struct dl_config and its paragraph in conf/dlockd.conf. Values are
+ * parsed with the protocol's own strict parsers (durations take the same
+ * ms/s/m units as on the wire).
+ */
+#include "server/config.h"
+
+#include <arpa/inet.h>
+#include <ini.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "proto/proto.h"
+#include "server/locktab.h"
+#include "server/log.h"
+
+enum ktype { K_STR, K_U64, K_DUR, K_BOOL, K_LEVEL, K_PERSIST };
+
+/* Internal result of dl_config_set: parsed, but outside the key's bounds. */
+#define OUT_OF_RANGE 1
+
+struct key {
+	const char *section;
+	const char *name;
+	enum ktype type;
+	size_t off;
+	uint64_t min, max; /* K_U64, K_DUR */
+	unsigned live : 1; /* SIGHUP applies it */
+	unsigned secret : 1;
+};
+
+#define F(field) offsetof(struct dl_config, field)
+static const struct key keys[] = {
+	{ "server", "bind", K_STR, F(bind), 0, 0, 0, 0 },
+	{ "server", "port", K_U64, F(port), 0, 65535, 0, 0 },
+	{ "server", "unix_socket", K_STR, F(unix_socket), 0, 0, 0, 0 },
+	{ "server", "password", K_STR, F(password), 0, 0, 1, 1 },
+	{ "server", "log_level", K_LEVEL, F(log_level), 0, 0, 1, 0 },
+	{ "server", "allow_remote_without_password", K_BOOL,
+	  F(allow_remote_without_password), 0, 0, 0, 0 },
+	{ "limits", "max_connections", K_U64, F(max_connections), 1,
+	  DL_MAX_CONNECTIONS_MAX, 1, 0 },
+	{ "limits", "max_waiters_per_lock", K_U64, F(max_waiters), 1,
+	  DL_MAX_WAITERS_MAX, 1, 0 },
+	{ "limits", "max_locks_per_owner", K_U64, F(max_locks_per_owner), 1,
+	  DL_MAX_LOCKS_PER_OWNER_MAX, 1, 0 },
+	{ "limits", "max_output", K_U64, F(max_output), DL_MAX_OUTPUT_MIN,
+	  DL_MAX_OUTPUT_MAX, 1, 0 },
+	{ "limits", "default_ttl", K_DUR, F(default_ttl_ms), 1,
+	  DL_TTL_STORE_MAX, 1, 0 },
+	{ "limits", "max_ttl", K_DUR, F(max_ttl_ms), 1, DL_TTL_STORE_MAX, 1,
+	  0 },
+	{ "limits", "tick", K_DUR, F(tick_ms), DL_TICK_MS_MIN, DL_TICK_MS_MAX,
+	  0, 0 },
+	{ "limits", "auth_delay", K_DUR, F(auth_delay_ms), 0, 10000, 1, 0 },
+	{ "persistence", "persist", K_PERSIST, F(persist), 0, 0, 0, 0 },
+	{ "persistence", "redis", K_STR, F(redis), 0, 0, 0, 1 },
+	{ "persistence", "redis_prefix", K_STR, F(redis_prefix), 0, 0, 0, 0 },
+	{ "persistence", "redis_timeout", K_DUR, F(redis_timeout_ms), 10,
+	  600000, 0, 0 },
+	{ "persistence", "restore_grace", K_DUR, F(restore_grace_ms), 0,
+	  3600000, 0, 0 },
+	{ "metrics", "listen", K_STR, F(metrics), 0, 0, 0, 0 },
+};
+#undef F
+
+#define NKEYS (sizeof(keys) / sizeof(keys[0]))
+
+static char **str_at(struct dl_config *c, const struct key *k)
+{
+	return (char **)((char *)c + k->off);
+}
+
+static uint64_t *u64_at(struct dl_config *c, const struct key *k)
+{
+	return (uint64_t *)((char *)c + k->off);
+}
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static int set_str(char **dst, const char *v)
+{
+	char *s = strdup(v);
+
+	if (!s)
+		return DL_ENOMEM;
+	free(*dst);
+	*dst = s;
+	return 0;
+}
+
+void dl_config_defaults(struct dl_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->bind = strdup(DL_DEFAULT_BIND);
+	c->port = DL_DEFAULT_PORT;
+	c->unix_socket = strdup("");
+	c->password = strdup("");
+	c->log_level = DL_LOG_NOTICE;
+	c->max_connections = DL_DEFAULT_MAX_CONNECTIONS;
+	c->max_waiters = DL_DEFAULT_MAX_WAITERS;
+	c->max_locks_per_owner = DL_DEFAULT_MAX_LOCKS_PER_OWNER;
+	c->max_output = DL_DEFAULT_MAX_OUTPUT;
+	c->default_ttl_ms = DL_DEFAULT_TTL_MS;
+	c->max_ttl_ms = DL_DEFAULT_MAX_TTL_MS;
+	c->tick_ms = DL_DEFAULT_TICK_MS;
+	c->auth_delay_ms = 100;
+	c->persist = DL_PERSIST_REDIS;
+	c->redis = strdup("redis://127.0.0.1:6379/0");
+	c->redis_prefix = strdup("dlock:");
+	c->redis_timeout_ms = 2000;
+	c->restore_grace_ms = DL_DEFAULT_RESTORE_GRACE_MS;
+	c->metrics = strdup("");
+}
+
+void dl_config_free(struct dl_config *c)
+{
+	size_t i;
+
+	for (i = 0; i < NKEYS; i++)
+		if (keys[i].type == K_STR) {
+			free(*str_at(c, &keys[i]));
+			*str_at(c, &keys[i]) = NULL;
+		}
+}
+
+static int parse_bool(const char *v, uint64_t *out)
+{
+	static const char *const yes[] = { "yes", "true", "on", "1" };
+	static const char *const no[] = { "no", "false", "off", "0" };
+	size_t i;
+
+	for (i = 0; i < 4; i++) {
+		if (strcasecmp(v, yes[i]) == 0) {
+			*out = 1;
+			return 0;
+		}
+		if (strcasecmp(v, no[i]) == 0) {
+			*out = 0;
+			return 0;
+		}
+	}
+	return DL_EBADARG;
+}
+
+int dl_config_set(struct dl_config *c, const char *section, const char *key,
+		  const char *value, char *err, size_t errlen)
+{
+	const struct key *k = NULL;
+	uint64_t v = 0;
+	size_t i;
+	int r;
+
+	for (i = 0; i < NKEYS; i++)
+		if (strcmp(keys[i].section, section) == 0 &&
+		    strcmp(keys[i].name, key) == 0)
+			k = &keys[i];
+	if (!k) {
+		for (i = 0; i < NKEYS; i++)
+			if (strcmp(keys[i].section, section) == 0)
+				break;
+		if (i == NKEYS)
+			seterr(err, errlen, "unknown section [%s]", section);
+		else
+			seterr(err, errlen, "unknown key '%s' in [%s]", key,
+			       section);
+		return DL_EBADARG;
+	}
+	switch (k->type) {
+	case K_STR:
+		return set_str(str_at(c, k), value);
+	case K_U64:
+		r = dl_parse_u64(value, strlen(value), &v);
+		break;
+	case K_DUR:
+		r = dl_parse_duration(value, strlen(value), &v);
+		break;
+	case K_BOOL:
+		r = parse_bool(value, &v);
+		if (r)
+			seterr(err, errlen, "%s: expected yes or no", key);
+		break;
+	case K_LEVEL:
+		r = dl_log_parse_level(value);
+		v = (uint64_t)r;
+		r = r < 0 ? DL_EBADARG : 0;
+		if (r)
+			seterr(err, errlen,
+			       "%s: expected error, warn, notice, info or "
+			       "debug",
+			       key);
+		break;
+	case K_PERSIST:
+		r = 0;
+		if (strcmp(value, "none") == 0)
+			v = DL_PERSIST_NONE;
+		else if (strcmp(value, "redis") == 0)
+			v = DL_PERSIST_REDIS;
+		else
+			r = DL_EBADARG;
+		if (r)
+			seterr(err, errlen, "%s: expected none or redis", key);
+		break;
+	default:
+		r = DL_EBADARG;
+	}
+	if (r == 0 && (k->type == K_U64 || k->type == K_DUR) &&
+	    (v < k->min || v > k->max))
+		r = OUT_OF_RANGE;
+	if (r == OUT_OF_RANGE) {
+		seterr(err, errlen, "%s: %s out of range [%llu, %llu]%s", key,
+		       value, (unsigned long long)k->min,
+		       (unsigned long long)k->max,
+		       k->type == K_DUR ? " ms" : "");
+		return DL_EBADARG;
+	}
+	if (r) {
+		if (k->type == K_U64)
+			seterr(err, errlen, "%s: '%s' is not a number", key,
+			       value);
+		else if (k->type == K_DUR)
+			seterr(err, errlen,
+			       "%s: '%s' is not a duration (e.g. 500ms, 30s, "
+			       "5m)",
+			       key, value);
+		return DL_EBADARG;
+	}
+	*u64_at(c, k) = v;
+	return 0;
+}
+
+struct ini_ctx {
+	struct dl_config *c;
+	char err[DL_CONFIG_ERR_MAX];
+	int failed;
+};
+
+static int on_ini_key(void *user, const char *section, const char *name,
+		       const char *value)
+{
+	struct ini_ctx *x = user;
+
+	if (dl_config_set(x->c, section, name, value, x->failed ? NULL : x->err,
+			  sizeof(x->err)) != 0) {
+		x->failed = 1;
+		return 0;
+	}
+	return 1;
+}
+
+static int check(const struct dl_config *c, char *err, size_t errlen)
+{
+	struct dl_redis_addr a;
+
+	if (c->default_ttl_ms > c->max_ttl_ms) {
+		seterr(err, errlen, "default_ttl (%llu ms) above max_ttl "
+		       "(%llu ms)", (unsigned long long)c->default_ttl_ms,
+		       (unsigned long long)c->max_ttl_ms);
+		return DL_EBADARG;
+	}
+	if (c->port == 0 && !c->unix_socket[0]) {
+		seterr(err, errlen, "port 0 and no unix_socket: nothing to "
+		       "listen on");
+		return DL_EBADARG;
+	}
+	if (c->persist == DL_PERSIST_REDIS) {
+		if (dl_redis_url_parse(c->redis, &a) != 0) {
+			seterr(err, errlen,
+			       "redis: bad URL (expected "
+			       "redis://[:password@]host[:port][/db] or "
+			       "unix:///path.sock)");
+			return DL_EBADARG;
+		}
+		dl_redis_addr_free(&a);
+	}
+	if (c->port && !dl_addr_is_loopback(c->bind) && !c->password[0] &&
+	    !c->allow_remote_without_password) {
+		seterr(err, errlen,
+		       "refusing to listen on %s without a password: set "
+		       "password, or allow_remote_without_password = yes",
+		       c->bind);
+		return DL_EBADARG;
+	}
+	return 0;
+}
+
+int dl_config_load(struct dl_config *c, const char *path,
+		   const struct dl_override *ov, size_t nov, char *err,
+		   size_t errlen)
+{
+	struct ini_ctx x = { .c = c };
+	char kerr[DL_CONFIG_ERR_MAX];
+	size_t i;
+	int line;
+
+	dl_config_defaults(c);
+	if (path) {
+		line = ini_parse(path, on_ini_key, &x);
+		if (line == -1) {
+			seterr(err, errlen, "%s: cannot open", path);
+			return DL_EBADARG;
+		}
+		if (line == -2) {
+			seterr(err, errlen, "%s: out of memory", path);
+			return DL_ENOMEM;
+		}
+		if (line > 0) {
+			seterr(err, errlen, "%s:%d: %s", path, line,
+			       x.failed ? x.err : "syntax error");
+			return DL_EBADARG;
+		}
+	}
+	for (i = 0; i < nov; i++) {
+		if (dl_config_set(c, ov[i].section, ov[i].key, ov[i].value,
+				  kerr, sizeof(kerr)) != 0) {
+			seterr(err, errlen, "command line: %s", kerr);
+			return DL_EBADARG;
+		}
+	}
+	return check(c, err, errlen);
+}
+
+size_t dl_config_diff(const struct dl_config *old, const struct dl_config *new,
+		      void (*report)(const char *section, const char *key,
+				     int live, void *arg),
+		      void *arg)
+{
+	struct dl_config *o = (struct dl_config *)old;
+	struct dl_config *n = (struct dl_config *)new;
+	size_t i, count = 0;
+	int differ;
+
+	for (i = 0; i < NKEYS; i++) {
+		if (keys[i].type == K_STR)
+			differ = strcmp(*str_at(o, &keys[i]),
+					*str_at(n, &keys[i])) != 0;
+		else
+			differ = *u64_at(o, &keys[i]) != *u64_at(n, &keys[i]);
+		if (differ) {
+			count++;
+			report(keys[i].section, keys[i].name, keys[i].live,
+			       arg);
+		}
+	}
+	return count;
+}
+
+int dl_config_apply_live(struct dl_config *cur, const struct dl_config *next)
+{
+	struct dl_config *n = (struct dl_config *)next;
+	size_t i;
+
+	for (i = 0; i < NKEYS; i++) {
+		if (!keys[i].live)
+			continue;
+		if (keys[i].type == K_STR) {
+			if (set_str(str_at(cur, &keys[i]),
+				    *str_at(n, &keys[i])) != 0)
+				return DL_ENOMEM;
+		} else {
+			*u64_at(cur, &keys[i]) = *u64_at(n, &keys[i]);
+		}
+	}
+	return 0;
+}
+
+void dl_config_dump(const struct dl_config *c, int fd)
+{
+	struct dl_config *m = (struct dl_config *)c;
+	const char *section = "";
+	const struct key *k;
+	char buf[512];
+	uint64_t v;
+	size_t i;
+	int n;
+
+	for (i = 0; i < NKEYS; i++) {
+		k = &keys[i];
+		if (strcmp(section, k->section) != 0) {
+			section = k->section;
+			n = snprintf(buf, sizeof(buf), "%s[%s]\n",
+				     i ? "\n" : "", section);
+			if (write(fd, buf, (size_t)n) < 0)
+				return;
+		}
+		v = k->type == K_STR ? 0 : *u64_at(m, k);
+		if (k->type == K_STR)
+			n = snprintf(buf, sizeof(buf), "%s = %s\n", k->name,
+				     k->secret && (*str_at(m, k))[0]
+					     ? "(set)"
+					     : *str_at(m, k));
+		else if (k->type == K_DUR)
+			n = snprintf(buf, sizeof(buf), "%s = %llums\n",
+				     k->name, (unsigned long long)v);
+		else if (k->type == K_BOOL)
+			n = snprintf(buf, sizeof(buf), "%s = %s\n", k->name,
+				     v ? "yes" : "no");
+		else if (k->type == K_LEVEL)
+			n = snprintf(buf, sizeof(buf), "%s = %s\n", k->name,
+				     dl_log_level_name((int)v));
+		else if (k->type == K_PERSIST)
+			n = snprintf(buf, sizeof(buf), "%s = %s\n", k->name,
+				     v == DL_PERSIST_REDIS ? "redis" : "none");
+		else
+			n = snprintf(buf, sizeof(buf), "%s = %llu\n", k->name,
+				     (unsigned long long)v);
+		if (n > 0 && write(fd, buf, (size_t)n) < 0)
+			return;
+	}
+}
+
+/* ---- addresses --------------------------------------------------------- */
+
+void dl_redis_addr_free(struct dl_redis_addr *a)
+{
+	free(a->host);
+	free(a->path);
+	free(a->password);
+	memset(a, 0, sizeof(*a));
+}
+
+static int parse_int(const char *s, size_t len, uint64_t max, int *out)
+{
+	uint64_t v;
+
+	if (dl_parse_u64(s, len, &v) || v > max)
+		return DL_EBADARG;
+	*out = (int)v;
+	return 0;
+}
+
+static char *strndup_or_null(const char *s, size_t n)
+{
+	return n ? strndup(s, n) : NULL;
+}
+
+static int parse_unix_url(const char *p, struct dl_redis_addr *a)
+{
+	const char *q = strchr(p, '?');
+	const char *opt, *amp, *eq;
+	size_t plen = q ? (size_t)(q - p) : strlen(p);
+
+	if (plen == 0 || p[0] != '/')
+		return DL_EBADARG;
+	a->path = strndup(p, plen);
+	for (opt = q ? q + 1 : NULL; opt && *opt; opt = amp ? amp + 1 : NULL) {
+		amp = strchr(opt, '&');
+		eq = strchr(opt, '=');
+		if (!eq || (amp && eq > amp))
+			return DL_EBADARG;
+		size_t vlen = amp ? (size_t)(amp - eq - 1) : strlen(eq + 1);
+		if (strncmp(opt, "db=", 3) == 0) {
+			if (parse_int(eq + 1, vlen, 1000000, &a->db))
+				return DL_EBADARG;
+		} else if (strncmp(opt, "password=", 9) == 0) {
+			free(a->password);
+			a->password = strndup_or_null(eq + 1, vlen);
+		} else {
+			return DL_EBADARG;
+		}
+	}
+	return a->path ? 0 : DL_ENOMEM;
+}
+
+int dl_redis_url_parse(const char *url, struct dl_redis_addr *a)
+{
+	const char *p, *at, *slash, *colon, *host;
+	size_t hlen;
+	int r;
+
+	memset(a, 0, sizeof(*a));
+	a->port = 6379;
+	if (strncmp(url, "unix://", 7) == 0) {
+		r = parse_unix_url(url + 7, a);
+		if (r)
+			dl_redis_addr_free(a);
+		return r;
+	}
+	if (strncmp(url, "redis://", 8) != 0)
+		return DL_EBADARG;
+	p = url + 8;
+	at = strrchr(p, '@');
+	if (at) {
+		/* [user]:password@ -- dlockd uses the password only. */
+		colon = memchr(p, ':', (size_t)(at - p));
+		if (!colon)
+			goto bad;
+		a->password = strndup_or_null(colon + 1,
+					      (size_t)(at - colon - 1));
+		p = at + 1;
+	}
+	slash = strchr(p, '/');
+	hlen = slash ? (size_t)(slash - p) : strlen(p);
+	host = p;
+	if (hlen && host[0] == '[') { /* [::1]:6379 */
+		const char *close = memchr(host, ']', hlen);
+		if (!close)
+			goto bad;
+		a->host = strndup(host + 1, (size_t)(close - host - 1));
+		colon = close + 1 < host + hlen && close[1] == ':' ? close + 1
+								  : NULL;
+	} else {
+		colon = memchr(host, ':', hlen);
+		a->host = strndup(host, colon ? (size_t)(colon - host) : hlen);
+	}
+	if (!a->host || !a->host[0])
+		goto bad;
+	if (colon && parse_int(colon + 1, (size_t)(host + hlen - colon - 1),
+			       65535, &a->port))
+		goto bad;
+	if (slash && slash[1] &&
+	    parse_int(slash + 1, strlen(slash + 1), 1000000, &a->db))
+		goto bad;
+	return 0;
+bad:
+	dl_redis_addr_free(a);
+	return DL_EBADARG;
+}
+
+int dl_addr_is_loopback(const char *addr)
+{
+	struct in_addr a4;
+	struct in6_addr a6;
+
+	if (strcmp(addr, "localhost") == 0)
+		return 1;
+	if (inet_pton(AF_INET, addr, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (inet_pton(AF_INET6, addr, &a6) == 1)
+		return IN6_IS_ADDR_LOOPBACK(&a6);
+	return 0;
+}

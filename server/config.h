@@ -1,0 +1,102 @@
+/*
+ * config.h -- dlockd's configuration: defaults, the INI file, flags.
+ *
+ * One table in config.c describes every key (section, name, type, bounds,
+ * whether SIGHUP can change it live); loading, validation, command-line
+ * overrides and the reload report are all driven by it, so a key exists in
+ * exactly one place. conf/dlockd.conf documents each key.
+ *
+ * Order of precedence: defaults < file < command-line flags. Flags are
+ * kept as overrides so that a SIGHUP reload re-applies them over the
+ * re-read file.
+ *
+ * Strings in struct dl_config are owned by it (dl_config_free).
+ */
+#ifndef DL_SERVER_CONFIG_H
+#define DL_SERVER_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum dl_persist { DL_PERSIST_NONE = 0, DL_PERSIST_REDIS = 1 };
+
+struct dl_config {
+	/* [server] */
+	char *bind;          /* address of the TCP listener */
+	uint64_t port;       /* 0: no TCP listener */
+	char *unix_socket;   /* path, "" for none */
+	char *password;      /* "" for none: AUTH not required */
+	uint64_t log_level;  /* enum dl_log_level */
+	uint64_t allow_remote_without_password; /* bool */
+	/* [limits] */
+	uint64_t max_connections;
+	uint64_t max_waiters;         /* per lock */
+	uint64_t max_locks_per_owner;
+	uint64_t max_output;          /* bytes queued per connection */
+	uint64_t default_ttl_ms;
+	uint64_t max_ttl_ms;
+	uint64_t tick_ms;
+	uint64_t auth_delay_ms;       /* after a failed AUTH */
+	/* [persistence] */
+	uint64_t persist;             /* enum dl_persist */
+	char *redis;                  /* URL, see dl_redis_url_parse */
+	char *redis_prefix;
+	uint64_t redis_timeout_ms;
+	uint64_t restore_grace_ms;
+	/* [metrics] */
+	char *metrics;                /* host:port of the Prometheus page, "" off */
+};
+
+/* A command-line override of one key, kept for reloads. */
+struct dl_override {
+	const char *section;
+	const char *key;
+	const char *value; /* borrowed from argv */
+};
+
+#define DL_CONFIG_ERR_MAX 256
+
+void dl_config_defaults(struct dl_config *c);
+/* Defaults, then `path` (NULL: none), then the overrides; then checks
+ * the whole. On failure returns DL_EBADARG and `err` says what and where
+ * ("dlockd.conf:12: unknown key 'prot' in [server]"). */
+int dl_config_load(struct dl_config *c, const char *path,
+		   const struct dl_override *ov, size_t nov, char *err,
+		   size_t errlen);
+void dl_config_free(struct dl_config *c);
+
+/* Set one key from text, as the file would. */
+int dl_config_set(struct dl_config *c, const char *section, const char *key,
+		  const char *value, char *err, size_t errlen);
+
+/* Calls report(key, live) for each key whose value differs between old and
+ * new; `live` says whether it applies without a restart. Secrets are
+ * reported by name only. Returns the number of differing keys. */
+size_t dl_config_diff(const struct dl_config *old, const struct dl_config *new,
+		      void (*report)(const char *section, const char *key,
+				     int live, void *arg),
+		      void *arg);
+
+/* Copy into `cur` the keys of `next` that apply without a restart. */
+int dl_config_apply_live(struct dl_config *cur, const struct dl_config *next);
+
+/* Writes the effective configuration as an INI file (secrets masked). */
+void dl_config_dump(const struct dl_config *c, int fd);
+
+/* A parsed redis URL: redis://[:password@]host[:port][/db] or
+ * unix:///path.sock[?db=N][&password=P]. Strings are owned (free with
+ * dl_redis_addr_free). */
+struct dl_redis_addr {
+	char *host;     /* NULL for unix sockets */
+	int port;
+	char *path;     /* unix socket path, NULL for TCP */
+	char *password; /* NULL when none */
+	int db;
+};
+int dl_redis_url_parse(const char *url, struct dl_redis_addr *a);
+void dl_redis_addr_free(struct dl_redis_addr *a);
+
+/* 1 if the address is a loopback address (127/8, ::1, localhost). */
+int dl_addr_is_loopback(const char *addr);
+
+#endif /* DL_SERVER_CONFIG_H */

@@ -1,0 +1,410 @@
+/*
+ * conn.c -- client connections (see conn.h for the buffering model).
+ */
+#include "server/conn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/cmd.h"
+#include "server/log.h"
+#include "server/server.h"
+
+/* Output buffers above this size are given back once they are empty. */
+#define OBUF_KEEP (64 * 1024)
+
+static int obuf_append(struct dl_obuf *b, const char *p, size_t n)
+{
+	size_t cap;
+	char *np;
+
+	if (b->len + n > b->cap) {
+		cap = b->cap ? b->cap : 512;
+		while (cap < b->len + n)
+			cap *= 2;
+		np = realloc(b->p, cap);
+		if (!np)
+			return DL_ENOMEM;
+		b->p = np;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, p, n);
+	b->len += n;
+	return 0;
+}
+
+static void obuf_consume(struct dl_obuf *b, size_t n)
+{
+	memmove(b->p, b->p + n, b->len - n);
+	b->len -= n;
+	if (b->len == 0 && b->cap > OBUF_KEEP) {
+		free(b->p);
+		b->p = NULL;
+		b->cap = 0;
+	}
+}
+
+static void writeq_add(struct dl_conn *c)
+{
+	if (c->in_writeq || c->closing)
+		return;
+	c->in_writeq = 1;
+	c->wnext = c->srv->writeq;
+	c->srv->writeq = c;
+}
+
+static void held_remove(struct dl_conn *c)
+{
+	struct dl_conn **pp = &c->srv->held;
+
+	if (!c->in_held)
+		return;
+	while (*pp != c)
+		pp = &(*pp)->hnext;
+	*pp = c->hnext;
+	c->in_held = 0;
+}
+
+/* ---- life cycle ----------------------------------------------------------- */
+
+static void on_close(uv_handle_t *h)
+{
+	struct dl_conn *c = h->data;
+
+	free(c->out.p);
+	free(c->wout.p);
+	free(c);
+}
+
+static void close_now(struct dl_conn *c)
+{
+	struct dl_server *srv = c->srv;
+
+	if (c->closing)
+		return;
+	c->closing = 1;
+	held_remove(c);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		srv->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	srv->nconns--;
+	uv_close(&c->u.handle, on_close);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status)
+{
+	struct dl_conn *c = req->data;
+
+	(void)status;
+	free(req);
+	close_now(c);
+}
+
+void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why)
+{
+	if (how <= c->end)
+		return;
+	if (!c->end)
+		dl_info("conn %llu %s: closing: %s", (unsigned long long)c->id,
+			c->peer, why);
+	c->end = how;
+	if (!c->in_endq) {
+		c->in_endq = 1;
+		c->enext = c->srv->endq;
+		c->srv->endq = c;
+	}
+}
+
+/* Check phase: called for every connection in the end queue until it is
+ * closed. Returns with the connection either closed or still draining. */
+void dl_conn_finish_end(struct dl_conn *c)
+{
+	uv_shutdown_t *req;
+
+	if (!c->ended) {
+		c->ended = 1;
+		uv_read_stop(&c->u.stream);
+		dl_session_close(c->srv->tab, &c->sess);
+	}
+	if (c->closing)
+		return;
+	if (c->end == DL_END_ABORT) {
+		close_now(c);
+		return;
+	}
+	if (c->shutting || c->out.len || c->writing || c->hold_epoch)
+		return; /* still draining; called again next iteration */
+	/* Everything is out: send FIN, then close. */
+	req = malloc(sizeof(*req));
+	if (req) {
+		req->data = c;
+		if (uv_shutdown(req, &c->u.stream, on_shutdown) == 0) {
+			c->shutting = 1;
+			return;
+		}
+		free(req);
+	}
+	close_now(c);
+}
+
+/* 1 once the connection needs no more check-phase work. */
+int dl_conn_done(const struct dl_conn *c)
+{
+	return c->closing || c->shutting;
+}
+
+/* ---- output --------------------------------------------------------------- */
+
+void dl_conn_send(struct dl_conn *c, const char *line, size_t len,
+		  int durable)
+{
+	struct dl_server *srv = c->srv;
+	uint64_t e;
+
+	if (c->end == DL_END_ABORT || c->closing || c->shutting)
+		return;
+	if (c->out.len + c->wout.len + len > srv->cfg.max_output) {
+		srv->st.output_overflows++;
+		dl_notice("conn %llu %s: output limit of %llu bytes reached, "
+			  "closing (client not reading)",
+			  (unsigned long long)c->id, c->peer,
+			  (unsigned long long)srv->cfg.max_output);
+		dl_conn_end(c, DL_END_ABORT, "output limit");
+		return;
+	}
+	if (durable) {
+		e = dl_store_epoch(srv->store);
+		if (!c->hold_epoch) {
+			c->hold_off = c->out.len;
+			if (!c->in_held) {
+				c->in_held = 1;
+				c->hnext = srv->held;
+				srv->held = c;
+			}
+		}
+		if (e > c->hold_epoch)
+			c->hold_epoch = e;
+	}
+	if (obuf_append(&c->out, line, len) != 0) {
+		dl_conn_end(c, DL_END_ABORT, "out of memory");
+		return;
+	}
+	writeq_add(c);
+}
+
+void dl_conn_release(struct dl_conn *c, uint64_t durable)
+{
+	if (c->hold_epoch && c->hold_epoch <= durable) {
+		c->hold_epoch = 0;
+		writeq_add(c);
+	}
+}
+
+static void on_write(uv_write_t *req, int status)
+{
+	struct dl_conn *c = req->data;
+
+	c->writing = 0;
+	c->wout.len = 0;
+	if (status < 0) {
+		if (status != UV_ECANCELED)
+			dl_conn_end(c, DL_END_ABORT, uv_strerror(status));
+		return;
+	}
+	writeq_add(c);
+}
+
+void dl_conn_flush(struct dl_conn *c)
+{
+	size_t n = c->hold_epoch ? c->hold_off : c->out.len;
+	uv_buf_t b;
+	int r;
+
+	c->in_writeq = 0;
+	if (c->closing || c->shutting || c->writing || n == 0)
+		return;
+	b = uv_buf_init(c->out.p, (unsigned)n);
+	r = uv_try_write(&c->u.stream, &b, 1);
+	if (r == UV_EAGAIN || r == UV_ENOSYS)
+		r = 0;
+	if (r < 0) {
+		dl_conn_end(c, DL_END_ABORT, uv_strerror(r));
+		return;
+	}
+	n -= (size_t)r;
+	if (n == 0 && (size_t)r == c->out.len) {
+		obuf_consume(&c->out, (size_t)r);
+		return;
+	}
+	if (n == 0) {
+		obuf_consume(&c->out, (size_t)r);
+		c->hold_off -= (size_t)r;
+		return;
+	}
+	/* The kernel is full: the rest of the writable part goes to libuv. */
+	if (r == 0 && n == c->out.len) {
+		struct dl_obuf t = c->wout;
+		c->wout = c->out;
+		c->out = t;
+	} else {
+		if (obuf_append(&c->wout, c->out.p + r, n) != 0) {
+			dl_conn_end(c, DL_END_ABORT, "out of memory");
+			return;
+		}
+		obuf_consume(&c->out, (size_t)r + n);
+	}
+	if (c->hold_epoch)
+		c->hold_off -= (size_t)r + n;
+	b = uv_buf_init(c->wout.p, (unsigned)c->wout.len);
+	c->wreq.data = c;
+	r = uv_write(&c->wreq, &c->u.stream, &b, 1, on_write);
+	if (r < 0) {
+		c->wout.len = 0;
+		dl_conn_end(c, DL_END_ABORT, uv_strerror(r));
+		return;
+	}
+	c->writing = 1;
+}
+
+/* ---- input ------------------------------------------------------------------ */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	struct dl_conn *c = h->data;
+	size_t avail;
+
+	(void)suggested;
+	buf->base = dl_linebuf_space(&c->in, &avail);
+	buf->len = avail;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+	struct dl_conn *c = s->data;
+	char *line;
+	size_t len;
+	enum dl_lb_result r;
+
+	(void)buf;
+	if (nread < 0) {
+		/* EOF: the client will send nothing more, but may still be
+		 * reading (echo CMD | nc): finish the replies, then close. */
+		dl_conn_end(c,
+			    nread == UV_EOF ? DL_END_GRACEFUL : DL_END_ABORT,
+			    nread == UV_EOF ? "peer closed"
+					    : uv_strerror((int)nread));
+		return;
+	}
+	if (nread == 0)
+		return;
+	dl_linebuf_commit(&c->in, (size_t)nread);
+	while (!c->end) {
+		r = dl_linebuf_next(&c->in, &line, &len);
+		if (r == DL_LB_NONE)
+			break;
+		if (r == DL_LB_LINE) {
+			dl_cmd_execute(c, line, len);
+		} else if (r == DL_LB_TOOLONG) {
+			dl_cmd_error(c, DL_ELINETOOLONG,
+				     "line longer than 1024 bytes",
+				     DL_STR_NULL);
+		} else {
+			dl_cmd_error(c, DL_ELINETOOLONG,
+				     "no end of line in 65536 bytes, closing",
+				     DL_STR_NULL);
+			dl_conn_end(c, DL_END_GRACEFUL, "no end of line");
+		}
+	}
+}
+
+static void peer_name(struct dl_conn *c, int is_tcp)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+	char host[48];
+
+	if (!is_tcp ||
+	    uv_tcp_getpeername(&c->u.tcp, (struct sockaddr *)&ss, &len)) {
+		snprintf(c->peer, sizeof(c->peer), "unix");
+		return;
+	}
+	if (ss.ss_family == AF_INET6) {
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+		uv_ip6_name(a, host, sizeof(host));
+		snprintf(c->peer, sizeof(c->peer), "[%s]:%u", host,
+			 ntohs(a->sin6_port));
+	} else {
+		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+		uv_ip4_name(a, host, sizeof(host));
+		snprintf(c->peer, sizeof(c->peer), "%s:%u", host,
+			 ntohs(a->sin_port));
+	}
+}
+
+static void on_reject_close(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener)
+{
+	static const char full[] = "ERR LIMIT too many connections\r\n";
+	struct dl_conn *c = calloc(1, sizeof(*c));
+	int is_tcp = listener->type == UV_TCP;
+	char owner[DL_OWNER_MAX + 1];
+	uv_buf_t b;
+	int r;
+
+	if (!c)
+		return;
+	c->srv = srv;
+	c->u.handle.data = c;
+	if (is_tcp)
+		r = uv_tcp_init(srv->loop, &c->u.tcp);
+	else
+		r = uv_pipe_init(srv->loop, &c->u.pipe, 0);
+	if (r) {
+		free(c);
+		return;
+	}
+	if (uv_accept(listener, &c->u.stream) != 0) {
+		uv_close(&c->u.handle, on_reject_close);
+		return;
+	}
+	if (srv->nconns >= srv->cfg.max_connections || srv->draining) {
+		srv->st.connections_rejected++;
+		b = uv_buf_init((char *)full, sizeof(full) - 1);
+		if (uv_try_write(&c->u.stream, &b, 1) < 0)
+			dl_debug("refused connection: write failed");
+		dl_warn("connection refused: max_connections (%llu) reached",
+			(unsigned long long)srv->cfg.max_connections);
+		uv_close(&c->u.handle, on_reject_close);
+		return;
+	}
+	if (is_tcp)
+		uv_tcp_nodelay(&c->u.tcp, 1);
+	peer_name(c, is_tcp);
+	c->id = ++srv->conn_seq;
+	snprintf(owner, sizeof(owner), "anon-%s-%llu", srv->nonce,
+		 (unsigned long long)c->id);
+	if (dl_session_init(srv->tab, &c->sess,
+			    (struct dl_str){ owner, strlen(owner) }, c) != 0) {
+		uv_close(&c->u.handle, on_reject_close);
+		return;
+	}
+	dl_linebuf_init(&c->in);
+	c->authed = srv->cfg.password[0] == '\0';
+	c->next = srv->conns;
+	if (srv->conns)
+		srv->conns->prev = c;
+	srv->conns = c;
+	srv->nconns++;
+	srv->st.connections_total++;
+	dl_info("conn %llu %s: connected", (unsigned long long)c->id, c->peer);
+	if ((r = uv_read_start(&c->u.stream, on_alloc, on_read)) != 0)
+		dl_conn_end(c, DL_END_ABORT, uv_strerror(r));
+}

@@ -1,0 +1,290 @@
+/*
+ * locktab.h -- the lock table: locks, leases, owners, FIFO queues, tokens.
+ *
+ * This is the whole of dlockd's locking semantics, and nothing else: it
+ * knows no sockets, no protocol text and no Redis. The connection layer
+ * calls it with parsed requests and turns its results into replies; the
+ * store reads the locks it marks dirty and persists them.
+ *
+ * Objects and ownership (all owned by the table, freed by it):
+ *
+ *   lock    a name; exists while it has holders or waiters, and until the
+ *           store has seen its last change (see dirty set below).
+ *   lease   one holder of a lock: owner, fencing token, hold count
+ *           (reentrancy), deadline. A lock keeps a list of holders; today
+ *           a lock admits one holder (max_holders == 1), the layout does not
+ *           assume it (shared mode and semaphores come later).
+ *   waiter  a queued LOCK request of one session; FIFO per lock. A waiter
+ *           without a session is a "placeholder" restored from Redis: it
+ *           keeps its place until its owner asks again or its grace ends.
+ *   owner   an identity (HELLO owner=<id>, or a connection's default id).
+ *           Leases belong to owners and survive disconnects; waiters belong
+ *           to sessions and leave with them. Reference-counted by its
+ *           sessions, leases and waiters.
+ *   session embedded by the caller (a connection): its owner and waiters.
+ *
+ * Invariants:
+ *   - tokens strictly increase across every grant (dl_token_floor() makes
+ *     that hold across restarts);
+ *   - when a lock has free capacity, its queue is empty or headed by a
+ *     placeholder, unless grants are suspended (persistence down): a
+ *     release or expiry grants the head at once, and only the head;
+ *   - a lease whose deadline has passed is never reported valid: every
+ *     operation on a lock first reaps its overdue holders, so the wheel's
+ *     one-tick delay affects only when the * EXPIRED event is sent.
+ *
+ * Events (grants to waiters, wait timeouts, expiries) are passed to the
+ * event hook synchronously, during the call that caused them. The hook
+ * must not call back into the table; it may only record the event.
+ *
+ * Dirty set: every change to a lock marks it dirty. dl_locktab_drain_dirty()
+ * hands each dirty lock, in its final state, to the store once and then
+ * frees locks that became empty. This is the one place where state changes
+ * leave the table; results and events flagged `durable` must not reach a
+ * client before the drain that carries their change has been persisted.
+ *
+ * Time: monotonic milliseconds from the now() hook. Not thread-safe.
+ */
+#ifndef DL_SERVER_LOCKTAB_H
+#define DL_SERVER_LOCKTAB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/proto.h"
+#include "server/wheel.h"
+
+struct dl_locktab;
+struct dl_owner;
+struct dl_waiter;
+
+/* Largest reentrant hold count of one lease. */
+#define DL_REENTRY_MAX ((1u << 24) - 1)
+
+/* Largest lease TTL the table stores (ms, about 49 days). */
+#define DL_TTL_STORE_MAX UINT32_MAX
+
+/* ---- sessions ------------------------------------------------------------ */
+
+/* Embedded in a connection; fields are the table's, read-only outside. */
+struct dl_session {
+	struct dl_owner *owner;
+	struct dl_session *onext, *oprev; /* sessions of the same owner */
+	struct dl_waiter *waiters;        /* this session's queued requests */
+	void *data;                       /* the caller's, untouched */
+};
+
+/* ---- read-only views (for the store and STATUS) ----------------------- */
+
+struct dl_lease {
+	struct dl_wheel_entry timer; /* fires at the deadline */
+	unsigned kind : 8;           /* DL__TIMED_LEASE */
+	unsigned count : 24;         /* reentrant holds, 1..DL_REENTRY_MAX */
+	uint32_t ttl_ms;             /* last TTL asked; REFRESH default */
+	struct dl_lock *lock;
+	struct dl_owner *owner;
+	struct dl_lease *next; /* next holder of the same lock */
+	uint64_t token;
+	char *tag; /* id= of the granting request, or NULL (owned) */
+};
+
+struct dl_waiter {
+	struct dl_wheel_entry timer; /* wait deadline; idle when wait=inf */
+	unsigned kind : 8;           /* DL__TIMED_WAITER */
+	unsigned tag_len : 8;
+	uint32_t ttl_ms; /* TTL of the lease it asks for */
+	struct dl_lock *lock;
+	struct dl_owner *owner;
+	struct dl_session *sess;        /* NULL: a restored placeholder */
+	struct dl_waiter *qnext, *qprev; /* the lock's queue */
+	struct dl_waiter *snext, *sprev; /* the session's waiters */
+	uint64_t wait_deadline; /* monotonic ms, UINT64_MAX for inf */
+	char tag[DL_TAG_MAX];
+};
+
+struct dl_hnode {
+	struct dl_hnode *next; /* hash chain */
+	uint32_t hash;
+	uint8_t len; /* key length; the key follows this struct */
+};
+
+struct dl_lock {
+	struct dl_lease *holders; /* grant order */
+	struct dl_waiter *qhead, *qtail;
+	uint32_t nwaiters;
+	uint16_t nholders;
+	uint8_t dirty; /* in the dirty set */
+	struct dl_hnode hn;
+	char name[]; /* hn.len bytes + NUL */
+};
+
+struct dl_owner {
+	struct dl_session *sessions; /* attached sessions */
+	uint32_t nleases;            /* leases held */
+	uint32_t nwaiters;           /* waiters, placeholders included */
+	struct dl_hnode hn;
+	char id[]; /* hn.len bytes + NUL */
+};
+
+/* ---- results --------------------------------------------------------------- */
+
+enum dl_outcome {
+	DL_GRANTED,    /* token, value = ttl_ms */
+	DL_QUEUED,     /* value = position (1 = first behind the holders) */
+	DL_BUSY,       /* value = ms until the lock could free */
+	DL_RELEASED,   /* last hold released */
+	DL_HELD,       /* value = holds left */
+	DL_NOT_HOLDER, /* no lease with that token for this owner */
+	DL_REFRESHED,  /* value = ttl_ms */
+	DL_VALID,      /* token, value = remaining ms */
+	DL_STALE,      /* token = current holder's token, or 0 */
+	DL_CANCELLED,
+	DL_NOT_QUEUED,
+	DL_ALREADY_WAITING, /* this session already waits for the lock */
+};
+
+struct dl_result {
+	enum dl_outcome outcome;
+	unsigned durable : 1; /* reply only once the change is persisted */
+	uint64_t token;
+	uint64_t value;
+};
+
+enum dl_event_type {
+	DL_EVENT_GRANTED, /* token, ttl_ms */
+	DL_EVENT_TIMEOUT,
+	DL_EVENT_EXPIRED, /* token */
+};
+
+struct dl_event {
+	enum dl_event_type type;
+	unsigned durable : 1; /* as in dl_result */
+	struct dl_str name;   /* borrowed for the duration of the hook */
+	uint64_t token;
+	uint64_t ttl_ms;
+	struct dl_str tag;
+};
+
+struct dl_lock_status {
+	int held;
+	uint64_t token;     /* first holder's */
+	uint64_t remaining; /* ms, first holder's */
+	uint32_t count;     /* first holder's */
+	struct dl_str owner;
+	uint32_t holders;
+	uint32_t waiters;
+};
+
+struct dl_locktab_stats {
+	uint64_t locks, leases, waiters, owners; /* gauges */
+	uint64_t grants, reentries, releases, expiries, timeouts, refreshes,
+		cancels;
+};
+
+struct dl_locktab_hooks {
+	uint64_t (*now)(void *ctx); /* monotonic ms */
+	void (*event)(struct dl_session *s, const struct dl_event *ev,
+		      void *ctx);
+	void *ctx;
+};
+
+struct dl_locktab_limits {
+	uint32_t max_waiters;         /* per lock */
+	uint32_t max_locks_per_owner; /* leases + waiters of one owner */
+};
+
+/* ---- life cycle -------------------------------------------------------- */
+
+/* NULL when out of memory. hash_seed randomises the hash tables. */
+struct dl_locktab *dl_locktab_new(const struct dl_locktab_hooks *hooks,
+				  const struct dl_locktab_limits *limits,
+				  uint64_t tick_ms, uint64_t hash_seed);
+/* Frees everything, sessions excepted (they are the caller's). */
+void dl_locktab_free(struct dl_locktab *t);
+void dl_locktab_set_limits(struct dl_locktab *t,
+			   const struct dl_locktab_limits *limits);
+
+/* ---- sessions ------------------------------------------------------------ */
+
+/* Attach a new session to owner `id` (created if needed). */
+int dl_session_init(struct dl_locktab *t, struct dl_session *s,
+		    struct dl_str id, void *data);
+/* Move the session to another owner. DL_EBADARG while it has waiters. */
+int dl_session_set_owner(struct dl_locktab *t, struct dl_session *s,
+			 struct dl_str id);
+/* Drop the session's waiters (the queues move on) and detach it. Leases
+ * stay with the owner until they expire or are released. */
+void dl_session_close(struct dl_locktab *t, struct dl_session *s);
+struct dl_str dl_session_owner(const struct dl_session *s);
+
+/* ---- requests ------------------------------------------------------------- */
+
+/* LOCK/TRYLOCK: wait_ms 0 tries once, DL_WAIT_INF waits forever. Errors:
+ * DL_EBADARG (ttl 0 or too large), DL_ELIMIT (queue full, owner over its
+ * limit, reentry count), DL_EUNAVAILABLE (grants suspended), DL_ENOMEM. */
+int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
+		       struct dl_str name, uint64_t ttl_ms, uint64_t wait_ms,
+		       struct dl_str tag, struct dl_result *res);
+int dl_locktab_release(struct dl_locktab *t, struct dl_session *s,
+		       struct dl_str name, uint64_t token,
+		       struct dl_result *res);
+/* ttl_ms 0 keeps the lease's last TTL. */
+int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
+		       struct dl_str name, uint64_t token, uint64_t ttl_ms,
+		       struct dl_result *res);
+/* Any owner may check any token. */
+int dl_locktab_check(struct dl_locktab *t, struct dl_str name,
+		     uint64_t token, struct dl_result *res);
+int dl_locktab_cancel(struct dl_locktab *t, struct dl_session *s,
+		      struct dl_str name, struct dl_result *res);
+void dl_locktab_status(struct dl_locktab *t, struct dl_str name,
+		       struct dl_lock_status *st);
+
+/* ---- time ------------------------------------------------------------------ */
+
+/* Fire due deadlines, at most `budget`; returns how many fired. */
+size_t dl_locktab_run_timers(struct dl_locktab *t, size_t budget);
+/* ms until dl_locktab_run_timers() has work, -1 if none is scheduled. */
+int64_t dl_locktab_timeout(struct dl_locktab *t);
+
+/* ---- persistence hooks ----------------------------------------------------- */
+
+typedef void (*dl_lock_cb)(const struct dl_lock *lk, void *arg);
+
+/* Hand every dirty lock to cb once, in its final state (a lock with no
+ * holders and no waiters is to be deleted), clear the set and free empty
+ * locks. Returns the number of locks handed over. */
+size_t dl_locktab_drain_dirty(struct dl_locktab *t, dl_lock_cb cb,
+			      void *arg);
+size_t dl_locktab_dirty_count(const struct dl_locktab *t);
+/* Every lock, in no particular order (a full re-sync of the store). */
+void dl_locktab_foreach(struct dl_locktab *t, dl_lock_cb cb, void *arg);
+
+/* While suspended (persistence down) the table grants nothing: acquire
+ * fails with DL_EUNAVAILABLE and freed locks keep their queues. Resuming
+ * serves every queue that can move. */
+void dl_locktab_suspend_grants(struct dl_locktab *t, int suspended);
+
+/*
+ * Fencing tokens. A grant takes last_token + 1. At start the daemon raises
+ * last_token with dl_token_floor(): the larger of the last token stored in
+ * Redis and unix_ms * DL_TOKEN_PER_MS. The time part is what makes tokens
+ * survive the loss of Redis's last writes (appendfsync everysec): tokens
+ * grow by one per grant from a floor set at start, so at any moment they
+ * stay below (now_ms * 10^6) unless the daemon granted more than a million
+ * locks per millisecond, which it cannot. Whatever Redis forgot, a restart
+ * at a later wall-clock time starts above every token ever issued. The
+ * stored value protects against a wall clock that was set back.
+ */
+uint64_t dl_token_floor(uint64_t stored_last, uint64_t unix_ms);
+void dl_locktab_raise_token(struct dl_locktab *t, uint64_t last);
+uint64_t dl_locktab_last_token(const struct dl_locktab *t);
+
+/* Lookups for the store and tests. */
+const struct dl_lock *dl_locktab_find(struct dl_locktab *t,
+				      struct dl_str name);
+struct dl_str dl_lock_name(const struct dl_lock *lk);
+struct dl_str dl_owner_id(const struct dl_owner *o);
+const struct dl_locktab_stats *dl_locktab_stats(const struct dl_locktab *t);
+
+#endif /* DL_SERVER_LOCKTAB_H */

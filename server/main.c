@@ -1,0 +1,150 @@
+/*
+ * main.c -- dlockd's command line: flags, --check-config, then the loop.
+ *
+ * Flags override the configuration file; they are kept as overrides so
+ * that SIGHUP re-applies them after re-reading the file.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "server/config.h"
+#include "server/log.h"
+#include "server/server.h"
+
+#define EXIT_USAGE 2
+#define EXIT_CONFIG 3
+
+static const char usage[] =
+	"usage: dlockd [-c FILE] [options]\n"
+	"\n"
+	"A distributed lock server: leased, fenced, fair locks over a line\n"
+	"protocol, persisted to Redis.\n"
+	"\n"
+	"  -c, --config FILE       read FILE (INI, see dlockd.conf(5))\n"
+	"  -p, --port PORT         TCP port (0: none)             [7420]\n"
+	"  -b, --bind ADDR         TCP address                    [127.0.0.1]\n"
+	"  -s, --unix-socket PATH  also listen on a unix socket\n"
+	"      --persist MODE      redis or none (memory only: a restart\n"
+	"                          loses every lock)              [redis]\n"
+	"      --redis URL         redis://[:password@]host:port/db or\n"
+	"                          unix:///path.sock[?db=N]\n"
+	"  -l, --log-level LEVEL   error, warn, notice, info, debug [notice]\n"
+	"      --check-config      check the configuration, print it, exit\n"
+	"  -h, --help              this help\n"
+	"  -v, --version           print the version\n"
+	"\n"
+	"Signals: TERM/INT drain and exit 0, HUP reloads the configuration.\n"
+	"Exit codes: 0 ok, 2 usage, 3 configuration, 4 cannot listen,\n"
+	"5 cannot load state from Redis, 1 other.\n";
+
+int main(int argc, char **argv)
+{
+	enum { OPT_PERSIST = 256, OPT_REDIS, OPT_CHECK };
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "port", required_argument, NULL, 'p' },
+		{ "bind", required_argument, NULL, 'b' },
+		{ "unix-socket", required_argument, NULL, 's' },
+		{ "persist", required_argument, NULL, OPT_PERSIST },
+		{ "redis", required_argument, NULL, OPT_REDIS },
+		{ "log-level", required_argument, NULL, 'l' },
+		{ "check-config", no_argument, NULL, OPT_CHECK },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'v' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static struct dl_override ov[16];
+	static struct dl_server srv;
+	char err[DL_CONFIG_ERR_MAX];
+	const char *path = NULL;
+	int check_only = 0;
+	size_t nov = 0;
+	uv_loop_t *loop;
+	int o, r;
+
+	dl_log_init(DL_LOG_NOTICE, -1);
+	while ((o = getopt_long(argc, argv, "c:p:b:s:l:hv", opts, NULL)) !=
+	       -1) {
+		const char *sec = "server", *key = NULL;
+
+		switch (o) {
+		case 'c':
+			path = optarg;
+			continue;
+		case 'p':
+			key = "port";
+			break;
+		case 'b':
+			key = "bind";
+			break;
+		case 's':
+			key = "unix_socket";
+			break;
+		case 'l':
+			key = "log_level";
+			break;
+		case OPT_PERSIST:
+			sec = "persistence";
+			key = "persist";
+			break;
+		case OPT_REDIS:
+			sec = "persistence";
+			key = "redis";
+			break;
+		case OPT_CHECK:
+			check_only = 1;
+			continue;
+		case 'h':
+			fputs(usage, stdout);
+			return 0;
+		case 'v':
+			printf("dlockd %s\n", DL_VERSION);
+			return 0;
+		default:
+			fputs(usage, stderr);
+			return EXIT_USAGE;
+		}
+		ov[nov++] = (struct dl_override){ sec, key, optarg };
+		if (nov == sizeof(ov) / sizeof(ov[0])) {
+			fprintf(stderr, "dlockd: too many options\n");
+			return EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "dlockd: unexpected argument '%s'\n%s",
+			argv[optind], usage);
+		return EXIT_USAGE;
+	}
+	if (dl_config_load(&srv.cfg, path, ov, nov, err, sizeof(err)) != 0) {
+		fprintf(stderr, "dlockd: %s\n", err);
+		dl_config_free(&srv.cfg);
+		return EXIT_CONFIG;
+	}
+	if (check_only) {
+		printf("# %s: configuration OK\n", path ? path : "(defaults)");
+		fflush(stdout);
+		dl_config_dump(&srv.cfg, STDOUT_FILENO);
+		dl_config_free(&srv.cfg);
+		return 0;
+	}
+	dl_log_init((int)srv.cfg.log_level, -1);
+	srv.config_path = path;
+	srv.ov = ov;
+	srv.nov = nov;
+
+	loop = uv_default_loop();
+	dl_server_init(&srv, loop);
+	uv_run(loop, UV_RUN_DEFAULT);
+
+	r = uv_loop_close(loop);
+	if (r != 0)
+		dl_warn("loop closed with handles open: %s", uv_strerror(r));
+	dl_store_free(srv.store);
+	dl_locktab_free(srv.tab);
+	dl_config_free(&srv.cfg);
+	return srv.exit_code;
+}

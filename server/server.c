@@ -1,0 +1,484 @@
+/*
+ * server.c -- the daemon's skeleton (see server.h for the loop phases).
+ *
+ * Start-up (dl_server_init) is the only code here allowed to exit the
+ * process; once the loop runs, failures cost a connection or a log line.
+ *
+ * Shutdown (SIGTERM/SIGINT) drains in two steps so that a restart finds
+ * what it would find after a crash, queues included:
+ *   1. stop accepting and reading, tell every client "* BYE shutdown",
+ *      let the store commit what is pending and the replies it held go out;
+ *   2. then close every connection without persisting the queue changes
+ *      that closing causes (the store is no longer flushed), so waiters are
+ *      restored as placeholders for their owners by the next start.
+ * Step 1 is bounded by redis_timeout plus one second.
+ */
+#include "server/server.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "server/cmd.h"
+#include "server/conn.h"
+#include "server/log.h"
+#include "server/notify.h"
+
+/* Exit codes of start-up failures (documented in dlockd(8)). */
+#define EXIT_CONFIG 3
+#define EXIT_LISTEN 4
+#define EXIT_STORE 5
+#define EXIT_OTHER 1
+
+static void fatal(int code, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3), noreturn));
+static void fatal(int code, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	dl_error("%s", msg);
+	dl_notify("STATUS=start-up failed");
+	exit(code);
+}
+
+static uint64_t unix_ms(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
+
+/* ---- hooks from the lock table and the store ------------------------------ */
+
+static uint64_t tab_now(void *ctx)
+{
+	struct dl_server *srv = ctx;
+
+	return uv_now(srv->loop);
+}
+
+static void tab_event(struct dl_session *s, const struct dl_event *ev,
+		      void *ctx)
+{
+	(void)ctx;
+	dl_cmd_event(s->data, ev);
+}
+
+void dl__server_committed(uint64_t epoch, void *ctx)
+{
+	struct dl_server *srv = ctx;
+	struct dl_conn **pp = &srv->held, *c;
+
+	srv->durable = epoch;
+	while ((c = *pp) != NULL) {
+		if (c->hold_epoch <= epoch) {
+			*pp = c->hnext;
+			c->in_held = 0;
+			dl_conn_release(c, epoch);
+		} else {
+			pp = &c->hnext;
+		}
+	}
+}
+
+static void store_availability(int up, void *ctx)
+{
+	struct dl_server *srv = ctx;
+
+	dl_locktab_suspend_grants(srv->tab, !up);
+	dl_notify(up ? "STATUS=serving" : "STATUS=persistence down, "
+					  "refusing changes");
+}
+
+static struct dl_locktab_limits tab_limits(const struct dl_config *cfg)
+{
+	struct dl_locktab_limits l = {
+		.max_waiters = (uint32_t)cfg->max_waiters,
+		.max_locks_per_owner = (uint32_t)cfg->max_locks_per_owner,
+	};
+	return l;
+}
+
+/* ---- the loop's phases ---------------------------------------------------------- */
+
+static void on_wheel(uv_timer_t *t);
+
+static void arm_wheel(struct dl_server *srv)
+{
+	int64_t ms = dl_locktab_timeout(srv->tab);
+
+	if (ms < 0)
+		uv_timer_stop(&srv->wheel_timer);
+	else
+		uv_timer_start(&srv->wheel_timer, on_wheel, (uint64_t)ms, 0);
+}
+
+static void on_wheel(uv_timer_t *t)
+{
+	struct dl_server *srv = t->data;
+
+	dl_locktab_run_timers(srv->tab, DL_REAP_BUDGET);
+	arm_wheel(srv);
+}
+
+/* Work through the end queue; returns how many sessions it closed. */
+static size_t process_ends(struct dl_server *srv)
+{
+	struct dl_conn **pp = &srv->endq, *c;
+	size_t closed = 0;
+
+	while ((c = *pp) != NULL) {
+		closed += !c->ended;
+		dl_conn_finish_end(c);
+		if (dl_conn_done(c)) {
+			*pp = c->enext;
+			c->in_endq = 0;
+		} else {
+			pp = &c->enext;
+		}
+	}
+	return closed;
+}
+
+static void flush_writes(struct dl_server *srv)
+{
+	struct dl_conn *c;
+
+	while ((c = srv->writeq) != NULL) {
+		srv->writeq = c->wnext;
+		dl_conn_flush(c);
+	}
+}
+
+static void drain_finish(struct dl_server *srv);
+
+static int drain_done(const struct dl_server *srv)
+{
+	const struct dl_conn *c;
+
+	if (!dl_store_idle(srv->store))
+		return 0;
+	for (c = srv->conns; c; c = c->next)
+		if (c->out.len || c->writing || c->hold_epoch)
+			return 0;
+	return 1;
+}
+
+static void on_check(uv_check_t *h)
+{
+	struct dl_server *srv = h->data;
+	int round;
+
+	/* Ending a session can change the table (its waiters leave), and
+	 * writing can end a connection: two rounds settle both. */
+	for (round = 0; round < 2; round++) {
+		if (!process_ends(srv) && round > 0 && !srv->writeq)
+			break;
+		if (srv->draining < 2)
+			dl_store_flush(srv->store);
+		flush_writes(srv);
+	}
+	process_ends(srv);
+	arm_wheel(srv);
+	if (srv->draining == 1 && drain_done(srv))
+		drain_finish(srv);
+}
+
+/* ---- listeners ---------------------------------------------------------------------- */
+
+static void on_connection(uv_stream_t *listener, int status)
+{
+	struct dl_server *srv = listener->data;
+
+	if (status < 0) {
+		dl_warn("accept: %s", uv_strerror(status));
+		return;
+	}
+	dl_conn_accept(srv, listener);
+}
+
+static void listen_tcp(struct dl_server *srv)
+{
+	const struct dl_config *cfg = &srv->cfg;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICSERV | AI_PASSIVE };
+	struct addrinfo *ai = NULL;
+	char port[8];
+	int r;
+
+	snprintf(port, sizeof(port), "%u", (unsigned)cfg->port);
+	r = getaddrinfo(cfg->bind, port, &hints, &ai);
+	if (r != 0 || !ai)
+		fatal(EXIT_LISTEN, "cannot listen on %s:%s: %s", cfg->bind,
+		      port, gai_strerror(r));
+	uv_tcp_init(srv->loop, &srv->tcp);
+	srv->tcp.data = srv;
+	srv->tcp_on = 1;
+	r = uv_tcp_bind(&srv->tcp, ai->ai_addr, 0);
+	if (r == 0)
+		r = uv_listen((uv_stream_t *)&srv->tcp, 511, on_connection);
+	freeaddrinfo(ai);
+	if (r != 0)
+		fatal(EXIT_LISTEN, "cannot listen on %s:%s: %s", cfg->bind,
+		      port, uv_strerror(r));
+	dl_notice("listening on %s:%s", cfg->bind, port);
+}
+
+static void listen_unix(struct dl_server *srv)
+{
+	const char *path = srv->cfg.unix_socket;
+	struct stat sb;
+	int r;
+
+	/* A socket left by a previous run is removed; anything else at
+	 * that path is not ours to delete. */
+	if (lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode))
+		unlink(path);
+	uv_pipe_init(srv->loop, &srv->unix_listener, 0);
+	srv->unix_listener.data = srv;
+	srv->unix_on = 1;
+	r = uv_pipe_bind(&srv->unix_listener, path);
+	if (r == 0) {
+		if (chmod(path, 0660) != 0)
+			dl_warn("chmod %s: %s", path, strerror(errno));
+		r = uv_listen((uv_stream_t *)&srv->unix_listener, 511,
+			      on_connection);
+	}
+	if (r != 0)
+		fatal(EXIT_LISTEN, "cannot listen on %s: %s", path,
+		      uv_strerror(r));
+	dl_notice("listening on %s", path);
+}
+
+/* ---- signals ------------------------------------------------------------------------ */
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+	struct dl_server *srv = h->data;
+
+	if (signum == SIGHUP) {
+		dl_server_reload(srv);
+		return;
+	}
+	if (srv->draining) {
+		dl_notice("%s again: closing now", strsignal(signum));
+		drain_finish(srv);
+		return;
+	}
+	dl_notice("%s: shutting down", strsignal(signum));
+	dl_server_shutdown(srv, "shutdown");
+}
+
+static void start_signal(struct dl_server *srv, uv_signal_t *h, int signum)
+{
+	uv_signal_init(srv->loop, h);
+	h->data = srv;
+	uv_signal_start(h, on_signal, signum);
+	uv_unref((uv_handle_t *)h);
+}
+
+/* ---- start ------------------------------------------------------------------------------ */
+
+static void raise_nofile(const struct dl_config *cfg)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < cfg->max_connections + 32)
+		dl_warn("open files limit %llu is below max_connections + 32 "
+			"(%llu): raise LimitNOFILE",
+			(unsigned long long)rl.rlim_cur,
+			(unsigned long long)cfg->max_connections + 32);
+}
+
+static uint64_t random_u64(void)
+{
+	uint64_t v;
+
+	if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
+		v = uv_hrtime() ^ ((uint64_t)getpid() << 32);
+	return v;
+}
+
+void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
+{
+	struct dl_locktab_hooks th = { tab_now, tab_event, srv };
+	struct dl_store_hooks sh = { dl__server_committed, store_availability,
+				     srv };
+	struct dl_locktab_limits lim = tab_limits(&srv->cfg);
+	char err[256];
+
+	srv->loop = loop;
+	srv->start_ms = uv_now(loop);
+	signal(SIGPIPE, SIG_IGN);
+	raise_nofile(&srv->cfg);
+	snprintf(srv->nonce, sizeof(srv->nonce), "%016llx",
+		 (unsigned long long)random_u64());
+
+	srv->tab = dl_locktab_new(&th, &lim, srv->cfg.tick_ms, random_u64());
+	if (!srv->tab)
+		fatal(EXIT_OTHER, "out of memory");
+	srv->store = dl_store_new(loop, &srv->cfg, srv->tab, &sh);
+	if (!srv->store)
+		fatal(EXIT_OTHER, "out of memory");
+	if (dl_store_load(srv->store, unix_ms(), err, sizeof(err)) != 0)
+		fatal(EXIT_STORE, "cannot load state: %s", err);
+	if (srv->cfg.persist == DL_PERSIST_NONE)
+		dl_warn("persist = none: locks live in memory only; a "
+			"restart loses every lease and queue");
+
+	if (srv->cfg.port)
+		listen_tcp(srv);
+	if (srv->cfg.unix_socket[0])
+		listen_unix(srv);
+
+	uv_timer_init(loop, &srv->wheel_timer);
+	srv->wheel_timer.data = srv;
+	uv_unref((uv_handle_t *)&srv->wheel_timer);
+	uv_timer_init(loop, &srv->drain_timer);
+	srv->drain_timer.data = srv;
+	uv_unref((uv_handle_t *)&srv->drain_timer);
+	uv_check_init(loop, &srv->check);
+	srv->check.data = srv;
+	uv_check_start(&srv->check, on_check);
+	uv_unref((uv_handle_t *)&srv->check);
+	start_signal(srv, &srv->sig_term, SIGTERM);
+	start_signal(srv, &srv->sig_int, SIGINT);
+	start_signal(srv, &srv->sig_hup, SIGHUP);
+
+	if (dl_store_start(srv->store) != 0)
+		fatal(EXIT_STORE, "cannot start the store");
+	arm_wheel(srv);
+	dl_notice("dlockd %s ready (persist=%s, last token %llu)", DL_VERSION,
+		  dl_store_backend(srv->store),
+		  (unsigned long long)dl_locktab_last_token(srv->tab));
+	dl_notify("READY=1\nSTATUS=serving");
+}
+
+/* ---- stop ------------------------------------------------------------------------------ */
+
+static void close_listeners(struct dl_server *srv)
+{
+	if (srv->tcp_on) {
+		srv->tcp_on = 0;
+		uv_close((uv_handle_t *)&srv->tcp, NULL);
+	}
+	if (srv->unix_on) {
+		srv->unix_on = 0;
+		uv_close((uv_handle_t *)&srv->unix_listener, NULL);
+		unlink(srv->cfg.unix_socket);
+	}
+}
+
+static void on_drain_timeout(uv_timer_t *t)
+{
+	struct dl_server *srv = t->data;
+
+	dl_warn("shutdown: pending writes did not finish in time");
+	drain_finish(srv);
+}
+
+void dl_server_shutdown(struct dl_server *srv, const char *why)
+{
+	struct dl_conn *c;
+
+	if (srv->draining)
+		return;
+	srv->draining = 1;
+	dl_notify("STOPPING=1");
+	close_listeners(srv);
+	for (c = srv->conns; c; c = c->next) {
+		uv_read_stop(&c->u.stream);
+		dl_cmd_bye(c, why);
+	}
+	uv_timer_start(&srv->drain_timer, on_drain_timeout,
+		       srv->cfg.redis_timeout_ms + 1000, 0);
+}
+
+static void on_store_stopped(void *arg)
+{
+	struct dl_server *srv = arg;
+
+	dl_notice("stopped");
+	(void)srv;
+}
+
+/* Step 2 of the drain: close everything; the loop then ends by itself. */
+static void drain_finish(struct dl_server *srv)
+{
+	struct dl_conn *c;
+
+	if (srv->draining == 2)
+		return;
+	srv->draining = 2;
+	close_listeners(srv);
+	for (c = srv->conns; c; c = c->next) {
+		/* Best effort for what the kernel takes now. */
+		c->hold_epoch = 0;
+		dl_conn_flush(c);
+		dl_conn_end(c, DL_END_ABORT, "shutdown");
+	}
+	process_ends(srv);
+	uv_close((uv_handle_t *)&srv->wheel_timer, NULL);
+	uv_close((uv_handle_t *)&srv->drain_timer, NULL);
+	uv_close((uv_handle_t *)&srv->check, NULL);
+	uv_close((uv_handle_t *)&srv->sig_term, NULL);
+	uv_close((uv_handle_t *)&srv->sig_int, NULL);
+	uv_close((uv_handle_t *)&srv->sig_hup, NULL);
+	dl_store_stop(srv->store, on_store_stopped, srv);
+}
+
+/* ---- reload ------------------------------------------------------------------------------ */
+
+static void report_change(const char *section, const char *key, int live,
+			  void *arg)
+{
+	(void)arg;
+	if (live)
+		dl_notice("reload: [%s] %s changed, applied", section, key);
+	else
+		dl_warn("reload: [%s] %s changed, needs a restart to apply",
+			section, key);
+}
+
+void dl_server_reload(struct dl_server *srv)
+{
+	struct dl_config next;
+	struct dl_locktab_limits lim;
+	char err[DL_CONFIG_ERR_MAX];
+
+	if (dl_config_load(&next, srv->config_path, srv->ov, srv->nov, err,
+			   sizeof(err)) != 0) {
+		dl_error("reload failed, configuration unchanged: %s", err);
+		dl_config_free(&next);
+		return;
+	}
+	if (dl_config_diff(&srv->cfg, &next, report_change, NULL) == 0)
+		dl_notice("reload: no change");
+	if (dl_config_apply_live(&srv->cfg, &next) != 0)
+		dl_error("reload: out of memory, configuration may be partly "
+			 "applied");
+	dl_config_free(&next);
+	dl_log_level = (int)srv->cfg.log_level;
+	lim = tab_limits(&srv->cfg);
+	dl_locktab_set_limits(srv->tab, &lim);
+}

@@ -1,0 +1,84 @@
+/*
+ * server.h -- the daemon: listeners, the loop's phases, signals, reload.
+ *
+ * One struct dl_server per process, owning the loop's handles, the lock
+ * table, the store and every connection. The loop runs these phases:
+ *
+ *   timers  the wheel timer fires due lease and wait deadlines
+ *           (DL_REAP_BUDGET per iteration, so I/O is served in between);
+ *   poll    connections read requests and execute them (conn.c, cmd.c);
+ *           replies and events are appended to per-connection buffers;
+ *   check   once per iteration: connections that are ending drop their
+ *           waiters, the store closes the epoch (one pipeline for all the
+ *           iteration's changes), replies whose epoch is durable are
+ *           written (one write per connection), the wheel timer is re-armed.
+ *
+ * Data flows one way: socket -> codec -> cmd -> lock table -> store, and
+ * back as replies released by the store's commits.
+ */
+#ifndef DL_SERVER_SERVER_H
+#define DL_SERVER_SERVER_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "proto/proto.h"
+#include "server/config.h"
+#include "server/locktab.h"
+#include "server/store.h"
+
+struct dl_conn;
+
+struct dl_server_stats {
+	uint64_t connections_total;    /* accepted since start */
+	uint64_t connections_rejected; /* over max_connections */
+	uint64_t output_overflows;     /* closed at max_output */
+	uint64_t commands;             /* requests executed */
+	uint64_t errors[DL_ERR_COUNT_ + 1]; /* ERR replies by -code */
+	uint64_t auth_failures;
+};
+
+struct dl_server {
+	uv_loop_t *loop;
+	struct dl_config cfg;
+	const char *config_path;       /* NULL: defaults and flags only */
+	const struct dl_override *ov;  /* command-line overrides */
+	size_t nov;
+	struct dl_locktab *tab;
+	struct dl_store *store;
+
+	uv_tcp_t tcp;
+	uv_pipe_t unix_listener;
+	uv_timer_t wheel_timer;
+	uv_check_t check;
+	uv_signal_t sig_term, sig_int, sig_hup;
+	uv_timer_t drain_timer; /* bounds a shutdown's wait for Redis */
+	unsigned tcp_on : 1, unix_on : 1;
+	int draining; /* 0 serving, 1 draining, 2 closing down */
+
+	struct dl_conn *conns; /* every live connection */
+	size_t nconns;
+	struct dl_conn *writeq; /* connections with bytes to write */
+	struct dl_conn *held;   /* connections holding replies for an epoch */
+	struct dl_conn *endq;   /* connections to end in the check phase */
+	uint64_t durable;       /* last committed epoch */
+
+	uint64_t conn_seq;
+	char nonce[17]; /* random hex, makes default owner ids unique */
+	uint64_t start_ms;
+	struct dl_server_stats st;
+	int exit_code;
+};
+
+/* Loads the configuration, the state, and listens. Exits the process with
+ * a message on failure (start-up only). */
+void dl_server_init(struct dl_server *srv, uv_loop_t *loop);
+/* Stop accepting, tell clients * BYE, flush the store, close. */
+void dl_server_shutdown(struct dl_server *srv, const char *why);
+/* Re-read the configuration; apply what can change live. */
+void dl_server_reload(struct dl_server *srv);
+
+/* Called by the store when `epoch` is durable: release held replies. */
+void dl__server_committed(uint64_t epoch, void *ctx);
+
+#endif /* DL_SERVER_SERVER_H */
