@@ -53,7 +53,7 @@ ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 PROTO_SRC  := proto/proto.c
 SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/conn.c server/cmd.c server/server.c server/store.c \
-              server/notify.c
+              server/notify.c server/record.c server/store_load.c
 CLIENT_SRC :=
 UNIT_TESTS := test_proto test_wheel test_locktab test_config
 INTEG_TESTS := test_server

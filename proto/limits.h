@@ -94,4 +94,27 @@
 /* How long a waiter restored from Redis keeps its place for its owner. */
 #define DL_DEFAULT_RESTORE_GRACE_MS 5000
 
+/* ---- persistence (Redis) ----------------------------------------------- */
+
+/* Redis's own expiry on a lease key is the lease deadline plus this margin:
+ * a safety net that cleans up after a daemon gone for good, never sooner
+ * than the daemon itself would reap the lease. */
+#define DL_STORE_EXPIRY_MARGIN_MS 60000
+
+/* At start-up, how long to keep trying to reach Redis before giving up. */
+#define DL_STORE_STARTUP_WAIT_MS 30000
+
+/* Reconnect backoff after Redis was lost: doubles from MIN up to MAX, so a
+ * returning Redis is back in service within about a second. */
+#define DL_STORE_BACKOFF_MIN_MS 50
+#define DL_STORE_BACKOFF_MAX_MS 1000
+
+/* The link is checked this often; an idle link is PINGed every
+ * DL_STORE_PING_MS so that a hung Redis is noticed without traffic. */
+#define DL_STORE_TICK_MS 100
+#define DL_STORE_PING_MS 1000
+
+/* Keys asked per SCAN while loading or re-syncing. */
+#define DL_STORE_SCAN_COUNT 10000
+
 #endif /* DL_PROTO_LIMITS_H */

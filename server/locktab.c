@@ -1119,6 +1119,101 @@ void dl_locktab_suspend_grants(struct dl_locktab *t, int suspended)
 		dl_locktab_foreach(t, serve_cb, &r);
 }
 
+/* ---- recovery ------------------------------------------------------------------ */
+
+static int restore_args(struct dl_str name, struct dl_str owner,
+			uint32_t ttl, struct dl_str tag)
+{
+	if (dl_check_name(name.p, name.len) ||
+	    dl_check_owner(owner.p, owner.len) || ttl == 0 ||
+	    (tag.len && dl_check_tag(tag.p, tag.len)))
+		return DL_EBADARG;
+	return 0;
+}
+
+int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
+			     struct dl_str owner, uint64_t token,
+			     uint32_t count, uint32_t ttl_ms, uint64_t deadline,
+			     struct dl_str tag)
+{
+	struct dl_lock *lk;
+	struct dl_owner *o;
+	struct dl_lease *l, **pp;
+
+	if (restore_args(name, owner, ttl_ms, tag) || count == 0 ||
+	    count > DL_REENTRY_MAX)
+		return DL_EBADARG;
+	if (!(lk = lock_get(t, name)))
+		return DL_ENOMEM;
+	if (!(o = owner_get(t, owner)) || !(l = lease_alloc(tag))) {
+		if (o)
+			owner_put(t, o);
+		lock_drop_if_unused(t, lk);
+		return DL_ENOMEM;
+	}
+	if (holder_of(lk, o) || lk->nholders >= t->max_holders) {
+		free(l->tag);
+		free(l);
+		owner_put(t, o);
+		lock_drop_if_unused(t, lk);
+		return DL_EBADARG;
+	}
+	for (pp = &lk->holders; *pp; pp = &(*pp)->next)
+		;
+	*pp = l;
+	l->kind = DL__TIMED_LEASE;
+	l->count = count;
+	l->ttl_ms = ttl_ms;
+	l->lock = lk;
+	l->owner = o;
+	l->token = token;
+	lk->nholders++;
+	o->nleases++;
+	dl_wheel_add(&t->wheel, &l->timer, deadline);
+	t->st.leases++;
+	dl_locktab_raise_token(t, token);
+	return 0;
+}
+
+int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
+			      struct dl_str owner, uint32_t ttl_ms,
+			      uint64_t wait_deadline, uint64_t grace_deadline,
+			      struct dl_str tag)
+{
+	struct dl_lock *lk;
+	struct dl_owner *o;
+	struct dl_waiter *w;
+	int dirty;
+
+	if (restore_args(name, owner, ttl_ms, tag))
+		return DL_EBADARG;
+	if (!(lk = lock_get(t, name)))
+		return DL_ENOMEM;
+	if (!(o = owner_get(t, owner))) {
+		lock_drop_if_unused(t, lk);
+		return DL_ENOMEM;
+	}
+	dirty = lk->dirty;
+	w = waiter_new(t, lk, o, NULL, ttl_ms,
+		       wait_deadline < grace_deadline ? wait_deadline
+						      : grace_deadline,
+		       tag);
+	if (!w) {
+		owner_put(t, o);
+		lock_drop_if_unused(t, lk);
+		return DL_ENOMEM;
+	}
+	/* The stored deadline, not the grace, is the waiter's own. */
+	w->wait_deadline = wait_deadline;
+	/* What was loaded is what Redis holds: nothing to write back. */
+	if (!dirty) {
+		assert(t->dirty[t->ndirty - 1] == lk);
+		lk->dirty = 0;
+		t->ndirty--;
+	}
+	return 0;
+}
+
 uint64_t dl_token_floor(uint64_t stored_last, uint64_t unix_ms)
 {
 	uint64_t floor = unix_ms > UINT64_MAX / DL_TOKEN_PER_MS

@@ -280,6 +280,22 @@ uint64_t dl_token_floor(uint64_t stored_last, uint64_t unix_ms);
 void dl_locktab_raise_token(struct dl_locktab *t, uint64_t last);
 uint64_t dl_locktab_last_token(const struct dl_locktab *t);
 
+/* Rebuild state loaded from the store, before serving. Deadlines are
+ * monotonic ms. A lease is linked with its stored token (the counter is
+ * raised past it); a restored waiter is a placeholder that keeps its place
+ * until its owner asks for the lock again (dl_locktab_acquire claims it) or
+ * min(wait_deadline, grace_deadline) passes. Errors: DL_EBADARG for a bad
+ * name, owner or ttl, or a second lease of one owner on one lock;
+ * DL_ENOMEM. */
+int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
+			     struct dl_str owner, uint64_t token,
+			     uint32_t count, uint32_t ttl_ms, uint64_t deadline,
+			     struct dl_str tag);
+int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
+			      struct dl_str owner, uint32_t ttl_ms,
+			      uint64_t wait_deadline, uint64_t grace_deadline,
+			      struct dl_str tag);
+
 /* Lookups for the store and tests. */
 const struct dl_lock *dl_locktab_find(struct dl_locktab *t,
 				      struct dl_str name);

@@ -325,6 +325,7 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 	struct dl_store_hooks sh = { dl__server_committed, store_availability,
 				     srv };
 	struct dl_locktab_limits lim = tab_limits(&srv->cfg);
+	uint64_t deadline;
 	char err[256];
 
 	srv->loop = loop;
@@ -346,11 +347,6 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 		dl_warn("persist = none: locks live in memory only; a "
 			"restart loses every lease and queue");
 
-	if (srv->cfg.port)
-		listen_tcp(srv);
-	if (srv->cfg.unix_socket[0])
-		listen_unix(srv);
-
 	uv_timer_init(loop, &srv->wheel_timer);
 	srv->wheel_timer.data = srv;
 	uv_unref((uv_handle_t *)&srv->wheel_timer);
@@ -365,8 +361,23 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 	start_signal(srv, &srv->sig_int, SIGINT);
 	start_signal(srv, &srv->sig_hup, SIGHUP);
 
+	/* The async link to Redis is up before the first client arrives,
+	 * so that nobody is refused for a link still being opened. */
 	if (dl_store_start(srv->store) != 0)
 		fatal(EXIT_STORE, "cannot start the store");
+	deadline = uv_now(loop) + srv->cfg.redis_timeout_ms;
+	uv_ref((uv_handle_t *)&srv->check); /* keeps the loop turning */
+	while (!dl_store_available(srv->store) && uv_now(loop) < deadline)
+		uv_run(loop, UV_RUN_ONCE);
+	uv_unref((uv_handle_t *)&srv->check);
+	if (!dl_store_available(srv->store))
+		fatal(EXIT_STORE, "redis: no working connection within "
+		      "redis_timeout");
+
+	if (srv->cfg.port)
+		listen_tcp(srv);
+	if (srv->cfg.unix_socket[0])
+		listen_unix(srv);
 	arm_wheel(srv);
 	dl_notice("dlockd %s ready (persist=%s, last token %llu)", DL_VERSION,
 		  dl_store_backend(srv->store),

@@ -1,27 +1,80 @@
 /*
- * store.c -- persistence (see store.h). This file holds the epoch clock and
- * the memory-only backend; the Redis backend is added with persistence.
+ * store.c -- persistence (see store.h for the epoch model).
+ *
+ * Key layout, under the configured prefix P (default "dlock:"):
+ *
+ *   P token        the last fencing token issued (a decimal string)
+ *   P lock:<name>  the lock's record (record.h): holders and queue;
+ *                  when it has holders and no waiters, Redis expires it
+ *                  DL_STORE_EXPIRY_MARGIN_MS after the last lease deadline
+ *                  (a safety net; the daemon deletes it itself)
+ *
+ * Writes. Once per loop iteration dl_store_flush() drains the lock table's
+ * dirty set into one pipeline: MULTI, a SET or DEL per lock in its final
+ * state, SET token, EXEC. The EXEC reply commits the epoch. Each pipeline
+ * is one round trip; pipelines of successive iterations overlap.
+ *
+ * The link. A state machine over one hiredis async context on the
+ * daemon's loop (hiredis's libuv adapter):
+ *
+ *   DOWN --connect--> CONNECTING --AUTH/SELECT ok--> SYNCING --> UP
+ *     ^                                                          |
+ *     +---- error, disconnect, or a reply late by redis_timeout --+
+ *
+ * SYNCING rewrites the full state: SCAN deletes keys of locks the table no
+ * longer has, then every lock is written, then the token; its completion
+ * commits every epoch closed so far (their pipelines may have been lost,
+ * the rewrite covers them). While not UP the dirty set is not drained, so
+ * nothing that changes during the rewrite is missed. The first connection
+ * after dl_store_load() skips the rewrite: Redis holds what was loaded.
+ *
+ * The start-up load is in store_load.c.
  */
 #include "server/store.h"
 
+#include <hiredis/adapters/libuv.h>
+#include <hiredis/hiredis.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
-struct dl_store {
-	uv_loop_t *loop;
-	const struct dl_config *cfg;
-	struct dl_locktab *tab;
-	struct dl_store_hooks hooks;
-	uint64_t epoch;     /* open epoch */
-	uint64_t committed; /* last durable epoch */
-	struct dl_store_stats st;
-};
+#include "server/log.h"
+#include "server/record.h"
+#include "server/store_private.h"
+
+uint64_t dl__store_wall_ms(void)
+{
+	struct timeval tv;
+
+	gettimeofday(&tv, NULL);
+	return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
+
+static int64_t wall_offset(const struct dl_store *st)
+{
+	return (int64_t)dl__store_wall_ms() - (int64_t)uv_now(st->loop);
+}
+
+/* key = <prefix>lock:<name> in st->key (NUL-terminated). */
+static int lock_key(struct dl_store *st, struct dl_str name)
+{
+	st->key.len = st->lock_prefix_len;
+	if (dl_buf_add(&st->key, name.p, name.len) ||
+	    dl_buf_reserve(&st->key, 1))
+		return DL_ENOMEM;
+	st->key.p[st->key.len] = '\0';
+	return 0;
+}
+
+/* ---- life cycle --------------------------------------------------------- */
 
 struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 			      struct dl_locktab *tab,
 			      const struct dl_store_hooks *hooks)
 {
 	struct dl_store *st = calloc(1, sizeof(*st));
+	size_t plen = strlen(cfg->redis_prefix);
 
 	if (!st)
 		return NULL;
@@ -30,27 +83,38 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->tab = tab;
 	st->hooks = *hooks;
 	st->epoch = 1;
+	st->redis = cfg->persist == DL_PERSIST_REDIS;
+	st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
+	st->token_key = malloc(plen + sizeof("token"));
+	if (!st->token_key || dl_buf_add(&st->key, cfg->redis_prefix, plen) ||
+	    dl_buf_add(&st->key, "lock:", 5))
+		goto fail;
+	memcpy(st->token_key, cfg->redis_prefix, plen);
+	memcpy(st->token_key + plen, "token", sizeof("token"));
+	st->lock_prefix_len = st->key.len;
+	if (st->redis && dl_redis_url_parse(cfg->redis, &st->addr) != 0)
+		goto fail;
 	return st;
+fail:
+	dl_store_free(st);
+	return NULL;
 }
 
 void dl_store_free(struct dl_store *st)
 {
+	struct batch *b;
+
+	if (!st)
+		return;
+	while ((b = st->head) != NULL) {
+		st->head = b->next;
+		free(b);
+	}
+	dl_redis_addr_free(&st->addr);
+	free(st->key.p);
+	free(st->val.p);
+	free(st->token_key);
 	free(st);
-}
-
-int dl_store_load(struct dl_store *st, uint64_t unix_ms, char *err,
-		  size_t errlen)
-{
-	(void)err;
-	(void)errlen;
-	dl_locktab_raise_token(st->tab, dl_token_floor(0, unix_ms));
-	return 0;
-}
-
-int dl_store_start(struct dl_store *st)
-{
-	(void)st;
-	return 0;
 }
 
 uint64_t dl_store_epoch(const struct dl_store *st)
@@ -58,32 +122,15 @@ uint64_t dl_store_epoch(const struct dl_store *st)
 	return st->epoch;
 }
 
-void dl_store_flush(struct dl_store *st)
-{
-	uint64_t e = st->epoch;
-
-	/* Memory only: what is drained is as durable as it will ever be. */
-	dl_locktab_drain_dirty(st->tab, NULL, NULL);
-	st->epoch++;
-	st->committed = e;
-	st->hooks.committed(e, st->hooks.ctx);
-}
-
 int dl_store_available(const struct dl_store *st)
 {
-	(void)st;
-	return 1;
+	return !st->redis || st->link == LINK_UP;
 }
 
 int dl_store_idle(const struct dl_store *st)
 {
-	return st->committed + 1 == st->epoch;
-}
-
-void dl_store_stop(struct dl_store *st, void (*done)(void *arg), void *arg)
-{
-	(void)st;
-	done(arg);
+	return st->committed + 1 == st->epoch &&
+	       (!st->redis || dl_locktab_dirty_count(st->tab) == 0);
 }
 
 const struct dl_store_stats *dl_store_stats(const struct dl_store *st)
@@ -93,6 +140,557 @@ const struct dl_store_stats *dl_store_stats(const struct dl_store *st)
 
 const char *dl_store_backend(const struct dl_store *st)
 {
-	(void)st;
-	return "none";
+	return st->redis ? "redis" : "none";
 }
+
+static void commit(struct dl_store *st, uint64_t epoch)
+{
+	if (epoch <= st->committed)
+		return;
+	st->committed = epoch;
+	st->hooks.committed(epoch, st->hooks.ctx);
+}
+
+/* ---- the async link ----------------------------------------------------- */
+
+static void set_link(struct dl_store *st, enum link l)
+{
+	int was_up = st->link == LINK_UP;
+
+	st->link = l;
+	st->link_since_ms = uv_now(st->loop);
+	if (was_up != (l == LINK_UP))
+		st->hooks.availability(l == LINK_UP, st->hooks.ctx);
+}
+
+/* Lose the link: refuse changes, free the context, retry with backoff.
+ * Safe inside hiredis callbacks (redisAsyncFree defers itself there). */
+static void link_fail(struct dl_store *st, const char *why)
+{
+	redisAsyncContext *ac = st->ac;
+
+	if (st->link == LINK_DOWN)
+		return;
+	if (st->link == LINK_UP)
+		dl_warn("redis: %s; persistence down, refusing changes",
+			why);
+	else
+		dl_info("redis: %s", why);
+	st->ac = NULL;
+	st->synced = 0;
+	st->st.failures++;
+	set_link(st, LINK_DOWN);
+	st->retry_at_ms = uv_now(st->loop) + st->backoff_ms;
+	st->backoff_ms = st->backoff_ms * 2 > DL_STORE_BACKOFF_MAX_MS
+				 ? DL_STORE_BACKOFF_MAX_MS
+				 : st->backoff_ms * 2;
+	if (ac)
+		redisAsyncFree(ac); /* pending callbacks get NULL replies */
+}
+
+static uint64_t now_us(void)
+{
+	return uv_hrtime() / 1000;
+}
+
+static struct batch *batch_push(struct dl_store *st, enum batch_kind kind,
+				uint64_t epoch)
+{
+	struct batch *b = calloc(1, sizeof(*b));
+
+	if (!b)
+		return NULL;
+	b->st = st;
+	b->kind = kind;
+	b->epoch = epoch;
+	b->sent_us = now_us();
+	if (st->tail)
+		st->tail->next = b;
+	else
+		st->head = b;
+	st->tail = b;
+	st->st.backlog++;
+	return b;
+}
+
+/* The reply for the oldest batch arrived (or the link died: r NULL). */
+static void batch_pop(struct dl_store *st, struct batch *b)
+{
+	uint64_t us;
+
+	/* Replies come in send order, so b is the head. */
+	st->head = b->next;
+	if (!st->head)
+		st->tail = NULL;
+	st->st.backlog--;
+	us = now_us() - b->sent_us;
+	st->st.latency_us_sum += us;
+	if (us > st->st.latency_us_max)
+		st->st.latency_us_max = us;
+	st->st.round_trips++;
+	st->last_reply_ms = uv_now(st->loop);
+	free(b);
+}
+
+const char *dl__store_reply_error(const redisReply *r)
+{
+	size_t i;
+	const char *e;
+
+	if (r->type == REDIS_REPLY_ERROR)
+		return r->str;
+	if (r->type == REDIS_REPLY_NIL)
+		return "transaction aborted";
+	if (r->type == REDIS_REPLY_ARRAY)
+		for (i = 0; i < r->elements; i++)
+			if ((e = dl__store_reply_error(r->element[i])) != NULL)
+				return e;
+	return NULL;
+}
+
+static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct batch *b = priv;
+	struct dl_store *st = b->st;
+	enum batch_kind kind = b->kind;
+	uint64_t epoch = b->epoch;
+	const char *err;
+	char why[160];
+
+	batch_pop(st, b);
+	if (!reply || ac != st->ac)
+		return; /* the link died; link_fail has run or will */
+	if ((err = dl__store_reply_error(reply)) != NULL) {
+		snprintf(why, sizeof(why), "write failed: %s", err);
+		link_fail(st, why);
+		return;
+	}
+	if (kind == BATCH_RESYNC) {
+		if (st->synced)
+			dl_notice("redis: connected");
+		else
+			dl_notice("redis: connected, %zu locks re-synced in "
+				  "%llu ms",
+				  st->synced_locks,
+				  (unsigned long long)(uv_now(st->loop) -
+						       st->link_since_ms));
+		st->synced = 1;
+		st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
+		set_link(st, LINK_UP);
+	}
+	if (kind != BATCH_PING)
+		commit(st, epoch);
+}
+
+static int send_argv(struct dl_store *st, redisCallbackFn *fn, void *priv,
+		     int argc, const char **argv, const size_t *lens)
+{
+	if (redisAsyncCommandArgv(st->ac, fn, priv, argc, argv, lens) !=
+	    REDIS_OK)
+		return DL_EUNAVAILABLE;
+	return 0;
+}
+
+/* The command that stores lk (NULL: the lock is gone) under st->key:
+ * DEL, SET key record, or SET key record PX ms. Returns argc; argv points
+ * into st's scratch buffers and px (24 bytes). */
+int dl__store_lock_cmd(struct dl_store *st, struct dl_str name,
+		    const struct dl_lock *lk, int64_t off, const char **argv,
+		    size_t *lens, char *px)
+{
+	const struct dl_lease *l;
+	uint64_t now = uv_now(st->loop), last = 0;
+
+	if (lock_key(st, name))
+		return DL_ENOMEM;
+	argv[1] = st->key.p;
+	lens[1] = st->key.len;
+	if (!lk || (!lk->holders && !lk->qhead)) {
+		argv[0] = "DEL";
+		lens[0] = 3;
+		return 2;
+	}
+	if (dl_record_format(lk, off, &st->val))
+		return DL_ENOMEM;
+	argv[0] = "SET";
+	lens[0] = 3;
+	argv[2] = st->val.p;
+	lens[2] = st->val.len;
+	if (lk->qhead)
+		return 3; /* waiters: no expiry, SET clears an old one */
+	for (l = lk->holders; l; l = l->next)
+		if (l->timer.expires > last)
+			last = l->timer.expires;
+	argv[3] = "PX";
+	lens[3] = 2;
+	lens[4] = dl_u64_to_dec((last > now ? last - now : 0) +
+					DL_STORE_EXPIRY_MARGIN_MS,
+				px);
+	argv[4] = px;
+	return 5;
+}
+
+/* Queue the write of lk's current state on the async link. */
+static int write_lock(struct dl_store *st, const struct dl_lock *lk,
+		      int64_t off)
+{
+	const char *argv[5];
+	size_t lens[5];
+	char px[24];
+	int argc = dl__store_lock_cmd(st, dl_lock_name(lk), lk, off, argv, lens, px);
+
+	if (argc < 0)
+		return argc;
+	st->st.writes++;
+	return send_argv(st, NULL, NULL, argc, argv, lens);
+}
+
+static int write_token(struct dl_store *st)
+{
+	char tok[24];
+	const char *argv[3] = { "SET", st->token_key, tok };
+	size_t lens[3] = { 3, strlen(st->token_key), 0 };
+
+	lens[2] = dl_u64_to_dec(dl_locktab_last_token(st->tab), tok);
+	return send_argv(st, NULL, NULL, 3, argv, lens);
+}
+
+struct drain_ctx {
+	struct dl_store *st;
+	int64_t off;
+	int err;
+};
+
+static void drain_cb(const struct dl_lock *lk, void *arg)
+{
+	struct drain_ctx *x = arg;
+
+	if (!x->err)
+		x->err = write_lock(x->st, lk, x->off);
+}
+
+void dl_store_flush(struct dl_store *st)
+{
+	struct drain_ctx x = { st, 0, 0 };
+	struct batch *b;
+	const char *multi = "MULTI", *exec = "EXEC";
+	size_t mlen = 5, elen = 4;
+
+	if (!st->redis) {
+		/* Memory only: what is drained is as durable as it gets. */
+		dl_locktab_drain_dirty(st->tab, NULL, NULL);
+		commit(st, st->epoch++);
+		return;
+	}
+	if (st->link != LINK_UP || dl_locktab_dirty_count(st->tab) == 0)
+		return;
+	x.off = wall_offset(st);
+	if (send_argv(st, NULL, NULL, 1, &multi, &mlen)) {
+		link_fail(st, "cannot queue a write");
+		return;
+	}
+	dl_locktab_drain_dirty(st->tab, drain_cb, &x);
+	if (!x.err)
+		x.err = write_token(st);
+	b = x.err ? NULL : batch_push(st, BATCH_EPOCH, st->epoch);
+	if (!b || send_argv(st, on_batch, b, 1, &exec, &elen)) {
+		if (b) { /* never sent: unlink it again */
+			st->tail = NULL;
+			batch_pop(st, b);
+		}
+		/* The drained changes are lost with the link; the re-sync
+		 * after reconnecting rewrites everything. */
+		link_fail(st, "cannot queue a write");
+		return;
+	}
+	st->st.batches++;
+	st->epoch++;
+}
+
+/* ---- connecting and re-syncing ---------------------------------------- */
+
+static void on_handshake(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+	const char *err;
+	char why[160];
+
+	if (!reply || ac != st->ac)
+		return;
+	st->last_reply_ms = uv_now(st->loop);
+	if ((err = dl__store_reply_error(reply)) != NULL) {
+		snprintf(why, sizeof(why), "handshake failed: %s", err);
+		link_fail(st, why);
+	}
+}
+
+static void foreach_write(const struct dl_lock *lk, void *arg)
+{
+	struct drain_ctx *x = arg;
+
+	if (!x->err)
+		x->err = write_lock(x->st, lk, x->off);
+	x->st->synced_locks++;
+}
+
+/* Last step of a re-sync: every lock, the token, then a marker reply. */
+static void resync_write(struct dl_store *st)
+{
+	struct drain_ctx x = { st, wall_offset(st), 0 };
+	struct batch *b;
+	const char *ping = "PING";
+	size_t plen = 4;
+
+	st->synced_locks = 0;
+	dl_locktab_foreach(st->tab, foreach_write, &x);
+	if (!x.err)
+		x.err = write_token(st);
+	b = x.err ? NULL : batch_push(st, BATCH_RESYNC, st->epoch - 1);
+	if (!b || send_argv(st, on_batch, b, 1, &ping, &plen)) {
+		if (b) {
+			st->tail = NULL;
+			batch_pop(st, b);
+		}
+		link_fail(st, "re-sync failed");
+	}
+}
+
+static int send_scan(struct dl_store *st, const char *cursor);
+
+static void on_scan(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+	redisReply *r = reply, *keys;
+	const char *argv[2] = { "DEL", NULL };
+	size_t lens[2] = { 3, 0 };
+	struct dl_str name;
+	size_t i;
+
+	if (!r || ac != st->ac)
+		return;
+	st->last_reply_ms = uv_now(st->loop);
+	if (dl__store_reply_error(r) || r->type != REDIS_REPLY_ARRAY ||
+	    r->elements != 2 || r->element[1]->type != REDIS_REPLY_ARRAY) {
+		link_fail(st, "SCAN failed");
+		return;
+	}
+	keys = r->element[1];
+	for (i = 0; i < keys->elements; i++) {
+		if (keys->element[i]->type != REDIS_REPLY_STRING ||
+		    keys->element[i]->len < st->lock_prefix_len)
+			continue;
+		name.p = keys->element[i]->str + st->lock_prefix_len;
+		name.len = keys->element[i]->len - st->lock_prefix_len;
+		if (dl_locktab_find(st->tab, name))
+			continue;
+		/* A lock that ended while Redis was away. */
+		argv[1] = keys->element[i]->str;
+		lens[1] = keys->element[i]->len;
+		if (send_argv(st, NULL, NULL, 2, argv, lens)) {
+			link_fail(st, "re-sync failed");
+			return;
+		}
+	}
+	if (strcmp(r->element[0]->str, "0") != 0) {
+		if (send_scan(st, r->element[0]->str))
+			link_fail(st, "re-sync failed");
+		return;
+	}
+	resync_write(st);
+}
+
+/* The SCAN pattern: the lock-key prefix, glob characters escaped. */
+char *dl__store_scan_pattern(const struct dl_store *st)
+{
+	const char *p = st->key.p;
+	size_t i, n = 0;
+	char *out = malloc(st->lock_prefix_len * 2 + 2);
+
+	if (!out)
+		return NULL;
+	for (i = 0; i < st->lock_prefix_len; i++) {
+		if (strchr("*?[]\\", p[i]))
+			out[n++] = '\\';
+		out[n++] = p[i];
+	}
+	out[n++] = '*';
+	out[n] = '\0';
+	return out;
+}
+
+static int send_scan(struct dl_store *st, const char *cursor)
+{
+	char *pat = dl__store_scan_pattern(st);
+	char count[24];
+	const char *argv[6] = { "SCAN", cursor, "MATCH", pat, "COUNT", count };
+	size_t lens[6];
+	int i, r;
+
+	if (!pat)
+		return DL_ENOMEM;
+	lens[5] = dl_u64_to_dec(DL_STORE_SCAN_COUNT, count);
+	for (i = 0; i < 5; i++)
+		lens[i] = strlen(argv[i]);
+	r = send_argv(st, on_scan, st, 6, argv, lens);
+	free(pat);
+	return r;
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+	struct dl_store *st = ac->data;
+
+	if (ac != st->ac)
+		return;
+	if (status != REDIS_OK) {
+		/* hiredis frees the context after this callback. */
+		st->ac = NULL;
+		link_fail(st, ac->errstr[0] ? ac->errstr : "connect failed");
+	}
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+	struct dl_store *st = ac->data;
+
+	(void)status;
+	if (ac != st->ac)
+		return; /* we freed it */
+	st->ac = NULL; /* hiredis frees it */
+	link_fail(st, ac->errstr[0] ? ac->errstr : "connection closed");
+}
+
+static void link_connect(struct dl_store *st)
+{
+	const struct dl_redis_addr *a = &st->addr;
+	redisAsyncContext *ac;
+	char db[16];
+	const char *argv[2];
+	size_t lens[2];
+	const char *ping = "PING";
+	size_t plen = 4;
+	struct batch *b;
+
+	ac = a->path ? redisAsyncConnectUnix(a->path)
+		     : redisAsyncConnect(a->host, a->port);
+	set_link(st, LINK_CONNECTING);
+	st->st.reconnects++;
+	if (!ac || ac->err) {
+		if (ac)
+			redisAsyncFree(ac);
+		st->link = LINK_CONNECTING; /* so that link_fail counts it */
+		link_fail(st, "cannot create a connection");
+		return;
+	}
+	ac->data = st;
+	st->ac = ac;
+	if (redisLibuvAttach(ac, st->loop) != REDIS_OK) {
+		link_fail(st, "cannot attach to the loop");
+		return;
+	}
+	redisAsyncSetConnectCallback(ac, on_connect);
+	redisAsyncSetDisconnectCallback(ac, on_disconnect);
+	if (a->password) {
+		argv[0] = "AUTH";
+		argv[1] = a->password;
+		lens[0] = 4;
+		lens[1] = strlen(a->password);
+		send_argv(st, on_handshake, st, 2, argv, lens);
+	}
+	argv[0] = "SELECT";
+	argv[1] = db;
+	lens[0] = 6;
+	lens[1] = dl_u64_to_dec((uint64_t)a->db, db);
+	send_argv(st, on_handshake, st, 2, argv, lens);
+	if (st->synced) {
+		/* Redis holds what was just loaded: a PING confirms the
+		 * link, nothing to rewrite. */
+		b = batch_push(st, BATCH_RESYNC, st->epoch - 1);
+		if (!b || send_argv(st, on_batch, b, 1, &ping, &plen))
+			link_fail(st, "cannot queue a write");
+		return;
+	}
+	set_link(st, LINK_SYNCING);
+	if (send_scan(st, "0"))
+		link_fail(st, "cannot queue a write");
+}
+
+static void on_tick(uv_timer_t *t)
+{
+	struct dl_store *st = t->data;
+	uint64_t now = uv_now(st->loop);
+	const char *ping = "PING";
+	size_t plen = 4;
+	struct batch *b;
+
+	switch (st->link) {
+	case LINK_DOWN:
+		if (now >= st->retry_at_ms)
+			link_connect(st);
+		break;
+	case LINK_CONNECTING:
+	case LINK_SYNCING:
+		/* A re-sync of a big table may take a while; only silence
+		 * counts against it. */
+		if (now - (st->last_reply_ms > st->link_since_ms
+				   ? st->last_reply_ms
+				   : st->link_since_ms) >
+		    st->cfg->redis_timeout_ms)
+			link_fail(st, "timed out connecting");
+		break;
+	case LINK_UP:
+		if (st->head &&
+		    (now_us() - st->head->sent_us) / 1000 >
+			    st->cfg->redis_timeout_ms) {
+			link_fail(st, "no reply within redis_timeout");
+		} else if (!st->head &&
+			   now - st->last_reply_ms >= DL_STORE_PING_MS) {
+			b = batch_push(st, BATCH_PING, 0);
+			if (!b || send_argv(st, on_batch, b, 1, &ping, &plen))
+				link_fail(st, "cannot queue a PING");
+		}
+		break;
+	}
+}
+
+int dl_store_start(struct dl_store *st)
+{
+	if (!st->redis)
+		return 0;
+	uv_timer_init(st->loop, &st->timer);
+	st->timer.data = st;
+	st->timer_on = 1;
+	uv_timer_start(&st->timer, on_tick, DL_STORE_TICK_MS,
+		       DL_STORE_TICK_MS);
+	uv_unref((uv_handle_t *)&st->timer);
+	st->last_reply_ms = uv_now(st->loop);
+	link_connect(st);
+	return 0;
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+	struct dl_store *st = h->data;
+
+	st->stop_done(st->stop_arg);
+}
+
+void dl_store_stop(struct dl_store *st, void (*done)(void *arg), void *arg)
+{
+	redisAsyncContext *ac = st->ac;
+
+	st->stop_done = done;
+	st->stop_arg = arg;
+	if (ac) {
+		st->ac = NULL;
+		st->link = LINK_DOWN; /* no availability report on the way out */
+		redisAsyncFree(ac);
+	}
+	if (st->timer_on) {
+		st->timer_on = 0;
+		uv_close((uv_handle_t *)&st->timer, on_timer_closed);
+	} else {
+		done(arg);
+	}
+}
+

@@ -1,0 +1,58 @@
+/*
+ * record.h -- the text a lock is stored as in Redis, both ways.
+ *
+ * One Redis string per lock, readable with redis-cli GET:
+ *
+ *   dlock1
+ *   H <token> <deadline_unix_ms> <count> <ttl_ms> <owner> [id=<tag>]
+ *   W <ttl_ms> <wait_deadline_unix_ms|inf> <owner> [id=<tag>]
+ *
+ * the first line a version, then one H line per holder in grant order and
+ * one W line per waiter in queue order, separated by LF. Deadlines are wall
+ * clock (unix ms) so that they mean something to the next process: the
+ * daemon's monotonic clock does not survive it. No I/O here.
+ */
+#ifndef DL_SERVER_RECORD_H
+#define DL_SERVER_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/proto.h"
+#include "server/locktab.h"
+
+#define DL_RECORD_MAGIC "dlock1"
+
+/* A growable byte buffer (owned; free p). */
+struct dl_buf {
+	char *p;
+	size_t len;
+	size_t cap;
+};
+
+int dl_buf_reserve(struct dl_buf *b, size_t more);
+int dl_buf_add(struct dl_buf *b, const char *p, size_t n);
+
+/* Serialize lk into b (replacing its content). wall_off converts the
+ * table's monotonic ms to unix ms (unix = mono + wall_off). */
+int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
+		     struct dl_buf *b);
+
+struct dl_record_item {
+	char kind;              /* 'H' holder, 'W' waiter */
+	uint64_t token;         /* H */
+	uint64_t deadline;      /* unix ms; UINT64_MAX for a W with inf */
+	uint64_t count;         /* H */
+	uint64_t ttl_ms;
+	struct dl_str owner;
+	struct dl_str tag;
+};
+
+/* Parse a record, calling cb for each item in order. DL_EPROTO if the
+ * text is not a valid record (*why says where), or what cb returned if it
+ * failed. `text` is not modified. */
+int dl_record_parse(const char *text, size_t len,
+		    int (*cb)(const struct dl_record_item *it, void *arg),
+		    void *arg, const char **why);
+
+#endif /* DL_SERVER_RECORD_H */

@@ -1,0 +1,713 @@
+/*
+ * harness.c -- processes and clients for integration tests (harness.h).
+ */
+#include "tests/harness.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- time ---------------------------------------------------------------- */
+
+uint64_t h_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void h_sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+/* ---- processes ------------------------------------------------------------- */
+
+int h_free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int port;
+
+	cr_assert(fd >= 0, "socket: %s", strerror(errno));
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+	cr_assert(getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
+	port = ntohs(sa.sin_port);
+	close(fd);
+	return port;
+}
+
+static void make_dir(char *dir, const char *what)
+{
+	snprintf(dir, H_DIR_MAX, "/tmp/dlockd-test-%s-XXXXXX", what);
+	cr_assert(mkdtemp(dir) != NULL, "mkdtemp: %s", strerror(errno));
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag,
+		    struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static void rm_dir(const char *dir)
+{
+	if (dir[0])
+		nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* fork + exec with stdout/stderr appended to `log`; the child dies with
+ * the test process. */
+static pid_t spawn(const char *const argv[], const char *log)
+{
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	int fd;
+
+	cr_assert(pid >= 0, "fork: %s", strerror(errno));
+	if (pid > 0)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(127);
+	fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+	if (fd >= 0) {
+		dup2(fd, STDOUT_FILENO);
+		dup2(fd, STDERR_FILENO);
+		close(fd);
+	}
+	execvp(argv[0], (char *const *)argv);
+	fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+	_exit(127);
+}
+
+/* Wait up to ms for pid; returns its exit status (128+sig if killed), or
+ * -1 on timeout. */
+static int wait_exit(pid_t pid, int ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)ms;
+	int st;
+	pid_t r;
+
+	for (;;) {
+		r = waitpid(pid, &st, WNOHANG);
+		if (r == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st)
+					     : 128 + WTERMSIG(st);
+		if (r < 0 || h_now_ms() > end)
+			return -1;
+		h_sleep_ms(5);
+	}
+}
+
+static int tcp_connect(int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1;
+
+	if (fd < 0)
+		return -1;
+	sa.sin_port = htons((uint16_t)port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		close(fd);
+		return -1;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+static void print_file(const char *path)
+{
+	char buf[4096];
+	size_t n;
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return;
+	fprintf(stderr, "---- %s ----\n", path);
+	while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+		fwrite(buf, 1, n, stderr);
+	fprintf(stderr, "---- end of %s ----\n", path);
+	fclose(f);
+}
+
+/* ---- redis ------------------------------------------------------------------ */
+
+static int redis_pings(int port)
+{
+	char buf[16];
+	int fd = tcp_connect(port);
+	ssize_t n;
+	struct pollfd p;
+
+	if (fd < 0)
+		return 0;
+	n = send(fd, "PING\r\n", 6, MSG_NOSIGNAL);
+	p = (struct pollfd){ .fd = fd, .events = POLLIN };
+	if (n == 6 && poll(&p, 1, 1000) == 1) {
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		return n >= 5 && memcmp(buf, "+PONG", 5) == 0;
+	}
+	close(fd);
+	return 0;
+}
+
+static void redis_spawn(struct h_redis *r, const char *fsync)
+{
+	char port[16], log[H_PATH_MAX + 16];
+	const char *argv[] = { "redis-server", "--port", port, "--bind",
+			       "127.0.0.1", "--unixsocket", r->sock,
+			       "--unixsocketperm", "700", "--dir", r->dir,
+			       "--appendonly", "yes", "--appendfsync", fsync,
+			       "--save", "", "--daemonize", "no",
+			       "--protected-mode", "no", NULL };
+	uint64_t end = h_now_ms() + 10000;
+
+	snprintf(port, sizeof(port), "%d", r->port);
+	snprintf(log, sizeof(log), "%s/redis.log", r->dir);
+	r->pid = spawn(argv, log);
+	while (!redis_pings(r->port)) {
+		if (h_now_ms() > end || wait_exit(r->pid, 0) >= 0) {
+			print_file(log);
+			cr_assert_fail("redis-server did not start");
+		}
+		h_sleep_ms(10);
+	}
+}
+
+static char redis_fsync[16];
+
+void h_redis_start(struct h_redis *r, const char *appendfsync)
+{
+	memset(r, 0, sizeof(*r));
+	make_dir(r->dir, "redis");
+	r->port = h_free_port();
+	snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
+	snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d/0", r->port);
+	snprintf(redis_fsync, sizeof(redis_fsync), "%s",
+		 appendfsync ? appendfsync : "always");
+	redis_spawn(r, redis_fsync);
+}
+
+void h_redis_restart(struct h_redis *r)
+{
+	redis_spawn(r, redis_fsync);
+}
+
+void h_redis_stop(struct h_redis *r)
+{
+	if (r->pid <= 0)
+		return;
+	kill(r->pid, SIGTERM);
+	if (wait_exit(r->pid, 10000) < 0) {
+		kill(r->pid, SIGKILL);
+		wait_exit(r->pid, 10000);
+	}
+	r->pid = 0;
+}
+
+void h_redis_kill9(struct h_redis *r)
+{
+	if (r->pid <= 0)
+		return;
+	kill(r->pid, SIGKILL);
+	wait_exit(r->pid, 10000);
+	r->pid = 0;
+}
+
+const char *h_redis_cli(const struct h_redis *r, const char *cmd)
+{
+	static char out[65536];
+	char line[1024];
+	size_t n = 0, k;
+	FILE *p;
+
+	snprintf(line, sizeof(line), "redis-cli -p %d %s 2>&1", r->port, cmd);
+	p = popen(line, "r");
+	cr_assert(p != NULL);
+	while (n < sizeof(out) - 1 &&
+	       (k = fread(out + n, 1, sizeof(out) - 1 - n, p)) > 0)
+		n += k;
+	out[n] = '\0';
+	pclose(p);
+	return out;
+}
+
+void h_redis_cleanup(struct h_redis *r)
+{
+	h_redis_stop(r);
+	rm_dir(r->dir);
+}
+
+/* ---- dlockd ------------------------------------------------------------------ */
+
+static const char *daemon_path(void)
+{
+	const char *p = getenv("DLOCKD");
+
+	return p && p[0] ? p : "build/dlockd";
+}
+
+static void daemon_spawn(struct h_daemon *d)
+{
+	const char *argv[H_ARGS_MAX + 8];
+	char port[16];
+	uint64_t end = h_now_ms() + 15000;
+	int i, n = 0, fd, st;
+
+	snprintf(port, sizeof(port), "%d", d->port);
+	argv[n++] = daemon_path();
+	argv[n++] = "--port";
+	argv[n++] = port;
+	for (i = 0; i < d->nargs; i++)
+		argv[n++] = d->args[i];
+	argv[n] = NULL;
+	d->pid = spawn(argv, d->log);
+	for (;;) {
+		fd = tcp_connect(d->port);
+		if (fd >= 0) {
+			close(fd);
+			return;
+		}
+		st = wait_exit(d->pid, 0);
+		if (st >= 0 || h_now_ms() > end) {
+			print_file(d->log);
+			cr_assert_fail("dlockd did not start (status %d)", st);
+		}
+		h_sleep_ms(5);
+	}
+}
+
+/* The daemon's directory, log, config path and port, on first use. */
+static void daemon_dirs(struct h_daemon *d)
+{
+	if (d->dir[0])
+		return;
+	make_dir(d->dir, "dlockd");
+	snprintf(d->log, sizeof(d->log), "%s/dlockd.log", d->dir);
+	snprintf(d->conf, sizeof(d->conf), "%s/dlockd.conf", d->dir);
+	d->port = h_free_port();
+}
+
+void h_daemon_start(struct h_daemon *d, ...)
+{
+	const char *a;
+	va_list ap;
+
+	daemon_dirs(d);
+	d->nargs = 0;
+	va_start(ap, d);
+	while ((a = va_arg(ap, const char *)) != NULL) {
+		cr_assert(d->nargs < H_ARGS_MAX);
+		d->args[d->nargs++] = a;
+	}
+	va_end(ap);
+	daemon_spawn(d);
+}
+
+void h_daemon_restart(struct h_daemon *d)
+{
+	daemon_spawn(d);
+}
+
+int h_daemon_stop(struct h_daemon *d)
+{
+	int st;
+
+	if (d->pid <= 0)
+		return 0;
+	kill(d->pid, SIGTERM);
+	st = wait_exit(d->pid, 20000);
+	if (st < 0) {
+		kill(d->pid, SIGKILL);
+		wait_exit(d->pid, 10000);
+	}
+	d->pid = 0;
+	if (st != 0)
+		print_file(d->log);
+	return st;
+}
+
+void h_daemon_kill9(struct h_daemon *d)
+{
+	if (d->pid <= 0)
+		return;
+	kill(d->pid, SIGKILL);
+	wait_exit(d->pid, 10000);
+	d->pid = 0;
+}
+
+void h_daemon_signal(struct h_daemon *d, int sig)
+{
+	cr_assert(d->pid > 0);
+	kill(d->pid, sig);
+}
+
+int h_daemon_wait(struct h_daemon *d, int timeout_ms)
+{
+	int st;
+
+	if (d->pid <= 0)
+		return 0;
+	st = wait_exit(d->pid, timeout_ms);
+	if (st < 0) {
+		kill(d->pid, SIGKILL);
+		wait_exit(d->pid, 10000);
+	}
+	d->pid = 0;
+	if (st != 0)
+		print_file(d->log);
+	return st;
+}
+
+void h_daemon_cleanup(struct h_daemon *d)
+{
+	h_daemon_kill9(d);
+	rm_dir(d->dir);
+}
+
+void h_daemon_write_conf(struct h_daemon *d, const char *text)
+{
+	FILE *f;
+
+	daemon_dirs(d);
+	f = fopen(d->conf, "w");
+	cr_assert(f != NULL);
+	fputs(text, f);
+	fclose(f);
+}
+
+int h_daemon_log_has(const struct h_daemon *d, const char *needle)
+{
+	char buf[1 << 16];
+	size_t n;
+	FILE *f = fopen(d->log, "r");
+	int found = 0;
+
+	if (!f)
+		return 0;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	found = strstr(buf, needle) != NULL;
+	fclose(f);
+	return found;
+}
+
+int h_suite_redis(void)
+{
+	const char *m = getenv("DL_TEST_PERSIST");
+
+	return m && strcmp(m, "redis") == 0;
+}
+
+void h_suite_start(struct h_daemon *d, struct h_redis *r, ...)
+{
+	const char *a;
+	va_list ap;
+
+	daemon_dirs(d);
+	d->nargs = 0;
+	if (h_suite_redis()) {
+		h_redis_start(r, "always");
+		d->args[d->nargs++] = "--persist";
+		d->args[d->nargs++] = "redis";
+		d->args[d->nargs++] = "--redis";
+		d->args[d->nargs++] = r->url;
+	} else {
+		d->args[d->nargs++] = "--persist";
+		d->args[d->nargs++] = "none";
+	}
+	va_start(ap, r);
+	while ((a = va_arg(ap, const char *)) != NULL) {
+		cr_assert(d->nargs < H_ARGS_MAX);
+		d->args[d->nargs++] = a;
+	}
+	va_end(ap);
+	daemon_spawn(d);
+}
+
+void h_suite_stop(struct h_daemon *d, struct h_redis *r)
+{
+	int st = h_daemon_stop(d);
+
+	h_daemon_cleanup(d);
+	if (r->pid)
+		h_redis_cleanup(r);
+	cr_assert_eq(st, 0, "dlockd exited with status %d", st);
+}
+
+/* ---- clients ------------------------------------------------------------------ */
+
+struct h_client *h_try_connect(int port)
+{
+	struct h_client *c;
+	int fd = tcp_connect(port);
+
+	if (fd < 0)
+		return NULL;
+	c = calloc(1, sizeof(*c));
+	cr_assert(c != NULL);
+	c->fd = fd;
+	dl_linebuf_init(&c->lb);
+	return c;
+}
+
+struct h_client *h_connect(int port)
+{
+	struct h_client *c = h_try_connect(port);
+
+	cr_assert(c != NULL, "connect to port %d: %s", port, strerror(errno));
+	return c;
+}
+
+void h_close(struct h_client *c)
+{
+	if (!c)
+		return;
+	close(c->fd);
+	free(c);
+}
+
+int h_send_raw(struct h_client *c, const void *p, size_t n)
+{
+	const char *b = p;
+	ssize_t k;
+
+	while (n) {
+		k = send(c->fd, b, n, MSG_NOSIGNAL);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return -1;
+		b += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+ssize_t h_send_within(struct h_client *c, const void *p, size_t n,
+		      int timeout_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+	struct pollfd pf = { .fd = c->fd, .events = POLLOUT };
+	const char *b = p;
+	size_t sent = 0;
+	ssize_t k;
+	int64_t left;
+
+	while (sent < n) {
+		k = send(c->fd, b + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k > 0) {
+			sent += (size_t)k;
+			continue;
+		}
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+			return -1;
+		left = (int64_t)(end - h_now_ms());
+		if (left <= 0)
+			break;
+		if (poll(&pf, 1, (int)left) < 0 && errno != EINTR)
+			return -1;
+		if (pf.revents & (POLLERR | POLLHUP))
+			return -1;
+	}
+	return (ssize_t)sent;
+}
+
+void h_send(struct h_client *c, const char *fmt, ...)
+{
+	char buf[8192];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf) - 2, fmt, ap);
+	va_end(ap);
+	cr_assert(n >= 0 && (size_t)n < sizeof(buf) - 2);
+	buf[n++] = '\r';
+	buf[n++] = '\n';
+	cr_assert(h_send_raw(c, buf, (size_t)n) == 0, "send failed: %s",
+		  strerror(errno));
+}
+
+char *h_read(struct h_client *c, int timeout_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+	struct pollfd p = { .fd = c->fd, .events = POLLIN };
+	enum dl_lb_result r;
+	char *line, *space;
+	size_t len, avail;
+	ssize_t n;
+	int64_t left;
+
+	for (;;) {
+		r = dl_linebuf_next(&c->lb, &line, &len);
+		if (r == DL_LB_LINE) {
+			memcpy(c->line, line, len + 1);
+			return c->line;
+		}
+		if (r != DL_LB_NONE)
+			continue; /* over-long: the server never sends one */
+		left = (int64_t)(end - h_now_ms());
+		if (left < 0 || poll(&p, 1, (int)left) <= 0)
+			return NULL;
+		space = dl_linebuf_space(&c->lb, &avail);
+		n = read(c->fd, space, avail);
+		if (n <= 0)
+			return NULL;
+		dl_linebuf_commit(&c->lb, (size_t)n);
+	}
+}
+
+char *h_line(struct h_client *c)
+{
+	char *l = h_read(c, 5000);
+
+	cr_assert(l != NULL, "no line from the server within 5 s");
+	return l;
+}
+
+static void vformat(char *buf, size_t n, const char *fmt, va_list ap)
+{
+	int k = vsnprintf(buf, n, fmt, ap);
+
+	cr_assert(k >= 0 && (size_t)k < n);
+}
+
+void h_expect(struct h_client *c, const char *fmt, ...)
+{
+	char want[4096];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vformat(want, sizeof(want), fmt, ap);
+	va_end(ap);
+	cr_assert_str_eq(h_line(c), want);
+}
+
+char *h_expect_prefix(struct h_client *c, const char *fmt, ...)
+{
+	char want[4096];
+	char *l;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vformat(want, sizeof(want), fmt, ap);
+	va_end(ap);
+	l = h_line(c);
+	cr_assert(strncmp(l, want, strlen(want)) == 0,
+		  "expected a line starting with \"%s\", got \"%s\"", want, l);
+	return l;
+}
+
+char *h_call(struct h_client *c, const char *fmt, ...)
+{
+	char req[4096];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vformat(req, sizeof(req), fmt, ap);
+	va_end(ap);
+	h_send(c, "%s", req);
+	return h_line(c);
+}
+
+void h_expect_silence(struct h_client *c, int ms)
+{
+	char *l = h_read(c, ms);
+
+	cr_assert(l == NULL, "expected nothing, got \"%s\"", l);
+}
+
+int h_wait_closed(struct h_client *c, int timeout_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+	struct pollfd p = { .fd = c->fd, .events = POLLIN };
+	char buf[65536];
+	ssize_t n;
+	int64_t left;
+
+	for (;;) {
+		left = (int64_t)(end - h_now_ms());
+		if (left < 0 || poll(&p, 1, (int)left) <= 0)
+			return 0;
+		n = read(c->fd, buf, sizeof(buf));
+		if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+			return 1;
+	}
+}
+
+int h_poll_any(struct h_client *const *cs, int n, int timeout_ms)
+{
+	struct pollfd *p = calloc((size_t)n, sizeof(*p));
+	int i, k, found = -1;
+
+	cr_assert(p != NULL);
+	for (i = 0; i < n && found < 0; i++) {
+		if (cs[i]->lb.len > cs[i]->lb.start)
+			found = i; /* bytes already buffered */
+		p[i] = (struct pollfd){ .fd = cs[i]->fd, .events = POLLIN };
+	}
+	if (found < 0) {
+		do
+			k = poll(p, (nfds_t)n, timeout_ms);
+		while (k < 0 && errno == EINTR);
+		for (i = 0; k > 0 && i < n && found < 0; i++)
+			if (p[i].revents)
+				found = i;
+	}
+	free(p);
+	return found;
+}
+
+uint64_t h_arg_u64(const char *line, int i)
+{
+	struct dl_reply r;
+	uint64_t v = 0;
+
+	cr_assert(dl_parse_reply(line, strlen(line), &r) == 0,
+		  "not a reply: \"%s\"", line);
+	cr_assert(dl_reply_u64(&r, i, &v) == 0,
+		  "argument %d of \"%s\" is not a number", i, line);
+	return v;
+}
+
+uint64_t h_lock(struct h_client *c, const char *name, const char *opts)
+{
+	char *l = h_call(c, "LOCK %s %s", name, opts ? opts : "");
+	char want[512];
+
+	snprintf(want, sizeof(want), "OK GRANTED %s ", name);
+	cr_assert(strncmp(l, want, strlen(want)) == 0,
+		  "LOCK %s: expected GRANTED, got \"%s\"", name, l);
+	return h_arg_u64(l, 1);
+}

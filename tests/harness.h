@@ -1,0 +1,153 @@
+/*
+ * harness.h -- real parts for integration tests: a dlockd process, a
+ * redis-server process, and line-protocol clients over TCP.
+ *
+ * Every process is started under its own temporary directory, on its own
+ * port (TCP ports are found free by binding port 0 first) or unix socket,
+ * dies with the test process (PR_SET_PDEATHSIG), and is stopped by PID.
+ * Failures are reported through criterion asserts.
+ *
+ * The daemon binary is $DLOCKD (the Makefile sets it; default
+ * build/dlockd). Its stderr goes to <dir>/dlockd.log, which a failing
+ * h_daemon_stop() prints.
+ */
+#ifndef DL_TESTS_HARNESS_H
+#define DL_TESTS_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "proto/proto.h"
+
+#define H_DIR_MAX 128  /* a test's directory; files inside fit H_PATH_MAX */
+#define H_PATH_MAX 256
+#define H_ARGS_MAX 32
+
+struct h_redis {
+	pid_t pid;
+	int port;                /* TCP port on 127.0.0.1 */
+	char dir[H_DIR_MAX];     /* data directory (AOF lives here) */
+	char sock[H_PATH_MAX];   /* unix socket */
+	char url[H_PATH_MAX];    /* redis://127.0.0.1:<port>/0 */
+};
+
+struct h_daemon {
+	pid_t pid;
+	int port;
+	char dir[H_DIR_MAX];
+	char log[H_PATH_MAX];
+	char conf[H_PATH_MAX]; /* <dir>/dlockd.conf, written by the test or
+				  empty */
+	const char *args[H_ARGS_MAX]; /* extra arguments of the last start */
+	int nargs;
+};
+
+struct h_client {
+	int fd;
+	struct dl_linebuf lb;
+	char line[DL_LINE_MAX + 1]; /* last line read */
+};
+
+/* ---- processes ------------------------------------------------------------ */
+
+/* A free TCP port on 127.0.0.1 (bound and released). */
+int h_free_port(void);
+
+/* Start redis-server with AOF on (appendfsync as given, e.g. "always" or
+ * "everysec"); waits until it answers PING. */
+void h_redis_start(struct h_redis *r, const char *appendfsync);
+/* Restart on the same port and data directory (after a stop or kill). */
+void h_redis_restart(struct h_redis *r);
+void h_redis_stop(struct h_redis *r);  /* SHUTDOWN-free: SIGTERM, wait */
+void h_redis_kill9(struct h_redis *r); /* SIGKILL, wait */
+/* Run a redis-cli command against it; returns its stdout (static). */
+const char *h_redis_cli(const struct h_redis *r, const char *cmd);
+void h_redis_cleanup(struct h_redis *r); /* rm -rf its directory */
+
+/* Start dlockd on a free port with the given extra arguments (a NULL
+ * terminated list, e.g. "--persist", "none", NULL), and wait until it
+ * accepts connections. d->dir is created on the first start. */
+void h_daemon_start(struct h_daemon *d, ...);
+/* Start again with the same port, directory and arguments. */
+void h_daemon_restart(struct h_daemon *d);
+/* SIGTERM and wait; returns the exit status (0 expected; the log is
+ * printed to stderr when it is not). */
+int h_daemon_stop(struct h_daemon *d);
+void h_daemon_kill9(struct h_daemon *d);
+void h_daemon_signal(struct h_daemon *d, int sig);
+/* Wait up to timeout_ms for the daemon to exit by itself (after a signal
+ * the test sent); returns its exit status (the log is printed when it is
+ * not 0), or -1 on timeout, after which it is killed. */
+int h_daemon_wait(struct h_daemon *d, int timeout_ms);
+void h_daemon_cleanup(struct h_daemon *d);
+/* Write text to d->conf (the test passes "-c", d->conf itself). */
+void h_daemon_write_conf(struct h_daemon *d, const char *text);
+/* 1 if the daemon's log contains `needle`. */
+int h_daemon_log_has(const struct h_daemon *d, const char *needle);
+
+/* The daemon in the suite's persistence mode: $DL_TEST_PERSIST is "none"
+ * (the default) or "redis", which also starts a private redis-server
+ * (appendfsync always) and points the daemon at it. Extra arguments as in
+ * h_daemon_start (NULL-terminated). h_suite_stop asserts a clean exit and
+ * removes both. */
+void h_suite_start(struct h_daemon *d, struct h_redis *r, ...);
+void h_suite_stop(struct h_daemon *d, struct h_redis *r);
+/* 1 when the suite runs with --persist redis. */
+int h_suite_redis(void);
+
+/* ---- clients ------------------------------------------------------------ */
+
+/* h_try_connect, h_send_raw, h_send_within, h_read and h_close do not
+ * assert (but on out of memory): a thread may use them on clients of its
+ * own. Everything else asserts and belongs to the test's main thread. */
+
+struct h_client *h_connect(int port);
+/* NULL if the connection is refused (no assert). */
+struct h_client *h_try_connect(int port);
+void h_close(struct h_client *c);
+
+/* Send a formatted request; CRLF is appended. */
+void h_send(struct h_client *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Send raw bytes. Returns 0, or -1 if the peer closed. */
+int h_send_raw(struct h_client *c, const void *p, size_t n);
+
+/* Send what the peer takes of p[0..n) within timeout_ms, without blocking
+ * past it. Returns the bytes sent, or -1 once the peer has closed or reset
+ * the connection. */
+ssize_t h_send_within(struct h_client *c, const void *p, size_t n,
+		      int timeout_ms);
+
+/* Next line (ending removed) or NULL on timeout or EOF. The result lives
+ * in c->line until the next read. */
+char *h_read(struct h_client *c, int timeout_ms);
+/* Next line, which must exist within 5 s. */
+char *h_line(struct h_client *c);
+/* Next line must equal the formatted text. */
+void h_expect(struct h_client *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Next line must start with the formatted text; returns the line. */
+char *h_expect_prefix(struct h_client *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Send a request and return its reply line. */
+char *h_call(struct h_client *c, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Nothing arrives within ms (asserts). */
+void h_expect_silence(struct h_client *c, int ms);
+/* 1 if the peer closes within timeout_ms (data before EOF is skipped). */
+int h_wait_closed(struct h_client *c, int timeout_ms);
+/* Index of the first of cs[0..n) with something to read within timeout_ms
+ * (a buffered line or bytes, new bytes, or EOF), or -1. Reads nothing. */
+int h_poll_any(struct h_client *const *cs, int n, int timeout_ms);
+
+/* argv[i] of a reply line as a u64 (asserts it is one). */
+uint64_t h_arg_u64(const char *line, int i);
+/* Lock + grant in one: "LOCK name ..." must be GRANTED; returns token. */
+uint64_t h_lock(struct h_client *c, const char *name, const char *opts);
+
+/* Monotonic milliseconds. */
+uint64_t h_now_ms(void);
+void h_sleep_ms(int ms);
+
+#endif /* DL_TESTS_HARNESS_H */
