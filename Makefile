@@ -142,9 +142,23 @@ deps:
 
 # ---- run ---------------------------------------------------------------------
 
+# A private redis-server (own session, so Ctrl-C reaches only dlockd, which
+# drains; the trap then stops Redis) with its data under run/ (git-ignored),
+# reached over a unix socket; dlockd in the foreground on 127.0.0.1:7420.
+RUN_DIR := $(CURDIR)/run
 run: deps
 	$(MAKE) all
-	$(O)/dlockd -c conf/dlockd.conf --persist none
+	@mkdir -p $(RUN_DIR)/redis; sock=$(RUN_DIR)/redis.sock; rm -f $$sock; \
+	setsid redis-server $(CURDIR)/conf/redis.conf --dir $(RUN_DIR)/redis \
+	  --unixsocket $$sock > $(RUN_DIR)/redis.log 2>&1 & rpid=$$!; \
+	trap 'kill $$rpid 2>/dev/null; wait $$rpid 2>/dev/null' EXIT INT TERM; \
+	i=0; while [ ! -S $$sock ]; do i=$$((i+1)); sleep 0.05; \
+	  if [ $$i -gt 200 ]; then echo "make run: redis-server did not" \
+	    "start, see run/redis.log"; exit 1; fi; done; \
+	echo "make run: redis-server pid $$rpid on $$sock (data in run/redis)"; \
+	echo "make run: dlockd on 127.0.0.1:7420 -- try: nc 127.0.0.1 7420;" \
+	  "Ctrl-C stops both"; \
+	$(O)/dlockd -c conf/dlockd.conf --redis unix://$$sock
 
 clean:
 	rm -rf build

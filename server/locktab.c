@@ -395,6 +395,20 @@ static void lease_reenter(struct dl_locktab *t, struct dl_lease *l,
 	mark_dirty(t, l->lock);
 }
 
+/* now + ms, where a sum past the clock's range means "never". */
+static uint64_t deadline_after(uint64_t now, uint64_t ms)
+{
+	return ms >= UINT64_MAX - now ? UINT64_MAX : now + ms;
+}
+
+/* No token left to give: the counter is at its maximum. Unreachable from
+ * the time-based floor, but a stored value could put it there, and a
+ * token must never wrap to an old value. */
+static int tokens_exhausted(const struct dl_locktab *t)
+{
+	return t->last_token == UINT64_MAX;
+}
+
 static uint64_t remaining(const struct dl_lease *l, uint64_t now)
 {
 	return l->timer.expires > now ? l->timer.expires - now : 0;
@@ -526,12 +540,13 @@ static void serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 		memcpy(tag, w->tag, tag_len);
 		if (l) {
 			lease_reenter(t, l, ttl, now);
-		} else if ((l = lease_alloc(waiter_tag(w))) != NULL) {
+		} else if (!tokens_exhausted(t) &&
+			   (l = lease_alloc(waiter_tag(w))) != NULL) {
 			lease_grant(t, l, lk, w->owner, ttl, now);
 		} else {
-			/* Out of memory: the waiter cannot be served, so
-			 * it is told it timed out rather than left to hang
-			 * at the head of the queue. */
+			/* Out of memory or of tokens: the waiter cannot be
+			 * served, so it is told it timed out rather than
+			 * left to hang at the head of the queue. */
 			waiter_free(t, w);
 			t->st.timeouts++;
 			emit(t, s, DL_EVENT_TIMEOUT, 0, lk, 0, 0,
@@ -830,6 +845,8 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 	struct dl_lease *l;
 
 	if (w == lk->qhead && lk->nholders < t->max_holders) {
+		if (tokens_exhausted(t))
+			return DL_ELIMIT;
 		if (!(l = lease_alloc(tag)))
 			return DL_ENOMEM;
 		waiter_free(t, w);
@@ -850,7 +867,7 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 	t->placeholders--;
 	waiter_attach(w, s);
 	waiter_set(w, ttl, tag);
-	w->wait_deadline = wait_ms == DL_WAIT_INF ? UINT64_MAX : now + wait_ms;
+	w->wait_deadline = deadline_after(now, wait_ms);
 	if (w->wait_deadline == UINT64_MAX)
 		dl_wheel_del(&t->wheel, &w->timer);
 	else
@@ -904,9 +921,12 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		return claim_placeholder(t, s, w, ttl, wait_ms, tag, now, res);
 
 	if (lk->nholders < t->max_holders && !lk->qhead) {
-		if (owner_full(t, o) || !(l = lease_alloc(tag))) {
+		if (owner_full(t, o) || tokens_exhausted(t) ||
+		    !(l = lease_alloc(tag))) {
 			lock_drop_if_unused(t, lk);
-			return owner_full(t, o) ? DL_ELIMIT : DL_ENOMEM;
+			return owner_full(t, o) || tokens_exhausted(t)
+				       ? DL_ELIMIT
+				       : DL_ENOMEM;
 		}
 		lease_grant(t, l, lk, o, ttl, now);
 		res->outcome = DL_GRANTED;
@@ -922,9 +942,7 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 	}
 	if (lk->nwaiters >= t->limits.max_waiters || owner_full(t, o))
 		return DL_ELIMIT;
-	w = waiter_new(t, lk, o, s, ttl,
-		       wait_ms == DL_WAIT_INF ? UINT64_MAX : now + wait_ms,
-		       tag);
+	w = waiter_new(t, lk, o, s, ttl, deadline_after(now, wait_ms), tag);
 	if (!w)
 		return DL_ENOMEM;
 	res->outcome = DL_QUEUED;

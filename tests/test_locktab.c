@@ -1,0 +1,1784 @@
+/*
+ * test_locktab.c -- unit tests of the lock table (server/locktab.c).
+ *
+ * Expectations come from server/locktab.h and DESIGN.md sections 2-4, not
+ * from the implementation. Each test names the behaviour it proves.
+ *
+ * Harness: the table runs on a fake monotonic clock (`clock_ms`, advanced
+ * by the tests); its event hook copies every event (type, name, token, ttl,
+ * tag, durable flag, session) into `evs`. Sessions live in `clients`, a
+ * static pool, so that the fixture's teardown can close every session that
+ * a test opened (even one that failed) before it frees the table.
+ */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/locktab.h"
+
+/* ---- harness ------------------------------------------------------------- */
+
+#define TICK	   10	   /* tick_ms of the table under test */
+#define T0	   1000007 /* start of the fake clock, not tick-aligned */
+#define REC_MAX	   4096	   /* events copied; later ones are only counted */
+#define CLIENT_MAX 128
+#define LIM_WAIT   1000 /* default max_waiters */
+#define LIM_OWNER  1000 /* default max_locks_per_owner */
+
+struct client {
+	struct dl_session s;
+	int open; /* 1 between client_new() and client_close() */
+	int idx;  /* place in the pool; s.data points back here */
+};
+
+struct rec {
+	enum dl_event_type type;
+	int durable;
+	char name[DL_NAME_MAX + 1];
+	uint64_t token;
+	uint64_t ttl;
+	char tag[DL_TAG_MAX + 1];
+	size_t tag_len;
+	struct dl_session *sess;
+	void *data;
+};
+
+static uint64_t clock_ms;
+static struct dl_locktab *tab;
+static struct client clients[CLIENT_MAX];
+static int nclients;
+static struct rec evs[REC_MAX];
+static size_t nev;	    /* events seen, recorded or not */
+static size_t nev_type[3];  /* by enum dl_event_type */
+static unsigned char *seen; /* million test: EXPIRED count by token */
+static uint64_t seen_base;  /* token of seen[0] */
+static size_t seen_len;
+static size_t seen_bad; /* EXPIRED tokens outside seen[] */
+
+static uint64_t fake_now(void *ctx)
+{
+	(void)ctx;
+	return clock_ms;
+}
+
+static void on_event(struct dl_session *s, const struct dl_event *ev, void *ctx)
+{
+	struct rec *r;
+
+	(void)ctx;
+	if (ev->type <= DL_EVENT_EXPIRED)
+		nev_type[ev->type]++;
+	if (seen && ev->type == DL_EVENT_EXPIRED) {
+		if (ev->token >= seen_base && ev->token - seen_base < seen_len)
+			seen[ev->token - seen_base]++;
+		else
+			seen_bad++;
+	}
+	if (nev++ >= REC_MAX)
+		return;
+	r = &evs[nev - 1];
+	memset(r, 0, sizeof(*r));
+	r->type = ev->type;
+	r->durable = ev->durable;
+	if (ev->name.len <= DL_NAME_MAX)
+		memcpy(r->name, ev->name.p, ev->name.len);
+	r->token = ev->token;
+	r->ttl = ev->ttl_ms;
+	r->tag_len = ev->tag.len;
+	if (ev->tag.len <= DL_TAG_MAX && ev->tag.len > 0)
+		memcpy(r->tag, ev->tag.p, ev->tag.len);
+	r->sess = s;
+	r->data = s ? s->data : NULL;
+}
+
+static void table_open(uint32_t max_waiters, uint32_t max_locks)
+{
+	struct dl_locktab_hooks hooks = {fake_now, on_event, NULL};
+	struct dl_locktab_limits lim = {max_waiters, max_locks};
+
+	tab = dl_locktab_new(&hooks, &lim, TICK, 0x5eed1234abcdULL);
+	cr_assert_not_null(tab);
+}
+
+static void setup(void)
+{
+	clock_ms = T0;
+	nclients = 0;
+	memset(clients, 0, sizeof(clients));
+	nev = 0;
+	memset(nev_type, 0, sizeof(nev_type));
+	seen = NULL;
+	seen_base = 0;
+	seen_len = 0;
+	seen_bad = 0;
+	table_open(LIM_WAIT, LIM_OWNER);
+}
+
+static void client_close(struct client *c)
+{
+	if (c->open) {
+		dl_session_close(tab, &c->s);
+		c->open = 0;
+	}
+}
+
+static void teardown(void)
+{
+	int i;
+
+	for (i = 0; i < nclients; i++)
+		client_close(&clients[i]);
+	dl_locktab_free(tab);
+	tab = NULL;
+	free(seen);
+	seen = NULL;
+}
+
+TestSuite(locktab, .init = setup, .fini = teardown);
+
+static struct dl_str str(const char *s)
+{
+	return (struct dl_str){s, strlen(s)};
+}
+
+static struct client *client_new(const char *owner)
+{
+	struct client *c;
+	int rc;
+
+	cr_assert(lt(int, nclients, CLIENT_MAX));
+	c = &clients[nclients];
+	c->idx = nclients++;
+	rc = dl_session_init(tab, &c->s, str(owner), c);
+	cr_assert(eq(int, rc, 0), "dl_session_init(%s)", owner);
+	c->open = 1;
+	return c;
+}
+
+static const char *outcome_name(int o)
+{
+	static const char *const names[] = {
+		"GRANTED", "QUEUED",	 "BUSY",       "RELEASED",
+		"HELD",	   "NOT_HOLDER", "REFRESHED",  "VALID",
+		"STALE",   "CANCELLED",	 "NOT_QUEUED", "ALREADY_WAITING",
+	};
+
+	if (o < 0 || (size_t)o >= sizeof(names) / sizeof(names[0]))
+		return "?";
+	return names[o];
+}
+
+static const char *cstr(struct dl_str s)
+{
+	static char ring[4][DL_NAME_MAX + 1];
+	static int next;
+	char *b = ring[next++ % 4];
+
+	cr_assert(le(sz, s.len, (size_t)DL_NAME_MAX));
+	if (s.len)
+		memcpy(b, s.p, s.len);
+	b[s.len] = '\0';
+	return b;
+}
+
+/* Assert a call returned 0 and the outcome `want`. */
+#define EXPECT(rc, r, want)                                                    \
+	do {                                                                   \
+		cr_assert(eq(int, (rc), 0), "call failed with %d", (rc));      \
+		cr_assert(eq(int, (int)(r).outcome, (int)(want)),              \
+			  "outcome %s, want %s", outcome_name((r).outcome),    \
+			  outcome_name(want));                                 \
+	} while (0)
+
+static int acq(struct client *c, const char *name, uint64_t ttl, uint64_t wait,
+	       const char *tag, struct dl_result *r)
+{
+	return dl_locktab_acquire(tab, &c->s, str(name), ttl, wait,
+				  tag ? str(tag) : DL_STR_NULL, r);
+}
+
+static int rel(struct client *c, const char *name, uint64_t token,
+	       struct dl_result *r)
+{
+	return dl_locktab_release(tab, &c->s, str(name), token, r);
+}
+
+static int refresh(struct client *c, const char *name, uint64_t token,
+		   uint64_t ttl, struct dl_result *r)
+{
+	return dl_locktab_refresh(tab, &c->s, str(name), token, ttl, r);
+}
+
+static int check(const char *name, uint64_t token, struct dl_result *r)
+{
+	return dl_locktab_check(tab, str(name), token, r);
+}
+
+static int cancel(struct client *c, const char *name, struct dl_result *r)
+{
+	return dl_locktab_cancel(tab, &c->s, str(name), r);
+}
+
+static struct dl_lock_status status(const char *name)
+{
+	struct dl_lock_status st;
+
+	dl_locktab_status(tab, str(name), &st);
+	return st;
+}
+
+/* A lock that must be granted at once; returns its token. */
+static uint64_t must_grant(struct client *c, const char *name, uint64_t ttl)
+{
+	struct dl_result r;
+	int rc = acq(c, name, ttl, 0, NULL, &r);
+
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(gt(u64, r.token, 0));
+	return r.token;
+}
+
+/* A LOCK that must queue; returns its position. */
+static uint64_t must_queue(struct client *c, const char *name, uint64_t ttl,
+			   uint64_t wait, const char *tag)
+{
+	struct dl_result r;
+	int rc = acq(c, name, ttl, wait, tag, &r);
+
+	EXPECT(rc, r, DL_QUEUED);
+	return r.value;
+}
+
+static void must_release(struct client *c, const char *name, uint64_t token)
+{
+	struct dl_result r;
+	int rc = rel(c, name, token, &r);
+
+	EXPECT(rc, r, DL_RELEASED);
+}
+
+/* Move the clock by ms and fire whatever is due. */
+static void advance(uint64_t ms)
+{
+	clock_ms += ms;
+	dl_locktab_run_timers(tab, SIZE_MAX);
+}
+
+/* Move the clock to T0 + ms and fire whatever is due. */
+static void advance_to(uint64_t ms)
+{
+	cr_assert(ge(u64, T0 + ms, clock_ms));
+	advance(T0 + ms - clock_ms);
+}
+
+/* Events of a type (to client c, or to anyone when c is NULL). */
+static size_t count_ev(enum dl_event_type type, const struct client *c)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < nev && i < REC_MAX; i++)
+		if (evs[i].type == type && (!c || evs[i].sess == &c->s))
+			n++;
+	return n;
+}
+
+/* Events of any type to c. */
+static size_t count_ev_to(const struct client *c)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < nev && i < REC_MAX; i++)
+		if (evs[i].sess == &c->s)
+			n++;
+	return n;
+}
+
+/* The last event of a type to c (anyone when NULL); fails if none. */
+static const struct rec *last_ev(enum dl_event_type type,
+				 const struct client *c)
+{
+	size_t i = nev < REC_MAX ? nev : REC_MAX;
+
+	while (i-- > 0)
+		if (evs[i].type == type && (!c || evs[i].sess == &c->s))
+			return &evs[i];
+	cr_fatal("no event of type %d to client %d", (int)type,
+		 c ? c->idx : -1);
+	return NULL;
+}
+
+struct drained {
+	size_t calls;
+	char names[16][DL_NAME_MAX + 1];
+	int held[16]; /* lock had holders when handed over */
+	uint32_t waiters[16];
+};
+
+static void drain_cb(const struct dl_lock *lk, void *arg)
+{
+	struct drained *d = arg;
+	struct dl_str n = dl_lock_name(lk);
+
+	if (d->calls < 16) {
+		memcpy(d->names[d->calls], n.p, n.len);
+		d->names[d->calls][n.len] = '\0';
+		d->held[d->calls] = lk->holders != NULL;
+		d->waiters[d->calls] = lk->nwaiters;
+	}
+	d->calls++;
+}
+
+static size_t drain(struct drained *d)
+{
+	memset(d, 0, sizeof(*d));
+	return dl_locktab_drain_dirty(tab, drain_cb, d);
+}
+
+/* ---- grants -------------------------------------------------------------- */
+
+Test(locktab, free_lock_is_granted_durably_with_token_and_ttl)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	struct dl_lock_status st;
+	int rc;
+
+	rc = acq(a, "job", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(gt(u64, r.token, 0));
+	cr_assert(eq(u64, r.value, 1000));
+	cr_assert(eq(u32, (uint32_t)r.durable, 1));
+	cr_assert(eq(u64, dl_locktab_last_token(tab), r.token));
+
+	st = status("job");
+	cr_assert(eq(int, st.held, 1));
+	cr_assert(eq(u64, st.token, r.token));
+	cr_assert(eq(u32, st.count, 1));
+	cr_assert(eq(u64, st.remaining, 1000));
+	cr_assert(eq(str, (char *)cstr(st.owner), (char *)"alice"));
+	cr_assert(eq(u32, st.holders, 1));
+	cr_assert(eq(u32, st.waiters, 0));
+
+	advance(250);
+	st = status("job");
+	cr_assert(eq(u64, st.remaining, 750));
+	must_release(a, "job", r.token);
+}
+
+Test(locktab, trylock_of_held_lock_is_busy_with_remaining_ms)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	struct dl_lock_status st;
+	uint64_t tok = must_grant(a, "job", 1000);
+	int rc;
+
+	advance(300);
+	rc = acq(b, "job", 5000, 0, NULL, &r);
+	EXPECT(rc, r, DL_BUSY);
+	cr_assert(eq(u64, r.value, 700));
+
+	st = status("job");
+	cr_assert(eq(u64, st.token, tok));
+	cr_assert(eq(str, (char *)cstr(st.owner), (char *)"alice"));
+	cr_assert(eq(u32, st.waiters, 0), "a TRYLOCK must not queue");
+	cr_assert(eq(sz, nev, 0));
+}
+
+Test(locktab, waiters_are_queued_with_positions_counting_from_one)
+{
+	struct client *a = client_new("alice");
+	struct client *w[3];
+	struct dl_lock_status st;
+	int i;
+
+	must_grant(a, "job", 1000);
+	for (i = 0; i < 3; i++) {
+		char owner[16];
+
+		snprintf(owner, sizeof(owner), "w%d", i);
+		w[i] = client_new(owner);
+	}
+	cr_assert(eq(u64, must_queue(w[0], "job", 1000, DL_WAIT_INF, NULL), 1));
+	cr_assert(eq(u64, must_queue(w[1], "job", 1000, 5000, NULL), 2));
+	cr_assert(eq(u64, must_queue(w[2], "job", 1000, DL_WAIT_INF, NULL), 3));
+	st = status("job");
+	cr_assert(eq(u32, st.waiters, 3));
+	cr_assert(eq(str, (char *)cstr(st.owner), (char *)"alice"));
+}
+
+/* ---- tokens -------------------------------------------------------------- */
+
+Test(locktab, tokens_strictly_increase_across_grants_locks_and_owners)
+{
+	struct client *c[4];
+	const char *locks[] = {"a", "b", "c"};
+	uint64_t last = 0, tok;
+	int round, i, j;
+
+	c[0] = client_new("o0");
+	c[1] = client_new("o1");
+	c[2] = client_new("o2");
+	c[3] = client_new("o0"); /* a second session of o0 */
+	for (round = 0; round < 5; round++) {
+		for (i = 0; i < 4; i++) {
+			for (j = 0; j < 3; j++) {
+				tok = must_grant(c[i], locks[j], 1000);
+				cr_assert(gt(u64, tok, last),
+					  "round %d client %d lock %s", round,
+					  i, locks[j]);
+				last = tok;
+				cr_assert(eq(u64, dl_locktab_last_token(tab),
+					     tok));
+				must_release(c[i], locks[j], tok);
+			}
+		}
+	}
+}
+
+Test(locktab, token_floor_is_max_of_stored_and_wall_clock_part)
+{
+	uint64_t unix_ms = 1700000000123ULL;
+
+	cr_assert(
+		eq(u64, dl_token_floor(0, unix_ms), unix_ms * DL_TOKEN_PER_MS));
+	cr_assert(eq(u64, dl_token_floor(42, unix_ms),
+		     unix_ms * DL_TOKEN_PER_MS));
+	cr_assert(eq(u64,
+		     dl_token_floor(unix_ms * DL_TOKEN_PER_MS + 5, unix_ms),
+		     unix_ms * DL_TOKEN_PER_MS + 5));
+	/* a wall clock set back: the stored value wins */
+	cr_assert(eq(u64,
+		     dl_token_floor(unix_ms * DL_TOKEN_PER_MS, unix_ms - 60000),
+		     unix_ms * DL_TOKEN_PER_MS));
+	cr_assert(eq(u64, dl_token_floor(7, 0), 7));
+	cr_assert(eq(u64, dl_token_floor(0, 1), DL_TOKEN_PER_MS));
+}
+
+Test(locktab, grant_after_raise_token_takes_the_next_token)
+{
+	struct client *a = client_new("alice");
+	uint64_t x = dl_token_floor(0, 1700000000000ULL);
+	uint64_t tok;
+
+	dl_locktab_raise_token(tab, x);
+	cr_assert(eq(u64, dl_locktab_last_token(tab), x));
+	tok = must_grant(a, "a", 1000);
+	cr_assert(eq(u64, tok, x + 1));
+
+	/* raising to a lower value never moves tokens backwards */
+	dl_locktab_raise_token(tab, 5);
+	cr_assert(eq(u64, dl_locktab_last_token(tab), x + 1));
+	cr_assert(eq(u64, must_grant(a, "b", 1000), x + 2));
+	must_release(a, "a", tok);
+	must_release(a, "b", x + 2);
+}
+
+Test(locktab, tokens_never_wrap_around_after_the_largest_token)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	uint64_t tok;
+	int rc;
+
+	dl_locktab_raise_token(tab, UINT64_MAX - 1);
+	tok = must_grant(a, "a", 1000);
+	cr_assert(eq(u64, tok, UINT64_MAX));
+	/* no token is larger: the table must refuse to grant, not reuse 0 */
+	rc = acq(a, "b", 1000, 0, NULL, &r);
+	if (rc == 0 && r.outcome == DL_GRANTED)
+		cr_assert(gt(u64, r.token, tok),
+			  "granted token %" PRIu64 " after %" PRIu64, r.token,
+			  tok);
+	cr_assert(lt(int, rc, 0), "a grant past UINT64_MAX must fail");
+	cr_assert(eq(u64, dl_locktab_last_token(tab), UINT64_MAX));
+}
+
+/* ---- reentrancy ---------------------------------------------------------- */
+
+Test(locktab, reentrant_lock_keeps_token_and_frees_after_last_release)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 1000);
+	int rc;
+
+	rc = acq(a, "job", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(eq(u64, r.token, tok));
+	cr_assert(eq(u64, r.value, 1000));
+	cr_assert(eq(u32, (uint32_t)r.durable, 1));
+	cr_assert(eq(u32, status("job").count, 2));
+	cr_assert(eq(u64, dl_locktab_last_token(tab), tok),
+		  "a reentry must not consume a token");
+
+	rc = rel(a, "job", tok, &r);
+	EXPECT(rc, r, DL_HELD);
+	cr_assert(eq(u64, r.value, 1));
+	cr_assert(eq(int, status("job").held, 1));
+	cr_assert(eq(u32, status("job").count, 1));
+
+	rc = rel(a, "job", tok, &r);
+	EXPECT(rc, r, DL_RELEASED);
+	cr_assert(eq(int, status("job").held, 0));
+
+	rc = rel(a, "job", tok, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+}
+
+Test(locktab, reentry_works_from_another_session_of_the_same_owner)
+{
+	struct client *a1 = client_new("alice");
+	struct client *a2 = client_new("alice");
+	struct dl_result r;
+	uint64_t tok = must_grant(a1, "job", 1000);
+	int rc;
+
+	rc = acq(a2, "job", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(eq(u64, r.token, tok));
+	cr_assert(eq(u32, status("job").count, 2));
+
+	rc = rel(a2, "job", tok, &r);
+	EXPECT(rc, r, DL_HELD);
+	cr_assert(eq(u64, r.value, 1));
+	rc = rel(a1, "job", tok, &r);
+	EXPECT(rc, r, DL_RELEASED);
+	cr_assert(eq(int, status("job").held, 0));
+}
+
+Test(locktab, lease_survives_holder_disconnect_and_reconnected_owner_reenters)
+{
+	struct client *a1 = client_new("alice");
+	struct client *a2;
+	struct dl_result r;
+	uint64_t tok = must_grant(a1, "job", 1000);
+	int rc;
+
+	client_close(a1);
+	cr_assert(eq(int, status("job").held, 1));
+	cr_assert(eq(str, (char *)cstr(status("job").owner), (char *)"alice"));
+
+	a2 = client_new("alice");
+	rc = acq(a2, "job", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(eq(u64, r.token, tok));
+	cr_assert(eq(u32, status("job").count, 2));
+	rc = rel(a2, "job", tok, &r);
+	EXPECT(rc, r, DL_HELD);
+	rc = rel(a2, "job", tok, &r);
+	EXPECT(rc, r, DL_RELEASED);
+}
+
+Test(locktab, reconnected_owner_refreshes_and_releases_lease_of_closed_session)
+{
+	struct client *a1 = client_new("alice");
+	struct client *a2;
+	struct dl_result r;
+	uint64_t tok = must_grant(a1, "job", 1000);
+	int rc;
+
+	client_close(a1);
+	advance(500);
+	a2 = client_new("alice");
+	rc = refresh(a2, "job", tok, 0, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	cr_assert(eq(u64, status("job").remaining, 1000));
+	must_release(a2, "job", tok);
+	cr_assert(eq(int, status("job").held, 0));
+}
+
+Test(locktab, holder_reentry_is_granted_even_with_waiters_queued)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 1000);
+	int rc;
+
+	must_queue(b, "job", 1000, DL_WAIT_INF, NULL);
+	rc = acq(a, "job", 1000, DL_WAIT_INF, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(eq(u64, r.token, tok));
+	cr_assert(eq(u32, status("job").count, 2));
+	cr_assert(eq(u32, status("job").waiters, 1));
+
+	rc = rel(a, "job", tok, &r);
+	EXPECT(rc, r, DL_HELD);
+	cr_assert(eq(sz, nev, 0), "a partial release must wake nobody");
+	must_release(a, "job", tok);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+}
+
+Test(locktab, reentrant_lease_expires_whole_at_its_deadline)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 1000);
+	int rc;
+
+	rc = acq(a, "job", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	advance_to(1000 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+	cr_assert(eq(int, status("job").held, 0));
+	rc = rel(a, "job", tok, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+}
+
+Test(locktab, reentry_beyond_the_hold_limit_is_refused)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 1000);
+	uint32_t i;
+	int rc;
+
+	for (i = 1; i < DL_REENTRY_MAX; i++) {
+		rc = acq(a, "job", 1000, 0, NULL, &r);
+		if (rc != 0 || r.outcome != DL_GRANTED || r.token != tok)
+			cr_fatal("hold %" PRIu32 ": rc %d outcome %s", i + 1,
+				 rc, outcome_name(r.outcome));
+	}
+	cr_assert(eq(u32, status("job").count, DL_REENTRY_MAX));
+	rc = acq(a, "job", 1000, 0, NULL, &r);
+	cr_assert(eq(int, rc, DL_ELIMIT));
+	cr_assert(eq(u32, status("job").count, DL_REENTRY_MAX));
+	rc = rel(a, "job", tok, &r);
+	EXPECT(rc, r, DL_HELD);
+	cr_assert(eq(u64, r.value, DL_REENTRY_MAX - 1));
+}
+
+/* ---- only the holder releases -------------------------------------------- */
+
+Test(locktab, release_with_wrong_token_or_by_another_owner_is_not_holder)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	struct dl_lock_status st;
+	uint64_t tok = must_grant(a, "job", 1000);
+	int rc;
+
+	rc = rel(a, "job", tok + 1, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+	rc = rel(a, "job", 0, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+	rc = rel(b, "job", tok, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+	rc = rel(a, "other", tok, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+
+	st = status("job");
+	cr_assert(eq(int, st.held, 1));
+	cr_assert(eq(u64, st.token, tok));
+	cr_assert(eq(u32, st.count, 1));
+	cr_assert(eq(str, (char *)cstr(st.owner), (char *)"alice"));
+	must_release(a, "job", tok);
+}
+
+/* ---- FIFO ---------------------------------------------------------------- */
+
+Test(locktab, each_release_grants_exactly_the_next_waiter_in_fifo_order)
+{
+	struct client *h = client_new("holder");
+	struct client *w[50];
+	struct client *cur = h;
+	uint64_t tok = must_grant(h, "q", 60000);
+	size_t before;
+	const struct rec *ev;
+	int i;
+
+	for (i = 0; i < 50; i++) {
+		char owner[16];
+
+		snprintf(owner, sizeof(owner), "w%02d", i);
+		w[i] = client_new(owner);
+		cr_assert(eq(u64,
+			     must_queue(w[i], "q", 60000, DL_WAIT_INF, NULL),
+			     (uint64_t)i + 1));
+	}
+	for (i = 0; i < 50; i++) {
+		before = nev;
+		must_release(cur, "q", tok);
+		cr_assert(eq(sz, nev - before, 1),
+			  "release %d must wake exactly one waiter", i);
+		ev = &evs[nev - 1];
+		cr_assert(eq(int, (int)ev->type, (int)DL_EVENT_GRANTED));
+		cr_assert(eq(ptr, (void *)ev->sess, (void *)&w[i]->s),
+			  "release %d granted client %d", i,
+			  ev->data ? ((struct client *)ev->data)->idx : -1);
+		cr_assert(eq(int, ev->durable, 1));
+		cr_assert(eq(str, (char *)ev->name, (char *)"q"));
+		cr_assert(gt(u64, ev->token, tok));
+		cr_assert(eq(u64, ev->ttl, 60000));
+		cr_assert(eq(u64, status("q").token, ev->token));
+		cr_assert(eq(u32, status("q").waiters, (uint32_t)(49 - i)));
+		tok = ev->token;
+		cur = w[i];
+	}
+	before = nev;
+	must_release(cur, "q", tok);
+	cr_assert(eq(sz, nev, before));
+	cr_assert(eq(int, status("q").held, 0));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, NULL), 50));
+}
+
+/* ---- expiry -------------------------------------------------------------- */
+
+Test(locktab, unrefreshed_lease_expires_within_one_tick_after_its_ttl)
+{
+	struct client *a = client_new("alice");
+	uint64_t tok = must_grant(a, "job", 1000);
+	const struct rec *ev;
+
+	advance_to(999);
+	cr_assert(eq(sz, nev, 0), "expired before its TTL");
+	cr_assert(eq(int, status("job").held, 1));
+	cr_assert(eq(u64, status("job").remaining, 1));
+
+	advance_to(1000 + TICK);
+	/* the wheel, not a lazy reap, must have sent the event */
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+	cr_assert(eq(sz, nev, 1));
+	ev = last_ev(DL_EVENT_EXPIRED, a);
+	cr_assert(eq(u64, ev->token, tok));
+	cr_assert(eq(str, (char *)ev->name, (char *)"job"));
+	cr_assert(eq(int, status("job").held, 0));
+	cr_assert(eq(u64, dl_locktab_stats(tab)->expiries, 1));
+}
+
+Test(locktab, expired_event_goes_to_every_session_of_the_owner_only)
+{
+	struct client *a1 = client_new("alice");
+	struct client *a2 = client_new("alice");
+	struct client *b = client_new("bob");
+	uint64_t tok = must_grant(a1, "job", 1000);
+
+	advance_to(1000 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a1), 1));
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a2), 1));
+	cr_assert(eq(sz, count_ev_to(b), 0));
+	cr_assert(eq(u64, last_ev(DL_EVENT_EXPIRED, a1)->token, tok));
+	cr_assert(eq(u64, last_ev(DL_EVENT_EXPIRED, a2)->token, tok));
+	cr_assert(eq(sz, nev, 2));
+}
+
+Test(locktab, expiry_grants_next_waiter_and_old_token_goes_stale)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	const struct rec *ev;
+	uint64_t t1 = must_grant(a, "job", 1000);
+	uint64_t t2;
+	int rc;
+
+	cr_assert(eq(u64, must_queue(b, "job", 500, DL_WAIT_INF, NULL), 1));
+	advance_to(999);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 0));
+	advance_to(1000 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+	ev = last_ev(DL_EVENT_GRANTED, b);
+	t2 = ev->token;
+	cr_assert(gt(u64, t2, t1));
+	cr_assert(eq(int, ev->durable, 1));
+	cr_assert(eq(u64, ev->ttl, 500));
+	cr_assert(eq(str, (char *)cstr(status("job").owner), (char *)"bob"));
+
+	rc = rel(a, "job", t1, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+	rc = refresh(a, "job", t1, 1000, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+	rc = check("job", t1, &r);
+	EXPECT(rc, r, DL_STALE);
+	cr_assert(eq(u64, r.token, t2));
+	rc = check("job", t2, &r);
+	EXPECT(rc, r, DL_VALID);
+	cr_assert(eq(u64, r.token, t2));
+	cr_assert(eq(u64, r.value, 500));
+
+	/* the old holder's failed requests left bob's lease alone */
+	cr_assert(eq(u64, status("job").token, t2));
+	must_release(b, "job", t2);
+}
+
+Test(locktab, overdue_lease_is_stale_on_check_before_timers_run)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 1000);
+	int rc;
+
+	rc = check("job", tok, &r);
+	EXPECT(rc, r, DL_VALID);
+	cr_assert(eq(u64, r.value, 1000));
+
+	clock_ms = T0 + 1000; /* deadline reached, no timers run */
+	rc = check("job", tok, &r);
+	EXPECT(rc, r, DL_STALE);
+	cr_assert(eq(u64, r.token, 0));
+	cr_assert(eq(int, status("job").held, 0));
+
+	/* told exactly once, whether by the reap or by the wheel */
+	advance(2 * TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+}
+
+Test(locktab, overdue_lease_is_reaped_when_another_owner_trylocks)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 1000);
+	int rc;
+
+	clock_ms = T0 + 1001; /* past the deadline, no timers run */
+	cr_assert(eq(int, status("job").held, 0),
+		  "a lease past its deadline must never look held");
+
+	rc = acq(b, "job", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(gt(u64, r.token, tok));
+	cr_assert(eq(str, (char *)cstr(status("job").owner), (char *)"bob"));
+	rc = rel(a, "job", tok, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+
+	advance(2 * TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+	cr_assert(eq(sz, count_ev_to(b), 0), "bob's new lease must not expire");
+	cr_assert(eq(int, status("job").held, 1));
+}
+
+Test(locktab, overdue_lease_does_not_refresh)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 1000);
+	int rc;
+
+	clock_ms = T0 + 1000;
+	rc = refresh(a, "job", tok, 1000, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+	cr_assert(eq(int, status("job").held, 0));
+}
+
+Test(locktab, overdue_lease_reaped_on_access_hands_the_lock_to_the_next_waiter)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	const struct rec *ev;
+	uint64_t tok = must_grant(a, "job", 1000);
+	int rc;
+
+	must_queue(b, "job", 400, DL_WAIT_INF, NULL);
+	clock_ms = T0 + 1000; /* deadline reached, no timers run */
+	rc = check("job", tok, &r);
+	EXPECT(rc, r, DL_STALE);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+	ev = last_ev(DL_EVENT_GRANTED, b);
+	cr_assert(gt(u64, ev->token, tok));
+	cr_assert(eq(int, ev->durable, 1));
+	cr_assert(eq(u64, ev->ttl, 400));
+	cr_assert(eq(u64, r.token, ev->token), "STALE names the new holder");
+	cr_assert(eq(str, (char *)cstr(status("job").owner), (char *)"bob"));
+	cr_assert(eq(u32, status("job").waiters, 0));
+}
+
+Test(locktab, lease_expiry_and_wait_deadline_in_the_same_tick_stay_consistent)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct client *c = client_new("carol");
+	struct dl_lock_status st;
+	size_t granted, timedout;
+
+	must_grant(a, "job", 100);
+	must_queue(b, "job", 1000, 100, NULL);
+	must_queue(c, "job", 1000, 100, NULL);
+	advance_to(100 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+	granted = count_ev(DL_EVENT_GRANTED, NULL);
+	timedout = count_ev(DL_EVENT_TIMEOUT, NULL);
+	/* each waiter is told exactly once, and at most one is granted */
+	cr_assert(eq(sz, count_ev_to(b), 1));
+	cr_assert(eq(sz, count_ev_to(c), 1));
+	cr_assert(le(sz, granted, 1));
+	cr_assert(eq(sz, granted + timedout, 2));
+	st = status("job");
+	cr_assert(eq(u32, st.waiters, 0));
+	cr_assert(eq(int, st.held, (int)granted));
+	if (granted)
+		cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1),
+			  "only the head may be granted");
+}
+
+Test(locktab, timeout_reports_when_timers_need_running)
+{
+	struct client *a = client_new("alice");
+	int64_t ms;
+
+	cr_assert(eq(i64, dl_locktab_timeout(tab), -1));
+	must_grant(a, "job", 1000);
+	ms = dl_locktab_timeout(tab);
+	cr_assert(ge(i64, ms, 0));
+	cr_assert(lt(i64, ms, 1000 + TICK));
+	clock_ms = T0 + 1000 + TICK;
+	cr_assert(eq(i64, dl_locktab_timeout(tab), 0));
+	cr_assert(eq(sz, dl_locktab_run_timers(tab, SIZE_MAX), 1));
+	cr_assert(eq(i64, dl_locktab_timeout(tab), -1));
+}
+
+/* ---- refresh ------------------------------------------------------------- */
+
+Test(locktab, refresh_with_ttl_extends_the_deadline)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 1000);
+	int rc;
+
+	advance_to(800);
+	rc = refresh(a, "job", tok, 2000, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	cr_assert(eq(u64, r.value, 2000));
+	cr_assert(eq(u32, (uint32_t)r.durable, 1));
+	cr_assert(eq(u64, status("job").remaining, 2000));
+	cr_assert(eq(u64, status("job").token, tok));
+
+	advance_to(800 + 1999);
+	cr_assert(eq(sz, nev, 0), "expired before its refreshed deadline");
+	cr_assert(eq(int, status("job").held, 1));
+	cr_assert(eq(u64, status("job").remaining, 1));
+
+	advance_to(800 + 2000 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+	cr_assert(eq(u64, last_ev(DL_EVENT_EXPIRED, a)->token, tok));
+}
+
+Test(locktab, refresh_with_ttl_zero_keeps_the_last_ttl)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 1500);
+	int rc;
+
+	advance_to(1000);
+	rc = refresh(a, "job", tok, 0, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	cr_assert(eq(u64, r.value, 1500));
+	cr_assert(eq(u64, status("job").remaining, 1500));
+
+	advance_to(1000 + 1499);
+	cr_assert(eq(sz, nev, 0));
+	cr_assert(eq(int, status("job").held, 1));
+
+	/* the TTL of the last explicit refresh becomes the default */
+	rc = refresh(a, "job", tok, 300, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	cr_assert(eq(u64, r.value, 300));
+	advance(100);
+	rc = refresh(a, "job", tok, 0, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	cr_assert(eq(u64, r.value, 300));
+	cr_assert(eq(u64, status("job").remaining, 300));
+
+	advance(300 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+}
+
+Test(locktab, refresh_by_another_owner_is_not_holder_and_changes_nothing)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 1000);
+	int rc;
+
+	advance(400);
+	rc = refresh(b, "job", tok, 5000, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+	rc = refresh(a, "job", tok + 1, 5000, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+	cr_assert(eq(u64, status("job").remaining, 600));
+	advance_to(1000 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+}
+
+/* ---- wait timeouts ------------------------------------------------------- */
+
+Test(locktab, waiter_times_out_at_its_wait_deadline_not_before)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	const struct rec *ev;
+	int rc;
+
+	must_grant(a, "job", 10000);
+	cr_assert(eq(u64, must_queue(b, "job", 1000, 100, NULL), 1));
+	advance_to(99);
+	cr_assert(eq(sz, nev, 0), "timed out early");
+	cr_assert(eq(u32, status("job").waiters, 1));
+
+	advance_to(100 + TICK);
+	cr_assert(eq(sz, nev, 1));
+	ev = last_ev(DL_EVENT_TIMEOUT, b);
+	cr_assert(eq(str, (char *)ev->name, (char *)"job"));
+	cr_assert(eq(u32, status("job").waiters, 0));
+	rc = cancel(b, "job", &r);
+	EXPECT(rc, r, DL_NOT_QUEUED);
+	cr_assert(eq(u64, dl_locktab_stats(tab)->timeouts, 1));
+}
+
+Test(locktab, timed_out_waiter_leaves_queue_and_those_behind_move_up)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct client *c = client_new("carol");
+	struct client *d = client_new("dave");
+	struct client *e = client_new("erin");
+	uint64_t tok = must_grant(a, "job", 10000);
+
+	cr_assert(eq(u64, must_queue(b, "job", 1000, DL_WAIT_INF, NULL), 1));
+	cr_assert(eq(u64, must_queue(c, "job", 1000, 100, NULL), 2));
+	cr_assert(eq(u64, must_queue(d, "job", 1000, DL_WAIT_INF, NULL), 3));
+	advance_to(100 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_TIMEOUT, c), 1));
+	cr_assert(eq(u32, status("job").waiters, 2));
+	/* bob 1, dave 2, so erin is 3 */
+	cr_assert(eq(u64, must_queue(e, "job", 1000, DL_WAIT_INF, NULL), 3));
+
+	must_release(a, "job", tok);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+	tok = last_ev(DL_EVENT_GRANTED, b)->token;
+	must_release(b, "job", tok);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, d), 1));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, c), 0));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, e), 0));
+	cr_assert(eq(u32, status("job").waiters, 1));
+}
+
+Test(locktab, infinite_wait_never_times_out)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	uint64_t tok = must_grant(a, "job", 3600000);
+	int i;
+
+	must_queue(b, "job", 1000, DL_WAIT_INF, NULL);
+	for (i = 1; i <= 59; i++)
+		advance_to((uint64_t)i * 60000);
+	cr_assert(eq(sz, nev, 0));
+	cr_assert(eq(u32, status("job").waiters, 1));
+	must_release(a, "job", tok);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+	cr_assert(eq(sz, count_ev(DL_EVENT_TIMEOUT, b), 0));
+}
+
+Test(locktab, granted_waiter_does_not_time_out_later)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	uint64_t tok = must_grant(a, "job", 10000);
+
+	must_queue(b, "job", 5000, 100, NULL);
+	advance(50);
+	must_release(a, "job", tok);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+	advance_to(100 + 2 * TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_TIMEOUT, b), 0));
+	cr_assert(eq(str, (char *)cstr(status("job").owner), (char *)"bob"));
+}
+
+Test(locktab, longest_finite_wait_does_not_time_out_early)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct client *c = client_new("carol");
+	uint64_t tok = must_grant(a, "job", 3600000);
+
+	/* the codec's largest duration, and the largest finite wait */
+	must_queue(b, "job", 1000, DL_DURATION_MAX_MS, NULL);
+	must_queue(c, "job", 1000, DL_WAIT_INF - 1, NULL);
+	advance(60000);
+	cr_assert(eq(sz, count_ev(DL_EVENT_TIMEOUT, b), 0));
+	cr_assert(eq(sz, count_ev(DL_EVENT_TIMEOUT, c), 0),
+		  "wait=UINT64_MAX-1 timed out after 60 s");
+	cr_assert(eq(u32, status("job").waiters, 2));
+	must_release(a, "job", tok);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+}
+
+/* ---- cancel -------------------------------------------------------------- */
+
+Test(locktab, cancel_removes_waiter_and_otherwise_is_not_queued)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct client *c = client_new("carol");
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 1000);
+	int rc;
+
+	must_queue(b, "job", 1000, DL_WAIT_INF, NULL);
+	rc = cancel(b, "job", &r);
+	EXPECT(rc, r, DL_CANCELLED);
+	cr_assert(eq(u32, status("job").waiters, 0));
+	rc = cancel(b, "job", &r);
+	EXPECT(rc, r, DL_NOT_QUEUED);
+	rc = cancel(c, "job", &r);
+	EXPECT(rc, r, DL_NOT_QUEUED);
+	rc = cancel(a, "job", &r); /* the holder is not queued */
+	EXPECT(rc, r, DL_NOT_QUEUED);
+	cr_assert(eq(int, status("job").held, 1));
+	rc = cancel(c, "nolock", &r);
+	EXPECT(rc, r, DL_NOT_QUEUED);
+
+	must_release(a, "job", tok);
+	cr_assert(eq(sz, nev, 0), "a cancelled waiter must not be granted");
+}
+
+Test(locktab, cancel_of_head_or_middle_waiter_keeps_order_of_the_rest)
+{
+	struct client *a = client_new("alice");
+	struct client *w[4];
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 10000);
+	int i, rc;
+
+	for (i = 0; i < 4; i++) {
+		char owner[16];
+
+		snprintf(owner, sizeof(owner), "w%d", i);
+		w[i] = client_new(owner);
+		must_queue(w[i], "job", 1000, DL_WAIT_INF, NULL);
+	}
+	/* the head leaves while the lock is held: nobody is granted */
+	rc = cancel(w[0], "job", &r);
+	EXPECT(rc, r, DL_CANCELLED);
+	cr_assert(eq(sz, nev, 0));
+	cr_assert(eq(str, (char *)cstr(status("job").owner), (char *)"alice"));
+	/* a middle waiter leaves */
+	rc = cancel(w[2], "job", &r);
+	EXPECT(rc, r, DL_CANCELLED);
+	cr_assert(eq(u32, status("job").waiters, 2));
+
+	must_release(a, "job", tok);
+	cr_assert(eq(sz, nev, 1));
+	tok = last_ev(DL_EVENT_GRANTED, w[1])->token;
+	must_release(w[1], "job", tok);
+	cr_assert(eq(sz, nev, 2));
+	tok = last_ev(DL_EVENT_GRANTED, w[3])->token;
+	must_release(w[3], "job", tok);
+	cr_assert(eq(sz, count_ev_to(w[0]), 0));
+	cr_assert(eq(sz, count_ev_to(w[2]), 0));
+	cr_assert(eq(int, status("job").held, 0));
+	cr_assert(eq(u32, status("job").waiters, 0));
+}
+
+/* ---- disconnect ---------------------------------------------------------- */
+
+Test(locktab, closing_a_waiting_session_drops_its_waiters)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct client *c = client_new("carol");
+	uint64_t tx = must_grant(a, "x", 10000);
+	uint64_t ty = must_grant(a, "y", 10000);
+
+	must_queue(b, "x", 1000, DL_WAIT_INF, NULL);
+	must_queue(b, "y", 1000, 5000, NULL);
+	must_queue(c, "x", 1000, DL_WAIT_INF, NULL);
+	client_close(b);
+	cr_assert(eq(u32, status("x").waiters, 1));
+	cr_assert(eq(u32, status("y").waiters, 0));
+
+	must_release(a, "x", tx);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, c), 1));
+	must_release(a, "y", ty);
+	cr_assert(eq(int, status("y").held, 0));
+	/* nothing is sent to a closed session, not even its wait timeout */
+	advance(6000);
+	cr_assert(eq(sz, count_ev_to(b), 0));
+	cr_assert(eq(sz, count_ev(DL_EVENT_TIMEOUT, NULL), 0));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, NULL), 1));
+}
+
+Test(locktab, closing_the_holder_session_keeps_the_lease_until_its_ttl)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	uint64_t tok = must_grant(a, "job", 1000);
+	const struct rec *ev;
+
+	must_queue(b, "job", 700, DL_WAIT_INF, NULL);
+	client_close(a);
+	cr_assert(eq(int, status("job").held, 1));
+	cr_assert(eq(u64, status("job").token, tok));
+	advance_to(999);
+	cr_assert(eq(sz, nev, 0));
+	cr_assert(eq(u32, status("job").waiters, 1));
+
+	advance_to(1000 + TICK);
+	cr_assert(eq(sz, count_ev_to(a), 0), "event sent to a closed session");
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+	ev = last_ev(DL_EVENT_GRANTED, b);
+	cr_assert(gt(u64, ev->token, tok));
+	cr_assert(eq(str, (char *)cstr(status("job").owner), (char *)"bob"));
+	cr_assert(eq(u64, dl_locktab_stats(tab)->expiries, 1));
+}
+
+Test(locktab, same_session_asking_twice_is_already_waiting)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	int rc;
+
+	must_grant(a, "job", 1000);
+	must_queue(b, "job", 1000, DL_WAIT_INF, NULL);
+	rc = acq(b, "job", 1000, DL_WAIT_INF, NULL, &r);
+	EXPECT(rc, r, DL_ALREADY_WAITING);
+	rc = acq(b, "job", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_ALREADY_WAITING);
+	cr_assert(eq(u32, status("job").waiters, 1));
+}
+
+Test(locktab, set_owner_is_refused_while_the_session_has_waiters)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	int rc;
+
+	must_grant(a, "job", 1000);
+	must_queue(b, "job", 1000, DL_WAIT_INF, NULL);
+	rc = dl_session_set_owner(tab, &b->s, str("robert"));
+	cr_assert(eq(int, rc, DL_EBADARG));
+	cr_assert(
+		eq(str, (char *)cstr(dl_session_owner(&b->s)), (char *)"bob"));
+
+	rc = cancel(b, "job", &r);
+	EXPECT(rc, r, DL_CANCELLED);
+	rc = dl_session_set_owner(tab, &b->s, str("robert"));
+	cr_assert(eq(int, rc, 0));
+	cr_assert(eq(str, (char *)cstr(dl_session_owner(&b->s)),
+		     (char *)"robert"));
+}
+
+Test(locktab, lease_stays_with_its_owner_when_the_session_changes_owner)
+{
+	struct client *a = client_new("alice");
+	struct client *a2;
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 1000);
+	int rc;
+
+	rc = dl_session_set_owner(tab, &a->s, str("robert"));
+	cr_assert(eq(int, rc, 0));
+	rc = rel(a, "job", tok, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+	cr_assert(eq(str, (char *)cstr(status("job").owner), (char *)"alice"));
+	a2 = client_new("alice");
+	must_release(a2, "job", tok);
+}
+
+Test(locktab, owner_lives_while_it_has_sessions_leases_or_waiters)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	const struct dl_locktab_stats *st = dl_locktab_stats(tab);
+
+	cr_assert(eq(u64, st->owners, 2));
+	must_grant(a, "job", 1000);
+	client_close(a);
+	cr_assert(eq(u64, st->owners, 2), "the lease keeps alice");
+	must_queue(b, "job", 1000, DL_WAIT_INF, NULL);
+	advance_to(1000 + TICK);
+	cr_assert(eq(u64, st->owners, 1), "alice has nothing left");
+	cr_assert(eq(u64, st->leases, 1));
+	cr_assert(eq(u64, st->waiters, 0));
+	client_close(b);
+	cr_assert(eq(u64, st->owners, 1), "bob's lease keeps bob");
+	advance(1000 + TICK);
+	cr_assert(eq(u64, st->owners, 0));
+	cr_assert(eq(u64, st->leases, 0));
+}
+
+Test(locktab, longest_name_and_owner_are_kept_whole)
+{
+	char name[DL_NAME_MAX + 1], owner[DL_OWNER_MAX + 1];
+	struct client *a, *b;
+	struct dl_lock_status st;
+	uint64_t tok;
+
+	memset(name, 'n', DL_NAME_MAX);
+	name[DL_NAME_MAX] = '\0';
+	name[DL_NAME_MAX - 1] = 'Z';
+	memset(owner, 'o', DL_OWNER_MAX);
+	owner[DL_OWNER_MAX] = '\0';
+	owner[DL_OWNER_MAX - 1] = 'Z';
+	a = client_new(owner);
+	b = client_new("bob");
+	tok = must_grant(a, name, 1000);
+	st = status(name);
+	cr_assert(eq(str, (char *)cstr(st.owner), owner));
+	cr_assert(eq(str, (char *)cstr(dl_session_owner(&a->s)), owner));
+	must_queue(b, name, 1000, DL_WAIT_INF, NULL);
+	must_release(a, name, tok);
+	cr_assert(eq(str, (char *)last_ev(DL_EVENT_GRANTED, b)->name, name));
+}
+
+/* ---- limits -------------------------------------------------------------- */
+
+Test(locktab, full_queue_refuses_another_waiter_with_limit)
+{
+	struct dl_locktab_limits lim = {3, LIM_OWNER};
+	struct client *a = client_new("alice");
+	struct client *w[4];
+	struct dl_result r;
+	int i, rc;
+
+	dl_locktab_set_limits(tab, &lim);
+	must_grant(a, "job", 1000);
+	for (i = 0; i < 4; i++) {
+		char owner[16];
+
+		snprintf(owner, sizeof(owner), "w%d", i);
+		w[i] = client_new(owner);
+	}
+	for (i = 0; i < 3; i++)
+		must_queue(w[i], "job", 1000, DL_WAIT_INF, NULL);
+	rc = acq(w[3], "job", 1000, DL_WAIT_INF, NULL, &r);
+	cr_assert(eq(int, rc, DL_ELIMIT));
+	cr_assert(eq(u32, status("job").waiters, 3));
+}
+
+Test(locktab, owner_limit_counts_leases_and_waiters)
+{
+	struct dl_locktab_limits lim = {LIM_WAIT, 3};
+	struct client *o = client_new("greedy");
+	struct client *x = client_new("other");
+	struct dl_result r;
+	struct drained d;
+	uint64_t ta;
+	int rc;
+
+	dl_locktab_set_limits(tab, &lim);
+	ta = must_grant(o, "a", 1000);
+	must_grant(o, "b", 1000);
+	must_grant(x, "c", 1000);
+	must_queue(o, "c", 1000, DL_WAIT_INF, NULL); /* 2 leases + 1 waiter */
+	drain(&d);
+
+	rc = acq(o, "d", 1000, 0, NULL, &r);
+	cr_assert(eq(int, rc, DL_ELIMIT), "a 4th lease");
+	must_grant(x, "e", 1000);
+	rc = acq(o, "e", 1000, DL_WAIT_INF, NULL, &r);
+	cr_assert(eq(int, rc, DL_ELIMIT), "a 2nd waiter as 4th lock");
+	cr_assert(eq(u32, status("e").waiters, 0));
+	cr_assert_null(dl_locktab_find(tab, str("d")),
+		       "a refused LOCK left a lock behind");
+
+	/* a reentry is not one more lock */
+	rc = acq(o, "a", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(eq(u64, r.token, ta));
+
+	/* one lock less, one more allowed */
+	rc = cancel(o, "c", &r);
+	EXPECT(rc, r, DL_CANCELLED);
+	must_grant(o, "d", 1000);
+}
+
+Test(locktab, zero_or_oversized_ttl_is_bad_arg_and_creates_nothing)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	int rc;
+
+	rc = acq(a, "job", 0, 0, NULL, &r);
+	cr_assert(eq(int, rc, DL_EBADARG));
+	rc = acq(a, "job", (uint64_t)DL_TTL_STORE_MAX + 1, 0, NULL, &r);
+	cr_assert(eq(int, rc, DL_EBADARG));
+	cr_assert_null(dl_locktab_find(tab, str("job")));
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 0));
+	cr_assert(eq(u64, dl_locktab_last_token(tab), 0));
+}
+
+Test(locktab, largest_ttl_is_accepted)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	int rc;
+
+	rc = acq(a, "job", DL_TTL_STORE_MAX, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(eq(u64, r.value, DL_TTL_STORE_MAX));
+	cr_assert(eq(u64, status("job").remaining, DL_TTL_STORE_MAX));
+	advance(3600000);
+	cr_assert(eq(u64, status("job").remaining,
+		     (uint64_t)DL_TTL_STORE_MAX - 3600000));
+	cr_assert(eq(sz, nev, 0));
+}
+
+Test(locktab, stats_count_what_happened)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct client *c = client_new("carol");
+	const struct dl_locktab_stats *st = dl_locktab_stats(tab);
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "x", 1000);
+	int rc;
+
+	rc = acq(a, "x", 1000, 0, NULL, &r); /* reentry */
+	EXPECT(rc, r, DL_GRANTED);
+	rc = refresh(a, "x", tok, 0, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	must_queue(b, "x", 1000, DL_WAIT_INF, NULL);
+	must_queue(c, "x", 1000, 50, NULL);
+	cr_assert(eq(u64, st->locks, 1));
+	cr_assert(eq(u64, st->leases, 1));
+	cr_assert(eq(u64, st->waiters, 2));
+	cr_assert(eq(u64, st->owners, 3));
+	advance(50 + TICK); /* carol times out */
+	rc = cancel(b, "x", &r);
+	EXPECT(rc, r, DL_CANCELLED);
+	advance(1000 + TICK); /* alice's lease expires */
+	cr_assert(eq(u64, st->grants, 1));
+	cr_assert(eq(u64, st->reentries, 1));
+	cr_assert(eq(u64, st->refreshes, 1));
+	cr_assert(eq(u64, st->timeouts, 1));
+	cr_assert(eq(u64, st->cancels, 1));
+	cr_assert(eq(u64, st->expiries, 1));
+	cr_assert(eq(u64, st->leases, 0));
+	cr_assert(eq(u64, st->waiters, 0));
+	tok = must_grant(b, "y", 1000);
+	must_release(b, "y", tok);
+	cr_assert(eq(u64, st->grants, 2));
+	cr_assert(eq(u64, st->releases, 1));
+}
+
+/* ---- suspended grants ---------------------------------------------------- */
+
+Test(locktab, suspended_table_refuses_acquire_as_unavailable)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	int rc;
+
+	dl_locktab_suspend_grants(tab, 1);
+	rc = acq(a, "job", 1000, 0, NULL, &r);
+	cr_assert(eq(int, rc, DL_EUNAVAILABLE));
+	rc = acq(a, "job", 1000, DL_WAIT_INF, NULL, &r);
+	cr_assert(eq(int, rc, DL_EUNAVAILABLE));
+	cr_assert(eq(int, status("job").held, 0));
+	cr_assert(eq(u32, status("job").waiters, 0));
+
+	dl_locktab_suspend_grants(tab, 0);
+	must_grant(a, "job", 1000);
+}
+
+Test(locktab, lease_expiring_while_suspended_grants_its_waiter_only_on_resume)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct client *c = client_new("carol");
+	uint64_t tx = must_grant(a, "x", 1000);
+	uint64_t ty = must_grant(a, "y", 1000);
+	const struct rec *ev;
+
+	must_queue(b, "x", 800, DL_WAIT_INF, NULL);
+	must_queue(c, "x", 800, DL_WAIT_INF, NULL);
+	must_queue(c, "y", 800, DL_WAIT_INF, NULL);
+	dl_locktab_suspend_grants(tab, 1);
+	advance_to(1000 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 2),
+		  "leases keep expiring while suspended");
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, NULL), 0));
+	cr_assert(eq(int, status("x").held, 0));
+	cr_assert(eq(u32, status("x").waiters, 2));
+	cr_assert(eq(u32, status("y").waiters, 1));
+
+	advance(500);
+	dl_locktab_suspend_grants(tab, 0);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, NULL), 2));
+	ev = last_ev(DL_EVENT_GRANTED, b);
+	cr_assert(eq(str, (char *)ev->name, (char *)"x"));
+	cr_assert(gt(u64, ev->token, ty));
+	cr_assert(gt(u64, ev->token, tx));
+	cr_assert(eq(int, ev->durable, 1));
+	ev = last_ev(DL_EVENT_GRANTED, c);
+	cr_assert(eq(str, (char *)ev->name, (char *)"y"));
+	cr_assert(eq(str, (char *)cstr(status("x").owner), (char *)"bob"));
+	cr_assert(eq(u32, status("x").waiters, 1));
+	cr_assert(eq(u64, status("x").remaining, 800),
+		  "the lease starts when it is granted");
+}
+
+/* ---- dirty set ----------------------------------------------------------- */
+
+Test(locktab, every_state_change_marks_its_lock_dirty)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	struct drained d;
+	uint64_t tok;
+	int rc;
+
+	tok = must_grant(a, "job", 1000);
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 1), "grant");
+	cr_assert(eq(sz, drain(&d), 1));
+	cr_assert(eq(str, d.names[0], (char *)"job"));
+	cr_assert(eq(int, d.held[0], 1));
+
+	rc = acq(a, "job", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 1), "reentry");
+	drain(&d);
+
+	rc = rel(a, "job", tok, &r);
+	EXPECT(rc, r, DL_HELD);
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 1), "partial release");
+	drain(&d);
+
+	rc = refresh(a, "job", tok, 2000, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 1), "refresh");
+	drain(&d);
+
+	must_queue(b, "job", 1000, 50, NULL);
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 1), "queue");
+	cr_assert(eq(sz, drain(&d), 1));
+	cr_assert(eq(u32, d.waiters[0], 1));
+
+	rc = cancel(b, "job", &r);
+	EXPECT(rc, r, DL_CANCELLED);
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 1), "cancel");
+	drain(&d);
+
+	must_queue(b, "job", 1000, 50, NULL);
+	drain(&d);
+	advance(50 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_TIMEOUT, b), 1));
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 1), "wait timeout");
+	cr_assert(eq(sz, drain(&d), 1));
+	cr_assert(eq(u32, d.waiters[0], 0));
+
+	must_queue(b, "job", 1000, DL_WAIT_INF, NULL);
+	client_close(b);
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 1), "session close");
+	drain(&d);
+
+	advance(2000 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 1), "expiry");
+	cr_assert(eq(sz, drain(&d), 1));
+	cr_assert(eq(int, d.held[0], 0));
+	cr_assert_null(dl_locktab_find(tab, str("job")));
+}
+
+Test(locktab, drain_hands_each_dirty_lock_once_in_its_final_state)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	struct drained d;
+	uint64_t tok = must_grant(a, "a", 1000);
+	int rc, i;
+
+	for (i = 0; i < 5; i++) {
+		rc = acq(a, "a", 1000, 0, NULL, &r);
+		EXPECT(rc, r, DL_GRANTED);
+		rc = refresh(a, "a", tok, 1000, &r);
+		EXPECT(rc, r, DL_REFRESHED);
+		rc = rel(a, "a", tok, &r);
+		EXPECT(rc, r, DL_HELD);
+	}
+	must_queue(b, "a", 1000, DL_WAIT_INF, NULL);
+	must_grant(b, "b", 1000);
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 2));
+
+	cr_assert(eq(sz, drain(&d), 2));
+	cr_assert(eq(sz, d.calls, 2));
+	cr_assert(ne(str, d.names[0], d.names[1]));
+	for (i = 0; i < 2; i++) {
+		cr_assert(eq(int, d.held[i], 1));
+		cr_assert(
+			eq(u32, d.waiters[i], strcmp(d.names[i], "a") ? 0 : 1));
+	}
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 0));
+	cr_assert(eq(sz, drain(&d), 0));
+	cr_assert(eq(sz, d.calls, 0));
+	cr_assert_not_null(dl_locktab_find(tab, str("a")));
+	cr_assert_not_null(dl_locktab_find(tab, str("b")));
+}
+
+Test(locktab, lock_freed_before_drain_is_handed_over_empty_then_deleted)
+{
+	struct client *a = client_new("alice");
+	struct drained d;
+	uint64_t tok = must_grant(a, "tmp", 1000);
+
+	must_release(a, "tmp", tok);
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 1));
+	cr_assert_not_null(dl_locktab_find(tab, str("tmp")),
+			   "the store has not seen the release yet");
+	cr_assert(eq(sz, drain(&d), 1));
+	cr_assert(eq(sz, d.calls, 1));
+	cr_assert(eq(str, d.names[0], (char *)"tmp"));
+	cr_assert(eq(int, d.held[0], 0));
+	cr_assert(eq(u32, d.waiters[0], 0));
+	cr_assert_null(dl_locktab_find(tab, str("tmp")));
+	cr_assert(eq(u64, dl_locktab_stats(tab)->locks, 0));
+}
+
+Test(locktab, reads_and_refusals_on_unknown_locks_create_nothing)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	struct dl_lock_status st;
+	int rc;
+
+	rc = check("ghost", 12345, &r);
+	EXPECT(rc, r, DL_STALE);
+	cr_assert(eq(u64, r.token, 0));
+	st = status("ghost");
+	cr_assert(eq(int, st.held, 0));
+	cr_assert(eq(u32, st.waiters, 0));
+	cr_assert(eq(u32, st.holders, 0));
+	rc = rel(a, "ghost", 1, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+	rc = refresh(a, "ghost", 1, 1000, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+	rc = cancel(a, "ghost", &r);
+	EXPECT(rc, r, DL_NOT_QUEUED);
+
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 0));
+	cr_assert_null(dl_locktab_find(tab, str("ghost")));
+	cr_assert(eq(u64, dl_locktab_stats(tab)->locks, 0));
+}
+
+/* ---- tags ---------------------------------------------------------------- */
+
+Test(locktab, tag_of_a_queued_lock_comes_back_on_its_granted_event)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	const char *tag32 = "0123456789abcdef0123456789ABCDEF";
+	uint64_t tok = must_grant(a, "job", 1000);
+	const struct rec *ev;
+
+	cr_assert(eq(sz, strlen(tag32), (size_t)DL_TAG_MAX));
+	must_queue(b, "job", 1000, DL_WAIT_INF, tag32);
+	must_release(a, "job", tok);
+	ev = last_ev(DL_EVENT_GRANTED, b);
+	cr_assert(eq(sz, ev->tag_len, (size_t)DL_TAG_MAX));
+	cr_assert(eq(str, (char *)ev->tag, (char *)tag32));
+}
+
+Test(locktab, tag_of_a_queued_lock_comes_back_on_its_timeout_event)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct client *c = client_new("carol");
+	const struct rec *ev;
+
+	must_grant(a, "job", 10000);
+	must_queue(b, "job", 1000, 100, "req-7");
+	must_queue(c, "job", 1000, 200, NULL);
+	advance(200 + TICK);
+	ev = last_ev(DL_EVENT_TIMEOUT, b);
+	cr_assert(eq(str, (char *)ev->tag, (char *)"req-7"));
+	cr_assert(eq(sz, ev->tag_len, 5));
+	ev = last_ev(DL_EVENT_TIMEOUT, c);
+	cr_assert(eq(sz, ev->tag_len, 0));
+}
+
+/* ---- scale --------------------------------------------------------------- */
+
+#define MILLION 1000000u
+#define BUDGET	10000u
+
+static void count_cb(const struct dl_lock *lk, void *arg)
+{
+	(void)lk;
+	(*(size_t *)arg)++;
+}
+
+Test(locktab, million_leases_expire_exactly_once_in_budgeted_runs)
+{
+	struct dl_locktab_limits lim = {LIM_WAIT, 2 * MILLION};
+	struct client *a;
+	struct dl_result r;
+	char name[16];
+	size_t i, n, total, calls, handed, before, twice;
+	uint64_t base;
+	int rc;
+
+	dl_locktab_set_limits(tab, &lim);
+	a = client_new("bulk");
+	base = dl_locktab_last_token(tab) + 1;
+	for (i = 0; i < MILLION; i++) {
+		snprintf(name, sizeof(name), "L%07zu", i);
+		rc = acq(a, name, 5000, 0, NULL, &r);
+		if (rc != 0 || r.outcome != DL_GRANTED)
+			cr_fatal("lock %zu: rc %d outcome %s", i, rc,
+				 outcome_name(r.outcome));
+	}
+	cr_assert(eq(u64, dl_locktab_stats(tab)->leases, MILLION));
+	cr_assert(eq(u64, dl_locktab_last_token(tab), base + MILLION - 1));
+	handed = 0;
+	cr_assert(eq(sz, dl_locktab_drain_dirty(tab, count_cb, &handed),
+		     MILLION));
+	cr_assert(eq(sz, handed, MILLION));
+
+	seen = calloc(MILLION, 1);
+	cr_assert_not_null(seen);
+	seen_base = base;
+	seen_len = MILLION;
+
+	clock_ms += 5000 + TICK;
+	total = 0;
+	calls = 0;
+	do {
+		before = nev_type[DL_EVENT_EXPIRED];
+		n = dl_locktab_run_timers(tab, BUDGET);
+		calls++;
+		cr_assert(le(sz, n, BUDGET), "call %zu fired too many", calls);
+		cr_assert(eq(sz, nev_type[DL_EVENT_EXPIRED] - before, n));
+		total += n;
+	} while (n > 0 && total < MILLION);
+	cr_assert(eq(sz, total, MILLION));
+	cr_assert(ge(sz, calls, MILLION / BUDGET));
+	cr_assert(eq(sz, dl_locktab_run_timers(tab, BUDGET), 0));
+	cr_assert(eq(sz, nev_type[DL_EVENT_EXPIRED], MILLION));
+	cr_assert(eq(sz, seen_bad, 0));
+	twice = 0;
+	for (i = 0; i < MILLION; i++) {
+		if (seen[i] != 1)
+			twice++;
+	}
+	cr_assert(eq(sz, twice, 0), "tokens not expired exactly once");
+	cr_assert(eq(u64, dl_locktab_stats(tab)->leases, 0));
+	cr_assert(eq(u64, dl_locktab_stats(tab)->expiries, MILLION));
+
+	handed = 0;
+	cr_assert(eq(sz, dl_locktab_drain_dirty(tab, count_cb, &handed),
+		     MILLION));
+	cr_assert(eq(sz, handed, MILLION));
+	cr_assert(eq(u64, dl_locktab_stats(tab)->locks, 0));
+	cr_assert_null(dl_locktab_find(tab, str("L0000000")));
+	cr_assert_null(dl_locktab_find(tab, str("L0999999")));
+}
