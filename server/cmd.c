@@ -270,17 +270,22 @@ static void cmd_auth(struct dl_conn *c, const struct dl_request *rq)
 {
 	const char *pw = c->srv->cfg.password;
 	struct reply r;
+	int n;
 
 	if (!pw[0] || secret_equal(pw, strlen(pw), rq->arg.p, rq->arg.len)) {
 		c->authed = 1;
 		reply_begin(&r, "OK AUTH");
-	} else {
-		c->srv->st.auth_failures++;
-		dl_notice("conn %llu %s: AUTH failed",
-			  (unsigned long long)c->id, c->peer);
-		reply_begin(&r, "NO AUTH_FAILED");
+		reply_send(c, &r, rq->tag, 0);
+		return;
 	}
-	reply_send(c, &r, rq->tag, 0);
+	c->srv->st.auth_failures++;
+	dl_notice("conn %llu %s: AUTH failed", (unsigned long long)c->id,
+		  c->peer);
+	reply_begin(&r, "NO AUTH_FAILED");
+	n = dl_fmt_end(&r.f, rq->tag);
+	if (n > 0)
+		dl_conn_send_delayed(c, r.buf, (size_t)n,
+				     c->srv->cfg.auth_delay_ms);
 }
 
 static void stat_line(struct dl_conn *c, const char *key, uint64_t v)

@@ -66,6 +66,29 @@ static void held_remove(struct dl_conn *c)
 	c->in_held = 0;
 }
 
+struct dl_delayed {
+	uv_timer_t timer;
+	struct dl_conn *c; /* NULL once the connection is gone */
+	size_t len;
+	char line[];
+};
+
+static void on_delayed_closed(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+static void delayed_cancel(struct dl_conn *c)
+{
+	struct dl_delayed *d = c->delayed;
+
+	if (!d)
+		return;
+	c->delayed = NULL;
+	d->c = NULL;
+	uv_close((uv_handle_t *)&d->timer, on_delayed_closed);
+}
+
 /* ---- life cycle ----------------------------------------------------------- */
 
 static void on_close(uv_handle_t *h)
@@ -85,6 +108,7 @@ static void close_now(struct dl_conn *c)
 		return;
 	c->closing = 1;
 	held_remove(c);
+	delayed_cancel(c);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -136,7 +160,8 @@ void dl_conn_finish_end(struct dl_conn *c)
 		close_now(c);
 		return;
 	}
-	if (c->shutting || c->out.len || c->writing || c->hold_epoch)
+	if (c->shutting || c->out.len || c->writing || c->hold_epoch ||
+	    c->delayed)
 		return; /* still draining; called again next iteration */
 	/* Everything is out: send FIN, then close. */
 	req = malloc(sizeof(*req));
@@ -282,27 +307,15 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	buf->len = avail;
 }
 
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+/* Execute the complete lines buffered, until the connection ends or its
+ * input is paused by a delayed reply. */
+static void process_input(struct dl_conn *c)
 {
-	struct dl_conn *c = s->data;
+	enum dl_lb_result r;
 	char *line;
 	size_t len;
-	enum dl_lb_result r;
 
-	(void)buf;
-	if (nread < 0) {
-		/* EOF: the client will send nothing more, but may still be
-		 * reading (echo CMD | nc): finish the replies, then close. */
-		dl_conn_end(c,
-			    nread == UV_EOF ? DL_END_GRACEFUL : DL_END_ABORT,
-			    nread == UV_EOF ? "peer closed"
-					    : uv_strerror((int)nread));
-		return;
-	}
-	if (nread == 0)
-		return;
-	dl_linebuf_commit(&c->in, (size_t)nread);
-	while (!c->end) {
+	while (!c->end && !c->delayed) {
 		r = dl_linebuf_next(&c->in, &line, &len);
 		if (r == DL_LB_NONE)
 			break;
@@ -319,6 +332,59 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 			dl_conn_end(c, DL_END_GRACEFUL, "no end of line");
 		}
 	}
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+	struct dl_conn *c = s->data;
+
+	(void)buf;
+	if (nread < 0) {
+		/* EOF: the client will send nothing more, but may still be
+		 * reading (echo CMD | nc): finish the replies, then close. */
+		dl_conn_end(c,
+			    nread == UV_EOF ? DL_END_GRACEFUL : DL_END_ABORT,
+			    nread == UV_EOF ? "peer closed"
+					    : uv_strerror((int)nread));
+		return;
+	}
+	if (nread == 0)
+		return;
+	dl_linebuf_commit(&c->in, (size_t)nread);
+	process_input(c);
+}
+
+static void on_delayed(uv_timer_t *t)
+{
+	struct dl_delayed *d = t->data;
+	struct dl_conn *c = d->c;
+
+	c->delayed = NULL;
+	uv_close((uv_handle_t *)&d->timer, on_delayed_closed);
+	dl_conn_send(c, d->line, d->len, 0);
+	process_input(c);
+	if (!c->end && !c->delayed &&
+	    uv_read_start(&c->u.stream, on_alloc, on_read) != 0)
+		dl_conn_end(c, DL_END_ABORT, "cannot read");
+}
+
+void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
+			  uint64_t ms)
+{
+	struct dl_delayed *d;
+
+	if (ms == 0 || c->delayed || !(d = malloc(sizeof(*d) + len))) {
+		dl_conn_send(c, line, len, 0);
+		return;
+	}
+	d->c = c;
+	d->len = len;
+	memcpy(d->line, line, len);
+	uv_timer_init(c->srv->loop, &d->timer);
+	d->timer.data = d;
+	uv_timer_start(&d->timer, on_delayed, ms, 0);
+	c->delayed = d;
+	uv_read_stop(&c->u.stream);
 }
 
 static void peer_name(struct dl_conn *c, int is_tcp)

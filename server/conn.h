@@ -37,6 +37,8 @@ struct dl_obuf {
 
 enum dl_conn_end { DL_END_NONE = 0, DL_END_GRACEFUL, DL_END_ABORT };
 
+struct dl_delayed; /* a reply held back on purpose (conn.c) */
+
 struct dl_conn {
 	union {
 		uv_handle_t handle;
@@ -56,6 +58,7 @@ struct dl_conn {
 	struct dl_obuf wout; /* output handed to uv_write */
 	size_t hold_off;     /* out[hold_off..] waits for hold_epoch */
 	uint64_t hold_epoch; /* 0: nothing held */
+	struct dl_delayed *delayed; /* input paused until it is sent */
 	unsigned authed : 1;
 	unsigned writing : 1; /* a uv_write is in flight */
 	unsigned in_writeq : 1;
@@ -76,6 +79,12 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener);
  * follows) until the open epoch commits. */
 void dl_conn_send(struct dl_conn *c, const char *line, size_t len,
 		  int durable);
+
+/* Send `line` after ms, reading nothing from the connection meanwhile, so
+ * that later requests keep their order (a failed AUTH is answered this
+ * way, to slow down guessing). */
+void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
+			  uint64_t ms);
 
 /* End the connection after the current request: GRACEFUL writes what is
  * queued first, ABORT drops it. Safe anywhere, including event hooks. */
