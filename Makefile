@@ -54,19 +54,24 @@ PROTO_SRC  := proto/proto.c
 SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/conn.c server/cmd.c server/server.c server/store.c \
               server/notify.c server/record.c server/store_load.c
-CLIENT_SRC :=
-UNIT_TESTS := test_proto test_wheel test_locktab test_config
-INTEG_TESTS := test_server
+CLIENT_SRC := client/dlock.c
+UNIT_TESTS := test_proto test_wheel test_locktab test_config test_record
+INTEG_TESTS := test_server test_persist test_client test_cli
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(O)/%.o)
+# libdlock.so is built from position-independent copies of its objects.
+LIB_PIC_OBJ := $(patsubst %.c,$(O)/pic/%.o,$(CLIENT_SRC) $(PROTO_SRC))
+LIBDLOCK_A  := $(O)/libdlock.a
+LIBDLOCK_SO := $(O)/libdlock.so.$(SOVERSION)
 
 TEST_BINS  := $(addprefix $(O)/tests/,$(UNIT_TESTS) $(INTEG_TESTS))
 
 .PHONY: all check test unit integ scripts run install uninstall clean deps \
         bench fuzz format
-all: $(O)/dlockd
+all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock $(O)/dlock.pc \
+     $(O)/examples/stock
 
 # ---- build rules -------------------------------------------------------------
 
@@ -78,8 +83,35 @@ $(O)/tests/%.o: tests/%.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(DEP_CFLAGS) $(CRIT_CFLAGS) $(ALL_CFLAGS) -c -o $@ $<
 
+$(O)/pic/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CPPFLAGS) -fPIC -fvisibility=hidden -DDLOCK_BUILDING \
+	  $(ALL_CFLAGS) -c -o $@ $<
+
 $(O)/dlockd: $(O)/server/main.o $(SERVER_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) -lm
+
+# ---- libdlock and dlock --------------------------------------------------------
+
+$(LIBDLOCK_A): $(CLIENT_OBJ) $(PROTO_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+
+$(LIBDLOCK_SO): $(LIB_PIC_OBJ)
+	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libdlock.so.$(SOVERSION) \
+	  -o $@ $^ -lpthread
+	ln -sf libdlock.so.$(SOVERSION) $(O)/libdlock.so
+
+$(O)/dlock: $(O)/client/dlock_cli.o $(LIBDLOCK_A)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lpthread
+
+$(O)/examples/stock: $(O)/client/examples/stock.o $(LIBDLOCK_A)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lpthread
+
+$(O)/dlock.pc: client/dlock.pc.in Makefile
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' $< > $@
 
 # ---- tests -------------------------------------------------------------------
 
@@ -93,8 +125,20 @@ $(O)/tests/test_locktab: $(O)/tests/test_locktab.o $(O)/server/locktab.o \
 $(O)/tests/test_config: $(O)/tests/test_config.o $(O)/server/config.o \
                         $(O)/server/log.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) $(CRIT_LIBS)
+$(O)/tests/test_record: $(O)/tests/test_record.o $(O)/server/record.o \
+                        $(O)/server/locktab.o $(O)/server/wheel.o $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_server: $(O)/tests/test_server.o $(O)/tests/harness.o \
                         $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_persist: $(O)/tests/test_persist.o $(O)/tests/harness.o \
+                         $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_client: $(O)/tests/test_client.o $(O)/tests/harness.o \
+                        $(LIBDLOCK_A)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_cli: $(O)/tests/test_cli.o $(O)/tests/harness.o \
+                     $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 
 # Criterion forks one process per test; -j1 keeps integration tests (which
@@ -104,9 +148,14 @@ unit: $(addprefix $(O)/tests/,$(UNIT_TESTS))
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; \
 	  $(O)/tests/$$t $(CRIT_ARGS); done
 
-integ: $(O)/dlockd $(addprefix $(O)/tests/,$(INTEG_TESTS))
+# test_server runs twice: the same protocol behaviour is required with
+# persistence off and on.
+INTEG_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DLOCK_EXAMPLES=$(O)/examples
+integ: all $(addprefix $(O)/tests/,$(INTEG_TESTS))
 	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
-	  DLOCKD=$(O)/dlockd $(O)/tests/$$t --jobs 1; done
+	  $(INTEG_ENV) $(O)/tests/$$t --jobs 1; done; \
+	echo "== test_server (persist=redis)"; \
+	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_server --jobs 1
 
 scripts: $(O)/dlockd
 	@set -e; for s in tests/scripts/*.sh; do echo "== $$s"; \
