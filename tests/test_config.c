@@ -1,0 +1,284 @@
+/*
+ * test_config.c -- configuration: defaults, the INI file, flags, reloads,
+ * Redis URLs (server/config.h).
+ */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proto/proto.h"
+#include "server/config.h"
+
+static char path[64];
+
+/* Write text to a fresh temporary file; its path is in `path`. */
+static const char *conf(const char *text)
+{
+	int fd;
+
+	snprintf(path, sizeof(path), "/tmp/dlockd-conf-XXXXXX");
+	fd = mkstemp(path);
+	cr_assert(fd >= 0);
+	cr_assert(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+	close(fd);
+	return path;
+}
+
+static void drop(void)
+{
+	if (path[0])
+		unlink(path);
+}
+
+TestSuite(config, .fini = drop);
+
+static int load(struct dl_config *c, const char *text, char *err)
+{
+	return dl_config_load(c, text ? conf(text) : NULL, NULL, 0, err,
+			      DL_CONFIG_ERR_MAX);
+}
+
+#define expect_err(text, needle)                                             \
+	do {                                                                 \
+		struct dl_config c_;                                         \
+		char err_[DL_CONFIG_ERR_MAX] = "";                           \
+		cr_assert(eq(int, load(&c_, (text), err_), DL_EBADARG));     \
+		cr_assert(strstr(err_, (needle)) != NULL,                    \
+			  "error \"%s\" does not mention \"%s\"", err_,      \
+			  (needle));                                         \
+		dl_config_free(&c_);                                         \
+	} while (0)
+
+Test(config, defaults_are_safe_and_valid)
+{
+	struct dl_config c;
+	char err[DL_CONFIG_ERR_MAX];
+
+	cr_assert(eq(int, load(&c, NULL, err), 0));
+	cr_assert(strcmp(c.bind, "127.0.0.1") == 0);
+	cr_assert(eq(u64, c.port, DL_DEFAULT_PORT));
+	cr_assert(eq(u64, c.persist, DL_PERSIST_REDIS));
+	cr_assert(eq(u64, c.default_ttl_ms, DL_DEFAULT_TTL_MS));
+	cr_assert(eq(u64, c.max_output, DL_DEFAULT_MAX_OUTPUT));
+	cr_assert(c.password[0] == '\0');
+	dl_config_free(&c);
+}
+
+Test(config, the_shipped_example_file_loads)
+{
+	struct dl_config c;
+	char err[DL_CONFIG_ERR_MAX] = "";
+
+	cr_assert(eq(int,
+		     dl_config_load(&c, "conf/dlockd.conf", NULL, 0, err,
+				    sizeof(err)),
+		     0),
+		  "conf/dlockd.conf: %s", err);
+	dl_config_free(&c);
+}
+
+Test(config, every_kind_of_value_is_parsed)
+{
+	struct dl_config c;
+	char err[DL_CONFIG_ERR_MAX] = "";
+
+	cr_assert(eq(int,
+		     load(&c,
+			  "[server]\nport = 9000\nlog_level = debug\n"
+			  "password = a=b;c\n"
+			  "[limits]\ndefault_ttl = 2m\nmax_ttl = 3m\n"
+			  "tick = 5ms\nmax_output = 8192\n"
+			  "[persistence]\npersist = none\n"
+			  "restore_grace = 1500\n",
+			  err),
+		     0),
+		  "%s", err);
+	cr_assert(eq(u64, c.port, 9000));
+	cr_assert(eq(u64, c.log_level, 4));
+	cr_assert(strcmp(c.password, "a=b;c") == 0, "password %s",
+		  c.password);
+	cr_assert(eq(u64, c.default_ttl_ms, 120000));
+	cr_assert(eq(u64, c.tick_ms, 5));
+	cr_assert(eq(u64, c.persist, DL_PERSIST_NONE));
+	cr_assert(eq(u64, c.restore_grace_ms, 1500));
+	dl_config_free(&c);
+}
+
+Test(config, unknown_keys_and_sections_are_errors_with_file_and_line)
+{
+	struct dl_config c;
+	char err[DL_CONFIG_ERR_MAX] = "", want[128];
+
+	cr_assert(eq(int, load(&c, "[server]\nport = 1\nprot = 2\n", err),
+		     DL_EBADARG));
+	snprintf(want, sizeof(want), "%s:3: unknown key 'prot' in [server]",
+		 path);
+	cr_assert(strcmp(err, want) == 0, "expected \"%s\", got \"%s\"",
+		  want, err);
+	dl_config_free(&c);
+	expect_err("[serverr]\nport = 1\n", "unknown section [serverr]");
+	expect_err("port = 1\n", "unknown section []");
+	expect_err("[server]\nthis is not ini\n", ":2:");
+}
+
+Test(config, bad_values_are_rejected_with_the_reason)
+{
+	expect_err("[server]\nport = 70000\n", "out of range");
+	expect_err("[server]\nport = http\n", "not a number");
+	expect_err("[limits]\ndefault_ttl = 5h\n", "not a duration");
+	expect_err("[limits]\ndefault_ttl = -1s\n", "not a duration");
+	expect_err("[limits]\ntick = 0\n", "out of range");
+	expect_err("[limits]\nmax_output = 100\n", "out of range");
+	expect_err("[server]\nlog_level = loud\n", "expected error");
+	expect_err("[persistence]\npersist = disk\n", "none or redis");
+	expect_err("[server]\nallow_remote_without_password = maybe\n",
+		   "yes or no");
+	expect_err("[limits]\ndefault_ttl = 10m\nmax_ttl = 1m\n",
+		   "above max_ttl");
+	expect_err("[persistence]\nredis = http://x\n", "bad URL");
+}
+
+Test(config, a_public_address_needs_a_password_or_an_explicit_yes)
+{
+	struct dl_config c;
+	char err[DL_CONFIG_ERR_MAX] = "";
+
+	expect_err("[server]\nbind = 0.0.0.0\n", "without a password");
+	cr_assert(eq(int,
+		     load(&c, "[server]\nbind = 0.0.0.0\npassword = x\n", err),
+		     0));
+	dl_config_free(&c);
+	cr_assert(eq(int,
+		     load(&c,
+			  "[server]\nbind = ::\n"
+			  "allow_remote_without_password = yes\n",
+			  err),
+		     0));
+	dl_config_free(&c);
+	cr_assert(eq(int, load(&c, "[server]\nbind = ::1\n", err), 0));
+	dl_config_free(&c);
+}
+
+Test(config, flags_override_the_file)
+{
+	struct dl_config c;
+	char err[DL_CONFIG_ERR_MAX] = "";
+	struct dl_override ov[] = {
+		{ "server", "port", "7777" },
+		{ "persistence", "persist", "none" },
+	};
+
+	cr_assert(eq(int,
+		     dl_config_load(&c,
+				    conf("[server]\nport = 1234\n"
+					 "[persistence]\npersist = redis\n"),
+				    ov, 2, err, sizeof(err)),
+		     0),
+		  "%s", err);
+	cr_assert(eq(u64, c.port, 7777));
+	cr_assert(eq(u64, c.persist, DL_PERSIST_NONE));
+	dl_config_free(&c);
+	ov[0].value = "port";
+	cr_assert(eq(int, dl_config_load(&c, NULL, ov, 1, err, sizeof(err)),
+		     DL_EBADARG));
+	cr_assert(strstr(err, "command line") != NULL, "%s", err);
+	dl_config_free(&c);
+}
+
+struct diff {
+	int n, live;
+	char keys[256];
+};
+
+static void report(const char *section, const char *key, int live,
+		   void *arg)
+{
+	struct diff *d = arg;
+
+	(void)section;
+	d->n++;
+	d->live += live;
+	strncat(d->keys, key, sizeof(d->keys) - strlen(d->keys) - 2);
+	strcat(d->keys, " ");
+}
+
+Test(config, reload_reports_changes_and_applies_only_live_keys)
+{
+	struct dl_config a, b;
+	struct diff d = { 0 };
+	char err[DL_CONFIG_ERR_MAX];
+
+	cr_assert(eq(int, load(&a, "[server]\nport = 1000\n", err), 0));
+	cr_assert(eq(int,
+		     load(&b,
+			  "[server]\nport = 2000\npassword = new\n"
+			  "[limits]\nmax_waiters_per_lock = 7\n",
+			  err),
+		     0));
+	cr_assert(eq(sz, dl_config_diff(&a, &b, report, &d), 3));
+	cr_assert(eq(int, d.live, 2), "changed: %s", d.keys);
+	cr_assert(eq(int, dl_config_apply_live(&a, &b), 0));
+	cr_assert(eq(u64, a.port, 1000), "port is not live");
+	cr_assert(eq(u64, a.max_waiters, 7));
+	cr_assert(strcmp(a.password, "new") == 0);
+	dl_config_free(&a);
+	dl_config_free(&b);
+}
+
+Test(config, redis_urls)
+{
+	struct dl_redis_addr a;
+
+	cr_assert(eq(int, dl_redis_url_parse("redis://10.0.0.1:6380/3", &a),
+		     0));
+	cr_assert(strcmp(a.host, "10.0.0.1") == 0);
+	cr_assert(eq(int, a.port, 6380));
+	cr_assert(eq(int, a.db, 3));
+	cr_assert(a.password == NULL);
+	dl_redis_addr_free(&a);
+
+	cr_assert(eq(int, dl_redis_url_parse("redis://:p%40ss@h", &a), 0));
+	cr_assert(strcmp(a.password, "p%40ss") == 0);
+	cr_assert(eq(int, a.port, 6379));
+	cr_assert(eq(int, a.db, 0));
+	dl_redis_addr_free(&a);
+
+	cr_assert(eq(int, dl_redis_url_parse("redis://[::1]:7000", &a), 0));
+	cr_assert(strcmp(a.host, "::1") == 0);
+	cr_assert(eq(int, a.port, 7000));
+	dl_redis_addr_free(&a);
+
+	cr_assert(eq(int,
+		     dl_redis_url_parse("unix:///run/r.sock?db=2&password=x",
+					&a),
+		     0));
+	cr_assert(strcmp(a.path, "/run/r.sock") == 0);
+	cr_assert(eq(int, a.db, 2));
+	cr_assert(strcmp(a.password, "x") == 0);
+	cr_assert(a.host == NULL);
+	dl_redis_addr_free(&a);
+
+	cr_assert(eq(int, dl_redis_url_parse("redis://h:99999", &a),
+		     DL_EBADARG));
+	cr_assert(eq(int, dl_redis_url_parse("redis://", &a), DL_EBADARG));
+	cr_assert(eq(int, dl_redis_url_parse("unix://rel.sock", &a),
+		     DL_EBADARG));
+	cr_assert(eq(int, dl_redis_url_parse("unix:///s?bogus=1", &a),
+		     DL_EBADARG));
+	cr_assert(eq(int, dl_redis_url_parse("tcp://h:1", &a), DL_EBADARG));
+}
+
+Test(config, loopback_addresses)
+{
+	cr_assert(dl_addr_is_loopback("127.0.0.1"));
+	cr_assert(dl_addr_is_loopback("127.1.2.3"));
+	cr_assert(dl_addr_is_loopback("::1"));
+	cr_assert(dl_addr_is_loopback("localhost"));
+	cr_assert(dl_addr_is_loopback("0.0.0.0") == 0);
+	cr_assert(dl_addr_is_loopback("10.0.0.1") == 0);
+	cr_assert(dl_addr_is_loopback("::") == 0);
+	cr_assert(dl_addr_is_loopback("example.com") == 0);
+}
