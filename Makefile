@@ -53,7 +53,8 @@ ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 PROTO_SRC  := proto/proto.c
 SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/conn.c server/cmd.c server/server.c server/store.c \
-              server/notify.c server/record.c server/store_load.c
+              server/notify.c server/record.c server/store_load.c \
+              server/stats.c server/metrics.c server/buf.c
 CLIENT_SRC := client/dlock.c
 UNIT_TESTS := test_proto test_wheel test_locktab test_config test_record
 INTEG_TESTS := test_server test_persist test_client test_cli

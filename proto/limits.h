@@ -44,8 +44,10 @@
  * 255-byte name and a 64-byte owner is about 400). */
 #define DL_REPLY_MAX 2048
 
-/* Bytes in the longest multi-line reply body line (STATS). */
+/* Bytes in the longest multi-line reply body line (STATS), and the most
+ * lines a STATS reply has. */
 #define DL_STATS_LINE_MAX 128
+#define DL_STATS_MAX 128
 
 /* ---- tokens ----------------------------------------------------------- */
 
@@ -116,5 +118,13 @@
 
 /* Keys asked per SCAN while loading or re-syncing. */
 #define DL_STORE_SCAN_COUNT 10000
+
+/* ---- the metrics endpoint --------------------------------------------- */
+
+/* Bytes of an HTTP request head, connections at once, and the time a
+ * connection has to send its request. */
+#define DL_METRICS_REQUEST_MAX 4096
+#define DL_METRICS_CONNS_MAX 16
+#define DL_METRICS_TIMEOUT_MS 5000
 
 #endif /* DL_PROTO_LIMITS_H */

@@ -8,11 +8,14 @@
  */
 #include "server/cmd.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "server/conn.h"
 #include "server/log.h"
 #include "server/server.h"
+#include "server/stats.h"
 
 struct reply {
 	struct dl_fmt f;
@@ -288,83 +291,50 @@ static void cmd_auth(struct dl_conn *c, const struct dl_request *rq)
 				     c->srv->cfg.auth_delay_ms);
 }
 
-static void stat_line(struct dl_conn *c, const char *key, uint64_t v)
+/* STATS lines are collected first: the header carries their count. */
+struct stat_lines {
+	size_t n;
+	char line[DL_STATS_MAX][DL_STATS_LINE_MAX];
+	int len[DL_STATS_MAX];
+};
+
+static void stat_line(const struct dl_stat *s, void *arg)
 {
-	char line[DL_STATS_LINE_MAX];
+	struct stat_lines *x = arg;
+	char key[64];
 	struct dl_fmt f;
 	int n;
 
-	dl_fmt_init(&f, line, sizeof(line));
+	if (x->n == DL_STATS_MAX)
+		return;
+	snprintf(key, sizeof(key), "%s%s%s", s->name, s->label ? "_" : "",
+		 s->label ? s->label : "");
+	dl_fmt_init(&f, x->line[x->n], DL_STATS_LINE_MAX);
 	dl_fmt_word(&f, key);
-	dl_fmt_u64(&f, v);
+	dl_fmt_u64(&f, s->value);
 	n = dl_fmt_end(&f, DL_STR_NULL);
 	if (n > 0)
-		dl_conn_send(c, line, (size_t)n, 0);
+		x->len[x->n++] = n;
 }
 
 static void cmd_stats(struct dl_conn *c, const struct dl_request *rq)
 {
-	static const char *const err_keys[] = {
-		NULL,
-		"errors_bad_format",
-		"errors_unknown_command",
-		"errors_line_too_long",
-		"errors_bad_arg",
-		"errors_noauth",
-		"errors_limit",
-		"errors_unavailable",
-		"errors_internal",
-	};
-	struct dl_server *srv = c->srv;
-	const struct dl_locktab_stats *t = dl_locktab_stats(srv->tab);
-	const struct dl_store_stats *s = dl_store_stats(srv->store);
-	const struct dl_server_stats *v = &srv->st;
-	struct {
-		const char *key;
-		uint64_t value;
-	} rows[] = {
-		{ "uptime_ms", uv_now(srv->loop) - srv->start_ms },
-		{ "connections", srv->nconns },
-		{ "connections_total", v->connections_total },
-		{ "connections_rejected", v->connections_rejected },
-		{ "output_overflows", v->output_overflows },
-		{ "commands", v->commands },
-		{ "locks", t->locks },
-		{ "leases", t->leases },
-		{ "waiters", t->waiters },
-		{ "owners", t->owners },
-		{ "grants", t->grants },
-		{ "reentries", t->reentries },
-		{ "releases", t->releases },
-		{ "expiries", t->expiries },
-		{ "timeouts", t->timeouts },
-		{ "refreshes", t->refreshes },
-		{ "cancels", t->cancels },
-		{ "last_token", dl_locktab_last_token(srv->tab) },
-		{ "auth_failures", v->auth_failures },
-		{ "store_available", (uint64_t)dl_store_available(srv->store) },
-		{ "store_batches", s->batches },
-		{ "store_writes", s->writes },
-		{ "store_round_trips", s->round_trips },
-		{ "store_latency_us_avg",
-		  s->round_trips ? s->latency_us_sum / s->round_trips : 0 },
-		{ "store_latency_us_max", s->latency_us_max },
-		{ "store_backlog", s->backlog },
-		{ "store_reconnects", s->reconnects },
-		{ "store_failures", s->failures },
-	};
-	size_t nrows = sizeof(rows) / sizeof(rows[0]);
-	size_t nerr = sizeof(err_keys) / sizeof(err_keys[0]) - 1;
+	struct stat_lines *x = malloc(sizeof(*x));
 	struct reply r;
 	size_t i;
 
+	if (!x) {
+		dl_cmd_error(c, DL_EINTERNAL, "out of memory", rq->tag);
+		return;
+	}
+	x->n = 0;
+	dl_stats_collect(c->srv, stat_line, x);
 	reply_begin(&r, "OK STATS");
-	dl_fmt_u64(&r.f, nrows + nerr);
+	dl_fmt_u64(&r.f, x->n);
 	reply_send(c, &r, rq->tag, 0);
-	for (i = 0; i < nrows; i++)
-		stat_line(c, rows[i].key, rows[i].value);
-	for (i = 1; i <= nerr; i++)
-		stat_line(c, err_keys[i], v->errors[i]);
+	for (i = 0; i < x->n; i++)
+		dl_conn_send(c, x->line[i], (size_t)x->len[i], 0);
+	free(x);
 }
 
 static void cmd_ping(struct dl_conn *c, const struct dl_request *rq)

@@ -269,6 +269,8 @@ static int on_ini_key(void *user, const char *section, const char *name,
 static int check(const struct dl_config *c, char *err, size_t errlen)
 {
 	struct dl_redis_addr a;
+	char host[256];
+	int port;
 
 	if (c->default_ttl_ms > c->max_ttl_ms) {
 		seterr(err, errlen, "default_ttl (%llu ms) above max_ttl "
@@ -290,6 +292,11 @@ static int check(const struct dl_config *c, char *err, size_t errlen)
 			return DL_EBADARG;
 		}
 		dl_redis_addr_free(&a);
+	}
+	if (c->metrics[0] &&
+	    dl_hostport_parse(c->metrics, host, sizeof(host), &port) != 0) {
+		seterr(err, errlen, "[metrics] listen: expected host:port");
+		return DL_EBADARG;
 	}
 	if (c->port && !dl_addr_is_loopback(c->bind) && !c->password[0] &&
 	    !c->allow_remote_without_password) {
@@ -533,6 +540,29 @@ int dl_redis_url_parse(const char *url, struct dl_redis_addr *a)
 bad:
 	dl_redis_addr_free(a);
 	return DL_EBADARG;
+}
+
+int dl_hostport_parse(const char *s, char *host, size_t hostlen, int *port)
+{
+	const char *colon = strrchr(s, ':');
+	const char *h = s;
+	size_t n;
+
+	if (!colon || colon == s)
+		return DL_EBADARG;
+	n = (size_t)(colon - s);
+	if (s[0] == '[') {
+		if (n < 3 || s[n - 1] != ']')
+			return DL_EBADARG;
+		h = s + 1;
+		n -= 2;
+	}
+	if (n >= hostlen || parse_int(colon + 1, strlen(colon + 1), 65535,
+				      port) != 0 || *port == 0)
+		return DL_EBADARG;
+	memcpy(host, h, n);
+	host[n] = '\0';
+	return 0;
 }
 
 int dl_addr_is_loopback(const char *addr)

@@ -96,6 +96,9 @@ struct dl_redis_addr {
 int dl_redis_url_parse(const char *url, struct dl_redis_addr *a);
 void dl_redis_addr_free(struct dl_redis_addr *a);
 
+/* Split "host:port" or "[v6]:port"; host is NUL-terminated in `host`. */
+int dl_hostport_parse(const char *s, char *host, size_t hostlen, int *port);
+
 /* 1 if the address is a loopback address (127/8, ::1, localhost). */
 int dl_addr_is_loopback(const char *addr);
 

@@ -40,6 +40,21 @@ _Static_assert(offsetof(struct dl_owner, id) ==
 		       offsetof(struct dl_owner, hn) + sizeof(struct dl_hnode),
 	       "owner id must follow its hash node");
 
+const uint64_t dl_hist_bounds_ms[DL_HIST_BUCKETS - 1] = {
+	1, 5, 10, 50, 100, 500, 1000, 5000, 10000, 60000, 300000,
+};
+
+static void hist_add(struct dl_hist *h, uint64_t ms)
+{
+	size_t i = 0;
+
+	while (i < DL_HIST_BUCKETS - 1 && ms > dl_hist_bounds_ms[i])
+		i++;
+	h->bucket[i]++;
+	h->count++;
+	h->sum_ms += ms;
+}
+
 /* ---- hash tables ------------------------------------------------------- */
 
 struct htab {
@@ -357,6 +372,7 @@ static void lease_grant(struct dl_locktab *t, struct dl_lease *l,
 	l->lock = lk;
 	l->owner = o;
 	l->token = ++t->last_token;
+	l->granted_at = now;
 	lk->nholders++;
 	o->nleases++;
 	dl_wheel_add(&t->wheel, &l->timer, now + ttl);
@@ -369,7 +385,9 @@ static void lease_remove(struct dl_locktab *t, struct dl_lease *l)
 {
 	struct dl_lock *lk = l->lock;
 	struct dl_lease **pp = &lk->holders;
+	uint64_t now = now_ms(t);
 
+	hist_add(&t->st.hold, now > l->granted_at ? now - l->granted_at : 0);
 	while (*pp != l)
 		pp = &(*pp)->next;
 	*pp = l->next;
@@ -493,6 +511,7 @@ static struct dl_waiter *waiter_new(struct dl_locktab *t, struct dl_lock *lk,
 	w->kind = DL__TIMED_WAITER;
 	w->lock = lk;
 	w->owner = o;
+	w->queued_at = now_ms(t);
 	waiter_set(w, ttl, tag);
 	w->qprev = lk->qtail;
 	if (lk->qtail)
@@ -538,6 +557,8 @@ static void serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 		ttl = w->ttl_ms;
 		tag_len = w->tag_len;
 		memcpy(tag, w->tag, tag_len);
+		hist_add(&t->st.wait,
+			 now > w->queued_at ? now - w->queued_at : 0);
 		if (l) {
 			lease_reenter(t, l, ttl, now);
 		} else if (!tokens_exhausted(t) &&
@@ -849,6 +870,7 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 			return DL_ELIMIT;
 		if (!(l = lease_alloc(tag)))
 			return DL_ENOMEM;
+		hist_add(&t->st.wait, 0);
 		waiter_free(t, w);
 		lease_grant(t, l, lk, s->owner, ttl, now);
 		res->outcome = DL_GRANTED;
@@ -929,6 +951,7 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 				       : DL_ENOMEM;
 		}
 		lease_grant(t, l, lk, o, ttl, now);
+		hist_add(&t->st.wait, 0);
 		res->outcome = DL_GRANTED;
 		res->durable = 1;
 		res->token = l->token;
@@ -1185,6 +1208,7 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 	l->lock = lk;
 	l->owner = o;
 	l->token = token;
+	l->granted_at = now_ms(t); /* the real time is not stored */
 	lk->nholders++;
 	o->nleases++;
 	dl_wheel_add(&t->wheel, &l->timer, deadline);

@@ -85,7 +85,8 @@ struct dl_lease {
 	struct dl_owner *owner;
 	struct dl_lease *next; /* next holder of the same lock */
 	uint64_t token;
-	char *tag; /* id= of the granting request, or NULL (owned) */
+	char *tag;           /* id= of the granting request, or NULL (owned) */
+	uint64_t granted_at; /* monotonic ms, for the hold-time histogram */
 };
 
 struct dl_waiter {
@@ -99,6 +100,7 @@ struct dl_waiter {
 	struct dl_waiter *qnext, *qprev; /* the lock's queue */
 	struct dl_waiter *snext, *sprev; /* the session's waiters */
 	uint64_t wait_deadline; /* monotonic ms, UINT64_MAX for inf */
+	uint64_t queued_at;     /* monotonic ms, for the wait histogram */
 	char tag[DL_TAG_MAX];
 };
 
@@ -175,10 +177,23 @@ struct dl_lock_status {
 	uint32_t waiters;
 };
 
+/* Latency histograms: bucket i counts values <= dl_hist_bounds_ms[i]; the
+ * last bucket counts the rest (+Inf). */
+#define DL_HIST_BUCKETS 12
+extern const uint64_t dl_hist_bounds_ms[DL_HIST_BUCKETS - 1];
+
+struct dl_hist {
+	uint64_t bucket[DL_HIST_BUCKETS];
+	uint64_t count;
+	uint64_t sum_ms;
+};
+
 struct dl_locktab_stats {
 	uint64_t locks, leases, waiters, owners; /* gauges */
 	uint64_t grants, reentries, releases, expiries, timeouts, refreshes,
 		cancels;
+	struct dl_hist wait; /* LOCK to grant, per grant (0 if at once) */
+	struct dl_hist hold; /* grant to release or expiry, per lease */
 };
 
 struct dl_locktab_hooks {

@@ -10,32 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int dl_buf_reserve(struct dl_buf *b, size_t more)
-{
-	size_t cap = b->cap ? b->cap : 256;
-	char *p;
-
-	if (b->len + more <= b->cap)
-		return 0;
-	while (cap < b->len + more)
-		cap *= 2;
-	p = realloc(b->p, cap);
-	if (!p)
-		return DL_ENOMEM;
-	b->p = p;
-	b->cap = cap;
-	return 0;
-}
-
-int dl_buf_add(struct dl_buf *b, const char *p, size_t n)
-{
-	if (dl_buf_reserve(b, n))
-		return DL_ENOMEM;
-	memcpy(b->p + b->len, p, n);
-	b->len += n;
-	return 0;
-}
-
 static void add_u64(struct dl_buf *b, uint64_t v)
 {
 	b->len += dl_u64_to_dec(v, b->p + b->len);

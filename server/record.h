@@ -19,19 +19,10 @@
 #include <stdint.h>
 
 #include "proto/proto.h"
+#include "server/buf.h"
 #include "server/locktab.h"
 
 #define DL_RECORD_MAGIC "dlock1"
-
-/* A growable byte buffer (owned; free p). */
-struct dl_buf {
-	char *p;
-	size_t len;
-	size_t cap;
-};
-
-int dl_buf_reserve(struct dl_buf *b, size_t more);
-int dl_buf_add(struct dl_buf *b, const char *p, size_t n);
 
 /* Serialize lk into b (replacing its content). wall_off converts the
  * table's monotonic ms to unix ms (unix = mono + wall_off). */

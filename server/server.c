@@ -31,6 +31,7 @@
 #include "server/cmd.h"
 #include "server/conn.h"
 #include "server/log.h"
+#include "server/metrics.h"
 #include "server/notify.h"
 
 /* Exit codes of start-up failures (documented in dlockd(8)). */
@@ -291,6 +292,32 @@ static void start_signal(struct dl_server *srv, uv_signal_t *h, int signum)
 	uv_unref((uv_handle_t *)h);
 }
 
+/* ---- systemd watchdog ----------------------------------------------------- */
+
+/* Pings come from the loop itself: a loop that stops turning stops them,
+ * and systemd restarts the daemon. */
+static void on_watchdog(uv_timer_t *t)
+{
+	(void)t;
+	dl_notify("WATCHDOG=1");
+}
+
+static void start_watchdog(struct dl_server *srv)
+{
+	uint64_t us = dl_notify_watchdog_usec();
+	uint64_t ms = us / 2000; /* twice per interval, as sd_notify(3) asks */
+
+	uv_timer_init(srv->loop, &srv->watchdog);
+	uv_unref((uv_handle_t *)&srv->watchdog);
+	if (!us)
+		return;
+	if (ms == 0)
+		ms = 1;
+	uv_timer_start(&srv->watchdog, on_watchdog, ms, ms);
+	dl_info("systemd watchdog: pinging every %llu ms",
+		(unsigned long long)ms);
+}
+
 /* ---- start ------------------------------------------------------------------------------ */
 
 static void raise_nofile(const struct dl_config *cfg)
@@ -327,6 +354,7 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 	struct dl_locktab_limits lim = tab_limits(&srv->cfg);
 	uint64_t deadline;
 	char err[256];
+	int r;
 
 	srv->loop = loop;
 	srv->start_ms = uv_now(loop);
@@ -378,6 +406,10 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 		listen_tcp(srv);
 	if (srv->cfg.unix_socket[0])
 		listen_unix(srv);
+	if ((r = dl_metrics_start(srv, &srv->metrics)) != 0)
+		fatal(EXIT_LISTEN, "cannot serve metrics on %s: %s",
+		      srv->cfg.metrics, uv_strerror(r));
+	start_watchdog(srv);
 	arm_wheel(srv);
 	dl_notice("dlockd %s ready (persist=%s, last token %llu)", DL_VERSION,
 		  dl_store_backend(srv->store),
@@ -449,8 +481,11 @@ static void drain_finish(struct dl_server *srv)
 		dl_conn_end(c, DL_END_ABORT, "shutdown");
 	}
 	process_ends(srv);
+	dl_metrics_stop(srv->metrics);
+	srv->metrics = NULL;
 	uv_close((uv_handle_t *)&srv->wheel_timer, NULL);
 	uv_close((uv_handle_t *)&srv->drain_timer, NULL);
+	uv_close((uv_handle_t *)&srv->watchdog, NULL);
 	uv_close((uv_handle_t *)&srv->check, NULL);
 	uv_close((uv_handle_t *)&srv->sig_term, NULL);
 	uv_close((uv_handle_t *)&srv->sig_int, NULL);

@@ -28,6 +28,7 @@
 #include "server/store.h"
 
 struct dl_conn;
+struct dl_metrics;
 
 struct dl_server_stats {
 	uint64_t connections_total;    /* accepted since start */
@@ -53,6 +54,8 @@ struct dl_server {
 	uv_check_t check;
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t drain_timer; /* bounds a shutdown's wait for Redis */
+	uv_timer_t watchdog;    /* sd_notify WATCHDOG=1, when asked */
+	struct dl_metrics *metrics;
 	unsigned tcp_on : 1, unix_on : 1;
 	int draining; /* 0 serving, 1 draining, 2 closing down */
 

@@ -1,0 +1,310 @@
+/*
+ * metrics.c -- the Prometheus endpoint (see metrics.h).
+ *
+ * One GET needs no HTTP library: read until the blank line that ends the
+ * request head (at most DL_METRICS_REQUEST_MAX bytes), look at the request
+ * line, write the whole response with Connection: close, close. Each
+ * connection owns two handles (its TCP stream and its timeout timer) and is
+ * freed when the second one's close callback runs. The listener struct is
+ * freed when it and every connection are closed.
+ */
+#include "server/metrics.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "server/buf.h"
+#include "server/config.h"
+#include "server/log.h"
+#include "server/server.h"
+#include "server/stats.h"
+
+struct mconn;
+
+struct dl_metrics {
+	struct dl_server *srv;
+	uv_tcp_t listener;
+	int listening;
+	int stopping;
+	struct mconn *conns;
+	size_t nconns;
+};
+
+struct mconn {
+	uv_tcp_t tcp;
+	uv_timer_t timer;
+	uv_write_t wreq;
+	struct dl_metrics *m;
+	struct mconn *next, *prev;
+	int handles; /* handles not yet closed */
+	size_t len;
+	struct dl_buf resp;
+	char req[DL_METRICS_REQUEST_MAX];
+};
+
+static void maybe_free(struct dl_metrics *m)
+{
+	if (m->stopping && !m->listening && !m->conns)
+		free(m);
+}
+
+static void on_mconn_closed(uv_handle_t *h)
+{
+	struct mconn *c = h->data;
+	struct dl_metrics *m = c->m;
+
+	if (--c->handles > 0)
+		return;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		m->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	m->nconns--;
+	free(c->resp.p);
+	free(c);
+	maybe_free(m);
+}
+
+static void mconn_close(struct mconn *c)
+{
+	if (uv_is_closing((uv_handle_t *)&c->tcp))
+		return;
+	uv_close((uv_handle_t *)&c->tcp, on_mconn_closed);
+	uv_close((uv_handle_t *)&c->timer, on_mconn_closed);
+}
+
+/* ---- the page --------------------------------------------------------------- */
+
+struct page {
+	struct dl_buf b;
+	const char *family; /* the labelled family last written */
+};
+
+static void emit_stat(const struct dl_stat *s, void *arg)
+{
+	struct page *pg = arg;
+	struct dl_buf *b = &pg->b;
+	const char *sfx = s->kind == DL_STAT_COUNTER ? "_total" : "";
+
+	if (s->stats_only)
+		return;
+	/* A labelled family gets its HELP/TYPE once, before its first
+	 * series (the series of a family come one after another). */
+	if (!s->label || !pg->family || strcmp(pg->family, s->name) != 0) {
+		pg->family = s->label ? s->name : NULL;
+		dl_buf_printf(b, "# HELP dlockd_%s%s %s\n", s->name, sfx,
+			      s->help);
+		dl_buf_printf(b, "# TYPE dlockd_%s%s %s\n", s->name, sfx,
+			      s->kind == DL_STAT_COUNTER ? "counter"
+							 : "gauge");
+	}
+	if (s->label)
+		dl_buf_printf(b, "dlockd_%s%s{%s=\"%s\"} %llu\n", s->name, sfx,
+			      s->label_key, s->label,
+			      (unsigned long long)s->value);
+	else
+		dl_buf_printf(b, "dlockd_%s%s %llu\n", s->name, sfx,
+			      (unsigned long long)s->value);
+}
+
+static void emit_hist(struct dl_buf *b, const char *name, const char *help,
+		      const struct dl_hist *h)
+{
+	uint64_t cum = 0;
+	size_t i;
+
+	dl_buf_printf(b, "# HELP dlockd_%s_seconds %s\n", name, help);
+	dl_buf_printf(b, "# TYPE dlockd_%s_seconds histogram\n", name);
+	for (i = 0; i < DL_HIST_BUCKETS; i++) {
+		cum += h->bucket[i];
+		if (i < DL_HIST_BUCKETS - 1)
+			dl_buf_printf(b,
+				      "dlockd_%s_seconds_bucket{le=\"%g\"} "
+				      "%llu\n",
+				      name, (double)dl_hist_bounds_ms[i] / 1000,
+				      (unsigned long long)cum);
+		else
+			dl_buf_printf(b,
+				      "dlockd_%s_seconds_bucket{le=\"+Inf\"} "
+				      "%llu\n",
+				      name, (unsigned long long)cum);
+	}
+	dl_buf_printf(b, "dlockd_%s_seconds_sum %.3f\n", name,
+		      (double)h->sum_ms / 1000);
+	dl_buf_printf(b, "dlockd_%s_seconds_count %llu\n", name,
+		      (unsigned long long)h->count);
+}
+
+static void respond(struct mconn *c, int status, const char *reason,
+		    const struct dl_buf *body)
+{
+	size_t blen = body ? body->len : 0;
+
+	dl_buf_printf(&c->resp,
+		      "HTTP/1.1 %d %s\r\n"
+		      "Content-Type: text/plain; version=0.0.4; "
+		      "charset=utf-8\r\n"
+		      "Content-Length: %zu\r\n"
+		      "Connection: close\r\n\r\n",
+		      status, reason, blen);
+	if (body)
+		dl_buf_add(&c->resp, body->p, body->len);
+}
+
+static void on_written(uv_write_t *req, int status)
+{
+	(void)status;
+	mconn_close(req->data);
+}
+
+static void answer(struct mconn *c)
+{
+	const struct dl_locktab_stats *t = dl_locktab_stats(c->m->srv->tab);
+	struct page pg = { { 0 }, NULL };
+	uv_buf_t b;
+
+	uv_read_stop((uv_stream_t *)&c->tcp);
+	if (strncmp(c->req, "GET ", 4) != 0) {
+		respond(c, 405, "Method Not Allowed", NULL);
+	} else if (strncmp(c->req + 4, "/metrics ", 9) != 0 &&
+		   strncmp(c->req + 4, "/metrics?", 9) != 0) {
+		respond(c, 404, "Not Found", NULL);
+	} else {
+		dl_stats_collect(c->m->srv, emit_stat, &pg);
+		emit_hist(&pg.b, "wait",
+			  "Time from LOCK to grant (0 when granted at once).",
+			  &t->wait);
+		emit_hist(&pg.b, "hold",
+			  "Time from grant to release or expiry.", &t->hold);
+		respond(c, 200, "OK", &pg.b);
+		free(pg.b.p);
+	}
+	if (!c->resp.p) { /* out of memory: nothing to say */
+		mconn_close(c);
+		return;
+	}
+	b = uv_buf_init(c->resp.p, (unsigned)c->resp.len);
+	c->wreq.data = c;
+	if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written))
+		mconn_close(c);
+}
+
+/* ---- connections ---------------------------------------------------------------- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	struct mconn *c = h->data;
+
+	(void)suggested;
+	buf->base = c->req + c->len;
+	buf->len = sizeof(c->req) - 1 - c->len;
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+	struct mconn *c = s->data;
+
+	(void)buf;
+	if (n < 0) {
+		mconn_close(c);
+		return;
+	}
+	c->len += (size_t)n;
+	c->req[c->len] = '\0';
+	if (strstr(c->req, "\r\n\r\n") || strstr(c->req, "\n\n"))
+		answer(c);
+	else if (c->len == sizeof(c->req) - 1)
+		mconn_close(c); /* no request of ours is that long */
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+	mconn_close(t->data);
+}
+
+static void on_connection(uv_stream_t *l, int status)
+{
+	struct dl_metrics *m = l->data;
+	struct mconn *c;
+
+	if (status < 0 || !(c = calloc(1, sizeof(*c))))
+		return;
+	c->m = m;
+	c->handles = 2;
+	uv_tcp_init(l->loop, &c->tcp);
+	uv_timer_init(l->loop, &c->timer);
+	c->tcp.data = c;
+	c->timer.data = c;
+	c->next = m->conns;
+	if (m->conns)
+		m->conns->prev = c;
+	m->conns = c;
+	m->nconns++;
+	if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 ||
+	    m->nconns > DL_METRICS_CONNS_MAX) {
+		mconn_close(c);
+		return;
+	}
+	uv_timer_start(&c->timer, on_timeout, DL_METRICS_TIMEOUT_MS, 0);
+	uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+/* ---- listener ------------------------------------------------------------------- */
+
+int dl_metrics_start(struct dl_server *srv, struct dl_metrics **out)
+{
+	struct dl_metrics *m;
+	struct sockaddr_storage ss;
+	char host[256];
+	int port, r;
+
+	*out = NULL;
+	if (!srv->cfg.metrics[0])
+		return 0;
+	if (dl_hostport_parse(srv->cfg.metrics, host, sizeof(host), &port))
+		return UV_EINVAL;
+	if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
+	    uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
+		return UV_EINVAL;
+	if (!(m = calloc(1, sizeof(*m))))
+		return UV_ENOMEM;
+	m->srv = srv;
+	uv_tcp_init(srv->loop, &m->listener);
+	m->listener.data = m;
+	m->listening = 1;
+	r = uv_tcp_bind(&m->listener, (struct sockaddr *)&ss, 0);
+	if (r == 0)
+		r = uv_listen((uv_stream_t *)&m->listener, 16, on_connection);
+	if (r != 0) {
+		m->stopping = 1;
+		dl_metrics_stop(m);
+		return r;
+	}
+	dl_notice("metrics on http://%s/metrics", srv->cfg.metrics);
+	*out = m;
+	return 0;
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+	struct dl_metrics *m = h->data;
+
+	m->listening = 0;
+	maybe_free(m);
+}
+
+void dl_metrics_stop(struct dl_metrics *m)
+{
+	struct mconn *c;
+
+	if (!m)
+		return;
+	m->stopping = 1;
+	for (c = m->conns; c; c = c->next)
+		mconn_close(c);
+	uv_close((uv_handle_t *)&m->listener, on_listener_closed);
+}

@@ -1,0 +1,101 @@
+/*
+ * stats.c -- the list of the daemon's numbers (see stats.h).
+ */
+#include "server/stats.h"
+
+#include <stddef.h>
+
+#include "proto/proto.h"
+#include "server/server.h"
+
+#define C DL_STAT_COUNTER
+#define G DL_STAT_GAUGE
+
+void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
+{
+	/* Wire names of the error codes, indexed by -DL_E*. */
+	static const char *const codes[] = {
+		NULL,      "bad_format",  "unknown_command", "line_too_long",
+		"bad_arg", "noauth",      "limit",           "unavailable",
+		"internal",
+	};
+	const struct dl_locktab_stats *t = dl_locktab_stats(srv->tab);
+	const struct dl_store_stats *s = dl_store_stats(srv->store);
+	const struct dl_server_stats *v = &srv->st;
+	const struct dl_stat rows[] = {
+		{ "uptime_ms", uv_now(srv->loop) - srv->start_ms, G,
+		  "Milliseconds since the daemon started.", NULL, NULL, 0 },
+		{ "connections", srv->nconns, G, "Open client connections.",
+		  NULL, NULL, 0 },
+		{ "connections_total", v->connections_total, C,
+		  "Client connections accepted.", NULL, NULL, 0 },
+		{ "connections_rejected", v->connections_rejected, C,
+		  "Connections refused at max_connections.", NULL, NULL, 0 },
+		{ "output_overflows", v->output_overflows, C,
+		  "Connections closed for not reading (max_output).", NULL,
+		  NULL, 0 },
+		{ "commands", v->commands, C, "Requests executed.", NULL,
+		  NULL, 0 },
+		{ "locks", t->locks, G, "Locks held or waited for.", NULL,
+		  NULL, 0 },
+		{ "leases", t->leases, G, "Leases held.", NULL, NULL, 0 },
+		{ "waiters", t->waiters, G, "Requests queued for a lock.", NULL,
+		  NULL, 0 },
+		{ "owners", t->owners, G, "Owners known (with a connection, a "
+		  "lease or a wait).", NULL, NULL, 0 },
+		{ "grants", t->grants, C, "Leases granted.", NULL, NULL, 0 },
+		{ "reentries", t->reentries, C, "Reentrant LOCKs by a holder.",
+		  NULL, NULL, 0 },
+		{ "releases", t->releases, C, "Leases released by UNLOCK.", NULL,
+		  NULL, 0 },
+		{ "expiries", t->expiries, C, "Leases that expired.", NULL,
+		  NULL, 0 },
+		{ "timeouts", t->timeouts, C, "Waits that timed out.", NULL,
+		  NULL, 0 },
+		{ "refreshes", t->refreshes, C, "Leases refreshed.", NULL, NULL, 0 },
+		{ "cancels", t->cancels, C, "Waits cancelled.", NULL, NULL, 0 },
+		{ "last_token", dl_locktab_last_token(srv->tab), G,
+		  "Last fencing token issued.", NULL, NULL, 0 },
+		{ "auth_failures", v->auth_failures, C, "Failed AUTH attempts.",
+		  NULL, NULL, 0 },
+		{ "wait_ms_count", t->wait.count, C, "Grants (wait histogram).",
+		  NULL, NULL, 1 },
+		{ "wait_ms_sum", t->wait.sum_ms, C,
+		  "Milliseconds waited before grants.", NULL, NULL, 1 },
+		{ "hold_ms_count", t->hold.count, C,
+		  "Leases ended (hold histogram).", NULL, NULL, 1 },
+		{ "hold_ms_sum", t->hold.sum_ms, C,
+		  "Milliseconds leases were held.", NULL, NULL, 1 },
+		{ "store_available", (uint64_t)dl_store_available(srv->store),
+		  G, "1 if state changes can be persisted now.", NULL, NULL, 0 },
+		{ "store_batches", s->batches, C,
+		  "Write pipelines sent to Redis.", NULL, NULL, 0 },
+		{ "store_writes", s->writes, C, "Lock records written to Redis.",
+		  NULL, NULL, 0 },
+		{ "store_round_trips", s->round_trips, C,
+		  "Redis replies awaited and received.", NULL, NULL, 0 },
+		{ "store_latency_us_avg",
+		  s->round_trips ? s->latency_us_sum / s->round_trips : 0, G,
+		  "Mean Redis round trip, microseconds.", NULL, NULL, 0 },
+		{ "store_latency_us_max", s->latency_us_max, G,
+		  "Slowest Redis round trip, microseconds.", NULL, NULL, 0 },
+		{ "store_backlog", s->backlog, G,
+		  "Redis pipelines sent and not yet acknowledged.", NULL,
+		  NULL, 0 },
+		{ "store_reconnects", s->reconnects, C,
+		  "Connections made to Redis.", NULL, NULL, 0 },
+		{ "store_failures", s->failures, C,
+		  "Times the Redis link was lost.", NULL, NULL, 0 },
+	};
+	struct dl_stat e = { "errors", 0, C, "ERR replies, by code.", "code",
+			     NULL, 0 };
+	size_t i;
+
+	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		fn(&rows[i], arg);
+	for (i = 1; i < sizeof(codes) / sizeof(codes[0]); i++) {
+		e.label = codes[i];
+		e.value = v->errors[i];
+		fn(&e, arg);
+	}
+}
