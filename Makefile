@@ -172,7 +172,7 @@ check: deps
 
 # ---- Debian packages -----------------------------------------------------------
 
-DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
+DEB_PKGS := gcc make pkg-config clang libuv1-dev libhiredis-dev libinih-dev \
             libcriterion-dev redis-server redis-tools netcat-openbsd
 
 deps:
@@ -209,6 +209,17 @@ run: deps
 	echo "make run: dlockd on 127.0.0.1:7420 -- try: nc 127.0.0.1 7420;" \
 	  "Ctrl-C stops both"; \
 	$(O)/dlockd -c conf/dlockd.conf --redis unix://$$sock
+
+# Coverage-guided fuzzing of the codec (clang's libFuzzer), on demand:
+# make fuzz FUZZ_SECONDS=600. Crashes are written to build/fuzz/.
+FUZZ_SECONDS ?= 60
+fuzz:
+	@mkdir -p build/fuzz/corpus
+	clang -std=c11 -D_GNU_SOURCE -I. -g -O1 \
+	  -fsanitize=fuzzer,address,undefined tests/fuzz/fuzz_proto.c \
+	  proto/proto.c -o build/fuzz/fuzz_proto
+	build/fuzz/fuzz_proto -max_total_time=$(FUZZ_SECONDS) \
+	  -artifact_prefix=build/fuzz/ build/fuzz/corpus
 
 clean:
 	rm -rf build

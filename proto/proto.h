@@ -8,9 +8,9 @@
  * tests in tests/test_proto.c hold them to it.
  *
  * Borrowing: every struct dl_str a parser fills in points into the line the
- * caller passed (parsers may write NUL bytes into that line, never past it).
- * It is valid as long as that line is: for dl_linebuf lines, until the next
- * call that feeds or consumes the buffer.
+ * caller passed (parsers never write to it). It is valid as long as that
+ * line is: for dl_linebuf lines, until the next call of any dl_linebuf
+ * function on that buffer.
  */
 #ifndef DL_PROTO_PROTO_H
 #define DL_PROTO_PROTO_H
@@ -61,7 +61,8 @@ struct dl_str {
 /* ---- scalar parsers (strict; used by the request parser, the config and
  *      the dlock command line) -------------------------------------------- */
 
-/* Decimal u64: 1..20 digits, no sign, no space; overflow is DL_EBADARG. */
+/* Decimal u64: digits only (leading zeros allowed), no sign, no space;
+ * a value past UINT64_MAX is DL_EBADARG. */
 int dl_parse_u64(const char *s, size_t len, uint64_t *out);
 
 /* Duration: a decimal number with an optional unit, "ms" (the default),
@@ -191,7 +192,10 @@ size_t dl_u64_to_dec(uint64_t v, char *buf);
  * Splits a byte stream into lines, enforcing DL_LINE_MAX and
  * DL_LINE_DISCARD_MAX. The owner reads directly into dl_linebuf_space()
  * (libuv alloc_cb, or read(2)), reports the count with dl_linebuf_commit(),
- * then calls dl_linebuf_next() until it returns DL_LB_NONE.
+ * then calls dl_linebuf_next() until it returns DL_LB_NONE -- or
+ * DL_LB_OVERFLOW, which is final: the caller closes the connection. The
+ * owner must drain the buffer (next() until NONE) before asking for space
+ * again; space() moves unconsumed bytes.
  */
 struct dl_linebuf {
 	size_t start;   /* first unconsumed byte */
@@ -215,7 +219,7 @@ void dl_linebuf_init(struct dl_linebuf *lb);
 /* Free space to read into; never less than 1 byte. */
 char *dl_linebuf_space(struct dl_linebuf *lb, size_t *avail);
 void dl_linebuf_commit(struct dl_linebuf *lb, size_t n);
-/* The returned line lives until the next commit or next call. */
+/* The returned line lives until the next call of any dl_linebuf function. */
 enum dl_lb_result dl_linebuf_next(struct dl_linebuf *lb, char **line,
 				  size_t *len);
 

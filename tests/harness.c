@@ -364,6 +364,21 @@ void h_daemon_kill9(struct h_daemon *d)
 	d->pid = 0;
 }
 
+int h_daemon_alive(struct h_daemon *d)
+{
+	int st;
+
+	if (d->pid <= 0)
+		return 0;
+	st = wait_exit(d->pid, 0);
+	if (st < 0)
+		return 1;
+	fprintf(stderr, "dlockd exited with status %d\n", st);
+	print_file(d->log);
+	d->pid = 0;
+	return 0;
+}
+
 void h_daemon_signal(struct h_daemon *d, int sig)
 {
 	cr_assert(d->pid > 0);
@@ -523,7 +538,8 @@ ssize_t h_send_within(struct h_client *c, const void *p, size_t n,
 	int64_t left;
 
 	while (sent < n) {
-		k = send(c->fd, b + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+		k = send(c->fd, b + sent, n - sent,
+			 MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (k > 0) {
 			sent += (size_t)k;
 			continue;
@@ -575,8 +591,10 @@ char *h_read(struct h_client *c, int timeout_ms)
 			memcpy(c->line, line, len + 1);
 			return c->line;
 		}
-		if (r != DL_LB_NONE)
-			continue; /* over-long: the server never sends one */
+		if (r == DL_LB_OVERFLOW)
+			return NULL; /* the server never sends one */
+		if (r == DL_LB_TOOLONG)
+			continue;
 		left = (int64_t)(end - h_now_ms());
 		if (left < 0 || poll(&p, 1, (int)left) <= 0)
 			return NULL;
@@ -710,4 +728,42 @@ uint64_t h_lock(struct h_client *c, const char *name, const char *opts)
 	cr_assert(strncmp(l, want, strlen(want)) == 0,
 		  "LOCK %s: expected GRANTED, got \"%s\"", name, l);
 	return h_arg_u64(l, 1);
+}
+
+/* ---- added for test_persist ------------------------------------------------- */
+
+uint64_t h_stats_value(struct h_client *c, const char *key)
+{
+	char *l = h_call(c, "STATS");
+	uint64_t n, i, v = 0;
+	size_t klen = strlen(key);
+	int found = 0;
+
+	cr_assert(strncmp(l, "OK STATS ", 9) == 0, "STATS: \"%s\"", l);
+	n = h_arg_u64(l, 0);
+	for (i = 0; i < n; i++) {
+		l = h_line(c);
+		if (strncmp(l, key, klen) == 0 && l[klen] == ' ') {
+			cr_assert(dl_parse_u64(l + klen + 1,
+					       strlen(l + klen + 1), &v) == 0,
+				  "STATS line \"%s\"", l);
+			found = 1;
+		}
+	}
+	cr_assert(found, "STATS has no %s", key);
+	return v;
+}
+
+int h_redis_wait(const struct h_redis *r, const char *cmd, const char *needle,
+		 int want, int timeout_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+
+	for (;;) {
+		if ((strstr(h_redis_cli(r, cmd), needle) != NULL) == (want != 0))
+			return 1;
+		if (h_now_ms() > end)
+			return 0;
+		h_sleep_ms(20);
+	}
 }

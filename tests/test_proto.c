@@ -1,0 +1,1345 @@
+/*
+ * test_proto.c -- unit tests of the wire codec (proto/proto.c).
+ *
+ * Each test names the behaviour it proves. Requests are parsed from
+ * literal lines; the line splitter is driven through its real interface
+ * (space, commit, next) with several chunkings of the same stream, and the
+ * formatter is checked by parsing what it wrote.
+ */
+#include <criterion/criterion.h>
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/proto.h"
+
+/* ---- helpers ------------------------------------------------------------- */
+
+/* A NUL-terminated copy of s, from a small ring so that several can be
+ * used in one assert. */
+static const char *cstr(struct dl_str s)
+{
+	static char ring[4][DL_INBUF_SIZE];
+	static int next;
+	char *b = ring[next++ % 4];
+
+	cr_assert_lt(s.len, sizeof(ring[0]));
+	if (s.len > 0)
+		memcpy(b, s.p, s.len);
+	b[s.len] = '\0';
+	return b;
+}
+
+static int parse(const char *line, struct dl_request *r, const char **why)
+{
+	*why = NULL;
+	return dl_parse_request(line, strlen(line), r, why);
+}
+
+/* A parse expected to fail with err; checks that why is set. */
+static void expect_err(const char *line, int err)
+{
+	struct dl_request r;
+	const char *why;
+	int rc = parse(line, &r, &why);
+
+	cr_assert_eq(rc, err, "\"%s\": got %d (%s), want %d", line, rc,
+		     why ? why : "(null)", err);
+	cr_assert_not_null(why, "\"%s\": why not set", line);
+	cr_assert_gt(strlen(why), 0);
+}
+
+static void expect_ok(const char *line, struct dl_request *r)
+{
+	const char *why;
+	int rc = parse(line, r, &why);
+
+	cr_assert_eq(rc, 0, "\"%s\": got %d (%s)", line, rc,
+		     why ? why : "(null)");
+}
+
+/* n copies of c, NUL-terminated, from a small ring of static buffers */
+static char *rep(char c, size_t n)
+{
+	static char ring[4][DL_LINE_MAX + 1];
+	static int next;
+	char *b = ring[next++ % 4];
+
+	cr_assert_lt(n, sizeof(ring[0]));
+	memset(b, c, n);
+	b[n] = '\0';
+	return b;
+}
+
+/* every struct dl_str of r lies within line[0..len] */
+static void assert_within(const struct dl_request *r, const char *line,
+			  size_t len)
+{
+	const struct dl_str *s[] = {&r->name, &r->tag, &r->owner, &r->arg};
+	size_t i;
+
+	for (i = 0; i < sizeof(s) / sizeof(s[0]); i++) {
+		if (s[i]->len == 0)
+			continue;
+		cr_assert(s[i]->p >= line && s[i]->p + s[i]->len <= line + len,
+			  "field %zu points outside the line", i);
+	}
+}
+
+/* ---- scalars ------------------------------------------------------------- */
+
+Test(proto, u64_accepts_digits_and_leading_zeros)
+{
+	uint64_t v = 1;
+
+	cr_assert_eq(dl_parse_u64("0", 1, &v), 0);
+	cr_assert_eq(v, 0);
+	cr_assert_eq(dl_parse_u64("007", 3, &v), 0);
+	cr_assert_eq(v, 7);
+	cr_assert_eq(dl_parse_u64("18446744073709551615", 20, &v), 0);
+	cr_assert_eq(v, UINT64_MAX);
+	cr_assert_eq(dl_parse_u64("0018446744073709551615", 22, &v), 0);
+	cr_assert_eq(v, UINT64_MAX);
+}
+
+Test(proto, u64_rejects_overflow_sign_space_and_empty)
+{
+	static const char *const bad[] = {
+		"18446744073709551616",
+		"99999999999999999999",
+		"184467440737095516150",
+		"",
+		"-1",
+		"+1",
+		" 1",
+		"1 ",
+		"1a",
+		"0x10",
+		"1.0",
+	};
+	uint64_t v = 42;
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int rc = dl_parse_u64(bad[i], strlen(bad[i]), &v);
+
+		cr_assert_eq(rc, DL_EBADARG, "\"%s\": got %d", bad[i], rc);
+	}
+	cr_assert_eq(v, 42, "a failed parse must not write *out");
+}
+
+Test(proto, duration_units_scale_to_ms)
+{
+	static const struct {
+		const char *s;
+		uint64_t ms;
+	} ok[] = {
+		{"0", 0},
+		{"0s", 0},
+		{"10", 10},
+		{"10ms", 10},
+		{"3s", 3000},
+		{"2m", 120000},
+		{"007s", 7000},
+		{"1000000000000", DL_DURATION_MAX_MS},
+		{"1000000000s", DL_DURATION_MAX_MS},
+		{"16666666m", 16666666ULL * 60000},
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		uint64_t ms = 1;
+		int rc = dl_parse_duration(ok[i].s, strlen(ok[i].s), &ms);
+
+		cr_assert_eq(rc, 0, "\"%s\": got %d", ok[i].s, rc);
+		cr_assert_eq(ms, ok[i].ms, "\"%s\": %" PRIu64 " != %" PRIu64,
+			     ok[i].s, ms, ok[i].ms);
+	}
+}
+
+Test(proto, duration_rejects_junk_negative_and_overflow)
+{
+	static const char *const bad[] = {
+		"inf",
+		"",
+		"-1",
+		"+1",
+		"1h",
+		"1.5s",
+		"1 s",
+		" 1",
+		"1MS",
+		"1S",
+		"1M",
+		"s",
+		"ms",
+		"1sm",
+		"1mss",
+		"1000000000001",
+		"1000000001s",
+		"16666667m",
+		"18446744073709551615s",
+		"18446744073709551616",
+		"18446744073709551615m",
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		uint64_t ms;
+		int rc = dl_parse_duration(bad[i], strlen(bad[i]), &ms);
+
+		cr_assert_eq(rc, DL_EBADARG, "\"%s\": got %d", bad[i], rc);
+	}
+}
+
+Test(proto, wait_accepts_inf_and_durations)
+{
+	uint64_t ms = 1;
+
+	cr_assert_eq(dl_parse_wait("inf", 3, &ms), 0);
+	cr_assert_eq(ms, DL_WAIT_INF);
+	cr_assert_eq(dl_parse_wait("0", 1, &ms), 0);
+	cr_assert_eq(ms, 0);
+	cr_assert_eq(dl_parse_wait("5s", 2, &ms), 0);
+	cr_assert_eq(ms, 5000);
+	cr_assert_eq(dl_parse_wait("INF", 3, &ms), DL_EBADARG);
+	cr_assert_eq(dl_parse_wait("infinity", 8, &ms), DL_EBADARG);
+	cr_assert_eq(dl_parse_wait("-1", 2, &ms), DL_EBADARG);
+}
+
+Test(proto, name_owner_tag_limits_and_alphabet)
+{
+	char *n255 = rep('n', DL_NAME_MAX), *n256 = rep('n', DL_NAME_MAX + 1);
+
+	cr_assert_eq(dl_check_name(n255, strlen(n255)), 0);
+	cr_assert_eq(dl_check_name(n256, strlen(n256)), DL_EBADARG);
+	cr_assert_eq(dl_check_name("", 0), DL_EBADARG);
+	cr_assert_eq(dl_check_name("!~/:a.b-c_", 10), 0);
+	cr_assert_eq(dl_check_name("a=b", 3), DL_EBADARG);
+	cr_assert_eq(dl_check_name("a b", 3), DL_EBADARG);
+	cr_assert_eq(dl_check_name("a\x1f", 2), DL_EBADARG);
+	cr_assert_eq(dl_check_name("a\x7f", 2), DL_EBADARG);
+	cr_assert_eq(dl_check_name("a\x80", 2), DL_EBADARG);
+	cr_assert_eq(dl_check_name("a\0", 2), DL_EBADARG);
+	cr_assert_eq(dl_check_owner(n255, DL_OWNER_MAX), 0);
+	cr_assert_eq(dl_check_owner(n255, DL_OWNER_MAX + 1), DL_EBADARG);
+	cr_assert_eq(dl_check_tag(n255, DL_TAG_MAX), 0);
+	cr_assert_eq(dl_check_tag(n255, DL_TAG_MAX + 1), DL_EBADARG);
+	cr_assert_eq(dl_check_tag("a=", 2), DL_EBADARG);
+}
+
+/* ---- requests: every verb ------------------------------------------------ */
+
+Test(proto, lock_with_all_options)
+{
+	struct dl_request r;
+	const char *line = "LOCK jobs/42 ttl=5s wait=inf id=t1";
+
+	expect_ok(line, &r);
+	cr_assert_eq(r.verb, DL_VERB_LOCK);
+	cr_assert_str_eq(cstr(r.name), "jobs/42");
+	cr_assert_eq(r.has_ttl, 1);
+	cr_assert_eq(r.ttl_ms, 5000);
+	cr_assert_eq(r.has_wait, 1);
+	cr_assert_eq(r.wait_ms, DL_WAIT_INF);
+	cr_assert_str_eq(cstr(r.tag), "t1");
+	cr_assert_eq(r.owner.len, 0);
+	cr_assert_eq(r.arg.len, 0);
+	assert_within(&r, line, strlen(line));
+}
+
+Test(proto, lock_without_options_has_no_ttl_or_wait)
+{
+	struct dl_request r;
+
+	expect_ok("LOCK a", &r);
+	cr_assert_eq(r.verb, DL_VERB_LOCK);
+	cr_assert_str_eq(cstr(r.name), "a");
+	cr_assert_eq(r.has_ttl, 0);
+	cr_assert_eq(r.has_wait, 0);
+	cr_assert_eq(r.tag.len, 0);
+	expect_ok("LOCK a wait=0", &r);
+	cr_assert_eq(r.has_wait, 1);
+	cr_assert_eq(r.wait_ms, 0);
+	expect_ok("LOCK a wait=250", &r);
+	cr_assert_eq(r.wait_ms, 250);
+}
+
+Test(proto, trylock_reports_itself_with_wait_zero)
+{
+	struct dl_request r;
+
+	expect_ok("TRYLOCK a ttl=2m id=z", &r);
+	cr_assert_eq(r.verb, DL_VERB_TRYLOCK);
+	cr_assert_str_eq(cstr(r.name), "a");
+	cr_assert_eq(r.ttl_ms, 120000);
+	cr_assert_eq(r.has_wait, 1);
+	cr_assert_eq(r.wait_ms, 0);
+	cr_assert_str_eq(cstr(r.tag), "z");
+	expect_err("TRYLOCK a wait=5", DL_EBADARG);
+}
+
+Test(proto, unlock_refresh_check_take_name_and_token)
+{
+	struct dl_request r;
+
+	expect_ok("UNLOCK a 123 id=x", &r);
+	cr_assert_eq(r.verb, DL_VERB_UNLOCK);
+	cr_assert_str_eq(cstr(r.name), "a");
+	cr_assert_eq(r.token, 123);
+	cr_assert_str_eq(cstr(r.tag), "x");
+
+	expect_ok("REFRESH b 18446744073709551615 ttl=100ms", &r);
+	cr_assert_eq(r.verb, DL_VERB_REFRESH);
+	cr_assert_str_eq(cstr(r.name), "b");
+	cr_assert_eq(r.token, UINT64_MAX);
+	cr_assert_eq(r.has_ttl, 1);
+	cr_assert_eq(r.ttl_ms, 100);
+
+	expect_ok("CHECK c 0", &r);
+	cr_assert_eq(r.verb, DL_VERB_CHECK);
+	cr_assert_str_eq(cstr(r.name), "c");
+	cr_assert_eq(r.token, 0);
+
+	expect_err("UNLOCK a 1 ttl=5", DL_EBADARG);
+	expect_err("CHECK a 1 wait=5", DL_EBADARG);
+	expect_err("REFRESH a 1 wait=5", DL_EBADARG);
+}
+
+Test(proto, cancel_and_status_take_a_name)
+{
+	struct dl_request r;
+
+	expect_ok("CANCEL q id=c1", &r);
+	cr_assert_eq(r.verb, DL_VERB_CANCEL);
+	cr_assert_str_eq(cstr(r.name), "q");
+	cr_assert_str_eq(cstr(r.tag), "c1");
+	expect_ok("STATUS q", &r);
+	cr_assert_eq(r.verb, DL_VERB_STATUS);
+	cr_assert_str_eq(cstr(r.name), "q");
+	expect_err("CANCEL q ttl=1", DL_EBADARG);
+	expect_err("STATUS q 1", DL_EBADARG);
+}
+
+Test(proto, hello_with_and_without_owner)
+{
+	struct dl_request r;
+
+	expect_ok("HELLO", &r);
+	cr_assert_eq(r.verb, DL_VERB_HELLO);
+	cr_assert_eq(r.owner.len, 0);
+	expect_ok("HELLO owner=worker-7 id=h", &r);
+	cr_assert_str_eq(cstr(r.owner), "worker-7");
+	cr_assert_str_eq(cstr(r.tag), "h");
+	expect_err("HELLO me", DL_EBADARG);
+	expect_err("HELLO owner=a=b", DL_EBADARG);
+}
+
+Test(proto, auth_stats_ping_quit)
+{
+	struct dl_request r;
+
+	expect_ok("AUTH s3cret id=a", &r);
+	cr_assert_eq(r.verb, DL_VERB_AUTH);
+	cr_assert_str_eq(cstr(r.arg), "s3cret");
+	cr_assert_str_eq(cstr(r.tag), "a");
+	expect_ok("STATS", &r);
+	cr_assert_eq(r.verb, DL_VERB_STATS);
+	expect_ok("PING", &r);
+	cr_assert_eq(r.verb, DL_VERB_PING);
+	cr_assert_eq(r.arg.len, 0);
+	expect_ok("PING hello id=p", &r);
+	cr_assert_str_eq(cstr(r.arg), "hello");
+	cr_assert_str_eq(cstr(r.tag), "p");
+	expect_ok("QUIT id=bye", &r);
+	cr_assert_eq(r.verb, DL_VERB_QUIT);
+	cr_assert_str_eq(cstr(r.tag), "bye");
+	expect_err("STATS all", DL_EBADARG);
+	expect_err("QUIT now", DL_EBADARG);
+	expect_err("PING a b", DL_EBADARG);
+	expect_err("PING a=b", DL_EBADARG);
+}
+
+Test(proto, auth_secret_may_contain_equals_and_look_like_an_id)
+{
+	struct dl_request r;
+
+	expect_ok("AUTH pa=ss=word id=q", &r);
+	cr_assert_str_eq(cstr(r.arg), "pa=ss=word");
+	cr_assert_str_eq(cstr(r.tag), "q");
+	/* the secret is never taken for a tag, so never echoed */
+	expect_ok("AUTH id=hunter2", &r);
+	cr_assert_str_eq(cstr(r.arg), "id=hunter2");
+	cr_assert_eq(r.tag.len, 0);
+	cr_assert_eq(parse("AUTH id=hunter2 extra", &r, &(const char *){0}),
+		     DL_EBADARG);
+	cr_assert_eq(r.tag.len, 0);
+	expect_err("AUTH", DL_EBADFORMAT);
+	expect_err("AUTH a b", DL_EBADARG);
+	expect_err("AUTH a ttl=5", DL_EBADARG);
+}
+
+Test(proto, verbs_and_option_keys_are_case_insensitive)
+{
+	static const char *const lines[] = {
+		"lock a",      "LoCk a",    "trylock a", "unlock a 1",
+		"refresh a 1", "check a 1", "cancel a",	 "status a",
+		"hello",       "auth x",    "stats",	 "ping",
+		"quit",
+	};
+	struct dl_request r;
+	size_t i;
+
+	for (i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+		expect_ok(lines[i], &r);
+		cr_assert_eq(r.verb,
+			     (enum dl_verb)(DL_VERB_LOCK + (i ? i - 1 : 0)),
+			     "\"%s\": verb %d", lines[i], r.verb);
+	}
+	expect_ok("lock a TTL=5 Wait=inf ID=x", &r);
+	cr_assert_eq(r.ttl_ms, 5);
+	cr_assert_eq(r.wait_ms, DL_WAIT_INF);
+	cr_assert_str_eq(cstr(r.tag), "x");
+	expect_ok("hello OWNER=o", &r);
+	cr_assert_str_eq(cstr(r.owner), "o");
+}
+
+Test(proto, names_are_case_sensitive)
+{
+	struct dl_request r;
+
+	expect_ok("lock MyLock", &r);
+	cr_assert_str_eq(cstr(r.name), "MyLock");
+}
+
+Test(proto, blanks_separate_words)
+{
+	struct dl_request r;
+
+	expect_ok("  \tLOCK\t\t a  ttl=5 \t ", &r);
+	cr_assert_eq(r.verb, DL_VERB_LOCK);
+	cr_assert_str_eq(cstr(r.name), "a");
+	cr_assert_eq(r.ttl_ms, 5);
+}
+
+Test(proto, blank_line_is_no_request)
+{
+	static const char *const lines[] = {"", " ", "\t \t  "};
+	struct dl_request r;
+	size_t i;
+
+	for (i = 0; i < 3; i++) {
+		expect_ok(lines[i], &r);
+		cr_assert_eq(r.verb, DL_VERB_NONE);
+	}
+}
+
+Test(proto, verb_names_are_upper_case)
+{
+	cr_assert_str_eq(dl_verb_name(DL_VERB_NONE), "");
+	cr_assert_str_eq(dl_verb_name(DL_VERB_LOCK), "LOCK");
+	cr_assert_str_eq(dl_verb_name(DL_VERB_TRYLOCK), "TRYLOCK");
+	cr_assert_str_eq(dl_verb_name(DL_VERB_QUIT), "QUIT");
+	cr_assert_str_eq(dl_verb_name(DL_VERB_COUNT_), "");
+}
+
+Test(proto, every_verb_name_parses_back_to_its_verb)
+{
+	int v;
+
+	for (v = DL_VERB_LOCK; v < DL_VERB_COUNT_; v++) {
+		struct dl_request r;
+		const char *why;
+		const char *name = dl_verb_name((enum dl_verb)v);
+
+		dl_parse_request(name, strlen(name), &r, &why);
+		cr_assert_eq(r.verb, (enum dl_verb)v, "%s: %d", name, r.verb);
+	}
+}
+
+/* ---- requests: errors ---------------------------------------------------- */
+
+Test(proto, missing_argument_is_bad_format)
+{
+	expect_err("LOCK", DL_EBADFORMAT);
+	expect_err("LOCK ttl=5", DL_EBADFORMAT);
+	expect_err("UNLOCK a", DL_EBADFORMAT);
+	expect_err("REFRESH a id=x", DL_EBADFORMAT);
+	expect_err("CHECK", DL_EBADFORMAT);
+	expect_err("CANCEL", DL_EBADFORMAT);
+	expect_err("STATUS", DL_EBADFORMAT);
+}
+
+Test(proto, nul_byte_is_bad_format_before_anything_else)
+{
+	static const char line[] = "LOCK a\0b id=t";
+	static const char junk[] = "\0FOO";
+	struct dl_request r;
+	const char *why = NULL;
+
+	cr_assert_eq(dl_parse_request(line, sizeof(line) - 1, &r, &why),
+		     DL_EBADFORMAT);
+	cr_assert_str_eq(why, "NUL byte in request");
+	cr_assert_eq(dl_parse_request(junk, sizeof(junk) - 1, &r, &why),
+		     DL_EBADFORMAT);
+	cr_assert_eq(dl_parse_request("\0", 1, &r, &why), DL_EBADFORMAT);
+}
+
+Test(proto, unknown_verb_is_unknown_command)
+{
+	expect_err("FOO a", DL_EUNKNOWNCMD);
+	expect_err("LOCKS a", DL_EUNKNOWNCMD);
+	expect_err("LOC a", DL_EUNKNOWNCMD);
+	expect_err("ttl=5", DL_EUNKNOWNCMD);
+	expect_err("\x01LOCK a", DL_EUNKNOWNCMD);
+}
+
+Test(proto, bad_number_is_bad_arg)
+{
+	expect_err("UNLOCK a 12x", DL_EBADARG);
+	expect_err("UNLOCK a -1", DL_EBADARG);
+	expect_err("LOCK a ttl=five", DL_EBADARG);
+	expect_err("LOCK a wait=1.5s", DL_EBADARG);
+}
+
+Test(proto, u64_overflow_token_is_bad_arg)
+{
+	expect_err("CHECK a 18446744073709551616", DL_EBADARG);
+}
+
+Test(proto, negative_duration_is_bad_arg)
+{
+	expect_err("LOCK a ttl=-5", DL_EBADARG);
+	expect_err("LOCK a wait=-1", DL_EBADARG);
+}
+
+Test(proto, overflowing_duration_is_bad_arg)
+{
+	expect_err("LOCK a ttl=18446744073709551615s", DL_EBADARG);
+	expect_err("LOCK a wait=18446744073709551616", DL_EBADARG);
+	expect_err("LOCK a ttl=1000000000001", DL_EBADARG);
+}
+
+Test(proto, unknown_or_disallowed_option_is_bad_arg)
+{
+	expect_err("LOCK a foo=1", DL_EBADARG);
+	expect_err("LOCK a =1", DL_EBADARG);
+	expect_err("LOCK a owner=me", DL_EBADARG);
+	expect_err("HELLO ttl=5", DL_EBADARG);
+	expect_err("LOCK a ttl", DL_EBADARG); /* a second positional */
+}
+
+Test(proto, duplicate_option_is_bad_arg)
+{
+	expect_err("LOCK a ttl=1 ttl=2", DL_EBADARG);
+	expect_err("LOCK a TTL=1 ttl=1", DL_EBADARG);
+	expect_err("LOCK a id=x id=y", DL_EBADARG);
+}
+
+Test(proto, empty_option_value_is_bad_arg)
+{
+	expect_err("LOCK a ttl=", DL_EBADARG);
+	expect_err("LOCK a id=", DL_EBADARG);
+	expect_err("HELLO owner=", DL_EBADARG);
+}
+
+Test(proto, ttl_zero_is_bad_arg)
+{
+	expect_err("LOCK a ttl=0", DL_EBADARG);
+	expect_err("REFRESH a 1 ttl=0s", DL_EBADARG);
+}
+
+Test(proto, name_of_256_bytes_is_bad_arg_255_is_accepted)
+{
+	char line[DL_NAME_MAX + 16];
+	struct dl_request r;
+
+	snprintf(line, sizeof(line), "LOCK %s", rep('x', DL_NAME_MAX + 1));
+	expect_err(line, DL_EBADARG);
+	snprintf(line, sizeof(line), "LOCK %s", rep('x', DL_NAME_MAX));
+	expect_ok(line, &r);
+	cr_assert_eq(r.name.len, DL_NAME_MAX);
+	cr_assert_eq(r.name.p, line + 5);
+}
+
+Test(proto, name_with_control_byte_is_bad_arg)
+{
+	expect_err("LOCK a\x01z", DL_EBADARG);
+	expect_err("LOCK a\rz", DL_EBADARG);
+	expect_err("LOCK \x7f", DL_EBADARG);
+	expect_err("LOCK caf\xc3\xa9", DL_EBADARG);
+}
+
+Test(proto, tag_of_33_bytes_is_bad_arg_32_is_accepted)
+{
+	char line[64];
+	struct dl_request r;
+
+	snprintf(line, sizeof(line), "PING id=%s", rep('t', DL_TAG_MAX + 1));
+	expect_err(line, DL_EBADARG);
+	parse(line, &r, &(const char *){0});
+	cr_assert_eq(r.tag.len, 0, "an invalid tag is not echoed");
+	snprintf(line, sizeof(line), "PING id=%s", rep('t', DL_TAG_MAX));
+	expect_ok(line, &r);
+	cr_assert_eq(r.tag.len, DL_TAG_MAX);
+}
+
+Test(proto, owner_of_65_bytes_is_bad_arg_64_is_accepted)
+{
+	char line[96];
+	struct dl_request r;
+
+	snprintf(line, sizeof(line), "HELLO owner=%s",
+		 rep('o', DL_OWNER_MAX + 1));
+	expect_err(line, DL_EBADARG);
+	snprintf(line, sizeof(line), "HELLO owner=%s", rep('o', DL_OWNER_MAX));
+	expect_ok(line, &r);
+	cr_assert_eq(r.owner.len, DL_OWNER_MAX);
+}
+
+Test(proto, too_many_words_is_bad_arg)
+{
+	struct dl_request r;
+
+	/* more than eight words is refused before the verb is looked at */
+	expect_err("FOO 1 2 3 4 5 6 7 8", DL_EBADARG);
+	expect_err("PING a b c d e f g", DL_EBADARG);
+	expect_err("LOCK a b", DL_EBADARG);
+	expect_err("UNLOCK a 1 2", DL_EBADARG);
+	expect_err("FOO 1 2 3 4 5 6 7", DL_EUNKNOWNCMD);
+	expect_ok("REFRESH a 1 ttl=5 id=x", &r);
+}
+
+Test(proto, first_error_from_the_left_wins)
+{
+	struct dl_request r;
+	const char *why;
+
+	cr_assert_eq(parse("LOCK a foo=1 ttl=0", &r, &why), DL_EBADARG);
+	cr_assert_str_eq(why, "unknown option");
+	cr_assert_eq(parse("LOCK a ttl=0 foo=1", &r, &why), DL_EBADARG);
+	cr_assert_str_eq(why, "bad ttl");
+	cr_assert_eq(parse("UNLOCK a\x01 x", &r, &why), DL_EBADARG);
+	cr_assert_str_eq(why, "bad name");
+	cr_assert_eq(parse("UNLOCK a x", &r, &why), DL_EBADARG);
+	cr_assert_str_eq(why, "bad token");
+	/* missing is only known at the end, after every word was checked */
+	cr_assert_eq(parse("UNLOCK a ttl=1", &r, &why), DL_EBADARG);
+	cr_assert_str_eq(why, "unknown option");
+	cr_assert_eq(parse("UNLOCK a id=x", &r, &why), DL_EBADFORMAT);
+	cr_assert_str_eq(why, "missing argument");
+}
+
+Test(proto, why_never_echoes_the_input)
+{
+	static const char *const lines[] = {
+		"zzzz a",
+		"LOCK zzzz=1",
+		"LOCK a ttl=zzzz",
+		"UNLOCK a zzzz",
+		"LOCK a\x01zzzz",
+		"HELLO zzzz",
+		"LOCK a id=zzzz id=zzzz",
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+		struct dl_request r;
+		const char *why = NULL;
+
+		cr_assert_lt(parse(lines[i], &r, &why), 0);
+		cr_assert_not_null(why);
+		cr_assert_null(strstr(why, "zzzz"), "why: %s", why);
+	}
+}
+
+Test(proto, tag_is_echoed_on_errors)
+{
+	static const struct {
+		const char *line;
+		int err;
+	} cases[] = {
+		{"FOO id=abc", DL_EUNKNOWNCMD},
+		{"LOCK id=abc", DL_EBADFORMAT},
+		{"LOCK a ttl=0 id=abc", DL_EBADARG},
+		{"LOCK a wait=x ID=abc", DL_EBADARG},
+		{"LOCK a b c d e f g h id=abc", DL_EBADARG},
+		{"id=abc", DL_EUNKNOWNCMD},
+		{"PING id=abc id=other", DL_EBADARG},
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct dl_request r;
+		const char *why;
+		int rc = parse(cases[i].line, &r, &why);
+
+		cr_assert_eq(rc, cases[i].err, "\"%s\": %d", cases[i].line, rc);
+		cr_assert_str_eq(cstr(r.tag), "abc", "\"%s\"", cases[i].line);
+	}
+}
+
+Test(proto, invalid_id_is_skipped_by_the_tag_prescan)
+{
+	struct dl_request r;
+	const char *why;
+
+	cr_assert_eq(parse("LOCK id=a=b id=good", &r, &why), DL_EBADARG);
+	cr_assert_str_eq(cstr(r.tag), "good");
+}
+
+Test(proto, parsed_strings_point_into_the_line)
+{
+	static const char *const lines[] = {
+		"LOCK a ttl=1 wait=2 id=3",
+		"HELLO owner=me id=x",
+		"AUTH s=t id=y",
+		"PING pong",
+		"UNLOCK n 5",
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+		struct dl_request r;
+
+		expect_ok(lines[i], &r);
+		assert_within(&r, lines[i], strlen(lines[i]));
+	}
+}
+
+/* ---- errors -------------------------------------------------------------- */
+
+Test(proto, error_words_and_texts)
+{
+	static const char *const words[] = {
+		"BAD_FORMAT", "UNKNOWN_COMMAND", "LINE_TOO_LONG", "BAD_ARG",
+		"NOAUTH",     "LIMIT",		 "UNAVAILABLE",	  "INTERNAL",
+		"INTERNAL",   "INTERNAL",	 "INTERNAL",
+	};
+	int e;
+
+	for (e = -1; e >= -DL_ERR_COUNT_; e--) {
+		cr_assert_str_eq(dl_err_word(e), words[-e - 1], "code %d", e);
+		cr_assert_str_neq(dl_strerror(e), "unknown error", "code %d",
+				  e);
+	}
+	cr_assert_str_eq(dl_err_word(DL_EBADARG), "BAD_ARG");
+	cr_assert_str_eq(dl_err_word(DL_ENOMEM), "INTERNAL");
+	cr_assert_str_eq(dl_err_word(-99), "INTERNAL");
+	cr_assert_str_eq(dl_strerror(-99), "unknown error");
+	cr_assert_str_eq(dl_strerror(1), "unknown error");
+	cr_assert_str_neq(dl_strerror(DL_ENOSPC), dl_strerror(DL_EPROTO));
+	cr_assert_str_neq(dl_strerror(DL_ENOMEM), dl_strerror(DL_EINTERNAL));
+}
+
+/* ---- formatting and replies ---------------------------------------------- */
+
+/* Formats into buf, checks the CRLF, and parses it back (CRLF removed). */
+static void end_and_parse(struct dl_fmt *f, struct dl_str tag, const char *want,
+			  struct dl_reply *r)
+{
+	int n = dl_fmt_end(f, tag);
+
+	cr_assert_gt(n, 1, "dl_fmt_end: %d", n);
+	cr_assert_str_eq(f->buf, want);
+	cr_assert_eq((size_t)n, strlen(want));
+	cr_assert_eq(dl_parse_reply(f->buf, (size_t)n - 2, r), 0, "\"%s\"",
+		     want);
+}
+
+Test(proto, granted_reply_round_trip)
+{
+	char buf[DL_REPLY_MAX];
+	struct dl_fmt f;
+	struct dl_reply r;
+	uint64_t v;
+
+	dl_fmt_init(&f, buf, sizeof(buf));
+	dl_fmt_word(&f, "OK");
+	dl_fmt_word(&f, "GRANTED");
+	dl_fmt_str(&f, DL_STR_LIT("a"));
+	dl_fmt_u64(&f, 7);
+	dl_fmt_u64(&f, 3000);
+	end_and_parse(&f, DL_STR_LIT("x"), "OK GRANTED a 7 3000 id=x\r\n", &r);
+	cr_assert_eq(r.kind, DL_REPLY_OK);
+	cr_assert_str_eq(cstr(r.word), "GRANTED");
+	cr_assert_eq(r.argc, 3);
+	cr_assert_str_eq(cstr(r.argv[0]), "a");
+	cr_assert_eq(dl_reply_u64(&r, 1, &v), 0);
+	cr_assert_eq(v, 7);
+	cr_assert_eq(dl_reply_u64(&r, 2, &v), 0);
+	cr_assert_eq(v, 3000);
+	cr_assert_eq(dl_reply_u64(&r, 0, &v), DL_EPROTO);
+	cr_assert_eq(dl_reply_u64(&r, 3, &v), DL_EPROTO);
+	cr_assert_eq(dl_reply_u64(&r, -1, &v), DL_EPROTO);
+	cr_assert_str_eq(cstr(r.tag), "x");
+	cr_assert_str_eq(cstr(r.rest), "a 7 3000");
+}
+
+Test(proto, err_reply_round_trip_keeps_free_text)
+{
+	char buf[DL_REPLY_MAX];
+	struct dl_fmt f;
+	struct dl_reply r;
+
+	dl_fmt_init(&f, buf, sizeof(buf));
+	dl_fmt_word(&f, "ERR");
+	dl_fmt_word(&f, dl_err_word(DL_EBADARG));
+	dl_fmt_word(&f, "bad ttl");
+	end_and_parse(&f, DL_STR_LIT("q"), "ERR BAD_ARG bad ttl id=q\r\n", &r);
+	cr_assert_eq(r.kind, DL_REPLY_ERR);
+	cr_assert_str_eq(cstr(r.word), "BAD_ARG");
+	cr_assert_eq(r.argc, 2);
+	cr_assert_str_eq(cstr(r.rest), "bad ttl");
+	cr_assert_str_eq(cstr(r.tag), "q");
+}
+
+Test(proto, event_reply_round_trip)
+{
+	char buf[DL_REPLY_MAX];
+	struct dl_fmt f;
+	struct dl_reply r;
+	uint64_t v;
+
+	dl_fmt_init(&f, buf, sizeof(buf));
+	dl_fmt_word(&f, "*");
+	dl_fmt_word(&f, "EXPIRED");
+	dl_fmt_str(&f, DL_STR_LIT("a"));
+	dl_fmt_u64(&f, 9);
+	end_and_parse(&f, DL_STR_NULL, "* EXPIRED a 9\r\n", &r);
+	cr_assert_eq(r.kind, DL_REPLY_EVENT);
+	cr_assert_str_eq(cstr(r.word), "EXPIRED");
+	cr_assert_eq(r.argc, 2);
+	cr_assert_eq(dl_reply_u64(&r, 1, &v), 0);
+	cr_assert_eq(v, 9);
+	cr_assert_eq(r.tag.len, 0);
+}
+
+Test(proto, pong_reply_round_trip_with_and_without_text)
+{
+	char buf[DL_REPLY_MAX];
+	struct dl_fmt f;
+	struct dl_reply r;
+
+	dl_fmt_init(&f, buf, sizeof(buf));
+	dl_fmt_word(&f, "OK");
+	dl_fmt_word(&f, "PONG");
+	end_and_parse(&f, DL_STR_NULL, "OK PONG\r\n", &r);
+	cr_assert_eq(r.kind, DL_REPLY_OK);
+	cr_assert_str_eq(cstr(r.word), "PONG");
+	cr_assert_eq(r.argc, 0);
+	cr_assert_eq(r.rest.len, 0);
+	cr_assert_eq(r.tag.len, 0);
+
+	dl_fmt_init(&f, buf, sizeof(buf));
+	dl_fmt_word(&f, "OK");
+	dl_fmt_word(&f, "PONG");
+	dl_fmt_str(&f, DL_STR_LIT("hello"));
+	end_and_parse(&f, DL_STR_LIT("p"), "OK PONG hello id=p\r\n", &r);
+	cr_assert_str_eq(cstr(r.rest), "hello");
+	cr_assert_str_eq(cstr(r.tag), "p");
+}
+
+Test(proto, busy_reply_round_trip)
+{
+	char buf[DL_REPLY_MAX];
+	struct dl_fmt f;
+	struct dl_reply r;
+	uint64_t v;
+
+	dl_fmt_init(&f, buf, sizeof(buf));
+	dl_fmt_word(&f, "NO");
+	dl_fmt_word(&f, "BUSY");
+	dl_fmt_str(&f, DL_STR_LIT("a"));
+	dl_fmt_u64(&f, 120);
+	end_and_parse(&f, DL_STR_NULL, "NO BUSY a 120\r\n", &r);
+	cr_assert_eq(r.kind, DL_REPLY_NO);
+	cr_assert_str_eq(cstr(r.word), "BUSY");
+	cr_assert_eq(dl_reply_u64(&r, 1, &v), 0);
+	cr_assert_eq(v, 120);
+}
+
+Test(proto, status_reply_key_value_words)
+{
+	char buf[DL_REPLY_MAX];
+	struct dl_fmt f;
+	struct dl_reply r;
+	struct dl_str v;
+
+	dl_fmt_init(&f, buf, sizeof(buf));
+	dl_fmt_word(&f, "OK");
+	dl_fmt_word(&f, "STATUS");
+	dl_fmt_str(&f, DL_STR_LIT("a"));
+	dl_fmt_kv_str(&f, "state", DL_STR_LIT("held"));
+	dl_fmt_kv_u64(&f, "token", 17000000000000000001ULL);
+	dl_fmt_kv_u64(&f, "ttl_ms", 0);
+	dl_fmt_kv_u64(&f, "count", 2);
+	dl_fmt_kv_str(&f, "owner", DL_STR_LIT("me"));
+	dl_fmt_kv_u64(&f, "waiters", 3);
+	end_and_parse(&f, DL_STR_LIT("s"),
+		      "OK STATUS a state=held token=17000000000000000001 "
+		      "ttl_ms=0 count=2 owner=me waiters=3 id=s\r\n",
+		      &r);
+	cr_assert_eq(r.argc, 7);
+	cr_assert_eq(dl_reply_kv(&r, "state", &v), 0);
+	cr_assert_str_eq(cstr(v), "held");
+	cr_assert_eq(dl_reply_kv(&r, "token", &v), 0);
+	cr_assert_str_eq(cstr(v), "17000000000000000001");
+	cr_assert_eq(dl_reply_kv(&r, "owner", &v), 0);
+	cr_assert_str_eq(cstr(v), "me");
+	cr_assert_eq(dl_reply_kv(&r, "waiters", &v), 0);
+	cr_assert_str_eq(cstr(v), "3");
+	cr_assert_eq(dl_reply_kv(&r, "stat", &v), DL_EPROTO);
+	cr_assert_eq(dl_reply_kv(&r, "STATE", &v), DL_EPROTO);
+	cr_assert_eq(dl_reply_kv(&r, "id", &v), DL_EPROTO,
+		     "the tag is not among argv");
+}
+
+Test(proto, reply_rest_trims_blanks_and_the_tag)
+{
+	static const char line[] = "ERR  BAD_ARG \t some  text \t id=q  ";
+	struct dl_reply r;
+
+	cr_assert_eq(dl_parse_reply(line, sizeof(line) - 1, &r), 0);
+	cr_assert_str_eq(cstr(r.word), "BAD_ARG");
+	cr_assert_str_eq(cstr(r.rest), "some  text");
+	cr_assert_str_eq(cstr(r.tag), "q");
+	cr_assert_eq(r.argc, 2);
+}
+
+Test(proto, reply_id_only_counts_as_tag_when_last)
+{
+	static const char line[] = "OK PONG id=a b";
+	struct dl_reply r;
+
+	cr_assert_eq(dl_parse_reply(line, sizeof(line) - 1, &r), 0);
+	cr_assert_eq(r.tag.len, 0);
+	cr_assert_eq(r.argc, 2);
+	cr_assert_str_eq(cstr(r.rest), "id=a b");
+	cr_assert_eq(dl_parse_reply("OK id=x", 7, &r), 0);
+	cr_assert_str_eq(cstr(r.word), "id=x");
+	cr_assert_eq(r.tag.len, 0);
+}
+
+Test(proto, non_replies_are_eproto)
+{
+	static const char *const bad[] = {
+		"",	 "   ",	 "OK",	  "OK  ", "ok GRANTED", "OKAY GRANTED",
+		"HELLO", "** X", "+OK X", "ERR",
+	};
+	struct dl_reply r;
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_eq(dl_parse_reply(bad[i], strlen(bad[i]), &r),
+			     DL_EPROTO, "\"%s\"", bad[i]);
+	cr_assert_eq(dl_parse_reply("OK A\0B", 6, &r), DL_EPROTO);
+}
+
+Test(proto, reply_with_too_many_words_is_eproto)
+{
+	char line[512];
+	struct dl_reply r;
+	size_t n;
+	int i;
+
+	n = (size_t)sprintf(line, "OK STATS");
+	for (i = 0; i < DL_REPLY_ARGS_MAX; i++)
+		n += (size_t)sprintf(line + n, " %d", i);
+	cr_assert_eq(dl_parse_reply(line, n, &r), 0);
+	cr_assert_eq(r.argc, DL_REPLY_ARGS_MAX);
+	n += (size_t)sprintf(line + n, " id=t");
+	cr_assert_eq(dl_parse_reply(line, n, &r), 0, "the tag is not counted");
+	cr_assert_eq(r.argc, DL_REPLY_ARGS_MAX);
+	cr_assert_str_eq(cstr(r.tag), "t");
+	n += (size_t)sprintf(line + n, " x");
+	cr_assert_eq(dl_parse_reply(line, n, &r), DL_EPROTO);
+}
+
+Test(proto, fmt_overflow_is_enospc_and_sticky)
+{
+	char buf[8];
+	struct dl_fmt f;
+
+	dl_fmt_init(&f, buf, sizeof(buf));
+	dl_fmt_word(&f, "OK");
+	dl_fmt_word(&f, "GRANTED");
+	dl_fmt_word(&f, "a"); /* would fit on its own; overflow is sticky */
+	cr_assert_eq(dl_fmt_end(&f, DL_STR_NULL), DL_ENOSPC);
+
+	dl_fmt_init(&f, buf, 4);
+	dl_fmt_word(&f, "OK");
+	cr_assert_eq(dl_fmt_end(&f, DL_STR_LIT("t")), DL_ENOSPC,
+		     "the tag must fit too");
+
+	dl_fmt_init(&f, buf, 3);
+	dl_fmt_word(&f, "OK");
+	cr_assert_eq(dl_fmt_end(&f, DL_STR_NULL), DL_ENOSPC,
+		     "the CRLF must fit too");
+}
+
+Test(proto, fmt_exact_fit_returns_length_without_nul)
+{
+	char buf[5] = "#####";
+	struct dl_fmt f;
+
+	dl_fmt_init(&f, buf, 4);
+	dl_fmt_word(&f, "OK");
+	cr_assert_eq(dl_fmt_end(&f, DL_STR_NULL), 4);
+	cr_assert_eq(memcmp(buf, "OK\r\n#", 5), 0, "wrote past the end");
+
+	dl_fmt_init(&f, buf, 5);
+	dl_fmt_word(&f, "OK");
+	cr_assert_eq(dl_fmt_end(&f, DL_STR_NULL), 4);
+	cr_assert_str_eq(buf, "OK\r\n");
+}
+
+Test(proto, u64_to_dec_matches_printf)
+{
+	static const uint64_t vals[] = {
+		0,
+		1,
+		9,
+		10,
+		11,
+		99,
+		100,
+		101,
+		999,
+		1000,
+		12345,
+		4294967295ULL,
+		4294967296ULL,
+		9999999999999999999ULL,
+		10000000000000000000ULL,
+		UINT64_MAX,
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+		char got[21], want[32];
+		size_t n = dl_u64_to_dec(vals[i], got);
+
+		got[n] = '\0';
+		snprintf(want, sizeof(want), "%" PRIu64, vals[i]);
+		cr_assert_str_eq(got, want);
+	}
+}
+
+/* ---- line splitting ------------------------------------------------------ */
+
+/* What the splitter produced, in order: one entry per non-NONE result. */
+struct lb_event {
+	enum dl_lb_result kind;
+	size_t len;
+	char *line; /* a copy, for DL_LB_LINE */
+};
+
+struct lb_log {
+	struct lb_event ev[4096];
+	size_t n;
+};
+
+static void lb_log_free(struct lb_log *log)
+{
+	size_t i;
+
+	for (i = 0; i < log->n; i++)
+		free(log->ev[i].line);
+	log->n = 0;
+}
+
+/* Feed data to a fresh splitter, `chunk` bytes per read at most, draining
+ * lines after each read as the server does; stops at DL_LB_OVERFLOW. */
+static void lb_feed(const char *data, size_t n, size_t chunk,
+		    struct lb_log *log)
+{
+	static struct dl_linebuf lb;
+	size_t off = 0;
+
+	dl_linebuf_init(&lb);
+	log->n = 0;
+	while (off < n) {
+		size_t avail, k;
+		char *space = dl_linebuf_space(&lb, &avail);
+		enum dl_lb_result res;
+
+		cr_assert_geq(avail, 1);
+		k = n - off < chunk ? n - off : chunk;
+		k = k < avail ? k : avail;
+		memcpy(space, data + off, k);
+		dl_linebuf_commit(&lb, k);
+		off += k;
+		for (;;) {
+			char *line;
+			size_t len;
+			struct lb_event *e;
+
+			res = dl_linebuf_next(&lb, &line, &len);
+			if (res == DL_LB_NONE)
+				break;
+			cr_assert_lt(log->n, 4096);
+			e = &log->ev[log->n++];
+			e->kind = res;
+			e->len = 0;
+			e->line = NULL;
+			if (res == DL_LB_LINE) {
+				cr_assert_leq(len, DL_LINE_MAX);
+				cr_assert_eq(line[len], '\0');
+				e->len = len;
+				e->line = malloc(len + 1);
+				memcpy(e->line, line, len + 1);
+			}
+			if (res == DL_LB_OVERFLOW) {
+				/* sticky: it never recovers */
+				cr_assert_eq(dl_linebuf_next(&lb, &line, &len),
+					     DL_LB_OVERFLOW);
+				return;
+			}
+		}
+	}
+}
+
+static void assert_same_log(const struct lb_log *a, const struct lb_log *b,
+			    size_t chunk)
+{
+	size_t i;
+
+	cr_assert_eq(a->n, b->n, "chunk %zu: %zu events vs %zu", chunk, a->n,
+		     b->n);
+	for (i = 0; i < a->n; i++) {
+		cr_assert_eq(a->ev[i].kind, b->ev[i].kind,
+			     "chunk %zu, event %zu", chunk, i);
+		cr_assert_eq(a->ev[i].len, b->ev[i].len, "chunk %zu, event %zu",
+			     chunk, i);
+		if (a->ev[i].line)
+			cr_assert_eq(memcmp(a->ev[i].line, b->ev[i].line,
+					    a->ev[i].len),
+				     0, "chunk %zu, event %zu", chunk, i);
+	}
+}
+
+static struct lb_log log_a, log_b;
+
+/* A line of n bytes of c followed by the ending `end` */
+static size_t put_line(char *buf, char c, size_t n, const char *end)
+{
+	memset(buf, c, n);
+	memcpy(buf + n, end, strlen(end));
+	return n + strlen(end);
+}
+
+Test(proto, linebuf_1024_byte_line_accepted_1025_too_long)
+{
+	static const char *const ends[] = {"\n", "\r\n"};
+	static char data[8192];
+	size_t i;
+
+	for (i = 0; i < 2; i++) {
+		size_t n = 0;
+
+		n += put_line(data + n, 'a', DL_LINE_MAX, ends[i]);
+		n += put_line(data + n, 'b', DL_LINE_MAX + 1, ends[i]);
+		n += put_line(data + n, 'c', 1, ends[i]);
+		lb_feed(data, n, n, &log_a);
+		cr_assert_eq(log_a.n, 3);
+		cr_assert_eq(log_a.ev[0].kind, DL_LB_LINE);
+		cr_assert_eq(log_a.ev[0].len, DL_LINE_MAX);
+		cr_assert_eq(log_a.ev[1].kind, DL_LB_TOOLONG);
+		cr_assert_eq(log_a.ev[2].kind, DL_LB_LINE);
+		cr_assert_str_eq(log_a.ev[2].line, "c");
+		lb_log_free(&log_a);
+	}
+}
+
+Test(proto, linebuf_crlf_and_lf_give_identical_lines)
+{
+	static const char lf[] = "LOCK a\nPING x\n\nQUIT\n";
+	static const char crlf[] = "LOCK a\r\nPING x\r\n\r\nQUIT\r\n";
+
+	lb_feed(lf, sizeof(lf) - 1, 4096, &log_a);
+	lb_feed(crlf, sizeof(crlf) - 1, 4096, &log_b);
+	assert_same_log(&log_a, &log_b, 4096);
+	cr_assert_eq(log_a.n, 4);
+	cr_assert_str_eq(log_a.ev[0].line, "LOCK a");
+	cr_assert_str_eq(log_a.ev[2].line, "");
+	lb_log_free(&log_a);
+	lb_log_free(&log_b);
+}
+
+Test(proto, linebuf_strips_only_one_cr)
+{
+	static const char data[] = "a\r\r\nb\rc\n";
+
+	lb_feed(data, sizeof(data) - 1, 4096, &log_a);
+	cr_assert_eq(log_a.n, 2);
+	cr_assert_str_eq(log_a.ev[0].line, "a\r");
+	cr_assert_str_eq(log_a.ev[1].line, "b\rc");
+	lb_log_free(&log_a);
+}
+
+Test(proto, linebuf_many_lines_in_one_read)
+{
+	static char data[DL_INBUF_SIZE];
+	size_t n = 0, i;
+
+	for (i = 0; i < 300; i++)
+		n += (size_t)sprintf(data + n, "PING %zu\n", i);
+	cr_assert_leq(n, sizeof(data));
+	lb_feed(data, n, sizeof(data), &log_a);
+	cr_assert_eq(log_a.n, 300);
+	for (i = 0; i < 300; i++) {
+		struct dl_request r;
+		const char *why;
+		char want[16];
+
+		cr_assert_eq(log_a.ev[i].kind, DL_LB_LINE);
+		cr_assert_eq(dl_parse_request(log_a.ev[i].line, log_a.ev[i].len,
+					      &r, &why),
+			     0);
+		sprintf(want, "%zu", i);
+		cr_assert_str_eq(cstr(r.arg), want);
+	}
+	lb_log_free(&log_a);
+}
+
+Test(proto, linebuf_3000_byte_line_too_long_then_next_line_parses)
+{
+	static char data[4000];
+	static const size_t chunks[] = {1, 100, 4096};
+	size_t n = 0, c;
+
+	n += put_line(data, 'x', 3000, "\r\n");
+	n += put_line(data + n, 'y', 0, "LOCK a ttl=1s\n");
+	for (c = 0; c < 3; c++) {
+		struct dl_request r;
+		const char *why;
+
+		lb_feed(data, n, chunks[c], &log_a);
+		cr_assert_eq(log_a.n, 2, "chunk %zu", chunks[c]);
+		cr_assert_eq(log_a.ev[0].kind, DL_LB_TOOLONG);
+		cr_assert_eq(log_a.ev[1].kind, DL_LB_LINE);
+		cr_assert_eq(dl_parse_request(log_a.ev[1].line, log_a.ev[1].len,
+					      &r, &why),
+			     0);
+		cr_assert_eq(r.ttl_ms, 1000);
+		lb_log_free(&log_a);
+	}
+}
+
+Test(proto, linebuf_200k_without_lf_overflows)
+{
+	static const size_t chunks[] = {1, 4096};
+	size_t n = 200 * 1024, c;
+	char *data = malloc(n);
+
+	cr_assert_not_null(data);
+	memset(data, 'z', n);
+
+	for (c = 0; c < 2; c++) {
+		lb_feed(data, n, chunks[c], &log_a);
+		cr_assert_eq(log_a.n, 1, "chunk %zu", chunks[c]);
+		cr_assert_eq(log_a.ev[0].kind, DL_LB_OVERFLOW);
+	}
+	free(data);
+}
+
+Test(proto, linebuf_discard_limit_is_chunking_independent)
+{
+	static const size_t chunks[] = {1, 7, 1000, 4096};
+	char *data = malloc(DL_LINE_DISCARD_MAX + 16);
+	size_t c;
+
+	cr_assert_not_null(data);
+	for (c = 0; c < 4; c++) {
+		/* one byte short of the limit: still just too long */
+		size_t n =
+			put_line(data, 'q', DL_LINE_DISCARD_MAX - 1, "\nA\n");
+
+		lb_feed(data, n, chunks[c], &log_a);
+		cr_assert_eq(log_a.n, 2, "chunk %zu", chunks[c]);
+		cr_assert_eq(log_a.ev[0].kind, DL_LB_TOOLONG);
+		cr_assert_str_eq(log_a.ev[1].line, "A");
+		lb_log_free(&log_a);
+
+		/* the limit itself, even with the LF in the same read */
+		n = put_line(data, 'q', DL_LINE_DISCARD_MAX, "\nA\n");
+		lb_feed(data, n, chunks[c], &log_a);
+		cr_assert_eq(log_a.n, 1, "chunk %zu", chunks[c]);
+		cr_assert_eq(log_a.ev[0].kind, DL_LB_OVERFLOW, "chunk %zu: %d",
+			     chunks[c], log_a.ev[0].kind);
+	}
+	free(data);
+}
+
+Test(proto, linebuf_chunked_feeding_is_equivalent)
+{
+	static char data[32768];
+	static const size_t chunks[] = {1, 2, 3, 7, 64, 1000, 1025, 1026, 4095};
+	size_t n = 0, c;
+
+	n += put_line(data + n, 'a', 0, "PING one\r\n");
+	n += put_line(data + n, 'b', DL_LINE_MAX, "\n");
+	n += put_line(data + n, 'c', DL_LINE_MAX, "\r\n");
+	n += put_line(data + n, 'd', DL_LINE_MAX + 1, "\n");
+	n += put_line(data + n, 'e', DL_LINE_MAX + 1, "\r\n");
+	n += put_line(data + n, 'f', DL_LINE_MAX + 2, "\n");
+	n += put_line(data + n, 'g', 0, "\n\r\n\n");
+	n += put_line(data + n, 'h', 5000, "\n");
+	n += put_line(data + n, 'i', 3, "\r\r\n");
+	n += put_line(data + n, 'j', 9000, "\r\n");
+	for (c = 0; c < 200; c++)
+		n += (size_t)sprintf(data + n, "LOCK l%zu\n", c);
+	n += put_line(data + n, 'k', 17, ""); /* unterminated tail */
+	cr_assert_lt(n, sizeof(data));
+
+	lb_feed(data, n, SIZE_MAX, &log_a);
+	cr_assert_eq(log_a.n, 1 + 2 + 3 + 3 + 1 + 1 + 1 + 200);
+	for (c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+		lb_feed(data, n, chunks[c], &log_b);
+		assert_same_log(&log_a, &log_b, chunks[c]);
+		lb_log_free(&log_b);
+	}
+	lb_log_free(&log_a);
+}
+
+Test(proto, linebuf_passes_nul_bytes_to_the_parser)
+{
+	static const char data[] = "LOCK a\0b\nPING\n";
+	struct dl_request r;
+	const char *why;
+
+	lb_feed(data, sizeof(data) - 1, 4096, &log_a);
+	cr_assert_eq(log_a.n, 2);
+	cr_assert_eq(log_a.ev[0].len, 8);
+	cr_assert_eq(
+		dl_parse_request(log_a.ev[0].line, log_a.ev[0].len, &r, &why),
+		DL_EBADFORMAT);
+	cr_assert_eq(
+		dl_parse_request(log_a.ev[1].line, log_a.ev[1].len, &r, &why),
+		0);
+	lb_log_free(&log_a);
+}
+
+Test(proto, linebuf_space_is_never_empty_after_draining)
+{
+	struct dl_linebuf lb;
+	size_t avail, i;
+	char *line;
+	size_t len;
+
+	dl_linebuf_init(&lb);
+	for (i = 0; i < 10000; i++) {
+		char *p = dl_linebuf_space(&lb, &avail);
+
+		cr_assert_geq(avail, 1);
+		p[0] = (i % 3000 == 2999) ? '\n' : 'w';
+		dl_linebuf_commit(&lb, 1);
+		while (dl_linebuf_next(&lb, &line, &len) != DL_LB_NONE)
+			;
+	}
+	dl_linebuf_space(&lb, &avail);
+	cr_assert_geq(avail, DL_INBUF_SIZE - DL_LINE_MAX - 1);
+}
