@@ -172,7 +172,7 @@ check: deps
 
 # ---- Debian packages -----------------------------------------------------------
 
-DEB_PKGS := gcc make pkg-config clang libuv1-dev libhiredis-dev libinih-dev \
+DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
             libcriterion-dev redis-server redis-tools netcat-openbsd
 
 deps:
@@ -214,6 +214,7 @@ run: deps
 # make fuzz FUZZ_SECONDS=600. Crashes are written to build/fuzz/.
 FUZZ_SECONDS ?= 60
 fuzz:
+	@command -v clang >/dev/null || { echo "make fuzz needs clang: apt-get install clang"; exit 1; }
 	@mkdir -p build/fuzz/corpus
 	clang -std=c11 -D_GNU_SOURCE -I. -g -O1 \
 	  -fsanitize=fuzzer,address,undefined tests/fuzz/fuzz_proto.c \

@@ -75,6 +75,8 @@ void h_daemon_restart(struct h_daemon *d);
  * printed to stderr when it is not). */
 int h_daemon_stop(struct h_daemon *d);
 void h_daemon_kill9(struct h_daemon *d);
+/* 1 while the daemon runs; else it is reaped, its log printed, and 0. */
+int h_daemon_alive(struct h_daemon *d);
 void h_daemon_signal(struct h_daemon *d, int sig);
 /* Wait up to timeout_ms for the daemon to exit by itself (after a signal
  * the test sent); returns its exit status (the log is printed when it is
@@ -149,5 +151,15 @@ uint64_t h_lock(struct h_client *c, const char *name, const char *opts);
 /* Monotonic milliseconds. */
 uint64_t h_now_ms(void);
 void h_sleep_ms(int ms);
+
+/* ---- added for test_persist ------------------------------------------------- */
+
+/* One value of STATS on c (reads the whole framed reply; asserts that the
+ * key exists). */
+uint64_t h_stats_value(struct h_client *c, const char *key);
+/* Poll `redis-cli <cmd>` until its output contains `needle` (want 1) or
+ * does not (want 0); returns 1 if that happened within timeout_ms. */
+int h_redis_wait(const struct h_redis *r, const char *cmd, const char *needle,
+		 int want, int timeout_ms);
 
 #endif /* DL_TESTS_HARNESS_H */
