@@ -222,6 +222,47 @@ fuzz:
 	build/fuzz/fuzz_proto -max_total_time=$(FUZZ_SECONDS) \
 	  -artifact_prefix=build/fuzz/ build/fuzz/corpus
 
+# ---- install ----------------------------------------------------------------
+
+$(O)/dlockd.service: systemd/dlockd.service.in Makefile
+	sed -e 's|@SBINDIR@|$(SBINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' $< > $@
+
+MAN_PAGES := client/dlock.1 server/dlockd.conf.5 server/dlockd.8
+
+# An existing /etc/dlockd/dlockd.conf is the operator's: never overwritten.
+install: all $(O)/dlockd.service
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) \
+	  $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
+	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
+	  $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/dlockd \
+	  $(DESTDIR)$(UNITDIR)
+	install -m 755 $(O)/dlockd $(DESTDIR)$(SBINDIR)/dlockd
+	install -m 755 $(O)/dlock $(DESTDIR)$(BINDIR)/dlock
+	install -m 644 $(LIBDLOCK_A) $(DESTDIR)$(LIBDIR)/libdlock.a
+	install -m 755 $(LIBDLOCK_SO) $(DESTDIR)$(LIBDIR)/libdlock.so.$(SOVERSION)
+	ln -sf libdlock.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libdlock.so
+	install -m 644 client/dlock.h $(DESTDIR)$(INCLUDEDIR)/dlock.h
+	install -m 644 $(O)/dlock.pc $(DESTDIR)$(LIBDIR)/pkgconfig/dlock.pc
+	install -m 644 client/dlock.1 $(DESTDIR)$(MANDIR)/man1/dlock.1
+	install -m 644 server/dlockd.conf.5 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5
+	install -m 644 server/dlockd.8 $(DESTDIR)$(MANDIR)/man8/dlockd.8
+	install -m 644 $(O)/dlockd.service $(DESTDIR)$(UNITDIR)/dlockd.service
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/dlockd/dlockd.conf ]; then \
+	  echo "install: kept the existing $(DESTDIR)$(SYSCONFDIR)/dlockd/dlockd.conf"; \
+	else \
+	  echo "install -m 644 conf/dlockd.conf $(DESTDIR)$(SYSCONFDIR)/dlockd/dlockd.conf"; \
+	  install -m 644 conf/dlockd.conf $(DESTDIR)$(SYSCONFDIR)/dlockd/dlockd.conf; \
+	fi
+
+# The configuration stays (it may hold the operator's changes).
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/dlockd $(DESTDIR)$(BINDIR)/dlock \
+	  $(DESTDIR)$(LIBDIR)/libdlock.a $(DESTDIR)$(LIBDIR)/libdlock.so \
+	  $(DESTDIR)$(LIBDIR)/libdlock.so.$(SOVERSION) \
+	  $(DESTDIR)$(LIBDIR)/pkgconfig/dlock.pc $(DESTDIR)$(INCLUDEDIR)/dlock.h \
+	  $(DESTDIR)$(MANDIR)/man1/dlock.1 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5 \
+	  $(DESTDIR)$(MANDIR)/man8/dlockd.8 $(DESTDIR)$(UNITDIR)/dlockd.service
+
 clean:
 	rm -rf build
 
