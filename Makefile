@@ -57,7 +57,7 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/stats.c server/metrics.c server/buf.c
 CLIENT_SRC := client/dlock.c
 UNIT_TESTS := test_proto test_wheel test_locktab test_config test_record
-INTEG_TESTS := test_server test_persist test_client test_cli
+INTEG_TESTS := test_server test_persist test_ops test_client test_cli
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -135,6 +135,8 @@ $(O)/tests/test_server: $(O)/tests/test_server.o $(O)/tests/harness.o \
 $(O)/tests/test_persist: $(O)/tests/test_persist.o $(O)/tests/harness.o \
                          $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_ops: $(O)/tests/test_ops.o $(O)/tests/harness.o $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_client: $(O)/tests/test_client.o $(O)/tests/harness.o \
                         $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
@@ -173,7 +175,8 @@ check: deps
 # ---- Debian packages -----------------------------------------------------------
 
 DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
-            libcriterion-dev redis-server redis-tools netcat-openbsd
+            libcriterion-dev redis-server redis-tools netcat-openbsd \
+            systemd man-db
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
