@@ -126,7 +126,7 @@ $(O)/tests/test_locktab: $(O)/tests/test_locktab.o $(O)/server/locktab.o \
 $(O)/tests/test_config: $(O)/tests/test_config.o $(O)/server/config.o \
                         $(O)/server/log.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) $(CRIT_LIBS)
-$(O)/tests/test_record: $(O)/tests/test_record.o $(O)/server/record.o \
+$(O)/tests/test_record: $(O)/tests/test_record.o $(O)/server/record.o $(O)/server/buf.o \
                         $(O)/server/locktab.o $(O)/server/wheel.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_server: $(O)/tests/test_server.o $(O)/tests/harness.o \
