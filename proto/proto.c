@@ -358,6 +358,16 @@ static int parse_option(struct dl_str w, const char *eq, unsigned allowed,
 	return 0;
 }
 
+static int printable(struct dl_str w)
+{
+	size_t i;
+
+	for (i = 0; i < w.len; i++)
+		if ((unsigned char)w.p[i] < 0x21 || (unsigned char)w.p[i] > 0x7e)
+			return 0;
+	return 1;
+}
+
 static int parse_positional(struct dl_str w, int kind, struct dl_request *req,
 			    const char **why)
 {
@@ -371,7 +381,14 @@ static int parse_positional(struct dl_str w, int kind, struct dl_request *req,
 		if (dl_parse_u64(w.p, w.len, &req->token) < 0)
 			return fail(why, "bad token", DL_EBADARG);
 		break;
-	default: /* POS_SECRET, POS_TEXT */
+	case POS_TEXT:
+		/* PING's word is echoed back: only printable ASCII, so that
+		 * a reply can never carry a CR or a control byte. */
+		if (!printable(w))
+			return fail(why, "bad text", DL_EBADARG);
+		req->arg = w;
+		break;
+	default: /* POS_SECRET: never echoed, any non-blank bytes */
 		req->arg = w;
 		break;
 	}

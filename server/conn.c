@@ -136,6 +136,10 @@ void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why)
 		dl_info("conn %llu %s: closing: %s", (unsigned long long)c->id,
 			c->peer, why);
 	c->end = how;
+	/* No more requests are executed, so no more bytes are read: libuv
+	 * would otherwise keep filling the input buffer nobody drains. */
+	if (!c->closing)
+		uv_read_stop(&c->u.stream);
 	if (!c->in_endq) {
 		c->in_endq = 1;
 		c->enext = c->srv->endq;

@@ -179,9 +179,9 @@ static int drain_done(const struct dl_server *srv)
 	return 1;
 }
 
-static void on_check(uv_check_t *h)
+/* The flush point, run after the poll (check) and before it (prepare). */
+static void flush_phase(struct dl_server *srv)
 {
-	struct dl_server *srv = h->data;
 	int round;
 
 	/* Ending a session can change the table (its waiters leave), and
@@ -197,6 +197,16 @@ static void on_check(uv_check_t *h)
 	arm_wheel(srv);
 	if (srv->draining == 1 && drain_done(srv))
 		drain_finish(srv);
+}
+
+static void on_check(uv_check_t *h)
+{
+	flush_phase(h->data);
+}
+
+static void on_prepare(uv_prepare_t *h)
+{
+	flush_phase(h->data);
 }
 
 /* ---- listeners ---------------------------------------------------------------------- */
@@ -385,6 +395,10 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 	srv->check.data = srv;
 	uv_check_start(&srv->check, on_check);
 	uv_unref((uv_handle_t *)&srv->check);
+	uv_prepare_init(loop, &srv->prepare);
+	srv->prepare.data = srv;
+	uv_prepare_start(&srv->prepare, on_prepare);
+	uv_unref((uv_handle_t *)&srv->prepare);
 	start_signal(srv, &srv->sig_term, SIGTERM);
 	start_signal(srv, &srv->sig_int, SIGINT);
 	start_signal(srv, &srv->sig_hup, SIGHUP);
@@ -487,6 +501,7 @@ static void drain_finish(struct dl_server *srv)
 	uv_close((uv_handle_t *)&srv->drain_timer, NULL);
 	uv_close((uv_handle_t *)&srv->watchdog, NULL);
 	uv_close((uv_handle_t *)&srv->check, NULL);
+	uv_close((uv_handle_t *)&srv->prepare, NULL);
 	uv_close((uv_handle_t *)&srv->sig_term, NULL);
 	uv_close((uv_handle_t *)&srv->sig_int, NULL);
 	uv_close((uv_handle_t *)&srv->sig_hup, NULL);

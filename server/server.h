@@ -8,10 +8,14 @@
  *           (DL_REAP_BUDGET per iteration, so I/O is served in between);
  *   poll    connections read requests and execute them (conn.c, cmd.c);
  *           replies and events are appended to per-connection buffers;
- *   check   once per iteration: connections that are ending drop their
+ *   check   after the poll: connections that are ending drop their
  *           waiters, the store closes the epoch (one pipeline for all the
- *           iteration's changes), replies whose epoch is durable are
- *           written (one write per connection), the wheel timer is re-armed.
+ *           changes of the phase), replies whose epoch is durable are
+ *           written (one write per connection), the wheel timer is re-armed;
+ *   prepare the same, right before the loop polls: output made by timers
+ *           (expiries, wait timeouts, delayed AUTH replies, the store's
+ *           link changes) goes out before the loop sleeps, not at the next
+ *           wake-up. Both are no-ops when nothing is pending.
  *
  * Data flows one way: socket -> codec -> cmd -> lock table -> store, and
  * back as replies released by the store's commits.
@@ -52,6 +56,7 @@ struct dl_server {
 	uv_pipe_t unix_listener;
 	uv_timer_t wheel_timer;
 	uv_check_t check;
+	uv_prepare_t prepare;
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t drain_timer; /* bounds a shutdown's wait for Redis */
 	uv_timer_t watchdog;    /* sd_notify WATCHDOG=1, when asked */

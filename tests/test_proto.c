@@ -1343,3 +1343,17 @@ Test(proto, linebuf_space_is_never_empty_after_draining)
 	dl_linebuf_space(&lb, &avail);
 	cr_assert_geq(avail, DL_INBUF_SIZE - DL_LINE_MAX - 1);
 }
+
+Test(proto, ping_text_with_control_bytes_is_bad_arg_so_it_is_never_echoed)
+{
+	struct dl_request req;
+	const char *why = NULL;
+	const char line[] = "PING a\rb\x01";
+
+	cr_assert(eq(int,
+		     dl_parse_request(line, sizeof(line) - 1, &req, &why),
+		     DL_EBADARG));
+	cr_assert(why != NULL);
+	cr_assert(eq(int, dl_parse_request("PING ok!", 8, &req, &why), 0));
+	cr_assert(eq(sz, req.arg.len, 3));
+}

@@ -1,0 +1,1214 @@
+/*
+ * test_server.c -- the daemon over TCP, in the suite's persistence mode
+ * (DL_TEST_PERSIST=none|redis, see tests/harness.h).
+ *
+ * Every test gets a fresh daemon from the suite's init. Tests that need a
+ * configuration of their own (a password, a small max_output) or that stop
+ * the daemon start a second one, `own`, in the same persistence mode.
+ *
+ * Timing: tests assert behaviour, not speed. A deadline is checked as
+ * "not before" with EARLY_MS of slack (measured from the client's send
+ * time, which is before the server's clock started) and "within" with
+ * LATE_MS, generous enough for AddressSanitizer on a busy two-core box.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+/* A deadline may be observed this much before it, measured from the
+ * client's send time (the server's clock reads whole milliseconds). */
+#define EARLY_MS 5
+/* ... and must be observed within this much after it. */
+#define LATE_MS 500
+
+static struct h_daemon d;
+static struct h_redis r;
+static struct h_daemon own;
+
+static void start(void)
+{
+	h_suite_start(&d, &r, NULL);
+}
+
+static void stop(void)
+{
+	if (own.dir[0])
+		h_daemon_cleanup(&own);
+	h_suite_stop(&d, &r);
+}
+
+TestSuite(server, .init = start, .fini = stop, .timeout = 60);
+
+/* ---- helpers ------------------------------------------------------------- */
+
+/* Start `own` with the given configuration text, in the suite's mode (with
+ * Redis, on the suite's redis-server under a key prefix of its own). */
+static void own_start(const char *conf)
+{
+	char text[4096];
+
+	if (h_suite_redis()) {
+		snprintf(text, sizeof(text),
+			 "%s\n[persistence]\nredis_prefix = dlock-own:\n",
+			 conf);
+		h_daemon_write_conf(&own, text);
+		h_daemon_start(&own, "-c", own.conf, "--persist", "redis",
+			       "--redis", r.url, NULL);
+	} else {
+		h_daemon_write_conf(&own, conf);
+		h_daemon_start(&own, "-c", own.conf, "--persist", "none",
+			       NULL);
+	}
+}
+
+/* ms left until deadline `at` (0 if passed), for h_read(). */
+static int ms_until(uint64_t at)
+{
+	uint64_t now = h_now_ms();
+
+	return at > now ? (int)(at - now) : 0;
+}
+
+/* The value of key=<value> in a reply line (static buffer). */
+static const char *kv(const char *line, const char *key)
+{
+	static char out[DL_LINE_MAX + 1];
+	struct dl_reply rp;
+	struct dl_str v;
+
+	cr_assert(dl_parse_reply(line, strlen(line), &rp) == 0,
+		  "not a reply: \"%s\"", line);
+	cr_assert(dl_reply_kv(&rp, key, &v) == 0, "no %s= in \"%s\"", key,
+		  line);
+	memcpy(out, v.p, v.len);
+	out[v.len] = '\0';
+	return out;
+}
+
+static uint64_t kv_u64(const char *line, const char *key)
+{
+	const char *v = kv(line, key);
+	uint64_t n;
+
+	cr_assert(dl_parse_u64(v, strlen(v), &n) == 0,
+		  "%s=%s in \"%s\" is not a number", key, v, line);
+	return n;
+}
+
+/* The echoed id= tag of a reply line, "" when none (static buffer). */
+static const char *tag_of(const char *line)
+{
+	static char out[DL_TAG_MAX + 1];
+	struct dl_reply rp;
+
+	cr_assert(dl_parse_reply(line, strlen(line), &rp) == 0,
+		  "not a reply: \"%s\"", line);
+	if (rp.tag.len)
+		memcpy(out, rp.tag.p, rp.tag.len);
+	out[rp.tag.len] = '\0';
+	return out;
+}
+
+/* STATUS <name> must show this state (token 0 is not compared). */
+static void expect_status(struct h_client *c, const char *name,
+			  const char *state, uint64_t token, uint64_t count,
+			  const char *owner, uint64_t waiters)
+{
+	char head[300];
+	char *l = h_call(c, "STATUS %s", name);
+
+	snprintf(head, sizeof(head), "OK STATUS %s ", name);
+	cr_assert(strncmp(l, head, strlen(head)) == 0, "STATUS %s: \"%s\"",
+		  name, l);
+	cr_assert_str_eq(kv(l, "state"), state, "in \"%s\"", l);
+	if (token)
+		cr_assert_eq(kv_u64(l, "token"), token, "in \"%s\"", l);
+	cr_assert_eq(kv_u64(l, "count"), count, "in \"%s\"", l);
+	cr_assert_str_eq(kv(l, "owner"), owner, "in \"%s\"", l);
+	cr_assert_eq(kv_u64(l, "waiters"), waiters, "in \"%s\"", l);
+}
+
+/* Poll STATUS <name> until waiters=<want> (the server handles another
+ * connection's close asynchronously); asserts it happens within 5 s. */
+static void wait_waiters(struct h_client *c, const char *name, uint64_t want)
+{
+	uint64_t end = h_now_ms() + 5000, got;
+
+	for (;;) {
+		got = kv_u64(h_call(c, "STATUS %s", name), "waiters");
+		if (got == want)
+			return;
+		cr_assert(h_now_ms() < end,
+			  "STATUS %s: waiters=%llu, want %llu within 5 s",
+			  name, (unsigned long long)got,
+			  (unsigned long long)want);
+		h_sleep_ms(10);
+	}
+}
+
+/* One value of STATS (reads the whole framed reply). */
+static uint64_t stat_value(struct h_client *c, const char *key)
+{
+	char *l = h_call(c, "STATS");
+	uint64_t n, i, v = 0;
+	int found = 0;
+	size_t klen = strlen(key);
+
+	cr_assert(strncmp(l, "OK STATS ", 9) == 0, "STATS: \"%s\"", l);
+	n = h_arg_u64(l, 0);
+	for (i = 0; i < n; i++) {
+		l = h_line(c);
+		if (strncmp(l, key, klen) == 0 && l[klen] == ' ') {
+			cr_assert(dl_parse_u64(l + klen + 1,
+					       strlen(l + klen + 1), &v) == 0,
+				  "STATS line \"%s\"", l);
+			found = 1;
+		}
+	}
+	cr_assert(found, "STATS has no %s", key);
+	return v;
+}
+
+/* Poll STATS until <key> equals want, within 5 s. */
+static void wait_stat(struct h_client *c, const char *key, uint64_t want)
+{
+	uint64_t end = h_now_ms() + 5000, got;
+
+	while ((got = stat_value(c, key)) != want) {
+		cr_assert(h_now_ms() < end, "STATS %s=%llu, want %llu", key,
+			  (unsigned long long)got, (unsigned long long)want);
+		h_sleep_ms(10);
+	}
+}
+
+/* A "* GRANTED <name> <token> <ttl>" line must be the client's next one;
+ * returns the token. */
+static uint64_t expect_granted(struct h_client *c, const char *name)
+{
+	char *l = h_expect_prefix(c, "* GRANTED %s ", name);
+
+	return h_arg_u64(l, 1);
+}
+
+Test(server, ping_and_lock_round_trip)
+{
+	struct h_client *c = h_connect(d.port);
+	uint64_t tok;
+
+	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
+	tok = h_lock(c, "a", "ttl=5s");
+	cr_assert_str_eq(h_call(c, "UNLOCK a %llu", (unsigned long long)tok),
+			 "OK RELEASED a");
+	h_close(c);
+}
+
+/* ---- fairness ------------------------------------------------------------ */
+
+#define FIFO_N 50
+
+Test(server, fifo_50_clients_granted_in_queue_order)
+{
+	struct h_client *cs[FIFO_N + 1]; /* the waiters, then the holder */
+	struct h_client *holder = h_connect(d.port);
+	char owner[DL_OWNER_MAX + 1];
+	uint64_t tok, last;
+	int i, k;
+
+	snprintf(owner, sizeof(owner), "%s", kv(h_call(holder, "HELLO"),
+						"owner"));
+	tok = h_lock(holder, "q", "ttl=60s");
+	for (i = 0; i < FIFO_N; i++) {
+		cs[i] = h_connect(d.port);
+		h_send(cs[i], "LOCK q wait=inf ttl=60s");
+		h_expect(cs[i], "OK QUEUED q %d", i + 1);
+	}
+	cs[FIFO_N] = holder;
+	expect_status(holder, "q", "held", tok, 1, owner, FIFO_N);
+
+	h_send(holder, "UNLOCK q %llu", (unsigned long long)tok);
+	h_expect(holder, "OK RELEASED q");
+	last = tok;
+	for (i = 0; i < FIFO_N; i++) {
+		/* the next in line, and nobody else, hears about it */
+		k = h_poll_any(cs, FIFO_N + 1, 5000);
+		cr_assert_eq(k, i,
+			     "release %d: expected waiter %d to be granted, "
+			     "but client %d got a line first (-1: nobody, "
+			     "%d: the first holder)",
+			     i, i, k, FIFO_N);
+		tok = expect_granted(cs[i], "q");
+		cr_assert_gt(tok, last, "token %llu after %llu",
+			     (unsigned long long)tok,
+			     (unsigned long long)last);
+		k = h_poll_any(cs, FIFO_N + 1, 100);
+		cr_assert_eq(k, -1,
+			     "release %d: client %d received a line too "
+			     "(%d: the first holder)",
+			     i, k, FIFO_N);
+		last = tok;
+		h_send(cs[i], "UNLOCK q %llu", (unsigned long long)tok);
+		h_expect(cs[i], "OK RELEASED q");
+	}
+	cr_assert_eq(h_poll_any(cs, FIFO_N + 1, 100), -1,
+		     "a line after the last release");
+	expect_status(holder, "q", "free", 0, 0, "-", 0);
+	for (i = 0; i <= FIFO_N; i++)
+		h_close(cs[i]);
+}
+
+/* ---- expiry and refresh -------------------------------------------------- */
+
+Test(server,
+     holder_that_stops_refreshing_expires_and_next_waiter_gets_larger_token)
+{
+	struct h_client *a = h_connect(d.port), *b = h_connect(d.port);
+	uint64_t t0, el, tok, tok2;
+	char *l;
+
+	t0 = h_now_ms();
+	tok = h_lock(a, "q", "ttl=300");
+	cr_assert_str_eq(h_call(b, "LOCK q ttl=5s wait=inf"), "OK QUEUED q 1");
+
+	l = h_read(a, ms_until(t0 + 300 + LATE_MS));
+	el = h_now_ms() - t0;
+	cr_assert(l != NULL, "no * EXPIRED within ttl + %d ms", LATE_MS);
+	h_send(a, "PING"); /* l lives in a->line: compare before reading */
+	cr_assert(strncmp(l, "* EXPIRED q ", 12) == 0, "got \"%s\"", l);
+	cr_assert_eq(h_arg_u64(l, 1), tok, "EXPIRED token in \"%s\"", l);
+	cr_assert_geq(el, 300 - EARLY_MS, "expired after %llu ms, ttl 300",
+		      (unsigned long long)el);
+	h_expect(a, "OK PONG");
+
+	l = h_read(b, ms_until(t0 + 300 + LATE_MS));
+	cr_assert(l != NULL, "waiter not granted within ttl + %d ms",
+		  LATE_MS);
+	cr_assert(strncmp(l, "* GRANTED q ", 12) == 0, "got \"%s\"", l);
+	tok2 = h_arg_u64(l, 1);
+	cr_assert_eq(h_arg_u64(l, 2), 5000, "GRANTED ttl in \"%s\"", l);
+	cr_assert_gt(tok2, tok, "new token %llu, old %llu",
+		     (unsigned long long)tok2, (unsigned long long)tok);
+
+	/* the old token is worthless, even to its former owner */
+	h_send(a, "UNLOCK q %llu", (unsigned long long)tok);
+	h_expect(a, "NO NOT_HOLDER q");
+	h_send(a, "REFRESH q %llu", (unsigned long long)tok);
+	h_expect(a, "NO NOT_HOLDER q");
+	h_send(a, "CHECK q %llu", (unsigned long long)tok);
+	h_expect(a, "NO STALE q %llu", (unsigned long long)tok2);
+	h_send(a, "CHECK q %llu", (unsigned long long)tok2);
+	h_expect_prefix(a, "OK VALID q %llu ", (unsigned long long)tok2);
+	h_send(b, "UNLOCK q %llu", (unsigned long long)tok2);
+	h_expect(b, "OK RELEASED q");
+	h_send(a, "CHECK q %llu", (unsigned long long)tok2);
+	h_expect(a, "NO STALE q 0");
+	h_close(a);
+	h_close(b);
+}
+
+Test(server, refresh_keeps_lease_alive_past_its_original_ttl)
+{
+	struct h_client *a = h_connect(d.port), *b = h_connect(d.port);
+	uint64_t t0, tok, rem;
+	char *l;
+	int i;
+
+	t0 = h_now_ms();
+	tok = h_lock(a, "r", "ttl=600");
+	for (i = 0; i < 5; i++) {
+		h_sleep_ms(200); /* ttl/3 */
+		h_send(a, "REFRESH r %llu", (unsigned long long)tok);
+		h_expect(a, "OK REFRESHED r 600");
+		/* anybody may check a token */
+		h_send(b, "CHECK r %llu", (unsigned long long)tok);
+		l = h_expect_prefix(b, "OK VALID r %llu ",
+				    (unsigned long long)tok);
+		rem = h_arg_u64(l, 2);
+		cr_assert(rem > 0 && rem <= 600, "remaining %llu in \"%s\"",
+			  (unsigned long long)rem, l);
+	}
+	cr_assert_gt(h_now_ms() - t0, 600 + 300,
+		     "the test did not outlive the first ttl");
+	/* REFRESH ttl= sets a new ttl, which later refreshes keep */
+	h_send(a, "REFRESH r %llu ttl=2s", (unsigned long long)tok);
+	h_expect(a, "OK REFRESHED r 2000");
+	h_send(a, "REFRESH r %llu", (unsigned long long)tok);
+	h_expect(a, "OK REFRESHED r 2000");
+	rem = kv_u64(h_call(b, "STATUS r"), "ttl_ms");
+	cr_assert(rem > 600 && rem <= 2000, "STATUS ttl_ms=%llu",
+		  (unsigned long long)rem);
+	h_expect_silence(a, 0); /* no EXPIRED went out meanwhile */
+	/* a refresh by another owner, even with the token, is refused */
+	h_send(b, "REFRESH r %llu", (unsigned long long)tok);
+	h_expect(b, "NO NOT_HOLDER r");
+	h_send(a, "UNLOCK r %llu", (unsigned long long)tok);
+	h_expect(a, "OK RELEASED r");
+	h_close(a);
+	h_close(b);
+}
+
+/* ---- reentrancy ---------------------------------------------------------- */
+
+Test(server, reentrant_lock_is_freed_after_as_many_unlocks)
+{
+	struct h_client *a = h_connect(d.port);
+	uint64_t tok;
+
+	tok = h_lock(a, "x", "ttl=10s");
+	cr_assert_eq(h_lock(a, "x", "ttl=10s"), tok,
+		     "reentry must keep the token");
+	cr_assert_eq(kv_u64(h_call(a, "STATUS x"), "count"), 2);
+	h_send(a, "UNLOCK x %llu", (unsigned long long)tok);
+	h_expect(a, "OK HELD x 1");
+	cr_assert_str_eq(kv(h_call(a, "STATUS x"), "state"), "held");
+	h_send(a, "UNLOCK x %llu", (unsigned long long)tok);
+	h_expect(a, "OK RELEASED x");
+	h_send(a, "UNLOCK x %llu", (unsigned long long)tok);
+	h_expect(a, "NO NOT_HOLDER x");
+	expect_status(a, "x", "free", 0, 0, "-", 0);
+	h_close(a);
+}
+
+Test(server, lease_survives_disconnect_and_same_owner_reenters_after_reconnect)
+{
+	struct h_client *a = h_connect(d.port), *b = h_connect(d.port);
+	uint64_t tok;
+
+	h_send(a, "HELLO owner=alice");
+	cr_assert_str_eq(kv(h_expect_prefix(a, "OK HELLO version="), "owner"),
+			 "alice");
+	tok = h_lock(a, "y", "ttl=10s");
+	h_close(a);
+	wait_stat(b, "connections", 1);
+	expect_status(b, "y", "held", tok, 1, "alice", 0);
+
+	a = h_connect(d.port);
+	h_send(a, "HELLO owner=alice");
+	h_expect_prefix(a, "OK HELLO version=");
+	h_send(a, "REFRESH y %llu", (unsigned long long)tok);
+	h_expect(a, "OK REFRESHED y 10000");
+	cr_assert_eq(h_lock(a, "y", "ttl=10s"), tok,
+		     "reentry after reconnect must keep the token");
+	expect_status(b, "y", "held", tok, 2, "alice", 0);
+	/* another owner cannot release it, token or not */
+	h_send(b, "UNLOCK y %llu", (unsigned long long)tok);
+	h_expect(b, "NO NOT_HOLDER y");
+	h_send(a, "UNLOCK y %llu", (unsigned long long)tok);
+	h_expect(a, "OK HELD y 1");
+	h_send(a, "UNLOCK y %llu", (unsigned long long)tok);
+	h_expect(a, "OK RELEASED y");
+	expect_status(b, "y", "free", 0, 0, "-", 0);
+	h_close(a);
+	h_close(b);
+}
+
+/* ---- waiting: timeouts, TRYLOCK, CANCEL ---------------------------------- */
+
+Test(server, wait_timeout_trylock_busy_and_cancel)
+{
+	struct h_client *a = h_connect(d.port), *b = h_connect(d.port);
+	uint64_t t0, el, tok, ms;
+	char *l;
+
+	tok = h_lock(a, "w", "ttl=10s");
+
+	/* LOCK wait=200 while held: queued, then told it timed out */
+	t0 = h_now_ms();
+	cr_assert_str_eq(h_call(b, "LOCK w wait=200"), "OK QUEUED w 1");
+	l = h_read(b, ms_until(t0 + 200 + LATE_MS));
+	el = h_now_ms() - t0;
+	cr_assert(l != NULL, "no * TIMEOUT within 200 + %d ms", LATE_MS);
+	cr_assert_str_eq(l, "* TIMEOUT w");
+	cr_assert_geq(el, 200 - EARLY_MS, "timed out after %llu ms",
+		      (unsigned long long)el);
+	cr_assert_eq(kv_u64(h_call(b, "STATUS w"), "waiters"), 0);
+
+	/* TRYLOCK (and LOCK wait=0) say how long the lock stays busy */
+	l = h_call(b, "TRYLOCK w");
+	cr_assert(strncmp(l, "NO BUSY w ", 10) == 0, "got \"%s\"", l);
+	ms = h_arg_u64(l, 1);
+	cr_assert(ms > 0 && ms <= 10000, "BUSY %llu ms, ttl 10000",
+		  (unsigned long long)ms);
+	l = h_call(b, "LOCK w wait=0");
+	cr_assert(strncmp(l, "NO BUSY w ", 10) == 0, "got \"%s\"", l);
+	cr_assert_leq(h_arg_u64(l, 1), ms, "BUSY went up");
+
+	/* CANCEL leaves the queue: the release then grants nobody */
+	cr_assert_str_eq(h_call(b, "LOCK w wait=inf"), "OK QUEUED w 1");
+	cr_assert_str_eq(h_call(b, "CANCEL w"), "OK CANCELLED w");
+	cr_assert_eq(kv_u64(h_call(a, "STATUS w"), "waiters"), 0);
+	h_send(a, "UNLOCK w %llu", (unsigned long long)tok);
+	h_expect(a, "OK RELEASED w");
+	h_expect_silence(b, 300);
+	expect_status(b, "w", "free", 0, 0, "-", 0);
+
+	cr_assert_str_eq(h_call(b, "CANCEL w"), "NO NOT_QUEUED w");
+	cr_assert_str_eq(h_call(b, "CANCEL never-seen"),
+			 "NO NOT_QUEUED never-seen");
+	/* a free lock: TRYLOCK takes it at once */
+	l = h_call(b, "TRYLOCK w ttl=1s");
+	cr_assert(strncmp(l, "OK GRANTED w ", 13) == 0, "got \"%s\"", l);
+	cr_assert_gt(h_arg_u64(l, 1), tok);
+	cr_assert_eq(h_arg_u64(l, 2), 1000, "GRANTED ttl in \"%s\"", l);
+	h_close(a);
+	h_close(b);
+}
+
+Test(server, queued_connection_gets_immediate_replies_while_it_waits)
+{
+	struct h_client *a = h_connect(d.port), *b = h_connect(d.port);
+	uint64_t tok1, tok2, tok;
+	char *l;
+
+	h_send(a, "HELLO owner=alice");
+	h_expect_prefix(a, "OK HELLO version=");
+	tok1 = h_lock(a, "L1", "ttl=10s");
+	tok2 = h_lock(b, "L2", "ttl=10s");
+	cr_assert_str_eq(h_call(b, "LOCK L1 ttl=7s"), "OK QUEUED L1 1");
+
+	/* the pending LOCK blocks nothing on its connection */
+	cr_assert_str_eq(h_call(b, "PING still-here"), "OK PONG still-here");
+	h_send(b, "REFRESH L2 %llu ttl=20s", (unsigned long long)tok2);
+	h_expect(b, "OK REFRESHED L2 20000");
+	expect_status(b, "L1", "held", tok1, 1, "alice", 1);
+	h_send(b, "CHECK L2 %llu", (unsigned long long)tok2);
+	h_expect_prefix(b, "OK VALID L2 %llu ", (unsigned long long)tok2);
+	cr_assert_str_eq(h_call(b, "LOCK L1"), "NO ALREADY_WAITING L1 1");
+	h_send(b, "HELLO owner=bob");
+	h_expect_prefix(b, "ERR BAD_ARG ");
+	cr_assert_str_neq(kv(h_call(b, "HELLO"), "owner"), "bob");
+	cr_assert(stat_value(b, "waiters") == 1);
+
+	/* and the grant still comes when the lock frees */
+	h_send(a, "UNLOCK L1 %llu", (unsigned long long)tok1);
+	h_expect(a, "OK RELEASED L1");
+	l = h_expect_prefix(b, "* GRANTED L1 ");
+	tok = h_arg_u64(l, 1);
+	cr_assert_eq(h_arg_u64(l, 2), 7000, "GRANTED ttl in \"%s\"", l);
+	cr_assert_gt(tok, tok2);
+	h_send(b, "CHECK L1 %llu", (unsigned long long)tok);
+	h_expect_prefix(b, "OK VALID L1 %llu ", (unsigned long long)tok);
+	h_close(a);
+	h_close(b);
+}
+
+/* ---- disconnects --------------------------------------------------------- */
+
+Test(server, waiter_that_disconnects_leaves_the_queue)
+{
+	struct h_client *a = h_connect(d.port), *b = h_connect(d.port);
+	struct h_client *c = h_connect(d.port), *e = h_connect(d.port);
+	struct h_client *all[3];
+	uint64_t tok, tokc;
+
+	tok = h_lock(a, "p", "ttl=10s");
+	cr_assert_str_eq(h_call(b, "LOCK p"), "OK QUEUED p 1");
+	cr_assert_str_eq(h_call(c, "LOCK p"), "OK QUEUED p 2");
+	cr_assert_eq(kv_u64(h_call(a, "STATUS p"), "waiters"), 2);
+
+	h_close(b);
+	wait_waiters(a, "p", 1);
+	/* a newcomer queues behind c only */
+	cr_assert_str_eq(h_call(e, "LOCK p"), "OK QUEUED p 2");
+
+	h_send(a, "UNLOCK p %llu", (unsigned long long)tok);
+	h_expect(a, "OK RELEASED p");
+	all[0] = a;
+	all[1] = c;
+	all[2] = e;
+	cr_assert_eq(h_poll_any(all, 3, 5000), 1, "c must be granted");
+	tokc = expect_granted(c, "p");
+	cr_assert_gt(tokc, tok);
+	cr_assert_eq(h_poll_any(all, 3, 100), -1, "only c hears of it");
+	h_send(c, "UNLOCK p %llu", (unsigned long long)tokc);
+	h_expect(c, "OK RELEASED p");
+	cr_assert_gt(expect_granted(e, "p"), tokc);
+	h_close(a);
+	h_close(c);
+	h_close(e);
+}
+
+Test(server, holder_that_disconnects_keeps_its_lease_until_the_ttl)
+{
+	struct h_client *a = h_connect(d.port), *b = h_connect(d.port);
+	uint64_t t0, el, tok, tok2;
+	char *l;
+
+	t0 = h_now_ms();
+	tok = h_lock(a, "h", "ttl=1500");
+	h_close(a);
+	wait_stat(b, "connections", 1); /* the server saw the disconnect */
+	cr_assert_str_eq(kv(h_call(b, "STATUS h"), "state"), "held");
+	h_send(b, "CHECK h %llu", (unsigned long long)tok);
+	h_expect_prefix(b, "OK VALID h %llu ", (unsigned long long)tok);
+	cr_assert_str_eq(h_call(b, "LOCK h ttl=5s"), "OK QUEUED h 1");
+
+	l = h_read(b, ms_until(t0 + 1500 + LATE_MS));
+	el = h_now_ms() - t0;
+	cr_assert(l != NULL, "waiter not granted within ttl + %d ms",
+		  LATE_MS);
+	cr_assert(strncmp(l, "* GRANTED h ", 12) == 0, "got \"%s\"", l);
+	tok2 = h_arg_u64(l, 1);
+	cr_assert_geq(el, 1500 - EARLY_MS,
+		      "granted %llu ms after the first grant, ttl 1500",
+		      (unsigned long long)el);
+	cr_assert_gt(tok2, tok);
+	h_send(b, "CHECK h %llu", (unsigned long long)tok);
+	h_expect(b, "NO STALE h %llu", (unsigned long long)tok2);
+	h_close(b);
+}
+
+/* ---- the stock demo of the source articles ------------------------------- */
+
+#define BUYERS 1000
+#define ITEMS 10
+
+/* Shared by the buyer threads. The stock is read, slept on and written
+ * back in separate steps, so two buyers inside at once would oversell. */
+struct shop {
+	int port;
+	atomic_int stock;
+	atomic_int inside;   /* buyers between grant and UNLOCK */
+	atomic_int overlaps; /* times a buyer found someone inside */
+	atomic_int sold;
+	atomic_int served; /* buyers granted and released */
+	atomic_int failed;
+	atomic_flag said; /* first failure recorded */
+	char why[256];
+};
+
+static void shop_fail(struct shop *s, const char *what, const char *line)
+{
+	atomic_fetch_add(&s->failed, 1);
+	if (!atomic_flag_test_and_set(&s->said))
+		snprintf(s->why, sizeof(s->why), "%s: \"%s\"", what,
+			 line ? line : "(nothing)");
+}
+
+/* One buyer, on a connection of its own. Only non-asserting harness
+ * calls: criterion asserts belong to the main thread. */
+static void *buyer(void *arg)
+{
+	struct shop *s = arg;
+	struct h_client *c = h_try_connect(s->port);
+	struct dl_reply rp;
+	uint64_t tok = 0;
+	char *l;
+	int n;
+
+	if (!c) {
+		shop_fail(s, "connect", NULL);
+		return NULL;
+	}
+	if (h_send_raw(c, "LOCK stock wait=inf ttl=10s\r\n", 29) != 0) {
+		shop_fail(s, "send LOCK", NULL);
+		goto out;
+	}
+	l = h_read(c, 30000);
+	if (l && strncmp(l, "OK QUEUED stock ", 16) == 0)
+		l = h_read(c, 30000);
+	if (!l || (strncmp(l, "OK GRANTED stock ", 17) != 0 &&
+		   strncmp(l, "* GRANTED stock ", 16) != 0) ||
+	    dl_parse_reply(l, strlen(l), &rp) != 0 ||
+	    dl_reply_u64(&rp, 1, &tok) != 0) {
+		shop_fail(s, "LOCK", l);
+		goto out;
+	}
+
+	if (atomic_fetch_add(&s->inside, 1) != 0)
+		atomic_fetch_add(&s->overlaps, 1);
+	n = atomic_load_explicit(&s->stock, memory_order_relaxed);
+	if (n > 0) {
+		usleep(100);
+		atomic_store_explicit(&s->stock, n - 1, memory_order_relaxed);
+		atomic_fetch_add(&s->sold, 1);
+	}
+	atomic_fetch_sub(&s->inside, 1);
+
+	n = snprintf(c->line, sizeof(c->line), "UNLOCK stock %llu\r\n",
+		     (unsigned long long)tok);
+	if (h_send_raw(c, c->line, (size_t)n) != 0) {
+		shop_fail(s, "send UNLOCK", NULL);
+		goto out;
+	}
+	l = h_read(c, 30000);
+	if (!l || strcmp(l, "OK RELEASED stock") != 0) {
+		shop_fail(s, "UNLOCK", l);
+		goto out;
+	}
+	atomic_fetch_add(&s->served, 1);
+out:
+	h_close(c);
+	return NULL;
+}
+
+Test(server, stock_demo_1000_buyers_never_oversell_10_items)
+{
+	static pthread_t th[BUYERS];
+	static char made[BUYERS];
+	static struct shop s;
+	struct h_client *c = h_connect(d.port);
+	pthread_attr_t at;
+	int i, started = 0;
+
+	memset(&s, 0, sizeof(s));
+	memset(made, 0, sizeof(made));
+	s.port = d.port;
+	atomic_init(&s.stock, ITEMS);
+	atomic_flag_clear(&s.said);
+	pthread_attr_init(&at);
+	pthread_attr_setstacksize(&at, 256 * 1024);
+	for (i = 0; i < BUYERS; i++)
+		if (pthread_create(&th[i], &at, buyer, &s) == 0)
+			made[i] = 1;
+	for (i = 0; i < BUYERS; i++)
+		started += made[i];
+	pthread_attr_destroy(&at);
+	for (i = 0; i < BUYERS; i++)
+		if (made[i])
+			pthread_join(th[i], NULL);
+
+	cr_assert_eq(started, BUYERS, "only %d buyer threads started",
+		     started);
+	cr_assert_eq(atomic_load(&s.failed), 0, "%d buyers failed; first: %s",
+		     atomic_load(&s.failed), s.why);
+	cr_assert_eq(atomic_load(&s.overlaps), 0,
+		     "two buyers inside at once %d times",
+		     atomic_load(&s.overlaps));
+	cr_assert_eq(atomic_load(&s.sold), ITEMS, "sold %d of %d items",
+		     atomic_load(&s.sold), ITEMS);
+	cr_assert_eq(atomic_load(&s.stock), 0, "stock ends at %d",
+		     atomic_load(&s.stock));
+	cr_assert_eq(atomic_load(&s.served), BUYERS,
+		     "%d of %d buyers were served", atomic_load(&s.served),
+		     BUYERS);
+	expect_status(c, "stock", "free", 0, 0, "-", 0);
+	h_close(c);
+}
+
+/* ---- bad input ----------------------------------------------------------- */
+
+/* The reply to a raw request must start with `want`. */
+static void raw_expect_prefix(struct h_client *c, const void *req, size_t n,
+			      const char *want)
+{
+	cr_assert(h_send_raw(c, req, n) == 0, "send failed");
+	h_expect_prefix(c, "%s", want);
+}
+
+Test(server, junk_and_unknown_verbs_get_an_error_and_the_connection_lives)
+{
+	struct h_client *c = h_connect(d.port);
+	char junk[601];
+	unsigned x = 12345;
+	size_t i;
+
+	raw_expect_prefix(c, "\x01\x02\x7f\xfe\xff\r\n", 7,
+			  "ERR UNKNOWN_COMMAND ");
+	/* 600 bytes of anything but NUL, blanks and line ends: one word */
+	for (i = 0; i < 600; i++) {
+		do {
+			x = x * 1103515245u + 12345u;
+			junk[i] = (char)(x >> 16);
+		} while (junk[i] == '\0' || junk[i] == '\n' ||
+			 junk[i] == '\r' || junk[i] == ' ' || junk[i] == '\t');
+	}
+	junk[600] = '\n';
+	raw_expect_prefix(c, junk, sizeof(junk), "ERR UNKNOWN_COMMAND ");
+	raw_expect_prefix(c, "GET / HTTP/1.1\r\nHost: x\r\n", 25,
+			  "ERR UNKNOWN_COMMAND ");
+	h_expect_prefix(c, "ERR UNKNOWN_COMMAND ");
+	h_send(c, "FROBNICATE x");
+	h_expect_prefix(c, "ERR UNKNOWN_COMMAND ");
+	/* empty and blank lines get no reply at all */
+	cr_assert(h_send_raw(c, "\r\n\n \t \r\n", 8) == 0);
+	/* verbs are case-insensitive */
+	cr_assert_str_eq(h_call(c, "ping"), "OK PONG");
+	cr_assert_str_eq(h_call(c, "pInG x"), "OK PONG x");
+	h_close(c);
+}
+
+Test(server, malformed_numbers_are_bad_arg_and_missing_arguments_bad_format)
+{
+	static const struct {
+		const char *req, *want;
+	} cases[] = {
+		{ "UNLOCK a 12x", "ERR BAD_ARG " },
+		{ "UNLOCK a -1", "ERR BAD_ARG " },
+		{ "UNLOCK a 18446744073709551616", "ERR BAD_ARG " },
+		{ "CHECK a 99999999999999999999999", "ERR BAD_ARG " },
+		{ "LOCK a ttl=-5", "ERR BAD_ARG " },
+		{ "LOCK a ttl=5x", "ERR BAD_ARG " },
+		{ "LOCK a ttl=0", "ERR BAD_ARG " },
+		{ "LOCK a ttl=", "ERR BAD_ARG " },
+		{ "LOCK a ttl=1.5s", "ERR BAD_ARG " },
+		{ "LOCK a ttl=99999999999999999999m", "ERR BAD_ARG " },
+		{ "LOCK a ttl=25h", "ERR BAD_ARG " },
+		{ "LOCK a ttl=2000m", "ERR BAD_ARG " }, /* above max_ttl */
+		{ "LOCK a wait=soon", "ERR BAD_ARG " },
+		{ "LOCK a wait=-1", "ERR BAD_ARG " },
+		{ "LOCK a color=red", "ERR BAD_ARG " },
+		{ "LOCK a ttl=1s ttl=2s", "ERR BAD_ARG " },
+		{ "LOCK a b", "ERR BAD_ARG " },
+		{ "TRYLOCK a wait=5", "ERR BAD_ARG " },
+		{ "REFRESH a 1 ttl=0", "ERR BAD_ARG " },
+		{ "HELLO owner=", "ERR BAD_ARG " },
+		{ "LOCK", "ERR BAD_FORMAT " },
+		{ "LOCK ttl=1s", "ERR BAD_FORMAT " },
+		{ "UNLOCK a", "ERR BAD_FORMAT " },
+		{ "REFRESH a", "ERR BAD_FORMAT " },
+		{ "CHECK", "ERR BAD_FORMAT " },
+		{ "CANCEL", "ERR BAD_FORMAT " },
+		{ "STATUS", "ERR BAD_FORMAT " },
+		{ "AUTH", "ERR BAD_FORMAT " },
+	};
+	struct h_client *c = h_connect(d.port);
+	char name[DL_NAME_MAX + 2];
+	uint64_t before;
+	size_t i;
+
+	before = stat_value(c, "errors_bad_arg");
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *l = h_call(c, "%s", cases[i].req);
+
+		cr_assert(strncmp(l, cases[i].want, strlen(cases[i].want)) ==
+				  0,
+			  "\"%s\": expected \"%s...\", got \"%s\"",
+			  cases[i].req, cases[i].want, l);
+	}
+	cr_assert_geq(stat_value(c, "errors_bad_arg") - before, 20);
+	/* none of them took the lock */
+	expect_status(c, "a", "free", 0, 0, "-", 0);
+	/* the largest u64 is a number, just not a token of ours */
+	cr_assert_str_eq(h_call(c, "UNLOCK a 18446744073709551615"),
+			 "NO NOT_HOLDER a");
+	/* names: 255 bytes is the limit */
+	memset(name, 'n', DL_NAME_MAX + 1);
+	name[DL_NAME_MAX + 1] = '\0';
+	h_send(c, "LOCK %s", name);
+	h_expect_prefix(c, "ERR BAD_ARG ");
+	name[DL_NAME_MAX] = '\0';
+	h_lock(c, name, "ttl=1s");
+	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
+	h_close(c);
+}
+
+Test(server, line_over_1024_bytes_is_line_too_long_and_connection_lives)
+{
+	struct h_client *c = h_connect(d.port);
+	static char buf[60000 + 16];
+	size_t n;
+
+	/* exactly DL_LINE_MAX bytes is a line: PING, blanks, a word */
+	memcpy(buf, "PING", 4);
+	memset(buf + 4, ' ', DL_LINE_MAX - 7);
+	memcpy(buf + DL_LINE_MAX - 3, "abc\r\n", 5);
+	cr_assert(h_send_raw(c, buf, DL_LINE_MAX + 2) == 0);
+	h_expect(c, "OK PONG abc");
+	/* one more byte is not */
+	memset(buf + 4, ' ', DL_LINE_MAX - 6);
+	memcpy(buf + DL_LINE_MAX - 2, "abc\r\n", 5);
+	cr_assert(h_send_raw(c, buf, DL_LINE_MAX + 3) == 0);
+	h_expect_prefix(c, "ERR LINE_TOO_LONG ");
+	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
+
+	/* 3000 bytes, then a request in the same write */
+	memset(buf, 'x', 3000);
+	n = 3000;
+	memcpy(buf + n, "\r\nPING after\r\n", 14);
+	cr_assert(h_send_raw(c, buf, n + 14) == 0);
+	h_expect_prefix(c, "ERR LINE_TOO_LONG ");
+	h_expect(c, "OK PONG after");
+
+	/* a long line under the 64 KiB cut is still only that line */
+	memset(buf, 'y', 60000);
+	memcpy(buf + 60000, "\r\n", 2);
+	cr_assert(h_send_raw(c, buf, 60002) == 0);
+	h_expect_prefix(c, "ERR LINE_TOO_LONG ");
+	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
+	h_close(c);
+}
+
+Test(server, nul_byte_in_line_is_bad_format_and_connection_lives)
+{
+	struct h_client *c = h_connect(d.port);
+
+	raw_expect_prefix(c, "PING a\0b\r\n", 10, "ERR BAD_FORMAT ");
+	raw_expect_prefix(c, "\0\r\n", 3, "ERR BAD_FORMAT ");
+	raw_expect_prefix(c, "LOCK n\0ul ttl=1s\n", 17, "ERR BAD_FORMAT ");
+	expect_status(c, "n", "free", 0, 0, "-", 0);
+	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
+	h_close(c);
+}
+
+Test(server, peer_sending_64k_without_newline_is_closed_others_are_served)
+{
+	static char buf[200 * 1024];
+	struct h_client *y = h_connect(d.port);
+	struct h_client *z = h_connect(d.port);
+	struct h_client *x = h_connect(d.port);
+	size_t off;
+	ssize_t k;
+	char *l;
+
+	memset(buf, 'a', sizeof(buf));
+	/* exactly 64 KiB: the server reads it all, says why, and closes */
+	cr_assert_eq(h_send_within(z, buf, DL_LINE_DISCARD_MAX, 5000),
+		     DL_LINE_DISCARD_MAX);
+	h_expect_prefix(z, "ERR LINE_TOO_LONG ");
+	cr_assert(h_wait_closed(z, 5000), "64 KiB without LF: not closed");
+
+	/* 200 KiB: 32 KiB first, y is served meanwhile; then the rest in
+	 * one go, so that bytes keep arriving after the cut */
+	cr_assert_eq(h_send_within(x, buf, 32 * 1024, 5000), 32 * 1024);
+	cr_assert_str_eq(h_call(y, "PING during"), "OK PONG during");
+	for (off = 32 * 1024; off < sizeof(buf); off += (size_t)k) {
+		k = h_send_within(x, buf + off, sizeof(buf) - off, 5000);
+		if (k <= 0)
+			break; /* closed (or stopped taking bytes) */
+	}
+	/* unread input makes the close a reset, which may eat the ERR */
+	l = h_read(x, 5000);
+	if (l)
+		cr_assert(strncmp(l, "ERR LINE_TOO_LONG ", 18) == 0,
+			  "got \"%s\"", l);
+	cr_assert(h_wait_closed(x, 5000), "200 KiB without LF: not closed");
+	h_sleep_ms(100);
+	cr_assert(h_daemon_alive(&d), "dlockd died (log above)");
+	cr_assert_str_eq(h_call(y, "PING after"), "OK PONG after");
+	h_close(x);
+	h_close(z);
+	h_close(y);
+}
+
+/* A client that sends PINGs and never reads the replies. */
+struct flood {
+	struct h_client *c;
+	atomic_int done;
+	atomic_int closed; /* the daemon closed (or reset) the connection */
+	size_t sent;
+};
+
+#define FLOOD_MAX (64u << 20)
+
+static void *flooder(void *arg)
+{
+	static char buf[64 * 1007];
+	struct flood *f = arg;
+	uint64_t end = h_now_ms() + 30000;
+	size_t i, off = 0;
+	ssize_t k;
+
+	for (i = 0; i < 64; i++) {
+		memcpy(buf + i * 1007, "PING ", 5);
+		memset(buf + i * 1007 + 5, 'p', 1000);
+		memcpy(buf + i * 1007 + 1005, "\r\n", 2);
+	}
+	while (f->sent < FLOOD_MAX && h_now_ms() < end) {
+		k = h_send_within(f->c, buf + off, sizeof(buf) - off, 100);
+		if (k < 0) {
+			atomic_store(&f->closed, 1);
+			break;
+		}
+		f->sent += (size_t)k;
+		off = (off + (size_t)k) % sizeof(buf);
+	}
+	atomic_store(&f->done, 1);
+	return NULL;
+}
+
+Test(server, client_that_never_reads_is_closed_at_max_output_others_served)
+{
+	static struct flood f;
+	struct h_client *p;
+	pthread_t th;
+	int pings = 0;
+	char *l;
+
+	own_start("[limits]\nmax_output = 65536\n");
+	p = h_connect(own.port);
+	memset(&f, 0, sizeof(f));
+	f.c = h_connect(own.port);
+	cr_assert_eq(pthread_create(&th, NULL, flooder, &f), 0);
+	while (!atomic_load(&f.done)) {
+		h_send(p, "PING %d", pings);
+		l = h_read(p, 2000);
+		if (!l)
+			cr_assert(h_daemon_alive(&own),
+				  "dlockd died during the flood (log above)");
+		cr_assert(l != NULL,
+			  "PING %d not answered within 2 s during the flood "
+			  "(%llu bytes sent so far)",
+			  pings, (unsigned long long)f.sent);
+		cr_assert(strncmp(l, "OK PONG ", 8) == 0, "got \"%s\"", l);
+		pings++;
+		h_sleep_ms(20);
+	}
+	pthread_join(th, NULL);
+	h_sleep_ms(100);
+	cr_assert(h_daemon_alive(&own), "dlockd died (log above)");
+	cr_assert(atomic_load(&f.closed),
+		  "the daemon did not close a client that never reads "
+		  "(%zu bytes of PING sent)",
+		  f.sent);
+	cr_assert_str_eq(h_call(p, "PING after"), "OK PONG after");
+	cr_assert_geq(stat_value(p, "output_overflows"), 1);
+	h_close(f.c);
+	h_close(p);
+	cr_assert_eq(h_daemon_stop(&own), 0);
+}
+
+/* ---- tags, STATS --------------------------------------------------------- */
+
+Test(server, request_tag_is_echoed_on_replies_errors_and_events)
+{
+	struct h_client *a = h_connect(d.port), *b = h_connect(d.port);
+	struct h_client *c = h_connect(d.port);
+	uint64_t t0, tok, tokb;
+	char *l;
+
+	cr_assert_str_eq(h_call(a, "PING id=t1"), "OK PONG id=t1");
+	cr_assert_str_eq(h_call(a, "PING hello id=t1"), "OK PONG hello id=t1");
+	l = h_call(a, "LOCK t ttl=10s id=t1");
+	cr_assert(strncmp(l, "OK GRANTED t ", 13) == 0, "got \"%s\"", l);
+	cr_assert_str_eq(tag_of(l), "t1", "in \"%s\"", l);
+	tok = h_arg_u64(l, 1);
+	l = h_call(a, "UNLOCK t 12x id=t1");
+	cr_assert(strncmp(l, "ERR BAD_ARG ", 12) == 0, "got \"%s\"", l);
+	cr_assert_str_eq(tag_of(l), "t1", "in \"%s\"", l);
+	l = h_call(a, "FROB id=t1");
+	cr_assert(strncmp(l, "ERR UNKNOWN_COMMAND ", 20) == 0, "got \"%s\"",
+		  l);
+	cr_assert_str_eq(tag_of(l), "t1", "in \"%s\"", l);
+	l = h_call(a, "LOCK id=t1");
+	cr_assert(strncmp(l, "ERR BAD_FORMAT ", 15) == 0, "got \"%s\"", l);
+	cr_assert_str_eq(tag_of(l), "t1", "in \"%s\"", l);
+	cr_assert_str_eq(h_call(a, "UNLOCK t 1 id=t1"),
+			 "NO NOT_HOLDER t id=t1");
+	h_send(a, "STATUS t id=t1");
+	cr_assert_str_eq(tag_of(h_expect_prefix(a, "OK STATUS t ")), "t1");
+	/* a tag longer than DL_TAG_MAX is refused, and not echoed */
+	l = h_call(a, "PING id=%0*d", DL_TAG_MAX + 1, 0);
+	cr_assert(strncmp(l, "ERR BAD_ARG ", 12) == 0, "got \"%s\"", l);
+	cr_assert_str_eq(tag_of(l), "", "in \"%s\"", l);
+
+	/* events carry the tag of the request that caused them */
+	t0 = h_now_ms();
+	cr_assert_str_eq(h_call(c, "LOCK t wait=100 id=t3"),
+			 "OK QUEUED t 1 id=t3");
+	l = h_read(c, ms_until(t0 + 100 + LATE_MS));
+	cr_assert(l != NULL, "no TIMEOUT");
+	cr_assert_str_eq(l, "* TIMEOUT t id=t3");
+
+	cr_assert_str_eq(h_call(b, "LOCK t wait=inf ttl=300 id=t2"),
+			 "OK QUEUED t 1 id=t2");
+	h_send(a, "UNLOCK t %llu", (unsigned long long)tok);
+	h_expect(a, "OK RELEASED t");
+	t0 = h_now_ms();
+	l = h_expect_prefix(b, "* GRANTED t ");
+	cr_assert_str_eq(tag_of(l), "t2", "in \"%s\"", l);
+	tokb = h_arg_u64(l, 1);
+	cr_assert_eq(h_arg_u64(l, 2), 300, "in \"%s\"", l);
+	/* ... the expiry of the lease it granted included */
+	l = h_read(b, ms_until(t0 + 300 + LATE_MS));
+	cr_assert(l != NULL, "no EXPIRED");
+	h_send(b, "PING"); /* l is b->line until the next read */
+	cr_assert(strncmp(l, "* EXPIRED t ", 12) == 0, "got \"%s\"", l);
+	cr_assert_eq(h_arg_u64(l, 1), tokb);
+	cr_assert_str_eq(tag_of(l), "t2", "in \"%s\"", l);
+	h_expect(b, "OK PONG");
+	h_close(a);
+	h_close(b);
+	h_close(c);
+}
+
+/* Reads one STATS reply whose head was just read into `head`; asserts its
+ * framing and returns the number of body lines. */
+static uint64_t stats_body(struct h_client *c, const char *head)
+{
+	char keys[64][DL_STATS_LINE_MAX];
+	uint64_t n, i, j, v;
+	char *l, *sp;
+
+	cr_assert(strncmp(head, "OK STATS ", 9) == 0, "got \"%s\"", head);
+	n = h_arg_u64(head, 0);
+	cr_assert(n > 0 && n <= 64, "STATS announces %llu lines",
+		  (unsigned long long)n);
+	for (i = 0; i < n; i++) {
+		l = h_line(c);
+		sp = strchr(l, ' ');
+		cr_assert(sp && sp > l && strchr(sp + 1, ' ') == NULL,
+			  "STATS line %llu is not \"key value\": \"%s\"",
+			  (unsigned long long)i, l);
+		cr_assert(strspn(l, "abcdefghijklmnopqrstuvwxyz0123456789_") ==
+				  (size_t)(sp - l),
+			  "STATS key in \"%s\"", l);
+		cr_assert(dl_parse_u64(sp + 1, strlen(sp + 1), &v) == 0,
+			  "STATS value in \"%s\"", l);
+		*sp = '\0';
+		cr_assert(strlen(l) < DL_STATS_LINE_MAX);
+		for (j = 0; j < i; j++)
+			cr_assert_str_neq(keys[j], l, "STATS key %s twice", l);
+		strcpy(keys[i], l);
+	}
+	return n;
+}
+
+Test(server, stats_reply_is_framed_and_the_next_reply_is_normal)
+{
+	struct h_client *a = h_connect(d.port), *b = h_connect(d.port);
+	uint64_t n, tok;
+	char *l;
+	int i, seen_stats, seen_grant;
+
+	/* pipelined: the body is exactly n lines, then the PING's reply */
+	cr_assert(h_send_raw(a, "STATS\r\nPING after\r\n", 19) == 0);
+	n = stats_body(a, h_line(a));
+	h_expect(a, "OK PONG after");
+	h_send(a, "STATS id=s1");
+	l = h_line(a);
+	cr_assert_str_eq(tag_of(l), "s1", "in \"%s\"", l);
+	cr_assert_eq(stats_body(a, l), n, "STATS changed its line count");
+	h_expect_silence(a, 50);
+
+	/* an event never lands inside the body: b waits, asks for STATS
+	 * while a releases, and must see the block whole */
+	tok = h_lock(a, "s", "ttl=10s");
+	cr_assert_str_eq(h_call(b, "LOCK s"), "OK QUEUED s 1");
+	for (i = 0; i < 5; i++)
+		h_send(b, "STATS");
+	h_send(a, "UNLOCK s %llu", (unsigned long long)tok);
+	h_expect(a, "OK RELEASED s");
+	seen_stats = seen_grant = 0;
+	while (seen_stats < 5 || !seen_grant) {
+		l = h_line(b);
+		if (l[0] == '*') {
+			cr_assert(strncmp(l, "* GRANTED s ", 12) == 0,
+				  "got \"%s\"", l);
+			seen_grant++;
+		} else {
+			stats_body(b, l);
+			seen_stats++;
+		}
+	}
+	cr_assert_eq(seen_grant, 1);
+	h_expect_silence(b, 50);
+	h_close(a);
+	h_close(b);
+}
+
+/* ---- ending: QUIT, SIGTERM ----------------------------------------------- */
+
+Test(server, quit_replies_bye_and_the_server_closes)
+{
+	struct h_client *c = h_connect(d.port), *e = h_connect(d.port);
+
+	cr_assert_str_eq(h_call(c, "QUIT"), "OK BYE");
+	cr_assert(h_wait_closed(c, 5000), "not closed after QUIT");
+	/* what follows QUIT in the same write is not served */
+	cr_assert(h_send_raw(e, "QUIT id=q\r\nPING\r\n", 17) == 0);
+	h_expect(e, "OK BYE id=q");
+	cr_assert_null(h_read(e, 1000), "a reply after OK BYE");
+	cr_assert(h_wait_closed(e, 5000), "not closed after QUIT");
+	h_close(c);
+	h_close(e);
+}
+
+Test(server, quit_followed_by_pipelined_requests_closes_only_that_client)
+{
+	static char buf[6 + 3000 * 6];
+	struct h_client *c = h_connect(d.port), *e = h_connect(d.port);
+	size_t i;
+
+	/* more than the server's input buffer holds arrives after QUIT */
+	memcpy(buf, "QUIT\r\n", 6);
+	for (i = 0; i < 3000; i++)
+		memcpy(buf + 6 + i * 6, "PING\r\n", 6);
+	cr_assert(h_send_raw(c, buf, sizeof(buf)) == 0);
+	/* the unread PINGs make the close a reset, which may eat OK BYE */
+	cr_assert(h_wait_closed(c, 5000), "not closed after QUIT");
+	h_sleep_ms(100);
+	cr_assert(h_daemon_alive(&d), "dlockd died (log above)");
+	cr_assert_str_eq(h_call(e, "PING"), "OK PONG");
+	h_close(c);
+	h_close(e);
+}
+
+Test(server, sigterm_tells_every_client_bye_and_exits_0)
+{
+	struct h_client *a, *b, *c;
+
+	own_start("");
+	a = h_connect(own.port);
+	b = h_connect(own.port);
+	c = h_connect(own.port);
+	h_lock(a, "k", "ttl=10s");
+	cr_assert_str_eq(h_call(b, "LOCK k"), "OK QUEUED k 1");
+	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
+
+	h_daemon_signal(&own, SIGTERM);
+	h_expect(a, "* BYE shutdown");
+	h_expect(b, "* BYE shutdown");
+	h_expect(c, "* BYE shutdown");
+	cr_assert(h_wait_closed(a, 5000));
+	cr_assert(h_wait_closed(b, 5000));
+	cr_assert(h_wait_closed(c, 5000));
+	cr_assert_eq(h_daemon_wait(&own, 10000), 0,
+		     "dlockd did not exit 0 on SIGTERM");
+	cr_assert_null(h_try_connect(own.port), "still accepting");
+	h_close(a);
+	h_close(b);
+	h_close(c);
+}
+
+/* ---- AUTH ---------------------------------------------------------------- */
+
+Test(server, password_requires_auth_before_lock_commands)
+{
+	static const char pipelined[] = "AUTH nope\r\nPING next\r\nLOCK a\r\n";
+	struct h_client *c, *e;
+	char *l;
+
+	own_start("[server]\npassword = s3cret\n");
+	c = h_connect(own.port);
+	h_send(c, "LOCK a");
+	h_expect_prefix(c, "ERR NOAUTH ");
+	h_send(c, "STATUS a");
+	h_expect_prefix(c, "ERR NOAUTH ");
+	h_send(c, "STATS");
+	h_expect_prefix(c, "ERR NOAUTH ");
+	/* PING and HELLO work before AUTH; HELLO says AUTH is needed */
+	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
+	l = h_call(c, "HELLO");
+	cr_assert(strncmp(l, "OK HELLO version=", 17) == 0, "got \"%s\"", l);
+	cr_assert_str_eq(kv(l, "auth"), "required");
+	cr_assert_str_eq(h_call(c, "AUTH wrong"), "NO AUTH_FAILED");
+	cr_assert_str_eq(h_call(c, "AUTH s3cre"), "NO AUTH_FAILED");
+	cr_assert_str_eq(h_call(c, "AUTH s3crett"), "NO AUTH_FAILED");
+	/* a secret that looks like a tag is neither a tag nor echoed */
+	cr_assert_str_eq(h_call(c, "AUTH id=s3cret"), "NO AUTH_FAILED");
+	/* a failed AUTH may be answered late, but still in order */
+	cr_assert(h_send_raw(c, pipelined, sizeof(pipelined) - 1) == 0);
+	h_expect(c, "NO AUTH_FAILED");
+	h_expect(c, "OK PONG next");
+	h_expect_prefix(c, "ERR NOAUTH ");
+	cr_assert_str_eq(h_call(c, "AUTH s3cret"), "OK AUTH");
+	h_lock(c, "a", "ttl=10s");
+
+	/* AUTH is per connection */
+	e = h_connect(own.port);
+	h_send(e, "STATUS a");
+	h_expect_prefix(e, "ERR NOAUTH ");
+	cr_assert_str_eq(h_call(e, "AUTH s3cret id=x1"), "OK AUTH id=x1");
+	cr_assert_str_eq(kv(h_call(e, "STATUS a"), "state"), "held");
+	cr_assert_geq(stat_value(e, "auth_failures"), 5);
+	h_close(c);
+	h_close(e);
+	cr_assert_eq(h_daemon_stop(&own), 0);
+}
