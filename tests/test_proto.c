@@ -1350,10 +1350,9 @@ Test(proto, ping_text_with_control_bytes_is_bad_arg_so_it_is_never_echoed)
 	const char *why = NULL;
 	const char line[] = "PING a\rb\x01";
 
-	cr_assert(eq(int,
-		     dl_parse_request(line, sizeof(line) - 1, &req, &why),
-		     DL_EBADARG));
+	cr_assert_eq(dl_parse_request(line, sizeof(line) - 1, &req, &why),
+		     DL_EBADARG);
 	cr_assert(why != NULL);
-	cr_assert(eq(int, dl_parse_request("PING ok!", 8, &req, &why), 0));
-	cr_assert(eq(sz, req.arg.len, 3));
+	cr_assert_eq(dl_parse_request("PING ok!", 8, &req, &why), 0);
+	cr_assert_eq(req.arg.len, 3);
 }
