@@ -1,0 +1,819 @@
+/*
+ * test_persist.c -- persistence to Redis (issue 3, criterion 2.4): what a
+ * crash, a shutdown or the loss of Redis does to leases, queues and tokens.
+ *
+ * Every test starts its own redis-server (AOF on) and dlockd
+ * (--persist redis), each in its own temporary directory and on its own
+ * port, and kills or restarts them as the scenario says. The fixture
+ * removes both whatever happens.
+ *
+ * Timing: the tests assert behaviour, not speed. Deadlines are checked as
+ * "not before" with EARLY_MS of slack and "within" with generous LATE_MS,
+ * enough for AddressSanitizer on a busy two-core box.
+ *
+ * Key layout read back with redis-cli (server/store.c, server/record.h):
+ *   dlock:token        the last token issued
+ *   dlock:lock:<name>  "dlock1\nH <token> <deadline> <count> <ttl> <owner>
+ *                      \nW <ttl> <deadline|inf> <owner>..."
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+#define EARLY_MS 50
+#define LATE_MS 1000
+
+static struct h_redis r;
+static struct h_daemon d;
+
+static void fini(void)
+{
+	h_daemon_cleanup(&d);
+	h_redis_cleanup(&r);
+}
+
+TestSuite(persist, .fini = fini, .timeout = 120);
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* redis-server (appendfsync as given) and dlockd pointed at it, with an
+ * optional config text (e.g. "[persistence]\nrestore_grace = 5s\n"). */
+static void start(const char *appendfsync, const char *conf)
+{
+	h_redis_start(&r, appendfsync);
+	h_daemon_write_conf(&d, conf ? conf : "");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis",
+		       r.url, NULL);
+}
+
+/* A new connection as `owner`. */
+static struct h_client *as(const char *owner)
+{
+	struct h_client *c = h_connect(d.port);
+	char *l = h_call(c, "HELLO owner=%s", owner);
+
+	cr_assert(strncmp(l, "OK HELLO ", 9) == 0, "HELLO: \"%s\"", l);
+	return c;
+}
+
+/* The value of key=<value> in a reply line (static buffer). */
+static const char *kv(const char *line, const char *key)
+{
+	static char out[DL_LINE_MAX + 1];
+	struct dl_reply rp;
+	struct dl_str v;
+
+	cr_assert(dl_parse_reply(line, strlen(line), &rp) == 0,
+		  "not a reply: \"%s\"", line);
+	cr_assert(dl_reply_kv(&rp, key, &v) == 0, "no %s= in \"%s\"", key,
+		  line);
+	memcpy(out, v.p, v.len);
+	out[v.len] = '\0';
+	return out;
+}
+
+static uint64_t kv_u64(const char *line, const char *key)
+{
+	const char *v = kv(line, key);
+	uint64_t n;
+
+	cr_assert(dl_parse_u64(v, strlen(v), &n) == 0,
+		  "%s=%s in \"%s\" is not a number", key, v, line);
+	return n;
+}
+
+/* STATUS <name> must show state and waiters (and the holder's token and
+ * owner when token is not 0). */
+static void expect_status(struct h_client *c, const char *name,
+			  const char *state, uint64_t token, const char *owner,
+			  uint64_t waiters)
+{
+	char head[300];
+	char *l = h_call(c, "STATUS %s", name);
+
+	snprintf(head, sizeof(head), "OK STATUS %s ", name);
+	cr_assert(strncmp(l, head, strlen(head)) == 0, "STATUS %s: \"%s\"",
+		  name, l);
+	cr_assert_str_eq(kv(l, "state"), state, "in \"%s\"", l);
+	if (token) {
+		cr_assert_eq(kv_u64(l, "token"), token, "in \"%s\"", l);
+		cr_assert_str_eq(kv(l, "owner"), owner, "in \"%s\"", l);
+	}
+	cr_assert_eq(kv_u64(l, "waiters"), waiters, "in \"%s\"", l);
+}
+
+/* CHECK name token must be OK VALID for that token. */
+static void expect_valid(struct h_client *c, const char *name, uint64_t tok)
+{
+	char want[320];
+	char *l = h_call(c, "CHECK %s %llu", name, (unsigned long long)tok);
+
+	snprintf(want, sizeof(want), "OK VALID %s %llu ", name,
+		 (unsigned long long)tok);
+	cr_assert(strncmp(l, want, strlen(want)) == 0,
+		  "CHECK %s %llu: expected VALID, got \"%s\"", name,
+		  (unsigned long long)tok, l);
+}
+
+/* Send a request, return its reply; asserts it came within max_ms. */
+static char *call_within(struct h_client *c, int max_ms, const char *req)
+{
+	uint64_t t0 = h_now_ms(), el;
+	char *l;
+
+	h_send(c, "%s", req);
+	l = h_read(c, max_ms + 5000);
+	el = h_now_ms() - t0;
+	cr_assert(l != NULL, "%s: no reply within %d ms", req, max_ms + 5000);
+	cr_assert(el <= (uint64_t)max_ms, "%s: reply \"%s\" took %llu ms", req,
+		  l, (unsigned long long)el);
+	return l;
+}
+
+static int starts(const char *s, const char *prefix)
+{
+	return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* The redis key of a lock under the default prefix. */
+static const char *lock_get(const char *name)
+{
+	static char cmd[300];
+
+	snprintf(cmd, sizeof(cmd), "GET dlock:lock:%s", name);
+	return h_redis_cli(&r, cmd);
+}
+
+/* The daemon must still be alive and stop cleanly (under the sanitizers a
+ * leak or an error report makes the exit status non-zero). */
+static void stop_clean(void)
+{
+	cr_assert_eq(h_daemon_stop(&d), 0, "dlockd did not exit cleanly");
+}
+
+/* ---- 1. a lease survives kill -9 ---------------------------------------- */
+
+Test(persist, acknowledged_lease_survives_kill9)
+{
+	struct h_client *a, *c, *a2;
+	uint64_t tok, rem, tok2;
+	char *l;
+
+	start("always", NULL);
+	a = as("a");
+	tok = h_lock(a, "x", "ttl=30s");
+	h_daemon_kill9(&d);
+	h_close(a);
+	h_daemon_restart(&d);
+
+	c = as("c");
+	l = h_call(c, "CHECK x %llu", (unsigned long long)tok);
+	cr_assert(starts(l, "OK VALID x "), "CHECK after restart: \"%s\"", l);
+	cr_assert_eq(h_arg_u64(l, 1), tok, "in \"%s\"", l);
+	rem = h_arg_u64(l, 2);
+	cr_assert(rem > 0 && rem <= 30000, "remaining %llu ms",
+		  (unsigned long long)rem);
+	expect_status(c, "x", "held", tok, "a", 0);
+	l = h_call(c, "TRYLOCK x");
+	cr_assert(starts(l, "NO BUSY x "), "another owner: \"%s\"", l);
+
+	a2 = as("a");
+	h_send(a2, "UNLOCK x %llu", (unsigned long long)tok);
+	h_expect(a2, "OK RELEASED x");
+	tok2 = h_lock(c, "x", "wait=0");
+	cr_assert_gt(tok2, tok);
+	h_close(a2);
+	h_close(c);
+	stop_clean();
+}
+
+/* ---- 2. no acknowledged grant lost under load ---------------------------- */
+
+#define LOAD_THREADS 8
+#define LOAD_WINDOW 4 /* requests in flight per connection */
+
+struct grant {
+	uint64_t token;
+	uint32_t seq; /* the lock is k<thread>-<seq> */
+};
+
+struct worker {
+	pthread_t th;
+	int id, port;
+	struct grant *g;
+	size_t n, cap;
+	int failed;
+	char why[512];
+};
+
+/* LOCK k<id>-<i> as fast as the daemon answers (LOAD_WINDOW requests in
+ * flight), recording each GRANTED, until the connection dies. No asserts
+ * here: only the main thread may. */
+static void *load_worker(void *arg)
+{
+	struct worker *w = arg;
+	struct h_client *c = h_try_connect(w->port);
+	char req[64], want[64], *l, *end;
+	uint32_t sent = 0, done = 0;
+	int n;
+
+	if (!c) {
+		w->failed = 1;
+		snprintf(w->why, sizeof(w->why), "connect failed");
+		return NULL;
+	}
+	n = snprintf(req, sizeof(req), "HELLO owner=p%d\r\n", w->id);
+	if (h_send_raw(c, req, (size_t)n) || !(l = h_read(c, 10000)) ||
+	    !starts(l, "OK HELLO ")) {
+		w->failed = 1;
+		snprintf(w->why, sizeof(w->why), "HELLO failed");
+		h_close(c);
+		return NULL;
+	}
+	for (;;) {
+		while (sent - done < LOAD_WINDOW) {
+			n = snprintf(req, sizeof(req),
+				     "LOCK k%d-%u ttl=60s\r\n", w->id, sent);
+			if (h_send_raw(c, req, (size_t)n))
+				goto out; /* the daemon is gone */
+			sent++;
+		}
+		if (!(l = h_read(c, 10000)))
+			goto out; /* EOF: killed */
+		snprintf(want, sizeof(want), "OK GRANTED k%d-%u ", w->id,
+			 done);
+		if (!starts(l, want)) {
+			w->failed = 1;
+			snprintf(w->why, sizeof(w->why),
+				 "LOCK k%d-%u: \"%s\"", w->id, done, l);
+			goto out;
+		}
+		if (w->n == w->cap) {
+			w->cap = w->cap ? w->cap * 2 : 1024;
+			w->g = realloc(w->g, w->cap * sizeof(*w->g));
+			if (!w->g)
+				abort();
+		}
+		w->g[w->n].seq = done;
+		w->g[w->n].token = strtoull(l + strlen(want), &end, 10);
+		if (*end != ' ' || w->g[w->n].token == 0) {
+			w->failed = 1;
+			snprintf(w->why, sizeof(w->why), "bad reply \"%s\"", l);
+			goto out;
+		}
+		w->n++;
+		done++;
+	}
+out:
+	h_close(c);
+	return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+Test(persist, no_acknowledged_grant_lost_under_load)
+{
+	static struct worker w[LOAD_THREADS];
+	struct h_client *c;
+	uint64_t *all, max = 0, tok, prev;
+	size_t total = 0, k, i, j, batch;
+	char want[96], *l;
+	int t, delay;
+
+	start("always", NULL);
+	srand((unsigned)(getpid() ^ h_now_ms()));
+	delay = 200 + rand() % 501;
+	for (t = 0; t < LOAD_THREADS; t++) {
+		w[t].id = t;
+		w[t].port = d.port;
+		cr_assert_eq(pthread_create(&w[t].th, NULL, load_worker, &w[t]),
+			     0);
+	}
+	h_sleep_ms(delay);
+	h_daemon_kill9(&d);
+	for (t = 0; t < LOAD_THREADS; t++) {
+		pthread_join(w[t].th, NULL);
+		cr_assert(!w[t].failed, "thread %d: %s", t, w[t].why);
+		total += w[t].n;
+	}
+	cr_log_info("kill -9 after %d ms: %zu grants acknowledged", delay,
+		    total);
+	cr_assert_gt(total, 0, "no grant before the kill");
+
+	/* Every token told is distinct. */
+	all = malloc(total * sizeof(*all));
+	cr_assert(all != NULL);
+	for (t = 0, k = 0; t < LOAD_THREADS; t++)
+		for (i = 0; i < w[t].n; i++)
+			all[k++] = w[t].g[i].token;
+	qsort(all, total, sizeof(*all), cmp_u64);
+	for (k = 1; k < total; k++)
+		cr_assert_neq(all[k], all[k - 1], "token %llu granted twice",
+			      (unsigned long long)all[k]);
+	max = all[total - 1];
+	free(all);
+
+	h_daemon_restart(&d);
+	c = as("checker");
+	/* CHECK every recorded grant, pipelined in batches. */
+	for (t = 0; t < LOAD_THREADS; t++) {
+		for (i = 0; i < w[t].n; i += batch) {
+			batch = w[t].n - i < 200 ? w[t].n - i : 200;
+			for (j = i; j < i + batch; j++)
+				h_send(c, "CHECK k%d-%u %llu", t, w[t].g[j].seq,
+				       (unsigned long long)w[t].g[j].token);
+			for (j = i; j < i + batch; j++) {
+				snprintf(want, sizeof(want),
+					 "OK VALID k%d-%u %llu ", t,
+					 w[t].g[j].seq,
+					 (unsigned long long)w[t].g[j].token);
+				l = h_line(c);
+				cr_assert(starts(l, want),
+					  "acknowledged grant lost: CHECK "
+					  "k%d-%u %llu -> \"%s\"",
+					  t, w[t].g[j].seq,
+					  (unsigned long long)w[t].g[j].token,
+					  l);
+			}
+		}
+		free(w[t].g);
+	}
+	cr_assert_geq(h_stats_value(c, "leases"), total);
+
+	/* Tokens after the restart are above every token before it. */
+	prev = max;
+	for (t = 0; t < 5; t++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "after-%d", t);
+		tok = h_lock(c, name, "ttl=60s");
+		cr_assert_gt(tok, prev, "token %llu after restart, not above "
+			     "%llu", (unsigned long long)tok,
+			     (unsigned long long)prev);
+		prev = tok;
+	}
+	h_close(c);
+	stop_clean();
+}
+
+/* ---- 3, 4. restored queues ------------------------------------------------ */
+
+/* h holds L for 1 s, w1 then w2 queue behind it; the queue reaches Redis;
+ * the daemon is killed and restarted after the lease's deadline. Returns
+ * h's token. */
+static uint64_t queue_then_crash(void)
+{
+	struct h_client *h = as("h"), *w1 = as("w1"), *w2 = as("w2");
+	uint64_t tok, t0 = h_now_ms();
+	int64_t left;
+
+	tok = h_lock(h, "L", "ttl=1s");
+	h_send(w1, "LOCK L wait=inf");
+	h_expect(w1, "OK QUEUED L 1");
+	h_send(w2, "LOCK L wait=inf");
+	h_expect(w2, "OK QUEUED L 2");
+	/* QUEUED is not a durable reply: wait until Redis has the queue. */
+	cr_assert(h_redis_wait(&r, "GET dlock:lock:L", "inf w2", 1, 5000),
+		  "the queue never reached redis: \"%s\"", lock_get("L"));
+	h_daemon_kill9(&d);
+	h_close(h);
+	h_close(w1);
+	h_close(w2);
+	left = (int64_t)(t0 + 1000 + 500) - (int64_t)h_now_ms();
+	if (left > 0)
+		h_sleep_ms((int)left);
+	h_daemon_restart(&d);
+	return tok;
+}
+
+Test(persist, leases_expired_while_down_are_free_and_waiters_in_order)
+{
+	struct h_client *m, *w1, *w2;
+	uint64_t htok, t1, t2;
+	char *l;
+
+	start("always", "[persistence]\nrestore_grace = 5s\n");
+	htok = queue_then_crash();
+
+	m = as("m");
+	expect_status(m, "L", "free", 0, "-", 2);
+
+	w2 = as("w2");
+	h_send(w2, "LOCK L");
+	h_expect(w2, "OK QUEUED L 2"); /* behind w1's restored place */
+	expect_status(m, "L", "free", 0, "-", 2);
+
+	w1 = as("w1");
+	l = h_call(w1, "LOCK L");
+	cr_assert(starts(l, "OK GRANTED L "), "w1 LOCK L: \"%s\"", l);
+	t1 = h_arg_u64(l, 1);
+	cr_assert_gt(t1, htok);
+	h_expect_silence(w2, 200);
+	expect_status(m, "L", "held", t1, "w1", 1);
+
+	h_send(w1, "UNLOCK L %llu", (unsigned long long)t1);
+	h_expect(w1, "OK RELEASED L");
+	l = h_expect_prefix(w2, "* GRANTED L ");
+	t2 = h_arg_u64(l, 1);
+	cr_assert_gt(t2, t1);
+	expect_status(m, "L", "held", t2, "w2", 0);
+	h_close(m);
+	h_close(w1);
+	h_close(w2);
+	stop_clean();
+}
+
+#define GRACE_MS 2000
+
+Test(persist, placeholders_dropped_after_grace)
+{
+	struct h_client *o, *w1;
+	uint64_t t0, tok, htok;
+	int64_t left;
+	char *l;
+
+	start("always", "[persistence]\nrestore_grace = 2s\n");
+	htok = queue_then_crash();
+	t0 = h_now_ms(); /* the grace began during the restart */
+
+	o = as("o3");
+	l = h_call(o, "TRYLOCK L");
+	cr_assert(starts(l, "NO BUSY L "),
+		  "TRYLOCK within the grace: \"%s\" (%llu ms after restart)",
+		  l, (unsigned long long)(h_now_ms() - t0));
+	expect_status(o, "L", "free", 0, "-", 2);
+
+	left = (int64_t)(t0 + GRACE_MS + LATE_MS) - (int64_t)h_now_ms();
+	if (left > 0)
+		h_sleep_ms((int)left);
+	expect_status(o, "L", "free", 0, "-", 0);
+	tok = h_lock(o, "L", "wait=0");
+	cr_assert_gt(tok, htok);
+
+	/* w1 comes back too late: its place is gone. */
+	w1 = as("w1");
+	l = h_call(w1, "TRYLOCK L");
+	cr_assert(starts(l, "NO BUSY L "), "w1 after the grace: \"%s\"", l);
+	h_close(o);
+	h_close(w1);
+	stop_clean();
+}
+
+/* ---- 5. tokens never go backwards ----------------------------------------- */
+
+#define BURST 300
+
+Test(persist, tokens_never_go_backwards_after_losing_redis_writes)
+{
+	struct h_client *c;
+	uint64_t T = 0, tok, stored0;
+	const char *out;
+	char cmd[512], want[64], *l;
+	int cycle, i;
+
+	start("everysec", NULL);
+	for (cycle = 0; cycle < 3; cycle++) {
+		c = as("t");
+		out = h_redis_cli(&r, "GET dlock:token");
+		stored0 = strtoull(out, NULL, 10);
+		/* A burst of grants, pipelined. */
+		for (i = 0; i < BURST; i++)
+			h_send(c, "LOCK c%d-%d ttl=60s", cycle, i);
+		for (i = 0; i < BURST; i++) {
+			snprintf(want, sizeof(want), "OK GRANTED c%d-%d ",
+				 cycle, i);
+			l = h_line(c);
+			cr_assert(starts(l, want), "burst: \"%s\"", l);
+			tok = h_arg_u64(l, 1);
+			cr_assert_gt(tok, T);
+			T = tok;
+		}
+		/* Both die right after the last grant. */
+		h_redis_kill9(&r);
+		h_daemon_kill9(&d);
+		h_close(c);
+		h_redis_restart(&r);
+		if (cycle > 0) {
+			/* kill -9 of redis-server loses nothing that
+			 * reached the kernel; make it lose the burst as an
+			 * OS crash under appendfsync everysec could: the
+			 * token and every lock of the burst go back to
+			 * what they were before it. */
+			snprintf(cmd, sizeof(cmd), "SET dlock:token %llu",
+				 (unsigned long long)stored0);
+			cr_assert(strstr(h_redis_cli(&r, cmd), "OK"));
+			snprintf(cmd, sizeof(cmd),
+				 "EVAL \"for _,k in ipairs(redis.call('KEYS', "
+				 "ARGV[1])) do redis.call('DEL', k) end "
+				 "return 1\" 0 'dlock:lock:c%d-*'",
+				 cycle);
+			cr_assert(strstr(h_redis_cli(&r, cmd), "1"), "%s",
+				  h_redis_cli(&r, cmd));
+			snprintf(cmd, sizeof(cmd), "EXISTS dlock:lock:c%d-0",
+				 cycle);
+			cr_assert(strstr(h_redis_cli(&r, cmd), "0"));
+		}
+		h_daemon_restart(&d);
+		c = as("t");
+		/* Cycle 0 kept the burst (its last grant is held); later
+		 * cycles lost it, so only the token floor is left. */
+		snprintf(cmd, sizeof(cmd), "c%d-%d", cycle, BURST - 1);
+		l = h_call(c, "STATUS %s", cmd);
+		cr_assert_str_eq(kv(l, "state"), cycle ? "free" : "held",
+				 "in \"%s\"", l);
+		snprintf(cmd, sizeof(cmd), "after%d", cycle);
+		tok = h_lock(c, cmd, "ttl=60s");
+		cr_assert_gt(tok, T,
+			     "cycle %d: token %llu after restart, %llu before",
+			     cycle, (unsigned long long)tok,
+			     (unsigned long long)T);
+		T = tok;
+		h_close(c);
+	}
+	stop_clean();
+}
+
+/* ---- 6. Redis killed: fail closed, then resume ---------------------------- */
+
+/* Poll STATS store_available until it equals want, within ms. Returns the
+ * time it took. */
+static uint64_t wait_available(struct h_client *m, uint64_t want, int ms)
+{
+	uint64_t t0 = h_now_ms(), got;
+
+	while ((got = h_stats_value(m, "store_available")) != want) {
+		cr_assert(h_now_ms() - t0 < (uint64_t)ms,
+			  "store_available=%llu after %d ms, want %llu",
+			  (unsigned long long)got, ms,
+			  (unsigned long long)want);
+		h_sleep_ms(20);
+	}
+	return h_now_ms() - t0;
+}
+
+Test(persist, redis_killed_fail_closed_then_resumes)
+{
+	struct h_client *a, *b, *m;
+	uint64_t tok, t0, el, ytok, xtok;
+	char req[128], *l;
+
+	start("always", "[persistence]\nredis_timeout = 1s\n");
+	a = as("a");
+	b = as("b");
+	m = as("m");
+	t0 = h_now_ms();
+	tok = h_lock(a, "x", "ttl=5s");
+
+	h_redis_kill9(&r);
+	el = wait_available(m, 0, 2000);
+	cr_log_info("redis loss noticed after %llu ms",
+		    (unsigned long long)el);
+
+	/* Changes are refused at once. */
+	l = call_within(b, 1500, "LOCK y wait=0");
+	cr_assert(starts(l, "ERR UNAVAILABLE"), "LOCK y wait=0: \"%s\"", l);
+	l = call_within(b, 1500, "LOCK y");
+	cr_assert(starts(l, "ERR UNAVAILABLE"), "LOCK y: \"%s\"", l);
+	l = call_within(b, 1500, "TRYLOCK x");
+	cr_assert(starts(l, "ERR UNAVAILABLE"), "TRYLOCK x: \"%s\"", l);
+	snprintf(req, sizeof(req), "REFRESH x %llu ttl=60s",
+		 (unsigned long long)tok);
+	l = call_within(a, 1500, req);
+	cr_assert(starts(l, "ERR UNAVAILABLE"), "REFRESH: \"%s\"", l);
+	snprintf(req, sizeof(req), "UNLOCK x %llu", (unsigned long long)tok);
+	l = call_within(a, 1500, req);
+	cr_assert(starts(l, "ERR UNAVAILABLE"), "UNLOCK: \"%s\"", l);
+
+	/* Reads are served from memory. */
+	l = call_within(m, 1500, "PING hi");
+	cr_assert_str_eq(l, "OK PONG hi");
+	expect_status(m, "x", "held", tok, "a", 0);
+	expect_valid(m, "x", tok);
+
+	/* The lease still ends on time (the refused REFRESH did not extend
+	 * it); its holder is told. */
+	l = h_read(a, (int)(t0 + 5000 + LATE_MS - h_now_ms()));
+	el = h_now_ms() - t0;
+	cr_assert(l != NULL, "no * EXPIRED within %d ms of the TTL", LATE_MS);
+	snprintf(req, sizeof(req), "* EXPIRED x %llu", (unsigned long long)tok);
+	cr_assert_str_eq(l, req);
+	cr_assert_geq(el, 5000 - EARLY_MS, "expired after %llu ms",
+		      (unsigned long long)el);
+	l = h_call(m, "CHECK x %llu", (unsigned long long)tok);
+	cr_assert_str_eq(l, "NO STALE x 0");
+	expect_status(m, "x", "free", 0, "-", 0);
+	l = call_within(b, 1500, "LOCK y wait=0");
+	cr_assert(starts(l, "ERR UNAVAILABLE"), "still down: \"%s\"", l);
+
+	/* Redis returns: service resumes without restarting dlockd. */
+	h_redis_restart(&r);
+	t0 = h_now_ms();
+	for (;;) {
+		l = call_within(b, 1500, "LOCK y wait=0 ttl=30s");
+		if (!starts(l, "ERR UNAVAILABLE"))
+			break;
+		cr_assert(h_now_ms() - t0 < 3000,
+			  "still UNAVAILABLE 3 s after redis came back");
+		h_sleep_ms(50);
+	}
+	cr_log_info("service back %llu ms after redis",
+		    (unsigned long long)(h_now_ms() - t0));
+	cr_assert(starts(l, "OK GRANTED y "), "LOCK y after: \"%s\"", l);
+	ytok = h_arg_u64(l, 1);
+	cr_assert_gt(ytok, tok);
+	cr_assert_eq(h_stats_value(m, "store_available"), 1);
+
+	/* Nothing is granted twice. */
+	l = h_call(a, "TRYLOCK y");
+	cr_assert(starts(l, "NO BUSY y "), "another owner: \"%s\"", l);
+	xtok = h_lock(a, "x", "wait=0 ttl=30s");
+	cr_assert_gt(xtok, ytok);
+	l = h_call(b, "TRYLOCK x");
+	cr_assert(starts(l, "NO BUSY x "), "x for b: \"%s\"", l);
+
+	/* And Redis holds the state after the re-sync. */
+	snprintf(req, sizeof(req), "H %llu ", (unsigned long long)ytok);
+	cr_assert(strstr(lock_get("y"), req), "redis y: \"%s\"", lock_get("y"));
+	snprintf(req, sizeof(req), "H %llu ", (unsigned long long)xtok);
+	cr_assert(strstr(lock_get("x"), req), "redis x: \"%s\"", lock_get("x"));
+	h_close(a);
+	h_close(b);
+	h_close(m);
+	stop_clean();
+}
+
+/* A hung Redis (SIGSTOP) is noticed by redis_timeout; a grant made just
+ * before is held until Redis has it, never sent early. */
+Test(persist, redis_hung_is_detected_by_timeout_and_held_grant_is_durable)
+{
+	struct h_client *a, *b, *m;
+	uint64_t t0, el, tok;
+	char want[64], *l;
+
+	start("always", "[persistence]\nredis_timeout = 1s\n");
+	a = as("a");
+	b = as("b");
+	m = as("m");
+	h_lock(a, "warm", "ttl=60s");
+
+	kill(r.pid, SIGSTOP);
+	h_send(a, "LOCK z ttl=60s");
+	t0 = h_now_ms();
+	el = wait_available(m, 0, 1000 + 1000 + 3000);
+	cr_log_info("hung redis noticed after %llu ms",
+		    (unsigned long long)el);
+	/* The grant was made but cannot be acknowledged: no reply. */
+	cr_assert_null(h_read(a, 100), "LOCK z answered while redis hangs: "
+		       "\"%s\"", a->line);
+	l = call_within(b, 1500, "LOCK z2 wait=0");
+	cr_assert(starts(l, "ERR UNAVAILABLE"), "LOCK z2: \"%s\"", l);
+	l = call_within(m, 1500, "PING");
+	cr_assert_str_eq(l, "OK PONG");
+
+	kill(r.pid, SIGCONT);
+	l = h_read(a, 10000);
+	cr_assert(l != NULL, "held LOCK z never answered");
+	cr_assert(starts(l, "OK GRANTED z "), "LOCK z: \"%s\"", l);
+	tok = h_arg_u64(l, 1);
+	cr_log_info("held reply released %llu ms after the hang began",
+		    (unsigned long long)(h_now_ms() - t0));
+	wait_available(m, 1, 5000);
+	snprintf(want, sizeof(want), "H %llu ", (unsigned long long)tok);
+	cr_assert(h_redis_wait(&r, "GET dlock:lock:z", want, 1, 100),
+		  "z acknowledged but not in redis: \"%s\"", lock_get("z"));
+	l = h_call(b, "TRYLOCK z");
+	cr_assert(starts(l, "NO BUSY z "), "z for b: \"%s\"", l);
+	h_close(a);
+	h_close(b);
+	h_close(m);
+	stop_clean();
+}
+
+/* ---- 7. SIGTERM ------------------------------------------------------------ */
+
+#define TERM_N 100
+
+Test(persist, sigterm_flushes_and_restart_finds_every_lease)
+{
+	struct h_client *c, *w1, *w2, *m;
+	uint64_t tok[TERM_N];
+	char want[64], *l;
+	int i;
+
+	start("always", "[persistence]\nrestore_grace = 30s\n");
+	c = as("a");
+	for (i = 0; i < TERM_N; i++)
+		h_send(c, "LOCK s%d ttl=60s", i);
+	for (i = 0; i < TERM_N; i++) {
+		snprintf(want, sizeof(want), "OK GRANTED s%d ", i);
+		l = h_line(c);
+		cr_assert(starts(l, want), "\"%s\"", l);
+		tok[i] = h_arg_u64(l, 1);
+	}
+	w1 = as("w1");
+	w2 = as("w2");
+	h_send(w1, "LOCK s0 wait=inf");
+	h_expect(w1, "OK QUEUED s0 1");
+	h_send(w2, "LOCK s0 wait=inf");
+	h_expect(w2, "OK QUEUED s0 2");
+	h_send(w1, "LOCK s1 wait=60s");
+	h_expect(w1, "OK QUEUED s1 1");
+
+	cr_assert_eq(h_daemon_stop(&d), 0);
+	h_expect(c, "* BYE shutdown");
+	h_expect(w1, "* BYE shutdown");
+	cr_assert(h_wait_closed(c, 5000));
+	h_close(c);
+	h_close(w1);
+	h_close(w2);
+
+	h_daemon_restart(&d);
+	m = as("m");
+	for (i = 0; i < TERM_N; i++)
+		h_send(m, "CHECK s%d %llu", i, (unsigned long long)tok[i]);
+	for (i = 0; i < TERM_N; i++) {
+		snprintf(want, sizeof(want), "OK VALID s%d %llu ", i,
+			 (unsigned long long)tok[i]);
+		l = h_line(m);
+		cr_assert(starts(l, want), "after SIGTERM: \"%s\"", l);
+	}
+	expect_status(m, "s0", "held", tok[0], "a", 2);
+	expect_status(m, "s1", "held", tok[1], "a", 1);
+	expect_status(m, "s2", "held", tok[2], "a", 0);
+
+	/* The owners get their places back. */
+	w2 = as("w2");
+	h_send(w2, "LOCK s0");
+	h_expect(w2, "OK QUEUED s0 2");
+	w1 = as("w1");
+	h_send(w1, "LOCK s0");
+	h_expect(w1, "OK QUEUED s0 1");
+	h_close(m);
+	h_close(w1);
+	h_close(w2);
+	stop_clean();
+}
+
+/* ---- 8. the keys in Redis --------------------------------------------------- */
+
+Test(persist, redis_keys_are_readable)
+{
+	struct h_client *c, *w;
+	uint64_t tok, pttl;
+	const char *out;
+	char want[64];
+
+	start("always", NULL);
+	c = as("o8");
+	tok = h_lock(c, "rk", "ttl=30s");
+
+	out = lock_get("rk");
+	cr_assert(starts(out, "dlock1\n"), "record: \"%s\"", out);
+	snprintf(want, sizeof(want), "\nH %llu ", (unsigned long long)tok);
+	cr_assert(strstr(out, want), "record has no \"%s\": \"%s\"", want + 1,
+		  out);
+	cr_assert(strstr(out, " 30000 o8"), "record: \"%s\"", out);
+	snprintf(want, sizeof(want), "%llu\n", (unsigned long long)tok);
+	cr_assert_str_eq(h_redis_cli(&r, "GET dlock:token"), want);
+	pttl = strtoull(h_redis_cli(&r, "PTTL dlock:lock:rk"), NULL, 10);
+	cr_assert(pttl > 30000 - LATE_MS && pttl <= 30000 + 60000,
+		  "PTTL %llu: the lease deadline plus a safety margin",
+		  (unsigned long long)pttl);
+
+	/* A waiter is a W line, and the key no longer expires. */
+	w = as("w8");
+	h_send(w, "LOCK rk wait=inf ttl=5s");
+	h_expect(w, "OK QUEUED rk 1");
+	cr_assert(h_redis_wait(&r, "GET dlock:lock:rk", "\nW 5000 inf w8", 1,
+			       5000),
+		  "record: \"%s\"", lock_get("rk"));
+	cr_assert_str_eq(h_redis_cli(&r, "PTTL dlock:lock:rk"), "-1\n");
+	h_send(w, "CANCEL rk");
+	h_expect(w, "OK CANCELLED rk");
+	cr_assert(h_redis_wait(&r, "GET dlock:lock:rk", "\nW ", 0, 5000),
+		  "record: \"%s\"", lock_get("rk"));
+	pttl = strtoull(h_redis_cli(&r, "PTTL dlock:lock:rk"), NULL, 10);
+	cr_assert_gt(pttl, 0);
+
+	h_send(c, "UNLOCK rk %llu", (unsigned long long)tok);
+	h_expect(c, "OK RELEASED rk");
+	/* RELEASED is durable: the key is gone already. */
+	cr_assert_str_eq(h_redis_cli(&r, "EXISTS dlock:lock:rk"), "0\n");
+	snprintf(want, sizeof(want), "%llu\n", (unsigned long long)tok);
+	cr_assert_str_eq(h_redis_cli(&r, "GET dlock:token"), want);
+	h_close(c);
+	h_close(w);
+	stop_clean();
+}
