@@ -272,4 +272,17 @@ clean:
 format:
 	clang-format -i proto/*.[ch] server/*.[ch] client/*.[ch] tests/*.[ch]
 
+# ---- benchmarks (on demand) ------------------------------------------------------
+
+# The load generator links only the codec (never libdlock). make bench
+# always measures the normal build in build/ (no sanitizers), whatever SAN
+# or O say; the table goes to build/bench/results.txt.
+$(O)/tests/bench/bench: $(O)/tests/bench/bench.o $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^
+
+bench:
+	$(MAKE) SAN= O=build all build/tests/bench/bench
+	DLOCKD=build/dlockd BENCH=build/tests/bench/bench OUT=build/bench \
+	  sh tests/bench/run.sh
+
 -include $(shell find $(O) -name '*.d' 2>/dev/null)
