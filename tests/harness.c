@@ -719,6 +719,31 @@ uint64_t h_arg_u64(const char *line, int i)
 	return v;
 }
 
+const char *h_kv(const char *line, const char *key)
+{
+	static char out[DL_LINE_MAX + 1];
+	struct dl_reply rp;
+	struct dl_str v;
+
+	cr_assert(dl_parse_reply(line, strlen(line), &rp) == 0,
+		  "not a reply: \"%s\"", line);
+	cr_assert(dl_reply_kv(&rp, key, &v) == 0, "no %s= in \"%s\"", key,
+		  line);
+	memcpy(out, v.p, v.len);
+	out[v.len] = '\0';
+	return out;
+}
+
+uint64_t h_kv_u64(const char *line, const char *key)
+{
+	const char *v = h_kv(line, key);
+	uint64_t n;
+
+	cr_assert(dl_parse_u64(v, strlen(v), &n) == 0,
+		  "%s=%s in \"%s\" is not a number", key, v, line);
+	return n;
+}
+
 uint64_t h_lock(struct h_client *c, const char *name, const char *opts)
 {
 	char *l = h_call(c, "LOCK %s %s", name, opts ? opts : "");

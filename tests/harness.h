@@ -145,6 +145,10 @@ int h_poll_any(struct h_client *const *cs, int n, int timeout_ms);
 
 /* argv[i] of a reply line as a u64 (asserts it is one). */
 uint64_t h_arg_u64(const char *line, int i);
+/* The value of key=<value> in a reply line (static buffer), and the same
+ * as a number; both assert that it is there. */
+const char *h_kv(const char *line, const char *key);
+uint64_t h_kv_u64(const char *line, const char *key);
 /* Lock + grant in one: "LOCK name ..." must be GRANTED; returns token. */
 uint64_t h_lock(struct h_client *c, const char *name, const char *opts);
 

@@ -63,32 +63,6 @@ static struct h_client *as(const char *owner)
 	return c;
 }
 
-/* The value of key=<value> in a reply line (static buffer). */
-static const char *kv(const char *line, const char *key)
-{
-	static char out[DL_LINE_MAX + 1];
-	struct dl_reply rp;
-	struct dl_str v;
-
-	cr_assert(dl_parse_reply(line, strlen(line), &rp) == 0,
-		  "not a reply: \"%s\"", line);
-	cr_assert(dl_reply_kv(&rp, key, &v) == 0, "no %s= in \"%s\"", key,
-		  line);
-	memcpy(out, v.p, v.len);
-	out[v.len] = '\0';
-	return out;
-}
-
-static uint64_t kv_u64(const char *line, const char *key)
-{
-	const char *v = kv(line, key);
-	uint64_t n;
-
-	cr_assert(dl_parse_u64(v, strlen(v), &n) == 0,
-		  "%s=%s in \"%s\" is not a number", key, v, line);
-	return n;
-}
-
 /* STATUS <name> must show state and waiters (and the holder's token and
  * owner when token is not 0). */
 static void expect_status(struct h_client *c, const char *name,
@@ -101,12 +75,12 @@ static void expect_status(struct h_client *c, const char *name,
 	snprintf(head, sizeof(head), "OK STATUS %s ", name);
 	cr_assert(strncmp(l, head, strlen(head)) == 0, "STATUS %s: \"%s\"",
 		  name, l);
-	cr_assert_str_eq(kv(l, "state"), state, "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "state"), state, "in \"%s\"", l);
 	if (token) {
-		cr_assert_eq(kv_u64(l, "token"), token, "in \"%s\"", l);
-		cr_assert_str_eq(kv(l, "owner"), owner, "in \"%s\"", l);
+		cr_assert_eq(h_kv_u64(l, "token"), token, "in \"%s\"", l);
+		cr_assert_str_eq(h_kv(l, "owner"), owner, "in \"%s\"", l);
 	}
-	cr_assert_eq(kv_u64(l, "waiters"), waiters, "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "waiters"), waiters, "in \"%s\"", l);
 }
 
 /* CHECK name token must be OK VALID for that token. */
@@ -531,7 +505,7 @@ Test(persist, tokens_never_go_backwards_after_losing_redis_writes)
 		 * cycles lost it, so only the token floor is left. */
 		snprintf(cmd, sizeof(cmd), "c%d-%d", cycle, BURST - 1);
 		l = h_call(c, "STATUS %s", cmd);
-		cr_assert_str_eq(kv(l, "state"), cycle ? "free" : "held",
+		cr_assert_str_eq(h_kv(l, "state"), cycle ? "free" : "held",
 				 "in \"%s\"", l);
 		snprintf(cmd, sizeof(cmd), "after%d", cycle);
 		tok = h_lock(c, cmd, "ttl=60s");

@@ -76,32 +76,6 @@ static int ms_until(uint64_t at)
 	return at > now ? (int)(at - now) : 0;
 }
 
-/* The value of key=<value> in a reply line (static buffer). */
-static const char *kv(const char *line, const char *key)
-{
-	static char out[DL_LINE_MAX + 1];
-	struct dl_reply rp;
-	struct dl_str v;
-
-	cr_assert(dl_parse_reply(line, strlen(line), &rp) == 0,
-		  "not a reply: \"%s\"", line);
-	cr_assert(dl_reply_kv(&rp, key, &v) == 0, "no %s= in \"%s\"", key,
-		  line);
-	memcpy(out, v.p, v.len);
-	out[v.len] = '\0';
-	return out;
-}
-
-static uint64_t kv_u64(const char *line, const char *key)
-{
-	const char *v = kv(line, key);
-	uint64_t n;
-
-	cr_assert(dl_parse_u64(v, strlen(v), &n) == 0,
-		  "%s=%s in \"%s\" is not a number", key, v, line);
-	return n;
-}
-
 /* The echoed id= tag of a reply line, "" when none (static buffer). */
 static const char *tag_of(const char *line)
 {
@@ -127,12 +101,12 @@ static void expect_status(struct h_client *c, const char *name,
 	snprintf(head, sizeof(head), "OK STATUS %s ", name);
 	cr_assert(strncmp(l, head, strlen(head)) == 0, "STATUS %s: \"%s\"",
 		  name, l);
-	cr_assert_str_eq(kv(l, "state"), state, "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "state"), state, "in \"%s\"", l);
 	if (token)
-		cr_assert_eq(kv_u64(l, "token"), token, "in \"%s\"", l);
-	cr_assert_eq(kv_u64(l, "count"), count, "in \"%s\"", l);
-	cr_assert_str_eq(kv(l, "owner"), owner, "in \"%s\"", l);
-	cr_assert_eq(kv_u64(l, "waiters"), waiters, "in \"%s\"", l);
+		cr_assert_eq(h_kv_u64(l, "token"), token, "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "count"), count, "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "owner"), owner, "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "waiters"), waiters, "in \"%s\"", l);
 }
 
 /* Poll STATUS <name> until waiters=<want> (the server handles another
@@ -142,7 +116,7 @@ static void wait_waiters(struct h_client *c, const char *name, uint64_t want)
 	uint64_t end = h_now_ms() + 5000, got;
 
 	for (;;) {
-		got = kv_u64(h_call(c, "STATUS %s", name), "waiters");
+		got = h_kv_u64(h_call(c, "STATUS %s", name), "waiters");
 		if (got == want)
 			return;
 		cr_assert(h_now_ms() < end,
@@ -153,35 +127,12 @@ static void wait_waiters(struct h_client *c, const char *name, uint64_t want)
 	}
 }
 
-/* One value of STATS (reads the whole framed reply). */
-static uint64_t stat_value(struct h_client *c, const char *key)
-{
-	char *l = h_call(c, "STATS");
-	uint64_t n, i, v = 0;
-	int found = 0;
-	size_t klen = strlen(key);
-
-	cr_assert(strncmp(l, "OK STATS ", 9) == 0, "STATS: \"%s\"", l);
-	n = h_arg_u64(l, 0);
-	for (i = 0; i < n; i++) {
-		l = h_line(c);
-		if (strncmp(l, key, klen) == 0 && l[klen] == ' ') {
-			cr_assert(dl_parse_u64(l + klen + 1,
-					       strlen(l + klen + 1), &v) == 0,
-				  "STATS line \"%s\"", l);
-			found = 1;
-		}
-	}
-	cr_assert(found, "STATS has no %s", key);
-	return v;
-}
-
 /* Poll STATS until <key> equals want, within 5 s. */
 static void wait_stat(struct h_client *c, const char *key, uint64_t want)
 {
 	uint64_t end = h_now_ms() + 5000, got;
 
-	while ((got = stat_value(c, key)) != want) {
+	while ((got = h_stats_value(c, key)) != want) {
 		cr_assert(h_now_ms() < end, "STATS %s=%llu, want %llu", key,
 			  (unsigned long long)got, (unsigned long long)want);
 		h_sleep_ms(10);
@@ -221,7 +172,7 @@ Test(server, fifo_50_clients_granted_in_queue_order)
 	uint64_t tok, last;
 	int i, k;
 
-	snprintf(owner, sizeof(owner), "%s", kv(h_call(holder, "HELLO"),
+	snprintf(owner, sizeof(owner), "%s", h_kv(h_call(holder, "HELLO"),
 						"owner"));
 	tok = h_lock(holder, "q", "ttl=60s");
 	for (i = 0; i < FIFO_N; i++) {
@@ -340,7 +291,7 @@ Test(server, refresh_keeps_lease_alive_past_its_original_ttl)
 	h_expect(a, "OK REFRESHED r 2000");
 	h_send(a, "REFRESH r %llu", (unsigned long long)tok);
 	h_expect(a, "OK REFRESHED r 2000");
-	rem = kv_u64(h_call(b, "STATUS r"), "ttl_ms");
+	rem = h_kv_u64(h_call(b, "STATUS r"), "ttl_ms");
 	cr_assert(rem > 600 && rem <= 2000, "STATUS ttl_ms=%llu",
 		  (unsigned long long)rem);
 	h_expect_silence(a, 0); /* no EXPIRED went out meanwhile */
@@ -363,10 +314,10 @@ Test(server, reentrant_lock_is_freed_after_as_many_unlocks)
 	tok = h_lock(a, "x", "ttl=10s");
 	cr_assert_eq(h_lock(a, "x", "ttl=10s"), tok,
 		     "reentry must keep the token");
-	cr_assert_eq(kv_u64(h_call(a, "STATUS x"), "count"), 2);
+	cr_assert_eq(h_kv_u64(h_call(a, "STATUS x"), "count"), 2);
 	h_send(a, "UNLOCK x %llu", (unsigned long long)tok);
 	h_expect(a, "OK HELD x 1");
-	cr_assert_str_eq(kv(h_call(a, "STATUS x"), "state"), "held");
+	cr_assert_str_eq(h_kv(h_call(a, "STATUS x"), "state"), "held");
 	h_send(a, "UNLOCK x %llu", (unsigned long long)tok);
 	h_expect(a, "OK RELEASED x");
 	h_send(a, "UNLOCK x %llu", (unsigned long long)tok);
@@ -381,7 +332,7 @@ Test(server, lease_survives_disconnect_and_same_owner_reenters_after_reconnect)
 	uint64_t tok;
 
 	h_send(a, "HELLO owner=alice");
-	cr_assert_str_eq(kv(h_expect_prefix(a, "OK HELLO version="), "owner"),
+	cr_assert_str_eq(h_kv(h_expect_prefix(a, "OK HELLO version="), "owner"),
 			 "alice");
 	tok = h_lock(a, "y", "ttl=10s");
 	h_close(a);
@@ -427,7 +378,7 @@ Test(server, wait_timeout_trylock_busy_and_cancel)
 	cr_assert_str_eq(l, "* TIMEOUT w");
 	cr_assert_geq(el, 200 - EARLY_MS, "timed out after %llu ms",
 		      (unsigned long long)el);
-	cr_assert_eq(kv_u64(h_call(b, "STATUS w"), "waiters"), 0);
+	cr_assert_eq(h_kv_u64(h_call(b, "STATUS w"), "waiters"), 0);
 
 	/* TRYLOCK (and LOCK wait=0) say how long the lock stays busy */
 	l = h_call(b, "TRYLOCK w");
@@ -442,7 +393,7 @@ Test(server, wait_timeout_trylock_busy_and_cancel)
 	/* CANCEL leaves the queue: the release then grants nobody */
 	cr_assert_str_eq(h_call(b, "LOCK w wait=inf"), "OK QUEUED w 1");
 	cr_assert_str_eq(h_call(b, "CANCEL w"), "OK CANCELLED w");
-	cr_assert_eq(kv_u64(h_call(a, "STATUS w"), "waiters"), 0);
+	cr_assert_eq(h_kv_u64(h_call(a, "STATUS w"), "waiters"), 0);
 	h_send(a, "UNLOCK w %llu", (unsigned long long)tok);
 	h_expect(a, "OK RELEASED w");
 	h_expect_silence(b, 300);
@@ -482,8 +433,8 @@ Test(server, queued_connection_gets_immediate_replies_while_it_waits)
 	cr_assert_str_eq(h_call(b, "LOCK L1"), "NO ALREADY_WAITING L1 1");
 	h_send(b, "HELLO owner=bob");
 	h_expect_prefix(b, "ERR BAD_ARG ");
-	cr_assert_str_neq(kv(h_call(b, "HELLO"), "owner"), "bob");
-	cr_assert(stat_value(b, "waiters") == 1);
+	cr_assert_str_neq(h_kv(h_call(b, "HELLO"), "owner"), "bob");
+	cr_assert(h_stats_value(b, "waiters") == 1);
 
 	/* and the grant still comes when the lock frees */
 	h_send(a, "UNLOCK L1 %llu", (unsigned long long)tok1);
@@ -510,7 +461,7 @@ Test(server, waiter_that_disconnects_leaves_the_queue)
 	tok = h_lock(a, "p", "ttl=10s");
 	cr_assert_str_eq(h_call(b, "LOCK p"), "OK QUEUED p 1");
 	cr_assert_str_eq(h_call(c, "LOCK p"), "OK QUEUED p 2");
-	cr_assert_eq(kv_u64(h_call(a, "STATUS p"), "waiters"), 2);
+	cr_assert_eq(h_kv_u64(h_call(a, "STATUS p"), "waiters"), 2);
 
 	h_close(b);
 	wait_waiters(a, "p", 1);
@@ -544,7 +495,7 @@ Test(server, holder_that_disconnects_keeps_its_lease_until_the_ttl)
 	tok = h_lock(a, "h", "ttl=1500");
 	h_close(a);
 	wait_stat(b, "connections", 1); /* the server saw the disconnect */
-	cr_assert_str_eq(kv(h_call(b, "STATUS h"), "state"), "held");
+	cr_assert_str_eq(h_kv(h_call(b, "STATUS h"), "state"), "held");
 	h_send(b, "CHECK h %llu", (unsigned long long)tok);
 	h_expect_prefix(b, "OK VALID h %llu ", (unsigned long long)tok);
 	cr_assert_str_eq(h_call(b, "LOCK h ttl=5s"), "OK QUEUED h 1");
@@ -773,7 +724,7 @@ Test(server, malformed_numbers_are_bad_arg_and_missing_arguments_bad_format)
 	uint64_t before;
 	size_t i;
 
-	before = stat_value(c, "errors_bad_arg");
+	before = h_stats_value(c, "errors_bad_arg");
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char *l = h_call(c, "%s", cases[i].req);
 
@@ -782,7 +733,7 @@ Test(server, malformed_numbers_are_bad_arg_and_missing_arguments_bad_format)
 			  "\"%s\": expected \"%s...\", got \"%s\"",
 			  cases[i].req, cases[i].want, l);
 	}
-	cr_assert_geq(stat_value(c, "errors_bad_arg") - before, 20);
+	cr_assert_geq(h_stats_value(c, "errors_bad_arg") - before, 20);
 	/* none of them took the lock */
 	expect_status(c, "a", "free", 0, 0, "-", 0);
 	/* the largest u64 is a number, just not a token of ours */
@@ -959,7 +910,7 @@ Test(server, client_that_never_reads_is_closed_at_max_output_others_served)
 		  "(%zu bytes of PING sent)",
 		  f.sent);
 	cr_assert_str_eq(h_call(p, "PING after"), "OK PONG after");
-	cr_assert_geq(stat_value(p, "output_overflows"), 1);
+	cr_assert_geq(h_stats_value(p, "output_overflows"), 1);
 	h_close(f.c);
 	h_close(p);
 	cr_assert_eq(h_daemon_stop(&own), 0);
@@ -1188,7 +1139,7 @@ Test(server, password_requires_auth_before_lock_commands)
 	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
 	l = h_call(c, "HELLO");
 	cr_assert(strncmp(l, "OK HELLO version=", 17) == 0, "got \"%s\"", l);
-	cr_assert_str_eq(kv(l, "auth"), "required");
+	cr_assert_str_eq(h_kv(l, "auth"), "required");
 	cr_assert_str_eq(h_call(c, "AUTH wrong"), "NO AUTH_FAILED");
 	cr_assert_str_eq(h_call(c, "AUTH s3cre"), "NO AUTH_FAILED");
 	cr_assert_str_eq(h_call(c, "AUTH s3crett"), "NO AUTH_FAILED");
@@ -1207,8 +1158,8 @@ Test(server, password_requires_auth_before_lock_commands)
 	h_send(e, "STATUS a");
 	h_expect_prefix(e, "ERR NOAUTH ");
 	cr_assert_str_eq(h_call(e, "AUTH s3cret id=x1"), "OK AUTH id=x1");
-	cr_assert_str_eq(kv(h_call(e, "STATUS a"), "state"), "held");
-	cr_assert_geq(stat_value(e, "auth_failures"), 5);
+	cr_assert_str_eq(h_kv(h_call(e, "STATUS a"), "state"), "held");
+	cr_assert_geq(h_stats_value(e, "auth_failures"), 5);
 	h_close(c);
 	h_close(e);
 	cr_assert_eq(h_daemon_stop(&own), 0);
