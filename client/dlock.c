@@ -1,0 +1,729 @@
+/*
+ * dlock.c -- libdlock, the C client of dlockd (dlock.h): the public calls.
+ *
+ * The library is four modules around one struct dlock_client:
+ * dlock.c (this file: argument checks, thread exclusion, results),
+ * dlock_req.c (requests and lease records), dlock_io.c (the background
+ * thread: connection, reader, timers) and dlock_reply.c (replies and
+ * events). dlock_private.h holds the shared structures.
+ *
+ * Threads. One mutex, c->mu, protects the whole client. A calling thread
+ * takes it, formats its request with the proto codec, appends the bytes to
+ * the output buffer, pushes them to the non-blocking socket (what the
+ * kernel does not take is left to the background thread), puts the
+ * request on the FIFO of requests awaiting a reply, and waits on the
+ * request's own condition variable, with a deadline (request_timeout_ms;
+ * for a queued LOCK, its wait plus that much; nothing for wait forever).
+ * The background thread is the only reader of the socket: it splits lines
+ * (dl_linebuf), reads them (dl_parse_reply), gives each reply to the oldest
+ * request on the FIFO, routes events by their id= tag, and wakes the
+ * caller. Its poll() timeout also drives lease renewal, lost-lease guards
+ * and reconnects; a self-pipe wakes it. It releases the mutex only in
+ * poll() and while it calls on_lost, so that callback may use the lease
+ * accessors (atomics, no lock) and the application's own locks.
+ *
+ * Ownership.
+ *   - dlock_client: the caller's from dlock_connect() to dlock_close().
+ *     dlock_close() must not race with other calls on the client: the
+ *     application stops its threads first. Threads still blocked in a call
+ *     (waiting for a reply or a lock) are woken with DLOCK_ECANCELED, and
+ *     close waits until they have left, but a call that starts after close
+ *     began uses freed memory.
+ *   - dlock_lease handle: the caller's from a successful dlock_lock() until
+ *     dlock_unlock() (which always frees it) or dlock_close() (which frees
+ *     the handles left). Its name is valid as long as the handle.
+ *   - a request: the caller's until written; then on the list that holds it
+ *     (unsent, FIFO, waiting); the caller frees it once it is done. If the
+ *     caller gives up (timeout), the background thread frees it when its
+ *     reply arrives, and cleans up after it: a LOCK granted to nobody is
+ *     UNLOCKed, a queued one CANCELled.
+ *   - a lease record (struct dl__lease) is reference-counted: the list,
+ *     each handle, each request in flight about it.
+ *
+ * Locks and threads of one client. The server knows one owner per client,
+ * so it would grant a lock held by one thread to another thread of the
+ * same client as a reentry. The library therefore keeps mutual exclusion
+ * between the threads of a client itself: a thread that asks for a name
+ * held (or being acquired) by another thread of the client waits locally,
+ * within its wait_ms (wait_ms 0: DLOCK_EBUSY), and sends its LOCK once the
+ * other thread has unlocked its last handle. Local waiters queue in
+ * arrival order, each on its own condition variable, and a name that
+ * frees wakes only the first of its waiters (no thundering herd inside
+ * the process either). Reentrancy is per thread: the thread that acquired
+ * a lease may lock the name again, at once, and the server grants it as a
+ * reentry (same token, one more hold, one more handle). A handle passed
+ * to another thread may be unlocked there, but that thread cannot
+ * re-enter it. Each handle of a lost lease gets its own on_lost call.
+ *
+ * Deadlines. A grant answered at once ("OK GRANTED n t ttl") counts from
+ * the moment the LOCK was sent: deadline = send time + ttl - slack, with
+ * slack = 2 ms + ttl/1000 for the server's ms rounding and the difference
+ * of clock rates. A grant that comes as "* GRANTED" started at the server
+ * before the event reached us, at a time we cannot know: the thread sends
+ * a REFRESH at once and counts from that REFRESH's send time; the caller
+ * returns when it is confirmed. Renewals and dlock_refresh() count from
+ * their own send times. A lease is lost when the server says so
+ * (* EXPIRED, NO NOT_HOLDER) or when now >= deadline - lost_guard without
+ * a confirmed refresh: the guard fires on the thread's own timer, so
+ * on_lost runs before the local deadline even if the server is frozen.
+ * With renew off the guard still holds: the application then refreshes
+ * (dlock_refresh) before deadline - lost_guard, or loses the lease.
+ *
+ * Owner ids. Two live clients must not share an owner id: to the server
+ * they would be one holder (that is the point of reusing an id across
+ * reconnects, not across clients).
+ */
+#include "client/dlock_private.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define DL__OWNER_PREFIX "dlock-"
+#define DL__PASSWORD_MAX 512 /* AUTH <secret> must fit a request line */
+
+/* ---- small things -------------------------------------------------------- */
+
+const char *dlock_strerror(int err)
+{
+	static const char *const texts[] = {
+		"success",
+		"lock is held by another owner",
+		"timed out",
+		"not the holder of this lease",
+		"token does not hold the lock",
+		"lease was lost",
+		"cannot connect to dlockd",
+		"connection closed",
+		"authentication failed",
+		"server persistence unavailable, try later",
+		"server limit reached",
+		"invalid argument",
+		"protocol error",
+		"out of memory",
+		"server error",
+		"client is closing",
+	};
+
+	if (err <= 0 && -err < (int)(sizeof(texts) / sizeof(texts[0])))
+		return texts[-err];
+	return "unknown error";
+}
+
+int64_t dlock_now_ms(void)
+{
+	return dl__now();
+}
+
+void dlock_options_init(struct dlock_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->host = DL__DEFAULT_HOST;
+	o->port = DL_DEFAULT_PORT;
+	o->connect_timeout_ms = 2000;
+	o->request_timeout_ms = 5000;
+	o->reconnect = 1;
+	o->renew = 1;
+}
+
+const char *dlock_owner(const dlock_client *c)
+{
+	return c ? c->owner : "";
+}
+
+/* A calling thread enters (takes c->mu) and leaves (releases it). */
+static int enter(struct dlock_client *c)
+{
+	pthread_mutex_lock(&c->mu);
+	if (c->closing) {
+		pthread_mutex_unlock(&c->mu);
+		return DLOCK_ECANCELED;
+	}
+	c->ncallers++;
+	return 0;
+}
+
+static void leave(struct dlock_client *c)
+{
+	if (--c->ncallers == 0 && c->closing)
+		pthread_cond_broadcast(&c->idle_cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static int bad_name(const char *name)
+{
+	return !name || dl_check_name(name, strlen(name)) < 0;
+}
+
+static int bad_ms(int64_t ms)
+{
+	return ms < 0 || (uint64_t)ms > DL_DURATION_MAX_MS;
+}
+
+/* ---- connect and close --------------------------------------------------- */
+
+static int check_options(const struct dlock_options *o)
+{
+	const char *p;
+
+	if (o->connect_timeout_ms <= 0 || o->request_timeout_ms <= 0 ||
+	    o->lost_guard_ms < 0)
+		return DLOCK_EINVAL;
+	if (!o->unix_path && (o->port <= 0 || o->port > 65535))
+		return DLOCK_EINVAL;
+	if (o->owner && dl_check_owner(o->owner, strlen(o->owner)) < 0)
+		return DLOCK_EINVAL;
+	if (o->password) {
+		if (strlen(o->password) > DL__PASSWORD_MAX)
+			return DLOCK_EINVAL;
+		for (p = o->password; *p; p++) {
+			unsigned char ch = (unsigned char)*p;
+
+			if (ch < 0x21 || ch > 0x7e)
+				return DLOCK_EINVAL; /* one word on the wire */
+		}
+	}
+	return 0;
+}
+
+static void random_owner(char *out, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char b[8];
+	char *p = out;
+	size_t i;
+
+	if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
+		uint64_t x = (uint64_t)dl__now() * 0x9e3779b97f4a7c15u ^
+			     (uint64_t)getpid() ^ (uint64_t)(uintptr_t)out;
+
+		for (i = 0; i < sizeof(b); i++, x >>= 8)
+			b[i] = (unsigned char)x;
+	}
+	p += snprintf(out, n, "%s", DL__OWNER_PREFIX);
+	for (i = 0; i < sizeof(b); i++) {
+		*p++ = hex[b[i] >> 4];
+		*p++ = hex[b[i] & 15];
+	}
+	*p = '\0';
+}
+
+static char *dup_or_null(const char *s, int *fail)
+{
+	char *d;
+
+	if (!s || !s[0])
+		return NULL;
+	if (!(d = strdup(s)))
+		*fail = 1;
+	return d;
+}
+
+/* Free the requests still held by the client: callers get `err`. */
+static void cancel_list(struct dlock_client *c, struct dl__req *q, int err)
+{
+	struct dl__req *next;
+
+	for (; q; q = next) {
+		next = q->next;
+		q->next = NULL;
+		dl__req_finish(c, q, err);
+	}
+}
+
+static void client_free(struct dlock_client *c)
+{
+	struct dl__lease *l, *ln;
+	dlock_lease *h, *hn;
+
+	for (l = c->leases; l; l = ln) {
+		ln = l->next;
+		for (h = l->handles; h; h = hn) {
+			hn = h->next;
+			free(h);
+		}
+		free(l);
+	}
+	if (c->fd >= 0)
+		close(c->fd);
+	if (c->wake[0] >= 0)
+		close(c->wake[0]);
+	if (c->wake[1] >= 0)
+		close(c->wake[1]);
+	pthread_cond_destroy(&c->idle_cv);
+	pthread_mutex_destroy(&c->mu);
+	free(c->out);
+	free(c->host);
+	free(c->unix_path);
+	free(c->password);
+	free(c);
+}
+
+void dlock_close(dlock_client *c)
+{
+	struct dl__lwait *w;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->closing = 1;
+	if (c->stats_req) {
+		c->stats_req->next = NULL;
+		cancel_list(c, c->stats_req, DLOCK_ECANCELED);
+		c->stats_req = NULL;
+	}
+	cancel_list(c, c->fifo, DLOCK_ECANCELED);
+	cancel_list(c, c->unsent, DLOCK_ECANCELED);
+	cancel_list(c, c->waiting, DLOCK_ECANCELED);
+	c->fifo = c->fifo_tail = c->unsent = c->unsent_tail = NULL;
+	c->waiting = NULL;
+	for (w = c->lwait; w; w = w->next)
+		pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&c->mu);
+	if (c->thread_started) {
+		dl__wake(c);
+		pthread_join(c->thread, NULL);
+	}
+	pthread_mutex_lock(&c->mu);
+	while (c->ncallers > 0)
+		pthread_cond_wait(&c->idle_cv, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+	client_free(c);
+}
+
+/* AUTH and HELLO on the first connection, within the connect timeout. */
+static int handshake(struct dlock_client *c, int64_t deadline)
+{
+	struct dl__req *q;
+	int err = 0;
+
+	pthread_mutex_lock(&c->mu);
+	if (c->password) {
+		if (!(q = dl__req_new(DL__AUTH, NULL, 0))) {
+			err = DLOCK_ENOMEM;
+			goto out;
+		}
+		q->deadline = deadline;
+		err = dl__call(c, &q);
+		dl__req_free(q);
+		if (err < 0)
+			goto out;
+	}
+	if (!(q = dl__req_new(DL__HELLO, NULL, 0))) {
+		err = DLOCK_ENOMEM;
+		goto out;
+	}
+	q->deadline = deadline;
+	err = dl__call(c, &q);
+	dl__req_free(q);
+	if (err == 0 && c->auth_required && !c->password)
+		err = DLOCK_EAUTH;
+	c->initial = 0;
+out:
+	pthread_mutex_unlock(&c->mu);
+	return err == DLOCK_ETIMEDOUT ? DLOCK_ECONNECT : err;
+}
+
+int dlock_connect(const struct dlock_options *o, dlock_client **out)
+{
+	struct dlock_options def;
+	struct dlock_client *c;
+	int64_t deadline;
+	int err, fail = 0;
+
+	if (!out)
+		return DLOCK_EINVAL;
+	*out = NULL;
+	if (!o) {
+		dlock_options_init(&def);
+		o = &def;
+	}
+	if ((err = check_options(o)) < 0)
+		return err;
+	deadline = dl__now() + o->connect_timeout_ms;
+	if (!(c = calloc(1, sizeof(*c))))
+		return DLOCK_ENOMEM;
+	c->fd = c->wake[0] = c->wake[1] = -1;
+	pthread_mutex_init(&c->mu, NULL);
+	dl__cond_init(&c->idle_cv);
+	c->opt = *o;
+	c->host = dup_or_null(o->host ? o->host : DL__DEFAULT_HOST, &fail);
+	c->unix_path = dup_or_null(o->unix_path, &fail);
+	c->password = dup_or_null(o->password, &fail);
+	c->opt.host = c->host;
+	c->opt.unix_path = c->unix_path;
+	c->opt.password = c->password;
+	c->opt.owner = c->owner;
+	if (o->owner)
+		snprintf(c->owner, sizeof(c->owner), "%s", o->owner);
+	else
+		random_owner(c->owner, sizeof(c->owner));
+	c->default_ttl = DL_DEFAULT_TTL_MS;
+	c->backoff = DL__BACKOFF_MIN_MS;
+	dl_linebuf_init(&c->lb);
+	if (fail || (!c->host && !c->unix_path) ||
+	    pipe2(c->wake, O_NONBLOCK | O_CLOEXEC) < 0) {
+		client_free(c);
+		return DLOCK_ENOMEM;
+	}
+	if ((err = dl__resolve(c)) < 0 ||
+	    (err = dl__connect_sync(c, deadline)) < 0) {
+		client_free(c);
+		return err;
+	}
+	c->state = DL__UP;
+	c->initial = 1;
+	if (pthread_create(&c->thread, NULL, dl__thread_main, c) != 0) {
+		client_free(c);
+		return DLOCK_ENOMEM;
+	}
+	c->thread_started = 1;
+	if ((err = handshake(c, deadline)) < 0) {
+		dlock_close(c);
+		return err;
+	}
+	*out = c;
+	return 0;
+}
+
+/* ---- locking ------------------------------------------------------------- */
+
+/* Another thread of this client holds `name`, is unlocking it, or is
+ * acquiring it: the calling thread must wait its turn. */
+static int name_busy(const struct dlock_client *c, const char *name,
+		     pthread_t self)
+{
+	const struct dl__lease *l;
+
+	for (l = c->leases; l; l = l->next) {
+		if (strcmp(l->name, name) != 0)
+			continue;
+		if (l->unlocking ||
+		    (l->nhandles > 0 && !pthread_equal(l->holder, self)))
+			return 1;
+	}
+	return dl__name_acquiring(c, name);
+}
+
+/* Another thread waits for `name` ahead of w (FIFO among local waiters). */
+static int queued_ahead(const struct dlock_client *c, const char *name,
+			const struct dl__lwait *w)
+{
+	const struct dl__lwait *p;
+
+	for (p = c->lwait; p && p != w; p = p->next)
+		if (strcmp(p->name, name) == 0)
+			return 1;
+	return 0;
+}
+
+/* Wait, in arrival order, until no other thread of the client holds or
+ * acquires `name`: 0, DLOCK_EBUSY (wait_ms 0), DLOCK_ETIMEDOUT or
+ * DLOCK_ECANCELED. Only the first waiter for a name is woken when it
+ * frees (dl__name_wake): no herd. */
+static int wait_turn(struct dlock_client *c, const char *name,
+		     int64_t wait_ms, int64_t wait_end)
+{
+	pthread_t self = pthread_self();
+	struct dl__lwait me = { .name = name }, **pp;
+	const struct dl__lease *l;
+	int err = 0;
+
+	for (l = c->leases; l; l = l->next)
+		if (l->nhandles > 0 && !l->unlocking &&
+		    pthread_equal(l->holder, self) && strcmp(l->name, name) == 0)
+			return 0; /* a reentry: the others wait for us */
+	if (!name_busy(c, name, self) && !queued_ahead(c, name, NULL))
+		return 0;
+	if (wait_ms == 0)
+		return DLOCK_EBUSY;
+	dl__cond_init(&me.cv);
+	for (pp = &c->lwait; *pp; pp = &(*pp)->next)
+		;
+	*pp = &me;
+	while (name_busy(c, name, self) || queued_ahead(c, name, &me)) {
+		if (c->closing) {
+			err = DLOCK_ECANCELED;
+			break;
+		}
+		if (dl__cond_wait(&me.cv, &c->mu, wait_end) == ETIMEDOUT &&
+		    dl__now() >= wait_end) {
+			err = DLOCK_ETIMEDOUT;
+			break;
+		}
+	}
+	for (pp = &c->lwait; *pp != &me; pp = &(*pp)->next)
+		;
+	*pp = me.next;
+	pthread_cond_destroy(&me.cv);
+	if (err && !name_busy(c, name, self))
+		dl__name_wake(c, name); /* pass on a turn we may have had */
+	return err;
+}
+
+static void acq_add(struct dlock_client *c, struct dl__req *q)
+{
+	q->aprev = NULL;
+	q->anext = c->acquiring;
+	if (c->acquiring)
+		c->acquiring->aprev = q;
+	c->acquiring = q;
+	q->in_acq = 1;
+}
+
+int dlock_lock(dlock_client *c, const char *name, int64_t ttl_ms,
+	       int64_t wait_ms, dlock_lease **out)
+{
+	pthread_t self = pthread_self();
+	struct dl__req *q;
+	int64_t now, wait_end;
+	int err;
+
+	if (out)
+		*out = NULL;
+	if (!c || !out || bad_name(name) || bad_ms(ttl_ms) ||
+	    (wait_ms != DLOCK_WAIT_FOREVER && bad_ms(wait_ms)))
+		return DLOCK_EINVAL;
+	if ((err = enter(c)) < 0)
+		return err;
+	now = dl__now();
+	wait_end = wait_ms < 0 ? DL__NEVER : now + wait_ms;
+	if ((err = wait_turn(c, name, wait_ms, wait_end)) < 0)
+		goto out;
+	if (!(q = dl__req_new(DL__LOCK, name, 0))) {
+		dl__name_wake(c, name); /* our turn, unused */
+		err = DLOCK_ENOMEM;
+		goto out;
+	}
+	now = dl__now();
+	q->ttl = ttl_ms ? ttl_ms : c->default_ttl;
+	if (wait_ms <= 0)
+		q->wait = wait_ms < 0 ? -1 : 0;
+	else
+		q->wait = wait_end > now ? wait_end - now : 1;
+	q->thread = self;
+	q->deadline = now + c->opt.request_timeout_ms;
+	acq_add(c, q);
+	err = dl__call(c, &q);
+	if (q) {
+		if (err == 0)
+			*out = q->handle;
+		dl__acq_remove(c, q);
+		dl__req_free(q);
+	}
+out:
+	leave(c);
+	return err;
+}
+
+int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,
+		  dlock_lease **out)
+{
+	return dlock_lock(c, name, ttl_ms, 0, out);
+}
+
+int dlock_unlock(dlock_client *c, dlock_lease *h)
+{
+	struct dl__lease *l;
+	struct dl__req *q;
+	dlock_lease **pp;
+	int err, last;
+
+	if (!h)
+		return 0;
+	if (!c)
+		return DLOCK_EINVAL;
+	if ((err = enter(c)) < 0)
+		return err; /* dlock_close frees the handle */
+	while (c->cb_handle == h)
+		pthread_cond_wait(&c->idle_cv, &c->mu);
+	if (h->notify) {
+		h->notify = 0;
+		c->notify_count--;
+	}
+	l = h->l;
+	for (pp = &l->handles; *pp && *pp != h; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = h->next;
+	l->nhandles--;
+	last = l->nhandles == 0;
+	if (last)
+		l->unlocking = 1; /* no renewal, no guard; others still wait */
+	if (!(q = dl__req_new(DL__UNLOCK, l->name, 0))) {
+		err = DLOCK_ENOMEM;
+	} else {
+		q->token = l->token;
+		q->last_hold = last ? 1 : 0;
+		q->deadline = dl__now() + c->opt.request_timeout_ms;
+		err = dl__call(c, &q);
+		dl__req_free(q);
+	}
+	if (last) {
+		l->unlocking = 0;
+		l->dead = 1;
+		dl__lease_unlink(c, l);
+	}
+	dl__lease_unref(l); /* the handle's */
+	free(h);
+	leave(c);
+	return err;
+}
+
+int dlock_refresh(dlock_client *c, dlock_lease *h, int64_t ttl_ms)
+{
+	struct dl__lease *l;
+	struct dl__req *q;
+	int err;
+
+	if (!c || !h || bad_ms(ttl_ms))
+		return DLOCK_EINVAL;
+	if ((err = enter(c)) < 0)
+		return err;
+	l = h->l;
+	if (atomic_load(&h->lost)) {
+		err = DLOCK_ELOST;
+	} else if (!(q = dl__req_new(DL__REFRESH, l->name, 0))) {
+		err = DLOCK_ENOMEM;
+	} else {
+		q->token = l->token;
+		q->ttl = ttl_ms ? ttl_ms : atomic_load(&l->ttl);
+		q->lease = l;
+		l->refs++;
+		q->deadline = dl__now() + c->opt.request_timeout_ms;
+		err = dl__call(c, &q);
+		dl__req_free(q);
+	}
+	leave(c);
+	return err;
+}
+
+/* ---- questions ----------------------------------------------------------- */
+
+/* A request about `name` (or none): made, sent, waited for. The caller
+ * frees *qp if it is not NULL. */
+static int ask(struct dlock_client *c, enum dl__op op, const char *name,
+	       uint64_t token, struct dl__req **qp)
+{
+	struct dl__req *q = dl__req_new(op, name, 0);
+
+	*qp = q;
+	if (!q)
+		return DLOCK_ENOMEM;
+	q->token = token;
+	q->deadline = dl__now() + c->opt.request_timeout_ms;
+	return dl__call(c, qp);
+}
+
+int dlock_check(dlock_client *c, const char *name, uint64_t token,
+		int64_t *remaining_ms, uint64_t *current)
+{
+	struct dl__req *q;
+	int err;
+
+	if (!c || bad_name(name))
+		return DLOCK_EINVAL;
+	if ((err = enter(c)) < 0)
+		return err;
+	err = ask(c, DL__CHECK, name, token, &q);
+	if (q && err == 0 && remaining_ms)
+		*remaining_ms = (int64_t)q->r_value;
+	if (q && err == DLOCK_ESTALE && current)
+		*current = q->r_value;
+	dl__req_free(q);
+	leave(c);
+	return err;
+}
+
+int dlock_status(dlock_client *c, const char *name, struct dlock_status *st)
+{
+	struct dl__req *q;
+	int err;
+
+	if (!c || !st || bad_name(name))
+		return DLOCK_EINVAL;
+	if ((err = enter(c)) < 0)
+		return err;
+	err = ask(c, DL__STATUS, name, 0, &q);
+	if (q && err == 0)
+		*st = q->status;
+	dl__req_free(q);
+	leave(c);
+	return err;
+}
+
+int dlock_ping(dlock_client *c)
+{
+	struct dl__req *q;
+	int err;
+
+	if (!c)
+		return DLOCK_EINVAL;
+	if ((err = enter(c)) < 0)
+		return err;
+	err = ask(c, DL__PING, NULL, 0, &q);
+	dl__req_free(q);
+	leave(c);
+	return err;
+}
+
+int dlock_stats(dlock_client *c,
+		void (*cb)(const char *key, const char *value, void *arg),
+		void *arg)
+{
+	struct dl__req *q;
+	const char *p;
+	uint64_t i;
+	int err;
+
+	if (!c || !cb)
+		return DLOCK_EINVAL;
+	if ((err = enter(c)) < 0)
+		return err;
+	err = ask(c, DL__STATS, NULL, 0, &q);
+	leave(c);
+	if (!q)
+		return err;
+	/* q is ours now: call back without the client's lock */
+	for (i = 0, p = q->stats; err == 0 && i < q->stats_n; i++) {
+		const char *v = p + strlen(p) + 1;
+
+		cb(p, v, arg);
+		p = v + strlen(v) + 1;
+	}
+	dl__req_free(q);
+	return err;
+}
+
+/* ---- lease handles ------------------------------------------------------- */
+
+const char *dlock_lease_name(const dlock_lease *h)
+{
+	return h ? h->l->name : NULL;
+}
+
+uint64_t dlock_lease_token(const dlock_lease *h)
+{
+	return h ? h->l->token : 0;
+}
+
+int64_t dlock_lease_ttl(const dlock_lease *h)
+{
+	return h ? atomic_load(&h->l->ttl) : 0;
+}
+
+int64_t dlock_lease_deadline(const dlock_lease *h)
+{
+	return h ? atomic_load(&h->l->deadline) : 0;
+}
+
+int dlock_lease_valid(const dlock_lease *h)
+{
+	if (!h || atomic_load(&((dlock_lease *)h)->lost))
+		return 0;
+	return dl__now() < atomic_load(&h->l->deadline);
+}

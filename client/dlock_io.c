@@ -1,0 +1,509 @@
+/*
+ * dlock_io.c -- libdlock's background thread (dlock_private.h).
+ *
+ * The thread is the only reader of the socket. It loops on poll() over the
+ * socket and the self-pipe, with a timeout that is the nearest of: a
+ * lease's renewal, a lease's lost guard, a reconnect attempt, the end of a
+ * connect in progress. Around poll() it holds c->mu, and it releases it
+ * only in poll() and while calling on_lost.
+ *
+ * Lines: dl_linebuf splits them and dl__line_in (dlock_reply.c) handles
+ * each; a line it cannot place (not protocol, a reply to nothing, a tag out
+ * of step) drops the connection, which is then made again.
+ *
+ * Connect and reconnect are non-blocking (a lease's guard must fire on
+ * time even while the daemon does not answer). After a drop the thread
+ * decides the fate of each request whose reply was lost: reads (PING,
+ * CHECK, STATUS, STATS), REFRESH, and LOCK (with the wait that remains) are
+ * written again on the new connection; the UNLOCK of a lease's last hold
+ * too (NOT_HOLDER then means it was released before the drop); an UNLOCK of
+ * a reentrant hold is not (a second one could release the lease) and fails
+ * with DLOCK_ECLOSED. A LOCK whose GRANTED was lost and is sent again is
+ * granted as a reentry: the hold it counts too many is given back when the
+ * lease's last handle is unlocked (UNLOCK answered HELD: unlock again).
+ * The new connection starts with AUTH, HELLO owner=<same owner>, a REFRESH
+ * of every lease still within its local deadline, then the requests kept.
+ */
+#include "client/dlock_private.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+/* ---- addresses and connecting -------------------------------------------- */
+
+int dl__resolve(struct dlock_client *c)
+{
+	struct addrinfo hints, *res, *ai;
+	char port[16];
+
+	c->naddrs = 0;
+	if (c->unix_path) {
+		struct sockaddr_un *un = (struct sockaddr_un *)&c->addrs[0];
+
+		if (strlen(c->unix_path) >= sizeof(un->sun_path))
+			return DLOCK_EINVAL;
+		memset(un, 0, sizeof(*un));
+		un->sun_family = AF_UNIX;
+		memcpy(un->sun_path, c->unix_path, strlen(c->unix_path));
+		c->addrlens[0] = sizeof(*un);
+		c->naddrs = 1;
+		return 0;
+	}
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	snprintf(port, sizeof(port), "%d", c->opt.port);
+	if (getaddrinfo(c->host, port, &hints, &res) != 0)
+		return DLOCK_ECONNECT;
+	for (ai = res; ai && c->naddrs < DL__ADDRS_MAX; ai = ai->ai_next) {
+		if (ai->ai_addrlen > sizeof(c->addrs[0]))
+			continue;
+		memcpy(&c->addrs[c->naddrs], ai->ai_addr, ai->ai_addrlen);
+		c->addrlens[c->naddrs++] = ai->ai_addrlen;
+	}
+	freeaddrinfo(res);
+	return c->naddrs > 0 ? 0 : DLOCK_ECONNECT;
+}
+
+/* Start a non-blocking connect to address i: the socket, or -1; *done
+ * says the connect already completed. */
+static int connect_start(struct dlock_client *c, int i, int *done)
+{
+	const struct sockaddr *sa = (const struct sockaddr *)&c->addrs[i];
+	int fd = socket(sa->sa_family,
+			SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int one = 1;
+
+	*done = 0;
+	if (fd < 0)
+		return -1;
+	if (sa->sa_family != AF_UNIX)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (connect(fd, sa, c->addrlens[i]) == 0) {
+		*done = 1;
+		return fd;
+	}
+	if (errno == EINPROGRESS)
+		return fd;
+	close(fd);
+	return -1;
+}
+
+static int connect_result(int fd)
+{
+	int err = 0;
+	socklen_t len = sizeof(err);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		return -1;
+	return err == 0 ? 0 : -1;
+}
+
+int dl__connect_sync(struct dlock_client *c, int64_t deadline)
+{
+	int i, fd, done, r;
+
+	for (i = 0; i < c->naddrs; i++) {
+		fd = connect_start(c, i, &done);
+		while (fd >= 0 && !done) {
+			struct pollfd p = { .fd = fd, .events = POLLOUT };
+			int64_t left = deadline - dl__now();
+
+			if (left <= 0) {
+				close(fd);
+				return DLOCK_ECONNECT; /* out of time */
+			}
+			r = poll(&p, 1, (int)(left > 60000 ? 60000 : left));
+			if (r < 0 && errno != EINTR) {
+				close(fd);
+				fd = -1;
+			} else if (r > 0) {
+				done = 1;
+				if (connect_result(fd) < 0) {
+					close(fd);
+					fd = -1;
+				}
+			}
+		}
+		if (fd >= 0) {
+			c->fd = fd;
+			c->addr_i = i;
+			return 0;
+		}
+	}
+	return DLOCK_ECONNECT;
+}
+
+/* ---- connection life cycle ----------------------------------------------- */
+
+static void attempt_failed(struct dlock_client *c, int64_t now)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	c->state = DL__DOWN;
+	c->addr_i = (c->addr_i + 1) % c->naddrs;
+	c->reconnect_at = now + c->backoff;
+	c->backoff *= 2;
+	if (c->backoff > DL__BACKOFF_MAX_MS)
+		c->backoff = DL__BACKOFF_MAX_MS;
+}
+
+/* Write (or fail) a request kept over a reconnect. */
+static void rewrite(struct dlock_client *c, struct dl__req *q, int64_t now)
+{
+	int err;
+
+	if (q->op == DL__LOCK && q->wait > 0 && q->wait_end <= now) {
+		dl__req_finish(c, q, DLOCK_ETIMEDOUT);
+		return;
+	}
+	if ((err = dl__req_write(c, q)) < 0)
+		dl__req_finish(c, q, err);
+}
+
+static void connected(struct dlock_client *c, int64_t now)
+{
+	struct dl__lease *l;
+	struct dl__req *q, *next;
+
+	c->state = DL__UP;
+	dl_linebuf_init(&c->lb);
+	c->out_off = c->out_len = 0;
+	if (c->password)
+		dl__internal(c, DL__AUTH, NULL, 0, 0);
+	dl__internal(c, DL__HELLO, NULL, 0, 0);
+	for (l = c->leases; l; l = l->next) {
+		if (l->dead || l->unlocking || l->nhandles == 0 ||
+		    atomic_load(&l->deadline) <= now)
+			continue;
+		q = dl__req_new(DL__RENEW, l->name, 1);
+		if (!q)
+			continue;
+		q->token = l->token;
+		q->ttl = atomic_load(&l->ttl);
+		q->lease = l;
+		l->refs++;
+		if (dl__req_write(c, q) < 0)
+			dl__req_free(q);
+		else
+			l->refreshing = 1;
+	}
+	q = c->unsent;
+	c->unsent = c->unsent_tail = NULL;
+	for (; q; q = next) {
+		next = q->next;
+		q->next = NULL;
+		rewrite(c, q, now);
+	}
+}
+
+static void start_connect(struct dlock_client *c, int64_t now)
+{
+	int done, fd = connect_start(c, c->addr_i, &done);
+
+	if (fd < 0) {
+		attempt_failed(c, now);
+		return;
+	}
+	c->fd = fd;
+	if (done) {
+		connected(c, now);
+		return;
+	}
+	c->state = DL__CONNECTING;
+	c->connect_deadline = now + c->opt.connect_timeout_ms;
+}
+
+/* What becomes of a request whose reply was lost with the connection:
+ * 1 to write it again, 0 when it was finished here. */
+static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
+{
+	if (q->internal) {
+		switch (q->op) {
+		case DL__RENEW:
+			q->lease->refreshing = 0;
+			break;
+		case DL__UNLOCK:
+			if (q->last_hold)
+				return 1;
+			break;
+		default:
+			break;
+		}
+		dl__req_free(q);
+		return 0;
+	}
+	if (q->abandoned) {
+		if (q->op == DL__UNLOCK && q->last_hold) {
+			q->abandoned = 0;
+			q->internal = 1; /* still release it */
+			pthread_cond_destroy(&q->cv);
+			return 1;
+		}
+		dl__req_finish(c, q, DLOCK_ECLOSED);
+		return 0;
+	}
+	if (c->initial || !c->opt.reconnect) {
+		dl__req_finish(c, q,
+			       c->initial ? DLOCK_ECONNECT : DLOCK_ECLOSED);
+		return 0;
+	}
+	if (q->op == DL__UNLOCK && !q->last_hold) {
+		dl__req_finish(c, q, DLOCK_ECLOSED);
+		return 0;
+	}
+	if (q->op == DL__AUTH || q->op == DL__HELLO) {
+		dl__req_finish(c, q, DLOCK_ECLOSED);
+		return 0;
+	}
+	if (q->op == DL__STATS) {
+		q->stats_len = 0;
+		q->stats_n = 0;
+	}
+	q->resent = 1;
+	return 1;
+}
+
+static void disconnect(struct dlock_client *c)
+{
+	struct dl__req *kept = NULL, *tail = NULL, *all, *q, *next;
+	int64_t now = dl__now();
+
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	c->wfail = 0;
+	c->out_off = c->out_len = 0;
+	dl_linebuf_init(&c->lb);
+
+	/* in the order they were sent: a STATS being read, the FIFO, then
+	 * the queued LOCKs */
+	all = c->fifo;
+	if (c->stats_req) {
+		c->stats_req->next = all;
+		all = c->stats_req;
+		c->stats_req = NULL;
+		c->stats_left = 0;
+	}
+	if (c->fifo_tail)
+		c->fifo_tail->next = c->waiting;
+	else if (all == c->fifo)
+		all = c->waiting;
+	else
+		all->next = c->waiting;
+	c->fifo = c->fifo_tail = c->waiting = NULL;
+	for (q = all; q; q = next) {
+		next = q->next;
+		q->next = NULL;
+		q->where = DL__NOWHERE;
+		if (!keep_over_drop(c, q))
+			continue;
+		q->where = DL__UNSENT;
+		if (tail)
+			tail->next = q;
+		else
+			kept = q;
+		tail = q;
+	}
+	if (kept) { /* before anything queued meanwhile (nothing, normally) */
+		tail->next = c->unsent;
+		if (!c->unsent)
+			c->unsent_tail = tail;
+		c->unsent = kept;
+	}
+	if (c->initial || !c->opt.reconnect || c->closing) {
+		c->state = DL__DEAD;
+		for (q = c->unsent; q; q = next) {
+			next = q->next;
+			dl__req_finish(c, q, c->initial ? DLOCK_ECONNECT
+							: DLOCK_ECLOSED);
+		}
+		c->unsent = c->unsent_tail = NULL;
+		return;
+	}
+	c->state = DL__DOWN;
+	c->reconnect_at = now; /* at once; then with backoff */
+}
+
+/* ---- input --------------------------------------------------------------- */
+
+static void input(struct dlock_client *c)
+{
+	enum dl_lb_result res;
+	char *space, *line;
+	size_t avail, len;
+	ssize_t n;
+
+	for (;;) {
+		space = dl_linebuf_space(&c->lb, &avail);
+		n = read(c->fd, space, avail);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) {
+			disconnect(c);
+			return;
+		}
+		dl_linebuf_commit(&c->lb, (size_t)n);
+		while ((res = dl_linebuf_next(&c->lb, &line, &len)) !=
+		       DL_LB_NONE) {
+			if (res != DL_LB_LINE ||
+			    dl__line_in(c, line, len) < 0) {
+				disconnect(c);
+				return;
+			}
+		}
+		if ((size_t)n < avail)
+			return;
+	}
+}
+
+/* ---- timers: renewal and lost guards ------------------------------------- */
+
+/* Renew what is due, declare lost what can no longer be confirmed in
+ * time; returns the next time there is something to do. */
+static int64_t timers(struct dlock_client *c, int64_t now)
+{
+	int64_t next = DL__NEVER, ttl, lost_at;
+	struct dl__lease *l;
+	struct dl__req *q;
+
+	for (l = c->leases; l; l = l->next) {
+		if (l->dead || l->unlocking || l->nhandles == 0)
+			continue;
+		ttl = atomic_load(&l->ttl);
+		lost_at = atomic_load(&l->deadline) - dl__guard(c, ttl);
+		if (now >= lost_at) {
+			dl__lease_lose(c, l, DLOCK_LOST_UNCONFIRMED);
+			continue;
+		}
+		if (lost_at < next)
+			next = lost_at;
+		if (!c->opt.renew || l->refreshing || c->state != DL__UP)
+			continue;
+		if (now < l->renew_at) {
+			if (l->renew_at < next)
+				next = l->renew_at;
+			continue;
+		}
+		if (!(q = dl__req_new(DL__RENEW, l->name, 1)))
+			continue;
+		q->token = l->token;
+		q->ttl = ttl;
+		q->lease = l;
+		l->refs++;
+		if (dl__req_write(c, q) < 0) {
+			dl__req_free(q);
+			continue;
+		}
+		l->refreshing = 1;
+	}
+	return next;
+}
+
+/* Call on_lost for every handle that awaits it, without the lock. */
+static void deliver_lost(struct dlock_client *c)
+{
+	struct dl__lease *l;
+	dlock_lease *h;
+
+	while (c->notify_count > 0 && !c->closing) {
+		for (l = c->leases, h = NULL; l && !h; l = l->next)
+			for (h = l->handles; h && !h->notify; h = h->next)
+				;
+		if (!h) {
+			c->notify_count = 0;
+			return;
+		}
+		h->notify = 0;
+		c->notify_count--;
+		if (!c->opt.on_lost)
+			continue;
+		c->cb_handle = h;
+		pthread_mutex_unlock(&c->mu);
+		c->opt.on_lost(c, h, h->why, c->opt.arg);
+		pthread_mutex_lock(&c->mu);
+		c->cb_handle = NULL;
+		pthread_cond_broadcast(&c->idle_cv);
+	}
+}
+
+/* ---- the loop ------------------------------------------------------------ */
+
+void *dl__thread_main(void *arg)
+{
+	struct dlock_client *c = arg;
+	struct pollfd p[2];
+	int64_t now, next, t;
+	char buf[64];
+	int n;
+
+	pthread_mutex_lock(&c->mu);
+	while (!c->closing) {
+		now = dl__now();
+		if (c->state == DL__DOWN && now >= c->reconnect_at)
+			start_connect(c, now);
+		if (c->state == DL__CONNECTING && now >= c->connect_deadline)
+			attempt_failed(c, now);
+		if (c->wfail)
+			disconnect(c);
+		next = timers(c, now);
+		deliver_lost(c);
+		if (c->closing)
+			break;
+		if (c->notify_count > 0)
+			continue;
+
+		p[0] = (struct pollfd){ .fd = c->wake[0], .events = POLLIN };
+		p[1] = (struct pollfd){ .fd = c->fd, .events = 0 };
+		if (c->state == DL__DOWN && c->reconnect_at < next)
+			next = c->reconnect_at;
+		if (c->state == DL__CONNECTING) {
+			p[1].events = POLLOUT;
+			if (c->connect_deadline < next)
+				next = c->connect_deadline;
+		} else if (c->state == DL__UP) {
+			p[1].events = POLLIN;
+			if (c->out_len > c->out_off)
+				p[1].events |= POLLOUT;
+		}
+		now = dl__now();
+		t = next == DL__NEVER ? -1 : next > now ? next - now : 0;
+		if (t > 60000)
+			t = 60000;
+		pthread_mutex_unlock(&c->mu);
+		n = poll(p, c->fd >= 0 ? 2 : 1, (int)t);
+		pthread_mutex_lock(&c->mu);
+		if (n <= 0 || c->closing)
+			continue;
+		if (p[0].revents)
+			while (read(c->wake[0], buf, sizeof(buf)) > 0)
+				;
+		if (c->fd < 0 || p[1].fd != c->fd || !p[1].revents)
+			continue;
+		if (c->state == DL__CONNECTING) {
+			if (connect_result(c->fd) == 0)
+				connected(c, dl__now());
+			else
+				attempt_failed(c, dl__now());
+			continue;
+		}
+		if (p[1].revents & POLLOUT)
+			dl__flush(c);
+		if (p[1].revents & (POLLIN | POLLHUP | POLLERR))
+			input(c);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}

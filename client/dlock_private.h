@@ -1,0 +1,281 @@
+/*
+ * dlock_private.h -- libdlock's internals, shared by its three modules:
+ *
+ *   dlock.c      the public calls (dlock.h): argument checks, local
+ *                exclusion between threads, waiting for results;
+ *   dlock_req.c  requests (format, send, wait, give up, complete), the
+ *                error mapping, and lease records;
+ *   dlock_io.c   the background thread: connect and reconnect, the socket
+ *                reader, renewal and lost-lease guards;
+ *   dlock_reply.c  what the thread does with each line: replies, events.
+ *
+ * Everything below is protected by dlock_client.mu, except what is marked
+ * atomic (read by the lease accessors without the lock, also from on_lost)
+ * and what is immutable after creation (options, owner, a lease's name and
+ * token). See dlock.c for the design as a whole.
+ */
+#ifndef DL_CLIENT_DLOCK_PRIVATE_H
+#define DL_CLIENT_DLOCK_PRIVATE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "client/dlock.h"
+#include "proto/proto.h"
+
+/* ---- limits and timings -------------------------------------------------- */
+
+#define DL__NEVER INT64_MAX        /* a deadline that never comes */
+#define DL__BACKOFF_MIN_MS 50      /* first pause between reconnects */
+#define DL__BACKOFF_MAX_MS 1000    /* the pause doubles up to this */
+#define DL__GUARD_MIN_MS 20        /* default lost guard: max(TTL/10, this) */
+#define DL__RENEW_RETRY_MIN_MS 10  /* a failed renewal is retried after
+				      max(TTL/10, this) */
+#define DL__ADDRS_MAX 8            /* resolved addresses kept for reconnects */
+#define DL__TAG_SIZE 24            /* "r" + 20 digits + NUL */
+#define DL__STATS_MAX (256 * 1024) /* bytes of a STATS body kept */
+#define DL__ERR_MAX DL_REPLY_MAX   /* text of a NO/ERR line */
+#define DL__DEFAULT_HOST "127.0.0.1"
+
+/* ---- requests ------------------------------------------------------------ */
+
+enum dl__op {
+	DL__AUTH,
+	DL__HELLO,
+	DL__LOCK,    /* LOCK, or TRYLOCK when wait is 0 */
+	DL__CONFIRM, /* REFRESH after a "* GRANTED": starts the deadline */
+	DL__UNLOCK,
+	DL__REFRESH, /* dlock_refresh() */
+	DL__RENEW,   /* the background renewal of a lease */
+	DL__CHECK,
+	DL__CANCEL,
+	DL__STATUS,
+	DL__STATS,
+	DL__PING,
+};
+
+/* Where a request is; it is on at most one list. */
+enum dl__where {
+	DL__NOWHERE,
+	DL__UNSENT,  /* c->unsent: waits for a connection */
+	DL__SENT,    /* c->fifo (or c->stats_req): waits for its reply */
+	DL__WAITING, /* c->waiting: a LOCK answered QUEUED, waits for its
+			event */
+};
+
+struct dl__lease;
+
+/*
+ * One request, from the call that makes it until its outcome is known.
+ * A caller's request belongs to the caller until it is written, then to
+ * whichever list holds it; the caller frees it once `done`. A request the
+ * caller gave up on (`abandoned`) or an internal one (`internal`: renewals,
+ * handshakes, clean-ups) is freed by the background thread when its reply
+ * comes, or by a disconnect.
+ */
+struct dl__req {
+	struct dl__req *next;              /* on its list (see where) */
+	struct dl__req *anext, *aprev;     /* c->acquiring (LOCK calls) */
+	enum dl__op op;
+	enum dl__where where;
+	unsigned internal : 1;  /* nobody waits for it */
+	unsigned abandoned : 1; /* the caller gave up; outcome to clean up */
+	unsigned in_acq : 1;    /* on c->acquiring */
+	unsigned resent : 1;    /* written again after a reconnect */
+	unsigned last_hold : 1; /* UNLOCK of a lease's last handle: a HELD
+				   reply means holds we lost track of */
+	unsigned done : 1;      /* rc is final */
+	unsigned retries : 2;   /* LOCK: ALREADY_WAITING answers */
+	char tag[DL__TAG_SIZE]; /* id= of the last write */
+	char name[DL_NAME_MAX + 1];
+	uint64_t token;   /* UNLOCK REFRESH CHECK CONFIRM; result of LOCK */
+	int64_t ttl;      /* ms, explicit (0 resolved to the server default) */
+	int64_t wait;     /* LOCK: ms as asked, -1 forever */
+	int64_t wait_end; /* LOCK: monotonic end of the wait, from the first
+			     write; DL__NEVER for forever */
+	int64_t sent_at;  /* monotonic ms of the last write */
+	int64_t deadline; /* the caller gives up then (DL__NEVER: never) */
+	pthread_t thread; /* LOCK: the calling thread */
+	pthread_cond_t cv; /* signalled when done or deadline changes */
+	struct dl__lease *lease; /* UNLOCK REFRESH RENEW: a reference */
+	int rc;
+	uint64_t r_value; /* CHECK remaining, STALE current */
+	dlock_lease *handle; /* LOCK: the new handle */
+	struct dlock_status status;
+	char *stats;        /* "key\0value\0" pairs */
+	size_t stats_len, stats_cap;
+	uint64_t stats_n;   /* pairs in stats */
+	char err[DL__ERR_MAX]; /* the NO/ERR line, "" if none */
+};
+
+/* ---- leases -------------------------------------------------------------- */
+
+/*
+ * One lease at the server: (name, token) of this client's owner. Reentrant
+ * holds share it: each hold is a dlock_lease handle on its `handles` list.
+ * Freed when unlinked from c->leases and `refs` drops to 0 (refs counts
+ * the list, handles and requests pointing at it).
+ */
+struct dl__lease {
+	struct dl__lease *next, *prev; /* c->leases */
+	char name[DL_NAME_MAX + 1];
+	uint64_t token;
+	_Atomic int64_t deadline; /* local deadline, monotonic ms */
+	_Atomic int64_t ttl;      /* last granted TTL, ms */
+	int64_t renew_at;         /* next renewal, monotonic ms */
+	pthread_t holder;         /* thread that acquired it */
+	dlock_lease *handles;     /* its holds */
+	int nhandles;
+	int refs;
+	unsigned linked : 1;     /* on c->leases */
+	unsigned dead : 1;       /* lost: not renewed nor guarded */
+	unsigned unlocking : 1;  /* its last handle is being unlocked */
+	unsigned refreshing : 1; /* a renewal is in flight */
+};
+
+/* The public handle: one hold of a lease. */
+struct dlock_lease {
+	struct dl__lease *l; /* immutable */
+	dlock_lease *next;   /* on l->handles */
+	atomic_int lost;     /* on_lost was (or is about to be) called */
+	enum dlock_lost_reason why;
+	unsigned notify : 1; /* on_lost still to be called */
+};
+
+/* A thread waiting for a name that another thread of the client holds or
+ * is acquiring (on c->lwait, in arrival order; on its caller's stack). */
+struct dl__lwait {
+	struct dl__lwait *next;
+	const char *name;
+	pthread_cond_t cv; /* signalled when it may be its turn */
+};
+
+/* ---- the client ---------------------------------------------------------- */
+
+enum dl__state {
+	DL__DOWN,       /* not connected; next attempt at reconnect_at */
+	DL__CONNECTING, /* a non-blocking connect is in progress */
+	DL__UP,         /* connected: requests are written at once */
+	DL__DEAD,       /* closed for good (reconnect off, or closing) */
+};
+
+struct dlock_client {
+	pthread_mutex_t mu;
+	struct dl__lwait *lwait; /* threads waiting for a name, FIFO */
+	pthread_cond_t idle_cv; /* callers left; a callback returned */
+	pthread_t thread;
+	int thread_started;
+	int wake[2]; /* self-pipe: [0] polled by the thread */
+
+	/* options (immutable after dlock_connect) */
+	struct dlock_options opt; /* strings point to the copies below */
+	char *host, *unix_path, *password;
+	char owner[DL_OWNER_MAX + 1];
+	struct sockaddr_storage addrs[DL__ADDRS_MAX];
+	socklen_t addrlens[DL__ADDRS_MAX];
+	int naddrs;
+	int addr_i; /* the address to try next */
+
+	/* learnt from HELLO */
+	int64_t default_ttl;
+	int auth_required;
+
+	/* connection (the thread's, under mu) */
+	int fd;
+	enum dl__state state;
+	int initial;   /* dlock_connect's own handshake is running */
+	int closing;   /* dlock_close has begun */
+	int wfail;     /* a write failed: the thread must disconnect */
+	int64_t reconnect_at, connect_deadline, backoff;
+	struct dl_linebuf lb;
+	char *out; /* bytes written but not yet taken by the kernel */
+	size_t out_off, out_len, out_cap;
+
+	/* requests */
+	struct dl__req *fifo, *fifo_tail;     /* sent, in order */
+	struct dl__req *unsent, *unsent_tail; /* to write on connect */
+	struct dl__req *waiting;              /* QUEUED LOCKs */
+	struct dl__req *acquiring;            /* LOCK calls in flight */
+	struct dl__req *stats_req;            /* reading a STATS body */
+	uint64_t stats_left;                  /* its lines still to come */
+	uint64_t seq;                         /* tags: "r<seq>" */
+
+	/* leases */
+	struct dl__lease *leases;
+	int notify_count;               /* handles with notify set */
+	const dlock_lease *cb_handle;   /* in on_lost right now */
+	int ncallers;                   /* threads inside public calls */
+};
+
+/* ---- dlock_req.c --------------------------------------------------------- */
+
+int64_t dl__now(void);
+/* The margin taken off a granted TTL: the server's ms rounding and the
+ * difference of clock rates (2 ms + 1 per mille). */
+int64_t dl__slack(int64_t ttl_ms);
+/* The lost guard of a lease of this TTL. */
+int64_t dl__guard(const struct dlock_client *c, int64_t ttl_ms);
+void dl__wake(struct dlock_client *c);
+void dl__cond_init(pthread_cond_t *cv);
+/* Wait on cv until deadline (DL__NEVER: no limit); 0, or ETIMEDOUT. */
+int dl__cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline);
+
+struct dl__req *dl__req_new(enum dl__op op, const char *name, int internal);
+void dl__req_free(struct dl__req *q);
+/* Format q, queue its bytes and put it on the FIFO (connection UP). */
+int dl__req_write(struct dlock_client *c, struct dl__req *q);
+/* Write if UP, else keep for the reconnect; a caller's call: errors
+ * DLOCK_ECANCELED, DLOCK_ECLOSED, DLOCK_ENOMEM. */
+int dl__req_submit(struct dlock_client *c, struct dl__req *q);
+/* Submit and wait for the outcome. On timeout the request is given up
+ * and *qp set to NULL (no longer the caller's). The NO/ERR text goes to
+ * the thread's dlock_last_error(). */
+int dl__call(struct dlock_client *c, struct dl__req **qp);
+/* The outcome is known: wake the caller, or free an orphan. */
+void dl__req_finish(struct dlock_client *c, struct dl__req *q, int rc);
+/* Fire and forget (clean-ups): UNLOCK of a grant nobody wants, CANCEL. */
+void dl__internal(struct dlock_client *c, enum dl__op op, const char *name,
+		  uint64_t token, int last_hold);
+void dl__acq_remove(struct dlock_client *c, struct dl__req *q);
+/* `name` may be free now: wake the first thread waiting for it. */
+void dl__name_wake(struct dlock_client *c, const char *name);
+int dl__name_acquiring(const struct dlock_client *c, const char *name);
+void dl__flush(struct dlock_client *c);
+
+/* The DLOCK_E* code of a NO/ERR reply (and its text kept in q->err). */
+int dl__reply_error(struct dl__req *q, const struct dl_reply *r);
+
+struct dl__lease *dl__lease_find(struct dlock_client *c, const char *name,
+				 uint64_t token);
+/* A grant of (q->name, token) confirmed by a request sent at sent_at with
+ * `ms` of lease left: a new handle for q's caller (q->handle). */
+int dl__lease_grant(struct dlock_client *c, struct dl__req *q,
+		    uint64_t token, int64_t ms, int64_t sent_at);
+/* The server confirmed the lease for ms from sent_at. */
+void dl__lease_confirm(struct dl__lease *l, int64_t sent_at, int64_t ms);
+/* Mark lost; on_lost is called by the thread for each handle. */
+void dl__lease_lose(struct dlock_client *c, struct dl__lease *l,
+		    enum dlock_lost_reason why);
+void dl__lease_unlink(struct dlock_client *c, struct dl__lease *l);
+void dl__lease_unref(struct dl__lease *l);
+/* Release a grant nobody wants: undo one hold, or the whole lease. */
+void dl__cleanup_grant(struct dlock_client *c, const char *name,
+		       uint64_t token);
+
+/* ---- dlock_io.c ---------------------------------------------------------- */
+
+/* Resolve the options' address into c->addrs. */
+int dl__resolve(struct dlock_client *c);
+/* Blocking connect for dlock_connect(), bounded by deadline; sets c->fd. */
+int dl__connect_sync(struct dlock_client *c, int64_t deadline);
+void *dl__thread_main(void *arg);
+
+/* ---- dlock_reply.c ------------------------------------------------------- */
+
+/* One line from the server; -1 when the stream is not what we expect
+ * (the caller drops the connection). */
+int dl__line_in(struct dlock_client *c, char *line, size_t len);
+
+#endif /* DL_CLIENT_DLOCK_PRIVATE_H */

@@ -1,0 +1,420 @@
+/*
+ * dlock_reply.c -- libdlock's replies and events (dlock_private.h).
+ *
+ * Runs on the background thread, with c->mu held, for each line the
+ * reader (dlock_io.c) splits off the socket. A line that starts with "*"
+ * is an event; any other line is the reply to the oldest request on the
+ * FIFO (the server answers in order), whose id= tag it must carry; a
+ * mismatch means the stream is out of step and the reader drops the
+ * connection. The n lines after "OK STATS n" are the STATS body.
+ *
+ * Replies complete requests (dl__req_finish) and keep the lease records
+ * true: a grant makes a handle, a confirmation moves the local deadline,
+ * NO NOT_HOLDER and * EXPIRED lose the lease. What a request given up by
+ * its caller still brings is cleaned up here: a grant is UNLOCKed, a
+ * QUEUED is CANCELled.
+ */
+#include "client/dlock_private.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- replies ------------------------------------------------------------- */
+
+static int arg_i64(const struct dl_reply *r, int i, int64_t *out)
+{
+	uint64_t v;
+
+	if (dl_reply_u64(r, i, &v) < 0 || v > (uint64_t)INT64_MAX)
+		return -1;
+	*out = (int64_t)v;
+	return 0;
+}
+
+static int is(const struct dl_reply *r, enum dl_reply_kind kind,
+	      const char *word)
+{
+	size_t n = strlen(word);
+
+	return r->kind == kind && r->word.len == n &&
+	       memcmp(r->word.p, word, n) == 0;
+}
+
+/* OK GRANTED / OK REFRESHED for a LOCK or its confirmation. */
+static void granted(struct dlock_client *c, struct dl__req *q, uint64_t token,
+		    int64_t ms)
+{
+	int err;
+
+	if (q->abandoned) {
+		dl__cleanup_grant(c, q->name, token);
+		dl__req_finish(c, q, DLOCK_ETIMEDOUT);
+		return;
+	}
+	err = dl__lease_grant(c, q, token, ms, q->sent_at);
+	if (err < 0)
+		dl__cleanup_grant(c, q->name, token);
+	dl__req_finish(c, q, err);
+}
+
+static void reply_lock(struct dlock_client *c, struct dl__req *q,
+		       const struct dl_reply *r)
+{
+	uint64_t token;
+	int64_t ms;
+	int err;
+
+	if (is(r, DL_REPLY_OK, "GRANTED")) {
+		if (dl_reply_u64(r, 1, &token) < 0 || arg_i64(r, 2, &ms) < 0) {
+			dl__req_finish(c, q, DLOCK_EPROTO);
+			return;
+		}
+		granted(c, q, token, ms);
+	} else if (is(r, DL_REPLY_OK, "QUEUED")) {
+		if (q->abandoned) {
+			dl__internal(c, DL__CANCEL, q->name, 0, 0);
+			dl__req_finish(c, q, DLOCK_ETIMEDOUT);
+			return;
+		}
+		q->where = DL__WAITING;
+		q->next = c->waiting;
+		c->waiting = q;
+		q->deadline = q->wait < 0 ? DL__NEVER : q->wait_end;
+		if (q->deadline != DL__NEVER)
+			q->deadline += c->opt.request_timeout_ms;
+		pthread_cond_signal(&q->cv);
+	} else if (is(r, DL_REPLY_NO, "ALREADY_WAITING") && !q->abandoned &&
+		   q->retries < 3) {
+		/* a LOCK of ours that was given up still waits: the CANCEL
+		 * of its clean-up went out before this reply came in */
+		q->retries++;
+		if ((err = dl__req_write(c, q)) < 0)
+			dl__req_finish(c, q, err);
+	} else {
+		dl__req_finish(c, q, dl__reply_error(q, r));
+	}
+}
+
+static void reply_confirm(struct dlock_client *c, struct dl__req *q,
+			  const struct dl_reply *r)
+{
+	int64_t ms, now = dl__now();
+	int err;
+
+	if (is(r, DL_REPLY_OK, "REFRESHED")) {
+		if (arg_i64(r, 1, &ms) < 0) {
+			dl__cleanup_grant(c, q->name, q->token);
+			dl__req_finish(c, q, DLOCK_EPROTO);
+			return;
+		}
+		granted(c, q, q->token, ms);
+	} else if (is(r, DL_REPLY_NO, "NOT_HOLDER") && !q->abandoned &&
+		   (q->wait < 0 || q->wait_end > now)) {
+		/* expired before we could confirm it: queue again */
+		q->op = DL__LOCK;
+		if ((err = dl__req_write(c, q)) < 0)
+			dl__req_finish(c, q, err);
+	} else if (is(r, DL_REPLY_NO, "NOT_HOLDER")) {
+		dl__req_finish(c, q, DLOCK_ETIMEDOUT);
+	} else {
+		err = dl__reply_error(q, r);
+		dl__cleanup_grant(c, q->name, q->token);
+		dl__req_finish(c, q, err);
+	}
+}
+
+static void reply_unlock(struct dlock_client *c, struct dl__req *q,
+			 const struct dl_reply *r)
+{
+	struct dl__lease *l = dl__lease_find(c, q->name, q->token);
+	int held = l && l->nhandles > 0 && !l->unlocking;
+	int err;
+
+	if (is(r, DL_REPLY_OK, "HELD") && q->last_hold && !held &&
+	    !dl__name_acquiring(c, q->name)) {
+		/* holds we lost track of (a LOCK sent again after a
+		 * reconnect was granted twice): give them back */
+		if ((err = dl__req_write(c, q)) < 0)
+			dl__req_finish(c, q, err);
+		return;
+	}
+	if (is(r, DL_REPLY_OK, "RELEASED") || is(r, DL_REPLY_OK, "HELD")) {
+		if (held && is(r, DL_REPLY_OK, "RELEASED"))
+			dl__lease_lose(c, l, DLOCK_LOST_REJECTED);
+		dl__req_finish(c, q, 0);
+		return;
+	}
+	err = dl__reply_error(q, r);
+	if (err == DLOCK_ENOTHOLDER) {
+		if (held && !l->dead)
+			dl__lease_lose(c, l, DLOCK_LOST_REJECTED);
+		if (q->resent && q->last_hold)
+			err = 0; /* released before the connection dropped */
+	}
+	dl__req_finish(c, q, err);
+}
+
+static void reply_refresh(struct dlock_client *c, struct dl__req *q,
+			  const struct dl_reply *r)
+{
+	struct dl__lease *l = q->lease;
+	int64_t ms;
+	int err;
+
+	if (q->op == DL__RENEW)
+		l->refreshing = 0;
+	if (is(r, DL_REPLY_OK, "REFRESHED") && arg_i64(r, 1, &ms) == 0) {
+		if (!l->dead && !l->unlocking) {
+			atomic_store(&l->ttl, ms);
+			dl__lease_confirm(l, q->sent_at, ms);
+		}
+		dl__req_finish(c, q, 0);
+		return;
+	}
+	err = dl__reply_error(q, r);
+	if (err == DLOCK_ENOTHOLDER) {
+		if (!l->dead && !l->unlocking && l->nhandles > 0)
+			dl__lease_lose(c, l, DLOCK_LOST_REJECTED);
+	} else if (q->op == DL__RENEW) {
+		/* UNAVAILABLE and the like: try again soon; the guard says
+		 * when it is too late */
+		int64_t retry = atomic_load(&l->ttl) / 10;
+
+		l->renew_at = dl__now() + (retry > DL__RENEW_RETRY_MIN_MS
+						   ? retry
+						   : DL__RENEW_RETRY_MIN_MS);
+	}
+	dl__req_finish(c, q, err);
+}
+
+static void reply_status(struct dl__req *q, const struct dl_reply *r)
+{
+	struct dl_str state, owner, v;
+	struct dlock_status *st = &q->status;
+	uint64_t n;
+
+	memset(st, 0, sizeof(*st));
+	if (dl_reply_kv(r, "state", &state) < 0) {
+		q->rc = DLOCK_EPROTO;
+		return;
+	}
+	st->held = state.len == 4 && memcmp(state.p, "held", 4) == 0;
+	if (dl_reply_kv(r, "token", &v) == 0 &&
+	    dl_parse_u64(v.p, v.len, &n) == 0)
+		st->token = n;
+	if (dl_reply_kv(r, "ttl_ms", &v) == 0 &&
+	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= INT64_MAX)
+		st->ttl_ms = (int64_t)n;
+	if (dl_reply_kv(r, "count", &v) == 0 &&
+	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= UINT32_MAX)
+		st->count = (uint32_t)n;
+	if (dl_reply_kv(r, "waiters", &v) == 0 &&
+	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= UINT32_MAX)
+		st->waiters = (uint32_t)n;
+	if (st->held && dl_reply_kv(r, "owner", &owner) == 0 &&
+	    owner.len < sizeof(st->owner))
+		memcpy(st->owner, owner.p, owner.len);
+	q->rc = 0;
+}
+
+/* A line of a STATS body: "key value". */
+static void stats_line(struct dlock_client *c, const char *line, size_t len)
+{
+	struct dl__req *q = c->stats_req;
+	const char *sp = memchr(line, ' ', len);
+	size_t need = len + 2;
+
+	if (sp && q->stats_len + need <= DL__STATS_MAX) {
+		if (q->stats_len + need > q->stats_cap) {
+			size_t cap = q->stats_cap ? q->stats_cap * 2 : 2048;
+			char *p;
+
+			while (cap < q->stats_len + need)
+				cap *= 2;
+			if ((p = realloc(q->stats, cap)) != NULL) {
+				q->stats = p;
+				q->stats_cap = cap;
+			}
+		}
+		if (q->stats_len + need <= q->stats_cap) {
+			size_t k = (size_t)(sp - line);
+
+			memcpy(q->stats + q->stats_len, line, k);
+			q->stats[q->stats_len + k] = '\0';
+			memcpy(q->stats + q->stats_len + k + 1, sp + 1,
+			       len - k - 1);
+			q->stats[q->stats_len + len] = '\0';
+			q->stats_len += len + 1;
+			q->stats_n++;
+		}
+	}
+	if (--c->stats_left == 0) {
+		c->stats_req = NULL;
+		dl__req_finish(c, q, 0);
+	}
+}
+
+static void reply(struct dlock_client *c, struct dl__req *q,
+		  const struct dl_reply *r)
+{
+	struct dl_str v;
+	uint64_t n;
+	int64_t ms;
+
+	switch (q->op) {
+	case DL__LOCK:
+		reply_lock(c, q, r);
+		return;
+	case DL__CONFIRM:
+		reply_confirm(c, q, r);
+		return;
+	case DL__UNLOCK:
+		reply_unlock(c, q, r);
+		return;
+	case DL__REFRESH:
+	case DL__RENEW:
+		reply_refresh(c, q, r);
+		return;
+	case DL__HELLO:
+		if (r->kind != DL_REPLY_OK)
+			break;
+		if (dl_reply_kv(r, "default_ttl_ms", &v) == 0 &&
+		    dl_parse_u64(v.p, v.len, &n) == 0 && n > 0 &&
+		    n <= DL_DURATION_MAX_MS)
+			c->default_ttl = (int64_t)n;
+		c->auth_required = dl_reply_kv(r, "auth", &v) == 0 &&
+				   v.len == 8 &&
+				   memcmp(v.p, "required", 8) == 0;
+		c->backoff = DL__BACKOFF_MIN_MS; /* a good connection */
+		dl__req_finish(c, q, 0);
+		return;
+	case DL__CHECK:
+		if (is(r, DL_REPLY_OK, "VALID") && arg_i64(r, 2, &ms) == 0) {
+			q->r_value = (uint64_t)ms;
+			dl__req_finish(c, q, 0);
+			return;
+		}
+		if (is(r, DL_REPLY_NO, "STALE"))
+			dl_reply_u64(r, 1, &q->r_value);
+		break;
+	case DL__STATUS:
+		if (!is(r, DL_REPLY_OK, "STATUS"))
+			break;
+		reply_status(q, r);
+		dl__req_finish(c, q, q->rc);
+		return;
+	case DL__STATS:
+		if (!is(r, DL_REPLY_OK, "STATS"))
+			break;
+		if (dl_reply_u64(r, 0, &n) < 0) {
+			dl__req_finish(c, q, DLOCK_EPROTO);
+		} else if (n == 0) {
+			dl__req_finish(c, q, 0);
+		} else {
+			c->stats_req = q; /* the body follows */
+			c->stats_left = n;
+		}
+		return;
+	case DL__AUTH:
+	case DL__PING:
+	case DL__CANCEL:
+		if (r->kind == DL_REPLY_OK) {
+			dl__req_finish(c, q, 0);
+			return;
+		}
+		break;
+	}
+	/* NO or ERR (an unexpected OK word is DLOCK_EPROTO) */
+	dl__req_finish(c, q, dl__reply_error(q, r));
+}
+
+/* ---- events -------------------------------------------------------------- */
+
+static struct dl__req *waiting_take(struct dlock_client *c, struct dl_str tag)
+{
+	struct dl__req *q, *prev = NULL;
+
+	if (tag.len == 0)
+		return NULL;
+	for (q = c->waiting; q; prev = q, q = q->next) {
+		if (strlen(q->tag) != tag.len || memcmp(q->tag, tag.p, tag.len))
+			continue;
+		if (prev)
+			prev->next = q->next;
+		else
+			c->waiting = q->next;
+		q->next = NULL;
+		q->where = DL__NOWHERE;
+		return q;
+	}
+	return NULL;
+}
+
+static void event(struct dlock_client *c, const struct dl_reply *r)
+{
+	char name[DL_NAME_MAX + 1];
+	struct dl__req *q;
+	struct dl__lease *l;
+	uint64_t token;
+	int err;
+
+	if (r->argc < 1 || r->argv[0].len > DL_NAME_MAX)
+		return; /* * BYE, or something newer than us */
+	memcpy(name, r->argv[0].p, r->argv[0].len);
+	name[r->argv[0].len] = '\0';
+	if (is(r, DL_REPLY_EVENT, "GRANTED")) {
+		if (dl_reply_u64(r, 1, &token) < 0)
+			return;
+		if (!(q = waiting_take(c, r->tag))) {
+			dl__cleanup_grant(c, name, token); /* nobody waits */
+			return;
+		}
+		/* The TTL started when the server granted it, before this
+		 * line reached us: confirm with a REFRESH and count the local
+		 * deadline from when that was sent. */
+		q->token = token;
+		q->op = DL__CONFIRM;
+		q->deadline = dl__now() + c->opt.request_timeout_ms;
+		if ((err = dl__req_write(c, q)) < 0) {
+			dl__cleanup_grant(c, name, token);
+			dl__req_finish(c, q, err);
+		}
+	} else if (is(r, DL_REPLY_EVENT, "TIMEOUT")) {
+		if ((q = waiting_take(c, r->tag)) != NULL)
+			dl__req_finish(c, q, DLOCK_ETIMEDOUT);
+	} else if (is(r, DL_REPLY_EVENT, "EXPIRED")) {
+		if (dl_reply_u64(r, 1, &token) < 0)
+			return;
+		l = dl__lease_find(c, name, token);
+		if (l && !l->dead && !l->unlocking && l->nhandles > 0)
+			dl__lease_lose(c, l, DLOCK_LOST_EXPIRED);
+	}
+}
+
+int dl__line_in(struct dlock_client *c, char *line, size_t len)
+{
+	struct dl_reply r;
+	struct dl__req *q;
+
+	if (c->stats_req) {
+		stats_line(c, line, len);
+		return 0;
+	}
+	if (dl_parse_reply(line, len, &r) < 0)
+		return -1;
+	if (r.kind == DL_REPLY_EVENT) {
+		event(c, &r);
+		return 0;
+	}
+	if (!(q = c->fifo))
+		return -1; /* a reply to nothing */
+	if (r.tag.len &&
+	    (strlen(q->tag) != r.tag.len || memcmp(q->tag, r.tag.p, r.tag.len)))
+		return -1;
+	c->fifo = q->next;
+	if (!c->fifo)
+		c->fifo_tail = NULL;
+	q->next = NULL;
+	reply(c, q, &r);
+	return 0;
+}

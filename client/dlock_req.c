@@ -1,0 +1,582 @@
+/*
+ * dlock_req.c -- libdlock's requests and lease records (dlock_private.h).
+ *
+ * A request is formatted with the proto codec (dl_fmt_*) at the moment it
+ * is written, so that a LOCK written again after a reconnect carries the
+ * wait that remains and a fresh id= tag. Written bytes go to c->out and
+ * are pushed to the non-blocking socket at once by the writing thread;
+ * what the kernel does not take is left for the background thread, which
+ * polls for POLLOUT. No thread ever blocks in send() holding the lock.
+ *
+ * Every function here runs with c->mu held.
+ */
+#include "client/dlock_private.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- time ---------------------------------------------------------------- */
+
+int64_t dl__now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t dl__slack(int64_t ttl_ms)
+{
+	return 2 + ttl_ms / 1000;
+}
+
+int64_t dl__guard(const struct dlock_client *c, int64_t ttl_ms)
+{
+	int64_t g = ttl_ms / 10;
+
+	if (c->opt.lost_guard_ms > 0)
+		return c->opt.lost_guard_ms;
+	return g > DL__GUARD_MIN_MS ? g : DL__GUARD_MIN_MS;
+}
+
+void dl__cond_init(pthread_cond_t *cv)
+{
+	pthread_condattr_t a;
+
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(cv, &a);
+	pthread_condattr_destroy(&a);
+}
+
+int dl__cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline)
+{
+	struct timespec ts;
+
+	if (deadline == DL__NEVER)
+		return pthread_cond_wait(cv, mu);
+	if (dl__now() >= deadline)
+		return ETIMEDOUT;
+	ts.tv_sec = (time_t)(deadline / 1000);
+	ts.tv_nsec = (long)(deadline % 1000) * 1000000L;
+	return pthread_cond_timedwait(cv, mu, &ts);
+}
+
+void dl__wake(struct dlock_client *c)
+{
+	char b = 1;
+	ssize_t n;
+
+	do
+		n = write(c->wake[1], &b, 1);
+	while (n < 0 && errno == EINTR);
+	/* EAGAIN: the pipe is full, the thread is awake anyway */
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+struct dl__req *dl__req_new(enum dl__op op, const char *name, int internal)
+{
+	struct dl__req *q = calloc(1, sizeof(*q));
+
+	if (!q)
+		return NULL;
+	q->op = op;
+	q->internal = internal ? 1 : 0;
+	q->deadline = DL__NEVER;
+	q->wait_end = DL__NEVER;
+	if (name)
+		snprintf(q->name, sizeof(q->name), "%s", name);
+	if (!internal)
+		dl__cond_init(&q->cv);
+	return q;
+}
+
+void dl__req_free(struct dl__req *q)
+{
+	if (!q)
+		return;
+	if (q->lease)
+		dl__lease_unref(q->lease);
+	if (!q->internal)
+		pthread_cond_destroy(&q->cv);
+	free(q->stats);
+	free(q);
+}
+
+void dl__flush(struct dlock_client *c)
+{
+	ssize_t n;
+
+	while (c->fd >= 0 && c->out_off < c->out_len) {
+		n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+			 MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			c->out_off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		c->wfail = 1; /* the thread sees it and disconnects */
+		break;
+	}
+	if (c->out_off == c->out_len)
+		c->out_off = c->out_len = 0;
+}
+
+static int out_append(struct dlock_client *c, const char *p, size_t n)
+{
+	if (c->out_off > 0 && c->out_off == c->out_len)
+		c->out_off = c->out_len = 0;
+	if (c->out_len + n > c->out_cap) {
+		size_t cap = c->out_cap ? c->out_cap : 4096;
+		char *np;
+
+		while (cap < c->out_len + n)
+			cap *= 2;
+		np = realloc(c->out, cap);
+		if (!np)
+			return DLOCK_ENOMEM;
+		c->out = np;
+		c->out_cap = cap;
+	}
+	memcpy(c->out + c->out_len, p, n);
+	c->out_len += n;
+	return 0;
+}
+
+static struct dl_str str_of(const char *s)
+{
+	return (struct dl_str){ s, strlen(s) };
+}
+
+/* The request's line, with a new tag. */
+static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
+		  struct dl_fmt *f)
+{
+	static const char *const verbs[] = {
+		[DL__AUTH] = "AUTH",	   [DL__HELLO] = "HELLO",
+		[DL__LOCK] = "LOCK",	   [DL__CONFIRM] = "REFRESH",
+		[DL__UNLOCK] = "UNLOCK",   [DL__REFRESH] = "REFRESH",
+		[DL__RENEW] = "REFRESH",   [DL__CHECK] = "CHECK",
+		[DL__CANCEL] = "CANCEL",   [DL__STATUS] = "STATUS",
+		[DL__STATS] = "STATS",	   [DL__PING] = "PING",
+	};
+
+	c->seq++;
+	snprintf(q->tag, sizeof(q->tag), "r%llu", (unsigned long long)c->seq);
+	dl_fmt_word(f, q->op == DL__LOCK && q->wait == 0 ? "TRYLOCK"
+							 : verbs[q->op]);
+	switch (q->op) {
+	case DL__AUTH:
+		dl_fmt_word(f, c->password);
+		break;
+	case DL__HELLO:
+		dl_fmt_kv_str(f, "owner", str_of(c->owner));
+		break;
+	case DL__LOCK:
+		dl_fmt_word(f, q->name);
+		dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
+		if (q->wait < 0) {
+			dl_fmt_kv_str(f, "wait", DL_STR_LIT("inf"));
+		} else if (q->wait > 0) {
+			if (q->wait_end == DL__NEVER)
+				q->wait_end = now + q->wait;
+			dl_fmt_kv_u64(f, "wait",
+				      (uint64_t)(q->wait_end > now
+							 ? q->wait_end - now
+							 : 1));
+		}
+		break;
+	case DL__CONFIRM:
+	case DL__REFRESH:
+	case DL__RENEW:
+		dl_fmt_word(f, q->name);
+		dl_fmt_u64(f, q->token);
+		dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
+		break;
+	case DL__UNLOCK:
+	case DL__CHECK:
+		dl_fmt_word(f, q->name);
+		dl_fmt_u64(f, q->token);
+		break;
+	case DL__CANCEL:
+	case DL__STATUS:
+		dl_fmt_word(f, q->name);
+		break;
+	case DL__STATS:
+	case DL__PING:
+		break;
+	}
+	return dl_fmt_end(f, str_of(q->tag));
+}
+
+int dl__req_write(struct dlock_client *c, struct dl__req *q)
+{
+	char line[DL_LINE_MAX + 8];
+	struct dl_fmt f;
+	int64_t now = dl__now();
+	int n, err;
+
+	dl_fmt_init(&f, line, sizeof(line));
+	n = format(c, q, now, &f);
+	if (n < 0)
+		return DLOCK_EINVAL; /* cannot happen: arguments were checked */
+	if ((err = out_append(c, line, (size_t)n)) < 0)
+		return err;
+	q->sent_at = now;
+	q->where = DL__SENT;
+	q->next = NULL;
+	if (c->fifo_tail)
+		c->fifo_tail->next = q;
+	else
+		c->fifo = q;
+	c->fifo_tail = q;
+	dl__flush(c);
+	if (c->out_len > 0 || c->wfail)
+		dl__wake(c); /* the thread polls for POLLOUT, or disconnects */
+	return 0;
+}
+
+static void unsent_push(struct dlock_client *c, struct dl__req *q)
+{
+	q->where = DL__UNSENT;
+	q->next = NULL;
+	if (c->unsent_tail)
+		c->unsent_tail->next = q;
+	else
+		c->unsent = q;
+	c->unsent_tail = q;
+}
+
+int dl__req_submit(struct dlock_client *c, struct dl__req *q)
+{
+	if (c->closing)
+		return DLOCK_ECANCELED;
+	switch (c->state) {
+	case DL__UP:
+		return dl__req_write(c, q);
+	case DL__DOWN:
+	case DL__CONNECTING:
+		unsent_push(c, q);
+		return 0;
+	default:
+		return DLOCK_ECLOSED;
+	}
+}
+
+void dl__acq_remove(struct dlock_client *c, struct dl__req *q)
+{
+	if (!q->in_acq)
+		return;
+	if (q->aprev)
+		q->aprev->anext = q->anext;
+	else
+		c->acquiring = q->anext;
+	if (q->anext)
+		q->anext->aprev = q->aprev;
+	q->anext = q->aprev = NULL;
+	q->in_acq = 0;
+	dl__name_wake(c, q->name);
+}
+
+void dl__name_wake(struct dlock_client *c, const char *name)
+{
+	struct dl__lwait *w;
+
+	for (w = c->lwait; w; w = w->next) {
+		if (strcmp(w->name, name) == 0) {
+			pthread_cond_signal(&w->cv);
+			return;
+		}
+	}
+}
+
+int dl__name_acquiring(const struct dlock_client *c, const char *name)
+{
+	const struct dl__req *q;
+
+	for (q = c->acquiring; q; q = q->anext)
+		if (strcmp(q->name, name) == 0)
+			return 1;
+	return 0;
+}
+
+static void list_remove(struct dl__req **head, struct dl__req **tail,
+			struct dl__req *q)
+{
+	struct dl__req *p, *prev = NULL;
+
+	for (p = *head; p && p != q; p = p->next)
+		prev = p;
+	if (!p)
+		return;
+	if (prev)
+		prev->next = q->next;
+	else
+		*head = q->next;
+	if (tail && *tail == q)
+		*tail = prev;
+	q->next = NULL;
+}
+
+/* The caller stops waiting for q (timeout). Returns 1 if q was freed
+ * here, 0 if the background thread now owns it. */
+static int abandon(struct dlock_client *c, struct dl__req *q)
+{
+	switch (q->where) {
+	case DL__UNSENT:
+		if (q->op == DL__UNLOCK && q->last_hold) {
+			/* still release the lease once connected */
+			pthread_cond_destroy(&q->cv);
+			q->internal = 1;
+			return 0;
+		}
+		list_remove(&c->unsent, &c->unsent_tail, q);
+		break;
+	case DL__WAITING:
+		list_remove(&c->waiting, NULL, q);
+		/* leave the queue; a grant that crosses the CANCEL comes as a
+		 * "* GRANTED" nobody waits for and is released */
+		if (c->state == DL__UP)
+			dl__internal(c, DL__CANCEL, q->name, 0, 0);
+		break;
+	case DL__SENT:
+		/* Its reply will be cleaned up. It stops excluding the other
+		 * threads now: a LOCK they send meanwhile is granted as a
+		 * reentry of whatever this one gets (which the clean-up
+		 * undoes), or meets its queued self: ALREADY_WAITING, sent
+		 * again behind the clean-up's CANCEL. */
+		q->abandoned = 1;
+		dl__acq_remove(c, q);
+		return 0;
+	case DL__NOWHERE:
+		break;
+	}
+	dl__acq_remove(c, q);
+	dl__req_free(q);
+	return 1;
+}
+
+static _Thread_local char last_error[DL__ERR_MAX];
+
+const char *dlock_last_error(void)
+{
+	return last_error;
+}
+
+int dl__call(struct dlock_client *c, struct dl__req **qp)
+{
+	struct dl__req *q = *qp;
+	int err = dl__req_submit(c, q);
+
+	if (err < 0)
+		return err;
+	while (!q->done) {
+		if (dl__cond_wait(&q->cv, &c->mu, q->deadline) == ETIMEDOUT &&
+		    !q->done && dl__now() >= q->deadline) {
+			abandon(c, q);
+			*qp = NULL;
+			return DLOCK_ETIMEDOUT;
+		}
+	}
+	if (q->err[0])
+		snprintf(last_error, sizeof(last_error), "%s", q->err);
+	return q->rc;
+}
+
+void dl__req_finish(struct dlock_client *c, struct dl__req *q, int rc)
+{
+	q->where = DL__NOWHERE;
+	if (q->op == DL__LOCK || q->op == DL__CONFIRM)
+		dl__acq_remove(c, q);
+	if (q->internal || q->abandoned) {
+		dl__req_free(q);
+		return;
+	}
+	q->rc = rc;
+	q->done = 1;
+	pthread_cond_signal(&q->cv);
+}
+
+void dl__internal(struct dlock_client *c, enum dl__op op, const char *name,
+		  uint64_t token, int last_hold)
+{
+	struct dl__req *q = dl__req_new(op, name, 1);
+
+	if (!q)
+		return; /* the lease expires at the server */
+	q->token = token;
+	q->last_hold = last_hold ? 1 : 0;
+	if (c->state == DL__UP) {
+		if (dl__req_write(c, q) < 0)
+			dl__req_free(q);
+	} else if (op == DL__UNLOCK && c->state != DL__DEAD) {
+		unsent_push(c, q);
+	} else {
+		dl__req_free(q);
+	}
+}
+
+/* ---- errors -------------------------------------------------------------- */
+
+static int word_is(struct dl_str w, const char *s)
+{
+	size_t n = strlen(s);
+
+	return w.len == n && memcmp(w.p, s, n) == 0;
+}
+
+int dl__reply_error(struct dl__req *q, const struct dl_reply *r)
+{
+	static const struct {
+		const char *word;
+		int err;
+	} no_map[] = {
+		{ "BUSY", DLOCK_EBUSY },
+		{ "NOT_HOLDER", DLOCK_ENOTHOLDER },
+		{ "STALE", DLOCK_ESTALE },
+		{ "AUTH_FAILED", DLOCK_EAUTH },
+	}, err_map[] = {
+		{ "NOAUTH", DLOCK_EAUTH },
+		{ "UNAVAILABLE", DLOCK_EUNAVAILABLE },
+		{ "LIMIT", DLOCK_ELIMIT },
+		{ "BAD_ARG", DLOCK_EINVAL },
+		{ "BAD_FORMAT", DLOCK_EINVAL },
+	};
+	size_t i;
+
+	if (r->kind != DL_REPLY_NO && r->kind != DL_REPLY_ERR)
+		return DLOCK_EPROTO;
+	snprintf(q->err, sizeof(q->err), "%s %.*s%s%.*s",
+		 r->kind == DL_REPLY_NO ? "NO" : "ERR", (int)r->word.len,
+		 r->word.p, r->rest.len ? " " : "", (int)r->rest.len,
+		 r->rest.p);
+	if (r->kind == DL_REPLY_NO) {
+		for (i = 0; i < sizeof(no_map) / sizeof(no_map[0]); i++)
+			if (word_is(r->word, no_map[i].word))
+				return no_map[i].err;
+		return DLOCK_ESERVER;
+	}
+	for (i = 0; i < sizeof(err_map) / sizeof(err_map[0]); i++)
+		if (word_is(r->word, err_map[i].word))
+			return err_map[i].err;
+	return DLOCK_ESERVER;
+}
+
+/* ---- leases -------------------------------------------------------------- */
+
+struct dl__lease *dl__lease_find(struct dlock_client *c, const char *name,
+				 uint64_t token)
+{
+	struct dl__lease *l;
+
+	for (l = c->leases; l; l = l->next)
+		if (l->token == token && strcmp(l->name, name) == 0)
+			return l;
+	return NULL;
+}
+
+void dl__lease_confirm(struct dl__lease *l, int64_t sent_at, int64_t ms)
+{
+	/* The server counts the lease from when it read the request, which
+	 * is after sent_at: the deadline below is never later than the
+	 * server's, give or take its ms rounding and the difference of the
+	 * two clocks' rates, which the slack covers. */
+	atomic_store(&l->deadline, sent_at + ms - dl__slack(ms));
+	l->renew_at = sent_at + atomic_load(&l->ttl) / 3;
+}
+
+int dl__lease_grant(struct dlock_client *c, struct dl__req *q,
+		    uint64_t token, int64_t ms, int64_t sent_at)
+{
+	struct dl__lease *l = dl__lease_find(c, q->name, token);
+	dlock_lease *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return DLOCK_ENOMEM;
+	if (!l) {
+		if (!(l = calloc(1, sizeof(*l)))) {
+			free(h);
+			return DLOCK_ENOMEM;
+		}
+		snprintf(l->name, sizeof(l->name), "%s", q->name);
+		l->token = token;
+		l->refs = 1; /* the list's */
+		l->linked = 1;
+		l->next = c->leases;
+		if (c->leases)
+			c->leases->prev = l;
+		c->leases = l;
+	}
+	if (l->dead && !l->unlocking) {
+		/* a lease we had given up on was still there: the server
+		 * granted this hold on it; the old handles stay lost */
+		l->dead = 0;
+	}
+	l->holder = q->thread;
+	atomic_store(&l->ttl, q->ttl);
+	dl__lease_confirm(l, sent_at, ms);
+	h->l = l;
+	h->next = l->handles;
+	l->handles = h;
+	l->nhandles++;
+	l->refs++;
+	q->handle = h;
+	q->token = token;
+	return 0;
+}
+
+void dl__lease_lose(struct dlock_client *c, struct dl__lease *l,
+		    enum dlock_lost_reason why)
+{
+	dlock_lease *h;
+
+	l->dead = 1;
+	for (h = l->handles; h; h = h->next) {
+		if (atomic_load(&h->lost))
+			continue;
+		h->why = why;
+		atomic_store(&h->lost, 1);
+		h->notify = 1;
+		c->notify_count++;
+	}
+}
+
+void dl__lease_unlink(struct dlock_client *c, struct dl__lease *l)
+{
+	if (!l->linked)
+		return;
+	if (l->prev)
+		l->prev->next = l->next;
+	else
+		c->leases = l->next;
+	if (l->next)
+		l->next->prev = l->prev;
+	l->next = l->prev = NULL;
+	l->linked = 0;
+	dl__name_wake(c, l->name);
+	dl__lease_unref(l);
+}
+
+void dl__lease_unref(struct dl__lease *l)
+{
+	if (--l->refs == 0)
+		free(l);
+}
+
+void dl__cleanup_grant(struct dlock_client *c, const char *name,
+		       uint64_t token)
+{
+	struct dl__lease *l = dl__lease_find(c, name, token);
+
+	/* A hold on a lease we keep is undone by one UNLOCK; a lease of its
+	 * own is released entirely (last_hold: UNLOCK until RELEASED). */
+	dl__internal(c, DL__UNLOCK, name, token, !(l && l->nhandles > 0));
+}

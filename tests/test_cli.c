@@ -1,0 +1,914 @@
+/*
+ * test_cli.c -- dlock(1) against a real dlockd.
+ *
+ * Every test gets a fresh daemon (--persist none) and runs the binary
+ * $DLOCK (the Makefile sets it; default build/dlock) with DLOCK_PORT
+ * pointing at that daemon, stdin from /dev/null and stdout/stderr in files
+ * of the daemon's directory. The server side of what dlock did is looked
+ * at with raw protocol clients (harness.h).
+ *
+ * Commands run by `dlock run` are sh scripts that leave marks in files of
+ * that directory; a "process group is gone" check reads /proc, because an
+ * orphaned zombie is never reaped by some containers' init.
+ *
+ * Timing: the lease-loss tests assert the one deadline that matters (the
+ * command is gone before the lease could have been granted again); the
+ * rest allow generous slack for AddressSanitizer on a busy box.
+ */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+#define ARGV_MAX 40
+#define OUT_MAX	 8192
+/* A dlock invocation that should be quick must end within this. */
+#define QUICK_MS 15000
+
+/* Criterion's str comparison takes char *; literals are const here. */
+#define STR_EQ(a, b) eq(str, (char *)(a), (char *)(b))
+
+/* Exit codes of dlock(1). */
+#define EX_REFUSED     1
+#define EX_USAGE       64
+#define EX_UNAVAILABLE 69
+#define EX_TEMPFAIL    75
+#define EX_LOST	       76
+#define EX_NOPERM      77
+
+static struct h_daemon d;
+static struct h_daemon own; /* a second daemon: password, unix socket */
+static int nproc;	    /* names the output files */
+
+static void start(void)
+{
+	char port[16];
+
+	h_daemon_start(&d, "--persist", "none", NULL);
+	snprintf(port, sizeof(port), "%d", d.port);
+	setenv("DLOCK_PORT", port, 1);
+	unsetenv("DLOCK_HOST");
+	unsetenv("DLOCK_SOCKET");
+	unsetenv("DLOCK_OWNER");
+	unsetenv("DLOCK_PASSWORD");
+	unsetenv("DLOCK_NAME");
+	unsetenv("DLOCK_TOKEN");
+}
+
+static void stop(void)
+{
+	if (d.pid > 0)
+		kill(d.pid, SIGCONT); /* in case a test paused it */
+	cr_assert(eq(int, h_daemon_stop(&d), 0));
+	h_daemon_cleanup(&d);
+	if (own.dir[0])
+		h_daemon_cleanup(&own);
+}
+
+TestSuite(cli, .init = start, .fini = stop, .timeout = 60);
+
+/* ---- running dlock ------------------------------------------------------- */
+
+struct proc {
+	pid_t pid;
+	char out[H_PATH_MAX]; /* its stdout, in d.dir */
+	char err[H_PATH_MAX]; /* its stderr */
+};
+
+struct result {
+	int status; /* exit code, 128+N if killed by signal N */
+	char out[OUT_MAX];
+	char err[OUT_MAX];
+};
+
+static const char *dlock_path(void)
+{
+	const char *p = getenv("DLOCK");
+
+	return p && p[0] ? p : "build/dlock";
+}
+
+static void slurp(const char *path, char *buf, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	size_t n = 0;
+
+	if (f) {
+		n = fread(buf, 1, cap - 1, f);
+		fclose(f);
+	}
+	buf[n] = '\0';
+}
+
+static int file_exists(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0;
+}
+
+/* A path in the daemon's directory (static buffer, 4 in rotation). */
+static const char *in_dir(const char *name)
+{
+	static char bufs[4][H_PATH_MAX];
+	static int k;
+	char *b = bufs[k++ % 4];
+
+	snprintf(b, H_PATH_MAX, "%s/%s", d.dir, name);
+	return b;
+}
+
+/* Start dlock with the NULL-terminated arguments. */
+static void proc_startv(struct proc *p, va_list ap)
+{
+	const char *argv[ARGV_MAX];
+	pid_t parent = getpid();
+	const char *a;
+	int n = 0, fd;
+
+	argv[n++] = dlock_path();
+	while ((a = va_arg(ap, const char *)) != NULL) {
+		cr_assert(n < ARGV_MAX - 1);
+		argv[n++] = a;
+	}
+	argv[n] = NULL;
+	nproc++;
+	snprintf(p->out, sizeof(p->out), "%s/dlock-%d.out", d.dir, nproc);
+	snprintf(p->err, sizeof(p->err), "%s/dlock-%d.err", d.dir, nproc);
+	p->pid = fork();
+	cr_assert(p->pid >= 0, "fork: %s", strerror(errno));
+	if (p->pid > 0)
+		return;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(127);
+	fd = open("/dev/null", O_RDONLY);
+	dup2(fd, STDIN_FILENO);
+	fd = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	dup2(fd, STDOUT_FILENO);
+	fd = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	dup2(fd, STDERR_FILENO);
+	/* only 0, 1, 2: what the command sees beyond them is dlock's */
+	for (fd = 3; fd < 1024; fd++)
+		close(fd);
+	execv(argv[0], (char *const *)argv);
+	_exit(126);
+}
+
+static void proc_start(struct proc *p, ...)
+{
+	va_list ap;
+
+	va_start(ap, p);
+	proc_startv(p, ap);
+	va_end(ap);
+}
+
+/* Its exit code (128+N if killed by signal N), or -1 if it did not end
+ * within timeout_ms (it is killed then). */
+static int proc_wait(struct proc *p, int timeout_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+	pid_t r;
+	int st;
+
+	for (;;) {
+		r = waitpid(p->pid, &st, WNOHANG);
+		if (r == p->pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st)
+					     : 128 + WTERMSIG(st);
+		cr_assert(r == 0, "waitpid: %s", strerror(errno));
+		if (h_now_ms() > end) {
+			kill(p->pid, SIGKILL);
+			waitpid(p->pid, &st, 0);
+			return -1;
+		}
+		h_sleep_ms(2);
+	}
+}
+
+static void proc_result(struct proc *p, struct result *r, int timeout_ms)
+{
+	r->status = proc_wait(p, timeout_ms);
+	slurp(p->out, r->out, sizeof(r->out));
+	slurp(p->err, r->err, sizeof(r->err));
+}
+
+/* Run dlock with the NULL-terminated arguments to its end. */
+static void dlock(struct result *r, ...)
+{
+	struct proc p;
+	va_list ap;
+
+	va_start(ap, r);
+	proc_startv(&p, ap);
+	va_end(ap);
+	proc_result(&p, r, QUICK_MS);
+}
+
+/* The contents of a file the command writes, once it has a full line
+ * (static buffer); asserts it appears within timeout_ms. */
+static const char *wait_line(const char *path, int timeout_ms)
+{
+	static char buf[OUT_MAX];
+	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+
+	for (;;) {
+		slurp(path, buf, sizeof(buf));
+		if (strchr(buf, '\n'))
+			return buf;
+		cr_assert(h_now_ms() < end, "%s did not appear", path);
+		h_sleep_ms(5);
+	}
+}
+
+/* 1 while some process of group pgid is not a zombie. */
+static int group_alive(pid_t pgid)
+{
+	char path[300], buf[512], state;
+	struct dirent *e;
+	int ppid, pgrp, alive = 0;
+	DIR *dir = opendir("/proc");
+	char *p;
+
+	cr_assert(dir != NULL);
+	while (!alive && (e = readdir(dir))) {
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+		slurp(path, buf, sizeof(buf));
+		if ((p = strrchr(buf, ')')) &&
+		    sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 &&
+		    pgrp == pgid && state != 'Z' && state != 'X')
+			alive = 1;
+	}
+	closedir(dir);
+	return alive;
+}
+
+static uint64_t to_u64(const char *s)
+{
+	uint64_t v;
+
+	cr_assert(dl_parse_u64(s, strcspn(s, "\n "), &v) == 0,
+		  "\"%s\" is not a number", s);
+	return v;
+}
+
+/* The value of key=<value> on a STATUS reply line (static buffer). */
+static const char *kv(const char *line, const char *key)
+{
+	static char out[DL_LINE_MAX + 1];
+	struct dl_reply rp;
+	struct dl_str v;
+
+	cr_assert(dl_parse_reply(line, strlen(line), &rp) == 0,
+		  "not a reply: \"%s\"", line);
+	cr_assert(dl_reply_kv(&rp, key, &v) == 0, "no %s= in \"%s\"", key,
+		  line);
+	memcpy(out, v.p, v.len);
+	out[v.len] = '\0';
+	return out;
+}
+
+/* ---- run ----------------------------------------------------------------- */
+
+Test(cli, run_commands_of_one_lock_never_overlap)
+{
+	enum { N = 4 };
+	struct proc p[N];
+	char script[1024], log[OUT_MAX], *line, *save = NULL;
+	char word[16];
+	unsigned long long token, last = 0;
+	int i, k = 0, pid, start_pid = 0;
+
+	snprintf(script, sizeof(script),
+		 "echo \"start $$ $DLOCK_TOKEN\" >> %s; sleep 0.2; "
+		 "echo \"end $$\" >> %s",
+		 in_dir("log"), in_dir("log"));
+	for (i = 0; i < N; i++)
+		proc_start(&p[i], "run", "overlap", "--", "sh", "-c", script,
+			   NULL);
+	for (i = 0; i < N; i++)
+		cr_assert(eq(int, proc_wait(&p[i], 30000), 0));
+
+	/* start/end pairs of one shell each, strictly alternating, with
+	 * growing tokens */
+	slurp(in_dir("log"), log, sizeof(log));
+	for (line = strtok_r(log, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save), k++) {
+		if (k % 2 == 0) {
+			cr_assert(eq(int,
+				     sscanf(line, "%15s %d %llu", word, &pid,
+					    &token),
+				     3),
+				  "line %d: \"%s\"", k, line);
+			cr_assert(STR_EQ(word, "start"), "line %d", k);
+			cr_assert(gt(u64, token, last));
+			last = token;
+			start_pid = pid;
+		} else {
+			cr_assert(
+				eq(int, sscanf(line, "%15s %d", word, &pid), 2),
+				"line %d: \"%s\"", k, line);
+			cr_assert(STR_EQ(word, "end"), "line %d", k);
+			cr_assert(eq(int, pid, start_pid));
+		}
+	}
+	cr_assert(eq(int, k, 2 * N));
+}
+
+Test(cli, run_token_grows_and_is_the_valid_one_while_running)
+{
+	struct h_client *c = h_connect(d.port);
+	char script[1024], name[32], owner[DL_OWNER_MAX + 1], tok[16];
+	char go[16], *line;
+	unsigned long long token, last = 0;
+	struct proc p;
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		snprintf(tok, sizeof(tok), "tok%d", i);
+		snprintf(go, sizeof(go), "go%d", i);
+		snprintf(script, sizeof(script),
+			 "echo \"$DLOCK_TOKEN $DLOCK_NAME $DLOCK_OWNER\" > "
+			 "%s.tmp && mv %s.tmp %s; "
+			 "while [ ! -e %s ]; do sleep 0.01; done",
+			 in_dir(tok), in_dir(tok), in_dir(tok), in_dir(go));
+		proc_start(&p, "run", "fence", "--", "sh", "-c", script, NULL);
+		cr_assert(eq(int,
+			     sscanf(wait_line(in_dir(tok), 10000),
+				    "%llu %31s %64s", &token, name, owner),
+			     3));
+		cr_assert(gt(u64, token, last));
+		cr_assert(STR_EQ(name, "fence"));
+		line = h_call(c, "CHECK fence %llu", token);
+		cr_assert(eq(u64, h_arg_u64(line, 1), token), "%s", line);
+		cr_assert(eq(int, strncmp(line, "OK VALID fence ", 15), 0),
+			  "%s", line);
+		line = h_call(c, "STATUS fence");
+		cr_assert(STR_EQ(kv(line, "owner"), owner));
+		close(open(in_dir(go), O_WRONLY | O_CREAT, 0644));
+		cr_assert(eq(int, proc_wait(&p, QUICK_MS), 0));
+		/* released when the command ended */
+		line = h_call(c, "CHECK fence %llu", token);
+		cr_assert(STR_EQ(line, "NO STALE fence 0"));
+		last = token;
+	}
+	h_close(c);
+}
+
+Test(cli, run_passes_the_command_status_through)
+{
+	struct h_client *c;
+	struct result r;
+
+	dlock(&r, "run", "st", "--", "sh", "-c", "exit 3", NULL);
+	cr_assert(eq(int, r.status, 3), "%s", r.err);
+	dlock(&r, "run", "st", "--", "true", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	dlock(&r, "run", "st", "sh", "-c", "kill -KILL $$", NULL);
+	cr_assert(eq(int, r.status, 128 + SIGKILL), "%s", r.err);
+	dlock(&r, "run", "st", "--", "sh", "-c", "kill -TERM $$", NULL);
+	cr_assert(eq(int, r.status, 128 + SIGTERM), "%s", r.err);
+	dlock(&r, "run", "st", "--", "no-such-command-dlock-test", NULL);
+	cr_assert(eq(int, r.status, 127), "%s", r.err);
+	cr_assert(strstr(r.err, "no-such-command-dlock-test") != NULL, "%s",
+		  r.err);
+	dlock(&r, "run", "st", "--", "/dev/null", NULL);
+	cr_assert(eq(int, r.status, 126), "%s", r.err);
+
+	/* every run released the lock */
+	c = h_connect(d.port);
+	cr_assert(STR_EQ(kv(h_call(c, "STATUS st"), "state"), "free"));
+	h_close(c);
+}
+
+Test(cli, run_exits_75_when_the_lock_is_busy)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+	uint64_t t0;
+
+	h_lock(c, "busy", "ttl=30s");
+	dlock(&r, "run", "busy", "--wait", "0", "--", "touch", in_dir("ran"),
+	      NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+
+	t0 = h_now_ms();
+	dlock(&r, "run", "busy", "--wait", "300ms", "--", "touch",
+	      in_dir("ran"), NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(ge(u64, h_now_ms() - t0, 290));
+	cr_assert(not(file_exists(in_dir("ran"))));
+	h_close(c);
+}
+
+Test(cli, run_keeps_renewing_past_the_ttl_after_waiting)
+{
+	struct h_client *c = h_connect(d.port);
+	uint64_t token = h_lock(c, "renew", "ttl=30s");
+	char script[512];
+	struct result r;
+	struct proc p;
+
+	/* queued for 0.6 s, then 1.5 s of work on a 1 s lease, and the
+	 * token still holds the lock at the end */
+	snprintf(script, sizeof(script),
+		 "sleep 1.5 && %s check \"$DLOCK_NAME\" \"$DLOCK_TOKEN\"",
+		 dlock_path());
+	proc_start(&p, "run", "renew", "--ttl", "1s", "--", "sh", "-c", script,
+		   NULL);
+	h_sleep_ms(600);
+	cr_assert(STR_EQ(h_call(c, "UNLOCK renew %" PRIu64, token),
+			 "OK RELEASED renew"));
+	proc_result(&p, &r, QUICK_MS);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	h_close(c);
+}
+
+/* The daemon stops answering: the command must be gone before the lease
+ * could pass to someone else (grant + ttl, and the grant was after t0). */
+static void lease_loss(const char *trap, int expect_term)
+{
+	char script[1024];
+	struct result r;
+	struct proc p;
+	uint64_t t0, paused, gone;
+	pid_t pgid;
+
+	snprintf(script, sizeof(script),
+		 "%s echo $$ > %s.tmp && mv %s.tmp %s; "
+		 "while :; do sleep 0.05; done",
+		 trap, in_dir("pid"), in_dir("pid"), in_dir("pid"));
+	t0 = h_now_ms();
+	proc_start(&p, "run", "loss", "--ttl", "2s", "--", "sh", "-c", script,
+		   NULL);
+	pgid = (pid_t)to_u64(wait_line(in_dir("pid"), 10000));
+	h_daemon_signal(&d, SIGSTOP);
+	paused = h_now_ms();
+	/* paused before the first renewal (at ttl/3), so the lease the
+	 * server knows ends at grant + 2 s */
+	cr_assert(lt(u64, paused - t0, 600));
+	while (group_alive(pgid) && h_now_ms() < t0 + 10000)
+		h_sleep_ms(2);
+	gone = h_now_ms();
+	proc_result(&p, &r, QUICK_MS);
+	h_daemon_signal(&d, SIGCONT);
+
+	cr_assert(lt(u64, gone - t0, 2000), "stderr: %s", r.err);
+	/* ... and not long before: the lease was renewed while it could */
+	cr_assert(gt(u64, gone - t0, 1000));
+	cr_assert(eq(int, r.status, EX_LOST), "%s", r.err);
+	cr_assert(strstr(r.err, "lost") != NULL, "%s", r.err);
+	cr_assert(eq(int, file_exists(in_dir("term")), expect_term));
+}
+
+Test(cli, run_stops_the_command_before_its_lease_deadline)
+{
+	char trap[512];
+
+	snprintf(trap, sizeof(trap), "trap 'echo term > %s; exit 1' TERM;",
+		 in_dir("term"));
+	lease_loss(trap, 1);
+}
+
+Test(cli, run_kills_a_command_that_ignores_sigterm_before_the_deadline)
+{
+	lease_loss("trap '' TERM;", 0);
+}
+
+Test(cli, run_forwards_sigterm_then_releases_the_lock)
+{
+	struct h_client *c = h_connect(d.port);
+	char script[1024], mark[OUT_MAX];
+	struct result r;
+	struct proc p;
+
+	snprintf(script, sizeof(script),
+		 "trap 'echo got-term > %s; exit 7' TERM; echo ready > %s; "
+		 "while :; do sleep 0.05; done",
+		 in_dir("mark"), in_dir("ready"));
+	proc_start(&p, "run", "fwd", "--", "sh", "-c", script, NULL);
+	wait_line(in_dir("ready"), 10000);
+	kill(p.pid, SIGTERM);
+	proc_result(&p, &r, QUICK_MS);
+	cr_assert(eq(int, r.status, 7), "%s", r.err);
+	slurp(in_dir("mark"), mark, sizeof(mark));
+	cr_assert(STR_EQ(mark, "got-term\n"));
+	cr_assert(eq(int,
+		     strncmp(h_call(c, "TRYLOCK fwd"), "OK GRANTED fwd ", 15),
+		     0),
+		  "%s", c->line);
+
+	/* a signal the command does not catch: 128 + N */
+	h_call(c, "UNLOCK fwd %" PRIu64, h_arg_u64(c->line, 1));
+	unlink(in_dir("ready"));
+	snprintf(script, sizeof(script),
+		 "echo ready > %s; while :; do sleep 0.05; done",
+		 in_dir("ready"));
+	proc_start(&p, "run", "fwd", "--", "sh", "-c", script, NULL);
+	wait_line(in_dir("ready"), 10000);
+	kill(p.pid, SIGHUP);
+	proc_result(&p, &r, QUICK_MS);
+	cr_assert(eq(int, r.status, 128 + SIGHUP), "%s", r.err);
+	cr_assert(eq(int,
+		     strncmp(h_call(c, "TRYLOCK fwd"), "OK GRANTED fwd ", 15),
+		     0),
+		  "%s", c->line);
+	h_close(c);
+}
+
+Test(cli, run_leaves_no_descriptor_to_the_command)
+{
+	char script[512], fds[OUT_MAX];
+	struct result r;
+
+	snprintf(script, sizeof(script), "ls -l /proc/$$/fd > %s",
+		 in_dir("fds"));
+	dlock(&r, "run", "fds", "--", "sh", "-c", script, NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	slurp(in_dir("fds"), fds, sizeof(fds));
+	cr_assert(eq(ptr, strstr(fds, "socket:"), NULL), "%s", fds);
+	cr_assert(eq(ptr, strstr(fds, "pipe:"), NULL), "%s", fds);
+}
+
+Test(cli, run_refuses_a_lock_its_owner_id_holds_elsewhere)
+{
+	struct h_client *c = h_connect(d.port);
+	char script[1024], inner[OUT_MAX];
+	struct result r;
+	const char *line;
+	uint64_t token;
+
+	/* another process with the same owner id holds it */
+	h_call(c, "HELLO owner=shared");
+	token = h_lock(c, "own", "ttl=30s");
+	dlock(&r, "run", "own", "--owner", "shared", "--", "touch",
+	      in_dir("ran"), NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(not(file_exists(in_dir("ran"))));
+	line = h_call(c, "STATUS own");
+	cr_assert(STR_EQ(kv(line, "count"), "1"), "%s", line);
+	cr_assert(eq(u64, to_u64(kv(line, "token")), token));
+	h_call(c, "UNLOCK own %" PRIu64, token);
+
+	/* a run nested in a run of the same lock inherits its owner */
+	snprintf(script, sizeof(script), "%s run own -- touch %s; echo $? > %s",
+		 dlock_path(), in_dir("ran"), in_dir("inner"));
+	dlock(&r, "run", "own", "--", "sh", "-c", script, NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	slurp(in_dir("inner"), inner, sizeof(inner));
+	cr_assert(STR_EQ(inner, "75\n"));
+	cr_assert(not(file_exists(in_dir("ran"))));
+	cr_assert(STR_EQ(kv(h_call(c, "STATUS own"), "state"), "free"));
+	h_close(c);
+}
+
+/* ---- lock, trylock, unlock, refresh -------------------------------------- */
+
+Test(cli, lock_prints_the_token_and_only_its_owner_unlocks_it)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+	char tok[32], other[32];
+	const char *line;
+	uint64_t token;
+
+	dlock(&r, "lock", "lk", "--owner", "alice", "--ttl", "10s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	token = to_u64(r.out);
+	snprintf(tok, sizeof(tok), "%" PRIu64 "\n", token);
+	cr_assert(STR_EQ(r.out, tok));
+	cr_assert(STR_EQ(r.err, "")); /* the owner was given: no note */
+	line = h_call(c, "STATUS lk");
+	cr_assert(STR_EQ(kv(line, "owner"), "alice"));
+	cr_assert(eq(u64, to_u64(kv(line, "token")), token));
+
+	snprintf(tok, sizeof(tok), "%" PRIu64, token);
+	snprintf(other, sizeof(other), "%" PRIu64, token + 1);
+	dlock(&r, "unlock", "lk", tok, NULL);
+	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
+	dlock(&r, "unlock", "lk", tok, "--owner", "bob", NULL);
+	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
+	dlock(&r, "unlock", "lk", other, "--owner", "alice", NULL);
+	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
+	cr_assert(STR_EQ(kv(h_call(c, "STATUS lk"), "state"), "held"));
+	dlock(&r, "unlock", "--owner", "alice", "lk", tok, NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(STR_EQ(kv(h_call(c, "STATUS lk"), "state"), "free"));
+	h_close(c);
+}
+
+Test(cli, lock_without_an_owner_tells_which_owner_holds_it)
+{
+	struct h_client *c = h_connect(d.port);
+	char owner[DL_OWNER_MAX + 1], tok[32];
+	struct result r;
+
+	dlock(&r, "lock", "anon", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	snprintf(owner, sizeof(owner), "%s",
+		 kv(h_call(c, "STATUS anon"), "owner"));
+	cr_assert(strstr(r.err, owner) != NULL, "owner %s, stderr: %s", owner,
+		  r.err);
+	cr_assert(le(u64, to_u64(kv(c->line, "ttl_ms")), 30000)); /* default */
+	cr_assert(gt(u64, to_u64(kv(c->line, "ttl_ms")), 25000));
+
+	/* another process unlocks it with that owner, from the
+	 * environment */
+	snprintf(tok, sizeof(tok), "%" PRIu64, to_u64(r.out));
+	setenv("DLOCK_OWNER", owner, 1);
+	dlock(&r, "unlock", "anon", tok, NULL);
+	unsetenv("DLOCK_OWNER");
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(STR_EQ(kv(h_call(c, "STATUS anon"), "state"), "free"));
+	h_close(c);
+}
+
+Test(cli, trylock_and_lock_exit_75_while_another_owner_holds_it)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+	struct proc p;
+	uint64_t token = h_lock(c, "held", "ttl=30s"), t0;
+
+	dlock(&r, "trylock", "held", NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(STR_EQ(r.out, ""));
+	t0 = h_now_ms();
+	dlock(&r, "lock", "held", "--wait", "200", NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(ge(u64, h_now_ms() - t0, 190));
+
+	/* a waiting lock gets it when it is released */
+	proc_start(&p, "lock", "held", "--wait", "10s", NULL);
+	h_sleep_ms(300);
+	h_call(c, "UNLOCK held %" PRIu64, token);
+	proc_result(&p, &r, QUICK_MS);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(gt(u64, to_u64(r.out), token));
+	h_close(c);
+}
+
+Test(cli, refresh_extends_the_lease_of_its_owner)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+	char tok[32];
+
+	dlock(&r, "lock", "ref", "--owner", "alice", "--ttl", "2s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	snprintf(tok, sizeof(tok), "%" PRIu64, to_u64(r.out));
+	dlock(&r, "refresh", "ref", tok, "--owner", "alice", "--ttl", "1m",
+	      NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(STR_EQ(r.out, "60000\n"));
+	cr_assert(
+		gt(u64, to_u64(kv(h_call(c, "STATUS ref"), "ttl_ms")), 50000));
+	dlock(&r, "refresh", "ref", tok, "--owner", "bob", NULL);
+	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
+	h_close(c);
+}
+
+/* ---- check, status, ping, stats ------------------------------------------ */
+
+Test(cli, check_says_valid_or_stale)
+{
+	struct h_client *c = h_connect(d.port);
+	uint64_t token = h_lock(c, "chk", "ttl=10s");
+	char tok[32], other[32], cur[32];
+	struct result r;
+
+	snprintf(tok, sizeof(tok), "%" PRIu64, token);
+	snprintf(other, sizeof(other), "%" PRIu64, token - 1);
+	snprintf(cur, sizeof(cur), "%" PRIu64 "\n", token);
+	dlock(&r, "check", "chk", tok, NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(le(u64, to_u64(r.out), 10000));
+	cr_assert(gt(u64, to_u64(r.out), 5000));
+	dlock(&r, "check", "chk", other, NULL);
+	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
+	cr_assert(STR_EQ(r.out, cur));
+	h_call(c, "UNLOCK chk %s", tok);
+	dlock(&r, "check", "chk", tok, NULL);
+	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
+	cr_assert(STR_EQ(r.out, "0\n"));
+	h_close(c);
+}
+
+Test(cli, status_prints_one_key_value_per_line)
+{
+	struct h_client *c = h_connect(d.port);
+	uint64_t token;
+	struct result r;
+	char want[512];
+	char *ttl;
+
+	dlock(&r, "status", "st", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(STR_EQ(r.out,
+			 "name=st\nstate=free\ntoken=0\nttl_ms=0\ncount=0\n"
+			 "owner=-\nwaiters=0\n"));
+
+	h_call(c, "HELLO owner=bob");
+	token = h_lock(c, "st", "ttl=10s");
+	h_lock(c, "st", "ttl=10s");
+	dlock(&r, "status", "st", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	ttl = strstr(r.out, "ttl_ms=");
+	cr_assert(ttl != NULL, "%s", r.out);
+	cr_assert(gt(u64, to_u64(ttl + 7), 5000));
+	memcpy(ttl + 7, "X", 1);
+	memmove(ttl + 8, strchr(ttl, '\n'), strlen(strchr(ttl, '\n')) + 1);
+	snprintf(want, sizeof(want),
+		 "name=st\nstate=held\ntoken=%" PRIu64 "\nttl_ms=X\ncount=2\n"
+		 "owner=bob\nwaiters=0\n",
+		 token);
+	cr_assert(STR_EQ(r.out, want));
+	h_close(c);
+}
+
+Test(cli, ping_prints_the_round_trip_in_ms)
+{
+	struct result r;
+	double ms = -1;
+	char unit[8] = "";
+
+	dlock(&r, "ping", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(eq(int, sscanf(r.out, "%lf %7s", &ms, unit), 2), "%s", r.out);
+	cr_assert(STR_EQ(unit, "ms"));
+	cr_assert(ge(dbl, ms, 0.0));
+	cr_assert(lt(dbl, ms, 5000.0));
+}
+
+Test(cli, stats_groups_for_people_and_is_raw_for_scripts)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+	const char *s;
+
+	h_call(c, "UNLOCK gr %" PRIu64, h_lock(c, "gr", NULL));
+	dlock(&r, "stats", "--raw", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(strstr(r.out, "\ngrants 1\n") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\nreleases 1\n") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\nerrors_bad_arg 0\n") != NULL, "%s", r.out);
+	for (s = r.out; *s; s = strchr(s, '\n') + 1) {
+		char key[64];
+		unsigned long long v;
+
+		cr_assert(eq(int, sscanf(s, "%63s %llu", key, &v), 2),
+			  "raw line \"%.40s\"", s);
+	}
+
+	dlock(&r, "stats", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(eq(int, strncmp(r.out, "Server\n", 7), 0), "%s", r.out);
+	cr_assert(strstr(r.out, "\nConnections\n") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\nLocks\n") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\nPersistence\n") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\nErrors\n") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\n  grants ") != NULL, "%s", r.out);
+	h_close(c);
+}
+
+Test(cli, every_command_reaches_the_server_over_a_unix_socket)
+{
+	char sock[H_PATH_MAX], script[1024], env[OUT_MAX];
+	struct result r;
+
+	snprintf(sock, sizeof(sock), "%s", in_dir("s.sock"));
+	h_daemon_start(&own, "--persist", "none", "--unix-socket", sock, NULL);
+	dlock(&r, "--socket", sock, "ping", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	setenv("DLOCK_SOCKET", sock, 1);
+	dlock(&r, "unlock", "u", "1", NULL);
+	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
+	snprintf(script, sizeof(script),
+		 "echo \"$DLOCK_SOCKET\" > %s; %s check \"$DLOCK_NAME\" "
+		 "\"$DLOCK_TOKEN\" >/dev/null",
+		 in_dir("env"), dlock_path());
+	dlock(&r, "run", "u", "--", "sh", "-c", script, NULL);
+	unsetenv("DLOCK_SOCKET");
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	slurp(in_dir("env"), env, sizeof(env));
+	cr_assert(eq(int, strncmp(env, sock, strlen(sock)), 0), "%s", env);
+	cr_assert(eq(int, h_daemon_stop(&own), 0));
+}
+
+/* ---- failures ------------------------------------------------------------ */
+
+Test(cli, no_server_exits_69_and_runs_nothing)
+{
+	char port[16];
+	struct result r;
+
+	snprintf(port, sizeof(port), "%d", h_free_port());
+	setenv("DLOCK_PORT", port, 1);
+	dlock(&r, "ping", NULL);
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	dlock(&r, "status", "x", NULL);
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	dlock(&r, "unlock", "x", "1", NULL);
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	dlock(&r, "run", "x", "--", "touch", in_dir("ran"), NULL);
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(not(file_exists(in_dir("ran"))));
+}
+
+Test(cli, bad_password_exits_77)
+{
+	char port[16], pwfile[H_PATH_MAX];
+	struct result r;
+	FILE *f;
+
+	h_daemon_write_conf(&own, "[server]\npassword = s3cret\n"
+				  "[limits]\nauth_delay = 0\n");
+	h_daemon_start(&own, "-c", own.conf, "--persist", "none", NULL);
+	snprintf(port, sizeof(port), "%d", own.port);
+	snprintf(pwfile, sizeof(pwfile), "%s/pw", own.dir);
+	f = fopen(pwfile, "w");
+	cr_assert(f != NULL);
+	fputs("s3cret\n", f);
+	fclose(f);
+
+	dlock(&r, "status", "x", "--port", port, NULL);
+	cr_assert(eq(int, r.status, EX_NOPERM), "%s", r.err);
+	dlock(&r, "status", "x", "--port", port, "--password", "wrong", NULL);
+	cr_assert(eq(int, r.status, EX_NOPERM), "%s", r.err);
+	dlock(&r, "unlock", "x", "1", "--port", port, "--password=wrong", NULL);
+	cr_assert(eq(int, r.status, EX_NOPERM), "%s", r.err);
+	dlock(&r, "status", "x", "--port", port, "--password-file", pwfile,
+	      NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	setenv("DLOCK_PASSWORD", "s3cret", 1);
+	dlock(&r, "unlock", "x", "1", "--port", port, NULL);
+	unsetenv("DLOCK_PASSWORD");
+	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
+	cr_assert(eq(int, h_daemon_stop(&own), 0));
+}
+
+Test(cli, usage_errors_exit_64_and_help_exits_0)
+{
+	static const char *const bad[][8] = {
+		{NULL},
+		{"frobnicate", NULL},
+		{"--bogus", "ping", NULL},
+		{"ping", "extra", NULL},
+		{"lock", NULL},
+		{"lock", "x", "--ttl", "5h", NULL},
+		{"lock", "x", "--ttl", "0", NULL},
+		{"lock", "x", "--wait", "-1", NULL},
+		{"lock", "bad=name", NULL},
+		{"unlock", "x", "12x", NULL},
+		{"status", "x", "--ttl", "1s", NULL},
+		{"run", "x", NULL},
+		{"run", "x", "--ttl", "2s", "--grace", "5s", "--", "true"},
+		{"ping", "--port", "70000", NULL},
+		{"ping", "--owner", "a b", NULL},
+	};
+	struct result r;
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		dlock(&r, bad[i][0], bad[i][1], bad[i][2], bad[i][3], bad[i][4],
+		      bad[i][5], bad[i][6], bad[i][7], NULL);
+		cr_assert(eq(int, r.status, EX_USAGE), "case %zu: %s", i,
+			  r.err);
+		cr_assert(STR_EQ(r.out, ""), "case %zu", i);
+		cr_assert(strstr(r.err, "Usage: dlock") != NULL, "case %zu: %s",
+			  i, r.err);
+	}
+
+	dlock(&r, "--help", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(eq(int, strncmp(r.out, "Usage: dlock", 12), 0), "%s", r.out);
+	cr_assert(strstr(r.out, "76 ") != NULL, "%s", r.out);
+	dlock(&r, "run", "--help", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(eq(int, strncmp(r.out, "Usage: dlock run <name>", 23), 0),
+		  "%s", r.out);
+	dlock(&r, "help", "stats", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(eq(int, strncmp(r.out, "Usage: dlock stats", 18), 0), "%s",
+		  r.out);
+	dlock(&r, "--version", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(eq(int, strncmp(r.out, "dlock 0.1.0", 11), 0), "%s", r.out);
+}

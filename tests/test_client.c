@@ -1,0 +1,1123 @@
+/*
+ * test_client.c -- libdlock against a real dlockd (and a real
+ * redis-server where persistence matters).
+ *
+ * Each test starts its own daemon on a free port through the harness,
+ * talks to it with dlock_client objects (and, where a test needs to act as
+ * another connection of the same owner, with a raw protocol client), and
+ * stops it. Timing assertions leave generous margins: the suite also runs
+ * under AddressSanitizer on two cores.
+ */
+#include <criterion/criterion.h>
+#include <criterion/new/assert.h>
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "client/dlock.h"
+#include "tests/harness.h"
+
+static struct h_daemon d;
+static struct h_redis r;
+
+/* ---- fixtures and helpers ------------------------------------------------ */
+
+/* Strings compared with both shown (eq(str) wants non-const strings). */
+#define assert_str(a, b)                                                       \
+	cr_assert(eq(int, strcmp((a), (b)), 0), "\"%s\" != \"%s\"", (a), (b))
+
+static void start_none(void)
+{
+	h_daemon_start(&d, "--persist", "none", NULL);
+}
+
+static void start_redis(void)
+{
+	h_redis_start(&r, "always");
+	h_daemon_start(&d, "--persist", "redis", "--redis", r.url, NULL);
+}
+
+static void stop_all(void)
+{
+	if (d.pid > 0)
+		kill(d.pid, SIGCONT); /* in case a test left it stopped */
+	h_daemon_stop(&d);
+	h_daemon_cleanup(&d);
+	if (r.pid)
+		h_redis_cleanup(&r);
+}
+
+static void opts(struct dlock_options *o)
+{
+	dlock_options_init(o);
+	o->port = d.port;
+}
+
+static dlock_client *connect_with(const struct dlock_options *o)
+{
+	dlock_client *c = NULL;
+	int rc = dlock_connect(o, &c);
+
+	cr_assert(eq(int, rc, 0), "dlock_connect: %s", dlock_strerror(rc));
+	cr_assert(ne(ptr, c, NULL));
+	return c;
+}
+
+static dlock_client *client(void)
+{
+	struct dlock_options o;
+
+	opts(&o);
+	return connect_with(&o);
+}
+
+static dlock_lease *must_lock(dlock_client *c, const char *name, int64_t ttl,
+			      int64_t wait)
+{
+	dlock_lease *l = NULL;
+	int rc = dlock_lock(c, name, ttl, wait, &l);
+
+	cr_assert(eq(int, rc, 0), "dlock_lock %s: %s (%s)", name,
+		  dlock_strerror(rc), dlock_last_error());
+	cr_assert(ne(ptr, l, NULL));
+	return l;
+}
+
+/* What on_lost saw. */
+struct lost {
+	atomic_int n;
+	int why;
+	int64_t at;       /* dlock_now_ms() in the callback */
+	int64_t deadline; /* dlock_lease_deadline() in the callback */
+	int valid;        /* dlock_lease_valid() in the callback */
+};
+
+static void on_lost(dlock_client *c, const dlock_lease *l,
+		    enum dlock_lost_reason why, void *arg)
+{
+	struct lost *s = arg;
+
+	(void)c;
+	s->at = dlock_now_ms();
+	s->deadline = dlock_lease_deadline(l);
+	s->why = (int)why;
+	s->valid = dlock_lease_valid(l);
+	atomic_fetch_add(&s->n, 1);
+}
+
+static int wait_lost(struct lost *s, int ms)
+{
+	int64_t end = dlock_now_ms() + ms;
+
+	while (atomic_load(&s->n) == 0 && dlock_now_ms() < end)
+		h_sleep_ms(2);
+	return atomic_load(&s->n);
+}
+
+/* A raw protocol connection that says it is `owner`. */
+static struct h_client *raw_owner(const char *owner)
+{
+	struct h_client *h = h_connect(d.port);
+	char *l = h_call(h, "HELLO owner=%s", owner);
+
+	cr_assert(strncmp(l, "OK HELLO", 8) == 0, "HELLO: %s", l);
+	return h;
+}
+
+/* ---- each call against a real daemon ------------------------------------- */
+
+Test(client, connects_pings_and_has_an_owner, .init = start_none,
+     .fini = stop_all)
+{
+	struct dlock_options o;
+	dlock_client *c = client(), *c2;
+	struct dlock_status st;
+	dlock_lease *l;
+
+	cr_assert(eq(int, dlock_ping(c), 0));
+	cr_assert(eq(int, strncmp(dlock_owner(c), "dlock-", 6), 0),
+		  "owner %s", dlock_owner(c));
+	cr_assert(eq(sz, strlen(dlock_owner(c)), 6 + 16));
+
+	opts(&o);
+	o.owner = "billing-7";
+	c2 = connect_with(&o);
+	assert_str(dlock_owner(c2), "billing-7");
+	l = must_lock(c2, "own", 5000, 0);
+	cr_assert(eq(int, dlock_status(c, "own", &st), 0));
+	assert_str(st.owner, "billing-7");
+	cr_assert(eq(int, dlock_unlock(c2, l), 0));
+	dlock_close(c2);
+	dlock_close(c);
+	dlock_close(NULL);
+}
+
+Test(client, lock_and_unlock_with_increasing_tokens, .init = start_none,
+     .fini = stop_all)
+{
+	dlock_client *c = client();
+	int64_t before = dlock_now_ms();
+	dlock_lease *l = must_lock(c, "a", 5000, 0), *l2;
+	uint64_t t1 = dlock_lease_token(l);
+
+	cr_assert(gt(u64, t1, 0));
+	assert_str(dlock_lease_name(l), "a");
+	cr_assert(eq(i64, dlock_lease_ttl(l), 5000));
+	cr_assert(ge(i64, dlock_lease_deadline(l), before + 5000 - 100));
+	cr_assert(le(i64, dlock_lease_deadline(l), dlock_now_ms() + 5000));
+	cr_assert(eq(int, dlock_lease_valid(l), 1));
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+
+	l2 = must_lock(c, "a", 0, DLOCK_WAIT_FOREVER); /* server's TTL */
+	cr_assert(gt(u64, dlock_lease_token(l2), t1));
+	cr_assert(eq(i64, dlock_lease_ttl(l2), 30000));
+	cr_assert(eq(int, dlock_unlock(c, l2), 0));
+	cr_assert(eq(int, dlock_unlock(c, NULL), 0));
+	dlock_close(c);
+}
+
+Test(client, trylock_is_busy_while_another_owner_holds, .init = start_none,
+     .fini = stop_all)
+{
+	dlock_client *a = client(), *b = client();
+	dlock_lease *l = must_lock(a, "b", 5000, 0), *l2 = NULL;
+
+	cr_assert(eq(int, dlock_trylock(b, "b", 5000, &l2), DLOCK_EBUSY));
+	cr_assert(eq(ptr, l2, NULL));
+	cr_assert(eq(int, strncmp(dlock_last_error(), "NO BUSY b ", 10), 0),
+		  "last error \"%s\"", dlock_last_error());
+	cr_assert(eq(int, dlock_lock(b, "b", 5000, 0, &l2), DLOCK_EBUSY));
+	cr_assert(eq(int, dlock_unlock(a, l), 0));
+	cr_assert(eq(int, dlock_trylock(b, "b", 5000, &l2), 0));
+	cr_assert(eq(int, dlock_unlock(b, l2), 0));
+	dlock_close(a);
+	dlock_close(b);
+}
+
+Test(client, reentrant_holds_share_one_token, .init = start_none,
+     .fini = stop_all)
+{
+	dlock_client *c = client();
+	dlock_lease *l1 = must_lock(c, "re", 5000, 0);
+	dlock_lease *l2 = must_lock(c, "re", 5000, 0);
+	struct dlock_status st;
+
+	cr_assert(ne(ptr, l1, l2));
+	cr_assert(eq(u64, dlock_lease_token(l1), dlock_lease_token(l2)));
+	cr_assert(eq(int, dlock_status(c, "re", &st), 0));
+	cr_assert(eq(u32, st.count, 2));
+
+	cr_assert(eq(int, dlock_unlock(c, l1), 0));
+	cr_assert(eq(int, dlock_status(c, "re", &st), 0));
+	cr_assert(eq(int, st.held, 1));
+	cr_assert(eq(u32, st.count, 1));
+	cr_assert(eq(u64, st.token, dlock_lease_token(l2)));
+	cr_assert(eq(int, dlock_lease_valid(l2), 1));
+	cr_assert(eq(int, dlock_refresh(c, l2, 0), 0));
+
+	cr_assert(eq(int, dlock_unlock(c, l2), 0));
+	cr_assert(eq(int, dlock_status(c, "re", &st), 0));
+	cr_assert(eq(int, st.held, 0));
+	dlock_close(c);
+}
+
+Test(client, refresh_extends_the_lease, .init = start_none, .fini = stop_all)
+{
+	dlock_client *c = client();
+	dlock_lease *l = must_lock(c, "f", 1000, 0);
+	struct dlock_status st;
+	int64_t before = dlock_now_ms();
+
+	cr_assert(eq(int, dlock_refresh(c, l, 8000), 0));
+	cr_assert(eq(i64, dlock_lease_ttl(l), 8000));
+	cr_assert(ge(i64, dlock_lease_deadline(l), before + 8000 - 100));
+	cr_assert(eq(int, dlock_status(c, "f", &st), 0));
+	cr_assert(gt(i64, st.ttl_ms, 7000));
+	cr_assert(eq(int, dlock_refresh(c, l, 0), 0)); /* keeps 8000 */
+	cr_assert(eq(i64, dlock_lease_ttl(l), 8000));
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	dlock_close(c);
+}
+
+Test(client, check_says_valid_then_stale, .init = start_none,
+     .fini = stop_all)
+{
+	dlock_client *c = client(), *other = client();
+	dlock_lease *l = must_lock(c, "ck", 5000, 0);
+	uint64_t t = dlock_lease_token(l), cur = 99;
+	int64_t rem = -1;
+
+	cr_assert(eq(int, dlock_check(other, "ck", t, &rem, &cur), 0));
+	cr_assert(gt(i64, rem, 4000));
+	cr_assert(le(i64, rem, 5000));
+	cr_assert(eq(int, dlock_check(other, "ck", t - 1, &rem, &cur),
+		     DLOCK_ESTALE));
+	cr_assert(eq(u64, cur, t));
+	cr_assert(eq(int, dlock_check(other, "ck", t, NULL, NULL), 0));
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	cr_assert(eq(int, dlock_check(other, "ck", t, NULL, &cur),
+		     DLOCK_ESTALE));
+	cr_assert(eq(u64, cur, 0));
+	dlock_close(c);
+	dlock_close(other);
+}
+
+Test(client, status_reports_every_field, .init = start_none,
+     .fini = stop_all)
+{
+	dlock_client *c = client();
+	struct h_client *w = h_connect(d.port);
+	struct dlock_status st;
+	dlock_lease *l;
+
+	cr_assert(eq(int, dlock_status(c, "st", &st), 0));
+	cr_assert(eq(int, st.held, 0));
+	cr_assert(eq(u64, st.token, 0));
+	assert_str(st.owner, "");
+	cr_assert(eq(u32, st.count, 0));
+	cr_assert(eq(u32, st.waiters, 0));
+
+	l = must_lock(c, "st", 5000, 0);
+	h_send(w, "LOCK st wait=5s");
+	h_expect(w, "OK QUEUED st 1");
+	cr_assert(eq(int, dlock_status(c, "st", &st), 0));
+	cr_assert(eq(int, st.held, 1));
+	cr_assert(eq(u64, st.token, dlock_lease_token(l)));
+	assert_str(st.owner, dlock_owner(c));
+	cr_assert(eq(u32, st.count, 1));
+	cr_assert(eq(u32, st.waiters, 1));
+	cr_assert(gt(i64, st.ttl_ms, 4000));
+	cr_assert(le(i64, st.ttl_ms, 5000));
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	h_expect_prefix(w, "* GRANTED st ");
+	h_close(w);
+	dlock_close(c);
+}
+
+struct kv {
+	int n;
+	int has_uptime, has_grants, bad;
+};
+
+static void stat_cb(const char *key, const char *value, void *arg)
+{
+	struct kv *s = arg;
+	uint64_t v;
+
+	s->n++;
+	if (strcmp(key, "uptime_ms") == 0)
+		s->has_uptime = 1;
+	if (strcmp(key, "grants") == 0) {
+		s->has_grants = 1;
+		if (dl_parse_u64(value, strlen(value), &v) < 0 || v != 1)
+			s->bad++;
+	}
+	if (dl_parse_u64(value, strlen(value), &v) < 0)
+		s->bad++;
+}
+
+Test(client, stats_calls_back_once_per_line, .init = start_none,
+     .fini = stop_all)
+{
+	dlock_client *c = client();
+	dlock_lease *l = must_lock(c, "s", 5000, 0);
+	struct kv s = { 0 };
+
+	cr_assert(eq(int, dlock_stats(c, stat_cb, &s), 0));
+	cr_assert(ge(int, s.n, 20));
+	cr_assert(eq(int, s.has_uptime, 1));
+	cr_assert(eq(int, s.has_grants, 1));
+	cr_assert(eq(int, s.bad, 0));
+	/* the body was consumed: the next reply is the next request's */
+	cr_assert(eq(int, dlock_ping(c), 0));
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	cr_assert(eq(int, dlock_stats(c, NULL, NULL), DLOCK_EINVAL));
+	dlock_close(c);
+}
+
+/* ---- waiting ------------------------------------------------------------- */
+
+Test(client, lock_wait_times_out, .init = start_none, .fini = stop_all)
+{
+	dlock_client *a = client(), *b = client();
+	dlock_lease *l = must_lock(a, "w", 5000, 0), *l2 = NULL;
+	int64_t t0 = dlock_now_ms(), dt;
+
+	cr_assert(eq(int, dlock_lock(b, "w", 5000, 200, &l2), DLOCK_ETIMEDOUT));
+	dt = dlock_now_ms() - t0;
+	cr_assert(ge(i64, dt, 190));
+	cr_assert(lt(i64, dt, 1500));
+	cr_assert(eq(ptr, l2, NULL));
+	cr_assert(eq(int, dlock_ping(b), 0));
+	cr_assert(eq(int, dlock_unlock(a, l), 0));
+	cr_assert(eq(int, dlock_trylock(b, "w", 5000, &l2), 0));
+	cr_assert(eq(int, dlock_unlock(b, l2), 0));
+	dlock_close(a);
+	dlock_close(b);
+}
+
+struct waiter {
+	dlock_client *c;
+	const char *name;
+	int64_t wait;
+	int rc;
+	dlock_lease *l;
+	atomic_int started;
+};
+
+static void *waiter_main(void *arg)
+{
+	struct waiter *w = arg;
+
+	atomic_store(&w->started, 1);
+	w->rc = dlock_lock(w->c, w->name, 5000, w->wait, &w->l);
+	return NULL;
+}
+
+Test(client, waiter_is_granted_when_the_holder_unlocks, .init = start_none,
+     .fini = stop_all)
+{
+	dlock_client *a = client(), *b = client();
+	dlock_lease *l = must_lock(a, "q", 5000, 0);
+	struct waiter w = { .c = b, .name = "q", .wait = DLOCK_WAIT_FOREVER };
+	struct dlock_status st;
+	pthread_t t;
+	int64_t sent;
+
+	cr_assert(eq(int, pthread_create(&t, NULL, waiter_main, &w), 0));
+	for (st.waiters = 0; st.waiters == 0;) {
+		cr_assert(eq(int, dlock_status(a, "q", &st), 0));
+		h_sleep_ms(5);
+	}
+	sent = dlock_now_ms();
+	cr_assert(eq(int, dlock_unlock(a, l), 0));
+	pthread_join(t, NULL);
+	cr_assert(eq(int, w.rc, 0), "%s", dlock_strerror(w.rc));
+	cr_assert(eq(int, dlock_lease_valid(w.l), 1));
+	/* counted from the confirming REFRESH, sent after the unlock */
+	cr_assert(ge(i64, dlock_lease_deadline(w.l), sent + 5000 - 100));
+	cr_assert(eq(int, dlock_status(a, "q", &st), 0));
+	cr_assert(eq(u64, st.token, dlock_lease_token(w.l)));
+	cr_assert(eq(int, dlock_unlock(b, w.l), 0));
+	dlock_close(a);
+	dlock_close(b);
+}
+
+Test(client, threads_of_one_client_exclude_each_other, .init = start_none,
+     .fini = stop_all)
+{
+	dlock_client *c = client();
+	dlock_lease *l = must_lock(c, "x", 5000, 0), *l2 = NULL;
+	struct waiter w = { .c = c, .name = "x", .wait = 100 };
+	pthread_t t;
+	uint64_t tok = dlock_lease_token(l);
+
+	/* another thread of the same client: not a reentry */
+	pthread_create(&t, NULL, waiter_main, &w);
+	pthread_join(t, NULL);
+	cr_assert(eq(int, w.rc, DLOCK_ETIMEDOUT));
+	w.wait = 0;
+	pthread_create(&t, NULL, waiter_main, &w);
+	pthread_join(t, NULL);
+	cr_assert(eq(int, w.rc, DLOCK_EBUSY));
+
+	w.wait = DLOCK_WAIT_FOREVER;
+	pthread_create(&t, NULL, waiter_main, &w);
+	h_sleep_ms(100);
+	cr_assert(eq(int, dlock_trylock(c, "x", 5000, &l2), 0)); /* reentry */
+	cr_assert(eq(int, dlock_unlock(c, l2), 0));
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	pthread_join(t, NULL);
+	cr_assert(eq(int, w.rc, 0));
+	cr_assert(gt(u64, dlock_lease_token(w.l), tok));
+	cr_assert(eq(int, dlock_unlock(c, w.l), 0));
+	dlock_close(c);
+}
+
+/* ---- failures ------------------------------------------------------------ */
+
+Test(client, request_times_out_while_the_daemon_is_stopped,
+     .init = start_none, .fini = stop_all)
+{
+	struct dlock_options o;
+	dlock_client *c, *c2;
+	dlock_lease *l = NULL;
+	struct dlock_status st;
+	int64_t t0, dt, end;
+
+	opts(&o);
+	o.request_timeout_ms = 300;
+	c = connect_with(&o);
+	c2 = client();
+	cr_assert(eq(int, dlock_ping(c), 0));
+	h_daemon_signal(&d, SIGSTOP);
+	t0 = dlock_now_ms();
+	cr_assert(eq(int, dlock_ping(c), DLOCK_ETIMEDOUT));
+	dt = dlock_now_ms() - t0;
+	cr_assert(ge(i64, dt, 290));
+	cr_assert(lt(i64, dt, 2000));
+	cr_assert(eq(int, dlock_lock(c, "late", 5000, 0, &l), DLOCK_ETIMEDOUT));
+	h_daemon_signal(&d, SIGCONT);
+
+	/* the late replies are matched and dropped: calls work again */
+	cr_assert(eq(int, dlock_ping(c), 0));
+	/* and the LOCK granted after we gave up was given back */
+	end = dlock_now_ms() + 2000;
+	do {
+		cr_assert(eq(int, dlock_status(c2, "late", &st), 0));
+		if (!st.held)
+			break;
+		h_sleep_ms(10);
+	} while (dlock_now_ms() < end);
+	cr_assert(eq(int, st.held, 0));
+	dlock_close(c);
+	dlock_close(c2);
+}
+
+Test(client, given_up_locks_do_not_disturb_the_next_ones, .init = start_none,
+     .fini = stop_all)
+{
+	struct dlock_options o;
+	dlock_client *c, *other = client();
+	dlock_lease *l = NULL, *held = must_lock(other, "busy", 10000, 0);
+	struct waiter a, b;
+	struct dlock_status st;
+	pthread_t ta, tb;
+
+	opts(&o);
+	o.request_timeout_ms = 300;
+	c = connect_with(&o);
+	h_daemon_signal(&d, SIGSTOP);
+	cr_assert(eq(int, dlock_trylock(c, "free", 5000, &l), DLOCK_ETIMEDOUT));
+	cr_assert(eq(int, dlock_lock(c, "busy", 5000, 10000, &l),
+		     DLOCK_ETIMEDOUT));
+	/* new requests for the same names, behind the given-up ones */
+	a = (struct waiter){ .c = c, .name = "free", .wait = 0 };
+	b = (struct waiter){ .c = c, .name = "busy", .wait = 5000 };
+	pthread_create(&ta, NULL, waiter_main, &a);
+	pthread_create(&tb, NULL, waiter_main, &b);
+	h_sleep_ms(50);
+	h_daemon_signal(&d, SIGCONT);
+
+	/* "free": the given-up TRYLOCK is granted and given back; the new
+	 * one is a reentry of that grant and must keep exactly its hold */
+	pthread_join(ta, NULL);
+	cr_assert(eq(int, a.rc, 0), "%s", dlock_strerror(a.rc));
+	cr_assert(eq(int, dlock_ping(c), 0)); /* the give-back is done */
+	cr_assert(eq(int, dlock_status(c, "free", &st), 0));
+	cr_assert(eq(int, st.held, 1));
+	cr_assert(eq(u32, st.count, 1));
+	cr_assert(eq(int, dlock_unlock(c, a.l), 0));
+	cr_assert(eq(int, dlock_status(c, "free", &st), 0));
+	cr_assert(eq(int, st.held, 0));
+
+	/* "busy": the given-up LOCK is queued, then CANCELled; the new
+	 * one met it (NO ALREADY_WAITING) and was sent again behind the
+	 * CANCEL: it waits, and gets the lock when the holder lets go */
+	h_sleep_ms(100);
+	cr_assert(eq(int, dlock_status(c, "busy", &st), 0));
+	cr_assert(eq(u32, st.waiters, 1));
+	cr_assert(eq(int, dlock_unlock(other, held), 0));
+	pthread_join(tb, NULL);
+	cr_assert(eq(int, b.rc, 0), "%s (%s)", dlock_strerror(b.rc),
+		  dlock_last_error());
+	cr_assert(eq(int, dlock_unlock(c, b.l), 0));
+	dlock_close(c);
+	dlock_close(other);
+}
+
+Test(client, connect_refused_is_econnect)
+{
+	struct dlock_options o;
+	dlock_client *c = (dlock_client *)&o;
+
+	dlock_options_init(&o);
+	o.port = h_free_port();
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_ECONNECT));
+	cr_assert(eq(ptr, c, NULL));
+}
+
+Test(client, connect_times_out_against_a_silent_peer)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t len = sizeof(sa);
+	struct dlock_options o;
+	dlock_client *c = NULL;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int64_t t0, dt;
+
+	/* accepted by the kernel, never answered */
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(eq(int, bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0));
+	cr_assert(eq(int, listen(fd, 8), 0));
+	getsockname(fd, (struct sockaddr *)&sa, &len);
+	dlock_options_init(&o);
+	o.port = ntohs(sa.sin_port);
+	o.connect_timeout_ms = 300;
+	t0 = dlock_now_ms();
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_ECONNECT));
+	dt = dlock_now_ms() - t0;
+	cr_assert(ge(i64, dt, 290));
+	cr_assert(lt(i64, dt, 2000));
+	close(fd);
+}
+
+Test(client, works_over_a_unix_socket, .fini = stop_all)
+{
+	struct dlock_options o;
+	char path[H_PATH_MAX];
+	dlock_client *c;
+	dlock_lease *l;
+
+	h_daemon_write_conf(&d, ""); /* creates d.dir */
+	snprintf(path, sizeof(path), "%s/dlockd.sock", d.dir);
+	h_daemon_start(&d, "--persist", "none", "--unix-socket", path, NULL);
+	dlock_options_init(&o);
+	o.unix_path = path;
+	o.port = 0; /* unused */
+	c = connect_with(&o);
+	cr_assert(eq(int, dlock_ping(c), 0));
+	l = must_lock(c, "u", 5000, 0);
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	dlock_close(c);
+}
+
+Test(client, no_reconnect_fails_with_eclosed, .init = start_none,
+     .fini = stop_all)
+{
+	struct dlock_options o;
+	struct lost s = { 0 };
+	dlock_client *c;
+	dlock_lease *l;
+
+	opts(&o);
+	o.reconnect = 0;
+	o.on_lost = on_lost;
+	o.arg = &s;
+	c = connect_with(&o);
+	l = must_lock(c, "nr", 300, 0);
+	cr_assert(eq(int, h_daemon_stop(&d), 0));
+	h_daemon_restart(&d);
+	cr_assert(eq(int, dlock_ping(c), DLOCK_ECLOSED));
+	/* nothing can confirm the lease any more: lost before its end */
+	cr_assert(eq(int, wait_lost(&s, 2000), 1));
+	cr_assert(eq(int, s.why, DLOCK_LOST_UNCONFIRMED));
+	cr_assert(lt(i64, s.at, s.deadline));
+	cr_assert(eq(int, dlock_unlock(c, l), DLOCK_ECLOSED));
+	dlock_close(c);
+}
+
+static void start_with_password(void)
+{
+	h_daemon_write_conf(&d, "[server]\npassword = sekrit\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+}
+
+Test(client, wrong_or_missing_password_is_eauth,
+     .init = start_with_password, .fini = stop_all)
+{
+	struct dlock_options o;
+	dlock_client *c = NULL;
+	dlock_lease *l;
+
+	opts(&o);
+	o.password = "wrong";
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_EAUTH));
+	assert_str(dlock_last_error(), "NO AUTH_FAILED");
+	o.password = NULL;
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_EAUTH));
+	o.password = "sekrit";
+	c = connect_with(&o);
+	l = must_lock(c, "p", 5000, 0);
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	dlock_close(c);
+}
+
+Test(client, bad_arguments_are_einval, .init = start_none, .fini = stop_all)
+{
+	char longname[DL_NAME_MAX + 2];
+	struct dlock_options o;
+	struct dlock_status st;
+	dlock_client *c = client(), *c2 = NULL;
+	dlock_lease *l = NULL;
+
+	memset(longname, 'n', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = '\0';
+	cr_assert(eq(int, dlock_lock(c, "", 1000, 0, &l), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_lock(c, "a b", 1000, 0, &l), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_lock(c, "a=b", 1000, 0, &l), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_lock(c, longname, 1000, 0, &l), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_lock(c, NULL, 1000, 0, &l), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_lock(c, "ok", -1, 0, &l), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_lock(c, "ok", 1000, -2, &l), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_lock(c, "ok", 1000, 0, NULL), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_trylock(NULL, "ok", 1000, &l), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_check(c, "a\tb", 1, NULL, NULL),
+		     DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_status(c, "ok", NULL), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_status(c, "", &st), DLOCK_EINVAL));
+	cr_assert(eq(ptr, l, NULL));
+	/* the server's own check: above max_ttl */
+	cr_assert(eq(int, dlock_lock(c, "ok", 25LL * 3600 * 1000, 0, &l),
+		     DLOCK_EINVAL));
+	cr_assert(eq(int, strncmp(dlock_last_error(), "ERR BAD_ARG", 11), 0),
+		  "last error \"%s\"", dlock_last_error());
+	cr_assert(eq(int, dlock_ping(c), 0));
+
+	opts(&o);
+	o.owner = "no spaces";
+	cr_assert(eq(int, dlock_connect(&o, &c2), DLOCK_EINVAL));
+	opts(&o);
+	o.port = 0;
+	cr_assert(eq(int, dlock_connect(&o, &c2), DLOCK_EINVAL));
+	opts(&o);
+	o.password = "two words";
+	cr_assert(eq(int, dlock_connect(&o, &c2), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_connect(&o, NULL), DLOCK_EINVAL));
+	dlock_close(c);
+}
+
+Test(client, unavailable_persistence_is_eunavailable, .init = start_redis,
+     .fini = stop_all)
+{
+	struct dlock_options o;
+	dlock_client *c;
+	dlock_lease *l = NULL;
+	int64_t end;
+	int rc;
+
+	/* A grant whose Redis write is lost with Redis is answered only
+	 * once Redis is back: such a request times out, the next ones are
+	 * refused at once. */
+	opts(&o);
+	o.request_timeout_ms = 1000;
+	c = connect_with(&o);
+
+	h_redis_kill9(&r);
+	end = dlock_now_ms() + 8000;
+	do {
+		rc = dlock_trylock(c, "u", 5000, &l);
+		if (rc == 0)
+			dlock_unlock(c, l);
+		else
+			h_sleep_ms(20);
+	} while (rc != DLOCK_EUNAVAILABLE && dlock_now_ms() < end);
+	cr_assert(eq(int, rc, DLOCK_EUNAVAILABLE), "%s", dlock_strerror(rc));
+	cr_assert(eq(int, strncmp(dlock_last_error(), "ERR UNAVAILABLE", 15),
+		     0));
+	cr_assert(eq(int, dlock_ping(c), 0)); /* reads still work */
+	dlock_close(c);
+	h_daemon_kill9(&d);
+}
+
+/* ---- renewal and lost leases --------------------------------------------- */
+
+static void renewal_keeps_a_short_lease(void)
+{
+	struct dlock_options o;
+	struct lost s = { 0 };
+	dlock_client *c, *other = client();
+	dlock_lease *l, *l2 = NULL;
+	int64_t end;
+	int checks = 0;
+
+	opts(&o);
+	o.on_lost = on_lost;
+	o.arg = &s;
+	c = connect_with(&o);
+	l = must_lock(c, "renew", 300, 0);
+	end = dlock_now_ms() + 3000;
+	while (dlock_now_ms() < end) {
+		cr_assert(eq(int, dlock_lease_valid(l), 1));
+		cr_assert(eq(int, dlock_check(other, "renew",
+					      dlock_lease_token(l), NULL,
+					      NULL),
+			     0));
+		cr_assert(eq(int, dlock_trylock(other, "renew", 300, &l2),
+			     DLOCK_EBUSY));
+		checks++;
+		h_sleep_ms(25);
+	}
+	cr_assert(gt(int, checks, 30));
+	cr_assert(eq(int, atomic_load(&s.n), 0));
+	cr_assert(gt(i64, dlock_lease_deadline(l), dlock_now_ms()));
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	dlock_close(c);
+	dlock_close(other);
+}
+
+Test(client, renewal_keeps_a_lease_alive, .init = start_none,
+     .fini = stop_all)
+{
+	renewal_keeps_a_short_lease();
+}
+
+Test(client, renewal_keeps_a_lease_alive_with_redis, .init = start_redis,
+     .fini = stop_all)
+{
+	renewal_keeps_a_short_lease();
+}
+
+static void lost_before_deadline_when_frozen(void)
+{
+	struct dlock_options o;
+	struct lost s = { 0 };
+	dlock_client *c;
+	dlock_lease *l;
+	int rc;
+
+	opts(&o);
+	o.on_lost = on_lost;
+	o.arg = &s;
+	c = connect_with(&o);
+	l = must_lock(c, "frozen", 300, 0);
+	h_sleep_ms(150);
+	h_daemon_signal(&d, SIGSTOP);
+	cr_assert(eq(int, wait_lost(&s, 2000), 1));
+	cr_assert(eq(int, s.why, DLOCK_LOST_UNCONFIRMED));
+	cr_assert(lt(i64, s.at, s.deadline), "on_lost at %lld, deadline %lld",
+		  (long long)s.at, (long long)s.deadline);
+	cr_assert(eq(int, s.valid, 0));
+	cr_assert(eq(int, dlock_lease_valid(l), 0));
+	h_daemon_signal(&d, SIGCONT);
+	rc = dlock_unlock(c, l);
+	cr_assert(rc == 0 || rc == DLOCK_ENOTHOLDER, "%s", dlock_strerror(rc));
+	cr_assert(eq(int, atomic_load(&s.n), 1));
+	dlock_close(c);
+}
+
+Test(client, lost_callback_fires_before_the_deadline, .init = start_none,
+     .fini = stop_all)
+{
+	lost_before_deadline_when_frozen();
+}
+
+Test(client, lost_callback_fires_before_the_deadline_with_redis,
+     .init = start_redis, .fini = stop_all)
+{
+	lost_before_deadline_when_frozen();
+}
+
+Test(client, expired_event_calls_on_lost, .init = start_none,
+     .fini = stop_all)
+{
+	struct dlock_options o;
+	struct lost s = { 0 };
+	struct h_client *same;
+	dlock_client *c;
+	dlock_lease *l;
+	char *line;
+
+	opts(&o);
+	o.renew = 0;
+	o.on_lost = on_lost;
+	o.arg = &s;
+	c = connect_with(&o);
+	l = must_lock(c, "exp", 10000, 0);
+	/* Another connection of the same owner shortens the lease: the
+	 * server reaps it long before our local deadline, so the loss can
+	 * only be learnt from * EXPIRED (our own guard would fire first
+	 * otherwise: the local deadline never trails the server's). */
+	same = raw_owner(dlock_owner(c));
+	line = h_call(same, "REFRESH exp %llu ttl=100",
+		      (unsigned long long)dlock_lease_token(l));
+	cr_assert(eq(int, strncmp(line, "OK REFRESHED", 12), 0), "%s", line);
+	cr_assert(eq(int, wait_lost(&s, 3000), 1));
+	cr_assert(eq(int, s.why, DLOCK_LOST_EXPIRED));
+	cr_assert(gt(i64, s.deadline, dlock_now_ms() + 5000));
+	cr_assert(eq(int, dlock_lease_valid(l), 0));
+	cr_assert(eq(int, dlock_refresh(c, l, 0), DLOCK_ELOST));
+	cr_assert(eq(int, dlock_unlock(c, l), DLOCK_ENOTHOLDER));
+	h_close(same);
+	dlock_close(c);
+}
+
+Test(client, refresh_refused_calls_on_lost, .init = start_none,
+     .fini = stop_all)
+{
+	struct dlock_options o;
+	struct lost s = { 0 };
+	struct h_client *same;
+	dlock_client *c;
+	dlock_lease *l;
+
+	opts(&o);
+	o.on_lost = on_lost;
+	o.arg = &s;
+	c = connect_with(&o);
+	l = must_lock(c, "rej", 10000, 0);
+	same = raw_owner(dlock_owner(c));
+	h_send(same, "UNLOCK rej %llu",
+	       (unsigned long long)dlock_lease_token(l));
+	h_expect(same, "OK RELEASED rej");
+	cr_assert(eq(int, dlock_refresh(c, l, 0), DLOCK_ENOTHOLDER));
+	cr_assert(eq(int, wait_lost(&s, 2000), 1));
+	cr_assert(eq(int, s.why, DLOCK_LOST_REJECTED));
+	cr_assert(eq(int, dlock_lease_valid(l), 0));
+	cr_assert(eq(int, dlock_unlock(c, l), DLOCK_ENOTHOLDER));
+	h_close(same);
+	dlock_close(c);
+}
+
+/* ---- reconnects ---------------------------------------------------------- */
+
+static void lease_survives_restart(int kill9)
+{
+	struct dlock_options o;
+	struct lost s = { 0 };
+	dlock_client *c, *other;
+	dlock_lease *l;
+	uint64_t cur = 0, token;
+	int64_t before, end, t0;
+
+	opts(&o);
+	o.on_lost = on_lost;
+	o.arg = &s;
+	c = connect_with(&o);
+	l = must_lock(c, "k", 5000, 0);
+	token = dlock_lease_token(l);
+	before = dlock_lease_deadline(l);
+	t0 = dlock_now_ms();
+	if (kill9)
+		h_daemon_kill9(&d);
+	else
+		cr_assert(eq(int, h_daemon_stop(&d), 0));
+	h_daemon_restart(&d);
+
+	/* calls made meanwhile wait for the reconnect */
+	cr_assert(eq(int, dlock_ping(c), 0));
+	/* the reconnect refreshed the lease: its deadline moved on */
+	end = dlock_now_ms() + 3000;
+	while (dlock_lease_deadline(l) <= before && dlock_now_ms() < end)
+		h_sleep_ms(10);
+	cr_assert(gt(i64, dlock_lease_deadline(l), before),
+		  "no refresh %lld ms after the restart began",
+		  (long long)(dlock_now_ms() - t0));
+	/* and renewal goes on: valid for the others all along */
+	other = client();
+	before = dlock_lease_deadline(l);
+	end = dlock_now_ms() + 2500;
+	while (dlock_now_ms() < end) {
+		cr_assert(eq(int, dlock_lease_valid(l), 1));
+		cr_assert(eq(int, dlock_check(other, "k", token, NULL, &cur),
+			     0),
+			  "current %llu", (unsigned long long)cur);
+		h_sleep_ms(50);
+	}
+	cr_assert(gt(i64, dlock_lease_deadline(l), before));
+	cr_assert(eq(int, atomic_load(&s.n), 0));
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	cr_assert(eq(int, dlock_check(other, "k", token, NULL, &cur),
+		     DLOCK_ESTALE));
+	dlock_close(other);
+	dlock_close(c);
+}
+
+Test(client, lease_survives_a_daemon_restart, .init = start_redis,
+     .fini = stop_all)
+{
+	lease_survives_restart(0);
+}
+
+Test(client, lease_survives_a_daemon_kill9, .init = start_redis,
+     .fini = stop_all)
+{
+	lease_survives_restart(1);
+}
+
+Test(client, memory_only_restart_loses_the_lease, .init = start_none,
+     .fini = stop_all)
+{
+	struct dlock_options o;
+	struct lost s = { 0 };
+	dlock_client *c;
+	dlock_lease *l, *l2;
+
+	opts(&o);
+	o.on_lost = on_lost;
+	o.arg = &s;
+	c = connect_with(&o);
+	l = must_lock(c, "m", 3000, 0);
+	cr_assert(eq(int, h_daemon_stop(&d), 0));
+	h_daemon_restart(&d);
+	cr_assert(eq(int, wait_lost(&s, 3000), 1));
+	cr_assert(eq(int, s.why, DLOCK_LOST_REJECTED));
+	cr_assert(eq(int, dlock_ping(c), 0));
+	/* the same thread takes it again: a new lease, a larger token */
+	l2 = must_lock(c, "m", 3000, 0);
+	cr_assert(gt(u64, dlock_lease_token(l2), dlock_lease_token(l)));
+	cr_assert(eq(int, dlock_unlock(c, l), DLOCK_ENOTHOLDER));
+	cr_assert(eq(int, dlock_unlock(c, l2), 0));
+	dlock_close(c);
+}
+
+Test(client, waiter_keeps_its_place_over_a_restart, .init = start_redis,
+     .fini = stop_all)
+{
+	dlock_client *a = client(), *b = client();
+	dlock_lease *l = must_lock(a, "line", 5000, 0);
+	struct waiter w = { .c = b, .name = "line", .wait = 20000 };
+	uint64_t first = dlock_lease_token(l);
+	struct dlock_status st;
+	pthread_t t;
+
+	pthread_create(&t, NULL, waiter_main, &w);
+	for (st.waiters = 0; st.waiters == 0;) {
+		cr_assert(eq(int, dlock_status(a, "line", &st), 0));
+		h_sleep_ms(5);
+	}
+	cr_assert(eq(int, h_daemon_stop(&d), 0));
+	h_daemon_restart(&d);
+	cr_assert(eq(int, dlock_unlock(a, l), 0));
+	pthread_join(t, NULL);
+	cr_assert(eq(int, w.rc, 0), "%s", dlock_strerror(w.rc));
+	cr_assert(gt(u64, dlock_lease_token(w.l), first));
+	cr_assert(eq(int, dlock_unlock(b, w.l), 0));
+	dlock_close(a);
+	dlock_close(b);
+}
+
+/* ---- threads ------------------------------------------------------------- */
+
+#define THREADS 8
+#define ROUNDS 60
+
+struct shared {
+	dlock_client *c;
+	atomic_int inside; /* threads in the "shared" critical section */
+	atomic_int errors;
+	uint64_t last_token; /* written only inside the critical section */
+};
+
+struct worker {
+	struct shared *s;
+	int id;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct shared *s = w->s;
+	char own[32];
+	dlock_lease *mine, *l;
+	int i;
+
+	snprintf(own, sizeof(own), "own-%d", w->id);
+	for (i = 0; i < ROUNDS; i++) {
+		if (dlock_lock(s->c, own, 5000, DLOCK_WAIT_FOREVER, &mine)) {
+			atomic_fetch_add(&s->errors, 1);
+			continue;
+		}
+		if (dlock_lock(s->c, "shared", 5000, DLOCK_WAIT_FOREVER, &l)) {
+			atomic_fetch_add(&s->errors, 1);
+		} else {
+			if (atomic_fetch_add(&s->inside, 1) != 0)
+				atomic_fetch_add(&s->errors, 1);
+			if (dlock_lease_token(l) <= s->last_token)
+				atomic_fetch_add(&s->errors, 1);
+			s->last_token = dlock_lease_token(l);
+			if (i % 8 == 0)
+				h_sleep_ms(1);
+			atomic_fetch_sub(&s->inside, 1);
+			if (dlock_unlock(s->c, l))
+				atomic_fetch_add(&s->errors, 1);
+		}
+		if (!dlock_lease_valid(mine) || dlock_unlock(s->c, mine))
+			atomic_fetch_add(&s->errors, 1);
+	}
+	return NULL;
+}
+
+Test(client, threads_share_one_client, .init = start_none, .fini = stop_all)
+{
+	struct shared s = { .c = client() };
+	struct worker w[THREADS];
+	pthread_t t[THREADS];
+	struct dlock_status st;
+	int i;
+
+	for (i = 0; i < THREADS; i++) {
+		w[i] = (struct worker){ &s, i };
+		cr_assert(eq(int, pthread_create(&t[i], NULL, worker_main,
+						 &w[i]),
+			     0));
+	}
+	for (i = 0; i < THREADS; i++)
+		pthread_join(t[i], NULL);
+	cr_assert(eq(int, atomic_load(&s.errors), 0));
+	cr_assert(eq(int, dlock_status(s.c, "shared", &st), 0));
+	cr_assert(eq(int, st.held, 0));
+	cr_assert(eq(int, dlock_ping(s.c), 0));
+	dlock_close(s.c);
+}
+
+Test(client, close_wakes_a_waiting_caller, .init = start_none,
+     .fini = stop_all)
+{
+	dlock_client *a = client(), *b = client();
+	dlock_lease *l = must_lock(a, "cl", 5000, 0);
+	struct waiter w = { .c = b, .name = "cl", .wait = DLOCK_WAIT_FOREVER };
+	struct dlock_status st;
+	pthread_t t;
+
+	pthread_create(&t, NULL, waiter_main, &w);
+	for (st.waiters = 0; st.waiters == 0;) {
+		cr_assert(eq(int, dlock_status(a, "cl", &st), 0));
+		h_sleep_ms(5);
+	}
+	dlock_close(b);
+	pthread_join(t, NULL);
+	cr_assert(eq(int, w.rc, DLOCK_ECANCELED));
+	cr_assert(eq(int, dlock_unlock(a, l), 0));
+	dlock_close(a);
+}
+
+/* ---- the stock demo ------------------------------------------------------ */
+
+Test(client, stock_demo_sells_exactly_the_stock, .init = start_none,
+     .fini = stop_all, .timeout = 120)
+{
+	const char *dir = getenv("DLOCK_EXAMPLES");
+	char path[512], port[16], out[4096];
+	int pfd[2], st;
+	size_t n = 0;
+	ssize_t k;
+	pid_t pid;
+
+	snprintf(path, sizeof(path), "%s/stock",
+		 dir && dir[0] ? dir : "build/examples");
+	snprintf(port, sizeof(port), "%d", d.port);
+	cr_assert(eq(int, access(path, X_OK), 0), "%s: %s", path,
+		  strerror(errno));
+	cr_assert(eq(int, pipe(pfd), 0));
+	pid = fork();
+	cr_assert(ge(int, pid, 0));
+	if (pid == 0) {
+		dup2(pfd[1], STDOUT_FILENO);
+		close(pfd[0]);
+		close(pfd[1]);
+		execl(path, path, "-p", port, (char *)NULL);
+		_exit(127);
+	}
+	close(pfd[1]);
+	while (n < sizeof(out) - 1 &&
+	       (k = read(pfd[0], out + n, sizeof(out) - 1 - n)) > 0)
+		n += (size_t)k;
+	out[n] = '\0';
+	close(pfd[0]);
+	cr_assert(eq(int, waitpid(pid, &st, 0), pid));
+	cr_assert(eq(int, WIFEXITED(st), 1));
+	cr_assert(eq(int, WEXITSTATUS(st), 0), "output:\n%s", out);
+	cr_assert(ne(ptr, strstr(out, "sold 10 of 10 items"), NULL),
+		  "output:\n%s", out);
+}
