@@ -72,7 +72,7 @@ TEST_BINS  := $(addprefix $(O)/tests/,$(UNIT_TESTS) $(INTEG_TESTS))
 
 .PHONY: all check test unit integ scripts run install uninstall clean deps \
         bench fuzz format
-all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock $(O)/dlock.pc \
+all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
      $(O)/examples/stock
 
 # ---- build rules -------------------------------------------------------------
@@ -104,16 +104,14 @@ $(LIBDLOCK_SO): $(LIB_PIC_OBJ)
 	  -o $@ $^ -lpthread
 	ln -sf libdlock.so.$(SOVERSION) $(O)/libdlock.so
 
-$(O)/dlock: $(O)/client/dlock_cli.o $(LIBDLOCK_A)
+$(O)/dlock: $(O)/client/dlock_cli.o $(O)/client/dlock_cmds.o \
+            $(O)/client/dlock_run.o $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lpthread
 
 $(O)/examples/stock: $(O)/client/examples/stock.o $(LIBDLOCK_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lpthread
 
-$(O)/dlock.pc: client/dlock.pc.in Makefile
-	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|' \
-	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' $< > $@
 
 # ---- tests -------------------------------------------------------------------
 
@@ -228,13 +226,12 @@ fuzz:
 
 # ---- install ----------------------------------------------------------------
 
-$(O)/dlockd.service: systemd/dlockd.service.in Makefile
-	sed -e 's|@SBINDIR@|$(SBINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' $< > $@
-
 MAN_PAGES := client/dlock.1 server/dlockd.conf.5 server/dlockd.8
 
 # An existing /etc/dlockd/dlockd.conf is the operator's: never overwritten.
-install: all $(O)/dlockd.service
+# dlock.pc and the unit carry install paths, so they are written here, with
+# this install's PREFIX, never taken from an earlier build.
+install: all
 	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) \
 	  $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
 	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
@@ -246,11 +243,14 @@ install: all $(O)/dlockd.service
 	install -m 755 $(LIBDLOCK_SO) $(DESTDIR)$(LIBDIR)/libdlock.so.$(SOVERSION)
 	ln -sf libdlock.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libdlock.so
 	install -m 644 client/dlock.h $(DESTDIR)$(INCLUDEDIR)/dlock.h
-	install -m 644 $(O)/dlock.pc $(DESTDIR)$(LIBDIR)/pkgconfig/dlock.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' \
+	    client/dlock.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/dlock.pc
 	install -m 644 client/dlock.1 $(DESTDIR)$(MANDIR)/man1/dlock.1
 	install -m 644 server/dlockd.conf.5 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5
 	install -m 644 server/dlockd.8 $(DESTDIR)$(MANDIR)/man8/dlockd.8
-	install -m 644 $(O)/dlockd.service $(DESTDIR)$(UNITDIR)/dlockd.service
+	sed -e 's|@SBINDIR@|$(SBINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+	    systemd/dlockd.service.in > $(DESTDIR)$(UNITDIR)/dlockd.service
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/dlockd/dlockd.conf ]; then \
 	  echo "install: kept the existing $(DESTDIR)$(SYSCONFDIR)/dlockd/dlockd.conf"; \
 	else \
