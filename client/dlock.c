@@ -69,9 +69,13 @@
  * With renew off the guard still holds: the application then refreshes
  * (dlock_refresh) before deadline - lost_guard, or loses the lease.
  *
- * Owner ids. Two live clients must not share an owner id: to the server
- * they would be one holder (that is the point of reusing an id across
- * reconnects, not across clients).
+ * Owner ids. The server knows one holder per owner id, whatever the
+ * connection: two live clients must not share an id unless they mean to
+ * share their locks (dlock.h, options.owner, says what breaks otherwise).
+ * Reusing an id across reconnects keeps a client's leases; across
+ * processes it lets dlock_unlock_token() and dlock_refresh_token() reach
+ * a lease another process took. Those two make no lease record: the
+ * lease stays the other process's to renew, and on_lost never hears of it.
  */
 #include "client/dlock_private.h"
 
@@ -425,17 +429,18 @@ static int queued_ahead(const struct dlock_client *c, const char *name,
  * acquires `name`: 0, DLOCK_EBUSY (wait_ms 0), DLOCK_ETIMEDOUT or
  * DLOCK_ECANCELED. Only the first waiter for a name is woken when it
  * frees (dl__name_wake): no herd. */
-static int wait_turn(struct dlock_client *c, const char *name,
-		     int64_t wait_ms, int64_t wait_end)
+static int wait_turn(struct dlock_client *c, const char *name, int64_t wait_ms,
+		     int64_t wait_end)
 {
 	pthread_t self = pthread_self();
-	struct dl__lwait me = { .name = name }, **pp;
+	struct dl__lwait me = {.name = name}, **pp;
 	const struct dl__lease *l;
 	int err = 0;
 
 	for (l = c->leases; l; l = l->next)
 		if (l->nhandles > 0 && !l->unlocking &&
-		    pthread_equal(l->holder, self) && strcmp(l->name, name) == 0)
+		    pthread_equal(l->holder, self) &&
+		    strcmp(l->name, name) == 0)
 			return 0; /* a reentry: the others wait for us */
 	if (!name_busy(c, name, self) && !queued_ahead(c, name, NULL))
 		return 0;
@@ -696,6 +701,65 @@ int dlock_stats(dlock_client *c,
 		p = v + strlen(v) + 1;
 	}
 	dl__req_free(q);
+	return err;
+}
+
+/* ---- leases by (name, token) --------------------------------------------- */
+
+/*
+ * One UNLOCK or REFRESH of a lease that this client has no handle for (one
+ * taken by another process of the same owner id). No record is made or
+ * changed: the background thread neither renews nor guards such a lease.
+ * A lease the client keeps a record of -- it holds handles for it, lost or
+ * not, or is unlocking its last one -- is refused: acting on it behind its
+ * handles' back would make the record lie (a released lease still renewed,
+ * a refresh undone by the next renewal's TTL).
+ */
+int dlock_unlock_token(dlock_client *c, const char *name, uint64_t token,
+		       uint32_t *holds_left)
+{
+	struct dl__req *q = NULL;
+	int err;
+
+	if (!c || bad_name(name))
+		return DLOCK_EINVAL;
+	if ((err = enter(c)) < 0)
+		return err;
+	if (dl__lease_find(c, name, token))
+		err = DLOCK_EINVAL;
+	else
+		err = ask(c, DL__UNLOCK_TOKEN, name, token, &q);
+	if (q && err == 0 && holds_left)
+		*holds_left = (uint32_t)q->r_value;
+	dl__req_free(q);
+	leave(c);
+	return err;
+}
+
+int dlock_refresh_token(dlock_client *c, const char *name, uint64_t token,
+			int64_t ttl_ms, int64_t *granted_ttl_ms)
+{
+	struct dl__req *q;
+	int err;
+
+	if (!c || bad_name(name) || bad_ms(ttl_ms))
+		return DLOCK_EINVAL;
+	if ((err = enter(c)) < 0)
+		return err;
+	if (dl__lease_find(c, name, token)) {
+		err = DLOCK_EINVAL;
+	} else if (!(q = dl__req_new(DL__REFRESH_TOKEN, name, 0))) {
+		err = DLOCK_ENOMEM;
+	} else {
+		q->token = token;
+		q->ttl = ttl_ms; /* 0: no ttl=, the lease's last TTL */
+		q->deadline = dl__now() + c->opt.request_timeout_ms;
+		err = dl__call(c, &q);
+		if (q && err == 0 && granted_ttl_ms)
+			*granted_ttl_ms = (int64_t)q->r_value;
+		dl__req_free(q);
+	}
+	leave(c);
 	return err;
 }
 

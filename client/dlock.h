@@ -37,6 +37,10 @@
  * back its place in the queue). Calls made while disconnected wait for the
  * reconnect up to their timeout.
  *
+ * Leases of other processes. dlock_unlock_token() and dlock_refresh_token()
+ * act on a lease of the client's owner id by (name, token), without a
+ * handle: one that another process with the same owner id took.
+ *
  * Errors are negative DLOCK_E* codes; dlock_strerror() describes them, and
  * dlock_last_error() gives the server's text of the last ERR reply seen by
  * the calling thread.
@@ -58,42 +62,42 @@ extern "C" {
 
 #define DLOCK_VERSION "0.1.0"
 
-/* ---- errors --------------------------------------------------------------- */
+/* ---- errors -------------------------------------------------------------- */
 
 enum {
 	DLOCK_OK = 0,
-	DLOCK_EBUSY = -1,        /* TRYLOCK: held by another owner */
-	DLOCK_ETIMEDOUT = -2,    /* the wait ran out (* TIMEOUT), or no reply
+	DLOCK_EBUSY = -1,	 /* TRYLOCK: held by another owner */
+	DLOCK_ETIMEDOUT = -2,	 /* the wait ran out (* TIMEOUT), or no reply
 				    within request_timeout_ms */
-	DLOCK_ENOTHOLDER = -3,   /* UNLOCK/REFRESH: not this owner's lease */
-	DLOCK_ESTALE = -4,       /* CHECK: the token does not hold the lock */
-	DLOCK_ELOST = -5,        /* the lease was lost before the call */
-	DLOCK_ECONNECT = -6,     /* cannot connect */
-	DLOCK_ECLOSED = -7,      /* the connection closed and could not be
+	DLOCK_ENOTHOLDER = -3,	 /* UNLOCK/REFRESH: not this owner's lease */
+	DLOCK_ESTALE = -4,	 /* CHECK: the token does not hold the lock */
+	DLOCK_ELOST = -5,	 /* the lease was lost before the call */
+	DLOCK_ECONNECT = -6,	 /* cannot connect */
+	DLOCK_ECLOSED = -7,	 /* the connection closed and could not be
 				    re-established in time */
-	DLOCK_EAUTH = -8,        /* AUTH failed, or required and missing */
+	DLOCK_EAUTH = -8,	 /* AUTH failed, or required and missing */
 	DLOCK_EUNAVAILABLE = -9, /* server: persistence down, try later */
-	DLOCK_ELIMIT = -10,      /* server: a limit was reached */
-	DLOCK_EINVAL = -11,      /* bad argument (also server BAD_ARG) */
-	DLOCK_EPROTO = -12,      /* the server said something unexpected */
+	DLOCK_ELIMIT = -10,	 /* server: a limit was reached */
+	DLOCK_EINVAL = -11,	 /* bad argument (also server BAD_ARG) */
+	DLOCK_EPROTO = -12,	 /* the server said something unexpected */
 	DLOCK_ENOMEM = -13,
-	DLOCK_ESERVER = -14,     /* any other ERR from the server */
-	DLOCK_ECANCELED = -15,   /* the client is closing */
+	DLOCK_ESERVER = -14,   /* any other ERR from the server */
+	DLOCK_ECANCELED = -15, /* the client is closing */
 };
 
 const char *dlock_strerror(int err);
 /* The text of the last ERR/NO line the calling thread received, or "". */
 const char *dlock_last_error(void);
 
-/* ---- options --------------------------------------------------------------- */
+/* ---- options ------------------------------------------------------------- */
 
 typedef struct dlock_client dlock_client;
 typedef struct dlock_lease dlock_lease;
 
 /* Why a lease was lost. */
 enum dlock_lost_reason {
-	DLOCK_LOST_EXPIRED = 1,   /* the server reaped it (* EXPIRED) */
-	DLOCK_LOST_REJECTED = 2,  /* a refresh was answered NO NOT_HOLDER */
+	DLOCK_LOST_EXPIRED = 1,	    /* the server reaped it (* EXPIRED) */
+	DLOCK_LOST_REJECTED = 2,    /* a refresh was answered NO NOT_HOLDER */
 	DLOCK_LOST_UNCONFIRMED = 3, /* no confirmation in time (server or
 				       network unreachable) */
 };
@@ -109,29 +113,66 @@ typedef void (*dlock_lost_cb)(dlock_client *c, const dlock_lease *lease,
 			      enum dlock_lost_reason why, void *arg);
 
 struct dlock_options {
-	const char *host;       /* "127.0.0.1" */
-	int port;               /* 7420 */
-	const char *unix_path;  /* used instead of host/port when set */
-	const char *password;   /* NULL: no AUTH */
-	const char *owner;      /* NULL: random, fixed for the client's life */
+	const char *host;      /* "127.0.0.1" */
+	int port;	       /* 7420 */
+	const char *unix_path; /* used instead of host/port when set */
+	const char *password;  /* NULL: no AUTH */
+	/*
+	 * owner: the owner id said in HELLO (the string is copied). NULL:
+	 * a random one, fixed for the client's life and never shared.
+	 *
+	 * The server knows holders by owner id, not by connection: all
+	 * connections that say one id are ONE holder. A LOCK of a name that
+	 * id holds is granted at once as a reentry (same token, one more
+	 * hold), whichever client or process sends it, and any of them may
+	 * UNLOCK or REFRESH the lease. That is what lets a client keep its
+	 * leases over a reconnect, and dlock_unlock_token() reach a lease
+	 * another process took. It also means that two live clients must
+	 * not use one owner id at the same time unless they mean to share
+	 * their locks: they do not exclude each other.
+	 *
+	 * Reconnects. A LOCK whose reply was lost with the connection is
+	 * sent again; if the first one had been granted, the second is
+	 * granted as a reentry and the server counts a hold that no handle
+	 * stands for. The library cannot tell how many such holds there
+	 * are, so when the UNLOCK of a lease's last handle is answered HELD
+	 * (no handle of the lease left, no thread of the client acquiring
+	 * its name) it sends UNLOCK again until RELEASED or NOT_HOLDER; the
+	 * clean-up of a grant nobody wanted does the same. This gives back
+	 * only this client's holds as long as every hold of its owner id on
+	 * that lease came from this client: the id is not used by another
+	 * live client, and no lease of the id that an earlier user left at
+	 * the server (a `dlock lock`, a client closed without unlocking) is
+	 * still held when the client locks the same name. Otherwise the
+	 * lock is granted as a reentry of that lease, and the dlock_unlock()
+	 * of the last handle releases the other user's holds as well. A
+	 * program that must reuse such an id can look after the grant
+	 * (dlock_status(): a count above its own holds means someone else
+	 * holds the lease too) and give back only the hold it got: never
+	 * with dlock_unlock(), but with dlock_close() (which frees the
+	 * handle and releases nothing) and then dlock_unlock_token() on a
+	 * client of the same id that has no handle for the lease. `dlock
+	 * run` does that.
+	 */
+	const char *owner;
 	int connect_timeout_ms; /* 2000 */
 	int request_timeout_ms; /* 5000: a reply later than this is
 				   DLOCK_ETIMEDOUT (the lock wait itself is
 				   not counted) */
-	int reconnect;          /* 1: reconnect after a drop (backoff up to
+	int reconnect;		/* 1: reconnect after a drop (backoff up to
 				   1 s); 0: fail with DLOCK_ECLOSED */
-	int renew;              /* 1: refresh held leases every TTL/3 */
-	int lost_guard_ms;      /* 0: max(TTL/10, 20 ms). A lease not
+	int renew;		/* 1: refresh held leases every TTL/3 */
+	int lost_guard_ms;	/* 0: max(TTL/10, 20 ms). A lease not
 				   confirmed until now + this is lost */
-	dlock_lost_cb on_lost;  /* NULL: none */
-	void *arg;              /* passed to on_lost */
+	dlock_lost_cb on_lost;	/* NULL: none */
+	void *arg;		/* passed to on_lost */
 };
 
 /* Fill o with the defaults above. The strings are borrowed only during
  * dlock_connect() (the client copies them). */
 void dlock_options_init(struct dlock_options *o);
 
-/* ---- the client --------------------------------------------------------------- */
+/* ---- the client ---------------------------------------------------------- */
 
 /* Connect, AUTH, HELLO owner=...; start the background thread. On success
  * *out is a client to free with dlock_close(). */
@@ -146,7 +187,7 @@ void dlock_close(dlock_client *c);
 /* The owner id (valid for the client's life). */
 const char *dlock_owner(const dlock_client *c);
 
-/* ---- locking -------------------------------------------------------------------- */
+/* ---- locking ------------------------------------------------------------- */
 
 #define DLOCK_WAIT_FOREVER (-1)
 
@@ -170,6 +211,50 @@ int dlock_unlock(dlock_client *c, dlock_lease *l);
  * the server no longer has it (on_lost is called too). */
 int dlock_refresh(dlock_client *c, dlock_lease *l, int64_t ttl_ms);
 
+/* ---- leases by (name, token) --------------------------------------------- */
+
+/*
+ * These act on a lease of this client's owner id that the client has no
+ * handle for: typically one that another process with the same owner id
+ * (options.owner) took, as `dlock lock` does for `dlock unlock` and
+ * `dlock refresh`. Each call sends one request and keeps no state: no
+ * lease record or handle is made, the library does not renew the lease,
+ * keeps no deadline for it and never calls on_lost for it. `name` is
+ * borrowed for the call.
+ *
+ * A (name, token) for which this client holds lease handles (also lost
+ * ones not yet given back with dlock_unlock(), or a last one being
+ * unlocked) is refused with DLOCK_EINVAL, before anything is sent: use
+ * dlock_unlock() and dlock_refresh() on the handles, which keep the
+ * client's record of the lease true.
+ */
+
+/* UNLOCK name token: give back one hold. 0 on success, and *holds_left
+ * (if not NULL) says what is left: 0 when that was the last hold and the
+ * lease is released (RELEASED), else the reentrant holds still held
+ * (HELD). DLOCK_ENOTHOLDER if this owner holds no lease of `name` with
+ * that token (wrong owner or token, released, expired). DLOCK_EINVAL (bad
+ * name, or a lease this client has handles for), DLOCK_EUNAVAILABLE, and
+ * transport errors. The UNLOCK is never sent twice (a second one would
+ * give back a second hold): after DLOCK_ETIMEDOUT or DLOCK_ECLOSED (the
+ * connection dropped meanwhile) its outcome is unknown. */
+int dlock_unlock_token(dlock_client *c, const char *name, uint64_t token,
+		       uint32_t *holds_left);
+
+/* REFRESH name token: the lease's deadline becomes now + ttl_ms (0: the
+ * lease's last TTL, as the server keeps it). 0 on success, and
+ * *granted_ttl_ms (if not NULL) is the TTL the server granted.
+ * DLOCK_ENOTHOLDER if this owner holds no such lease (a lease past its
+ * deadline is gone). DLOCK_EINVAL (bad name or TTL, a TTL above the
+ * server's max_ttl, or a lease this client has handles for),
+ * DLOCK_EUNAVAILABLE, and transport errors. A REFRESH whose reply was lost
+ * with the connection is sent again after the reconnect (twice is
+ * harmless). */
+int dlock_refresh_token(dlock_client *c, const char *name, uint64_t token,
+			int64_t ttl_ms, int64_t *granted_ttl_ms);
+
+/* ---- questions ----------------------------------------------------------- */
+
 /* Ask the server whether `token` holds `name`: 0 (and *remaining_ms, if
  * not NULL) or DLOCK_ESTALE (and *current, if not NULL: the holder's
  * token, 0 if free). */
@@ -179,10 +264,10 @@ int dlock_check(dlock_client *c, const char *name, uint64_t token,
 struct dlock_status {
 	int held;
 	uint64_t token;
-	int64_t ttl_ms;   /* remaining */
-	uint32_t count;   /* reentrant holds */
+	int64_t ttl_ms; /* remaining */
+	uint32_t count; /* reentrant holds */
 	uint32_t waiters;
-	char owner[65];   /* "" when free */
+	char owner[65]; /* "" when free */
 };
 int dlock_status(dlock_client *c, const char *name, struct dlock_status *st);
 
@@ -194,11 +279,11 @@ int dlock_stats(dlock_client *c,
 		void (*cb)(const char *key, const char *value, void *arg),
 		void *arg);
 
-/* ---- lease handles (all safe to call from any thread, and from on_lost) --- */
+/* ---- lease handles (all safe to call from any thread, and from on_lost) -- */
 
 const char *dlock_lease_name(const dlock_lease *l);
 uint64_t dlock_lease_token(const dlock_lease *l);
-int64_t dlock_lease_ttl(const dlock_lease *l);      /* last granted TTL */
+int64_t dlock_lease_ttl(const dlock_lease *l); /* last granted TTL */
 /* Local deadline on CLOCK_MONOTONIC, in ms; renewal moves it. */
 int64_t dlock_lease_deadline(const dlock_lease *l);
 /* 1 while held and not lost and the local deadline is ahead. */

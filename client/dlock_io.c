@@ -17,10 +17,13 @@
  * CHECK, STATUS, STATS), REFRESH, and LOCK (with the wait that remains) are
  * written again on the new connection; the UNLOCK of a lease's last hold
  * too (NOT_HOLDER then means it was released before the drop); an UNLOCK of
- * a reentrant hold is not (a second one could release the lease) and fails
+ * a reentrant hold is not (a second one could release the lease), nor one
+ * by token (dlock_unlock_token: it may be one hold of several), and fails
  * with DLOCK_ECLOSED. A LOCK whose GRANTED was lost and is sent again is
  * granted as a reentry: the hold it counts too many is given back when the
- * lease's last handle is unlocked (UNLOCK answered HELD: unlock again).
+ * lease's last handle is unlocked (UNLOCK answered HELD: unlock again; see
+ * options.owner in dlock.h for why that gives back only this client's
+ * holds).
  * The new connection starts with AUTH, HELLO owner=<same owner>, a REFRESH
  * of every lease still within its local deadline, then the requests kept.
  */
@@ -115,7 +118,7 @@ int dl__connect_sync(struct dlock_client *c, int64_t deadline)
 	for (i = 0; i < c->naddrs; i++) {
 		fd = connect_start(c, i, &done);
 		while (fd >= 0 && !done) {
-			struct pollfd p = { .fd = fd, .events = POLLOUT };
+			struct pollfd p = {.fd = fd, .events = POLLOUT};
 			int64_t left = deadline - dl__now();
 
 			if (left <= 0) {
@@ -258,7 +261,8 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 			       c->initial ? DLOCK_ECONNECT : DLOCK_ECLOSED);
 		return 0;
 	}
-	if (q->op == DL__UNLOCK && !q->last_hold) {
+	if ((q->op == DL__UNLOCK && !q->last_hold) ||
+	    q->op == DL__UNLOCK_TOKEN) {
 		dl__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
@@ -325,8 +329,9 @@ static void disconnect(struct dlock_client *c)
 		c->state = DL__DEAD;
 		for (q = c->unsent; q; q = next) {
 			next = q->next;
-			dl__req_finish(c, q, c->initial ? DLOCK_ECONNECT
-							: DLOCK_ECLOSED);
+			dl__req_finish(c, q,
+				       c->initial ? DLOCK_ECONNECT
+						  : DLOCK_ECLOSED);
 		}
 		c->unsent = c->unsent_tail = NULL;
 		return;
@@ -465,8 +470,8 @@ void *dl__thread_main(void *arg)
 		if (c->notify_count > 0)
 			continue;
 
-		p[0] = (struct pollfd){ .fd = c->wake[0], .events = POLLIN };
-		p[1] = (struct pollfd){ .fd = c->fd, .events = 0 };
+		p[0] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
+		p[1] = (struct pollfd){.fd = c->fd, .events = 0};
 		if (c->state == DL__DOWN && c->reconnect_at < next)
 			next = c->reconnect_at;
 		if (c->state == DL__CONNECTING) {

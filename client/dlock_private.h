@@ -1,5 +1,5 @@
 /*
- * dlock_private.h -- libdlock's internals, shared by its three modules:
+ * dlock_private.h -- libdlock's internals, shared by its four modules:
  *
  *   dlock.c      the public calls (dlock.h): argument checks, local
  *                exclusion between threads, waiting for results;
@@ -27,17 +27,17 @@
 
 /* ---- limits and timings -------------------------------------------------- */
 
-#define DL__NEVER INT64_MAX        /* a deadline that never comes */
-#define DL__BACKOFF_MIN_MS 50      /* first pause between reconnects */
-#define DL__BACKOFF_MAX_MS 1000    /* the pause doubles up to this */
-#define DL__GUARD_MIN_MS 20        /* default lost guard: max(TTL/10, this) */
-#define DL__RENEW_RETRY_MIN_MS 10  /* a failed renewal is retried after
-				      max(TTL/10, this) */
-#define DL__ADDRS_MAX 8            /* resolved addresses kept for reconnects */
-#define DL__TAG_SIZE 24            /* "r" + 20 digits + NUL */
-#define DL__STATS_MAX (256 * 1024) /* bytes of a STATS body kept */
-#define DL__ERR_MAX DL_REPLY_MAX   /* text of a NO/ERR line */
-#define DL__DEFAULT_HOST "127.0.0.1"
+/* A failed renewal is retried after max(TTL/10, DL__RENEW_RETRY_MIN_MS). */
+#define DL__RENEW_RETRY_MIN_MS 10
+#define DL__NEVER	       INT64_MAX /* a deadline that never comes */
+#define DL__BACKOFF_MIN_MS     50	 /* first pause between reconnects */
+#define DL__BACKOFF_MAX_MS     1000	 /* the pause doubles up to this */
+#define DL__GUARD_MIN_MS       20 /* default lost guard: max(TTL/10, this) */
+#define DL__ADDRS_MAX	       8  /* resolved addresses kept for reconnects */
+#define DL__TAG_SIZE	       24 /* "r" + 20 digits + NUL */
+#define DL__STATS_MAX	       (256 * 1024) /* bytes of a STATS body kept */
+#define DL__ERR_MAX	       DL_REPLY_MAX /* text of a NO/ERR line */
+#define DL__DEFAULT_HOST       "127.0.0.1"
 
 /* ---- requests ------------------------------------------------------------ */
 
@@ -47,8 +47,11 @@ enum dl__op {
 	DL__LOCK,    /* LOCK, or TRYLOCK when wait is 0 */
 	DL__CONFIRM, /* REFRESH after a "* GRANTED": starts the deadline */
 	DL__UNLOCK,
-	DL__REFRESH, /* dlock_refresh() */
-	DL__RENEW,   /* the background renewal of a lease */
+	DL__REFRESH,	   /* dlock_refresh() */
+	DL__UNLOCK_TOKEN,  /* dlock_unlock_token(): no lease record */
+	DL__REFRESH_TOKEN, /* dlock_refresh_token(): no lease record; ttl 0
+			      is sent as no ttl= (the server's last TTL) */
+	DL__RENEW,	   /* the background renewal of a lease */
 	DL__CHECK,
 	DL__CANCEL,
 	DL__STATUS,
@@ -76,37 +79,38 @@ struct dl__lease;
  * comes, or by a disconnect.
  */
 struct dl__req {
-	struct dl__req *next;              /* on its list (see where) */
-	struct dl__req *anext, *aprev;     /* c->acquiring (LOCK calls) */
+	struct dl__req *next;	       /* on its list (see where) */
+	struct dl__req *anext, *aprev; /* c->acquiring (LOCK calls) */
 	enum dl__op op;
 	enum dl__where where;
-	unsigned internal : 1;  /* nobody waits for it */
+	unsigned internal : 1;	/* nobody waits for it */
 	unsigned abandoned : 1; /* the caller gave up; outcome to clean up */
-	unsigned in_acq : 1;    /* on c->acquiring */
-	unsigned resent : 1;    /* written again after a reconnect */
+	unsigned in_acq : 1;	/* on c->acquiring */
+	unsigned resent : 1;	/* written again after a reconnect */
 	unsigned last_hold : 1; /* UNLOCK of a lease's last handle: a HELD
 				   reply means holds we lost track of */
-	unsigned done : 1;      /* rc is final */
-	unsigned retries : 2;   /* LOCK: ALREADY_WAITING answers */
+	unsigned done : 1;	/* rc is final */
+	unsigned retries : 2;	/* LOCK: ALREADY_WAITING answers */
 	char tag[DL__TAG_SIZE]; /* id= of the last write */
 	char name[DL_NAME_MAX + 1];
-	uint64_t token;   /* UNLOCK REFRESH CHECK CONFIRM; result of LOCK */
-	int64_t ttl;      /* ms, explicit (0 resolved to the server default) */
-	int64_t wait;     /* LOCK: ms as asked, -1 forever */
-	int64_t wait_end; /* LOCK: monotonic end of the wait, from the first
-			     write; DL__NEVER for forever */
-	int64_t sent_at;  /* monotonic ms of the last write */
-	int64_t deadline; /* the caller gives up then (DL__NEVER: never) */
-	pthread_t thread; /* LOCK: the calling thread */
+	uint64_t token;	   /* of UNLOCK REFRESH CHECK CONFIRM; LOCK's result */
+	int64_t ttl;	   /* ms, explicit (0 resolved to the server default) */
+	int64_t wait;	   /* LOCK: ms as asked, -1 forever */
+	int64_t wait_end;  /* LOCK: monotonic end of the wait, from the first
+			      write; DL__NEVER for forever */
+	int64_t sent_at;   /* monotonic ms of the last write */
+	int64_t deadline;  /* the caller gives up then (DL__NEVER: never) */
+	pthread_t thread;  /* LOCK: the calling thread */
 	pthread_cond_t cv; /* signalled when done or deadline changes */
 	struct dl__lease *lease; /* UNLOCK REFRESH RENEW: a reference */
 	int rc;
-	uint64_t r_value; /* CHECK remaining, STALE current */
+	uint64_t r_value;    /* CHECK remaining, STALE current, UNLOCK_TOKEN
+				holds left, REFRESH_TOKEN granted ttl */
 	dlock_lease *handle; /* LOCK: the new handle */
 	struct dlock_status status;
-	char *stats;        /* "key\0value\0" pairs */
+	char *stats; /* "key\0value\0" pairs */
 	size_t stats_len, stats_cap;
-	uint64_t stats_n;   /* pairs in stats */
+	uint64_t stats_n;      /* pairs in stats */
 	char err[DL__ERR_MAX]; /* the NO/ERR line, "" if none */
 };
 
@@ -123,15 +127,15 @@ struct dl__lease {
 	char name[DL_NAME_MAX + 1];
 	uint64_t token;
 	_Atomic int64_t deadline; /* local deadline, monotonic ms */
-	_Atomic int64_t ttl;      /* last granted TTL, ms */
-	int64_t renew_at;         /* next renewal, monotonic ms */
-	pthread_t holder;         /* thread that acquired it */
-	dlock_lease *handles;     /* its holds */
+	_Atomic int64_t ttl;	  /* last granted TTL, ms */
+	int64_t renew_at;	  /* next renewal, monotonic ms */
+	pthread_t holder;	  /* thread that acquired it */
+	dlock_lease *handles;	  /* its holds */
 	int nhandles;
 	int refs;
-	unsigned linked : 1;     /* on c->leases */
-	unsigned dead : 1;       /* lost: not renewed nor guarded */
-	unsigned unlocking : 1;  /* its last handle is being unlocked */
+	unsigned linked : 1;	 /* on c->leases */
+	unsigned dead : 1;	 /* lost: not renewed nor guarded */
+	unsigned unlocking : 1;	 /* its last handle is being unlocked */
 	unsigned refreshing : 1; /* a renewal is in flight */
 };
 
@@ -155,16 +159,16 @@ struct dl__lwait {
 /* ---- the client ---------------------------------------------------------- */
 
 enum dl__state {
-	DL__DOWN,       /* not connected; next attempt at reconnect_at */
+	DL__DOWN,	/* not connected; next attempt at reconnect_at */
 	DL__CONNECTING, /* a non-blocking connect is in progress */
-	DL__UP,         /* connected: requests are written at once */
-	DL__DEAD,       /* closed for good (reconnect off, or closing) */
+	DL__UP,		/* connected: requests are written at once */
+	DL__DEAD,	/* closed for good (reconnect off, or closing) */
 };
 
 struct dlock_client {
 	pthread_mutex_t mu;
 	struct dl__lwait *lwait; /* threads waiting for a name, FIFO */
-	pthread_cond_t idle_cv; /* callers left; a callback returned */
+	pthread_cond_t idle_cv;	 /* callers left; a callback returned */
 	pthread_t thread;
 	int thread_started;
 	int wake[2]; /* self-pipe: [0] polled by the thread */
@@ -185,9 +189,9 @@ struct dlock_client {
 	/* connection (the thread's, under mu) */
 	int fd;
 	enum dl__state state;
-	int initial;   /* dlock_connect's own handshake is running */
-	int closing;   /* dlock_close has begun */
-	int wfail;     /* a write failed: the thread must disconnect */
+	int initial; /* dlock_connect's own handshake is running */
+	int closing; /* dlock_close has begun */
+	int wfail;   /* a write failed: the thread must disconnect */
 	int64_t reconnect_at, connect_deadline, backoff;
 	struct dl_linebuf lb;
 	char *out; /* bytes written but not yet taken by the kernel */
@@ -196,17 +200,17 @@ struct dlock_client {
 	/* requests */
 	struct dl__req *fifo, *fifo_tail;     /* sent, in order */
 	struct dl__req *unsent, *unsent_tail; /* to write on connect */
-	struct dl__req *waiting;              /* QUEUED LOCKs */
-	struct dl__req *acquiring;            /* LOCK calls in flight */
-	struct dl__req *stats_req;            /* reading a STATS body */
-	uint64_t stats_left;                  /* its lines still to come */
-	uint64_t seq;                         /* tags: "r<seq>" */
+	struct dl__req *waiting;	      /* QUEUED LOCKs */
+	struct dl__req *acquiring;	      /* LOCK calls in flight */
+	struct dl__req *stats_req;	      /* reading a STATS body */
+	uint64_t stats_left;		      /* its lines still to come */
+	uint64_t seq;			      /* tags: "r<seq>" */
 
 	/* leases */
 	struct dl__lease *leases;
-	int notify_count;               /* handles with notify set */
-	const dlock_lease *cb_handle;   /* in on_lost right now */
-	int ncallers;                   /* threads inside public calls */
+	int notify_count;	      /* handles with notify set */
+	const dlock_lease *cb_handle; /* in on_lost right now */
+	int ncallers;		      /* threads inside public calls */
 };
 
 /* ---- dlock_req.c --------------------------------------------------------- */
@@ -251,8 +255,8 @@ struct dl__lease *dl__lease_find(struct dlock_client *c, const char *name,
 				 uint64_t token);
 /* A grant of (q->name, token) confirmed by a request sent at sent_at with
  * `ms` of lease left: a new handle for q's caller (q->handle). */
-int dl__lease_grant(struct dlock_client *c, struct dl__req *q,
-		    uint64_t token, int64_t ms, int64_t sent_at);
+int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
+		    int64_t ms, int64_t sent_at);
 /* The server confirmed the lease for ms from sent_at. */
 void dl__lease_confirm(struct dl__lease *l, int64_t sent_at, int64_t ms);
 /* Mark lost; on_lost is called by the thread for each handle. */

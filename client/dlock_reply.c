@@ -12,7 +12,9 @@
  * true: a grant makes a handle, a confirmation moves the local deadline,
  * NO NOT_HOLDER and * EXPIRED lose the lease. What a request given up by
  * its caller still brings is cleaned up here: a grant is UNLOCKed, a
- * QUEUED is CANCELled.
+ * QUEUED is CANCELled. The requests by (name, token) of
+ * dlock_unlock_token() and dlock_refresh_token() concern leases without a
+ * record and touch none: their replies only carry an outcome.
  */
 #include "client/dlock_private.h"
 
@@ -275,6 +277,35 @@ static void reply(struct dlock_client *c, struct dl__req *q,
 	case DL__RENEW:
 		reply_refresh(c, q, r);
 		return;
+	case DL__UNLOCK_TOKEN:
+		/* no lease record to keep true: just the outcome */
+		if (is(r, DL_REPLY_OK, "RELEASED")) {
+			q->r_value = 0;
+			dl__req_finish(c, q, 0);
+			return;
+		}
+		if (is(r, DL_REPLY_OK, "HELD")) {
+			if (dl_reply_u64(r, 1, &n) < 0 || n == 0 ||
+			    n > UINT32_MAX) {
+				dl__req_finish(c, q, DLOCK_EPROTO);
+				return;
+			}
+			q->r_value = n;
+			dl__req_finish(c, q, 0);
+			return;
+		}
+		break;
+	case DL__REFRESH_TOKEN:
+		if (is(r, DL_REPLY_OK, "REFRESHED")) {
+			if (arg_i64(r, 1, &ms) < 0) {
+				dl__req_finish(c, q, DLOCK_EPROTO);
+				return;
+			}
+			q->r_value = (uint64_t)ms;
+			dl__req_finish(c, q, 0);
+			return;
+		}
+		break;
 	case DL__HELLO:
 		if (r->kind != DL_REPLY_OK)
 			break;

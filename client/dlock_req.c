@@ -153,7 +153,7 @@ static int out_append(struct dlock_client *c, const char *p, size_t n)
 
 static struct dl_str str_of(const char *s)
 {
-	return (struct dl_str){ s, strlen(s) };
+	return (struct dl_str){s, strlen(s)};
 }
 
 /* The request's line, with a new tag. */
@@ -161,12 +161,13 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		  struct dl_fmt *f)
 {
 	static const char *const verbs[] = {
-		[DL__AUTH] = "AUTH",	   [DL__HELLO] = "HELLO",
-		[DL__LOCK] = "LOCK",	   [DL__CONFIRM] = "REFRESH",
-		[DL__UNLOCK] = "UNLOCK",   [DL__REFRESH] = "REFRESH",
-		[DL__RENEW] = "REFRESH",   [DL__CHECK] = "CHECK",
-		[DL__CANCEL] = "CANCEL",   [DL__STATUS] = "STATUS",
-		[DL__STATS] = "STATS",	   [DL__PING] = "PING",
+		[DL__AUTH] = "AUTH",	       [DL__HELLO] = "HELLO",
+		[DL__LOCK] = "LOCK",	       [DL__CONFIRM] = "REFRESH",
+		[DL__UNLOCK] = "UNLOCK",       [DL__REFRESH] = "REFRESH",
+		[DL__RENEW] = "REFRESH",       [DL__CHECK] = "CHECK",
+		[DL__CANCEL] = "CANCEL",       [DL__STATUS] = "STATUS",
+		[DL__STATS] = "STATS",	       [DL__PING] = "PING",
+		[DL__UNLOCK_TOKEN] = "UNLOCK", [DL__REFRESH_TOKEN] = "REFRESH",
 	};
 
 	c->seq++;
@@ -201,7 +202,14 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		dl_fmt_u64(f, q->token);
 		dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
 		break;
+	case DL__REFRESH_TOKEN:
+		dl_fmt_word(f, q->name);
+		dl_fmt_u64(f, q->token);
+		if (q->ttl > 0)
+			dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
+		break;
 	case DL__UNLOCK:
+	case DL__UNLOCK_TOKEN:
 	case DL__CHECK:
 		dl_fmt_word(f, q->name);
 		dl_fmt_u64(f, q->token);
@@ -435,20 +443,22 @@ static int word_is(struct dl_str w, const char *s)
 
 int dl__reply_error(struct dl__req *q, const struct dl_reply *r)
 {
-	static const struct {
+	struct word_err {
 		const char *word;
 		int err;
-	} no_map[] = {
-		{ "BUSY", DLOCK_EBUSY },
-		{ "NOT_HOLDER", DLOCK_ENOTHOLDER },
-		{ "STALE", DLOCK_ESTALE },
-		{ "AUTH_FAILED", DLOCK_EAUTH },
-	}, err_map[] = {
-		{ "NOAUTH", DLOCK_EAUTH },
-		{ "UNAVAILABLE", DLOCK_EUNAVAILABLE },
-		{ "LIMIT", DLOCK_ELIMIT },
-		{ "BAD_ARG", DLOCK_EINVAL },
-		{ "BAD_FORMAT", DLOCK_EINVAL },
+	};
+	static const struct word_err no_map[] = {
+		{"BUSY", DLOCK_EBUSY},
+		{"NOT_HOLDER", DLOCK_ENOTHOLDER},
+		{"STALE", DLOCK_ESTALE},
+		{"AUTH_FAILED", DLOCK_EAUTH},
+	};
+	static const struct word_err err_map[] = {
+		{"NOAUTH", DLOCK_EAUTH},
+		{"UNAVAILABLE", DLOCK_EUNAVAILABLE},
+		{"LIMIT", DLOCK_ELIMIT},
+		{"BAD_ARG", DLOCK_EINVAL},
+		{"BAD_FORMAT", DLOCK_EINVAL},
 	};
 	size_t i;
 
@@ -493,8 +503,8 @@ void dl__lease_confirm(struct dl__lease *l, int64_t sent_at, int64_t ms)
 	l->renew_at = sent_at + atomic_load(&l->ttl) / 3;
 }
 
-int dl__lease_grant(struct dlock_client *c, struct dl__req *q,
-		    uint64_t token, int64_t ms, int64_t sent_at)
+int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
+		    int64_t ms, int64_t sent_at)
 {
 	struct dl__lease *l = dl__lease_find(c, q->name, token);
 	dlock_lease *h = calloc(1, sizeof(*h));
@@ -571,8 +581,7 @@ void dl__lease_unref(struct dl__lease *l)
 		free(l);
 }
 
-void dl__cleanup_grant(struct dlock_client *c, const char *name,
-		       uint64_t token)
+void dl__cleanup_grant(struct dlock_client *c, const char *name, uint64_t token)
 {
 	struct dl__lease *l = dl__lease_find(c, name, token);
 

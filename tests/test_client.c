@@ -97,9 +97,9 @@ static dlock_lease *must_lock(dlock_client *c, const char *name, int64_t ttl,
 struct lost {
 	atomic_int n;
 	int why;
-	int64_t at;       /* dlock_now_ms() in the callback */
+	int64_t at;	  /* dlock_now_ms() in the callback */
 	int64_t deadline; /* dlock_lease_deadline() in the callback */
-	int valid;        /* dlock_lease_valid() in the callback */
+	int valid;	  /* dlock_lease_valid() in the callback */
 };
 
 static void on_lost(dlock_client *c, const dlock_lease *l,
@@ -145,8 +145,8 @@ Test(client, connects_pings_and_has_an_owner, .init = start_none,
 	dlock_lease *l;
 
 	cr_assert(eq(int, dlock_ping(c), 0));
-	cr_assert(eq(int, strncmp(dlock_owner(c), "dlock-", 6), 0),
-		  "owner %s", dlock_owner(c));
+	cr_assert(eq(int, strncmp(dlock_owner(c), "dlock-", 6), 0), "owner %s",
+		  dlock_owner(c));
 	cr_assert(eq(sz, strlen(dlock_owner(c)), 6 + 16));
 
 	opts(&o);
@@ -249,8 +249,7 @@ Test(client, refresh_extends_the_lease, .init = start_none, .fini = stop_all)
 	dlock_close(c);
 }
 
-Test(client, check_says_valid_then_stale, .init = start_none,
-     .fini = stop_all)
+Test(client, check_says_valid_then_stale, .init = start_none, .fini = stop_all)
 {
 	dlock_client *c = client(), *other = client();
 	dlock_lease *l = must_lock(c, "ck", 5000, 0);
@@ -265,15 +264,14 @@ Test(client, check_says_valid_then_stale, .init = start_none,
 	cr_assert(eq(u64, cur, t));
 	cr_assert(eq(int, dlock_check(other, "ck", t, NULL, NULL), 0));
 	cr_assert(eq(int, dlock_unlock(c, l), 0));
-	cr_assert(eq(int, dlock_check(other, "ck", t, NULL, &cur),
-		     DLOCK_ESTALE));
+	cr_assert(
+		eq(int, dlock_check(other, "ck", t, NULL, &cur), DLOCK_ESTALE));
 	cr_assert(eq(u64, cur, 0));
 	dlock_close(c);
 	dlock_close(other);
 }
 
-Test(client, status_reports_every_field, .init = start_none,
-     .fini = stop_all)
+Test(client, status_reports_every_field, .init = start_none, .fini = stop_all)
 {
 	dlock_client *c = client();
 	struct h_client *w = h_connect(d.port);
@@ -331,7 +329,7 @@ Test(client, stats_calls_back_once_per_line, .init = start_none,
 {
 	dlock_client *c = client();
 	dlock_lease *l = must_lock(c, "s", 5000, 0);
-	struct kv s = { 0 };
+	struct kv s = {0};
 
 	cr_assert(eq(int, dlock_stats(c, stat_cb, &s), 0));
 	cr_assert(ge(int, s.n, 20));
@@ -343,6 +341,216 @@ Test(client, stats_calls_back_once_per_line, .init = start_none,
 	cr_assert(eq(int, dlock_unlock(c, l), 0));
 	cr_assert(eq(int, dlock_stats(c, NULL, NULL), DLOCK_EINVAL));
 	dlock_close(c);
+}
+
+/* ---- leases by (name, token) --------------------------------------------- */
+
+static dlock_client *client_of(const char *owner)
+{
+	struct dlock_options o;
+
+	opts(&o);
+	o.owner = owner;
+	return connect_with(&o);
+}
+
+Test(client, unlock_token_gives_back_one_hold_of_a_lease_without_a_handle,
+     .init = start_none, .fini = stop_all)
+{
+	/* "another process" of owner ops holds tk twice (reentrancy) */
+	struct h_client *proc = raw_owner("ops");
+	uint64_t t = h_lock(proc, "tk", "ttl=10s");
+	dlock_client *c = client_of("ops"), *stranger = client();
+	struct dlock_status st;
+	uint32_t left = 99;
+
+	cr_assert(eq(u64, h_lock(proc, "tk", "ttl=10s"), t));
+	/* another owner, or another token: not the holder */
+	cr_assert(eq(int, dlock_unlock_token(stranger, "tk", t, &left),
+		     DLOCK_ENOTHOLDER));
+	assert_str(dlock_last_error(), "NO NOT_HOLDER tk");
+	cr_assert(eq(int, dlock_unlock_token(c, "tk", t + 1, &left),
+		     DLOCK_ENOTHOLDER));
+	cr_assert(eq(u32, left, 99)); /* untouched on failure */
+
+	/* one hold per call: HELD with one left, then RELEASED */
+	cr_assert(eq(int, dlock_unlock_token(c, "tk", t, &left), 0));
+	cr_assert(eq(u32, left, 1));
+	cr_assert(eq(int, dlock_status(stranger, "tk", &st), 0));
+	cr_assert(eq(int, st.held, 1));
+	cr_assert(eq(u32, st.count, 1));
+	cr_assert(eq(int, dlock_unlock_token(c, "tk", t, &left), 0));
+	cr_assert(eq(u32, left, 0));
+	cr_assert(eq(int, dlock_status(stranger, "tk", &st), 0));
+	cr_assert(eq(int, st.held, 0));
+	cr_assert(eq(int, dlock_unlock_token(c, "tk", t, NULL),
+		     DLOCK_ENOTHOLDER));
+
+	/* the out parameter is optional */
+	t = h_lock(proc, "tk", "ttl=10s");
+	cr_assert(eq(int, dlock_unlock_token(c, "tk", t, NULL), 0));
+	cr_assert(eq(int, dlock_status(stranger, "tk", &st), 0));
+	cr_assert(eq(int, st.held, 0));
+	h_close(proc);
+	dlock_close(c);
+	dlock_close(stranger);
+}
+
+Test(client, refresh_token_extends_a_lease_that_nobody_then_renews,
+     .init = start_none, .fini = stop_all)
+{
+	struct h_client *proc = raw_owner("ops");
+	uint64_t t = h_lock(proc, "rt", "ttl=1s");
+	struct dlock_options o;
+	struct lost s = {0};
+	dlock_client *c, *stranger = client();
+	struct dlock_status st;
+	int64_t granted = -1;
+
+	opts(&o);
+	o.owner = "ops";
+	o.on_lost = on_lost;
+	o.arg = &s;
+	c = connect_with(&o);
+	cr_assert(eq(int, dlock_refresh_token(c, "rt", t, 8000, &granted), 0));
+	cr_assert(eq(i64, granted, 8000));
+	cr_assert(eq(int, dlock_status(stranger, "rt", &st), 0));
+	cr_assert(gt(i64, st.ttl_ms, 7000));
+	/* 0: the lease's last TTL, as the server keeps it */
+	granted = -1;
+	cr_assert(eq(int, dlock_refresh_token(c, "rt", t, 0, &granted), 0));
+	cr_assert(eq(i64, granted, 8000));
+	cr_assert(eq(int, dlock_refresh_token(stranger, "rt", t, 0, NULL),
+		     DLOCK_ENOTHOLDER));
+	cr_assert(eq(int, dlock_refresh_token(c, "rt", t + 1, 0, NULL),
+		     DLOCK_ENOTHOLDER));
+	cr_assert(eq(int,
+		     dlock_refresh_token(c, "rt", t, 25LL * 3600 * 1000, NULL),
+		     DLOCK_EINVAL)); /* above the server's max_ttl */
+
+	/* no record: a short lease simply runs out, and on_lost is not
+	 * called for it */
+	cr_assert(eq(int, dlock_refresh_token(c, "rt", t, 200, &granted), 0));
+	cr_assert(eq(i64, granted, 200));
+	h_sleep_ms(700);
+	cr_assert(eq(int, dlock_check(stranger, "rt", t, NULL, NULL),
+		     DLOCK_ESTALE));
+	cr_assert(eq(int, dlock_refresh_token(c, "rt", t, 0, NULL),
+		     DLOCK_ENOTHOLDER));
+	cr_assert(eq(int, atomic_load(&s.n), 0));
+	h_close(proc);
+	dlock_close(c);
+	dlock_close(stranger);
+}
+
+Test(client, token_calls_refuse_a_lease_the_client_has_handles_for,
+     .init = start_none, .fini = stop_all)
+{
+	struct dlock_options o;
+	struct lost s = {0};
+	struct dlock_status st;
+	struct h_client *same;
+	dlock_client *c;
+	dlock_lease *l;
+	uint64_t t, t2;
+	uint32_t left = 99;
+	int64_t granted = -1;
+
+	opts(&o);
+	o.on_lost = on_lost;
+	o.arg = &s;
+	c = connect_with(&o);
+	l = must_lock(c, "mine", 5000, 0);
+	t = dlock_lease_token(l);
+	cr_assert(
+		eq(int, dlock_unlock_token(c, "mine", t, &left), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_refresh_token(c, "mine", t, 60000, &granted),
+		     DLOCK_EINVAL));
+	cr_assert(eq(u32, left, 99));
+	cr_assert(eq(i64, granted, -1));
+	/* nothing was sent: the lease is as it was */
+	cr_assert(eq(int, dlock_status(c, "mine", &st), 0));
+	cr_assert(eq(u32, st.count, 1));
+	cr_assert(le(i64, st.ttl_ms, 5000));
+	cr_assert(eq(int, dlock_lease_valid(l), 1));
+	/* another token of the name is no lease of ours: it is asked */
+	cr_assert(eq(int, dlock_unlock_token(c, "mine", t + 1, NULL),
+		     DLOCK_ENOTHOLDER));
+
+	/* a lost handle still stands for its lease until dlock_unlock() */
+	same = raw_owner(dlock_owner(c));
+	h_send(same, "UNLOCK mine %llu", (unsigned long long)t);
+	h_expect(same, "OK RELEASED mine");
+	cr_assert(eq(int, dlock_refresh(c, l, 0), DLOCK_ENOTHOLDER));
+	cr_assert(eq(int, wait_lost(&s, 2000), 1));
+	cr_assert(
+		eq(int, dlock_unlock_token(c, "mine", t, NULL), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_unlock(c, l), DLOCK_ENOTHOLDER));
+	cr_assert(eq(int, dlock_unlock_token(c, "mine", t, NULL),
+		     DLOCK_ENOTHOLDER));
+
+	/* a lease of the same owner id taken elsewhere is reachable */
+	t2 = h_lock(same, "mine", "ttl=5s");
+	cr_assert(eq(int, dlock_unlock_token(c, "mine", t2, &left), 0));
+	cr_assert(eq(u32, left, 0));
+
+	cr_assert(eq(int, dlock_unlock_token(NULL, "mine", t, NULL),
+		     DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_unlock_token(c, "a b", t, NULL), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_refresh_token(c, NULL, t, 0, NULL),
+		     DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_refresh_token(c, "mine", t, -1, NULL),
+		     DLOCK_EINVAL));
+	cr_assert(eq(int, atomic_load(&s.n), 1));
+	h_close(same);
+	dlock_close(c);
+}
+
+struct token_call {
+	dlock_client *c;
+	const char *name;
+	uint64_t token;
+	int rc;
+};
+
+static void *unlock_token_main(void *arg)
+{
+	struct token_call *tc = arg;
+
+	tc->rc = dlock_unlock_token(tc->c, tc->name, tc->token, NULL);
+	return NULL;
+}
+
+Test(client, unlock_token_is_not_sent_again_after_a_reconnect,
+     .init = start_redis, .fini = stop_all)
+{
+	struct h_client *proc = raw_owner("ops");
+	uint64_t t = h_lock(proc, "nd", "ttl=20s");
+	struct token_call tc = {.name = "nd", .token = t};
+	struct dlock_status st;
+	dlock_client *other;
+	pthread_t th;
+
+	cr_assert(eq(u64, h_lock(proc, "nd", "ttl=20s"), t));
+	h_close(proc);
+	tc.c = client_of("ops");
+	/* the UNLOCK is written, never read: the daemon dies with it */
+	h_daemon_signal(&d, SIGSTOP);
+	cr_assert(
+		eq(int, pthread_create(&th, NULL, unlock_token_main, &tc), 0));
+	h_sleep_ms(200);
+	h_daemon_kill9(&d);
+	h_daemon_restart(&d);
+	pthread_join(th, NULL);
+	/* a second UNLOCK could give back a second hold: not sent again */
+	cr_assert(eq(int, tc.rc, DLOCK_ECLOSED), "%s", dlock_strerror(tc.rc));
+	other = client();
+	cr_assert(eq(int, dlock_status(other, "nd", &st), 0));
+	cr_assert(eq(int, st.held, 1));
+	cr_assert(eq(u32, st.count, 2));
+	cr_assert(eq(int, dlock_ping(tc.c), 0)); /* and the client goes on */
+	dlock_close(tc.c);
+	dlock_close(other);
 }
 
 /* ---- waiting ------------------------------------------------------------- */
@@ -389,7 +597,7 @@ Test(client, waiter_is_granted_when_the_holder_unlocks, .init = start_none,
 {
 	dlock_client *a = client(), *b = client();
 	dlock_lease *l = must_lock(a, "q", 5000, 0);
-	struct waiter w = { .c = b, .name = "q", .wait = DLOCK_WAIT_FOREVER };
+	struct waiter w = {.c = b, .name = "q", .wait = DLOCK_WAIT_FOREVER};
 	struct dlock_status st;
 	pthread_t t;
 	int64_t sent;
@@ -418,7 +626,7 @@ Test(client, threads_of_one_client_exclude_each_other, .init = start_none,
 {
 	dlock_client *c = client();
 	dlock_lease *l = must_lock(c, "x", 5000, 0), *l2 = NULL;
-	struct waiter w = { .c = c, .name = "x", .wait = 100 };
+	struct waiter w = {.c = c, .name = "x", .wait = 100};
 	pthread_t t;
 	uint64_t tok = dlock_lease_token(l);
 
@@ -446,8 +654,8 @@ Test(client, threads_of_one_client_exclude_each_other, .init = start_none,
 
 /* ---- failures ------------------------------------------------------------ */
 
-Test(client, request_times_out_while_the_daemon_is_stopped,
-     .init = start_none, .fini = stop_all)
+Test(client, request_times_out_while_the_daemon_is_stopped, .init = start_none,
+     .fini = stop_all)
 {
 	struct dlock_options o;
 	dlock_client *c, *c2;
@@ -502,8 +710,8 @@ Test(client, given_up_locks_do_not_disturb_the_next_ones, .init = start_none,
 	cr_assert(eq(int, dlock_lock(c, "busy", 5000, 10000, &l),
 		     DLOCK_ETIMEDOUT));
 	/* new requests for the same names, behind the given-up ones */
-	a = (struct waiter){ .c = c, .name = "free", .wait = 0 };
-	b = (struct waiter){ .c = c, .name = "busy", .wait = 5000 };
+	a = (struct waiter){.c = c, .name = "free", .wait = 0};
+	b = (struct waiter){.c = c, .name = "busy", .wait = 5000};
 	pthread_create(&ta, NULL, waiter_main, &a);
 	pthread_create(&tb, NULL, waiter_main, &b);
 	h_sleep_ms(50);
@@ -549,7 +757,7 @@ Test(client, connect_refused_is_econnect)
 
 Test(client, connect_times_out_against_a_silent_peer)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct sockaddr_in sa = {.sin_family = AF_INET};
 	socklen_t len = sizeof(sa);
 	struct dlock_options o;
 	dlock_client *c = NULL;
@@ -596,7 +804,7 @@ Test(client, no_reconnect_fails_with_eclosed, .init = start_none,
      .fini = stop_all)
 {
 	struct dlock_options o;
-	struct lost s = { 0 };
+	struct lost s = {0};
 	dlock_client *c;
 	dlock_lease *l;
 
@@ -623,8 +831,8 @@ static void start_with_password(void)
 	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
 }
 
-Test(client, wrong_or_missing_password_is_eauth,
-     .init = start_with_password, .fini = stop_all)
+Test(client, wrong_or_missing_password_is_eauth, .init = start_with_password,
+     .fini = stop_all)
 {
 	struct dlock_options o;
 	dlock_client *c = NULL;
@@ -662,8 +870,7 @@ Test(client, bad_arguments_are_einval, .init = start_none, .fini = stop_all)
 	cr_assert(eq(int, dlock_lock(c, "ok", 1000, -2, &l), DLOCK_EINVAL));
 	cr_assert(eq(int, dlock_lock(c, "ok", 1000, 0, NULL), DLOCK_EINVAL));
 	cr_assert(eq(int, dlock_trylock(NULL, "ok", 1000, &l), DLOCK_EINVAL));
-	cr_assert(eq(int, dlock_check(c, "a\tb", 1, NULL, NULL),
-		     DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_check(c, "a\tb", 1, NULL, NULL), DLOCK_EINVAL));
 	cr_assert(eq(int, dlock_status(c, "ok", NULL), DLOCK_EINVAL));
 	cr_assert(eq(int, dlock_status(c, "", &st), DLOCK_EINVAL));
 	cr_assert(eq(ptr, l, NULL));
@@ -713,8 +920,8 @@ Test(client, unavailable_persistence_is_eunavailable, .init = start_redis,
 			h_sleep_ms(20);
 	} while (rc != DLOCK_EUNAVAILABLE && dlock_now_ms() < end);
 	cr_assert(eq(int, rc, DLOCK_EUNAVAILABLE), "%s", dlock_strerror(rc));
-	cr_assert(eq(int, strncmp(dlock_last_error(), "ERR UNAVAILABLE", 15),
-		     0));
+	cr_assert(
+		eq(int, strncmp(dlock_last_error(), "ERR UNAVAILABLE", 15), 0));
 	cr_assert(eq(int, dlock_ping(c), 0)); /* reads still work */
 	dlock_close(c);
 	h_daemon_kill9(&d);
@@ -725,7 +932,7 @@ Test(client, unavailable_persistence_is_eunavailable, .init = start_redis,
 static void renewal_keeps_a_short_lease(void)
 {
 	struct dlock_options o;
-	struct lost s = { 0 };
+	struct lost s = {0};
 	dlock_client *c, *other = client();
 	dlock_lease *l, *l2 = NULL;
 	int64_t end;
@@ -739,9 +946,9 @@ static void renewal_keeps_a_short_lease(void)
 	end = dlock_now_ms() + 3000;
 	while (dlock_now_ms() < end) {
 		cr_assert(eq(int, dlock_lease_valid(l), 1));
-		cr_assert(eq(int, dlock_check(other, "renew",
-					      dlock_lease_token(l), NULL,
-					      NULL),
+		cr_assert(eq(int,
+			     dlock_check(other, "renew", dlock_lease_token(l),
+					 NULL, NULL),
 			     0));
 		cr_assert(eq(int, dlock_trylock(other, "renew", 300, &l2),
 			     DLOCK_EBUSY));
@@ -756,8 +963,7 @@ static void renewal_keeps_a_short_lease(void)
 	dlock_close(other);
 }
 
-Test(client, renewal_keeps_a_lease_alive, .init = start_none,
-     .fini = stop_all)
+Test(client, renewal_keeps_a_lease_alive, .init = start_none, .fini = stop_all)
 {
 	renewal_keeps_a_short_lease();
 }
@@ -771,7 +977,7 @@ Test(client, renewal_keeps_a_lease_alive_with_redis, .init = start_redis,
 static void lost_before_deadline_when_frozen(void)
 {
 	struct dlock_options o;
-	struct lost s = { 0 };
+	struct lost s = {0};
 	dlock_client *c;
 	dlock_lease *l;
 	int rc;
@@ -808,11 +1014,10 @@ Test(client, lost_callback_fires_before_the_deadline_with_redis,
 	lost_before_deadline_when_frozen();
 }
 
-Test(client, expired_event_calls_on_lost, .init = start_none,
-     .fini = stop_all)
+Test(client, expired_event_calls_on_lost, .init = start_none, .fini = stop_all)
 {
 	struct dlock_options o;
-	struct lost s = { 0 };
+	struct lost s = {0};
 	struct h_client *same;
 	dlock_client *c;
 	dlock_lease *l;
@@ -846,7 +1051,7 @@ Test(client, refresh_refused_calls_on_lost, .init = start_none,
      .fini = stop_all)
 {
 	struct dlock_options o;
-	struct lost s = { 0 };
+	struct lost s = {0};
 	struct h_client *same;
 	dlock_client *c;
 	dlock_lease *l;
@@ -874,7 +1079,7 @@ Test(client, refresh_refused_calls_on_lost, .init = start_none,
 static void lease_survives_restart(int kill9)
 {
 	struct dlock_options o;
-	struct lost s = { 0 };
+	struct lost s = {0};
 	dlock_client *c, *other;
 	dlock_lease *l;
 	uint64_t cur = 0, token;
@@ -909,9 +1114,9 @@ static void lease_survives_restart(int kill9)
 	end = dlock_now_ms() + 2500;
 	while (dlock_now_ms() < end) {
 		cr_assert(eq(int, dlock_lease_valid(l), 1));
-		cr_assert(eq(int, dlock_check(other, "k", token, NULL, &cur),
-			     0),
-			  "current %llu", (unsigned long long)cur);
+		cr_assert(
+			eq(int, dlock_check(other, "k", token, NULL, &cur), 0),
+			"current %llu", (unsigned long long)cur);
 		h_sleep_ms(50);
 	}
 	cr_assert(gt(i64, dlock_lease_deadline(l), before));
@@ -939,7 +1144,7 @@ Test(client, memory_only_restart_loses_the_lease, .init = start_none,
      .fini = stop_all)
 {
 	struct dlock_options o;
-	struct lost s = { 0 };
+	struct lost s = {0};
 	dlock_client *c;
 	dlock_lease *l, *l2;
 
@@ -966,7 +1171,7 @@ Test(client, waiter_keeps_its_place_over_a_restart, .init = start_redis,
 {
 	dlock_client *a = client(), *b = client();
 	dlock_lease *l = must_lock(a, "line", 5000, 0);
-	struct waiter w = { .c = b, .name = "line", .wait = 20000 };
+	struct waiter w = {.c = b, .name = "line", .wait = 20000};
 	uint64_t first = dlock_lease_token(l);
 	struct dlock_status st;
 	pthread_t t;
@@ -990,7 +1195,7 @@ Test(client, waiter_keeps_its_place_over_a_restart, .init = start_redis,
 /* ---- threads ------------------------------------------------------------- */
 
 #define THREADS 8
-#define ROUNDS 60
+#define ROUNDS	60
 
 struct shared {
 	dlock_client *c;
@@ -1040,16 +1245,16 @@ static void *worker_main(void *arg)
 
 Test(client, threads_share_one_client, .init = start_none, .fini = stop_all)
 {
-	struct shared s = { .c = client() };
+	struct shared s = {.c = client()};
 	struct worker w[THREADS];
 	pthread_t t[THREADS];
 	struct dlock_status st;
 	int i;
 
 	for (i = 0; i < THREADS; i++) {
-		w[i] = (struct worker){ &s, i };
-		cr_assert(eq(int, pthread_create(&t[i], NULL, worker_main,
-						 &w[i]),
+		w[i] = (struct worker){&s, i};
+		cr_assert(eq(int,
+			     pthread_create(&t[i], NULL, worker_main, &w[i]),
 			     0));
 	}
 	for (i = 0; i < THREADS; i++)
@@ -1061,12 +1266,11 @@ Test(client, threads_share_one_client, .init = start_none, .fini = stop_all)
 	dlock_close(s.c);
 }
 
-Test(client, close_wakes_a_waiting_caller, .init = start_none,
-     .fini = stop_all)
+Test(client, close_wakes_a_waiting_caller, .init = start_none, .fini = stop_all)
 {
 	dlock_client *a = client(), *b = client();
 	dlock_lease *l = must_lock(a, "cl", 5000, 0);
-	struct waiter w = { .c = b, .name = "cl", .wait = DLOCK_WAIT_FOREVER };
+	struct waiter w = {.c = b, .name = "cl", .wait = DLOCK_WAIT_FOREVER};
 	struct dlock_status st;
 	pthread_t t;
 

@@ -1,0 +1,143 @@
+/*
+ * dlock_cli.h -- the modules of dlock(1), the command-line client of dlockd.
+ * Private to the command: nothing here is installed or part of libdlock.
+ *
+ *   dlock_cli.c   main(): the command line and the environment, help,
+ *                 connecting, messages and exit codes -- what every
+ *                 command shares;
+ *   dlock_cmds.c  the one-step commands: lock, trylock, unlock, refresh,
+ *                 check, status, stats, ping;
+ *   dlock_run.c   `dlock run`: the command's process, signals, and what
+ *                 happens when the lease is lost.
+ *
+ * A command is a function that takes the parsed command line and returns
+ * the process's exit code (the table below, which dlock(1) documents). It
+ * reaches the server only through libdlock (client/dlock.h): the protocol
+ * codec (proto/proto.h) reads command-line values -- durations, names,
+ * tokens -- so that they mean what they mean on the wire, but the command
+ * never formats a request or reads a reply itself.
+ *
+ * Ownership: main() owns the struct cli for the whole run; the commands
+ * only read it. Its strings are borrowed from argv or the environment,
+ * except `password`, which main() wipes and frees.
+ */
+#ifndef DL_CLIENT_DLOCK_CLI_H
+#define DL_CLIENT_DLOCK_CLI_H
+
+#include <stdint.h>
+
+#include "client/dlock.h"
+
+/* ---- exit codes (dlock(1), EXIT STATUS; values from sysexits.h) ---------- */
+
+enum {
+	EXIT_OK = 0,
+	EXIT_REFUSED = 1,	/* the server said no: NOT_HOLDER, STALE */
+	EXIT_USAGE = 64,	/* EX_USAGE: bad command line */
+	EXIT_UNAVAILABLE = 69,	/* EX_UNAVAILABLE: cannot reach the server, or
+				   its persistence is down */
+	EXIT_SOFTWARE = 70,	/* EX_SOFTWARE: anything else */
+	EXIT_TEMPFAIL = 75,	/* EX_TEMPFAIL: lock busy, wait timed out */
+	EXIT_LOST = 76,		/* run: the lease was lost, command stopped */
+	EXIT_NOPERM = 77,	/* EX_NOPERM: AUTH failed or missing */
+	EXIT_CANNOT_EXEC = 126, /* run: the command is not executable */
+	EXIT_NOT_FOUND = 127,	/* run: the command was not found */
+	EXIT_SIGNAL_BASE = 128, /* run: command killed by signal N: 128+N */
+};
+
+/* Lease of run/lock/trylock when --ttl is not given. */
+#define DEFAULT_TTL_MS 30000
+
+/* ---- the command line ---------------------------------------------------- */
+
+enum opt_id {
+	OPT_HOST,
+	OPT_PORT,
+	OPT_SOCKET,
+	OPT_PASSWORD,
+	OPT_PASSWORD_FILE,
+	OPT_OWNER,
+	OPT_TIMEOUT,
+	OPT_TTL,
+	OPT_WAIT,
+	OPT_GRACE,
+	OPT_RAW,
+	OPT_HELP,
+	OPT_VERSION,
+	OPT_COUNT_
+};
+
+#define OPTB(o) (1u << (o))
+
+struct cli;
+
+struct subcmd {
+	const char *name;
+	int (*fn)(struct cli *cl);
+	int npos;	   /* positional words after the command name */
+	unsigned opts;	   /* options beyond the connection options */
+	const char *usage; /* after "dlock " */
+	const char *help;  /* what it does, its options, its exit codes */
+};
+
+struct cli {
+	const struct subcmd *sub;
+	const char *pos[2]; /* positional words (borrowed from argv) */
+	int npos;
+	char **command;	  /* run: the command and its arguments */
+	unsigned seen;	  /* OPTB() of the options given */
+	const char *host; /* borrowed from argv or the environment */
+	int port;
+	const char *socket; /* unix socket path, NULL for TCP */
+	char *password;	    /* owned; NULL for none */
+	const char *owner;  /* NULL: libdlock picks a random one */
+	int timeout_ms;	    /* 0: libdlock's defaults */
+	uint64_t ttl_ms;
+	uint64_t wait_ms; /* DL_WAIT_INF for inf */
+	uint64_t grace_ms;
+	int raw;
+};
+
+/* ---- dlock_cli.c: what the commands share -------------------------------- */
+
+/* "dlock: <message>" on stderr. */
+void dl_cli_msg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Report a libdlock error about `what` (with the server's words, if any)
+ * and return its exit code. */
+int dl_cli_fail(int err, const char *what);
+
+/* A usage error: one line of why, the command's synopsis; returns
+ * EXIT_USAGE. */
+int dl_cli_usage_error(const struct cli *cl, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* libdlock options for the command line: no renewal, no reconnect (the
+ * caller changes what it needs). The strings are borrowed from cl. */
+void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o);
+
+/* Connect with o; report a failure. 0, or an exit code. On success *c is
+ * the caller's, to dlock_close(). */
+int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
+		   dlock_client **c);
+
+/* dl_cli_connect() with dl_cli_conn_options(): for one-shot commands. */
+int dl_cli_simple_connect(const struct cli *cl, dlock_client **c);
+
+/* Take `name` (wait_ms: a duration, or DL_WAIT_INF); report why not. 0, or
+ * an exit code. On success *l is the caller's lease handle. */
+int dl_cli_acquire(dlock_client *c, const char *name, uint64_t ttl_ms,
+		   uint64_t wait_ms, dlock_lease **l);
+
+/* ---- the commands (dlock_cmds.c, dlock_run.c): return an exit code ------- */
+
+int dl_cli_lock(struct cli *cl); /* lock and trylock */
+int dl_cli_unlock(struct cli *cl);
+int dl_cli_refresh(struct cli *cl);
+int dl_cli_check(struct cli *cl);
+int dl_cli_status(struct cli *cl);
+int dl_cli_stats(struct cli *cl);
+int dl_cli_ping(struct cli *cl);
+int dl_cli_run(struct cli *cl);
+
+#endif /* DL_CLIENT_DLOCK_CLI_H */

@@ -1,0 +1,390 @@
+/*
+ * dlock_cmds.c -- the one-step commands of dlock(1): lock, trylock, unlock,
+ * refresh, check, status, stats, ping (dlock_cli.h).
+ *
+ * Each connects with the options of the command line (dl_cli_simple_connect:
+ * no renewal, no reconnect), makes one or two libdlock calls, prints the
+ * result on stdout -- one value per line, for scripts, except the human
+ * view of stats -- and closes. Failures are reported with dl_cli_fail(), so
+ * that their exit codes are those of every other command.
+ *
+ * Leases outlive these commands: `lock` leaves the lease held at the server
+ * (not renewed) and prints its token; `unlock` and `refresh`, run later
+ * from another process with the same owner id, act on it by (name, token)
+ * with dlock_unlock_token() and dlock_refresh_token(), which need no lease
+ * handle. A fresh client has none, so they are never refused for having
+ * one.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client/dlock_cli.h"
+#include "proto/proto.h"
+
+/* ---- lock, trylock ------------------------------------------------------- */
+
+int dl_cli_lock(struct cli *cl)
+{
+	const char *name = cl->pos[0];
+	struct dlock_options o;
+	dlock_client *c;
+	dlock_lease *l;
+	uint64_t wait = strcmp(cl->sub->name, "trylock") == 0 ? 0 : cl->wait_ms;
+	int rc;
+
+	dl_cli_conn_options(cl, &o);
+	o.reconnect = wait != 0; /* a waiter keeps its place across drops */
+	if ((rc = dl_cli_connect(cl, &o, &c)) != 0)
+		return rc;
+	if ((rc = dl_cli_acquire(c, name, cl->ttl_ms, wait, &l)) == 0) {
+		printf("%" PRIu64 "\n", dlock_lease_token(l));
+		if (!cl->owner)
+			dl_cli_msg("%s is held by owner %s for %" PRId64
+				   " ms (not renewed); release it with: dlock "
+				   "unlock --owner %s %s %" PRIu64,
+				   name, dlock_owner(c), dlock_lease_ttl(l),
+				   dlock_owner(c), name, dlock_lease_token(l));
+		if (fflush(stdout) != 0) {
+			dl_cli_msg("writing the token: %s", strerror(errno));
+			rc = EXIT_SOFTWARE;
+		}
+	}
+	dlock_close(c); /* leaves the lease held: it expires at the server */
+	return rc;
+}
+
+/* ---- unlock, refresh: a lease by (name, token) ----------------------------
+ */
+
+static int parse_token(const struct cli *cl, uint64_t *token)
+{
+	if (dl_parse_u64(cl->pos[1], strlen(cl->pos[1]), token) != 0)
+		return dl_cli_usage_error(
+			cl, "bad token '%s' (a decimal number)", cl->pos[1]);
+	return 0;
+}
+
+/* Why `verb` failed, and its exit code. */
+static int token_failed(const struct cli *cl, int err, const char *verb)
+{
+	char what[DL_NAME_MAX + 32];
+
+	if (err == DLOCK_ENOTHOLDER) {
+		dl_cli_msg(
+			"%s %s: not the holder: %s%s holds no lease %s of it "
+			"(wrong owner or token, or it expired)%s",
+			verb, cl->pos[0],
+			cl->owner ? "owner " : "a new random owner",
+			cl->owner ? cl->owner : "", cl->pos[1],
+			cl->owner ? "" : "; give the holder's --owner");
+		return EXIT_REFUSED;
+	}
+	snprintf(what, sizeof(what), "%s %s", verb, cl->pos[0]);
+	return dl_cli_fail(err, what);
+}
+
+int dl_cli_unlock(struct cli *cl)
+{
+	dlock_client *c;
+	uint64_t token;
+	uint32_t left = 0;
+	int rc;
+
+	if ((rc = parse_token(cl, &token)) != 0)
+		return rc;
+	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+		return rc;
+	rc = dlock_unlock_token(c, cl->pos[0], token, &left);
+	if (rc != 0)
+		rc = token_failed(cl, rc, "unlock");
+	else if (left > 0)
+		dl_cli_msg("%s is still held: %" PRIu32
+			   " reentrant hold%s left",
+			   cl->pos[0], left, left == 1 ? "" : "s");
+	dlock_close(c);
+	return rc;
+}
+
+int dl_cli_refresh(struct cli *cl)
+{
+	/* without --ttl, the lease's last TTL (the server keeps it) */
+	int64_t ttl = cl->seen & OPTB(OPT_TTL) ? (int64_t)cl->ttl_ms : 0;
+	dlock_client *c;
+	uint64_t token;
+	int rc;
+
+	if ((rc = parse_token(cl, &token)) != 0)
+		return rc;
+	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+		return rc;
+	rc = dlock_refresh_token(c, cl->pos[0], token, ttl, &ttl);
+	if (rc == 0)
+		printf("%" PRId64 "\n", ttl);
+	else
+		rc = token_failed(cl, rc, "refresh");
+	dlock_close(c);
+	return rc;
+}
+
+/* ---- check, status, ping ------------------------------------------------- */
+
+int dl_cli_check(struct cli *cl)
+{
+	dlock_client *c;
+	uint64_t token, current = 0;
+	int64_t remaining = 0;
+	int rc;
+
+	if ((rc = parse_token(cl, &token)) != 0)
+		return rc;
+	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+		return rc;
+	rc = dlock_check(c, cl->pos[0], token, &remaining, &current);
+	if (rc == 0)
+		printf("%" PRId64 "\n", remaining);
+	else if (rc == DLOCK_ESTALE)
+		printf("%" PRIu64 "\n", current);
+	else
+		rc = dl_cli_fail(rc, "check");
+	dlock_close(c);
+	return rc == DLOCK_ESTALE ? EXIT_REFUSED : rc;
+}
+
+int dl_cli_status(struct cli *cl)
+{
+	struct dlock_status st;
+	dlock_client *c;
+	int rc;
+
+	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+		return rc;
+	rc = dlock_status(c, cl->pos[0], &st);
+	if (rc == 0)
+		printf("name=%s\nstate=%s\ntoken=%" PRIu64 "\nttl_ms=%" PRId64
+		       "\ncount=%" PRIu32 "\nowner=%s\nwaiters=%" PRIu32 "\n",
+		       cl->pos[0], st.held ? "held" : "free", st.token,
+		       st.ttl_ms, st.count, st.owner[0] ? st.owner : "-",
+		       st.waiters);
+	else
+		rc = dl_cli_fail(rc, "status");
+	dlock_close(c);
+	return rc;
+}
+
+int dl_cli_ping(struct cli *cl)
+{
+	struct timespec t0, t1;
+	dlock_client *c;
+	int rc;
+
+	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+		return rc;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	rc = dlock_ping(c);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (rc == 0)
+		printf("%.3f ms\n",
+		       (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+			       (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+	else
+		rc = dl_cli_fail(rc, "ping");
+	dlock_close(c);
+	return rc;
+}
+
+/* ---- stats --------------------------------------------------------------- */
+
+enum stat_fmt { SF_NUM, SF_MS, SF_US, SF_BOOL };
+
+/* How the human view shows the keys it knows; others go under "Other". */
+static const struct stat_row {
+	const char *key;
+	const char *section;
+	const char *label;
+	enum stat_fmt fmt;
+} stat_rows[] = {
+	{"uptime_ms", "Server", "uptime", SF_MS},
+	{"commands", "Server", "commands", SF_NUM},
+	{"connections", "Connections", "open", SF_NUM},
+	{"connections_total", "Connections", "accepted", SF_NUM},
+	{"connections_rejected", "Connections", "rejected (limit)", SF_NUM},
+	{"output_overflows", "Connections", "closed (unread output)", SF_NUM},
+	{"auth_failures", "Connections", "failed AUTH", SF_NUM},
+	{"locks", "Locks", "locks", SF_NUM},
+	{"leases", "Locks", "leases held", SF_NUM},
+	{"waiters", "Locks", "waiting", SF_NUM},
+	{"owners", "Locks", "owners", SF_NUM},
+	{"grants", "Locks", "grants", SF_NUM},
+	{"reentries", "Locks", "reentries", SF_NUM},
+	{"releases", "Locks", "releases", SF_NUM},
+	{"expiries", "Locks", "expiries", SF_NUM},
+	{"timeouts", "Locks", "wait timeouts", SF_NUM},
+	{"refreshes", "Locks", "refreshes", SF_NUM},
+	{"cancels", "Locks", "cancels", SF_NUM},
+	{"last_token", "Locks", "last token", SF_NUM},
+	{"wait_ms_count", "Locks", "grants timed", SF_NUM},
+	{"wait_ms_sum", "Locks", "total wait", SF_MS},
+	{"hold_ms_count", "Locks", "leases ended", SF_NUM},
+	{"hold_ms_sum", "Locks", "total hold", SF_MS},
+	{"store_available", "Persistence", "available", SF_BOOL},
+	{"store_batches", "Persistence", "batches", SF_NUM},
+	{"store_writes", "Persistence", "writes", SF_NUM},
+	{"store_round_trips", "Persistence", "round trips", SF_NUM},
+	{"store_latency_us_avg", "Persistence", "latency avg", SF_US},
+	{"store_latency_us_max", "Persistence", "latency max", SF_US},
+	{"store_backlog", "Persistence", "backlog", SF_NUM},
+	{"store_reconnects", "Persistence", "reconnects", SF_NUM},
+	{"store_failures", "Persistence", "failures", SF_NUM},
+};
+
+#define NSTAT_ROWS (sizeof(stat_rows) / sizeof(stat_rows[0]))
+
+static const char *const stat_sections[] = {
+	"Server", "Connections", "Locks", "Persistence", "Errors", "Other",
+};
+
+struct stat_kv {
+	char *key, *value;
+	const char *section;
+	char label[DL_STATS_LINE_MAX];
+	enum stat_fmt fmt;
+};
+
+struct stat_list {
+	struct stat_kv *kv;
+	size_t n, cap;
+	int raw;
+	int nomem;
+};
+
+static void on_stat(const char *key, const char *value, void *arg)
+{
+	struct stat_list *sl = arg;
+	struct stat_kv *kv, *grown;
+	size_t i;
+
+	if (sl->raw) {
+		printf("%s %s\n", key, value);
+		return;
+	}
+	if (sl->n == sl->cap) {
+		sl->cap = sl->cap ? sl->cap * 2 : 64;
+		grown = realloc(sl->kv, sl->cap * sizeof(*sl->kv));
+		if (!grown) {
+			sl->nomem = 1;
+			sl->cap = sl->n;
+			return;
+		}
+		sl->kv = grown;
+	}
+	kv = &sl->kv[sl->n];
+	kv->key = strdup(key);
+	kv->value = strdup(value);
+	if (!kv->key || !kv->value) {
+		free(kv->key);
+		free(kv->value);
+		sl->nomem = 1;
+		return;
+	}
+	sl->n++;
+	kv->section = "Other";
+	kv->fmt = SF_NUM;
+	snprintf(kv->label, sizeof(kv->label), "%s", key);
+	for (i = 0; i < NSTAT_ROWS; i++)
+		if (strcmp(stat_rows[i].key, key) == 0) {
+			kv->section = stat_rows[i].section;
+			kv->fmt = stat_rows[i].fmt;
+			snprintf(kv->label, sizeof(kv->label), "%s",
+				 stat_rows[i].label);
+			return;
+		}
+	if (strncmp(key, "errors_", 7) == 0) {
+		kv->section = "Errors";
+		snprintf(kv->label, sizeof(kv->label), "%s", key + 7);
+	}
+}
+
+/* The value as people read it; falls back to the server's text. */
+static void stat_value(const struct stat_kv *kv, char *out, size_t cap)
+{
+	uint64_t v, s;
+
+	if (dl_parse_u64(kv->value, strlen(kv->value), &v) != 0) {
+		snprintf(out, cap, "%s", kv->value);
+		return;
+	}
+	switch (kv->fmt) {
+	case SF_BOOL:
+		snprintf(out, cap, "%s", v ? "yes" : "no");
+		break;
+	case SF_US:
+		snprintf(out, cap, "%.3f ms", (double)v / 1000.0);
+		break;
+	case SF_MS:
+		s = v / 1000;
+		if (s < 60)
+			snprintf(out, cap, "%.1f s", (double)v / 1000.0);
+		else if (s < 86400)
+			snprintf(out, cap,
+				 "%" PRIu64 "h %02" PRIu64 "m %02" PRIu64 "s",
+				 s / 3600, s / 60 % 60, s % 60);
+		else
+			snprintf(out, cap,
+				 "%" PRIu64 "d %" PRIu64 "h %02" PRIu64 "m",
+				 s / 86400, s / 3600 % 24, s / 60 % 60);
+		break;
+	default:
+		snprintf(out, cap, "%s", kv->value);
+		break;
+	}
+}
+
+int dl_cli_stats(struct cli *cl)
+{
+	struct stat_list sl = {.raw = cl->raw};
+	char value[64];
+	dlock_client *c;
+	size_t i, k, width = 0;
+	int rc, any, sections = 0;
+
+	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+		return rc;
+	rc = dlock_stats(c, on_stat, &sl);
+	dlock_close(c);
+	if (rc != 0) {
+		rc = dl_cli_fail(rc, "stats");
+	} else if (sl.nomem) {
+		dl_cli_msg("stats: out of memory");
+		rc = EXIT_SOFTWARE;
+	} else if (!sl.raw) {
+		for (i = 0; i < sl.n; i++)
+			if (strlen(sl.kv[i].label) > width)
+				width = strlen(sl.kv[i].label);
+		for (k = 0; k < sizeof(stat_sections) / sizeof(*stat_sections);
+		     k++) {
+			any = 0;
+			for (i = 0; i < sl.n; i++) {
+				if (strcmp(sl.kv[i].section,
+					   stat_sections[k]) != 0)
+					continue;
+				if (!any++)
+					printf("%s%s\n", sections++ ? "\n" : "",
+					       stat_sections[k]);
+				stat_value(&sl.kv[i], value, sizeof(value));
+				printf("  %-*s  %s\n", (int)width,
+				       sl.kv[i].label, value);
+			}
+		}
+	}
+	for (i = 0; i < sl.n; i++) {
+		free(sl.kv[i].key);
+		free(sl.kv[i].value);
+	}
+	free(sl.kv);
+	return rc;
+}
