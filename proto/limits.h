@@ -116,8 +116,10 @@
 #define DL_STORE_TICK_MS 100
 #define DL_STORE_PING_MS 1000
 
-/* Keys asked per SCAN while loading or re-syncing. */
-#define DL_STORE_SCAN_COUNT 10000
+/* Loading at start-up: lock records fetched per MGET, and MGETs kept in
+ * flight so that Redis answers the next while the daemon parses one. */
+#define DL_STORE_LOAD_BATCH 10000
+#define DL_STORE_LOAD_WINDOW 3
 
 /* ---- the metrics endpoint --------------------------------------------- */
 

@@ -115,7 +115,9 @@ struct dl_lock {
 	struct dl_waiter *qhead, *qtail;
 	uint32_t nwaiters;
 	uint16_t nholders;
-	uint8_t dirty; /* in the dirty set */
+	uint8_t dirty;  /* in the dirty set */
+	uint8_t stored; /* the store's own bit: its name is in Redis's set of
+			   lock names (see store.c); 0 for a new lock */
 	struct dl_hnode hn;
 	char name[]; /* hn.len bytes + NUL */
 };

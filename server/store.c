@@ -8,6 +8,10 @@
  *                  when it has holders and no waiters, Redis expires it
  *                  DL_STORE_EXPIRY_MARGIN_MS after the last lease deadline
  *                  (a safety net; the daemon deletes it itself)
+ *   P locks        the set of the names that have a record: SADD when a
+ *                  lock is first stored, SREM with its DEL, in the same
+ *                  transaction. It spares a SCAN of the whole keyspace
+ *                  at start-up and re-sync: SMEMBERS, then MGET.
  *
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
  * dirty set into one pipeline: MULTI, a SET or DEL per lock in its final
@@ -21,8 +25,9 @@
  *     ^                                                          |
  *     +---- error, disconnect, or a reply late by redis_timeout --+
  *
- * SYNCING rewrites the full state: SCAN deletes keys of locks the table no
- * longer has, then every lock is written, then the token; its completion
+ * SYNCING rewrites the full state: the name set (SMEMBERS) tells which
+ * records belong to locks the table no longer has, those are deleted, then
+ * every lock is written, then the token; its completion
  * commits every epoch closed so far (their pipelines may have been lost,
  * the rewrite covers them). While not UP the dirty set is not drained, so
  * nothing that changes during the rewrite is missed. The first connection
@@ -86,11 +91,15 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->redis = cfg->persist == DL_PERSIST_REDIS;
 	st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
 	st->token_key = malloc(plen + sizeof("token"));
-	if (!st->token_key || dl_buf_add(&st->key, cfg->redis_prefix, plen) ||
+	st->names_key = malloc(plen + sizeof("locks"));
+	if (!st->token_key || !st->names_key ||
+	    dl_buf_add(&st->key, cfg->redis_prefix, plen) ||
 	    dl_buf_add(&st->key, "lock:", 5))
 		goto fail;
 	memcpy(st->token_key, cfg->redis_prefix, plen);
 	memcpy(st->token_key + plen, "token", sizeof("token"));
+	memcpy(st->names_key, cfg->redis_prefix, plen);
+	memcpy(st->names_key + plen, "locks", sizeof("locks"));
 	st->lock_prefix_len = st->key.len;
 	if (st->redis && dl_redis_url_parse(cfg->redis, &st->addr) != 0)
 		goto fail;
@@ -114,6 +123,7 @@ void dl_store_free(struct dl_store *st)
 	free(st->key.p);
 	free(st->val.p);
 	free(st->token_key);
+	free(st->names_key);
 	free(st);
 }
 
@@ -291,15 +301,16 @@ static int send_argv(struct dl_store *st, redisCallbackFn *fn, void *priv,
 	return 0;
 }
 
-/* The command that stores lk (NULL: the lock is gone) under st->key:
- * DEL, SET key record, or SET key record PX ms. Returns argc; argv points
- * into st's scratch buffers and px (24 bytes). */
-int dl__store_lock_cmd(struct dl_store *st, struct dl_str name,
-		    const struct dl_lock *lk, int64_t off, const char **argv,
-		    size_t *lens, char *px)
+int dl__store_lock_cmds(struct dl_store *st, struct dl_str name,
+			const struct dl_lock *lk, int64_t off, int force,
+			dl__store_emit emit, void *sink)
 {
 	const struct dl_lease *l;
 	uint64_t now = uv_now(st->loop), last = 0;
+	const char *argv[5];
+	size_t lens[5];
+	char px[24];
+	int argc = 3, r;
 
 	if (lock_key(st, name))
 		return DL_ENOMEM;
@@ -308,7 +319,16 @@ int dl__store_lock_cmd(struct dl_store *st, struct dl_str name,
 	if (!lk || (!lk->holders && !lk->qhead)) {
 		argv[0] = "DEL";
 		lens[0] = 3;
-		return 2;
+		if ((r = emit(sink, 2, argv, lens)) != 0)
+			return r;
+		argv[0] = "SREM";
+		lens[0] = 4;
+		argv[1] = st->names_key;
+		lens[1] = strlen(st->names_key);
+		argv[2] = name.p;
+		lens[2] = name.len;
+		r = emit(sink, 3, argv, lens);
+		return r ? r : 2;
 	}
 	if (dl_record_format(lk, off, &st->val))
 		return DL_ENOMEM;
@@ -316,33 +336,54 @@ int dl__store_lock_cmd(struct dl_store *st, struct dl_str name,
 	lens[0] = 3;
 	argv[2] = st->val.p;
 	lens[2] = st->val.len;
-	if (lk->qhead)
-		return 3; /* waiters: no expiry, SET clears an old one */
-	for (l = lk->holders; l; l = l->next)
-		if (l->timer.expires > last)
-			last = l->timer.expires;
-	argv[3] = "PX";
-	lens[3] = 2;
-	lens[4] = dl_u64_to_dec((last > now ? last - now : 0) +
-					DL_STORE_EXPIRY_MARGIN_MS,
-				px);
-	argv[4] = px;
-	return 5;
+	if (!lk->qhead) { /* waiters: no expiry, SET clears an old one */
+		for (l = lk->holders; l; l = l->next)
+			if (l->timer.expires > last)
+				last = l->timer.expires;
+		argv[3] = "PX";
+		lens[3] = 2;
+		lens[4] = dl_u64_to_dec((last > now ? last - now : 0) +
+						DL_STORE_EXPIRY_MARGIN_MS,
+					px);
+		argv[4] = px;
+		argc = 5;
+	}
+	if ((r = emit(sink, argc, argv, lens)) != 0)
+		return r;
+	if (lk->stored && !force)
+		return 1;
+	argv[0] = "SADD";
+	lens[0] = 4;
+	argv[1] = st->names_key;
+	lens[1] = strlen(st->names_key);
+	argv[2] = name.p;
+	lens[2] = name.len;
+	if ((r = emit(sink, 3, argv, lens)) != 0)
+		return r;
+	/* `stored` is the store's bit in the lock (locktab.h). Set as the
+	 * SADD is queued: if its transaction is lost, the re-sync that
+	 * follows any loss SADDs every name again. */
+	((struct dl_lock *)lk)->stored = 1;
+	return 2;
+}
+
+static int emit_async(void *sink, int argc, const char **argv,
+		      const size_t *lens)
+{
+	return send_argv(sink, NULL, NULL, argc, argv, lens);
 }
 
 /* Queue the write of lk's current state on the async link. */
 static int write_lock(struct dl_store *st, const struct dl_lock *lk,
-		      int64_t off)
+		      int64_t off, int force)
 {
-	const char *argv[5];
-	size_t lens[5];
-	char px[24];
-	int argc = dl__store_lock_cmd(st, dl_lock_name(lk), lk, off, argv, lens, px);
+	int r = dl__store_lock_cmds(st, dl_lock_name(lk), lk, off, force,
+				    emit_async, st);
 
-	if (argc < 0)
-		return argc;
+	if (r < 0)
+		return r;
 	st->st.writes++;
-	return send_argv(st, NULL, NULL, argc, argv, lens);
+	return 0;
 }
 
 static int write_token(struct dl_store *st)
@@ -366,7 +407,7 @@ static void drain_cb(const struct dl_lock *lk, void *arg)
 	struct drain_ctx *x = arg;
 
 	if (!x->err)
-		x->err = write_lock(x->st, lk, x->off);
+		x->err = write_lock(x->st, lk, x->off, 0);
 }
 
 void dl_store_flush(struct dl_store *st)
@@ -429,7 +470,7 @@ static void foreach_write(const struct dl_lock *lk, void *arg)
 	struct drain_ctx *x = arg;
 
 	if (!x->err)
-		x->err = write_lock(x->st, lk, x->off);
+		x->err = write_lock(x->st, lk, x->off, 1);
 	x->st->synced_locks++;
 }
 
@@ -455,85 +496,44 @@ static void resync_write(struct dl_store *st)
 	}
 }
 
-static int send_scan(struct dl_store *st, const char *cursor);
-
-static void on_scan(redisAsyncContext *ac, void *reply, void *priv)
+/* Re-sync, first step: the records of locks that ended while Redis was
+ * away are deleted (with their names); then everything is written. */
+static void on_members(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct dl_store *st = priv;
-	redisReply *r = reply, *keys;
-	const char *argv[2] = { "DEL", NULL };
-	size_t lens[2] = { 3, 0 };
+	redisReply *r = reply;
 	struct dl_str name;
 	size_t i;
 
 	if (!r || ac != st->ac)
 		return;
 	st->last_reply_ms = uv_now(st->loop);
-	if (dl__store_reply_error(r) || r->type != REDIS_REPLY_ARRAY ||
-	    r->elements != 2 || r->element[1]->type != REDIS_REPLY_ARRAY) {
-		link_fail(st, "SCAN failed");
+	if (dl__store_reply_error(r) || r->type != REDIS_REPLY_ARRAY) {
+		link_fail(st, "SMEMBERS failed");
 		return;
 	}
-	keys = r->element[1];
-	for (i = 0; i < keys->elements; i++) {
-		if (keys->element[i]->type != REDIS_REPLY_STRING ||
-		    keys->element[i]->len < st->lock_prefix_len)
+	for (i = 0; i < r->elements; i++) {
+		if (r->element[i]->type != REDIS_REPLY_STRING)
 			continue;
-		name.p = keys->element[i]->str + st->lock_prefix_len;
-		name.len = keys->element[i]->len - st->lock_prefix_len;
+		name.p = r->element[i]->str;
+		name.len = r->element[i]->len;
 		if (dl_locktab_find(st->tab, name))
 			continue;
-		/* A lock that ended while Redis was away. */
-		argv[1] = keys->element[i]->str;
-		lens[1] = keys->element[i]->len;
-		if (send_argv(st, NULL, NULL, 2, argv, lens)) {
+		if (dl__store_lock_cmds(st, name, NULL, 0, 0, emit_async,
+					st) < 0) {
 			link_fail(st, "re-sync failed");
 			return;
 		}
 	}
-	if (strcmp(r->element[0]->str, "0") != 0) {
-		if (send_scan(st, r->element[0]->str))
-			link_fail(st, "re-sync failed");
-		return;
-	}
 	resync_write(st);
 }
 
-/* The SCAN pattern: the lock-key prefix, glob characters escaped. */
-char *dl__store_scan_pattern(const struct dl_store *st)
+static int send_members(struct dl_store *st)
 {
-	const char *p = st->key.p;
-	size_t i, n = 0;
-	char *out = malloc(st->lock_prefix_len * 2 + 2);
+	const char *argv[2] = { "SMEMBERS", st->names_key };
+	size_t lens[2] = { 8, strlen(st->names_key) };
 
-	if (!out)
-		return NULL;
-	for (i = 0; i < st->lock_prefix_len; i++) {
-		if (strchr("*?[]\\", p[i]))
-			out[n++] = '\\';
-		out[n++] = p[i];
-	}
-	out[n++] = '*';
-	out[n] = '\0';
-	return out;
-}
-
-static int send_scan(struct dl_store *st, const char *cursor)
-{
-	char *pat = dl__store_scan_pattern(st);
-	char count[24];
-	const char *argv[6] = { "SCAN", cursor, "MATCH", pat, "COUNT", count };
-	size_t lens[6];
-	int i, r;
-
-	if (!pat)
-		return DL_ENOMEM;
-	lens[5] = dl_u64_to_dec(DL_STORE_SCAN_COUNT, count);
-	for (i = 0; i < 5; i++)
-		lens[i] = strlen(argv[i]);
-	r = send_argv(st, on_scan, st, 6, argv, lens);
-	free(pat);
-	return r;
+	return send_argv(st, on_members, st, 2, argv, lens);
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
@@ -611,7 +611,7 @@ static void link_connect(struct dl_store *st)
 		return;
 	}
 	set_link(st, LINK_SYNCING);
-	if (send_scan(st, "0"))
+	if (send_members(st))
 		link_fail(st, "cannot queue a write");
 }
 

@@ -2,8 +2,11 @@
  * store_load.c -- reading the lock table back from Redis at start-up.
  *
  * Runs before the daemon listens, with hiredis's blocking API: nothing
- * else needs the loop yet, and a plain loop of SCAN + MGET is the fastest
- * way to read a million keys. Leases whose wall-clock deadline passed while
+ * else needs the loop yet. The names come from the name set (one
+ * SMEMBERS), the records from MGETs of DL_STORE_LOAD_BATCH keys, of which
+ * DL_STORE_LOAD_WINDOW are kept in flight: Redis builds the next reply
+ * while the daemon parses this one, so the load costs about the larger of
+ * the two, not their sum. Leases whose wall-clock deadline passed while
  * the daemon was down are dropped (and their keys rewritten); waiters come
  * back as placeholders that keep their place for restore_grace. A record
  * that cannot be read stops the start: skipping it could grant a lock that
@@ -139,25 +142,32 @@ static redisContext *sync_connect(struct dl_store *st, char *err,
 	}
 }
 
-/* Write back the keys whose content changed while loading. */
+static int emit_sync(void *sink, int argc, const char **argv,
+		     const size_t *lens)
+{
+	return redisAppendCommandArgv(sink, argc, argv, lens) == REDIS_OK
+		       ? 0
+		       : DL_ENOMEM;
+}
+
+/* Write back the locks whose content changed while loading (an expired
+ * lease dropped, a name without a record). */
 static int sync_write_back(struct dl_store *st, redisContext *c,
 			   const struct dl_buf *names, int64_t off)
 {
-	const char *argv[5];
-	size_t lens[5], i, n = 0;
 	struct dl_str name;
-	char px[24];
 	redisReply *r;
-	int argc, bad = 0;
+	size_t i, n = 0;
+	int k, bad = 0;
 
 	for (i = 0; i < names->len; i += name.len + 1) {
 		name.p = names->p + i;
 		name.len = strlen(name.p);
-		argc = dl__store_lock_cmd(st, name, dl_locktab_find(st->tab, name), off,
-				argv, lens, px);
-		if (argc < 0 || redisAppendCommandArgv(c, argc, argv, lens))
-			return DL_ENOMEM;
-		n++;
+		k = dl__store_lock_cmds(st, name, dl_locktab_find(st->tab, name),
+					off, 0, emit_sync, c);
+		if (k < 0)
+			return k;
+		n += (size_t)k;
 	}
 	while (n--) {
 		if (redisGetReply(c, (void **)&r) != REDIS_OK)
@@ -168,98 +178,135 @@ static int sync_write_back(struct dl_store *st, redisContext *c,
 	return bad ? DL_EUNAVAILABLE : 0;
 }
 
-/* Restore one key's record; its name is key minus the lock prefix. */
-static int load_key(struct load_ctx *x, const redisReply *key,
+static int note_changed(struct dl_buf *changed, struct dl_str name)
+{
+	if (dl_buf_add(changed, name.p, name.len) || dl_buf_add(changed, "", 1))
+		return DL_ENOMEM;
+	return 0;
+}
+
+/* Restore one lock from its record. */
+static int load_key(struct load_ctx *x, struct dl_str name,
 		    const redisReply *val, struct dl_buf *changed, char *err,
 		    size_t errlen)
 {
+	const struct dl_lock *lk;
 	const char *why = NULL;
 	int r;
 
-	if (key->type != REDIS_REPLY_STRING ||
-	    key->len <= x->st->lock_prefix_len ||
-	    val->type != REDIS_REPLY_STRING)
-		return 0; /* gone since SCAN saw it */
-	x->name.p = key->str + x->st->lock_prefix_len;
-	x->name.len = key->len - x->st->lock_prefix_len;
-	if (dl_locktab_find(x->st->tab, x->name))
-		return 0; /* SCAN may return a key twice */
+	if (val->type != REDIS_REPLY_STRING) /* a name without a record */
+		return note_changed(changed, name);
+	if (dl_locktab_find(x->st->tab, name))
+		return 0; /* a set member is unique; be safe anyway */
+	x->name = name;
 	x->changed = 0;
 	r = dl_record_parse(val->str, val->len, load_item, x, &why);
 	if (r) {
-		set_err(err, errlen, "key %s: %s", key->str,
-			why ? why : dl_strerror(r));
+		set_err(err, errlen, "key %s%.*s: %s", x->st->key.p,
+			(int)name.len, name.p, why ? why : dl_strerror(r));
 		return r;
 	}
-	if (x->changed && (dl_buf_add(changed, x->name.p, x->name.len) ||
-			   dl_buf_add(changed, "", 1)))
-		return DL_ENOMEM;
-	return 0;
+	/* Its name is in the set: no SADD needed when it is next written.
+	 * `stored` is the store's bit (locktab.h). */
+	if ((lk = dl_locktab_find(x->st->tab, name)) != NULL)
+		((struct dl_lock *)lk)->stored = 1;
+	return x->changed ? note_changed(changed, name) : 0;
+}
+
+/* MGET the records of names[from, from + n) (queued, not read). */
+static int send_mget(struct dl_store *st, redisContext *c,
+		     const redisReply *names, size_t from, size_t n,
+		     struct dl_buf *keys, const char **argv, size_t *lens)
+{
+	size_t i, off;
+
+	keys->len = 0;
+	for (i = 0; i < n; i++) {
+		if (dl_buf_add(keys, st->key.p, st->lock_prefix_len) ||
+		    dl_buf_add(keys, names->element[from + i]->str,
+			       names->element[from + i]->len))
+			return DL_ENOMEM;
+	}
+	argv[0] = "MGET";
+	lens[0] = 4;
+	for (i = 0, off = 0; i < n; i++) {
+		lens[i + 1] = st->lock_prefix_len + names->element[from + i]->len;
+		argv[i + 1] = keys->p + off;
+		off += lens[i + 1];
+	}
+	return redisAppendCommandArgv(c, (int)n + 1, argv, lens) == REDIS_OK
+		       ? 0
+		       : DL_ENOMEM;
 }
 
 static int load_all(struct dl_store *st, redisContext *c,
 		    struct load_ctx *x, struct dl_buf *changed, char *err,
 		    size_t errlen)
 {
-	char cursor[32] = "0", count[24];
-	char *pat = dl__store_scan_pattern(st);
-	const char **argv = NULL;
-	size_t *lens = NULL, i, n;
-	redisReply *r = NULL, *v = NULL, *keys;
+	const size_t B = DL_STORE_LOAD_BATCH;
+	const char **argv = malloc((B + 1) * sizeof(*argv));
+	size_t *lens = malloc((B + 1) * sizeof(*lens));
+	struct dl_buf keys = { 0 };
+	redisReply *names, *v;
+	size_t n, batches, sent = 0, got = 0, i, from, k;
 	int rc = 0;
 
-	if (!pat)
-		return DL_ENOMEM;
-	count[dl_u64_to_dec(DL_STORE_SCAN_COUNT, count)] = '\0';
-	do {
-		r = redisCommand(c, "SCAN %s MATCH %s COUNT %s", cursor, pat,
-				 count);
-		if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-			set_err(err, errlen, "SCAN failed: %s",
-				r && r->type == REDIS_REPLY_ERROR ? r->str
+	names = redisCommand(c, "SMEMBERS %s", st->names_key);
+	if (!argv || !lens || !names || names->type != REDIS_REPLY_ARRAY) {
+		set_err(err, errlen, "SMEMBERS %s failed: %s", st->names_key,
+			names && names->type == REDIS_REPLY_ERROR ? names->str
 								  : c->errstr);
+		rc = argv && lens ? DL_EUNAVAILABLE : DL_ENOMEM;
+		goto out;
+	}
+	n = names->elements;
+	for (i = 0; i < n; i++)
+		if (names->element[i]->type != REDIS_REPLY_STRING) {
+			set_err(err, errlen, "%s: not a set of names",
+				st->names_key);
+			rc = DL_EPROTO;
+			goto out;
+		}
+	batches = (n + B - 1) / B;
+	while (!rc && got < batches) {
+		/* Keep DL_STORE_LOAD_WINDOW MGETs ahead of the parsing. */
+		while (sent < batches && sent - got < DL_STORE_LOAD_WINDOW) {
+			from = sent * B;
+			rc = send_mget(st, c, names, from,
+				       n - from < B ? n - from : B, &keys, argv,
+				       lens);
+			if (rc)
+				goto out;
+			sent++;
+		}
+		from = got * B;
+		k = n - from < B ? n - from : B;
+		if (redisGetReply(c, (void **)&v) != REDIS_OK ||
+		    v->type != REDIS_REPLY_ARRAY || v->elements != k) {
+			set_err(err, errlen, "MGET failed: %s",
+				v && v->type == REDIS_REPLY_ERROR ? v->str
+								  : c->errstr);
+			if (v)
+				freeReplyObject(v);
 			rc = DL_EUNAVAILABLE;
-			break;
+			goto out;
 		}
-		snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
-		keys = r->element[1];
-		n = keys->elements;
-		if (n) {
-			argv = realloc(argv, (n + 1) * sizeof(*argv));
-			lens = realloc(lens, (n + 1) * sizeof(*lens));
-			if (!argv || !lens) {
-				rc = DL_ENOMEM;
-				break;
-			}
-			argv[0] = "MGET";
-			lens[0] = 4;
-			for (i = 0; i < n; i++) {
-				argv[i + 1] = keys->element[i]->str;
-				lens[i + 1] = keys->element[i]->len;
-			}
-			v = redisCommandArgv(c, (int)n + 1, argv, lens);
-			if (!v || v->type != REDIS_REPLY_ARRAY ||
-			    v->elements != n) {
-				set_err(err, errlen, "MGET failed: %s",
-					c->errstr);
-				rc = DL_EUNAVAILABLE;
-				break;
-			}
-			for (i = 0; i < n && !rc; i++)
-				rc = load_key(x, keys->element[i],
-					      v->element[i], changed, err,
-					      errlen);
-			freeReplyObject(v);
-			v = NULL;
-		}
-		freeReplyObject(r);
-		r = NULL;
-	} while (!rc && strcmp(cursor, "0") != 0);
-	freeReplyObject(r);
-	freeReplyObject(v);
+		for (i = 0; i < k && !rc; i++)
+			rc = load_key(x,
+				      (struct dl_str){
+					      names->element[from + i]->str,
+					      names->element[from + i]->len },
+				      v->element[i], changed, err, errlen);
+		freeReplyObject(v);
+		got++;
+	}
+out:
+	/* Replies still in flight are dropped with the context. */
+	if (names)
+		freeReplyObject(names);
+	free(keys.p);
 	free(argv);
 	free(lens);
-	free(pat);
 	return rc;
 }
 

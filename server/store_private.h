@@ -52,21 +52,27 @@ struct dl_store {
 
 	struct dl_buf key; /* scratch: "<prefix>lock:<name>" */
 	struct dl_buf val; /* scratch: a record */
-	char *token_key;
+	char *token_key;  /* <prefix>token */
+	char *names_key;  /* <prefix>locks */
 	size_t lock_prefix_len; /* strlen(prefix) + strlen("lock:") */
 	struct dl_store_stats st;
 };
 
 uint64_t dl__store_wall_ms(void);
-/* The command that stores lk (NULL: the lock is gone) under st->key:
- * DEL, SET key record, or SET key record PX ms. Returns argc (or a
- * negative DL_E* code); argv points into st's scratch buffers and px
- * (24 bytes). */
-int dl__store_lock_cmd(struct dl_store *st, struct dl_str name,
-		       const struct dl_lock *lk, int64_t off, const char **argv,
-		       size_t *lens, char *px);
-/* SCAN pattern for the lock keys (malloc'd). */
-char *dl__store_scan_pattern(const struct dl_store *st);
+/* Where commands go: the async link (store.c) or the blocking context of
+ * the start-up load (store_load.c). 0 or a negative DL_E* code. */
+typedef int (*dl__store_emit)(void *sink, int argc, const char **argv,
+			      const size_t *lens);
+
+/* Emit the commands that store lock `name` in its present state: for a
+ * lock gone or empty (lk NULL or without holders and waiters), DEL of its
+ * key and SREM from the name set; otherwise SET of its record (with PX
+ * when nobody waits) and, unless lk->stored says it is there already or
+ * `force`, SADD to the name set. Returns the number of commands emitted,
+ * or a negative DL_E* code. */
+int dl__store_lock_cmds(struct dl_store *st, struct dl_str name,
+			const struct dl_lock *lk, int64_t off, int force,
+			dl__store_emit emit, void *sink);
 /* The first error in a reply (arrays searched), or NULL. */
 const char *dl__store_reply_error(const redisReply *r);
 

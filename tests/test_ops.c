@@ -154,6 +154,8 @@ Test(ops, ready_only_once_state_is_loaded_and_the_port_listens,
 	snprintf(rec, sizeof(rec), "dlock1\nH 77 %llu 1 600000 alice",
 		 (unsigned long long)deadline);
 	redis_set(&r, "dlock:lock:seeded", rec);
+	cr_assert(strstr(h_redis_cli(&r, "SADD dlock:locks seeded"), "1") !=
+		  NULL);
 	notify_open(&n);
 	snprintf(port, sizeof(port), "%d", h_free_port());
 	snprintf(log, sizeof(log), "%s/dlockd.log", r.dir);
