@@ -47,7 +47,7 @@
 /* Bytes in the longest multi-line reply body line (STATS), and the most
  * lines a STATS reply has. */
 #define DL_STATS_LINE_MAX 128
-#define DL_STATS_MAX 128
+#define DL_STATS_MAX	  128
 
 /* ---- tokens ----------------------------------------------------------- */
 
@@ -64,31 +64,31 @@
 /* Concurrent client connections; one more is answered ERR LIMIT and
  * closed. */
 #define DL_DEFAULT_MAX_CONNECTIONS 10000
-#define DL_MAX_CONNECTIONS_MAX 1000000
+#define DL_MAX_CONNECTIONS_MAX	   1000000
 
 /* Waiters queued on one lock; one more gets ERR LIMIT. */
 #define DL_DEFAULT_MAX_WAITERS 10000
-#define DL_MAX_WAITERS_MAX 10000000
+#define DL_MAX_WAITERS_MAX     10000000
 
 /* Leases one owner may hold at once (reentries count once). */
 #define DL_DEFAULT_MAX_LOCKS_PER_OWNER 100000
-#define DL_MAX_LOCKS_PER_OWNER_MAX 100000000
+#define DL_MAX_LOCKS_PER_OWNER_MAX     100000000
 
 /* Bytes of replies queued for one connection that the peer has not read.
  * Past it the connection is closed: a client that never reads costs at
  * most this much memory. */
 #define DL_DEFAULT_MAX_OUTPUT (1024 * 1024)
-#define DL_MAX_OUTPUT_MIN (8 * 1024)
-#define DL_MAX_OUTPUT_MAX (1024 * 1024 * 1024)
+#define DL_MAX_OUTPUT_MIN     (8 * 1024)
+#define DL_MAX_OUTPUT_MAX     (1024 * 1024 * 1024)
 
 /* Lease TTL when a request gives none, and the largest one accepted. */
-#define DL_DEFAULT_TTL_MS 30000
+#define DL_DEFAULT_TTL_MS     30000
 #define DL_DEFAULT_MAX_TTL_MS (24ULL * 3600 * 1000)
 
 /* Timer wheel tick: lease and wait deadlines fire within one tick. */
 #define DL_DEFAULT_TICK_MS 10
-#define DL_TICK_MS_MIN 1
-#define DL_TICK_MS_MAX 1000
+#define DL_TICK_MS_MIN	   1
+#define DL_TICK_MS_MAX	   1000
 
 /* Deadlines reaped per loop iteration before the loop serves I/O again. */
 #define DL_REAP_BUDGET 10000
@@ -118,7 +118,7 @@
 
 /* Loading at start-up: lock records fetched per MGET, and MGETs kept in
  * flight so that Redis answers the next while the daemon parses one. */
-#define DL_STORE_LOAD_BATCH 10000
+#define DL_STORE_LOAD_BATCH  10000
 #define DL_STORE_LOAD_WINDOW 3
 
 /* ---- the metrics endpoint --------------------------------------------- */
@@ -126,7 +126,7 @@
 /* Bytes of an HTTP request head, connections at once, and the time a
  * connection has to send its request. */
 #define DL_METRICS_REQUEST_MAX 4096
-#define DL_METRICS_CONNS_MAX 16
-#define DL_METRICS_TIMEOUT_MS 5000
+#define DL_METRICS_CONNS_MAX   16
+#define DL_METRICS_TIMEOUT_MS  5000
 
 #endif /* DL_PROTO_LIMITS_H */

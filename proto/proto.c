@@ -363,7 +363,8 @@ static int printable(struct dl_str w)
 	size_t i;
 
 	for (i = 0; i < w.len; i++)
-		if ((unsigned char)w.p[i] < 0x21 || (unsigned char)w.p[i] > 0x7e)
+		if ((unsigned char)w.p[i] < 0x21 ||
+		    (unsigned char)w.p[i] > 0x7e)
 			return 0;
 	return 1;
 }

@@ -30,11 +30,11 @@ enum {
 	DL_ELINETOOLONG = -3, /* request line over DL_LINE_MAX */
 	DL_EBADARG = -4,      /* malformed, out-of-range or unknown argument */
 	DL_ENOAUTH = -5,      /* AUTH required first */
-	DL_ELIMIT = -6,       /* a configured limit was reached */
+	DL_ELIMIT = -6,	      /* a configured limit was reached */
 	DL_EUNAVAILABLE = -7, /* persistence is down: state cannot change */
 	DL_EINTERNAL = -8,    /* the server's fault */
 	/* no wire name of their own (sent as INTERNAL when they must be) */
-	DL_ENOMEM = -9,  /* allocation failed */
+	DL_ENOMEM = -9,	 /* allocation failed */
 	DL_EPROTO = -10, /* a line that is not valid protocol from the peer */
 	DL_ENOSPC = -11, /* a formatted line did not fit its buffer */
 	DL_ERR_COUNT_ = 11
@@ -55,8 +55,8 @@ struct dl_str {
 	size_t len;
 };
 
-#define DL_STR_NULL ((struct dl_str){ NULL, 0 })
-#define DL_STR_LIT(s) ((struct dl_str){ (s), sizeof(s) - 1 })
+#define DL_STR_NULL   ((struct dl_str){NULL, 0})
+#define DL_STR_LIT(s) ((struct dl_str){(s), sizeof(s) - 1})
 
 /* ---- scalar parsers (strict; used by the request parser, the config and
  *      the dlock command line) -------------------------------------------- */
@@ -105,10 +105,11 @@ const char *dl_verb_name(enum dl_verb v);
 
 struct dl_request {
 	enum dl_verb verb;
-	struct dl_str name; /* LOCK TRYLOCK UNLOCK REFRESH CHECK CANCEL STATUS */
-	uint64_t token;     /* UNLOCK REFRESH CHECK */
-	uint64_t ttl_ms;    /* ttl=, when has_ttl */
-	uint64_t wait_ms;   /* wait=, when has_wait; may be DL_WAIT_INF */
+	struct dl_str
+		name;	  /* LOCK TRYLOCK UNLOCK REFRESH CHECK CANCEL STATUS */
+	uint64_t token;	  /* UNLOCK REFRESH CHECK */
+	uint64_t ttl_ms;  /* ttl=, when has_ttl */
+	uint64_t wait_ms; /* wait=, when has_wait; may be DL_WAIT_INF */
 	unsigned has_ttl : 1;
 	unsigned has_wait : 1;
 	struct dl_str tag;   /* id=<tag>; len 0 when absent */
@@ -127,9 +128,9 @@ int dl_parse_request(const char *line, size_t len, struct dl_request *req,
 /* ---- replies (the client side) ------------------------------------------ */
 
 enum dl_reply_kind {
-	DL_REPLY_OK,    /* "OK <WORD> ..." */
-	DL_REPLY_NO,    /* "NO <REASON> ..." */
-	DL_REPLY_ERR,   /* "ERR <CODE> <free text>" */
+	DL_REPLY_OK,	/* "OK <WORD> ..." */
+	DL_REPLY_NO,	/* "NO <REASON> ..." */
+	DL_REPLY_ERR,	/* "ERR <CODE> <free text>" */
 	DL_REPLY_EVENT, /* "* <EVENT> ..." */
 };
 
@@ -138,7 +139,7 @@ enum dl_reply_kind {
 struct dl_reply {
 	enum dl_reply_kind kind;
 	struct dl_str word; /* GRANTED, BUSY, BAD_ARG, EXPIRED, ... */
-	int argc;           /* words after `word`, the id= tag excluded */
+	int argc;	    /* words after `word`, the id= tag excluded */
 	struct dl_str argv[DL_REPLY_ARGS_MAX];
 	struct dl_str tag;  /* the echoed id=, len 0 when absent */
 	struct dl_str rest; /* everything after `word`, tag excluded (the
@@ -153,10 +154,10 @@ int dl_parse_reply(const char *line, size_t len, struct dl_reply *r);
 int dl_reply_u64(const struct dl_reply *r, int i, uint64_t *out);
 
 /* The value of "key=value" among argv; DL_EPROTO when absent. */
-int dl_reply_kv(const struct dl_reply *r, const char *key,
-		struct dl_str *out);
+int dl_reply_kv(const struct dl_reply *r, const char *key, struct dl_str *out);
 
-/* ---- formatting ----------------------------------------------------------- */
+/* ---- formatting -----------------------------------------------------------
+ */
 
 /* A line under construction in a caller's buffer. Words are separated by
  * one space; dl_fmt_end() appends the tag and the line ending. Overflow is
@@ -182,7 +183,8 @@ int dl_fmt_end(struct dl_fmt *f, struct dl_str tag);
  * number of digits written (no NUL). */
 size_t dl_u64_to_dec(uint64_t v, char *buf);
 
-/* ---- line splitting --------------------------------------------------------- */
+/* ---- line splitting ---------------------------------------------------------
+ */
 
 /* Bytes of input buffered per connection: one maximal line with its CRLF,
  * plus room so that small pipelined requests are read in one go. */
@@ -198,16 +200,16 @@ size_t dl_u64_to_dec(uint64_t v, char *buf);
  * again; space() moves unconsumed bytes.
  */
 struct dl_linebuf {
-	size_t start;   /* first unconsumed byte */
-	size_t len;     /* bytes held, from 0 */
+	size_t start;	/* first unconsumed byte */
+	size_t len;	/* bytes held, from 0 */
 	size_t discard; /* bytes of an over-long line dropped so far; 0 when
 			   not discarding */
 	char buf[DL_INBUF_SIZE];
 };
 
 enum dl_lb_result {
-	DL_LB_NONE = 0,     /* need more bytes */
-	DL_LB_LINE = 1,     /* *line, *len: a complete line, ending removed,
+	DL_LB_NONE = 0,	    /* need more bytes */
+	DL_LB_LINE = 1,	    /* *line, *len: a complete line, ending removed,
 			       NUL-terminated in place */
 	DL_LB_TOOLONG = 2,  /* an over-long line ended: answer
 			       LINE_TOO_LONG, carry on */

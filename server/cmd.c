@@ -133,7 +133,8 @@ static int check_ttl(struct dl_conn *c, const struct dl_request *rq)
 	return 0;
 }
 
-/* ---- handlers -------------------------------------------------------------- */
+/* ---- handlers --------------------------------------------------------------
+ */
 
 static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
 {
@@ -156,8 +157,8 @@ static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
 static void cmd_unlock(struct dl_conn *c, const struct dl_request *rq)
 {
 	struct dl_result res;
-	int err = dl_locktab_release(c->srv->tab, &c->sess, rq->name,
-				     rq->token, &res);
+	int err = dl_locktab_release(c->srv->tab, &c->sess, rq->name, rq->token,
+				     &res);
 
 	if (err)
 		table_error(c, err, rq->tag);
@@ -258,8 +259,7 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 
 /* Compare in time that depends only on the lengths, not on where the
  * strings first differ. */
-static int secret_equal(const char *a, size_t alen, const char *b,
-			size_t blen)
+static int secret_equal(const char *a, size_t alen, const char *b, size_t blen)
 {
 	volatile unsigned char diff = (unsigned char)(alen != blen);
 	size_t i;
@@ -356,7 +356,8 @@ static void cmd_quit(struct dl_conn *c, const struct dl_request *rq)
 	dl_conn_end(c, DL_END_GRACEFUL, "QUIT");
 }
 
-/* ---- dispatch ---------------------------------------------------------------- */
+/* ---- dispatch
+ * ---------------------------------------------------------------- */
 
 enum {
 	OPEN = 1,    /* allowed before AUTH */
@@ -367,18 +368,18 @@ static const struct {
 	void (*fn)(struct dl_conn *c, const struct dl_request *rq);
 	unsigned flags;
 } verbs[DL_VERB_COUNT_] = {
-	[DL_VERB_LOCK] = { cmd_lock, CHANGES },
-	[DL_VERB_TRYLOCK] = { cmd_lock, CHANGES },
-	[DL_VERB_UNLOCK] = { cmd_unlock, CHANGES },
-	[DL_VERB_REFRESH] = { cmd_refresh, CHANGES },
-	[DL_VERB_CHECK] = { cmd_check, 0 },
-	[DL_VERB_CANCEL] = { cmd_cancel, 0 },
-	[DL_VERB_STATUS] = { cmd_status, 0 },
-	[DL_VERB_HELLO] = { cmd_hello, OPEN },
-	[DL_VERB_AUTH] = { cmd_auth, OPEN },
-	[DL_VERB_STATS] = { cmd_stats, 0 },
-	[DL_VERB_PING] = { cmd_ping, OPEN },
-	[DL_VERB_QUIT] = { cmd_quit, OPEN },
+	[DL_VERB_LOCK] = {cmd_lock, CHANGES},
+	[DL_VERB_TRYLOCK] = {cmd_lock, CHANGES},
+	[DL_VERB_UNLOCK] = {cmd_unlock, CHANGES},
+	[DL_VERB_REFRESH] = {cmd_refresh, CHANGES},
+	[DL_VERB_CHECK] = {cmd_check, 0},
+	[DL_VERB_CANCEL] = {cmd_cancel, 0},
+	[DL_VERB_STATUS] = {cmd_status, 0},
+	[DL_VERB_HELLO] = {cmd_hello, OPEN},
+	[DL_VERB_AUTH] = {cmd_auth, OPEN},
+	[DL_VERB_STATS] = {cmd_stats, 0},
+	[DL_VERB_PING] = {cmd_ping, OPEN},
+	[DL_VERB_QUIT] = {cmd_quit, OPEN},
 };
 
 void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
@@ -389,8 +390,8 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 
 	err = dl_parse_request(line, len, &rq, &why);
 	if (err) {
-		dl_debug("conn %llu: bad request: %s", (unsigned long long)c->id,
-			 why);
+		dl_debug("conn %llu: bad request: %s",
+			 (unsigned long long)c->id, why);
 		dl_cmd_error(c, err, why ? why : dl_strerror(err), rq.tag);
 		return;
 	}
@@ -406,8 +407,8 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 	}
 	if ((verbs[rq.verb].flags & CHANGES) &&
 	    !dl_store_available(c->srv->store)) {
-		dl_cmd_error(c, DL_EUNAVAILABLE, "persistence is down, try again",
-			     rq.tag);
+		dl_cmd_error(c, DL_EUNAVAILABLE,
+			     "persistence is down, try again", rq.tag);
 		return;
 	}
 	verbs[rq.verb].fn(c, &rq);

@@ -38,36 +38,35 @@ struct key {
 
 #define F(field) offsetof(struct dl_config, field)
 static const struct key keys[] = {
-	{ "server", "bind", K_STR, F(bind), 0, 0, 0, 0 },
-	{ "server", "port", K_U64, F(port), 0, 65535, 0, 0 },
-	{ "server", "unix_socket", K_STR, F(unix_socket), 0, 0, 0, 0 },
-	{ "server", "password", K_STR, F(password), 0, 0, 1, 1 },
-	{ "server", "log_level", K_LEVEL, F(log_level), 0, 0, 1, 0 },
-	{ "server", "allow_remote_without_password", K_BOOL,
-	  F(allow_remote_without_password), 0, 0, 0, 0 },
-	{ "limits", "max_connections", K_U64, F(max_connections), 1,
-	  DL_MAX_CONNECTIONS_MAX, 1, 0 },
-	{ "limits", "max_waiters_per_lock", K_U64, F(max_waiters), 1,
-	  DL_MAX_WAITERS_MAX, 1, 0 },
-	{ "limits", "max_locks_per_owner", K_U64, F(max_locks_per_owner), 1,
-	  DL_MAX_LOCKS_PER_OWNER_MAX, 1, 0 },
-	{ "limits", "max_output", K_U64, F(max_output), DL_MAX_OUTPUT_MIN,
-	  DL_MAX_OUTPUT_MAX, 1, 0 },
-	{ "limits", "default_ttl", K_DUR, F(default_ttl_ms), 1,
-	  DL_TTL_STORE_MAX, 1, 0 },
-	{ "limits", "max_ttl", K_DUR, F(max_ttl_ms), 1, DL_TTL_STORE_MAX, 1,
-	  0 },
-	{ "limits", "tick", K_DUR, F(tick_ms), DL_TICK_MS_MIN, DL_TICK_MS_MAX,
-	  0, 0 },
-	{ "limits", "auth_delay", K_DUR, F(auth_delay_ms), 0, 10000, 1, 0 },
-	{ "persistence", "persist", K_PERSIST, F(persist), 0, 0, 0, 0 },
-	{ "persistence", "redis", K_STR, F(redis), 0, 0, 0, 1 },
-	{ "persistence", "redis_prefix", K_STR, F(redis_prefix), 0, 0, 0, 0 },
-	{ "persistence", "redis_timeout", K_DUR, F(redis_timeout_ms), 10,
-	  600000, 0, 0 },
-	{ "persistence", "restore_grace", K_DUR, F(restore_grace_ms), 0,
-	  3600000, 0, 0 },
-	{ "metrics", "listen", K_STR, F(metrics), 0, 0, 0, 0 },
+	{"server", "bind", K_STR, F(bind), 0, 0, 0, 0},
+	{"server", "port", K_U64, F(port), 0, 65535, 0, 0},
+	{"server", "unix_socket", K_STR, F(unix_socket), 0, 0, 0, 0},
+	{"server", "password", K_STR, F(password), 0, 0, 1, 1},
+	{"server", "log_level", K_LEVEL, F(log_level), 0, 0, 1, 0},
+	{"server", "allow_remote_without_password", K_BOOL,
+	 F(allow_remote_without_password), 0, 0, 0, 0},
+	{"limits", "max_connections", K_U64, F(max_connections), 1,
+	 DL_MAX_CONNECTIONS_MAX, 1, 0},
+	{"limits", "max_waiters_per_lock", K_U64, F(max_waiters), 1,
+	 DL_MAX_WAITERS_MAX, 1, 0},
+	{"limits", "max_locks_per_owner", K_U64, F(max_locks_per_owner), 1,
+	 DL_MAX_LOCKS_PER_OWNER_MAX, 1, 0},
+	{"limits", "max_output", K_U64, F(max_output), DL_MAX_OUTPUT_MIN,
+	 DL_MAX_OUTPUT_MAX, 1, 0},
+	{"limits", "default_ttl", K_DUR, F(default_ttl_ms), 1, DL_TTL_STORE_MAX,
+	 1, 0},
+	{"limits", "max_ttl", K_DUR, F(max_ttl_ms), 1, DL_TTL_STORE_MAX, 1, 0},
+	{"limits", "tick", K_DUR, F(tick_ms), DL_TICK_MS_MIN, DL_TICK_MS_MAX, 0,
+	 0},
+	{"limits", "auth_delay", K_DUR, F(auth_delay_ms), 0, 10000, 1, 0},
+	{"persistence", "persist", K_PERSIST, F(persist), 0, 0, 0, 0},
+	{"persistence", "redis", K_STR, F(redis), 0, 0, 0, 1},
+	{"persistence", "redis_prefix", K_STR, F(redis_prefix), 0, 0, 0, 0},
+	{"persistence", "redis_timeout", K_DUR, F(redis_timeout_ms), 10, 600000,
+	 0, 0},
+	{"persistence", "restore_grace", K_DUR, F(restore_grace_ms), 0, 3600000,
+	 0, 0},
+	{"metrics", "listen", K_STR, F(metrics), 0, 0, 0, 0},
 };
 #undef F
 
@@ -144,8 +143,8 @@ void dl_config_free(struct dl_config *c)
 
 static int parse_bool(const char *v, uint64_t *out)
 {
-	static const char *const yes[] = { "yes", "true", "on", "1" };
-	static const char *const no[] = { "no", "false", "off", "0" };
+	static const char *const yes[] = {"yes", "true", "on", "1"};
+	static const char *const no[] = {"no", "false", "off", "0"};
 	size_t i;
 
 	for (i = 0; i < 4; i++) {
@@ -254,7 +253,7 @@ struct ini_ctx {
 };
 
 static int on_ini_key(void *user, const char *section, const char *name,
-		       const char *value)
+		      const char *value)
 {
 	struct ini_ctx *x = user;
 
@@ -273,13 +272,16 @@ static int check(const struct dl_config *c, char *err, size_t errlen)
 	int port;
 
 	if (c->default_ttl_ms > c->max_ttl_ms) {
-		seterr(err, errlen, "default_ttl (%llu ms) above max_ttl "
-		       "(%llu ms)", (unsigned long long)c->default_ttl_ms,
+		seterr(err, errlen,
+		       "default_ttl (%llu ms) above max_ttl "
+		       "(%llu ms)",
+		       (unsigned long long)c->default_ttl_ms,
 		       (unsigned long long)c->max_ttl_ms);
 		return DL_EBADARG;
 	}
 	if (c->port == 0 && !c->unix_socket[0]) {
-		seterr(err, errlen, "port 0 and no unix_socket: nothing to "
+		seterr(err, errlen,
+		       "port 0 and no unix_socket: nothing to "
 		       "listen on");
 		return DL_EBADARG;
 	}
@@ -313,7 +315,7 @@ int dl_config_load(struct dl_config *c, const char *path,
 		   const struct dl_override *ov, size_t nov, char *err,
 		   size_t errlen)
 {
-	struct ini_ctx x = { .c = c };
+	struct ini_ctx x = {.c = c};
 	char kerr[DL_CONFIG_ERR_MAX];
 	size_t i;
 	int line;
@@ -415,8 +417,8 @@ void dl_config_dump(const struct dl_config *c, int fd)
 					     ? "(set)"
 					     : *str_at(m, k));
 		else if (k->type == K_DUR)
-			n = snprintf(buf, sizeof(buf), "%s = %llums\n",
-				     k->name, (unsigned long long)v);
+			n = snprintf(buf, sizeof(buf), "%s = %llums\n", k->name,
+				     (unsigned long long)v);
 		else if (k->type == K_BOOL)
 			n = snprintf(buf, sizeof(buf), "%s = %s\n", k->name,
 				     v ? "yes" : "no");
@@ -510,8 +512,8 @@ int dl_redis_url_parse(const char *url, struct dl_redis_addr *a)
 		colon = memchr(p, ':', (size_t)(at - p));
 		if (!colon)
 			goto bad;
-		a->password = strndup_or_null(colon + 1,
-					      (size_t)(at - colon - 1));
+		a->password =
+			strndup_or_null(colon + 1, (size_t)(at - colon - 1));
 		p = at + 1;
 	}
 	slash = strchr(p, '/');
@@ -523,7 +525,7 @@ int dl_redis_url_parse(const char *url, struct dl_redis_addr *a)
 			goto bad;
 		a->host = strndup(host + 1, (size_t)(close - host - 1));
 		colon = close + 1 < host + hlen && close[1] == ':' ? close + 1
-								  : NULL;
+								   : NULL;
 	} else {
 		colon = memchr(host, ':', hlen);
 		a->host = strndup(host, colon ? (size_t)(colon - host) : hlen);
@@ -557,8 +559,9 @@ int dl_hostport_parse(const char *s, char *host, size_t hostlen, int *port)
 		h = s + 1;
 		n -= 2;
 	}
-	if (n >= hostlen || parse_int(colon + 1, strlen(colon + 1), 65535,
-				      port) != 0 || *port == 0)
+	if (n >= hostlen ||
+	    parse_int(colon + 1, strlen(colon + 1), 65535, port) != 0 ||
+	    *port == 0)
 		return DL_EBADARG;
 	memcpy(host, h, n);
 	host[n] = '\0';

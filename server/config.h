@@ -22,29 +22,29 @@ enum dl_persist { DL_PERSIST_NONE = 0, DL_PERSIST_REDIS = 1 };
 
 struct dl_config {
 	/* [server] */
-	char *bind;          /* address of the TCP listener */
-	uint64_t port;       /* 0: no TCP listener */
-	char *unix_socket;   /* path, "" for none */
-	char *password;      /* "" for none: AUTH not required */
-	uint64_t log_level;  /* enum dl_log_level */
+	char *bind;	    /* address of the TCP listener */
+	uint64_t port;	    /* 0: no TCP listener */
+	char *unix_socket;  /* path, "" for none */
+	char *password;	    /* "" for none: AUTH not required */
+	uint64_t log_level; /* enum dl_log_level */
 	uint64_t allow_remote_without_password; /* bool */
 	/* [limits] */
 	uint64_t max_connections;
-	uint64_t max_waiters;         /* per lock */
+	uint64_t max_waiters; /* per lock */
 	uint64_t max_locks_per_owner;
-	uint64_t max_output;          /* bytes queued per connection */
+	uint64_t max_output; /* bytes queued per connection */
 	uint64_t default_ttl_ms;
 	uint64_t max_ttl_ms;
 	uint64_t tick_ms;
-	uint64_t auth_delay_ms;       /* after a failed AUTH */
+	uint64_t auth_delay_ms; /* after a failed AUTH */
 	/* [persistence] */
-	uint64_t persist;             /* enum dl_persist */
-	char *redis;                  /* URL, see dl_redis_url_parse */
+	uint64_t persist; /* enum dl_persist */
+	char *redis;	  /* URL, see dl_redis_url_parse */
 	char *redis_prefix;
 	uint64_t redis_timeout_ms;
 	uint64_t restore_grace_ms;
 	/* [metrics] */
-	char *metrics;                /* host:port of the Prometheus page, "" off */
+	char *metrics; /* host:port of the Prometheus page, "" off */
 };
 
 /* A command-line override of one key, kept for reloads. */
@@ -87,9 +87,9 @@ void dl_config_dump(const struct dl_config *c, int fd);
  * unix:///path.sock[?db=N][&password=P]. Strings are owned (free with
  * dl_redis_addr_free). */
 struct dl_redis_addr {
-	char *host;     /* NULL for unix sockets */
+	char *host; /* NULL for unix sockets */
 	int port;
-	char *path;     /* unix socket path, NULL for TCP */
+	char *path;	/* unix socket path, NULL for TCP */
 	char *password; /* NULL when none */
 	int db;
 };

@@ -89,7 +89,8 @@ static void delayed_cancel(struct dl_conn *c)
 	uv_close((uv_handle_t *)&d->timer, on_delayed_closed);
 }
 
-/* ---- life cycle ----------------------------------------------------------- */
+/* ---- life cycle -----------------------------------------------------------
+ */
 
 static void on_close(uv_handle_t *h)
 {
@@ -186,10 +187,10 @@ int dl_conn_done(const struct dl_conn *c)
 	return c->closing || c->shutting;
 }
 
-/* ---- output --------------------------------------------------------------- */
+/* ---- output ---------------------------------------------------------------
+ */
 
-void dl_conn_send(struct dl_conn *c, const char *line, size_t len,
-		  int durable)
+void dl_conn_send(struct dl_conn *c, const char *line, size_t len, int durable)
 {
 	struct dl_server *srv = c->srv;
 	uint64_t e;
@@ -299,7 +300,8 @@ void dl_conn_flush(struct dl_conn *c)
 	c->writing = 1;
 }
 
-/* ---- input ------------------------------------------------------------------ */
+/* ---- input ------------------------------------------------------------------
+ */
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
@@ -346,8 +348,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	if (nread < 0) {
 		/* EOF: the client will send nothing more, but may still be
 		 * reading (echo CMD | nc): finish the replies, then close. */
-		dl_conn_end(c,
-			    nread == UV_EOF ? DL_END_GRACEFUL : DL_END_ABORT,
+		dl_conn_end(c, nread == UV_EOF ? DL_END_GRACEFUL : DL_END_ABORT,
 			    nread == UV_EOF ? "peer closed"
 					    : uv_strerror((int)nread));
 		return;
@@ -462,7 +463,7 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener)
 	snprintf(owner, sizeof(owner), "anon-%s-%llu", srv->nonce,
 		 (unsigned long long)c->id);
 	if (dl_session_init(srv->tab, &c->sess,
-			    (struct dl_str){ owner, strlen(owner) }, c) != 0) {
+			    (struct dl_str){owner, strlen(owner)}, c) != 0) {
 		uv_close(&c->u.handle, on_reject_close);
 		return;
 	}

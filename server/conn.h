@@ -50,25 +50,25 @@ struct dl_conn {
 	struct dl_server *srv;
 	struct dl_session sess;
 	struct dl_conn *next, *prev; /* srv->conns */
-	struct dl_conn *wnext;       /* srv->writeq */
-	struct dl_conn *hnext;       /* srv->held */
-	struct dl_conn *enext;       /* srv->endq */
+	struct dl_conn *wnext;	     /* srv->writeq */
+	struct dl_conn *hnext;	     /* srv->held */
+	struct dl_conn *enext;	     /* srv->endq */
 	uint64_t id;
-	struct dl_obuf out;  /* pending output */
-	struct dl_obuf wout; /* output handed to uv_write */
-	size_t hold_off;     /* out[hold_off..] waits for hold_epoch */
-	uint64_t hold_epoch; /* 0: nothing held */
+	struct dl_obuf out;	    /* pending output */
+	struct dl_obuf wout;	    /* output handed to uv_write */
+	size_t hold_off;	    /* out[hold_off..] waits for hold_epoch */
+	uint64_t hold_epoch;	    /* 0: nothing held */
 	struct dl_delayed *delayed; /* input paused until it is sent */
 	unsigned authed : 1;
 	unsigned writing : 1; /* a uv_write is in flight */
 	unsigned in_writeq : 1;
 	unsigned in_held : 1;
 	unsigned in_endq : 1;
-	unsigned ended : 1;   /* session closed, reading stopped */
+	unsigned ended : 1;    /* session closed, reading stopped */
 	unsigned shutting : 1; /* uv_shutdown called, close follows */
 	unsigned closing : 1;  /* uv_close called */
-	unsigned end : 2;     /* enum dl_conn_end */
-	char peer[64];        /* for logs: "127.0.0.1:5000" or "unix" */
+	unsigned end : 2;      /* enum dl_conn_end */
+	char peer[64];	       /* for logs: "127.0.0.1:5000" or "unix" */
 	struct dl_linebuf in;
 };
 
@@ -77,8 +77,7 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener);
 
 /* Queue a line (with its CRLF) for the client. durable: hold it (and what
  * follows) until the open epoch commits. */
-void dl_conn_send(struct dl_conn *c, const char *line, size_t len,
-		  int durable);
+void dl_conn_send(struct dl_conn *c, const char *line, size_t len, int durable);
 
 /* Send `line` after ms, reading nothing from the connection meanwhile, so
  * that later requests keep their order (a failed AUTH is answered this

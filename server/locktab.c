@@ -158,7 +158,8 @@ static void htab_remove(struct htab *h, struct dl_hnode *n)
 	h->n--;
 }
 
-/* ---- the table ------------------------------------------------------------- */
+/* ---- the table -------------------------------------------------------------
+ */
 
 struct dl_locktab {
 	struct dl_locktab_hooks hooks;
@@ -166,7 +167,7 @@ struct dl_locktab {
 	uint64_t seed;
 	uint64_t last_token;
 	uint16_t max_holders; /* 1 until shared locks exist */
-	int suspended;        /* grants suspended (store down) */
+	int suspended;	      /* grants suspended (store down) */
 	size_t placeholders;  /* restored waiters not yet claimed */
 	struct htab locks;
 	struct htab owners;
@@ -189,7 +190,7 @@ static void emit(struct dl_locktab *t, struct dl_session *s,
 	struct dl_event ev = {
 		.type = type,
 		.durable = durable ? 1 : 0,
-		.name = { lk->name, lk->hn.len },
+		.name = {lk->name, lk->hn.len},
 		.token = token,
 		.ttl_ms = ttl,
 		.tag = tag,
@@ -208,7 +209,8 @@ static void mark_dirty(struct dl_locktab *t, struct dl_lock *lk)
 	t->dirty[t->ndirty++] = lk;
 }
 
-/* ---- owners ---------------------------------------------------------------- */
+/* ---- owners ----------------------------------------------------------------
+ */
 
 static struct dl_owner *owner_get(struct dl_locktab *t, struct dl_str id)
 {
@@ -246,10 +248,10 @@ static int owner_full(const struct dl_locktab *t, const struct dl_owner *o)
 	       t->limits.max_locks_per_owner;
 }
 
-/* ---- locks ----------------------------------------------------------------- */
+/* ---- locks -----------------------------------------------------------------
+ */
 
-static struct dl_lock *lock_find(const struct dl_locktab *t,
-				 struct dl_str name)
+static struct dl_lock *lock_find(const struct dl_locktab *t, struct dl_str name)
 {
 	uint32_t h = hash_bytes(t->seed, name.p, name.len);
 	struct dl_hnode *n = htab_find(&t->locks, h, name);
@@ -304,7 +306,8 @@ static void lock_drop_if_unused(struct dl_locktab *t, struct dl_lock *lk)
 		lock_free(t, lk);
 }
 
-/* ---- leases ------------------------------------------------------------------ */
+/* ---- leases
+ * ------------------------------------------------------------------ */
 
 static struct dl_lease *holder_of(const struct dl_lock *lk,
 				  const struct dl_owner *o)
@@ -358,8 +361,8 @@ static struct dl_lease *lease_alloc(struct dl_str tag)
 
 /* The infallible half: link l as a new holder of lk with a new token. */
 static void lease_grant(struct dl_locktab *t, struct dl_lease *l,
-			struct dl_lock *lk, struct dl_owner *o,
-			uint32_t ttl, uint64_t now)
+			struct dl_lock *lk, struct dl_owner *o, uint32_t ttl,
+			uint64_t now)
 {
 	struct dl_lease **pp = &lk->holders;
 
@@ -432,7 +435,8 @@ static uint64_t remaining(const struct dl_lease *l, uint64_t now)
 	return l->timer.expires > now ? l->timer.expires - now : 0;
 }
 
-/* ---- waiters ----------------------------------------------------------------- */
+/* ---- waiters
+ * ----------------------------------------------------------------- */
 
 static uint64_t waiter_position(const struct dl_waiter *w)
 {
@@ -495,7 +499,7 @@ static void waiter_set(struct dl_waiter *w, uint32_t ttl, struct dl_str tag)
 
 static struct dl_str waiter_tag(const struct dl_waiter *w)
 {
-	return (struct dl_str){ w->tag, w->tag_len };
+	return (struct dl_str){w->tag, w->tag_len};
 }
 
 /* Append a waiter to lk's queue. `s` NULL makes a placeholder. */
@@ -571,16 +575,17 @@ static void serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 			waiter_free(t, w);
 			t->st.timeouts++;
 			emit(t, s, DL_EVENT_TIMEOUT, 0, lk, 0, 0,
-			     (struct dl_str){ tag, tag_len });
+			     (struct dl_str){tag, tag_len});
 			continue;
 		}
 		waiter_free(t, w);
 		emit(t, s, DL_EVENT_GRANTED, 1, lk, l->token, remaining(l, now),
-		     (struct dl_str){ tag, tag_len });
+		     (struct dl_str){tag, tag_len});
 	}
 }
 
-/* ---- expiry -------------------------------------------------------------------- */
+/* ---- expiry
+ * -------------------------------------------------------------------- */
 
 static void lease_expire(struct dl_locktab *t, struct dl_lease *l, uint64_t now)
 {
@@ -596,7 +601,7 @@ static void lease_expire(struct dl_locktab *t, struct dl_lease *l, uint64_t now)
 	for (s = l->owner->sessions; s; s = next) {
 		next = s->onext;
 		emit(t, s, DL_EVENT_EXPIRED, 0, lk, token, 0,
-		     (struct dl_str){ tag, tag_len });
+		     (struct dl_str){tag, tag_len});
 	}
 	t->st.expiries++;
 	lease_remove(t, l);
@@ -631,7 +636,7 @@ static void waiter_timeout(struct dl_locktab *t, struct dl_waiter *w,
 	if (s) {
 		t->st.timeouts++;
 		emit(t, s, DL_EVENT_TIMEOUT, 0, lk, 0, 0,
-		     (struct dl_str){ tag, tag_len });
+		     (struct dl_str){tag, tag_len});
 	}
 	serve(t, lk, now);
 }
@@ -654,7 +659,7 @@ static void on_timer(struct dl_wheel_entry *e, void *arg)
 
 size_t dl_locktab_run_timers(struct dl_locktab *t, size_t budget)
 {
-	struct timer_run r = { t, now_ms(t) };
+	struct timer_run r = {t, now_ms(t)};
 
 	return dl_wheel_run(&t->wheel, r.now, budget, on_timer, &r);
 }
@@ -664,7 +669,8 @@ int64_t dl_locktab_timeout(struct dl_locktab *t)
 	return dl_wheel_timeout(&t->wheel, now_ms(t));
 }
 
-/* ---- life cycle ------------------------------------------------------------------ */
+/* ---- life cycle
+ * ------------------------------------------------------------------ */
 
 struct dl_locktab *dl_locktab_new(const struct dl_locktab_hooks *hooks,
 				  const struct dl_locktab_limits *limits,
@@ -732,7 +738,8 @@ void dl_locktab_free(struct dl_locktab *t)
 	free(t);
 }
 
-/* ---- sessions ------------------------------------------------------------------------ */
+/* ---- sessions
+ * ------------------------------------------------------------------------ */
 
 static void session_link(struct dl_session *s, struct dl_owner *o)
 {
@@ -811,7 +818,9 @@ struct dl_str dl_session_owner(const struct dl_session *s)
 	return dl_owner_id(s->owner);
 }
 
-/* ---- requests ---------------------------------------------------------------------------- */
+/* ---- requests
+ * ----------------------------------------------------------------------------
+ */
 
 /* ms a TRYLOCK would have to wait at least: the earliest holder deadline,
  * or the grace of the placeholder at the head. */
@@ -1046,8 +1055,8 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 	return 0;
 }
 
-int dl_locktab_check(struct dl_locktab *t, struct dl_str name,
-		     uint64_t token, struct dl_result *res)
+int dl_locktab_check(struct dl_locktab *t, struct dl_str name, uint64_t token,
+		     struct dl_result *res)
 {
 	uint64_t now = now_ms(t);
 	struct dl_lock *lk = lock_now(t, name, now);
@@ -1105,7 +1114,8 @@ void dl_locktab_status(struct dl_locktab *t, struct dl_str name,
 	}
 }
 
-/* ---- persistence hooks ------------------------------------------------------------- */
+/* ---- persistence hooks
+ * ------------------------------------------------------------- */
 
 size_t dl_locktab_drain_dirty(struct dl_locktab *t, dl_lock_cb cb, void *arg)
 {
@@ -1153,17 +1163,18 @@ static void serve_cb(const struct dl_lock *lk, void *arg)
 
 void dl_locktab_suspend_grants(struct dl_locktab *t, int suspended)
 {
-	struct timer_run r = { t, now_ms(t) };
+	struct timer_run r = {t, now_ms(t)};
 
 	t->suspended = suspended;
 	if (!suspended)
 		dl_locktab_foreach(t, serve_cb, &r);
 }
 
-/* ---- recovery ------------------------------------------------------------------ */
+/* ---- recovery
+ * ------------------------------------------------------------------ */
 
-static int restore_args(struct dl_str name, struct dl_str owner,
-			uint32_t ttl, struct dl_str tag)
+static int restore_args(struct dl_str name, struct dl_str owner, uint32_t ttl,
+			struct dl_str tag)
 {
 	if (dl_check_name(name.p, name.len) ||
 	    dl_check_owner(owner.p, owner.len) || ttl == 0 ||
@@ -1283,12 +1294,12 @@ const struct dl_lock *dl_locktab_find(struct dl_locktab *t, struct dl_str name)
 
 struct dl_str dl_lock_name(const struct dl_lock *lk)
 {
-	return (struct dl_str){ lk->name, lk->hn.len };
+	return (struct dl_str){lk->name, lk->hn.len};
 }
 
 struct dl_str dl_owner_id(const struct dl_owner *o)
 {
-	return (struct dl_str){ o->id, o->hn.len };
+	return (struct dl_str){o->id, o->hn.len};
 }
 
 const struct dl_locktab_stats *dl_locktab_stats(const struct dl_locktab *t)

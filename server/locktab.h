@@ -70,37 +70,37 @@ struct dl_waiter;
 struct dl_session {
 	struct dl_owner *owner;
 	struct dl_session *onext, *oprev; /* sessions of the same owner */
-	struct dl_waiter *waiters;        /* this session's queued requests */
-	void *data;                       /* the caller's, untouched */
+	struct dl_waiter *waiters;	  /* this session's queued requests */
+	void *data;			  /* the caller's, untouched */
 };
 
 /* ---- read-only views (for the store and STATUS) ----------------------- */
 
 struct dl_lease {
 	struct dl_wheel_entry timer; /* fires at the deadline */
-	unsigned kind : 8;           /* DL__TIMED_LEASE */
-	unsigned count : 24;         /* reentrant holds, 1..DL_REENTRY_MAX */
-	uint32_t ttl_ms;             /* last TTL asked; REFRESH default */
+	unsigned kind : 8;	     /* DL__TIMED_LEASE */
+	unsigned count : 24;	     /* reentrant holds, 1..DL_REENTRY_MAX */
+	uint32_t ttl_ms;	     /* last TTL asked; REFRESH default */
 	struct dl_lock *lock;
 	struct dl_owner *owner;
 	struct dl_lease *next; /* next holder of the same lock */
 	uint64_t token;
-	char *tag;           /* id= of the granting request, or NULL (owned) */
+	char *tag;	     /* id= of the granting request, or NULL (owned) */
 	uint64_t granted_at; /* monotonic ms, for the hold-time histogram */
 };
 
 struct dl_waiter {
 	struct dl_wheel_entry timer; /* wait deadline; idle when wait=inf */
-	unsigned kind : 8;           /* DL__TIMED_WAITER */
+	unsigned kind : 8;	     /* DL__TIMED_WAITER */
 	unsigned tag_len : 8;
 	uint32_t ttl_ms; /* TTL of the lease it asks for */
 	struct dl_lock *lock;
 	struct dl_owner *owner;
-	struct dl_session *sess;        /* NULL: a restored placeholder */
+	struct dl_session *sess;	 /* NULL: a restored placeholder */
 	struct dl_waiter *qnext, *qprev; /* the lock's queue */
 	struct dl_waiter *snext, *sprev; /* the session's waiters */
-	uint64_t wait_deadline; /* monotonic ms, UINT64_MAX for inf */
-	uint64_t queued_at;     /* monotonic ms, for the wait histogram */
+	uint64_t wait_deadline;		 /* monotonic ms, UINT64_MAX for inf */
+	uint64_t queued_at; /* monotonic ms, for the wait histogram */
 	char tag[DL_TAG_MAX];
 };
 
@@ -115,7 +115,7 @@ struct dl_lock {
 	struct dl_waiter *qhead, *qtail;
 	uint32_t nwaiters;
 	uint16_t nholders;
-	uint8_t dirty;  /* in the dirty set */
+	uint8_t dirty;	/* in the dirty set */
 	uint8_t stored; /* the store's own bit: its name is in Redis's set of
 			   lock names (see store.c); 0 for a new lock */
 	struct dl_hnode hn;
@@ -124,13 +124,14 @@ struct dl_lock {
 
 struct dl_owner {
 	struct dl_session *sessions; /* attached sessions */
-	uint32_t nleases;            /* leases held */
-	uint32_t nwaiters;           /* waiters, placeholders included */
+	uint32_t nleases;	     /* leases held */
+	uint32_t nwaiters;	     /* waiters, placeholders included */
 	struct dl_hnode hn;
 	char id[]; /* hn.len bytes + NUL */
 };
 
-/* ---- results --------------------------------------------------------------- */
+/* ---- results ---------------------------------------------------------------
+ */
 
 enum dl_outcome {
 	DL_GRANTED,    /* token, value = ttl_ms */
@@ -171,9 +172,9 @@ struct dl_event {
 
 struct dl_lock_status {
 	int held;
-	uint64_t token;     /* first holder's */
+	uint64_t token;	    /* first holder's */
 	uint64_t remaining; /* ms, first holder's */
-	uint32_t count;     /* first holder's */
+	uint32_t count;	    /* first holder's */
 	struct dl_str owner;
 	uint32_t holders;
 	uint32_t waiters;
@@ -206,7 +207,7 @@ struct dl_locktab_hooks {
 };
 
 struct dl_locktab_limits {
-	uint32_t max_waiters;         /* per lock */
+	uint32_t max_waiters;	      /* per lock */
 	uint32_t max_locks_per_owner; /* leases + waiters of one owner */
 };
 
@@ -234,7 +235,8 @@ int dl_session_set_owner(struct dl_locktab *t, struct dl_session *s,
 void dl_session_close(struct dl_locktab *t, struct dl_session *s);
 struct dl_str dl_session_owner(const struct dl_session *s);
 
-/* ---- requests ------------------------------------------------------------- */
+/* ---- requests -------------------------------------------------------------
+ */
 
 /* LOCK/TRYLOCK: wait_ms 0 tries once, DL_WAIT_INF waits forever. Errors:
  * DL_EBADARG (ttl 0 or too large), DL_ELIMIT (queue full, owner over its
@@ -250,29 +252,30 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 		       struct dl_str name, uint64_t token, uint64_t ttl_ms,
 		       struct dl_result *res);
 /* Any owner may check any token. */
-int dl_locktab_check(struct dl_locktab *t, struct dl_str name,
-		     uint64_t token, struct dl_result *res);
+int dl_locktab_check(struct dl_locktab *t, struct dl_str name, uint64_t token,
+		     struct dl_result *res);
 int dl_locktab_cancel(struct dl_locktab *t, struct dl_session *s,
 		      struct dl_str name, struct dl_result *res);
 void dl_locktab_status(struct dl_locktab *t, struct dl_str name,
 		       struct dl_lock_status *st);
 
-/* ---- time ------------------------------------------------------------------ */
+/* ---- time ------------------------------------------------------------------
+ */
 
 /* Fire due deadlines, at most `budget`; returns how many fired. */
 size_t dl_locktab_run_timers(struct dl_locktab *t, size_t budget);
 /* ms until dl_locktab_run_timers() has work, -1 if none is scheduled. */
 int64_t dl_locktab_timeout(struct dl_locktab *t);
 
-/* ---- persistence hooks ----------------------------------------------------- */
+/* ---- persistence hooks -----------------------------------------------------
+ */
 
 typedef void (*dl_lock_cb)(const struct dl_lock *lk, void *arg);
 
 /* Hand every dirty lock to cb once, in its final state (a lock with no
  * holders and no waiters is to be deleted), clear the set and free empty
  * locks. Returns the number of locks handed over. */
-size_t dl_locktab_drain_dirty(struct dl_locktab *t, dl_lock_cb cb,
-			      void *arg);
+size_t dl_locktab_drain_dirty(struct dl_locktab *t, dl_lock_cb cb, void *arg);
 size_t dl_locktab_dirty_count(const struct dl_locktab *t);
 /* Every lock, in no particular order (a full re-sync of the store). */
 void dl_locktab_foreach(struct dl_locktab *t, dl_lock_cb cb, void *arg);
@@ -314,8 +317,7 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 			      struct dl_str tag);
 
 /* Lookups for the store and tests. */
-const struct dl_lock *dl_locktab_find(struct dl_locktab *t,
-				      struct dl_str name);
+const struct dl_lock *dl_locktab_find(struct dl_locktab *t, struct dl_str name);
 struct dl_str dl_lock_name(const struct dl_lock *lk);
 struct dl_str dl_owner_id(const struct dl_owner *o);
 const struct dl_locktab_stats *dl_locktab_stats(const struct dl_locktab *t);

@@ -15,11 +15,10 @@
 int dl_log_level = DL_LOG_NOTICE;
 static int journald;
 
-static const char *const names[] = { "error", "warn", "notice", "info",
-				     "debug" };
+static const char *const names[] = {"error", "warn", "notice", "info", "debug"};
 /* sd-daemon(3) priorities: err, warning, notice, info, debug. */
-static const char prio[] = { '3', '4', '5', '6', '7' };
-static const char letter[] = { 'E', 'W', 'N', 'I', 'D' };
+static const char prio[] = {'3', '4', '5', '6', '7'};
+static const char letter[] = {'E', 'W', 'N', 'I', 'D'};
 
 void dl_log_init(int level, int force_journald)
 {

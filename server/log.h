@@ -29,15 +29,15 @@ const char *dl_log_level_name(int level);
 void dl_log(int level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-#define dl_log_at(lvl, ...)                          \
-	do {                                         \
-		if ((lvl) <= dl_log_level)           \
-			dl_log((lvl), __VA_ARGS__);  \
+#define dl_log_at(lvl, ...)                                                    \
+	do {                                                                   \
+		if ((lvl) <= dl_log_level)                                     \
+			dl_log((lvl), __VA_ARGS__);                            \
 	} while (0)
-#define dl_error(...) dl_log_at(DL_LOG_ERROR, __VA_ARGS__)
-#define dl_warn(...) dl_log_at(DL_LOG_WARN, __VA_ARGS__)
+#define dl_error(...)  dl_log_at(DL_LOG_ERROR, __VA_ARGS__)
+#define dl_warn(...)   dl_log_at(DL_LOG_WARN, __VA_ARGS__)
 #define dl_notice(...) dl_log_at(DL_LOG_NOTICE, __VA_ARGS__)
-#define dl_info(...) dl_log_at(DL_LOG_INFO, __VA_ARGS__)
-#define dl_debug(...) dl_log_at(DL_LOG_DEBUG, __VA_ARGS__)
+#define dl_info(...)   dl_log_at(DL_LOG_INFO, __VA_ARGS__)
+#define dl_debug(...)  dl_log_at(DL_LOG_DEBUG, __VA_ARGS__)
 
 #endif /* DL_SERVER_LOG_H */

@@ -15,7 +15,7 @@
 #include "server/log.h"
 #include "server/server.h"
 
-#define EXIT_USAGE 2
+#define EXIT_USAGE  2
 #define EXIT_CONFIG 3
 
 static const char usage[] =
@@ -45,17 +45,17 @@ int main(int argc, char **argv)
 {
 	enum { OPT_PERSIST = 256, OPT_REDIS, OPT_CHECK };
 	static const struct option opts[] = {
-		{ "config", required_argument, NULL, 'c' },
-		{ "port", required_argument, NULL, 'p' },
-		{ "bind", required_argument, NULL, 'b' },
-		{ "unix-socket", required_argument, NULL, 's' },
-		{ "persist", required_argument, NULL, OPT_PERSIST },
-		{ "redis", required_argument, NULL, OPT_REDIS },
-		{ "log-level", required_argument, NULL, 'l' },
-		{ "check-config", no_argument, NULL, OPT_CHECK },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'v' },
-		{ NULL, 0, NULL, 0 },
+		{"config", required_argument, NULL, 'c'},
+		{"port", required_argument, NULL, 'p'},
+		{"bind", required_argument, NULL, 'b'},
+		{"unix-socket", required_argument, NULL, 's'},
+		{"persist", required_argument, NULL, OPT_PERSIST},
+		{"redis", required_argument, NULL, OPT_REDIS},
+		{"log-level", required_argument, NULL, 'l'},
+		{"check-config", no_argument, NULL, OPT_CHECK},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'v'},
+		{NULL, 0, NULL, 0},
 	};
 	static struct dl_override ov[16];
 	static struct dl_server srv;
@@ -108,7 +108,7 @@ int main(int argc, char **argv)
 			fputs(usage, stderr);
 			return EXIT_USAGE;
 		}
-		ov[nov++] = (struct dl_override){ sec, key, optarg };
+		ov[nov++] = (struct dl_override){sec, key, optarg};
 		if (nov == sizeof(ov) / sizeof(ov[0])) {
 			fprintf(stderr, "dlockd: too many options\n");
 			return EXIT_USAGE;

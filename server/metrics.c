@@ -77,7 +77,8 @@ static void mconn_close(struct mconn *c)
 	uv_close((uv_handle_t *)&c->timer, on_mconn_closed);
 }
 
-/* ---- the page --------------------------------------------------------------- */
+/* ---- the page ---------------------------------------------------------------
+ */
 
 struct page {
 	struct dl_buf b;
@@ -99,8 +100,7 @@ static void emit_stat(const struct dl_stat *s, void *arg)
 		dl_buf_printf(b, "# HELP dlockd_%s%s %s\n", s->name, sfx,
 			      s->help);
 		dl_buf_printf(b, "# TYPE dlockd_%s%s %s\n", s->name, sfx,
-			      s->kind == DL_STAT_COUNTER ? "counter"
-							 : "gauge");
+			      s->kind == DL_STAT_COUNTER ? "counter" : "gauge");
 	}
 	if (s->label)
 		dl_buf_printf(b, "dlockd_%s%s{%s=\"%s\"} %llu\n", s->name, sfx,
@@ -164,7 +164,7 @@ static void on_written(uv_write_t *req, int status)
 static void answer(struct mconn *c)
 {
 	const struct dl_locktab_stats *t = dl_locktab_stats(c->m->srv->tab);
-	struct page pg = { { 0 }, NULL };
+	struct page pg = {{0}, NULL};
 	uv_buf_t b;
 
 	uv_read_stop((uv_stream_t *)&c->tcp);
@@ -193,7 +193,8 @@ static void answer(struct mconn *c)
 		mconn_close(c);
 }
 
-/* ---- connections ---------------------------------------------------------------- */
+/* ---- connections
+ * ---------------------------------------------------------------- */
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
@@ -253,7 +254,8 @@ static void on_connection(uv_stream_t *l, int status)
 	uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 
-/* ---- listener ------------------------------------------------------------------- */
+/* ---- listener
+ * ------------------------------------------------------------------- */
 
 int dl_metrics_start(struct dl_server *srv, struct dl_metrics **out)
 {

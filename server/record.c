@@ -94,7 +94,7 @@ static int split(const char *p, const char *end, struct dl_str *w, int max)
 			p++;
 		if (p == s)
 			return -1; /* empty word: double space */
-		w[n++] = (struct dl_str){ s, (size_t)(p - s) };
+		w[n++] = (struct dl_str){s, (size_t)(p - s)};
 		if (p < end)
 			p++;
 	}
@@ -106,15 +106,14 @@ static int num(struct dl_str s, uint64_t *v)
 	return dl_parse_u64(s.p, s.len, v);
 }
 
-static int tag_of(const struct dl_str *w, int n, int at,
-		  struct dl_str *tag)
+static int tag_of(const struct dl_str *w, int n, int at, struct dl_str *tag)
 {
 	*tag = DL_STR_NULL;
 	if (n == at)
 		return 0;
 	if (n != at + 1 || w[at].len < 4 || memcmp(w[at].p, "id=", 3) != 0)
 		return -1;
-	*tag = (struct dl_str){ w[at].p + 3, w[at].len - 3 };
+	*tag = (struct dl_str){w[at].p + 3, w[at].len - 3};
 	return dl_check_tag(tag->p, tag->len) ? -1 : 0;
 }
 

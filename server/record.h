@@ -30,10 +30,10 @@ int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
 		     struct dl_buf *b);
 
 struct dl_record_item {
-	char kind;              /* 'H' holder, 'W' waiter */
-	uint64_t token;         /* H */
-	uint64_t deadline;      /* unix ms; UINT64_MAX for a W with inf */
-	uint64_t count;         /* H */
+	char kind;	   /* 'H' holder, 'W' waiter */
+	uint64_t token;	   /* H */
+	uint64_t deadline; /* unix ms; UINT64_MAX for a W with inf */
+	uint64_t count;	   /* H */
 	uint64_t ttl_ms;
 	struct dl_str owner;
 	struct dl_str tag;

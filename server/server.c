@@ -37,8 +37,8 @@
 /* Exit codes of start-up failures (documented in dlockd(8)). */
 #define EXIT_CONFIG 3
 #define EXIT_LISTEN 4
-#define EXIT_STORE 5
-#define EXIT_OTHER 1
+#define EXIT_STORE  5
+#define EXIT_OTHER  1
 
 static void fatal(int code, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3), noreturn));
@@ -63,7 +63,8 @@ static uint64_t unix_ms(void)
 	return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
 }
 
-/* ---- hooks from the lock table and the store ------------------------------ */
+/* ---- hooks from the lock table and the store ------------------------------
+ */
 
 static uint64_t tab_now(void *ctx)
 {
@@ -101,8 +102,9 @@ static void store_availability(int up, void *ctx)
 	struct dl_server *srv = ctx;
 
 	dl_locktab_suspend_grants(srv->tab, !up);
-	dl_notify(up ? "STATUS=serving" : "STATUS=persistence down, "
-					  "refusing changes");
+	dl_notify(up ? "STATUS=serving"
+		     : "STATUS=persistence down, "
+		       "refusing changes");
 }
 
 static struct dl_locktab_limits tab_limits(const struct dl_config *cfg)
@@ -114,7 +116,8 @@ static struct dl_locktab_limits tab_limits(const struct dl_config *cfg)
 	return l;
 }
 
-/* ---- the loop's phases ---------------------------------------------------------- */
+/* ---- the loop's phases
+ * ---------------------------------------------------------- */
 
 static void on_wheel(uv_timer_t *t);
 
@@ -209,7 +212,8 @@ static void on_prepare(uv_prepare_t *h)
 	flush_phase(h->data);
 }
 
-/* ---- listeners ---------------------------------------------------------------------- */
+/* ---- listeners
+ * ---------------------------------------------------------------------- */
 
 static void on_connection(uv_stream_t *listener, int status)
 {
@@ -225,8 +229,8 @@ static void on_connection(uv_stream_t *listener, int status)
 static void listen_tcp(struct dl_server *srv)
 {
 	const struct dl_config *cfg = &srv->cfg;
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
-				  .ai_flags = AI_NUMERICSERV | AI_PASSIVE };
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+				 .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
 	struct addrinfo *ai = NULL;
 	char port[8];
 	int r;
@@ -275,7 +279,8 @@ static void listen_unix(struct dl_server *srv)
 	dl_notice("listening on %s", path);
 }
 
-/* ---- signals ------------------------------------------------------------------------ */
+/* ---- signals
+ * ------------------------------------------------------------------------ */
 
 static void on_signal(uv_signal_t *h, int signum)
 {
@@ -302,7 +307,8 @@ static void start_signal(struct dl_server *srv, uv_signal_t *h, int signum)
 	uv_unref((uv_handle_t *)h);
 }
 
-/* ---- systemd watchdog ----------------------------------------------------- */
+/* ---- systemd watchdog -----------------------------------------------------
+ */
 
 /* Pings come from the loop itself: a loop that stops turning stops them,
  * and systemd restarts the daemon. */
@@ -328,7 +334,9 @@ static void start_watchdog(struct dl_server *srv)
 		(unsigned long long)ms);
 }
 
-/* ---- start ------------------------------------------------------------------------------ */
+/* ---- start
+ * ------------------------------------------------------------------------------
+ */
 
 static void raise_nofile(const struct dl_config *cfg)
 {
@@ -358,9 +366,9 @@ static uint64_t random_u64(void)
 
 void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 {
-	struct dl_locktab_hooks th = { tab_now, tab_event, srv };
-	struct dl_store_hooks sh = { dl__server_committed, store_availability,
-				     srv };
+	struct dl_locktab_hooks th = {tab_now, tab_event, srv};
+	struct dl_store_hooks sh = {dl__server_committed, store_availability,
+				    srv};
 	struct dl_locktab_limits lim = tab_limits(&srv->cfg);
 	uint64_t deadline;
 	char err[256];
@@ -414,7 +422,7 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 	uv_unref((uv_handle_t *)&srv->check);
 	if (!dl_store_available(srv->store))
 		fatal(EXIT_STORE, "redis: no working connection within "
-		      "redis_timeout");
+				  "redis_timeout");
 
 	if (srv->cfg.port)
 		listen_tcp(srv);
@@ -431,7 +439,9 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 	dl_notify("READY=1\nSTATUS=serving");
 }
 
-/* ---- stop ------------------------------------------------------------------------------ */
+/* ---- stop
+ * ------------------------------------------------------------------------------
+ */
 
 static void close_listeners(struct dl_server *srv)
 {
@@ -508,7 +518,9 @@ static void drain_finish(struct dl_server *srv)
 	dl_store_stop(srv->store, on_store_stopped, srv);
 }
 
-/* ---- reload ------------------------------------------------------------------------------ */
+/* ---- reload
+ * ------------------------------------------------------------------------------
+ */
 
 static void report_change(const char *section, const char *key, int live,
 			  void *arg)

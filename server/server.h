@@ -35,10 +35,10 @@ struct dl_conn;
 struct dl_metrics;
 
 struct dl_server_stats {
-	uint64_t connections_total;    /* accepted since start */
-	uint64_t connections_rejected; /* over max_connections */
-	uint64_t output_overflows;     /* closed at max_output */
-	uint64_t commands;             /* requests executed */
+	uint64_t connections_total;	    /* accepted since start */
+	uint64_t connections_rejected;	    /* over max_connections */
+	uint64_t output_overflows;	    /* closed at max_output */
+	uint64_t commands;		    /* requests executed */
 	uint64_t errors[DL_ERR_COUNT_ + 1]; /* ERR replies by -code */
 	uint64_t auth_failures;
 };
@@ -46,8 +46,8 @@ struct dl_server_stats {
 struct dl_server {
 	uv_loop_t *loop;
 	struct dl_config cfg;
-	const char *config_path;       /* NULL: defaults and flags only */
-	const struct dl_override *ov;  /* command-line overrides */
+	const char *config_path;      /* NULL: defaults and flags only */
+	const struct dl_override *ov; /* command-line overrides */
 	size_t nov;
 	struct dl_locktab *tab;
 	struct dl_store *store;
@@ -59,7 +59,7 @@ struct dl_server {
 	uv_prepare_t prepare;
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t drain_timer; /* bounds a shutdown's wait for Redis */
-	uv_timer_t watchdog;    /* sd_notify WATCHDOG=1, when asked */
+	uv_timer_t watchdog;	/* sd_notify WATCHDOG=1, when asked */
 	struct dl_metrics *metrics;
 	unsigned tcp_on : 1, unix_on : 1;
 	int draining; /* 0 serving, 1 draining, 2 closing down */
@@ -67,9 +67,9 @@ struct dl_server {
 	struct dl_conn *conns; /* every live connection */
 	size_t nconns;
 	struct dl_conn *writeq; /* connections with bytes to write */
-	struct dl_conn *held;   /* connections holding replies for an epoch */
-	struct dl_conn *endq;   /* connections to end in the check phase */
-	uint64_t durable;       /* last committed epoch */
+	struct dl_conn *held;	/* connections holding replies for an epoch */
+	struct dl_conn *endq;	/* connections to end in the check phase */
+	uint64_t durable;	/* last committed epoch */
 
 	uint64_t conn_seq;
 	char nonce[17]; /* random hex, makes default owner ids unique */

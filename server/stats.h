@@ -21,9 +21,9 @@ struct dl_stat {
 	const char *name;
 	uint64_t value;
 	enum dl_stat_kind kind;
-	const char *help;      /* one line, for Prometheus # HELP */
-	const char *label_key; /* NULL, or e.g. "code" */
-	const char *label;     /* the label's value */
+	const char *help;	 /* one line, for Prometheus # HELP */
+	const char *label_key;	 /* NULL, or e.g. "code" */
+	const char *label;	 /* the label's value */
 	unsigned stats_only : 1; /* Prometheus has it as a histogram */
 };
 

@@ -182,8 +182,7 @@ static void link_fail(struct dl_store *st, const char *why)
 	if (st->link == LINK_DOWN)
 		return;
 	if (st->link == LINK_UP)
-		dl_warn("redis: %s; persistence down, refusing changes",
-			why);
+		dl_warn("redis: %s; persistence down, refusing changes", why);
 	else
 		dl_info("redis: %s", why);
 	st->ac = NULL;
@@ -389,8 +388,8 @@ static int write_lock(struct dl_store *st, const struct dl_lock *lk,
 static int write_token(struct dl_store *st)
 {
 	char tok[24];
-	const char *argv[3] = { "SET", st->token_key, tok };
-	size_t lens[3] = { 3, strlen(st->token_key), 0 };
+	const char *argv[3] = {"SET", st->token_key, tok};
+	size_t lens[3] = {3, strlen(st->token_key), 0};
 
 	lens[2] = dl_u64_to_dec(dl_locktab_last_token(st->tab), tok);
 	return send_argv(st, NULL, NULL, 3, argv, lens);
@@ -412,7 +411,7 @@ static void drain_cb(const struct dl_lock *lk, void *arg)
 
 void dl_store_flush(struct dl_store *st)
 {
-	struct drain_ctx x = { st, 0, 0 };
+	struct drain_ctx x = {st, 0, 0};
 	struct batch *b;
 	const char *multi = "MULTI", *exec = "EXEC";
 	size_t mlen = 5, elen = 4;
@@ -477,7 +476,7 @@ static void foreach_write(const struct dl_lock *lk, void *arg)
 /* Last step of a re-sync: every lock, the token, then a marker reply. */
 static void resync_write(struct dl_store *st)
 {
-	struct drain_ctx x = { st, wall_offset(st), 0 };
+	struct drain_ctx x = {st, wall_offset(st), 0};
 	struct batch *b;
 	const char *ping = "PING";
 	size_t plen = 4;
@@ -519,8 +518,8 @@ static void on_members(redisAsyncContext *ac, void *reply, void *priv)
 		name.len = r->element[i]->len;
 		if (dl_locktab_find(st->tab, name))
 			continue;
-		if (dl__store_lock_cmds(st, name, NULL, 0, 0, emit_async,
-					st) < 0) {
+		if (dl__store_lock_cmds(st, name, NULL, 0, 0, emit_async, st) <
+		    0) {
 			link_fail(st, "re-sync failed");
 			return;
 		}
@@ -530,8 +529,8 @@ static void on_members(redisAsyncContext *ac, void *reply, void *priv)
 
 static int send_members(struct dl_store *st)
 {
-	const char *argv[2] = { "SMEMBERS", st->names_key };
-	size_t lens[2] = { 8, strlen(st->names_key) };
+	const char *argv[2] = {"SMEMBERS", st->names_key};
+	size_t lens[2] = {8, strlen(st->names_key)};
 
 	return send_argv(st, on_members, st, 2, argv, lens);
 }
@@ -556,7 +555,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 	(void)status;
 	if (ac != st->ac)
 		return; /* we freed it */
-	st->ac = NULL; /* hiredis frees it */
+	st->ac = NULL;	/* hiredis frees it */
 	link_fail(st, ac->errstr[0] ? ac->errstr : "connection closed");
 }
 
@@ -639,9 +638,8 @@ static void on_tick(uv_timer_t *t)
 			link_fail(st, "timed out connecting");
 		break;
 	case LINK_UP:
-		if (st->head &&
-		    (now_us() - st->head->sent_us) / 1000 >
-			    st->cfg->redis_timeout_ms) {
+		if (st->head && (now_us() - st->head->sent_us) / 1000 >
+					st->cfg->redis_timeout_ms) {
 			link_fail(st, "no reply within redis_timeout");
 		} else if (!st->head &&
 			   now - st->last_reply_ms >= DL_STORE_PING_MS) {
@@ -660,8 +658,7 @@ int dl_store_start(struct dl_store *st)
 	uv_timer_init(st->loop, &st->timer);
 	st->timer.data = st;
 	st->timer_on = 1;
-	uv_timer_start(&st->timer, on_tick, DL_STORE_TICK_MS,
-		       DL_STORE_TICK_MS);
+	uv_timer_start(&st->timer, on_tick, DL_STORE_TICK_MS, DL_STORE_TICK_MS);
 	uv_unref((uv_handle_t *)&st->timer);
 	st->last_reply_ms = uv_now(st->loop);
 	link_connect(st);
@@ -683,7 +680,8 @@ void dl_store_stop(struct dl_store *st, void (*done)(void *arg), void *arg)
 	st->stop_arg = arg;
 	if (ac) {
 		st->ac = NULL;
-		st->link = LINK_DOWN; /* no availability report on the way out */
+		st->link =
+			LINK_DOWN; /* no availability report on the way out */
 		redisAsyncFree(ac);
 	}
 	if (st->timer_on) {
@@ -693,4 +691,3 @@ void dl_store_stop(struct dl_store *st, void (*done)(void *arg), void *arg)
 		done(arg);
 	}
 }
-

@@ -39,14 +39,14 @@ struct dl_store_hooks {
 };
 
 struct dl_store_stats {
-	uint64_t batches;      /* pipelines sent */
-	uint64_t writes;       /* lock records written */
-	uint64_t round_trips;  /* Redis replies awaited (one per pipeline) */
+	uint64_t batches;     /* pipelines sent */
+	uint64_t writes;      /* lock records written */
+	uint64_t round_trips; /* Redis replies awaited (one per pipeline) */
 	uint64_t latency_us_sum;
 	uint64_t latency_us_max;
-	uint64_t backlog;      /* pipelines sent, not acknowledged */
+	uint64_t backlog; /* pipelines sent, not acknowledged */
 	uint64_t reconnects;
-	uint64_t failures;     /* writes that failed or timed out */
+	uint64_t failures; /* writes that failed or timed out */
 };
 
 /* The store borrows cfg, loop and tab for its life. */

@@ -24,7 +24,7 @@ struct load_ctx {
 	struct dl_store *st;
 	struct dl_str name;
 	uint64_t now_mono, now_wall;
-	int changed;      /* the current key lost items: write it back */
+	int changed; /* the current key lost items: write it back */
 	size_t leases, waiters, dropped;
 	uint64_t max_token;
 };
@@ -87,12 +87,12 @@ static int sync_check(redisReply *r, int *transient)
 	return !r || dl__store_reply_error(r) != NULL;
 }
 
-static redisContext *sync_connect(struct dl_store *st, char *err,
-				  size_t errlen)
+static redisContext *sync_connect(struct dl_store *st, char *err, size_t errlen)
 {
 	const struct dl_redis_addr *a = &st->addr;
 	uint64_t t = st->cfg->redis_timeout_ms;
-	struct timeval tv = { (time_t)(t / 1000), (suseconds_t)(t % 1000) * 1000 };
+	struct timeval tv = {(time_t)(t / 1000),
+			     (suseconds_t)(t % 1000) * 1000};
 	uint64_t end = uv_hrtime() / 1000000 + DL_STORE_STARTUP_WAIT_MS;
 	uint64_t backoff = DL_STORE_BACKOFF_MIN_MS;
 	redisContext *c;
@@ -105,9 +105,9 @@ static redisContext *sync_connect(struct dl_store *st, char *err,
 		transient = 1;
 		if (c && !c->err) {
 			redisSetTimeout(c, tv);
-			r = a->password ? redisCommand(c, "AUTH %s",
-						       a->password)
-					: NULL;
+			r = a->password
+				    ? redisCommand(c, "AUTH %s", a->password)
+				    : NULL;
 			failed = a->password && sync_check(r, &transient);
 			if (!failed) {
 				freeReplyObject(r);
@@ -118,8 +118,7 @@ static redisContext *sync_connect(struct dl_store *st, char *err,
 				freeReplyObject(r);
 				return c;
 			}
-			set_err(err, errlen, "%s",
-				r ? r->str : c->errstr);
+			set_err(err, errlen, "%s", r ? r->str : c->errstr);
 			freeReplyObject(r);
 			if (!transient) {
 				redisFree(c);
@@ -163,8 +162,9 @@ static int sync_write_back(struct dl_store *st, redisContext *c,
 	for (i = 0; i < names->len; i += name.len + 1) {
 		name.p = names->p + i;
 		name.len = strlen(name.p);
-		k = dl__store_lock_cmds(st, name, dl_locktab_find(st->tab, name),
-					off, 0, emit_sync, c);
+		k = dl__store_lock_cmds(st, name,
+					dl_locktab_find(st->tab, name), off, 0,
+					emit_sync, c);
 		if (k < 0)
 			return k;
 		n += (size_t)k;
@@ -230,7 +230,8 @@ static int send_mget(struct dl_store *st, redisContext *c,
 	argv[0] = "MGET";
 	lens[0] = 4;
 	for (i = 0, off = 0; i < n; i++) {
-		lens[i + 1] = st->lock_prefix_len + names->element[from + i]->len;
+		lens[i + 1] =
+			st->lock_prefix_len + names->element[from + i]->len;
 		argv[i + 1] = keys->p + off;
 		off += lens[i + 1];
 	}
@@ -239,14 +240,13 @@ static int send_mget(struct dl_store *st, redisContext *c,
 		       : DL_ENOMEM;
 }
 
-static int load_all(struct dl_store *st, redisContext *c,
-		    struct load_ctx *x, struct dl_buf *changed, char *err,
-		    size_t errlen)
+static int load_all(struct dl_store *st, redisContext *c, struct load_ctx *x,
+		    struct dl_buf *changed, char *err, size_t errlen)
 {
 	const size_t B = DL_STORE_LOAD_BATCH;
 	const char **argv = malloc((B + 1) * sizeof(*argv));
 	size_t *lens = malloc((B + 1) * sizeof(*lens));
-	struct dl_buf keys = { 0 };
+	struct dl_buf keys = {0};
 	redisReply *names, *v;
 	size_t n, batches, sent = 0, got = 0, i, from, k;
 	int rc = 0;
@@ -292,11 +292,11 @@ static int load_all(struct dl_store *st, redisContext *c,
 			goto out;
 		}
 		for (i = 0; i < k && !rc; i++)
-			rc = load_key(x,
-				      (struct dl_str){
-					      names->element[from + i]->str,
-					      names->element[from + i]->len },
-				      v->element[i], changed, err, errlen);
+			rc = load_key(
+				x,
+				(struct dl_str){names->element[from + i]->str,
+						names->element[from + i]->len},
+				v->element[i], changed, err, errlen);
 		freeReplyObject(v);
 		got++;
 	}
@@ -313,8 +313,8 @@ out:
 int dl_store_load(struct dl_store *st, uint64_t unix_ms, char *err,
 		  size_t errlen)
 {
-	struct load_ctx x = { .st = st };
-	struct dl_buf changed = { 0 };
+	struct load_ctx x = {.st = st};
+	struct dl_buf changed = {0};
 	uint64_t stored = 0, t0;
 	redisContext *c;
 	redisReply *r;
@@ -344,15 +344,16 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, char *err,
 	if (!rc && sync_write_back(st, c, &changed,
 				   (int64_t)x.now_wall - (int64_t)x.now_mono))
 		set_err(err, errlen, "cannot write back expired leases: %s",
-			c->errstr), rc = DL_EUNAVAILABLE;
+			c->errstr),
+			rc = DL_EUNAVAILABLE;
 	free(changed.p);
 	redisFree(c);
 	if (rc)
 		return rc;
-	dl_locktab_raise_token(st->tab,
-			       dl_token_floor(stored > x.max_token ? stored
-								   : x.max_token,
-					      unix_ms));
+	dl_locktab_raise_token(
+		st->tab,
+		dl_token_floor(stored > x.max_token ? stored : x.max_token,
+			       unix_ms));
 	st->synced = 1;
 	uv_update_time(st->loop);
 	dl_notice("loaded %zu leases and %zu waiters from redis in %llu ms "

@@ -21,7 +21,7 @@ struct batch {
 	struct batch *next;
 	struct dl_store *st;
 	enum batch_kind kind;
-	uint64_t epoch;   /* committed by this reply (EPOCH, RESYNC) */
+	uint64_t epoch; /* committed by this reply (EPOCH, RESYNC) */
 	uint64_t sent_us;
 };
 
@@ -32,14 +32,14 @@ struct dl_store {
 	struct dl_store_hooks hooks;
 	int redis; /* persist = redis */
 	struct dl_redis_addr addr;
-	uint64_t epoch;     /* open epoch */
+	uint64_t epoch;	    /* open epoch */
 	uint64_t committed; /* last durable epoch */
 
 	redisAsyncContext *ac; /* NULL while DOWN */
 	enum link link;
-	int synced;             /* Redis holds the table: skip a re-sync */
+	int synced;		/* Redis holds the table: skip a re-sync */
 	uint64_t link_since_ms; /* when the link entered its state */
-	uint64_t retry_at_ms;   /* DOWN: next connect attempt */
+	uint64_t retry_at_ms;	/* DOWN: next connect attempt */
 	uint64_t backoff_ms;
 	uint64_t last_reply_ms;
 	size_t synced_locks;
@@ -50,10 +50,10 @@ struct dl_store {
 	void (*stop_done)(void *arg);
 	void *stop_arg;
 
-	struct dl_buf key; /* scratch: "<prefix>lock:<name>" */
-	struct dl_buf val; /* scratch: a record */
-	char *token_key;  /* <prefix>token */
-	char *names_key;  /* <prefix>locks */
+	struct dl_buf key;	/* scratch: "<prefix>lock:<name>" */
+	struct dl_buf val;	/* scratch: a record */
+	char *token_key;	/* <prefix>token */
+	char *names_key;	/* <prefix>locks */
 	size_t lock_prefix_len; /* strlen(prefix) + strlen("lock:") */
 	struct dl_store_stats st;
 };

@@ -40,17 +40,17 @@ struct dl_wheel_entry {
 
 #define DL_WHEEL_L0_BITS 8
 #define DL_WHEEL_LN_BITS 6
-#define DL_WHEEL_LEVELS 4
+#define DL_WHEEL_LEVELS	 4
 #define DL_WHEEL_L0_SIZE (1u << DL_WHEEL_L0_BITS)
 #define DL_WHEEL_LN_SIZE (1u << DL_WHEEL_LN_BITS)
 
 struct dl_wheel {
 	uint64_t tick_ms; /* length of one tick */
-	uint64_t now;     /* current tick: every tick < now has been run */
-	size_t count;     /* entries pending, the due list included */
-	struct dl_wheel_entry l0[DL_WHEEL_L0_SIZE];   /* list heads */
+	uint64_t now;	  /* current tick: every tick < now has been run */
+	size_t count;	  /* entries pending, the due list included */
+	struct dl_wheel_entry l0[DL_WHEEL_L0_SIZE]; /* list heads */
 	struct dl_wheel_entry ln[DL_WHEEL_LEVELS - 1][DL_WHEEL_LN_SIZE];
-	struct dl_wheel_entry due; /* expired, not yet fired */
+	struct dl_wheel_entry due;		 /* expired, not yet fired */
 	uint64_t l0_bits[DL_WHEEL_L0_SIZE / 64]; /* non-empty level-0 slots */
 };
 

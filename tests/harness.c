@@ -34,17 +34,18 @@ uint64_t h_now_ms(void)
 
 void h_sleep_ms(int ms)
 {
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
 
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
 		;
 }
 
-/* ---- processes ------------------------------------------------------------- */
+/* ---- processes -------------------------------------------------------------
+ */
 
 int h_free_port(void)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct sockaddr_in sa = {.sin_family = AF_INET};
 	socklen_t len = sizeof(sa);
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 	int port;
@@ -126,7 +127,7 @@ static int wait_exit(pid_t pid, int ms)
 
 static int tcp_connect(int port)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct sockaddr_in sa = {.sin_family = AF_INET};
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	int one = 1;
 
@@ -157,7 +158,8 @@ static void print_file(const char *path)
 	fclose(f);
 }
 
-/* ---- redis ------------------------------------------------------------------ */
+/* ---- redis ------------------------------------------------------------------
+ */
 
 static int redis_pings(int port)
 {
@@ -169,7 +171,7 @@ static int redis_pings(int port)
 	if (fd < 0)
 		return 0;
 	n = send(fd, "PING\r\n", 6, MSG_NOSIGNAL);
-	p = (struct pollfd){ .fd = fd, .events = POLLIN };
+	p = (struct pollfd){.fd = fd, .events = POLLIN};
 	if (n == 6 && poll(&p, 1, 1000) == 1) {
 		n = read(fd, buf, sizeof(buf) - 1);
 		close(fd);
@@ -182,12 +184,28 @@ static int redis_pings(int port)
 static void redis_spawn(struct h_redis *r, const char *fsync)
 {
 	char port[16], log[H_PATH_MAX + 16];
-	const char *argv[] = { "redis-server", "--port", port, "--bind",
-			       "127.0.0.1", "--unixsocket", r->sock,
-			       "--unixsocketperm", "700", "--dir", r->dir,
-			       "--appendonly", "yes", "--appendfsync", fsync,
-			       "--save", "", "--daemonize", "no",
-			       "--protected-mode", "no", NULL };
+	const char *argv[] = {"redis-server",
+			      "--port",
+			      port,
+			      "--bind",
+			      "127.0.0.1",
+			      "--unixsocket",
+			      r->sock,
+			      "--unixsocketperm",
+			      "700",
+			      "--dir",
+			      r->dir,
+			      "--appendonly",
+			      "yes",
+			      "--appendfsync",
+			      fsync,
+			      "--save",
+			      "",
+			      "--daemonize",
+			      "no",
+			      "--protected-mode",
+			      "no",
+			      NULL};
 	uint64_t end = h_now_ms() + 10000;
 
 	snprintf(port, sizeof(port), "%d", r->port);
@@ -266,7 +284,8 @@ void h_redis_cleanup(struct h_redis *r)
 	rm_dir(r->dir);
 }
 
-/* ---- dlockd ------------------------------------------------------------------ */
+/* ---- dlockd
+ * ------------------------------------------------------------------ */
 
 static const char *daemon_path(void)
 {
@@ -478,7 +497,8 @@ void h_suite_stop(struct h_daemon *d, struct h_redis *r)
 	cr_assert_eq(st, 0, "dlockd exited with status %d", st);
 }
 
-/* ---- clients ------------------------------------------------------------------ */
+/* ---- clients
+ * ------------------------------------------------------------------ */
 
 struct h_client *h_try_connect(int port)
 {
@@ -531,7 +551,7 @@ ssize_t h_send_within(struct h_client *c, const void *p, size_t n,
 		      int timeout_ms)
 {
 	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
-	struct pollfd pf = { .fd = c->fd, .events = POLLOUT };
+	struct pollfd pf = {.fd = c->fd, .events = POLLOUT};
 	const char *b = p;
 	size_t sent = 0;
 	ssize_t k;
@@ -578,7 +598,7 @@ void h_send(struct h_client *c, const char *fmt, ...)
 char *h_read(struct h_client *c, int timeout_ms)
 {
 	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
-	struct pollfd p = { .fd = c->fd, .events = POLLIN };
+	struct pollfd p = {.fd = c->fd, .events = POLLIN};
 	enum dl_lb_result r;
 	char *line, *space;
 	size_t len, avail;
@@ -669,7 +689,7 @@ void h_expect_silence(struct h_client *c, int ms)
 int h_wait_closed(struct h_client *c, int timeout_ms)
 {
 	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
-	struct pollfd p = { .fd = c->fd, .events = POLLIN };
+	struct pollfd p = {.fd = c->fd, .events = POLLIN};
 	char buf[65536];
 	ssize_t n;
 	int64_t left;
@@ -693,7 +713,7 @@ int h_poll_any(struct h_client *const *cs, int n, int timeout_ms)
 	for (i = 0; i < n && found < 0; i++) {
 		if (cs[i]->lb.len > cs[i]->lb.start)
 			found = i; /* bytes already buffered */
-		p[i] = (struct pollfd){ .fd = cs[i]->fd, .events = POLLIN };
+		p[i] = (struct pollfd){.fd = cs[i]->fd, .events = POLLIN};
 	}
 	if (found < 0) {
 		do
@@ -755,7 +775,8 @@ uint64_t h_lock(struct h_client *c, const char *name, const char *opts)
 	return h_arg_u64(l, 1);
 }
 
-/* ---- added for test_persist ------------------------------------------------- */
+/* ---- added for test_persist -------------------------------------------------
+ */
 
 uint64_t h_stats_value(struct h_client *c, const char *key)
 {
@@ -785,7 +806,8 @@ int h_redis_wait(const struct h_redis *r, const char *cmd, const char *needle,
 	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
 
 	for (;;) {
-		if ((strstr(h_redis_cli(r, cmd), needle) != NULL) == (want != 0))
+		if ((strstr(h_redis_cli(r, cmd), needle) != NULL) ==
+		    (want != 0))
 			return 1;
 		if (h_now_ms() > end)
 			return 0;

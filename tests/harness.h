@@ -20,16 +20,16 @@
 
 #include "proto/proto.h"
 
-#define H_DIR_MAX 128  /* a test's directory; files inside fit H_PATH_MAX */
+#define H_DIR_MAX  128 /* a test's directory; files inside fit H_PATH_MAX */
 #define H_PATH_MAX 256
 #define H_ARGS_MAX 32
 
 struct h_redis {
 	pid_t pid;
-	int port;                /* TCP port on 127.0.0.1 */
-	char dir[H_DIR_MAX];     /* data directory (AOF lives here) */
-	char sock[H_PATH_MAX];   /* unix socket */
-	char url[H_PATH_MAX];    /* redis://127.0.0.1:<port>/0 */
+	int port;	       /* TCP port on 127.0.0.1 */
+	char dir[H_DIR_MAX];   /* data directory (AOF lives here) */
+	char sock[H_PATH_MAX]; /* unix socket */
+	char url[H_PATH_MAX];  /* redis://127.0.0.1:<port>/0 */
 };
 
 struct h_daemon {
@@ -49,7 +49,8 @@ struct h_client {
 	char line[DL_LINE_MAX + 1]; /* last line read */
 };
 
-/* ---- processes ------------------------------------------------------------ */
+/* ---- processes ------------------------------------------------------------
+ */
 
 /* A free TCP port on 127.0.0.1 (bound and released). */
 int h_free_port(void);
@@ -156,7 +157,8 @@ uint64_t h_lock(struct h_client *c, const char *name, const char *opts);
 uint64_t h_now_ms(void);
 void h_sleep_ms(int ms);
 
-/* ---- added for test_persist ------------------------------------------------- */
+/* ---- added for test_persist -------------------------------------------------
+ */
 
 /* One value of STATS on c (reads the whole framed reply; asserts that the
  * key exists). */

@@ -41,15 +41,15 @@ static int load(struct dl_config *c, const char *text, char *err)
 			      DL_CONFIG_ERR_MAX);
 }
 
-#define expect_err(text, needle)                                             \
-	do {                                                                 \
-		struct dl_config c_;                                         \
-		char err_[DL_CONFIG_ERR_MAX] = "";                           \
-		cr_assert(eq(int, load(&c_, (text), err_), DL_EBADARG));     \
-		cr_assert(strstr(err_, (needle)) != NULL,                    \
-			  "error \"%s\" does not mention \"%s\"", err_,      \
-			  (needle));                                         \
-		dl_config_free(&c_);                                         \
+#define expect_err(text, needle)                                               \
+	do {                                                                   \
+		struct dl_config c_;                                           \
+		char err_[DL_CONFIG_ERR_MAX] = "";                             \
+		cr_assert(eq(int, load(&c_, (text), err_), DL_EBADARG));       \
+		cr_assert(strstr(err_, (needle)) != NULL,                      \
+			  "error \"%s\" does not mention \"%s\"", err_,        \
+			  (needle));                                           \
+		dl_config_free(&c_);                                           \
 	} while (0)
 
 Test(config, defaults_are_safe_and_valid)
@@ -98,8 +98,7 @@ Test(config, every_kind_of_value_is_parsed)
 		  "%s", err);
 	cr_assert(eq(u64, c.port, 9000));
 	cr_assert(eq(u64, c.log_level, 4));
-	cr_assert(strcmp(c.password, "a=b;c") == 0, "password %s",
-		  c.password);
+	cr_assert(strcmp(c.password, "a=b;c") == 0, "password %s", c.password);
 	cr_assert(eq(u64, c.default_ttl_ms, 120000));
 	cr_assert(eq(u64, c.tick_ms, 5));
 	cr_assert(eq(u64, c.persist, DL_PERSIST_NONE));
@@ -116,8 +115,8 @@ Test(config, unknown_keys_and_sections_are_errors_with_file_and_line)
 		     DL_EBADARG));
 	snprintf(want, sizeof(want), "%s:3: unknown key 'prot' in [server]",
 		 path);
-	cr_assert(strcmp(err, want) == 0, "expected \"%s\", got \"%s\"",
-		  want, err);
+	cr_assert(strcmp(err, want) == 0, "expected \"%s\", got \"%s\"", want,
+		  err);
 	dl_config_free(&c);
 	expect_err("[serverr]\nport = 1\n", "unknown section [serverr]");
 	expect_err("port = 1\n", "unknown section []");
@@ -167,8 +166,8 @@ Test(config, flags_override_the_file)
 	struct dl_config c;
 	char err[DL_CONFIG_ERR_MAX] = "";
 	struct dl_override ov[] = {
-		{ "server", "port", "7777" },
-		{ "persistence", "persist", "none" },
+		{"server", "port", "7777"},
+		{"persistence", "persist", "none"},
 	};
 
 	cr_assert(eq(int,
@@ -193,8 +192,7 @@ struct diff {
 	char keys[256];
 };
 
-static void report(const char *section, const char *key, int live,
-		   void *arg)
+static void report(const char *section, const char *key, int live, void *arg)
 {
 	struct diff *d = arg;
 
@@ -208,7 +206,7 @@ static void report(const char *section, const char *key, int live,
 Test(config, reload_reports_changes_and_applies_only_live_keys)
 {
 	struct dl_config a, b;
-	struct diff d = { 0 };
+	struct diff d = {0};
 	char err[DL_CONFIG_ERR_MAX];
 
 	cr_assert(eq(int, load(&a, "[server]\nport = 1000\n", err), 0));
@@ -232,8 +230,8 @@ Test(config, redis_urls)
 {
 	struct dl_redis_addr a;
 
-	cr_assert(eq(int, dl_redis_url_parse("redis://10.0.0.1:6380/3", &a),
-		     0));
+	cr_assert(
+		eq(int, dl_redis_url_parse("redis://10.0.0.1:6380/3", &a), 0));
 	cr_assert(strcmp(a.host, "10.0.0.1") == 0);
 	cr_assert(eq(int, a.port, 6380));
 	cr_assert(eq(int, a.db, 3));
@@ -251,21 +249,21 @@ Test(config, redis_urls)
 	cr_assert(eq(int, a.port, 7000));
 	dl_redis_addr_free(&a);
 
-	cr_assert(eq(int,
-		     dl_redis_url_parse("unix:///run/r.sock?db=2&password=x",
-					&a),
-		     0));
+	cr_assert(
+		eq(int,
+		   dl_redis_url_parse("unix:///run/r.sock?db=2&password=x", &a),
+		   0));
 	cr_assert(strcmp(a.path, "/run/r.sock") == 0);
 	cr_assert(eq(int, a.db, 2));
 	cr_assert(strcmp(a.password, "x") == 0);
 	cr_assert(a.host == NULL);
 	dl_redis_addr_free(&a);
 
-	cr_assert(eq(int, dl_redis_url_parse("redis://h:99999", &a),
-		     DL_EBADARG));
+	cr_assert(
+		eq(int, dl_redis_url_parse("redis://h:99999", &a), DL_EBADARG));
 	cr_assert(eq(int, dl_redis_url_parse("redis://", &a), DL_EBADARG));
-	cr_assert(eq(int, dl_redis_url_parse("unix://rel.sock", &a),
-		     DL_EBADARG));
+	cr_assert(
+		eq(int, dl_redis_url_parse("unix://rel.sock", &a), DL_EBADARG));
 	cr_assert(eq(int, dl_redis_url_parse("unix:///s?bogus=1", &a),
 		     DL_EBADARG));
 	cr_assert(eq(int, dl_redis_url_parse("tcp://h:1", &a), DL_EBADARG));

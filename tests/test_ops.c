@@ -29,7 +29,7 @@ struct notify {
 
 static void notify_open(struct notify *n)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 
 	snprintf(n->path, sizeof(n->path), "/tmp/dlockd-notify-%d",
 		 (int)getpid());
@@ -51,7 +51,7 @@ static void notify_close(struct notify *n)
 static const char *notify_recv(struct notify *n, int timeout_ms)
 {
 	static char buf[512];
-	struct pollfd p = { .fd = n->fd, .events = POLLIN };
+	struct pollfd p = {.fd = n->fd, .events = POLLIN};
 	ssize_t k;
 
 	buf[0] = '\0';
@@ -122,8 +122,7 @@ static int reap(pid_t pid, int timeout_ms)
 
 /* SET key value on a redis-server, with a raw RESP request (the value may
  * hold newlines, which redis-cli's argument parsing would not keep). */
-static void redis_set(const struct h_redis *r, const char *key,
-		      const char *val)
+static void redis_set(const struct h_redis *r, const char *key, const char *val)
 {
 	struct h_client *c = h_connect(r->port);
 	char *l;
@@ -136,8 +135,7 @@ static void redis_set(const struct h_redis *r, const char *key,
 	h_close(c);
 }
 
-Test(ops, ready_only_once_state_is_loaded_and_the_port_listens,
-     .timeout = 60)
+Test(ops, ready_only_once_state_is_loaded_and_the_port_listens, .timeout = 60)
 {
 	struct h_redis r;
 	struct notify n;
@@ -190,7 +188,7 @@ Test(ops, watchdog_pings_arrive_at_half_the_interval, .timeout = 60)
 {
 	struct notify n;
 	char port[16], log[64];
-	const char *args[] = { "--persist", "none", "--port", port, NULL };
+	const char *args[] = {"--persist", "none", "--port", port, NULL};
 	uint64_t end;
 	int pings = 0;
 	pid_t pid;
@@ -208,8 +206,7 @@ Test(ops, watchdog_pings_arrive_at_half_the_interval, .timeout = 60)
 			pings++;
 	/* 15 expected; the bounds allow a slow, loaded machine. */
 	cr_assert(pings >= 8 && pings <= 20,
-		  "%d WATCHDOG=1 pings in 1.5 s with WatchdogSec=200ms",
-		  pings);
+		  "%d WATCHDOG=1 pings in 1.5 s with WatchdogSec=200ms", pings);
 	kill(pid, SIGTERM);
 	cr_assert(eq(int, reap(pid, 20000), 0));
 	notify_close(&n);
@@ -313,8 +310,8 @@ Test(ops, auth_guessing_is_slowed_and_counted, .fini = stop, .timeout = 60)
 	h_close(other);
 }
 
-Test(ops, every_limit_says_err_limit_and_the_daemon_keeps_serving,
-     .fini = stop, .timeout = 60)
+Test(ops, every_limit_says_err_limit_and_the_daemon_keeps_serving, .fini = stop,
+     .timeout = 60)
 {
 	struct h_client *cs[4], *extra, *a, *b, *w;
 	char *l;
@@ -392,12 +389,16 @@ Test(ops, metrics_page_has_counters_errors_and_histograms, .fini = stop,
 	h_call(c, "bogus");
 	page = http_get(mport, "/metrics");
 	cr_assert(strncmp(page, "HTTP/1.1 200 OK\r\n", 17) == 0, "%.60s", page);
-	cr_assert(strstr(page, "\ndlockd_grants_total 1\n") != NULL, "%s", page);
+	cr_assert(strstr(page, "\ndlockd_grants_total 1\n") != NULL, "%s",
+		  page);
 	cr_assert(strstr(page, "\ndlockd_leases 1\n") != NULL);
 	cr_assert(strstr(page,
-			 "dlockd_errors_total{code=\"unknown_command\"} 1\n") != NULL);
-	cr_assert(strstr(page, "# TYPE dlockd_wait_seconds histogram\n") != NULL);
-	cr_assert(strstr(page, "dlockd_wait_seconds_bucket{le=\"+Inf\"} 1\n") != NULL);
+			 "dlockd_errors_total{code=\"unknown_command\"} 1\n") !=
+		  NULL);
+	cr_assert(strstr(page, "# TYPE dlockd_wait_seconds histogram\n") !=
+		  NULL);
+	cr_assert(strstr(page, "dlockd_wait_seconds_bucket{le=\"+Inf\"} 1\n") !=
+		  NULL);
 	cr_assert(strstr(page, "dlockd_hold_seconds_count 0\n") != NULL);
 	page = http_get(mport, "/nothing");
 	cr_assert(strncmp(page, "HTTP/1.1 404", 12) == 0, "%.60s", page);

@@ -28,7 +28,7 @@
 #include "tests/harness.h"
 
 #define EARLY_MS 50
-#define LATE_MS 1000
+#define LATE_MS	 1000
 
 static struct h_redis r;
 static struct h_daemon d;
@@ -49,8 +49,8 @@ static void start(const char *appendfsync, const char *conf)
 {
 	h_redis_start(&r, appendfsync);
 	h_daemon_write_conf(&d, conf ? conf : "");
-	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis",
-		       r.url, NULL);
+	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis", r.url,
+		       NULL);
 }
 
 /* A new connection as `owner`. */
@@ -171,7 +171,7 @@ Test(persist, acknowledged_lease_survives_kill9)
 /* ---- 2. no acknowledged grant lost under load ---------------------------- */
 
 #define LOAD_THREADS 8
-#define LOAD_WINDOW 4 /* requests in flight per connection */
+#define LOAD_WINDOW  4 /* requests in flight per connection */
 
 struct grant {
 	uint64_t token;
@@ -221,12 +221,11 @@ static void *load_worker(void *arg)
 		}
 		if (!(l = h_read(c, 10000)))
 			goto out; /* EOF: killed */
-		snprintf(want, sizeof(want), "OK GRANTED k%d-%u ", w->id,
-			 done);
+		snprintf(want, sizeof(want), "OK GRANTED k%d-%u ", w->id, done);
 		if (!starts(l, want)) {
 			w->failed = 1;
-			snprintf(w->why, sizeof(w->why),
-				 "LOCK k%d-%u: \"%s\"", w->id, done, l);
+			snprintf(w->why, sizeof(w->why), "LOCK k%d-%u: \"%s\"",
+				 w->id, done, l);
 			goto out;
 		}
 		if (w->n == w->cap) {
@@ -333,16 +332,18 @@ Test(persist, no_acknowledged_grant_lost_under_load)
 
 		snprintf(name, sizeof(name), "after-%d", t);
 		tok = h_lock(c, name, "ttl=60s");
-		cr_assert_gt(tok, prev, "token %llu after restart, not above "
-			     "%llu", (unsigned long long)tok,
-			     (unsigned long long)prev);
+		cr_assert_gt(tok, prev,
+			     "token %llu after restart, not above "
+			     "%llu",
+			     (unsigned long long)tok, (unsigned long long)prev);
 		prev = tok;
 	}
 	h_close(c);
 	stop_clean();
 }
 
-/* ---- 3, 4. restored queues ------------------------------------------------ */
+/* ---- 3, 4. restored queues ------------------------------------------------
+ */
 
 /* h holds L for 1 s, w1 then w2 queue behind it; the queue reaches Redis;
  * the daemon is killed and restarted after the lease's deadline. Returns
@@ -425,8 +426,8 @@ Test(persist, placeholders_dropped_after_grace)
 	o = as("o3");
 	l = h_call(o, "TRYLOCK L");
 	cr_assert(starts(l, "NO BUSY L "),
-		  "TRYLOCK within the grace: \"%s\" (%llu ms after restart)",
-		  l, (unsigned long long)(h_now_ms() - t0));
+		  "TRYLOCK within the grace: \"%s\" (%llu ms after restart)", l,
+		  (unsigned long long)(h_now_ms() - t0));
 	expect_status(o, "L", "free", 0, "-", 2);
 
 	left = (int64_t)(t0 + GRACE_MS + LATE_MS) - (int64_t)h_now_ms();
@@ -445,7 +446,8 @@ Test(persist, placeholders_dropped_after_grace)
 	stop_clean();
 }
 
-/* ---- 5. tokens never go backwards ----------------------------------------- */
+/* ---- 5. tokens never go backwards -----------------------------------------
+ */
 
 #define BURST 300
 
@@ -519,7 +521,8 @@ Test(persist, tokens_never_go_backwards_after_losing_redis_writes)
 	stop_clean();
 }
 
-/* ---- 6. Redis killed: fail closed, then resume ---------------------------- */
+/* ---- 6. Redis killed: fail closed, then resume ----------------------------
+ */
 
 /* Poll STATS store_available until it equals want, within ms. Returns the
  * time it took. */
@@ -552,8 +555,7 @@ Test(persist, redis_killed_fail_closed_then_resumes)
 
 	h_redis_kill9(&r);
 	el = wait_available(m, 0, 2000);
-	cr_log_info("redis loss noticed after %llu ms",
-		    (unsigned long long)el);
+	cr_log_info("redis loss noticed after %llu ms", (unsigned long long)el);
 
 	/* Changes are refused at once. */
 	l = call_within(b, 1500, "LOCK y wait=0");
@@ -646,11 +648,12 @@ Test(persist, redis_hung_is_detected_by_timeout_and_held_grant_is_durable)
 	h_send(a, "LOCK z ttl=60s");
 	t0 = h_now_ms();
 	el = wait_available(m, 0, 1000 + 1000 + 3000);
-	cr_log_info("hung redis noticed after %llu ms",
-		    (unsigned long long)el);
+	cr_log_info("hung redis noticed after %llu ms", (unsigned long long)el);
 	/* The grant was made but cannot be acknowledged: no reply. */
-	cr_assert_null(h_read(a, 100), "LOCK z answered while redis hangs: "
-		       "\"%s\"", a->line);
+	cr_assert_null(h_read(a, 100),
+		       "LOCK z answered while redis hangs: "
+		       "\"%s\"",
+		       a->line);
 	l = call_within(b, 1500, "LOCK z2 wait=0");
 	cr_assert(starts(l, "ERR UNAVAILABLE"), "LOCK z2: \"%s\"", l);
 	l = call_within(m, 1500, "PING");
@@ -675,7 +678,8 @@ Test(persist, redis_hung_is_detected_by_timeout_and_held_grant_is_durable)
 	stop_clean();
 }
 
-/* ---- 7. SIGTERM ------------------------------------------------------------ */
+/* ---- 7. SIGTERM ------------------------------------------------------------
+ */
 
 #define TERM_N 100
 
@@ -740,7 +744,8 @@ Test(persist, sigterm_flushes_and_restart_finds_every_lease)
 	stop_clean();
 }
 
-/* ---- 8. the keys in Redis --------------------------------------------------- */
+/* ---- 8. the keys in Redis ---------------------------------------------------
+ */
 
 Test(persist, redis_keys_are_readable)
 {

@@ -18,15 +18,14 @@ static uint64_t fake_now(void *ctx)
 
 static struct dl_locktab *new_tab(void)
 {
-	struct dl_locktab_hooks h = { fake_now, NULL, NULL };
-	struct dl_locktab_limits lim = { 100, 100 };
+	struct dl_locktab_hooks h = {fake_now, NULL, NULL};
+	struct dl_locktab_limits lim = {100, 100};
 
 	return dl_locktab_new(&h, &lim, 10, 42);
 }
 
-static struct dl_str S(const char *s)
-{
-	return (struct dl_str){ s, strlen(s) };
+static struct dl_str S(const char *s) {
+	return (struct dl_str){s, strlen(s)};
 }
 
 struct items {
@@ -56,42 +55,49 @@ Test(record, holder_and_waiters_round_trip_with_wall_clock_deadlines)
 	struct dl_locktab *t = new_tab();
 	struct dl_session a, b, c;
 	struct dl_result res;
-	struct dl_buf buf = { 0 };
-	struct items x = { 0 };
+	struct dl_buf buf = {0};
+	struct items x = {0};
 	const char *why = NULL;
 	uint64_t tok;
 
 	dl_session_init(t, &a, S("alice"), NULL);
 	dl_session_init(t, &b, S("bob"), NULL);
 	dl_session_init(t, &c, S("carol"), NULL);
-	cr_assert(eq(int, dl_locktab_acquire(t, &a, S("stock"), 30000, 0,
-					     S("t1"), &res), 0));
+	cr_assert(eq(
+		int,
+		dl_locktab_acquire(t, &a, S("stock"), 30000, 0, S("t1"), &res),
+		0));
 	tok = res.token;
 	dl_locktab_acquire(t, &a, S("stock"), 1000, 0, DL_STR_NULL, &res);
 	dl_locktab_acquire(t, &b, S("stock"), 2000, 7000, S("bq"), &res);
 	dl_locktab_acquire(t, &c, S("stock"), 3000, DL_WAIT_INF, DL_STR_NULL,
 			   &res);
 	/* wall clock = monotonic + 1_000_000 */
-	cr_assert(eq(int,
-		     dl_record_format(dl_locktab_find(t, S("stock")), 1000000,
-				      &buf),
-		     0));
-	cr_assert(eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why),
-		     0));
+	cr_assert(eq(
+		int,
+		dl_record_format(dl_locktab_find(t, S("stock")), 1000000, &buf),
+		0));
+	cr_assert(
+		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
 	cr_assert(eq(int, x.n, 3));
 	cr_assert(eq(chr, x.it[0].kind, 'H'));
 	cr_assert(eq(u64, x.it[0].token, tok));
 	cr_assert(eq(u64, x.it[0].deadline, 5000 + 30000 + 1000000));
 	cr_assert(eq(u64, x.it[0].count, 2));
-	cr_assert(strcmp(x.owners[0], "alice") == 0, "expected \"%s\", got \"%s\"", "alice", x.owners[0]);
-	cr_assert(strcmp(x.tags[0], "t1") == 0, "expected \"%s\", got \"%s\"", "t1", x.tags[0]);
+	cr_assert(strcmp(x.owners[0], "alice") == 0,
+		  "expected \"%s\", got \"%s\"", "alice", x.owners[0]);
+	cr_assert(strcmp(x.tags[0], "t1") == 0, "expected \"%s\", got \"%s\"",
+		  "t1", x.tags[0]);
 	cr_assert(eq(chr, x.it[1].kind, 'W'));
 	cr_assert(eq(u64, x.it[1].ttl_ms, 2000));
 	cr_assert(eq(u64, x.it[1].deadline, 5000 + 7000 + 1000000));
-	cr_assert(strcmp(x.owners[1], "bob") == 0, "expected \"%s\", got \"%s\"", "bob", x.owners[1]);
-	cr_assert(strcmp(x.tags[1], "bq") == 0, "expected \"%s\", got \"%s\"", "bq", x.tags[1]);
+	cr_assert(strcmp(x.owners[1], "bob") == 0,
+		  "expected \"%s\", got \"%s\"", "bob", x.owners[1]);
+	cr_assert(strcmp(x.tags[1], "bq") == 0, "expected \"%s\", got \"%s\"",
+		  "bq", x.tags[1]);
 	cr_assert(eq(u64, x.it[2].deadline, UINT64_MAX));
-	cr_assert(strcmp(x.tags[2], "") == 0, "expected \"%s\", got \"%s\"", "", x.tags[2]);
+	cr_assert(strcmp(x.tags[2], "") == 0, "expected \"%s\", got \"%s\"", "",
+		  x.tags[2]);
 	free(buf.p);
 	dl_session_close(t, &a);
 	dl_session_close(t, &b);
@@ -111,15 +117,15 @@ Test(record, malformed_records_are_rejected_not_half_read)
 	static const char *const bad[] = {
 		"",
 		"dlock2\nH 1 2 1 30 a",
-		"dlock1\nH 1 2 1 30",             /* no owner */
-		"dlock1\nH x 2 1 30 a",           /* bad token */
-		"dlock1\nH 1 2 1 30 a extra",     /* junk word */
-		"dlock1\nH 1 2 1 30 a id=",       /* empty tag */
-		"dlock1\nW 30 soon a",            /* bad deadline */
-		"dlock1\nX 1",                    /* unknown line */
-		"dlock1\nH 1  2 1 30 a",          /* double space */
-		"dlock1\nH 1 2 1 30 a=b",         /* owner with '=' */
-		"dlock1\n",                       /* empty line */
+		"dlock1\nH 1 2 1 30",	      /* no owner */
+		"dlock1\nH x 2 1 30 a",	      /* bad token */
+		"dlock1\nH 1 2 1 30 a extra", /* junk word */
+		"dlock1\nH 1 2 1 30 a id=",   /* empty tag */
+		"dlock1\nW 30 soon a",	      /* bad deadline */
+		"dlock1\nX 1",		      /* unknown line */
+		"dlock1\nH 1  2 1 30 a",      /* double space */
+		"dlock1\nH 1 2 1 30 a=b",     /* owner with '=' */
+		"dlock1\n",		      /* empty line */
 	};
 	const char *why;
 	size_t i;

@@ -63,8 +63,7 @@ static void own_start(const char *conf)
 			       "--redis", r.url, NULL);
 	} else {
 		h_daemon_write_conf(&own, conf);
-		h_daemon_start(&own, "-c", own.conf, "--persist", "none",
-			       NULL);
+		h_daemon_start(&own, "-c", own.conf, "--persist", "none", NULL);
 	}
 }
 
@@ -120,9 +119,8 @@ static void wait_waiters(struct h_client *c, const char *name, uint64_t want)
 		if (got == want)
 			return;
 		cr_assert(h_now_ms() < end,
-			  "STATUS %s: waiters=%llu, want %llu within 5 s",
-			  name, (unsigned long long)got,
-			  (unsigned long long)want);
+			  "STATUS %s: waiters=%llu, want %llu within 5 s", name,
+			  (unsigned long long)got, (unsigned long long)want);
 		h_sleep_ms(10);
 	}
 }
@@ -172,8 +170,8 @@ Test(server, fifo_50_clients_granted_in_queue_order)
 	uint64_t tok, last;
 	int i, k;
 
-	snprintf(owner, sizeof(owner), "%s", h_kv(h_call(holder, "HELLO"),
-						"owner"));
+	snprintf(owner, sizeof(owner), "%s",
+		 h_kv(h_call(holder, "HELLO"), "owner"));
 	tok = h_lock(holder, "q", "ttl=60s");
 	for (i = 0; i < FIFO_N; i++) {
 		cs[i] = h_connect(d.port);
@@ -196,8 +194,7 @@ Test(server, fifo_50_clients_granted_in_queue_order)
 			     i, i, k, FIFO_N);
 		tok = expect_granted(cs[i], "q");
 		cr_assert_gt(tok, last, "token %llu after %llu",
-			     (unsigned long long)tok,
-			     (unsigned long long)last);
+			     (unsigned long long)tok, (unsigned long long)last);
 		k = h_poll_any(cs, FIFO_N + 1, 100);
 		cr_assert_eq(k, -1,
 			     "release %d: client %d received a line too "
@@ -238,8 +235,7 @@ Test(server,
 	h_expect(a, "OK PONG");
 
 	l = h_read(b, ms_until(t0 + 300 + LATE_MS));
-	cr_assert(l != NULL, "waiter not granted within ttl + %d ms",
-		  LATE_MS);
+	cr_assert(l != NULL, "waiter not granted within ttl + %d ms", LATE_MS);
 	cr_assert(strncmp(l, "* GRANTED q ", 12) == 0, "got \"%s\"", l);
 	tok2 = h_arg_u64(l, 1);
 	cr_assert_eq(h_arg_u64(l, 2), 5000, "GRANTED ttl in \"%s\"", l);
@@ -502,8 +498,7 @@ Test(server, holder_that_disconnects_keeps_its_lease_until_the_ttl)
 
 	l = h_read(b, ms_until(t0 + 1500 + LATE_MS));
 	el = h_now_ms() - t0;
-	cr_assert(l != NULL, "waiter not granted within ttl + %d ms",
-		  LATE_MS);
+	cr_assert(l != NULL, "waiter not granted within ttl + %d ms", LATE_MS);
 	cr_assert(strncmp(l, "* GRANTED h ", 12) == 0, "got \"%s\"", l);
 	tok2 = h_arg_u64(l, 1);
 	cr_assert_geq(el, 1500 - EARLY_MS,
@@ -518,7 +513,7 @@ Test(server, holder_that_disconnects_keeps_its_lease_until_the_ttl)
 /* ---- the stock demo of the source articles ------------------------------- */
 
 #define BUYERS 1000
-#define ITEMS 10
+#define ITEMS  10
 
 /* Shared by the buyer threads. The stock is read, slept on and written
  * back in separate steps, so two buyers inside at once would oversell. */
@@ -564,8 +559,9 @@ static void *buyer(void *arg)
 	l = h_read(c, 30000);
 	if (l && strncmp(l, "OK QUEUED stock ", 16) == 0)
 		l = h_read(c, 30000);
-	if (!l || (strncmp(l, "OK GRANTED stock ", 17) != 0 &&
-		   strncmp(l, "* GRANTED stock ", 16) != 0) ||
+	if (!l ||
+	    (strncmp(l, "OK GRANTED stock ", 17) != 0 &&
+	     strncmp(l, "* GRANTED stock ", 16) != 0) ||
 	    dl_parse_reply(l, strlen(l), &rp) != 0 ||
 	    dl_reply_u64(&rp, 1, &tok) != 0) {
 		shop_fail(s, "LOCK", l);
@@ -625,8 +621,7 @@ Test(server, stock_demo_1000_buyers_never_oversell_10_items)
 		if (made[i])
 			pthread_join(th[i], NULL);
 
-	cr_assert_eq(started, BUYERS, "only %d buyer threads started",
-		     started);
+	cr_assert_eq(started, BUYERS, "only %d buyer threads started", started);
 	cr_assert_eq(atomic_load(&s.failed), 0, "%d buyers failed; first: %s",
 		     atomic_load(&s.failed), s.why);
 	cr_assert_eq(atomic_load(&s.overlaps), 0,
@@ -690,34 +685,34 @@ Test(server, malformed_numbers_are_bad_arg_and_missing_arguments_bad_format)
 	static const struct {
 		const char *req, *want;
 	} cases[] = {
-		{ "UNLOCK a 12x", "ERR BAD_ARG " },
-		{ "UNLOCK a -1", "ERR BAD_ARG " },
-		{ "UNLOCK a 18446744073709551616", "ERR BAD_ARG " },
-		{ "CHECK a 99999999999999999999999", "ERR BAD_ARG " },
-		{ "LOCK a ttl=-5", "ERR BAD_ARG " },
-		{ "LOCK a ttl=5x", "ERR BAD_ARG " },
-		{ "LOCK a ttl=0", "ERR BAD_ARG " },
-		{ "LOCK a ttl=", "ERR BAD_ARG " },
-		{ "LOCK a ttl=1.5s", "ERR BAD_ARG " },
-		{ "LOCK a ttl=99999999999999999999m", "ERR BAD_ARG " },
-		{ "LOCK a ttl=25h", "ERR BAD_ARG " },
-		{ "LOCK a ttl=2000m", "ERR BAD_ARG " }, /* above max_ttl */
-		{ "LOCK a wait=soon", "ERR BAD_ARG " },
-		{ "LOCK a wait=-1", "ERR BAD_ARG " },
-		{ "LOCK a color=red", "ERR BAD_ARG " },
-		{ "LOCK a ttl=1s ttl=2s", "ERR BAD_ARG " },
-		{ "LOCK a b", "ERR BAD_ARG " },
-		{ "TRYLOCK a wait=5", "ERR BAD_ARG " },
-		{ "REFRESH a 1 ttl=0", "ERR BAD_ARG " },
-		{ "HELLO owner=", "ERR BAD_ARG " },
-		{ "LOCK", "ERR BAD_FORMAT " },
-		{ "LOCK ttl=1s", "ERR BAD_FORMAT " },
-		{ "UNLOCK a", "ERR BAD_FORMAT " },
-		{ "REFRESH a", "ERR BAD_FORMAT " },
-		{ "CHECK", "ERR BAD_FORMAT " },
-		{ "CANCEL", "ERR BAD_FORMAT " },
-		{ "STATUS", "ERR BAD_FORMAT " },
-		{ "AUTH", "ERR BAD_FORMAT " },
+		{"UNLOCK a 12x", "ERR BAD_ARG "},
+		{"UNLOCK a -1", "ERR BAD_ARG "},
+		{"UNLOCK a 18446744073709551616", "ERR BAD_ARG "},
+		{"CHECK a 99999999999999999999999", "ERR BAD_ARG "},
+		{"LOCK a ttl=-5", "ERR BAD_ARG "},
+		{"LOCK a ttl=5x", "ERR BAD_ARG "},
+		{"LOCK a ttl=0", "ERR BAD_ARG "},
+		{"LOCK a ttl=", "ERR BAD_ARG "},
+		{"LOCK a ttl=1.5s", "ERR BAD_ARG "},
+		{"LOCK a ttl=99999999999999999999m", "ERR BAD_ARG "},
+		{"LOCK a ttl=25h", "ERR BAD_ARG "},
+		{"LOCK a ttl=2000m", "ERR BAD_ARG "}, /* above max_ttl */
+		{"LOCK a wait=soon", "ERR BAD_ARG "},
+		{"LOCK a wait=-1", "ERR BAD_ARG "},
+		{"LOCK a color=red", "ERR BAD_ARG "},
+		{"LOCK a ttl=1s ttl=2s", "ERR BAD_ARG "},
+		{"LOCK a b", "ERR BAD_ARG "},
+		{"TRYLOCK a wait=5", "ERR BAD_ARG "},
+		{"REFRESH a 1 ttl=0", "ERR BAD_ARG "},
+		{"HELLO owner=", "ERR BAD_ARG "},
+		{"LOCK", "ERR BAD_FORMAT "},
+		{"LOCK ttl=1s", "ERR BAD_FORMAT "},
+		{"UNLOCK a", "ERR BAD_FORMAT "},
+		{"REFRESH a", "ERR BAD_FORMAT "},
+		{"CHECK", "ERR BAD_FORMAT "},
+		{"CANCEL", "ERR BAD_FORMAT "},
+		{"STATUS", "ERR BAD_FORMAT "},
+		{"AUTH", "ERR BAD_FORMAT "},
 	};
 	struct h_client *c = h_connect(d.port);
 	char name[DL_NAME_MAX + 2];
@@ -728,8 +723,7 @@ Test(server, malformed_numbers_are_bad_arg_and_missing_arguments_bad_format)
 	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char *l = h_call(c, "%s", cases[i].req);
 
-		cr_assert(strncmp(l, cases[i].want, strlen(cases[i].want)) ==
-				  0,
+		cr_assert(strncmp(l, cases[i].want, strlen(cases[i].want)) == 0,
 			  "\"%s\": expected \"%s...\", got \"%s\"",
 			  cases[i].req, cases[i].want, l);
 	}
@@ -935,8 +929,7 @@ Test(server, request_tag_is_echoed_on_replies_errors_and_events)
 	cr_assert(strncmp(l, "ERR BAD_ARG ", 12) == 0, "got \"%s\"", l);
 	cr_assert_str_eq(tag_of(l), "t1", "in \"%s\"", l);
 	l = h_call(a, "FROB id=t1");
-	cr_assert(strncmp(l, "ERR UNKNOWN_COMMAND ", 20) == 0, "got \"%s\"",
-		  l);
+	cr_assert(strncmp(l, "ERR UNKNOWN_COMMAND ", 20) == 0, "got \"%s\"", l);
 	cr_assert_str_eq(tag_of(l), "t1", "in \"%s\"", l);
 	l = h_call(a, "LOCK id=t1");
 	cr_assert(strncmp(l, "ERR BAD_FORMAT ", 15) == 0, "got \"%s\"", l);

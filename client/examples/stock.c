@@ -42,10 +42,10 @@
 
 #include "client/dlock.h"
 
-#define LOCK_NAME "stock"
-#define LOCK_TTL_MS 10000
-#define RECORD_LEN 32 /* "%010ld %020" PRIu64 "\n", rewritten in place */
-#define PROCS_MAX 64
+#define LOCK_NAME    "stock"
+#define LOCK_TTL_MS  10000
+#define RECORD_LEN   32 /* "%010ld %020" PRIu64 "\n", rewritten in place */
+#define PROCS_MAX    64
 #define THREAD_STACK (256 * 1024)
 
 struct stock_file {
@@ -106,8 +106,10 @@ static void *buyer(void *arg)
 				dlock_lease_token(l)) == 0)
 			sold = 1;
 		else
-			fprintf(stderr, "stock: write refused (token %" PRIu64
-				" is stale)\n", dlock_lease_token(l));
+			fprintf(stderr,
+				"stock: write refused (token %" PRIu64
+				" is stale)\n",
+				dlock_lease_token(l));
 	}
 	if (dlock_unlock(s->c, l) != 0)
 		err = -1;
@@ -122,7 +124,7 @@ out:
 static int run_child(const struct dlock_options *o, const char *path,
 		     int nbuyers, int out_fd)
 {
-	struct shop s = { .mu = PTHREAD_MUTEX_INITIALIZER };
+	struct shop s = {.mu = PTHREAD_MUTEX_INITIALIZER};
 	pthread_t *t = calloc((size_t)nbuyers, sizeof(*t));
 	pthread_attr_t attr;
 	char msg[32];
