@@ -120,29 +120,34 @@ static struct dl_hnode *htab_find(const struct htab *h, uint32_t hash,
 	return NULL;
 }
 
-/* Doubles the bucket array past a load of 1. A failed grow is not an
- * error: the table works, with longer chains. */
-static void htab_insert(struct htab *h, struct dl_hnode *n)
+/* Rehash into 2^k >= buckets. A failed grow is not an error: the table
+ * works, with longer chains. */
+static void htab_resize(struct htab *h, size_t buckets)
 {
 	struct dl_hnode **nb, *e, *next;
-	size_t i, nmask;
+	size_t i, nmask = h->mask;
 
-	if (h->n >= h->mask + 1) {
-		nmask = (h->mask << 1) | 1;
-		nb = calloc(nmask + 1, sizeof(*nb));
-		if (nb) {
-			for (i = 0; i <= h->mask; i++) {
-				for (e = h->b[i]; e; e = next) {
-					next = e->next;
-					e->next = nb[e->hash & nmask];
-					nb[e->hash & nmask] = e;
-				}
-			}
-			free(h->b);
-			h->b = nb;
-			h->mask = nmask;
+	while (nmask + 1 < buckets)
+		nmask = (nmask << 1) | 1;
+	if (nmask == h->mask || !(nb = calloc(nmask + 1, sizeof(*nb))))
+		return;
+	for (i = 0; i <= h->mask; i++) {
+		for (e = h->b[i]; e; e = next) {
+			next = e->next;
+			e->next = nb[e->hash & nmask];
+			nb[e->hash & nmask] = e;
 		}
 	}
+	free(h->b);
+	h->b = nb;
+	h->mask = nmask;
+}
+
+/* Doubles the bucket array past a load of 1. */
+static void htab_insert(struct htab *h, struct dl_hnode *n)
+{
+	if (h->n >= h->mask + 1)
+		htab_resize(h, (h->mask + 1) * 2);
 	n->next = h->b[n->hash & h->mask];
 	h->b[n->hash & h->mask] = n;
 	h->n++;
@@ -1166,8 +1171,21 @@ void dl_locktab_suspend_grants(struct dl_locktab *t, int suspended)
 	struct timer_run r = {t, now_ms(t)};
 
 	t->suspended = suspended;
-	if (!suspended)
+	/* Only queues can move; with none, skip the walk of every lock
+	 * (a million of them after a restore). */
+	if (!suspended && t->st.waiters)
 		dl_locktab_foreach(t, serve_cb, &r);
+}
+
+void dl_locktab_reserve(struct dl_locktab *t, size_t n)
+{
+	struct dl_lock **nd;
+
+	htab_resize(&t->locks, n);
+	if (n > t->dirty_cap && (nd = realloc(t->dirty, n * sizeof(*nd)))) {
+		t->dirty = nd;
+		t->dirty_cap = n;
+	}
 }
 
 /* ---- recovery

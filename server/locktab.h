@@ -316,6 +316,10 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 			      uint64_t wait_deadline, uint64_t grace_deadline,
 			      struct dl_str tag);
 
+/* Size the lock table for n locks ahead of a bulk restore (a hint: on
+ * failure the table still grows as needed). */
+void dl_locktab_reserve(struct dl_locktab *t, size_t n);
+
 /* Lookups for the store and tests. */
 const struct dl_lock *dl_locktab_find(struct dl_locktab *t, struct dl_str name);
 struct dl_str dl_lock_name(const struct dl_lock *lk);

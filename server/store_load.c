@@ -196,8 +196,7 @@ static int load_key(struct load_ctx *x, struct dl_str name,
 
 	if (val->type != REDIS_REPLY_STRING) /* a name without a record */
 		return note_changed(changed, name);
-	if (dl_locktab_find(x->st->tab, name))
-		return 0; /* a set member is unique; be safe anyway */
+	/* Set members are unique: no lock of this name exists yet. */
 	x->name = name;
 	x->changed = 0;
 	r = dl_record_parse(val->str, val->len, load_item, x, &why);
@@ -260,6 +259,7 @@ static int load_all(struct dl_store *st, redisContext *c, struct load_ctx *x,
 		goto out;
 	}
 	n = names->elements;
+	dl_locktab_reserve(st->tab, n);
 	for (i = 0; i < n; i++)
 		if (names->element[i]->type != REDIS_REPLY_STRING) {
 			set_err(err, errlen, "%s: not a set of names",
