@@ -445,6 +445,9 @@ void dl_store_flush(struct dl_store *st)
 	}
 	st->st.batches++;
 	st->epoch++;
+	/* Write the pipeline now rather than on the next loop iteration,
+	 * when the poll would report the socket writable. */
+	redisAsyncHandleWrite(st->ac);
 }
 
 /* ---- connecting and re-syncing ---------------------------------------- */
@@ -559,6 +562,29 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 	link_fail(st, ac->errstr[0] ? ac->errstr : "connection closed");
 }
 
+/*
+ * hiredis 0.14's libuv adapter calls uv_poll_start() for every command
+ * queued, and libuv answers each call by taking the fd out of epoll and
+ * putting it back (measured: 1.6 epoll_ctl per command, 6% of the daemon's
+ * CPU under load). Its hooks are kept, but only called when the interest
+ * actually changes.
+ */
+static void add_read_once(void *privdata)
+{
+	redisLibuvEvents *p = privdata;
+
+	if (!(p->events & UV_READABLE))
+		redisLibuvAddRead(privdata);
+}
+
+static void add_write_once(void *privdata)
+{
+	redisLibuvEvents *p = privdata;
+
+	if (!(p->events & UV_WRITABLE))
+		redisLibuvAddWrite(privdata);
+}
+
 static void link_connect(struct dl_store *st)
 {
 	const struct dl_redis_addr *a = &st->addr;
@@ -587,6 +613,8 @@ static void link_connect(struct dl_store *st)
 		link_fail(st, "cannot attach to the loop");
 		return;
 	}
+	ac->ev.addRead = add_read_once;
+	ac->ev.addWrite = add_write_once;
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	if (a->password) {
