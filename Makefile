@@ -54,7 +54,8 @@ PROTO_SRC  := proto/proto.c
 SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/conn.c server/cmd.c server/server.c server/store.c \
               server/notify.c server/record.c server/store_load.c \
-              server/stats.c server/metrics.c server/buf.c
+              server/stats.c server/metrics.c server/buf.c \
+              server/htab.c server/locktab_ops.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c
 UNIT_TESTS := test_proto test_wheel test_locktab test_config test_record
@@ -63,6 +64,9 @@ INTEG_TESTS := test_server test_persist test_ops test_client test_cli
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(O)/%.o)
+# The lock table and what it is made of, for the unit tests.
+LOCKTAB_OBJ := $(O)/server/locktab.o $(O)/server/locktab_ops.o \
+               $(O)/server/htab.o $(O)/server/wheel.o
 # libdlock.so is built from position-independent copies of its objects.
 LIB_PIC_OBJ := $(patsubst %.c,$(O)/pic/%.o,$(CLIENT_SRC) $(PROTO_SRC))
 LIBDLOCK_A  := $(O)/libdlock.a
@@ -119,14 +123,14 @@ $(O)/tests/test_proto: $(O)/tests/test_proto.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_wheel: $(O)/tests/test_wheel.o $(O)/server/wheel.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
-$(O)/tests/test_locktab: $(O)/tests/test_locktab.o $(O)/server/locktab.o \
-                         $(O)/server/wheel.o $(PROTO_OBJ)
+$(O)/tests/test_locktab: $(O)/tests/test_locktab.o $(LOCKTAB_OBJ) \
+                         $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_config: $(O)/tests/test_config.o $(O)/server/config.o \
                         $(O)/server/log.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) $(CRIT_LIBS)
-$(O)/tests/test_record: $(O)/tests/test_record.o $(O)/server/record.o $(O)/server/buf.o \
-                        $(O)/server/locktab.o $(O)/server/wheel.o $(PROTO_OBJ)
+$(O)/tests/test_record: $(O)/tests/test_record.o $(O)/server/record.o \
+                        $(O)/server/buf.o $(LOCKTAB_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_server: $(O)/tests/test_server.o $(O)/tests/harness.o \
                         $(PROTO_OBJ)

@@ -52,6 +52,7 @@
 #include <stdint.h>
 
 #include "proto/proto.h"
+#include "server/htab.h"
 #include "server/wheel.h"
 
 struct dl_locktab;
@@ -102,12 +103,6 @@ struct dl_waiter {
 	uint64_t wait_deadline;		 /* monotonic ms, UINT64_MAX for inf */
 	uint64_t queued_at; /* monotonic ms, for the wait histogram */
 	char tag[DL_TAG_MAX];
-};
-
-struct dl_hnode {
-	struct dl_hnode *next; /* hash chain */
-	uint32_t hash;
-	uint8_t len; /* key length; the key follows this struct */
 };
 
 struct dl_lock {

@@ -1,0 +1,445 @@
+/*
+ * locktab_ops.c -- the lock table's requests (LOCK, UNLOCK, REFRESH, CHECK,
+ * CANCEL, STATUS) and the rebuilding of state loaded from the store, on top
+ * of the objects and queues of locktab.c. See locktab.h for the model.
+ */
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/locktab.h"
+#include "server/locktab_private.h"
+
+/* ---- requests
+ * ----------------------------------------------------------------------------
+ */
+
+/* ms a TRYLOCK would have to wait at least: the earliest holder deadline,
+ * or the grace of the placeholder at the head. */
+static uint64_t busy_for(const struct dl_lock *lk, uint64_t now)
+{
+	const struct dl_lease *l;
+	uint64_t best = UINT64_MAX;
+
+	for (l = lk->holders; l; l = l->next)
+		if (dl__remaining(l, now) < best)
+			best = dl__remaining(l, now);
+	if (best == UINT64_MAX && lk->qhead &&
+	    dl_wheel_pending(&lk->qhead->timer))
+		best = lk->qhead->timer.expires > now
+			       ? lk->qhead->timer.expires - now
+			       : 0;
+	return best == UINT64_MAX ? 0 : best;
+}
+
+static struct dl_waiter *session_waiter(const struct dl_session *s,
+					const struct dl_lock *lk)
+{
+	struct dl_waiter *w;
+
+	for (w = s->waiters; w; w = w->snext)
+		if (w->lock == lk)
+			return w;
+	return NULL;
+}
+
+static struct dl_waiter *placeholder_of(const struct dl_locktab *t,
+					const struct dl_lock *lk,
+					const struct dl_owner *o)
+{
+	struct dl_waiter *w;
+
+	if (!t->placeholders)
+		return NULL;
+	for (w = lk->qhead; w; w = w->qnext)
+		if (!w->sess && w->owner == o)
+			return w;
+	return NULL;
+}
+
+/* The owner claims its restored place in the queue. */
+static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
+			     struct dl_waiter *w, uint32_t ttl,
+			     uint64_t wait_ms, struct dl_str tag, uint64_t now,
+			     struct dl_result *res)
+{
+	struct dl_lock *lk = w->lock;
+	struct dl_lease *l;
+
+	if (w == lk->qhead && lk->nholders < t->max_holders) {
+		if (dl__tokens_exhausted(t))
+			return DL_ELIMIT;
+		if (!(l = dl__lease_alloc(tag)))
+			return DL_ENOMEM;
+		dl__hist_add(&t->st.wait, 0);
+		dl__waiter_free(t, w);
+		dl__lease_grant(t, l, lk, s->owner, ttl, now);
+		res->outcome = DL_GRANTED;
+		res->durable = 1;
+		res->token = l->token;
+		res->value = ttl;
+		return 0;
+	}
+	if (wait_ms == 0) {
+		res->outcome = DL_BUSY;
+		res->value = busy_for(lk, now);
+		dl__waiter_free(t, w);
+		dl__serve(t, lk, now);
+		return 0;
+	}
+	t->placeholders--;
+	dl__waiter_attach(w, s);
+	dl__waiter_set(w, ttl, tag);
+	w->wait_deadline = dl__deadline_after(now, wait_ms);
+	if (w->wait_deadline == UINT64_MAX)
+		dl_wheel_del(&t->wheel, &w->timer);
+	else
+		dl_wheel_add(&t->wheel, &w->timer, w->wait_deadline);
+	dl__mark_dirty(t, lk);
+	res->outcome = DL_QUEUED;
+	res->value = dl__waiter_position(w);
+	return 0;
+}
+
+int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
+		       struct dl_str name, uint64_t ttl_ms, uint64_t wait_ms,
+		       struct dl_str tag, struct dl_result *res)
+{
+	struct dl_owner *o = s->owner;
+	struct dl_lock *lk;
+	struct dl_lease *l;
+	struct dl_waiter *w;
+	uint64_t now;
+	uint32_t ttl;
+
+	memset(res, 0, sizeof(*res));
+	if (ttl_ms == 0 || ttl_ms > DL_TTL_STORE_MAX)
+		return DL_EBADARG;
+	if (tag.len > DL_TAG_MAX)
+		return DL_EBADARG;
+	if (t->suspended)
+		return DL_EUNAVAILABLE;
+	ttl = (uint32_t)ttl_ms;
+	now = dl__now_ms(t);
+	if (!(lk = dl__lock_get(t, name)))
+		return DL_ENOMEM;
+	dl__reap(t, lk, now);
+
+	if ((l = dl__holder_of(lk, o)) != NULL) {
+		if (l->count >= DL_REENTRY_MAX)
+			return DL_ELIMIT;
+		dl__lease_reenter(t, l, ttl, now);
+		res->outcome = DL_GRANTED;
+		res->durable = 1;
+		res->token = l->token;
+		res->value = dl__remaining(l, now);
+		return 0;
+	}
+	if ((w = session_waiter(s, lk)) != NULL) {
+		res->outcome = DL_ALREADY_WAITING;
+		res->value = dl__waiter_position(w);
+		return 0;
+	}
+	if ((w = placeholder_of(t, lk, o)) != NULL)
+		return claim_placeholder(t, s, w, ttl, wait_ms, tag, now, res);
+
+	if (lk->nholders < t->max_holders && !lk->qhead) {
+		if (dl__owner_full(t, o) || dl__tokens_exhausted(t) ||
+		    !(l = dl__lease_alloc(tag))) {
+			dl__lock_drop_if_unused(t, lk);
+			return dl__owner_full(t, o) || dl__tokens_exhausted(t)
+				       ? DL_ELIMIT
+				       : DL_ENOMEM;
+		}
+		dl__lease_grant(t, l, lk, o, ttl, now);
+		dl__hist_add(&t->st.wait, 0);
+		res->outcome = DL_GRANTED;
+		res->durable = 1;
+		res->token = l->token;
+		res->value = ttl;
+		return 0;
+	}
+	if (wait_ms == 0) {
+		res->outcome = DL_BUSY;
+		res->value = busy_for(lk, now);
+		return 0;
+	}
+	if (lk->nwaiters >= t->limits.max_waiters || dl__owner_full(t, o))
+		return DL_ELIMIT;
+	w = dl__waiter_new(t, lk, o, s, ttl, dl__deadline_after(now, wait_ms),
+			   tag);
+	if (!w)
+		return DL_ENOMEM;
+	res->outcome = DL_QUEUED;
+	res->value = lk->nwaiters;
+	return 0;
+}
+
+/* The lock, its overdue holders reaped; NULL if it does not exist. */
+static struct dl_lock *lock_now(struct dl_locktab *t, struct dl_str name,
+				uint64_t now)
+{
+	struct dl_lock *lk = dl__lock_find(t, name);
+
+	if (lk)
+		dl__reap(t, lk, now);
+	return lk;
+}
+
+int dl_locktab_release(struct dl_locktab *t, struct dl_session *s,
+		       struct dl_str name, uint64_t token,
+		       struct dl_result *res)
+{
+	uint64_t now = dl__now_ms(t);
+	struct dl_lock *lk = lock_now(t, name, now);
+	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+
+	memset(res, 0, sizeof(*res));
+	if (!l || l->owner != s->owner) {
+		res->outcome = DL_NOT_HOLDER;
+		return 0;
+	}
+	if (t->suspended)
+		return DL_EUNAVAILABLE;
+	res->durable = 1;
+	res->token = token;
+	if (l->count > 1) {
+		l->count--;
+		dl__mark_dirty(t, lk);
+		res->outcome = DL_HELD;
+		res->value = l->count;
+		return 0;
+	}
+	dl__lease_remove(t, l);
+	t->st.releases++;
+	dl__serve(t, lk, now);
+	res->outcome = DL_RELEASED;
+	return 0;
+}
+
+int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
+		       struct dl_str name, uint64_t token, uint64_t ttl_ms,
+		       struct dl_result *res)
+{
+	uint64_t now = dl__now_ms(t);
+	struct dl_lock *lk;
+	struct dl_lease *l;
+
+	memset(res, 0, sizeof(*res));
+	if (ttl_ms > DL_TTL_STORE_MAX)
+		return DL_EBADARG;
+	lk = lock_now(t, name, now);
+	l = lk ? dl__holder_by_token(lk, token) : NULL;
+	if (!l || l->owner != s->owner) {
+		res->outcome = DL_NOT_HOLDER;
+		return 0;
+	}
+	if (t->suspended)
+		return DL_EUNAVAILABLE;
+	if (ttl_ms)
+		l->ttl_ms = (uint32_t)ttl_ms;
+	dl_wheel_add(&t->wheel, &l->timer, now + l->ttl_ms);
+	t->st.refreshes++;
+	dl__mark_dirty(t, lk);
+	res->outcome = DL_REFRESHED;
+	res->durable = 1;
+	res->token = token;
+	res->value = l->ttl_ms;
+	return 0;
+}
+
+int dl_locktab_check(struct dl_locktab *t, struct dl_str name, uint64_t token,
+		     struct dl_result *res)
+{
+	uint64_t now = dl__now_ms(t);
+	struct dl_lock *lk = lock_now(t, name, now);
+	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+
+	memset(res, 0, sizeof(*res));
+	if (l) {
+		res->outcome = DL_VALID;
+		res->token = token;
+		res->value = dl__remaining(l, now);
+	} else {
+		res->outcome = DL_STALE;
+		res->token = lk && lk->holders ? lk->holders->token : 0;
+	}
+	return 0;
+}
+
+int dl_locktab_cancel(struct dl_locktab *t, struct dl_session *s,
+		      struct dl_str name, struct dl_result *res)
+{
+	uint64_t now = dl__now_ms(t);
+	struct dl_lock *lk = lock_now(t, name, now);
+	struct dl_waiter *w = lk ? session_waiter(s, lk) : NULL;
+
+	memset(res, 0, sizeof(*res));
+	if (!w) {
+		res->outcome = DL_NOT_QUEUED;
+		return 0;
+	}
+	dl__waiter_free(t, w);
+	t->st.cancels++;
+	dl__serve(t, lk, now);
+	res->outcome = DL_CANCELLED;
+	return 0;
+}
+
+void dl_locktab_status(struct dl_locktab *t, struct dl_str name,
+		       struct dl_lock_status *st)
+{
+	uint64_t now = dl__now_ms(t);
+	struct dl_lock *lk = lock_now(t, name, now);
+	const struct dl_lease *l = lk ? lk->holders : NULL;
+
+	memset(st, 0, sizeof(*st));
+	if (!lk)
+		return;
+	st->holders = lk->nholders;
+	st->waiters = lk->nwaiters;
+	if (l) {
+		st->held = 1;
+		st->token = l->token;
+		st->remaining = dl__remaining(l, now);
+		st->count = l->count;
+		st->owner = dl_owner_id(l->owner);
+	}
+}
+
+/* ---- recovery
+ * ------------------------------------------------------------------ */
+
+static int restore_args(struct dl_str name, struct dl_str owner, uint32_t ttl,
+			struct dl_str tag)
+{
+	if (dl_check_name(name.p, name.len) ||
+	    dl_check_owner(owner.p, owner.len) || ttl == 0 ||
+	    (tag.len && dl_check_tag(tag.p, tag.len)))
+		return DL_EBADARG;
+	return 0;
+}
+
+int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
+			     struct dl_str owner, uint64_t token,
+			     uint32_t count, uint32_t ttl_ms, uint64_t deadline,
+			     struct dl_str tag)
+{
+	struct dl_lock *lk;
+	struct dl_owner *o;
+	struct dl_lease *l, **pp;
+
+	if (restore_args(name, owner, ttl_ms, tag) || count == 0 ||
+	    count > DL_REENTRY_MAX)
+		return DL_EBADARG;
+	if (!(lk = dl__lock_get(t, name)))
+		return DL_ENOMEM;
+	if (!(o = dl__owner_get(t, owner)) || !(l = dl__lease_alloc(tag))) {
+		if (o)
+			dl__owner_put(t, o);
+		dl__lock_drop_if_unused(t, lk);
+		return DL_ENOMEM;
+	}
+	if (dl__holder_of(lk, o) || lk->nholders >= t->max_holders) {
+		free(l->tag);
+		free(l);
+		dl__owner_put(t, o);
+		dl__lock_drop_if_unused(t, lk);
+		return DL_EBADARG;
+	}
+	for (pp = &lk->holders; *pp; pp = &(*pp)->next)
+		;
+	*pp = l;
+	l->kind = DL__TIMED_LEASE;
+	l->count = count;
+	l->ttl_ms = ttl_ms;
+	l->lock = lk;
+	l->owner = o;
+	l->token = token;
+	l->granted_at = dl__now_ms(t); /* the real time is not stored */
+	lk->nholders++;
+	o->nleases++;
+	dl_wheel_add(&t->wheel, &l->timer, deadline);
+	t->st.leases++;
+	dl_locktab_raise_token(t, token);
+	return 0;
+}
+
+int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
+			      struct dl_str owner, uint32_t ttl_ms,
+			      uint64_t wait_deadline, uint64_t grace_deadline,
+			      struct dl_str tag)
+{
+	struct dl_lock *lk;
+	struct dl_owner *o;
+	struct dl_waiter *w;
+	int dirty;
+
+	if (restore_args(name, owner, ttl_ms, tag))
+		return DL_EBADARG;
+	if (!(lk = dl__lock_get(t, name)))
+		return DL_ENOMEM;
+	if (!(o = dl__owner_get(t, owner))) {
+		dl__lock_drop_if_unused(t, lk);
+		return DL_ENOMEM;
+	}
+	dirty = lk->dirty;
+	w = dl__waiter_new(t, lk, o, NULL, ttl_ms,
+			   wait_deadline < grace_deadline ? wait_deadline
+							  : grace_deadline,
+			   tag);
+	if (!w) {
+		dl__owner_put(t, o);
+		dl__lock_drop_if_unused(t, lk);
+		return DL_ENOMEM;
+	}
+	/* The stored deadline, not the grace, is the waiter's own. */
+	w->wait_deadline = wait_deadline;
+	/* What was loaded is what Redis holds: nothing to write back. */
+	if (!dirty) {
+		assert(t->dirty[t->ndirty - 1] == lk);
+		lk->dirty = 0;
+		t->ndirty--;
+	}
+	return 0;
+}
+
+uint64_t dl_token_floor(uint64_t stored_last, uint64_t unix_ms)
+{
+	uint64_t floor = unix_ms > UINT64_MAX / DL_TOKEN_PER_MS
+				 ? UINT64_MAX / 2
+				 : unix_ms * DL_TOKEN_PER_MS;
+
+	return stored_last > floor ? stored_last : floor;
+}
+
+void dl_locktab_raise_token(struct dl_locktab *t, uint64_t last)
+{
+	if (last > t->last_token)
+		t->last_token = last;
+}
+
+uint64_t dl_locktab_last_token(const struct dl_locktab *t)
+{
+	return t->last_token;
+}
+
+const struct dl_lock *dl_locktab_find(struct dl_locktab *t, struct dl_str name)
+{
+	return dl__lock_find(t, name);
+}
+
+struct dl_str dl_lock_name(const struct dl_lock *lk)
+{
+	return (struct dl_str){lk->name, lk->hn.len};
+}
+
+struct dl_str dl_owner_id(const struct dl_owner *o)
+{
+	return (struct dl_str){o->id, o->hn.len};
+}
+
+const struct dl_locktab_stats *dl_locktab_stats(const struct dl_locktab *t)
+{
+	return &t->st;
+}

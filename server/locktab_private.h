@@ -1,0 +1,71 @@
+/*
+ * locktab_private.h -- what locktab.c (objects, queues, expiry) and
+ * locktab_ops.c (requests, recovery) share; not an interface for anything
+ * else. Every function here keeps the invariants of locktab.h when it
+ * returns; callers hold no other locks (there are none: one loop).
+ */
+#ifndef DL_SERVER_LOCKTAB_PRIVATE_H
+#define DL_SERVER_LOCKTAB_PRIVATE_H
+
+#include "server/htab.h"
+#include "server/locktab.h"
+
+enum { DL__TIMED_LEASE = 1, DL__TIMED_WAITER = 2 };
+
+/* What leases and waiters have in common, for the timer callback. */
+struct dl_timed {
+	struct dl_wheel_entry timer;
+	unsigned kind : 8;
+};
+
+struct dl_locktab {
+	struct dl_locktab_hooks hooks;
+	struct dl_locktab_limits limits;
+	uint64_t seed;
+	uint64_t last_token;
+	uint16_t max_holders; /* 1 until shared locks exist */
+	int suspended;	      /* grants suspended (store down) */
+	size_t placeholders;  /* restored waiters not yet claimed */
+	struct dl_htab locks;
+	struct dl_htab owners;
+	struct dl_lock **dirty; /* capacity >= number of locks */
+	size_t ndirty;
+	size_t dirty_cap;
+	struct dl_locktab_stats st;
+	struct dl_wheel wheel;
+};
+
+uint64_t dl__now_ms(const struct dl_locktab *t);
+void dl__mark_dirty(struct dl_locktab *t, struct dl_lock *lk);
+void dl__hist_add(struct dl_hist *h, uint64_t ms);
+struct dl_owner *dl__owner_get(struct dl_locktab *t, struct dl_str id);
+void dl__owner_put(struct dl_locktab *t, struct dl_owner *o);
+int dl__owner_full(const struct dl_locktab *t, const struct dl_owner *o);
+struct dl_lock *dl__lock_find(const struct dl_locktab *t, struct dl_str name);
+struct dl_lock *dl__lock_get(struct dl_locktab *t, struct dl_str name);
+void dl__lock_drop_if_unused(struct dl_locktab *t, struct dl_lock *lk);
+struct dl_lease *dl__holder_of(const struct dl_lock *lk,
+			       const struct dl_owner *o);
+struct dl_lease *dl__holder_by_token(const struct dl_lock *lk, uint64_t token);
+struct dl_lease *dl__lease_alloc(struct dl_str tag);
+void dl__lease_grant(struct dl_locktab *t, struct dl_lease *l,
+		     struct dl_lock *lk, struct dl_owner *o, uint32_t ttl,
+		     uint64_t now);
+void dl__lease_remove(struct dl_locktab *t, struct dl_lease *l);
+void dl__lease_reenter(struct dl_locktab *t, struct dl_lease *l, uint32_t ttl,
+		       uint64_t now);
+uint64_t dl__deadline_after(uint64_t now, uint64_t ms);
+int dl__tokens_exhausted(const struct dl_locktab *t);
+uint64_t dl__remaining(const struct dl_lease *l, uint64_t now);
+uint64_t dl__waiter_position(const struct dl_waiter *w);
+void dl__waiter_free(struct dl_locktab *t, struct dl_waiter *w);
+void dl__waiter_attach(struct dl_waiter *w, struct dl_session *s);
+void dl__waiter_set(struct dl_waiter *w, uint32_t ttl, struct dl_str tag);
+struct dl_waiter *dl__waiter_new(struct dl_locktab *t, struct dl_lock *lk,
+				 struct dl_owner *o, struct dl_session *s,
+				 uint32_t ttl, uint64_t timer_at,
+				 struct dl_str tag);
+void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
+void dl__reap(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
+
+#endif /* DL_SERVER_LOCKTAB_PRIVATE_H */
