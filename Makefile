@@ -169,10 +169,10 @@ scripts: $(O)/dlockd
 
 test: unit integ scripts
 
-# The front door for CI and for people: packages, a normal build, then the
-# whole suite under AddressSanitizer and UBSan.
+# The front door for CI and for people: packages, a normal build with its
+# unit tests, then the whole suite under AddressSanitizer and UBSan.
 check: deps
-	$(MAKE) all
+	$(MAKE) all unit
 	$(MAKE) SAN=1 test
 
 # ---- Debian packages -----------------------------------------------------------
