@@ -358,20 +358,10 @@ void h_daemon_restart(struct h_daemon *d)
 
 int h_daemon_stop(struct h_daemon *d)
 {
-	int st;
-
 	if (d->pid <= 0)
 		return 0;
 	kill(d->pid, SIGTERM);
-	st = wait_exit(d->pid, 20000);
-	if (st < 0) {
-		kill(d->pid, SIGKILL);
-		wait_exit(d->pid, 10000);
-	}
-	d->pid = 0;
-	if (st != 0)
-		print_file(d->log);
-	return st;
+	return h_daemon_wait(d, 20000);
 }
 
 void h_daemon_kill9(struct h_daemon *d)

@@ -269,22 +269,6 @@ static uint64_t to_u64(const char *s)
 	return v;
 }
 
-/* The value of key=<value> on a STATUS reply line (static buffer). */
-static const char *kv(const char *line, const char *key)
-{
-	static char out[DL_LINE_MAX + 1];
-	struct dl_reply rp;
-	struct dl_str v;
-
-	cr_assert(dl_parse_reply(line, strlen(line), &rp) == 0,
-		  "not a reply: \"%s\"", line);
-	cr_assert(dl_reply_kv(&rp, key, &v) == 0, "no %s= in \"%s\"", key,
-		  line);
-	memcpy(out, v.p, v.len);
-	out[v.len] = '\0';
-	return out;
-}
-
 /* ---- run ----------------------------------------------------------------- */
 
 Test(cli, run_commands_of_one_lock_never_overlap)
@@ -361,7 +345,7 @@ Test(cli, run_token_grows_and_is_the_valid_one_while_running)
 		cr_assert(eq(int, strncmp(line, "OK VALID fence ", 15), 0),
 			  "%s", line);
 		line = h_call(c, "STATUS fence");
-		cr_assert(STR_EQ(kv(line, "owner"), owner));
+		cr_assert(STR_EQ(h_kv(line, "owner"), owner));
 		close(open(in_dir(go), O_WRONLY | O_CREAT, 0644));
 		cr_assert(eq(int, proc_wait(&p, QUICK_MS), 0));
 		/* released when the command ended */
@@ -394,7 +378,7 @@ Test(cli, run_passes_the_command_status_through)
 
 	/* every run released the lock */
 	c = h_connect(d.port);
-	cr_assert(STR_EQ(kv(h_call(c, "STATUS st"), "state"), "free"));
+	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS st"), "state"), "free"));
 	h_close(c);
 }
 
@@ -563,8 +547,8 @@ Test(cli, run_refuses_a_lock_its_owner_id_holds_elsewhere)
 	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
 	cr_assert(not(file_exists(in_dir("ran"))));
 	line = h_call(c, "STATUS own");
-	cr_assert(STR_EQ(kv(line, "count"), "1"), "%s", line);
-	cr_assert(eq(u64, to_u64(kv(line, "token")), token));
+	cr_assert(STR_EQ(h_kv(line, "count"), "1"), "%s", line);
+	cr_assert(eq(u64, to_u64(h_kv(line, "token")), token));
 	h_call(c, "UNLOCK own %" PRIu64, token);
 
 	/* a run nested in a run of the same lock inherits its owner */
@@ -575,7 +559,7 @@ Test(cli, run_refuses_a_lock_its_owner_id_holds_elsewhere)
 	slurp(in_dir("inner"), inner, sizeof(inner));
 	cr_assert(STR_EQ(inner, "75\n"));
 	cr_assert(not(file_exists(in_dir("ran"))));
-	cr_assert(STR_EQ(kv(h_call(c, "STATUS own"), "state"), "free"));
+	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS own"), "state"), "free"));
 	h_close(c);
 }
 
@@ -596,8 +580,8 @@ Test(cli, lock_prints_the_token_and_only_its_owner_unlocks_it)
 	cr_assert(STR_EQ(r.out, tok));
 	cr_assert(STR_EQ(r.err, "")); /* the owner was given: no note */
 	line = h_call(c, "STATUS lk");
-	cr_assert(STR_EQ(kv(line, "owner"), "alice"));
-	cr_assert(eq(u64, to_u64(kv(line, "token")), token));
+	cr_assert(STR_EQ(h_kv(line, "owner"), "alice"));
+	cr_assert(eq(u64, to_u64(h_kv(line, "token")), token));
 
 	snprintf(tok, sizeof(tok), "%" PRIu64, token);
 	snprintf(other, sizeof(other), "%" PRIu64, token + 1);
@@ -607,10 +591,10 @@ Test(cli, lock_prints_the_token_and_only_its_owner_unlocks_it)
 	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
 	dlock(&r, "unlock", "lk", other, "--owner", "alice", NULL);
 	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
-	cr_assert(STR_EQ(kv(h_call(c, "STATUS lk"), "state"), "held"));
+	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS lk"), "state"), "held"));
 	dlock(&r, "unlock", "--owner", "alice", "lk", tok, NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
-	cr_assert(STR_EQ(kv(h_call(c, "STATUS lk"), "state"), "free"));
+	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS lk"), "state"), "free"));
 	h_close(c);
 }
 
@@ -623,11 +607,11 @@ Test(cli, lock_without_an_owner_tells_which_owner_holds_it)
 	dlock(&r, "lock", "anon", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	snprintf(owner, sizeof(owner), "%s",
-		 kv(h_call(c, "STATUS anon"), "owner"));
+		 h_kv(h_call(c, "STATUS anon"), "owner"));
 	cr_assert(strstr(r.err, owner) != NULL, "owner %s, stderr: %s", owner,
 		  r.err);
-	cr_assert(le(u64, to_u64(kv(c->line, "ttl_ms")), 30000)); /* default */
-	cr_assert(gt(u64, to_u64(kv(c->line, "ttl_ms")), 25000));
+	cr_assert(le(u64, to_u64(h_kv(c->line, "ttl_ms")), 30000)); /* default */
+	cr_assert(gt(u64, to_u64(h_kv(c->line, "ttl_ms")), 25000));
 
 	/* another process unlocks it with that owner, from the
 	 * environment */
@@ -636,7 +620,7 @@ Test(cli, lock_without_an_owner_tells_which_owner_holds_it)
 	dlock(&r, "unlock", "anon", tok, NULL);
 	unsetenv("DLOCK_OWNER");
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
-	cr_assert(STR_EQ(kv(h_call(c, "STATUS anon"), "state"), "free"));
+	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS anon"), "state"), "free"));
 	h_close(c);
 }
 
@@ -679,7 +663,7 @@ Test(cli, refresh_extends_the_lease_of_its_owner)
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(STR_EQ(r.out, "60000\n"));
 	cr_assert(
-		gt(u64, to_u64(kv(h_call(c, "STATUS ref"), "ttl_ms")), 50000));
+		gt(u64, to_u64(h_kv(h_call(c, "STATUS ref"), "ttl_ms")), 50000));
 	dlock(&r, "refresh", "ref", tok, "--owner", "bob", NULL);
 	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
 	h_close(c);
