@@ -367,6 +367,8 @@ static void on_delayed(uv_timer_t *t)
 	c->delayed = NULL;
 	uv_close((uv_handle_t *)&d->timer, on_delayed_closed);
 	dl_conn_send(c, d->line, d->len, 0);
+	if (c->srv->draining)
+		return; /* shutting down: no further requests */
 	process_input(c);
 	if (!c->end && !c->delayed &&
 	    uv_read_start(&c->u.stream, on_alloc, on_read) != 0)

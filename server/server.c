@@ -177,7 +177,7 @@ static int drain_done(const struct dl_server *srv)
 	if (!dl_store_idle(srv->store))
 		return 0;
 	for (c = srv->conns; c; c = c->next)
-		if (c->out.len || c->writing || c->hold_epoch)
+		if (c->out.len || c->writing || c->hold_epoch || c->delayed)
 			return 0;
 	return 1;
 }
@@ -185,18 +185,20 @@ static int drain_done(const struct dl_server *srv)
 /* The flush point, run after the poll (check) and before it (prepare). */
 static void flush_phase(struct dl_server *srv)
 {
+	size_t closed;
 	int round;
 
-	/* Ending a session can change the table (its waiters leave), and
-	 * writing can end a connection: two rounds settle both. */
-	for (round = 0; round < 2; round++) {
-		if (!process_ends(srv) && round > 0 && !srv->writeq)
+	/* Ending a session can change the table (its waiters leave, the
+	 * next one may be granted), and writing can end a connection or
+	 * finish one that was draining: repeat until both settle. */
+	for (round = 0; round < 4; round++) {
+		closed = process_ends(srv);
+		if (round > 0 && !closed && !srv->writeq)
 			break;
 		if (srv->draining < 2)
 			dl_store_flush(srv->store);
 		flush_writes(srv);
 	}
-	process_ends(srv);
 	arm_wheel(srv);
 	if (srv->draining == 1 && drain_done(srv))
 		drain_finish(srv);
@@ -286,6 +288,13 @@ static void on_signal(uv_signal_t *h, int signum)
 {
 	struct dl_server *srv = h->data;
 
+	if (!srv->ready) {
+		/* Start-up is not done: a stop ends it, a reload has nothing
+		 * to do yet (the configuration was just read). */
+		if (signum != SIGHUP)
+			srv->stop_signal = signum;
+		return;
+	}
 	if (signum == SIGHUP) {
 		dl_server_reload(srv);
 		return;
@@ -417,9 +426,16 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 		fatal(EXIT_STORE, "cannot start the store");
 	deadline = uv_now(loop) + srv->cfg.redis_timeout_ms;
 	uv_ref((uv_handle_t *)&srv->check); /* keeps the loop turning */
-	while (!dl_store_available(srv->store) && uv_now(loop) < deadline)
+	while (!dl_store_available(srv->store) && uv_now(loop) < deadline &&
+	       !srv->stop_signal)
 		uv_run(loop, UV_RUN_ONCE);
 	uv_unref((uv_handle_t *)&srv->check);
+	if (srv->stop_signal) {
+		/* Nothing was served and nothing changed: just go. */
+		dl_notice("%s during start-up: exiting",
+			  strsignal(srv->stop_signal));
+		exit(0);
+	}
 	if (!dl_store_available(srv->store))
 		fatal(EXIT_STORE, "redis: no working connection within "
 				  "redis_timeout");
@@ -437,6 +453,7 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 		  dl_store_backend(srv->store),
 		  (unsigned long long)dl_locktab_last_token(srv->tab));
 	dl_notify("READY=1\nSTATUS=serving");
+	srv->ready = 1;
 }
 
 /* ---- stop
@@ -477,6 +494,9 @@ void dl_server_shutdown(struct dl_server *srv, const char *why)
 		uv_read_stop(&c->u.stream);
 		dl_cmd_bye(c, why);
 	}
+	/* Referenced: the loop must live until the drain ends, even with
+	 * no client stream left active. */
+	uv_ref((uv_handle_t *)&srv->drain_timer);
 	uv_timer_start(&srv->drain_timer, on_drain_timeout,
 		       srv->cfg.redis_timeout_ms + 1000, 0);
 }
@@ -499,8 +519,9 @@ static void drain_finish(struct dl_server *srv)
 	srv->draining = 2;
 	close_listeners(srv);
 	for (c = srv->conns; c; c = c->next) {
-		/* Best effort for what the kernel takes now. */
-		c->hold_epoch = 0;
+		/* Best effort for what the kernel takes now -- only what may
+		 * be written: a reply whose write Redis never acknowledged is
+		 * never sent. */
 		dl_conn_flush(c);
 		dl_conn_end(c, DL_END_ABORT, "shutdown");
 	}

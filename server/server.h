@@ -62,7 +62,9 @@ struct dl_server {
 	uv_timer_t watchdog;	/* sd_notify WATCHDOG=1, when asked */
 	struct dl_metrics *metrics;
 	unsigned tcp_on : 1, unix_on : 1;
-	int draining; /* 0 serving, 1 draining, 2 closing down */
+	int draining;	 /* 0 serving, 1 draining, 2 closing down */
+	int ready;	 /* start-up done: signals act */
+	int stop_signal; /* a stop asked for during start-up */
 
 	struct dl_conn *conns; /* every live connection */
 	size_t nconns;

@@ -202,24 +202,34 @@ static uint64_t now_us(void)
 	return uv_hrtime() / 1000;
 }
 
-static struct batch *batch_push(struct dl_store *st, enum batch_kind kind,
-				uint64_t epoch)
+static void on_batch(redisAsyncContext *ac, void *reply, void *priv);
+
+/* Send the command whose reply ends a batch, and only once it is queued
+ * link the batch in (hiredis registers no callback for a command it
+ * refuses, so a refused batch is simply freed). */
+static int batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
+		      int argc, const char **argv, const size_t *lens)
 {
 	struct batch *b = calloc(1, sizeof(*b));
 
 	if (!b)
-		return NULL;
+		return DL_ENOMEM;
 	b->st = st;
 	b->kind = kind;
 	b->epoch = epoch;
 	b->sent_us = now_us();
+	if (redisAsyncCommandArgv(st->ac, on_batch, b, argc, argv, lens) !=
+	    REDIS_OK) {
+		free(b);
+		return DL_EUNAVAILABLE;
+	}
 	if (st->tail)
 		st->tail->next = b;
 	else
 		st->head = b;
 	st->tail = b;
 	st->st.backlog++;
-	return b;
+	return 0;
 }
 
 /* The reply for the oldest batch arrived (or the link died: r NULL). */
@@ -271,6 +281,12 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 		return; /* the link died; link_fail has run or will */
 	if ((err = dl__store_reply_error(reply)) != NULL) {
 		snprintf(why, sizeof(why), "write failed: %s", err);
+		link_fail(st, why);
+		return;
+	}
+	if (kind == BATCH_RESYNC && st->resync_err[0]) {
+		snprintf(why, sizeof(why), "re-sync write failed: %s",
+			 st->resync_err);
 		link_fail(st, why);
 		return;
 	}
@@ -366,18 +382,38 @@ int dl__store_lock_cmds(struct dl_store *st, struct dl_str name,
 	return 2;
 }
 
-static int emit_async(void *sink, int argc, const char **argv,
-		      const size_t *lens)
+/* Inside MULTI/EXEC: an error of any command shows in the EXEC reply. */
+static int emit_in_multi(void *sink, int argc, const char **argv,
+			 const size_t *lens)
 {
 	return send_argv(sink, NULL, NULL, argc, argv, lens);
 }
 
+/* A re-sync is not one transaction (it may hold a million locks): each of
+ * its replies is checked, and the first error is kept for the marker. */
+static void on_resync_write(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+	const char *e;
+
+	if (!reply || ac != st->ac)
+		return;
+	if ((e = dl__store_reply_error(reply)) != NULL && !st->resync_err[0])
+		snprintf(st->resync_err, sizeof(st->resync_err), "%s", e);
+}
+
+static int emit_checked(void *sink, int argc, const char **argv,
+			const size_t *lens)
+{
+	return send_argv(sink, on_resync_write, sink, argc, argv, lens);
+}
+
 /* Queue the write of lk's current state on the async link. */
 static int write_lock(struct dl_store *st, const struct dl_lock *lk,
-		      int64_t off, int force)
+		      int64_t off, int force, dl__store_emit emit)
 {
-	int r = dl__store_lock_cmds(st, dl_lock_name(lk), lk, off, force,
-				    emit_async, st);
+	int r = dl__store_lock_cmds(st, dl_lock_name(lk), lk, off, force, emit,
+				    st);
 
 	if (r < 0)
 		return r;
@@ -385,14 +421,14 @@ static int write_lock(struct dl_store *st, const struct dl_lock *lk,
 	return 0;
 }
 
-static int write_token(struct dl_store *st)
+static int write_token(struct dl_store *st, dl__store_emit emit)
 {
 	char tok[24];
 	const char *argv[3] = {"SET", st->token_key, tok};
 	size_t lens[3] = {3, strlen(st->token_key), 0};
 
 	lens[2] = dl_u64_to_dec(dl_locktab_last_token(st->tab), tok);
-	return send_argv(st, NULL, NULL, 3, argv, lens);
+	return emit(st, 3, argv, lens);
 }
 
 struct drain_ctx {
@@ -406,13 +442,12 @@ static void drain_cb(const struct dl_lock *lk, void *arg)
 	struct drain_ctx *x = arg;
 
 	if (!x->err)
-		x->err = write_lock(x->st, lk, x->off, 0);
+		x->err = write_lock(x->st, lk, x->off, 0, emit_in_multi);
 }
 
 void dl_store_flush(struct dl_store *st)
 {
 	struct drain_ctx x = {st, 0, 0};
-	struct batch *b;
 	const char *multi = "MULTI", *exec = "EXEC";
 	size_t mlen = 5, elen = 4;
 
@@ -431,13 +466,8 @@ void dl_store_flush(struct dl_store *st)
 	}
 	dl_locktab_drain_dirty(st->tab, drain_cb, &x);
 	if (!x.err)
-		x.err = write_token(st);
-	b = x.err ? NULL : batch_push(st, BATCH_EPOCH, st->epoch);
-	if (!b || send_argv(st, on_batch, b, 1, &exec, &elen)) {
-		if (b) { /* never sent: unlink it again */
-			st->tail = NULL;
-			batch_pop(st, b);
-		}
+		x.err = write_token(st, emit_in_multi);
+	if (x.err || batch_send(st, BATCH_EPOCH, st->epoch, 1, &exec, &elen)) {
 		/* The drained changes are lost with the link; the re-sync
 		 * after reconnecting rewrites everything. */
 		link_fail(st, "cannot queue a write");
@@ -472,7 +502,7 @@ static void foreach_write(const struct dl_lock *lk, void *arg)
 	struct drain_ctx *x = arg;
 
 	if (!x->err)
-		x->err = write_lock(x->st, lk, x->off, 1);
+		x->err = write_lock(x->st, lk, x->off, 1, emit_checked);
 	x->st->synced_locks++;
 }
 
@@ -480,22 +510,16 @@ static void foreach_write(const struct dl_lock *lk, void *arg)
 static void resync_write(struct dl_store *st)
 {
 	struct drain_ctx x = {st, wall_offset(st), 0};
-	struct batch *b;
 	const char *ping = "PING";
 	size_t plen = 4;
 
 	st->synced_locks = 0;
 	dl_locktab_foreach(st->tab, foreach_write, &x);
 	if (!x.err)
-		x.err = write_token(st);
-	b = x.err ? NULL : batch_push(st, BATCH_RESYNC, st->epoch - 1);
-	if (!b || send_argv(st, on_batch, b, 1, &ping, &plen)) {
-		if (b) {
-			st->tail = NULL;
-			batch_pop(st, b);
-		}
+		x.err = write_token(st, emit_checked);
+	if (x.err ||
+	    batch_send(st, BATCH_RESYNC, st->epoch - 1, 1, &ping, &plen))
 		link_fail(st, "re-sync failed");
-	}
 }
 
 /* Re-sync, first step: the records of locks that ended while Redis was
@@ -521,8 +545,8 @@ static void on_members(redisAsyncContext *ac, void *reply, void *priv)
 		name.len = r->element[i]->len;
 		if (dl_locktab_find(st->tab, name))
 			continue;
-		if (dl__store_lock_cmds(st, name, NULL, 0, 0, emit_async, st) <
-		    0) {
+		if (dl__store_lock_cmds(st, name, NULL, 0, 0, emit_checked,
+					st) < 0) {
 			link_fail(st, "re-sync failed");
 			return;
 		}
@@ -594,12 +618,12 @@ static void link_connect(struct dl_store *st)
 	size_t lens[2];
 	const char *ping = "PING";
 	size_t plen = 4;
-	struct batch *b;
 
 	ac = a->path ? redisAsyncConnectUnix(a->path)
 		     : redisAsyncConnect(a->host, a->port);
 	set_link(st, LINK_CONNECTING);
 	st->st.reconnects++;
+	st->resync_err[0] = '\0';
 	if (!ac || ac->err) {
 		if (ac)
 			redisAsyncFree(ac);
@@ -632,8 +656,8 @@ static void link_connect(struct dl_store *st)
 	if (st->synced) {
 		/* Redis holds what was just loaded: a PING confirms the
 		 * link, nothing to rewrite. */
-		b = batch_push(st, BATCH_RESYNC, st->epoch - 1);
-		if (!b || send_argv(st, on_batch, b, 1, &ping, &plen))
+		if (batch_send(st, BATCH_RESYNC, st->epoch - 1, 1, &ping,
+			       &plen))
 			link_fail(st, "cannot queue a write");
 		return;
 	}
@@ -648,7 +672,6 @@ static void on_tick(uv_timer_t *t)
 	uint64_t now = uv_now(st->loop);
 	const char *ping = "PING";
 	size_t plen = 4;
-	struct batch *b;
 
 	switch (st->link) {
 	case LINK_DOWN:
@@ -671,8 +694,7 @@ static void on_tick(uv_timer_t *t)
 			link_fail(st, "no reply within redis_timeout");
 		} else if (!st->head &&
 			   now - st->last_reply_ms >= DL_STORE_PING_MS) {
-			b = batch_push(st, BATCH_PING, 0);
-			if (!b || send_argv(st, on_batch, b, 1, &ping, &plen))
+			if (batch_send(st, BATCH_PING, 0, 1, &ping, &plen))
 				link_fail(st, "cannot queue a PING");
 		}
 		break;

@@ -152,12 +152,13 @@ static int emit_sync(void *sink, int argc, const char **argv,
 /* Write back the locks whose content changed while loading (an expired
  * lease dropped, a name without a record). */
 static int sync_write_back(struct dl_store *st, redisContext *c,
-			   const struct dl_buf *names, int64_t off)
+			   const struct dl_buf *names, int64_t off, char *why,
+			   size_t whylen)
 {
 	struct dl_str name;
 	redisReply *r;
 	size_t i, n = 0;
-	int k, bad = 0;
+	int k;
 
 	for (i = 0; i < names->len; i += name.len + 1) {
 		name.p = names->p + i;
@@ -169,13 +170,18 @@ static int sync_write_back(struct dl_store *st, redisContext *c,
 			return k;
 		n += (size_t)k;
 	}
+	why[0] = '\0';
 	while (n--) {
-		if (redisGetReply(c, (void **)&r) != REDIS_OK)
+		r = NULL;
+		if (redisGetReply(c, (void **)&r) != REDIS_OK || !r) {
+			snprintf(why, whylen, "%s", c->errstr);
 			return DL_EUNAVAILABLE;
-		bad |= dl__store_reply_error(r) != NULL;
+		}
+		if (!why[0] && dl__store_reply_error(r))
+			snprintf(why, whylen, "%s", dl__store_reply_error(r));
 		freeReplyObject(r);
 	}
-	return bad ? DL_EUNAVAILABLE : 0;
+	return why[0] ? DL_EUNAVAILABLE : 0;
 }
 
 static int note_changed(struct dl_buf *changed, struct dl_str name)
@@ -281,7 +287,9 @@ static int load_all(struct dl_store *st, redisContext *c, struct load_ctx *x,
 		}
 		from = got * B;
 		k = n - from < B ? n - from : B;
-		if (redisGetReply(c, (void **)&v) != REDIS_OK ||
+		/* hiredis leaves v untouched when it fails: reset it. */
+		v = NULL;
+		if (redisGetReply(c, (void **)&v) != REDIS_OK || !v ||
 		    v->type != REDIS_REPLY_ARRAY || v->elements != k) {
 			set_err(err, errlen, "MGET failed: %s",
 				v && v->type == REDIS_REPLY_ERROR ? v->str
@@ -318,6 +326,7 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, char *err,
 	uint64_t stored = 0, t0;
 	redisContext *c;
 	redisReply *r;
+	char why[128];
 	int rc;
 
 	if (!st->redis) {
@@ -342,10 +351,12 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, char *err,
 	x.now_wall = dl__store_wall_ms();
 	rc = load_all(st, c, &x, &changed, err, errlen);
 	if (!rc && sync_write_back(st, c, &changed,
-				   (int64_t)x.now_wall - (int64_t)x.now_mono))
+				   (int64_t)x.now_wall - (int64_t)x.now_mono,
+				   why, sizeof(why))) {
 		set_err(err, errlen, "cannot write back expired leases: %s",
-			c->errstr),
-			rc = DL_EUNAVAILABLE;
+			why);
+		rc = DL_EUNAVAILABLE;
+	}
 	free(changed.p);
 	redisFree(c);
 	if (rc)

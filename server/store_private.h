@@ -43,6 +43,7 @@ struct dl_store {
 	uint64_t backoff_ms;
 	uint64_t last_reply_ms;
 	size_t synced_locks;
+	char resync_err[128]; /* first error reply of the running re-sync */
 	struct batch *head, *tail; /* awaited replies, oldest first */
 
 	uv_timer_t timer; /* DL_STORE_TICK_MS: reconnects, timeouts, pings */

@@ -678,6 +678,64 @@ Test(persist, redis_hung_is_detected_by_timeout_and_held_grant_is_durable)
 	stop_clean();
 }
 
+/* Redis that answers but refuses writes (maxmemory with noeviction, or a
+ * replica after a failover): nothing may be acknowledged, and the re-sync
+ * that follows the failed write must not pretend otherwise. */
+Test(persist, redis_refusing_writes_acknowledges_nothing_until_it_accepts)
+{
+	struct h_client *a, *b;
+	uint64_t tok;
+	char want[64], *l;
+
+	start("always", "[persistence]\nredis_timeout = 1s\n");
+	a = as("a");
+	b = as("b");
+	h_lock(a, "warm", "ttl=60s");
+	cr_assert(strstr(h_redis_cli(&r, "CONFIG SET maxmemory 1"), "OK"));
+	h_send(a, "LOCK refused ttl=60s");
+	/* Re-syncs keep failing: no reply, however long we wait. */
+	cr_assert_null(h_read(a, 3000),
+		       "LOCK answered while redis refuses writes: \"%s\"",
+		       a->line);
+	l = h_call(b, "LOCK other wait=0");
+	cr_assert(starts(l, "ERR UNAVAILABLE"), "LOCK other: \"%s\"", l);
+	cr_assert(strstr(h_redis_cli(&r, "CONFIG SET maxmemory 0"), "OK"));
+	l = h_read(a, 10000);
+	cr_assert(l != NULL, "held LOCK never answered after redis recovered");
+	cr_assert(starts(l, "OK GRANTED refused "), "LOCK: \"%s\"", l);
+	tok = h_arg_u64(l, 1);
+	snprintf(want, sizeof(want), "H %llu ", (unsigned long long)tok);
+	cr_assert(h_redis_wait(&r, "GET dlock:lock:refused", want, 1, 5000),
+		  "acknowledged but not in redis: \"%s\"", lock_get("refused"));
+	h_close(a);
+	h_close(b);
+	stop_clean();
+}
+
+/* SIGTERM (twice: "closing now") while a grant waits for a hung Redis:
+ * the client must not be told about a grant Redis never acknowledged. */
+Test(persist, shutdown_never_sends_an_unacknowledged_grant)
+{
+	struct h_client *a;
+	char *l;
+
+	start("always", "[persistence]\nredis_timeout = 1s\n");
+	a = as("a");
+	h_lock(a, "warm", "ttl=60s");
+	kill(r.pid, SIGSTOP);
+	h_send(a, "LOCK held ttl=60s");
+	h_sleep_ms(200);
+	h_daemon_signal(&d, SIGTERM);
+	h_sleep_ms(100);
+	h_daemon_signal(&d, SIGTERM);
+	while ((l = h_read(a, 5000)) != NULL)
+		cr_assert(!starts(l, "OK GRANTED held"),
+			  "unacknowledged grant sent at shutdown: \"%s\"", l);
+	cr_assert_eq(h_daemon_wait(&d, 10000), 0);
+	kill(r.pid, SIGCONT);
+	h_close(a);
+}
+
 /* ---- 7. SIGTERM ------------------------------------------------------------
  */
 
