@@ -57,6 +57,17 @@ static struct dl_waiter *placeholder_of(const struct dl_locktab *t,
 	return NULL;
 }
 
+/* res describes a grant (fresh or reentrant) of lease l, ttl_ms left. */
+static int granted(struct dl_result *res, const struct dl_lease *l,
+		   uint64_t ttl_ms)
+{
+	res->outcome = DL_GRANTED;
+	res->durable = 1;
+	res->token = l->token;
+	res->value = ttl_ms;
+	return 0;
+}
+
 /* The owner claims its restored place in the queue. */
 static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 			     struct dl_waiter *w, uint32_t ttl,
@@ -74,11 +85,7 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 		dl__hist_add(&t->st.wait, 0);
 		dl__waiter_free(t, w);
 		dl__lease_grant(t, l, lk, s->owner, ttl, now);
-		res->outcome = DL_GRANTED;
-		res->durable = 1;
-		res->token = l->token;
-		res->value = ttl;
-		return 0;
+		return granted(res, l, ttl);
 	}
 	if (wait_ms == 0) {
 		res->outcome = DL_BUSY;
@@ -129,11 +136,7 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		if (l->count >= DL_REENTRY_MAX)
 			return DL_ELIMIT;
 		dl__lease_reenter(t, l, ttl, now);
-		res->outcome = DL_GRANTED;
-		res->durable = 1;
-		res->token = l->token;
-		res->value = dl__remaining(l, now);
-		return 0;
+		return granted(res, l, dl__remaining(l, now));
 	}
 	if ((w = session_waiter(s, lk)) != NULL) {
 		res->outcome = DL_ALREADY_WAITING;
@@ -153,11 +156,7 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		}
 		dl__lease_grant(t, l, lk, o, ttl, now);
 		dl__hist_add(&t->st.wait, 0);
-		res->outcome = DL_GRANTED;
-		res->durable = 1;
-		res->token = l->token;
-		res->value = ttl;
-		return 0;
+		return granted(res, l, ttl);
 	}
 	if (wait_ms == 0) {
 		res->outcome = DL_BUSY;
