@@ -231,10 +231,11 @@ struct dl_lease *dl__lease_alloc(struct dl_str tag)
 	return l;
 }
 
-/* The infallible half: link l as a new holder of lk with a new token. */
-void dl__lease_grant(struct dl_locktab *t, struct dl_lease *l,
-		     struct dl_lock *lk, struct dl_owner *o, uint32_t ttl,
-		     uint64_t now)
+/* The infallible half of a grant or a restore: attach l as a holder. */
+void dl__lease_link(struct dl_locktab *t, struct dl_lease *l,
+		    struct dl_lock *lk, struct dl_owner *o, uint64_t token,
+		    uint32_t count, uint32_t ttl, uint64_t deadline,
+		    uint64_t now)
 {
 	struct dl_lease **pp = &lk->holders;
 
@@ -242,16 +243,23 @@ void dl__lease_grant(struct dl_locktab *t, struct dl_lease *l,
 		pp = &(*pp)->next;
 	*pp = l;
 	l->kind = DL__TIMED_LEASE;
-	l->count = 1;
+	l->count = count;
 	l->ttl_ms = ttl;
 	l->lock = lk;
 	l->owner = o;
-	l->token = ++t->last_token;
+	l->token = token;
 	l->granted_at = now;
 	lk->nholders++;
 	o->nleases++;
-	dl_wheel_add(&t->wheel, &l->timer, now + ttl);
+	dl_wheel_add(&t->wheel, &l->timer, deadline);
 	t->st.leases++;
+}
+
+void dl__lease_grant(struct dl_locktab *t, struct dl_lease *l,
+		     struct dl_lock *lk, struct dl_owner *o, uint32_t ttl,
+		     uint64_t now)
+{
+	dl__lease_link(t, l, lk, o, ++t->last_token, 1, ttl, now + ttl, now);
 	t->st.grants++;
 	dl__mark_dirty(t, lk);
 }

@@ -326,7 +326,7 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 {
 	struct dl_lock *lk;
 	struct dl_owner *o;
-	struct dl_lease *l, **pp;
+	struct dl_lease *l;
 
 	if (restore_args(name, owner, ttl_ms, tag) || count == 0 ||
 	    count > DL_REENTRY_MAX)
@@ -346,20 +346,9 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 		dl__lock_drop_if_unused(t, lk);
 		return DL_EBADARG;
 	}
-	for (pp = &lk->holders; *pp; pp = &(*pp)->next)
-		;
-	*pp = l;
-	l->kind = DL__TIMED_LEASE;
-	l->count = count;
-	l->ttl_ms = ttl_ms;
-	l->lock = lk;
-	l->owner = o;
-	l->token = token;
-	l->granted_at = dl__now_ms(t); /* the real time is not stored */
-	lk->nholders++;
-	o->nleases++;
-	dl_wheel_add(&t->wheel, &l->timer, deadline);
-	t->st.leases++;
+	/* The grant's real time is not stored: hold time counts from now. */
+	dl__lease_link(t, l, lk, o, token, count, ttl_ms, deadline,
+		       dl__now_ms(t));
 	dl_locktab_raise_token(t, token);
 	return 0;
 }

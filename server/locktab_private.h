@@ -48,6 +48,14 @@ struct dl_lease *dl__holder_of(const struct dl_lock *lk,
 			       const struct dl_owner *o);
 struct dl_lease *dl__holder_by_token(const struct dl_lock *lk, uint64_t token);
 struct dl_lease *dl__lease_alloc(struct dl_str tag);
+/* Attach the allocated lease l to lk as a holder for owner o, with the
+ * given token, hold count and deadline (the fallible part, allocation,
+ * is done); no dirty mark, no grant counted. */
+void dl__lease_link(struct dl_locktab *t, struct dl_lease *l,
+		    struct dl_lock *lk, struct dl_owner *o, uint64_t token,
+		    uint32_t count, uint32_t ttl, uint64_t deadline,
+		    uint64_t now);
+/* A new grant: a lease with the next token, counted and marked dirty. */
 void dl__lease_grant(struct dl_locktab *t, struct dl_lease *l,
 		     struct dl_lock *lk, struct dl_owner *o, uint32_t ttl,
 		     uint64_t now);
