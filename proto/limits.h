@@ -103,8 +103,9 @@
  * than the daemon itself would reap the lease. */
 #define DL_STORE_EXPIRY_MARGIN_MS 60000
 
-/* At start-up, how long to keep trying to reach Redis before giving up. */
-#define DL_STORE_STARTUP_WAIT_MS 30000
+/* At start-up the daemon waits for Redis as long as it takes; it says so
+ * in the log this often. */
+#define DL_STORE_WAIT_LOG_MS 10000
 
 /* Reconnect backoff after Redis was lost: doubles from MIN up to MAX, so a
  * returning Redis is back in service within about a second. */

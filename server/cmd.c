@@ -30,7 +30,7 @@ static struct dl_fmt *reply_begin(struct reply *r, const char *head)
 }
 
 static void reply_send(struct dl_conn *c, struct reply *r, struct dl_str tag,
-		       int durable)
+		       const struct dl_line *line)
 {
 	int n = dl_fmt_end(&r->f, tag);
 
@@ -41,7 +41,18 @@ static void reply_send(struct dl_conn *c, struct reply *r, struct dl_str tag,
 		dl_cmd_error(c, DL_EINTERNAL, "reply too long", tag);
 		return;
 	}
-	dl_conn_send(c, r->buf, (size_t)n, durable);
+	dl_conn_send(c, r->buf, (size_t)n, line);
+}
+
+/* Append a lease's TTL to r, noting where it is in `line` (the connection
+ * rewrites it with what remains when the line is finally sent). */
+static void fmt_ttl(struct reply *r, struct dl_line *line, uint64_t ttl)
+{
+	size_t at = r->f.len + (r->f.len > 0);
+
+	dl_fmt_u64(&r->f, ttl);
+	line->ttl_off = (uint16_t)at;
+	line->ttl_len = (uint8_t)(r->f.len - at);
 }
 
 void dl_cmd_error(struct dl_conn *c, int err, const char *why,
@@ -55,7 +66,7 @@ void dl_cmd_error(struct dl_conn *c, int err, const char *why,
 	reply_begin(&r, "ERR");
 	dl_fmt_word(&r.f, dl_err_word(err));
 	dl_fmt_word(&r.f, why);
-	reply_send(c, &r, tag, 0);
+	reply_send(c, &r, tag, NULL);
 }
 
 /* A lock-table call failed: the reply for its code. */
@@ -98,12 +109,23 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 		[DL_NOT_QUEUED] = "NO NOT_QUEUED",
 		[DL_ALREADY_WAITING] = "NO ALREADY_WAITING",
 	};
+	struct dl_line line = {.durable = res->durable,
+			       .token = res->token,
+			       .deadline = res->deadline};
 	struct reply r;
 
 	reply_begin(&r, heads[res->outcome]);
 	dl_fmt_str(&r.f, name);
 	switch (res->outcome) {
 	case DL_GRANTED:
+		line.kind = DL_LINE_GRANTED;
+		dl_fmt_u64(&r.f, res->token);
+		fmt_ttl(&r, &line, res->value);
+		break;
+	case DL_REFRESHED:
+		line.kind = DL_LINE_REFRESHED;
+		fmt_ttl(&r, &line, res->value);
+		break;
 	case DL_VALID:
 		dl_fmt_u64(&r.f, res->token);
 		dl_fmt_u64(&r.f, res->value);
@@ -114,14 +136,13 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 	case DL_QUEUED:
 	case DL_BUSY:
 	case DL_HELD:
-	case DL_REFRESHED:
 	case DL_ALREADY_WAITING:
 		dl_fmt_u64(&r.f, res->value);
 		break;
 	default:
 		break;
 	}
-	reply_send(c, &r, tag, res->durable);
+	reply_send(c, &r, tag, &line);
 }
 
 static int check_ttl(struct dl_conn *c, const struct dl_request *rq)
@@ -211,7 +232,7 @@ static void cmd_status(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_u64(&r.f, "count", st.count);
 	dl_fmt_kv_str(&r.f, "owner", st.held ? st.owner : DL_STR_LIT("-"));
 	dl_fmt_kv_u64(&r.f, "waiters", st.waiters);
-	reply_send(c, &r, rq->tag, 0);
+	reply_send(c, &r, rq->tag, NULL);
 }
 
 static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
@@ -254,7 +275,7 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_u64(&r.f, "max_connections", cfg->max_connections);
 	dl_fmt_kv_u64(&r.f, "max_output", cfg->max_output);
 	dl_fmt_kv_u64(&r.f, "tick_ms", cfg->tick_ms);
-	reply_send(c, &r, rq->tag, 0);
+	reply_send(c, &r, rq->tag, NULL);
 }
 
 /* Compare in time that depends only on the lengths, not on where the
@@ -278,7 +299,7 @@ static void cmd_auth(struct dl_conn *c, const struct dl_request *rq)
 	if (!pw[0] || secret_equal(pw, strlen(pw), rq->arg.p, rq->arg.len)) {
 		c->authed = 1;
 		reply_begin(&r, "OK AUTH");
-		reply_send(c, &r, rq->tag, 0);
+		reply_send(c, &r, rq->tag, NULL);
 		return;
 	}
 	c->srv->st.auth_failures++;
@@ -331,9 +352,9 @@ static void cmd_stats(struct dl_conn *c, const struct dl_request *rq)
 	dl_stats_collect(c->srv, stat_line, x);
 	reply_begin(&r, "OK STATS");
 	dl_fmt_u64(&r.f, x->n);
-	reply_send(c, &r, rq->tag, 0);
+	reply_send(c, &r, rq->tag, NULL);
 	for (i = 0; i < x->n; i++)
-		dl_conn_send(c, x->line[i], (size_t)x->len[i], 0);
+		dl_conn_send(c, x->line[i], (size_t)x->len[i], NULL);
 	free(x);
 }
 
@@ -344,7 +365,7 @@ static void cmd_ping(struct dl_conn *c, const struct dl_request *rq)
 	reply_begin(&r, "OK PONG");
 	if (rq->arg.len)
 		dl_fmt_str(&r.f, rq->arg);
-	reply_send(c, &r, rq->tag, 0);
+	reply_send(c, &r, rq->tag, NULL);
 }
 
 static void cmd_quit(struct dl_conn *c, const struct dl_request *rq)
@@ -352,7 +373,7 @@ static void cmd_quit(struct dl_conn *c, const struct dl_request *rq)
 	struct reply r;
 
 	reply_begin(&r, "OK BYE");
-	reply_send(c, &r, rq->tag, 0);
+	reply_send(c, &r, rq->tag, NULL);
 	dl_conn_end(c, DL_END_GRACEFUL, "QUIT");
 }
 
@@ -421,17 +442,84 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 		[DL_EVENT_TIMEOUT] = "* TIMEOUT",
 		[DL_EVENT_EXPIRED] = "* EXPIRED",
 	};
+	struct dl_line line = {.kind = DL_LINE_EVENT,
+			       .durable = ev->durable,
+			       .token = ev->token,
+			       .deadline = ev->deadline,
+			       .wait_deadline = ev->wait_deadline,
+			       .asked_ttl_ms = ev->asked_ttl_ms};
 	struct reply r;
 
 	reply_begin(&r, heads[ev->type]);
 	dl_fmt_str(&r.f, ev->name);
 	if (ev->type == DL_EVENT_GRANTED) {
+		line.kind = DL_LINE_GRANTED_EVENT;
 		dl_fmt_u64(&r.f, ev->token);
-		dl_fmt_u64(&r.f, ev->ttl_ms);
+		fmt_ttl(&r, &line, ev->ttl_ms);
 	} else if (ev->type == DL_EVENT_EXPIRED) {
 		dl_fmt_u64(&r.f, ev->token);
 	}
-	reply_send(c, &r, ev->tag, ev->durable);
+	reply_send(c, &r, ev->tag, &line);
+}
+
+/*
+ * Persistence went down with lines of c still waiting for it (conn.h).
+ * A grant that never became durable is withdrawn: the lock table takes the
+ * hold back (and puts a served waiter back at the head of its queue), the
+ * LOCK is answered ERR UNAVAILABLE and a * GRANTED event is not sent -- the
+ * client goes on waiting and is granted again once Redis is back. A
+ * REFRESH is answered ERR UNAVAILABLE (the lease keeps the deadline it
+ * had; the client, not told of the new one, believes in less). Releases
+ * and everything else go out as they are: a release that Redis may not
+ * have recorded can only keep a lock busy after a crash, never let two
+ * owners in.
+ */
+static size_t break_line(struct dl_conn *c, const struct dl_line *line,
+			 const char *text, size_t len, char *buf)
+{
+	struct dl_reply rp;
+	struct dl_fmt f;
+	int n, err;
+
+	if ((line->kind != DL_LINE_GRANTED &&
+	     line->kind != DL_LINE_GRANTED_EVENT &&
+	     line->kind != DL_LINE_REFRESHED) ||
+	    dl_parse_reply(text, len - 2, &rp) != 0 || rp.argc < 1) {
+		memcpy(buf, text, len);
+		return len;
+	}
+	if (line->kind != DL_LINE_REFRESHED) {
+		err = dl_locktab_revoke(c->srv->tab, &c->sess, rp.argv[0],
+					line->token,
+					line->kind == DL_LINE_GRANTED_EVENT,
+					line->asked_ttl_ms, line->wait_deadline,
+					rp.tag);
+		if (line->kind == DL_LINE_GRANTED_EVENT && err == 0)
+			return 0; /* waiting again */
+		if (line->kind == DL_LINE_GRANTED_EVENT) {
+			dl_fmt_init(&f, buf, DL_REPLY_MAX);
+			dl_fmt_word(&f, "* TIMEOUT");
+			dl_fmt_str(&f, rp.argv[0]);
+			n = dl_fmt_end(&f, rp.tag);
+			return n > 0 ? (size_t)n : 0;
+		}
+	}
+	c->srv->st.errors[-DL_EUNAVAILABLE]++;
+	dl_fmt_init(&f, buf, DL_REPLY_MAX);
+	dl_fmt_word(&f, "ERR");
+	dl_fmt_word(&f, dl_err_word(DL_EUNAVAILABLE));
+	dl_fmt_word(&f, line->kind == DL_LINE_GRANTED
+				? "persistence went down before the grant "
+				  "was recorded, try again"
+				: "persistence went down before the refresh "
+				  "was recorded, try again");
+	n = dl_fmt_end(&f, rp.tag);
+	return n > 0 ? (size_t)n : 0;
+}
+
+void dl_cmd_break_hold(struct dl_conn *c)
+{
+	dl_conn_break_hold(c, break_line);
 }
 
 void dl_cmd_bye(struct dl_conn *c, const char *reason)
@@ -440,5 +528,5 @@ void dl_cmd_bye(struct dl_conn *c, const char *reason)
 
 	reply_begin(&r, "* BYE");
 	dl_fmt_word(&r.f, reason);
-	reply_send(c, &r, DL_STR_NULL, 0);
+	reply_send(c, &r, DL_STR_NULL, &(struct dl_line){.kind = DL_LINE_EVENT});
 }

@@ -27,6 +27,10 @@ void dl_cmd_error(struct dl_conn *c, int err, const char *why,
 /* Send a lock-table event to the connection that owns session data. */
 void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev);
 
+/* Persistence went down: withdraw c's grants that are not durable and
+ * send what it held (see the comment in cmd.c). */
+void dl_cmd_break_hold(struct dl_conn *c);
+
 /* Send "* BYE <reason>". */
 void dl_cmd_bye(struct dl_conn *c, const char *reason);
 

@@ -1,21 +1,38 @@
 /*
  * conn.h -- one client connection: bounded input, held output, life cycle.
  *
- * Owns its libuv stream handle (embedded), its input line buffer and its
- * two output buffers, and the lock-table session. It is freed only in the
+ * Owns its libuv stream handle (embedded), its input line buffer, its
+ * output buffers and the lock-table session. It is freed only in the
  * stream's close callback; code that decides to end a connection marks it
  * (dl_conn_end) and the server's check phase finishes the job, so a
  * connection is never freed inside one of its own callbacks nor inside a
  * lock-table call.
  *
- * Output: replies and events are appended to `out`. A durable reply also
- * sets a hold: bytes from `hold_off` on may not be written before epoch
- * `hold_epoch` commits (later durable replies raise the epoch; one hold per
- * connection suffices because epochs commit in order). Writable bytes are
- * tried with uv_try_write() in the check phase; what the kernel does not
- * take moves to `wout` and goes through uv_write(). The sum of both is
- * bounded by max_output: past it the connection is closed, so a client that
- * never reads costs a bounded amount of memory.
+ * Output. A line goes to one of two places:
+ *   out   bytes that may be written now: tried with uv_try_write() in the
+ *         check phase; what the kernel does not take moves to `wout` and
+ *         goes through uv_write();
+ *   held  lines waiting for durability: a durable reply or event and every
+ *         line after it (replies stay in order). Each held line records
+ *         the store epoch it waits for; when the store commits an epoch,
+ *         the held lines up to it move to `out` (dl_conn_release). A line
+ *         that states a lease's TTL (GRANTED, REFRESHED) is rewritten then
+ *         with the TTL that remains at that moment, so a reply that waited
+ *         for Redis never promises more than the lease has left (0 if it
+ *         ended meanwhile; its * EXPIRED follows). When persistence goes
+ *         down, dl_conn_break_hold() hands every held line to a callback
+ *         (cmd.c) that withdraws the grants that never became durable, and
+ *         the lines go out at once: no request waits for Redis longer than
+ *         the store takes to declare it lost (redis_timeout).
+ *
+ * Backpressure. While the bytes the client has not read (out, wout and
+ * held) exceed half of max_output, the connection's input is neither read
+ * nor executed: a client that pipelines faster than it reads is slowed
+ * down, never disconnected, and its replies stay within max_output plus
+ * one request's reply. Events cannot be throttled that way (expiries,
+ * grants of queued requests): an event that would take the unread bytes
+ * past max_output closes the connection, so a client that never reads
+ * costs a bounded amount of memory.
  */
 #ifndef DL_SERVER_CONN_H
 #define DL_SERVER_CONN_H
@@ -25,17 +42,41 @@
 #include <uv.h>
 
 #include "proto/proto.h"
+#include "server/buf.h"
 #include "server/locktab.h"
 
 struct dl_server;
 
-struct dl_obuf {
-	char *p;
-	size_t len;
-	size_t cap;
+enum dl_conn_end { DL_END_NONE = 0, DL_END_GRACEFUL, DL_END_ABORT };
+
+/* What a line is, for the output rules above. */
+enum dl_line_kind {
+	DL_LINE_REPLY = 0,     /* a reply: bounded by backpressure */
+	DL_LINE_EVENT,	       /* an event: counts against max_output */
+	DL_LINE_GRANTED,       /* OK GRANTED: TTL rewritten, withdrawable */
+	DL_LINE_GRANTED_EVENT, /* * GRANTED: the same; its waiter re-queued */
+	DL_LINE_REFRESHED,     /* OK REFRESHED: TTL rewritten, withdrawable */
 };
 
-enum dl_conn_end { DL_END_NONE = 0, DL_END_GRACEFUL, DL_END_ABORT };
+/* A line's description; the lease fields matter for GRANTED, GRANTED_EVENT
+ * and REFRESHED lines only. */
+struct dl_line {
+	enum dl_line_kind kind;
+	unsigned durable : 1;	/* hold until the open epoch commits */
+	uint8_t ttl_len;	/* the TTL field: its length ... */
+	uint16_t ttl_off;	/* ... and offset in the line */
+	uint32_t asked_ttl_ms;	/* GRANTED_EVENT: the TTL the waiter asked */
+	uint64_t token;		/* the lease's */
+	uint64_t deadline;	/* the lease's deadline, monotonic ms */
+	uint64_t wait_deadline; /* GRANTED_EVENT: the waiter's */
+};
+
+/* A held line: its description, its epoch, its bytes in held_text. */
+struct dl_held {
+	struct dl_line line;
+	uint64_t epoch;
+	size_t off, len;
+};
 
 struct dl_delayed; /* a reply held back on purpose (conn.c) */
 
@@ -54,12 +95,14 @@ struct dl_conn {
 	struct dl_conn *hnext;	     /* srv->held */
 	struct dl_conn *enext;	     /* srv->endq */
 	uint64_t id;
-	struct dl_obuf out;	    /* pending output */
-	struct dl_obuf wout;	    /* output handed to uv_write */
-	size_t hold_off;	    /* out[hold_off..] waits for hold_epoch */
-	uint64_t hold_epoch;	    /* 0: nothing held */
+	struct dl_buf out;	    /* writable output */
+	struct dl_buf wout;	    /* output handed to uv_write */
+	struct dl_buf held_text;    /* the bytes of the held lines */
+	struct dl_held *held;	    /* held lines, oldest first */
+	size_t nheld, held_cap;	    /* ... and their count and room */
 	struct dl_delayed *delayed; /* input paused until it is sent */
 	unsigned authed : 1;
+	unsigned paused : 1;  /* input paused: too much output unread */
 	unsigned writing : 1; /* a uv_write is in flight */
 	unsigned in_writeq : 1;
 	unsigned in_held : 1;
@@ -75,9 +118,10 @@ struct dl_conn {
 /* Accept one pending connection on `listener`. */
 void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener);
 
-/* Queue a line (with its CRLF) for the client. durable: hold it (and what
- * follows) until the open epoch commits. */
-void dl_conn_send(struct dl_conn *c, const char *line, size_t len, int durable);
+/* Queue a line (with its CRLF) for the client. `line` describes it (NULL:
+ * a reply that needs no durability); the text is copied. */
+void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
+		  const struct dl_line *line);
 
 /* Send `line` after ms, reading nothing from the connection meanwhile, so
  * that later requests keep their order (a failed AUTH is answered this
@@ -89,8 +133,22 @@ void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
  * queued first, ABORT drops it. Safe anywhere, including event hooks. */
 void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why);
 
-/* The epoch committed: release a hold at or below it. */
+/* Every epoch <= durable is committed: send the held lines it covers. */
 void dl_conn_release(struct dl_conn *c, uint64_t durable);
+
+/* Persistence went down: every held line, in order, goes through fn, which
+ * writes what to send instead into buf (DL_REPLY_MAX bytes) and returns
+ * its length (0: nothing); then it is all writable. fn may call into the
+ * lock table but not send on this connection. */
+typedef size_t (*dl_held_fn)(struct dl_conn *c, const struct dl_line *line,
+			     const char *text, size_t len, char *buf);
+void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn);
+
+/* 1 while lines wait for durability. */
+int dl_conn_holding(const struct dl_conn *c);
+/* 1 while any output is not yet written (held lines included). */
+int dl_conn_pending(const struct dl_conn *c);
+
 /* Write what may be written now (check phase). */
 void dl_conn_flush(struct dl_conn *c);
 /* Finish ending: close the session, then the handle once output is out. */

@@ -56,21 +56,22 @@ uint64_t dl__now_ms(const struct dl_locktab *t)
 	return t->hooks.now(t->hooks.ctx);
 }
 
-static void emit(struct dl_locktab *t, struct dl_session *s,
-		 enum dl_event_type type, int durable, const struct dl_lock *lk,
-		 uint64_t token, uint64_t ttl, struct dl_str tag)
+/* Pass ev (its name set from lk) to the event hook. */
+static void emit_ev(struct dl_locktab *t, struct dl_session *s,
+		    struct dl_event *ev, const struct dl_lock *lk)
 {
-	struct dl_event ev = {
-		.type = type,
-		.durable = durable ? 1 : 0,
-		.name = {lk->name, lk->hn.len},
-		.token = token,
-		.ttl_ms = ttl,
-		.tag = tag,
-	};
-
+	ev->name = (struct dl_str){lk->name, lk->hn.len};
 	if (t->hooks.event)
-		t->hooks.event(s, &ev, t->hooks.ctx);
+		t->hooks.event(s, ev, t->hooks.ctx);
+}
+
+static void emit(struct dl_locktab *t, struct dl_session *s,
+		 enum dl_event_type type, const struct dl_lock *lk,
+		 uint64_t token, struct dl_str tag)
+{
+	struct dl_event ev = {.type = type, .token = token, .tag = tag};
+
+	emit_ev(t, s, &ev, lk);
 }
 
 void dl__mark_dirty(struct dl_locktab *t, struct dl_lock *lk)
@@ -418,6 +419,22 @@ struct dl_waiter *dl__waiter_new(struct dl_locktab *t, struct dl_lock *lk,
 	return w;
 }
 
+/* Move w, just appended, to the head of its lock's queue. */
+void dl__waiter_to_head(struct dl_lock *lk, struct dl_waiter *w)
+{
+	if (lk->qhead == w)
+		return;
+	w->qprev->qnext = w->qnext;
+	if (w->qnext)
+		w->qnext->qprev = w->qprev;
+	else
+		lk->qtail = w->qprev;
+	w->qprev = NULL;
+	w->qnext = lk->qhead;
+	lk->qhead->qprev = w;
+	lk->qhead = w;
+}
+
 /*
  * Grant the lock to waiters from the head of its queue while it has room.
  * Only the head is ever considered: this is the "watch your predecessor"
@@ -430,38 +447,46 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 	struct dl_waiter *w;
 	struct dl_lease *l;
 	struct dl_session *s;
-	uint32_t ttl;
+	struct dl_event ev;
 	char tag[DL_TAG_MAX];
-	size_t tag_len;
 
 	while (!t->suspended && (w = lk->qhead) != NULL && w->sess) {
 		l = dl__holder_of(lk, w->owner);
 		if (!l && lk->nholders >= t->max_holders)
 			return;
 		s = w->sess;
-		ttl = w->ttl_ms;
-		tag_len = w->tag_len;
-		memcpy(tag, w->tag, tag_len);
+		memset(&ev, 0, sizeof(ev));
+		ev.asked_ttl_ms = w->ttl_ms;
+		ev.wait_deadline = w->wait_deadline;
+		ev.tag = (struct dl_str){tag, w->tag_len};
+		memcpy(tag, w->tag, w->tag_len);
 		dl__hist_add(&t->st.wait,
 			     now > w->queued_at ? now - w->queued_at : 0);
-		if (l) {
-			dl__lease_reenter(t, l, ttl, now);
-		} else if (!dl__tokens_exhausted(t) &&
+		if (l && l->count < DL_REENTRY_MAX) {
+			dl__lease_reenter(t, l, w->ttl_ms, now);
+		} else if (!l && !dl__tokens_exhausted(t) &&
 			   (l = dl__lease_alloc(waiter_tag(w))) != NULL) {
-			dl__lease_grant(t, l, lk, w->owner, ttl, now);
+			dl__lease_grant(t, l, lk, w->owner, w->ttl_ms, now);
 		} else {
-			/* Out of memory or of tokens: the waiter cannot be
-			 * served, so it is told it timed out rather than
-			 * left to hang at the head of the queue. */
+			/* A reentry past DL_REENTRY_MAX (the owner took the
+			 * lock through another session while this request
+			 * waited), or out of memory or of tokens: the waiter
+			 * cannot be served, so it is told it timed out rather
+			 * than left to hang at the head of the queue. The
+			 * hold count never wraps. */
 			dl__waiter_free(t, w);
 			t->st.timeouts++;
-			emit(t, s, DL_EVENT_TIMEOUT, 0, lk, 0, 0,
-			     (struct dl_str){tag, tag_len});
+			ev.type = DL_EVENT_TIMEOUT;
+			emit_ev(t, s, &ev, lk);
 			continue;
 		}
 		dl__waiter_free(t, w);
-		emit(t, s, DL_EVENT_GRANTED, 1, lk, l->token,
-		     dl__remaining(l, now), (struct dl_str){tag, tag_len});
+		ev.type = DL_EVENT_GRANTED;
+		ev.durable = 1;
+		ev.token = l->token;
+		ev.ttl_ms = dl__remaining(l, now);
+		ev.deadline = l->timer.expires;
+		emit_ev(t, s, &ev, lk);
 	}
 }
 
@@ -481,7 +506,7 @@ static void lease_expire(struct dl_locktab *t, struct dl_lease *l, uint64_t now)
 	/* Tell first: removing the lease may free its owner. */
 	for (s = l->owner->sessions; s; s = next) {
 		next = s->onext;
-		emit(t, s, DL_EVENT_EXPIRED, 0, lk, token, 0,
+		emit(t, s, DL_EVENT_EXPIRED, lk, token,
 		     (struct dl_str){tag, tag_len});
 	}
 	t->st.expiries++;
@@ -516,7 +541,7 @@ static void waiter_timeout(struct dl_locktab *t, struct dl_waiter *w,
 	dl__waiter_free(t, w);
 	if (s) {
 		t->st.timeouts++;
-		emit(t, s, DL_EVENT_TIMEOUT, 0, lk, 0, 0,
+		emit(t, s, DL_EVENT_TIMEOUT, lk, 0,
 		     (struct dl_str){tag, tag_len});
 	}
 	dl__serve(t, lk, now);
@@ -580,7 +605,10 @@ void dl_locktab_set_limits(struct dl_locktab *t,
 	t->limits = *limits;
 }
 
-void dl_locktab_free(struct dl_locktab *t)
+/* Free every lock (with its holders and waiters) and every owner, and
+ * empty both tables (their bucket arrays stay). Wheel entries are not
+ * unlinked one by one: the caller drops or re-initialises the wheel. */
+static void free_objects(struct dl_locktab *t)
 {
 	struct dl_hnode *n, *next;
 	struct dl_lock *lk;
@@ -588,8 +616,6 @@ void dl_locktab_free(struct dl_locktab *t)
 	struct dl_waiter *w, *wn;
 	size_t i;
 
-	if (!t)
-		return;
 	for (i = 0; i <= t->locks.mask; i++) {
 		for (n = t->locks.b[i]; n; n = next) {
 			next = n->next;
@@ -606,17 +632,38 @@ void dl_locktab_free(struct dl_locktab *t)
 			}
 			free(lk);
 		}
+		t->locks.b[i] = NULL;
 	}
 	for (i = 0; i <= t->owners.mask; i++) {
 		for (n = t->owners.b[i]; n; n = next) {
 			next = n->next;
 			free((char *)n - offsetof(struct dl_owner, hn));
 		}
+		t->owners.b[i] = NULL;
 	}
+	t->locks.n = 0;
+	t->owners.n = 0;
+}
+
+void dl_locktab_free(struct dl_locktab *t)
+{
+	if (!t)
+		return;
+	free_objects(t);
 	free(t->locks.b);
 	free(t->owners.b);
 	free(t->dirty);
 	free(t);
+}
+
+void dl_locktab_reset(struct dl_locktab *t)
+{
+	free_objects(t);
+	t->ndirty = 0;
+	t->placeholders = 0;
+	t->last_token = 0;
+	t->st.locks = t->st.leases = t->st.waiters = t->st.owners = 0;
+	dl_wheel_init(&t->wheel, t->wheel.tick_ms, dl__now_ms(t));
 }
 
 /* ---- sessions

@@ -148,6 +148,8 @@ struct dl_result {
 	unsigned durable : 1; /* reply only once the change is persisted */
 	uint64_t token;
 	uint64_t value;
+	uint64_t deadline; /* GRANTED, REFRESHED: the lease's, monotonic ms */
+	uint32_t ttl_ms;   /* GRANTED: the TTL asked for */
 };
 
 enum dl_event_type {
@@ -162,6 +164,9 @@ struct dl_event {
 	struct dl_str name;   /* borrowed for the duration of the hook */
 	uint64_t token;
 	uint64_t ttl_ms;
+	uint64_t deadline;	/* GRANTED: the lease's, monotonic ms */
+	uint64_t wait_deadline; /* GRANTED: the waiter's (dl_locktab_revoke) */
+	uint32_t asked_ttl_ms;	/* GRANTED: the TTL the waiter asked for */
 	struct dl_str tag;
 };
 
@@ -189,7 +194,7 @@ struct dl_hist {
 struct dl_locktab_stats {
 	uint64_t locks, leases, waiters, owners; /* gauges */
 	uint64_t grants, reentries, releases, expiries, timeouts, refreshes,
-		cancels;
+		cancels, revokes;
 	struct dl_hist wait; /* LOCK to grant, per grant (0 if at once) */
 	struct dl_hist hold; /* grant to release or expiry, per lease */
 };
@@ -310,6 +315,38 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 			      struct dl_str owner, uint32_t ttl_ms,
 			      uint64_t wait_deadline, uint64_t grace_deadline,
 			      struct dl_str tag);
+
+/*
+ * Withdraw a grant whose reply or event never reached its client because
+ * persistence went down before the grant was durable (the reply is then
+ * answered ERR UNAVAILABLE, the event not sent). One hold of lease `token`
+ * of s's owner on `name` is taken back; the lease ends with its last hold,
+ * without * EXPIRED (its owner never learned of it). With `requeue` (a
+ * withdrawn * GRANTED event), the session waits again at the head of the
+ * queue, where it was when it was served, with the TTL `ttl_ms`, the tag
+ * and the wait deadline it had. Grants are suspended meanwhile, so nobody
+ * else is served. Returns 0, or DL_ENOMEM when the waiter could not be
+ * re-queued (the caller then reports a timeout).
+ */
+int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
+		      struct dl_str name, uint64_t token, int requeue,
+		      uint32_t ttl_ms, uint64_t wait_deadline,
+		      struct dl_str tag);
+
+/* Drop every lock, lease, waiter and owner, and the token counter: a
+ * restore that failed half-way starts again from nothing. Only before
+ * serving (no session may exist). */
+void dl_locktab_reset(struct dl_locktab *t);
+
+/*
+ * A lock whose stored record cannot be read is held, not freed: a lease
+ * of the reserved owner DL_QUARANTINE_OWNER (which no client can name: it
+ * has an '=') with the next token, until `deadline`. Nobody can release
+ * it; it only expires. Call after the token counter has been raised.
+ */
+#define DL_QUARANTINE_OWNER "dlockd=unreadable"
+int dl_locktab_quarantine(struct dl_locktab *t, struct dl_str name,
+			  uint32_t ttl_ms, uint64_t deadline);
 
 /* Size the lock table for n locks ahead of a bulk restore (a hint: on
  * failure the table still grows as needed). */

@@ -65,6 +65,8 @@ static int granted(struct dl_result *res, const struct dl_lease *l,
 	res->durable = 1;
 	res->token = l->token;
 	res->value = ttl_ms;
+	res->deadline = l->timer.expires;
+	res->ttl_ms = l->ttl_ms;
 	return 0;
 }
 
@@ -244,6 +246,7 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 	res->durable = 1;
 	res->token = token;
 	res->value = l->ttl_ms;
+	res->deadline = l->timer.expires;
 	return 0;
 }
 
@@ -389,6 +392,69 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 		lk->dirty = 0;
 		t->ndirty--;
 	}
+	return 0;
+}
+
+int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
+		      struct dl_str name, uint64_t token, int requeue,
+		      uint32_t ttl_ms, uint64_t wait_deadline,
+		      struct dl_str tag)
+{
+	uint64_t now = dl__now_ms(t);
+	struct dl_lock *lk = dl__lock_find(t, name);
+	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+	struct dl_waiter *w;
+
+	if (l && l->owner == s->owner) {
+		t->st.revokes++;
+		if (l->count > 1) {
+			l->count--;
+			dl__mark_dirty(t, lk);
+		} else {
+			dl__lease_remove(t, l);
+			dl__serve(t, lk, now);
+		}
+	}
+	if (!requeue)
+		return 0;
+	if (!(lk = dl__lock_get(t, name)))
+		return DL_ENOMEM;
+	if (session_waiter(s, lk))
+		return 0;
+	w = dl__waiter_new(t, lk, s->owner, s, ttl_ms, wait_deadline, tag);
+	if (!w) {
+		dl__lock_drop_if_unused(t, lk);
+		return DL_ENOMEM;
+	}
+	dl__waiter_to_head(lk, w);
+	return 0;
+}
+
+int dl_locktab_quarantine(struct dl_locktab *t, struct dl_str name,
+			  uint32_t ttl_ms, uint64_t deadline)
+{
+	struct dl_str id = DL_STR_LIT(DL_QUARANTINE_OWNER);
+	struct dl_lock *lk;
+	struct dl_owner *o;
+	struct dl_lease *l;
+
+	if (dl_check_name(name.p, name.len) || ttl_ms == 0)
+		return DL_EBADARG;
+	if (dl__tokens_exhausted(t))
+		return DL_ELIMIT;
+	if (!(lk = dl__lock_get(t, name)))
+		return DL_ENOMEM;
+	if (lk->holders) { /* one quarantine per lock is enough */
+		return 0;
+	}
+	if (!(o = dl__owner_get(t, id)) || !(l = dl__lease_alloc(DL_STR_NULL))) {
+		if (o)
+			dl__owner_put(t, o);
+		dl__lock_drop_if_unused(t, lk);
+		return DL_ENOMEM;
+	}
+	dl__lease_link(t, l, lk, o, ++t->last_token, 1, ttl_ms, deadline,
+		       dl__now_ms(t));
 	return 0;
 }
 

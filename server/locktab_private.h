@@ -73,6 +73,7 @@ struct dl_waiter *dl__waiter_new(struct dl_locktab *t, struct dl_lock *lk,
 				 struct dl_owner *o, struct dl_session *s,
 				 uint32_t ttl, uint64_t timer_at,
 				 struct dl_str tag);
+void dl__waiter_to_head(struct dl_lock *lk, struct dl_waiter *w);
 void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
 void dl__reap(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
 

@@ -25,9 +25,9 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <unistd.h>
 
+#include "server/clock.h"
 #include "server/cmd.h"
 #include "server/conn.h"
 #include "server/log.h"
@@ -55,22 +55,14 @@ static void fatal(int code, const char *fmt, ...)
 	exit(code);
 }
 
-static uint64_t unix_ms(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
-}
-
 /* ---- hooks from the lock table and the store ------------------------------
  */
 
+/* The table's clock: read per request (clock.h says why not uv_now()). */
 static uint64_t tab_now(void *ctx)
 {
-	struct dl_server *srv = ctx;
-
-	return uv_now(srv->loop);
+	(void)ctx;
+	return dl_mono_ms();
 }
 
 static void tab_event(struct dl_session *s, const struct dl_event *ev,
@@ -87,13 +79,27 @@ void dl__server_committed(uint64_t epoch, void *ctx)
 
 	srv->durable = epoch;
 	while ((c = *pp) != NULL) {
-		if (c->hold_epoch <= epoch) {
+		dl_conn_release(c, epoch);
+		if (!dl_conn_holding(c)) {
 			*pp = c->hnext;
 			c->in_held = 0;
-			dl_conn_release(c, epoch);
 		} else {
 			pp = &c->hnext;
 		}
+	}
+}
+
+/* Persistence is lost: grants are suspended first (so that withdrawing a
+ * grant serves nobody else), then every connection's held lines go out,
+ * its grants that never became durable withdrawn (cmd.c). */
+static void break_holds(struct dl_server *srv)
+{
+	struct dl_conn *c;
+
+	while ((c = srv->held) != NULL) {
+		srv->held = c->hnext;
+		c->in_held = 0;
+		dl_cmd_break_hold(c);
 	}
 }
 
@@ -102,6 +108,8 @@ static void store_availability(int up, void *ctx)
 	struct dl_server *srv = ctx;
 
 	dl_locktab_suspend_grants(srv->tab, !up);
+	if (!up)
+		break_holds(srv);
 	dl_notify(up ? "STATUS=serving"
 		     : "STATUS=persistence down, "
 		       "refusing changes");
@@ -120,23 +128,47 @@ static struct dl_locktab_limits tab_limits(const struct dl_config *cfg)
  * ---------------------------------------------------------- */
 
 static void on_wheel(uv_timer_t *t);
+static void on_reap_idle(uv_idle_t *h);
 
+/*
+ * Deadlines run from one uv_timer while the next is in the future, and
+ * from an idle handle while some are due: one budget (DL_REAP_BUDGET) per
+ * loop iteration, the loop polling for I/O without blocking in between and
+ * the check and prepare phases writing each budget's events out. A 0 ms
+ * timer re-armed from its own callback would not do: libuv 1.44 runs it
+ * again in the same pass (libuv issue #4245), reaping everything before
+ * any I/O.
+ */
 static void arm_wheel(struct dl_server *srv)
 {
 	int64_t ms = dl_locktab_timeout(srv->tab);
 
+	if (ms == 0) {
+		uv_timer_stop(&srv->wheel_timer);
+		uv_idle_start(&srv->reap_idle, on_reap_idle);
+		return;
+	}
+	uv_idle_stop(&srv->reap_idle);
 	if (ms < 0)
 		uv_timer_stop(&srv->wheel_timer);
 	else
 		uv_timer_start(&srv->wheel_timer, on_wheel, (uint64_t)ms, 0);
 }
 
-static void on_wheel(uv_timer_t *t)
+static void reap(struct dl_server *srv)
 {
-	struct dl_server *srv = t->data;
-
 	dl_locktab_run_timers(srv->tab, DL_REAP_BUDGET);
 	arm_wheel(srv);
+}
+
+static void on_wheel(uv_timer_t *t)
+{
+	reap(t->data);
+}
+
+static void on_reap_idle(uv_idle_t *h)
+{
+	reap(h->data);
 }
 
 /* Work through the end queue; returns how many sessions it closed. */
@@ -177,7 +209,7 @@ static int drain_done(const struct dl_server *srv)
 	if (!dl_store_idle(srv->store))
 		return 0;
 	for (c = srv->conns; c; c = c->next)
-		if (c->out.len || c->writing || c->hold_epoch || c->delayed)
+		if (dl_conn_pending(c))
 			return 0;
 	return 1;
 }
@@ -373,14 +405,138 @@ static uint64_t random_u64(void)
 	return v;
 }
 
+static void on_nap(uv_timer_t *t)
+{
+	(void)t;
+}
+
+/* Sleep ms in the loop, so that a stop signal is seen (start-up only). */
+static void nap(struct dl_server *srv, uint64_t ms)
+{
+	uv_timer_start(&srv->drain_timer, on_nap, ms, 0);
+	uv_ref((uv_handle_t *)&srv->drain_timer);
+	while (uv_is_active((uv_handle_t *)&srv->drain_timer) &&
+	       !srv->stop_signal)
+		uv_run(srv->loop, UV_RUN_ONCE);
+	uv_timer_stop(&srv->drain_timer);
+	uv_unref((uv_handle_t *)&srv->drain_timer);
+}
+
+static void stop_during_start(struct dl_server *srv)
+{
+	/* Nothing was served and nothing changed: just go. */
+	dl_notice("%s during start-up: exiting", strsignal(srv->stop_signal));
+	exit(0);
+}
+
+/* Tell systemd that start-up goes on (it would otherwise kill a daemon
+ * that waits for Redis longer than TimeoutStartSec). */
+static void still_starting(const char *why)
+{
+	char msg[320];
+
+	snprintf(msg, sizeof(msg),
+		 "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=waiting for redis: %s",
+		 (unsigned long long)DL_STORE_BACKOFF_MAX_MS * 10 * 1000, why);
+	dl_notify(msg);
+}
+
+/*
+ * Load the state from Redis before anything is served. Redis unreachable
+ * or not ready (loading its data, a replica, busy) is waited for, as long
+ * as it takes: a lock server that exits when Redis is slow to start would
+ * be restarted into the same wait, and one that serves without its state
+ * could grant a lock that someone holds. Only a configuration error (a
+ * wrong password, a Redis without functions) ends the start.
+ */
+static void load_state(struct dl_server *srv)
+{
+	uint64_t backoff = DL_STORE_BACKOFF_MIN_MS, since = dl_mono_ms();
+	uint64_t logged = 0;
+	char err[256];
+	int r;
+
+	for (;;) {
+		r = dl_store_load(srv->store, dl_wall_ms(), err, sizeof(err));
+		if (r == 0)
+			return;
+		if (r != DL_EUNAVAILABLE)
+			fatal(EXIT_STORE, "cannot load state: %s", err);
+		if (dl_mono_ms() - logged >= DL_STORE_WAIT_LOG_MS) {
+			dl_warn("redis not ready (%s); waiting, nothing is "
+				"served until the state is loaded (%llu s so "
+				"far)",
+				err,
+				(unsigned long long)(dl_mono_ms() - since) /
+					1000);
+			logged = dl_mono_ms();
+		}
+		still_starting(err);
+		nap(srv, backoff);
+		if (srv->stop_signal)
+			stop_during_start(srv);
+		backoff = backoff * 2 > DL_STORE_BACKOFF_MAX_MS
+				  ? DL_STORE_BACKOFF_MAX_MS
+				  : backoff * 2;
+	}
+}
+
+/* The async link to Redis is up before the first client arrives, so that
+ * nobody is refused for a link still being opened; again as long as it
+ * takes. */
+static void wait_for_store(struct dl_server *srv)
+{
+	uint64_t logged = dl_mono_ms();
+
+	if (dl_store_start(srv->store) != 0)
+		fatal(EXIT_STORE, "cannot start the store");
+	uv_ref((uv_handle_t *)&srv->check); /* keeps the loop turning */
+	while (!dl_store_available(srv->store) && !srv->stop_signal) {
+		uv_run(srv->loop, UV_RUN_ONCE);
+		if (dl_mono_ms() - logged >= DL_STORE_WAIT_LOG_MS) {
+			dl_warn("redis: still no working connection; "
+				"waiting");
+			still_starting("connecting");
+			logged = dl_mono_ms();
+		}
+	}
+	uv_unref((uv_handle_t *)&srv->check);
+	if (srv->stop_signal)
+		stop_during_start(srv);
+}
+
+static void init_handles(struct dl_server *srv)
+{
+	uv_loop_t *loop = srv->loop;
+
+	uv_timer_init(loop, &srv->wheel_timer);
+	srv->wheel_timer.data = srv;
+	uv_unref((uv_handle_t *)&srv->wheel_timer);
+	uv_idle_init(loop, &srv->reap_idle);
+	srv->reap_idle.data = srv;
+	uv_unref((uv_handle_t *)&srv->reap_idle);
+	uv_timer_init(loop, &srv->drain_timer);
+	srv->drain_timer.data = srv;
+	uv_unref((uv_handle_t *)&srv->drain_timer);
+	uv_check_init(loop, &srv->check);
+	srv->check.data = srv;
+	uv_check_start(&srv->check, on_check);
+	uv_unref((uv_handle_t *)&srv->check);
+	uv_prepare_init(loop, &srv->prepare);
+	srv->prepare.data = srv;
+	uv_prepare_start(&srv->prepare, on_prepare);
+	uv_unref((uv_handle_t *)&srv->prepare);
+	start_signal(srv, &srv->sig_term, SIGTERM);
+	start_signal(srv, &srv->sig_int, SIGINT);
+	start_signal(srv, &srv->sig_hup, SIGHUP);
+}
+
 void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 {
 	struct dl_locktab_hooks th = {tab_now, tab_event, srv};
 	struct dl_store_hooks sh = {dl__server_committed, store_availability,
 				    srv};
 	struct dl_locktab_limits lim = tab_limits(&srv->cfg);
-	uint64_t deadline;
-	char err[256];
 	int r;
 
 	srv->loop = loop;
@@ -396,49 +552,12 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 	srv->store = dl_store_new(loop, &srv->cfg, srv->tab, &sh);
 	if (!srv->store)
 		fatal(EXIT_OTHER, "out of memory");
-	if (dl_store_load(srv->store, unix_ms(), err, sizeof(err)) != 0)
-		fatal(EXIT_STORE, "cannot load state: %s", err);
+	init_handles(srv);
+	load_state(srv);
 	if (srv->cfg.persist == DL_PERSIST_NONE)
 		dl_warn("persist = none: locks live in memory only; a "
 			"restart loses every lease and queue");
-
-	uv_timer_init(loop, &srv->wheel_timer);
-	srv->wheel_timer.data = srv;
-	uv_unref((uv_handle_t *)&srv->wheel_timer);
-	uv_timer_init(loop, &srv->drain_timer);
-	srv->drain_timer.data = srv;
-	uv_unref((uv_handle_t *)&srv->drain_timer);
-	uv_check_init(loop, &srv->check);
-	srv->check.data = srv;
-	uv_check_start(&srv->check, on_check);
-	uv_unref((uv_handle_t *)&srv->check);
-	uv_prepare_init(loop, &srv->prepare);
-	srv->prepare.data = srv;
-	uv_prepare_start(&srv->prepare, on_prepare);
-	uv_unref((uv_handle_t *)&srv->prepare);
-	start_signal(srv, &srv->sig_term, SIGTERM);
-	start_signal(srv, &srv->sig_int, SIGINT);
-	start_signal(srv, &srv->sig_hup, SIGHUP);
-
-	/* The async link to Redis is up before the first client arrives,
-	 * so that nobody is refused for a link still being opened. */
-	if (dl_store_start(srv->store) != 0)
-		fatal(EXIT_STORE, "cannot start the store");
-	deadline = uv_now(loop) + srv->cfg.redis_timeout_ms;
-	uv_ref((uv_handle_t *)&srv->check); /* keeps the loop turning */
-	while (!dl_store_available(srv->store) && uv_now(loop) < deadline &&
-	       !srv->stop_signal)
-		uv_run(loop, UV_RUN_ONCE);
-	uv_unref((uv_handle_t *)&srv->check);
-	if (srv->stop_signal) {
-		/* Nothing was served and nothing changed: just go. */
-		dl_notice("%s during start-up: exiting",
-			  strsignal(srv->stop_signal));
-		exit(0);
-	}
-	if (!dl_store_available(srv->store))
-		fatal(EXIT_STORE, "redis: no working connection within "
-				  "redis_timeout");
+	wait_for_store(srv);
 
 	if (srv->cfg.port)
 		listen_tcp(srv);
@@ -529,6 +648,7 @@ static void drain_finish(struct dl_server *srv)
 	dl_metrics_stop(srv->metrics);
 	srv->metrics = NULL;
 	uv_close((uv_handle_t *)&srv->wheel_timer, NULL);
+	uv_close((uv_handle_t *)&srv->reap_idle, NULL);
 	uv_close((uv_handle_t *)&srv->drain_timer, NULL);
 	uv_close((uv_handle_t *)&srv->watchdog, NULL);
 	uv_close((uv_handle_t *)&srv->check, NULL);

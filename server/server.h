@@ -4,8 +4,9 @@
  * One struct dl_server per process, owning the loop's handles, the lock
  * table, the store and every connection. The loop runs these phases:
  *
- *   timers  the wheel timer fires due lease and wait deadlines
- *           (DL_REAP_BUDGET per iteration, so I/O is served in between);
+ *   timers  the wheel timer fires due lease and wait deadlines; while
+ *   idle    more are due, an idle handle takes DL_REAP_BUDGET of them per
+ *           iteration, so I/O is served and output written in between;
  *   poll    connections read requests and execute them (conn.c, cmd.c);
  *           replies and events are appended to per-connection buffers;
  *   check   after the poll: connections that are ending drop their
@@ -55,6 +56,7 @@ struct dl_server {
 	uv_tcp_t tcp;
 	uv_pipe_t unix_listener;
 	uv_timer_t wheel_timer;
+	uv_idle_t reap_idle; /* reaping while deadlines are due (server.c) */
 	uv_check_t check;
 	uv_prepare_t prepare;
 	uv_signal_t sig_term, sig_int, sig_hup;

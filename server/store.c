@@ -4,82 +4,74 @@
  * Key layout, under the configured prefix P (default "dlock:"):
  *
  *   P token        the last fencing token issued (a decimal string)
- *   P lock:<name>  the lock's record (record.h): holders and queue;
- *                  when it has holders and no waiters, Redis expires it
- *                  DL_STORE_EXPIRY_MARGIN_MS after the last lease deadline
- *                  (a safety net; the daemon deletes it itself)
- *   P locks        the set of the names that have a record: SADD when a
- *                  lock is first stored, SREM with its DEL, in the same
- *                  transaction. It spares a SCAN of the whole keyspace
- *                  at start-up and re-sync: SMEMBERS, then MGET.
+ *   P lock:<name>  the lock's record (record.h): holders and queue
+ *   P locks        the set of the names that have a record: added with the
+ *                  first write of a lock, removed with its delete, in the
+ *                  same function call. It spares a SCAN of the whole
+ *                  keyspace at start-up and re-sync: SMEMBERS, then MGET.
+ *   P fence        the writer fence (store_batch.c): the connection that
+ *                  raised it last is the only one whose writes apply.
  *
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
- * dirty set into one pipeline: MULTI, a SET or DEL per lock in its final
- * state, SET token, EXEC. The EXEC reply commits the epoch. Each pipeline
- * is one round trip; pipelines of successive iterations overlap.
+ * dirty set into one batch: an FCALL of dlock_apply_v1 with each lock in
+ * its final state and the token (store_batch.c). Its reply commits the
+ * epoch. Each batch is one round trip; batches of successive iterations
+ * overlap.
  *
  * The link. A state machine over one hiredis async context on the
  * daemon's loop (hiredis's libuv adapter):
  *
- *   DOWN --connect--> CONNECTING --AUTH/SELECT ok--> SYNCING --> UP
- *     ^                                                          |
- *     +---- error, disconnect, or a reply late by redis_timeout --+
+ *   DOWN --connect--> CONNECTING --fence taken--> SYNCING --> UP
+ *     ^                                                        |
+ *     +-- error, not ready, fenced, or a reply late by redis_timeout
  *
- * SYNCING rewrites the full state: the name set (SMEMBERS) tells which
- * records belong to locks the table no longer has, those are deleted, then
- * every lock is written, then the token; its completion
- * commits every epoch closed so far (their pipelines may have been lost,
- * the rewrite covers them). While not UP the dirty set is not drained, so
- * nothing that changes during the rewrite is missed. The first connection
- * after dl_store_load() skips the rewrite: Redis holds what was loaded.
+ * CONNECTING sends AUTH, SELECT, FUNCTION LOAD REPLACE (the library is
+ * the daemon's, so a Redis restarted empty or upgraded gets it back) and
+ * INCR P fence. SYNCING rewrites the full state: the name set (SMEMBERS)
+ * tells which records belong to locks the table no longer has, those are
+ * deleted, then every lock is written with the token, in chunks; the last
+ * chunk's reply commits every epoch closed so far (their batches may have
+ * been lost, the rewrite covers them). While not UP the dirty set is not
+ * drained, so nothing that changes during the rewrite is missed. The first
+ * connection after dl_store_load() skips the rewrite: Redis holds what was
+ * loaded.
  *
  * The start-up load is in store_load.c.
  */
 #include "server/store.h"
 
 #include <hiredis/adapters/libuv.h>
-#include <hiredis/hiredis.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 
+#include "server/clock.h"
 #include "server/log.h"
-#include "server/record.h"
 #include "server/store_private.h"
 
-uint64_t dl__store_wall_ms(void)
-{
-	struct timeval tv;
-
-	gettimeofday(&tv, NULL);
-	return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
-}
-
-static int64_t wall_offset(const struct dl_store *st)
-{
-	return (int64_t)dl__store_wall_ms() - (int64_t)uv_now(st->loop);
-}
-
-/* key = <prefix>lock:<name> in st->key (NUL-terminated). */
-static int lock_key(struct dl_store *st, struct dl_str name)
-{
-	st->key.len = st->lock_prefix_len;
-	if (dl_buf_add(&st->key, name.p, name.len) ||
-	    dl_buf_reserve(&st->key, 1))
-		return DL_ENOMEM;
-	st->key.p[st->key.len] = '\0';
-	return 0;
-}
+/* Locks per FCALL of a re-sync: Redis serves others between chunks. */
+#define RESYNC_CHUNK 10000
 
 /* ---- life cycle --------------------------------------------------------- */
+
+static char *key_of(const char *prefix, const char *suffix)
+{
+	size_t p = strlen(prefix), s = strlen(suffix);
+	char *k = malloc(p + s + 1);
+
+	if (k) {
+		memcpy(k, prefix, p);
+		memcpy(k + p, suffix, s + 1);
+	}
+	return k;
+}
 
 struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 			      struct dl_locktab *tab,
 			      const struct dl_store_hooks *hooks)
 {
 	struct dl_store *st = calloc(1, sizeof(*st));
-	size_t plen = strlen(cfg->redis_prefix);
+	const char *pfx = cfg->redis_prefix;
 
 	if (!st)
 		return NULL;
@@ -90,17 +82,14 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->epoch = 1;
 	st->redis = cfg->persist == DL_PERSIST_REDIS;
 	st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
-	st->token_key = malloc(plen + sizeof("token"));
-	st->names_key = malloc(plen + sizeof("locks"));
-	if (!st->token_key || !st->names_key ||
-	    dl_buf_add(&st->key, cfg->redis_prefix, plen) ||
-	    dl_buf_add(&st->key, "lock:", 5))
+	st->token_key = key_of(pfx, "token");
+	st->names_key = key_of(pfx, "locks");
+	st->fence_key = key_of(pfx, "fence");
+	st->lock_prefix = key_of(pfx, "lock:");
+	if (!st->token_key || !st->names_key || !st->fence_key ||
+	    !st->lock_prefix)
 		goto fail;
-	memcpy(st->token_key, cfg->redis_prefix, plen);
-	memcpy(st->token_key + plen, "token", sizeof("token"));
-	memcpy(st->names_key, cfg->redis_prefix, plen);
-	memcpy(st->names_key + plen, "locks", sizeof("locks"));
-	st->lock_prefix_len = st->key.len;
+	st->lock_prefix_len = strlen(st->lock_prefix);
 	if (st->redis && dl_redis_url_parse(cfg->redis, &st->addr) != 0)
 		goto fail;
 	return st;
@@ -120,10 +109,12 @@ void dl_store_free(struct dl_store *st)
 		free(b);
 	}
 	dl_redis_addr_free(&st->addr);
-	free(st->key.p);
+	dl__wb_free(&st->wb);
 	free(st->val.p);
 	free(st->token_key);
 	free(st->names_key);
+	free(st->fence_key);
+	free(st->lock_prefix);
 	free(st);
 }
 
@@ -197,6 +188,21 @@ static void link_fail(struct dl_store *st, const char *why)
 		redisAsyncFree(ac); /* pending callbacks get NULL replies */
 }
 
+/* A reply said no: say why in the terms an operator can act on. */
+static void link_refused(struct dl_store *st, const char *what,
+			 const char *err)
+{
+	char why[256];
+
+	if (strncmp(err, "FENCED", 6) == 0)
+		dl_error("redis: %s refused: another writer took the store "
+			 "over (%s); is a second dlockd using prefix %s?",
+			 what, err, st->cfg->redis_prefix);
+	snprintf(why, sizeof(why), "%s failed: %s%s", what, err,
+		 dl__store_not_ready(err) ? " (not ready, waiting)" : "");
+	link_fail(st, why);
+}
+
 static uint64_t now_us(void)
 {
 	return uv_hrtime() / 1000;
@@ -204,7 +210,7 @@ static uint64_t now_us(void)
 
 static void on_batch(redisAsyncContext *ac, void *reply, void *priv);
 
-/* Send the command whose reply ends a batch, and only once it is queued
+/* Send a command whose reply ends a batch, and only once it is queued
  * link the batch in (hiredis registers no callback for a command it
  * refuses, so a refused batch is simply freed). */
 static int batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
@@ -232,6 +238,20 @@ static int batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
 	return 0;
 }
 
+/* The batch built in st->wb, as an FCALL ending a batch of `kind`. */
+static int wb_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch)
+{
+	const char **argv;
+	const size_t *lens;
+	int argc, r;
+
+	r = dl__wb_argv(st, st->fence, &argc, &argv, &lens);
+	if (r == 0)
+		r = batch_send(st, kind, epoch, argc, argv, lens);
+	dl__wb_reset(&st->wb);
+	return r;
+}
+
 /* The reply for the oldest batch arrived (or the link died: r NULL). */
 static void batch_pop(struct dl_store *st, struct batch *b)
 {
@@ -251,20 +271,15 @@ static void batch_pop(struct dl_store *st, struct batch *b)
 	free(b);
 }
 
-const char *dl__store_reply_error(const redisReply *r)
+static void link_up(struct dl_store *st, const char *how)
 {
-	size_t i;
-	const char *e;
-
-	if (r->type == REDIS_REPLY_ERROR)
-		return r->str;
-	if (r->type == REDIS_REPLY_NIL)
-		return "transaction aborted";
-	if (r->type == REDIS_REPLY_ARRAY)
-		for (i = 0; i < r->elements; i++)
-			if ((e = dl__store_reply_error(r->element[i])) != NULL)
-				return e;
-	return NULL;
+	dl_notice("redis: connected%s", how);
+	st->synced = 1;
+	st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
+	set_link(st, LINK_UP);
+	/* Every epoch closed so far is in Redis: the load or the re-sync
+	 * wrote the whole table. */
+	commit(st, st->epoch - 1);
 }
 
 static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
@@ -274,37 +289,24 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 	enum batch_kind kind = b->kind;
 	uint64_t epoch = b->epoch;
 	const char *err;
-	char why[160];
+	char how[96];
 
 	batch_pop(st, b);
 	if (!reply || ac != st->ac)
 		return; /* the link died; link_fail has run or will */
 	if ((err = dl__store_reply_error(reply)) != NULL) {
-		snprintf(why, sizeof(why), "write failed: %s", err);
-		link_fail(st, why);
-		return;
-	}
-	if (kind == BATCH_RESYNC && st->resync_err[0]) {
-		snprintf(why, sizeof(why), "re-sync write failed: %s",
-			 st->resync_err);
-		link_fail(st, why);
+		link_refused(st, kind == BATCH_PING ? "PING" : "write", err);
 		return;
 	}
 	if (kind == BATCH_RESYNC) {
-		if (st->synced)
-			dl_notice("redis: connected");
-		else
-			dl_notice("redis: connected, %zu locks re-synced in "
-				  "%llu ms",
-				  st->synced_locks,
-				  (unsigned long long)(uv_now(st->loop) -
-						       st->link_since_ms));
-		st->synced = 1;
-		st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
-		set_link(st, LINK_UP);
-	}
-	if (kind != BATCH_PING)
+		snprintf(how, sizeof(how), ", %zu locks re-synced in %llu ms",
+			 st->synced_locks,
+			 (unsigned long long)(uv_now(st->loop) -
+					      st->link_since_ms));
+		link_up(st, how);
+	} else if (kind == BATCH_EPOCH) {
 		commit(st, epoch);
+	}
 }
 
 static int send_argv(struct dl_store *st, redisCallbackFn *fn, void *priv,
@@ -316,140 +318,29 @@ static int send_argv(struct dl_store *st, redisCallbackFn *fn, void *priv,
 	return 0;
 }
 
-int dl__store_lock_cmds(struct dl_store *st, struct dl_str name,
-			const struct dl_lock *lk, int64_t off, int force,
-			dl__store_emit emit, void *sink)
-{
-	const struct dl_lease *l;
-	uint64_t now = uv_now(st->loop), last = 0;
-	const char *argv[5];
-	size_t lens[5];
-	char px[24];
-	int argc = 3, r;
-
-	if (lock_key(st, name))
-		return DL_ENOMEM;
-	argv[1] = st->key.p;
-	lens[1] = st->key.len;
-	if (!lk || (!lk->holders && !lk->qhead)) {
-		argv[0] = "DEL";
-		lens[0] = 3;
-		if ((r = emit(sink, 2, argv, lens)) != 0)
-			return r;
-		argv[0] = "SREM";
-		lens[0] = 4;
-		argv[1] = st->names_key;
-		lens[1] = strlen(st->names_key);
-		argv[2] = name.p;
-		lens[2] = name.len;
-		r = emit(sink, 3, argv, lens);
-		return r ? r : 2;
-	}
-	if (dl_record_format(lk, off, &st->val))
-		return DL_ENOMEM;
-	argv[0] = "SET";
-	lens[0] = 3;
-	argv[2] = st->val.p;
-	lens[2] = st->val.len;
-	if (!lk->qhead) { /* waiters: no expiry, SET clears an old one */
-		for (l = lk->holders; l; l = l->next)
-			if (l->timer.expires > last)
-				last = l->timer.expires;
-		argv[3] = "PX";
-		lens[3] = 2;
-		lens[4] = dl_u64_to_dec((last > now ? last - now : 0) +
-						DL_STORE_EXPIRY_MARGIN_MS,
-					px);
-		argv[4] = px;
-		argc = 5;
-	}
-	if ((r = emit(sink, argc, argv, lens)) != 0)
-		return r;
-	if (lk->stored && !force)
-		return 1;
-	argv[0] = "SADD";
-	lens[0] = 4;
-	argv[1] = st->names_key;
-	lens[1] = strlen(st->names_key);
-	argv[2] = name.p;
-	lens[2] = name.len;
-	if ((r = emit(sink, 3, argv, lens)) != 0)
-		return r;
-	/* `stored` is the store's bit in the lock (locktab.h). Set as the
-	 * SADD is queued: if its transaction is lost, the re-sync that
-	 * follows any loss SADDs every name again. */
-	((struct dl_lock *)lk)->stored = 1;
-	return 2;
-}
-
-/* Inside MULTI/EXEC: an error of any command shows in the EXEC reply. */
-static int emit_in_multi(void *sink, int argc, const char **argv,
-			 const size_t *lens)
-{
-	return send_argv(sink, NULL, NULL, argc, argv, lens);
-}
-
-/* A re-sync is not one transaction (it may hold a million locks): each of
- * its replies is checked, and the first error is kept for the marker. */
-static void on_resync_write(redisAsyncContext *ac, void *reply, void *priv)
-{
-	struct dl_store *st = priv;
-	const char *e;
-
-	if (!reply || ac != st->ac)
-		return;
-	if ((e = dl__store_reply_error(reply)) != NULL && !st->resync_err[0])
-		snprintf(st->resync_err, sizeof(st->resync_err), "%s", e);
-}
-
-static int emit_checked(void *sink, int argc, const char **argv,
-			const size_t *lens)
-{
-	return send_argv(sink, on_resync_write, sink, argc, argv, lens);
-}
-
-/* Queue the write of lk's current state on the async link. */
-static int write_lock(struct dl_store *st, const struct dl_lock *lk,
-		      int64_t off, int force, dl__store_emit emit)
-{
-	int r = dl__store_lock_cmds(st, dl_lock_name(lk), lk, off, force, emit,
-				    st);
-
-	if (r < 0)
-		return r;
-	st->st.writes++;
-	return 0;
-}
-
-static int write_token(struct dl_store *st, dl__store_emit emit)
-{
-	char tok[24];
-	const char *argv[3] = {"SET", st->token_key, tok};
-	size_t lens[3] = {3, strlen(st->token_key), 0};
-
-	lens[2] = dl_u64_to_dec(dl_locktab_last_token(st->tab), tok);
-	return emit(st, 3, argv, lens);
-}
-
 struct drain_ctx {
 	struct dl_store *st;
 	int64_t off;
 	int err;
 };
 
+/* `stored` is the store's bit in the lock (locktab.h): its name is in the
+ * name set. Set as the write is queued: if that write is lost, the
+ * re-sync that follows any loss adds every name again. */
 static void drain_cb(const struct dl_lock *lk, void *arg)
 {
 	struct drain_ctx *x = arg;
 
-	if (!x->err)
-		x->err = write_lock(x->st, lk, x->off, 0, emit_in_multi);
+	if (x->err)
+		return;
+	x->err = dl__wb_lock(x->st, dl_lock_name(lk), lk, !lk->stored, x->off);
+	((struct dl_lock *)lk)->stored = 1;
+	x->st->st.writes++;
 }
 
 void dl_store_flush(struct dl_store *st)
 {
-	struct drain_ctx x = {st, 0, 0};
-	const char *multi = "MULTI", *exec = "EXEC";
-	size_t mlen = 5, elen = 4;
+	struct drain_ctx x = {st, dl__store_wall_offset(), 0};
 
 	if (!st->redis) {
 		/* Memory only: what is drained is as durable as it gets. */
@@ -459,24 +350,18 @@ void dl_store_flush(struct dl_store *st)
 	}
 	if (st->link != LINK_UP || dl_locktab_dirty_count(st->tab) == 0)
 		return;
-	x.off = wall_offset(st);
-	if (send_argv(st, NULL, NULL, 1, &multi, &mlen)) {
-		link_fail(st, "cannot queue a write");
-		return;
-	}
 	dl_locktab_drain_dirty(st->tab, drain_cb, &x);
-	if (!x.err)
-		x.err = write_token(st, emit_in_multi);
-	if (x.err || batch_send(st, BATCH_EPOCH, st->epoch, 1, &exec, &elen)) {
+	if (x.err || wb_send(st, BATCH_EPOCH, st->epoch)) {
 		/* The drained changes are lost with the link; the re-sync
 		 * after reconnecting rewrites everything. */
+		dl__wb_reset(&st->wb);
 		link_fail(st, "cannot queue a write");
 		return;
 	}
 	st->st.batches++;
 	st->epoch++;
-	/* Write the pipeline now rather than on the next loop iteration,
-	 * when the poll would report the socket writable. */
+	/* Write the batch now rather than on the next loop iteration, when
+	 * the poll would report the socket writable. */
 	redisAsyncHandleWrite(st->ac);
 }
 
@@ -486,47 +371,41 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct dl_store *st = priv;
 	const char *err;
-	char why[160];
 
 	if (!reply || ac != st->ac)
 		return;
 	st->last_reply_ms = uv_now(st->loop);
-	if ((err = dl__store_reply_error(reply)) != NULL) {
-		snprintf(why, sizeof(why), "handshake failed: %s", err);
-		link_fail(st, why);
-	}
+	if ((err = dl__store_reply_error(reply)) != NULL)
+		link_refused(st, "handshake", err);
 }
+
+struct resync_ctx {
+	struct dl_store *st;
+	int64_t off;
+	int err;
+};
 
 static void foreach_write(const struct dl_lock *lk, void *arg)
 {
-	struct drain_ctx *x = arg;
+	struct resync_ctx *x = arg;
+	struct dl_store *st = x->st;
 
-	if (!x->err)
-		x->err = write_lock(x->st, lk, x->off, 1, emit_checked);
-	x->st->synced_locks++;
+	if (x->err)
+		return;
+	x->err = dl__wb_lock(st, dl_lock_name(lk), lk, 1, x->off);
+	((struct dl_lock *)lk)->stored = 1;
+	st->synced_locks++;
+	if (!x->err && st->wb.nlocks == RESYNC_CHUNK)
+		x->err = wb_send(st, BATCH_RESYNC_PART, 0);
 }
 
-/* Last step of a re-sync: every lock, the token, then a marker reply. */
-static void resync_write(struct dl_store *st)
-{
-	struct drain_ctx x = {st, wall_offset(st), 0};
-	const char *ping = "PING";
-	size_t plen = 4;
-
-	st->synced_locks = 0;
-	dl_locktab_foreach(st->tab, foreach_write, &x);
-	if (!x.err)
-		x.err = write_token(st, emit_checked);
-	if (x.err ||
-	    batch_send(st, BATCH_RESYNC, st->epoch - 1, 1, &ping, &plen))
-		link_fail(st, "re-sync failed");
-}
-
-/* Re-sync, first step: the records of locks that ended while Redis was
- * away are deleted (with their names); then everything is written. */
+/* Re-sync: the records of locks that ended while Redis was away are
+ * deleted (with their names), then every lock is written, in chunks; the
+ * last chunk's reply brings the link up. */
 static void on_members(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct dl_store *st = priv;
+	struct resync_ctx x = {st, dl__store_wall_offset(), 0};
 	redisReply *r = reply;
 	struct dl_str name;
 	size_t i;
@@ -534,32 +413,51 @@ static void on_members(redisAsyncContext *ac, void *reply, void *priv)
 	if (!r || ac != st->ac)
 		return;
 	st->last_reply_ms = uv_now(st->loop);
-	if (dl__store_reply_error(r) || r->type != REDIS_REPLY_ARRAY) {
-		link_fail(st, "SMEMBERS failed");
+	if (r->type != REDIS_REPLY_ARRAY) {
+		link_refused(st, "SMEMBERS",
+			     dl__store_reply_error(r) ? dl__store_reply_error(r)
+						      : "not a set");
 		return;
 	}
-	for (i = 0; i < r->elements; i++) {
+	st->synced_locks = 0;
+	for (i = 0; i < r->elements && !x.err; i++) {
 		if (r->element[i]->type != REDIS_REPLY_STRING)
 			continue;
-		name.p = r->element[i]->str;
-		name.len = r->element[i]->len;
-		if (dl_locktab_find(st->tab, name))
-			continue;
-		if (dl__store_lock_cmds(st, name, NULL, 0, 0, emit_checked,
-					st) < 0) {
-			link_fail(st, "re-sync failed");
-			return;
-		}
+		name = (struct dl_str){r->element[i]->str, r->element[i]->len};
+		if (!dl_locktab_find(st->tab, name))
+			x.err = dl__wb_lock(st, name, NULL, 0, 0);
 	}
-	resync_write(st);
+	if (!x.err)
+		dl_locktab_foreach(st->tab, foreach_write, &x);
+	if (x.err || wb_send(st, BATCH_RESYNC, 0))
+		link_fail(st, "re-sync failed");
 }
 
-static int send_members(struct dl_store *st)
+/* The fence is taken: this connection is the writer now. */
+static void on_fence(redisAsyncContext *ac, void *reply, void *priv)
 {
+	struct dl_store *st = priv;
+	redisReply *r = reply;
 	const char *argv[2] = {"SMEMBERS", st->names_key};
 	size_t lens[2] = {8, strlen(st->names_key)};
 
-	return send_argv(st, on_members, st, 2, argv, lens);
+	if (!r || ac != st->ac)
+		return;
+	st->last_reply_ms = uv_now(st->loop);
+	if (r->type != REDIS_REPLY_INTEGER) {
+		link_refused(st, "INCR of the fence",
+			     dl__store_reply_error(r) ? dl__store_reply_error(r)
+						      : "not an integer");
+		return;
+	}
+	snprintf(st->fence, sizeof(st->fence), "%lld", r->integer);
+	if (st->synced) {
+		link_up(st, "");
+		return;
+	}
+	set_link(st, LINK_SYNCING);
+	if (send_argv(st, on_members, st, 2, argv, lens))
+		link_fail(st, "cannot queue a command");
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
@@ -609,21 +507,54 @@ static void add_write_once(void *privdata)
 		redisLibuvAddWrite(privdata);
 }
 
+/* AUTH, SELECT, the function library, then the fence (on_fence). */
+static int send_handshake(struct dl_store *st)
+{
+	const struct dl_redis_addr *a = &st->addr;
+	const char *argv[4];
+	size_t lens[4];
+	char db[24];
+
+	if (a->password) {
+		argv[0] = "AUTH";
+		argv[1] = a->password;
+		lens[0] = 4;
+		lens[1] = strlen(a->password);
+		if (send_argv(st, on_handshake, st, 2, argv, lens))
+			return DL_EUNAVAILABLE;
+	}
+	argv[0] = "SELECT";
+	argv[1] = db;
+	lens[0] = 6;
+	lens[1] = dl_u64_to_dec((uint64_t)a->db, db);
+	if (send_argv(st, on_handshake, st, 2, argv, lens))
+		return DL_EUNAVAILABLE;
+	argv[0] = "FUNCTION";
+	argv[1] = "LOAD";
+	argv[2] = "REPLACE";
+	argv[3] = dl__store_library;
+	lens[0] = 8;
+	lens[1] = 4;
+	lens[2] = 7;
+	lens[3] = strlen(dl__store_library);
+	if (send_argv(st, on_handshake, st, 4, argv, lens))
+		return DL_EUNAVAILABLE;
+	argv[0] = "INCR";
+	argv[1] = st->fence_key;
+	lens[0] = 4;
+	lens[1] = strlen(st->fence_key);
+	return send_argv(st, on_fence, st, 2, argv, lens);
+}
+
 static void link_connect(struct dl_store *st)
 {
 	const struct dl_redis_addr *a = &st->addr;
 	redisAsyncContext *ac;
-	char db[16];
-	const char *argv[2];
-	size_t lens[2];
-	const char *ping = "PING";
-	size_t plen = 4;
 
 	ac = a->path ? redisAsyncConnectUnix(a->path)
 		     : redisAsyncConnect(a->host, a->port);
 	set_link(st, LINK_CONNECTING);
 	st->st.reconnects++;
-	st->resync_err[0] = '\0';
 	if (!ac || ac->err) {
 		if (ac)
 			redisAsyncFree(ac);
@@ -641,29 +572,8 @@ static void link_connect(struct dl_store *st)
 	ac->ev.addWrite = add_write_once;
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
-	if (a->password) {
-		argv[0] = "AUTH";
-		argv[1] = a->password;
-		lens[0] = 4;
-		lens[1] = strlen(a->password);
-		send_argv(st, on_handshake, st, 2, argv, lens);
-	}
-	argv[0] = "SELECT";
-	argv[1] = db;
-	lens[0] = 6;
-	lens[1] = dl_u64_to_dec((uint64_t)a->db, db);
-	send_argv(st, on_handshake, st, 2, argv, lens);
-	if (st->synced) {
-		/* Redis holds what was just loaded: a PING confirms the
-		 * link, nothing to rewrite. */
-		if (batch_send(st, BATCH_RESYNC, st->epoch - 1, 1, &ping,
-			       &plen))
-			link_fail(st, "cannot queue a write");
-		return;
-	}
-	set_link(st, LINK_SYNCING);
-	if (send_members(st))
-		link_fail(st, "cannot queue a write");
+	if (send_handshake(st))
+		link_fail(st, "cannot queue a command");
 }
 
 static void on_tick(uv_timer_t *t)

@@ -1,28 +1,52 @@
 /*
- * store_private.h -- what store.c and store_load.c share; not an interface
- * for anything else.
+ * store_private.h -- what store.c, store_batch.c and store_load.c share;
+ * not an interface for anything else.
  */
 #ifndef DL_SERVER_STORE_PRIVATE_H
 #define DL_SERVER_STORE_PRIVATE_H
 
-#include <hiredis/hiredis.h>
 #include <hiredis/async.h>
+#include <hiredis/hiredis.h>
 
 #include "server/record.h"
 #include "server/store.h"
 
 enum link { LINK_DOWN, LINK_CONNECTING, LINK_SYNCING, LINK_UP };
 
-enum batch_kind { BATCH_EPOCH, BATCH_RESYNC, BATCH_PING };
+enum batch_kind {
+	BATCH_EPOCH,	    /* the writes of one flush: commits its epoch */
+	BATCH_RESYNC_PART,  /* a chunk of a re-sync */
+	BATCH_RESYNC,	    /* the last chunk: commits every closed epoch */
+	BATCH_PING,	    /* keep-alive of an idle link */
+};
 
-/* One awaited reply (the EXEC of a pipeline, the end of a re-sync, a
- * PING); kept in send order, which is reply order. */
+/* One awaited reply; kept in send order, which is reply order. */
 struct batch {
 	struct batch *next;
 	struct dl_store *st;
 	enum batch_kind kind;
 	uint64_t epoch; /* committed by this reply (EPOCH, RESYNC) */
 	uint64_t sent_us;
+};
+
+/* One lock of a write batch: its key and value in wb.text. */
+struct wlock {
+	size_t koff, klen;
+	size_t voff, vlen;
+	const char *op; /* "S" set, "N" set + add the name, "D" delete */
+};
+
+/* A batch of writes being built for the apply function (store_batch.c). */
+struct wbatch {
+	struct dl_buf text; /* keys and records, back to back */
+	struct wlock *locks;
+	size_t nlocks, cap;
+	const char **argv; /* the FCALL, built by dl__wb_argv() */
+	size_t *lens;
+	size_t argv_cap;
+	char numkeys[24];
+	char token[24];
+	char plen[24];
 };
 
 struct dl_store {
@@ -38,12 +62,12 @@ struct dl_store {
 	redisAsyncContext *ac; /* NULL while DOWN */
 	enum link link;
 	int synced;		/* Redis holds the table: skip a re-sync */
+	char fence[24];		/* this link's writer fence (decimal) */
 	uint64_t link_since_ms; /* when the link entered its state */
 	uint64_t retry_at_ms;	/* DOWN: next connect attempt */
 	uint64_t backoff_ms;
 	uint64_t last_reply_ms;
 	size_t synced_locks;
-	char resync_err[128]; /* first error reply of the running re-sync */
 	struct batch *head, *tail; /* awaited replies, oldest first */
 
 	uv_timer_t timer; /* DL_STORE_TICK_MS: reconnects, timeouts, pings */
@@ -51,30 +75,43 @@ struct dl_store {
 	void (*stop_done)(void *arg);
 	void *stop_arg;
 
-	struct dl_buf key;	/* scratch: "<prefix>lock:<name>" */
+	struct wbatch wb;	/* scratch: the batch being built */
 	struct dl_buf val;	/* scratch: a record */
 	char *token_key;	/* <prefix>token */
 	char *names_key;	/* <prefix>locks */
-	size_t lock_prefix_len; /* strlen(prefix) + strlen("lock:") */
+	char *fence_key;	/* <prefix>fence */
+	char *lock_prefix;	/* <prefix>lock: */
+	size_t lock_prefix_len;
 	struct dl_store_stats st;
 };
 
-uint64_t dl__store_wall_ms(void);
-/* Where commands go: the async link (store.c) or the blocking context of
- * the start-up load (store_load.c). 0 or a negative DL_E* code. */
-typedef int (*dl__store_emit)(void *sink, int argc, const char **argv,
-			      const size_t *lens);
+/* ---- store_batch.c: the write path shared by the link and the loader ---- */
 
-/* Emit the commands that store lock `name` in its present state: for a
- * lock gone or empty (lk NULL or without holders and waiters), DEL of its
- * key and SREM from the name set; otherwise SET of its record (with PX
- * when nobody waits) and, unless lk->stored says it is there already or
- * `force`, SADD to the name set. Returns the number of commands emitted,
- * or a negative DL_E* code. */
-int dl__store_lock_cmds(struct dl_store *st, struct dl_str name,
-			const struct dl_lock *lk, int64_t off, int force,
-			dl__store_emit emit, void *sink);
+/* The Redis function library that applies every write (FUNCTION LOAD). */
+extern const char dl__store_library[];
+#define DL_STORE_APPLY_FN "dlock_apply_v1"
+
+void dl__wb_reset(struct wbatch *wb);
+void dl__wb_free(struct wbatch *wb);
+/* Add the write of lock `name` in its present state: a delete when lk is
+ * NULL or has neither holders nor waiters, else its record (`add_name`:
+ * and its name to the name set). Returns 0 or DL_ENOMEM. */
+int dl__wb_lock(struct dl_store *st, struct dl_str name,
+		const struct dl_lock *lk, int add_name, int64_t wall_off);
+/* The FCALL of what was added, checked against `fence`, also raising the
+ * stored token high-water mark to the table's last token. The arrays live
+ * in st->wb until its next change. */
+int dl__wb_argv(struct dl_store *st, const char *fence, int *argc,
+		const char ***argv, const size_t **lens);
+
+/* unix ms - monotonic ms, to write deadlines that mean something to the
+ * next process (record.h). */
+int64_t dl__store_wall_offset(void);
+
 /* The first error in a reply (arrays searched), or NULL. */
 const char *dl__store_reply_error(const redisReply *r);
+/* 1 if an error reply means "Redis is not ready", to wait for: loading,
+ * busy with a script, a replica, a master without its replicas. */
+int dl__store_not_ready(const char *err);
 
 #endif /* DL_SERVER_STORE_PRIVATE_H */

@@ -765,6 +765,39 @@ uint64_t h_lock(struct h_client *c, const char *name, const char *opts)
 	return h_arg_u64(l, 1);
 }
 
+uint64_t h_check_ttl(const char *line, int i, uint64_t asked,
+		     uint64_t since_ms)
+{
+	uint64_t ttl = h_arg_u64(line, i), spent = h_now_ms() - since_ms;
+
+	cr_assert(ttl <= asked, "TTL %llu above the %llu asked in \"%s\"",
+		  (unsigned long long)ttl, (unsigned long long)asked, line);
+	cr_assert(ttl + spent + 1 >= asked,
+		  "TTL %llu in \"%s\": less than the %llu asked minus the %llu "
+		  "ms since the request",
+		  (unsigned long long)ttl, line, (unsigned long long)asked,
+		  (unsigned long long)spent);
+	return ttl;
+}
+
+char *h_call_ttl(struct h_client *c, const char *prefix, int i,
+		 uint64_t asked, const char *fmt, ...)
+{
+	uint64_t t0 = h_now_ms();
+	char req[DL_LINE_MAX + 1];
+	va_list ap;
+	char *l;
+
+	va_start(ap, fmt);
+	vsnprintf(req, sizeof(req), fmt, ap);
+	va_end(ap);
+	l = h_call(c, "%s", req);
+	cr_assert(strncmp(l, prefix, strlen(prefix)) == 0,
+		  "%s: expected \"%s...\", got \"%s\"", req, prefix, l);
+	h_check_ttl(l, i, asked, t0);
+	return l;
+}
+
 /* ---- added for test_persist -------------------------------------------------
  */
 

@@ -153,6 +153,19 @@ uint64_t h_kv_u64(const char *line, const char *key);
 /* Lock + grant in one: "LOCK name ..." must be GRANTED; returns token. */
 uint64_t h_lock(struct h_client *c, const char *name, const char *opts);
 
+/* The TTL in argv[i] of a GRANTED or REFRESHED line, for a lease asked
+ * for `asked` ms: it is what remains when the server sends the line, so
+ * never more than asked, and no less than asked minus the time since
+ * since_ms (when the request, or the release that granted it, was sent).
+ * Asserts both; returns the TTL. */
+uint64_t h_check_ttl(const char *line, int i, uint64_t asked,
+		     uint64_t since_ms);
+/* Send a request and expect a reply starting with `prefix` whose argv[i]
+ * is such a TTL; returns the line. */
+char *h_call_ttl(struct h_client *c, const char *prefix, int i,
+		 uint64_t asked, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
 /* Monotonic milliseconds. */
 uint64_t h_now_ms(void);
 void h_sleep_ms(int ms);

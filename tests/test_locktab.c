@@ -655,6 +655,46 @@ Test(locktab, reentry_beyond_the_hold_limit_is_refused)
 	cr_assert(eq(u64, r.value, DL_REENTRY_MAX - 1));
 }
 
+/* The owner's queued request reaches the head while the owner already
+ * holds the lock DL_REENTRY_MAX times (taken through another session):
+ * it cannot be served, and the hold count must not wrap to 0 (the next
+ * UNLOCK would then free a lock its owner believes it holds). */
+Test(locktab, queued_reentry_past_the_hold_limit_times_out_and_count_never_wraps)
+{
+	struct client *bob = client_new("bob");
+	struct client *a1 = client_new("alice");
+	struct client *carol = client_new("carol");
+	struct client *a2 = client_new("alice");
+	struct client *a3 = client_new("alice");
+	struct dl_result r;
+	uint64_t tb = must_grant(bob, "job", 60000), ta;
+	uint32_t i;
+	int rc;
+
+	must_queue(a1, "job", 60000, DL_WAIT_INF, NULL);
+	must_queue(carol, "job", 60000, DL_WAIT_INF, NULL);
+	must_queue(a2, "job", 60000, DL_WAIT_INF, "a2");
+	must_release(bob, "job", tb);
+	ta = last_ev(DL_EVENT_GRANTED, a1)->token;
+	for (i = 1; i < DL_REENTRY_MAX; i++) {
+		rc = acq(a3, "job", 60000, 0, NULL, &r);
+		if (rc != 0 || r.outcome != DL_GRANTED || r.token != ta)
+			cr_fatal("hold %" PRIu32 ": rc %d outcome %s", i + 1,
+				 rc, outcome_name(r.outcome));
+	}
+	cr_assert(eq(u32, status("job").count, DL_REENTRY_MAX));
+	rc = cancel(carol, "job", &r);
+	EXPECT(rc, r, DL_CANCELLED);
+	cr_assert(eq(sz, count_ev(DL_EVENT_TIMEOUT, a2), 1));
+	cr_assert(eq(int, strcmp(last_ev(DL_EVENT_TIMEOUT, a2)->tag, "a2"), 0));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, a2), 0));
+	cr_assert(eq(u32, status("job").count, DL_REENTRY_MAX));
+	cr_assert(eq(u32, status("job").waiters, 0));
+	rc = rel(a1, "job", ta, &r);
+	EXPECT(rc, r, DL_HELD);
+	cr_assert(eq(u64, r.value, DL_REENTRY_MAX - 1));
+}
+
 /* ---- only the holder releases -------------------------------------------- */
 
 Test(locktab, release_with_wrong_token_or_by_another_owner_is_not_holder)

@@ -1,0 +1,194 @@
+/*
+ * store_batch.c -- the one way dlockd writes to Redis: a batch of lock
+ * records applied by a Redis function that first checks a writer fence.
+ *
+ * Why a fence. A write sent on a connection the daemon has given up on
+ * (timed out, partitioned) is not cancelled by closing the socket: the
+ * kernel keeps retransmitting it, and it may reach Redis seconds later,
+ * after a newer connection re-synced the state. Applied then, it would put
+ * back records and a token high-water mark that are no longer true. So
+ * every connection first takes a new fence value (INCR <prefix>fence) and
+ * every batch carries it; the function applies a batch only while its
+ * fence is still the current one. A late batch of an old connection is
+ * refused with a FENCED error that nobody reads. The fence is also what
+ * keeps a second daemon on the same Redis from writing behind the first
+ * one's back (the availability work builds on it).
+ *
+ * The batch is one FCALL: the function runs atomically, as MULTI/EXEC did,
+ * and in one round trip:
+ *
+ *   FCALL dlock_apply_v1 <3 + n> <fence key> <token key> <names key>
+ *         <lock key 1> .. <lock key n>
+ *         <fence> <token> <lock key prefix length> (<op> <record>) x n
+ *
+ * with op S (SET the record), N (SET it and SADD the name) or D (DEL the
+ * key and SREM the name; the record is empty). The token is raised, never
+ * lowered. Records carry no Redis expiry: a lease's end is decided by the
+ * daemon's monotonic clock alone (DESIGN.md section 5), and an expiry on
+ * Redis's own wall clock could delete a lease its holder still believes
+ * in if that clock were stepped.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/clock.h"
+#include "server/store_private.h"
+
+const char dl__store_library[] =
+	"#!lua name=dlock_v1\n"
+	"-- dlockd's writes: see server/store_batch.c in the dlockd sources.\n"
+	"local function apply(keys, args)\n"
+	"  local fence = redis.call('GET', keys[1])\n"
+	"  if fence ~= args[1] then\n"
+	"    return redis.error_reply('FENCED writer fence ' .. args[1] ..\n"
+	"      ' is stale, the current one is ' .. tostring(fence))\n"
+	"  end\n"
+	"  local plen = tonumber(args[3])\n"
+	"  for i = 4, #keys do\n"
+	"    local op, key = args[2 * i - 4], keys[i]\n"
+	"    if op == 'D' then\n"
+	"      redis.call('DEL', key)\n"
+	"      redis.call('SREM', keys[3], string.sub(key, plen + 1))\n"
+	"    else\n"
+	"      redis.call('SET', key, args[2 * i - 3])\n"
+	"      if op == 'N' then\n"
+	"        redis.call('SADD', keys[3], string.sub(key, plen + 1))\n"
+	"      end\n"
+	"    end\n"
+	"  end\n"
+	"  local tok, cur = args[2], redis.call('GET', keys[2])\n"
+	"  if not cur or #tok > #cur or (#tok == #cur and tok > cur) then\n"
+	"    redis.call('SET', keys[2], tok)\n"
+	"  end\n"
+	"  return #keys - 3\n"
+	"end\n"
+	"redis.register_function('" DL_STORE_APPLY_FN "', apply)\n";
+
+int64_t dl__store_wall_offset(void)
+{
+	return (int64_t)dl_wall_ms() - (int64_t)dl_mono_ms();
+}
+
+const char *dl__store_reply_error(const redisReply *r)
+{
+	size_t i;
+	const char *e;
+
+	if (r->type == REDIS_REPLY_ERROR)
+		return r->str;
+	if (r->type == REDIS_REPLY_ARRAY)
+		for (i = 0; i < r->elements; i++)
+			if ((e = dl__store_reply_error(r->element[i])) != NULL)
+				return e;
+	return NULL;
+}
+
+int dl__store_not_ready(const char *err)
+{
+	static const char *const words[] = {"LOADING", "BUSY", "READONLY",
+					    "MASTERDOWN", "TRYAGAIN"};
+	size_t i, n;
+
+	for (i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+		n = strlen(words[i]);
+		if (strncmp(err, words[i], n) == 0 &&
+		    (err[n] == ' ' || err[n] == '\0'))
+			return 1;
+	}
+	return 0;
+}
+
+void dl__wb_reset(struct wbatch *wb)
+{
+	wb->text.len = 0;
+	wb->nlocks = 0;
+}
+
+void dl__wb_free(struct wbatch *wb)
+{
+	free(wb->text.p);
+	free(wb->locks);
+	free(wb->argv);
+	free(wb->lens);
+}
+
+int dl__wb_lock(struct dl_store *st, struct dl_str name,
+		const struct dl_lock *lk, int add_name, int64_t wall_off)
+{
+	struct wbatch *wb = &st->wb;
+	struct wlock *w;
+	size_t cap;
+
+	if (wb->nlocks == wb->cap) {
+		cap = wb->cap ? wb->cap * 2 : 64;
+		w = realloc(wb->locks, cap * sizeof(*w));
+		if (!w)
+			return DL_ENOMEM;
+		wb->locks = w;
+		wb->cap = cap;
+	}
+	w = &wb->locks[wb->nlocks];
+	w->koff = wb->text.len;
+	w->klen = st->lock_prefix_len + name.len;
+	if (dl_buf_add(&wb->text, st->lock_prefix, st->lock_prefix_len) ||
+	    dl_buf_add(&wb->text, name.p, name.len))
+		return DL_ENOMEM;
+	w->voff = wb->text.len;
+	w->vlen = 0;
+	if (!lk || (!lk->holders && !lk->qhead)) {
+		w->op = "D";
+	} else {
+		w->op = add_name ? "N" : "S";
+		if (dl_record_format(lk, wall_off, &st->val) ||
+		    dl_buf_add(&wb->text, st->val.p, st->val.len))
+			return DL_ENOMEM;
+		w->vlen = st->val.len;
+	}
+	wb->nlocks++;
+	return 0;
+}
+
+int dl__wb_argv(struct dl_store *st, const char *fence, int *argc,
+		const char ***argv, const size_t **lens)
+{
+	struct wbatch *wb = &st->wb;
+	size_t n = 9 + 3 * wb->nlocks, i, k = 0;
+	const char **a;
+	size_t *l;
+
+	if (n > wb->argv_cap) {
+		a = realloc(wb->argv, n * sizeof(*a));
+		if (a)
+			wb->argv = a;
+		l = realloc(wb->lens, n * sizeof(*l));
+		if (l)
+			wb->lens = l;
+		if (!a || !l)
+			return DL_ENOMEM;
+		wb->argv_cap = n;
+	}
+	a = wb->argv;
+	l = wb->lens;
+#define ARG(p, len) (a[k] = (p), l[k] = (len), k++)
+	ARG("FCALL", 5);
+	ARG(DL_STORE_APPLY_FN, sizeof(DL_STORE_APPLY_FN) - 1);
+	ARG(wb->numkeys, dl_u64_to_dec(3 + wb->nlocks, wb->numkeys));
+	ARG(st->fence_key, strlen(st->fence_key));
+	ARG(st->token_key, strlen(st->token_key));
+	ARG(st->names_key, strlen(st->names_key));
+	for (i = 0; i < wb->nlocks; i++)
+		ARG(wb->text.p + wb->locks[i].koff, wb->locks[i].klen);
+	ARG(fence, strlen(fence));
+	ARG(wb->token,
+	    dl_u64_to_dec(dl_locktab_last_token(st->tab), wb->token));
+	ARG(wb->plen, dl_u64_to_dec(st->lock_prefix_len, wb->plen));
+	for (i = 0; i < wb->nlocks; i++) {
+		ARG(wb->locks[i].op, 1);
+		ARG(wb->text.p + wb->locks[i].voff, wb->locks[i].vlen);
+	}
+#undef ARG
+	*argc = (int)k;
+	*argv = a;
+	*lens = l;
+	return 0;
+}
