@@ -59,7 +59,8 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c
 UNIT_TESTS := test_proto test_wheel test_locktab test_config test_record
-INTEG_TESTS := test_server test_persist test_ops test_client test_cli
+INTEG_TESTS := test_server test_persist test_faults test_ops test_client \
+               test_cli
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -138,6 +139,9 @@ $(O)/tests/test_server: $(O)/tests/test_server.o $(O)/tests/harness.o \
 $(O)/tests/test_persist: $(O)/tests/test_persist.o $(O)/tests/harness.o \
                          $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_faults: $(O)/tests/test_faults.o $(O)/tests/harness.o \
+                        $(O)/tests/netns.o $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_ops: $(O)/tests/test_ops.o $(O)/tests/harness.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_client: $(O)/tests/test_client.o $(O)/tests/harness.o \
@@ -179,7 +183,7 @@ check: deps
 
 DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
             libcriterion-dev redis-server redis-tools netcat-openbsd \
-            systemd man-db
+            systemd man-db faketime iproute2 nftables
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -81,20 +82,25 @@ static void rm_dir(const char *dir)
 		nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* fork + exec with stdout/stderr appended to `log`; the child dies with
- * the test process. */
-static pid_t spawn(const char *const argv[], const char *log)
+/* fork + exec with stdout/stderr appended to `log` and `env` (NAME=value,
+ * n of them) added to the environment; the child dies with the test
+ * process. */
+static pid_t spawn_env(const char *const argv[], const char *log,
+		       const char *const *env, int n)
 {
 	pid_t parent = getpid();
-	pid_t pid = fork();
-	int fd;
+	pid_t pid;
+	int fd, i;
 
+	pid = fork();
 	cr_assert(pid >= 0, "fork: %s", strerror(errno));
 	if (pid > 0)
 		return pid;
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(127);
+	for (i = 0; i < n; i++)
+		putenv((char *)env[i]);
 	fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 	if (fd >= 0) {
 		dup2(fd, STDOUT_FILENO);
@@ -104,6 +110,11 @@ static pid_t spawn(const char *const argv[], const char *log)
 	execvp(argv[0], (char *const *)argv);
 	fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
 	_exit(127);
+}
+
+static pid_t spawn(const char *const argv[], const char *log)
+{
+	return spawn_env(argv, log, NULL, 0);
 }
 
 /* Wait up to ms for pid; returns its exit status (128+sig if killed), or
@@ -125,7 +136,7 @@ static int wait_exit(pid_t pid, int ms)
 	}
 }
 
-static int tcp_connect(int port)
+static int tcp_connect_to(const char *host, int port)
 {
 	struct sockaddr_in sa = {.sin_family = AF_INET};
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -134,13 +145,21 @@ static int tcp_connect(int port)
 	if (fd < 0)
 		return -1;
 	sa.sin_port = htons((uint16_t)port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+		close(fd);
+		return -1;
+	}
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
 		close(fd);
 		return -1;
 	}
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	return fd;
+}
+
+static int tcp_connect(int port)
+{
+	return tcp_connect_to("127.0.0.1", port);
 }
 
 static void print_file(const char *path)
@@ -161,10 +180,12 @@ static void print_file(const char *path)
 /* ---- redis ------------------------------------------------------------------
  */
 
-static int redis_pings(int port)
+/* 1 when redis answers PING with +PONG, or (loading_ok) with anything,
+ * -LOADING included. */
+static int redis_answers(const struct h_redis *r, int loading_ok)
 {
 	char buf[16];
-	int fd = tcp_connect(port);
+	int fd = tcp_connect_to(r->host, r->port);
 	ssize_t n;
 	struct pollfd p;
 
@@ -175,7 +196,8 @@ static int redis_pings(int port)
 	if (n == 6 && poll(&p, 1, 1000) == 1) {
 		n = read(fd, buf, sizeof(buf) - 1);
 		close(fd);
-		return n >= 5 && memcmp(buf, "+PONG", 5) == 0;
+		return n >= 5 && (memcmp(buf, "+PONG", 5) == 0 ||
+				  (loading_ok && buf[0] == '-'));
 	}
 	close(fd);
 	return 0;
@@ -184,34 +206,29 @@ static int redis_pings(int port)
 static void redis_spawn(struct h_redis *r, const char *fsync)
 {
 	char port[16], log[H_PATH_MAX + 16];
-	const char *argv[] = {"redis-server",
-			      "--port",
-			      port,
-			      "--bind",
-			      "127.0.0.1",
-			      "--unixsocket",
-			      r->sock,
-			      "--unixsocketperm",
-			      "700",
-			      "--dir",
-			      r->dir,
-			      "--appendonly",
-			      "yes",
-			      "--appendfsync",
-			      fsync,
-			      "--save",
-			      "",
-			      "--daemonize",
-			      "no",
-			      "--protected-mode",
-			      "no",
-			      NULL};
+	const char *argv[48] = {0};
+	const char *base[] = {"redis-server", "--port", port, "--bind", r->host,
+			      "--unixsocket", r->sock, "--unixsocketperm", "700",
+			      "--dir", r->dir, "--appendonly", "yes",
+			      "--appendfsync", fsync, "--save", "",
+			      "--daemonize", "no", "--protected-mode", "no"};
 	uint64_t end = h_now_ms() + 10000;
+	size_t i, n = 0;
 
+	if (r->netns) {
+		argv[n++] = "ip";
+		argv[n++] = "netns";
+		argv[n++] = "exec";
+		argv[n++] = r->netns;
+	}
+	for (i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+		argv[n++] = base[i];
+	for (i = 0; i < (size_t)r->nextra; i++)
+		argv[n++] = r->extra[i];
 	snprintf(port, sizeof(port), "%d", r->port);
 	snprintf(log, sizeof(log), "%s/redis.log", r->dir);
 	r->pid = spawn(argv, log);
-	while (!redis_pings(r->port)) {
+	while (!redis_answers(r, r->loading_ok)) {
 		if (h_now_ms() > end || wait_exit(r->pid, 0) >= 0) {
 			print_file(log);
 			cr_assert_fail("redis-server did not start");
@@ -222,16 +239,24 @@ static void redis_spawn(struct h_redis *r, const char *fsync)
 
 static char redis_fsync[16];
 
-void h_redis_start(struct h_redis *r, const char *appendfsync)
+void h_redis_start_in(struct h_redis *r, const char *appendfsync,
+		      const char *ns, const char *host)
 {
 	memset(r, 0, sizeof(*r));
 	make_dir(r->dir, "redis");
-	r->port = h_free_port();
+	r->netns = ns;
+	snprintf(r->host, sizeof(r->host), "%s", host ? host : "127.0.0.1");
+	r->port = ns ? 6379 : h_free_port();
 	snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
-	snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%d/0", r->port);
+	snprintf(r->url, sizeof(r->url), "redis://%s:%d/0", r->host, r->port);
 	snprintf(redis_fsync, sizeof(redis_fsync), "%s",
 		 appendfsync ? appendfsync : "always");
 	redis_spawn(r, redis_fsync);
+}
+
+void h_redis_start(struct h_redis *r, const char *appendfsync)
+{
+	h_redis_start_in(r, appendfsync, NULL, NULL);
 }
 
 void h_redis_restart(struct h_redis *r)
@@ -267,7 +292,8 @@ const char *h_redis_cli(const struct h_redis *r, const char *cmd)
 	size_t n = 0, k;
 	FILE *p;
 
-	snprintf(line, sizeof(line), "redis-cli -p %d %s 2>&1", r->port, cmd);
+	snprintf(line, sizeof(line), "redis-cli -h %s -p %d %s 2>&1", r->host,
+		 r->port, cmd);
 	p = popen(line, "r");
 	cr_assert(p != NULL);
 	while (n < sizeof(out) - 1 &&
@@ -294,12 +320,11 @@ static const char *daemon_path(void)
 	return p && p[0] ? p : "build/dlockd";
 }
 
-static void daemon_spawn(struct h_daemon *d)
+static void daemon_exec(struct h_daemon *d)
 {
 	const char *argv[H_ARGS_MAX + 8];
 	char port[16];
-	uint64_t end = h_now_ms() + 15000;
-	int i, n = 0, fd, st;
+	int i, n = 0;
 
 	snprintf(port, sizeof(port), "%d", d->port);
 	argv[n++] = daemon_path();
@@ -308,19 +333,39 @@ static void daemon_spawn(struct h_daemon *d)
 	for (i = 0; i < d->nargs; i++)
 		argv[n++] = d->args[i];
 	argv[n] = NULL;
-	d->pid = spawn(argv, d->log);
+	d->pid = spawn_env(argv, d->log, d->env, d->nenv);
+}
+
+int h_daemon_listening(struct h_daemon *d, int timeout_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+	int fd, st;
+
 	for (;;) {
 		fd = tcp_connect(d->port);
 		if (fd >= 0) {
 			close(fd);
-			return;
+			return 1;
 		}
 		st = wait_exit(d->pid, 0);
-		if (st >= 0 || h_now_ms() > end) {
+		if (st >= 0) {
+			fprintf(stderr, "dlockd exited with status %d\n", st);
 			print_file(d->log);
-			cr_assert_fail("dlockd did not start (status %d)", st);
+			d->pid = 0;
+			return 0;
 		}
+		if (h_now_ms() > end)
+			return 0;
 		h_sleep_ms(5);
+	}
+}
+
+static void daemon_spawn(struct h_daemon *d)
+{
+	daemon_exec(d);
+	if (!h_daemon_listening(d, 15000)) {
+		print_file(d->log);
+		cr_assert_fail("dlockd did not start");
 	}
 }
 
@@ -354,6 +399,11 @@ void h_daemon_start(struct h_daemon *d, ...)
 void h_daemon_restart(struct h_daemon *d)
 {
 	daemon_spawn(d);
+}
+
+void h_daemon_restart_nowait(struct h_daemon *d)
+{
+	daemon_exec(d);
 }
 
 int h_daemon_stop(struct h_daemon *d)

@@ -26,14 +26,22 @@
 
 struct h_redis {
 	pid_t pid;
-	int port;	       /* TCP port on 127.0.0.1 */
+	int port;	       /* TCP port on `host` */
+	char host[32];	       /* 127.0.0.1, or an address in `netns` */
+	const char *netns;     /* NULL, or the namespace it runs in */
 	char dir[H_DIR_MAX];   /* data directory (AOF lives here) */
 	char sock[H_PATH_MAX]; /* unix socket */
-	char url[H_PATH_MAX];  /* redis://127.0.0.1:<port>/0 */
+	char url[H_PATH_MAX];  /* redis://<host>:<port>/0 */
+	const char *extra[8];  /* more arguments for the next (re)start */
+	int nextra;
+	int loading_ok; /* the next (re)start returns while it loads */
 };
 
 struct h_daemon {
 	pid_t pid;
+	const char *env[8]; /* NAME=value added to the next (re)start's
+			       environment (borrowed) */
+	int nenv;
 	int port;
 	char dir[H_DIR_MAX];
 	char log[H_PATH_MAX];
@@ -58,7 +66,12 @@ int h_free_port(void);
 /* Start redis-server with AOF on (appendfsync as given, e.g. "always" or
  * "everysec"); waits until it answers PING. */
 void h_redis_start(struct h_redis *r, const char *appendfsync);
-/* Restart on the same port and data directory (after a stop or kill). */
+/* The same, in network namespace `ns` bound to `host` (see netns.h). */
+void h_redis_start_in(struct h_redis *r, const char *appendfsync,
+		      const char *ns, const char *host);
+/* Restart on the same port and data directory (after a stop or kill),
+ * with r->extra arguments; returns once it answers PING, or, with
+ * r->loading_ok, as soon as it answers at all (-LOADING included). */
 void h_redis_restart(struct h_redis *r);
 void h_redis_stop(struct h_redis *r);  /* SHUTDOWN-free: SIGTERM, wait */
 void h_redis_kill9(struct h_redis *r); /* SIGKILL, wait */
@@ -72,6 +85,11 @@ void h_redis_cleanup(struct h_redis *r); /* rm -rf its directory */
 void h_daemon_start(struct h_daemon *d, ...);
 /* Start again with the same port, directory and arguments. */
 void h_daemon_restart(struct h_daemon *d);
+/* The same, returning at once: the daemon may wait before it listens. */
+void h_daemon_restart_nowait(struct h_daemon *d);
+/* 1 once it accepts connections within timeout_ms; 0 if not (or it
+ * exited: then its log is printed). */
+int h_daemon_listening(struct h_daemon *d, int timeout_ms);
 /* SIGTERM and wait; returns the exit status (0 expected; the log is
  * printed to stderr when it is not). */
 int h_daemon_stop(struct h_daemon *d);

@@ -1,0 +1,586 @@
+/*
+ * test_faults.c -- regressions of the defects that let two owners hold one
+ * lock or stalled the daemon (issue 8): each test reproduces the fault
+ * that exposed one, against the real daemon and a real redis-server, and
+ * fails on the code before the fix.
+ *
+ *   1  a restart that waits for Redis shortened every restored lease;
+ *   2  restored deadlines trusted the wall clock (libfaketime steps it);
+ *   3  deadlines started at the loop's cached time, not the request's;
+ *   4  Redis answering -LOADING killed the daemon at start; an unreadable
+ *      record stopped the start (now: held, logged);
+ *   6  a write on an abandoned Redis connection, arriving late, overwrote
+ *      newer state (a network namespace and an nftables drop rule delay
+ *      it; root only);
+ *   8  a grant held for durability was sent with a TTL it no longer had;
+ *  10  a mass expiry stalled the loop and cut its owner's connection.
+ * (5 is in test_locktab.c, 7 in test_cli.c, 9 and 11 in test_persist.c
+ * and test_server.c.)
+ *
+ * Timing: assertions are about order and bounds that hold whatever the
+ * machine's speed ("not before"); generous limits only bound a failure.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+#include "tests/netns.h"
+
+#define EARLY_MS 50
+#define LATE_MS	 1500
+
+static struct h_redis r;
+static struct h_daemon d;
+static struct h_net net;
+
+static void fini(void)
+{
+	h_daemon_cleanup(&d);
+	h_redis_cleanup(&r);
+	h_net_down(&net);
+}
+
+TestSuite(faults, .fini = fini, .timeout = 180);
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static int starts(const char *s, const char *prefix)
+{
+	return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static void start_daemon(const char *conf)
+{
+	h_daemon_write_conf(&d, conf ? conf : "");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis", r.url,
+		       NULL);
+}
+
+static struct h_client *as(const char *owner)
+{
+	struct h_client *c = h_connect(d.port);
+	char *l = h_call(c, "HELLO owner=%s", owner);
+
+	cr_assert(starts(l, "OK HELLO "), "HELLO: \"%s\"", l);
+	return c;
+}
+
+/* STATUS name: held by owner with token (0: any), or free. */
+static void expect_held(struct h_client *c, const char *name,
+			const char *owner, uint64_t token)
+{
+	char *l = h_call(c, "STATUS %s", name);
+
+	cr_assert_str_eq(h_kv(l, "state"), "held", "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "owner"), owner, "in \"%s\"", l);
+	if (token)
+		cr_assert_eq(h_kv_u64(l, "token"), token, "in \"%s\"", l);
+}
+
+/* Poll STATUS until name is free; returns when. */
+static uint64_t wait_free(struct h_client *c, const char *name, int max_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)max_ms;
+	char *l;
+
+	for (;;) {
+		l = h_call(c, "STATUS %s", name);
+		if (strcmp(h_kv(l, "state"), "free") == 0)
+			return h_now_ms();
+		cr_assert(h_now_ms() < end, "%s still held after %d ms: "
+					    "\"%s\"",
+			  name, max_ms, l);
+		h_sleep_ms(10);
+	}
+}
+
+static void wait_available(struct h_client *c, int max_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)max_ms;
+
+	while (h_stats_value(c, "store_available") != 1) {
+		cr_assert(h_now_ms() < end, "persistence not back in %d ms",
+			  max_ms);
+		h_sleep_ms(20);
+	}
+}
+
+/* ---- 1. a restart that waits for Redis ----------------------------------- */
+
+/* Redis is down when the daemon restarts and comes back 3 s later: the
+ * restored lease still lasts its TTL from then (it used to be shortened by
+ * the wait, and here was gone at once). */
+Test(faults, restart_that_waits_for_redis_keeps_each_lease_its_ttl)
+{
+	struct h_client *a, *b;
+	uint64_t tok, back, freed;
+	char *l;
+
+	h_redis_start(&r, "always");
+	start_daemon("[persistence]\nredis_timeout = 1s\n");
+	a = as("alice");
+	tok = h_lock(a, "x", "ttl=4s");
+	h_daemon_kill9(&d);
+	h_close(a);
+	h_redis_stop(&r);
+	h_daemon_restart_nowait(&d);
+	h_sleep_ms(3000);
+	cr_assert(!h_daemon_listening(&d, 0) && d.pid > 0,
+		  "dlockd serves (or died) without its state");
+	back = h_now_ms();
+	h_redis_restart(&r);
+	cr_assert(h_daemon_listening(&d, 15000), "dlockd did not start");
+	b = as("bob");
+	l = h_call(b, "TRYLOCK x");
+	cr_assert(starts(l, "NO BUSY x "), "alice's lease was lost: \"%s\"", l);
+	expect_held(b, "x", "alice", tok);
+	freed = wait_free(b, "x", 4000 + LATE_MS * 2);
+	cr_assert_geq(freed - back, 4000 - EARLY_MS,
+		      "the 4 s lease ended %llu ms after Redis came back",
+		      (unsigned long long)(freed - back));
+	h_close(b);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* ---- 2. the wall clock stepped while the daemon was down ------------------ */
+
+#define FAKETIME_LIB "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+static void restart_with_clock(const char *offset)
+{
+	static char ft[64];
+
+	snprintf(ft, sizeof(ft), "FAKETIME=%s", offset);
+	d.nenv = 0;
+	d.env[d.nenv++] = "LD_PRELOAD=" FAKETIME_LIB;
+	d.env[d.nenv++] = ft;
+	d.env[d.nenv++] = "FAKETIME_DONT_FAKE_MONOTONIC=1";
+	/* An ASan build otherwise refuses a preloaded library. */
+	d.env[d.nenv++] = "ASAN_OPTIONS=verify_asan_link_order=0";
+	h_daemon_restart(&d);
+}
+
+/* A 3 s lease, the daemon killed and restarted with its wall clock moved
+ * by `offset`: the lease lasts 3 s from the restart, neither shorter
+ * (clock forward: it used to be free at once) nor longer (clock back: it
+ * used to last 23 s). */
+static void clock_step(const char *offset)
+{
+	struct h_client *a, *b;
+	uint64_t tok, r0, freed;
+	char *l;
+
+	if (access(FAKETIME_LIB, R_OK) != 0)
+		cr_skip_test("libfaketime is not installed (%s)", FAKETIME_LIB);
+	h_redis_start(&r, "always");
+	start_daemon(NULL);
+	a = as("alice");
+	tok = h_lock(a, "x", "ttl=3s");
+	h_daemon_kill9(&d);
+	h_close(a);
+	r0 = h_now_ms();
+	restart_with_clock(offset);
+	b = as("bob");
+	l = h_call(b, "TRYLOCK x");
+	cr_assert(starts(l, "NO BUSY x "), "clock %s: alice's lease lost: "
+					   "\"%s\"",
+		  offset, l);
+	expect_held(b, "x", "alice", tok);
+	freed = wait_free(b, "x", 3000 + LATE_MS * 2);
+	cr_assert_geq(freed - r0, 3000 - EARLY_MS,
+		      "clock %s: the 3 s lease ended %llu ms after the restart",
+		      offset, (unsigned long long)(freed - r0));
+	cr_assert_gt(h_lock(b, "x", "wait=0"), tok);
+	h_close(b);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+Test(faults, restart_with_the_clock_stepped_forward_keeps_leases_their_ttl)
+{
+	clock_step("+20s");
+}
+
+Test(faults, restart_with_the_clock_stepped_back_ends_leases_on_time)
+{
+	clock_step("-20s");
+}
+
+/* ---- 3. time is read when the request is read ----------------------------- */
+
+/* Replies of the burst are read by nobody: a big max_output keeps the
+ * connection (and the loop's work) going. */
+#define BURST_LINES 8000
+
+/* The daemon is stopped while b's burst of STATS and a's PING arrive. It
+ * resumes and works through the burst (one long loop iteration); 30 ms
+ * later a sends LOCK x ttl=150, read in that same iteration. The lease
+ * must last 150 ms from the moment the request was sent, at least: its
+ * * EXPIRED may not come sooner (it came ~30 ms early when the deadline
+ * was counted from the iteration's start). */
+Test(faults, lease_counts_from_when_its_request_was_read)
+{
+	struct h_client *a, *b;
+	uint64_t sent, expired;
+	static char burst[BURST_LINES * 7];
+	size_t i;
+	char *l;
+
+	h_daemon_write_conf(&d, "[limits]\nmax_output = 268435456\n"
+				"tick = 1ms\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	a = h_connect(d.port);
+	b = h_connect(d.port);
+	for (i = 0; i < BURST_LINES; i++)
+		memcpy(burst + i * 7, "STATS\r\n", 7);
+	h_daemon_signal(&d, SIGSTOP);
+	h_sleep_ms(50);
+	cr_assert_eq(h_send_raw(b, burst, sizeof(burst)), 0);
+	h_send(a, "PING");
+	h_sleep_ms(50);
+	h_daemon_signal(&d, SIGCONT);
+	h_sleep_ms(30);
+	sent = h_now_ms();
+	h_send(a, "LOCK x ttl=150");
+	h_expect(a, "OK PONG");
+	l = h_line(a);
+	cr_assert(starts(l, "OK GRANTED x "), "LOCK x: \"%s\"", l);
+	l = h_read(a, 5000);
+	expired = h_now_ms();
+	cr_assert(l && starts(l, "* EXPIRED x "), "no EXPIRED: \"%s\"",
+		  l ? l : "");
+	cr_assert_geq(expired - sent, 150,
+		      "the 150 ms lease expired %llu ms after its LOCK was sent",
+		      (unsigned long long)(expired - sent));
+	h_close(a);
+	h_close(b);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* ---- 4. Redis not ready, records unreadable ------------------------------ */
+
+/* Enough keys for --key-load-delay to make Redis load for seconds (a
+ * usleep(20) per key takes about 120 us: 3 s). */
+#define PAD_KEYS  "25000"
+#define LOAD_WAIT "20"
+
+static void redis_restart_loading(void)
+{
+	h_redis_stop(&r);
+	r.nextra = 0;
+	r.extra[r.nextra++] = "--key-load-delay";
+	r.extra[r.nextra++] = LOAD_WAIT;
+	/* answer (-LOADING) while loading, not only every 2 MB read */
+	r.extra[r.nextra++] = "--loading-process-events-interval-bytes";
+	r.extra[r.nextra++] = "1024";
+	r.loading_ok = 1;
+	h_redis_restart(&r);
+	cr_assert(strstr(h_redis_cli(&r, "PING"), "LOADING"),
+		  "redis is not loading: the test proves nothing");
+}
+
+/* dlockd started while Redis loads its data (-LOADING) waits, then serves
+ * with the lease restored (it used to exit: "dlock:token: not a token");
+ * Redis restarted under it and loading again costs availability only. */
+Test(faults, redis_loading_is_waited_for_at_start_and_while_serving)
+{
+	struct h_client *a, *b;
+	uint64_t tok;
+	char *l;
+
+	h_redis_start(&r, "always");
+	start_daemon("[persistence]\nredis_timeout = 1s\n");
+	a = as("alice");
+	tok = h_lock(a, "x", "ttl=120s");
+	h_daemon_kill9(&d);
+	h_close(a);
+	h_redis_cli(&r, "EVAL \"for i=1," PAD_KEYS
+			" do redis.call('SET','pad:'..i,'x') end\" 0");
+	h_redis_cli(&r, "BGREWRITEAOF");
+	cr_assert(h_redis_wait(&r, "INFO persistence",
+			       "aof_rewrite_in_progress:0", 1, 30000));
+	h_sleep_ms(500);
+	redis_restart_loading();
+	h_daemon_restart_nowait(&d);
+	cr_assert(h_daemon_listening(&d, 60000),
+		  "dlockd did not wait for redis to load");
+	cr_assert(h_daemon_log_has(&d, "LOADING"),
+		  "the log does not say why it waited");
+	b = as("bob");
+	expect_held(b, "x", "alice", tok);
+
+	/* Redis restarts and loads while the daemon serves. */
+	redis_restart_loading();
+	l = h_call(b, "LOCK y wait=0");
+	cr_assert(starts(l, "ERR UNAVAILABLE") || starts(l, "OK GRANTED y "),
+		  "LOCK y while redis loads: \"%s\"", l);
+	h_close(b);
+	b = NULL;
+	cr_assert(h_daemon_alive(&d), "dlockd died while redis loaded");
+	b = as("bob");
+	wait_available(b, 60000);
+	expect_held(b, "x", "alice", tok);
+	h_close(b);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* Write a raw value to a key (records have newlines: redis-cli -x). */
+static void redis_set_raw(const char *key, const char *printf_fmt)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd),
+		 "printf '%s' | redis-cli -h %s -p %d -x SET %s >/dev/null",
+		 printf_fmt, r.host, r.port, key);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+/* Records the daemon cannot read (a hold count of 0, a key of the wrong
+ * type, a token that is not a number) neither stop the start (they used
+ * to: exit 5) nor free their locks: each is held by the reserved owner,
+ * and logged with its key. */
+Test(faults, unreadable_records_are_held_and_logged_not_fatal)
+{
+	struct h_client *b;
+	uint64_t tok;
+	char *l;
+
+	h_redis_start(&r, "always");
+	redis_set_raw("dlock:lock:bad", "dlock1\\nH 5 0 0 1000 bob");
+	redis_set_raw("dlock:lock:good", "dlock1\\nH 7 0 1 60000 carol");
+	redis_set_raw("dlock:token", "garbage");
+	h_redis_cli(&r, "RPUSH dlock:lock:wrong x");
+	h_redis_cli(&r, "SADD dlock:locks bad good wrong");
+	start_daemon(NULL);
+	b = as("bob");
+	expect_held(b, "bad", "dlockd=unreadable", 0);
+	expect_held(b, "wrong", "dlockd=unreadable", 0);
+	expect_held(b, "good", "carol", 7);
+	l = h_call(b, "TRYLOCK bad");
+	cr_assert(starts(l, "NO BUSY bad "), "TRYLOCK bad: \"%s\"", l);
+	cr_assert(h_daemon_log_has(&d, "dlock:lock:bad: record unreadable"));
+	cr_assert(h_daemon_log_has(&d, "dlock:lock:wrong: record unreadable"));
+	cr_assert(h_daemon_log_has(&d, "not a token"));
+	tok = h_lock(b, "fresh", "ttl=1s");
+	cr_assert_gt(tok, 7);
+	h_close(b);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* ---- 6. a late write of an abandoned connection ------------------------- */
+
+/* The source port of the daemon's connection to Redis (CLIENT LIST, the
+ * redis-cli's own connection left out). */
+static int daemon_redis_port(void)
+{
+	static char out[65536];
+	char host[40], *line, *save = NULL, *a;
+	int port = 0;
+
+	snprintf(out, sizeof(out), "%s", h_redis_cli(&r, "CLIENT LIST"));
+	snprintf(host, sizeof(host), "addr=%s:", net.host);
+	for (line = strtok_r(out, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save))
+		if ((a = strstr(line, host)) && !strstr(line, "cmd=client"))
+			port = atoi(a + strlen(host));
+	return port;
+}
+
+/* UNLOCK's write is sent on a connection whose packets are then dropped:
+ * the daemon gives up on it (redis_timeout), re-syncs on a new one, and
+ * bob takes the lock. When the old packets finally get through (TCP
+ * retransmission after the drop rule is gone), their write must not
+ * apply: it would delete bob's record (a restart would then lose his
+ * lease). The writer fence makes Redis refuse it (errorstat FENCED). */
+Test(faults, late_write_of_an_abandoned_redis_connection_does_not_apply)
+{
+	struct h_client *a, *b;
+	uint64_t tokA, tokB;
+	char want[64], *l;
+	int port, i;
+
+	if (!h_net_possible())
+		cr_skip_test("needs root, ip(8) and nft(8)");
+	h_net_up(&net);
+	h_redis_start_in(&r, "always", net.ns, net.peer);
+	start_daemon("[persistence]\nredis_timeout = 500ms\n");
+	a = as("alice");
+	tokA = h_lock(a, "x", "ttl=60s");
+	port = daemon_redis_port();
+	cr_assert_gt(port, 0, "no daemon connection in CLIENT LIST: %s",
+		     h_redis_cli(&r, "CLIENT LIST"));
+	h_net_drop(&net, port);
+	l = h_call(a, "UNLOCK x %llu", (unsigned long long)tokA);
+	cr_assert_str_eq(l, "OK RELEASED x");
+	b = as("bob");
+	wait_available(b, 10000);
+	tokB = h_lock(b, "x", "ttl=60s");
+	h_net_heal(&net);
+	/* The old connection's retransmission arrives within a few RTOs:
+	 * refused (FENCED), or applied over bob's record. */
+	snprintf(want, sizeof(want), "H %llu ", (unsigned long long)tokB);
+	for (i = 0; i < 300; i++) {
+		l = (char *)h_redis_cli(&r, "GET dlock:lock:x");
+		if (!strstr(l, want) ||
+		    strstr(h_redis_cli(&r, "INFO errorstats"),
+			   "errorstat_FENCED"))
+			break;
+		h_sleep_ms(50);
+	}
+	l = (char *)h_redis_cli(&r, "GET dlock:lock:x");
+	cr_assert(strstr(l, want) && strstr(l, " bob"),
+		  "bob's record was overwritten by a late write: \"%s\"", l);
+	cr_assert(strstr(h_redis_cli(&r, "INFO errorstats"),
+			 "errorstat_FENCED"),
+		  "the late write never reached redis: the test proves "
+		  "nothing (INFO errorstats: %s)",
+		  h_redis_cli(&r, "INFO errorstats"));
+	h_daemon_kill9(&d);
+	h_daemon_restart(&d);
+	h_close(b);
+	b = as("bob");
+	expect_held(b, "x", "bob", tokB);
+	h_close(a);
+	h_close(b);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* ---- 8. a held grant states the TTL that remains ----------------------- */
+
+/* Redis pauses 2.5 s (less than redis_timeout): LOCK x ttl=1500 and LOCK y
+ * ttl=10s wait for it. x's lease ends meanwhile: its grant says 0 and its
+ * * EXPIRED follows (it used to say 1500); y's says what is left, never
+ * the 10000 asked. */
+Test(faults, grant_held_for_a_slow_redis_states_the_ttl_that_remains)
+{
+	struct h_client *a;
+	uint64_t t0, t_cont, ttl;
+	char *l;
+
+	h_redis_start(&r, "always");
+	start_daemon("[persistence]\nredis_timeout = 10s\n");
+	a = as("alice");
+	h_lock(a, "warm", "ttl=60s");
+	kill(r.pid, SIGSTOP);
+	t0 = h_now_ms();
+	h_send(a, "LOCK x ttl=1500");
+	h_send(a, "LOCK y ttl=10s");
+	h_sleep_ms(2500);
+	t_cont = h_now_ms();
+	kill(r.pid, SIGCONT);
+	l = h_line(a);
+	cr_assert(starts(l, "OK GRANTED x "), "LOCK x: \"%s\"", l);
+	cr_assert_eq(h_arg_u64(l, 2), 0, "x ended while held: \"%s\"", l);
+	l = h_line(a);
+	cr_assert(starts(l, "OK GRANTED y "), "LOCK y: \"%s\"", l);
+	ttl = h_arg_u64(l, 2);
+	cr_assert_leq(ttl + (t_cont - t0), 10000 + EARLY_MS,
+		      "y's grant says %llu ms after a %llu ms wait: \"%s\"",
+		      (unsigned long long)ttl,
+		      (unsigned long long)(t_cont - t0), l);
+	l = h_line(a);
+	cr_assert(starts(l, "* EXPIRED x "), "then: \"%s\"", l);
+	h_close(a);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* ---- 10. a mass expiry ------------------------------------------------ */
+
+#define MASS 100000
+
+struct counter {
+	struct h_client *c;
+	atomic_int n;	   /* * EXPIRED lines read */
+	atomic_int closed; /* EOF or error before MASS */
+};
+
+static void *count_expired(void *arg)
+{
+	struct counter *k = arg;
+	char *l;
+
+	while (atomic_load(&k->n) < MASS) {
+		l = h_read(k->c, 20000);
+		if (!l) {
+			atomic_store(&k->closed, 1);
+			break;
+		}
+		if (starts(l, "* EXPIRED "))
+			atomic_fetch_add(&k->n, 1);
+	}
+	return NULL;
+}
+
+struct locker {
+	struct h_client *c;
+	int n;
+};
+
+static void *send_locks(void *arg)
+{
+	struct locker *s = arg;
+	char line[64];
+	int i, n;
+
+	for (i = 0; i < s->n; i++) {
+		n = snprintf(line, sizeof(line), "LOCK m%06d ttl=3s\r\n", i);
+		if (h_send_raw(s->c, line, (size_t)n))
+			break;
+	}
+	return NULL;
+}
+
+/* 100000 leases of one owner fall due together (the daemon was stopped
+ * past their deadlines). The reaping goes in budgets with I/O between
+ * them: another client's PING is answered while it goes on, and the
+ * owner, reading, receives every * EXPIRED (it used to be cut for "not
+ * reading" after none, and the PING waited for the whole reap). */
+Test(faults, mass_expiry_is_reaped_in_budgets_with_io_between)
+{
+	static struct counter k;
+	static struct locker s;
+	struct h_client *o, *p;
+	pthread_t th;
+	int i, at_pong;
+	char *l;
+
+	h_daemon_write_conf(&d, "[limits]\nmax_locks_per_owner = 200000\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	o = h_connect(d.port);
+	p = h_connect(d.port);
+	s = (struct locker){o, MASS};
+	cr_assert_eq(pthread_create(&th, NULL, send_locks, &s), 0);
+	for (i = 0; i < MASS; i++) {
+		l = h_read(o, 10000);
+		cr_assert(l && starts(l, "OK GRANTED m"), "LOCK %d: \"%s\"", i,
+			  l ? l : "");
+	}
+	pthread_join(th, NULL);
+	h_daemon_signal(&d, SIGSTOP);
+	h_sleep_ms(3500);
+	k = (struct counter){.c = o};
+	cr_assert_eq(pthread_create(&th, NULL, count_expired, &k), 0);
+	h_send(p, "PING during");
+	h_daemon_signal(&d, SIGCONT);
+	l = h_read(p, 20000);
+	at_pong = atomic_load(&k.n);
+	cr_assert(l && strcmp(l, "OK PONG during") == 0, "PING: \"%s\"",
+		  l ? l : "");
+	pthread_join(th, NULL);
+	cr_log_info("PONG after %d of %d * EXPIRED", at_pong, MASS);
+	cr_assert_eq(atomic_load(&k.n), MASS,
+		     "the owner received %d of %d * EXPIRED (closed: %d)",
+		     atomic_load(&k.n), MASS, atomic_load(&k.closed));
+	cr_assert_lt(at_pong, MASS,
+		     "the PING waited for the whole reap");
+	cr_assert_eq(h_stats_value(p, "output_overflows"), 0);
+	h_close(o);
+	h_close(p);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
