@@ -55,7 +55,8 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/conn.c server/cmd.c server/server.c server/store.c \
               server/notify.c server/record.c server/store_load.c \
               server/stats.c server/metrics.c server/buf.c \
-              server/htab.c server/locktab_ops.c server/store_batch.c
+              server/htab.c server/locktab_ops.c server/store_batch.c \
+              server/locktab_verify.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c
 UNIT_TESTS := test_proto test_wheel test_locktab test_config test_record
@@ -67,7 +68,8 @@ SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(O)/%.o)
 # The lock table and what it is made of, for the unit tests.
 LOCKTAB_OBJ := $(O)/server/locktab.o $(O)/server/locktab_ops.o \
-               $(O)/server/htab.o $(O)/server/wheel.o
+               $(O)/server/locktab_verify.o $(O)/server/htab.o \
+               $(O)/server/wheel.o
 # libdlock.so is built from position-independent copies of its objects.
 LIB_PIC_OBJ := $(patsubst %.c,$(O)/pic/%.o,$(CLIENT_SRC) $(PROTO_SRC))
 LIBDLOCK_A  := $(O)/libdlock.a

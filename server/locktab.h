@@ -352,6 +352,10 @@ int dl_locktab_quarantine(struct dl_locktab *t, struct dl_str name,
  * failure the table still grows as needed). */
 void dl_locktab_reserve(struct dl_locktab *t, size_t n);
 
+/* Check every invariant above over the whole table (tests and fuzzers;
+ * it walks everything). 0, or -1 with `why` saying which one broke. */
+int dl_locktab_verify(const struct dl_locktab *t, char *why, size_t whylen);
+
 /* Lookups for the store and tests. */
 const struct dl_lock *dl_locktab_find(struct dl_locktab *t, struct dl_str name);
 struct dl_str dl_lock_name(const struct dl_lock *lk);

@@ -42,6 +42,8 @@ struct rec {
 	char name[DL_NAME_MAX + 1];
 	uint64_t token;
 	uint64_t ttl;
+	uint64_t wait_deadline;
+	uint32_t asked_ttl_ms;
 	char tag[DL_TAG_MAX + 1];
 	size_t tag_len;
 	struct dl_session *sess;
@@ -89,6 +91,8 @@ static void on_event(struct dl_session *s, const struct dl_event *ev, void *ctx)
 		memcpy(r->name, ev->name.p, ev->name.len);
 	r->token = ev->token;
 	r->ttl = ev->ttl_ms;
+	r->wait_deadline = ev->wait_deadline;
+	r->asked_ttl_ms = ev->asked_ttl_ms;
 	r->tag_len = ev->tag.len;
 	if (ev->tag.len <= DL_TAG_MAX && ev->tag.len > 0)
 		memcpy(r->tag, ev->tag.p, ev->tag.len);
@@ -129,10 +133,16 @@ static void client_close(struct client *c)
 
 static void teardown(void)
 {
+	char why[256];
 	int i;
 
+	/* Every test leaves the table consistent, sessions open or not. */
+	if (dl_locktab_verify(tab, why, sizeof(why)) != 0)
+		cr_fatal("invariant broken at the end of the test: %s", why);
 	for (i = 0; i < nclients; i++)
 		client_close(&clients[i]);
+	if (dl_locktab_verify(tab, why, sizeof(why)) != 0)
+		cr_fatal("invariant broken after closing the sessions: %s", why);
 	dl_locktab_free(tab);
 	tab = NULL;
 	free(seen);
@@ -1567,6 +1577,129 @@ Test(locktab, lease_expiring_while_suspended_grants_its_waiter_only_on_resume)
 }
 
 /* ---- dirty set ----------------------------------------------------------- */
+
+/* ---- withdrawn grants, quarantine, reset --------------------------------- */
+
+static int revoke(struct client *c, const char *name, uint64_t token,
+		  int requeue, uint32_t ttl, uint64_t wait_deadline)
+{
+	return dl_locktab_revoke(tab, &c->s, str(name), token, requeue, ttl,
+				 wait_deadline, DL_STR_NULL);
+}
+
+Test(locktab, withdrawn_grant_frees_the_lock_without_an_expired_event)
+{
+	struct client *a = client_new("alice");
+	uint64_t tok = must_grant(a, "x", 1000);
+
+	dl_locktab_suspend_grants(tab, 1);
+	cr_assert(eq(int, revoke(a, "x", tok, 0, 0, 0), 0));
+	cr_assert(eq(int, status("x").held, 0));
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, NULL), 0));
+	cr_assert(eq(u64, dl_locktab_stats(tab)->revokes, 1));
+	dl_locktab_suspend_grants(tab, 0);
+	cr_assert(gt(u64, must_grant(a, "x", 1000), tok));
+}
+
+Test(locktab, withdrawn_reentry_takes_back_one_hold_only)
+{
+	struct client *a = client_new("alice");
+	uint64_t tok = must_grant(a, "x", 1000);
+
+	cr_assert(eq(u64, must_grant(a, "x", 1000), tok));
+	cr_assert(eq(int, revoke(a, "x", tok, 0, 0, 0), 0));
+	cr_assert(eq(u32, status("x").count, 1));
+	cr_assert(eq(u64, status("x").token, tok));
+}
+
+Test(locktab, withdrawn_grant_of_a_waiter_puts_it_back_at_the_head)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct client *c = client_new("carol");
+	uint64_t ta = must_grant(a, "x", 1000), tb;
+	const struct rec *ev;
+
+	must_queue(b, "x", 700, 5000, "b1");
+	must_release(a, "x", ta);
+	ev = last_ev(DL_EVENT_GRANTED, b);
+	tb = ev->token;
+	cr_assert(eq(u64, ev->wait_deadline, T0 + 5000));
+	cr_assert(eq(u32, ev->asked_ttl_ms, 700));
+	must_queue(c, "x", 1000, DL_WAIT_INF, NULL); /* behind the lease */
+	dl_locktab_suspend_grants(tab, 1);
+	cr_assert(eq(int, revoke(b, "x", tb, 1, 700, T0 + 5000), 0));
+	cr_assert(eq(int, status("x").held, 0));
+	cr_assert(eq(u32, status("x").waiters, 2));
+	dl_locktab_suspend_grants(tab, 0);
+	ev = last_ev(DL_EVENT_GRANTED, b);
+	cr_assert(gt(u64, ev->token, tb), "granted again, with a new token");
+	cr_assert(eq(u64, ev->ttl, 700));
+	cr_assert(eq(int, strcmp(cstr(status("x").owner), "bob"), 0));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, c), 0));
+}
+
+Test(locktab, re_queued_waiter_keeps_its_wait_deadline)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	uint64_t ta = must_grant(a, "x", 1000);
+
+	must_queue(b, "x", 700, 200, NULL);
+	must_release(a, "x", ta);
+	dl_locktab_suspend_grants(tab, 1);
+	cr_assert(eq(int, revoke(b, "x", last_ev(DL_EVENT_GRANTED, b)->token,
+				 1, 700, T0 + 200),
+		     0));
+	advance(200 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_TIMEOUT, b), 1));
+	cr_assert(eq(u32, status("x").waiters, 0));
+}
+
+Test(locktab, quarantined_lock_is_held_by_nobody_who_can_release_it)
+{
+	struct client *a = client_new("alice");
+	struct client *q = client_new("dlockd");
+	struct dl_result r;
+	uint64_t before = dl_locktab_last_token(tab);
+
+	cr_assert(eq(int, dl_locktab_quarantine(tab, str("bad"), 1000,
+						 T0 + 1000),
+		     0));
+	cr_assert(eq(int, strcmp(cstr(status("bad").owner),
+				 DL_QUARANTINE_OWNER),
+		     0));
+	cr_assert(gt(u64, status("bad").token, before));
+	EXPECT(acq(a, "bad", 1000, 0, NULL, &r), r, DL_BUSY);
+	EXPECT(rel(q, "bad", status("bad").token, &r), r, DL_NOT_HOLDER);
+	advance_to(1000 + TICK);
+	cr_assert(eq(int, status("bad").held, 0));
+	must_grant(a, "bad", 1000);
+	cr_assert(eq(int, dl_locktab_quarantine(tab, str("no space"), 1000,
+						 T0 + 5000),
+		     DL_EBADARG));
+}
+
+Test(locktab, reset_leaves_an_empty_consistent_table)
+{
+	uint64_t tok;
+
+	cr_assert(eq(int, dl_locktab_restore_lease(tab, str("x"), str("al"), 77,
+						    2, 1000, T0 + 1000,
+						    DL_STR_NULL),
+		     0));
+	cr_assert(eq(int, dl_locktab_restore_waiter(tab, str("x"), str("bo"),
+						     1000, UINT64_MAX,
+						     T0 + 500, DL_STR_NULL),
+		     0));
+	dl_locktab_reset(tab);
+	cr_assert(eq(u64, dl_locktab_stats(tab)->locks, 0));
+	cr_assert(eq(u64, dl_locktab_stats(tab)->owners, 0));
+	cr_assert(eq(u64, dl_locktab_last_token(tab), 0));
+	cr_assert(eq(int, dl_locktab_timeout(tab), -1));
+	tok = must_grant(client_new("carol"), "x", 1000);
+	cr_assert(eq(u64, tok, 1));
+}
 
 Test(locktab, every_state_change_marks_its_lock_dirty)
 {

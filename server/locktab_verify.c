@@ -1,0 +1,161 @@
+/*
+ * locktab_verify.c -- a full check of the lock table's invariants, for
+ * tests and fuzzers (dl_locktab_verify in locktab.h). It walks every lock,
+ * lease, waiter and owner: O(size of the table), never on the daemon's
+ * request path.
+ */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "server/locktab.h"
+#include "server/locktab_private.h"
+
+struct verify {
+	const struct dl_locktab *t;
+	uint64_t leases, waiters, locks, placeholders, timed, dirty;
+	char *why;
+	size_t whylen;
+};
+
+static int fail(struct verify *v, const struct dl_lock *lk, const char *what)
+{
+	snprintf(v->why, v->whylen, "lock %.*s: %s", (int)lk->hn.len, lk->name,
+		 what);
+	return -1;
+}
+
+static int verify_holders(struct verify *v, const struct dl_lock *lk)
+{
+	const struct dl_lease *l, *m;
+	uint32_t n = 0;
+
+	for (l = lk->holders; l; l = l->next, n++) {
+		if (l->lock != lk)
+			return fail(v, lk, "a holder points at another lock");
+		if (l->count < 1)
+			return fail(v, lk, "hold count 0");
+		if (l->token == 0 || l->token > v->t->last_token)
+			return fail(v, lk, "token 0 or above the last issued");
+		if (!dl_wheel_pending(&l->timer))
+			return fail(v, lk, "a lease without a deadline");
+		if (l->ttl_ms == 0)
+			return fail(v, lk, "a lease with TTL 0");
+		for (m = l->next; m; m = m->next)
+			if (m->owner == l->owner || m->token == l->token)
+				return fail(v, lk, "two leases of one owner or "
+						   "token");
+		v->timed++;
+	}
+	if (n != lk->nholders || n > v->t->max_holders)
+		return fail(v, lk, "holder count wrong or over the maximum");
+	v->leases += n;
+	return 0;
+}
+
+static int verify_queue(struct verify *v, const struct dl_lock *lk)
+{
+	const struct dl_waiter *w, *prev = NULL;
+	uint32_t n = 0;
+
+	for (w = lk->qhead; w; prev = w, w = w->qnext, n++) {
+		if (w->lock != lk || w->qprev != prev)
+			return fail(v, lk, "queue links broken");
+		if (w->ttl_ms == 0)
+			return fail(v, lk, "a waiter asking for TTL 0");
+		if (dl_wheel_pending(&w->timer) !=
+		    (w->wait_deadline != UINT64_MAX || !w->sess))
+			return fail(v, lk, "a waiter's timer does not match "
+					   "its deadline");
+		v->timed += dl_wheel_pending(&w->timer);
+		v->placeholders += !w->sess;
+	}
+	if (lk->qtail != prev || n != lk->nwaiters)
+		return fail(v, lk, "queue tail or count wrong");
+	v->waiters += n;
+	return 0;
+}
+
+/* Nobody that could be served waits: a lock with room (or whose head's
+ * owner holds it, a reentry) has an empty queue or a placeholder at its
+ * head, unless grants are suspended. */
+static int verify_served(struct verify *v, const struct dl_lock *lk)
+{
+	const struct dl_waiter *w = lk->qhead;
+	const struct dl_lease *l;
+
+	if (v->t->suspended || !w || !w->sess)
+		return 0;
+	if (lk->nholders < v->t->max_holders)
+		return fail(v, lk, "room free and a live waiter at the head");
+	l = dl__holder_of(lk, w->owner);
+	if (l && l->count < DL_REENTRY_MAX)
+		return fail(v, lk, "the head waits for a lock its owner holds");
+	return 0;
+}
+
+static int verify_lock(struct verify *v, const struct dl_lock *lk)
+{
+	v->locks++;
+	v->dirty += lk->dirty;
+	if (!lk->holders && !lk->qhead && !lk->dirty)
+		return fail(v, lk, "empty and not waiting for the store");
+	if (verify_holders(v, lk) || verify_queue(v, lk))
+		return -1;
+	return verify_served(v, lk);
+}
+
+/* Owners: their counts add up to the leases and waiters found. */
+static int verify_owners(struct verify *v)
+{
+	const struct dl_htab *h = &v->t->owners;
+	const struct dl_owner *o;
+	const struct dl_hnode *n;
+	uint64_t leases = 0, waiters = 0, owners = 0;
+	size_t i;
+
+	for (i = 0; i <= h->mask; i++)
+		for (n = h->b[i]; n; n = n->next) {
+			o = (const struct dl_owner *)((const char *)n -
+						      offsetof(struct dl_owner,
+							       hn));
+			leases += o->nleases;
+			waiters += o->nwaiters;
+			owners++;
+			if (!o->sessions && !o->nleases && !o->nwaiters) {
+				snprintf(v->why, v->whylen,
+					 "owner %.*s: nothing refers to it",
+					 (int)o->hn.len, o->id);
+				return -1;
+			}
+		}
+	if (leases != v->leases || waiters != v->waiters ||
+	    owners != v->t->st.owners) {
+		snprintf(v->why, v->whylen, "owner counts do not add up");
+		return -1;
+	}
+	return 0;
+}
+
+int dl_locktab_verify(const struct dl_locktab *t, char *why, size_t whylen)
+{
+	struct verify v = {.t = t, .why = why, .whylen = whylen};
+	const struct dl_hnode *n;
+	size_t i;
+
+	for (i = 0; i <= t->locks.mask; i++)
+		for (n = t->locks.b[i]; n; n = n->next)
+			if (verify_lock(&v, (const struct dl_lock *)(
+						    (const char *)n -
+						    offsetof(struct dl_lock,
+							     hn))))
+				return -1;
+	if (v.locks != t->st.locks || v.leases != t->st.leases ||
+	    v.waiters != t->st.waiters || v.placeholders != t->placeholders ||
+	    v.dirty != t->ndirty || v.timed != dl_wheel_count(&t->wheel)) {
+		snprintf(why, whylen,
+			 "totals do not add up (locks, leases, waiters, "
+			 "placeholders, dirty set or wheel)");
+		return -1;
+	}
+	return verify_owners(&v);
+}
