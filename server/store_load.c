@@ -167,6 +167,8 @@ static int take_fence(struct load_ctx *x, char *fence, size_t len)
 	if (!(r = RUN(x, &rc, 0, "INCR", x->st->fence_key)))
 		return rc;
 	snprintf(fence, len, "%lld", r->integer);
+	if (r->integer == 1) /* kept over retries, until persist_all() */
+		x->st->upgrade = 1;
 	freeReplyObject(r);
 	return 0;
 }
@@ -528,6 +530,50 @@ static int read_names(struct load_ctx *x, struct names *nm)
 	return rc;
 }
 
+/* Records written by dlockd 0.1 carry a Redis expiry (deadline + 60 s):
+ * a lease restored for its TTL from now could outlive its key. The first
+ * start with fenced writes (the fence did not exist) removes them. */
+static int persist_all(struct load_ctx *x, const struct names *nm)
+{
+	struct dl_store *st = x->st;
+	const char *argv[2] = {"PERSIST", NULL};
+	size_t lens[2] = {7, 0}, i, n;
+	redisReply *r;
+	int rc = 0;
+
+	for (i = 0; i < nm->n; i += n) {
+		for (n = 0; n < DL_STORE_LOAD_BATCH && i + n < nm->n; n++) {
+			st->val.len = 0;
+			if (dl_buf_add(&st->val, st->lock_prefix,
+				       st->lock_prefix_len) ||
+			    dl_buf_add(&st->val, nm->v[i + n].p,
+				       nm->v[i + n].len))
+				return DL_ENOMEM;
+			argv[1] = st->val.p;
+			lens[1] = st->val.len;
+			if (redisAppendCommandArgv(x->c, 2, argv, lens) !=
+			    REDIS_OK)
+				return DL_ENOMEM;
+		}
+		while (n-- > 0 && !rc) {
+			r = NULL;
+			if (redisGetReply(x->c, (void **)&r) != REDIS_OK || !r)
+				rc = set_err(x, DL_EUNAVAILABLE, "PERSIST: %s",
+					     x->c->errstr);
+			if (r)
+				freeReplyObject(r);
+		}
+		if (rc)
+			return rc;
+	}
+	if (nm->n)
+		dl_notice("redis: first start with fenced writes: expiries "
+			  "removed from %zu records",
+			  nm->n);
+	st->upgrade = 0;
+	return 0;
+}
+
 /* ---- the load ------------------------------------------------------------
  */
 
@@ -592,7 +638,8 @@ static int load(struct load_ctx *x, uint64_t unix_ms)
 	if ((rc = connect_redis(x)) ||
 	    (rc = take_fence(x, fence, sizeof(fence))) ||
 	    (rc = read_token(x, &stored)) || (rc = read_names(x, &nm)) ||
-	    (rc = load_records(x, &nm))) {
+	    (rc = load_records(x, &nm)) ||
+	    (st->upgrade && (rc = persist_all(x, &nm)))) {
 		names_free(&nm);
 		return rc;
 	}

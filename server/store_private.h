@@ -62,6 +62,7 @@ struct dl_store {
 	redisAsyncContext *ac; /* NULL while DOWN */
 	enum link link;
 	int synced;		/* Redis holds the table: skip a re-sync */
+	int upgrade;		/* records may carry 0.1's expiry (store_load.c) */
 	char fence[24];		/* this link's writer fence (decimal) */
 	uint64_t link_since_ms; /* when the link entered its state */
 	uint64_t retry_at_ms;	/* DOWN: next connect attempt */

@@ -373,6 +373,25 @@ Test(faults, unreadable_records_are_held_and_logged_not_fatal)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+/* dlockd 0.1 wrote records with a Redis expiry (deadline + 60 s); a lease
+ * now restored for its TTL from the restart could outlive its key. The
+ * first start with fenced writes removes those expiries. */
+Test(faults, first_start_with_fenced_writes_removes_old_redis_expiries)
+{
+	struct h_client *b;
+
+	h_redis_start(&r, "always");
+	redis_set_raw("dlock:lock:old", "dlock1\\nH 9 0 1 30000 carol");
+	h_redis_cli(&r, "PEXPIRE dlock:lock:old 60000");
+	h_redis_cli(&r, "SADD dlock:locks old");
+	start_daemon(NULL);
+	b = as("bob");
+	expect_held(b, "old", "carol", 9);
+	cr_assert_str_eq(h_redis_cli(&r, "PTTL dlock:lock:old"), "-1\n");
+	h_close(b);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
 /* ---- 6. a late write of an abandoned connection ------------------------- */
 
 /* The source port of the daemon's connection to Redis (CLIENT LIST, the
