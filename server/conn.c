@@ -14,6 +14,9 @@
 
 /* Output buffers above this size are given back once they are empty. */
 #define OBUF_KEEP (64 * 1024)
+/* Events piling up in one loop iteration are written out from this size
+ * on, before the check phase would (the kernel may take them). */
+#define OUT_EARLY_WRITE (16 * 1024)
 
 static void buf_consume(struct dl_buf *b, size_t n)
 {
@@ -209,6 +212,8 @@ static int states_ttl(enum dl_line_kind k)
 	       k == DL_LINE_REFRESHED;
 }
 
+static void write_out(struct dl_conn *c);
+
 static int hold_line(struct dl_conn *c, const char *text, size_t len,
 		     const struct dl_line *line)
 {
@@ -256,6 +261,11 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 #endif
 	if (c->end == DL_END_ABORT || c->closing || c->shutting)
 		return;
+	/* A burst of events (a reap budget, a queue served) goes to the
+	 * kernel as it grows: the limit is for what the client leaves
+	 * unread, not for what one loop iteration produces. */
+	if (is_event(line->kind) && c->out.len >= OUT_EARLY_WRITE)
+		write_out(c);
 	if (is_event(line->kind) && unread(c) + len > srv->cfg.max_output) {
 		srv->st.output_overflows++;
 		dl_notice("conn %llu %s: output limit of %llu bytes reached "
@@ -391,12 +401,12 @@ static void write_rest(struct dl_conn *c, size_t taken)
 	c->writing = 1;
 }
 
-void dl_conn_flush(struct dl_conn *c)
+/* Hand out's bytes to the kernel (what it does not take, to uv_write). */
+static void write_out(struct dl_conn *c)
 {
 	uv_buf_t b;
 	int r;
 
-	c->in_writeq = 0;
 	if (c->closing || c->shutting || c->writing || c->out.len == 0)
 		return;
 	b = uv_buf_init(c->out.p, (unsigned)c->out.len);
@@ -411,6 +421,12 @@ void dl_conn_flush(struct dl_conn *c)
 		buf_consume(&c->out, (size_t)r);
 	else
 		write_rest(c, (size_t)r); /* the kernel is full */
+}
+
+void dl_conn_flush(struct dl_conn *c)
+{
+	c->in_writeq = 0;
+	write_out(c);
 	resume_input(c);
 }
 

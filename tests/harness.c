@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -547,6 +548,23 @@ struct h_client *h_try_connect(int port)
 
 	if (fd < 0)
 		return NULL;
+	c = calloc(1, sizeof(*c));
+	cr_assert(c != NULL);
+	c->fd = fd;
+	dl_linebuf_init(&c->lb);
+	return c;
+}
+
+struct h_client *h_connect_unix(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	struct h_client *c;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert(fd >= 0 && strlen(path) < sizeof(sa.sun_path));
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	cr_assert(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
+		  "connect %s: %s", path, strerror(errno));
 	c = calloc(1, sizeof(*c));
 	cr_assert(c != NULL);
 	c->fd = fd;

@@ -124,6 +124,8 @@ int h_suite_redis(void);
  * own. Everything else asserts and belongs to the test's main thread. */
 
 struct h_client *h_connect(int port);
+/* A client on a unix socket (the daemon's [server] unix_socket). */
+struct h_client *h_connect_unix(const char *path);
 /* NULL if the connection is refused (no assert). */
 struct h_client *h_try_connect(int port);
 void h_close(struct h_client *c);
