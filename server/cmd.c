@@ -74,10 +74,10 @@ static void table_error(struct dl_conn *c, int err, struct dl_str tag)
 {
 	switch (err) {
 	case DL_ELIMIT:
-		dl_cmd_error(c, err,
-			     "limit reached (waiters per lock, locks per "
-			     "owner or reentries)",
-			     tag);
+		dl_cmd_error(
+			c, err,
+			"limit reached (waiters per lock, locks per owner or reentries)",
+			tag);
 		break;
 	case DL_EUNAVAILABLE:
 		dl_cmd_error(c, err, "persistence is down, try again", tag);
@@ -244,10 +244,10 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 	if (rq->owner.len) {
 		err = dl_session_set_owner(c->srv->tab, &c->sess, rq->owner);
 		if (err == DL_EBADARG) {
-			dl_cmd_error(c, err,
-				     "cannot change owner while waiting for a "
-				     "lock",
-				     rq->tag);
+			dl_cmd_error(
+				c, err,
+				"cannot change owner while waiting for a lock",
+				rq->tag);
 			return;
 		}
 		if (err) {
@@ -489,11 +489,10 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 		return len;
 	}
 	if (line->kind != DL_LINE_REFRESHED) {
-		err = dl_locktab_revoke(c->srv->tab, &c->sess, rp.argv[0],
-					line->token,
-					line->kind == DL_LINE_GRANTED_EVENT,
-					line->asked_ttl_ms, line->wait_deadline,
-					rp.tag);
+		err = dl_locktab_revoke(
+			c->srv->tab, &c->sess, rp.argv[0], line->token,
+			line->kind == DL_LINE_GRANTED_EVENT, line->asked_ttl_ms,
+			line->wait_deadline, rp.tag);
 		if (line->kind == DL_LINE_GRANTED_EVENT && err == 0)
 			return 0; /* waiting again */
 		if (line->kind == DL_LINE_GRANTED_EVENT) {
@@ -508,11 +507,11 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 	dl_fmt_init(&f, buf, DL_REPLY_MAX);
 	dl_fmt_word(&f, "ERR");
 	dl_fmt_word(&f, dl_err_word(DL_EUNAVAILABLE));
-	dl_fmt_word(&f, line->kind == DL_LINE_GRANTED
-				? "persistence went down before the grant "
-				  "was recorded, try again"
-				: "persistence went down before the refresh "
-				  "was recorded, try again");
+	dl_fmt_word(
+		&f,
+		line->kind == DL_LINE_GRANTED
+			? "persistence went down before the grant was recorded, try again"
+			: "persistence went down before the refresh was recorded, try again");
 	n = dl_fmt_end(&f, rp.tag);
 	return n > 0 ? (size_t)n : 0;
 }
@@ -528,5 +527,6 @@ void dl_cmd_bye(struct dl_conn *c, const char *reason)
 
 	reply_begin(&r, "* BYE");
 	dl_fmt_word(&r.f, reason);
-	reply_send(c, &r, DL_STR_NULL, &(struct dl_line){.kind = DL_LINE_EVENT});
+	reply_send(c, &r, DL_STR_NULL,
+		   &(struct dl_line){.kind = DL_LINE_EVENT});
 }

@@ -203,8 +203,7 @@ int dl_config_set(struct dl_config *c, const char *section, const char *key,
 		r = r < 0 ? DL_EBADARG : 0;
 		if (r)
 			seterr(err, errlen,
-			       "%s: expected error, warn, notice, info or "
-			       "debug",
+			       "%s: expected error, warn, notice, info or debug",
 			       key);
 		break;
 	case K_PERSIST:
@@ -237,8 +236,7 @@ int dl_config_set(struct dl_config *c, const char *section, const char *key,
 			       value);
 		else if (k->type == K_DUR)
 			seterr(err, errlen,
-			       "%s: '%s' is not a duration (e.g. 500ms, 30s, "
-			       "5m)",
+			       "%s: '%s' is not a duration (e.g. 500ms, 30s, 5m)",
 			       key, value);
 		return DL_EBADARG;
 	}
@@ -273,24 +271,20 @@ static int check(const struct dl_config *c, char *err, size_t errlen)
 
 	if (c->default_ttl_ms > c->max_ttl_ms) {
 		seterr(err, errlen,
-		       "default_ttl (%llu ms) above max_ttl "
-		       "(%llu ms)",
+		       "default_ttl (%llu ms) above max_ttl (%llu ms)",
 		       (unsigned long long)c->default_ttl_ms,
 		       (unsigned long long)c->max_ttl_ms);
 		return DL_EBADARG;
 	}
 	if (c->port == 0 && !c->unix_socket[0]) {
 		seterr(err, errlen,
-		       "port 0 and no unix_socket: nothing to "
-		       "listen on");
+		       "port 0 and no unix_socket: nothing to listen on");
 		return DL_EBADARG;
 	}
 	if (c->persist == DL_PERSIST_REDIS) {
 		if (dl_redis_url_parse(c->redis, &a) != 0) {
 			seterr(err, errlen,
-			       "redis: bad URL (expected "
-			       "redis://[:password@]host[:port][/db] or "
-			       "unix:///path.sock)");
+			       "redis: bad URL (expected redis://[:password@]host[:port][/db] or unix:///path.sock)");
 			return DL_EBADARG;
 		}
 		dl_redis_addr_free(&a);
@@ -303,8 +297,7 @@ static int check(const struct dl_config *c, char *err, size_t errlen)
 	if (c->port && !dl_addr_is_loopback(c->bind) && !c->password[0] &&
 	    !c->allow_remote_without_password) {
 		seterr(err, errlen,
-		       "refusing to listen on %s without a password: set "
-		       "password, or allow_remote_without_password = yes",
+		       "refusing to listen on %s without a password: set password, or allow_remote_without_password = yes",
 		       c->bind);
 		return DL_EBADARG;
 	}

@@ -268,10 +268,10 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 		write_out(c);
 	if (is_event(line->kind) && unread(c) + len > srv->cfg.max_output) {
 		srv->st.output_overflows++;
-		dl_notice("conn %llu %s: output limit of %llu bytes reached "
-			  "by events, closing (client not reading)",
-			  (unsigned long long)c->id, c->peer,
-			  (unsigned long long)srv->cfg.max_output);
+		dl_notice(
+			"conn %llu %s: output limit of %llu bytes reached by events, closing (client not reading)",
+			(unsigned long long)c->id, c->peer,
+			(unsigned long long)srv->cfg.max_output);
 		dl_conn_end(c, DL_END_ABORT, "output limit");
 		return;
 	}

@@ -447,7 +447,8 @@ int dl_locktab_quarantine(struct dl_locktab *t, struct dl_str name,
 	if (lk->holders) { /* one quarantine per lock is enough */
 		return 0;
 	}
-	if (!(o = dl__owner_get(t, id)) || !(l = dl__lease_alloc(DL_STR_NULL))) {
+	if (!(o = dl__owner_get(t, id)) ||
+	    !(l = dl__lease_alloc(DL_STR_NULL))) {
 		if (o)
 			dl__owner_put(t, o);
 		dl__lock_drop_if_unused(t, lk);

@@ -42,8 +42,8 @@ static int verify_holders(struct verify *v, const struct dl_lock *lk)
 			return fail(v, lk, "a lease with TTL 0");
 		for (m = l->next; m; m = m->next)
 			if (m->owner == l->owner || m->token == l->token)
-				return fail(v, lk, "two leases of one owner or "
-						   "token");
+				return fail(v, lk,
+					    "two leases of one owner or token");
 		v->timed++;
 	}
 	if (n != lk->nholders || n > v->t->max_holders)
@@ -64,8 +64,9 @@ static int verify_queue(struct verify *v, const struct dl_lock *lk)
 			return fail(v, lk, "a waiter asking for TTL 0");
 		if (dl_wheel_pending(&w->timer) !=
 		    (w->wait_deadline != UINT64_MAX || !w->sess))
-			return fail(v, lk, "a waiter's timer does not match "
-					   "its deadline");
+			return fail(
+				v, lk,
+				"a waiter's timer does not match its deadline");
 		v->timed += dl_wheel_pending(&w->timer);
 		v->placeholders += !w->sess;
 	}
@@ -144,17 +145,17 @@ int dl_locktab_verify(const struct dl_locktab *t, char *why, size_t whylen)
 
 	for (i = 0; i <= t->locks.mask; i++)
 		for (n = t->locks.b[i]; n; n = n->next)
-			if (verify_lock(&v, (const struct dl_lock *)(
-						    (const char *)n -
-						    offsetof(struct dl_lock,
-							     hn))))
+			if (verify_lock(&v, (const struct dl_lock
+						     *)((const char *)n -
+							offsetof(struct dl_lock,
+								 hn))))
 				return -1;
 	if (v.locks != t->st.locks || v.leases != t->st.leases ||
 	    v.waiters != t->st.waiters || v.placeholders != t->placeholders ||
 	    v.dirty != t->ndirty || v.timed != dl_wheel_count(&t->wheel)) {
-		snprintf(why, whylen,
-			 "totals do not add up (locks, leases, waiters, "
-			 "placeholders, dirty set or wheel)");
+		snprintf(
+			why, whylen,
+			"totals do not add up (locks, leases, waiters, placeholders, dirty set or wheel)");
 		return -1;
 	}
 	return verify_owners(&v);

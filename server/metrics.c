@@ -122,16 +122,15 @@ static void emit_hist(struct dl_buf *b, const char *name, const char *help,
 	for (i = 0; i < DL_HIST_BUCKETS; i++) {
 		cum += h->bucket[i];
 		if (i < DL_HIST_BUCKETS - 1)
-			dl_buf_printf(b,
-				      "dlockd_%s_seconds_bucket{le=\"%g\"} "
-				      "%llu\n",
-				      name, (double)dl_hist_bounds_ms[i] / 1000,
-				      (unsigned long long)cum);
+			dl_buf_printf(
+				b, "dlockd_%s_seconds_bucket{le=\"%g\"} %llu\n",
+				name, (double)dl_hist_bounds_ms[i] / 1000,
+				(unsigned long long)cum);
 		else
-			dl_buf_printf(b,
-				      "dlockd_%s_seconds_bucket{le=\"+Inf\"} "
-				      "%llu\n",
-				      name, (unsigned long long)cum);
+			dl_buf_printf(
+				b,
+				"dlockd_%s_seconds_bucket{le=\"+Inf\"} %llu\n",
+				name, (unsigned long long)cum);
 	}
 	dl_buf_printf(b, "dlockd_%s_seconds_sum %.3f\n", name,
 		      (double)h->sum_ms / 1000);
@@ -144,13 +143,13 @@ static void respond(struct mconn *c, int status, const char *reason,
 {
 	size_t blen = body ? body->len : 0;
 
-	dl_buf_printf(&c->resp,
-		      "HTTP/1.1 %d %s\r\n"
-		      "Content-Type: text/plain; version=0.0.4; "
-		      "charset=utf-8\r\n"
-		      "Content-Length: %zu\r\n"
-		      "Connection: close\r\n\r\n",
-		      status, reason, blen);
+	dl_buf_printf(
+		&c->resp,
+		"HTTP/1.1 %d %s\r\n"
+		"Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+		"Content-Length: %zu\r\n"
+		"Connection: close\r\n\r\n",
+		status, reason, blen);
 	if (body)
 		dl_buf_add(&c->resp, body->p, body->len);
 }

@@ -111,8 +111,7 @@ static void store_availability(int up, void *ctx)
 	if (!up)
 		break_holds(srv);
 	dl_notify(up ? "STATUS=serving"
-		     : "STATUS=persistence down, "
-		       "refusing changes");
+		     : "STATUS=persistence down, refusing changes");
 }
 
 static struct dl_locktab_limits tab_limits(const struct dl_config *cfg)
@@ -390,8 +389,7 @@ static void raise_nofile(const struct dl_config *cfg)
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
 	if (rl.rlim_cur < cfg->max_connections + 32)
-		dl_warn("open files limit %llu is below max_connections + 32 "
-			"(%llu): raise LimitNOFILE",
+		dl_warn("open files limit %llu is below max_connections + 32 (%llu): raise LimitNOFILE",
 			(unsigned long long)rl.rlim_cur,
 			(unsigned long long)cfg->max_connections + 32);
 }
@@ -463,9 +461,7 @@ static void load_state(struct dl_server *srv)
 		if (r != DL_EUNAVAILABLE)
 			fatal(EXIT_STORE, "cannot load state: %s", err);
 		if (dl_mono_ms() - logged >= DL_STORE_WAIT_LOG_MS) {
-			dl_warn("redis not ready (%s); waiting, nothing is "
-				"served until the state is loaded (%llu s so "
-				"far)",
+			dl_warn("redis not ready (%s); waiting, nothing is served until the state is loaded (%llu s so far)",
 				err,
 				(unsigned long long)(dl_mono_ms() - since) /
 					1000);
@@ -494,8 +490,7 @@ static void wait_for_store(struct dl_server *srv)
 	while (!dl_store_available(srv->store) && !srv->stop_signal) {
 		uv_run(srv->loop, UV_RUN_ONCE);
 		if (dl_mono_ms() - logged >= DL_STORE_WAIT_LOG_MS) {
-			dl_warn("redis: still no working connection; "
-				"waiting");
+			dl_warn("redis: still no working connection; waiting");
 			still_starting("connecting");
 			logged = dl_mono_ms();
 		}
@@ -555,8 +550,7 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 	init_handles(srv);
 	load_state(srv);
 	if (srv->cfg.persist == DL_PERSIST_NONE)
-		dl_warn("persist = none: locks live in memory only; a "
-			"restart loses every lease and queue");
+		dl_warn("persist = none: locks live in memory only; a restart loses every lease and queue");
 	wait_for_store(srv);
 
 	if (srv->cfg.port)
@@ -689,8 +683,8 @@ void dl_server_reload(struct dl_server *srv)
 	if (dl_config_diff(&srv->cfg, &next, report_change, NULL) == 0)
 		dl_notice("reload: no change");
 	if (dl_config_apply_live(&srv->cfg, &next) != 0)
-		dl_error("reload: out of memory, configuration may be partly "
-			 "applied");
+		dl_error(
+			"reload: out of memory, configuration may be partly applied");
 	dl_config_free(&next);
 	dl_log_level = (int)srv->cfg.log_level;
 	lim = tab_limits(&srv->cfg);

@@ -42,9 +42,8 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		{"waiters", t->waiters, G, "Requests queued for a lock.", NULL,
 		 NULL, 0},
 		{"owners", t->owners, G,
-		 "Owners known (with a connection, a "
-		 "lease or a wait).",
-		 NULL, NULL, 0},
+		 "Owners known (with a connection, a lease or a wait).", NULL,
+		 NULL, 0},
 		{"grants", t->grants, C, "Leases granted.", NULL, NULL, 0},
 		{"reentries", t->reentries, C, "Reentrant LOCKs by a holder.",
 		 NULL, NULL, 0},

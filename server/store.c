@@ -189,15 +189,14 @@ static void link_fail(struct dl_store *st, const char *why)
 }
 
 /* A reply said no: say why in the terms an operator can act on. */
-static void link_refused(struct dl_store *st, const char *what,
-			 const char *err)
+static void link_refused(struct dl_store *st, const char *what, const char *err)
 {
 	char why[256];
 
 	if (strncmp(err, "FENCED", 6) == 0)
-		dl_error("redis: %s refused: another writer took the store "
-			 "over (%s); is a second dlockd using prefix %s?",
-			 what, err, st->cfg->redis_prefix);
+		dl_error(
+			"redis: %s refused: another writer took the store over (%s); is a second dlockd using prefix %s?",
+			what, err, st->cfg->redis_prefix);
 	snprintf(why, sizeof(why), "%s failed: %s%s", what, err,
 		 dl__store_not_ready(err) ? " (not ready, waiting)" : "");
 	link_fail(st, why);

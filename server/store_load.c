@@ -84,8 +84,8 @@ static int add_name(struct dl_buf *b, struct dl_str name)
 /* Run a command; NULL with x->err set when there is no usable reply.
  * `fatal_errors`: an error reply that is not "not ready" is a
  * configuration problem, not a transient one (*rc tells). */
-static redisReply *run(struct load_ctx *x, int *rc, int fatal_errors,
-		       int argc, const char **argv, const size_t *lens)
+static redisReply *run(struct load_ctx *x, int *rc, int fatal_errors, int argc,
+		       const char **argv, const size_t *lens)
 {
 	redisReply *r = redisCommandArgv(x->c, argc, argv, lens);
 	const char *e;
@@ -150,8 +150,8 @@ static int connect_redis(struct load_ctx *x)
 	if (!(r = RUN(x, &rc, 1, "FUNCTION", "LOAD", "REPLACE",
 		      dl__store_library))) {
 		if (rc == DL_EBADARG && strstr(x->err, "unknown command"))
-			set_err(x, rc, "Redis has no FUNCTION command: "
-				       "dlockd needs Redis 7.0 or later");
+			set_err(x, rc,
+				"Redis has no FUNCTION command: dlockd needs Redis 7.0 or later");
 		return rc;
 	}
 	freeReplyObject(r);
@@ -184,9 +184,9 @@ static int read_token(struct load_ctx *x, uint64_t *stored)
 	if (!(r = RUN(x, &rc, 0, "GET", x->st->token_key))) {
 		if (rc != DL_EUNAVAILABLE || !strstr(x->err, "WRONGTYPE"))
 			return rc;
-		dl_error("redis: %s is not a string; ignoring it (tokens "
-			 "resume above the clock and the records)",
-			 x->st->token_key);
+		dl_error(
+			"redis: %s is not a string; ignoring it (tokens resume above the clock and the records)",
+			x->st->token_key);
 		return 0;
 	}
 	if (r->type == REDIS_REPLY_STRING &&
@@ -208,9 +208,8 @@ static int check_item(const struct dl_record_item *it, void *arg)
 
 	if (it->ttl_ms == 0 || it->ttl_ms > DL_TTL_STORE_MAX)
 		return DL_EPROTO;
-	if (it->kind == 'H' &&
-	    (it->count == 0 || it->count > DL_REENTRY_MAX || it->token == 0 ||
-	     ++x->holders > 1))
+	if (it->kind == 'H' && (it->count == 0 || it->count > DL_REENTRY_MAX ||
+				it->token == 0 || ++x->holders > 1))
 		return DL_EPROTO;
 	return 0;
 }
@@ -240,9 +239,10 @@ static int load_item(const struct dl_record_item *it, void *arg)
 	if (it->kind == 'H') {
 		if (it->token > x->max_token)
 			x->max_token = it->token;
-		r = dl_locktab_restore_lease(
-			t, x->name, it->owner, it->token, (uint32_t)it->count,
-			(uint32_t)it->ttl_ms, restored_deadline(x, it), it->tag);
+		r = dl_locktab_restore_lease(t, x->name, it->owner, it->token,
+					     (uint32_t)it->count,
+					     (uint32_t)it->ttl_ms,
+					     restored_deadline(x, it), it->tag);
 		x->leases += r == 0;
 		return r;
 	}
@@ -263,8 +263,8 @@ static int load_item(const struct dl_record_item *it, void *arg)
 
 /* A record that cannot be read: log it whole enough to debug, and hold
  * its lock (after the load, once tokens are raised). */
-static int unreadable(struct load_ctx *x, struct dl_str name,
-		      const char *text, size_t len, const char *why)
+static int unreadable(struct load_ctx *x, struct dl_str name, const char *text,
+		      size_t len, const char *why)
 {
 	char show[SHOW_MAX + 1];
 	size_t i, n = len < SHOW_MAX ? len : SHOW_MAX;
@@ -272,11 +272,11 @@ static int unreadable(struct load_ctx *x, struct dl_str name,
 	for (i = 0; i < n; i++)
 		show[i] = text[i] >= 0x20 && text[i] < 0x7f ? text[i] : '.';
 	show[n] = '\0';
-	dl_error("redis: %s%.*s: record unreadable (%s): \"%s\"%s; the lock "
-		 "stays held for max_ttl (%llu ms), never freed by this",
-		 x->st->lock_prefix, (int)name.len, name.p, why, show,
-		 len > n ? "..." : "",
-		 (unsigned long long)x->st->cfg->max_ttl_ms);
+	dl_error(
+		"redis: %s%.*s: record unreadable (%s): \"%s\"%s; the lock stays held for max_ttl (%llu ms), never freed by this",
+		x->st->lock_prefix, (int)name.len, name.p, why, show,
+		len > n ? "..." : "",
+		(unsigned long long)x->st->cfg->max_ttl_ms);
 	x->unreadable++;
 	return add_name(&x->bad_names, name);
 }
@@ -478,9 +478,9 @@ static int scan_page(struct load_ctx *x, struct names *nm, char *cursor,
 		if (keys->element[i]->type != REDIS_REPLY_STRING ||
 		    keys->element[i]->len <= plen)
 			continue;
-		rc = add_name(&nm->text, (struct dl_str){
-						 keys->element[i]->str + plen,
-						 keys->element[i]->len - plen});
+		rc = add_name(&nm->text,
+			      (struct dl_str){keys->element[i]->str + plen,
+					      keys->element[i]->len - plen});
 	}
 	freeReplyObject(r);
 	return rc;
@@ -517,9 +517,9 @@ static int read_names(struct load_ctx *x, struct names *nm)
 	if (!(r = RUN(x, &rc, 0, "SMEMBERS", x->st->names_key))) {
 		if (!strstr(x->err, "WRONGTYPE"))
 			return rc;
-		dl_error("redis: %s is not a set; finding the records with "
-			 "SCAN",
-			 x->st->names_key);
+		dl_error(
+			"redis: %s is not a set; finding the records with SCAN",
+			x->st->names_key);
 		return scan_names(x, nm);
 	}
 	nm->reply = r;
@@ -567,9 +567,9 @@ static int persist_all(struct load_ctx *x, const struct names *nm)
 			return rc;
 	}
 	if (nm->n)
-		dl_notice("redis: first start with fenced writes: expiries "
-			  "removed from %zu records",
-			  nm->n);
+		dl_notice(
+			"redis: first start with fenced writes: expiries removed from %zu records",
+			nm->n);
 	st->upgrade = 0;
 	return 0;
 }
@@ -674,12 +674,10 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, char *err,
 		return rc;
 	}
 	st->synced = 1;
-	dl_notice("loaded %zu leases and %zu waiters from redis in %llu ms "
-		  "(%zu waits ended while down, %zu unreadable records held); "
-		  "restored leases last their TTL from now; tokens resume "
-		  "after %llu",
-		  x.leases, x.waiters, (unsigned long long)(dl_mono_ms() - t0),
-		  x.dropped, x.unreadable,
-		  (unsigned long long)dl_locktab_last_token(st->tab));
+	dl_notice(
+		"loaded %zu leases and %zu waiters from redis in %llu ms (%zu waits ended while down, %zu unreadable records held); restored leases last their TTL from now; tokens resume after %llu",
+		x.leases, x.waiters, (unsigned long long)(dl_mono_ms() - t0),
+		x.dropped, x.unreadable,
+		(unsigned long long)dl_locktab_last_token(st->tab));
 	return 0;
 }

@@ -14,10 +14,10 @@
 enum link { LINK_DOWN, LINK_CONNECTING, LINK_SYNCING, LINK_UP };
 
 enum batch_kind {
-	BATCH_EPOCH,	    /* the writes of one flush: commits its epoch */
-	BATCH_RESYNC_PART,  /* a chunk of a re-sync */
-	BATCH_RESYNC,	    /* the last chunk: commits every closed epoch */
-	BATCH_PING,	    /* keep-alive of an idle link */
+	BATCH_EPOCH,	   /* the writes of one flush: commits its epoch */
+	BATCH_RESYNC_PART, /* a chunk of a re-sync */
+	BATCH_RESYNC,	   /* the last chunk: commits every closed epoch */
+	BATCH_PING,	   /* keep-alive of an idle link */
 };
 
 /* One awaited reply; kept in send order, which is reply order. */
@@ -61,9 +61,9 @@ struct dl_store {
 
 	redisAsyncContext *ac; /* NULL while DOWN */
 	enum link link;
-	int synced;		/* Redis holds the table: skip a re-sync */
-	int upgrade;		/* records may carry 0.1's expiry (store_load.c) */
-	char fence[24];		/* this link's writer fence (decimal) */
+	int synced;	/* Redis holds the table: skip a re-sync */
+	int upgrade;	/* records may carry 0.1's expiry (store_load.c) */
+	char fence[24]; /* this link's writer fence (decimal) */
 	uint64_t link_since_ms; /* when the link entered its state */
 	uint64_t retry_at_ms;	/* DOWN: next connect attempt */
 	uint64_t backoff_ms;
@@ -76,12 +76,12 @@ struct dl_store {
 	void (*stop_done)(void *arg);
 	void *stop_arg;
 
-	struct wbatch wb;	/* scratch: the batch being built */
-	struct dl_buf val;	/* scratch: a record */
-	char *token_key;	/* <prefix>token */
-	char *names_key;	/* <prefix>locks */
-	char *fence_key;	/* <prefix>fence */
-	char *lock_prefix;	/* <prefix>lock: */
+	struct wbatch wb;  /* scratch: the batch being built */
+	struct dl_buf val; /* scratch: a record */
+	char *token_key;   /* <prefix>token */
+	char *names_key;   /* <prefix>locks */
+	char *fence_key;   /* <prefix>fence */
+	char *lock_prefix; /* <prefix>lock: */
 	size_t lock_prefix_len;
 	struct dl_store_stats st;
 };

@@ -208,11 +208,27 @@ static void redis_spawn(struct h_redis *r, const char *fsync)
 {
 	char port[16], log[H_PATH_MAX + 16];
 	const char *argv[48] = {0};
-	const char *base[] = {"redis-server", "--port", port, "--bind", r->host,
-			      "--unixsocket", r->sock, "--unixsocketperm", "700",
-			      "--dir", r->dir, "--appendonly", "yes",
-			      "--appendfsync", fsync, "--save", "",
-			      "--daemonize", "no", "--protected-mode", "no"};
+	const char *base[] = {"redis-server",
+			      "--port",
+			      port,
+			      "--bind",
+			      r->host,
+			      "--unixsocket",
+			      r->sock,
+			      "--unixsocketperm",
+			      "700",
+			      "--dir",
+			      r->dir,
+			      "--appendonly",
+			      "yes",
+			      "--appendfsync",
+			      fsync,
+			      "--save",
+			      "",
+			      "--daemonize",
+			      "no",
+			      "--protected-mode",
+			      "no"};
 	uint64_t end = h_now_ms() + 10000;
 	size_t i, n = 0;
 
@@ -833,8 +849,7 @@ uint64_t h_lock(struct h_client *c, const char *name, const char *opts)
 	return h_arg_u64(l, 1);
 }
 
-uint64_t h_check_ttl(const char *line, int i, uint64_t asked,
-		     uint64_t since_ms)
+uint64_t h_check_ttl(const char *line, int i, uint64_t asked, uint64_t since_ms)
 {
 	uint64_t ttl = h_arg_u64(line, i), spent = h_now_ms() - since_ms;
 
@@ -848,8 +863,8 @@ uint64_t h_check_ttl(const char *line, int i, uint64_t asked,
 	return ttl;
 }
 
-char *h_call_ttl(struct h_client *c, const char *prefix, int i,
-		 uint64_t asked, const char *fmt, ...)
+char *h_call_ttl(struct h_client *c, const char *prefix, int i, uint64_t asked,
+		 const char *fmt, ...)
 {
 	uint64_t t0 = h_now_ms();
 	char req[DL_LINE_MAX + 1];
@@ -868,6 +883,46 @@ char *h_call_ttl(struct h_client *c, const char *prefix, int i,
 
 /* ---- added for test_persist -------------------------------------------------
  */
+
+struct h_client *h_hello(int port, const char *owner)
+{
+	struct h_client *c = h_connect(port);
+	char *l = h_call(c, "HELLO owner=%s", owner);
+
+	cr_assert(strncmp(l, "OK HELLO ", 9) == 0, "HELLO: \"%s\"", l);
+	return c;
+}
+
+uint64_t h_wait_free(struct h_client *c, const char *name, int max_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)max_ms;
+	char *l;
+
+	for (;;) {
+		l = h_call(c, "STATUS %s", name);
+		if (strcmp(h_kv(l, "state"), "free") == 0)
+			return h_now_ms();
+		cr_assert(h_now_ms() < end,
+			  "%s still held after %d ms: "
+			  "\"%s\"",
+			  name, max_ms, l);
+		h_sleep_ms(10);
+	}
+}
+
+uint64_t h_wait_available(struct h_client *c, uint64_t want, int max_ms)
+{
+	uint64_t t0 = h_now_ms(), got;
+
+	while ((got = h_stats_value(c, "store_available")) != want) {
+		cr_assert(h_now_ms() - t0 < (uint64_t)max_ms,
+			  "store_available=%llu after %d ms, want %llu",
+			  (unsigned long long)got, max_ms,
+			  (unsigned long long)want);
+		h_sleep_ms(20);
+	}
+	return h_now_ms() - t0;
+}
 
 uint64_t h_stats_value(struct h_client *c, const char *key)
 {

@@ -182,9 +182,8 @@ uint64_t h_check_ttl(const char *line, int i, uint64_t asked,
 		     uint64_t since_ms);
 /* Send a request and expect a reply starting with `prefix` whose argv[i]
  * is such a TTL; returns the line. */
-char *h_call_ttl(struct h_client *c, const char *prefix, int i,
-		 uint64_t asked, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
+char *h_call_ttl(struct h_client *c, const char *prefix, int i, uint64_t asked,
+		 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /* Monotonic milliseconds. */
 uint64_t h_now_ms(void);
@@ -192,6 +191,15 @@ void h_sleep_ms(int ms);
 
 /* ---- added for test_persist -------------------------------------------------
  */
+
+/* A new client on port that said HELLO owner=<owner>. */
+struct h_client *h_hello(int port, const char *owner);
+/* Poll STATUS until `name` is free (asserts it is within max_ms);
+ * returns when (h_now_ms()). */
+uint64_t h_wait_free(struct h_client *c, const char *name, int max_ms);
+/* Poll STATS until store_available is `want` (asserts it is within
+ * max_ms); returns how long that took. */
+uint64_t h_wait_available(struct h_client *c, uint64_t want, int max_ms);
 
 /* One value of STATS on c (reads the whole framed reply; asserts that the
  * key exists). */

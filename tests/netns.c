@@ -26,8 +26,7 @@ static int sh(const char *fmt, ...)
 int h_net_possible(void)
 {
 	return geteuid() == 0 &&
-	       sh("command -v ip >/dev/null && command -v nft >/dev/null") ==
-		       0;
+	       sh("command -v ip >/dev/null && command -v nft >/dev/null") == 0;
 }
 
 void h_net_up(struct h_net *n)
@@ -41,19 +40,20 @@ void h_net_up(struct h_net *n)
 		 (p / 100) % 250);
 	snprintf(n->peer, sizeof(n->peer), "10.%u.%u.2", 100 + p % 100,
 		 (p / 100) % 250);
-	cr_assert_eq(sh("ip netns add %s && "
-			"ip link add %s type veth peer name %sp && "
-			"ip link set %sp netns %s && "
-			"ip addr add %s/24 dev %s && ip link set %s up && "
-			"ip -n %s addr add %s/24 dev %sp && "
-			"ip -n %s link set %sp up && ip -n %s link set lo up && "
-			"ip netns exec %s nft add table inet dlt && "
-			"ip netns exec %s nft add chain inet dlt in "
-			"'{ type filter hook input priority 0; }'",
-			n->ns, n->veth, n->veth, n->veth, n->ns, n->host,
-			n->veth, n->veth, n->ns, n->peer, n->veth, n->ns,
-			n->veth, n->ns, n->ns, n->ns),
-		     0, "cannot set up network namespace %s", n->ns);
+	cr_assert_eq(
+		sh("ip netns add %s && "
+		   "ip link add %s type veth peer name %sp && "
+		   "ip link set %sp netns %s && "
+		   "ip addr add %s/24 dev %s && ip link set %s up && "
+		   "ip -n %s addr add %s/24 dev %sp && "
+		   "ip -n %s link set %sp up && ip -n %s link set lo up && "
+		   "ip netns exec %s nft add table inet dlt && "
+		   "ip netns exec %s nft add chain inet dlt in "
+		   "'{ type filter hook input priority 0; }'",
+		   n->ns, n->veth, n->veth, n->veth, n->ns, n->host, n->veth,
+		   n->veth, n->ns, n->peer, n->veth, n->ns, n->veth, n->ns,
+		   n->ns, n->ns),
+		0, "cannot set up network namespace %s", n->ns);
 	n->up = 1;
 }
 

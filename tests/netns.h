@@ -13,10 +13,10 @@
 #define DL_TESTS_NETNS_H
 
 struct h_net {
-	char ns[32];	 /* namespace name */
-	char veth[32];	 /* our end; the other is <veth>p, inside ns */
-	char host[32];	 /* our address */
-	char peer[32];	 /* the address inside ns */
+	char ns[32];   /* namespace name */
+	char veth[32]; /* our end; the other is <veth>p, inside ns */
+	char host[32]; /* our address */
+	char peer[32]; /* the address inside ns */
 	int up;
 };
 

@@ -63,18 +63,9 @@ static void start_daemon(const char *conf)
 		       NULL);
 }
 
-static struct h_client *as(const char *owner)
-{
-	struct h_client *c = h_connect(d.port);
-	char *l = h_call(c, "HELLO owner=%s", owner);
-
-	cr_assert(starts(l, "OK HELLO "), "HELLO: \"%s\"", l);
-	return c;
-}
-
 /* STATUS name: held by owner with token (0: any), or free. */
-static void expect_held(struct h_client *c, const char *name,
-			const char *owner, uint64_t token)
+static void expect_held(struct h_client *c, const char *name, const char *owner,
+			uint64_t token)
 {
 	char *l = h_call(c, "STATUS %s", name);
 
@@ -82,34 +73,6 @@ static void expect_held(struct h_client *c, const char *name,
 	cr_assert_str_eq(h_kv(l, "owner"), owner, "in \"%s\"", l);
 	if (token)
 		cr_assert_eq(h_kv_u64(l, "token"), token, "in \"%s\"", l);
-}
-
-/* Poll STATUS until name is free; returns when. */
-static uint64_t wait_free(struct h_client *c, const char *name, int max_ms)
-{
-	uint64_t end = h_now_ms() + (uint64_t)max_ms;
-	char *l;
-
-	for (;;) {
-		l = h_call(c, "STATUS %s", name);
-		if (strcmp(h_kv(l, "state"), "free") == 0)
-			return h_now_ms();
-		cr_assert(h_now_ms() < end, "%s still held after %d ms: "
-					    "\"%s\"",
-			  name, max_ms, l);
-		h_sleep_ms(10);
-	}
-}
-
-static void wait_available(struct h_client *c, int max_ms)
-{
-	uint64_t end = h_now_ms() + (uint64_t)max_ms;
-
-	while (h_stats_value(c, "store_available") != 1) {
-		cr_assert(h_now_ms() < end, "persistence not back in %d ms",
-			  max_ms);
-		h_sleep_ms(20);
-	}
 }
 
 /* ---- 1. a restart that waits for Redis ----------------------------------- */
@@ -125,7 +88,7 @@ Test(faults, restart_that_waits_for_redis_keeps_each_lease_its_ttl)
 
 	h_redis_start(&r, "always");
 	start_daemon("[persistence]\nredis_timeout = 1s\n");
-	a = as("alice");
+	a = h_hello(d.port, "alice");
 	tok = h_lock(a, "x", "ttl=4s");
 	h_daemon_kill9(&d);
 	h_close(a);
@@ -137,11 +100,11 @@ Test(faults, restart_that_waits_for_redis_keeps_each_lease_its_ttl)
 	back = h_now_ms();
 	h_redis_restart(&r);
 	cr_assert(h_daemon_listening(&d, 15000), "dlockd did not start");
-	b = as("bob");
+	b = h_hello(d.port, "bob");
 	l = h_call(b, "TRYLOCK x");
 	cr_assert(starts(l, "NO BUSY x "), "alice's lease was lost: \"%s\"", l);
 	expect_held(b, "x", "alice", tok);
-	freed = wait_free(b, "x", 4000 + LATE_MS * 2);
+	freed = h_wait_free(b, "x", 4000 + LATE_MS * 2);
 	cr_assert_geq(freed - back, 4000 - EARLY_MS,
 		      "the 4 s lease ended %llu ms after Redis came back",
 		      (unsigned long long)(freed - back));
@@ -149,7 +112,8 @@ Test(faults, restart_that_waits_for_redis_keeps_each_lease_its_ttl)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
-/* ---- 2. the wall clock stepped while the daemon was down ------------------ */
+/* ---- 2. the wall clock stepped while the daemon was down ------------------
+ */
 
 #define FAKETIME_LIB "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
@@ -181,19 +145,20 @@ static void clock_step(const char *offset)
 		cr_skip_test("libfaketime is not installed (%s)", FAKETIME_LIB);
 	h_redis_start(&r, "always");
 	start_daemon(NULL);
-	a = as("alice");
+	a = h_hello(d.port, "alice");
 	tok = h_lock(a, "x", "ttl=3s");
 	h_daemon_kill9(&d);
 	h_close(a);
 	r0 = h_now_ms();
 	restart_with_clock(offset);
-	b = as("bob");
+	b = h_hello(d.port, "bob");
 	l = h_call(b, "TRYLOCK x");
-	cr_assert(starts(l, "NO BUSY x "), "clock %s: alice's lease lost: "
-					   "\"%s\"",
+	cr_assert(starts(l, "NO BUSY x "),
+		  "clock %s: alice's lease lost: "
+		  "\"%s\"",
 		  offset, l);
 	expect_held(b, "x", "alice", tok);
-	freed = wait_free(b, "x", 3000 + LATE_MS * 2);
+	freed = h_wait_free(b, "x", 3000 + LATE_MS * 2);
 	cr_assert_geq(freed - r0, 3000 - EARLY_MS,
 		      "clock %s: the 3 s lease ended %llu ms after the restart",
 		      offset, (unsigned long long)(freed - r0));
@@ -212,7 +177,8 @@ Test(faults, restart_with_the_clock_stepped_back_ends_leases_on_time)
 	clock_step("-20s");
 }
 
-/* ---- 3. time is read when the request is read ----------------------------- */
+/* ---- 3. time is read when the request is read -----------------------------
+ */
 
 /* Replies of the burst are read by nobody: a big max_output keeps the
  * connection (and the loop's work) going. */
@@ -255,9 +221,10 @@ Test(faults, lease_counts_from_when_its_request_was_read)
 	expired = h_now_ms();
 	cr_assert(l && starts(l, "* EXPIRED x "), "no EXPIRED: \"%s\"",
 		  l ? l : "");
-	cr_assert_geq(expired - sent, 150,
-		      "the 150 ms lease expired %llu ms after its LOCK was sent",
-		      (unsigned long long)(expired - sent));
+	cr_assert_geq(
+		expired - sent, 150,
+		"the 150 ms lease expired %llu ms after its LOCK was sent",
+		(unsigned long long)(expired - sent));
 	h_close(a);
 	h_close(b);
 	cr_assert_eq(h_daemon_stop(&d), 0);
@@ -296,7 +263,7 @@ Test(faults, redis_loading_is_waited_for_at_start_and_while_serving)
 
 	h_redis_start(&r, "always");
 	start_daemon("[persistence]\nredis_timeout = 1s\n");
-	a = as("alice");
+	a = h_hello(d.port, "alice");
 	tok = h_lock(a, "x", "ttl=120s");
 	h_daemon_kill9(&d);
 	h_close(a);
@@ -312,7 +279,7 @@ Test(faults, redis_loading_is_waited_for_at_start_and_while_serving)
 		  "dlockd did not wait for redis to load");
 	cr_assert(h_daemon_log_has(&d, "LOADING"),
 		  "the log does not say why it waited");
-	b = as("bob");
+	b = h_hello(d.port, "bob");
 	expect_held(b, "x", "alice", tok);
 
 	/* Redis restarts and loads while the daemon serves. */
@@ -323,8 +290,8 @@ Test(faults, redis_loading_is_waited_for_at_start_and_while_serving)
 	h_close(b);
 	b = NULL;
 	cr_assert(h_daemon_alive(&d), "dlockd died while redis loaded");
-	b = as("bob");
-	wait_available(b, 60000);
+	b = h_hello(d.port, "bob");
+	h_wait_available(b, 1, 60000);
 	expect_held(b, "x", "alice", tok);
 	h_close(b);
 	cr_assert_eq(h_daemon_stop(&d), 0);
@@ -358,7 +325,7 @@ Test(faults, unreadable_records_are_held_and_logged_not_fatal)
 	h_redis_cli(&r, "RPUSH dlock:lock:wrong x");
 	h_redis_cli(&r, "SADD dlock:locks bad good wrong");
 	start_daemon(NULL);
-	b = as("bob");
+	b = h_hello(d.port, "bob");
 	expect_held(b, "bad", "dlockd=unreadable", 0);
 	expect_held(b, "wrong", "dlockd=unreadable", 0);
 	expect_held(b, "good", "carol", 7);
@@ -385,7 +352,7 @@ Test(faults, first_start_with_fenced_writes_removes_old_redis_expiries)
 	h_redis_cli(&r, "PEXPIRE dlock:lock:old 60000");
 	h_redis_cli(&r, "SADD dlock:locks old");
 	start_daemon(NULL);
-	b = as("bob");
+	b = h_hello(d.port, "bob");
 	expect_held(b, "old", "carol", 9);
 	cr_assert_str_eq(h_redis_cli(&r, "PTTL dlock:lock:old"), "-1\n");
 	h_close(b);
@@ -429,7 +396,7 @@ Test(faults, late_write_of_an_abandoned_redis_connection_does_not_apply)
 	h_net_up(&net);
 	h_redis_start_in(&r, "always", net.ns, net.peer);
 	start_daemon("[persistence]\nredis_timeout = 500ms\n");
-	a = as("alice");
+	a = h_hello(d.port, "alice");
 	tokA = h_lock(a, "x", "ttl=60s");
 	port = daemon_redis_port();
 	cr_assert_gt(port, 0, "no daemon connection in CLIENT LIST: %s",
@@ -437,8 +404,8 @@ Test(faults, late_write_of_an_abandoned_redis_connection_does_not_apply)
 	h_net_drop(&net, port);
 	l = h_call(a, "UNLOCK x %llu", (unsigned long long)tokA);
 	cr_assert_str_eq(l, "OK RELEASED x");
-	b = as("bob");
-	wait_available(b, 10000);
+	b = h_hello(d.port, "bob");
+	h_wait_available(b, 1, 10000);
 	tokB = h_lock(b, "x", "ttl=60s");
 	h_net_heal(&net);
 	/* The old connection's retransmission arrives within a few RTOs:
@@ -455,15 +422,15 @@ Test(faults, late_write_of_an_abandoned_redis_connection_does_not_apply)
 	l = (char *)h_redis_cli(&r, "GET dlock:lock:x");
 	cr_assert(strstr(l, want) && strstr(l, " bob"),
 		  "bob's record was overwritten by a late write: \"%s\"", l);
-	cr_assert(strstr(h_redis_cli(&r, "INFO errorstats"),
-			 "errorstat_FENCED"),
-		  "the late write never reached redis: the test proves "
-		  "nothing (INFO errorstats: %s)",
-		  h_redis_cli(&r, "INFO errorstats"));
+	cr_assert(
+		strstr(h_redis_cli(&r, "INFO errorstats"), "errorstat_FENCED"),
+		"the late write never reached redis: the test proves "
+		"nothing (INFO errorstats: %s)",
+		h_redis_cli(&r, "INFO errorstats"));
 	h_daemon_kill9(&d);
 	h_daemon_restart(&d);
 	h_close(b);
-	b = as("bob");
+	b = h_hello(d.port, "bob");
 	expect_held(b, "x", "bob", tokB);
 	h_close(a);
 	h_close(b);
@@ -484,7 +451,7 @@ Test(faults, grant_held_for_a_slow_redis_states_the_ttl_that_remains)
 
 	h_redis_start(&r, "always");
 	start_daemon("[persistence]\nredis_timeout = 10s\n");
-	a = as("alice");
+	a = h_hello(d.port, "alice");
 	h_lock(a, "warm", "ttl=60s");
 	kill(r.pid, SIGSTOP);
 	t0 = h_now_ms();
@@ -596,8 +563,7 @@ Test(faults, mass_expiry_is_reaped_in_budgets_with_io_between)
 	cr_assert_eq(atomic_load(&k.n), MASS,
 		     "the owner received %d of %d * EXPIRED (closed: %d)",
 		     atomic_load(&k.n), MASS, atomic_load(&k.closed));
-	cr_assert_lt(at_pong, MASS,
-		     "the PING waited for the whole reap");
+	cr_assert_lt(at_pong, MASS, "the PING waited for the whole reap");
 	cr_assert_eq(h_stats_value(p, "output_overflows"), 0);
 	h_close(o);
 	h_close(p);

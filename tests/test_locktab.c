@@ -142,7 +142,8 @@ static void teardown(void)
 	for (i = 0; i < nclients; i++)
 		client_close(&clients[i]);
 	if (dl_locktab_verify(tab, why, sizeof(why)) != 0)
-		cr_fatal("invariant broken after closing the sessions: %s", why);
+		cr_fatal("invariant broken after closing the sessions: %s",
+			 why);
 	dl_locktab_free(tab);
 	tab = NULL;
 	free(seen);
@@ -669,7 +670,8 @@ Test(locktab, reentry_beyond_the_hold_limit_is_refused)
  * holds the lock DL_REENTRY_MAX times (taken through another session):
  * it cannot be served, and the hold count must not wrap to 0 (the next
  * UNLOCK would then free a lock its owner believes it holds). */
-Test(locktab, queued_reentry_past_the_hold_limit_times_out_and_count_never_wraps)
+Test(locktab,
+     queued_reentry_past_the_hold_limit_times_out_and_count_never_wraps)
 {
 	struct client *bob = client_new("bob");
 	struct client *a1 = client_new("alice");
@@ -1648,8 +1650,9 @@ Test(locktab, re_queued_waiter_keeps_its_wait_deadline)
 	must_queue(b, "x", 700, 200, NULL);
 	must_release(a, "x", ta);
 	dl_locktab_suspend_grants(tab, 1);
-	cr_assert(eq(int, revoke(b, "x", last_ev(DL_EVENT_GRANTED, b)->token,
-				 1, 700, T0 + 200),
+	cr_assert(eq(int,
+		     revoke(b, "x", last_ev(DL_EVENT_GRANTED, b)->token, 1, 700,
+			    T0 + 200),
 		     0));
 	advance(200 + TICK);
 	cr_assert(eq(sz, count_ev(DL_EVENT_TIMEOUT, b), 1));
@@ -1663,11 +1666,11 @@ Test(locktab, quarantined_lock_is_held_by_nobody_who_can_release_it)
 	struct dl_result r;
 	uint64_t before = dl_locktab_last_token(tab);
 
-	cr_assert(eq(int, dl_locktab_quarantine(tab, str("bad"), 1000,
-						 T0 + 1000),
+	cr_assert(eq(int,
+		     dl_locktab_quarantine(tab, str("bad"), 1000, T0 + 1000),
 		     0));
-	cr_assert(eq(int, strcmp(cstr(status("bad").owner),
-				 DL_QUARANTINE_OWNER),
+	cr_assert(eq(int,
+		     strcmp(cstr(status("bad").owner), DL_QUARANTINE_OWNER),
 		     0));
 	cr_assert(gt(u64, status("bad").token, before));
 	EXPECT(acq(a, "bad", 1000, 0, NULL, &r), r, DL_BUSY);
@@ -1675,23 +1678,25 @@ Test(locktab, quarantined_lock_is_held_by_nobody_who_can_release_it)
 	advance_to(1000 + TICK);
 	cr_assert(eq(int, status("bad").held, 0));
 	must_grant(a, "bad", 1000);
-	cr_assert(eq(int, dl_locktab_quarantine(tab, str("no space"), 1000,
-						 T0 + 5000),
-		     DL_EBADARG));
+	cr_assert(
+		eq(int,
+		   dl_locktab_quarantine(tab, str("no space"), 1000, T0 + 5000),
+		   DL_EBADARG));
 }
 
 Test(locktab, reset_leaves_an_empty_consistent_table)
 {
 	uint64_t tok;
 
-	cr_assert(eq(int, dl_locktab_restore_lease(tab, str("x"), str("al"), 77,
-						    2, 1000, T0 + 1000,
-						    DL_STR_NULL),
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("x"), str("al"), 77, 2,
+					      1000, T0 + 1000, DL_STR_NULL),
 		     0));
-	cr_assert(eq(int, dl_locktab_restore_waiter(tab, str("x"), str("bo"),
-						     1000, UINT64_MAX,
-						     T0 + 500, DL_STR_NULL),
-		     0));
+	cr_assert(
+		eq(int,
+		   dl_locktab_restore_waiter(tab, str("x"), str("bo"), 1000,
+					     UINT64_MAX, T0 + 500, DL_STR_NULL),
+		   0));
 	dl_locktab_reset(tab);
 	cr_assert(eq(u64, dl_locktab_stats(tab)->locks, 0));
 	cr_assert(eq(u64, dl_locktab_stats(tab)->owners, 0));

@@ -53,16 +53,6 @@ static void start(const char *appendfsync, const char *conf)
 		       NULL);
 }
 
-/* A new connection as `owner`. */
-static struct h_client *as(const char *owner)
-{
-	struct h_client *c = h_connect(d.port);
-	char *l = h_call(c, "HELLO owner=%s", owner);
-
-	cr_assert(strncmp(l, "OK HELLO ", 9) == 0, "HELLO: \"%s\"", l);
-	return c;
-}
-
 /* STATUS <name> must show state and waiters (and the holder's token and
  * owner when token is not 0). */
 static void expect_status(struct h_client *c, const char *name,
@@ -141,13 +131,13 @@ Test(persist, acknowledged_lease_survives_kill9)
 	char *l;
 
 	start("always", NULL);
-	a = as("a");
+	a = h_hello(d.port, "a");
 	tok = h_lock(a, "x", "ttl=30s");
 	h_daemon_kill9(&d);
 	h_close(a);
 	h_daemon_restart(&d);
 
-	c = as("c");
+	c = h_hello(d.port, "c");
 	l = h_call(c, "CHECK x %llu", (unsigned long long)tok);
 	cr_assert(starts(l, "OK VALID x "), "CHECK after restart: \"%s\"", l);
 	cr_assert_eq(h_arg_u64(l, 1), tok, "in \"%s\"", l);
@@ -158,7 +148,7 @@ Test(persist, acknowledged_lease_survives_kill9)
 	l = h_call(c, "TRYLOCK x");
 	cr_assert(starts(l, "NO BUSY x "), "another owner: \"%s\"", l);
 
-	a2 = as("a");
+	a2 = h_hello(d.port, "a");
 	h_send(a2, "UNLOCK x %llu", (unsigned long long)tok);
 	h_expect(a2, "OK RELEASED x");
 	tok2 = h_lock(c, "x", "wait=0");
@@ -299,7 +289,7 @@ Test(persist, no_acknowledged_grant_lost_under_load)
 	free(all);
 
 	h_daemon_restart(&d);
-	c = as("checker");
+	c = h_hello(d.port, "checker");
 	/* CHECK every recorded grant, pipelined in batches. */
 	for (t = 0; t < LOAD_THREADS; t++) {
 		for (i = 0; i < w[t].n; i += batch) {
@@ -350,7 +340,8 @@ Test(persist, no_acknowledged_grant_lost_under_load)
  * when the restart began. */
 static uint64_t queue_then_crash(uint64_t *restart_ms)
 {
-	struct h_client *h = as("h"), *w1 = as("w1"), *w2 = as("w2");
+	struct h_client *h = h_hello(d.port, "h"), *w1 = h_hello(d.port, "w1"),
+			*w2 = h_hello(d.port, "w2");
 	uint64_t tok;
 
 	tok = h_lock(h, "L", "ttl=1s");
@@ -370,21 +361,6 @@ static uint64_t queue_then_crash(uint64_t *restart_ms)
 	return tok;
 }
 
-/* Wait until STATUS says L is free; returns when (h_now_ms()). */
-static uint64_t wait_free(struct h_client *c, const char *name, int max_ms)
-{
-	uint64_t end = h_now_ms() + (uint64_t)max_ms;
-	char *l;
-
-	for (;;) {
-		l = h_call(c, "STATUS %s", name);
-		if (strcmp(h_kv(l, "state"), "free") == 0)
-			return h_now_ms();
-		cr_assert(h_now_ms() < end, "%s still held: \"%s\"", name, l);
-		h_sleep_ms(10);
-	}
-}
-
 /* DESIGN.md section 5: a restored lease lasts its TTL from the restart,
  * whatever time passed while the daemon was down; the restored queue keeps
  * its order. */
@@ -397,21 +373,21 @@ Test(persist, restored_lease_lasts_its_ttl_from_the_restart_then_queue_moves)
 	start("always", "[persistence]\nrestore_grace = 5s\n");
 	htok = queue_then_crash(&r0);
 
-	m = as("m");
+	m = h_hello(d.port, "m");
 	expect_status(m, "L", "held", htok, "h", 2);
-	freed = wait_free(m, "L", 1000 + LATE_MS * 3);
+	freed = h_wait_free(m, "L", 1000 + LATE_MS * 3);
 	cr_assert_geq(freed - r0, 1000 - EARLY_MS,
 		      "the restored 1 s lease ended %llu ms after the restart "
 		      "began",
 		      (unsigned long long)(freed - r0));
 	expect_status(m, "L", "free", 0, "-", 2);
 
-	w2 = as("w2");
+	w2 = h_hello(d.port, "w2");
 	h_send(w2, "LOCK L");
 	h_expect(w2, "OK QUEUED L 2"); /* behind w1's restored place */
 	expect_status(m, "L", "free", 0, "-", 2);
 
-	w1 = as("w1");
+	w1 = h_hello(d.port, "w1");
 	l = h_call(w1, "LOCK L");
 	cr_assert(starts(l, "OK GRANTED L "), "w1 LOCK L: \"%s\"", l);
 	t1 = h_arg_u64(l, 1);
@@ -443,8 +419,8 @@ Test(persist, placeholders_dropped_after_grace)
 	start("always", "[persistence]\nrestore_grace = 2s\n");
 	htok = queue_then_crash(&t0); /* the grace began during the restart */
 
-	o = as("o3");
-	wait_free(o, "L", 1000 + LATE_MS * 3); /* h's restored lease */
+	o = h_hello(d.port, "o3");
+	h_wait_free(o, "L", 1000 + LATE_MS * 3); /* h's restored lease */
 	l = h_call(o, "TRYLOCK L");
 	cr_assert(starts(l, "NO BUSY L "),
 		  "TRYLOCK within the grace: \"%s\" (%llu ms after restart)", l,
@@ -459,7 +435,7 @@ Test(persist, placeholders_dropped_after_grace)
 	cr_assert_gt(tok, htok);
 
 	/* w1 comes back too late: its place is gone. */
-	w1 = as("w1");
+	w1 = h_hello(d.port, "w1");
 	l = h_call(w1, "TRYLOCK L");
 	cr_assert(starts(l, "NO BUSY L "), "w1 after the grace: \"%s\"", l);
 	h_close(o);
@@ -482,7 +458,7 @@ Test(persist, tokens_never_go_backwards_after_losing_redis_writes)
 
 	start("everysec", NULL);
 	for (cycle = 0; cycle < 3; cycle++) {
-		c = as("t");
+		c = h_hello(d.port, "t");
 		out = h_redis_cli(&r, "GET dlock:token");
 		stored0 = strtoull(out, NULL, 10);
 		/* A burst of grants, pipelined. */
@@ -523,7 +499,7 @@ Test(persist, tokens_never_go_backwards_after_losing_redis_writes)
 			cr_assert(strstr(h_redis_cli(&r, cmd), "0"));
 		}
 		h_daemon_restart(&d);
-		c = as("t");
+		c = h_hello(d.port, "t");
 		/* Cycle 0 kept the burst (its last grant is held); later
 		 * cycles lost it, so only the token floor is left. */
 		snprintf(cmd, sizeof(cmd), "c%d-%d", cycle, BURST - 1);
@@ -545,22 +521,6 @@ Test(persist, tokens_never_go_backwards_after_losing_redis_writes)
 /* ---- 6. Redis killed: fail closed, then resume ----------------------------
  */
 
-/* Poll STATS store_available until it equals want, within ms. Returns the
- * time it took. */
-static uint64_t wait_available(struct h_client *m, uint64_t want, int ms)
-{
-	uint64_t t0 = h_now_ms(), got;
-
-	while ((got = h_stats_value(m, "store_available")) != want) {
-		cr_assert(h_now_ms() - t0 < (uint64_t)ms,
-			  "store_available=%llu after %d ms, want %llu",
-			  (unsigned long long)got, ms,
-			  (unsigned long long)want);
-		h_sleep_ms(20);
-	}
-	return h_now_ms() - t0;
-}
-
 Test(persist, redis_killed_fail_closed_then_resumes)
 {
 	struct h_client *a, *b, *m;
@@ -568,14 +528,14 @@ Test(persist, redis_killed_fail_closed_then_resumes)
 	char req[128], *l;
 
 	start("always", "[persistence]\nredis_timeout = 1s\n");
-	a = as("a");
-	b = as("b");
-	m = as("m");
+	a = h_hello(d.port, "a");
+	b = h_hello(d.port, "b");
+	m = h_hello(d.port, "m");
 	t0 = h_now_ms();
 	tok = h_lock(a, "x", "ttl=5s");
 
 	h_redis_kill9(&r);
-	el = wait_available(m, 0, 2000);
+	el = h_wait_available(m, 0, 2000);
 	cr_log_info("redis loss noticed after %llu ms", (unsigned long long)el);
 
 	/* Changes are refused at once. */
@@ -662,16 +622,16 @@ Test(persist, redis_hung_is_detected_by_timeout_and_held_grant_is_withdrawn)
 	char *l;
 
 	start("always", "[persistence]\nredis_timeout = 1s\n");
-	a = as("a");
-	b = as("b");
-	m = as("m");
+	a = h_hello(d.port, "a");
+	b = h_hello(d.port, "b");
+	m = h_hello(d.port, "m");
 	h_lock(a, "warm", "ttl=60s");
 
 	kill(r.pid, SIGSTOP);
 	h_send(a, "LOCK z ttl=60s");
 	h_send(a, "PING behind");
 	t0 = h_now_ms();
-	el = wait_available(m, 0, 1000 + 1000 + 3000);
+	el = h_wait_available(m, 0, 1000 + 1000 + 3000);
 	cr_log_info("hung redis noticed after %llu ms", (unsigned long long)el);
 	l = h_read(a, 3000);
 	cr_assert(l != NULL, "LOCK z not answered once redis was declared "
@@ -685,7 +645,7 @@ Test(persist, redis_hung_is_detected_by_timeout_and_held_grant_is_withdrawn)
 	expect_status(m, "z", "free", 0, "-", 0);
 
 	kill(r.pid, SIGCONT);
-	wait_available(m, 1, 10000);
+	h_wait_available(m, 1, 10000);
 	cr_assert(h_redis_wait(&r, "EXISTS dlock:lock:z", "0", 1, 5000),
 		  "a withdrawn grant is in redis: \"%s\"", lock_get("z"));
 	h_lock(b, "z", "wait=0");
@@ -705,8 +665,8 @@ Test(persist, redis_refusing_writes_acknowledges_nothing_until_it_accepts)
 	char want[64], *l;
 
 	start("always", "[persistence]\nredis_timeout = 1s\n");
-	a = as("a");
-	b = as("b");
+	a = h_hello(d.port, "a");
+	b = h_hello(d.port, "b");
 	h_lock(a, "warm", "ttl=60s");
 	cr_assert(strstr(h_redis_cli(&r, "CONFIG SET maxmemory 1"), "OK"));
 	l = h_call(a, "LOCK refused ttl=60s");
@@ -716,7 +676,7 @@ Test(persist, redis_refusing_writes_acknowledges_nothing_until_it_accepts)
 	cr_assert(starts(l, "ERR UNAVAILABLE"), "LOCK other: \"%s\"", l);
 	cr_assert_str_eq(h_redis_cli(&r, "EXISTS dlock:lock:refused"), "0\n");
 	cr_assert(strstr(h_redis_cli(&r, "CONFIG SET maxmemory 0"), "OK"));
-	wait_available(b, 1, 10000);
+	h_wait_available(b, 1, 10000);
 	tok = h_lock(a, "refused", "ttl=60s");
 	snprintf(want, sizeof(want), "H %llu ", (unsigned long long)tok);
 	cr_assert(h_redis_wait(&r, "GET dlock:lock:refused", want, 1, 5000),
@@ -734,7 +694,7 @@ Test(persist, shutdown_never_sends_an_unacknowledged_grant)
 	char *l;
 
 	start("always", "[persistence]\nredis_timeout = 1s\n");
-	a = as("a");
+	a = h_hello(d.port, "a");
 	h_lock(a, "warm", "ttl=60s");
 	kill(r.pid, SIGSTOP);
 	h_send(a, "LOCK held ttl=60s");
@@ -763,7 +723,7 @@ Test(persist, sigterm_flushes_and_restart_finds_every_lease)
 	int i;
 
 	start("always", "[persistence]\nrestore_grace = 30s\n");
-	c = as("a");
+	c = h_hello(d.port, "a");
 	for (i = 0; i < TERM_N; i++)
 		h_send(c, "LOCK s%d ttl=60s", i);
 	for (i = 0; i < TERM_N; i++) {
@@ -772,8 +732,8 @@ Test(persist, sigterm_flushes_and_restart_finds_every_lease)
 		cr_assert(starts(l, want), "\"%s\"", l);
 		tok[i] = h_arg_u64(l, 1);
 	}
-	w1 = as("w1");
-	w2 = as("w2");
+	w1 = h_hello(d.port, "w1");
+	w2 = h_hello(d.port, "w2");
 	h_send(w1, "LOCK s0 wait=inf");
 	h_expect(w1, "OK QUEUED s0 1");
 	h_send(w2, "LOCK s0 wait=inf");
@@ -790,7 +750,7 @@ Test(persist, sigterm_flushes_and_restart_finds_every_lease)
 	h_close(w2);
 
 	h_daemon_restart(&d);
-	m = as("m");
+	m = h_hello(d.port, "m");
 	for (i = 0; i < TERM_N; i++)
 		h_send(m, "CHECK s%d %llu", i, (unsigned long long)tok[i]);
 	for (i = 0; i < TERM_N; i++) {
@@ -804,10 +764,10 @@ Test(persist, sigterm_flushes_and_restart_finds_every_lease)
 	expect_status(m, "s2", "held", tok[2], "a", 0);
 
 	/* The owners get their places back. */
-	w2 = as("w2");
+	w2 = h_hello(d.port, "w2");
 	h_send(w2, "LOCK s0");
 	h_expect(w2, "OK QUEUED s0 2");
-	w1 = as("w1");
+	w1 = h_hello(d.port, "w1");
 	h_send(w1, "LOCK s0");
 	h_expect(w1, "OK QUEUED s0 1");
 	h_close(m);
@@ -827,7 +787,7 @@ Test(persist, redis_keys_are_readable)
 	char want[64];
 
 	start("always", NULL);
-	c = as("o8");
+	c = h_hello(d.port, "o8");
 	tok = h_lock(c, "rk", "ttl=30s");
 
 	out = lock_get("rk");
@@ -844,7 +804,7 @@ Test(persist, redis_keys_are_readable)
 	cr_assert_gt(strtoull(h_redis_cli(&r, "GET dlock:fence"), NULL, 10), 0);
 
 	/* A waiter is a W line. */
-	w = as("w8");
+	w = h_hello(d.port, "w8");
 	h_send(w, "LOCK rk wait=inf ttl=5s");
 	h_expect(w, "OK QUEUED rk 1");
 	cr_assert(h_redis_wait(&r, "GET dlock:lock:rk", "\nW 5000 inf w8", 1,
