@@ -484,10 +484,8 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 	if ((line->kind != DL_LINE_GRANTED &&
 	     line->kind != DL_LINE_GRANTED_EVENT &&
 	     line->kind != DL_LINE_REFRESHED) ||
-	    dl_parse_reply(text, len - 2, &rp) != 0 || rp.argc < 1) {
-		memcpy(buf, text, len);
-		return len;
-	}
+	    dl_parse_reply(text, len - 2, &rp) != 0 || rp.argc < 1)
+		return DL_HELD_KEEP;
 	if (line->kind != DL_LINE_REFRESHED) {
 		err = dl_locktab_revoke(
 			c->srv->tab, &c->sess, rp.argv[0], line->token,

@@ -340,12 +340,18 @@ void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn)
 {
 	char buf[DL_REPLY_MAX];
 	const struct dl_held *h;
+	const char *text;
 	size_t i, n;
 
 	for (i = 0; i < c->nheld; i++) {
 		h = &c->held[i];
-		n = fn(c, &h->line, c->held_text.p + h->off, h->len, buf);
-		if (n && dl_buf_add(&c->out, buf, n)) {
+		text = c->held_text.p + h->off;
+		n = fn(c, &h->line, text, h->len, buf);
+		if (n == DL_HELD_KEEP)
+			n = h->len;
+		else
+			text = buf;
+		if (n && dl_buf_add(&c->out, text, n)) {
 			dl_conn_end(c, DL_END_ABORT, "out of memory");
 			break;
 		}
