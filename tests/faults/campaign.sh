@@ -1,0 +1,376 @@
+#!/bin/bash
+# campaign.sh -- the fault campaign: load, a nemesis, then the checker.
+#
+# Starts a private redis-server (in a network namespace of its own when
+# run as root, so that partitions are possible), dlockd against it, lock
+# workers (worker.c, libdlock) and `dlock run` loops whose command records
+# that it runs; then, for DURATION seconds, injects faults at random
+# moments; then heals everything, stops the load and runs the history
+# checker (check.c). Exit status: 0 when the checker found nothing, 1 when
+# it found a violation, 2 when the campaign itself could not run.
+#
+# Environment (defaults in brackets):
+#   DLOCKD DLOCK WORKER CHECK  the binaries [build/...]
+#   DURATION   seconds of faults [60]
+#   SEED       the nemesis's random seed [random; printed, for replay:
+#              the same seed gives the same faults at the same moments]
+#   WORKERS    lock workers [6]     RUNNERS  dlock run loops [2]
+#   LOCKS      lock names L0.. [3]
+#   FAULTS     the fault kinds to draw from [all of them, below]
+#   CLOCK_STEPS  "both" or "forward" [both]
+#   STALL_MS   crash_in_*: ms between stopping Redis (or its traffic) and killing
+#              dlockd (dlockd's redis_timeout is 500 ms) [300]
+#   OUT        directory for histories and logs [a new /tmp directory]
+#
+# Fault kinds:
+#   kill9_dlockd    kill -9 dlockd, restart it
+#   clock_step      kill -9 dlockd, restart it with its wall clock moved
+#                   by 10..60 s (libfaketime), forward or back
+#   stop_dlockd     SIGSTOP dlockd for 1..4 s (longer than most TTLs)
+#   crash_in_stall  SIGSTOP Redis, kill -9 dlockd 0.3 s later (replies
+#                   waiting for Redis die with it), resume both
+#   crash_in_partition  drop dlockd's Redis connection, kill -9 dlockd
+#                   STALL_MS later, restart it, heal 1..2 s later: writes
+#                   on the dead connection arrive after the new one's
+#   kill9_redis     kill -9 Redis, restart it (AOF, appendfsync always)
+#   stop_redis      SIGSTOP Redis for 0.2..3 s
+#   slow_redis      kill -9 Redis, restart it loading for seconds
+#                   (--key-load-delay)
+#   partition       drop everything from dlockd to Redis for 0.2..3 s
+#   partition_conn  drop dlockd's current Redis connection for 1..3 s,
+#                   then let its retransmissions through (late writes)
+#   kill_worker     kill -9 a lock worker (holding or waiting), start
+#                   another in its place
+#   kill_run        kill -9 a `dlock run` while its command runs
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../.." && pwd)
+: "${DLOCKD:=$top/build/dlockd}" "${DLOCK:=$top/build/dlock}"
+: "${WORKER:=$top/build/faults/worker}" "${CHECK:=$top/build/faults/check}"
+: "${DURATION:=60}" "${SEED:=$((RANDOM * 32768 + RANDOM))}"
+: "${WORKERS:=6}" "${RUNNERS:=2}" "${LOCKS:=3}" "${CLOCK_STEPS:=both}"
+: "${STALL_MS:=300}"
+: "${FAULTS:=kill9_dlockd clock_step stop_dlockd crash_in_stall crash_in_partition kill9_redis stop_redis slow_redis partition partition_conn kill_worker kill_run}"
+: "${OUT:=$(mktemp -d /tmp/dlockd-faults-XXXXXX)}"
+FAKETIME_LIB=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
+
+RANDOM=$SEED
+mkdir -p "$OUT/hist" "$OUT/redis"
+nemlog=$OUT/nemesis.log
+: > "$nemlog"
+
+say() { printf 'faults: %s\n' "$*"; }
+die() { say "$*" >&2; cleanup; exit 2; }
+now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+# R = 0 .. $1-1. Never $(...): a subshell would not advance the
+# generator, and the same seed must give the same faults.
+rnd() { R=$((RANDOM % $1)); }
+pause_ms() { sleep "$(printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)))"; }
+
+for b in "$DLOCKD" "$DLOCK" "$WORKER" "$CHECK"; do
+	[ -x "$b" ] || { say "missing $b (make faults builds it)"; exit 2; }
+done
+command -v redis-server >/dev/null || { say "redis-server is needed"; exit 2; }
+
+# ---- the network: a namespace for Redis when we can --------------------------
+
+ns=""
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && command -v nft >/dev/null; then
+	ns=dlf$$
+	veth=dlf$$
+	a=$((200 + $$ % 50)) b=$((($$ / 50) % 250))
+	host=10.$a.$b.1 rip=10.$a.$b.2
+	if ! { ip netns add $ns && ip link add $veth type veth peer name ${veth}p &&
+		ip link set ${veth}p netns $ns && ip addr add $host/24 dev $veth &&
+		ip link set $veth up && ip -n $ns addr add $rip/24 dev ${veth}p &&
+		ip -n $ns link set ${veth}p up && ip -n $ns link set lo up &&
+		ip netns exec $ns nft add table inet dlf &&
+		ip netns exec $ns nft add chain inet dlf in \
+			'{ type filter hook input priority 0; }'; } 2>>"$OUT/setup.log"; then
+		say "cannot build a network namespace (see $OUT/setup.log); partitions off"
+		ip netns del $ns 2>/dev/null
+		ns=""
+	fi
+fi
+if [ -z "$ns" ]; then
+	rip=127.0.0.1 host=127.0.0.1
+	FAULTS=$(echo "$FAULTS" | tr ' ' '\n' | grep -v 'partition' | tr '\n' ' ')
+	say "not root, or no ip/nft: Redis on loopback, no partitions"
+fi
+rport=$((20000 + $$ % 20000))
+[ -n "$ns" ] && rport=6379
+rcli() { redis-cli -h "$rip" -p "$rport" "$@" 2>/dev/null; }
+
+# ---- processes --------------------------------------------------------------
+
+redis_pid="" dlockd_pid="" stopping=0
+declare -a worker_pid run_pid
+
+redis_start() {     # [extra redis-server arguments]
+	# ip netns exec execs redis-server: $! is Redis itself.
+	${ns:+ip netns exec "$ns"} redis-server --port "$rport" --bind "$rip" --dir "$OUT/redis" \
+		--appendonly yes --appendfsync always --save "" \
+		--daemonize no --protected-mode no \
+		--loading-process-events-interval-bytes 1024 "$@" \
+		>> "$OUT/redis.log" 2>&1 &
+	redis_pid=$!
+	local i=0
+	until rcli PING | grep -q -e PONG -e LOADING; do
+		i=$((i + 1)); [ $i -gt 300 ] && die "redis-server does not start"
+		sleep 0.02
+	done
+}
+
+dport=$((30000 + $$ % 20000))
+cat > "$OUT/dlockd.conf" <<EOF
+[server]
+bind = 127.0.0.1
+port = $dport
+[limits]
+tick = 10ms
+[persistence]
+redis_timeout = 500ms
+restore_grace = 2s
+EOF
+
+dlockd_start() {    # [clock offset for libfaketime, e.g. +30s]
+	if [ -n "${1:-}" ]; then
+		LD_PRELOAD=$FAKETIME_LIB FAKETIME=$1 FAKETIME_DONT_FAKE_MONOTONIC=1 \
+		ASAN_OPTIONS=verify_asan_link_order=0 \
+			"$DLOCKD" -c "$OUT/dlockd.conf" --persist redis \
+			--redis "redis://$rip:$rport/0" >> "$OUT/dlockd.log" 2>&1 &
+	else
+		"$DLOCKD" -c "$OUT/dlockd.conf" --persist redis \
+			--redis "redis://$rip:$rport/0" >> "$OUT/dlockd.log" 2>&1 &
+	fi
+	dlockd_pid=$!
+}
+
+# ms until dlockd answers PING again (or 30000 and a note).
+wait_dlockd() {
+	local t0 i=0
+	t0=$(now_ms)
+	until "$DLOCK" --port "$dport" --timeout 1s ping >/dev/null 2>&1; do
+		i=$((i + 1))
+		if [ $i -gt 1500 ]; then echo 30000; return; fi
+		sleep 0.02
+	done
+	echo $(($(now_ms) - t0))
+}
+
+# ms until dlockd can persist again (store_available 1).
+wait_store() {
+	local t0 i=0
+	t0=$(now_ms)
+	until "$DLOCK" --port "$dport" --timeout 1s stats --raw 2>/dev/null |
+			grep -q '^store_available 1'; do
+		i=$((i + 1))
+		if [ $i -gt 1500 ]; then echo 30000; return; fi
+		sleep 0.02
+	done
+	echo $(($(now_ms) - t0))
+}
+
+gen=0
+worker_start() {    # slot
+	gen=$((gen + 1))
+	"$WORKER" lock "$OUT/hist/w$1.$gen.hist" 127.0.0.1 "$dport" \
+		"w$1.$gen" "$LOCKS" $((SEED + gen)) $(((DURATION + 120) * 1000)) \
+		2>> "$OUT/workers.log" &
+	worker_pid[$1]=$!
+}
+
+# A loop of `dlock run`s; each command records that it runs. Every run is
+# a new owner (dlock picks a random id) with a history file of its own.
+runner() {          # slot
+	local n=0 ttl
+	while [ ! -e "$OUT/stop-runners" ]; do
+		n=$((n + 1))
+		case $((RANDOM % 3)) in 0) ttl=600;; 1) ttl=1500;; *) ttl=4000;; esac
+		"$DLOCK" --port "$dport" run "L$((RANDOM % LOCKS))" --ttl "$ttl" \
+			--wait 2s -- "$WORKER" child "$OUT/hist/r$1.$n.hist" \
+			$((RANDOM % 3000)) >> "$OUT/runners.log" 2>&1
+		sleep 0.0$((RANDOM % 10))
+	done
+}
+
+cleanup() {
+	[ -n "$ns" ] && ip netns exec "$ns" nft flush chain inet dlf in 2>/dev/null
+	for p in $redis_pid $dlockd_pid; do kill -CONT "$p" 2>/dev/null; done
+	for p in "${worker_pid[@]}" "${run_pid[@]}"; do kill -9 "$p" 2>/dev/null; done
+	pkill -9 -f "dlock --port $dport run" 2>/dev/null
+	pkill -9 -f "$OUT/hist/r" 2>/dev/null
+	[ -n "$dlockd_pid" ] && kill -9 "$dlockd_pid" 2>/dev/null
+	[ -n "$redis_pid" ] && kill -9 "$redis_pid" 2>/dev/null
+	wait 2>/dev/null
+	if [ -n "$ns" ]; then
+		ip link del "$veth" 2>/dev/null
+		ip netns del "$ns" 2>/dev/null
+	fi
+}
+trap 'cleanup; exit 2' INT TERM
+
+# ---- faults -----------------------------------------------------------------
+
+declare -A count recov_n recov_sum recov_max
+note() {            # kind detail...
+	local k=$1; shift
+	count[$k]=$((${count[$k]:-0} + 1))
+	echo "$(now_ms) $k $*" >> "$nemlog"
+}
+recovered() {       # kind ms
+	recov_n[$1]=$((${recov_n[$1]:-0} + 1))
+	recov_sum[$1]=$((${recov_sum[$1]:-0} + $2))
+	[ "$2" -gt "${recov_max[$1]:-0}" ] && recov_max[$1]=$2
+}
+
+kill_dlockd() { kill -9 "$dlockd_pid" 2>/dev/null; wait "$dlockd_pid" 2>/dev/null; }
+kill_redis() { kill -9 "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; }
+
+f_kill9_dlockd() {
+	rnd 1000; kill_dlockd; pause_ms $R; dlockd_start
+	note kill9_dlockd; recovered kill9_dlockd "$(wait_dlockd)"
+}
+f_clock_step() {
+	local s
+	rnd 51; s=$((10 + R))
+	rnd 2
+	if [ "$CLOCK_STEPS" = both ] && [ $R = 1 ]; then s=-$s; else s=+$s; fi
+	kill_dlockd; dlockd_start "${s}s"
+	note clock_step "${s}s"; recovered clock_step "$(wait_dlockd)"
+}
+f_stop_dlockd() {
+	local ms
+	rnd 3000; ms=$((1000 + R))
+	kill -STOP "$dlockd_pid"; pause_ms $ms; kill -CONT "$dlockd_pid"
+	note stop_dlockd "${ms}ms"
+}
+f_crash_in_stall() {
+	kill -STOP "$redis_pid"; pause_ms "$STALL_MS"; kill_dlockd
+	kill -CONT "$redis_pid"; dlockd_start
+	note crash_in_stall; recovered crash_in_stall "$(wait_dlockd)"
+}
+f_kill9_redis() {
+	rnd 2000; kill_redis; pause_ms $R; redis_start
+	note kill9_redis; recovered kill9_redis "$(wait_store)"
+}
+f_stop_redis() {
+	local ms
+	rnd 2800; ms=$((200 + R))
+	kill -STOP "$redis_pid"; pause_ms $ms; kill -CONT "$redis_pid"
+	note stop_redis "${ms}ms"; recovered stop_redis "$(wait_store)"
+}
+f_slow_redis() {
+	kill_redis; redis_start --key-load-delay 30
+	note slow_redis; recovered slow_redis "$(wait_store)"
+}
+f_partition() {
+	local ms
+	rnd 2800; ms=$((200 + R))
+	ip netns exec "$ns" nft add rule inet dlf in ip saddr "$host" drop
+	pause_ms $ms
+	ip netns exec "$ns" nft flush chain inet dlf in
+	note partition "${ms}ms"; recovered partition "$(wait_store)"
+}
+# The source port of dlockd's connection to Redis.
+conn_port() {
+	rcli CLIENT LIST | grep " addr=$host:" | grep -v 'cmd=client' |
+		grep -o " addr=[0-9.]*:[0-9]*" | sed 's/.*://' | head -1
+}
+drop_port() {
+	ip netns exec "$ns" nft add rule inet dlf in ip saddr "$host" tcp sport "$1" drop
+}
+f_crash_in_partition() {
+	local ms port
+	rnd 1000; ms=$((1000 + R))
+	port=$(conn_port)
+	[ -n "$port" ] || return
+	drop_port "$port"; pause_ms "$STALL_MS"; kill_dlockd; dlockd_start
+	note crash_in_partition "port $port"
+	recovered crash_in_partition "$(wait_dlockd)"
+	pause_ms $ms
+	ip netns exec "$ns" nft flush chain inet dlf in
+}
+f_partition_conn() {
+	local ms port
+	rnd 2000; ms=$((1000 + R))
+	port=$(conn_port)
+	[ -n "$port" ] || return
+	drop_port "$port"
+	pause_ms $ms
+	ip netns exec "$ns" nft flush chain inet dlf in
+	note partition_conn "port $port ${ms}ms"; recovered partition_conn "$(wait_store)"
+}
+f_kill_worker() {
+	local i
+	rnd "$WORKERS"; i=$R
+	kill -9 "${worker_pid[$i]}" 2>/dev/null; wait "${worker_pid[$i]}" 2>/dev/null
+	worker_start "$i"
+	note kill_worker "slot $i"
+}
+f_kill_run() {
+	local -a ps
+	rnd 1000 # drawn whatever happens: the schedule stays the seed's
+	mapfile -t ps < <(pgrep -f "dlock --port $dport run")
+	[ ${#ps[@]} -gt 0 ] || return
+	kill -9 "${ps[$((R % ${#ps[@]}))]}" 2>/dev/null
+	note kill_run
+}
+
+# ---- the campaign -------------------------------------------------------------
+
+say "seed $SEED, ${DURATION} s, $WORKERS workers, $RUNNERS dlock-run loops, locks L0..L$((LOCKS - 1)), out $OUT"
+say "replay: SEED=$SEED DURATION=$DURATION make faults"
+redis_start
+# Keys for a slow load: with --key-load-delay 30, loading takes seconds.
+rcli EVAL "for i=1,20000 do redis.call('SET','pad:'..i,'x') end" 0 >/dev/null
+rcli BGREWRITEAOF >/dev/null
+dlockd_start
+[ "$(wait_dlockd)" -lt 30000 ] || die "dlockd does not start (see $OUT/dlockd.log)"
+for i in $(seq 0 $((WORKERS - 1))); do worker_start "$i"; done
+for i in $(seq 0 $((RUNNERS - 1))); do
+	runner "$i" 2>/dev/null & run_pid[$i]=$!
+done
+
+read -r -a kinds <<< "$FAULTS"
+t_end=$(($(now_ms) + DURATION * 1000))
+while [ "$(now_ms)" -lt "$t_end" ]; do
+	rnd 2500; pause_ms $((500 + R))
+	rnd ${#kinds[@]}; "f_${kinds[$R]}"
+done
+
+# ---- heal, settle, stop, check --------------------------------------------------
+
+[ -n "$ns" ] && ip netns exec "$ns" nft flush chain inet dlf in
+kill -CONT "$redis_pid" "$dlockd_pid" 2>/dev/null
+kill -0 "$redis_pid" 2>/dev/null || redis_start
+kill -0 "$dlockd_pid" 2>/dev/null || dlockd_start
+wait_store > /dev/null
+sleep 2
+touch "$OUT/stop-runners"
+for p in "${worker_pid[@]}"; do kill -TERM "$p" 2>/dev/null; done
+for p in "${worker_pid[@]}" "${run_pid[@]}"; do wait "$p" 2>/dev/null; done
+# Commands of killed `dlock run`s that were never stopped run out by
+# themselves (at most 3 s); their records are part of the history.
+sleep 3
+kill -TERM "$dlockd_pid" 2>/dev/null; wait "$dlockd_pid" 2>/dev/null
+dlockd_pid=""
+
+total=0
+for k in "${!count[@]}"; do total=$((total + count[$k])); done
+say "faults injected: $total"
+for k in $(echo "${!count[@]}" | tr ' ' '\n' | sort); do
+	line="  $k: ${count[$k]}"
+	if [ "${recov_n[$k]:-0}" -gt 0 ]; then
+		line="$line, back in avg $((recov_sum[$k] / recov_n[$k])) ms, max ${recov_max[$k]} ms"
+	fi
+	echo "$line"
+done
+fenced=$(rcli INFO errorstats | sed -n 's/^errorstat_FENCED:count=\([0-9]*\).*/\1/p')
+say "late writes refused by the fence: ${fenced:-0}"
+"$CHECK" "$OUT/hist"
+rc=$?
+cleanup
+[ $rc = 0 ] && say "no violation (seed $SEED)" || say "VIOLATIONS found (seed $SEED; histories in $OUT)"
+exit $rc

@@ -1,0 +1,310 @@
+/*
+ * check.c -- the history checker of the fault campaign.
+ *
+ *   check <dir>      reads every <dir>/<owner>.hist (worker.c writes them; the
+ *                    file name is the owner), prints what it counted and
+ *                    every violation, exits 1 if there is one.
+ *
+ * From the records it builds, per lock, the holding intervals:
+ *   - a grant (G) holds from the moment it was received to the earliest of
+ *     its UNLOCK being sent (U), the library reporting it lost (L), and its
+ *     local deadline (the latest of G and its renewals R). A worker killed
+ *     while holding leaves an open interval: it lasts to that deadline,
+ *     which is what the server promised;
+ *   - a `dlock run` command (A records of one token) holds from its first
+ *     record to its last: it must never run while someone else holds.
+ *
+ * and checks:
+ *   1. mutual exclusion: no two intervals of different owners on one lock
+ *      overlap (touching is fine: times are whole milliseconds);
+ *   2. fencing: a token belongs to one lease: granted to one owner on one
+ *      lock (the same owner may get it again: a reentry of a lease the
+ *      server still has, e.g. one its client gave up for want of
+ *      confirmation); per lock, tokens grow in the order of the intervals
+ *      (empty intervals, a grant that arrived after its deadline, are
+ *      left out of the order);
+ *   3. durability: the server never drops a lease early. A loss reported
+ *      by the server -- `* EXPIRED` (reason 1) or NOT_HOLDER to a refresh
+ *      (reason 2) -- before the local deadline means it forgot or cut a
+ *      lease its holder could still believe in (the server's deadline is
+ *      never before the client's, which is counted from the request's
+ *      send time). A loss for want of confirmation (3) is legitimate.
+ *
+ * Nothing here knows the server: it judges what clients saw.
+ */
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NAME_MAX_ 64
+
+struct span {
+	char lock[NAME_MAX_];
+	char owner[NAME_MAX_];
+	uint64_t token;
+	int64_t start, end; /* ms; end <= start: empty */
+	int run;	    /* a dlock run command's A records */
+	int open;	    /* no U or L: the worker died holding it */
+};
+
+struct hist {
+	struct span *v;
+	size_t n, cap;
+	size_t records, grants, lost_by_server, lost_unconfirmed, failed, alive,
+		violations;
+};
+
+static struct span *span_new(struct hist *h)
+{
+	struct span *v;
+
+	if (h->n == h->cap) {
+		h->cap = h->cap ? h->cap * 2 : 1024;
+		v = realloc(h->v, h->cap * sizeof(*v));
+		if (!v) {
+			perror("realloc");
+			exit(2);
+		}
+		h->v = v;
+	}
+	memset(&h->v[h->n], 0, sizeof(h->v[0]));
+	return &h->v[h->n++];
+}
+
+static void violation(struct hist *h, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void violation(struct hist *h, const char *fmt, ...)
+{
+	va_list ap;
+
+	h->violations++;
+	printf("VIOLATION: ");
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
+}
+
+/* The open grant of (owner, lock, token), or NULL. */
+static struct span *find(struct hist *h, size_t from, const char *lock,
+			 uint64_t token, int run)
+{
+	size_t i = h->n;
+
+	while (i-- > from)
+		if (h->v[i].token == token && h->v[i].run == run &&
+		    strcmp(h->v[i].lock, lock) == 0)
+			return &h->v[i];
+	return NULL;
+}
+
+/* One record of owner's file; `from` is the first span of this file. */
+static void record(struct hist *h, size_t from, const char *owner,
+		   const char *line)
+{
+	char kind, lock[NAME_MAX_];
+	int64_t t, d = 0;
+	uint64_t token = 0;
+	int reason = 0, n;
+	struct span *s;
+
+	n = sscanf(line, "%" SCNd64 " %c %63s %" SCNu64 " %" SCNd64, &t, &kind,
+		   lock, &token, &d);
+	if (n < 3)
+		return;
+	h->records++;
+	switch (kind) {
+	case 'G':
+		s = span_new(h);
+		snprintf(s->lock, sizeof(s->lock), "%s", lock);
+		snprintf(s->owner, sizeof(s->owner), "%s", owner);
+		s->token = token;
+		s->start = t;
+		s->end = d;
+		s->open = 1;
+		h->grants++;
+		break;
+	case 'R':
+		if ((s = find(h, from, lock, token, 0)) && s->open &&
+		    d > s->end)
+			s->end = d;
+		break;
+	case 'U':
+		if ((s = find(h, from, lock, token, 0)) && s->open) {
+			s->end = t < s->end ? t : s->end;
+			s->open = 0;
+		}
+		break;
+	case 'L':
+		sscanf(line, "%*d %*c %*s %*u %d %" SCNd64, &reason, &d);
+		if (reason == 3)
+			h->lost_unconfirmed++;
+		else
+			h->lost_by_server++;
+		if (reason != 3 && t < d)
+			violation(h,
+				  "%s lost %s token %" PRIu64 " by the "
+				  "server's word (reason %d) at %" PRId64
+				  ", %" PRId64 " ms before its deadline",
+				  owner, lock, token, reason, t, d - t);
+		if ((s = find(h, from, lock, token, 0)) && s->open) {
+			s->end = t < s->end ? t : s->end;
+			s->open = 0;
+		}
+		break;
+	case 'A':
+		h->alive++;
+		if ((s = find(h, from, lock, token, 1)) != NULL) {
+			s->end = t;
+			break;
+		}
+		s = span_new(h);
+		snprintf(s->lock, sizeof(s->lock), "%s", lock);
+		snprintf(s->owner, sizeof(s->owner), "%s", owner);
+		s->token = token;
+		s->start = s->end = t;
+		s->run = 1;
+		break;
+	case 'E':
+		h->failed++;
+		break;
+	}
+}
+
+static void read_file(struct hist *h, const char *dir, const char *file)
+{
+	char path[4096], owner[NAME_MAX_], line[512];
+	size_t from = h->n, len = strlen(file) - 5;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	snprintf(owner, sizeof(owner), "%.*s", (int)len, file);
+	if (!(f = fopen(path, "r"))) {
+		perror(path);
+		exit(2);
+	}
+	while (fgets(line, sizeof(line), f))
+		record(h, from, owner, line);
+	fclose(f);
+}
+
+static int by_lock_then_start(const void *a, const void *b)
+{
+	const struct span *x = a, *y = b;
+	int c = strcmp(x->lock, y->lock);
+
+	if (c)
+		return c;
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static int by_token(const void *a, const void *b)
+{
+	uint64_t x = (*(const struct span *const *)a)->token;
+	uint64_t y = (*(const struct span *const *)b)->token;
+
+	return x < y ? -1 : x > y;
+}
+
+static void print_span(const char *what, const struct span *s)
+{
+	printf("  %s: %s token %" PRIu64 " %s [%" PRId64 ", %" PRId64 "]%s\n",
+	       what, s->owner, s->token, s->run ? "(dlock run)" : "(grant)",
+	       s->start, s->end, s->open ? " (holder died)" : "");
+}
+
+/* 1. and 2. (order) per lock: a sweep over its intervals by start,
+ * keeping those still running (`act`: ends after the current start). */
+static void check_lock(struct hist *h, size_t from, size_t to)
+{
+	const struct span **act = malloc((to - from) * sizeof(*act) + 1);
+	const struct span *s, *tok = NULL;
+	size_t i, j, k, nact = 0;
+
+	for (i = from; i < to; i++) {
+		s = &h->v[i];
+		if (s->end <= s->start && !s->run)
+			continue; /* never held: arrived after its deadline */
+		for (j = k = 0; j < nact; j++) {
+			if (act[j]->end <= s->start)
+				continue; /* over before s began */
+			act[k++] = act[j];
+			if (strcmp(act[j]->owner, s->owner) != 0) {
+				violation(h, "two holders of %s at once",
+					  s->lock);
+				print_span("first ", act[j]);
+				print_span("second", s);
+			}
+		}
+		nact = k;
+		act[nact++] = s;
+		if (tok && (s->token < tok->token ||
+			    (s->token == tok->token &&
+			     strcmp(s->owner, tok->owner) != 0))) {
+			violation(h, "tokens of %s go backwards", s->lock);
+			print_span("earlier", tok);
+			print_span("later  ", s);
+		}
+		tok = s;
+	}
+	free(act);
+}
+
+/* 2. every grant's token is its own. */
+static void check_tokens(struct hist *h)
+{
+	struct span **p = malloc(h->n * sizeof(*p) + 1);
+	size_t i, k = 0;
+
+	for (i = 0; i < h->n; i++)
+		if (!h->v[i].run)
+			p[k++] = &h->v[i];
+	qsort(p, k, sizeof(*p), by_token);
+	for (i = 1; i < k; i++)
+		if (p[i]->token == p[i - 1]->token &&
+		    (strcmp(p[i]->owner, p[i - 1]->owner) != 0 ||
+		     strcmp(p[i]->lock, p[i - 1]->lock) != 0)) {
+			violation(h, "token %" PRIu64 " granted twice",
+				  p[i]->token);
+			print_span("one  ", p[i - 1]);
+			print_span("other", p[i]);
+		}
+	free(p);
+}
+
+int main(int argc, char **argv)
+{
+	struct hist h = {0};
+	struct dirent *e;
+	size_t i, from;
+	DIR *d;
+
+	if (argc != 2 || !(d = opendir(argv[1]))) {
+		fprintf(stderr, "usage: check <history dir>\n");
+		return 2;
+	}
+	while ((e = readdir(d)))
+		if (strlen(e->d_name) > 5 &&
+		    strcmp(e->d_name + strlen(e->d_name) - 5, ".hist") == 0)
+			read_file(&h, argv[1], e->d_name);
+	closedir(d);
+	check_tokens(&h);
+	qsort(h.v, h.n, sizeof(*h.v), by_lock_then_start);
+	for (from = 0, i = 1; i <= h.n; i++)
+		if (i == h.n || strcmp(h.v[i].lock, h.v[from].lock) != 0) {
+			check_lock(&h, from, i);
+			from = i;
+		}
+	printf("history: %zu records, %zu grants, %zu lock failures "
+	       "(busy, timeout, unavailable), %zu leases lost (%zu by the "
+	       "server, %zu unconfirmed), %zu dlock-run alive records\n",
+	       h.records, h.grants, h.failed,
+	       h.lost_by_server + h.lost_unconfirmed, h.lost_by_server,
+	       h.lost_unconfirmed, h.alive);
+	printf("violations: %zu\n", h.violations);
+	free(h.v);
+	return h.violations ? 1 : 0;
+}

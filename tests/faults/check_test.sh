@@ -1,0 +1,21 @@
+#!/bin/sh
+# check_test.sh -- the history checker on hand-written histories: each
+# directory of tests/faults/fixtures holds *.hist files and `expect`, the
+# number of violations the checker must report.
+set -u
+: "${CHECK:=build/faults/check}"
+dir=$(dirname "$0")/fixtures
+fails=0
+for d in "$dir"/*/; do
+	want=$(cat "$d/expect")
+	got=$("$CHECK" "$d" | sed -n 's/^violations: //p')
+	if [ "$got" = "$want" ]; then
+		echo "  ok    $(basename "$d"): $got violation(s)"
+	else
+		echo "  FAIL  $(basename "$d"): $got violation(s), expected $want"
+		"$CHECK" "$d" | sed 's/^/        /'
+		fails=$((fails + 1))
+	fi
+done
+[ $fails = 0 ] && echo "check_test.sh: the checker judges every fixture right"
+exit $fails

@@ -1,0 +1,196 @@
+/*
+ * worker.c -- a client of the fault campaign (tests/faults/README.md).
+ *
+ *   worker lock  <hist> <host> <port> <owner> <locks> <seed> <ms>
+ *       takes random locks of L0..L<locks-1> through libdlock for <ms>
+ *       (or until SIGTERM), with random TTLs, waits and hold times (some
+ *       longer than the TTL, so the library renews), and writes what it
+ *       sees to the history file <hist>;
+ *   worker child <hist> <ms>
+ *       the command of a `dlock run`: writes an "alive" record with the
+ *       DLOCK_NAME and DLOCK_TOKEN it was given every ~10 ms for <ms>.
+ *
+ * The history is what the checker (check.c) reads: one record per line,
+ * "<time> <kind> <lock> <token> [fields]", the time from dlock_now_ms(),
+ * the clock of the library's local deadlines, shared by every process of
+ * the machine. Every record is written with one write(2) on an O_APPEND
+ * descriptor *before* the worker acts on what it records, so a worker
+ * killed at any moment leaves a true history:
+ *
+ *   G lock token deadline        a grant received (its local deadline)
+ *   R lock token deadline        the library renewed: a new deadline
+ *   U lock token                 about to send UNLOCK: no longer holding
+ *   L lock token reason deadline the library says the lease is lost
+ *                                (1 expired, 2 rejected, 3 unconfirmed)
+ *   A lock token                 a dlock run command is running
+ *   E lock rc                    a LOCK that did not grant (rc: DLOCK_E*)
+ *
+ * Every worker is its own owner (a distinct id), holding one lease at a
+ * time; the checker takes the file name as the owner.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/dlock.h"
+
+static int hist = -1;
+static volatile sig_atomic_t stop;
+
+static void record(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void record(const char *fmt, ...)
+{
+	char line[256];
+	int n = snprintf(line, sizeof(line), "%" PRId64 " ", dlock_now_ms());
+	va_list ap;
+
+	va_start(ap, fmt);
+	n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	line[n++] = '\n';
+	(void)!write(hist, line, (size_t)n);
+}
+
+static void on_term(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static void sleep_ms(int64_t ms)
+{
+	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000};
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !stop)
+		;
+}
+
+/* On the library's thread: write down the loss at once. */
+static void on_lost(dlock_client *c, const dlock_lease *l,
+		    enum dlock_lost_reason why, void *arg)
+{
+	(void)c;
+	(void)arg;
+	record("L %s %" PRIu64 " %d %" PRId64, dlock_lease_name(l),
+	       dlock_lease_token(l), (int)why, dlock_lease_deadline(l));
+}
+
+static int64_t pick(const int64_t *v, size_t n)
+{
+	return v[(size_t)rand() % n];
+}
+
+/* Hold the lease for about `ms`, noting each renewal; returns 1 if it is
+ * still valid at the end. */
+static int hold(dlock_lease *l, int64_t ms)
+{
+	int64_t end = dlock_now_ms() + ms, seen = dlock_lease_deadline(l), d;
+
+	while (!stop && dlock_now_ms() < end) {
+		if (!dlock_lease_valid(l))
+			return 0;
+		d = dlock_lease_deadline(l);
+		if (d != seen) {
+			record("R %s %" PRIu64 " %" PRId64, dlock_lease_name(l),
+			       dlock_lease_token(l), d);
+			seen = d;
+		}
+		sleep_ms(10);
+	}
+	return dlock_lease_valid(l);
+}
+
+static void one_lock(dlock_client *c, int locks)
+{
+	static const int64_t ttls[] = {300, 800, 2000};
+	static const int64_t waits[] = {0, 500, 3000, DLOCK_WAIT_FOREVER};
+	static const int quarters[] = {0, 1, 2, 6}; /* hold, in ttl/4 */
+	int64_t ttl = pick(ttls, 3), wait = pick(waits, 4);
+	dlock_lease *l = NULL;
+	char name[16];
+	int rc;
+
+	snprintf(name, sizeof(name), "L%d", rand() % locks);
+	rc = dlock_lock(c, name, ttl, wait, &l);
+	if (rc != 0) {
+		record("E %s %d", name, rc);
+		if (rc != DLOCK_EBUSY && rc != DLOCK_ETIMEDOUT)
+			sleep_ms(50); /* the server is away: do not spin */
+		return;
+	}
+	record("G %s %" PRIu64 " %" PRId64, name, dlock_lease_token(l),
+	       dlock_lease_deadline(l));
+	if (hold(l, ttl * quarters[(size_t)rand() % 4] / 4))
+		record("U %s %" PRIu64, name, dlock_lease_token(l));
+	dlock_unlock(c, l);
+}
+
+static int run_locks(char **argv)
+{
+	struct dlock_options o;
+	dlock_client *c = NULL;
+	int64_t end;
+	int rc;
+
+	dlock_options_init(&o);
+	o.host = argv[1];
+	o.port = atoi(argv[2]);
+	o.owner = argv[3];
+	o.on_lost = on_lost;
+	o.request_timeout_ms = 3000;
+	srand((unsigned)strtoul(argv[5], NULL, 10));
+	end = dlock_now_ms() + atoll(argv[6]);
+	while (!stop && (rc = dlock_connect(&o, &c)) != 0) {
+		record("E - %d", rc);
+		sleep_ms(200);
+	}
+	while (!stop && dlock_now_ms() < end)
+		one_lock(c, atoi(argv[4]));
+	dlock_close(c);
+	return 0;
+}
+
+static int run_child(int64_t ms)
+{
+	const char *name = getenv("DLOCK_NAME"), *token = getenv("DLOCK_TOKEN");
+	int64_t end = dlock_now_ms() + ms;
+
+	if (!name || !token)
+		return 2;
+	while (dlock_now_ms() < end) {
+		record("A %s %s", name, token);
+		sleep_ms(10);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct sigaction sa = {.sa_handler = on_term};
+
+	if (argc < 3 || (strcmp(argv[1], "lock") == 0 && argc != 9) ||
+	    (strcmp(argv[1], "child") == 0 && argc != 4)) {
+		fprintf(stderr, "usage: worker lock <hist> <host> <port> "
+				"<owner> <locks> <seed> <ms>\n"
+				"       worker child <hist> <ms>\n");
+		return 64;
+	}
+	hist = open(argv[2], O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (hist < 0) {
+		perror(argv[2]);
+		return 1;
+	}
+	if (strcmp(argv[1], "child") == 0)
+		return run_child(atoll(argv[3]));
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	return run_locks(argv + 2);
+}
