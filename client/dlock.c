@@ -84,6 +84,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -258,6 +259,8 @@ static void client_free(struct dlock_client *c)
 		close(c->wake[0]);
 	if (c->wake[1] >= 0)
 		close(c->wake[1]);
+	if (c->timer >= 0)
+		close(c->timer);
 	pthread_cond_destroy(&c->idle_cv);
 	pthread_mutex_destroy(&c->mu);
 	free(c->out);
@@ -352,6 +355,8 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 	if (!(c = calloc(1, sizeof(*c))))
 		return DLOCK_ENOMEM;
 	c->fd = c->wake[0] = c->wake[1] = -1;
+	/* without it (an old kernel), the thread sleeps in steps */
+	c->timer = timerfd_create(CLOCK_BOOTTIME, TFD_NONBLOCK | TFD_CLOEXEC);
 	pthread_mutex_init(&c->mu, NULL);
 	dl__cond_init(&c->idle_cv);
 	c->opt = *o;

@@ -22,7 +22,7 @@
  * Leases. A lease handle stands for one hold of a lock: dlock_lock() and
  * dlock_trylock() create it, dlock_unlock() releases that hold and frees
  * the handle. While a lease is held the library refreshes it every TTL/3
- * (options.renew) and keeps a local deadline on the monotonic clock,
+ * (options.renew) and keeps a local deadline on CLOCK_BOOTTIME,
  * counted from the moment the request was sent, so the application never
  * believes in a lease longer than the server grants it. When the lease is
  * lost -- the server says so (* EXPIRED, NO NOT_HOLDER), or it cannot be
@@ -284,12 +284,13 @@ int dlock_stats(dlock_client *c,
 const char *dlock_lease_name(const dlock_lease *l);
 uint64_t dlock_lease_token(const dlock_lease *l);
 int64_t dlock_lease_ttl(const dlock_lease *l); /* last granted TTL */
-/* Local deadline on CLOCK_MONOTONIC, in ms; renewal moves it. */
+/* Local deadline on CLOCK_BOOTTIME (which, unlike CLOCK_MONOTONIC, goes
+ * on while the machine is suspended), in ms; renewal moves it. */
 int64_t dlock_lease_deadline(const dlock_lease *l);
 /* 1 while held and not lost and the local deadline is ahead. */
 int dlock_lease_valid(const dlock_lease *l);
 
-/* Milliseconds on CLOCK_MONOTONIC (the clock of dlock_lease_deadline). */
+/* Milliseconds on CLOCK_BOOTTIME (the clock of dlock_lease_deadline). */
 int64_t dlock_now_ms(void);
 
 #if defined(__GNUC__)

@@ -631,6 +631,8 @@ int main(int argc, char **argv)
 	struct cli cl = {.ttl_ms = DEFAULT_TTL_MS, .wait_ms = DL_WAIT_INF};
 	int done = 0, rc;
 
+	if (argc > 1 && strcmp(argv[1], "--run-guard") == 0)
+		return dl_cli_guard(argc, argv); /* dlock_run.c started us */
 	rc = parse_args(&cl, argc, argv, &done);
 	if (rc == 0 && !done)
 		rc = cl.sub->fn(&cl);

@@ -8,7 +8,10 @@
  *   dlock_cmds.c  the one-step commands: lock, trylock, unlock, refresh,
  *                 check, status, stats, ping;
  *   dlock_run.c   `dlock run`: the command's process, signals, and what
- *                 happens when the lease is lost.
+ *                 happens when the lease is lost;
+ *   dlock_guard.c the guard process between dlock and the command: the
+ *                 command's tree never outlives the lease, even if dlock
+ *                 dies.
  *
  * A command is a function that takes the parsed command line and returns
  * the process's exit code (the table below, which dlock(1) documents). It
@@ -25,6 +28,7 @@
 #define DL_CLIENT_DLOCK_CLI_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "client/dlock.h"
 
@@ -139,5 +143,15 @@ int dl_cli_status(struct cli *cl);
 int dl_cli_stats(struct cli *cl);
 int dl_cli_ping(struct cli *cl);
 int dl_cli_run(struct cli *cl);
+
+/* ---- dlock_guard.c: the guard of `dlock run` ------------------------------
+ */
+
+/* `dlock --run-guard <ctl fd> <err fd> <grace ms> <margin ms> -- cmd...`,
+ * run by dlock_run.c only; returns the command's exit status. */
+int dl_cli_guard(int argc, char **argv);
+/* Send sig to every live descendant of root (root excluded; 0: none, only
+ * count); returns how many there were (1 if /proc cannot be read). */
+int dl_cli_tree_signal(pid_t root, int sig);
 
 #endif /* DL_CLIENT_DLOCK_CLI_H */

@@ -2,7 +2,8 @@
  * dlock_io.c -- libdlock's background thread (dlock_private.h).
  *
  * The thread is the only reader of the socket. It loops on poll() over the
- * socket and the self-pipe, with a timeout that is the nearest of: a
+ * socket, the self-pipe and a CLOCK_BOOTTIME timer (sleep_until) set to
+ * the nearest of: a
  * lease's renewal, a lease's lost guard, a reconnect attempt, the end of a
  * connect in progress. Around poll() it holds c->mu, and it releases it
  * only in poll() and while calling on_lost.
@@ -38,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -446,11 +448,36 @@ static void deliver_lost(struct dlock_client *c)
 
 /* ---- the loop ------------------------------------------------------------ */
 
+/* Sleep until `next` (dl__now() ms, DL__NEVER) or an fd is ready. The
+ * timer is a CLOCK_BOOTTIME timerfd, so a lease's guard fires on time
+ * even across a suspend (poll's own timeout runs on a clock that stops);
+ * without one, poll is cut in steps of DL__CLOCK_STEP_MS. */
+static int sleep_until(struct dlock_client *c, struct pollfd *p, int nfds,
+		       int64_t next)
+{
+	struct itimerspec its = {{0, 0}, {0, 0}};
+	int64_t now = dl__now(), t;
+
+	t = next == DL__NEVER ? -1 : next > now ? next - now : 0;
+	if (t > 60000)
+		t = 60000;
+	if (c->timer >= 0 && t > 0) {
+		its.it_value.tv_sec = (time_t)(next / 1000);
+		its.it_value.tv_nsec = (long)(next % 1000) * 1000000L;
+		if (t < 60000 &&
+		    timerfd_settime(c->timer, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+			t = -1;
+	} else if (c->timer < 0 && (t < 0 || t > DL__CLOCK_STEP_MS)) {
+		t = DL__CLOCK_STEP_MS;
+	}
+	return poll(p, (nfds_t)nfds, (int)t);
+}
+
 void *dl__thread_main(void *arg)
 {
 	struct dlock_client *c = arg;
-	struct pollfd p[2];
-	int64_t now, next, t;
+	struct pollfd p[3];
+	int64_t now, next;
 	char buf[64];
 	int n;
 
@@ -471,31 +498,30 @@ void *dl__thread_main(void *arg)
 			continue;
 
 		p[0] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
-		p[1] = (struct pollfd){.fd = c->fd, .events = 0};
+		p[1] = (struct pollfd){.fd = c->timer, .events = POLLIN};
+		p[2] = (struct pollfd){.fd = c->fd, .events = 0};
 		if (c->state == DL__DOWN && c->reconnect_at < next)
 			next = c->reconnect_at;
 		if (c->state == DL__CONNECTING) {
-			p[1].events = POLLOUT;
+			p[2].events = POLLOUT;
 			if (c->connect_deadline < next)
 				next = c->connect_deadline;
 		} else if (c->state == DL__UP) {
-			p[1].events = POLLIN;
+			p[2].events = POLLIN;
 			if (c->out_len > c->out_off)
-				p[1].events |= POLLOUT;
+				p[2].events |= POLLOUT;
 		}
-		now = dl__now();
-		t = next == DL__NEVER ? -1 : next > now ? next - now : 0;
-		if (t > 60000)
-			t = 60000;
 		pthread_mutex_unlock(&c->mu);
-		n = poll(p, c->fd >= 0 ? 2 : 1, (int)t);
+		n = sleep_until(c, p, c->fd >= 0 ? 3 : 2, next);
 		pthread_mutex_lock(&c->mu);
 		if (n <= 0 || c->closing)
 			continue;
 		if (p[0].revents)
 			while (read(c->wake[0], buf, sizeof(buf)) > 0)
 				;
-		if (c->fd < 0 || p[1].fd != c->fd || !p[1].revents)
+		if (p[1].revents)
+			(void)!read(c->timer, buf, sizeof(buf));
+		if (c->fd < 0 || p[2].fd != c->fd || !p[2].revents)
 			continue;
 		if (c->state == DL__CONNECTING) {
 			if (connect_result(c->fd) == 0)
@@ -504,9 +530,9 @@ void *dl__thread_main(void *arg)
 				attempt_failed(c, dl__now());
 			continue;
 		}
-		if (p[1].revents & POLLOUT)
+		if (p[2].revents & POLLOUT)
 			dl__flush(c);
-		if (p[1].revents & (POLLIN | POLLHUP | POLLERR))
+		if (p[2].revents & (POLLIN | POLLHUP | POLLERR))
 			input(c);
 	}
 	pthread_mutex_unlock(&c->mu);

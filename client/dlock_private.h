@@ -29,6 +29,9 @@
 
 /* A failed renewal is retried after max(TTL/10, DL__RENEW_RETRY_MIN_MS). */
 #define DL__RENEW_RETRY_MIN_MS 10
+/* Waits on a condition variable last at most this (dl__cond_wait): after
+ * a suspend, a request's timeout is seen this late at most. */
+#define DL__CLOCK_STEP_MS 250
 #define DL__NEVER	       INT64_MAX /* a deadline that never comes */
 #define DL__BACKOFF_MIN_MS     50	 /* first pause between reconnects */
 #define DL__BACKOFF_MAX_MS     1000	 /* the pause doubles up to this */
@@ -172,6 +175,7 @@ struct dlock_client {
 	pthread_t thread;
 	int thread_started;
 	int wake[2]; /* self-pipe: [0] polled by the thread */
+	int timer;   /* the thread's CLOCK_BOOTTIME timerfd, or -1 */
 
 	/* options (immutable after dlock_connect) */
 	struct dlock_options opt; /* strings point to the copies below */

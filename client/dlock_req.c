@@ -21,11 +21,13 @@
 
 /* ---- time ---------------------------------------------------------------- */
 
+/* CLOCK_BOOTTIME: unlike CLOCK_MONOTONIC it goes on while the machine is
+ * suspended, as the server's clock and the lease do. */
 int64_t dl__now(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_BOOTTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -53,17 +55,31 @@ void dl__cond_init(pthread_cond_t *cv)
 	pthread_condattr_destroy(&a);
 }
 
+/* glibc's condition variables wait on CLOCK_REALTIME or CLOCK_MONOTONIC
+ * only, and the latter stops during a suspend: wait in steps of at most
+ * DL__CLOCK_STEP_MS on it, and judge the deadline on dl__now(). A step
+ * that ends early returns 0, like a spurious wake-up: callers loop. */
 int dl__cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline)
 {
 	struct timespec ts;
+	int64_t left, ns;
+	int rc;
 
 	if (deadline == DL__NEVER)
 		return pthread_cond_wait(cv, mu);
-	if (dl__now() >= deadline)
+	left = deadline - dl__now();
+	if (left <= 0)
 		return ETIMEDOUT;
-	ts.tv_sec = (time_t)(deadline / 1000);
-	ts.tv_nsec = (long)(deadline % 1000) * 1000000L;
-	return pthread_cond_timedwait(cv, mu, &ts);
+	if (left > DL__CLOCK_STEP_MS)
+		left = DL__CLOCK_STEP_MS;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ns = ts.tv_nsec + (left % 1000) * 1000000;
+	ts.tv_sec += (time_t)(left / 1000 + ns / 1000000000);
+	ts.tv_nsec = (long)(ns % 1000000000);
+	rc = pthread_cond_timedwait(cv, mu, &ts);
+	if (rc == ETIMEDOUT && dl__now() < deadline)
+		return 0;
+	return rc;
 }
 
 void dl__wake(struct dlock_client *c)

@@ -2,15 +2,26 @@
  * dlock_run.c -- `dlock run`: hold a lock while a command runs (dlock_cli.h).
  *
  * The part of dlock with invariants. It holds a lease while a command runs
- * in a process group of its own, and promises: the command is never
- * running once its lease could have passed to someone else. libdlock
- * renews the lease and, when it can no longer confirm it, calls on_lost
- * `lost_guard` ms before the local deadline (dlock_lease_deadline); we set
- * lost_guard = grace + KILL_MARGIN, so there is room for SIGTERM, the grace
- * period, then SIGKILL at deadline - KILL_MARGIN. The main loop also checks
- * the deadline itself (a little after the guard), so a late callback cannot
- * break the promise. A lost lease is never released: the server dropped it,
- * or did not confirm it and expires it within guard ms anyway.
+ * and promises: the command -- and everything it started -- is never
+ * running once its lease could have passed to someone else, even if dlock
+ * itself is killed or stopped. libdlock renews the lease and, when it can
+ * no longer confirm it, calls on_lost `lost_guard` ms before the local
+ * deadline (dlock_lease_deadline); we set lost_guard = grace + KILL_MARGIN,
+ * so there is room for SIGTERM, the grace period, then SIGKILL at
+ * deadline - KILL_MARGIN. The main loop also checks the deadline itself (a
+ * little after the guard), so a late callback cannot break the promise. A
+ * lost lease is never released: the server dropped it, or did not confirm
+ * it and expires it within guard ms anyway.
+ *
+ * The command runs under a guard process (dlock_guard.c, which says why
+ * and what it covers): dlock forks, the child re-executes dlock as the
+ * guard (`dlock --run-guard`, a single-threaded process: between fork and
+ * exec dlock's child calls only async-signal-safe functions, and
+ * /proc/self/exe needs no path search), and the guard runs the command. A
+ * pipe from dlock to the guard carries the lease's deadline after each
+ * renewal, and "stop" when the lease is lost; its end-of-file tells the
+ * guard that dlock died. dlock is a child subreaper as well: if the guard
+ * is killed, what it leaves is reparented to dlock, which stops it.
  *
  * A grant that is a reentry (the owner id, given with --owner or inherited
  * through DLOCK_OWNER, holds the lock in another process) is refused, and
@@ -20,19 +31,20 @@
  *
  * Threads and signals: on_lost runs on libdlock's thread and signal
  * handlers run anywhere; both only set a flag and write one byte to a
- * non-blocking self-pipe. Everything else -- waitpid, killpg, messages --
- * happens in the main loop, which polls that pipe. The signals dlock
- * handles are blocked while libdlock starts a thread, so they are always
- * delivered to the main thread. Between fork and exec the child calls only
- * async-signal-safe functions: the environment, the candidate paths of the
- * program and the shell fallback are all built before fork().
+ * non-blocking self-pipe. Everything else -- waitpid, signals to the
+ * command, messages -- happens in the main loop, which polls that pipe.
+ * The signals dlock handles are blocked while libdlock starts a thread, so
+ * they are always delivered to the main thread.
+ *
+ * Clock: dlock_now_ms(), CLOCK_BOOTTIME, which goes on while the machine
+ * is suspended; sleeps are cut in steps (at most STEP_MAX_MS, ttl/10 for
+ * short leases) since poll() sleeps on a clock that does not.
  *
  * State: the self-pipe, the pending-signal flags, the lost reason and the
  * dispositions found at start are file-scope statics (signal handlers and
  * on_lost can reach nothing else); everything else lives in dl_cli_run()'s
  * struct runner and struct spawn, freed before it returns.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -46,6 +58,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,16 +70,17 @@
  * min(this, ttl / 4). */
 #define DEFAULT_GRACE_MAX_MS 5000
 /* SIGKILL goes out this long before the lease's local deadline, for the
- * kernel to end the process group and for our own scheduling delays; at
- * most ttl / 10 for very short leases. */
+ * kernel to end the processes and for our own scheduling delays; at most
+ * ttl / 10 for very short leases. */
 #define KILL_MARGIN_MS 200
-/* How often to look whether a killed process group is gone, and for how
- * long after SIGKILL (a process in uninterruptible sleep dies only when it
+/* How often to look whether killed processes are gone, and for how long
+ * after SIGKILL (a process in uninterruptible sleep dies only when it
  * wakes up; dlock then warns and exits without it). */
-#define GROUP_POLL_MS	   10
-#define GROUP_KILL_WAIT_MS 1000
-/* The search path when the environment has none (as execvp(3)). */
-#define PATH_DEFAULT "/usr/local/bin:/usr/bin:/bin"
+#define TREE_POLL_MS	  10
+#define TREE_KILL_WAIT_MS 1000
+/* The longest the main loop sleeps: it passes each renewed deadline to
+ * the guard within this (ttl / 10 for short leases). */
+#define STEP_MAX_MS 1000
 
 /* ---- run: signals and the self-pipe -------------------------------------- */
 
@@ -150,17 +164,7 @@ static void save_dispositions(void)
 			  &orig_action[touched_signals[i]]);
 }
 
-/* ---- run: the child ------------------------------------------------------ */
-
-/* Everything the child needs, built before fork(). */
-struct spawn {
-	char **argv;	/* the command */
-	char **envp;	/* environ plus DLOCK_* */
-	char **paths;	/* execve() candidates, NULL-terminated */
-	char **sh_argv; /* ENOEXEC fallback: sh <path> args... */
-	int tty;	/* terminal to hand over, or -1 */
-	sigset_t mask;	/* the signal mask to exec with */
-};
+/* ---- run: the child's environment ------------------------------------- */
 
 static void free_strv(char **v)
 {
@@ -171,46 +175,6 @@ static void free_strv(char **v)
 	for (i = 0; v[i]; i++)
 		free(v[i]);
 	free(v);
-}
-
-/* The candidates execvp() would try, as full paths. */
-static char **exec_paths(const char *file)
-{
-	const char *path = getenv("PATH"), *p, *end;
-	size_t n = 1, k = 0, dlen;
-	char **v;
-
-	if (strchr(file, '/')) {
-		v = calloc(2, sizeof(*v));
-		if (v && !(v[0] = strdup(file))) {
-			free(v);
-			v = NULL;
-		}
-		return v;
-	}
-	if (!path)
-		path = PATH_DEFAULT;
-	for (p = path; *p; p++)
-		n += *p == ':';
-	v = calloc(n + 1, sizeof(*v));
-	if (!v)
-		return NULL;
-	for (p = path;; p = end + 1) {
-		end = strchr(p, ':');
-		if (!end)
-			end = p + strlen(p);
-		dlen = (size_t)(end - p);
-		/* an empty entry is the current directory */
-		v[k] = malloc(dlen + strlen(file) + 3);
-		if (!v[k]) {
-			free_strv(v);
-			return NULL;
-		}
-		sprintf(v[k++], "%.*s/%s", (int)dlen, dlen ? p : ".", file);
-		if (!*end)
-			break;
-	}
-	return v;
 }
 
 static int env_skip(const char *e)
@@ -276,11 +240,49 @@ nomem:
 	return NULL;
 }
 
-/* In the child, between fork and exec: async-signal-safe calls only.
- * Reports the exec errno on errfd and exits 126 or 127. */
-static void child_exec(const struct spawn *sp, int errfd)
+/* ---- run: the guard's process ------------------------------------------- */
+
+/* Everything the child needs, built before fork(). */
+struct spawn {
+	char **argv; /* dlock --run-guard <ctl> <err> <grace> <margin> -- cmd */
+	char **envp; /* environ plus DLOCK_* */
+	int ctl;     /* the guard's end of the control pipe */
+	int err;     /* the guard's end of the error pipe */
+	int tty;     /* terminal to hand over, or -1 */
+	sigset_t mask; /* the signal mask to exec with */
+};
+
+/* The guard's argv: the fds and times as text, then the command. */
+static char **guard_argv(const struct cli *cl, int ctl, int err, int64_t grace,
+			 int64_t margin)
 {
-	int err = ENOENT, e;
+	size_t argc, i;
+	char **v;
+
+	for (argc = 0; cl->command[argc]; argc++)
+		;
+	if (!(v = calloc(argc + 8, sizeof(*v))))
+		return NULL;
+	if (!(v[0] = strdup("dlock")) || !(v[1] = strdup("--run-guard")) ||
+	    !(v[2] = str_printf("%d", ctl)) ||
+	    !(v[3] = str_printf("%d", err)) ||
+	    !(v[4] = str_printf("%" PRId64, grace)) ||
+	    !(v[5] = str_printf("%" PRId64, margin)) || !(v[6] = strdup("--")))
+		goto nomem;
+	for (i = 0; i < argc; i++)
+		if (!(v[7 + i] = strdup(cl->command[i])))
+			goto nomem;
+	return v;
+nomem:
+	free_strv(v);
+	return NULL;
+}
+
+/* In the child, between fork and exec: async-signal-safe calls only.
+ * Becomes the guard (dlock_guard.c); reports an exec failure on err. */
+static void child_exec(const struct spawn *sp)
+{
+	int e;
 	size_t i;
 
 	setpgid(0, 0);
@@ -290,23 +292,12 @@ static void child_exec(const struct spawn *sp, int errfd)
 		sigaction(touched_signals[i], &orig_action[touched_signals[i]],
 			  NULL);
 	sigprocmask(SIG_SETMASK, &sp->mask, NULL);
-	for (i = 0; sp->paths[i]; i++) {
-		execve(sp->paths[i], sp->argv, sp->envp);
-		e = errno;
-		if (e == ENOEXEC) {
-			sp->sh_argv[1] = sp->paths[i];
-			execve("/bin/sh", sp->sh_argv, sp->envp);
-			e = errno;
-		}
-		if (e == EACCES)
-			err = EACCES;
-		else if (e != ENOENT && e != ENOTDIR && e != ESTALE)
-			err = e;
-		if (err != ENOENT && err != EACCES)
-			break;
-	}
-	(void)!write(errfd, &err, sizeof(err));
-	_exit(err == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC);
+	fcntl(sp->ctl, F_SETFD, 0); /* both pipes go through exec */
+	fcntl(sp->err, F_SETFD, 0);
+	execve("/proc/self/exe", sp->argv, sp->envp);
+	e = errno;
+	(void)!write(sp->err, &e, sizeof(e));
+	_exit(EXIT_CANNOT_EXEC);
 }
 
 /* ---- run: the parent ----------------------------------------------------- */
@@ -315,17 +306,41 @@ struct runner {
 	const struct cli *cl;
 	dlock_client *c;
 	dlock_lease *l;
-	pid_t pid;  /* the command: leader of its process group */
+	pid_t pid;  /* the guard: leader of the command's process group */
+	int ctl;    /* our end of the control pipe, or -1 */
 	int tty;    /* terminal handed to it, or -1 */
-	int exited; /* the leader has been reaped */
-	int status; /* its exit code (128+N for signal N) */
+	int exited; /* the guard has been reaped */
+	int status; /* its (the command's) exit code (128+N for signal N) */
 	int lost;   /* the lease is lost: stopping the command */
 	int killed; /* SIGKILL sent */
 	int64_t grace_ms;
 	int64_t margin_ms;
 	int64_t guard_ms; /* options.lost_guard_ms */
 	int64_t kill_at;  /* when lost: time of SIGKILL (dlock_now_ms) */
+	int64_t told;	  /* the deadline the guard knows */
 };
+
+/* Tell the guard a line ("D <ms>" or "S <ms>"); a guard that is gone
+ * cannot read it (EPIPE: SIGPIPE is ignored). */
+static void tell_guard(struct runner *r, char what, int64_t ms)
+{
+	char line[32];
+	int n = snprintf(line, sizeof(line), "%c %" PRId64 "\n", what, ms);
+
+	if (r->ctl >= 0)
+		(void)!write(r->ctl, line, (size_t)n);
+}
+
+/* Pass a renewed deadline on to the guard. */
+static void tell_deadline(struct runner *r)
+{
+	int64_t d = dlock_lease_deadline(r->l);
+
+	if (d != r->told && !r->lost) {
+		tell_guard(r, 'D', d);
+		r->told = d;
+	}
+}
 
 static const char *lost_text(int why)
 {
@@ -341,46 +356,16 @@ static const char *lost_text(int why)
 	}
 }
 
-/* 1 while a process of the command's group is left that is not a
- * zombie. kill(-pgid, 0) alone counts zombies, and an orphan's zombie may
- * never be reaped (some containers' init does not reap), so the group is
- * looked up in /proc when kill() still finds it. */
-static int group_alive(const struct runner *r)
+/* Stop every process left under dlock (the guard's tree, or what a
+ * killed guard left, reparented to dlock, a subreaper). */
+static int tree_alive(void)
 {
-	char path[sizeof(((struct dirent *)0)->d_name) + 16], buf[512], state;
-	struct dirent *e;
-	int fd, ppid, pgrp, alive = 0;
-	ssize_t n;
-	char *p;
-	DIR *dir;
-
-	if (kill(-r->pid, 0) != 0 && errno == ESRCH)
-		return 0;
-	if (!(dir = opendir("/proc")))
-		return 1;
-	while (!alive && (e = readdir(dir))) {
-		if (e->d_name[0] < '0' || e->d_name[0] > '9')
-			continue;
-		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
-		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-			continue;
-		n = read(fd, buf, sizeof(buf) - 1);
-		close(fd);
-		if (n <= 0)
-			continue;
-		buf[n] = '\0';
-		/* "pid (comm) state ppid pgrp ...": comm may hold ')' */
-		if ((p = strrchr(buf, ')')) &&
-		    sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 &&
-		    pgrp == r->pid && state != 'Z' && state != 'X')
-			alive = 1;
-	}
-	closedir(dir);
-	return alive;
+	return dl_cli_tree_signal(getpid(), 0) > 0;
 }
 
-/* The lease is gone or about to be: SIGTERM now, SIGKILL when the grace
- * is over, and never later than KILL_MARGIN before the local deadline. */
+/* The lease is gone or about to be: the guard stops the command's tree
+ * now (SIGTERM) and kills it when the grace is over, never later than
+ * KILL_MARGIN before the local deadline. */
 static void start_stopping(struct runner *r, int why)
 {
 	int64_t now = dlock_now_ms();
@@ -390,15 +375,18 @@ static void start_stopping(struct runner *r, int why)
 	r->kill_at = now + r->grace_ms < last ? now + r->grace_ms : last;
 	dl_cli_msg("lease on %s lost (%s): stopping the command", r->cl->pos[0],
 		   lost_text(why));
-	if (r->exited && !group_alive(r))
-		return;
-	if (r->kill_at > now) {
-		killpg(r->pid, SIGTERM);
-		killpg(r->pid, SIGCONT); /* a stopped command must see it */
-	} else {
+	tell_guard(r, 'S', r->kill_at);
+	killpg(r->pid, SIGCONT); /* a stopped guard must act on it */
+}
+
+/* At kill_at, whatever the guard did: SIGKILL to everything below dlock
+ * (the guard included), again until none is left. */
+static void kill_all(struct runner *r)
+{
+	if (!r->exited)
 		killpg(r->pid, SIGKILL);
-		r->killed = 1;
-	}
+	dl_cli_tree_signal(getpid(), SIGKILL);
+	r->killed = 1;
 }
 
 /* When to give the lease up if libdlock has not: a little after its own
@@ -415,10 +403,11 @@ static void tty_take_back(struct runner *r)
 		tcsetpgrp(r->tty, getpgrp()); /* SIGTTOU is ignored */
 }
 
-/* The command stopped (Ctrl-Z on the terminal it was handed): stop
- * dlock too, so that the shell sees the job stopped; when continued, give
- * the terminal back and continue the command -- unless the lease was lost
- * meanwhile (nobody renews it while we are stopped). */
+/* The command stopped (Ctrl-Z on the terminal it was handed; the guard
+ * stops with it): stop dlock too, so that the shell sees the job stopped;
+ * when continued, give the terminal back and continue the command --
+ * unless the lease was lost meanwhile (nobody renews it while we are
+ * stopped). */
 static void mirror_stop(struct runner *r)
 {
 	tty_take_back(r);
@@ -432,17 +421,19 @@ static void mirror_stop(struct runner *r)
 		killpg(r->pid, SIGCONT);
 }
 
+/* Reap the guard (its stop, its end) and orphans a killed guard left. */
 static void reap(struct runner *r)
 {
 	int st;
 	pid_t p;
 
-	while (!r->exited) {
-		p = waitpid(r->pid, &st,
-			    WNOHANG | (r->tty >= 0 ? WUNTRACED : 0));
-		if (p == 0 || (p < 0 && errno != EINTR))
-			return;
+	while ((p = waitpid(-1, &st,
+			    WNOHANG | (r->tty >= 0 ? WUNTRACED : 0))) != 0) {
+		if (p < 0 && errno == EINTR)
+			continue;
 		if (p < 0)
+			return;
+		if (p != r->pid || r->exited)
 			continue;
 		if (WIFSTOPPED(st)) {
 			mirror_stop(r);
@@ -451,62 +442,97 @@ static void reap(struct runner *r)
 			r->status = WIFEXITED(st)
 					    ? WEXITSTATUS(st)
 					    : EXIT_SIGNAL_BASE + WTERMSIG(st);
+			if (WIFSIGNALED(st) && !r->lost && tree_alive()) {
+				/* the guard was killed: stop what it left */
+				dl_cli_msg("the guard of the command died");
+				start_stopping(r, 0);
+			}
 		}
 	}
 }
 
-/* Wait for the command, forwarding signals and watching the lease. */
+/* Pass pending signals on to the command's process group (the guard
+ * ignores them). */
+static void forward_signals(struct runner *r)
+{
+	size_t i;
+
+	for (i = 0; i < NFWD; i++)
+		if (sig_pending[fwd_signals[i]]) {
+			sig_pending[fwd_signals[i]] = 0;
+			if (!r->exited)
+				killpg(r->pid, fwd_signals[i]);
+		}
+}
+
+/* The next moment the loop must look, from now. */
+static int64_t next_wake(const struct runner *r, int64_t now)
+{
+	int64_t next, step = (int64_t)r->cl->ttl_ms / 10;
+
+	if (step > STEP_MAX_MS)
+		step = STEP_MAX_MS;
+	if (step < 1)
+		step = 1;
+	if (!r->lost)
+		next = fallback_at(r);
+	else if (!r->killed)
+		next = r->kill_at;
+	else
+		next = now + TREE_POLL_MS;
+	if (r->exited && r->lost && now + TREE_POLL_MS < next)
+		next = now + TREE_POLL_MS;
+	return next < now + step ? next : now + step;
+}
+
+/* 1 once there is nothing left to wait for. Processes left after the
+ * guard is gone (it was killed) are killed at once. */
+static int done(struct runner *r, int64_t now)
+{
+	if (!r->exited)
+		return 0;
+	if (!tree_alive())
+		return 1;
+	if (!r->killed) {
+		r->kill_at = now;
+		kill_all(r);
+		return 0;
+	}
+	if (now >= r->kill_at + TREE_KILL_WAIT_MS) {
+		dl_cli_msg("processes of the command survive SIGKILL");
+		return 1;
+	}
+	return 0;
+}
+
+/* Wait for the command, forwarding signals, renewing the guard's idea of
+ * the deadline and watching the lease. */
 static void supervise(struct runner *r)
 {
-	char buf[64];
-	int64_t now, next, t;
 	struct pollfd p = {.fd = wake_fd[0], .events = POLLIN};
-	size_t i;
+	int64_t now, t;
+	char buf[64];
 	int why;
 
 	for (;;) {
 		while (read(wake_fd[0], buf, sizeof(buf)) > 0)
 			;
-		for (i = 0; i < NFWD; i++)
-			if (sig_pending[fwd_signals[i]]) {
-				sig_pending[fwd_signals[i]] = 0;
-				if (!r->exited)
-					killpg(r->pid, fwd_signals[i]);
-			}
+		forward_signals(r);
 		reap(r);
 		now = dlock_now_ms();
 		why = atomic_load(&lost_reason);
 		if (!r->lost && !r->exited &&
 		    (why || !dlock_lease_valid(r->l) || now >= fallback_at(r)))
 			start_stopping(r, why);
-		if (r->lost && !r->killed && now >= r->kill_at) {
-			killpg(r->pid, SIGKILL);
-			r->killed = 1;
-		}
-		if (r->exited && (!r->lost || !group_alive(r)))
+		if (r->lost && !r->killed && now >= r->kill_at)
+			kill_all(r);
+		else if (r->killed)
+			dl_cli_tree_signal(getpid(), SIGKILL);
+		tell_deadline(r);
+		if (done(r, now))
 			return;
-		if (r->exited && r->killed &&
-		    now >= r->kill_at + GROUP_KILL_WAIT_MS) {
-			dl_cli_msg("processes of the command survive SIGKILL");
-			return;
-		}
-
-		/* sleep until something may need doing */
-		if (!r->lost)
-			next = fallback_at(r);
-		else if (!r->killed)
-			next = r->kill_at;
-		else
-			next = now + GROUP_POLL_MS;
-		if (r->exited && r->lost)
-			next = now + GROUP_POLL_MS < next ? now + GROUP_POLL_MS
-							  : next;
-		t = next - now;
-		if (t < 1)
-			t = 1;
-		if (t > 1000)
-			t = 1000;
-		poll(&p, 1, (int)t);
+		t = next_wake(r, now) - now;
+		poll(&p, 1, (int)(t < 1 ? 1 : t));
 	}
 }
 
@@ -550,127 +576,165 @@ static int shared_owner(struct runner *r)
 	return 1;
 }
 
-int dl_cli_run(struct cli *cl)
+/* Grace, margin and the library's guard, from --ttl and --grace. 0, or a
+ * usage error. */
+static int timing(struct runner *r, const struct cli *cl)
 {
-	struct runner r = {.cl = cl, .pid = -1, .tty = -1};
-	struct spawn sp = {.argv = cl->command, .tty = -1};
-	struct dlock_options o;
-	sigset_t old;
-	pid_t pid;
-	int rc, err, errpipe[2];
-	ssize_t n;
-	size_t i, argc;
-
 	/* Times: KILL_MARGIN before the deadline, grace before that, and
 	 * the library must report a loss grace + margin ahead of it; that
 	 * must leave time for the renewal at ttl/3 to be confirmed. */
-	r.margin_ms = KILL_MARGIN_MS < cl->ttl_ms / 10
-			      ? KILL_MARGIN_MS
-			      : (int64_t)cl->ttl_ms / 10;
+	r->margin_ms = KILL_MARGIN_MS < cl->ttl_ms / 10
+			       ? KILL_MARGIN_MS
+			       : (int64_t)cl->ttl_ms / 10;
 	if (cl->seen & OPTB(OPT_GRACE))
-		r.grace_ms = (int64_t)cl->grace_ms;
+		r->grace_ms = (int64_t)cl->grace_ms;
 	else
-		r.grace_ms = DEFAULT_GRACE_MAX_MS < cl->ttl_ms / 4
-				     ? DEFAULT_GRACE_MAX_MS
-				     : (int64_t)cl->ttl_ms / 4;
-	r.guard_ms = r.grace_ms + r.margin_ms;
-	if (r.guard_ms < 1)
-		r.guard_ms = 1;
-	if ((uint64_t)r.guard_ms * 2 >= cl->ttl_ms || r.guard_ms > INT_MAX)
+		r->grace_ms = DEFAULT_GRACE_MAX_MS < cl->ttl_ms / 4
+				      ? DEFAULT_GRACE_MAX_MS
+				      : (int64_t)cl->ttl_ms / 4;
+	r->guard_ms = r->grace_ms + r->margin_ms;
+	if (r->guard_ms < 1)
+		r->guard_ms = 1;
+	if ((uint64_t)r->guard_ms * 2 >= cl->ttl_ms || r->guard_ms > INT_MAX)
 		return dl_cli_usage_error(
 			cl,
-			"--grace %" PRId64 " ms is too long for "
-			"--ttl %" PRIu64 " ms: grace + %" PRId64
-			" ms must stay under ttl/2",
-			r.grace_ms, cl->ttl_ms, r.margin_ms);
+			"--grace %" PRId64 " ms is too long for --ttl %" PRIu64
+			" ms: grace + %" PRId64 " ms must stay under ttl/2",
+			r->grace_ms, cl->ttl_ms, r->margin_ms);
+	return 0;
+}
 
-	for (argc = 0; cl->command[argc]; argc++)
-		;
-	sp.paths = exec_paths(cl->command[0]);
-	sp.sh_argv = calloc(argc + 2, sizeof(*sp.sh_argv));
-	if (!sp.paths || !sp.sh_argv ||
-	    pipe2(wake_fd, O_CLOEXEC | O_NONBLOCK)) {
-		dl_cli_msg("cannot set up the command: out of memory or files");
-		rc = EXIT_SOFTWARE;
-		goto out;
-	}
-	sp.sh_argv[0] = (char *)"sh";
-	for (i = 1; i < argc; i++)
-		sp.sh_argv[i + 1] = cl->command[i];
+/* Connect and take the lock, libdlock's thread started with our signals
+ * blocked. 0, or an exit code. */
+static int take_lock(struct runner *r)
+{
+	const struct cli *cl = r->cl;
+	struct dlock_options o;
+	sigset_t old;
+	int rc;
 
-	/* libdlock's thread starts with our signals blocked: they all go to
-	 * this thread. Until the grant they keep their default actions
-	 * (a signal while waiting ends dlock; the server then drops its
-	 * place in the queue). */
+	/* Until the grant, signals keep their default actions (a signal
+	 * while waiting ends dlock; the server then drops its place in the
+	 * queue). */
 	save_dispositions();
 	signal(SIGPIPE, SIG_IGN);
 	dl_cli_conn_options(cl, &o);
 	o.reconnect = 1;
 	o.renew = 1;
-	o.lost_guard_ms = (int)r.guard_ms;
+	o.lost_guard_ms = (int)r->guard_ms;
 	o.on_lost = on_lost;
 	block_signals(&old);
-	rc = dl_cli_connect(cl, &o, &r.c);
+	rc = dl_cli_connect(cl, &o, &r->c);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc != 0)
-		goto out;
-	if ((rc = dl_cli_acquire(r.c, cl->pos[0], cl->ttl_ms, cl->wait_ms,
-				 &r.l)))
+	if (rc == 0)
+		rc = dl_cli_acquire(r->c, cl->pos[0], cl->ttl_ms, cl->wait_ms,
+				    &r->l);
+	return rc;
+}
+
+/* Fork the guard; the control and error pipes are made here. 0, or an
+ * exit code (reported). */
+static int spawn_guard(struct runner *r, struct spawn *sp, int *errfd)
+{
+	int ctl[2], errp[2], err;
+	sigset_t old;
+	pid_t pid;
+
+	if (pipe2(ctl, O_CLOEXEC) != 0)
+		goto fail;
+	if (pipe2(errp, O_CLOEXEC) != 0) {
+		close(ctl[0]);
+		close(ctl[1]);
+		goto fail;
+	}
+	sp->ctl = ctl[0];
+	sp->err = errp[1];
+	r->ctl = ctl[1];
+	*errfd = errp[0];
+	sp->envp = child_env(r->cl, dlock_owner(r->c), dlock_lease_token(r->l));
+	sp->argv =
+		guard_argv(r->cl, ctl[0], errp[1], r->grace_ms, r->margin_ms);
+	if (!sp->envp || !sp->argv) {
+		close(ctl[0]);
+		close(errp[1]);
+		goto fail;
+	}
+	tell_guard(r, 'D', r->told = dlock_lease_deadline(r->l));
+	block_signals(&old);
+	sp->mask = old;
+	pid = fork();
+	if (pid == 0)
+		child_exec(sp);
+	err = errno;
+	if (pid > 0) {
+		r->pid = pid;
+		setpgid(pid, pid);
+		if (r->tty >= 0)
+			tcsetpgrp(r->tty, pid);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	close(ctl[0]);
+	close(errp[1]);
+	if (pid > 0)
+		return 0;
+	dl_cli_msg("fork: %s", strerror(err));
+	return EXIT_SOFTWARE;
+fail:
+	dl_cli_msg("cannot set up the command: out of memory or files");
+	return EXIT_SOFTWARE;
+}
+
+/* The guard, or the command it runs, could not be executed: the errno
+ * comes on the error pipe (EOF: both execs worked). 0, or an exit code. */
+static int check_exec(struct runner *r, int errfd)
+{
+	ssize_t n;
+	int err;
+
+	while ((n = read(errfd, &err, sizeof(err))) < 0 && errno == EINTR)
+		;
+	close(errfd);
+	if (n != (ssize_t)sizeof(err))
+		return 0;
+	dl_cli_msg("cannot run %s: %s", r->cl->command[0], strerror(err));
+	while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	r->exited = 1;
+	tty_take_back(r);
+	return err == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;
+}
+
+int dl_cli_run(struct cli *cl)
+{
+	struct runner r = {.cl = cl, .pid = -1, .tty = -1, .ctl = -1};
+	struct spawn sp = {.tty = -1};
+	int rc, err, errfd = -1;
+
+	if ((rc = timing(&r, cl)) != 0)
+		return rc;
+	if (pipe2(wake_fd, O_CLOEXEC | O_NONBLOCK)) {
+		dl_cli_msg("cannot set up the command: out of files");
+		return EXIT_SOFTWARE;
+	}
+	/* Whatever the guard leaves if it is killed comes to us. */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	if ((rc = take_lock(&r)) != 0)
 		goto out;
 	install_handlers();
 	if (shared_owner(&r)) {
 		rc = EXIT_TEMPFAIL;
 		goto out;
 	}
-	sp.envp = child_env(cl, dlock_owner(r.c), dlock_lease_token(r.l));
-	if (!sp.envp || pipe2(errpipe, O_CLOEXEC)) {
-		dl_cli_msg("cannot set up the command: out of memory or files");
-		rc = EXIT_SOFTWARE;
-		goto out;
-	}
 	/* An interactive shell's foreground job: give the command the
 	 * terminal, as the shell would have. */
 	if (isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp())
 		sp.tty = r.tty = STDIN_FILENO;
-	sp.mask = old;
-
-	block_signals(NULL);
-	pid = fork();
-	if (pid == 0) {
-		close(errpipe[0]);
-		child_exec(&sp, errpipe[1]);
-	}
-	err = errno;
-	if (pid > 0) {
-		r.pid = pid;
-		setpgid(pid, pid);
-		if (r.tty >= 0)
-			tcsetpgrp(r.tty, pid);
-	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	close(errpipe[1]);
-	if (pid < 0) {
-		close(errpipe[0]);
-		dl_cli_msg("fork: %s", strerror(err));
-		rc = EXIT_SOFTWARE;
+	if ((rc = spawn_guard(&r, &sp, &errfd)) != 0 ||
+	    (rc = check_exec(&r, errfd)) != 0)
 		goto out;
-	}
-	while ((n = read(errpipe[0], &err, sizeof(err))) < 0 && errno == EINTR)
-		;
-	close(errpipe[0]);
-	if (n == (ssize_t)sizeof(err)) {
-		dl_cli_msg("cannot run %s: %s", cl->command[0], strerror(err));
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-			;
-		tty_take_back(&r);
-		rc = err == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC;
-		goto out;
-	}
-
 	supervise(&r);
 	tty_take_back(&r);
 	rc = r.lost ? EXIT_LOST : r.status;
-
 out:
 	/* A lost lease is not released: the server dropped it already, or
 	 * did not confirm it in time and would likely not answer an UNLOCK
@@ -684,8 +748,9 @@ out:
 				   cl->pos[0], dlock_strerror(err));
 	}
 	dlock_close(r.c);
-	free_strv(sp.paths);
+	if (r.ctl >= 0)
+		close(r.ctl);
+	free_strv(sp.argv);
 	free_strv(sp.envp);
-	free(sp.sh_argv);
 	return rc;
 }

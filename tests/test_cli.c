@@ -436,7 +436,7 @@ static void lease_loss(const char *trap, int expect_term)
 	pid_t pgid;
 
 	snprintf(script, sizeof(script),
-		 "%s echo $$ > %s.tmp && mv %s.tmp %s; "
+		 "%s cut -d' ' -f5 /proc/$$/stat > %s.tmp && mv %s.tmp %s; "
 		 "while :; do sleep 0.05; done",
 		 trap, in_dir("pid"), in_dir("pid"), in_dir("pid"));
 	t0 = h_now_ms();
@@ -474,6 +474,120 @@ Test(cli, run_stops_the_command_before_its_lease_deadline)
 Test(cli, run_kills_a_command_that_ignores_sigterm_before_the_deadline)
 {
 	lease_loss("trap '' TERM;", 0);
+}
+
+/* 1 while pid is a process that is not a zombie. */
+static int pid_alive(pid_t pid)
+{
+	char path[64], buf[512], state, *q;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if ((fd = open(path, O_RDONLY)) < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	q = strrchr(buf, ')');
+	return q && sscanf(q + 1, " %c", &state) == 1 && state != 'Z' &&
+	       state != 'X';
+}
+
+/* A command that starts a background child, both writing their pids. */
+static void start_with_child(struct proc *p, const char *name,
+			     const char *ttl, const char *child)
+{
+	char script[1024];
+
+	snprintf(script, sizeof(script),
+		 "%s & echo $! > %s; echo $$ > %s; "
+		 "while :; do sleep 0.05; done",
+		 child, in_dir("child"), in_dir("pid"));
+	proc_start(p, "run", name, "--ttl", ttl, "--", "sh", "-c", script,
+		   NULL);
+}
+
+/* dlock is killed (kill -9, the OOM killer): its guard stops the command
+ * and the child it started at once; by the time the lease passes to
+ * someone else, neither runs. (dlock used to leave the command running
+ * forever.) */
+Test(cli, run_killed_with_kill9_leaves_nothing_running_when_the_lock_passes)
+{
+	struct h_client *c = h_connect(d.port);
+	pid_t cmd, child;
+	struct proc p;
+	char *l;
+
+	start_with_child(&p, "k9", "1500", "sleep 100");
+	cmd = (pid_t)to_u64(wait_line(in_dir("pid"), 10000));
+	child = (pid_t)to_u64(wait_line(in_dir("child"), 10000));
+	cr_assert(STR_EQ(h_call(c, "LOCK k9 wait=10s"), "OK QUEUED k9 1"));
+	kill(p.pid, SIGKILL);
+	proc_wait(&p, QUICK_MS);
+	l = h_read(c, 10000);
+	cr_assert(l && strncmp(l, "* GRANTED k9 ", 13) == 0, "%s",
+		  l ? l : "(no grant)");
+	cr_assert(eq(int, pid_alive(cmd), 0), "the command outlived its lease");
+	cr_assert(eq(int, pid_alive(child), 0), "its child outlived the lease");
+	h_close(c);
+}
+
+/* dlock is stopped (SIGSTOP: nobody renews the lease) while the command
+ * has a daemonized descendant (setsid, SIGTERM ignored): the guard kills
+ * both before the lease's deadline, on its own clock. (killpg() of the
+ * command's group could not reach a process in another session.) */
+Test(cli, run_stopped_lets_no_descendant_outlive_the_lease)
+{
+	struct h_client *c = h_connect(d.port);
+	pid_t cmd, child;
+	struct proc p;
+	uint64_t stopped;
+	char *l;
+
+	start_with_child(&p, "st", "1500",
+			 "setsid sh -c 'trap \"\" TERM; "
+			 "while :; do sleep 0.05; done'");
+	cmd = (pid_t)to_u64(wait_line(in_dir("pid"), 10000));
+	child = (pid_t)to_u64(wait_line(in_dir("child"), 10000));
+	cr_assert(STR_EQ(h_call(c, "LOCK st wait=10s"), "OK QUEUED st 1"));
+	kill(p.pid, SIGSTOP);
+	stopped = h_now_ms();
+	l = h_read(c, 10000);
+	cr_assert(l && strncmp(l, "* GRANTED st ", 13) == 0, "%s",
+		  l ? l : "(no grant)");
+	cr_assert(eq(int, pid_alive(cmd), 0), "the command outlived its lease");
+	cr_assert(eq(int, pid_alive(child), 0),
+		  "a setsid descendant outlived the lease (%llu ms after "
+		  "dlock stopped)",
+		  (unsigned long long)(h_now_ms() - stopped));
+	kill(p.pid, SIGKILL);
+	proc_wait(&p, QUICK_MS);
+	h_close(c);
+}
+
+/* The command exits leaving a background child: the child is stopped
+ * before the lock is released (it would run unfenced after). */
+Test(cli, run_stops_what_the_command_left_before_releasing)
+{
+	struct h_client *c = h_connect(d.port);
+	char script[512];
+	struct result r;
+	pid_t child;
+
+	snprintf(script, sizeof(script), "sleep 100 & echo $! > %s; exit 3",
+		 in_dir("child"));
+	dlock(&r, "run", "left", "--", "sh", "-c", script, NULL);
+	cr_assert(eq(int, r.status, 3), "%s", r.err);
+	child = (pid_t)to_u64(wait_line(in_dir("child"), 1000));
+	cr_assert(eq(int, pid_alive(child), 0), "the command's child outlived the run");
+	cr_assert(eq(int,
+		     strncmp(h_call(c, "TRYLOCK left"), "OK GRANTED left ", 16),
+		     0),
+		  "%s", c->line);
+	h_close(c);
 }
 
 Test(cli, run_forwards_sigterm_then_releases_the_lock)
