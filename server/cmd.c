@@ -44,6 +44,16 @@ static void reply_send(struct dl_conn *c, struct reply *r, struct dl_str tag,
 	dl_conn_send(c, r->buf, (size_t)n, line);
 }
 
+/* Append the lock's name to r, noting where it is in `line`. */
+static void fmt_name(struct reply *r, struct dl_line *line, struct dl_str name)
+{
+	size_t at = r->f.len + (r->f.len > 0);
+
+	dl_fmt_str(&r->f, name);
+	line->name_off = (uint16_t)at;
+	line->name_len = (uint8_t)name.len;
+}
+
 /* Append a lease's TTL to r, noting where it is in `line` (the connection
  * rewrites it with what remains when the line is finally sent). */
 static void fmt_ttl(struct reply *r, struct dl_line *line, uint64_t ttl)
@@ -115,7 +125,7 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 	struct reply r;
 
 	reply_begin(&r, heads[res->outcome]);
-	dl_fmt_str(&r.f, name);
+	fmt_name(&r, &line, name);
 	switch (res->outcome) {
 	case DL_GRANTED:
 		line.kind = DL_LINE_GRANTED;
@@ -451,7 +461,7 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 	struct reply r;
 
 	reply_begin(&r, heads[ev->type]);
-	dl_fmt_str(&r.f, ev->name);
+	fmt_name(&r, &line, ev->name);
 	if (ev->type == DL_EVENT_GRANTED) {
 		line.kind = DL_LINE_GRANTED_EVENT;
 		dl_fmt_u64(&r.f, ev->token);

@@ -287,6 +287,23 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 		writeq_add(c);
 }
 
+/* What remains of the lease a held line states: of the deadline it
+ * stated, and of the lease as the table has it now (gone: 0). */
+static uint64_t remaining(struct dl_conn *c, const struct dl_line *l,
+			  const char *text, uint64_t now)
+{
+	struct dl_str name = {text + l->name_off, l->name_len};
+	uint64_t left = l->deadline > now ? l->deadline - now : 0;
+	struct dl_result res;
+
+	if (left == 0)
+		return 0;
+	dl_locktab_check(c->srv->tab, name, l->token, &res);
+	if (res.outcome != DL_VALID)
+		return 0;
+	return res.value < left ? res.value : left;
+}
+
 /* Append a held line to out, its TTL field (if it states one) replaced by
  * what remains of the lease now. */
 static int emit_held(struct dl_conn *c, const struct dl_held *h, uint64_t now)
@@ -298,7 +315,7 @@ static int emit_held(struct dl_conn *c, const struct dl_held *h, uint64_t now)
 
 	if (!states_ttl(l->kind))
 		return dl_buf_add(&c->out, t, h->len);
-	n = dl_u64_to_dec(l->deadline > now ? l->deadline - now : 0, num);
+	n = dl_u64_to_dec(remaining(c, l, t, now), num);
 	rest = l->ttl_off + l->ttl_len;
 	if (dl_buf_add(&c->out, t, l->ttl_off) || dl_buf_add(&c->out, num, n) ||
 	    dl_buf_add(&c->out, t + rest, h->len - rest))

@@ -17,9 +17,11 @@
  *         the store epoch it waits for; when the store commits an epoch,
  *         the held lines up to it move to `out` (dl_conn_release). A line
  *         that states a lease's TTL (GRANTED, REFRESHED) is rewritten then
- *         with the TTL that remains at that moment, so a reply that waited
- *         for Redis never promises more than the lease has left (0 if it
- *         ended meanwhile; its * EXPIRED follows). When persistence goes
+ *         with the TTL that remains at that moment -- of the deadline it
+ *         stated, and of the lease as it is now (a later REFRESH of the
+ *         same owner may have shortened it) -- so a reply that waited for
+ *         Redis never promises more than the lease has left (0 if it ended
+ *         meanwhile; its * EXPIRED follows). When persistence goes
  *         down, dl_conn_break_hold() hands every held line to a callback
  *         (cmd.c) that withdraws the grants that never became durable, and
  *         the lines go out at once: no request waits for Redis longer than
@@ -65,6 +67,8 @@ struct dl_line {
 	unsigned durable : 1;	/* hold until the open epoch commits */
 	uint8_t ttl_len;	/* the TTL field: its length ... */
 	uint16_t ttl_off;	/* ... and offset in the line */
+	uint16_t name_off;	/* the lock's name: its offset ... */
+	uint8_t name_len;	/* ... and length (255 at most) */
 	uint32_t asked_ttl_ms;	/* GRANTED_EVENT: the TTL the waiter asked */
 	uint64_t token;		/* the lease's */
 	uint64_t deadline;	/* the lease's deadline, monotonic ms */

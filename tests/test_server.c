@@ -406,6 +406,29 @@ Test(server, wait_timeout_trylock_busy_and_cancel)
 	h_close(b);
 }
 
+/* A reentry's GRANTED waits for durability, and a REFRESH of the same
+ * owner right behind it shortens the lease to 1 ms: the GRANTED, when it
+ * goes out, states what truly remains, not the 30 s it was granted with.
+ * (Found by tests/fuzz/fuzz_engine.c.) */
+Test(server, held_grant_states_a_lease_shortened_behind_it)
+{
+	struct h_client *a = h_connect(d.port);
+	uint64_t tok = h_lock(a, "short", "ttl=30s");
+	char req[128];
+	char *l;
+	int n;
+
+	n = snprintf(req, sizeof(req),
+		     "LOCK short ttl=30s\r\nREFRESH short %llu ttl=1\r\n",
+		     (unsigned long long)tok);
+	cr_assert_eq(h_send_raw(a, req, (size_t)n), 0);
+	l = h_expect_prefix(a, "OK GRANTED short ");
+	cr_assert_leq(h_arg_u64(l, 2), 1, "the held grant says \"%s\"", l);
+	l = h_expect_prefix(a, "OK REFRESHED short ");
+	cr_assert_leq(h_arg_u64(l, 1), 1, "\"%s\"", l);
+	h_close(a);
+}
+
 Test(server, queued_connection_gets_immediate_replies_while_it_waits)
 {
 	struct h_client *a = h_connect(d.port), *b = h_connect(d.port);

@@ -1,0 +1,521 @@
+/*
+ * fuzz_engine.c -- libFuzzer target: request streams through the codec,
+ * the dispatch (server/cmd.c), the lock table and the wheel, with no
+ * sockets and a fake clock.
+ *
+ * Real parts: cmd.c, locktab*.c, htab.c, wheel.c, stats.c, config.c,
+ * log.c, the store in persist=none mode (store*.c, record.c, buf.c) and
+ * the codec. Not linked: conn.c and server.c (sockets, the loop). In their
+ * place this file implements the part of server/conn.h that cmd.c calls,
+ * keeping its contract: a durable line and every line after it on the same
+ * connection are held until the store commits (the epoch it was sent in),
+ * and dl_conn_break_hold() passes each held line through the callback as
+ * conn.c does. The lock table's hooks are a clock the input moves and an
+ * event hook that goes to dl_cmd_event(), as server.c does.
+ *
+ * The input is a program: each byte picks an operation, the next bytes its
+ * arguments --
+ *   a request from a small grammar (verbs, a few lock names and owners,
+ *   TTLs and waits from small sets, tokens taken from the grants the fake
+ *   clients received, so that UNLOCK and REFRESH hit real leases); a raw
+ *   line from the input; moving the clock and running the due timers in a
+ *   random budget; a commit of the store (what is held goes out);
+ *   persistence going down (grants suspended, holds broken) and up; a
+ *   connection closing and another taking its place.
+ *
+ * After every operation: the lock table's invariants (dl_locktab_verify)
+ * hold; every line a client received parses as a reply or event; every
+ * request was answered exactly once (a STATS reply with its n lines) once
+ * its held lines are out; a GRANTED line (reply or event) is, when it
+ * reaches its client, the valid holder of its lock (CHECK says so) unless
+ * it says 0 ms are left; per lock, the tokens delivered grow (a reentry
+ * keeps the same one). Any violation aborts.
+ *
+ *   make fuzz FUZZ_SECONDS=600     (all targets; crashes in build/fuzz/)
+ */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/proto.h"
+#include "server/cmd.h"
+#include "server/conn.h"
+#include "server/log.h"
+#include "server/server.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define NCONN  6
+#define NLOCKS 4
+#define NTOKEN 16
+
+#define CHECK(cond, ...)                                                       \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			fprintf(stderr, "fuzz_engine: " __VA_ARGS__);          \
+			fprintf(stderr, "\n");                                 \
+			abort();                                               \
+		}                                                              \
+	} while (0)
+
+/* ---- the fake connections ---------------------------------------------- */
+
+struct fconn {
+	struct dl_conn c;	    /* what cmd.c sees */
+	int open;		    /* a session is attached */
+	int ended;		    /* dl_conn_end was called */
+	uint64_t sent;		    /* requests that want a reply */
+	uint64_t answered;	    /* replies received */
+	uint64_t stats_left;	    /* STATS body lines still to come */
+};
+
+static struct dl_server srv;
+static struct fconn conns[NCONN];
+static uint64_t fake_now;
+static uint64_t tokens[NTOKEN]; /* tokens seen in grants */
+static size_t ntokens;
+static uint64_t last_token[NLOCKS]; /* per lock, the last delivered */
+static uint64_t touched[NTOKEN]; /* tokens an UNLOCK or REFRESH named */
+static size_t ntouched;
+static const char *const names[NLOCKS] = {"n0", "n1", "n2", "n3"};
+static int trace; /* FUZZ_TRACE set: print what happens (to replay a crash) */
+
+static struct fconn *fconn_of(struct dl_conn *c)
+{
+	return (struct fconn *)((char *)c - offsetof(struct fconn, c));
+}
+
+static int lock_index(struct dl_str name)
+{
+	int i;
+
+	for (i = 0; i < NLOCKS; i++)
+		if (name.len == 2 && memcmp(name.p, names[i], 2) == 0)
+			return i;
+	return -1;
+}
+
+static int was_touched(uint64_t token)
+{
+	size_t i;
+
+	for (i = 0; i < ntouched && i < NTOKEN; i++)
+		if (touched[i] == token)
+			return 1;
+	return 0;
+}
+
+/* A GRANTED line reaching its client, `line` its description: while its
+ * deadline is ahead, its lease is the lock's valid holder -- unless its
+ * owner released or refreshed it meanwhile through another connection
+ * (the owner's doing; conn.c then states what truly remains) -- and the
+ * tokens of a lock grow (a reentry keeps its). */
+static void check_grant(const struct dl_reply *r, const struct dl_line *line)
+{
+	struct dl_result res;
+	uint64_t token, ttl;
+	int k;
+
+	CHECK(r->argc >= 3 && dl_reply_u64(r, 1, &token) == 0 &&
+		      dl_reply_u64(r, 2, &ttl) == 0,
+	      "a GRANTED line without token and ttl");
+	if (ntokens < NTOKEN)
+		tokens[ntokens++] = token;
+	else
+		tokens[token % NTOKEN] = token;
+	if (!line || fake_now >= line->deadline || was_touched(token))
+		return;
+	dl_locktab_check(srv.tab, r->argv[0], token, &res);
+	CHECK(res.outcome == DL_VALID,
+	      "a grant delivered for a lease that is not valid");
+	if ((k = lock_index(r->argv[0])) >= 0) {
+		CHECK(token >= last_token[k], "tokens of a lock go back");
+		last_token[k] = token;
+	}
+}
+
+/* A line reaches the client (text with its CRLF; line: its description,
+ * NULL when not known). */
+static void deliver(struct fconn *f, const char *text, size_t len,
+		    const struct dl_line *line)
+{
+	struct dl_reply r;
+
+	CHECK(len >= 2 && text[len - 2] == '\r' && text[len - 1] == '\n',
+	      "a line without CRLF");
+	if (trace)
+		fprintf(stderr, "  conn %d <- %.*s\n", (int)(f - conns),
+			(int)len - 2, text);
+	if (f->stats_left) {
+		f->stats_left--;
+		return;
+	}
+	CHECK(dl_parse_reply(text, len - 2, &r) == 0, "an unparsable line: %.*s",
+	      (int)len, text);
+	if (r.word.len == 7 && memcmp(r.word.p, "GRANTED", 7) == 0)
+		check_grant(&r, line);
+	if (r.kind == DL_REPLY_EVENT)
+		return;
+	f->answered++;
+	if (r.word.len == 5 && memcmp(r.word.p, "STATS", 5) == 0 &&
+	    r.kind == DL_REPLY_OK)
+		CHECK(dl_reply_u64(&r, 0, &f->stats_left) == 0, "STATS count");
+}
+
+/* Held lines whose epoch committed go out, in order (conn.c's rule). */
+static void release(struct fconn *f, uint64_t durable)
+{
+	struct dl_conn *c = &f->c;
+	size_t i, cut;
+
+	for (i = 0; i < c->nheld && c->held[i].epoch <= durable; i++)
+		deliver(f, c->held_text.p + c->held[i].off, c->held[i].len,
+			&c->held[i].line);
+	if (i == 0)
+		return;
+	cut = i < c->nheld ? c->held[i].off : c->held_text.len;
+	memmove(c->held, c->held + i, (c->nheld - i) * sizeof(*c->held));
+	c->nheld -= i;
+	for (size_t j = 0; j < c->nheld; j++)
+		c->held[j].off -= cut;
+	memmove(c->held_text.p, c->held_text.p + cut, c->held_text.len - cut);
+	c->held_text.len -= cut;
+}
+
+void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
+		  const struct dl_line *line)
+{
+	struct fconn *f = fconn_of(c);
+	struct dl_held *h;
+
+	if (f->ended == 2)
+		return; /* aborted: nothing more goes out */
+	if (!(line && line->durable) && c->nheld == 0) {
+		deliver(f, text, len, line);
+		return;
+	}
+	if (c->nheld == c->held_cap) {
+		c->held_cap = c->held_cap ? c->held_cap * 2 : 8;
+		c->held = realloc(c->held, c->held_cap * sizeof(*c->held));
+		CHECK(c->held, "out of memory");
+	}
+	h = &c->held[c->nheld];
+	h->line = line ? *line : (struct dl_line){0};
+	h->epoch = line && line->durable ? dl_store_epoch(srv.store)
+					 : c->held[c->nheld - 1].epoch;
+	h->off = c->held_text.len;
+	h->len = len;
+	CHECK(dl_buf_add(&c->held_text, text, len) == 0, "out of memory");
+	c->nheld++;
+}
+
+void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
+			  uint64_t ms)
+{
+	(void)ms;
+	dl_conn_send(c, line, len, NULL);
+}
+
+void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why)
+{
+	struct fconn *f = fconn_of(c);
+
+	(void)why;
+	if (how == DL_END_ABORT)
+		f->ended = 2;
+	else if (!f->ended)
+		f->ended = 1;
+}
+
+void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn)
+{
+	struct fconn *f = fconn_of(c);
+	char buf[DL_REPLY_MAX];
+	const char *text;
+	size_t i, n;
+
+	for (i = 0; i < c->nheld; i++) {
+		text = c->held_text.p + c->held[i].off;
+		n = fn(c, &c->held[i].line, text, c->held[i].len, buf);
+		if (n == DL_HELD_KEEP)
+			deliver(f, text, c->held[i].len, &c->held[i].line);
+		else if (n)
+			deliver(f, buf, n, NULL);
+	}
+	c->nheld = 0;
+	c->held_text.len = 0;
+}
+
+/* ---- hooks and set-up ---------------------------------------------------- */
+
+static uint64_t tab_now(void *ctx)
+{
+	(void)ctx;
+	return fake_now;
+}
+
+static void tab_event(struct dl_session *s, const struct dl_event *ev,
+		      void *ctx)
+{
+	(void)ctx;
+	dl_cmd_event(s->data, ev);
+}
+
+static void committed(uint64_t epoch, void *ctx)
+{
+	int i;
+
+	(void)ctx;
+	for (i = 0; i < NCONN; i++)
+		if (conns[i].open)
+			release(&conns[i], epoch);
+}
+
+static void availability(int up, void *ctx)
+{
+	(void)up;
+	(void)ctx;
+}
+
+static void conn_open(struct fconn *f, int k)
+{
+	char owner[32];
+
+	free(f->c.held);
+	free(f->c.held_text.p);
+	memset(f, 0, sizeof(*f));
+	f->c.srv = &srv;
+	f->c.id = (uint64_t)k + 1;
+	f->c.authed = 1;
+	snprintf(f->c.peer, sizeof(f->c.peer), "fuzz");
+	snprintf(owner, sizeof(owner), "anon-%d", k);
+	CHECK(dl_session_init(srv.tab, &f->c.sess,
+			      (struct dl_str){owner, strlen(owner)},
+			      &f->c) == 0,
+	      "session");
+	f->open = 1;
+}
+
+static void conn_close(struct fconn *f)
+{
+	if (!f->open)
+		return;
+	dl_session_close(srv.tab, &f->c.sess);
+	f->open = 0;
+}
+
+static void world_open(void)
+{
+	struct dl_locktab_hooks th = {tab_now, tab_event, NULL};
+	struct dl_store_hooks sh = {committed, availability, NULL};
+	struct dl_locktab_limits lim = {8, 16};
+	int k;
+
+	memset(&srv, 0, sizeof(srv));
+	dl_log_level = -1; /* quiet */
+	dl_config_defaults(&srv.cfg);
+	srv.cfg.persist = DL_PERSIST_NONE;
+	srv.loop = uv_default_loop();
+	fake_now = 1000000;
+	ntokens = ntouched = 0;
+	memset(last_token, 0, sizeof(last_token));
+	srv.tab = dl_locktab_new(&th, &lim, 10, 0x5eed);
+	srv.store = dl_store_new(srv.loop, &srv.cfg, srv.tab, &sh);
+	CHECK(srv.tab && srv.store, "set-up");
+	dl_locktab_raise_token(srv.tab, dl_token_floor(0, 1795000000000ULL));
+	for (k = 0; k < NCONN; k++)
+		conn_open(&conns[k], k);
+}
+
+static void world_close(void)
+{
+	int k;
+
+	for (k = 0; k < NCONN; k++) {
+		conn_close(&conns[k]);
+		free(conns[k].c.held);
+		free(conns[k].c.held_text.p);
+		memset(&conns[k], 0, sizeof(conns[k]));
+	}
+	dl_store_free(srv.store);
+	dl_locktab_free(srv.tab);
+	dl_config_free(&srv.cfg);
+}
+
+/* ---- the program ------------------------------------------------------- */
+
+struct input {
+	const uint8_t *p;
+	size_t n;
+};
+
+static unsigned next(struct input *in)
+{
+	if (in->n == 0)
+		return 0;
+	in->n--;
+	return *in->p++;
+}
+
+static const char *pick(struct input *in, const char *const *v, size_t n)
+{
+	return v[next(in) % n];
+}
+
+/* A request of the grammar into line (NUL-terminated). */
+static size_t grammar(struct input *in, char *line, size_t cap)
+{
+	static const char *const verbs[] = {
+		"LOCK",	  "LOCK",   "TRYLOCK", "UNLOCK", "UNLOCK", "REFRESH",
+		"CHECK",  "CANCEL", "STATUS",  "HELLO",	 "PING",   "STATS"};
+	static const char *const ttls[] = {"", " ttl=1", " ttl=10",
+					   " ttl=50", " ttl=1s", " ttl=0"};
+	static const char *const waits[] = {"", " wait=0", " wait=5",
+					    " wait=50", " wait=inf"};
+	static const char *const owners[] = {"o1", "o2", "o3"};
+	const char *verb = pick(in, verbs, sizeof(verbs) / sizeof(verbs[0]));
+	const char *name = names[next(in) % NLOCKS];
+	uint64_t token = ntokens ? tokens[next(in) % ntokens] : next(in);
+	const char *tag = next(in) % 4 == 0 ? " id=t" : "";
+
+	if (strcmp(verb, "LOCK") == 0 || strcmp(verb, "TRYLOCK") == 0)
+		return (size_t)snprintf(line, cap, "%s %s%s%s%s", verb, name,
+					pick(in, ttls, 6),
+					verb[0] == 'L' ? pick(in, waits, 5)
+						       : "",
+					tag);
+	if (strcmp(verb, "UNLOCK") == 0 || strcmp(verb, "REFRESH") == 0)
+		touched[ntouched++ % NTOKEN] = token;
+	if (strcmp(verb, "UNLOCK") == 0 || strcmp(verb, "CHECK") == 0)
+		return (size_t)snprintf(line, cap, "%s %s %llu%s", verb, name,
+					(unsigned long long)token, tag);
+	if (strcmp(verb, "REFRESH") == 0)
+		return (size_t)snprintf(line, cap, "REFRESH %s %llu%s%s", name,
+					(unsigned long long)token,
+					pick(in, ttls, 6), tag);
+	if (strcmp(verb, "HELLO") == 0)
+		return (size_t)snprintf(line, cap, "HELLO owner=%s%s",
+					pick(in, owners, 3), tag);
+	if (strcmp(verb, "PING") == 0 || strcmp(verb, "STATS") == 0)
+		return (size_t)snprintf(line, cap, "%s%s", verb, tag);
+	return (size_t)snprintf(line, cap, "%s %s%s", verb, name, tag);
+}
+
+/* A raw line from the input: up to its first LF (or 200 bytes). */
+static size_t raw(struct input *in, char *line, size_t cap)
+{
+	size_t n = 0, max = next(in) % 200;
+
+	while (n < max && n + 1 < cap && in->n && *in->p != '\n')
+		line[n++] = (char)next(in);
+	line[n] = '\0';
+	return n;
+}
+
+static void request(struct fconn *f, char *line, size_t len)
+{
+	size_t i;
+	int blank = 1;
+
+	if (!f->open || f->ended)
+		return;
+	for (i = 0; i < len; i++)
+		if (line[i] != ' ' && line[i] != '\t')
+			blank = 0;
+	if (len > DL_LINE_MAX)
+		return; /* linebuf refuses it before dispatch */
+	f->sent += !blank;
+	if (trace)
+		fprintf(stderr, "conn %d -> %.*s\n", (int)(f - conns), (int)len,
+			line);
+	dl_cmd_execute(&f->c, line, len);
+}
+
+static void step(struct input *in)
+{
+	char line[DL_LINE_MAX + 64];
+	struct fconn *f = &conns[next(in) % NCONN];
+	unsigned op = next(in) % 12;
+	size_t len;
+
+	if (op <= 5) {
+		len = grammar(in, line, sizeof(line));
+		request(f, line, len);
+	} else if (op == 6) {
+		len = raw(in, line, sizeof(line));
+		request(f, line, len);
+	} else if (op == 7) {
+		fake_now += (uint64_t)next(in) * 7;
+		if (trace)
+			fprintf(stderr, "clock %llu\n", (unsigned long long)fake_now);
+		dl_locktab_run_timers(srv.tab, 1 + next(in) % 8);
+	} else if (op == 8) {
+		if (trace)
+			fprintf(stderr, "commit\n");
+		dl_store_flush(srv.store); /* commits: held lines go out */
+	} else if (op == 9) {
+		if (trace)
+			fprintf(stderr, "persistence down\n");
+		dl_locktab_suspend_grants(srv.tab, 1);
+		for (int k = 0; k < NCONN; k++)
+			if (conns[k].open)
+				dl_cmd_break_hold(&conns[k].c);
+	} else if (op == 10) {
+		if (trace)
+			fprintf(stderr, "persistence up\n");
+		dl_locktab_suspend_grants(srv.tab, 0);
+	} else {
+		if (trace)
+			fprintf(stderr, "conn %d closes\n", (int)(f - conns));
+		conn_close(f);
+		conn_open(f, (int)(f - conns));
+	}
+}
+
+/* After every step: what must always hold. */
+static void check_world(void)
+{
+	char why[256];
+	int k;
+
+	CHECK(dl_locktab_verify(srv.tab, why, sizeof(why)) == 0, "%s", why);
+	for (k = 0; k < NCONN; k++) {
+		struct fconn *f = &conns[k];
+		uint64_t held = 0;
+		size_t i;
+
+		if (!f->open || f->ended)
+			continue;
+		for (i = 0; i < f->c.nheld; i++)
+			held++;
+		CHECK(f->answered <= f->sent, "more replies than requests");
+		CHECK(held || f->answered == f->sent,
+		      "a request without a reply (%llu sent, %llu answered)",
+		      (unsigned long long)f->sent,
+		      (unsigned long long)f->answered);
+		CHECK(f->answered + held >= f->sent,
+		      "a request without a reply (%llu sent, %llu answered, "
+		      "%llu lines held)",
+		      (unsigned long long)f->sent,
+		      (unsigned long long)f->answered,
+		      (unsigned long long)held);
+	}
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct input in = {data, size};
+
+	trace = getenv("FUZZ_TRACE") != NULL;
+	world_open();
+	while (in.n > 0) {
+		step(&in);
+		check_world();
+	}
+	dl_store_flush(srv.store);
+	check_world();
+	world_close();
+	return 0;
+}
