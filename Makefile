@@ -78,7 +78,7 @@ LIBDLOCK_SO := $(O)/libdlock.so.$(SOVERSION)
 TEST_BINS  := $(addprefix $(O)/tests/,$(UNIT_TESTS) $(INTEG_TESTS))
 
 .PHONY: all check test unit integ scripts run install uninstall clean deps \
-        bench fuzz format faults faults-short faults-selftest \
+        bench fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test
 all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
      $(O)/examples/stock
@@ -181,12 +181,15 @@ test: unit integ scripts
 check: deps
 	$(MAKE) all unit
 	$(MAKE) SAN=1 test
+	$(MAKE) faults-short
+	$(MAKE) fuzz-smoke
 
 # ---- Debian packages -----------------------------------------------------------
 
 DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
             libcriterion-dev redis-server redis-tools netcat-openbsd \
-            systemd man-db faketime iproute2 nftables
+            systemd man-db faketime iproute2 nftables clang \
+            libclang-rt-14-dev
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -223,17 +226,44 @@ run: deps
 	  "Ctrl-C stops both"; \
 	$(O)/dlockd -c conf/dlockd.conf --redis unix://$$sock
 
-# Coverage-guided fuzzing of the codec (clang's libFuzzer), on demand:
-# make fuzz FUZZ_SECONDS=600. Crashes are written to build/fuzz/.
+# Coverage-guided fuzzing (clang's libFuzzer), three targets:
+#   fuzz_proto   the wire codec;
+#   fuzz_engine  request streams through codec, dispatch, lock table, wheel
+#                and store (no sockets, a fake clock), invariants checked
+#                after every step;
+#   fuzz_client  libdlock's handling of replies and events.
+# make fuzz FUZZ_SECONDS=600 runs each that long (crashes: build/fuzz/);
+# make fuzz-smoke, part of make check, runs each briefly from its seed
+# corpus in tests/fuzz/corpus/<target> (keep crash inputs there, fixed).
 FUZZ_SECONDS ?= 60
-fuzz:
-	@command -v clang >/dev/null || { echo "make fuzz needs clang: apt-get install clang"; exit 1; }
-	@mkdir -p build/fuzz/corpus
-	clang -std=c11 -D_GNU_SOURCE -I. -g -O1 \
-	  -fsanitize=fuzzer,address,undefined tests/fuzz/fuzz_proto.c \
-	  proto/proto.c -o build/fuzz/fuzz_proto
-	build/fuzz/fuzz_proto -max_total_time=$(FUZZ_SECONDS) \
-	  -artifact_prefix=build/fuzz/ build/fuzz/corpus
+FUZZ_SMOKE_SECONDS ?= 15
+FUZZ_CC = clang -std=c11 -D_GNU_SOURCE -I. -g -O1 \
+          -fsanitize=fuzzer,address,undefined -DDL_VERSION=\"$(VERSION)\"
+FUZZ_ENGINE_SRC := $(filter-out server/conn.c server/server.c \
+                     server/metrics.c server/notify.c,$(SERVER_SRC)) \
+                   $(PROTO_SRC)
+FUZZ_TARGETS := fuzz_proto fuzz_engine fuzz_client
+
+build/fuzz/fuzz_proto: tests/fuzz/fuzz_proto.c $(PROTO_SRC)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $^ -o $@
+build/fuzz/fuzz_engine: tests/fuzz/fuzz_engine.c $(FUZZ_ENGINE_SRC)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(DEP_CFLAGS) $^ -o $@ $(DEP_LIBS)
+build/fuzz/fuzz_client: tests/fuzz/fuzz_client.c $(CLIENT_SRC) $(PROTO_SRC)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $^ -o $@ -lpthread
+
+fuzz: $(addprefix build/fuzz/,$(FUZZ_TARGETS))
+	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
+
+fuzz-smoke:
+	@if ! command -v clang >/dev/null || \
+	    ! echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' | \
+	      clang -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null; then \
+	  echo "fuzz-smoke: clang with libFuzzer is missing (apt-get install clang libclang-rt-14-dev): skipped"; \
+	else $(MAKE) $(addprefix build/fuzz/,$(FUZZ_TARGETS)) && \
+	  bash tests/fuzz/run.sh $(FUZZ_SMOKE_SECONDS); fi
 
 # ---- the fault campaign (tests/faults) -----------------------------------------
 
