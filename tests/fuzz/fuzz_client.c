@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "client/dlock_private.h"
+#include "tests/fuzz/fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -44,23 +45,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 		}                                                              \
 	} while (0)
 
-struct input {
-	const uint8_t *p;
-	size_t n;
-};
-
-static unsigned next(struct input *in)
-{
-	if (in->n == 0)
-		return 0;
-	in->n--;
-	return *in->p++;
-}
-
 static const char *const names[] = {"a", "b", "c"};
-static uint64_t tokens[NLEASE] = {1795000000000000001ULL,
-				  1795000000000000002ULL,
-				  1795000000000000003ULL};
+static uint64_t tokens[NLEASE] = {
+	1795000000000000001ULL, 1795000000000000002ULL, 1795000000000000003ULL};
 
 /* The fuzzer is the callers: the requests it waits for (freed once done,
  * their handles kept) and every lease record a handle of it points at. */
@@ -137,9 +124,10 @@ static void lease_new(struct dlock_client *c, int i, int holds)
 static void request(struct dlock_client *c, struct input *in)
 {
 	static const enum dl__op ops[] = {
-		DL__LOCK,  DL__LOCK,  DL__LOCK,	  DL__UNLOCK, DL__REFRESH,
-		DL__RENEW, DL__CHECK, DL__CANCEL, DL__STATUS, DL__STATS,
-		DL__PING,  DL__UNLOCK_TOKEN,	  DL__REFRESH_TOKEN};
+		DL__LOCK,	  DL__LOCK,  DL__LOCK,	DL__UNLOCK,
+		DL__REFRESH,	  DL__RENEW, DL__CHECK, DL__CANCEL,
+		DL__STATUS,	  DL__STATS, DL__PING,	DL__UNLOCK_TOKEN,
+		DL__REFRESH_TOKEN};
 	enum dl__op op = ops[next(in) % (sizeof(ops) / sizeof(ops[0]))];
 	int i = (int)(next(in) % NLEASE), internal;
 	struct dl__lease *l = dl__lease_find(c, names[i], tokens[i]);
@@ -175,12 +163,17 @@ static size_t line_of(struct dlock_client *c, struct input *in, char *buf,
 		      size_t cap)
 {
 	static const char *const words[] = {
-		"OK GRANTED",	 "OK QUEUED",	   "NO BUSY",	  "OK RELEASED",
-		"OK HELD",	 "NO NOT_HOLDER", "OK REFRESHED", "OK VALID",
-		"NO STALE",	 "OK CANCELLED",  "NO NOT_QUEUED", "OK PONG",
-		"OK STATS 2",	 "ERR UNAVAILABLE x",	"ERR LIMIT x",
-		"NO ALREADY_WAITING", "OK STATUS",	"* GRANTED",
-		"* TIMEOUT",	 "* EXPIRED",	   "* BYE shutdown", "k v"};
+		"OK GRANTED",	  "OK QUEUED",
+		"NO BUSY",	  "OK RELEASED",
+		"OK HELD",	  "NO NOT_HOLDER",
+		"OK REFRESHED",	  "OK VALID",
+		"NO STALE",	  "OK CANCELLED",
+		"NO NOT_QUEUED",  "OK PONG",
+		"OK STATS 2",	  "ERR UNAVAILABLE x",
+		"ERR LIMIT x",	  "NO ALREADY_WAITING",
+		"OK STATUS",	  "* GRANTED",
+		"* TIMEOUT",	  "* EXPIRED",
+		"* BYE shutdown", "k v"};
 	unsigned k = next(in), i = next(in) % NLEASE;
 	const char *tag = c->fifo ? c->fifo->tag : "r1";
 	size_t n = 0;
@@ -193,20 +186,18 @@ static size_t line_of(struct dlock_client *c, struct input *in, char *buf,
 	}
 	if (next(in) % 8 == 0)
 		tag = "r999"; /* out of step */
-	if (k % 24 == 16) /* STATUS */
+	if (k % 24 == 16)     /* STATUS */
 		return (size_t)snprintf(
 			buf, cap,
 			"OK STATUS %s state=held token=%llu ttl_ms=%u count=%u "
 			"owner=fz waiters=%u id=%s",
-			names[i], (unsigned long long)tokens[i],
-			next(in) * 13, next(in) % 3, next(in) % 3, tag);
-	return (size_t)snprintf(buf, cap, "%s %s %llu %u id=%s",
-				words[k % (sizeof(words) / sizeof(words[0]))],
-				names[i],
-				(unsigned long long)(next(in) % 4
-							     ? tokens[i]
-							     : next(in)),
-				next(in) * 97, tag);
+			names[i], (unsigned long long)tokens[i], next(in) * 13,
+			next(in) % 3, next(in) % 3, tag);
+	return (size_t)snprintf(
+		buf, cap, "%s %s %llu %u id=%s",
+		words[k % (sizeof(words) / sizeof(words[0]))], names[i],
+		(unsigned long long)(next(in) % 4 ? tokens[i] : next(in)),
+		next(in) * 97, tag);
 }
 
 /* The client's records are true (see the top comment). */

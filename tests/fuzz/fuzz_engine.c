@@ -40,6 +40,7 @@
 #include <string.h>
 
 #include "proto/proto.h"
+#include "tests/fuzz/fuzz_input.h"
 #include "server/cmd.h"
 #include "server/conn.h"
 #include "server/log.h"
@@ -63,12 +64,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* ---- the fake connections ---------------------------------------------- */
 
 struct fconn {
-	struct dl_conn c;	    /* what cmd.c sees */
-	int open;		    /* a session is attached */
-	int ended;		    /* dl_conn_end was called */
-	uint64_t sent;		    /* requests that want a reply */
-	uint64_t answered;	    /* replies received */
-	uint64_t stats_left;	    /* STATS body lines still to come */
+	struct dl_conn c;    /* what cmd.c sees */
+	int open;	     /* a session is attached */
+	int ended;	     /* dl_conn_end was called */
+	uint64_t sent;	     /* requests that want a reply */
+	uint64_t answered;   /* replies received */
+	uint64_t stats_left; /* STATS body lines still to come */
 };
 
 static struct dl_server srv;
@@ -77,7 +78,7 @@ static uint64_t fake_now;
 static uint64_t tokens[NTOKEN]; /* tokens seen in grants */
 static size_t ntokens;
 static uint64_t last_token[NLOCKS]; /* per lock, the last delivered */
-static uint64_t touched[NTOKEN]; /* tokens an UNLOCK or REFRESH named */
+static uint64_t touched[NTOKEN];    /* tokens an UNLOCK or REFRESH named */
 static size_t ntouched;
 static const char *const names[NLOCKS] = {"n0", "n1", "n2", "n3"};
 static int trace; /* FUZZ_TRACE set: print what happens (to replay a crash) */
@@ -152,8 +153,8 @@ static void deliver(struct fconn *f, const char *text, size_t len,
 		f->stats_left--;
 		return;
 	}
-	CHECK(dl_parse_reply(text, len - 2, &r) == 0, "an unparsable line: %.*s",
-	      (int)len, text);
+	CHECK(dl_parse_reply(text, len - 2, &r) == 0,
+	      "an unparsable line: %.*s", (int)len, text);
 	if (r.word.len == 7 && memcmp(r.word.p, "GRANTED", 7) == 0)
 		check_grant(&r, line);
 	if (r.kind == DL_REPLY_EVENT)
@@ -346,19 +347,6 @@ static void world_close(void)
 
 /* ---- the program ------------------------------------------------------- */
 
-struct input {
-	const uint8_t *p;
-	size_t n;
-};
-
-static unsigned next(struct input *in)
-{
-	if (in->n == 0)
-		return 0;
-	in->n--;
-	return *in->p++;
-}
-
 static const char *pick(struct input *in, const char *const *v, size_t n)
 {
 	return v[next(in) % n];
@@ -368,9 +356,9 @@ static const char *pick(struct input *in, const char *const *v, size_t n)
 static size_t grammar(struct input *in, char *line, size_t cap)
 {
 	static const char *const verbs[] = {
-		"LOCK",	  "LOCK",   "TRYLOCK", "UNLOCK", "UNLOCK", "REFRESH",
-		"CHECK",  "CANCEL", "STATUS",  "HELLO",	 "PING",   "STATS"};
-	static const char *const ttls[] = {"", " ttl=1", " ttl=10",
+		"LOCK",	 "LOCK",   "TRYLOCK", "UNLOCK", "UNLOCK", "REFRESH",
+		"CHECK", "CANCEL", "STATUS",  "HELLO",	"PING",	  "STATS"};
+	static const char *const ttls[] = {"",	      " ttl=1",	 " ttl=10",
 					   " ttl=50", " ttl=1s", " ttl=0"};
 	static const char *const waits[] = {"", " wait=0", " wait=5",
 					    " wait=50", " wait=inf"};
@@ -381,11 +369,9 @@ static size_t grammar(struct input *in, char *line, size_t cap)
 	const char *tag = next(in) % 4 == 0 ? " id=t" : "";
 
 	if (strcmp(verb, "LOCK") == 0 || strcmp(verb, "TRYLOCK") == 0)
-		return (size_t)snprintf(line, cap, "%s %s%s%s%s", verb, name,
-					pick(in, ttls, 6),
-					verb[0] == 'L' ? pick(in, waits, 5)
-						       : "",
-					tag);
+		return (size_t)snprintf(
+			line, cap, "%s %s%s%s%s", verb, name, pick(in, ttls, 6),
+			verb[0] == 'L' ? pick(in, waits, 5) : "", tag);
 	if (strcmp(verb, "UNLOCK") == 0 || strcmp(verb, "REFRESH") == 0)
 		touched[ntouched++ % NTOKEN] = token;
 	if (strcmp(verb, "UNLOCK") == 0 || strcmp(verb, "CHECK") == 0)
@@ -449,7 +435,8 @@ static void step(struct input *in)
 	} else if (op == 7) {
 		fake_now += (uint64_t)next(in) * 7;
 		if (trace)
-			fprintf(stderr, "clock %llu\n", (unsigned long long)fake_now);
+			fprintf(stderr, "clock %llu\n",
+				(unsigned long long)fake_now);
 		dl_locktab_run_timers(srv.tab, 1 + next(in) % 8);
 	} else if (op == 8) {
 		if (trace)
