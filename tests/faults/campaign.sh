@@ -226,7 +226,17 @@ recovered() {       # kind ms
 }
 
 kill_dlockd() { kill -9 "$dlockd_pid" 2>/dev/null; wait "$dlockd_pid" 2>/dev/null; }
-kill_redis() { kill -9 "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null; }
+# Late writes Redis refused (FENCED), summed over its restarts (INFO
+# errorstats starts again at 0 with each one).
+fenced_total=0
+fenced_now() {
+	rcli INFO errorstats | sed -n 's/^errorstat_FENCED:count=\([0-9]*\).*/\1/p'
+}
+kill_redis() {
+	local n
+	n=$(fenced_now); fenced_total=$((fenced_total + ${n:-0}))
+	kill -9 "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null
+}
 
 f_kill9_dlockd() {
 	rnd 1000; kill_dlockd; pause_ms $R; dlockd_start
@@ -367,8 +377,8 @@ for k in $(echo "${!count[@]}" | tr ' ' '\n' | sort); do
 	fi
 	echo "$line"
 done
-fenced=$(rcli INFO errorstats | sed -n 's/^errorstat_FENCED:count=\([0-9]*\).*/\1/p')
-say "late writes refused by the fence: ${fenced:-0}"
+fenced=$(fenced_now)
+say "late writes refused by the fence: $((fenced_total + ${fenced:-0}))"
 "$CHECK" "$OUT/hist"
 rc=$?
 cleanup
