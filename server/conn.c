@@ -288,20 +288,17 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 }
 
 /* What remains of the lease a held line states: of the deadline it
- * stated, and of the lease as the table has it now (gone: 0). */
+ * stated, and of the lease as the table has it now (gone: 0). The lookup
+ * has no side effects: this runs while the held lines are walked, and an
+ * event sent to this connection now would change them under our feet. */
 static uint64_t remaining(struct dl_conn *c, const struct dl_line *l,
 			  const char *text, uint64_t now)
 {
 	struct dl_str name = {text + l->name_off, l->name_len};
 	uint64_t left = l->deadline > now ? l->deadline - now : 0;
-	struct dl_result res;
+	uint64_t lease = dl_locktab_remaining(c->srv->tab, name, l->token);
 
-	if (left == 0)
-		return 0;
-	dl_locktab_check(c->srv->tab, name, l->token, &res);
-	if (res.outcome != DL_VALID)
-		return 0;
-	return res.value < left ? res.value : left;
+	return lease < left ? lease : left;
 }
 
 /* Append a held line to out, its TTL field (if it states one) replaced by

@@ -251,6 +251,11 @@ int dl_locktab_release(struct dl_locktab *t, struct dl_session *s,
 int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 		       struct dl_str name, uint64_t token, uint64_t ttl_ms,
 		       struct dl_result *res);
+/* What remains of lease `token` of `name`, in ms: 0 if it is gone or
+ * overdue. Changes nothing (no reaping, no events): safe to call from
+ * anywhere, the event hook's callees included. */
+uint64_t dl_locktab_remaining(struct dl_locktab *t, struct dl_str name,
+			      uint64_t token);
 /* Any owner may check any token. */
 int dl_locktab_check(struct dl_locktab *t, struct dl_str name, uint64_t token,
 		     struct dl_result *res);

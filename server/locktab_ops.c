@@ -269,6 +269,15 @@ int dl_locktab_check(struct dl_locktab *t, struct dl_str name, uint64_t token,
 	return 0;
 }
 
+uint64_t dl_locktab_remaining(struct dl_locktab *t, struct dl_str name,
+			      uint64_t token)
+{
+	struct dl_lock *lk = dl__lock_find(t, name);
+	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+
+	return l ? dl__remaining(l, dl__now_ms(t)) : 0;
+}
+
 int dl_locktab_cancel(struct dl_locktab *t, struct dl_session *s,
 		      struct dl_str name, struct dl_result *res)
 {

@@ -884,6 +884,21 @@ Test(locktab, overdue_lease_is_stale_on_check_before_timers_run)
 	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
 }
 
+/* dl_locktab_remaining is a pure read: the connection layer calls it
+ * while it walks its held lines, where an event would be a re-entry. */
+Test(locktab, remaining_of_an_overdue_lease_is_zero_and_reaps_nothing)
+{
+	struct client *a = client_new("alice");
+	uint64_t tok = must_grant(a, "x", 100);
+
+	cr_assert(eq(u64, dl_locktab_remaining(tab, str("x"), tok), 100));
+	clock_ms += 150; /* overdue; the timers have not run */
+	cr_assert(eq(u64, dl_locktab_remaining(tab, str("x"), tok), 0));
+	cr_assert(eq(u64, dl_locktab_remaining(tab, str("x"), tok + 1), 0));
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 0));
+	cr_assert(eq(u64, dl_locktab_stats(tab)->leases, 1));
+}
+
 Test(locktab, overdue_lease_is_reaped_when_another_owner_trylocks)
 {
 	struct client *a = client_new("alice");
