@@ -55,7 +55,7 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/conn.c server/cmd.c server/server.c server/store.c \
               server/notify.c server/record.c server/store_load.c \
               server/stats.c server/metrics.c server/buf.c \
-              server/htab.c server/locktab_ops.c server/store_batch.c \
+              server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
               server/locktab_verify.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c

@@ -472,6 +472,9 @@ int dl__reply_error(struct dl__req *q, const struct dl_reply *r)
 	static const struct word_err err_map[] = {
 		{"NOAUTH", DLOCK_EAUTH},
 		{"UNAVAILABLE", DLOCK_EUNAVAILABLE},
+		/* A standby: the request was not executed; try the active
+		 * (dlock_error() shows its address). */
+		{"NOT_ACTIVE", DLOCK_EUNAVAILABLE},
 		{"LIMIT", DLOCK_ELIMIT},
 		{"BAD_ARG", DLOCK_EINVAL},
 		{"BAD_FORMAT", DLOCK_EINVAL},

@@ -122,6 +122,19 @@
 #define DL_STORE_LOAD_BATCH  10000
 #define DL_STORE_LOAD_WINDOW 3
 
+/* Leadership (DESIGN.md section 10). The active daemon holds a lease in
+ * Redis, renews it every third of it, and counts its own leadership from
+ * each renewal's send time, DL_LEADER_MARGIN_PCT percent short of the
+ * lease (clock rates differ a little; Redis counts from when it ran the
+ * renewal, later than the send). */
+#define DL_DEFAULT_LEADER_LEASE_MS 4000
+#define DL_LEADER_LEASE_MIN_MS	   1000
+#define DL_LEADER_LEASE_MAX_MS	   60000
+#define DL_LEADER_MARGIN_PCT	   20
+/* A node id and an advertised address: no spaces, at most these bytes. */
+#define DL_NODE_ID_MAX	 64
+#define DL_ADVERTISE_MAX 200
+
 /* ---- the metrics endpoint --------------------------------------------- */
 
 /* Bytes of an HTTP request head, connections at once, and the time a

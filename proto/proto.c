@@ -65,6 +65,7 @@ static const char *const err_texts[DL_ERR_COUNT_] = {
 	"limit reached",
 	"persistence unavailable",
 	"internal error",
+	"not the active daemon",
 	"out of memory",
 	"protocol error from peer",
 	"line does not fit its buffer",
@@ -73,6 +74,7 @@ static const char *const err_texts[DL_ERR_COUNT_] = {
 static const char *const err_words[] = {
 	"BAD_FORMAT", "UNKNOWN_COMMAND", "LINE_TOO_LONG", "BAD_ARG",
 	"NOAUTH",     "LIMIT",		 "UNAVAILABLE",	  "INTERNAL",
+	"NOT_ACTIVE",
 };
 
 const char *dl_strerror(int err)
@@ -84,7 +86,7 @@ const char *dl_strerror(int err)
 
 const char *dl_err_word(int err)
 {
-	if (err < 0 && err >= DL_EINTERNAL)
+	if (err < 0 && err >= DL_ENOTACTIVE)
 		return err_words[-err - 1];
 	return "INTERNAL";
 }

@@ -33,11 +33,12 @@ enum {
 	DL_ELIMIT = -6,	      /* a configured limit was reached */
 	DL_EUNAVAILABLE = -7, /* persistence is down: state cannot change */
 	DL_EINTERNAL = -8,    /* the server's fault */
+	DL_ENOTACTIVE = -9,   /* a standby: the text names the active */
 	/* no wire name of their own (sent as INTERNAL when they must be) */
-	DL_ENOMEM = -9,	 /* allocation failed */
-	DL_EPROTO = -10, /* a line that is not valid protocol from the peer */
-	DL_ENOSPC = -11, /* a formatted line did not fit its buffer */
-	DL_ERR_COUNT_ = 11
+	DL_ENOMEM = -10, /* allocation failed */
+	DL_EPROTO = -11, /* a line that is not valid protocol from the peer */
+	DL_ENOSPC = -12, /* a formatted line did not fit its buffer */
+	DL_ERR_COUNT_ = 12
 };
 
 /* Human-readable text for a DL_E* code ("unknown error" otherwise). */

@@ -245,6 +245,33 @@ static void cmd_status(struct dl_conn *c, const struct dl_request *rq)
 	reply_send(c, &r, rq->tag, NULL);
 }
 
+/* The active's address, "-" when none is known. */
+static struct dl_str active_addr(const struct dl_server *srv)
+{
+	const struct dl_leader *l = dl_store_leader(srv->store);
+
+	if (dl_store_active(srv->store))
+		return (struct dl_str){dl_store_addr(srv->store),
+				       strlen(dl_store_addr(srv->store))};
+	if (!l->epoch)
+		return DL_STR_LIT("-");
+	return (struct dl_str){l->addr, strlen(l->addr)};
+}
+
+/* A standby executes nothing that reads or changes locks: it has no
+ * state. The first word of the text is active=<host:port> (or
+ * active=-), for clients to follow. */
+static void not_active(struct dl_conn *c, struct dl_str tag)
+{
+	struct reply r;
+
+	c->srv->st.errors[-DL_ENOTACTIVE]++;
+	reply_begin(&r, "ERR NOT_ACTIVE");
+	dl_fmt_kv_str(&r.f, "active", active_addr(c->srv));
+	dl_fmt_word(&r.f, "this dlockd is a standby; ask the active one");
+	reply_send(c, &r, tag, NULL);
+}
+
 static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 {
 	const struct dl_config *cfg = &c->srv->cfg;
@@ -285,6 +312,14 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_u64(&r.f, "max_connections", cfg->max_connections);
 	dl_fmt_kv_u64(&r.f, "max_output", cfg->max_output);
 	dl_fmt_kv_u64(&r.f, "tick_ms", cfg->tick_ms);
+	dl_fmt_kv_str(&r.f, "role",
+		      dl_store_active(c->srv->store) ? DL_STR_LIT("active")
+						     : DL_STR_LIT("standby"));
+	dl_fmt_kv_str(&r.f, "node",
+		      (struct dl_str){dl_store_node(c->srv->store),
+				      strlen(dl_store_node(c->srv->store))});
+	dl_fmt_kv_str(&r.f, "active", active_addr(c->srv));
+	dl_fmt_kv_u64(&r.f, "epoch", dl_store_leader(c->srv->store)->epoch);
 	reply_send(c, &r, rq->tag, NULL);
 }
 
@@ -393,19 +428,20 @@ static void cmd_quit(struct dl_conn *c, const struct dl_request *rq)
 enum {
 	OPEN = 1,    /* allowed before AUTH */
 	CHANGES = 2, /* changes lock state: refused while persistence is down */
+	ACTIVE = 4,  /* reads or changes lock state: the active daemon's */
 };
 
 static const struct {
 	void (*fn)(struct dl_conn *c, const struct dl_request *rq);
 	unsigned flags;
 } verbs[DL_VERB_COUNT_] = {
-	[DL_VERB_LOCK] = {cmd_lock, CHANGES},
-	[DL_VERB_TRYLOCK] = {cmd_lock, CHANGES},
-	[DL_VERB_UNLOCK] = {cmd_unlock, CHANGES},
-	[DL_VERB_REFRESH] = {cmd_refresh, CHANGES},
-	[DL_VERB_CHECK] = {cmd_check, 0},
-	[DL_VERB_CANCEL] = {cmd_cancel, 0},
-	[DL_VERB_STATUS] = {cmd_status, 0},
+	[DL_VERB_LOCK] = {cmd_lock, CHANGES | ACTIVE},
+	[DL_VERB_TRYLOCK] = {cmd_lock, CHANGES | ACTIVE},
+	[DL_VERB_UNLOCK] = {cmd_unlock, CHANGES | ACTIVE},
+	[DL_VERB_REFRESH] = {cmd_refresh, CHANGES | ACTIVE},
+	[DL_VERB_CHECK] = {cmd_check, ACTIVE},
+	[DL_VERB_CANCEL] = {cmd_cancel, ACTIVE},
+	[DL_VERB_STATUS] = {cmd_status, ACTIVE},
 	[DL_VERB_HELLO] = {cmd_hello, OPEN},
 	[DL_VERB_AUTH] = {cmd_auth, OPEN},
 	[DL_VERB_STATS] = {cmd_stats, 0},
@@ -434,6 +470,11 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 		 rq.name.p ? rq.name.p : "");
 	if (!c->authed && !(verbs[rq.verb].flags & OPEN)) {
 		dl_cmd_error(c, DL_ENOAUTH, "AUTH required", rq.tag);
+		return;
+	}
+	if ((verbs[rq.verb].flags & ACTIVE) &&
+	    !dl_store_active(c->srv->store)) {
+		not_active(c, rq.tag);
 		return;
 	}
 	if ((verbs[rq.verb].flags & CHANGES) &&

@@ -9,6 +9,7 @@
 #include "server/config.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <ini.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -67,6 +68,10 @@ static const struct key keys[] = {
 	{"persistence", "restore_grace", K_DUR, F(restore_grace_ms), 0, 3600000,
 	 0, 0},
 	{"metrics", "listen", K_STR, F(metrics), 0, 0, 0, 0},
+	{"cluster", "node_id", K_STR, F(node_id), 0, 0, 0, 0},
+	{"cluster", "advertise", K_STR, F(advertise), 0, 0, 0, 0},
+	{"cluster", "leader_lease", K_DUR, F(leader_lease_ms),
+	 DL_LEADER_LEASE_MIN_MS, DL_LEADER_LEASE_MAX_MS, 0, 0},
 };
 #undef F
 
@@ -128,6 +133,9 @@ void dl_config_defaults(struct dl_config *c)
 	c->redis_timeout_ms = 2000;
 	c->restore_grace_ms = DL_DEFAULT_RESTORE_GRACE_MS;
 	c->metrics = strdup("");
+	c->node_id = strdup("");
+	c->advertise = strdup("");
+	c->leader_lease_ms = DL_DEFAULT_LEADER_LEASE_MS;
 }
 
 void dl_config_free(struct dl_config *c)
@@ -263,6 +271,20 @@ static int on_ini_key(void *user, const char *section, const char *name,
 	return 1;
 }
 
+/* A node id: letters, digits and . _ - : only (it is a word in the
+ * leadership record and on the wire). */
+static int node_id_ok(const char *s)
+{
+	size_t n = strlen(s), i;
+
+	if (n > DL_NODE_ID_MAX)
+		return 0;
+	for (i = 0; i < n; i++)
+		if (!isalnum((unsigned char)s[i]) && !strchr("._-:", s[i]))
+			return 0;
+	return 1;
+}
+
 static int check(const struct dl_config *c, char *err, size_t errlen)
 {
 	struct dl_redis_addr a;
@@ -292,6 +314,21 @@ static int check(const struct dl_config *c, char *err, size_t errlen)
 	if (c->metrics[0] &&
 	    dl_hostport_parse(c->metrics, host, sizeof(host), &port) != 0) {
 		seterr(err, errlen, "[metrics] listen: expected host:port");
+		return DL_EBADARG;
+	}
+	if (!node_id_ok(c->node_id)) {
+		seterr(err, errlen,
+		       "[cluster] node_id: at most %d letters, digits and . _ - :",
+		       DL_NODE_ID_MAX);
+		return DL_EBADARG;
+	}
+	if (c->advertise[0] &&
+	    (strlen(c->advertise) > DL_ADVERTISE_MAX ||
+	     strpbrk(c->advertise, " \t") ||
+	     dl_hostport_parse(c->advertise, host, sizeof(host), &port) != 0)) {
+		seterr(err, errlen,
+		       "[cluster] advertise: expected host:port (at most %d bytes)",
+		       DL_ADVERTISE_MAX);
 		return DL_EBADARG;
 	}
 	if (c->port && !dl_addr_is_loopback(c->bind) && !c->password[0] &&

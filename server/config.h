@@ -45,6 +45,11 @@ struct dl_config {
 	uint64_t restore_grace_ms;
 	/* [metrics] */
 	char *metrics; /* host:port of the Prometheus page, "" off */
+	/* [cluster]: a node id makes this daemon a cluster member, which
+	 * becomes a standby while another holds the leadership */
+	char *node_id;	 /* "" standalone */
+	char *advertise; /* host:port clients should use, "" derived */
+	uint64_t leader_lease_ms;
 };
 
 /* A command-line override of one key, kept for reloads. */

@@ -32,6 +32,10 @@ static const char usage[] =
 	"                          loses every lock)              [redis]\n"
 	"      --redis URL         redis://[:password@]host:port/db or\n"
 	"                          unix:///path.sock[?db=N]\n"
+	"      --node-id ID        join a cluster as node ID: a standby while\n"
+	"                          another daemon is active ([cluster])\n"
+	"      --advertise H:P     the address clients should use for it\n"
+	"      --leader-lease DUR  leadership lease (e.g. 4s)     [4s]\n"
 	"  -l, --log-level LEVEL   error, warn, notice, info, debug [notice]\n"
 	"      --check-config      check the configuration, print it, exit\n"
 	"  -h, --help              this help\n"
@@ -39,11 +43,19 @@ static const char usage[] =
 	"\n"
 	"Signals: TERM/INT drain and exit 0, HUP reloads the configuration.\n"
 	"Exit codes: 0 ok, 2 usage, 3 configuration, 4 cannot listen,\n"
-	"5 cannot load state from Redis, 1 other.\n";
+	"5 cannot load state from Redis, 6 another daemon is active on that\n"
+	"Redis and prefix (and no node id was given), 1 other.\n";
 
 int main(int argc, char **argv)
 {
-	enum { OPT_PERSIST = 256, OPT_REDIS, OPT_CHECK };
+	enum {
+		OPT_PERSIST = 256,
+		OPT_REDIS,
+		OPT_CHECK,
+		OPT_NODE,
+		OPT_ADVERTISE,
+		OPT_LEASE
+	};
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'},
 		{"port", required_argument, NULL, 'p'},
@@ -52,6 +64,9 @@ int main(int argc, char **argv)
 		{"persist", required_argument, NULL, OPT_PERSIST},
 		{"redis", required_argument, NULL, OPT_REDIS},
 		{"log-level", required_argument, NULL, 'l'},
+		{"node-id", required_argument, NULL, OPT_NODE},
+		{"advertise", required_argument, NULL, OPT_ADVERTISE},
+		{"leader-lease", required_argument, NULL, OPT_LEASE},
 		{"check-config", no_argument, NULL, OPT_CHECK},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'v'},
@@ -94,6 +109,18 @@ int main(int argc, char **argv)
 		case OPT_REDIS:
 			sec = "persistence";
 			key = "redis";
+			break;
+		case OPT_NODE:
+			sec = "cluster";
+			key = "node_id";
+			break;
+		case OPT_ADVERTISE:
+			sec = "cluster";
+			key = "advertise";
+			break;
+		case OPT_LEASE:
+			sec = "cluster";
+			key = "leader_lease";
 			break;
 		case OPT_CHECK:
 			check_only = 1;

@@ -38,6 +38,7 @@
 #define EXIT_CONFIG 3
 #define EXIT_LISTEN 4
 #define EXIT_STORE  5
+#define EXIT_ACTIVE 6 /* another daemon is active, and no [cluster] */
 #define EXIT_OTHER  1
 
 static void fatal(int code, const char *fmt, ...)
@@ -112,6 +113,101 @@ static void store_availability(int up, void *ctx)
 		break_holds(srv);
 	dl_notify(up ? "STATUS=serving"
 		     : "STATUS=persistence down, refusing changes");
+}
+
+/* ---- roles ----------------------------------------------------------------
+ *
+ * The store learns about the leadership from Redis replies (store_lead.c)
+ * and tells through store_role(); what that calls for is done from a
+ * timer callback, outside hiredis: a take-over replaces the store's link.
+ */
+
+static size_t process_ends(struct dl_server *srv);
+static void arm_wheel(struct dl_server *srv);
+
+/* Say goodbye to every client and close its session (the table can only
+ * be reset without sessions). Replies already made go out first. */
+static void close_clients(struct dl_server *srv, const char *why)
+{
+	struct dl_conn *c;
+
+	for (c = srv->conns; c; c = c->next) {
+		if (c->end)
+			continue;
+		dl_cmd_bye(c, why);
+		dl_conn_end(c, DL_END_GRACEFUL, why);
+	}
+	process_ends(srv);
+}
+
+/* No longer the active one: nothing this daemon holds is true any more.
+ * Grants are suspended and held lines broken (the store's availability
+ * report did both if the link was up), clients are told and closed, and
+ * the table emptied: a standby keeps no state. */
+static void step_down(struct dl_server *srv)
+{
+	dl_locktab_suspend_grants(srv->tab, 1);
+	break_holds(srv);
+	close_clients(srv, "not-active");
+	dl_locktab_reset(srv->tab);
+	dl_notify("STATUS=standby");
+}
+
+static void take_over(struct dl_server *srv, int start)
+{
+	uint64_t t0 = dl_mono_ms();
+	char err[256];
+	int r;
+
+	if (srv->draining || dl_store_active(srv->store))
+		return;
+	/* Sessions of a standby's clients hold nothing, but the load
+	 * starts from an empty table: they are closed, and reconnect. */
+	close_clients(srv, "takeover");
+	r = dl_store_take_over(srv->store, start, err, sizeof(err));
+	if (r == 0) {
+		dl_notice("took over the leadership in %llu ms",
+			  (unsigned long long)(dl_mono_ms() - t0));
+		arm_wheel(srv);
+	} else if (r == DL_ENOTACTIVE) {
+		dl_info("take-over: %s", err);
+	} else {
+		dl_warn("take-over failed: %s", err);
+	}
+}
+
+static void on_role_timer(uv_timer_t *t)
+{
+	struct dl_server *srv = t->data;
+	enum dl_store_role_event ev = srv->role_event;
+
+	switch (ev) {
+	case DL_STORE_DEPOSED:
+		step_down(srv);
+		break;
+	case DL_STORE_STALE:
+		step_down(srv);
+		take_over(srv, 1);
+		break;
+	case DL_STORE_LAPSED:
+		take_over(srv, 0);
+		break;
+	}
+}
+
+static void store_role(enum dl_store_role_event ev, void *ctx)
+{
+	struct dl_server *srv = ctx;
+
+	/* A deposition cannot wait: changes stop now (the store has
+	 * already refused them), the goodbye comes from the timer. */
+	if (ev != DL_STORE_LAPSED)
+		dl_locktab_suspend_grants(srv->tab, 1);
+	if (uv_is_active((uv_handle_t *)&srv->role_timer) &&
+	    srv->role_event != DL_STORE_LAPSED && ev == DL_STORE_LAPSED)
+		return; /* a step-down is due first */
+	srv->role_event = ev;
+	uv_timer_start(&srv->role_timer, on_role_timer, 0, 0);
 }
 
 static struct dl_locktab_limits tab_limits(const struct dl_config *cfg)
@@ -455,9 +551,18 @@ static void load_state(struct dl_server *srv)
 	int r;
 
 	for (;;) {
-		r = dl_store_load(srv->store, dl_wall_ms(), err, sizeof(err));
+		r = dl_store_load(srv->store, dl_wall_ms(), 1, err,
+				  sizeof(err));
 		if (r == 0)
 			return;
+		if (r == DL_ENOTACTIVE && !srv->cfg.node_id[0])
+			fatal(EXIT_ACTIVE,
+			      "%s. Two dlockd on one Redis and prefix must not both write: stop the other one, or give both a [cluster] node_id to run this one as its standby",
+			      err);
+		if (r == DL_ENOTACTIVE) {
+			dl_notice("%s; starting as a standby", err);
+			return;
+		}
 		if (r != DL_EUNAVAILABLE)
 			fatal(EXIT_STORE, "cannot load state: %s", err);
 		if (dl_mono_ms() - logged >= DL_STORE_WAIT_LOG_MS) {
@@ -487,7 +592,8 @@ static void wait_for_store(struct dl_server *srv)
 	if (dl_store_start(srv->store) != 0)
 		fatal(EXIT_STORE, "cannot start the store");
 	uv_ref((uv_handle_t *)&srv->check); /* keeps the loop turning */
-	while (!dl_store_available(srv->store) && !srv->stop_signal) {
+	while (dl_store_active(srv->store) &&
+	       !dl_store_available(srv->store) && !srv->stop_signal) {
 		uv_run(srv->loop, UV_RUN_ONCE);
 		if (dl_mono_ms() - logged >= DL_STORE_WAIT_LOG_MS) {
 			dl_warn("redis: still no working connection; waiting");
@@ -513,6 +619,9 @@ static void init_handles(struct dl_server *srv)
 	uv_timer_init(loop, &srv->drain_timer);
 	srv->drain_timer.data = srv;
 	uv_unref((uv_handle_t *)&srv->drain_timer);
+	uv_timer_init(loop, &srv->role_timer);
+	srv->role_timer.data = srv;
+	uv_unref((uv_handle_t *)&srv->role_timer);
 	uv_check_init(loop, &srv->check);
 	srv->check.data = srv;
 	uv_check_start(&srv->check, on_check);
@@ -530,7 +639,7 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 {
 	struct dl_locktab_hooks th = {tab_now, tab_event, srv};
 	struct dl_store_hooks sh = {dl__server_committed, store_availability,
-				    srv};
+				    store_role, srv};
 	struct dl_locktab_limits lim = tab_limits(&srv->cfg);
 	int r;
 
@@ -562,10 +671,12 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 		      srv->cfg.metrics, uv_strerror(r));
 	start_watchdog(srv);
 	arm_wheel(srv);
-	dl_notice("dlockd %s ready (persist=%s, last token %llu)", DL_VERSION,
-		  dl_store_backend(srv->store),
+	dl_notice("dlockd %s ready (persist=%s, %s, last token %llu)",
+		  DL_VERSION, dl_store_backend(srv->store),
+		  dl_store_active(srv->store) ? "active" : "standby",
 		  (unsigned long long)dl_locktab_last_token(srv->tab));
-	dl_notify("READY=1\nSTATUS=serving");
+	dl_notify(dl_store_active(srv->store) ? "READY=1\nSTATUS=serving"
+					      : "READY=1\nSTATUS=standby");
 	srv->ready = 1;
 }
 
@@ -644,6 +755,7 @@ static void drain_finish(struct dl_server *srv)
 	uv_close((uv_handle_t *)&srv->wheel_timer, NULL);
 	uv_close((uv_handle_t *)&srv->reap_idle, NULL);
 	uv_close((uv_handle_t *)&srv->drain_timer, NULL);
+	uv_close((uv_handle_t *)&srv->role_timer, NULL);
 	uv_close((uv_handle_t *)&srv->watchdog, NULL);
 	uv_close((uv_handle_t *)&srv->check, NULL);
 	uv_close((uv_handle_t *)&srv->prepare, NULL);

@@ -61,6 +61,8 @@ struct dl_server {
 	uv_prepare_t prepare;
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t drain_timer; /* bounds a shutdown's wait for Redis */
+	uv_timer_t role_timer;	/* acts on what the store learned (server.c) */
+	enum dl_store_role_event role_event;
 	uv_timer_t watchdog;	/* sd_notify WATCHDOG=1, when asked */
 	struct dl_metrics *metrics;
 	unsigned tcp_on : 1, unix_on : 1;

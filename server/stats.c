@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "proto/proto.h"
+#include "server/clock.h"
 #include "server/server.h"
 
 #define C DL_STAT_COUNTER
@@ -17,11 +18,13 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 	static const char *const codes[] = {
 		NULL,	    "bad_format", "unknown_command", "line_too_long",
 		"bad_arg",  "noauth",	  "limit",	     "unavailable",
-		"internal",
+		"internal", "not_active",
 	};
 	const struct dl_locktab_stats *t = dl_locktab_stats(srv->tab);
 	const struct dl_store_stats *s = dl_store_stats(srv->store);
 	const struct dl_server_stats *v = &srv->st;
+	const struct dl_leader *l = dl_store_leader(srv->store);
+	uint64_t now = dl_mono_ms();
 	const struct dl_stat rows[] = {
 		{"uptime_ms", uv_now(srv->loop) - srv->start_ms, G,
 		 "Milliseconds since the daemon started.", NULL, NULL, 0},
@@ -91,6 +94,23 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 "Connections made to Redis.", NULL, NULL, 0},
 		{"store_failures", s->failures, C,
 		 "Times the Redis link was lost.", NULL, NULL, 0},
+		{"role_active", (uint64_t)dl_store_active(srv->store), G,
+		 "1 if this daemon is the active one, 0 a standby.", NULL,
+		 NULL, 0},
+		{"leader_epoch", l->epoch, G,
+		 "Epoch of the active daemon's leadership (0: none known).",
+		 NULL, NULL, 0},
+		{"leader_lease_left_ms", l->until_ms > now ? l->until_ms - now : 0,
+		 G,
+		 "Leadership left, as this daemon counts it (active) or last saw it (standby).",
+		 NULL, NULL, 0},
+		{"leader_takeovers", s->takeovers, C,
+		 "Leaderships this daemon took (its start included).", NULL,
+		 NULL, 0},
+		{"leader_depositions", s->depositions, C,
+		 "Leaderships this daemon lost to another.", NULL, NULL, 0},
+		{"leader_renewals", s->renewals, C,
+		 "Leadership renewals confirmed by Redis.", NULL, NULL, 0},
 	};
 	struct dl_stat e = {"errors", 0,    C, "ERR replies, by code.",
 			    "code",   NULL, 0};

@@ -85,10 +85,14 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->token_key = key_of(pfx, "token");
 	st->names_key = key_of(pfx, "locks");
 	st->fence_key = key_of(pfx, "fence");
+	st->leader_key = key_of(pfx, "leader");
 	st->lock_prefix = key_of(pfx, "lock:");
 	if (!st->token_key || !st->names_key || !st->fence_key ||
-	    !st->lock_prefix)
+	    !st->leader_key || !st->lock_prefix)
 		goto fail;
+	/* Without Redis there is nobody to share the table with. */
+	st->active = !st->redis;
+	dl__lead_identity(st);
 	st->lock_prefix_len = strlen(st->lock_prefix);
 	if (st->redis && dl_redis_url_parse(cfg->redis, &st->addr) != 0)
 		goto fail;
@@ -114,6 +118,7 @@ void dl_store_free(struct dl_store *st)
 	free(st->token_key);
 	free(st->names_key);
 	free(st->fence_key);
+	free(st->leader_key);
 	free(st->lock_prefix);
 	free(st);
 }
@@ -125,11 +130,33 @@ uint64_t dl_store_epoch(const struct dl_store *st)
 
 int dl_store_available(const struct dl_store *st)
 {
-	return !st->redis || st->link == LINK_UP;
+	return !st->redis || (st->active && st->link == LINK_UP);
+}
+
+int dl_store_active(const struct dl_store *st)
+{
+	return st->active;
+}
+
+const struct dl_leader *dl_store_leader(const struct dl_store *st)
+{
+	return &st->leader;
+}
+
+const char *dl_store_node(const struct dl_store *st)
+{
+	return st->node;
+}
+
+const char *dl_store_addr(const struct dl_store *st)
+{
+	return st->self_addr;
 }
 
 int dl_store_idle(const struct dl_store *st)
 {
+	if (!st->active)
+		return 1; /* a standby writes nothing */
 	return st->committed + 1 == st->epoch &&
 	       (!st->redis || dl_locktab_dirty_count(st->tab) == 0);
 }
@@ -160,7 +187,7 @@ static void set_link(struct dl_store *st, enum link l)
 
 	st->link = l;
 	st->link_since_ms = uv_now(st->loop);
-	if (was_up != (l == LINK_UP))
+	if (st->active && was_up != (l == LINK_UP))
 		st->hooks.availability(l == LINK_UP, st->hooks.ctx);
 }
 
@@ -172,12 +199,13 @@ static void link_fail(struct dl_store *st, const char *why)
 
 	if (st->link == LINK_DOWN)
 		return;
-	if (st->link == LINK_UP)
+	if (st->link == LINK_UP && st->active)
 		dl_warn("redis: %s; persistence down, refusing changes", why);
 	else
 		dl_info("redis: %s", why);
 	st->ac = NULL;
 	st->synced = 0;
+	st->lead_busy = 0;
 	st->st.failures++;
 	set_link(st, LINK_DOWN);
 	st->retry_at_ms = uv_now(st->loop) + st->backoff_ms;
@@ -194,9 +222,8 @@ static void link_refused(struct dl_store *st, const char *what, const char *err)
 	char why[256];
 
 	if (strncmp(err, "FENCED", 6) == 0)
-		dl_error(
-			"redis: %s refused: another writer took the store over (%s); is a second dlockd using prefix %s?",
-			what, err, st->cfg->redis_prefix);
+		dl_warn("redis: %s refused: another writer took the store over (%s)",
+			what, err);
 	snprintf(why, sizeof(why), "%s failed: %s%s", what, err,
 		 dl__store_not_ready(err) ? " (not ready, waiting)" : "");
 	link_fail(st, why);
@@ -223,6 +250,7 @@ static int batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
 	b->kind = kind;
 	b->epoch = epoch;
 	b->sent_us = now_us();
+	b->sent_ms = dl_mono_ms();
 	if (redisAsyncCommandArgv(st->ac, on_batch, b, argc, argv, lens) !=
 	    REDIS_OK) {
 		free(b);
@@ -281,12 +309,72 @@ static void link_up(struct dl_store *st, const char *how)
 	commit(st, st->epoch - 1);
 }
 
+/* This daemon is not the active one any more: another holds the
+ * leadership, or took it and wrote meanwhile. Changes stop at once (the
+ * link goes, and with it every write in flight: they would be fenced),
+ * and the server steps down (hook). */
+static void depose(struct dl_store *st, enum dl_store_role_event ev,
+		   const char *how)
+{
+	char who[320];
+
+	dl__lead_describe(st, who, sizeof(who));
+	dl_error("redis: leadership lost (%s); the active daemon is %s", how,
+		 who);
+	link_fail(st, "leadership lost");
+	st->active = 0;
+	st->synced = 0;
+	st->st.depositions++;
+	st->hooks.role(ev, st->hooks.ctx);
+}
+
+/* When to look at the leadership again: right after the holder's lease
+ * would end, at most a third of a lease from now. */
+static void next_look(struct dl_store *st, const struct lead_reply *lr)
+{
+	uint64_t third = st->cfg->leader_lease_ms / 3;
+
+	st->lead_next_ms = dl_mono_ms() + (lr->pttl > 0 &&
+						   (uint64_t)lr->pttl < third
+					   ? (uint64_t)lr->pttl + 1
+					   : third);
+}
+
+/* A renewal's or a look's reply. */
+static void on_lead(struct dl_store *st, enum batch_kind kind,
+		    const redisReply *r, uint64_t sent_ms)
+{
+	struct lead_reply lr;
+
+	st->lead_busy = 0;
+	if (dl__lead_reply(st, r, sent_ms, &lr) != 0) {
+		link_fail(st, "leadership: not a reply of " DL_STORE_LEAD_FN);
+		return;
+	}
+	if (kind == BATCH_RENEW) {
+		if (!lr.ok) {
+			depose(st, DL_STORE_DEPOSED,
+			       "the renewal found another epoch");
+			return;
+		}
+		st->st.renewals++;
+		st->lead_next_ms = sent_ms + st->cfg->leader_lease_ms / 3;
+		return;
+	}
+	if (!st->leader.epoch) {
+		st->lead_next_ms = dl_mono_ms() + st->cfg->leader_lease_ms / 3;
+		st->hooks.role(DL_STORE_LAPSED, st->hooks.ctx);
+		return;
+	}
+	next_look(st, &lr);
+}
+
 static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct batch *b = priv;
 	struct dl_store *st = b->st;
 	enum batch_kind kind = b->kind;
-	uint64_t epoch = b->epoch;
+	uint64_t epoch = b->epoch, sent_ms = b->sent_ms;
 	const char *err;
 	char how[96];
 
@@ -294,10 +382,17 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 	if (!reply || ac != st->ac)
 		return; /* the link died; link_fail has run or will */
 	if ((err = dl__store_reply_error(reply)) != NULL) {
-		link_refused(st, kind == BATCH_PING ? "PING" : "write", err);
+		link_refused(st,
+			     kind == BATCH_PING		? "PING"
+			     : kind == BATCH_RENEW || kind == BATCH_LOOK
+				     ? "leadership"
+				     : "write",
+			     err);
 		return;
 	}
-	if (kind == BATCH_RESYNC) {
+	if (kind == BATCH_RENEW || kind == BATCH_LOOK) {
+		on_lead(st, kind, reply, sent_ms);
+	} else if (kind == BATCH_RESYNC) {
 		snprintf(how, sizeof(how), ", %zu locks re-synced in %llu ms",
 			 st->synced_locks,
 			 (unsigned long long)(uv_now(st->loop) -
@@ -347,7 +442,8 @@ void dl_store_flush(struct dl_store *st)
 		commit(st, st->epoch++);
 		return;
 	}
-	if (st->link != LINK_UP || dl_locktab_dirty_count(st->tab) == 0)
+	if (st->link != LINK_UP || !st->active ||
+	    dl_locktab_dirty_count(st->tab) == 0)
 		return;
 	dl_locktab_drain_dirty(st->tab, drain_cb, &x);
 	if (x.err || wb_send(st, BATCH_EPOCH, st->epoch)) {
@@ -432,24 +528,56 @@ static void on_members(redisAsyncContext *ac, void *reply, void *priv)
 		link_fail(st, "re-sync failed");
 }
 
-/* The fence is taken: this connection is the writer now. */
-static void on_fence(redisAsyncContext *ac, void *reply, void *priv)
+/* The leadership function answered the handshake: as the active, this
+ * connection took the leadership again (a new epoch, which fences every
+ * older connection); as a standby, it looked at who holds it. */
+static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct dl_store *st = priv;
 	redisReply *r = reply;
 	const char *argv[2] = {"SMEMBERS", st->names_key};
 	size_t lens[2] = {8, strlen(st->names_key)};
+	struct lead_reply lr;
+	char who[320];
 
 	if (!r || ac != st->ac)
 		return;
 	st->last_reply_ms = uv_now(st->loop);
-	if (r->type != REDIS_REPLY_INTEGER) {
-		link_refused(st, "INCR of the fence",
-			     dl__store_reply_error(r) ? dl__store_reply_error(r)
-						      : "not an integer");
+	if (dl__store_reply_error(r)) {
+		link_refused(st, "leadership", dl__store_reply_error(r));
 		return;
 	}
-	snprintf(st->fence, sizeof(st->fence), "%lld", r->integer);
+	if (dl__lead_reply(st, r, st->lead_sent_ms, &lr) != 0) {
+		link_fail(st, "leadership: not a reply of " DL_STORE_LEAD_FN);
+		return;
+	}
+	if (!st->active) {
+		st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
+		set_link(st, LINK_UP);
+		dl__lead_describe(st, who, sizeof(who));
+		dl_info("redis: connected as a standby; the active daemon is %s",
+			who);
+		if (!st->leader.epoch) {
+			st->lead_next_ms =
+				dl_mono_ms() + st->cfg->leader_lease_ms / 3;
+			st->hooks.role(DL_STORE_LAPSED, st->hooks.ctx);
+		} else {
+			next_look(st, &lr);
+		}
+		return;
+	}
+	if (!lr.ok) {
+		depose(st, DL_STORE_DEPOSED, "another daemon holds it");
+		return;
+	}
+	if (!lr.kept) {
+		/* Taken again, but somebody wrote since: the table is stale. */
+		depose(st, DL_STORE_STALE, "another daemon wrote meanwhile");
+		return;
+	}
+	snprintf(st->fence, sizeof(st->fence), "%llu",
+		 (unsigned long long)lr.epoch);
+	st->lead_next_ms = st->lead_sent_ms + st->cfg->leader_lease_ms / 3;
 	if (st->synced) {
 		link_up(st, "");
 		return;
@@ -506,7 +634,18 @@ static void add_write_once(void *privdata)
 		redisLibuvAddWrite(privdata);
 }
 
-/* AUTH, SELECT, the function library, then the fence (on_fence). */
+/* AUTH, SELECT, the function library, then the leadership (on_take). */
+static int send_lead(struct dl_store *st, enum lead_mode mode,
+		     redisCallbackFn *fn)
+{
+	const char *argv[LEAD_ARGC];
+	size_t lens[LEAD_ARGC];
+	int argc = dl__lead_argv(st, mode, st->fence, argv, lens);
+
+	st->lead_sent_ms = dl_mono_ms();
+	return send_argv(st, fn, st, argc, argv, lens);
+}
+
 static int send_handshake(struct dl_store *st)
 {
 	const struct dl_redis_addr *a = &st->addr;
@@ -538,11 +677,7 @@ static int send_handshake(struct dl_store *st)
 	lens[3] = strlen(dl__store_library);
 	if (send_argv(st, on_handshake, st, 4, argv, lens))
 		return DL_EUNAVAILABLE;
-	argv[0] = "INCR";
-	argv[1] = st->fence_key;
-	lens[0] = 4;
-	lens[1] = strlen(st->fence_key);
-	return send_argv(st, on_fence, st, 2, argv, lens);
+	return send_lead(st, st->active ? LEAD_TAKE : LEAD_LOOK, on_take);
 }
 
 static void link_connect(struct dl_store *st)
@@ -601,6 +736,24 @@ static void on_tick(uv_timer_t *t)
 		if (st->head && (now_us() - st->head->sent_us) / 1000 >
 					st->cfg->redis_timeout_ms) {
 			link_fail(st, "no reply within redis_timeout");
+		} else if (st->active && dl_mono_ms() >= st->leader.until_ms) {
+			/* Not renewed in time: a standby may take over any
+			 * moment now. The next connection's take decides. */
+			link_fail(st, "leadership not confirmed within its lease");
+		} else if (!st->lead_busy && dl_mono_ms() >= st->lead_next_ms) {
+			const char *argv[LEAD_ARGC];
+			size_t lens[LEAD_ARGC];
+			int argc = dl__lead_argv(st,
+						 st->active ? LEAD_RENEW
+							    : LEAD_LOOK,
+						 st->fence, argv, lens);
+
+			if (batch_send(st,
+				       st->active ? BATCH_RENEW : BATCH_LOOK, 0,
+				       argc, argv, lens))
+				link_fail(st, "cannot queue a command");
+			else
+				st->lead_busy = 1;
 		} else if (!st->head &&
 			   now - st->last_reply_ms >= DL_STORE_PING_MS) {
 			if (batch_send(st, BATCH_PING, 0, 1, &ping, &plen))
@@ -608,6 +761,24 @@ static void on_tick(uv_timer_t *t)
 		}
 		break;
 	}
+}
+
+int dl_store_take_over(struct dl_store *st, int start, char *err,
+		       size_t errlen)
+{
+	redisAsyncContext *ac = st->ac;
+	int r;
+
+	if (ac) {
+		/* The standby's link: nothing of it is needed any more. */
+		st->ac = NULL;
+		st->link = LINK_DOWN;
+		redisAsyncFree(ac);
+	}
+	st->lead_busy = 0;
+	r = dl_store_load(st, dl_wall_ms(), start, err, errlen);
+	link_connect(st);
+	return r;
 }
 
 int dl_store_start(struct dl_store *st)

@@ -25,17 +25,42 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "proto/limits.h"
 #include "server/config.h"
 #include "server/locktab.h"
 
 struct dl_store;
+
+/* What the store learned about the leadership (store_lead.c). */
+enum dl_store_role_event {
+	/* Another daemon holds the leadership, or took it and moved the
+	 * state on: this one is a standby now, its table is stale. */
+	DL_STORE_DEPOSED,
+	/* A standby saw the leadership free: time to take over. */
+	DL_STORE_LAPSED,
+	/* This daemon took its leadership again, but another wrote since:
+	 * its table is stale; step down and take over (load) at once. */
+	DL_STORE_STALE,
+};
 
 struct dl_store_hooks {
 	/* Every epoch <= `epoch` is durable. */
 	void (*committed)(uint64_t epoch, void *ctx);
 	/* Persistence went down (0) or came back (1). */
 	void (*availability)(int up, void *ctx);
+	/* The role changed, or should: the hook is called from a Redis
+	 * reply, and must defer what it does about it (the server runs a
+	 * take-over from a timer: dl_store_take_over frees the link). */
+	void (*role)(enum dl_store_role_event ev, void *ctx);
 	void *ctx;
+};
+
+/* The active daemon as last seen in Redis (or this one). */
+struct dl_leader {
+	uint64_t epoch;	  /* 0: unknown */
+	char node[DL_NODE_ID_MAX + 1];
+	char addr[DL_ADVERTISE_MAX + 1];
+	uint64_t until_ms; /* monotonic: when its lease ends, as last seen */
 };
 
 struct dl_store_stats {
@@ -47,6 +72,9 @@ struct dl_store_stats {
 	uint64_t backlog; /* pipelines sent, not acknowledged */
 	uint64_t reconnects;
 	uint64_t failures; /* writes that failed or timed out */
+	uint64_t takeovers; /* leaderships taken (start-up included) */
+	uint64_t depositions; /* leaderships lost to another daemon */
+	uint64_t renewals;    /* leadership renewals confirmed */
 };
 
 /* The store borrows cfg, loop and tab for its life. */
@@ -55,13 +83,32 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 			      const struct dl_store_hooks *hooks);
 void dl_store_free(struct dl_store *st);
 
-/* Before serving: load leases, queues and the token high-water mark into
- * the table, blocking (nothing else runs yet). `err` explains a failure. */
-int dl_store_load(struct dl_store *st, uint64_t unix_ms, char *err,
+/* Take the leadership and load leases, queues and the token high-water
+ * mark into the table, blocking (nothing else runs meanwhile). `start`:
+ * this process is starting, and may take over a leadership recorded
+ * under its own node id (its previous run). Returns 0 (this daemon is
+ * the active one), DL_ENOTACTIVE (another holds the leadership:
+ * dl_store_leader() says who), DL_EUNAVAILABLE (Redis not reachable or
+ * not ready: try again) or another error (configuration). `err` explains
+ * a failure. */
+int dl_store_load(struct dl_store *st, uint64_t unix_ms, int start, char *err,
 		  size_t errlen);
 
-/* Connect the async link used while serving. */
+/* Connect the async link used while serving: as the active after a
+ * successful load, else as a standby watching the leadership. */
 int dl_store_start(struct dl_store *st);
+/* A standby becomes the active: drops its link, then dl_store_load()
+ * (one attempt, `start` as there) and reconnects in its new role. */
+int dl_store_take_over(struct dl_store *st, int start, char *err,
+		       size_t errlen);
+
+/* 1 if this daemon is the active one (always, with persist = none). */
+int dl_store_active(const struct dl_store *st);
+/* The active daemon as last known; epoch 0 if none is known. */
+const struct dl_leader *dl_store_leader(const struct dl_store *st);
+/* This daemon's node id and address, as recorded in the leadership. */
+const char *dl_store_node(const struct dl_store *st);
+const char *dl_store_addr(const struct dl_store *st);
 
 /* The open epoch: a change made now is durable when it commits. */
 uint64_t dl_store_epoch(const struct dl_store *st);

@@ -35,8 +35,9 @@
 #include "server/store_private.h"
 
 const char dl__store_library[] =
-	"#!lua name=dlock_v1\n"
-	"-- dlockd's writes: see server/store_batch.c in the dlockd sources.\n"
+	"#!lua name=dlock_v2\n"
+	"-- dlockd's writes and leadership: see server/store_batch.c and\n"
+	"-- server/store_lead.c in the dlockd sources.\n"
 	"local function apply(keys, args)\n"
 	"  local fence = redis.call('GET', keys[1])\n"
 	"  if fence ~= args[1] then\n"
@@ -62,7 +63,30 @@ const char dl__store_library[] =
 	"  end\n"
 	"  return #keys - 3\n"
 	"end\n"
-	"redis.register_function('" DL_STORE_APPLY_FN "', apply)\n";
+	"local function lead(keys, args)\n"
+	"  local mode, mine, node = args[1], args[2], args[3]\n"
+	"  local cur = redis.call('GET', keys[1])\n"
+	"  local fence = redis.call('GET', keys[2]) or '0'\n"
+	"  local epoch, holder\n"
+	"  if cur then epoch, holder = string.match(cur, '^(%d+) (%S+) ') end\n"
+	"  local ours = cur and epoch == mine and fence == mine\n"
+	"  if mode == 'renew' and ours then\n"
+	"    redis.call('PEXPIRE', keys[1], args[5])\n"
+	"    return {1, mine, 1}\n"
+	"  end\n"
+	"  if (mode == 'take' or mode == 'start') and (not cur or ours or\n"
+	"      (mode == 'start' and holder == node)) then\n"
+	"    local kept = 0\n"
+	"    if fence == mine then kept = 1 end\n"
+	"    local e = redis.call('INCR', keys[2])\n"
+	"    redis.call('SET', keys[1], e .. ' ' .. node .. ' ' .. args[4],\n"
+	"      'PX', args[5])\n"
+	"    return {1, tostring(e), kept}\n"
+	"  end\n"
+	"  return {0, cur or '', redis.call('PTTL', keys[1])}\n"
+	"end\n"
+	"redis.register_function('" DL_STORE_APPLY_FN "', apply)\n"
+	"redis.register_function('" DL_STORE_LEAD_FN "', lead)\n";
 
 int64_t dl__store_wall_offset(void)
 {

@@ -57,6 +57,8 @@ struct load_ctx {
 	struct dl_buf bad_names;     /* NUL-separated: to quarantine */
 	char *err;
 	size_t errlen;
+	const char *fence; /* the epoch taken */
+	uint64_t lead_sent; /* when the leadership was last confirmed */
 };
 
 static int set_err(struct load_ctx *x, int rc, const char *fmt, ...)
@@ -158,18 +160,65 @@ static int connect_redis(struct load_ctx *x)
 	return 0;
 }
 
-/* The writer fence for the write-back: the loader is the writer now. */
-static int take_fence(struct load_ctx *x, char *fence, size_t len)
+/* The leadership (store_lead.c): taken, this daemon is the writer and
+ * the epoch is its fence; held by another, the load stops there. */
+static int take_lead(struct load_ctx *x, int start, char *fence, size_t len)
 {
+	struct dl_store *st = x->st;
+	const char *argv[LEAD_ARGC];
+	size_t lens[LEAD_ARGC];
+	struct lead_reply lr;
+	uint64_t sent = dl_mono_ms();
 	redisReply *r;
-	int rc = 0;
+	char who[320];
+	int argc, rc = 0;
 
-	if (!(r = RUN(x, &rc, 0, "INCR", x->st->fence_key)))
+	argc = dl__lead_argv(st, start ? LEAD_START : LEAD_TAKE, NULL, argv,
+			     lens);
+	if (!(r = run(x, &rc, 0, argc, argv, lens)))
 		return rc;
-	snprintf(fence, len, "%lld", r->integer);
-	if (r->integer == 1) /* kept over retries, until persist_all() */
-		x->st->upgrade = 1;
+	rc = dl__lead_reply(st, r, sent, &lr);
 	freeReplyObject(r);
+	if (rc)
+		return set_err(x, DL_EUNAVAILABLE,
+			       "%s: not a reply of the leadership function",
+			       st->leader_key);
+	if (!lr.ok) {
+		dl__lead_describe(st, who, sizeof(who));
+		return set_err(x, DL_ENOTACTIVE,
+			       "another dlockd is active on this Redis and prefix: %s",
+			       who);
+	}
+	snprintf(fence, len, "%llu", (unsigned long long)lr.epoch);
+	if (lr.epoch == 1) /* kept over retries, until persist_all() */
+		st->upgrade = 1;
+	x->lead_sent = sent;
+	return 0;
+}
+
+/* A big load can outlast a third of the leadership lease: renew it on
+ * the way, as the active does (a standby would take over otherwise). */
+static int keep_lead(struct load_ctx *x)
+{
+	struct dl_store *st = x->st;
+	const char *argv[LEAD_ARGC];
+	size_t lens[LEAD_ARGC];
+	struct lead_reply lr;
+	uint64_t sent = dl_mono_ms();
+	redisReply *r;
+	int argc, rc = 0;
+
+	if (sent - x->lead_sent < st->cfg->leader_lease_ms / 3)
+		return 0;
+	argc = dl__lead_argv(st, LEAD_RENEW, x->fence, argv, lens);
+	if (!(r = run(x, &rc, 0, argc, argv, lens)))
+		return rc;
+	rc = dl__lead_reply(st, r, sent, &lr);
+	freeReplyObject(r);
+	if (rc || !lr.ok)
+		return set_err(x, rc ? DL_EUNAVAILABLE : DL_ENOTACTIVE,
+			       "leadership lost while loading");
+	x->lead_sent = sent;
 	return 0;
 }
 
@@ -434,6 +483,9 @@ static int load_records(struct load_ctx *x, const struct names *nm)
 
 	dl_locktab_reserve(x->st->tab, n);
 	while (!rc && got < batches) {
+		/* Nothing in flight: the leadership's turn, if due. */
+		if (sent == got)
+			rc = keep_lead(x);
 		/* Keep DL_STORE_LOAD_WINDOW MGETs ahead of the parsing. */
 		while (!rc && sent < batches &&
 		       sent - got < DL_STORE_LOAD_WINDOW) {
@@ -627,7 +679,7 @@ static int quarantine(struct load_ctx *x)
 	return rc;
 }
 
-static int load(struct load_ctx *x, uint64_t unix_ms)
+static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 {
 	struct dl_store *st = x->st;
 	struct names nm = {0};
@@ -635,8 +687,9 @@ static int load(struct load_ctx *x, uint64_t unix_ms)
 	char fence[24];
 	int rc;
 
+	x->fence = fence;
 	if ((rc = connect_redis(x)) ||
-	    (rc = take_fence(x, fence, sizeof(fence))) ||
+	    (rc = take_lead(x, start, fence, sizeof(fence))) ||
 	    (rc = read_token(x, &stored)) || (rc = read_names(x, &nm)) ||
 	    (rc = load_records(x, &nm)) ||
 	    (st->upgrade && (rc = persist_all(x, &nm)))) {
@@ -648,12 +701,17 @@ static int load(struct load_ctx *x, uint64_t unix_ms)
 		st->tab,
 		dl_token_floor(stored > x->max_token ? stored : x->max_token,
 			       unix_ms));
-	if ((rc = quarantine(x)) || (rc = write_back(x, fence)))
+	if ((rc = quarantine(x)) || (rc = keep_lead(x)) ||
+	    (rc = write_back(x, fence)))
 		return rc;
+	/* The async link takes the leadership again with this epoch: kept,
+	 * as nobody else can have written. */
+	snprintf(st->fence, sizeof(st->fence), "%s", fence);
+	st->leader.until_ms = dl__lead_until(st, x->lead_sent);
 	return 0;
 }
 
-int dl_store_load(struct dl_store *st, uint64_t unix_ms, char *err,
+int dl_store_load(struct dl_store *st, uint64_t unix_ms, int start, char *err,
 		  size_t errlen)
 {
 	struct load_ctx x = {.st = st, .err = err, .errlen = errlen};
@@ -665,7 +723,7 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, char *err,
 		dl_locktab_raise_token(st->tab, dl_token_floor(0, unix_ms));
 		return 0;
 	}
-	rc = load(&x, unix_ms);
+	rc = load(&x, unix_ms, start);
 	redisFree(x.c);
 	free(x.changed_names.p);
 	free(x.bad_names.p);
@@ -674,6 +732,10 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, char *err,
 		return rc;
 	}
 	st->synced = 1;
+	st->active = 1;
+	st->st.takeovers++;
+	dl_notice("redis: this daemon is the active one (node %s at %s, epoch %s)",
+		  st->node, st->self_addr, st->fence);
 	dl_notice(
 		"loaded %zu leases and %zu waiters from redis in %llu ms (%zu waits ended while down, %zu unreadable records held); restored leases last their TTL from now; tokens resume after %llu",
 		x.leases, x.waiters, (unsigned long long)(dl_mono_ms() - t0),

@@ -18,6 +18,8 @@ enum batch_kind {
 	BATCH_RESYNC_PART, /* a chunk of a re-sync */
 	BATCH_RESYNC,	   /* the last chunk: commits every closed epoch */
 	BATCH_PING,	   /* keep-alive of an idle link */
+	BATCH_RENEW,	   /* the active renews its leadership */
+	BATCH_LOOK,	   /* a standby looks at the leadership */
 };
 
 /* One awaited reply; kept in send order, which is reply order. */
@@ -27,6 +29,7 @@ struct batch {
 	enum batch_kind kind;
 	uint64_t epoch; /* committed by this reply (EPOCH, RESYNC) */
 	uint64_t sent_us;
+	uint64_t sent_ms; /* monotonic (clock.h), for leadership deadlines */
 };
 
 /* One lock of a write batch: its key and value in wb.text. */
@@ -81,16 +84,55 @@ struct dl_store {
 	char *token_key;   /* <prefix>token */
 	char *names_key;   /* <prefix>locks */
 	char *fence_key;   /* <prefix>fence */
+	char *leader_key;  /* <prefix>leader */
 	char *lock_prefix; /* <prefix>lock: */
 	size_t lock_prefix_len;
 	struct dl_store_stats st;
+
+	/* The leadership (store_lead.c). */
+	int active; /* this daemon is the active one: it may write */
+	char node[DL_NODE_ID_MAX + 1];
+	char self_addr[DL_ADVERTISE_MAX + 1];
+	char lease_arg[24];	 /* leader_lease in ms, decimal */
+	struct dl_leader leader; /* the active as last seen (or this one) */
+	uint64_t lead_next_ms;	 /* next renewal (active) or look (standby) */
+	int lead_busy;		 /* a renewal or look awaits its reply */
+	uint64_t lead_sent_ms;	 /* when the last take or look was sent */
 };
+
+/* ---- store_lead.c: the leadership ---- */
+
+enum lead_mode { LEAD_LOOK, LEAD_RENEW, LEAD_TAKE, LEAD_START };
+
+struct lead_reply {
+	int ok;		/* taken or renewed (else st->leader is the holder) */
+	uint64_t epoch; /* ok: this daemon's epoch, the fence */
+	int kept;	/* take: nobody else wrote since `mine` */
+	int64_t pttl;	/* not ok: the holder's lease left, ms (< 0: none) */
+};
+
+#define LEAD_ARGC 10
+/* Node id and address of this daemon (config, or derived). */
+void dl__lead_identity(struct dl_store *st);
+/* The FCALL of the leadership function in `mode`, for epoch `mine` (NULL
+ * or "" when none); LEAD_ARGC arguments. */
+int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
+		  const char **argv, size_t *lens);
+/* Read its reply (sent at sent_ms) into `out` and st->leader. DL_EPROTO
+ * if it is not one. */
+int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
+		   struct lead_reply *out);
+/* Until when a renewal (or take) sent at sent_ms confirms leadership. */
+uint64_t dl__lead_until(const struct dl_store *st, uint64_t sent_ms);
+/* "node N at A (epoch E, lease ends in T ms)" or "nobody". */
+int dl__lead_describe(const struct dl_store *st, char *buf, size_t len);
 
 /* ---- store_batch.c: the write path shared by the link and the loader ---- */
 
 /* The Redis function library that applies every write (FUNCTION LOAD). */
 extern const char dl__store_library[];
-#define DL_STORE_APPLY_FN "dlock_apply_v1"
+#define DL_STORE_APPLY_FN "dlock_apply_v2"
+#define DL_STORE_LEAD_FN  "dlock_lead_v2"
 
 void dl__wb_reset(struct wbatch *wb);
 void dl__wb_free(struct wbatch *wb);

@@ -716,7 +716,7 @@ Test(proto, error_words_and_texts)
 	static const char *const words[] = {
 		"BAD_FORMAT", "UNKNOWN_COMMAND", "LINE_TOO_LONG", "BAD_ARG",
 		"NOAUTH",     "LIMIT",		 "UNAVAILABLE",	  "INTERNAL",
-		"INTERNAL",   "INTERNAL",	 "INTERNAL",
+		"NOT_ACTIVE", "INTERNAL",	 "INTERNAL",	  "INTERNAL",
 	};
 	int e;
 

@@ -1,0 +1,206 @@
+/*
+ * store_lead.c -- the leadership: which dlockd on a Redis is the active
+ * one, the writer (DESIGN.md section 10).
+ *
+ * Two keys, under the prefix P:
+ *
+ *   P leader  "<epoch> <node id> <address>", with a Redis expiry of
+ *             leader_lease: the active daemon, for as long as it renews;
+ *   P fence   the epoch: raised by every take, and checked by every write
+ *             (store_batch.c), so that only the connection that took the
+ *             leadership last can change anything.
+ *
+ * Both are changed only by the function dlock_lead_v2 (the library is in
+ * store_batch.c), atomically, in one of four modes:
+ *
+ *   look   what the leadership is now (a standby polls with it);
+ *   renew  extend the lease if this daemon still holds it: its epoch is
+ *          in the record and is the fence;
+ *   take   take it if nobody holds it, or if this daemon does (each new
+ *          connection of the active takes it again, which raises the
+ *          fence and so fences whatever its older connections still have
+ *          in flight);
+ *   start  take, and also when the record names this daemon's node id:
+ *          its previous run, killed before its lease ran out, so that a
+ *          restart does not wait out its own lease. Used at process start
+ *          only; two daemons given the same node id by mistake then take
+ *          it from each other once per start, never both write (the fence
+ *          decides), and the one deposed stays a standby.
+ *
+ * A take answers `kept`: whether the fence was still this daemon's epoch,
+ * that is, whether nobody else has written since. An active that takes
+ * its leadership again with kept = 0 holds a stale table and must load
+ * the state afresh.
+ *
+ * The active counts its leadership from each renewal's send time, for
+ * DL_LEADER_MARGIN_PCT percent less than the lease (Redis starts the
+ * expiry later, when it runs the renewal); past that moment it refuses
+ * changes until a take confirms it again (store.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server/clock.h"
+#include "server/store_private.h"
+
+static const char *const mode_names[] = {
+	[LEAD_LOOK] = "look",
+	[LEAD_RENEW] = "renew",
+	[LEAD_TAKE] = "take",
+	[LEAD_START] = "start",
+};
+
+/* host:port, or the unix socket's path when there is no TCP listener. */
+static void own_place(const struct dl_config *cfg, const char *host,
+		      char *out, size_t len)
+{
+	if (cfg->port)
+		snprintf(out, len, "%s:%llu", host,
+			 (unsigned long long)cfg->port);
+	else
+		snprintf(out, len, "unix:%s", cfg->unix_socket);
+}
+
+/* Keep what fits a word of the record: no blanks. */
+static void wordify(char *s)
+{
+	for (; *s; s++)
+		if (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r')
+			*s = '_';
+}
+
+void dl__lead_identity(struct dl_store *st)
+{
+	const struct dl_config *cfg = st->cfg;
+	char host[128] = "localhost";
+	int wild = strcmp(cfg->bind, "0.0.0.0") == 0 ||
+		   strcmp(cfg->bind, "::") == 0 || !cfg->bind[0];
+
+	if (gethostname(host, sizeof(host) - 1) != 0)
+		strcpy(host, "localhost");
+	host[sizeof(host) - 1] = '\0';
+	if (cfg->node_id[0])
+		snprintf(st->node, sizeof(st->node), "%s", cfg->node_id);
+	else
+		own_place(cfg, host, st->node, sizeof(st->node));
+	if (cfg->advertise[0])
+		snprintf(st->self_addr, sizeof(st->self_addr), "%s", cfg->advertise);
+	else
+		own_place(cfg, wild ? host : cfg->bind, st->self_addr,
+			  sizeof(st->self_addr));
+	wordify(st->node);
+	wordify(st->self_addr);
+	snprintf(st->lease_arg, sizeof(st->lease_arg), "%llu",
+		 (unsigned long long)cfg->leader_lease_ms);
+}
+
+int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
+		  const char **argv, size_t *lens)
+{
+	int k = 0;
+
+#define ARG(p) (argv[k] = (p), lens[k] = strlen(argv[k]), k++)
+	ARG("FCALL");
+	ARG(DL_STORE_LEAD_FN);
+	ARG("2");
+	ARG(st->leader_key);
+	ARG(st->fence_key);
+	ARG(mode_names[mode]);
+	ARG(mine && mine[0] ? mine : "0");
+	ARG(st->node);
+	ARG(st->self_addr);
+	ARG(st->lease_arg);
+#undef ARG
+	return k;
+}
+
+uint64_t dl__lead_until(const struct dl_store *st, uint64_t sent_ms)
+{
+	uint64_t lease = st->cfg->leader_lease_ms;
+
+	return sent_ms + lease - lease * DL_LEADER_MARGIN_PCT / 100;
+}
+
+/* "<epoch> <node> <addr>" into l; 0 if it is not that. */
+static int parse_record(const char *s, size_t len, struct dl_leader *l)
+{
+	char buf[32 + DL_NODE_ID_MAX + DL_ADVERTISE_MAX];
+	char *sp1, *sp2, *end;
+
+	if (len == 0 || len >= sizeof(buf))
+		return 0;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	sp1 = strchr(buf, ' ');
+	sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+	if (!sp1 || !sp2 || (size_t)(sp2 - sp1 - 1) > DL_NODE_ID_MAX ||
+	    strlen(sp2 + 1) > DL_ADVERTISE_MAX)
+		return 0;
+	*sp1 = *sp2 = '\0';
+	l->epoch = strtoull(buf, &end, 10);
+	if (*end || l->epoch == 0)
+		return 0;
+	snprintf(l->node, sizeof(l->node), "%s", sp1 + 1);
+	snprintf(l->addr, sizeof(l->addr), "%s", sp2 + 1);
+	return 1;
+}
+
+int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
+		   struct lead_reply *out)
+{
+	const redisReply *e0, *e1, *e2;
+	char num[24];
+
+	memset(out, 0, sizeof(*out));
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+		return DL_EPROTO;
+	e0 = r->element[0];
+	e1 = r->element[1];
+	e2 = r->element[2];
+	if (e0->type != REDIS_REPLY_INTEGER || e1->type != REDIS_REPLY_STRING ||
+	    e2->type != REDIS_REPLY_INTEGER)
+		return DL_EPROTO;
+	out->ok = e0->integer == 1;
+	if (out->ok) {
+		if (e1->len == 0 || e1->len >= sizeof(num))
+			return DL_EPROTO;
+		memcpy(num, e1->str, e1->len);
+		num[e1->len] = '\0';
+		if (dl_parse_u64(num, e1->len, &out->epoch) != 0 ||
+		    out->epoch == 0)
+			return DL_EPROTO;
+		out->kept = e2->integer == 1;
+		st->leader.epoch = out->epoch;
+		snprintf(st->leader.node, sizeof(st->leader.node), "%s",
+			 st->node);
+		snprintf(st->leader.addr, sizeof(st->leader.addr), "%s",
+			 st->self_addr);
+		st->leader.until_ms = dl__lead_until(st, sent_ms);
+		return 0;
+	}
+	memset(&st->leader, 0, sizeof(st->leader));
+	if (e1->len > 0 && !parse_record(e1->str, e1->len, &st->leader))
+		return DL_EPROTO;
+	out->pttl = e2->integer;
+	st->leader.until_ms = dl_mono_ms() + (e2->integer > 0
+						      ? (uint64_t)e2->integer
+						      : 0);
+	return 0;
+}
+
+int dl__lead_describe(const struct dl_store *st, char *buf, size_t len)
+{
+	const struct dl_leader *l = &st->leader;
+	uint64_t now = dl_mono_ms();
+
+	if (!l->epoch)
+		return snprintf(buf, len, "nobody");
+	return snprintf(buf, len,
+			"node %s at %s (epoch %llu, lease ends in %llu ms)",
+			l->node, l->addr, (unsigned long long)l->epoch,
+			(unsigned long long)(l->until_ms > now
+						     ? l->until_ms - now
+						     : 0));
+}
