@@ -60,8 +60,8 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c
 UNIT_TESTS := test_proto test_wheel test_locktab test_config test_record
-INTEG_TESTS := test_server test_persist test_faults test_ops test_client \
-               test_cli
+INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
+               test_client test_cli
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -144,6 +144,9 @@ $(O)/tests/test_persist: $(O)/tests/test_persist.o $(O)/tests/harness.o \
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_faults: $(O)/tests/test_faults.o $(O)/tests/harness.o \
                         $(O)/tests/netns.o $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_ha: $(O)/tests/test_ha.o $(O)/tests/harness.o \
+                    $(O)/tests/netns.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_ops: $(O)/tests/test_ops.o $(O)/tests/harness.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread

@@ -131,6 +131,10 @@
 #define DL_LEADER_LEASE_MIN_MS	   1000
 #define DL_LEADER_LEASE_MAX_MS	   60000
 #define DL_LEADER_MARGIN_PCT	   20
+/* A standby looks at the leadership at least this often (and right after
+ * the holder's lease would end), so that a leadership given up at a clean
+ * shutdown is taken over within it. */
+#define DL_LEADER_LOOK_MS 500
 /* A node id and an advertised address: no spaces, at most these bytes. */
 #define DL_NODE_ID_MAX	 64
 #define DL_ADVERTISE_MAX 200

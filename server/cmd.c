@@ -477,6 +477,13 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 		not_active(c, rq.tag);
 		return;
 	}
+	if ((verbs[rq.verb].flags & ACTIVE) &&
+	    !dl_store_leading(c->srv->store)) {
+		dl_cmd_error(c, DL_EUNAVAILABLE,
+			     "leadership not confirmed (Redis unreachable?), try again",
+			     rq.tag);
+		return;
+	}
 	if ((verbs[rq.verb].flags & CHANGES) &&
 	    !dl_store_available(c->srv->store)) {
 		dl_cmd_error(c, DL_EUNAVAILABLE,

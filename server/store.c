@@ -130,7 +130,17 @@ uint64_t dl_store_epoch(const struct dl_store *st)
 
 int dl_store_available(const struct dl_store *st)
 {
-	return !st->redis || (st->active && st->link == LINK_UP);
+	/* An active past its own leadership deadline may have been replaced
+	 * already: it answers nothing about locks until a renewal confirms
+	 * it (the store's timer notices within DL_STORE_TICK_MS; this check
+	 * covers the requests read before, after a pause of the process). */
+	return dl_store_leading(st) && (!st->redis || st->link == LINK_UP);
+}
+
+int dl_store_leading(const struct dl_store *st)
+{
+	return !st->redis ||
+	       (st->active && dl_mono_ms() < st->leader.until_ms);
 }
 
 int dl_store_active(const struct dl_store *st)
@@ -333,6 +343,9 @@ static void depose(struct dl_store *st, enum dl_store_role_event ev,
 static void next_look(struct dl_store *st, const struct lead_reply *lr)
 {
 	uint64_t third = st->cfg->leader_lease_ms / 3;
+
+	if (third > DL_LEADER_LOOK_MS)
+		third = DL_LEADER_LOOK_MS;
 
 	st->lead_next_ms = dl_mono_ms() + (lr->pttl > 0 &&
 						   (uint64_t)lr->pttl < third
@@ -719,6 +732,8 @@ static void on_tick(uv_timer_t *t)
 
 	switch (st->link) {
 	case LINK_DOWN:
+		if (st->stopping)
+			break;
 		if (now >= st->retry_at_ms)
 			link_connect(st);
 		break;
@@ -802,12 +817,10 @@ static void on_timer_closed(uv_handle_t *h)
 	st->stop_done(st->stop_arg);
 }
 
-void dl_store_stop(struct dl_store *st, void (*done)(void *arg), void *arg)
+static void stop_now(struct dl_store *st)
 {
 	redisAsyncContext *ac = st->ac;
 
-	st->stop_done = done;
-	st->stop_arg = arg;
 	if (ac) {
 		st->ac = NULL;
 		st->link =
@@ -818,6 +831,32 @@ void dl_store_stop(struct dl_store *st, void (*done)(void *arg), void *arg)
 		st->timer_on = 0;
 		uv_close((uv_handle_t *)&st->timer, on_timer_closed);
 	} else {
-		done(arg);
+		st->stop_done(st->stop_arg);
 	}
+}
+
+/* The leadership is given back (or the link failed meanwhile). */
+static void on_resigned(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+
+	if (reply && ac == st->ac && !dl__store_reply_error(reply))
+		dl_notice("redis: leadership given up: a standby may take over at once");
+	if (st->timer_on || st->ac)
+		stop_now(st);
+}
+
+void dl_store_stop(struct dl_store *st, void (*done)(void *arg), void *arg)
+{
+	st->stop_done = done;
+	st->stop_arg = arg;
+	st->stopping = 1;
+	/* An active whose writes are all done hands the leadership over;
+	 * the timer's timeout ends the wait if Redis does not answer. */
+	if (st->active && st->link == LINK_UP && dl_store_idle(st)) {
+		st->active = 0;
+		if (send_lead(st, LEAD_RESIGN, on_resigned) == 0)
+			return;
+	}
+	stop_now(st);
 }

@@ -102,6 +102,9 @@ int dl_store_start(struct dl_store *st);
 int dl_store_take_over(struct dl_store *st, int start, char *err,
 		       size_t errlen);
 
+/* 1 if this daemon is the active one and its leadership is confirmed
+ * now (always, with persist = none): what it says about locks is true. */
+int dl_store_leading(const struct dl_store *st);
 /* 1 if this daemon is the active one (always, with persist = none). */
 int dl_store_active(const struct dl_store *st);
 /* The active daemon as last known; epoch 0 if none is known. */
@@ -114,7 +117,7 @@ const char *dl_store_addr(const struct dl_store *st);
 uint64_t dl_store_epoch(const struct dl_store *st);
 /* Close the open epoch: write what changed. Once per loop iteration. */
 void dl_store_flush(struct dl_store *st);
-/* 1 if changes can be persisted now. */
+/* 1 if changes can be persisted now (leading, and the link is up). */
 int dl_store_available(const struct dl_store *st);
 /* 1 if every closed epoch has committed (used when draining). */
 int dl_store_idle(const struct dl_store *st);

@@ -25,7 +25,9 @@
  *          restart does not wait out its own lease. Used at process start
  *          only; two daemons given the same node id by mistake then take
  *          it from each other once per start, never both write (the fence
- *          decides), and the one deposed stays a standby.
+ *          decides), and the one deposed stays a standby;
+ *   resign give it up (a clean shutdown, every write done): a standby
+ *          takes over at once instead of after the lease.
  *
  * A take answers `kept`: whether the fence was still this daemon's epoch,
  * that is, whether nobody else has written since. An active that takes
@@ -50,6 +52,7 @@ static const char *const mode_names[] = {
 	[LEAD_RENEW] = "renew",
 	[LEAD_TAKE] = "take",
 	[LEAD_START] = "start",
+	[LEAD_RESIGN] = "resign",
 };
 
 /* host:port, or the unix socket's path when there is no TCP listener. */

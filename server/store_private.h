@@ -98,11 +98,12 @@ struct dl_store {
 	uint64_t lead_next_ms;	 /* next renewal (active) or look (standby) */
 	int lead_busy;		 /* a renewal or look awaits its reply */
 	uint64_t lead_sent_ms;	 /* when the last take or look was sent */
+	int stopping;		 /* dl_store_stop() called: no reconnects */
 };
 
 /* ---- store_lead.c: the leadership ---- */
 
-enum lead_mode { LEAD_LOOK, LEAD_RENEW, LEAD_TAKE, LEAD_START };
+enum lead_mode { LEAD_LOOK, LEAD_RENEW, LEAD_TAKE, LEAD_START, LEAD_RESIGN };
 
 struct lead_reply {
 	int ok;		/* taken or renewed (else st->leader is the holder) */

@@ -413,6 +413,22 @@ void h_daemon_start(struct h_daemon *d, ...)
 	daemon_spawn(d);
 }
 
+void h_daemon_start_nowait(struct h_daemon *d, ...)
+{
+	const char *a;
+	va_list ap;
+
+	daemon_dirs(d);
+	d->nargs = 0;
+	va_start(ap, d);
+	while ((a = va_arg(ap, const char *)) != NULL) {
+		cr_assert(d->nargs < H_ARGS_MAX);
+		d->args[d->nargs++] = a;
+	}
+	va_end(ap);
+	daemon_exec(d);
+}
+
 void h_daemon_restart(struct h_daemon *d)
 {
 	daemon_spawn(d);

@@ -83,6 +83,8 @@ void h_redis_cleanup(struct h_redis *r); /* rm -rf its directory */
  * terminated list, e.g. "--persist", "none", NULL), and wait until it
  * accepts connections. d->dir is created on the first start. */
 void h_daemon_start(struct h_daemon *d, ...);
+/* The same, returning at once (the daemon may never listen). */
+void h_daemon_start_nowait(struct h_daemon *d, ...);
 /* Start again with the same port, directory and arguments. */
 void h_daemon_restart(struct h_daemon *d);
 /* The same, returning at once: the daemon may wait before it listens. */

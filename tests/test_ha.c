@@ -1,0 +1,366 @@
+/*
+ * test_ha.c -- more than one dlockd on one Redis (issue 9): the
+ * leadership, the standby, take-overs, and never two writers. Real
+ * redis-server, real daemons, killed, paused and restarted.
+ *
+ * Leadership leases are short here (1 s unless a test needs otherwise);
+ * assertions are about order and "not before" bounds, and generous upper
+ * bounds only bound a failure.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+static struct h_redis r;
+static struct h_daemon a, b;
+
+static void init(void)
+{
+	h_redis_start(&r, "always");
+}
+
+static void fini(void)
+{
+	h_daemon_cleanup(&a);
+	h_daemon_cleanup(&b);
+	h_redis_stop(&r);
+	h_redis_cleanup(&r);
+}
+
+TestSuite(ha, .init = init, .fini = fini, .timeout = 120);
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static int starts(const char *s, const char *prefix)
+{
+	return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static void start_node(struct h_daemon *d, const char *node,
+		       const char *lease)
+{
+	h_daemon_start(d, "--persist", "redis", "--redis", r.url, "--node-id",
+		       node, "--leader-lease", lease, "-l", "info", NULL);
+}
+
+static char addr_buf[64];
+
+static const char *addr_of(const struct h_daemon *d)
+{
+	snprintf(addr_buf, sizeof(addr_buf), "127.0.0.1:%d", d->port);
+	return addr_buf;
+}
+
+/* HELLO's role= on a new connection ("" if none answers). */
+static const char *role_of(const struct h_daemon *d, char *active,
+			   size_t len)
+{
+	static char role[16];
+	struct h_client *c = h_try_connect(d->port);
+	char *l;
+
+	role[0] = '\0';
+	if (!c)
+		return role;
+	h_send(c, "HELLO");
+	l = h_read(c, 5000);
+	if (l && starts(l, "OK HELLO")) {
+		snprintf(role, sizeof(role), "%s", h_kv(l, "role"));
+		if (active)
+			snprintf(active, len, "%s", h_kv(l, "active"));
+	}
+	h_close(c);
+	return role;
+}
+
+/* Poll until d says role=active; returns the ms it took (asserts it
+ * happens within max_ms). */
+static uint64_t wait_active(const struct h_daemon *d, int max_ms)
+{
+	uint64_t t0 = h_now_ms();
+
+	while (strcmp(role_of(d, NULL, 0), "active") != 0) {
+		cr_assert(h_now_ms() - t0 < (uint64_t)max_ms,
+			  "port %d not active within %d ms", d->port, max_ms);
+		h_sleep_ms(20);
+	}
+	return h_now_ms() - t0;
+}
+
+static void expect_held(struct h_client *c, const char *name, const char *owner,
+			uint64_t token)
+{
+	char *l = h_call(c, "STATUS %s", name);
+
+	cr_assert_str_eq(h_kv(l, "state"), "held", "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "owner"), owner, "in \"%s\"", l);
+	if (token)
+		cr_assert_eq(h_kv_u64(l, "token"), token, "in \"%s\"", l);
+}
+
+/* Read c until it closes (or 10 s pass): no line may grant anything; 1
+ * if a * BYE not-active naming `active` came. */
+static int no_grant_until_closed(struct h_client *c, const char *active)
+{
+	char want[96];
+	int bye = 0;
+	char *l;
+
+	snprintf(want, sizeof(want), "* BYE not-active active=%s", active);
+	while ((l = h_read(c, 10000)) != NULL) {
+		cr_log_info("deposed daemon said: %s", l);
+		cr_assert(!starts(l, "OK GRANTED") && !starts(l, "* GRANTED") &&
+				  !starts(l, "OK REFRESHED"),
+			  "a deposed daemon acknowledged: \"%s\"", l);
+		if (strcmp(l, want) == 0)
+			bye = 1;
+	}
+	return bye;
+}
+
+/* ---- never two writers --------------------------------------------------- */
+
+/* A team's first idea of HA: a second daemon on the same Redis and
+ * prefix. It used to start, and grant a held lock again with a lower
+ * token. Without [cluster] it now refuses to start, naming the active. */
+Test(ha, second_daemon_without_cluster_refuses_to_start)
+{
+	struct h_client *alice;
+	char needle[96];
+	uint64_t t;
+
+	h_daemon_start(&a, "--persist", "redis", "--redis", r.url, NULL);
+	alice = h_hello(a.port, "alice");
+	t = h_lock(alice, "x", "ttl=30s");
+
+	h_daemon_start_nowait(&b, "--persist", "redis", "--redis", r.url,
+			      NULL);
+	cr_assert_eq(h_daemon_wait(&b, 15000), 6,
+		     "the second daemon must exit 6");
+	cr_assert(h_daemon_log_has(&b, "another dlockd is active"));
+	snprintf(needle, sizeof(needle), "at %s", addr_of(&a));
+	cr_assert(h_daemon_log_has(&b, needle), "the log names %s", needle);
+
+	expect_held(alice, "x", "alice", t);
+	h_close(alice);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+}
+
+/* A standby executes nothing about locks; it says where the active is. */
+Test(ha, standby_refers_clients_to_the_active)
+{
+	struct h_client *c;
+	char active[64], want[96];
+	char *l;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	cr_assert_str_eq(role_of(&a, NULL, 0), "active");
+	cr_assert_str_eq(role_of(&b, active, sizeof(active)), "standby");
+	cr_assert_str_eq(active, addr_of(&a));
+
+	c = h_hello(b.port, "bob");
+	snprintf(want, sizeof(want), "ERR NOT_ACTIVE active=%s ",
+		 addr_of(&a));
+	l = h_call(c, "LOCK x ttl=5s");
+	cr_assert(starts(l, want), "LOCK on a standby: \"%s\"", l);
+	l = h_call(c, "STATUS x");
+	cr_assert(starts(l, want), "STATUS on a standby: \"%s\"", l);
+	l = h_call(c, "CHECK x 1");
+	cr_assert(starts(l, want), "CHECK on a standby: \"%s\"", l);
+	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
+	cr_assert_eq(h_stats_value(c, "role_active"), 0);
+	cr_assert_eq(h_stats_value(c, "errors_not_active"), 3);
+	h_close(c);
+
+	c = h_hello(a.port, "alice");
+	cr_assert_eq(h_stats_value(c, "role_active"), 1);
+	cr_assert_gt(h_stats_value(c, "leader_epoch"), 0);
+	h_lock(c, "x", "ttl=5s");
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+}
+
+/* ---- take-overs ----------------------------------------------------------- */
+
+/* kill -9 of the active: the standby takes over once the leadership lapses
+ * (not before), with the leases, and tokens keep growing. */
+Test(ha, standby_takes_over_after_kill9_with_leases_and_tokens)
+{
+	struct h_client *alice, *bob;
+	uint64_t tx, tz, t0, took;
+	char *l;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	alice = h_hello(a.port, "alice");
+	tx = h_lock(alice, "x", "ttl=30s");
+	h_close(alice);
+
+	h_daemon_kill9(&a);
+	t0 = h_now_ms();
+	took = wait_active(&b, 10000);
+	cr_log_info("take-over %llu ms after kill -9 (lease 1 s)",
+		    (unsigned long long)took);
+	/* The last renewal was at most a third of a lease and a tick before
+	 * the kill: the lease had at least ~560 ms left. */
+	cr_assert_geq(h_now_ms() - t0, 400,
+		      "took over before the leadership could have lapsed");
+
+	bob = h_hello(b.port, "bob");
+	expect_held(bob, "x", "alice", tx);
+	l = h_call(bob, "TRYLOCK x");
+	cr_assert(starts(l, "NO BUSY x"), "\"%s\"", l);
+	tz = h_lock(bob, "z", "ttl=5s");
+	cr_assert_gt(tz, tx, "tokens go on growing");
+	cr_assert_eq(h_stats_value(bob, "leader_takeovers"), 1);
+	h_close(bob);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+/* SIGSTOP of the active past its leadership: the standby takes over; the
+ * old active, resumed, acknowledges nothing more, says goodbye and is a
+ * standby. */
+Test(ha, paused_active_acknowledges_nothing_and_steps_down)
+{
+	struct h_client *alice, *bob, *carol, *c;
+	char active[64];
+	uint64_t tx, ty;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	alice = h_hello(a.port, "alice");
+	tx = h_lock(alice, "x", "ttl=30s");
+	bob = h_hello(a.port, "bob");
+
+	h_daemon_signal(&a, SIGSTOP);
+	wait_active(&b, 10000);
+	carol = h_hello(b.port, "carol");
+	expect_held(carol, "x", "alice", tx);
+	ty = h_lock(carol, "y", "ttl=30s");
+	cr_assert_gt(ty, tx);
+
+	/* Read by the old active when it resumes: w is free in its table,
+	 * y too. */
+	h_send(bob, "LOCK w ttl=30s");
+	h_send(bob, "TRYLOCK y ttl=30s");
+	h_send(alice, "REFRESH x %llu ttl=30s", (unsigned long long)tx);
+	h_daemon_signal(&a, SIGCONT);
+
+	cr_assert(no_grant_until_closed(bob, addr_of(&b)),
+		  "bob was told where the active is");
+	no_grant_until_closed(alice, addr_of(&b));
+	cr_assert_str_eq(role_of(&a, active, sizeof(active)), "standby");
+	cr_assert_str_eq(active, addr_of(&b));
+
+	c = h_hello(b.port, "dave");
+	cr_assert_str_eq(h_kv(h_call(c, "STATUS w"), "state"), "free");
+	expect_held(c, "y", "carol", ty);
+	expect_held(c, "x", "alice", tx);
+	h_close(c);
+	c = h_hello(a.port, "dave");
+	cr_assert_eq(h_stats_value(c, "leader_depositions"), 1);
+	cr_assert_eq(h_stats_value(c, "role_active"), 0);
+	h_close(c);
+	h_close(alice);
+	h_close(bob);
+	h_close(carol);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+/* A restart after kill -9 takes its own node's leadership at once rather
+ * than waiting out its lease (10 s here). */
+Test(ha, restart_after_kill9_does_not_wait_for_its_own_lease)
+{
+	struct h_client *alice;
+	uint64_t tx, t0;
+
+	start_node(&a, "a", "10s");
+	alice = h_hello(a.port, "alice");
+	tx = h_lock(alice, "x", "ttl=30s");
+	h_close(alice);
+	h_daemon_kill9(&a);
+	t0 = h_now_ms();
+	h_daemon_restart(&a);
+	wait_active(&a, 10000);
+	cr_assert_lt(h_now_ms() - t0, 5000,
+		     "a restart waited for its own leadership");
+	alice = h_hello(a.port, "alice");
+	expect_held(alice, "x", "alice", tx);
+	h_close(alice);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+}
+
+/* Two daemons given one node id by mistake: the second takes the
+ * leadership at its start (as a restart would), the first is fenced and
+ * steps down; no lock is ever granted by both. */
+Test(ha, same_node_id_twice_never_two_writers)
+{
+	struct h_client *alice, *bob, *c;
+	uint64_t tk;
+	char *l;
+	int i, refused = 0;
+
+	start_node(&a, "x", "2s");
+	alice = h_hello(a.port, "alice");
+	tk = h_lock(alice, "k", "ttl=30s");
+	bob = h_hello(a.port, "bob");
+
+	start_node(&b, "x", "2s");
+	wait_active(&b, 5000);
+	/* bob keeps asking the first daemon for q; it must never grant. */
+	for (i = 0; i < 50; i++) {
+		if (h_send_raw(bob, "TRYLOCK q ttl=30s\r\n", 19) != 0)
+			break;
+		l = h_read(bob, 5000);
+		if (!l)
+			break;
+		cr_assert(!starts(l, "OK GRANTED"),
+			  "the fenced daemon granted q: \"%s\"", l);
+		if (starts(l, "* BYE not-active"))
+			break;
+		refused += starts(l, "ERR ");
+		h_sleep_ms(50);
+	}
+	cr_assert_str_eq(role_of(&a, NULL, 0), "standby");
+	c = h_hello(b.port, "carol");
+	expect_held(c, "k", "alice", tk);
+	cr_assert_str_eq(h_kv(h_call(c, "STATUS q"), "state"), "free");
+	h_close(c);
+	h_close(alice);
+	h_close(bob);
+	(void)refused;
+	cr_assert_eq(h_daemon_stop(&a), 0);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+/* A clean stop gives the leadership up: the standby takes over at once,
+ * not after the (10 s) lease. */
+Test(ha, clean_stop_hands_over_at_once)
+{
+	struct h_client *alice;
+	uint64_t tx, t0;
+
+	start_node(&a, "a", "10s");
+	start_node(&b, "b", "10s");
+	alice = h_hello(a.port, "alice");
+	tx = h_lock(alice, "x", "ttl=30s");
+	h_close(alice);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+	t0 = h_now_ms();
+	wait_active(&b, 10000);
+	cr_assert_lt(h_now_ms() - t0, 4000, "the standby waited for the lease");
+	cr_assert(h_daemon_log_has(&a, "leadership given up"));
+	alice = h_hello(b.port, "alice");
+	expect_held(alice, "x", "alice", tx);
+	h_close(alice);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
