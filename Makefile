@@ -146,7 +146,7 @@ $(O)/tests/test_faults: $(O)/tests/test_faults.o $(O)/tests/harness.o \
                         $(O)/tests/netns.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_ha: $(O)/tests/test_ha.o $(O)/tests/harness.o \
-                    $(O)/tests/netns.o $(PROTO_OBJ)
+                    $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_ops: $(O)/tests/test_ops.o $(O)/tests/harness.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread

@@ -178,7 +178,9 @@ static int check_options(const struct dlock_options *o)
 	if (o->connect_timeout_ms <= 0 || o->request_timeout_ms <= 0 ||
 	    o->lost_guard_ms < 0)
 		return DLOCK_EINVAL;
-	if (!o->unix_path && (o->port <= 0 || o->port > 65535))
+	if (!o->servers && !o->unix_path && (o->port <= 0 || o->port > 65535))
+		return DLOCK_EINVAL;
+	if (o->servers && !o->servers[0])
 		return DLOCK_EINVAL;
 	if (o->owner && dl_check_owner(o->owner, strlen(o->owner)) < 0)
 		return DLOCK_EINVAL;
@@ -267,6 +269,7 @@ static void client_free(struct dlock_client *c)
 	free(c->host);
 	free(c->unix_path);
 	free(c->password);
+	free(c->servers);
 	free(c);
 }
 
@@ -335,12 +338,57 @@ out:
 	return err == DLOCK_ETIMEDOUT ? DLOCK_ECONNECT : err;
 }
 
+/* The first server answered as a standby (options.servers): connect to
+ * the active it named, or to the next server, to say HELLO again, while
+ * the connect timeout lasts. 1 when connected again, 0 if the handshake
+ * failed for another reason, DLOCK_ECONNECT when time is up. */
+static int redirect(struct dlock_client *c, int64_t deadline)
+{
+	int hint, from, err;
+	int64_t pause;
+
+	pthread_mutex_lock(&c->mu);
+	hint = c->hint_i;
+	from = c->addr_i;
+	if (!c->standby || c->state != DL__DEAD) {
+		pthread_mutex_unlock(&c->mu);
+		return 0;
+	}
+	c->standby = 0;
+	c->hint_i = -1;
+	if (hint >= 0 && hint != from) {
+		c->addr_i = hint;
+	} else {
+		c->addr_i = (from + 1) % c->naddrs;
+		pause = deadline - dl__now();
+		pause = pause < DL__REDIRECT_MS ? pause : DL__REDIRECT_MS;
+		if (pause > 0) {
+			pthread_mutex_unlock(&c->mu);
+			usleep((useconds_t)pause * 1000);
+			pthread_mutex_lock(&c->mu);
+		}
+	}
+	/* The thread sleeps while the state is DEAD; the connect is made
+	 * under the lock, as nothing else runs yet. */
+	if ((err = dl__connect_sync(c, deadline)) == 0) {
+		c->state = DL__UP;
+		c->initial = 1;
+		dl_linebuf_init(&c->lb);
+		c->out_off = c->out_len = 0;
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (err < 0)
+		return err;
+	dl__wake(c);
+	return 1;
+}
+
 int dlock_connect(const struct dlock_options *o, dlock_client **out)
 {
 	struct dlock_options def;
 	struct dlock_client *c;
 	int64_t deadline;
-	int err, fail = 0;
+	int err, r, fail = 0;
 
 	if (!out)
 		return DLOCK_EINVAL;
@@ -363,6 +411,9 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 	c->host = dup_or_null(o->host ? o->host : DL__DEFAULT_HOST, &fail);
 	c->unix_path = dup_or_null(o->unix_path, &fail);
 	c->password = dup_or_null(o->password, &fail);
+	c->servers = dup_or_null(o->servers, &fail);
+	c->opt.servers = c->servers;
+	c->failed_i = c->hint_i = -1;
 	c->opt.host = c->host;
 	c->opt.unix_path = c->unix_path;
 	c->opt.password = c->password;
@@ -391,9 +442,11 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 		return DLOCK_ENOMEM;
 	}
 	c->thread_started = 1;
-	if ((err = handshake(c, deadline)) < 0) {
-		dlock_close(c);
-		return err;
+	while ((err = handshake(c, deadline)) < 0) {
+		if ((r = redirect(c, deadline)) <= 0) {
+			dlock_close(c);
+			return r < 0 ? r : err;
+		}
 	}
 	*out = c;
 	return 0;

@@ -116,6 +116,18 @@ struct dlock_options {
 	const char *host;      /* "127.0.0.1" */
 	int port;	       /* 7420 */
 	const char *unix_path; /* used instead of host/port when set */
+	/*
+	 * servers: "host:port,host:port,..." (at most DLOCK_SERVERS_MAX),
+	 * used instead of host/port/unix_path when set: the dlockd daemons
+	 * of one cluster, an active one and its standbys. The client
+	 * connects to the first that answers; a standby's HELLO (role=
+	 * standby) or ERR NOT_ACTIVE sends it to the active the standby
+	 * names (or to the next server), and a * BYE not-active too. Over a
+	 * fail-over it reconnects as over any drop (same owner id, leases
+	 * confirmed, waits sent again); requests a standby refused were not
+	 * executed and are sent again whatever they were.
+	 */
+	const char *servers;
 	const char *password;  /* NULL: no AUTH */
 	/*
 	 * owner: the owner id said in HELLO (the string is copied). NULL:
@@ -167,6 +179,8 @@ struct dlock_options {
 	dlock_lost_cb on_lost;	/* NULL: none */
 	void *arg;		/* passed to on_lost */
 };
+
+#define DLOCK_SERVERS_MAX 8
 
 /* Fill o with the defaults above. The strings are borrowed only during
  * dlock_connect() (the client copies them). */

@@ -44,7 +44,8 @@
 
 /* Accepted by every command. */
 #define CONN_OPTS                                                              \
-	(OPTB(OPT_HOST) | OPTB(OPT_PORT) | OPTB(OPT_SOCKET) |                  \
+	(OPTB(OPT_HOST) | OPTB(OPT_SERVERS) | OPTB(OPT_PORT) |                 \
+	 OPTB(OPT_SOCKET) |                                                    \
 	 OPTB(OPT_PASSWORD) | OPTB(OPT_PASSWORD_FILE) | OPTB(OPT_OWNER) |      \
 	 OPTB(OPT_TIMEOUT) | OPTB(OPT_HELP) | OPTB(OPT_VERSION))
 
@@ -53,6 +54,7 @@ static const struct {
 	int has_arg;
 } options[OPT_COUNT_] = {
 	[OPT_HOST] = {"host", 1},
+	[OPT_SERVERS] = {"servers", 1},
 	[OPT_PORT] = {"port", 1},
 	[OPT_SOCKET] = {"socket", 1},
 	[OPT_PASSWORD] = {"password", 1},
@@ -125,6 +127,9 @@ static const char conn_help[] =
 	"Connection options (every command):\n"
 	"  --host H            server host (DLOCK_HOST; 127.0.0.1)\n"
 	"  --port P            server TCP port (DLOCK_PORT; 7420)\n"
+	"  --servers LIST      the daemons of a cluster, h1:p1,h2:p2,...\n"
+	"                      (DLOCK_SERVERS): the active one is found\n"
+	"                      and followed over a fail-over\n"
 	"  --socket PATH       unix socket instead of TCP (DLOCK_SOCKET)\n"
 	"  --password P        password (DLOCK_PASSWORD); visible in ps(1):\n"
 	"  --password-file F   prefer this, the first line of F\n"
@@ -319,6 +324,9 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 	case OPT_HOST:
 		cl->host = v;
 		return 0;
+	case OPT_SERVERS:
+		cl->servers = v;
+		return 0;
 	case OPT_PORT:
 		return parse_port(cl, "--port", v);
 	case OPT_SOCKET:
@@ -420,6 +428,15 @@ static int apply_env(struct cli *cl)
 	const char *v;
 	int rc;
 
+	/* A cluster's list is used unless the command line names one
+	 * server (--host, --port or --socket). */
+	if (!(cl->seen &
+	      (OPTB(OPT_SERVERS) | OPTB(OPT_HOST) | OPTB(OPT_PORT) |
+	       OPTB(OPT_SOCKET))) &&
+	    (v = getenv("DLOCK_SERVERS")) && v[0])
+		cl->servers = v;
+	if (cl->seen & (OPTB(OPT_HOST) | OPTB(OPT_PORT) | OPTB(OPT_SOCKET)))
+		cl->servers = NULL;
 	/* A host or port given on the command line means TCP, even if
 	 * DLOCK_SOCKET is set; --socket always wins. */
 	if (!(cl->seen & OPTB(OPT_SOCKET)) &&
@@ -551,6 +568,8 @@ static const char *where(const struct cli *cl)
 {
 	static char buf[300];
 
+	if (cl->servers)
+		return cl->servers;
 	if (cl->socket)
 		return cl->socket;
 	snprintf(buf, sizeof(buf), "%s%s%s:%d",
@@ -565,6 +584,7 @@ void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
 	o->host = cl->host;
 	o->port = cl->port;
 	o->unix_path = cl->socket;
+	o->servers = cl->servers;
 	o->password = cl->password;
 	o->owner = cl->owner;
 	o->reconnect = 0;

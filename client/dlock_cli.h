@@ -56,6 +56,7 @@ enum {
 
 enum opt_id {
 	OPT_HOST,
+	OPT_SERVERS,
 	OPT_PORT,
 	OPT_SOCKET,
 	OPT_PASSWORD,
@@ -91,6 +92,7 @@ struct cli {
 	char **command;	  /* run: the command and its arguments */
 	unsigned seen;	  /* OPTB() of the options given */
 	const char *host; /* borrowed from argv or the environment */
+	const char *servers; /* "h1:p1,h2:p2": a cluster, NULL: host */
 	int port;
 	const char *socket; /* unix socket path, NULL for TCP */
 	char *password;	    /* owned; NULL for none */

@@ -45,12 +45,68 @@
 
 /* ---- addresses and connecting -------------------------------------------- */
 
-int dl__resolve(struct dlock_client *c)
+/* Add the addresses of host:port (name: the server's entry, or ""). */
+static int resolve_one(struct dlock_client *c, const char *host,
+		       const char *port, const char *name)
 {
 	struct addrinfo hints, *res, *ai;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	if (getaddrinfo(host, port, &hints, &res) != 0)
+		return DLOCK_ECONNECT;
+	for (ai = res; ai && c->naddrs < DL__ADDRS_MAX; ai = ai->ai_next) {
+		if (ai->ai_addrlen > sizeof(c->addrs[0]))
+			continue;
+		memcpy(&c->addrs[c->naddrs], ai->ai_addr, ai->ai_addrlen);
+		c->addrlens[c->naddrs] = ai->ai_addrlen;
+		snprintf(c->names[c->naddrs], sizeof(c->names[0]), "%s", name);
+		c->naddrs++;
+	}
+	freeaddrinfo(res);
+	return 0;
+}
+
+/* options.servers: every entry's addresses, in the order given. A name
+ * that does not resolve now is skipped (the others may be enough). */
+static int resolve_servers(struct dlock_client *c)
+{
+	char entry[DL__SERVER_NAME_MAX], host[DL__SERVER_NAME_MAX], *colon;
+	const char *p = c->servers, *end;
+	size_t n;
+	int count = 0;
+
+	while (*p) {
+		end = strchr(p, ',');
+		n = end ? (size_t)(end - p) : strlen(p);
+		if (n == 0 || n >= sizeof(entry) || ++count > DLOCK_SERVERS_MAX)
+			return DLOCK_EINVAL;
+		memcpy(entry, p, n);
+		entry[n] = '\0';
+		colon = strrchr(entry, ':');
+		if (!colon || colon == entry || !colon[1])
+			return DLOCK_EINVAL;
+		memcpy(host, entry, (size_t)(colon - entry));
+		host[colon - entry] = '\0';
+		if (host[0] == '[' && host[strlen(host) - 1] == ']') {
+			memmove(host, host + 1, strlen(host));
+			host[strlen(host) - 1] = '\0';
+		}
+		resolve_one(c, host, colon + 1, entry);
+		p = end ? end + 1 : p + n;
+	}
+	return c->naddrs > 0 ? 0 : DLOCK_ECONNECT;
+}
+
+int dl__resolve(struct dlock_client *c)
+{
 	char port[16];
 
 	c->naddrs = 0;
+	c->hint_i = -1;
+	if (c->servers)
+		return resolve_servers(c);
 	if (c->unix_path) {
 		struct sockaddr_un *un = (struct sockaddr_un *)&c->addrs[0];
 
@@ -63,20 +119,22 @@ int dl__resolve(struct dlock_client *c)
 		c->naddrs = 1;
 		return 0;
 	}
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
 	snprintf(port, sizeof(port), "%d", c->opt.port);
-	if (getaddrinfo(c->host, port, &hints, &res) != 0)
-		return DLOCK_ECONNECT;
-	for (ai = res; ai && c->naddrs < DL__ADDRS_MAX; ai = ai->ai_next) {
-		if (ai->ai_addrlen > sizeof(c->addrs[0]))
-			continue;
-		memcpy(&c->addrs[c->naddrs], ai->ai_addr, ai->ai_addrlen);
-		c->addrlens[c->naddrs++] = ai->ai_addrlen;
-	}
-	freeaddrinfo(res);
+	resolve_one(c, c->host, port, "");
 	return c->naddrs > 0 ? 0 : DLOCK_ECONNECT;
+}
+
+void dl__hint(struct dlock_client *c, struct dl_str active)
+{
+	int i;
+
+	c->hint_i = -1;
+	for (i = 0; i < c->naddrs; i++)
+		if (c->names[i][0] && strlen(c->names[i]) == active.len &&
+		    memcmp(c->names[i], active.p, active.len) == 0) {
+			c->hint_i = i;
+			return;
+		}
 }
 
 /* Start a non-blocking connect to address i: the socket, or -1; *done
@@ -115,9 +173,10 @@ static int connect_result(int fd)
 
 int dl__connect_sync(struct dlock_client *c, int64_t deadline)
 {
-	int i, fd, done, r;
+	int k, i, fd, done, r;
 
-	for (i = 0; i < c->naddrs; i++) {
+	for (k = 0; k < c->naddrs; k++) {
+		i = (c->addr_i + k) % c->naddrs;
 		fd = connect_start(c, i, &done);
 		while (fd >= 0 && !done) {
 			struct pollfd p = {.fd = fd, .events = POLLOUT};
@@ -156,6 +215,7 @@ static void attempt_failed(struct dlock_client *c, int64_t now)
 		close(c->fd);
 	c->fd = -1;
 	c->state = DL__DOWN;
+	c->failed_i = c->addr_i;
 	c->addr_i = (c->addr_i + 1) % c->naddrs;
 	c->reconnect_at = now + c->backoff;
 	c->backoff *= 2;
@@ -263,6 +323,16 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 			       c->initial ? DLOCK_ECONNECT : DLOCK_ECLOSED);
 		return 0;
 	}
+	if (c->standby) {
+		/* A standby executes nothing: whatever it was, send it
+		 * again to the active. */
+		if (q->op == DL__AUTH || q->op == DL__HELLO) {
+			dl__req_finish(c, q, DLOCK_ECLOSED);
+			return 0;
+		}
+		q->resent = 1;
+		return 1;
+	}
 	if ((q->op == DL__UNLOCK && !q->last_hold) ||
 	    q->op == DL__UNLOCK_TOKEN) {
 		dl__req_finish(c, q, DLOCK_ECLOSED);
@@ -340,6 +410,28 @@ static void disconnect(struct dlock_client *c)
 	}
 	c->state = DL__DOWN;
 	c->reconnect_at = now; /* at once; then with backoff */
+	if (c->standby) {
+		/* To the active the standby named, at once; to the next
+		 * server after a pause when it named itself, the address
+		 * that just failed, or nobody. */
+		if (c->hint_i >= 0 && c->hint_i != c->addr_i &&
+		    c->hint_i != c->failed_i) {
+			c->addr_i = c->hint_i;
+		} else if (c->hint_i >= 0 && c->hint_i == c->failed_i) {
+			/* The active it names did not answer: it is down,
+			 * and this standby may take over soon. Ask it
+			 * again, then try that active once more. */
+			c->failed_i = -1;
+			c->reconnect_at = now + DL__REDIRECT_MS;
+		} else {
+			c->addr_i = (c->addr_i + 1) % c->naddrs;
+			c->reconnect_at = now + DL__REDIRECT_MS;
+		}
+	} else if (c->hint_i >= 0) {
+		c->addr_i = c->hint_i; /* * BYE not-active said where */
+	}
+	c->standby = 0;
+	c->hint_i = -1;
 }
 
 /* ---- input --------------------------------------------------------------- */

@@ -36,7 +36,11 @@
 #define DL__BACKOFF_MIN_MS     50	 /* first pause between reconnects */
 #define DL__BACKOFF_MAX_MS     1000	 /* the pause doubles up to this */
 #define DL__GUARD_MIN_MS       20 /* default lost guard: max(TTL/10, this) */
-#define DL__ADDRS_MAX	       8  /* resolved addresses kept for reconnects */
+#define DL__ADDRS_MAX	       16 /* resolved addresses kept for reconnects */
+#define DL__SERVER_NAME_MAX    262 /* "host:port" of one of options.servers */
+/* A standby said where the active is, and it is where the client just
+ * was (or nowhere known): try again after this. */
+#define DL__REDIRECT_MS 100
 #define DL__TAG_SIZE	       24 /* "r" + 20 digits + NUL */
 #define DL__STATS_MAX	       (256 * 1024) /* bytes of a STATS body kept */
 #define DL__ERR_MAX	       DL_REPLY_MAX /* text of a NO/ERR line */
@@ -183,8 +187,17 @@ struct dlock_client {
 	char owner[DL_OWNER_MAX + 1];
 	struct sockaddr_storage addrs[DL__ADDRS_MAX];
 	socklen_t addrlens[DL__ADDRS_MAX];
+	/* options.servers: the entry each address came from ("" without) */
+	char names[DL__ADDRS_MAX][DL__SERVER_NAME_MAX];
+	char *servers;
 	int naddrs;
 	int addr_i; /* the address to try next */
+	/* Fail-over (options.servers): the connection is to a standby (its
+	 * requests were not executed), and where to go next (-1: the next
+	 * address in turn). */
+	int standby;
+	int hint_i;
+	int failed_i; /* the address whose connect failed last, or -1 */
 
 	/* learnt from HELLO */
 	int64_t default_ttl;
@@ -276,8 +289,12 @@ void dl__cleanup_grant(struct dlock_client *c, const char *name,
 
 /* Resolve the options' address into c->addrs. */
 int dl__resolve(struct dlock_client *c);
-/* Blocking connect for dlock_connect(), bounded by deadline; sets c->fd. */
+/* Blocking connect for dlock_connect(), bounded by deadline, trying the
+ * addresses from c->addr_i on; sets c->fd and c->addr_i. */
 int dl__connect_sync(struct dlock_client *c, int64_t deadline);
+/* The address to go to for "active=<host:port>" (a standby's word):
+ * c->hint_i. */
+void dl__hint(struct dlock_client *c, struct dl_str active);
 void *dl__thread_main(void *arg);
 
 /* ---- dlock_reply.c ------------------------------------------------------- */

@@ -317,6 +317,7 @@ static void reply(struct dlock_client *c, struct dl__req *q,
 				   v.len == 8 &&
 				   memcmp(v.p, "required", 8) == 0;
 		c->backoff = DL__BACKOFF_MIN_MS; /* a good connection */
+		c->failed_i = -1;
 		dl__req_finish(c, q, 0);
 		return;
 	case DL__CHECK:
@@ -389,8 +390,17 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 	uint64_t token;
 	int err;
 
+	struct dl_str v;
+
+	if (is(r, DL_REPLY_EVENT, "BYE")) {
+		/* not-active: the server stepped down and names the
+		 * active; the reconnect goes there. */
+		if (dl_reply_kv(r, "active", &v) == 0)
+			dl__hint(c, v);
+		return;
+	}
 	if (r->argc < 1 || r->argv[0].len > DL_NAME_MAX)
-		return; /* * BYE, or something newer than us */
+		return; /* something newer than us */
 	memcpy(name, r->argv[0].p, r->argv[0].len);
 	name[r->argv[0].len] = '\0';
 	if (is(r, DL_REPLY_EVENT, "GRANTED")) {
@@ -422,6 +432,40 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 	}
 }
 
+/* A standby's answer (its HELLO, or ERR NOT_ACTIVE): note where the
+ * active is; the connection is dropped and nothing sent on it counts. */
+static int standby_reply(struct dlock_client *c, const struct dl__req *q,
+			 const struct dl_reply *r)
+{
+	struct dl_str v;
+
+	size_t n;
+
+	if (is(r, DL_REPLY_ERR, "NOT_ACTIVE")) {
+		/* ERR NOT_ACTIVE active=<host:port> <text> */
+		v = r->rest;
+		if (v.len > 7 && memcmp(v.p, "active=", 7) == 0) {
+			v.p += 7;
+			v.len -= 7;
+			for (n = 0; n < v.len && v.p[n] != ' '; n++)
+				;
+			v.len = n;
+		} else {
+			v.len = 0;
+		}
+	} else if (q->op == DL__HELLO && r->kind == DL_REPLY_OK &&
+		   dl_reply_kv(r, "role", &v) == 0 && v.len == 7 &&
+		   memcmp(v.p, "standby", 7) == 0) {
+		if (dl_reply_kv(r, "active", &v) != 0)
+			v.len = 0;
+	} else {
+		return 0;
+	}
+	c->standby = 1;
+	dl__hint(c, v);
+	return 1;
+}
+
 int dl__line_in(struct dlock_client *c, char *line, size_t len)
 {
 	struct dl_reply r;
@@ -442,6 +486,8 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 	if (r.tag.len &&
 	    (strlen(q->tag) != r.tag.len || memcmp(q->tag, r.tag.p, r.tag.len)))
 		return -1;
+	if (standby_reply(c, q, &r))
+		return -1; /* to the active: drop, reconnect there */
 	c->fifo = q->next;
 	if (!c->fifo)
 		c->fifo_tail = NULL;

@@ -181,7 +181,7 @@ static int env_skip(const char *e)
 {
 	static const char *const ours[] = {
 		"DLOCK_NAME=", "DLOCK_TOKEN=", "DLOCK_OWNER=",
-		"DLOCK_HOST=", "DLOCK_PORT=",  "DLOCK_SOCKET="};
+		"DLOCK_HOST=", "DLOCK_PORT=",  "DLOCK_SOCKET=", "DLOCK_SERVERS="};
 	size_t i;
 
 	for (i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
@@ -226,7 +226,10 @@ static char **child_env(const struct cli *cl, const char *owner, uint64_t token)
 	    !(v[k++] = str_printf("DLOCK_TOKEN=%" PRIu64, token)) ||
 	    !(v[k++] = str_printf("DLOCK_OWNER=%s", owner)))
 		goto nomem;
-	if (cl->socket) {
+	if (cl->servers) {
+		if (!(v[k++] = str_printf("DLOCK_SERVERS=%s", cl->servers)))
+			goto nomem;
+	} else if (cl->socket) {
 		if (!(v[k++] = str_printf("DLOCK_SOCKET=%s", cl->socket)))
 			goto nomem;
 	} else if (!(v[k++] = str_printf("DLOCK_HOST=%s", cl->host)) ||

@@ -9,12 +9,15 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "client/dlock.h"
 #include "tests/harness.h"
 
 static struct h_redis r;
@@ -362,5 +365,116 @@ Test(ha, clean_stop_hands_over_at_once)
 	alice = h_hello(b.port, "alice");
 	expect_held(alice, "x", "alice", tx);
 	h_close(alice);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+/* ---- clients that fail over ---------------------------------------------- */
+
+static atomic_int lost_calls;
+
+static void count_lost(dlock_client *c, const dlock_lease *l,
+		       enum dlock_lost_reason why, void *arg)
+{
+	(void)c;
+	(void)arg;
+	cr_log_error("on_lost: %s %llu (reason %d)", dlock_lease_name(l),
+		     (unsigned long long)dlock_lease_token(l), (int)why);
+	atomic_fetch_add(&lost_calls, 1);
+}
+
+static char servers[64];
+
+static dlock_client *cluster_client(const char *owner)
+{
+	struct dlock_options o;
+	dlock_client *c = NULL;
+	int rc;
+
+	dlock_options_init(&o);
+	/* The standby first: the client must find the active itself. */
+	snprintf(servers, sizeof(servers), "127.0.0.1:%d,127.0.0.1:%d",
+		 b.port, a.port);
+	o.servers = servers;
+	o.owner = owner;
+	o.on_lost = count_lost;
+	rc = dlock_connect(&o, &c);
+	cr_assert_eq(rc, 0, "connect through %s: %s", servers,
+		     dlock_strerror(rc));
+	return c;
+}
+
+struct waiter {
+	dlock_client *c;
+	dlock_lease *l;
+	int rc;
+};
+
+static void *wait_for_l0(void *arg)
+{
+	struct waiter *w = arg;
+
+	w->rc = dlock_lock(w->c, "L0", 20000, DLOCK_WAIT_FOREVER, &w->l);
+	return NULL;
+}
+
+/* kill -9 of the active while libdlock clients hold leases and one waits:
+ * they follow the take-over to the standby, their leases stay valid
+ * (renewed there), on_lost is never called, the waiter is served. */
+Test(ha, libdlock_clients_follow_a_failover)
+{
+	enum { N = 4 };
+	dlock_client *cs[N], *wc;
+	dlock_lease *ls[N];
+	uint64_t tokens[N];
+	struct waiter w;
+	pthread_t th;
+	char owner[16], name[8];
+	struct dlock_status st;
+	int i, rc;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	atomic_store(&lost_calls, 0);
+	for (i = 0; i < N; i++) {
+		snprintf(owner, sizeof(owner), "c%d", i);
+		snprintf(name, sizeof(name), "L%d", i);
+		cs[i] = cluster_client(owner);
+		rc = dlock_lock(cs[i], name, 9000, 0, &ls[i]);
+		cr_assert_eq(rc, 0, "lock %s: %s", name, dlock_strerror(rc));
+		tokens[i] = dlock_lease_token(ls[i]);
+	}
+	wc = cluster_client("w");
+	w.c = wc;
+	w.l = NULL;
+	w.rc = 1;
+	cr_assert_eq(pthread_create(&th, NULL, wait_for_l0, &w), 0);
+	h_sleep_ms(300); /* the waiter is queued at the active */
+
+	h_daemon_kill9(&a);
+	wait_active(&b, 10000);
+	/* Past a renewal (TTL/3 = 3 s) of every lease, at the new active. */
+	h_sleep_ms(4000);
+	for (i = 0; i < N; i++) {
+		cr_assert(dlock_lease_valid(ls[i]), "lease %d lost", i);
+		snprintf(name, sizeof(name), "L%d", i);
+		cr_assert_eq(dlock_status(cs[i], name, &st), 0);
+		cr_assert(st.held && st.token == tokens[i],
+			  "%s at the new active: held %d token %llu", name,
+			  st.held, (unsigned long long)st.token);
+	}
+	cr_assert_eq(atomic_load(&lost_calls), 0, "on_lost was called");
+	cr_assert_eq(w.rc, 1, "the waiter was answered early: %d", w.rc);
+
+	cr_assert_eq(dlock_unlock(cs[0], ls[0]), 0);
+	pthread_join(th, NULL);
+	cr_assert_eq(w.rc, 0, "the waiter: %s", dlock_strerror(w.rc));
+	cr_assert_gt(dlock_lease_token(w.l), tokens[N - 1]);
+	cr_assert_eq(dlock_unlock(wc, w.l), 0);
+	for (i = 1; i < N; i++)
+		cr_assert_eq(dlock_unlock(cs[i], ls[i]), 0);
+	for (i = 0; i < N; i++)
+		dlock_close(cs[i]);
+	dlock_close(wc);
+	cr_assert_eq(atomic_load(&lost_calls), 0);
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
