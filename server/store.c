@@ -13,7 +13,7 @@
  *                  raised it last is the only one whose writes apply.
  *
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
- * dirty set into one batch: an FCALL of dlock_apply_v1 with each lock in
+ * dirty set into one batch: an FCALL of dlock_apply_v2 with each lock in
  * its final state and the token (store_batch.c). Its reply commits the
  * epoch. Each batch is one round trip; batches of successive iterations
  * overlap.
@@ -679,6 +679,15 @@ static int send_handshake(struct dl_store *st)
 	lens[0] = 6;
 	lens[1] = dl_u64_to_dec((uint64_t)a->db, db);
 	if (send_argv(st, on_handshake, st, 2, argv, lens))
+		return DL_EUNAVAILABLE;
+	/* CLIENT LIST tells which daemon a connection is: dlockd:<node>. */
+	argv[0] = "CLIENT";
+	argv[1] = "SETNAME";
+	argv[2] = st->client_name;
+	lens[0] = 6;
+	lens[1] = 7;
+	lens[2] = strlen(st->client_name);
+	if (send_argv(st, on_handshake, st, 3, argv, lens))
 		return DL_EUNAVAILABLE;
 	argv[0] = "FUNCTION";
 	argv[1] = "LOAD";

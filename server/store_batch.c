@@ -17,7 +17,7 @@
  * The batch is one FCALL: the function runs atomically, as MULTI/EXEC did,
  * and in one round trip:
  *
- *   FCALL dlock_apply_v1 <3 + n> <fence key> <token key> <names key>
+ *   FCALL dlock_apply_v2 <3 + n> <fence key> <token key> <names key>
  *         <lock key 1> .. <lock key n>
  *         <fence> <token> <lock key prefix length> (<op> <record>) x n
  *

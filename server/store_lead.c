@@ -95,6 +95,8 @@ void dl__lead_identity(struct dl_store *st)
 			  sizeof(st->self_addr));
 	wordify(st->node);
 	wordify(st->self_addr);
+	snprintf(st->client_name, sizeof(st->client_name), "dlockd:%s",
+		 st->node);
 	snprintf(st->lease_arg, sizeof(st->lease_arg), "%llu",
 		 (unsigned long long)cfg->leader_lease_ms);
 }

@@ -149,6 +149,9 @@ static int connect_redis(struct load_ctx *x)
 	if (!(r = RUN(x, &rc, 1, "SELECT", db)))
 		return rc;
 	freeReplyObject(r);
+	if (!(r = RUN(x, &rc, 0, "CLIENT", "SETNAME", x->st->client_name)))
+		return rc;
+	freeReplyObject(r);
 	if (!(r = RUN(x, &rc, 1, "FUNCTION", "LOAD", "REPLACE",
 		      dl__store_library))) {
 		if (rc == DL_EBADARG && strstr(x->err, "unknown command"))

@@ -94,6 +94,7 @@ struct dl_store {
 	char node[DL_NODE_ID_MAX + 1];
 	char self_addr[DL_ADVERTISE_MAX + 1];
 	char lease_arg[24];	 /* leader_lease in ms, decimal */
+	char client_name[8 + DL_NODE_ID_MAX + 1]; /* dlockd:<node> */
 	struct dl_leader leader; /* the active as last seen (or this one) */
 	uint64_t lead_next_ms;	 /* next renewal (active) or look (standby) */
 	int lead_busy;		 /* a renewal or look awaits its reply */

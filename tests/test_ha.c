@@ -478,3 +478,37 @@ Test(ha, libdlock_clients_follow_a_failover)
 	cr_assert_eq(atomic_load(&lost_calls), 0);
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
+
+/* Cut off from Redis past its leadership (80% of the lease), a daemon
+ * answers nothing about locks: a standby elsewhere may have taken over,
+ * and what it remembers may be stale. */
+Test(ha, no_reads_without_a_confirmed_leadership)
+{
+	struct h_client *c;
+	uint64_t t;
+	char *l;
+
+	h_daemon_start(&a, "--persist", "redis", "--redis", r.url,
+		       "--leader-lease", "1s", NULL);
+	c = h_hello(a.port, "alice");
+	t = h_lock(c, "x", "ttl=30s");
+	h_redis_kill9(&r);
+	h_sleep_ms(1500);
+	l = h_call(c, "CHECK x %llu", (unsigned long long)t);
+	cr_assert(starts(l, "ERR UNAVAILABLE leadership not confirmed"),
+		  "CHECK: \"%s\"", l);
+	l = h_call(c, "STATUS x");
+	cr_assert(starts(l, "ERR UNAVAILABLE"), "STATUS: \"%s\"", l);
+	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
+
+	h_redis_restart(&r);
+	for (;;) {
+		l = h_call(c, "CHECK x %llu", (unsigned long long)t);
+		if (!starts(l, "ERR UNAVAILABLE"))
+			break;
+		h_sleep_ms(50);
+	}
+	cr_assert(starts(l, "OK VALID x "), "CHECK after: \"%s\"", l);
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+}

@@ -21,6 +21,8 @@
 #   STALL_MS   crash_in_*: ms between stopping Redis (or its traffic) and killing
 #              dlockd (dlockd's redis_timeout is 500 ms) [300]
 #   OUT        directory for histories and logs [a new /tmp directory]
+#   CLUSTER    1: two dlockd (nodes a and b, leadership lease 1 s) that
+#              fail over; clients know both [0]
 #
 # Fault kinds:
 #   kill9_dlockd    kill -9 dlockd, restart it
@@ -42,6 +44,11 @@
 #   kill_worker     kill -9 a lock worker (holding or waiting), start
 #                   another in its place
 #   kill_run        kill -9 a `dlock run` while its command runs
+# With CLUSTER=1 the dlockd faults hit the active daemon (the standby
+# takes over, and the old one comes back as a standby), and:
+#   kill9_standby   kill -9 the standby, restart it
+#   stop_active     SIGSTOP the active for 1..4 s (past its leadership)
+#   partition_active  drop the active's Redis connection for 1..3 s
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -51,7 +58,12 @@ top=$(cd "$here/../.." && pwd)
 : "${DURATION:=60}" "${SEED:=$((RANDOM * 32768 + RANDOM))}"
 : "${WORKERS:=6}" "${RUNNERS:=2}" "${LOCKS:=3}" "${CLOCK_STEPS:=both}"
 : "${STALL_MS:=300}"
-: "${FAULTS:=kill9_dlockd clock_step stop_dlockd crash_in_stall crash_in_partition kill9_redis stop_redis slow_redis partition partition_conn kill_worker kill_run}"
+: "${CLUSTER:=0}"
+if [ "$CLUSTER" = 1 ]; then
+	: "${FAULTS:=kill9_dlockd kill9_standby stop_active partition_active clock_step crash_in_stall crash_in_partition kill9_redis stop_redis partition kill_worker kill_run}"
+else
+	: "${FAULTS:=kill9_dlockd clock_step stop_dlockd crash_in_stall crash_in_partition kill9_redis stop_redis slow_redis partition partition_conn kill_worker kill_run}"
+fi
 : "${OUT:=$(mktemp -d /tmp/dlockd-faults-XXXXXX)}"
 FAKETIME_LIB=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
 
@@ -105,6 +117,7 @@ rcli() { redis-cli -h "$rip" -p "$rport" "$@" 2>/dev/null; }
 # ---- processes --------------------------------------------------------------
 
 redis_pid="" dlockd_pid="" stopping=0
+declare -a dpid
 declare -a worker_pid run_pid
 
 redis_start() {     # [extra redis-server arguments]
@@ -122,36 +135,65 @@ redis_start() {     # [extra redis-server arguments]
 	done
 }
 
+# Node i (0, and 1 with CLUSTER=1) listens on dports[i]; clients are
+# given every node ($conn: the dlock options, $servers for the workers).
+nodes=1
+[ "$CLUSTER" = 1 ] && nodes=2
+names=(a b)
 dport=$((30000 + $$ % 20000))
-cat > "$OUT/dlockd.conf" <<EOF
+dports=($dport $((dport + 1)))
+servers=127.0.0.1:${dports[0]}
+conn="--port $dport"
+if [ "$nodes" = 2 ]; then
+	servers=127.0.0.1:${dports[0]},127.0.0.1:${dports[1]}
+	conn="--servers $servers"
+fi
+for i in 0 1; do
+	cat > "$OUT/dlockd$i.conf" <<EOF
 [server]
 bind = 127.0.0.1
-port = $dport
+port = ${dports[$i]}
 [limits]
 tick = 10ms
 [persistence]
 redis_timeout = 500ms
 restore_grace = 2s
 EOF
+	[ "$nodes" = 2 ] && printf '[cluster]\nnode_id = %s\nleader_lease = 1s\n' \
+		"${names[$i]}" >> "$OUT/dlockd$i.conf"
+done
 
-dlockd_start() {    # [clock offset for libfaketime, e.g. +30s]
-	if [ -n "${1:-}" ]; then
-		LD_PRELOAD=$FAKETIME_LIB FAKETIME=$1 FAKETIME_DONT_FAKE_MONOTONIC=1 \
+dlockd_start() {    # [node] [clock offset for libfaketime, e.g. +30s]
+	local i=${1:-0}
+	if [ -n "${2:-}" ]; then
+		LD_PRELOAD=$FAKETIME_LIB FAKETIME=$2 FAKETIME_DONT_FAKE_MONOTONIC=1 \
 		ASAN_OPTIONS=verify_asan_link_order=0 \
-			"$DLOCKD" -c "$OUT/dlockd.conf" --persist redis \
-			--redis "redis://$rip:$rport/0" >> "$OUT/dlockd.log" 2>&1 &
+			"$DLOCKD" -c "$OUT/dlockd$i.conf" --persist redis \
+			--redis "redis://$rip:$rport/0" >> "$OUT/dlockd$i.log" 2>&1 &
 	else
-		"$DLOCKD" -c "$OUT/dlockd.conf" --persist redis \
-			--redis "redis://$rip:$rport/0" >> "$OUT/dlockd.log" 2>&1 &
+		"$DLOCKD" -c "$OUT/dlockd$i.conf" --persist redis \
+			--redis "redis://$rip:$rport/0" >> "$OUT/dlockd$i.log" 2>&1 &
 	fi
-	dlockd_pid=$!
+	dpid[$i]=$!
+	dlockd_pid="${dpid[*]}"
 }
 
-# ms until dlockd answers PING again (or 30000 and a note).
+# The node that is active now (its STATS say role_active 1), or "".
+active_node() {
+	local i
+	for i in $(seq 0 $((nodes - 1))); do
+		if "$DLOCK" --port "${dports[$i]}" --timeout 1s stats --raw 2>/dev/null |
+				grep -q '^role_active 1'; then
+			echo "$i"; return
+		fi
+	done
+}
+
+# ms until the service answers PING again (or 30000 and a note).
 wait_dlockd() {
 	local t0 i=0
 	t0=$(now_ms)
-	until "$DLOCK" --port "$dport" --timeout 1s ping >/dev/null 2>&1; do
+	until "$DLOCK" $conn --timeout 1s ping >/dev/null 2>&1; do
 		i=$((i + 1))
 		if [ $i -gt 1500 ]; then echo 30000; return; fi
 		sleep 0.02
@@ -159,11 +201,11 @@ wait_dlockd() {
 	echo $(($(now_ms) - t0))
 }
 
-# ms until dlockd can persist again (store_available 1).
+# ms until the service can persist again (the active's store_available 1).
 wait_store() {
 	local t0 i=0
 	t0=$(now_ms)
-	until "$DLOCK" --port "$dport" --timeout 1s stats --raw 2>/dev/null |
+	until "$DLOCK" $conn --timeout 1s stats --raw 2>/dev/null |
 			grep -q '^store_available 1'; do
 		i=$((i + 1))
 		if [ $i -gt 1500 ]; then echo 30000; return; fi
@@ -175,7 +217,9 @@ wait_store() {
 gen=0
 worker_start() {    # slot
 	gen=$((gen + 1))
-	"$WORKER" lock "$OUT/hist/w$1.$gen.hist" 127.0.0.1 "$dport" \
+	local h=127.0.0.1
+	[ "$nodes" = 2 ] && h=$servers
+	"$WORKER" lock "$OUT/hist/w$1.$gen.hist" "$h" "$dport" \
 		"w$1.$gen" "$LOCKS" $((SEED + gen)) $(((DURATION + 120) * 1000)) \
 		2>> "$OUT/workers.log" &
 	worker_pid[$1]=$!
@@ -188,7 +232,7 @@ runner() {          # slot
 	while [ ! -e "$OUT/stop-runners" ]; do
 		n=$((n + 1))
 		case $((RANDOM % 3)) in 0) ttl=600;; 1) ttl=1500;; *) ttl=4000;; esac
-		"$DLOCK" --port "$dport" run "L$((RANDOM % LOCKS))" --ttl "$ttl" \
+		"$DLOCK" $conn run "L$((RANDOM % LOCKS))" --ttl "$ttl" \
 			--wait 2s -- "$WORKER" child "$OUT/hist/r$1.$n.hist" \
 			$((RANDOM % 3000)) >> "$OUT/runners.log" 2>&1
 		sleep 0.0$((RANDOM % 10))
@@ -199,9 +243,9 @@ cleanup() {
 	[ -n "$ns" ] && ip netns exec "$ns" nft flush chain inet dlf in 2>/dev/null
 	for p in $redis_pid $dlockd_pid; do kill -CONT "$p" 2>/dev/null; done
 	for p in "${worker_pid[@]}" "${run_pid[@]}"; do kill -9 "$p" 2>/dev/null; done
-	pkill -9 -f "dlock --port $dport run" 2>/dev/null
+	pkill -9 -f "dlock $conn run" 2>/dev/null
 	pkill -9 -f "$OUT/hist/r" 2>/dev/null
-	[ -n "$dlockd_pid" ] && kill -9 "$dlockd_pid" 2>/dev/null
+	for p in $dlockd_pid; do kill -9 "$p" 2>/dev/null; done
 	[ -n "$redis_pid" ] && kill -9 "$redis_pid" 2>/dev/null
 	wait 2>/dev/null
 	if [ -n "$ns" ]; then
@@ -220,12 +264,23 @@ note() {            # kind detail...
 	echo "$(now_ms) $k $*" >> "$nemlog"
 }
 recovered() {       # kind ms
+	echo "$2" >> "$OUT/recovery.$1"
 	recov_n[$1]=$((${recov_n[$1]:-0} + 1))
 	recov_sum[$1]=$((${recov_sum[$1]:-0} + $2))
 	[ "$2" -gt "${recov_max[$1]:-0}" ] && recov_max[$1]=$2
 }
 
-kill_dlockd() { kill -9 "$dlockd_pid" 2>/dev/null; wait "$dlockd_pid" 2>/dev/null; }
+# The node a dlockd fault hits: the active one (node 0 alone).
+target=0
+pick_active() {
+	local n
+	n=$(active_node)
+	target=${n:-0}
+}
+kill_dlockd() {     # [node]
+	local i=${1:-$target}
+	kill -9 "${dpid[$i]}" 2>/dev/null; wait "${dpid[$i]}" 2>/dev/null
+}
 # Late writes Redis refused (FENCED), summed over its restarts (INFO
 # errorstats starts again at 0 with each one).
 fenced_total=0
@@ -239,26 +294,57 @@ kill_redis() {
 }
 
 f_kill9_dlockd() {
-	rnd 1000; kill_dlockd; pause_ms $R; dlockd_start
-	note kill9_dlockd; recovered kill9_dlockd "$(wait_dlockd)"
+	local ms
+	rnd 1000; pick_active; kill_dlockd
+	if [ "$nodes" = 2 ]; then
+		# the standby takes over: that is the time to recover
+		ms=$(wait_store); pause_ms $R; dlockd_start $target
+	else
+		pause_ms $R; dlockd_start $target; ms=$(wait_store)
+	fi
+	note kill9_dlockd "node $target"; recovered kill9_dlockd "$ms"
+}
+f_kill9_standby() {
+	local s
+	rnd 1000; pick_active; s=$((1 - target))
+	kill_dlockd $s; pause_ms $R; dlockd_start $s
+	note kill9_standby "node $s"
+}
+f_stop_active() {
+	local ms
+	rnd 3000; ms=$((1000 + R)); pick_active
+	kill -STOP "${dpid[$target]}"; pause_ms $ms; kill -CONT "${dpid[$target]}"
+	note stop_active "node $target ${ms}ms"; recovered stop_active "$(wait_store)"
+}
+f_partition_active() {
+	local ms port
+	rnd 2000; ms=$((1000 + R)); pick_active
+	port=$(conn_port)
+	[ -n "$port" ] || return
+	drop_port "$port"
+	pause_ms $ms
+	ip netns exec "$ns" nft flush chain inet dlf in
+	note partition_active "node $target port $port ${ms}ms"
+	recovered partition_active "$(wait_store)"
 }
 f_clock_step() {
 	local s
 	rnd 51; s=$((10 + R))
 	rnd 2
 	if [ "$CLOCK_STEPS" = both ] && [ $R = 1 ]; then s=-$s; else s=+$s; fi
-	kill_dlockd; dlockd_start "${s}s"
-	note clock_step "${s}s"; recovered clock_step "$(wait_dlockd)"
+	pick_active; kill_dlockd; dlockd_start $target "${s}s"
+	note clock_step "node $target ${s}s"; recovered clock_step "$(wait_dlockd)"
 }
 f_stop_dlockd() {
 	local ms
 	rnd 3000; ms=$((1000 + R))
-	kill -STOP "$dlockd_pid"; pause_ms $ms; kill -CONT "$dlockd_pid"
+	kill -STOP "${dpid[0]}"; pause_ms $ms; kill -CONT "${dpid[0]}"
 	note stop_dlockd "${ms}ms"
 }
 f_crash_in_stall() {
+	pick_active
 	kill -STOP "$redis_pid"; pause_ms "$STALL_MS"; kill_dlockd
-	kill -CONT "$redis_pid"; dlockd_start
+	kill -CONT "$redis_pid"; dlockd_start $target
 	note crash_in_stall; recovered crash_in_stall "$(wait_dlockd)"
 }
 f_kill9_redis() {
@@ -283,9 +369,12 @@ f_partition() {
 	ip netns exec "$ns" nft flush chain inet dlf in
 	note partition "${ms}ms"; recovered partition "$(wait_store)"
 }
-# The source port of dlockd's connection to Redis.
+# The source port of the target dlockd's connection to Redis (each
+# names its connection dlockd:<node id>).
 conn_port() {
-	rcli CLIENT LIST | grep " addr=$host:" | grep -v 'cmd=client' |
+	local name=dlockd:${names[$target]}
+	[ "$nodes" = 1 ] && name=dlockd:$(hostname):${dports[0]}
+	rcli CLIENT LIST | grep " name=$name " |
 		grep -o " addr=[0-9.]*:[0-9]*" | sed 's/.*://' | head -1
 }
 drop_port() {
@@ -294,9 +383,10 @@ drop_port() {
 f_crash_in_partition() {
 	local ms port
 	rnd 1000; ms=$((1000 + R))
+	pick_active
 	port=$(conn_port)
 	[ -n "$port" ] || return
-	drop_port "$port"; pause_ms "$STALL_MS"; kill_dlockd; dlockd_start
+	drop_port "$port"; pause_ms "$STALL_MS"; kill_dlockd; dlockd_start $target
 	note crash_in_partition "port $port"
 	recovered crash_in_partition "$(wait_dlockd)"
 	pause_ms $ms
@@ -322,7 +412,7 @@ f_kill_worker() {
 f_kill_run() {
 	local -a ps
 	rnd 1000 # drawn whatever happens: the schedule stays the seed's
-	mapfile -t ps < <(pgrep -f "dlock --port $dport run")
+	mapfile -t ps < <(pgrep -f "dlock $conn run")
 	[ ${#ps[@]} -gt 0 ] || return
 	kill -9 "${ps[$((R % ${#ps[@]}))]}" 2>/dev/null
 	note kill_run
@@ -330,14 +420,18 @@ f_kill_run() {
 
 # ---- the campaign -------------------------------------------------------------
 
-say "seed $SEED, ${DURATION} s, $WORKERS workers, $RUNNERS dlock-run loops, locks L0..L$((LOCKS - 1)), out $OUT"
+say "seed $SEED, ${DURATION} s, $WORKERS workers, $RUNNERS dlock-run loops, locks L0..L$((LOCKS - 1)), $nodes dlockd, out $OUT"
 say "replay: SEED=$SEED DURATION=$DURATION make faults"
 redis_start
 # Keys for a slow load: with --key-load-delay 30, loading takes seconds.
 rcli EVAL "for i=1,20000 do redis.call('SET','pad:'..i,'x') end" 0 >/dev/null
 rcli BGREWRITEAOF >/dev/null
-dlockd_start
-[ "$(wait_dlockd)" -lt 30000 ] || die "dlockd does not start (see $OUT/dlockd.log)"
+dlockd_start 0
+[ "$(wait_dlockd)" -lt 30000 ] || die "dlockd does not start (see $OUT/dlockd0.log)"
+if [ "$nodes" = 2 ]; then
+	dlockd_start 1
+	sleep 0.5
+fi
 for i in $(seq 0 $((WORKERS - 1))); do worker_start "$i"; done
 for i in $(seq 0 $((RUNNERS - 1))); do
 	runner "$i" 2>/dev/null & run_pid[$i]=$!
@@ -353,9 +447,11 @@ done
 # ---- heal, settle, stop, check --------------------------------------------------
 
 [ -n "$ns" ] && ip netns exec "$ns" nft flush chain inet dlf in
-kill -CONT "$redis_pid" "$dlockd_pid" 2>/dev/null
+kill -CONT "$redis_pid" $dlockd_pid 2>/dev/null
 kill -0 "$redis_pid" 2>/dev/null || redis_start
-kill -0 "$dlockd_pid" 2>/dev/null || dlockd_start
+for i in $(seq 0 $((nodes - 1))); do
+	kill -0 "${dpid[$i]}" 2>/dev/null || dlockd_start "$i"
+done
 wait_store > /dev/null
 sleep 2
 touch "$OUT/stop-runners"
@@ -364,7 +460,7 @@ for p in "${worker_pid[@]}" "${run_pid[@]}"; do wait "$p" 2>/dev/null; done
 # Commands of killed `dlock run`s that were never stopped run out by
 # themselves (at most 3 s); their records are part of the history.
 sleep 3
-kill -TERM "$dlockd_pid" 2>/dev/null; wait "$dlockd_pid" 2>/dev/null
+for p in $dlockd_pid; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 dlockd_pid=""
 
 total=0
@@ -373,7 +469,8 @@ say "faults injected: $total"
 for k in $(echo "${!count[@]}" | tr ' ' '\n' | sort); do
 	line="  $k: ${count[$k]}"
 	if [ "${recov_n[$k]:-0}" -gt 0 ]; then
-		line="$line, back in avg $((recov_sum[$k] / recov_n[$k])) ms, max ${recov_max[$k]} ms"
+		p50=$(sort -n "$OUT/recovery.$k" | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
+		line="$line, back in p50 $p50 ms, avg $((recov_sum[$k] / recov_n[$k])) ms, max ${recov_max[$k]} ms"
 	fi
 	echo "$line"
 done

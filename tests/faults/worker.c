@@ -140,7 +140,10 @@ static int run_locks(char **argv)
 	int rc;
 
 	dlock_options_init(&o);
-	o.host = argv[1];
+	if (strchr(argv[1], ':'))
+		o.servers = argv[1]; /* a cluster: h:p,h:p */
+	else
+		o.host = argv[1];
 	o.port = atoi(argv[2]);
 	o.owner = argv[3];
 	o.on_lost = on_lost;
