@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "server/clock.h"
@@ -78,6 +79,7 @@ void dl__lead_identity(struct dl_store *st)
 {
 	const struct dl_config *cfg = st->cfg;
 	char host[128] = "localhost";
+	uint64_t rnd;
 	int wild = strcmp(cfg->bind, "0.0.0.0") == 0 ||
 		   strcmp(cfg->bind, "::") == 0 || !cfg->bind[0];
 
@@ -97,6 +99,10 @@ void dl__lead_identity(struct dl_store *st)
 	wordify(st->self_addr);
 	snprintf(st->client_name, sizeof(st->client_name), "dlockd:%s",
 		 st->node);
+	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
+		rnd = dl_mono_ms() ^ ((uint64_t)getpid() << 32);
+	snprintf(st->instance, sizeof(st->instance), "%016llx",
+		 (unsigned long long)rnd);
 	snprintf(st->lease_arg, sizeof(st->lease_arg), "%llu",
 		 (unsigned long long)cfg->leader_lease_ms);
 }
@@ -117,6 +123,7 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 	ARG(st->node);
 	ARG(st->self_addr);
 	ARG(st->lease_arg);
+	ARG(st->instance);
 #undef ARG
 	return k;
 }
@@ -128,11 +135,11 @@ uint64_t dl__lead_until(const struct dl_store *st, uint64_t sent_ms)
 	return sent_ms + lease - lease * DL_LEADER_MARGIN_PCT / 100;
 }
 
-/* "<epoch> <node> <addr>" into l; 0 if it is not that. */
+/* "<epoch> <node> <addr> <instance>" into l; 0 if it is not that. */
 static int parse_record(const char *s, size_t len, struct dl_leader *l)
 {
-	char buf[32 + DL_NODE_ID_MAX + DL_ADVERTISE_MAX];
-	char *sp1, *sp2, *end;
+	char buf[64 + DL_NODE_ID_MAX + DL_ADVERTISE_MAX];
+	char *sp1, *sp2, *sp3, *end;
 
 	if (len == 0 || len >= sizeof(buf))
 		return 0;
@@ -140,10 +147,11 @@ static int parse_record(const char *s, size_t len, struct dl_leader *l)
 	buf[len] = '\0';
 	sp1 = strchr(buf, ' ');
 	sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
-	if (!sp1 || !sp2 || (size_t)(sp2 - sp1 - 1) > DL_NODE_ID_MAX ||
-	    strlen(sp2 + 1) > DL_ADVERTISE_MAX)
+	sp3 = sp2 ? strchr(sp2 + 1, ' ') : NULL;
+	if (!sp3 || (size_t)(sp2 - sp1 - 1) > DL_NODE_ID_MAX ||
+	    (size_t)(sp3 - sp2 - 1) > DL_ADVERTISE_MAX)
 		return 0;
-	*sp1 = *sp2 = '\0';
+	*sp1 = *sp2 = *sp3 = '\0';
 	l->epoch = strtoull(buf, &end, 10);
 	if (*end || l->epoch == 0)
 		return 0;

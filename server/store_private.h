@@ -95,6 +95,7 @@ struct dl_store {
 	char self_addr[DL_ADVERTISE_MAX + 1];
 	char lease_arg[24];	 /* leader_lease in ms, decimal */
 	char client_name[8 + DL_NODE_ID_MAX + 1]; /* dlockd:<node> */
+	char instance[17]; /* random, this process's: in the record */
 	struct dl_leader leader; /* the active as last seen (or this one) */
 	uint64_t lead_next_ms;	 /* next renewal (active) or look (standby) */
 	int lead_busy;		 /* a renewal or look awaits its reply */
@@ -113,7 +114,7 @@ struct lead_reply {
 	int64_t pttl;	/* not ok: the holder's lease left, ms (< 0: none) */
 };
 
-#define LEAD_ARGC 10
+#define LEAD_ARGC 11
 /* Node id and address of this daemon (config, or derived). */
 void dl__lead_identity(struct dl_store *st);
 /* The FCALL of the leadership function in `mode`, for epoch `mine` (NULL
