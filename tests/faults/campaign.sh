@@ -78,7 +78,7 @@ now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 # R = 0 .. $1-1. Never $(...): a subshell would not advance the
 # generator, and the same seed must give the same faults.
 rnd() { R=$((RANDOM % $1)); }
-pause_ms() { sleep "$(printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)))"; }
+pause_ms() { [ "$1" -gt 0 ] || return 0; sleep "$(printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)))"; }
 
 for b in "$DLOCKD" "$DLOCK" "$WORKER" "$CHECK"; do
 	[ -x "$b" ] || { say "missing $b (make faults builds it)"; exit 2; }
@@ -310,22 +310,41 @@ f_kill9_standby() {
 	kill_dlockd $s; pause_ms $R; dlockd_start $s
 	note kill9_standby "node $s"
 }
+# While the active is paused or cut off for ms: the ms until the other
+# node serves (store_available 1 there), or "" if it did not within ms.
+wait_takeover() {   # ms
+	local t0 s=$((1 - target))
+	t0=$(now_ms)
+	while [ $(($(now_ms) - t0)) -lt "$1" ]; do
+		if "$DLOCK" --port "${dports[$s]}" --timeout 1s stats --raw 2>/dev/null |
+				grep -q '^store_available 1'; then
+			echo $(($(now_ms) - t0)); return
+		fi
+		sleep 0.02
+	done
+}
 f_stop_active() {
-	local ms
+	local ms t0 took
 	rnd 3000; ms=$((1000 + R)); pick_active
-	kill -STOP "${dpid[$target]}"; pause_ms $ms; kill -CONT "${dpid[$target]}"
-	note stop_active "node $target ${ms}ms"; recovered stop_active "$(wait_store)"
+	t0=$(now_ms)
+	kill -STOP "${dpid[$target]}"; took=$(wait_takeover $ms)
+	pause_ms $((ms - ($(now_ms) - t0))); kill -CONT "${dpid[$target]}"
+	note stop_active "node $target ${ms}ms took over ${took:--}"
+	[ -n "$took" ] && recovered stop_active "$took"
+	wait_store > /dev/null
 }
 f_partition_active() {
-	local ms port
+	local ms port t0 took
 	rnd 2000; ms=$((1000 + R)); pick_active
 	port=$(conn_port)
 	[ -n "$port" ] || return
-	drop_port "$port"
-	pause_ms $ms
+	t0=$(now_ms)
+	drop_port "$port"; took=$(wait_takeover $ms)
+	pause_ms $((ms - ($(now_ms) - t0)))
 	ip netns exec "$ns" nft flush chain inet dlf in
-	note partition_active "node $target port $port ${ms}ms"
-	recovered partition_active "$(wait_store)"
+	note partition_active "node $target port $port ${ms}ms took over ${took:--}"
+	[ -n "$took" ] && recovered partition_active "$took"
+	wait_store > /dev/null
 }
 f_clock_step() {
 	local s
