@@ -56,6 +56,7 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/notify.c server/record.c server/store_load.c \
               server/stats.c server/metrics.c server/buf.c \
               server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
+              server/store_find.c \
               server/locktab_verify.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c
@@ -190,7 +191,8 @@ check: deps
 # ---- Debian packages -----------------------------------------------------------
 
 DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
-            libcriterion-dev redis-server redis-tools netcat-openbsd \
+            libcriterion-dev redis-server redis-tools redis-sentinel \
+            netcat-openbsd \
             systemd man-db faketime iproute2 nftables clang \
             libclang-rt-14-dev
 

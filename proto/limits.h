@@ -135,6 +135,12 @@
  * the holder's lease would end), so that a leadership given up at a clean
  * shutdown is taken over within it. */
 #define DL_LEADER_LOOK_MS 500
+/* [persistence] min_replicas_ack: at most this many replicas waited for. */
+#define DL_MIN_REPLICAS_ACK_MAX 16
+
+/* sentinel:// URLs: at most this many Sentinels, 26379 when no port. */
+#define DL_SENTINELS_MAX	     8
+#define DL_SENTINEL_DEFAULT_PORT     26379
 /* A node id and an advertised address: no spaces, at most these bytes. */
 #define DL_NODE_ID_MAX	 64
 #define DL_ADVERTISE_MAX 200

@@ -65,6 +65,8 @@ static const struct key keys[] = {
 	{"persistence", "redis_prefix", K_STR, F(redis_prefix), 0, 0, 0, 0},
 	{"persistence", "redis_timeout", K_DUR, F(redis_timeout_ms), 10, 600000,
 	 0, 0},
+	{"persistence", "min_replicas_ack", K_U64, F(min_replicas_ack), 0,
+	 DL_MIN_REPLICAS_ACK_MAX, 0, 0},
 	{"persistence", "restore_grace", K_DUR, F(restore_grace_ms), 0, 3600000,
 	 0, 0},
 	{"metrics", "listen", K_STR, F(metrics), 0, 0, 0, 0},
@@ -306,7 +308,7 @@ static int check(const struct dl_config *c, char *err, size_t errlen)
 	if (c->persist == DL_PERSIST_REDIS) {
 		if (dl_redis_url_parse(c->redis, &a) != 0) {
 			seterr(err, errlen,
-			       "redis: bad URL (expected redis://[:password@]host[:port][/db] or unix:///path.sock)");
+			       "redis: bad URL (expected redis://[:password@]host[:port][/db], unix:///path.sock or sentinel://[:password@]host:port,host:port/master)");
 			return DL_EBADARG;
 		}
 		dl_redis_addr_free(&a);
@@ -470,9 +472,15 @@ void dl_config_dump(const struct dl_config *c, int fd)
 
 void dl_redis_addr_free(struct dl_redis_addr *a)
 {
+	int i;
+
 	free(a->host);
 	free(a->path);
 	free(a->password);
+	free(a->master);
+	free(a->sentinel_password);
+	for (i = 0; i < a->nsentinels; i++)
+		free(a->sentinel_host[i]);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -491,15 +499,11 @@ static char *strndup_or_null(const char *s, size_t n)
 	return n ? strndup(s, n) : NULL;
 }
 
-static int parse_unix_url(const char *p, struct dl_redis_addr *a)
+/* ?db=N&password=P */
+static int parse_query(const char *q, struct dl_redis_addr *a)
 {
-	const char *q = strchr(p, '?');
 	const char *opt, *amp, *eq;
-	size_t plen = q ? (size_t)(q - p) : strlen(p);
 
-	if (plen == 0 || p[0] != '/')
-		return DL_EBADARG;
-	a->path = strndup(p, plen);
 	for (opt = q ? q + 1 : NULL; opt && *opt; opt = amp ? amp + 1 : NULL) {
 		amp = strchr(opt, '&');
 		eq = strchr(opt, '=');
@@ -516,7 +520,91 @@ static int parse_unix_url(const char *p, struct dl_redis_addr *a)
 			return DL_EBADARG;
 		}
 	}
-	return a->path ? 0 : DL_ENOMEM;
+	return 0;
+}
+
+static int parse_unix_url(const char *p, struct dl_redis_addr *a)
+{
+	const char *q = strchr(p, '?');
+	size_t plen = q ? (size_t)(q - p) : strlen(p);
+
+	if (plen == 0 || p[0] != '/')
+		return DL_EBADARG;
+	a->path = strndup(p, plen);
+	if (!a->path)
+		return DL_ENOMEM;
+	return parse_query(q, a);
+}
+
+/* One host[:port] of a Sentinel list ([v6]:port too). */
+static int parse_sentinel(const char *p, size_t n, struct dl_redis_addr *a)
+{
+	const char *colon = NULL, *h = p, *close;
+	size_t hlen = n;
+	int port = DL_SENTINEL_DEFAULT_PORT;
+
+	if (n == 0 || a->nsentinels == DL_SENTINELS_MAX)
+		return DL_EBADARG;
+	if (p[0] == '[') {
+		close = memchr(p, ']', n);
+		if (!close)
+			return DL_EBADARG;
+		h = p + 1;
+		hlen = (size_t)(close - p - 1);
+		if (close + 1 < p + n) {
+			if (close[1] != ':')
+				return DL_EBADARG;
+			colon = close + 1;
+		}
+	} else if ((colon = memchr(p, ':', n)) != NULL) {
+		hlen = (size_t)(colon - p);
+	}
+	if (hlen == 0 ||
+	    (colon && parse_int(colon + 1, (size_t)(p + n - colon - 1), 65535,
+				&port)) ||
+	    port == 0)
+		return DL_EBADARG;
+	a->sentinel_host[a->nsentinels] = strndup(h, hlen);
+	if (!a->sentinel_host[a->nsentinels])
+		return DL_ENOMEM;
+	a->sentinel_port[a->nsentinels++] = port;
+	return 0;
+}
+
+static int parse_sentinel_url(const char *p, struct dl_redis_addr *a)
+{
+	const char *at = strchr(p, '@'), *slash, *q, *comma, *colon;
+	int r;
+
+	slash = strchr(p, '/');
+	if (at && slash && at > slash)
+		at = NULL; /* an @ in the master's name or the query */
+	if (at) {
+		colon = memchr(p, ':', (size_t)(at - p));
+		if (!colon)
+			return DL_EBADARG;
+		a->sentinel_password =
+			strndup_or_null(colon + 1, (size_t)(at - colon - 1));
+		p = at + 1;
+	}
+	if (!slash || slash == p)
+		return DL_EBADARG;
+	while (p < slash) {
+		comma = memchr(p, ',', (size_t)(slash - p));
+		if ((r = parse_sentinel(p, (size_t)((comma ? comma : slash) - p),
+					a)) != 0)
+			return r;
+		p = comma ? comma + 1 : slash;
+	}
+	q = strchr(slash + 1, '?');
+	a->master = strndup(slash + 1, q ? (size_t)(q - slash - 1)
+					 : strlen(slash + 1));
+	if (!a->master)
+		return DL_ENOMEM;
+	if (!a->master[0] || strpbrk(a->master, " /"))
+		return DL_EBADARG;
+	a->port = 0;
+	return parse_query(q, a);
 }
 
 int dl_redis_url_parse(const char *url, struct dl_redis_addr *a)
@@ -529,6 +617,12 @@ int dl_redis_url_parse(const char *url, struct dl_redis_addr *a)
 	a->port = 6379;
 	if (strncmp(url, "unix://", 7) == 0) {
 		r = parse_unix_url(url + 7, a);
+		if (r)
+			dl_redis_addr_free(a);
+		return r;
+	}
+	if (strncmp(url, "sentinel://", 11) == 0) {
+		r = parse_sentinel_url(url + 11, a);
 		if (r)
 			dl_redis_addr_free(a);
 		return r;

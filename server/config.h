@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/limits.h"
+
 enum dl_persist { DL_PERSIST_NONE = 0, DL_PERSIST_REDIS = 1 };
 
 struct dl_config {
@@ -43,6 +45,7 @@ struct dl_config {
 	char *redis_prefix;
 	uint64_t redis_timeout_ms;
 	uint64_t restore_grace_ms;
+	uint64_t min_replicas_ack; /* WAIT for this many replicas: 0 off */
 	/* [metrics] */
 	char *metrics; /* host:port of the Prometheus page, "" off */
 	/* [cluster]: a node id makes this daemon a cluster member, which
@@ -88,15 +91,22 @@ int dl_config_apply_live(struct dl_config *cur, const struct dl_config *next);
 /* Writes the effective configuration as an INI file (secrets masked). */
 void dl_config_dump(const struct dl_config *c, int fd);
 
-/* A parsed redis URL: redis://[:password@]host[:port][/db] or
- * unix:///path.sock[?db=N][&password=P]. Strings are owned (free with
- * dl_redis_addr_free). */
+/* A parsed redis URL: redis://[:password@]host[:port][/db],
+ * unix:///path.sock[?db=N][&password=P], or
+ * sentinel://[:sentinel-password@]host[:port][,host[:port]...]/master[?db=N][&password=P]
+ * (the primary is asked of the Sentinels; host and port are then NULL
+ * and 0). Strings are owned (free with dl_redis_addr_free). */
 struct dl_redis_addr {
-	char *host; /* NULL for unix sockets */
+	char *host; /* NULL for unix sockets and Sentinel */
 	int port;
 	char *path;	/* unix socket path, NULL for TCP */
-	char *password; /* NULL when none */
+	char *password; /* the primary's; NULL when none */
 	int db;
+	char *master; /* Sentinel's name of the primary; NULL: no Sentinel */
+	char *sentinel_password;
+	int nsentinels;
+	char *sentinel_host[DL_SENTINELS_MAX];
+	int sentinel_port[DL_SENTINELS_MAX];
 };
 int dl_redis_url_parse(const char *url, struct dl_redis_addr *a);
 void dl_redis_addr_free(struct dl_redis_addr *a);

@@ -109,6 +109,11 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 NULL, 0},
 		{"leader_depositions", s->depositions, C,
 		 "Leaderships this daemon lost to another.", NULL, NULL, 0},
+		{"store_replica_waits", s->replica_waits, C,
+		 "WAITs sent for min_replicas_ack.", NULL, NULL, 0},
+		{"store_replica_shortfalls", s->replica_shortfalls, C,
+		 "WAITs answered by fewer replicas than min_replicas_ack.",
+		 NULL, NULL, 0},
 		{"leader_renewals", s->renewals, C,
 		 "Leadership renewals confirmed by Redis.", NULL, NULL, 0},
 	};

@@ -49,6 +49,9 @@
 #include "server/log.h"
 #include "server/store_private.h"
 
+/* The link's failure path is shared with store_find.c. */
+#define link_fail dl__link_fail
+
 /* Locks per FCALL of a re-sync: Redis serves others between chunks. */
 #define RESYNC_CHUNK 10000
 
@@ -130,6 +133,8 @@ uint64_t dl_store_epoch(const struct dl_store *st)
 
 int dl_store_available(const struct dl_store *st)
 {
+	if (st->replicas_short)
+		return 0;
 	/* An active past its own leadership deadline may have been replaced
 	 * already: it answers nothing about locks until a renewal confirms
 	 * it (the store's timer notices within DL_STORE_TICK_MS; this check
@@ -203,12 +208,13 @@ static void set_link(struct dl_store *st, enum link l)
 
 /* Lose the link: refuse changes, free the context, retry with backoff.
  * Safe inside hiredis callbacks (redisAsyncFree defers itself there). */
-static void link_fail(struct dl_store *st, const char *why)
+void dl__link_fail(struct dl_store *st, const char *why)
 {
 	redisAsyncContext *ac = st->ac;
 
 	if (st->link == LINK_DOWN)
 		return;
+	dl__find_cancel(st);
 	if (st->link == LINK_UP && st->active)
 		dl_warn("redis: %s; persistence down, refusing changes", why);
 	else
@@ -216,6 +222,7 @@ static void link_fail(struct dl_store *st, const char *why)
 	st->ac = NULL;
 	st->synced = 0;
 	st->lead_busy = 0;
+	st->replicas_short = 0; /* the next link re-syncs, and WAITs */
 	st->st.failures++;
 	set_link(st, LINK_DOWN);
 	st->retry_at_ms = uv_now(st->loop) + st->backoff_ms;
@@ -310,6 +317,7 @@ static void batch_pop(struct dl_store *st, struct batch *b)
 
 static void link_up(struct dl_store *st, const char *how)
 {
+	dl__watch_start(st);
 	dl_notice("redis: connected%s", how);
 	st->synced = 1;
 	st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
@@ -382,6 +390,60 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 	next_look(st, &lr);
 }
 
+static void resynced(struct dl_store *st)
+{
+	char how[96];
+
+	snprintf(how, sizeof(how), ", %zu locks re-synced in %llu ms",
+		 st->synced_locks,
+		 (unsigned long long)(uv_now(st->loop) - st->link_since_ms));
+	link_up(st, how);
+}
+
+/* min_replicas_ack: WAIT <n> <half of redis_timeout> after a batch. */
+static int send_wait(struct dl_store *st, enum batch_kind kind,
+		     uint64_t epoch)
+{
+	char n[24], ms[24];
+	const char *argv[3] = {"WAIT", n, ms};
+	size_t lens[3] = {4, 0, 0};
+
+	lens[1] = dl_u64_to_dec(st->cfg->min_replicas_ack, n);
+	lens[2] = dl_u64_to_dec(st->cfg->redis_timeout_ms / 2 + 1, ms);
+	st->st.replica_waits++;
+	return batch_send(st, kind, epoch, 3, argv, lens);
+}
+
+/* The replicas' answer. Enough: the batch (and all before it) is durable.
+ * Too few: its replies stay held -- an applied grant is never turned into
+ * an error, its client could not know the outcome -- and changes are
+ * refused until a WAIT succeeds; the link stays, and asks again. */
+static void on_wait(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
+		    const redisReply *r)
+{
+	uint64_t want = st->cfg->min_replicas_ack;
+
+	if (r->type == REDIS_REPLY_INTEGER && (uint64_t)r->integer >= want) {
+		if (st->replicas_short)
+			dl_notice("redis: %lld replicas acknowledge again; accepting changes",
+				  r->integer);
+		st->replicas_short = 0;
+		if (kind == BATCH_RESYNC_WAIT)
+			resynced(st);
+		else
+			commit(st, epoch);
+		return;
+	}
+	st->st.replica_shortfalls++;
+	if (!st->replicas_short)
+		dl_warn("redis: only %lld of %llu replicas acknowledged a write; holding its replies and refusing changes until they do",
+			r->type == REDIS_REPLY_INTEGER ? r->integer : -1LL,
+			(unsigned long long)want);
+	st->replicas_short = 1;
+	if (send_wait(st, kind, epoch))
+		link_fail(st, "cannot queue a WAIT");
+}
+
 static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct batch *b = priv;
@@ -389,7 +451,6 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 	enum batch_kind kind = b->kind;
 	uint64_t epoch = b->epoch, sent_ms = b->sent_ms;
 	const char *err;
-	char how[96];
 
 	batch_pop(st, b);
 	if (!reply || ac != st->ac)
@@ -405,12 +466,14 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 	}
 	if (kind == BATCH_RENEW || kind == BATCH_LOOK) {
 		on_lead(st, kind, reply, sent_ms);
+	} else if (kind == BATCH_WAIT || kind == BATCH_RESYNC_WAIT) {
+		on_wait(st, kind, epoch, reply);
+	} else if (st->cfg->min_replicas_ack &&
+		   (kind == BATCH_RESYNC || kind == BATCH_EPOCH)) {
+		/* Durable when the replicas have it too: the WAIT that
+		 * follows in the pipeline says so. */
 	} else if (kind == BATCH_RESYNC) {
-		snprintf(how, sizeof(how), ", %zu locks re-synced in %llu ms",
-			 st->synced_locks,
-			 (unsigned long long)(uv_now(st->loop) -
-					      st->link_since_ms));
-		link_up(st, how);
+		resynced(st);
 	} else if (kind == BATCH_EPOCH) {
 		commit(st, epoch);
 	}
@@ -459,7 +522,9 @@ void dl_store_flush(struct dl_store *st)
 	    dl_locktab_dirty_count(st->tab) == 0)
 		return;
 	dl_locktab_drain_dirty(st->tab, drain_cb, &x);
-	if (x.err || wb_send(st, BATCH_EPOCH, st->epoch)) {
+	if (x.err || wb_send(st, BATCH_EPOCH, st->epoch) ||
+	    (st->cfg->min_replicas_ack &&
+	     send_wait(st, BATCH_WAIT, st->epoch))) {
 		/* The drained changes are lost with the link; the re-sync
 		 * after reconnecting rewrites everything. */
 		dl__wb_reset(&st->wb);
@@ -485,6 +550,32 @@ static void on_handshake(redisAsyncContext *ac, void *reply, void *priv)
 	st->last_reply_ms = uv_now(st->loop);
 	if ((err = dl__store_reply_error(reply)) != NULL)
 		link_refused(st, "handshake", err);
+}
+
+static void on_role(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+	redisReply *r = reply;
+	char why[320];
+
+	if (!r || ac != st->ac)
+		return;
+	st->last_reply_ms = uv_now(st->loop);
+	if (r->type == REDIS_REPLY_ERROR) {
+		link_refused(st, "ROLE", r->str);
+		return;
+	}
+	if (r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+	    r->element[0]->type == REDIS_REPLY_STRING &&
+	    strcmp(r->element[0]->str, "master") == 0)
+		return;
+	snprintf(why, sizeof(why), "%s:%d is not a primary (ROLE %s)",
+		 st->primary_host, st->primary_port,
+		 r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+				 r->element[0]->type == REDIS_REPLY_STRING
+			 ? r->element[0]->str
+			 : "?");
+	link_fail(st, why);
 }
 
 struct resync_ctx {
@@ -537,7 +628,8 @@ static void on_members(redisAsyncContext *ac, void *reply, void *priv)
 	}
 	if (!x.err)
 		dl_locktab_foreach(st->tab, foreach_write, &x);
-	if (x.err || wb_send(st, BATCH_RESYNC, 0))
+	if (x.err || wb_send(st, BATCH_RESYNC, 0) ||
+	    (st->cfg->min_replicas_ack && send_wait(st, BATCH_RESYNC_WAIT, 0)))
 		link_fail(st, "re-sync failed");
 }
 
@@ -567,6 +659,7 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 	if (!st->active) {
 		st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
 		set_link(st, LINK_UP);
+		dl__watch_start(st);
 		dl__lead_describe(st, who, sizeof(who));
 		dl_info("redis: connected as a standby; the active daemon is %s",
 			who);
@@ -680,6 +773,11 @@ static int send_handshake(struct dl_store *st)
 	lens[1] = dl_u64_to_dec((uint64_t)a->db, db);
 	if (send_argv(st, on_handshake, st, 2, argv, lens))
 		return DL_EUNAVAILABLE;
+	/* A primary, not a replica (that Sentinel may still name). */
+	argv[0] = "ROLE";
+	lens[0] = 4;
+	if (send_argv(st, on_role, st, 1, argv, lens))
+		return DL_EUNAVAILABLE;
 	/* CLIENT LIST tells which daemon a connection is: dlockd:<node>. */
 	argv[0] = "CLIENT";
 	argv[1] = "SETNAME";
@@ -702,19 +800,15 @@ static int send_handshake(struct dl_store *st)
 	return send_lead(st, st->active ? LEAD_TAKE : LEAD_LOOK, on_take);
 }
 
-static void link_connect(struct dl_store *st)
+void dl__link_open(struct dl_store *st, const char *ip, int port)
 {
-	const struct dl_redis_addr *a = &st->addr;
 	redisAsyncContext *ac;
 
-	ac = a->path ? redisAsyncConnectUnix(a->path)
-		     : redisAsyncConnect(a->host, a->port);
-	set_link(st, LINK_CONNECTING);
-	st->st.reconnects++;
+	ac = ip ? redisAsyncConnect(ip, port)
+		: redisAsyncConnectUnix(st->addr.path);
 	if (!ac || ac->err) {
 		if (ac)
 			redisAsyncFree(ac);
-		st->link = LINK_CONNECTING; /* so that link_fail counts it */
 		link_fail(st, "cannot create a connection");
 		return;
 	}
@@ -730,6 +824,14 @@ static void link_connect(struct dl_store *st)
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	if (send_handshake(st))
 		link_fail(st, "cannot queue a command");
+}
+
+/* A new connection: find the primary first (store_find.c). */
+static void link_connect(struct dl_store *st)
+{
+	set_link(st, LINK_CONNECTING);
+	st->st.reconnects++;
+	dl__find_primary(st);
 }
 
 static void on_tick(uv_timer_t *t)
@@ -757,6 +859,7 @@ static void on_tick(uv_timer_t *t)
 			link_fail(st, "timed out connecting");
 		break;
 	case LINK_UP:
+		dl__watch_start(st); /* again, if the watch was lost */
 		if (st->head && (now_us() - st->head->sent_us) / 1000 >
 					st->cfg->redis_timeout_ms) {
 			link_fail(st, "no reply within redis_timeout");
@@ -793,6 +896,7 @@ int dl_store_take_over(struct dl_store *st, int start, char *err,
 	redisAsyncContext *ac = st->ac;
 	int r;
 
+	dl__find_cancel(st);
 	if (ac) {
 		/* The standby's link: nothing of it is needed any more. */
 		st->ac = NULL;
@@ -830,6 +934,7 @@ static void stop_now(struct dl_store *st)
 {
 	redisAsyncContext *ac = st->ac;
 
+	dl__find_stop(st);
 	if (ac) {
 		st->ac = NULL;
 		st->link =

@@ -75,6 +75,8 @@ struct dl_store_stats {
 	uint64_t takeovers; /* leaderships taken (start-up included) */
 	uint64_t depositions; /* leaderships lost to another daemon */
 	uint64_t renewals;    /* leadership renewals confirmed */
+	uint64_t replica_waits; /* WAITs sent (min_replicas_ack) */
+	uint64_t replica_shortfalls; /* WAITs answered with too few */
 };
 
 /* The store borrows cfg, loop and tab for its life. */

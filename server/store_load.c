@@ -130,12 +130,16 @@ static int connect_redis(struct load_ctx *x)
 	uint64_t t = x->st->cfg->redis_timeout_ms;
 	struct timeval tv = {(time_t)(t / 1000),
 			     (suseconds_t)(t % 1000) * 1000};
-	char db[24];
+	char db[24], host[256];
 	redisReply *r;
-	int rc = 0;
+	int rc = 0, port;
 
+	if (!a->path &&
+	    dl__find_primary_sync(x->st, host, sizeof(host), &port, x->err,
+				  x->errlen) != 0)
+		return DL_EUNAVAILABLE;
 	x->c = a->path ? redisConnectUnixWithTimeout(a->path, tv)
-		       : redisConnectWithTimeout(a->host, a->port, tv);
+		       : redisConnectWithTimeout(host, port, tv);
 	if (!x->c || x->c->err)
 		return set_err(x, DL_EUNAVAILABLE, "%s",
 			       x->c ? x->c->errstr : "out of memory");
@@ -148,6 +152,17 @@ static int connect_redis(struct load_ctx *x)
 	snprintf(db, sizeof(db), "%d", a->db);
 	if (!(r = RUN(x, &rc, 1, "SELECT", db)))
 		return rc;
+	freeReplyObject(r);
+	if (!(r = RUN(x, &rc, 0, "ROLE")))
+		return rc;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements == 0 ||
+	    r->element[0]->type != REDIS_REPLY_STRING ||
+	    strcmp(r->element[0]->str, "master") != 0) {
+		freeReplyObject(r);
+		return set_err(x, DL_EUNAVAILABLE,
+			       "%s:%d is not a primary (a replica?)",
+			       a->path ? a->path : host, a->path ? 0 : port);
+	}
 	freeReplyObject(r);
 	if (!(r = RUN(x, &rc, 0, "CLIENT", "SETNAME", x->st->client_name)))
 		return rc;

@@ -20,6 +20,8 @@ enum batch_kind {
 	BATCH_PING,	   /* keep-alive of an idle link */
 	BATCH_RENEW,	   /* the active renews its leadership */
 	BATCH_LOOK,	   /* a standby looks at the leadership */
+	BATCH_WAIT,	   /* WAIT for replicas: commits its epoch */
+	BATCH_RESYNC_WAIT, /* WAIT after a re-sync: brings the link up */
 };
 
 /* One awaited reply; kept in send order, which is reply order. */
@@ -99,9 +101,43 @@ struct dl_store {
 	struct dl_leader leader; /* the active as last seen (or this one) */
 	uint64_t lead_next_ms;	 /* next renewal (active) or look (standby) */
 	int lead_busy;		 /* a renewal or look awaits its reply */
+	int replicas_short;	 /* a WAIT fell short: changes refused */
 	uint64_t lead_sent_ms;	 /* when the last take or look was sent */
 	int stopping;		 /* dl_store_stop() called: no reconnects */
+
+	/* Finding the primary (store_find.c). */
+	unsigned find_gen;	/* the current connection attempt */
+	void *resolving;	/* a uv_getaddrinfo under way, or NULL */
+	redisAsyncContext *sac; /* asking a Sentinel */
+	redisAsyncContext *sub; /* watching +switch-master */
+	int sentinel_i;		/* the Sentinel to ask next */
+	int sentinel_tries;	/* asked in this round */
+	char sentinel_ip[64];	/* the last one that answered */
+	int sentinel_port;
+	char primary_host[256]; /* the primary, as named (logs) */
+	int primary_port;
 };
+
+/* ---- store.c, for store_find.c ---- */
+
+/* Lose the link (see store.c). */
+void dl__link_fail(struct dl_store *st, const char *why);
+/* Connect to ip:port (NULL: the unix socket) and start the handshake. */
+void dl__link_open(struct dl_store *st, const char *ip, int port);
+
+/* ---- store_find.c: finding the primary ---- */
+
+/* Resolve, ask Sentinel, then dl__link_open() (or dl__link_fail()). */
+void dl__find_primary(struct dl_store *st);
+/* Abandon the attempt under way (a link failure). */
+void dl__find_cancel(struct dl_store *st);
+/* Watch +switch-master (Sentinel only; idempotent). */
+void dl__watch_start(struct dl_store *st);
+/* Everything, at a stop. */
+void dl__find_stop(struct dl_store *st);
+/* Blocking: the primary's host and port (the loader). */
+int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
+			  int *port, char *err, size_t errlen);
 
 /* ---- store_lead.c: the leadership ---- */
 

@@ -269,6 +269,52 @@ Test(config, redis_urls)
 	cr_assert(eq(int, dl_redis_url_parse("tcp://h:1", &a), DL_EBADARG));
 }
 
+Test(config, sentinel_urls)
+{
+	struct dl_redis_addr a;
+
+	cr_assert(eq(int,
+		     dl_redis_url_parse("sentinel://:sp@10.0.0.1:26380,h2,[::1]:"
+					"5000/mymaster?db=2&password=rp",
+					&a),
+		     0));
+	cr_assert(eq(int, a.nsentinels, 3));
+	cr_assert_str_eq(a.sentinel_host[0], "10.0.0.1");
+	cr_assert(eq(int, a.sentinel_port[0], 26380));
+	cr_assert_str_eq(a.sentinel_host[1], "h2");
+	cr_assert(eq(int, a.sentinel_port[1], DL_SENTINEL_DEFAULT_PORT));
+	cr_assert_str_eq(a.sentinel_host[2], "::1");
+	cr_assert(eq(int, a.sentinel_port[2], 5000));
+	cr_assert_str_eq(a.master, "mymaster");
+	cr_assert_str_eq(a.sentinel_password, "sp");
+	cr_assert_str_eq(a.password, "rp");
+	cr_assert(eq(int, a.db, 2));
+	cr_assert_null(a.host);
+	dl_redis_addr_free(&a);
+
+	cr_assert(eq(int, dl_redis_url_parse("sentinel://h/m", &a), 0));
+	cr_assert(eq(int, a.nsentinels, 1));
+	cr_assert_null(a.sentinel_password);
+	cr_assert_null(a.password);
+	dl_redis_addr_free(&a);
+
+	/* no master, no Sentinel, too many, bad port, empty entry */
+	cr_assert(eq(int, dl_redis_url_parse("sentinel://h:1", &a), DL_EBADARG));
+	cr_assert(eq(int, dl_redis_url_parse("sentinel://h/", &a), DL_EBADARG));
+	cr_assert(eq(int, dl_redis_url_parse("sentinel:///m", &a), DL_EBADARG));
+	cr_assert(eq(int,
+		     dl_redis_url_parse("sentinel://a,b,c,d,e,f,g,h,i/m", &a),
+		     DL_EBADARG));
+	cr_assert(eq(int, dl_redis_url_parse("sentinel://h:0/m", &a),
+		     DL_EBADARG));
+	cr_assert(eq(int, dl_redis_url_parse("sentinel://h:x/m", &a),
+		     DL_EBADARG));
+	cr_assert(eq(int, dl_redis_url_parse("sentinel://a,,b/m", &a),
+		     DL_EBADARG));
+	cr_assert(eq(int, dl_redis_url_parse("sentinel://h/m?x=1", &a),
+		     DL_EBADARG));
+}
+
 Test(config, loopback_addresses)
 {
 	cr_assert(dl_addr_is_loopback("127.0.0.1"));

@@ -1,0 +1,433 @@
+/*
+ * store_find.c -- finding the Redis primary before each connection.
+ *
+ * Host names are resolved on the loop (uv_getaddrinfo on libuv's thread
+ * pool), never by a blocking call: hiredis is only given addresses. With
+ * a sentinel:// URL the primary is asked of the Sentinels, in turn, on
+ * every connection (so every link error ends with asking again):
+ *
+ *   resolve sentinel i -> connect -> [AUTH] -> SENTINEL
+ *   get-master-addr-by-name <master> -> resolve the primary -> connect
+ *
+ * A Sentinel that cannot be reached or does not know the master passes
+ * the question to the next; when all of them failed once, the link fails
+ * and is retried with backoff (store.c). The connection to the primary
+ * then checks ROLE (store.c's handshake): a Sentinel may name a primary
+ * that has just been demoted.
+ *
+ * A failover can also happen while the link works: a second connection
+ * to the Sentinel that answered (the watch) subscribes to +switch-master,
+ * and a message about our master ends the link at once. The next
+ * connection finds the new primary and, as after any loss, rewrites the
+ * whole table to it (it may lack the last writes of the old one).
+ *
+ * Every step checks that it still belongs to the current attempt
+ * (st->find_gen): an attempt abandoned by a timeout or a stop leaves its
+ * late callbacks nothing to do.
+ */
+#include <arpa/inet.h>
+#include <hiredis/adapters/libuv.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/log.h"
+#include "server/store_private.h"
+
+struct resolve {
+	uv_getaddrinfo_t req;
+	struct dl_store *st;
+	unsigned gen;
+	int port;
+	int sentinel; /* resolving a Sentinel, not the primary */
+	char host[256];
+};
+
+static void sentinel_ask(struct dl_store *st, const char *ip, int port);
+static void next_sentinel(struct dl_store *st, const char *why);
+
+/* The attempt is still the current one. */
+static int current(const struct dl_store *st, unsigned gen)
+{
+	return gen == st->find_gen && st->link == LINK_CONNECTING &&
+	       !st->stopping;
+}
+
+static void go(struct dl_store *st, const char *ip, int port, int sentinel)
+{
+	if (sentinel)
+		sentinel_ask(st, ip, port);
+	else
+		dl__link_open(st, ip, port);
+}
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+	struct resolve *r = req->data;
+	struct dl_store *st = r->st;
+	char ip[INET6_ADDRSTRLEN] = "", why[320];
+
+	if (status == 0 && res) {
+		if (res->ai_family == AF_INET6)
+			uv_ip6_name((struct sockaddr_in6 *)res->ai_addr, ip,
+				    sizeof(ip));
+		else
+			uv_ip4_name((struct sockaddr_in *)res->ai_addr, ip,
+				    sizeof(ip));
+	}
+	if (res)
+		uv_freeaddrinfo(res);
+	if (current(st, r->gen)) {
+		st->resolving = NULL;
+		if (ip[0]) {
+			go(st, ip, r->port, r->sentinel);
+		} else {
+			snprintf(why, sizeof(why), "cannot resolve %s: %s",
+				 r->host,
+				 status ? uv_strerror(status) : "no address");
+			if (r->sentinel)
+				next_sentinel(st, why);
+			else
+				dl__link_fail(st, why);
+		}
+	}
+	free(r);
+}
+
+/* host -> an address, then go on (at once when host is one). */
+static void resolve(struct dl_store *st, const char *host, int port,
+		    int sentinel)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
+	unsigned char buf[sizeof(struct in6_addr)];
+	struct resolve *r;
+	int e;
+
+	if (inet_pton(AF_INET, host, buf) == 1 ||
+	    inet_pton(AF_INET6, host, buf) == 1) {
+		go(st, host, port, sentinel);
+		return;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		dl__link_fail(st, "out of memory");
+		return;
+	}
+	r->st = st;
+	r->gen = st->find_gen;
+	r->port = port;
+	r->sentinel = sentinel;
+	snprintf(r->host, sizeof(r->host), "%s", host);
+	r->req.data = r;
+	e = uv_getaddrinfo(st->loop, &r->req, on_resolved, r->host, NULL,
+			   &hints);
+	if (e != 0) {
+		free(r);
+		dl__link_fail(st, uv_strerror(e));
+		return;
+	}
+	st->resolving = r;
+}
+
+/* ---- Sentinel: who is the primary ---------------------------------------- */
+
+static void free_ctx(redisAsyncContext **cp)
+{
+	redisAsyncContext *c = *cp;
+
+	*cp = NULL;
+	if (c)
+		redisAsyncFree(c); /* deferred when inside its callback */
+}
+
+static void on_master(redisAsyncContext *c, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+	redisReply *r = reply;
+	char why[300];
+
+	if (!r || c != st->sac)
+		return;
+	st->last_reply_ms = uv_now(st->loop);
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+	    r->element[0]->type == REDIS_REPLY_STRING &&
+	    r->element[1]->type == REDIS_REPLY_STRING &&
+	    r->element[0]->len < sizeof(st->primary_host) &&
+	    atoi(r->element[1]->str) > 0 && atoi(r->element[1]->str) < 65536) {
+		memcpy(st->primary_host, r->element[0]->str,
+		       r->element[0]->len);
+		st->primary_host[r->element[0]->len] = '\0';
+		st->primary_port = atoi(r->element[1]->str);
+		st->sentinel_tries = 0;
+		free_ctx(&st->sac);
+		resolve(st, st->primary_host, st->primary_port, 0);
+		return;
+	}
+	snprintf(why, sizeof(why), "SENTINEL get-master-addr-by-name %s: %s",
+		 st->addr.master,
+		 r->type == REDIS_REPLY_ERROR ? r->str
+		 : r->type == REDIS_REPLY_NIL ? "unknown master"
+					      : "not an address");
+	next_sentinel(st, why);
+}
+
+static void on_sentinel_auth(redisAsyncContext *c, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+	redisReply *r = reply;
+	char why[300];
+
+	if (!r || c != st->sac || r->type != REDIS_REPLY_ERROR)
+		return;
+	snprintf(why, sizeof(why), "AUTH: %s", r->str);
+	next_sentinel(st, why);
+}
+
+static void on_sac_connect(const redisAsyncContext *c, int status)
+{
+	struct dl_store *st = c->data;
+
+	if (c != st->sac || status == REDIS_OK)
+		return;
+	st->sac = NULL; /* hiredis frees it */
+	next_sentinel(st, c->errstr[0] ? c->errstr : "cannot connect");
+}
+
+static void on_sac_disconnect(const redisAsyncContext *c, int status)
+{
+	struct dl_store *st = c->data;
+
+	(void)status;
+	if (c != st->sac)
+		return;
+	st->sac = NULL;
+	next_sentinel(st, c->errstr[0] ? c->errstr : "connection closed");
+}
+
+/* AUTH and the question, on a connection of its own. */
+static redisAsyncContext *sentinel_connect(struct dl_store *st, const char *ip,
+					   int port,
+					   redisConnectCallback *on_conn,
+					   redisDisconnectCallback *on_disc,
+					   redisCallbackFn *on_auth)
+{
+	const struct dl_redis_addr *a = &st->addr;
+	redisAsyncContext *c = redisAsyncConnect(ip, port);
+
+	if (!c || c->err) {
+		if (c)
+			redisAsyncFree(c);
+		return NULL;
+	}
+	c->data = st;
+	if (redisLibuvAttach(c, st->loop) != REDIS_OK) {
+		redisAsyncFree(c);
+		return NULL;
+	}
+	redisAsyncSetConnectCallback(c, on_conn);
+	redisAsyncSetDisconnectCallback(c, on_disc);
+	if (a->sentinel_password)
+		redisAsyncCommand(c, on_auth, st, "AUTH %s",
+				  a->sentinel_password);
+	return c;
+}
+
+static void sentinel_ask(struct dl_store *st, const char *ip, int port)
+{
+	redisAsyncContext *c;
+
+	c = sentinel_connect(st, ip, port, on_sac_connect, on_sac_disconnect,
+			     on_sentinel_auth);
+	if (!c) {
+		next_sentinel(st, "cannot create a connection");
+		return;
+	}
+	st->sac = c;
+	snprintf(st->sentinel_ip, sizeof(st->sentinel_ip), "%s", ip);
+	st->sentinel_port = port;
+	if (redisAsyncCommand(c, on_master, st,
+			      "SENTINEL get-master-addr-by-name %s",
+			      st->addr.master) != REDIS_OK)
+		next_sentinel(st, "cannot queue a command");
+}
+
+static void next_sentinel(struct dl_store *st, const char *why)
+{
+	const struct dl_redis_addr *a = &st->addr;
+	int i = st->sentinel_i;
+
+	dl_info("redis: Sentinel %s:%d: %s", a->sentinel_host[i],
+		a->sentinel_port[i], why);
+	free_ctx(&st->sac);
+	st->sentinel_i = (i + 1) % a->nsentinels;
+	if (++st->sentinel_tries >= a->nsentinels) {
+		st->sentinel_tries = 0;
+		dl__link_fail(st, "no Sentinel named the primary");
+		return;
+	}
+	i = st->sentinel_i;
+	resolve(st, a->sentinel_host[i], a->sentinel_port[i], 1);
+}
+
+void dl__find_primary(struct dl_store *st)
+{
+	const struct dl_redis_addr *a = &st->addr;
+	int i = st->sentinel_i;
+
+	st->find_gen++;
+	if (a->master) {
+		resolve(st, a->sentinel_host[i], a->sentinel_port[i], 1);
+	} else if (a->path) {
+		dl__link_open(st, NULL, 0);
+	} else {
+		snprintf(st->primary_host, sizeof(st->primary_host), "%s",
+			 a->host);
+		st->primary_port = a->port;
+		resolve(st, a->host, a->port, 0);
+	}
+}
+
+void dl__find_cancel(struct dl_store *st)
+{
+	st->find_gen++; /* a resolution under way finds itself stale */
+	if (st->resolving) {
+		uv_cancel((uv_req_t *)&((struct resolve *)st->resolving)->req);
+		st->resolving = NULL;
+	}
+	free_ctx(&st->sac);
+}
+
+/* ---- the watch: +switch-master ------------------------------------------- */
+
+static void on_switch(redisAsyncContext *c, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+	redisReply *r = reply, *m;
+	char name[128], from[64], to[64], why[320];
+	int fport, tport;
+
+	if (!r || c != st->sub || r->type != REDIS_REPLY_ARRAY ||
+	    r->elements != 3)
+		return;
+	m = r->element[2];
+	if (r->element[0]->type != REDIS_REPLY_STRING ||
+	    strcmp(r->element[0]->str, "message") != 0 ||
+	    m->type != REDIS_REPLY_STRING ||
+	    sscanf(m->str, "%127s %63s %d %63s %d", name, from, &fport, to,
+		   &tport) != 5 ||
+	    strcmp(name, st->addr.master) != 0)
+		return;
+	dl_notice("redis: Sentinel: primary %s moved from %s:%d to %s:%d",
+		  name, from, fport, to, tport);
+	snprintf(why, sizeof(why), "the primary moved to %s:%d", to, tport);
+	if (st->link != LINK_DOWN)
+		dl__link_fail(st, why);
+}
+
+static void on_sub_connect(const redisAsyncContext *c, int status)
+{
+	struct dl_store *st = c->data;
+
+	if (c == st->sub && status != REDIS_OK)
+		st->sub = NULL; /* hiredis frees it; the timer tries again */
+}
+
+static void on_sub_disconnect(const redisAsyncContext *c, int status)
+{
+	struct dl_store *st = c->data;
+
+	(void)status;
+	if (c == st->sub)
+		st->sub = NULL;
+}
+
+static void on_sub_auth(redisAsyncContext *c, void *reply, void *priv)
+{
+	(void)c;
+	(void)reply;
+	(void)priv; /* a refused AUTH makes the SUBSCRIBE fail: logged there */
+}
+
+void dl__watch_start(struct dl_store *st)
+{
+	redisAsyncContext *c;
+
+	if (!st->addr.master || st->sub || !st->sentinel_ip[0] || st->stopping)
+		return;
+	c = sentinel_connect(st, st->sentinel_ip, st->sentinel_port,
+			     on_sub_connect, on_sub_disconnect, on_sub_auth);
+	if (!c)
+		return;
+	st->sub = c;
+	if (redisAsyncCommand(c, on_switch, st, "SUBSCRIBE +switch-master") !=
+	    REDIS_OK)
+		free_ctx(&st->sub);
+}
+
+void dl__find_stop(struct dl_store *st)
+{
+	dl__find_cancel(st);
+	free_ctx(&st->sub);
+}
+
+/* ---- the same, blocking (the start-up load) ------------------------------ */
+
+int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
+			  int *port, char *err, size_t errlen)
+{
+	const struct dl_redis_addr *a = &st->addr;
+	uint64_t t = st->cfg->redis_timeout_ms;
+	struct timeval tv = {(time_t)(t / 1000),
+			     (suseconds_t)(t % 1000) * 1000};
+	redisContext *c;
+	redisReply *r;
+	int k, i;
+
+	if (!a->master) {
+		snprintf(host, hostlen, "%s", a->host ? a->host : "");
+		*port = a->port;
+		return 0;
+	}
+	snprintf(err, errlen, "no Sentinel answered");
+	for (k = 0; k < a->nsentinels; k++) {
+		i = (st->sentinel_i + k) % a->nsentinels;
+		c = redisConnectWithTimeout(a->sentinel_host[i],
+					    a->sentinel_port[i], tv);
+		if (!c || c->err) {
+			snprintf(err, errlen, "Sentinel %s:%d: %s",
+				 a->sentinel_host[i], a->sentinel_port[i],
+				 c ? c->errstr : "out of memory");
+			redisFree(c);
+			continue;
+		}
+		redisSetTimeout(c, tv);
+		r = a->sentinel_password
+			    ? redisCommand(c, "AUTH %s", a->sentinel_password)
+			    : NULL;
+		if (r)
+			freeReplyObject(r);
+		r = redisCommand(c, "SENTINEL get-master-addr-by-name %s",
+				 a->master);
+		if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+		    r->element[0]->type == REDIS_REPLY_STRING &&
+		    r->element[1]->type == REDIS_REPLY_STRING) {
+			snprintf(host, hostlen, "%s", r->element[0]->str);
+			*port = atoi(r->element[1]->str);
+			st->sentinel_i = i;
+			freeReplyObject(r);
+			redisFree(c);
+			return 0;
+		}
+		snprintf(err, errlen,
+			 "Sentinel %s:%d: SENTINEL get-master-addr-by-name %s: %s",
+			 a->sentinel_host[i], a->sentinel_port[i], a->master,
+			 !r			      ? c->errstr
+			 : r->type == REDIS_REPLY_ERROR ? r->str
+							: "unknown master");
+		if (r)
+			freeReplyObject(r);
+		redisFree(c);
+	}
+	return DL_EUNAVAILABLE;
+}
