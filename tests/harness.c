@@ -327,6 +327,73 @@ void h_redis_cleanup(struct h_redis *r)
 	rm_dir(r->dir);
 }
 
+void h_redis_start_replica(struct h_redis *r, const struct h_redis *primary)
+{
+	memset(r, 0, sizeof(*r));
+	make_dir(r->dir, "replica");
+	snprintf(r->host, sizeof(r->host), "127.0.0.1");
+	r->port = h_free_port();
+	snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
+	snprintf(r->url, sizeof(r->url), "redis://%s:%d/0", r->host, r->port);
+	snprintf(r->replicaof, sizeof(r->replicaof), "%d", primary->port);
+	r->extra[r->nextra++] = "--replicaof";
+	r->extra[r->nextra++] = "127.0.0.1";
+	r->extra[r->nextra++] = r->replicaof;
+	redis_spawn(r, "always");
+}
+
+void h_sentinel_start(struct h_sentinel *s, const char *master,
+		      const struct h_redis *primary)
+{
+	char conf[H_PATH_MAX], log[H_PATH_MAX];
+	const char *argv[3] = {"redis-sentinel", conf, NULL};
+	uint64_t end = h_now_ms() + 10000;
+	struct h_redis probe;
+	FILE *f;
+
+	memset(s, 0, sizeof(*s));
+	make_dir(s->dir, "sentinel");
+	s->port = h_free_port();
+	snprintf(conf, sizeof(conf), "%s/sentinel.conf", s->dir);
+	snprintf(log, sizeof(log), "%s/sentinel.log", s->dir);
+	f = fopen(conf, "w");
+	cr_assert(f != NULL);
+	fprintf(f,
+		"port %d\nbind 127.0.0.1\ndir %s\nprotected-mode no\n"
+		"sentinel monitor %s 127.0.0.1 %d 2\n"
+		"sentinel down-after-milliseconds %s 1000\n"
+		"sentinel failover-timeout %s 3000\n"
+		"sentinel parallel-syncs %s 1\n",
+		s->port, s->dir, master, primary->port, master, master, master);
+	fclose(f);
+	s->pid = spawn(argv, log);
+	memset(&probe, 0, sizeof(probe));
+	snprintf(probe.host, sizeof(probe.host), "127.0.0.1");
+	probe.port = s->port;
+	while (!redis_answers(&probe, 0)) {
+		if (h_now_ms() > end || wait_exit(s->pid, 0) >= 0) {
+			print_file(log);
+			cr_assert_fail("redis-sentinel did not start");
+		}
+		h_sleep_ms(10);
+	}
+}
+
+void h_sentinel_stop(struct h_sentinel *s)
+{
+	if (s->pid > 0) {
+		kill(s->pid, SIGTERM);
+		if (wait_exit(s->pid, 10000) < 0) {
+			kill(s->pid, SIGKILL);
+			wait_exit(s->pid, 10000);
+		}
+		s->pid = 0;
+	}
+	if (s->dir[0])
+		rm_dir(s->dir);
+	s->dir[0] = '\0';
+}
+
 /* ---- dlockd
  * ------------------------------------------------------------------ */
 

@@ -35,6 +35,14 @@ struct h_redis {
 	const char *extra[8];  /* more arguments for the next (re)start */
 	int nextra;
 	int loading_ok; /* the next (re)start returns while it loads */
+	char replicaof[16]; /* the primary's port, for a replica */
+};
+
+/* A redis-sentinel process (Sentinel: finds and fails over a primary). */
+struct h_sentinel {
+	pid_t pid;
+	int port;
+	char dir[H_DIR_MAX];
 };
 
 struct h_daemon {
@@ -78,6 +86,13 @@ void h_redis_kill9(struct h_redis *r); /* SIGKILL, wait */
 /* Run a redis-cli command against it; returns its stdout (static). */
 const char *h_redis_cli(const struct h_redis *r, const char *cmd);
 void h_redis_cleanup(struct h_redis *r); /* rm -rf its directory */
+/* A replica of `primary` (appendfsync always), on a port of its own. */
+void h_redis_start_replica(struct h_redis *r, const struct h_redis *primary);
+/* A Sentinel watching `primary` as `master` (quorum 2, down after 1 s,
+ * fail-over timeout 3 s); waits until it answers. */
+void h_sentinel_start(struct h_sentinel *s, const char *master,
+		      const struct h_redis *primary);
+void h_sentinel_stop(struct h_sentinel *s); /* and rm -rf its directory */
 
 /* Start dlockd on a free port with the given extra arguments (a NULL
  * terminated list, e.g. "--persist", "none", NULL), and wait until it

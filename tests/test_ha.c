@@ -512,3 +512,176 @@ Test(ha, no_reads_without_a_confirmed_leadership)
 	h_close(c);
 	cr_assert_eq(h_daemon_stop(&a), 0);
 }
+
+/* ---- Redis Sentinel --------------------------------------------------------- */
+
+static struct h_redis rp, rq, rq2; /* primary, replicas */
+static struct h_sentinel sn[3];
+static char sentinel_url[256];
+
+static void sentinel_init(void)
+{
+	int i;
+
+	h_redis_start(&rp, "always");
+	/* replicas sync at once, not after Redis's 5 s default */
+	h_redis_cli(&rp, "CONFIG SET repl-diskless-sync-delay 0");
+	h_redis_start_replica(&rq, &rp);
+	h_redis_start_replica(&rq2, &rp);
+	h_redis_cli(&rq, "CONFIG SET repl-diskless-sync-delay 0");
+	h_redis_cli(&rq2, "CONFIG SET repl-diskless-sync-delay 0");
+	for (i = 0; i < 3; i++)
+		h_sentinel_start(&sn[i], "dm", &rp);
+	snprintf(sentinel_url, sizeof(sentinel_url),
+		 "sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/dm",
+		 sn[0].port, sn[1].port, sn[2].port);
+	/* the replicas are in sync before anything is written */
+	cr_assert(h_redis_wait(&rq, "INFO replication", "master_link_status:up",
+			       1, 10000));
+	cr_assert(h_redis_wait(&rq2, "INFO replication",
+			       "master_link_status:up", 1, 10000));
+}
+
+static void sentinel_fini(void)
+{
+	int i;
+
+	h_daemon_cleanup(&a);
+	for (i = 0; i < 3; i++)
+		h_sentinel_stop(&sn[i]);
+	h_redis_cleanup(&rq2);
+	h_redis_cleanup(&rq);
+	h_redis_cleanup(&rp);
+}
+
+TestSuite(sentinel, .init = sentinel_init, .fini = sentinel_fini,
+	  .timeout = 120);
+
+/* kill -9 of the Redis primary and of dlockd together, under
+ * min_replicas_ack = 1: Sentinel promotes a replica, dlockd started again
+ * finds it through Sentinel and loads every grant it had acknowledged;
+ * tokens go on growing. (dlockd's own memory cannot help here: it died
+ * with the primary.) The other replica follows the new primary, so that
+ * one replica still acknowledges. */
+Test(sentinel, primary_lost_with_the_daemon_loses_no_acknowledged_grant)
+{
+	enum { N = 20 };
+	struct h_client *c;
+	uint64_t tok[N], t0, tz;
+	char name[16], owner[16], *l;
+	int i;
+
+	h_daemon_write_conf(&a, "[persistence]\nmin_replicas_ack = 1\n"
+				"redis_timeout = 1s\n");
+	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis",
+		       sentinel_url, NULL);
+	c = h_hello(a.port, "alice");
+	for (i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "k%d", i);
+		tok[i] = h_lock(c, name, "ttl=60s");
+	}
+	cr_assert_geq(h_stats_value(c, "store_replica_waits"), 1);
+	h_close(c);
+
+	h_redis_kill9(&rp);
+	h_daemon_kill9(&a);
+	t0 = h_now_ms();
+	h_daemon_restart(&a);
+	c = h_hello(a.port, "bob");
+	for (;;) {
+		/* held until a replica of the new primary acknowledges */
+		h_send(c, "TRYLOCK z ttl=5s");
+		l = h_read(c, 30000);
+		cr_assert(l != NULL, "no reply within 30 s");
+		if (!starts(l, "ERR UNAVAILABLE"))
+			break;
+		cr_assert_lt(h_now_ms() - t0, 30000, "no fail-over: %s", l);
+		h_sleep_ms(100);
+	}
+	cr_log_info("service back %llu ms after the primary died",
+		    (unsigned long long)(h_now_ms() - t0));
+	cr_assert(starts(l, "OK GRANTED z "), "\"%s\"", l);
+	tz = h_arg_u64(l, 1);
+	cr_assert_gt(tz, tok[N - 1], "tokens go on growing");
+	for (i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "k%d", i);
+		expect_held(c, name, "alice", tok[i]);
+	}
+	cr_assert(strstr(h_redis_cli(&rq, "ROLE"), "master") != NULL ||
+			  strstr(h_redis_cli(&rq2, "ROLE"), "master") != NULL,
+		  "a replica was promoted");
+	h_close(c);
+	(void)owner;
+	cr_assert_eq(h_daemon_stop(&a), 0);
+}
+
+/* The primary dies under a running dlockd: it follows Sentinel to the new
+ * primary by itself (+switch-master or the lost link), re-syncs its table
+ * there, and clients keep their leases. */
+Test(sentinel, daemon_follows_a_failover)
+{
+	struct h_client *c;
+	uint64_t t, t0;
+	char *l;
+
+	h_daemon_start(&a, "--persist", "redis", "--redis", sentinel_url,
+		       NULL);
+	c = h_hello(a.port, "alice");
+	t = h_lock(c, "x", "ttl=60s");
+	h_redis_kill9(&rp);
+	t0 = h_now_ms();
+	for (;;) {
+		l = h_call(c, "TRYLOCK y ttl=5s");
+		if (!starts(l, "ERR UNAVAILABLE"))
+			break;
+		cr_assert_lt(h_now_ms() - t0, 30000, "no fail-over: %s", l);
+		h_sleep_ms(100);
+	}
+	cr_log_info("writes back %llu ms after the primary died",
+		    (unsigned long long)(h_now_ms() - t0));
+	cr_assert(starts(l, "OK GRANTED y "), "\"%s\"", l);
+	expect_held(c, "x", "alice", t);
+	cr_assert(strstr(h_redis_cli(&rq, "ROLE"), "master") ?
+			  h_redis_wait(&rq, "EXISTS dlock:lock:x", "1", 1, 5000)
+			  : h_redis_wait(&rq2, "EXISTS dlock:lock:x", "1", 1,
+					 5000),
+		  "the table was re-synced to the new primary");
+	cr_assert(h_daemon_log_has(&a, "re-synced"));
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+}
+
+/* min_replicas_ack = 1 while no replica acknowledges (both stopped): a
+ * grant's reply is held, not turned into an error (it was applied), and
+ * other changes are refused; once a replica is back the held reply goes
+ * out. */
+Test(sentinel, replies_wait_for_a_replica)
+{
+	struct h_client *c, *d2;
+	char *l;
+
+	h_daemon_write_conf(&a, "[persistence]\nmin_replicas_ack = 1\n"
+				"redis_timeout = 1s\n");
+	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis",
+		       sentinel_url, NULL);
+	c = h_hello(a.port, "alice");
+	d2 = h_hello(a.port, "bob");
+	h_lock(c, "x", "ttl=60s");
+	kill(rq.pid, SIGSTOP);
+	kill(rq2.pid, SIGSTOP);
+	h_send(c, "LOCK y ttl=60s");
+	h_expect_silence(c, 1500);
+	l = h_call(d2, "LOCK z ttl=60s");
+	cr_assert(starts(l, "ERR UNAVAILABLE"), "while short: \"%s\"", l);
+	cr_assert_geq(h_stats_value(d2, "store_replica_shortfalls"), 1);
+	kill(rq.pid, SIGCONT);
+	kill(rq2.pid, SIGCONT);
+	l = h_read(c, 10000);
+	cr_assert(l && starts(l, "OK GRANTED y "), "held reply: \"%s\"",
+		  l ? l : "none");
+	l = h_call(d2, "LOCK z ttl=60s");
+	cr_assert(starts(l, "OK GRANTED z "), "after: \"%s\"", l);
+	h_close(c);
+	h_close(d2);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+}
