@@ -78,7 +78,7 @@ LIBDLOCK_SO := $(O)/libdlock.so.$(SOVERSION)
 
 TEST_BINS  := $(addprefix $(O)/tests/,$(UNIT_TESTS) $(INTEG_TESTS))
 
-.PHONY: all check test unit integ scripts run install uninstall clean deps \
+.PHONY: all check test unit integ scripts run run-ha install uninstall clean deps \
         bench fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test
 all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
@@ -230,6 +230,12 @@ run: deps
 	echo "make run: dlockd on 127.0.0.1:7420 -- try: nc 127.0.0.1 7420;" \
 	  "Ctrl-C stops both"; \
 	$(O)/dlockd -c conf/dlockd.conf --redis unix://$$sock
+
+# The highly available setup on one machine (conf/run-ha.sh): Redis with
+# two replicas and three Sentinels, two dlockd (active and standby).
+run-ha: deps
+	$(MAKE) all
+	BUILD=$(CURDIR)/$(O) bash conf/run-ha.sh
 
 # Coverage-guided fuzzing (clang's libFuzzer), three targets:
 #   fuzz_proto   the wire codec;

@@ -57,6 +57,7 @@ struct h_daemon {
 				  empty */
 	const char *args[H_ARGS_MAX]; /* extra arguments of the last start */
 	int nargs;
+	const char *user; /* run as this user (root only; setpriv), or NULL */
 };
 
 struct h_client {

@@ -685,3 +685,67 @@ Test(sentinel, replies_wait_for_a_replica)
 	h_close(d2);
 	cr_assert_eq(h_daemon_stop(&a), 0);
 }
+
+/* ---- a partition of the active from Redis ------------------------------- */
+
+static void nft(const char *rule)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "nft %s 2>/dev/null", rule);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+static void unpartition(void)
+{
+	if (system("nft delete table inet dlha 2>/dev/null") != 0) {
+		/* not there: nothing to undo */
+	}
+	fini();
+}
+
+/* The active (running as user `daemon`) loses Redis: an nftables rule
+ * drops what that user's sockets send to Redis's port (loopback traffic
+ * goes through the output hook too). It refuses changes, the standby
+ * takes over; healed, the old active acknowledges nothing, says goodbye
+ * and becomes a standby. Root only. */
+Test(ha, partitioned_active_steps_down, .fini = unpartition)
+{
+	struct h_client *alice, *bob, *c;
+	uint64_t tx;
+	char rule[256], active[64];
+	char *l;
+
+	if (geteuid() != 0 || system("command -v nft >/dev/null") != 0)
+		cr_skip_test("needs root and nft");
+	a.user = "daemon";
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	alice = h_hello(a.port, "alice");
+	tx = h_lock(alice, "x", "ttl=30s");
+	bob = h_hello(a.port, "bob");
+
+	nft("add table inet dlha");
+	nft("add chain inet dlha out '{ type filter hook output priority 0; }'");
+	snprintf(rule, sizeof(rule),
+		 "add rule inet dlha out meta skuid daemon tcp dport %d drop",
+		 r.port);
+	nft(rule);
+	wait_active(&b, 15000);
+	l = h_call(bob, "LOCK w ttl=30s");
+	cr_assert(starts(l, "ERR UNAVAILABLE"), "cut off: \"%s\"", l);
+	nft("delete table inet dlha");
+
+	cr_assert(no_grant_until_closed(bob, addr_of(&b)),
+		  "bob was told where the active is");
+	cr_assert_str_eq(role_of(&a, active, sizeof(active)), "standby");
+	cr_assert_str_eq(active, addr_of(&b));
+	c = h_hello(b.port, "carol");
+	expect_held(c, "x", "alice", tx);
+	cr_assert_str_eq(h_kv(h_call(c, "STATUS w"), "state"), "free");
+	h_close(c);
+	h_close(alice);
+	h_close(bob);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}

@@ -48,7 +48,9 @@
 # takes over, and the old one comes back as a standby), and:
 #   kill9_standby   kill -9 the standby, restart it
 #   stop_active     SIGSTOP the active for 1..4 s (past its leadership)
-#   partition_active  drop the active's Redis connection for 1..3 s
+#   partition_active  drop everything the active sends to Redis for 1..3 s
+#                   (the two daemons run as users daemon and nobody; an
+#                   nftables rule in this namespace matches the owner)
 set -u
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -140,6 +142,24 @@ redis_start() {     # [extra redis-server arguments]
 nodes=1
 [ "$CLUSTER" = 1 ] && nodes=2
 names=(a b)
+# As root, each node runs as a user of its own, so that a rule can cut
+# one node off (partition_active); its binary is copied where that user
+# can read it.
+users=()
+dbin=$DLOCKD
+if [ -n "$ns" ] && [ "$CLUSTER" = 1 ]; then
+	users=(daemon nobody)
+	groups=(daemon nogroup)
+	chmod 755 "$OUT"
+	cp "$DLOCKD" "$OUT/dlockd.bin" && dbin=$OUT/dlockd.bin
+	nft add table inet dlfh 2>>"$OUT/setup.log" &&
+		nft add chain inet dlfh out \
+			'{ type filter hook output priority 0; }' 2>>"$OUT/setup.log"
+fi
+as_user() {         # node: the command prefix that runs as its user
+	[ -n "${users[$1]:-}" ] &&
+		echo "setpriv --reuid=${users[$1]} --regid=${groups[$1]} --clear-groups"
+}
 dport=$((30000 + $$ % 20000))
 dports=($dport $((dport + 1)))
 servers=127.0.0.1:${dports[0]}
@@ -168,10 +188,10 @@ dlockd_start() {    # [node] [clock offset for libfaketime, e.g. +30s]
 	if [ -n "${2:-}" ]; then
 		LD_PRELOAD=$FAKETIME_LIB FAKETIME=$2 FAKETIME_DONT_FAKE_MONOTONIC=1 \
 		ASAN_OPTIONS=verify_asan_link_order=0 \
-			"$DLOCKD" -c "$OUT/dlockd$i.conf" --persist redis \
+			$(as_user "$i") "$dbin" -c "$OUT/dlockd$i.conf" --persist redis \
 			--redis "redis://$rip:$rport/0" >> "$OUT/dlockd$i.log" 2>&1 &
 	else
-		"$DLOCKD" -c "$OUT/dlockd$i.conf" --persist redis \
+		$(as_user "$i") "$dbin" -c "$OUT/dlockd$i.conf" --persist redis \
 			--redis "redis://$rip:$rport/0" >> "$OUT/dlockd$i.log" 2>&1 &
 	fi
 	dpid[$i]=$!
@@ -248,6 +268,7 @@ cleanup() {
 	for p in $dlockd_pid; do kill -9 "$p" 2>/dev/null; done
 	[ -n "$redis_pid" ] && kill -9 "$redis_pid" 2>/dev/null
 	wait 2>/dev/null
+	[ ${#users[@]} = 2 ] && nft delete table inet dlfh 2>/dev/null
 	if [ -n "$ns" ]; then
 		ip link del "$veth" 2>/dev/null
 		ip netns del "$ns" 2>/dev/null
@@ -334,15 +355,15 @@ f_stop_active() {
 	wait_store > /dev/null
 }
 f_partition_active() {
-	local ms port t0 took
+	local ms t0 took
 	rnd 2000; ms=$((1000 + R)); pick_active
-	port=$(conn_port)
-	[ -n "$port" ] || return
+	[ ${#users[@]} = 2 ] || return
 	t0=$(now_ms)
-	drop_port "$port"; took=$(wait_takeover $ms)
+	nft add rule inet dlfh out meta skuid "${users[$target]}" ip daddr "$rip" drop
+	took=$(wait_takeover $ms)
 	pause_ms $((ms - ($(now_ms) - t0)))
-	ip netns exec "$ns" nft flush chain inet dlf in
-	note partition_active "node $target port $port ${ms}ms took over ${took:--}"
+	nft flush chain inet dlfh out
+	note partition_active "node $target ${ms}ms took over ${took:--}"
 	[ -n "$took" ] && recovered partition_active "$took"
 	wait_store > /dev/null
 }
