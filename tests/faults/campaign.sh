@@ -23,6 +23,9 @@
 #   OUT        directory for histories and logs [a new /tmp directory]
 #   CLUSTER    1: two dlockd (nodes a and b, leadership lease 1 s) that
 #              fail over; clients know both [0]
+#   REDIS_HA   1: Redis is a primary with two replicas and three Sentinels
+#              (quorum 2, down after 1 s); dlockd finds the primary through
+#              them and waits for one replica (min_replicas_ack = 1) [0]
 #
 # Fault kinds:
 #   kill9_dlockd    kill -9 dlockd, restart it
@@ -48,6 +51,8 @@
 # takes over, and the old one comes back as a standby), and:
 #   kill9_standby   kill -9 the standby, restart it
 #   stop_active     SIGSTOP the active for 1..4 s (past its leadership)
+#   failover_redis  (REDIS_HA) kill -9 the Redis primary: Sentinel promotes
+#                   a replica; the old one comes back as a replica
 #   partition_active  drop everything the active sends to Redis for 1..3 s
 #                   (the two daemons run as users daemon and nobody; an
 #                   nftables rule in this namespace matches the owner)
@@ -60,8 +65,12 @@ top=$(cd "$here/../.." && pwd)
 : "${DURATION:=60}" "${SEED:=$((RANDOM * 32768 + RANDOM))}"
 : "${WORKERS:=6}" "${RUNNERS:=2}" "${LOCKS:=3}" "${CLOCK_STEPS:=both}"
 : "${STALL_MS:=300}"
-: "${CLUSTER:=0}"
-if [ "$CLUSTER" = 1 ]; then
+: "${CLUSTER:=0}" "${REDIS_HA:=0}"
+if [ "$REDIS_HA" = 1 ] && [ "$CLUSTER" = 1 ]; then
+	: "${FAULTS:=failover_redis kill9_dlockd kill9_standby stop_active partition_active clock_step kill_worker kill_run}"
+elif [ "$REDIS_HA" = 1 ]; then
+	: "${FAULTS:=failover_redis kill9_dlockd clock_step stop_dlockd kill_worker kill_run}"
+elif [ "$CLUSTER" = 1 ]; then
 	: "${FAULTS:=kill9_dlockd kill9_standby stop_active partition_active clock_step crash_in_stall crash_in_partition kill9_redis stop_redis partition kill_worker kill_run}"
 else
 	: "${FAULTS:=kill9_dlockd clock_step stop_dlockd crash_in_stall crash_in_partition kill9_redis stop_redis slow_redis partition partition_conn kill_worker kill_run}"
@@ -119,6 +128,7 @@ rcli() { redis-cli -h "$rip" -p "$rport" "$@" 2>/dev/null; }
 # ---- processes --------------------------------------------------------------
 
 redis_pid="" dlockd_pid="" stopping=0
+users=() groups=()
 declare -a dpid
 declare -a worker_pid run_pid
 
@@ -134,6 +144,54 @@ redis_start() {     # [extra redis-server arguments]
 	until rcli PING | grep -q -e PONG -e LOADING; do
 		i=$((i + 1)); [ $i -gt 300 ] && die "redis-server does not start"
 		sleep 0.02
+	done
+}
+
+# REDIS_HA: Redis i listens on hports[i] (0 is the first primary), the
+# Sentinels on sports; all in the namespace when there is one.
+hports=($rport $((rport + 1)) $((rport + 2)))
+sports=($((rport + 20000)) $((rport + 20001)) $((rport + 20002)))
+declare -a hpid spid
+hcli() { redis-cli -h "$rip" -p "$1" "${@:2}" 2>/dev/null; }
+redis_ha_start() {  # i [redis-server arguments]
+	local i=$1 n=0
+	shift
+	mkdir -p "$OUT/redis$i"
+	${ns:+ip netns exec "$ns"} redis-server --port "${hports[$i]}" --bind "$rip" \
+		--dir "$OUT/redis$i" --appendonly yes --appendfsync always --save "" \
+		--daemonize no --protected-mode no --repl-diskless-sync-delay 0 "$@" \
+		>> "$OUT/redis$i.log" 2>&1 &
+	hpid[$i]=$!
+	until hcli "${hports[$i]}" PING | grep -q -e PONG -e LOADING; do
+		n=$((n + 1)); [ $n -gt 300 ] && die "redis-server $i does not start"
+		sleep 0.02
+	done
+}
+sentinel_start() {  # i
+	local n=0
+	cat > "$OUT/sentinel$1.conf" <<EOF
+port ${sports[$1]}
+bind $rip
+dir $OUT
+protected-mode no
+sentinel monitor dm $rip ${hports[0]} 2
+sentinel down-after-milliseconds dm 1000
+sentinel failover-timeout dm 3000
+EOF
+	${ns:+ip netns exec "$ns"} redis-sentinel "$OUT/sentinel$1.conf" \
+		>> "$OUT/sentinel$1.log" 2>&1 &
+	spid[$1]=$!
+	until hcli "${sports[$1]}" PING | grep -q PONG; do
+		n=$((n + 1)); [ $n -gt 300 ] && die "redis-sentinel $1 does not start"
+		sleep 0.02
+	done
+}
+# The port of the primary the Sentinels name now.
+primary_port() {
+	local k p
+	for k in 0 1 2; do
+		p=$(hcli "${sports[$k]}" SENTINEL get-master-addr-by-name dm | sed -n 2p)
+		[ -n "$p" ] && { echo "$p"; return; }
 	done
 }
 
@@ -179,6 +237,7 @@ tick = 10ms
 redis_timeout = 500ms
 restore_grace = 2s
 EOF
+	[ "$REDIS_HA" = 1 ] && printf 'min_replicas_ack = 1\n' >> "$OUT/dlockd$i.conf"
 	[ "$nodes" = 2 ] && printf '[cluster]\nnode_id = %s\nleader_lease = 1s\n' \
 		"${names[$i]}" >> "$OUT/dlockd$i.conf"
 done
@@ -189,10 +248,10 @@ dlockd_start() {    # [node] [clock offset for libfaketime, e.g. +30s]
 		LD_PRELOAD=$FAKETIME_LIB FAKETIME=$2 FAKETIME_DONT_FAKE_MONOTONIC=1 \
 		ASAN_OPTIONS=verify_asan_link_order=0 \
 			$(as_user "$i") "$dbin" -c "$OUT/dlockd$i.conf" --persist redis \
-			--redis "redis://$rip:$rport/0" >> "$OUT/dlockd$i.log" 2>&1 &
+			--redis "$redis_url" >> "$OUT/dlockd$i.log" 2>&1 &
 	else
 		$(as_user "$i") "$dbin" -c "$OUT/dlockd$i.conf" --persist redis \
-			--redis "redis://$rip:$rport/0" >> "$OUT/dlockd$i.log" 2>&1 &
+			--redis "$redis_url" >> "$OUT/dlockd$i.log" 2>&1 &
 	fi
 	dpid[$i]=$!
 	dlockd_pid="${dpid[*]}"
@@ -261,12 +320,12 @@ runner() {          # slot
 
 cleanup() {
 	[ -n "$ns" ] && ip netns exec "$ns" nft flush chain inet dlf in 2>/dev/null
-	for p in $redis_pid $dlockd_pid; do kill -CONT "$p" 2>/dev/null; done
+	for p in $redis_pid ${hpid[*]:-} $dlockd_pid; do kill -CONT "$p" 2>/dev/null; done
 	for p in "${worker_pid[@]}" "${run_pid[@]}"; do kill -9 "$p" 2>/dev/null; done
 	pkill -9 -f "dlock $conn run" 2>/dev/null
 	pkill -9 -f "$OUT/hist/r" 2>/dev/null
 	for p in $dlockd_pid; do kill -9 "$p" 2>/dev/null; done
-	[ -n "$redis_pid" ] && kill -9 "$redis_pid" 2>/dev/null
+	for p in $redis_pid ${hpid[*]:-} ${spid[*]:-}; do kill -9 "$p" 2>/dev/null; done
 	wait 2>/dev/null
 	[ ${#users[@]} = 2 ] && nft delete table inet dlfh 2>/dev/null
 	if [ -n "$ns" ]; then
@@ -291,6 +350,10 @@ recovered() {       # kind ms
 	[ "$2" -gt "${recov_max[$1]:-0}" ] && recov_max[$1]=$2
 }
 
+redis_url=redis://$rip:$rport/0
+[ "$REDIS_HA" = 1 ] &&
+	redis_url=sentinel://$rip:${sports[0]},$rip:${sports[1]},$rip:${sports[2]}/dm
+
 # The node a dlockd fault hits: the active one (node 0 alone).
 target=0
 pick_active() {
@@ -306,6 +369,16 @@ kill_dlockd() {     # [node]
 # errorstats starts again at 0 with each one).
 fenced_total=0
 fenced_now() {
+	local k n t=0
+	if [ "$REDIS_HA" = 1 ]; then
+		for k in 0 1 2; do
+			n=$(hcli "${hports[$k]}" INFO errorstats |
+				sed -n 's/^errorstat_FENCED:count=\([0-9]*\).*/\1/p')
+			t=$((t + ${n:-0}))
+		done
+		echo $t
+		return
+	fi
 	rcli INFO errorstats | sed -n 's/^errorstat_FENCED:count=\([0-9]*\).*/\1/p'
 }
 kill_redis() {
@@ -314,6 +387,24 @@ kill_redis() {
 	kill -9 "$redis_pid" 2>/dev/null; wait "$redis_pid" 2>/dev/null
 }
 
+f_failover_redis() {
+	local p i k np ms
+	rnd 1000
+	p=$(primary_port)
+	i=""
+	for k in 0 1 2; do [ "${hports[$k]}" = "$p" ] && i=$k; done
+	[ -n "$i" ] || return
+	kill -9 "${hpid[$i]}" 2>/dev/null; wait "${hpid[$i]}" 2>/dev/null
+	ms=$(wait_store)
+	np=$(primary_port)
+	note failover_redis "primary $p died, now $np"; recovered failover_redis "$ms"
+	pause_ms $R
+	if [ -n "$np" ] && [ "$np" != "$p" ]; then
+		redis_ha_start "$i" --replicaof "$rip" "$np"
+	else
+		redis_ha_start "$i"
+	fi
+}
 f_kill9_dlockd() {
 	local ms
 	rnd 1000; pick_active; kill_dlockd
@@ -462,10 +553,19 @@ f_kill_run() {
 
 say "seed $SEED, ${DURATION} s, $WORKERS workers, $RUNNERS dlock-run loops, locks L0..L$((LOCKS - 1)), $nodes dlockd, out $OUT"
 say "replay: SEED=$SEED DURATION=$DURATION make faults"
-redis_start
-# Keys for a slow load: with --key-load-delay 30, loading takes seconds.
-rcli EVAL "for i=1,20000 do redis.call('SET','pad:'..i,'x') end" 0 >/dev/null
-rcli BGREWRITEAOF >/dev/null
+if [ "$REDIS_HA" = 1 ]; then
+	redis_ha_start 0
+	redis_ha_start 1 --replicaof "$rip" "${hports[0]}"
+	redis_ha_start 2 --replicaof "$rip" "${hports[0]}"
+	for k in 0 1 2; do sentinel_start $k; done
+	redis_pid="${hpid[*]} ${spid[*]}"
+	sleep 1
+else
+	redis_start
+	# Keys for a slow load: with --key-load-delay 30, loading takes seconds.
+	rcli EVAL "for i=1,20000 do redis.call('SET','pad:'..i,'x') end" 0 >/dev/null
+	rcli BGREWRITEAOF >/dev/null
+fi
 dlockd_start 0
 [ "$(wait_dlockd)" -lt 30000 ] || die "dlockd does not start (see $OUT/dlockd0.log)"
 if [ "$nodes" = 2 ]; then
@@ -487,8 +587,14 @@ done
 # ---- heal, settle, stop, check --------------------------------------------------
 
 [ -n "$ns" ] && ip netns exec "$ns" nft flush chain inet dlf in
-kill -CONT "$redis_pid" $dlockd_pid 2>/dev/null
-kill -0 "$redis_pid" 2>/dev/null || redis_start
+kill -CONT $redis_pid $dlockd_pid 2>/dev/null
+if [ "$REDIS_HA" = 1 ]; then
+	for k in 0 1 2; do
+		kill -0 "${hpid[$k]}" 2>/dev/null || redis_ha_start $k --replicaof "$rip" "$(primary_port)"
+	done
+else
+	kill -0 "$redis_pid" 2>/dev/null || redis_start
+fi
 for i in $(seq 0 $((nodes - 1))); do
 	kill -0 "${dpid[$i]}" 2>/dev/null || dlockd_start "$i"
 done
