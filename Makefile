@@ -381,9 +381,13 @@ format:
 $(O)/tests/bench/bench: $(O)/tests/bench/bench.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
+$(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS)
+
 bench:
-	$(MAKE) SAN= O=build all build/tests/bench/bench
-	DLOCKD=build/dlockd BENCH=build/tests/bench/bench OUT=build/bench \
+	$(MAKE) SAN= O=build all build/tests/bench/bench build/tests/bench/fcall
+	DLOCKD=build/dlockd BENCH=build/tests/bench/bench \
+	  FCALL=build/tests/bench/fcall OUT=build/bench \
 	  sh tests/bench/run.sh
 
 -include $(shell find $(O) -name '*.d' 2>/dev/null)

@@ -23,7 +23,10 @@
  *
  * with op S (SET the record), N (SET it and SADD the name) or D (DEL the
  * key and SREM the name; the record is empty). The token is raised, never
- * lowered. Records carry no Redis expiry: a lease's end is decided by the
+ * lowered. The writes go as one MSET, one DEL, one SADD and one SREM (in
+ * chunks of 1000): a handful of Redis calls per batch whatever its size,
+ * which is what makes the function cheaper in Redis CPU than the MULTI/
+ * EXEC of one command per write it replaced (make bench measures both). Records carry no Redis expiry: a lease's end is decided by the
  * daemon's monotonic clock alone (DESIGN.md section 5), and an expiry on
  * Redis's own wall clock could delete a lease its holder still believes
  * in if that clock were stepped.
@@ -45,17 +48,29 @@ const char dl__store_library[] =
 	"      ' is stale, the current one is ' .. tostring(fence))\n"
 	"  end\n"
 	"  local plen = tonumber(args[3])\n"
+	"  local sets, dels, adds, rems = {}, {}, {}, {}\n"
 	"  for i = 4, #keys do\n"
 	"    local op, key = args[2 * i - 4], keys[i]\n"
 	"    if op == 'D' then\n"
-	"      redis.call('DEL', key)\n"
-	"      redis.call('SREM', keys[3], string.sub(key, plen + 1))\n"
+	"      dels[#dels + 1] = key\n"
+	"      rems[#rems + 1] = string.sub(key, plen + 1)\n"
 	"    else\n"
-	"      redis.call('SET', key, args[2 * i - 3])\n"
-	"      if op == 'N' then\n"
-	"        redis.call('SADD', keys[3], string.sub(key, plen + 1))\n"
-	"      end\n"
+	"      sets[#sets + 1] = key\n"
+	"      sets[#sets + 1] = args[2 * i - 3]\n"
+	"      if op == 'N' then adds[#adds + 1] = string.sub(key, plen + 1) end\n"
 	"    end\n"
+	"  end\n"
+	"  for j = 1, #sets, 1000 do\n"
+	"    redis.call('MSET', unpack(sets, j, math.min(j + 999, #sets)))\n"
+	"  end\n"
+	"  for j = 1, #dels, 1000 do\n"
+	"    redis.call('DEL', unpack(dels, j, math.min(j + 999, #dels)))\n"
+	"  end\n"
+	"  for j = 1, #adds, 1000 do\n"
+	"    redis.call('SADD', keys[3], unpack(adds, j, math.min(j + 999, #adds)))\n"
+	"  end\n"
+	"  for j = 1, #rems, 1000 do\n"
+	"    redis.call('SREM', keys[3], unpack(rems, j, math.min(j + 999, #rems)))\n"
 	"  end\n"
 	"  local tok, cur = args[2], redis.call('GET', keys[2])\n"
 	"  if not cur or #tok > #cur or (#tok == #cur and tok > cur) then\n"

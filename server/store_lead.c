@@ -4,8 +4,9 @@
  *
  * Two keys, under the prefix P:
  *
- *   P leader  "<epoch> <node id> <address>", with a Redis expiry of
- *             leader_lease: the active daemon, for as long as it renews;
+ *   P leader  "<epoch> <node id> <address> <instance>", with a Redis
+ *             expiry of leader_lease: the active daemon, for as long as it
+ *             renews (instance: random, one per process);
  *   P fence   the epoch: raised by every take, and checked by every write
  *             (store_batch.c), so that only the connection that took the
  *             leadership last can change anything.
@@ -32,7 +33,13 @@
  * A take answers `kept`: whether the fence was still this daemon's epoch,
  * that is, whether nobody else has written since. An active that takes
  * its leadership again with kept = 0 holds a stale table and must load
- * the state afresh.
+ * the state afresh. A record counts as this daemon's only if it names
+ * this process (the instance), never by epoch alone: after a Redis
+ * fail-over a standby may have taken over on the promoted replica with
+ * the very epoch this daemon had on the lost primary. A promoted replica
+ * that missed this daemon's last writes (its record of this instance, the
+ * fence behind) is taken again with the state kept: the new epoch is set
+ * above both, and the whole table rewritten to it.
  *
  * The active counts its leadership from each renewal's send time, for
  * DL_LEADER_MARGIN_PCT percent less than the lease (Redis starts the

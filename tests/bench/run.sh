@@ -26,6 +26,7 @@ set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 DLOCKD=${DLOCKD:-$top/build/dlockd}
 BENCH=${BENCH:-$top/build/tests/bench/bench}
+FCALL=${FCALL:-$top/build/tests/bench/fcall}
 OUT=${OUT:-$top/build/bench}
 REPS=${BENCH_REPS:-3}
 DURATION=${BENCH_DURATION:-2}
@@ -40,7 +41,7 @@ die() {
 	exit 1
 }
 
-for x in "$DLOCKD" "$BENCH"; do
+for x in "$DLOCKD" "$BENCH" "$FCALL"; do
 	[ -x "$x" ] || die "$x is missing (make bench builds it)"
 done
 command -v redis-server >/dev/null || die "redis-server missing (make deps)"
@@ -405,6 +406,19 @@ echo "make bench: restart with $FILL_SMALL and $FILL leases" >&2
 : > "$tmp/restart.txt"
 restart_case "$FILL_SMALL"
 restart_case "$FILL"
+
+# ---- the fence's cost in Redis ------------------------------------------------
+
+# The same batches applied by dlockd's function (fence checked) and by the
+# MULTI/EXEC transaction of the same writes (tests/bench/fcall.c), against
+# the Redis of the restart cases, whose library that dlockd loaded.
+echo "make bench: fenced function against MULTI/EXEC" >&2
+: > "$tmp/fcall.txt"
+for n in 1 10 50; do
+	"$FCALL" "$rr_port" "$n" "$DURATION" "$REPS" >> "$tmp/fcall.txt" ||
+		errors=$((errors + 1))
+done
+cat "$tmp/fcall.txt" >> "$RAW"
 stop "$rr_pid"
 stop "$ra_pid"
 t_total=$(($(date +%s) - t_begin))
@@ -497,6 +511,22 @@ report() {
 			"" "$(med pm $c writes_per_batch)" \
 			"$(int "$(awk -v b="$(med pm $c stat_store_batches)" -v s="$DURATION" 'BEGIN{print b/s}')")" \
 			"$(med pm $c stat_store_latency_us_avg)"
+	done
+	echo "The fence's cost in Redis (tests/bench/fcall: the same batches of lock"
+	echo "changes, grants and releases alternating, applied by FCALL dlock_apply_v2"
+	echo "-- fence checked, records, name set, token -- and by MULTI, the same"
+	echo "SET/DEL + SADD/SREM + SET token, EXEC; both one round trip per batch, 4"
+	echo "batches in flight; Redis appendfsync always; CPU = Redis main thread,"
+	echo "INFO cpu, per lock change; medians of $REPS runs of ${DURATION} s):"
+	printf '  %-16s %14s %14s %14s %14s %7s\n' "locks per batch" \
+		"fcall chg/s" "multi chg/s" "fcall CPU us" "multi CPU us" "CPU f/m"
+	for n in 1 10 50; do
+		fl=$(grep "^fcall locks=$n " "$tmp/fcall.txt") ml=$(grep "^multi locks=$n " "$tmp/fcall.txt")
+		fv() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+		printf '  %-16s %14s %14s %14s %14s %7s\n' "$n" \
+			"$(fv "$fl" changes_s)" "$(fv "$ml" changes_s)" \
+			"$(fv "$fl" redis_cpu_us_per_change)" "$(fv "$ml" redis_cpu_us_per_change)" \
+			"$(ratio "$(fv "$fl" redis_cpu_us_per_change)" "$(fv "$ml" redis_cpu_us_per_change)")"
 	done
 	echo "Memory per held lease (dlockd --persist none, $FILL leases, one owner,"
 	echo "names of 13 bytes, VmRSS from /proc/<pid>/status before and after):"

@@ -1,0 +1,229 @@
+/*
+ * fcall.c -- what the fence costs in Redis: the same batches of lock
+ * changes applied by dlockd's function (FCALL dlock_apply_v2: the writer
+ * fence checked, then the records, the name set and the token) and by the
+ * MULTI/EXEC transaction of the same writes that dlockd sent before it had
+ * a fence (SET/DEL of each record, SADD/SREM of its name, SET of the
+ * token), one after the other against one redis-server, in one run.
+ *
+ *   fcall <port> <locks per batch> <seconds> <reps>
+ *
+ * The function library must be loaded (run.sh lets a dlockd load it). A
+ * batch is one round trip either way (a pipeline of MULTI, the writes and
+ * EXEC, or one FCALL); DL_DEPTH batches are kept in flight, as dlockd
+ * overlaps the batches of successive loop iterations. Locks alternate
+ * between grant (record set, name added) and release (record and name
+ * removed), the two kinds of change a lock sees most.
+ *
+ * Reported per method: batches/s, lock changes/s, and the Redis main
+ * thread's CPU (INFO cpu: used_cpu_sys + used_cpu_user) per lock change,
+ * the median of `reps` runs, runs alternating between the methods.
+ */
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DL_DEPTH   4
+#define MAX_LOCKS  200
+#define RECORD_LEN 80
+
+enum method { FCALL, MULTI };
+
+static redisContext *c;
+static int nlocks;
+static char keys[MAX_LOCKS][32];
+static char names[MAX_LOCKS][16];
+static char record[RECORD_LEN + 1];
+static unsigned long long token = 1000000000000000000ULL;
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void check(redisReply *r, const char *what)
+{
+	if (!r) {
+		fprintf(stderr, "fcall: %s: %s\n", what, c->errstr);
+		exit(1);
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		fprintf(stderr, "fcall: %s: %s\n", what, r->str);
+		exit(1);
+	}
+}
+
+/* Redis's main-thread CPU, seconds. */
+static double redis_cpu(void)
+{
+	redisReply *r = redisCommand(c, "INFO cpu");
+	double sys = 0, user = 0;
+	const char *p;
+
+	check(r, "INFO cpu");
+	if ((p = strstr(r->str, "used_cpu_sys_main_thread:")))
+		sys = atof(p + 25);
+	if ((p = strstr(r->str, "used_cpu_user_main_thread:")))
+		user = atof(p + 26);
+	freeReplyObject(r);
+	return sys + user;
+}
+
+/* Queue batch number `b` (its changes: grant on even b, release on odd). */
+static void append_batch(enum method m, unsigned long long b)
+{
+	const char *argv[9 + 3 * MAX_LOCKS];
+	size_t lens[9 + 3 * MAX_LOCKS];
+	char nk[16], tok[24];
+	int i, k = 0, grant = (b % 2) == 0;
+
+	token++;
+	snprintf(tok, sizeof(tok), "%llu", token);
+	if (m == FCALL) {
+		snprintf(nk, sizeof(nk), "%d", 3 + nlocks);
+#define ARG(s, n) (argv[k] = (s), lens[k] = (n), k++)
+		ARG("FCALL", 5);
+		ARG("dlock_apply_v2", 14);
+		ARG(nk, strlen(nk));
+		ARG("bench:fence", 11);
+		ARG("bench:token", 11);
+		ARG("bench:locks", 11);
+		for (i = 0; i < nlocks; i++)
+			ARG(keys[i], strlen(keys[i]));
+		ARG("1", 1);
+		ARG(tok, strlen(tok));
+		ARG("11", 2); /* strlen("bench:lock:") */
+		for (i = 0; i < nlocks; i++) {
+			ARG(grant ? "N" : "D", 1);
+			ARG(grant ? record : "", grant ? RECORD_LEN : 0);
+		}
+		redisAppendCommandArgv(c, k, argv, lens);
+		return;
+	}
+	redisAppendCommand(c, "MULTI");
+	for (i = 0; i < nlocks; i++) {
+		if (grant) {
+			redisAppendCommand(c, "SET %s %b", keys[i], record,
+					   (size_t)RECORD_LEN);
+			redisAppendCommand(c, "SADD bench:locks %s", names[i]);
+		} else {
+			redisAppendCommand(c, "DEL %s", keys[i]);
+			redisAppendCommand(c, "SREM bench:locks %s", names[i]);
+		}
+	}
+	redisAppendCommand(c, "SET bench:token %s", tok);
+	redisAppendCommand(c, "EXEC");
+}
+
+/* Read the replies of one batch. */
+static void read_batch(enum method m)
+{
+	redisReply *r;
+	int i, n = m == FCALL ? 1 : 2 * nlocks + 3;
+
+	for (i = 0; i < n; i++) {
+		if (redisGetReply(c, (void **)&r) != REDIS_OK)
+			check(NULL, "reply");
+		check(r, m == FCALL ? "FCALL" : "MULTI/EXEC");
+		freeReplyObject(r);
+	}
+}
+
+struct result {
+	double batches_s, changes_s, cpu_us_per_change;
+};
+
+static struct result run(enum method m, double secs)
+{
+	unsigned long long sent = 0, got = 0;
+	double t0, t1, cpu0, cpu1;
+	struct result res;
+
+	cpu0 = redis_cpu();
+	t0 = now();
+	while (1) {
+		while (sent - got < DL_DEPTH) {
+			append_batch(m, sent++);
+		}
+		read_batch(m);
+		got++;
+		if ((got & 63) == 0 && now() - t0 >= secs)
+			break;
+	}
+	while (got < sent) {
+		read_batch(m);
+		got++;
+	}
+	t1 = now();
+	cpu1 = redis_cpu();
+	res.batches_s = (double)got / (t1 - t0);
+	res.changes_s = res.batches_s * nlocks;
+	res.cpu_us_per_change = (cpu1 - cpu0) * 1e6 / ((double)got * nlocks);
+	return res;
+}
+
+static int cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp);
+	return v[n / 2];
+}
+
+int main(int argc, char **argv)
+{
+	double secs, bs[2][32], cs[2][32], cpu[2][32];
+	int reps, i, m;
+	redisReply *r;
+
+	if (argc != 5) {
+		fprintf(stderr,
+			"usage: fcall <port> <locks per batch> <seconds> <reps>\n");
+		return 2;
+	}
+	nlocks = atoi(argv[2]);
+	secs = atof(argv[3]);
+	reps = atoi(argv[4]);
+	if (nlocks < 1 || nlocks > MAX_LOCKS || reps < 1 || reps > 32)
+		return 2;
+	c = redisConnect("127.0.0.1", atoi(argv[1]));
+	if (!c || c->err) {
+		fprintf(stderr, "fcall: cannot connect\n");
+		return 1;
+	}
+	for (i = 0; i < nlocks; i++) {
+		snprintf(names[i], sizeof(names[i]), "L%d", i);
+		snprintf(keys[i], sizeof(keys[i]), "bench:lock:L%d", i);
+	}
+	memset(record, 'x', RECORD_LEN);
+	r = redisCommand(c, "SET bench:fence 1");
+	check(r, "SET fence");
+	freeReplyObject(r);
+	for (i = 0; i < reps; i++)
+		for (m = 0; m < 2; m++) {
+			/* alternate which goes first */
+			int mm = (i % 2) ? 1 - m : m;
+			struct result res = run((enum method)mm, secs);
+
+			bs[mm][i] = res.batches_s;
+			cs[mm][i] = res.changes_s;
+			cpu[mm][i] = res.cpu_us_per_change;
+		}
+	for (m = 0; m < 2; m++)
+		printf("%s locks=%d batches_s=%.0f changes_s=%.0f redis_cpu_us_per_change=%.3f round_trips_per_batch=1\n",
+		       m == FCALL ? "fcall" : "multi", nlocks,
+		       median(bs[m], reps), median(cs[m], reps),
+		       median(cpu[m], reps));
+	redisFree(c);
+	return 0;
+}
