@@ -37,6 +37,11 @@
 #include "server/clock.h"
 #include "server/store_private.h"
 
+/* The library's name carries the version of its functions' contract
+ * (arguments, records): any change to the code below must come with new
+ * names (dlock_v3, dlock_apply_v3, ...). Every daemon loads its library
+ * with FUNCTION LOAD REPLACE at each connection, so two builds that shared
+ * a name on one Redis would keep replacing each other's functions. */
 const char dl__store_library[] =
 	"#!lua name=dlock_v2\n"
 	"-- dlockd's writes and leadership: see server/store_batch.c and\n"

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "client/dlock.h"
@@ -747,5 +748,41 @@ Test(ha, partitioned_active_steps_down, .fini = unpartition)
 	h_close(alice);
 	h_close(bob);
 	cr_assert_eq(h_daemon_stop(&a), 0);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+/* `dlock run` with both daemons (--servers): its command keeps running
+ * across a kill -9 of the active, and the lock is released at the end by
+ * the new active. */
+Test(ha, dlock_run_survives_a_failover)
+{
+	const char *dl = getenv("DLOCK") ? getenv("DLOCK") : "build/dlock";
+	char cmd[1024], out[256] = "";
+	struct h_client *c;
+	FILE *p;
+	int st;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	snprintf(cmd, sizeof(cmd),
+		 "%s --servers 127.0.0.1:%d,127.0.0.1:%d run job --ttl 8s -- "
+		 "sh -c 'sleep 4; echo command-done' 2>&1",
+		 dl, b.port, a.port);
+	p = popen(cmd, "r");
+	cr_assert(p != NULL);
+	h_sleep_ms(1000);
+	c = h_hello(a.port, "probe");
+	cr_assert_str_eq(h_kv(h_call(c, "STATUS job"), "state"), "held");
+	h_close(c);
+	h_daemon_kill9(&a);
+	while (fgets(out + strlen(out), (int)(sizeof(out) - strlen(out)), p))
+		;
+	st = pclose(p);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "dlock run exit %d: %s", WEXITSTATUS(st), out);
+	cr_assert(strstr(out, "command-done") != NULL, "output: %s", out);
+	c = h_hello(b.port, "probe");
+	cr_assert_str_eq(h_kv(h_call(c, "STATUS job"), "state"), "free");
+	h_close(c);
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }

@@ -245,9 +245,12 @@ done
 dlockd_start() {    # [node] [clock offset for libfaketime, e.g. +30s]
 	local i=${1:-0}
 	if [ -n "${2:-}" ]; then
-		LD_PRELOAD=$FAKETIME_LIB FAKETIME=$2 FAKETIME_DONT_FAKE_MONOTONIC=1 \
-		ASAN_OPTIONS=verify_asan_link_order=0 \
-			$(as_user "$i") "$dbin" -c "$OUT/dlockd$i.conf" --persist redis \
+		# libfaketime is loaded by dlockd itself, after setpriv: its
+		# semaphore must belong to the user that runs it
+		$(as_user "$i") env LD_PRELOAD=$FAKETIME_LIB FAKETIME=$2 \
+			FAKETIME_DONT_FAKE_MONOTONIC=1 \
+			ASAN_OPTIONS=verify_asan_link_order=0 \
+			"$dbin" -c "$OUT/dlockd$i.conf" --persist redis \
 			--redis "$redis_url" >> "$OUT/dlockd$i.log" 2>&1 &
 	else
 		$(as_user "$i") "$dbin" -c "$OUT/dlockd$i.conf" --persist redis \
