@@ -49,6 +49,16 @@
 #define DL_STATS_LINE_MAX 128
 #define DL_STATS_MAX	  128
 
+/* LOCKS: the most locks one page lists (limit=), and how many it lists
+ * when no limit= is given. A line of its body names a lock, its holder and
+ * counts: at most DL_REPLY_MAX bytes. */
+#define DL_LOCKS_PAGE_MAX     1000
+#define DL_LOCKS_PAGE_DEFAULT 100
+
+/* STATS and the metrics list the locks with the most waiters, at most
+ * this many (one label per listed lock, never one per lock name). */
+#define DL_HOT_LOCKS 5
+
 /* ---- tokens ----------------------------------------------------------- */
 
 /* Fencing tokens are unix_ms * DL_TOKEN_PER_MS + sequence: see the comment

@@ -47,6 +47,7 @@
 
 #include <assert.h>
 #include <limits.h>
+#include <stddef.h>
 #include <string.h>
 
 _Static_assert(DL_INBUF_SIZE > DL_LINE_MAX + 2,
@@ -69,6 +70,7 @@ static const char *const err_texts[DL_ERR_COUNT_] = {
 	"out of memory",
 	"protocol error from peer",
 	"line does not fit its buffer",
+	"number out of range",
 };
 
 static const char *const err_words[] = {
@@ -88,6 +90,8 @@ const char *dl_err_word(int err)
 {
 	if (err < 0 && err >= DL_ENOTACTIVE)
 		return err_words[-err - 1];
+	if (err == DL_ERANGE)
+		return "BAD_ARG";
 	return "INTERNAL";
 }
 
@@ -132,8 +136,13 @@ int dl_parse_u64(const char *s, size_t len, uint64_t *out)
 		if (!is_digit(s[i]))
 			return DL_EBADARG;
 		d = (unsigned)(s[i] - '0');
-		if (v > (UINT64_MAX - d) / 10)
-			return DL_EBADARG;
+		if (v > (UINT64_MAX - d) / 10) {
+			/* the rest must still be digits to be "a number" */
+			while (++i < len)
+				if (!is_digit(s[i]))
+					return DL_EBADARG;
+			return DL_ERANGE;
+		}
 		v = v * 10 + d;
 	}
 	*out = v;
@@ -147,7 +156,7 @@ int dl_parse_duration(const char *s, size_t len, uint64_t *ms)
 
 	while (n < len && is_digit(s[n]))
 		n++;
-	if (n == 0 || dl_parse_u64(s, n, &v) < 0)
+	if (n == 0)
 		return DL_EBADARG;
 	if (n == len || (len - n == 2 && s[n] == 'm' && s[n + 1] == 's'))
 		scale = 1;
@@ -155,12 +164,43 @@ int dl_parse_duration(const char *s, size_t len, uint64_t *ms)
 		scale = 1000;
 	else if (len - n == 1 && s[n] == 'm')
 		scale = 60000;
+	else if (len - n == 1 && s[n] == 'h')
+		scale = 3600000;
 	else
 		return DL_EBADARG;
-	if (v > DL_DURATION_MAX_MS / scale)
-		return DL_EBADARG;
+	if (dl_parse_u64(s, n, &v) < 0 || v > DL_DURATION_MAX_MS / scale)
+		return DL_ERANGE;
 	*ms = v * scale;
 	return 0;
+}
+
+char *dl_format_duration(uint64_t ms, char buf[DL_DURATION_TEXT_MAX])
+{
+	static const struct {
+		uint64_t ms;
+		const char *unit;
+	} units[] = {{3600000, "h"}, {60000, "m"}, {1000, "s"}};
+	size_t i;
+	char *p = buf + DL_DURATION_TEXT_MAX;
+
+	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+		if (ms != 0 && ms % units[i].ms == 0)
+			break;
+	/* digits from the right, then the unit */
+	*--p = '\0';
+	if (i < sizeof(units) / sizeof(units[0])) {
+		*--p = units[i].unit[0];
+		ms /= units[i].ms;
+	} else {
+		*--p = 's';
+		*--p = 'm';
+	}
+	do {
+		*--p = (char)('0' + ms % 10);
+		ms /= 10;
+	} while (ms);
+	memmove(buf, p, (size_t)(buf + DL_DURATION_TEXT_MAX - p));
+	return buf;
 }
 
 int dl_parse_wait(const char *s, size_t len, uint64_t *ms)
@@ -172,12 +212,13 @@ int dl_parse_wait(const char *s, size_t len, uint64_t *ms)
 	return dl_parse_duration(s, len, ms);
 }
 
-/* Names, owners and tags: printable ASCII without space or '='. */
+/* Names, owners and tags: printable ASCII without space or '=' (else
+ * DL_EBADARG), at most max bytes (else DL_ERANGE). */
 static int check_word(const char *s, size_t len, size_t max)
 {
 	size_t i;
 
-	if (len == 0 || len > max)
+	if (len == 0)
 		return DL_EBADARG;
 	for (i = 0; i < len; i++) {
 		unsigned char c = (unsigned char)s[i];
@@ -185,7 +226,7 @@ static int check_word(const char *s, size_t len, size_t max)
 		if (c < 0x21 || c > 0x7e || c == '=')
 			return DL_EBADARG;
 	}
-	return 0;
+	return len > max ? DL_ERANGE : 0;
 }
 
 int dl_check_name(const char *s, size_t len)
@@ -206,11 +247,21 @@ int dl_check_tag(const char *s, size_t len)
 /* ---- requests ------------------------------------------------------------ */
 
 /* What a positional word of a verb is. */
-enum pos_kind { POS_NAME = 1, POS_TOKEN, POS_SECRET, POS_TEXT };
+enum pos_kind { POS_NAME = 1, POS_TOKEN, POS_SECRET, POS_TEXT, POS_PREFIX };
 
 /* Options, as bits of verb_def.opts and of the "seen" set. */
-enum { OPT_TTL = 1, OPT_WAIT = 2, OPT_ID = 4, OPT_OWNER = 8 };
+enum {
+	OPT_TTL = 1,
+	OPT_WAIT = 2,
+	OPT_ID = 4,
+	OPT_OWNER = 8,
+	OPT_LIMIT = 16,
+	OPT_AFTER = 32,
+	OPT_BY = 64,
+};
 
+/* The table HELP prints and the errors quote: the syntax of each verb is
+ * written once, here. */
 struct verb_def {
 	const char *name; /* upper case */
 	unsigned char len;
@@ -218,28 +269,58 @@ struct verb_def {
 	unsigned char max_pos; /* positional words allowed */
 	unsigned char pos[2];  /* enum pos_kind of each */
 	unsigned char opts;    /* OPT_* allowed */
+	const char *usage;     /* its syntax */
+	const char *summary;   /* what it does, one line */
 };
 
-#define VERB(v, n, mn, mx, p0, p1, o)                                          \
-	[v] = {n, sizeof(n) - 1, mn, mx, {p0, p1}, o}
+#define VERB(v, n, mn, mx, p0, p1, o, u, s)                                    \
+	[v] = {n, sizeof(n) - 1, mn, mx, {p0, p1}, o, n u, s}
 
 static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
-	[DL_VERB_NONE] = {"", 0, 0, 0, {0, 0}, 0},
+	[DL_VERB_NONE] = {"", 0, 0, 0, {0, 0}, 0, "", ""},
 	VERB(DL_VERB_LOCK, "LOCK", 1, 1, POS_NAME, 0,
-	     OPT_TTL | OPT_WAIT | OPT_ID),
-	VERB(DL_VERB_TRYLOCK, "TRYLOCK", 1, 1, POS_NAME, 0, OPT_TTL | OPT_ID),
-	VERB(DL_VERB_UNLOCK, "UNLOCK", 2, 2, POS_NAME, POS_TOKEN, OPT_ID),
+	     OPT_TTL | OPT_WAIT | OPT_ID,
+	     " <name> [ttl=<duration>] [wait=<duration>|inf] [id=<tag>]",
+	     "take a lease, or queue for it (OK QUEUED, then * GRANTED)"),
+	VERB(DL_VERB_TRYLOCK, "TRYLOCK", 1, 1, POS_NAME, 0, OPT_TTL | OPT_ID,
+	     " <name> [ttl=<duration>] [id=<tag>]",
+	     "take a lease now or answer NO BUSY"),
+	VERB(DL_VERB_UNLOCK, "UNLOCK", 2, 2, POS_NAME, POS_TOKEN, OPT_ID,
+	     " <name> <token> [id=<tag>]", "release a lease you hold"),
 	VERB(DL_VERB_REFRESH, "REFRESH", 2, 2, POS_NAME, POS_TOKEN,
-	     OPT_TTL | OPT_ID),
-	VERB(DL_VERB_CHECK, "CHECK", 2, 2, POS_NAME, POS_TOKEN, OPT_ID),
-	VERB(DL_VERB_CANCEL, "CANCEL", 1, 1, POS_NAME, 0, OPT_ID),
-	VERB(DL_VERB_STATUS, "STATUS", 1, 1, POS_NAME, 0, OPT_ID),
-	VERB(DL_VERB_HELLO, "HELLO", 0, 0, 0, 0, OPT_OWNER | OPT_ID),
-	VERB(DL_VERB_AUTH, "AUTH", 1, 1, POS_SECRET, 0, OPT_ID),
-	VERB(DL_VERB_STATS, "STATS", 0, 0, 0, 0, OPT_ID),
-	VERB(DL_VERB_PING, "PING", 0, 1, POS_TEXT, 0, OPT_ID),
-	VERB(DL_VERB_QUIT, "QUIT", 0, 0, 0, 0, OPT_ID),
+	     OPT_TTL | OPT_ID, " <name> <token> [ttl=<duration>] [id=<tag>]",
+	     "extend a lease you hold"),
+	VERB(DL_VERB_CHECK, "CHECK", 2, 2, POS_NAME, POS_TOKEN, OPT_ID,
+	     " <name> <token> [id=<tag>]",
+	     "is this token's lease still valid, and for how long"),
+	VERB(DL_VERB_CANCEL, "CANCEL", 1, 1, POS_NAME, 0, OPT_ID,
+	     " <name> [id=<tag>]", "give up waiting for a lock"),
+	VERB(DL_VERB_STATUS, "STATUS", 1, 1, POS_NAME, 0, OPT_ID,
+	     " <name> [id=<tag>]", "who holds a lock, and how many wait"),
+	VERB(DL_VERB_HELLO, "HELLO", 0, 0, 0, 0, OPT_OWNER | OPT_ID,
+	     " [owner=<id>] [id=<tag>]",
+	     "name your owner id (and resume its leases); server limits"),
+	VERB(DL_VERB_AUTH, "AUTH", 1, 1, POS_SECRET, 0, OPT_ID,
+	     " <password> [id=<tag>]", "authenticate"),
+	VERB(DL_VERB_STATS, "STATS", 0, 0, 0, 0, OPT_ID, " [id=<tag>]",
+	     "the server's counters (multi-line)"),
+	VERB(DL_VERB_PING, "PING", 0, 1, POS_TEXT, 0, OPT_ID,
+	     " [<word>] [id=<tag>]", "answer PONG"),
+	VERB(DL_VERB_QUIT, "QUIT", 0, 0, 0, 0, OPT_ID, " [id=<tag>]",
+	     "close the connection (leases stay until their TTL)"),
+	VERB(DL_VERB_LOCKS, "LOCKS", 0, 1, POS_PREFIX, 0,
+	     OPT_LIMIT | OPT_AFTER | OPT_BY | OPT_ID,
+	     " [<prefix>] [limit=<n>] [after=<name>] [by=name|waiters] "
+	     "[id=<tag>]",
+	     "list locks by name a page at a time, or the most waited for "
+	     "(multi-line)"),
+	VERB(DL_VERB_HELP, "HELP", 0, 1, POS_TEXT, 0, OPT_ID,
+	     " [<command>] [id=<tag>]",
+	     "this list, or one command (multi-line)"),
 };
+
+static const char *const opt_names[] = {"ttl",   "wait",  "id",	"owner",
+					"limit", "after", "by"};
 
 const char *dl_verb_name(enum dl_verb v)
 {
@@ -248,7 +329,21 @@ const char *dl_verb_name(enum dl_verb v)
 	return verb_defs[v].name;
 }
 
-static enum dl_verb find_verb(struct dl_str w)
+const char *dl_verb_usage(enum dl_verb v)
+{
+	if ((unsigned)v >= DL_VERB_COUNT_)
+		return "";
+	return verb_defs[v].usage;
+}
+
+const char *dl_verb_summary(enum dl_verb v)
+{
+	if ((unsigned)v >= DL_VERB_COUNT_)
+		return "";
+	return verb_defs[v].summary;
+}
+
+enum dl_verb dl_find_verb(struct dl_str w)
 {
 	int v;
 
@@ -260,14 +355,17 @@ static enum dl_verb find_verb(struct dl_str w)
 
 static int find_opt(const char *k, size_t n)
 {
-	if (ci_eq(k, n, "TTL", 3))
-		return OPT_TTL;
-	if (ci_eq(k, n, "WAIT", 4))
-		return OPT_WAIT;
-	if (ci_eq(k, n, "ID", 2))
-		return OPT_ID;
-	if (ci_eq(k, n, "OWNER", 5))
-		return OPT_OWNER;
+	size_t i;
+	char up[8];
+
+	for (i = 0; i < sizeof(opt_names) / sizeof(opt_names[0]); i++) {
+		size_t j, m = strlen(opt_names[i]);
+
+		for (j = 0; j < m; j++)
+			up[j] = (char)(opt_names[i][j] - 'a' + 'A');
+		if (ci_eq(k, n, up, m))
+			return 1 << i;
+	}
 	return 0;
 }
 
@@ -312,49 +410,225 @@ static size_t split_request(const char *line, size_t len, struct dl_str *words,
 	}
 }
 
-static int fail(const char **why, const char *text, int err)
+/* ---- explanations ---------------------------------------------------------
+ *
+ * An error names what was wrong and what is accepted. The text goes back to
+ * the client in an ERR line, so whatever it quotes from the request is
+ * shown as printable ASCII only (other bytes as '?') and cut at
+ * QUOTE_MAX bytes: a reply can never carry a CR or a control byte. */
+
+#define QUOTE_MAX 40
+#define STR_(x)	  #x
+#define XSTR(x)	  STR_(x)
+
+struct why {
+	char *p;
+	size_t len, cap;
+};
+
+static void why_add(struct why *w, const char *s, size_t n)
 {
-	if (why)
-		*why = text;
-	return err;
+	if (n > w->cap - 1 - w->len)
+		n = w->cap - 1 - w->len;
+	memcpy(w->p + w->len, s, n);
+	w->len += n;
+	w->p[w->len] = '\0';
 }
 
-static int parse_option(struct dl_str w, const char *eq, unsigned allowed,
-			unsigned *seen, struct dl_request *req,
-			const char **why)
+static void why_str(struct why *w, const char *s)
+{
+	why_add(w, s, strlen(s));
+}
+
+static void why_u64(struct why *w, uint64_t v)
+{
+	char b[24], *p = b + sizeof(b);
+
+	do {
+		*--p = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	why_add(w, p, (size_t)(b + sizeof(b) - p));
+}
+
+static void why_quote(struct why *w, const char *s, size_t n)
+{
+	size_t i;
+
+	why_str(w, "'");
+	for (i = 0; i < n && i < QUOTE_MAX; i++) {
+		unsigned char c = (unsigned char)s[i];
+		char o = c >= 0x20 && c <= 0x7e ? (char)c : '?';
+
+		why_add(w, &o, 1);
+	}
+	why_str(w, i < n ? "...'" : "'");
+}
+
+static int fail(const char **why, struct dl_request *req, int err,
+		const char *text)
+{
+	if (why) {
+		if (text && text != req->why) {
+			struct why w = {req->why, 0, sizeof(req->why)};
+
+			why_str(&w, text);
+		}
+		*why = req->why;
+	}
+	return err == DL_ERANGE ? DL_EBADARG : err;
+}
+
+/* "<what>: " then the usage of the verb, for an argument that is missing,
+ * one too many, or an option the verb does not take. */
+static int fail_usage(const char **why, struct dl_request *req, int err,
+		      const struct verb_def *def, const char *what,
+		      struct dl_str quoted)
+{
+	struct why w = {req->why, 0, sizeof(req->why)};
+
+	why_str(&w, what);
+	/* whatever follows AUTH may be a piece of the password */
+	if (quoted.p && req->verb != DL_VERB_AUTH) {
+		why_str(&w, " ");
+		why_quote(&w, quoted.p, quoted.len);
+	}
+	why_str(&w, "; usage: ");
+	why_str(&w, def->usage);
+	return fail(why, req, err, req->why);
+}
+
+/* A word the checks of a name, owner or tag refused: too long, or bytes
+ * outside printable ASCII (or '='). */
+static int fail_word(const char **why, struct dl_request *req, int err,
+		     const char *what, struct dl_str v, size_t max)
+{
+	struct why w = {req->why, 0, sizeof(req->why)};
+
+	why_str(&w, what);
+	if (err == DL_ERANGE) {
+		why_str(&w, " out of range: ");
+		why_u64(&w, v.len);
+		why_str(&w, " bytes, at most ");
+		why_u64(&w, max);
+	} else {
+		why_str(&w, " malformed: ");
+		why_quote(&w, v.p, v.len);
+		why_str(&w, ", 1 to ");
+		why_u64(&w, max);
+		why_str(&w, " bytes of printable ASCII without space or '='");
+	}
+	return fail(why, req, err, req->why);
+}
+
+/* A duration option (ttl=, wait=) that did not parse. */
+static int fail_duration(const char **why, struct dl_request *req, int err,
+			 const char *opt, struct dl_str v, int inf_too)
+{
+	struct why w = {req->why, 0, sizeof(req->why)};
+	char max[DL_DURATION_TEXT_MAX];
+
+	why_str(&w, opt);
+	if (err == DL_ERANGE) {
+		why_str(&w, " out of range: ");
+		why_quote(&w, v.p, v.len);
+		why_str(&w, ", at most ");
+		why_str(&w, dl_format_duration(DL_DURATION_MAX_MS, max));
+	} else {
+		why_str(&w, " malformed: ");
+		why_quote(&w, v.p, v.len);
+		why_str(&w, inf_too ? ", takes inf or a duration"
+				    : ", takes a duration");
+		why_str(&w, ": a number and a unit, ms (default), s, m or h, "
+			    "e.g. 30s");
+	}
+	return fail(why, req, err, req->why);
+}
+
+static int parse_option(struct dl_str w, const char *eq,
+			const struct verb_def *def, unsigned *seen,
+			struct dl_request *req, const char **why)
 {
 	const char *v = eq + 1;
-	size_t vlen = (size_t)(w.p + w.len - v);
-	int opt = find_opt(w.p, (size_t)(eq - w.p));
+	struct dl_str val = {v, (size_t)(w.p + w.len - v)};
+	struct dl_str key = {w.p, (size_t)(eq - w.p)};
+	int opt = find_opt(key.p, key.len);
+	int err;
 
-	if (!(opt & allowed))
-		return fail(why, "unknown option", DL_EBADARG);
+	if (!(opt & def->opts))
+		return fail_usage(why, req, DL_EBADARG, def,
+				  opt ? "option not valid for this command:"
+				      : "unknown option:",
+				  key);
 	if (*seen & (unsigned)opt)
-		return fail(why, "duplicate option", DL_EBADARG);
+		return fail_usage(why, req, DL_EBADARG, def,
+				  "option given twice:", key);
 	*seen |= (unsigned)opt;
-	if (vlen == 0)
-		return fail(why, "empty option value", DL_EBADARG);
+	if (val.len == 0)
+		return fail_usage(why, req, DL_EBADARG, def,
+				  "option without a value:", key);
 	switch (opt) {
 	case OPT_TTL:
-		if (dl_parse_duration(v, vlen, &req->ttl_ms) < 0 ||
-		    req->ttl_ms == 0)
-			return fail(why, "bad ttl", DL_EBADARG);
+		err = dl_parse_duration(v, val.len, &req->ttl_ms);
+		if (err < 0)
+			return fail_duration(why, req, err, "ttl", val, 0);
+		if (req->ttl_ms == 0)
+			return fail(why, req, DL_EBADARG,
+				    "ttl out of range: '0', at least 1ms");
 		req->has_ttl = 1;
 		break;
 	case OPT_WAIT:
-		if (dl_parse_wait(v, vlen, &req->wait_ms) < 0)
-			return fail(why, "bad wait", DL_EBADARG);
+		err = dl_parse_wait(v, val.len, &req->wait_ms);
+		if (err < 0)
+			return fail_duration(why, req, err, "wait", val, 1);
 		req->has_wait = 1;
 		break;
 	case OPT_ID:
-		if (dl_check_tag(v, vlen) < 0)
-			return fail(why, "bad id", DL_EBADARG);
-		req->tag = (struct dl_str){v, vlen};
+		err = dl_check_tag(v, val.len);
+		if (err < 0)
+			return fail_word(why, req, err, "id", val, DL_TAG_MAX);
+		req->tag = val;
 		break;
-	default: /* OPT_OWNER */
-		if (dl_check_owner(v, vlen) < 0)
-			return fail(why, "bad owner", DL_EBADARG);
-		req->owner = (struct dl_str){v, vlen};
+	case OPT_OWNER:
+		err = dl_check_owner(v, val.len);
+		if (err < 0)
+			return fail_word(why, req, err, "owner", val,
+					 DL_OWNER_MAX);
+		req->owner = val;
+		break;
+	case OPT_LIMIT:
+		err = dl_parse_u64(v, val.len, &req->limit);
+		if (err < 0 || req->limit == 0 ||
+		    req->limit > DL_LOCKS_PAGE_MAX) {
+			struct why m = {req->why, 0, sizeof(req->why)};
+
+			why_str(&m, err == DL_EBADARG ? "limit malformed: "
+						      : "limit out of range: ");
+			why_quote(&m, val.p, val.len);
+			why_str(&m, ", a number from 1 to ");
+			why_u64(&m, DL_LOCKS_PAGE_MAX);
+			return fail(why, req, DL_EBADARG, req->why);
+		}
+		req->has_limit = 1;
+		break;
+	case OPT_AFTER:
+		err = dl_check_name(v, val.len);
+		if (err < 0)
+			return fail_word(why, req, err, "after", val,
+					 DL_NAME_MAX);
+		req->after = val;
+		break;
+	default: /* OPT_BY */
+		if (ci_eq(v, val.len, "WAITERS", 7)) {
+			req->by_waiters = 1;
+		} else if (!ci_eq(v, val.len, "NAME", 4)) {
+			struct why m = {req->why, 0, sizeof(req->why)};
+
+			why_str(&m, "by malformed: ");
+			why_quote(&m, val.p, val.len);
+			why_str(&m, ", takes name or waiters");
+			return fail(why, req, DL_EBADARG, req->why);
+		}
 		break;
 	}
 	return 0;
@@ -374,21 +648,42 @@ static int printable(struct dl_str w)
 static int parse_positional(struct dl_str w, int kind, struct dl_request *req,
 			    const char **why)
 {
+	int err;
+
 	switch (kind) {
 	case POS_NAME:
-		if (dl_check_name(w.p, w.len) < 0)
-			return fail(why, "bad name", DL_EBADARG);
+	case POS_PREFIX:
+		err = dl_check_name(w.p, w.len);
+		if (err < 0)
+			return fail_word(why, req, err,
+					 kind == POS_NAME ? "name" : "prefix",
+					 w, DL_NAME_MAX);
 		req->name = w;
 		break;
 	case POS_TOKEN:
-		if (dl_parse_u64(w.p, w.len, &req->token) < 0)
-			return fail(why, "bad token", DL_EBADARG);
+		err = dl_parse_u64(w.p, w.len, &req->token);
+		if (err < 0) {
+			struct why m = {req->why, 0, sizeof(req->why)};
+
+			why_str(&m, err == DL_ERANGE ? "token out of range: "
+						     : "token malformed: ");
+			why_quote(&m, w.p, w.len);
+			why_str(&m, ", the decimal number GRANTED gave");
+			return fail(why, req, DL_EBADARG, req->why);
+		}
 		break;
 	case POS_TEXT:
-		/* PING's word is echoed back: only printable ASCII, so that
-		 * a reply can never carry a CR or a control byte. */
-		if (!printable(w))
-			return fail(why, "bad text", DL_EBADARG);
+		/* PING's and HELP's word is echoed back: only printable
+		 * ASCII, so that a reply can never carry a CR or a control
+		 * byte. */
+		if (!printable(w)) {
+			struct why m = {req->why, 0, sizeof(req->why)};
+
+			why_str(&m, "word malformed: ");
+			why_quote(&m, w.p, w.len);
+			why_str(&m, ", printable ASCII only");
+			return fail(why, req, DL_EBADARG, req->why);
+		}
 		req->arg = w;
 		break;
 	default: /* POS_SECRET: never echoed, any non-blank bytes */
@@ -397,6 +692,14 @@ static int parse_positional(struct dl_str w, int kind, struct dl_request *req,
 	}
 	return 0;
 }
+
+static const char *const pos_names[] = {
+	[POS_NAME] = "missing the lock name",
+	[POS_TOKEN] = "missing the token",
+	[POS_SECRET] = "missing the password",
+	[POS_TEXT] = "missing the word",
+	[POS_PREFIX] = "missing the prefix",
+};
 
 int dl_parse_request(const char *line, size_t len, struct dl_request *req,
 		     const char **why)
@@ -407,27 +710,40 @@ int dl_parse_request(const char *line, size_t len, struct dl_request *req,
 	size_t n, i;
 	int err;
 
-	memset(req, 0, sizeof(*req));
+	memset(req, 0, offsetof(struct dl_request, why));
+	req->why[0] = '\0';
 	if (len > 0 && memchr(line, '\0', len))
-		return fail(why, "NUL byte in request", DL_EBADFORMAT);
+		return fail(why, req, DL_EBADFORMAT, "NUL byte in request");
 	n = split_request(line, len, words, req);
 	if (n == 0)
 		return 0;
-	if (n > DL_ARGS_MAX)
-		return fail(why, "too many arguments", DL_EBADARG);
-	req->verb = find_verb(words[0]);
-	if (req->verb == DL_VERB_NONE)
-		return fail(why, "unknown command", DL_EUNKNOWNCMD);
+	req->verb = dl_find_verb(words[0]);
+	if (n > DL_ARGS_MAX && req->verb == DL_VERB_NONE)
+		return fail(why, req, DL_EBADARG,
+			    "too many words, a request has at most " XSTR(
+				    DL_ARGS_MAX));
+	if (req->verb == DL_VERB_NONE) {
+		struct why w = {req->why, 0, sizeof(req->why)};
+
+		why_str(&w, "unknown command ");
+		why_quote(&w, words[0].p, words[0].len);
+		why_str(&w, "; HELP lists the commands");
+		return fail(why, req, DL_EUNKNOWNCMD, req->why);
+	}
 	def = &verb_defs[req->verb];
+	if (n > DL_ARGS_MAX)
+		return fail_usage(why, req, DL_EBADARG, def,
+				  "too many arguments", DL_STR_NULL);
 
 	for (i = 1; i < n; i++) {
 		struct dl_str w = words[i];
 		const char *eq = memchr(w.p, '=', w.len);
 
 		if (eq && !(req->verb == DL_VERB_AUTH && i == 1)) {
-			err = parse_option(w, eq, def->opts, &seen, req, why);
+			err = parse_option(w, eq, def, &seen, req, why);
 		} else if (npos >= def->max_pos) {
-			err = fail(why, "too many arguments", DL_EBADARG);
+			err = fail_usage(why, req, DL_EBADARG, def,
+					 "one argument too many:", w);
 		} else {
 			err = parse_positional(w, def->pos[npos], req, why);
 			npos++;
@@ -435,8 +751,13 @@ int dl_parse_request(const char *line, size_t len, struct dl_request *req,
 		if (err < 0)
 			return err;
 	}
+	if (req->by_waiters && req->after.len)
+		return fail(why, req, DL_EBADARG,
+			    "after= pages by name; by=waiters lists the first "
+			    "limit= locks only");
 	if (npos < def->min_pos)
-		return fail(why, "missing argument", DL_EBADFORMAT);
+		return fail_usage(why, req, DL_EBADFORMAT, def,
+				  pos_names[def->pos[npos]], DL_STR_NULL);
 	if (req->verb == DL_VERB_TRYLOCK) {
 		req->wait_ms = 0;
 		req->has_wait = 1;

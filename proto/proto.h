@@ -38,7 +38,8 @@ enum {
 	DL_ENOMEM = -10, /* allocation failed */
 	DL_EPROTO = -11, /* a line that is not valid protocol from the peer */
 	DL_ENOSPC = -12, /* a formatted line did not fit its buffer */
-	DL_ERR_COUNT_ = 12
+	DL_ERANGE = -13, /* a well-formed number out of range (sent as BAD_ARG) */
+	DL_ERR_COUNT_ = 13
 };
 
 /* Human-readable text for a DL_E* code ("unknown error" otherwise). */
@@ -67,16 +68,23 @@ struct dl_str {
 int dl_parse_u64(const char *s, size_t len, uint64_t *out);
 
 /* Duration: a decimal number with an optional unit, "ms" (the default),
- * "s" or "m"; the result in ms must not exceed DL_DURATION_MAX_MS.
+ * "s", "m" or "h"; the result in ms must not exceed DL_DURATION_MAX_MS.
+ * DL_EBADARG when malformed, DL_ERANGE when well formed but too large.
  * "inf" is not a duration (see dl_parse_wait). */
 int dl_parse_duration(const char *s, size_t len, uint64_t *ms);
+
+/* Write ms as the largest unit that states it exactly ("24h", "90s",
+ * "1500ms"; "0ms") into buf; returns buf. */
+#define DL_DURATION_TEXT_MAX 24
+char *dl_format_duration(uint64_t ms, char buf[DL_DURATION_TEXT_MAX]);
 
 /* A wait: a duration, or "inf" for DL_WAIT_INF. */
 #define DL_WAIT_INF UINT64_MAX
 int dl_parse_wait(const char *s, size_t len, uint64_t *ms);
 
 /* 0 if s is a valid lock name (1..DL_NAME_MAX bytes, 0x21..0x7e except
- * '='), DL_EBADARG otherwise. Owner ids follow the same rule with
+ * '='), DL_EBADARG for other bytes, DL_ERANGE for a valid one that is too
+ * long. Owner ids follow the same rule with
  * DL_OWNER_MAX, tags with DL_TAG_MAX. */
 int dl_check_name(const char *s, size_t len);
 int dl_check_owner(const char *s, size_t len);
@@ -98,16 +106,30 @@ enum dl_verb {
 	DL_VERB_STATS,
 	DL_VERB_PING,
 	DL_VERB_QUIT,
+	DL_VERB_LOCKS,
+	DL_VERB_HELP,
 	DL_VERB_COUNT_
 };
 
 /* Upper-case name of a verb ("LOCK"), "" for DL_VERB_NONE. */
 const char *dl_verb_name(enum dl_verb v);
 
+/* The verb's syntax ("UNLOCK <name> <token> [id=<tag>]") and a line on
+ * what it does; "" for DL_VERB_NONE. HELP sends them. */
+const char *dl_verb_usage(enum dl_verb v);
+const char *dl_verb_summary(enum dl_verb v);
+
+/* The verb named by w (any case), DL_VERB_NONE if none. */
+enum dl_verb dl_find_verb(struct dl_str w);
+
+/* Bytes of the explanation dl_parse_request writes into a request. */
+#define DL_WHY_MAX 320
+
 struct dl_request {
 	enum dl_verb verb;
 	struct dl_str
-		name;	  /* LOCK TRYLOCK UNLOCK REFRESH CHECK CANCEL STATUS */
+		name; /* LOCK TRYLOCK UNLOCK REFRESH CHECK CANCEL STATUS; the
+			 prefix of LOCKS (len 0 when absent) */
 	uint64_t token;	  /* UNLOCK REFRESH CHECK */
 	uint64_t ttl_ms;  /* ttl=, when has_ttl */
 	uint64_t wait_ms; /* wait=, when has_wait; may be DL_WAIT_INF */
@@ -115,12 +137,21 @@ struct dl_request {
 	unsigned has_wait : 1;
 	struct dl_str tag;   /* id=<tag>; len 0 when absent */
 	struct dl_str owner; /* HELLO owner=; len 0 when absent */
-	struct dl_str arg;   /* AUTH secret, PING text (len 0 when absent) */
+	struct dl_str arg;   /* AUTH secret, PING text, HELP verb (len 0 when
+				absent) */
+	struct dl_str after; /* LOCKS after=<name>; len 0 when absent */
+	uint64_t limit;	     /* LOCKS limit=, when has_limit */
+	unsigned has_limit : 1;
+	unsigned by_waiters : 1; /* LOCKS by=waiters */
+	char why[DL_WHY_MAX]; /* the explanation of a failed parse */
 };
 
 /* Parse one request line (line ending already removed; the line may
  * contain anything, NUL bytes included). Returns 0 and fills *req, or a
- * negative DL_E* code with *why set to a static explanation. Even on
+ * negative DL_E* code with *why set to an explanation for a person: which
+ * argument or option, malformed or out of range, and the accepted form or
+ * the limit. It lives in req->why (printable ASCII only: the offending
+ * word is quoted with other bytes shown as '?'). Even on
  * failure req->tag is set when the line carried a valid id= so the error
  * reply can echo it. TRYLOCK is reported as itself; its wait is 0. */
 int dl_parse_request(const char *line, size_t len, struct dl_request *req,

@@ -79,6 +79,38 @@ void dl_cmd_error(struct dl_conn *c, int err, const char *why,
 	reply_send(c, &r, tag, NULL);
 }
 
+/* Which limit a LOCK ran into, found after the fact: the table said
+ * DL_ELIMIT and nothing changed since. */
+static void limit_error(struct dl_conn *c, struct dl_str name,
+			struct dl_str tag)
+{
+	const struct dl_config *cfg = &c->srv->cfg;
+	const struct dl_owner *o = c->sess.owner;
+	struct dl_lock_status st;
+	char why[DL_WHY_MAX];
+
+	dl_locktab_status(c->srv->tab, name, &st);
+	if (st.held && st.count >= DL_REENTRY_MAX)
+		snprintf(why, sizeof(why),
+			 "limit reached: %u holds of one lease (reentries), at most %u",
+			 (unsigned)st.count, (unsigned)DL_REENTRY_MAX);
+	else if (st.waiters >= cfg->max_waiters)
+		snprintf(why, sizeof(why),
+			 "limit reached: %u waiters on this lock, at most %llu (max_waiters_per_lock)",
+			 (unsigned)st.waiters,
+			 (unsigned long long)cfg->max_waiters);
+	else if (o && (uint64_t)o->nleases + o->nwaiters >=
+			      cfg->max_locks_per_owner)
+		snprintf(why, sizeof(why),
+			 "limit reached: this owner holds or waits for %u locks, at most %llu (max_locks_per_owner)",
+			 (unsigned)(o->nleases + o->nwaiters),
+			 (unsigned long long)cfg->max_locks_per_owner);
+	else
+		snprintf(why, sizeof(why),
+			 "limit reached: fencing tokens exhausted");
+	dl_cmd_error(c, DL_ELIMIT, why, tag);
+}
+
 /* A lock-table call failed: the reply for its code. */
 static void table_error(struct dl_conn *c, int err, struct dl_str tag)
 {
@@ -157,8 +189,15 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 
 static int check_ttl(struct dl_conn *c, const struct dl_request *rq)
 {
+	char asked[DL_DURATION_TEXT_MAX], max[DL_DURATION_TEXT_MAX];
+	char why[DL_WHY_MAX];
+
 	if (rq->has_ttl && rq->ttl_ms > c->srv->cfg.max_ttl_ms) {
-		dl_cmd_error(c, DL_EBADARG, "ttl above max_ttl", rq->tag);
+		snprintf(why, sizeof(why),
+			 "ttl out of range: %s, at most %s (max_ttl)",
+			 dl_format_duration(rq->ttl_ms, asked),
+			 dl_format_duration(c->srv->cfg.max_ttl_ms, max));
+		dl_cmd_error(c, DL_EBADARG, why, rq->tag);
 		return -1;
 	}
 	return 0;
@@ -179,7 +218,9 @@ static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
 		return;
 	err = dl_locktab_acquire(srv->tab, &c->sess, rq->name, ttl, wait,
 				 rq->tag, &res);
-	if (err)
+	if (err == DL_ELIMIT)
+		limit_error(c, rq->name, rq->tag);
+	else if (err)
 		table_error(c, err, rq->tag);
 	else
 		result_reply(c, rq->name, &res, rq->tag);
@@ -403,6 +444,110 @@ static void cmd_stats(struct dl_conn *c, const struct dl_request *rq)
 	free(x);
 }
 
+/* LOCKS: "OK LOCKS <n> more=<m>", then n lines, one per lock, in the
+ * order of the page (see dl_locktab_list). */
+static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
+{
+	struct dl_locktab *tab = c->srv->tab;
+	size_t limit = rq->has_limit ? rq->limit : DL_LOCKS_PAGE_DEFAULT;
+	const struct dl_lock **page = malloc(limit * sizeof(*page));
+	struct dl_lock_status st;
+	struct reply r;
+	uint64_t more;
+	size_t i, n;
+
+	if (!page) {
+		dl_cmd_error(c, DL_EINTERNAL, "out of memory", rq->tag);
+		return;
+	}
+	n = dl_locktab_list(tab,
+			    rq->by_waiters ? DL_LIST_BY_WAITERS
+					   : DL_LIST_BY_NAME,
+			    rq->name, rq->after, limit, page, &more);
+	reply_begin(&r, "OK LOCKS");
+	dl_fmt_u64(&r.f, n);
+	dl_fmt_kv_u64(&r.f, "more", more);
+	reply_send(c, &r, rq->tag, NULL);
+	for (i = 0; i < n; i++) {
+		dl_locktab_lock_status(tab, page[i], &st);
+		dl_fmt_init(&r.f, r.buf, sizeof(r.buf));
+		dl_fmt_str(&r.f, (struct dl_str){page[i]->name,
+						 page[i]->hn.len});
+		dl_fmt_word(&r.f, st.held ? "state=held" : "state=free");
+		dl_fmt_word(&r.f, "mode=exclusive");
+		dl_fmt_kv_str(&r.f, "owner",
+			      st.held ? st.owner : DL_STR_LIT("-"));
+		dl_fmt_kv_u64(&r.f, "token", st.token);
+		dl_fmt_kv_u64(&r.f, "ttl_ms", st.remaining);
+		dl_fmt_kv_u64(&r.f, "count", st.count);
+		dl_fmt_kv_u64(&r.f, "holders", st.holders);
+		dl_fmt_kv_u64(&r.f, "waiters", st.waiters);
+		reply_send(c, &r, DL_STR_NULL, NULL);
+	}
+	free(page);
+}
+
+/* HELP: "OK HELP <n>", then n lines of text: every verb's syntax and
+ * how durations are written, or one verb's syntax, what it does and its
+ * options with this server's limits. */
+#define HELP_NOTES 6
+
+static void cmd_help(struct dl_conn *c, const struct dl_request *rq)
+{
+	const struct dl_config *cfg = &c->srv->cfg;
+	char note[HELP_NOTES][DL_REPLY_MAX / 4];
+	char d1[DL_DURATION_TEXT_MAX], d2[DL_DURATION_TEXT_MAX];
+	enum dl_verb v = DL_VERB_NONE, first = DL_VERB_NONE + 1, end;
+	const char *u;
+	struct reply r;
+	size_t n = 0, i;
+
+	if (rq->arg.len && (v = dl_find_verb(rq->arg)) == DL_VERB_NONE) {
+		dl_cmd_error(c, DL_EBADARG,
+			     "unknown command; HELP lists the commands",
+			     rq->tag);
+		return;
+	}
+	end = v == DL_VERB_NONE ? DL_VERB_COUNT_ : v + 1;
+	if (v != DL_VERB_NONE)
+		first = v;
+	u = v == DL_VERB_NONE ? " ttl= wait= limit=" : dl_verb_usage(v);
+	if (v != DL_VERB_NONE)
+		snprintf(note[n++], sizeof(note[0]), "%s", dl_verb_summary(v));
+	if (strstr(u, "ttl="))
+		snprintf(note[n++], sizeof(note[0]),
+			 "ttl: the lease, a duration: 500ms, 30s, 2m, 1h (a "
+			 "bare number is ms); default %s, at most %s",
+			 dl_format_duration(cfg->default_ttl_ms, d1),
+			 dl_format_duration(cfg->max_ttl_ms, d2));
+	if (strstr(u, "wait="))
+		snprintf(note[n++], sizeof(note[0]),
+			 "wait: how long to queue, a duration or inf (the "
+			 "default); TRYLOCK does not queue");
+	if (strstr(u, "limit="))
+		snprintf(note[n++], sizeof(note[0]),
+			 "limit: locks per page, 1 to %d (default %d); "
+			 "after=<the page's last name> for the next page",
+			 DL_LOCKS_PAGE_MAX, DL_LOCKS_PAGE_DEFAULT);
+	if (v == DL_VERB_NONE)
+		snprintf(note[n++], sizeof(note[0]),
+			 "HELP <command> for one; the protocol: PROTOCOL.md "
+			 "(man dlockd)");
+	reply_begin(&r, "OK HELP");
+	dl_fmt_u64(&r.f, (uint64_t)(end - first) + n);
+	reply_send(c, &r, rq->tag, NULL);
+	for (i = first; i < end; i++) {
+		dl_fmt_init(&r.f, r.buf, sizeof(r.buf));
+		dl_fmt_word(&r.f, dl_verb_usage((enum dl_verb)i));
+		reply_send(c, &r, DL_STR_NULL, NULL);
+	}
+	for (i = 0; i < n; i++) {
+		dl_fmt_init(&r.f, r.buf, sizeof(r.buf));
+		dl_fmt_word(&r.f, note[i]);
+		reply_send(c, &r, DL_STR_NULL, NULL);
+	}
+}
+
 static void cmd_ping(struct dl_conn *c, const struct dl_request *rq)
 {
 	struct reply r;
@@ -447,6 +592,8 @@ static const struct {
 	[DL_VERB_STATS] = {cmd_stats, 0},
 	[DL_VERB_PING] = {cmd_ping, OPEN},
 	[DL_VERB_QUIT] = {cmd_quit, OPEN},
+	[DL_VERB_LOCKS] = {cmd_locks, ACTIVE},
+	[DL_VERB_HELP] = {cmd_help, OPEN},
 };
 
 void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)

@@ -263,6 +263,26 @@ int dl_locktab_cancel(struct dl_locktab *t, struct dl_session *s,
 		      struct dl_str name, struct dl_result *res);
 void dl_locktab_status(struct dl_locktab *t, struct dl_str name,
 		       struct dl_lock_status *st);
+/* The status of a lock found by dl_locktab_list (no lookup, no reaping: a
+ * lease past its deadline that the wheel has not reaped yet shows
+ * remaining 0). */
+void dl_locktab_lock_status(struct dl_locktab *t, const struct dl_lock *lk,
+			    struct dl_lock_status *st);
+
+/* A page of the locks for LOCKS. Order DL_LIST_BY_NAME: the names that
+ * start with `prefix` and sort after `after` (byte order; len 0: from the
+ * first), the first `limit` of them. DL_LIST_BY_WAITERS: the `limit`
+ * locks with the prefix that have the most waiters (at least one), most
+ * first, ties by name; `after` is not used. page[] receives them in order (room for limit);
+ * returns how many, and *more how many more match after the page.
+ *
+ * Cost: one pass over every lock with a heap of `limit` entries,
+ * O(locks x log limit) on the loop; the table keeps no ordered index (it
+ * would cost memory and time on every grant for a rare request). */
+enum dl_list_order { DL_LIST_BY_NAME, DL_LIST_BY_WAITERS };
+size_t dl_locktab_list(struct dl_locktab *t, enum dl_list_order order,
+		       struct dl_str prefix, struct dl_str after, size_t limit,
+		       const struct dl_lock **page, uint64_t *more);
 
 /* ---- time ------------------------------------------------------------------
  */

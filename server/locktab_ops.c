@@ -297,16 +297,11 @@ int dl_locktab_cancel(struct dl_locktab *t, struct dl_session *s,
 	return 0;
 }
 
-void dl_locktab_status(struct dl_locktab *t, struct dl_str name,
-		       struct dl_lock_status *st)
+static void lock_status(const struct dl_lock *lk, uint64_t now,
+			struct dl_lock_status *st)
 {
-	uint64_t now = dl__now_ms(t);
-	struct dl_lock *lk = lock_now(t, name, now);
-	const struct dl_lease *l = lk ? lk->holders : NULL;
+	const struct dl_lease *l = lk->holders;
 
-	memset(st, 0, sizeof(*st));
-	if (!lk)
-		return;
 	st->holders = lk->nholders;
 	st->waiters = lk->nwaiters;
 	if (l) {
@@ -316,6 +311,140 @@ void dl_locktab_status(struct dl_locktab *t, struct dl_str name,
 		st->count = l->count;
 		st->owner = dl_owner_id(l->owner);
 	}
+}
+
+void dl_locktab_status(struct dl_locktab *t, struct dl_str name,
+		       struct dl_lock_status *st)
+{
+	uint64_t now = dl__now_ms(t);
+	struct dl_lock *lk = lock_now(t, name, now);
+
+	memset(st, 0, sizeof(*st));
+	if (lk)
+		lock_status(lk, now, st);
+}
+
+void dl_locktab_lock_status(struct dl_locktab *t, const struct dl_lock *lk,
+			    struct dl_lock_status *st)
+{
+	memset(st, 0, sizeof(*st));
+	lock_status(lk, dl__now_ms(t), st);
+}
+
+/* ---- listing ---------------------------------------------------------------
+ *
+ * A page is chosen in one pass: heap[] is a max-heap of the best `limit`
+ * locks seen so far by `before` (its root is the worst of them, the one a
+ * better lock replaces). At the end it is sorted in place: popping the root
+ * to the back leaves the array in ascending order. */
+
+struct list_run {
+	enum dl_list_order order;
+	struct dl_str prefix, after;
+	const struct dl_lock **heap;
+	size_t n, limit;
+	uint64_t matched;
+};
+
+static int name_cmp(const struct dl_lock *a, const struct dl_lock *b)
+{
+	size_t n = a->hn.len < b->hn.len ? a->hn.len : b->hn.len;
+	int c = memcmp(a->name, b->name, n);
+
+	if (c)
+		return c;
+	return (a->hn.len > b->hn.len) - (a->hn.len < b->hn.len);
+}
+
+/* a comes before b in the page's order */
+static int before(const struct list_run *r, const struct dl_lock *a,
+		  const struct dl_lock *b)
+{
+	if (r->order == DL_LIST_BY_WAITERS && a->nwaiters != b->nwaiters)
+		return a->nwaiters > b->nwaiters;
+	return name_cmp(a, b) < 0;
+}
+
+static void sift_down(struct list_run *r, size_t i, size_t n)
+{
+	for (;;) {
+		size_t c = 2 * i + 1, m = i;
+		const struct dl_lock *x;
+
+		if (c < n && before(r, r->heap[m], r->heap[c]))
+			m = c;
+		if (c + 1 < n && before(r, r->heap[m], r->heap[c + 1]))
+			m = c + 1;
+		if (m == i)
+			return;
+		x = r->heap[i];
+		r->heap[i] = r->heap[m];
+		r->heap[m] = x;
+		i = m;
+	}
+}
+
+static int list_match(const struct list_run *r, const struct dl_lock *lk)
+{
+	size_t n;
+	int c;
+
+	if (r->prefix.len && (lk->hn.len < r->prefix.len ||
+			      memcmp(lk->name, r->prefix.p, r->prefix.len)))
+		return 0;
+	if (r->order == DL_LIST_BY_WAITERS)
+		return lk->nwaiters > 0;
+	if (r->after.len == 0)
+		return 1;
+	n = lk->hn.len < r->after.len ? lk->hn.len : r->after.len;
+	c = memcmp(lk->name, r->after.p, n);
+	return c > 0 || (c == 0 && lk->hn.len > r->after.len);
+}
+
+static void list_cb(const struct dl_lock *lk, void *arg)
+{
+	struct list_run *r = arg;
+	size_t i;
+
+	if (!lk->holders && !lk->qhead)
+		return; /* empty, about to be freed */
+	if (!list_match(r, lk))
+		return;
+	r->matched++;
+	if (r->n < r->limit) {
+		/* sift up */
+		i = r->n++;
+		r->heap[i] = lk;
+		while (i > 0 && before(r, r->heap[(i - 1) / 2], r->heap[i])) {
+			const struct dl_lock *x = r->heap[i];
+
+			r->heap[i] = r->heap[(i - 1) / 2];
+			r->heap[(i - 1) / 2] = x;
+			i = (i - 1) / 2;
+		}
+	} else if (r->limit > 0 && before(r, lk, r->heap[0])) {
+		r->heap[0] = lk;
+		sift_down(r, 0, r->n);
+	}
+}
+
+size_t dl_locktab_list(struct dl_locktab *t, enum dl_list_order order,
+		       struct dl_str prefix, struct dl_str after, size_t limit,
+		       const struct dl_lock **page, uint64_t *more)
+{
+	struct list_run r = {order, prefix, after, page, 0, limit, 0};
+	size_t end;
+
+	dl_locktab_foreach(t, list_cb, &r);
+	for (end = r.n; end > 1; end--) {
+		const struct dl_lock *x = page[0];
+
+		page[0] = page[end - 1];
+		page[end - 1] = x;
+		sift_down(&r, 0, end - 1);
+	}
+	*more = r.matched - r.n;
+	return r.n;
 }
 
 /* ---- recovery

@@ -125,7 +125,9 @@ Test(proto, u64_rejects_overflow_sign_space_and_empty)
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		int rc = dl_parse_u64(bad[i], strlen(bad[i]), &v);
 
-		cr_assert_eq(rc, DL_EBADARG, "\"%s\": got %d", bad[i], rc);
+		/* the first three are numbers, too large */
+		cr_assert_eq(rc, i < 3 ? DL_ERANGE : DL_EBADARG,
+			     "\"%s\": got %d", bad[i], rc);
 	}
 	cr_assert_eq(v, 42, "a failed parse must not write *out");
 }
@@ -146,6 +148,9 @@ Test(proto, duration_units_scale_to_ms)
 		{"1000000000000", DL_DURATION_MAX_MS},
 		{"1000000000s", DL_DURATION_MAX_MS},
 		{"16666666m", 16666666ULL * 60000},
+		{"1h", 3600000},
+		{"24h", 86400000},
+		{"277777h", 277777ULL * 3600000},
 	};
 	size_t i;
 
@@ -166,7 +171,9 @@ Test(proto, duration_rejects_junk_negative_and_overflow)
 		"",
 		"-1",
 		"+1",
-		"1h",
+		"1H",
+		"1d",
+		"1hh",
 		"1.5s",
 		"1 s",
 		" 1",
@@ -177,12 +184,13 @@ Test(proto, duration_rejects_junk_negative_and_overflow)
 		"ms",
 		"1sm",
 		"1mss",
-		"1000000000001",
-		"1000000001s",
-		"16666667m",
-		"18446744073709551615s",
-		"18446744073709551616",
-		"18446744073709551615m",
+	};
+	/* well formed, too large: out of range, not malformed */
+	static const char *const big[] = {
+		"1000000000001",	 "1000000001s",
+		"16666667m",		 "277778h",
+		"18446744073709551615s", "18446744073709551616",
+		"18446744073709551615m", "99999999999999999999999h",
 	};
 	size_t i;
 
@@ -191,6 +199,12 @@ Test(proto, duration_rejects_junk_negative_and_overflow)
 		int rc = dl_parse_duration(bad[i], strlen(bad[i]), &ms);
 
 		cr_assert_eq(rc, DL_EBADARG, "\"%s\": got %d", bad[i], rc);
+	}
+	for (i = 0; i < sizeof(big) / sizeof(big[0]); i++) {
+		uint64_t ms;
+		int rc = dl_parse_duration(big[i], strlen(big[i]), &ms);
+
+		cr_assert_eq(rc, DL_ERANGE, "\"%s\": got %d", big[i], rc);
 	}
 }
 
@@ -214,7 +228,7 @@ Test(proto, name_owner_tag_limits_and_alphabet)
 	char *n255 = rep('n', DL_NAME_MAX), *n256 = rep('n', DL_NAME_MAX + 1);
 
 	cr_assert_eq(dl_check_name(n255, strlen(n255)), 0);
-	cr_assert_eq(dl_check_name(n256, strlen(n256)), DL_EBADARG);
+	cr_assert_eq(dl_check_name(n256, strlen(n256)), DL_ERANGE);
 	cr_assert_eq(dl_check_name("", 0), DL_EBADARG);
 	cr_assert_eq(dl_check_name("!~/:a.b-c_", 10), 0);
 	cr_assert_eq(dl_check_name("a=b", 3), DL_EBADARG);
@@ -224,9 +238,9 @@ Test(proto, name_owner_tag_limits_and_alphabet)
 	cr_assert_eq(dl_check_name("a\x80", 2), DL_EBADARG);
 	cr_assert_eq(dl_check_name("a\0", 2), DL_EBADARG);
 	cr_assert_eq(dl_check_owner(n255, DL_OWNER_MAX), 0);
-	cr_assert_eq(dl_check_owner(n255, DL_OWNER_MAX + 1), DL_EBADARG);
+	cr_assert_eq(dl_check_owner(n255, DL_OWNER_MAX + 1), DL_ERANGE);
 	cr_assert_eq(dl_check_tag(n255, DL_TAG_MAX), 0);
-	cr_assert_eq(dl_check_tag(n255, DL_TAG_MAX + 1), DL_EBADARG);
+	cr_assert_eq(dl_check_tag(n255, DL_TAG_MAX + 1), DL_ERANGE);
 	cr_assert_eq(dl_check_tag("a=", 2), DL_EBADARG);
 }
 
@@ -490,7 +504,7 @@ Test(proto, nul_byte_is_bad_format_before_anything_else)
 Test(proto, unknown_verb_is_unknown_command)
 {
 	expect_err("FOO a", DL_EUNKNOWNCMD);
-	expect_err("LOCKS a", DL_EUNKNOWNCMD);
+	expect_err("LOCKSS a", DL_EUNKNOWNCMD);
 	expect_err("LOC a", DL_EUNKNOWNCMD);
 	expect_err("ttl=5", DL_EUNKNOWNCMD);
 	expect_err("\x01LOCK a", DL_EUNKNOWNCMD);
@@ -618,41 +632,193 @@ Test(proto, first_error_from_the_left_wins)
 	const char *why;
 
 	cr_assert_eq(parse("LOCK a foo=1 ttl=0", &r, &why), DL_EBADARG);
-	cr_assert_str_eq(why, "unknown option");
+	cr_assert(strstr(why, "unknown option: 'foo'"), "%s", why);
 	cr_assert_eq(parse("LOCK a ttl=0 foo=1", &r, &why), DL_EBADARG);
-	cr_assert_str_eq(why, "bad ttl");
+	cr_assert_str_eq(why, "ttl out of range: '0', at least 1ms");
 	cr_assert_eq(parse("UNLOCK a\x01 x", &r, &why), DL_EBADARG);
-	cr_assert_str_eq(why, "bad name");
+	cr_assert(strstr(why, "name malformed: 'a?'"), "%s", why);
 	cr_assert_eq(parse("UNLOCK a x", &r, &why), DL_EBADARG);
-	cr_assert_str_eq(why, "bad token");
+	cr_assert(strstr(why, "token malformed: 'x'"), "%s", why);
 	/* missing is only known at the end, after every word was checked */
 	cr_assert_eq(parse("UNLOCK a ttl=1", &r, &why), DL_EBADARG);
-	cr_assert_str_eq(why, "unknown option");
+	cr_assert(strstr(why, "option not valid for this command: 'ttl'"),
+		  "%s", why);
 	cr_assert_eq(parse("UNLOCK a id=x", &r, &why), DL_EBADFORMAT);
-	cr_assert_str_eq(why, "missing argument");
+	cr_assert_str_eq(why, "missing the token; usage: UNLOCK <name> "
+			      "<token> [id=<tag>]");
 }
 
-Test(proto, why_never_echoes_the_input)
+/* Every error names the argument, says malformed or out of range, and
+ * gives the accepted form or the limit. */
+Test(proto, errors_say_what_and_how)
+{
+	static const struct {
+		const char *line;
+		int err;
+		const char *why;
+	} cases[] = {
+		{"LOCK", DL_EBADFORMAT,
+		 "missing the lock name; usage: LOCK <name> [ttl=<duration>] "
+		 "[wait=<duration>|inf] [id=<tag>]"},
+		{"LOCK foo timeout=5s", DL_EBADARG,
+		 "unknown option: 'timeout'; usage: LOCK <name> "
+		 "[ttl=<duration>] [wait=<duration>|inf] [id=<tag>]"},
+		{"LOCK foo ttl=10x", DL_EBADARG,
+		 "ttl malformed: '10x', takes a duration: a number and a unit, "
+		 "ms (default), s, m or h, e.g. 30s"},
+		{"LOCK foo ttl=1000000000001", DL_EBADARG,
+		 "ttl out of range: '1000000000001', at most 1000000000s"},
+		{"LOCK foo wait=forever", DL_EBADARG,
+		 "wait malformed: 'forever', takes inf or a duration: a number "
+		 "and a unit, ms (default), s, m or h, e.g. 30s"},
+		{"LOCK foo id=" /* 33 bytes */
+		 "123456789012345678901234567890123",
+		 DL_EBADARG, "id out of range: 33 bytes, at most 32"},
+		{"HELLO owner=a=b", DL_EBADARG,
+		 "owner malformed: 'a=b', 1 to 64 bytes of printable ASCII "
+		 "without space or '='"},
+		{"UNLOCK a 18446744073709551616", DL_EBADARG,
+		 "token out of range: '18446744073709551616', the decimal "
+		 "number GRANTED gave"},
+		{"helo", DL_EUNKNOWNCMD,
+		 "unknown command 'helo'; HELP lists the commands"},
+		{"LOCKS limit=1001", DL_EBADARG,
+		 "limit out of range: '1001', a number from 1 to 1000"},
+		{"LOCKS by=size", DL_EBADARG,
+		 "by malformed: 'size', takes name or waiters"},
+		{"LOCKS by=waiters after=a", DL_EBADARG,
+		 "after= pages by name; by=waiters lists the first limit= locks "
+		 "only"},
+		{"PING a b", DL_EBADARG,
+		 "one argument too many: 'b'; usage: PING [<word>] [id=<tag>]"},
+		{"LOCK a ttl=1s ttl=2s", DL_EBADARG,
+		 "option given twice: 'ttl'; usage: LOCK <name> "
+		 "[ttl=<duration>] [wait=<duration>|inf] [id=<tag>]"},
+		{"LOCK a ttl=", DL_EBADARG,
+		 "option without a value: 'ttl'; usage: LOCK <name> "
+		 "[ttl=<duration>] [wait=<duration>|inf] [id=<tag>]"},
+		{"FOO 1 2 3 4 5 6 7 8", DL_EBADARG,
+		 "too many words, a request has at most 8"},
+	};
+	char line[DL_NAME_MAX + 16];
+	struct dl_request r;
+	const char *why;
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc;
+
+		why = NULL;
+		rc = parse(cases[i].line, &r, &why);
+		cr_assert_eq(rc, cases[i].err, "%s: %d", cases[i].line, rc);
+		cr_assert_str_eq(why, cases[i].why, "%s", cases[i].line);
+	}
+	memcpy(line, "LOCK ", 5);
+	memset(line + 5, 'a', DL_NAME_MAX + 1);
+	line[5 + DL_NAME_MAX + 1] = '\0';
+	cr_assert_eq(parse(line, &r, &why), DL_EBADARG);
+	cr_assert_str_eq(why, "name out of range: 256 bytes, at most 255");
+}
+
+/* What an error quotes of the request is printable ASCII (other bytes as
+ * '?'), at most 40 bytes, and never anything that followed AUTH. */
+Test(proto, why_quotes_safely_and_never_the_secret)
 {
 	static const char *const lines[] = {
-		"zzzz a",
-		"LOCK zzzz=1",
-		"LOCK a ttl=zzzz",
-		"UNLOCK a zzzz",
-		"LOCK a\x01zzzz",
-		"HELLO zzzz",
-		"LOCK a id=zzzz id=zzzz",
+		"zz\x01\x7f\xff a",
+		"LOCK a\x02\x1b[31m",
+		"AUTH secret more of it",
+		"AUTH secret more of it and more than eight words in all",
+		"LOCK a ttl=" /* long */
+		"zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
+	};
+	struct dl_request r;
+	const char *why;
+	size_t i, j;
+
+	for (i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+		why = NULL;
+		cr_assert_lt(parse(lines[i], &r, &why), 0, "%s", lines[i]);
+		cr_assert_not_null(why);
+		for (j = 0; why[j]; j++)
+			cr_assert(why[j] >= 0x20 && why[j] <= 0x7e,
+				  "byte %zu of \"%s\"", j, why);
+		cr_assert_null(strstr(why, "more"), "why: %s", why);
+		cr_assert_null(strstr(why, "secret"), "why: %s", why);
+		cr_assert_lt(strlen(why), DL_WHY_MAX);
+	}
+	cr_assert_lt(parse(lines[4], &r, &why), 0);
+	cr_assert(strstr(why, "'zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz...'"),
+		  "%s", why);
+}
+
+/* An ERR line with any of these texts is a valid reply for a client:
+ * under DL_REPLY_ARGS_MAX words, no tag look-alike at its end. */
+Test(proto, error_texts_parse_as_replies)
+{
+	static const char *const lines[] = {
+		"LOCK",		 "LOCK a ttl=1x", "LOCK a wait=x",
+		"LOCKS limit=x", "LOCK a b c d",  "FOO",
+		"HELLO owner=\x01", "LOCK a ttl=0",  "REFRESH a",
+		"LOCKS by=x",	 "LOCKS after=a by=waiters",
 	};
 	size_t i;
 
 	for (i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
 		struct dl_request r;
-		const char *why = NULL;
+		struct dl_reply rep;
+		const char *why;
+		char buf[DL_REPLY_MAX];
+		struct dl_fmt f;
+		int rc = parse(lines[i], &r, &why), n;
 
-		cr_assert_lt(parse(lines[i], &r, &why), 0);
-		cr_assert_not_null(why);
-		cr_assert_null(strstr(why, "zzzz"), "why: %s", why);
+		cr_assert_lt(rc, 0);
+		dl_fmt_init(&f, buf, sizeof(buf));
+		dl_fmt_word(&f, "ERR");
+		dl_fmt_word(&f, dl_err_word(rc));
+		dl_fmt_word(&f, why);
+		n = dl_fmt_end(&f, DL_STR_NULL);
+		cr_assert_gt(n, 2);
+		cr_assert_eq(dl_parse_reply(buf, (size_t)n - 2, &rep), 0,
+			     "%s", buf);
+		cr_assert_eq(rep.tag.len, 0, "%s", buf);
 	}
+}
+
+Test(proto, help_and_locks_requests)
+{
+	struct dl_request r;
+	const char *why;
+
+	cr_assert_eq(parse("help", &r, &why), 0);
+	cr_assert_eq(r.verb, DL_VERB_HELP);
+	cr_assert_eq(parse("HELP lock", &r, &why), 0);
+	cr_assert_eq(r.arg.len, 4);
+	cr_assert_eq(parse("LOCKS", &r, &why), 0);
+	cr_assert_eq(r.verb, DL_VERB_LOCKS);
+	cr_assert_eq(r.name.len, 0);
+	cr_assert_eq(r.has_limit, 0);
+	cr_assert_eq(parse("locks job/ limit=10 after=job/3 by=name", &r, &why),
+		     0);
+	cr_assert_eq(r.name.len, 4);
+	cr_assert_eq(r.limit, 10);
+	cr_assert_eq(r.after.len, 5);
+	cr_assert_eq(r.by_waiters, 0);
+	cr_assert_eq(parse("LOCKS by=WAITERS limit=5", &r, &why), 0);
+	cr_assert_eq(r.by_waiters, 1);
+}
+
+Test(proto, durations_are_formatted_in_their_largest_exact_unit)
+{
+	char b[DL_DURATION_TEXT_MAX];
+
+	cr_assert_str_eq(dl_format_duration(0, b), "0ms");
+	cr_assert_str_eq(dl_format_duration(1500, b), "1500ms");
+	cr_assert_str_eq(dl_format_duration(90000, b), "90s");
+	cr_assert_str_eq(dl_format_duration(120000, b), "2m");
+	cr_assert_str_eq(dl_format_duration(86400000, b), "24h");
+	cr_assert_str_eq(dl_format_duration(UINT64_MAX, b),
+			 "18446744073709551615ms");
 }
 
 Test(proto, tag_is_echoed_on_errors)
@@ -717,6 +883,7 @@ Test(proto, error_words_and_texts)
 		"BAD_FORMAT", "UNKNOWN_COMMAND", "LINE_TOO_LONG", "BAD_ARG",
 		"NOAUTH",     "LIMIT",		 "UNAVAILABLE",	  "INTERNAL",
 		"NOT_ACTIVE", "INTERNAL",	 "INTERNAL",	  "INTERNAL",
+		"BAD_ARG", /* DL_ERANGE */
 	};
 	int e;
 

@@ -1244,3 +1244,160 @@ Test(server, password_requires_auth_before_lock_commands)
 	h_close(e);
 	cr_assert_eq(h_daemon_stop(&own), 0);
 }
+
+/* ---- HELP, LOCKS, the texts of errors ----------------------------------- */
+
+Test(server, help_lists_every_command_and_explains_one)
+{
+	static const char *const verbs[] = {
+		"LOCK",	 "TRYLOCK", "UNLOCK", "REFRESH", "CHECK",
+		"CANCEL", "STATUS",	 "HELLO",	"AUTH",	   "STATS",
+		"PING",	 "QUIT",	 "LOCKS",	"HELP",
+	};
+	struct h_client *c = h_connect(d.port);
+	char *l;
+	uint64_t n, i;
+
+	l = h_call(c, "help");
+	cr_assert(strncmp(l, "OK HELP ", 8) == 0, "got \"%s\"", l);
+	n = h_arg_u64(l, 0);
+	cr_assert_geq(n, sizeof(verbs) / sizeof(verbs[0]));
+	for (i = 0; i < n; i++) {
+		l = h_line(c);
+		if (i < sizeof(verbs) / sizeof(verbs[0]))
+			cr_assert(strncmp(l, verbs[i], strlen(verbs[i])) == 0 &&
+					  (l[strlen(verbs[i])] == ' ' ||
+					   l[strlen(verbs[i])] == '\0'),
+				  "line %llu: \"%s\"", (unsigned long long)i, l);
+	}
+	/* the reply after the body is a normal one */
+	cr_assert_str_eq(h_call(c, "PING x"), "OK PONG x");
+
+	l = h_call(c, "HELP lock id=h1");
+	cr_assert_str_eq(l, "OK HELP 4 id=h1");
+	h_expect(c, "LOCK <name> [ttl=<duration>] [wait=<duration>|inf] "
+		    "[id=<tag>]");
+	h_expect(c, "take a lease, or queue for it (OK QUEUED, then * "
+		    "GRANTED)");
+	h_expect(c, "ttl: the lease, a duration: 500ms, 30s, 2m, 1h (a bare "
+		    "number is ms); default 30s, at most 24h");
+	h_expect_prefix(c, "wait: ");
+	cr_assert_str_eq(h_call(c, "HELP frobnicate"),
+			 "ERR BAD_ARG unknown command; HELP lists the commands");
+	h_close(c);
+}
+
+Test(server, errors_name_the_argument_and_the_limit)
+{
+	struct h_client *a, *b, *c;
+
+	own_start("[limits]\nmax_waiters_per_lock = 1\n"
+		  "max_locks_per_owner = 2\n");
+	a = h_connect(own.port);
+	b = h_connect(own.port);
+	c = h_connect(own.port);
+	cr_assert_str_eq(h_call(a, "LOCK a ttl=25h"),
+			 "ERR BAD_ARG ttl out of range: 25h, at most 24h "
+			 "(max_ttl)");
+	/* h is a unit on the wire */
+	h_lock(a, "a", "ttl=1h");
+	cr_assert_str_eq(h_call(b, "LOCK a"), "OK QUEUED a 1");
+	cr_assert_str_eq(h_call(c, "LOCK a"),
+			 "ERR LIMIT limit reached: 1 waiters on this lock, at "
+			 "most 1 (max_waiters_per_lock)");
+	h_lock(a, "b", NULL);
+	cr_assert_str_eq(h_call(a, "TRYLOCK c"),
+			 "ERR LIMIT limit reached: this owner holds or waits "
+			 "for 2 locks, at most 2 (max_locks_per_owner)");
+	h_close(a);
+	h_close(b);
+	h_close(c);
+}
+
+/* The lines of a LOCKS page, names only, after checking the header. */
+static uint64_t locks_page(struct h_client *c, const char *req,
+			   char names[][16], uint64_t *more)
+{
+	char *l = h_call(c, "%s", req), *sp;
+	uint64_t n, i;
+
+	cr_assert(strncmp(l, "OK LOCKS ", 9) == 0, "%s: got \"%s\"", req, l);
+	n = h_arg_u64(l, 0);
+	cr_assert(strstr(l, " more="), "got \"%s\"", l);
+	*more = strtoull(strstr(l, " more=") + 6, NULL, 10);
+	for (i = 0; i < n; i++) {
+		l = h_line(c);
+		sp = strchr(l, ' ');
+		cr_assert(sp && sp - l < 16, "line \"%s\"", l);
+		memcpy(names[i], l, (size_t)(sp - l));
+		names[i][sp - l] = '\0';
+		cr_assert(strstr(l, " mode=exclusive owner="), "line \"%s\"", l);
+		cr_assert(strstr(l, " waiters="), "line \"%s\"", l);
+	}
+	return n;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+Test(server, locks_lists_pages_in_name_order_and_the_most_waited_for)
+{
+	struct h_client *a = h_connect(d.port), *b = h_hello(d.port, "bee");
+	struct h_client *w2 = h_connect(d.port);
+	char names[32][16], want[32][16], *sorted[32], req[96], *l;
+	uint64_t n, more, got = 0, i;
+
+	/* 23 locks under job/ in an order the hash table does not keep, and
+	 * one outside the prefix */
+	for (i = 0; i < 23; i++) {
+		snprintf(want[i], sizeof(want[i]), "job/%llu",
+			 (unsigned long long)(i * 7 % 23));
+		sorted[i] = want[i];
+		h_lock(a, want[i], "ttl=1h");
+	}
+	qsort(sorted, 23, sizeof(sorted[0]), cmp_str);
+	h_lock(a, "other", "ttl=1h");
+
+	snprintf(req, sizeof(req), "LOCKS job/ limit=10");
+	for (;;) {
+		n = locks_page(a, req, names, &more);
+		for (i = 0; i < n; i++, got++)
+			cr_assert_str_eq(names[i], sorted[got], "entry %llu",
+					 (unsigned long long)got);
+		cr_assert_eq(more, 23 - got);
+		if (!more)
+			break;
+		cr_assert_eq(n, 10);
+		snprintf(req, sizeof(req), "locks job/ limit=10 after=%.15s",
+			 names[n - 1]);
+	}
+	cr_assert_eq(got, 23);
+	n = locks_page(a, "LOCKS", names, &more);
+	cr_assert_eq(n, 24);
+
+	/* a line states the holder, the token and what remains */
+	l = h_call(a, "LOCKS other");
+	cr_assert_str_eq(l, "OK LOCKS 1 more=0");
+	l = h_line(a);
+	cr_assert(strncmp(l, "other state=held mode=exclusive owner=", 38) == 0,
+		  "%s", l);
+	cr_assert(strstr(l, " count=1 holders=1 waiters=0"), "%s", l);
+
+	/* by=waiters: job/3 has two waiters, job/5 one */
+	cr_assert_str_eq(h_call(b, "LOCK job/5"), "OK QUEUED job/5 1");
+	cr_assert_str_eq(h_call(b, "LOCK job/3"), "OK QUEUED job/3 1");
+	cr_assert_str_eq(h_call(w2, "LOCK job/3"), "OK QUEUED job/3 2");
+	n = locks_page(a, "LOCKS by=waiters", names, &more);
+	cr_assert_eq(n, 2);
+	cr_assert_str_eq(names[0], "job/3");
+	cr_assert_str_eq(names[1], "job/5");
+	n = locks_page(a, "LOCKS by=waiters limit=1", names, &more);
+	cr_assert_eq(n, 1);
+	cr_assert_eq(more, 1);
+	cr_assert_str_eq(names[0], "job/3");
+	h_close(w2);
+	h_close(b);
+	h_close(a);
+}
