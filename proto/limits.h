@@ -150,6 +150,14 @@
 
 /* sentinel:// URLs: at most this many Sentinels, 26379 when no port. */
 #define DL_SENTINELS_MAX	     8
+
+/* A Sentinel announced a failover of our primary (+try-failover and the
+ * states after it, +odown): the link is dropped and no new one is made
+ * until the failover ends (+switch-master, +failover-end, an abort), or
+ * at the latest this long after the last such event. */
+#define DL_FAILOVER_HOLD_MS 10000
+/* A Sentinel whose watch could not be made is tried again after this. */
+#define DL_WATCH_RETRY_MS 1000
 #define DL_SENTINEL_DEFAULT_PORT     26379
 /* A node id and an advertised address: no spaces, at most these bytes. */
 #define DL_NODE_ID_MAX	 64

@@ -111,6 +111,10 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 "Leaderships this daemon lost to another.", NULL, NULL, 0},
 		{"store_replica_waits", s->replica_waits, C,
 		 "WAITs sent for min_replicas_ack.", NULL, NULL, 0},
+		{"store_failover_holds", s->failover_holds, C,
+		 "Redis failovers announced by a Sentinel, during which the "
+		 "link was dropped and no reply released.",
+		 NULL, NULL, 0},
 		{"store_replica_shortfalls", s->replica_shortfalls, C,
 		 "WAITs answered by fewer replicas than min_replicas_ack.",
 		 NULL, NULL, 0},

@@ -845,7 +845,8 @@ static void on_tick(uv_timer_t *t)
 	case LINK_DOWN:
 		if (st->stopping)
 			break;
-		if (now >= st->retry_at_ms)
+		dl__watch_start(st); /* to hear that a failover ended */
+		if (now >= st->retry_at_ms && dl__watch_allows_link(st))
 			link_connect(st);
 		break;
 	case LINK_CONNECTING:

@@ -77,6 +77,7 @@ struct dl_store_stats {
 	uint64_t renewals;    /* leadership renewals confirmed */
 	uint64_t replica_waits; /* WAITs sent (min_replicas_ack) */
 	uint64_t replica_shortfalls; /* WAITs answered with too few */
+	uint64_t failover_holds; /* Sentinel failovers waited out */
 };
 
 /* The store borrows cfg, loop and tab for its life. */

@@ -15,11 +15,12 @@
  * then checks ROLE (store.c's handshake): a Sentinel may name a primary
  * that has just been demoted.
  *
- * A failover can also happen while the link works: a second connection
- * to the Sentinel that answered (the watch) subscribes to +switch-master,
- * and a message about our master ends the link at once. The next
- * connection finds the new primary and, as after any loss, rewrites the
- * whole table to it (it may lack the last writes of the old one).
+ * A failover can also happen while the link works: a subscription to
+ * every Sentinel (the watch, below) ends the link as soon as one
+ * announces a failover of our master, and keeps it down until the
+ * failover is over. The next connection finds the new primary and, as
+ * after any loss, rewrites the whole table to it (it may lack the last
+ * writes of the old one).
  *
  * Every step checks that it still belongs to the current attempt
  * (st->find_gen): an attempt abandoned by a timeout or a stop leaves its
@@ -298,25 +299,92 @@ void dl__find_cancel(struct dl_store *st)
 	free_ctx(&st->sac);
 }
 
-/* ---- the watch: +switch-master ------------------------------------------- */
+/* ---- the watch: every Sentinel's announcements ----------------------------
+ *
+ * Why every Sentinel, and why more than +switch-master. A failover is
+ * announced by +switch-master only once it is over; until then the old
+ * primary keeps accepting writes, and a WAIT on it can be answered by a
+ * replica that still follows it, while another replica has already been
+ * promoted. A write acknowledged then is lost when the old primary is
+ * demoted (the fault campaign found it: a grant acknowledged under
+ * min_replicas_ack = 1 went missing in two failovers 2 s apart). The
+ * Sentinel that leads a failover announces it before it promotes anyone
+ * (+try-failover, +elected-leader, +failover-state-*); any Sentinel that
+ * sees the primary objectively down says +odown. Only the leader says the
+ * first ones, and any Sentinel may lead: hence one subscription per
+ * Sentinel. On such an event the link is dropped at once (changes refused,
+ * replies held, and withdrawn after redis_timeout as for any loss) and no
+ * new link is made until the failover ends (+switch-master, +failover-end,
+ * -failover-abort-*) or DL_FAILOVER_HOLD_MS after the last announcement.
+ * The next link finds the primary anew and rewrites the whole table to it.
+ *
+ * This narrows the window; it cannot close it (an announcement travels
+ * while the leader proceeds, and a daemon paused across it learns late):
+ * Redis replication is not consensus. README, "Limits, plainly". */
 
-static void on_switch(redisAsyncContext *c, void *reply, void *priv)
+static const char *const hold_events[] = {
+	"+odown",
+	"+try-failover",
+	"+elected-leader",
+	"+failover-state-select-slave",
+	"+selected-slave",
+	"+failover-state-send-slaveof-noone",
+	"+failover-state-wait-promotion",
+	"+promoted-slave",
+	"+failover-state-reconf-slaves",
+};
+static const char *const end_events[] = {
+	"+failover-end",
+	"+failover-end-for-timeout",
+	"-failover-abort-not-elected",
+	"-failover-abort-no-good-slave",
+	"-failover-abort-slave-timeout",
+};
+
+static int in(const char *word, const char *const *list, size_t n)
 {
-	struct dl_store *st = priv;
-	redisReply *r = reply, *m;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (strcmp(word, list[i]) == 0)
+			return 1;
+	return 0;
+}
+
+/* The master an event is about: "master <name> <ip> <port> ..." or
+ * "<type> <name> <ip> <port> @ <master> <ip> <port>". */
+static int about_ours(const struct dl_store *st, const char *payload)
+{
+	char kind[16], name[128];
+	const char *at;
+
+	if (sscanf(payload, "%15s %127s", kind, name) != 2)
+		return 0;
+	if (strcmp(kind, "master") == 0)
+		return strcmp(name, st->addr.master) == 0;
+	at = strstr(payload, " @ ");
+	return at && sscanf(at + 3, "%127s", name) == 1 &&
+	       strcmp(name, st->addr.master) == 0;
+}
+
+static void on_switch(struct dl_store *st, const struct dl_watch *w,
+		      const char *payload)
+{
 	char name[128], from[64], to[64], why[320];
 	int fport, tport;
 
-	if (!r || c != st->sub || r->type != REDIS_REPLY_ARRAY ||
-	    r->elements != 3)
-		return;
-	m = r->element[2];
-	if (r->element[0]->type != REDIS_REPLY_STRING ||
-	    strcmp(r->element[0]->str, "message") != 0 ||
-	    m->type != REDIS_REPLY_STRING ||
-	    sscanf(m->str, "%127s %63s %d %63s %d", name, from, &fport, to,
+	if (sscanf(payload, "%127s %63s %d %63s %d", name, from, &fport, to,
 		   &tport) != 5 ||
 	    strcmp(name, st->addr.master) != 0)
+		return;
+	if (st->failover_hold_until)
+		dl_notice("redis: Sentinel %s:%d: the failover of %s is over",
+			  st->addr.sentinel_host[w->i],
+			  st->addr.sentinel_port[w->i], name);
+	st->failover_hold_until = 0;
+	/* every Sentinel says it: once on the new primary, stay */
+	if (st->link != LINK_DOWN && tport == st->primary_port &&
+	    strcmp(to, st->primary_host) == 0)
 		return;
 	dl_notice("redis: Sentinel: primary %s moved from %s:%d to %s:%d",
 		  name, from, fport, to, tport);
@@ -325,50 +393,202 @@ static void on_switch(redisAsyncContext *c, void *reply, void *priv)
 		dl__link_fail(st, why);
 }
 
-static void on_sub_connect(const redisAsyncContext *c, int status)
+static void on_event(redisAsyncContext *c, void *reply, void *priv)
 {
-	struct dl_store *st = c->data;
+	struct dl_watch *w = priv;
+	struct dl_store *st = w->st;
+	redisReply *r = reply;
+	const char *chan, *payload;
+	char why[320];
 
-	if (c == st->sub && status != REDIS_OK)
-		st->sub = NULL; /* hiredis frees it; the timer tries again */
+	if (!r || c != w->c || r->type != REDIS_REPLY_ARRAY ||
+	    r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
+	    strcmp(r->element[0]->str, "message") != 0 ||
+	    r->element[1]->type != REDIS_REPLY_STRING ||
+	    r->element[2]->type != REDIS_REPLY_STRING)
+		return;
+	chan = r->element[1]->str;
+	payload = r->element[2]->str;
+	if (strcmp(chan, "+switch-master") == 0) {
+		on_switch(st, w, payload);
+	} else if (in(chan, hold_events,
+		      sizeof(hold_events) / sizeof(hold_events[0]))) {
+		if (!about_ours(st, payload))
+			return;
+		if (!st->failover_hold_until) {
+			st->st.failover_holds++;
+			dl_warn("redis: Sentinel %s:%d: %s %s: a failover of the primary is under way; no writes and no replies until it ends",
+				st->addr.sentinel_host[w->i],
+				st->addr.sentinel_port[w->i], chan, payload);
+		}
+		st->failover_hold_until = uv_now(st->loop) +
+					  DL_FAILOVER_HOLD_MS;
+		snprintf(why, sizeof(why), "Sentinel: %s", chan);
+		if (st->link != LINK_DOWN)
+			dl__link_fail(st, why);
+	} else if (in(chan, end_events,
+		      sizeof(end_events) / sizeof(end_events[0]))) {
+		if (!about_ours(st, payload) || !st->failover_hold_until)
+			return;
+		dl_notice("redis: Sentinel %s:%d: %s: the failover of %s ended",
+			  st->addr.sentinel_host[w->i],
+			  st->addr.sentinel_port[w->i], chan, st->addr.master);
+		st->failover_hold_until = 0;
+	}
 }
 
-static void on_sub_disconnect(const redisAsyncContext *c, int status)
+static void on_watch_connect(const redisAsyncContext *c, int status)
 {
-	struct dl_store *st = c->data;
+	struct dl_watch *w = c->data;
+
+	if (c == w->c && status != REDIS_OK) {
+		w->c = NULL; /* hiredis frees it */
+		w->retry_at_ms = uv_now(w->st->loop) + DL_WATCH_RETRY_MS;
+	}
+}
+
+static void on_watch_disconnect(const redisAsyncContext *c, int status)
+{
+	struct dl_watch *w = c->data;
 
 	(void)status;
-	if (c == st->sub)
-		st->sub = NULL;
+	if (c == w->c) {
+		w->c = NULL;
+		w->retry_at_ms = uv_now(w->st->loop) + DL_WATCH_RETRY_MS;
+	}
 }
 
-static void on_sub_auth(redisAsyncContext *c, void *reply, void *priv)
+static void on_watch_auth(redisAsyncContext *c, void *reply, void *priv)
 {
 	(void)c;
 	(void)reply;
 	(void)priv; /* a refused AUTH makes the SUBSCRIBE fail: logged there */
 }
 
-void dl__watch_start(struct dl_store *st)
+static void watch_open(struct dl_watch *w, const char *ip)
 {
+	struct dl_store *st = w->st;
 	redisAsyncContext *c;
+	size_t k;
 
-	if (!st->addr.master || st->sub || !st->sentinel_ip[0] || st->stopping)
-		return;
-	c = sentinel_connect(st, st->sentinel_ip, st->sentinel_port,
-			     on_sub_connect, on_sub_disconnect, on_sub_auth);
+	w->retry_at_ms = uv_now(st->loop) + DL_WATCH_RETRY_MS;
+	c = sentinel_connect(st, ip, st->addr.sentinel_port[w->i],
+			     on_watch_connect, on_watch_disconnect,
+			     on_watch_auth);
 	if (!c)
 		return;
-	st->sub = c;
-	if (redisAsyncCommand(c, on_switch, st, "SUBSCRIBE +switch-master") !=
-	    REDIS_OK)
-		free_ctx(&st->sub);
+	c->data = w; /* its callbacks find the watch; sentinel_connect set st */
+	w->c = c;
+	if (redisAsyncCommand(c, on_event, w, "SUBSCRIBE +switch-master") !=
+	    REDIS_OK) {
+		free_ctx(&w->c);
+		return;
+	}
+	for (k = 0; k < sizeof(hold_events) / sizeof(hold_events[0]); k++)
+		redisAsyncCommand(c, on_event, w, "SUBSCRIBE %s",
+				  hold_events[k]);
+	for (k = 0; k < sizeof(end_events) / sizeof(end_events[0]); k++)
+		redisAsyncCommand(c, on_event, w, "SUBSCRIBE %s",
+				  end_events[k]);
+}
+
+struct watch_resolve {
+	uv_getaddrinfo_t req;
+	struct dl_watch *w; /* NULL: the store stopped meanwhile */
+};
+
+static void on_watch_resolved(uv_getaddrinfo_t *req, int status,
+			      struct addrinfo *res)
+{
+	struct watch_resolve *r = req->data;
+	char ip[INET6_ADDRSTRLEN] = "";
+
+	if (status == 0 && res) {
+		if (res->ai_family == AF_INET6)
+			uv_ip6_name((struct sockaddr_in6 *)res->ai_addr, ip,
+				    sizeof(ip));
+		else
+			uv_ip4_name((struct sockaddr_in *)res->ai_addr, ip,
+				    sizeof(ip));
+	}
+	if (res)
+		uv_freeaddrinfo(res);
+	if (r->w) {
+		r->w->resolving = NULL;
+		if (ip[0] && !r->w->st->stopping)
+			watch_open(r->w, ip);
+	}
+	free(r);
+}
+
+void dl__watch_start(struct dl_store *st)
+{
+	const struct dl_redis_addr *a = &st->addr;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
+	unsigned char buf[sizeof(struct in6_addr)];
+	uint64_t now = uv_now(st->loop);
+	struct watch_resolve *r;
+	struct dl_watch *w;
+	int i;
+
+	if (!a->master || st->stopping)
+		return;
+	for (i = 0; i < a->nsentinels; i++) {
+		w = &st->watch[i];
+		w->st = st;
+		w->i = i;
+		if (w->c || w->resolving || now < w->retry_at_ms)
+			continue;
+		w->retry_at_ms = now + DL_WATCH_RETRY_MS;
+		if (inet_pton(AF_INET, a->sentinel_host[i], buf) == 1 ||
+		    inet_pton(AF_INET6, a->sentinel_host[i], buf) == 1) {
+			watch_open(w, a->sentinel_host[i]);
+			continue;
+		}
+		r = calloc(1, sizeof(*r));
+		if (!r)
+			continue;
+		r->w = w;
+		r->req.data = r;
+		if (uv_getaddrinfo(st->loop, &r->req, on_watch_resolved,
+				   a->sentinel_host[i], NULL, &hints) != 0) {
+			free(r);
+			continue;
+		}
+		w->resolving = r;
+	}
+}
+
+/* The link may be made now (no failover is being waited out). */
+int dl__watch_allows_link(struct dl_store *st)
+{
+	if (!st->failover_hold_until)
+		return 1;
+	if (uv_now(st->loop) < st->failover_hold_until)
+		return 0;
+	dl_warn("redis: no Sentinel said the failover of %s ended within %d ms; connecting again",
+		st->addr.master, DL_FAILOVER_HOLD_MS);
+	st->failover_hold_until = 0;
+	return 1;
 }
 
 void dl__find_stop(struct dl_store *st)
 {
+	int i;
+
 	dl__find_cancel(st);
-	free_ctx(&st->sub);
+	for (i = 0; i < DL_SENTINELS_MAX; i++) {
+		struct dl_watch *w = &st->watch[i];
+
+		if (w->resolving) {
+			struct watch_resolve *r = w->resolving;
+
+			r->w = NULL; /* its callback frees it */
+			uv_cancel((uv_req_t *)&r->req);
+			w->resolving = NULL;
+		}
+		free_ctx(&w->c);
+	}
 }
 
 /* ---- the same, blocking (the start-up load) ------------------------------ */

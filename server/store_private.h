@@ -54,6 +54,15 @@ struct wbatch {
 	char plen[24];
 };
 
+/* A subscription to one Sentinel's events (store_find.c). */
+struct dl_watch {
+	struct dl_store *st;
+	int i;			/* its index in the configuration */
+	redisAsyncContext *c;	/* subscribed, or connecting; NULL */
+	void *resolving;	/* a uv_getaddrinfo under way, or NULL */
+	uint64_t retry_at_ms;	/* uv_now: next attempt when c is NULL */
+};
+
 struct dl_store {
 	uv_loop_t *loop;
 	const struct dl_config *cfg;
@@ -109,7 +118,8 @@ struct dl_store {
 	unsigned find_gen;	/* the current connection attempt */
 	void *resolving;	/* a uv_getaddrinfo under way, or NULL */
 	redisAsyncContext *sac; /* asking a Sentinel */
-	redisAsyncContext *sub; /* watching +switch-master */
+	struct dl_watch watch[DL_SENTINELS_MAX]; /* one per Sentinel */
+	uint64_t failover_hold_until; /* uv_now ms: no link before it */
 	int sentinel_i;		/* the Sentinel to ask next */
 	int sentinel_tries;	/* asked in this round */
 	char sentinel_ip[64];	/* the last one that answered */
@@ -131,8 +141,11 @@ void dl__link_open(struct dl_store *st, const char *ip, int port);
 void dl__find_primary(struct dl_store *st);
 /* Abandon the attempt under way (a link failure). */
 void dl__find_cancel(struct dl_store *st);
-/* Watch +switch-master (Sentinel only; idempotent). */
+/* Subscribe to every Sentinel's failover announcements (Sentinel only;
+ * idempotent, call it on every tick: lost subscriptions are made again). */
 void dl__watch_start(struct dl_store *st);
+/* 0 while a failover announced by a Sentinel is being waited out. */
+int dl__watch_allows_link(struct dl_store *st);
 /* Everything, at a stop. */
 void dl__find_stop(struct dl_store *st);
 /* Blocking: the primary's host and port (the loader). */

@@ -687,6 +687,72 @@ Test(sentinel, replies_wait_for_a_replica)
 	cr_assert_eq(h_daemon_stop(&a), 0);
 }
 
+/* A failover announced by a Sentinel (SENTINEL FAILOVER: it promotes a
+ * replica while the old primary still takes writes, and the other replica
+ * still follows the old one for a while): from the announcement to its
+ * end the daemon writes nothing and acknowledges nothing, since a WAIT
+ * answered then by the replica that still follows the old primary would
+ * acknowledge a write the promoted one never gets (the fault campaign
+ * found grants lost that way). After it, the table is on the new primary
+ * and the service is back. */
+Test(sentinel, nothing_acknowledged_while_a_sentinel_fails_over)
+{
+	struct h_redis s0 = {.port = sn[0].port};
+	struct h_client *c, *d2;
+	uint64_t t, t0, tq;
+	char *l;
+
+	snprintf(s0.host, sizeof(s0.host), "127.0.0.1");
+	h_daemon_write_conf(&a, "[persistence]\nmin_replicas_ack = 1\n");
+	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis",
+		       sentinel_url, NULL);
+	c = h_hello(a.port, "alice");
+	d2 = h_hello(a.port, "bob");
+	t = h_lock(c, "x", "ttl=60s");
+	cr_assert_eq(h_stats_value(d2, "store_failover_holds"), 0);
+	/* a Sentinel learns of the replicas from the primary's INFO, within
+	 * seconds of its start: until then it has nobody to promote */
+	t0 = h_now_ms();
+	while (!strstr(l = (char *)h_redis_cli(&s0, "SENTINEL FAILOVER dm"),
+		       "OK")) {
+		cr_assert_lt(h_now_ms() - t0, 20000, "SENTINEL FAILOVER: %s",
+			     l);
+		h_sleep_ms(200);
+	}
+	t0 = h_now_ms();
+	while (h_stats_value(d2, "store_failover_holds") == 0) {
+		cr_assert_lt(h_now_ms() - t0, 10000, "no hold within 10 s");
+		h_sleep_ms(10);
+	}
+	/* the failover is under way: nothing granted (the promotion alone
+	 * takes Sentinel a second or more) */
+	l = h_call(d2, "TRYLOCK q ttl=60s");
+	cr_assert(starts(l, "ERR UNAVAILABLE"), "during the failover: \"%s\"",
+		  l);
+	cr_assert(h_daemon_log_has(&a, "a failover of the primary is under way"));
+	for (;;) {
+		l = h_call(d2, "TRYLOCK q ttl=60s");
+		if (!starts(l, "ERR UNAVAILABLE"))
+			break;
+		cr_assert_lt(h_now_ms() - t0, 30000, "not back: %s", l);
+		h_sleep_ms(100);
+	}
+	cr_log_info("writes back %llu ms after SENTINEL FAILOVER",
+		    (unsigned long long)(h_now_ms() - t0));
+	cr_assert(starts(l, "OK GRANTED q "), "\"%s\"", l);
+	tq = h_arg_u64(l, 1);
+	cr_assert_gt(tq, t);
+	expect_held(d2, "x", "alice", t);
+	cr_assert(h_redis_wait(&rp, "ROLE", "slave", 1, 10000),
+		  "the old primary was demoted");
+	cr_assert(h_daemon_log_has(&a, "is over") ||
+			  h_daemon_log_has(&a, "ended"),
+		  "the hold ended by the Sentinels' word");
+	h_close(c);
+	h_close(d2);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+}
+
 /* ---- a partition of the active from Redis ------------------------------- */
 
 static void nft(const char *rule)
