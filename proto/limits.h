@@ -54,6 +54,11 @@
  * counts: at most DL_REPLY_MAX bytes. */
 #define DL_LOCKS_PAGE_MAX     1000
 #define DL_LOCKS_PAGE_DEFAULT 100
+/* A listing walks every lock on the event loop (about 70 ms per million
+ * locks on a small VM). After a walk of T, the next LOCKS of any client
+ * is refused (ERR LIMIT, with the time to wait) for this many times T:
+ * listings take at most 1 / (1 + this) of the loop, whoever asks. */
+#define DL_LOCKS_GAP_FACTOR 2
 
 /* STATS and the metrics list the locks with the most waiters, at most
  * this many (one label per listed lock, never one per lock name). */

@@ -29,6 +29,11 @@ static inline uint64_t dl_mono_ms(void)
 	return uv_hrtime() / 1000000;
 }
 
+static inline uint64_t dl_mono_us(void)
+{
+	return uv_hrtime() / 1000;
+}
+
 static inline uint64_t dl_wall_ms(void)
 {
 	struct timeval tv;

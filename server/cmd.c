@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/clock.h"
 #include "server/conn.h"
 #include "server/log.h"
 #include "server/server.h"
@@ -450,12 +451,23 @@ static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 {
 	struct dl_locktab *tab = c->srv->tab;
 	size_t limit = rq->has_limit ? rq->limit : DL_LOCKS_PAGE_DEFAULT;
-	const struct dl_lock **page = malloc(limit * sizeof(*page));
+	const struct dl_lock **page;
 	struct dl_lock_status st;
 	struct reply r;
-	uint64_t more;
+	uint64_t more, t0 = dl_mono_ms(), t0_us = dl_mono_us(), took_us;
+	char why[DL_WHY_MAX];
 	size_t i, n;
 
+	if (t0 < c->srv->locks_next_ms) {
+		snprintf(why, sizeof(why),
+			 "limit reached: a listing costs this server %llu ms (%llu locks); the next one in %llu ms",
+			 (unsigned long long)(c->srv->locks_last_us / 1000),
+			 (unsigned long long)dl_locktab_stats(tab)->locks,
+			 (unsigned long long)(c->srv->locks_next_ms - t0));
+		dl_cmd_error(c, DL_ELIMIT, why, rq->tag);
+		return;
+	}
+	page = malloc(limit * sizeof(*page));
 	if (!page) {
 		dl_cmd_error(c, DL_EINTERNAL, "out of memory", rq->tag);
 		return;
@@ -464,6 +476,10 @@ static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 			    rq->by_waiters ? DL_LIST_BY_WAITERS
 					   : DL_LIST_BY_NAME,
 			    rq->name, rq->after, limit, page, &more);
+	took_us = dl_mono_us() - t0_us;
+	c->srv->locks_last_us = took_us;
+	c->srv->locks_next_ms = dl_mono_ms() +
+				DL_LOCKS_GAP_FACTOR * (took_us / 1000);
 	reply_begin(&r, "OK LOCKS");
 	dl_fmt_u64(&r.f, n);
 	dl_fmt_kv_u64(&r.f, "more", more);

@@ -52,6 +52,11 @@ struct dl_server {
 	size_t nov;
 	struct dl_locktab *tab;
 	struct dl_store *store;
+	/* LOCKS walks every lock on the loop: after a walk of T ms the next
+	 * one waits until 2T later (monotonic ms), so that listings take at
+	 * most a third of the loop's time whoever asks (cmd.c). */
+	uint64_t locks_next_ms;
+	uint64_t locks_last_us; /* what the last walk took */
 
 	uv_tcp_t tcp;
 	uv_pipe_t unix_listener;

@@ -1401,3 +1401,42 @@ Test(server, locks_lists_pages_in_name_order_and_the_most_waited_for)
 	h_close(b);
 	h_close(a);
 }
+
+static int starts_with(const char *s, const char *prefix)
+{
+	return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* A listing walks every lock on the loop: right after one, the next is
+ * refused with the time to wait, so that listings cannot take the loop
+ * from the other clients. */
+Test(server, locks_listings_are_spaced_by_what_they_cost)
+{
+	enum { N = 100000, CHUNK = 1000 };
+	struct h_client *c;
+	char *buf = malloc(CHUNK * 32), *l;
+	size_t len;
+	int i, j;
+
+	cr_assert_not_null(buf);
+	own_start("[limits]\nmax_locks_per_owner = 200000\n");
+	c = h_connect(own.port);
+	for (i = 0; i < N; i += CHUNK) {
+		for (len = 0, j = i; j < i + CHUNK; j++)
+			len += (size_t)sprintf(buf + len, "TRYLOCK f%d ttl=1h\n",
+					       j);
+		cr_assert(h_send_raw(c, buf, len) == 0);
+		for (j = 0; j < CHUNK; j++)
+			cr_assert(starts_with(h_line(c), "OK GRANTED "));
+	}
+	free(buf);
+	l = h_call(c, "LOCKS limit=1");
+	cr_assert(starts_with(l, "OK LOCKS 1 more=99999"), "%s", l);
+	h_line(c);
+	l = h_call(c, "LOCKS limit=1 after=f5");
+	cr_assert(starts_with(l, "ERR LIMIT limit reached: a listing costs "
+				 "this server "),
+		  "%s", l);
+	cr_assert(strstr(l, "(100000 locks); the next one in "), "%s", l);
+	h_close(c);
+}
