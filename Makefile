@@ -17,6 +17,7 @@ LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 MANDIR     ?= $(PREFIX)/share/man
 SYSCONFDIR ?= /etc
+DOCDIR     ?= $(PREFIX)/share/doc/dlockd
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 
 CC         ?= cc
@@ -56,7 +57,7 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/notify.c server/record.c server/store_load.c \
               server/stats.c server/metrics.c server/buf.c \
               server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
-              server/store_find.c \
+              server/store_find.c server/store_durable.c \
               server/locktab_verify.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c
@@ -336,7 +337,7 @@ install: all
 	  $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
 	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
 	  $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/dlockd \
-	  $(DESTDIR)$(UNITDIR)
+	  $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)
 	install -m 755 $(O)/dlockd $(DESTDIR)$(SBINDIR)/dlockd
 	install -m 755 $(O)/dlock $(DESTDIR)$(BINDIR)/dlock
 	install -m 644 $(LIBDLOCK_A) $(DESTDIR)$(LIBDIR)/libdlock.a
@@ -349,6 +350,9 @@ install: all
 	install -m 644 client/dlock.1 $(DESTDIR)$(MANDIR)/man1/dlock.1
 	install -m 644 server/dlockd.conf.5 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5
 	install -m 644 server/dlockd.8 $(DESTDIR)$(MANDIR)/man8/dlockd.8
+	install -m 644 proto/PROTOCOL.md $(DESTDIR)$(DOCDIR)/PROTOCOL.md
+	install -m 644 conf/redis-dlockd.conf \
+	  $(DESTDIR)$(DOCDIR)/redis-dlockd.conf
 	sed -e 's|@SBINDIR@|$(SBINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
 	    systemd/dlockd.service.in > $(DESTDIR)$(UNITDIR)/dlockd.service
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/dlockd/dlockd.conf ]; then \
@@ -365,7 +369,8 @@ uninstall:
 	  $(DESTDIR)$(LIBDIR)/libdlock.so.$(SOVERSION) \
 	  $(DESTDIR)$(LIBDIR)/pkgconfig/dlock.pc $(DESTDIR)$(INCLUDEDIR)/dlock.h \
 	  $(DESTDIR)$(MANDIR)/man1/dlock.1 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5 \
-	  $(DESTDIR)$(MANDIR)/man8/dlockd.8 $(DESTDIR)$(UNITDIR)/dlockd.service
+	  $(DESTDIR)$(MANDIR)/man8/dlockd.8 $(DESTDIR)$(UNITDIR)/dlockd.service \
+	  $(DESTDIR)$(DOCDIR)/PROTOCOL.md $(DESTDIR)$(DOCDIR)/redis-dlockd.conf
 
 clean:
 	rm -rf build

@@ -343,6 +343,10 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_str(&r.f, "persist",
 		      cfg->persist == DL_PERSIST_REDIS ? DL_STR_LIT("redis")
 						       : DL_STR_LIT("none"));
+	dl_fmt_kv_str(&r.f, "durability",
+		      (struct dl_str){dl_store_durability(c->srv->store),
+				      strlen(dl_store_durability(
+					      c->srv->store))});
 	dl_fmt_kv_u64(&r.f, "max_line", DL_LINE_MAX);
 	dl_fmt_kv_u64(&r.f, "max_name", DL_NAME_MAX);
 	dl_fmt_kv_u64(&r.f, "max_tag", DL_TAG_MAX);

@@ -69,6 +69,8 @@ static const struct key keys[] = {
 	 DL_MIN_REPLICAS_ACK_MAX, 0, 0},
 	{"persistence", "restore_grace", K_DUR, F(restore_grace_ms), 0, 3600000,
 	 0, 0},
+	{"persistence", "allow_nondurable_redis", K_BOOL,
+	 F(allow_nondurable_redis), 0, 0, 0, 0},
 	{"metrics", "listen", K_STR, F(metrics), 0, 0, 0, 0},
 	{"cluster", "node_id", K_STR, F(node_id), 0, 0, 0, 0},
 	{"cluster", "advertise", K_STR, F(advertise), 0, 0, 0, 0},

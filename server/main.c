@@ -36,6 +36,8 @@ static const char usage[] =
 	"                          another daemon is active ([cluster])\n"
 	"      --advertise H:P     the address clients should use for it\n"
 	"      --leader-lease DUR  leadership lease (e.g. 4s)     [4s]\n"
+	"      --allow-nondurable-redis  serve on a Redis without AOF\n"
+	"                          (a restart of Redis loses every lease)\n"
 	"  -l, --log-level LEVEL   error, warn, notice, info, debug [notice]\n"
 	"      --check-config      check the configuration, print it, exit\n"
 	"  -h, --help              this help\n"
@@ -54,7 +56,8 @@ int main(int argc, char **argv)
 		OPT_CHECK,
 		OPT_NODE,
 		OPT_ADVERTISE,
-		OPT_LEASE
+		OPT_LEASE,
+		OPT_NONDURABLE
 	};
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'},
@@ -67,6 +70,7 @@ int main(int argc, char **argv)
 		{"node-id", required_argument, NULL, OPT_NODE},
 		{"advertise", required_argument, NULL, OPT_ADVERTISE},
 		{"leader-lease", required_argument, NULL, OPT_LEASE},
+		{"allow-nondurable-redis", no_argument, NULL, OPT_NONDURABLE},
 		{"check-config", no_argument, NULL, OPT_CHECK},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'v'},
@@ -121,6 +125,11 @@ int main(int argc, char **argv)
 		case OPT_LEASE:
 			sec = "cluster";
 			key = "leader_lease";
+			break;
+		case OPT_NONDURABLE:
+			sec = "persistence";
+			key = "allow_nondurable_redis";
+			optarg = (char *)"yes";
 			break;
 		case OPT_CHECK:
 			check_only = 1;

@@ -578,6 +578,50 @@ static void on_role(redisAsyncContext *ac, void *reply, void *priv)
 	link_fail(st, why);
 }
 
+/* INFO persistence, then CONFIG GET appendfsync (store_durable.c): kept
+ * until the second reply decides. */
+static void on_info(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+	redisReply *r = reply;
+	const char *aof;
+
+	if (!r || ac != st->ac)
+		return;
+	st->last_reply_ms = uv_now(st->loop);
+	if (r->type == REDIS_REPLY_ERROR) {
+		link_refused(st, "INFO persistence", r->str);
+		return;
+	}
+	aof = r->type == REDIS_REPLY_STRING ? strstr(r->str, "aof_enabled:")
+					    : NULL;
+	snprintf(st->aof_info, sizeof(st->aof_info), "%.14s", aof ? aof : "");
+}
+
+static int send_rest(struct dl_store *st);
+
+/* The rest of the handshake goes only once Redis is known to persist:
+ * sent in the same pipeline, the leadership's take would run on a Redis
+ * the daemon then refuses, and raise the epoch behind its back. */
+static void on_fsync(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+	char why[200];
+
+	if (!reply || ac != st->ac)
+		return;
+	st->last_reply_ms = uv_now(st->loop);
+	if (dl__durability_check(st,
+				 dl__durability_of(st->aof_info[0]
+							   ? st->aof_info
+							   : NULL,
+						   reply),
+				 why, sizeof(why)) != 0)
+		link_fail(st, why);
+	else if (send_rest(st))
+		link_fail(st, "cannot queue a command");
+}
+
 struct resync_ctx {
 	struct dl_store *st;
 	int64_t off;
@@ -778,6 +822,30 @@ static int send_handshake(struct dl_store *st)
 	lens[0] = 4;
 	if (send_argv(st, on_role, st, 1, argv, lens))
 		return DL_EUNAVAILABLE;
+	/* What a grant acknowledged on this primary survives. */
+	argv[0] = "INFO";
+	argv[1] = "persistence";
+	lens[0] = 4;
+	lens[1] = 11;
+	st->aof_info[0] = '\0';
+	if (send_argv(st, on_info, st, 2, argv, lens))
+		return DL_EUNAVAILABLE;
+	argv[0] = "CONFIG";
+	argv[1] = "GET";
+	argv[2] = "appendfsync";
+	lens[0] = 6;
+	lens[1] = 3;
+	lens[2] = 11;
+	if (send_argv(st, on_fsync, st, 3, argv, lens))
+		return DL_EUNAVAILABLE;
+	return 0;
+}
+
+static int send_rest(struct dl_store *st)
+{
+	const char *argv[4];
+	size_t lens[4];
+
 	/* CLIENT LIST tells which daemon a connection is: dlockd:<node>. */
 	argv[0] = "CLIENT";
 	argv[1] = "SETNAME";

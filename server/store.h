@@ -78,6 +78,8 @@ struct dl_store_stats {
 	uint64_t replica_waits; /* WAITs sent (min_replicas_ack) */
 	uint64_t replica_shortfalls; /* WAITs answered with too few */
 	uint64_t failover_holds; /* Sentinel failovers waited out */
+	uint64_t redis_aof;	     /* 1: Redis has AOF on (last read) */
+	uint64_t redis_fsync_always; /* 1: and fsyncs every write */
 };
 
 /* The store borrows cfg, loop and tab for its life. */
@@ -129,5 +131,11 @@ void dl_store_stop(struct dl_store *st, void (*done)(void *arg), void *arg);
 
 const struct dl_store_stats *dl_store_stats(const struct dl_store *st);
 const char *dl_store_backend(const struct dl_store *st);
+/* Redis's persistence as last read: "always", "everysec", "os" (AOF,
+ * appendfsync no), "aof" (policy unknown), "none" (no AOF: a restart of
+ * Redis loses every lease), "unknown" (not read yet); "none" without
+ * Redis. */
+const char *dl_store_durability(const struct dl_store *st);
+const char *dl_durability_name(int d);
 
 #endif /* DL_SERVER_STORE_H */

@@ -124,6 +124,34 @@ static redisReply *run_v(struct load_ctx *x, int *rc, int fatal_errors,
 	return run(x, rc, fatal_errors, n, argv, lens);
 }
 
+/* What an acknowledged grant survives (store_durable.c): without AOF,
+ * and without allow_nondurable_redis, the start ends here (a
+ * configuration error an operator must fix, not a wait). */
+static int check_durable(struct load_ctx *x)
+{
+	redisReply *info, *fsync;
+	char why[200];
+	int rc = 0, d;
+
+	if (!(info = RUN(x, &rc, 0, "INFO", "persistence")))
+		return rc;
+	/* CONFIG may be renamed away: an error is an unknown policy */
+	fsync = redisCommand(x->c, "CONFIG GET appendfsync");
+	if (!fsync && x->c->err) {
+		freeReplyObject(info);
+		return set_err(x, DL_EUNAVAILABLE, "CONFIG GET: %s",
+			       x->c->errstr);
+	}
+	d = dl__durability_of(info->type == REDIS_REPLY_STRING ? info->str
+							       : NULL,
+			      fsync);
+	freeReplyObject(info);
+	freeReplyObject(fsync);
+	if (dl__durability_check(x->st, d, why, sizeof(why)) != 0)
+		return set_err(x, DL_EBADARG, "%s", why);
+	return 0;
+}
+
 static int connect_redis(struct load_ctx *x)
 {
 	const struct dl_redis_addr *a = &x->st->addr;
@@ -164,6 +192,8 @@ static int connect_redis(struct load_ctx *x)
 			       a->path ? a->path : host, a->path ? 0 : port);
 	}
 	freeReplyObject(r);
+	if ((rc = check_durable(x)) != 0)
+		return rc;
 	if (!(r = RUN(x, &rc, 0, "CLIENT", "SETNAME", x->st->client_name)))
 		return rc;
 	freeReplyObject(r);

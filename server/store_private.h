@@ -120,6 +120,8 @@ struct dl_store {
 	redisAsyncContext *sac; /* asking a Sentinel */
 	struct dl_watch watch[DL_SENTINELS_MAX]; /* one per Sentinel */
 	uint64_t failover_hold_until; /* uv_now ms: no link before it */
+	int durability;		      /* enum dl_durability, last read */
+	char aof_info[32];	      /* the link's INFO persistence, cut */
 	int sentinel_i;		/* the Sentinel to ask next */
 	int sentinel_tries;	/* asked in this round */
 	char sentinel_ip[64];	/* the last one that answered */
@@ -127,6 +129,24 @@ struct dl_store {
 	char primary_host[256]; /* the primary, as named (logs) */
 	int primary_port;
 };
+
+/* ---- store_durable.c: Redis's persistence ---- */
+
+enum dl_durability {
+	DL_DUR_UNKNOWN,	 /* not read yet */
+	DL_DUR_NONE,	 /* no AOF: a restart loses every lease */
+	DL_DUR_AOF,	 /* AOF, fsync policy unknown */
+	DL_DUR_OS,	 /* appendfsync no */
+	DL_DUR_EVERYSEC, /* appendfsync everysec */
+	DL_DUR_ALWAYS,	 /* appendfsync always */
+};
+
+/* The level from INFO persistence's text and CONFIG GET appendfsync's
+ * reply (NULL or an error: unknown policy). */
+int dl__durability_of(const char *info, const redisReply *fsync);
+/* Record it (logged when it changes); DL_EUNAVAILABLE with why when the
+ * daemon must not serve on it. */
+int dl__durability_check(struct dl_store *st, int d, char *why, size_t len);
 
 /* ---- store.c, for store_find.c ---- */
 

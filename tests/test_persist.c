@@ -830,3 +830,81 @@ Test(persist, redis_keys_are_readable)
 	h_close(w);
 	stop_clean();
 }
+
+/* ---- Redis's persistence, read not assumed ------------------------------ */
+
+/* Redis without AOF: a restart of it loses every lease. dlockd refuses to
+ * start on it (exit 5, saying what and how to fix it) unless the operator
+ * accepts the loss with allow_nondurable_redis; then HELLO and STATS say
+ * so. */
+Test(persist, redis_without_aof_is_refused_unless_allowed)
+{
+	struct h_client *c;
+	char *l;
+
+	h_redis_start(&r, "always");
+	h_redis_cli(&r, "CONFIG SET appendonly no");
+	h_daemon_start_nowait(&d, "--persist", "redis", "--redis", r.url, NULL);
+	cr_assert_eq(h_daemon_wait(&d, 15000), 5, "dlockd served on it");
+	cr_assert(h_daemon_log_has(&d, "no AOF (appendonly no)"));
+	cr_assert(h_daemon_log_has(&d, "Refusing to serve: set appendonly yes"));
+
+	h_daemon_start(&d, "--persist", "redis", "--redis", r.url,
+		       "--allow-nondurable-redis", NULL);
+	c = h_connect(d.port);
+	l = h_call(c, "HELLO");
+	cr_assert_str_eq(h_kv(l, "durability"), "none", "in \"%s\"", l);
+	cr_assert_eq(h_stats_value(c, "redis_aof"), 0);
+	cr_assert_eq(h_stats_value(c, "redis_nondurable_allowed"), 1);
+	h_lock(c, "x", "ttl=10s");
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* The persistence is read again at every connection: a Redis switched to
+ * appendonly no while the daemon runs is refused (changes fail closed)
+ * once the link is made again, until AOF is back. */
+Test(persist, redis_losing_aof_while_running_is_refused_until_it_is_back)
+{
+	struct h_client *c;
+	uint64_t t0;
+	char *l;
+
+	start("always", NULL);
+	c = h_hello(d.port, "alice");
+	l = h_call(c, "HELLO owner=alice");
+	cr_assert_str_eq(h_kv(l, "durability"), "always", "in \"%s\"", l);
+	cr_assert_eq(h_stats_value(c, "redis_fsync_always"), 1);
+	h_lock(c, "x", "ttl=60s");
+	h_redis_cli(&r, "CONFIG SET appendonly no");
+	h_redis_cli(&r, "CLIENT KILL TYPE normal");
+	t0 = h_now_ms();
+	for (;;) {
+		l = h_call(c, "TRYLOCK y ttl=5s");
+		if (strncmp(l, "ERR UNAVAILABLE", 15) == 0)
+			break;
+		cr_assert(strncmp(l, "OK GRANTED y ", 13) == 0, "%s", l);
+		h_call(c, "UNLOCK y %llu",
+		       (unsigned long long)h_arg_u64(l, 1));
+		cr_assert_lt(h_now_ms() - t0, 5000, "still granting");
+		h_sleep_ms(50);
+	}
+	h_sleep_ms(1500); /* several reconnects: still refused */
+	l = h_call(c, "TRYLOCK y ttl=5s");
+	cr_assert(strncmp(l, "ERR UNAVAILABLE", 15) == 0, "%s", l);
+	cr_assert(h_daemon_log_has(&d, "Refusing to serve"));
+	cr_assert_eq(h_stats_value(c, "redis_aof"), 0);
+	h_redis_cli(&r, "CONFIG SET appendonly yes");
+	t0 = h_now_ms();
+	for (;;) {
+		l = h_call(c, "TRYLOCK y ttl=5s");
+		if (strncmp(l, "OK GRANTED y ", 13) == 0)
+			break;
+		cr_assert_lt(h_now_ms() - t0, 10000, "not back: %s", l);
+		h_sleep_ms(100);
+	}
+	/* the lease held meanwhile was kept, in memory and again in Redis */
+	expect_status(c, "x", "held", 0, NULL, 0);
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}

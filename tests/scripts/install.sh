@@ -29,6 +29,8 @@ usr/lib/libdlock.so.0
 usr/lib/pkgconfig/dlock.pc
 usr/lib/systemd/system/dlockd.service
 usr/sbin/dlockd
+usr/share/doc/dlockd/PROTOCOL.md
+usr/share/doc/dlockd/redis-dlockd.conf
 usr/share/man/man1/dlock.1
 usr/share/man/man5/dlockd.conf.5
 usr/share/man/man8/dlockd.8"
@@ -37,7 +39,7 @@ actual=$(cd "$stage" && find . \( -type f -o -type l \) | sed 's|^\./||' | LC_AL
 	printf 'expected:\n%s\ngot:\n%s\n' "$expected" "$actual" >&2
 	fail "installed file list differs"
 }
-echo "install.sh: ok: the 12 documented files, nothing else"
+echo "install.sh: ok: the 14 documented files, nothing else"
 
 echo "; the operator's own line" >> "$stage/etc/dlockd/dlockd.conf"
 install
