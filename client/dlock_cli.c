@@ -7,8 +7,9 @@
  * from the environment, hand the result to one command (dlock_cmds.c,
  * dlock_run.c), and exit with the code the command returns. Durations are
  * read by the protocol's codec (dl_parse_duration, dl_parse_wait), so
- * "250", "250ms", "30s", "5m" and "inf" mean on the command line what they
- * mean on the wire.
+ * "250ms", "30s", "5m", "1h" and "inf" mean on the command line what they
+ * mean on the wire; a bare number (ms on the wire) is refused here, where
+ * people would read it as seconds.
  *
  * Errors reach the user in one shape: "dlock: <what>: <libdlock's text>
  * (<the server's words>)", and one table maps libdlock's codes to exit
@@ -264,14 +265,29 @@ static const struct subcmd *find_sub(const char *name)
 
 /* ---- values -------------------------------------------------------------- */
 
+/* On the command line a duration says its unit: `--ttl 30` would be
+ * 30 ms on the wire, and people (and etcdctl) mean seconds. A bare number
+ * is refused, but 0, which is the same in every unit. */
+static int bare_number(const char *v)
+{
+	return v[0] && strspn(v, "0123456789") == strlen(v) &&
+	       strspn(v, "0") != strlen(v);
+}
+
 static int parse_dur(struct cli *cl, const char *opt, const char *v,
 		     uint64_t *ms)
 {
+	if (bare_number(v))
+		return dl_cli_usage_error(
+			cl,
+			"--%s %s: a duration needs a unit: %ss, %sms, %sm or "
+			"%sh",
+			opt, v, v, v, v, v);
 	if (dl_parse_duration(v, strlen(v), ms) != 0)
 		return dl_cli_usage_error(
 			cl,
-			"--%s: bad duration '%s' (a number of ms, "
-			"or with ms, s or m)",
+			"--%s: bad duration '%s' (a number and a unit: 500ms, "
+			"30s, 2m, 1h)",
 			opt, v);
 	return 0;
 }
@@ -368,6 +384,8 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 			return dl_cli_usage_error(cl, "--ttl must be positive");
 		return 0;
 	case OPT_WAIT:
+		if (bare_number(v))
+			return parse_dur(cl, "wait", v, &cl->wait_ms);
 		if (dl_parse_wait(v, strlen(v), &cl->wait_ms) != 0)
 			return dl_cli_usage_error(cl,
 						  "--wait: bad wait '%s' (a "

@@ -749,7 +749,7 @@ Test(cli, trylock_and_lock_exit_75_while_another_owner_holds_it)
 	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
 	cr_assert(STR_EQ(r.out, ""));
 	t0 = h_now_ms();
-	dlock(&r, "lock", "held", "--wait", "200", NULL);
+	dlock(&r, "lock", "held", "--wait", "200ms", NULL);
 	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
 	cr_assert(ge(u64, h_now_ms() - t0, 190));
 
@@ -970,7 +970,10 @@ Test(cli, usage_errors_exit_64_and_help_exits_0)
 		{"--bogus", "ping", NULL},
 		{"ping", "extra", NULL},
 		{"lock", NULL},
-		{"lock", "x", "--ttl", "5h", NULL},
+		{"lock", "x", "--ttl", "5x", NULL},
+		{"lock", "x", "--ttl", "30", NULL}, /* a bare number */
+		{"lock", "x", "--wait", "5", NULL},
+		{"run", "x", "--ttl", "30", "--", "true"},
 		{"lock", "x", "--ttl", "0", NULL},
 		{"lock", "x", "--wait", "-1", NULL},
 		{"lock", "bad=name", NULL},
@@ -993,6 +996,12 @@ Test(cli, usage_errors_exit_64_and_help_exits_0)
 		cr_assert(strstr(r.err, "Usage: dlock") != NULL, "case %zu: %s",
 			  i, r.err);
 	}
+
+	/* the refusal of a bare number shows the units */
+	dlock(&r, "lock", "x", "--ttl", "30", NULL);
+	cr_assert(strstr(r.err, "--ttl 30: a duration needs a unit: 30s, "
+				"30ms, 30m or 30h") != NULL,
+		  "%s", r.err);
 
 	dlock(&r, "--help", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);

@@ -127,7 +127,8 @@ Test(config, bad_values_are_rejected_with_the_reason)
 {
 	expect_err("[server]\nport = 70000\n", "out of range");
 	expect_err("[server]\nport = http\n", "not a number");
-	expect_err("[limits]\ndefault_ttl = 5h\n", "not a duration");
+	expect_err("[limits]\ndefault_ttl = 5d\n", "not a duration");
+	expect_err("[limits]\nmax_ttl = 1200h\n", "out of range");
 	expect_err("[limits]\ndefault_ttl = -1s\n", "not a duration");
 	expect_err("[limits]\ntick = 0\n", "out of range");
 	expect_err("[limits]\nmax_output = 100\n", "out of range");

@@ -314,7 +314,7 @@ runner() {          # slot
 	while [ ! -e "$OUT/stop-runners" ]; do
 		n=$((n + 1))
 		case $((RANDOM % 3)) in 0) ttl=600;; 1) ttl=1500;; *) ttl=4000;; esac
-		"$DLOCK" $conn run "L$((RANDOM % LOCKS))" --ttl "$ttl" \
+		"$DLOCK" $conn run "L$((RANDOM % LOCKS))" --ttl "${ttl}ms" \
 			--wait 2s -- "$WORKER" child "$OUT/hist/r$1.$n.hist" \
 			$((RANDOM % 3000)) >> "$OUT/runners.log" 2>&1
 		sleep 0.0$((RANDOM % 10))
