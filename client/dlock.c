@@ -762,6 +762,86 @@ int dlock_stats(dlock_client *c,
 	return err;
 }
 
+/* A LOCKS line: "<name> state=held mode=... owner=<id> token=<n>
+ * ttl_ms=<n> count=<n> holders=<n> waiters=<n>" (unknown keys ignored). */
+static int locks_line(char *line, const char **name, struct dlock_status *st)
+{
+	char *w, *save = NULL, *eq;
+	uint64_t v;
+
+	memset(st, 0, sizeof(*st));
+	if (!(*name = strtok_r(line, " ", &save)))
+		return DLOCK_EPROTO;
+	while ((w = strtok_r(NULL, " ", &save)) != NULL) {
+		if (!(eq = strchr(w, '=')))
+			continue;
+		*eq++ = '\0';
+		if (strcmp(w, "state") == 0) {
+			st->held = strcmp(eq, "held") == 0;
+		} else if (strcmp(w, "owner") == 0) {
+			if (strcmp(eq, "-") != 0 && strlen(eq) < sizeof(st->owner))
+				strcpy(st->owner, eq);
+		} else if (dl_parse_u64(eq, strlen(eq), &v) == 0) {
+			if (strcmp(w, "token") == 0)
+				st->token = v;
+			else if (strcmp(w, "ttl_ms") == 0 && v <= INT64_MAX)
+				st->ttl_ms = (int64_t)v;
+			else if (strcmp(w, "count") == 0 && v <= UINT32_MAX)
+				st->count = (uint32_t)v;
+			else if (strcmp(w, "waiters") == 0 && v <= UINT32_MAX)
+				st->waiters = (uint32_t)v;
+		}
+	}
+	return 0;
+}
+
+int dlock_locks(dlock_client *c, const char *prefix, const char *after,
+		unsigned limit, int by_waiters,
+		void (*cb)(const char *name, const struct dlock_status *st,
+			   void *arg),
+		void *arg, uint64_t *more)
+{
+	struct dlock_status st;
+	struct dl__req *q;
+	const char *name;
+	char *p;
+	uint64_t i;
+	int err;
+
+	if (!c || !cb || (prefix && prefix[0] && bad_name(prefix)) ||
+	    (after && after[0] && (bad_name(after) || by_waiters)) ||
+	    limit > DL_LOCKS_PAGE_MAX)
+		return DLOCK_EINVAL;
+	if ((err = enter(c)) < 0)
+		return err;
+	q = dl__req_new(DL__LOCKS, prefix && prefix[0] ? prefix : NULL, 0);
+	if (!q) {
+		leave(c);
+		return DLOCK_ENOMEM;
+	}
+	if (after)
+		snprintf(q->after, sizeof(q->after), "%s", after);
+	q->limit = limit;
+	q->by_waiters = by_waiters != 0;
+	q->deadline = dl__now() + c->opt.request_timeout_ms;
+	err = dl__call(c, &q);
+	leave(c);
+	if (!q)
+		return err;
+	if (err == 0 && more)
+		*more = q->r_value;
+	/* q is ours now: call back without the client's lock */
+	for (i = 0, p = q->stats; err == 0 && i < q->stats_n; i++) {
+		size_t len = strlen(p);
+
+		if ((err = locks_line(p, &name, &st)) == 0)
+			cb(name, &st, arg);
+		p += len + 1;
+	}
+	dl__req_free(q);
+	return err;
+}
+
 /* ---- leases by (name, token) --------------------------------------------- */
 
 /*

@@ -287,6 +287,22 @@ int dlock_status(dlock_client *c, const char *name, struct dlock_status *st);
 
 int dlock_ping(dlock_client *c);
 
+/* One page of the server's locks (LOCKS): those whose names start with
+ * `prefix` (NULL or "": all) and sort after `after` (NULL or "": from the
+ * first), at most `limit` (0: the server's default, 100; at most 1000).
+ * With `by_waiters` the page is instead the locks with the most waiters,
+ * most first (`after` must then be NULL). cb is called once per lock, in
+ * order, on the calling thread (the strings live for the call); *more
+ * (if not NULL) receives how many more locks match after the page: ask
+ * again with `after` = the last name. A listing costs the server a pass
+ * over every lock: right after one, the next may be refused with
+ * DLOCK_ELIMIT for a few ms per million locks (wait and ask again). */
+int dlock_locks(dlock_client *c, const char *prefix, const char *after,
+		unsigned limit, int by_waiters,
+		void (*cb)(const char *name, const struct dlock_status *st,
+			   void *arg),
+		void *arg, uint64_t *more);
+
 /* The server's STATS: cb is called once per "key value" line, in order,
  * on the calling thread; the strings live for the duration of the call. */
 int dlock_stats(dlock_client *c,

@@ -66,6 +66,9 @@ static const struct {
 	[OPT_WAIT] = {"wait", 1},
 	[OPT_GRACE] = {"grace", 1},
 	[OPT_RAW] = {"raw", 0},
+	[OPT_JSON] = {"json", 0},
+	[OPT_LIMIT] = {"limit", 1},
+	[OPT_BY_WAITERS] = {"by-waiters", 0},
 	[OPT_HELP] = {"help", 0},
 	[OPT_VERSION] = {"version", 0},
 };
@@ -169,42 +172,56 @@ static const struct subcmd subcmds[] = {
 	 "and TSTP are passed on to the command. If the lease is lost, the\n"
 	 "command gets SIGTERM, then SIGKILL --grace later (default: the\n"
 	 "smaller of 5s and ttl/4), always before the lease could pass to\n"
-	 "another holder; dlock then exits 76.\n"},
+	 "another holder; dlock then exits 76.\n", 0},
 	{"lock", dl_cli_lock, 1, OPTB(OPT_TTL) | OPTB(OPT_WAIT),
 	 "lock <name> [--ttl D] [--wait D|inf]",
 	 "Take the lock (waiting up to --wait, default inf), print its\n"
 	 "fencing token and exit. The lease is NOT renewed: it ends when its\n"
 	 "TTL (--ttl, default 30s) runs out, unless `dlock unlock` or\n"
 	 "`dlock refresh` with the same --owner come first. Without --owner,\n"
-	 "the random owner id is printed on stderr.\n"},
+	 "the random owner id is printed on stderr.\n", 0},
 	{"trylock", dl_cli_lock, 1, OPTB(OPT_TTL), "trylock <name> [--ttl D]",
 	 "As `dlock lock --wait 0`: take the lock if it is free, else exit\n"
-	 "75 at once.\n"},
+	 "75 at once.\n", 0},
 	{"unlock", dl_cli_unlock, 2, 0, "unlock <name> <token>",
 	 "Release one hold of the lease <token> of <name>. Only its owner\n"
 	 "may: give the same --owner (or DLOCK_OWNER) as the `dlock lock`\n"
 	 "that took it. Exit 1 if this owner holds no such lease (wrong\n"
 	 "owner or token, or it expired). A reentrant lease still held\n"
-	 "after this is reported on stderr.\n"},
+	 "after this is reported on stderr.\n", 0},
 	{"refresh", dl_cli_refresh, 2, OPTB(OPT_TTL),
 	 "refresh <name> <token> [--ttl D]",
 	 "Extend the lease <token> of <name> to now + --ttl (default: its\n"
 	 "last TTL) and print the new TTL in ms. Same --owner as for unlock;\n"
-	 "exit 1 if this owner holds no such lease.\n"},
+	 "exit 1 if this owner holds no such lease.\n", 0},
 	{"check", dl_cli_check, 2, 0, "check <name> <token>",
 	 "Does <token> hold <name> now? Exit 0 and print the lease's\n"
 	 "remaining ms if it does; exit 1 and print the current holder's\n"
-	 "token (0 if the lock is free) if it does not. Any owner may ask.\n"},
-	{"status", dl_cli_status, 1, 0, "status <name>",
+	 "token (0 if the lock is free) if it does not. Any owner may ask.\n", 0},
+	{"status", dl_cli_status, 1, OPTB(OPT_JSON), "status <name> [--json]",
 	 "Print the lock's state, one key=value per line: name, state\n"
 	 "(free or held), token, ttl_ms (remaining), count (reentrant\n"
-	 "holds), owner (- when free), waiters.\n"},
-	{"stats", dl_cli_stats, 0, OPTB(OPT_RAW), "stats [--raw]",
+	 "holds), owner (- when free), waiters. --json: one JSON object\n"
+	 "with the same keys (numbers as numbers).\n", 0},
+	{"stats", dl_cli_stats, 0, OPTB(OPT_RAW) | OPTB(OPT_JSON),
+	 "stats [--raw|--json]",
 	 "Print the server's counters for people, grouped and aligned. With\n"
 	 "--raw, print the server's `key value` lines as they come, for\n"
-	 "scripts.\n"},
+	 "scripts; with --json, one JSON object {\"key\": value, ...}.\n", 0},
+	{"list", dl_cli_list, 1,
+	 OPTB(OPT_LIMIT) | OPTB(OPT_BY_WAITERS) | OPTB(OPT_JSON),
+	 "list [<prefix>] [--limit N] [--by-waiters] [--json]",
+	 "List the locks (held, or waited for) whose names start with\n"
+	 "<prefix> (all without one), by name: one per line, name, state,\n"
+	 "owner, token, remaining TTL, waiters. --limit N: the first N only\n"
+	 "(default: all, read a page of 1000 at a time). --by-waiters: the\n"
+	 "most waited-for locks, most first (--limit default 10). --json:\n"
+	 "{\"locks\": [{\"name\": ..., \"state\": ..., \"owner\": ..., \"token\":\n"
+	 "..., \"ttl_ms\": ..., \"count\": ..., \"waiters\": ...}, ...],\n"
+	 "\"more\": N}, where more counts the matching locks not listed.\n",
+	 1},
 	{"ping", dl_cli_ping, 0, 0, "ping",
-	 "Send PING and print the round trip time in milliseconds.\n"},
+	 "Send PING and print the round trip time in milliseconds.\n", 0},
 };
 
 #define NSUBCMDS (sizeof(subcmds) / sizeof(subcmds[0]))
@@ -397,6 +414,19 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 	case OPT_RAW:
 		cl->raw = 1;
 		return 0;
+	case OPT_JSON:
+		cl->json = 1;
+		return 0;
+	case OPT_BY_WAITERS:
+		cl->by_waiters = 1;
+		return 0;
+	case OPT_LIMIT:
+		if (dl_parse_u64(v, strlen(v), &cl->limit) != 0 ||
+		    cl->limit == 0)
+			return dl_cli_usage_error(
+				cl, "--limit: '%s' is not a positive number",
+				v);
+		return 0;
 	default:
 		return 0;
 	}
@@ -564,13 +594,13 @@ static int parse_args(struct cli *cl, int argc, char **argv, int *done)
 				"option --%s does not apply to "
 				"'%s'",
 				options[i].name, cl->sub->name);
-	if (cl->npos < cl->sub->npos)
+	if (cl->npos < cl->sub->npos && !cl->sub->pos_optional)
 		return dl_cli_usage_error(cl, "missing %s",
 					  cl->npos == 0 ? "lock name"
 							: "token");
 	if (cl->sub->fn == dl_cli_run && (!cl->command || !cl->command[0]))
 		return dl_cli_usage_error(cl, "missing the command to run");
-	if (cl->sub->npos > 0 &&
+	if (cl->npos > 0 &&
 	    dl_check_name(cl->pos[0], strlen(cl->pos[0])) != 0)
 		return dl_cli_usage_error(
 			cl,

@@ -28,6 +28,7 @@
 #define DL_CLIENT_DLOCK_CLI_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "client/dlock.h"
@@ -67,6 +68,9 @@ enum opt_id {
 	OPT_WAIT,
 	OPT_GRACE,
 	OPT_RAW,
+	OPT_JSON,
+	OPT_LIMIT,
+	OPT_BY_WAITERS,
 	OPT_HELP,
 	OPT_VERSION,
 	OPT_COUNT_
@@ -83,6 +87,7 @@ struct subcmd {
 	unsigned opts;	   /* options beyond the connection options */
 	const char *usage; /* after "dlock " */
 	const char *help;  /* what it does, its options, its exit codes */
+	int pos_optional;  /* the positional words may be left out */
 };
 
 struct cli {
@@ -102,6 +107,9 @@ struct cli {
 	uint64_t wait_ms; /* DL_WAIT_INF for inf */
 	uint64_t grace_ms;
 	int raw;
+	int json;	/* --json: one JSON object on stdout */
+	uint64_t limit; /* list --limit: 0 for all */
+	int by_waiters; /* list --by-waiters */
 };
 
 /* ---- dlock_cli.c: what the commands share -------------------------------- */
@@ -143,6 +151,10 @@ int dl_cli_refresh(struct cli *cl);
 int dl_cli_check(struct cli *cl);
 int dl_cli_status(struct cli *cl);
 int dl_cli_stats(struct cli *cl);
+int dl_cli_list(struct cli *cl);
+
+/* JSON output (dlock_cmds.c): a string with its quotes and escapes. */
+void dl_cli_json_str(FILE *f, const char *s);
 int dl_cli_ping(struct cli *cl);
 int dl_cli_run(struct cli *cl);
 

@@ -164,7 +164,19 @@ int dl_cli_status(struct cli *cl)
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
 	rc = dlock_status(c, cl->pos[0], &st);
-	if (rc == 0)
+	if (rc == 0 && cl->json) {
+		fputs("{\"name\": ", stdout);
+		dl_cli_json_str(stdout, cl->pos[0]);
+		printf(", \"state\": \"%s\", \"token\": %" PRIu64
+		       ", \"ttl_ms\": %" PRId64 ", \"count\": %" PRIu32
+		       ", \"owner\": ",
+		       st.held ? "held" : "free", st.token, st.ttl_ms, st.count);
+		if (st.owner[0])
+			dl_cli_json_str(stdout, st.owner);
+		else
+			fputs("null", stdout);
+		printf(", \"waiters\": %" PRIu32 "}\n", st.waiters);
+	} else if (rc == 0)
 		printf("name=%s\nstate=%s\ntoken=%" PRIu64 "\nttl_ms=%" PRId64
 		       "\ncount=%" PRIu32 "\nowner=%s\nwaiters=%" PRIu32 "\n",
 		       cl->pos[0], st.held ? "held" : "free", st.token,
@@ -259,6 +271,7 @@ struct stat_list {
 	struct stat_kv *kv;
 	size_t n, cap;
 	int raw;
+	int json; /* how many printed so far, plus one */
 	int nomem;
 };
 
@@ -270,6 +283,16 @@ static void on_stat(const char *key, const char *value, void *arg)
 
 	if (sl->raw) {
 		printf("%s %s\n", key, value);
+		return;
+	}
+	if (sl->json) {
+		/* values are decimal numbers (PROTOCOL.md, STATS) */
+		fputs(sl->json++ == 1 ? "{" : ", ", stdout);
+		dl_cli_json_str(stdout, key);
+		printf(": %s", value[0] && strspn(value, "0123456789") ==
+						       strlen(value)
+				       ? value
+				       : "null");
 		return;
 	}
 	if (sl->n == sl->cap) {
@@ -346,7 +369,7 @@ static void stat_value(const struct stat_kv *kv, char *out, size_t cap)
 
 int dl_cli_stats(struct cli *cl)
 {
-	struct stat_list sl = {.raw = cl->raw};
+	struct stat_list sl = {.raw = cl->raw, .json = cl->json};
 	char value[64];
 	dlock_client *c;
 	size_t i, k, width = 0;
@@ -361,6 +384,8 @@ int dl_cli_stats(struct cli *cl)
 	} else if (sl.nomem) {
 		dl_cli_msg("stats: out of memory");
 		rc = EXIT_SOFTWARE;
+	} else if (sl.json) {
+		fputs(sl.json == 1 ? "{}\n" : "}\n", stdout);
 	} else if (!sl.raw) {
 		for (i = 0; i < sl.n; i++)
 			if (strlen(sl.kv[i].label) > width)
@@ -387,4 +412,130 @@ int dl_cli_stats(struct cli *cl)
 	}
 	free(sl.kv);
 	return rc;
+}
+
+/* ---- list ---------------------------------------------------------------- */
+
+void dl_cli_json_str(FILE *f, const char *s)
+{
+	/* names and owners are printable ASCII: only " and \ need escapes;
+	 * anything else is escaped anyway, to stay valid JSON */
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20 || ch > 0x7e)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+	fputc('"', f);
+}
+
+/* A page of LOCKS at most, in a row. */
+#define LIST_PAGE DL_LOCKS_PAGE_MAX
+/* --by-waiters without --limit */
+#define LIST_TOP 10
+/* A listing refused because the last one was just made (ERR LIMIT): try
+ * again this often, at most this many times. */
+#define LIST_RETRY_MS	 50
+#define LIST_RETRY_TIMES 200
+
+struct list_run {
+	const struct cli *cl;
+	uint64_t shown;
+	char last[DL_NAME_MAX + 1];
+};
+
+static void ttl_text(int64_t ms, char *out, size_t cap)
+{
+	if (ms >= 3600000)
+		snprintf(out, cap, "%" PRId64 "h%02" PRId64 "m", ms / 3600000,
+			 ms / 60000 % 60);
+	else if (ms >= 60000)
+		snprintf(out, cap, "%" PRId64 "m%02" PRId64 "s", ms / 60000,
+			 ms / 1000 % 60);
+	else
+		snprintf(out, cap, "%" PRId64 ".%03" PRId64 "s", ms / 1000,
+			 ms % 1000);
+}
+
+static void on_lock(const char *name, const struct dlock_status *st,
+		    void *arg)
+{
+	struct list_run *lr = arg;
+	char ttl[32];
+
+	snprintf(lr->last, sizeof(lr->last), "%s", name);
+	if (lr->cl->json) {
+		fputs(lr->shown ? ",\n  {\"name\": " : "\n  {\"name\": ", stdout);
+		dl_cli_json_str(stdout, name);
+		printf(", \"state\": \"%s\", \"owner\": ",
+		       st->held ? "held" : "free");
+		if (st->owner[0])
+			dl_cli_json_str(stdout, st->owner);
+		else
+			fputs("null", stdout);
+		printf(", \"token\": %" PRIu64 ", \"ttl_ms\": %" PRId64
+		       ", \"count\": %" PRIu32 ", \"waiters\": %" PRIu32 "}",
+		       st->token, st->ttl_ms, st->count, st->waiters);
+	} else {
+		if (!lr->shown)
+			printf("%-24s %-5s %-24s %-20s %10s %7s\n", "NAME",
+			       "STATE", "OWNER", "TOKEN", "TTL", "WAITERS");
+		ttl_text(st->ttl_ms, ttl, sizeof(ttl));
+		printf("%-24s %-5s %-24s %-20" PRIu64 " %10s %7" PRIu32 "\n",
+		       name, st->held ? "held" : "free",
+		       st->owner[0] ? st->owner : "-", st->token,
+		       st->held ? ttl : "-", st->waiters);
+	}
+	lr->shown++;
+}
+
+int dl_cli_list(struct cli *cl)
+{
+	struct list_run lr = {.cl = cl};
+	const char *prefix = cl->npos ? cl->pos[0] : NULL;
+	uint64_t want = cl->limit ? cl->limit
+				  : cl->by_waiters ? LIST_TOP : UINT64_MAX;
+	uint64_t more = 0;
+	dlock_client *c;
+	unsigned page;
+	int rc, tries = 0;
+
+	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+		return rc;
+	if (cl->json)
+		fputs("{\"locks\": [", stdout);
+	for (;;) {
+		page = want - lr.shown < LIST_PAGE ? (unsigned)(want - lr.shown)
+						     : LIST_PAGE;
+		rc = dlock_locks(c, prefix, lr.shown ? lr.last : NULL, page,
+				 cl->by_waiters, on_lock, &lr, &more);
+		if (rc == DLOCK_ELIMIT && ++tries < LIST_RETRY_TIMES) {
+			/* the server spaces listings by what they cost */
+			struct timespec ts = {0, LIST_RETRY_MS * 1000000L};
+
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		if (rc != 0 || more == 0 || lr.shown >= want ||
+		    cl->by_waiters)
+			break;
+		tries = 0;
+	}
+	dlock_close(c);
+	if (rc != 0) {
+		if (cl->json)
+			fputs("]}\n", stdout);
+		return dl_cli_fail(rc, "list");
+	}
+	if (cl->json)
+		printf("%s], \"more\": %" PRIu64 "}\n", lr.shown ? "\n" : "",
+		       more);
+	else if (more)
+		dl_cli_msg("%" PRIu64 " more not listed (--limit)", more);
+	return 0;
 }

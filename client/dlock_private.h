@@ -64,6 +64,7 @@ enum dl__op {
 	DL__STATUS,
 	DL__STATS,
 	DL__PING,
+	DL__LOCKS, /* name: the prefix; after, limit, by_waiters */
 };
 
 /* Where a request is; it is on at most one list. */
@@ -115,9 +116,13 @@ struct dl__req {
 				holds left, REFRESH_TOKEN granted ttl */
 	dlock_lease *handle; /* LOCK: the new handle */
 	struct dlock_status status;
-	char *stats; /* "key\0value\0" pairs */
+	char *stats; /* STATS: "key\0value\0" pairs; LOCKS: "line\0"s */
 	size_t stats_len, stats_cap;
-	uint64_t stats_n;      /* pairs in stats */
+	uint64_t stats_n; /* pairs (lines) in stats */
+	/* LOCKS: the page asked for; r_value receives more= */
+	char after[DL_NAME_MAX + 1];
+	uint32_t limit;
+	unsigned by_waiters : 1;
 	char err[DL__ERR_MAX]; /* the NO/ERR line, "" if none */
 };
 

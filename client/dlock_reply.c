@@ -219,13 +219,35 @@ static void reply_status(struct dl__req *q, const struct dl_reply *r)
 	q->rc = 0;
 }
 
-/* A line of a STATS body: "key value". */
+/* A line of a STATS body, "key value", kept as "key\0value\0"; or of a
+ * LOCKS body, kept whole ("line\0"). */
 static void stats_line(struct dlock_client *c, const char *line, size_t len)
 {
 	struct dl__req *q = c->stats_req;
 	const char *sp = memchr(line, ' ', len);
 	size_t need = len + 2;
 
+	if (q->op == DL__LOCKS && sp &&
+	    q->stats_len + need <= DL__STATS_MAX) {
+		if (q->stats_len + need > q->stats_cap) {
+			size_t cap = q->stats_cap ? q->stats_cap * 2 : 4096;
+			char *p;
+
+			while (cap < q->stats_len + need)
+				cap *= 2;
+			if ((p = realloc(q->stats, cap)) != NULL) {
+				q->stats = p;
+				q->stats_cap = cap;
+			}
+		}
+		if (q->stats_len + need <= q->stats_cap) {
+			memcpy(q->stats + q->stats_len, line, len);
+			q->stats[q->stats_len + len] = '\0';
+			q->stats_len += len + 1;
+			q->stats_n++;
+		}
+		sp = NULL; /* kept */
+	}
 	if (sp && q->stats_len + need <= DL__STATS_MAX) {
 		if (q->stats_len + need > q->stats_cap) {
 			size_t cap = q->stats_cap ? q->stats_cap * 2 : 2048;
@@ -335,9 +357,16 @@ static void reply(struct dlock_client *c, struct dl__req *q,
 		reply_status(q, r);
 		dl__req_finish(c, q, q->rc);
 		return;
+	case DL__LOCKS:
 	case DL__STATS:
-		if (!is(r, DL_REPLY_OK, "STATS"))
+		if (!is(r, DL_REPLY_OK, q->op == DL__LOCKS ? "LOCKS" : "STATS"))
 			break;
+		if (q->op == DL__LOCKS &&
+		    (dl_reply_kv(r, "more", &v) < 0 ||
+		     dl_parse_u64(v.p, v.len, &q->r_value) < 0)) {
+			dl__req_finish(c, q, DLOCK_EPROTO);
+			return;
+		}
 		if (dl_reply_u64(r, 0, &n) < 0) {
 			dl__req_finish(c, q, DLOCK_EPROTO);
 		} else if (n == 0) {

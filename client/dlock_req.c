@@ -184,6 +184,7 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		[DL__CANCEL] = "CANCEL",       [DL__STATUS] = "STATUS",
 		[DL__STATS] = "STATS",	       [DL__PING] = "PING",
 		[DL__UNLOCK_TOKEN] = "UNLOCK", [DL__REFRESH_TOKEN] = "REFRESH",
+		[DL__LOCKS] = "LOCKS",
 	};
 
 	c->seq++;
@@ -236,6 +237,16 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		break;
 	case DL__STATS:
 	case DL__PING:
+		break;
+	case DL__LOCKS:
+		if (q->name[0])
+			dl_fmt_word(f, q->name);
+		if (q->limit)
+			dl_fmt_kv_u64(f, "limit", q->limit);
+		if (q->after[0])
+			dl_fmt_kv_str(f, "after", str_of(q->after));
+		if (q->by_waiters)
+			dl_fmt_word(f, "by=waiters");
 		break;
 	}
 	return dl_fmt_end(f, str_of(q->tag));

@@ -595,6 +595,8 @@ static void on_info(redisAsyncContext *ac, void *reply, void *priv)
 	}
 	aof = r->type == REDIS_REPLY_STRING ? strstr(r->str, "aof_enabled:")
 					    : NULL;
+	if (aof && strstr(r->str, "loading:1"))
+		aof = NULL; /* not known until it has loaded */
 	snprintf(st->aof_info, sizeof(st->aof_info), "%.14s", aof ? aof : "");
 }
 

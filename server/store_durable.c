@@ -55,7 +55,8 @@ int dl__durability_of(const char *info, const redisReply *fsync)
 	const char *aof = info ? strstr(info, "aof_enabled:") : NULL;
 	const char *v;
 
-	if (!aof)
+	/* While Redis loads its data it may say aof_enabled:0: not yet */
+	if (!aof || strstr(info, "loading:1"))
 		return DL_DUR_UNKNOWN;
 	if (aof[12] != '1')
 		return DL_DUR_NONE;
@@ -76,6 +77,10 @@ int dl__durability_check(struct dl_store *st, int d, char *why, size_t len)
 {
 	int allowed = st->cfg->allow_nondurable_redis != 0;
 
+	if (d == DL_DUR_UNKNOWN) {
+		snprintf(why, len, "LOADING: Redis's persistence not known yet");
+		return DL_EUNAVAILABLE;
+	}
 	st->st.redis_aof = d >= DL_DUR_AOF;
 	st->st.redis_fsync_always = d == DL_DUR_ALWAYS;
 	if (d != st->durability) {
@@ -94,7 +99,7 @@ int dl__durability_check(struct dl_store *st, int d, char *why, size_t len)
 	if (d == DL_DUR_NONE && !allowed) {
 		snprintf(why, len,
 			 "Redis does not persist (appendonly no) and allow_nondurable_redis is not set");
-		return DL_EUNAVAILABLE;
+		return DL_EBADARG;
 	}
 	return 0;
 }

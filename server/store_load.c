@@ -147,8 +147,8 @@ static int check_durable(struct load_ctx *x)
 			      fsync);
 	freeReplyObject(info);
 	freeReplyObject(fsync);
-	if (dl__durability_check(x->st, d, why, sizeof(why)) != 0)
-		return set_err(x, DL_EBADARG, "%s", why);
+	if ((rc = dl__durability_check(x->st, d, why, sizeof(why))) != 0)
+		return set_err(x, rc, "%s", why);
 	return 0;
 }
 

@@ -144,8 +144,9 @@ enum dl_durability {
 /* The level from INFO persistence's text and CONFIG GET appendfsync's
  * reply (NULL or an error: unknown policy). */
 int dl__durability_of(const char *info, const redisReply *fsync);
-/* Record it (logged when it changes); DL_EUNAVAILABLE with why when the
- * daemon must not serve on it. */
+/* Record it (logged when it changes). DL_EBADARG with why when the daemon
+ * must not serve on it (no AOF, not allowed), DL_EUNAVAILABLE when it is
+ * not known yet (Redis loading): try again. */
 int dl__durability_check(struct dl_store *st, int d, char *why, size_t len);
 
 /* ---- store.c, for store_find.c ---- */

@@ -1019,3 +1019,69 @@ Test(cli, usage_errors_exit_64_and_help_exits_0)
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(eq(int, strncmp(r.out, "dlock 0.1.0", 11), 0), "%s", r.out);
 }
+
+/* ---- list, --json ----------------------------------------------------------- */
+
+static int has(const char *s, const char *needle)
+{
+	return strstr(s, needle) != NULL;
+}
+
+Test(cli, list_shows_the_locks_and_json_serves_scripts)
+{
+	struct result r;
+
+	dlock(&r, "lock", "ls/1", "--owner", "alice", "--ttl", "1h", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	dlock(&r, "lock", "ls/\"q\\", "--owner", "bob", "--ttl", "1h", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+
+	dlock(&r, "list", "ls/", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(strncmp(r.out, "NAME ", 5) == 0, "%s", r.out);
+	cr_assert(has(r.out, "\nls/\"q\\ ") && has(r.out, "\nls/1 "),
+		  "%s", r.out);
+	cr_assert(has(r.out, " alice ") && has(r.out, " bob "), "%s",
+		  r.out);
+
+	dlock(&r, "list", "ls/", "--limit", "1", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(has(r.out, "ls/\"q\\") && !has(r.out, "ls/1"), "%s",
+		  r.out);
+	cr_assert(has(r.err, "1 more not listed"), "%s", r.err);
+
+	/* names are escaped; numbers are numbers; "more" counts the rest */
+	dlock(&r, "list", "ls/", "--json", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(strncmp(r.out, "{\"locks\": [\n  {\"name\": \"ls/\\\"q\\\\\", "
+				 "\"state\": \"held\", \"owner\": \"bob\", "
+				 "\"token\": ",
+			  60) == 0,
+		  "%s", r.out);
+	cr_assert(has(r.out, "{\"name\": \"ls/1\", \"state\": \"held\", "
+				"\"owner\": \"alice\", \"token\": "),
+		  "%s", r.out);
+	cr_assert(has(r.out, "\n], \"more\": 0}\n"), "%s", r.out);
+	dlock(&r, "list", "nothing/", "--json", NULL);
+	cr_assert(STR_EQ(r.out, "{\"locks\": [], \"more\": 0}\n"), "%s", r.out);
+
+	dlock(&r, "status", "ls/1", "--json", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(strncmp(r.out, "{\"name\": \"ls/1\", \"state\": \"held\", "
+				 "\"token\": ",
+			  43) == 0,
+		  "%s", r.out);
+	cr_assert(has(r.out, ", \"count\": 1, \"owner\": \"alice\", "
+				"\"waiters\": 0}\n"),
+		  "%s", r.out);
+	dlock(&r, "status", "ls/none", "--json", NULL);
+	cr_assert(has(r.out, "\"state\": \"free\", \"token\": 0, "
+				"\"ttl_ms\": 0, \"count\": 0, \"owner\": null"),
+		  "%s", r.out);
+
+	dlock(&r, "stats", "--json", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(strncmp(r.out, "{\"uptime_ms\": ", 14) == 0, "%s", r.out);
+	cr_assert(has(r.out, ", \"leases\": "), "%s", r.out);
+	cr_assert(strcmp(r.out + strlen(r.out) - 2, "}\n") == 0, "%s", r.out);
+}
