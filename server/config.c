@@ -10,6 +10,7 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <errno.h>
 #include <ini.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -256,17 +257,48 @@ int dl_config_set(struct dl_config *c, const char *section, const char *key,
 	return 0;
 }
 
+/* inih tells a handler no line number (Debian builds it without
+ * INI_HANDLER_LINENO), so the file is read through a reader that counts
+ * lines: when a key reaches the handler, its line was the last one read. */
 struct ini_ctx {
 	struct dl_config *c;
+	FILE *f;
+	int line;		/* lines read so far */
+	int seen[NKEYS];	/* the line each key was given on, 0: not yet */
 	char err[DL_CONFIG_ERR_MAX];
 	int failed;
 };
+
+static char *read_line(char *buf, int size, void *stream)
+{
+	struct ini_ctx *x = stream;
+	char *s = fgets(buf, size, x->f);
+
+	if (s && strchr(s, '\n'))
+		x->line++;
+	return s;
+}
 
 static int on_ini_key(void *user, const char *section, const char *name,
 		      const char *value)
 {
 	struct ini_ctx *x = user;
+	size_t i;
 
+	for (i = 0; i < NKEYS; i++)
+		if (strcmp(keys[i].section, section) == 0 &&
+		    strcmp(keys[i].name, name) == 0)
+			break;
+	if (i < NKEYS && x->seen[i]) {
+		if (!x->failed)
+			seterr(x->err, sizeof(x->err),
+			       "'%s' in [%s] given twice, lines %d and %d: keep one",
+			       name, section, x->seen[i], x->line);
+		x->failed = 1;
+		return 0;
+	}
+	if (i < NKEYS)
+		x->seen[i] = x->line;
 	if (dl_config_set(x->c, section, name, value, x->failed ? NULL : x->err,
 			  sizeof(x->err)) != 0) {
 		x->failed = 1;
@@ -356,11 +388,13 @@ int dl_config_load(struct dl_config *c, const char *path,
 
 	dl_config_defaults(c);
 	if (path) {
-		line = ini_parse(path, on_ini_key, &x);
-		if (line == -1) {
-			seterr(err, errlen, "%s: cannot open", path);
+		if (!(x.f = fopen(path, "r"))) {
+			seterr(err, errlen, "%s: cannot open: %s", path,
+			       strerror(errno));
 			return DL_EBADARG;
 		}
+		line = ini_parse_stream(read_line, &x, on_ini_key, &x);
+		fclose(x.f);
 		if (line == -2) {
 			seterr(err, errlen, "%s: out of memory", path);
 			return DL_ENOMEM;

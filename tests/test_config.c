@@ -327,3 +327,23 @@ Test(config, loopback_addresses)
 	cr_assert(dl_addr_is_loopback("::") == 0);
 	cr_assert(dl_addr_is_loopback("example.com") == 0);
 }
+
+/* A key given twice is an error naming both lines (the second would
+ * silently win otherwise); a file that cannot be opened says why. */
+Test(config, a_key_given_twice_names_both_lines_and_a_missing_file_says_why)
+{
+	struct dl_config c;
+	char err[DL_CONFIG_ERR_MAX] = "";
+
+	expect_err("[limits]\n; a comment\nmax_ttl = 1h\n\n[server]\nport = 1\n"
+		   "[limits]\nmax_ttl = 2h\n",
+		   "'max_ttl' in [limits] given twice, lines 3 and 8");
+	cr_assert(eq(int,
+		     dl_config_load(&c, "/nonexistent/dlockd.conf", NULL, 0,
+				    err, sizeof(err)),
+		     DL_EBADARG));
+	cr_assert(strstr(err, "/nonexistent/dlockd.conf: cannot open: No such "
+			      "file or directory") != NULL,
+		  "%s", err);
+	dl_config_free(&c);
+}

@@ -406,3 +406,20 @@ Test(ops, metrics_page_has_counters_errors_and_histograms, .fini = stop,
 	cr_assert(strcmp(h_call(c, "PING"), "OK PONG") == 0);
 	h_close(c);
 }
+
+/* SIGTERM while the daemon still waits for Redis at start: it says so and
+ * exits 0 at once (systemd's stop must not wait for Redis either). */
+Test(ops, sigterm_during_the_start_up_wait_exits_0, .fini = stop,
+     .timeout = 60)
+{
+	char url[64];
+
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", h_free_port());
+	h_daemon_start_nowait(&d, "--redis", url, NULL);
+	for (int i = 0; i < 100 && !h_daemon_log_has(&d, "waiting"); i++)
+		h_sleep_ms(50);
+	cr_assert(h_daemon_log_has(&d, "redis not ready"), "no wait logged");
+	kill(d.pid, SIGTERM);
+	cr_assert_eq(h_daemon_wait(&d, 5000), 0);
+	cr_assert(h_daemon_log_has(&d, "Terminated during start-up: exiting"));
+}
