@@ -96,6 +96,19 @@
 #define DL_MAX_OUTPUT_MIN     (8 * 1024)
 #define DL_MAX_OUTPUT_MAX     (1024 * 1024 * 1024)
 
+/* A request line begun and not ended within request_timeout closes its
+ * connection (ERR LIMIT): a client dripping bytes cannot keep a slot
+ * forever. 0 turns it off. */
+#define DL_DEFAULT_REQUEST_TIMEOUT_MS 10000
+#define DL_REQUEST_TIMEOUT_MAX_MS     3600000
+/* A connection with no request for idle_timeout is closed (* BYE idle),
+ * unless it waits for a lock. Off (0) by default: a holder may have
+ * nothing to say for as long as its lease runs. */
+#define DL_DEFAULT_IDLE_TIMEOUT_MS 0
+#define DL_IDLE_TIMEOUT_MAX_MS	   (7ULL * 24 * 3600000)
+/* How often connections are checked against both (one timer for all). */
+#define DL_SWEEP_MS 250
+
 /* Lease TTL when a request gives none, and the largest one accepted. */
 #define DL_DEFAULT_TTL_MS     30000
 #define DL_DEFAULT_MAX_TTL_MS (24ULL * 3600 * 1000)

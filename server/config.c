@@ -61,6 +61,10 @@ static const struct key keys[] = {
 	{"limits", "tick", K_DUR, F(tick_ms), DL_TICK_MS_MIN, DL_TICK_MS_MAX, 0,
 	 0},
 	{"limits", "auth_delay", K_DUR, F(auth_delay_ms), 0, 10000, 1, 0},
+	{"limits", "request_timeout", K_DUR, F(request_timeout_ms), 0,
+	 DL_REQUEST_TIMEOUT_MAX_MS, 1, 0},
+	{"limits", "idle_timeout", K_DUR, F(idle_timeout_ms), 0,
+	 DL_IDLE_TIMEOUT_MAX_MS, 1, 0},
 	{"persistence", "persist", K_PERSIST, F(persist), 0, 0, 0, 0},
 	{"persistence", "redis", K_STR, F(redis), 0, 0, 0, 1},
 	{"persistence", "redis_prefix", K_STR, F(redis_prefix), 0, 0, 0, 0},
@@ -132,6 +136,8 @@ void dl_config_defaults(struct dl_config *c)
 	c->max_ttl_ms = DL_DEFAULT_MAX_TTL_MS;
 	c->tick_ms = DL_DEFAULT_TICK_MS;
 	c->auth_delay_ms = 100;
+	c->request_timeout_ms = DL_DEFAULT_REQUEST_TIMEOUT_MS;
+	c->idle_timeout_ms = DL_DEFAULT_IDLE_TIMEOUT_MS;
 	c->persist = DL_PERSIST_REDIS;
 	c->redis = strdup("redis://127.0.0.1:6379/0");
 	c->redis_prefix = strdup("dlock:");

@@ -39,6 +39,8 @@ struct dl_config {
 	uint64_t max_ttl_ms;
 	uint64_t tick_ms;
 	uint64_t auth_delay_ms; /* after a failed AUTH */
+	uint64_t request_timeout_ms; /* an incomplete line, 0 off */
+	uint64_t idle_timeout_ms;    /* no request at all, 0 off */
 	/* [persistence] */
 	uint64_t persist; /* enum dl_persist */
 	char *redis;	  /* URL, see dl_redis_url_parse */

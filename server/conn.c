@@ -479,6 +479,7 @@ static void process_input(struct dl_conn *c)
 	enum dl_lb_result r;
 	char *line;
 	size_t len;
+	int lines = 0;
 
 	while (!c->end && !c->delayed) {
 		if (unread(c) > high_water(c)) {
@@ -487,8 +488,20 @@ static void process_input(struct dl_conn *c)
 			return;
 		}
 		r = dl_linebuf_next(&c->in, &line, &len);
-		if (r == DL_LB_NONE)
+		if (r == DL_LB_NONE) {
+			/* all complete lines done: what is left, if
+			 * anything, is a line still arriving */
+			if (c->in.len > c->in.start || c->in.discard) {
+				if (lines || !c->partial_since)
+					c->partial_since =
+						uv_now(c->srv->loop);
+			} else {
+				c->partial_since = 0;
+			}
 			break;
+		}
+		lines++;
+		c->active_ms = uv_now(c->srv->loop);
 		if (r == DL_LB_LINE) {
 			dl_cmd_execute(c, line, len);
 		} else if (r == DL_LB_TOOLONG) {
@@ -541,6 +554,48 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 		return;
 	dl_linebuf_commit(&c->in, (size_t)nread);
 	process_input(c);
+}
+
+/*
+ * Slots held by connections that say nothing useful. One timer checks
+ * every connection every DL_SWEEP_MS (server.c): cheaper than a timer per
+ * connection, and nothing at all per byte read. A line begun and not
+ * ended within request_timeout (a client dripping bytes) gets ERR LIMIT
+ * and the connection is closed; a connection without a request for
+ * idle_timeout gets * BYE idle and is closed, unless it waits for a lock
+ * (its wait is a request in progress). Closing ends the session as any
+ * disconnect does: waits are cancelled, leases last until their TTL.
+ */
+int dl_conn_sweep(struct dl_conn *c, uint64_t now)
+{
+	const struct dl_config *cfg = &c->srv->cfg;
+	char why[160], d[DL_DURATION_TEXT_MAX];
+
+	if (c->end || c->paused || c->delayed)
+		return 0;
+	if (cfg->request_timeout_ms && c->partial_since &&
+	    now - c->partial_since >= cfg->request_timeout_ms) {
+		c->srv->st.request_timeouts++;
+		snprintf(why, sizeof(why),
+			 "limit reached: request line not ended within %s (request_timeout), closing",
+			 dl_format_duration(cfg->request_timeout_ms, d));
+		dl_notice("conn %llu %s: request line not ended within %s, closing",
+			  (unsigned long long)c->id, c->peer, d);
+		dl_cmd_error(c, DL_ELIMIT, why, DL_STR_NULL);
+		dl_conn_end(c, DL_END_GRACEFUL, "request timeout");
+		return 1;
+	}
+	if (cfg->idle_timeout_ms && !c->sess.waiters &&
+	    now - c->active_ms >= cfg->idle_timeout_ms) {
+		c->srv->st.idle_timeouts++;
+		dl_notice("conn %llu %s: no request for %s, closing",
+			  (unsigned long long)c->id, c->peer,
+			  dl_format_duration(cfg->idle_timeout_ms, d));
+		dl_cmd_bye(c, "idle");
+		dl_conn_end(c, DL_END_GRACEFUL, "idle timeout");
+		return 1;
+	}
+	return 0;
 }
 
 static void on_delayed(uv_timer_t *t)
@@ -643,6 +698,7 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener)
 		uv_tcp_nodelay(&c->u.tcp, 1);
 	peer_name(c, is_tcp);
 	c->id = ++srv->conn_seq;
+	c->active_ms = uv_now(srv->loop);
 	snprintf(owner, sizeof(owner), "anon-%s-%llu", srv->nonce,
 		 (unsigned long long)c->id);
 	if (dl_session_init(srv->tab, &c->sess,

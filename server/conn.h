@@ -116,8 +116,16 @@ struct dl_conn {
 	unsigned closing : 1;  /* uv_close called */
 	unsigned end : 2;      /* enum dl_conn_end */
 	char peer[64];	       /* for logs: "127.0.0.1:5000" or "unix" */
+	/* uv_now ms: when the unfinished request line began (0: none), and
+	 * of the last request (the connection's start before any); checked
+	 * by the server's sweep (dl_conn_sweep) */
+	uint64_t partial_since, active_ms;
 	struct dl_linebuf in;
 };
+
+/* Close c if it broke request_timeout or idle_timeout at `now` (uv_now);
+ * 1 if it did. Called for every connection every DL_SWEEP_MS. */
+int dl_conn_sweep(struct dl_conn *c, uint64_t now);
 
 /* Accept one pending connection on `listener`. */
 void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener);

@@ -611,6 +611,21 @@ static void wait_for_store(struct dl_server *srv)
 		stop_during_start(srv);
 }
 
+/* Request and idle timeouts: every connection, every DL_SWEEP_MS. */
+static void on_sweep(uv_timer_t *t)
+{
+	struct dl_server *srv = t->data;
+	uint64_t now = uv_now(srv->loop);
+	struct dl_conn *c, *next;
+
+	if (srv->draining)
+		return;
+	for (c = srv->conns; c; c = next) {
+		next = c->next;
+		dl_conn_sweep(c, now);
+	}
+}
+
 static void init_handles(struct dl_server *srv)
 {
 	uv_loop_t *loop = srv->loop;
@@ -627,6 +642,10 @@ static void init_handles(struct dl_server *srv)
 	uv_timer_init(loop, &srv->role_timer);
 	srv->role_timer.data = srv;
 	uv_unref((uv_handle_t *)&srv->role_timer);
+	uv_timer_init(loop, &srv->sweep_timer);
+	srv->sweep_timer.data = srv;
+	uv_timer_start(&srv->sweep_timer, on_sweep, DL_SWEEP_MS, DL_SWEEP_MS);
+	uv_unref((uv_handle_t *)&srv->sweep_timer);
 	uv_check_init(loop, &srv->check);
 	srv->check.data = srv;
 	uv_check_start(&srv->check, on_check);
@@ -761,6 +780,7 @@ static void drain_finish(struct dl_server *srv)
 	uv_close((uv_handle_t *)&srv->reap_idle, NULL);
 	uv_close((uv_handle_t *)&srv->drain_timer, NULL);
 	uv_close((uv_handle_t *)&srv->role_timer, NULL);
+	uv_close((uv_handle_t *)&srv->sweep_timer, NULL);
 	uv_close((uv_handle_t *)&srv->watchdog, NULL);
 	uv_close((uv_handle_t *)&srv->check, NULL);
 	uv_close((uv_handle_t *)&srv->prepare, NULL);

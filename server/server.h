@@ -42,6 +42,8 @@ struct dl_server_stats {
 	uint64_t commands;		    /* requests executed */
 	uint64_t errors[DL_ERR_COUNT_ + 1]; /* ERR replies by -code */
 	uint64_t auth_failures;
+	uint64_t request_timeouts; /* closed: a line not ended in time */
+	uint64_t idle_timeouts;	   /* closed: no request in idle_timeout */
 };
 
 struct dl_server {
@@ -65,7 +67,8 @@ struct dl_server {
 	uv_check_t check;
 	uv_prepare_t prepare;
 	uv_signal_t sig_term, sig_int, sig_hup;
-	uv_timer_t drain_timer; /* bounds a shutdown's wait for Redis */
+	uv_timer_t drain_timer;
+	uv_timer_t sweep_timer; /* request and idle timeouts (conn.c) */ /* bounds a shutdown's wait for Redis */
 	uv_timer_t role_timer;	/* acts on what the store learned (server.c) */
 	enum dl_store_role_event role_event;
 	uv_timer_t watchdog;	/* sd_notify WATCHDOG=1, when asked */

@@ -1064,13 +1064,13 @@ Test(server, request_tag_is_echoed_on_replies_errors_and_events)
  * framing and returns the number of body lines. */
 static uint64_t stats_body(struct h_client *c, const char *head)
 {
-	char keys[64][DL_STATS_LINE_MAX];
+	char keys[DL_STATS_MAX][DL_STATS_LINE_MAX];
 	uint64_t n, i, j, v;
 	char *l, *sp;
 
 	cr_assert(strncmp(head, "OK STATS ", 9) == 0, "got \"%s\"", head);
 	n = h_arg_u64(head, 0);
-	cr_assert(n > 0 && n <= 64, "STATS announces %llu lines",
+	cr_assert(n > 0 && n <= DL_STATS_MAX, "STATS announces %llu lines",
 		  (unsigned long long)n);
 	for (i = 0; i < n; i++) {
 		l = h_line(c);
@@ -1439,4 +1439,78 @@ Test(server, locks_listings_are_spaced_by_what_they_cost)
 		  "%s", l);
 	cr_assert(strstr(l, "(100000 locks); the next one in "), "%s", l);
 	h_close(c);
+}
+
+/* ---- connections that hold slots ---------------------------------------- */
+
+/* 200 connections dripping a byte every 200 ms never finish a line: each
+ * is told why and closed at request_timeout, while a normal client is
+ * served all along. */
+Test(server, slowloris_connections_are_closed_at_request_timeout)
+{
+	enum { N = 200 };
+	static struct h_client *drip[N];
+	struct h_client *c;
+	char *l;
+	int i, k, closed = 0;
+
+	own_start("[limits]\nrequest_timeout = 1s\n");
+	c = h_connect(own.port);
+	for (i = 0; i < N; i++)
+		drip[i] = h_connect(own.port);
+	for (k = 0; k < 5; k++) { /* 1 s of dripping, "PPPPP" so far */
+		for (i = 0; i < N; i++)
+			h_send_raw(drip[i], "P", 1);
+		/* the normal client is served meanwhile */
+		l = h_call(c, "PING k%d", k);
+		cr_assert(strncmp(l, "OK PONG k", 9) == 0, "%s", l);
+		h_sleep_ms(200);
+	}
+	for (i = 0; i < N; i++) {
+		l = h_read(drip[i], 3000);
+		cr_assert(l && strcmp(l, "ERR LIMIT limit reached: request line "
+					 "not ended within 1s "
+					 "(request_timeout), closing") == 0,
+			  "dripper %d: %s", i, l ? l : "(nothing)");
+		if (!h_read(drip[i], 3000))
+			closed++; /* EOF */
+		h_close(drip[i]);
+	}
+	cr_assert_eq(closed, N);
+	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
+	cr_assert_geq(h_stats_value(c, "request_timeouts"), N);
+	h_close(c);
+}
+
+/* idle_timeout is off by default (a holder may say nothing for as long as
+ * its lease runs); on, a connection without a request is told * BYE idle
+ * and closed, but one waiting for a lock is not. */
+Test(server, idle_timeout_closes_silent_connections_not_waiters)
+{
+	struct h_client *holder, *waiter, *silent;
+	char *l;
+
+	/* the suite's daemon: defaults, no idle timeout */
+	silent = h_connect(d.port);
+	h_sleep_ms(1200);
+	cr_assert_str_eq(h_call(silent, "PING"), "OK PONG");
+	h_close(silent);
+
+	own_start("[limits]\nidle_timeout = 1s\n");
+	holder = h_hello(own.port, "holder");
+	waiter = h_hello(own.port, "waiter");
+	silent = h_connect(own.port);
+	h_lock(holder, "i", "ttl=30s");
+	cr_assert_str_eq(h_call(waiter, "LOCK i wait=20s"), "OK QUEUED i 1");
+	h_expect(holder, "* BYE idle");
+	h_expect(silent, "* BYE idle");
+	cr_assert_null(h_read(silent, 2000), "closed after BYE");
+	/* the waiter keeps waiting; the holder's lease lasts its TTL */
+	h_expect_silence(waiter, 500);
+	l = h_call(waiter, "STATUS i");
+	cr_assert(strstr(l, "owner=holder"), "%s", l);
+	cr_assert_geq(h_stats_value(waiter, "idle_timeouts"), 2);
+	h_close(waiter);
+	h_close(holder);
+	h_close(silent);
 }
