@@ -85,30 +85,70 @@ struct page {
 	const char *family; /* the labelled family last written */
 };
 
+/*
+ * A STATS key as a Prometheus name: base units as the last word (a value
+ * in ms or us becomes seconds: uptime_ms -> uptime_seconds,
+ * store_latency_us_max -> store_latency_max_seconds) and counters ending
+ * in _total exactly once (connections_total stays connections_total).
+ * *scale turns the value into the unit of the name.
+ */
+static void metric_name(const struct dl_stat *s, char *out, size_t cap,
+			double *scale)
+{
+	static const struct {
+		const char *from, *to;
+		double scale;
+	} units[] = {
+		{"_ms", "_seconds", 1e-3},
+		{"_us_avg", "_avg_seconds", 1e-6},
+		{"_us_max", "_max_seconds", 1e-6},
+	};
+	size_t n = strlen(s->name), i, k;
+	int total = s->kind == DL_STAT_COUNTER &&
+		    !(n >= 6 && strcmp(s->name + n - 6, "_total") == 0);
+
+	*scale = 1;
+	for (i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		k = strlen(units[i].from);
+		if (n > k && strcmp(s->name + n - k, units[i].from) == 0) {
+			snprintf(out, cap, "%.*s%s%s", (int)(n - k), s->name,
+				 units[i].to, total ? "_total" : "");
+			*scale = units[i].scale;
+			return;
+		}
+	}
+	snprintf(out, cap, "%s%s", s->name, total ? "_total" : "");
+}
+
 static void emit_stat(const struct dl_stat *s, void *arg)
 {
 	struct page *pg = arg;
 	struct dl_buf *b = &pg->b;
-	const char *sfx = s->kind == DL_STAT_COUNTER ? "_total" : "";
+	char name[96], value[32];
+	double scale;
 
 	if (s->stats_only)
 		return;
+	metric_name(s, name, sizeof(name), &scale);
+	if (scale == 1)
+		snprintf(value, sizeof(value), "%llu",
+			 (unsigned long long)s->value);
+	else
+		snprintf(value, sizeof(value), "%.6f",
+			 (double)s->value * scale);
 	/* A labelled family gets its HELP/TYPE once, before its first
 	 * series (the series of a family come one after another). */
 	if (!s->label || !pg->family || strcmp(pg->family, s->name) != 0) {
 		pg->family = s->label ? s->name : NULL;
-		dl_buf_printf(b, "# HELP dlockd_%s%s %s\n", s->name, sfx,
-			      s->help);
-		dl_buf_printf(b, "# TYPE dlockd_%s%s %s\n", s->name, sfx,
+		dl_buf_printf(b, "# HELP dlockd_%s %s\n", name, s->help);
+		dl_buf_printf(b, "# TYPE dlockd_%s %s\n", name,
 			      s->kind == DL_STAT_COUNTER ? "counter" : "gauge");
 	}
 	if (s->label)
-		dl_buf_printf(b, "dlockd_%s%s{%s=\"%s\"} %llu\n", s->name, sfx,
-			      s->label_key, s->label,
-			      (unsigned long long)s->value);
+		dl_buf_printf(b, "dlockd_%s{%s=\"%s\"} %s\n", name, s->label_key,
+			      s->label, value);
 	else
-		dl_buf_printf(b, "dlockd_%s%s %llu\n", s->name, sfx,
-			      (unsigned long long)s->value);
+		dl_buf_printf(b, "dlockd_%s %s\n", name, value);
 }
 
 static void emit_hist(struct dl_buf *b, const char *name, const char *help,

@@ -372,6 +372,72 @@ static const char *http_get(int port, const char *path)
 	return resp;
 }
 
+/* Prometheus's naming rules, over the whole page: every series belongs to
+ * a family announced by # TYPE; names are dlockd_ and lower case; base
+ * units (seconds, not ms or us) end a name; a counter ends in _total once;
+ * a gauge does not end in _total. */
+static void check_metric_names(const char *page)
+{
+	char fam[128][96], kind[128][16], name[96];
+	const char *p = page, *eol;
+	int nfam = 0, i, ok;
+	size_t n;
+
+	p = strstr(p, "\r\n\r\n");
+	cr_assert_not_null(p);
+	for (p += 4; *p; p = eol + 1) {
+		eol = strchr(p, '\n');
+		cr_assert_not_null(eol, "unterminated line");
+		if (strncmp(p, "# HELP ", 7) == 0)
+			continue;
+		if (strncmp(p, "# TYPE ", 7) == 0) {
+			cr_assert_lt(nfam, 128);
+			cr_assert_eq(sscanf(p + 7, "%95s %15s", fam[nfam],
+					    kind[nfam]),
+				     2);
+			n = strlen(fam[nfam]);
+			cr_assert(strncmp(fam[nfam], "dlockd_", 7) == 0 &&
+					  strspn(fam[nfam],
+						 "abcdefghijklmnopqrstuvwxyz0123456789_") ==
+						  n,
+				  "name %s", fam[nfam]);
+			ok = !strstr(fam[nfam], "_ms") &&
+			     !strstr(fam[nfam], "_us_") &&
+			     !(n > 3 && !strcmp(fam[nfam] + n - 3, "_us"));
+			cr_assert(ok, "%s: not in base units", fam[nfam]);
+			if (!strcmp(kind[nfam], "counter"))
+				cr_assert(n > 6 &&
+						  !strcmp(fam[nfam] + n - 6,
+							  "_total") &&
+						  !strstr(fam[nfam],
+							  "_total_total"),
+					  "counter %s", fam[nfam]);
+			else if (!strcmp(kind[nfam], "gauge"))
+				cr_assert(n <= 6 || strcmp(fam[nfam] + n - 6,
+							   "_total") != 0,
+					  "gauge %s ends in _total", fam[nfam]);
+			nfam++;
+			continue;
+		}
+		n = strcspn(p, "{ ");
+		cr_assert_lt(n, sizeof(name));
+		memcpy(name, p, n);
+		name[n] = '\0';
+		for (ok = 0, i = 0; i < nfam && !ok; i++) {
+			size_t f = strlen(fam[i]);
+
+			ok = !strcmp(name, fam[i]) ||
+			     (!strcmp(kind[i], "histogram") &&
+			      !strncmp(name, fam[i], f) &&
+			      (!strcmp(name + f, "_bucket") ||
+			       !strcmp(name + f, "_sum") ||
+			       !strcmp(name + f, "_count")));
+		}
+		cr_assert(ok, "series %s has no # TYPE", name);
+	}
+	cr_assert_gt(nfam, 20);
+}
+
 Test(ops, metrics_page_has_counters_errors_and_histograms, .fini = stop,
      .timeout = 60)
 {
@@ -400,6 +466,10 @@ Test(ops, metrics_page_has_counters_errors_and_histograms, .fini = stop,
 	cr_assert(strstr(page, "dlockd_wait_seconds_bucket{le=\"+Inf\"} 1\n") !=
 		  NULL);
 	cr_assert(strstr(page, "dlockd_hold_seconds_count 0\n") != NULL);
+	check_metric_names(page);
+	cr_assert(strstr(page, "\ndlockd_connections_total ") != NULL);
+	cr_assert(strstr(page, "_total_total") == NULL);
+	cr_assert(strstr(page, "\ndlockd_uptime_seconds ") != NULL);
 	page = http_get(mport, "/nothing");
 	cr_assert(strncmp(page, "HTTP/1.1 404", 12) == 0, "%.60s", page);
 	/* The lock service goes on. */
