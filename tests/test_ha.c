@@ -84,17 +84,24 @@ static const char *role_of(const struct h_daemon *d, char *active,
 }
 
 /* Poll until d says role=active; returns the ms it took (asserts it
- * happens within max_ms). */
+ * happens within max_ms). Then wait until it can persist: a new active's
+ * link to Redis comes up just after (changes meanwhile get ERR
+ * UNAVAILABLE, which clients retry). */
 static uint64_t wait_active(const struct h_daemon *d, int max_ms)
 {
-	uint64_t t0 = h_now_ms();
+	uint64_t t0 = h_now_ms(), took;
+	struct h_client *c;
 
 	while (strcmp(role_of(d, NULL, 0), "active") != 0) {
 		cr_assert(h_now_ms() - t0 < (uint64_t)max_ms,
 			  "port %d not active within %d ms", d->port, max_ms);
 		h_sleep_ms(20);
 	}
-	return h_now_ms() - t0;
+	took = h_now_ms() - t0;
+	c = h_connect(d->port);
+	h_wait_available(c, 1, max_ms);
+	h_close(c);
+	return took;
 }
 
 static void expect_held(struct h_client *c, const char *name, const char *owner,
