@@ -390,6 +390,7 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 	int64_t deadline;
 	int err, r, fail = 0;
 
+	dl__last_error_clear();
 	if (!out)
 		return DLOCK_EINVAL;
 	*out = NULL;
@@ -546,6 +547,7 @@ int dlock_lock(dlock_client *c, const char *name, int64_t ttl_ms,
 	int64_t now, wait_end;
 	int err;
 
+	dl__last_error_clear();
 	if (out)
 		*out = NULL;
 	if (!c || !out || bad_name(name) || bad_ms(ttl_ms) ||
@@ -596,6 +598,7 @@ int dlock_unlock(dlock_client *c, dlock_lease *h)
 	dlock_lease **pp;
 	int err, last;
 
+	dl__last_error_clear();
 	if (!h)
 		return 0;
 	if (!c)
@@ -643,6 +646,7 @@ int dlock_refresh(dlock_client *c, dlock_lease *h, int64_t ttl_ms)
 	struct dl__req *q;
 	int err;
 
+	dl__last_error_clear();
 	if (!c || !h || bad_ms(ttl_ms))
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
@@ -688,6 +692,7 @@ int dlock_check(dlock_client *c, const char *name, uint64_t token,
 	struct dl__req *q;
 	int err;
 
+	dl__last_error_clear();
 	if (!c || bad_name(name))
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
@@ -707,6 +712,7 @@ int dlock_status(dlock_client *c, const char *name, struct dlock_status *st)
 	struct dl__req *q;
 	int err;
 
+	dl__last_error_clear();
 	if (!c || !st || bad_name(name))
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
@@ -724,6 +730,7 @@ int dlock_ping(dlock_client *c)
 	struct dl__req *q;
 	int err;
 
+	dl__last_error_clear();
 	if (!c)
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
@@ -743,6 +750,7 @@ int dlock_stats(dlock_client *c,
 	uint64_t i;
 	int err;
 
+	dl__last_error_clear();
 	if (!c || !cb)
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
@@ -808,6 +816,7 @@ int dlock_locks(dlock_client *c, const char *prefix, const char *after,
 	uint64_t i;
 	int err;
 
+	dl__last_error_clear();
 	if (!c || !cb || (prefix && prefix[0] && bad_name(prefix)) ||
 	    (after && after[0] && (bad_name(after) || by_waiters)) ||
 	    limit > DL_LOCKS_PAGE_MAX)
@@ -859,6 +868,7 @@ int dlock_unlock_token(dlock_client *c, const char *name, uint64_t token,
 	struct dl__req *q = NULL;
 	int err;
 
+	dl__last_error_clear();
 	if (!c || bad_name(name))
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
@@ -880,6 +890,7 @@ int dlock_refresh_token(dlock_client *c, const char *name, uint64_t token,
 	struct dl__req *q;
 	int err;
 
+	dl__last_error_clear();
 	if (!c || bad_name(name) || bad_ms(ttl_ms))
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)

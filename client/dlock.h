@@ -86,7 +86,9 @@ enum {
 };
 
 const char *dlock_strerror(int err);
-/* The text of the last ERR/NO line the calling thread received, or "". */
+/* The text of the ERR/NO line the calling thread's last call received,
+ * or "" (the call succeeded, failed on the client side, or got no such
+ * line): every call clears it first. */
 const char *dlock_last_error(void);
 
 /* ---- options ------------------------------------------------------------- */

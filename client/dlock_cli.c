@@ -651,6 +651,19 @@ int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
 
 	if (rc == 0)
 		return 0;
+	if (rc == DLOCK_EAUTH && !cl->password) {
+		/* connected: the server wants a password nobody gave */
+		dl_cli_msg("%s requires a password: give --password, "
+			   "--password-file or DLOCK_PASSWORD",
+			   where(cl));
+		return EXIT_NOPERM;
+	}
+	if (rc == DLOCK_EAUTH) {
+		dl_cli_msg("%s refused the password (NO AUTH_FAILED): check "
+			   "--password, --password-file or DLOCK_PASSWORD",
+			   where(cl));
+		return EXIT_NOPERM;
+	}
 	snprintf(what, sizeof(what), "cannot connect to %s", where(cl));
 	return dl_cli_fail(rc, what);
 }

@@ -250,6 +250,8 @@ int dl__cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline);
 
 struct dl__req *dl__req_new(enum dl__op op, const char *name, int internal);
 void dl__req_free(struct dl__req *q);
+/* Forget the thread's last server error (at the start of each call). */
+void dl__last_error_clear(void);
 /* Format q, queue its bytes and put it on the FIFO (connection UP). */
 int dl__req_write(struct dlock_client *c, struct dl__req *q);
 /* Write if UP, else keep for the reconnect; a caller's call: errors

@@ -406,6 +406,13 @@ const char *dlock_last_error(void)
 	return last_error;
 }
 
+/* Every public call starts with it: the text belongs to this thread's
+ * last call, never to an earlier one that happened to get an ERR. */
+void dl__last_error_clear(void)
+{
+	last_error[0] = '\0';
+}
+
 int dl__call(struct dlock_client *c, struct dl__req **qp)
 {
 	struct dl__req *q = *qp;

@@ -948,8 +948,15 @@ Test(cli, bad_password_exits_77)
 
 	dlock(&r, "status", "x", "--port", port, NULL);
 	cr_assert(eq(int, r.status, EX_NOPERM), "%s", r.err);
+	/* what happened, and what to do: not "cannot connect" */
+	dlock(&r, "ping", "--port", port, NULL);
+	cr_assert(eq(int, r.status, EX_NOPERM), "%s", r.err);
+	cr_assert(strstr(r.err, "requires a password: give --password, "
+				"--password-file or DLOCK_PASSWORD") != NULL,
+		  "%s", r.err);
 	dlock(&r, "status", "x", "--port", port, "--password", "wrong", NULL);
 	cr_assert(eq(int, r.status, EX_NOPERM), "%s", r.err);
+	cr_assert(strstr(r.err, "refused the password") != NULL, "%s", r.err);
 	dlock(&r, "unlock", "x", "1", "--port", port, "--password=wrong", NULL);
 	cr_assert(eq(int, r.status, EX_NOPERM), "%s", r.err);
 	dlock(&r, "status", "x", "--port", port, "--password-file", pwfile,

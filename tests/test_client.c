@@ -879,7 +879,14 @@ Test(client, bad_arguments_are_einval, .init = start_none, .fini = stop_all)
 		     DLOCK_EINVAL));
 	cr_assert(eq(int, strncmp(dlock_last_error(), "ERR BAD_ARG", 11), 0),
 		  "last error \"%s\"", dlock_last_error());
+	/* the next call's own failure, on the client side, says nothing of
+	 * the earlier one: every call clears the text */
+	cr_assert(eq(int, dlock_status(c, "", &st), DLOCK_EINVAL));
+	assert_str(dlock_last_error(), "");
+	cr_assert(eq(int, dlock_lock(c, "ok", 25LL * 3600 * 1000, 0, &l),
+		     DLOCK_EINVAL));
 	cr_assert(eq(int, dlock_ping(c), 0));
+	assert_str(dlock_last_error(), "");
 
 	opts(&o);
 	o.owner = "no spaces";
