@@ -69,6 +69,7 @@ static const struct {
 	[OPT_JSON] = {"json", 0},
 	[OPT_LIMIT] = {"limit", 1},
 	[OPT_BY_WAITERS] = {"by-waiters", 0},
+	[OPT_CONFLICT_EXIT] = {"conflict-exit-code", 1},
 	[OPT_HELP] = {"help", 0},
 	[OPT_VERSION] = {"version", 0},
 };
@@ -161,9 +162,11 @@ static const char exit_help[] =
 	"  127  run: the command was not found\n";
 
 static const struct subcmd subcmds[] = {
-	{"run", dl_cli_run, 1, OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_GRACE),
-	 "run <name> [--ttl D] [--wait D|inf] [--grace D] [--] <command> "
-	 "[args...]",
+	{"run", dl_cli_run, 1,
+	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_GRACE) |
+		 OPTB(OPT_CONFLICT_EXIT),
+	 "run <name> [--ttl D] [--wait D|inf] [--grace D] [--timeout D] "
+	 "[-E N] [--] <command> [args...]",
 	 "Take the lock (waiting up to --wait, default inf), run the command\n"
 	 "in a process group of its own with DLOCK_NAME, DLOCK_TOKEN (the\n"
 	 "fencing token) and DLOCK_OWNER in its environment, renew the lease\n"
@@ -172,17 +175,23 @@ static const struct subcmd subcmds[] = {
 	 "and TSTP are passed on to the command. If the lease is lost, the\n"
 	 "command gets SIGTERM, then SIGKILL --grace later (default: the\n"
 	 "smaller of 5s and ttl/4), always before the lease could pass to\n"
-	 "another holder; dlock then exits 76.\n", 0},
-	{"lock", dl_cli_lock, 1, OPTB(OPT_TTL) | OPTB(OPT_WAIT),
-	 "lock <name> [--ttl D] [--wait D|inf]",
+	 "another holder; dlock then exits 76. --timeout D: stop the command\n"
+	 "the same way once it has run for D, release the lock and exit 124\n"
+	 "(as timeout(1)). -E N (--conflict-exit-code N): exit N instead of\n"
+	 "75 when the lock could not be taken (as flock -E). --ttl is at\n"
+	 "least 500ms.\n", 0},
+	{"lock", dl_cli_lock, 1,
+	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_CONFLICT_EXIT),
+	 "lock <name> [--ttl D] [--wait D|inf] [-E N]",
 	 "Take the lock (waiting up to --wait, default inf), print its\n"
 	 "fencing token and exit. The lease is NOT renewed: it ends when its\n"
 	 "TTL (--ttl, default 30s) runs out, unless `dlock unlock` or\n"
 	 "`dlock refresh` with the same --owner come first. Without --owner,\n"
 	 "the random owner id is printed on stderr.\n", 0},
-	{"trylock", dl_cli_lock, 1, OPTB(OPT_TTL), "trylock <name> [--ttl D]",
+	{"trylock", dl_cli_lock, 1, OPTB(OPT_TTL) | OPTB(OPT_CONFLICT_EXIT),
+	 "trylock <name> [--ttl D] [-E N]",
 	 "As `dlock lock --wait 0`: take the lock if it is free, else exit\n"
-	 "75 at once.\n", 0},
+	 "75 at once (N with -E).\n", 0},
 	{"unlock", dl_cli_unlock, 2, 0, "unlock <name> <token>",
 	 "Release one hold of the lease <token> of <name>. Only its owner\n"
 	 "may: give the same --owner (or DLOCK_OWNER) as the `dlock lock`\n"
@@ -420,6 +429,12 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 	case OPT_BY_WAITERS:
 		cl->by_waiters = 1;
 		return 0;
+	case OPT_CONFLICT_EXIT:
+		if (dl_parse_u64(v, strlen(v), &ms) != 0 || ms > 255)
+			return dl_cli_usage_error(
+				cl, "-E: '%s' is not an exit code (0-255)", v);
+		cl->conflict_exit = (int)ms;
+		return 0;
 	case OPT_LIMIT:
 		if (dl_parse_u64(v, strlen(v), &cl->limit) != 0 ||
 		    cl->limit == 0)
@@ -443,6 +458,12 @@ static int parse_option(struct cli *cl, int argc, char **argv, int *i)
 		return set_option(cl, OPT_HELP, NULL);
 	if (strcmp(a, "-v") == 0)
 		return set_option(cl, OPT_VERSION, NULL);
+	if (strcmp(a, "-E") == 0) {
+		if (*i + 1 >= argc)
+			return dl_cli_usage_error(cl, "option -E needs a "
+						      "value");
+		return set_option(cl, OPT_CONFLICT_EXIT, argv[++*i]);
+	}
 	if (a[1] != '-')
 		return dl_cli_usage_error(cl, "unknown option '%s'", a);
 	a += 2;
@@ -637,7 +658,8 @@ void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
 	o->owner = cl->owner;
 	o->reconnect = 0;
 	o->renew = 0;
-	if (cl->timeout_ms > 0) {
+	/* run's --timeout is the command's time limit (dlock_run.c) */
+	if (cl->timeout_ms > 0 && cl->sub->fn != dl_cli_run) {
 		o->connect_timeout_ms = cl->timeout_ms;
 		o->request_timeout_ms = cl->timeout_ms;
 	}

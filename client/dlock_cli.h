@@ -44,6 +44,8 @@ enum {
 	EXIT_SOFTWARE = 70,	/* EX_SOFTWARE: anything else */
 	EXIT_TEMPFAIL = 75,	/* EX_TEMPFAIL: lock busy, wait timed out */
 	EXIT_LOST = 76,		/* run: the lease was lost, command stopped */
+	EXIT_TIMEOUT = 124,	/* run: --timeout ran out, command stopped
+				   (as timeout(1)) */
 	EXIT_NOPERM = 77,	/* EX_NOPERM: AUTH failed or missing */
 	EXIT_CANNOT_EXEC = 126, /* run: the command is not executable */
 	EXIT_NOT_FOUND = 127,	/* run: the command was not found */
@@ -52,6 +54,10 @@ enum {
 
 /* Lease of run/lock/trylock when --ttl is not given. */
 #define DEFAULT_TTL_MS 30000
+/* The shortest lease `dlock run` takes: it is renewed every ttl/3 and the
+ * command is stopped a grace before its end; below this the renewals
+ * have no time to come back and the command would be stopped at once. */
+#define RUN_TTL_MIN_MS 500
 
 /* ---- the command line ---------------------------------------------------- */
 
@@ -71,6 +77,7 @@ enum opt_id {
 	OPT_JSON,
 	OPT_LIMIT,
 	OPT_BY_WAITERS,
+	OPT_CONFLICT_EXIT,
 	OPT_HELP,
 	OPT_VERSION,
 	OPT_COUNT_
@@ -110,6 +117,8 @@ struct cli {
 	int json;	/* --json: one JSON object on stdout */
 	uint64_t limit; /* list --limit: 0 for all */
 	int by_waiters; /* list --by-waiters */
+	int conflict_exit; /* -E: exit code when the lock is not taken, or
+			      0 for EXIT_TEMPFAIL */
 };
 
 /* ---- dlock_cli.c: what the commands share -------------------------------- */

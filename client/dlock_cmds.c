@@ -55,6 +55,8 @@ int dl_cli_lock(struct cli *cl)
 		}
 	}
 	dlock_close(c); /* leaves the lease held: it expires at the server */
+	if (rc == EXIT_TEMPFAIL && (cl->seen & OPTB(OPT_CONFLICT_EXIT)))
+		rc = cl->conflict_exit; /* -E, as flock -E */
 	return rc;
 }
 

@@ -315,7 +315,10 @@ struct runner {
 	int exited; /* the guard has been reaped */
 	int status; /* its (the command's) exit code (128+N for signal N) */
 	int lost;   /* the lease is lost: stopping the command */
+	int timed_out; /* --timeout ran out: stopping the command */
+	int stopping;  /* lost or timed out: SIGTERM sent, SIGKILL at kill_at */
 	int killed; /* SIGKILL sent */
+	int64_t end_at;	  /* --timeout: when to stop the command, or 0 */
 	int64_t grace_ms;
 	int64_t margin_ms;
 	int64_t guard_ms; /* options.lost_guard_ms */
@@ -373,13 +376,33 @@ static void start_stopping(struct runner *r, int why)
 {
 	int64_t now = dlock_now_ms();
 	int64_t last = dlock_lease_deadline(r->l) - r->margin_ms;
+	int64_t at = now + r->grace_ms < last ? now + r->grace_ms : last;
 
+	if (r->stopping && r->kill_at < at)
+		at = r->kill_at; /* already stopping (--timeout): not later */
 	r->lost = 1;
-	r->kill_at = now + r->grace_ms < last ? now + r->grace_ms : last;
+	r->stopping = 1;
+	r->kill_at = at;
 	dl_cli_msg("lease on %s lost (%s): stopping the command", r->cl->pos[0],
 		   lost_text(why));
 	tell_guard(r, 'S', r->kill_at);
 	killpg(r->pid, SIGCONT); /* a stopped guard must act on it */
+}
+
+/* --timeout ran out: stop the command as for a lost lease (SIGTERM, the
+ * grace, SIGKILL), but the lease is still ours and is released after. */
+static void stop_timed_out(struct runner *r)
+{
+	int64_t now = dlock_now_ms();
+	int64_t last = dlock_lease_deadline(r->l) - r->margin_ms;
+
+	r->timed_out = 1;
+	r->stopping = 1;
+	r->kill_at = now + r->grace_ms < last ? now + r->grace_ms : last;
+	dl_cli_msg("the command ran for its --timeout (%d ms): stopping it",
+		   r->cl->timeout_ms);
+	tell_guard(r, 'S', r->kill_at);
+	killpg(r->pid, SIGCONT);
 }
 
 /* At kill_at, whatever the guard did: SIGKILL to everything below dlock
@@ -445,7 +468,7 @@ static void reap(struct runner *r)
 			r->status = WIFEXITED(st)
 					    ? WEXITSTATUS(st)
 					    : EXIT_SIGNAL_BASE + WTERMSIG(st);
-			if (WIFSIGNALED(st) && !r->lost && tree_alive()) {
+			if (WIFSIGNALED(st) && !r->stopping && tree_alive()) {
 				/* the guard was killed: stop what it left */
 				dl_cli_msg("the guard of the command died");
 				start_stopping(r, 0);
@@ -477,13 +500,16 @@ static int64_t next_wake(const struct runner *r, int64_t now)
 		step = STEP_MAX_MS;
 	if (step < 1)
 		step = 1;
-	if (!r->lost)
+	if (!r->stopping) {
 		next = fallback_at(r);
-	else if (!r->killed)
+		if (r->end_at && r->end_at < next)
+			next = r->end_at;
+	} else if (!r->killed) {
 		next = r->kill_at;
-	else
+	} else {
 		next = now + TREE_POLL_MS;
-	if (r->exited && r->lost && now + TREE_POLL_MS < next)
+	}
+	if (r->exited && r->stopping && now + TREE_POLL_MS < next)
 		next = now + TREE_POLL_MS;
 	return next < now + step ? next : now + step;
 }
@@ -527,7 +553,10 @@ static void supervise(struct runner *r)
 		if (!r->lost && !r->exited &&
 		    (why || !dlock_lease_valid(r->l) || now >= fallback_at(r)))
 			start_stopping(r, why);
-		if (r->lost && !r->killed && now >= r->kill_at)
+		if (!r->stopping && !r->exited && r->end_at &&
+		    now >= r->end_at)
+			stop_timed_out(r);
+		if (r->stopping && !r->killed && now >= r->kill_at)
 			kill_all(r);
 		else if (r->killed)
 			dl_cli_tree_signal(getpid(), SIGKILL);
@@ -586,6 +615,13 @@ static int timing(struct runner *r, const struct cli *cl)
 	/* Times: KILL_MARGIN before the deadline, grace before that, and
 	 * the library must report a loss grace + margin ahead of it; that
 	 * must leave time for the renewal at ttl/3 to be confirmed. */
+	if (cl->ttl_ms < RUN_TTL_MIN_MS)
+		return dl_cli_usage_error(
+			cl,
+			"--ttl %" PRIu64 "ms is too short for dlock run: the "
+			"lease is renewed every ttl/3 and the command stopped "
+			"a grace before its end; give at least %dms",
+			cl->ttl_ms, RUN_TTL_MIN_MS);
 	r->margin_ms = KILL_MARGIN_MS < cl->ttl_ms / 10
 			       ? KILL_MARGIN_MS
 			       : (int64_t)cl->ttl_ms / 10;
@@ -721,11 +757,15 @@ int dl_cli_run(struct cli *cl)
 	}
 	/* Whatever the guard leaves if it is killed comes to us. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	if ((rc = take_lock(&r)) != 0)
+	if ((rc = take_lock(&r)) != 0) {
+		if (rc == EXIT_TEMPFAIL && (cl->seen & OPTB(OPT_CONFLICT_EXIT)))
+			rc = cl->conflict_exit; /* -E, as flock -E */
 		goto out;
+	}
 	install_handlers();
 	if (shared_owner(&r)) {
-		rc = EXIT_TEMPFAIL;
+		rc = cl->seen & OPTB(OPT_CONFLICT_EXIT) ? cl->conflict_exit
+							: EXIT_TEMPFAIL;
 		goto out;
 	}
 	/* An interactive shell's foreground job: give the command the
@@ -735,9 +775,11 @@ int dl_cli_run(struct cli *cl)
 	if ((rc = spawn_guard(&r, &sp, &errfd)) != 0 ||
 	    (rc = check_exec(&r, errfd)) != 0)
 		goto out;
+	if (cl->timeout_ms > 0)
+		r.end_at = dlock_now_ms() + cl->timeout_ms;
 	supervise(&r);
 	tty_take_back(&r);
-	rc = r.lost ? EXIT_LOST : r.status;
+	rc = r.lost ? EXIT_LOST : r.timed_out ? EXIT_TIMEOUT : r.status;
 out:
 	/* A lost lease is not released: the server dropped it already, or
 	 * did not confirm it in time and would likely not answer an UNLOCK

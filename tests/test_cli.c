@@ -521,7 +521,7 @@ Test(cli, run_killed_with_kill9_leaves_nothing_running_when_the_lock_passes)
 	struct proc p;
 	char *l;
 
-	start_with_child(&p, "k9", "1500", "sleep 100");
+	start_with_child(&p, "k9", "1500ms", "sleep 100");
 	cmd = (pid_t)to_u64(wait_line(in_dir("pid"), 10000));
 	child = (pid_t)to_u64(wait_line(in_dir("child"), 10000));
 	cr_assert(STR_EQ(h_call(c, "LOCK k9 wait=10s"), "OK QUEUED k9 1"));
@@ -547,7 +547,7 @@ Test(cli, run_stopped_lets_no_descendant_outlive_the_lease)
 	uint64_t stopped;
 	char *l;
 
-	start_with_child(&p, "st", "1500",
+	start_with_child(&p, "st", "1500ms",
 			 "setsid sh -c 'trap \"\" TERM; "
 			 "while :; do sleep 0.05; done'");
 	cmd = (pid_t)to_u64(wait_line(in_dir("pid"), 10000));
@@ -1091,4 +1091,57 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 	cr_assert(strncmp(r.out, "{\"uptime_ms\": ", 14) == 0, "%s", r.out);
 	cr_assert(has(r.out, ", \"leases\": "), "%s", r.out);
 	cr_assert(strcmp(r.out + strlen(r.out) - 2, "}\n") == 0, "%s", r.out);
+}
+
+/* ---- run --timeout, -E, the shortest lease -------------------------------- */
+
+/* --timeout stops the command's whole tree as a lost lease would (SIGTERM,
+ * the grace, SIGKILL), releases the lock and exits 124, as timeout(1). */
+Test(cli, run_timeout_stops_the_tree_releases_and_exits_124)
+{
+	char script[512], buf[32];
+	struct result r;
+	pid_t child;
+	FILE *f;
+
+	snprintf(script, sizeof(script),
+		 "sleep 60 & echo $! > %s; trap '' TERM; sleep 60",
+		 in_dir("child.pid"));
+	dlock(&r, "run", "tmo", "--timeout", "1s", "--grace", "300ms", "--",
+	      "sh", "-c", script, NULL);
+	cr_assert(eq(int, r.status, 124), "%s", r.err);
+	cr_assert(strstr(r.err, "ran for its --timeout") != NULL, "%s", r.err);
+	f = fopen(in_dir("child.pid"), "r");
+	cr_assert(f != NULL);
+	cr_assert(fgets(buf, sizeof(buf), f) != NULL);
+	fclose(f);
+	child = (pid_t)atoi(buf);
+	cr_assert(eq(int, pid_alive(child), 0), "the background child lives");
+	dlock(&r, "trylock", "tmo", "--ttl", "1s", NULL);
+	cr_assert(eq(int, r.status, 0), "the lock was not released: %s",
+		  r.err);
+}
+
+/* -E N: the exit code when the lock cannot be taken (flock -E); and a
+ * run lease too short to be renewed is refused up front. */
+Test(cli, conflict_exit_code_and_the_shortest_run_lease)
+{
+	struct result r;
+
+	dlock(&r, "lock", "cx", "--owner", "holder", "--ttl", "10s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	dlock(&r, "run", "cx", "--wait", "0", "-E", "3", "--", "touch",
+	      in_dir("ran-cx"), NULL);
+	cr_assert(eq(int, r.status, 3), "%s", r.err);
+	cr_assert(access(in_dir("ran-cx"), F_OK) != 0, "the command ran");
+	dlock(&r, "trylock", "cx", "--conflict-exit-code", "9", NULL);
+	cr_assert(eq(int, r.status, 9), "%s", r.err);
+	dlock(&r, "trylock", "cx", NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+
+	dlock(&r, "run", "short", "--ttl", "100ms", "--", "touch",
+	      in_dir("ran-short"), NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	cr_assert(strstr(r.err, "give at least 500ms") != NULL, "%s", r.err);
+	cr_assert(access(in_dir("ran-short"), F_OK) != 0, "the command ran");
 }
