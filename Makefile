@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # dlockd -- build, test, run and install.
 #
 #   make            build dlockd, libdlock and dlock into $(O) (build/)
@@ -351,6 +352,7 @@ install: all
 	install -m 644 server/dlockd.conf.5 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5
 	install -m 644 server/dlockd.8 $(DESTDIR)$(MANDIR)/man8/dlockd.8
 	install -m 644 proto/PROTOCOL.md $(DESTDIR)$(DOCDIR)/PROTOCOL.md
+	install -m 644 LICENSE $(DESTDIR)$(DOCDIR)/LICENSE
 	install -m 644 conf/redis-dlockd.conf \
 	  $(DESTDIR)$(DOCDIR)/redis-dlockd.conf
 	sed -e 's|@SBINDIR@|$(SBINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
@@ -370,7 +372,8 @@ uninstall:
 	  $(DESTDIR)$(LIBDIR)/pkgconfig/dlock.pc $(DESTDIR)$(INCLUDEDIR)/dlock.h \
 	  $(DESTDIR)$(MANDIR)/man1/dlock.1 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5 \
 	  $(DESTDIR)$(MANDIR)/man8/dlockd.8 $(DESTDIR)$(UNITDIR)/dlockd.service \
-	  $(DESTDIR)$(DOCDIR)/PROTOCOL.md $(DESTDIR)$(DOCDIR)/redis-dlockd.conf
+	  $(DESTDIR)$(DOCDIR)/PROTOCOL.md $(DESTDIR)$(DOCDIR)/redis-dlockd.conf \
+	  $(DESTDIR)$(DOCDIR)/LICENSE
 
 clean:
 	rm -rf build

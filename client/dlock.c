@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dlock.c -- libdlock, the C client of dlockd (dlock.h): the public calls.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dlock.h -- libdlock, the C client of the dlockd lock server.
  *

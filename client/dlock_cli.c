@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dlock_cli.c -- dlock(1), the command-line client of dlockd, on libdlock:
  * main(), and what every command shares (dlock_cli.h lists the modules).

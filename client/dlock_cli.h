@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dlock_cli.h -- the modules of dlock(1), the command-line client of dlockd.
  * Private to the command: nothing here is installed or part of libdlock.

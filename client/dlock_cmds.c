@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dlock_cmds.c -- the one-step commands of dlock(1): lock, trylock, unlock,
  * refresh, check, status, stats, ping (dlock_cli.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dlock_guard.c -- the guard of `dlock run` (dlock_cli.h), and the process
  * tree walks that dlock and the guard share.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dlock_io.c -- libdlock's background thread (dlock_private.h).
  *

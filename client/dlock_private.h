@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dlock_private.h -- libdlock's internals, shared by its four modules:
  *

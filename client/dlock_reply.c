@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dlock_reply.c -- libdlock's replies and events (dlock_private.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dlock_req.c -- libdlock's requests and lease records (dlock_private.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dlock_run.c -- `dlock run`: hold a lock while a command runs (dlock_cli.h).
  *

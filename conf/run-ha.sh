@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # run-ha.sh -- `make run-ha`: the highly available setup on one machine,
 # everything on loopback, data under run/ha:
 #

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * limits.h -- every limit of dlockd, in one place.
  *

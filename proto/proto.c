@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * proto.c -- the dlockd wire codec: scalars, requests, replies, formatting
  * and line splitting.

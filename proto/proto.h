@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * proto.h -- the dlockd wire codec, shared by the server and libdlock.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * buf.c -- growable byte buffers (see buf.h).
  */

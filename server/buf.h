@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * buf.h -- a growable byte buffer, for text built in pieces (Redis
  * records, the metrics page). The buffer owns p; free it with free().

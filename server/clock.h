@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * clock.h -- the daemon's two clocks, read at the moment of use.
  *

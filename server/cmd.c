@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd.c -- request dispatch (see cmd.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * cmd.h -- request dispatch: one parsed line in, one reply out.
  *

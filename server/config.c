@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * config.c -- the key table, INI loading through inih, checks, diffs.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * config.h -- dlockd's configuration: defaults, the INI file, flags.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * conn.c -- client connections (see conn.h for the buffering model).
  */

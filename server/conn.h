@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * conn.h -- one client connection: bounded input, held output, life cycle.
  *

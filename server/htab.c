@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * htab.c -- intrusive chained hash tables (see htab.h).
  */

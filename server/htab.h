@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * htab.h -- an intrusive chained hash table keyed by short byte strings.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * locktab.c -- the lock table (see locktab.h for the model).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * locktab.h -- the lock table: locks, leases, owners, FIFO queues, tokens.
  *

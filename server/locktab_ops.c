@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * locktab_ops.c -- the lock table's requests (LOCK, UNLOCK, REFRESH, CHECK,
  * CANCEL, STATUS) and the rebuilding of state loaded from the store, on top

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * locktab_private.h -- what locktab.c (objects, queues, expiry) and
  * locktab_ops.c (requests, recovery) share; not an interface for anything

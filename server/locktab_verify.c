@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * locktab_verify.c -- a full check of the lock table's invariants, for
  * tests and fuzzers (dl_locktab_verify in locktab.h). It walks every lock,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * log.h -- one line per event on stderr, fit for journald.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * main.c -- dlockd's command line: flags, --check-config, then the loop.
  *

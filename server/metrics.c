@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * metrics.c -- the Prometheus endpoint (see metrics.h).
  *

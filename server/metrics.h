@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * metrics.h -- a Prometheus text endpoint (GET /metrics) on its own address.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * notify.c -- sd_notify datagrams (see notify.h).
  */

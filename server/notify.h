@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * notify.h -- the systemd readiness protocol, without libsystemd.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * record.h -- the text a lock is stored as in Redis, both ways.
  *

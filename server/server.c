@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * server.c -- the daemon's skeleton (see server.h for the loop phases).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * server.h -- the daemon: listeners, the loop's phases, signals, reload.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stats.c -- the list of the daemon's numbers (see stats.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * store.c -- persistence (see store.h for the epoch model).
  *

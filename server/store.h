@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * store.h -- persistence of the lock table, and the durability clock.
  *

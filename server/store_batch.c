@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * store_batch.c -- the one way dlockd writes to Redis: a batch of lock
  * records applied by a Redis function that first checks a writer fence.

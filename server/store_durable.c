@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * store_durable.c -- what an acknowledged grant survives, read from Redis.
  *

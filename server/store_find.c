@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * store_find.c -- finding the Redis primary before each connection.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * store_lead.c -- the leadership: which dlockd on a Redis is the active
  * one, the writer (DESIGN.md section 10).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * store_load.c -- reading the lock table back from Redis at start-up.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * store_private.h -- what store.c, store_batch.c and store_load.c share;
  * not an interface for anything else.

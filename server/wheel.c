@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * wheel.c -- the hierarchical timing wheel declared in wheel.h.
  *

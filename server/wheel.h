@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * wheel.h -- a hierarchical timing wheel for lease and wait deadlines.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * harness.c -- processes and clients for integration tests (harness.h).
  */

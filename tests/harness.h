@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * harness.h -- real parts for integration tests: a dlockd process, a
  * redis-server process, and line-protocol clients over TCP.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * netns.c -- a private network for fault tests (netns.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * netns.h -- a private network for fault tests: a namespace joined to the
  * test's own by a veth pair, and partitions made with nftables drop rules

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_cli.c -- dlock(1) against a real dlockd.
  *

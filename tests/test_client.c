@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_client.c -- libdlock against a real dlockd (and a real
  * redis-server where persistence matters).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_config.c -- configuration: defaults, the INI file, flags, reloads,
  * Redis URLs (server/config.h).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_faults.c -- regressions of the defects that let two owners hold one
  * lock or stalled the daemon (issue 8): each test reproduces the fault

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_ha.c -- more than one dlockd on one Redis (issue 9): the
  * leadership, the standby, take-overs, and never two writers. Real

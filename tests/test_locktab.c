@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_locktab.c -- unit tests of the lock table (server/locktab.c).
  *

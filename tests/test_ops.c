@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_ops.c -- running dlockd as a service: systemd readiness and
  * watchdog datagrams, SIGHUP reload, AUTH throttling, limits, metrics.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_persist.c -- persistence to Redis (issue 3, criterion 2.4): what a
  * crash, a shutdown or the loss of Redis does to leases, queues and tokens.

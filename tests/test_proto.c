@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_proto.c -- unit tests of the wire codec (proto/proto.c).
  *

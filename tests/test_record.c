@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_record.c -- the Redis record of a lock, both ways (server/record.h).
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_server.c -- the daemon over TCP, in the suite's persistence mode
  * (DL_TEST_PERSIST=none|redis, see tests/harness.h).

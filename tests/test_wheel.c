@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_wheel.c -- unit tests for the hierarchical timing wheel.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stock.c -- libdlock by example: many buyers, a few items, one lock.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench.c -- the load generator behind `make bench` (tests/bench/run.sh).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fcall.c -- what the fence costs in Redis: the same batches of lock
  * changes applied by dlockd's function (FCALL dlock_apply_v2: the writer

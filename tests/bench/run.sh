@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # run.sh -- `make bench`: dlockd against the Redis recipe it replaces
 # (SET NX PX + Lua compare-and-delete), side by side, in one run on this
 # machine. Figures are ratios; nothing here is a pass/fail test.

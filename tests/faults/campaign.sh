@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # campaign.sh -- the fault campaign: load, a nemesis, then the checker.
 #
 # Starts a private redis-server (in a network namespace of its own when

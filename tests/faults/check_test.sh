@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # check_test.sh -- the history checker on hand-written histories: each
 # directory of tests/faults/fixtures holds *.hist files and `expect`, the
 # number of violations the checker must report.

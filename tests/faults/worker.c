@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * worker.c -- a client of the fault campaign (tests/faults/README.md).
  *

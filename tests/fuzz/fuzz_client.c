@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_client.c -- libFuzzer target: libdlock's handling of what the
  * server says (client/dlock_reply.c, dl__line_in), on a client built in

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_engine.c -- libFuzzer target: request streams through the codec,
  * the dispatch (server/cmd.c), the lock table and the wheel, with no

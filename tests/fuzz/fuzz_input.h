@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_input.h -- a fuzz input read as a program: one byte at a time,
  * zeros once it is used up (fuzz_engine.c, fuzz_client.c).

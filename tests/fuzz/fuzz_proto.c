@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_proto.c -- libFuzzer target for the wire codec.
  *

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # run.sh SECONDS -- run every fuzz target (built in build/fuzz) for SECONDS
 # each, from a working copy of its seed corpus (tests/fuzz/corpus/<name>;
 # the repository's copy is left as it is). Prints executions and coverage;

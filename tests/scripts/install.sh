@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # install.sh -- `make install DESTDIR=...` installs the documented files and
 # only those, keeps an operator's existing configuration, produces a library
 # that a program can build against with pkg-config, and a systemd unit that
@@ -29,6 +30,7 @@ usr/lib/libdlock.so.0
 usr/lib/pkgconfig/dlock.pc
 usr/lib/systemd/system/dlockd.service
 usr/sbin/dlockd
+usr/share/doc/dlockd/LICENSE
 usr/share/doc/dlockd/PROTOCOL.md
 usr/share/doc/dlockd/redis-dlockd.conf
 usr/share/man/man1/dlock.1
@@ -39,7 +41,7 @@ actual=$(cd "$stage" && find . \( -type f -o -type l \) | sed 's|^\./||' | LC_AL
 	printf 'expected:\n%s\ngot:\n%s\n' "$expected" "$actual" >&2
 	fail "installed file list differs"
 }
-echo "install.sh: ok: the 14 documented files, nothing else"
+echo "install.sh: ok: the 15 documented files, nothing else"
 
 echo "; the operator's own line" >> "$stage/etc/dlockd/dlockd.conf"
 install

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # protocol.sh -- the dlockd protocol, spoken by hand with nc.
 #
 # This script is documentation that checks itself: it starts a daemon and
