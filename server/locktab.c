@@ -354,7 +354,10 @@ void dl__waiter_free(struct dl_locktab *t, struct dl_waiter *w)
 		t->placeholders--;
 	}
 	dl_wheel_del(&t->wheel, &w->timer);
+	t->st.contended[dl_queue_bucket(lk->nwaiters)]--;
 	lk->nwaiters--;
+	if (lk->nwaiters)
+		t->st.contended[dl_queue_bucket(lk->nwaiters)]++;
 	w->owner->nwaiters--;
 	dl__owner_put(t, w->owner);
 	t->st.waiters--;
@@ -413,7 +416,10 @@ struct dl_waiter *dl__waiter_new(struct dl_locktab *t, struct dl_lock *lk,
 	if (timer_at != UINT64_MAX)
 		dl_wheel_add(&t->wheel, &w->timer, timer_at);
 	w->wait_deadline = timer_at;
+	if (lk->nwaiters)
+		t->st.contended[dl_queue_bucket(lk->nwaiters)]--;
 	lk->nwaiters++;
+	t->st.contended[dl_queue_bucket(lk->nwaiters)]++;
 	o->nwaiters++;
 	t->st.waiters++;
 	dl__mark_dirty(t, lk);
@@ -657,6 +663,21 @@ void dl_locktab_free(struct dl_locktab *t)
 	free(t);
 }
 
+const uint32_t dl_queue_bounds[DL_QUEUE_BUCKETS - 1] = {1, 5, 10, 100,
+							 1000};
+const char *const dl_queue_labels[DL_QUEUE_BUCKETS] = {
+	"1", "2_5", "6_10", "11_100", "101_1000", "over_1000"};
+
+unsigned dl_queue_bucket(uint32_t waiters)
+{
+	unsigned i;
+
+	for (i = 0; i < DL_QUEUE_BUCKETS - 1; i++)
+		if (waiters <= dl_queue_bounds[i])
+			return i;
+	return DL_QUEUE_BUCKETS - 1;
+}
+
 void dl_locktab_reset(struct dl_locktab *t)
 {
 	free_objects(t);
@@ -664,6 +685,7 @@ void dl_locktab_reset(struct dl_locktab *t)
 	t->placeholders = 0;
 	t->last_token = 0;
 	t->st.locks = t->st.leases = t->st.waiters = t->st.owners = 0;
+	memset(t->st.contended, 0, sizeof(t->st.contended));
 	dl_wheel_init(&t->wheel, t->wheel.tick_ms, dl__now_ms(t));
 }
 

@@ -192,8 +192,19 @@ struct dl_hist {
 	uint64_t sum_ms;
 };
 
+/* Contended locks by the length of their queue, kept as waiters come and
+ * go (no walk): bucket i holds the locks whose waiters are at most
+ * dl_queue_bounds[i] and more than the bound before (1, 2-5, 6-10,
+ * 11-100, 101-1000, more). Where the contention is, without a metric
+ * label per lock name; LOCKS by=waiters names the locks. */
+#define DL_QUEUE_BUCKETS 6
+extern const uint32_t dl_queue_bounds[DL_QUEUE_BUCKETS - 1];
+extern const char *const dl_queue_labels[DL_QUEUE_BUCKETS];
+unsigned dl_queue_bucket(uint32_t waiters);
+
 struct dl_locktab_stats {
 	uint64_t locks, leases, waiters, owners; /* gauges */
+	uint64_t contended[DL_QUEUE_BUCKETS];	 /* gauges, see above */
 	uint64_t grants, reentries, releases, expiries, timeouts, refreshes,
 		cancels, revokes;
 	struct dl_hist wait; /* LOCK to grant, per grant (0 if at once) */

@@ -7,6 +7,7 @@
  */
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "server/locktab.h"
 #include "server/locktab_private.h"
@@ -14,6 +15,7 @@
 struct verify {
 	const struct dl_locktab *t;
 	uint64_t leases, waiters, locks, placeholders, timed, dirty;
+	uint64_t contended[DL_QUEUE_BUCKETS];
 	char *why;
 	size_t whylen;
 };
@@ -74,6 +76,8 @@ static int verify_queue(struct verify *v, const struct dl_lock *lk)
 	if (lk->qtail != prev || n != lk->nwaiters)
 		return fail(v, lk, "queue tail or count wrong");
 	v->waiters += n;
+	if (n)
+		v->contended[dl_queue_bucket((uint32_t)n)]++;
 	return 0;
 }
 
@@ -153,10 +157,11 @@ int dl_locktab_verify(const struct dl_locktab *t, char *why, size_t whylen)
 				return -1;
 	if (v.locks != t->st.locks || v.leases != t->st.leases ||
 	    v.waiters != t->st.waiters || v.placeholders != t->placeholders ||
-	    v.dirty != t->ndirty || v.timed != dl_wheel_count(&t->wheel)) {
+	    v.dirty != t->ndirty || v.timed != dl_wheel_count(&t->wheel) ||
+	    memcmp(v.contended, t->st.contended, sizeof(v.contended)) != 0) {
 		snprintf(
 			why, whylen,
-			"totals do not add up (locks, leases, waiters, placeholders, dirty set or wheel)");
+			"totals do not add up (locks, leases, waiters, placeholders, dirty set, wheel or contended locks)");
 		return -1;
 	}
 	return verify_owners(&v);

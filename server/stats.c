@@ -148,4 +148,12 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		e.value = v->errors[i];
 		fn(&e, arg);
 	}
+	for (i = 0; i < DL_QUEUE_BUCKETS; i++) {
+		struct dl_stat q = {
+			"contended_locks", t->contended[i], G,
+			"Locks with waiters, by how many (1, 2_5, 6_10, 11_100, 101_1000, over_1000); LOCKS by=waiters names them.",
+			"waiters", dl_queue_labels[i], 0};
+
+		fn(&q, arg);
+	}
 }

@@ -1398,6 +1398,10 @@ Test(server, locks_lists_pages_in_name_order_and_the_most_waited_for)
 	cr_assert_eq(n, 1);
 	cr_assert_eq(more, 1);
 	cr_assert_str_eq(names[0], "job/3");
+	/* STATS and the metrics count contended locks by queue length */
+	cr_assert_eq(h_stats_value(a, "contended_locks_1"), 1);
+	cr_assert_eq(h_stats_value(a, "contended_locks_2_5"), 1);
+	cr_assert_eq(h_stats_value(a, "contended_locks_6_10"), 0);
 	h_close(w2);
 	h_close(b);
 	h_close(a);
