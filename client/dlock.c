@@ -726,6 +726,25 @@ int dlock_status(dlock_client *c, const char *name, struct dlock_status *st)
 	return err;
 }
 
+int dlock_break(dlock_client *c, const char *name, uint64_t token,
+		uint64_t *current)
+{
+	struct dl__req *q;
+	int err;
+
+	dl__last_error_clear();
+	if (!c || bad_name(name))
+		return DLOCK_EINVAL;
+	if ((err = enter(c)) < 0)
+		return err;
+	err = ask(c, DL__BREAK, name, token, &q);
+	if (q && err == DLOCK_ESTALE && current)
+		*current = q->r_value;
+	dl__req_free(q);
+	leave(c);
+	return err;
+}
+
 int dlock_ping(dlock_client *c)
 {
 	struct dl__req *q;

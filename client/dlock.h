@@ -290,6 +290,17 @@ int dlock_status(dlock_client *c, const char *name, struct dlock_status *st);
 
 int dlock_ping(dlock_client *c);
 
+/* End the lease `token` of `name` now, whoever holds it: an operator's
+ * tool for a holder that is gone or stuck. Its owner's connections get
+ * * EXPIRED (libdlock calls its on_lost; dlock run stops its command) and
+ * the next waiter gets the lock with a larger token, so fenced writes of
+ * the old holder are refused downstream. DLOCK_ESTALE (and *current, if
+ * not NULL: the holder's token now, 0 if free) when the token holds
+ * nothing: asking for the token makes sure the lease broken is the one
+ * looked at. */
+int dlock_break(dlock_client *c, const char *name, uint64_t token,
+		uint64_t *current);
+
 /* One page of the server's locks (LOCKS): those whose names start with
  * `prefix` (NULL or "": all) and sort after `after` (NULL or "": from the
  * first), at most `limit` (0: the server's default, 100; at most 1000).

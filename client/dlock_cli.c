@@ -208,6 +208,13 @@ static const struct subcmd subcmds[] = {
 	 "Does <token> hold <name> now? Exit 0 and print the lease's\n"
 	 "remaining ms if it does; exit 1 and print the current holder's\n"
 	 "token (0 if the lock is free) if it does not. Any owner may ask.\n", 0},
+	{"break", dl_cli_break, 2, 0, "break <name> <token>",
+	 "End the lease <token> of <name> now, whoever holds it: for a\n"
+	 "holder that is gone or stuck (take the token from `dlock status`\n"
+	 "or `dlock list`). Its holder is told the lease expired (dlock run\n"
+	 "stops its command) and the next waiter gets the lock with a larger\n"
+	 "fencing token. Exit 1, printing the current holder's token (0 if\n"
+	 "free), if <token> holds nothing.\n", 0},
 	{"status", dl_cli_status, 1, OPTB(OPT_JSON), "status <name> [--json]",
 	 "Print the lock's state, one key=value per line: name, state\n"
 	 "(free or held), token, ttl_ms (remaining), count (reentrant\n"

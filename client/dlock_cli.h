@@ -162,6 +162,7 @@ int dl_cli_check(struct cli *cl);
 int dl_cli_status(struct cli *cl);
 int dl_cli_stats(struct cli *cl);
 int dl_cli_list(struct cli *cl);
+int dl_cli_break(struct cli *cl);
 
 /* JSON output (dlock_cmds.c): a string with its quotes and escapes. */
 void dl_cli_json_str(FILE *f, const char *s);

@@ -158,6 +158,32 @@ int dl_cli_check(struct cli *cl)
 	return rc == DLOCK_ESTALE ? EXIT_REFUSED : rc;
 }
 
+int dl_cli_break(struct cli *cl)
+{
+	dlock_client *c;
+	uint64_t token, current = 0;
+	int rc;
+
+	if ((rc = parse_token(cl, &token)) != 0)
+		return rc;
+	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+		return rc;
+	rc = dlock_break(c, cl->pos[0], token, &current);
+	if (rc == 0) {
+		dl_cli_msg("broke the lease %" PRIu64 " of %s", token,
+			   cl->pos[0]);
+	} else if (rc == DLOCK_ESTALE) {
+		printf("%" PRIu64 "\n", current);
+		dl_cli_msg("%s: %" PRIu64 " holds nothing (the holder's token is "
+			   "printed, 0 if free)",
+			   cl->pos[0], token);
+	} else {
+		rc = dl_cli_fail(rc, "break");
+	}
+	dlock_close(c);
+	return rc == DLOCK_ESTALE ? EXIT_REFUSED : rc;
+}
+
 int dl_cli_status(struct cli *cl)
 {
 	struct dlock_status st;

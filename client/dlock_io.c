@@ -334,8 +334,10 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 		q->resent = 1;
 		return 1;
 	}
+	/* not sent again: done once, a second one would answer that there
+	 * is nothing left (BREAK: STALE) for a request that did its job */
 	if ((q->op == DL__UNLOCK && !q->last_hold) ||
-	    q->op == DL__UNLOCK_TOKEN) {
+	    q->op == DL__UNLOCK_TOKEN || q->op == DL__BREAK) {
 		dl__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}

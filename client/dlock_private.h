@@ -66,6 +66,7 @@ enum dl__op {
 	DL__STATS,
 	DL__PING,
 	DL__LOCKS, /* name: the prefix; after, limit, by_waiters */
+	DL__BREAK,
 };
 
 /* Where a request is; it is on at most one list. */

@@ -352,6 +352,14 @@ static void reply(struct dlock_client *c, struct dl__req *q,
 		if (is(r, DL_REPLY_NO, "STALE"))
 			dl_reply_u64(r, 1, &q->r_value);
 		break;
+	case DL__BREAK:
+		if (is(r, DL_REPLY_OK, "BROKEN")) {
+			dl__req_finish(c, q, 0);
+			return;
+		}
+		if (is(r, DL_REPLY_NO, "STALE"))
+			dl_reply_u64(r, 1, &q->r_value);
+		break;
 	case DL__STATUS:
 		if (!is(r, DL_REPLY_OK, "STATUS"))
 			break;

@@ -185,7 +185,7 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		[DL__CANCEL] = "CANCEL",       [DL__STATUS] = "STATUS",
 		[DL__STATS] = "STATS",	       [DL__PING] = "PING",
 		[DL__UNLOCK_TOKEN] = "UNLOCK", [DL__REFRESH_TOKEN] = "REFRESH",
-		[DL__LOCKS] = "LOCKS",
+		[DL__LOCKS] = "LOCKS",	       [DL__BREAK] = "BREAK",
 	};
 
 	c->seq++;
@@ -229,6 +229,7 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 	case DL__UNLOCK:
 	case DL__UNLOCK_TOKEN:
 	case DL__CHECK:
+	case DL__BREAK:
 		dl_fmt_word(f, q->name);
 		dl_fmt_u64(f, q->token);
 		break;

@@ -315,6 +315,10 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	     "[id=<tag>]",
 	     "list locks by name a page at a time, or the most waited for "
 	     "(multi-line)"),
+	VERB(DL_VERB_BREAK, "BREAK", 2, 2, POS_NAME, POS_TOKEN, OPT_ID,
+	     " <name> <token> [id=<tag>]",
+	     "end another owner's lease now (an operator's tool: its holder "
+	     "gets * EXPIRED)"),
 	VERB(DL_VERB_HELP, "HELP", 0, 1, POS_TEXT, 0, OPT_ID,
 	     " [<command>] [id=<tag>]",
 	     "this list, or one command (multi-line)"),

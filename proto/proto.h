@@ -109,6 +109,7 @@ enum dl_verb {
 	DL_VERB_QUIT,
 	DL_VERB_LOCKS,
 	DL_VERB_HELP,
+	DL_VERB_BREAK,
 	DL_VERB_COUNT_
 };
 

@@ -152,6 +152,7 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 		[DL_CANCELLED] = "OK CANCELLED",
 		[DL_NOT_QUEUED] = "NO NOT_QUEUED",
 		[DL_ALREADY_WAITING] = "NO ALREADY_WAITING",
+		[DL_BROKEN] = "OK BROKEN",
 	};
 	struct dl_line line = {.durable = res->durable,
 			       .token = res->token,
@@ -175,6 +176,7 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 		dl_fmt_u64(&r.f, res->value);
 		break;
 	case DL_STALE:
+	case DL_BROKEN:
 		dl_fmt_u64(&r.f, res->token);
 		break;
 	case DL_QUEUED:
@@ -261,6 +263,23 @@ static void cmd_check(struct dl_conn *c, const struct dl_request *rq)
 
 	dl_locktab_check(c->srv->tab, rq->name, rq->token, &res);
 	result_reply(c, rq->name, &res, rq->tag);
+}
+
+static void cmd_break(struct dl_conn *c, const struct dl_request *rq)
+{
+	struct dl_result res;
+	int err = dl_locktab_break(c->srv->tab, rq->name, rq->token, &res);
+
+	if (err)
+		table_error(c, err, rq->tag);
+	else {
+		if (res.outcome == DL_BROKEN)
+			dl_notice("conn %llu %s: BREAK %.*s %llu",
+				  (unsigned long long)c->id, c->peer,
+				  (int)rq->name.len, rq->name.p,
+				  (unsigned long long)rq->token);
+		result_reply(c, rq->name, &res, rq->tag);
+	}
 }
 
 static void cmd_cancel(struct dl_conn *c, const struct dl_request *rq)
@@ -615,6 +634,7 @@ static const struct {
 	[DL_VERB_QUIT] = {cmd_quit, OPEN},
 	[DL_VERB_LOCKS] = {cmd_locks, ACTIVE},
 	[DL_VERB_HELP] = {cmd_help, OPEN},
+	[DL_VERB_BREAK] = {cmd_break, CHANGES | ACTIVE},
 };
 
 void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)

@@ -500,7 +500,7 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 /* ---- expiry
  * -------------------------------------------------------------------- */
 
-static void lease_expire(struct dl_locktab *t, struct dl_lease *l, uint64_t now)
+void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now)
 {
 	struct dl_lock *lk = l->lock;
 	struct dl_session *s, *next;
@@ -516,9 +516,14 @@ static void lease_expire(struct dl_locktab *t, struct dl_lease *l, uint64_t now)
 		emit(t, s, DL_EVENT_EXPIRED, lk, token,
 		     (struct dl_str){tag, tag_len});
 	}
-	t->st.expiries++;
 	dl__lease_remove(t, l);
 	dl__serve(t, lk, now);
+}
+
+static void lease_expire(struct dl_locktab *t, struct dl_lease *l, uint64_t now)
+{
+	t->st.expiries++;
+	dl__lease_end(t, l, now);
 }
 
 /* Expire the lock's holders whose deadline has passed (lazy expiry, so

@@ -142,6 +142,7 @@ enum dl_outcome {
 	DL_CANCELLED,
 	DL_NOT_QUEUED,
 	DL_ALREADY_WAITING, /* this session already waits for the lock */
+	DL_BROKEN,	    /* BREAK: the lease ended; token = its token */
 };
 
 struct dl_result {
@@ -206,7 +207,7 @@ struct dl_locktab_stats {
 	uint64_t locks, leases, waiters, owners; /* gauges */
 	uint64_t contended[DL_QUEUE_BUCKETS];	 /* gauges, see above */
 	uint64_t grants, reentries, releases, expiries, timeouts, refreshes,
-		cancels, revokes;
+		cancels, revokes, breaks;
 	struct dl_hist wait; /* LOCK to grant, per grant (0 if at once) */
 	struct dl_hist hold; /* grant to release or expiry, per lease */
 };
@@ -268,6 +269,13 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
  * anywhere, the event hook's callees included. */
 uint64_t dl_locktab_remaining(struct dl_locktab *t, struct dl_str name,
 			      uint64_t token);
+/* BREAK: end the lease `token` of `name` now, whoever holds it (an
+ * operator's tool): its owner's connections get * EXPIRED as if it had
+ * run out, the queue moves on, the change is persisted. DL_BROKEN, or
+ * DL_STALE with the current holder's token (0 if free) when `token`
+ * holds nothing; DL_EUNAVAILABLE while grants are suspended. */
+int dl_locktab_break(struct dl_locktab *t, struct dl_str name, uint64_t token,
+		     struct dl_result *res);
 /* Any owner may check any token. */
 int dl_locktab_check(struct dl_locktab *t, struct dl_str name, uint64_t token,
 		     struct dl_result *res);

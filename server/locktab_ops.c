@@ -270,6 +270,29 @@ int dl_locktab_check(struct dl_locktab *t, struct dl_str name, uint64_t token,
 	return 0;
 }
 
+int dl_locktab_break(struct dl_locktab *t, struct dl_str name, uint64_t token,
+		     struct dl_result *res)
+{
+	uint64_t now = dl__now_ms(t);
+	struct dl_lock *lk = lock_now(t, name, now);
+	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+
+	memset(res, 0, sizeof(*res));
+	if (!l) {
+		res->outcome = DL_STALE;
+		res->token = lk && lk->holders ? lk->holders->token : 0;
+		return 0;
+	}
+	if (t->suspended)
+		return DL_EUNAVAILABLE;
+	res->durable = 1;
+	res->token = token;
+	res->outcome = DL_BROKEN;
+	t->st.breaks++;
+	dl__lease_end(t, l, now);
+	return 0;
+}
+
 uint64_t dl_locktab_remaining(struct dl_locktab *t, struct dl_str name,
 			      uint64_t token)
 {

@@ -77,5 +77,8 @@ struct dl_waiter *dl__waiter_new(struct dl_locktab *t, struct dl_lock *lk,
 void dl__waiter_to_head(struct dl_lock *lk, struct dl_waiter *w);
 void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
 void dl__reap(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
+/* End lease l now as if it had expired (its owner is told), then serve
+ * the queue. */
+void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now);
 
 #endif /* DL_SERVER_LOCKTAB_PRIVATE_H */

@@ -53,6 +53,8 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 NULL, NULL, 0},
 		{"releases", t->releases, C, "Leases released by UNLOCK.", NULL,
 		 NULL, 0},
+		{"breaks", t->breaks, C, "Leases ended by BREAK.", NULL, NULL,
+		 0},
 		{"expiries", t->expiries, C, "Leases that expired.", NULL, NULL,
 		 0},
 		{"timeouts", t->timeouts, C, "Waits that timed out.", NULL,

@@ -1146,3 +1146,23 @@ Test(cli, conflict_exit_code_and_the_shortest_run_lease)
 	cr_assert(strstr(r.err, "give at least 500ms") != NULL, "%s", r.err);
 	cr_assert(access(in_dir("ran-short"), F_OK) != 0, "the command ran");
 }
+
+/* dlock break: the lease named by its token ends now; a token that holds
+ * nothing exits 1 and prints the holder's. */
+Test(cli, break_ends_the_lease_it_names)
+{
+	struct result r;
+	char tok[32];
+
+	dlock(&r, "lock", "bk", "--owner", "stuck", "--ttl", "1h", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	snprintf(tok, sizeof(tok), "%" PRIu64, to_u64(r.out));
+	dlock(&r, "break", "bk", "1", NULL);
+	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
+	cr_assert(eq(u64, to_u64(r.out), to_u64(tok)));
+	dlock(&r, "break", "bk", tok, NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	dlock(&r, "trylock", "bk", NULL);
+	cr_assert(eq(int, r.status, 0), "the lock is free after: %s", r.err);
+	cr_assert(gt(u64, to_u64(r.out), to_u64(tok)));
+}

@@ -1253,7 +1253,7 @@ Test(server, help_lists_every_command_and_explains_one)
 	static const char *const verbs[] = {
 		"LOCK",	 "TRYLOCK", "UNLOCK", "REFRESH", "CHECK",
 		"CANCEL", "STATUS",	 "HELLO",	"AUTH",	   "STATS",
-		"PING",	 "QUIT",	 "LOCKS",	"HELP",
+		"PING",	 "QUIT",	 "LOCKS",	"HELP",	   "BREAK",
 	};
 	struct h_client *c = h_connect(d.port);
 	char *l;
@@ -1518,4 +1518,38 @@ Test(server, idle_timeout_closes_silent_connections_not_waiters)
 	h_close(waiter);
 	h_close(holder);
 	h_close(silent);
+}
+
+/* BREAK ends another owner's lease now: its holder is told * EXPIRED, the
+ * next waiter gets the lock with a larger token; a token that holds
+ * nothing is STALE (with the holder's token), so that the lease broken is
+ * the one that was looked at. */
+Test(server, break_ends_a_lease_and_the_queue_moves_on)
+{
+	struct h_client *holder = h_hello(d.port, "holder");
+	struct h_client *waiter = h_hello(d.port, "waiter");
+	struct h_client *op = h_connect(d.port);
+	uint64_t t1, t2;
+	char *l;
+
+	t1 = h_lock(holder, "brk", "ttl=60s");
+	cr_assert_str_eq(h_call(waiter, "LOCK brk wait=10s"), "OK QUEUED brk 1");
+	l = h_call(op, "BREAK brk %llu", (unsigned long long)(t1 + 1));
+	cr_assert(strncmp(l, "NO STALE brk ", 13) == 0, "%s", l);
+	cr_assert_eq(h_arg_u64(l, 1), t1);
+	l = h_call(op, "BREAK brk %llu id=b1", (unsigned long long)t1);
+	cr_assert(strncmp(l, "OK BROKEN brk ", 14) == 0, "%s", l);
+	cr_assert_eq(h_arg_u64(l, 1), t1);
+	h_expect(holder, "* EXPIRED brk %llu", (unsigned long long)t1);
+	l = h_line(waiter);
+	cr_assert(strncmp(l, "* GRANTED brk ", 14) == 0, "%s", l);
+	t2 = h_arg_u64(l, 1);
+	cr_assert_gt(t2, t1);
+	cr_assert_str_eq(h_call(holder, "UNLOCK brk %llu",
+				(unsigned long long)t1),
+			 "NO NOT_HOLDER brk");
+	cr_assert_eq(h_stats_value(op, "breaks"), 1);
+	h_close(op);
+	h_close(waiter);
+	h_close(holder);
 }
