@@ -122,7 +122,7 @@ if [ -z "$ns" ]; then
 	FAULTS=$(echo "$FAULTS" | tr ' ' '\n' | grep -v 'partition' | tr '\n' ' ')
 	say "not root, or no ip/nft: Redis on loopback, no partitions"
 fi
-rport=$((20000 + $$ % 20000))
+rport=$((20000 + $$ % 3000 * 3))
 [ -n "$ns" ] && rport=6379
 rcli() { redis-cli -h "$rip" -p "$rport" "$@" 2>/dev/null; }
 
@@ -219,7 +219,10 @@ as_user() {         # node: the command prefix that runs as its user
 	[ -n "${users[$1]:-}" ] &&
 		echo "setpriv --reuid=${users[$1]} --regid=${groups[$1]} --clear-groups"
 }
-dport=$((30000 + $$ % 20000))
+# Below Linux's ephemeral range (32768-60999): a port in it can be taken
+# as the source port of some connection while dlockd is down, and its
+# restart would find it in use.
+dport=$((29000 + $$ % 1800 * 2))
 dports=($dport $((dport + 1)))
 servers=127.0.0.1:${dports[0]}
 conn="--port $dport"
