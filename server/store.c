@@ -14,7 +14,7 @@
  *                  raised it last is the only one whose writes apply.
  *
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
- * dirty set into one batch: an FCALL of dlock_apply_v2 with each lock in
+ * dirty set into one batch: an FCALL of dlock_apply_v3 with each lock in
  * its final state and the token (store_batch.c). Its reply commits the
  * epoch. Each batch is one round trip; batches of successive iterations
  * overlap.

@@ -18,7 +18,7 @@
  * The batch is one FCALL: the function runs atomically, as MULTI/EXEC did,
  * and in one round trip:
  *
- *   FCALL dlock_apply_v2 <3 + n> <fence key> <token key> <names key>
+ *   FCALL dlock_apply_v3 <3 + n> <fence key> <token key> <names key>
  *         <lock key 1> .. <lock key n>
  *         <fence> <token> <lock key prefix length> (<op> <record>) x n
  *
@@ -44,7 +44,7 @@
  * with FUNCTION LOAD REPLACE at each connection, so two builds that shared
  * a name on one Redis would keep replacing each other's functions. */
 const char dl__store_library[] =
-	"#!lua name=dlock_v2\n"
+	"#!lua name=dlock_v3\n"
 	"-- dlockd's writes and leadership: see server/store_batch.c and\n"
 	"-- server/store_lead.c in the dlockd sources.\n"
 	"local function apply(keys, args)\n"
@@ -96,6 +96,9 @@ const char dl__store_library[] =
 	"  end\n"
 	"  local this = cur and hinst == inst\n"
 	"  local ours = this and epoch == mine and fence == mine\n"
+	"  -- only this process writes its instance id: a record of it with a\n"
+	"  -- larger epoch is a take of its own whose reply it lost\n"
+	"  local mine_late = this and mine > 0 and epoch > mine\n"
 	"  if mode == 'renew' and ours then\n"
 	"    redis.call('PEXPIRE', keys[1], args[5])\n"
 	"    return {1, args[2], 1}\n"
@@ -104,12 +107,17 @@ const char dl__store_library[] =
 	"    redis.call('DEL', keys[1])\n"
 	"    return {1, args[2], 1}\n"
 	"  end\n"
-	"  local lagged = this and mine > 0 and epoch <= mine and fence <= mine\n"
+	"  -- a Redis behind this daemon: its record (or none: the leadership\n"
+	"  -- key expired during a fail-over) and a fence nobody raised since\n"
+	"  local lagged = mine > 0 and fence <= mine and\n"
+	"    ((this and epoch <= mine) or not cur)\n"
 	"  if (mode == 'take' or mode == 'start') and (not cur or ours or lagged or\n"
-	"      (mode == 'start' and holder == node)) then\n"
+	"      mine_late or (mode == 'start' and holder == node)) then\n"
 	"    local kept = 0\n"
-	"    if mine > 0 and (fence == mine or lagged) then kept = 1 end\n"
-	"    local e = math.max(fence, mine) + 1\n"
+	"    if mine > 0 and (fence == mine or lagged or mine_late) then\n"
+	"      kept = 1\n"
+	"    end\n"
+	"    local e = math.max(fence, mine, epoch or 0) + 1\n"
 	"    redis.call('SET', keys[2], e)\n"
 	"    redis.call('SET', keys[1], e .. ' ' .. node .. ' ' .. args[4] ..\n"
 	"      ' ' .. inst, 'PX', args[5])\n"

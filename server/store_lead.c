@@ -12,7 +12,7 @@
  *             (store_batch.c), so that only the connection that took the
  *             leadership last can change anything.
  *
- * Both are changed only by the function dlock_lead_v2 (the library is in
+ * Both are changed only by the function dlock_lead_v3 (the library is in
  * store_batch.c), atomically, in one of four modes:
  *
  *   look   what the leadership is now (a standby polls with it);
@@ -40,7 +40,16 @@
  * the very epoch this daemon had on the lost primary. A promoted replica
  * that missed this daemon's last writes (its record of this instance, the
  * fence behind) is taken again with the state kept: the new epoch is set
- * above both, and the whole table rewritten to it.
+ * above both, and the whole table rewritten to it. So is a record of this
+ * instance with an epoch above this daemon's: only this process writes
+ * its instance id, so that is a take of its own whose reply it lost (the
+ * link failed after sending it); without this rule the daemon took itself
+ * for deposed by another. And so is a Redis with no record at all and a
+ * fence not above this daemon's epoch: the leadership key expired while a
+ * fail-over took longer than the lease, and nobody took it since (a taker
+ * raises the fence); without this rule the active dropped its table for
+ * the promoted replica's, which may lack its last grants (the Sentinel
+ * tests caught both).
  *
  * The active counts its leadership from each renewal's send time, for
  * DL_LEADER_MARGIN_PCT percent less than the lease (Redis starts the

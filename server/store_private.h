@@ -205,8 +205,8 @@ int dl__lead_describe(const struct dl_store *st, char *buf, size_t len);
 
 /* The Redis function library that applies every write (FUNCTION LOAD). */
 extern const char dl__store_library[];
-#define DL_STORE_APPLY_FN "dlock_apply_v2"
-#define DL_STORE_LEAD_FN  "dlock_lead_v2"
+#define DL_STORE_APPLY_FN "dlock_apply_v3"
+#define DL_STORE_LEAD_FN  "dlock_lead_v3"
 
 void dl__wb_reset(struct wbatch *wb);
 void dl__wb_free(struct wbatch *wb);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fcall.c -- what the fence costs in Redis: the same batches of lock
- * changes applied by dlockd's function (FCALL dlock_apply_v2: the writer
+ * changes applied by dlockd's function (FCALL dlock_apply_v3: the writer
  * fence checked, then the records, the name set and the token) and by the
  * MULTI/EXEC transaction of the same writes that dlockd sent before it had
  * a fence (SET/DEL of each record, SADD/SREM of its name, SET of the
@@ -89,7 +89,7 @@ static void append_batch(enum method m, unsigned long long b)
 		snprintf(nk, sizeof(nk), "%d", 3 + nlocks);
 #define ARG(s, n) (argv[k] = (s), lens[k] = (n), k++)
 		ARG("FCALL", 5);
-		ARG("dlock_apply_v2", 14);
+		ARG("dlock_apply_v3", 14);
 		ARG(nk, strlen(nk));
 		ARG("bench:fence", 11);
 		ARG("bench:token", 11);

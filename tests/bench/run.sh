@@ -514,7 +514,7 @@ report() {
 			"$(med pm $c stat_store_latency_us_avg)"
 	done
 	echo "The fence's cost in Redis (tests/bench/fcall: the same batches of lock"
-	echo "changes, grants and releases alternating, applied by FCALL dlock_apply_v2"
+	echo "changes, grants and releases alternating, applied by FCALL dlock_apply_v3"
 	echo "-- fence checked, records, name set, token -- and by MULTI, the same"
 	echo "SET/DEL + SADD/SREM + SET token, EXEC; both one round trip per batch, 4"
 	echo "batches in flight; Redis appendfsync always; CPU = Redis main thread,"
