@@ -518,9 +518,17 @@ static void process_input(struct dl_conn *c)
 	}
 }
 
-/* Execute what is buffered, then read again unless something stops it. */
+/* Execute what is buffered, then read again unless something stops it.
+ * Called when input resumes after the server paused it (unread output, a
+ * delayed reply): the pause was the server's doing, so the timeouts of
+ * dl_conn_sweep start again from now. */
 static void read_more(struct dl_conn *c)
 {
+	uint64_t now = uv_now(c->srv->loop);
+
+	if (c->partial_since)
+		c->partial_since = now;
+	c->active_ms = now;
 	process_input(c);
 	if (!c->end && !c->delayed && !c->paused &&
 	    uv_read_start(&c->u.stream, on_alloc, on_read) != 0)
