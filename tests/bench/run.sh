@@ -501,7 +501,7 @@ report() {
 	echo "  persist=redis (always) / persist=none:   $(ratio "$(med pm da rate)" "$(med pm dn rate)")"
 	echo "  persist=redis (everysec) / persist=none: $(ratio "$(med pm de rate)" "$(med pm dn rate)")"
 	echo "Redis round trips per loop iteration (dlockd STATS over the $CONNS-conn"
-	echo "pairs runs; one write batch -- MULTI, the changed locks, EXEC -- per"
+	echo "pairs runs; one write batch -- one FCALL of the changed locks -- per"
 	echo "loop iteration by design):"
 	for c in da de; do
 		[ $c = da ] && pol=always || pol=everysec
