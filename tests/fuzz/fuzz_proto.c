@@ -138,13 +138,20 @@ static int str_same(struct dl_str a, struct dl_str b)
 
 static int has_name(enum dl_verb v)
 {
-	return v >= DL_VERB_LOCK && v <= DL_VERB_STATUS;
+	return (v >= DL_VERB_LOCK && v <= DL_VERB_STATUS) ||
+	       v == DL_VERB_BREAK;
+}
+
+/* LOCKS: its prefix, in r.name, may be absent */
+static int may_have_name(enum dl_verb v)
+{
+	return has_name(v) || v == DL_VERB_LOCKS;
 }
 
 static int has_token(enum dl_verb v)
 {
 	return v == DL_VERB_UNLOCK || v == DL_VERB_REFRESH ||
-	       v == DL_VERB_CHECK;
+	       v == DL_VERB_CHECK || v == DL_VERB_BREAK;
 }
 
 /* Format r as a canonical request line; the result must parse to r. */
@@ -158,7 +165,7 @@ static void request_round_trip(const struct dl_request *r)
 
 	dl_fmt_init(&f, buf, sizeof(buf));
 	dl_fmt_word(&f, dl_verb_name(r->verb));
-	if (has_name(r->verb))
+	if (has_name(r->verb) || r->name.len > 0)
 		dl_fmt_str(&f, r->name);
 	if (has_token(r->verb))
 		dl_fmt_u64(&f, r->token);
@@ -174,6 +181,12 @@ static void request_round_trip(const struct dl_request *r)
 	}
 	if (r->owner.len > 0)
 		dl_fmt_kv_str(&f, "owner", r->owner);
+	if (r->has_limit)
+		dl_fmt_kv_u64(&f, "limit", r->limit);
+	if (r->after.len > 0)
+		dl_fmt_kv_str(&f, "after", r->after);
+	if (r->by_waiters)
+		dl_fmt_word(&f, "by=waiters");
 	n = dl_fmt_end(&f, r->tag);
 	CHECK(n >= 2);
 	CHECK(buf[n - 2] == '\r' && buf[n - 1] == '\n' && buf[n] == '\0');
@@ -187,6 +200,9 @@ static void request_round_trip(const struct dl_request *r)
 	CHECK(str_same(r2.tag, r->tag));
 	CHECK(str_same(r2.owner, r->owner));
 	CHECK(str_same(r2.arg, r->arg));
+	CHECK(r2.has_limit == r->has_limit && r2.limit == r->limit);
+	CHECK(str_same(r2.after, r->after));
+	CHECK(r2.by_waiters == r->by_waiters);
 }
 
 static void check_request(const char *line, size_t len)
@@ -207,8 +223,11 @@ static void check_request(const char *line, size_t len)
 	}
 	if (rc < 0) {
 		CHECK(why != NULL && why[0] != '\0');
-		/* a static phrase, never a pointer into the input */
-		CHECK(why < line || why > line + len);
+		/* the request's own buffer, never a pointer into the input;
+		 * printable ASCII only (it goes back in an ERR line) */
+		CHECK(why == r.why);
+		for (i = 0; why[i]; i++)
+			CHECK(why[i] >= 0x20 && why[i] <= 0x7e);
 		return;
 	}
 
@@ -221,10 +240,19 @@ static void check_request(const char *line, size_t len)
 	check_within(r.name, line, len);
 	check_within(r.owner, line, len);
 	check_within(r.arg, line, len);
-	if (has_name(r.verb))
+	if (has_name(r.verb) || (may_have_name(r.verb) && r.name.len))
 		CHECK(dl_check_name(r.name.p, r.name.len) == 0);
 	else
 		CHECK(r.name.len == 0);
+	check_within(r.after, line, len);
+	if (r.after.len)
+		CHECK(r.verb == DL_VERB_LOCKS && !r.by_waiters &&
+		      dl_check_name(r.after.p, r.after.len) == 0);
+	if (r.has_limit)
+		CHECK(r.verb == DL_VERB_LOCKS && r.limit >= 1 &&
+		      r.limit <= DL_LOCKS_PAGE_MAX);
+	if (r.by_waiters)
+		CHECK(r.verb == DL_VERB_LOCKS);
 	if (!has_token(r.verb))
 		CHECK(r.token == 0);
 	if (r.owner.len > 0) {
@@ -242,7 +270,7 @@ static void check_request(const char *line, size_t len)
 		CHECK(r.has_wait && r.wait_ms == 0);
 	if (r.verb == DL_VERB_AUTH)
 		CHECK(r.arg.len > 0);
-	else if (r.verb != DL_VERB_PING)
+	else if (r.verb != DL_VERB_PING && r.verb != DL_VERB_HELP)
 		CHECK(r.arg.len == 0);
 	for (i = 0; i < r.arg.len; i++)
 		CHECK(!is_blank(r.arg.p[i]) && r.arg.p[i] != '\0');
