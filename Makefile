@@ -62,7 +62,7 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/locktab_verify.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c
-UNIT_TESTS := test_proto test_wheel test_locktab test_config test_record
+UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli
 
@@ -129,6 +129,8 @@ $(O)/examples/stock: $(O)/client/examples/stock.o $(LIBDLOCK_A)
 $(O)/tests/test_proto: $(O)/tests/test_proto.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_wheel: $(O)/tests/test_wheel.o $(O)/server/wheel.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
+$(O)/tests/test_htab: $(O)/tests/test_htab.o $(O)/server/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_locktab: $(O)/tests/test_locktab.o $(LOCKTAB_OBJ) \
                          $(PROTO_OBJ)
@@ -392,10 +394,15 @@ $(O)/tests/bench/bench: $(O)/tests/bench/bench.o $(PROTO_OBJ)
 $(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS)
 
+$(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^
+
 bench:
-	$(MAKE) SAN= O=build all build/tests/bench/bench build/tests/bench/fcall
+	$(MAKE) SAN= O=build all build/tests/bench/bench build/tests/bench/fcall \
+	  build/tests/bench/htab
 	DLOCKD=build/dlockd BENCH=build/tests/bench/bench \
-	  FCALL=build/tests/bench/fcall OUT=build/bench \
+	  FCALL=build/tests/bench/fcall HTAB=build/tests/bench/htab \
+	  OUT=build/bench \
 	  sh tests/bench/run.sh
 
 -include $(shell find $(O) -name '*.d' 2>/dev/null)

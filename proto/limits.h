@@ -143,6 +143,17 @@
 
 /* The link is checked this often; an idle link is PINGed every
  * DL_STORE_PING_MS so that a hung Redis is noticed without traffic. */
+/* Lazy writes (server/store.c): a change no reply waits for is written
+ * with the next batch that must go, or after this long, or as soon as
+ * this many such locks are dirty. */
+#define DL_STORE_LAZY_MS  5
+#define DL_STORE_LAZY_MAX 1024
+/* Replies from Redis awaited before the next write batch is sent: while
+ * one is in flight the changes of the following loop iterations collect
+ * into one batch (group commit). make bench, 50 connections: one in
+ * flight against unbounded pipelining, 4.5k instead of 10k batches/s,
+ * Redis CPU 0.24 instead of 0.32 cores, pairs/s +10% (everysec). */
+#define DL_STORE_INFLIGHT_MAX 1
 #define DL_STORE_TICK_MS 100
 #define DL_STORE_PING_MS 1000
 

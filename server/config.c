@@ -77,6 +77,8 @@ static const struct key keys[] = {
 	 0, 0},
 	{"persistence", "allow_nondurable_redis", K_BOOL,
 	 F(allow_nondurable_redis), 0, 0, 0, 0},
+	{"persistence", "durable_release", K_BOOL, F(durable_release), 0, 0, 1,
+	 0},
 	{"metrics", "listen", K_STR, F(metrics), 0, 0, 0, 0},
 	{"cluster", "node_id", K_STR, F(node_id), 0, 0, 0, 0},
 	{"cluster", "advertise", K_STR, F(advertise), 0, 0, 0, 0},

@@ -51,6 +51,8 @@ struct dl_config {
 	uint64_t min_replicas_ack; /* WAIT for this many replicas: 0 off */
 	uint64_t allow_nondurable_redis; /* bool: serve on a Redis without
 					    AOF (store_durable.c) */
+	uint64_t durable_release; /* bool: UNLOCK replies wait for Redis
+				     (locktab.h, durable_release) */
 	/* [metrics] */
 	char *metrics; /* host:port of the Prometheus page, "" off */
 	/* [cluster]: a node id makes this daemon a cluster member, which

@@ -4,6 +4,7 @@
  */
 #include "server/htab.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,33 +47,67 @@ uint32_t dl_hash_bytes(uint64_t seed, const char *p, size_t n)
 
 int dl_htab_init(struct dl_htab *h)
 {
+	memset(h, 0, sizeof(*h));
 	h->b = calloc(HTAB_MIN, sizeof(*h->b));
 	h->mask = HTAB_MIN - 1;
-	h->n = 0;
 	return h->b ? 0 : DL_ENOMEM;
 }
 
-struct dl_hnode *dl_htab_find(const struct dl_htab *h, uint32_t hash,
-			      struct dl_str key)
+void dl_htab_free(struct dl_htab *h)
 {
-	struct dl_hnode *n;
+	free(h->b);
+	free(h->old);
+	h->b = h->old = NULL;
+}
 
-	for (n = h->b[hash & h->mask]; n; n = n->next)
+static struct dl_hnode *chain_find(struct dl_hnode *n, uint32_t hash,
+				   struct dl_str key)
+{
+	for (; n; n = n->next)
 		if (n->hash == hash && n->len == key.len &&
 		    memcmp(dl_hkey(n), key.p, key.len) == 0)
 			return n;
 	return NULL;
 }
 
-/* Rehash into 2^k >= buckets. A failed grow is not an error: the table
- * works, with longer chains. */
-void dl_htab_resize(struct dl_htab *h, size_t buckets)
+struct dl_hnode *dl_htab_find(const struct dl_htab *h, uint32_t hash,
+			      struct dl_str key)
+{
+	struct dl_hnode *n = chain_find(h->b[hash & h->mask], hash, key);
+
+	/* An old bucket already moved is empty: no need to tell which. */
+	if (!n && h->old)
+		n = chain_find(h->old[hash & h->old_mask], hash, key);
+	return n;
+}
+
+/* Move up to `steps` old buckets into the current array. */
+static void move_some(struct dl_htab *h, size_t steps)
+{
+	struct dl_hnode *e, *next;
+
+	while (h->old && steps--) {
+		for (e = h->old[h->moved]; e; e = next) {
+			next = e->next;
+			e->next = h->b[e->hash & h->mask];
+			h->b[e->hash & h->mask] = e;
+		}
+		h->old[h->moved] = NULL;
+		if (h->moved++ == h->old_mask) {
+			free(h->old);
+			h->old = NULL;
+			h->old_mask = h->moved = 0;
+		}
+	}
+}
+
+/* Put every node into an array of nmask + 1 buckets, at once. */
+static void rehash_now(struct dl_htab *h, size_t nmask)
 {
 	struct dl_hnode **nb, *e, *next;
-	size_t i, nmask = h->mask;
+	size_t i;
 
-	while (nmask + 1 < buckets)
-		nmask = (nmask << 1) | 1;
+	move_some(h, SIZE_MAX);
 	if (nmask == h->mask || !(nb = calloc(nmask + 1, sizeof(*nb))))
 		return;
 	for (i = 0; i <= h->mask; i++) {
@@ -87,11 +122,34 @@ void dl_htab_resize(struct dl_htab *h, size_t buckets)
 	h->mask = nmask;
 }
 
-/* Doubles the bucket array past a load of 1. */
+/* Rehash into 2^k >= buckets. A failed grow is not an error: the table
+ * works, with longer chains. */
+void dl_htab_resize(struct dl_htab *h, size_t buckets)
+{
+	size_t nmask = h->mask;
+
+	while (nmask + 1 < buckets)
+		nmask = (nmask << 1) | 1;
+	rehash_now(h, nmask);
+}
+
+/* Past a load of 1, start moving into twice the buckets. A move under
+ * way is over long before: it ends after (old buckets / DL_HTAB_STEP)
+ * inserts or removes, and the next doubling needs as many inserts as the
+ * table has buckets. */
 void dl_htab_insert(struct dl_htab *h, struct dl_hnode *n)
 {
-	if (h->n >= h->mask + 1)
-		dl_htab_resize(h, (h->mask + 1) * 2);
+	struct dl_hnode **nb;
+
+	move_some(h, DL_HTAB_STEP);
+	if (h->n >= h->mask + 1 && !h->old &&
+	    (nb = calloc(2 * (h->mask + 1), sizeof(*nb))) != NULL) {
+		h->old = h->b;
+		h->old_mask = h->mask;
+		h->moved = 0;
+		h->b = nb;
+		h->mask = 2 * h->mask + 1;
+	}
 	n->next = h->b[n->hash & h->mask];
 	h->b[n->hash & h->mask] = n;
 	h->n++;
@@ -101,8 +159,33 @@ void dl_htab_remove(struct dl_htab *h, struct dl_hnode *n)
 {
 	struct dl_hnode **pp = &h->b[n->hash & h->mask];
 
+	/* Not in the current array: then in its old bucket, not yet moved. */
+	if (h->old && (n->hash & h->old_mask) >= h->moved) {
+		struct dl_hnode **op = &h->old[n->hash & h->old_mask];
+
+		while (*op && *op != n)
+			op = &(*op)->next;
+		if (*op)
+			pp = op;
+	}
 	while (*pp != n)
 		pp = &(*pp)->next;
 	*pp = n->next;
 	h->n--;
+	move_some(h, DL_HTAB_STEP);
+}
+
+size_t dl_htab_slots(const struct dl_htab *h)
+{
+	return (h->old ? h->old_mask + 1 : 0) + h->mask + 1;
+}
+
+struct dl_hnode **dl_htab_slot(const struct dl_htab *h, size_t i)
+{
+	if (h->old) {
+		if (i <= h->old_mask)
+			return &h->old[i];
+		i -= h->old_mask + 1;
+	}
+	return &h->b[i];
 }

@@ -22,10 +22,24 @@ struct dl_hnode {
 	uint8_t len; /* key length; the key follows this struct */
 };
 
+/*
+ * Growing is incremental: when the load passes 1 a bucket array twice the
+ * size is allocated (calloc: untouched pages cost nothing until used) and
+ * the old one is kept; every insert or remove then moves DL_HTAB_STEP old
+ * buckets into the new array, and a lookup searches both while they
+ * coexist. No single insert rehashes the table (one that did took ~30 ms
+ * at a million locks, a pause of the whole loop); the move is done long
+ * before the next doubling is due.
+ */
+#define DL_HTAB_STEP 8
+
 struct dl_htab {
-	struct dl_hnode **b;
-	size_t mask; /* buckets - 1 */
+	struct dl_hnode **b; /* the current bucket array */
+	size_t mask;	     /* its size - 1 */
 	size_t n;
+	struct dl_hnode **old; /* being emptied into b, or NULL */
+	size_t old_mask;
+	size_t moved; /* old buckets [0, moved) are empty */
 };
 
 /* The key bytes of a node (they follow it in memory). */
@@ -33,13 +47,22 @@ const char *dl_hkey(const struct dl_hnode *n);
 uint32_t dl_hash_bytes(uint64_t seed, const char *p, size_t n);
 
 int dl_htab_init(struct dl_htab *h); /* DL_ENOMEM */
+void dl_htab_free(struct dl_htab *h);
 struct dl_hnode *dl_htab_find(const struct dl_htab *h, uint32_t hash,
 			      struct dl_str key);
-/* Grows the bucket array past a load of 1 (a failed grow only makes
- * chains longer). */
+/* Starts doubling the bucket array past a load of 1 (a failed allocation
+ * only makes chains longer). */
 void dl_htab_insert(struct dl_htab *h, struct dl_hnode *n);
 void dl_htab_remove(struct dl_htab *h, struct dl_hnode *n);
-/* Rehash into at least `buckets` buckets (a hint, as above). */
+/* Rehash into at least `buckets` buckets now, in one go (a hint, as
+ * above; for a restore that knows its size before it starts). */
 void dl_htab_resize(struct dl_htab *h, size_t buckets);
+
+/* Walking every node: the chains dl_htab_slot(h, i) for i below
+ * dl_htab_slots(h), both arrays while a move is under way. No insert or
+ * remove during a walk (either may move nodes); a node may be unlinked by
+ * the walker itself through the slot's pointer chain. */
+size_t dl_htab_slots(const struct dl_htab *h);
+struct dl_hnode **dl_htab_slot(const struct dl_htab *h, size_t i);
 
 #endif /* DL_SERVER_HTAB_H */

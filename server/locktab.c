@@ -84,6 +84,15 @@ void dl__mark_dirty(struct dl_locktab *t, struct dl_lock *lk)
 	t->dirty[t->ndirty++] = lk;
 }
 
+void dl__mark_urgent(struct dl_locktab *t, struct dl_lock *lk)
+{
+	dl__mark_dirty(t, lk);
+	if (!lk->urgent) {
+		lk->urgent = 1;
+		t->nurgent++;
+	}
+}
+
 /* ---- owners ----------------------------------------------------------------
  */
 
@@ -263,7 +272,7 @@ void dl__lease_grant(struct dl_locktab *t, struct dl_lease *l,
 {
 	dl__lease_link(t, l, lk, o, ++t->last_token, 1, ttl, now + ttl, now);
 	t->st.grants++;
-	dl__mark_dirty(t, lk);
+	dl__mark_urgent(t, lk);
 }
 
 void dl__lease_remove(struct dl_locktab *t, struct dl_lease *l)
@@ -296,7 +305,7 @@ void dl__lease_reenter(struct dl_locktab *t, struct dl_lease *l, uint32_t ttl,
 	if (now + ttl > l->timer.expires)
 		dl_wheel_add(&t->wheel, &l->timer, now + ttl);
 	t->st.reentries++;
-	dl__mark_dirty(t, l->lock);
+	dl__mark_urgent(t, l->lock);
 }
 
 /* now + ms, where a sum past the clock's range means "never". */
@@ -603,7 +612,8 @@ struct dl_locktab *dl_locktab_new(const struct dl_locktab_hooks *hooks,
 	t->seed = hash_seed;
 	t->max_holders = 1;
 	if (dl_htab_init(&t->locks) || dl_htab_init(&t->owners)) {
-		free(t->locks.b);
+		dl_htab_free(&t->locks);
+		dl_htab_free(&t->owners);
 		free(t);
 		return NULL;
 	}
@@ -628,8 +638,8 @@ static void free_objects(struct dl_locktab *t)
 	struct dl_waiter *w, *wn;
 	size_t i;
 
-	for (i = 0; i <= t->locks.mask; i++) {
-		for (n = t->locks.b[i]; n; n = next) {
+	for (i = 0; i < dl_htab_slots(&t->locks); i++) {
+		for (n = *dl_htab_slot(&t->locks, i); n; n = next) {
 			next = n->next;
 			lk = (struct dl_lock *)((char *)n -
 						offsetof(struct dl_lock, hn));
@@ -644,14 +654,14 @@ static void free_objects(struct dl_locktab *t)
 			}
 			free(lk);
 		}
-		t->locks.b[i] = NULL;
+		*dl_htab_slot(&t->locks, i) = NULL;
 	}
-	for (i = 0; i <= t->owners.mask; i++) {
-		for (n = t->owners.b[i]; n; n = next) {
+	for (i = 0; i < dl_htab_slots(&t->owners); i++) {
+		for (n = *dl_htab_slot(&t->owners, i); n; n = next) {
 			next = n->next;
 			free((char *)n - offsetof(struct dl_owner, hn));
 		}
-		t->owners.b[i] = NULL;
+		*dl_htab_slot(&t->owners, i) = NULL;
 	}
 	t->locks.n = 0;
 	t->owners.n = 0;
@@ -662,8 +672,8 @@ void dl_locktab_free(struct dl_locktab *t)
 	if (!t)
 		return;
 	free_objects(t);
-	free(t->locks.b);
-	free(t->owners.b);
+	dl_htab_free(&t->locks);
+	dl_htab_free(&t->owners);
 	free(t->dirty);
 	free(t);
 }
@@ -687,6 +697,7 @@ void dl_locktab_reset(struct dl_locktab *t)
 {
 	free_objects(t);
 	t->ndirty = 0;
+	t->nurgent = 0;
 	t->placeholders = 0;
 	t->last_token = 0;
 	t->st.locks = t->st.leases = t->st.waiters = t->st.owners = 0;
@@ -777,21 +788,45 @@ struct dl_str dl_session_owner(const struct dl_session *s)
 /* ---- persistence hooks
  * ------------------------------------------------------------- */
 
-size_t dl_locktab_drain_dirty(struct dl_locktab *t, dl_lock_cb cb, void *arg)
+/* Hand over the dirty locks (the urgent ones only, if `urgent_only`),
+ * keeping the others in the set in their order. */
+static size_t drain(struct dl_locktab *t, dl_lock_cb cb, void *arg,
+		    int urgent_only)
 {
-	size_t i, n = t->ndirty;
+	size_t i, kept = 0, n = t->ndirty;
 	struct dl_lock *lk;
 
 	for (i = 0; i < n; i++) {
 		lk = t->dirty[i];
+		if (urgent_only && !lk->urgent) {
+			t->dirty[kept++] = lk;
+			continue;
+		}
 		lk->dirty = 0;
+		lk->urgent = 0;
 		if (cb)
 			cb(lk, arg);
 		if (lock_empty(lk))
 			lock_free(t, lk);
 	}
-	t->ndirty = 0;
-	return n;
+	t->ndirty = kept;
+	t->nurgent = 0;
+	return n - kept;
+}
+
+size_t dl_locktab_drain_dirty(struct dl_locktab *t, dl_lock_cb cb, void *arg)
+{
+	return drain(t, cb, arg, 0);
+}
+
+size_t dl_locktab_drain_urgent(struct dl_locktab *t, dl_lock_cb cb, void *arg)
+{
+	return drain(t, cb, arg, 1);
+}
+
+size_t dl_locktab_urgent_count(const struct dl_locktab *t)
+{
+	return t->nurgent;
 }
 
 size_t dl_locktab_dirty_count(const struct dl_locktab *t)
@@ -804,8 +839,8 @@ void dl_locktab_foreach(struct dl_locktab *t, dl_lock_cb cb, void *arg)
 	struct dl_hnode *n, *next;
 	size_t i;
 
-	for (i = 0; i <= t->locks.mask; i++) {
-		for (n = t->locks.b[i]; n; n = next) {
+	for (i = 0; i < dl_htab_slots(&t->locks); i++) {
+		for (n = *dl_htab_slot(&t->locks, i); n; n = next) {
 			next = n->next;
 			cb((struct dl_lock *)((char *)n -
 					      offsetof(struct dl_lock, hn)),

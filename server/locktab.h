@@ -111,9 +111,10 @@ struct dl_lock {
 	struct dl_waiter *qhead, *qtail;
 	uint32_t nwaiters;
 	uint16_t nholders;
-	uint8_t dirty;	/* in the dirty set */
-	uint8_t stored; /* the store's own bit: its name is in Redis's set of
-			   lock names (see store.c); 0 for a new lock */
+	uint8_t dirty : 1;  /* in the dirty set */
+	uint8_t urgent : 1; /* ... with a change a held reply waits for */
+	uint8_t stored : 1; /* the store's own bit: its name is in Redis's set
+			       of lock names (see store.c); 0 for a new lock */
 	struct dl_hnode hn;
 	char name[]; /* hn.len bytes + NUL */
 };
@@ -222,6 +223,10 @@ struct dl_locktab_hooks {
 struct dl_locktab_limits {
 	uint32_t max_waiters;	      /* per lock */
 	uint32_t max_locks_per_owner; /* leases + waiters of one owner */
+	/* 1: a release (UNLOCK) is a durable result, its reply waits for
+	 * Redis like a grant's; 0: it is acknowledged at once and its write
+	 * goes with the next batch (release_ack, dlockd.conf(5)). */
+	uint8_t durable_release;
 };
 
 /* ---- life cycle -------------------------------------------------------- */
@@ -322,6 +327,15 @@ typedef void (*dl_lock_cb)(const struct dl_lock *lk, void *arg);
  * locks. Returns the number of locks handed over. */
 size_t dl_locktab_drain_dirty(struct dl_locktab *t, dl_lock_cb cb, void *arg);
 size_t dl_locktab_dirty_count(const struct dl_locktab *t);
+/* Urgent locks: dirty with a change whose result or event is `durable`
+ * (a grant, reentry, refresh, break; a release if durable_release). The
+ * others -- releases, expiries, queue changes -- wait for nobody, so the
+ * store may let them ride with a later batch (store.c, lazy writes).
+ * dl_locktab_drain_urgent() hands over the urgent locks only (in their
+ * final state, lazy changes included) and keeps the rest dirty. */
+size_t dl_locktab_drain_urgent(struct dl_locktab *t, dl_lock_cb cb,
+			       void *arg);
+size_t dl_locktab_urgent_count(const struct dl_locktab *t);
 /* Every lock, in no particular order (a full re-sync of the store). */
 void dl_locktab_foreach(struct dl_locktab *t, dl_lock_cb cb, void *arg);
 

@@ -203,19 +203,27 @@ int dl_locktab_release(struct dl_locktab *t, struct dl_session *s,
 	}
 	if (t->suspended)
 		return DL_EUNAVAILABLE;
-	res->durable = 1;
+	/* A release whose write is lost (a crash before Redis has it) can
+	 * let nobody else in: the lease is restored and lives out its TTL.
+	 * So unless durable_release asks otherwise, its reply need not wait,
+	 * and its write waits for a batch that goes anyway (locktab.h). A
+	 * waiter it serves is granted durably all the same (dl__serve). */
+	res->durable = t->limits.durable_release;
 	res->token = token;
 	if (l->count > 1) {
 		l->count--;
-		dl__mark_dirty(t, lk);
 		res->outcome = DL_HELD;
 		res->value = l->count;
-		return 0;
+	} else {
+		dl__lease_remove(t, l);
+		t->st.releases++;
+		dl__serve(t, lk, now);
+		res->outcome = DL_RELEASED;
 	}
-	dl__lease_remove(t, l);
-	t->st.releases++;
-	dl__serve(t, lk, now);
-	res->outcome = DL_RELEASED;
+	if (res->durable)
+		dl__mark_urgent(t, lk);
+	else
+		dl__mark_dirty(t, lk);
 	return 0;
 }
 
@@ -242,7 +250,7 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 		l->ttl_ms = (uint32_t)ttl_ms;
 	dl_wheel_add(&t->wheel, &l->timer, now + l->ttl_ms);
 	t->st.refreshes++;
-	dl__mark_dirty(t, lk);
+	dl__mark_urgent(t, lk);
 	res->outcome = DL_REFRESHED;
 	res->durable = 1;
 	res->token = token;
@@ -290,6 +298,7 @@ int dl_locktab_break(struct dl_locktab *t, struct dl_str name, uint64_t token,
 	res->outcome = DL_BROKEN;
 	t->st.breaks++;
 	dl__lease_end(t, l, now);
+	dl__mark_urgent(t, lk);
 	return 0;
 }
 

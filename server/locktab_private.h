@@ -32,12 +32,15 @@ struct dl_locktab {
 	struct dl_lock **dirty; /* capacity >= number of locks */
 	size_t ndirty;
 	size_t dirty_cap;
+	size_t nurgent; /* dirty locks with lk->urgent */
 	struct dl_locktab_stats st;
 	struct dl_wheel wheel;
 };
 
 uint64_t dl__now_ms(const struct dl_locktab *t);
 void dl__mark_dirty(struct dl_locktab *t, struct dl_lock *lk);
+/* Dirty with a change a durable result waits for (locktab.h). */
+void dl__mark_urgent(struct dl_locktab *t, struct dl_lock *lk);
 void dl__hist_add(struct dl_hist *h, uint64_t ms);
 struct dl_owner *dl__owner_get(struct dl_locktab *t, struct dl_str id);
 void dl__owner_put(struct dl_locktab *t, struct dl_owner *o);

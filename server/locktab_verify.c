@@ -119,8 +119,8 @@ static int verify_owners(struct verify *v)
 	uint64_t leases = 0, waiters = 0, owners = 0;
 	size_t i;
 
-	for (i = 0; i <= h->mask; i++)
-		for (n = h->b[i]; n; n = n->next) {
+	for (i = 0; i < dl_htab_slots(h); i++)
+		for (n = *dl_htab_slot(h, i); n; n = n->next) {
 			o = (const struct dl_owner *)((const char *)n -
 						      offsetof(struct dl_owner,
 							       hn));
@@ -148,8 +148,8 @@ int dl_locktab_verify(const struct dl_locktab *t, char *why, size_t whylen)
 	const struct dl_hnode *n;
 	size_t i;
 
-	for (i = 0; i <= t->locks.mask; i++)
-		for (n = t->locks.b[i]; n; n = n->next)
+	for (i = 0; i < dl_htab_slots(&t->locks); i++)
+		for (n = *dl_htab_slot(&t->locks, i); n; n = n->next)
 			if (verify_lock(&v, (const struct dl_lock
 						     *)((const char *)n -
 							offsetof(struct dl_lock,

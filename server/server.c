@@ -221,6 +221,7 @@ static struct dl_locktab_limits tab_limits(const struct dl_config *cfg)
 	struct dl_locktab_limits l = {
 		.max_waiters = (uint32_t)cfg->max_waiters,
 		.max_locks_per_owner = (uint32_t)cfg->max_locks_per_owner,
+		.durable_release = cfg->durable_release != 0,
 	};
 	return l;
 }
@@ -329,7 +330,9 @@ static void flush_phase(struct dl_server *srv)
 		if (round > 0 && !closed && !srv->writeq)
 			break;
 		if (srv->draining < 2)
-			dl_store_flush(srv->store);
+			dl_store_flush(srv->store, srv->draining != 0);
+		else
+			dl_store_push(srv->store);
 		flush_writes(srv);
 	}
 	arm_wheel(srv);

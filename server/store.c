@@ -16,8 +16,10 @@
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
  * dirty set into one batch: an FCALL of dlock_apply_v3 with each lock in
  * its final state and the token (store_batch.c). Its reply commits the
- * epoch. Each batch is one round trip; batches of successive iterations
- * overlap.
+ * epoch. Each batch is one round trip, and only one is in flight: what
+ * changes meanwhile waits for its reply and goes as the next batch (group
+ * commit), so a busy daemon sends fewer, larger batches. Changes no reply
+ * waits for are written lazily (see dl_store_flush).
  *
  * The link. A state machine over one hiredis async context on the
  * daemon's loop (hiredis's libuv adapter):
@@ -509,9 +511,30 @@ static void drain_cb(const struct dl_lock *lk, void *arg)
 	x->st->st.writes++;
 }
 
-void dl_store_flush(struct dl_store *st)
+static void on_lazy(uv_timer_t *t)
+{
+	struct dl_store *st = t->data;
+
+	st->lazy_on = 0;
+	st->lazy_due = 1;
+}
+
+/*
+ * Lazy writes. A change that no held reply waits for (a release under
+ * release_ack = immediate, an expiry, a waiter joining or leaving) is not
+ * worth a batch of its own: it stays dirty for up to DL_STORE_LAZY_MS and
+ * goes with the next batch that has to go anyway -- or alone when that
+ * time is up. A lock released and taken again meanwhile is then written
+ * once, in its final state, instead of a delete and a set: under load
+ * that halves what Redis does per lock+unlock pair. What a lazy write
+ * risks is documented with release_ack: a crash before it is sent leaves
+ * the lock busy until the lease's TTL after the restart, never two
+ * holders.
+ */
+void dl_store_flush(struct dl_store *st, int all)
 {
 	struct drain_ctx x = {st, dl__store_wall_offset(), 0};
+	size_t dirty, urgent;
 
 	if (!st->redis) {
 		/* Memory only: what is drained is as durable as it gets. */
@@ -519,10 +542,31 @@ void dl_store_flush(struct dl_store *st)
 		commit(st, st->epoch++);
 		return;
 	}
-	if (st->link != LINK_UP || !st->active ||
-	    dl_locktab_dirty_count(st->tab) == 0)
-		return;
-	dl_locktab_drain_dirty(st->tab, drain_cb, &x);
+	dirty = dl_locktab_dirty_count(st->tab);
+	if (st->link != LINK_UP || !st->active || dirty == 0)
+		goto out;
+	/* Group commit: while a batch is in flight the next one grows. */
+	if (st->st.backlog >= DL_STORE_INFLIGHT_MAX)
+		goto out;
+	urgent = dl_locktab_urgent_count(st->tab);
+	if (!all && !st->lazy_due && dirty - urgent < DL_STORE_LAZY_MAX) {
+		if (urgent == 0) {
+			if (!st->lazy_on) {
+				st->lazy_on = 1;
+				uv_timer_start(&st->lazy, on_lazy,
+					       DL_STORE_LAZY_MS, 0);
+			}
+			goto out;
+		}
+		dl_locktab_drain_urgent(st->tab, drain_cb, &x);
+	} else {
+		dl_locktab_drain_dirty(st->tab, drain_cb, &x);
+	}
+	if (dl_locktab_dirty_count(st->tab) == 0 && st->lazy_on) {
+		st->lazy_on = 0;
+		uv_timer_stop(&st->lazy);
+	}
+	st->lazy_due = 0;
 	if (x.err || wb_send(st, BATCH_EPOCH, st->epoch) ||
 	    (st->cfg->min_replicas_ack &&
 	     send_wait(st, BATCH_WAIT, st->epoch))) {
@@ -534,9 +578,8 @@ void dl_store_flush(struct dl_store *st)
 	}
 	st->st.batches++;
 	st->epoch++;
-	/* Write the batch now rather than on the next loop iteration, when
-	 * the poll would report the socket writable. */
-	redisAsyncHandleWrite(st->ac);
+out:
+	dl_store_push(st);
 }
 
 /* ---- connecting and re-syncing ---------------------------------------- */
@@ -765,11 +808,17 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 }
 
 /*
- * hiredis 0.14's libuv adapter calls uv_poll_start() for every command
- * queued, and libuv answers each call by taking the fd out of epoll and
- * putting it back (measured: 1.6 epoll_ctl per command, 6% of the daemon's
- * CPU under load). Its hooks are kept, but only called when the interest
- * actually changes.
+ * Write interest. hiredis 0.14's libuv adapter calls uv_poll_start() each
+ * time it wants or stops wanting to write, and libuv answers each call by
+ * taking the fd out of epoll and putting it back: a batch cost three
+ * epoll_ctl (measured with perf: one per lock+unlock pair under load, a
+ * tenth of the daemon's system calls). So on a connected link hiredis's
+ * wish to write only sets write_due, and dl_store_push() -- once per loop
+ * iteration, in the flush phase -- writes what is buffered with a plain
+ * write(); only what the kernel does not take waits for the fd to become
+ * writable, with real write interest. Read interest is set once and kept.
+ * While the link connects, write interest is real: that is how the
+ * connect's completion is seen.
  */
 static void add_read_once(void *privdata)
 {
@@ -779,12 +828,41 @@ static void add_read_once(void *privdata)
 		redisLibuvAddRead(privdata);
 }
 
-static void add_write_once(void *privdata)
+static void add_write_lazy(void *privdata)
+{
+	redisLibuvEvents *p = privdata;
+	struct dl_store *st = p->context->data;
+
+	if (p->events & UV_WRITABLE)
+		return;
+	if (p->context->c.flags & REDIS_CONNECTED)
+		st->write_due = 1;
+	else
+		redisLibuvAddWrite(privdata);
+}
+
+static void del_write_once(void *privdata)
 {
 	redisLibuvEvents *p = privdata;
 
-	if (!(p->events & UV_WRITABLE))
-		redisLibuvAddWrite(privdata);
+	if (p->events & UV_WRITABLE)
+		redisLibuvDelWrite(privdata);
+}
+
+void dl_store_push(struct dl_store *st)
+{
+	redisAsyncContext *ac = st->ac;
+
+	if (!ac || !st->write_due)
+		return;
+	st->write_due = 0;
+	redisAsyncHandleWrite(ac);
+	/* Not all written: hiredis asked again (add_write_lazy). The link
+	 * may also have died in there (on_disconnect cleared st->ac). */
+	if (st->ac == ac && st->write_due) {
+		st->write_due = 0;
+		redisLibuvAddWrite(ac->ev.data);
+	}
 }
 
 /* AUTH, SELECT, the function library, then the leadership (on_take). */
@@ -890,7 +968,9 @@ void dl__link_open(struct dl_store *st, const char *ip, int port)
 		return;
 	}
 	ac->ev.addRead = add_read_once;
-	ac->ev.addWrite = add_write_once;
+	ac->ev.addWrite = add_write_lazy;
+	ac->ev.delWrite = del_write_once;
+	st->write_due = 0;
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	if (send_handshake(st))
@@ -990,16 +1070,20 @@ int dl_store_start(struct dl_store *st)
 	st->timer_on = 1;
 	uv_timer_start(&st->timer, on_tick, DL_STORE_TICK_MS, DL_STORE_TICK_MS);
 	uv_unref((uv_handle_t *)&st->timer);
+	uv_timer_init(st->loop, &st->lazy);
+	st->lazy.data = st;
 	st->last_reply_ms = uv_now(st->loop);
 	link_connect(st);
 	return 0;
 }
 
+/* Both timers closed: the store is done. */
 static void on_timer_closed(uv_handle_t *h)
 {
 	struct dl_store *st = h->data;
 
-	st->stop_done(st->stop_arg);
+	if (--st->timers_open == 0)
+		st->stop_done(st->stop_arg);
 }
 
 static void stop_now(struct dl_store *st)
@@ -1015,7 +1099,10 @@ static void stop_now(struct dl_store *st)
 	}
 	if (st->timer_on) {
 		st->timer_on = 0;
+		st->lazy_on = 0;
+		st->timers_open = 2;
 		uv_close((uv_handle_t *)&st->timer, on_timer_closed);
+		uv_close((uv_handle_t *)&st->lazy, on_timer_closed);
 	} else {
 		st->stop_done(st->stop_arg);
 	}
@@ -1041,8 +1128,11 @@ void dl_store_stop(struct dl_store *st, void (*done)(void *arg), void *arg)
 	 * the timer's timeout ends the wait if Redis does not answer. */
 	if (st->active && st->link == LINK_UP && dl_store_idle(st)) {
 		st->active = 0;
-		if (send_lead(st, LEAD_RESIGN, on_resigned) == 0)
+		if (send_lead(st, LEAD_RESIGN, on_resigned) == 0) {
+			/* the server's flush phase has ended: write now */
+			dl_store_push(st);
 			return;
+		}
 	}
 	stop_now(st);
 }

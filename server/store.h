@@ -6,12 +6,16 @@
  * persist=none it keeps the same interface and persists nothing.
  *
  * Durability is counted in epochs. The open epoch (dl_store_epoch) collects
- * every change the lock table makes; once per loop iteration
- * dl_store_flush() closes it: the dirty locks are drained and written as one
- * pipeline (MULTI/EXEC) and a new epoch opens. When Redis acknowledges that
- * write, the committed hook reports the epoch as durable; epochs commit in
- * order. A reply that depends on a change is held by the connection layer
- * until the epoch that was open when the change was made has committed.
+ * every change the lock table makes; dl_store_flush(), called once per loop
+ * iteration, closes it when it can: the urgent dirty locks (those a held
+ * reply waits for) are drained and written as one batch -- one call of the
+ * daemon's Redis function -- and a new epoch opens. A batch goes only when
+ * the previous one is answered (group commit: DL_STORE_INFLIGHT_MAX), and
+ * changes nobody waits for ride with a later batch (lazy writes, store.c).
+ * When Redis acknowledges a batch, the committed hook reports its epoch as
+ * durable; epochs commit in order. A reply that depends on a change is held
+ * by the connection layer until the epoch that was open when the change was
+ * made has committed.
  *
  * When Redis is unreachable the store says so (dl_store_available() == 0,
  * availability hook): the lock table's grants are suspended and requests
@@ -121,8 +125,13 @@ const char *dl_store_addr(const struct dl_store *st);
 
 /* The open epoch: a change made now is durable when it commits. */
 uint64_t dl_store_epoch(const struct dl_store *st);
-/* Close the open epoch: write what changed. Once per loop iteration. */
-void dl_store_flush(struct dl_store *st);
+/* Close the open epoch: write what changed, once per loop iteration.
+ * Changes no reply waits for may wait for a later batch (store.c, lazy
+ * writes) unless `all`. Ends with dl_store_push(). */
+void dl_store_flush(struct dl_store *st, int all);
+/* Write what the Redis link has buffered (store.c, write interest); once
+ * per loop iteration, also when nothing is flushed. */
+void dl_store_push(struct dl_store *st);
 /* 1 if changes can be persisted now (leading, and the link is up). */
 int dl_store_available(const struct dl_store *st);
 /* 1 if every closed epoch has committed (used when draining). */

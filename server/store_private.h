@@ -87,7 +87,12 @@ struct dl_store {
 	struct batch *head, *tail; /* awaited replies, oldest first */
 
 	uv_timer_t timer; /* DL_STORE_TICK_MS: reconnects, timeouts, pings */
-	int timer_on;
+	int timer_on;	  /* both timers are initialised */
+	uv_timer_t lazy;  /* DL_STORE_LAZY_MS: lazy writes wait no longer */
+	int lazy_on;	  /* it runs */
+	int lazy_due;	  /* it ran out: write every dirty lock */
+	int timers_open;  /* closing: timers not yet closed */
+	int write_due;	  /* hiredis has bytes to write (dl_store_push) */
 	void (*stop_done)(void *arg);
 	void *stop_arg;
 

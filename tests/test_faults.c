@@ -379,16 +379,17 @@ static int daemon_redis_port(void)
 	return port;
 }
 
-/* UNLOCK's write is sent on a connection whose packets are then dropped:
- * the daemon gives up on it (redis_timeout), re-syncs on a new one, and
- * bob takes the lock. When the old packets finally get through (TCP
+/* UNLOCK's write is sent on a connection whose packets are then dropped
+ * (the reply does not wait for it: durable_release = no): the daemon gives
+ * up on the connection (redis_timeout), re-syncs on a new one, and bob
+ * takes the lock. When the old packets finally get through (TCP
  * retransmission after the drop rule is gone), their write must not
  * apply: it would delete bob's record (a restart would then lose his
  * lease). The writer fence makes Redis refuse it (errorstat FENCED). */
 Test(faults, late_write_of_an_abandoned_redis_connection_does_not_apply)
 {
 	struct h_client *a, *b;
-	uint64_t tokA, tokB;
+	uint64_t tokA, tokB, fails;
 	char want[64], *l;
 	int port, i;
 
@@ -402,10 +403,16 @@ Test(faults, late_write_of_an_abandoned_redis_connection_does_not_apply)
 	port = daemon_redis_port();
 	cr_assert_gt(port, 0, "no daemon connection in CLIENT LIST: %s",
 		     h_redis_cli(&r, "CLIENT LIST"));
+	b = h_hello(d.port, "bob");
+	fails = h_stats_value(b, "store_failures");
 	h_net_drop(&net, port);
 	l = h_call(a, "UNLOCK x %llu", (unsigned long long)tokA);
 	cr_assert_str_eq(l, "OK RELEASED x");
-	b = h_hello(d.port, "bob");
+	/* its write, sent within DL_STORE_LAZY_MS, times out */
+	for (i = 0; h_stats_value(b, "store_failures") == fails; i++) {
+		cr_assert_lt(i, 250, "the stuck write never timed out");
+		h_sleep_ms(20);
+	}
 	h_wait_available(b, 1, 10000);
 	tokB = h_lock(b, "x", "ttl=60s");
 	h_net_heal(&net);

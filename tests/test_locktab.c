@@ -104,7 +104,7 @@ static void on_event(struct dl_session *s, const struct dl_event *ev, void *ctx)
 static void table_open(uint32_t max_waiters, uint32_t max_locks)
 {
 	struct dl_locktab_hooks hooks = {fake_now, on_event, NULL};
-	struct dl_locktab_limits lim = {max_waiters, max_locks};
+	struct dl_locktab_limits lim = {max_waiters, max_locks, 0};
 
 	tab = dl_locktab_new(&hooks, &lim, TICK, 0x5eed1234abcdULL);
 	cr_assert_not_null(tab);
@@ -1410,7 +1410,7 @@ Test(locktab, longest_name_and_owner_are_kept_whole)
 
 Test(locktab, full_queue_refuses_another_waiter_with_limit)
 {
-	struct dl_locktab_limits lim = {3, LIM_OWNER};
+	struct dl_locktab_limits lim = {3, LIM_OWNER, 0};
 	struct client *a = client_new("alice");
 	struct client *w[4];
 	struct dl_result r;
@@ -1433,7 +1433,7 @@ Test(locktab, full_queue_refuses_another_waiter_with_limit)
 
 Test(locktab, owner_limit_counts_leases_and_waiters)
 {
-	struct dl_locktab_limits lim = {LIM_WAIT, 3};
+	struct dl_locktab_limits lim = {LIM_WAIT, 3, 0};
 	struct client *o = client_new("greedy");
 	struct client *x = client_new("other");
 	struct dl_result r;
@@ -1819,6 +1819,86 @@ Test(locktab, drain_hands_each_dirty_lock_once_in_its_final_state)
 	cr_assert_not_null(dl_locktab_find(tab, str("b")));
 }
 
+/* Only changes a durable result waits for are urgent; drain_urgent hands
+ * those over (in their final state) and keeps the rest dirty for later. */
+Test(locktab, only_changes_with_durable_results_are_urgent)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	struct drained d;
+	uint64_t tok, tb;
+	int rc;
+
+	tok = must_grant(a, "x", 1000);
+	cr_assert(eq(sz, dl_locktab_urgent_count(tab), 1), "grant");
+	drain(&d);
+
+	/* a release: durable result off by default, lazy write */
+	rc = rel(a, "x", tok, &r);
+	EXPECT(rc, r, DL_RELEASED);
+	cr_assert(eq(int, r.durable, 0));
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 1));
+	cr_assert(eq(sz, dl_locktab_urgent_count(tab), 0), "release");
+
+	/* a grant of another lock is urgent; draining the urgent ones
+	 * keeps the released lock dirty, and alive */
+	tb = must_grant(b, "y", 1000);
+	cr_assert(eq(sz, dl_locktab_urgent_count(tab), 1));
+	memset(&d, 0, sizeof(d));
+	cr_assert(eq(sz, dl_locktab_drain_urgent(tab, drain_cb, &d), 1));
+	cr_assert(eq(str, d.names[0], (char *)"y"));
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 1));
+	cr_assert_not_null(dl_locktab_find(tab, str("x")));
+
+	/* taken again before its release was written: urgent, and handed
+	 * over once, in its final state (held) */
+	tok = must_grant(a, "x", 1000);
+	memset(&d, 0, sizeof(d));
+	cr_assert(eq(sz, dl_locktab_drain_urgent(tab, drain_cb, &d), 1));
+	cr_assert(eq(int, d.held[0], 1));
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 0));
+
+	/* queue changes and expiries are lazy; a release that serves a
+	 * waiter is urgent: the waiter's grant is durable */
+	must_queue(b, "x", 1000, DL_WAIT_INF, NULL);
+	cr_assert(eq(sz, dl_locktab_urgent_count(tab), 0), "queue");
+	rc = rel(a, "x", tok, &r);
+	EXPECT(rc, r, DL_RELEASED);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+	cr_assert(eq(sz, dl_locktab_urgent_count(tab), 1), "served");
+	drain(&d);
+	advance(1000 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, b), 2));
+	cr_assert(eq(sz, dl_locktab_dirty_count(tab), 2));
+	cr_assert(eq(sz, dl_locktab_urgent_count(tab), 0), "expiry");
+	(void)tb;
+}
+
+Test(locktab, durable_release_makes_releases_urgent_and_durable)
+{
+	struct dl_locktab_limits lim = {LIM_WAIT, LIM_OWNER, 1};
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	uint64_t tok;
+	int rc;
+
+	dl_locktab_set_limits(tab, &lim);
+	tok = must_grant(a, "x", 1000);
+	rc = acq(a, "x", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	dl_locktab_drain_dirty(tab, NULL, NULL);
+	rc = rel(a, "x", tok, &r);
+	EXPECT(rc, r, DL_HELD);
+	cr_assert(eq(int, r.durable, 1));
+	cr_assert(eq(sz, dl_locktab_urgent_count(tab), 1));
+	dl_locktab_drain_dirty(tab, NULL, NULL);
+	rc = rel(a, "x", tok, &r);
+	EXPECT(rc, r, DL_RELEASED);
+	cr_assert(eq(int, r.durable, 1));
+	cr_assert(eq(sz, dl_locktab_urgent_count(tab), 1));
+}
+
 Test(locktab, lock_freed_before_drain_is_handed_over_empty_then_deleted)
 {
 	struct client *a = client_new("alice");
@@ -1913,7 +1993,7 @@ static void count_cb(const struct dl_lock *lk, void *arg)
 
 Test(locktab, million_leases_expire_exactly_once_in_budgeted_runs)
 {
-	struct dl_locktab_limits lim = {LIM_WAIT, 2 * MILLION};
+	struct dl_locktab_limits lim = {LIM_WAIT, 2 * MILLION, 0};
 	struct client *a;
 	struct dl_result r;
 	char name[16];

@@ -660,6 +660,64 @@ Test(persist, redis_hung_is_detected_by_timeout_and_held_grant_is_withdrawn)
 	stop_clean();
 }
 
+/* durable_release = no (the default): an UNLOCK is answered while Redis
+ * is stopped -- its write waits -- but the grant to the waiter it lets in
+ * is not: * GRANTED comes only once Redis has it, and the record written
+ * then is the final state (the new holder). */
+Test(persist, release_is_answered_before_redis_has_it_grant_is_not)
+{
+	struct h_client *a, *b;
+	uint64_t ta, tb;
+	char want[64], *l;
+
+	start("always", "[persistence]\nredis_timeout = 10s\n");
+	a = h_hello(d.port, "a");
+	b = h_hello(d.port, "b");
+	ta = h_lock(a, "rel", "ttl=60s");
+	h_send(b, "LOCK rel ttl=60s wait=inf");
+	h_expect(b, "OK QUEUED rel 1");
+
+	kill(r.pid, SIGSTOP);
+	l = h_call(a, "UNLOCK rel %llu", (unsigned long long)ta);
+	cr_assert_str_eq(l, "OK RELEASED rel");
+	l = h_read(b, 500);
+	cr_assert(l == NULL, "granted while redis is stopped: \"%s\"", l);
+	kill(r.pid, SIGCONT);
+	l = h_read(b, 5000);
+	cr_assert(l && starts(l, "* GRANTED rel "), "b: \"%s\"", l);
+	tb = strtoull(l + strlen("* GRANTED rel "), NULL, 10);
+	cr_assert_gt(tb, ta);
+	snprintf(want, sizeof(want), "\nH %llu ", (unsigned long long)tb);
+	cr_assert(h_redis_wait(&r, "GET dlock:lock:rel", want, 1, 5000),
+		  "record: \"%s\"", lock_get("rel"));
+	h_close(a);
+	h_close(b);
+	stop_clean();
+}
+
+/* durable_release = yes: an UNLOCK is answered only once Redis has it. */
+Test(persist, durable_release_waits_for_redis)
+{
+	struct h_client *a;
+	uint64_t ta;
+	char *l;
+
+	start("always", "[persistence]\nredis_timeout = 10s\n"
+			"durable_release = yes\n");
+	a = h_hello(d.port, "a");
+	ta = h_lock(a, "rel", "ttl=60s");
+	kill(r.pid, SIGSTOP);
+	h_send(a, "UNLOCK rel %llu", (unsigned long long)ta);
+	l = h_read(a, 500);
+	cr_assert(l == NULL, "release answered while redis is stopped: "
+			     "\"%s\"", l);
+	kill(r.pid, SIGCONT);
+	h_expect(a, "OK RELEASED rel");
+	cr_assert_str_eq(h_redis_cli(&r, "EXISTS dlock:lock:rel"), "0\n");
+	h_close(a);
+	stop_clean();
+}
+
 /* Redis that answers but refuses writes (maxmemory with noeviction, or a
  * replica after a failover): nothing may be acknowledged; the grant that
  * could not be written is withdrawn. */
@@ -823,8 +881,11 @@ Test(persist, redis_keys_are_readable)
 
 	h_send(c, "UNLOCK rk %llu", (unsigned long long)tok);
 	h_expect(c, "OK RELEASED rk");
-	/* RELEASED is durable: the key is gone already. */
-	cr_assert_str_eq(h_redis_cli(&r, "EXISTS dlock:lock:rk"), "0\n");
+	/* A release is written lazily, with no further request to carry
+	 * it (release_is_answered_before_redis_has_it). */
+	cr_assert(h_redis_wait(&r, "EXISTS dlock:lock:rk", "0", 1, 5000),
+		  "released, still in redis: \"%s\"", lock_get("rk"));
+	cr_assert_str_eq(h_redis_cli(&r, "SISMEMBER dlock:locks rk"), "0\n");
 	snprintf(want, sizeof(want), "%llu\n", (unsigned long long)tok);
 	cr_assert_str_eq(h_redis_cli(&r, "GET dlock:token"), want);
 	h_close(c);

@@ -312,7 +312,7 @@ static void world_open(void)
 {
 	struct dl_locktab_hooks th = {tab_now, tab_event, NULL};
 	struct dl_store_hooks sh = {committed, availability, NULL, NULL};
-	struct dl_locktab_limits lim = {8, 16};
+	struct dl_locktab_limits lim = {8, 16, 0};
 	int k;
 
 	memset(&srv, 0, sizeof(srv));
@@ -442,7 +442,7 @@ static void step(struct input *in)
 	} else if (op == 8) {
 		if (trace)
 			fprintf(stderr, "commit\n");
-		dl_store_flush(srv.store); /* commits: held lines go out */
+		dl_store_flush(srv.store, 1); /* commits: held lines go out */
 	} else if (op == 9) {
 		if (trace)
 			fprintf(stderr, "persistence down\n");
@@ -502,7 +502,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		step(&in);
 		check_world();
 	}
-	dl_store_flush(srv.store);
+	dl_store_flush(srv.store, 1);
 	check_world();
 	world_close();
 	return 0;
