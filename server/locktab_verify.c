@@ -14,7 +14,7 @@
 
 struct verify {
 	const struct dl_locktab *t;
-	uint64_t leases, waiters, locks, placeholders, timed, dirty;
+	uint64_t leases, waiters, locks, placeholders, timed, dirty, urgent;
 	uint64_t contended[DL_QUEUE_BUCKETS];
 	char *why;
 	size_t whylen;
@@ -103,8 +103,11 @@ static int verify_lock(struct verify *v, const struct dl_lock *lk)
 {
 	v->locks++;
 	v->dirty += lk->dirty;
+	v->urgent += lk->urgent;
 	if (!lk->holders && !lk->qhead && !lk->dirty)
 		return fail(v, lk, "empty and not waiting for the store");
+	if (lk->urgent && !lk->dirty)
+		return fail(v, lk, "urgent but not dirty");
 	if (verify_holders(v, lk) || verify_queue(v, lk))
 		return -1;
 	return verify_served(v, lk);
@@ -157,11 +160,12 @@ int dl_locktab_verify(const struct dl_locktab *t, char *why, size_t whylen)
 				return -1;
 	if (v.locks != t->st.locks || v.leases != t->st.leases ||
 	    v.waiters != t->st.waiters || v.placeholders != t->placeholders ||
-	    v.dirty != t->ndirty || v.timed != dl_wheel_count(&t->wheel) ||
+	    v.dirty != t->ndirty || v.urgent != t->nurgent ||
+	    v.timed != dl_wheel_count(&t->wheel) ||
 	    memcmp(v.contended, t->st.contended, sizeof(v.contended)) != 0) {
 		snprintf(
 			why, whylen,
-			"totals do not add up (locks, leases, waiters, placeholders, dirty set, wheel or contended locks)");
+			"totals do not add up (locks, leases, waiters, placeholders, dirty or urgent set, wheel or contended locks)");
 		return -1;
 	}
 	return verify_owners(&v);

@@ -498,8 +498,9 @@ struct drain_ctx {
 };
 
 /* `stored` is the store's bit in the lock (locktab.h): its name is in the
- * name set. Set as the write is queued: if that write is lost, the
- * re-sync that follows any loss adds every name again. */
+ * name set. Set as the write is queued -- cleared by a delete, which
+ * removes the name -- and if that write is lost, the re-sync that follows
+ * any loss adds every name again. */
 static void drain_cb(const struct dl_lock *lk, void *arg)
 {
 	struct drain_ctx *x = arg;
@@ -507,7 +508,7 @@ static void drain_cb(const struct dl_lock *lk, void *arg)
 	if (x->err)
 		return;
 	x->err = dl__wb_lock(x->st, dl_lock_name(lk), lk, !lk->stored, x->off);
-	((struct dl_lock *)lk)->stored = 1;
+	((struct dl_lock *)lk)->stored = lk->holders || lk->qhead;
 	x->st->st.writes++;
 }
 
@@ -682,7 +683,10 @@ static void foreach_write(const struct dl_lock *lk, void *arg)
 	if (x->err)
 		return;
 	x->err = dl__wb_lock(st, dl_lock_name(lk), lk, 1, x->off);
-	((struct dl_lock *)lk)->stored = 1;
+	/* An empty lock still in the table (its delete not yet drained,
+	 * e.g. a lazy release) is written as a delete, which takes its name
+	 * out of the set: taken again, it must be added back. */
+	((struct dl_lock *)lk)->stored = lk->holders || lk->qhead;
 	st->synced_locks++;
 	if (!x->err && st->wb.nlocks == RESYNC_CHUNK)
 		x->err = wb_send(st, BATCH_RESYNC_PART, 0);

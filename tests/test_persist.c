@@ -695,6 +695,90 @@ Test(persist, release_is_answered_before_redis_has_it_grant_is_not)
 	stop_clean();
 }
 
+/* A clean stop (SIGTERM) writes the releases still waiting for a batch:
+ * after the restart, the locks released just before it are free, not
+ * restored as held. 50 locks released, then SIGTERM at once: most of their
+ * writes are still lazy (DL_STORE_LAZY_MS) when the signal arrives. */
+Test(persist, clean_stop_writes_releases_still_waiting_for_a_batch)
+{
+	struct h_client *a, *c;
+	uint64_t tok[50];
+	char name[32], *l;
+	int i;
+
+	start("always", NULL);
+	a = h_hello(d.port, "a");
+	for (i = 0; i < 50; i++) {
+		snprintf(name, sizeof(name), "cs%d", i);
+		tok[i] = h_lock(a, name, "ttl=60s");
+	}
+	for (i = 0; i < 50; i++)
+		h_send(a, "UNLOCK cs%d %llu", i, (unsigned long long)tok[i]);
+	for (i = 0; i < 50; i++) {
+		snprintf(name, sizeof(name), "OK RELEASED cs%d", i);
+		h_expect(a, name);
+	}
+	h_daemon_signal(&d, SIGTERM);
+	cr_assert_eq(h_daemon_wait(&d, 10000), 0);
+	h_close(a);
+	h_daemon_restart(&d);
+	c = h_hello(d.port, "c");
+	for (i = 0; i < 50; i++) {
+		l = h_call(c, "TRYLOCK cs%d", i);
+		cr_assert(starts(l, "OK GRANTED "),
+			  "cs%d, released before the stop: \"%s\"", i, l);
+	}
+	h_close(c);
+	stop_clean();
+}
+
+/* Found by the fault campaign (seed 20261125): a lock released while a
+ * batch was in flight stays in the table, empty, until its delete is
+ * written; a re-sync then wrote it as a delete (its name out of the name
+ * set) yet kept it marked as stored, so when it was taken again its
+ * record was written without its name: the restart after kill -9 did not
+ * find the lease and gave the lock away. */
+Test(persist, lock_taken_again_after_a_resync_that_deleted_it_survives_kill9)
+{
+	struct h_client *a, *b;
+	uint64_t tx, tx2, t0;
+	char *l;
+
+	start("always", "[persistence]\nredis_timeout = 1s\n");
+	a = h_hello(d.port, "a");
+	b = h_hello(d.port, "b");
+	tx = h_lock(a, "x", "ttl=60s");
+	kill(r.pid, SIGSTOP);
+	h_send(b, "LOCK y ttl=60s"); /* a batch in flight, stuck */
+	h_sleep_ms(100);
+	l = h_call(a, "UNLOCK x %llu", (unsigned long long)tx);
+	cr_assert_str_eq(l, "OK RELEASED x");
+	l = h_read(b, 5000); /* the link is given up: y withdrawn */
+	cr_assert(l && starts(l, "ERR UNAVAILABLE"), "LOCK y: \"%s\"", l);
+	/* Take x again the moment the link is back: x, released, is still
+	 * in the table waiting for its delete (DL_STORE_LAZY_MS). */
+	kill(r.pid, SIGCONT);
+	t0 = h_now_ms();
+	for (;;) {
+		l = h_call(a, "LOCK x ttl=60s");
+		if (starts(l, "OK GRANTED x "))
+			break;
+		cr_assert(starts(l, "ERR UNAVAILABLE"), "LOCK x: \"%s\"", l);
+		cr_assert_lt(h_now_ms() - t0, 10000, "redis never came back");
+	}
+	tx2 = h_arg_u64(l, 1);
+	cr_assert(h_redis_wait(&r, "SISMEMBER dlock:locks x", "1", 1, 5000),
+		  "x is held but its name is not in the set");
+	h_daemon_kill9(&d);
+	h_daemon_restart(&d);
+	h_close(a);
+	h_close(b);
+	b = h_hello(d.port, "b");
+	expect_status(b, "x", "held", tx2, "a", 0);
+	h_close(b);
+	stop_clean();
+}
+
 /* durable_release = yes: an UNLOCK is answered only once Redis has it. */
 Test(persist, durable_release_waits_for_redis)
 {

@@ -467,6 +467,14 @@ table() { # title dlockd-col redis-col dlockd-label redis-label
 	[ "$d" != dn ] && sc=$(sum "$sc" "$(med pm "$d" cpu_redis)")
 	printf '%-40s %12s %14s\n' "  server CPU, cores, $CONNS conns" \
 		"$sc" "$(med pm "$r" cpu_redis)"
+	a=$(awk -v c="$sc" -v r="$(med pm "$d" rate)" 'BEGIN {
+		if (c == "-" || r == "-" || r + 0 == 0) print "-";
+		else printf "%.1f\n", c * 1e6 / r }')
+	b=$(awk -v c="$(med pm "$r" cpu_redis)" -v r="$(med pm "$r" rate)" 'BEGIN {
+		if (c == "-" || r == "-" || r + 0 == 0) print "-";
+		else printf "%.1f\n", c * 1e6 / r }')
+	printf '%-40s %12s %14s %7s\n' "  server CPU per pair, us" "$a" "$b" \
+		"$(ratio "$a" "$b")"
 	a=$(med hm "$d" rate) b=$(med hm "$r" rate)
 	printf '%-40s %12s %14s %7s\n' "handoffs/s, $CONNS conns, one lock" \
 		"$(int "$a")" "$(int "$b")" "$(ratio "$a" "$b")"
