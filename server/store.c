@@ -550,23 +550,12 @@ void dl_store_flush(struct dl_store *st, int all)
 	if (st->st.backlog >= DL_STORE_INFLIGHT_MAX)
 		goto out;
 	urgent = dl_locktab_urgent_count(st->tab);
-	if (!all && !st->lazy_due && dirty - urgent < DL_STORE_LAZY_MAX) {
-		if (urgent == 0) {
-			if (!st->lazy_on) {
-				st->lazy_on = 1;
-				uv_timer_start(&st->lazy, on_lazy,
-					       DL_STORE_LAZY_MS, 0);
-			}
-			goto out;
-		}
-		dl_locktab_drain_urgent(st->tab, drain_cb, &x);
-	} else {
+	if (all || st->lazy_due || dirty - urgent >= DL_STORE_LAZY_MAX)
 		dl_locktab_drain_dirty(st->tab, drain_cb, &x);
-	}
-	if (dl_locktab_dirty_count(st->tab) == 0 && st->lazy_on) {
-		st->lazy_on = 0;
-		uv_timer_stop(&st->lazy);
-	}
+	else if (urgent)
+		dl_locktab_drain_urgent(st->tab, drain_cb, &x);
+	else
+		goto lazy;
 	st->lazy_due = 0;
 	if (x.err || wb_send(st, BATCH_EPOCH, st->epoch) ||
 	    (st->cfg->min_replicas_ack &&
@@ -579,6 +568,18 @@ void dl_store_flush(struct dl_store *st, int all)
 	}
 	st->st.batches++;
 	st->epoch++;
+lazy:
+	/* What stays dirty goes within DL_STORE_LAZY_MS, also while urgent
+	 * batches keep going without it. */
+	if (dl_locktab_dirty_count(st->tab) == 0) {
+		if (st->lazy_on) {
+			st->lazy_on = 0;
+			uv_timer_stop(&st->lazy);
+		}
+	} else if (!st->lazy_on) {
+		st->lazy_on = 1;
+		uv_timer_start(&st->lazy, on_lazy, DL_STORE_LAZY_MS, 0);
+	}
 out:
 	dl_store_push(st);
 }
