@@ -58,42 +58,50 @@ _Static_assert(DL_INBUF_SIZE < DL_LINE_DISCARD_MAX,
 
 /* ---- errors -------------------------------------------------------------- */
 
-static const char *const err_texts[DL_ERR_COUNT_] = {
-	"malformed request",
-	"unknown command",
-	"request line too long",
-	"bad argument",
-	"authentication required",
-	"limit reached",
-	"persistence unavailable",
-	"internal error",
-	"not the active daemon",
-	"out of memory",
-	"protocol error from peer",
-	"line does not fit its buffer",
-	"number out of range",
-};
-
-static const char *const err_words[] = {
-	"BAD_FORMAT", "UNKNOWN_COMMAND", "LINE_TOO_LONG", "BAD_ARG",
-	"NOAUTH",     "LIMIT",		 "UNAVAILABLE",	  "INTERNAL",
-	"NOT_ACTIVE",
-};
+/* One case per code, returning one of its columns (see DL_ERR_MAP). */
+#define CASE_TEXT(name, value, wire, word, label, text)                     \
+	case DL_E##name:                                                     \
+		return text;
+#define CASE_WORD(name, value, wire, word, label, text)                     \
+	case DL_E##name:                                                     \
+		return word;
+#define CASE_LABEL(name, value, wire, word, label, text)                    \
+	case DL_E##name:                                                     \
+		return label;
+#define CASE_WIRE(name, value, wire, word, label, text)                     \
+	case DL_E##name:                                                     \
+		return DL_E##wire;
 
 const char *dl_strerror(int err)
 {
-	if (err < 0 && err >= -DL_ERR_COUNT_)
-		return err_texts[-err - 1];
+	switch (err) {
+		DL_ERR_MAP(CASE_TEXT)
+	}
 	return "unknown error";
 }
 
 const char *dl_err_word(int err)
 {
-	if (err < 0 && err >= DL_ENOTACTIVE)
-		return err_words[-err - 1];
-	if (err == DL_ERANGE)
-		return "BAD_ARG";
+	switch (err) {
+		DL_ERR_MAP(CASE_WORD)
+	}
 	return "INTERNAL";
+}
+
+const char *dl_err_label(int err)
+{
+	switch (err) {
+		DL_ERR_MAP(CASE_LABEL)
+	}
+	return "internal";
+}
+
+int dl_err_wire(int err)
+{
+	switch (err) {
+		DL_ERR_MAP(CASE_WIRE)
+	}
+	return DL_EINTERNAL;
 }
 
 /* ---- scalars ------------------------------------------------------------- */

@@ -23,32 +23,60 @@
 
 /* ---- errors ------------------------------------------------------------ */
 
-/* 0 is success; failures are these negative codes. The first group has a
- * wire name (the word after ERR), see dl_err_word(). */
-enum {
-	DL_EBADFORMAT = -1,   /* missing argument, NUL byte, not a request */
-	DL_EUNKNOWNCMD = -2,  /* first word is not a verb */
-	DL_ELINETOOLONG = -3, /* request line over DL_LINE_MAX */
-	DL_EBADARG = -4,      /* malformed, out-of-range or unknown argument */
-	DL_ENOAUTH = -5,      /* AUTH required first */
-	DL_ELIMIT = -6,	      /* a configured limit was reached */
-	DL_EUNAVAILABLE = -7, /* persistence is down: state cannot change */
-	DL_EINTERNAL = -8,    /* the server's fault */
-	DL_ENOTACTIVE = -9,   /* a standby: the text names the active */
-	/* no wire name of their own (sent as INTERNAL when they must be) */
-	DL_ENOMEM = -10, /* allocation failed */
-	DL_EPROTO = -11, /* a line that is not valid protocol from the peer */
-	DL_ENOSPC = -12, /* a formatted line did not fit its buffer */
-	DL_ERANGE = -13, /* a well-formed number out of range (sent as BAD_ARG) */
-	DL_ERR_COUNT_ = 13
-};
+/*
+ * 0 is success; failures are these negative codes. One list says all there
+ * is to say about each (as libuv's UV_ERRNO_MAP does), and generates the
+ * enum, dl_strerror(), dl_err_word(), dl_err_wire() and the stats labels:
+ *
+ *   X(name, value, wire, word, label, text)
+ *
+ * `wire` is the code a client is told, by its `word` after ERR; `label`
+ * names it in STATS (errors_<label>) and in the metrics. The first nine
+ * are their own wire codes; the others are internal, and a client sees
+ * them as the wire code they name (an out-of-range number is a BAD_ARG,
+ * an allocation failure an INTERNAL), counted there too.
+ */
+#define DL_ERR_MAP(X)                                                        \
+	X(BADFORMAT, -1, BADFORMAT, "BAD_FORMAT", "bad_format",              \
+	  "malformed request")                                               \
+	X(UNKNOWNCMD, -2, UNKNOWNCMD, "UNKNOWN_COMMAND", "unknown_command",  \
+	  "unknown command")                                                 \
+	X(LINETOOLONG, -3, LINETOOLONG, "LINE_TOO_LONG", "line_too_long",    \
+	  "request line too long")                                           \
+	X(BADARG, -4, BADARG, "BAD_ARG", "bad_arg", "bad argument")          \
+	X(NOAUTH, -5, NOAUTH, "NOAUTH", "noauth", "authentication required") \
+	X(LIMIT, -6, LIMIT, "LIMIT", "limit", "limit reached")               \
+	X(UNAVAILABLE, -7, UNAVAILABLE, "UNAVAILABLE", "unavailable",        \
+	  "persistence unavailable")                                         \
+	X(INTERNAL, -8, INTERNAL, "INTERNAL", "internal", "internal error")  \
+	X(NOTACTIVE, -9, NOTACTIVE, "NOT_ACTIVE", "not_active",              \
+	  "not the active daemon")                                           \
+	X(NOMEM, -10, INTERNAL, "INTERNAL", "internal", "out of memory")     \
+	X(PROTO, -11, INTERNAL, "INTERNAL", "internal",                      \
+	  "protocol error from peer")                                        \
+	X(NOSPC, -12, INTERNAL, "INTERNAL", "internal",                      \
+	  "line does not fit its buffer")                                    \
+	X(RANGE, -13, BADARG, "BAD_ARG", "bad_arg", "number out of range")
+
+#define DL__ERR_ENUM(name, value, wire, word, label, text) DL_E##name = value,
+#define DL__ERR_ONE(name, value, wire, word, label, text) +1
+enum { DL_ERR_MAP(DL__ERR_ENUM) };
+/* The codes are -1 .. -DL_ERR_COUNT_. */
+enum { DL_ERR_COUNT_ = 0 DL_ERR_MAP(DL__ERR_ONE) };
 
 /* Human-readable text for a DL_E* code ("unknown error" otherwise). */
 const char *dl_strerror(int err);
 
-/* Wire word for a DL_E* code ("BAD_FORMAT", ...); "INTERNAL" for codes
- * without one. */
+/* Wire word for a DL_E* code ("BAD_FORMAT", ...); "INTERNAL" for a value
+ * that is not a code. */
 const char *dl_err_word(int err);
+
+/* The code a client is told for err (itself for the wire codes);
+ * DL_EINTERNAL for a value that is not a code. */
+int dl_err_wire(int err);
+
+/* Its label in STATS and the metrics ("bad_arg", ...). */
+const char *dl_err_label(int err);
 
 /* ---- strings ----------------------------------------------------------- */
 

@@ -71,10 +71,9 @@ void dl_cmd_error(struct dl_conn *c, int err, const char *why,
 		  struct dl_str tag)
 {
 	struct reply r;
-	int code = -err;
 
-	if (code > 0 && code <= DL_ERR_COUNT_)
-		c->srv->st.errors[code]++;
+	/* counted as what the client is told: a range error is a BAD_ARG */
+	c->srv->st.errors[-dl_err_wire(err)]++;
 	reply_begin(&r, "ERR");
 	dl_fmt_word(&r.f, dl_err_word(err));
 	dl_fmt_word(&r.f, why);

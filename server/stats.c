@@ -15,12 +15,6 @@
 
 void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 {
-	/* Wire names of the error codes, indexed by -DL_E*. */
-	static const char *const codes[] = {
-		NULL,	    "bad_format", "unknown_command", "line_too_long",
-		"bad_arg",  "noauth",	  "limit",	     "unavailable",
-		"internal", "not_active",
-	};
 	const struct dl_locktab_stats *t = dl_locktab_stats(srv->tab);
 	const struct dl_store_stats *s = dl_store_stats(srv->store);
 	const struct dl_server_stats *v = &srv->st;
@@ -145,8 +139,11 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 
 	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
 		fn(&rows[i], arg);
-	for (i = 1; i < sizeof(codes) / sizeof(codes[0]); i++) {
-		e.label = codes[i];
+	/* one row per wire code (proto.h, DL_ERR_MAP) */
+	for (i = 1; i <= DL_ERR_COUNT_; i++) {
+		if (dl_err_wire(-(int)i) != -(int)i)
+			continue;
+		e.label = dl_err_label(-(int)i);
 		e.value = v->errors[i];
 		fn(&e, arg);
 	}

@@ -346,6 +346,10 @@ Test(ops, every_limit_says_err_limit_and_the_daemon_keeps_serving, .fini = stop,
 	for (i = 0; i < 3; i++)
 		cr_assert(strcmp(h_call(cs[i], "PING"), "OK PONG") == 0);
 	cr_assert(eq(u64, h_stats_value(cs[3], "errors_limit"), 2));
+	/* an out-of-range number is a BAD_ARG, and counted as one */
+	cr_assert(strncmp(h_call(a, "LOCK r ttl=99999999999999999999"),
+			  "ERR BAD_ARG", 11) == 0);
+	cr_assert(eq(u64, h_stats_value(cs[3], "errors_bad_arg"), 1));
 	cr_assert(eq(u64, h_stats_value(cs[3], "connections_rejected"), 1));
 	/* A slot frees: a new connection is accepted again. */
 	h_close(cs[3]);

@@ -9,6 +9,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -888,11 +889,35 @@ Test(proto, error_words_and_texts)
 	};
 	int e;
 
+	char low[32];
+	size_t i;
+	int f;
+
 	for (e = -1; e >= -DL_ERR_COUNT_; e--) {
 		cr_assert_str_eq(dl_err_word(e), words[-e - 1], "code %d", e);
 		cr_assert_str_neq(dl_strerror(e), "unknown error", "code %d",
 				  e);
+		/* the map is consistent: a code says its wire code's word and
+		 * label, a wire code is its own, and the label is the word in
+		 * lower case */
+		cr_assert_str_eq(dl_err_word(e), dl_err_word(dl_err_wire(e)));
+		cr_assert_str_eq(dl_err_label(e),
+				 dl_err_label(dl_err_wire(e)));
+		cr_assert_eq(dl_err_wire(dl_err_wire(e)), dl_err_wire(e));
+		for (i = 0; dl_err_word(e)[i] && i < sizeof(low) - 1; i++)
+			low[i] = (char)tolower((unsigned char)dl_err_word(e)[i]);
+		low[i] = '\0';
+		cr_assert_str_eq(dl_err_label(e), low, "code %d", e);
+		/* two wire codes never share a word */
+		for (f = -1; f > e; f--)
+			if (dl_err_wire(f) == f && dl_err_wire(e) == e)
+				cr_assert_str_neq(dl_err_word(f),
+						  dl_err_word(e));
 	}
+	cr_assert_eq(dl_err_wire(DL_ERANGE), DL_EBADARG);
+	cr_assert_eq(dl_err_wire(DL_ENOMEM), DL_EINTERNAL);
+	cr_assert_eq(dl_err_wire(DL_ENOTACTIVE), DL_ENOTACTIVE);
+	cr_assert_eq(dl_err_wire(-99), DL_EINTERNAL);
 	cr_assert_str_eq(dl_err_word(DL_EBADARG), "BAD_ARG");
 	cr_assert_str_eq(dl_err_word(DL_ENOMEM), "INTERNAL");
 	cr_assert_str_eq(dl_err_word(-99), "INTERNAL");
