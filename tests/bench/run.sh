@@ -263,11 +263,11 @@ start_dlockd dn - --persist none
 start_dlockd da - --persist redis --redis "redis://127.0.0.1:$ra_port/0"
 start_dlockd de - --persist redis --redis "redis://127.0.0.1:$re_port/0"
 # "dw": as da, but releases wait for Redis too (durable_release = yes),
-# to show what the default (answered at once) saves
+# to show what the default (answered at once) saves; its own db of ra
 cp "$tmp/dlockd.conf" "$tmp/dlockd-dw.conf"
 printf '[persistence]\ndurable_release = yes\n' >> "$tmp/dlockd-dw.conf"
 sd_conf=$tmp/dlockd-dw.conf
-start_dlockd dw - --persist redis --redis "redis://127.0.0.1:$ra_port/0"
+start_dlockd dw - --persist redis --redis "redis://127.0.0.1:$ra_port/1"
 sd_conf=""
 
 # The columns: a dlockd, or a redis-server running the recipe.
