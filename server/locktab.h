@@ -225,7 +225,7 @@ struct dl_locktab_limits {
 	uint32_t max_locks_per_owner; /* leases + waiters of one owner */
 	/* 1: a release (UNLOCK) is a durable result, its reply waits for
 	 * Redis like a grant's; 0: it is acknowledged at once and its write
-	 * goes with the next batch (release_ack, dlockd.conf(5)). */
+	 * goes with the next batch (durable_release, dlockd.conf(5)). */
 	uint8_t durable_release;
 };
 

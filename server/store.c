@@ -522,14 +522,14 @@ static void on_lazy(uv_timer_t *t)
 
 /*
  * Lazy writes. A change that no held reply waits for (a release under
- * release_ack = immediate, an expiry, a waiter joining or leaving) is not
+ * durable_release = no, an expiry, a waiter joining or leaving) is not
  * worth a batch of its own: it stays dirty for up to DL_STORE_LAZY_MS and
  * goes with the next batch that has to go anyway -- or alone when that
  * time is up. A lock released and taken again meanwhile is then written
  * once, in its final state, instead of a delete and a set: under load
  * that halves what Redis does per lock+unlock pair. What a lazy write
- * risks is documented with release_ack: a crash before it is sent leaves
- * the lock busy until the lease's TTL after the restart, never two
+ * risks is documented with durable_release: a crash before it is sent
+ * leaves the lock busy until the lease's TTL after the restart, never two
  * holders.
  */
 void dl_store_flush(struct dl_store *st, int all)
