@@ -113,6 +113,8 @@ const char *dlock_strerror(int err)
 		"out of memory",
 		"server error",
 		"client is closing",
+		"the lock lives with another limit",
+		"exclusive asked while holding shared: it would wait for itself",
 	};
 
 	if (err <= 0 && -err < (int)(sizeof(texts) / sizeof(texts[0])))
@@ -540,19 +542,44 @@ static void acq_add(struct dlock_client *c, struct dl__req *q)
 	q->in_acq = 1;
 }
 
+void dlock_lock_options_init(struct dlock_lock_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->wait_ms = DLOCK_WAIT_FOREVER;
+	o->mode = DLOCK_EXCLUSIVE;
+}
+
 int dlock_lock(dlock_client *c, const char *name, int64_t ttl_ms,
 	       int64_t wait_ms, dlock_lease **out)
 {
+	struct dlock_lock_options o;
+
+	dlock_lock_options_init(&o);
+	o.ttl_ms = ttl_ms;
+	o.wait_ms = wait_ms;
+	return dlock_acquire(c, name, &o, out);
+}
+
+int dlock_acquire(dlock_client *c, const char *name,
+		  const struct dlock_lock_options *o, dlock_lease **out)
+{
 	pthread_t self = pthread_self();
 	struct dl__req *q;
-	int64_t now, wait_end;
+	int64_t now, wait_end, ttl_ms, wait_ms;
 	int err;
 
 	dl__last_error_clear();
 	if (out)
 		*out = NULL;
-	if (!c || !out || bad_name(name) || bad_ms(ttl_ms) ||
-	    (wait_ms != DLOCK_WAIT_FOREVER && bad_ms(wait_ms)))
+	if (!c || !out || !o || bad_name(name))
+		return DLOCK_EINVAL;
+	ttl_ms = o->ttl_ms;
+	wait_ms = o->wait_ms;
+	if (bad_ms(ttl_ms) ||
+	    (wait_ms != DLOCK_WAIT_FOREVER && bad_ms(wait_ms)) ||
+	    (o->mode != DLOCK_EXCLUSIVE && o->mode != DLOCK_SHARED) ||
+	    o->limit > DL_LIMIT_MAX ||
+	    (o->mode == DLOCK_SHARED && o->limit > 1))
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
@@ -567,6 +594,8 @@ int dlock_lock(dlock_client *c, const char *name, int64_t ttl_ms,
 	}
 	now = dl__now();
 	q->ttl = ttl_ms ? ttl_ms : c->default_ttl;
+	q->shared = o->mode == DLOCK_SHARED;
+	q->limit = o->limit;
 	if (wait_ms <= 0)
 		q->wait = wait_ms < 0 ? -1 : 0;
 	else
@@ -818,6 +847,13 @@ static int locks_line(char *line, const char **name, struct dlock_status *st)
 				st->count = (uint32_t)v;
 			else if (strcmp(w, "waiters") == 0 && v <= UINT32_MAX)
 				st->waiters = (uint32_t)v;
+			else if (strcmp(w, "holders") == 0 && v <= UINT32_MAX)
+				st->holders = (uint32_t)v;
+			else if (strcmp(w, "limit") == 0 && v <= UINT32_MAX)
+				st->limit = (uint32_t)v;
+		} else if (strcmp(w, "mode") == 0 && strcmp(eq, "-") != 0 &&
+			   strlen(eq) < sizeof(st->mode)) {
+			strcpy(st->mode, eq);
 		}
 	}
 	return 0;
@@ -865,6 +901,87 @@ int dlock_locks(dlock_client *c, const char *prefix, const char *after,
 
 		if ((err = locks_line(p, &name, &st)) == 0)
 			cb(name, &st, arg);
+		p += len + 1;
+	}
+	dl__req_free(q);
+	return err;
+}
+
+/* "holder <owner> token= ttl_ms= count= mode=" or "waiter <owner>
+ * position= wait_ms=<ms>|inf mode= [restored]" */
+static int holders_line(char *line, struct dlock_holder *h)
+{
+	char *w, *save = NULL, *eq, *kind;
+	uint64_t v;
+
+	memset(h, 0, sizeof(*h));
+	if (!(kind = strtok_r(line, " ", &save)) ||
+	    !(h->owner = strtok_r(NULL, " ", &save)))
+		return DLOCK_EPROTO;
+	if (strcmp(kind, "waiter") == 0)
+		h->waiter = 1;
+	else if (strcmp(kind, "holder") != 0)
+		return DLOCK_EPROTO;
+	while ((w = strtok_r(NULL, " ", &save)) != NULL) {
+		if (strcmp(w, "restored") == 0)
+			h->restored = 1;
+		if (!(eq = strchr(w, '=')))
+			continue;
+		*eq++ = '\0';
+		if (strcmp(w, "mode") == 0) {
+			h->shared = strcmp(eq, "shared") == 0;
+		} else if (strcmp(w, "wait_ms") == 0 && strcmp(eq, "inf") == 0) {
+			h->wait_ms = -1;
+		} else if (dl_parse_u64(eq, strlen(eq), &v) == 0) {
+			if (strcmp(w, "token") == 0)
+				h->token = v;
+			else if (strcmp(w, "ttl_ms") == 0 && v <= INT64_MAX)
+				h->ttl_ms = (int64_t)v;
+			else if (strcmp(w, "count") == 0 && v <= UINT32_MAX)
+				h->count = (uint32_t)v;
+			else if (strcmp(w, "position") == 0 && v <= UINT32_MAX)
+				h->position = (uint32_t)v;
+			else if (strcmp(w, "wait_ms") == 0 && v <= INT64_MAX)
+				h->wait_ms = (int64_t)v;
+		}
+	}
+	return 0;
+}
+
+int dlock_holders(dlock_client *c, const char *name,
+		  void (*cb)(const struct dlock_holder *h, void *arg),
+		  void *arg, struct dlock_status *st, uint64_t *more)
+{
+	struct dlock_holder h;
+	struct dl__req *q;
+	char *p;
+	uint64_t i;
+	int err;
+
+	dl__last_error_clear();
+	if (!c || !cb || bad_name(name))
+		return DLOCK_EINVAL;
+	if ((err = enter(c)) < 0)
+		return err;
+	if (!(q = dl__req_new(DL__HOLDERS, name, 0))) {
+		leave(c);
+		return DLOCK_ENOMEM;
+	}
+	q->deadline = dl__now() + c->opt.request_timeout_ms;
+	err = dl__call(c, &q);
+	leave(c);
+	if (!q)
+		return err;
+	if (err == 0 && st)
+		*st = q->status;
+	if (err == 0 && more)
+		*more = q->r_value;
+	/* q is ours now: call back without the client's lock */
+	for (i = 0, p = q->stats; err == 0 && i < q->stats_n; i++) {
+		size_t len = strlen(p);
+
+		if ((err = holders_line(p, &h)) == 0)
+			cb(&h, arg);
 		p += len + 1;
 	}
 	dl__req_free(q);

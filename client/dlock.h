@@ -84,6 +84,12 @@ enum {
 	DLOCK_ENOMEM = -13,
 	DLOCK_ESERVER = -14,   /* any other ERR from the server */
 	DLOCK_ECANCELED = -15, /* the client is closing */
+	DLOCK_EMISMATCH = -16, /* the lock lives with another limit (NO
+				  LIMIT_MISMATCH; dlock_last_error() names
+				  the lock's) */
+	DLOCK_EDEADLK = -17,   /* exclusive asked by a shared holder: it
+				  would wait for itself (NO
+				  UPGRADE_DEADLOCK) */
 };
 
 const char *dlock_strerror(int err);
@@ -218,6 +224,41 @@ int dlock_lock(dlock_client *c, const char *name, int64_t ttl_ms,
 int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,
 		  dlock_lease **out);
 
+/*
+ * Shared locks and semaphores: dlock_acquire() takes its options in a
+ * struct (dlock_lock_options_init() fills the defaults, so fields added
+ * later keep their default in old code).
+ *
+ *   mode   DLOCK_EXCLUSIVE: the only holder; DLOCK_SHARED: with any
+ *          number of other shared holders. Strict FIFO across modes: a
+ *          shared request behind a queued exclusive one waits.
+ *   limit  0 or 1: a lock. n > 1: a semaphore, n holders at once, each
+ *          with its own lease and token (mode must be exclusive). The
+ *          lock's limit is set by the request that finds it free; while
+ *          it is held or waited for, a request with another limit fails
+ *          with DLOCK_EMISMATCH.
+ *
+ * Each holder has its own lease: its own token, TTL and renewal, as with
+ * dlock_lock(). Asking again for a lock this owner holds is a reentry of
+ * its lease, in the mode it holds (an exclusive holder asking shared
+ * gets its exclusive lease again: there is no downgrade in place); a
+ * shared holder asking exclusive fails with DLOCK_EDEADLK rather than
+ * wait for itself. dlock_lock(c, n, ttl, wait, out) is dlock_acquire()
+ * with an exclusive lock.
+ */
+enum dlock_mode { DLOCK_EXCLUSIVE = 0, DLOCK_SHARED = 1 };
+
+struct dlock_lock_options {
+	int64_t ttl_ms;	 /* 0: the server's default */
+	int64_t wait_ms; /* DLOCK_WAIT_FOREVER (the default); 0: try once */
+	enum dlock_mode mode;
+	uint32_t limit; /* 0 or 1: a lock; n > 1: a semaphore of n */
+};
+
+void dlock_lock_options_init(struct dlock_lock_options *o);
+int dlock_acquire(dlock_client *c, const char *name,
+		  const struct dlock_lock_options *o, dlock_lease **out);
+
 /* Release one hold and free the handle -- always, whatever the outcome,
  * like free(). 0 when the server released it (or one reentrant hold of
  * it), DLOCK_ENOTHOLDER if the lease was already gone, or a transport
@@ -278,6 +319,8 @@ int dlock_refresh_token(dlock_client *c, const char *name, uint64_t token,
 int dlock_check(dlock_client *c, const char *name, uint64_t token,
 		int64_t *remaining_ms, uint64_t *current);
 
+/* A lock as STATUS (and each line of LOCKS) describes it. token, ttl_ms,
+ * count and owner are the first holder's. */
 struct dlock_status {
 	int held;
 	uint64_t token;
@@ -285,8 +328,32 @@ struct dlock_status {
 	uint32_t count; /* reentrant holds */
 	uint32_t waiters;
 	char owner[65]; /* "" when free */
+	char mode[12];	/* "exclusive", "shared", "semaphore"; "" when free */
+	uint32_t limit;	  /* holders at once: 1 for a lock, n: a semaphore */
+	uint32_t holders; /* how many hold it now */
 };
 int dlock_status(dlock_client *c, const char *name, struct dlock_status *st);
+
+/* One holder or waiter of a lock (HOLDERS). */
+struct dlock_holder {
+	int waiter;	   /* 0: a holder */
+	int shared;	   /* its mode */
+	int restored;	   /* a waiter restored from Redis, not yet back */
+	const char *owner; /* lives for the callback */
+	uint64_t token;	   /* holder */
+	int64_t ttl_ms;	   /* holder: what remains of its lease */
+	uint32_t count;	   /* holder: reentrant holds */
+	uint32_t position; /* waiter: 1 = next */
+	int64_t wait_ms;   /* waiter: what remains of its wait, -1 forever */
+};
+
+/* Every holder of `name` in grant order, then every waiter in queue order
+ * (at most 1000 of each: *more, if not NULL, counts those left out): cb is
+ * called once each, on the calling thread. *st (if not NULL) receives the
+ * lock's status (mode, limit, counts). A free lock calls cb never. */
+int dlock_holders(dlock_client *c, const char *name,
+		  void (*cb)(const struct dlock_holder *h, void *arg),
+		  void *arg, struct dlock_status *st, uint64_t *more);
 
 int dlock_ping(dlock_client *c);
 

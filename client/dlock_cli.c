@@ -71,6 +71,7 @@ static const struct {
 	[OPT_LIMIT] = {"limit", 1},
 	[OPT_BY_WAITERS] = {"by-waiters", 0},
 	[OPT_CONFLICT_EXIT] = {"conflict-exit-code", 1},
+	[OPT_SHARED] = {"shared", 0},
 	[OPT_HELP] = {"help", 0},
 	[OPT_VERSION] = {"version", 0},
 };
@@ -165,9 +166,9 @@ static const char exit_help[] =
 static const struct subcmd subcmds[] = {
 	{"run", dl_cli_run, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_GRACE) |
-		 OPTB(OPT_CONFLICT_EXIT),
-	 "run <name> [--ttl D] [--wait D|inf] [--grace D] [--timeout D] "
-	 "[-E N] [--] <command> [args...]",
+		 OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_SHARED) | OPTB(OPT_LIMIT),
+	 "run <name> [--ttl D] [--wait D|inf] [--shared|--limit N] "
+	 "[--grace D] [--timeout D] [-E N] [--] <command> [args...]",
 	 "Take the lock (waiting up to --wait, default inf), run the command\n"
 	 "in a process group of its own with DLOCK_NAME, DLOCK_TOKEN (the\n"
 	 "fencing token) and DLOCK_OWNER in its environment, renew the lease\n"
@@ -180,17 +181,24 @@ static const struct subcmd subcmds[] = {
 	 "the same way once it has run for D, release the lock and exit 124\n"
 	 "(as timeout(1)). -E N (--conflict-exit-code N): exit N instead of\n"
 	 "75 when the lock could not be taken (as flock -E). --ttl is at\n"
-	 "least 500ms.\n", 0},
+	 "least 500ms. --shared: hold it with other --shared holders (a\n"
+	 "reader); without, alone (a writer); first come, first served\n"
+	 "across both. --limit N: a semaphore, N holders at once, each with\n"
+	 "its own token; every user of the name must give the same N.\n", 0},
 	{"lock", dl_cli_lock, 1,
-	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_CONFLICT_EXIT),
-	 "lock <name> [--ttl D] [--wait D|inf] [-E N]",
+	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_CONFLICT_EXIT) |
+		 OPTB(OPT_SHARED) | OPTB(OPT_LIMIT),
+	 "lock <name> [--ttl D] [--wait D|inf] [--shared|--limit N] [-E N]",
 	 "Take the lock (waiting up to --wait, default inf), print its\n"
 	 "fencing token and exit. The lease is NOT renewed: it ends when its\n"
 	 "TTL (--ttl, default 30s) runs out, unless `dlock unlock` or\n"
 	 "`dlock refresh` with the same --owner come first. Without --owner,\n"
-	 "the random owner id is printed on stderr.\n", 0},
-	{"trylock", dl_cli_lock, 1, OPTB(OPT_TTL) | OPTB(OPT_CONFLICT_EXIT),
-	 "trylock <name> [--ttl D] [-E N]",
+	 "the random owner id is printed on stderr. --shared and --limit N\n"
+	 "as for run.\n", 0},
+	{"trylock", dl_cli_lock, 1,
+	 OPTB(OPT_TTL) | OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_SHARED) |
+		 OPTB(OPT_LIMIT),
+	 "trylock <name> [--ttl D] [--shared|--limit N] [-E N]",
 	 "As `dlock lock --wait 0`: take the lock if it is free, else exit\n"
 	 "75 at once (N with -E).\n", 0},
 	{"unlock", dl_cli_unlock, 2, 0, "unlock <name> <token>",
@@ -218,8 +226,13 @@ static const struct subcmd subcmds[] = {
 	{"status", dl_cli_status, 1, OPTB(OPT_JSON), "status <name> [--json]",
 	 "Print the lock's state, one key=value per line: name, state\n"
 	 "(free or held), token, ttl_ms (remaining), count (reentrant\n"
-	 "holds), owner (- when free), waiters. --json: one JSON object\n"
-	 "with the same keys (numbers as numbers).\n", 0},
+	 "holds), owner (- when free) -- the first holder's -- waiters,\n"
+	 "mode (exclusive, shared, semaphore; - when free), limit, holders;\n"
+	 "then a line per holder, `holder owner=.. token=.. ttl_ms=..\n"
+	 "count=.. mode=..`, and per waiter, `waiter owner=.. position=..\n"
+	 "wait_ms=..|inf mode=..`. --json: one JSON object with the same\n"
+	 "keys (numbers as numbers) and the lists \"holders_list\" and\n"
+	 "\"queue\".\n", 0},
 	{"stats", dl_cli_stats, 0, OPTB(OPT_RAW) | OPTB(OPT_JSON),
 	 "stats [--raw|--json]",
 	 "Print the server's counters for people, grouped and aligned. With\n"
@@ -450,6 +463,9 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 				cl, "--limit: '%s' is not a positive number",
 				v);
 		return 0;
+	case OPT_SHARED:
+		cl->shared = 1;
+		return 0;
 	default:
 		return 0;
 	}
@@ -629,6 +645,14 @@ static int parse_args(struct cli *cl, int argc, char **argv, int *done)
 							: "token");
 	if (cl->sub->fn == dl_cli_run && (!cl->command || !cl->command[0]))
 		return dl_cli_usage_error(cl, "missing the command to run");
+	if (cl->sub->fn != dl_cli_list && cl->limit > DL_LIMIT_MAX)
+		return dl_cli_usage_error(
+			cl, "--limit: %" PRIu64 " holders at once, at most %d",
+			cl->limit, DL_LIMIT_MAX);
+	if (cl->shared && cl->limit > 1)
+		return dl_cli_usage_error(
+			cl, "--shared is for a lock; the holders of a "
+			    "semaphore (--limit N) each take a permit");
 	if (cl->npos > 0 &&
 	    dl_check_name(cl->pos[0], strlen(cl->pos[0])) != 0)
 		return dl_cli_usage_error(
@@ -706,24 +730,34 @@ int dl_cli_simple_connect(const struct cli *cl, dlock_client **c)
 	return dl_cli_connect(cl, &o, c);
 }
 
-int dl_cli_acquire(dlock_client *c, const char *name, uint64_t ttl_ms,
+int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 		   uint64_t wait_ms, dlock_lease **l)
 {
 	int64_t t0 = dlock_now_ms();
 	int64_t wait =
 		wait_ms == DL_WAIT_INF ? DLOCK_WAIT_FOREVER : (int64_t)wait_ms;
+	struct dlock_lock_options lo;
 	char what[300];
 	int rc;
 
-	if (wait == 0)
-		rc = dlock_trylock(c, name, (int64_t)ttl_ms, l);
-	else
-		rc = dlock_lock(c, name, (int64_t)ttl_ms, wait, l);
+	dlock_lock_options_init(&lo);
+	lo.ttl_ms = (int64_t)cl->ttl_ms;
+	lo.wait_ms = wait;
+	lo.mode = cl->shared ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
+	lo.limit = (uint32_t)cl->limit;
+	rc = dlock_acquire(c, name, &lo, l);
 	if (rc == 0)
 		return 0;
 	if (rc == DLOCK_EBUSY) {
-		dl_cli_msg("%s is held by another owner", name);
+		dl_cli_msg("%s is held by another owner%s", name,
+			   cl->limit > 1 ? " (no permit free)" : "");
 		return EXIT_TEMPFAIL;
+	}
+	if (rc == DLOCK_EMISMATCH) {
+		dl_cli_msg("cannot lock %s: it is in use with another --limit "
+			   "(%s); give the same --limit as its users",
+			   name, dlock_last_error());
+		return EXIT_USAGE;
 	}
 	/* DLOCK_ETIMEDOUT is the wait running out, or no reply in time:
 	 * only the first when the wait was finite and has passed. */

@@ -79,6 +79,7 @@ enum opt_id {
 	OPT_LIMIT,
 	OPT_BY_WAITERS,
 	OPT_CONFLICT_EXIT,
+	OPT_SHARED,
 	OPT_HELP,
 	OPT_VERSION,
 	OPT_COUNT_
@@ -116,7 +117,9 @@ struct cli {
 	uint64_t grace_ms;
 	int raw;
 	int json;	/* --json: one JSON object on stdout */
-	uint64_t limit; /* list --limit: 0 for all */
+	uint64_t limit; /* list --limit: 0 for all; lock, run --limit: the
+			   holders at once (0: a lock, n: a semaphore) */
+	int shared;	/* lock, run --shared */
 	int by_waiters; /* list --by-waiters */
 	int conflict_exit; /* -E: exit code when the lock is not taken, or
 			      0 for EXIT_TEMPFAIL */
@@ -148,9 +151,10 @@ int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
 /* dl_cli_connect() with dl_cli_conn_options(): for one-shot commands. */
 int dl_cli_simple_connect(const struct cli *cl, dlock_client **c);
 
-/* Take `name` (wait_ms: a duration, or DL_WAIT_INF); report why not. 0, or
- * an exit code. On success *l is the caller's lease handle. */
-int dl_cli_acquire(dlock_client *c, const char *name, uint64_t ttl_ms,
+/* Take `name` (wait_ms: a duration, or DL_WAIT_INF) in the mode and with
+ * the limit of cl (--shared, --limit); report why not. 0, or an exit
+ * code. On success *l is the caller's lease handle. */
+int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 		   uint64_t wait_ms, dlock_lease **l);
 
 /* ---- the commands (dlock_cmds.c, dlock_run.c): return an exit code ------- */

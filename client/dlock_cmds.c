@@ -42,7 +42,7 @@ int dl_cli_lock(struct cli *cl)
 	o.reconnect = wait != 0; /* a waiter keeps its place across drops */
 	if ((rc = dl_cli_connect(cl, &o, &c)) != 0)
 		return rc;
-	if ((rc = dl_cli_acquire(c, name, cl->ttl_ms, wait, &l)) == 0) {
+	if ((rc = dl_cli_acquire(c, cl, name, wait, &l)) == 0) {
 		printf("%" PRIu64 "\n", dlock_lease_token(l));
 		if (!cl->owner)
 			dl_cli_msg("%s is held by owner %s for %" PRId64
@@ -184,15 +184,89 @@ int dl_cli_break(struct cli *cl)
 	return rc == DLOCK_ESTALE ? EXIT_REFUSED : rc;
 }
 
+/* status: the holders and waiters, collected for printing after the
+ * status lines */
+struct members {
+	struct dlock_holder *v;
+	char (*owner)[DL_OWNER_MAX + 1];
+	size_t n, cap;
+};
+
+static void member_cb(const struct dlock_holder *h, void *arg)
+{
+	struct members *m = arg;
+
+	if (m->n == m->cap) {
+		size_t cap = m->cap ? m->cap * 2 : 16;
+		struct dlock_holder *v = realloc(m->v, cap * sizeof(*v));
+		char(*o)[DL_OWNER_MAX + 1];
+
+		if (!v)
+			return;
+		m->v = v;
+		o = realloc(m->owner, cap * sizeof(*o));
+		if (!o)
+			return;
+		m->owner = o;
+		m->cap = cap;
+	}
+	m->v[m->n] = *h;
+	snprintf(m->owner[m->n], sizeof(m->owner[0]), "%s", h->owner);
+	m->v[m->n].owner = m->owner[m->n];
+	m->n++;
+}
+
+static void print_member_json(const struct dlock_holder *h)
+{
+	fputs("{\"owner\": ", stdout);
+	dl_cli_json_str(stdout, h->owner);
+	if (h->waiter) {
+		printf(", \"position\": %" PRIu32 ", \"wait_ms\": ",
+		       h->position);
+		if (h->wait_ms < 0)
+			fputs("null", stdout);
+		else
+			printf("%" PRId64, h->wait_ms);
+		printf(", \"restored\": %s", h->restored ? "true" : "false");
+	} else {
+		printf(", \"token\": %" PRIu64 ", \"ttl_ms\": %" PRId64
+		       ", \"count\": %" PRIu32,
+		       h->token, h->ttl_ms, h->count);
+	}
+	printf(", \"mode\": \"%s\"}", h->shared ? "shared" : "exclusive");
+}
+
+static void print_member(const struct dlock_holder *h)
+{
+	if (h->waiter) {
+		printf("waiter owner=%s position=%" PRIu32, h->owner,
+		       h->position);
+		if (h->wait_ms < 0)
+			fputs(" wait_ms=inf", stdout);
+		else
+			printf(" wait_ms=%" PRId64, h->wait_ms);
+	} else {
+		printf("holder owner=%s token=%" PRIu64 " ttl_ms=%" PRId64
+		       " count=%" PRIu32,
+		       h->owner, h->token, h->ttl_ms, h->count);
+	}
+	printf(" mode=%s%s\n", h->shared ? "shared" : "exclusive",
+	       h->restored ? " restored" : "");
+}
+
 int dl_cli_status(struct cli *cl)
 {
+	struct members m = {0};
 	struct dlock_status st;
 	dlock_client *c;
-	int rc;
+	size_t i;
+	int rc, first;
 
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
 	rc = dlock_status(c, cl->pos[0], &st);
+	if (rc == 0)
+		rc = dlock_holders(c, cl->pos[0], member_cb, &m, NULL, NULL);
 	if (rc == 0 && cl->json) {
 		fputs("{\"name\": ", stdout);
 		dl_cli_json_str(stdout, cl->pos[0]);
@@ -204,15 +278,43 @@ int dl_cli_status(struct cli *cl)
 			dl_cli_json_str(stdout, st.owner);
 		else
 			fputs("null", stdout);
-		printf(", \"waiters\": %" PRIu32 "}\n", st.waiters);
-	} else if (rc == 0)
+		printf(", \"waiters\": %" PRIu32 ", \"mode\": ", st.waiters);
+		if (st.mode[0])
+			printf("\"%s\"", st.mode);
+		else
+			fputs("null", stdout);
+		printf(", \"limit\": %" PRIu32 ", \"holders\": %" PRIu32
+		       ", \"holders_list\": [",
+		       st.limit, st.holders);
+		for (i = 0, first = 1; i < m.n; i++)
+			if (!m.v[i].waiter) {
+				fputs(first ? "" : ", ", stdout);
+				print_member_json(&m.v[i]);
+				first = 0;
+			}
+		fputs("], \"queue\": [", stdout);
+		for (i = 0, first = 1; i < m.n; i++)
+			if (m.v[i].waiter) {
+				fputs(first ? "" : ", ", stdout);
+				print_member_json(&m.v[i]);
+				first = 0;
+			}
+		fputs("]}\n", stdout);
+	} else if (rc == 0) {
 		printf("name=%s\nstate=%s\ntoken=%" PRIu64 "\nttl_ms=%" PRId64
-		       "\ncount=%" PRIu32 "\nowner=%s\nwaiters=%" PRIu32 "\n",
+		       "\ncount=%" PRIu32 "\nowner=%s\nwaiters=%" PRIu32
+		       "\nmode=%s\nlimit=%" PRIu32 "\nholders=%" PRIu32 "\n",
 		       cl->pos[0], st.held ? "held" : "free", st.token,
 		       st.ttl_ms, st.count, st.owner[0] ? st.owner : "-",
-		       st.waiters);
-	else
+		       st.waiters, st.mode[0] ? st.mode : "-", st.limit,
+		       st.holders);
+		for (i = 0; i < m.n; i++)
+			print_member(&m.v[i]);
+	} else {
 		rc = dl_cli_fail(rc, "status");
+	}
+	free(m.v);
+	free(m.owner);
 	dlock_close(c);
 	return rc;
 }

@@ -345,7 +345,8 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 		dl__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
-	if (q->op == DL__STATS || q->op == DL__LOCKS) {
+	if (q->op == DL__STATS || q->op == DL__LOCKS ||
+	    q->op == DL__HOLDERS) {
 		q->stats_len = 0;
 		q->stats_n = 0;
 	}

@@ -67,6 +67,8 @@ enum dl__op {
 	DL__PING,
 	DL__LOCKS, /* name: the prefix; after, limit, by_waiters */
 	DL__BREAK,
+	DL__HOLDERS, /* the body is kept like LOCKS's; status from the
+			header */
 };
 
 /* Where a request is; it is on at most one list. */
@@ -121,10 +123,12 @@ struct dl__req {
 	char *stats; /* STATS: "key\0value\0" pairs; LOCKS: "line\0"s */
 	size_t stats_len, stats_cap;
 	uint64_t stats_n; /* pairs (lines) in stats */
-	/* LOCKS: the page asked for; r_value receives more= */
+	/* LOCKS: the page asked for; r_value receives more= (HOLDERS too).
+	 * LOCK: limit is the holders at once asked for (0, 1: a lock) */
 	char after[DL_NAME_MAX + 1];
 	uint32_t limit;
 	unsigned by_waiters : 1;
+	unsigned shared : 1; /* LOCK: mode=shared */
 	char err[DL__ERR_MAX]; /* the NO/ERR line, "" if none */
 };
 
@@ -274,6 +278,8 @@ void dl__name_wake(struct dlock_client *c, const char *name);
 int dl__name_acquiring(const struct dlock_client *c, const char *name);
 void dl__flush(struct dlock_client *c);
 
+/* STATUS and HOLDERS fields mode= limit= holders= waiters=. */
+void dl__status_extra(const struct dl_reply *r, struct dlock_status *st);
 /* The DLOCK_E* code of a NO/ERR reply (and its text kept in q->err). */
 int dl__reply_error(struct dl__req *q, const struct dl_reply *r);
 

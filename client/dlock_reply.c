@@ -217,7 +217,30 @@ static void reply_status(struct dl__req *q, const struct dl_reply *r)
 	if (st->held && dl_reply_kv(r, "owner", &owner) == 0 &&
 	    owner.len < sizeof(st->owner))
 		memcpy(st->owner, owner.p, owner.len);
+	dl__status_extra(r, st);
 	q->rc = 0;
+}
+
+void dl__status_extra(const struct dl_reply *r, struct dlock_status *st)
+{
+	struct dl_str v;
+	uint64_t n;
+
+	st->limit = 1;
+	if (dl_reply_kv(r, "mode", &v) == 0 && v.len < sizeof(st->mode) &&
+	    !(v.len == 1 && v.p[0] == '-')) {
+		memcpy(st->mode, v.p, v.len);
+		st->mode[v.len] = '\0';
+	}
+	if (dl_reply_kv(r, "limit", &v) == 0 &&
+	    dl_parse_u64(v.p, v.len, &n) == 0 && n >= 1 && n <= UINT32_MAX)
+		st->limit = (uint32_t)n;
+	if (dl_reply_kv(r, "holders", &v) == 0 &&
+	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= UINT32_MAX)
+		st->holders = (uint32_t)n;
+	if (dl_reply_kv(r, "waiters", &v) == 0 &&
+	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= UINT32_MAX)
+		st->waiters = (uint32_t)n;
 }
 
 /* A line of a STATS body, "key value", kept as "key\0value\0"; or of a
@@ -228,7 +251,7 @@ static void stats_line(struct dlock_client *c, const char *line, size_t len)
 	const char *sp = memchr(line, ' ', len);
 	size_t need = len + 2;
 
-	if (q->op == DL__LOCKS && sp &&
+	if ((q->op == DL__LOCKS || q->op == DL__HOLDERS) && sp &&
 	    q->stats_len + need <= DL__STATS_MAX) {
 		if (q->stats_len + need > q->stats_cap) {
 			size_t cap = q->stats_cap ? q->stats_cap * 2 : 4096;
@@ -365,6 +388,24 @@ static void reply(struct dlock_client *c, struct dl__req *q,
 			break;
 		reply_status(q, r);
 		dl__req_finish(c, q, q->rc);
+		return;
+	case DL__HOLDERS:
+		/* OK HOLDERS <name> <n> holders= waiters= mode= limit= more= */
+		if (!is(r, DL_REPLY_OK, "HOLDERS"))
+			break;
+		memset(&q->status, 0, sizeof(q->status));
+		dl__status_extra(r, &q->status);
+		q->status.held = q->status.holders > 0;
+		if (dl_reply_u64(r, 1, &n) < 0 ||
+		    dl_reply_kv(r, "more", &v) < 0 ||
+		    dl_parse_u64(v.p, v.len, &q->r_value) < 0) {
+			dl__req_finish(c, q, DLOCK_EPROTO);
+		} else if (n == 0) {
+			dl__req_finish(c, q, 0);
+		} else {
+			c->stats_req = q;
+			c->stats_left = n;
+		}
 		return;
 	case DL__LOCKS:
 	case DL__STATS:

@@ -186,6 +186,7 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		[DL__STATS] = "STATS",	       [DL__PING] = "PING",
 		[DL__UNLOCK_TOKEN] = "UNLOCK", [DL__REFRESH_TOKEN] = "REFRESH",
 		[DL__LOCKS] = "LOCKS",	       [DL__BREAK] = "BREAK",
+		[DL__HOLDERS] = "HOLDERS",
 	};
 
 	c->seq++;
@@ -212,6 +213,10 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 							 ? q->wait_end - now
 							 : 1));
 		}
+		if (q->shared)
+			dl_fmt_word(f, "mode=shared");
+		if (q->limit > 1)
+			dl_fmt_kv_u64(f, "limit", q->limit);
 		break;
 	case DL__CONFIRM:
 	case DL__REFRESH:
@@ -235,6 +240,7 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		break;
 	case DL__CANCEL:
 	case DL__STATUS:
+	case DL__HOLDERS:
 		dl_fmt_word(f, q->name);
 		break;
 	case DL__STATS:
@@ -488,6 +494,8 @@ int dl__reply_error(struct dl__req *q, const struct dl_reply *r)
 		{"NOT_HOLDER", DLOCK_ENOTHOLDER},
 		{"STALE", DLOCK_ESTALE},
 		{"AUTH_FAILED", DLOCK_EAUTH},
+		{"LIMIT_MISMATCH", DLOCK_EMISMATCH},
+		{"UPGRADE_DEADLOCK", DLOCK_EDEADLK},
 	};
 	static const struct word_err err_map[] = {
 		{"NOAUTH", DLOCK_EAUTH},

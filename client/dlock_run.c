@@ -667,8 +667,7 @@ static int take_lock(struct runner *r)
 	rc = dl_cli_connect(cl, &o, &r->c);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc == 0)
-		rc = dl_cli_acquire(r->c, cl->pos[0], cl->ttl_ms, cl->wait_ms,
-				    &r->l);
+		rc = dl_cli_acquire(r->c, cl, cl->pos[0], cl->wait_ms, &r->l);
 	return rc;
 }
 

@@ -34,8 +34,18 @@
 #define DL_OWNER_MAX 64
 
 /* Words in one request line, verb included. The longest valid request,
- * REFRESH <name> <token> ttl= id=, has five; the slack is for nothing. */
+ * LOCK <name> ttl= wait= mode= limit= id=, has seven. */
 #define DL_ARGS_MAX 8
+
+/* Holders of one lock at once: the largest semaphore (LOCK limit=<n>),
+ * and the most shared holders of a lock; one more shared request waits.
+ * Both fit the lock's 16-bit holder count. */
+#define DL_LIMIT_MAX  65535
+#define DL_SHARED_MAX 65535
+
+/* HOLDERS: the most holders and the most waiters its reply lists (the
+ * header gives the full counts; more=<n> says how many were left out). */
+#define DL_HOLDERS_LIST_MAX 1000
 
 /* Largest duration the codec accepts, in ms (about 31.7 years). A larger
  * number, or one that overflows while scaling by its suffix, is BAD_ARG. */

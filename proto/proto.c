@@ -267,6 +267,7 @@ enum {
 	OPT_LIMIT = 16,
 	OPT_AFTER = 32,
 	OPT_BY = 64,
+	OPT_MODE = 128,
 };
 
 /* The table HELP prints and the errors quote: the syntax of each verb is
@@ -288,11 +289,14 @@ struct verb_def {
 static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	[DL_VERB_NONE] = {"", 0, 0, 0, {0, 0}, 0, "", ""},
 	VERB(DL_VERB_LOCK, "LOCK", 1, 1, POS_NAME, 0,
-	     OPT_TTL | OPT_WAIT | OPT_ID,
-	     " <name> [ttl=<duration>] [wait=<duration>|inf] [id=<tag>]",
+	     OPT_TTL | OPT_WAIT | OPT_MODE | OPT_LIMIT | OPT_ID,
+	     " <name> [ttl=<duration>] [wait=<duration>|inf] "
+	     "[mode=exclusive|shared] [limit=<n>] [id=<tag>]",
 	     "take a lease, or queue for it (OK QUEUED, then * GRANTED)"),
-	VERB(DL_VERB_TRYLOCK, "TRYLOCK", 1, 1, POS_NAME, 0, OPT_TTL | OPT_ID,
-	     " <name> [ttl=<duration>] [id=<tag>]",
+	VERB(DL_VERB_TRYLOCK, "TRYLOCK", 1, 1, POS_NAME, 0,
+	     OPT_TTL | OPT_MODE | OPT_LIMIT | OPT_ID,
+	     " <name> [ttl=<duration>] [mode=exclusive|shared] [limit=<n>] "
+	     "[id=<tag>]",
 	     "take a lease now or answer NO BUSY"),
 	VERB(DL_VERB_UNLOCK, "UNLOCK", 2, 2, POS_NAME, POS_TOKEN, OPT_ID,
 	     " <name> <token> [id=<tag>]", "release a lease you hold"),
@@ -330,10 +334,13 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	VERB(DL_VERB_HELP, "HELP", 0, 1, POS_TEXT, 0, OPT_ID,
 	     " [<command>] [id=<tag>]",
 	     "this list, or one command (multi-line)"),
+	VERB(DL_VERB_HOLDERS, "HOLDERS", 1, 1, POS_NAME, 0, OPT_ID,
+	     " <name> [id=<tag>]",
+	     "each holder of a lock and each waiter, in order (multi-line)"),
 };
 
-static const char *const opt_names[] = {"ttl",   "wait",  "id",	"owner",
-					"limit", "after", "by"};
+static const char *const opt_names[] = {"ttl",   "wait",  "id", "owner",
+					"limit", "after", "by", "mode"};
 
 const char *dl_verb_name(enum dl_verb v)
 {
@@ -609,20 +616,36 @@ static int parse_option(struct dl_str w, const char *eq,
 					 DL_OWNER_MAX);
 		req->owner = val;
 		break;
-	case OPT_LIMIT:
+	case OPT_LIMIT: {
+		/* LOCKS: a page's length; LOCK, TRYLOCK: holders at once */
+		uint64_t max = req->verb == DL_VERB_LOCKS ? DL_LOCKS_PAGE_MAX
+							  : DL_LIMIT_MAX;
+
 		err = dl_parse_u64(v, val.len, &req->limit);
-		if (err < 0 || req->limit == 0 ||
-		    req->limit > DL_LOCKS_PAGE_MAX) {
+		if (err < 0 || req->limit == 0 || req->limit > max) {
 			struct why m = {req->why, 0, sizeof(req->why)};
 
 			why_str(&m, err == DL_EBADARG ? "limit malformed: "
 						      : "limit out of range: ");
 			why_quote(&m, val.p, val.len);
 			why_str(&m, ", a number from 1 to ");
-			why_u64(&m, DL_LOCKS_PAGE_MAX);
+			why_u64(&m, max);
 			return fail(why, req, DL_EBADARG, req->why);
 		}
 		req->has_limit = 1;
+		break;
+	}
+	case OPT_MODE:
+		if (ci_eq(v, val.len, "SHARED", 6)) {
+			req->shared = 1;
+		} else if (!ci_eq(v, val.len, "EXCLUSIVE", 9)) {
+			struct why m = {req->why, 0, sizeof(req->why)};
+
+			why_str(&m, "mode malformed: ");
+			why_quote(&m, val.p, val.len);
+			why_str(&m, ", takes exclusive or shared");
+			return fail(why, req, DL_EBADARG, req->why);
+		}
 		break;
 	case OPT_AFTER:
 		err = dl_check_name(v, val.len);
@@ -764,6 +787,10 @@ int dl_parse_request(const char *line, size_t len, struct dl_request *req,
 		if (err < 0)
 			return err;
 	}
+	if (req->shared && req->has_limit && req->limit > 1)
+		return fail(why, req, DL_EBADARG,
+			    "mode=shared is for a lock (limit 1); the holders "
+			    "of a semaphore (limit=<n>) each take a permit");
 	if (req->by_waiters && req->after.len)
 		return fail(why, req, DL_EBADARG,
 			    "after= pages by name; by=waiters lists the first "

@@ -138,6 +138,7 @@ enum dl_verb {
 	DL_VERB_LOCKS,
 	DL_VERB_HELP,
 	DL_VERB_BREAK,
+	DL_VERB_HOLDERS,
 	DL_VERB_COUNT_
 };
 
@@ -158,8 +159,9 @@ enum dl_verb dl_find_verb(struct dl_str w);
 struct dl_request {
 	enum dl_verb verb;
 	struct dl_str
-		name; /* LOCK TRYLOCK UNLOCK REFRESH CHECK CANCEL STATUS; the
-			 prefix of LOCKS (len 0 when absent) */
+		name; /* LOCK TRYLOCK UNLOCK REFRESH CHECK CANCEL STATUS
+			 HOLDERS BREAK; the prefix of LOCKS (len 0 when
+			 absent) */
 	uint64_t token;	  /* UNLOCK REFRESH CHECK */
 	uint64_t ttl_ms;  /* ttl=, when has_ttl */
 	uint64_t wait_ms; /* wait=, when has_wait; may be DL_WAIT_INF */
@@ -170,9 +172,11 @@ struct dl_request {
 	struct dl_str arg;   /* AUTH secret, PING text, HELP verb (len 0 when
 				absent) */
 	struct dl_str after; /* LOCKS after=<name>; len 0 when absent */
-	uint64_t limit;	     /* LOCKS limit=, when has_limit */
+	uint64_t limit;	     /* LOCKS limit= (page length), LOCK TRYLOCK
+				limit= (holders at once), when has_limit */
 	unsigned has_limit : 1;
 	unsigned by_waiters : 1; /* LOCKS by=waiters */
+	unsigned shared : 1;	 /* LOCK TRYLOCK mode=shared */
 	char why[DL_WHY_MAX]; /* the explanation of a failed parse */
 };
 

@@ -152,6 +152,8 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 		[DL_NOT_QUEUED] = "NO NOT_QUEUED",
 		[DL_ALREADY_WAITING] = "NO ALREADY_WAITING",
 		[DL_BROKEN] = "OK BROKEN",
+		[DL_LIMIT_MISMATCH] = "NO LIMIT_MISMATCH",
+		[DL_UPGRADE_DEADLOCK] = "NO UPGRADE_DEADLOCK",
 	};
 	struct dl_line line = {.durable = res->durable,
 			       .token = res->token,
@@ -182,7 +184,11 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 	case DL_BUSY:
 	case DL_HELD:
 	case DL_ALREADY_WAITING:
+	case DL_LIMIT_MISMATCH:
 		dl_fmt_u64(&r.f, res->value);
+		break;
+	case DL_UPGRADE_DEADLOCK:
+		dl_fmt_u64(&r.f, res->token);
 		break;
 	default:
 		break;
@@ -217,10 +223,16 @@ static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
 	uint64_t wait = rq->has_wait ? rq->wait_ms : DL_WAIT_INF;
 	int err;
 
+	struct dl_acquire a = {.name = rq->name,
+			       .ttl_ms = ttl,
+			       .wait_ms = wait,
+			       .tag = rq->tag,
+			       .limit = rq->has_limit ? (uint32_t)rq->limit : 1,
+			       .shared = rq->shared};
+
 	if (check_ttl(c, rq))
 		return;
-	err = dl_locktab_acquire(srv->tab, &c->sess, rq->name, ttl, wait,
-				 rq->tag, &res);
+	err = dl_locktab_acquire(srv->tab, &c->sess, &a, &res);
 	if (err == DL_ELIMIT)
 		limit_error(c, rq->name, rq->tag);
 	else if (err)
@@ -289,6 +301,17 @@ static void cmd_cancel(struct dl_conn *c, const struct dl_request *rq)
 	result_reply(c, rq->name, &res, rq->tag);
 }
 
+/* The mode a lock is held in: "exclusive", "shared", "semaphore" (the
+ * holders of a lock with limit > 1 each hold a permit), "-" when free. */
+static struct dl_str status_mode(const struct dl_lock_status *st)
+{
+	if (!st->held)
+		return DL_STR_LIT("-");
+	if (st->limit > 1)
+		return DL_STR_LIT("semaphore");
+	return st->shared ? DL_STR_LIT("shared") : DL_STR_LIT("exclusive");
+}
+
 static void cmd_status(struct dl_conn *c, const struct dl_request *rq)
 {
 	struct dl_lock_status st;
@@ -303,7 +326,79 @@ static void cmd_status(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_u64(&r.f, "count", st.count);
 	dl_fmt_kv_str(&r.f, "owner", st.held ? st.owner : DL_STR_LIT("-"));
 	dl_fmt_kv_u64(&r.f, "waiters", st.waiters);
+	dl_fmt_kv_str(&r.f, "mode", status_mode(&st));
+	dl_fmt_kv_u64(&r.f, "limit", st.limit);
+	dl_fmt_kv_u64(&r.f, "holders", st.holders);
 	reply_send(c, &r, rq->tag, NULL);
+}
+
+/* HOLDERS: "OK HOLDERS <name> holders=<h> waiters=<w> mode=<m> limit=<n>
+ * more=<k>", then one line per holder in grant order
+ *   holder <owner> token=<t> ttl_ms=<ms> count=<c> mode=<m>
+ * then one per waiter in queue order
+ *   waiter <owner> position=<p> wait_ms=<ms>|inf mode=<m> [restored]
+ * at most DL_HOLDERS_LIST_MAX of each; more= counts those left out. */
+struct member_lines {
+	struct dl_conn *c;
+	uint32_t holders, waiters; /* listed so far */
+	uint64_t more;
+};
+
+static void member_line(const struct dl_member *m, void *arg)
+{
+	struct member_lines *x = arg;
+	struct reply r;
+
+	if ((m->waiter ? x->waiters : x->holders) >= DL_HOLDERS_LIST_MAX) {
+		x->more++;
+		return;
+	}
+	if (m->waiter)
+		x->waiters++;
+	else
+		x->holders++;
+	reply_begin(&r, m->waiter ? "waiter" : "holder");
+	dl_fmt_str(&r.f, m->owner);
+	if (m->waiter) {
+		dl_fmt_kv_u64(&r.f, "position", m->position);
+		if (m->remaining == UINT64_MAX)
+			dl_fmt_word(&r.f, "wait_ms=inf");
+		else
+			dl_fmt_kv_u64(&r.f, "wait_ms", m->remaining);
+	} else {
+		dl_fmt_kv_u64(&r.f, "token", m->token);
+		dl_fmt_kv_u64(&r.f, "ttl_ms", m->remaining);
+		dl_fmt_kv_u64(&r.f, "count", m->count);
+	}
+	dl_fmt_word(&r.f, m->shared ? "mode=shared" : "mode=exclusive");
+	if (m->placeholder)
+		dl_fmt_word(&r.f, "restored");
+	reply_send(x->c, &r, DL_STR_NULL, NULL);
+}
+
+static void cmd_holders(struct dl_conn *c, const struct dl_request *rq)
+{
+	struct member_lines x = {c, 0, 0, 0};
+	struct dl_lock_status st;
+	struct reply r;
+	uint32_t listed;
+
+	dl_locktab_status(c->srv->tab, rq->name, &st);
+	listed = (st.holders < DL_HOLDERS_LIST_MAX ? st.holders
+						   : DL_HOLDERS_LIST_MAX) +
+		 (st.waiters < DL_HOLDERS_LIST_MAX ? st.waiters
+						   : DL_HOLDERS_LIST_MAX);
+	reply_begin(&r, "OK HOLDERS");
+	dl_fmt_str(&r.f, rq->name);
+	dl_fmt_u64(&r.f, listed);
+	dl_fmt_kv_u64(&r.f, "holders", st.holders);
+	dl_fmt_kv_u64(&r.f, "waiters", st.waiters);
+	dl_fmt_kv_str(&r.f, "mode", status_mode(&st));
+	dl_fmt_kv_u64(&r.f, "limit", st.limit);
+	dl_fmt_kv_u64(&r.f, "more", st.holders + st.waiters - listed);
+	reply_send(c, &r, rq->tag, NULL);
+	/* dl_locktab_status reaped the lock: the walk sees the same */
+	dl_locktab_members(c->srv->tab, rq->name, member_line, &x);
 }
 
 /* The active's address, "-" when none is known. */
@@ -513,7 +608,7 @@ static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 		dl_fmt_str(&r.f, (struct dl_str){page[i]->name,
 						 page[i]->hn.len});
 		dl_fmt_word(&r.f, st.held ? "state=held" : "state=free");
-		dl_fmt_word(&r.f, "mode=exclusive");
+		dl_fmt_kv_str(&r.f, "mode", status_mode(&st));
 		dl_fmt_kv_str(&r.f, "owner",
 			      st.held ? st.owner : DL_STR_LIT("-"));
 		dl_fmt_kv_u64(&r.f, "token", st.token);
@@ -521,6 +616,7 @@ static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 		dl_fmt_kv_u64(&r.f, "count", st.count);
 		dl_fmt_kv_u64(&r.f, "holders", st.holders);
 		dl_fmt_kv_u64(&r.f, "waiters", st.waiters);
+		dl_fmt_kv_u64(&r.f, "limit", st.limit);
 		reply_send(c, &r, DL_STR_NULL, NULL);
 	}
 	free(page);
@@ -550,7 +646,7 @@ static void cmd_help(struct dl_conn *c, const struct dl_request *rq)
 	end = v == DL_VERB_NONE ? DL_VERB_COUNT_ : v + 1;
 	if (v != DL_VERB_NONE)
 		first = v;
-	u = v == DL_VERB_NONE ? " ttl= wait= limit=" : dl_verb_usage(v);
+	u = v == DL_VERB_NONE ? " ttl= wait= mode= limit=" : dl_verb_usage(v);
 	if (v != DL_VERB_NONE)
 		snprintf(note[n++], sizeof(note[0]), "%s", dl_verb_summary(v));
 	if (strstr(u, "ttl="))
@@ -563,10 +659,23 @@ static void cmd_help(struct dl_conn *c, const struct dl_request *rq)
 		snprintf(note[n++], sizeof(note[0]),
 			 "wait: how long to queue, a duration or inf (the "
 			 "default); TRYLOCK does not queue");
-	if (strstr(u, "limit="))
+	if (strstr(u, "mode="))
 		snprintf(note[n++], sizeof(note[0]),
-			 "limit: locks per page, 1 to %d (default %d); "
-			 "after=<the page's last name> for the next page",
+			 "mode: exclusive (the default), the only holder; or "
+			 "shared, with other shared holders; first come, "
+			 "first served across both");
+	if (strstr(u, "limit=") && v != DL_VERB_LOCKS)
+		snprintf(note[n++], sizeof(note[0]),
+			 "limit (LOCK, TRYLOCK): holders at once, 1 (a lock, "
+			 "the default) to %d (a semaphore); set by the "
+			 "request that finds the lock free, another one is "
+			 "NO LIMIT_MISMATCH",
+			 DL_LIMIT_MAX);
+	if (strstr(u, "limit=") &&
+	    (v == DL_VERB_LOCKS || v == DL_VERB_NONE))
+		snprintf(note[n++], sizeof(note[0]),
+			 "limit (LOCKS): locks per page, 1 to %d (default "
+			 "%d); after=<the page's last name> for the next page",
 			 DL_LOCKS_PAGE_MAX, DL_LOCKS_PAGE_DEFAULT);
 	if (v == DL_VERB_NONE)
 		snprintf(note[n++], sizeof(note[0]),
@@ -634,6 +743,7 @@ static const struct {
 	[DL_VERB_LOCKS] = {cmd_locks, ACTIVE},
 	[DL_VERB_HELP] = {cmd_help, OPEN},
 	[DL_VERB_BREAK] = {cmd_break, CHANGES | ACTIVE},
+	[DL_VERB_HOLDERS] = {cmd_holders, ACTIVE},
 };
 
 void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
@@ -692,7 +802,9 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 			       .token = ev->token,
 			       .deadline = ev->deadline,
 			       .wait_deadline = ev->wait_deadline,
-			       .asked_ttl_ms = ev->asked_ttl_ms};
+			       .asked_ttl_ms = ev->asked_ttl_ms,
+			       .shared = ev->shared,
+			       .limit = (uint16_t)ev->limit};
 	struct reply r;
 
 	reply_begin(&r, heads[ev->type]);
@@ -732,10 +844,15 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 	    dl_parse_reply(text, len - 2, &rp) != 0 || rp.argc < 1)
 		return DL_HELD_KEEP;
 	if (line->kind != DL_LINE_REFRESHED) {
+		struct dl_requeue rq = {.ttl_ms = line->asked_ttl_ms,
+					.wait_deadline = line->wait_deadline,
+					.tag = rp.tag,
+					.shared = line->shared,
+					.limit = line->limit};
+
 		err = dl_locktab_revoke(
 			c->srv->tab, &c->sess, rp.argv[0], line->token,
-			line->kind == DL_LINE_GRANTED_EVENT, line->asked_ttl_ms,
-			line->wait_deadline, rp.tag);
+			line->kind == DL_LINE_GRANTED_EVENT ? &rq : NULL);
 		if (line->kind == DL_LINE_GRANTED_EVENT && err == 0)
 			return 0; /* waiting again */
 		if (line->kind == DL_LINE_GRANTED_EVENT) {

@@ -66,6 +66,8 @@ enum dl_line_kind {
 struct dl_line {
 	enum dl_line_kind kind;
 	unsigned durable : 1;	/* hold until the open epoch commits */
+	unsigned shared : 1;	/* GRANTED_EVENT: the mode the waiter asked */
+	uint16_t limit;		/* GRANTED_EVENT: the lock's limit */
 	uint8_t ttl_len;	/* the TTL field: its length ... */
 	uint16_t ttl_off;	/* ... and offset in the line */
 	uint16_t name_off;	/* the lock's name: its offset ... */

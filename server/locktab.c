@@ -165,6 +165,7 @@ struct dl_lock *dl__lock_get(struct dl_locktab *t, struct dl_str name)
 		return NULL;
 	lk->hn.hash = dl_hash_bytes(t->seed, name.p, name.len);
 	lk->hn.len = (uint8_t)name.len;
+	lk->limit = 1;
 	memcpy(lk->name, name.p, name.len);
 	dl_htab_insert(&t->locks, &lk->hn);
 	t->st.locks++;
@@ -246,7 +247,7 @@ struct dl_lease *dl__lease_alloc(struct dl_str tag)
 void dl__lease_link(struct dl_locktab *t, struct dl_lease *l,
 		    struct dl_lock *lk, struct dl_owner *o, uint64_t token,
 		    uint32_t count, uint32_t ttl, uint64_t deadline,
-		    uint64_t now)
+		    uint64_t now, int shared)
 {
 	struct dl_lease **pp = &lk->holders;
 
@@ -254,6 +255,7 @@ void dl__lease_link(struct dl_locktab *t, struct dl_lease *l,
 		pp = &(*pp)->next;
 	*pp = l;
 	l->kind = DL__TIMED_LEASE;
+	l->shared = shared ? 1 : 0;
 	l->count = count;
 	l->ttl_ms = ttl;
 	l->lock = lk;
@@ -268,9 +270,10 @@ void dl__lease_link(struct dl_locktab *t, struct dl_lease *l,
 
 void dl__lease_grant(struct dl_locktab *t, struct dl_lease *l,
 		     struct dl_lock *lk, struct dl_owner *o, uint32_t ttl,
-		     uint64_t now)
+		     uint64_t now, int shared)
 {
-	dl__lease_link(t, l, lk, o, ++t->last_token, 1, ttl, now + ttl, now);
+	dl__lease_link(t, l, lk, o, ++t->last_token, 1, ttl, now + ttl, now,
+		       shared);
 	t->st.grants++;
 	dl__mark_urgent(t, lk);
 }
@@ -294,6 +297,15 @@ void dl__lease_remove(struct dl_locktab *t, struct dl_lease *l)
 	dl__mark_dirty(t, lk);
 	free(l->tag);
 	free(l);
+}
+
+int dl__has_room(const struct dl_lock *lk, int shared)
+{
+	if (!lk->holders)
+		return 1;
+	if (shared)
+		return lk->holders->shared && lk->nholders < DL_SHARED_MAX;
+	return !lk->holders->shared && lk->nholders < lk->limit;
 }
 
 /* Reentry: one more hold, the deadline pushed to now + ttl if later. */
@@ -401,13 +413,14 @@ static struct dl_str waiter_tag(const struct dl_waiter *w)
 struct dl_waiter *dl__waiter_new(struct dl_locktab *t, struct dl_lock *lk,
 				 struct dl_owner *o, struct dl_session *s,
 				 uint32_t ttl, uint64_t timer_at,
-				 struct dl_str tag)
+				 struct dl_str tag, int shared)
 {
 	struct dl_waiter *w = calloc(1, sizeof(*w));
 
 	if (!w)
 		return NULL;
 	w->kind = DL__TIMED_WAITER;
+	w->shared = shared ? 1 : 0;
 	w->lock = lk;
 	w->owner = o;
 	w->queued_at = dl__now_ms(t);
@@ -452,11 +465,15 @@ void dl__waiter_to_head(struct dl_lock *lk, struct dl_waiter *w)
 }
 
 /*
- * Grant the lock to waiters from the head of its queue while it has room.
- * Only the head is ever considered: this is the "watch your predecessor"
- * rule, done here, so a release wakes exactly one waiter. A placeholder at
- * the head keeps its place (nobody behind it is served) until its owner
- * claims it or its grace ends.
+ * Grant the lock to waiters from the head of its queue while the head can
+ * be admitted. Only the head is ever considered: this is the "watch your
+ * predecessor" rule, done here, so a release wakes exactly the waiters
+ * that can now hold -- one exclusive waiter, a run of consecutive shared
+ * ones (each admitted because the one before was), or one per freed
+ * permit -- and nobody behind a waiter that has to go on waiting (strict
+ * FIFO across modes: a shared request never overtakes a queued exclusive
+ * one). A placeholder at the head keeps its place (nobody behind it is
+ * served) until its owner claims it or its grace ends.
  */
 void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 {
@@ -468,7 +485,7 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 
 	while (!t->suspended && (w = lk->qhead) != NULL && w->sess) {
 		l = dl__holder_of(lk, w->owner);
-		if (!l && lk->nholders >= t->max_holders)
+		if (!l && !dl__has_room(lk, w->shared))
 			return;
 		s = w->sess;
 		memset(&ev, 0, sizeof(ev));
@@ -478,18 +495,23 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 		memcpy(tag, w->tag, w->tag_len);
 		dl__hist_add(&t->st.wait,
 			     now > w->queued_at ? now - w->queued_at : 0);
-		if (l && l->count < DL_REENTRY_MAX) {
+		ev.shared = w->shared;
+		ev.limit = lk->limit;
+		if (l && l->count < DL_REENTRY_MAX &&
+		    !(l->shared && !w->shared)) {
 			dl__lease_reenter(t, l, w->ttl_ms, now);
 		} else if (!l && !dl__tokens_exhausted(t) &&
 			   (l = dl__lease_alloc(waiter_tag(w))) != NULL) {
-			dl__lease_grant(t, l, lk, w->owner, w->ttl_ms, now);
+			dl__lease_grant(t, l, lk, w->owner, w->ttl_ms, now,
+					w->shared);
 		} else {
-			/* A reentry past DL_REENTRY_MAX (the owner took the
-			 * lock through another session while this request
-			 * waited), or out of memory or of tokens: the waiter
-			 * cannot be served, so it is told it timed out rather
-			 * than left to hang at the head of the queue. The
-			 * hold count never wraps. */
+			/* The owner took the lock through another session
+			 * while this request waited, and a reentry would go
+			 * past DL_REENTRY_MAX or upgrade its shared lease
+			 * (it would wait for itself); or out of memory or of
+			 * tokens: the waiter cannot be served, so it is told
+			 * it timed out rather than left to hang at the head
+			 * of the queue. The hold count never wraps. */
 			dl__waiter_free(t, w);
 			t->st.timeouts++;
 			ev.type = DL_EVENT_TIMEOUT;
@@ -610,7 +632,6 @@ struct dl_locktab *dl_locktab_new(const struct dl_locktab_hooks *hooks,
 	t->hooks = *hooks;
 	t->limits = *limits;
 	t->seed = hash_seed;
-	t->max_holders = 1;
 	if (dl_htab_init(&t->locks) || dl_htab_init(&t->owners)) {
 		dl_htab_free(&t->locks);
 		dl_htab_free(&t->owners);

@@ -12,9 +12,16 @@
  *   lock    a name; exists while it has holders or waiters, and until the
  *           store has seen its last change (see dirty set below).
  *   lease   one holder of a lock: owner, fencing token, hold count
- *           (reentrancy), deadline. A lock keeps a list of holders; today
- *           a lock admits one holder (max_holders == 1), the layout does not
- *           assume it (shared mode and semaphores come later).
+ *           (reentrancy), deadline, mode. A lock keeps a list of holders,
+ *           each with its own lease and token. Who may hold at once:
+ *             - a lock (limit 1): one exclusive holder, or any number of
+ *               shared ones (up to DL_SHARED_MAX);
+ *             - a semaphore (limit n > 1): up to n holders, each holding
+ *               one permit (semaphore holders are not "shared": a permit
+ *               is a permit).
+ *           The limit is the lock's, set by the request that creates it
+ *           (the lock has neither holders nor waiters); a request with
+ *           another limit is refused (DL_LIMIT_MISMATCH) while it lives.
  *   waiter  a queued LOCK request of one session; FIFO per lock. A waiter
  *           without a session is a "placeholder" restored from Redis: it
  *           keeps its place until its owner asks again or its grace ends.
@@ -27,9 +34,15 @@
  * Invariants:
  *   - tokens strictly increase across every grant (dl_token_floor() makes
  *     that hold across restarts);
- *   - when a lock has free capacity, its queue is empty or headed by a
- *     placeholder, unless grants are suspended (persistence down): a
- *     release or expiry grants the head at once, and only the head;
+ *   - all holders of a lock have one mode: exclusive (at most `limit`
+ *     of them) or shared (limit 1);
+ *   - strict FIFO across modes: when the head of a queue could be
+ *     admitted it has been, unless it is a placeholder or grants are
+ *     suspended (persistence down). A release or expiry grants the head,
+ *     and then the new head while it can be admitted: one exclusive
+ *     waiter, or a run of consecutive shared waiters in one step, or as
+ *     many as there are free permits -- never anyone behind a waiter
+ *     that cannot be admitted;
  *   - a lease whose deadline has passed is never reported valid: every
  *     operation on a lock first reaps its overdue holders, so the wheel's
  *     one-tick delay affects only when the * EXPIRED event is sent.
@@ -80,7 +93,8 @@ struct dl_session {
 
 struct dl_lease {
 	struct dl_wheel_entry timer; /* fires at the deadline */
-	unsigned kind : 8;	     /* DL__TIMED_LEASE */
+	unsigned kind : 7;	     /* DL__TIMED_LEASE */
+	unsigned shared : 1;	     /* mode=shared */
 	unsigned count : 24;	     /* reentrant holds, 1..DL_REENTRY_MAX */
 	uint32_t ttl_ms;	     /* last TTL asked; REFRESH default */
 	struct dl_lock *lock;
@@ -93,7 +107,8 @@ struct dl_lease {
 
 struct dl_waiter {
 	struct dl_wheel_entry timer; /* wait deadline; idle when wait=inf */
-	unsigned kind : 8;	     /* DL__TIMED_WAITER */
+	unsigned kind : 7;	     /* DL__TIMED_WAITER */
+	unsigned shared : 1;	     /* asks for mode=shared */
 	unsigned tag_len : 8;
 	uint32_t ttl_ms; /* TTL of the lease it asks for */
 	struct dl_lock *lock;
@@ -109,12 +124,13 @@ struct dl_waiter {
 struct dl_lock {
 	struct dl_lease *holders; /* grant order */
 	struct dl_waiter *qhead, *qtail;
-	uint32_t nwaiters;
+	uint32_t nwaiters : 24; /* <= DL_MAX_WAITERS_MAX */
+	uint32_t dirty : 1;	/* in the dirty set */
+	uint32_t urgent : 1;	/* ... with a change a held reply waits for */
+	uint32_t stored : 1; /* the store's own bit: its name is in Redis's set
+				of lock names (see store.c); 0 for a new lock */
 	uint16_t nholders;
-	uint8_t dirty : 1;  /* in the dirty set */
-	uint8_t urgent : 1; /* ... with a change a held reply waits for */
-	uint8_t stored : 1; /* the store's own bit: its name is in Redis's set
-			       of lock names (see store.c); 0 for a new lock */
+	uint16_t limit; /* holders at once: 1 (a lock), n (a semaphore) */
 	struct dl_hnode hn;
 	char name[]; /* hn.len bytes + NUL */
 };
@@ -144,6 +160,9 @@ enum dl_outcome {
 	DL_NOT_QUEUED,
 	DL_ALREADY_WAITING, /* this session already waits for the lock */
 	DL_BROKEN,	    /* BREAK: the lease ended; token = its token */
+	DL_LIMIT_MISMATCH,  /* value = the lock's limit */
+	DL_UPGRADE_DEADLOCK, /* exclusive asked by a shared holder; token =
+				its shared lease's */
 };
 
 struct dl_result {
@@ -164,6 +183,8 @@ enum dl_event_type {
 struct dl_event {
 	enum dl_event_type type;
 	unsigned durable : 1; /* as in dl_result */
+	unsigned shared : 1;  /* GRANTED: the mode the waiter asked for */
+	uint32_t limit;	      /* GRANTED: the lock's (dl_locktab_revoke) */
 	struct dl_str name;   /* borrowed for the duration of the hook */
 	uint64_t token;
 	uint64_t ttl_ms;
@@ -175,12 +196,14 @@ struct dl_event {
 
 struct dl_lock_status {
 	int held;
+	int shared;	    /* the holders' mode */
 	uint64_t token;	    /* first holder's */
 	uint64_t remaining; /* ms, first holder's */
 	uint32_t count;	    /* first holder's */
 	struct dl_str owner;
 	uint32_t holders;
 	uint32_t waiters;
+	uint32_t limit; /* 1 for a free lock */
 };
 
 /* Latency histograms: bucket i counts values <= dl_hist_bounds_ms[i]; the
@@ -256,12 +279,29 @@ struct dl_str dl_session_owner(const struct dl_session *s);
 /* ---- requests -------------------------------------------------------------
  */
 
-/* LOCK/TRYLOCK: wait_ms 0 tries once, DL_WAIT_INF waits forever. Errors:
- * DL_EBADARG (ttl 0 or too large), DL_ELIMIT (queue full, owner over its
- * limit, reentry count), DL_EUNAVAILABLE (grants suspended), DL_ENOMEM. */
+/* What a LOCK or TRYLOCK asks for. */
+struct dl_acquire {
+	struct dl_str name;
+	uint64_t ttl_ms;
+	uint64_t wait_ms; /* 0 tries once, DL_WAIT_INF waits forever */
+	struct dl_str tag;
+	uint32_t limit;	  /* holders at once; 0 means 1 */
+	uint8_t shared;	  /* mode=shared (limit 1 only) */
+};
+
+/*
+ * LOCK/TRYLOCK. An owner that holds the lock already gets its own lease
+ * again (a reentry: one more hold, same token), in the mode it holds:
+ * an exclusive holder asking for shared re-enters its exclusive lease
+ * (there is no downgrade in place); a shared holder asking for exclusive
+ * is refused with DL_UPGRADE_DEADLOCK (it would wait for itself).
+ * DL_LIMIT_MISMATCH when the lock lives with another limit. Errors:
+ * DL_EBADARG (ttl 0 or too large, limit too large, shared with a limit),
+ * DL_ELIMIT (queue full, owner over its limit, reentry count),
+ * DL_EUNAVAILABLE (grants suspended), DL_ENOMEM.
+ */
 int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
-		       struct dl_str name, uint64_t ttl_ms, uint64_t wait_ms,
-		       struct dl_str tag, struct dl_result *res);
+		       const struct dl_acquire *a, struct dl_result *res);
 int dl_locktab_release(struct dl_locktab *t, struct dl_session *s,
 		       struct dl_str name, uint64_t token,
 		       struct dl_result *res);
@@ -363,17 +403,19 @@ uint64_t dl_locktab_last_token(const struct dl_locktab *t);
  * monotonic ms. A lease is linked with its stored token (the counter is
  * raised past it); a restored waiter is a placeholder that keeps its place
  * until its owner asks for the lock again (dl_locktab_acquire claims it) or
- * min(wait_deadline, grace_deadline) passes. Errors: DL_EBADARG for a bad
- * name, owner or ttl, or a second lease of one owner on one lock;
- * DL_ENOMEM. */
+ * min(wait_deadline, grace_deadline) passes. `limit` is the lock's (every
+ * item of one lock carries the same), `shared` the item's mode. Errors:
+ * DL_EBADARG for a bad name, owner, ttl or limit, a second lease of one
+ * owner on one lock, holders the lock cannot have at once (modes mixed,
+ * more than its limit), a limit unlike the lock's; DL_ENOMEM. */
 int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 			     struct dl_str owner, uint64_t token,
 			     uint32_t count, uint32_t ttl_ms, uint64_t deadline,
-			     struct dl_str tag);
+			     struct dl_str tag, int shared, uint32_t limit);
 int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 			      struct dl_str owner, uint32_t ttl_ms,
 			      uint64_t wait_deadline, uint64_t grace_deadline,
-			      struct dl_str tag);
+			      struct dl_str tag, int shared, uint32_t limit);
 
 /*
  * Withdraw a grant whose reply or event never reached its client because
@@ -382,15 +424,22 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
  * of s's owner on `name` is taken back; the lease ends with its last hold,
  * without * EXPIRED (its owner never learned of it). With `requeue` (a
  * withdrawn * GRANTED event), the session waits again at the head of the
- * queue, where it was when it was served, with the TTL `ttl_ms`, the tag
- * and the wait deadline it had. Grants are suspended meanwhile, so nobody
+ * queue, where it was when it was served, with the TTL `ttl_ms`, the tag,
+ * the mode and the wait deadline it had (and the lock's limit, should the
+ * lock have to be made again). Grants are suspended meanwhile, so nobody
  * else is served. Returns 0, or DL_ENOMEM when the waiter could not be
  * re-queued (the caller then reports a timeout).
  */
+struct dl_requeue {
+	uint32_t ttl_ms;
+	uint64_t wait_deadline;
+	struct dl_str tag;
+	uint8_t shared;
+	uint32_t limit;
+};
 int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
-		      struct dl_str name, uint64_t token, int requeue,
-		      uint32_t ttl_ms, uint64_t wait_deadline,
-		      struct dl_str tag);
+		      struct dl_str name, uint64_t token,
+		      const struct dl_requeue *requeue);
 
 /* Drop every lock, lease, waiter and owner, and the token counter: a
  * restore that failed half-way starts again from nothing. Only before
@@ -414,6 +463,25 @@ void dl_locktab_reserve(struct dl_locktab *t, size_t n);
 /* Check every invariant above over the whole table (tests and fuzzers;
  * it walks everything). 0, or -1 with `why` saying which one broke. */
 int dl_locktab_verify(const struct dl_locktab *t, char *why, size_t whylen);
+
+/* The holders and waiters of a lock, for HOLDERS; cb is called for
+ * each holder in grant order, then each waiter in queue order (the lock's
+ * overdue holders are reaped first). Returns 0, or -1 if there is no such
+ * lock. Nothing may change the table during the walk. */
+struct dl_member {
+	int waiter;	 /* 0: a holder */
+	int shared;	 /* its mode */
+	int placeholder; /* a waiter restored from Redis, not yet claimed */
+	struct dl_str owner;
+	uint64_t token;	    /* holder */
+	uint64_t remaining; /* holder: ms of lease left; waiter: ms of wait
+			       left, UINT64_MAX for inf */
+	uint32_t count;	    /* holder: holds */
+	uint32_t position;  /* waiter: 1 = first */
+};
+int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
+		       void (*cb)(const struct dl_member *m, void *arg),
+		       void *arg);
 
 /* Lookups for the store and tests. */
 const struct dl_lock *dl_locktab_find(struct dl_locktab *t, struct dl_str name);

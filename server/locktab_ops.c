@@ -15,22 +15,28 @@
  * ----------------------------------------------------------------------------
  */
 
-/* ms a TRYLOCK would have to wait at least: the earliest holder deadline,
- * or the grace of the placeholder at the head. */
-static uint64_t busy_for(const struct dl_lock *lk, uint64_t now)
+/* ms a TRYLOCK of this mode would have to wait at least: until the first
+ * holder goes when one leaving makes room (a permit, or the exclusive
+ * holder a shared request waits for), until the last one goes for an
+ * exclusive request on a lock held shared; with no holder, the grace of
+ * the placeholder at the head. */
+static uint64_t busy_for(const struct dl_lock *lk, int shared, uint64_t now)
 {
 	const struct dl_lease *l;
-	uint64_t best = UINT64_MAX;
+	uint64_t first = UINT64_MAX, last = 0, r;
 
-	for (l = lk->holders; l; l = l->next)
-		if (dl__remaining(l, now) < best)
-			best = dl__remaining(l, now);
-	if (best == UINT64_MAX && lk->qhead &&
-	    dl_wheel_pending(&lk->qhead->timer))
-		best = lk->qhead->timer.expires > now
+	for (l = lk->holders; l; l = l->next) {
+		r = dl__remaining(l, now);
+		first = r < first ? r : first;
+		last = r > last ? r : last;
+	}
+	if (lk->holders)
+		return !shared && lk->holders->shared ? last : first;
+	if (lk->qhead && dl_wheel_pending(&lk->qhead->timer))
+		return lk->qhead->timer.expires > now
 			       ? lk->qhead->timer.expires - now
 			       : 0;
-	return best == UINT64_MAX ? 0 : best;
+	return 0;
 }
 
 static struct dl_waiter *session_waiter(const struct dl_session *s,
@@ -73,34 +79,36 @@ static int granted(struct dl_result *res, const struct dl_lease *l,
 
 /* The owner claims its restored place in the queue. */
 static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
-			     struct dl_waiter *w, uint32_t ttl,
-			     uint64_t wait_ms, struct dl_str tag, uint64_t now,
-			     struct dl_result *res)
+			     struct dl_waiter *w, const struct dl_acquire *a,
+			     uint32_t ttl, uint64_t now, struct dl_result *res)
 {
 	struct dl_lock *lk = w->lock;
 	struct dl_lease *l;
 
-	if (w == lk->qhead && lk->nholders < t->max_holders) {
+	if (w == lk->qhead && dl__has_room(lk, a->shared)) {
 		if (dl__tokens_exhausted(t))
 			return DL_ELIMIT;
-		if (!(l = dl__lease_alloc(tag)))
+		if (!(l = dl__lease_alloc(a->tag)))
 			return DL_ENOMEM;
 		dl__hist_add(&t->st.wait, 0);
 		dl__waiter_free(t, w);
-		dl__lease_grant(t, l, lk, s->owner, ttl, now);
+		dl__lease_grant(t, l, lk, s->owner, ttl, now, a->shared);
+		/* shared waiters right behind it may come in with it */
+		dl__serve(t, lk, now);
 		return granted(res, l, ttl);
 	}
-	if (wait_ms == 0) {
+	if (a->wait_ms == 0) {
 		res->outcome = DL_BUSY;
-		res->value = busy_for(lk, now);
+		res->value = busy_for(lk, a->shared, now);
 		dl__waiter_free(t, w);
 		dl__serve(t, lk, now);
 		return 0;
 	}
 	t->placeholders--;
 	dl__waiter_attach(w, s);
-	dl__waiter_set(w, ttl, tag);
-	w->wait_deadline = dl__deadline_after(now, wait_ms);
+	dl__waiter_set(w, ttl, a->tag);
+	w->shared = a->shared ? 1 : 0;
+	w->wait_deadline = dl__deadline_after(now, a->wait_ms);
 	if (w->wait_deadline == UINT64_MAX)
 		dl_wheel_del(&t->wheel, &w->timer);
 	else
@@ -112,10 +120,10 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 }
 
 int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
-		       struct dl_str name, uint64_t ttl_ms, uint64_t wait_ms,
-		       struct dl_str tag, struct dl_result *res)
+		       const struct dl_acquire *a, struct dl_result *res)
 {
 	struct dl_owner *o = s->owner;
+	uint32_t limit = a->limit ? a->limit : 1;
 	struct dl_lock *lk;
 	struct dl_lease *l;
 	struct dl_waiter *w;
@@ -123,19 +131,35 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 	uint32_t ttl;
 
 	memset(res, 0, sizeof(*res));
-	if (ttl_ms == 0 || ttl_ms > DL_TTL_STORE_MAX)
+	if (a->ttl_ms == 0 || a->ttl_ms > DL_TTL_STORE_MAX)
 		return DL_EBADARG;
-	if (tag.len > DL_TAG_MAX)
+	if (a->tag.len > DL_TAG_MAX || limit > DL_LIMIT_MAX ||
+	    (a->shared && limit > 1))
 		return DL_EBADARG;
 	if (t->suspended)
 		return DL_EUNAVAILABLE;
-	ttl = (uint32_t)ttl_ms;
+	ttl = (uint32_t)a->ttl_ms;
 	now = dl__now_ms(t);
-	if (!(lk = dl__lock_get(t, name)))
+	if (!(lk = dl__lock_get(t, a->name)))
 		return DL_ENOMEM;
 	dl__reap(t, lk, now);
+	/* The limit belongs to the lock while it lives: the request that
+	 * finds it empty sets it (an empty lock may linger until the store
+	 * has seen it go). */
+	if (!lk->holders && !lk->qhead)
+		lk->limit = (uint16_t)limit;
+	else if (lk->limit != limit) {
+		res->outcome = DL_LIMIT_MISMATCH;
+		res->value = lk->limit;
+		return 0;
+	}
 
 	if ((l = dl__holder_of(lk, o)) != NULL) {
+		if (l->shared && !a->shared) {
+			res->outcome = DL_UPGRADE_DEADLOCK;
+			res->token = l->token;
+			return 0;
+		}
 		if (l->count >= DL_REENTRY_MAX)
 			return DL_ELIMIT;
 		dl__lease_reenter(t, l, ttl, now);
@@ -147,29 +171,30 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		return 0;
 	}
 	if ((w = placeholder_of(t, lk, o)) != NULL)
-		return claim_placeholder(t, s, w, ttl, wait_ms, tag, now, res);
+		return claim_placeholder(t, s, w, a, ttl, now, res);
 
-	if (lk->nholders < t->max_holders && !lk->qhead) {
+	if (!lk->qhead && dl__has_room(lk, a->shared)) {
 		if (dl__owner_full(t, o) || dl__tokens_exhausted(t) ||
-		    !(l = dl__lease_alloc(tag))) {
+		    !(l = dl__lease_alloc(a->tag))) {
 			dl__lock_drop_if_unused(t, lk);
 			return dl__owner_full(t, o) || dl__tokens_exhausted(t)
 				       ? DL_ELIMIT
 				       : DL_ENOMEM;
 		}
-		dl__lease_grant(t, l, lk, o, ttl, now);
+		dl__lease_grant(t, l, lk, o, ttl, now, a->shared);
 		dl__hist_add(&t->st.wait, 0);
 		return granted(res, l, ttl);
 	}
-	if (wait_ms == 0) {
+	if (a->wait_ms == 0) {
 		res->outcome = DL_BUSY;
-		res->value = busy_for(lk, now);
+		res->value = busy_for(lk, a->shared, now);
 		return 0;
 	}
 	if (lk->nwaiters >= t->limits.max_waiters || dl__owner_full(t, o))
 		return DL_ELIMIT;
-	w = dl__waiter_new(t, lk, o, s, ttl, dl__deadline_after(now, wait_ms),
-			   tag);
+	w = dl__waiter_new(t, lk, o, s, ttl,
+			   dl__deadline_after(now, a->wait_ms), a->tag,
+			   a->shared);
 	if (!w)
 		return DL_ENOMEM;
 	res->outcome = DL_QUEUED;
@@ -337,8 +362,10 @@ static void lock_status(const struct dl_lock *lk, uint64_t now,
 
 	st->holders = lk->nholders;
 	st->waiters = lk->nwaiters;
+	st->limit = lk->limit;
 	if (l) {
 		st->held = 1;
+		st->shared = l->shared;
 		st->token = l->token;
 		st->remaining = dl__remaining(l, now);
 		st->count = l->count;
@@ -353,8 +380,46 @@ void dl_locktab_status(struct dl_locktab *t, struct dl_str name,
 	struct dl_lock *lk = lock_now(t, name, now);
 
 	memset(st, 0, sizeof(*st));
+	st->limit = 1;
 	if (lk)
 		lock_status(lk, now, st);
+}
+
+int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
+		       void (*cb)(const struct dl_member *m, void *arg),
+		       void *arg)
+{
+	uint64_t now = dl__now_ms(t);
+	struct dl_lock *lk = lock_now(t, name, now);
+	const struct dl_lease *l;
+	const struct dl_waiter *w;
+	struct dl_member m;
+	uint32_t pos = 0;
+
+	if (!lk || (!lk->holders && !lk->qhead))
+		return -1;
+	for (l = lk->holders; l; l = l->next) {
+		memset(&m, 0, sizeof(m));
+		m.shared = l->shared;
+		m.owner = dl_owner_id(l->owner);
+		m.token = l->token;
+		m.remaining = dl__remaining(l, now);
+		m.count = l->count;
+		cb(&m, arg);
+	}
+	for (w = lk->qhead; w; w = w->qnext) {
+		memset(&m, 0, sizeof(m));
+		m.waiter = 1;
+		m.shared = w->shared;
+		m.placeholder = !w->sess;
+		m.owner = dl_owner_id(w->owner);
+		m.position = ++pos;
+		m.remaining = !dl_wheel_pending(&w->timer) ? UINT64_MAX
+			      : w->timer.expires > now ? w->timer.expires - now
+						       : 0;
+		cb(&m, arg);
+	}
+	return 0;
 }
 
 void dl_locktab_lock_status(struct dl_locktab *t, const struct dl_lock *lk,
@@ -484,36 +549,52 @@ size_t dl_locktab_list(struct dl_locktab *t, enum dl_list_order order,
  * ------------------------------------------------------------------ */
 
 static int restore_args(struct dl_str name, struct dl_str owner, uint32_t ttl,
-			struct dl_str tag)
+			struct dl_str tag, int shared, uint32_t limit)
 {
 	if (dl_check_name(name.p, name.len) ||
 	    dl_check_owner(owner.p, owner.len) || ttl == 0 ||
-	    (tag.len && dl_check_tag(tag.p, tag.len)))
+	    (tag.len && dl_check_tag(tag.p, tag.len)) || limit == 0 ||
+	    limit > DL_LIMIT_MAX || (shared && limit > 1))
 		return DL_EBADARG;
 	return 0;
+}
+
+/* A restored lock takes the limit of its record; every item of one lock
+ * must agree with it. */
+static int restore_limit(struct dl_lock *lk, uint32_t limit)
+{
+	if (!lk->holders && !lk->qhead)
+		lk->limit = (uint16_t)limit;
+	return lk->limit == limit ? 0 : DL_EBADARG;
 }
 
 int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 			     struct dl_str owner, uint64_t token,
 			     uint32_t count, uint32_t ttl_ms, uint64_t deadline,
-			     struct dl_str tag)
+			     struct dl_str tag, int shared, uint32_t limit)
 {
 	struct dl_lock *lk;
 	struct dl_owner *o;
 	struct dl_lease *l;
 
-	if (restore_args(name, owner, ttl_ms, tag) || count == 0 ||
-	    count > DL_REENTRY_MAX)
+	if (restore_args(name, owner, ttl_ms, tag, shared, limit) ||
+	    count == 0 || count > DL_REENTRY_MAX)
 		return DL_EBADARG;
 	if (!(lk = dl__lock_get(t, name)))
 		return DL_ENOMEM;
+	if (restore_limit(lk, limit)) {
+		dl__lock_drop_if_unused(t, lk);
+		return DL_EBADARG;
+	}
 	if (!(o = dl__owner_get(t, owner)) || !(l = dl__lease_alloc(tag))) {
 		if (o)
 			dl__owner_put(t, o);
 		dl__lock_drop_if_unused(t, lk);
 		return DL_ENOMEM;
 	}
-	if (dl__holder_of(lk, o) || lk->nholders >= t->max_holders) {
+	/* Holders are restored before waiters (record order), so room is
+	 * judged among holders only. */
+	if (dl__holder_of(lk, o) || !dl__has_room(lk, shared)) {
 		free(l->tag);
 		free(l);
 		dl__owner_put(t, o);
@@ -522,7 +603,7 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 	}
 	/* The grant's real time is not stored: hold time counts from now. */
 	dl__lease_link(t, l, lk, o, token, count, ttl_ms, deadline,
-		       dl__now_ms(t));
+		       dl__now_ms(t), shared);
 	dl_locktab_raise_token(t, token);
 	return 0;
 }
@@ -530,17 +611,21 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 			      struct dl_str owner, uint32_t ttl_ms,
 			      uint64_t wait_deadline, uint64_t grace_deadline,
-			      struct dl_str tag)
+			      struct dl_str tag, int shared, uint32_t limit)
 {
 	struct dl_lock *lk;
 	struct dl_owner *o;
 	struct dl_waiter *w;
 	int dirty;
 
-	if (restore_args(name, owner, ttl_ms, tag))
+	if (restore_args(name, owner, ttl_ms, tag, shared, limit))
 		return DL_EBADARG;
 	if (!(lk = dl__lock_get(t, name)))
 		return DL_ENOMEM;
+	if (restore_limit(lk, limit)) {
+		dl__lock_drop_if_unused(t, lk);
+		return DL_EBADARG;
+	}
 	if (!(o = dl__owner_get(t, owner))) {
 		dl__lock_drop_if_unused(t, lk);
 		return DL_ENOMEM;
@@ -549,7 +634,7 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 	w = dl__waiter_new(t, lk, o, NULL, ttl_ms,
 			   wait_deadline < grace_deadline ? wait_deadline
 							  : grace_deadline,
-			   tag);
+			   tag, shared);
 	if (!w) {
 		dl__owner_put(t, o);
 		dl__lock_drop_if_unused(t, lk);
@@ -567,9 +652,8 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 }
 
 int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
-		      struct dl_str name, uint64_t token, int requeue,
-		      uint32_t ttl_ms, uint64_t wait_deadline,
-		      struct dl_str tag)
+		      struct dl_str name, uint64_t token,
+		      const struct dl_requeue *requeue)
 {
 	uint64_t now = dl__now_ms(t);
 	struct dl_lock *lk = dl__lock_find(t, name);
@@ -592,7 +676,11 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 		return DL_ENOMEM;
 	if (session_waiter(s, lk))
 		return 0;
-	w = dl__waiter_new(t, lk, s->owner, s, ttl_ms, wait_deadline, tag);
+	if (!lk->holders && !lk->qhead)
+		lk->limit = (uint16_t)(requeue->limit ? requeue->limit : 1);
+	w = dl__waiter_new(t, lk, s->owner, s, requeue->ttl_ms,
+			   requeue->wait_deadline, requeue->tag,
+			   requeue->shared);
 	if (!w) {
 		dl__lock_drop_if_unused(t, lk);
 		return DL_ENOMEM;
@@ -626,7 +714,7 @@ int dl_locktab_quarantine(struct dl_locktab *t, struct dl_str name,
 		return DL_ENOMEM;
 	}
 	dl__lease_link(t, l, lk, o, ++t->last_token, 1, ttl_ms, deadline,
-		       dl__now_ms(t));
+		       dl__now_ms(t), 0);
 	return 0;
 }
 

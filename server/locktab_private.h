@@ -16,7 +16,7 @@ enum { DL__TIMED_LEASE = 1, DL__TIMED_WAITER = 2 };
 /* What leases and waiters have in common, for the timer callback. */
 struct dl_timed {
 	struct dl_wheel_entry timer;
-	unsigned kind : 8;
+	unsigned kind : 7;
 };
 
 struct dl_locktab {
@@ -24,7 +24,6 @@ struct dl_locktab {
 	struct dl_locktab_limits limits;
 	uint64_t seed;
 	uint64_t last_token;
-	uint16_t max_holders; /* 1 until shared locks exist */
 	int suspended;	      /* grants suspended (store down) */
 	size_t placeholders;  /* restored waiters not yet claimed */
 	struct dl_htab locks;
@@ -58,11 +57,13 @@ struct dl_lease *dl__lease_alloc(struct dl_str tag);
 void dl__lease_link(struct dl_locktab *t, struct dl_lease *l,
 		    struct dl_lock *lk, struct dl_owner *o, uint64_t token,
 		    uint32_t count, uint32_t ttl, uint64_t deadline,
-		    uint64_t now);
+		    uint64_t now, int shared);
 /* A new grant: a lease with the next token, counted and marked dirty. */
 void dl__lease_grant(struct dl_locktab *t, struct dl_lease *l,
 		     struct dl_lock *lk, struct dl_owner *o, uint32_t ttl,
-		     uint64_t now);
+		     uint64_t now, int shared);
+/* lk can take one more holder of this mode (reentries aside). */
+int dl__has_room(const struct dl_lock *lk, int shared);
 void dl__lease_remove(struct dl_locktab *t, struct dl_lease *l);
 void dl__lease_reenter(struct dl_locktab *t, struct dl_lease *l, uint32_t ttl,
 		       uint64_t now);
@@ -76,7 +77,7 @@ void dl__waiter_set(struct dl_waiter *w, uint32_t ttl, struct dl_str tag);
 struct dl_waiter *dl__waiter_new(struct dl_locktab *t, struct dl_lock *lk,
 				 struct dl_owner *o, struct dl_session *s,
 				 uint32_t ttl, uint64_t timer_at,
-				 struct dl_str tag);
+				 struct dl_str tag, int shared);
 void dl__waiter_to_head(struct dl_lock *lk, struct dl_waiter *w);
 void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
 void dl__reap(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);

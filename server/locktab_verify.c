@@ -47,9 +47,16 @@ static int verify_holders(struct verify *v, const struct dl_lock *lk)
 			if (m->owner == l->owner || m->token == l->token)
 				return fail(v, lk,
 					    "two leases of one owner or token");
+		if (l->shared != lk->holders->shared)
+			return fail(v, lk, "holders of both modes at once");
 		v->timed++;
 	}
-	if (n != lk->nholders || n > v->t->max_holders)
+	if (lk->limit < 1 ||
+	    (lk->holders && lk->holders->shared && lk->limit != 1))
+		return fail(v, lk, "limit out of range, or shared with a limit");
+	if (n != lk->nholders ||
+	    n > (lk->holders && lk->holders->shared ? DL_SHARED_MAX
+						    : lk->limit))
 		return fail(v, lk, "holder count wrong or over the maximum");
 	v->leases += n;
 	return 0;
@@ -65,6 +72,8 @@ static int verify_queue(struct verify *v, const struct dl_lock *lk)
 			return fail(v, lk, "queue links broken");
 		if (w->ttl_ms == 0)
 			return fail(v, lk, "a waiter asking for TTL 0");
+		if (w->shared && lk->limit != 1)
+			return fail(v, lk, "a shared waiter on a semaphore");
 		if (dl_wheel_pending(&w->timer) !=
 		    (w->wait_deadline != UINT64_MAX || !w->sess))
 			return fail(
@@ -81,9 +90,9 @@ static int verify_queue(struct verify *v, const struct dl_lock *lk)
 	return 0;
 }
 
-/* Nobody that could be served waits: a lock with room (or whose head's
- * owner holds it, a reentry) has an empty queue or a placeholder at its
- * head, unless grants are suspended. */
+/* Nobody that could be served waits: a lock with room for its head's mode
+ * (or whose head's owner holds it, a reentry) has an empty queue or a
+ * placeholder at its head, unless grants are suspended. */
 static int verify_served(struct verify *v, const struct dl_lock *lk)
 {
 	const struct dl_waiter *w = lk->qhead;
@@ -91,10 +100,10 @@ static int verify_served(struct verify *v, const struct dl_lock *lk)
 
 	if (v->t->suspended || !w || !w->sess)
 		return 0;
-	if (lk->nholders < v->t->max_holders)
-		return fail(v, lk, "room free and a live waiter at the head");
 	l = dl__holder_of(lk, w->owner);
-	if (l && l->count < DL_REENTRY_MAX)
+	if (!l && dl__has_room(lk, w->shared))
+		return fail(v, lk, "room free and a live waiter at the head");
+	if (l && l->count < DL_REENTRY_MAX && !(l->shared && !w->shared))
 		return fail(v, lk, "the head waits for a lock its owner holds");
 	return 0;
 }

@@ -29,8 +29,27 @@ static uint64_t to_wall(uint64_t mono, int64_t off)
 	return w < 0 ? 0 : (uint64_t)w;
 }
 
-/* Longest H or W line: letter, 4 numbers, owner, tag, separators. */
-#define LINE_ROOM (2 + 4 * 21 + DL_OWNER_MAX + 4 + DL_TAG_MAX + 2)
+/* Longest H or W line: letter, 4 numbers, mode, owner, tag, separators. */
+#define LINE_ROOM (2 + 4 * 21 + 2 + DL_OWNER_MAX + 4 + DL_TAG_MAX + 2)
+
+/* Version 1 can say it: an exclusive lock, nobody shared. */
+static int plain(const struct dl_lock *lk)
+{
+	const struct dl_waiter *w;
+
+	if (lk->limit != 1 || (lk->holders && lk->holders->shared))
+		return 0;
+	for (w = lk->qhead; w; w = w->qnext)
+		if (w->shared)
+			return 0;
+	return 1;
+}
+
+static void add_mode(struct dl_buf *b, int v2, int shared)
+{
+	if (v2)
+		add_str(b, shared ? " s" : " x", 2);
+}
 
 int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
 		     struct dl_buf *b)
@@ -38,13 +57,20 @@ int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
 	const struct dl_lease *l;
 	const struct dl_waiter *w;
 	struct dl_str o;
+	int v2 = !plain(lk);
 
 	b->len = 0;
-	if (dl_buf_reserve(b, sizeof(DL_RECORD_MAGIC) +
+	if (dl_buf_reserve(b, sizeof(DL_RECORD_MAGIC2) + 8 + 21 +
 				      (size_t)(lk->nholders + lk->nwaiters) *
 					      LINE_ROOM))
 		return DL_ENOMEM;
-	add_str(b, DL_RECORD_MAGIC, sizeof(DL_RECORD_MAGIC) - 1);
+	if (v2) {
+		add_str(b, DL_RECORD_MAGIC2 " limit=",
+			sizeof(DL_RECORD_MAGIC2 " limit=") - 1);
+		add_u64(b, lk->limit);
+	} else {
+		add_str(b, DL_RECORD_MAGIC, sizeof(DL_RECORD_MAGIC) - 1);
+	}
 	for (l = lk->holders; l; l = l->next) {
 		add_str(b, "\nH ", 3);
 		add_u64(b, l->token);
@@ -54,6 +80,7 @@ int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
 		add_u64(b, l->count);
 		add_str(b, " ", 1);
 		add_u64(b, l->ttl_ms);
+		add_mode(b, v2, l->shared);
 		add_str(b, " ", 1);
 		o = dl_owner_id(l->owner);
 		add_str(b, o.p, o.len);
@@ -70,6 +97,7 @@ int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
 			add_str(b, "inf", 3);
 		else
 			add_u64(b, to_wall(w->wait_deadline, wall_off));
+		add_mode(b, v2, w->shared);
 		add_str(b, " ", 1);
 		o = dl_owner_id(w->owner);
 		add_str(b, o.p, o.len);
@@ -118,50 +146,93 @@ static int tag_of(const struct dl_str *w, int n, int at, struct dl_str *tag)
 	return dl_check_tag(tag->p, tag->len) ? -1 : 0;
 }
 
+/* The version line: 1, or 2 with the lock's limit. */
+static int parse_version(const char *text, const char *eol, int *v2,
+			 uint32_t *limit)
+{
+	size_t len = (size_t)(eol - text), m = sizeof(DL_RECORD_MAGIC) - 1;
+	const char *k = " limit=";
+	size_t kl = strlen(k);
+	uint64_t n;
+
+	*limit = 1;
+	*v2 = 0;
+	if (len == m && memcmp(text, DL_RECORD_MAGIC, m) == 0)
+		return 0;
+	if (len < m + kl + 1 || memcmp(text, DL_RECORD_MAGIC2, m) != 0 ||
+	    memcmp(text + m, k, kl) != 0 ||
+	    dl_parse_u64(text + m + kl, len - m - kl, &n) || n == 0 ||
+	    n > DL_LIMIT_MAX)
+		return -1;
+	*v2 = 1;
+	*limit = (uint32_t)n;
+	return 0;
+}
+
+/* The mode word of a version-2 line. */
+static int mode_of(struct dl_str w, uint8_t *shared)
+{
+	if (w.len != 1 || (w.p[0] != 'x' && w.p[0] != 's'))
+		return -1;
+	*shared = w.p[0] == 's';
+	return 0;
+}
+
 int dl_record_parse(const char *text, size_t len,
 		    int (*cb)(const struct dl_record_item *it, void *arg),
 		    void *arg, const char **why)
 {
-	const char *p = text, *end = text + len, *eol;
+	const char *p, *end = text + len, *eol;
 	struct dl_record_item it;
-	struct dl_str w[8];
-	size_t mlen = sizeof(DL_RECORD_MAGIC) - 1;
-	int n, r;
+	struct dl_str w[9];
+	uint32_t limit;
+	int n, r, v2, o;
 
 	*why = "bad version line";
-	if (len < mlen || memcmp(text, DL_RECORD_MAGIC, mlen) != 0 ||
-	    (len > mlen && text[mlen] != '\n'))
+	eol = memchr(text, '\n', len);
+	if (!eol)
+		eol = end;
+	if (parse_version(text, eol, &v2, &limit))
 		return DL_EPROTO;
-	p += mlen;
+	p = eol;
 	while (p < end) {
 		p++; /* the LF */
 		eol = memchr(p, '\n', (size_t)(end - p));
 		if (!eol)
 			eol = end;
 		memset(&it, 0, sizeof(it));
-		n = split(p, eol, w, 8);
+		it.limit = limit;
+		n = split(p, eol, w, 9);
 		*why = "bad holder line";
-		if (n >= 6 && w[0].len == 1 && w[0].p[0] == 'H') {
+		if (n >= 6 + v2 && w[0].len == 1 && w[0].p[0] == 'H') {
 			it.kind = 'H';
+			o = 5 + v2;
 			if (num(w[1], &it.token) || num(w[2], &it.deadline) ||
 			    num(w[3], &it.count) || num(w[4], &it.ttl_ms) ||
-			    tag_of(w, n, 6, &it.tag))
+			    (v2 && mode_of(w[5], &it.shared)) ||
+			    tag_of(w, n, o + 1, &it.tag))
 				return DL_EPROTO;
-			it.owner = w[5];
-		} else if (n >= 4 && w[0].len == 1 && w[0].p[0] == 'W') {
+			it.owner = w[o];
+		} else if (n >= 4 + v2 && w[0].len == 1 && w[0].p[0] == 'W') {
 			*why = "bad waiter line";
 			it.kind = 'W';
+			o = 3 + v2;
 			if (w[2].len == 3 && memcmp(w[2].p, "inf", 3) == 0)
 				it.deadline = UINT64_MAX;
 			else if (num(w[2], &it.deadline))
 				return DL_EPROTO;
-			if (num(w[1], &it.ttl_ms) || tag_of(w, n, 4, &it.tag))
+			if (num(w[1], &it.ttl_ms) ||
+			    (v2 && mode_of(w[3], &it.shared)) ||
+			    tag_of(w, n, o + 1, &it.tag))
 				return DL_EPROTO;
-			it.owner = w[3];
+			it.owner = w[o];
 		} else {
 			*why = "unknown line";
 			return DL_EPROTO;
 		}
+		*why = "bad mode";
+		if (it.shared && limit != 1)
+			return DL_EPROTO;
 		*why = "bad owner";
 		if (dl_check_owner(it.owner.p, it.owner.len))
 			return DL_EPROTO;

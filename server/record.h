@@ -2,16 +2,30 @@
 /*
  * record.h -- the text a lock is stored as in Redis, both ways.
  *
- * One Redis string per lock, readable with redis-cli GET:
+ * One Redis string per lock, readable with redis-cli GET. Version 1, an
+ * exclusive lock (limit 1, every holder and waiter exclusive):
  *
  *   dlock1
  *   H <token> <deadline_unix_ms> <count> <ttl_ms> <owner> [id=<tag>]
  *   W <ttl_ms> <wait_deadline_unix_ms|inf> <owner> [id=<tag>]
  *
+ * Version 2, any lock: the lock's limit on the first line, and each
+ * holder's and waiter's mode (x exclusive, s shared) before its owner:
+ *
+ *   dlock2 limit=<n>
+ *   H <token> <deadline_unix_ms> <count> <ttl_ms> <x|s> <owner> [id=<tag>]
+ *   W <ttl_ms> <wait_deadline_unix_ms|inf> <x|s> <owner> [id=<tag>]
+ *
  * the first line a version, then one H line per holder in grant order and
  * one W line per waiter in queue order, separated by LF. Deadlines are wall
  * clock (unix ms) so that they mean something to the next process: the
- * daemon's monotonic clock does not survive it. No I/O here.
+ * daemon's monotonic clock does not survive it.
+ *
+ * Both are read. A lock is written in version 1 when version 1 can say
+ * it: a daemon from before version 2 (a standby not yet upgraded, or a
+ * rollback) then reads every plain lock as it always did, and holds --
+ * never frees -- a shared lock or a semaphore it cannot read (its
+ * unreadable-record rule). No I/O here.
  */
 #ifndef DL_SERVER_RECORD_H
 #define DL_SERVER_RECORD_H
@@ -23,7 +37,8 @@
 #include "server/buf.h"
 #include "server/locktab.h"
 
-#define DL_RECORD_MAGIC "dlock1"
+#define DL_RECORD_MAGIC	 "dlock1"
+#define DL_RECORD_MAGIC2 "dlock2"
 
 /* Serialize lk into b (replacing its content). wall_off converts the
  * table's monotonic ms to unix ms (unix = mono + wall_off). */
@@ -32,6 +47,8 @@ int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
 
 struct dl_record_item {
 	char kind;	   /* 'H' holder, 'W' waiter */
+	uint8_t shared;	   /* its mode (version 2; 0 in version 1) */
+	uint32_t limit;	   /* the lock's (1 in version 1) */
 	uint64_t token;	   /* H */
 	uint64_t deadline; /* unix ms; UINT64_MAX for a W with inf */
 	uint64_t count;	   /* H */

@@ -51,7 +51,8 @@ struct load_ctx {
 	struct dl_str name;
 	uint64_t now_mono, now_wall;
 	int changed; /* the current lock lost items: write it back */
-	int holders; /* check pass: H lines seen */
+	int holders;	    /* check pass: H lines seen ... */
+	int holders_shared; /* ... and their mode */
 	size_t leases, waiters, dropped, unreadable;
 	uint64_t max_token;
 	struct dl_buf changed_names; /* NUL-separated */
@@ -306,8 +307,15 @@ static int check_item(const struct dl_record_item *it, void *arg)
 
 	if (it->ttl_ms == 0 || it->ttl_ms > DL_TTL_STORE_MAX)
 		return DL_EPROTO;
-	if (it->kind == 'H' && (it->count == 0 || it->count > DL_REENTRY_MAX ||
-				it->token == 0 || ++x->holders > 1))
+	if (it->kind != 'H')
+		return 0;
+	if (it->count == 0 || it->count > DL_REENTRY_MAX || it->token == 0)
+		return DL_EPROTO;
+	/* holders the lock can have at once: one mode, within the limit */
+	if (x->holders++ == 0)
+		x->holders_shared = it->shared;
+	if (it->shared != x->holders_shared ||
+	    x->holders > (int)(it->shared ? DL_SHARED_MAX : it->limit))
 		return DL_EPROTO;
 	return 0;
 }
@@ -340,7 +348,8 @@ static int load_item(const struct dl_record_item *it, void *arg)
 		r = dl_locktab_restore_lease(t, x->name, it->owner, it->token,
 					     (uint32_t)it->count,
 					     (uint32_t)it->ttl_ms,
-					     restored_deadline(x, it), it->tag);
+					     restored_deadline(x, it), it->tag,
+					     it->shared, it->limit);
 		x->leases += r == 0;
 		return r;
 	}
@@ -354,7 +363,7 @@ static int load_item(const struct dl_record_item *it, void *arg)
 		       : x->now_mono + (it->deadline - x->now_wall);
 	r = dl_locktab_restore_waiter(t, x->name, it->owner,
 				      (uint32_t)it->ttl_ms, wait, grace,
-				      it->tag);
+				      it->tag, it->shared, it->limit);
 	x->waiters += r == 0;
 	return r;
 }

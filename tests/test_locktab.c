@@ -178,6 +178,7 @@ static const char *outcome_name(int o)
 		"GRANTED", "QUEUED",	 "BUSY",       "RELEASED",
 		"HELD",	   "NOT_HOLDER", "REFRESHED",  "VALID",
 		"STALE",   "CANCELLED",	 "NOT_QUEUED", "ALREADY_WAITING",
+		"BROKEN",  "LIMIT_MISMATCH", "UPGRADE_DEADLOCK",
 	};
 
 	if (o < 0 || (size_t)o >= sizeof(names) / sizeof(names[0]))
@@ -207,11 +208,28 @@ static const char *cstr(struct dl_str s)
 			  outcome_name(want));                                 \
 	} while (0)
 
+static int acq_mode(struct client *c, const char *name, uint64_t ttl,
+		    uint64_t wait, int shared, uint32_t limit,
+		    struct dl_result *r)
+{
+	struct dl_acquire a = {.name = str(name),
+			       .ttl_ms = ttl,
+			       .wait_ms = wait,
+			       .limit = limit,
+			       .shared = (uint8_t)shared};
+
+	return dl_locktab_acquire(tab, &c->s, &a, r);
+}
+
 static int acq(struct client *c, const char *name, uint64_t ttl, uint64_t wait,
 	       const char *tag, struct dl_result *r)
 {
-	return dl_locktab_acquire(tab, &c->s, str(name), ttl, wait,
-				  tag ? str(tag) : DL_STR_NULL, r);
+	struct dl_acquire a = {.name = str(name),
+			       .ttl_ms = ttl,
+			       .wait_ms = wait,
+			       .tag = tag ? str(tag) : DL_STR_NULL};
+
+	return dl_locktab_acquire(tab, &c->s, &a, r);
 }
 
 static int rel(struct client *c, const char *name, uint64_t token,
@@ -1601,8 +1619,10 @@ Test(locktab, lease_expiring_while_suspended_grants_its_waiter_only_on_resume)
 static int revoke(struct client *c, const char *name, uint64_t token,
 		  int requeue, uint32_t ttl, uint64_t wait_deadline)
 {
-	return dl_locktab_revoke(tab, &c->s, str(name), token, requeue, ttl,
-				 wait_deadline, DL_STR_NULL);
+	struct dl_requeue rq = {.ttl_ms = ttl, .wait_deadline = wait_deadline};
+
+	return dl_locktab_revoke(tab, &c->s, str(name), token,
+				 requeue ? &rq : NULL);
 }
 
 Test(locktab, withdrawn_grant_frees_the_lock_without_an_expired_event)
@@ -1706,12 +1726,12 @@ Test(locktab, reset_leaves_an_empty_consistent_table)
 
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("x"), str("al"), 77, 2,
-					      1000, T0 + 1000, DL_STR_NULL),
+					      1000, T0 + 1000, DL_STR_NULL, 0, 1),
 		     0));
 	cr_assert(
 		eq(int,
 		   dl_locktab_restore_waiter(tab, str("x"), str("bo"), 1000,
-					     UINT64_MAX, T0 + 500, DL_STR_NULL),
+					     UINT64_MAX, T0 + 500, DL_STR_NULL, 0, 1),
 		   0));
 	dl_locktab_reset(tab);
 	cr_assert(eq(u64, dl_locktab_stats(tab)->locks, 0));
@@ -2055,4 +2075,334 @@ Test(locktab, million_leases_expire_exactly_once_in_budgeted_runs)
 	cr_assert(eq(u64, dl_locktab_stats(tab)->locks, 0));
 	cr_assert_null(dl_locktab_find(tab, str("L0000000")));
 	cr_assert_null(dl_locktab_find(tab, str("L0999999")));
+}
+
+
+/* ---- shared locks and semaphores ----------------------------------------- */
+
+#define SH 1 /* acq_mode: mode=shared */
+#define EX 0
+
+/* A request of this mode and limit that must be granted at once. */
+static uint64_t grant_mode(struct client *c, const char *name, int shared,
+			   uint32_t limit)
+{
+	struct dl_result r;
+	int rc = acq_mode(c, name, 3000, 0, shared, limit, &r);
+
+	EXPECT(rc, r, DL_GRANTED);
+	return r.token;
+}
+
+/* One that must queue (wait forever); returns its position. */
+static uint64_t queue_mode(struct client *c, const char *name, int shared,
+			   uint32_t limit)
+{
+	struct dl_result r;
+	int rc = acq_mode(c, name, 3000, DL_WAIT_INF, shared, limit, &r);
+
+	EXPECT(rc, r, DL_QUEUED);
+	return r.value;
+}
+
+Test(locktab, readers_overlap_each_with_its_own_lease_and_token)
+{
+	struct client *a = client_new("a"), *b = client_new("b"),
+		      *c = client_new("c");
+	uint64_t ta = grant_mode(a, "rw", SH, 1), tb = grant_mode(b, "rw", SH, 1),
+		 tc = grant_mode(c, "rw", SH, 1);
+	struct dl_lock_status st = status("rw");
+	struct dl_result r;
+
+	cr_assert(lt(u64, ta, tb));
+	cr_assert(lt(u64, tb, tc));
+	cr_assert(eq(u32, st.holders, 3));
+	cr_assert(eq(int, st.shared, 1));
+	/* CHECK validates any holder's token */
+	EXPECT(check("rw", tb, &r), r, DL_VALID);
+	EXPECT(check("rw", tc, &r), r, DL_VALID);
+	/* each releases its own lease, not another's */
+	EXPECT(rel(a, "rw", tb, &r), r, DL_NOT_HOLDER);
+	must_release(b, "rw", tb);
+	EXPECT(check("rw", tb, &r), r, DL_STALE);
+	EXPECT(check("rw", ta, &r), r, DL_VALID);
+	cr_assert(eq(u32, status("rw").holders, 2));
+}
+
+Test(locktab, a_writer_excludes_readers_and_readers_exclude_a_writer)
+{
+	struct client *a = client_new("a"), *w = client_new("w"),
+		      *b = client_new("b");
+	uint64_t tw = grant_mode(w, "rw", EX, 1);
+	struct dl_result r;
+
+	EXPECT(acq_mode(a, "rw", 3000, 0, SH, 1, &r), r, DL_BUSY);
+	must_release(w, "rw", tw);
+	grant_mode(a, "rw", SH, 1);
+	EXPECT(acq_mode(w, "rw", 3000, 0, EX, 1, &r), r, DL_BUSY);
+	grant_mode(b, "rw", SH, 1);
+}
+
+/* R R W R: the last R waits for the W although the lock is held shared
+ * (no writer starvation), and is served only after the W. */
+Test(locktab, strict_fifo_across_modes_a_reader_behind_a_writer_waits)
+{
+	struct client *r1 = client_new("r1"), *r2 = client_new("r2"),
+		      *w = client_new("w"), *r3 = client_new("r3");
+	uint64_t t1 = grant_mode(r1, "rw", SH, 1), t2 = grant_mode(r2, "rw", SH, 1),
+		 tw;
+	struct dl_result r;
+
+	cr_assert(eq(u64, queue_mode(w, "rw", EX, 1), 1));
+	cr_assert(eq(u64, queue_mode(r3, "rw", SH, 1), 2));
+	/* a TRYLOCK shared does not jump the queue either */
+	EXPECT(acq_mode(client_new("r4"), "rw", 3000, 0, SH, 1, &r), r,
+	       DL_BUSY);
+	must_release(r1, "rw", t1);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, NULL), 0));
+	must_release(r2, "rw", t2);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, w), 1));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, r3), 0));
+	tw = last_ev(DL_EVENT_GRANTED, w)->token;
+	cr_assert(gt(u64, tw, t2));
+	must_release(w, "rw", tw);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, r3), 1));
+	cr_assert(gt(u64, last_ev(DL_EVENT_GRANTED, r3)->token, tw));
+}
+
+/* W holds; queue R R R W R. The W's release grants the three consecutive
+ * readers in one step -- one * GRANTED each -- and nobody else. */
+Test(locktab, consecutive_shared_waiters_are_granted_in_one_step)
+{
+	struct client *w = client_new("w"), *r[4], *w2 = client_new("w2");
+	uint64_t tw = grant_mode(w, "rw", EX, 1);
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		char id[8];
+
+		snprintf(id, sizeof(id), "r%d", i);
+		r[i] = client_new(id);
+		queue_mode(r[i], "rw", SH, 1);
+	}
+	queue_mode(w2, "rw", EX, 1);
+	r[3] = client_new("r3");
+	queue_mode(r[3], "rw", SH, 1);
+	must_release(w, "rw", tw);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, NULL), 3));
+	for (i = 0; i < 3; i++) {
+		cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, r[i]), 1));
+		cr_assert(eq(int, last_ev(DL_EVENT_GRANTED, r[i])->durable, 1));
+	}
+	cr_assert(eq(u32, status("rw").holders, 3));
+	cr_assert(eq(u32, status("rw").waiters, 2));
+	/* the readers' leases run out: the writer, then the last reader */
+	advance(3000 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, w2), 1));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, r[3]), 0));
+}
+
+Test(locktab, a_semaphore_admits_limit_holders_then_one_per_freed_permit)
+{
+	struct client *c[6];
+	uint64_t tok[3];
+	struct dl_result r;
+	int i;
+
+	for (i = 0; i < 6; i++) {
+		char id[8];
+
+		snprintf(id, sizeof(id), "c%d", i);
+		c[i] = client_new(id);
+	}
+	for (i = 0; i < 3; i++)
+		tok[i] = grant_mode(c[i], "pool", EX, 3);
+	cr_assert(lt(u64, tok[0], tok[1]));
+	cr_assert(lt(u64, tok[1], tok[2]));
+	EXPECT(acq_mode(c[3], "pool", 3000, 0, EX, 3, &r), r, DL_BUSY);
+	cr_assert(eq(u64, queue_mode(c[3], "pool", EX, 3), 1));
+	cr_assert(eq(u64, queue_mode(c[4], "pool", EX, 3), 2));
+	cr_assert(eq(u64, queue_mode(c[5], "pool", EX, 3), 3));
+	cr_assert(eq(u32, status("pool").limit, 3));
+	/* one lease expires: exactly its permit, exactly one waiter */
+	EXPECT(refresh(c[0], "pool", tok[0], 10000, &r), r, DL_REFRESHED);
+	EXPECT(refresh(c[2], "pool", tok[2], 10000, &r), r, DL_REFRESHED);
+	advance(3000 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, c[1]), 1));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, NULL), 1));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, c[3]), 1));
+	cr_assert(eq(u32, status("pool").holders, 3));
+	/* a release frees one permit too */
+	must_release(c[0], "pool", tok[0]);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, c[4]), 1));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, c[5]), 0));
+}
+
+Test(locktab, another_limit_is_refused_while_the_lock_lives)
+{
+	struct client *a = client_new("a"), *b = client_new("b");
+	uint64_t ta = grant_mode(a, "pool", EX, 3);
+	struct dl_result r;
+
+	EXPECT(acq_mode(b, "pool", 3000, 0, EX, 1, &r), r, DL_LIMIT_MISMATCH);
+	cr_assert(eq(u64, r.value, 3));
+	EXPECT(acq_mode(b, "pool", 3000, DL_WAIT_INF, EX, 4, &r), r,
+	       DL_LIMIT_MISMATCH);
+	EXPECT(acq_mode(b, "pool", 3000, 0, SH, 1, &r), r, DL_LIMIT_MISMATCH);
+	cr_assert(eq(u32, status("pool").waiters, 0));
+	/* freed (and seen by the store), the name takes a new limit */
+	must_release(a, "pool", ta);
+	grant_mode(b, "pool", EX, 1);
+	EXPECT(acq_mode(a, "pool", 3000, 0, EX, 3, &r), r, DL_LIMIT_MISMATCH);
+	cr_assert(eq(u64, r.value, 1));
+}
+
+Test(locktab, a_shared_holder_asking_exclusive_gets_upgrade_deadlock)
+{
+	struct client *a = client_new("a"), *a2 = client_new("a");
+	uint64_t ta = grant_mode(a, "rw", SH, 1);
+	struct dl_result r;
+
+	EXPECT(acq_mode(a, "rw", 3000, DL_WAIT_INF, EX, 1, &r), r,
+	       DL_UPGRADE_DEADLOCK);
+	cr_assert(eq(u64, r.token, ta));
+	/* through another session of the same owner too */
+	EXPECT(acq_mode(a2, "rw", 3000, 0, EX, 1, &r), r, DL_UPGRADE_DEADLOCK);
+	cr_assert(eq(u32, status("rw").waiters, 0));
+	/* shared again is a reentry */
+	EXPECT(acq_mode(a, "rw", 3000, 0, SH, 1, &r), r, DL_GRANTED);
+	cr_assert(eq(u64, r.token, ta));
+	cr_assert(eq(u32, status("rw").count, 2));
+}
+
+Test(locktab, an_exclusive_holder_asking_shared_reenters_its_exclusive_lease)
+{
+	struct client *a = client_new("a"), *b = client_new("b");
+	uint64_t ta = grant_mode(a, "rw", EX, 1);
+	struct dl_result r;
+
+	EXPECT(acq_mode(a, "rw", 3000, 0, SH, 1, &r), r, DL_GRANTED);
+	cr_assert(eq(u64, r.token, ta));
+	cr_assert(eq(u32, status("rw").count, 2));
+	cr_assert(eq(int, status("rw").shared, 0));
+	EXPECT(acq_mode(b, "rw", 3000, 0, SH, 1, &r), r, DL_BUSY);
+}
+
+Test(locktab, a_semaphore_permit_is_reentrant_per_owner)
+{
+	struct client *a = client_new("a"), *b = client_new("b"),
+		      *c = client_new("c");
+	uint64_t ta = grant_mode(a, "pool", EX, 2);
+	struct dl_result r;
+
+	EXPECT(acq_mode(a, "pool", 3000, 0, EX, 2, &r), r, DL_GRANTED);
+	cr_assert(eq(u64, r.token, ta));
+	cr_assert(eq(u32, status("pool").holders, 1));
+	grant_mode(b, "pool", EX, 2);
+	EXPECT(acq_mode(c, "pool", 3000, 0, EX, 2, &r), r, DL_BUSY);
+}
+
+Test(locktab, bad_modes_and_limits_are_refused)
+{
+	struct client *a = client_new("a");
+	struct dl_result r;
+
+	cr_assert(eq(int, acq_mode(a, "x", 3000, 0, SH, 2, &r), DL_EBADARG));
+	cr_assert(eq(int, acq_mode(a, "x", 3000, 0, EX, DL_LIMIT_MAX + 1, &r),
+		     DL_EBADARG));
+	cr_assert(eq(u64, dl_locktab_stats(tab)->leases, 0));
+	grant_mode(a, "x", EX, DL_LIMIT_MAX);
+}
+
+/* An exclusive TRYLOCK on a lock held shared would wait for the last of
+ * the readers, a shared one on a semaphore... for the first permit. */
+Test(locktab, busy_says_how_long_at_least)
+{
+	struct client *a = client_new("a"), *b = client_new("b"),
+		      *w = client_new("w");
+	struct dl_result r;
+
+	grant_mode(a, "rw", SH, 1);
+	advance(1000);
+	grant_mode(b, "rw", SH, 1); /* ends 1000 ms after a's */
+	EXPECT(acq_mode(w, "rw", 3000, 0, EX, 1, &r), r, DL_BUSY);
+	cr_assert(eq(u64, r.value, 3000));
+}
+
+Test(locktab, restore_keeps_modes_and_limits_and_refuses_what_cannot_be)
+{
+	struct client *c = client_new("c");
+	struct dl_result r;
+	uint64_t d = T0 + 5000;
+
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("rw"), str("a"), 10, 1,
+					      1000, d, DL_STR_NULL, 1, 1),
+		     0));
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("rw"), str("b"), 11, 1,
+					      1000, d, DL_STR_NULL, 1, 1),
+		     0));
+	/* modes mixed, a limit unlike the lock's, shared in a semaphore */
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("rw"), str("c"), 12, 1,
+					      1000, d, DL_STR_NULL, 0, 1),
+		     DL_EBADARG));
+	cr_assert(eq(int,
+		     dl_locktab_restore_waiter(tab, str("rw"), str("c"), 1000,
+					       UINT64_MAX, d, DL_STR_NULL, 0,
+					       2),
+		     DL_EBADARG));
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("p"), str("a"), 13, 1,
+					      1000, d, DL_STR_NULL, 1, 2),
+		     DL_EBADARG));
+	/* a semaphore: no more holders than its limit */
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("p"), str("a"), 14, 1,
+					      1000, d, DL_STR_NULL, 0, 2),
+		     0));
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("p"), str("b"), 15, 1,
+					      1000, d, DL_STR_NULL, 0, 2),
+		     0));
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("p"), str("c"), 16, 1,
+					      1000, d, DL_STR_NULL, 0, 2),
+		     DL_EBADARG));
+	cr_assert(eq(u32, status("rw").holders, 2));
+	cr_assert(eq(int, status("rw").shared, 1));
+	cr_assert(eq(u32, status("p").limit, 2));
+	/* readers restored: a new reader comes in, a new writer does not */
+	grant_mode(c, "rw", SH, 1);
+	EXPECT(acq_mode(client_new("w"), "rw", 3000, 0, EX, 1, &r), r,
+	       DL_BUSY);
+	EXPECT(acq_mode(c, "p", 3000, 0, EX, 1, &r), r, DL_LIMIT_MISMATCH);
+}
+
+/* A withdrawn * GRANTED of a shared waiter puts it back shared. */
+Test(locktab, a_withdrawn_shared_grant_waits_again_shared)
+{
+	struct client *w = client_new("w"), *a = client_new("a"),
+		      *b = client_new("b");
+	uint64_t tw = grant_mode(w, "rw", EX, 1), ta;
+	struct dl_requeue rq = {.ttl_ms = 3000,
+				.wait_deadline = UINT64_MAX,
+				.shared = 1,
+				.limit = 1};
+	struct dl_result r;
+
+	queue_mode(a, "rw", SH, 1);
+	queue_mode(b, "rw", SH, 1);
+	must_release(w, "rw", tw);
+	ta = last_ev(DL_EVENT_GRANTED, a)->token;
+	dl_locktab_suspend_grants(tab, 1);
+	cr_assert(eq(int,
+		     dl_locktab_revoke(tab, &a->s, str("rw"), ta, &rq), 0));
+	cr_assert(eq(u32, status("rw").holders, 1)); /* b */
+	dl_locktab_suspend_grants(tab, 0);
+	/* a is at the head, shared, and comes in beside b */
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, a), 2));
+	cr_assert(eq(u32, status("rw").holders, 2));
+	EXPECT(acq_mode(w, "rw", 3000, 0, EX, 1, &r), r, DL_BUSY);
 }

@@ -661,10 +661,12 @@ Test(proto, errors_say_what_and_how)
 	} cases[] = {
 		{"LOCK", DL_EBADFORMAT,
 		 "missing the lock name; usage: LOCK <name> [ttl=<duration>] "
-		 "[wait=<duration>|inf] [id=<tag>]"},
+		 "[wait=<duration>|inf] [mode=exclusive|shared] [limit=<n>] "
+		 "[id=<tag>]"},
 		{"LOCK foo timeout=5s", DL_EBADARG,
 		 "unknown option: 'timeout'; usage: LOCK <name> "
-		 "[ttl=<duration>] [wait=<duration>|inf] [id=<tag>]"},
+		 "[ttl=<duration>] [wait=<duration>|inf] "
+		 "[mode=exclusive|shared] [limit=<n>] [id=<tag>]"},
 		{"LOCK foo ttl=10x", DL_EBADARG,
 		 "ttl malformed: '10x', takes a duration: a number and a unit, "
 		 "ms (default), s, m or h, e.g. 30s"},
@@ -695,12 +697,26 @@ Test(proto, errors_say_what_and_how)
 		 "one argument too many: 'b'; usage: PING [<word>] [id=<tag>]"},
 		{"LOCK a ttl=1s ttl=2s", DL_EBADARG,
 		 "option given twice: 'ttl'; usage: LOCK <name> "
-		 "[ttl=<duration>] [wait=<duration>|inf] [id=<tag>]"},
+		 "[ttl=<duration>] [wait=<duration>|inf] "
+		 "[mode=exclusive|shared] [limit=<n>] [id=<tag>]"},
 		{"LOCK a ttl=", DL_EBADARG,
 		 "option without a value: 'ttl'; usage: LOCK <name> "
-		 "[ttl=<duration>] [wait=<duration>|inf] [id=<tag>]"},
+		 "[ttl=<duration>] [wait=<duration>|inf] "
+		 "[mode=exclusive|shared] [limit=<n>] [id=<tag>]"},
 		{"FOO 1 2 3 4 5 6 7 8", DL_EBADARG,
 		 "too many words, a request has at most 8"},
+		{"LOCK a mode=read", DL_EBADARG,
+		 "mode malformed: 'read', takes exclusive or shared"},
+		{"LOCK a limit=0", DL_EBADARG,
+		 "limit out of range: '0', a number from 1 to 65535"},
+		{"TRYLOCK a limit=65536", DL_EBADARG,
+		 "limit out of range: '65536', a number from 1 to 65535"},
+		{"LOCK a mode=shared limit=3", DL_EBADARG,
+		 "mode=shared is for a lock (limit 1); the holders of a "
+		 "semaphore (limit=<n>) each take a permit"},
+		{"UNLOCK a 1 mode=shared", DL_EBADARG,
+		 "option not valid for this command: 'mode'; usage: UNLOCK "
+		 "<name> <token> [id=<tag>]"},
 	};
 	char line[DL_NAME_MAX + 16];
 	struct dl_request r;
@@ -1548,4 +1564,32 @@ Test(proto, ping_text_with_control_bytes_is_bad_arg_so_it_is_never_echoed)
 	cr_assert(why != NULL);
 	cr_assert_eq(dl_parse_request("PING ok!", 8, &req, &why), 0);
 	cr_assert_eq(req.arg.len, 3);
+}
+
+
+Test(proto, lock_takes_a_mode_and_a_limit)
+{
+	struct dl_request r;
+	const char *why;
+
+	cr_assert_eq(parse("LOCK a mode=shared ttl=5s", &r, &why), 0);
+	cr_assert(r.shared);
+	cr_assert(!r.has_limit);
+	cr_assert_eq(parse("LOCK a MODE=Exclusive", &r, &why), 0);
+	cr_assert(!r.shared);
+	cr_assert_eq(parse("TRYLOCK a limit=65535 id=t", &r, &why), 0);
+	cr_assert(r.has_limit);
+	cr_assert_eq(r.limit, 65535);
+	cr_assert_eq(r.wait_ms, 0);
+	cr_assert_eq(parse("LOCK a mode=shared limit=1 wait=inf ttl=1s id=x",
+			   &r, &why),
+		     0);
+	cr_assert(r.shared);
+	cr_assert_eq(r.limit, 1);
+	/* LOCKS keeps its own range for limit= */
+	cr_assert_eq(parse("LOCKS limit=1001", &r, &why), DL_EBADARG);
+	cr_assert_eq(parse("HOLDERS a id=q", &r, &why), 0);
+	cr_assert_eq(r.verb, DL_VERB_HOLDERS);
+	cr_assert_eq(r.name.len, 1);
+	cr_assert_eq(parse("HOLDERS", &r, &why), DL_EBADFORMAT);
 }

@@ -36,6 +36,18 @@ struct items {
 	char tags[8][DL_TAG_MAX + 1];
 };
 
+/* LOCK "stock" for session s. */
+static int acquire(struct dl_locktab *t, struct dl_session *s, uint64_t ttl,
+		   uint64_t wait, struct dl_str tag, struct dl_result *res)
+{
+	struct dl_acquire a = {.name = S("stock"),
+			       .ttl_ms = ttl,
+			       .wait_ms = wait,
+			       .tag = tag};
+
+	return dl_locktab_acquire(t, s, &a, res);
+}
+
 static int collect(const struct dl_record_item *it, void *arg)
 {
 	struct items *x = arg;
@@ -66,13 +78,12 @@ Test(record, holder_and_waiters_round_trip_with_wall_clock_deadlines)
 	dl_session_init(t, &c, S("carol"), NULL);
 	cr_assert(eq(
 		int,
-		dl_locktab_acquire(t, &a, S("stock"), 30000, 0, S("t1"), &res),
+		acquire(t, &a, 30000, 0, S("t1"), &res),
 		0));
 	tok = res.token;
-	dl_locktab_acquire(t, &a, S("stock"), 1000, 0, DL_STR_NULL, &res);
-	dl_locktab_acquire(t, &b, S("stock"), 2000, 7000, S("bq"), &res);
-	dl_locktab_acquire(t, &c, S("stock"), 3000, DL_WAIT_INF, DL_STR_NULL,
-			   &res);
+	acquire(t, &a, 1000, 0, DL_STR_NULL, &res);
+	acquire(t, &b, 2000, 7000, S("bq"), &res);
+	acquire(t, &c, 3000, DL_WAIT_INF, DL_STR_NULL, &res);
 	/* wall clock = monotonic + 1_000_000 */
 	cr_assert(eq(
 		int,
@@ -127,6 +138,14 @@ Test(record, malformed_records_are_rejected_not_half_read)
 		"dlock1\nH 1  2 1 30 a",      /* double space */
 		"dlock1\nH 1 2 1 30 a=b",     /* owner with '=' */
 		"dlock1\n",		      /* empty line */
+		"dlock2",			 /* no limit */
+		"dlock2 limit=0",		 /* limit 0 */
+		"dlock2 limit=65536",		 /* above DL_LIMIT_MAX */
+		"dlock2 limit=1\nH 1 2 1 30 a",	 /* no mode */
+		"dlock2 limit=1\nH 1 2 1 30 r a", /* bad mode */
+		"dlock2 limit=2\nH 1 2 1 30 s a", /* shared in a semaphore */
+		"dlock2 limit=1\nW 30 inf a",	 /* waiter without mode */
+		"dlock1\nH 1 2 1 30 s a",	 /* v1 has no mode */
 	};
 	const char *why;
 	size_t i;
@@ -154,4 +173,93 @@ Test(record, an_empty_lock_is_just_the_version_line)
 		     dl_record_parse(rec, strlen(rec), count_items, &n, &why),
 		     0));
 	cr_assert(eq(int, n, 0));
+}
+
+
+static int acquire_mode(struct dl_locktab *t, struct dl_session *s,
+			const char *name, uint64_t wait, int shared,
+			uint32_t limit, struct dl_result *res)
+{
+	struct dl_acquire a = {.name = S(name),
+			       .ttl_ms = 1000,
+			       .wait_ms = wait,
+			       .limit = limit,
+			       .shared = (uint8_t)shared};
+
+	return dl_locktab_acquire(t, s, &a, res);
+}
+
+/* A shared lock and a semaphore are written as version 2 with their
+ * modes and limit; a plain lock stays version 1 (what an older daemon
+ * reads). */
+Test(record, modes_and_limits_round_trip_in_version_2)
+{
+	struct dl_locktab *t = new_tab();
+	struct dl_session a, b, c;
+	struct dl_result res;
+	struct dl_buf buf = {0};
+	struct items x = {0};
+	const char *why = NULL;
+
+	dl_session_init(t, &a, S("alice"), NULL);
+	dl_session_init(t, &b, S("bob"), NULL);
+	dl_session_init(t, &c, S("carol"), NULL);
+	acquire_mode(t, &a, "rw", 0, 1, 1, &res);
+	acquire_mode(t, &b, "rw", 0, 1, 1, &res);
+	acquire_mode(t, &c, "rw", DL_WAIT_INF, 0, 1, &res);
+	cr_assert(eq(int, res.outcome, DL_QUEUED));
+	cr_assert(eq(int,
+		     dl_record_format(dl_locktab_find(t, S("rw")), 0, &buf),
+		     0));
+	cr_assert(strncmp(buf.p, "dlock2 limit=1\nH ", 17) == 0, "%.*s",
+		  (int)buf.len, buf.p);
+	cr_assert(
+		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
+	cr_assert(eq(int, x.n, 3));
+	cr_assert(eq(int, x.it[0].shared, 1));
+	cr_assert(eq(int, x.it[1].shared, 1));
+	cr_assert(eq(chr, x.it[2].kind, 'W'));
+	cr_assert(eq(int, x.it[2].shared, 0));
+	cr_assert(eq(u32, x.it[2].limit, 1));
+	cr_assert(strcmp(x.owners[2], "carol") == 0);
+
+	acquire_mode(t, &a, "pool", 0, 0, 5, &res);
+	cr_assert(eq(int,
+		     dl_record_format(dl_locktab_find(t, S("pool")), 0, &buf),
+		     0));
+	memset(&x, 0, sizeof(x));
+	cr_assert(strncmp(buf.p, "dlock2 limit=5\nH ", 17) == 0, "%.*s",
+		  (int)buf.len, buf.p);
+	cr_assert(
+		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
+	cr_assert(eq(int, x.n, 1));
+	cr_assert(eq(u32, x.it[0].limit, 5));
+	cr_assert(eq(int, x.it[0].shared, 0));
+
+	acquire_mode(t, &a, "plain", 0, 0, 1, &res);
+	cr_assert(eq(int,
+		     dl_record_format(dl_locktab_find(t, S("plain")), 0, &buf),
+		     0));
+	cr_assert(strncmp(buf.p, "dlock1\nH ", 9) == 0, "%.*s", (int)buf.len,
+		  buf.p);
+	free(buf.p);
+	dl_session_close(t, &a);
+	dl_session_close(t, &b);
+	dl_session_close(t, &c);
+	dl_locktab_free(t);
+}
+
+Test(record, version_1_reads_as_exclusive_with_limit_1)
+{
+	const char *rec = "dlock1\nH 7 99 1 30 alice id=t\nW 30 inf bob";
+	struct items x = {0};
+	const char *why;
+
+	cr_assert(eq(int,
+		     dl_record_parse(rec, strlen(rec), collect, &x, &why), 0));
+	cr_assert(eq(int, x.n, 2));
+	cr_assert(eq(u32, x.it[0].limit, 1));
+	cr_assert(eq(int, x.it[0].shared, 0));
+	cr_assert(eq(int, x.it[1].shared, 0));
+	cr_assert(strcmp(x.tags[0], "t") == 0);
 }

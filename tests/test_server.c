@@ -1254,6 +1254,7 @@ Test(server, help_lists_every_command_and_explains_one)
 		"LOCK",	 "TRYLOCK", "UNLOCK", "REFRESH", "CHECK",
 		"CANCEL", "STATUS",	 "HELLO",	"AUTH",	   "STATS",
 		"PING",	 "QUIT",	 "LOCKS",	"HELP",	   "BREAK",
+		"HOLDERS",
 	};
 	struct h_client *c = h_connect(d.port);
 	char *l;
@@ -1275,14 +1276,16 @@ Test(server, help_lists_every_command_and_explains_one)
 	cr_assert_str_eq(h_call(c, "PING x"), "OK PONG x");
 
 	l = h_call(c, "HELP lock id=h1");
-	cr_assert_str_eq(l, "OK HELP 4 id=h1");
+	cr_assert_str_eq(l, "OK HELP 6 id=h1");
 	h_expect(c, "LOCK <name> [ttl=<duration>] [wait=<duration>|inf] "
-		    "[id=<tag>]");
+		    "[mode=exclusive|shared] [limit=<n>] [id=<tag>]");
 	h_expect(c, "take a lease, or queue for it (OK QUEUED, then * "
 		    "GRANTED)");
 	h_expect(c, "ttl: the lease, a duration: 500ms, 30s, 2m, 1h (a bare "
 		    "number is ms); default 30s, at most 24h");
 	h_expect_prefix(c, "wait: ");
+	h_expect_prefix(c, "mode: exclusive (the default)");
+	h_expect_prefix(c, "limit (LOCK, TRYLOCK): holders at once");
 	cr_assert_str_eq(h_call(c, "HELP frobnicate"),
 			 "ERR BAD_ARG unknown command; HELP lists the commands");
 	h_close(c);
@@ -1552,4 +1555,152 @@ Test(server, break_ends_a_lease_and_the_queue_moves_on)
 	h_close(op);
 	h_close(waiter);
 	h_close(holder);
+}
+
+/* ---- shared locks and semaphores ------------------------------------------ */
+
+/* R R W R over the wire: readers overlap, the writer waits for both and
+ * the reader behind it waits for the writer; HOLDERS shows who is where. */
+Test(server, readers_share_a_writer_waits_and_fifo_holds_across_modes)
+{
+	struct h_client *r1 = h_hello(d.port, "r1"), *r2 = h_hello(d.port, "r2"),
+			*w = h_hello(d.port, "w"), *r3 = h_hello(d.port, "r3");
+	struct h_client *all[] = {r1, r2, w, r3};
+	uint64_t t1 = h_lock(r1, "rw", "mode=shared ttl=30s"),
+		 t2 = h_lock(r2, "rw", "mode=shared ttl=30s"), tw, t3;
+	char want[96];
+	char *l;
+
+	cr_assert_gt(t2, t1);
+	h_send(w, "LOCK rw ttl=30s");
+	h_expect(w, "OK QUEUED rw 1");
+	h_send(r3, "LOCK rw mode=shared ttl=30s wait=inf");
+	h_expect(r3, "OK QUEUED rw 2");
+	l = h_call(r1, "STATUS rw");
+	cr_assert_str_eq(h_kv(l, "mode"), "shared", "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "holders"), 2, "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "waiters"), 2, "in \"%s\"", l);
+	l = h_call(r1, "HOLDERS rw");
+	cr_assert(strncmp(l, "OK HOLDERS rw 4 holders=2 waiters=2 mode=shared "
+			     "limit=1 more=0",
+			  strlen("OK HOLDERS rw 4 holders=2 waiters=2 "
+				 "mode=shared limit=1 more=0")) == 0,
+		  "\"%s\"", l);
+	l = h_line(r1);
+	snprintf(want, sizeof(want), "holder r1 token=%llu ",
+		 (unsigned long long)t1);
+	cr_assert(strncmp(l, want, strlen(want)) == 0, "\"%s\"", l);
+	cr_assert(strstr(l, " count=1 mode=shared") != NULL, "\"%s\"", l);
+	l = h_line(r1);
+	cr_assert(strncmp(l, "holder r2 ", 10) == 0, "\"%s\"", l);
+	l = h_line(r1);
+	cr_assert(strncmp(l, "waiter w position=1 wait_ms=inf mode=exclusive",
+			  46) == 0,
+		  "\"%s\"", l);
+	l = h_line(r1);
+	cr_assert(strncmp(l, "waiter r3 position=2 wait_ms=inf mode=shared",
+			  44) == 0,
+		  "\"%s\"", l);
+	/* each token checks; a release frees only its own lease */
+	l = h_call(w, "CHECK rw %llu", (unsigned long long)t2);
+	cr_assert(strncmp(l, "OK VALID rw ", 12) == 0, "\"%s\"", l);
+	h_send(r1, "UNLOCK rw %llu", (unsigned long long)t1);
+	h_expect(r1, "OK RELEASED rw");
+	cr_assert_eq(h_poll_any(all, 4, 200), -1, "a grant with r2 holding");
+	h_send(r2, "UNLOCK rw %llu", (unsigned long long)t2);
+	h_expect(r2, "OK RELEASED rw");
+	tw = expect_granted(w, "rw");
+	cr_assert_gt(tw, t2);
+	cr_assert_eq(h_poll_any(all, 4, 200), -1, "r3 served with w holding");
+	h_send(w, "UNLOCK rw %llu", (unsigned long long)tw);
+	h_expect(w, "OK RELEASED rw");
+	t3 = expect_granted(r3, "rw");
+	cr_assert_gt(t3, tw);
+	h_close(r1);
+	h_close(r2);
+	h_close(w);
+	h_close(r3);
+}
+
+Test(server, consecutive_readers_are_granted_together_when_a_writer_leaves)
+{
+	struct h_client *w = h_hello(d.port, "w"), *rs[3],
+			*w2 = h_hello(d.port, "w2");
+	uint64_t tw = h_lock(w, "rw", "ttl=30s");
+	int i;
+
+	for (i = 0; i < 3; i++) {
+		char id[8];
+
+		snprintf(id, sizeof(id), "r%d", i);
+		rs[i] = h_hello(d.port, id);
+		h_send(rs[i], "LOCK rw mode=shared ttl=30s");
+		h_expect(rs[i], "OK QUEUED rw %d", i + 1);
+	}
+	h_send(w2, "LOCK rw ttl=30s");
+	h_expect(w2, "OK QUEUED rw 4");
+	h_send(w, "UNLOCK rw %llu", (unsigned long long)tw);
+	h_expect(w, "OK RELEASED rw");
+	for (i = 0; i < 3; i++)
+		cr_assert_gt(expect_granted(rs[i], "rw"), tw);
+	h_expect_silence(w2, 200);
+	cr_assert_eq(h_kv_u64(h_call(w, "STATUS rw"), "holders"), 3);
+	for (i = 0; i < 3; i++)
+		h_close(rs[i]);
+	h_close(w);
+	h_close(w2);
+}
+
+Test(server, a_semaphore_admits_its_limit_and_refuses_another_limit)
+{
+	struct h_client *c[4];
+	uint64_t tok[3];
+	char *l;
+	int i;
+
+	for (i = 0; i < 4; i++) {
+		char id[8];
+
+		snprintf(id, sizeof(id), "s%d", i);
+		c[i] = h_hello(d.port, id);
+	}
+	tok[0] = h_lock(c[0], "pool", "limit=3 ttl=30s");
+	tok[1] = h_lock(c[1], "pool", "limit=3 ttl=30s");
+	tok[2] = h_lock(c[2], "pool", "limit=3 ttl=1s");
+	cr_assert_neq(tok[0], tok[1]);
+	l = h_call(c[3], "TRYLOCK pool limit=3");
+	cr_assert(strncmp(l, "NO BUSY pool ", 13) == 0, "\"%s\"", l);
+	cr_assert_str_eq(h_call(c[3], "LOCK pool"), "NO LIMIT_MISMATCH pool 3");
+	cr_assert_str_eq(h_call(c[3], "LOCK pool mode=shared"),
+			 "NO LIMIT_MISMATCH pool 3");
+	h_send(c[3], "LOCK pool limit=3 ttl=30s");
+	h_expect(c[3], "OK QUEUED pool 1");
+	l = h_call(c[0], "STATUS pool");
+	cr_assert_str_eq(h_kv(l, "mode"), "semaphore", "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "limit"), 3, "in \"%s\"", l);
+	/* the 1 s lease runs out: its permit, and only it, goes to c[3] */
+	cr_assert_gt(expect_granted(c[3], "pool"), tok[2]);
+	h_expect_prefix(c[2], "* EXPIRED pool %llu", (unsigned long long)tok[2]);
+	cr_assert_eq(h_kv_u64(h_call(c[0], "STATUS pool"), "holders"), 3);
+	cr_assert_str_eq(h_call(c[1], "LOCK pool mode=shared limit=3"),
+			 "ERR BAD_ARG mode=shared is for a lock (limit 1); the "
+			 "holders of a semaphore (limit=<n>) each take a "
+			 "permit");
+	for (i = 0; i < 4; i++)
+		h_close(c[i]);
+}
+
+Test(server, a_reader_asking_to_write_is_told_it_would_deadlock)
+{
+	struct h_client *a = h_hello(d.port, "a");
+	uint64_t t = h_lock(a, "rw", "mode=shared ttl=30s");
+	char want[96];
+
+	snprintf(want, sizeof(want), "NO UPGRADE_DEADLOCK rw %llu",
+		 (unsigned long long)t);
+	cr_assert_str_eq(h_call(a, "LOCK rw wait=inf"), want);
+	cr_assert_eq(h_kv_u64(h_call(a, "STATUS rw"), "waiters"), 0);
+	cr_assert_eq(h_lock(a, "rw", "mode=shared"), t);
+	cr_assert_eq(h_kv_u64(h_call(a, "STATUS rw"), "count"), 2);
+	h_close(a);
 }
