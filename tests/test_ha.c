@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client/dlock.h"
@@ -861,4 +862,227 @@ Test(ha, dlock_run_survives_a_failover)
 	cr_assert_str_eq(h_kv(h_call(c, "STATUS job"), "state"), "free");
 	h_close(c);
 	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+/* ---- shared locks and semaphores under faults ---------------------------
+ *
+ * The client-side check: CONC_PROCS processes take one name over and over
+ * -- a semaphore of CONC_LIMIT, or a read/write lock (one acquisition in
+ * CONC_WRITE_EVERY exclusive) -- while the active daemon is killed (a
+ * take-over by the standby) and then the new active is killed and
+ * restarted (kill -9, state from Redis). Each process writes down, for
+ * every grant, when it had the lease by its own clock: from the grant's
+ * arrival to the earlier of its release being sent and its local lease
+ * deadline (libdlock's deadline is never later than the server's). Those
+ * windows lie inside the server's, so if the server never lets in more
+ * than it should, neither do they: more than CONC_LIMIT windows at once,
+ * or a write window overlapping any other, is a violation whatever the
+ * timing. */
+
+#define CONC_PROCS	 20
+#define CONC_LIMIT	 3
+#define CONC_WRITE_EVERY 10
+#define CONC_TTL_MS	 3000
+
+struct window {
+	int64_t from, to; /* us, CLOCK_BOOTTIME */
+	int write;
+};
+
+static int64_t boot_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* One process: acquire, hold 0-15 ms, release, until `until_us`; a line
+ * "from to write" per grant into `path`. Exits 0, or 1 if it never got
+ * the lock. */
+static void conc_worker(int id, int rw, int64_t until_us, const char *path)
+{
+	struct dlock_lock_options lo;
+	struct dlock_options o;
+	dlock_client *c = NULL;
+	dlock_lease *l;
+	char owner[16], srv[64];
+	unsigned seed = (unsigned)(id * 7919 + getpid());
+	FILE *f = fopen(path, "w");
+	int64_t from, to, dl;
+	int n = 0, write;
+
+	if (!f)
+		_exit(2);
+	dlock_options_init(&o);
+	snprintf(srv, sizeof(srv), "127.0.0.1:%d,127.0.0.1:%d", a.port,
+		 b.port);
+	snprintf(owner, sizeof(owner), "p%d", id);
+	o.servers = srv;
+	o.owner = owner;
+	if (dlock_connect(&o, &c) != 0)
+		_exit(3);
+	while (boot_us() < until_us) {
+		write = rw && rand_r(&seed) % CONC_WRITE_EVERY == 0;
+		dlock_lock_options_init(&lo);
+		lo.ttl_ms = CONC_TTL_MS;
+		lo.wait_ms = 2000;
+		if (rw)
+			lo.mode = write ? DLOCK_EXCLUSIVE : DLOCK_SHARED;
+		else
+			lo.limit = CONC_LIMIT;
+		if (dlock_acquire(c, "conc", &lo, &l) != 0) {
+			usleep(20000); /* a fail-over: ask again */
+			continue;
+		}
+		from = boot_us();
+		usleep((useconds_t)(rand_r(&seed) % 15000));
+		to = boot_us();
+		dl = dlock_lease_deadline(l) * 1000;
+		if (dl < to)
+			to = dl;
+		dlock_unlock(c, l);
+		if (to > from)
+			fprintf(f, "%lld %lld %d\n", (long long)from,
+				(long long)to, write);
+		n++;
+	}
+	dlock_close(c);
+	fclose(f);
+	_exit(n > 0 ? 0 : 1);
+}
+
+static int window_cmp(const void *x, const void *y)
+{
+	const struct window *p = x, *q = y;
+
+	return (p->from > q->from) - (p->from < q->from);
+}
+
+/* Sweep events: (time, +1 open / -1 close) in from/to; closes first. */
+static int event_cmp(const void *x, const void *y)
+{
+	const struct window *p = x, *q = y;
+
+	if (p->from != q->from)
+		return (p->from > q->from) - (p->from < q->from);
+	return (p->to > q->to) - (p->to < q->to);
+}
+
+/* Run the processes through a take-over and a kill -9; check their
+ * windows. */
+static void conc_run(int rw)
+{
+	char dir[] = "/tmp/dlock-conc-XXXXXX", path[64];
+	pid_t pids[CONC_PROCS];
+	struct window *w = NULL;
+	size_t n = 0, cap = 0, i, j, writes = 0, after_faults = 0;
+	int64_t until, t_faults;
+	struct window *ev;
+	int k, st, max_seen = 0, open;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	cr_assert(mkdtemp(dir) != NULL);
+	until = boot_us() + 7000000;
+	for (k = 0; k < CONC_PROCS; k++) {
+		snprintf(path, sizeof(path), "%s/%d", dir, k);
+		pids[k] = fork();
+		cr_assert(pids[k] >= 0);
+		if (pids[k] == 0)
+			conc_worker(k, rw, until, path);
+	}
+	h_sleep_ms(1500);
+	h_daemon_kill9(&a); /* the standby takes over */
+	wait_active(&b, 10000);
+	h_sleep_ms(1500);
+	h_daemon_kill9(&b); /* and is killed, and restarted */
+	h_daemon_restart(&b);
+	wait_active(&b, 10000);
+	t_faults = boot_us();
+	for (k = 0; k < CONC_PROCS; k++) {
+		cr_assert_eq(waitpid(pids[k], &st, 0), pids[k]);
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+			  "process %d: status %d", k, st);
+	}
+	for (k = 0; k < CONC_PROCS; k++) {
+		long long f1, t1;
+		int wr;
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/%d", dir, k);
+		f = fopen(path, "r");
+		cr_assert(f != NULL);
+		while (fscanf(f, "%lld %lld %d", &f1, &t1, &wr) == 3) {
+			if (n == cap) {
+				cap = cap ? cap * 2 : 1024;
+				w = realloc(w, cap * sizeof(*w));
+				cr_assert(w != NULL);
+			}
+			w[n++] = (struct window){f1, t1, wr};
+		}
+		fclose(f);
+		unlink(path);
+	}
+	rmdir(dir);
+	qsort(w, n, sizeof(*w), window_cmp);
+	/* a write window against every window that opens before it closes */
+	for (i = 0; i < n; i++) {
+		writes += w[i].write;
+		after_faults += w[i].from > t_faults;
+		for (j = i + 1; rw && j < n && w[j].from < w[i].to; j++)
+			cr_assert(!w[i].write && !w[j].write,
+				  "a write window overlaps another: [%lld, "
+				  "%lld) %s and [%lld, %lld) %s",
+				  (long long)w[i].from, (long long)w[i].to,
+				  w[i].write ? "write" : "read",
+				  (long long)w[j].from, (long long)w[j].to,
+				  w[j].write ? "write" : "read");
+	}
+	/* the most windows open at once: a sweep over opens and closes, a
+	 * close before an open at the same instant */
+	ev = calloc(2 * n, sizeof(*ev));
+	cr_assert(n == 0 || ev != NULL);
+	for (i = 0; i < n; i++) {
+		ev[2 * i] = (struct window){w[i].from, 1, 0};
+		ev[2 * i + 1] = (struct window){w[i].to, -1, 0};
+	}
+	qsort(ev, 2 * n, sizeof(*ev), event_cmp);
+	for (i = 0, open = 0; i < 2 * n; i++) {
+		open += (int)ev[i].to;
+		if (open > max_seen)
+			max_seen = open;
+	}
+	free(ev);
+	cr_log_info("%s: %zu grants (%zu writes, %zu after the faults), "
+		    "at most %d at once",
+		    rw ? "read/write" : "semaphore", n, writes, after_faults,
+		    max_seen);
+	if (!rw)
+		cr_assert_leq(max_seen, CONC_LIMIT,
+			      "%d holders of a semaphore of %d at once",
+			      max_seen, CONC_LIMIT);
+	/* the check saw what it checks: contention, and grants on both
+	 * sides of the faults */
+	cr_assert_gt(n, 200, "only %zu grants", n);
+	cr_assert_gt(after_faults, 20, "only %zu grants after the faults",
+		     after_faults);
+	if (rw) {
+		cr_assert_gt(writes, 10, "only %zu writes", writes);
+		cr_assert_geq(max_seen, 2, "readers never overlapped");
+	} else {
+		cr_assert_eq(max_seen, CONC_LIMIT, "the semaphore never filled");
+	}
+	free(w);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+Test(ha, semaphore_of_3_never_has_4_holders_across_takeover_and_kill9)
+{
+	conc_run(0);
+}
+
+Test(ha, writers_never_overlap_anyone_across_takeover_and_kill9)
+{
+	conc_run(1);
 }

@@ -1054,3 +1054,140 @@ Test(persist, redis_losing_aof_while_running_is_refused_until_it_is_back)
 	h_close(c);
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
+
+/* ---- shared locks and semaphores ---------------------------------------- */
+
+/* Readers, a semaphore's holders and both queues come back after kill -9:
+ * each lease with its token and mode, each lock with its limit, the queues
+ * in order (as placeholders) -- so a writer still cannot get in. */
+Test(persist, shared_holders_permits_and_queues_survive_kill9)
+{
+	struct h_client *r1, *r2, *w, *r3, *p1, *p2, *p3, *m;
+	uint64_t t1, t2, q1, q2, tw;
+	char *l;
+
+	start("always", "[persistence]\nrestore_grace = 10s\n");
+	r1 = h_hello(d.port, "r1");
+	r2 = h_hello(d.port, "r2");
+	w = h_hello(d.port, "w");
+	r3 = h_hello(d.port, "r3");
+	p1 = h_hello(d.port, "p1");
+	p2 = h_hello(d.port, "p2");
+	p3 = h_hello(d.port, "p3");
+	t1 = h_lock(r1, "rw", "mode=shared ttl=30s");
+	t2 = h_lock(r2, "rw", "mode=shared ttl=30s");
+	h_send(w, "LOCK rw ttl=30s");
+	h_expect(w, "OK QUEUED rw 1");
+	h_send(r3, "LOCK rw mode=shared ttl=30s");
+	h_expect(r3, "OK QUEUED rw 2");
+	q1 = h_lock(p1, "pool", "limit=2 ttl=30s");
+	q2 = h_lock(p2, "pool", "limit=2 ttl=30s");
+	h_send(p3, "LOCK pool limit=2 ttl=30s");
+	h_expect(p3, "OK QUEUED pool 1");
+	/* queue changes are written lazily: wait until Redis has them */
+	cr_assert(h_redis_wait(&r, "GET dlock:lock:rw", " s r3", 1, 5000),
+		  "record: \"%s\"", lock_get("rw"));
+	cr_assert(h_redis_wait(&r, "GET dlock:lock:pool", "\nW ", 1, 5000),
+		  "record: \"%s\"", lock_get("pool"));
+	cr_assert(starts(lock_get("rw"), "dlock2 limit=1\nH "), "\"%s\"",
+		  lock_get("rw"));
+	cr_assert(starts(lock_get("pool"), "dlock2 limit=2\nH "), "\"%s\"",
+		  lock_get("pool"));
+	h_daemon_kill9(&d);
+	h_close(r1);
+	h_close(r2);
+	h_close(w);
+	h_close(r3);
+	h_close(p1);
+	h_close(p2);
+	h_close(p3);
+	h_daemon_restart(&d);
+
+	m = h_hello(d.port, "m");
+	l = h_call(m, "STATUS rw");
+	cr_assert_str_eq(h_kv(l, "mode"), "shared", "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "holders"), 2, "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "waiters"), 2, "in \"%s\"", l);
+	cr_assert(starts(h_call(m, "CHECK rw %llu", (unsigned long long)t1),
+			 "OK VALID rw "));
+	cr_assert(starts(h_call(m, "CHECK rw %llu", (unsigned long long)t2),
+			 "OK VALID rw "));
+	l = h_call(m, "STATUS pool");
+	cr_assert_str_eq(h_kv(l, "mode"), "semaphore", "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "limit"), 2, "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "holders"), 2, "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "waiters"), 1, "in \"%s\"", l);
+	cr_assert(starts(h_call(m, "CHECK pool %llu", (unsigned long long)q2),
+			 "OK VALID pool "));
+	/* nobody gets in: not a writer, not a reader past the queue, not a
+	 * third permit, not another limit */
+	cr_assert(starts(h_call(m, "TRYLOCK rw"), "NO BUSY rw "));
+	cr_assert(starts(h_call(m, "TRYLOCK rw mode=shared"), "NO BUSY rw "));
+	cr_assert(starts(h_call(m, "TRYLOCK pool limit=2"), "NO BUSY pool "));
+	cr_assert_str_eq(h_call(m, "TRYLOCK pool limit=3"),
+			 "NO LIMIT_MISMATCH pool 2");
+
+	/* the writer claims its place; the readers leave; it gets in, and
+	 * the restored reader behind it waits for it */
+	w = h_hello(d.port, "w");
+	h_send(w, "LOCK rw ttl=30s");
+	h_expect(w, "OK QUEUED rw 1");
+	r1 = h_hello(d.port, "r1");
+	r2 = h_hello(d.port, "r2");
+	h_send(r1, "UNLOCK rw %llu", (unsigned long long)t1);
+	h_expect(r1, "OK RELEASED rw");
+	h_send(r2, "UNLOCK rw %llu", (unsigned long long)t2);
+	h_expect(r2, "OK RELEASED rw");
+	l = h_expect_prefix(w, "* GRANTED rw ");
+	tw = h_arg_u64(l, 1);
+	cr_assert_gt(tw, t2);
+	cr_assert_gt(tw, q2);
+	cr_assert_eq(h_kv_u64(h_call(m, "STATUS rw"), "holders"), 1);
+	(void)q1;
+	h_close(w);
+	h_close(r1);
+	h_close(r2);
+	h_close(m);
+	stop_clean();
+}
+
+/* An upgrade with leases held: a record written by a daemon before
+ * shared locks (version 1) is restored as the exclusive lease it was,
+ * and once the lock is used shared it is written back as version 2. */
+Test(persist, a_version_1_record_is_kept_and_rewritten_as_version_2)
+{
+	struct h_client *carol, *s;
+	uint64_t ts;
+	char cmd[256], *l;
+
+	h_redis_start(&r, "always");
+	snprintf(cmd, sizeof(cmd),
+		 "printf 'dlock1\\nH 9 0 1 30000 carol' | redis-cli -h %s -p "
+		 "%d -x SET dlock:lock:old >/dev/null",
+		 r.host, r.port);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	h_redis_cli(&r, "SADD dlock:locks old");
+	h_daemon_write_conf(&d, "");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis", r.url,
+		       NULL);
+	s = h_hello(d.port, "s");
+	l = h_call(s, "STATUS old");
+	cr_assert_eq(h_kv_u64(l, "token"), 9, "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "mode"), "exclusive", "in \"%s\"", l);
+	h_send(s, "LOCK old mode=shared ttl=30s");
+	h_expect(s, "OK QUEUED old 1");
+	carol = h_hello(d.port, "carol");
+	h_send(carol, "UNLOCK old 9");
+	h_expect(carol, "OK RELEASED old");
+	l = h_expect_prefix(s, "* GRANTED old ");
+	ts = h_arg_u64(l, 1);
+	cr_assert_gt(ts, 9);
+	cr_assert(h_redis_wait(&r, "GET dlock:lock:old", "dlock2 limit=1\nH ",
+			       1, 5000),
+		  "record: \"%s\"", lock_get("old"));
+	cr_assert(strstr(lock_get("old"), " 30000 s s") != NULL, "\"%s\"",
+		  lock_get("old"));
+	h_close(carol);
+	h_close(s);
+	stop_clean();
+}
