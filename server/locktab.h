@@ -428,7 +428,8 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
  * the mode and the wait deadline it had (and the lock's limit, should the
  * lock have to be made again). Grants are suspended meanwhile, so nobody
  * else is served. Returns 0, or DL_ENOMEM when the waiter could not be
- * re-queued (the caller then reports a timeout).
+ * re-queued, DL_ELIMIT when the lock is now in use with another limit
+ * (freed and taken again meanwhile): the caller then reports a timeout.
  */
 struct dl_requeue {
 	uint32_t ttl_ms;

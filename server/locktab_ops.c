@@ -659,6 +659,7 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 	struct dl_lock *lk = dl__lock_find(t, name);
 	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
 	struct dl_waiter *w;
+	uint32_t lim;
 
 	if (l && l->owner == s->owner) {
 		t->st.revokes++;
@@ -676,8 +677,16 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 		return DL_ENOMEM;
 	if (session_waiter(s, lk))
 		return 0;
-	if (!lk->holders && !lk->qhead)
-		lk->limit = (uint16_t)(requeue->limit ? requeue->limit : 1);
+	lim = requeue->limit ? requeue->limit : 1;
+	if (!lk->holders && !lk->qhead) {
+		lk->limit = (uint16_t)lim;
+	} else if (lk->limit != lim) {
+		/* While the grant was out, the lock was freed (the lease
+		 * expired) and taken with another limit: the waiter cannot
+		 * wait in it, its LOCK would be refused now (a shared
+		 * waiter in a semaphore is no state at all). */
+		return DL_ELIMIT;
+	}
 	w = dl__waiter_new(t, lk, s->owner, s, requeue->ttl_ms,
 			   requeue->wait_deadline, requeue->tag,
 			   requeue->shared);

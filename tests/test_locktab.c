@@ -2380,6 +2380,42 @@ Test(locktab, restore_keeps_modes_and_limits_and_refuses_what_cannot_be)
 	EXPECT(acq_mode(c, "p", 3000, 0, EX, 1, &r), r, DL_LIMIT_MISMATCH);
 }
 
+/* A withdrawn * GRANTED whose lease expired meanwhile, the lock then
+ * taken as a semaphore: the reader cannot wait in it (found by
+ * fuzz_engine). The revoke says so and the lock stays a semaphore. */
+Test(locktab, a_withdrawn_grant_does_not_requeue_into_another_limit)
+{
+	struct client *w = client_new("w"), *a = client_new("a"),
+		      *s = client_new("s");
+	uint64_t tw = grant_mode(w, "x", EX, 1), ta;
+	struct dl_requeue rq = {.ttl_ms = 1,
+				.wait_deadline = UINT64_MAX,
+				.shared = 1,
+				.limit = 1};
+	char why[256];
+
+	queue_mode(a, "x", SH, 1);
+	must_release(w, "x", tw);
+	ta = last_ev(DL_EVENT_GRANTED, a)->token;
+	advance(5000); /* a's lease expires */
+	cr_assert(eq(u32, status("x").holders, 0));
+	grant_mode(s, "x", EX, 2);
+	dl_locktab_suspend_grants(tab, 1); /* persistence went down */
+	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("x"), ta, &rq),
+		     DL_ELIMIT));
+	cr_assert(eq(int, dl_locktab_verify(tab, why, sizeof(why)), 0), "%s",
+		  why);
+	cr_assert(eq(u32, status("x").waiters, 0));
+	cr_assert(eq(u32, status("x").limit, 2));
+	/* the same limit: it waits again */
+	rq.shared = 0;
+	rq.limit = 2;
+	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("x"), ta, &rq), 0));
+	cr_assert(eq(u32, status("x").waiters, 1));
+	dl_locktab_suspend_grants(tab, 0);
+	cr_assert(eq(u32, status("x").holders, 2));
+}
+
 /* A withdrawn * GRANTED of a shared waiter puts it back shared. */
 Test(locktab, a_withdrawn_shared_grant_waits_again_shared)
 {
