@@ -139,7 +139,7 @@ static int str_same(struct dl_str a, struct dl_str b)
 static int has_name(enum dl_verb v)
 {
 	return (v >= DL_VERB_LOCK && v <= DL_VERB_STATUS) ||
-	       v == DL_VERB_BREAK;
+	       v == DL_VERB_BREAK || v == DL_VERB_HOLDERS;
 }
 
 /* LOCKS: its prefix, in r.name, may be absent */
@@ -187,6 +187,8 @@ static void request_round_trip(const struct dl_request *r)
 		dl_fmt_kv_str(&f, "after", r->after);
 	if (r->by_waiters)
 		dl_fmt_word(&f, "by=waiters");
+	if (r->shared)
+		dl_fmt_word(&f, "mode=shared");
 	n = dl_fmt_end(&f, r->tag);
 	CHECK(n >= 2);
 	CHECK(buf[n - 2] == '\r' && buf[n - 1] == '\n' && buf[n] == '\0');
@@ -203,6 +205,7 @@ static void request_round_trip(const struct dl_request *r)
 	CHECK(r2.has_limit == r->has_limit && r2.limit == r->limit);
 	CHECK(str_same(r2.after, r->after));
 	CHECK(r2.by_waiters == r->by_waiters);
+	CHECK(r2.shared == r->shared);
 }
 
 static void check_request(const char *line, size_t len)
@@ -248,9 +251,14 @@ static void check_request(const char *line, size_t len)
 	if (r.after.len)
 		CHECK(r.verb == DL_VERB_LOCKS && !r.by_waiters &&
 		      dl_check_name(r.after.p, r.after.len) == 0);
-	if (r.has_limit)
-		CHECK(r.verb == DL_VERB_LOCKS && r.limit >= 1 &&
-		      r.limit <= DL_LOCKS_PAGE_MAX);
+	if (r.has_limit && r.verb == DL_VERB_LOCKS)
+		CHECK(r.limit >= 1 && r.limit <= DL_LOCKS_PAGE_MAX);
+	else if (r.has_limit)
+		CHECK((r.verb == DL_VERB_LOCK || r.verb == DL_VERB_TRYLOCK) &&
+		      r.limit >= 1 && r.limit <= DL_LIMIT_MAX);
+	if (r.shared)
+		CHECK((r.verb == DL_VERB_LOCK || r.verb == DL_VERB_TRYLOCK) &&
+		      (!r.has_limit || r.limit == 1));
 	if (r.by_waiters)
 		CHECK(r.verb == DL_VERB_LOCKS);
 	if (!has_token(r.verb))
