@@ -597,7 +597,7 @@ static void on_lock(const char *name, const struct dlock_status *st,
 		    void *arg)
 {
 	struct list_run *lr = arg;
-	char ttl[32];
+	char ttl[32], mode[24];
 
 	snprintf(lr->last, sizeof(lr->last), "%s", name);
 	if (lr->cl->json) {
@@ -610,17 +610,34 @@ static void on_lock(const char *name, const struct dlock_status *st,
 		else
 			fputs("null", stdout);
 		printf(", \"token\": %" PRIu64 ", \"ttl_ms\": %" PRId64
-		       ", \"count\": %" PRIu32 ", \"waiters\": %" PRIu32 "}",
+		       ", \"count\": %" PRIu32 ", \"waiters\": %" PRIu32
+		       ", \"mode\": ",
 		       st->token, st->ttl_ms, st->count, st->waiters);
+		if (st->mode[0])
+			dl_cli_json_str(stdout, st->mode);
+		else
+			fputs("null", stdout);
+		printf(", \"limit\": %" PRIu32 ", \"holders\": %" PRIu32 "}",
+		       st->limit, st->holders);
 	} else {
+		/* MODE: the holders' (a semaphore with its limit); owner,
+		 * token and TTL are the first holder's, HOLDERS says how
+		 * many there are */
 		if (!lr->shown)
-			printf("%-24s %-5s %-24s %-20s %10s %7s\n", "NAME",
-			       "STATE", "OWNER", "TOKEN", "TTL", "WAITERS");
+			printf("%-24s %-5s %-9s %-24s %-20s %10s %7s %7s\n",
+			       "NAME", "STATE", "MODE", "OWNER", "TOKEN", "TTL",
+			       "HOLDERS", "WAITERS");
 		ttl_text(st->ttl_ms, ttl, sizeof(ttl));
-		printf("%-24s %-5s %-24s %-20" PRIu64 " %10s %7" PRIu32 "\n",
-		       name, st->held ? "held" : "free",
+		if (strcmp(st->mode, "semaphore") == 0)
+			snprintf(mode, sizeof(mode), "sem/%" PRIu32, st->limit);
+		else
+			snprintf(mode, sizeof(mode), "%s",
+				 st->mode[0] ? st->mode : "-");
+		printf("%-24s %-5s %-9s %-24s %-20" PRIu64 " %10s %7" PRIu32
+		       " %7" PRIu32 "\n",
+		       name, st->held ? "held" : "free", mode,
 		       st->owner[0] ? st->owner : "-", st->token,
-		       st->held ? ttl : "-", st->waiters);
+		       st->held ? ttl : "-", st->holders, st->waiters);
 	}
 	lr->shown++;
 }

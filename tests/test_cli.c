@@ -810,6 +810,11 @@ Test(cli, check_says_valid_or_stale)
 	h_close(c);
 }
 
+static int has(const char *s, const char *needle)
+{
+	return strstr(s, needle) != NULL;
+}
+
 Test(cli, status_prints_one_key_value_per_line)
 {
 	struct h_client *c = h_connect(d.port);
@@ -822,7 +827,7 @@ Test(cli, status_prints_one_key_value_per_line)
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(STR_EQ(r.out,
 			 "name=st\nstate=free\ntoken=0\nttl_ms=0\ncount=0\n"
-			 "owner=-\nwaiters=0\n"));
+			 "owner=-\nwaiters=0\nmode=-\nlimit=1\nholders=0\n"));
 
 	h_call(c, "HELLO owner=bob");
 	token = h_lock(c, "st", "ttl=10s");
@@ -836,9 +841,11 @@ Test(cli, status_prints_one_key_value_per_line)
 	memmove(ttl + 8, strchr(ttl, '\n'), strlen(strchr(ttl, '\n')) + 1);
 	snprintf(want, sizeof(want),
 		 "name=st\nstate=held\ntoken=%" PRIu64 "\nttl_ms=X\ncount=2\n"
-		 "owner=bob\nwaiters=0\n",
-		 token);
-	cr_assert(STR_EQ(r.out, want));
+		 "owner=bob\nwaiters=0\nmode=exclusive\nlimit=1\nholders=1\n"
+		 "holder owner=bob token=%" PRIu64 " ttl_ms=",
+		 token, token);
+	cr_assert(strncmp(r.out, want, strlen(want)) == 0, "%s", r.out);
+	cr_assert(has(r.out, " count=2 mode=exclusive\n"), "%s", r.out);
 	h_close(c);
 }
 
@@ -1030,11 +1037,6 @@ Test(cli, usage_errors_exit_64_and_help_exits_0)
 
 /* ---- list, --json ----------------------------------------------------------- */
 
-static int has(const char *s, const char *needle)
-{
-	return strstr(s, needle) != NULL;
-}
-
 Test(cli, list_shows_the_locks_and_json_serves_scripts)
 {
 	struct result r;
@@ -1070,8 +1072,38 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 				"\"owner\": \"alice\", \"token\": "),
 		  "%s", r.out);
 	cr_assert(has(r.out, "\n], \"more\": 0}\n"), "%s", r.out);
+	cr_assert(has(r.out, "\"waiters\": 0, \"mode\": \"exclusive\", "
+				"\"limit\": 1, \"holders\": 1}"),
+		  "%s", r.out);
 	dlock(&r, "list", "nothing/", "--json", NULL);
 	cr_assert(STR_EQ(r.out, "{\"locks\": [], \"more\": 0}\n"), "%s", r.out);
+
+	/* readers and permits: the mode column and how many hold it */
+	dlock(&r, "lock", "lm/r", "--owner", "r1", "--shared", "--ttl", "1h",
+	      NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	dlock(&r, "lock", "lm/r", "--owner", "r2", "--shared", "--ttl", "1h",
+	      NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	dlock(&r, "lock", "lm/s", "--owner", "s1", "--limit", "3", "--ttl",
+	      "1h", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	dlock(&r, "list", "lm/", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(has(r.out, " MODE ") && has(r.out, " HOLDERS "), "%s",
+		  r.out);
+	cr_assert(has(r.out, "\nlm/r ") && has(r.out, " shared "), "%s",
+		  r.out);
+	cr_assert(has(r.out, "\nlm/s ") && has(r.out, " sem/3 "), "%s",
+		  r.out);
+	dlock(&r, "list", "lm/", "--json", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(has(r.out, "\"mode\": \"shared\", \"limit\": 1, "
+				"\"holders\": 2}"),
+		  "%s", r.out);
+	cr_assert(has(r.out, "\"mode\": \"semaphore\", \"limit\": 3, "
+				"\"holders\": 1}"),
+		  "%s", r.out);
 
 	dlock(&r, "status", "ls/1", "--json", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
@@ -1080,7 +1112,11 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 			  43) == 0,
 		  "%s", r.out);
 	cr_assert(has(r.out, ", \"count\": 1, \"owner\": \"alice\", "
-				"\"waiters\": 0}\n"),
+				"\"waiters\": 0, \"mode\": \"exclusive\", "
+				"\"limit\": 1, \"holders\": 1, \"holders_list\": "
+				"[{\"owner\": \"alice\", \"token\": "),
+		  "%s", r.out);
+	cr_assert(has(r.out, ", \"mode\": \"exclusive\"}], \"queue\": []}\n"),
 		  "%s", r.out);
 	dlock(&r, "status", "ls/none", "--json", NULL);
 	cr_assert(has(r.out, "\"state\": \"free\", \"token\": 0, "
