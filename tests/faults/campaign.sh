@@ -15,8 +15,11 @@
 #   DURATION   seconds of faults [60]
 #   SEED       the nemesis's random seed [random; printed, for replay:
 #              the same seed gives the same faults at the same moments]
-#   WORKERS    lock workers [6]     RUNNERS  dlock run loops [2]
+#   WORKERS    lock workers [8]     RUNNERS  dlock run loops [2]
 #   LOCKS      lock names L0.. [3]
+#   RWLOCKS    read/write locks S0.. (workers take them shared two times
+#              in three) [1]
+#   SEMAPHORES semaphores P0.. of 2 permits [1]
 #   FAULTS     the fault kinds to draw from [all of them, below]
 #   CLOCK_STEPS  "both" or "forward" [both]
 #   STALL_MS   crash_in_*: ms between stopping Redis (or its traffic) and killing
@@ -64,7 +67,8 @@ top=$(cd "$here/../.." && pwd)
 : "${DLOCKD:=$top/build/dlockd}" "${DLOCK:=$top/build/dlock}"
 : "${WORKER:=$top/build/faults/worker}" "${CHECK:=$top/build/faults/check}"
 : "${DURATION:=60}" "${SEED:=$((RANDOM * 32768 + RANDOM))}"
-: "${WORKERS:=6}" "${RUNNERS:=2}" "${LOCKS:=3}" "${CLOCK_STEPS:=both}"
+: "${WORKERS:=8}" "${RUNNERS:=2}" "${LOCKS:=3}" "${CLOCK_STEPS:=both}"
+: "${RWLOCKS:=1}" "${SEMAPHORES:=1}"
 : "${STALL_MS:=300}"
 : "${CLUSTER:=0}" "${REDIS_HA:=0}"
 if [ "$REDIS_HA" = 1 ] && [ "$CLUSTER" = 1 ]; then
@@ -306,7 +310,7 @@ worker_start() {    # slot
 	local h=127.0.0.1
 	[ "$nodes" = 2 ] && h=$servers
 	"$WORKER" lock "$OUT/hist/w$1.$gen.hist" "$h" "$dport" \
-		"w$1.$gen" "$LOCKS" $((SEED + gen)) $(((DURATION + 120) * 1000)) \
+		"w$1.$gen" "$LOCKS:$RWLOCKS:$SEMAPHORES" $((SEED + gen)) $(((DURATION + 120) * 1000)) \
 		2>> "$OUT/workers.log" &
 	worker_pid[$1]=$!
 }
@@ -558,7 +562,7 @@ f_kill_run() {
 
 # ---- the campaign -------------------------------------------------------------
 
-say "seed $SEED, ${DURATION} s, $WORKERS workers, $RUNNERS dlock-run loops, locks L0..L$((LOCKS - 1)), $nodes dlockd, out $OUT"
+say "seed $SEED, ${DURATION} s, $WORKERS workers, $RUNNERS dlock-run loops, locks L0..L$((LOCKS - 1)) + $RWLOCKS read/write + $SEMAPHORES semaphores, $nodes dlockd, out $OUT"
 say "replay: SEED=$SEED DURATION=$DURATION make faults"
 if [ "$REDIS_HA" = 1 ]; then
 	redis_ha_start 0

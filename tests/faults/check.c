@@ -17,13 +17,17 @@
  *
  * and checks:
  *   1. mutual exclusion: no two intervals of different owners on one lock
- *      overlap (touching is fine: times are whole milliseconds);
+ *      overlap (touching is fine: times are whole milliseconds) -- unless
+ *      both are shared (G's mode s), or both are permits of a semaphore
+ *      (mode p<n>) and no more than n overlap at any moment;
  *   2. fencing: a token belongs to one lease: granted to one owner on one
  *      lock (the same owner may get it again: a reentry of a lease the
  *      server still has, e.g. one its client gave up for want of
- *      confirmation); per lock, tokens grow in the order of the intervals
- *      (empty intervals, a grant that arrived after its deadline, are
- *      left out of the order);
+ *      confirmation); per lock, an interval that begins after another
+ *      ended has the larger token, where one of the two is exclusive
+ *      (two readers or two permits granted in one order may be received
+ *      in the other); empty intervals, a grant that arrived after its
+ *      deadline, are left out;
  *   3. durability: the server never drops a lease early. A loss reported
  *      by the server -- `* EXPIRED` (reason 1) or NOT_HOLDER to a refresh
  *      (reason 2) -- before the local deadline means it forgot or cut a
@@ -48,6 +52,8 @@ struct span {
 	uint64_t token;
 	int64_t start, end; /* ms; end <= start: empty */
 	int run;	    /* a dlock run command's A records */
+	int shared;	    /* G mode s */
+	int limit;	    /* G mode p<n>: n; else 1 */
 	int open;	    /* no U or L: the worker died holding it */
 };
 
@@ -72,6 +78,7 @@ static struct span *span_new(struct hist *h)
 		h->v = v;
 	}
 	memset(&h->v[h->n], 0, sizeof(h->v[0]));
+	h->v[h->n].limit = 1;
 	return &h->v[h->n++];
 }
 
@@ -106,14 +113,14 @@ static struct span *find(struct hist *h, size_t from, const char *lock,
 static void record(struct hist *h, size_t from, const char *owner,
 		   const char *line)
 {
-	char kind, lock[NAME_MAX_];
+	char kind, lock[NAME_MAX_], mode[16] = "x";
 	int64_t t, d = 0;
 	uint64_t token = 0;
 	int reason = 0, n;
 	struct span *s;
 
-	n = sscanf(line, "%" SCNd64 " %c %63s %" SCNu64 " %" SCNd64, &t, &kind,
-		   lock, &token, &d);
+	n = sscanf(line, "%" SCNd64 " %c %63s %" SCNu64 " %" SCNd64 " %15s", &t,
+		   &kind, lock, &token, &d, mode);
 	if (n < 3)
 		return;
 	h->records++;
@@ -126,6 +133,10 @@ static void record(struct hist *h, size_t from, const char *owner,
 		s->start = t;
 		s->end = d;
 		s->open = 1;
+		s->shared = mode[0] == 's';
+		s->limit = mode[0] == 'p' ? atoi(mode + 1) : 1;
+		if (s->limit < 1)
+			s->limit = 1;
 		h->grants++;
 		break;
 	case 'R':
@@ -213,43 +224,85 @@ static int by_token(const void *a, const void *b)
 static void print_span(const char *what, const struct span *s)
 {
 	printf("  %s: %s token %" PRIu64 " %s [%" PRId64 ", %" PRId64 "]%s\n",
-	       what, s->owner, s->token, s->run ? "(dlock run)" : "(grant)",
+	       what, s->owner, s->token,
+	       s->run		 ? "(dlock run)"
+	       : s->shared	 ? "(shared grant)"
+	       : s->limit > 1 ? "(permit)"
+			       : "(grant)",
 	       s->start, s->end, s->open ? " (holder died)" : "");
 }
 
+/* May a and b (different owners) hold the lock at once? Two readers; two
+ * permits (the count is checked apart). A `dlock run` is exclusive. */
+static int may_overlap(const struct span *a, const struct span *b)
+{
+	if (a->run || b->run)
+		return 0;
+	return (a->shared && b->shared) ||
+	       (a->limit > 1 && b->limit > 1 && !a->shared && !b->shared);
+}
+
+/* Is s after p in token order (or the same lease again)? */
+static int token_after(const struct span *p, const struct span *s)
+{
+	return s->token > p->token ||
+	       (s->token == p->token && strcmp(s->owner, p->owner) == 0);
+}
+
 /* 1. and 2. (order) per lock: a sweep over its intervals by start,
- * keeping those still running (`act`: ends after the current start). */
+ * keeping those still running (`act`: ends after the current start) and
+ * the last to have ended of those over (`done`: of any mode; `done_x`:
+ * exclusive only), whose tokens a new interval must exceed. */
 static void check_lock(struct hist *h, size_t from, size_t to)
 {
 	const struct span **act = malloc((to - from) * sizeof(*act) + 1);
-	const struct span *s, *tok = NULL;
-	size_t i, j, k, nact = 0;
+	const struct span *s, *done = NULL, *done_x = NULL, *p;
+	size_t i, j, k, nact = 0, permits;
 
 	for (i = from; i < to; i++) {
 		s = &h->v[i];
 		if (s->end <= s->start && !s->run)
 			continue; /* never held: arrived after its deadline */
+		permits = 1;
 		for (j = k = 0; j < nact; j++) {
-			if (act[j]->end <= s->start)
-				continue; /* over before s began */
+			if (act[j]->end <= s->start) { /* over before s began */
+				p = act[j];
+				if (!done || p->token > done->token)
+					done = p;
+				if (!p->shared && p->limit == 1 &&
+				    (!done_x || p->token > done_x->token))
+					done_x = p;
+				continue;
+			}
 			act[k++] = act[j];
-			if (strcmp(act[j]->owner, s->owner) != 0) {
+			if (strcmp(act[j]->owner, s->owner) == 0)
+				continue;
+			if (!may_overlap(act[j], s)) {
 				violation(h, "two holders of %s at once",
 					  s->lock);
 				print_span("first ", act[j]);
 				print_span("second", s);
+			} else if (s->limit > 1 && act[j]->token != s->token) {
+				permits++;
 			}
+		}
+		if (permits > (size_t)s->limit) {
+			violation(h, "%zu holders of %s at once, limit %d",
+				  permits, s->lock, s->limit);
+			for (j = 0; j < k; j++)
+				print_span("holder", act[j]);
+			print_span("new   ", s);
 		}
 		nact = k;
 		act[nact++] = s;
-		if (tok && (s->token < tok->token ||
-			    (s->token == tok->token &&
-			     strcmp(s->owner, tok->owner) != 0))) {
+		/* an exclusive grant follows everything over; a reader or a
+		 * permit follows the writers over */
+		p = !s->shared && s->limit == 1 ? done : done_x;
+		if (p && !token_after(p, s)) {
 			violation(h, "tokens of %s go backwards", s->lock);
-			print_span("earlier", tok);
+			print_span("earlier", p);
 			print_span("later  ", s);
 		}
-		tok = s;
 	}
 	free(act);
 }

@@ -3,10 +3,12 @@
  * worker.c -- a client of the fault campaign (tests/faults/README.md).
  *
  *   worker lock  <hist> <host> <port> <owner> <locks> <seed> <ms>
- *       takes random locks of L0..L<locks-1> through libdlock for <ms>
- *       (or until SIGTERM), with random TTLs, waits and hold times (some
- *       longer than the TTL, so the library renews), and writes what it
- *       sees to the history file <hist>;
+ *       takes random locks through libdlock for <ms> (or until SIGTERM),
+ *       with random TTLs, waits and hold times (some longer than the TTL,
+ *       so the library renews), and writes what it sees to the history
+ *       file <hist>. <locks> is "<l>[:<s>:<p>]": exclusive locks
+ *       L0..L<l-1>; read/write locks S0..S<s-1>, taken shared two times
+ *       in three, else exclusive; semaphores P0..P<p-1> of PERMITS;
  *   worker child <hist> <ms>
  *       the command of a `dlock run`: writes an "alive" record with the
  *       DLOCK_NAME and DLOCK_TOKEN it was given every ~10 ms for <ms>.
@@ -18,7 +20,9 @@
  * descriptor *before* the worker acts on what it records, so a worker
  * killed at any moment leaves a true history:
  *
- *   G lock token deadline        a grant received (its local deadline)
+ *   G lock token deadline mode   a grant received (its local deadline);
+ *                                mode x (exclusive), s (shared) or p<n>
+ *                                (one of n permits)
  *   R lock token deadline        the library renewed: a new deadline
  *   U lock token                 about to send UNLOCK: no longer holding
  *   L lock token reason deadline the library says the lease is lost
@@ -41,6 +45,9 @@
 #include <unistd.h>
 
 #include "client/dlock.h"
+
+/* The limit of the semaphores P0..: every worker asks the same. */
+#define PERMITS 2
 
 static int hist = -1;
 static volatile sig_atomic_t stop;
@@ -108,26 +115,46 @@ static int hold(dlock_lease *l, int64_t ms)
 	return dlock_lease_valid(l);
 }
 
-static void one_lock(dlock_client *c, int locks)
+struct names {
+	int l, s, p; /* exclusive, read/write, semaphores */
+};
+
+static void one_lock(dlock_client *c, const struct names *nm)
 {
 	static const int64_t ttls[] = {300, 800, 2000};
 	static const int64_t waits[] = {0, 500, 3000, DLOCK_WAIT_FOREVER};
 	static const int quarters[] = {0, 1, 2, 6}; /* hold, in ttl/4 */
 	int64_t ttl = pick(ttls, 3), wait = pick(waits, 4);
+	struct dlock_lock_options lo;
 	dlock_lease *l = NULL;
-	char name[16];
-	int rc;
+	char name[16], mode[16] = "x";
+	int rc, k = rand() % (nm->l + nm->s + nm->p);
 
-	snprintf(name, sizeof(name), "L%d", rand() % locks);
-	rc = dlock_lock(c, name, ttl, wait, &l);
+	dlock_lock_options_init(&lo);
+	lo.ttl_ms = ttl;
+	lo.wait_ms = wait;
+	if (k < nm->l) {
+		snprintf(name, sizeof(name), "L%d", k);
+	} else if (k < nm->l + nm->s) {
+		snprintf(name, sizeof(name), "S%d", k - nm->l);
+		if (rand() % 3) {
+			lo.mode = DLOCK_SHARED;
+			mode[0] = 's';
+		}
+	} else {
+		snprintf(name, sizeof(name), "P%d", k - nm->l - nm->s);
+		lo.limit = PERMITS;
+		snprintf(mode, sizeof(mode), "p%d", PERMITS);
+	}
+	rc = dlock_acquire(c, name, &lo, &l);
 	if (rc != 0) {
 		record("E %s %d", name, rc);
 		if (rc != DLOCK_EBUSY && rc != DLOCK_ETIMEDOUT)
 			sleep_ms(50); /* the server is away: do not spin */
 		return;
 	}
-	record("G %s %" PRIu64 " %" PRId64, name, dlock_lease_token(l),
-	       dlock_lease_deadline(l));
+	record("G %s %" PRIu64 " %" PRId64 " %s", name, dlock_lease_token(l),
+	       dlock_lease_deadline(l), mode);
 	if (hold(l, ttl * quarters[(size_t)rand() % 4] / 4))
 		record("U %s %" PRIu64, name, dlock_lease_token(l));
 	dlock_unlock(c, l);
@@ -137,9 +164,15 @@ static int run_locks(char **argv)
 {
 	struct dlock_options o;
 	dlock_client *c = NULL;
+	struct names nm = {0, 0, 0};
 	int64_t end;
 	int rc;
 
+	if (sscanf(argv[4], "%d:%d:%d", &nm.l, &nm.s, &nm.p) < 1 ||
+	    nm.l < 0 || nm.s < 0 || nm.p < 0 || nm.l + nm.s + nm.p < 1) {
+		fprintf(stderr, "worker: <locks> is <l>[:<s>:<p>]\n");
+		return 64;
+	}
 	dlock_options_init(&o);
 	if (strchr(argv[1], ':'))
 		o.servers = argv[1]; /* a cluster: h:p,h:p */
@@ -156,7 +189,7 @@ static int run_locks(char **argv)
 		sleep_ms(200);
 	}
 	while (!stop && dlock_now_ms() < end)
-		one_lock(c, atoi(argv[4]));
+		one_lock(c, &nm);
 	dlock_close(c);
 	return 0;
 }
