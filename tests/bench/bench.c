@@ -21,6 +21,23 @@
  *   redis-handoff  N connections on ONE key: SET NX PX; on nil retry at
  *                  once (spin), or after --sleep-ms. Counts acquisitions
  *                  and failed attempts.
+ *                  The handoff modes (these two and the next two) also
+ *                  measure each acquisition's wait, from its first try to
+ *                  its grant (of the writes only, with --write-pct > 0).
+ *                  dlock-handoff takes --shared (every LOCK mode=shared),
+ *                  --limit N (a semaphore) or --write-pct P (each
+ *                  acquisition exclusive with probability P%, else
+ *                  shared; writes counted).
+ *   redis-rw       the Redisson-style read/write lock the shared modes
+ *                  replace: a hash {mode, <holder>: count} under one
+ *                  PEXPIRE, taken and released by two Lua scripts; a
+ *                  refused attempt is retried (after --sleep-ms), as
+ *                  Redisson retries on its unlock message. --write-pct P
+ *                  (0: readers only), as above.
+ *   redis-sem      the expiring-permit semaphore (RPermitExpirableSemaphore,
+ *                  the sorted-set recipe): a Lua script drops expired
+ *                  permits and adds one if fewer than --limit are out;
+ *                  ZREM releases. Retried as redis-rw.
  *   fill           one connection, HELLO owner=..., pipelined LOCKs of
  *                  --count distinct names (at most --window unanswered);
  *                  waits for every OK GRANTED.
@@ -102,6 +119,8 @@ enum mode {
 	M_DLOCK_HANDOFF,
 	M_REDIS_PAIRS,
 	M_REDIS_HANDOFF,
+	M_REDIS_RW,
+	M_REDIS_SEM,
 	M_FILL,
 	M_REDIS_FILL,
 	M_WAITPORT,
@@ -110,7 +129,8 @@ enum mode {
 
 static const char *const mode_names[] = {
 	"dlock-pairs", "dlock-handoff", "redis-pairs", "redis-handoff",
-	"fill",        "redis-fill",    "waitport",    "freeport",
+	"redis-rw",    "redis-sem",     "fill",        "redis-fill",
+	"waitport",    "freeport",
 };
 
 #define MAX_PIDS 4
@@ -129,6 +149,9 @@ static struct {
 	long px;           /* redis: PX of SET */
 	long sleep_ms;     /* redis-handoff: pause between failed tries */
 	int stats;         /* read dlockd STATS around the window */
+	int shared;        /* dlock-handoff: mode=shared */
+	long limit;        /* dlock-handoff, redis-sem: permits (0: none) */
+	int write_pct;     /* -1: not mixed; else % of exclusive requests */
 	const char *proto; /* waitport: dlock or redis */
 	long timeout_ms;
 	uint64_t since_ns;
@@ -151,12 +174,13 @@ static struct {
 	.px = 10000,
 	.proto = "dlock",
 	.timeout_ms = 10000,
+	.write_pct = -1,
 };
 
 static const char usage[] =
 	"usage: bench MODE [options]\n"
-	"modes: dlock-pairs dlock-handoff redis-pairs redis-handoff fill\n"
-	"       redis-fill waitport freeport\n"
+	"modes: dlock-pairs dlock-handoff redis-pairs redis-handoff redis-rw\n"
+	"       redis-sem fill redis-fill waitport freeport\n"
 	"  --host ADDR --port N    server (127.0.0.1)\n"
 	"  --conns N               connections (1)\n"
 	"  --warmup S --duration S seconds, fractions allowed (1, 4)\n"
@@ -165,7 +189,10 @@ static const char usage[] =
 	"  --owner ID              fill: HELLO owner= (bench)\n"
 	"  --ttl DUR               dlock lease ttl= (10s)\n"
 	"  --px MS                 redis PX (10000)\n"
-	"  --sleep-ms N            redis-handoff: pause after a failed SET\n"
+	"  --sleep-ms N            redis-handoff/rw/sem: pause after a refusal\n"
+	"  --shared                dlock-handoff: LOCK mode=shared\n"
+	"  --limit N               dlock-handoff, redis-sem: a semaphore of N\n"
+	"  --write-pct P           dlock-handoff, redis-rw: P% writers\n"
 	"  --stats                 dlock: STATS deltas over the window\n"
 	"  --pid NAME:PID          CPU use of that process over the window\n"
 	"  --proto dlock|redis --timeout-ms N --since-ns NS   waitport\n";
@@ -175,7 +202,7 @@ static void parse_args(int argc, char **argv)
 	enum {
 		O_HOST = 256, O_PORT, O_CONNS, O_WARMUP, O_DURATION, O_COUNT,
 		O_WINDOW, O_TAG, O_OWNER, O_TTL, O_PX, O_SLEEP, O_STATS, O_PID,
-		O_PROTO, O_TIMEOUT, O_SINCE,
+		O_PROTO, O_TIMEOUT, O_SINCE, O_SHARED, O_LIMIT, O_WPCT,
 	};
 	static const struct option lo[] = {
 		{ "host", 1, NULL, O_HOST },
@@ -195,6 +222,9 @@ static void parse_args(int argc, char **argv)
 		{ "proto", 1, NULL, O_PROTO },
 		{ "timeout-ms", 1, NULL, O_TIMEOUT },
 		{ "since-ns", 1, NULL, O_SINCE },
+		{ "shared", 0, NULL, O_SHARED },
+		{ "limit", 1, NULL, O_LIMIT },
+		{ "write-pct", 1, NULL, O_WPCT },
 		{ NULL, 0, NULL, 0 },
 	};
 	static char deftag[32];
@@ -229,6 +259,9 @@ static void parse_args(int argc, char **argv)
 		case O_PX: opt.px = atol(optarg); break;
 		case O_SLEEP: opt.sleep_ms = atol(optarg); break;
 		case O_STATS: opt.stats = 1; break;
+		case O_SHARED: opt.shared = 1; break;
+		case O_LIMIT: opt.limit = atol(optarg); break;
+		case O_WPCT: opt.write_pct = atoi(optarg); break;
 		case O_PROTO: opt.proto = optarg; break;
 		case O_TIMEOUT: opt.timeout_ms = atol(optarg); break;
 		case O_SINCE:
@@ -256,6 +289,12 @@ static void parse_args(int argc, char **argv)
 		die("--conns out of range");
 	if (opt.window < 1)
 		opt.window = 1;
+	if (opt.write_pct > 100 || opt.limit < 0 || opt.limit > 65535 ||
+	    (opt.shared && (opt.limit || opt.write_pct >= 0)) ||
+	    (opt.limit && opt.write_pct >= 0))
+		die("--shared, --limit, --write-pct: one of them, in range");
+	if (opt.mode == M_REDIS_SEM && opt.limit < 1)
+		die("redis-sem needs --limit");
 }
 
 /* ---- sockets ---------------------------------------------------------- */
@@ -543,6 +582,36 @@ static const char cad_script[] =
 	"if redis.call(\"get\",KEYS[1]) == ARGV[1] then "
 	"return redis.call(\"del\",KEYS[1]) else return 0 end";
 
+/* redis-rw: Redisson's RReadWriteLock reduced to its core (a hash of
+ * holders and their counts, its mode in the field "mode", one PEXPIRE for
+ * all). ARGV: holder, px, "read"|"write". Like Redisson's, a read is
+ * granted whenever the lock is read-held, even with a writer retrying. */
+static const char rw_acquire_script[] =
+	"local m = redis.call('hget', KEYS[1], 'mode') "
+	"if m == false then "
+	"redis.call('hset', KEYS[1], 'mode', ARGV[3], ARGV[1], 1) "
+	"redis.call('pexpire', KEYS[1], ARGV[2]) return 1 end "
+	"if m == 'read' and ARGV[3] == 'read' then "
+	"redis.call('hincrby', KEYS[1], ARGV[1], 1) "
+	"redis.call('pexpire', KEYS[1], ARGV[2]) return 1 end "
+	"return 0";
+static const char rw_release_script[] =
+	"if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return 0 end "
+	"if redis.call('hincrby', KEYS[1], ARGV[1], -1) <= 0 then "
+	"redis.call('hdel', KEYS[1], ARGV[1]) end "
+	"if redis.call('hlen', KEYS[1]) <= 1 then redis.call('del', KEYS[1]) end "
+	"return 1";
+/* redis-sem: permits in a sorted set scored by their deadline (what
+ * RPermitExpirableSemaphore keeps); ARGV: permit id, limit, px. ZREM
+ * releases. */
+static const char sem_acquire_script[] =
+	"local t = redis.call('time') "
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+	"redis.call('zremrangebyscore', KEYS[1], '-inf', now) "
+	"if redis.call('zcard', KEYS[1]) < tonumber(ARGV[2]) then "
+	"redis.call('zadd', KEYS[1], now + tonumber(ARGV[3]), ARGV[1]) "
+	"return 1 end return 0";
+
 /* ---- connections ------------------------------------------------------- */
 
 enum st {
@@ -562,7 +631,9 @@ struct conn {
 	int want_out; /* EPOLLOUT registered */
 	uint64_t token;
 	uint64_t seq;
-	uint64_t t_start; /* pair start, ns */
+	uint64_t t_start; /* pair start (or this attempt's), ns */
+	uint64_t t_first; /* handoff modes: this acquisition's first try */
+	int is_write;     /* --write-pct: this acquisition is exclusive */
 	uint64_t wake;    /* S_SLEEP: when to try again */
 	uint64_t grants;  /* in the window (fairness) */
 	struct obuf out;
@@ -583,8 +654,11 @@ static struct {
 	uint64_t ops, fails, lost, events_expired;
 	uint64_t ops0, fails0;
 	uint64_t attempts, attempts0; /* handoff: LOCK / SET NX sent */
-	char sha[48];
-	size_t shalen;
+	uint64_t writes, writes0;     /* --write-pct: exclusive grants */
+	uint64_t wait_max;            /* handoff: longest wait, ns */
+	uint64_t rnd;                 /* xorshift state: who writes */
+	char sha[48], sha_acq[48], sha_rel[48];
+	size_t shalen, shalen_acq, shalen_rel;
 	/* latency histogram of pairs, in the window: 1 us buckets below
 	 * 1 ms, then 10 us up to 100 ms, beyond that one bucket */
 	uint64_t lat_fine[1000], lat_coarse[10000], lat_over, lat_n;
@@ -682,14 +756,53 @@ static void sendf(struct conn *c, const char *fmt, ...)
 
 /* ---- dlockd --------------------------------------------------------------- */
 
+/* --write-pct: is the next acquisition a write? (xorshift64, seeded the
+ * same in every run) */
+static int pick_write(void)
+{
+	if (opt.write_pct < 0)
+		return 1;
+	if (!g.rnd)
+		g.rnd = 0x9e3779b97f4a7c15ull;
+	g.rnd ^= g.rnd << 13;
+	g.rnd ^= g.rnd >> 7;
+	g.rnd ^= g.rnd << 17;
+	return (int)(g.rnd % 100) < opt.write_pct;
+}
+
+/* A handoff mode's grant: count it, its wait, and the writes. */
+static void handoff_granted(struct conn *c)
+{
+	uint64_t w = mono() - c->t_first;
+
+	g.ops++;
+	if (c->is_write && opt.write_pct >= 0)
+		g.writes++;
+	if (!g.measuring)
+		return;
+	c->grants++;
+	if (opt.write_pct <= 0 || c->is_write) { /* 0%: the reads */
+		lat_add(w);
+		if (w > g.wait_max)
+			g.wait_max = w;
+	}
+}
+
 static void d_lock(struct conn *c)
 {
-	c->t_start = mono();
+	char lim[32] = "";
+
+	c->t_start = c->t_first = mono();
 	g.attempts++;
-	if (opt.mode == M_DLOCK_HANDOFF)
-		sendf(c, "LOCK %s ttl=%s wait=inf\r\n", c->name, opt.ttl);
-	else
+	if (opt.mode == M_DLOCK_HANDOFF) {
+		c->is_write = !opt.shared && pick_write();
+		if (opt.limit)
+			snprintf(lim, sizeof(lim), " limit=%ld", opt.limit);
+		sendf(c, "LOCK %s ttl=%s wait=inf%s%s\r\n", c->name, opt.ttl,
+		      c->is_write ? "" : " mode=shared", lim);
+	} else {
 		sendf(c, "LOCK %s ttl=%s\r\n", c->name, opt.ttl);
+	}
 	c->st = S_LOCK;
 }
 
@@ -697,11 +810,8 @@ static void d_granted(struct conn *c, const struct dl_reply *r)
 {
 	if (dl_reply_u64(r, 1, &c->token))
 		die("conn %d: GRANTED without a token", c->idx);
-	if (opt.mode == M_DLOCK_HANDOFF) {
-		g.ops++;
-		if (g.measuring)
-			c->grants++;
-	}
+	if (opt.mode == M_DLOCK_HANDOFF)
+		handoff_granted(c);
 	sendf(c, "UNLOCK %s %llu\r\n", c->name,
 	      (unsigned long long)c->token);
 	c->st = S_UNLOCK;
@@ -817,30 +927,84 @@ static void d_read(struct conn *c)
 
 /* ---- Redis ------------------------------------------------------------------ */
 
+/* A handoff mode of the recipe: a refusal is retried. */
+static int r_handoff(void)
+{
+	return opt.mode == M_REDIS_HANDOFF || opt.mode == M_REDIS_RW ||
+	       opt.mode == M_REDIS_SEM;
+}
+
+/* Try to acquire: SET NX PX, or the rw / semaphore script. */
 static void r_set(struct conn *c)
 {
-	char px[24];
-	const char *argv[6] = { "SET", c->name, c->val, "NX", "PX", px };
-	size_t lens[6] = { 3, c->nlen, 0, 2, 2, 0 };
+	char px[24], lim[24];
+	const char *argv[7] = { "SET", c->name, c->val, "NX", "PX", px };
+	size_t lens[7] = { 3, c->nlen, 0, 2, 2, 0 };
+	int argc = 6;
 
-	c->seq++;
-	c->vlen = (size_t)snprintf(c->val, sizeof(c->val), "%08x%012llx",
-				   (unsigned)(getpid() * 100003 + c->idx),
-				   (unsigned long long)c->seq);
+	if (c->st != S_LOCK && c->st != S_SLEEP) { /* not a retry */
+		c->seq++;
+		c->vlen = (size_t)snprintf(c->val, sizeof(c->val),
+					   "%08x%012llx",
+					   (unsigned)(getpid() * 100003 +
+						      c->idx),
+					   (unsigned long long)c->seq);
+		c->t_first = mono();
+		c->is_write = opt.mode != M_REDIS_RW || pick_write();
+	}
 	lens[2] = c->vlen;
 	lens[5] = (size_t)snprintf(px, sizeof(px), "%ld", opt.px);
+	if (opt.mode == M_REDIS_RW || opt.mode == M_REDIS_SEM) {
+		argv[0] = "EVALSHA";
+		lens[0] = 7;
+		argv[1] = g.sha_acq;
+		lens[1] = g.shalen_acq;
+		argv[2] = "1";
+		lens[2] = 1;
+		argv[3] = c->name;
+		lens[3] = c->nlen;
+		argv[4] = c->val;
+		lens[4] = c->vlen;
+		if (opt.mode == M_REDIS_RW) {
+			argv[5] = px;
+			argv[6] = c->is_write ? "write" : "read";
+			lens[6] = c->is_write ? 5 : 4;
+		} else {
+			lens[5] = (size_t)snprintf(lim, sizeof(lim), "%ld",
+						   opt.limit);
+			argv[5] = lim;
+			argv[6] = px;
+			lens[6] = strlen(px);
+		}
+		argc = 7;
+	}
 	c->t_start = mono();
 	g.attempts++;
-	resp_cmd(&c->out, 6, argv, lens);
+	resp_cmd(&c->out, argc, argv, lens);
 	c->st = S_LOCK;
 }
 
+/* Release: the compare-and-delete script, the rw release script, ZREM. */
 static void r_del(struct conn *c)
 {
 	const char *argv[5] = { "EVALSHA", g.sha, "1", c->name, c->val };
 	size_t lens[5] = { 7, g.shalen, 1, c->nlen, c->vlen };
 
-	resp_cmd(&c->out, 5, argv, lens);
+	if (opt.mode == M_REDIS_RW) {
+		argv[1] = g.sha_rel;
+		lens[1] = g.shalen_rel;
+	}
+	if (opt.mode == M_REDIS_SEM) {
+		argv[0] = "ZREM";
+		lens[0] = 4;
+		argv[1] = c->name;
+		lens[1] = c->nlen;
+		argv[2] = c->val;
+		lens[2] = c->vlen;
+		resp_cmd(&c->out, 3, argv, lens);
+	} else {
+		resp_cmd(&c->out, 5, argv, lens);
+	}
 	c->st = S_UNLOCK;
 }
 
@@ -869,16 +1033,14 @@ static void r_reply(struct conn *c, const struct resp *r)
 				c->st = S_DONE;
 			return;
 		}
-		if (r->type == R_STATUS) {
-			if (opt.mode == M_REDIS_HANDOFF) {
-				g.ops++;
-				if (g.measuring)
-					c->grants++;
-			}
+		if (r->type == R_STATUS || (r->type == R_INT && r->i == 1)) {
+			if (r_handoff())
+				handoff_granted(c);
 			r_del(c);
 			return;
 		}
-		if (r->type == R_NIL && opt.mode == M_REDIS_HANDOFF) {
+		if ((r->type == R_NIL || (r->type == R_INT && r->i == 0)) &&
+		    r_handoff()) {
 			g.fails++;
 			if (g.stopping) {
 				conn_close(c);
@@ -949,11 +1111,11 @@ static void r_read(struct conn *c)
 	}
 }
 
-/* SCRIPT LOAD on a blocking connection; the SHA1 goes to g.sha. */
-static void r_script_load(void)
+/* SCRIPT LOAD on a blocking connection; the SHA1 goes to sha. */
+static void r_script_load1(const char *script, char *sha, size_t *shalen)
 {
-	const char *argv[3] = { "SCRIPT", "LOAD", cad_script };
-	size_t lens[3] = { 6, 4, sizeof(cad_script) - 1 };
+	const char *argv[3] = { "SCRIPT", "LOAD", script };
+	size_t lens[3] = { 6, 4, strlen(script) };
 	struct obuf o = { 0 };
 	char buf[256];
 	size_t len = 0;
@@ -976,17 +1138,28 @@ static void r_script_load(void)
 	}
 	if (r.type != R_BULK || r.len >= sizeof(g.sha))
 		die("SCRIPT LOAD failed");
-	memcpy(g.sha, r.s, r.len);
-	g.shalen = r.len;
-	g.sha[r.len] = '\0';
+	memcpy(sha, r.s, r.len);
+	*shalen = r.len;
+	sha[r.len] = '\0';
 	close(fd);
+}
+
+static void r_script_load(void)
+{
+	r_script_load1(cad_script, g.sha, &g.shalen);
+	if (opt.mode == M_REDIS_RW) {
+		r_script_load1(rw_acquire_script, g.sha_acq, &g.shalen_acq);
+		r_script_load1(rw_release_script, g.sha_rel, &g.shalen_rel);
+	}
+	if (opt.mode == M_REDIS_SEM)
+		r_script_load1(sem_acquire_script, g.sha_acq, &g.shalen_acq);
 }
 
 /* ---- the load loop --------------------------------------------------------- */
 
 static int is_redis(void)
 {
-	return opt.mode == M_REDIS_PAIRS || opt.mode == M_REDIS_HANDOFF ||
+	return opt.mode == M_REDIS_PAIRS || r_handoff() ||
 	       opt.mode == M_REDIS_FILL;
 }
 
@@ -1064,7 +1237,7 @@ static void run_load(void)
 {
 	uint64_t t0, t_warm, t_end, t_w = 0, t_e = 0, t_quit;
 	uint64_t cpu0 = 0, cpu1 = 0, sv0[NSTATS] = { 0 }, sv1[NSTATS] = { 0 };
-	uint64_t ops1 = 0, fails1 = 0, att1 = 0, gmin = UINT64_MAX, gmax = 0, now;
+	uint64_t ops1 = 0, fails1 = 0, att1 = 0, wr1 = 0, gmin = UINT64_MAX, gmax = 0, now;
 	uint64_t proc0 = 0, proc1 = 0, irq0 = 0, irq1 = 0, steal0 = 0;
 	uint64_t steal1 = 0, kt0 = 0, kt1 = 0;
 	double ours, cores;
@@ -1106,6 +1279,7 @@ static void run_load(void)
 			g.ops0 = g.ops;
 			g.fails0 = g.fails;
 			g.attempts0 = g.attempts;
+			g.writes0 = g.writes;
 			t_w = mono();
 			g.measuring = 1;
 		}
@@ -1114,6 +1288,7 @@ static void run_load(void)
 			ops1 = g.ops;
 			fails1 = g.fails;
 			att1 = g.attempts;
+			wr1 = g.writes;
 			cpu1 = self_cpu_us();
 			sys_ticks(&proc1, &irq1, &steal1);
 			kt1 = kthread_ticks();
@@ -1165,14 +1340,14 @@ static void run_load(void)
 	       mode_names[opt.mode], opt.conns, secs,
 	       (unsigned long long)(ops1 - g.ops0),
 	       (double)(ops1 - g.ops0) / secs);
-	if (opt.mode == M_REDIS_HANDOFF)
+	if (r_handoff())
 		printf(" fails=%llu fail_rate=%.1f",
 		       (unsigned long long)(fails1 - g.fails0),
 		       (double)(fails1 - g.fails0) / secs);
 	if (opt.mode == M_DLOCK_PAIRS || opt.mode == M_REDIS_PAIRS)
 		printf(" p50_us=%.0f p99_us=%.0f p999_us=%.0f", lat_q(0.50),
 		       lat_q(0.99), lat_q(0.999));
-	if (opt.mode == M_DLOCK_HANDOFF || opt.mode == M_REDIS_HANDOFF) {
+	if (opt.mode == M_DLOCK_HANDOFF || r_handoff()) {
 		for (i = 0; i < g.n; i++) {
 			if (g.c[i].grants < gmin)
 				gmin = g.c[i].grants;
@@ -1187,6 +1362,14 @@ static void run_load(void)
 			printf(" attempts_per_grant=%.2f",
 			       (double)(att1 - g.attempts0) /
 				       (double)(ops1 - g.ops0));
+		/* how long an acquisition (a write, with --write-pct >
+		 * 0) waited from its first try to its grant */
+		printf(" wait_p50_us=%.0f wait_p99_us=%.0f wait_max_us=%.0f",
+		       lat_q(0.50), lat_q(0.99), (double)g.wait_max / 1e3);
+		if (opt.write_pct >= 0)
+			printf(" writes=%llu write_rate=%.1f",
+			       (unsigned long long)(wr1 - g.writes0),
+			       (double)(wr1 - g.writes0) / secs);
 	}
 	printf(" lost=%llu expired_events=%llu", (unsigned long long)g.lost,
 	       (unsigned long long)g.events_expired);

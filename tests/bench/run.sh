@@ -21,7 +21,8 @@
 # BENCH_DURATION (2), BENCH_WARMUP (0.5), BENCH_CONNS (50), BENCH_FILL
 # (1000000), BENCH_FILL_SMALL (100000), BENCH_PIN1 (1: run the 1-connection
 # scenarios with every process on CPU 0, see below), BENCH_NOISE (0.3) and
-# BENCH_RETRIES (25): when a run is repeated for noise, see one().
+# BENCH_RETRIES (25): when a run is repeated for noise, see one();
+# BENCH_MODE_CONNS (64): clients of the shared-lock and semaphore rows.
 set -u
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -37,6 +38,7 @@ CONNS=${BENCH_CONNS:-50}
 FILL=${BENCH_FILL:-1000000}
 FILL_SMALL=${BENCH_FILL_SMALL:-100000}
 PIN1=${BENCH_PIN1:-1}
+MCONNS=${BENCH_MODE_CONNS:-64}
 
 die() {
 	echo "run.sh: $*" >&2
@@ -338,6 +340,34 @@ row_many hm dlock-handoff redis-handoff
 echo "make bench: handoffs, the recipe retrying after 1 ms" >&2
 row_many hs "" redis-handoff --sleep-ms 1
 
+# Shared locks and semaphores: $MCONNS clients on one lock, each granted
+# lock releases at once and asks again. dlockd queues them (wait=inf); the
+# Redisson-style recipes (bench.c: redis-rw, redis-sem) retry a refusal
+# after 1 ms, as a Redisson client does when its unlock message comes.
+# row_modes ROW "dlock-handoff flags" "redis mode and flags"
+row_modes() {
+	rep=0
+	while [ $rep -lt "$REPS" ]; do
+		for c in da de dn; do
+			eval "port=\$${c}_port"
+			one "$1" "$c" -- dlock-handoff --port "$port" \
+				--conns "$MCONNS" $2 $(dl_pids "$c")
+		done
+		for c in $rcols; do
+			eval "port=\$${c}_port p=\$${c}_pid"
+			one "$1" "$c" -- $3 --port "$port" --conns "$MCONNS" \
+				--sleep-ms 1 --pid "redis:$p"
+		done
+		rep=$((rep + 1))
+	done
+}
+echo "make bench: $MCONNS readers on one shared lock" >&2
+row_modes rd --shared "redis-rw --write-pct 0"
+echo "make bench: a semaphore of 8, $MCONNS clients" >&2
+row_modes sm "--limit 8" "redis-sem --limit 8"
+echo "make bench: $MCONNS clients, 90% reads, 10% writes" >&2
+row_modes mx "--write-pct 10" "redis-rw --write-pct 10"
+
 stop "$dn_pid"
 stop "$da_pid"
 stop "$de_pid"
@@ -493,6 +523,59 @@ table() { # title dlockd-col redis-col dlockd-label redis-label
 		"$(cell hs "$r" fail_rate)"
 }
 
+# D: the shared-lock and semaphore rows, for the three durabilities.
+table_modes() {
+	echo
+	echo "D. shared locks and semaphores: $MCONNS clients on ONE lock, each"
+	echo "  releasing as soon as granted and asking again; dlockd queues them"
+	echo "  (LOCK wait=inf, FIFO across modes), the recipes retry a refusal after"
+	echo "  1 ms. Recipes (Lua, bench.c): read/write = Redisson's RReadWriteLock"
+	echo "  core (a hash of holders under one PEXPIRE; reads admitted while the"
+	echo "  lock is read-held, even with a writer retrying); semaphore = the"
+	echo "  sorted set of expiring permits (RPermitExpirableSemaphore's model)."
+	echo "  Wait = from an acquisition's first try to its grant (of the writes"
+	echo "  only, in the mixed row); 100000 = 100 ms or more."
+	printf '%-40s %12s %14s %7s
+' "scenario" "dlockd" "redis recipe" "ratio"
+	for pair in "da ra always" "de re everysec" "dn rn none"; do
+		set -- $pair
+		d=$1 r=$2
+		echo "  [durability: $3]"
+		a=$(med rd "$d" rate) b=$(med rd "$r" rate)
+		printf '%-40s %12s %14s %7s
+' "$MCONNS readers, grants/s" \
+			"$(int "$a")" "$(int "$b")" "$(ratio "$a" "$b")"
+		a=$(med sm "$d" rate) b=$(med sm "$r" rate)
+		printf '%-40s %12s %14s %7s
+' "semaphore of 8, $MCONNS clients, grants/s" \
+			"$(int "$a")" "$(int "$b")" "$(ratio "$a" "$b")"
+		printf '%-40s %12s %14s
+' "  attempts per grant" \
+			"$(med sm "$d" attempts_per_grant)" \
+			"$(med sm "$r" attempts_per_grant)"
+		printf '%-40s %12s %14s
+' "  wait p99 / max, ms" \
+			"$(awk -v a="$(med sm "$d" wait_p99_us)" -v b="$(med sm "$d" wait_max_us)" 'BEGIN{printf "%.1f/%.0f", a/1000, b/1000}')" \
+			"$(awk -v a="$(med sm "$r" wait_p99_us)" -v b="$(med sm "$r" wait_max_us)" 'BEGIN{printf "%.1f/%.0f", a/1000, b/1000}')"
+		printf '%-40s %12s %14s
+' "  grants per client in ${DURATION}s, min..max" \
+			"$(cell sm "$d" grants_per_conn_min)..$(cell sm "$d" grants_per_conn_max)" \
+			"$(cell sm "$r" grants_per_conn_min)..$(cell sm "$r" grants_per_conn_max)"
+		a=$(med mx "$d" rate) b=$(med mx "$r" rate)
+		printf '%-40s %12s %14s %7s
+' "90/10 reads/writes, grants/s" \
+			"$(int "$a")" "$(int "$b")" "$(ratio "$a" "$b")"
+		a=$(med mx "$d" write_rate) b=$(med mx "$r" write_rate)
+		printf '%-40s %12s %14s %7s
+' "  of which writes/s" \
+			"$(int "$a")" "$(int "$b")" "$(ratio "$a" "$b")"
+		printf '%-40s %12s %14s
+' "  write wait p99 / max, ms" \
+			"$(awk -v a="$(med mx "$d" wait_p99_us)" -v b="$(med mx "$d" wait_max_us)" 'BEGIN{printf "%.1f/%.0f", a/1000, b/1000}')" \
+			"$(awk -v a="$(med mx "$r" wait_p99_us)" -v b="$(med mx "$r" wait_max_us)" 'BEGIN{printf "%.1f/%.0f", a/1000, b/1000}')"
+	done
+}
+
 report() {
 	echo "dlockd benchmark: dlockd against the Redis recipe it replaces"
 	echo "  (recipe: SET <key> <unique> NX PX 10000, then EVALSHA of the"
@@ -516,6 +599,7 @@ report() {
 	table "C. memory only (a restart loses everything)" \
 		dn rn "dlockd --persist none" \
 		"redis-server appendonly no, save \"\" (no persistence)"
+	table_modes
 	echo
 	echo "Persistence cost, pairs/s at $CONNS conns:"
 	echo "  persist=redis (always) / persist=none:   $(ratio "$(med pm da rate)" "$(med pm dn rate)")"
