@@ -151,8 +151,6 @@
 #define DL_STORE_BACKOFF_MIN_MS 50
 #define DL_STORE_BACKOFF_MAX_MS 1000
 
-/* The link is checked this often; an idle link is PINGed every
- * DL_STORE_PING_MS so that a hung Redis is noticed without traffic. */
 /* Lazy writes (server/store.c): a change no reply waits for is written
  * with the next batch that must go, or after this long, or as soon as
  * this many such locks are dirty. */
@@ -164,6 +162,8 @@
  * flight against unbounded pipelining, 4.5k instead of 10k batches/s,
  * Redis CPU 0.24 instead of 0.32 cores, pairs/s +10% (everysec). */
 #define DL_STORE_INFLIGHT_MAX 1
+/* The link is checked this often; an idle link is PINGed every
+ * DL_STORE_PING_MS so that a hung Redis is noticed without traffic. */
 #define DL_STORE_TICK_MS 100
 #define DL_STORE_PING_MS 1000
 
