@@ -157,7 +157,8 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 	};
 	struct dl_line line = {.durable = res->durable,
 			       .token = res->token,
-			       .deadline = res->deadline};
+			       .deadline = res->deadline,
+			       .owner_gen = c->sess.owner_gen};
 	struct reply r;
 
 	reply_begin(&r, heads[res->outcome]);
@@ -804,7 +805,8 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 			       .wait_deadline = ev->wait_deadline,
 			       .asked_ttl_ms = ev->asked_ttl_ms,
 			       .shared = ev->shared,
-			       .limit = (uint16_t)ev->limit};
+			       .limit = (uint16_t)ev->limit,
+			       .owner_gen = c->sess.owner_gen};
 	struct reply r;
 
 	reply_begin(&r, heads[ev->type]);
@@ -844,7 +846,8 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 	    dl_parse_reply(text, len - 2, &rp) != 0 || rp.argc < 1)
 		return DL_HELD_KEEP;
 	if (line->kind != DL_LINE_REFRESHED) {
-		struct dl_requeue rq = {.ttl_ms = line->asked_ttl_ms,
+		struct dl_requeue rq = {.owner_gen = line->owner_gen,
+					.ttl_ms = line->asked_ttl_ms,
 					.wait_deadline = line->wait_deadline,
 					.tag = rp.tag,
 					.shared = line->shared,

@@ -73,6 +73,7 @@ struct dl_line {
 	uint16_t name_off;	/* the lock's name: its offset ... */
 	uint8_t name_len;	/* ... and length (255 at most) */
 	uint32_t asked_ttl_ms;	/* GRANTED_EVENT: the TTL the waiter asked */
+	uint32_t owner_gen;	/* GRANTED*: the session's (dl_locktab_revoke) */
 	uint64_t token;		/* the lease's */
 	uint64_t deadline;	/* the lease's deadline, monotonic ms */
 	uint64_t wait_deadline; /* GRANTED_EVENT: the waiter's */

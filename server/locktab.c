@@ -783,6 +783,7 @@ int dl_session_set_owner(struct dl_locktab *t, struct dl_session *s,
 		return 0;
 	session_unlink(t, s);
 	session_link(s, o);
+	s->owner_gen++; /* grants held for Redis are the old owner's */
 	return 0;
 }
 

@@ -87,6 +87,7 @@ struct dl_session {
 	struct dl_session *onext, *oprev; /* sessions of the same owner */
 	struct dl_waiter *waiters;	  /* this session's queued requests */
 	void *data;			  /* the caller's, untouched */
+	uint32_t owner_gen; /* bumped by every change of owner (HELLO) */
 };
 
 /* ---- read-only views (for the store and STATUS) ----------------------- */
@@ -429,9 +430,13 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
  * lock have to be made again). Grants are suspended meanwhile, so nobody
  * else is served. Returns 0, or DL_ENOMEM when the waiter could not be
  * re-queued, DL_ELIMIT when the lock is now in use with another limit
- * (freed and taken again meanwhile): the caller then reports a timeout.
+ * (freed and taken again meanwhile), DL_EBADARG when the session has
+ * changed owner since the grant: the caller then reports a timeout.
+ * The lease is found by its token alone: the held line proves it was
+ * granted to this session, under the owner it had then.
  */
 struct dl_requeue {
+	uint32_t owner_gen; /* s->owner_gen when it was granted */
 	uint32_t ttl_ms;
 	uint64_t wait_deadline;
 	struct dl_str tag;

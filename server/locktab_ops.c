@@ -661,7 +661,7 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 	struct dl_waiter *w;
 	uint32_t lim;
 
-	if (l && l->owner == s->owner) {
+	if (l) {
 		t->st.revokes++;
 		if (l->count > 1) {
 			l->count--;
@@ -673,6 +673,8 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 	}
 	if (!requeue)
 		return 0;
+	if (requeue->owner_gen != s->owner_gen)
+		return DL_EBADARG; /* it waited as another owner */
 	if (!(lk = dl__lock_get(t, name)))
 		return DL_ENOMEM;
 	if (session_waiter(s, lk))

@@ -2416,6 +2416,31 @@ Test(locktab, a_withdrawn_grant_does_not_requeue_into_another_limit)
 	cr_assert(eq(u32, status("x").holders, 2));
 }
 
+/* A withdrawn * GRANTED after the session changed owner: the lease goes
+ * (found by its token, whoever the session is now), the waiter is not
+ * put back under the new owner. */
+Test(locktab, a_withdrawn_grant_after_an_owner_change)
+{
+	struct client *w = client_new("w"), *a = client_new("a");
+	uint64_t tw = grant_mode(w, "x", EX, 1), ta;
+	struct dl_requeue rq = {.ttl_ms = 3000,
+				.wait_deadline = UINT64_MAX,
+				.limit = 1};
+
+	queue_mode(a, "x", EX, 1);
+	must_release(w, "x", tw);
+	ta = last_ev(DL_EVENT_GRANTED, a)->token;
+	rq.owner_gen = a->s.owner_gen;
+	cr_assert(eq(int, dl_session_set_owner(tab, &a->s, str("a2")), 0));
+	dl_locktab_suspend_grants(tab, 1);
+	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("x"), ta, &rq),
+		     DL_EBADARG));
+	cr_assert(eq(u32, status("x").holders, 0));
+	cr_assert(eq(u32, status("x").waiters, 0));
+	dl_locktab_suspend_grants(tab, 0);
+	cr_assert(eq(u32, status("x").holders, 0));
+}
+
 /* A withdrawn * GRANTED of a shared waiter puts it back shared. */
 Test(locktab, a_withdrawn_shared_grant_waits_again_shared)
 {

@@ -660,6 +660,48 @@ Test(persist, redis_hung_is_detected_by_timeout_and_held_grant_is_withdrawn)
 	stop_clean();
 }
 
+/* The same, with the connection changing owner between two held grants:
+ * each grant is withdrawn, the first one too, though it was made for the
+ * owner the connection had before (it used to stay held, for the old
+ * owner, until its TTL: found from outside). */
+Test(persist, held_grants_are_withdrawn_whatever_owner_the_connection_has_now)
+{
+	struct h_client *a, *m;
+	char *l;
+
+	start("always", "[persistence]\nredis_timeout = 1s\n");
+	a = h_hello(d.port, "p0");
+	m = h_hello(d.port, "m");
+	h_lock(a, "warm", "ttl=60s");
+
+	kill(r.pid, SIGSTOP);
+	h_send(a, "HELLO owner=p1");
+	h_send(a, "LOCK oa ttl=60s");
+	h_send(a, "HELLO owner=p2");
+	h_send(a, "LOCK ob ttl=60s");
+	h_wait_available(m, 0, 1000 + 1000 + 3000);
+	l = h_read(a, 3000);
+	cr_assert(l && starts(l, "OK HELLO "), "HELLO: \"%s\"", l);
+	l = h_read(a, 3000);
+	cr_assert(l && starts(l, "ERR UNAVAILABLE "), "LOCK oa: \"%s\"", l);
+	l = h_read(a, 3000);
+	cr_assert(l && starts(l, "OK HELLO "), "HELLO: \"%s\"", l);
+	l = h_read(a, 3000);
+	cr_assert(l && starts(l, "ERR UNAVAILABLE "), "LOCK ob: \"%s\"", l);
+	expect_status(m, "oa", "free", 0, "-", 0);
+	expect_status(m, "ob", "free", 0, "-", 0);
+
+	kill(r.pid, SIGCONT);
+	h_wait_available(m, 1, 10000);
+	cr_assert(h_redis_wait(&r, "EXISTS dlock:lock:oa", "0", 1, 5000),
+		  "a withdrawn grant is in redis: \"%s\"", lock_get("oa"));
+	h_lock(m, "oa", "wait=0");
+	h_lock(m, "ob", "wait=0");
+	h_close(a);
+	h_close(m);
+	stop_clean();
+}
+
 /* durable_release = no (the default): an UNLOCK is answered while Redis
  * is stopped -- its write waits -- but the grant to the waiter it lets in
  * is not: * GRANTED comes only once Redis has it, and the record written
