@@ -39,9 +39,16 @@
 
 /* Holders of one lock at once: the largest semaphore (LOCK limit=<n>),
  * and the most shared holders of a lock; one more shared request waits.
- * Both fit the lock's 16-bit holder count. */
-#define DL_LIMIT_MAX  65535
-#define DL_SHARED_MAX 65535
+ * A lock's record holds all its holders and is rewritten whole when one
+ * comes or goes, and some requests walk its holders: found from outside
+ * with 65535, a lock of 38,000 readers made a 2.2 MB record that each
+ * batch rewrote (Redis timed out, every client was refused), a restart
+ * read it back in 13 s (past the leadership lease), and each request on
+ * it cost milliseconds. 1024 holders are a record of ~100 KB and a walk of
+ * microseconds; more readers than that are better served by several
+ * locks. */
+#define DL_LIMIT_MAX  1024
+#define DL_SHARED_MAX 1024
 
 /* HOLDERS: the most holders and the most waiters its reply lists (the
  * header gives the full counts; more=<n> says how many were left out). */

@@ -398,7 +398,8 @@ static void cmd_holders(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_u64(&r.f, "limit", st.limit);
 	dl_fmt_kv_u64(&r.f, "more", st.holders + st.waiters - listed);
 	reply_send(c, &r, rq->tag, NULL);
-	/* dl_locktab_status reaped the lock: the walk sees the same */
+	/* dl_locktab_status reaped the lock; the walk does not reap, so
+	 * it lists exactly the lines the header counts */
 	dl_locktab_members(c->srv->tab, rq->name, member_line, &x);
 }
 

@@ -362,7 +362,9 @@ static void lock_status(const struct dl_lock *lk, uint64_t now,
 
 	st->holders = lk->nholders;
 	st->waiters = lk->nwaiters;
-	st->limit = lk->limit;
+	/* a lock emptied but not yet dropped (the store has to see it) no
+	 * longer has a limit: the next request sets it */
+	st->limit = lk->holders || lk->qhead ? lk->limit : 1;
 	if (l) {
 		st->held = 1;
 		st->shared = l->shared;
@@ -389,8 +391,11 @@ int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
 		       void (*cb)(const struct dl_member *m, void *arg),
 		       void *arg)
 {
+	/* No reaping here: HOLDERS sent a header counting what
+	 * dl_locktab_status() left, and the lines must match it (a lease past
+	 * its deadline since shows ttl_ms=0) */
 	uint64_t now = dl__now_ms(t);
-	struct dl_lock *lk = lock_now(t, name, now);
+	struct dl_lock *lk = dl__lock_find(t, name);
 	const struct dl_lease *l;
 	const struct dl_waiter *w;
 	struct dl_member m;
@@ -593,8 +598,10 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 		return DL_ENOMEM;
 	}
 	/* Holders are restored before waiters (record order), so room is
-	 * judged among holders only. */
-	if (dl__holder_of(lk, o) || !dl__has_room(lk, shared)) {
+	 * judged among holders only. A token is one lease's: two holders
+	 * with one token is a damaged record. */
+	if (dl__holder_of(lk, o) || dl__holder_by_token(lk, token) ||
+	    !dl__has_room(lk, shared)) {
 		free(l->tag);
 		free(l);
 		dl__owner_put(t, o);

@@ -2288,6 +2288,44 @@ Test(locktab, an_exclusive_holder_asking_shared_reenters_its_exclusive_lease)
 	EXPECT(acq_mode(b, "rw", 3000, 0, SH, 1, &r), r, DL_BUSY);
 }
 
+/* A semaphore emptied shows the limit of a free lock (1), not its old
+ * one, even before it is dropped. */
+Test(locktab, an_emptied_semaphore_has_no_limit_left)
+{
+	struct client *a = client_new("a");
+	uint64_t t = grant_mode(a, "s", EX, 8);
+
+	cr_assert(eq(u32, status("s").limit, 8));
+	must_release(a, "s", t);
+	cr_assert(eq(u32, status("s").limit, 1));
+	grant_mode(a, "s", EX, 3);
+	cr_assert(eq(u32, status("s").limit, 3));
+}
+
+static void count_member(const struct dl_member *m, void *arg)
+{
+	(void)m;
+	(*(int *)arg)++;
+}
+
+/* HOLDERS counts its lines from the status, then walks the members: a
+ * lease past its deadline in between is still walked (ttl 0), never
+ * reaped by the walk (the reply would have fewer lines than it said). */
+Test(locktab, the_member_walk_does_not_reap)
+{
+	struct client *a = client_new("a"), *b = client_new("b");
+	int n = 0;
+
+	grant_mode(a, "m", SH, 1);
+	cr_assert(eq(int, acq_mode(b, "m", 100, 0, SH, 1, &(struct dl_result){0}),
+		     0));
+	cr_assert(eq(u32, status("m").holders, 2));
+	clock_ms += 500; /* b's lease is due; no timer has run */
+	cr_assert(eq(int, dl_locktab_members(tab, str("m"), count_member, &n),
+		     0));
+	cr_assert(eq(int, n, 2));
+}
+
 Test(locktab, a_semaphore_permit_is_reentrant_per_owner)
 {
 	struct client *a = client_new("a"), *b = client_new("b"),
@@ -2312,6 +2350,32 @@ Test(locktab, bad_modes_and_limits_are_refused)
 		     DL_EBADARG));
 	cr_assert(eq(u64, dl_locktab_stats(tab)->leases, 0));
 	grant_mode(a, "x", EX, DL_LIMIT_MAX);
+}
+
+/* At most DL_SHARED_MAX readers at once: one more waits, and comes in when
+ * one leaves (a lock's record holds every holder: proto/limits.h). */
+Test(locktab, readers_beyond_the_most_wait)
+{
+	struct client *c = client_new("r0"), *w;
+	uint64_t first = 0, t;
+	char owner[16];
+	int i;
+
+	for (i = 0; i < DL_SHARED_MAX; i++) {
+		snprintf(owner, sizeof(owner), "r%d", i);
+		cr_assert(eq(int, dl_session_set_owner(tab, &c->s, str(owner)),
+			     0));
+		t = grant_mode(c, "x", SH, 1);
+		if (i == 0)
+			first = t;
+	}
+	cr_assert(eq(u32, status("x").holders, DL_SHARED_MAX));
+	cr_assert(eq(int, dl_session_set_owner(tab, &c->s, str("late")), 0));
+	cr_assert(eq(u64, queue_mode(c, "x", SH, 1), 1));
+	w = client_new("r0");
+	must_release(w, "x", first);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, c), 1));
+	cr_assert(eq(u32, status("x").holders, DL_SHARED_MAX));
 }
 
 /* An exclusive TRYLOCK on a lock held shared would wait for the last of
@@ -2343,6 +2407,11 @@ Test(locktab, restore_keeps_modes_and_limits_and_refuses_what_cannot_be)
 		     dl_locktab_restore_lease(tab, str("rw"), str("b"), 11, 1,
 					      1000, d, DL_STR_NULL, 1, 1),
 		     0));
+	/* a second reader with a token already held (a damaged record) */
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("rw"), str("d"), 11, 1,
+					      1000, d, DL_STR_NULL, 1, 1),
+		     DL_EBADARG));
 	/* modes mixed, a limit unlike the lock's, shared in a semaphore */
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("rw"), str("c"), 12, 1,

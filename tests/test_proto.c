@@ -708,9 +708,9 @@ Test(proto, errors_say_what_and_how)
 		{"LOCK a mode=read", DL_EBADARG,
 		 "mode malformed: 'read', takes exclusive or shared"},
 		{"LOCK a limit=0", DL_EBADARG,
-		 "limit out of range: '0', a number from 1 to 65535"},
-		{"TRYLOCK a limit=65536", DL_EBADARG,
-		 "limit out of range: '65536', a number from 1 to 65535"},
+		 "limit out of range: '0', a number from 1 to 1024"},
+		{"TRYLOCK a limit=1025", DL_EBADARG,
+		 "limit out of range: '1025', a number from 1 to 1024"},
 		{"LOCK a mode=shared limit=3", DL_EBADARG,
 		 "mode=shared is for a lock (limit 1); the holders of a "
 		 "semaphore (limit=<n>) each take a permit"},
@@ -1577,9 +1577,9 @@ Test(proto, lock_takes_a_mode_and_a_limit)
 	cr_assert(!r.has_limit);
 	cr_assert_eq(parse("LOCK a MODE=Exclusive", &r, &why), 0);
 	cr_assert(!r.shared);
-	cr_assert_eq(parse("TRYLOCK a limit=65535 id=t", &r, &why), 0);
+	cr_assert_eq(parse("TRYLOCK a limit=1024 id=t", &r, &why), 0);
 	cr_assert(r.has_limit);
-	cr_assert_eq(r.limit, 65535);
+	cr_assert_eq(r.limit, 1024);
 	cr_assert_eq(r.wait_ms, 0);
 	cr_assert_eq(parse("LOCK a mode=shared limit=1 wait=inf ttl=1s id=x",
 			   &r, &why),

@@ -140,7 +140,7 @@ Test(record, malformed_records_are_rejected_not_half_read)
 		"dlock1\n",		      /* empty line */
 		"dlock2",			 /* no limit */
 		"dlock2 limit=0",		 /* limit 0 */
-		"dlock2 limit=65536",		 /* above DL_LIMIT_MAX */
+		"dlock2 limit=1025",		 /* above DL_LIMIT_MAX */
 		"dlock2 limit=1\nH 1 2 1 30 a",	 /* no mode */
 		"dlock2 limit=1\nH 1 2 1 30 r a", /* bad mode */
 		"dlock2 limit=2\nH 1 2 1 30 s a", /* shared in a semaphore */

@@ -289,7 +289,7 @@ static void parse_args(int argc, char **argv)
 		die("--conns out of range");
 	if (opt.window < 1)
 		opt.window = 1;
-	if (opt.write_pct > 100 || opt.limit < 0 || opt.limit > 65535 ||
+	if (opt.write_pct > 100 || opt.limit < 0 || opt.limit > 1024 ||
 	    (opt.shared && (opt.limit || opt.write_pct >= 0)) ||
 	    (opt.limit && opt.write_pct >= 0))
 		die("--shared, --limit, --write-pct: one of them, in range");
