@@ -759,6 +759,14 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 			   name, dlock_last_error());
 		return EXIT_USAGE;
 	}
+	if (rc == DLOCK_EDEADLK) {
+		/* not an error of the server or of dlock: the lock is this
+		 * owner's already, shared, and no upgrade exists */
+		dl_cli_msg("cannot lock %s exclusive: owner %s holds it shared "
+			   "(it would wait for itself); unlock it first",
+			   name, dlock_owner(c));
+		return EXIT_TEMPFAIL;
+	}
 	/* DLOCK_ETIMEDOUT is the wait running out, or no reply in time:
 	 * only the first when the wait was finite and has passed. */
 	if (rc == DLOCK_ETIMEDOUT && wait > 0 && dlock_now_ms() - t0 >= wait) {

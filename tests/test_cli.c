@@ -1096,6 +1096,10 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 		  r.out);
 	cr_assert(has(r.out, "\nlm/s ") && has(r.out, " sem/3 "), "%s",
 		  r.out);
+	/* a reader asking to write is told why, as "could not get it" */
+	dlock(&r, "lock", "lm/r", "--owner", "r1", "--wait", "0", NULL);
+	cr_assert(eq(int, r.status, 75), "%s", r.err);
+	cr_assert(has(r.err, "holds it shared"), "%s", r.err);
 	dlock(&r, "list", "lm/", "--json", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(has(r.out, "\"mode\": \"shared\", \"limit\": 1, "
