@@ -356,18 +356,24 @@ Test(ha, same_node_id_twice_never_two_writers)
 }
 
 /* A clean stop gives the leadership up: the standby takes over at once,
- * not after the (10 s) lease. */
+ * not after the (10 s) lease -- also with clients connected and one of
+ * them queued (closing it at the stop used to leave a change unwritten,
+ * and the leadership was kept). */
 Test(ha, clean_stop_hands_over_at_once)
 {
-	struct h_client *alice;
+	struct h_client *alice, *bob;
 	uint64_t tx, t0;
 
 	start_node(&a, "a", "10s");
 	start_node(&b, "b", "10s");
 	alice = h_hello(a.port, "alice");
 	tx = h_lock(alice, "x", "ttl=30s");
-	h_close(alice);
+	bob = h_hello(a.port, "bob");
+	h_send(bob, "LOCK x ttl=30s wait=inf");
+	h_expect(bob, "OK QUEUED x 1");
 	cr_assert_eq(h_daemon_stop(&a), 0);
+	h_close(bob);
+	h_close(alice);
 	t0 = h_now_ms();
 	wait_active(&b, 10000);
 	cr_assert_lt(h_now_ms() - t0, 4000, "the standby waited for the lease");
