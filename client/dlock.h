@@ -230,8 +230,9 @@ int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,
  * later keep their default in old code).
  *
  *   mode   DLOCK_EXCLUSIVE: the only holder; DLOCK_SHARED: with up
- *          to 1023 other shared holders (one more waits). Strict FIFO across modes: a
- *          shared request behind a queued exclusive one waits.
+ *          to 1023 other shared holders (one more waits). Strict FIFO
+ *          across modes: a shared request behind a queued exclusive one
+ *          waits.
  *   limit  0 or 1: a lock. n > 1: a semaphore, n holders at once, each
  *          with its own lease and token (mode must be exclusive). The
  *          lock's limit is set by the request that finds it free; while

@@ -170,6 +170,8 @@ int dl_cli_break(struct cli *cl);
 
 /* JSON output (dlock_cmds.c): a string with its quotes and escapes. */
 void dl_cli_json_str(FILE *f, const char *s);
+/* The same, or null for "" (a free lock's owner and mode). */
+void dl_cli_json_str_or_null(FILE *f, const char *s);
 int dl_cli_ping(struct cli *cl);
 int dl_cli_run(struct cli *cl);
 

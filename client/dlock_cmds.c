@@ -274,15 +274,9 @@ int dl_cli_status(struct cli *cl)
 		       ", \"ttl_ms\": %" PRId64 ", \"count\": %" PRIu32
 		       ", \"owner\": ",
 		       st.held ? "held" : "free", st.token, st.ttl_ms, st.count);
-		if (st.owner[0])
-			dl_cli_json_str(stdout, st.owner);
-		else
-			fputs("null", stdout);
+		dl_cli_json_str_or_null(stdout, st.owner);
 		printf(", \"waiters\": %" PRIu32 ", \"mode\": ", st.waiters);
-		if (st.mode[0])
-			printf("\"%s\"", st.mode);
-		else
-			fputs("null", stdout);
+		dl_cli_json_str_or_null(stdout, st.mode);
 		printf(", \"limit\": %" PRIu32 ", \"holders\": %" PRIu32
 		       ", \"holders_list\": [",
 		       st.limit, st.holders);
@@ -565,6 +559,14 @@ void dl_cli_json_str(FILE *f, const char *s)
 	fputc('"', f);
 }
 
+void dl_cli_json_str_or_null(FILE *f, const char *s)
+{
+	if (s[0])
+		dl_cli_json_str(f, s);
+	else
+		fputs("null", f);
+}
+
 /* A page of LOCKS at most, in a row. */
 #define LIST_PAGE DL_LOCKS_PAGE_MAX
 /* --by-waiters without --limit */
@@ -605,18 +607,12 @@ static void on_lock(const char *name, const struct dlock_status *st,
 		dl_cli_json_str(stdout, name);
 		printf(", \"state\": \"%s\", \"owner\": ",
 		       st->held ? "held" : "free");
-		if (st->owner[0])
-			dl_cli_json_str(stdout, st->owner);
-		else
-			fputs("null", stdout);
+		dl_cli_json_str_or_null(stdout, st->owner);
 		printf(", \"token\": %" PRIu64 ", \"ttl_ms\": %" PRId64
 		       ", \"count\": %" PRIu32 ", \"waiters\": %" PRIu32
 		       ", \"mode\": ",
 		       st->token, st->ttl_ms, st->count, st->waiters);
-		if (st->mode[0])
-			dl_cli_json_str(stdout, st->mode);
-		else
-			fputs("null", stdout);
+		dl_cli_json_str_or_null(stdout, st->mode);
 		printf(", \"limit\": %" PRIu32 ", \"holders\": %" PRIu32 "}",
 		       st->limit, st->holders);
 	} else {

@@ -2449,23 +2449,32 @@ Test(locktab, restore_keeps_modes_and_limits_and_refuses_what_cannot_be)
 	EXPECT(acq_mode(c, "p", 3000, 0, EX, 1, &r), r, DL_LIMIT_MISMATCH);
 }
 
+/* a queues for `name` behind a holder that leaves: the token of the
+ * * GRANTED it is sent (for a revoke to withdraw). */
+static uint64_t served_from_queue(struct client *a, const char *name,
+				  int shared)
+{
+	struct client *w = client_new("w");
+	uint64_t tw = grant_mode(w, name, EX, 1);
+
+	queue_mode(a, name, shared, 1);
+	must_release(w, name, tw);
+	return last_ev(DL_EVENT_GRANTED, a)->token;
+}
+
 /* A withdrawn * GRANTED whose lease expired meanwhile, the lock then
  * taken as a semaphore: the reader cannot wait in it (found by
  * fuzz_engine). The revoke says so and the lock stays a semaphore. */
 Test(locktab, a_withdrawn_grant_does_not_requeue_into_another_limit)
 {
-	struct client *w = client_new("w"), *a = client_new("a"),
-		      *s = client_new("s");
-	uint64_t tw = grant_mode(w, "x", EX, 1), ta;
+	struct client *a = client_new("a"), *s = client_new("s");
+	uint64_t ta = served_from_queue(a, "x", SH);
 	struct dl_requeue rq = {.ttl_ms = 1,
 				.wait_deadline = UINT64_MAX,
 				.shared = 1,
 				.limit = 1};
 	char why[256];
 
-	queue_mode(a, "x", SH, 1);
-	must_release(w, "x", tw);
-	ta = last_ev(DL_EVENT_GRANTED, a)->token;
 	advance(5000); /* a's lease expires */
 	cr_assert(eq(u32, status("x").holders, 0));
 	grant_mode(s, "x", EX, 2);
@@ -2490,16 +2499,13 @@ Test(locktab, a_withdrawn_grant_does_not_requeue_into_another_limit)
  * put back under the new owner. */
 Test(locktab, a_withdrawn_grant_after_an_owner_change)
 {
-	struct client *w = client_new("w"), *a = client_new("a");
-	uint64_t tw = grant_mode(w, "x", EX, 1), ta;
-	struct dl_requeue rq = {.ttl_ms = 3000,
+	struct client *a = client_new("a");
+	uint64_t ta = served_from_queue(a, "x", EX);
+	struct dl_requeue rq = {.owner_gen = a->s.owner_gen,
+				.ttl_ms = 3000,
 				.wait_deadline = UINT64_MAX,
 				.limit = 1};
 
-	queue_mode(a, "x", EX, 1);
-	must_release(w, "x", tw);
-	ta = last_ev(DL_EVENT_GRANTED, a)->token;
-	rq.owner_gen = a->s.owner_gen;
 	cr_assert(eq(int, dl_session_set_owner(tab, &a->s, str("a2")), 0));
 	dl_locktab_suspend_grants(tab, 1);
 	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("x"), ta, &rq),

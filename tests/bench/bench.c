@@ -934,13 +934,25 @@ static int r_handoff(void)
 	       opt.mode == M_REDIS_SEM;
 }
 
+/* EVALSHA <sha> 1 <c's key> <c's value> [extra args] */
+static void r_evalsha(struct conn *c, const char *sha, size_t shalen,
+		      int nextra, const char *const *extra)
+{
+	const char *argv[8] = { "EVALSHA", sha, "1", c->name, c->val };
+	size_t lens[8] = { 7, shalen, 1, c->nlen, c->vlen };
+	int i;
+
+	for (i = 0; i < nextra && i < 3; i++) {
+		argv[5 + i] = extra[i];
+		lens[5 + i] = strlen(extra[i]);
+	}
+	resp_cmd(&c->out, 5 + i, argv, lens);
+}
+
 /* Try to acquire: SET NX PX, or the rw / semaphore script. */
 static void r_set(struct conn *c)
 {
 	char px[24], lim[24];
-	const char *argv[7] = { "SET", c->name, c->val, "NX", "PX", px };
-	size_t lens[7] = { 3, c->nlen, 0, 2, 2, 0 };
-	int argc = 6;
 
 	if (c->st != S_LOCK && c->st != S_SLEEP) { /* not a retry */
 		c->seq++;
@@ -952,58 +964,39 @@ static void r_set(struct conn *c)
 		c->t_first = mono();
 		c->is_write = opt.mode != M_REDIS_RW || pick_write();
 	}
-	lens[2] = c->vlen;
-	lens[5] = (size_t)snprintf(px, sizeof(px), "%ld", opt.px);
-	if (opt.mode == M_REDIS_RW || opt.mode == M_REDIS_SEM) {
-		argv[0] = "EVALSHA";
-		lens[0] = 7;
-		argv[1] = g.sha_acq;
-		lens[1] = g.shalen_acq;
-		argv[2] = "1";
-		lens[2] = 1;
-		argv[3] = c->name;
-		lens[3] = c->nlen;
-		argv[4] = c->val;
-		lens[4] = c->vlen;
-		if (opt.mode == M_REDIS_RW) {
-			argv[5] = px;
-			argv[6] = c->is_write ? "write" : "read";
-			lens[6] = c->is_write ? 5 : 4;
-		} else {
-			lens[5] = (size_t)snprintf(lim, sizeof(lim), "%ld",
-						   opt.limit);
-			argv[5] = lim;
-			argv[6] = px;
-			lens[6] = strlen(px);
-		}
-		argc = 7;
-	}
+	snprintf(px, sizeof(px), "%ld", opt.px);
 	c->t_start = mono();
 	g.attempts++;
-	resp_cmd(&c->out, argc, argv, lens);
+	if (opt.mode == M_REDIS_RW) {
+		const char *x[2] = { px, c->is_write ? "write" : "read" };
+
+		r_evalsha(c, g.sha_acq, g.shalen_acq, 2, x);
+	} else if (opt.mode == M_REDIS_SEM) {
+		const char *x[2] = { lim, px };
+
+		snprintf(lim, sizeof(lim), "%ld", opt.limit);
+		r_evalsha(c, g.sha_acq, g.shalen_acq, 2, x);
+	} else {
+		const char *argv[6] = { "SET", c->name, c->val, "NX", "PX", px };
+		size_t lens[6] = { 3, c->nlen, c->vlen, 2, 2, strlen(px) };
+
+		resp_cmd(&c->out, 6, argv, lens);
+	}
 	c->st = S_LOCK;
 }
 
 /* Release: the compare-and-delete script, the rw release script, ZREM. */
 static void r_del(struct conn *c)
 {
-	const char *argv[5] = { "EVALSHA", g.sha, "1", c->name, c->val };
-	size_t lens[5] = { 7, g.shalen, 1, c->nlen, c->vlen };
-
-	if (opt.mode == M_REDIS_RW) {
-		argv[1] = g.sha_rel;
-		lens[1] = g.shalen_rel;
-	}
 	if (opt.mode == M_REDIS_SEM) {
-		argv[0] = "ZREM";
-		lens[0] = 4;
-		argv[1] = c->name;
-		lens[1] = c->nlen;
-		argv[2] = c->val;
-		lens[2] = c->vlen;
+		const char *argv[3] = { "ZREM", c->name, c->val };
+		size_t lens[3] = { 4, c->nlen, c->vlen };
+
 		resp_cmd(&c->out, 3, argv, lens);
+	} else if (opt.mode == M_REDIS_RW) {
+		r_evalsha(c, g.sha_rel, g.shalen_rel, 0, NULL);
 	} else {
-		resp_cmd(&c->out, 5, argv, lens);
+		r_evalsha(c, g.sha, g.shalen, 0, NULL);
 	}
 	c->st = S_UNLOCK;
 }

@@ -524,6 +524,21 @@ table() { # title dlockd-col redis-col dlockd-label redis-label
 }
 
 # D: the shared-lock and semaphore rows, for the three durabilities.
+# d_rate LABEL ROW KEY: dlockd column $d against recipe column $r, ratio
+d_rate() {
+	a=$(med "$2" "$d" "$3") b=$(med "$2" "$r" "$3")
+	printf '%-40s %12s %14s %7s\n' "$1" "$(int "$a")" "$(int "$b")" \
+		"$(ratio "$a" "$b")"
+}
+# d_pair LABEL DLOCKD RECIPE: two cells, no ratio
+d_pair() {
+	printf '%-40s %12s %14s\n' "$1" "$2" "$3"
+}
+# waits ROW COL: "p99/max" of its acquisition waits, in ms
+waits() {
+	awk -v a="$(med "$1" "$2" wait_p99_us)" -v b="$(med "$1" "$2" wait_max_us)" \
+		'BEGIN { printf "%.1f/%.0f", a / 1000, b / 1000 }'
+}
 table_modes() {
 	echo
 	echo "D. shared locks and semaphores: $MCONNS clients on ONE lock, each"
@@ -535,44 +550,24 @@ table_modes() {
 	echo "  sorted set of expiring permits (RPermitExpirableSemaphore's model)."
 	echo "  Wait = from an acquisition's first try to its grant (of the writes"
 	echo "  only, in the mixed row); 100000 = 100 ms or more."
-	printf '%-40s %12s %14s %7s
-' "scenario" "dlockd" "redis recipe" "ratio"
+	printf '%-40s %12s %14s %7s\n' "scenario" "dlockd" "redis recipe" "ratio"
 	for pair in "da ra always" "de re everysec" "dn rn none"; do
 		set -- $pair
 		d=$1 r=$2
 		echo "  [durability: $3]"
-		a=$(med rd "$d" rate) b=$(med rd "$r" rate)
-		printf '%-40s %12s %14s %7s
-' "$MCONNS readers, grants/s" \
-			"$(int "$a")" "$(int "$b")" "$(ratio "$a" "$b")"
-		a=$(med sm "$d" rate) b=$(med sm "$r" rate)
-		printf '%-40s %12s %14s %7s
-' "semaphore of 8, $MCONNS clients, grants/s" \
-			"$(int "$a")" "$(int "$b")" "$(ratio "$a" "$b")"
-		printf '%-40s %12s %14s
-' "  attempts per grant" \
+		d_rate "$MCONNS readers, grants/s" rd rate
+		d_rate "semaphore of 8, $MCONNS clients, grants/s" sm rate
+		d_pair "  attempts per grant" \
 			"$(med sm "$d" attempts_per_grant)" \
 			"$(med sm "$r" attempts_per_grant)"
-		printf '%-40s %12s %14s
-' "  wait p99 / max, ms" \
-			"$(awk -v a="$(med sm "$d" wait_p99_us)" -v b="$(med sm "$d" wait_max_us)" 'BEGIN{printf "%.1f/%.0f", a/1000, b/1000}')" \
-			"$(awk -v a="$(med sm "$r" wait_p99_us)" -v b="$(med sm "$r" wait_max_us)" 'BEGIN{printf "%.1f/%.0f", a/1000, b/1000}')"
-		printf '%-40s %12s %14s
-' "  grants per client in ${DURATION}s, min..max" \
+		d_pair "  wait p99 / max, ms" "$(waits sm "$d")" "$(waits sm "$r")"
+		d_pair "  grants per client in ${DURATION}s, min..max" \
 			"$(cell sm "$d" grants_per_conn_min)..$(cell sm "$d" grants_per_conn_max)" \
 			"$(cell sm "$r" grants_per_conn_min)..$(cell sm "$r" grants_per_conn_max)"
-		a=$(med mx "$d" rate) b=$(med mx "$r" rate)
-		printf '%-40s %12s %14s %7s
-' "90/10 reads/writes, grants/s" \
-			"$(int "$a")" "$(int "$b")" "$(ratio "$a" "$b")"
-		a=$(med mx "$d" write_rate) b=$(med mx "$r" write_rate)
-		printf '%-40s %12s %14s %7s
-' "  of which writes/s" \
-			"$(int "$a")" "$(int "$b")" "$(ratio "$a" "$b")"
-		printf '%-40s %12s %14s
-' "  write wait p99 / max, ms" \
-			"$(awk -v a="$(med mx "$d" wait_p99_us)" -v b="$(med mx "$d" wait_max_us)" 'BEGIN{printf "%.1f/%.0f", a/1000, b/1000}')" \
-			"$(awk -v a="$(med mx "$r" wait_p99_us)" -v b="$(med mx "$r" wait_max_us)" 'BEGIN{printf "%.1f/%.0f", a/1000, b/1000}')"
+		d_rate "90/10 reads/writes, grants/s" mx rate
+		d_rate "  of which writes/s" mx write_rate
+		d_pair "  write wait p99 / max, ms" "$(waits mx "$d")" \
+			"$(waits mx "$r")"
 	done
 }
 
