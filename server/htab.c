@@ -81,6 +81,16 @@ struct dl_hnode *dl_htab_find(const struct dl_htab *h, uint32_t hash,
 	return n;
 }
 
+void dl_htab_prefetch(const struct dl_htab *h, uint32_t hash, int deep)
+{
+	struct dl_hnode *const *slot = &h->b[hash & h->mask];
+
+	if (!deep)
+		__builtin_prefetch(slot);
+	else if (*slot)
+		__builtin_prefetch(*slot);
+}
+
 /* Move up to `steps` old buckets into the current array. */
 static void move_some(struct dl_htab *h, size_t steps)
 {

@@ -50,6 +50,13 @@ int dl_htab_init(struct dl_htab *h); /* DL_ENOMEM */
 void dl_htab_free(struct dl_htab *h);
 struct dl_hnode *dl_htab_find(const struct dl_htab *h, uint32_t hash,
 			      struct dl_str key);
+/* A hint, for a caller about to look up many keys it knows in advance (a
+ * restore): start loading the bucket of `hash` into the cache (deep = 0),
+ * or, some lookups later, the first node of its chain (deep = 1: reads
+ * the bucket, which the first call should have brought in). A miss in a
+ * table of a million locks is two cache misses, the bucket and the node;
+ * prefetched, the restore overlaps them. No effect on the contents. */
+void dl_htab_prefetch(const struct dl_htab *h, uint32_t hash, int deep);
 /* Starts doubling the bucket array past a load of 1 (a failed allocation
  * only makes chains longer). */
 void dl_htab_insert(struct dl_htab *h, struct dl_hnode *n);

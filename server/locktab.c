@@ -144,6 +144,13 @@ struct dl_lock *dl__lock_find(const struct dl_locktab *t, struct dl_str name)
 		 : NULL;
 }
 
+void dl_locktab_prefetch(const struct dl_locktab *t, struct dl_str name,
+			 int deep)
+{
+	dl_htab_prefetch(&t->locks, dl_hash_bytes(t->seed, name.p, name.len),
+			 deep);
+}
+
 struct dl_lock *dl__lock_get(struct dl_locktab *t, struct dl_str name)
 {
 	struct dl_lock *lk = dl__lock_find(t, name);

@@ -400,6 +400,12 @@ uint64_t dl_token_floor(uint64_t stored_last, uint64_t unix_ms);
 void dl_locktab_raise_token(struct dl_locktab *t, uint64_t last);
 uint64_t dl_locktab_last_token(const struct dl_locktab *t);
 
+/* A hint before restoring `name` (dl_htab_prefetch): a loader that knows
+ * the names ahead calls it with deep = 0 some 16 names before restoring
+ * one, and with deep = 1 some 8 names before. */
+void dl_locktab_prefetch(const struct dl_locktab *t, struct dl_str name,
+			 int deep);
+
 /* Rebuild state loaded from the store, before serving. Deadlines are
  * monotonic ms. A lease is linked with its stored token (the counter is
  * raised past it); a restored waiter is a placeholder that keeps its place

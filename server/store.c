@@ -4,7 +4,8 @@
  *
  * Key layout, under the configured prefix P (default "dlock:"):
  *
- *   P token        the last fencing token issued (a decimal string)
+ *   P token        a mark at or above every fencing token issued (a
+ *                  decimal string; reserved ahead, see store_batch.c)
  *   P lock:<name>  the lock's record (record.h): holders and queue
  *   P locks        the set of the names that have a record: added with the
  *                  first write of a lock, removed with its delete, in the
@@ -14,12 +15,12 @@
  *                  raised it last is the only one whose writes apply.
  *
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
- * dirty set into one batch: an FCALL of dlock_apply_v3 with each lock in
- * its final state and the token (store_batch.c). Its reply commits the
- * epoch. Each batch is one round trip, and only one is in flight: what
- * changes meanwhile waits for its reply and goes as the next batch (group
- * commit), so a busy daemon sends fewer, larger batches. Changes no reply
- * waits for are written lazily (see dl_store_flush).
+ * dirty set into one batch: an FCALL of dlock_apply_v4 with each lock in
+ * its final state, and the token mark when due (store_batch.c). Its reply
+ * commits the epoch. Each batch is one round trip, and only one is in
+ * flight: what changes meanwhile waits for its reply and goes as the next
+ * batch (group commit), so a busy daemon sends fewer, larger batches.
+ * Changes no reply waits for are written lazily (see dl_store_flush).
  *
  * The link. A state machine over one hiredis async context on the
  * daemon's loop (hiredis's libuv adapter):
@@ -224,6 +225,7 @@ void dl__link_fail(struct dl_store *st, const char *why)
 		dl_info("redis: %s", why);
 	st->ac = NULL;
 	st->synced = 0;
+	st->token_mark = 0; /* its batches may be lost: see store_batch.c */
 	st->lead_busy = 0;
 	st->replicas_short = 0; /* the next link re-syncs, and WAITs */
 	st->st.failures++;
@@ -295,6 +297,8 @@ static int wb_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch)
 	r = dl__wb_argv(st, st->fence, &argc, &argv, &lens);
 	if (r == 0)
 		r = batch_send(st, kind, epoch, argc, argv, lens);
+	if (r)
+		st->token_mark = 0; /* not sent: the next batch carries one */
 	dl__wb_reset(&st->wb);
 	return r;
 }
@@ -968,6 +972,7 @@ void dl__link_open(struct dl_store *st, const char *ip, int port)
 	}
 	ac->data = st;
 	st->ac = ac;
+	st->token_mark = 0;
 	if (redisLibuvAttach(ac, st->loop) != REDIS_OK) {
 		link_fail(st, "cannot attach to the loop");
 		return;

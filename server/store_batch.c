@@ -18,13 +18,26 @@
  * The batch is one FCALL: the function runs atomically, as MULTI/EXEC did,
  * and in one round trip:
  *
- *   FCALL dlock_apply_v3 <3 + n> <fence key> <token key> <names key>
+ *   FCALL dlock_apply_v4 <3 + n> <fence key> <token key> <names key>
  *         <lock key 1> .. <lock key n>
- *         <fence> <token> <lock key prefix length> (<op> <record>) x n
+ *         <fence> <token mark or ""> <lock key prefix length>
+ *         (<op> <record>) x n
  *
  * with op S (SET the record), N (SET it and SADD the name) or D (DEL the
- * key and SREM the name; the record is empty). The token is raised, never
- * lowered. The writes go as one MSET, one DEL, one SADD and one SREM (in
+ * key and SREM the name; the record is empty).
+ *
+ * The token mark. What Redis must hold is a value at or above every token
+ * a client was told, so that the next active daemon starts above them
+ * (dl_token_floor). Writing the last token itself cost every batch a GET
+ * and a SET of the token key, a third of a one-lock batch's Redis calls.
+ * Instead the mark is reserved ahead: a batch carries a mark only when the
+ * table's last token has passed the one sent on this link, and then sets
+ * it DL_TOKEN_RESERVE past that token (raised, never lowered). A grant is
+ * told only once its batch is applied, and that batch, or an earlier one
+ * of the same link (applied in order), carried a mark above its token.
+ * The mark sent is forgotten with the link (a new connection sends one in
+ * its first batch), so a batch lost with a link cannot leave a grant
+ * behind a mark that never arrived. The writes go as one MSET, one DEL, one SADD and one SREM (in
  * chunks of 1000): a handful of Redis calls per batch whatever its size,
  * which is what makes the function cheaper in Redis CPU than the MULTI/
  * EXEC of one command per write it replaced (make bench measures both). Records carry no Redis expiry: a lease's end is decided by the
@@ -40,11 +53,11 @@
 
 /* The library's name carries the version of its functions' contract
  * (arguments, records): any change to the code below must come with new
- * names (dlock_v3, dlock_apply_v3, ...). Every daemon loads its library
+ * names (dlock_v4, dlock_apply_v4, ...). Every daemon loads its library
  * with FUNCTION LOAD REPLACE at each connection, so two builds that shared
  * a name on one Redis would keep replacing each other's functions. */
 const char dl__store_library[] =
-	"#!lua name=dlock_v3\n"
+	"#!lua name=dlock_v4\n"
 	"-- dlockd's writes and leadership: see server/store_batch.c and\n"
 	"-- server/store_lead.c in the dlockd sources.\n"
 	"local function apply(keys, args)\n"
@@ -78,9 +91,12 @@ const char dl__store_library[] =
 	"  for j = 1, #rems, 1000 do\n"
 	"    redis.call('SREM', keys[3], unpack(rems, j, math.min(j + 999, #rems)))\n"
 	"  end\n"
-	"  local tok, cur = args[2], redis.call('GET', keys[2])\n"
-	"  if not cur or #tok > #cur or (#tok == #cur and tok > cur) then\n"
-	"    redis.call('SET', keys[2], tok)\n"
+	"  local tok = args[2]\n"
+	"  if tok ~= '' then\n"
+	"    local cur = redis.call('GET', keys[2])\n"
+	"    if not cur or #tok > #cur or (#tok == #cur and tok > cur) then\n"
+	"      redis.call('SET', keys[2], tok)\n"
+	"    end\n"
 	"  end\n"
 	"  return #keys - 3\n"
 	"end\n"
@@ -217,6 +233,7 @@ int dl__wb_argv(struct dl_store *st, const char *fence, int *argc,
 {
 	struct wbatch *wb = &st->wb;
 	size_t n = 9 + 3 * wb->nlocks, i, k = 0;
+	uint64_t last, mark;
 	const char **a;
 	size_t *l;
 
@@ -243,8 +260,16 @@ int dl__wb_argv(struct dl_store *st, const char *fence, int *argc,
 	for (i = 0; i < wb->nlocks; i++)
 		ARG(wb->text.p + wb->locks[i].koff, wb->locks[i].klen);
 	ARG(fence, strlen(fence));
-	ARG(wb->token,
-	    dl_u64_to_dec(dl_locktab_last_token(st->tab), wb->token));
+	last = dl_locktab_last_token(st->tab);
+	if (last > st->token_mark || st->token_mark == 0) {
+		mark = last > UINT64_MAX - DL_TOKEN_RESERVE
+			       ? UINT64_MAX
+			       : last + DL_TOKEN_RESERVE;
+		ARG(wb->token, dl_u64_to_dec(mark, wb->token));
+		st->token_mark = mark;
+	} else {
+		ARG("", 0);
+	}
 	ARG(wb->plen, dl_u64_to_dec(st->lock_prefix_len, wb->plen));
 	for (i = 0; i < wb->nlocks; i++) {
 		ARG(wb->locks[i].op, 1);

@@ -79,6 +79,8 @@ struct dl_store {
 	int synced;	/* Redis holds the table: skip a re-sync */
 	int upgrade;	/* records may carry 0.1's expiry (store_load.c) */
 	char fence[24]; /* this link's writer fence (decimal) */
+	uint64_t token_mark; /* the token mark sent on this link (0: none yet;
+				store_batch.c) */
 	uint64_t link_since_ms; /* when the link entered its state */
 	uint64_t retry_at_ms;	/* DOWN: next connect attempt */
 	uint64_t backoff_ms;
@@ -210,8 +212,14 @@ int dl__lead_describe(const struct dl_store *st, char *buf, size_t len);
 
 /* The Redis function library that applies every write (FUNCTION LOAD). */
 extern const char dl__store_library[];
-#define DL_STORE_APPLY_FN "dlock_apply_v3"
-#define DL_STORE_LEAD_FN  "dlock_lead_v3"
+#define DL_STORE_APPLY_FN "dlock_apply_v4"
+#define DL_STORE_LEAD_FN  "dlock_lead_v4"
+
+/* How far ahead of the last token issued the stored token mark is set
+ * (store_batch.c): a batch writes the mark only when a grant passes it,
+ * once per this many grants. A restart may skip up to this many tokens,
+ * a millisecond's worth of dl_token_floor()'s time floor. */
+#define DL_TOKEN_RESERVE 1000000
 
 void dl__wb_reset(struct wbatch *wb);
 void dl__wb_free(struct wbatch *wb);
@@ -220,8 +228,9 @@ void dl__wb_free(struct wbatch *wb);
  * and its name to the name set). Returns 0 or DL_ENOMEM. */
 int dl__wb_lock(struct dl_store *st, struct dl_str name,
 		const struct dl_lock *lk, int add_name, int64_t wall_off);
-/* The FCALL of what was added, checked against `fence`, also raising the
- * stored token high-water mark to the table's last token. The arrays live
+/* The FCALL of what was added, checked against `fence`; when the table's
+ * last token has passed st->token_mark (0 after a link change) it also
+ * raises the stored token mark DL_TOKEN_RESERVE past it. The arrays live
  * in st->wb until its next change. */
 int dl__wb_argv(struct dl_store *st, const char *fence, int *argc,
 		const char ***argv, const size_t **lens);

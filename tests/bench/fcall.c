@@ -1,13 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fcall.c -- what the fence costs in Redis: the same batches of lock
- * changes applied by dlockd's function (FCALL dlock_apply_v3: the writer
- * fence checked, then the records, the name set and the token) and by the
- * MULTI/EXEC transaction of the same writes that dlockd sent before it had
- * a fence (SET/DEL of each record, SADD/SREM of its name, SET of the
- * token), one after the other against one redis-server, in one run.
+ * changes applied by dlockd's function (FCALL dlock_apply_v4: the writer
+ * fence checked, then the records and the name set) and by the MULTI/EXEC
+ * transaction of the same writes that dlockd sent before it had a fence
+ * (SET/DEL of each record, SADD/SREM of its name, SET of the token), one
+ * after the other against one redis-server, in one run.
  *
  *   fcall <port> <locks per batch> <seconds> <reps>
+ *
+ * The function runs twice: as dlockd calls it, with the token mark only
+ * when due (once per DL_TOKEN_RESERVE grants, so not in a run), and with
+ * a token in every batch (GET and SET of the token key, what version 3
+ * of the function did), to show what reserving the mark ahead saves.
  *
  * The function library must be loaded (run.sh lets a dlockd load it). A
  * batch is one round trip either way (a pipeline of MULTI, the writes and
@@ -30,7 +35,9 @@
 #define MAX_LOCKS  200
 #define RECORD_LEN 80
 
-enum method { FCALL, MULTI };
+enum method { FCALL, FCALL_TOK, MULTI, NMETHODS };
+
+static const char *const method_name[] = {"fcall", "fcall_tok", "multi"};
 
 static redisContext *c;
 static int nlocks;
@@ -85,11 +92,11 @@ static void append_batch(enum method m, unsigned long long b)
 
 	token++;
 	snprintf(tok, sizeof(tok), "%llu", token);
-	if (m == FCALL) {
+	if (m == FCALL || m == FCALL_TOK) {
 		snprintf(nk, sizeof(nk), "%d", 3 + nlocks);
 #define ARG(s, n) (argv[k] = (s), lens[k] = (n), k++)
 		ARG("FCALL", 5);
-		ARG("dlock_apply_v3", 14);
+		ARG("dlock_apply_v4", 14);
 		ARG(nk, strlen(nk));
 		ARG("bench:fence", 11);
 		ARG("bench:token", 11);
@@ -97,7 +104,10 @@ static void append_batch(enum method m, unsigned long long b)
 		for (i = 0; i < nlocks; i++)
 			ARG(keys[i], strlen(keys[i]));
 		ARG("1", 1);
-		ARG(tok, strlen(tok));
+		if (m == FCALL_TOK)
+			ARG(tok, strlen(tok));
+		else
+			ARG("", 0);
 		ARG("11", 2); /* strlen("bench:lock:") */
 		for (i = 0; i < nlocks; i++) {
 			ARG(grant ? "N" : "D", 1);
@@ -125,12 +135,12 @@ static void append_batch(enum method m, unsigned long long b)
 static void read_batch(enum method m)
 {
 	redisReply *r;
-	int i, n = m == FCALL ? 1 : 2 * nlocks + 3;
+	int i, n = m == MULTI ? 2 * nlocks + 3 : 1;
 
 	for (i = 0; i < n; i++) {
 		if (redisGetReply(c, (void **)&r) != REDIS_OK)
 			check(NULL, "reply");
-		check(r, m == FCALL ? "FCALL" : "MULTI/EXEC");
+		check(r, method_name[m]);
 		freeReplyObject(r);
 	}
 }
@@ -183,7 +193,7 @@ static double median(double *v, int n)
 
 int main(int argc, char **argv)
 {
-	double secs, bs[2][32], cs[2][32], cpu[2][32];
+	double secs, bs[NMETHODS][32], cs[NMETHODS][32], cpu[NMETHODS][32];
 	int reps, i, m;
 	redisReply *r;
 
@@ -211,18 +221,18 @@ int main(int argc, char **argv)
 	check(r, "SET fence");
 	freeReplyObject(r);
 	for (i = 0; i < reps; i++)
-		for (m = 0; m < 2; m++) {
-			/* alternate which goes first */
-			int mm = (i % 2) ? 1 - m : m;
+		for (m = 0; m < NMETHODS; m++) {
+			/* rotate which goes first */
+			int mm = (m + i) % NMETHODS;
 			struct result res = run((enum method)mm, secs);
 
 			bs[mm][i] = res.batches_s;
 			cs[mm][i] = res.changes_s;
 			cpu[mm][i] = res.cpu_us_per_change;
 		}
-	for (m = 0; m < 2; m++)
+	for (m = 0; m < NMETHODS; m++)
 		printf("%s locks=%d batches_s=%.0f changes_s=%.0f redis_cpu_us_per_change=%.3f round_trips_per_batch=1\n",
-		       m == FCALL ? "fcall" : "multi", nlocks,
+		       method_name[m], nlocks,
 		       median(bs[m], reps), median(cs[m], reps),
 		       median(cpu[m], reps));
 	redisFree(c);

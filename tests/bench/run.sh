@@ -621,20 +621,28 @@ report() {
 			"$(med pm $c stat_store_latency_us_avg)"
 	done
 	echo "The fence's cost in Redis (tests/bench/fcall: the same batches of lock"
-	echo "changes, grants and releases alternating, applied by FCALL dlock_apply_v3"
-	echo "-- fence checked, records, name set, token -- and by MULTI, the same"
-	echo "SET/DEL + SADD/SREM + SET token, EXEC; both one round trip per batch, 4"
+	echo "changes, grants and releases alternating, applied by FCALL dlock_apply_v4"
+	echo "-- fence checked, records, name set; the token mark only when due, as"
+	echo "dlockd sends it -- by the same function given a token in every batch"
+	echo "(GET + SET of the token key: what version 3 did), and by MULTI, the same"
+	echo "SET/DEL + SADD/SREM + SET token, EXEC; each one round trip per batch, 4"
 	echo "batches in flight; Redis appendfsync always; CPU = Redis main thread,"
 	echo "INFO cpu, per lock change; medians of $REPS runs of ${DURATION} s):"
-	printf '  %-16s %14s %14s %14s %14s %7s\n' "locks per batch" \
-		"fcall chg/s" "multi chg/s" "fcall CPU us" "multi CPU us" "CPU f/m"
+	printf '  %-9s %11s %11s %11s %10s %10s %10s %7s %7s\n' "locks/bat" \
+		"fcall chg/s" "+tok chg/s" "multi chg/s" "fcall us" "+tok us" \
+		"multi us" "f/+tok" "f/m"
 	for n in 1 10 50; do
-		fl=$(grep "^fcall locks=$n " "$tmp/fcall.txt") ml=$(grep "^multi locks=$n " "$tmp/fcall.txt")
+		fl=$(grep "^fcall locks=$n " "$tmp/fcall.txt")
+		tl=$(grep "^fcall_tok locks=$n " "$tmp/fcall.txt")
+		ml=$(grep "^multi locks=$n " "$tmp/fcall.txt")
 		fv() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
-		printf '  %-16s %14s %14s %14s %14s %7s\n' "$n" \
-			"$(fv "$fl" changes_s)" "$(fv "$ml" changes_s)" \
-			"$(fv "$fl" redis_cpu_us_per_change)" "$(fv "$ml" redis_cpu_us_per_change)" \
-			"$(ratio "$(fv "$fl" redis_cpu_us_per_change)" "$(fv "$ml" redis_cpu_us_per_change)")"
+		fc=$(fv "$fl" redis_cpu_us_per_change)
+		tc=$(fv "$tl" redis_cpu_us_per_change)
+		mc=$(fv "$ml" redis_cpu_us_per_change)
+		printf '  %-9s %11s %11s %11s %10s %10s %10s %7s %7s\n' "$n" \
+			"$(fv "$fl" changes_s)" "$(fv "$tl" changes_s)" \
+			"$(fv "$ml" changes_s)" "$fc" "$tc" "$mc" \
+			"$(ratio "$fc" "$tc")" "$(ratio "$fc" "$mc")"
 	done
 	echo "Memory per held lease (dlockd --persist none, $FILL leases, one owner,"
 	echo "names of 13 bytes, VmRSS from /proc/<pid>/status before and after):"
