@@ -222,30 +222,24 @@ struct dl_lease *dl__holder_by_token(const struct dl_lock *lk, uint64_t token)
 	return NULL;
 }
 
-static char *dup_tag(struct dl_str tag)
-{
-	char *s;
+/* The memory budget of a held lease (locktab.h, Memory), on 64-bit. */
+_Static_assert(sizeof(void *) != 8 || sizeof(struct dl_lease) <= 72,
+	       "a lease no longer fits an 80-byte malloc chunk");
+_Static_assert(sizeof(void *) != 8 || sizeof(struct dl_lock) <= 40,
+	       "a lock with a short name no longer fits a 64-byte chunk");
 
-	if (!tag.len)
-		return NULL;
-	s = malloc(tag.len + 1);
-	if (s) {
-		memcpy(s, tag.p, tag.len);
-		s[tag.len] = '\0';
-	}
-	return s;
-}
-
-/* Allocate a lease (not yet linked): the fallible half of a grant. */
+/* Allocate a lease (not yet linked): the fallible half of a grant. The
+ * tag, if any, is stored after it (locktab.h, Memory). */
 struct dl_lease *dl__lease_alloc(struct dl_str tag)
 {
-	struct dl_lease *l = calloc(1, sizeof(*l));
+	struct dl_lease *l = calloc(1, sizeof(*l) + (tag.len ? tag.len + 1 : 0));
 
 	if (!l)
 		return NULL;
-	if (tag.len && !(l->tag = dup_tag(tag))) {
-		free(l);
-		return NULL;
+	if (tag.len) {
+		l->has_tag = 1;
+		memcpy(l->tag, tag.p, tag.len);
+		l->tag[tag.len] = '\0';
 	}
 	return l;
 }
@@ -302,7 +296,6 @@ void dl__lease_remove(struct dl_locktab *t, struct dl_lease *l)
 	dl__owner_put(t, l->owner);
 	t->st.leases--;
 	dl__mark_dirty(t, lk);
-	free(l->tag);
 	free(l);
 }
 
@@ -351,9 +344,10 @@ uint64_t dl__remaining(const struct dl_lease *l, uint64_t now)
 
 uint64_t dl__waiter_position(const struct dl_waiter *w)
 {
+	const struct dl_waiter *p;
 	uint64_t pos = 1;
 
-	while ((w = w->qprev) != NULL)
+	for (p = w->lock->qhead; p != w; p = p->qnext)
 		pos++;
 	return pos;
 }
@@ -363,14 +357,15 @@ void dl__waiter_free(struct dl_locktab *t, struct dl_waiter *w)
 	struct dl_lock *lk = w->lock;
 	struct dl_session *s = w->sess;
 
-	if (w->qprev)
-		w->qprev->qnext = w->qnext;
-	else
+	/* qnext ends in NULL, qprev is circular (locktab.h) */
+	if (w == lk->qhead) {
 		lk->qhead = w->qnext;
-	if (w->qnext)
-		w->qnext->qprev = w->qprev;
-	else
-		lk->qtail = w->qprev;
+		if (w->qnext)
+			w->qnext->qprev = w->qprev; /* the tail */
+	} else {
+		w->qprev->qnext = w->qnext;
+		(w->qnext ? w->qnext : lk->qhead)->qprev = w->qprev;
+	}
 	if (s) {
 		if (w->sprev)
 			w->sprev->snext = w->snext;
@@ -432,12 +427,14 @@ struct dl_waiter *dl__waiter_new(struct dl_locktab *t, struct dl_lock *lk,
 	w->owner = o;
 	w->queued_at = dl__now_ms(t);
 	dl__waiter_set(w, ttl, tag);
-	w->qprev = lk->qtail;
-	if (lk->qtail)
-		lk->qtail->qnext = w;
-	else
+	if (lk->qhead) {
+		w->qprev = lk->qhead->qprev; /* the tail */
+		w->qprev->qnext = w;
+		lk->qhead->qprev = w;
+	} else {
+		w->qprev = w;
 		lk->qhead = w;
-	lk->qtail = w;
+	}
 	if (s)
 		dl__waiter_attach(w, s);
 	else
@@ -458,14 +455,16 @@ struct dl_waiter *dl__waiter_new(struct dl_locktab *t, struct dl_lock *lk,
 /* Move w, just appended, to the head of its lock's queue. */
 void dl__waiter_to_head(struct dl_lock *lk, struct dl_waiter *w)
 {
+	struct dl_waiter *tail;
+
 	if (lk->qhead == w)
 		return;
+	/* unlink: w is not the head, so the queue keeps its head */
 	w->qprev->qnext = w->qnext;
-	if (w->qnext)
-		w->qnext->qprev = w->qprev;
-	else
-		lk->qtail = w->qprev;
-	w->qprev = NULL;
+	(w->qnext ? w->qnext : lk->qhead)->qprev = w->qprev;
+	/* and put it first: the tail is the old head's qprev */
+	tail = lk->qhead->qprev;
+	w->qprev = tail;
 	w->qnext = lk->qhead;
 	lk->qhead->qprev = w;
 	lk->qhead = w;
@@ -544,10 +543,11 @@ void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now)
 	struct dl_session *s, *next;
 	uint64_t token = l->token;
 	char tag[DL_TAG_MAX];
-	size_t tag_len = l->tag ? strlen(l->tag) : 0;
+	struct dl_str lt = dl_lease_tag(l);
+	size_t tag_len = lt.len;
 
 	if (tag_len)
-		memcpy(tag, l->tag, tag_len);
+		memcpy(tag, lt.p, tag_len);
 	/* Tell first: removing the lease may free its owner. */
 	for (s = l->owner->sessions; s; s = next) {
 		next = s->onext;
@@ -673,7 +673,6 @@ static void free_objects(struct dl_locktab *t)
 						offsetof(struct dl_lock, hn));
 			for (l = lk->holders; l; l = ln) {
 				ln = l->next;
-				free(l->tag);
 				free(l);
 			}
 			for (w = lk->qhead; w; w = wn) {

@@ -92,30 +92,43 @@ struct dl_session {
 
 /* ---- read-only views (for the store and STATUS) ----------------------- */
 
+/*
+ * Memory. A held lease costs its lease, its lock and a bucket of the lock
+ * hash: 72 + 40 + name bytes, in two malloc chunks (80 and 64 bytes for a
+ * name under 16 bytes: glibc adds 8 and rounds to 16). Hence the tag
+ * stored after the lease only when there is one, a queue without a tail
+ * pointer (its qprev links are circular) and bit-fields: each of them is
+ * what keeps a struct in the smaller chunk (make bench measures bytes per
+ * lease).
+ */
 struct dl_lease {
 	struct dl_wheel_entry timer; /* fires at the deadline */
-	unsigned kind : 7;	     /* DL__TIMED_LEASE */
+	unsigned kind : 2;	     /* DL__TIMED_LEASE */
 	unsigned shared : 1;	     /* mode=shared */
+	unsigned has_tag : 1;	     /* tag[] holds one */
 	unsigned count : 24;	     /* reentrant holds, 1..DL_REENTRY_MAX */
 	uint32_t ttl_ms;	     /* last TTL asked; REFRESH default */
 	struct dl_lock *lock;
 	struct dl_owner *owner;
 	struct dl_lease *next; /* next holder of the same lock */
 	uint64_t token;
-	char *tag;	     /* id= of the granting request, or NULL (owned) */
 	uint64_t granted_at; /* monotonic ms, for the hold-time histogram */
+	char tag[]; /* has_tag: id= of the granting request, NUL-terminated
+		       (without one the lease is owned: no bytes here) */
 };
 
 struct dl_waiter {
 	struct dl_wheel_entry timer; /* wait deadline; idle when wait=inf */
-	unsigned kind : 7;	     /* DL__TIMED_WAITER */
+	unsigned kind : 2;	     /* DL__TIMED_WAITER */
 	unsigned shared : 1;	     /* asks for mode=shared */
 	unsigned tag_len : 8;
 	uint32_t ttl_ms; /* TTL of the lease it asks for */
 	struct dl_lock *lock;
 	struct dl_owner *owner;
 	struct dl_session *sess;	 /* NULL: a restored placeholder */
-	struct dl_waiter *qnext, *qprev; /* the lock's queue */
+	struct dl_waiter *qnext, *qprev; /* the lock's queue: qnext ends in
+					    NULL, qprev is circular (the
+					    head's is the tail) */
 	struct dl_waiter *snext, *sprev; /* the session's waiters */
 	uint64_t wait_deadline;		 /* monotonic ms, UINT64_MAX for inf */
 	uint64_t queued_at; /* monotonic ms, for the wait histogram */
@@ -124,7 +137,7 @@ struct dl_waiter {
 
 struct dl_lock {
 	struct dl_lease *holders; /* grant order */
-	struct dl_waiter *qhead, *qtail;
+	struct dl_waiter *qhead; /* its qprev is the tail */
 	uint32_t nwaiters : 24; /* <= DL_MAX_WAITERS_MAX */
 	uint32_t dirty : 1;	/* in the dirty set */
 	uint32_t urgent : 1;	/* ... with a change a held reply waits for */
@@ -499,6 +512,8 @@ int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
 const struct dl_lock *dl_locktab_find(struct dl_locktab *t, struct dl_str name);
 struct dl_str dl_lock_name(const struct dl_lock *lk);
 struct dl_str dl_owner_id(const struct dl_owner *o);
+/* The id= tag a lease was granted with (empty: none). */
+struct dl_str dl_lease_tag(const struct dl_lease *l);
 const struct dl_locktab_stats *dl_locktab_stats(const struct dl_locktab *t);
 
 #endif /* DL_SERVER_LOCKTAB_H */

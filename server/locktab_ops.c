@@ -602,7 +602,6 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 	 * with one token is a damaged record. */
 	if (dl__holder_of(lk, o) || dl__holder_by_token(lk, token) ||
 	    !dl__has_room(lk, shared)) {
-		free(l->tag);
 		free(l);
 		dl__owner_put(t, o);
 		dl__lock_drop_if_unused(t, lk);
@@ -769,6 +768,12 @@ struct dl_str dl_lock_name(const struct dl_lock *lk)
 struct dl_str dl_owner_id(const struct dl_owner *o)
 {
 	return (struct dl_str){o->id, o->hn.len};
+}
+
+struct dl_str dl_lease_tag(const struct dl_lease *l)
+{
+	return l->has_tag ? (struct dl_str){l->tag, strlen(l->tag)}
+			  : DL_STR_NULL;
 }
 
 const struct dl_locktab_stats *dl_locktab_stats(const struct dl_locktab *t)

@@ -16,7 +16,7 @@ enum { DL__TIMED_LEASE = 1, DL__TIMED_WAITER = 2 };
 /* What leases and waiters have in common, for the timer callback. */
 struct dl_timed {
 	struct dl_wheel_entry timer;
-	unsigned kind : 7;
+	unsigned kind : 2;
 };
 
 struct dl_locktab {

@@ -68,7 +68,7 @@ static int verify_queue(struct verify *v, const struct dl_lock *lk)
 	uint32_t n = 0;
 
 	for (w = lk->qhead; w; prev = w, w = w->qnext, n++) {
-		if (w->lock != lk || w->qprev != prev)
+		if (w->lock != lk || (w != lk->qhead && w->qprev != prev))
 			return fail(v, lk, "queue links broken");
 		if (w->ttl_ms == 0)
 			return fail(v, lk, "a waiter asking for TTL 0");
@@ -82,7 +82,7 @@ static int verify_queue(struct verify *v, const struct dl_lock *lk)
 		v->timed += dl_wheel_pending(&w->timer);
 		v->placeholders += !w->sess;
 	}
-	if (lk->qtail != prev || n != lk->nwaiters)
+	if ((lk->qhead && lk->qhead->qprev != prev) || n != lk->nwaiters)
 		return fail(v, lk, "queue tail or count wrong");
 	v->waiters += n;
 	if (n)

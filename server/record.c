@@ -84,7 +84,7 @@ int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
 		add_str(b, " ", 1);
 		o = dl_owner_id(l->owner);
 		add_str(b, o.p, o.len);
-		if (l->tag) {
+		if (l->has_tag) {
 			add_str(b, " id=", 4);
 			add_str(b, l->tag, strlen(l->tag));
 		}

@@ -1982,6 +1982,73 @@ Test(locktab, tag_of_a_queued_lock_comes_back_on_its_granted_event)
 	cr_assert(eq(str, (char *)ev->tag, (char *)tag32));
 }
 
+/* A lease stores its tag after itself only when it has one (locktab.h,
+ * Memory): a full-length tag and none, side by side, through a grant, an
+ * expiry and the release of the other. */
+Test(locktab, a_lease_keeps_its_tag_or_has_none)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	const char *tag32 = "0123456789abcdef0123456789ABCDEF";
+	const struct dl_lock *lk;
+	struct dl_result r;
+	struct dl_str t;
+	uint64_t tb;
+	int rc;
+
+	rc = acq(a, "ta", 500, 0, tag32, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	tb = must_grant(b, "tb", 10000);
+	lk = dl_locktab_find(tab, str("ta"));
+	t = dl_lease_tag(lk->holders);
+	cr_assert(eq(sz, t.len, (size_t)DL_TAG_MAX));
+	cr_assert(eq(int, memcmp(t.p, tag32, t.len), 0));
+	cr_assert(eq(sz, dl_lease_tag(dl_locktab_find(tab, str("tb"))->holders)
+				 .len,
+		     0));
+	advance(500 + TICK);
+	cr_assert(eq(str, (char *)last_ev(DL_EVENT_EXPIRED, a)->tag,
+		     (char *)tag32));
+	must_release(b, "tb", tb);
+}
+
+/* The queue keeps its order and its tail through removals at the head,
+ * in the middle and at the tail (its qprev links are circular: the
+ * teardown's dl_locktab_verify checks them); positions count from the
+ * head. (A waiter put back at the head: withdrawn_grant_of_a_waiter_...) */
+Test(locktab, queue_order_and_positions_survive_removals_anywhere)
+{
+	struct client *h = client_new("holder");
+	struct client *w[5];
+	char owner[8];
+	uint64_t tok;
+	int i;
+
+	tok = must_grant(h, "q", 10000);
+	for (i = 0; i < 5; i++) {
+		snprintf(owner, sizeof(owner), "w%d", i);
+		w[i] = client_new(owner);
+		cr_assert(eq(u64, must_queue(w[i], "q", 1000, DL_WAIT_INF, NULL),
+			     (uint64_t)i + 1));
+	}
+	client_close(w[4]); /* the tail */
+	client_close(w[2]); /* the middle */
+	client_close(w[0]); /* the head */
+	cr_assert(eq(u32, status("q").waiters, 2));
+	/* w1 then w3; a new waiter goes after w3 */
+	w[4] = client_new("w4b");
+	cr_assert(eq(u64, must_queue(w[4], "q", 1000, DL_WAIT_INF, NULL), 3));
+	must_release(h, "q", tok);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, w[1]), 1));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, w[3]), 0));
+	tok = last_ev(DL_EVENT_GRANTED, w[1])->token;
+	must_release(w[1], "q", tok);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, w[3]), 1));
+	tok = last_ev(DL_EVENT_GRANTED, w[3])->token;
+	must_release(w[3], "q", tok);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, w[4]), 1));
+}
+
 Test(locktab, tag_of_a_queued_lock_comes_back_on_its_timeout_event)
 {
 	struct client *a = client_new("alice");
