@@ -156,6 +156,7 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 		[DL_UPGRADE_DEADLOCK] = "NO UPGRADE_DEADLOCK",
 	};
 	struct dl_line line = {.durable = res->durable,
+			       .reentry = res->reentry,
 			       .token = res->token,
 			       .deadline = res->deadline,
 			       .owner_gen = c->sess.owner_gen};
@@ -801,6 +802,7 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 	};
 	struct dl_line line = {.kind = DL_LINE_EVENT,
 			       .durable = ev->durable,
+			       .reentry = ev->reentry,
 			       .token = ev->token,
 			       .deadline = ev->deadline,
 			       .wait_deadline = ev->wait_deadline,
@@ -856,6 +858,7 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 
 		err = dl_locktab_revoke(
 			c->srv->tab, &c->sess, rp.argv[0], line->token,
+			line->reentry,
 			line->kind == DL_LINE_GRANTED_EVENT ? &rq : NULL);
 		if (line->kind == DL_LINE_GRANTED_EVENT && err == 0)
 			return 0; /* waiting again */

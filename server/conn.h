@@ -67,6 +67,7 @@ struct dl_line {
 	enum dl_line_kind kind;
 	unsigned durable : 1;	/* hold until the open epoch commits */
 	unsigned shared : 1;	/* GRANTED_EVENT: the mode the waiter asked */
+	unsigned reentry : 1;	/* GRANTED*: a reentry (dl_locktab_revoke) */
 	uint16_t limit;		/* GRANTED_EVENT: the lock's limit */
 	uint8_t ttl_len;	/* the TTL field: its length ... */
 	uint16_t ttl_off;	/* ... and offset in the line */

@@ -506,6 +506,7 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 		if (l && l->count < DL_REENTRY_MAX &&
 		    !(l->shared && !w->shared)) {
 			dl__lease_reenter(t, l, w->ttl_ms, now);
+			ev.reentry = 1;
 		} else if (!l && !dl__tokens_exhausted(t) &&
 			   (l = dl__lease_alloc(waiter_tag(w))) != NULL) {
 			dl__lease_grant(t, l, lk, w->owner, w->ttl_ms, now,

@@ -182,6 +182,8 @@ enum dl_outcome {
 struct dl_result {
 	enum dl_outcome outcome;
 	unsigned durable : 1; /* reply only once the change is persisted */
+	unsigned reentry : 1; /* GRANTED: one more hold of a lease the owner
+				 already had (dl_locktab_revoke) */
 	uint64_t token;
 	uint64_t value;
 	uint64_t deadline; /* GRANTED, REFRESHED: the lease's, monotonic ms */
@@ -198,6 +200,7 @@ struct dl_event {
 	enum dl_event_type type;
 	unsigned durable : 1; /* as in dl_result */
 	unsigned shared : 1;  /* GRANTED: the mode the waiter asked for */
+	unsigned reentry : 1; /* GRANTED: as in dl_result */
 	uint32_t limit;	      /* GRANTED: the lock's (dl_locktab_revoke) */
 	struct dl_str name;   /* borrowed for the duration of the hook */
 	uint64_t token;
@@ -440,9 +443,20 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 /*
  * Withdraw a grant whose reply or event never reached its client because
  * persistence went down before the grant was durable (the reply is then
- * answered ERR UNAVAILABLE, the event not sent). One hold of lease `token`
- * of s's owner on `name` is taken back; the lease ends with its last hold,
- * without * EXPIRED (its owner never learned of it). With `requeue` (a
+ * answered ERR UNAVAILABLE, the event not sent), `reentry` as the grant's
+ * result or event said:
+ *   - a new lease (not a reentry) ends, without * EXPIRED (its owner never
+ *     learned of it), whatever its hold count: every other hold of it was
+ *     taken on top of that unacknowledged grant, after it, so none of
+ *     them was acknowledged either (a reply is sent only once the epoch
+ *     of its change commits, and epochs commit in order);
+ *   - a reentry gives back one hold but never the lease: the lease was
+ *     granted, and told, before it, and a reply sent since may count on
+ *     the withdrawn hold (a pipelined UNLOCK answered "OK HELD x 1" after
+ *     the reentry: ending the lease then would leave its owner believing
+ *     in a lock another owner is granted). At worst the lease keeps one
+ *     hold its owner does not count: it ends at its next UNLOCK or TTL.
+ * With `requeue` (a
  * withdrawn * GRANTED event), the session waits again at the head of the
  * queue, where it was when it was served, with the TTL `ttl_ms`, the tag,
  * the mode and the wait deadline it had (and the lock's limit, should the
@@ -463,7 +477,7 @@ struct dl_requeue {
 	uint32_t limit;
 };
 int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
-		      struct dl_str name, uint64_t token,
+		      struct dl_str name, uint64_t token, int reentry,
 		      const struct dl_requeue *requeue);
 
 /* Drop every lock, lease, waiter and owner, and the token counter: a

@@ -163,6 +163,7 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		if (l->count >= DL_REENTRY_MAX)
 			return DL_ELIMIT;
 		dl__lease_reenter(t, l, ttl, now);
+		res->reentry = 1;
 		return granted(res, l, dl__remaining(l, now));
 	}
 	if ((w = session_waiter(s, lk)) != NULL) {
@@ -658,7 +659,7 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 }
 
 int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
-		      struct dl_str name, uint64_t token,
+		      struct dl_str name, uint64_t token, int reentry,
 		      const struct dl_requeue *requeue)
 {
 	uint64_t now = dl__now_ms(t);
@@ -669,9 +670,12 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 
 	if (l) {
 		t->st.revokes++;
-		if (l->count > 1) {
-			l->count--;
-			dl__mark_dirty(t, lk);
+		if (reentry) {
+			/* never the lease itself (locktab.h) */
+			if (l->count > 1) {
+				l->count--;
+				dl__mark_dirty(t, lk);
+			}
 		} else {
 			dl__lease_remove(t, l);
 			dl__serve(t, lk, now);

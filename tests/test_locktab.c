@@ -40,6 +40,7 @@ struct client {
 struct rec {
 	enum dl_event_type type;
 	int durable;
+	int reentry;
 	char name[DL_NAME_MAX + 1];
 	uint64_t token;
 	uint64_t ttl;
@@ -88,6 +89,7 @@ static void on_event(struct dl_session *s, const struct dl_event *ev, void *ctx)
 	memset(r, 0, sizeof(*r));
 	r->type = ev->type;
 	r->durable = ev->durable;
+	r->reentry = ev->reentry;
 	if (ev->name.len <= DL_NAME_MAX)
 		memcpy(r->name, ev->name.p, ev->name.len);
 	r->token = ev->token;
@@ -1617,11 +1619,12 @@ Test(locktab, lease_expiring_while_suspended_grants_its_waiter_only_on_resume)
 /* ---- withdrawn grants, quarantine, reset --------------------------------- */
 
 static int revoke(struct client *c, const char *name, uint64_t token,
-		  int requeue, uint32_t ttl, uint64_t wait_deadline)
+		  int reentry, int requeue, uint32_t ttl,
+		  uint64_t wait_deadline)
 {
 	struct dl_requeue rq = {.ttl_ms = ttl, .wait_deadline = wait_deadline};
 
-	return dl_locktab_revoke(tab, &c->s, str(name), token,
+	return dl_locktab_revoke(tab, &c->s, str(name), token, reentry,
 				 requeue ? &rq : NULL);
 }
 
@@ -1631,7 +1634,7 @@ Test(locktab, withdrawn_grant_frees_the_lock_without_an_expired_event)
 	uint64_t tok = must_grant(a, "x", 1000);
 
 	dl_locktab_suspend_grants(tab, 1);
-	cr_assert(eq(int, revoke(a, "x", tok, 0, 0, 0), 0));
+	cr_assert(eq(int, revoke(a, "x", tok, 0, 0, 0, 0), 0));
 	cr_assert(eq(int, status("x").held, 0));
 	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, NULL), 0));
 	cr_assert(eq(u64, dl_locktab_stats(tab)->revokes, 1));
@@ -1645,9 +1648,81 @@ Test(locktab, withdrawn_reentry_takes_back_one_hold_only)
 	uint64_t tok = must_grant(a, "x", 1000);
 
 	cr_assert(eq(u64, must_grant(a, "x", 1000), tok));
-	cr_assert(eq(int, revoke(a, "x", tok, 0, 0, 0), 0));
+	cr_assert(eq(int, revoke(a, "x", tok, 1, 0, 0, 0), 0));
 	cr_assert(eq(u32, status("x").count, 1));
 	cr_assert(eq(u64, status("x").token, tok));
+}
+
+/* Found from outside: a lease held (acknowledged), then, pipelined while
+ * Redis hangs, a reentry (held back) and an UNLOCK answered "OK HELD x 1"
+ * at once. The reentry is withdrawn: it must not take the lease's last
+ * hold -- its owner was told it still holds one, and another owner would
+ * be granted the lock. */
+Test(locktab, a_withdrawn_reentry_never_ends_the_lease)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	uint64_t tok = must_grant(a, "x", 60000);
+	struct dl_result r;
+	int rc;
+
+	rc = acq(a, "x", 60000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(eq(int, r.reentry, 1), "a reentry says so");
+	rc = rel(a, "x", tok, &r);
+	EXPECT(rc, r, DL_HELD);
+	cr_assert(eq(u64, r.value, 1));
+	dl_locktab_suspend_grants(tab, 1);
+	cr_assert(eq(int, revoke(a, "x", tok, 1, 0, 0, 0), 0));
+	dl_locktab_suspend_grants(tab, 0);
+	cr_assert(eq(u32, status("x").count, 1));
+	cr_assert(eq(u64, status("x").token, tok));
+	rc = acq(b, "x", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_BUSY);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 0));
+	must_release(a, "x", tok);
+	cr_assert(eq(int, status("x").held, 0));
+}
+
+/* A new lease withdrawn ends whatever holds were taken on top of it (none
+ * of them can have been acknowledged before it); the withdrawal of the
+ * reentry behind it then finds nothing. */
+Test(locktab, a_withdrawn_new_lease_ends_with_every_hold_on_it)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	uint64_t tok;
+	int rc;
+
+	rc = acq(a, "x", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(eq(int, r.reentry, 0));
+	tok = r.token;
+	cr_assert(eq(u64, must_grant(a, "x", 1000), tok));
+	dl_locktab_suspend_grants(tab, 1);
+	cr_assert(eq(int, revoke(a, "x", tok, 0, 0, 0, 0), 0));
+	cr_assert(eq(int, status("x").held, 0));
+	cr_assert(eq(int, revoke(a, "x", tok, 1, 0, 0, 0), 0));
+	cr_assert(eq(int, status("x").held, 0));
+	dl_locktab_suspend_grants(tab, 0);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 0));
+}
+
+/* A * GRANTED served to an owner that already holds (its other session
+ * was queued too) is a reentry, and says so. */
+Test(locktab, a_granted_event_of_a_reentry_says_so)
+{
+	struct client *h = client_new("holder");
+	struct client *a1 = client_new("alice");
+	struct client *a2 = client_new("alice");
+	uint64_t th = must_grant(h, "x", 1000);
+
+	must_queue(a1, "x", 1000, DL_WAIT_INF, NULL);
+	must_queue(a2, "x", 1000, DL_WAIT_INF, NULL);
+	must_release(h, "x", th);
+	cr_assert(eq(int, last_ev(DL_EVENT_GRANTED, a1)->reentry, 0));
+	cr_assert(eq(int, last_ev(DL_EVENT_GRANTED, a2)->reentry, 1));
+	cr_assert(eq(u32, status("x").count, 2));
 }
 
 Test(locktab, withdrawn_grant_of_a_waiter_puts_it_back_at_the_head)
@@ -1666,7 +1741,7 @@ Test(locktab, withdrawn_grant_of_a_waiter_puts_it_back_at_the_head)
 	cr_assert(eq(u32, ev->asked_ttl_ms, 700));
 	must_queue(c, "x", 1000, DL_WAIT_INF, NULL); /* behind the lease */
 	dl_locktab_suspend_grants(tab, 1);
-	cr_assert(eq(int, revoke(b, "x", tb, 1, 700, T0 + 5000), 0));
+	cr_assert(eq(int, revoke(b, "x", tb, 0, 1, 700, T0 + 5000), 0));
 	cr_assert(eq(int, status("x").held, 0));
 	cr_assert(eq(u32, status("x").waiters, 2));
 	dl_locktab_suspend_grants(tab, 0);
@@ -1687,8 +1762,8 @@ Test(locktab, re_queued_waiter_keeps_its_wait_deadline)
 	must_release(a, "x", ta);
 	dl_locktab_suspend_grants(tab, 1);
 	cr_assert(eq(int,
-		     revoke(b, "x", last_ev(DL_EVENT_GRANTED, b)->token, 1, 700,
-			    T0 + 200),
+		     revoke(b, "x", last_ev(DL_EVENT_GRANTED, b)->token, 0, 1,
+			    700, T0 + 200),
 		     0));
 	advance(200 + TICK);
 	cr_assert(eq(sz, count_ev(DL_EVENT_TIMEOUT, b), 1));
@@ -2546,7 +2621,7 @@ Test(locktab, a_withdrawn_grant_does_not_requeue_into_another_limit)
 	cr_assert(eq(u32, status("x").holders, 0));
 	grant_mode(s, "x", EX, 2);
 	dl_locktab_suspend_grants(tab, 1); /* persistence went down */
-	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("x"), ta, &rq),
+	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("x"), ta, 0, &rq),
 		     DL_ELIMIT));
 	cr_assert(eq(int, dl_locktab_verify(tab, why, sizeof(why)), 0), "%s",
 		  why);
@@ -2555,7 +2630,7 @@ Test(locktab, a_withdrawn_grant_does_not_requeue_into_another_limit)
 	/* the same limit: it waits again */
 	rq.shared = 0;
 	rq.limit = 2;
-	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("x"), ta, &rq), 0));
+	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("x"), ta, 0, &rq), 0));
 	cr_assert(eq(u32, status("x").waiters, 1));
 	dl_locktab_suspend_grants(tab, 0);
 	cr_assert(eq(u32, status("x").holders, 2));
@@ -2575,7 +2650,7 @@ Test(locktab, a_withdrawn_grant_after_an_owner_change)
 
 	cr_assert(eq(int, dl_session_set_owner(tab, &a->s, str("a2")), 0));
 	dl_locktab_suspend_grants(tab, 1);
-	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("x"), ta, &rq),
+	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("x"), ta, 0, &rq),
 		     DL_EBADARG));
 	cr_assert(eq(u32, status("x").holders, 0));
 	cr_assert(eq(u32, status("x").waiters, 0));
@@ -2601,7 +2676,7 @@ Test(locktab, a_withdrawn_shared_grant_waits_again_shared)
 	ta = last_ev(DL_EVENT_GRANTED, a)->token;
 	dl_locktab_suspend_grants(tab, 1);
 	cr_assert(eq(int,
-		     dl_locktab_revoke(tab, &a->s, str("rw"), ta, &rq), 0));
+		     dl_locktab_revoke(tab, &a->s, str("rw"), ta, 0, &rq), 0));
 	cr_assert(eq(u32, status("rw").holders, 1)); /* b */
 	dl_locktab_suspend_grants(tab, 0);
 	/* a is at the head, shared, and comes in beside b */

@@ -724,6 +724,47 @@ Test(persist, redis_hung_is_detected_by_timeout_and_held_grant_is_withdrawn)
 	stop_clean();
 }
 
+/* Found from outside: a held lease, then, while Redis hangs, a reentry
+ * (held back) and an UNLOCK answered "OK HELD x 1" behind it. The reentry
+ * is withdrawn; the owner was told it holds one hold, and it does: the
+ * lease stays, nobody else is granted the lock (the withdrawal used to
+ * take the last hold and free it, silently). */
+Test(persist, a_withdrawn_reentry_leaves_the_lease_its_owner_was_told_of)
+{
+	struct h_client *a, *b, *m;
+	uint64_t tok;
+	char *l;
+
+	start("always", "[persistence]\nredis_timeout = 1s\n");
+	a = h_hello(d.port, "alice");
+	b = h_hello(d.port, "bob");
+	m = h_hello(d.port, "m");
+	tok = h_lock(a, "x", "ttl=60s");
+
+	kill(r.pid, SIGSTOP);
+	h_send(a, "LOCK x ttl=60s");
+	h_send(a, "UNLOCK x %llu", (unsigned long long)tok);
+	h_wait_available(m, 0, 1000 + 1000 + 3000);
+	l = h_read(a, 3000);
+	cr_assert(l != NULL && starts(l, "ERR UNAVAILABLE "),
+		  "the reentry: \"%s\"", l ? l : "(nothing)");
+	h_expect(a, "OK HELD x 1");
+	kill(r.pid, SIGCONT);
+	h_wait_available(m, 1, 10000);
+
+	l = h_call(b, "LOCK x wait=0");
+	cr_assert(starts(l, "NO BUSY x "), "bob: \"%s\"", l);
+	l = h_call(a, "CHECK x %llu", (unsigned long long)tok);
+	cr_assert(starts(l, "OK VALID x "), "alice's lease: \"%s\"", l);
+	h_send(a, "UNLOCK x %llu", (unsigned long long)tok);
+	h_expect(a, "OK RELEASED x");
+	h_lock(b, "x", "wait=0");
+	h_close(a);
+	h_close(b);
+	h_close(m);
+	stop_clean();
+}
+
 /* The same, with the connection changing owner between two held grants:
  * each grant is withdrawn, the first one too, though it was made for the
  * owner the connection had before (it used to stay held, for the old
