@@ -398,7 +398,7 @@ format:
 $(O)/tests/bench/bench: $(O)/tests/bench/bench.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
-$(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o
+$(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS)
 
 $(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o

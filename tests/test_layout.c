@@ -527,23 +527,45 @@ Test(layout, daemons_of_layout_1_cannot_take_over_a_redis_in_layout_2)
 
 #define MANY 5000
 
+/* calls of a Redis command so far (INFO commandstats). */
+static long redis_calls(const char *cmd)
+{
+	char key[64];
+	const char *p;
+
+	snprintf(key, sizeof(key), "cmdstat_%s:calls=", cmd);
+	p = strstr(h_redis_cli(&r, "INFO commandstats"), key);
+	return p ? atol(p + strlen(key)) : 0;
+}
+
 /* Every lock of a table spread over the buckets comes back, with its
- * token. Fails if the loader skips buckets (a window that never refills,
- * a bucket read as another's) or if a batch writes records into the
- * wrong bucket (the loader ignores them, and says so). */
+ * token. The locks are taken while Redis is stopped, so that they go as
+ * one batch, of more locks than the apply function groups per bucket
+ * (one HSET per bucket). Fails if the loader skips buckets (a window
+ * that never refills, a bucket read as another's), if a batch writes a
+ * record into the wrong bucket (the loader ignores it, and says so), or
+ * if the grouped writes lose some. */
 Test(layout, a_restart_restores_locks_spread_over_every_bucket)
 {
 	static uint64_t tok[MANY];
 	struct h_client *c;
 	char want[64], *l;
 	int i, nb, total = 0;
+	long hsets;
 	const char *out;
 
 	h_redis_start(&r, "always");
 	start_daemon("[limits]\nmax_locks_per_owner = 10000\n");
 	c = h_hello(d.port, "c");
+	h_lock(c, "warm", "ttl=120s");
+	hsets = redis_calls("hset");
+	kill(r.pid, SIGSTOP);
+	h_send(c, "LOCK first ttl=120s"); /* its batch waits for Redis */
 	for (i = 0; i < MANY; i++)
 		h_send(c, "LOCK k%d ttl=120s%s", i, i % 10 ? "" : " id=t");
+	h_sleep_ms(500);
+	kill(r.pid, SIGCONT);
+	h_expect_prefix(c, "OK GRANTED first ");
 	for (i = 0; i < MANY; i++) {
 		l = h_line(c);
 		snprintf(want, sizeof(want), "OK GRANTED k%d ", i);
@@ -551,6 +573,9 @@ Test(layout, a_restart_restores_locks_spread_over_every_bucket)
 		tok[i] = h_arg_u64(l, 1);
 	}
 	h_close(c);
+	hsets = redis_calls("hset") - hsets;
+	cr_log_info("%d locks written with %ld HSETs", MANY + 1, hsets);
+	cr_assert_lt(hsets, MANY, "the big batch was not grouped per bucket");
 	nb = count_keys("dlock:rec:*");
 	cr_assert_gt(nb, 1000, "only %d buckets hold %d locks", nb, MANY);
 	for (i = 0; i < DL_STORE_BUCKETS; i++) {
@@ -562,11 +587,11 @@ Test(layout, a_restart_restores_locks_spread_over_every_bucket)
 		if (i % 256 == 0)
 			cr_log_info("bucket %d: %s", i, out);
 	}
-	cr_assert_eq(total, MANY);
+	cr_assert_eq(total, MANY + 2);
 
 	h_daemon_kill9(&d);
 	h_daemon_restart(&d);
-	cr_assert(h_daemon_log_has(&d, "loaded 5000 leases"));
+	cr_assert(h_daemon_log_has(&d, "loaded 5002 leases"));
 	cr_assert(!h_daemon_log_has(&d, "not written by dlockd"));
 	c = h_hello(d.port, "m");
 	for (i = 0; i < MANY; i++)
