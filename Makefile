@@ -143,7 +143,8 @@ $(O)/tests/test_config: $(O)/tests/test_config.o $(O)/server/config.o \
                         $(O)/server/log.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) $(CRIT_LIBS)
 $(O)/tests/test_record: $(O)/tests/test_record.o $(O)/server/record.o \
-                        $(O)/server/buf.o $(LOCKTAB_OBJ) $(PROTO_OBJ)
+                        $(O)/server/buf.o $(O)/server/bucket.o \
+                        $(LOCKTAB_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_server: $(O)/tests/test_server.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
