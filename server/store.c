@@ -836,6 +836,11 @@ static int resync_start(struct dl_store *st)
 	}
 	dl__wb_reset(&st->wb);
 	dl__bucket_index_free(&bi);
+	/* Formatting a big table blocked the loop (a second per 10^6 locks):
+	 * Redis's silence counts from the first call sent, not from before
+	 * (on_tick would time a re-sync out before it began). */
+	uv_update_time(st->loop);
+	st->last_reply_ms = uv_now(st->loop);
 	return r ? r : resync_pump(st);
 }
 

@@ -380,7 +380,7 @@ static int persist_all(struct load_ctx *x, const struct layout1 *nm)
 			if (r)
 				freeReplyObject(r);
 		}
-		if (rc)
+		if (rc || (rc = dl__load_keep_lead(x)) != 0)
 			return rc;
 	}
 	return 0;
