@@ -23,7 +23,7 @@
  * than the target for the whole restart. 1024 hashes of a thousand fields
  * come back by HGETALL in a fifth of that (store_load.c), need no name
  * set, and are small enough to be rewritten whole at a re-sync. The
- * loader migrates a Redis of layout 1 once (store_load.c says how, and
+ * loader migrates a Redis of layout 1 once (store_migrate.c says how, and
  * why a crash at any point loses no lease).
  *
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
