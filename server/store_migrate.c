@@ -84,6 +84,8 @@ struct layout1 {
 	size_t n, cap;
 	redisReply *reply;  /* SMEMBERS: v points into it */
 	struct dl_buf text; /* SCAN: the names, NUL-separated */
+	struct dl_buf nil;  /* names MGET found no string for, NUL-separated:
+			       asked their TYPE once no MGET is in flight */
 };
 
 void dl__layout1_free(struct load_ctx *x)
@@ -95,6 +97,7 @@ void dl__layout1_free(struct load_ctx *x)
 	x->l1 = NULL;
 	free(nm->v);
 	free(nm->text.p);
+	free(nm->nil.p);
 	if (nm->reply)
 		freeReplyObject(nm->reply);
 	free(nm);
@@ -132,7 +135,10 @@ int dl__layout1_find(struct load_ctx *x)
 
 /* MGET gives nil for a missing key and for one that is not a string. A
  * name without a record is dropped (its name goes with the set); a key of
- * another type is an unreadable record. */
+ * another type is an unreadable record. Asked only once every MGET is
+ * read: a blocking command takes the first reply on the connection, and
+ * with MGETs in flight that is one of theirs (the load then failed and
+ * was retried forever, found with 12,000 names). */
 static int load_missing(struct load_ctx *x, struct dl_str name)
 {
 	const char *argv[2] = {"TYPE", NULL};
@@ -153,7 +159,25 @@ static int load_missing(struct load_ctx *x, struct dl_str name)
 	freeReplyObject(r);
 	if (none)
 		return 0;
+	x->now_mono = dl_mono_ms();
+	x->now_wall = dl_wall_ms();
 	return dl__load_unreadable(x, name, "", 0, "not a string");
+}
+
+/* The names set aside by load_key1(). */
+static int load_nils(struct load_ctx *x)
+{
+	const struct dl_buf *b = &x->l1->nil;
+	struct dl_str name;
+	size_t i;
+	int rc = 0;
+
+	for (i = 0; i < b->len && !rc; i += name.len + 1) {
+		name.p = b->p + i;
+		name.len = strlen(name.p);
+		rc = load_missing(x, name);
+	}
+	return rc;
 }
 
 static int load_key1(struct load_ctx *x, struct dl_str name,
@@ -167,7 +191,7 @@ static int load_key1(struct load_ctx *x, struct dl_str name,
 		return 0;
 	}
 	if (val->type != REDIS_REPLY_STRING)
-		return load_missing(x, name);
+		return dl__load_add_name(&x->l1->nil, name);
 	return dl__load_record(x, name, val);
 }
 
@@ -393,9 +417,10 @@ int dl__layout1_load(struct load_ctx *x)
 	dl_notice(
 		"redis: %s exists: this Redis holds store layout 1; loading it, then migrating it to layout 2 before serving",
 		x->st->names_key);
-	if ((rc = read_names(x, x->l1)) || (rc = persist_all(x, x->l1)))
+	if ((rc = read_names(x, x->l1)) || (rc = persist_all(x, x->l1)) ||
+	    (rc = load_records(x, x->l1)))
 		return rc;
-	return load_records(x, x->l1);
+	return load_nils(x);
 }
 
 /* ---- the migration -------------------------------------------------------

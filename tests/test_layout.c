@@ -197,6 +197,48 @@ Test(layout, layout_1_is_migrated_with_every_lease_its_token_and_its_queue)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+/* A big layout 1 (more records than one MGET reads) with names whose
+ * record is gone (0.1's Redis expiries could do that) or is not a string,
+ * spread over the MGETs: the migration still restores every lease. The
+ * loader used to ask TYPE of such a key while further MGETs were in
+ * flight, read an MGET's reply as TYPE's, and then TYPE's as an MGET's:
+ * the load failed, and was retried forever (the daemon never started). */
+Test(layout, a_big_layout_1_with_missing_records_is_migrated)
+{
+	struct h_client *c;
+	char name[32];
+	int i;
+
+	h_redis_start(&r, "always");
+	/* 12000 leases big:<i>, and 100 names without a record, one with a
+	 * list, in the set */
+	h_redis_cli(&r, "EVAL \"for i = 0, 11999 do "
+			"redis.call('SET', 'dlock:lock:big:' .. i, "
+			"'dlock1\\nH ' .. (i + 100) .. ' 0 1 60000 o') "
+			"redis.call('SADD', 'dlock:locks', 'big:' .. i) end "
+			"for i = 0, 99 do redis.call('SADD', 'dlock:locks', "
+			"'gone:' .. i) end return 1\" 0");
+	cr_assert_str_eq(h_redis_cli(&r, "SCARD dlock:locks"), "12100\n");
+	h_redis_cli(&r, "DEL dlock:lock:big:7");
+	h_redis_cli(&r, "RPUSH dlock:lock:big:7 x");
+	start_daemon(NULL);
+	cr_assert(
+		h_daemon_log_has(&d, "migrated to store layout 2: 12000 locks"),
+		"no migration of 12000 locks logged");
+	c = h_hello(d.port, "m");
+	for (i = 0; i < 12000; i += 37) {
+		if (i == 7)
+			continue;
+		snprintf(name, sizeof(name), "big:%d", i);
+		expect_held(c, name, "o", (uint64_t)i + 100, 0);
+	}
+	expect_held(c, "big:7", "dlockd=unreadable", 0, 0);
+	expect_free(c, "gone:0");
+	h_close(c);
+	cr_assert_eq(count_keys("dlock:lock:*"), 0);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
 /* ---- (b) a migration cut short ------------------------------------------ */
 
 /* A migration that crashed after writing some buckets (here: a bucket
