@@ -59,12 +59,13 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/stats.c server/metrics.c server/buf.c \
               server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
               server/store_find.c server/store_durable.c \
+              server/store_migrate.c server/bucket.c \
               server/locktab_verify.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
-               test_client test_cli
+               test_client test_cli test_layout
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -79,6 +80,9 @@ LIBDLOCK_A  := $(O)/libdlock.a
 LIBDLOCK_SO := $(O)/libdlock.so.$(SOVERSION)
 
 TEST_BINS  := $(addprefix $(O)/tests/,$(UNIT_TESTS) $(INTEG_TESTS))
+# What an integration test links besides itself: the harness reads the
+# daemon's keys with the store's own bucket function.
+HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 
 .PHONY: all check test unit integ scripts run run-ha install uninstall clean deps \
         bench fuzz fuzz-smoke format faults faults-short faults-selftest \
@@ -139,26 +143,30 @@ $(O)/tests/test_config: $(O)/tests/test_config.o $(O)/server/config.o \
                         $(O)/server/log.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) $(CRIT_LIBS)
 $(O)/tests/test_record: $(O)/tests/test_record.o $(O)/server/record.o \
-                        $(O)/server/buf.o $(LOCKTAB_OBJ) $(PROTO_OBJ)
+                        $(O)/server/buf.o $(O)/server/bucket.o \
+                        $(LOCKTAB_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
-$(O)/tests/test_server: $(O)/tests/test_server.o $(O)/tests/harness.o \
+$(O)/tests/test_server: $(O)/tests/test_server.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
-$(O)/tests/test_persist: $(O)/tests/test_persist.o $(O)/tests/harness.o \
+$(O)/tests/test_persist: $(O)/tests/test_persist.o $(HARNESS_OBJ) \
                          $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
-$(O)/tests/test_faults: $(O)/tests/test_faults.o $(O)/tests/harness.o \
+$(O)/tests/test_faults: $(O)/tests/test_faults.o $(HARNESS_OBJ) \
                         $(O)/tests/netns.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
-$(O)/tests/test_ha: $(O)/tests/test_ha.o $(O)/tests/harness.o \
+$(O)/tests/test_ha: $(O)/tests/test_ha.o $(HARNESS_OBJ) \
                     $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
-$(O)/tests/test_ops: $(O)/tests/test_ops.o $(O)/tests/harness.o $(PROTO_OBJ)
+$(O)/tests/test_ops: $(O)/tests/test_ops.o $(HARNESS_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
-$(O)/tests/test_client: $(O)/tests/test_client.o $(O)/tests/harness.o \
+$(O)/tests/test_client: $(O)/tests/test_client.o $(HARNESS_OBJ) \
                         $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
-$(O)/tests/test_cli: $(O)/tests/test_cli.o $(O)/tests/harness.o \
+$(O)/tests/test_layout: $(O)/tests/test_layout.o $(HARNESS_OBJ) \
+                        $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_cli: $(O)/tests/test_cli.o $(HARNESS_OBJ) \
                      $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 
@@ -391,7 +399,7 @@ format:
 $(O)/tests/bench/bench: $(O)/tests/bench/bench.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
-$(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o
+$(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS)
 
 $(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o

@@ -174,10 +174,19 @@
 #define DL_STORE_TICK_MS 100
 #define DL_STORE_PING_MS 1000
 
-/* Loading at start-up: lock records fetched per MGET, and MGETs kept in
- * flight so that Redis answers the next while the daemon parses one. */
-#define DL_STORE_LOAD_BATCH  10000
+/* Loading at start-up (server/store_load.c): replies kept in flight so
+ * that Redis builds the next while the daemon parses one (HGETALLs of
+ * buckets, ~1000 records each at 10^6 locks; MGETs when migrating from
+ * layout 1), and keys per MGET, and per deleting call, of layout 1. */
 #define DL_STORE_LOAD_WINDOW 3
+#define DL_STORE_LOAD_BATCH  10000
+/* Re-sync and migration (server/store.c, server/store_load.c): lock
+ * records per call of the replace function (whole buckets, so a little
+ * more), and calls of a re-sync in flight: a few, so that the
+ * leadership's renewals are not queued behind a re-sync that takes
+ * seconds, and Redis always has the next call in hand. */
+#define DL_STORE_RESYNC_CHUNK  10000
+#define DL_STORE_RESYNC_WINDOW 2
 
 /* Leadership (DESIGN.md section 10). The active daemon holds a lease in
  * Redis, renews it every third of it, and counts its own leadership from

@@ -30,6 +30,8 @@ int dl_buf_reserve(struct dl_buf *b, size_t more)
 
 int dl_buf_add(struct dl_buf *b, const char *p, size_t n)
 {
+	if (n == 0) /* nothing to copy, maybe nowhere yet (p NULL) */
+		return 0;
 	if (dl_buf_reserve(b, n))
 		return DL_ENOMEM;
 	memcpy(b->p + b->len, p, n);

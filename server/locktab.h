@@ -141,8 +141,6 @@ struct dl_lock {
 	uint32_t nwaiters : 24; /* <= DL_MAX_WAITERS_MAX */
 	uint32_t dirty : 1;	/* in the dirty set */
 	uint32_t urgent : 1;	/* ... with a change a held reply waits for */
-	uint32_t stored : 1; /* the store's own bit: its name is in Redis's set
-				of lock names (see store.c); 0 for a new lock */
 	uint16_t nholders;
 	uint16_t limit; /* holders at once: 1 (a lock), n (a semaphore) */
 	struct dl_hnode hn;

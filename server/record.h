@@ -2,7 +2,8 @@
 /*
  * record.h -- the text a lock is stored as in Redis, both ways.
  *
- * One Redis string per lock, readable with redis-cli GET. Version 1, an
+ * One value per lock, a field of its bucket hash (store.c, store layout
+ * 2), readable with redis-cli HGET <prefix>rec:<b> <name>. Version 1, an
  * exclusive lock (limit 1, every holder and waiter exclusive):
  *
  *   dlock1
@@ -22,10 +23,11 @@
  * daemon's monotonic clock does not survive it.
  *
  * Both are read. A lock is written in version 1 when version 1 can say
- * it: a daemon from before version 2 (a standby not yet upgraded, or a
- * rollback) then reads every plain lock as it always did, and holds --
- * never frees -- a shared lock or a semaphore it cannot read (its
- * unreadable-record rule). No I/O here.
+ * it: a daemon from before version 2 (of the same store layout: daemons
+ * of layout 1 cannot be active on layout 2, store_lead.c) then reads every
+ * plain lock as it always did, and holds -- never frees -- a shared lock
+ * or a semaphore it cannot read (its unreadable-record rule). No I/O
+ * here.
  */
 #ifndef DL_SERVER_RECORD_H
 #define DL_SERVER_RECORD_H

@@ -2,20 +2,32 @@
 /*
  * store.c -- persistence (see store.h for the epoch model).
  *
- * Key layout, under the configured prefix P (default "dlock:"):
+ * Key layout 2, under the configured prefix P (default "dlock:"):
  *
+ *   P rec:<b>      for b in 0 .. DL_STORE_BUCKETS - 1: a hash, field = a
+ *                  lock's name, value = its record (record.h): holders and
+ *                  queue. b is the name's bucket (bucket.h: FNV-1a 32 of
+ *                  the name, mod 1024). A lock without holders or waiters
+ *                  has no field, a bucket without locks no key.
  *   P token        a mark at or above every fencing token issued (a
  *                  decimal string; reserved ahead, see store_batch.c)
- *   P lock:<name>  the lock's record (record.h): holders and queue
- *   P locks        the set of the names that have a record: added with the
- *                  first write of a lock, removed with its delete, in the
- *                  same function call. It spares a SCAN of the whole
- *                  keyspace at start-up and re-sync: SMEMBERS, then MGET.
- *   P fence        the writer fence (store_batch.c): the connection that
- *                  raised it last is the only one whose writes apply.
+ *   P fence        the writer fence, "<epoch>/2" (store_lead.c): the
+ *                  connection that raised it last is the only one whose
+ *                  writes apply, and daemons of layout 1 are kept out.
+ *   P leader       the leadership (store_lead.c).
+ *
+ * Why buckets. Layout 1 kept one string per lock, P lock:<name>, and the
+ * names in a set, P locks; a start-up read the set, then every record by
+ * MGET: at 10^6 leases that cost Redis 1.3 s of its own time (SMEMBERS
+ * 0.27 s, MGETs 1.0 s; make bench's restart, INFO commandstats), more
+ * than the target for the whole restart. 1024 hashes of a thousand fields
+ * come back by HGETALL in a fifth of that (store_load.c), need no name
+ * set, and are small enough to be rewritten whole at a re-sync. The
+ * loader migrates a Redis of layout 1 once (store_migrate.c says how, and
+ * why a crash at any point loses no lease).
  *
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
- * dirty set into one batch: an FCALL of dlock_apply_v4 with each lock in
+ * dirty set into one batch: an FCALL of dlock_apply_v5 with each lock in
  * its final state, and the token mark when due (store_batch.c). Its reply
  * commits the epoch. Each batch is one round trip, and only one is in
  * flight: what changes meanwhile waits for its reply and goes as the next
@@ -31,14 +43,22 @@
  *
  * CONNECTING sends AUTH, SELECT, FUNCTION LOAD REPLACE (the library is
  * the daemon's, so a Redis restarted empty or upgraded gets it back) and
- * INCR P fence. SYNCING rewrites the full state: the name set (SMEMBERS)
- * tells which records belong to locks the table no longer has, those are
- * deleted, then every lock is written with the token, in chunks; the last
- * chunk's reply commits every epoch closed so far (their batches may have
- * been lost, the rewrite covers them). While not UP the dirty set is not
- * drained, so nothing that changes during the rewrite is missed. The first
- * connection after dl_store_load() skips the rewrite: Redis holds what was
- * loaded.
+ * the leadership's take, which raises P fence. SYNCING rewrites the full
+ * state: every bucket is replaced whole (dlock_replace_v5: DEL, then HSET
+ * of the table's locks in it; a bucket without locks is deleted), a few
+ * buckets per call, so that a lock of the table is never missing from
+ * Redis, not even between two calls, and a record of a lock that ended
+ * while Redis was away goes with its bucket. The calls are formatted at
+ * once, from the table as it is when the take is answered, and sent
+ * DL_STORE_RESYNC_WINDOW at a time, with the leadership renewed between
+ * them (a re-sync of 10^6 locks outlasts the leadership's margin: queued
+ * behind it, a renewal came too late, the link was dropped as not
+ * leading, and the re-sync began again, forever). The last call's reply
+ * commits every epoch closed so far (their batches may have been lost,
+ * the rewrite covers them). While not UP the dirty set is not drained, so
+ * nothing that changes during the rewrite is missed: it is written once
+ * the link is up. The first connection after dl_store_load() skips the
+ * rewrite: Redis holds what was loaded.
  *
  * The start-up load is in store_load.c.
  */
@@ -56,10 +76,39 @@
 /* The link's failure path is shared with store_find.c. */
 #define link_fail dl__link_fail
 
-/* Locks per FCALL of a re-sync: Redis serves others between chunks. */
-#define RESYNC_CHUNK 10000
-
 /* ---- life cycle --------------------------------------------------------- */
+
+/* Drop a re-sync's calls not yet sent (its link lost, or it is done). */
+static void resync_free(struct dl_store *st)
+{
+	struct resync *rs = &st->resync;
+	size_t i;
+
+	for (i = rs->next; i < rs->n; i++)
+		redisFreeCommand(rs->cmd[i]);
+	free(rs->cmd);
+	free(rs->len);
+	memset(rs, 0, sizeof(*rs));
+}
+
+/* P rec:0 .. P rec:1023, back to back (dl__rec_key). */
+static int rec_keys_init(struct dl_store *st, const char *pfx)
+{
+	struct dl_buf b = {0};
+	uint32_t i;
+
+	for (i = 0; i < DL_STORE_BUCKETS; i++) {
+		st->rec_off[i] = (uint32_t)b.len;
+		if (dl_buf_printf(&b, "%srec:%u", pfx, (unsigned)i) ||
+		    dl_buf_add(&b, "", 1)) {
+			free(b.p);
+			return DL_ENOMEM;
+		}
+	}
+	st->rec_off[DL_STORE_BUCKETS] = (uint32_t)b.len;
+	st->rec_keys = b.p;
+	return 0;
+}
 
 static char *key_of(const char *prefix, const char *suffix)
 {
@@ -95,7 +144,7 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->leader_key = key_of(pfx, "leader");
 	st->lock_prefix = key_of(pfx, "lock:");
 	if (!st->token_key || !st->names_key || !st->fence_key ||
-	    !st->leader_key || !st->lock_prefix)
+	    !st->leader_key || !st->lock_prefix || rec_keys_init(st, pfx))
 		goto fail;
 	/* Without Redis there is nobody to share the table with. */
 	st->active = !st->redis;
@@ -120,6 +169,7 @@ void dl_store_free(struct dl_store *st)
 		free(b);
 	}
 	dl_redis_addr_free(&st->addr);
+	resync_free(st);
 	dl__wb_free(&st->wb);
 	free(st->val.p);
 	free(st->token_key);
@@ -127,6 +177,7 @@ void dl_store_free(struct dl_store *st)
 	free(st->fence_key);
 	free(st->leader_key);
 	free(st->lock_prefix);
+	free(st->rec_keys);
 	free(st);
 }
 
@@ -225,6 +276,7 @@ void dl__link_fail(struct dl_store *st, const char *why)
 		dl_info("redis: %s", why);
 	st->ac = NULL;
 	st->synced = 0;
+	resync_free(st);
 	st->token_mark = 0; /* its batches may be lost: see store_batch.c */
 	st->lead_busy = 0;
 	st->replicas_short = 0; /* the next link re-syncs, and WAITs */
@@ -258,32 +310,65 @@ static uint64_t now_us(void)
 
 static void on_batch(redisAsyncContext *ac, void *reply, void *priv);
 
-/* Send a command whose reply ends a batch, and only once it is queued
- * link the batch in (hiredis registers no callback for a command it
- * refuses, so a refused batch is simply freed). */
-static int batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
-		      int argc, const char **argv, const size_t *lens)
+/* A batch whose command hiredis has queued: linked in, in send order. */
+static void batch_link(struct dl_store *st, struct batch *b)
 {
-	struct batch *b = calloc(1, sizeof(*b));
-
-	if (!b)
-		return DL_ENOMEM;
-	b->st = st;
-	b->kind = kind;
-	b->epoch = epoch;
-	b->sent_us = now_us();
-	b->sent_ms = dl_mono_ms();
-	if (redisAsyncCommandArgv(st->ac, on_batch, b, argc, argv, lens) !=
-	    REDIS_OK) {
-		free(b);
-		return DL_EUNAVAILABLE;
-	}
 	if (st->tail)
 		st->tail->next = b;
 	else
 		st->head = b;
 	st->tail = b;
 	st->st.backlog++;
+}
+
+static struct batch *batch_new(struct dl_store *st, enum batch_kind kind,
+			       uint64_t epoch)
+{
+	struct batch *b = calloc(1, sizeof(*b));
+
+	if (!b)
+		return NULL;
+	b->st = st;
+	b->kind = kind;
+	b->epoch = epoch;
+	b->sent_us = now_us();
+	b->sent_ms = dl_mono_ms();
+	return b;
+}
+
+/* Send a command whose reply ends a batch, and only once it is queued
+ * link the batch in (hiredis registers no callback for a command it
+ * refuses, so a refused batch is simply freed). */
+static int batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
+		      int argc, const char **argv, const size_t *lens)
+{
+	struct batch *b = batch_new(st, kind, epoch);
+
+	if (!b)
+		return DL_ENOMEM;
+	if (redisAsyncCommandArgv(st->ac, on_batch, b, argc, argv, lens) !=
+	    REDIS_OK) {
+		free(b);
+		return DL_EUNAVAILABLE;
+	}
+	batch_link(st, b);
+	return 0;
+}
+
+/* The same for a command formatted ahead (a re-sync's). */
+static int batch_send_formatted(struct dl_store *st, enum batch_kind kind,
+				const char *cmd, size_t len)
+{
+	struct batch *b = batch_new(st, kind, 0);
+
+	if (!b)
+		return DL_ENOMEM;
+	if (redisAsyncFormattedCommand(st->ac, on_batch, b, cmd, len) !=
+	    REDIS_OK) {
+		free(b);
+		return DL_EUNAVAILABLE;
+	}
+	batch_link(st, b);
 	return 0;
 }
 
@@ -401,6 +486,7 @@ static void resynced(struct dl_store *st)
 {
 	char how[96];
 
+	resync_free(st); /* every call sent and answered */
 	snprintf(how, sizeof(how), ", %zu locks re-synced in %llu ms",
 		 st->synced_locks,
 		 (unsigned long long)(uv_now(st->loop) - st->link_since_ms));
@@ -419,6 +505,30 @@ static int send_wait(struct dl_store *st, enum batch_kind kind,
 	lens[2] = dl_u64_to_dec(st->cfg->redis_timeout_ms / 2 + 1, ms);
 	st->st.replica_waits++;
 	return batch_send(st, kind, epoch, 3, argv, lens);
+}
+
+/* Send the re-sync's next calls, DL_STORE_RESYNC_WINDOW in flight; the
+ * last one ends it (its reply, or that of the WAIT after it, brings the
+ * link up). */
+static int resync_pump(struct dl_store *st)
+{
+	struct resync *rs = &st->resync;
+	int last;
+
+	while (rs->next < rs->n && rs->inflight < DL_STORE_RESYNC_WINDOW) {
+		last = rs->next + 1 == rs->n;
+		if (batch_send_formatted(
+			    st, last ? BATCH_RESYNC : BATCH_RESYNC_PART,
+			    rs->cmd[rs->next], rs->len[rs->next]))
+			return DL_EUNAVAILABLE;
+		redisFreeCommand(rs->cmd[rs->next]);
+		rs->cmd[rs->next++] = NULL;
+		rs->inflight++;
+		if (last && st->cfg->min_replicas_ack &&
+		    send_wait(st, BATCH_RESYNC_WAIT, 0))
+			return DL_EUNAVAILABLE;
+	}
+	return 0;
 }
 
 /* The replicas' answer. Enough: the batch (and all before it) is durable.
@@ -471,7 +581,11 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 			     err);
 		return;
 	}
-	if (kind == BATCH_RENEW || kind == BATCH_LOOK) {
+	if (kind == BATCH_RESYNC_PART) {
+		st->resync.inflight--;
+		if (resync_pump(st))
+			link_fail(st, "re-sync failed");
+	} else if (kind == BATCH_RENEW || kind == BATCH_LOOK) {
 		on_lead(st, kind, reply, sent_ms);
 	} else if (kind == BATCH_WAIT || kind == BATCH_RESYNC_WAIT) {
 		on_wait(st, kind, epoch, reply);
@@ -501,18 +615,13 @@ struct drain_ctx {
 	int err;
 };
 
-/* `stored` is the store's bit in the lock (locktab.h): its name is in the
- * name set. Set as the write is queued -- cleared by a delete, which
- * removes the name -- and if that write is lost, the re-sync that follows
- * any loss adds every name again. */
 static void drain_cb(const struct dl_lock *lk, void *arg)
 {
 	struct drain_ctx *x = arg;
 
 	if (x->err)
 		return;
-	x->err = dl__wb_lock(x->st, dl_lock_name(lk), lk, !lk->stored, x->off);
-	((struct dl_lock *)lk)->stored = lk->holders || lk->qhead;
+	x->err = dl__wb_lock(x->st, dl_lock_name(lk), lk, x->off);
 	x->st->st.writes++;
 }
 
@@ -674,62 +783,65 @@ static void on_fsync(redisAsyncContext *ac, void *reply, void *priv)
 		link_fail(st, "cannot queue a command");
 }
 
-struct resync_ctx {
-	struct dl_store *st;
-	int64_t off;
-	int err;
-};
-
-static void foreach_write(const struct dl_lock *lk, void *arg)
+/* One call of a re-sync, formatted now (hiredis) and kept until sent. */
+static int resync_add(struct resync *rs, int argc, const char **argv,
+		      const size_t *lens)
 {
-	struct resync_ctx *x = arg;
-	struct dl_store *st = x->st;
+	size_t cap = rs->cap ? rs->cap * 2 : 16, *l;
+	char **c;
+	int len;
 
-	if (x->err)
-		return;
-	x->err = dl__wb_lock(st, dl_lock_name(lk), lk, 1, x->off);
-	/* An empty lock still in the table (its delete not yet drained,
-	 * e.g. a lazy release) is written as a delete, which takes its name
-	 * out of the set: taken again, it must be added back. */
-	((struct dl_lock *)lk)->stored = lk->holders || lk->qhead;
-	st->synced_locks++;
-	if (!x->err && st->wb.nlocks == RESYNC_CHUNK)
-		x->err = wb_send(st, BATCH_RESYNC_PART, 0);
+	if (rs->n == rs->cap) {
+		c = realloc(rs->cmd, cap * sizeof(*c));
+		if (c)
+			rs->cmd = c;
+		l = realloc(rs->len, cap * sizeof(*l));
+		if (l)
+			rs->len = l;
+		if (!c || !l)
+			return DL_ENOMEM;
+		rs->cap = cap;
+	}
+	len = redisFormatCommandArgv(&rs->cmd[rs->n], argc, argv, lens);
+	if (len < 0)
+		return DL_ENOMEM;
+	rs->len[rs->n++] = (size_t)len;
+	return 0;
 }
 
-/* Re-sync: the records of locks that ended while Redis was away are
- * deleted (with their names), then every lock is written, in chunks; the
- * last chunk's reply brings the link up. */
-static void on_members(redisAsyncContext *ac, void *reply, void *priv)
+/* Re-sync (top comment): the table as it is now, bucket after bucket, in
+ * calls of the replace function of DL_STORE_RESYNC_CHUNK records or so,
+ * then sent a few at a time (resync_pump). */
+static int resync_start(struct dl_store *st)
 {
-	struct dl_store *st = priv;
-	struct resync_ctx x = {st, dl__store_wall_offset(), 0};
-	redisReply *r = reply;
-	struct dl_str name;
-	size_t i;
+	int64_t off = dl__store_wall_offset();
+	struct bucket_index bi;
+	const char **argv;
+	const size_t *lens;
+	uint32_t b = 0;
+	int argc, r;
 
-	if (!r || ac != st->ac)
-		return;
+	resync_free(st);
+	if ((r = dl__bucket_index(st, &bi)) != 0)
+		return r;
+	st->synced_locks = bi.start[DL_STORE_BUCKETS];
+	while (!r && b < DL_STORE_BUCKETS) {
+		dl__wb_reset(&st->wb);
+		r = dl__wb_buckets(st, &bi, &b, off);
+		if (!r)
+			r = dl__wb_replace_argv(st, st->fence, &argc, &argv,
+						&lens);
+		if (!r)
+			r = resync_add(&st->resync, argc, argv, lens);
+	}
+	dl__wb_reset(&st->wb);
+	dl__bucket_index_free(&bi);
+	/* Formatting a big table blocked the loop (a second per 10^6 locks):
+	 * Redis's silence counts from the first call sent, not from before
+	 * (on_tick would time a re-sync out before it began). */
+	uv_update_time(st->loop);
 	st->last_reply_ms = uv_now(st->loop);
-	if (r->type != REDIS_REPLY_ARRAY) {
-		link_refused(st, "SMEMBERS",
-			     dl__store_reply_error(r) ? dl__store_reply_error(r)
-						      : "not a set");
-		return;
-	}
-	st->synced_locks = 0;
-	for (i = 0; i < r->elements && !x.err; i++) {
-		if (r->element[i]->type != REDIS_REPLY_STRING)
-			continue;
-		name = (struct dl_str){r->element[i]->str, r->element[i]->len};
-		if (!dl_locktab_find(st->tab, name))
-			x.err = dl__wb_lock(st, name, NULL, 0, 0);
-	}
-	if (!x.err)
-		dl_locktab_foreach(st->tab, foreach_write, &x);
-	if (x.err || wb_send(st, BATCH_RESYNC, 0) ||
-	    (st->cfg->min_replicas_ack && send_wait(st, BATCH_RESYNC_WAIT, 0)))
-		link_fail(st, "re-sync failed");
+	return r ? r : resync_pump(st);
 }
 
 /* The leadership function answered the handshake: as the active, this
@@ -739,8 +851,6 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct dl_store *st = priv;
 	redisReply *r = reply;
-	const char *argv[2] = {"SMEMBERS", st->names_key};
-	size_t lens[2] = {8, strlen(st->names_key)};
 	struct lead_reply lr;
 	char who[320];
 
@@ -780,16 +890,15 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		depose(st, DL_STORE_STALE, "another daemon wrote meanwhile");
 		return;
 	}
-	snprintf(st->fence, sizeof(st->fence), "%llu",
-		 (unsigned long long)lr.epoch);
+	dl__fence_format(st->fence, sizeof(st->fence), lr.epoch);
 	st->lead_next_ms = st->lead_sent_ms + st->cfg->leader_lease_ms / 3;
 	if (st->synced) {
 		link_up(st, "");
 		return;
 	}
 	set_link(st, LINK_SYNCING);
-	if (send_argv(st, on_members, st, 2, argv, lens))
-		link_fail(st, "cannot queue a command");
+	if (resync_start(st))
+		link_fail(st, "re-sync failed");
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
@@ -995,6 +1104,25 @@ static void link_connect(struct dl_store *st)
 	dl__find_primary(st);
 }
 
+/* The leadership's turn on the link: renew it (the active) or look at it
+ * (a standby) when due, one request at a time. */
+static void lead_tick(struct dl_store *st)
+{
+	const char *argv[LEAD_ARGC];
+	size_t lens[LEAD_ARGC];
+	int argc;
+
+	if (st->lead_busy || dl_mono_ms() < st->lead_next_ms)
+		return;
+	argc = dl__lead_argv(st, st->active ? LEAD_RENEW : LEAD_LOOK, st->fence,
+			     argv, lens);
+	if (batch_send(st, st->active ? BATCH_RENEW : BATCH_LOOK, 0, argc, argv,
+		       lens))
+		link_fail(st, "cannot queue a command");
+	else
+		st->lead_busy = 1;
+}
+
 static void on_tick(uv_timer_t *t)
 {
 	struct dl_store *st = t->data;
@@ -1013,12 +1141,14 @@ static void on_tick(uv_timer_t *t)
 	case LINK_CONNECTING:
 	case LINK_SYNCING:
 		/* A re-sync of a big table may take a while; only silence
-		 * counts against it. */
+		 * counts against it. It keeps the leadership meanwhile. */
 		if (now - (st->last_reply_ms > st->link_since_ms
 				   ? st->last_reply_ms
 				   : st->link_since_ms) >
 		    st->cfg->redis_timeout_ms)
 			link_fail(st, "timed out connecting");
+		else if (st->link == LINK_SYNCING)
+			lead_tick(st);
 		break;
 	case LINK_UP:
 		dl__watch_start(st); /* again, if the watch was lost */
@@ -1030,19 +1160,7 @@ static void on_tick(uv_timer_t *t)
 			 * moment now. The next connection's take decides. */
 			link_fail(st, "leadership not confirmed within its lease");
 		} else if (!st->lead_busy && dl_mono_ms() >= st->lead_next_ms) {
-			const char *argv[LEAD_ARGC];
-			size_t lens[LEAD_ARGC];
-			int argc = dl__lead_argv(st,
-						 st->active ? LEAD_RENEW
-							    : LEAD_LOOK,
-						 st->fence, argv, lens);
-
-			if (batch_send(st,
-				       st->active ? BATCH_RENEW : BATCH_LOOK, 0,
-				       argc, argv, lens))
-				link_fail(st, "cannot queue a command");
-			else
-				st->lead_busy = 1;
+			lead_tick(st);
 		} else if (!st->head &&
 			   now - st->last_reply_ms >= DL_STORE_PING_MS) {
 			if (batch_send(st, BATCH_PING, 0, 1, &ping, &plen))
@@ -1067,6 +1185,11 @@ int dl_store_take_over(struct dl_store *st, int start, char *err,
 	}
 	st->lead_busy = 0;
 	r = dl_store_load(st, dl_wall_ms(), start, err, errlen);
+	/* The load blocked the loop: its cached time is stale by that long,
+	 * and the new link's timeout counts from it (a load longer than
+	 * redis_timeout timed the link out at once, and the table was
+	 * re-synced for nothing). */
+	uv_update_time(st->loop);
 	link_connect(st);
 	return r;
 }
@@ -1082,6 +1205,7 @@ int dl_store_start(struct dl_store *st)
 	uv_unref((uv_handle_t *)&st->timer);
 	uv_timer_init(st->loop, &st->lazy);
 	st->lazy.data = st;
+	uv_update_time(st->loop); /* after the load: see dl_store_take_over */
 	st->last_reply_ms = uv_now(st->loop);
 	link_connect(st);
 	return 0;

@@ -1,30 +1,51 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * store_batch.c -- the one way dlockd writes to Redis: a batch of lock
- * records applied by a Redis function that first checks a writer fence.
+ * store_batch.c -- the one way dlockd writes to Redis: batches of lock
+ * records applied by Redis functions that first check a writer fence.
  *
  * Why a fence. A write sent on a connection the daemon has given up on
  * (timed out, partitioned) is not cancelled by closing the socket: the
  * kernel keeps retransmitting it, and it may reach Redis seconds later,
  * after a newer connection re-synced the state. Applied then, it would put
  * back records and a token high-water mark that are no longer true. So
- * every connection first takes a new fence value (INCR <prefix>fence) and
- * every batch carries it; the function applies a batch only while its
- * fence is still the current one. A late batch of an old connection is
- * refused with a FENCED error that nobody reads. The fence is also what
- * keeps a second daemon on the same Redis from writing behind the first
- * one's back (the availability work builds on it).
+ * every connection first takes a new fence value (the leadership's take,
+ * store_lead.c) and every batch carries it; a function applies a batch
+ * only while its fence is still the current one. A late batch of an old
+ * connection is refused with a FENCED error that nobody reads. The fence
+ * is also what keeps a second daemon on the same Redis from writing
+ * behind the first one's back, and, by its form "<epoch>/2", what keeps
+ * daemons of layout 1 away from a Redis in layout 2 (store_lead.c).
  *
- * The batch is one FCALL: the function runs atomically, as MULTI/EXEC did,
- * and in one round trip:
+ * Store layout 2 (store.c): lock records are fields of DL_STORE_BUCKETS
+ * hashes, <prefix>rec:<b>, b the name's bucket (bucket.h). Each write is
+ * one FCALL, atomic as MULTI/EXEC was, in one round trip:
  *
- *   FCALL dlock_apply_v4 <3 + n> <fence key> <token key> <names key>
- *         <lock key 1> .. <lock key n>
- *         <fence> <token mark or ""> <lock key prefix length>
- *         (<op> <record>) x n
+ *   FCALL dlock_apply_v5 <2 + n> <fence key> <token key>
+ *         <bucket key of lock 1> .. <bucket key of lock n>
+ *         <fence> <token mark or "">
+ *         (<op> <name> <record>) x n
  *
- * with op S (SET the record), N (SET it and SADD the name) or D (DEL the
- * key and SREM the name; the record is empty).
+ * op S sets the lock's field (HSET), D deletes it (HDEL; Redis removes a
+ * hash whose last field goes, so a bucket without locks has no key). A
+ * bucket key repeats when two locks share it: every key a function
+ * touches is declared. The apply function groups the fields per bucket,
+ * one HSET and one HDEL per bucket, only for a batch of more than
+ * APPLY_GROUP_MIN locks: below that few locks share a bucket, and
+ * building the groups costs Redis more than the calls it saves (measured
+ * with tests/bench/fcall, see APPLY_GROUP_MIN). A batch names each lock
+ * once (the dirty set holds a lock once), so the order of its writes
+ * does not matter.
+ *
+ *   FCALL dlock_replace_v5 <2 + k> <fence key> <token key> <key 1> .. <key k>
+ *         <fence> <token mark or "">
+ *         (<count> (<name> <record>) x count) x k
+ *
+ * replaces each key whole: DEL, then, with a count above 0, HSET of its
+ * entries. A re-sync sends every bucket this way (empty ones too: they
+ * are deleted), a few thousand records per call (DL_STORE_RESYNC_CHUNK),
+ * so that a lock in the table is never missing from Redis, not even
+ * between two calls; the migration from layout 1 uses it too, and deletes
+ * the old keys with a count of 0 (store_load.c).
  *
  * The token mark. What Redis must hold is a value at or above every token
  * a client was told, so that the next active daemon starts above them
@@ -37,13 +58,10 @@
  * of the same link (applied in order), carried a mark above its token.
  * The mark sent is forgotten with the link (a new connection sends one in
  * its first batch), so a batch lost with a link cannot leave a grant
- * behind a mark that never arrived. The writes go as one MSET, one DEL, one SADD and one SREM (in
- * chunks of 1000): a handful of Redis calls per batch whatever its size,
- * which is what makes the function cheaper in Redis CPU than the MULTI/
- * EXEC of one command per write it replaced (make bench measures both). Records carry no Redis expiry: a lease's end is decided by the
- * daemon's monotonic clock alone (DESIGN.md section 5), and an expiry on
- * Redis's own wall clock could delete a lease its holder still believes
- * in if that clock were stepped.
+ * behind a mark that never arrived. Records carry no Redis expiry: a
+ * lease's end is decided by the daemon's monotonic clock alone (DESIGN.md
+ * section 5), and an expiry on Redis's own wall clock could delete a lease
+ * its holder still believes in if that clock were stepped.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -51,60 +69,119 @@
 #include "server/clock.h"
 #include "server/store_private.h"
 
+/* Above this many locks in one batch the apply function groups them per
+ * bucket (see the top comment): about two per bucket, where the calls
+ * saved start to outweigh the Lua tables built (tests/bench/fcall, Redis
+ * CPU per change, grouped / one call per lock: 1.17 / 0.81 at 50 locks,
+ * 1.25 / 1.24 at 1000, 0.99 / 1.02 at 2000, 0.79 / 0.80 at 5000, 0.70 /
+ * 0.74 at 10000). */
+#define APPLY_GROUP_MIN (2 * DL_STORE_BUCKETS)
+
+/* Arguments per HSET or HDEL of the functions: Lua's unpack() puts them
+ * all on its stack, which holds a few thousand. */
+#define LUA_UNPACK_MAX 2000
+
+#define STR_(x) #x
+#define STR(x)	STR_(x)
+
 /* The library's name carries the version of its functions' contract
- * (arguments, records): any change to the code below must come with new
- * names (dlock_v4, dlock_apply_v4, ...). Every daemon loads its library
- * with FUNCTION LOAD REPLACE at each connection, so two builds that shared
- * a name on one Redis would keep replacing each other's functions. */
+ * (arguments, key layout, records): any change to the code below must
+ * come with new names (dlock_v5, dlock_apply_v5, ...). Every daemon loads
+ * its library with FUNCTION LOAD REPLACE at each connection, so two builds
+ * that shared a name on one Redis would keep replacing each other's
+ * functions; builds of different versions load side by side. */
+/* clang-format off */
 const char dl__store_library[] =
-	"#!lua name=dlock_v4\n"
+	"#!lua name=" DL_STORE_LIBRARY "\n"
 	"-- dlockd's writes and leadership: see server/store_batch.c and\n"
 	"-- server/store_lead.c in the dlockd sources.\n"
-	"local function apply(keys, args)\n"
+	"local UNPACK, GROUP_MIN, LAYOUT = " STR(LUA_UNPACK_MAX) ", "
+		STR(APPLY_GROUP_MIN) ", '" DL_STORE_LAYOUT "'\n"
+	"local function fenced(keys, args)\n"
 	"  local fence = redis.call('GET', keys[1])\n"
 	"  if fence ~= args[1] then\n"
 	"    return redis.error_reply('FENCED writer fence ' .. args[1] ..\n"
 	"      ' is stale, the current one is ' .. tostring(fence))\n"
 	"  end\n"
-	"  local plen = tonumber(args[3])\n"
-	"  local sets, dels, adds, rems = {}, {}, {}, {}\n"
-	"  for i = 4, #keys do\n"
-	"    local op, key = args[2 * i - 4], keys[i]\n"
-	"    if op == 'D' then\n"
-	"      dels[#dels + 1] = key\n"
-	"      rems[#rems + 1] = string.sub(key, plen + 1)\n"
-	"    else\n"
-	"      sets[#sets + 1] = key\n"
-	"      sets[#sets + 1] = args[2 * i - 3]\n"
-	"      if op == 'N' then adds[#adds + 1] = string.sub(key, plen + 1) end\n"
-	"    end\n"
-	"  end\n"
-	"  for j = 1, #sets, 1000 do\n"
-	"    redis.call('MSET', unpack(sets, j, math.min(j + 999, #sets)))\n"
-	"  end\n"
-	"  for j = 1, #dels, 1000 do\n"
-	"    redis.call('DEL', unpack(dels, j, math.min(j + 999, #dels)))\n"
-	"  end\n"
-	"  for j = 1, #adds, 1000 do\n"
-	"    redis.call('SADD', keys[3], unpack(adds, j, math.min(j + 999, #adds)))\n"
-	"  end\n"
-	"  for j = 1, #rems, 1000 do\n"
-	"    redis.call('SREM', keys[3], unpack(rems, j, math.min(j + 999, #rems)))\n"
-	"  end\n"
-	"  local tok = args[2]\n"
+	"end\n"
+	"local function mark(keys, tok)\n"
 	"  if tok ~= '' then\n"
 	"    local cur = redis.call('GET', keys[2])\n"
 	"    if not cur or #tok > #cur or (#tok == #cur and tok > cur) then\n"
 	"      redis.call('SET', keys[2], tok)\n"
 	"    end\n"
 	"  end\n"
-	"  return #keys - 3\n"
+	"end\n"
+	"local function each(cmd, key, v)\n"
+	"  for j = 1, #v, UNPACK do\n"
+	"    redis.call(cmd, key, unpack(v, j, math.min(j + UNPACK - 1, #v)))\n"
+	"  end\n"
+	"end\n"
+	"local function apply(keys, args)\n"
+	"  local err = fenced(keys, args)\n"
+	"  if err then return err end\n"
+	"  if #keys - 2 <= GROUP_MIN then\n"
+	"    for i = 3, #keys do\n"
+	"      local a = 3 * i - 6\n"
+	"      if args[a] == 'D' then\n"
+	"        redis.call('HDEL', keys[i], args[a + 1])\n"
+	"      else\n"
+	"        redis.call('HSET', keys[i], args[a + 1], args[a + 2])\n"
+	"      end\n"
+	"    end\n"
+	"  else\n"
+	"    local sets, dels = {}, {}\n"
+	"    for i = 3, #keys do\n"
+	"      local a, k = 3 * i - 6, keys[i]\n"
+	"      if args[a] == 'D' then\n"
+	"        local d = dels[k] or {}\n"
+	"        dels[k] = d\n"
+	"        d[#d + 1] = args[a + 1]\n"
+	"      else\n"
+	"        local s = sets[k] or {}\n"
+	"        sets[k] = s\n"
+	"        s[#s + 1] = args[a + 1]\n"
+	"        s[#s + 1] = args[a + 2]\n"
+	"      end\n"
+	"    end\n"
+	"    for k, s in pairs(sets) do each('HSET', k, s) end\n"
+	"    for k, d in pairs(dels) do each('HDEL', k, d) end\n"
+	"  end\n"
+	"  mark(keys, args[2])\n"
+	"  return #keys - 2\n"
+	"end\n"
+	"local function replace(keys, args)\n"
+	"  local err = fenced(keys, args)\n"
+	"  if err then return err end\n"
+	"  local a, n = 3, 0\n"
+	"  for i = 3, #keys do\n"
+	"    local c = tonumber(args[a])\n"
+	"    redis.call('DEL', keys[i])\n"
+	"    for j = a + 1, a + 2 * c, UNPACK do\n"
+	"      redis.call('HSET', keys[i],\n"
+	"        unpack(args, j, math.min(j + UNPACK - 1, a + 2 * c)))\n"
+	"    end\n"
+	"    a = a + 1 + 2 * c\n"
+	"    n = n + c\n"
+	"  end\n"
+	"  mark(keys, args[2])\n"
+	"  return n\n"
+	"end\n"
+	"-- the epoch in a fence: '<n>' (layout 1, before any take by this\n"
+	"-- version) or '<n>/<LAYOUT>'; nil for anything else (another layout)\n"
+	"local function epoch_of(s)\n"
+	"  return tonumber(string.match(s, '^(%d+)$') or\n"
+	"    string.match(s, '^(%d+)/' .. LAYOUT .. '$'))\n"
 	"end\n"
 	"local function lead(keys, args)\n"
 	"  local mode, node, inst = args[1], args[3], args[6]\n"
-	"  local mine = tonumber(args[2])\n"
+	"  local mine = epoch_of(args[2])\n"
 	"  local cur = redis.call('GET', keys[1])\n"
-	"  local fence = tonumber(redis.call('GET', keys[2]) or '0')\n"
+	"  local fence = epoch_of(redis.call('GET', keys[2]) or '0')\n"
+	"  if not mine or not fence then\n"
+	"    return redis.error_reply('dlockd: ' .. keys[2] ..\n"
+	"      ' is not a writer fence of layout 1 or ' .. LAYOUT)\n"
+	"  end\n"
 	"  local epoch, holder, hinst\n"
 	"  if cur then\n"
 	"    epoch, holder, hinst = string.match(cur, '^(%d+) (%S+) %S+ (%S+)$')\n"
@@ -117,11 +194,11 @@ const char dl__store_library[] =
 	"  local mine_late = this and mine > 0 and epoch > mine\n"
 	"  if mode == 'renew' and ours then\n"
 	"    redis.call('PEXPIRE', keys[1], args[5])\n"
-	"    return {1, args[2], 1}\n"
+	"    return {1, tostring(mine), 1}\n"
 	"  end\n"
 	"  if mode == 'resign' and ours then\n"
 	"    redis.call('DEL', keys[1])\n"
-	"    return {1, args[2], 1}\n"
+	"    return {1, tostring(mine), 1}\n"
 	"  end\n"
 	"  -- a Redis behind this daemon: its record (or none: the leadership\n"
 	"  -- key expired during a fail-over) and a fence nobody raised since\n"
@@ -134,7 +211,7 @@ const char dl__store_library[] =
 	"      kept = 1\n"
 	"    end\n"
 	"    local e = math.max(fence, mine, epoch or 0) + 1\n"
-	"    redis.call('SET', keys[2], e)\n"
+	"    redis.call('SET', keys[2], e .. '/' .. LAYOUT)\n"
 	"    redis.call('SET', keys[1], e .. ' ' .. node .. ' ' .. args[4] ..\n"
 	"      ' ' .. inst, 'PX', args[5])\n"
 	"    return {1, tostring(e), kept}\n"
@@ -142,7 +219,9 @@ const char dl__store_library[] =
 	"  return {0, cur or '', redis.call('PTTL', keys[1])}\n"
 	"end\n"
 	"redis.register_function('" DL_STORE_APPLY_FN "', apply)\n"
+	"redis.register_function('" DL_STORE_REPLACE_FN "', replace)\n"
 	"redis.register_function('" DL_STORE_LEAD_FN "', lead)\n";
+/* clang-format on */
 
 int64_t dl__store_wall_offset(void)
 {
@@ -182,6 +261,8 @@ void dl__wb_reset(struct wbatch *wb)
 {
 	wb->text.len = 0;
 	wb->nlocks = 0;
+	wb->nentries = 0;
+	wb->nkeys = 0;
 }
 
 void dl__wb_free(struct wbatch *wb)
@@ -192,10 +273,16 @@ void dl__wb_free(struct wbatch *wb)
 	free(wb->lens);
 }
 
-int dl__wb_lock(struct dl_store *st, struct dl_str name,
-		const struct dl_lock *lk, int add_name, int64_t wall_off)
+const char *dl__rec_key(const struct dl_store *st, uint32_t b, size_t *len)
 {
-	struct wbatch *wb = &st->wb;
+	*len = st->rec_off[b + 1] - st->rec_off[b] - 1;
+	return st->rec_keys + st->rec_off[b];
+}
+
+/* A new item, its name (or key) `n` copied into the text. */
+static struct wlock *wb_item(struct wbatch *wb, char op, uint32_t bucket,
+			     const char *n, size_t nlen)
+{
 	struct wlock *w;
 	size_t cap;
 
@@ -203,81 +290,313 @@ int dl__wb_lock(struct dl_store *st, struct dl_str name,
 		cap = wb->cap ? wb->cap * 2 : 64;
 		w = realloc(wb->locks, cap * sizeof(*w));
 		if (!w)
-			return DL_ENOMEM;
+			return NULL;
 		wb->locks = w;
 		wb->cap = cap;
 	}
 	w = &wb->locks[wb->nlocks];
-	w->koff = wb->text.len;
-	w->klen = st->lock_prefix_len + name.len;
-	if (dl_buf_add(&wb->text, st->lock_prefix, st->lock_prefix_len) ||
-	    dl_buf_add(&wb->text, name.p, name.len))
-		return DL_ENOMEM;
-	w->voff = wb->text.len;
+	w->op = op;
+	w->bucket = bucket;
+	w->noff = wb->text.len;
+	w->nlen = nlen;
+	w->voff = wb->text.len + nlen;
 	w->vlen = 0;
-	if (!lk || (!lk->holders && !lk->qhead)) {
-		w->op = "D";
-	} else {
-		w->op = add_name ? "N" : "S";
-		if (dl_record_format(lk, wall_off, &st->val) ||
-		    dl_buf_add(&wb->text, st->val.p, st->val.len))
-			return DL_ENOMEM;
-		w->vlen = st->val.len;
-	}
+	if (dl_buf_add(&wb->text, n, nlen))
+		return NULL;
 	wb->nlocks++;
+	wb->nentries += op == 'S' || op == 'E';
+	wb->nkeys += op != 'E';
+	return w;
+}
+
+/* Its value: lk's record. */
+static int wb_record(struct dl_store *st, struct wlock *w,
+		     const struct dl_lock *lk, int64_t wall_off)
+{
+	struct wbatch *wb = &st->wb;
+
+	w->voff = wb->text.len;
+	if (dl_record_format(lk, wall_off, &st->val) ||
+	    dl_buf_add(&wb->text, st->val.p, st->val.len))
+		return DL_ENOMEM;
+	w->vlen = st->val.len;
 	return 0;
+}
+
+/* Its value: a count. */
+static int wb_count(struct wbatch *wb, struct wlock *w, size_t n)
+{
+	char num[24];
+
+	w->voff = wb->text.len;
+	w->vlen = dl_u64_to_dec(n, num);
+	return dl_buf_add(&wb->text, num, w->vlen) ? DL_ENOMEM : 0;
+}
+
+int dl__wb_lock(struct dl_store *st, struct dl_str name,
+		const struct dl_lock *lk, int64_t wall_off)
+{
+	int del = !lk || (!lk->holders && !lk->qhead);
+	struct wlock *w =
+		wb_item(&st->wb, del ? 'D' : 'S',
+			dl_store_bucket(name.p, name.len), name.p, name.len);
+
+	if (!w)
+		return DL_ENOMEM;
+	return del ? 0 : wb_record(st, w, lk, wall_off);
+}
+
+int dl__wb_bucket(struct dl_store *st, const struct bucket_index *bi,
+		  uint32_t b, int64_t wall_off)
+{
+	size_t i, n = bi->start[b + 1] - bi->start[b];
+	struct dl_str name;
+	struct wlock *w;
+	int r;
+
+	if (!(w = wb_item(&st->wb, 'B', b, "", 0)) || wb_count(&st->wb, w, n))
+		return DL_ENOMEM;
+	for (i = bi->start[b]; i < bi->start[b + 1]; i++) {
+		name = dl_lock_name(bi->v[i]);
+		if (!(w = wb_item(&st->wb, 'E', b, name.p, name.len)))
+			return DL_ENOMEM;
+		if ((r = wb_record(st, w, bi->v[i], wall_off)) != 0)
+			return r;
+	}
+	return 0;
+}
+
+int dl__wb_key(struct dl_store *st, const char *key, size_t len)
+{
+	struct wlock *w = wb_item(&st->wb, 'K', 0, key, len);
+
+	if (!w || wb_count(&st->wb, w, 0))
+		return DL_ENOMEM;
+	return 0;
+}
+
+int dl__wb_buckets(struct dl_store *st, const struct bucket_index *bi,
+		   uint32_t *b, int64_t wall_off)
+{
+	int r = 0;
+
+	while (!r && *b < DL_STORE_BUCKETS &&
+	       st->wb.nentries < DL_STORE_RESYNC_CHUNK)
+		r = dl__wb_bucket(st, bi, (*b)++, wall_off);
+	return r;
+}
+
+/* Room for n arguments in wb's argv. */
+static int wb_room(struct wbatch *wb, size_t n)
+{
+	const char **a;
+	size_t *l;
+
+	if (n <= wb->argv_cap)
+		return 0;
+	a = realloc(wb->argv, n * sizeof(*a));
+	if (a)
+		wb->argv = a;
+	l = realloc(wb->lens, n * sizeof(*l));
+	if (l)
+		wb->lens = l;
+	if (!a || !l)
+		return DL_ENOMEM;
+	wb->argv_cap = n;
+	return 0;
+}
+
+/* Append the token mark argument: a new mark when the table's last token
+ * has passed the one sent on this link, else "" (top comment). */
+static void token_arg(struct dl_store *st, const char **a, size_t *l)
+{
+	struct wbatch *wb = &st->wb;
+	uint64_t last = dl_locktab_last_token(st->tab), mark;
+
+	if (last > st->token_mark || st->token_mark == 0) {
+		mark = last > UINT64_MAX - DL_TOKEN_RESERVE
+			       ? UINT64_MAX
+			       : last + DL_TOKEN_RESERVE;
+		*a = wb->token;
+		*l = dl_u64_to_dec(mark, wb->token);
+		st->token_mark = mark;
+	} else {
+		*a = "";
+		*l = 0;
+	}
+}
+
+/* FCALL fn numkeys fence-key token-key: the head both functions share. */
+static size_t wb_head(struct dl_store *st, const char *fn, size_t nkeys)
+{
+	struct wbatch *wb = &st->wb;
+	const char **a = wb->argv;
+	size_t *l = wb->lens, k = 0;
+
+#define ARG(p, len) (a[k] = (p), l[k] = (len), k++)
+	ARG("FCALL", 5);
+	ARG(fn, strlen(fn));
+	ARG(wb->numkeys, dl_u64_to_dec(2 + nkeys, wb->numkeys));
+	ARG(st->fence_key, strlen(st->fence_key));
+	ARG(st->token_key, strlen(st->token_key));
+#undef ARG
+	return k;
+}
+
+/* The key of item w (a bucket, or a 'K'). */
+static void item_key(const struct dl_store *st, const struct wlock *w,
+		     const char **a, size_t *l)
+{
+	if (w->op == 'K') {
+		*a = st->wb.text.p + w->noff;
+		*l = w->nlen;
+	} else {
+		*a = dl__rec_key(st, w->bucket, l);
+	}
 }
 
 int dl__wb_argv(struct dl_store *st, const char *fence, int *argc,
 		const char ***argv, const size_t **lens)
 {
 	struct wbatch *wb = &st->wb;
-	size_t n = 9 + 3 * wb->nlocks, i, k = 0;
-	uint64_t last, mark;
+	size_t i, k;
 	const char **a;
 	size_t *l;
 
-	if (n > wb->argv_cap) {
-		a = realloc(wb->argv, n * sizeof(*a));
-		if (a)
-			wb->argv = a;
-		l = realloc(wb->lens, n * sizeof(*l));
-		if (l)
-			wb->lens = l;
-		if (!a || !l)
-			return DL_ENOMEM;
-		wb->argv_cap = n;
-	}
+	if (wb_room(wb, 7 + 4 * wb->nlocks))
+		return DL_ENOMEM;
 	a = wb->argv;
 	l = wb->lens;
-#define ARG(p, len) (a[k] = (p), l[k] = (len), k++)
-	ARG("FCALL", 5);
-	ARG(DL_STORE_APPLY_FN, sizeof(DL_STORE_APPLY_FN) - 1);
-	ARG(wb->numkeys, dl_u64_to_dec(3 + wb->nlocks, wb->numkeys));
-	ARG(st->fence_key, strlen(st->fence_key));
-	ARG(st->token_key, strlen(st->token_key));
-	ARG(st->names_key, strlen(st->names_key));
-	for (i = 0; i < wb->nlocks; i++)
-		ARG(wb->text.p + wb->locks[i].koff, wb->locks[i].klen);
-	ARG(fence, strlen(fence));
-	last = dl_locktab_last_token(st->tab);
-	if (last > st->token_mark || st->token_mark == 0) {
-		mark = last > UINT64_MAX - DL_TOKEN_RESERVE
-			       ? UINT64_MAX
-			       : last + DL_TOKEN_RESERVE;
-		ARG(wb->token, dl_u64_to_dec(mark, wb->token));
-		st->token_mark = mark;
-	} else {
-		ARG("", 0);
-	}
-	ARG(wb->plen, dl_u64_to_dec(st->lock_prefix_len, wb->plen));
+	k = wb_head(st, DL_STORE_APPLY_FN, wb->nlocks);
+	for (i = 0; i < wb->nlocks; i++, k++)
+		item_key(st, &wb->locks[i], &a[k], &l[k]);
+	a[k] = fence;
+	l[k++] = strlen(fence);
+	token_arg(st, &a[k], &l[k]);
+	k++;
 	for (i = 0; i < wb->nlocks; i++) {
-		ARG(wb->locks[i].op, 1);
-		ARG(wb->text.p + wb->locks[i].voff, wb->locks[i].vlen);
+		const struct wlock *w = &wb->locks[i];
+
+		a[k] = w->op == 'D' ? "D" : "S";
+		l[k++] = 1;
+		a[k] = wb->text.p + w->noff;
+		l[k++] = w->nlen;
+		a[k] = wb->text.p + w->voff;
+		l[k++] = w->vlen;
 	}
-#undef ARG
 	*argc = (int)k;
 	*argv = a;
 	*lens = l;
 	return 0;
+}
+
+int dl__wb_replace_argv(struct dl_store *st, const char *fence, int *argc,
+			const char ***argv, const size_t **lens)
+{
+	struct wbatch *wb = &st->wb;
+	size_t i, k;
+	const char **a;
+	size_t *l;
+
+	if (wb_room(wb, 7 + 3 * wb->nlocks))
+		return DL_ENOMEM;
+	a = wb->argv;
+	l = wb->lens;
+	k = wb_head(st, DL_STORE_REPLACE_FN, wb->nkeys);
+	for (i = 0; i < wb->nlocks; i++)
+		if (wb->locks[i].op != 'E') {
+			item_key(st, &wb->locks[i], &a[k], &l[k]);
+			k++;
+		}
+	a[k] = fence;
+	l[k++] = strlen(fence);
+	token_arg(st, &a[k], &l[k]);
+	k++;
+	for (i = 0; i < wb->nlocks; i++) {
+		const struct wlock *w = &wb->locks[i];
+
+		if (w->op == 'E') {
+			a[k] = wb->text.p + w->noff;
+			l[k++] = w->nlen;
+		}
+		a[k] = wb->text.p + w->voff; /* the record, or the count */
+		l[k++] = w->vlen;
+	}
+	*argc = (int)k;
+	*argv = a;
+	*lens = l;
+	return 0;
+}
+
+/* ---- the table by bucket ---------------------------------------------- */
+
+struct index_ctx {
+	struct bucket_index *bi;
+	const struct dl_lock **tmp; /* the locks, in table order */
+	uint32_t *bucket;	    /* ... and their buckets */
+	size_t n, cap;
+	int err;
+};
+
+static void index_one(const struct dl_lock *lk, void *arg)
+{
+	struct index_ctx *x = arg;
+	struct dl_str name = dl_lock_name(lk);
+	const struct dl_lock **t;
+	uint32_t *u;
+	size_t cap;
+
+	/* An empty lock still in the table (its delete not yet drained,
+	 * e.g. a lazy release) has no record: its bucket goes without it. */
+	if (x->err || (!lk->holders && !lk->qhead))
+		return;
+	if (x->n == x->cap) {
+		cap = x->cap ? x->cap * 2 : 1024;
+		t = realloc(x->tmp, cap * sizeof(*t));
+		if (t)
+			x->tmp = t;
+		u = realloc(x->bucket, cap * sizeof(*u));
+		if (u)
+			x->bucket = u;
+		if (!t || !u) {
+			x->err = DL_ENOMEM;
+			return;
+		}
+		x->cap = cap;
+	}
+	x->tmp[x->n] = lk;
+	x->bucket[x->n++] = dl_store_bucket(name.p, name.len);
+	x->bi->start[x->bucket[x->n - 1] + 1]++;
+}
+
+int dl__bucket_index(struct dl_store *st, struct bucket_index *bi)
+{
+	struct index_ctx x = {.bi = bi};
+	size_t fill[DL_STORE_BUCKETS], i;
+	uint32_t b;
+
+	memset(bi, 0, sizeof(*bi));
+	dl_locktab_foreach(st->tab, index_one, &x);
+	if (!x.err && !(bi->v = malloc((x.n ? x.n : 1) * sizeof(*bi->v))))
+		x.err = DL_ENOMEM;
+	if (!x.err) {
+		/* counting sort: start[b + 1] held bucket b's count */
+		for (b = 0; b < DL_STORE_BUCKETS; b++) {
+			bi->start[b + 1] += bi->start[b];
+			fill[b] = bi->start[b];
+		}
+		for (i = 0; i < x.n; i++)
+			bi->v[fill[x.bucket[i]]++] = x.tmp[i];
+	}
+	free(x.tmp);
+	free(x.bucket);
+	if (x.err)
+		dl__bucket_index_free(bi);
+	return x.err;
+}
+
+void dl__bucket_index_free(struct bucket_index *bi)
+{
+	free(bi->v);
+	bi->v = NULL;
 }

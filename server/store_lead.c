@@ -8,11 +8,11 @@
  *   P leader  "<epoch> <node id> <address> <instance>", with a Redis
  *             expiry of leader_lease: the active daemon, for as long as it
  *             renews (instance: random, one per process);
- *   P fence   the epoch: raised by every take, and checked by every write
- *             (store_batch.c), so that only the connection that took the
- *             leadership last can change anything.
+ *   P fence   "<epoch>/2": raised by every take, and checked by every
+ *             write (store_batch.c), so that only the connection that
+ *             took the leadership last can change anything.
  *
- * Both are changed only by the function dlock_lead_v4 (the library is in
+ * Both are changed only by the function dlock_lead_v5 (the library is in
  * store_batch.c), atomically, in one of four modes:
  *
  *   look   what the leadership is now (a standby polls with it);
@@ -50,6 +50,23 @@
  * raises the fence); without this rule the active dropped its table for
  * the promoted replica's, which may lack its last grants (the Sentinel
  * tests caught both).
+ *
+ * The fence's "/2" is the store layout (store.c), and a barrier. Layout
+ * 1 kept the epoch as a bare number, and every daemon of layout 1 reads
+ * it as one: dlock_lead_v3/v4 do tonumber(GET fence), which gives nil for
+ * "7/2", so their take fails in Lua (math.max and the comparisons with
+ * nil) and a standby of theirs never becomes active, while their look
+ * still works (it reads only the leader key: their clients are still sent
+ * to the active); dlock_lead_v2 and the daemons before functions INCR the
+ * fence ("not an integer"); every dlock_apply_v1..v4 compares the fence
+ * as a string, and refuses. That matters: a daemon of layout 1 on a Redis
+ * in layout 2 would find no locks, and grant every lock again. So the
+ * first take of this version over a Redis of layout 1 (a numeric fence)
+ * starts the epoch above it and writes it as "<epoch>/2", before anything
+ * is loaded or migrated (store_load.c), and there is no way back but a
+ * tool that does not exist yet (README, upgrading). The function reads
+ * both forms; any other (a later layout) it refuses, which bars it from
+ * a Redis whose layout it does not know.
  *
  * The active counts its leadership from each renewal's send time, for
  * DL_LEADER_MARGIN_PCT percent less than the lease (Redis starts the
@@ -143,6 +160,11 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 	ARG(st->instance);
 #undef ARG
 	return k;
+}
+
+void dl__fence_format(char *buf, size_t len, uint64_t epoch)
+{
+	snprintf(buf, len, "%llu/" DL_STORE_LAYOUT, (unsigned long long)epoch);
 }
 
 uint64_t dl__lead_until(const struct dl_store *st, uint64_t sent_ms)

@@ -1,18 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * store_load.c -- reading the lock table back from Redis at start-up.
+ * store_load.c -- reading the lock table back from Redis at start-up and
+ * at a take-over.
  *
- * Runs before the daemon listens, with hiredis's blocking API: nothing
+ * Runs before the daemon serves, with hiredis's blocking API: nothing
  * else needs the loop yet. One call is one attempt; the caller retries
  * (server.c) while Redis is unreachable or not ready, and every attempt
  * starts from an empty table, so a load cut short leaves nothing behind.
  *
- * Steps: connect, AUTH, SELECT, FUNCTION LOAD (the write function,
- * store_batch.c), INCR of the writer fence, GET of the token high-water
- * mark, the names (SMEMBERS of the name set; a SCAN of the record keys if
- * that key is not a set), then the records by MGETs of DL_STORE_LOAD_BATCH
- * keys, DL_STORE_LOAD_WINDOW in flight so that Redis builds the next reply
- * while the daemon parses one.
+ * Steps: connect, AUTH, SELECT, FUNCTION LOAD (the library,
+ * store_batch.c), the leadership's take (store_lead.c: a new epoch, the
+ * writer fence "<epoch>/2", which also bars daemons of layout 1 from here
+ * on), GET of the token high-water mark, then the records. In layout 2
+ * (store.c) they are the fields of DL_STORE_BUCKETS hashes: HLEN of each
+ * to size the table, then HGETALL of each, DL_STORE_LOAD_WINDOW in
+ * flight, so that Redis builds the next reply while the daemon parses
+ * one; every few hundred milliseconds the window is let empty and the
+ * leadership renewed (a blocking call reads the oldest reply), so that a
+ * long load does not let a standby take over. A Redis still in layout 1
+ * (its name set P locks exists) is read the old way and migrated to
+ * layout 2 before anything is served: store_migrate.c.
  *
  * The restore rule (DESIGN.md section 5). A restored lease lasts until
  * R + its TTL, R being the moment its record is read. Its holder counted
@@ -23,7 +30,8 @@
  * a lock whose holder died stays busy up to one TTL after a restart.
  * Waiters come back as placeholders that keep their place for
  * restore_grace from R; a waiter whose stored wait deadline has passed is
- * dropped (that only decides when a wait ends, never who holds a lock).
+ * dropped (that only decides when a wait ends, never who holds a lock),
+ * and its lock written back.
  *
  * Not ready is not broken. LOADING, BUSY, READONLY, MASTERDOWN (and a
  * connection that fails or times out) make the attempt fail as
@@ -31,7 +39,13 @@
  * password, a missing database, a Redis without functions) is fatal. A
  * record that cannot be read does not stop the start and does not free
  * its lock: the lock is held by DL_QUARANTINE_OWNER for max_ttl (no lease
- * can have been granted for longer), logged with its key and content.
+ * can have been granted for longer), logged with its key and content. A
+ * field whose name is not a lock name, or is not in its name's bucket,
+ * was not written by dlockd: it is logged and ignored (and goes at the
+ * next re-sync). A bucket that is not a hash is neither: its locks cannot
+ * be known, and serving without them could grant a held lock again, so
+ * the load fails as not ready, saying which key, and waits for an
+ * operator to remove it.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,31 +59,11 @@
 /* Bytes of an unreadable record shown in the log. */
 #define SHOW_MAX 160
 
-/* How many names ahead of the restore the lock table's buckets are
- * prefetched (read_mget). */
+/* How many records ahead of the restore the lock table's buckets are
+ * prefetched (read_bucket). */
 #define LOAD_PREFETCH 16
 
-struct load_ctx {
-	struct dl_store *st;
-	redisContext *c;
-	struct dl_str name;
-	uint64_t now_mono, now_wall;
-	int changed; /* the current lock lost items: write it back */
-	int holders;	    /* check pass: H lines seen ... */
-	int holders_shared; /* ... and their mode */
-	size_t leases, waiters, dropped, unreadable;
-	uint64_t max_token;
-	struct dl_buf changed_names; /* NUL-separated */
-	struct dl_buf bad_names;     /* NUL-separated: to quarantine */
-	char *err;
-	size_t errlen;
-	const char *fence; /* the epoch taken */
-	uint64_t lead_sent; /* when the leadership was last confirmed */
-};
-
-static int set_err(struct load_ctx *x, int rc, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int set_err(struct load_ctx *x, int rc, const char *fmt, ...)
+int dl__load_err(struct load_ctx *x, int rc, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -79,7 +73,7 @@ static int set_err(struct load_ctx *x, int rc, const char *fmt, ...)
 	return rc;
 }
 
-static int add_name(struct dl_buf *b, struct dl_str name)
+int dl__load_add_name(struct dl_buf *b, struct dl_str name)
 {
 	if (dl_buf_add(b, name.p, name.len) || dl_buf_add(b, "", 1))
 		return DL_ENOMEM;
@@ -89,26 +83,23 @@ static int add_name(struct dl_buf *b, struct dl_str name)
 /* ---- commands -------------------------------------------------------------
  */
 
-/* Run a command; NULL with x->err set when there is no usable reply.
- * `fatal_errors`: an error reply that is not "not ready" is a
- * configuration problem, not a transient one (*rc tells). */
-static redisReply *run(struct load_ctx *x, int *rc, int fatal_errors, int argc,
-		       const char **argv, const size_t *lens)
+redisReply *dl__load_run(struct load_ctx *x, int *rc, int fatal_errors,
+			 int argc, const char **argv, const size_t *lens)
 {
 	redisReply *r = redisCommandArgv(x->c, argc, argv, lens);
 	const char *e;
 
 	if (!r) {
-		*rc = set_err(x, DL_EUNAVAILABLE, "%s: %s", argv[0],
-			      x->c->errstr[0] ? x->c->errstr : "no reply");
+		*rc = dl__load_err(x, DL_EUNAVAILABLE, "%s: %s", argv[0],
+				   x->c->errstr[0] ? x->c->errstr : "no reply");
 		return NULL;
 	}
 	if ((e = dl__store_reply_error(r)) != NULL) {
-		*rc = set_err(x,
-			      fatal_errors && !dl__store_not_ready(e)
-				      ? DL_EBADARG
-				      : DL_EUNAVAILABLE,
-			      "%s: %s", argv[0], e);
+		*rc = dl__load_err(x,
+				   fatal_errors && !dl__store_not_ready(e)
+					   ? DL_EBADARG
+					   : DL_EUNAVAILABLE,
+				   "%s: %s", argv[0], e);
 		freeReplyObject(r);
 		return NULL;
 	}
@@ -118,7 +109,7 @@ static redisReply *run(struct load_ctx *x, int *rc, int fatal_errors, int argc,
 #define RUN(x, rc, fatal, ...)                                                 \
 	run_v((x), (rc), (fatal), (const char *[]){__VA_ARGS__, NULL})
 
-/* run() with NUL-terminated string arguments. */
+/* dl__load_run() with NUL-terminated string arguments. */
 static redisReply *run_v(struct load_ctx *x, int *rc, int fatal_errors,
 			 const char **argv)
 {
@@ -127,7 +118,7 @@ static redisReply *run_v(struct load_ctx *x, int *rc, int fatal_errors,
 
 	for (n = 0; argv[n]; n++)
 		lens[n] = strlen(argv[n]);
-	return run(x, rc, fatal_errors, n, argv, lens);
+	return dl__load_run(x, rc, fatal_errors, n, argv, lens);
 }
 
 /* What an acknowledged grant survives (store_durable.c): without AOF,
@@ -145,8 +136,8 @@ static int check_durable(struct load_ctx *x)
 	fsync = redisCommand(x->c, "CONFIG GET appendfsync");
 	if (!fsync && x->c->err) {
 		freeReplyObject(info);
-		return set_err(x, DL_EUNAVAILABLE, "CONFIG GET: %s",
-			       x->c->errstr);
+		return dl__load_err(x, DL_EUNAVAILABLE, "CONFIG GET: %s",
+				    x->c->errstr);
 	}
 	d = dl__durability_of(info->type == REDIS_REPLY_STRING ? info->str
 							       : NULL,
@@ -154,7 +145,7 @@ static int check_durable(struct load_ctx *x)
 	freeReplyObject(info);
 	freeReplyObject(fsync);
 	if ((rc = dl__durability_check(x->st, d, why, sizeof(why))) != 0)
-		return set_err(x, rc, "%s", why);
+		return dl__load_err(x, rc, "%s", why);
 	return 0;
 }
 
@@ -175,8 +166,8 @@ static int connect_redis(struct load_ctx *x)
 	x->c = a->path ? redisConnectUnixWithTimeout(a->path, tv)
 		       : redisConnectWithTimeout(host, port, tv);
 	if (!x->c || x->c->err)
-		return set_err(x, DL_EUNAVAILABLE, "%s",
-			       x->c ? x->c->errstr : "out of memory");
+		return dl__load_err(x, DL_EUNAVAILABLE, "%s",
+				    x->c ? x->c->errstr : "out of memory");
 	redisSetTimeout(x->c, tv);
 	if (a->password) {
 		if (!(r = RUN(x, &rc, 1, "AUTH", a->password)))
@@ -193,9 +184,10 @@ static int connect_redis(struct load_ctx *x)
 	    r->element[0]->type != REDIS_REPLY_STRING ||
 	    strcmp(r->element[0]->str, "master") != 0) {
 		freeReplyObject(r);
-		return set_err(x, DL_EUNAVAILABLE,
-			       "%s:%d is not a primary (a replica?)",
-			       a->path ? a->path : host, a->path ? 0 : port);
+		return dl__load_err(x, DL_EUNAVAILABLE,
+				    "%s:%d is not a primary (a replica?)",
+				    a->path ? a->path : host,
+				    a->path ? 0 : port);
 	}
 	freeReplyObject(r);
 	if ((rc = check_durable(x)) != 0)
@@ -206,7 +198,8 @@ static int connect_redis(struct load_ctx *x)
 	if (!(r = RUN(x, &rc, 1, "FUNCTION", "LOAD", "REPLACE",
 		      dl__store_library))) {
 		if (rc == DL_EBADARG && strstr(x->err, "unknown command"))
-			set_err(x, rc,
+			dl__load_err(
+				x, rc,
 				"Redis has no FUNCTION command: dlockd needs Redis 7.0 or later");
 		return rc;
 	}
@@ -215,7 +208,8 @@ static int connect_redis(struct load_ctx *x)
 }
 
 /* The leadership (store_lead.c): taken, this daemon is the writer and
- * the epoch is its fence; held by another, the load stops there. */
+ * the fence "<epoch>/2" is its own; held by another, the load stops
+ * there. */
 static int take_lead(struct load_ctx *x, int start, char *fence, size_t len)
 {
 	struct dl_store *st = x->st;
@@ -229,30 +223,35 @@ static int take_lead(struct load_ctx *x, int start, char *fence, size_t len)
 
 	argc = dl__lead_argv(st, start ? LEAD_START : LEAD_TAKE, NULL, argv,
 			     lens);
-	if (!(r = run(x, &rc, 0, argc, argv, lens)))
+	if (!(r = dl__load_run(x, &rc, 0, argc, argv, lens)))
 		return rc;
 	rc = dl__lead_reply(st, r, sent, &lr);
 	freeReplyObject(r);
 	if (rc)
-		return set_err(x, DL_EUNAVAILABLE,
-			       "%s: not a reply of the leadership function",
-			       st->leader_key);
+		return dl__load_err(
+			x, DL_EUNAVAILABLE,
+			"%s: not a reply of the leadership function",
+			st->leader_key);
 	if (!lr.ok) {
 		dl__lead_describe(st, who, sizeof(who));
-		return set_err(x, DL_ENOTACTIVE,
-			       "another dlockd is active on this Redis and prefix: %s",
-			       who);
+		return dl__load_err(
+			x, DL_ENOTACTIVE,
+			"another dlockd is active on this Redis and prefix: %s",
+			who);
 	}
-	snprintf(fence, len, "%llu", (unsigned long long)lr.epoch);
-	if (lr.epoch == 1) /* kept over retries, until persist_all() */
-		st->upgrade = 1;
+	dl__fence_format(fence, len, lr.epoch);
 	x->lead_sent = sent;
 	return 0;
 }
 
+int dl__load_lead_due(const struct load_ctx *x)
+{
+	return dl_mono_ms() - x->lead_sent >= x->st->cfg->leader_lease_ms / 3;
+}
+
 /* A big load can outlast a third of the leadership lease: renew it on
  * the way, as the active does (a standby would take over otherwise). */
-static int keep_lead(struct load_ctx *x)
+int dl__load_keep_lead(struct load_ctx *x)
 {
 	struct dl_store *st = x->st;
 	const char *argv[LEAD_ARGC];
@@ -262,16 +261,16 @@ static int keep_lead(struct load_ctx *x)
 	redisReply *r;
 	int argc, rc = 0;
 
-	if (sent - x->lead_sent < st->cfg->leader_lease_ms / 3)
+	if (!dl__load_lead_due(x))
 		return 0;
 	argc = dl__lead_argv(st, LEAD_RENEW, x->fence, argv, lens);
-	if (!(r = run(x, &rc, 0, argc, argv, lens)))
+	if (!(r = dl__load_run(x, &rc, 0, argc, argv, lens)))
 		return rc;
 	rc = dl__lead_reply(st, r, sent, &lr);
 	freeReplyObject(r);
 	if (rc || !lr.ok)
-		return set_err(x, rc ? DL_EUNAVAILABLE : DL_ENOTACTIVE,
-			       "leadership lost while loading");
+		return dl__load_err(x, rc ? DL_EUNAVAILABLE : DL_ENOTACTIVE,
+				    "leadership lost while loading");
 	x->lead_sent = sent;
 	return 0;
 }
@@ -372,337 +371,236 @@ static int load_item(const struct dl_record_item *it, void *arg)
 	return r;
 }
 
+/* Where a record lives, for the log: "P lock:<name>" (layout 1) or
+ * "P rec:<b> <name>" (its bucket and field). */
+static void where(const struct load_ctx *x, struct dl_str name, char *buf,
+		  size_t len)
+{
+	size_t kl;
+
+	if (x->l1)
+		snprintf(buf, len, "%s%.*s", x->st->lock_prefix, (int)name.len,
+			 name.p);
+	else
+		snprintf(buf, len, "%s %.*s",
+			 dl__rec_key(x->st, x->bucket, &kl), (int)name.len,
+			 name.p);
+}
+
 /* A record that cannot be read: log it whole enough to debug, and hold
  * its lock (after the load, once tokens are raised). */
-static int unreadable(struct load_ctx *x, struct dl_str name, const char *text,
-		      size_t len, const char *why)
+int dl__load_unreadable(struct load_ctx *x, struct dl_str name,
+			const char *text, size_t len, const char *why)
 {
-	char show[SHOW_MAX + 1];
+	char show[SHOW_MAX + 1], at[DL_NAME_MAX + 64];
 	size_t i, n = len < SHOW_MAX ? len : SHOW_MAX;
 
 	for (i = 0; i < n; i++)
 		show[i] = text[i] >= 0x20 && text[i] < 0x7f ? text[i] : '.';
 	show[n] = '\0';
+	where(x, name, at, sizeof(at));
 	dl_error(
-		"redis: %s%.*s: record unreadable (%s): \"%s\"%s; the lock stays held for max_ttl (%llu ms), never freed by this",
-		x->st->lock_prefix, (int)name.len, name.p, why, show,
-		len > n ? "..." : "",
+		"redis: %s: record unreadable (%s): \"%s\"%s; the lock stays held for max_ttl (%llu ms), never freed by this",
+		at, why, show, len > n ? "..." : "",
 		(unsigned long long)x->st->cfg->max_ttl_ms);
 	x->unreadable++;
-	return add_name(&x->bad_names, name);
+	return dl__load_add_name(&x->bad_names, name);
 }
 
-/* MGET gives nil for a missing key and for one that is not a string. */
-static int load_missing(struct load_ctx *x, struct dl_str name)
-{
-	const char *argv[2] = {"TYPE", x->st->val.p};
-	size_t lens[2] = {4, 0};
-	redisReply *r;
-	int rc = 0, none;
-
-	x->st->val.len = 0;
-	if (dl_buf_add(&x->st->val, x->st->lock_prefix,
-		       x->st->lock_prefix_len) ||
-	    dl_buf_add(&x->st->val, name.p, name.len) ||
-	    dl_buf_add(&x->st->val, "", 1))
-		return DL_ENOMEM;
-	argv[1] = x->st->val.p;
-	lens[1] = x->st->val.len - 1;
-	if (!(r = run(x, &rc, 0, 2, argv, lens)))
-		return rc;
-	none = r->type == REDIS_REPLY_STATUS && strcmp(r->str, "none") == 0;
-	freeReplyObject(r);
-	if (none) /* a name without a record: drop the name */
-		return add_name(&x->changed_names, name);
-	return unreadable(x, name, "", 0, "not a string");
-}
-
-static int load_key(struct load_ctx *x, struct dl_str name,
+int dl__load_record(struct load_ctx *x, struct dl_str name,
 		    const redisReply *val)
 {
 	const char *why = NULL;
 	int r;
 
-	if (dl_check_name(name.p, name.len)) {
-		dl_warn("redis: %s holds \"%.*s\", not a lock name; ignored",
-			x->st->names_key, (int)(name.len > 64 ? 64 : name.len),
-			name.p);
-		return 0;
-	}
 	if (val->type != REDIS_REPLY_STRING)
-		return load_missing(x, name);
+		return dl__load_unreadable(x, name, "", 0, "not a string");
 	x->name = name;
 	x->changed = 0;
 	x->holders = 0;
 	r = dl_record_parse(val->str, val->len, check_item, x, &why);
 	if (r == DL_EPROTO)
-		return unreadable(x, name, val->str, val->len,
-				  why ? why : "a value out of range");
+		return dl__load_unreadable(x, name, val->str, val->len,
+					   why ? why : "a value out of range");
 	if (r == 0)
 		r = dl_record_parse(val->str, val->len, load_item, x, &why);
 	if (r)
-		return set_err(x, r, "restoring %.*s: %s", (int)name.len,
-			       name.p, dl_strerror(r));
+		return dl__load_err(x, r, "restoring %.*s: %s", (int)name.len,
+				    name.p, dl_strerror(r));
 	if (x->changed)
-		return add_name(&x->changed_names, name);
+		return dl__load_add_name(&x->changed_names, name);
 	return 0;
 }
 
-/* ---- names and records ----------------------------------------------------
+/* ---- layout 2: the buckets ------------------------------------------------
  */
 
-/* The names of the stored locks. */
-struct names {
-	struct dl_str *v;
-	size_t n, cap;
-	redisReply *reply;  /* SMEMBERS: v points into it */
-	struct dl_buf text; /* SCAN: the names, NUL-separated */
-};
+static int bucket_refused(struct load_ctx *x, uint32_t b, const char *e);
 
-static void names_free(struct names *nm)
+/* HLEN of every bucket: how many locks to size the table for, and which
+ * buckets to read (the leadership is held: nobody else writes). */
+static int count_records(struct load_ctx *x, uint32_t *len, size_t *total)
 {
-	free(nm->v);
-	free(nm->text.p);
-	if (nm->reply)
-		freeReplyObject(nm->reply);
-}
+	const char *argv[2] = {"HLEN", NULL};
+	size_t lens[2] = {4, 0};
+	redisReply *r;
+	uint32_t b;
+	int rc = 0;
 
-static int names_add(struct names *nm, const char *p, size_t len)
-{
-	struct dl_str *v;
-	size_t cap;
-
-	if (nm->n == nm->cap) {
-		cap = nm->cap ? nm->cap * 2 : 1024;
-		if (!(v = realloc(nm->v, cap * sizeof(*v))))
-			return DL_ENOMEM;
-		nm->v = v;
-		nm->cap = cap;
-	}
-	nm->v[nm->n++] = (struct dl_str){p, len};
-	return 0;
-}
-
-/* MGET the records of names[from, from + n) (queued, not read). */
-static int send_mget(struct load_ctx *x, const struct names *nm, size_t from,
-		     size_t n, struct dl_buf *keys, const char **argv,
-		     size_t *lens)
-{
-	struct dl_store *st = x->st;
-	size_t i, off;
-
-	keys->len = 0;
-	for (i = 0; i < n; i++) {
-		if (dl_buf_add(keys, st->lock_prefix, st->lock_prefix_len) ||
-		    dl_buf_add(keys, nm->v[from + i].p, nm->v[from + i].len))
+	*total = 0;
+	for (b = 0; b < DL_STORE_BUCKETS; b++) {
+		argv[1] = dl__rec_key(x->st, b, &lens[1]);
+		if (redisAppendCommandArgv(x->c, 2, argv, lens) != REDIS_OK)
 			return DL_ENOMEM;
 	}
-	argv[0] = "MGET";
-	lens[0] = 4;
-	for (i = 0, off = 0; i < n; i++) {
-		lens[i + 1] = st->lock_prefix_len + nm->v[from + i].len;
-		argv[i + 1] = keys->p + off;
-		off += lens[i + 1];
+	for (b = 0; b < DL_STORE_BUCKETS; b++) {
+		r = NULL;
+		if (redisGetReply(x->c, (void **)&r) != REDIS_OK || !r)
+			return dl__load_err(x, DL_EUNAVAILABLE, "HLEN: %s",
+					    x->c->errstr);
+		len[b] = 0;
+		if (r->type == REDIS_REPLY_INTEGER && r->integer > 0) {
+			len[b] = r->integer > UINT32_MAX ? UINT32_MAX
+							 : (uint32_t)r->integer;
+			*total += (size_t)r->integer;
+		} else if (r->type == REDIS_REPLY_ERROR && !rc)
+			rc = bucket_refused(x, b, r->str);
+		freeReplyObject(r);
 	}
-	return redisAppendCommandArgv(x->c, (int)n + 1, argv, lens) == REDIS_OK
+	return rc;
+}
+
+static int send_hgetall(struct load_ctx *x, uint32_t b)
+{
+	const char *argv[2] = {"HGETALL", NULL};
+	size_t lens[2] = {7, 0};
+
+	argv[1] = dl__rec_key(x->st, b, &lens[1]);
+	return redisAppendCommandArgv(x->c, 2, argv, lens) == REDIS_OK
 		       ? 0
 		       : DL_ENOMEM;
 }
 
-/* Read one MGET reply and restore its k records. */
-static int read_mget(struct load_ctx *x, const struct names *nm, size_t from,
-		     size_t k)
+/* A bucket HGETALL refused: not ready (wait), or not a hash (see the top
+ * comment: wait too, until an operator has looked). */
+static int bucket_refused(struct load_ctx *x, uint32_t b, const char *e)
+{
+	size_t kl;
+	const char *key = dl__rec_key(x->st, b, &kl);
+
+	if (strncmp(e, "WRONGTYPE", 9) == 0) {
+		dl_error(
+			"redis: %s is not a hash: it was not written by dlockd, and the locks it should hold are unknown; nothing is served until it is removed or renamed (the locks of its bucket are then free)",
+			key);
+		return dl__load_err(x, DL_EUNAVAILABLE,
+				    "%s is not a hash of lock records", key);
+	}
+	return dl__load_err(x, DL_EUNAVAILABLE, "%s: %s", key, e);
+}
+
+/* A field of bucket b that dlockd did not write: 0 if it is a lock's. */
+static int foreign_field(struct load_ctx *x, uint32_t b, struct dl_str name)
+{
+	size_t kl;
+	const char *key = dl__rec_key(x->st, b, &kl);
+	int len = (int)(name.len > 64 ? 64 : name.len);
+
+	if (dl_check_name(name.p, name.len)) {
+		dl_warn("redis: %s holds \"%.*s\", not a lock name; ignored",
+			key, len, name.p);
+	} else if (dl_store_bucket(name.p, name.len) != b) {
+		dl_warn("redis: %s holds %.*s, whose bucket is %u: not written by dlockd; ignored",
+			key, len, name.p,
+			(unsigned)dl_store_bucket(name.p, name.len));
+	} else {
+		return 0;
+	}
+	x->ignored++;
+	return 1;
+}
+
+/* Read bucket b's HGETALL and restore its records. */
+static int read_bucket(struct load_ctx *x, uint32_t b)
 {
 	redisReply *v = NULL; /* hiredis leaves it untouched on failure */
-	size_t i;
+	redisReply **e;
+	size_t i, n;
 	int rc = 0;
 
-	if (redisGetReply(x->c, (void **)&v) != REDIS_OK || !v ||
-	    v->type != REDIS_REPLY_ARRAY || v->elements != k) {
-		rc = set_err(x, DL_EUNAVAILABLE, "MGET: %s",
-			     v && v->type == REDIS_REPLY_ERROR ? v->str
-							       : x->c->errstr);
-		if (v)
-			freeReplyObject(v);
-		return rc;
-	}
+	if (redisGetReply(x->c, (void **)&v) != REDIS_OK || !v)
+		return dl__load_err(x, DL_EUNAVAILABLE, "HGETALL: %s",
+				    x->c->errstr);
+	if (v->type == REDIS_REPLY_ERROR)
+		rc = bucket_refused(x, b, v->str);
+	else if (v->type != REDIS_REPLY_ARRAY || v->elements % 2)
+		rc = dl__load_err(x, DL_EUNAVAILABLE,
+				  "HGETALL: not a reply of field-value pairs");
 	x->now_mono = dl_mono_ms(); /* R, for the records just read */
 	x->now_wall = dl_wall_ms();
-	for (i = 0; i < k && !rc; i++) {
+	x->bucket = b;
+	e = v->element;
+	n = rc ? 0 : v->elements;
+	for (i = 0; i < n && !rc; i += 2) {
 		/* Two cache misses per new lock, overlapped (locktab.h). */
-		if (i + LOAD_PREFETCH < k)
-			dl_locktab_prefetch(x->st->tab,
-					    nm->v[from + i + LOAD_PREFETCH], 0);
-		if (i + LOAD_PREFETCH / 2 < k)
+		if (i + 2 * LOAD_PREFETCH < n &&
+		    e[i + 2 * LOAD_PREFETCH]->type == REDIS_REPLY_STRING)
 			dl_locktab_prefetch(
-				x->st->tab, nm->v[from + i + LOAD_PREFETCH / 2],
+				x->st->tab,
+				(struct dl_str){e[i + 2 * LOAD_PREFETCH]->str,
+						e[i + 2 * LOAD_PREFETCH]->len},
+				0);
+		if (i + LOAD_PREFETCH < n &&
+		    e[i + LOAD_PREFETCH]->type == REDIS_REPLY_STRING)
+			dl_locktab_prefetch(
+				x->st->tab,
+				(struct dl_str){e[i + LOAD_PREFETCH]->str,
+						e[i + LOAD_PREFETCH]->len},
 				1);
-		rc = load_key(x, nm->v[from + i], v->element[i]);
+		if (e[i]->type != REDIS_REPLY_STRING ||
+		    foreign_field(x, b, (struct dl_str){e[i]->str, e[i]->len}))
+			continue;
+		rc = dl__load_record(x, (struct dl_str){e[i]->str, e[i]->len},
+				     e[i + 1]);
 	}
 	freeReplyObject(v);
 	return rc;
 }
 
-static int load_records(struct load_ctx *x, const struct names *nm)
+/* Every bucket that has records, DL_STORE_LOAD_WINDOW HGETALLs in
+ * flight; the window is let empty when the leadership is due for
+ * renewal. */
+static int load_buckets(struct load_ctx *x)
 {
-	const size_t B = DL_STORE_LOAD_BATCH, n = nm->n;
-	const char **argv = malloc((B + 1) * sizeof(*argv));
-	size_t *lens = malloc((B + 1) * sizeof(*lens));
-	struct dl_buf keys = {0};
-	size_t batches = (n + B - 1) / B, sent = 0, got = 0, from;
-	int rc = argv && lens ? 0 : DL_ENOMEM;
+	uint32_t len[DL_STORE_BUCKETS], todo[DL_STORE_BUCKETS];
+	uint32_t b, n = 0, sent = 0, got = 0;
+	size_t total;
+	int rc;
 
-	dl_locktab_reserve(x->st->tab, n);
-	while (!rc && got < batches) {
-		/* Nothing in flight: the leadership's turn, if due. */
+	if ((rc = count_records(x, len, &total)) != 0)
+		return rc;
+	for (b = 0; b < DL_STORE_BUCKETS; b++)
+		if (len[b])
+			todo[n++] = b;
+	dl_locktab_reserve(x->st->tab, total);
+	while (!rc && got < n) {
 		if (sent == got)
-			rc = keep_lead(x);
-		/* Keep DL_STORE_LOAD_WINDOW MGETs ahead of the parsing. */
-		while (!rc && sent < batches &&
-		       sent - got < DL_STORE_LOAD_WINDOW) {
-			from = sent * B;
-			rc = send_mget(x, nm, from, n - from < B ? n - from : B,
-				       &keys, argv, lens);
-			sent++;
-		}
-		from = got * B;
+			rc = dl__load_keep_lead(x);
+		while (!rc && sent < n && sent - got < DL_STORE_LOAD_WINDOW &&
+		       (sent == got || !dl__load_lead_due(x)))
+			rc = send_hgetall(x, todo[sent++]);
 		if (!rc)
-			rc = read_mget(x, nm, from,
-				       n - from < B ? n - from : B);
-		got++;
+			rc = read_bucket(x, todo[got++]);
 	}
 	/* Replies still in flight are dropped with the context. */
-	free(keys.p);
-	free(argv);
-	free(lens);
 	return rc;
-}
-
-/* One SCAN page: add the names of the record keys it found. */
-static int scan_page(struct load_ctx *x, struct names *nm, char *cursor,
-		     const char *match)
-{
-	size_t plen = x->st->lock_prefix_len, i;
-	redisReply *r, *keys;
-	int rc = 0;
-
-	if (!(r = RUN(x, &rc, 0, "SCAN", cursor, "MATCH", match, "COUNT",
-		      "1000")))
-		return rc;
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-	    r->element[0]->type != REDIS_REPLY_STRING ||
-	    r->element[1]->type != REDIS_REPLY_ARRAY) {
-		freeReplyObject(r);
-		return set_err(x, DL_EUNAVAILABLE, "SCAN: unexpected reply");
-	}
-	snprintf(cursor, 24, "%s", r->element[0]->str);
-	keys = r->element[1];
-	for (i = 0; i < keys->elements && !rc; i++) {
-		if (keys->element[i]->type != REDIS_REPLY_STRING ||
-		    keys->element[i]->len <= plen)
-			continue;
-		rc = add_name(&nm->text,
-			      (struct dl_str){keys->element[i]->str + plen,
-					      keys->element[i]->len - plen});
-	}
-	freeReplyObject(r);
-	return rc;
-}
-
-/* The record keys, by SCAN, when the name set is damaged. */
-static int scan_names(struct load_ctx *x, struct names *nm)
-{
-	char cursor[24] = "0", *match;
-	size_t i;
-	int rc = 0;
-
-	if (!(match = malloc(x->st->lock_prefix_len + 2)))
-		return DL_ENOMEM;
-	memcpy(match, x->st->lock_prefix, x->st->lock_prefix_len);
-	memcpy(match + x->st->lock_prefix_len, "*", 2);
-	do
-		rc = scan_page(x, nm, cursor, match);
-	while (!rc && strcmp(cursor, "0") != 0);
-	free(match);
-	for (i = 0; i < nm->text.len && !rc; i += strlen(nm->text.p + i) + 1)
-		rc = names_add(nm, nm->text.p + i, strlen(nm->text.p + i));
-	return rc;
-}
-
-/* The names of every stored lock: SMEMBERS of the name set, or, if that
- * key is not a set (damaged by hand), a SCAN of the record keys. */
-static int read_names(struct load_ctx *x, struct names *nm)
-{
-	redisReply *r;
-	size_t i;
-	int rc = 0;
-
-	if (!(r = RUN(x, &rc, 0, "SMEMBERS", x->st->names_key))) {
-		if (!strstr(x->err, "WRONGTYPE"))
-			return rc;
-		dl_error(
-			"redis: %s is not a set; finding the records with SCAN",
-			x->st->names_key);
-		return scan_names(x, nm);
-	}
-	nm->reply = r;
-	for (i = 0; i < r->elements && !rc; i++)
-		if (r->element[i]->type == REDIS_REPLY_STRING)
-			rc = names_add(nm, r->element[i]->str,
-				       r->element[i]->len);
-	return rc;
-}
-
-/* Records written by dlockd 0.1 carry a Redis expiry (deadline + 60 s):
- * a lease restored for its TTL from now could outlive its key. The first
- * start with fenced writes (the fence did not exist) removes them. */
-static int persist_all(struct load_ctx *x, const struct names *nm)
-{
-	struct dl_store *st = x->st;
-	const char *argv[2] = {"PERSIST", NULL};
-	size_t lens[2] = {7, 0}, i, n;
-	redisReply *r;
-	int rc = 0;
-
-	for (i = 0; i < nm->n; i += n) {
-		for (n = 0; n < DL_STORE_LOAD_BATCH && i + n < nm->n; n++) {
-			st->val.len = 0;
-			if (dl_buf_add(&st->val, st->lock_prefix,
-				       st->lock_prefix_len) ||
-			    dl_buf_add(&st->val, nm->v[i + n].p,
-				       nm->v[i + n].len))
-				return DL_ENOMEM;
-			argv[1] = st->val.p;
-			lens[1] = st->val.len;
-			if (redisAppendCommandArgv(x->c, 2, argv, lens) !=
-			    REDIS_OK)
-				return DL_ENOMEM;
-		}
-		while (n-- > 0 && !rc) {
-			r = NULL;
-			if (redisGetReply(x->c, (void **)&r) != REDIS_OK || !r)
-				rc = set_err(x, DL_EUNAVAILABLE, "PERSIST: %s",
-					     x->c->errstr);
-			if (r)
-				freeReplyObject(r);
-		}
-		if (rc)
-			return rc;
-	}
-	if (nm->n)
-		dl_notice(
-			"redis: first start with fenced writes: expiries removed from %zu records",
-			nm->n);
-	st->upgrade = 0;
-	return 0;
 }
 
 /* ---- the load ------------------------------------------------------------
  */
 
-/* Write back what changed while loading (waits that ended, names without
- * a record), through the fenced write function. */
-static int write_back(struct load_ctx *x, const char *fence)
+/* Write back what changed while loading (waits that ended), through the
+ * fenced write function. */
+static int write_back(struct load_ctx *x)
 {
 	struct dl_store *st = x->st;
 	const struct dl_buf *b = &x->changed_names;
@@ -719,12 +617,12 @@ static int write_back(struct load_ctx *x, const char *fence)
 	for (i = 0; i < b->len && !rc; i += name.len + 1) {
 		name.p = b->p + i;
 		name.len = strlen(name.p);
-		rc = dl__wb_lock(st, name, dl_locktab_find(st->tab, name), 0,
+		rc = dl__wb_lock(st, name, dl_locktab_find(st->tab, name),
 				 dl__store_wall_offset());
 	}
 	if (!rc)
-		rc = dl__wb_argv(st, fence, &argc, &argv, &lens);
-	if (!rc && (r = run(x, &rc, 0, argc, argv, lens)) != NULL)
+		rc = dl__wb_argv(st, x->fence, &argc, &argv, &lens);
+	if (!rc && (r = dl__load_run(x, &rc, 0, argc, argv, lens)) != NULL)
 		freeReplyObject(r);
 	dl__wb_reset(&st->wb);
 	return rc;
@@ -753,27 +651,24 @@ static int quarantine(struct load_ctx *x)
 static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 {
 	struct dl_store *st = x->st;
-	struct names nm = {0};
 	uint64_t stored;
 	char fence[24];
 	int rc;
 
 	x->fence = fence;
+	st->token_mark = 0; /* a new connection (store_batch.c) */
 	if ((rc = connect_redis(x)) ||
 	    (rc = take_lead(x, start, fence, sizeof(fence))) ||
-	    (rc = read_token(x, &stored)) || (rc = read_names(x, &nm)) ||
-	    (rc = load_records(x, &nm)) ||
-	    (st->upgrade && (rc = persist_all(x, &nm)))) {
-		names_free(&nm);
+	    (rc = read_token(x, &stored)) || (rc = dl__layout1_find(x)))
 		return rc;
-	}
-	names_free(&nm);
+	if ((rc = x->l1 ? dl__layout1_load(x) : load_buckets(x)) != 0)
+		return rc;
 	dl_locktab_raise_token(
 		st->tab,
 		dl_token_floor(stored > x->max_token ? stored : x->max_token,
 			       unix_ms));
-	if ((rc = quarantine(x)) || (rc = keep_lead(x)) ||
-	    (rc = write_back(x, fence)))
+	if ((rc = quarantine(x)) || (rc = dl__load_keep_lead(x)) ||
+	    (rc = x->l1 ? dl__layout1_migrate(x) : write_back(x)))
 		return rc;
 	/* The async link takes the leadership again with this epoch: kept,
 	 * as nobody else can have written. */
@@ -796,6 +691,7 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, int start, char *err,
 	}
 	rc = load(&x, unix_ms, start);
 	redisFree(x.c);
+	dl__layout1_free(&x);
 	free(x.changed_names.p);
 	free(x.bad_names.p);
 	if (rc) {
@@ -805,12 +701,14 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, int start, char *err,
 	st->synced = 1;
 	st->active = 1;
 	st->st.takeovers++;
-	dl_notice("redis: this daemon is the active one (node %s at %s, epoch %s)",
-		  st->node, st->self_addr, st->fence);
 	dl_notice(
-		"loaded %zu leases and %zu waiters from redis in %llu ms (%zu waits ended while down, %zu unreadable records held); restored leases last their TTL from now; tokens resume after %llu",
+		"redis: this daemon is the active one (node %s at %s, epoch %llu, fence %s)",
+		st->node, st->self_addr, (unsigned long long)st->leader.epoch,
+		st->fence);
+	dl_notice(
+		"loaded %zu leases and %zu waiters from redis in %llu ms (%zu waits ended while down, %zu unreadable records held, %zu foreign fields ignored); restored leases last their TTL from now; tokens resume after %llu",
 		x.leases, x.waiters, (unsigned long long)(dl_mono_ms() - t0),
-		x.dropped, x.unreadable,
+		x.dropped, x.unreadable, x.ignored,
 		(unsigned long long)dl_locktab_last_token(st->tab));
 	return 0;
 }

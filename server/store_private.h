@@ -9,6 +9,7 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
+#include "server/bucket.h"
 #include "server/record.h"
 #include "server/store.h"
 
@@ -35,24 +36,48 @@ struct batch {
 	uint64_t sent_ms; /* monotonic (clock.h), for leadership deadlines */
 };
 
-/* One lock of a write batch: its key and value in wb.text. */
+/* One item of a write batch, its bytes in wb.text. For the apply
+ * function: a lock's write, op 'S' (its record) or 'D' (deleted), in
+ * bucket `bucket`. For the replace function (store_batch.c): 'B' starts
+ * bucket `bucket`, its entry count in v; 'E' is one entry of it (n = the
+ * name, v = the record); 'K' is another key to delete, named by n. */
 struct wlock {
-	size_t koff, klen;
-	size_t voff, vlen;
-	const char *op; /* "S" set, "N" set + add the name, "D" delete */
+	size_t noff, nlen; /* the name, or the key of a 'K' */
+	size_t voff, vlen; /* the record, or the count of a 'B' / 'K' */
+	uint32_t bucket;
+	char op;
 };
 
-/* A batch of writes being built for the apply function (store_batch.c). */
+/* A batch of writes being built for one FCALL (store_batch.c). */
 struct wbatch {
-	struct dl_buf text; /* keys and records, back to back */
+	struct dl_buf text; /* names, records and counts, back to back */
 	struct wlock *locks;
 	size_t nlocks, cap;
+	size_t nentries;   /* of them, lock records ('S', 'E') */
+	size_t nkeys;	   /* of them, Redis keys (all but 'E') */
 	const char **argv; /* the FCALL, built by dl__wb_argv() */
 	size_t *lens;
 	size_t argv_cap;
 	char numkeys[24];
 	char token[24];
-	char plen[24];
+};
+
+/* The table's non-empty locks grouped by bucket (store_batch.c): the
+ * order of a re-sync and of a migration, bucket after bucket. Pointers
+ * into the table: valid until the table next changes. */
+struct bucket_index {
+	const struct dl_lock **v;	    /* by bucket */
+	size_t start[DL_STORE_BUCKETS + 1]; /* bucket b: v[start[b] ..
+					       start[b + 1]) */
+};
+
+/* A re-sync's chunks, formatted ahead (redisFormatCommandArgv) at the
+ * moment the table was read, sent a few at a time (store.c). */
+struct resync {
+	char **cmd; /* the FCALLs; sent ones are freed and NULL */
+	size_t *len;
+	size_t n, cap, next; /* how many, room, the next one to send */
+	size_t inflight;     /* sent, not answered */
 };
 
 /* A subscription to one Sentinel's events (store_find.c). */
@@ -77,7 +102,7 @@ struct dl_store {
 	redisAsyncContext *ac; /* NULL while DOWN */
 	enum link link;
 	int synced;	/* Redis holds the table: skip a re-sync */
-	int upgrade;	/* records may carry 0.1's expiry (store_load.c) */
+	struct resync resync; /* SYNCING: the chunks not yet answered */
 	char fence[24]; /* this link's writer fence (decimal) */
 	uint64_t token_mark; /* the token mark sent on this link (0: none yet;
 				store_batch.c) */
@@ -101,9 +126,14 @@ struct dl_store {
 	struct wbatch wb;  /* scratch: the batch being built */
 	struct dl_buf val; /* scratch: a record */
 	char *token_key;   /* <prefix>token */
-	char *names_key;   /* <prefix>locks */
 	char *fence_key;   /* <prefix>fence */
 	char *leader_key;  /* <prefix>leader */
+	char *rec_keys;	   /* <prefix>rec:0 NUL <prefix>rec:1 NUL ...: the
+			      buckets of layout 2 (dl__rec_key) */
+	uint32_t rec_off[DL_STORE_BUCKETS + 1]; /* bucket b's key at
+						   rec_keys + rec_off[b] */
+	/* Layout 1, read only to migrate from it (store_load.c). */
+	char *names_key;   /* <prefix>locks: its marker */
 	char *lock_prefix; /* <prefix>lock: */
 	size_t lock_prefix_len;
 	struct dl_store_stats st;
@@ -195,8 +225,8 @@ struct lead_reply {
 #define LEAD_ARGC 11
 /* Node id and address of this daemon (config, or derived). */
 void dl__lead_identity(struct dl_store *st);
-/* The FCALL of the leadership function in `mode`, for epoch `mine` (NULL
- * or "" when none); LEAD_ARGC arguments. */
+/* The FCALL of the leadership function in `mode`, for the fence `mine`
+ * ("<epoch>/2"; NULL or "" when none); LEAD_ARGC arguments. */
 int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 		  const char **argv, size_t *lens);
 /* Read its reply (sent at sent_ms) into `out` and st->leader. DL_EPROTO
@@ -205,6 +235,8 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 		   struct lead_reply *out);
 /* Until when a renewal (or take) sent at sent_ms confirms leadership. */
 uint64_t dl__lead_until(const struct dl_store *st, uint64_t sent_ms);
+/* The writer fence of `epoch`: "<epoch>/" DL_STORE_LAYOUT. */
+void dl__fence_format(char *buf, size_t len, uint64_t epoch);
 /* "node N at A (epoch E, lease ends in T ms)" or "nobody". */
 int dl__lead_describe(const struct dl_store *st, char *buf, size_t len);
 
@@ -212,8 +244,14 @@ int dl__lead_describe(const struct dl_store *st, char *buf, size_t len);
 
 /* The Redis function library that applies every write (FUNCTION LOAD). */
 extern const char dl__store_library[];
-#define DL_STORE_APPLY_FN "dlock_apply_v4"
-#define DL_STORE_LEAD_FN  "dlock_lead_v4"
+#define DL_STORE_LIBRARY    "dlock_v5"
+#define DL_STORE_APPLY_FN   "dlock_apply_v5"
+#define DL_STORE_REPLACE_FN "dlock_replace_v5"
+#define DL_STORE_LEAD_FN    "dlock_lead_v5"
+
+/* The store layout this build writes (store.c): its number ends the
+ * writer fence, "<epoch>/2" (store_lead.c says why). */
+#define DL_STORE_LAYOUT "2"
 
 /* How far ahead of the last token issued the stored token mark is set
  * (store_batch.c): a batch writes the mark only when a grant passes it,
@@ -221,19 +259,99 @@ extern const char dl__store_library[];
  * a millisecond's worth of dl_token_floor()'s time floor. */
 #define DL_TOKEN_RESERVE 1000000
 
+/* Bucket b's key, <prefix>rec:<b> (NUL-terminated), and its length. */
+const char *dl__rec_key(const struct dl_store *st, uint32_t b, size_t *len);
+
 void dl__wb_reset(struct wbatch *wb);
 void dl__wb_free(struct wbatch *wb);
-/* Add the write of lock `name` in its present state: a delete when lk is
- * NULL or has neither holders nor waiters, else its record (`add_name`:
- * and its name to the name set). Returns 0 or DL_ENOMEM. */
+/* Add the write of lock `name` in its present state, for the apply
+ * function: a delete when lk is NULL or has neither holders nor waiters,
+ * else its record. A batch names each lock at most once (the functions
+ * group writes by bucket). Returns 0 or DL_ENOMEM. */
 int dl__wb_lock(struct dl_store *st, struct dl_str name,
-		const struct dl_lock *lk, int add_name, int64_t wall_off);
+		const struct dl_lock *lk, int64_t wall_off);
 /* The FCALL of what was added, checked against `fence`; when the table's
  * last token has passed st->token_mark (0 after a link change) it also
  * raises the stored token mark DL_TOKEN_RESERVE past it. The arrays live
  * in st->wb until its next change. */
 int dl__wb_argv(struct dl_store *st, const char *fence, int *argc,
 		const char ***argv, const size_t **lens);
+
+/* The replace function's items: a whole bucket (every entry in the index),
+ * or another key to delete (`key` copied). */
+int dl__wb_bucket(struct dl_store *st, const struct bucket_index *bi,
+		  uint32_t b, int64_t wall_off);
+int dl__wb_key(struct dl_store *st, const char *key, size_t len);
+/* Add whole buckets from *b on until the batch holds
+ * DL_STORE_RESYNC_CHUNK records or every bucket is in; *b moves past
+ * them. */
+int dl__wb_buckets(struct dl_store *st, const struct bucket_index *bi,
+		   uint32_t *b, int64_t wall_off);
+/* The FCALL of the replace function for what was added (dl__wb_argv's
+ * rules for the fence and the token mark). */
+int dl__wb_replace_argv(struct dl_store *st, const char *fence, int *argc,
+			const char ***argv, const size_t **lens);
+
+/* Group the table's locks that have holders or waiters by bucket. 0 or
+ * DL_ENOMEM; free with dl__bucket_index_free(). */
+int dl__bucket_index(struct dl_store *st, struct bucket_index *bi);
+void dl__bucket_index_free(struct bucket_index *bi);
+
+/* ---- store_load.c and store_migrate.c: one attempt of dl_store_load() ---- */
+
+struct layout1; /* store_migrate.c: the names of a Redis of layout 1 */
+
+struct load_ctx {
+	struct dl_store *st;
+	redisContext *c;
+	struct dl_str name; /* the lock being restored */
+	uint32_t bucket;    /* layout 2: its bucket (for the log) */
+	uint64_t now_mono, now_wall;
+	int changed;	    /* the current lock lost items: write it back */
+	int holders;	    /* check pass: H lines seen ... */
+	int holders_shared; /* ... and their mode */
+	size_t leases, waiters, dropped, unreadable, ignored;
+	uint64_t max_token;
+	struct dl_buf changed_names; /* NUL-separated */
+	struct dl_buf bad_names;     /* NUL-separated: to quarantine */
+	char *err;
+	size_t errlen;
+	const char *fence;  /* the one taken */
+	uint64_t lead_sent; /* when the leadership was last confirmed */
+	struct layout1 *l1; /* Redis is in layout 1: its names, to migrate */
+};
+
+/* Say why the attempt fails (into x->err); returns rc. */
+int dl__load_err(struct load_ctx *x, int rc, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* A blocking command; NULL with x->err and *rc set when there is no
+ * usable reply (`fatal_errors`: an error reply other than "not ready" is
+ * a configuration problem, DL_EBADARG; else DL_EUNAVAILABLE). */
+redisReply *dl__load_run(struct load_ctx *x, int *rc, int fatal_errors,
+			 int argc, const char **argv, const size_t *lens);
+/* Renew the leadership if a third of its lease has passed since it was
+ * last confirmed (nothing may be in flight on x->c). */
+int dl__load_keep_lead(struct load_ctx *x);
+/* 1 when dl__load_keep_lead() would renew. */
+int dl__load_lead_due(const struct load_ctx *x);
+/* Restore the record `val` of lock `name` (checks, quarantine, waits
+ * ended: see store_load.c). */
+int dl__load_record(struct load_ctx *x, struct dl_str name,
+		    const redisReply *val);
+/* A record that cannot be read: logged, its lock held after the load. */
+int dl__load_unreadable(struct load_ctx *x, struct dl_str name,
+			const char *text, size_t len, const char *why);
+/* Append name and a NUL. */
+int dl__load_add_name(struct dl_buf *b, struct dl_str name);
+
+/* store_migrate.c. Is Redis in layout 1 (its marker, P locks, exists)?
+ * Then x->l1 is set, and freed by dl__layout1_free(). */
+int dl__layout1_find(struct load_ctx *x);
+/* Restore every lock of layout 1 into the table (names, then MGETs). */
+int dl__layout1_load(struct load_ctx *x);
+/* Write the table into layout 2 and retire layout 1 (before serving). */
+int dl__layout1_migrate(struct load_ctx *x);
+void dl__layout1_free(struct load_ctx *x);
 
 /* unix ms - monotonic ms, to write deadlines that mean something to the
  * next process (record.h). */

@@ -4,6 +4,8 @@
  */
 #include "tests/harness.h"
 
+#include "server/bucket.h"
+
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1076,4 +1078,38 @@ int h_redis_wait(const struct h_redis *r, const char *cmd, const char *needle,
 			return 0;
 		h_sleep_ms(20);
 	}
+}
+
+/* ---- the daemon's keys in Redis ------------------------------------------ */
+
+const char *h_rec_key(const char *name)
+{
+	static char key[64];
+
+	snprintf(key, sizeof(key), "dlock:rec:%u",
+		 (unsigned)dl_store_bucket(name, strlen(name)));
+	return key;
+}
+
+const char *h_rec_cmd(const char *verb, const char *name)
+{
+	static char cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "%s %s %s", verb, h_rec_key(name), name);
+	return cmd;
+}
+
+const char *h_rec_get(const struct h_redis *r, const char *name)
+{
+	return h_redis_cli(r, h_rec_cmd("HGET", name));
+}
+
+void h_rec_plant(const struct h_redis *r, const char *name, const char *text)
+{
+	char cmd[1024];
+
+	snprintf(cmd, sizeof(cmd),
+		 "printf '%s' | redis-cli -h %s -p %d -x HSET %s %s >/dev/null",
+		 text, r->host, r->port, h_rec_key(name), name);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
 }

@@ -228,4 +228,21 @@ uint64_t h_stats_value(struct h_client *c, const char *key);
 int h_redis_wait(const struct h_redis *r, const char *cmd, const char *needle,
 		 int want, int timeout_ms);
 
+/* ---- the daemon's keys in Redis (store layout 2, server/store.c) --------
+ */
+
+/* The bucket of lock `name` under the default prefix, "dlock:rec:<b>"
+ * (server/bucket.h's function; static buffer, valid until the next
+ * call). */
+const char *h_rec_key(const char *name);
+/* "<verb> dlock:rec:<b> <name>": a redis-cli command on the record of lock
+ * `name` -- HGET reads it, HEXISTS tells if there is one, HDEL deletes it
+ * (static buffer, valid until the next call). */
+const char *h_rec_cmd(const char *verb, const char *name);
+/* Its record, as redis-cli prints it ("" and a newline if none). */
+const char *h_rec_get(const struct h_redis *r, const char *name);
+/* Write `text` (printf escapes such as \n, as for printf(1)) as the
+ * record of `name`, bypassing the daemon: redis-cli -x HSET. */
+void h_rec_plant(const struct h_redis *r, const char *name, const char *text);
+
 #endif /* DL_TESTS_HARNESS_H */

@@ -309,31 +309,32 @@ static void redis_set_raw(const char *key, const char *printf_fmt)
 	cr_assert_eq(system(cmd), 0, "%s", cmd);
 }
 
-/* Records the daemon cannot read (a hold count of 0, a key of the wrong
- * type, a token that is not a number) neither stop the start (they used
- * to: exit 5) nor free their locks: each is held by the reserved owner,
- * and logged with its key. */
+/* Records the daemon cannot read (a hold count of 0, a token that is not
+ * a number) neither stop the start (they used to: exit 5) nor free their
+ * locks: each is held by the reserved owner, and logged with its bucket
+ * and name. (Layout 1's record of the wrong type has no equivalent: a
+ * hash's values are strings; see the next test for a bucket that is not
+ * a hash, and test_layout for layout 1's.) */
 Test(faults, unreadable_records_are_held_and_logged_not_fatal)
 {
 	struct h_client *b;
+	char want[80];
 	uint64_t tok;
 	char *l;
 
 	h_redis_start(&r, "always");
-	redis_set_raw("dlock:lock:bad", "dlock1\\nH 5 0 0 1000 bob");
-	redis_set_raw("dlock:lock:good", "dlock1\\nH 7 0 1 60000 carol");
+	h_rec_plant(&r, "bad", "dlock1\\nH 5 0 0 1000 bob");
+	h_rec_plant(&r, "good", "dlock1\\nH 7 0 1 60000 carol");
 	redis_set_raw("dlock:token", "garbage");
-	h_redis_cli(&r, "RPUSH dlock:lock:wrong x");
-	h_redis_cli(&r, "SADD dlock:locks bad good wrong");
 	start_daemon(NULL);
 	b = h_hello(d.port, "bob");
 	expect_held(b, "bad", "dlockd=unreadable", 0);
-	expect_held(b, "wrong", "dlockd=unreadable", 0);
 	expect_held(b, "good", "carol", 7);
 	l = h_call(b, "TRYLOCK bad");
 	cr_assert(starts(l, "NO BUSY bad "), "TRYLOCK bad: \"%s\"", l);
-	cr_assert(h_daemon_log_has(&d, "dlock:lock:bad: record unreadable"));
-	cr_assert(h_daemon_log_has(&d, "dlock:lock:wrong: record unreadable"));
+	snprintf(want, sizeof(want), "%s bad: record unreadable",
+		 h_rec_key("bad"));
+	cr_assert(h_daemon_log_has(&d, want), "the log has no \"%s\"", want);
 	cr_assert(h_daemon_log_has(&d, "not a token"));
 	tok = h_lock(b, "fresh", "ttl=1s");
 	cr_assert_gt(tok, 7);
@@ -341,12 +342,46 @@ Test(faults, unreadable_records_are_held_and_logged_not_fatal)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
-/* dlockd 0.1 wrote records with a Redis expiry (deadline + 60 s); a lease
- * now restored for its TTL from the restart could outlive its key. The
- * first start with fenced writes removes those expiries. */
-Test(faults, first_start_with_fenced_writes_removes_old_redis_expiries)
+/* A bucket that is not a hash was not written by dlockd, and the locks it
+ * should hold are unknown: serving without them could grant one of them
+ * again. The daemon neither exits nor serves; it says which key, waits,
+ * and starts once an operator has removed it. */
+Test(faults, a_bucket_that_is_not_a_hash_is_waited_for_not_served_over)
 {
 	struct h_client *b;
+	char cmd[128];
+
+	h_redis_start(&r, "always");
+	h_rec_plant(&r, "good", "dlock1\\nH 7 0 1 60000 carol");
+	snprintf(cmd, sizeof(cmd), "RPUSH %s x", h_rec_key("wrong"));
+	h_redis_cli(&r, cmd);
+	h_daemon_write_conf(&d, "");
+	h_daemon_start_nowait(&d, "-c", d.conf, "--persist", "redis", "--redis",
+			      r.url, NULL);
+	cr_assert(!h_daemon_listening(&d, 2000),
+		  "dlockd served over a bucket it cannot read");
+	cr_assert(h_daemon_alive(&d), "dlockd exited");
+	snprintf(cmd, sizeof(cmd), "%s is not a hash", h_rec_key("wrong"));
+	cr_assert(h_daemon_log_has(&d, cmd), "the log does not say \"%s\"",
+		  cmd);
+	snprintf(cmd, sizeof(cmd), "DEL %s", h_rec_key("wrong"));
+	h_redis_cli(&r, cmd);
+	cr_assert(h_daemon_listening(&d, 20000),
+		  "dlockd did not start once the key was removed");
+	b = h_hello(d.port, "bob");
+	expect_held(b, "good", "carol", 7);
+	h_close(b);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* dlockd 0.1 wrote records with a Redis expiry (deadline + 60 s); a lease
+ * now restored for its TTL from the restart could outlive its key. Such
+ * records are in layout 1: the migration removes the expiries first, and
+ * the lease lands in its bucket without one. */
+Test(faults, old_redis_expiries_do_not_survive_the_migration)
+{
+	struct h_client *b;
+	char cmd[128];
 
 	h_redis_start(&r, "always");
 	redis_set_raw("dlock:lock:old", "dlock1\\nH 9 0 1 30000 carol");
@@ -355,7 +390,11 @@ Test(faults, first_start_with_fenced_writes_removes_old_redis_expiries)
 	start_daemon(NULL);
 	b = h_hello(d.port, "bob");
 	expect_held(b, "old", "carol", 9);
-	cr_assert_str_eq(h_redis_cli(&r, "PTTL dlock:lock:old"), "-1\n");
+	cr_assert_str_eq(h_redis_cli(&r, "EXISTS dlock:lock:old"), "0\n");
+	cr_assert(strstr(h_rec_get(&r, "old"), "H 9 "), "\"%s\"",
+		  h_rec_get(&r, "old"));
+	snprintf(cmd, sizeof(cmd), "PTTL %s", h_rec_key("old"));
+	cr_assert_str_eq(h_redis_cli(&r, cmd), "-1\n");
 	h_close(b);
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
@@ -420,14 +459,14 @@ Test(faults, late_write_of_an_abandoned_redis_connection_does_not_apply)
 	 * refused (FENCED), or applied over bob's record. */
 	snprintf(want, sizeof(want), "H %llu ", (unsigned long long)tokB);
 	for (i = 0; i < 300; i++) {
-		l = (char *)h_redis_cli(&r, "GET dlock:lock:x");
+		l = (char *)h_rec_get(&r, "x");
 		if (!strstr(l, want) ||
 		    strstr(h_redis_cli(&r, "INFO errorstats"),
 			   "errorstat_FENCED"))
 			break;
 		h_sleep_ms(50);
 	}
-	l = (char *)h_redis_cli(&r, "GET dlock:lock:x");
+	l = (char *)h_rec_get(&r, "x");
 	cr_assert(strstr(l, want) && strstr(l, " bob"),
 		  "bob's record was overwritten by a late write: \"%s\"", l);
 	cr_assert(

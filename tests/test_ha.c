@@ -657,10 +657,11 @@ Test(sentinel, daemon_follows_a_failover)
 		    (unsigned long long)(h_now_ms() - t0));
 	cr_assert(starts(l, "OK GRANTED y "), "\"%s\"", l);
 	expect_held(c, "x", "alice", t);
-	cr_assert(strstr(h_redis_cli(&rq, "ROLE"), "master") ?
-			  h_redis_wait(&rq, "EXISTS dlock:lock:x", "1", 1, 5000)
-			  : h_redis_wait(&rq2, "EXISTS dlock:lock:x", "1", 1,
-					 5000),
+	cr_assert(strstr(h_redis_cli(&rq, "ROLE"), "master")
+			  ? h_redis_wait(&rq, h_rec_cmd("HEXISTS", "x"), "1", 1,
+					 5000)
+			  : h_redis_wait(&rq2, h_rec_cmd("HEXISTS", "x"), "1",
+					 1, 5000),
 		  "the table was re-synced to the new primary");
 	cr_assert(h_daemon_log_has(&a, "re-synced"));
 	h_close(c);

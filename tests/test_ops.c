@@ -121,21 +121,6 @@ static int reap(pid_t pid, int timeout_ms)
 	return -1;
 }
 
-/* SET key value on a redis-server, with a raw RESP request (the value may
- * hold newlines, which redis-cli's argument parsing would not keep). */
-static void redis_set(const struct h_redis *r, const char *key, const char *val)
-{
-	struct h_client *c = h_connect(r->port);
-	char *l;
-
-	cr_assert(h_send_raw(c, "*3\r\n$3\r\nSET\r\n", 13) == 0);
-	dprintf(c->fd, "$%zu\r\n%s\r\n$%zu\r\n%s\r\n", strlen(key), key,
-		strlen(val), val);
-	l = h_line(c);
-	cr_assert(strcmp(l, "+OK") == 0, "SET: %s", l);
-	h_close(c);
-}
-
 Test(ops, ready_only_once_state_is_loaded_and_the_port_listens, .timeout = 60)
 {
 	struct h_redis r;
@@ -150,11 +135,9 @@ Test(ops, ready_only_once_state_is_loaded_and_the_port_listens, .timeout = 60)
 	h_redis_start(&r, "always");
 	/* A lease written by an earlier life of the daemon. */
 	deadline = (uint64_t)time(NULL) * 1000 + 600000;
-	snprintf(rec, sizeof(rec), "dlock1\nH 77 %llu 1 600000 alice",
+	snprintf(rec, sizeof(rec), "dlock1\\nH 77 %llu 1 600000 alice",
 		 (unsigned long long)deadline);
-	redis_set(&r, "dlock:lock:seeded", rec);
-	cr_assert(strstr(h_redis_cli(&r, "SADD dlock:locks seeded"), "1") !=
-		  NULL);
+	h_rec_plant(&r, "seeded", rec);
 	notify_open(&n);
 	snprintf(port, sizeof(port), "%d", h_free_port());
 	snprintf(log, sizeof(log), "%s/dlockd.log", r.dir);

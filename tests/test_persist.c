@@ -15,8 +15,9 @@
  * Key layout read back with redis-cli (server/store.c, server/record.h):
  *   dlock:token        a mark at or above every token issued, at most
  *                      TOKEN_RESERVE above the last (store_batch.c)
- *   dlock:lock:<name>  "dlock1\nH <token> <deadline> <count> <ttl> <owner>
- *                      \nW <ttl> <deadline|inf> <owner>..."
+ *   dlock:rec:<b>      a hash: field <name>, the record "dlock1\nH <token>
+ *                      <deadline> <count> <ttl> <owner>\nW <ttl>
+ *                      <deadline|inf> <owner>..." (h_rec_cmd finds b)
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -110,15 +111,6 @@ static char *call_within(struct h_client *c, int max_ms, const char *req)
 static int starts(const char *s, const char *prefix)
 {
 	return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
-/* The redis key of a lock under the default prefix. */
-static const char *lock_get(const char *name)
-{
-	static char cmd[300];
-
-	snprintf(cmd, sizeof(cmd), "GET dlock:lock:%s", name);
-	return h_redis_cli(&r, cmd);
 }
 
 /* Redis's token mark is at or above `tok`, and reserved no further ahead
@@ -367,8 +359,8 @@ static uint64_t queue_then_crash(uint64_t *restart_ms)
 	h_send(w2, "LOCK L wait=inf");
 	h_expect(w2, "OK QUEUED L 2");
 	/* QUEUED is not a durable reply: wait until Redis has the queue. */
-	cr_assert(h_redis_wait(&r, "GET dlock:lock:L", "inf w2", 1, 5000),
-		  "the queue never reached redis: \"%s\"", lock_get("L"));
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "L"), "inf w2", 1, 5000),
+		  "the queue never reached redis: \"%s\"", h_rec_get(&r, "L"));
 	h_daemon_kill9(&d);
 	h_close(h);
 	h_close(w1);
@@ -504,16 +496,20 @@ Test(persist, tokens_never_go_backwards_after_losing_redis_writes)
 			snprintf(cmd, sizeof(cmd), "SET dlock:token %llu",
 				 (unsigned long long)stored0);
 			cr_assert(strstr(h_redis_cli(&r, cmd), "OK"));
-			snprintf(cmd, sizeof(cmd),
-				 "EVAL \"for _,k in ipairs(redis.call('KEYS', "
-				 "ARGV[1])) do redis.call('DEL', k) end "
-				 "return 1\" 0 'dlock:lock:c%d-*'",
-				 cycle);
+			snprintf(
+				cmd, sizeof(cmd),
+				"EVAL \"for _,k in ipairs(redis.call('KEYS', "
+				"'dlock:rec:*')) do for _,f in ipairs("
+				"redis.call('HKEYS', k)) do if string.find(f, "
+				"ARGV[1], 1, true) == 1 then redis.call('HDEL', "
+				"k, f) end end end return 1\" 0 'c%d-'",
+				cycle);
 			cr_assert(strstr(h_redis_cli(&r, cmd), "1"), "%s",
 				  h_redis_cli(&r, cmd));
-			snprintf(cmd, sizeof(cmd), "EXISTS dlock:lock:c%d-0",
-				 cycle);
-			cr_assert(strstr(h_redis_cli(&r, cmd), "0"));
+			snprintf(cmd, sizeof(cmd), "c%d-0", cycle);
+			cr_assert(strstr(
+				h_redis_cli(&r, h_rec_cmd("HEXISTS", cmd)),
+				"0"));
 		}
 		h_daemon_restart(&d);
 		c = h_hello(d.port, "t");
@@ -661,9 +657,11 @@ Test(persist, redis_killed_fail_closed_then_resumes)
 
 	/* And Redis holds the state after the re-sync. */
 	snprintf(req, sizeof(req), "H %llu ", (unsigned long long)ytok);
-	cr_assert(strstr(lock_get("y"), req), "redis y: \"%s\"", lock_get("y"));
+	cr_assert(strstr(h_rec_get(&r, "y"), req), "redis y: \"%s\"",
+		  h_rec_get(&r, "y"));
 	snprintf(req, sizeof(req), "H %llu ", (unsigned long long)xtok);
-	cr_assert(strstr(lock_get("x"), req), "redis x: \"%s\"", lock_get("x"));
+	cr_assert(strstr(h_rec_get(&r, "x"), req), "redis x: \"%s\"",
+		  h_rec_get(&r, "x"));
 	h_close(a);
 	h_close(b);
 	h_close(m);
@@ -678,9 +676,9 @@ static void resume_redis_without(struct h_client *m, const char *name)
 
 	kill(r.pid, SIGCONT);
 	h_wait_available(m, 1, 10000);
-	snprintf(cmd, sizeof(cmd), "EXISTS dlock:lock:%s", name);
+	snprintf(cmd, sizeof(cmd), "%s", h_rec_cmd("HEXISTS", name));
 	cr_assert(h_redis_wait(&r, cmd, "0", 1, 5000),
-		  "a withdrawn grant is in redis: \"%s\"", lock_get(name));
+		  "a withdrawn grant is in redis: \"%s\"", h_rec_get(&r, name));
 }
 
 /* A hung Redis (SIGSTOP) is noticed by redis_timeout. A grant made just
@@ -827,8 +825,8 @@ Test(persist, release_is_answered_before_redis_has_it_grant_is_not)
 	tb = strtoull(l + strlen("* GRANTED rel "), NULL, 10);
 	cr_assert_gt(tb, ta);
 	snprintf(want, sizeof(want), "\nH %llu ", (unsigned long long)tb);
-	cr_assert(h_redis_wait(&r, "GET dlock:lock:rel", want, 1, 5000),
-		  "record: \"%s\"", lock_get("rel"));
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "rel"), want, 1, 5000),
+		  "record: \"%s\"", h_rec_get(&r, "rel"));
 	h_close(a);
 	h_close(b);
 	stop_clean();
@@ -906,8 +904,8 @@ Test(persist, lock_taken_again_after_a_resync_that_deleted_it_survives_kill9)
 		cr_assert_lt(h_now_ms() - t0, 10000, "redis never came back");
 	}
 	tx2 = h_arg_u64(l, 1);
-	cr_assert(h_redis_wait(&r, "SISMEMBER dlock:locks x", "1", 1, 5000),
-		  "x is held but its name is not in the set");
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HEXISTS", "x"), "1", 1, 5000),
+		  "x is held but has no record in its bucket");
 	h_daemon_kill9(&d);
 	h_daemon_restart(&d);
 	h_close(a);
@@ -936,7 +934,7 @@ Test(persist, durable_release_waits_for_redis)
 			     "\"%s\"", l);
 	kill(r.pid, SIGCONT);
 	h_expect(a, "OK RELEASED rel");
-	cr_assert_str_eq(h_redis_cli(&r, "EXISTS dlock:lock:rel"), "0\n");
+	cr_assert_str_eq(h_redis_cli(&r, h_rec_cmd("HEXISTS", "rel")), "0\n");
 	h_close(a);
 	stop_clean();
 }
@@ -960,13 +958,15 @@ Test(persist, redis_refusing_writes_acknowledges_nothing_until_it_accepts)
 		  "LOCK while redis refuses writes: \"%s\"", l);
 	l = h_call(b, "LOCK other wait=0");
 	cr_assert(starts(l, "ERR UNAVAILABLE"), "LOCK other: \"%s\"", l);
-	cr_assert_str_eq(h_redis_cli(&r, "EXISTS dlock:lock:refused"), "0\n");
+	cr_assert_str_eq(h_redis_cli(&r, h_rec_cmd("HEXISTS", "refused")),
+			 "0\n");
 	cr_assert(strstr(h_redis_cli(&r, "CONFIG SET maxmemory 0"), "OK"));
 	h_wait_available(b, 1, 10000);
 	tok = h_lock(a, "refused", "ttl=60s");
 	snprintf(want, sizeof(want), "H %llu ", (unsigned long long)tok);
-	cr_assert(h_redis_wait(&r, "GET dlock:lock:refused", want, 1, 5000),
-		  "acknowledged but not in redis: \"%s\"", lock_get("refused"));
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "refused"), want, 1, 5000),
+		  "acknowledged but not in redis: \"%s\"",
+		  h_rec_get(&r, "refused"));
 	h_close(a);
 	h_close(b);
 	stop_clean();
@@ -1070,13 +1070,13 @@ Test(persist, redis_keys_are_readable)
 	struct h_client *c, *w;
 	uint64_t tok;
 	const char *out;
-	char want[64];
+	char want[64], pttl[80], *end;
 
 	start("always", NULL);
 	c = h_hello(d.port, "o8");
 	tok = h_lock(c, "rk", "ttl=30s");
 
-	out = lock_get("rk");
+	out = h_rec_get(&r, "rk");
 	cr_assert(starts(out, "dlock1\n"), "record: \"%s\"", out);
 	snprintf(want, sizeof(want), "\nH %llu ", (unsigned long long)tok);
 	cr_assert(strstr(out, want), "record has no \"%s\": \"%s\"", want + 1,
@@ -1084,30 +1084,38 @@ Test(persist, redis_keys_are_readable)
 	cr_assert(strstr(out, " 30000 o8"), "record: \"%s\"", out);
 	assert_mark_covers(tok);
 	/* No expiry in Redis: only the daemon's clock ends a lease. */
-	cr_assert_str_eq(h_redis_cli(&r, "PTTL dlock:lock:rk"), "-1\n");
-	cr_assert_str_eq(h_redis_cli(&r, "SISMEMBER dlock:locks rk"), "1\n");
-	cr_assert_gt(strtoull(h_redis_cli(&r, "GET dlock:fence"), NULL, 10), 0);
+	snprintf(pttl, sizeof(pttl), "PTTL %s", h_rec_key("rk"));
+	cr_assert_str_eq(h_redis_cli(&r, pttl), "-1\n");
+	cr_assert_str_eq(h_redis_cli(&r, h_rec_cmd("HEXISTS", "rk")), "1\n");
+	/* The fence is "<epoch>/2" (store layout 2), and layout 1's name
+	 * set is not written. */
+	out = h_redis_cli(&r, "GET dlock:fence");
+	cr_assert(strtoull(out, &end, 10) > 0 && strcmp(end, "/2\n") == 0,
+		  "fence: \"%s\"", out);
+	cr_assert_str_eq(h_redis_cli(&r, "EXISTS dlock:locks"), "0\n");
 
 	/* A waiter is a W line. */
 	w = h_hello(d.port, "w8");
 	h_send(w, "LOCK rk wait=inf ttl=5s");
 	h_expect(w, "OK QUEUED rk 1");
-	cr_assert(h_redis_wait(&r, "GET dlock:lock:rk", "\nW 5000 inf w8", 1,
-			       5000),
-		  "record: \"%s\"", lock_get("rk"));
-	cr_assert_str_eq(h_redis_cli(&r, "PTTL dlock:lock:rk"), "-1\n");
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "rk"), "\nW 5000 inf w8",
+			       1, 5000),
+		  "record: \"%s\"", h_rec_get(&r, "rk"));
+	cr_assert_str_eq(h_redis_cli(&r, pttl), "-1\n");
 	h_send(w, "CANCEL rk");
 	h_expect(w, "OK CANCELLED rk");
-	cr_assert(h_redis_wait(&r, "GET dlock:lock:rk", "\nW ", 0, 5000),
-		  "record: \"%s\"", lock_get("rk"));
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "rk"), "\nW ", 0, 5000),
+		  "record: \"%s\"", h_rec_get(&r, "rk"));
 
 	h_send(c, "UNLOCK rk %llu", (unsigned long long)tok);
 	h_expect(c, "OK RELEASED rk");
 	/* A release is written lazily, with no further request to carry
 	 * it (release_is_answered_before_redis_has_it). */
-	cr_assert(h_redis_wait(&r, "EXISTS dlock:lock:rk", "0", 1, 5000),
-		  "released, still in redis: \"%s\"", lock_get("rk"));
-	cr_assert_str_eq(h_redis_cli(&r, "SISMEMBER dlock:locks rk"), "0\n");
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HEXISTS", "rk"), "0", 1, 5000),
+		  "released, still in redis: \"%s\"", h_rec_get(&r, "rk"));
+	/* a bucket without locks has no key */
+	snprintf(pttl, sizeof(pttl), "EXISTS %s", h_rec_key("rk"));
+	cr_assert_str_eq(h_redis_cli(&r, pttl), "0\n");
 	assert_mark_covers(tok);
 	h_close(c);
 	h_close(w);
@@ -1222,14 +1230,14 @@ Test(persist, shared_holders_permits_and_queues_survive_kill9)
 	h_send(p3, "LOCK pool limit=2 ttl=30s");
 	h_expect(p3, "OK QUEUED pool 1");
 	/* queue changes are written lazily: wait until Redis has them */
-	cr_assert(h_redis_wait(&r, "GET dlock:lock:rw", " s r3", 1, 5000),
-		  "record: \"%s\"", lock_get("rw"));
-	cr_assert(h_redis_wait(&r, "GET dlock:lock:pool", "\nW ", 1, 5000),
-		  "record: \"%s\"", lock_get("pool"));
-	cr_assert(starts(lock_get("rw"), "dlock2 limit=1\nH "), "\"%s\"",
-		  lock_get("rw"));
-	cr_assert(starts(lock_get("pool"), "dlock2 limit=2\nH "), "\"%s\"",
-		  lock_get("pool"));
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "rw"), " s r3", 1, 5000),
+		  "record: \"%s\"", h_rec_get(&r, "rw"));
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "pool"), "\nW ", 1, 5000),
+		  "record: \"%s\"", h_rec_get(&r, "pool"));
+	cr_assert(starts(h_rec_get(&r, "rw"), "dlock2 limit=1\nH "), "\"%s\"",
+		  h_rec_get(&r, "rw"));
+	cr_assert(starts(h_rec_get(&r, "pool"), "dlock2 limit=2\nH "), "\"%s\"",
+		  h_rec_get(&r, "pool"));
 	h_daemon_kill9(&d);
 	h_close(r1);
 	h_close(r2);
@@ -1295,15 +1303,10 @@ Test(persist, a_version_1_record_is_kept_and_rewritten_as_version_2)
 {
 	struct h_client *carol, *s;
 	uint64_t ts;
-	char cmd[256], *l;
+	char *l;
 
 	h_redis_start(&r, "always");
-	snprintf(cmd, sizeof(cmd),
-		 "printf 'dlock1\\nH 9 0 1 30000 carol' | redis-cli -h %s -p "
-		 "%d -x SET dlock:lock:old >/dev/null",
-		 r.host, r.port);
-	cr_assert_eq(system(cmd), 0, "%s", cmd);
-	h_redis_cli(&r, "SADD dlock:locks old");
+	h_rec_plant(&r, "old", "dlock1\\nH 9 0 1 30000 carol");
 	h_daemon_write_conf(&d, "");
 	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis", r.url,
 		       NULL);
@@ -1319,11 +1322,11 @@ Test(persist, a_version_1_record_is_kept_and_rewritten_as_version_2)
 	l = h_expect_prefix(s, "* GRANTED old ");
 	ts = h_arg_u64(l, 1);
 	cr_assert_gt(ts, 9);
-	cr_assert(h_redis_wait(&r, "GET dlock:lock:old", "dlock2 limit=1\nH ",
-			       1, 5000),
-		  "record: \"%s\"", lock_get("old"));
-	cr_assert(strstr(lock_get("old"), " 30000 s s") != NULL, "\"%s\"",
-		  lock_get("old"));
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "old"),
+			       "dlock2 limit=1\nH ", 1, 5000),
+		  "record: \"%s\"", h_rec_get(&r, "old"));
+	cr_assert(strstr(h_rec_get(&r, "old"), " 30000 s s") != NULL, "\"%s\"",
+		  h_rec_get(&r, "old"));
 	h_close(carol);
 	h_close(s);
 	stop_clean();

@@ -6,6 +6,7 @@
 #include <criterion/new/assert.h>
 #include <string.h>
 
+#include "server/bucket.h"
 #include "server/locktab.h"
 #include "server/record.h"
 
@@ -262,4 +263,18 @@ Test(record, version_1_reads_as_exclusive_with_limit_1)
 	cr_assert(eq(int, x.it[0].shared, 0));
 	cr_assert(eq(int, x.it[1].shared, 0));
 	cr_assert(strcmp(x.tags[0], "t") == 0);
+}
+
+/* Where a record lives in store layout 2 is part of the format: the
+ * published FNV-1a 32 vectors, and the bucket is the hash mod 1024 (a
+ * change here would strand every stored record in a bucket the loader
+ * does not read it from). */
+Test(record, a_names_bucket_is_fnv1a_32_of_its_bytes_mod_1024)
+{
+	cr_assert(eq(u32, dl_fnv1a32("", 0), 0x811c9dc5u));
+	cr_assert(eq(u32, dl_fnv1a32("a", 1), 0xe40c292cu));
+	cr_assert(eq(u32, dl_fnv1a32("foobar", 6), 0xbf9cf968u));
+	cr_assert(eq(u32, dl_store_bucket("a", 1), 0xe40c292cu % 1024));
+	cr_assert(eq(u32, dl_store_bucket("foobar", 6), 0xbf9cf968u % 1024));
+	cr_assert(eq(u32, DL_STORE_BUCKETS, 1024));
 }

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fcall.c -- what the fence costs in Redis: the same batches of lock
- * changes applied by dlockd's function (FCALL dlock_apply_v4: the writer
- * fence checked, then the records and the name set) and by the MULTI/EXEC
- * transaction of the same writes that dlockd sent before it had a fence
- * (SET/DEL of each record, SADD/SREM of its name, SET of the token), one
+ * changes applied by dlockd's function (FCALL dlock_apply_v5: the writer
+ * fence checked, then the records, fields of their bucket hashes in store
+ * layout 2) and by the MULTI/EXEC transaction of the same writes without
+ * a fence (HSET/HDEL of each record in its bucket, SET of the token), one
  * after the other against one redis-server, in one run.
  *
  *   fcall <port> <locks per batch> <seconds> <reps>
@@ -13,13 +13,15 @@
  * when due (once per DL_TOKEN_RESERVE grants, so not in a run), and with
  * a token in every batch (GET and SET of the token key, what version 3
  * of the function did), to show what reserving the mark ahead saves.
+ * Lock names are L0, L1, ...; their buckets are server/bucket.h's, so a
+ * batch shares buckets as dlockd's would.
  *
  * The function library must be loaded (run.sh lets a dlockd load it). A
  * batch is one round trip either way (a pipeline of MULTI, the writes and
  * EXEC, or one FCALL); DL_DEPTH batches are kept in flight, as dlockd
  * overlaps the batches of successive loop iterations. Locks alternate
- * between grant (record set, name added) and release (record and name
- * removed), the two kinds of change a lock sees most.
+ * between grant (record set) and release (record deleted), the two kinds
+ * of change a lock sees most.
  *
  * Reported per method: batches/s, lock changes/s, and the Redis main
  * thread's CPU (INFO cpu: used_cpu_sys + used_cpu_user) per lock change,
@@ -31,8 +33,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/bucket.h"
+
 #define DL_DEPTH   4
-#define MAX_LOCKS  200
+#define MAX_LOCKS  10000
 #define RECORD_LEN 80
 
 enum method { FCALL, FCALL_TOK, MULTI, NMETHODS };
@@ -41,7 +45,7 @@ static const char *const method_name[] = {"fcall", "fcall_tok", "multi"};
 
 static redisContext *c;
 static int nlocks;
-static char keys[MAX_LOCKS][32];
+static char keys[MAX_LOCKS][32]; /* each lock's bucket */
 static char names[MAX_LOCKS][16];
 static char record[RECORD_LEN + 1];
 static unsigned long long token = 1000000000000000000ULL;
@@ -85,22 +89,21 @@ static double redis_cpu(void)
 /* Queue batch number `b` (its changes: grant on even b, release on odd). */
 static void append_batch(enum method m, unsigned long long b)
 {
-	const char *argv[9 + 3 * MAX_LOCKS];
-	size_t lens[9 + 3 * MAX_LOCKS];
+	static const char *argv[6 + 4 * MAX_LOCKS];
+	static size_t lens[6 + 4 * MAX_LOCKS];
 	char nk[16], tok[24];
 	int i, k = 0, grant = (b % 2) == 0;
 
 	token++;
 	snprintf(tok, sizeof(tok), "%llu", token);
 	if (m == FCALL || m == FCALL_TOK) {
-		snprintf(nk, sizeof(nk), "%d", 3 + nlocks);
+		snprintf(nk, sizeof(nk), "%d", 2 + nlocks);
 #define ARG(s, n) (argv[k] = (s), lens[k] = (n), k++)
 		ARG("FCALL", 5);
-		ARG("dlock_apply_v4", 14);
+		ARG("dlock_apply_v5", 14);
 		ARG(nk, strlen(nk));
 		ARG("bench:fence", 11);
 		ARG("bench:token", 11);
-		ARG("bench:locks", 11);
 		for (i = 0; i < nlocks; i++)
 			ARG(keys[i], strlen(keys[i]));
 		ARG("1", 1);
@@ -108,9 +111,9 @@ static void append_batch(enum method m, unsigned long long b)
 			ARG(tok, strlen(tok));
 		else
 			ARG("", 0);
-		ARG("11", 2); /* strlen("bench:lock:") */
 		for (i = 0; i < nlocks; i++) {
-			ARG(grant ? "N" : "D", 1);
+			ARG(grant ? "S" : "D", 1);
+			ARG(names[i], strlen(names[i]));
 			ARG(grant ? record : "", grant ? RECORD_LEN : 0);
 		}
 		redisAppendCommandArgv(c, k, argv, lens);
@@ -118,14 +121,12 @@ static void append_batch(enum method m, unsigned long long b)
 	}
 	redisAppendCommand(c, "MULTI");
 	for (i = 0; i < nlocks; i++) {
-		if (grant) {
-			redisAppendCommand(c, "SET %s %b", keys[i], record,
+		if (grant)
+			redisAppendCommand(c, "HSET %s %s %b", keys[i],
+					   names[i], record,
 					   (size_t)RECORD_LEN);
-			redisAppendCommand(c, "SADD bench:locks %s", names[i]);
-		} else {
-			redisAppendCommand(c, "DEL %s", keys[i]);
-			redisAppendCommand(c, "SREM bench:locks %s", names[i]);
-		}
+		else
+			redisAppendCommand(c, "HDEL %s %s", keys[i], names[i]);
 	}
 	redisAppendCommand(c, "SET bench:token %s", tok);
 	redisAppendCommand(c, "EXEC");
@@ -135,7 +136,7 @@ static void append_batch(enum method m, unsigned long long b)
 static void read_batch(enum method m)
 {
 	redisReply *r;
-	int i, n = m == MULTI ? 2 * nlocks + 3 : 1;
+	int i, n = m == MULTI ? nlocks + 3 : 1;
 
 	for (i = 0; i < n; i++) {
 		if (redisGetReply(c, (void **)&r) != REDIS_OK)
@@ -214,7 +215,8 @@ int main(int argc, char **argv)
 	}
 	for (i = 0; i < nlocks; i++) {
 		snprintf(names[i], sizeof(names[i]), "L%d", i);
-		snprintf(keys[i], sizeof(keys[i]), "bench:lock:L%d", i);
+		snprintf(keys[i], sizeof(keys[i]), "bench:rec:%u",
+			 (unsigned)dl_store_bucket(names[i], strlen(names[i])));
 	}
 	memset(record, 'x', RECORD_LEN);
 	r = redisCommand(c, "SET bench:fence 1");

@@ -621,11 +621,11 @@ report() {
 			"$(med pm $c stat_store_latency_us_avg)"
 	done
 	echo "The fence's cost in Redis (tests/bench/fcall: the same batches of lock"
-	echo "changes, grants and releases alternating, applied by FCALL dlock_apply_v4"
-	echo "-- fence checked, records, name set; the token mark only when due, as"
+	echo "changes, grants and releases alternating, applied by FCALL dlock_apply_v5"
+	echo "-- fence checked, records HSET/HDEL in their buckets; the token mark only when due, as"
 	echo "dlockd sends it -- by the same function given a token in every batch"
 	echo "(GET + SET of the token key: what version 3 did), and by MULTI, the same"
-	echo "SET/DEL + SADD/SREM + SET token, EXEC; each one round trip per batch, 4"
+	echo "HSET/HDEL + SET token, EXEC; each one round trip per batch, 4"
 	echo "batches in flight; Redis appendfsync always; CPU = Redis main thread,"
 	echo "INFO cpu, per lock change; medians of $REPS runs of ${DURATION} s):"
 	printf '  %-9s %11s %11s %11s %10s %10s %10s %7s %7s\n' "locks/bat" \
