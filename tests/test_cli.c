@@ -615,7 +615,10 @@ Test(cli, run_forwards_sigterm_then_releases_the_lock)
 		  "%s", c->line);
 
 	/* a signal the command does not catch: 128 + N */
-	h_call(c, "UNLOCK fwd %" PRIu64, h_arg_u64(c->line, 1));
+	cr_assert(STR_EQ(h_call(c, "UNLOCK fwd %" PRIu64,
+				h_arg_u64(c->line, 1)),
+			 "OK RELEASED fwd"),
+		  "%s", c->line);
 	unlink(in_dir("ready"));
 	snprintf(script, sizeof(script),
 		 "echo ready > %s; while :; do sleep 0.05; done",
