@@ -166,6 +166,12 @@ static void proc_startv(struct proc *p, va_list ap)
 	/* only 0, 1, 2: what the command sees beyond them is dlock's */
 	for (fd = 3; fd < 1024; fd++)
 		close(fd);
+	/* dlock as a shell starts it: a test run under nohup (SIGHUP
+	 * ignored, which dlock rightly keeps ignored) must not change what
+	 * the signal tests see */
+	signal(SIGHUP, SIG_DFL);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGQUIT, SIG_DFL);
 	execv(argv[0], (char *const *)argv);
 	_exit(126);
 }
