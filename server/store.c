@@ -828,6 +828,15 @@ static int resync_start(struct dl_store *st)
 	while (!r && b < DL_STORE_BUCKETS) {
 		dl__wb_reset(&st->wb);
 		r = dl__wb_buckets(st, &bi, &b, off);
+		/* The last call, once every bucket holds the table, also
+		 * deletes layout 1's name set: it can only be stale here (a
+		 * Redis restored from an AOF older than the migration), and
+		 * left in place it would make the next start migrate that
+		 * stale layout 1 over the buckets, dropping leases granted
+		 * since (found from outside). */
+		if (!r && b == DL_STORE_BUCKETS)
+			r = dl__wb_key(st, st->names_key,
+				       strlen(st->names_key));
 		if (!r)
 			r = dl__wb_replace_argv(st, st->fence, &argc, &argv,
 						&lens);

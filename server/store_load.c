@@ -645,7 +645,17 @@ static int quarantine(struct load_ctx *x)
 		rc = dl_locktab_quarantine(x->st->tab, name, (uint32_t)ttl,
 					   dl_mono_ms() + ttl);
 	}
-	return rc;
+	/* Not holding it would free a lock somebody may hold: the start
+	 * fails, saying why (it used to fail with no message at all). */
+	if (rc == DL_ELIMIT)
+		return dl__load_err(
+			x, DL_EBADARG,
+			"cannot hold the lock %.*s, whose record is unreadable: no fencing token is left (a stored token is at the maximum, %llu); remove that record or the one with the largest token",
+			(int)name.len, name.p, (unsigned long long)UINT64_MAX);
+	if (rc)
+		return dl__load_err(x, rc, "cannot hold the lock %.*s: %s",
+				    (int)name.len, name.p, dl_strerror(rc));
+	return 0;
 }
 
 static int load(struct load_ctx *x, uint64_t unix_ms, int start)
