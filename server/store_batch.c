@@ -426,54 +426,57 @@ static void token_arg(struct dl_store *st, const char **a, size_t *l)
 	}
 }
 
-/* FCALL fn numkeys fence-key token-key: the head both functions share. */
-static size_t wb_head(struct dl_store *st, const char *fn, size_t nkeys)
+/* The part both functions share: FCALL fn numkeys, the fence and token
+ * keys, the key of every item but an 'E' (a bucket, or a 'K'; a bucket
+ * repeats when two locks share it), the fence and the token mark. `room`:
+ * the arguments the caller adds after them. Returns the arguments written
+ * (wb->argv), or 0 when out of memory. */
+static size_t wb_head(struct dl_store *st, const char *fn, size_t nkeys,
+		      const char *fence, size_t room)
 {
 	struct wbatch *wb = &st->wb;
-	const char **a = wb->argv;
-	size_t *l = wb->lens, k = 0;
+	const struct wlock *w;
+	const char **a;
+	size_t *l, k = 0, i;
 
+	if (wb_room(wb, 7 + wb->nlocks + room))
+		return 0;
+	a = wb->argv;
+	l = wb->lens;
 #define ARG(p, len) (a[k] = (p), l[k] = (len), k++)
 	ARG("FCALL", 5);
 	ARG(fn, strlen(fn));
 	ARG(wb->numkeys, dl_u64_to_dec(2 + nkeys, wb->numkeys));
 	ARG(st->fence_key, strlen(st->fence_key));
 	ARG(st->token_key, strlen(st->token_key));
-#undef ARG
-	return k;
-}
-
-/* The key of item w (a bucket, or a 'K'). */
-static void item_key(const struct dl_store *st, const struct wlock *w,
-		     const char **a, size_t *l)
-{
-	if (w->op == 'K') {
-		*a = st->wb.text.p + w->noff;
-		*l = w->nlen;
-	} else {
-		*a = dl__rec_key(st, w->bucket, l);
+	for (i = 0; i < wb->nlocks; i++) {
+		w = &wb->locks[i];
+		if (w->op == 'K') {
+			ARG(wb->text.p + w->noff, w->nlen);
+		} else if (w->op != 'E') {
+			a[k] = dl__rec_key(st, w->bucket, &l[k]);
+			k++;
+		}
 	}
+	ARG(fence, strlen(fence));
+#undef ARG
+	token_arg(st, &a[k], &l[k]);
+	return k + 1;
 }
 
 int dl__wb_argv(struct dl_store *st, const char *fence, int *argc,
 		const char ***argv, const size_t **lens)
 {
 	struct wbatch *wb = &st->wb;
-	size_t i, k;
+	size_t i, k = wb_head(st, DL_STORE_APPLY_FN, wb->nlocks, fence,
+			      3 * wb->nlocks);
 	const char **a;
 	size_t *l;
 
-	if (wb_room(wb, 7 + 4 * wb->nlocks))
+	if (!k)
 		return DL_ENOMEM;
-	a = wb->argv;
+	a = wb->argv; /* wb_head may have moved it */
 	l = wb->lens;
-	k = wb_head(st, DL_STORE_APPLY_FN, wb->nlocks);
-	for (i = 0; i < wb->nlocks; i++, k++)
-		item_key(st, &wb->locks[i], &a[k], &l[k]);
-	a[k] = fence;
-	l[k++] = strlen(fence);
-	token_arg(st, &a[k], &l[k]);
-	k++;
 	for (i = 0; i < wb->nlocks; i++) {
 		const struct wlock *w = &wb->locks[i];
 
@@ -494,24 +497,15 @@ int dl__wb_replace_argv(struct dl_store *st, const char *fence, int *argc,
 			const char ***argv, const size_t **lens)
 {
 	struct wbatch *wb = &st->wb;
-	size_t i, k;
+	size_t i, k = wb_head(st, DL_STORE_REPLACE_FN, wb->nkeys, fence,
+			      2 * wb->nlocks);
 	const char **a;
 	size_t *l;
 
-	if (wb_room(wb, 7 + 3 * wb->nlocks))
+	if (!k)
 		return DL_ENOMEM;
-	a = wb->argv;
+	a = wb->argv; /* wb_head may have moved it */
 	l = wb->lens;
-	k = wb_head(st, DL_STORE_REPLACE_FN, wb->nkeys);
-	for (i = 0; i < wb->nlocks; i++)
-		if (wb->locks[i].op != 'E') {
-			item_key(st, &wb->locks[i], &a[k], &l[k]);
-			k++;
-		}
-	a[k] = fence;
-	l[k++] = strlen(fence);
-	token_arg(st, &a[k], &l[k]);
-	k++;
 	for (i = 0; i < wb->nlocks; i++) {
 		const struct wlock *w = &wb->locks[i];
 

@@ -59,9 +59,23 @@
 /* Bytes of an unreadable record shown in the log. */
 #define SHOW_MAX 160
 
-/* How many records ahead of the restore the lock table's buckets are
- * prefetched (read_bucket). */
-#define LOAD_PREFETCH 16
+void dl__load_prefetch(const struct load_ctx *x, struct dl_str far,
+		       struct dl_str near)
+{
+	/* Two cache misses per new lock, overlapped (locktab.h). */
+	if (far.len)
+		dl_locktab_prefetch(x->st->tab, far, 0);
+	if (near.len)
+		dl_locktab_prefetch(x->st->tab, near, 1);
+}
+
+/* Field j of an HGETALL reply of n elements, if it is one. */
+static struct dl_str field_at(redisReply *const *e, size_t n, size_t j)
+{
+	return j < n && e[j]->type == REDIS_REPLY_STRING
+		       ? (struct dl_str){e[j]->str, e[j]->len}
+		       : DL_STR_NULL;
+}
 
 int dl__load_err(struct load_ctx *x, int rc, const char *fmt, ...)
 {
@@ -541,21 +555,9 @@ static int read_bucket(struct load_ctx *x, uint32_t b)
 	e = v->element;
 	n = rc ? 0 : v->elements;
 	for (i = 0; i < n && !rc; i += 2) {
-		/* Two cache misses per new lock, overlapped (locktab.h). */
-		if (i + 2 * LOAD_PREFETCH < n &&
-		    e[i + 2 * LOAD_PREFETCH]->type == REDIS_REPLY_STRING)
-			dl_locktab_prefetch(
-				x->st->tab,
-				(struct dl_str){e[i + 2 * LOAD_PREFETCH]->str,
-						e[i + 2 * LOAD_PREFETCH]->len},
-				0);
-		if (i + LOAD_PREFETCH < n &&
-		    e[i + LOAD_PREFETCH]->type == REDIS_REPLY_STRING)
-			dl_locktab_prefetch(
-				x->st->tab,
-				(struct dl_str){e[i + LOAD_PREFETCH]->str,
-						e[i + LOAD_PREFETCH]->len},
-				1);
+		/* fields and values alternate: a record is 2 elements */
+		dl__load_prefetch(x, field_at(e, n, i + 2 * DL__LOAD_PREFETCH),
+				  field_at(e, n, i + DL__LOAD_PREFETCH));
 		if (e[i]->type != REDIS_REPLY_STRING ||
 		    foreign_field(x, b, (struct dl_str){e[i]->str, e[i]->len}))
 			continue;

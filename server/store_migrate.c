@@ -61,10 +61,6 @@
 #include "server/log.h"
 #include "server/store_private.h"
 
-/* How many names ahead of the restore the lock table's buckets are
- * prefetched (read_mget). */
-#define LOAD_PREFETCH 16
-
 #define RUN(x, rc, ...) run_v((x), (rc), (const char *[]){__VA_ARGS__, NULL})
 
 /* dl__load_run() with NUL-terminated string arguments. */
@@ -242,14 +238,14 @@ static int read_mget(struct load_ctx *x, const struct layout1 *nm, size_t from,
 	x->now_mono = dl_mono_ms(); /* R, for the records just read */
 	x->now_wall = dl_wall_ms();
 	for (i = 0; i < k && !rc; i++) {
-		/* Two cache misses per new lock, overlapped (locktab.h). */
-		if (i + LOAD_PREFETCH < k)
-			dl_locktab_prefetch(x->st->tab,
-					    nm->v[from + i + LOAD_PREFETCH], 0);
-		if (i + LOAD_PREFETCH / 2 < k)
-			dl_locktab_prefetch(x->st->tab,
-					    nm->v[from + i + LOAD_PREFETCH / 2],
-					    1);
+		dl__load_prefetch(
+			x,
+			i + DL__LOAD_PREFETCH < k
+				? nm->v[from + i + DL__LOAD_PREFETCH]
+				: DL_STR_NULL,
+			i + DL__LOAD_PREFETCH / 2 < k
+				? nm->v[from + i + DL__LOAD_PREFETCH / 2]
+				: DL_STR_NULL);
 		rc = load_key1(x, nm->v[from + i], v->element[i]);
 	}
 	freeReplyObject(v);

@@ -334,6 +334,13 @@ redisReply *dl__load_run(struct load_ctx *x, int *rc, int fatal_errors,
 int dl__load_keep_lead(struct load_ctx *x);
 /* 1 when dl__load_keep_lead() would renew. */
 int dl__load_lead_due(const struct load_ctx *x);
+/* A loader restores names it knows ahead: the lock table's bucket of the
+ * name DL__LOAD_PREFETCH records ahead is prefetched, and the first node
+ * of the one half as far (dl_locktab_prefetch). Either name may be
+ * DL_STR_NULL (past the end, or not a name). */
+#define DL__LOAD_PREFETCH 16
+void dl__load_prefetch(const struct load_ctx *x, struct dl_str far,
+		       struct dl_str near);
 /* Restore the record `val` of lock `name` (checks, quarantine, waits
  * ended: see store_load.c). */
 int dl__load_record(struct load_ctx *x, struct dl_str name,

@@ -614,6 +614,19 @@ void h_daemon_write_conf(struct h_daemon *d, const char *text)
 	fclose(f);
 }
 
+void h_daemon_start_redis(struct h_daemon *d, const struct h_redis *r,
+			  const char *conf)
+{
+	h_daemon_write_conf(d, conf ? conf : "");
+	h_daemon_start(d, "-c", d->conf, "--persist", "redis", "--redis",
+		       r->url, NULL);
+}
+
+int h_starts(const char *s, const char *prefix)
+{
+	return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
 int h_daemon_log_has(const struct h_daemon *d, const char *needle)
 {
 	char buf[1 << 16];

@@ -123,6 +123,10 @@ int h_daemon_wait(struct h_daemon *d, int timeout_ms);
 void h_daemon_cleanup(struct h_daemon *d);
 /* Write text to d->conf (the test passes "-c", d->conf itself). */
 void h_daemon_write_conf(struct h_daemon *d, const char *text);
+/* Start d with the config text `conf` (NULL: none) and --persist redis
+ * on r, which runs. */
+void h_daemon_start_redis(struct h_daemon *d, const struct h_redis *r,
+			  const char *conf);
 /* 1 if the daemon's log contains `needle`. */
 int h_daemon_log_has(const struct h_daemon *d, const char *needle);
 
@@ -169,6 +173,8 @@ char *h_line(struct h_client *c);
 /* Next line must equal the formatted text. */
 void h_expect(struct h_client *c, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* s begins with prefix. */
+int h_starts(const char *s, const char *prefix);
 /* Next line must start with the formatted text; returns the line. */
 char *h_expect_prefix(struct h_client *c, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

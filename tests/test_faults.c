@@ -52,18 +52,6 @@ TestSuite(faults, .fini = fini, .timeout = 180);
 
 /* ---- helpers ------------------------------------------------------------- */
 
-static int starts(const char *s, const char *prefix)
-{
-	return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
-static void start_daemon(const char *conf)
-{
-	h_daemon_write_conf(&d, conf ? conf : "");
-	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis", r.url,
-		       NULL);
-}
-
 /* STATUS name: held by owner with token (0: any), or free. */
 static void expect_held(struct h_client *c, const char *name, const char *owner,
 			uint64_t token)
@@ -88,7 +76,7 @@ Test(faults, restart_that_waits_for_redis_keeps_each_lease_its_ttl)
 	char *l;
 
 	h_redis_start(&r, "always");
-	start_daemon("[persistence]\nredis_timeout = 1s\n");
+	h_daemon_start_redis(&d, &r, "[persistence]\nredis_timeout = 1s\n");
 	a = h_hello(d.port, "alice");
 	tok = h_lock(a, "x", "ttl=4s");
 	h_daemon_kill9(&d);
@@ -103,7 +91,8 @@ Test(faults, restart_that_waits_for_redis_keeps_each_lease_its_ttl)
 	cr_assert(h_daemon_listening(&d, 15000), "dlockd did not start");
 	b = h_hello(d.port, "bob");
 	l = h_call(b, "TRYLOCK x");
-	cr_assert(starts(l, "NO BUSY x "), "alice's lease was lost: \"%s\"", l);
+	cr_assert(h_starts(l, "NO BUSY x "), "alice's lease was lost: \"%s\"",
+		  l);
 	expect_held(b, "x", "alice", tok);
 	freed = h_wait_free(b, "x", 4000 + LATE_MS * 2);
 	cr_assert_geq(freed - back, 4000 - EARLY_MS,
@@ -145,7 +134,7 @@ static void clock_step(const char *offset)
 	if (access(FAKETIME_LIB, R_OK) != 0)
 		cr_skip_test("libfaketime is not installed (%s)", FAKETIME_LIB);
 	h_redis_start(&r, "always");
-	start_daemon(NULL);
+	h_daemon_start_redis(&d, &r, NULL);
 	a = h_hello(d.port, "alice");
 	tok = h_lock(a, "x", "ttl=3s");
 	h_daemon_kill9(&d);
@@ -154,7 +143,7 @@ static void clock_step(const char *offset)
 	restart_with_clock(offset);
 	b = h_hello(d.port, "bob");
 	l = h_call(b, "TRYLOCK x");
-	cr_assert(starts(l, "NO BUSY x "),
+	cr_assert(h_starts(l, "NO BUSY x "),
 		  "clock %s: alice's lease lost: "
 		  "\"%s\"",
 		  offset, l);
@@ -217,10 +206,10 @@ Test(faults, lease_counts_from_when_its_request_was_read)
 	h_send(a, "LOCK x ttl=150");
 	h_expect(a, "OK PONG");
 	l = h_line(a);
-	cr_assert(starts(l, "OK GRANTED x "), "LOCK x: \"%s\"", l);
+	cr_assert(h_starts(l, "OK GRANTED x "), "LOCK x: \"%s\"", l);
 	l = h_read(a, 5000);
 	expired = h_now_ms();
-	cr_assert(l && starts(l, "* EXPIRED x "), "no EXPIRED: \"%s\"",
+	cr_assert(l && h_starts(l, "* EXPIRED x "), "no EXPIRED: \"%s\"",
 		  l ? l : "");
 	cr_assert_geq(
 		expired - sent, 150,
@@ -263,7 +252,7 @@ Test(faults, redis_loading_is_waited_for_at_start_and_while_serving)
 	char *l;
 
 	h_redis_start(&r, "always");
-	start_daemon("[persistence]\nredis_timeout = 1s\n");
+	h_daemon_start_redis(&d, &r, "[persistence]\nredis_timeout = 1s\n");
 	a = h_hello(d.port, "alice");
 	tok = h_lock(a, "x", "ttl=120s");
 	h_daemon_kill9(&d);
@@ -286,7 +275,8 @@ Test(faults, redis_loading_is_waited_for_at_start_and_while_serving)
 	/* Redis restarts and loads while the daemon serves. */
 	redis_restart_loading();
 	l = h_call(b, "LOCK y wait=0");
-	cr_assert(starts(l, "ERR UNAVAILABLE") || starts(l, "OK GRANTED y "),
+	cr_assert(h_starts(l, "ERR UNAVAILABLE") ||
+			  h_starts(l, "OK GRANTED y "),
 		  "LOCK y while redis loads: \"%s\"", l);
 	h_close(b);
 	b = NULL;
@@ -326,12 +316,12 @@ Test(faults, unreadable_records_are_held_and_logged_not_fatal)
 	h_rec_plant(&r, "bad", "dlock1\\nH 5 0 0 1000 bob");
 	h_rec_plant(&r, "good", "dlock1\\nH 7 0 1 60000 carol");
 	redis_set_raw("dlock:token", "garbage");
-	start_daemon(NULL);
+	h_daemon_start_redis(&d, &r, NULL);
 	b = h_hello(d.port, "bob");
 	expect_held(b, "bad", "dlockd=unreadable", 0);
 	expect_held(b, "good", "carol", 7);
 	l = h_call(b, "TRYLOCK bad");
-	cr_assert(starts(l, "NO BUSY bad "), "TRYLOCK bad: \"%s\"", l);
+	cr_assert(h_starts(l, "NO BUSY bad "), "TRYLOCK bad: \"%s\"", l);
 	snprintf(want, sizeof(want), "%s bad: record unreadable",
 		 h_rec_key("bad"));
 	cr_assert(h_daemon_log_has(&d, want), "the log has no \"%s\"", want);
@@ -387,7 +377,7 @@ Test(faults, old_redis_expiries_do_not_survive_the_migration)
 	redis_set_raw("dlock:lock:old", "dlock1\\nH 9 0 1 30000 carol");
 	h_redis_cli(&r, "PEXPIRE dlock:lock:old 60000");
 	h_redis_cli(&r, "SADD dlock:locks old");
-	start_daemon(NULL);
+	h_daemon_start_redis(&d, &r, NULL);
 	b = h_hello(d.port, "bob");
 	expect_held(b, "old", "carol", 9);
 	cr_assert_str_eq(h_redis_cli(&r, "EXISTS dlock:lock:old"), "0\n");
@@ -436,7 +426,7 @@ Test(faults, late_write_of_an_abandoned_redis_connection_does_not_apply)
 		cr_skip_test("needs root, ip(8) and nft(8)");
 	h_net_up(&net);
 	h_redis_start_in(&r, "always", net.ns, net.peer);
-	start_daemon("[persistence]\nredis_timeout = 500ms\n");
+	h_daemon_start_redis(&d, &r, "[persistence]\nredis_timeout = 500ms\n");
 	a = h_hello(d.port, "alice");
 	tokA = h_lock(a, "x", "ttl=60s");
 	port = daemon_redis_port();
@@ -497,7 +487,7 @@ Test(faults, grant_held_for_a_slow_redis_states_the_ttl_that_remains)
 	char *l;
 
 	h_redis_start(&r, "always");
-	start_daemon("[persistence]\nredis_timeout = 10s\n");
+	h_daemon_start_redis(&d, &r, "[persistence]\nredis_timeout = 10s\n");
 	a = h_hello(d.port, "alice");
 	h_lock(a, "warm", "ttl=60s");
 	kill(r.pid, SIGSTOP);
@@ -508,17 +498,17 @@ Test(faults, grant_held_for_a_slow_redis_states_the_ttl_that_remains)
 	t_cont = h_now_ms();
 	kill(r.pid, SIGCONT);
 	l = h_line(a);
-	cr_assert(starts(l, "OK GRANTED x "), "LOCK x: \"%s\"", l);
+	cr_assert(h_starts(l, "OK GRANTED x "), "LOCK x: \"%s\"", l);
 	cr_assert_eq(h_arg_u64(l, 2), 0, "x ended while held: \"%s\"", l);
 	l = h_line(a);
-	cr_assert(starts(l, "OK GRANTED y "), "LOCK y: \"%s\"", l);
+	cr_assert(h_starts(l, "OK GRANTED y "), "LOCK y: \"%s\"", l);
 	ttl = h_arg_u64(l, 2);
 	cr_assert_leq(ttl + (t_cont - t0), 10000 + EARLY_MS,
 		      "y's grant says %llu ms after a %llu ms wait: \"%s\"",
 		      (unsigned long long)ttl,
 		      (unsigned long long)(t_cont - t0), l);
 	l = h_line(a);
-	cr_assert(starts(l, "* EXPIRED x "), "then: \"%s\"", l);
+	cr_assert(h_starts(l, "* EXPIRED x "), "then: \"%s\"", l);
 	h_close(a);
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
@@ -544,7 +534,7 @@ static void *count_expired(void *arg)
 			atomic_store(&k->closed, 1);
 			break;
 		}
-		if (starts(l, "* EXPIRED "))
+		if (h_starts(l, "* EXPIRED "))
 			atomic_fetch_add(&k->n, 1);
 	}
 	return NULL;
@@ -591,8 +581,8 @@ Test(faults, mass_expiry_is_reaped_in_budgets_with_io_between)
 	cr_assert_eq(pthread_create(&th, NULL, send_locks, &s), 0);
 	for (i = 0; i < MASS; i++) {
 		l = h_read(o, 10000);
-		cr_assert(l && starts(l, "OK GRANTED m"), "LOCK %d: \"%s\"", i,
-			  l ? l : "");
+		cr_assert(l && h_starts(l, "OK GRANTED m"), "LOCK %d: \"%s\"",
+			  i, l ? l : "");
 	}
 	pthread_join(th, NULL);
 	h_daemon_signal(&d, SIGSTOP);

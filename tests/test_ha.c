@@ -43,11 +43,6 @@ TestSuite(ha, .init = init, .fini = fini, .timeout = 120);
 
 /* ---- helpers ------------------------------------------------------------- */
 
-static int starts(const char *s, const char *prefix)
-{
-	return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
 static void start_node(struct h_daemon *d, const char *node,
 		       const char *lease)
 {
@@ -76,7 +71,7 @@ static const char *role_of(const struct h_daemon *d, char *active,
 		return role;
 	h_send(c, "HELLO");
 	l = h_read(c, 5000);
-	if (l && starts(l, "OK HELLO")) {
+	if (l && h_starts(l, "OK HELLO")) {
 		snprintf(role, sizeof(role), "%s", h_kv(l, "role"));
 		if (active)
 			snprintf(active, len, "%s", h_kv(l, "active"));
@@ -128,8 +123,9 @@ static int no_grant_until_closed(struct h_client *c, const char *active)
 	snprintf(want, sizeof(want), "* BYE not-active active=%s", active);
 	while ((l = h_read(c, 10000)) != NULL) {
 		cr_log_info("deposed daemon said: %s", l);
-		cr_assert(!starts(l, "OK GRANTED") && !starts(l, "* GRANTED") &&
-				  !starts(l, "OK REFRESHED"),
+		cr_assert(!h_starts(l, "OK GRANTED") &&
+				  !h_starts(l, "* GRANTED") &&
+				  !h_starts(l, "OK REFRESHED"),
 			  "a deposed daemon acknowledged: \"%s\"", l);
 		if (strcmp(l, want) == 0)
 			bye = 1;
@@ -182,11 +178,11 @@ Test(ha, standby_refers_clients_to_the_active)
 	snprintf(want, sizeof(want), "ERR NOT_ACTIVE active=%s ",
 		 addr_of(&a));
 	l = h_call(c, "LOCK x ttl=5s");
-	cr_assert(starts(l, want), "LOCK on a standby: \"%s\"", l);
+	cr_assert(h_starts(l, want), "LOCK on a standby: \"%s\"", l);
 	l = h_call(c, "STATUS x");
-	cr_assert(starts(l, want), "STATUS on a standby: \"%s\"", l);
+	cr_assert(h_starts(l, want), "STATUS on a standby: \"%s\"", l);
 	l = h_call(c, "CHECK x 1");
-	cr_assert(starts(l, want), "CHECK on a standby: \"%s\"", l);
+	cr_assert(h_starts(l, want), "CHECK on a standby: \"%s\"", l);
 	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
 	cr_assert_eq(h_stats_value(c, "role_active"), 0);
 	cr_assert_eq(h_stats_value(c, "errors_not_active"), 3);
@@ -230,7 +226,7 @@ Test(ha, standby_takes_over_after_kill9_with_leases_and_tokens)
 	bob = h_hello(b.port, "bob");
 	expect_held(bob, "x", "alice", tx);
 	l = h_call(bob, "TRYLOCK x");
-	cr_assert(starts(l, "NO BUSY x"), "\"%s\"", l);
+	cr_assert(h_starts(l, "NO BUSY x"), "\"%s\"", l);
 	tz = h_lock(bob, "z", "ttl=5s");
 	cr_assert_gt(tz, tx, "tokens go on growing");
 	cr_assert_eq(h_stats_value(bob, "leader_takeovers"), 1);
@@ -336,11 +332,11 @@ Test(ha, same_node_id_twice_never_two_writers)
 		l = h_read(bob, 5000);
 		if (!l)
 			break;
-		cr_assert(!starts(l, "OK GRANTED"),
+		cr_assert(!h_starts(l, "OK GRANTED"),
 			  "the fenced daemon granted q: \"%s\"", l);
-		if (starts(l, "* BYE not-active"))
+		if (h_starts(l, "* BYE not-active"))
 			break;
-		refused += starts(l, "ERR ");
+		refused += h_starts(l, "ERR ");
 		h_sleep_ms(50);
 	}
 	cr_assert_str_eq(role_of(&a, NULL, 0), "standby");
@@ -511,20 +507,20 @@ Test(ha, no_reads_without_a_confirmed_leadership)
 	h_redis_kill9(&r);
 	h_sleep_ms(1500);
 	l = h_call(c, "CHECK x %llu", (unsigned long long)t);
-	cr_assert(starts(l, "ERR UNAVAILABLE leadership not confirmed"),
+	cr_assert(h_starts(l, "ERR UNAVAILABLE leadership not confirmed"),
 		  "CHECK: \"%s\"", l);
 	l = h_call(c, "STATUS x");
-	cr_assert(starts(l, "ERR UNAVAILABLE"), "STATUS: \"%s\"", l);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "STATUS: \"%s\"", l);
 	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
 
 	h_redis_restart(&r);
 	for (;;) {
 		l = h_call(c, "CHECK x %llu", (unsigned long long)t);
-		if (!starts(l, "ERR UNAVAILABLE"))
+		if (!h_starts(l, "ERR UNAVAILABLE"))
 			break;
 		h_sleep_ms(50);
 	}
-	cr_assert(starts(l, "OK VALID x "), "CHECK after: \"%s\"", l);
+	cr_assert(h_starts(l, "OK VALID x "), "CHECK after: \"%s\"", l);
 	h_close(c);
 	cr_assert_eq(h_daemon_stop(&a), 0);
 }
@@ -609,14 +605,14 @@ Test(sentinel, primary_lost_with_the_daemon_loses_no_acknowledged_grant)
 		h_send(c, "TRYLOCK z ttl=5s");
 		l = h_read(c, 30000);
 		cr_assert(l != NULL, "no reply within 30 s");
-		if (!starts(l, "ERR UNAVAILABLE"))
+		if (!h_starts(l, "ERR UNAVAILABLE"))
 			break;
 		cr_assert_lt(h_now_ms() - t0, 30000, "no fail-over: %s", l);
 		h_sleep_ms(100);
 	}
 	cr_log_info("service back %llu ms after the primary died",
 		    (unsigned long long)(h_now_ms() - t0));
-	cr_assert(starts(l, "OK GRANTED z "), "\"%s\"", l);
+	cr_assert(h_starts(l, "OK GRANTED z "), "\"%s\"", l);
 	tz = h_arg_u64(l, 1);
 	cr_assert_gt(tz, tok[N - 1], "tokens go on growing");
 	for (i = 0; i < N; i++) {
@@ -648,14 +644,14 @@ Test(sentinel, daemon_follows_a_failover)
 	t0 = h_now_ms();
 	for (;;) {
 		l = h_call(c, "TRYLOCK y ttl=5s");
-		if (!starts(l, "ERR UNAVAILABLE"))
+		if (!h_starts(l, "ERR UNAVAILABLE"))
 			break;
 		cr_assert_lt(h_now_ms() - t0, 30000, "no fail-over: %s", l);
 		h_sleep_ms(100);
 	}
 	cr_log_info("writes back %llu ms after the primary died",
 		    (unsigned long long)(h_now_ms() - t0));
-	cr_assert(starts(l, "OK GRANTED y "), "\"%s\"", l);
+	cr_assert(h_starts(l, "OK GRANTED y "), "\"%s\"", l);
 	expect_held(c, "x", "alice", t);
 	cr_assert(strstr(h_redis_cli(&rq, "ROLE"), "master")
 			  ? h_redis_wait(&rq, h_rec_cmd("HEXISTS", "x"), "1", 1,
@@ -689,15 +685,15 @@ Test(sentinel, replies_wait_for_a_replica)
 	h_send(c, "LOCK y ttl=60s");
 	h_expect_silence(c, 1500);
 	l = h_call(d2, "LOCK z ttl=60s");
-	cr_assert(starts(l, "ERR UNAVAILABLE"), "while short: \"%s\"", l);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "while short: \"%s\"", l);
 	cr_assert_geq(h_stats_value(d2, "store_replica_shortfalls"), 1);
 	kill(rq.pid, SIGCONT);
 	kill(rq2.pid, SIGCONT);
 	l = h_read(c, 10000);
-	cr_assert(l && starts(l, "OK GRANTED y "), "held reply: \"%s\"",
+	cr_assert(l && h_starts(l, "OK GRANTED y "), "held reply: \"%s\"",
 		  l ? l : "none");
 	l = h_call(d2, "LOCK z ttl=60s");
-	cr_assert(starts(l, "OK GRANTED z "), "after: \"%s\"", l);
+	cr_assert(h_starts(l, "OK GRANTED z "), "after: \"%s\"", l);
 	h_close(c);
 	h_close(d2);
 	cr_assert_eq(h_daemon_stop(&a), 0);
@@ -743,19 +739,19 @@ Test(sentinel, nothing_acknowledged_while_a_sentinel_fails_over)
 	/* the failover is under way: nothing granted (the promotion alone
 	 * takes Sentinel a second or more) */
 	l = h_call(d2, "TRYLOCK q ttl=60s");
-	cr_assert(starts(l, "ERR UNAVAILABLE"), "during the failover: \"%s\"",
+	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "during the failover: \"%s\"",
 		  l);
 	cr_assert(h_daemon_log_has(&a, "a failover of the primary is under way"));
 	for (;;) {
 		l = h_call(d2, "TRYLOCK q ttl=60s");
-		if (!starts(l, "ERR UNAVAILABLE"))
+		if (!h_starts(l, "ERR UNAVAILABLE"))
 			break;
 		cr_assert_lt(h_now_ms() - t0, 30000, "not back: %s", l);
 		h_sleep_ms(100);
 	}
 	cr_log_info("writes back %llu ms after SENTINEL FAILOVER",
 		    (unsigned long long)(h_now_ms() - t0));
-	cr_assert(starts(l, "OK GRANTED q "), "\"%s\"", l);
+	cr_assert(h_starts(l, "OK GRANTED q "), "\"%s\"", l);
 	tq = h_arg_u64(l, 1);
 	cr_assert_gt(tq, t);
 	expect_held(d2, "x", "alice", t);
@@ -818,7 +814,7 @@ Test(ha, partitioned_active_steps_down, .fini = unpartition)
 	nft(rule);
 	wait_active(&b, 15000);
 	l = h_call(bob, "LOCK w ttl=30s");
-	cr_assert(starts(l, "ERR UNAVAILABLE"), "cut off: \"%s\"", l);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "cut off: \"%s\"", l);
 	nft("delete table inet dlha");
 
 	cr_assert(no_grant_until_closed(bob, addr_of(&b)),

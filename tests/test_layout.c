@@ -37,18 +37,6 @@ TestSuite(layout, .fini = fini, .timeout = 180);
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static int starts(const char *s, const char *prefix)
-{
-	return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
-static void start_daemon(const char *conf)
-{
-	h_daemon_write_conf(&d, conf ? conf : "");
-	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis", r.url,
-		       NULL);
-}
-
 /* STATUS name: held by owner with token (0: any) and `waiters`. */
 static void expect_held(struct h_client *c, const char *name, const char *owner,
 			uint64_t token, uint64_t waiters)
@@ -154,7 +142,7 @@ Test(layout, layout_1_is_migrated_with_every_lease_its_token_and_its_queue)
 	l1_plant("bad", "dlock1\\nH 5 0 0 1000 bob", 1);
 	l1_plant("ended", "dlock1\\nH 14 0 1 60000 f\\nW 5000 1000 g", 1);
 	h_redis_cli(&r, "SADD dlock:locks gone");
-	start_daemon(NULL);
+	h_daemon_start_redis(&d, &r, NULL);
 	cr_assert(h_daemon_log_has(&d, "migrated to store layout 2"));
 
 	c = h_hello(d.port, "m");
@@ -192,7 +180,7 @@ Test(layout, layout_1_is_migrated_with_every_lease_its_token_and_its_queue)
 	expect_held(c, "ended", "f", 14, 0);
 	expect_free(c, "gone");
 	l = h_call(c, "TRYLOCK l1");
-	cr_assert(starts(l, "NO BUSY l1 "), "\"%s\"", l);
+	cr_assert(h_starts(l, "NO BUSY l1 "), "\"%s\"", l);
 	h_close(c);
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
@@ -221,7 +209,7 @@ Test(layout, a_big_layout_1_with_missing_records_is_migrated)
 	cr_assert_str_eq(h_redis_cli(&r, "SCARD dlock:locks"), "12100\n");
 	h_redis_cli(&r, "DEL dlock:lock:big:7");
 	h_redis_cli(&r, "RPUSH dlock:lock:big:7 x");
-	start_daemon(NULL);
+	h_daemon_start_redis(&d, &r, NULL);
 	cr_assert(
 		h_daemon_log_has(&d, "migrated to store layout 2: 12000 locks"),
 		"no migration of 12000 locks logged");
@@ -259,7 +247,7 @@ Test(layout, a_migration_cut_before_its_switch_restores_exactly_layout_1)
 	h_rec_plant(&r, "l1", "dlock1\\nH 5 0 1 60000 mallory");
 	bucket_mate("l2", "ghost", ghost, sizeof(ghost));
 	h_rec_plant(&r, ghost, "dlock1\\nH 6 0 1 60000 mallory");
-	start_daemon(NULL);
+	h_daemon_start_redis(&d, &r, NULL);
 	c = h_hello(d.port, "m");
 	expect_held(c, "l1", "carol", 9, 0);
 	expect_held(c, "l2", "carol", 10, 0);
@@ -294,7 +282,7 @@ Test(layout, a_migration_cut_after_its_switch_uses_layout_2_only)
 	h_rec_plant(&r, "l1", "dlock1\\nH 9 0 1 60000 carol");
 	l1_plant("l1", "dlock1\\nH 5 0 1 60000 mallory", 0);
 	l1_plant("zombie", "dlock1\\nH 6 0 1 60000 mallory", 0);
-	start_daemon(NULL);
+	h_daemon_start_redis(&d, &r, NULL);
 	c = h_hello(d.port, "m");
 	expect_held(c, "l1", "carol", 9, 0);
 	expect_free(c, "zombie");
@@ -323,8 +311,9 @@ Test(layout, resync_after_a_lost_link_deletes_what_ended_and_keeps_every_lease)
 
 	h_redis_start(&r, "always");
 	/* a leadership that outlasts the outage: reads stay served */
-	start_daemon("[persistence]\nredis_timeout = 500ms\n"
-		     "[cluster]\nleader_lease = 60s\n");
+	h_daemon_start_redis(&d, &r,
+			     "[persistence]\nredis_timeout = 500ms\n"
+			     "[cluster]\nleader_lease = 60s\n");
 	c = h_hello(d.port, "c");
 	m = h_hello(d.port, "m");
 	for (i = 0; i < RESYNC_HELD; i++)
@@ -332,7 +321,7 @@ Test(layout, resync_after_a_lost_link_deletes_what_ended_and_keeps_every_lease)
 	for (i = 0; i < RESYNC_HELD; i++) {
 		l = h_line(c);
 		snprintf(want, sizeof(want), "OK GRANTED h%d ", i);
-		cr_assert(starts(l, want), "\"%s\"", l);
+		cr_assert(h_starts(l, want), "\"%s\"", l);
 		tok[i] = h_arg_u64(l, 1);
 	}
 	bucket_mate("gone", "mate", mate, sizeof(mate));
@@ -524,7 +513,7 @@ Test(layout, daemons_of_layout_1_cannot_take_over_a_redis_in_layout_2)
 
 	h_redis_start(&r, "always");
 	load_library(v4_library);
-	start_daemon(NULL);
+	h_daemon_start_redis(&d, &r, NULL);
 	c = h_hello(d.port, "c");
 	h_lock(c, "x", "ttl=60s");
 	h_close(c);
@@ -553,7 +542,7 @@ Test(layout, daemons_of_layout_1_cannot_take_over_a_redis_in_layout_2)
 		 "old 127.0.0.1:1 4000 0123456789abcdef",
 		 (unsigned long long)e);
 	out = h_redis_cli(&r, cmd);
-	cr_assert(!starts(out, "1\n"), "an old active renewed: \"%s\"", out);
+	cr_assert(!h_starts(out, "1\n"), "an old active renewed: \"%s\"", out);
 	cr_assert_str_eq(h_redis_cli(&r, "EXISTS dlock:leader"), "0\n");
 	/* its writes are fenced, with any numeric fence */
 	snprintf(cmd, sizeof(cmd),
@@ -607,7 +596,7 @@ Test(layout, a_restart_restores_locks_spread_over_every_bucket)
 	const char *out;
 
 	h_redis_start(&r, "always");
-	start_daemon("[limits]\nmax_locks_per_owner = 10000\n");
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_locks_per_owner = 10000\n");
 	c = h_hello(d.port, "c");
 	h_lock(c, "warm", "ttl=120s");
 	hsets = redis_calls("hset");
@@ -621,7 +610,7 @@ Test(layout, a_restart_restores_locks_spread_over_every_bucket)
 	for (i = 0; i < MANY; i++) {
 		l = h_line(c);
 		snprintf(want, sizeof(want), "OK GRANTED k%d ", i);
-		cr_assert(starts(l, want), "\"%s\"", l);
+		cr_assert(h_starts(l, want), "\"%s\"", l);
 		tok[i] = h_arg_u64(l, 1);
 	}
 	h_close(c);

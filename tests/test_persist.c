@@ -55,9 +55,7 @@ TestSuite(persist, .fini = fini, .timeout = 120);
 static void start(const char *appendfsync, const char *conf)
 {
 	h_redis_start(&r, appendfsync);
-	h_daemon_write_conf(&d, conf ? conf : "");
-	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis", r.url,
-		       NULL);
+	h_daemon_start_redis(&d, &r, conf);
 }
 
 /* STATUS <name> must show state and waiters (and the holder's token and
@@ -108,11 +106,6 @@ static char *call_within(struct h_client *c, int max_ms, const char *req)
 	return l;
 }
 
-static int starts(const char *s, const char *prefix)
-{
-	return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
 /* Redis's token mark is at or above `tok`, and reserved no further ahead
  * than TOKEN_RESERVE. */
 static void assert_mark_covers(uint64_t tok)
@@ -148,14 +141,14 @@ Test(persist, acknowledged_lease_survives_kill9)
 
 	c = h_hello(d.port, "c");
 	l = h_call(c, "CHECK x %llu", (unsigned long long)tok);
-	cr_assert(starts(l, "OK VALID x "), "CHECK after restart: \"%s\"", l);
+	cr_assert(h_starts(l, "OK VALID x "), "CHECK after restart: \"%s\"", l);
 	cr_assert_eq(h_arg_u64(l, 1), tok, "in \"%s\"", l);
 	rem = h_arg_u64(l, 2);
 	cr_assert(rem > 0 && rem <= 30000, "remaining %llu ms",
 		  (unsigned long long)rem);
 	expect_status(c, "x", "held", tok, "a", 0);
 	l = h_call(c, "TRYLOCK x");
-	cr_assert(starts(l, "NO BUSY x "), "another owner: \"%s\"", l);
+	cr_assert(h_starts(l, "NO BUSY x "), "another owner: \"%s\"", l);
 
 	a2 = h_hello(d.port, "a");
 	h_send(a2, "UNLOCK x %llu", (unsigned long long)tok);
@@ -204,7 +197,7 @@ static void *load_worker(void *arg)
 	}
 	n = snprintf(req, sizeof(req), "HELLO owner=p%d\r\n", w->id);
 	if (h_send_raw(c, req, (size_t)n) || !(l = h_read(c, 10000)) ||
-	    !starts(l, "OK HELLO ")) {
+	    !h_starts(l, "OK HELLO ")) {
 		w->failed = 1;
 		snprintf(w->why, sizeof(w->why), "HELLO failed");
 		h_close(c);
@@ -221,7 +214,7 @@ static void *load_worker(void *arg)
 		if (!(l = h_read(c, 10000)))
 			goto out; /* EOF: killed */
 		snprintf(want, sizeof(want), "OK GRANTED k%d-%u ", w->id, done);
-		if (!starts(l, want)) {
+		if (!h_starts(l, want)) {
 			w->failed = 1;
 			snprintf(w->why, sizeof(w->why), "LOCK k%d-%u: \"%s\"",
 				 w->id, done, l);
@@ -312,7 +305,7 @@ Test(persist, no_acknowledged_grant_lost_under_load)
 					 w[t].g[j].seq,
 					 (unsigned long long)w[t].g[j].token);
 				l = h_line(c);
-				cr_assert(starts(l, want),
+				cr_assert(h_starts(l, want),
 					  "acknowledged grant lost: CHECK "
 					  "k%d-%u %llu -> \"%s\"",
 					  t, w[t].g[j].seq,
@@ -398,7 +391,7 @@ Test(persist, restored_lease_lasts_its_ttl_from_the_restart_then_queue_moves)
 
 	w1 = h_hello(d.port, "w1");
 	l = h_call(w1, "LOCK L");
-	cr_assert(starts(l, "OK GRANTED L "), "w1 LOCK L: \"%s\"", l);
+	cr_assert(h_starts(l, "OK GRANTED L "), "w1 LOCK L: \"%s\"", l);
 	t1 = h_arg_u64(l, 1);
 	cr_assert_gt(t1, htok);
 	h_expect_silence(w2, 200);
@@ -431,7 +424,7 @@ Test(persist, placeholders_dropped_after_grace)
 	o = h_hello(d.port, "o3");
 	h_wait_free(o, "L", 1000 + LATE_MS * 3); /* h's restored lease */
 	l = h_call(o, "TRYLOCK L");
-	cr_assert(starts(l, "NO BUSY L "),
+	cr_assert(h_starts(l, "NO BUSY L "),
 		  "TRYLOCK within the grace: \"%s\" (%llu ms after restart)", l,
 		  (unsigned long long)(h_now_ms() - t0));
 	expect_status(o, "L", "free", 0, "-", 2);
@@ -446,7 +439,7 @@ Test(persist, placeholders_dropped_after_grace)
 	/* w1 comes back too late: its place is gone. */
 	w1 = h_hello(d.port, "w1");
 	l = h_call(w1, "TRYLOCK L");
-	cr_assert(starts(l, "NO BUSY L "), "w1 after the grace: \"%s\"", l);
+	cr_assert(h_starts(l, "NO BUSY L "), "w1 after the grace: \"%s\"", l);
 	h_close(o);
 	h_close(w1);
 	stop_clean();
@@ -477,7 +470,7 @@ Test(persist, tokens_never_go_backwards_after_losing_redis_writes)
 			snprintf(want, sizeof(want), "OK GRANTED c%d-%d ",
 				 cycle, i);
 			l = h_line(c);
-			cr_assert(starts(l, want), "burst: \"%s\"", l);
+			cr_assert(h_starts(l, want), "burst: \"%s\"", l);
 			tok = h_arg_u64(l, 1);
 			cr_assert_gt(tok, T);
 			T = tok;
@@ -595,18 +588,18 @@ Test(persist, redis_killed_fail_closed_then_resumes)
 
 	/* Changes are refused at once. */
 	l = call_within(b, 1500, "LOCK y wait=0");
-	cr_assert(starts(l, "ERR UNAVAILABLE"), "LOCK y wait=0: \"%s\"", l);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "LOCK y wait=0: \"%s\"", l);
 	l = call_within(b, 1500, "LOCK y");
-	cr_assert(starts(l, "ERR UNAVAILABLE"), "LOCK y: \"%s\"", l);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "LOCK y: \"%s\"", l);
 	l = call_within(b, 1500, "TRYLOCK x");
-	cr_assert(starts(l, "ERR UNAVAILABLE"), "TRYLOCK x: \"%s\"", l);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "TRYLOCK x: \"%s\"", l);
 	snprintf(req, sizeof(req), "REFRESH x %llu ttl=60s",
 		 (unsigned long long)tok);
 	l = call_within(a, 1500, req);
-	cr_assert(starts(l, "ERR UNAVAILABLE"), "REFRESH: \"%s\"", l);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "REFRESH: \"%s\"", l);
 	snprintf(req, sizeof(req), "UNLOCK x %llu", (unsigned long long)tok);
 	l = call_within(a, 1500, req);
-	cr_assert(starts(l, "ERR UNAVAILABLE"), "UNLOCK: \"%s\"", l);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "UNLOCK: \"%s\"", l);
 
 	/* Reads are served from memory. */
 	l = call_within(m, 1500, "PING hi");
@@ -627,14 +620,14 @@ Test(persist, redis_killed_fail_closed_then_resumes)
 	cr_assert_str_eq(l, "NO STALE x 0");
 	expect_status(m, "x", "free", 0, "-", 0);
 	l = call_within(b, 1500, "LOCK y wait=0");
-	cr_assert(starts(l, "ERR UNAVAILABLE"), "still down: \"%s\"", l);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "still down: \"%s\"", l);
 
 	/* Redis returns: service resumes without restarting dlockd. */
 	h_redis_restart(&r);
 	t0 = h_now_ms();
 	for (;;) {
 		l = call_within(b, 1500, "LOCK y wait=0 ttl=30s");
-		if (!starts(l, "ERR UNAVAILABLE"))
+		if (!h_starts(l, "ERR UNAVAILABLE"))
 			break;
 		cr_assert(h_now_ms() - t0 < 3000,
 			  "still UNAVAILABLE 3 s after redis came back");
@@ -642,18 +635,18 @@ Test(persist, redis_killed_fail_closed_then_resumes)
 	}
 	cr_log_info("service back %llu ms after redis",
 		    (unsigned long long)(h_now_ms() - t0));
-	cr_assert(starts(l, "OK GRANTED y "), "LOCK y after: \"%s\"", l);
+	cr_assert(h_starts(l, "OK GRANTED y "), "LOCK y after: \"%s\"", l);
 	ytok = h_arg_u64(l, 1);
 	cr_assert_gt(ytok, tok);
 	cr_assert_eq(h_stats_value(m, "store_available"), 1);
 
 	/* Nothing is granted twice. */
 	l = h_call(a, "TRYLOCK y");
-	cr_assert(starts(l, "NO BUSY y "), "another owner: \"%s\"", l);
+	cr_assert(h_starts(l, "NO BUSY y "), "another owner: \"%s\"", l);
 	xtok = h_lock(a, "x", "wait=0 ttl=30s");
 	cr_assert_gt(xtok, ytok);
 	l = h_call(b, "TRYLOCK x");
-	cr_assert(starts(l, "NO BUSY x "), "x for b: \"%s\"", l);
+	cr_assert(h_starts(l, "NO BUSY x "), "x for b: \"%s\"", l);
 
 	/* And Redis holds the state after the re-sync. */
 	snprintf(req, sizeof(req), "H %llu ", (unsigned long long)ytok);
@@ -706,12 +699,12 @@ Test(persist, redis_hung_is_detected_by_timeout_and_held_grant_is_withdrawn)
 	l = h_read(a, 3000);
 	cr_assert(l != NULL, "LOCK z not answered once redis was declared "
 			     "lost");
-	cr_assert(starts(l, "ERR UNAVAILABLE "), "LOCK z: \"%s\"", l);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE "), "LOCK z: \"%s\"", l);
 	cr_log_info("held request answered %llu ms after the hang began",
 		    (unsigned long long)(h_now_ms() - t0));
 	h_expect(a, "OK PONG behind");
 	l = call_within(b, 1500, "LOCK z2 wait=0");
-	cr_assert(starts(l, "ERR UNAVAILABLE"), "LOCK z2: \"%s\"", l);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "LOCK z2: \"%s\"", l);
 	expect_status(m, "z", "free", 0, "-", 0);
 
 	resume_redis_without(m, "z");
@@ -744,16 +737,16 @@ Test(persist, a_withdrawn_reentry_leaves_the_lease_its_owner_was_told_of)
 	h_send(a, "UNLOCK x %llu", (unsigned long long)tok);
 	h_wait_available(m, 0, 1000 + 1000 + 3000);
 	l = h_read(a, 3000);
-	cr_assert(l != NULL && starts(l, "ERR UNAVAILABLE "),
+	cr_assert(l != NULL && h_starts(l, "ERR UNAVAILABLE "),
 		  "the reentry: \"%s\"", l ? l : "(nothing)");
 	h_expect(a, "OK HELD x 1");
 	kill(r.pid, SIGCONT);
 	h_wait_available(m, 1, 10000);
 
 	l = h_call(b, "LOCK x wait=0");
-	cr_assert(starts(l, "NO BUSY x "), "bob: \"%s\"", l);
+	cr_assert(h_starts(l, "NO BUSY x "), "bob: \"%s\"", l);
 	l = h_call(a, "CHECK x %llu", (unsigned long long)tok);
-	cr_assert(starts(l, "OK VALID x "), "alice's lease: \"%s\"", l);
+	cr_assert(h_starts(l, "OK VALID x "), "alice's lease: \"%s\"", l);
 	h_send(a, "UNLOCK x %llu", (unsigned long long)tok);
 	h_expect(a, "OK RELEASED x");
 	h_lock(b, "x", "wait=0");
@@ -821,7 +814,7 @@ Test(persist, release_is_answered_before_redis_has_it_grant_is_not)
 	cr_assert(l == NULL, "granted while redis is stopped: \"%s\"", l);
 	kill(r.pid, SIGCONT);
 	l = h_read(b, 5000);
-	cr_assert(l && starts(l, "* GRANTED rel "), "b: \"%s\"", l);
+	cr_assert(l && h_starts(l, "* GRANTED rel "), "b: \"%s\"", l);
 	tb = strtoull(l + strlen("* GRANTED rel "), NULL, 10);
 	cr_assert_gt(tb, ta);
 	snprintf(want, sizeof(want), "\nH %llu ", (unsigned long long)tb);
@@ -862,7 +855,7 @@ Test(persist, clean_stop_writes_releases_still_waiting_for_a_batch)
 	c = h_hello(d.port, "c");
 	for (i = 0; i < 50; i++) {
 		l = h_call(c, "TRYLOCK cs%d", i);
-		cr_assert(starts(l, "OK GRANTED "),
+		cr_assert(h_starts(l, "OK GRANTED "),
 			  "cs%d, released before the stop: \"%s\"", i, l);
 	}
 	h_close(c);
@@ -891,16 +884,16 @@ Test(persist, lock_taken_again_after_a_resync_that_deleted_it_survives_kill9)
 	l = h_call(a, "UNLOCK x %llu", (unsigned long long)tx);
 	cr_assert_str_eq(l, "OK RELEASED x");
 	l = h_read(b, 5000); /* the link is given up: y withdrawn */
-	cr_assert(l && starts(l, "ERR UNAVAILABLE"), "LOCK y: \"%s\"", l);
+	cr_assert(l && h_starts(l, "ERR UNAVAILABLE"), "LOCK y: \"%s\"", l);
 	/* Take x again the moment the link is back: x, released, is still
 	 * in the table waiting for its delete (DL_STORE_LAZY_MS). */
 	kill(r.pid, SIGCONT);
 	t0 = h_now_ms();
 	for (;;) {
 		l = h_call(a, "LOCK x ttl=60s");
-		if (starts(l, "OK GRANTED x "))
+		if (h_starts(l, "OK GRANTED x "))
 			break;
-		cr_assert(starts(l, "ERR UNAVAILABLE"), "LOCK x: \"%s\"", l);
+		cr_assert(h_starts(l, "ERR UNAVAILABLE"), "LOCK x: \"%s\"", l);
 		cr_assert_lt(h_now_ms() - t0, 10000, "redis never came back");
 	}
 	tx2 = h_arg_u64(l, 1);
@@ -954,10 +947,10 @@ Test(persist, redis_refusing_writes_acknowledges_nothing_until_it_accepts)
 	h_lock(a, "warm", "ttl=60s");
 	cr_assert(strstr(h_redis_cli(&r, "CONFIG SET maxmemory 1"), "OK"));
 	l = h_call(a, "LOCK refused ttl=60s");
-	cr_assert(starts(l, "ERR UNAVAILABLE "),
+	cr_assert(h_starts(l, "ERR UNAVAILABLE "),
 		  "LOCK while redis refuses writes: \"%s\"", l);
 	l = h_call(b, "LOCK other wait=0");
-	cr_assert(starts(l, "ERR UNAVAILABLE"), "LOCK other: \"%s\"", l);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "LOCK other: \"%s\"", l);
 	cr_assert_str_eq(h_redis_cli(&r, h_rec_cmd("HEXISTS", "refused")),
 			 "0\n");
 	cr_assert(strstr(h_redis_cli(&r, "CONFIG SET maxmemory 0"), "OK"));
@@ -989,7 +982,7 @@ Test(persist, shutdown_never_sends_an_unacknowledged_grant)
 	h_sleep_ms(100);
 	h_daemon_signal(&d, SIGTERM);
 	while ((l = h_read(a, 5000)) != NULL)
-		cr_assert(!starts(l, "OK GRANTED held"),
+		cr_assert(!h_starts(l, "OK GRANTED held"),
 			  "unacknowledged grant sent at shutdown: \"%s\"", l);
 	cr_assert_eq(h_daemon_wait(&d, 10000), 0);
 	kill(r.pid, SIGCONT);
@@ -1015,7 +1008,7 @@ Test(persist, sigterm_flushes_and_restart_finds_every_lease)
 	for (i = 0; i < TERM_N; i++) {
 		snprintf(want, sizeof(want), "OK GRANTED s%d ", i);
 		l = h_line(c);
-		cr_assert(starts(l, want), "\"%s\"", l);
+		cr_assert(h_starts(l, want), "\"%s\"", l);
 		tok[i] = h_arg_u64(l, 1);
 	}
 	w1 = h_hello(d.port, "w1");
@@ -1043,7 +1036,7 @@ Test(persist, sigterm_flushes_and_restart_finds_every_lease)
 		snprintf(want, sizeof(want), "OK VALID s%d %llu ", i,
 			 (unsigned long long)tok[i]);
 		l = h_line(m);
-		cr_assert(starts(l, want), "after SIGTERM: \"%s\"", l);
+		cr_assert(h_starts(l, want), "after SIGTERM: \"%s\"", l);
 	}
 	expect_status(m, "s0", "held", tok[0], "a", 2);
 	expect_status(m, "s1", "held", tok[1], "a", 1);
@@ -1077,7 +1070,7 @@ Test(persist, redis_keys_are_readable)
 	tok = h_lock(c, "rk", "ttl=30s");
 
 	out = h_rec_get(&r, "rk");
-	cr_assert(starts(out, "dlock1\n"), "record: \"%s\"", out);
+	cr_assert(h_starts(out, "dlock1\n"), "record: \"%s\"", out);
 	snprintf(want, sizeof(want), "\nH %llu ", (unsigned long long)tok);
 	cr_assert(strstr(out, want), "record has no \"%s\": \"%s\"", want + 1,
 		  out);
@@ -1234,10 +1227,10 @@ Test(persist, shared_holders_permits_and_queues_survive_kill9)
 		  "record: \"%s\"", h_rec_get(&r, "rw"));
 	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "pool"), "\nW ", 1, 5000),
 		  "record: \"%s\"", h_rec_get(&r, "pool"));
-	cr_assert(starts(h_rec_get(&r, "rw"), "dlock2 limit=1\nH "), "\"%s\"",
+	cr_assert(h_starts(h_rec_get(&r, "rw"), "dlock2 limit=1\nH "), "\"%s\"",
 		  h_rec_get(&r, "rw"));
-	cr_assert(starts(h_rec_get(&r, "pool"), "dlock2 limit=2\nH "), "\"%s\"",
-		  h_rec_get(&r, "pool"));
+	cr_assert(h_starts(h_rec_get(&r, "pool"), "dlock2 limit=2\nH "),
+		  "\"%s\"", h_rec_get(&r, "pool"));
 	h_daemon_kill9(&d);
 	h_close(r1);
 	h_close(r2);
@@ -1253,22 +1246,22 @@ Test(persist, shared_holders_permits_and_queues_survive_kill9)
 	cr_assert_str_eq(h_kv(l, "mode"), "shared", "in \"%s\"", l);
 	cr_assert_eq(h_kv_u64(l, "holders"), 2, "in \"%s\"", l);
 	cr_assert_eq(h_kv_u64(l, "waiters"), 2, "in \"%s\"", l);
-	cr_assert(starts(h_call(m, "CHECK rw %llu", (unsigned long long)t1),
-			 "OK VALID rw "));
-	cr_assert(starts(h_call(m, "CHECK rw %llu", (unsigned long long)t2),
-			 "OK VALID rw "));
+	cr_assert(h_starts(h_call(m, "CHECK rw %llu", (unsigned long long)t1),
+			   "OK VALID rw "));
+	cr_assert(h_starts(h_call(m, "CHECK rw %llu", (unsigned long long)t2),
+			   "OK VALID rw "));
 	l = h_call(m, "STATUS pool");
 	cr_assert_str_eq(h_kv(l, "mode"), "semaphore", "in \"%s\"", l);
 	cr_assert_eq(h_kv_u64(l, "limit"), 2, "in \"%s\"", l);
 	cr_assert_eq(h_kv_u64(l, "holders"), 2, "in \"%s\"", l);
 	cr_assert_eq(h_kv_u64(l, "waiters"), 1, "in \"%s\"", l);
-	cr_assert(starts(h_call(m, "CHECK pool %llu", (unsigned long long)q2),
-			 "OK VALID pool "));
+	cr_assert(h_starts(h_call(m, "CHECK pool %llu", (unsigned long long)q2),
+			   "OK VALID pool "));
 	/* nobody gets in: not a writer, not a reader past the queue, not a
 	 * third permit, not another limit */
-	cr_assert(starts(h_call(m, "TRYLOCK rw"), "NO BUSY rw "));
-	cr_assert(starts(h_call(m, "TRYLOCK rw mode=shared"), "NO BUSY rw "));
-	cr_assert(starts(h_call(m, "TRYLOCK pool limit=2"), "NO BUSY pool "));
+	cr_assert(h_starts(h_call(m, "TRYLOCK rw"), "NO BUSY rw "));
+	cr_assert(h_starts(h_call(m, "TRYLOCK rw mode=shared"), "NO BUSY rw "));
+	cr_assert(h_starts(h_call(m, "TRYLOCK pool limit=2"), "NO BUSY pool "));
 	cr_assert_str_eq(h_call(m, "TRYLOCK pool limit=3"),
 			 "NO LIMIT_MISMATCH pool 2");
 

@@ -1410,11 +1410,6 @@ Test(server, locks_lists_pages_in_name_order_and_the_most_waited_for)
 	h_close(a);
 }
 
-static int starts_with(const char *s, const char *prefix)
-{
-	return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
 /* A listing walks every lock on the loop: right after one, the next is
  * refused with the time to wait, so that listings cannot take the loop
  * from the other clients. */
@@ -1435,15 +1430,15 @@ Test(server, locks_listings_are_spaced_by_what_they_cost)
 					       j);
 		cr_assert(h_send_raw(c, buf, len) == 0);
 		for (j = 0; j < CHUNK; j++)
-			cr_assert(starts_with(h_line(c), "OK GRANTED "));
+			cr_assert(h_starts(h_line(c), "OK GRANTED "));
 	}
 	free(buf);
 	l = h_call(c, "LOCKS limit=1");
-	cr_assert(starts_with(l, "OK LOCKS 1 more=99999"), "%s", l);
+	cr_assert(h_starts(l, "OK LOCKS 1 more=99999"), "%s", l);
 	h_line(c);
 	l = h_call(c, "LOCKS limit=1 after=f5");
-	cr_assert(starts_with(l, "ERR LIMIT limit reached: a listing costs "
-				 "this server "),
+	cr_assert(h_starts(l, "ERR LIMIT limit reached: a listing costs "
+			      "this server "),
 		  "%s", l);
 	cr_assert(strstr(l, "(100000 locks); the next one in "), "%s", l);
 	h_close(c);
