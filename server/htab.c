@@ -4,6 +4,7 @@
  */
 #include "server/htab.h"
 
+#include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +97,8 @@ static void move_some(struct dl_htab *h, size_t steps)
 {
 	struct dl_hnode *e, *next;
 
+	if (h->frozen)
+		return;
 	while (h->old && steps--) {
 		for (e = h->old[h->moved]; e; e = next) {
 			next = e->next;
@@ -117,6 +120,8 @@ static void rehash_now(struct dl_htab *h, size_t nmask)
 	struct dl_hnode **nb, *e, *next;
 	size_t i;
 
+	if (h->frozen)
+		return;
 	move_some(h, SIZE_MAX);
 	if (nmask == h->mask || !(nb = calloc(nmask + 1, sizeof(*nb))))
 		return;
@@ -152,7 +157,7 @@ void dl_htab_insert(struct dl_htab *h, struct dl_hnode *n)
 	struct dl_hnode **nb;
 
 	move_some(h, DL_HTAB_STEP);
-	if (h->n >= h->mask + 1 && !h->old &&
+	if (h->n >= h->mask + 1 && !h->old && !h->frozen &&
 	    (nb = calloc(2 * (h->mask + 1), sizeof(*nb))) != NULL) {
 		h->old = h->b;
 		h->old_mask = h->mask;
@@ -198,4 +203,10 @@ struct dl_hnode **dl_htab_slot(const struct dl_htab *h, size_t i)
 		i -= h->old_mask + 1;
 	}
 	return &h->b[i];
+}
+
+void dl_htab_freeze(struct dl_htab *h, int on)
+{
+	assert(on || h->frozen);
+	h->frozen += on ? 1 : -1;
 }

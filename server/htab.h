@@ -40,6 +40,7 @@ struct dl_htab {
 	struct dl_hnode **old; /* being emptied into b, or NULL */
 	size_t old_mask;
 	size_t moved; /* old buckets [0, moved) are empty */
+	unsigned frozen; /* dl_htab_freeze: no node moves */
 };
 
 /* The key bytes of a node (they follow it in memory). */
@@ -67,9 +68,20 @@ void dl_htab_resize(struct dl_htab *h, size_t buckets);
 
 /* Walking every node: the chains dl_htab_slot(h, i) for i below
  * dl_htab_slots(h), both arrays while a move is under way. No insert or
- * remove during a walk (either may move nodes); a node may be unlinked by
- * the walker itself through the slot's pointer chain. */
+ * remove during a walk (either may move nodes), unless the table is
+ * frozen; a node may be unlinked by the walker itself through the slot's
+ * pointer chain. */
 size_t dl_htab_slots(const struct dl_htab *h);
 struct dl_hnode **dl_htab_slot(const struct dl_htab *h, size_t i);
+
+/* Freezing (a count): while frozen no node changes slot -- a move under
+ * way pauses, no doubling starts, dl_htab_resize does nothing -- so a walk
+ * may be spread over many loop iterations with inserts and removes
+ * between its steps, one slot's chain at a time: every node present for
+ * the whole walk is seen exactly once; one inserted or removed meanwhile
+ * may or may not be. Chains only grow longer meanwhile (lookups stay
+ * correct); the move resumes with the next insert or remove after the
+ * last thaw. */
+void dl_htab_freeze(struct dl_htab *h, int on);
 
 #endif /* DL_SERVER_HTAB_H */

@@ -723,6 +723,7 @@ unsigned dl_queue_bucket(uint32_t waiters)
 
 void dl_locktab_reset(struct dl_locktab *t)
 {
+	assert(!t->pinned);
 	free_objects(t);
 	t->ndirty = 0;
 	t->nurgent = 0;
@@ -825,6 +826,7 @@ static size_t drain(struct dl_locktab *t, dl_lock_cb cb, void *arg,
 	size_t i, kept = 0, n = t->ndirty;
 	struct dl_lock *lk;
 
+	assert(!t->pinned);
 	for (i = 0; i < n; i++) {
 		lk = t->dirty[i];
 		if (urgent_only && !lk->urgent) {
@@ -863,12 +865,21 @@ size_t dl_locktab_dirty_count(const struct dl_locktab *t)
 	return t->ndirty;
 }
 
-void dl_locktab_foreach(struct dl_locktab *t, dl_lock_cb cb, void *arg)
+void dl_locktab_pin(struct dl_locktab *t, int on)
+{
+	assert(on || t->pinned);
+	t->pinned += on ? 1 : -1;
+	dl_htab_freeze(&t->locks, on);
+}
+
+/* cb for the locks of slots [from, to) of the lock hash. */
+static void walk_slots(struct dl_locktab *t, size_t from, size_t to,
+		       dl_lock_cb cb, void *arg)
 {
 	struct dl_hnode *n, *next;
 	size_t i;
 
-	for (i = 0; i < dl_htab_slots(&t->locks); i++) {
+	for (i = from; i < to; i++) {
 		for (n = *dl_htab_slot(&t->locks, i); n; n = next) {
 			next = n->next;
 			cb((struct dl_lock *)((char *)n -
@@ -876,6 +887,24 @@ void dl_locktab_foreach(struct dl_locktab *t, dl_lock_cb cb, void *arg)
 			   arg);
 		}
 	}
+}
+
+void dl_locktab_foreach(struct dl_locktab *t, dl_lock_cb cb, void *arg)
+{
+	walk_slots(t, 0, dl_htab_slots(&t->locks), cb, arg);
+}
+
+int dl_locktab_walk(struct dl_locktab *t, size_t *cursor, size_t slots,
+		    dl_lock_cb cb, void *arg)
+{
+	size_t n = dl_htab_slots(&t->locks), to;
+
+	assert(t->pinned);
+	to = *cursor < n && n - *cursor > slots ? *cursor + slots : n;
+	if (*cursor < to)
+		walk_slots(t, *cursor, to, cb, arg);
+	*cursor = to;
+	return to == n;
 }
 
 static void serve_cb(const struct dl_lock *lk, void *arg)

@@ -333,10 +333,16 @@ static int wb_count(struct wbatch *wb, struct wlock *w, size_t n)
 	return dl_buf_add(&wb->text, num, w->vlen) ? DL_ENOMEM : 0;
 }
 
+/* A lock with neither holders nor waiters has no record: it is deleted. */
+static int lock_has_record(const struct dl_lock *lk)
+{
+	return lk->holders || lk->qhead;
+}
+
 int dl__wb_lock(struct dl_store *st, struct dl_str name,
 		const struct dl_lock *lk, int64_t wall_off)
 {
-	int del = !lk || (!lk->holders && !lk->qhead);
+	int del = !lk || !lock_has_record(lk);
 	struct wlock *w =
 		wb_item(&st->wb, del ? 'D' : 'S',
 			dl_store_bucket(name.p, name.len), name.p, name.len);
@@ -349,18 +355,26 @@ int dl__wb_lock(struct dl_store *st, struct dl_str name,
 int dl__wb_bucket(struct dl_store *st, const struct bucket_index *bi,
 		  uint32_t b, int64_t wall_off)
 {
-	size_t i, n = bi->start[b + 1] - bi->start[b];
+	const struct bucket_list *bl = &bi->b[b];
+	size_t i, n = 0;
 	struct dl_str name;
 	struct wlock *w;
 	int r;
 
+	/* A re-sync formats a bucket some calls after it indexed the table:
+	 * a lock emptied since is still there (dirty, and the table is
+	 * pinned), and has no record any more. */
+	for (i = 0; i < bl->n; i++)
+		n += lock_has_record(bl->v[i]);
 	if (!(w = wb_item(&st->wb, 'B', b, "", 0)) || wb_count(&st->wb, w, n))
 		return DL_ENOMEM;
-	for (i = bi->start[b]; i < bi->start[b + 1]; i++) {
-		name = dl_lock_name(bi->v[i]);
+	for (i = 0; i < bl->n; i++) {
+		if (!lock_has_record(bl->v[i]))
+			continue;
+		name = dl_lock_name(bl->v[i]);
 		if (!(w = wb_item(&st->wb, 'E', b, name.p, name.len)))
 			return DL_ENOMEM;
-		if ((r = wb_record(st, w, bi->v[i], wall_off)) != 0)
+		if ((r = wb_record(st, w, bl->v[i], wall_off)) != 0)
 			return r;
 	}
 	return 0;
@@ -524,73 +538,44 @@ int dl__wb_replace_argv(struct dl_store *st, const char *fence, int *argc,
 
 /* ---- the table by bucket ---------------------------------------------- */
 
-struct index_ctx {
-	struct bucket_index *bi;
-	const struct dl_lock **tmp; /* the locks, in table order */
-	uint32_t *bucket;	    /* ... and their buckets */
-	size_t n, cap;
-	int err;
-};
-
-static void index_one(const struct dl_lock *lk, void *arg)
+void dl__bucket_index_add(const struct dl_lock *lk, void *arg)
 {
-	struct index_ctx *x = arg;
+	struct bucket_index *bi = arg;
 	struct dl_str name = dl_lock_name(lk);
-	const struct dl_lock **t;
-	uint32_t *u;
+	struct bucket_list *bl;
+	const struct dl_lock **v;
 	size_t cap;
 
 	/* An empty lock still in the table (its delete not yet drained,
 	 * e.g. a lazy release) has no record: its bucket goes without it. */
-	if (x->err || (!lk->holders && !lk->qhead))
+	if (bi->err || !lock_has_record(lk))
 		return;
-	if (x->n == x->cap) {
-		cap = x->cap ? x->cap * 2 : 1024;
-		t = realloc(x->tmp, cap * sizeof(*t));
-		if (t)
-			x->tmp = t;
-		u = realloc(x->bucket, cap * sizeof(*u));
-		if (u)
-			x->bucket = u;
-		if (!t || !u) {
-			x->err = DL_ENOMEM;
+	bl = &bi->b[dl_store_bucket(name.p, name.len)];
+	if (bl->n == bl->cap) {
+		cap = bl->cap ? bl->cap * 2 : 16;
+		if (!(v = realloc(bl->v, cap * sizeof(*v)))) {
+			bi->err = DL_ENOMEM;
 			return;
 		}
-		x->cap = cap;
+		bl->v = v;
+		bl->cap = cap;
 	}
-	x->tmp[x->n] = lk;
-	x->bucket[x->n++] = dl_store_bucket(name.p, name.len);
-	x->bi->start[x->bucket[x->n - 1] + 1]++;
+	bl->v[bl->n++] = lk;
+	bi->n++;
 }
 
 int dl__bucket_index(struct dl_store *st, struct bucket_index *bi)
 {
-	struct index_ctx x = {.bi = bi};
-	size_t fill[DL_STORE_BUCKETS], i;
-	uint32_t b;
-
 	memset(bi, 0, sizeof(*bi));
-	dl_locktab_foreach(st->tab, index_one, &x);
-	if (!x.err && !(bi->v = malloc((x.n ? x.n : 1) * sizeof(*bi->v))))
-		x.err = DL_ENOMEM;
-	if (!x.err) {
-		/* counting sort: start[b + 1] held bucket b's count */
-		for (b = 0; b < DL_STORE_BUCKETS; b++) {
-			bi->start[b + 1] += bi->start[b];
-			fill[b] = bi->start[b];
-		}
-		for (i = 0; i < x.n; i++)
-			bi->v[fill[x.bucket[i]]++] = x.tmp[i];
-	}
-	free(x.tmp);
-	free(x.bucket);
-	if (x.err)
-		dl__bucket_index_free(bi);
-	return x.err;
+	dl_locktab_foreach(st->tab, dl__bucket_index_add, bi);
+	return bi->err;
 }
 
 void dl__bucket_index_free(struct bucket_index *bi)
 {
-	free(bi->v);
-	bi->v = NULL;
+	uint32_t b;
+
+	for (b = 0; b < DL_STORE_BUCKETS; b++)
+		free(bi->b[b].v);
+	memset(bi, 0, sizeof(*bi));
 }

@@ -451,9 +451,11 @@ static int write_buckets(struct load_ctx *x, size_t *locks, size_t *calls)
 	uint32_t b = 0;
 	int rc;
 
-	if ((rc = dl__bucket_index(st, &bi)) != 0)
+	if ((rc = dl__bucket_index(st, &bi)) != 0) {
+		dl__bucket_index_free(&bi);
 		return rc;
-	*locks = bi.start[DL_STORE_BUCKETS];
+	}
+	*locks = bi.n;
 	while (!rc && b < DL_STORE_BUCKETS) {
 		dl__wb_reset(&st->wb);
 		rc = dl__wb_buckets(st, &bi, &b, off);

@@ -62,22 +62,31 @@ struct wbatch {
 	char token[24];
 };
 
-/* The table's non-empty locks grouped by bucket (store_batch.c): the
- * order of a re-sync and of a migration, bucket after bucket. Pointers
- * into the table: valid until the table next changes. */
+/* The table's locks that have a record (a holder or a waiter), grouped
+ * by bucket (store_batch.c): the order of a re-sync and of a migration,
+ * bucket after bucket. Pointers into the table: valid until a lock
+ * leaves it, which a re-sync rules out by pinning the table
+ * (dl_locktab_pin) for as long as it keeps them. */
 struct bucket_index {
-	const struct dl_lock **v;	    /* by bucket */
-	size_t start[DL_STORE_BUCKETS + 1]; /* bucket b: v[start[b] ..
-					       start[b + 1]) */
+	struct bucket_list {
+		const struct dl_lock **v;
+		size_t n, cap;
+	} b[DL_STORE_BUCKETS];
+	size_t n; /* locks in all */
+	int err;  /* DL_ENOMEM: a lock could not be added */
 };
 
-/* A re-sync's chunks, formatted ahead (redisFormatCommandArgv) at the
- * moment the table was read, sent a few at a time (store.c). */
+/* A re-sync under way (store.c): first the table is indexed by bucket, a
+ * step per loop iteration; then the calls go, each formatted when it is
+ * sent, DL_STORE_RESYNC_WINDOW in flight. */
 struct resync {
-	char **cmd; /* the FCALLs; sent ones are freed and NULL */
-	size_t *len;
-	size_t n, cap, next; /* how many, room, the next one to send */
-	size_t inflight;     /* sent, not answered */
+	struct bucket_index bi;
+	int pinned;	 /* the table is pinned for bi (resync_free unpins) */
+	int indexing;	 /* walking the table: the idle handle runs */
+	size_t cursor;	 /* that walk's (dl_locktab_walk) */
+	uint32_t next;	 /* the first bucket not yet sent */
+	int last_sent;	 /* the call with the last bucket is sent */
+	size_t inflight; /* sent, not answered */
 };
 
 /* A subscription to one Sentinel's events (store_find.c). */
@@ -116,6 +125,7 @@ struct dl_store {
 	uv_timer_t timer; /* DL_STORE_TICK_MS: reconnects, timeouts, pings */
 	int timer_on;	  /* both timers are initialised */
 	uv_timer_t lazy;  /* DL_STORE_LAZY_MS: lazy writes wait no longer */
+	uv_idle_t walk;	  /* a re-sync's steps of indexing the table */
 	int lazy_on;	  /* it runs */
 	int lazy_due;	  /* it ran out: write every dirty lock */
 	int timers_open;  /* closing: timers not yet closed */
@@ -292,9 +302,12 @@ int dl__wb_buckets(struct dl_store *st, const struct bucket_index *bi,
 int dl__wb_replace_argv(struct dl_store *st, const char *fence, int *argc,
 			const char ***argv, const size_t **lens);
 
-/* Group the table's locks that have holders or waiters by bucket. 0 or
- * DL_ENOMEM; free with dl__bucket_index_free(). */
+/* Group the table's locks that have holders or waiters by bucket, in one
+ * go. 0 or DL_ENOMEM; free with dl__bucket_index_free() either way. */
 int dl__bucket_index(struct dl_store *st, struct bucket_index *bi);
+/* The same a lock at a time, into an index that starts zeroed (a
+ * dl_lock_cb, arg the index; a failure sets bi->err). */
+void dl__bucket_index_add(const struct dl_lock *lk, void *arg);
 void dl__bucket_index_free(struct bucket_index *bi);
 
 /* ---- store_load.c and store_migrate.c: one attempt of dl_store_load() ---- */

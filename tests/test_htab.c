@@ -199,3 +199,102 @@ Test(htab, emptied_table_keeps_working)
 	check_all(N);
 	cr_assert(eq(sz, walk(), N / 2));
 }
+
+/* A walk spread over many steps of a frozen table, with inserts and
+ * removes between the steps, as a re-sync indexes the lock table: every
+ * node there from the first step to the last is seen exactly once, none
+ * moves while frozen, and lookups stay right. `moving`: frozen in the
+ * middle of a move (it pauses), else with none under way, inserting past
+ * the load that would start a doubling (none starts). Returns the number
+ * of items inserted. Fails if nodes moved while frozen: seen twice or not
+ * at all, as the walk's cursor counts slots of arrays that changed. */
+static size_t frozen_walk(int moving)
+{
+	const size_t step = 500;
+	size_t i, j, base = 0, cursor = 0, slots, mask, old_mask, moved;
+	struct dl_hnode *n;
+	struct item *it;
+
+	if (moving) {
+		for (base = 0; !h.old || base < 40000; base++) {
+			dl_htab_insert(&h, &items[base].hn);
+			items[base].present = 1;
+		}
+		cr_assert(h.moved < h.old_mask, "the move ended at once");
+	} else {
+		/* up to a load of 1, with the last move over */
+		for (base = 0; base < 65536; base++) {
+			dl_htab_insert(&h, &items[base].hn);
+			items[base].present = 1;
+		}
+		cr_assert(eq(ptr, h.old, NULL));
+		cr_assert(eq(sz, h.n, h.mask + 1));
+	}
+	for (i = 0; i < N; i++)
+		items[i].seen = 0;
+	dl_htab_freeze(&h, 1);
+	slots = dl_htab_slots(&h);
+	mask = h.mask;
+	old_mask = h.old_mask;
+	moved = h.moved;
+	i = base;
+	while (cursor < slots) {
+		for (j = cursor; j < cursor + step && j < slots; j++)
+			for (n = *dl_htab_slot(&h, j); n; n = n->next) {
+				it = (struct item *)n;
+				cr_assert(eq(int, it->seen, 0),
+					  "walk saw %s twice", it->key);
+				it->seen = 1;
+			}
+		cursor = j;
+		/* between steps the table changes: new nodes come, some of
+		 * them go again */
+		for (j = 0; j < step / 2 && i < N; j++) {
+			dl_htab_insert(&h, &items[i].hn);
+			items[i++].present = 1;
+		}
+		for (j = i - 1; j >= base && j + step / 2 > i; j -= 3)
+			if (items[j].present) {
+				dl_htab_remove(&h, &items[j].hn);
+				items[j].present = 0;
+			}
+		dl_htab_resize(&h, 8 * (h.mask + 1)); /* a hint: ignored */
+		cr_assert(eq(sz, h.mask, mask), "a doubling while frozen");
+		cr_assert(eq(sz, h.old_mask, old_mask));
+		cr_assert(eq(sz, h.moved, moved), "a move while frozen");
+		cr_assert(eq(sz, dl_htab_slots(&h), slots));
+	}
+	cr_assert(h.n > mask + 1, "load %zu / %zu: nothing was due", h.n,
+		  mask + 1);
+	for (j = 0; j < base; j++)
+		cr_assert(eq(int, items[j].seen, 1), "walk missed %s",
+			  items[j].key);
+	check_all(i);
+	dl_htab_freeze(&h, 0);
+	return i;
+}
+
+Test(htab, a_frozen_table_can_be_walked_in_steps_while_it_changes)
+{
+	size_t mask, i, n;
+
+	for (n = 0; n < 2; n++) {
+		if (n) {
+			dl_htab_free(&h);
+			cr_assert(eq(int, dl_htab_init(&h), 0));
+			for (i = 0; i < N; i++)
+				items[i].present = 0;
+		}
+		i = frozen_walk(n == 0);
+		mask = h.mask;
+		/* thawed: the next inserts and removes move and grow */
+		while (i < N) {
+			dl_htab_insert(&h, &items[i].hn);
+			items[i++].present = 1;
+		}
+		cr_assert(h.mask > mask,
+			  "the table did not grow after the thaw");
+		check_all(N);
+		cr_assert(eq(sz, walk(), h.n));
+	}
+}

@@ -385,6 +385,130 @@ Test(layout, resync_after_a_lost_link_deletes_what_ended_and_keeps_every_lease)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+#define SPREAD	      60000
+#define SPREAD_WINDOW 1000
+
+/* A name of bucket b: "<prefix><i>". */
+static void bucket_name(uint32_t b, const char *prefix, char *out, size_t len)
+{
+	int i;
+
+	for (i = 0;; i++) {
+		snprintf(out, len, "%s%d", prefix, i);
+		if (dl_store_bucket(out, strlen(out)) == b)
+			return;
+	}
+}
+
+/* The re-sync indexes the table a step per loop iteration and formats
+ * each call when it sends it, the table pinned meanwhile. Here Redis is
+ * stopped right after the re-sync's first call (bucket 0's planted record
+ * gone), and while the rest waits a third of the indexed locks expire
+ * (changes are refused until the link is up, but leases end on time), so
+ * most buckets are formatted after their locks changed. The re-sync must
+ * still end, at once (no second link failure), the expired locks must
+ * stay in memory until the link is up (under ASan, a lock freed while the
+ * re-sync points to it is a use after free), and every change must be in
+ * Redis afterwards: after a kill -9 the expired locks are free, the
+ * others held with their tokens, and the planted record gone. */
+Test(layout, a_resync_spread_over_the_loop_writes_what_changed_during_it,
+     .timeout = 300)
+{
+	static uint64_t tok[SPREAD];
+	struct h_client *c, *m, *rc;
+	char ghost[32], want[64], *l;
+	int i, j, polls = 0;
+
+	h_redis_start(&r, "everysec");
+	/* a leadership that outlasts the stop, and 10 s of silence before
+	 * the link is given up (the re-sync must not start again) */
+	h_daemon_start_redis(&d, &r,
+			     "[persistence]\nredis_timeout = 10s\n"
+			     "[cluster]\nleader_lease = 60s\n"
+			     "[limits]\nmax_locks_per_owner = 100000\n");
+	c = h_hello(d.port, "c");
+	m = h_hello(d.port, "m");
+	for (i = 0; i < SPREAD; i += SPREAD_WINDOW) {
+		for (j = i; j < i + SPREAD_WINDOW; j++)
+			h_send(c, "LOCK s%d ttl=600s", j);
+		for (j = i; j < i + SPREAD_WINDOW; j++) {
+			l = h_line(c);
+			snprintf(want, sizeof(want), "OK GRANTED s%d ", j);
+			cr_assert(h_starts(l, want), "\"%s\"", l);
+			tok[j] = h_arg_u64(l, 1);
+		}
+	}
+	bucket_name(0, "ghost", ghost, sizeof(ghost));
+	h_rec_plant(&r, ghost, "dlock1\\nH 7 0 1 60000 mallory");
+	/* a third of them to end 1.5 s from now */
+	for (i = 0; i < SPREAD; i += 3 * SPREAD_WINDOW) {
+		for (j = i; j < i + 3 * SPREAD_WINDOW && j < SPREAD; j += 3)
+			h_send(c, "REFRESH s%d %llu ttl=1500ms", j,
+			       (unsigned long long)tok[j]);
+		for (j = i; j < i + 3 * SPREAD_WINDOW && j < SPREAD; j += 3)
+			h_expect_prefix(c, "OK REFRESHED s%d ", j);
+	}
+
+	h_redis_cli(&r, "CLIENT KILL TYPE normal");
+	/* a connection of our own polls Redis for the first call */
+	rc = h_connect(r.port);
+	do {
+		l = h_call(rc, "HEXISTS %s %s", h_rec_key(ghost), ghost);
+		polls++;
+	} while (strcmp(l, ":1") == 0 && polls < 100000);
+	kill(r.pid, SIGSTOP);
+	cr_assert_str_eq(l, ":0", "the re-sync never wrote bucket 0");
+	cr_log_info("bucket 0 replaced after %d polls", polls);
+	cr_assert_eq(h_stats_value(m, "store_available"), 0,
+		     "the re-sync ended before Redis was stopped: "
+		     "this test needs more locks");
+	/* new locks meanwhile are refused (and leave nothing behind) */
+	for (i = 0; i < 100; i++) {
+		l = h_call(m, "LOCK fresh%d ttl=10s", i);
+		cr_assert(h_starts(l, "ERR UNAVAILABLE"), "\"%s\"", l);
+	}
+	h_sleep_ms(2000);
+	for (i = 0; i < SPREAD; i += 3000)
+		cr_assert_str_eq(h_kv(h_call(m, "STATUS s%d", i), "state"),
+				 "free", "s%d did not expire", i);
+	kill(r.pid, SIGCONT);
+
+	h_wait_available(m, 1, 60000);
+	cr_assert(h_daemon_log_has(&d, "re-synced"));
+	cr_assert(!h_daemon_log_has(&d, "re-sync failed"));
+	cr_assert_eq(h_stats_value(m, "store_failures"), 1,
+		     "the link failed again during the re-sync");
+	/* the expiries are lazy writes: gone within DL_STORE_LAZY_MS */
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HEXISTS", "s0"), "0", 1, 10000));
+	h_close(rc);
+
+	h_daemon_kill9(&d);
+	h_close(c);
+	h_close(m);
+	h_daemon_restart(&d);
+	cr_assert(!h_daemon_log_has(&d, "not written by dlockd"));
+	m = h_hello(d.port, "m");
+	for (i = 0; i < SPREAD; i += SPREAD_WINDOW) {
+		for (j = i; j < i + SPREAD_WINDOW; j++)
+			h_send(m, "STATUS s%d", j);
+		for (j = i; j < i + SPREAD_WINDOW; j++) {
+			l = h_line(m);
+			if (j % 3 == 0) {
+				cr_assert_str_eq(h_kv(l, "state"), "free",
+						 "s%d: \"%s\"", j, l);
+				continue;
+			}
+			cr_assert_str_eq(h_kv(l, "state"), "held",
+					 "s%d: \"%s\"", j, l);
+			cr_assert_eq(h_kv_u64(l, "token"), tok[j],
+				     "s%d: \"%s\"", j, l);
+		}
+	}
+	expect_free(m, ghost);
+	h_close(m);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
 /* ---- (d) daemons of layout 1 are kept out -------------------------------- */
 
 /* The library of the daemons of layout 1 (dlock_v4, as main wrote it
