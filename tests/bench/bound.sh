@@ -81,7 +81,7 @@ report() {
 	done
 	awk -v l="$1" -v r="$r_rate" -v s="$r_srv" -v c="$r_cpu" 'BEGIN {
 		printf "%-22s %9.0f pairs/s  cpu%s  servers %.2f us/pair\n",
-			l, r, c, r > 0 ? s * 1e6 / r : 0 }'
+			l, r, c, (r > 0 ? s * 1e6 / r : 0) }'
 }
 
 # run PLACEMENT: REPS runs of each side, alternating
