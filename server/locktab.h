@@ -476,7 +476,8 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
  * queue, where it was when it was served, with the TTL `ttl_ms`, the tag,
  * the mode and the wait deadline it had (and the lock's limit, should the
  * lock have to be made again). Grants are suspended meanwhile, so nobody
- * else is served. Returns 0, or DL_ENOMEM when the waiter could not be
+ * else is served. A closed session is not put back (its client left).
+ * Returns 0, or DL_ENOMEM when the waiter could not be
  * re-queued, DL_ELIMIT when the lock is now in use with another limit
  * (freed and taken again meanwhile), DL_EBADARG when the session has
  * changed owner since the grant: the caller then reports a timeout.

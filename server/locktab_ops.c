@@ -681,7 +681,11 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 			dl__serve(t, lk, now);
 		}
 	}
-	if (!requeue)
+	/* A closed session waits for nothing: its client left while the
+	 * grant waited for Redis, and the withdrawal is all there is to do
+	 * (found from outside: it was queued again with no owner, and the
+	 * daemon crashed). */
+	if (!requeue || !s->owner)
 		return 0;
 	if (requeue->owner_gen != s->owner_gen)
 		return DL_EBADARG; /* it waited as another owner */

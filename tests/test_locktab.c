@@ -2753,6 +2753,35 @@ Test(locktab, a_withdrawn_grant_after_an_owner_change)
 	cr_assert(eq(u32, status("x").holders, 0));
 }
 
+/* Found from outside: a waiter is served (its * GRANTED held for Redis),
+ * its client leaves, then persistence goes down and the grant is
+ * withdrawn. The closed session is not queued again (it was, with no
+ * owner, and the daemon crashed); the next waiter is served once grants
+ * resume. */
+Test(locktab, a_withdrawn_grant_of_a_closed_session_is_not_queued_again)
+{
+	struct client *a = client_new("a"), *c = client_new("c");
+	uint64_t ta = served_from_queue(a, "x", EX);
+	struct dl_requeue rq = {.owner_gen = a->s.owner_gen,
+				.ttl_ms = 3000,
+				.wait_deadline = UINT64_MAX,
+				.limit = 1};
+	char why[256];
+
+	must_queue(c, "x", 3000, UINT64_MAX, NULL);
+	client_close(a);
+	dl_locktab_suspend_grants(tab, 1);
+	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("x"), ta, 0, &rq),
+		     0));
+	cr_assert(eq(int, dl_locktab_verify(tab, why, sizeof(why)), 0), "%s",
+		  why);
+	cr_assert(eq(u32, status("x").holders, 0));
+	cr_assert(eq(u32, status("x").waiters, 1)); /* c only */
+	dl_locktab_suspend_grants(tab, 0);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, c), 1));
+	cr_assert(eq(u32, status("x").holders, 1));
+}
+
 /* A withdrawn * GRANTED of a shared waiter puts it back shared. */
 Test(locktab, a_withdrawn_shared_grant_waits_again_shared)
 {

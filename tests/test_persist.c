@@ -756,6 +756,46 @@ Test(persist, a_withdrawn_reentry_leaves_the_lease_its_owner_was_told_of)
 	stop_clean();
 }
 
+/* Found from outside: a waiter is served while Redis hangs (its *
+ * GRANTED held back), then its client leaves; the link is declared lost
+ * and the grant withdrawn. The daemon crashed there (the closed session
+ * was queued again with no owner). Now the leaver is gone from the queue,
+ * and the waiter behind it is granted once Redis is back. */
+Test(persist, a_waiter_that_leaves_while_its_grant_waits_for_redis_is_dropped)
+{
+	struct h_client *a, *b, *c, *m;
+	uint64_t tok;
+	char *l;
+
+	start("always", "[persistence]\nredis_timeout = 1s\n");
+	a = h_hello(d.port, "a");
+	b = h_hello(d.port, "b");
+	c = h_hello(d.port, "c");
+	m = h_hello(d.port, "m");
+	tok = h_lock(a, "L", "ttl=30s");
+	h_send(b, "LOCK L ttl=30s wait=60s");
+	h_expect_prefix(b, "OK QUEUED L 1");
+	h_send(c, "LOCK L ttl=30s wait=60s");
+	h_expect_prefix(c, "OK QUEUED L 2");
+
+	kill(r.pid, SIGSTOP);
+	h_send(a, "UNLOCK L %llu", (unsigned long long)tok);
+	h_expect(a, "OK RELEASED L");
+	h_close(b); /* its * GRANTED waits for Redis */
+	h_wait_available(m, 0, 1000 + 1000 + 3000);
+	cr_assert(h_daemon_alive(&d), "dlockd died withdrawing the grant");
+	kill(r.pid, SIGCONT);
+	h_wait_available(m, 1, 10000);
+	l = h_read(c, 5000);
+	cr_assert(l != NULL && h_starts(l, "* GRANTED L "),
+		  "the next waiter: \"%s\"", l ? l : "(nothing)");
+	expect_status(m, "L", "held", h_arg_u64(l, 1), "c", 0);
+	h_close(a);
+	h_close(c);
+	h_close(m);
+	stop_clean();
+}
+
 /* The same, with the connection changing owner between two held grants:
  * each grant is withdrawn, the first one too, though it was made for the
  * owner the connection had before (it used to stay held, for the old
