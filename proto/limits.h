@@ -195,6 +195,11 @@
 #define DL_STORE_RESYNC_CHUNK  1000
 #define DL_STORE_RESYNC_WINDOW 2
 #define DL_STORE_RESYNC_WALK   2048
+/* A whole bucket goes in one call, however many records it has: names
+ * chosen to fall into one bucket make a call of 10^6 records, which took
+ * Redis 2-2.8 s. Its reply is given redis_timeout plus this much per
+ * record (10 s for 10^6), so that the re-sync ends (server/store.c). */
+#define DL_STORE_RECORD_US 10
 
 /* Leadership (DESIGN.md section 10). The active daemon holds a lease in
  * Redis, renews it every third of it, and counts its own leadership from

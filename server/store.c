@@ -367,6 +367,8 @@ static int wb_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch)
 	r = dl__wb_argv(st, st->fence, &argc, &argv, &lens);
 	if (r == 0)
 		r = batch_send(st, kind, epoch, argc, argv, lens);
+	if (r == 0)
+		st->tail->records = st->wb.nlocks;
 	if (r)
 		st->token_mark = 0; /* not sent: the next batch carries one */
 	dl__wb_reset(&st->wb);
@@ -525,6 +527,8 @@ static int resync_pump(struct dl_store *st)
 				       rs->last_sent ? BATCH_RESYNC
 						     : BATCH_RESYNC_PART,
 				       0, argc, argv, lens);
+		if (!r)
+			st->tail->records = st->wb.nlocks;
 		if (r)
 			st->token_mark = 0; /* as wb_send */
 		dl__wb_reset(&st->wb);
@@ -1121,6 +1125,17 @@ static void lead_tick(struct dl_store *st)
 		st->lead_busy = 1;
 }
 
+/* How much longer than redis_timeout Redis may take to answer the oldest
+ * call awaited: a call of many records takes it longer (found from
+ * outside: a re-sync call of 10^6 records, all in one bucket, took Redis
+ * 2-2.8 s; timed out at 2 s, the re-sync began again, forever). */
+static uint64_t reply_allowance_ms(const struct dl_store *st)
+{
+	return st->head
+		       ? (uint64_t)st->head->records * DL_STORE_RECORD_US / 1000
+		       : 0;
+}
+
 static void on_tick(uv_timer_t *t)
 {
 	struct dl_store *st = t->data;
@@ -1143,7 +1158,7 @@ static void on_tick(uv_timer_t *t)
 		if (now - (st->last_reply_ms > st->link_since_ms
 				   ? st->last_reply_ms
 				   : st->link_since_ms) >
-		    st->cfg->redis_timeout_ms)
+		    st->cfg->redis_timeout_ms + reply_allowance_ms(st))
 			link_fail(st, "timed out connecting");
 		else if (st->link == LINK_SYNCING)
 			lead_tick(st);
@@ -1151,7 +1166,8 @@ static void on_tick(uv_timer_t *t)
 	case LINK_UP:
 		dl__watch_start(st); /* again, if the watch was lost */
 		if (st->head && (now_us() - st->head->sent_us) / 1000 >
-					st->cfg->redis_timeout_ms) {
+					st->cfg->redis_timeout_ms +
+						reply_allowance_ms(st)) {
 			link_fail(st, "no reply within redis_timeout");
 		} else if (st->active && dl_mono_ms() >= st->leader.until_ms) {
 			/* Not renewed in time: a standby may take over any

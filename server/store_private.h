@@ -34,6 +34,8 @@ struct batch {
 	uint64_t epoch; /* committed by this reply (EPOCH, RESYNC) */
 	uint64_t sent_us;
 	uint64_t sent_ms; /* monotonic (clock.h), for leadership deadlines */
+	size_t records;	  /* lock records it carries: Redis is given
+			     DL_STORE_RECORD_US more per record to answer */
 };
 
 /* One item of a write batch, its bytes in wb.text. For the apply

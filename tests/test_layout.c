@@ -509,6 +509,58 @@ Test(layout, a_resync_spread_over_the_loop_writes_what_changed_during_it,
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+#define CROWD	     120000
+#define CROWD_BUCKET 7
+
+/* Found from outside: names chosen to fall into one bucket (FNV-1a has no
+ * key) make one re-sync call of all their records -- a bucket is replaced
+ * whole, in one call. Here 120,000 of them, and a redis_timeout shorter
+ * than Redis takes to apply that call: the call's reply is given more
+ * time per record, and the re-sync ends. Fails if it is timed out by
+ * redis_timeout alone: the link fails, the re-sync begins again, forever,
+ * and changes are refused all along. */
+Test(layout, a_resync_of_one_crowded_bucket_ends, .timeout = 300)
+{
+	static char names[CROWD][16];
+	struct h_client *c, *m;
+	char want[64], *l;
+	uint32_t h;
+	int i, j, n;
+
+	for (i = n = 0; n < CROWD; i++) {
+		snprintf(names[n], sizeof(names[n]), "c%d", i);
+		h = dl_store_bucket(names[n], strlen(names[n]));
+		n += h == CROWD_BUCKET;
+	}
+	h_redis_start(&r, "everysec");
+	h_daemon_start_redis(&d, &r,
+			     "[persistence]\nredis_timeout = 150ms\n"
+			     "[cluster]\nleader_lease = 60s\n"
+			     "[limits]\nmax_locks_per_owner = 200000\n");
+	c = h_hello(d.port, "c");
+	m = h_hello(d.port, "m");
+	for (i = 0; i < CROWD; i += 1000) {
+		for (j = i; j < i + 1000; j++)
+			h_send(c, "LOCK %s ttl=600s", names[j]);
+		for (j = i; j < i + 1000; j++) {
+			l = h_line(c);
+			snprintf(want, sizeof(want), "OK GRANTED %s ",
+				 names[j]);
+			cr_assert(h_starts(l, want), "\"%s\"", l);
+		}
+	}
+	cr_assert_eq(atoi(h_redis_cli(&r, "HLEN dlock:rec:7")), CROWD);
+	h_redis_cli(&r, "CLIENT KILL TYPE normal");
+	h_wait_available(m, 1, 60000);
+	cr_assert(h_daemon_log_has(&d, "120000 locks re-synced"));
+	cr_assert_eq(h_stats_value(m, "store_failures"), 1,
+		     "the re-sync was timed out and began again");
+	cr_assert_eq(atoi(h_redis_cli(&r, "HLEN dlock:rec:7")), CROWD);
+	h_close(c);
+	h_close(m);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
 /* ---- (d) daemons of layout 1 are kept out -------------------------------- */
 
 /* The library of the daemons of layout 1 (dlock_v4, as main wrote it
