@@ -188,16 +188,16 @@
  * in hand. A re-sync formats each call when it sends it, ~0.6 ms of the
  * loop's time per 1000 records; it first indexes the table
  * DL_STORE_RESYNC_WALK hash slots (about as many locks) per loop
- * iteration, ~1 ms. Measured at 10^6 locks: the longest step of either
- * 1.1-1.4 ms, the re-sync as fast as with 10,000 records per call
- * (2.45-2.54 s), where indexing and formatting it all at once blocked the
- * loop for 0.3-0.4 s. */
+ * iteration, ~1 ms. Measured by hand at 10^6 locks (timers around each
+ * step in a scratch build): the longest step of either 1.1-1.4 ms, the
+ * re-sync as fast as with 10,000 records per call (2.45-2.54 s), where
+ * indexing and formatting it all at once blocked the loop for 0.3-0.4 s. */
 #define DL_STORE_RESYNC_CHUNK  1000
 #define DL_STORE_RESYNC_WINDOW 2
 #define DL_STORE_RESYNC_WALK   2048
-/* A whole bucket goes in one call, however many records it has: names
- * chosen to fall into one bucket make a call of 10^6 records, which took
- * Redis 2-2.8 s. Its reply is given redis_timeout plus this much per
+/* A whole bucket goes in one re-sync call, however many records it has:
+ * names chosen to fall into one bucket make a call of 10^6 records, which
+ * took Redis 2-2.8 s. Its reply is given redis_timeout plus this much per
  * record (10 s for 10^6), so that the re-sync ends (server/store.c). */
 #define DL_STORE_RECORD_US 10
 

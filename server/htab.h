@@ -39,7 +39,7 @@ struct dl_htab {
 	size_t n;
 	struct dl_hnode **old; /* being emptied into b, or NULL */
 	size_t old_mask;
-	size_t moved; /* old buckets [0, moved) are empty */
+	size_t moved;	 /* old buckets [0, moved) are empty */
 	unsigned frozen; /* dl_htab_freeze: no node moves */
 };
 

@@ -393,8 +393,9 @@ size_t dl_locktab_drain_urgent(struct dl_locktab *t, dl_lock_cb cb,
 size_t dl_locktab_urgent_count(const struct dl_locktab *t);
 /* Every lock, in no particular order (a full re-sync of the store). */
 void dl_locktab_foreach(struct dl_locktab *t, dl_lock_cb cb, void *arg);
-/* Pinning (a count): while pinned, no lock that had a holder or waiter
- * when the pin was taken leaves the table, and none changes its place in
+/* Pinning (a count): while pinned, no lock that has had a holder or a
+ * waiter at any time since the pin was taken (or had one then) leaves the
+ * table, and none changes its place in
  * the lock hash, so a caller may keep pointers to locks, and walk the
  * table, across requests (a re-sync indexes the table in steps and
  * formats a bucket some round trips later). That holds because such a
@@ -405,7 +406,8 @@ void dl_locktab_foreach(struct dl_locktab *t, dl_lock_cb cb, void *arg);
 void dl_locktab_pin(struct dl_locktab *t, int on);
 /* One step of a walk of a pinned table: cb for every lock in up to
  * `slots` hash slots from *cursor on (about as many locks: the load is
- * about 1), *cursor moved past them. Returns 1 once the walk is done.
+ * about 1), *cursor moved past them. A predicate, not a status: nonzero
+ * once the walk is done.
  * Every lock in the table from the first step to the last is handed over
  * exactly once; one that came or went meanwhile, at most once. */
 int dl_locktab_walk(struct dl_locktab *t, size_t *cursor, size_t slots,

@@ -24,14 +24,14 @@ struct dl_locktab {
 	struct dl_locktab_limits limits;
 	uint64_t seed;
 	uint64_t last_token;
-	int suspended;	      /* grants suspended (store down) */
-	size_t placeholders;  /* restored waiters not yet claimed */
+	int suspended;	     /* grants suspended (store down) */
+	size_t placeholders; /* restored waiters not yet claimed */
 	struct dl_htab locks;
 	struct dl_htab owners;
 	struct dl_lock **dirty; /* capacity >= number of locks */
 	size_t ndirty;
 	size_t dirty_cap;
-	size_t nurgent; /* dirty locks with lk->urgent */
+	size_t nurgent;	 /* dirty locks with lk->urgent */
 	unsigned pinned; /* dl_locktab_pin: no lock may leave the table */
 	struct dl_locktab_stats st;
 	struct dl_wheel wheel;

@@ -367,8 +367,6 @@ static int wb_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch)
 	r = dl__wb_argv(st, st->fence, &argc, &argv, &lens);
 	if (r == 0)
 		r = batch_send(st, kind, epoch, argc, argv, lens);
-	if (r == 0)
-		st->tail->records = st->wb.nlocks;
 	if (r)
 		st->token_mark = 0; /* not sent: the next batch carries one */
 	dl__wb_reset(&st->wb);
@@ -527,8 +525,10 @@ static int resync_pump(struct dl_store *st)
 				       rs->last_sent ? BATCH_RESYNC
 						     : BATCH_RESYNC_PART,
 				       0, argc, argv, lens);
-		if (!r)
-			st->tail->records = st->wb.nlocks;
+		if (!r) {
+			st->tail->records = st->wb.nentries;
+			st->synced_locks += st->wb.nentries;
+		}
 		if (r)
 			st->token_mark = 0; /* as wb_send */
 		dl__wb_reset(&st->wb);
@@ -803,14 +803,17 @@ static void on_fsync(redisAsyncContext *ac, void *reply, void *priv)
  * both blocked the loop for 0.3 s per 10^6 locks, and the formatted calls
  * held the whole table a second time in memory.
  *
- * A lock that changed in between is written newer than it was when the
- * re-sync began, which Redis may hold at any time (a change is told only
- * once it is written), and stays dirty: it is written again once the link
- * is up. A lock created meanwhile may be missed by the walk; it is dirty
- * too, and written then. Why that is enough: what must be in Redis when
- * the last call's reply commits the closed epochs is their changes, made
- * before the link was lost, so before the walk: every lock they touched
- * is in the index (or was emptied, and then has no record to write).
+ * While SYNCING no lock can gain a holder or a waiter (grants are
+ * suspended, requests that change state refused): a lock changes only by
+ * losing some (expiries, waiters that time out or leave). One that
+ * changed in between is written newer than it was when the re-sync began,
+ * which Redis may hold at any time (a change is told only once it is
+ * written), and stays dirty: it is written again once the link is up. A
+ * lock made meanwhile (a refused request's, gone again) is never in the
+ * index. Why that is enough: what must be in Redis when the last call's
+ * reply commits the closed epochs is their changes, made before the link
+ * was lost, so before the walk: every lock they touched is in the index
+ * (or was emptied, and then has no record to write).
  */
 static void on_walk(uv_idle_t *h)
 {
@@ -831,7 +834,7 @@ static void on_walk(uv_idle_t *h)
 		link_fail(st, "re-sync failed: out of memory");
 		return;
 	}
-	st->synced_locks = rs->bi.n;
+	st->synced_locks = 0; /* counted as the records go */
 	if (resync_pump(st))
 		link_fail(st, "re-sync failed");
 }
@@ -1126,9 +1129,12 @@ static void lead_tick(struct dl_store *st)
 }
 
 /* How much longer than redis_timeout Redis may take to answer the oldest
- * call awaited: a call of many records takes it longer (found from
- * outside: a re-sync call of 10^6 records, all in one bucket, took Redis
- * 2-2.8 s; timed out at 2 s, the re-sync began again, forever). */
+ * call of a re-sync awaited: a whole bucket goes in one call, and a call
+ * of many records takes it longer (found from outside: a call of 10^6
+ * records, all in one bucket, took Redis 2-2.8 s; timed out at 2 s, the
+ * re-sync began again, forever, refusing changes all along). Only while
+ * SYNCING, when every request that changes state is refused anyway: a
+ * write batch keeps redis_timeout as the longest a request waits. */
 static uint64_t reply_allowance_ms(const struct dl_store *st)
 {
 	return st->head
@@ -1166,8 +1172,7 @@ static void on_tick(uv_timer_t *t)
 	case LINK_UP:
 		dl__watch_start(st); /* again, if the watch was lost */
 		if (st->head && (now_us() - st->head->sent_us) / 1000 >
-					st->cfg->redis_timeout_ms +
-						reply_allowance_ms(st)) {
+					st->cfg->redis_timeout_ms) {
 			link_fail(st, "no reply within redis_timeout");
 		} else if (st->active && dl_mono_ms() >= st->leader.until_ms) {
 			/* Not renewed in time: a standby may take over any
@@ -1228,11 +1233,11 @@ int dl_store_start(struct dl_store *st)
 }
 
 /* Both timers and the walk's handle closed: the store is done. */
-static void on_timer_closed(uv_handle_t *h)
+static void on_handle_closed(uv_handle_t *h)
 {
 	struct dl_store *st = h->data;
 
-	if (--st->timers_open == 0)
+	if (--st->handles_open == 0)
 		st->stop_done(st->stop_arg);
 }
 
@@ -1247,13 +1252,14 @@ static void stop_now(struct dl_store *st)
 			LINK_DOWN; /* no availability report on the way out */
 		redisAsyncFree(ac);
 	}
+	resync_free(st); /* before its idle handle closes */
 	if (st->timer_on) {
 		st->timer_on = 0;
 		st->lazy_on = 0;
-		st->timers_open = 3;
-		uv_close((uv_handle_t *)&st->timer, on_timer_closed);
-		uv_close((uv_handle_t *)&st->lazy, on_timer_closed);
-		uv_close((uv_handle_t *)&st->walk, on_timer_closed);
+		st->handles_open = 3;
+		uv_close((uv_handle_t *)&st->timer, on_handle_closed);
+		uv_close((uv_handle_t *)&st->lazy, on_handle_closed);
+		uv_close((uv_handle_t *)&st->walk, on_handle_closed);
 	} else {
 		st->stop_done(st->stop_arg);
 	}

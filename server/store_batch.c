@@ -363,7 +363,9 @@ int dl__wb_bucket(struct dl_store *st, const struct bucket_index *bi,
 
 	/* A re-sync formats a bucket some calls after it indexed the table:
 	 * a lock emptied since is still there (dirty, and the table is
-	 * pinned), and has no record any more. */
+	 * pinned), and has no record any more. (Written, it would be a
+	 * record without holders, read as free, until the drain after the
+	 * link is up deleted it: tidiness, not safety.) */
 	for (i = 0; i < bl->n; i++)
 		n += lock_has_record(bl->v[i]);
 	if (!(w = wb_item(&st->wb, 'B', b, "", 0)) || wb_count(&st->wb, w, n))

@@ -447,23 +447,23 @@ static int write_buckets(struct load_ctx *x, size_t *locks, size_t *calls)
 {
 	struct dl_store *st = x->st;
 	int64_t off = dl__store_wall_offset();
-	struct bucket_index bi;
+	struct bucket_index *bi = malloc(sizeof(*bi)); /* 24 KiB */
 	uint32_t b = 0;
 	int rc;
 
-	if ((rc = dl__bucket_index(st, &bi)) != 0) {
-		dl__bucket_index_free(&bi);
-		return rc;
-	}
-	*locks = bi.n;
+	if (!bi)
+		return DL_ENOMEM;
+	if ((rc = dl__bucket_index(st, bi)) == 0)
+		*locks = bi->n;
 	while (!rc && b < DL_STORE_BUCKETS) {
 		dl__wb_reset(&st->wb);
-		rc = dl__wb_buckets(st, &bi, &b, off);
+		rc = dl__wb_buckets(st, bi, &b, off);
 		if (!rc)
 			rc = replace(x, calls);
 	}
 	dl__wb_reset(&st->wb);
-	dl__bucket_index_free(&bi);
+	dl__bucket_index_free(bi);
+	free(bi);
 	return rc;
 }
 

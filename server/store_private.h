@@ -34,7 +34,7 @@ struct batch {
 	uint64_t epoch; /* committed by this reply (EPOCH, RESYNC) */
 	uint64_t sent_us;
 	uint64_t sent_ms; /* monotonic (clock.h), for leadership deadlines */
-	size_t records;	  /* lock records it carries: Redis is given
+	size_t records;	  /* a re-sync call's records: Redis is given
 			     DL_STORE_RECORD_US more per record to answer */
 };
 
@@ -130,7 +130,7 @@ struct dl_store {
 	uv_idle_t walk;	  /* a re-sync's steps of indexing the table */
 	int lazy_on;	  /* it runs */
 	int lazy_due;	  /* it ran out: write every dirty lock */
-	int timers_open;  /* closing: timers not yet closed */
+	int handles_open; /* closing: handles not yet closed */
 	int write_due;	  /* hiredis has bytes to write (dl_store_push) */
 	void (*stop_done)(void *arg);
 	void *stop_arg;

@@ -410,8 +410,10 @@ static void bucket_name(uint32_t b, const char *prefix, char *out, size_t len)
  * stay in memory until the link is up (under ASan, a lock freed while the
  * re-sync points to it is a use after free), and every change must be in
  * Redis afterwards: after a kill -9 the expired locks are free, the
- * others held with their tokens, and the planted record gone. */
-Test(layout, a_resync_spread_over_the_loop_writes_what_changed_during_it,
+ * others held with their tokens, and the planted record gone. (Whether a
+ * call formatted late leaves an expired lock out cannot be seen from
+ * here: the drain after the link is up deletes it either way.) */
+Test(layout, a_resync_with_locks_expiring_between_its_calls_loses_nothing,
      .timeout = 300)
 {
 	static uint64_t tok[SPREAD];
@@ -535,7 +537,6 @@ Test(layout, a_resync_of_one_crowded_bucket_ends, .timeout = 300)
 	h_redis_start(&r, "everysec");
 	h_daemon_start_redis(&d, &r,
 			     "[persistence]\nredis_timeout = 150ms\n"
-			     "[cluster]\nleader_lease = 60s\n"
 			     "[limits]\nmax_locks_per_owner = 200000\n");
 	c = h_hello(d.port, "c");
 	m = h_hello(d.port, "m");
