@@ -914,15 +914,55 @@ static void serve_cb(const struct dl_lock *lk, void *arg)
 	dl__serve(r->t, (struct dl_lock *)lk, r->now);
 }
 
+/*
+ * Serve every lock that has a queue (grants resumed). Walking every lock
+ * for it stopped the loop for 42 ms at 10^6 locks, at each link-up with
+ * a single waiter anywhere (found from outside). With few owners, the
+ * queued locks are found through their sessions' waiters instead (a lock
+ * may come up more than once: serving is idempotent, and frees no lock,
+ * a lock that changes staying dirty). A restored placeholder waits in no
+ * session: while there is one, every lock is walked.
+ */
+static void serve_queued(struct dl_locktab *t, uint64_t now)
+{
+	struct timer_run r = {t, now};
+	size_t i, k = 0, cap = t->st.waiters;
+	const struct dl_owner *o;
+	const struct dl_session *s;
+	const struct dl_waiter *w;
+	struct dl_hnode *n;
+	struct dl_lock **v = NULL;
+
+	if (t->placeholders || 4 * t->st.owners > t->st.locks ||
+	    !(v = malloc(cap * sizeof(*v))))
+		goto walk;
+	for (i = 0; i < dl_htab_slots(&t->owners); i++)
+		for (n = *dl_htab_slot(&t->owners, i); n; n = n->next) {
+			o = (const struct dl_owner *)((const char *)n -
+						      offsetof(struct dl_owner,
+							       hn));
+			for (s = o->sessions; s; s = s->onext)
+				for (w = s->waiters; w; w = w->snext) {
+					if (k == cap)
+						goto walk; /* miscounted */
+					v[k++] = w->lock;
+				}
+		}
+	for (i = 0; i < k; i++)
+		dl__serve(t, v[i], now);
+	free(v);
+	return;
+walk:
+	free(v);
+	dl_locktab_foreach(t, serve_cb, &r);
+}
+
 void dl_locktab_suspend_grants(struct dl_locktab *t, int suspended)
 {
-	struct timer_run r = {t, dl__now_ms(t)};
-
 	t->suspended = suspended;
-	/* Only queues can move; with none, skip the walk of every lock
-	 * (a million of them after a restore). */
+	/* Only queues can move; with none, nothing to do. */
 	if (!suspended && t->st.waiters)
-		dl_locktab_foreach(t, serve_cb, &r);
+		serve_queued(t, dl__now_ms(t));
 }
 
 void dl_locktab_reserve(struct dl_locktab *t, size_t n)
