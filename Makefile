@@ -60,7 +60,7 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/stats.c server/metrics.c server/buf.c \
               server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
               server/store_find.c server/store_durable.c \
-              server/store_migrate.c server/bucket.c \
+              server/store_migrate.c server/store_resync.c server/bucket.c \
               server/locktab_verify.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c

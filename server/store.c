@@ -50,7 +50,7 @@
  * Redis, not even between two calls, and a record of a lock that ended
  * while Redis was away goes with its bucket. The table is indexed by
  * bucket when the take is answered; each call is formatted as it goes
- * (on_walk says why that is safe), DL_STORE_RESYNC_WINDOW of them
+ * (store_resync.c says why that is safe), DL_STORE_RESYNC_WINDOW of them
  * in flight, with the leadership renewed between
  * them (a re-sync of 10^6 locks outlasts the leadership's margin: queued
  * behind it, a renewal came too late, the link was dropped as not
@@ -74,24 +74,18 @@
 #include "server/log.h"
 #include "server/store_private.h"
 
-/* The link's failure path is shared with store_find.c. */
-#define link_fail dl__link_fail
+/* The link's failure path is shared with store_find.c, the batches and
+ * the link's way up with store_resync.c. */
+#define link_fail    dl__link_fail
+#define link_up	     dl__link_up
+#define batch_send   dl__batch_send
+#define send_wait    dl__send_wait
+#define resync_free  dl__resync_free
+#define resync_start dl__resync_start
+#define resync_pump  dl__resync_pump
+#define resynced     dl__resynced
 
 /* ---- life cycle --------------------------------------------------------- */
-
-/* End a re-sync (its link lost, or it is done): its index goes, and with
- * it the pin that kept the indexed locks in the table. */
-static void resync_free(struct dl_store *st)
-{
-	struct resync *rs = &st->resync;
-
-	if (rs->indexing)
-		uv_idle_stop(&st->walk);
-	dl__bucket_index_free(&rs->bi);
-	if (rs->pinned)
-		dl_locktab_pin(st->tab, 0);
-	memset(rs, 0, sizeof(*rs));
-}
 
 /* P rec:0 .. P rec:1023, back to back (dl__rec_key). */
 static int rec_keys_init(struct dl_store *st, const char *pfx)
@@ -341,8 +335,8 @@ static struct batch *batch_new(struct dl_store *st, enum batch_kind kind,
 /* Send a command whose reply ends a batch, and only once it is queued
  * link the batch in (hiredis registers no callback for a command it
  * refuses, so a refused batch is simply freed). */
-static int batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
-		      int argc, const char **argv, const size_t *lens)
+int batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
+	       int argc, const char **argv, const size_t *lens)
 {
 	struct batch *b = batch_new(st, kind, epoch);
 
@@ -392,7 +386,7 @@ static void batch_pop(struct dl_store *st, struct batch *b)
 	free(b);
 }
 
-static void link_up(struct dl_store *st, const char *how)
+void link_up(struct dl_store *st, const char *how)
 {
 	dl__watch_start(st);
 	dl_notice("redis: connected%s", how);
@@ -467,20 +461,8 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 	next_look(st, &lr);
 }
 
-static void resynced(struct dl_store *st)
-{
-	char how[96];
-
-	resync_free(st); /* every call sent and answered */
-	snprintf(how, sizeof(how), ", %zu locks re-synced in %llu ms",
-		 st->synced_locks,
-		 (unsigned long long)(uv_now(st->loop) - st->link_since_ms));
-	link_up(st, how);
-}
-
 /* min_replicas_ack: WAIT <n> <half of redis_timeout> after a batch. */
-static int send_wait(struct dl_store *st, enum batch_kind kind,
-		     uint64_t epoch)
+int send_wait(struct dl_store *st, enum batch_kind kind, uint64_t epoch)
 {
 	char n[24], ms[24];
 	const char *argv[3] = {"WAIT", n, ms};
@@ -490,55 +472,6 @@ static int send_wait(struct dl_store *st, enum batch_kind kind,
 	lens[2] = dl_u64_to_dec(st->cfg->redis_timeout_ms / 2 + 1, ms);
 	st->st.replica_waits++;
 	return batch_send(st, kind, epoch, 3, argv, lens);
-}
-
-/* Format and send the re-sync's next calls, DL_STORE_RESYNC_WINDOW in
- * flight: whole buckets from the index, DL_STORE_RESYNC_CHUNK records or
- * so a call, each lock in its state of now. The last one ends it (its
- * reply, or that of the WAIT after it, brings the link up). */
-static int resync_pump(struct dl_store *st)
-{
-	struct resync *rs = &st->resync;
-	const char **argv;
-	const size_t *lens;
-	int argc, r = 0;
-
-	while (!r && !rs->last_sent && rs->inflight < DL_STORE_RESYNC_WINDOW) {
-		dl__wb_reset(&st->wb);
-		r = dl__wb_buckets(st, &rs->bi, &rs->next,
-				   dl__store_wall_offset());
-		rs->last_sent = rs->next == DL_STORE_BUCKETS;
-		/* The last call, once every bucket holds the table, also
-		 * deletes layout 1's name set: it can only be stale here (a
-		 * Redis restored from an AOF older than the migration), and
-		 * left in place it would make the next start migrate that
-		 * stale layout 1 over the buckets, dropping leases granted
-		 * since (found from outside). */
-		if (!r && rs->last_sent)
-			r = dl__wb_key(st, st->names_key,
-				       strlen(st->names_key));
-		if (!r)
-			r = dl__wb_replace_argv(st, st->fence, &argc, &argv,
-						&lens);
-		if (!r)
-			r = batch_send(st,
-				       rs->last_sent ? BATCH_RESYNC
-						     : BATCH_RESYNC_PART,
-				       0, argc, argv, lens);
-		if (!r) {
-			st->tail->records = st->wb.nentries;
-			st->synced_locks += st->wb.nentries;
-		}
-		if (r)
-			st->token_mark = 0; /* as wb_send */
-		dl__wb_reset(&st->wb);
-		if (r)
-			break;
-		rs->inflight++;
-		if (rs->last_sent && st->cfg->min_replicas_ack)
-			r = send_wait(st, BATCH_RESYNC_WAIT, 0);
-	}
-	return r;
 }
 
 /* The replicas' answer. Enough: the batch (and all before it) is durable.
@@ -791,63 +724,6 @@ static void on_fsync(redisAsyncContext *ac, void *reply, void *priv)
 		link_fail(st, why);
 	else if (send_rest(st))
 		link_fail(st, "cannot queue a command");
-}
-
-/*
- * Re-sync (top comment). The table is pinned (dl_locktab_pin): no lock
- * that has a holder or waiter leaves it, nor moves in its hash, until the
- * re-sync ends -- only a drain of the dirty set frees such a lock, and
- * nothing is drained before the link is up. So the table can be indexed
- * by bucket a step per loop iteration (on_walk), and each call formatted
- * when it is sent, from the locks' state of that moment. Done in one go,
- * both blocked the loop for 0.3 s per 10^6 locks, and the formatted calls
- * held the whole table a second time in memory.
- *
- * While SYNCING no lock can gain a holder or a waiter (grants are
- * suspended, requests that change state refused): a lock changes only by
- * losing some (expiries, waiters that time out or leave). One that
- * changed in between is written newer than it was when the re-sync began,
- * which Redis may hold at any time (a change is told only once it is
- * written), and stays dirty: it is written again once the link is up. A
- * lock made meanwhile (a refused request's, gone again) is never in the
- * index. Why that is enough: what must be in Redis when the last call's
- * reply commits the closed epochs is their changes, made before the link
- * was lost, so before the walk: every lock they touched is in the index
- * (or was emptied, and then has no record to write).
- */
-static void on_walk(uv_idle_t *h)
-{
-	struct dl_store *st = h->data;
-	struct resync *rs = &st->resync;
-
-	/* Only silence counts against a re-sync (on_tick): Redis is not
-	 * silent while nothing is asked of it. */
-	if (!st->head)
-		st->last_reply_ms = uv_now(st->loop);
-	if (!dl_locktab_walk(st->tab, &rs->cursor, DL_STORE_RESYNC_WALK,
-			     dl__bucket_index_add, &rs->bi) &&
-	    !rs->bi.err)
-		return;
-	uv_idle_stop(&st->walk);
-	rs->indexing = 0;
-	if (rs->bi.err) {
-		link_fail(st, "re-sync failed: out of memory");
-		return;
-	}
-	st->synced_locks = 0; /* counted as the records go */
-	if (resync_pump(st))
-		link_fail(st, "re-sync failed");
-}
-
-static void resync_start(struct dl_store *st)
-{
-	struct resync *rs = &st->resync;
-
-	resync_free(st);
-	dl_locktab_pin(st->tab, 1);
-	rs->pinned = 1;
-	rs->indexing = 1;
-	uv_idle_start(&st->walk, on_walk);
 }
 
 /* The leadership function answered the handshake: as the active, this

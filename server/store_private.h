@@ -206,6 +206,31 @@ void dl__link_fail(struct dl_store *st, const char *why);
 /* Connect to ip:port (NULL: the unix socket) and start the handshake. */
 void dl__link_open(struct dl_store *st, const char *ip, int port);
 
+/* ---- store.c, for store_resync.c ---- */
+
+/* Send a command whose reply ends a batch of `kind` (store.c). 0, or
+ * DL_ENOMEM / DL_EUNAVAILABLE: the link is to be failed. */
+int dl__batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
+		   int argc, const char **argv, const size_t *lens);
+/* min_replicas_ack: the WAIT after a batch. */
+int dl__send_wait(struct dl_store *st, enum batch_kind kind, uint64_t epoch);
+/* The link is up: changes are accepted, the epochs so far committed. */
+void dl__link_up(struct dl_store *st, const char *how);
+
+/* ---- store_resync.c: the re-sync after a lost link ---- */
+
+/* Begin one (the take answered on a new link): pin and index the table,
+ * then send the calls. */
+void dl__resync_start(struct dl_store *st);
+/* Send the next calls, DL_STORE_RESYNC_WINDOW in flight. 0 or an error:
+ * the link is to be failed. */
+int dl__resync_pump(struct dl_store *st);
+/* Every call is answered: the link comes up. */
+void dl__resynced(struct dl_store *st);
+/* End it (link lost, stopped, or done): the index goes, the table is
+ * unpinned. */
+void dl__resync_free(struct dl_store *st);
+
 /* ---- store_find.c: finding the primary ---- */
 
 /* Resolve, ask Sentinel, then dl__link_open() (or dl__link_fail()). */
