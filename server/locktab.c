@@ -471,6 +471,38 @@ void dl__waiter_to_head(struct dl_lock *lk, struct dl_waiter *w)
 }
 
 /*
+ * Put w, a waiter whose grant of `token` was withdrawn, back where it was
+ * served from: at the head, behind the waiters put back before it that
+ * were served before it (smaller tokens: grants are served in queue
+ * order). Withdrawals come in the order of the connections that held
+ * them, not of service: pushed to the head one by one, two waiters served
+ * in turn came back the other way round, and the later one was granted
+ * first (found from outside).
+ */
+void dl__waiter_requeue(struct dl_lock *lk, struct dl_waiter *w, uint64_t token)
+{
+	struct dl_waiter *p = NULL, *n;
+
+	dl__waiter_to_head(lk, w);
+	w->served = token;
+	for (n = w->qnext; n && n->served && n->served < token; n = n->qnext)
+		p = n;
+	if (!p)
+		return;
+	/* unlink the head w (the new head keeps the tail as its qprev) */
+	lk->qhead = w->qnext;
+	lk->qhead->qprev = w->qprev;
+	/* and put it after p */
+	w->qprev = p;
+	w->qnext = p->qnext;
+	if (p->qnext)
+		p->qnext->qprev = w;
+	else
+		lk->qhead->qprev = w; /* w is the tail */
+	p->qnext = w;
+}
+
+/*
  * Grant the lock to waiters from the head of its queue while the head can
  * be admitted. Only the head is ever considered: this is the "watch your
  * predecessor" rule, done here, so a release wakes exactly the waiters

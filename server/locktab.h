@@ -132,6 +132,7 @@ struct dl_waiter {
 	struct dl_waiter *snext, *sprev; /* the session's waiters */
 	uint64_t wait_deadline;		 /* monotonic ms, UINT64_MAX for inf */
 	uint64_t queued_at; /* monotonic ms, for the wait histogram */
+	uint64_t served;    /* put back: the token of its withdrawn grant */
 	char tag[DL_TAG_MAX];
 };
 

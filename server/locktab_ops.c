@@ -710,7 +710,7 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 		dl__lock_drop_if_unused(t, lk);
 		return DL_ENOMEM;
 	}
-	dl__waiter_to_head(lk, w);
+	dl__waiter_requeue(lk, w, token);
 	return 0;
 }
 

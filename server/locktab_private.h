@@ -80,6 +80,9 @@ struct dl_waiter *dl__waiter_new(struct dl_locktab *t, struct dl_lock *lk,
 				 uint32_t ttl, uint64_t timer_at,
 				 struct dl_str tag, int shared);
 void dl__waiter_to_head(struct dl_lock *lk, struct dl_waiter *w);
+/* A withdrawn grant's waiter, back in its place (locktab.c). */
+void dl__waiter_requeue(struct dl_lock *lk, struct dl_waiter *w,
+			uint64_t token);
 void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
 void dl__reap(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
 /* End lease l now as if it had expired (its owner is told), then serve

@@ -2825,6 +2825,49 @@ Test(locktab, a_withdrawn_grant_of_a_closed_session_is_not_queued_again)
 	cr_assert(eq(u32, status("x").holders, 1));
 }
 
+/* Found from outside: two waiters served in turn (a, whose lease then
+ * expired, then b), both grants withdrawn when persistence goes down --
+ * in the order of their connections, here a first. Each was pushed to
+ * the head, so b came back ahead of a and was granted first. Now they
+ * come back in the order they were served. */
+Test(locktab, withdrawn_grants_come_back_in_the_order_they_were_served)
+{
+	struct client *h = client_new("h"), *a = client_new("a"),
+		      *b = client_new("b"), *c = client_new("c");
+	uint64_t th = must_grant(h, "x", 60000), ta, tb;
+	struct dl_requeue rq = {
+		.ttl_ms = 60000, .wait_deadline = UINT64_MAX, .limit = 1};
+	char why[256];
+
+	must_queue(a, "x", 100, UINT64_MAX, NULL);
+	must_queue(b, "x", 60000, UINT64_MAX, NULL);
+	must_queue(c, "x", 60000, UINT64_MAX, NULL);
+	must_release(h, "x", th);
+	ta = last_ev(DL_EVENT_GRANTED, a)->token;
+	advance(100 + TICK); /* a's lease ends: b is served */
+	tb = last_ev(DL_EVENT_GRANTED, b)->token;
+	cr_assert(lt(u64, ta, tb));
+	dl_locktab_suspend_grants(tab, 1);
+	rq.owner_gen = a->s.owner_gen;
+	rq.ttl_ms = 100;
+	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("x"), ta, 0, &rq),
+		     0));
+	rq.owner_gen = b->s.owner_gen;
+	rq.ttl_ms = 60000;
+	cr_assert(eq(int, dl_locktab_revoke(tab, &b->s, str("x"), tb, 0, &rq),
+		     0));
+	cr_assert(eq(int, dl_locktab_verify(tab, why, sizeof(why)), 0), "%s",
+		  why);
+	cr_assert(eq(u32, status("x").waiters, 3));
+	dl_locktab_suspend_grants(tab, 0);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, a), 2), "a is first");
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+	cr_assert_str_eq(cstr(status("x").owner), "a");
+	advance(100 + TICK); /* then b, then c */
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 2));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, c), 0));
+}
+
 /* A withdrawn * GRANTED of a shared waiter puts it back shared. */
 Test(locktab, a_withdrawn_shared_grant_waits_again_shared)
 {
