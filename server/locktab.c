@@ -179,7 +179,7 @@ struct dl_lock *dl__lock_get(struct dl_locktab *t, struct dl_str name)
 	return lk;
 }
 
-static int lock_empty(const struct dl_lock *lk)
+int dl_lock_empty(const struct dl_lock *lk)
 {
 	return !lk->holders && !lk->qhead;
 }
@@ -194,7 +194,7 @@ static void lock_free(struct dl_locktab *t, struct dl_lock *lk)
 /* A lock created for a request that then changed nothing. */
 void dl__lock_drop_if_unused(struct dl_locktab *t, struct dl_lock *lk)
 {
-	if (lock_empty(lk) && !lk->dirty)
+	if (dl_lock_empty(lk) && !lk->dirty)
 		lock_free(t, lk);
 }
 
@@ -869,7 +869,7 @@ static size_t drain(struct dl_locktab *t, dl_lock_cb cb, void *arg,
 		lk->urgent = 0;
 		if (cb)
 			cb(lk, arg);
-		if (lock_empty(lk))
+		if (dl_lock_empty(lk))
 			lock_free(t, lk);
 	}
 	t->ndirty = kept;

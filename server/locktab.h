@@ -544,6 +544,9 @@ int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
 /* Lookups for the store and tests. */
 const struct dl_lock *dl_locktab_find(struct dl_locktab *t, struct dl_str name);
 struct dl_str dl_lock_name(const struct dl_lock *lk);
+/* No holder and no waiter: the lock has no record (it is to be deleted)
+ * and leaves the table at the next drain. */
+int dl_lock_empty(const struct dl_lock *lk);
 struct dl_str dl_owner_id(const struct dl_owner *o);
 /* The id= tag a lease was granted with (empty: none). */
 struct dl_str dl_lease_tag(const struct dl_lease *l);

@@ -333,16 +333,10 @@ static int wb_count(struct wbatch *wb, struct wlock *w, size_t n)
 	return dl_buf_add(&wb->text, num, w->vlen) ? DL_ENOMEM : 0;
 }
 
-/* A lock with neither holders nor waiters has no record: it is deleted. */
-static int lock_has_record(const struct dl_lock *lk)
-{
-	return lk->holders || lk->qhead;
-}
-
 int dl__wb_lock(struct dl_store *st, struct dl_str name,
 		const struct dl_lock *lk, int64_t wall_off)
 {
-	int del = !lk || !lock_has_record(lk);
+	int del = !lk || dl_lock_empty(lk);
 	struct wlock *w =
 		wb_item(&st->wb, del ? 'D' : 'S',
 			dl_store_bucket(name.p, name.len), name.p, name.len);
@@ -367,11 +361,11 @@ int dl__wb_bucket(struct dl_store *st, const struct bucket_index *bi,
 	 * record without holders, read as free, until the drain after the
 	 * link is up deleted it: tidiness, not safety.) */
 	for (i = 0; i < bl->n; i++)
-		n += lock_has_record(bl->v[i]);
+		n += !dl_lock_empty(bl->v[i]);
 	if (!(w = wb_item(&st->wb, 'B', b, "", 0)) || wb_count(&st->wb, w, n))
 		return DL_ENOMEM;
 	for (i = 0; i < bl->n; i++) {
-		if (!lock_has_record(bl->v[i]))
+		if (dl_lock_empty(bl->v[i]))
 			continue;
 		name = dl_lock_name(bl->v[i]);
 		if (!(w = wb_item(&st->wb, 'E', b, name.p, name.len)))
@@ -550,7 +544,7 @@ void dl__bucket_index_add(const struct dl_lock *lk, void *arg)
 
 	/* An empty lock still in the table (its delete not yet drained,
 	 * e.g. a lazy release) has no record: its bucket goes without it. */
-	if (bi->err || !lock_has_record(lk))
+	if (bi->err || dl_lock_empty(lk))
 		return;
 	bl = &bi->b[dl_store_bucket(name.p, name.len)];
 	if (bl->n == bl->cap) {

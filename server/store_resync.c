@@ -7,7 +7,6 @@
  * per loop iteration, each call formatted when it is sent -- and why that
  * is safe (on_walk).
  */
-#include <stdlib.h>
 #include <string.h>
 
 #include "server/store_private.h"
