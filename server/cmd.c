@@ -172,6 +172,9 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 		break;
 	case DL_REFRESHED:
 		line.kind = DL_LINE_REFRESHED;
+		line.shorten = res->shorten;
+		line.from_deadline = res->from_deadline;
+		line.asked_ttl_ms = res->ttl_ms;
 		fmt_ttl(&r, &line, res->value);
 		break;
 	case DL_VALID:
@@ -830,8 +833,10 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
  * hold back (and puts a served waiter back at the head of its queue), the
  * LOCK is answered ERR UNAVAILABLE and a * GRANTED event is not sent -- the
  * client goes on waiting and is granted again once Redis is back. A
- * REFRESH is answered ERR UNAVAILABLE (the lease keeps the deadline it
- * had; the client, not told of the new one, believes in less). Releases
+ * REFRESH is answered ERR UNAVAILABLE and the lease keeps at least the
+ * deadline it had: one that moved it later leaves it later (the client,
+ * not told of the new one, believes in less), one that would move it
+ * earlier was never applied (dl_locktab_refresh). Releases
  * and everything else go out as they are: a release that Redis may not
  * have recorded can only keep a lock busy after a crash, never let two
  * owners in.
@@ -881,6 +886,17 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 			: "persistence went down before the refresh was recorded, try again");
 	n = dl_fmt_end(&f, rp.tag);
 	return n > 0 ? (size_t)n : 0;
+}
+
+void dl_cmd_released(struct dl_conn *c, const struct dl_line *line,
+		     const char *text)
+{
+	if (line->kind == DL_LINE_REFRESHED && line->shorten)
+		dl_locktab_shorten(
+			c->srv->tab,
+			(struct dl_str){text + line->name_off, line->name_len},
+			line->token, line->from_deadline, line->deadline,
+			line->asked_ttl_ms);
 }
 
 void dl_cmd_break_hold(struct dl_conn *c)

@@ -32,6 +32,14 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev);
  * send what it held (see the comment in cmd.c). */
 void dl_cmd_break_hold(struct dl_conn *c);
 
+/* A held line goes out (its epoch committed; `text` its bytes): what
+ * its request left until it was durable is done now -- a REFRESH that
+ * shortens its lease takes effect (dl_locktab_refresh). Changes no held
+ * line and sends nothing. */
+struct dl_line;
+void dl_cmd_released(struct dl_conn *c, const struct dl_line *line,
+		     const char *text);
+
 /* Send "* BYE <reason>". */
 void dl_cmd_bye(struct dl_conn *c, const char *reason);
 

@@ -313,6 +313,7 @@ static int emit_held(struct dl_conn *c, const struct dl_held *h, uint64_t now)
 
 	if (!states_ttl(l->kind))
 		return dl_buf_add(&c->out, t, h->len);
+	dl_cmd_released(c, l, t);
 	n = dl_u64_to_dec(remaining(c, l, t, now), num);
 	rest = l->ttl_off + l->ttl_len;
 	if (dl_buf_add(&c->out, t, l->ttl_off) || dl_buf_add(&c->out, num, n) ||

@@ -26,7 +26,9 @@
  *         down, dl_conn_break_hold() hands every held line to a callback
  *         (cmd.c) that withdraws the grants that never became durable, and
  *         the lines go out at once: no request waits for Redis longer than
- *         the store takes to declare it lost (redis_timeout).
+ *         the store takes to declare it lost (redis_timeout). A REFRESH
+ *         that shortens a lease changes the lease only when its reply is
+ *         released (dl_locktab_shorten): withdrawn, it changed nothing.
  *
  * Backpressure. While the bytes the client has not read (out, wout and
  * held) exceed half of max_output, the connection's input is neither read
@@ -65,19 +67,22 @@ enum dl_line_kind {
  * and REFRESHED lines only. */
 struct dl_line {
 	enum dl_line_kind kind;
-	unsigned durable : 1;	/* hold until the open epoch commits */
-	unsigned shared : 1;	/* GRANTED_EVENT: the mode the waiter asked */
-	unsigned reentry : 1;	/* GRANTED*: a reentry (dl_locktab_revoke) */
-	uint16_t limit;		/* GRANTED_EVENT: the lock's limit */
-	uint8_t ttl_len;	/* the TTL field: its length ... */
-	uint16_t ttl_off;	/* ... and offset in the line */
-	uint16_t name_off;	/* the lock's name: its offset ... */
-	uint8_t name_len;	/* ... and length (255 at most) */
-	uint32_t asked_ttl_ms;	/* GRANTED_EVENT: the TTL the waiter asked */
-	uint32_t owner_gen;	/* GRANTED*: the session's (dl_locktab_revoke) */
-	uint64_t token;		/* the lease's */
-	uint64_t deadline;	/* the lease's deadline, monotonic ms */
+	unsigned durable : 1;  /* hold until the open epoch commits */
+	unsigned shared : 1;   /* GRANTED_EVENT: the mode the waiter asked */
+	unsigned reentry : 1;  /* GRANTED*: a reentry (dl_locktab_revoke) */
+	unsigned shorten : 1;  /* REFRESHED: applied when sent (below) */
+	uint16_t limit;	       /* GRANTED_EVENT: the lock's limit */
+	uint8_t ttl_len;       /* the TTL field: its length ... */
+	uint16_t ttl_off;      /* ... and offset in the line */
+	uint16_t name_off;     /* the lock's name: its offset ... */
+	uint8_t name_len;      /* ... and length (255 at most) */
+	uint32_t asked_ttl_ms; /* GRANTED_EVENT: the TTL the waiter asked;
+				  REFRESHED: the new TTL */
+	uint32_t owner_gen;    /* GRANTED*: the session's (dl_locktab_revoke) */
+	uint64_t token;	       /* the lease's */
+	uint64_t deadline;     /* the lease's deadline, monotonic ms */
 	uint64_t wait_deadline; /* GRANTED_EVENT: the waiter's */
+	uint64_t from_deadline; /* REFRESHED with shorten: the lease's before */
 };
 
 /* A held line: its description, its epoch, its bytes in held_text. */

@@ -308,12 +308,19 @@ int dl__has_room(const struct dl_lock *lk, int shared)
 	return !lk->holders->shared && lk->nholders < lk->limit;
 }
 
-/* Reentry: one more hold, the deadline pushed to now + ttl if later. */
+/* Reentry: one more hold, the deadline pushed to now + ttl if later. The
+ * lease's TTL only grows: it is what a restart or a take-over restores
+ * the lease for (R + ttl), and the reply tells the holder what remains of
+ * the deadline, which a shorter TTL would not cover (found from outside:
+ * a reentry with ttl=1s on a 60 s lease, told 60 s, left a record that a
+ * restart restored for 1 s). It is also a bare REFRESH's TTL, which must
+ * not inherit the shorter one either. */
 void dl__lease_reenter(struct dl_locktab *t, struct dl_lease *l, uint32_t ttl,
 		       uint64_t now)
 {
 	l->count++;
-	l->ttl_ms = ttl;
+	if (ttl > l->ttl_ms)
+		l->ttl_ms = ttl;
 	if (now + ttl > l->timer.expires)
 		dl_wheel_add(&t->wheel, &l->timer, now + ttl);
 	t->st.reentries++;

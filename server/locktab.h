@@ -107,7 +107,8 @@ struct dl_lease {
 	unsigned shared : 1;	     /* mode=shared */
 	unsigned has_tag : 1;	     /* tag[] holds one */
 	unsigned count : 24;	     /* reentrant holds, 1..DL_REENTRY_MAX */
-	uint32_t ttl_ms;	     /* last TTL asked; REFRESH default */
+	uint32_t ttl_ms; /* what a restore gives it (R + ttl) and a bare
+			    REFRESH's: never less than what remains */
 	struct dl_lock *lock;
 	struct dl_owner *owner;
 	struct dl_lease *next; /* next holder of the same lock */
@@ -183,10 +184,13 @@ struct dl_result {
 	unsigned durable : 1; /* reply only once the change is persisted */
 	unsigned reentry : 1; /* GRANTED: one more hold of a lease the owner
 				 already had (dl_locktab_revoke) */
+	unsigned shorten : 1; /* REFRESHED: a shorter lease, not applied yet
+				 (dl_locktab_shorten) */
 	uint64_t token;
 	uint64_t value;
 	uint64_t deadline; /* GRANTED, REFRESHED: the lease's, monotonic ms */
-	uint32_t ttl_ms;   /* GRANTED: the TTL asked for */
+	uint64_t from_deadline; /* REFRESHED with shorten: the lease's now */
+	uint32_t ttl_ms; /* GRANTED: the lease's TTL; REFRESHED: the new one */
 };
 
 enum dl_event_type {
@@ -321,10 +325,31 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 int dl_locktab_release(struct dl_locktab *t, struct dl_session *s,
 		       struct dl_str name, uint64_t token,
 		       struct dl_result *res);
-/* ttl_ms 0 keeps the lease's last TTL. */
+/*
+ * REFRESH: the lease lasts ttl_ms from now (0: its last TTL). A refresh
+ * that moves the deadline later takes effect at once. One that moves it
+ * earlier does not: the result says so (`shorten`, with the lease's
+ * deadline now in from_deadline) and the caller applies it with
+ * dl_locktab_shorten() once the change is durable and the reply goes out.
+ * Until then the holder may count on the deadline it was told before, so
+ * the lease keeps it: a refresh refused because Redis was lost changes
+ * nothing, and no lease can be reaped early (and its lock granted to
+ * another owner) on the strength of a shortening its holder was never
+ * told of. A restart restores such a lease for its longer TTL (busy
+ * longer, never two holders).
+ */
 int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 		       struct dl_str name, uint64_t token, uint64_t ttl_ms,
 		       struct dl_result *res);
+/* Apply a shortening REFRESH (above): the lease `token` of `name` gets
+ * `deadline` and `ttl_ms`, if it is still there with from_deadline (a
+ * later refresh or reentry that moved it supersedes the shortening).
+ * Returns 1 if applied. It reaps nothing and sends no event (a deadline
+ * already past fires at the next run of the timers): safe from the
+ * connection layer while it walks its held lines. */
+int dl_locktab_shorten(struct dl_locktab *t, struct dl_str name, uint64_t token,
+		       uint64_t from_deadline, uint64_t deadline,
+		       uint32_t ttl_ms);
 /* What remains of lease `token` of `name`, in ms: 0 if it is gone or
  * overdue. Changes nothing (no reaping, no events): safe to call from
  * anywhere, the event hook's callees included. */

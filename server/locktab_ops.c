@@ -260,6 +260,7 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 	uint64_t now = dl__now_ms(t);
 	struct dl_lock *lk;
 	struct dl_lease *l;
+	uint32_t ttl;
 
 	memset(res, 0, sizeof(*res));
 	if (ttl_ms > DL_TTL_STORE_MAX)
@@ -272,17 +273,47 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 	}
 	if (t->suspended)
 		return DL_EUNAVAILABLE;
-	if (ttl_ms)
-		l->ttl_ms = (uint32_t)ttl_ms;
-	dl_wheel_add(&t->wheel, &l->timer, now + l->ttl_ms);
+	ttl = ttl_ms ? (uint32_t)ttl_ms : l->ttl_ms;
 	t->st.refreshes++;
 	dl__mark_urgent(t, lk);
 	res->outcome = DL_REFRESHED;
 	res->durable = 1;
 	res->token = token;
-	res->value = l->ttl_ms;
-	res->deadline = l->timer.expires;
+	res->value = ttl;
+	res->ttl_ms = ttl;
+	res->deadline = now + ttl;
+	if (now + ttl < l->timer.expires) {
+		/* A shorter lease takes effect once it is durable
+		 * (dl_locktab_shorten, locktab.h): until then the holder may
+		 * still count on the deadline it was told, and a refusal
+		 * (Redis lost) must leave it that. */
+		res->shorten = 1;
+		res->from_deadline = l->timer.expires;
+		return 0;
+	}
+	l->ttl_ms = ttl;
+	dl_wheel_add(&t->wheel, &l->timer, now + ttl);
 	return 0;
+}
+
+int dl_locktab_shorten(struct dl_locktab *t, struct dl_str name, uint64_t token,
+		       uint64_t from_deadline, uint64_t deadline,
+		       uint32_t ttl_ms)
+{
+	struct dl_lock *lk = dl__lock_find(t, name);
+	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+
+	/* Gone, or moved since (a later refresh or reentry supersedes it:
+	 * its reply stated its own deadline). */
+	if (!l || l->timer.expires != from_deadline ||
+	    deadline >= from_deadline)
+		return 0;
+	l->ttl_ms = ttl_ms;
+	/* A deadline already past fires at the next run of the timers:
+	 * nothing is reaped, and no event sent, from here. */
+	dl_wheel_add(&t->wheel, &l->timer, deadline);
+	dl__mark_dirty(t, lk);
+	return 1;
 }
 
 int dl_locktab_check(struct dl_locktab *t, struct dl_str name, uint64_t token,

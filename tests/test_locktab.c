@@ -178,10 +178,11 @@ static struct client *client_new(const char *owner)
 static const char *outcome_name(int o)
 {
 	static const char *const names[] = {
-		"GRANTED", "QUEUED",	 "BUSY",       "RELEASED",
-		"HELD",	   "NOT_HOLDER", "REFRESHED",  "VALID",
-		"STALE",   "CANCELLED",	 "NOT_QUEUED", "ALREADY_WAITING",
-		"BROKEN",  "LIMIT_MISMATCH", "UPGRADE_DEADLOCK",
+		"GRANTED",   "QUEUED",	       "BUSY",
+		"RELEASED",  "HELD",	       "NOT_HOLDER",
+		"REFRESHED", "VALID",	       "STALE",
+		"CANCELLED", "NOT_QUEUED",     "ALREADY_WAITING",
+		"BROKEN",    "LIMIT_MISMATCH", "UPGRADE_DEADLOCK",
 	};
 
 	if (o < 0 || (size_t)o >= sizeof(names) / sizeof(names[0]))
@@ -1082,6 +1083,112 @@ Test(locktab, refresh_with_ttl_zero_keeps_the_last_ttl)
 
 	advance(300 + TICK);
 	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+}
+
+/* The TTL a lease carries is what a restart restores it for (R + ttl)
+ * and what a bare REFRESH renews it with: a reentry with a shorter TTL,
+ * told what remains of the longer deadline, must not shrink it (found
+ * from outside: a restart then freed the lock 1 s after, with 58 s left
+ * to the holder). */
+Test(locktab, a_reentry_with_a_shorter_ttl_keeps_the_longer_ttl)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 60000);
+	int rc;
+
+	advance(1000);
+	rc = acq(a, "job", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(eq(u64, r.value, 59000), "told what remains");
+	cr_assert(eq(u32, dl_locktab_find(tab, str("job"))->holders->ttl_ms,
+		     60000),
+		  "the stored TTL shrank below what the holder was told");
+	cr_assert(eq(u32, r.ttl_ms, 60000));
+
+	/* a reentry with a longer TTL raises it */
+	rc = acq(a, "job", 90000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(eq(u64, r.value, 90000));
+	cr_assert(eq(u32, dl_locktab_find(tab, str("job"))->holders->ttl_ms,
+		     90000));
+
+	advance(1000);
+	rc = refresh(a, "job", tok, 0, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	cr_assert(eq(u64, r.value, 90000), "a bare refresh renews the TTL");
+	cr_assert(eq(u64, status("job").remaining, 90000));
+}
+
+/* A REFRESH that would end the lease sooner is not applied until its
+ * caller says it is durable (dl_locktab_shorten): refused meanwhile
+ * (Redis lost), it changed nothing, and the lease is never reaped on its
+ * strength before that. */
+Test(locktab, a_shortening_refresh_takes_effect_only_once_applied)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "job", 60000);
+	uint64_t from;
+	int rc;
+
+	advance(1000);
+	rc = refresh(a, "job", tok, 1000, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	cr_assert(eq(u64, r.value, 1000));
+	cr_assert(eq(u32, (uint32_t)r.shorten, 1));
+	cr_assert(eq(u64, r.from_deadline - r.deadline, 58000),
+		  "the lease's deadline and the new one");
+	cr_assert(eq(u64, status("job").remaining, 59000),
+		  "shortened before it was applied");
+
+	/* not applied (the refresh was withdrawn): the lease lives on */
+	advance(5000);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 0));
+	rc = acq(b, "job", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_BUSY);
+
+	/* asked again and applied: the lease ends at the new deadline */
+	rc = refresh(a, "job", tok, 1000, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	from = r.from_deadline;
+	cr_assert(eq(int,
+		     dl_locktab_shorten(tab, str("job"), tok, from, r.deadline,
+					(uint32_t)r.ttl_ms),
+		     1));
+	cr_assert(eq(u64, status("job").remaining, 1000));
+	rc = refresh(a, "job", tok, 0, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	cr_assert(eq(u64, r.value, 1000),
+		  "the default follows the applied TTL");
+	cr_assert(eq(u32, (uint32_t)r.shorten, 0));
+	advance(1000 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+}
+
+/* A shortening superseded by a later refresh that moved the deadline (its
+ * reply stated that deadline) is not applied over it. */
+Test(locktab, a_shortening_superseded_by_a_later_refresh_is_not_applied)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r1, r2;
+	uint64_t tok = must_grant(a, "job", 10000);
+	int rc;
+
+	advance(1000);
+	rc = refresh(a, "job", tok, 1000, &r1);
+	EXPECT(rc, r1, DL_REFRESHED);
+	cr_assert(eq(u32, (uint32_t)r1.shorten, 1));
+	advance(1000);
+	rc = refresh(a, "job", tok, 20000, &r2);
+	EXPECT(rc, r2, DL_REFRESHED);
+	cr_assert(eq(u32, (uint32_t)r2.shorten, 0));
+	cr_assert(eq(int,
+		     dl_locktab_shorten(tab, str("job"), tok, r1.from_deadline,
+					r1.deadline, (uint32_t)r1.ttl_ms),
+		     0));
+	cr_assert(eq(u64, status("job").remaining, 20000));
 }
 
 Test(locktab, refresh_by_another_owner_is_not_holder_and_changes_nothing)

@@ -756,6 +756,89 @@ Test(persist, a_withdrawn_reentry_leaves_the_lease_its_owner_was_told_of)
 	stop_clean();
 }
 
+/* Found from outside: a reentry with a shorter TTL (told the 60 s that
+ * remain) left the record with ttl 1000, and a restart restored the lease
+ * for 1 s: another owner was granted the lock while its holder had 58 s
+ * left. The record keeps the longer TTL, a restart restores it for that,
+ * and a bare REFRESH renews it with that. */
+Test(persist, a_reentry_with_a_shorter_ttl_never_shortens_a_restored_lease)
+{
+	struct h_client *a, *b, *a2;
+	uint64_t tok;
+	char *l;
+
+	start("always", NULL);
+	a = h_hello(d.port, "o1");
+	tok = h_lock(a, "r", "ttl=60s");
+	l = h_call(a, "LOCK r ttl=1s");
+	cr_assert(h_starts(l, "OK GRANTED r "), "reentry: \"%s\"", l);
+	cr_assert_gt(h_arg_u64(l, 2), 50000, "reentry told: \"%s\"", l);
+	cr_assert(strstr(h_rec_get(&r, "r"), " 60000 ") != NULL,
+		  "the record: \"%s\"", h_rec_get(&r, "r"));
+
+	h_daemon_kill9(&d);
+	h_close(a);
+	h_daemon_restart(&d);
+	h_sleep_ms(1500);
+	b = h_hello(d.port, "o2");
+	l = h_call(b, "TRYLOCK r");
+	cr_assert(h_starts(l, "NO BUSY r "), "another owner: \"%s\"", l);
+	l = h_call(b, "STATUS r");
+	cr_assert_gt(h_kv_u64(l, "ttl_ms"), 50000, "in \"%s\"", l);
+
+	a2 = h_hello(d.port, "o1");
+	l = h_call(a2, "REFRESH r %llu", (unsigned long long)tok);
+	cr_assert(h_starts(l, "OK REFRESHED r "), "bare refresh: \"%s\"", l);
+	cr_assert_gt(h_arg_u64(l, 1), 50000, "bare refresh: \"%s\"", l);
+	h_close(a2);
+	h_close(b);
+	stop_clean();
+}
+
+/* Found from outside: a REFRESH that shortens the lease, refused with ERR
+ * UNAVAILABLE (Redis lost before it was recorded), shortened it all the
+ * same, and the lock went to another owner while the holder counted on
+ * the deadline it had. A refused refresh changes nothing; an accepted one
+ * shortens the lease once it is recorded. */
+Test(persist, a_refused_shortening_refresh_leaves_the_lease_its_deadline)
+{
+	struct h_client *a, *b, *m;
+	uint64_t tok;
+	char *l;
+
+	start("always", "[persistence]\nredis_timeout = 1s\n");
+	a = h_hello(d.port, "alice");
+	b = h_hello(d.port, "bob");
+	m = h_hello(d.port, "m");
+	tok = h_lock(a, "x", "ttl=60s");
+
+	kill(r.pid, SIGSTOP);
+	h_send(a, "REFRESH x %llu ttl=300", (unsigned long long)tok);
+	h_wait_available(m, 0, 1000 + 1000 + 3000);
+	l = h_read(a, 3000);
+	cr_assert(l != NULL && h_starts(l, "ERR UNAVAILABLE "),
+		  "the refresh: \"%s\"", l ? l : "(nothing)");
+	kill(r.pid, SIGCONT);
+	h_wait_available(m, 1, 10000);
+	h_sleep_ms(500);
+
+	l = h_call(b, "LOCK x wait=0");
+	cr_assert(h_starts(l, "NO BUSY x "), "bob: \"%s\"", l);
+	l = h_call(a, "CHECK x %llu", (unsigned long long)tok);
+	cr_assert(h_starts(l, "OK VALID x "), "alice's lease: \"%s\"", l);
+	cr_assert_gt(h_arg_u64(l, 2), 50000, "alice's lease: \"%s\"", l);
+
+	/* recorded, it shortens the lease */
+	h_call_ttl(a, "OK REFRESHED x ", 1, 300, "REFRESH x %llu ttl=300",
+		   (unsigned long long)tok);
+	h_wait_free(m, "x", 300 + 1000);
+	h_lock(b, "x", "wait=0");
+	h_close(a);
+	h_close(b);
+	h_close(m);
+	stop_clean();
+}
+
 /* Found from outside: a waiter is served while Redis hangs (its *
  * GRANTED held back), then its client leaves; the link is declared lost
  * and the grant withdrawn. The daemon crashed there (the closed session

@@ -198,9 +198,12 @@ static void release(struct fconn *f, uint64_t durable)
 	struct dl_conn *c = &f->c;
 	size_t i, cut;
 
-	for (i = 0; i < c->nheld && c->held[i].epoch <= durable; i++)
+	for (i = 0; i < c->nheld && c->held[i].epoch <= durable; i++) {
+		dl_cmd_released(c, &c->held[i].line,
+				c->held_text.p + c->held[i].off);
 		deliver(f, c->held_text.p + c->held[i].off, c->held[i].len,
 			&c->held[i].line);
+	}
 	if (i == 0)
 		return;
 	cut = i < c->nheld ? c->held[i].off : c->held_text.len;
@@ -383,15 +386,15 @@ static const char *pick(struct input *in, const char *const *v, size_t n)
 static size_t grammar(struct input *in, char *line, size_t cap)
 {
 	static const char *const verbs[] = {
-		"LOCK",	 "LOCK",   "TRYLOCK", "UNLOCK", "UNLOCK", "REFRESH",
-		"CHECK", "CANCEL", "STATUS",  "HELLO",	"PING",	  "STATS",
-		"HOLDERS"};
+		"LOCK",	   "LOCK",  "TRYLOCK", "UNLOCK", "UNLOCK",
+		"REFRESH", "CHECK", "CANCEL",  "STATUS", "HELLO",
+		"PING",	   "STATS", "HOLDERS"};
 	/* n2 a read/write lock, n3 a semaphore of 2 (with now and then a
 	 * request that does not match it) */
 	static const char *const modes[] = {"", " mode=shared",
 					    " mode=exclusive"};
-	static const char *const limits[] = {" limit=2", " limit=2",
-					     " limit=2", "", " mode=shared"};
+	static const char *const limits[] = {" limit=2", " limit=2", " limit=2",
+					     "", " mode=shared"};
 	static const char *const ttls[] = {"",	      " ttl=1",	 " ttl=10",
 					   " ttl=50", " ttl=1s", " ttl=0"};
 	static const char *const waits[] = {"", " wait=0", " wait=5",
