@@ -173,6 +173,10 @@
  * DL_STORE_PING_MS so that a hung Redis is noticed without traffic. */
 #define DL_STORE_TICK_MS 100
 #define DL_STORE_PING_MS 1000
+/* How often a link reads Redis's appendonly and maxmemory-policy again
+ * (store_durable.c): a CONFIG SET that turns AOF off or lets Redis evict
+ * the daemon's keys is refused within about this long. */
+#define DL_STORE_CONFIG_MS 1000
 
 /* Loading at start-up (server/store_load.c): replies kept in flight so
  * that Redis builds the next while the daemon parses one (HGETALLs of

@@ -77,6 +77,9 @@ static const struct key keys[] = {
 	 0, 0},
 	{"persistence", "allow_nondurable_redis", K_BOOL,
 	 F(allow_nondurable_redis), 0, 0, 0, 0},
+	{"persistence", "allow_evicting_redis", K_BOOL,
+	 F(allow_evicting_redis), 0, 0, 0, 0},
+	{"persistence", "state_dir", K_STR, F(state_dir), 0, 0, 0, 0},
 	{"persistence", "durable_release", K_BOOL, F(durable_release), 0, 0, 1,
 	 0},
 	{"metrics", "listen", K_STR, F(metrics), 0, 0, 0, 0},
@@ -144,6 +147,10 @@ void dl_config_defaults(struct dl_config *c)
 	c->persist = DL_PERSIST_REDIS;
 	c->redis = strdup("redis://127.0.0.1:6379/0");
 	c->redis_prefix = strdup("dlock:");
+	/* systemd's StateDirectory= says where (seen.h) */
+	c->state_dir = strdup(getenv("STATE_DIRECTORY")
+				      ? getenv("STATE_DIRECTORY")
+				      : "");
 	c->redis_timeout_ms = 2000;
 	c->restore_grace_ms = DL_DEFAULT_RESTORE_GRACE_MS;
 	c->metrics = strdup("");

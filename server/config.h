@@ -51,6 +51,9 @@ struct dl_config {
 	uint64_t min_replicas_ack; /* WAIT for this many replicas: 0 off */
 	uint64_t allow_nondurable_redis; /* bool: serve on a Redis without
 					    AOF (store_durable.c) */
+	uint64_t allow_evicting_redis; /* bool: serve on a Redis whose
+					  maxmemory-policy may evict keys */
+	char *state_dir; /* where dlockd.state lives (seen.h), "" none */
 	uint64_t durable_release; /* bool: UNLOCK replies wait for Redis
 				     (locktab.h, durable_release) */
 	/* [metrics] */

@@ -39,6 +39,10 @@ static const char usage[] =
 	"      --leader-lease DUR  leadership lease (e.g. 4s)     [4s]\n"
 	"      --allow-nondurable-redis  serve on a Redis without AOF\n"
 	"                          (a restart of Redis loses every lease)\n"
+	"      --allow-evicting-redis  serve on a Redis whose maxmemory-policy\n"
+	"                          may evict the daemon's keys\n"
+	"      --state-dir DIR     keep what Redis was seen to hold in\n"
+	"                          DIR/dlockd.state   [$STATE_DIRECTORY]\n"
 	"  -l, --log-level LEVEL   error, warn, notice, info, debug [notice]\n"
 	"      --check-config      check the configuration, print it, exit\n"
 	"  -h, --help              this help\n"
@@ -58,7 +62,9 @@ int main(int argc, char **argv)
 		OPT_NODE,
 		OPT_ADVERTISE,
 		OPT_LEASE,
-		OPT_NONDURABLE
+		OPT_NONDURABLE,
+		OPT_EVICTING,
+		OPT_STATE_DIR
 	};
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'},
@@ -72,6 +78,8 @@ int main(int argc, char **argv)
 		{"advertise", required_argument, NULL, OPT_ADVERTISE},
 		{"leader-lease", required_argument, NULL, OPT_LEASE},
 		{"allow-nondurable-redis", no_argument, NULL, OPT_NONDURABLE},
+		{"allow-evicting-redis", no_argument, NULL, OPT_EVICTING},
+		{"state-dir", required_argument, NULL, OPT_STATE_DIR},
 		{"check-config", no_argument, NULL, OPT_CHECK},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'v'},
@@ -131,6 +139,15 @@ int main(int argc, char **argv)
 			sec = "persistence";
 			key = "allow_nondurable_redis";
 			optarg = (char *)"yes";
+			break;
+		case OPT_EVICTING:
+			sec = "persistence";
+			key = "allow_evicting_redis";
+			optarg = (char *)"yes";
+			break;
+		case OPT_STATE_DIR:
+			sec = "persistence";
+			key = "state_dir";
 			break;
 		case OPT_CHECK:
 			check_only = 1;

@@ -511,10 +511,18 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 	enum batch_kind kind = b->kind;
 	uint64_t epoch = b->epoch, sent_ms = b->sent_ms;
 	const char *err;
+	char why[256];
 
 	batch_pop(st, b);
 	if (!reply || ac != st->ac)
 		return; /* the link died; link_fail has run or will */
+	if (kind == BATCH_CONFIG) {
+		/* an error: CONFIG renamed away, the settings unknown */
+		if (!dl__store_reply_error(reply) &&
+		    dl__config_check(st, reply, why, sizeof(why)) != 0)
+			link_fail(st, why);
+		return;
+	}
 	if ((err = dl__store_reply_error(reply)) != NULL) {
 		link_refused(st,
 			     kind == BATCH_PING		? "PING"
@@ -720,7 +728,8 @@ static void on_fsync(redisAsyncContext *ac, void *reply, void *priv)
 							   ? st->aof_info
 							   : NULL,
 						   reply),
-				 why, sizeof(why)) != 0)
+				 why, sizeof(why)) != 0 ||
+	    dl__eviction_check(st, reply, why, sizeof(why)) != 0)
 		link_fail(st, why);
 	else if (send_rest(st))
 		link_fail(st, "cannot queue a command");
@@ -913,10 +922,12 @@ static int send_handshake(struct dl_store *st)
 	argv[0] = "CONFIG";
 	argv[1] = "GET";
 	argv[2] = "appendfsync";
+	argv[3] = "maxmemory-policy";
 	lens[0] = 6;
 	lens[1] = 3;
 	lens[2] = 11;
-	if (send_argv(st, on_fsync, st, 3, argv, lens))
+	lens[3] = 16;
+	if (send_argv(st, on_fsync, st, 4, argv, lens))
 		return DL_EUNAVAILABLE;
 	return 0;
 }
@@ -998,10 +1009,23 @@ static void lead_tick(struct dl_store *st)
 	argc = dl__lead_argv(st, st->active ? LEAD_RENEW : LEAD_LOOK, st->fence,
 			     argv, lens);
 	if (batch_send(st, st->active ? BATCH_RENEW : BATCH_LOOK, 0, argc, argv,
-		       lens))
+		       lens)) {
 		link_fail(st, "cannot queue a command");
-	else
-		st->lead_busy = 1;
+		return;
+	}
+	st->lead_busy = 1;
+	if (dl_mono_ms() >= st->config_next_ms) {
+		/* Redis's persistence and eviction, again: a CONFIG SET while
+		 * the daemon runs (store_durable.c) */
+		static const char *const cfg_argv[] = {
+			"CONFIG", "GET", "appendonly", "maxmemory-policy"};
+		static const size_t cfg_lens[] = {6, 3, 10, 16};
+
+		st->config_next_ms = dl_mono_ms() + DL_STORE_CONFIG_MS;
+		if (batch_send(st, BATCH_CONFIG, 0, 4, (const char **)cfg_argv,
+			       cfg_lens))
+			link_fail(st, "cannot queue a command");
+	}
 }
 
 /* How much longer than redis_timeout Redis may take to answer the oldest

@@ -85,6 +85,7 @@ struct dl_store_stats {
 	uint64_t failover_holds; /* Sentinel failovers waited out */
 	uint64_t redis_aof;	     /* 1: Redis has AOF on (last read) */
 	uint64_t redis_fsync_always; /* 1: and fsyncs every write */
+	uint64_t redis_evicting;     /* 1: its maxmemory-policy may evict */
 };
 
 /* The store borrows cfg, loop and tab for its life. */

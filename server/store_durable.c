@@ -16,6 +16,18 @@
  * to start, and a running daemon refuses changes, unless the operator
  * said allow_nondurable_redis = yes; the level is logged when it changes
  * and shown in HELLO, STATS and the metrics.
+ *
+ * Eviction is the other way Redis drops what it acknowledged: with a
+ * maxmemory-policy other than noeviction, a Redis that reaches maxmemory
+ * deletes keys -- the daemon's records, its leadership and fence among
+ * them (found from outside, on the shared cache Redis many teams put
+ * their locks on: allkeys-lru evicted every lease, and the lock was
+ * granted again). So the policy is read with appendfsync, at every
+ * connection, and again every DL_STORE_CONFIG_MS on the link
+ * (dl__config_check: a CONFIG SET while the daemon runs), and anything
+ * but noeviction is refused like a Redis without AOF, unless
+ * allow_evicting_redis = yes. maxmemory 0 does not make a policy safe: it
+ * is one CONFIG SET away from evicting.
  */
 #include <stdio.h>
 #include <string.h>
@@ -51,6 +63,20 @@ static const char *means(int d)
 	}
 }
 
+const char *dl__config_value(const redisReply *r, const char *name)
+{
+	size_t i;
+
+	if (!r || r->type != REDIS_REPLY_ARRAY)
+		return NULL;
+	for (i = 0; i + 1 < r->elements; i += 2)
+		if (r->element[i]->type == REDIS_REPLY_STRING &&
+		    r->element[i + 1]->type == REDIS_REPLY_STRING &&
+		    strcmp(r->element[i]->str, name) == 0)
+			return r->element[i + 1]->str;
+	return NULL;
+}
+
 int dl__durability_of(const char *info, const redisReply *fsync)
 {
 	const char *aof = info ? strstr(info, "aof_enabled:") : NULL;
@@ -61,10 +87,8 @@ int dl__durability_of(const char *info, const redisReply *fsync)
 		return DL_DUR_UNKNOWN;
 	if (aof[12] != '1')
 		return DL_DUR_NONE;
-	if (!fsync || fsync->type != REDIS_REPLY_ARRAY || fsync->elements != 2 ||
-	    fsync->element[1]->type != REDIS_REPLY_STRING)
+	if (!(v = dl__config_value(fsync, "appendfsync")))
 		return DL_DUR_AOF;
-	v = fsync->element[1]->str;
 	if (strcmp(v, "always") == 0)
 		return DL_DUR_ALWAYS;
 	if (strcmp(v, "everysec") == 0)
@@ -108,4 +132,49 @@ int dl__durability_check(struct dl_store *st, int d, char *why, size_t len)
 const char *dl_store_durability(const struct dl_store *st)
 {
 	return st->redis ? dl_durability_name(st->durability) : "none";
+}
+
+int dl__eviction_check(struct dl_store *st, const redisReply *config,
+		       char *why, size_t len)
+{
+	const char *policy = dl__config_value(config, "maxmemory-policy");
+	int allowed = st->cfg->allow_evicting_redis != 0;
+	int evicts = policy && strcmp(policy, "noeviction") != 0;
+
+	/* CONFIG renamed away: not known, as for appendfsync */
+	if (!policy)
+		return 0;
+	st->st.redis_evicting = evicts;
+	if (strcmp(policy, st->evict_policy) != 0) {
+		snprintf(st->evict_policy, sizeof(st->evict_policy), "%s",
+			 policy);
+		if (evicts && !allowed)
+			dl_error("redis: maxmemory-policy %s may evict the daemon's keys (its leases, leadership and fence): a lock would be granted again while its holder still believes in it. Refusing to serve: set maxmemory-policy noeviction in redis.conf (or CONFIG SET maxmemory-policy noeviction), or allow_evicting_redis = yes in [persistence] to accept the loss",
+				 policy);
+		else if (evicts)
+			dl_error("redis: maxmemory-policy %s may evict the daemon's keys. Serving anyway: allow_evicting_redis = yes",
+				 policy);
+		else if (st->evict_policy[0])
+			dl_info("redis: maxmemory-policy %s", policy);
+	}
+	if (evicts && !allowed) {
+		snprintf(why, len,
+			 "Redis may evict keys (maxmemory-policy %s) and allow_evicting_redis is not set",
+			 policy);
+		return DL_EBADARG;
+	}
+	return 0;
+}
+
+int dl__config_check(struct dl_store *st, const redisReply *config,
+		     char *why, size_t len)
+{
+	const char *aof = dl__config_value(config, "appendonly");
+
+	if (aof && strcmp(aof, "no") == 0 &&
+	    !st->cfg->allow_nondurable_redis) {
+		dl__durability_check(st, DL_DUR_NONE, why, len);
+		return DL_EBADARG;
+	}
+	return dl__eviction_check(st, config, why, len);
 }

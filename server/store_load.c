@@ -136,8 +136,9 @@ static redisReply *run_v(struct load_ctx *x, int *rc, int fatal_errors,
 }
 
 /* What an acknowledged grant survives (store_durable.c): without AOF,
- * and without allow_nondurable_redis, the start ends here (a
- * configuration error an operator must fix, not a wait). */
+ * and without allow_nondurable_redis, or with a maxmemory-policy that
+ * may evict keys, and without allow_evicting_redis, the start ends here
+ * (a configuration error an operator must fix, not a wait). */
 static int check_durable(struct load_ctx *x)
 {
 	redisReply *info, *fsync;
@@ -147,7 +148,7 @@ static int check_durable(struct load_ctx *x)
 	if (!(info = RUN(x, &rc, 0, "INFO", "persistence")))
 		return rc;
 	/* CONFIG may be renamed away: an error is an unknown policy */
-	fsync = redisCommand(x->c, "CONFIG GET appendfsync");
+	fsync = redisCommand(x->c, "CONFIG GET appendfsync maxmemory-policy");
 	if (!fsync && x->c->err) {
 		freeReplyObject(info);
 		return dl__load_err(x, DL_EUNAVAILABLE, "CONFIG GET: %s",
@@ -157,9 +158,12 @@ static int check_durable(struct load_ctx *x)
 							       : NULL,
 			      fsync);
 	freeReplyObject(info);
-	freeReplyObject(fsync);
-	if ((rc = dl__durability_check(x->st, d, why, sizeof(why))) != 0)
+	if ((rc = dl__durability_check(x->st, d, why, sizeof(why))) != 0 ||
+	    (rc = dl__eviction_check(x->st, fsync, why, sizeof(why))) != 0) {
+		freeReplyObject(fsync);
 		return dl__load_err(x, rc, "%s", why);
+	}
+	freeReplyObject(fsync);
 	return 0;
 }
 

@@ -24,6 +24,7 @@ enum batch_kind {
 	BATCH_LOOK,	   /* a standby looks at the leadership */
 	BATCH_WAIT,	   /* WAIT for replicas: commits its epoch */
 	BATCH_RESYNC_WAIT, /* WAIT after a re-sync: brings the link up */
+	BATCH_CONFIG,	   /* the running check of Redis's configuration */
 };
 
 /* One awaited reply; kept in send order, which is reply order. */
@@ -171,6 +172,8 @@ struct dl_store {
 	struct dl_watch watch[DL_SENTINELS_MAX]; /* one per Sentinel */
 	uint64_t failover_hold_until; /* uv_now ms: no link before it */
 	int durability;		      /* enum dl_durability, last read */
+	char evict_policy[24];	      /* maxmemory-policy, last read */
+	uint64_t config_next_ms;      /* next dl__config_check (mono) */
 	char aof_info[32];	      /* the link's INFO persistence, cut */
 	int sentinel_i;		/* the Sentinel to ask next */
 	int sentinel_tries;	/* asked in this round */
@@ -198,6 +201,18 @@ int dl__durability_of(const char *info, const redisReply *fsync);
  * must not serve on it (no AOF, not allowed), DL_EUNAVAILABLE when it is
  * not known yet (Redis loading): try again. */
 int dl__durability_check(struct dl_store *st, int d, char *why, size_t len);
+/* The value of `name` in a CONFIG GET reply, or NULL. */
+const char *dl__config_value(const redisReply *r, const char *name);
+/* maxmemory-policy in a CONFIG GET reply: DL_EBADARG with why when it may
+ * evict keys and allow_evicting_redis is not set (logged when it
+ * changes); 0 otherwise, or when the reply does not say. */
+int dl__eviction_check(struct dl_store *st, const redisReply *config,
+		       char *why, size_t len);
+/* The running link's check (CONFIG GET appendonly maxmemory-policy, every
+ * DL_STORE_CONFIG_MS): AOF turned off or an evicting policy, refused as
+ * at a connection. */
+int dl__config_check(struct dl_store *st, const redisReply *config,
+		     char *why, size_t len);
 
 /* ---- store.c, for store_find.c ---- */
 

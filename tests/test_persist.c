@@ -1268,6 +1268,89 @@ Test(persist, redis_without_aof_is_refused_unless_allowed)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+/* A Redis that may evict keys (maxmemory-policy other than noeviction)
+ * drops leases like one without AOF: refused at start (exit 5, with the
+ * fix in the message) unless allow_evicting_redis. */
+Test(persist, redis_that_may_evict_keys_is_refused_unless_allowed)
+{
+	struct h_client *c;
+
+	h_redis_start(&r, "always");
+	h_redis_cli(&r, "CONFIG SET maxmemory-policy allkeys-lru");
+	h_daemon_start_nowait(&d, "--persist", "redis", "--redis", r.url, NULL);
+	cr_assert_eq(h_daemon_wait(&d, 15000), 5, "dlockd served on it");
+	cr_assert(h_daemon_log_has(&d, "maxmemory-policy allkeys-lru may evict"));
+	cr_assert(h_daemon_log_has(&d, "set maxmemory-policy noeviction"));
+
+	h_daemon_start(&d, "--persist", "redis", "--redis", r.url,
+		       "--allow-evicting-redis", NULL);
+	c = h_connect(d.port);
+	cr_assert_eq(h_stats_value(c, "redis_evicting"), 1);
+	h_lock(c, "x", "ttl=10s");
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* Found from outside: on a Redis with maxmemory and allkeys-lru (the
+ * shared cache Redis locks are often put on), filling Redis evicted the
+ * daemon's keys, it took its leadership again, loaded 0 leases, and
+ * another owner was granted the lock with 40 s left to its holder. Now a
+ * CONFIG SET of an evicting policy is seen within about a second and
+ * refused (changes fail closed) until it is undone; the daemon then
+ * writes its table back, and the holder keeps its lock throughout. */
+Test(persist, redis_made_to_evict_while_running_never_grants_a_held_lock)
+{
+	struct h_client *a, *b;
+	uint64_t t0, tok;
+	char cmd[128], *l;
+	int i;
+
+	start("always", NULL);
+	a = h_hello(d.port, "alice");
+	b = h_hello(d.port, "bob");
+	tok = h_lock(a, "ev", "ttl=60s");
+	h_redis_cli(&r, "CONFIG SET maxmemory 3mb");
+	h_redis_cli(&r, "CONFIG SET maxmemory-policy allkeys-lru");
+	t0 = h_now_ms();
+	for (;;) {
+		l = h_call(b, "TRYLOCK probe ttl=5s");
+		if (h_starts(l, "ERR UNAVAILABLE"))
+			break;
+		cr_assert(h_starts(l, "OK GRANTED probe "), "%s", l);
+		h_call(b, "UNLOCK probe %llu",
+		       (unsigned long long)h_arg_u64(l, 1));
+		cr_assert_lt(h_now_ms() - t0, 5000, "still granting");
+		h_sleep_ms(50);
+	}
+	cr_assert(h_daemon_log_has(&d, "maxmemory-policy allkeys-lru"));
+	/* fill Redis past maxmemory: the daemon's keys are evicted */
+	for (i = 0; i < 40; i++) {
+		snprintf(cmd, sizeof(cmd),
+			 "EVAL \"for i=1,200 do redis.call('SET', "
+			 "'fill:%d:'..i, string.rep('x', 1000)) end\" 0",
+			 i);
+		h_redis_cli(&r, cmd);
+	}
+	cr_assert_str_eq(h_redis_cli(&r, h_rec_cmd("HEXISTS", "ev")), "0\n",
+			 "the lease was not evicted: the test proves nothing");
+	l = h_call(b, "TRYLOCK ev ttl=5s");
+	cr_assert(!h_starts(l, "OK GRANTED"), "bob granted: \"%s\"", l);
+
+	h_redis_cli(&r, "CONFIG SET maxmemory-policy noeviction");
+	h_redis_cli(&r, "CONFIG SET maxmemory 0");
+	h_wait_available(b, 1, 10000);
+	l = h_call(b, "TRYLOCK ev ttl=5s");
+	cr_assert(h_starts(l, "NO BUSY ev "), "bob: \"%s\"", l);
+	l = h_call(a, "CHECK ev %llu", (unsigned long long)tok);
+	cr_assert(h_starts(l, "OK VALID ev "), "alice: \"%s\"", l);
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "ev"), "alice", 1, 5000),
+		  "the lease is not back in Redis: \"%s\"",
+		  h_rec_get(&r, "ev"));
+	h_close(a);
+	h_close(b);
+	stop_clean();
+}
+
 /* The persistence is read again at every connection: a Redis switched to
  * appendonly no while the daemon runs is refused (changes fail closed)
  * once the link is made again, until AOF is back. */
