@@ -32,7 +32,8 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev);
  * send what it held (see the comment in cmd.c). */
 void dl_cmd_break_hold(struct dl_conn *c);
 
-/* A held line goes out (its epoch committed; `text` its bytes): what
+/* A held line is about to go out (its epoch committed; `text` its
+ * bytes), before any line of its release is written: what
  * its request left until it was durable is done now -- a REFRESH that
  * shortens its lease takes effect (dl_locktab_refresh). Changes no held
  * line and sends nothing. */

@@ -313,7 +313,6 @@ static int emit_held(struct dl_conn *c, const struct dl_held *h, uint64_t now)
 
 	if (!states_ttl(l->kind))
 		return dl_buf_add(&c->out, t, h->len);
-	dl_cmd_released(c, l, t);
 	n = dl_u64_to_dec(remaining(c, l, t, now), num);
 	rest = l->ttl_off + l->ttl_len;
 	if (dl_buf_add(&c->out, t, l->ttl_off) || dl_buf_add(&c->out, num, n) ||
@@ -343,6 +342,12 @@ void dl_conn_release(struct dl_conn *c, uint64_t durable)
 	uint64_t now = dl_mono_ms();
 	size_t i;
 
+	/* What the released requests left until they were durable is done
+	 * first (a shortening REFRESH: dl_cmd_released), so that no line of
+	 * them states more than the lease then has left. */
+	for (i = 0; i < c->nheld && c->held[i].epoch <= durable; i++)
+		dl_cmd_released(c, &c->held[i].line,
+				c->held_text.p + c->held[i].off);
 	for (i = 0; i < c->nheld && c->held[i].epoch <= durable; i++) {
 		if (emit_held(c, &c->held[i], now)) {
 			dl_conn_end(c, DL_END_ABORT, "out of memory");

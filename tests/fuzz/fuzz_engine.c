@@ -198,12 +198,12 @@ static void release(struct fconn *f, uint64_t durable)
 	struct dl_conn *c = &f->c;
 	size_t i, cut;
 
-	for (i = 0; i < c->nheld && c->held[i].epoch <= durable; i++) {
+	for (i = 0; i < c->nheld && c->held[i].epoch <= durable; i++)
 		dl_cmd_released(c, &c->held[i].line,
 				c->held_text.p + c->held[i].off);
+	for (i = 0; i < c->nheld && c->held[i].epoch <= durable; i++)
 		deliver(f, c->held_text.p + c->held[i].off, c->held[i].len,
 			&c->held[i].line);
-	}
 	if (i == 0)
 		return;
 	cut = i < c->nheld ? c->held[i].off : c->held_text.len;
