@@ -275,6 +275,15 @@ int dl__req_write(struct dlock_client *c, struct dl__req *q)
 		return err;
 	q->sent_at = now;
 	q->where = DL__SENT;
+	/* A REFRESH that shortens the lease may take effect even if its
+	 * reply never arrives (a server that crashed after recording it):
+	 * the lease counts on the shorter deadline from the moment it is sent
+	 * (PROTOCOL.md, REFRESH). */
+	if ((q->op == DL__REFRESH || q->op == DL__RENEW) && q->lease &&
+	    q->ttl > 0 &&
+	    now + q->ttl - dl__slack(q->ttl) < atomic_load(&q->lease->deadline))
+		atomic_store(&q->lease->deadline,
+			     now + q->ttl - dl__slack(q->ttl));
 	q->next = NULL;
 	if (c->fifo_tail)
 		c->fifo_tail->next = q;
