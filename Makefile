@@ -61,7 +61,7 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
-              server/locktab_verify.c
+              server/locktab_verify.c server/seen.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record
@@ -242,7 +242,8 @@ run: deps
 	echo "make run: redis-server pid $$rpid on $$sock (data in run/redis)"; \
 	echo "make run: dlockd on 127.0.0.1:7420 -- try: nc 127.0.0.1 7420;" \
 	  "Ctrl-C stops both"; \
-	$(O)/dlockd -c conf/dlockd.conf --redis unix://$$sock
+	$(O)/dlockd -c conf/dlockd.conf --redis unix://$$sock \
+	  --state-dir $(RUN_DIR)
 
 # The highly available setup on one machine (conf/run-ha.sh): Redis with
 # two replicas and three Sentinels, two dlockd (active and standby).

@@ -74,12 +74,14 @@ url=sentinel://127.0.0.1:27441,127.0.0.1:27442,127.0.0.1:27443/dlock
 for n in a b; do
 	port=7420
 	[ $n = b ] && port=7421
+	mkdir -p "$dir/state-$n"
 	cat > "$dir/dlockd-$n.conf" <<EOF
 [server]
 port = $port
 [persistence]
 redis = $url
 min_replicas_ack = 1
+state_dir = $dir/state-$n
 [cluster]
 node_id = $n
 advertise = 127.0.0.1:$port

@@ -530,7 +530,7 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 
 	while (!t->suspended && (w = lk->qhead) != NULL && w->sess) {
 		l = dl__holder_of(lk, w->owner);
-		if (!l && !dl__has_room(lk, w->shared))
+		if (!l && (!dl__has_room(lk, w->shared) || dl__closed(t, now)))
 			return;
 		s = w->sess;
 		memset(&ev, 0, sizeof(ev));
@@ -1002,6 +1002,17 @@ void dl_locktab_suspend_grants(struct dl_locktab *t, int suspended)
 	/* Only queues can move; with none, nothing to do. */
 	if (!suspended && t->st.waiters)
 		serve_queued(t, dl__now_ms(t));
+}
+
+void dl_locktab_close_grants(struct dl_locktab *t, uint64_t until)
+{
+	uint64_t now = dl__now_ms(t);
+	int was = t->closed_until != 0; /* closed, or not yet reopened */
+
+	if (until > t->closed_until || until == 0)
+		t->closed_until = until;
+	if (was && !t->closed_until && !t->suspended && t->st.waiters)
+		serve_queued(t, now);
 }
 
 void dl_locktab_reserve(struct dl_locktab *t, size_t n)

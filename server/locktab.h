@@ -445,6 +445,18 @@ int dl_locktab_walk(struct dl_locktab *t, size_t *cursor, size_t slots,
 void dl_locktab_suspend_grants(struct dl_locktab *t, int suspended);
 
 /*
+ * Close grants until `until` (monotonic ms; a later call may only move it
+ * later), or reopen them (0). While closed no new lease is granted: every
+ * lock counts as busy until then (TRYLOCK: DL_BUSY with the time left; a
+ * LOCK that waits queues, and is served when grants reopen), as if held
+ * by an owner nobody knows. Leases already held go on as usual: reentry,
+ * refresh, release. For a Redis that went back (store_lead.c): any lease
+ * granted before may still be held by a client this table has never
+ * heard of. Reopening serves every queue that can move.
+ */
+void dl_locktab_close_grants(struct dl_locktab *t, uint64_t until);
+
+/*
  * Fencing tokens. A grant takes last_token + 1. At start the daemon raises
  * last_token with dl_token_floor(): the larger of the last token stored in
  * Redis and unix_ms * DL_TOKEN_PER_MS. The time part is what makes tokens

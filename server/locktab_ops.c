@@ -20,7 +20,8 @@
  * holder a shared request waits for), until the last one goes for an
  * exclusive request on a lock held shared; with no holder, the grace of
  * the placeholder at the head. */
-static uint64_t busy_for(const struct dl_lock *lk, int shared, uint64_t now)
+static uint64_t holders_busy_for(const struct dl_lock *lk, int shared,
+				 uint64_t now)
 {
 	const struct dl_lease *l;
 	uint64_t first = UINT64_MAX, last = 0, r;
@@ -37,6 +38,17 @@ static uint64_t busy_for(const struct dl_lock *lk, int shared, uint64_t now)
 			       ? lk->qhead->timer.expires - now
 			       : 0;
 	return 0;
+}
+
+/* ms until the lock could be granted: its holders', or the grants closed
+ * (dl_locktab_close_grants), whichever is later. */
+static uint64_t busy_for(const struct dl_locktab *t, const struct dl_lock *lk,
+			 int shared, uint64_t now)
+{
+	uint64_t h = holders_busy_for(lk, shared, now);
+	uint64_t c = dl__closed(t, now) ? t->closed_until - now : 0;
+
+	return h > c ? h : c;
 }
 
 static struct dl_waiter *session_waiter(const struct dl_session *s,
@@ -85,7 +97,8 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 	struct dl_lock *lk = w->lock;
 	struct dl_lease *l;
 
-	if (w == lk->qhead && dl__has_room(lk, a->shared)) {
+	if (w == lk->qhead && dl__has_room(lk, a->shared) &&
+	    !dl__closed(t, now)) {
 		if (dl__tokens_exhausted(t))
 			return DL_ELIMIT;
 		if (!(l = dl__lease_alloc(a->tag)))
@@ -99,7 +112,7 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 	}
 	if (a->wait_ms == 0) {
 		res->outcome = DL_BUSY;
-		res->value = busy_for(lk, a->shared, now);
+		res->value = busy_for(t, lk, a->shared, now);
 		dl__waiter_free(t, w);
 		dl__serve(t, lk, now);
 		return 0;
@@ -174,7 +187,7 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 	if ((w = placeholder_of(t, lk, o)) != NULL)
 		return claim_placeholder(t, s, w, a, ttl, now, res);
 
-	if (!lk->qhead && dl__has_room(lk, a->shared)) {
+	if (!lk->qhead && dl__has_room(lk, a->shared) && !dl__closed(t, now)) {
 		if (dl__owner_full(t, o) || dl__tokens_exhausted(t) ||
 		    !(l = dl__lease_alloc(a->tag))) {
 			dl__lock_drop_if_unused(t, lk);
@@ -188,7 +201,7 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 	}
 	if (a->wait_ms == 0) {
 		res->outcome = DL_BUSY;
-		res->value = busy_for(lk, a->shared, now);
+		res->value = busy_for(t, lk, a->shared, now);
 		return 0;
 	}
 	if (lk->nwaiters >= t->limits.max_waiters || dl__owner_full(t, o))

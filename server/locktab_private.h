@@ -25,6 +25,8 @@ struct dl_locktab {
 	uint64_t seed;
 	uint64_t last_token;
 	int suspended;	     /* grants suspended (store down) */
+	uint64_t closed_until; /* no new lease before (monotonic ms):
+				  dl_locktab_close_grants */
 	size_t placeholders; /* restored waiters not yet claimed */
 	struct dl_htab locks;
 	struct dl_htab owners;
@@ -38,6 +40,11 @@ struct dl_locktab {
 };
 
 uint64_t dl__now_ms(const struct dl_locktab *t);
+/* No new lease may be granted at `now` (dl_locktab_close_grants). */
+static inline int dl__closed(const struct dl_locktab *t, uint64_t now)
+{
+	return now < t->closed_until;
+}
 void dl__mark_dirty(struct dl_locktab *t, struct dl_lock *lk);
 /* Dirty with a change a durable result waits for (locktab.h). */
 void dl__mark_urgent(struct dl_locktab *t, struct dl_lock *lk);

@@ -98,7 +98,7 @@ static int verify_served(struct verify *v, const struct dl_lock *lk)
 	const struct dl_waiter *w = lk->qhead;
 	const struct dl_lease *l;
 
-	if (v->t->suspended || !w || !w->sess)
+	if (v->t->suspended || v->t->closed_until || !w || !w->sess)
 		return 0;
 	l = dl__holder_of(lk, w->owner);
 	if (!l && dl__has_room(lk, w->shared))

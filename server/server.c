@@ -116,6 +116,30 @@ static void store_availability(int up, void *ctx)
 		     : "STATUS=persistence down, refusing changes");
 }
 
+/* Redis went back (store_lead.c): no new lease for ms. The window is the
+ * server's, kept across take-overs (a new table is closed again). */
+static void store_closed(uint64_t ms, void *ctx)
+{
+	struct dl_server *srv = ctx;
+	uint64_t until = dl_mono_ms() + ms;
+
+	if (until > srv->closed_until)
+		srv->closed_until = until;
+	dl_locktab_close_grants(srv->tab, srv->closed_until);
+	dl_notify("STATUS=Redis went back: grants closed");
+}
+
+/* The window ended (the sweep's check): queues move again. */
+static void reopen_grants(struct dl_server *srv)
+{
+	if (!srv->closed_until || dl_mono_ms() < srv->closed_until)
+		return;
+	srv->closed_until = 0;
+	dl_locktab_close_grants(srv->tab, 0);
+	dl_notice("grants open again: every lease granted before Redis went back has ended");
+	dl_notify("STATUS=serving");
+}
+
 /* ---- roles ----------------------------------------------------------------
  *
  * The store learns about the leadership from Redis replies (store_lead.c)
@@ -624,6 +648,7 @@ static void on_sweep(uv_timer_t *t)
 
 	if (srv->draining)
 		return;
+	reopen_grants(srv);
 	for (c = srv->conns; c; c = next) {
 		next = c->next;
 		dl_conn_sweep(c, now);
@@ -667,7 +692,7 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 {
 	struct dl_locktab_hooks th = {tab_now, tab_event, srv};
 	struct dl_store_hooks sh = {dl__server_committed, store_availability,
-				    store_role, srv};
+				    store_role, store_closed, srv};
 	struct dl_locktab_limits lim = tab_limits(&srv->cfg);
 	int r;
 

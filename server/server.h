@@ -85,6 +85,8 @@ struct dl_server {
 	struct dl_conn *held;	/* connections holding replies for an epoch */
 	struct dl_conn *endq;	/* connections to end in the check phase */
 	uint64_t durable;	/* last committed epoch */
+	uint64_t closed_until;	/* mono ms: no new lease before (Redis went
+				   back: store_closed, server.c) */
 
 	uint64_t conn_seq;
 	char nonce[17]; /* random hex, makes default owner ids unique */

@@ -135,6 +135,15 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 NULL, NULL, 0},
 		{"leader_renewals", s->renewals, C,
 		 "Leadership renewals confirmed by Redis.", NULL, NULL, 0},
+		{"redis_went_back", s->went_back, C,
+		 "Takes of the leadership that found Redis holding less than this daemon saw it hold (lost writes: FLUSHALL, eviction, an older AOF, a promoted replica that missed them).",
+		 NULL, NULL, 0},
+		{"grants_closed_ms",
+		 srv->closed_until > dl_mono_ms() ? srv->closed_until - dl_mono_ms()
+						  : 0,
+		 G,
+		 "ms until new leases are granted again after Redis went back (0: open).",
+		 NULL, NULL, 0},
 	};
 	struct dl_stat e = {"errors", 0,    C, "ERR replies, by code.",
 			    "code",   NULL, 0};

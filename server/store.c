@@ -27,7 +27,7 @@
  * why a crash at any point loses no lease).
  *
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
- * dirty set into one batch: an FCALL of dlock_apply_v5 with each lock in
+ * dirty set into one batch: an FCALL of dlock_apply_v6 with each lock in
  * its final state, and the token mark when due (store_batch.c). Its reply
  * commits the epoch. Each batch is one round trip, and only one is in
  * flight: what changes meanwhile waits for its reply and goes as the next
@@ -44,7 +44,7 @@
  * CONNECTING sends AUTH, SELECT, FUNCTION LOAD REPLACE (the library is
  * the daemon's, so a Redis restarted empty or upgraded gets it back) and
  * the leadership's take, which raises P fence. SYNCING rewrites the full
- * state: every bucket is replaced whole (dlock_replace_v5: DEL, then HSET
+ * state: every bucket is replaced whole (dlock_replace_v6: DEL, then HSET
  * of the table's locks in it; a bucket without locks is deleted), a few
  * buckets per call, so that a lock of the table is never missing from
  * Redis, not even between two calls, and a record of a lock that ended
@@ -118,6 +118,26 @@ static char *key_of(const char *prefix, const char *suffix)
 	return k;
 }
 
+/* What the state file describes: this Redis (its address, or the
+ * Sentinels' name of it, and the database) and the key prefix. Never the
+ * password. */
+static void seen_init(struct dl_store *st)
+{
+	const struct dl_redis_addr *a = &st->addr;
+	char id[DL_SEEN_ID_MAX];
+
+	if (a->master)
+		snprintf(id, sizeof(id), "sentinel:%s db=%d prefix=%s",
+			 a->master, a->db, st->cfg->redis_prefix);
+	else if (a->path)
+		snprintf(id, sizeof(id), "unix:%s db=%d prefix=%s", a->path,
+			 a->db, st->cfg->redis_prefix);
+	else
+		snprintf(id, sizeof(id), "%s:%d db=%d prefix=%s", a->host,
+			 a->port, a->db, st->cfg->redis_prefix);
+	dl_seen_init(&st->seen, st->cfg->state_dir, id);
+}
+
 struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 			      struct dl_locktab *tab,
 			      const struct dl_store_hooks *hooks)
@@ -138,9 +158,13 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->names_key = key_of(pfx, "locks");
 	st->fence_key = key_of(pfx, "fence");
 	st->leader_key = key_of(pfx, "leader");
+	st->writer_key = key_of(pfx, "writer");
+	st->gen_key = key_of(pfx, "gen");
+	st->closed_key = key_of(pfx, "closed");
 	st->lock_prefix = key_of(pfx, "lock:");
 	if (!st->token_key || !st->names_key || !st->fence_key ||
-	    !st->leader_key || !st->lock_prefix || rec_keys_init(st, pfx))
+	    !st->leader_key || !st->writer_key || !st->gen_key ||
+	    !st->closed_key || !st->lock_prefix || rec_keys_init(st, pfx))
 		goto fail;
 	/* Without Redis there is nobody to share the table with. */
 	st->active = !st->redis;
@@ -148,6 +172,8 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->lock_prefix_len = strlen(st->lock_prefix);
 	if (st->redis && dl_redis_url_parse(cfg->redis, &st->addr) != 0)
 		goto fail;
+	if (st->redis)
+		seen_init(st);
 	return st;
 fail:
 	dl_store_free(st);
@@ -172,6 +198,9 @@ void dl_store_free(struct dl_store *st)
 	free(st->names_key);
 	free(st->fence_key);
 	free(st->leader_key);
+	free(st->writer_key);
+	free(st->gen_key);
+	free(st->closed_key);
 	free(st->lock_prefix);
 	free(st->rec_keys);
 	free(st);
@@ -432,6 +461,33 @@ static void next_look(struct dl_store *st, const struct lead_reply *lr)
 					   : third);
 }
 
+/* A standby found the leadership free on a Redis that went back (the
+ * active's record gone with what it wrote): the active, if it lives,
+ * still holds its table and takes the leadership again to write it back
+ * within its renewal period. A standby that took over first would have
+ * nothing to vouch for (grants closed for max_ttl) and would depose it.
+ * So it waits one leadership lease first; 1 while it waits. */
+static int lapse_wait(struct dl_store *st, const struct lead_reply *lr)
+{
+	uint64_t now = dl_mono_ms();
+
+	if (!lr->behind) {
+		st->lapse_wait_until = 0;
+		return 0;
+	}
+	if (!st->lapse_wait_until) {
+		st->lapse_wait_until = now + st->cfg->leader_lease_ms;
+		dl_error("redis: WENT BACK: no leadership record, and less than this daemon saw (epoch %llu, write generation %llu); waiting %llu ms for the active daemon to write its table back before taking over",
+			 (unsigned long long)st->seen.epoch,
+			 (unsigned long long)st->seen.gen,
+			 (unsigned long long)st->cfg->leader_lease_ms);
+	}
+	if (now >= st->lapse_wait_until)
+		return 0;
+	st->lead_next_ms = now + DL_LEADER_LOOK_MS;
+	return 1;
+}
+
 /* A renewal's or a look's reply. */
 static void on_lead(struct dl_store *st, enum batch_kind kind,
 		    const redisReply *r, uint64_t sent_ms)
@@ -444,6 +500,15 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 		return;
 	}
 	if (kind == BATCH_RENEW) {
+		if (lr.behind && !lr.ok) {
+			/* Its record or fence is gone and nobody took over
+			 * since: Redis forgot. Not deposed: the next link
+			 * takes the leadership again with the table kept and
+			 * writes it back (store_lead.c). */
+			dl_error("redis: WENT BACK: this daemon's leadership record or fence is gone, and nobody took over since; taking it again to write the table back");
+			link_fail(st, "Redis went back");
+			return;
+		}
 		if (!lr.ok) {
 			depose(st, DL_STORE_DEPOSED,
 			       "the renewal found another epoch");
@@ -453,11 +518,14 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 		st->lead_next_ms = sent_ms + st->cfg->leader_lease_ms / 3;
 		return;
 	}
+	if (!st->leader.epoch && lapse_wait(st, &lr))
+		return;
 	if (!st->leader.epoch) {
 		st->lead_next_ms = dl_mono_ms() + st->cfg->leader_lease_ms / 3;
 		st->hooks.role(DL_STORE_LAPSED, st->hooks.ctx);
 		return;
 	}
+	st->lapse_wait_until = 0;
 	next_look(st, &lr);
 }
 
@@ -532,6 +600,11 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 			     err);
 		return;
 	}
+	if ((kind == BATCH_EPOCH || kind == BATCH_RESYNC ||
+	     kind == BATCH_RESYNC_PART) &&
+	    ((redisReply *)reply)->type == REDIS_REPLY_INTEGER)
+		dl_seen_note(&st->seen, 0,
+			     (uint64_t)((redisReply *)reply)->integer);
 	if (kind == BATCH_RESYNC_PART) {
 		st->resync.inflight--;
 		if (resync_pump(st))
@@ -781,6 +854,9 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		depose(st, DL_STORE_STALE, "another daemon wrote meanwhile");
 		return;
 	}
+	dl__lead_took(st, &lr);
+	if (lr.behind)
+		st->synced = 0; /* what Redis has is not the table */
 	dl__fence_format(st->fence, sizeof(st->fence), lr.epoch);
 	st->lead_next_ms = st->lead_sent_ms + st->cfg->leader_lease_ms / 3;
 	if (st->synced) {
@@ -1049,6 +1125,7 @@ static void on_tick(uv_timer_t *t)
 	const char *ping = "PING";
 	size_t plen = 4;
 
+	dl_seen_save(&st->seen, dl_mono_ms());
 	switch (st->link) {
 	case LINK_DOWN:
 		if (st->stopping)

@@ -57,6 +57,11 @@ struct dl_store_hooks {
 	 * reply, and must defer what it does about it (the server runs a
 	 * take-over from a timer: dl_store_take_over frees the link). */
 	void (*role)(enum dl_store_role_event ev, void *ctx);
+	/* Redis went back and this daemon cannot vouch for its state (or
+	 * another daemon found so): grant no new lease for `ms`
+	 * (dl_locktab_close_grants). Called from a take's reply or from
+	 * dl_store_load. */
+	void (*closed)(uint64_t ms, void *ctx);
 	void *ctx;
 };
 
@@ -86,6 +91,7 @@ struct dl_store_stats {
 	uint64_t redis_aof;	     /* 1: Redis has AOF on (last read) */
 	uint64_t redis_fsync_always; /* 1: and fsyncs every write */
 	uint64_t redis_evicting;     /* 1: its maxmemory-policy may evict */
+	uint64_t went_back; /* takes that found Redis behind what was seen */
 };
 
 /* The store borrows cfg, loop and tab for its life. */

@@ -20,7 +20,7 @@
  * hashes, <prefix>rec:<b>, b the name's bucket (bucket.h). Each write is
  * one FCALL, atomic as MULTI/EXEC was, in one round trip:
  *
- *   FCALL dlock_apply_v5 <2 + n> <fence key> <token key>
+ *   FCALL dlock_apply_v6 <3 + n> <fence key> <token key> <gen key>
  *         <bucket key of lock 1> .. <bucket key of lock n>
  *         <fence> <token mark or "">
  *         (<op> <name> <record>) x n
@@ -36,7 +36,8 @@
  * once (the dirty set holds a lock once), so the order of its writes
  * does not matter.
  *
- *   FCALL dlock_replace_v5 <2 + k> <fence key> <token key> <key 1> .. <key k>
+ *   FCALL dlock_replace_v6 <3 + k> <fence key> <token key> <gen key>
+ *         <key 1> .. <key k>
  *         <fence> <token mark or "">
  *         (<count> (<name> <record>) x count) x k
  *
@@ -59,9 +60,15 @@
  * The mark sent is forgotten with the link (a new connection sends one in
  * its first batch), so a batch lost with a link cannot leave a grant
  * behind a mark that never arrived. Records carry no Redis expiry: a
- * lease's end is decided by the daemon's monotonic clock alone (DESIGN.md
- * section 5), and an expiry on Redis's own wall clock could delete a lease
- * its holder still believes in if that clock were stepped.
+ * lease's end is decided by the daemon's monotonic clock alone, and an
+ * expiry on Redis's own wall clock could delete a lease its holder still
+ * believes in if that clock were stepped.
+ *
+ * The write generation. Both functions, and every take of the
+ * leadership, raise <prefix>gen by one and answer its new value: a
+ * number that only grows in a Redis that keeps what it acknowledged. The
+ * store remembers the largest it was answered (seen.h), and a take that
+ * finds Redis below it knows that Redis went back (store_lead.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +93,7 @@
 
 /* The library's name carries the version of its functions' contract
  * (arguments, key layout, records): any change to the code below must
- * come with new names (dlock_v5, dlock_apply_v5, ...). Every daemon loads
+ * come with new names (dlock_v6, dlock_apply_v6, ...). Every daemon loads
  * its library with FUNCTION LOAD REPLACE at each connection, so two builds
  * that shared a name on one Redis would keep replacing each other's
  * functions; builds of different versions load side by side. */
@@ -117,12 +124,15 @@ const char dl__store_library[] =
 	"    redis.call(cmd, key, unpack(v, j, math.min(j + UNPACK - 1, #v)))\n"
 	"  end\n"
 	"end\n"
+	"local function bump(keys)\n"
+	"  return redis.call('INCR', keys[3])\n"
+	"end\n"
 	"local function apply(keys, args)\n"
 	"  local err = fenced(keys, args)\n"
 	"  if err then return err end\n"
-	"  if #keys - 2 <= GROUP_MIN then\n"
-	"    for i = 3, #keys do\n"
-	"      local a = 3 * i - 6\n"
+	"  if #keys - 3 <= GROUP_MIN then\n"
+	"    for i = 4, #keys do\n"
+	"      local a = 3 * i - 9\n"
 	"      if args[a] == 'D' then\n"
 	"        redis.call('HDEL', keys[i], args[a + 1])\n"
 	"      else\n"
@@ -131,8 +141,8 @@ const char dl__store_library[] =
 	"    end\n"
 	"  else\n"
 	"    local sets, dels = {}, {}\n"
-	"    for i = 3, #keys do\n"
-	"      local a, k = 3 * i - 6, keys[i]\n"
+	"    for i = 4, #keys do\n"
+	"      local a, k = 3 * i - 9, keys[i]\n"
 	"      if args[a] == 'D' then\n"
 	"        local d = dels[k] or {}\n"
 	"        dels[k] = d\n"
@@ -148,13 +158,13 @@ const char dl__store_library[] =
 	"    for k, d in pairs(dels) do each('HDEL', k, d) end\n"
 	"  end\n"
 	"  mark(keys, args[2])\n"
-	"  return #keys - 2\n"
+	"  return bump(keys)\n"
 	"end\n"
 	"local function replace(keys, args)\n"
 	"  local err = fenced(keys, args)\n"
 	"  if err then return err end\n"
-	"  local a, n = 3, 0\n"
-	"  for i = 3, #keys do\n"
+	"  local a = 3\n"
+	"  for i = 4, #keys do\n"
 	"    local c = tonumber(args[a])\n"
 	"    redis.call('DEL', keys[i])\n"
 	"    for j = a + 1, a + 2 * c, UNPACK do\n"
@@ -162,10 +172,9 @@ const char dl__store_library[] =
 	"        unpack(args, j, math.min(j + UNPACK - 1, a + 2 * c)))\n"
 	"    end\n"
 	"    a = a + 1 + 2 * c\n"
-	"    n = n + c\n"
 	"  end\n"
 	"  mark(keys, args[2])\n"
-	"  return n\n"
+	"  return bump(keys)\n"
 	"end\n"
 	"-- the epoch in a fence: '<n>' (layout 1, before any take by this\n"
 	"-- version) or '<n>/<LAYOUT>'; nil for anything else (another layout)\n"
@@ -173,19 +182,33 @@ const char dl__store_library[] =
 	"  return tonumber(string.match(s, '^(%d+)$') or\n"
 	"    string.match(s, '^(%d+)/' .. LAYOUT .. '$'))\n"
 	"end\n"
+	"-- keys: leader, fence, writer, gen, token, closed\n"
+	"-- args: mode, mine, node, addr, lease, instance, seen epoch,\n"
+	"-- seen gen, hold (ms without grants after Redis went back)\n"
 	"local function lead(keys, args)\n"
 	"  local mode, node, inst = args[1], args[3], args[6]\n"
 	"  local mine = epoch_of(args[2])\n"
+	"  local seen_e, seen_g = tonumber(args[7]) or 0, tonumber(args[8]) or 0\n"
+	"  local hold = tonumber(args[9]) or 0\n"
 	"  local cur = redis.call('GET', keys[1])\n"
 	"  local fence = epoch_of(redis.call('GET', keys[2]) or '0')\n"
 	"  if not mine or not fence then\n"
 	"    return redis.error_reply('dlockd: ' .. keys[2] ..\n"
 	"      ' is not a writer fence of layout 1 or ' .. LAYOUT)\n"
 	"  end\n"
+	"  local w = redis.call('GET', keys[3])\n"
+	"  local gen = tonumber(redis.call('GET', keys[4]) or '0') or 0\n"
+	"  local winst = w and string.match(w, '^%d+ (%S+)$')\n"
 	"  local epoch, holder, hinst\n"
 	"  if cur then\n"
 	"    epoch, holder, hinst = string.match(cur, '^(%d+) (%S+) %S+ (%S+)$')\n"
 	"    epoch = tonumber(epoch)\n"
+	"  end\n"
+	"  local behind = 0\n"
+	"  if seen_e > fence or seen_g > gen then behind = 1 end\n"
+	"  local function answer(ok, v, k)\n"
+	"    return {ok, v, k, gen, redis.call('PTTL', keys[6]), behind,\n"
+	"      redis.call('GET', keys[5]) or ''}\n"
 	"  end\n"
 	"  local this = cur and hinst == inst\n"
 	"  local ours = this and epoch == mine and fence == mine\n"
@@ -194,29 +217,47 @@ const char dl__store_library[] =
 	"  local mine_late = this and mine > 0 and epoch > mine\n"
 	"  if mode == 'renew' and ours then\n"
 	"    redis.call('PEXPIRE', keys[1], args[5])\n"
-	"    return {1, tostring(mine), 1}\n"
+	"    return answer(1, tostring(mine), 1)\n"
 	"  end\n"
 	"  if mode == 'resign' and ours then\n"
 	"    redis.call('DEL', keys[1])\n"
-	"    return {1, tostring(mine), 1}\n"
+	"    return answer(1, tostring(mine), 1)\n"
 	"  end\n"
 	"  -- a Redis behind this daemon: its record (or none: the leadership\n"
-	"  -- key expired during a fail-over) and a fence nobody raised since\n"
-	"  local lagged = mine > 0 and fence <= mine and\n"
+	"  -- key expired during a fail-over, or Redis forgot it) and a fence\n"
+	"  -- nobody raised since -- which only counts if the last take on\n"
+	"  -- record is this process's (or none is recorded): a daemon that\n"
+	"  -- took over on a Redis that went back sets a lower fence too\n"
+	"  local wrote_last = not w or winst == inst\n"
+	"  local lagged = mine > 0 and fence <= mine and wrote_last and\n"
 	"    ((this and epoch <= mine) or not cur)\n"
+	"  if mode == 'renew' and (lagged or mine_late) then\n"
+	"    return answer(2, tostring(fence), 0)\n"
+	"  end\n"
 	"  if (mode == 'take' or mode == 'start') and (not cur or ours or lagged or\n"
 	"      mine_late or (mode == 'start' and holder == node)) then\n"
 	"    local kept = 0\n"
 	"    if mine > 0 and (fence == mine or lagged or mine_late) then\n"
 	"      kept = 1\n"
 	"    end\n"
-	"    local e = math.max(fence, mine, epoch or 0) + 1\n"
+	"    -- went back, and the taker has no table to write it back from:\n"
+	"    -- nobody grants until every lease that may exist has ended\n"
+	"    if behind == 1 and kept == 0 and hold > 0 and\n"
+	"        redis.call('PTTL', keys[6]) < hold then\n"
+	"      redis.call('SET', keys[6], 'epoch ' .. fence .. ' gen ' .. gen ..\n"
+	"        ' below ' .. seen_e .. ' ' .. seen_g, 'PX', hold)\n"
+	"    end\n"
+	"    -- above anything seen: Redis is ahead of every observer again\n"
+	"    local e = math.max(fence, mine, epoch or 0, seen_e) + 1\n"
+	"    if gen < seen_g then redis.call('SET', keys[4], seen_g) end\n"
 	"    redis.call('SET', keys[2], e .. '/' .. LAYOUT)\n"
 	"    redis.call('SET', keys[1], e .. ' ' .. node .. ' ' .. args[4] ..\n"
 	"      ' ' .. inst, 'PX', args[5])\n"
-	"    return {1, tostring(e), kept}\n"
+	"    redis.call('SET', keys[3], e .. ' ' .. inst)\n"
+	"    gen = redis.call('INCR', keys[4])\n"
+	"    return answer(1, tostring(e), kept)\n"
 	"  end\n"
-	"  return {0, cur or '', redis.call('PTTL', keys[1])}\n"
+	"  return answer(0, cur or '', redis.call('PTTL', keys[1]))\n"
 	"end\n"
 	"redis.register_function('" DL_STORE_APPLY_FN "', apply)\n"
 	"redis.register_function('" DL_STORE_REPLACE_FN "', replace)\n"
@@ -436,8 +477,8 @@ static void token_arg(struct dl_store *st, const char **a, size_t *l)
 	}
 }
 
-/* The part both functions share: FCALL fn numkeys, the fence and token
- * keys, the key of every item but an 'E' (a bucket, or a 'K'; a bucket
+/* The part both functions share: FCALL fn numkeys, the fence, token and
+ * generation keys, the key of every item but an 'E' (a bucket, or a 'K'; a bucket
  * repeats when two locks share it), the fence and the token mark. `room`:
  * the arguments the caller adds after them. Returns the arguments written
  * (wb->argv), or 0 when out of memory. */
@@ -449,16 +490,17 @@ static size_t wb_head(struct dl_store *st, const char *fn, size_t nkeys,
 	const char **a;
 	size_t *l, k = 0, i;
 
-	if (wb_room(wb, 7 + wb->nlocks + room))
+	if (wb_room(wb, 8 + wb->nlocks + room))
 		return 0;
 	a = wb->argv;
 	l = wb->lens;
 #define ARG(p, len) (a[k] = (p), l[k] = (len), k++)
 	ARG("FCALL", 5);
 	ARG(fn, strlen(fn));
-	ARG(wb->numkeys, dl_u64_to_dec(2 + nkeys, wb->numkeys));
+	ARG(wb->numkeys, dl_u64_to_dec(3 + nkeys, wb->numkeys));
 	ARG(st->fence_key, strlen(st->fence_key));
 	ARG(st->token_key, strlen(st->token_key));
+	ARG(st->gen_key, strlen(st->gen_key));
 	for (i = 0; i < wb->nlocks; i++) {
 		w = &wb->locks[i];
 		if (w->op == 'K') {

@@ -12,7 +12,7 @@
  *             write (store_batch.c), so that only the connection that
  *             took the leadership last can change anything.
  *
- * Both are changed only by the function dlock_lead_v5 (the library is in
+ * Both are changed only by the function dlock_lead_v6 (the library is in
  * store_batch.c), atomically, in one of four modes:
  *
  *   look   what the leadership is now (a standby polls with it);
@@ -80,6 +80,7 @@
 #include <unistd.h>
 
 #include "server/clock.h"
+#include "server/log.h"
 #include "server/store_private.h"
 
 static const char *const mode_names[] = {
@@ -146,18 +147,31 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 {
 	int k = 0;
 
+	snprintf(st->seen_arg[0], sizeof(st->seen_arg[0]), "%llu",
+		 (unsigned long long)st->seen.epoch);
+	snprintf(st->seen_arg[1], sizeof(st->seen_arg[1]), "%llu",
+		 (unsigned long long)st->seen.gen);
+	snprintf(st->seen_arg[2], sizeof(st->seen_arg[2]), "%llu",
+		 (unsigned long long)st->cfg->max_ttl_ms);
 #define ARG(p) (argv[k] = (p), lens[k] = strlen(argv[k]), k++)
 	ARG("FCALL");
 	ARG(DL_STORE_LEAD_FN);
-	ARG("2");
+	ARG("6");
 	ARG(st->leader_key);
 	ARG(st->fence_key);
+	ARG(st->writer_key);
+	ARG(st->gen_key);
+	ARG(st->token_key);
+	ARG(st->closed_key);
 	ARG(mode_names[mode]);
 	ARG(mine && mine[0] ? mine : "0");
 	ARG(st->node);
 	ARG(st->self_addr);
 	ARG(st->lease_arg);
 	ARG(st->instance);
+	ARG(st->seen_arg[0]);
+	ARG(st->seen_arg[1]);
+	ARG(st->seen_arg[2]);
 #undef ARG
 	return k;
 }
@@ -206,14 +220,33 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 	char num[24];
 
 	memset(out, 0, sizeof(*out));
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+	out->saw_epoch = st->seen.epoch;
+	out->saw_gen = st->seen.gen;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 7)
 		return DL_EPROTO;
 	e0 = r->element[0];
 	e1 = r->element[1];
 	e2 = r->element[2];
 	if (e0->type != REDIS_REPLY_INTEGER || e1->type != REDIS_REPLY_STRING ||
-	    e2->type != REDIS_REPLY_INTEGER)
+	    e2->type != REDIS_REPLY_INTEGER ||
+	    r->element[3]->type != REDIS_REPLY_INTEGER ||
+	    r->element[4]->type != REDIS_REPLY_INTEGER ||
+	    r->element[5]->type != REDIS_REPLY_INTEGER ||
+	    r->element[6]->type != REDIS_REPLY_STRING)
 		return DL_EPROTO;
+	out->gen = r->element[3]->integer > 0
+			   ? (uint64_t)r->element[3]->integer
+			   : 0;
+	out->closed_ms = r->element[4]->integer;
+	out->behind = r->element[5]->integer == 1;
+	if (r->element[6]->len > 0 &&
+	    dl_parse_u64(r->element[6]->str, r->element[6]->len, &out->mark))
+		out->mark = 0; /* not a number: the loader says so */
+	if (e0->integer == 2) {
+		/* renew: Redis went back under this daemon */
+		out->behind = 1;
+		return 0;
+	}
 	out->ok = e0->integer == 1;
 	if (out->ok) {
 		if (e1->len == 0 || e1->len >= sizeof(num))
@@ -224,6 +257,7 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 		    out->epoch == 0)
 			return DL_EPROTO;
 		out->kept = e2->integer == 1;
+		dl_seen_note(&st->seen, out->epoch, out->gen);
 		st->leader.epoch = out->epoch;
 		snprintf(st->leader.node, sizeof(st->leader.node), "%s",
 			 st->node);
@@ -239,7 +273,30 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 	st->leader.until_ms = dl_mono_ms() + (e2->integer > 0
 						      ? (uint64_t)e2->integer
 						      : 0);
+	/* a standby's look: what it sees now is what Redis held */
+	if (!out->behind)
+		dl_seen_note(&st->seen, st->leader.epoch, out->gen);
 	return 0;
+}
+
+void dl__lead_took(struct dl_store *st, const struct lead_reply *lr)
+{
+	if (lr->behind) {
+		st->st.went_back++;
+		dl_error(
+			"redis: WENT BACK: it holds less than this daemon saw it hold (epoch %llu, write generation %llu): FLUSHALL, an eviction, a restart from an older AOF or snapshot, a replica promoted without the last writes, or an empty Redis in place of the old one. %s",
+			(unsigned long long)lr->saw_epoch,
+			(unsigned long long)lr->saw_gen,
+			lr->kept ? "This daemon holds its table and nobody else took over since: writing it back"
+				 : "This daemon cannot vouch for any lock: no new lease is granted until every lease granted before may have ended");
+	}
+	if (lr->closed_ms > 0) {
+		dl_warn("redis: grants closed for %lld ms more (%s holds it: Redis went back), as long as the longest lease that may have been granted before (max_ttl)",
+			(long long)lr->closed_ms, st->closed_key);
+		st->hooks.closed((uint64_t)lr->closed_ms, st->hooks.ctx);
+	}
+	if (lr->kept && lr->mark)
+		dl_locktab_raise_token(st->tab, lr->mark);
 }
 
 int dl__lead_describe(const struct dl_store *st, char *buf, size_t len)

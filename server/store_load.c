@@ -257,6 +257,8 @@ static int take_lead(struct load_ctx *x, int start, char *fence, size_t len)
 			"another dlockd is active on this Redis and prefix: %s",
 			who);
 	}
+	dl__lead_took(st, &lr);
+	x->closed_ms = lr.closed_ms;
 	dl__fence_format(fence, len, lr.epoch);
 	x->lead_sent = sent;
 	return 0;
@@ -675,7 +677,25 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 	st->token_mark = 0; /* a new connection (store_batch.c) */
 	if ((rc = connect_redis(x)) ||
 	    (rc = take_lead(x, start, fence, sizeof(fence))) ||
-	    (rc = read_token(x, &stored)) || (rc = dl__layout1_find(x)))
+	    (rc = read_token(x, &stored)))
+		return rc;
+	if (x->closed_ms > 0) {
+		/* Redis went back (this take found it, or another daemon did
+		 * and grants are still closed): a record it holds may be of a
+		 * lease that ended since, and was granted to another owner
+		 * whose lease Redis lost. Restored, its holder could be
+		 * confirmed while the other still believes in its own. So
+		 * nothing is loaded: every lock is busy until grants reopen
+		 * (as long as any lease may last), clients that ask about a
+		 * lease are told it is gone, and the first re-sync deletes
+		 * the records (st->synced stays 0). */
+		dl_warn("redis: its records are not loaded: grants are closed because Redis went back, and what it holds cannot be vouched for; the re-sync deletes them");
+		dl_locktab_raise_token(st->tab, dl_token_floor(stored, unix_ms));
+		snprintf(st->fence, sizeof(st->fence), "%s", fence);
+		st->leader.until_ms = dl__lead_until(st, x->lead_sent);
+		return 0;
+	}
+	if ((rc = dl__layout1_find(x)))
 		return rc;
 	if ((rc = x->l1 ? dl__layout1_load(x) : load_buckets(x)) != 0)
 		return rc;
@@ -714,9 +734,10 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, int start, char *err,
 		dl_locktab_reset(st->tab);
 		return rc;
 	}
-	st->synced = 1;
+	st->synced = x.closed_ms <= 0;
 	st->active = 1;
 	st->st.takeovers++;
+	dl_seen_save(&st->seen, dl_mono_ms());
 	dl_notice(
 		"redis: this daemon is the active one (node %s at %s, epoch %llu, fence %s)",
 		st->node, st->self_addr, (unsigned long long)st->leader.epoch,

@@ -11,6 +11,7 @@
 
 #include "server/bucket.h"
 #include "server/record.h"
+#include "server/seen.h"
 #include "server/store.h"
 
 enum link { LINK_DOWN, LINK_CONNECTING, LINK_SYNCING, LINK_UP };
@@ -141,6 +142,11 @@ struct dl_store {
 	char *token_key;   /* <prefix>token */
 	char *fence_key;   /* <prefix>fence */
 	char *leader_key;  /* <prefix>leader */
+	char *writer_key;  /* <prefix>writer: "<epoch> <instance>" of the
+			      last take (store_lead.c) */
+	char *gen_key;	   /* <prefix>gen: the write generation (seen.h) */
+	char *closed_key;  /* <prefix>closed: no grants while it lives
+			      (store_lead.c) */
 	char *rec_keys;	   /* <prefix>rec:0 NUL <prefix>rec:1 NUL ...: the
 			      buckets of layout 2 (dl__rec_key) */
 	uint32_t rec_off[DL_STORE_BUCKETS + 1]; /* bucket b's key at
@@ -159,8 +165,14 @@ struct dl_store {
 	char client_name[8 + DL_NODE_ID_MAX + 1]; /* dlockd:<node> */
 	char instance[17]; /* random, this process's: in the record */
 	struct dl_leader leader; /* the active as last seen (or this one) */
+	struct dl_seen seen;	 /* what Redis was seen to hold (seen.h) */
+	char seen_arg[3][24];	 /* its epoch, gen, and max_ttl: for the
+				    leadership function's arguments */
+	uint64_t went_back;	 /* times Redis was found behind it */
 	uint64_t lead_next_ms;	 /* next renewal (active) or look (standby) */
 	int lead_busy;		 /* a renewal or look awaits its reply */
+	uint64_t lapse_wait_until; /* mono: a standby waits before taking
+				      over a Redis that went back */
 	int replicas_short;	 /* a WAIT fell short: changes refused */
 	uint64_t lead_sent_ms;	 /* when the last take or look was sent */
 	int stopping;		 /* dl_store_stop() called: no reconnects */
@@ -269,12 +281,20 @@ enum lead_mode { LEAD_LOOK, LEAD_RENEW, LEAD_TAKE, LEAD_START, LEAD_RESIGN };
 
 struct lead_reply {
 	int ok;		/* taken or renewed (else st->leader is the holder) */
+	int behind;	/* renew: Redis went back under this daemon (its
+			   record or fence lost, nobody else took since):
+			   take it again with the table kept. take: Redis
+			   holds less than st->seen (seen.h) */
 	uint64_t epoch; /* ok: this daemon's epoch, the fence */
 	int kept;	/* take: nobody else wrote since `mine` */
 	int64_t pttl;	/* not ok: the holder's lease left, ms (< 0: none) */
+	uint64_t gen;	/* Redis's write generation */
+	int64_t closed_ms; /* no grants for this long (P closed), or <= 0 */
+	uint64_t mark;	   /* the stored token mark (0: none) */
+	uint64_t saw_epoch, saw_gen; /* st->seen before this reply */
 };
 
-#define LEAD_ARGC 11
+#define LEAD_ARGC 18
 /* Node id and address of this daemon (config, or derived). */
 void dl__lead_identity(struct dl_store *st);
 /* The FCALL of the leadership function in `mode`, for the fence `mine`
@@ -291,15 +311,19 @@ uint64_t dl__lead_until(const struct dl_store *st, uint64_t sent_ms);
 void dl__fence_format(char *buf, size_t len, uint64_t epoch);
 /* "node N at A (epoch E, lease ends in T ms)" or "nobody". */
 int dl__lead_describe(const struct dl_store *st, char *buf, size_t len);
+/* What a take (ok) learned besides the leadership: Redis went back
+ * (logged, counted), grants closed (the closed hook), and for a take that
+ * kept the table, the stored token mark to go on above. */
+void dl__lead_took(struct dl_store *st, const struct lead_reply *lr);
 
 /* ---- store_batch.c: the write path shared by the link and the loader ---- */
 
 /* The Redis function library that applies every write (FUNCTION LOAD). */
 extern const char dl__store_library[];
-#define DL_STORE_LIBRARY    "dlock_v5"
-#define DL_STORE_APPLY_FN   "dlock_apply_v5"
-#define DL_STORE_REPLACE_FN "dlock_replace_v5"
-#define DL_STORE_LEAD_FN    "dlock_lead_v5"
+#define DL_STORE_LIBRARY    "dlock_v6"
+#define DL_STORE_APPLY_FN   "dlock_apply_v6"
+#define DL_STORE_REPLACE_FN "dlock_replace_v6"
+#define DL_STORE_LEAD_FN    "dlock_lead_v6"
 
 /* The store layout this build writes (store.c): its number ends the
  * writer fence, "<epoch>/2" (store_lead.c says why). */
@@ -372,6 +396,8 @@ struct load_ctx {
 	char *err;
 	size_t errlen;
 	const char *fence;  /* the one taken */
+	int64_t closed_ms;  /* the take found grants closed (Redis went
+			       back): its records are not loaded */
 	uint64_t lead_sent; /* when the leadership was last confirmed */
 	struct layout1 *l1; /* Redis is in layout 1: its names, to migrate */
 };

@@ -380,6 +380,94 @@ Test(ha, clean_stop_hands_over_at_once)
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
 
+/* ---- Redis that forgets ------------------------------------------------- */
+
+/* leader_epoch in d's STATS. */
+static uint64_t epoch_of(const struct h_daemon *d)
+{
+	struct h_client *c = h_connect(d->port);
+	uint64_t e = h_stats_value(c, "leader_epoch");
+
+	h_close(c);
+	return e;
+}
+
+/* Found from outside: Redis lost the active's last takes (restarted from
+ * an older copy); the standby took over at or below the active's epoch,
+ * granted x2, and resigned; the old active, resumed, found no leadership
+ * record and a fence "not above its own", took it again with its table
+ * kept, overwrote x2, and granted it to another owner with a lower token
+ * while its holder still had it. A kept retake now needs the last take on
+ * record to be its own (P writer), a take goes above every epoch the
+ * taker saw, and the standby, which saw Redis go back, grants nothing
+ * until any lease granted before may have ended (max_ttl). */
+Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
+{
+	static const char conf[] =
+		"[limits]\nmax_ttl = 6s\ndefault_ttl = 1s\n";
+	struct h_client *c2, *c3;
+	char cmd[3 * H_PATH_MAX], *l;
+	uint64_t e0, t2, t3;
+
+	h_daemon_write_conf(&a, conf);
+	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis",
+		       r.url, "--node-id", "a", "--leader-lease", "2s", "-l",
+		       "info", NULL);
+	h_daemon_write_conf(&b, conf);
+	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis",
+		       r.url, "--node-id", "b", "--leader-lease", "2s", "-l",
+		       "info", NULL);
+	wait_active(&a, 5000);
+	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
+		 r.dir);
+	cr_assert_eq(system(cmd), 0);
+	e0 = epoch_of(&a);
+	h_redis_cli(&r, "CLIENT KILL TYPE normal");
+	wait_active(&a, 5000);
+	h_sleep_ms(300);
+	h_redis_cli(&r, "CLIENT KILL TYPE normal");
+	wait_active(&a, 5000);
+	cr_assert_geq(epoch_of(&a), e0 + 2, "a did not take again");
+	h_sleep_ms(700); /* b looks at least twice a second */
+
+	h_daemon_signal(&a, SIGSTOP);
+	h_redis_kill9(&r);
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
+		 r.dir, r.dir);
+	cr_assert_eq(system(cmd), 0);
+	h_redis_restart(&r);
+	wait_active(&b, 15000);
+	cr_assert(h_daemon_log_has(&b, "WENT BACK"));
+	c2 = h_hello(b.port, "c2");
+	l = h_call(c2, "TRYLOCK x2 ttl=6s");
+	cr_assert(h_starts(l, "NO BUSY x2 "), "grants not closed: \"%s\"", l);
+	h_send(c2, "LOCK x2 ttl=6s wait=15s");
+	h_expect(c2, "OK QUEUED x2 1");
+	l = h_read(c2, 12000); /* when grants reopen */
+	cr_assert(l && h_starts(l, "* GRANTED x2 "), "c2: \"%s\"",
+		  l ? l : "(nothing)");
+	t2 = h_arg_u64(l, 1);
+	cr_assert_eq(h_daemon_stop(&b), 0); /* resigns */
+
+	h_daemon_signal(&a, SIGCONT);
+	/* it still says it is active until its clock tells it otherwise */
+	for (t3 = h_now_ms(); !h_daemon_log_has(&a, "leadership lost");
+	     h_sleep_ms(50))
+		cr_assert_lt(h_now_ms() - t3, 10000, "a never stepped down");
+	wait_active(&a, 15000);
+	c3 = h_hello(a.port, "c3");
+	l = h_call(c3, "TRYLOCK x2 ttl=1s");
+	cr_assert(h_starts(l, "NO BUSY x2 "), "c3 granted x2 held by c2: \"%s\"",
+		  l);
+	expect_held(c3, "x2", "c2", t2);
+	t3 = h_lock(c3, "y", "ttl=1s");
+	cr_assert_gt(t3, t2, "tokens went back");
+	h_close(c2);
+	h_close(c3);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+}
+
 /* ---- clients that fail over ---------------------------------------------- */
 
 static atomic_int lost_calls;

@@ -1191,6 +1191,45 @@ Test(locktab, a_shortening_superseded_by_a_later_refresh_is_not_applied)
 	cr_assert(eq(u64, status("job").remaining, 20000));
 }
 
+/* Grants closed (Redis went back): every lock is busy until they reopen,
+ * as if held by an owner nobody knows; leases already held go on (refresh,
+ * reentry, release); a LOCK that waits is queued, and served when grants
+ * reopen, not before. */
+Test(locktab, closed_grants_keep_every_lock_busy_until_they_reopen)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	uint64_t tok = must_grant(a, "x", 60000);
+	int rc;
+
+	dl_locktab_close_grants(tab, clock_ms + 5000);
+	rc = acq(b, "y", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_BUSY);
+	cr_assert(eq(u64, r.value, 5000), "busy until grants reopen");
+	rc = acq(b, "y", 1000, DL_WAIT_INF, NULL, &r);
+	EXPECT(rc, r, DL_QUEUED);
+	rc = acq(a, "x", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(eq(u64, r.token, tok), "a reentry goes on");
+	rc = refresh(a, "x", tok, 30000, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	rc = acq(b, "x", 1000, DL_WAIT_INF, NULL, &r);
+	EXPECT(rc, r, DL_QUEUED);
+	rc = rel(a, "x", tok, &r);
+	EXPECT(rc, r, DL_HELD);
+	must_release(a, "x", tok);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 0),
+		  "granted while closed");
+	/* a later close may only move the end later */
+	dl_locktab_close_grants(tab, clock_ms + 1000);
+	advance(5000);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 0));
+	dl_locktab_close_grants(tab, 0);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 2),
+		  "both queues move when grants reopen");
+}
+
 Test(locktab, refresh_by_another_owner_is_not_holder_and_changes_nothing)
 {
 	struct client *a = client_new("alice");

@@ -22,7 +22,9 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <pthread.h>
+#include <errno.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1397,6 +1399,139 @@ Test(persist, redis_losing_aof_while_running_is_refused_until_it_is_back)
 	expect_status(c, "x", "held", 0, NULL, 0);
 	h_close(c);
 	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* ---- Redis that forgets -------------------------------------------------- */
+
+/* A directory for the daemon's dlockd.state (seen.h), set through
+ * STATE_DIRECTORY as systemd does; inside Redis's directory, so that the
+ * suite's fini removes it. */
+static char state_env[H_PATH_MAX + 32];
+
+static void use_state_dir(void)
+{
+	char dir[H_PATH_MAX];
+
+	snprintf(dir, sizeof(dir), "%s/state", r.dir);
+	cr_assert(mkdir(dir, 0700) == 0 || errno == EEXIST);
+	snprintf(state_env, sizeof(state_env), "STATE_DIRECTORY=%s", dir);
+	d.env[d.nenv++] = state_env;
+}
+
+/* FLUSHALL under a running daemon: it notices (its writes are fenced, its
+ * renewal finds no record), takes the leadership again with its table,
+ * and writes every lease back: nobody else is granted a held lock, the
+ * holder keeps it, and tokens go on above what Redis forgot. The daemon
+ * had its table, so it closes no grants. */
+Test(persist, flushall_under_a_running_daemon_is_written_back_from_its_table)
+{
+	struct h_client *a, *b;
+	uint64_t tok, t2, t0;
+	char *l;
+
+	start("always", NULL);
+	a = h_hello(d.port, "alice");
+	b = h_hello(d.port, "bob");
+	tok = h_lock(a, "fl", "ttl=60s");
+	h_redis_cli(&r, "FLUSHALL");
+	t0 = h_now_ms();
+	while (h_now_ms() - t0 < 3000) {
+		l = h_call(b, "TRYLOCK fl ttl=5s");
+		cr_assert(!h_starts(l, "OK GRANTED"), "bob granted: \"%s\"", l);
+		h_sleep_ms(50);
+	}
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "fl"), "alice", 1, 5000),
+		  "not written back: \"%s\"", h_rec_get(&r, "fl"));
+	cr_assert(h_daemon_log_has(&d, "WENT BACK"));
+	cr_assert_geq(h_stats_value(b, "redis_went_back"), 1);
+	cr_assert_eq(h_stats_value(b, "grants_closed_ms"), 0,
+		     "closed although it had its table");
+	l = h_call(a, "CHECK fl %llu", (unsigned long long)tok);
+	cr_assert(h_starts(l, "OK VALID fl "), "alice: \"%s\"", l);
+	t2 = h_lock(b, "other", "ttl=5s");
+	cr_assert_gt(t2, tok);
+	assert_mark_covers(t2);
+	h_close(a);
+	h_close(b);
+	stop_clean();
+}
+
+/* Redis restarted from a copy of its data taken before the last grants,
+ * under a running daemon: the daemon still holds its table, and nobody
+ * else took over since, so it writes the table back -- the lease granted
+ * after the copy is in Redis again, and nobody else gets it. */
+Test(persist, redis_restarted_from_an_older_copy_gets_the_table_back)
+{
+	struct h_client *a, *b;
+	char cmd[2 * H_PATH_MAX + 32], *l;
+	uint64_t tok;
+
+	start("always", NULL);
+	a = h_hello(d.port, "alice");
+	b = h_hello(d.port, "bob");
+	h_lock(a, "before", "ttl=60s");
+	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir, r.dir);
+	cr_assert_eq(system(cmd), 0);
+	tok = h_lock(a, "after", "ttl=60s");
+	h_redis_kill9(&r);
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
+		 r.dir, r.dir);
+	cr_assert_eq(system(cmd), 0);
+	h_redis_restart(&r);
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "after"), "alice", 1,
+			       10000),
+		  "not written back: \"%s\"", h_rec_get(&r, "after"));
+	l = h_call(b, "TRYLOCK after ttl=5s");
+	cr_assert(h_starts(l, "NO BUSY after "), "bob: \"%s\"", l);
+	l = h_call(a, "CHECK after %llu", (unsigned long long)tok);
+	cr_assert(h_starts(l, "OK VALID after "), "alice: \"%s\"", l);
+	h_close(a);
+	h_close(b);
+	stop_clean();
+}
+
+/* The daemon dies, and Redis forgets while it is down (FLUSHALL): its
+ * table is gone too. The restarted daemon remembers what Redis held
+ * (dlockd.state) and sees Redis went back: it says so, and grants no new
+ * lease for max_ttl -- as long as a lease granted before may be held --
+ * then serves again. Without the state file it could not know. */
+Test(persist, a_restart_on_a_redis_that_forgot_closes_grants_for_max_ttl)
+{
+	struct h_client *a, *b;
+	uint64_t t0, waited;
+	char *l;
+
+	h_redis_start(&r, "always");
+	use_state_dir();
+	h_daemon_start_redis(&d, &r,
+			     "[limits]\nmax_ttl = 3s\ndefault_ttl = 1s\n");
+	a = h_hello(d.port, "alice");
+	h_lock(a, "x", "ttl=3s");
+	h_sleep_ms(1200); /* dlockd.state is written within a second */
+	h_daemon_kill9(&d);
+	h_close(a);
+	h_redis_cli(&r, "FLUSHALL");
+	h_daemon_restart(&d);
+	t0 = h_now_ms();
+	b = h_hello(d.port, "bob");
+	l = h_call(b, "TRYLOCK x ttl=1s");
+	cr_assert(h_starts(l, "NO BUSY x "), "bob: \"%s\"", l);
+	cr_assert_gt(h_arg_u64(l, 1), 1500, "busy for: \"%s\"", l);
+	l = h_call(b, "TRYLOCK never-held ttl=1s");
+	cr_assert(h_starts(l, "NO BUSY never-held "), "bob: \"%s\"", l);
+	cr_assert(h_daemon_log_has(&d, "WENT BACK"));
+	cr_assert_geq(h_stats_value(b, "redis_went_back"), 1);
+	cr_assert_gt(h_stats_value(b, "grants_closed_ms"), 0);
+	/* a waiting LOCK is served once grants reopen */
+	h_send(b, "LOCK x ttl=1s wait=10s");
+	h_expect(b, "OK QUEUED x 1");
+	l = h_expect_prefix(b, "* GRANTED x ");
+	waited = h_now_ms() - t0;
+	cr_assert_geq(waited, 3000 - 300, "granted %llu ms after the restart",
+		      (unsigned long long)waited);
+	h_close(b);
+	stop_clean();
 }
 
 /* ---- shared locks and semaphores ---------------------------------------- */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fcall.c -- what the fence costs in Redis: the same batches of lock
- * changes applied by dlockd's function (FCALL dlock_apply_v5: the writer
+ * changes applied by dlockd's function (FCALL dlock_apply_v6: the writer
  * fence checked, then the records, fields of their bucket hashes in store
  * layout 2) and by the MULTI/EXEC transaction of the same writes without
  * a fence (HSET/HDEL of each record in its bucket, SET of the token), one
@@ -89,21 +89,22 @@ static double redis_cpu(void)
 /* Queue batch number `b` (its changes: grant on even b, release on odd). */
 static void append_batch(enum method m, unsigned long long b)
 {
-	static const char *argv[6 + 4 * MAX_LOCKS];
-	static size_t lens[6 + 4 * MAX_LOCKS];
+	static const char *argv[7 + 4 * MAX_LOCKS];
+	static size_t lens[7 + 4 * MAX_LOCKS];
 	char nk[16], tok[24];
 	int i, k = 0, grant = (b % 2) == 0;
 
 	token++;
 	snprintf(tok, sizeof(tok), "%llu", token);
 	if (m == FCALL || m == FCALL_TOK) {
-		snprintf(nk, sizeof(nk), "%d", 2 + nlocks);
+		snprintf(nk, sizeof(nk), "%d", 3 + nlocks);
 #define ARG(s, n) (argv[k] = (s), lens[k] = (n), k++)
 		ARG("FCALL", 5);
-		ARG("dlock_apply_v5", 14);
+		ARG("dlock_apply_v6", 14);
 		ARG(nk, strlen(nk));
 		ARG("bench:fence", 11);
 		ARG("bench:token", 11);
+		ARG("bench:gen", 9);
 		for (i = 0; i < nlocks; i++)
 			ARG(keys[i], strlen(keys[i]));
 		ARG("1", 1);

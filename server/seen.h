@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * seen.h -- what this daemon has seen Redis hold, to notice when Redis
+ * went back.
+ *
+ * Redis may forget what it acknowledged, without a word: FLUSHALL, an
+ * eviction, a restart from an older AOF or snapshot, a replica promoted
+ * without the last writes, an empty Redis put in place of the old one.
+ * A daemon that then loads what Redis has and grants on it gives a lock
+ * to a second owner. Two numbers only ever grow in a Redis that keeps
+ * what it acknowledged (store_batch.c):
+ *
+ *   epoch  the writer fence, raised by every take of the leadership;
+ *   gen    the write generation, raised by every write function call and
+ *          every take.
+ *
+ * The store notes the largest of each it has read in any reply (its own
+ * writes, renewals, a standby's looks) and hands them to every take of
+ * the leadership, whose function compares them with what Redis holds
+ * (store_lead.c): a Redis behind them went back.
+ *
+ * They are also kept in a small file, <state_dir>/dlockd.state, so that a
+ * restarted daemon remembers them:
+ *
+ *   dlockd-state 1
+ *   redis <the Redis it describes: address or Sentinel master, db, prefix>
+ *   epoch <n>
+ *   gen <n>
+ *
+ * rewritten (a new file renamed over the old one) at most every
+ * DL_SEEN_SAVE_MS, and at once, with an fsync, when the epoch changes.
+ * A file that describes another Redis, or that cannot be read, is
+ * ignored with a warning: what it says is not about this Redis. Blocking
+ * file I/O on the loop, rare and small.
+ *
+ * Owns nothing but its path; a struct embedded in the store.
+ */
+#ifndef DL_SERVER_SEEN_H
+#define DL_SERVER_SEEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The longest the file lags what the daemon saw (the epoch excepted). */
+#define DL_SEEN_SAVE_MS 1000
+/* Room for the Redis description in the file. */
+#define DL_SEEN_ID_MAX 512
+
+struct dl_seen {
+	uint64_t epoch, gen;		/* the largest seen */
+	uint64_t saved_epoch, saved_gen; /* what the file holds */
+	uint64_t saved_ms;		/* monotonic: when it was written */
+	char path[4096];		/* "" : no file */
+	char id[DL_SEEN_ID_MAX];	/* the Redis it describes */
+};
+
+/* Set up s for the Redis `id` and read <dir>/dlockd.state if there is
+ * one (dir NULL or "": no file). Never fails: a file that cannot be read
+ * or describes another Redis is logged and ignored. */
+void dl_seen_init(struct dl_seen *s, const char *dir, const char *id);
+/* Raise what was seen (0: nothing new of that one). */
+void dl_seen_note(struct dl_seen *s, uint64_t epoch, uint64_t gen);
+/* Write the file if what was seen changed: at once when the epoch did,
+ * else once DL_SEEN_SAVE_MS have passed since the last write (now_ms,
+ * monotonic). A failure is logged (once per kind) and retried later. */
+void dl_seen_save(struct dl_seen *s, uint64_t now_ms);
+
+#endif /* DL_SERVER_SEEN_H */
