@@ -51,6 +51,27 @@
 #   kill_worker     kill -9 a lock worker (holding or waiting), start
 #                   another in its place
 #   kill_run        kill -9 a `dlock run` while its command runs
+# Redis that forgets (the daemons keep a state_dir; max_ttl is 5 s, the
+# longest grants are closed after a detected loss):
+#   flushall        FLUSHALL under the running daemon(s)
+#   old_copy        copy Redis's AOF, wait 0.5..2.5 s, kill -9 Redis and
+#                   restart it from the copy (the last grants lost)
+#   empty_redis     kill -9 Redis, restart it with no data at all
+#   forget_while_down  kill -9 the active dlockd, then FLUSHALL or an older
+#                   copy, then start it again: only its state file knows
+#   evict           let Redis evict (maxmemory 2 MB, allkeys-lru) and fill
+#                   it; the daemon must refuse, and survive what was
+#                   evicted before it noticed; then noeviction again
+#   during_resync   drop the daemon's Redis connection (a re-sync follows)
+#                   and 0..30 ms later kill -9 dlockd, FLUSHALL, or kill -9
+#                   Redis
+#   during_takeover (CLUSTER) kill -9 the active and, while the standby
+#                   takes over, FLUSHALL, kill -9 the standby, or SIGSTOP it
+#   lossy_failover  (REDIS_HA) SIGSTOP a replica, kill -9 the primary and
+#                   the other replica a second later, resume the stopped
+#                   one: Sentinel promotes a replica that missed writes
+# The lock workers also re-enter their locks and refresh them with other
+# TTLs, shorter and longer than the lease's (worker.c).
 # With CLUSTER=1 the dlockd faults hit the active daemon (the standby
 # takes over, and the old one comes back as a standby), and:
 #   kill9_standby   kill -9 the standby, restart it
@@ -72,13 +93,13 @@ top=$(cd "$here/../.." && pwd)
 : "${STALL_MS:=300}"
 : "${CLUSTER:=0}" "${REDIS_HA:=0}"
 if [ "$REDIS_HA" = 1 ] && [ "$CLUSTER" = 1 ]; then
-	: "${FAULTS:=failover_redis kill9_dlockd kill9_standby stop_active partition_active clock_step kill_worker kill_run}"
+	: "${FAULTS:=failover_redis kill9_dlockd kill9_standby stop_active partition_active clock_step kill_worker kill_run flushall forget_while_down during_takeover lossy_failover}"
 elif [ "$REDIS_HA" = 1 ]; then
-	: "${FAULTS:=failover_redis kill9_dlockd clock_step stop_dlockd kill_worker kill_run}"
+	: "${FAULTS:=failover_redis kill9_dlockd clock_step stop_dlockd kill_worker kill_run flushall forget_while_down lossy_failover}"
 elif [ "$CLUSTER" = 1 ]; then
-	: "${FAULTS:=kill9_dlockd kill9_standby stop_active partition_active clock_step crash_in_stall crash_in_partition kill9_redis stop_redis partition kill_worker kill_run}"
+	: "${FAULTS:=kill9_dlockd kill9_standby stop_active partition_active clock_step crash_in_stall crash_in_partition kill9_redis stop_redis partition kill_worker kill_run flushall old_copy forget_while_down during_resync during_takeover}"
 else
-	: "${FAULTS:=kill9_dlockd clock_step stop_dlockd crash_in_stall crash_in_partition kill9_redis stop_redis slow_redis partition partition_conn kill_worker kill_run}"
+	: "${FAULTS:=kill9_dlockd clock_step stop_dlockd crash_in_stall crash_in_partition kill9_redis stop_redis slow_redis partition partition_conn kill_worker kill_run flushall old_copy empty_redis forget_while_down evict during_resync}"
 fi
 : "${OUT:=$(mktemp -d /tmp/dlockd-faults-XXXXXX)}"
 FAKETIME_LIB=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
@@ -235,15 +256,19 @@ if [ "$nodes" = 2 ]; then
 	conn="--servers $servers"
 fi
 for i in 0 1; do
+	mkdir -p "$OUT/state$i" && chmod 777 "$OUT/state$i"
 	cat > "$OUT/dlockd$i.conf" <<EOF
 [server]
 bind = 127.0.0.1
 port = ${dports[$i]}
 [limits]
 tick = 10ms
+max_ttl = 5s
+default_ttl = 1s
 [persistence]
 redis_timeout = 500ms
 restore_grace = 2s
+state_dir = $OUT/state$i
 EOF
 	[ "$REDIS_HA" = 1 ] && printf 'min_replicas_ack = 1\n' >> "$OUT/dlockd$i.conf"
 	[ "$nodes" = 2 ] && printf '[cluster]\nnode_id = %s\nleader_lease = 1s\n' \
@@ -560,6 +585,139 @@ f_kill_run() {
 	note kill_run
 }
 
+# ---- Redis that forgets ----------------------------------------------------------
+
+# The primary's redis-cli (the one Sentinel names with REDIS_HA).
+pcli() {
+	if [ "$REDIS_HA" = 1 ]; then hcli "$(primary_port)" "$@"; else rcli "$@"; fi
+}
+# ms until grants are open again on the active node after a loss that
+# closed them (0: they were not closed).
+wait_open() {
+	local t0 v i=0
+	t0=$(now_ms)
+	while :; do
+		v=$("$DLOCK" $conn --timeout 1s stats --raw 2>/dev/null |
+			sed -n 's/^grants_closed_ms //p')
+		[ -n "$v" ] && [ "$v" = 0 ] && break
+		i=$((i + 1)); [ $i -gt 1500 ] && break
+		sleep 0.02
+	done
+	echo $(($(now_ms) - t0))
+}
+f_flushall() {
+	pcli FLUSHALL >/dev/null
+	note flushall; recovered flushall "$(wait_store)"
+}
+# Redis restarted from its own data as it was R ms ago.
+redis_back_to() {   # ms
+	[ "$REDIS_HA" = 1 ] && return 1
+	rm -rf "$OUT/redis/snap"
+	cp -a "$OUT/redis/appendonlydir" "$OUT/redis/snap" 2>/dev/null || return 1
+	pause_ms "$1"
+	kill_redis
+	rm -rf "$OUT/redis/appendonlydir"
+	mv "$OUT/redis/snap" "$OUT/redis/appendonlydir"
+	redis_start
+}
+f_old_copy() {
+	rnd 2000
+	redis_back_to $((500 + R)) || return
+	note old_copy "$((500 + R))ms back"; recovered old_copy "$(wait_store)"
+}
+f_empty_redis() {
+	[ "$REDIS_HA" = 1 ] && return
+	kill_redis
+	rm -rf "$OUT/redis/appendonlydir"
+	redis_start
+	note empty_redis; recovered empty_redis "$(wait_store)"
+}
+# Redis is made to forget now, with no daemon holding its table: leases
+# granted before are lost (the checker is told when, check.c).
+forget_now() { "$WORKER" now >> "$OUT/forgets"; }
+f_forget_while_down() {
+	local how ms closed
+	rnd 2; pick_active
+	if [ $R = 0 ] || [ "$REDIS_HA" = 1 ]; then
+		how=flushall
+		kill_dlockd; forget_now; pcli FLUSHALL >/dev/null
+	else
+		how=old_copy
+		rm -rf "$OUT/redis/snap"
+		cp -a "$OUT/redis/appendonlydir" "$OUT/redis/snap"
+		pause_ms 1000; kill_dlockd; forget_now
+		kill_redis; rm -rf "$OUT/redis/appendonlydir"
+		mv "$OUT/redis/snap" "$OUT/redis/appendonlydir"; redis_start
+	fi
+	dlockd_start $target
+	ms=$(wait_store)
+	closed=$(wait_open)
+	note forget_while_down "node $target $how closed ${closed}ms"
+	recovered forget_while_down "$ms"
+	echo "$closed" >> "$OUT/closed.ms"
+}
+f_evict() {
+	[ "$REDIS_HA" = 1 ] && return
+	rcli CONFIG SET maxmemory 2mb >/dev/null
+	rcli CONFIG SET maxmemory-policy allkeys-lru >/dev/null
+	rcli EVAL "for i=1,4000 do redis.call('SET','fill:'..i,string.rep('x',1000)) end" 0 >/dev/null
+	pause_ms 1200
+	rcli CONFIG SET maxmemory-policy noeviction >/dev/null
+	rcli CONFIG SET maxmemory 0 >/dev/null
+	rcli EVAL "for _,k in ipairs(redis.call('KEYS','fill:*')) do redis.call('DEL',k) end" 0 >/dev/null
+	note evict; recovered evict "$(wait_store)"
+}
+f_during_resync() {
+	local k
+	rnd 30; pcli CLIENT KILL TYPE normal >/dev/null; pause_ms $R
+	rnd 3; k=$R
+	case $k in
+	0) pick_active; kill_dlockd; dlockd_start $target ;;
+	1) pcli FLUSHALL >/dev/null ;;
+	*) [ "$REDIS_HA" = 1 ] || { kill_redis; redis_start; } ;;
+	esac
+	note during_resync "second fault $k"; recovered during_resync "$(wait_store)"
+}
+f_during_takeover() {
+	local s k
+	[ "$nodes" = 2 ] || return
+	rnd 1500; pick_active; s=$((1 - target))
+	kill_dlockd; pause_ms $((500 + R))
+	rnd 3; k=$R
+	case $k in
+	0) forget_now; pcli FLUSHALL >/dev/null ;;
+	1) kill_dlockd $s; dlockd_start $s ;;
+	*) kill -STOP "${dpid[$s]}"; pause_ms 1500; kill -CONT "${dpid[$s]}" ;;
+	esac
+	dlockd_start $target
+	note during_takeover "second fault $k"; recovered during_takeover "$(wait_store)"
+}
+f_lossy_failover() {
+	local p i k a b ms np
+	[ "$REDIS_HA" = 1 ] || return
+	p=$(primary_port)
+	i=""
+	for k in 0 1 2; do [ "${hports[$k]}" = "$p" ] && i=$k; done
+	[ -n "$i" ] || return
+	a=$(((i + 1) % 3)) b=$(((i + 2) % 3))
+	kill -STOP "${hpid[$a]}"
+	pause_ms 1000
+	kill -9 "${hpid[$i]}" "${hpid[$b]}" 2>/dev/null
+	wait "${hpid[$i]}" "${hpid[$b]}" 2>/dev/null
+	kill -CONT "${hpid[$a]}"
+	ms=$(wait_store)
+	np=$(primary_port)
+	note lossy_failover "primary $p and replica ${hports[$b]} died, ${hports[$a]} missed writes, now $np"
+	recovered lossy_failover "$ms"
+	for k in $i $b; do
+		if [ -n "$np" ] && [ "$np" != "${hports[$k]}" ]; then
+			redis_ha_start "$k" --replicaof "$rip" "$np"
+		else
+			redis_ha_start "$k"
+		fi
+	done
+}
+
 # ---- the campaign -------------------------------------------------------------
 
 say "seed $SEED, ${DURATION} s, $WORKERS workers, $RUNNERS dlock-run loops, locks L0..L$((LOCKS - 1)) + $RWLOCKS read/write + $SEMAPHORES semaphores, $nodes dlockd, out $OUT"
@@ -633,7 +791,11 @@ for k in $(echo "${!count[@]}" | tr ' ' '\n' | sort); do
 done
 fenced=$(fenced_now)
 say "late writes refused by the fence: $((fenced_total + ${fenced:-0}))"
-"$CHECK" "$OUT/hist"
+say "Redis found gone back (WENT BACK in the daemons' logs): $(cat "$OUT"/dlockd*.log | grep -c 'WENT BACK')"
+if [ -s "$OUT/closed.ms" ]; then
+	say "grants closed after a loss the daemon found: $(sort -n "$OUT/closed.ms" | tr '\n' ' ')ms"
+fi
+"$CHECK" "$OUT/hist" "$OUT/forgets"
 rc=$?
 cleanup
 [ $rc = 0 ] && say "no violation (seed $SEED)" || say "VIOLATIONS found (seed $SEED; histories in $OUT)"

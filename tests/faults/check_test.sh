@@ -2,19 +2,21 @@
 # SPDX-License-Identifier: MIT
 # check_test.sh -- the history checker on hand-written histories: each
 # directory of tests/faults/fixtures holds *.hist files and `expect`, the
-# number of violations the checker must report.
+# number of violations the checker must report, and may hold `forgets`,
+# the moments Redis was made to forget (check.c).
 set -u
 : "${CHECK:=build/faults/check}"
 dir=$(dirname "$0")/fixtures
 fails=0
 for d in "$dir"/*/; do
 	want=$(cat "$d/expect")
-	got=$("$CHECK" "$d" | sed -n 's/^violations: //p')
+	f=""; [ -f "$d/forgets" ] && f="$d/forgets"
+	got=$("$CHECK" "$d" $f | sed -n 's/^violations: //p')
 	if [ "$got" = "$want" ]; then
 		echo "  ok    $(basename "$d"): $got violation(s)"
 	else
 		echo "  FAIL  $(basename "$d"): $got violation(s), expected $want"
-		"$CHECK" "$d" | sed 's/^/        /'
+		"$CHECK" "$d" $f | sed 's/^/        /'
 		fails=$((fails + 1))
 	fi
 done

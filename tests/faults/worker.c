@@ -5,10 +5,14 @@
  *   worker lock  <hist> <host> <port> <owner> <locks> <seed> <ms>
  *       takes random locks through libdlock for <ms> (or until SIGTERM),
  *       with random TTLs, waits and hold times (some longer than the TTL,
- *       so the library renews), and writes what it sees to the history
+ *       so the library renews), re-enters or refreshes some with another
+ *       TTL (shorter or longer), and writes what it sees to the history
  *       file <hist>. <locks> is "<l>[:<s>:<p>]": exclusive locks
  *       L0..L<l-1>; read/write locks S0..S<s-1>, taken shared two times
  *       in three, else exclusive; semaphores P0..P<p-1> of PERMITS;
+ *   worker now
+ *       prints dlock_now_ms(), the histories' clock (for the campaign's
+ *       notes of when Redis was made to forget);
  *   worker child <hist> <ms>
  *       the command of a `dlock run`: writes an "alive" record with the
  *       DLOCK_NAME and DLOCK_TOKEN it was given every ~10 ms for <ms>.
@@ -115,6 +119,37 @@ static int hold(dlock_lease *l, int64_t ms)
 	return dlock_lease_valid(l);
 }
 
+/* Change the lease's TTL the ways a client may, one time in two: a
+ * reentry (a second hold, same token) with a TTL of its own, shorter or
+ * longer than the lease's, or a REFRESH with one (which may shorten the
+ * lease). The deadline the library then counts on is recorded (R) as a
+ * renewal's is. Returns the reentry's handle, to unlock, or NULL. */
+static dlock_lease *change_ttl(dlock_client *c, const char *name,
+			       struct dlock_lock_options *lo, dlock_lease *l)
+{
+	static const int64_t ttls[] = {150, 300, 800, 2000, 3000};
+	dlock_lease *l2 = NULL;
+	int64_t before = dlock_lease_deadline(l);
+
+	switch (rand() % 4) {
+	case 0:
+		lo->ttl_ms = pick(ttls, 5);
+		lo->wait_ms = 0;
+		if (dlock_acquire(c, name, lo, &l2) != 0)
+			l2 = NULL;
+		break;
+	case 1:
+		dlock_refresh(c, l, pick(ttls, 5));
+		break;
+	default:
+		return NULL;
+	}
+	if (dlock_lease_valid(l) && dlock_lease_deadline(l) != before)
+		record("R %s %" PRIu64 " %" PRId64, name, dlock_lease_token(l),
+		       dlock_lease_deadline(l));
+	return l2;
+}
+
 struct names {
 	int l, s, p; /* exclusive, read/write, semaphores */
 };
@@ -126,7 +161,7 @@ static void one_lock(dlock_client *c, const struct names *nm)
 	static const int quarters[] = {0, 1, 2, 6}; /* hold, in ttl/4 */
 	int64_t ttl = pick(ttls, 3), wait = pick(waits, 4);
 	struct dlock_lock_options lo;
-	dlock_lease *l = NULL;
+	dlock_lease *l = NULL, *l2;
 	char name[16], mode[16] = "x";
 	int rc, k = rand() % (nm->l + nm->s + nm->p);
 
@@ -155,8 +190,11 @@ static void one_lock(dlock_client *c, const struct names *nm)
 	}
 	record("G %s %" PRIu64 " %" PRId64 " %s", name, dlock_lease_token(l),
 	       dlock_lease_deadline(l), mode);
+	l2 = change_ttl(c, name, &lo, l);
 	if (hold(l, ttl * quarters[(size_t)rand() % 4] / 4))
 		record("U %s %" PRIu64, name, dlock_lease_token(l));
+	if (l2)
+		dlock_unlock(c, l2);
 	dlock_unlock(c, l);
 }
 
@@ -212,11 +250,16 @@ int main(int argc, char **argv)
 {
 	struct sigaction sa = {.sa_handler = on_term};
 
+	if (argc == 2 && strcmp(argv[1], "now") == 0) {
+		printf("%" PRId64 "\n", dlock_now_ms());
+		return 0;
+	}
 	if (argc < 3 || (strcmp(argv[1], "lock") == 0 && argc != 9) ||
 	    (strcmp(argv[1], "child") == 0 && argc != 4)) {
 		fprintf(stderr, "usage: worker lock <hist> <host> <port> "
 				"<owner> <locks> <seed> <ms>\n"
-				"       worker child <hist> <ms>\n");
+				"       worker child <hist> <ms>\n"
+				"       worker now\n");
 		return 64;
 	}
 	hist = open(argv[2], O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
