@@ -324,7 +324,9 @@ faults-short: $(FAULT_BINS) faults-check-test
 	$(FAULT_ENV) DURATION=20 bash tests/faults/campaign.sh
 
 # The campaign must catch planted bugs: dlockd built to acknowledge grants
-# before Redis has them, or to restore leases by the wall clock.
+# before Redis has them, to restore leases by the wall clock, to let a
+# reentry shrink a lease's TTL, or to take a Redis that went back for the
+# truth.
 faults-selftest: $(FAULT_BINS)
 	$(MAKE) O=build/plant-ack CFLAGS=-DDL_PLANT_ACK_EARLY build/plant-ack/dlockd
 	$(MAKE) O=build/plant-wall CFLAGS=-DDL_PLANT_WALL_RESTORE \
@@ -336,7 +338,18 @@ faults-selftest: $(FAULT_BINS)
 	$(FAULT_ENV) DLOCKD=build/plant-wall/dlockd DURATION=30 SEED=1 \
 	  FAULTS="clock_step" CLOCK_STEPS=forward bash tests/faults/campaign.sh; \
 	  test $$? = 1 || { echo "faults-selftest: wall-clock restore not caught"; exit 1; }
-	@echo "faults-selftest: both planted bugs caught"
+	$(MAKE) O=build/plant-shrink CFLAGS=-DDL_PLANT_REENTRY_SHRINK \
+	  build/plant-shrink/dlockd
+	$(FAULT_ENV) DLOCKD=build/plant-shrink/dlockd DURATION=90 SEED=1 \
+	  LOCKS=1 RWLOCKS=0 SEMAPHORES=0 FAULTS="kill9_dlockd" \
+	  bash tests/faults/campaign.sh; \
+	  test $$? = 1 || { echo "faults-selftest: a reentry shrinking the TTL not caught"; exit 1; }
+	$(MAKE) O=build/plant-forget CFLAGS=-DDL_PLANT_FORGET \
+	  build/plant-forget/dlockd
+	$(FAULT_ENV) DLOCKD=build/plant-forget/dlockd DURATION=30 SEED=1 \
+	  FAULTS="forget_while_down" bash tests/faults/campaign.sh; \
+	  test $$? = 1 || { echo "faults-selftest: a Redis that went back not caught"; exit 1; }
+	@echo "faults-selftest: every planted bug caught"
 
 # ---- install ----------------------------------------------------------------
 

@@ -564,6 +564,7 @@ int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
 {
 	struct dl__lease *l = dl__lease_find(c, q->name, token);
 	dlock_lease *h = calloc(1, sizeof(*h));
+	int reentry = l != NULL;
 
 	if (!h)
 		return DLOCK_ENOMEM;
@@ -587,7 +588,10 @@ int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
 		l->dead = 0;
 	}
 	l->holder = q->thread;
-	atomic_store(&l->ttl, q->ttl);
+	/* A reentry never shortens the lease, at the server nor here: it is
+	 * renewed with the longer of the two TTLs (PROTOCOL.md, Semantics). */
+	if (!reentry || q->ttl > atomic_load(&l->ttl))
+		atomic_store(&l->ttl, q->ttl);
 	dl__lease_confirm(l, sent_at, ms);
 	h->l = l;
 	h->next = l->handles;

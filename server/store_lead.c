@@ -147,6 +147,13 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 {
 	int k = 0;
 
+#ifdef DL_PLANT_FORGET
+	/* A planted bug for the fault campaign's self-test (tests/faults):
+	 * the daemon forgets what it saw Redis hold, and takes whatever
+	 * Redis has for the truth, as dlockd once did. Never in a real
+	 * build. */
+	st->seen.epoch = st->seen.gen = 0;
+#endif
 	snprintf(st->seen_arg[0], sizeof(st->seen_arg[0]), "%llu",
 		 (unsigned long long)st->seen.epoch);
 	snprintf(st->seen_arg[1], sizeof(st->seen_arg[1]), "%llu",

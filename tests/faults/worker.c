@@ -6,7 +6,9 @@
  *       takes random locks through libdlock for <ms> (or until SIGTERM),
  *       with random TTLs, waits and hold times (some longer than the TTL,
  *       so the library renews), re-enters or refreshes some with another
- *       TTL (shorter or longer), and writes what it sees to the history
+ *       TTL (shorter or longer), leaves some held as `dlock lock` does
+ *       (the client goes; the same owner comes back as a new client),
+ *       and writes what it sees to the history
  *       file <hist>. <locks> is "<l>[:<s>:<p>]": exclusive locks
  *       L0..L<l-1>; read/write locks S0..S<s-1>, taken shared two times
  *       in three, else exclusive; semaphores P0..P<p-1> of PERMITS;
@@ -125,25 +127,28 @@ static int hold(dlock_lease *l, int64_t ms)
  * lease). The deadline the library then counts on is recorded (R) as a
  * renewal's is. Returns the reentry's handle, to unlock, or NULL. */
 static dlock_lease *change_ttl(dlock_client *c, const char *name,
-			       struct dlock_lock_options *lo, dlock_lease *l)
+			       struct dlock_lock_options *lo, dlock_lease *l,
+			       int *changed)
 {
-	static const int64_t ttls[] = {150, 300, 800, 2000, 3000};
+	static const int64_t ttls[] = {20, 150, 300, 800, 2000, 3000};
 	dlock_lease *l2 = NULL;
 	int64_t before = dlock_lease_deadline(l);
 
+	*changed = 0;
 	switch (rand() % 4) {
 	case 0:
-		lo->ttl_ms = pick(ttls, 5);
+		lo->ttl_ms = pick(ttls, 6);
 		lo->wait_ms = 0;
 		if (dlock_acquire(c, name, lo, &l2) != 0)
 			l2 = NULL;
 		break;
 	case 1:
-		dlock_refresh(c, l, pick(ttls, 5));
+		dlock_refresh(c, l, pick(ttls, 6));
 		break;
 	default:
 		return NULL;
 	}
+	*changed = 1;
 	if (dlock_lease_valid(l) && dlock_lease_deadline(l) != before)
 		record("R %s %" PRIu64 " %" PRId64, name, dlock_lease_token(l),
 		       dlock_lease_deadline(l));
@@ -154,8 +159,43 @@ struct names {
 	int l, s, p; /* exclusive, read/write, semaphores */
 };
 
-static void one_lock(dlock_client *c, const struct names *nm)
+/* The history's path and the owner id: the file name is the owner
+ * (check.c), "<path>.hist" and "<owner>", then "<path>~<n>.hist" and
+ * "<owner>~<n>" after each lease left held. */
+static char hist_base[4096], owner_base[64], owner_now[80];
+static int owner_n;
+
+static void next_owner(struct dlock_options *o)
 {
+	char path[4200];
+	int fd;
+
+	owner_n++;
+	snprintf(owner_now, sizeof(owner_now), "%s~%d", owner_base, owner_n);
+	snprintf(path, sizeof(path), "%s~%d.hist", hist_base, owner_n);
+	fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (fd >= 0) {
+		close(hist);
+		hist = fd;
+	}
+	o->owner = owner_now;
+}
+
+static int connect_retry(const struct dlock_options *o, dlock_client **c)
+{
+	int rc;
+
+	while (!stop && (rc = dlock_connect(o, c)) != 0) {
+		record("E - %d", rc);
+		sleep_ms(200);
+	}
+	return stop ? -1 : 0;
+}
+
+static void one_lock(dlock_client **cp, const struct dlock_options *o,
+		     const struct names *nm)
+{
+	dlock_client *c = *cp;
 	static const int64_t ttls[] = {300, 800, 2000};
 	static const int64_t waits[] = {0, 500, 3000, DLOCK_WAIT_FOREVER};
 	static const int quarters[] = {0, 1, 2, 6}; /* hold, in ttl/4 */
@@ -163,7 +203,7 @@ static void one_lock(dlock_client *c, const struct names *nm)
 	struct dlock_lock_options lo;
 	dlock_lease *l = NULL, *l2;
 	char name[16], mode[16] = "x";
-	int rc, k = rand() % (nm->l + nm->s + nm->p);
+	int changed, rc, k = rand() % (nm->l + nm->s + nm->p);
 
 	dlock_lock_options_init(&lo);
 	lo.ttl_ms = ttl;
@@ -190,7 +230,20 @@ static void one_lock(dlock_client *c, const struct names *nm)
 	}
 	record("G %s %" PRIu64 " %" PRId64 " %s", name, dlock_lease_token(l),
 	       dlock_lease_deadline(l), mode);
-	l2 = change_ttl(c, name, &lo, l);
+	l2 = change_ttl(c, name, &lo, l, &changed);
+	if (k < nm->l && changed && rand() % 3 == 0) {
+		/* Leave it held, as `dlock lock` does: the client goes and
+		 * nobody renews; the lease lasts its TTL at the server, and
+		 * its interval stays open until the deadline it was told.
+		 * The worker goes on as another owner, with a history of its
+		 * own: the same owner would be granted the lock again as a
+		 * reentry, and its release would end the left lease too. */
+		dlock_close(c);
+		*cp = NULL;
+		next_owner((struct dlock_options *)o);
+		connect_retry(o, cp);
+		return;
+	}
 	if (hold(l, ttl * quarters[(size_t)rand() % 4] / 4))
 		record("U %s %" PRIu64, name, dlock_lease_token(l));
 	if (l2)
@@ -204,7 +257,6 @@ static int run_locks(char **argv)
 	dlock_client *c = NULL;
 	struct names nm = {0, 0, 0};
 	int64_t end;
-	int rc;
 
 	if (sscanf(argv[4], "%d:%d:%d", &nm.l, &nm.s, &nm.p) < 1 ||
 	    nm.l < 0 || nm.s < 0 || nm.p < 0 || nm.l + nm.s + nm.p < 1) {
@@ -218,16 +270,16 @@ static int run_locks(char **argv)
 		o.host = argv[1];
 	o.port = atoi(argv[2]);
 	o.owner = argv[3];
+	snprintf(owner_base, sizeof(owner_base), "%s", argv[3]);
+	snprintf(hist_base, sizeof(hist_base), "%.*s",
+		 (int)(strlen(argv[0]) > 5 ? strlen(argv[0]) - 5 : 0), argv[0]);
 	o.on_lost = on_lost;
 	o.request_timeout_ms = 3000;
 	srand((unsigned)strtoul(argv[5], NULL, 10));
 	end = dlock_now_ms() + atoll(argv[6]);
-	while (!stop && (rc = dlock_connect(&o, &c)) != 0) {
-		record("E - %d", rc);
-		sleep_ms(200);
-	}
-	while (!stop && dlock_now_ms() < end)
-		one_lock(c, &nm);
+	connect_retry(&o, &c);
+	while (!stop && c && dlock_now_ms() < end)
+		one_lock(&c, &o, &nm);
 	dlock_close(c);
 	return 0;
 }
