@@ -80,6 +80,8 @@ static const struct key keys[] = {
 	{"persistence", "allow_evicting_redis", K_BOOL,
 	 F(allow_evicting_redis), 0, 0, 0, 0},
 	{"persistence", "state_dir", K_STR, F(state_dir), 0, 0, 0, 0},
+	{"persistence", "accept_token_jump", K_BOOL, F(accept_token_jump), 0, 0,
+	 0, 0},
 	{"persistence", "durable_release", K_BOOL, F(durable_release), 0, 0, 1,
 	 0},
 	{"metrics", "listen", K_STR, F(metrics), 0, 0, 0, 0},

@@ -54,6 +54,8 @@ struct dl_config {
 	uint64_t allow_evicting_redis; /* bool: serve on a Redis whose
 					  maxmemory-policy may evict keys */
 	char *state_dir; /* where dlockd.state lives (seen.h), "" none */
+	uint64_t accept_token_jump; /* bool: go on from a token mark or epoch
+				       no daemon could have written */
 	uint64_t durable_release; /* bool: UNLOCK replies wait for Redis
 				     (locktab.h, durable_release) */
 	/* [metrics] */

@@ -43,6 +43,8 @@ static const char usage[] =
 	"                          may evict the daemon's keys\n"
 	"      --state-dir DIR     keep what Redis was seen to hold in\n"
 	"                          DIR/dlockd.state   [$STATE_DIRECTORY]\n"
+	"      --accept-token-jump go on from a stored token mark or epoch\n"
+	"                          no daemon could have written\n"
 	"  -l, --log-level LEVEL   error, warn, notice, info, debug [notice]\n"
 	"      --check-config      check the configuration, print it, exit\n"
 	"  -h, --help              this help\n"
@@ -64,7 +66,8 @@ int main(int argc, char **argv)
 		OPT_LEASE,
 		OPT_NONDURABLE,
 		OPT_EVICTING,
-		OPT_STATE_DIR
+		OPT_STATE_DIR,
+		OPT_TOKEN_JUMP
 	};
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'},
@@ -80,6 +83,7 @@ int main(int argc, char **argv)
 		{"allow-nondurable-redis", no_argument, NULL, OPT_NONDURABLE},
 		{"allow-evicting-redis", no_argument, NULL, OPT_EVICTING},
 		{"state-dir", required_argument, NULL, OPT_STATE_DIR},
+		{"accept-token-jump", no_argument, NULL, OPT_TOKEN_JUMP},
 		{"check-config", no_argument, NULL, OPT_CHECK},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'v'},
@@ -148,6 +152,11 @@ int main(int argc, char **argv)
 		case OPT_STATE_DIR:
 			sec = "persistence";
 			key = "state_dir";
+			break;
+		case OPT_TOKEN_JUMP:
+			sec = "persistence";
+			key = "accept_token_jump";
+			optarg = (char *)"yes";
 			break;
 		case OPT_CHECK:
 			check_only = 1;

@@ -21,7 +21,7 @@
 static int parse(struct dl_seen *s, char *text, char *why, size_t whylen)
 {
 	char *line, *save = NULL, *sp;
-	uint64_t epoch = 0, gen = 0, v;
+	uint64_t epoch = 0, gen = 0, mark = 0, v;
 	int n = 0, same = 0;
 
 	for (line = strtok_r(text, "\n", &save); line;
@@ -51,6 +51,8 @@ static int parse(struct dl_seen *s, char *text, char *why, size_t whylen)
 			epoch = v;
 		} else if (strcmp(line, "gen") == 0) {
 			gen = v;
+		} else if (strcmp(line, "mark") == 0) {
+			mark = v;
 		}
 	}
 	if (!same) {
@@ -59,6 +61,7 @@ static int parse(struct dl_seen *s, char *text, char *why, size_t whylen)
 	}
 	s->epoch = s->saved_epoch = epoch;
 	s->gen = s->saved_gen = gen;
+	s->mark = s->saved_mark = mark;
 	return 0;
 }
 
@@ -93,12 +96,12 @@ void dl_seen_init(struct dl_seen *s, const char *dir, const char *id)
 	if (parse(s, text, why, sizeof(why)) != 0) {
 		dl_warn("%s: %s; ignored (it is rewritten for this Redis)",
 			s->path, why);
-		s->epoch = s->gen = 0;
+		s->epoch = s->gen = s->mark = 0;
 		return;
 	}
-	dl_info("%s: this daemon last saw Redis at epoch %llu, generation %llu",
+	dl_info("%s: this daemon last saw Redis at epoch %llu, generation %llu, token mark %llu",
 		s->path, (unsigned long long)s->epoch,
-		(unsigned long long)s->gen);
+		(unsigned long long)s->gen, (unsigned long long)s->mark);
 }
 
 void dl_seen_note(struct dl_seen *s, uint64_t epoch, uint64_t gen)
@@ -109,6 +112,12 @@ void dl_seen_note(struct dl_seen *s, uint64_t epoch, uint64_t gen)
 		s->gen = gen;
 }
 
+void dl_seen_note_mark(struct dl_seen *s, uint64_t mark)
+{
+	if (mark > s->mark)
+		s->mark = mark;
+}
+
 /* Write the file whole to a temporary, then rename it over the old one:
  * a crash leaves the old file or the new one, never half of one. */
 static int write_file(struct dl_seen *s, int sync)
@@ -117,8 +126,9 @@ static int write_file(struct dl_seen *s, int sync)
 	int fd, n, err = 0;
 
 	n = snprintf(text, sizeof(text),
-		     SEEN_MAGIC "\nredis %s\nepoch %llu\ngen %llu\n", s->id,
-		     (unsigned long long)s->epoch, (unsigned long long)s->gen);
+		     SEEN_MAGIC "\nredis %s\nepoch %llu\ngen %llu\nmark %llu\n",
+		     s->id, (unsigned long long)s->epoch,
+		     (unsigned long long)s->gen, (unsigned long long)s->mark);
 	snprintf(tmp, sizeof(tmp), "%s.tmp", s->path);
 	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) <
 	    0)
@@ -137,7 +147,9 @@ static int write_file(struct dl_seen *s, int sync)
 void dl_seen_save(struct dl_seen *s, uint64_t now_ms)
 {
 	static int warned;
-	int epoch_changed = s->epoch != s->saved_epoch, err;
+	int epoch_changed = s->epoch != s->saved_epoch ||
+			    s->mark != s->saved_mark,
+	    err;
 
 	if (!s->path[0] || (!epoch_changed && s->gen == s->saved_gen))
 		return;
@@ -154,5 +166,6 @@ void dl_seen_save(struct dl_seen *s, uint64_t now_ms)
 	warned = 0;
 	s->saved_epoch = s->epoch;
 	s->saved_gen = s->gen;
+	s->saved_mark = s->mark;
 	s->saved_ms = now_ms;
 }

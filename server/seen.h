@@ -19,6 +19,14 @@
  * the leadership, whose function compares them with what Redis holds
  * (store_lead.c): a Redis behind them went back.
  *
+ * A third number is kept for the tokens: the largest token mark seen
+ * (read in a reply, or sent by this daemon). Tokens never go backwards
+ * because a start goes above the stored mark and above the clock; a Redis
+ * that went back lost the mark, and a daemon whose wall clock ran ahead
+ * (its tokens are ahead of the clock's floor) may have issued tokens above
+ * what the next daemon's clock gives. So a start also goes above the mark
+ * it saw (store_load.c).
+ *
  * They are also kept in a small file, <state_dir>/dlockd.state, so that a
  * restarted daemon remembers them:
  *
@@ -26,9 +34,11 @@
  *   redis <the Redis it describes: address or Sentinel master, db, prefix>
  *   epoch <n>
  *   gen <n>
+ *   mark <n>
  *
  * rewritten (a new file renamed over the old one) at most every
- * DL_SEEN_SAVE_MS, and at once, with an fsync, when the epoch changes.
+ * DL_SEEN_SAVE_MS, and at once, with an fsync, when the epoch or the mark
+ * changes (rare: a take, a link, a million grants).
  * A file that describes another Redis, or that cannot be read, is
  * ignored with a warning: what it says is not about this Redis. Blocking
  * file I/O on the loop, rare and small.
@@ -47,8 +57,8 @@
 #define DL_SEEN_ID_MAX 512
 
 struct dl_seen {
-	uint64_t epoch, gen;		/* the largest seen */
-	uint64_t saved_epoch, saved_gen; /* what the file holds */
+	uint64_t epoch, gen, mark;	/* the largest seen */
+	uint64_t saved_epoch, saved_gen, saved_mark; /* the file's */
 	uint64_t saved_ms;		/* monotonic: when it was written */
 	char path[4096];		/* "" : no file */
 	char id[DL_SEEN_ID_MAX];	/* the Redis it describes */
@@ -60,7 +70,9 @@ struct dl_seen {
 void dl_seen_init(struct dl_seen *s, const char *dir, const char *id);
 /* Raise what was seen (0: nothing new of that one). */
 void dl_seen_note(struct dl_seen *s, uint64_t epoch, uint64_t gen);
-/* Write the file if what was seen changed: at once when the epoch did,
+void dl_seen_note_mark(struct dl_seen *s, uint64_t mark);
+/* Write the file if what was seen changed: at once when the epoch or the
+ * mark did,
  * else once DL_SEEN_SAVE_MS have passed since the last write (now_ms,
  * monotonic). A failure is logged (once per kind) and retried later. */
 void dl_seen_save(struct dl_seen *s, uint64_t now_ms);

@@ -816,7 +816,7 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 	struct dl_store *st = priv;
 	redisReply *r = reply;
 	struct lead_reply lr;
-	char who[320];
+	char who[512];
 
 	if (!r || ac != st->ac)
 		return;
@@ -854,7 +854,10 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		depose(st, DL_STORE_STALE, "another daemon wrote meanwhile");
 		return;
 	}
-	dl__lead_took(st, &lr);
+	if (dl__lead_took(st, &lr, who, sizeof(who))) {
+		link_fail(st, who);
+		return;
+	}
 	if (lr.behind)
 		st->synced = 0; /* what Redis has is not the table */
 	dl__fence_format(st->fence, sizeof(st->fence), lr.epoch);

@@ -104,6 +104,7 @@ const char dl__store_library[] =
 	"-- server/store_lead.c in the dlockd sources.\n"
 	"local UNPACK, GROUP_MIN, LAYOUT = " STR(LUA_UNPACK_MAX) ", "
 		STR(APPLY_GROUP_MIN) ", '" DL_STORE_LAYOUT "'\n"
+	"local EPOCH_MAX = " STR(DL_EPOCH_MAX) "\n"
 	"local function fenced(keys, args)\n"
 	"  local fence = redis.call('GET', keys[1])\n"
 	"  if fence ~= args[1] then\n"
@@ -195,6 +196,12 @@ const char dl__store_library[] =
 	"  if not mine or not fence then\n"
 	"    return redis.error_reply('dlockd: ' .. keys[2] ..\n"
 	"      ' is not a writer fence of layout 1 or ' .. LAYOUT)\n"
+	"  end\n"
+	"  -- Lua's numbers print exactly to 14 digits: no take gets there\n"
+	"  if fence > EPOCH_MAX then\n"
+	"    return redis.error_reply('dlockd: ' .. keys[2] ..\n"
+	"      ' holds an epoch above ' .. EPOCH_MAX ..\n"
+	"      ', which no take made (a SET by someone else?)')\n"
 	"  end\n"
 	"  local w = redis.call('GET', keys[3])\n"
 	"  local gen = tonumber(redis.call('GET', keys[4]) or '0') or 0\n"
@@ -471,6 +478,7 @@ static void token_arg(struct dl_store *st, const char **a, size_t *l)
 		*a = wb->token;
 		*l = dl_u64_to_dec(mark, wb->token);
 		st->token_mark = mark;
+		dl_seen_note_mark(&st->seen, mark);
 	} else {
 		*a = "";
 		*l = 0;

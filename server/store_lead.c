@@ -195,6 +195,13 @@ uint64_t dl__lead_until(const struct dl_store *st, uint64_t sent_ms)
 	return sent_ms + lease - lease * DL_LEADER_MARGIN_PCT / 100;
 }
 
+/* An epoch no take could have made, after `seen` (0: none seen). */
+static int epoch_jumped(uint64_t seen, uint64_t epoch)
+{
+	return epoch > DL_EPOCH_MAX ||
+	       (seen && epoch > seen + DL_EPOCH_JUMP_MAX);
+}
+
 /* "<epoch> <node> <addr> <instance>" into l; 0 if it is not that. */
 static int parse_record(const char *s, size_t len, struct dl_leader *l)
 {
@@ -264,7 +271,8 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 		    out->epoch == 0)
 			return DL_EPROTO;
 		out->kept = e2->integer == 1;
-		dl_seen_note(&st->seen, out->epoch, out->gen);
+		/* its epoch once it is found plausible (dl__lead_took) */
+		dl_seen_note(&st->seen, 0, out->gen);
 		st->leader.epoch = out->epoch;
 		snprintf(st->leader.node, sizeof(st->leader.node), "%s",
 			 st->node);
@@ -280,14 +288,55 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 	st->leader.until_ms = dl_mono_ms() + (e2->integer > 0
 						      ? (uint64_t)e2->integer
 						      : 0);
-	/* a standby's look: what it sees now is what Redis held */
+	/* a standby's look: what it sees now is what Redis held (an epoch
+	 * or a mark that jumped is refused at a take, dl__plausible: not
+	 * noted) */
+	if (!out->behind && out->mark <= (dl_wall_ms() + DL_TOKEN_AHEAD_MAX_MS) *
+						  DL_TOKEN_PER_MS)
+		dl_seen_note_mark(&st->seen, out->mark);
 	if (!out->behind)
-		dl_seen_note(&st->seen, st->leader.epoch, out->gen);
+		dl_seen_note(&st->seen,
+			     epoch_jumped(st->seen.epoch, st->leader.epoch)
+				     ? 0
+				     : st->leader.epoch,
+			     out->gen);
 	return 0;
 }
 
-void dl__lead_took(struct dl_store *st, const struct lead_reply *lr)
+int dl__plausible(struct dl_store *st, uint64_t mark, uint64_t epoch,
+		  char *why, size_t len)
 {
+	uint64_t wall = dl_wall_ms(), ceiling;
+
+	ceiling = (wall + DL_TOKEN_AHEAD_MAX_MS) * DL_TOKEN_PER_MS;
+	if (mark > ceiling)
+		snprintf(why, len,
+			 "the stored token mark %llu is more than a day ahead of the clock (tokens now start at %llu): not written by a daemon; it would exhaust the token space. Check who writes %s (a Redis tenant?); to go on from it anyway, accept_token_jump = yes",
+			 (unsigned long long)mark,
+			 (unsigned long long)(wall * DL_TOKEN_PER_MS),
+			 st->token_key);
+	else if (epoch_jumped(st->seen.epoch, epoch))
+		snprintf(why, len,
+			 "the writer fence's epoch %llu jumped far above the %llu this daemon saw: not raised by a take. Check who writes %s; to go on from it anyway, accept_token_jump = yes",
+			 (unsigned long long)epoch,
+			 (unsigned long long)st->seen.epoch, st->fence_key);
+	else
+		return 0;
+	if (st->cfg->accept_token_jump) {
+		dl_warn("redis: %s (accepted: accept_token_jump = yes)", why);
+		return 0;
+	}
+	dl_error("redis: %s", why);
+	return DL_EBADARG;
+}
+
+int dl__lead_took(struct dl_store *st, const struct lead_reply *lr,
+		  char *why, size_t len)
+{
+	if (dl__plausible(st, lr->mark, lr->epoch, why, len))
+		return DL_EBADARG;
+	dl_seen_note(&st->seen, lr->epoch, 0);
+	dl_seen_note_mark(&st->seen, lr->mark);
 	if (lr->behind) {
 		st->st.went_back++;
 		dl_error(
@@ -304,6 +353,7 @@ void dl__lead_took(struct dl_store *st, const struct lead_reply *lr)
 	}
 	if (lr->kept && lr->mark)
 		dl_locktab_raise_token(st->tab, lr->mark);
+	return 0;
 }
 
 int dl__lead_describe(const struct dl_store *st, char *buf, size_t len)

@@ -236,7 +236,7 @@ static int take_lead(struct load_ctx *x, int start, char *fence, size_t len)
 	struct lead_reply lr;
 	uint64_t sent = dl_mono_ms();
 	redisReply *r;
-	char who[320];
+	char who[512];
 	int argc, rc = 0;
 
 	argc = dl__lead_argv(st, start ? LEAD_START : LEAD_TAKE, NULL, argv,
@@ -257,7 +257,8 @@ static int take_lead(struct load_ctx *x, int start, char *fence, size_t len)
 			"another dlockd is active on this Redis and prefix: %s",
 			who);
 	}
-	dl__lead_took(st, &lr);
+	if (dl__lead_took(st, &lr, who, sizeof(who)))
+		return dl__load_err(x, DL_EBADARG, "%s", who);
 	x->closed_ms = lr.closed_ms;
 	dl__fence_format(fence, len, lr.epoch);
 	x->lead_sent = sent;
@@ -670,7 +671,7 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 {
 	struct dl_store *st = x->st;
 	uint64_t stored;
-	char fence[24];
+	char fence[24], why[400];
 	int rc;
 
 	x->fence = fence;
@@ -690,7 +691,11 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 		 * lease are told it is gone, and the first re-sync deletes
 		 * the records (st->synced stays 0). */
 		dl_warn("redis: its records are not loaded: grants are closed because Redis went back, and what it holds cannot be vouched for; the re-sync deletes them");
-		dl_locktab_raise_token(st->tab, dl_token_floor(stored, unix_ms));
+		dl_locktab_raise_token(
+			st->tab,
+			dl_token_floor(stored > st->seen.mark ? stored
+							      : st->seen.mark,
+				       unix_ms));
 		snprintf(st->fence, sizeof(st->fence), "%s", fence);
 		st->leader.until_ms = dl__lead_until(st, x->lead_sent);
 		return 0;
@@ -699,10 +704,16 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 		return rc;
 	if ((rc = x->l1 ? dl__layout1_load(x) : load_buckets(x)) != 0)
 		return rc;
-	dl_locktab_raise_token(
-		st->tab,
-		dl_token_floor(stored > x->max_token ? stored : x->max_token,
-			       unix_ms));
+	if (dl__plausible(st, x->max_token, 0, why, sizeof(why)))
+		return dl__load_err(x, DL_EBADARG, "a record's token: %s", why);
+	/* Above the stored mark, the records' tokens, the clock -- and the
+	 * mark this daemon saw, which a Redis that went back lost while a
+	 * daemon's clock ran ahead of this one's (seen.h). */
+	if (x->max_token > stored)
+		stored = x->max_token;
+	if (st->seen.mark > stored)
+		stored = st->seen.mark;
+	dl_locktab_raise_token(st->tab, dl_token_floor(stored, unix_ms));
 	if ((rc = quarantine(x)) || (rc = dl__load_keep_lead(x)) ||
 	    (rc = x->l1 ? dl__layout1_migrate(x) : write_back(x)))
 		return rc;

@@ -313,8 +313,11 @@ void dl__fence_format(char *buf, size_t len, uint64_t epoch);
 int dl__lead_describe(const struct dl_store *st, char *buf, size_t len);
 /* What a take (ok) learned besides the leadership: Redis went back
  * (logged, counted), grants closed (the closed hook), and for a take that
- * kept the table, the stored token mark to go on above. */
-void dl__lead_took(struct dl_store *st, const struct lead_reply *lr);
+ * kept the table, the stored token mark to go on above. DL_EBADARG with
+ * why when the mark or the epoch cannot be trusted (dl__plausible): the
+ * daemon must not serve on them. */
+int dl__lead_took(struct dl_store *st, const struct lead_reply *lr,
+		  char *why, size_t len);
 
 /* ---- store_batch.c: the write path shared by the link and the loader ---- */
 
@@ -334,6 +337,27 @@ extern const char dl__store_library[];
  * once per this many grants. A restart may skip up to this many tokens,
  * a millisecond's worth of dl_token_floor()'s time floor. */
 #define DL_TOKEN_RESERVE 1000000
+
+/* What Redis's counters may say, read not trusted (dl__plausible): a token
+ * mark more than this far ahead of the clock's floor (unix ms *
+ * DL_TOKEN_PER_MS) is not one a daemon wrote -- a daemon's clock that far
+ * ahead is a fault of its own -- but a SET of a tenant that would exhaust
+ * the token space (2^64 is the year 2554 of the floor). */
+#define DL_TOKEN_AHEAD_MAX_MS (24ULL * 3600 * 1000)
+/* An epoch is raised by one per take: more than DL_EPOCH_JUMP_MAX above
+ * the largest this daemon saw is not one a take made. Nor is one above
+ * DL_EPOCH_MAX, which the leadership function refuses outright: its Lua
+ * numbers print exactly to 14 digits only (tostring of 10^14 is
+ * "1e+14"), and a fence written that way would be no fence at all. A
+ * plain literal: the function's source uses it too. */
+#define DL_EPOCH_JUMP_MAX 1000000ULL
+#define DL_EPOCH_MAX	  10000000000000
+
+/* The token mark and epoch Redis holds, before they are used: 0, or
+ * DL_EBADARG with why (logged) when one could not have been written by a
+ * daemon and [persistence] accept_token_jump is not set. */
+int dl__plausible(struct dl_store *st, uint64_t mark, uint64_t epoch,
+		  char *why, size_t len);
 
 /* Bucket b's key, <prefix>rec:<b> (NUL-terminated), and its length. */
 const char *dl__rec_key(const struct dl_store *st, uint32_t b, size_t *len);

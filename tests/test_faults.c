@@ -180,6 +180,52 @@ Test(faults, restart_with_the_clock_stepped_back_ends_leases_on_time)
  * must last 150 ms from the moment the request was sent, at least: its
  * * EXPIRED may not come sooner (it came ~30 ms early when the deadline
  * was counted from the iteration's start). */
+/* Found by the fault campaign: a daemon whose wall clock ran 31 s ahead
+ * issued tokens ahead of the clock's floor; Redis then forgot (FLUSHALL)
+ * its token mark with the daemon down, and the daemon, restarted with the
+ * right clock, went on from the clock alone: tokens went back by 31 s'
+ * worth. It goes on above the mark it saw (dlockd.state), too. */
+Test(faults, tokens_never_go_back_when_redis_forgets_after_a_clock_ran_ahead)
+{
+	static char state[H_PATH_MAX + 32];
+	struct h_client *c;
+	uint64_t t1, t2;
+	char *l;
+
+	if (access(FAKETIME_LIB, R_OK) != 0)
+		cr_skip_test("libfaketime is not installed (%s)", FAKETIME_LIB);
+	h_redis_start(&r, "always");
+	snprintf(state, sizeof(state), "STATE_DIRECTORY=%s", r.dir);
+	d.env[d.nenv++] = "LD_PRELOAD=" FAKETIME_LIB;
+	d.env[d.nenv++] = "FAKETIME=+60s";
+	d.env[d.nenv++] = "FAKETIME_DONT_FAKE_MONOTONIC=1";
+	d.env[d.nenv++] = "ASAN_OPTIONS=verify_asan_link_order=0";
+	d.env[d.nenv++] = state;
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 2s\n"
+				     "default_ttl = 1s\n");
+	c = h_hello(d.port, "a");
+	t1 = h_lock(c, "x", "ttl=1s");
+	h_close(c);
+	h_sleep_ms(300); /* the mark is written at the next tick */
+	h_daemon_kill9(&d);
+	h_redis_cli(&r, "FLUSHALL");
+	d.nenv = 0;
+	d.env[d.nenv++] = state;
+	h_daemon_restart(&d);
+	c = h_hello(d.port, "b");
+	h_send(c, "LOCK y ttl=1s wait=10s");
+	l = h_line(c);
+	if (h_starts(l, "OK QUEUED"))
+		l = h_read(c, 8000); /* grants reopen after max_ttl */
+	cr_assert(l && h_starts(l + (l[0] == '*' ? 2 : 3), "GRANTED y "),
+		  "LOCK y: \"%s\"", l ? l : "(nothing)");
+	t2 = h_arg_u64(l, 1);
+	cr_assert_gt(t2, t1, "tokens went back by %llu ms' worth",
+		     (unsigned long long)((t1 - t2) / 1000000));
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
 Test(faults, lease_counts_from_when_its_request_was_read)
 {
 	struct h_client *a, *b;

@@ -1534,6 +1534,50 @@ Test(persist, a_restart_on_a_redis_that_forgot_closes_grants_for_max_ttl)
 	stop_clean();
 }
 
+/* Found from outside: a Redis tenant's SET dlock:token 18446744073709551610
+ * (with a fence bump) and the next take-over went on from it: five grants
+ * later ERR LIMIT for good, and fenced resources remember a token of
+ * 2^64-1. A mark more than a day ahead of the clock, or an epoch that
+ * jumped, is refused (exit 5, saying what and where) unless the operator
+ * accepts it. */
+Test(persist, a_token_mark_or_epoch_no_daemon_wrote_is_refused_unless_accepted)
+{
+	struct h_client *c;
+	char *l;
+
+	h_redis_start(&r, "always");
+	use_state_dir();
+	h_daemon_start_redis(&d, &r, NULL);
+	c = h_hello(d.port, "a");
+	h_lock(c, "x", "ttl=1s");
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+	h_redis_cli(&r, "SET dlock:token 18446744073709551610");
+	h_daemon_start_nowait(&d, "-c", d.conf, "--persist", "redis", "--redis",
+			      r.url, NULL);
+	cr_assert_eq(h_daemon_wait(&d, 15000), 5, "dlockd served on it");
+	cr_assert(h_daemon_log_has(&d, "more than a day ahead of the clock"));
+	cr_assert(h_daemon_log_has(&d, "accept_token_jump"));
+
+	h_redis_cli(&r, "SET dlock:token 1");
+	h_redis_cli(&r, "SET dlock:fence 5000000/2");
+	h_daemon_start_nowait(&d, "-c", d.conf, "--persist", "redis", "--redis",
+			      r.url, NULL);
+	cr_assert_eq(h_daemon_wait(&d, 15000), 5, "dlockd served on it");
+	cr_assert(h_daemon_log_has(&d, "jumped far above"));
+
+	h_redis_cli(&r, "SET dlock:fence 3/2");
+	h_redis_cli(&r, "SET dlock:token 18446744073709551610");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis", r.url,
+		       "--accept-token-jump", NULL);
+	c = h_hello(d.port, "a");
+	l = h_call(c, "LOCK y ttl=1s");
+	cr_assert(h_starts(l, "OK GRANTED y 1844674407370955161"),
+		  "accepted: \"%s\"", l);
+	h_close(c);
+	stop_clean();
+}
+
 /* ---- shared locks and semaphores ---------------------------------------- */
 
 /* Readers, a semaphore's holders and both queues come back after kill -9:
