@@ -8,6 +8,13 @@
  * connection owns two handles (its TCP stream and its timeout timer) and is
  * freed when the second one's close callback runs. The listener struct is
  * freed when it and every connection are closed.
+ *
+ * Slots: at most DL_METRICS_CONNS_MAX connections at once. When a new one
+ * finds them all taken, the oldest connection still waiting for its
+ * request is closed to make room (a scraper sends its request as soon as
+ * it is connected; one that has said nothing since is the one to go), so
+ * idle or slow sockets can delay a scrape by nothing; only connections
+ * being answered (a response on its way) are never cut.
  */
 #include "server/metrics.h"
 
@@ -38,8 +45,9 @@ struct mconn {
 	uv_timer_t timer;
 	uv_write_t wreq;
 	struct dl_metrics *m;
-	struct mconn *next, *prev;
-	int handles; /* handles not yet closed */
+	struct mconn *next, *prev; /* m->conns, newest first */
+	int handles;		   /* handles not yet closed */
+	unsigned answering : 1;	   /* the response is on its way */
 	size_t len;
 	struct dl_buf resp;
 	char req[DL_METRICS_REQUEST_MAX];
@@ -207,6 +215,7 @@ static void answer(struct mconn *c)
 	struct page pg = {{0}, NULL};
 	uv_buf_t b;
 
+	c->answering = 1;
 	uv_read_stop((uv_stream_t *)&c->tcp);
 	if (strncmp(c->req, "GET ", 4) != 0) {
 		respond(c, 405, "Method Not Allowed", NULL);
@@ -267,12 +276,44 @@ static void on_timeout(uv_timer_t *t)
 	mconn_close(t->data);
 }
 
+/* All slots taken: close the oldest connection still waiting for its
+ * request; 0 if every one is being answered. */
+static int evict_oldest(struct dl_metrics *m)
+{
+	struct mconn *c, *old = NULL;
+
+	for (c = m->conns; c; c = c->next)
+		if (!c->answering && !uv_is_closing((uv_handle_t *)&c->tcp))
+			old = c;
+	if (!old)
+		return 0;
+	dl_info("metrics: %d connections open, closing the oldest that sent no request",
+		DL_METRICS_CONNS_MAX);
+	mconn_close(old);
+	return 1;
+}
+
+/* Connections not yet closing. */
+static size_t open_conns(const struct dl_metrics *m)
+{
+	const struct mconn *c;
+	size_t n = 0;
+
+	for (c = m->conns; c; c = c->next)
+		n += !uv_is_closing((const uv_handle_t *)&c->tcp);
+	return n;
+}
+
 static void on_connection(uv_stream_t *l, int status)
 {
 	struct dl_metrics *m = l->data;
+	int full;
 	struct mconn *c;
 
-	if (status < 0 || !(c = calloc(1, sizeof(*c))))
+	if (status < 0)
+		return;
+	full = open_conns(m) >= DL_METRICS_CONNS_MAX && !evict_oldest(m);
+	if (!(c = calloc(1, sizeof(*c))))
 		return;
 	c->m = m;
 	c->handles = 2;
@@ -285,8 +326,7 @@ static void on_connection(uv_stream_t *l, int status)
 		m->conns->prev = c;
 	m->conns = c;
 	m->nconns++;
-	if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 ||
-	    m->nconns > DL_METRICS_CONNS_MAX) {
+	if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 || full) {
 		mconn_close(c);
 		return;
 	}
