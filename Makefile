@@ -40,8 +40,11 @@ SOVERSION  := 0
 
 WARN := -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes -Wshadow \
         -Wwrite-strings -Werror
-DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags libuv hiredis inih 2>/dev/null)
-DEP_LIBS   := $(shell $(PKG_CONFIG) --libs libuv hiredis inih 2>/dev/null)
+DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags libuv hiredis inih openssl 2>/dev/null)
+DEP_LIBS   := $(shell $(PKG_CONFIG) --libs libuv hiredis inih openssl 2>/dev/null)
+# OpenSSL alone: TLS in libdlock, the TLS tests and the load generator.
+SSL_CFLAGS := $(shell $(PKG_CONFIG) --cflags openssl 2>/dev/null)
+SSL_LIBS   := $(shell $(PKG_CONFIG) --libs openssl 2>/dev/null)
 CRIT_CFLAGS := $(shell $(PKG_CONFIG) --cflags criterion 2>/dev/null)
 CRIT_LIBS   := $(shell $(PKG_CONFIG) --libs criterion 2>/dev/null)
 
@@ -61,7 +64,7 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
-              server/locktab_verify.c
+              server/locktab_verify.c server/tls.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record
@@ -204,6 +207,7 @@ check: deps
 # ---- Debian packages -----------------------------------------------------------
 
 DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
+            libssl-dev openssl \
             libcriterion-dev redis-server redis-tools redis-sentinel \
             netcat-openbsd \
             systemd man-db faketime iproute2 nftables clang \
@@ -263,7 +267,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 15
 FUZZ_CC = clang -std=c11 -D_GNU_SOURCE -I. -g -O1 \
           -fsanitize=fuzzer,address,undefined -DDL_VERSION=\"$(VERSION)\"
-FUZZ_ENGINE_SRC := $(filter-out server/conn.c server/server.c \
+FUZZ_ENGINE_SRC := $(filter-out server/conn.c server/server.c server/tls.c \
                      server/metrics.c server/notify.c,$(SERVER_SRC)) \
                    $(PROTO_SRC)
 FUZZ_TARGETS := fuzz_proto fuzz_engine fuzz_client

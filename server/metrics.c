@@ -9,6 +9,11 @@
  * freed when the second one's close callback runs. The listener struct is
  * freed when it and every connection are closed.
  *
+ * With TLS (the daemon's context, tls.h) the stream's bytes go through the
+ * connection's TLS state: ciphertext in, the request's plaintext out of
+ * it; the handshake's records and the sealed response (with close_notify)
+ * are written as they come, each write its own request (struct mwrite).
+ *
  * Slots: at most DL_METRICS_CONNS_MAX connections at once. When a new one
  * finds them all taken, the oldest connection still waiting for its
  * request is closed to make room (a scraper sends its request as soon as
@@ -28,6 +33,7 @@
 #include "server/log.h"
 #include "server/server.h"
 #include "server/stats.h"
+#include "server/tls.h"
 
 struct mconn;
 
@@ -43,14 +49,22 @@ struct dl_metrics {
 struct mconn {
 	uv_tcp_t tcp;
 	uv_timer_t timer;
-	uv_write_t wreq;
 	struct dl_metrics *m;
 	struct mconn *next, *prev; /* m->conns, newest first */
+	struct dl_tls_conn *tls;   /* NULL: plain HTTP */
 	int handles;		   /* handles not yet closed */
 	unsigned answering : 1;	   /* the response is on its way */
 	size_t len;
 	struct dl_buf resp;
 	char req[DL_METRICS_REQUEST_MAX];
+};
+
+/* One write in flight: its request and its bytes. */
+struct mwrite {
+	uv_write_t req;
+	struct mconn *c;
+	int last; /* close the connection once written */
+	char data[];
 };
 
 static void maybe_free(struct dl_metrics *m)
@@ -74,6 +88,7 @@ static void on_mconn_closed(uv_handle_t *h)
 		c->next->prev = c->prev;
 	m->nconns--;
 	free(c->resp.p);
+	dl_tls_conn_free(c->tls);
 	free(c);
 	maybe_free(m);
 }
@@ -205,15 +220,55 @@ static void respond(struct mconn *c, int status, const char *reason,
 
 static void on_written(uv_write_t *req, int status)
 {
-	(void)status;
-	mconn_close(req->data);
+	struct mwrite *w = req->data;
+
+	if (w->last || status < 0)
+		mconn_close(w->c);
+	free(w);
+}
+
+/* Write n bytes (copied); `last`: then close. */
+static void mconn_write(struct mconn *c, const char *p, size_t n, int last)
+{
+	struct mwrite *w;
+	uv_buf_t b;
+
+	if (n == 0) {
+		if (last)
+			mconn_close(c);
+		return;
+	}
+	if (!(w = malloc(sizeof(*w) + n))) {
+		mconn_close(c);
+		return;
+	}
+	w->c = c;
+	w->last = last;
+	memcpy(w->data, p, n);
+	w->req.data = w;
+	b = uv_buf_init(w->data, (unsigned)n);
+	if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written)) {
+		free(w);
+		mconn_close(c);
+	}
+}
+
+/* TLS: send what the handshake (or an alert) has for the peer. */
+static void tls_flush(struct mconn *c, int last)
+{
+	struct dl_buf b = {0};
+
+	if (dl_tls_take(c->tls, &b) != 0)
+		mconn_close(c);
+	else
+		mconn_write(c, b.p, b.len, last);
+	free(b.p);
 }
 
 static void answer(struct mconn *c)
 {
 	const struct dl_locktab_stats *t = dl_locktab_stats(c->m->srv->tab);
 	struct page pg = {{0}, NULL};
-	uv_buf_t b;
 
 	c->answering = 1;
 	uv_read_stop((uv_stream_t *)&c->tcp);
@@ -236,10 +291,16 @@ static void answer(struct mconn *c)
 		mconn_close(c);
 		return;
 	}
-	b = uv_buf_init(c->resp.p, (unsigned)c->resp.len);
-	c->wreq.data = c;
-	if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written))
-		mconn_close(c);
+	if (c->tls) { /* the response, then close_notify, sealed */
+		if (dl_tls_write(c->tls, c->resp.p, c->resp.len) != 0) {
+			mconn_close(c);
+			return;
+		}
+		dl_tls_shutdown(c->tls);
+		tls_flush(c, 1);
+		return;
+	}
+	mconn_write(c, c->resp.p, c->resp.len, 1);
 }
 
 /* ---- connections
@@ -250,25 +311,63 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	struct mconn *c = h->data;
 
 	(void)suggested;
+	if (c->tls) {
+		buf->base = dl_tls_rbuf(&buf->len);
+		return;
+	}
 	buf->base = c->req + c->len;
 	buf->len = sizeof(c->req) - 1 - c->len;
+}
+
+/* n more bytes of request in req: answer once its head is complete. */
+static void got_request(struct mconn *c, size_t n)
+{
+	c->len += n;
+	c->req[c->len] = '\0';
+	if (strstr(c->req, "\r\n\r\n") || strstr(c->req, "\n\n"))
+		answer(c);
+	else if (c->len == sizeof(c->req) - 1)
+		mconn_close(c); /* no request of ours is that long */
+}
+
+/* TLS: ciphertext in, the request's plaintext out (the handshake's
+ * records go back as they come). */
+static void tls_read(struct mconn *c, const char *p, size_t n)
+{
+	size_t got;
+
+	if (dl_tls_feed(c->tls, p, n) != 0) {
+		mconn_close(c);
+		return;
+	}
+	while (!c->answering && !uv_is_closing((uv_handle_t *)&c->tcp)) {
+		if (dl_tls_read(c->tls, c->req + c->len,
+				sizeof(c->req) - 1 - c->len, &got) != 0) {
+			dl_info("metrics: TLS: %s", dl_tls_error(c->tls));
+			tls_flush(c, 1); /* its alert, then close */
+			return;
+		}
+		if (got == 0)
+			break;
+		got_request(c, got);
+	}
+	if (!c->answering && !uv_is_closing((uv_handle_t *)&c->tcp) &&
+	    dl_tls_pending(c->tls))
+		tls_flush(c, 0);
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 {
 	struct mconn *c = s->data;
 
-	(void)buf;
 	if (n < 0) {
 		mconn_close(c);
 		return;
 	}
-	c->len += (size_t)n;
-	c->req[c->len] = '\0';
-	if (strstr(c->req, "\r\n\r\n") || strstr(c->req, "\n\n"))
-		answer(c);
-	else if (c->len == sizeof(c->req) - 1)
-		mconn_close(c); /* no request of ours is that long */
+	if (c->tls)
+		tls_read(c, buf->base, (size_t)n);
+	else
+		got_request(c, (size_t)n);
 }
 
 static void on_timeout(uv_timer_t *t)
@@ -307,6 +406,7 @@ static size_t open_conns(const struct dl_metrics *m)
 static void on_connection(uv_stream_t *l, int status)
 {
 	struct dl_metrics *m = l->data;
+	struct dl_tls *tls = m->srv->tls;
 	int full;
 	struct mconn *c;
 
@@ -326,7 +426,8 @@ static void on_connection(uv_stream_t *l, int status)
 		m->conns->prev = c;
 	m->conns = c;
 	m->nconns++;
-	if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 || full) {
+	if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 || full ||
+	    (tls && dl_tls_conn_new(tls, uv_now(l->loop), &c->tls) != 0)) {
 		mconn_close(c);
 		return;
 	}
@@ -366,7 +467,8 @@ int dl_metrics_start(struct dl_server *srv, struct dl_metrics **out)
 		dl_metrics_stop(m);
 		return r;
 	}
-	dl_notice("metrics on http://%s/metrics", srv->cfg.metrics);
+	dl_notice("metrics on %s://%s/metrics", srv->tls ? "https" : "http",
+		  srv->cfg.metrics);
 	*out = m;
 	return 0;
 }
