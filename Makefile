@@ -66,7 +66,7 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
               server/locktab_verify.c server/tls.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
-              client/dlock_reply.c
+              client/dlock_reply.c client/dlock_tls.c
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout
@@ -106,8 +106,8 @@ $(O)/tests/%.o: tests/%.c
 
 $(O)/pic/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -fPIC -fvisibility=hidden -DDLOCK_BUILDING \
-	  $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) $(SSL_CFLAGS) -fPIC -fvisibility=hidden \
+	  -DDLOCK_BUILDING $(ALL_CFLAGS) -c -o $@ $<
 
 $(O)/dlockd: $(O)/server/main.o $(SERVER_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) -lm
@@ -120,16 +120,16 @@ $(LIBDLOCK_A): $(CLIENT_OBJ) $(PROTO_OBJ)
 
 $(LIBDLOCK_SO): $(LIB_PIC_OBJ)
 	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libdlock.so.$(SOVERSION) \
-	  -o $@ $^ -lpthread
+	  -o $@ $^ $(SSL_LIBS) -lpthread
 	ln -sf libdlock.so.$(SOVERSION) $(O)/libdlock.so
 
 $(O)/dlock: $(O)/client/dlock_cli.o $(O)/client/dlock_cmds.o \
             $(O)/client/dlock_run.o $(O)/client/dlock_guard.o $(LIBDLOCK_A)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS) -lpthread
 
 $(O)/examples/stock: $(O)/client/examples/stock.o $(LIBDLOCK_A)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS) -lpthread
 
 
 # ---- tests -------------------------------------------------------------------
@@ -161,12 +161,12 @@ $(O)/tests/test_faults: $(O)/tests/test_faults.o $(HARNESS_OBJ) \
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_ha: $(O)/tests/test_ha.o $(HARNESS_OBJ) \
                     $(LIBDLOCK_A)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_ops: $(O)/tests/test_ops.o $(HARNESS_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_client: $(O)/tests/test_client.o $(HARNESS_OBJ) \
                         $(LIBDLOCK_A)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_layout: $(O)/tests/test_layout.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
@@ -280,7 +280,7 @@ build/fuzz/fuzz_engine: tests/fuzz/fuzz_engine.c $(FUZZ_ENGINE_SRC)
 	$(FUZZ_CC) $(DEP_CFLAGS) $^ -o $@ $(DEP_LIBS)
 build/fuzz/fuzz_client: tests/fuzz/fuzz_client.c $(CLIENT_SRC) $(PROTO_SRC)
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $^ -o $@ -lpthread
+	$(FUZZ_CC) $(SSL_CFLAGS) $^ -o $@ $(SSL_LIBS) -lpthread
 
 fuzz: $(addprefix build/fuzz/,$(FUZZ_TARGETS))
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
@@ -301,7 +301,7 @@ fuzz-smoke:
 $(O)/faults/worker: tests/faults/worker.c $(LIBDLOCK_A)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(LIBDLOCK_A) \
-	  -lpthread
+	  $(SSL_LIBS) -lpthread
 $(O)/faults/check: tests/faults/check.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $<
