@@ -69,7 +69,7 @@ CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c client/dlock_tls.c
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
-               test_client test_cli test_layout
+               test_client test_cli test_layout test_tls
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -166,6 +166,8 @@ $(O)/tests/test_ops: $(O)/tests/test_ops.o $(HARNESS_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_client: $(O)/tests/test_client.o $(HARNESS_OBJ) \
                         $(LIBDLOCK_A)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
+$(O)/tests/test_tls: $(O)/tests/test_tls.o $(HARNESS_OBJ) $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_layout: $(O)/tests/test_layout.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
