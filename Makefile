@@ -400,11 +400,12 @@ format:
 
 # ---- benchmarks (on demand) ------------------------------------------------------
 
-# The load generator links only the codec (never libdlock). make bench
+# The load generator links only the codec (never libdlock), and OpenSSL
+# for the TLS rows. make bench
 # always measures the normal build in build/ (no sanitizers), whatever SAN
 # or O say; the table goes to build/bench/results.txt.
 $(O)/tests/bench/bench: $(O)/tests/bench/bench.o $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS)
 
 $(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS)
