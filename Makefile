@@ -6,7 +6,8 @@
 #                   and run every test, normal and -fsanitize=address,undefined
 #   make run        start a private redis-server and dlockd in the foreground
 #   make install    PREFIX=/usr/local DESTDIR= (staged installs welcome)
-#   make bench      benchmarks, dlockd against the Redis recipe (on demand)
+#   make bench      benchmarks, dlockd against the Redis recipe (on demand;
+#                   BENCH_ONLY=tls: only the TLS rows)
 #   make bench-bound  what bounds the durable pairs on a small machine
 #   make SAN=1 ...  any target with the sanitizers on (objects in build/san)
 #   make deps       only the Debian package step
