@@ -389,6 +389,19 @@ Test(tls, plaintext_or_garbage_on_the_tls_port_is_closed_with_a_notice)
 	tc_close(t);
 }
 
+/* The unix socket is protected by its file mode: it stays plaintext. */
+Test(tls, the_unix_socket_stays_plaintext)
+{
+	struct h_client *c;
+	char path[H_PATH_MAX];
+
+	snprintf(path, sizeof(path), "%s/dlockd.sock", certs);
+	start_tls(&d, "--unix-socket", path);
+	c = h_connect_unix(path);
+	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
+	h_close(c);
+}
+
 Test(tls, quit_over_tls_ends_with_close_notify)
 {
 	struct tc *t;
