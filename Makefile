@@ -6,7 +6,8 @@
 #                   and run every test, normal and -fsanitize=address,undefined
 #   make run        start a private redis-server and dlockd in the foreground
 #   make install    PREFIX=/usr/local DESTDIR= (staged installs welcome)
-#   make bench      benchmarks, dlockd against the Redis recipe (on demand)
+#   make bench      benchmarks, dlockd against the Redis recipe (on demand;
+#                   BENCH_ONLY=tls: only the TLS rows)
 #   make bench-bound  what bounds the durable pairs on a small machine
 #   make SAN=1 ...  any target with the sanitizers on (objects in build/san)
 #   make deps       only the Debian package step
@@ -40,8 +41,11 @@ SOVERSION  := 0
 
 WARN := -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes -Wshadow \
         -Wwrite-strings -Werror
-DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags libuv hiredis inih 2>/dev/null)
-DEP_LIBS   := $(shell $(PKG_CONFIG) --libs libuv hiredis inih 2>/dev/null)
+DEP_CFLAGS := $(shell $(PKG_CONFIG) --cflags libuv hiredis inih openssl 2>/dev/null)
+DEP_LIBS   := $(shell $(PKG_CONFIG) --libs libuv hiredis inih openssl 2>/dev/null)
+# OpenSSL alone: TLS in libdlock, the TLS tests and the load generator.
+SSL_CFLAGS := $(shell $(PKG_CONFIG) --cflags openssl 2>/dev/null)
+SSL_LIBS   := $(shell $(PKG_CONFIG) --libs openssl 2>/dev/null)
 CRIT_CFLAGS := $(shell $(PKG_CONFIG) --cflags criterion 2>/dev/null)
 CRIT_LIBS   := $(shell $(PKG_CONFIG) --libs criterion 2>/dev/null)
 
@@ -61,12 +65,12 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
-              server/locktab_verify.c server/seen.c
+              server/locktab_verify.c server/seen.c server/tls.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
-              client/dlock_reply.c
+              client/dlock_reply.c client/dlock_tls.c
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
-               test_client test_cli test_layout
+               test_client test_cli test_layout test_tls
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -103,8 +107,8 @@ $(O)/tests/%.o: tests/%.c
 
 $(O)/pic/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) -fPIC -fvisibility=hidden -DDLOCK_BUILDING \
-	  $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) $(SSL_CFLAGS) -fPIC -fvisibility=hidden \
+	  -DDLOCK_BUILDING $(ALL_CFLAGS) -c -o $@ $<
 
 $(O)/dlockd: $(O)/server/main.o $(SERVER_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) -lm
@@ -117,16 +121,16 @@ $(LIBDLOCK_A): $(CLIENT_OBJ) $(PROTO_OBJ)
 
 $(LIBDLOCK_SO): $(LIB_PIC_OBJ)
 	$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libdlock.so.$(SOVERSION) \
-	  -o $@ $^ -lpthread
+	  -o $@ $^ $(SSL_LIBS) -lpthread
 	ln -sf libdlock.so.$(SOVERSION) $(O)/libdlock.so
 
 $(O)/dlock: $(O)/client/dlock_cli.o $(O)/client/dlock_cmds.o \
             $(O)/client/dlock_run.o $(O)/client/dlock_guard.o $(LIBDLOCK_A)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS) -lpthread
 
 $(O)/examples/stock: $(O)/client/examples/stock.o $(LIBDLOCK_A)
 	@mkdir -p $(@D)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS) -lpthread
 
 
 # ---- tests -------------------------------------------------------------------
@@ -158,12 +162,14 @@ $(O)/tests/test_faults: $(O)/tests/test_faults.o $(HARNESS_OBJ) \
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_ha: $(O)/tests/test_ha.o $(HARNESS_OBJ) \
                     $(LIBDLOCK_A)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_ops: $(O)/tests/test_ops.o $(HARNESS_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_client: $(O)/tests/test_client.o $(HARNESS_OBJ) \
                         $(LIBDLOCK_A)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
+$(O)/tests/test_tls: $(O)/tests/test_tls.o $(HARNESS_OBJ) $(LIBDLOCK_A)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_layout: $(O)/tests/test_layout.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
@@ -204,6 +210,7 @@ check: deps
 # ---- Debian packages -----------------------------------------------------------
 
 DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
+            libssl-dev openssl \
             libcriterion-dev redis-server redis-tools redis-sentinel \
             netcat-openbsd \
             systemd man-db faketime iproute2 nftables clang \
@@ -264,7 +271,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 15
 FUZZ_CC = clang -std=c11 -D_GNU_SOURCE -I. -g -O1 \
           -fsanitize=fuzzer,address,undefined -DDL_VERSION=\"$(VERSION)\"
-FUZZ_ENGINE_SRC := $(filter-out server/conn.c server/server.c \
+FUZZ_ENGINE_SRC := $(filter-out server/conn.c server/server.c server/tls.c \
                      server/metrics.c server/notify.c,$(SERVER_SRC)) \
                    $(PROTO_SRC)
 FUZZ_TARGETS := fuzz_proto fuzz_engine fuzz_client
@@ -277,7 +284,7 @@ build/fuzz/fuzz_engine: tests/fuzz/fuzz_engine.c $(FUZZ_ENGINE_SRC)
 	$(FUZZ_CC) $(DEP_CFLAGS) $^ -o $@ $(DEP_LIBS)
 build/fuzz/fuzz_client: tests/fuzz/fuzz_client.c $(CLIENT_SRC) $(PROTO_SRC)
 	@mkdir -p $(@D)
-	$(FUZZ_CC) $^ -o $@ -lpthread
+	$(FUZZ_CC) $(SSL_CFLAGS) $^ -o $@ $(SSL_LIBS) -lpthread
 
 fuzz: $(addprefix build/fuzz/,$(FUZZ_TARGETS))
 	bash tests/fuzz/run.sh $(FUZZ_SECONDS)
@@ -298,7 +305,7 @@ fuzz-smoke:
 $(O)/faults/worker: tests/faults/worker.c $(LIBDLOCK_A)
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $< $(LIBDLOCK_A) \
-	  -lpthread
+	  $(SSL_LIBS) -lpthread
 $(O)/faults/check: tests/faults/check.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $<
@@ -408,11 +415,12 @@ format:
 
 # ---- benchmarks (on demand) ------------------------------------------------------
 
-# The load generator links only the codec (never libdlock). make bench
+# The load generator links only the codec (never libdlock), and OpenSSL
+# for the TLS rows. make bench
 # always measures the normal build in build/ (no sanitizers), whatever SAN
 # or O say; the table goes to build/bench/results.txt.
 $(O)/tests/bench/bench: $(O)/tests/bench/bench.o $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS)
 
 $(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS)

@@ -115,6 +115,8 @@ const char *dlock_strerror(int err)
 		"client is closing",
 		"the lock lives with another limit",
 		"exclusive asked while holding shared: it would wait for itself",
+		"TLS failed: the server's certificate or name was not "
+		"accepted, or it refused ours",
 	};
 
 	if (err <= 0 && -err < (int)(sizeof(texts) / sizeof(texts[0])))
@@ -187,6 +189,9 @@ static int check_options(const struct dlock_options *o)
 		return DLOCK_EINVAL;
 	if (o->owner && dl_check_owner(o->owner, strlen(o->owner)) < 0)
 		return DLOCK_EINVAL;
+	/* a client certificate goes with its key */
+	if (!(o->tls_cert && o->tls_cert[0]) != !(o->tls_key && o->tls_key[0]))
+		return DLOCK_EINVAL;
 	if (o->password) {
 		if (strlen(o->password) > DL__PASSWORD_MAX)
 			return DLOCK_EINVAL;
@@ -258,8 +263,8 @@ static void client_free(struct dlock_client *c)
 		}
 		free(l);
 	}
-	if (c->fd >= 0)
-		close(c->fd);
+	dl__io_close(c);
+	dl__tls_free(c->tls);
 	if (c->wake[0] >= 0)
 		close(c->wake[0]);
 	if (c->wake[1] >= 0)
@@ -434,7 +439,7 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 		client_free(c);
 		return DLOCK_ENOMEM;
 	}
-	if ((err = dl__resolve(c)) < 0 ||
+	if ((err = dl__resolve(c)) < 0 || (err = dl__tls_new(c, o)) < 0 ||
 	    (err = dl__connect_sync(c, deadline)) < 0) {
 		client_free(c);
 		return err;

@@ -90,6 +90,12 @@ enum {
 	DLOCK_EDEADLK = -17,   /* exclusive asked by a shared holder: it
 				  would wait for itself (NO
 				  UPGRADE_DEADLOCK) */
+	DLOCK_ETLS = -18,      /* TLS failed: the server's certificate is
+				  not trusted or does not carry its name,
+				  it refused ours, a TLS file does not load,
+				  a bad record; dlock_last_error() says
+				  which (dlock_connect only: later, a
+				  broken connection is made again) */
 };
 
 const char *dlock_strerror(int err);
@@ -187,12 +193,35 @@ struct dlock_options {
 				   confirmed until now + this is lost */
 	dlock_lost_cb on_lost;	/* NULL: none */
 	void *arg;		/* passed to on_lost */
+	/*
+	 * TLS. A dlockd with a certificate speaks only TLS on its TCP port
+	 * (its unix socket never does: with unix_path these are ignored).
+	 * The server's certificate is verified: its chain against tls_ca
+	 * (NULL: the system's CA store), and its name against the host
+	 * connected to -- options.host, or each options.servers entry's
+	 * host -- or tls_server_name when set (it is also the name sent in
+	 * SNI). A host given as an IP address must be in the certificate's
+	 * IP subject alternative names, a DNS name in its DNS names. Any
+	 * failure ends dlock_connect() with DLOCK_ETLS, and a reconnect that
+	 * fails it is tried again later like a server that does not answer.
+	 * TLS 1.2 at least. The files are read once, by dlock_connect():
+	 * reconnects use what was read then.
+	 */
+	int tls;	      /* 1: TLS (implied by tls_ca or tls_cert) */
+	const char *tls_ca;   /* PEM file of the CAs to trust, or NULL */
+	const char *tls_cert; /* PEM client certificate (chain), with */
+	const char *tls_key;  /* its key: for a daemon that asks for one */
+	const char *tls_server_name; /* the name to verify instead of the
+					host's, or NULL */
+	int tls_no_verify; /* 1: no verification at all -- anyone on the
+			      path can then read and change the traffic;
+			      for tests only */
 };
 
 #define DLOCK_SERVERS_MAX 8
 
 /* Fill o with the defaults above. The strings are borrowed only during
- * dlock_connect() (the client copies them). */
+ * dlock_connect() (the client copies them, and reads the TLS files). */
 void dlock_options_init(struct dlock_options *o);
 
 /* ---- the client ---------------------------------------------------------- */

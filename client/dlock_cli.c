@@ -47,8 +47,9 @@
 /* Accepted by every command. */
 #define CONN_OPTS                                                              \
 	(OPTB(OPT_HOST) | OPTB(OPT_SERVERS) | OPTB(OPT_PORT) |                 \
-	 OPTB(OPT_SOCKET) |                                                    \
-	 OPTB(OPT_PASSWORD) | OPTB(OPT_PASSWORD_FILE) | OPTB(OPT_OWNER) |      \
+	 OPTB(OPT_SOCKET) | OPTB(OPT_PASSWORD) | OPTB(OPT_PASSWORD_FILE) |     \
+	 OPTB(OPT_OWNER) | OPTB(OPT_TLS) | OPTB(OPT_TLS_CA) |                  \
+	 OPTB(OPT_TLS_CERT) | OPTB(OPT_TLS_KEY) | OPTB(OPT_TLS_SERVER_NAME) |  \
 	 OPTB(OPT_TIMEOUT) | OPTB(OPT_HELP) | OPTB(OPT_VERSION))
 
 static const struct {
@@ -62,6 +63,11 @@ static const struct {
 	[OPT_PASSWORD] = {"password", 1},
 	[OPT_PASSWORD_FILE] = {"password-file", 1},
 	[OPT_OWNER] = {"owner", 1},
+	[OPT_TLS] = {"tls", 0},
+	[OPT_TLS_CA] = {"tls-ca", 1},
+	[OPT_TLS_CERT] = {"tls-cert", 1},
+	[OPT_TLS_KEY] = {"tls-key", 1},
+	[OPT_TLS_SERVER_NAME] = {"tls-server-name", 1},
 	[OPT_TIMEOUT] = {"timeout", 1},
 	[OPT_TTL] = {"ttl", 1},
 	[OPT_WAIT] = {"wait", 1},
@@ -107,6 +113,7 @@ static int exit_for(int err)
 	case DLOCK_ECONNECT:
 	case DLOCK_ECLOSED:
 	case DLOCK_EUNAVAILABLE:
+	case DLOCK_ETLS:
 		return EXIT_UNAVAILABLE;
 	case DLOCK_EAUTH:
 		return EXIT_NOPERM;
@@ -143,6 +150,14 @@ static const char conn_help[] =
 	"  --owner ID          owner id (DLOCK_OWNER; default: random, new\n"
 	"                      for each invocation); processes with one\n"
 	"                      owner id share its locks\n"
+	"  --tls-ca FILE       TLS, trusting the CAs in FILE (PEM) for the\n"
+	"                      server's certificate (DLOCK_TLS_CA)\n"
+	"  --tls-cert FILE     client certificate (PEM), for a server that\n"
+	"  --tls-key FILE      asks for one, and its key (DLOCK_TLS_CERT,\n"
+	"                      DLOCK_TLS_KEY)\n"
+	"  --tls               TLS with the system's CAs (DLOCK_TLS=1)\n"
+	"  --tls-server-name N the name the server's certificate must carry\n"
+	"                      (DLOCK_TLS_SERVER_NAME; default: the host)\n"
 	"  --timeout D         connect and request timeout (5s)\n"
 	"Durations: a bare number is milliseconds; ms, s, m suffixes\n"
 	"(250, 250ms, 30s, 5m); waits also take inf.\n";
@@ -416,6 +431,21 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 				v, DL_OWNER_MAX);
 		cl->owner = v;
 		return 0;
+	case OPT_TLS:
+		cl->tls = 1;
+		return 0;
+	case OPT_TLS_CA:
+		cl->tls_ca = v;
+		return 0;
+	case OPT_TLS_CERT:
+		cl->tls_cert = v;
+		return 0;
+	case OPT_TLS_KEY:
+		cl->tls_key = v;
+		return 0;
+	case OPT_TLS_SERVER_NAME:
+		cl->tls_server_name = v;
+		return 0;
 	case OPT_TIMEOUT:
 		if ((rc = parse_dur(cl, "timeout", v, &ms)) != 0)
 			return rc;
@@ -515,6 +545,37 @@ static int parse_option(struct cli *cl, int argc, char **argv, int *i)
 	return set_option(cl, (enum opt_id)id, v);
 }
 
+/* $name if set and not empty, else NULL. */
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && v[0] ? v : NULL;
+}
+
+/* The TLS options the command line left out, from DLOCK_TLS_*; a
+ * certificate needs its key. */
+static int apply_tls_env(struct cli *cl)
+{
+	const char *v;
+
+	if (!(cl->seen & OPTB(OPT_TLS)) && (v = env("DLOCK_TLS")))
+		cl->tls = strcmp(v, "0") != 0;
+	if (!(cl->seen & OPTB(OPT_TLS_CA)))
+		cl->tls_ca = env("DLOCK_TLS_CA");
+	if (!(cl->seen & OPTB(OPT_TLS_CERT)))
+		cl->tls_cert = env("DLOCK_TLS_CERT");
+	if (!(cl->seen & OPTB(OPT_TLS_KEY)))
+		cl->tls_key = env("DLOCK_TLS_KEY");
+	if (!(cl->seen & OPTB(OPT_TLS_SERVER_NAME)))
+		cl->tls_server_name = env("DLOCK_TLS_SERVER_NAME");
+	if (!cl->tls_cert != !cl->tls_key)
+		return dl_cli_usage_error(
+			cl, "--tls-cert and --tls-key (DLOCK_TLS_CERT, "
+			    "DLOCK_TLS_KEY) go together");
+	return 0;
+}
+
 /* Defaults from the environment for what the command line left out. */
 static int apply_env(struct cli *cl)
 {
@@ -552,6 +613,8 @@ static int apply_env(struct cli *cl)
 			return EXIT_SOFTWARE;
 		}
 	}
+	if ((rc = apply_tls_env(cl)) != 0)
+		return rc;
 	if (!(cl->seen & OPTB(OPT_OWNER)) && (v = getenv("DLOCK_OWNER")) &&
 	    v[0]) {
 		if (dl_check_owner(v, strlen(v)) != 0)
@@ -688,6 +751,11 @@ void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
 	o->servers = cl->servers;
 	o->password = cl->password;
 	o->owner = cl->owner;
+	o->tls = cl->tls;
+	o->tls_ca = cl->tls_ca;
+	o->tls_cert = cl->tls_cert;
+	o->tls_key = cl->tls_key;
+	o->tls_server_name = cl->tls_server_name;
 	o->reconnect = 0;
 	o->renew = 0;
 	/* run's --timeout is the command's time limit (dlock_run.c) */

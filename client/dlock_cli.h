@@ -70,6 +70,11 @@ enum opt_id {
 	OPT_PASSWORD,
 	OPT_PASSWORD_FILE,
 	OPT_OWNER,
+	OPT_TLS,
+	OPT_TLS_CA,
+	OPT_TLS_CERT,
+	OPT_TLS_KEY,
+	OPT_TLS_SERVER_NAME,
 	OPT_TIMEOUT,
 	OPT_TTL,
 	OPT_WAIT,
@@ -111,6 +116,10 @@ struct cli {
 	const char *socket; /* unix socket path, NULL for TCP */
 	char *password;	    /* owned; NULL for none */
 	const char *owner;  /* NULL: libdlock picks a random one */
+	int tls;	    /* --tls: TLS with the system's CAs */
+	const char *tls_ca, *tls_cert, *tls_key; /* PEM files, or NULL */
+	const char *tls_server_name; /* the name the server's certificate
+					must carry, NULL: the host's */
 	int timeout_ms;	    /* 0: libdlock's defaults */
 	uint64_t ttl_ms;
 	uint64_t wait_ms; /* DL_WAIT_INF for inf */

@@ -14,8 +14,12 @@
  * of step) drops the connection, which is then made again.
  *
  * Connect and reconnect are non-blocking (a lease's guard must fire on
- * time even while the daemon does not answer). After a drop the thread
- * decides the fate of each request whose reply was lost: reads (PING,
+ * time even while the daemon does not answer); with TLS the handshake
+ * follows the connect (state HANDSHAKE), within the same connect timeout,
+ * and the socket is read and written through dlock_tls.c.
+ *
+ * After a drop the thread decides the fate of each request whose reply
+ * was lost: reads (PING,
  * CHECK, STATUS, STATS), REFRESH, and LOCK (with the wait that remains) are
  * written again on the new connection; the UNLOCK of a lease's last hold
  * too (NOT_HOLDER then means it was released before the drop); an UNLOCK of
@@ -172,9 +176,37 @@ static int connect_result(int fd)
 	return err == 0 ? 0 : -1;
 }
 
+/* Wait for the TLS handshake on c->fd until deadline (the caller's
+ * thread: dlock_connect). Why it failed goes to dlock_last_error(). */
+static int tls_sync(struct dlock_client *c, int i, int64_t deadline)
+{
+	int64_t left;
+	int r;
+
+	if ((r = dl__tls_begin(c, i)) < 0)
+		goto out;
+	while ((r = dl__tls_handshake(c)) == 1) {
+		struct pollfd p = {.fd = c->fd, .events = POLLIN};
+
+		if (dl__io_pending(c))
+			p.events |= POLLOUT;
+		if ((left = deadline - dl__now()) <= 0) {
+			dl__last_error_set("TLS: handshake not done in time");
+			return DLOCK_ECONNECT;
+		}
+		if (poll(&p, 1, (int)(left > 60000 ? 60000 : left)) < 0 &&
+		    errno != EINTR)
+			return DLOCK_ECONNECT;
+	}
+out:
+	if (r < 0 && dl__tls_failed(c))
+		dl__last_error_set(dl__tls_error(c));
+	return r;
+}
+
 int dl__connect_sync(struct dlock_client *c, int64_t deadline)
 {
-	int k, i, fd, done, r;
+	int k, i, fd, done, r, err = DLOCK_ECONNECT;
 
 	for (k = 0; k < c->naddrs; k++) {
 		i = (c->addr_i + k) % c->naddrs;
@@ -185,7 +217,7 @@ int dl__connect_sync(struct dlock_client *c, int64_t deadline)
 
 			if (left <= 0) {
 				close(fd);
-				return DLOCK_ECONNECT; /* out of time */
+				return err; /* out of time */
 			}
 			r = poll(&p, 1, (int)(left > 60000 ? 60000 : left));
 			if (r < 0 && errno != EINTR) {
@@ -199,22 +231,26 @@ int dl__connect_sync(struct dlock_client *c, int64_t deadline)
 				}
 			}
 		}
-		if (fd >= 0) {
-			c->fd = fd;
-			c->addr_i = i;
+		if (fd < 0)
+			continue;
+		c->fd = fd;
+		c->addr_i = i;
+		if (!c->tls || (r = tls_sync(c, i, deadline)) == 0)
 			return 0;
-		}
+		/* a server that fails TLS: the next one may not */
+		dl__io_close(c);
+		err = r;
+		if (deadline <= dl__now())
+			return err;
 	}
-	return DLOCK_ECONNECT;
+	return err;
 }
 
 /* ---- connection life cycle ----------------------------------------------- */
 
 static void attempt_failed(struct dlock_client *c, int64_t now)
 {
-	if (c->fd >= 0)
-		close(c->fd);
-	c->fd = -1;
+	dl__io_close(c);
 	c->state = DL__DOWN;
 	c->failed_i = c->addr_i;
 	c->addr_i = (c->addr_i + 1) % c->naddrs;
@@ -273,6 +309,32 @@ static void connected(struct dlock_client *c, int64_t now)
 	}
 }
 
+/* One step of the TLS handshake (state HANDSHAKE); connected once done. */
+static void tls_step(struct dlock_client *c, int64_t now)
+{
+	int r = dl__tls_handshake(c);
+
+	if (r == 0)
+		connected(c, now);
+	else if (r < 0)
+		attempt_failed(c, now);
+}
+
+/* The socket is connected: TLS first, if the client speaks it. */
+static void transport_up(struct dlock_client *c, int64_t now)
+{
+	if (!c->tls) {
+		connected(c, now);
+		return;
+	}
+	if (dl__tls_begin(c, c->addr_i) < 0) {
+		attempt_failed(c, now);
+		return;
+	}
+	c->state = DL__HANDSHAKE;
+	tls_step(c, now);
+}
+
 static void start_connect(struct dlock_client *c, int64_t now)
 {
 	int done, fd = connect_start(c, c->addr_i, &done);
@@ -282,12 +344,27 @@ static void start_connect(struct dlock_client *c, int64_t now)
 		return;
 	}
 	c->fd = fd;
+	c->connect_deadline = now + c->opt.connect_timeout_ms;
 	if (done) {
-		connected(c, now);
+		transport_up(c, now);
 		return;
 	}
 	c->state = DL__CONNECTING;
-	c->connect_deadline = now + c->opt.connect_timeout_ms;
+}
+
+/* The error of a request that a drop ends: during dlock_connect's own
+ * handshake the connect failed (with TLS's reason if TLS broke it: a
+ * TLS 1.3 server refuses a client certificate after the client's side of
+ * the handshake is done), later the connection closed. */
+static int drop_error(const struct dlock_client *c, struct dl__req *q)
+{
+	if (!c->initial)
+		return DLOCK_ECLOSED;
+	if (dl__tls_failed(c)) {
+		snprintf(q->err, sizeof(q->err), "%s", dl__tls_error(c));
+		return DLOCK_ETLS;
+	}
+	return DLOCK_ECONNECT;
 }
 
 /* What becomes of a request whose reply was lost with the connection:
@@ -320,8 +397,7 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 		return 0;
 	}
 	if (c->initial || !c->opt.reconnect) {
-		dl__req_finish(c, q,
-			       c->initial ? DLOCK_ECONNECT : DLOCK_ECLOSED);
+		dl__req_finish(c, q, drop_error(c, q));
 		return 0;
 	}
 	if (c->standby) {
@@ -359,9 +435,7 @@ static void disconnect(struct dlock_client *c)
 	struct dl__req *kept = NULL, *tail = NULL, *all, *q, *next;
 	int64_t now = dl__now();
 
-	if (c->fd >= 0)
-		close(c->fd);
-	c->fd = -1;
+	dl__io_close(c);
 	c->wfail = 0;
 	c->out_off = c->out_len = 0;
 	dl_linebuf_init(&c->lb);
@@ -405,9 +479,7 @@ static void disconnect(struct dlock_client *c)
 		c->state = DL__DEAD;
 		for (q = c->unsent; q; q = next) {
 			next = q->next;
-			dl__req_finish(c, q,
-				       c->initial ? DLOCK_ECONNECT
-						  : DLOCK_ECLOSED);
+			dl__req_finish(c, q, drop_error(c, q));
 		}
 		c->unsent = c->unsent_tail = NULL;
 		return;
@@ -449,7 +521,7 @@ static void input(struct dlock_client *c)
 
 	for (;;) {
 		space = dl_linebuf_space(&c->lb, &avail);
-		n = read(c->fd, space, avail);
+		n = dl__io_read(c, space, avail);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -467,7 +539,8 @@ static void input(struct dlock_client *c)
 				return;
 			}
 		}
-		if ((size_t)n < avail)
+		/* TLS may hold more than the socket shows: read to EAGAIN */
+		if ((size_t)n < avail && !c->tls)
 			return;
 	}
 }
@@ -582,7 +655,8 @@ void *dl__thread_main(void *arg)
 		now = dl__now();
 		if (c->state == DL__DOWN && now >= c->reconnect_at)
 			start_connect(c, now);
-		if (c->state == DL__CONNECTING && now >= c->connect_deadline)
+		if ((c->state == DL__CONNECTING || c->state == DL__HANDSHAKE) &&
+		    now >= c->connect_deadline)
 			attempt_failed(c, now);
 		if (c->wfail)
 			disconnect(c);
@@ -602,10 +676,13 @@ void *dl__thread_main(void *arg)
 			p[2].events = POLLOUT;
 			if (c->connect_deadline < next)
 				next = c->connect_deadline;
-		} else if (c->state == DL__UP) {
+		} else if (c->state == DL__HANDSHAKE || c->state == DL__UP) {
 			p[2].events = POLLIN;
-			if (c->out_len > c->out_off)
+			if (dl__io_pending(c))
 				p[2].events |= POLLOUT;
+			if (c->state == DL__HANDSHAKE &&
+			    c->connect_deadline < next)
+				next = c->connect_deadline;
 		}
 		pthread_mutex_unlock(&c->mu);
 		n = sleep_until(c, p, c->fd >= 0 ? 3 : 2, next);
@@ -621,9 +698,13 @@ void *dl__thread_main(void *arg)
 			continue;
 		if (c->state == DL__CONNECTING) {
 			if (connect_result(c->fd) == 0)
-				connected(c, dl__now());
+				transport_up(c, dl__now());
 			else
 				attempt_failed(c, dl__now());
+			continue;
+		}
+		if (c->state == DL__HANDSHAKE) {
+			tls_step(c, dl__now());
 			continue;
 		}
 		if (p[2].revents & POLLOUT)

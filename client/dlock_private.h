@@ -8,7 +8,8 @@
  *                error mapping, and lease records;
  *   dlock_io.c   the background thread: connect and reconnect, the socket
  *                reader, renewal and lost-lease guards;
- *   dlock_reply.c  what the thread does with each line: replies, events.
+ *   dlock_reply.c  what the thread does with each line: replies, events;
+ *   dlock_tls.c  the transport: plaintext, or TLS over memory BIOs.
  *
  * Everything below is protected by dlock_client.mu, except what is marked
  * atomic (read by the lease accessors without the lock, also from on_lost)
@@ -22,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "client/dlock.h"
 #include "proto/proto.h"
@@ -179,6 +181,7 @@ struct dl__lwait {
 enum dl__state {
 	DL__DOWN,	/* not connected; next attempt at reconnect_at */
 	DL__CONNECTING, /* a non-blocking connect is in progress */
+	DL__HANDSHAKE,	/* connected; the TLS handshake is in progress */
 	DL__UP,		/* connected: requests are written at once */
 	DL__DEAD,	/* closed for good (reconnect off, or closing) */
 };
@@ -216,6 +219,7 @@ struct dlock_client {
 
 	/* connection (the thread's, under mu) */
 	int fd;
+	struct dl__tls *tls; /* NULL: plaintext (dlock_tls.c) */
 	enum dl__state state;
 	int initial; /* dlock_connect's own handshake is running */
 	int closing; /* dlock_close has begun */
@@ -258,6 +262,8 @@ struct dl__req *dl__req_new(enum dl__op op, const char *name, int internal);
 void dl__req_free(struct dl__req *q);
 /* Forget the thread's last server error (at the start of each call). */
 void dl__last_error_clear(void);
+/* Set it (a client-side failure the caller should read about: TLS). */
+void dl__last_error_set(const char *text);
 /* Format q, queue its bytes and put it on the FIFO (connection UP). */
 int dl__req_write(struct dlock_client *c, struct dl__req *q);
 /* Write if UP, else keep for the reconnect; a caller's call: errors
@@ -317,5 +323,34 @@ void *dl__thread_main(void *arg);
 /* One line from the server; -1 when the stream is not what we expect
  * (the caller drops the connection). */
 int dl__line_in(struct dlock_client *c, char *line, size_t len);
+
+/* ---- dlock_tls.c --------------------------------------------------------- */
+
+struct dl__tls;
+/* c->tls from the options: NULL when no TLS is asked for (options.tls,
+ * tls_ca, tls_cert) or a unix socket is used. DLOCK_ETLS (a file that does
+ * not load; why in the thread's dlock_last_error()), DLOCK_ENOMEM. */
+int dl__tls_new(struct dlock_client *c, const struct dlock_options *o);
+void dl__tls_free(struct dl__tls *t); /* NULL is a no-op */
+/* TLS on the new connection c->fd to address i: the name to verify is
+ * set. DLOCK_ENOMEM, DLOCK_ETLS. */
+int dl__tls_begin(struct dlock_client *c, int i);
+/* Advance the handshake: 0 done, 1 not yet (poll for dl__io_events()),
+ * DLOCK_ETLS (why: dl__tls_error()). */
+int dl__tls_handshake(struct dlock_client *c);
+/* 1 once TLS broke the connection (handshake, certificate, a bad record);
+ * dl__tls_error() says why until the next dl__tls_begin(). */
+int dl__tls_failed(const struct dlock_client *c);
+const char *dl__tls_error(const struct dlock_client *c);
+
+/* The transport, plain or TLS. Plaintext in, like read(2): -1 with errno
+ * EAGAIN when nothing more now, EPROTO on a TLS error. */
+ssize_t dl__io_read(struct dlock_client *c, char *buf, size_t n);
+/* dl__flush() with TLS: c->out sealed, the ciphertext sent. */
+void dl__tls_flush(struct dlock_client *c);
+/* 1 while bytes wait for the socket (plaintext, or TLS records). */
+int dl__io_pending(const struct dlock_client *c);
+/* Close c->fd (after a TLS goodbye, if the kernel takes it at once). */
+void dl__io_close(struct dlock_client *c);
 
 #endif /* DL_CLIENT_DLOCK_PRIVATE_H */

@@ -129,6 +129,10 @@ void dl__flush(struct dlock_client *c)
 {
 	ssize_t n;
 
+	if (c->tls) {
+		dl__tls_flush(c);
+		return;
+	}
 	while (c->fd >= 0 && c->out_off < c->out_len) {
 		n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
 			 MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -291,7 +295,7 @@ int dl__req_write(struct dlock_client *c, struct dl__req *q)
 		c->fifo = q;
 	c->fifo_tail = q;
 	dl__flush(c);
-	if (c->out_len > 0 || c->wfail)
+	if (dl__io_pending(c) || c->wfail)
 		dl__wake(c); /* the thread polls for POLLOUT, or disconnects */
 	return 0;
 }
@@ -316,9 +320,19 @@ int dl__req_submit(struct dlock_client *c, struct dl__req *q)
 		return dl__req_write(c, q);
 	case DL__DOWN:
 	case DL__CONNECTING:
+	case DL__HANDSHAKE:
 		unsent_push(c, q);
 		return 0;
 	default:
+		/* dlock_connect's handshake: TLS may have ended the
+		 * connection before this request was written (a TLS 1.3
+		 * server refuses a client certificate after the client's
+		 * side of the handshake is done) */
+		if (c->initial && dl__tls_failed(c)) {
+			snprintf(q->err, sizeof(q->err), "%s",
+				 dl__tls_error(c));
+			return DLOCK_ETLS;
+		}
 		return DLOCK_ECLOSED;
 	}
 }
@@ -430,13 +444,21 @@ void dl__last_error_clear(void)
 	last_error[0] = '\0';
 }
 
+void dl__last_error_set(const char *text)
+{
+	snprintf(last_error, sizeof(last_error), "%s", text);
+}
+
 int dl__call(struct dlock_client *c, struct dl__req **qp)
 {
 	struct dl__req *q = *qp;
 	int err = dl__req_submit(c, q);
 
-	if (err < 0)
+	if (err < 0) {
+		if (q->err[0])
+			snprintf(last_error, sizeof(last_error), "%s", q->err);
 		return err;
+	}
 	while (!q->done) {
 		if (dl__cond_wait(&q->cv, &c->mu, q->deadline) == ETIMEDOUT &&
 		    !q->done && dl__now() >= q->deadline) {

@@ -244,4 +244,13 @@
 #define DL_METRICS_CONNS_MAX   16
 #define DL_METRICS_TIMEOUT_MS  5000
 
+/* ---- TLS (server/tls.h) ------------------------------------------------ */
+
+/* A TCP connection whose TLS handshake is not done within this is closed:
+ * a client that connects and says nothing cannot hold a slot ([tls]
+ * handshake_timeout). */
+#define DL_DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS 10000
+#define DL_TLS_HANDSHAKE_TIMEOUT_MIN_MS	    100
+#define DL_TLS_HANDSHAKE_TIMEOUT_MAX_MS	    600000
+
 #endif /* DL_PROTO_LIMITS_H */

@@ -85,6 +85,15 @@ static const struct key keys[] = {
 	{"persistence", "durable_release", K_BOOL, F(durable_release), 0, 0, 1,
 	 0},
 	{"metrics", "listen", K_STR, F(metrics), 0, 0, 0, 0},
+	{"metrics", "allow_remote_without_tls", K_BOOL, F(metrics_allow_plain),
+	 0, 0, 0, 0},
+	{"tls", "cert", K_STR, F(tls_cert), 0, 0, 1, 0},
+	{"tls", "key", K_STR, F(tls_key), 0, 0, 1, 0},
+	{"tls", "ca", K_STR, F(tls_ca), 0, 0, 1, 0},
+	{"tls", "verify_clients", K_BOOL, F(tls_verify_clients), 0, 0, 1, 0},
+	{"tls", "handshake_timeout", K_DUR, F(tls_handshake_timeout_ms),
+	 DL_TLS_HANDSHAKE_TIMEOUT_MIN_MS, DL_TLS_HANDSHAKE_TIMEOUT_MAX_MS, 1,
+	 0},
 	{"cluster", "node_id", K_STR, F(node_id), 0, 0, 0, 0},
 	{"cluster", "advertise", K_STR, F(advertise), 0, 0, 0, 0},
 	{"cluster", "leader_lease", K_DUR, F(leader_lease_ms),
@@ -156,6 +165,10 @@ void dl_config_defaults(struct dl_config *c)
 	c->redis_timeout_ms = 2000;
 	c->restore_grace_ms = DL_DEFAULT_RESTORE_GRACE_MS;
 	c->metrics = strdup("");
+	c->tls_cert = strdup("");
+	c->tls_key = strdup("");
+	c->tls_ca = strdup("");
+	c->tls_handshake_timeout_ms = DL_DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS;
 	c->node_id = strdup("");
 	c->advertise = strdup("");
 	c->leader_lease_ms = DL_DEFAULT_LEADER_LEASE_MS;
@@ -339,6 +352,40 @@ static int node_id_ok(const char *s)
 	return 1;
 }
 
+/* [tls] keys go together; the metrics page leaves loopback only over TLS
+ * (it tells how busy which locks are), unless the operator says so. The
+ * files themselves are read by tls.c (start-up, --check-config, SIGHUP). */
+static int check_tls(const struct dl_config *c, char *err, size_t errlen)
+{
+	char host[256];
+	int port;
+
+	if (!c->tls_cert[0] != !c->tls_key[0]) {
+		seterr(err, errlen,
+		       "[tls] cert and key go together: set both, or neither");
+		return DL_EBADARG;
+	}
+	if (!c->tls_cert[0] && (c->tls_ca[0] || c->tls_verify_clients)) {
+		seterr(err, errlen,
+		       "[tls] ca and verify_clients need cert and key (TLS is off without them)");
+		return DL_EBADARG;
+	}
+	if (c->tls_verify_clients && !c->tls_ca[0]) {
+		seterr(err, errlen,
+		       "[tls] verify_clients needs ca: the CA that signs the client certificates");
+		return DL_EBADARG;
+	}
+	if (c->metrics[0] && !c->tls_cert[0] && !c->metrics_allow_plain &&
+	    dl_hostport_parse(c->metrics, host, sizeof(host), &port) == 0 &&
+	    !dl_addr_is_loopback(host)) {
+		seterr(err, errlen,
+		       "[metrics] listen = %s is not a loopback address and TLS is off: the page would cross the network in the clear; set [tls] cert and key, or [metrics] allow_remote_without_tls = yes",
+		       c->metrics);
+		return DL_EBADARG;
+	}
+	return 0;
+}
+
 static int check(const struct dl_config *c, char *err, size_t errlen)
 {
 	struct dl_redis_addr a;
@@ -370,6 +417,8 @@ static int check(const struct dl_config *c, char *err, size_t errlen)
 		seterr(err, errlen, "[metrics] listen: expected host:port");
 		return DL_EBADARG;
 	}
+	if (check_tls(c, err, errlen) != 0)
+		return DL_EBADARG;
 	if (!node_id_ok(c->node_id)) {
 		seterr(err, errlen,
 		       "[cluster] node_id: at most %d letters, digits and . _ - :",

@@ -60,6 +60,14 @@ struct dl_config {
 				     (locktab.h, durable_release) */
 	/* [metrics] */
 	char *metrics; /* host:port of the Prometheus page, "" off */
+	uint64_t metrics_allow_plain; /* bool: a non-loopback page without
+					 TLS (allow_remote_without_tls) */
+	/* [tls] (server/tls.h): on the TCP port and the metrics page */
+	char *tls_cert; /* PEM certificate chain; "" TLS off */
+	char *tls_key;	/* its private key (PEM) */
+	char *tls_ca;	/* CA of client certificates; "" none asked */
+	uint64_t tls_verify_clients;	   /* bool: a certificate required */
+	uint64_t tls_handshake_timeout_ms; /* a handshake not done closes */
 	/* [cluster]: a node id makes this daemon a cluster member, which
 	 * becomes a standby while another holds the leadership */
 	char *node_id;	 /* "" standalone */

@@ -60,10 +60,12 @@ static void held_list_remove(struct dl_conn *c)
 	c->in_held = 0;
 }
 
-/* Bytes the client has not read yet, held ones included. */
+/* Bytes the client has not read yet, held ones included (with TLS, the
+ * ciphertext it has not taken yet too). */
 static size_t unread(const struct dl_conn *c)
 {
-	return c->out.len + c->wout.len + c->held_text.len;
+	return c->out.len + c->wout.len + c->held_text.len +
+	       (c->tls ? dl_tls_pending(c->tls) : 0);
 }
 
 struct dl_delayed {
@@ -100,6 +102,7 @@ static void on_close(uv_handle_t *h)
 	free(c->wout.p);
 	free(c->held_text.p);
 	free(c->held);
+	dl_tls_conn_free(c->tls);
 	free(c);
 }
 
@@ -160,6 +163,8 @@ int dl_conn_pending(const struct dl_conn *c)
 	return unread(c) > 0 || c->writing || c->delayed;
 }
 
+static void write_out(struct dl_conn *c);
+
 /* Check phase: called for every connection in the end queue until it is
  * closed. Returns with the connection either closed or still draining. */
 void dl_conn_finish_end(struct dl_conn *c)
@@ -179,6 +184,12 @@ void dl_conn_finish_end(struct dl_conn *c)
 	}
 	if (c->shutting || dl_conn_pending(c))
 		return; /* still draining; called again next iteration */
+	/* TLS says goodbye (close_notify) before the FIN. */
+	if (c->tls && dl_tls_shutdown(c->tls)) {
+		write_out(c);
+		if (c->closing || dl_conn_pending(c))
+			return;
+	}
 	/* Everything is out: send FIN, then close. */
 	req = malloc(sizeof(*req));
 	if (req) {
@@ -212,8 +223,6 @@ static int states_ttl(enum dl_line_kind k)
 	return k == DL_LINE_GRANTED || k == DL_LINE_GRANTED_EVENT ||
 	       k == DL_LINE_REFRESHED;
 }
-
-static void write_out(struct dl_conn *c);
 
 static int hold_line(struct dl_conn *c, const char *text, size_t len,
 		     const struct dl_line *line)
@@ -262,6 +271,8 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 #endif
 	if (c->end == DL_END_ABORT || c->closing || c->shutting)
 		return;
+	if (c->tls && !c->tls_open)
+		return; /* nobody can read it before the handshake is done */
 	/* A burst of events (a reap budget, a queue served) goes to the
 	 * kernel as it grows: the limit is for what the client leaves
 	 * unread, not for what one loop iteration produces. */
@@ -434,7 +445,15 @@ static void write_out(struct dl_conn *c)
 	uv_buf_t b;
 	int r;
 
-	if (c->closing || c->shutting || c->writing || c->out.len == 0)
+	if (c->closing || c->shutting || c->writing)
+		return;
+	/* out's plaintext becomes the ciphertext to send, handshake
+	 * records included */
+	if (c->tls && dl_tls_seal(c->tls, &c->out) != 0) {
+		dl_conn_end(c, DL_END_ABORT, "TLS: cannot encrypt");
+		return;
+	}
+	if (c->out.len == 0)
 		return;
 	b = uv_buf_init(c->out.p, (unsigned)c->out.len);
 	r = uv_try_write(&c->u.stream, &b, 1);
@@ -473,11 +492,16 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	size_t avail;
 
 	(void)suggested;
+	if (c->tls) { /* ciphertext: dl_tls_feed() copies it at once */
+		buf->base = dl_tls_rbuf(&buf->len);
+		return;
+	}
 	buf->base = dl_linebuf_space(&c->in, &avail);
 	buf->len = avail;
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void tls_pump(struct dl_conn *c);
 
 /* Execute the complete lines buffered, until the connection ends, its
  * input is paused by a delayed reply, or too much output is unread. */
@@ -536,6 +560,8 @@ static void read_more(struct dl_conn *c)
 		c->partial_since = now;
 	c->active_ms = now;
 	process_input(c);
+	if (c->tls) /* what TLS holds already, before reading more */
+		tls_pump(c);
 	if (!c->end && !c->delayed && !c->paused &&
 	    uv_read_start(&c->u.stream, on_alloc, on_read) != 0)
 		dl_conn_end(c, DL_END_ABORT, "cannot read");
@@ -556,7 +582,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
 	struct dl_conn *c = s->data;
 
-	(void)buf;
 	if (nread < 0) {
 		/* EOF: the client will send nothing more, but may still be
 		 * reading (echo CMD | nc): finish the replies, then close. */
@@ -567,8 +592,77 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	}
 	if (nread == 0)
 		return;
+	if (c->tls) {
+		if (dl_tls_feed(c->tls, buf->base, (size_t)nread) != 0)
+			dl_conn_end(c, DL_END_ABORT, "out of memory");
+		else
+			tls_pump(c);
+		return;
+	}
 	dl_linebuf_commit(&c->in, (size_t)nread);
 	process_input(c);
+}
+
+/* ---- TLS --------------------------------------------------------------------
+ */
+
+/* The handshake is done: name the peer, if its certificate names it. */
+static void tls_opened(struct dl_conn *c)
+{
+	const char *name = dl_tls_peer_name(c->tls);
+	char how[96];
+	size_t n;
+
+	c->tls_open = 1;
+	c->srv->st.tls_handshakes++;
+	n = strlen(c->peer);
+	if (name)
+		snprintf(c->peer + n, sizeof(c->peer) - n, " cert=%s", name);
+	dl_tls_describe(c->tls, how, sizeof(how));
+	dl_info("conn %llu %s: TLS handshake done (%s)",
+		(unsigned long long)c->id, c->peer, how);
+}
+
+/* A peer that broke TLS (plaintext on the TLS port, a certificate
+ * refused, garbage): its alert goes out, then the connection closes. */
+static void tls_failed(struct dl_conn *c)
+{
+	c->srv->st.tls_failures++;
+	dl_notice("conn %llu %s: TLS %s: %s, closing",
+		  (unsigned long long)c->id, c->peer,
+		  c->tls_open ? "error" : "handshake failed",
+		  dl_tls_error(c->tls));
+	dl_conn_end(c, DL_END_GRACEFUL, "TLS error");
+	writeq_add(c);
+}
+
+/* Decrypt what TLS holds into the line buffer and execute it, for as long
+ * as the connection takes requests (process_input's conditions); what TLS
+ * has to send (its handshake, an alert) is written at the flush point. */
+static void tls_pump(struct dl_conn *c)
+{
+	char *space;
+	size_t avail, got;
+	int r;
+
+	while (!c->end && !c->delayed && !c->paused) {
+		space = dl_linebuf_space(&c->in, &avail);
+		r = dl_tls_read(c->tls, space, avail, &got);
+		if (r == DL_EPROTO) {
+			tls_failed(c);
+			return;
+		}
+		if (!c->tls_open && dl_tls_state(c->tls) == DL_TLS_OPEN)
+			tls_opened(c);
+		if (got == 0)
+			break;
+		dl_linebuf_commit(&c->in, got);
+		process_input(c);
+	}
+	if (dl_tls_pending(c->tls))
+		writeq_add(c);
+	if (dl_tls_peer_closed(c->tls) && !c->end)
+		dl_conn_end(c, DL_END_GRACEFUL, "peer closed");
 }
 
 /*
@@ -588,6 +682,16 @@ int dl_conn_sweep(struct dl_conn *c, uint64_t now)
 
 	if (c->end || c->paused || c->delayed)
 		return 0;
+	if (c->tls && !c->tls_open &&
+	    now - dl_tls_since(c->tls) >= cfg->tls_handshake_timeout_ms) {
+		c->srv->st.tls_failures++;
+		dl_notice(
+			"conn %llu %s: TLS handshake not done within %s, closing",
+			(unsigned long long)c->id, c->peer,
+			dl_format_duration(cfg->tls_handshake_timeout_ms, d));
+		dl_conn_end(c, DL_END_ABORT, "TLS handshake timeout");
+		return 1;
+	}
 	if (cfg->request_timeout_ms && c->partial_since &&
 	    now - c->partial_since >= cfg->request_timeout_ms) {
 		c->srv->st.request_timeouts++;
@@ -702,7 +806,9 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener)
 	if (srv->nconns >= srv->cfg.max_connections || srv->draining) {
 		srv->st.connections_rejected++;
 		b = uv_buf_init((char *)full, sizeof(full) - 1);
-		if (uv_try_write(&c->u.stream, &b, 1) < 0)
+		/* (not in plaintext to a client that expects TLS) */
+		if ((!is_tcp || !srv->tls) &&
+		    uv_try_write(&c->u.stream, &b, 1) < 0)
 			dl_debug("refused connection: write failed");
 		dl_warn("connection refused: max_connections (%llu) reached",
 			(unsigned long long)srv->cfg.max_connections);
@@ -716,9 +822,11 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener)
 	c->active_ms = uv_now(srv->loop);
 	snprintf(owner, sizeof(owner), "anon-%s-%llu", srv->nonce,
 		 (unsigned long long)c->id);
-	if (dl_session_init(srv->tab, &c->sess,
+	if ((is_tcp && srv->tls &&
+	     dl_tls_conn_new(srv->tls, c->active_ms, &c->tls) != 0) ||
+	    dl_session_init(srv->tab, &c->sess,
 			    (struct dl_str){owner, strlen(owner)}, c) != 0) {
-		uv_close(&c->u.handle, on_reject_close);
+		uv_close(&c->u.handle, on_close); /* frees c and its TLS */
 		return;
 	}
 	dl_linebuf_init(&c->in);

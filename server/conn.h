@@ -38,6 +38,17 @@
  * grants of queued requests): an event that would take the unread bytes
  * past max_output closes the connection, so a client that never reads
  * costs a bounded amount of memory.
+ *
+ * TLS. A connection on the TCP port of a daemon with a certificate has a
+ * TLS state (tls.h) between its stream and the rest: ciphertext read is
+ * fed to it and the plaintext it gives goes into the line buffer `in`;
+ * `out` holds plaintext until the write (write_out), which seals it into
+ * ciphertext in place, so `wout` and what uv_write holds are ciphertext.
+ * The unread bytes count both, and what TLS holds before it is taken
+ * (dl_tls_pending): backpressure and max_output see the TLS overhead as
+ * output. Lines sent before the handshake is done are dropped (nobody can
+ * read them yet); a handshake not done within [tls] handshake_timeout, or
+ * a TLS error, closes the connection.
  */
 #ifndef DL_SERVER_CONN_H
 #define DL_SERVER_CONN_H
@@ -49,6 +60,7 @@
 #include "proto/proto.h"
 #include "server/buf.h"
 #include "server/locktab.h"
+#include "server/tls.h"
 
 struct dl_server;
 
@@ -125,7 +137,11 @@ struct dl_conn {
 	unsigned shutting : 1; /* uv_shutdown called, close follows */
 	unsigned closing : 1;  /* uv_close called */
 	unsigned end : 2;      /* enum dl_conn_end */
-	char peer[64];	       /* for logs: "127.0.0.1:5000" or "unix" */
+	unsigned tls_open : 1; /* the TLS handshake is done (and logged) */
+	struct dl_tls_conn *tls; /* NULL: plain (unix socket, no [tls]) */
+	/* for logs: "127.0.0.1:5000" or "unix"; with a verified client
+	 * certificate, " cert=<its name>" (dl_tls_peer_name) after it */
+	char peer[64 + 6 + DL_TLS_NAME_MAX];
 	/* uv_now ms: when the unfinished request line began (0: none), and
 	 * of the last request (the connection's start before any); checked
 	 * by the server's sweep (dl_conn_sweep) */

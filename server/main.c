@@ -15,6 +15,7 @@
 #include "server/config.h"
 #include "server/log.h"
 #include "server/server.h"
+#include "server/tls.h"
 
 #define EXIT_USAGE  2
 #define EXIT_CONFIG 3
@@ -45,6 +46,10 @@ static const char usage[] =
 	"                          DIR/dlockd.state   [$STATE_DIRECTORY]\n"
 	"      --accept-token-jump go on from a stored token mark or epoch\n"
 	"                          no daemon could have written\n"
+	"      --tls-cert FILE     TLS on the TCP port (and the metrics page)\n"
+	"                          with this PEM certificate chain ([tls])\n"
+	"      --tls-key FILE      its private key (PEM)\n"
+	"      --tls-ca FILE       verify client certificates against this CA\n"
 	"  -l, --log-level LEVEL   error, warn, notice, info, debug [notice]\n"
 	"      --check-config      check the configuration, print it, exit\n"
 	"  -h, --help              this help\n"
@@ -67,7 +72,10 @@ int main(int argc, char **argv)
 		OPT_NONDURABLE,
 		OPT_EVICTING,
 		OPT_STATE_DIR,
-		OPT_TOKEN_JUMP
+		OPT_TOKEN_JUMP,
+		OPT_TLS_CERT,
+		OPT_TLS_KEY,
+		OPT_TLS_CA
 	};
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'},
@@ -84,12 +92,15 @@ int main(int argc, char **argv)
 		{"allow-evicting-redis", no_argument, NULL, OPT_EVICTING},
 		{"state-dir", required_argument, NULL, OPT_STATE_DIR},
 		{"accept-token-jump", no_argument, NULL, OPT_TOKEN_JUMP},
+		{"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+		{"tls-key", required_argument, NULL, OPT_TLS_KEY},
+		{"tls-ca", required_argument, NULL, OPT_TLS_CA},
 		{"check-config", no_argument, NULL, OPT_CHECK},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'v'},
 		{NULL, 0, NULL, 0},
 	};
-	static struct dl_override ov[16];
+	static struct dl_override ov[24];
 	static struct dl_server srv;
 	char err[DL_CONFIG_ERR_MAX];
 	const char *path = NULL;
@@ -158,6 +169,18 @@ int main(int argc, char **argv)
 			key = "accept_token_jump";
 			optarg = (char *)"yes";
 			break;
+		case OPT_TLS_CERT:
+			sec = "tls";
+			key = "cert";
+			break;
+		case OPT_TLS_KEY:
+			sec = "tls";
+			key = "key";
+			break;
+		case OPT_TLS_CA:
+			sec = "tls";
+			key = "ca";
+			break;
 		case OPT_CHECK:
 			check_only = 1;
 			continue;
@@ -188,6 +211,13 @@ int main(int argc, char **argv)
 		return EXIT_CONFIG;
 	}
 	if (check_only) {
+		/* the certificate files too: they load, the key matches */
+		if (dl_tls_enabled(&srv.cfg) &&
+		    dl_tls_check(&srv.cfg, err, sizeof(err)) != 0) {
+			fprintf(stderr, "dlockd: %s\n", err);
+			dl_config_free(&srv.cfg);
+			return EXIT_CONFIG;
+		}
 		printf("# %s: configuration OK\n", path ? path : "(defaults)");
 		fflush(stdout);
 		dl_config_dump(&srv.cfg, STDOUT_FILENO);

@@ -8,6 +8,18 @@
  * connection owns two handles (its TCP stream and its timeout timer) and is
  * freed when the second one's close callback runs. The listener struct is
  * freed when it and every connection are closed.
+ *
+ * With TLS (the daemon's context, tls.h) the stream's bytes go through the
+ * connection's TLS state: ciphertext in, the request's plaintext out of
+ * it; the handshake's records and the sealed response (with close_notify)
+ * are written as they come, each write its own request (struct mwrite).
+ *
+ * Slots: at most DL_METRICS_CONNS_MAX connections at once. When a new one
+ * finds them all taken, the oldest connection still waiting for its
+ * request is closed to make room (a scraper sends its request as soon as
+ * it is connected; one that has said nothing since is the one to go), so
+ * idle or slow sockets can delay a scrape by nothing; only connections
+ * being answered (a response on its way) are never cut.
  */
 #include "server/metrics.h"
 
@@ -21,6 +33,7 @@
 #include "server/log.h"
 #include "server/server.h"
 #include "server/stats.h"
+#include "server/tls.h"
 
 struct mconn;
 
@@ -36,13 +49,22 @@ struct dl_metrics {
 struct mconn {
 	uv_tcp_t tcp;
 	uv_timer_t timer;
-	uv_write_t wreq;
 	struct dl_metrics *m;
-	struct mconn *next, *prev;
-	int handles; /* handles not yet closed */
+	struct mconn *next, *prev; /* m->conns, newest first */
+	struct dl_tls_conn *tls;   /* NULL: plain HTTP */
+	int handles;		   /* handles not yet closed */
+	unsigned answering : 1;	   /* the response is on its way */
 	size_t len;
 	struct dl_buf resp;
 	char req[DL_METRICS_REQUEST_MAX];
+};
+
+/* One write in flight: its request and its bytes. */
+struct mwrite {
+	uv_write_t req;
+	struct mconn *c;
+	int last; /* close the connection once written */
+	char data[];
 };
 
 static void maybe_free(struct dl_metrics *m)
@@ -66,6 +88,7 @@ static void on_mconn_closed(uv_handle_t *h)
 		c->next->prev = c->prev;
 	m->nconns--;
 	free(c->resp.p);
+	dl_tls_conn_free(c->tls);
 	free(c);
 	maybe_free(m);
 }
@@ -197,16 +220,57 @@ static void respond(struct mconn *c, int status, const char *reason,
 
 static void on_written(uv_write_t *req, int status)
 {
-	(void)status;
-	mconn_close(req->data);
+	struct mwrite *w = req->data;
+
+	if (w->last || status < 0)
+		mconn_close(w->c);
+	free(w);
+}
+
+/* Write n bytes (copied); `last`: then close. */
+static void mconn_write(struct mconn *c, const char *p, size_t n, int last)
+{
+	struct mwrite *w;
+	uv_buf_t b;
+
+	if (n == 0) {
+		if (last)
+			mconn_close(c);
+		return;
+	}
+	if (!(w = malloc(sizeof(*w) + n))) {
+		mconn_close(c);
+		return;
+	}
+	w->c = c;
+	w->last = last;
+	memcpy(w->data, p, n);
+	w->req.data = w;
+	b = uv_buf_init(w->data, (unsigned)n);
+	if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written)) {
+		free(w);
+		mconn_close(c);
+	}
+}
+
+/* TLS: send what the handshake (or an alert) has for the peer. */
+static void tls_flush(struct mconn *c, int last)
+{
+	struct dl_buf b = {0};
+
+	if (dl_tls_take(c->tls, &b) != 0)
+		mconn_close(c);
+	else
+		mconn_write(c, b.p, b.len, last);
+	free(b.p);
 }
 
 static void answer(struct mconn *c)
 {
 	const struct dl_locktab_stats *t = dl_locktab_stats(c->m->srv->tab);
 	struct page pg = {{0}, NULL};
-	uv_buf_t b;
 
+	c->answering = 1;
 	uv_read_stop((uv_stream_t *)&c->tcp);
 	if (strncmp(c->req, "GET ", 4) != 0) {
 		respond(c, 405, "Method Not Allowed", NULL);
@@ -227,10 +291,16 @@ static void answer(struct mconn *c)
 		mconn_close(c);
 		return;
 	}
-	b = uv_buf_init(c->resp.p, (unsigned)c->resp.len);
-	c->wreq.data = c;
-	if (uv_write(&c->wreq, (uv_stream_t *)&c->tcp, &b, 1, on_written))
-		mconn_close(c);
+	if (c->tls) { /* the response, then close_notify, sealed */
+		if (dl_tls_write(c->tls, c->resp.p, c->resp.len) != 0) {
+			mconn_close(c);
+			return;
+		}
+		dl_tls_shutdown(c->tls);
+		tls_flush(c, 1);
+		return;
+	}
+	mconn_write(c, c->resp.p, c->resp.len, 1);
 }
 
 /* ---- connections
@@ -241,20 +311,18 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 	struct mconn *c = h->data;
 
 	(void)suggested;
+	if (c->tls) {
+		buf->base = dl_tls_rbuf(&buf->len);
+		return;
+	}
 	buf->base = c->req + c->len;
 	buf->len = sizeof(c->req) - 1 - c->len;
 }
 
-static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+/* n more bytes of request in req: answer once its head is complete. */
+static void got_request(struct mconn *c, size_t n)
 {
-	struct mconn *c = s->data;
-
-	(void)buf;
-	if (n < 0) {
-		mconn_close(c);
-		return;
-	}
-	c->len += (size_t)n;
+	c->len += n;
 	c->req[c->len] = '\0';
 	if (strstr(c->req, "\r\n\r\n") || strstr(c->req, "\n\n"))
 		answer(c);
@@ -262,17 +330,90 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 		mconn_close(c); /* no request of ours is that long */
 }
 
+/* TLS: ciphertext in, the request's plaintext out (the handshake's
+ * records go back as they come). */
+static void tls_read(struct mconn *c, const char *p, size_t n)
+{
+	size_t got;
+
+	if (dl_tls_feed(c->tls, p, n) != 0) {
+		mconn_close(c);
+		return;
+	}
+	while (!c->answering && !uv_is_closing((uv_handle_t *)&c->tcp)) {
+		if (dl_tls_read(c->tls, c->req + c->len,
+				sizeof(c->req) - 1 - c->len, &got) != 0) {
+			dl_info("metrics: TLS: %s", dl_tls_error(c->tls));
+			tls_flush(c, 1); /* its alert, then close */
+			return;
+		}
+		if (got == 0)
+			break;
+		got_request(c, got);
+	}
+	if (!c->answering && !uv_is_closing((uv_handle_t *)&c->tcp) &&
+	    dl_tls_pending(c->tls))
+		tls_flush(c, 0);
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+	struct mconn *c = s->data;
+
+	if (n < 0) {
+		mconn_close(c);
+		return;
+	}
+	if (c->tls)
+		tls_read(c, buf->base, (size_t)n);
+	else
+		got_request(c, (size_t)n);
+}
+
 static void on_timeout(uv_timer_t *t)
 {
 	mconn_close(t->data);
 }
 
+/* All slots taken: close the oldest connection still waiting for its
+ * request; 0 if every one is being answered. */
+static int evict_oldest(struct dl_metrics *m)
+{
+	struct mconn *c, *old = NULL;
+
+	for (c = m->conns; c; c = c->next)
+		if (!c->answering && !uv_is_closing((uv_handle_t *)&c->tcp))
+			old = c;
+	if (!old)
+		return 0;
+	dl_info("metrics: %d connections open, closing the oldest that sent no request",
+		DL_METRICS_CONNS_MAX);
+	mconn_close(old);
+	return 1;
+}
+
+/* Connections not yet closing. */
+static size_t open_conns(const struct dl_metrics *m)
+{
+	const struct mconn *c;
+	size_t n = 0;
+
+	for (c = m->conns; c; c = c->next)
+		n += !uv_is_closing((const uv_handle_t *)&c->tcp);
+	return n;
+}
+
 static void on_connection(uv_stream_t *l, int status)
 {
 	struct dl_metrics *m = l->data;
+	struct dl_tls *tls = m->srv->tls;
+	int full;
 	struct mconn *c;
 
-	if (status < 0 || !(c = calloc(1, sizeof(*c))))
+	if (status < 0)
+		return;
+	full = open_conns(m) >= DL_METRICS_CONNS_MAX && !evict_oldest(m);
+	if (!(c = calloc(1, sizeof(*c))))
 		return;
 	c->m = m;
 	c->handles = 2;
@@ -285,8 +426,8 @@ static void on_connection(uv_stream_t *l, int status)
 		m->conns->prev = c;
 	m->conns = c;
 	m->nconns++;
-	if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 ||
-	    m->nconns > DL_METRICS_CONNS_MAX) {
+	if (uv_accept(l, (uv_stream_t *)&c->tcp) != 0 || full ||
+	    (tls && dl_tls_conn_new(tls, uv_now(l->loop), &c->tls) != 0)) {
 		mconn_close(c);
 		return;
 	}
@@ -326,7 +467,8 @@ int dl_metrics_start(struct dl_server *srv, struct dl_metrics **out)
 		dl_metrics_stop(m);
 		return r;
 	}
-	dl_notice("metrics on http://%s/metrics", srv->cfg.metrics);
+	dl_notice("metrics on %s://%s/metrics", srv->tls ? "https" : "http",
+		  srv->cfg.metrics);
 	*out = m;
 	return 0;
 }

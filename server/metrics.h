@@ -4,9 +4,14 @@
  *
  * Off unless [metrics] listen is set. Served by libuv on the daemon's loop:
  * one request per connection, answered from dl_stats_collect() and the
- * lock table's histograms, then closed. At most DL_METRICS_CONNS_MAX
- * connections at once, each given DL_METRICS_TIMEOUT_MS to send its
- * request, so a scraper can never cost the lock service more than that.
+ * lock table's histograms, then closed. Over TLS when the daemon has a
+ * certificate ([tls], tls.h); otherwise only a loopback address may serve
+ * it, unless allow_remote_without_tls (config.c checks). At most
+ * DL_METRICS_CONNS_MAX connections at once, each given
+ * DL_METRICS_TIMEOUT_MS to be answered, so a scraper can never cost the
+ * lock service more than that; a new connection that finds every slot
+ * taken closes the oldest one still waiting for its request, so sockets
+ * left idle never block a scrape.
  */
 #ifndef DL_SERVER_METRICS_H
 #define DL_SERVER_METRICS_H

@@ -34,6 +34,7 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/notify.h"
+#include "server/tls.h"
 
 /* Exit codes of start-up failures (documented in dlockd(8)). */
 #define EXIT_CONFIG 3
@@ -688,6 +689,23 @@ static void init_handles(struct dl_server *srv)
 	start_signal(srv, &srv->sig_hup, SIGHUP);
 }
 
+/* TLS on the TCP port and the metrics page: the files must load, or the
+ * daemon does not start (a daemon that fell back to plaintext would hand
+ * its clients' traffic to the network). */
+static void start_tls(struct dl_server *srv)
+{
+	char err[DL_CONFIG_ERR_MAX], cert[320];
+
+	if (dl_tls_new(&srv->cfg, &srv->tls, err, sizeof(err)) != 0)
+		fatal(EXIT_CONFIG, "TLS: %s", err);
+	dl_tls_describe_cert(srv->tls, cert, sizeof(cert));
+	dl_notice("TLS: certificate %s, %s; client certificates %s",
+		  srv->cfg.tls_cert, cert,
+		  srv->cfg.tls_verify_clients ? "required"
+		  : srv->cfg.tls_ca[0]	      ? "verified when given"
+					      : "not asked for");
+}
+
 void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 {
 	struct dl_locktab_hooks th = {tab_now, tab_event, srv};
@@ -710,6 +728,8 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 	if (!srv->store)
 		fatal(EXIT_OTHER, "out of memory");
 	init_handles(srv);
+	if (dl_tls_enabled(&srv->cfg))
+		start_tls(srv);
 	load_state(srv);
 	if (srv->cfg.persist == DL_PERSIST_NONE)
 		dl_warn("persist = none: locks live in memory only; a restart loses every lease and queue");
@@ -805,6 +825,8 @@ static void drain_finish(struct dl_server *srv)
 	process_ends(srv);
 	dl_metrics_stop(srv->metrics);
 	srv->metrics = NULL;
+	dl_tls_free(srv->tls); /* open connections keep what they use */
+	srv->tls = NULL;
 	uv_close((uv_handle_t *)&srv->wheel_timer, NULL);
 	uv_close((uv_handle_t *)&srv->reap_idle, NULL);
 	uv_close((uv_handle_t *)&srv->drain_timer, NULL);
@@ -834,6 +856,34 @@ static void report_change(const char *section, const char *key, int live,
 			section, key);
 }
 
+/* Certificates are read again at every reload, changed paths or not (a
+ * renewed certificate usually keeps its file name): new connections get
+ * the new ones. Files that do not load leave the old ones in use. TLS
+ * itself is turned on or off only by a restart. */
+static void reload_tls(struct dl_server *srv)
+{
+	char err[DL_CONFIG_ERR_MAX], cert[320];
+
+	if (!srv->tls) {
+		if (dl_tls_enabled(&srv->cfg))
+			dl_warn("reload: [tls] cert is set, but TLS starts only with a restart: the TCP port stays plaintext");
+		return;
+	}
+	if (!dl_tls_enabled(&srv->cfg)) {
+		dl_warn("reload: [tls] cert is empty, but TLS stops only with a restart: keeping the certificate loaded before");
+		return;
+	}
+	if (dl_tls_reload(srv->tls, &srv->cfg, err, sizeof(err)) != 0) {
+		dl_error(
+			"reload: TLS: %s; keeping the certificate loaded before",
+			err);
+		return;
+	}
+	dl_tls_describe_cert(srv->tls, cert, sizeof(cert));
+	dl_notice("reload: TLS certificate %s loaded, %s", srv->cfg.tls_cert,
+		  cert);
+}
+
 void dl_server_reload(struct dl_server *srv)
 {
 	struct dl_config next;
@@ -855,4 +905,5 @@ void dl_server_reload(struct dl_server *srv)
 	dl_log_level = (int)srv->cfg.log_level;
 	lim = tab_limits(&srv->cfg);
 	dl_locktab_set_limits(srv->tab, &lim);
+	reload_tls(srv);
 }

@@ -35,6 +35,7 @@
 
 struct dl_conn;
 struct dl_metrics;
+struct dl_tls;
 
 struct dl_server_stats {
 	uint64_t connections_total;	    /* accepted since start */
@@ -45,6 +46,8 @@ struct dl_server_stats {
 	uint64_t auth_failures;
 	uint64_t request_timeouts; /* closed: a line not ended in time */
 	uint64_t idle_timeouts;	   /* closed: no request in idle_timeout */
+	uint64_t tls_handshakes;   /* TLS handshakes done */
+	uint64_t tls_failures;	   /* TLS errors and handshake timeouts */
 };
 
 struct dl_server {
@@ -74,6 +77,7 @@ struct dl_server {
 	enum dl_store_role_event role_event;
 	uv_timer_t watchdog;	/* sd_notify WATCHDOG=1, when asked */
 	struct dl_metrics *metrics;
+	struct dl_tls *tls; /* NULL: the TCP port speaks plaintext */
 	unsigned tcp_on : 1, unix_on : 1;
 	int draining;	 /* 0 serving, 1 draining, 2 closing down */
 	int ready;	 /* start-up done: signals act */

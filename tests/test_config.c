@@ -348,3 +348,57 @@ Test(config, a_key_given_twice_names_both_lines_and_a_missing_file_says_why)
 		  "%s", err);
 	dl_config_free(&c);
 }
+
+/* The metrics page tells how busy which locks are: off loopback it needs
+ * TLS, or an operator's explicit yes. */
+Test(config, a_metrics_page_off_loopback_needs_tls_or_an_explicit_yes)
+{
+	struct dl_config c;
+	char err[DL_CONFIG_ERR_MAX];
+
+	expect_err("[metrics]\nlisten = 0.0.0.0:9100\n",
+		   "allow_remote_without_tls");
+	expect_err("[metrics]\nlisten = 10.1.2.3:9100\n", "TLS is off");
+	cr_assert(eq(int,
+		     load(&c,
+			  "[metrics]\nlisten = 0.0.0.0:9100\n"
+			  "allow_remote_without_tls = yes\n",
+			  err),
+		     0),
+		  "%s", err);
+	dl_config_free(&c);
+	cr_assert(eq(int,
+		     load(&c,
+			  "[metrics]\nlisten = 0.0.0.0:9100\n"
+			  "[tls]\ncert = /x.pem\nkey = /x.key\n",
+			  err),
+		     0),
+		  "%s", err);
+	dl_config_free(&c);
+	cr_assert(eq(int, load(&c, "[metrics]\nlisten = [::1]:9100\n", err), 0),
+		  "%s", err);
+	dl_config_free(&c);
+}
+
+Test(config, tls_keys_go_together)
+{
+	struct dl_config c;
+	char err[DL_CONFIG_ERR_MAX];
+
+	expect_err("[tls]\ncert = /x.pem\n", "cert and key go together");
+	expect_err("[tls]\nkey = /x.key\n", "cert and key go together");
+	expect_err("[tls]\nca = /ca.pem\n", "need cert and key");
+	expect_err("[tls]\ncert = /x.pem\nkey = /x.key\nverify_clients = yes\n",
+		   "verify_clients needs ca");
+	expect_err("[tls]\nhandshake_timeout = 10ms\n", "out of range");
+	cr_assert(eq(int,
+		     load(&c,
+			  "[tls]\ncert = /x.pem\nkey = /x.key\nca = /ca.pem\n"
+			  "verify_clients = yes\nhandshake_timeout = 2s\n",
+			  err),
+		     0),
+		  "%s", err);
+	cr_assert(eq(u64, c.tls_handshake_timeout_ms, 2000));
+	cr_assert(eq(u64, c.tls_verify_clients, 1));
+	dl_config_free(&c);
+}

@@ -481,3 +481,30 @@ Test(ops, sigterm_during_the_start_up_wait_exits_0, .fini = stop,
 	cr_assert_eq(h_daemon_wait(&d, 5000), 0);
 	cr_assert(h_daemon_log_has(&d, "Terminated during start-up: exiting"));
 }
+
+/* Sockets left idle on the metrics port (a connection pool, a port
+ * scanner, a slow client) never block a scrape: at the limit, a new
+ * connection closes the oldest one that has sent no request. */
+Test(ops, metrics_scrapes_succeed_while_32_idle_sockets_are_open, .fini = stop,
+     .timeout = 60)
+{
+	struct h_client *idle[32];
+	const char *page;
+	char conf[128];
+	int i, mport = h_free_port();
+
+	snprintf(conf, sizeof(conf), "[metrics]\nlisten = 127.0.0.1:%d\n",
+		 mport);
+	h_daemon_write_conf(&d, conf);
+	h_daemon_start(&d, "--persist", "none", "-c", d.conf, NULL);
+	for (i = 0; i < 32; i++)
+		idle[i] = h_connect(mport);
+	for (i = 0; i < 10; i++) {
+		page = http_get(mport, "/metrics");
+		cr_assert(strncmp(page, "HTTP/1.1 200 OK\r\n", 17) == 0,
+			  "scrape %d with 32 idle sockets open: \"%.60s\"", i,
+			  page);
+	}
+	for (i = 0; i < 32; i++)
+		h_close(idle[i]);
+}

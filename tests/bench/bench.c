@@ -42,6 +42,10 @@
  *                  --count distinct names (at most --window unanswered);
  *                  waits for every OK GRANTED.
  *   redis-fill     the same with SET NX PX on Redis.
+ *   dlock-connects N connections, each in a loop: connect, PING -> OK PONG,
+ *                  close. With --tls, a full TLS handshake each time (and
+ *                  close_notify at the end): counts handshakes. Its
+ *                  latency is of the whole cycle.
  *   waitport       poll a port until the server there answers PING; prints
  *                  the time since --since-ns (CLOCK_REALTIME) or since start.
  *   freeport       print --count free TCP ports of 127.0.0.1.
@@ -54,6 +58,11 @@
  * connection) at both ends of the window and the deltas printed as
  * stat_<key>=. With --pid name:pid, that process's CPU time over the window
  * is printed as cpu_<name>= (1.0 = one core busy).
+ *
+ * --tls CAFILE: the dlock modes (and waitport) speak TLS, verifying the
+ * server's certificate against CAFILE and its name against --host, with
+ * OpenSSL on the same non-blocking sockets (SSL_set_fd; SIGPIPE ignored).
+ * The handshake of the load modes is made before the window opens.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -71,6 +80,9 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "proto/proto.h"
@@ -125,12 +137,13 @@ enum mode {
 	M_REDIS_FILL,
 	M_WAITPORT,
 	M_FREEPORT,
+	M_DLOCK_CONNECTS,
 };
 
 static const char *const mode_names[] = {
 	"dlock-pairs", "dlock-handoff", "redis-pairs", "redis-handoff",
 	"redis-rw",    "redis-sem",     "fill",        "redis-fill",
-	"waitport",    "freeport",
+	"waitport",    "freeport",	"dlock-connects",
 };
 
 #define MAX_PIDS 4
@@ -153,6 +166,7 @@ static struct {
 	long limit;        /* dlock-handoff, redis-sem: permits (0: none) */
 	int write_pct;     /* -1: not mixed; else % of exclusive requests */
 	const char *proto; /* waitport: dlock or redis */
+	const char *tls_ca; /* --tls: the CA file; NULL: plaintext */
 	long timeout_ms;
 	uint64_t since_ns;
 	int npids;
@@ -180,7 +194,7 @@ static struct {
 static const char usage[] =
 	"usage: bench MODE [options]\n"
 	"modes: dlock-pairs dlock-handoff redis-pairs redis-handoff redis-rw\n"
-	"       redis-sem fill redis-fill waitport freeport\n"
+	"       redis-sem fill redis-fill waitport freeport dlock-connects\n"
 	"  --host ADDR --port N    server (127.0.0.1)\n"
 	"  --conns N               connections (1)\n"
 	"  --warmup S --duration S seconds, fractions allowed (1, 4)\n"
@@ -195,7 +209,8 @@ static const char usage[] =
 	"  --write-pct P           dlock-handoff, redis-rw: P% writers\n"
 	"  --stats                 dlock: STATS deltas over the window\n"
 	"  --pid NAME:PID          CPU use of that process over the window\n"
-	"  --proto dlock|redis --timeout-ms N --since-ns NS   waitport\n";
+	"  --proto dlock|redis --timeout-ms N --since-ns NS   waitport\n"
+	"  --tls CAFILE            dlock modes, waitport: TLS, verified\n";
 
 static void parse_args(int argc, char **argv)
 {
@@ -203,6 +218,7 @@ static void parse_args(int argc, char **argv)
 		O_HOST = 256, O_PORT, O_CONNS, O_WARMUP, O_DURATION, O_COUNT,
 		O_WINDOW, O_TAG, O_OWNER, O_TTL, O_PX, O_SLEEP, O_STATS, O_PID,
 		O_PROTO, O_TIMEOUT, O_SINCE, O_SHARED, O_LIMIT, O_WPCT,
+		O_TLS,
 	};
 	static const struct option lo[] = {
 		{ "host", 1, NULL, O_HOST },
@@ -225,6 +241,7 @@ static void parse_args(int argc, char **argv)
 		{ "shared", 0, NULL, O_SHARED },
 		{ "limit", 1, NULL, O_LIMIT },
 		{ "write-pct", 1, NULL, O_WPCT },
+		{ "tls", 1, NULL, O_TLS },
 		{ NULL, 0, NULL, 0 },
 	};
 	static char deftag[32];
@@ -262,6 +279,7 @@ static void parse_args(int argc, char **argv)
 		case O_SHARED: opt.shared = 1; break;
 		case O_LIMIT: opt.limit = atol(optarg); break;
 		case O_WPCT: opt.write_pct = atoi(optarg); break;
+		case O_TLS: opt.tls_ca = optarg; break;
 		case O_PROTO: opt.proto = optarg; break;
 		case O_TIMEOUT: opt.timeout_ms = atol(optarg); break;
 		case O_SINCE:
@@ -333,6 +351,91 @@ static void write_all(int fd, const char *p, size_t n)
 		p += w;
 		n -= (size_t)w;
 	}
+}
+
+/* ---- TLS (--tls) ------------------------------------------------------- */
+
+static SSL_CTX *tls_ctx; /* NULL: plaintext */
+
+static void tls_init(void)
+{
+	if (!opt.tls_ca)
+		return;
+	signal(SIGPIPE, SIG_IGN); /* OpenSSL writes to the socket itself */
+	tls_ctx = SSL_CTX_new(TLS_client_method());
+	if (!tls_ctx ||
+	    SSL_CTX_load_verify_locations(tls_ctx, opt.tls_ca, NULL) != 1)
+		die("--tls %s: cannot load it", opt.tls_ca);
+	SSL_CTX_set_min_proto_version(tls_ctx, TLS1_2_VERSION);
+	SSL_CTX_set_verify(tls_ctx, SSL_VERIFY_PEER, NULL);
+	/* SSL_write may take part of a buffer that moves between tries */
+	SSL_CTX_set_mode(tls_ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+					  SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+}
+
+static SSL *tls_new(int fd)
+{
+	SSL *ssl = SSL_new(tls_ctx);
+
+	if (!ssl || SSL_set_fd(ssl, fd) != 1 || SSL_set1_host(ssl, opt.host) != 1)
+		die("SSL_new failed");
+	SSL_set_connect_state(ssl);
+	return ssl;
+}
+
+/* A blocking handshake on a blocking socket: the SSL, or NULL. */
+static SSL *tls_wrap(int fd)
+{
+	SSL *ssl = tls_new(fd);
+
+	if (SSL_connect(ssl) != 1) {
+		ERR_print_errors_fp(stderr);
+		SSL_free(ssl);
+		return NULL;
+	}
+	return ssl;
+}
+
+/* read(2) and write(2) over TLS: -1 with errno EAGAIN when OpenSSL needs
+ * the socket to be ready again. */
+static ssize_t ssl_io(SSL *ssl, int r, size_t n)
+{
+	switch (SSL_get_error(ssl, r)) {
+	case SSL_ERROR_NONE:
+		return (ssize_t)n;
+	case SSL_ERROR_WANT_READ:
+	case SSL_ERROR_WANT_WRITE:
+		errno = EAGAIN;
+		return -1;
+	case SSL_ERROR_ZERO_RETURN:
+		return 0;
+	default:
+		ERR_clear_error();
+		errno = EPROTO;
+		return -1;
+	}
+}
+
+static ssize_t io_read(int fd, SSL *ssl, void *buf, size_t len)
+{
+	size_t n = 0;
+	int r;
+
+	if (!ssl)
+		return read(fd, buf, len);
+	r = SSL_read_ex(ssl, buf, len, &n);
+	return ssl_io(ssl, r, n);
+}
+
+static ssize_t io_write(int fd, SSL *ssl, const void *buf, size_t len)
+{
+	size_t n = 0;
+	int r;
+
+	if (!ssl)
+		return write(fd, buf, len);
+	r = SSL_write_ex(ssl, buf, len, &n);
+	return ssl_io(ssl, r, n);
 }
 
 /* ---- CPU use of other processes ------------------------------------------ */
@@ -621,11 +724,14 @@ enum st {
 	S_QUEUED,  /* dlock-handoff: OK QUEUED, waiting for * GRANTED */
 	S_UNLOCK,  /* UNLOCK (or EVALSHA) sent */
 	S_SLEEP,   /* redis-handoff: pausing before the next SET */
+	S_HANDSHAKE, /* dlock-connects: TLS handshake in progress */
+	S_PING,      /* dlock-connects: PING sent */
 	S_DONE,
 };
 
 struct conn {
 	int fd;
+	SSL *ssl; /* --tls; NULL: plaintext */
 	int idx;
 	enum st st;
 	int want_out; /* EPOLLOUT registered */
@@ -712,8 +818,8 @@ static void flush(struct conn *c)
 	ssize_t w;
 
 	while (c->out.off < c->out.len) {
-		w = write(c->fd, c->out.p + c->out.off,
-			  c->out.len - c->out.off);
+		w = io_write(c->fd, c->ssl, c->out.p + c->out.off,
+			     c->out.len - c->out.off);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0 && errno == EAGAIN)
@@ -730,6 +836,8 @@ static void flush(struct conn *c)
 
 static void conn_close(struct conn *c)
 {
+	SSL_free(c->ssl);
+	c->ssl = NULL;
 	if (c->fd >= 0) {
 		epoll_ctl(g.ep, EPOLL_CTL_DEL, c->fd, NULL);
 		close(c->fd);
@@ -826,6 +934,77 @@ static void d_fill_next(struct conn *c)
 	}
 }
 
+/* ---- dlock-connects ------------------------------------------------------ */
+
+static void cx_ping(struct conn *c)
+{
+	sendf(c, "PING\r\n");
+	c->st = S_PING;
+	flush(c);
+}
+
+/* Advance the TLS handshake; PING once it is done. */
+static void cx_handshake(struct conn *c)
+{
+	int r = SSL_connect(c->ssl);
+
+	if (r == 1) {
+		cx_ping(c);
+		return;
+	}
+	switch (SSL_get_error(c->ssl, r)) {
+	case SSL_ERROR_WANT_READ:
+		if (c->want_out)
+			ep_mod(c, 0);
+		return;
+	case SSL_ERROR_WANT_WRITE:
+		if (!c->want_out)
+			ep_mod(c, 1);
+		return;
+	default:
+		ERR_print_errors_fp(stderr);
+		die("conn %d: TLS handshake failed", c->idx);
+	}
+}
+
+/* A new connection for the next cycle. */
+static void cx_open(struct conn *c)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+
+	c->t_start = mono();
+	c->fd = tcp_connect(1);
+	if (c->fd < 0)
+		die("cannot connect to %s:%d: %s", opt.host, opt.port,
+		    strerror(errno));
+	dl_linebuf_init(&c->lb);
+	c->out.off = c->out.len = 0;
+	c->want_out = 0;
+	if (epoll_ctl(g.ep, EPOLL_CTL_ADD, c->fd, &ev) != 0)
+		die("epoll_ctl: %s", strerror(errno));
+	if (!tls_ctx) {
+		cx_ping(c);
+		return;
+	}
+	c->ssl = tls_new(c->fd);
+	c->st = S_HANDSHAKE;
+	cx_handshake(c);
+}
+
+/* OK PONG: one cycle done; close (TLS: with close_notify, not waiting
+ * for the server's) and start the next one. */
+static void cx_done(struct conn *c)
+{
+	g.ops++;
+	if (g.measuring)
+		lat_add(mono() - c->t_start);
+	if (c->ssl)
+		SSL_shutdown(c->ssl);
+	conn_close(c);
+	if (!g.stopping)
+		cx_open(c);
+}
+
 static void d_line(struct conn *c, const char *line, size_t len)
 {
 	struct dl_reply r;
@@ -846,6 +1025,10 @@ static void d_line(struct conn *c, const char *line, size_t len)
 	}
 	if (r.kind != DL_REPLY_OK)
 		die("conn %d: refused: %s", c->idx, line);
+	if (c->st == S_PING) {
+		cx_done(c);
+		return;
+	}
 	switch (c->st) {
 	case S_HELLO:
 		c->st = S_LOCK;
@@ -900,7 +1083,7 @@ static void d_read(struct conn *c)
 
 	for (;;) {
 		sp = dl_linebuf_space(&c->lb, &avail);
-		n = read(c->fd, sp, avail);
+		n = io_read(c->fd, c->ssl, sp, avail);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && errno == EAGAIN)
@@ -917,11 +1100,11 @@ static void d_read(struct conn *c)
 			if (lr != DL_LB_LINE)
 				die("conn %d: over-long line", c->idx);
 			d_line(c, line, len);
-			if (c->st == S_DONE && c->fd < 0)
-				return;
+			if (c->fd < 0 || c->st == S_HANDSHAKE)
+				return; /* closed, or a new connection */
 		}
-		if ((size_t)n < avail)
-			break; /* drained the socket */
+		if ((size_t)n < avail && !c->ssl)
+			break; /* drained the socket (TLS may hold more) */
 	}
 }
 
@@ -1169,10 +1352,19 @@ static void open_conns(int n)
 		struct conn *c = &g.c[i];
 
 		c->idx = i;
-		c->fd = tcp_connect(1);
+		c->fd = -1;
+		if (opt.mode == M_DLOCK_CONNECTS)
+			continue; /* cx_open() connects, again and again */
+		c->fd = tcp_connect(!tls_ctx);
 		if (c->fd < 0)
 			die("cannot connect to %s:%d: %s", opt.host, opt.port,
 			    strerror(errno));
+		if (tls_ctx && !is_redis()) {
+			if (!(c->ssl = tls_wrap(c->fd)))
+				die("conn %d: TLS handshake failed", i);
+			fcntl(c->fd, F_SETFL,
+			      fcntl(c->fd, F_GETFL) | O_NONBLOCK);
+		}
 		dl_linebuf_init(&c->lb);
 		ev.events = EPOLLIN;
 		ev.data.ptr = c;
@@ -1209,6 +1401,10 @@ static void poll_once(int timeout)
 
 		if (c->fd < 0)
 			continue;
+		if (c->st == S_HANDSHAKE) {
+			cx_handshake(c);
+			continue;
+		}
 		if (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
 			if (is_redis())
 				r_read(c);
@@ -1249,6 +1445,10 @@ static void run_load(void)
 	}
 	open_conns(opt.conns);
 	for (i = 0; i < g.n; i++) {
+		if (opt.mode == M_DLOCK_CONNECTS) {
+			cx_open(&g.c[i]);
+			continue;
+		}
 		if (is_redis())
 			r_set(&g.c[i]);
 		else
@@ -1337,7 +1537,8 @@ static void run_load(void)
 		printf(" fails=%llu fail_rate=%.1f",
 		       (unsigned long long)(fails1 - g.fails0),
 		       (double)(fails1 - g.fails0) / secs);
-	if (opt.mode == M_DLOCK_PAIRS || opt.mode == M_REDIS_PAIRS)
+	if (opt.mode == M_DLOCK_PAIRS || opt.mode == M_REDIS_PAIRS ||
+	    opt.mode == M_DLOCK_CONNECTS)
 		printf(" p50_us=%.0f p99_us=%.0f p999_us=%.0f", lat_q(0.50),
 		       lat_q(0.99), lat_q(0.999));
 	if (opt.mode == M_DLOCK_HANDOFF || r_handoff()) {
@@ -1444,10 +1645,17 @@ static void run_waitport(void)
 	for (;;) {
 		fd = tcp_connect(0);
 		if (fd >= 0) {
+			SSL *ssl = NULL;
+
 			setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv,
 				   sizeof(tv));
-			write_all(fd, "PING\r\n", 6);
-			n = read(fd, buf, sizeof(buf) - 1);
+			n = -1;
+			if (!tls_ctx || (ssl = tls_wrap(fd)) != NULL) {
+				if (io_write(fd, ssl, "PING\r\n", 6) == 6)
+					n = io_read(fd, ssl, buf,
+						    sizeof(buf) - 1);
+			}
+			SSL_free(ssl);
 			close(fd);
 			if (n > 0) {
 				buf[n] = '\0';
@@ -1493,6 +1701,7 @@ int main(int argc, char **argv)
 
 	parse_args(argc, argv);
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	tls_init();
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);

@@ -22,7 +22,9 @@
 # (1000000), BENCH_FILL_SMALL (100000), BENCH_PIN1 (1: run the 1-connection
 # scenarios with every process on CPU 0, see below), BENCH_NOISE (0.3) and
 # BENCH_RETRIES (25): when a run is repeated for noise, see one();
-# BENCH_MODE_CONNS (64): clients of the shared-lock and semaphore rows.
+# BENCH_MODE_CONNS (64): clients of the shared-lock and semaphore rows;
+# BENCH_TLS_CONNS (8): connections at once of the handshake row;
+# BENCH_ONLY: run a subset only -- "tls": the TLS rows (section E) alone.
 set -u
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -39,15 +41,23 @@ FILL=${BENCH_FILL:-1000000}
 FILL_SMALL=${BENCH_FILL_SMALL:-100000}
 PIN1=${BENCH_PIN1:-1}
 MCONNS=${BENCH_MODE_CONNS:-64}
+TLS_CONNS=${BENCH_TLS_CONNS:-8}
+ONLY=${BENCH_ONLY:-}
+sd_tls=""
 
 die() {
 	echo "run.sh: $*" >&2
 	exit 1
 }
 
+case "$ONLY" in
+"" | tls) ;;
+*) die "BENCH_ONLY=$ONLY: the subsets are: tls" ;;
+esac
 for x in "$DLOCKD" "$BENCH" "$FCALL" "$HTAB"; do
 	[ -x "$x" ] || die "$x is missing (make bench builds it)"
 done
+command -v openssl >/dev/null || die "openssl missing (make deps)"
 command -v redis-server >/dev/null || die "redis-server missing (make deps)"
 command -v redis-cli >/dev/null || die "redis-cli missing (make deps)"
 
@@ -131,7 +141,7 @@ start_dlockd() {
 	sd_pid=$!
 	pids="$pids $sd_pid"
 	sd_ready=$("$BENCH" waitport --port "$sd_port" --since-ns "$sd_t0" \
-		--timeout-ms 120000) ||
+		--timeout-ms 120000 ${sd_tls:+--tls "$sd_tls"}) ||
 		die "dlockd $sd_name did not start: $(tail -5 "$tmp/$sd_name.log")"
 	eval "${sd_name}_pid=$sd_pid ${sd_name}_port=$sd_port"
 	eval "${sd_name}_ready=${sd_ready#ready_ms=}"
@@ -234,6 +244,101 @@ pin_servers() { # cpu list: every thread of every server process
 	for p in $pids; do taskset -apc "$1" "$p" >/dev/null 2>&1; done
 }
 
+# ---- TLS -------------------------------------------------------------------------
+
+# The same daemon (--persist none) with its TCP port in plaintext ("tp") and
+# in TLS ("tt": an ECDSA P-256 certificate from a CA made here, TLS 1.3),
+# driven alike, runs alternating: pairs at 1 and $CONNS connections, and
+# connections made and closed ($TLS_CONNS at once: connect, PING, close;
+# over TLS each one a full handshake, and close_notify).
+tls_certs() {
+	mkdir -p "$tmp/tls" && (
+		cd "$tmp/tls" &&
+			ec="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes" &&
+			openssl req -x509 $ec -keyout ca.key -out ca.pem -days 2 \
+				-subj "/CN=bench CA" &&
+			openssl req $ec -keyout server.key -out server.csr \
+				-subj "/CN=127.0.0.1" &&
+			printf 'subjectAltName=IP:127.0.0.1\n' > ext &&
+			openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key \
+				-CAcreateserial -days 2 -extfile ext -out server.pem
+	) > /dev/null 2>&1 || die "openssl could not make the certificates"
+}
+
+run_tls() {
+	tls_certs
+	start_dlockd tp - --persist none
+	sd_tls=$tmp/tls/ca.pem
+	start_dlockd tt - --persist none --tls-cert "$tmp/tls/server.pem" \
+		--tls-key "$tmp/tls/server.key"
+	sd_tls=""
+	echo "make bench: TLS against plaintext: pairs, 1 and $CONNS connections;" \
+		"connections, $TLS_CONNS at once" >&2
+	rep=0
+	while [ $rep -lt "$REPS" ]; do
+		for c in tp tt; do
+			# (not $p: pin_servers loops over it)
+			eval "port=\$${c}_port dp=\$${c}_pid"
+			tls=""
+			[ $c = tt ] && tls="--tls $tmp/tls/ca.pem"
+			pre=""
+			if [ "$PIN1" = 1 ]; then pin_servers 0; pre="taskset -c 0"; fi
+			one tp1 "$c" $pre -- dlock-pairs --port "$port" --conns 1 \
+				--pid "dlockd:$dp" $tls
+			[ "$PIN1" = 1 ] && pin_servers "$PIN_CPUS"
+			one tpm "$c" -- dlock-pairs --port "$port" --conns "$CONNS" \
+				--pid "dlockd:$dp" $tls
+			one tcx "$c" -- dlock-connects --port "$port" \
+				--conns "$TLS_CONNS" --pid "dlockd:$dp" $tls
+		done
+		rep=$((rep + 1))
+	done
+	stop "$tp_pid"
+	stop "$tt_pid"
+}
+
+# per_op ROW COL: server CPU per operation, us
+per_op() {
+	awk -v c="$(med "$1" "$2" cpu_dlockd)" -v r="$(med "$1" "$2" rate)" 'BEGIN {
+		if (c == "-" || r == "-" || r + 0 == 0) print "-";
+		else printf "%.1f\n", c * 1e6 / r }'
+}
+
+table_tls() {
+	echo
+	echo "E. TLS: one dlockd build (--persist none), its TCP port in plaintext"
+	echo "  against TLS (TLS 1.3, ECDSA P-256 server certificate, verified by the"
+	echo "  load generator); ratio = TLS / plaintext. Connections: $TLS_CONNS at"
+	echo "  once, each connect, PING -> OK PONG, close, again (over TLS a full"
+	echo "  handshake each: handshakes/s)."
+	printf '%-40s %12s %14s %7s\n' "scenario" "plaintext" "TLS" "ratio"
+	label="lock+unlock pairs/s, 1 conn"
+	[ "$PIN1" = 1 ] && label="$label (CPU 0)"
+	a=$(med tp1 tp rate) b=$(med tp1 tt rate)
+	printf '%-40s %12s %14s %7s\n' "$label" "$(int "$a")" "$(int "$b")" \
+		"$(ratio "$b" "$a")"
+	a=$(med tpm tp rate) b=$(med tpm tt rate)
+	printf '%-40s %12s %14s %7s\n' "lock+unlock pairs/s, $CONNS conns" \
+		"$(int "$a")" "$(int "$b")" "$(ratio "$b" "$a")"
+	printf '%-40s %12s %14s\n' "  pair latency p50/p99 us, $CONNS conns" \
+		"$(int "$(med tpm tp p50_us)")/$(int "$(med tpm tp p99_us)")" \
+		"$(int "$(med tpm tt p50_us)")/$(int "$(med tpm tt p99_us)")"
+	a=$(per_op tpm tp) b=$(per_op tpm tt)
+	printf '%-40s %12s %14s %7s\n' "  server CPU per pair, us" "$a" "$b" \
+		"$(ratio "$b" "$a")"
+	a=$(med tcx tp rate) b=$(med tcx tt rate)
+	printf '%-40s %12s %14s %7s\n' "connections/s (TLS: handshakes/s)" \
+		"$(int "$a")" "$(int "$b")" "$(ratio "$b" "$a")"
+	a=$(per_op tcx tp) b=$(per_op tcx tt)
+	printf '%-40s %12s %14s %7s\n' "  server CPU per connection, us" "$a" \
+		"$b" "$(ratio "$b" "$a")"
+	printf '%-40s %12s %14s\n' "  load generator CPU, cores" \
+		"$(med tcx tp cpu_bench)" "$(med tcx tt cpu_bench)"
+	printf '%-40s %12s %14s\n' "  connection p50/p99 us" \
+		"$(int "$(med tcx tp p50_us)")/$(int "$(med tcx tp p99_us)")" \
+		"$(int "$(med tcx tt p50_us)")/$(int "$(med tcx tt p99_us)")"
+}
+
 # ---- the machine ---------------------------------------------------------------
 
 ncpu=$(nproc)
@@ -257,6 +362,38 @@ EOF
 
 echo "make bench: $ncpu CPUs ($cpu_model), $REPS x ${DURATION}s per" \
 	"figure, temp dir $tmp ($fs); this takes a few minutes" >&2
+
+report_head() {
+	echo "dlockd benchmark: dlockd against the Redis recipe it replaces"
+	echo "  (recipe: SET <key> <unique> NX PX 10000, then EVALSHA of the"
+	echo "  compare-and-delete script; handoff: SET NX PX retried on nil)"
+	echo "date:    $started (took ${t_total} s)"
+	echo "machine: $(uname -n), nproc=$ncpu, $cpu_model, Linux $(uname -r)"
+	echo "         load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "redis:   $(redis-server --version | cut -d' ' -f1-3), data on $fs"
+	echo "dlockd:  $DLOCKD ($("$DLOCKD" --version 2>&1 | head -1), git $rev)"
+	echo "tls:     $(openssl version)"
+	echo "method:  load generator tests/bench/bench on the same machine (one"
+	echo "         thread, epoll, one request in flight per connection);"
+	echo "         each figure the median of $REPS runs of ${DURATION} s after" \
+		"${WARMUP} s warm-up,"
+	echo "         runs alternating between the columns; ratio = dlockd / recipe"
+}
+
+if [ "$ONLY" = tls ]; then
+	run_tls
+	t_total=$(($(date +%s) - t_begin))
+	{
+		report_head
+		table_tls
+		echo "Noise: runs repeated for noise: $retried (the quietest" \
+			"attempt of each kept; cpu_other in $RAW)"
+		[ "$errors" -eq 0 ] || echo "ERRORS: $errors runs failed, see $RAW"
+	} | tee "$RES"
+	echo "(table in $RES, every run in $RAW)"
+	[ "$errors" -eq 0 ]
+	exit
+fi
 
 start_redis ra always
 start_redis re everysec
@@ -464,6 +601,7 @@ stop "$ra_pid"
 echo "make bench: hash table growth" >&2
 "$HTAB" 2000000 > "$tmp/htab.txt" || errors=$((errors + 1))
 cat "$tmp/htab.txt" >> "$RAW"
+run_tls
 t_total=$(($(date +%s) - t_begin))
 
 # ---- the table ---------------------------------------------------------------------
@@ -572,19 +710,7 @@ table_modes() {
 }
 
 report() {
-	echo "dlockd benchmark: dlockd against the Redis recipe it replaces"
-	echo "  (recipe: SET <key> <unique> NX PX 10000, then EVALSHA of the"
-	echo "  compare-and-delete script; handoff: SET NX PX retried on nil)"
-	echo "date:    $started (took ${t_total} s)"
-	echo "machine: $(uname -n), nproc=$ncpu, $cpu_model, Linux $(uname -r)"
-	echo "         load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "redis:   $(redis-server --version | cut -d' ' -f1-3), data on $fs"
-	echo "dlockd:  $DLOCKD ($("$DLOCKD" --version 2>&1 | head -1), git $rev)"
-	echo "method:  load generator tests/bench/bench on the same machine (one"
-	echo "         thread, epoll, one request in flight per connection);"
-	echo "         each figure the median of $REPS runs of ${DURATION} s after" \
-		"${WARMUP} s warm-up,"
-	echo "         runs alternating between the columns; ratio = dlockd / recipe"
+	report_head
 	table "A. durable: every acknowledged write fsync'ed (appendfsync always)" \
 		da ra "dlockd --persist redis -> redis-server appendonly yes, appendfsync always" \
 		"redis-server appendonly yes, appendfsync always"
@@ -595,6 +721,7 @@ report() {
 		dn rn "dlockd --persist none" \
 		"redis-server appendonly no, save \"\" (no persistence)"
 	table_modes
+	table_tls
 	echo
 	echo "Persistence cost, pairs/s at $CONNS conns:"
 	echo "  persist=redis (always) / persist=none:   $(ratio "$(med pm da rate)" "$(med pm dn rate)")"
