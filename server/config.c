@@ -580,6 +580,7 @@ void dl_redis_addr_free(struct dl_redis_addr *a)
 	free(a->host);
 	free(a->path);
 	free(a->password);
+	free(a->user);
 	free(a->master);
 	free(a->sentinel_password);
 	for (i = 0; i < a->nsentinels; i++)
@@ -602,7 +603,7 @@ static char *strndup_or_null(const char *s, size_t n)
 	return n ? strndup(s, n) : NULL;
 }
 
-/* ?db=N&password=P */
+/* ?db=N&user=U&password=P */
 static int parse_query(const char *q, struct dl_redis_addr *a)
 {
 	const char *opt, *amp, *eq;
@@ -619,6 +620,9 @@ static int parse_query(const char *q, struct dl_redis_addr *a)
 		} else if (strncmp(opt, "password=", 9) == 0) {
 			free(a->password);
 			a->password = strndup_or_null(eq + 1, vlen);
+		} else if (strncmp(opt, "user=", 5) == 0) {
+			free(a->user);
+			a->user = strndup_or_null(eq + 1, vlen);
 		} else {
 			return DL_EBADARG;
 		}
@@ -735,10 +739,12 @@ int dl_redis_url_parse(const char *url, struct dl_redis_addr *a)
 	p = url + 8;
 	at = strrchr(p, '@');
 	if (at) {
-		/* [user]:password@ -- dlockd uses the password only. */
+		/* [user]:password@: a Redis ACL user (AUTH user password),
+		 * or the default user with only a password */
 		colon = memchr(p, ':', (size_t)(at - p));
 		if (!colon)
 			goto bad;
+		a->user = strndup_or_null(p, (size_t)(colon - p));
 		a->password =
 			strndup_or_null(colon + 1, (size_t)(at - colon - 1));
 		p = at + 1;

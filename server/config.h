@@ -111,9 +111,9 @@ int dl_config_apply_live(struct dl_config *cur, const struct dl_config *next);
 /* Writes the effective configuration as an INI file (secrets masked). */
 void dl_config_dump(const struct dl_config *c, int fd);
 
-/* A parsed redis URL: redis://[:password@]host[:port][/db],
- * unix:///path.sock[?db=N][&password=P], or
- * sentinel://[:sentinel-password@]host[:port][,host[:port]...]/master[?db=N][&password=P]
+/* A parsed redis URL: redis://[[user]:password@]host[:port][/db],
+ * unix:///path.sock[?db=N][&user=U][&password=P], or
+ * sentinel://[:sentinel-password@]host[:port][,host[:port]...]/master[?db=N][&user=U][&password=P]
  * (the primary is asked of the Sentinels; host and port are then NULL
  * and 0). Strings are owned (free with dl_redis_addr_free). */
 struct dl_redis_addr {
@@ -121,6 +121,7 @@ struct dl_redis_addr {
 	int port;
 	char *path;	/* unix socket path, NULL for TCP */
 	char *password; /* the primary's; NULL when none */
+	char *user;	/* its Redis ACL user; NULL: the default user */
 	int db;
 	char *master; /* Sentinel's name of the primary; NULL: no Sentinel */
 	char *sentinel_password;

@@ -32,7 +32,7 @@ static const char usage[] =
 	"  -s, --unix-socket PATH  also listen on a unix socket\n"
 	"      --persist MODE      redis or none (memory only: a restart\n"
 	"                          loses every lock)              [redis]\n"
-	"      --redis URL         redis://[:password@]host:port/db or\n"
+	"      --redis URL         redis://[[user]:password@]host:port/db or\n"
 	"                          unix:///path.sock[?db=N]\n"
 	"      --node-id ID        join a cluster as node ID: a standby while\n"
 	"                          another daemon is active ([cluster])\n"

@@ -972,11 +972,17 @@ static int send_handshake(struct dl_store *st)
 	char db[24];
 
 	if (a->password) {
-		argv[0] = "AUTH";
-		argv[1] = a->password;
-		lens[0] = 4;
-		lens[1] = strlen(a->password);
-		if (send_argv(st, on_handshake, st, 2, argv, lens))
+		int n = 0;
+
+		argv[n] = "AUTH";
+		lens[n++] = 4;
+		if (a->user) {
+			argv[n] = a->user;
+			lens[n++] = strlen(a->user);
+		}
+		argv[n] = a->password;
+		lens[n++] = strlen(a->password);
+		if (send_argv(st, on_handshake, st, n, argv, lens))
 			return DL_EUNAVAILABLE;
 	}
 	argv[0] = "SELECT";

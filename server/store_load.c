@@ -187,7 +187,11 @@ static int connect_redis(struct load_ctx *x)
 		return dl__load_err(x, DL_EUNAVAILABLE, "%s",
 				    x->c ? x->c->errstr : "out of memory");
 	redisSetTimeout(x->c, tv);
-	if (a->password) {
+	if (a->password && a->user) {
+		if (!(r = RUN(x, &rc, 1, "AUTH", a->user, a->password)))
+			return rc;
+		freeReplyObject(r);
+	} else if (a->password) {
 		if (!(r = RUN(x, &rc, 1, "AUTH", a->password)))
 			return rc;
 		freeReplyObject(r);

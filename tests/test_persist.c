@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1575,6 +1576,126 @@ Test(persist, a_token_mark_or_epoch_no_daemon_wrote_is_refused_unless_accepted)
 	cr_assert(h_starts(l, "OK GRANTED y 1844674407370955161"),
 		  "accepted: \"%s\"", l);
 	h_close(c);
+	stop_clean();
+}
+
+/* The Redis ACL a daemon needs (conf/redis-dlockd.conf): its keys, the
+ * commands it sends and those its functions run. Found from outside:
+ * redis://user:pass@ dropped the user, and an ACL user failed with
+ * WRONGPASS. The daemon now authenticates as that user, serves, survives
+ * a restart, and the user can do nothing else. */
+#define DLOCKD_ACL /* quoted for the shell (h_redis_cli) */ \
+	"'ACL' 'SETUSER' 'dlockd' 'on' '>acl-secret-for-tests' " \
+	"'~dlock:*' 'resetchannels' '-@all' '+auth' '+hello' " \
+	"'+ping' '+select' '+role' '+info' '+config|get' " \
+	"'+client|setname' '+function|load' '+fcall' '+wait' '+get' " \
+	"'+exists' '+hlen' '+hgetall' '+mget' '+type' '+smembers' " \
+	"'+scan' '+persist' '+set' '+del' '+hset' '+hdel' '+incr' " \
+	"'+pexpire' '+pttl'"
+
+Test(persist, the_daemon_runs_as_a_redis_acl_user_with_the_documented_rights)
+{
+	char url[H_PATH_MAX + 64], *l;
+	struct h_client *c;
+	uint64_t tok;
+
+	h_redis_start(&r, "always");
+	cr_assert_str_eq(h_redis_cli(&r, DLOCKD_ACL), "OK\n");
+	snprintf(url, sizeof(url),
+		 "redis://dlockd:acl-secret-for-tests@127.0.0.1:%d/0", r.port);
+	h_daemon_start(&d, "--persist", "redis", "--redis", url, NULL);
+	c = h_hello(d.port, "a");
+	tok = h_lock(c, "acl", "ttl=30s");
+	h_close(c);
+	h_daemon_kill9(&d);
+	h_daemon_restart(&d);
+	c = h_hello(d.port, "b");
+	expect_status(c, "acl", "held", tok, "a", 0);
+	l = h_call(c, "TRYLOCK other ttl=1s");
+	cr_assert(h_starts(l, "OK GRANTED other "), "\"%s\"", l);
+	h_close(c);
+	cr_assert(strstr(h_redis_cli(&r, "ACL LOG"), "fcall") == NULL,
+		  "refused: %s", h_redis_cli(&r, "ACL LOG"));
+	stop_clean();
+}
+
+/* hiredis 0.14 has no TLS: a Redis on another machine is reached through
+ * a TLS tunnel (README, "Redis's side"). Redis listens on a TLS port too,
+ * stunnel in client mode verifies its certificate and forwards to it, and
+ * the daemon, pointed at the tunnel's local end, serves and keeps a lease
+ * across a restart; CLIENT LIST shows its connections arriving on the TLS
+ * port. */
+static pid_t stunnel_pid;
+
+static void stunnel_stop(void)
+{
+	if (stunnel_pid > 0) {
+		kill(stunnel_pid, SIGTERM);
+		waitpid(stunnel_pid, NULL, 0);
+	}
+	fini();
+}
+
+Test(persist, the_daemon_reaches_a_tls_redis_through_stunnel,
+     .fini = stunnel_stop)
+{
+	char cmd[4 * H_PATH_MAX], conf[H_PATH_MAX], url[64], *l;
+	struct h_client *c, *probe = NULL;
+	int tls_port = h_free_port(), local = h_free_port(), i;
+	uint64_t tok;
+	FILE *f;
+
+	if (access("/usr/bin/stunnel4", X_OK) != 0)
+		cr_skip_test("stunnel4 is not installed (make deps)");
+	h_redis_start(&r, "always");
+	snprintf(cmd, sizeof(cmd),
+		 "cd %s && openssl req -x509 -newkey ec -pkeyopt "
+		 "ec_paramgen_curve:P-256 -nodes -keyout tls.key -out tls.pem "
+		 "-days 2 -subj /CN=localhost "
+		 "-addext subjectAltName=DNS:localhost,IP:127.0.0.1 "
+		 ">/dev/null 2>&1",
+		 r.dir);
+	cr_assert_eq(system(cmd), 0, "openssl");
+	snprintf(cmd, sizeof(cmd),
+		 "CONFIG SET tls-cert-file %s/tls.pem tls-key-file %s/tls.key "
+		 "tls-ca-cert-file %s/tls.pem tls-auth-clients no tls-port %d",
+		 r.dir, r.dir, r.dir, tls_port);
+	cr_assert_str_eq(h_redis_cli(&r, cmd), "OK\n");
+	snprintf(conf, sizeof(conf), "%s/stunnel.conf", r.dir);
+	cr_assert((f = fopen(conf, "w")) != NULL);
+	fprintf(f,
+		"foreground = yes\npid =\n[redis]\nclient = yes\n"
+		"accept = 127.0.0.1:%d\nconnect = 127.0.0.1:%d\n"
+		"CAfile = %s/tls.pem\nverifyChain = yes\ncheckHost = localhost\n",
+		local, tls_port, r.dir);
+	fclose(f);
+	stunnel_pid = fork();
+	cr_assert(stunnel_pid >= 0);
+	if (stunnel_pid == 0) {
+		freopen("/dev/null", "w", stderr);
+		execl("/usr/bin/stunnel4", "stunnel4", conf, (char *)NULL);
+		_exit(127);
+	}
+	for (i = 0; i < 100 && !(probe = h_try_connect(local)); i++)
+		h_sleep_ms(50);
+	cr_assert(probe != NULL, "stunnel does not listen");
+	h_close(probe);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d/0", local);
+	h_daemon_start(&d, "--persist", "redis", "--redis", url, NULL);
+	c = h_hello(d.port, "a");
+	tok = h_lock(c, "t", "ttl=30s");
+	h_close(c);
+	h_daemon_kill9(&d);
+	h_daemon_restart(&d);
+	c = h_hello(d.port, "b");
+	expect_status(c, "t", "held", tok, "a", 0);
+	l = h_call(c, "TRYLOCK u ttl=1s");
+	cr_assert(h_starts(l, "OK GRANTED u "), "\"%s\"", l);
+	h_close(c);
+	snprintf(cmd, sizeof(cmd), "laddr=127.0.0.1:%d", tls_port);
+	cr_assert(strstr(h_redis_cli(&r, "CLIENT LIST"), cmd) != NULL,
+		  "no connection on the TLS port: %s",
+		  h_redis_cli(&r, "CLIENT LIST"));
 	stop_clean();
 }
 
