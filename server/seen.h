@@ -17,7 +17,12 @@
  * The store notes the largest of each it has read in any reply (its own
  * writes, renewals, a standby's looks) and hands them to every take of
  * the leadership, whose function compares them with what Redis holds
- * (store_lead.c): a Redis behind them went back.
+ * (store_lead.c): a Redis at an older epoch, or at the same epoch with a
+ * lower generation, went back. (The generation counts within an epoch:
+ * an active daemon that wrote its table back to a Redis that forgot
+ * starts a new epoch, above every one seen, with a generation that may
+ * be below what a standby saw before -- found by the fault campaign: the
+ * standby then took the rewritten Redis for one that went back.)
  *
  * A third number is kept for the tokens: the largest token mark seen
  * (read in a reply, or sent by this daemon). Tokens never go backwards

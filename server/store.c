@@ -836,11 +836,17 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		dl__lead_describe(st, who, sizeof(who));
 		dl_info("redis: connected as a standby; the active daemon is %s",
 			who);
-		if (!st->leader.epoch) {
+		if (!st->leader.epoch && lapse_wait(st, &lr)) {
+			/* found by the fault campaign: the look of a new link
+			 * took over a Redis restarted from an older copy at
+			 * once, and deposed the active that was writing its
+			 * table back */
+		} else if (!st->leader.epoch) {
 			st->lead_next_ms =
 				dl_mono_ms() + st->cfg->leader_lease_ms / 3;
 			st->hooks.role(DL_STORE_LAPSED, st->hooks.ctx);
 		} else {
+			st->lapse_wait_until = 0;
 			next_look(st, &lr);
 		}
 		return;
