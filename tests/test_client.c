@@ -250,6 +250,51 @@ Test(client, refresh_extends_the_lease, .init = start_none, .fini = stop_all)
 	dlock_close(c);
 }
 
+/* A reentry with a shorter TTL never shortens the lease, at the server
+ * (which keeps the longer TTL) nor in the library (which renews with the
+ * longer one): the campaign found the library renewing a 10 s lease with
+ * a reentry's 20 ms. */
+Test(client, a_reentry_with_a_shorter_ttl_keeps_the_longer_one,
+     .init = start_none, .fini = stop_all)
+{
+	dlock_client *c = client();
+	dlock_lease *l1 = must_lock(c, "rs", 10000, 0);
+	dlock_lease *l2 = must_lock(c, "rs", 100, 0);
+	struct dlock_status st;
+
+	cr_assert(eq(u64, dlock_lease_token(l1), dlock_lease_token(l2)));
+	cr_assert(eq(i64, dlock_lease_ttl(l2), 10000),
+		  "the lease renews with its longer TTL");
+	h_sleep_ms(300);
+	cr_assert(eq(int, dlock_status(c, "rs", &st), 0));
+	cr_assert(gt(i64, st.ttl_ms, 9000), "the server's lease shrank");
+	cr_assert(eq(int, dlock_unlock(c, l2), 0));
+	cr_assert(eq(int, dlock_unlock(c, l1), 0));
+	dlock_close(c);
+}
+
+/* A REFRESH that shortens the lease may be applied even if its reply is
+ * lost: the library counts on the shorter deadline from its send on, and
+ * the server's lease ends then. */
+Test(client, a_shortening_refresh_moves_the_local_deadline_earlier,
+     .init = start_none, .fini = stop_all)
+{
+	dlock_client *c = client();
+	dlock_lease *l = must_lock(c, "sh", 30000, 0);
+	int64_t before = dlock_now_ms();
+	struct dlock_status st;
+
+	cr_assert(eq(int, dlock_refresh(c, l, 500), 0));
+	cr_assert(le(i64, dlock_lease_deadline(l), before + 500 + 50),
+		  "deadline %lld ms after the send",
+		  (long long)(dlock_lease_deadline(l) - before));
+	cr_assert(eq(i64, dlock_lease_ttl(l), 500));
+	cr_assert(eq(int, dlock_status(c, "sh", &st), 0));
+	cr_assert(le(i64, st.ttl_ms, 500));
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	dlock_close(c);
+}
+
 Test(client, check_says_valid_then_stale, .init = start_none, .fini = stop_all)
 {
 	dlock_client *c = client(), *other = client();
