@@ -65,10 +65,11 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
-              server/locktab_verify.c server/seen.c server/tls.c
+              server/locktab_verify.c server/seen.c server/tls.c server/users.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c client/dlock_tls.c
-UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record
+UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
+              test_users
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls
 
@@ -151,6 +152,9 @@ $(O)/tests/test_record: $(O)/tests/test_record.o $(O)/server/record.o \
                         $(O)/server/buf.o $(O)/server/bucket.o \
                         $(LOCKTAB_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
+$(O)/tests/test_users: $(O)/tests/test_users.o $(O)/server/users.o \
+                       $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) $(CRIT_LIBS)
 $(O)/tests/test_server: $(O)/tests/test_server.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread

@@ -33,6 +33,14 @@
 /* Bytes in an owner id (HELLO owner=<id>), same alphabet as a name. */
 #define DL_OWNER_MAX 64
 
+/* Bytes in a user name (AUTH <user> <secret>, the users file): letters,
+ * digits and . _ - only, so that a name is safe in logs and owner keys. */
+#define DL_USER_MAX 32
+
+/* Bytes of a BREAK's reason=<text> (printable ASCII, no space): enough to
+ * name a ticket or say why in a word or two; it goes to the audit log. */
+#define DL_REASON_MAX 128
+
 /* Words in one request line, verb included. The longest valid request,
  * LOCK <name> ttl= wait= mode= limit= id=, has seven. */
 #define DL_ARGS_MAX 8
