@@ -284,7 +284,8 @@ static void cmd_check(struct dl_conn *c, const struct dl_request *rq)
 static void cmd_break(struct dl_conn *c, const struct dl_request *rq)
 {
 	struct dl_result res;
-	int err = dl_locktab_break(c->srv->tab, rq->name, rq->token, &res);
+	int err = dl_locktab_break(c->srv->tab, rq->name, rq->token,
+				   DL_STR_NULL, NULL, &res);
 
 	if (err)
 		table_error(c, err, rq->tag);
@@ -596,10 +597,9 @@ static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 		dl_cmd_error(c, DL_EINTERNAL, "out of memory", rq->tag);
 		return;
 	}
-	n = dl_locktab_list(tab,
-			    rq->by_waiters ? DL_LIST_BY_WAITERS
-					   : DL_LIST_BY_NAME,
-			    rq->name, rq->after, limit, page, &more);
+	n = dl_locktab_list(
+		tab, rq->by_waiters ? DL_LIST_BY_WAITERS : DL_LIST_BY_NAME,
+		rq->name, rq->after, limit, NULL, page, &more);
 	took_us = dl_mono_us() - t0_us;
 	c->srv->locks_last_us = took_us;
 	c->srv->locks_next_ms = dl_mono_ms() +

@@ -341,7 +341,7 @@ static void world_open(void)
 {
 	struct dl_locktab_hooks th = {tab_now, tab_event, NULL};
 	struct dl_store_hooks sh = {committed, availability, NULL, NULL};
-	struct dl_locktab_limits lim = {8, 16, 0};
+	struct dl_locktab_limits lim = {8, 16, 0, 0};
 	int k;
 
 	memset(&srv, 0, sizeof(srv));
