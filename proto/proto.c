@@ -346,7 +346,7 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	     "list locks by name a page at a time, or the most waited for "
 	     "(multi-line)"),
 	VERB(DL_VERB_BREAK, "BREAK", 2, 2, POS_NAME, POS_TOKEN,
-	     OPT_REASON | OPT_ID, " <name> <token> [reason=<text>] [id=<tag>]",
+	     OPT_REASON | OPT_ID, " <name> <token> reason=<text> [id=<tag>]",
 	     "end another owner's lease now (an operator's tool: its holder "
 	     "gets * EXPIRED broken_by=<you>; the reason is audited)"),
 	VERB(DL_VERB_HELP, "HELP", 0, 1, POS_TEXT, 0, OPT_ID,
@@ -838,6 +838,11 @@ int dl_parse_request(const char *line, size_t len, struct dl_request *req,
 		return fail(why, req, DL_EBADARG,
 			    "user malformed: 1 to " XSTR(
 				    DL_USER_MAX) " letters, digits and . _ -");
+	if (req->verb == DL_VERB_BREAK && !req->reason.len)
+		return fail_usage(why, req, DL_EBADFORMAT, def,
+				  "missing reason=<text> (why the lease is "
+				  "broken: it is audited)",
+				  DL_STR_NULL);
 	if (req->verb == DL_VERB_TRYLOCK) {
 		req->wait_ms = 0;
 		req->has_wait = 1;

@@ -48,6 +48,9 @@ static const struct key keys[] = {
 	{"server", "log_level", K_LEVEL, F(log_level), 0, 0, 1, 0},
 	{"server", "allow_remote_without_password", K_BOOL,
 	 F(allow_remote_without_password), 0, 0, 0, 0},
+	{"server", "users_file", K_STR, F(users_file), 0, 0, 0, 0},
+	{"server", "auth_timeout", K_DUR, F(auth_timeout_ms), 0,
+	 DL_AUTH_TIMEOUT_MAX_MS, 1, 0},
 	{"limits", "max_connections", K_U64, F(max_connections), 1,
 	 DL_MAX_CONNECTIONS_MAX, 1, 0},
 	{"limits", "max_waiters_per_lock", K_U64, F(max_waiters), 1,
@@ -66,6 +69,17 @@ static const struct key keys[] = {
 	 DL_REQUEST_TIMEOUT_MAX_MS, 1, 0},
 	{"limits", "idle_timeout", K_DUR, F(idle_timeout_ms), 0,
 	 DL_IDLE_TIMEOUT_MAX_MS, 1, 0},
+	{"limits", "max_locks", K_U64, F(max_locks), 1, DL_MAX_LOCKS_MAX, 1, 0},
+	{"limits", "max_unauth_connections", K_U64, F(max_unauth_connections),
+	 0, DL_MAX_CONNECTIONS_MAX, 1, 0},
+	{"limits", "max_unauth_per_address", K_U64, F(max_unauth_per_address),
+	 1, DL_MAX_CONNECTIONS_MAX, 1, 0},
+	{"limits", "max_locks_per_user", K_U64, F(max_locks_per_user), 1,
+	 DL_MAX_LOCKS_MAX, 1, 0},
+	{"limits", "max_waits_per_user", K_U64, F(max_waits_per_user), 1,
+	 DL_MAX_LOCKS_MAX, 1, 0},
+	{"limits", "max_connections_per_user", K_U64,
+	 F(max_connections_per_user), 1, DL_MAX_CONNECTIONS_MAX, 1, 0},
 	{"persistence", "persist", K_PERSIST, F(persist), 0, 0, 0, 0},
 	{"persistence", "redis", K_STR, F(redis), 0, 0, 0, 1},
 	{"persistence", "redis_prefix", K_STR, F(redis_prefix), 0, 0, 0, 0},
@@ -155,6 +169,14 @@ void dl_config_defaults(struct dl_config *c)
 	c->auth_delay_ms = 100;
 	c->request_timeout_ms = DL_DEFAULT_REQUEST_TIMEOUT_MS;
 	c->idle_timeout_ms = DL_DEFAULT_IDLE_TIMEOUT_MS;
+	c->users_file = strdup("");
+	c->auth_timeout_ms = DL_DEFAULT_AUTH_TIMEOUT_MS;
+	c->max_locks = DL_DEFAULT_MAX_LOCKS;
+	c->max_unauth_connections = 0;
+	c->max_unauth_per_address = DL_DEFAULT_MAX_UNAUTH_PER_ADDRESS;
+	c->max_locks_per_user = DL_DEFAULT_MAX_LOCKS_PER_USER;
+	c->max_waits_per_user = DL_DEFAULT_MAX_WAITS_PER_USER;
+	c->max_connections_per_user = DL_DEFAULT_MAX_CONNECTIONS_PER_USER;
 	c->persist = DL_PERSIST_REDIS;
 	c->redis = strdup("redis://127.0.0.1:6379/0");
 	c->redis_prefix = strdup("dlock:");
@@ -434,8 +456,15 @@ static int check(const struct dl_config *c, char *err, size_t errlen)
 		       DL_ADVERTISE_MAX);
 		return DL_EBADARG;
 	}
+	if (c->users_file[0] && c->password[0]) {
+		seterr(err, errlen,
+		       "password and users_file are both set: with a users "
+		       "file every client is a user (give the password's "
+		       "holders a line of their own: dlockd --new-secret)");
+		return DL_EBADARG;
+	}
 	if (c->port && !dl_addr_is_loopback(c->bind) && !c->password[0] &&
-	    !c->allow_remote_without_password) {
+	    !c->users_file[0] && !c->allow_remote_without_password) {
 		seterr(err, errlen,
 		       "refusing to listen on %s without a password: set password, or allow_remote_without_password = yes",
 		       c->bind);

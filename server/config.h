@@ -31,6 +31,8 @@ struct dl_config {
 	char *password;	    /* "" for none: AUTH not required */
 	uint64_t log_level; /* enum dl_log_level */
 	uint64_t allow_remote_without_password; /* bool */
+	char *users_file;			/* "" none (users.h) */
+	uint64_t auth_timeout_ms; /* not authenticated: closed; 0 off */
 	/* [limits] */
 	uint64_t max_connections;
 	uint64_t max_waiters; /* per lock */
@@ -42,6 +44,12 @@ struct dl_config {
 	uint64_t auth_delay_ms; /* after a failed AUTH */
 	uint64_t request_timeout_ms; /* an incomplete line, 0 off */
 	uint64_t idle_timeout_ms;    /* no request at all, 0 off */
+	uint64_t max_locks;	     /* locks at once, all clients */
+	uint64_t max_unauth_connections; /* 0: max_connections / 2 */
+	uint64_t max_unauth_per_address;
+	uint64_t max_locks_per_user; /* quotas of a user without its own */
+	uint64_t max_waits_per_user;
+	uint64_t max_connections_per_user;
 	/* [persistence] */
 	uint64_t persist; /* enum dl_persist */
 	char *redis;	  /* URL, see dl_redis_url_parse */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/access.h"
 #include "server/clock.h"
 #include "server/cmd.h"
 #include "server/log.h"
@@ -174,6 +175,7 @@ void dl_conn_finish_end(struct dl_conn *c)
 	if (!c->ended) {
 		c->ended = 1;
 		uv_read_stop(&c->u.stream);
+		dl_access_conn_end(c);
 		dl_session_close(c->srv->tab, &c->sess);
 	}
 	if (c->closing)
@@ -621,6 +623,7 @@ static void tls_opened(struct dl_conn *c)
 	dl_tls_describe(c->tls, how, sizeof(how));
 	dl_info("conn %llu %s: TLS handshake done (%s)",
 		(unsigned long long)c->id, c->peer, how);
+
 }
 
 /* A peer that broke TLS (plaintext on the TLS port, a certificate
@@ -680,7 +683,13 @@ int dl_conn_sweep(struct dl_conn *c, uint64_t now)
 	const struct dl_config *cfg = &c->srv->cfg;
 	char why[160], d[DL_DURATION_TEXT_MAX];
 
-	if (c->end || c->paused || c->delayed)
+	if (c->end)
+		return 0;
+	/* also while paused: a connection must not hold an unauthenticated
+	 * slot by pipelining without reading */
+	if (dl_access_sweep(c, now))
+		return 1;
+	if (c->paused || c->delayed)
 		return 0;
 	if (c->tls && !c->tls_open &&
 	    now - dl_tls_since(c->tls) >= cfg->tls_handshake_timeout_ms) {
@@ -725,20 +734,28 @@ static void on_delayed(uv_timer_t *t)
 	c->delayed = NULL;
 	uv_close((uv_handle_t *)&d->timer, on_delayed_closed);
 	dl_conn_send(c, d->line, d->len, NULL);
+	if (c->end_after_delayed) {
+		dl_conn_end(c, DL_END_GRACEFUL, "too many failed AUTHs");
+		return;
+	}
 	if (c->srv->draining)
 		return; /* shutting down: no further requests */
 	read_more(c);
 }
 
 void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
-			  uint64_t ms)
+			  uint64_t ms, int last)
 {
 	struct dl_delayed *d;
 
 	if (ms == 0 || c->delayed || !(d = malloc(sizeof(*d) + len))) {
 		dl_conn_send(c, line, len, NULL);
+		if (last)
+			dl_conn_end(c, DL_END_GRACEFUL,
+				    "too many failed AUTHs");
 		return;
 	}
+	c->end_after_delayed = last ? 1 : 0;
 	d->c = c;
 	d->len = len;
 	memcpy(d->line, line, len);
@@ -758,6 +775,7 @@ static void peer_name(struct dl_conn *c, int is_tcp)
 	if (!is_tcp ||
 	    uv_tcp_getpeername(&c->u.tcp, (struct sockaddr *)&ss, &len)) {
 		snprintf(c->peer, sizeof(c->peer), "unix");
+		snprintf(c->addr, sizeof(c->addr), "unix");
 		return;
 	}
 	if (ss.ss_family == AF_INET6) {
@@ -771,6 +789,7 @@ static void peer_name(struct dl_conn *c, int is_tcp)
 		snprintf(c->peer, sizeof(c->peer), "%s:%u", host,
 			 ntohs(a->sin_port));
 	}
+	snprintf(c->addr, sizeof(c->addr), "%s", host);
 }
 
 static void on_reject_close(uv_handle_t *h)
@@ -778,13 +797,28 @@ static void on_reject_close(uv_handle_t *h)
 	free(h->data);
 }
 
+/* Answer ERR LIMIT <why> and close: a connection refused at accept
+ * (not in plaintext to a client that expects TLS). */
+static void refuse(struct dl_conn *c, const char *why)
+{
+	char line[DL_REPLY_MAX];
+	uv_buf_t b;
+	int n;
+
+	c->srv->st.connections_rejected++;
+	n = snprintf(line, sizeof(line), "ERR LIMIT %s\r\n", why);
+	b = uv_buf_init(line, (unsigned)n);
+	if (!c->tls && !(c->u.handle.type == UV_TCP && c->srv->tls) &&
+	    uv_try_write(&c->u.stream, &b, 1) < 0)
+		dl_debug("refused connection: write failed");
+	uv_close(&c->u.handle, on_close); /* frees c (and its TLS) */
+}
+
 void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener)
 {
-	static const char full[] = "ERR LIMIT too many connections\r\n";
 	struct dl_conn *c = calloc(1, sizeof(*c));
 	int is_tcp = listener->type == UV_TCP;
-	char owner[DL_OWNER_MAX + 1];
-	uv_buf_t b;
+	const char *why = NULL;
 	int r;
 
 	if (!c)
@@ -804,15 +838,9 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener)
 		return;
 	}
 	if (srv->nconns >= srv->cfg.max_connections || srv->draining) {
-		srv->st.connections_rejected++;
-		b = uv_buf_init((char *)full, sizeof(full) - 1);
-		/* (not in plaintext to a client that expects TLS) */
-		if ((!is_tcp || !srv->tls) &&
-		    uv_try_write(&c->u.stream, &b, 1) < 0)
-			dl_debug("refused connection: write failed");
 		dl_warn("connection refused: max_connections (%llu) reached",
 			(unsigned long long)srv->cfg.max_connections);
-		uv_close(&c->u.handle, on_reject_close);
+		refuse(c, "too many connections");
 		return;
 	}
 	if (is_tcp)
@@ -820,17 +848,18 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener)
 	peer_name(c, is_tcp);
 	c->id = ++srv->conn_seq;
 	c->active_ms = uv_now(srv->loop);
-	snprintf(owner, sizeof(owner), "anon-%s-%llu", srv->nonce,
-		 (unsigned long long)c->id);
-	if ((is_tcp && srv->tls &&
-	     dl_tls_conn_new(srv->tls, c->active_ms, &c->tls) != 0) ||
-	    dl_session_init(srv->tab, &c->sess,
-			    (struct dl_str){owner, strlen(owner)}, c) != 0) {
+	if (is_tcp && srv->tls &&
+	    dl_tls_conn_new(srv->tls, c->active_ms, &c->tls) != 0) {
 		uv_close(&c->u.handle, on_close); /* frees c and its TLS */
 		return;
 	}
+	/* who it is, if it needs to prove nothing (access.h) */
+	if (dl_access_accept(c, &why) != 0) {
+		dl_info("conn %s refused: %s", c->peer, why);
+		refuse(c, why);
+		return;
+	}
 	dl_linebuf_init(&c->in);
-	c->authed = srv->cfg.password[0] == '\0';
 	c->next = srv->conns;
 	if (srv->conns)
 		srv->conns->prev = c;

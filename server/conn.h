@@ -63,6 +63,7 @@
 #include "server/tls.h"
 
 struct dl_server;
+struct dl_user;
 
 enum dl_conn_end { DL_END_NONE = 0, DL_END_GRACEFUL, DL_END_ABORT };
 
@@ -142,6 +143,14 @@ struct dl_conn {
 	/* for logs: "127.0.0.1:5000" or "unix"; with a verified client
 	 * certificate, " cert=<its name>" (dl_tls_peer_name) after it */
 	char peer[64 + 6 + DL_TLS_NAME_MAX];
+	/* who it is (access.c): */
+	char addr[48];	       /* the peer's address: "127.0.0.1", "unix" */
+	struct dl_user *user;  /* NULL until authenticated */
+	unsigned auth_how : 3; /* enum dl_auth_how */
+	unsigned auth_failures : 3;
+	unsigned unauth_counted : 1;	/* in the unauthenticated counts */
+	unsigned end_after_delayed : 1; /* the delayed reply is the last */
+	uint64_t accepted_ms;		/* uv_now at accept */
 	/* uv_now ms: when the unfinished request line began (0: none), and
 	 * of the last request (the connection's start before any); checked
 	 * by the server's sweep (dl_conn_sweep) */
@@ -163,9 +172,10 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 
 /* Send `line` after ms, reading nothing from the connection meanwhile, so
  * that later requests keep their order (a failed AUTH is answered this
- * way, to slow down guessing). */
+ * way, to slow down guessing). `last`: then end the connection (the
+ * guesser's last try). */
 void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
-			  uint64_t ms);
+			  uint64_t ms, int last);
 
 /* End the connection after the current request: GRACEFUL writes what is
  * queued first, ABORT drops it. Safe anywhere, including event hooks. */

@@ -12,10 +12,12 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "server/access.h"
 #include "server/config.h"
 #include "server/log.h"
 #include "server/server.h"
 #include "server/tls.h"
+#include "server/users.h"
 
 #define EXIT_USAGE  2
 #define EXIT_CONFIG 3
@@ -52,6 +54,8 @@ static const char usage[] =
 	"      --tls-ca FILE       verify client certificates against this CA\n"
 	"  -l, --log-level LEVEL   error, warn, notice, info, debug [notice]\n"
 	"      --check-config      check the configuration, print it, exit\n"
+	"      --new-secret        print a new user secret and its hash line\n"
+	"                          for the users file, exit\n"
 	"  -h, --help              this help\n"
 	"  -v, --version           print the version\n"
 	"\n"
@@ -59,6 +63,26 @@ static const char usage[] =
 	"Exit codes: 0 ok, 2 usage, 3 configuration, 4 cannot listen,\n"
 	"5 cannot load state from Redis, 6 another daemon is active on that\n"
 	"Redis and prefix (and no node id was given), 1 other.\n";
+
+/* A secret for a user: the secret (for the client) and its hash (for the
+ * users file), on one line; what goes where on stderr. */
+static int new_secret(void)
+{
+	char secret[DL_SECRET_TEXT + 1], hash[DL_SECRET_HASH_TEXT + 1];
+
+	if (dl_secret_new(secret, hash) != 0) {
+		fprintf(stderr, "dlockd: cannot make a secret (getrandom)\n");
+		return 1;
+	}
+	printf("%s %s\n", secret, hash);
+	fflush(stdout);
+	fprintf(stderr,
+		"dlockd: the first word is the secret: give it to the client "
+		"(AUTH <user> <secret>; dlock --secret-file, DLOCK_SECRET) "
+		"and keep it nowhere else; the second goes on the user's line "
+		"of the users file\n");
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -75,7 +99,8 @@ int main(int argc, char **argv)
 		OPT_TOKEN_JUMP,
 		OPT_TLS_CERT,
 		OPT_TLS_KEY,
-		OPT_TLS_CA
+		OPT_TLS_CA,
+		OPT_NEW_SECRET
 	};
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'},
@@ -96,6 +121,7 @@ int main(int argc, char **argv)
 		{"tls-key", required_argument, NULL, OPT_TLS_KEY},
 		{"tls-ca", required_argument, NULL, OPT_TLS_CA},
 		{"check-config", no_argument, NULL, OPT_CHECK},
+		{"new-secret", no_argument, NULL, OPT_NEW_SECRET},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'v'},
 		{NULL, 0, NULL, 0},
@@ -184,6 +210,8 @@ int main(int argc, char **argv)
 		case OPT_CHECK:
 			check_only = 1;
 			continue;
+		case OPT_NEW_SECRET:
+			return new_secret();
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -209,6 +237,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "dlockd: %s\n", err);
 		dl_config_free(&srv.cfg);
 		return EXIT_CONFIG;
+	}
+	if (check_only && srv.cfg.users_file[0]) {
+		struct dl_users *u = NULL;
+
+		r = dl_users_load(srv.cfg.users_file, &u, err, sizeof(err));
+		dl_users_free(u);
+		if (r != 0) {
+			fprintf(stderr, "dlockd: %s\n", err);
+			dl_config_free(&srv.cfg);
+			return EXIT_CONFIG;
+		}
 	}
 	if (check_only) {
 		/* the certificate files too: they load, the key matches */
@@ -237,6 +276,7 @@ int main(int argc, char **argv)
 	if (r != 0)
 		dl_warn("loop closed with handles open: %s", uv_strerror(r));
 	dl_store_free(srv.store);
+	dl_access_free(srv.access);
 	dl_locktab_free(srv.tab);
 	dl_config_free(&srv.cfg);
 	return srv.exit_code;

@@ -74,6 +74,9 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		{"tls_failures", v->tls_failures, C,
 		 "TLS connections closed for a TLS error or a handshake not done within handshake_timeout.",
 		 NULL, NULL, 0},
+		{"auth_timeouts", v->auth_timeouts, C,
+		 "Connections closed for not authenticating within auth_timeout.",
+		 NULL, NULL, 0},
 		{"wait_ms_count", t->wait.count, C, "Grants (wait histogram).",
 		 NULL, NULL, 1},
 		{"wait_ms_sum", t->wait.sum_ms, C,
@@ -150,7 +153,7 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 "ms until new leases are granted again after Redis went back (0: open).",
 		 NULL, NULL, 0},
 	};
-	struct dl_stat e = {"errors", 0,    C, "ERR replies, by code.",
+	struct dl_stat e = {"errors", 0, C, "ERR (and NO DENIED) replies, by code.",
 			    "code",   NULL, 0};
 	size_t i;
 

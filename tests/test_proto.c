@@ -422,6 +422,29 @@ Test(proto, auth_with_a_user_takes_the_user_and_its_secret)
 	cr_assert_null(strchr(why, '\''), "%s", why);
 }
 
+/* BREAK says why: reason= is required, printable and bounded. */
+Test(proto, break_requires_a_printable_bounded_reason)
+{
+	char line[DL_REASON_MAX + 64];
+	struct dl_request r;
+	const char *why;
+
+	expect_ok("BREAK a 7 reason=INC-42:stuck id=b", &r);
+	cr_assert_eq(r.verb, DL_VERB_BREAK);
+	cr_assert_str_eq(cstr(r.reason), "INC-42:stuck");
+	cr_assert_eq(r.token, 7);
+	cr_assert_eq(parse("BREAK a 7", &r, &why), DL_EBADFORMAT);
+	cr_assert(strstr(why, "missing reason="), "%s", why);
+	expect_err("BREAK a 7 reason=", DL_EBADARG);
+	expect_err("BREAK a 7 reason=a\x01b", DL_EBADARG);
+	expect_err("LOCK a reason=x", DL_EBADARG);
+	snprintf(line, sizeof(line), "BREAK a 7 reason=%0*d", DL_REASON_MAX, 0);
+	expect_ok(line, &r);
+	snprintf(line, sizeof(line), "BREAK a 7 reason=%0*d", DL_REASON_MAX + 1,
+		 0);
+	expect_err(line, DL_EBADARG);
+}
+
 Test(proto, verbs_and_option_keys_are_case_insensitive)
 {
 	static const char *const lines[] = {
