@@ -435,6 +435,11 @@ $(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
 $(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
+# Password guesses per second one host gets (README, Security); by hand:
+# authflood <port> [connections] [seconds] [source addresses].
+$(O)/tests/bench/authflood: $(O)/tests/bench/authflood.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^
+
 bench:
 	$(MAKE) SAN= O=build all build/tests/bench/bench build/tests/bench/fcall \
 	  build/tests/bench/htab

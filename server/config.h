@@ -12,6 +12,15 @@
  * re-read file.
  *
  * Strings in struct dl_config are owned by it (dl_config_free).
+ *
+ * Secrets. A secret may come from the file (password, the redis URL), but
+ * better from a file of its own (password_file, redis_password_file: the
+ * whole first line, its newline stripped) or from systemd's credentials
+ * ($CREDENTIALS_DIRECTORY/dlockd.password, dlockd.redis-password and
+ * dlockd.users, used when the file names no other source), so that
+ * dlockd.conf holds none and may stay readable. A secret written in
+ * dlockd.conf with ';' or '#' is refused: inih takes " ;" for the start
+ * of a comment and would cut it silently.
  */
 #ifndef DL_SERVER_CONFIG_H
 #define DL_SERVER_CONFIG_H
@@ -33,6 +42,9 @@ struct dl_config {
 	uint64_t allow_remote_without_password; /* bool */
 	char *users_file;			/* "" none (users.h) */
 	uint64_t auth_timeout_ms; /* not authenticated: closed; 0 off */
+	char *password_file;	  /* "" none: the password is its 1st line */
+	uint64_t allow_short_password; /* bool: below DL_PASSWORD_MIN, on a
+					  non-loopback bind */
 	/* [limits] */
 	uint64_t max_connections;
 	uint64_t max_waiters; /* per lock */
@@ -53,6 +65,9 @@ struct dl_config {
 	/* [persistence] */
 	uint64_t persist; /* enum dl_persist */
 	char *redis;	  /* URL, see dl_redis_url_parse */
+	char *redis_password_file; /* "" none */
+	char *redis_password;	   /* read from redis_password_file (or the
+				      systemd credential): not a key; "" none */
 	char *redis_prefix;
 	uint64_t redis_timeout_ms;
 	uint64_t restore_grace_ms;

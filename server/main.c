@@ -7,6 +7,7 @@
  */
 #include <getopt.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -63,6 +64,42 @@ static const char usage[] =
 	"Exit codes: 0 ok, 2 usage, 3 configuration, 4 cannot listen,\n"
 	"5 cannot load state from Redis, 6 another daemon is active on that\n"
 	"Redis and prefix (and no node id was given), 1 other.\n";
+
+/* Overwrite in place every byte of `secret` found in `arg` (ps(1) shows
+ * argv as it is now). */
+static void mask(char *arg, const char *secret)
+{
+	size_t n = secret ? strlen(secret) : 0;
+	char *p;
+
+	while (n && (p = strstr(arg, secret)) != NULL)
+		memset(p, '*', n);
+}
+
+/* --redis URL: the override keeps a copy (a reload re-applies it), and
+ * the passwords in argv are masked. They were visible to other users
+ * until now: redis_password_file keeps them out of argv for good. */
+static const char *redis_flag(char *arg)
+{
+	struct dl_redis_addr a;
+	char *copy = strdup(arg);
+
+	if (!copy) {
+		fprintf(stderr, "dlockd: out of memory\n");
+		exit(1);
+	}
+	if (dl_redis_url_parse(copy, &a) == 0) {
+		if (a.password || a.sentinel_password)
+			fprintf(stderr,
+				"dlockd: --redis carries a password, masked "
+				"now in ps(1) but visible until then: prefer "
+				"[persistence] redis_password_file\n");
+		mask(arg, a.password);
+		mask(arg, a.sentinel_password);
+		dl_redis_addr_free(&a);
+	}
+	return copy;
+}
 
 /* A secret for a user: the secret (for the client) and its hash (for the
  * users file), on one line; what goes where on stderr. */
@@ -129,12 +166,17 @@ int main(int argc, char **argv)
 	static struct dl_override ov[24];
 	static struct dl_server srv;
 	char err[DL_CONFIG_ERR_MAX];
-	const char *path = NULL;
+	const char *path = NULL, *redis = NULL;
 	int check_only = 0;
 	size_t nov = 0;
 	uv_loop_t *loop;
 	int o, r;
 
+	/* No core dump, no ptrace by other users, /proc/<pid>/mem and
+	 * environ root's: the memory holds the password, the users' hashes
+	 * and Redis's password. */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+		perror("dlockd: prctl(PR_SET_DUMPABLE)");
 	dl_log_init(DL_LOG_NOTICE, -1);
 	while ((o = getopt_long(argc, argv, "c:p:b:s:l:hv", opts, NULL)) !=
 	       -1) {
@@ -163,6 +205,7 @@ int main(int argc, char **argv)
 		case OPT_REDIS:
 			sec = "persistence";
 			key = "redis";
+			optarg = (char *)(redis = redis_flag(optarg));
 			break;
 		case OPT_NODE:
 			sec = "cluster";
@@ -279,5 +322,6 @@ int main(int argc, char **argv)
 	dl_access_free(srv.access);
 	dl_locktab_free(srv.tab);
 	dl_config_free(&srv.cfg);
+	free((char *)redis);
 	return srv.exit_code;
 }

@@ -687,3 +687,90 @@ Test(access, a_password_change_ends_the_sessions_of_the_old_one)
 	h_close(n);
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
+
+/* ---- secrets ----------------------------------------------------------- */
+
+/* A Redis password given with --redis is masked in the daemon's argv
+ * (ps(1)); one in redis_password_file never shows at all. */
+Test(access, the_redis_password_does_not_show_in_ps)
+{
+	char url[256], cmdline[4096] = "", path[64];
+	struct h_client *c;
+	size_t n;
+	FILE *f;
+
+	h_redis_start(&r, "always");
+	h_redis_cli(&r, "CONFIG SET requirepass pw-in-argv-5b9c");
+	snprintf(url, sizeof(url), "redis://:pw-in-argv-5b9c@127.0.0.1:%d/0",
+		 r.port);
+	h_daemon_start(&d, "--persist", "redis", "--redis", url, NULL);
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)d.pid);
+	f = fopen(path, "r");
+	cr_assert_not_null(f);
+	n = fread(cmdline, 1, sizeof(cmdline) - 1, f);
+	fclose(f);
+	cmdline[n] = '\0';
+	for (size_t i = 0; i < n; i++)
+		if (!cmdline[i])
+			cmdline[i] = ' ';
+	cr_assert(strstr(cmdline, "redis://:***************@127.0.0.1"), "%s",
+		  cmdline);
+	cr_assert_null(strstr(cmdline, "pw-in-argv"), "%s", cmdline);
+	c = h_hello(d.port, "a");
+	h_lock(c, "x", "ttl=5s");
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+	/* from a file: the URL has none */
+	{
+		char conf[512];
+		const char *pw = h_daemon_write_file(&d, "redis-pw",
+						     "pw-in-argv-5b9c\n");
+
+		snprintf(conf, sizeof(conf),
+			 "[persistence]\nredis_password_file = %s\n", pw);
+		h_daemon_write_conf(&d, conf);
+		h_daemon_start(&d, "-c", d.conf, "--persist", "redis",
+			       "--redis", r.url, NULL);
+		c = h_hello(d.port, "a");
+		h_lock(c, "y", "ttl=5s");
+		h_close(c);
+		cr_assert_eq(h_daemon_stop(&d), 0);
+	}
+}
+
+/* The daemon makes itself non-dumpable: no core file, and its
+ * /proc/<pid>/ files (environ, mem) belong to root, not to the user it
+ * runs as. */
+Test(access, the_daemon_is_not_dumpable)
+{
+	char path[64];
+	struct stat sb;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to run the daemon as another user");
+	d.user = "daemon";
+	h_daemon_start(&d, "--persist", "none", NULL);
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)d.pid);
+	cr_assert_eq(stat(path, &sb), 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(sb.st_uid, 0, "%s belongs to uid %u", path,
+		     (unsigned)sb.st_uid);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* The unit keeps secrets out of the configuration and out of core
+ * dumps. */
+Test(access, the_systemd_unit_loads_credentials_and_dumps_no_core)
+{
+	char unit[8192] = "";
+	size_t n;
+	FILE *f = fopen("systemd/dlockd.service.in", "r");
+
+	cr_assert_not_null(f);
+	n = fread(unit, 1, sizeof(unit) - 1, f);
+	fclose(f);
+	unit[n] = '\0';
+	cr_assert(strstr(unit, "\nLimitCORE=0\n"));
+	cr_assert(strstr(unit, "\nLoadCredential=dlockd.password\n"));
+	cr_assert(strstr(unit, "\nLoadCredential=dlockd.users\n"));
+	cr_assert(strstr(unit, "\nLoadCredential=dlockd.redis-password\n"));
+}

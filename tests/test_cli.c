@@ -365,6 +365,25 @@ Test(cli, run_token_grows_and_is_the_valid_one_while_running)
 	h_close(c);
 }
 
+/* The command gets the lock, not the credentials that took it:
+ * DLOCK_PASSWORD and DLOCK_SECRET are not in its environment. */
+Test(cli, run_does_not_pass_secrets_to_its_command)
+{
+	char script[512], env[8192];
+	struct result r;
+
+	snprintf(script, sizeof(script), "env > %s", in_dir("env"));
+	setenv("DLOCK_PASSWORD", "hunter2-password", 1);
+	setenv("DLOCK_SECRET", "hunter2-secret", 1);
+	dlock(&r, "run", "envx", "--", "sh", "-c", script, NULL);
+	unsetenv("DLOCK_PASSWORD");
+	unsetenv("DLOCK_SECRET");
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	slurp(in_dir("env"), env, sizeof(env));
+	cr_assert(strstr(env, "DLOCK_NAME=envx") != NULL, "%s", env);
+	cr_assert(strstr(env, "hunter2") == NULL, "%s", env);
+}
+
 Test(cli, run_passes_the_command_status_through)
 {
 	struct h_client *c;
