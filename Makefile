@@ -439,6 +439,10 @@ $(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o
 # authflood <port> [connections] [seconds] [source addresses].
 $(O)/tests/bench/authflood: $(O)/tests/bench/authflood.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
+# What clients that pipeline and never read cost (README, Limits):
+# outflood <port> <dlockd pid> [connections] [seconds].
+$(O)/tests/bench/outflood: $(O)/tests/bench/outflood.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
 bench:
 	$(MAKE) SAN= O=build all build/tests/bench/bench build/tests/bench/fcall \

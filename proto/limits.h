@@ -121,6 +121,11 @@
 #define DL_DEFAULT_MAX_OUTPUT (1024 * 1024)
 #define DL_MAX_OUTPUT_MIN     (8 * 1024)
 #define DL_MAX_OUTPUT_MAX     (1024 * 1024 * 1024)
+/* ... and of all connections together (server/conn.h): past it, clients
+ * with unread output are paused, and an event closes the one with the
+ * most. */
+#define DL_DEFAULT_MAX_OUTPUT_TOTAL (64 * 1024 * 1024)
+#define DL_MAX_OUTPUT_TOTAL_MAX	    (64ULL * 1024 * 1024 * 1024)
 
 /* A request line begun and not ended within request_timeout closes its
  * connection (ERR LIMIT): a client dripping bytes cannot keep a slot

@@ -595,6 +595,7 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_u64(&r.f, "max_locks_per_owner", cfg->max_locks_per_owner);
 	dl_fmt_kv_u64(&r.f, "max_connections", cfg->max_connections);
 	dl_fmt_kv_u64(&r.f, "max_output", cfg->max_output);
+	dl_fmt_kv_u64(&r.f, "max_output_total", cfg->max_output_total);
 	dl_fmt_kv_u64(&r.f, "tick_ms", cfg->tick_ms);
 	dl_fmt_kv_str(&r.f, "role",
 		      dl_store_active(c->srv->store) ? DL_STR_LIT("active")

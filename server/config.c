@@ -62,6 +62,8 @@ static const struct key keys[] = {
 	 DL_MAX_LOCKS_PER_OWNER_MAX, 1, 0},
 	{"limits", "max_output", K_U64, F(max_output), DL_MAX_OUTPUT_MIN,
 	 DL_MAX_OUTPUT_MAX, 1, 0},
+	{"limits", "max_output_total", K_U64, F(max_output_total),
+	 DL_MAX_OUTPUT_MIN, DL_MAX_OUTPUT_TOTAL_MAX, 1, 0},
 	{"limits", "default_ttl", K_DUR, F(default_ttl_ms), 1, DL_TTL_STORE_MAX,
 	 1, 0},
 	{"limits", "max_ttl", K_DUR, F(max_ttl_ms), 1, DL_TTL_STORE_MAX, 1, 0},
@@ -168,6 +170,7 @@ void dl_config_defaults(struct dl_config *c)
 	c->max_waiters = DL_DEFAULT_MAX_WAITERS;
 	c->max_locks_per_owner = DL_DEFAULT_MAX_LOCKS_PER_OWNER;
 	c->max_output = DL_DEFAULT_MAX_OUTPUT;
+	c->max_output_total = DL_DEFAULT_MAX_OUTPUT_TOTAL;
 	c->default_ttl_ms = DL_DEFAULT_TTL_MS;
 	c->max_ttl_ms = DL_DEFAULT_MAX_TTL_MS;
 	c->tick_ms = DL_DEFAULT_TICK_MS;

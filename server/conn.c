@@ -69,6 +69,59 @@ static size_t unread(const struct dl_conn *c)
 	       (c->tls ? dl_tls_pending(c->tls) : 0);
 }
 
+/* The budget of all connections' unread output (conn.h). */
+static int over_budget(const struct dl_server *srv)
+{
+	return srv->out_unread > srv->cfg.max_output_total;
+}
+
+/* The memory c's unread output takes: its buffers as allocated (twice
+ * their bytes, at worst), while it has any. Buffers a connection keeps
+ * once everything is written (OBUF_KEEP) are not counted: they are its
+ * fixed cost, like its input buffer. A connection being thrown away
+ * counts nothing: its bytes are never sent. */
+static size_t held_memory(const struct dl_conn *c)
+{
+	if (c->end == DL_END_ABORT || c->closing || unread(c) == 0)
+		return 0;
+	return c->out.cap + c->wout.cap + c->held_text.cap +
+	       c->held_cap * sizeof(*c->held);
+}
+
+/* Bring srv->out_unread up to date with c's buffers. */
+static void account(struct dl_conn *c)
+{
+	struct dl_server *srv = c->srv;
+	size_t now = held_memory(c);
+	int was_over = srv->out_unread > srv->cfg.max_output_total / 4 * 3;
+
+	srv->out_unread = srv->out_unread - c->counted + now;
+	c->counted = now;
+	if (was_over && srv->out_unread <= srv->cfg.max_output_total / 4 * 3)
+		srv->budget_wake = 1;
+}
+
+/* An event while over the budget: the connection with the most unread
+ * output is closed (its bytes stop counting at once). */
+static void budget_close(struct dl_server *srv)
+{
+	struct dl_conn *c, *big = NULL;
+
+	for (c = srv->conns; c; c = c->next)
+		if (c->end != DL_END_ABORT && !c->closing &&
+		    (!big || c->counted > big->counted))
+			big = c;
+	if (!big)
+		return;
+	srv->st.output_budget_closes++;
+	dl_notice("conn %llu %s: %zu bytes unread, the most of all while "
+		  "connections hold more than max_output_total (%llu), "
+		  "closing",
+		  (unsigned long long)big->id, big->peer, big->counted,
+		  (unsigned long long)srv->cfg.max_output_total);
+	dl_conn_end(big, DL_END_ABORT, "output budget");
+}
+
 struct dl_delayed {
 	uv_timer_t timer;
 	struct dl_conn *c; /* NULL once the connection is gone */
@@ -116,6 +169,7 @@ static void close_now(struct dl_conn *c)
 	c->closing = 1;
 	held_list_remove(c);
 	delayed_cancel(c);
+	account(c);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -143,6 +197,7 @@ void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why)
 		dl_info("conn %llu %s: closing: %s", (unsigned long long)c->id,
 			c->peer, why);
 	c->end = how;
+	account(c);
 	/* No more requests are executed, so no more bytes are read: libuv
 	 * would otherwise keep filling the input buffer nobody drains. */
 	if (!c->closing)
@@ -280,6 +335,11 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 	 * unread, not for what one loop iteration produces. */
 	if (is_event(line->kind) && c->out.len >= OUT_EARLY_WRITE)
 		write_out(c);
+	if (is_event(line->kind) && over_budget(srv)) {
+		budget_close(srv);
+		if (c->end == DL_END_ABORT)
+			return;
+	}
 	if (is_event(line->kind) && unread(c) + len > srv->cfg.max_output) {
 		srv->st.output_overflows++;
 		dl_notice(
@@ -297,6 +357,7 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 		dl_conn_end(c, DL_END_ABORT, "out of memory");
 		return;
 	}
+	account(c);
 	if (!c->nheld)
 		writeq_add(c);
 }
@@ -368,6 +429,7 @@ void dl_conn_release(struct dl_conn *c, uint64_t durable)
 		}
 	}
 	drop_held(c, i);
+	account(c);
 }
 
 void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn)
@@ -391,6 +453,7 @@ void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn)
 		}
 	}
 	drop_held(c, c->nheld);
+	account(c);
 }
 
 static void resume_input(struct dl_conn *c);
@@ -401,6 +464,7 @@ static void on_write(uv_write_t *req, int status)
 
 	c->writing = 0;
 	c->wout.len = 0;
+	account(c);
 	if (status < 0) {
 		if (status != UV_ECANCELED)
 			dl_conn_end(c, DL_END_ABORT, uv_strerror(status));
@@ -428,7 +492,7 @@ static void write_rest(struct dl_conn *c, size_t taken)
 			dl_conn_end(c, DL_END_ABORT, "out of memory");
 			return;
 		}
-		c->out.len = 0;
+		buf_consume(&c->out, c->out.len); /* gives a big one back */
 	}
 	b = uv_buf_init(c->wout.p, (unsigned)c->wout.len);
 	c->wreq.data = c;
@@ -469,6 +533,7 @@ static void write_out(struct dl_conn *c)
 		buf_consume(&c->out, (size_t)r);
 	else
 		write_rest(c, (size_t)r); /* the kernel is full */
+	account(c);
 }
 
 void dl_conn_flush(struct dl_conn *c)
@@ -515,7 +580,8 @@ static void process_input(struct dl_conn *c)
 	int lines = 0;
 
 	while (!c->end && !c->delayed) {
-		if (unread(c) > high_water(c)) {
+		if (unread(c) > high_water(c) ||
+		    (unread(c) > 0 && over_budget(c->srv))) {
 			c->paused = 1;
 			uv_read_stop(&c->u.stream);
 			return;
@@ -573,11 +639,26 @@ static void read_more(struct dl_conn *c)
  * water mark. */
 static void resume_input(struct dl_conn *c)
 {
+	struct dl_server *srv = c->srv;
+
 	if (!c->paused || unread(c) > high_water(c) / 2 || c->end ||
-	    c->srv->draining)
+	    srv->draining ||
+	    (unread(c) > 0 &&
+	     srv->out_unread > srv->cfg.max_output_total / 4 * 3))
 		return;
 	c->paused = 0;
 	read_more(c);
+}
+
+void dl_conn_budget_wake(struct dl_server *srv)
+{
+	struct dl_conn *c, *next;
+
+	srv->budget_wake = 0;
+	for (c = srv->conns; c; c = next) {
+		next = c->next;
+		resume_input(c);
+	}
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)

@@ -39,6 +39,21 @@
  * past max_output closes the connection, so a client that never reads
  * costs a bounded amount of memory.
  *
+ * A budget for all of them. max_output bounds one connection, not the
+ * sum: 200 connections pipelining without reading held 149 MB (found from
+ * outside). The memory of every connection's unread output -- its
+ * buffers as allocated, while it has unread bytes -- is summed up
+ * (srv->out_unread, kept by each change of a connection's buffers), and
+ * while the sum is above max_output_total, a connection with any unread
+ * output executes no request (paused as above): replies stop growing
+ * while a client that reads all it is sent goes on. Paused connections
+ * resume once the sum is back under three quarters of the budget (the
+ * check phase wakes them, dl_conn_budget_wake). An event that comes while
+ * the sum is over the budget closes the connection with the most unread
+ * output (a scan of the connections, made only then), for the events of
+ * a client that never reads cannot be paused either. The budget is thus
+ * exceeded by at most one reply per connection that was executing.
+ *
  * TLS. A connection on the TCP port of a daemon with a certificate has a
  * TLS state (tls.h) between its stream and the rest: ciphertext read is
  * fed to it and the plaintext it gives goes into the line buffer `in`;
@@ -151,6 +166,7 @@ struct dl_conn {
 	unsigned unauth_counted : 1;	/* in the unauthenticated counts */
 	unsigned end_after_delayed : 1; /* the delayed reply is the last */
 	uint64_t accepted_ms;		/* uv_now at accept */
+	size_t counted; /* its unread bytes in srv->out_unread */
 	/* uv_now ms: when the unfinished request line began (0: none), and
 	 * of the last request (the connection's start before any); checked
 	 * by the server's sweep (dl_conn_sweep) */
@@ -201,6 +217,9 @@ int dl_conn_pending(const struct dl_conn *c);
 
 /* Write what may be written now (check phase). */
 void dl_conn_flush(struct dl_conn *c);
+/* The unread output of all connections fell back under the budget:
+ * resume the connections it paused (check phase). */
+void dl_conn_budget_wake(struct dl_server *srv);
 /* Finish ending: close the session, then the handle once output is out. */
 void dl_conn_finish_end(struct dl_conn *c);
 /* 1 once ending needs no more check-phase work (closing or closed). */

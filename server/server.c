@@ -362,6 +362,8 @@ static void flush_phase(struct dl_server *srv)
 			dl_store_push(srv->store);
 		flush_writes(srv);
 	}
+	if (srv->budget_wake)
+		dl_conn_budget_wake(srv);
 	arm_wheel(srv);
 	if (srv->draining == 1 && drain_done(srv))
 		drain_finish(srv);

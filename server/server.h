@@ -50,6 +50,7 @@ struct dl_server_stats {
 	uint64_t tls_handshakes;   /* TLS handshakes done */
 	uint64_t tls_failures;	   /* TLS errors and handshake timeouts */
 	uint64_t auth_timeouts;	   /* closed: not authenticated in time */
+	uint64_t output_budget_closes; /* closed: over max_output_total */
 };
 
 struct dl_server {
@@ -83,6 +84,8 @@ struct dl_server {
 
 	struct dl_conn *conns; /* every live connection */
 	size_t nconns;
+	size_t out_unread;	/* memory of their unread output (conn.h) */
+	int budget_wake;	/* it fell under the budget: resume (conn.c) */
 	struct dl_conn *writeq; /* connections with bytes to write */
 	struct dl_conn *held;	/* connections holding replies for an epoch */
 	struct dl_conn *endq;	/* connections to end in the check phase */

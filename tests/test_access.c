@@ -774,3 +774,44 @@ Test(access, the_systemd_unit_loads_credentials_and_dumps_no_core)
 	cr_assert(strstr(unit, "\nLoadCredential=dlockd.users\n"));
 	cr_assert(strstr(unit, "\nLoadCredential=dlockd.redis-password\n"));
 }
+
+/* ---- bounds -------------------------------------------------------------- */
+
+/* LOCKS walks every lock: after a listing of T ms the same user waits 2T
+ * for its next one -- each user its own, so that one cannot deny
+ * listings to another (the operator's, here). */
+Test(access, listings_are_spaced_per_user)
+{
+	enum { N = 100000, CHUNK = 1000 };
+	struct h_client *ops, *app;
+	char *buf = malloc(CHUNK * 32), *l;
+	size_t len;
+	int i, j;
+
+	cr_assert_not_null(buf);
+	start_users(USERS, "[limits]\nmax_locks_per_user = 200000\n");
+	ops = login("ops", OPS_SECRET);
+	for (i = 0; i < N; i += CHUNK) {
+		for (len = 0, j = i; j < i + CHUNK; j++)
+			len += (size_t)sprintf(buf + len,
+					       "TRYLOCK app/f%d ttl=1h\n", j);
+		cr_assert(h_send_raw(ops, buf, len) == 0);
+		for (j = 0; j < CHUNK; j++)
+			cr_assert(h_starts(h_line(ops), "OK GRANTED "));
+	}
+	free(buf);
+	app = login("app", APP_SECRET);
+	l = h_call(app, "LOCKS limit=1");
+	cr_assert(h_starts(l, "OK LOCKS 1 more=99999"), "%s", l);
+	h_line(app);
+	l = h_call(app, "LOCKS limit=1 after=f5");
+	cr_assert(h_starts(l, "ERR LIMIT limit reached: a listing costs "),
+		  "%s", l);
+	l = h_call(ops, "LOCKS limit=1");
+	cr_assert(h_starts(l, "OK LOCKS 1 more=99999"),
+		  "another user is not spaced by app's listing: %s", l);
+	h_line(ops);
+	h_close(ops);
+	h_close(app);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}

@@ -945,6 +945,55 @@ Test(server, client_that_pipelines_without_reading_is_slowed_not_cut)
 	cr_assert_eq(h_daemon_stop(&own), 0);
 }
 
+/* max_output bounds one connection; max_output_total bounds them all:
+ * 200 connections pipelining HELP without reading (on the unix socket,
+ * whose buffers the kernel does not grow) are paused once the memory of
+ * their unread output passes the budget, while a client that reads is
+ * served; and they get every reply once they read. */
+Test(server, clients_that_never_read_share_one_budget_of_unread_output)
+{
+	enum { N = 200, BUDGET = 2 * 1024 * 1024, CHUNK = 60000 };
+	static struct h_client *c[N];
+	char conf[512], sock[H_PATH_MAX + 16], *buf = malloc(CHUNK), *l;
+	struct h_client *p;
+	uint64_t held;
+	int i, round;
+
+	cr_assert_not_null(buf);
+	for (i = 0; i + 6 <= CHUNK; i += 6)
+		memcpy(buf + i, "HELP\r\n", 6);
+	h_daemon_write_conf(&own, ""); /* makes own.dir */
+	snprintf(sock, sizeof(sock), "%s/dlockd.sock", own.dir);
+	snprintf(conf, sizeof(conf),
+		 "[server]\nunix_socket = %s\n"
+		 "[limits]\nmax_output_total = %d\n",
+		 sock, BUDGET);
+	own_start(conf);
+	p = h_connect(own.port);
+	for (i = 0; i < N; i++)
+		c[i] = h_connect_unix(sock);
+	for (round = 0; round < 3; round++)
+		for (i = 0; i < N; i++)
+			cr_assert_geq(h_send_within(c[i], buf, CHUNK, 2), 0);
+	h_sleep_ms(500);
+	l = h_call(p, "PING reader");
+	cr_assert_str_eq(l, "OK PONG reader");
+	held = h_stats_value(p, "output_buffered_bytes");
+	/* over by at most a reply per connection (and one buffer doubled) */
+	cr_assert_leq(held, BUDGET + BUDGET / 2, "%llu bytes held",
+		      (unsigned long long)held);
+	cr_assert_geq(held, BUDGET / 2, "the budget was not reached: %llu",
+		      (unsigned long long)held);
+	cr_assert_eq(h_stats_value(p, "output_overflows"), 0);
+	/* reading, they get their replies in order */
+	cr_assert(h_starts(h_line(c[0]), "OK HELP "));
+	for (i = 0; i < N; i++)
+		h_close(c[i]);
+	h_close(p);
+	free(buf);
+	cr_assert_eq(h_daemon_stop(&own), 0);
+}
+
 /* Events cannot be throttled by pausing input: a client that never reads
  * its * EXPIRED events is closed at max_output; others are served. The
  * leases are taken on c, which reads its replies; the events also go to
