@@ -413,6 +413,20 @@ int dl_access_auth(struct dl_conn *c, struct dl_str user, struct dl_str secret,
 	return login(c, u, how, why, whylen);
 }
 
+int dl_access_login_name(struct dl_conn *c, const char *name, char *why,
+			 size_t whylen)
+{
+	struct dl_user *u = dl_users_find(acc(c)->users,
+					  (struct dl_str){name, strlen(name)});
+
+	if (c->authed || !u) {
+		snprintf(why, whylen, "%s",
+			 c->authed ? "authenticated already" : "no such user");
+		return DL_EDENIED;
+	}
+	return login(c, u, DL_AUTH_NAME, why, whylen);
+}
+
 int dl_access_guessing(const struct dl_conn *c)
 {
 	return c->auth_failures >= DL_AUTH_FAILURES_MAX;

@@ -13,8 +13,10 @@
  *     with every right, from the start;
  *   - a password: nobody until AUTH <password>, then the default user;
  *   - a users file: nobody until AUTH <user> <secret>, or, on the unix
- *     socket, the user whose uid= is the peer's (SO_PEERCRED). The two
- *     do not mix: a password beside a users file is a configuration error.
+ *     socket, the user whose uid= is the peer's (SO_PEERCRED), or, under
+ *     TLS, the user named by the verified client certificate
+ *     (dl_access_login_name, from conn.c). The two do not mix: a password
+ *     beside a users file is a configuration error.
  * A connection that is nobody has no session (no owner, so no lease, no
  * wait, no event), may only AUTH, HELLO (which says nothing but the
  * version and that AUTH is required), HELP, PING and QUIT, and is closed
@@ -53,6 +55,7 @@ enum dl_auth_how {
 	DL_AUTH_PASSWORD,   /* AUTH <password> */
 	DL_AUTH_SECRET,	    /* AUTH <user> <secret> */
 	DL_AUTH_UID,	    /* its uid, on the unix socket */
+	DL_AUTH_NAME,	    /* a name proven outside the protocol (TLS) */
 };
 
 /* Loads the users file (if any). DL_EBADARG with err ("<file>:<line>:
@@ -74,6 +77,14 @@ void dl_access_conn_end(struct dl_conn *c);
  * DL_EBADARG: authenticated already as someone else. */
 int dl_access_auth(struct dl_conn *c, struct dl_str user, struct dl_str secret,
 		   char *why, size_t whylen);
+/* The hook for a name proven outside the protocol (a verified client
+ * certificate's, under TLS): c becomes the user of that name in the
+ * users file. 0, or DL_EDENIED (no users file, no such user: c stays
+ * nobody and may still AUTH), DL_ELIMIT (its conns= quota; why says so).
+ * A reload treats it as a uid login: revoked if the user is gone or
+ * lost a right. */
+int dl_access_login_name(struct dl_conn *c, const char *name, char *why,
+			 size_t whylen);
 /* 1 once the connection has failed DL_AUTH_FAILURES_MAX times. */
 int dl_access_guessing(const struct dl_conn *c);
 

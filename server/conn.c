@@ -693,7 +693,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 static void tls_opened(struct dl_conn *c)
 {
 	const char *name = dl_tls_peer_name(c->tls);
-	char how[96];
+	char how[96], why[DL_WHY_MAX];
 	size_t n;
 
 	c->tls_open = 1;
@@ -704,7 +704,12 @@ static void tls_opened(struct dl_conn *c)
 	dl_tls_describe(c->tls, how, sizeof(how));
 	dl_info("conn %llu %s: TLS handshake done (%s)",
 		(unsigned long long)c->id, c->peer, how);
-
+	/* a verified certificate's name is a user of the users file: the
+	 * connection is that user (access.h); else it may still AUTH */
+	if (name && !c->authed &&
+	    dl_access_login_name(c, name, why, sizeof(why)) == 0)
+		dl_info("conn %llu %s: user %s, by its certificate",
+			(unsigned long long)c->id, c->peer, name);
 }
 
 /* A peer that broke TLS (plaintext on the TLS port, a certificate
