@@ -65,12 +65,13 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
-              server/locktab_verify.c server/seen.c server/tls.c
+              server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c client/dlock_tls.c
-UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record
+UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
+              test_users
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
-               test_client test_cli test_layout test_tls
+               test_client test_cli test_layout test_tls test_access
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -151,6 +152,9 @@ $(O)/tests/test_record: $(O)/tests/test_record.o $(O)/server/record.o \
                         $(O)/server/buf.o $(O)/server/bucket.o \
                         $(LOCKTAB_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
+$(O)/tests/test_users: $(O)/tests/test_users.o $(O)/server/users.o \
+                       $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) $(CRIT_LIBS)
 $(O)/tests/test_server: $(O)/tests/test_server.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
@@ -171,6 +175,9 @@ $(O)/tests/test_client: $(O)/tests/test_client.o $(HARNESS_OBJ) \
 $(O)/tests/test_tls: $(O)/tests/test_tls.o $(HARNESS_OBJ) $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_layout: $(O)/tests/test_layout.o $(HARNESS_OBJ) \
+                        $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_access: $(O)/tests/test_access.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_cli: $(O)/tests/test_cli.o $(HARNESS_OBJ) \
@@ -426,6 +433,15 @@ $(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS)
 
 $(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^
+
+# Password guesses per second one host gets (README, Security); by hand:
+# authflood <port> [connections] [seconds] [source addresses].
+$(O)/tests/bench/authflood: $(O)/tests/bench/authflood.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^
+# What clients that pipeline and never read cost (README, Limits):
+# outflood <port> <dlockd pid> [connections] [seconds].
+$(O)/tests/bench/outflood: $(O)/tests/bench/outflood.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
 bench:

@@ -117,6 +117,7 @@ const char *dlock_strerror(int err)
 		"exclusive asked while holding shared: it would wait for itself",
 		"TLS failed: the server's certificate or name was not "
 		"accepted, or it refused ours",
+		"permission denied",
 	};
 
 	if (err <= 0 && -err < (int)(sizeof(texts) / sizeof(texts[0])))
@@ -191,6 +192,8 @@ static int check_options(const struct dlock_options *o)
 		return DLOCK_EINVAL;
 	/* a client certificate goes with its key */
 	if (!(o->tls_cert && o->tls_cert[0]) != !(o->tls_key && o->tls_key[0]))
+		return DLOCK_EINVAL;
+	if (o->user && dl_check_user(o->user, strlen(o->user)) < 0)
 		return DLOCK_EINVAL;
 	if (o->password) {
 		if (strlen(o->password) > DL__PASSWORD_MAX)
@@ -277,6 +280,7 @@ static void client_free(struct dlock_client *c)
 	free(c->host);
 	free(c->unix_path);
 	free(c->password);
+	free(c->user);
 	free(c->servers);
 	free(c);
 }
@@ -338,7 +342,7 @@ static int handshake(struct dlock_client *c, int64_t deadline)
 	q->deadline = deadline;
 	err = dl__call(c, &q);
 	dl__req_free(q);
-	if (err == 0 && c->auth_required && !c->password)
+	if (err == 0 && c->auth_required)
 		err = DLOCK_EAUTH;
 	c->initial = 0;
 out:
@@ -420,12 +424,14 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 	c->host = dup_or_null(o->host ? o->host : DL__DEFAULT_HOST, &fail);
 	c->unix_path = dup_or_null(o->unix_path, &fail);
 	c->password = dup_or_null(o->password, &fail);
+	c->user = dup_or_null(o->user, &fail);
 	c->servers = dup_or_null(o->servers, &fail);
 	c->opt.servers = c->servers;
 	c->failed_i = c->hint_i = -1;
 	c->opt.host = c->host;
 	c->opt.unix_path = c->unix_path;
 	c->opt.password = c->password;
+	c->opt.user = c->user;
 	c->opt.owner = c->owner;
 	if (o->owner)
 		snprintf(c->owner, sizeof(c->owner), "%s", o->owner);
@@ -763,15 +769,38 @@ int dlock_status(dlock_client *c, const char *name, struct dlock_status *st)
 int dlock_break(dlock_client *c, const char *name, uint64_t token,
 		uint64_t *current)
 {
+	(void)c;
+	(void)name;
+	(void)token;
+	(void)current;
+	dl__last_error_clear();
+	return DLOCK_EINVAL; /* a BREAK says why: dlock_break_reason() */
+}
+
+int dlock_break_reason(dlock_client *c, const char *name, uint64_t token,
+		       const char *reason, uint64_t *current)
+{
 	struct dl__req *q;
 	int err;
+	size_t i, n = reason ? strlen(reason) : 0;
 
 	dl__last_error_clear();
-	if (!c || bad_name(name))
+	if (!c || bad_name(name) || n == 0 || n > DL_REASON_MAX)
 		return DLOCK_EINVAL;
+	for (i = 0; i < n; i++)
+		if ((unsigned char)reason[i] < 0x21 ||
+		    (unsigned char)reason[i] > 0x7e)
+			return DLOCK_EINVAL; /* one word on the wire */
 	if ((err = enter(c)) < 0)
 		return err;
-	err = ask(c, DL__BREAK, name, token, &q);
+	if (!(q = dl__req_new(DL__BREAK, name, 0))) {
+		leave(c);
+		return DLOCK_ENOMEM;
+	}
+	memcpy(q->after, reason, n + 1);
+	q->token = token;
+	q->deadline = dl__now() + c->opt.request_timeout_ms;
+	err = dl__call(c, &q);
 	if (q && err == DLOCK_ESTALE && current)
 		*current = q->r_value;
 	dl__req_free(q);

@@ -96,6 +96,9 @@ enum {
 				  a bad record; dlock_last_error() says
 				  which (dlock_connect only: later, a
 				  broken connection is made again) */
+	DLOCK_EDENIED = -19,   /* the user may not do that on that name (NO
+				  DENIED; dlock_last_error() says which
+				  right it needs) */
 };
 
 const char *dlock_strerror(int err);
@@ -143,7 +146,7 @@ struct dlock_options {
 	 * executed and are sent again whatever they were.
 	 */
 	const char *servers;
-	const char *password;  /* NULL: no AUTH */
+	const char *password; /* NULL: no AUTH; with `user`, its secret */
 	/*
 	 * owner: the owner id said in HELLO (the string is copied). NULL:
 	 * a random one, fixed for the client's life and never shared.
@@ -216,6 +219,16 @@ struct dlock_options {
 	int tls_no_verify; /* 1: no verification at all -- anyone on the
 			      path can then read and change the traffic;
 			      for tests only */
+	/*
+	 * user: a user of the server's users file. NULL: AUTH <password>
+	 * (the server's one password), or nothing. Set: AUTH <user>
+	 * <password>, the password being the user's secret (dlockd
+	 * --new-secret made it); with no password, no AUTH is sent (the
+	 * server knows the user by its uid on a unix socket, or by its
+	 * client certificate's name under TLS). Owner ids live inside
+	 * their user: the same owner id under two users is two owners.
+	 */
+	const char *user;
 };
 
 #define DLOCK_SERVERS_MAX 8
@@ -395,6 +408,14 @@ int dlock_ping(dlock_client *c);
  * not NULL: the holder's token now, 0 if free) when the token holds
  * nothing: asking for the token makes sure the lease broken is the one
  * looked at. */
+int dlock_break_reason(dlock_client *c, const char *name, uint64_t token,
+		       const char *reason, uint64_t *current);
+/* A BREAK must say why (`reason`: 1-128 printable bytes, no space; it
+ * goes to the server's audit log with the user who broke it, and the
+ * holder's * EXPIRED names that user). The server refuses a user without
+ * the break right on the name (DLOCK_EDENIED). dlock_break() is kept for
+ * programs written against libdlock 0.2: it gives no reason, so it fails
+ * with DLOCK_EINVAL before sending anything; call dlock_break_reason(). */
 int dlock_break(dlock_client *c, const char *name, uint64_t token,
 		uint64_t *current);
 

@@ -50,6 +50,7 @@
 	 OPTB(OPT_SOCKET) | OPTB(OPT_PASSWORD) | OPTB(OPT_PASSWORD_FILE) |     \
 	 OPTB(OPT_OWNER) | OPTB(OPT_TLS) | OPTB(OPT_TLS_CA) |                  \
 	 OPTB(OPT_TLS_CERT) | OPTB(OPT_TLS_KEY) | OPTB(OPT_TLS_SERVER_NAME) |  \
+	 OPTB(OPT_USER) | OPTB(OPT_SECRET_FILE) |                              \
 	 OPTB(OPT_TIMEOUT) | OPTB(OPT_HELP) | OPTB(OPT_VERSION))
 
 static const struct {
@@ -78,6 +79,9 @@ static const struct {
 	[OPT_BY_WAITERS] = {"by-waiters", 0},
 	[OPT_CONFLICT_EXIT] = {"conflict-exit-code", 1},
 	[OPT_SHARED] = {"shared", 0},
+	[OPT_USER] = {"user", 1},
+	[OPT_SECRET_FILE] = {"secret-file", 1},
+	[OPT_REASON] = {"reason", 1},
 	[OPT_HELP] = {"help", 0},
 	[OPT_VERSION] = {"version", 0},
 };
@@ -115,6 +119,7 @@ static int exit_for(int err)
 	case DLOCK_EUNAVAILABLE:
 	case DLOCK_ETLS:
 		return EXIT_UNAVAILABLE;
+	case DLOCK_EDENIED:
 	case DLOCK_EAUTH:
 		return EXIT_NOPERM;
 	case DLOCK_EINVAL:
@@ -147,6 +152,10 @@ static const char conn_help[] =
 	"  --socket PATH       unix socket instead of TCP (DLOCK_SOCKET)\n"
 	"  --password P        password (DLOCK_PASSWORD); visible in ps(1):\n"
 	"  --password-file F   prefer this, the first line of F\n"
+	"  --user U            a user of the server's users file (DLOCK_USER)\n"
+	"  --secret-file F     its secret, the first line of F (or\n"
+	"                      DLOCK_SECRET); on the unix socket a user\n"
+	"                      known by its uid needs none\n"
 	"  --owner ID          owner id (DLOCK_OWNER; default: random, new\n"
 	"                      for each invocation); processes with one\n"
 	"                      owner id share its locks\n"
@@ -231,13 +240,16 @@ static const struct subcmd subcmds[] = {
 	 "Does <token> hold <name> now? Exit 0 and print the lease's\n"
 	 "remaining ms if it does; exit 1 and print the current holder's\n"
 	 "token (0 if the lock is free) if it does not. Any owner may ask.\n", 0},
-	{"break", dl_cli_break, 2, 0, "break <name> <token>",
+	{"break", dl_cli_break, 2, OPTB(OPT_REASON),
+	 "break <name> <token> --reason TEXT",
 	 "End the lease <token> of <name> now, whoever holds it: for a\n"
 	 "holder that is gone or stuck (take the token from `dlock status`\n"
-	 "or `dlock list`). Its holder is told the lease expired (dlock run\n"
-	 "stops its command) and the next waiter gets the lock with a larger\n"
+	 "or `dlock list`). --reason (required: one word, up to 128\n"
+	 "printable bytes, e.g. a ticket) goes to the server's audit log.\n"
+	 "Its holder is told the lease expired and by whom (dlock run stops\n"
+	 "its command) and the next waiter gets the lock with a larger\n"
 	 "fencing token. Exit 1, printing the current holder's token (0 if\n"
-	 "free), if <token> holds nothing.\n", 0},
+	 "free), if <token> holds nothing; 77 without the break right.\n", 0},
 	{"status", dl_cli_status, 1, OPTB(OPT_JSON), "status <name> [--json]",
 	 "Print the lock's state, one key=value per line: name, state\n"
 	 "(free or held), token, ttl_ms (remaining), count (reentrant\n"
@@ -421,7 +433,20 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 		memset(v, '*', strlen(v));
 		return 0;
 	case OPT_PASSWORD_FILE:
+	case OPT_SECRET_FILE:
 		return read_password_file(cl, v);
+	case OPT_USER:
+		if (dl_check_user(v, strlen(v)) != 0)
+			return dl_cli_usage_error(
+				cl,
+				"--user: bad user name '%s' (1-%d letters, "
+				"digits and . _ -)",
+				v, DL_USER_MAX);
+		cl->user = v;
+		return 0;
+	case OPT_REASON:
+		cl->reason = v;
+		return 0;
 	case OPT_OWNER:
 		if (dl_check_owner(v, strlen(v)) != 0)
 			return dl_cli_usage_error(
@@ -605,8 +630,10 @@ static int apply_env(struct cli *cl)
 		    (rc = parse_port(cl, "DLOCK_PORT", v)) != 0)
 			return rc;
 	}
-	if (!(cl->seen & (OPTB(OPT_PASSWORD) | OPTB(OPT_PASSWORD_FILE))) &&
-	    (v = getenv("DLOCK_PASSWORD")) && v[0]) {
+	if (!(cl->seen & (OPTB(OPT_PASSWORD) | OPTB(OPT_PASSWORD_FILE) |
+			  OPTB(OPT_SECRET_FILE))) &&
+	    (((v = getenv("DLOCK_SECRET")) && v[0]) ||
+	     ((v = getenv("DLOCK_PASSWORD")) && v[0]))) {
 		cl->password = strdup(v);
 		if (!cl->password) {
 			dl_cli_msg("out of memory");
@@ -615,6 +642,13 @@ static int apply_env(struct cli *cl)
 	}
 	if ((rc = apply_tls_env(cl)) != 0)
 		return rc;
+	if (!(cl->seen & OPTB(OPT_USER)) && (v = getenv("DLOCK_USER")) &&
+	    v[0]) {
+		if (dl_check_user(v, strlen(v)) != 0)
+			return dl_cli_usage_error(
+				cl, "DLOCK_USER: bad user name '%s'", v);
+		cl->user = v;
+	}
 	if (!(cl->seen & OPTB(OPT_OWNER)) && (v = getenv("DLOCK_OWNER")) &&
 	    v[0]) {
 		if (dl_check_owner(v, strlen(v)) != 0)
@@ -750,6 +784,7 @@ void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
 	o->unix_path = cl->socket;
 	o->servers = cl->servers;
 	o->password = cl->password;
+	o->user = cl->user;
 	o->owner = cl->owner;
 	o->tls = cl->tls;
 	o->tls_ca = cl->tls_ca;
@@ -776,14 +811,16 @@ int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
 	if (rc == DLOCK_EAUTH && !cl->password) {
 		/* connected: the server wants a password nobody gave */
 		dl_cli_msg("%s requires a password: give --password, "
-			   "--password-file or DLOCK_PASSWORD",
+			   "--password-file or DLOCK_PASSWORD (a user: --user "
+			   "and --secret-file, or DLOCK_USER and DLOCK_SECRET)",
 			   where(cl));
 		return EXIT_NOPERM;
 	}
 	if (rc == DLOCK_EAUTH) {
-		dl_cli_msg("%s refused the password (NO AUTH_FAILED): check "
-			   "--password, --password-file or DLOCK_PASSWORD",
-			   where(cl));
+		dl_cli_msg("%s refused the %s (%s): check them", where(cl),
+			   cl->user ? "user or its secret" : "password",
+			   dlock_last_error()[0] ? dlock_last_error()
+						 : "NO AUTH_FAILED");
 		return EXIT_NOPERM;
 	}
 	snprintf(what, sizeof(what), "cannot connect to %s", where(cl));

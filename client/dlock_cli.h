@@ -85,6 +85,9 @@ enum opt_id {
 	OPT_BY_WAITERS,
 	OPT_CONFLICT_EXIT,
 	OPT_SHARED,
+	OPT_USER,
+	OPT_SECRET_FILE,
+	OPT_REASON,
 	OPT_HELP,
 	OPT_VERSION,
 	OPT_COUNT_
@@ -114,7 +117,9 @@ struct cli {
 	const char *servers; /* "h1:p1,h2:p2": a cluster, NULL: host */
 	int port;
 	const char *socket; /* unix socket path, NULL for TCP */
-	char *password;	    /* owned; NULL for none */
+	char *password;	    /* owned; NULL for none (with user: its secret) */
+	const char *user;   /* a user of the server's users file, or NULL */
+	const char *reason; /* break --reason */
 	const char *owner;  /* NULL: libdlock picks a random one */
 	int tls;	    /* --tls: TLS with the system's CAs */
 	const char *tls_ca, *tls_cert, *tls_key; /* PEM files, or NULL */

@@ -166,9 +166,17 @@ int dl_cli_break(struct cli *cl)
 
 	if ((rc = parse_token(cl, &token)) != 0)
 		return rc;
+	if (!cl->reason)
+		return dl_cli_usage_error(cl, "--reason is required: say why "
+					      "(it is audited)");
+	if (!cl->reason[0] || strlen(cl->reason) > DL_REASON_MAX ||
+	    strpbrk(cl->reason, " \t\r\n"))
+		return dl_cli_usage_error(
+			cl, "--reason: 1 to %d printable bytes, no space",
+			DL_REASON_MAX);
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_break(c, cl->pos[0], token, &current);
+	rc = dlock_break_reason(c, cl->pos[0], token, cl->reason, &current);
 	if (rc == 0) {
 		dl_cli_msg("broke the lease %" PRIu64 " of %s", token,
 			   cl->pos[0]);

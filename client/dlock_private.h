@@ -126,7 +126,8 @@ struct dl__req {
 	size_t stats_len, stats_cap;
 	uint64_t stats_n; /* pairs (lines) in stats */
 	/* LOCKS: the page asked for; r_value receives more= (HOLDERS too).
-	 * LOCK: limit is the holders at once asked for (0, 1: a lock) */
+	 * LOCK: limit is the holders at once asked for (0, 1: a lock).
+	 * BREAK: `after` holds the reason. */
 	char after[DL_NAME_MAX + 1];
 	uint32_t limit;
 	unsigned by_waiters : 1;
@@ -197,7 +198,7 @@ struct dlock_client {
 
 	/* options (immutable after dlock_connect) */
 	struct dlock_options opt; /* strings point to the copies below */
-	char *host, *unix_path, *password;
+	char *host, *unix_path, *password, *user;
 	char owner[DL_OWNER_MAX + 1];
 	struct sockaddr_storage addrs[DL__ADDRS_MAX];
 	socklen_t addrlens[DL__ADDRS_MAX];

@@ -359,9 +359,15 @@ static void reply(struct dlock_client *c, struct dl__req *q,
 		    dl_parse_u64(v.p, v.len, &n) == 0 && n > 0 &&
 		    n <= DL_DURATION_MAX_MS)
 			c->default_ttl = (int64_t)n;
+		/* AUTH is required and was not given: the server says so,
+		 * and (since 0.3) tells no owner to an unauthenticated
+		 * connection; a user without a secret may be known by its
+		 * uid (unix socket), and then has an owner */
 		c->auth_required = dl_reply_kv(r, "auth", &v) == 0 &&
 				   v.len == 8 &&
-				   memcmp(v.p, "required", 8) == 0;
+				   memcmp(v.p, "required", 8) == 0 &&
+				   (dl_reply_kv(r, "owner", &v) != 0 ||
+				    (!c->password && !c->user));
 		c->backoff = DL__BACKOFF_MIN_MS; /* a good connection */
 		c->failed_i = -1;
 		dl__req_finish(c, q, 0);

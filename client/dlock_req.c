@@ -199,6 +199,8 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 							 : verbs[q->op]);
 	switch (q->op) {
 	case DL__AUTH:
+		if (c->user)
+			dl_fmt_word(f, c->user);
 		dl_fmt_word(f, c->password);
 		break;
 	case DL__HELLO:
@@ -238,9 +240,13 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 	case DL__UNLOCK:
 	case DL__UNLOCK_TOKEN:
 	case DL__CHECK:
+		dl_fmt_word(f, q->name);
+		dl_fmt_u64(f, q->token);
+		break;
 	case DL__BREAK:
 		dl_fmt_word(f, q->name);
 		dl_fmt_u64(f, q->token);
+		dl_fmt_kv_str(f, "reason", str_of(q->after));
 		break;
 	case DL__CANCEL:
 	case DL__STATUS:
@@ -527,6 +533,7 @@ int dl__reply_error(struct dl__req *q, const struct dl_reply *r)
 		{"AUTH_FAILED", DLOCK_EAUTH},
 		{"LIMIT_MISMATCH", DLOCK_EMISMATCH},
 		{"UPGRADE_DEADLOCK", DLOCK_EDEADLK},
+		{"DENIED", DLOCK_EDENIED},
 	};
 	static const struct word_err err_map[] = {
 		{"NOAUTH", DLOCK_EAUTH},

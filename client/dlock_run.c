@@ -178,11 +178,14 @@ static void free_strv(char **v)
 	free(v);
 }
 
+/* Ours (set again below), and the secrets: the command gets the lock,
+ * not the credentials that took it. */
 static int env_skip(const char *e)
 {
 	static const char *const ours[] = {
-		"DLOCK_NAME=", "DLOCK_TOKEN=", "DLOCK_OWNER=",
-		"DLOCK_HOST=", "DLOCK_PORT=",  "DLOCK_SOCKET=", "DLOCK_SERVERS="};
+		"DLOCK_NAME=",	  "DLOCK_TOKEN=",    "DLOCK_OWNER=",
+		"DLOCK_HOST=",	  "DLOCK_PORT=",     "DLOCK_SOCKET=",
+		"DLOCK_SERVERS=", "DLOCK_PASSWORD=", "DLOCK_SECRET="};
 	size_t i;
 
 	for (i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
@@ -209,7 +212,8 @@ static char *str_printf(const char *fmt, ...)
 
 /* environ without our variables, then ours: the lock, and where to reach
  * the server, so that `dlock check "$DLOCK_NAME" "$DLOCK_TOKEN"` works in
- * the command. The password is not added. */
+ * the command. No secret is passed on: DLOCK_PASSWORD and DLOCK_SECRET
+ * are removed (a command that needs the server authenticates itself). */
 static char **child_env(const struct cli *cl, const char *owner, uint64_t token)
 {
 	size_t n = 0, k = 0, i;

@@ -33,6 +33,14 @@
 /* Bytes in an owner id (HELLO owner=<id>), same alphabet as a name. */
 #define DL_OWNER_MAX 64
 
+/* Bytes in a user name (AUTH <user> <secret>, the users file): letters,
+ * digits and . _ - only, so that a name is safe in logs and owner keys. */
+#define DL_USER_MAX 32
+
+/* Bytes of a BREAK's reason=<text> (printable ASCII, no space): enough to
+ * name a ticket or say why in a word or two; it goes to the audit log. */
+#define DL_REASON_MAX 128
+
 /* Words in one request line, verb included. The longest valid request,
  * LOCK <name> ttl= wait= mode= limit= id=, has seven. */
 #define DL_ARGS_MAX 8
@@ -113,6 +121,11 @@
 #define DL_DEFAULT_MAX_OUTPUT (1024 * 1024)
 #define DL_MAX_OUTPUT_MIN     (8 * 1024)
 #define DL_MAX_OUTPUT_MAX     (1024 * 1024 * 1024)
+/* ... and of all connections together (server/conn.h): past it, clients
+ * with unread output are paused, and an event closes the one with the
+ * most. */
+#define DL_DEFAULT_MAX_OUTPUT_TOTAL (64 * 1024 * 1024)
+#define DL_MAX_OUTPUT_TOTAL_MAX	    (64ULL * 1024 * 1024 * 1024)
 
 /* A request line begun and not ended within request_timeout closes its
  * connection (ERR LIMIT): a client dripping bytes cannot keep a slot
@@ -126,6 +139,41 @@
 #define DL_IDLE_TIMEOUT_MAX_MS	   (7ULL * 24 * 3600000)
 /* How often connections are checked against both (one timer for all). */
 #define DL_SWEEP_MS 250
+
+/* ---- before AUTH (server/access.c) ------------------------------------ */
+
+/* A connection that has not authenticated within auth_timeout is closed
+ * (* BYE auth-timeout). 0 turns it off. */
+#define DL_DEFAULT_AUTH_TIMEOUT_MS 10000
+#define DL_AUTH_TIMEOUT_MAX_MS	   3600000
+/* Failed AUTHs a connection may make; the last one's reply is followed by
+ * the close. A guesser pays a new connection (and its slot) every few. */
+#define DL_AUTH_FAILURES_MAX 3
+/* Failed AUTHs are logged as one summary line per this interval. */
+#define DL_AUTH_LOG_MS 10000
+/* Connections not yet authenticated get at most 1/DL_UNAUTH_SHARE of
+ * max_connections when max_unauth_connections is 0 (the default), so
+ * that silent sockets cannot take every slot; and at most this many from
+ * one address (unix peers excepted), so that one host cannot take those. */
+#define DL_UNAUTH_SHARE			  2
+#define DL_DEFAULT_MAX_UNAUTH_PER_ADDRESS 8
+/* A password shorter than this on a non-loopback bind is refused, unless
+ * allow_short_password = yes: online guessing is slowed down, not made
+ * impossible. */
+#define DL_PASSWORD_MIN 16
+
+/* ---- quotas (server/access.c) ---------------------------------------- */
+
+/* Locks in the daemon at once (held or waited for); one more new name is
+ * ERR LIMIT. Twice the million leases the benchmarks hold. */
+#define DL_DEFAULT_MAX_LOCKS 2000000
+#define DL_MAX_LOCKS_MAX     1000000000
+/* A user's quotas when its line gives none (locks=, waits=, conns=): its
+ * leases plus queued LOCKs, its queued LOCKs, its connections. The
+ * default user (no users file) has none: it is every client at once. */
+#define DL_DEFAULT_MAX_LOCKS_PER_USER	    100000
+#define DL_DEFAULT_MAX_WAITS_PER_USER	    100000
+#define DL_DEFAULT_MAX_CONNECTIONS_PER_USER 1000
 
 /* Lease TTL when a request gives none, and the largest one accepted. */
 #define DL_DEFAULT_TTL_MS     30000

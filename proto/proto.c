@@ -253,6 +253,22 @@ int dl_check_tag(const char *s, size_t len)
 	return check_word(s, len, DL_TAG_MAX);
 }
 
+int dl_check_user(const char *s, size_t len)
+{
+	size_t i;
+
+	if (len == 0)
+		return DL_EBADARG;
+	for (i = 0; i < len; i++) {
+		char c = s[i];
+
+		if (!(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') &&
+		    !is_digit(c) && c != '.' && c != '_' && c != '-')
+			return DL_EBADARG;
+	}
+	return len > DL_USER_MAX ? DL_ERANGE : 0;
+}
+
 /* ---- requests ------------------------------------------------------------ */
 
 /* What a positional word of a verb is. */
@@ -268,6 +284,7 @@ enum {
 	OPT_AFTER = 32,
 	OPT_BY = 64,
 	OPT_MODE = 128,
+	OPT_REASON = 256,
 };
 
 /* The table HELP prints and the errors quote: the syntax of each verb is
@@ -278,7 +295,7 @@ struct verb_def {
 	unsigned char min_pos; /* positional words required */
 	unsigned char max_pos; /* positional words allowed */
 	unsigned char pos[2];  /* enum pos_kind of each */
-	unsigned char opts;    /* OPT_* allowed */
+	unsigned short opts;   /* OPT_* allowed */
 	const char *usage;     /* its syntax */
 	const char *summary;   /* what it does, one line */
 };
@@ -313,8 +330,9 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	VERB(DL_VERB_HELLO, "HELLO", 0, 0, 0, 0, OPT_OWNER | OPT_ID,
 	     " [owner=<id>] [id=<tag>]",
 	     "name your owner id (and resume its leases); server limits"),
-	VERB(DL_VERB_AUTH, "AUTH", 1, 1, POS_SECRET, 0, OPT_ID,
-	     " <password> [id=<tag>]", "authenticate"),
+	VERB(DL_VERB_AUTH, "AUTH", 1, 2, POS_SECRET, POS_SECRET, OPT_ID,
+	     " [<user>] <password> [id=<tag>]",
+	     "authenticate: a user and its secret, or the server's password"),
 	VERB(DL_VERB_STATS, "STATS", 0, 0, 0, 0, OPT_ID, " [id=<tag>]",
 	     "the server's counters (multi-line)"),
 	VERB(DL_VERB_PING, "PING", 0, 1, POS_TEXT, 0, OPT_ID,
@@ -327,10 +345,10 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	     "[id=<tag>]",
 	     "list locks by name a page at a time, or the most waited for "
 	     "(multi-line)"),
-	VERB(DL_VERB_BREAK, "BREAK", 2, 2, POS_NAME, POS_TOKEN, OPT_ID,
-	     " <name> <token> [id=<tag>]",
+	VERB(DL_VERB_BREAK, "BREAK", 2, 2, POS_NAME, POS_TOKEN,
+	     OPT_REASON | OPT_ID, " <name> <token> reason=<text> [id=<tag>]",
 	     "end another owner's lease now (an operator's tool: its holder "
-	     "gets * EXPIRED)"),
+	     "gets * EXPIRED broken_by=<you>; the reason is audited)"),
 	VERB(DL_VERB_HELP, "HELP", 0, 1, POS_TEXT, 0, OPT_ID,
 	     " [<command>] [id=<tag>]",
 	     "this list, or one command (multi-line)"),
@@ -339,8 +357,8 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	     "each holder of a lock and each waiter, in order (multi-line)"),
 };
 
-static const char *const opt_names[] = {"ttl",   "wait",  "id", "owner",
-					"limit", "after", "by", "mode"};
+static const char *const opt_names[] = {
+	"ttl", "wait", "id", "owner", "limit", "after", "by", "mode", "reason"};
 
 const char *dl_verb_name(enum dl_verb v)
 {
@@ -565,6 +583,8 @@ static int fail_duration(const char **why, struct dl_request *req, int err,
 	return fail(why, req, err, req->why);
 }
 
+static int printable(struct dl_str w);
+
 static int parse_option(struct dl_str w, const char *eq,
 			const struct verb_def *def, unsigned *seen,
 			struct dl_request *req, const char **why)
@@ -654,6 +674,18 @@ static int parse_option(struct dl_str w, const char *eq,
 					 DL_NAME_MAX);
 		req->after = val;
 		break;
+	case OPT_REASON:
+		/* goes to the audit log: printable, bounded */
+		if (!printable(val) || val.len > DL_REASON_MAX) {
+			struct why m = {req->why, 0, sizeof(req->why)};
+
+			why_str(&m, "reason malformed: 1 to ");
+			why_u64(&m, DL_REASON_MAX);
+			why_str(&m, " bytes of printable ASCII without space");
+			return fail(why, req, DL_EBADARG, req->why);
+		}
+		req->reason = val;
+		break;
 	default: /* OPT_BY */
 		if (ci_eq(v, val.len, "WAITERS", 7)) {
 			req->by_waiters = 1;
@@ -722,7 +754,10 @@ static int parse_positional(struct dl_str w, int kind, struct dl_request *req,
 		}
 		req->arg = w;
 		break;
-	default: /* POS_SECRET: never echoed, any non-blank bytes */
+	default: /* POS_SECRET: never echoed, any non-blank bytes; of two,
+		    the first is the user */
+		if (req->arg.len)
+			req->user = req->arg;
 		req->arg = w;
 		break;
 	}
@@ -798,6 +833,16 @@ int dl_parse_request(const char *line, size_t len, struct dl_request *req,
 	if (npos < def->min_pos)
 		return fail_usage(why, req, DL_EBADFORMAT, def,
 				  pos_names[def->pos[npos]], DL_STR_NULL);
+	/* never quoted: a password typed in the wrong place */
+	if (req->user.len && dl_check_user(req->user.p, req->user.len))
+		return fail(why, req, DL_EBADARG,
+			    "user malformed: 1 to " XSTR(
+				    DL_USER_MAX) " letters, digits and . _ -");
+	if (req->verb == DL_VERB_BREAK && !req->reason.len)
+		return fail_usage(why, req, DL_EBADFORMAT, def,
+				  "missing reason=<text> (why the lease is "
+				  "broken: it is audited)",
+				  DL_STR_NULL);
 	if (req->verb == DL_VERB_TRYLOCK) {
 		req->wait_ms = 0;
 		req->has_wait = 1;

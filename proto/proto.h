@@ -34,7 +34,9 @@
  * names it in STATS (errors_<label>) and in the metrics. The first nine
  * are their own wire codes; the others are internal, and a client sees
  * them as the wire code they name (an out-of-range number is a BAD_ARG,
- * an allocation failure an INTERNAL), counted there too.
+ * an allocation failure an INTERNAL), counted there too. DENIED is a
+ * wire word of its own, said in a NO reply ("NO DENIED <name> ...", a
+ * user without the right), and counted with the errors.
  */
 #define DL_ERR_MAP(X)                                                        \
 	X(BADFORMAT, -1, BADFORMAT, "BAD_FORMAT", "bad_format",              \
@@ -56,7 +58,8 @@
 	  "protocol error from peer")                                        \
 	X(NOSPC, -12, INTERNAL, "INTERNAL", "internal",                      \
 	  "line does not fit its buffer")                                    \
-	X(RANGE, -13, BADARG, "BAD_ARG", "bad_arg", "number out of range")
+	X(RANGE, -13, BADARG, "BAD_ARG", "bad_arg", "number out of range")   \
+	X(DENIED, -14, DENIED, "DENIED", "denied", "permission denied")
 
 #define DL__ERR_ENUM(name, value, wire, word, label, text) DL_E##name = value,
 #define DL__ERR_ONE(name, value, wire, word, label, text) +1
@@ -110,6 +113,10 @@ char *dl_format_duration(uint64_t ms, char buf[DL_DURATION_TEXT_MAX]);
 /* A wait: a duration, or "inf" for DL_WAIT_INF. */
 #define DL_WAIT_INF UINT64_MAX
 int dl_parse_wait(const char *s, size_t len, uint64_t *ms);
+
+/* 0 if s is a valid user name (1..DL_USER_MAX bytes of letters, digits
+ * and . _ -), DL_EBADARG or DL_ERANGE otherwise. */
+int dl_check_user(const char *s, size_t len);
 
 /* 0 if s is a valid lock name (1..DL_NAME_MAX bytes, 0x21..0x7e except
  * '='), DL_EBADARG for other bytes, DL_ERANGE for a valid one that is too
@@ -171,6 +178,9 @@ struct dl_request {
 	struct dl_str owner; /* HELLO owner=; len 0 when absent */
 	struct dl_str arg;   /* AUTH secret, PING text, HELP verb (len 0 when
 				absent) */
+	struct dl_str user;  /* AUTH <user> <secret>: the user (len 0 in the
+				one-word form, AUTH <password>) */
+	struct dl_str reason; /* BREAK reason=<text> (required there) */
 	struct dl_str after; /* LOCKS after=<name>; len 0 when absent */
 	uint64_t limit;	     /* LOCKS limit= (page length), LOCK TRYLOCK
 				limit= (holders at once), when has_limit */

@@ -2,10 +2,12 @@
 /*
  * cmd.c -- request dispatch (see cmd.h).
  *
- * A table maps each verb to its handler and to whether it changes lock
+ * A table maps each verb to its handler, to whether it changes lock
  * state (such requests are refused with ERR UNAVAILABLE while persistence
- * is down, before the lock table is touched). Handlers format their reply
- * into a stack buffer of DL_REPLY_MAX bytes, which the longest reply fits.
+ * is down, before the lock table is touched), and to the right a user
+ * needs for it (on the request's lock name; access.h says who has which).
+ * Handlers format their reply into a stack buffer of DL_REPLY_MAX bytes,
+ * which the longest reply fits.
  */
 #include "server/cmd.h"
 
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/access.h"
 #include "server/clock.h"
 #include "server/conn.h"
 #include "server/log.h"
@@ -80,6 +83,67 @@ void dl_cmd_error(struct dl_conn *c, int err, const char *why,
 	reply_send(c, &r, tag, NULL);
 }
 
+/* An owner's key as the wire shows it: owner=<id>, then user=<name> when
+ * the owner is a user's of the users file (the default user's owners,
+ * and the quarantine's, are shown as they are). */
+static void fmt_owner(struct dl_fmt *f, int kv, struct dl_str key)
+{
+	struct dl_str user = dl_owner_key_account(key), id = key;
+
+	if (key.len == 0)
+		key = id = DL_STR_LIT("-");
+	else if (user.len && !(key.len == sizeof(DL_QUARANTINE_OWNER) - 1 &&
+			       !memcmp(key.p, DL_QUARANTINE_OWNER, key.len)))
+		id = dl_owner_key_id(key);
+	else
+		user.len = 0;
+	if (kv)
+		dl_fmt_kv_str(f, "owner", id);
+	else
+		dl_fmt_str(f, id);
+	if (user.len)
+		dl_fmt_kv_str(f, "user", user);
+}
+
+/* A user's quota that a LOCK ran into, or 0 (why says which). */
+static int quota_error(struct dl_conn *c, char *why, size_t len)
+{
+	const struct dl_session *s = &c->sess;
+	const struct dl_account *a = s->owner ? s->owner->acct : NULL;
+	const struct dl_user *u = c->user;
+	uint64_t used;
+	char src[48];
+
+	if (!a || !u)
+		return 0;
+	used = (uint64_t)a->nleases + a->nwaiters;
+	if (s->max_locks && used >= s->max_locks) {
+		snprintf(src, sizeof(src),
+			 u->quota[DL_QUOTA_LOCKS] ? "locks=%u on its line"
+						  : "max_locks_per_user",
+			 (unsigned)s->max_locks);
+		snprintf(
+			why, len,
+			"limit reached: user %s holds or waits for %llu locks, "
+			"at most %u (%s)",
+			dl_user_name(u), (unsigned long long)used,
+			(unsigned)s->max_locks, src);
+	} else if (s->max_waits && a->nwaiters >= s->max_waits) {
+		snprintf(src, sizeof(src),
+			 u->quota[DL_QUOTA_WAITS] ? "waits=%u on its line"
+						  : "max_waits_per_user",
+			 (unsigned)s->max_waits);
+		snprintf(why, len,
+			 "limit reached: user %s waits for %u locks, at most "
+			 "%u (%s)",
+			 dl_user_name(u), (unsigned)a->nwaiters,
+			 (unsigned)s->max_waits, src);
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
 /* Which limit a LOCK ran into, found after the fact: the table said
  * DL_ELIMIT and nothing changed since. */
 static void limit_error(struct dl_conn *c, struct dl_str name,
@@ -87,11 +151,18 @@ static void limit_error(struct dl_conn *c, struct dl_str name,
 {
 	const struct dl_config *cfg = &c->srv->cfg;
 	const struct dl_owner *o = c->sess.owner;
+	uint64_t locks = dl_locktab_stats(c->srv->tab)->locks;
 	struct dl_lock_status st;
 	char why[DL_WHY_MAX];
 
 	dl_locktab_status(c->srv->tab, name, &st);
-	if (st.held && st.count >= DL_REENTRY_MAX)
+	if (locks >= cfg->max_locks && !dl_locktab_find(c->srv->tab, name))
+		snprintf(why, sizeof(why),
+			 "limit reached: this daemon has %llu locks, at most "
+			 "%llu (max_locks)",
+			 (unsigned long long)locks,
+			 (unsigned long long)cfg->max_locks);
+	else if (st.held && st.count >= DL_REENTRY_MAX)
 		snprintf(why, sizeof(why),
 			 "limit reached: %u holds of one lease (reentries), at most %u",
 			 (unsigned)st.count, (unsigned)DL_REENTRY_MAX);
@@ -106,6 +177,8 @@ static void limit_error(struct dl_conn *c, struct dl_str name,
 			 "limit reached: this owner holds or waits for %u locks, at most %llu (max_locks_per_owner)",
 			 (unsigned)(o->nleases + o->nwaiters),
 			 (unsigned long long)cfg->max_locks_per_owner);
+	else if (quota_error(c, why, sizeof(why)))
+		;
 	else
 		snprintf(why, sizeof(why),
 			 "limit reached: fencing tokens exhausted");
@@ -281,21 +354,34 @@ static void cmd_check(struct dl_conn *c, const struct dl_request *rq)
 	result_reply(c, rq->name, &res, rq->tag);
 }
 
+/* BREAK is audited: who (user and peer), whose lease, which, and why,
+ * one line at notice level; its holder is told who broke it. */
 static void cmd_break(struct dl_conn *c, const struct dl_request *rq)
 {
+	const char *by = dl_access_user(c);
+	char prev[DL_OWNER_KEY_MAX + 1];
+	struct dl_str id, user;
 	struct dl_result res;
-	int err = dl_locktab_break(c->srv->tab, rq->name, rq->token, &res);
+	int err = dl_locktab_break(c->srv->tab, rq->name, rq->token,
+				   (struct dl_str){by, strlen(by)}, prev, &res);
 
-	if (err)
+	if (err) {
 		table_error(c, err, rq->tag);
-	else {
-		if (res.outcome == DL_BROKEN)
-			dl_notice("conn %llu %s: BREAK %.*s %llu",
-				  (unsigned long long)c->id, c->peer,
-				  (int)rq->name.len, rq->name.p,
-				  (unsigned long long)rq->token);
-		result_reply(c, rq->name, &res, rq->tag);
+		return;
 	}
+	if (res.outcome == DL_BROKEN) {
+		id = dl_owner_key_id((struct dl_str){prev, strlen(prev)});
+		user = dl_owner_key_account(
+			(struct dl_str){prev, strlen(prev)});
+		dl_notice("audit: BREAK name=%.*s token=%llu user=%s peer=%s "
+			  "owner=%.*s owner_user=%.*s reason=%.*s",
+			  (int)rq->name.len, rq->name.p,
+			  (unsigned long long)rq->token, by, c->peer,
+			  (int)id.len, id.p, user.len ? (int)user.len : 7,
+			  user.len ? user.p : DL_USER_DEFAULT,
+			  (int)rq->reason.len, rq->reason.p);
+	}
+	result_reply(c, rq->name, &res, rq->tag);
 }
 
 static void cmd_cancel(struct dl_conn *c, const struct dl_request *rq)
@@ -329,7 +415,7 @@ static void cmd_status(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_u64(&r.f, "token", st.token);
 	dl_fmt_kv_u64(&r.f, "ttl_ms", st.remaining);
 	dl_fmt_kv_u64(&r.f, "count", st.count);
-	dl_fmt_kv_str(&r.f, "owner", st.held ? st.owner : DL_STR_LIT("-"));
+	fmt_owner(&r.f, 1, st.held ? st.owner : DL_STR_NULL);
 	dl_fmt_kv_u64(&r.f, "waiters", st.waiters);
 	dl_fmt_kv_str(&r.f, "mode", status_mode(&st));
 	dl_fmt_kv_u64(&r.f, "limit", st.limit);
@@ -363,7 +449,7 @@ static void member_line(const struct dl_member *m, void *arg)
 	else
 		x->holders++;
 	reply_begin(&r, m->waiter ? "waiter" : "holder");
-	dl_fmt_str(&r.f, m->owner);
+	fmt_owner(&r.f, 0, m->owner);
 	if (m->waiter) {
 		dl_fmt_kv_u64(&r.f, "position", m->position);
 		if (m->remaining == UINT64_MAX)
@@ -434,14 +520,41 @@ static void not_active(struct dl_conn *c, struct dl_str tag)
 	reply_send(c, &r, tag, NULL);
 }
 
+/* Before AUTH (when AUTH is needed), HELLO tells nothing about the
+ * server but its version, and names no owner: the connection has none. */
+static void hello_unauthenticated(struct dl_conn *c,
+				  const struct dl_request *rq)
+{
+	struct reply r;
+
+	if (rq->owner.len) {
+		dl_cmd_error(c, DL_ENOAUTH,
+			     "AUTH first: an owner is named once authenticated",
+			     rq->tag);
+		return;
+	}
+	reply_begin(&r, "OK HELLO");
+	dl_fmt_kv_str(&r.f, "version", DL_STR_LIT(DL_VERSION));
+	dl_fmt_kv_str(&r.f, "auth", DL_STR_LIT("required"));
+	reply_send(c, &r, rq->tag, NULL);
+}
+
 static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 {
 	const struct dl_config *cfg = &c->srv->cfg;
+	char key[DL_OWNER_KEY_MAX + 1];
+	struct dl_str k;
 	struct reply r;
 	int err;
 
+	if (!c->authed) {
+		hello_unauthenticated(c, rq);
+		return;
+	}
 	if (rq->owner.len) {
-		err = dl_session_set_owner(c->srv->tab, &c->sess, rq->owner);
+		err = dl_access_owner_key(c, rq->owner, key, &k);
+		if (!err)
+			err = dl_session_set_owner(c->srv->tab, &c->sess, k);
 		if (err == DL_EBADARG) {
 			dl_cmd_error(
 				c, err,
@@ -456,10 +569,15 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 	}
 	reply_begin(&r, "OK HELLO");
 	dl_fmt_kv_str(&r.f, "version", DL_STR_LIT(DL_VERSION));
-	dl_fmt_kv_str(&r.f, "owner", dl_session_owner(&c->sess));
+	dl_fmt_kv_str(&r.f, "owner",
+		      dl_owner_key_id(dl_session_owner(&c->sess)));
+	dl_fmt_kv_str(
+		&r.f, "user",
+		(struct dl_str){dl_access_user(c), strlen(dl_access_user(c))});
 	dl_fmt_kv_str(&r.f, "auth",
-		      cfg->password[0] ? DL_STR_LIT("required")
-				       : DL_STR_LIT("none"));
+		      cfg->password[0] || cfg->users_file[0]
+			      ? DL_STR_LIT("required")
+			      : DL_STR_LIT("none"));
 	dl_fmt_kv_str(&r.f, "persist",
 		      cfg->persist == DL_PERSIST_REDIS ? DL_STR_LIT("redis")
 						       : DL_STR_LIT("none"));
@@ -477,6 +595,7 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_u64(&r.f, "max_locks_per_owner", cfg->max_locks_per_owner);
 	dl_fmt_kv_u64(&r.f, "max_connections", cfg->max_connections);
 	dl_fmt_kv_u64(&r.f, "max_output", cfg->max_output);
+	dl_fmt_kv_u64(&r.f, "max_output_total", cfg->max_output_total);
 	dl_fmt_kv_u64(&r.f, "tick_ms", cfg->tick_ms);
 	dl_fmt_kv_str(&r.f, "role",
 		      dl_store_active(c->srv->store) ? DL_STR_LIT("active")
@@ -489,38 +608,31 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 	reply_send(c, &r, rq->tag, NULL);
 }
 
-/* Compare in time that depends only on the lengths, not on where the
- * strings first differ. */
-static int secret_equal(const char *a, size_t alen, const char *b, size_t blen)
-{
-	volatile unsigned char diff = (unsigned char)(alen != blen);
-	size_t i;
-
-	for (i = 0; i < alen; i++)
-		diff |= (unsigned char)(a[i] ^ (i < blen ? b[i] : 0));
-	return diff == 0;
-}
-
+/* AUTH: access.c decides (secrets compared in constant time). A failure
+ * is answered late (auth_delay), the last allowed one then closes. */
 static void cmd_auth(struct dl_conn *c, const struct dl_request *rq)
 {
-	const char *pw = c->srv->cfg.password;
+	char why[DL_WHY_MAX];
 	struct reply r;
-	int n;
+	int n, err = dl_access_auth(c, rq->user, rq->arg, why, sizeof(why));
 
-	if (!pw[0] || secret_equal(pw, strlen(pw), rq->arg.p, rq->arg.len)) {
-		c->authed = 1;
+	if (err == 0) {
 		reply_begin(&r, "OK AUTH");
+		if (rq->user.len)
+			dl_fmt_kv_str(&r.f, "user", rq->user);
 		reply_send(c, &r, rq->tag, NULL);
 		return;
 	}
-	c->srv->st.auth_failures++;
-	dl_notice("conn %llu %s: AUTH failed", (unsigned long long)c->id,
-		  c->peer);
+	if (err != DL_EDENIED) {
+		dl_cmd_error(c, err, why, rq->tag);
+		return;
+	}
 	reply_begin(&r, "NO AUTH_FAILED");
 	n = dl_fmt_end(&r.f, rq->tag);
 	if (n > 0)
 		dl_conn_send_delayed(c, r.buf, (size_t)n,
-				     c->srv->cfg.auth_delay_ms);
+				     c->srv->cfg.auth_delay_ms,
+				     dl_access_guessing(c));
 }
 
 /* STATS lines are collected first: the header carries their count. */
@@ -570,11 +682,16 @@ static void cmd_stats(struct dl_conn *c, const struct dl_request *rq)
 }
 
 /* LOCKS: "OK LOCKS <n> more=<m>", then n lines, one per lock, in the
- * order of the page (see dl_locktab_list). */
+ * order of the page (see dl_locktab_list): the locks the user may read.
+ * A walk of every lock costs the loop its time: after one of T ms the
+ * same user's next listing waits until 2T later (each user its own: one
+ * cannot deny listings to another). */
 static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 {
 	struct dl_locktab *tab = c->srv->tab;
 	size_t limit = rq->has_limit ? rq->limit : DL_LOCKS_PAGE_DEFAULT;
+	struct dl_list_filter keep = {dl_access_readable, c};
+	struct dl_user_rt *rt = &c->user->rt;
 	const struct dl_lock **page;
 	struct dl_lock_status st;
 	struct reply r;
@@ -582,12 +699,13 @@ static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 	char why[DL_WHY_MAX];
 	size_t i, n;
 
-	if (t0 < c->srv->locks_next_ms) {
-		snprintf(why, sizeof(why),
-			 "limit reached: a listing costs this server %llu ms (%llu locks); the next one in %llu ms",
-			 (unsigned long long)(c->srv->locks_last_us / 1000),
-			 (unsigned long long)dl_locktab_stats(tab)->locks,
-			 (unsigned long long)(c->srv->locks_next_ms - t0));
+	if (t0 < rt->locks_next_ms) {
+		snprintf(
+			why, sizeof(why),
+			"limit reached: a listing costs this server %llu ms (%llu locks); the next one in %llu ms",
+			(unsigned long long)(rt->locks_last_us / 1000),
+			(unsigned long long)dl_locktab_stats(tab)->locks,
+			(unsigned long long)(rt->locks_next_ms - t0));
 		dl_cmd_error(c, DL_ELIMIT, why, rq->tag);
 		return;
 	}
@@ -596,14 +714,16 @@ static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 		dl_cmd_error(c, DL_EINTERNAL, "out of memory", rq->tag);
 		return;
 	}
-	n = dl_locktab_list(tab,
-			    rq->by_waiters ? DL_LIST_BY_WAITERS
-					   : DL_LIST_BY_NAME,
-			    rq->name, rq->after, limit, page, &more);
+	/* no filter when every name under the prefix is readable */
+	n = dl_locktab_list(
+		tab, rq->by_waiters ? DL_LIST_BY_WAITERS : DL_LIST_BY_NAME,
+		rq->name, rq->after, limit,
+		dl_access_may(c, DL_RIGHT_READ, rq->name) ? NULL : &keep, page,
+		&more);
 	took_us = dl_mono_us() - t0_us;
-	c->srv->locks_last_us = took_us;
-	c->srv->locks_next_ms = dl_mono_ms() +
-				DL_LOCKS_GAP_FACTOR * (took_us / 1000);
+	rt->locks_last_us = took_us;
+	rt->locks_next_ms =
+		dl_mono_ms() + DL_LOCKS_GAP_FACTOR * (took_us / 1000);
 	reply_begin(&r, "OK LOCKS");
 	dl_fmt_u64(&r.f, n);
 	dl_fmt_kv_u64(&r.f, "more", more);
@@ -615,8 +735,7 @@ static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 						 page[i]->hn.len});
 		dl_fmt_word(&r.f, st.held ? "state=held" : "state=free");
 		dl_fmt_kv_str(&r.f, "mode", status_mode(&st));
-		dl_fmt_kv_str(&r.f, "owner",
-			      st.held ? st.owner : DL_STR_LIT("-"));
+		fmt_owner(&r.f, 1, st.held ? st.owner : DL_STR_NULL);
 		dl_fmt_kv_u64(&r.f, "token", st.token);
 		dl_fmt_kv_u64(&r.f, "ttl_ms", st.remaining);
 		dl_fmt_kv_u64(&r.f, "count", st.count);
@@ -730,27 +849,52 @@ enum {
 	ACTIVE = 4,  /* reads or changes lock state: the active daemon's */
 };
 
+/* The right a verb needs (users.h); ANYONE: any authenticated user (LOCKS
+ * lists what its user may read). */
+#define ANYONE DL_RIGHT_COUNT_
+#define LOCK_R DL_RIGHT_LOCK
+#define READ_R DL_RIGHT_READ
+
 static const struct {
 	void (*fn)(struct dl_conn *c, const struct dl_request *rq);
 	unsigned flags;
+	enum dl_right right; /* on rq->name */
 } verbs[DL_VERB_COUNT_] = {
-	[DL_VERB_LOCK] = {cmd_lock, CHANGES | ACTIVE},
-	[DL_VERB_TRYLOCK] = {cmd_lock, CHANGES | ACTIVE},
-	[DL_VERB_UNLOCK] = {cmd_unlock, CHANGES | ACTIVE},
-	[DL_VERB_REFRESH] = {cmd_refresh, CHANGES | ACTIVE},
-	[DL_VERB_CHECK] = {cmd_check, ACTIVE},
-	[DL_VERB_CANCEL] = {cmd_cancel, ACTIVE},
-	[DL_VERB_STATUS] = {cmd_status, ACTIVE},
-	[DL_VERB_HELLO] = {cmd_hello, OPEN},
-	[DL_VERB_AUTH] = {cmd_auth, OPEN},
-	[DL_VERB_STATS] = {cmd_stats, 0},
-	[DL_VERB_PING] = {cmd_ping, OPEN},
-	[DL_VERB_QUIT] = {cmd_quit, OPEN},
-	[DL_VERB_LOCKS] = {cmd_locks, ACTIVE},
-	[DL_VERB_HELP] = {cmd_help, OPEN},
-	[DL_VERB_BREAK] = {cmd_break, CHANGES | ACTIVE},
-	[DL_VERB_HOLDERS] = {cmd_holders, ACTIVE},
+	[DL_VERB_LOCK] = {cmd_lock, CHANGES | ACTIVE, LOCK_R},
+	[DL_VERB_TRYLOCK] = {cmd_lock, CHANGES | ACTIVE, LOCK_R},
+	[DL_VERB_UNLOCK] = {cmd_unlock, CHANGES | ACTIVE, LOCK_R},
+	[DL_VERB_REFRESH] = {cmd_refresh, CHANGES | ACTIVE, LOCK_R},
+	[DL_VERB_CHECK] = {cmd_check, ACTIVE, READ_R},
+	[DL_VERB_CANCEL] = {cmd_cancel, ACTIVE, LOCK_R},
+	[DL_VERB_STATUS] = {cmd_status, ACTIVE, READ_R},
+	[DL_VERB_HELLO] = {cmd_hello, OPEN, ANYONE},
+	[DL_VERB_AUTH] = {cmd_auth, OPEN, ANYONE},
+	[DL_VERB_STATS] = {cmd_stats, 0, DL_RIGHT_ADMIN},
+	[DL_VERB_PING] = {cmd_ping, OPEN, ANYONE},
+	[DL_VERB_QUIT] = {cmd_quit, OPEN, ANYONE},
+	[DL_VERB_LOCKS] = {cmd_locks, ACTIVE, ANYONE},
+	[DL_VERB_HELP] = {cmd_help, OPEN, ANYONE},
+	[DL_VERB_BREAK] = {cmd_break, CHANGES | ACTIVE, DL_RIGHT_BREAK},
+	[DL_VERB_HOLDERS] = {cmd_holders, ACTIVE, READ_R},
 };
+
+/* "NO DENIED <name> need=<right>" ("-" for a right on the daemon). */
+static void denied(struct dl_conn *c, enum dl_right right, struct dl_str name,
+		   struct dl_str tag)
+{
+	static const char *const needs[] = {"need=lock", "need=read",
+					    "need=break", "need=admin"};
+	struct reply r;
+
+	c->srv->st.errors[-DL_EDENIED]++;
+	reply_begin(&r, "NO DENIED");
+	if (right == DL_RIGHT_ADMIN || !name.len)
+		dl_fmt_word(&r.f, "-");
+	else
+		dl_fmt_str(&r.f, name);
+	dl_fmt_word(&r.f, needs[right]);
+	reply_send(c, &r, tag, NULL);
+}
 
 void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 {
@@ -773,6 +917,11 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 		 rq.name.p ? rq.name.p : "");
 	if (!c->authed && !(verbs[rq.verb].flags & OPEN)) {
 		dl_cmd_error(c, DL_ENOAUTH, "AUTH required", rq.tag);
+		return;
+	}
+	if (verbs[rq.verb].right != ANYONE &&
+	    !dl_access_may(c, verbs[rq.verb].right, rq.name)) {
+		denied(c, verbs[rq.verb].right, rq.name, rq.tag);
 		return;
 	}
 	if ((verbs[rq.verb].flags & ACTIVE) &&
@@ -823,6 +972,8 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 		fmt_ttl(&r, &line, ev->ttl_ms);
 	} else if (ev->type == DL_EVENT_EXPIRED) {
 		dl_fmt_u64(&r.f, ev->token);
+		if (ev->by.len)
+			dl_fmt_kv_str(&r.f, "broken_by", ev->by);
 	}
 	reply_send(c, &r, ev->tag, &line);
 }

@@ -48,6 +48,12 @@ static const struct key keys[] = {
 	{"server", "log_level", K_LEVEL, F(log_level), 0, 0, 1, 0},
 	{"server", "allow_remote_without_password", K_BOOL,
 	 F(allow_remote_without_password), 0, 0, 0, 0},
+	{"server", "users_file", K_STR, F(users_file), 0, 0, 0, 0},
+	{"server", "auth_timeout", K_DUR, F(auth_timeout_ms), 0,
+	 DL_AUTH_TIMEOUT_MAX_MS, 1, 0},
+	{"server", "password_file", K_STR, F(password_file), 0, 0, 1, 0},
+	{"server", "allow_short_password", K_BOOL, F(allow_short_password), 0,
+	 0, 0, 0},
 	{"limits", "max_connections", K_U64, F(max_connections), 1,
 	 DL_MAX_CONNECTIONS_MAX, 1, 0},
 	{"limits", "max_waiters_per_lock", K_U64, F(max_waiters), 1,
@@ -56,6 +62,8 @@ static const struct key keys[] = {
 	 DL_MAX_LOCKS_PER_OWNER_MAX, 1, 0},
 	{"limits", "max_output", K_U64, F(max_output), DL_MAX_OUTPUT_MIN,
 	 DL_MAX_OUTPUT_MAX, 1, 0},
+	{"limits", "max_output_total", K_U64, F(max_output_total),
+	 DL_MAX_OUTPUT_MIN, DL_MAX_OUTPUT_TOTAL_MAX, 1, 0},
 	{"limits", "default_ttl", K_DUR, F(default_ttl_ms), 1, DL_TTL_STORE_MAX,
 	 1, 0},
 	{"limits", "max_ttl", K_DUR, F(max_ttl_ms), 1, DL_TTL_STORE_MAX, 1, 0},
@@ -66,8 +74,21 @@ static const struct key keys[] = {
 	 DL_REQUEST_TIMEOUT_MAX_MS, 1, 0},
 	{"limits", "idle_timeout", K_DUR, F(idle_timeout_ms), 0,
 	 DL_IDLE_TIMEOUT_MAX_MS, 1, 0},
+	{"limits", "max_locks", K_U64, F(max_locks), 1, DL_MAX_LOCKS_MAX, 1, 0},
+	{"limits", "max_unauth_connections", K_U64, F(max_unauth_connections),
+	 0, DL_MAX_CONNECTIONS_MAX, 1, 0},
+	{"limits", "max_unauth_per_address", K_U64, F(max_unauth_per_address),
+	 1, DL_MAX_CONNECTIONS_MAX, 1, 0},
+	{"limits", "max_locks_per_user", K_U64, F(max_locks_per_user), 1,
+	 DL_MAX_LOCKS_MAX, 1, 0},
+	{"limits", "max_waits_per_user", K_U64, F(max_waits_per_user), 1,
+	 DL_MAX_LOCKS_MAX, 1, 0},
+	{"limits", "max_connections_per_user", K_U64,
+	 F(max_connections_per_user), 1, DL_MAX_CONNECTIONS_MAX, 1, 0},
 	{"persistence", "persist", K_PERSIST, F(persist), 0, 0, 0, 0},
 	{"persistence", "redis", K_STR, F(redis), 0, 0, 0, 1},
+	{"persistence", "redis_password_file", K_STR, F(redis_password_file), 0,
+	 0, 0, 0},
 	{"persistence", "redis_prefix", K_STR, F(redis_prefix), 0, 0, 0, 0},
 	{"persistence", "redis_timeout", K_DUR, F(redis_timeout_ms), 10, 600000,
 	 0, 0},
@@ -149,12 +170,24 @@ void dl_config_defaults(struct dl_config *c)
 	c->max_waiters = DL_DEFAULT_MAX_WAITERS;
 	c->max_locks_per_owner = DL_DEFAULT_MAX_LOCKS_PER_OWNER;
 	c->max_output = DL_DEFAULT_MAX_OUTPUT;
+	c->max_output_total = DL_DEFAULT_MAX_OUTPUT_TOTAL;
 	c->default_ttl_ms = DL_DEFAULT_TTL_MS;
 	c->max_ttl_ms = DL_DEFAULT_MAX_TTL_MS;
 	c->tick_ms = DL_DEFAULT_TICK_MS;
 	c->auth_delay_ms = 100;
 	c->request_timeout_ms = DL_DEFAULT_REQUEST_TIMEOUT_MS;
 	c->idle_timeout_ms = DL_DEFAULT_IDLE_TIMEOUT_MS;
+	c->users_file = strdup("");
+	c->password_file = strdup("");
+	c->redis_password_file = strdup("");
+	c->redis_password = strdup("");
+	c->auth_timeout_ms = DL_DEFAULT_AUTH_TIMEOUT_MS;
+	c->max_locks = DL_DEFAULT_MAX_LOCKS;
+	c->max_unauth_connections = 0;
+	c->max_unauth_per_address = DL_DEFAULT_MAX_UNAUTH_PER_ADDRESS;
+	c->max_locks_per_user = DL_DEFAULT_MAX_LOCKS_PER_USER;
+	c->max_waits_per_user = DL_DEFAULT_MAX_WAITS_PER_USER;
+	c->max_connections_per_user = DL_DEFAULT_MAX_CONNECTIONS_PER_USER;
 	c->persist = DL_PERSIST_REDIS;
 	c->redis = strdup("redis://127.0.0.1:6379/0");
 	c->redis_prefix = strdup("dlock:");
@@ -183,6 +216,10 @@ void dl_config_free(struct dl_config *c)
 			free(*str_at(c, &keys[i]));
 			*str_at(c, &keys[i]) = NULL;
 		}
+	if (c->redis_password)
+		explicit_bzero(c->redis_password, strlen(c->redis_password));
+	free(c->redis_password);
+	c->redis_password = NULL;
 }
 
 static int parse_bool(const char *v, uint64_t *out)
@@ -295,6 +332,7 @@ struct ini_ctx {
 	struct dl_config *c;
 	FILE *f;
 	int line;		/* lines read so far */
+	char raw[DL_LINE_MAX];	/* the last line read, as it was */
 	int seen[NKEYS];	/* the line each key was given on, 0: not yet */
 	char err[DL_CONFIG_ERR_MAX];
 	int failed;
@@ -307,7 +345,19 @@ static char *read_line(char *buf, int size, void *stream)
 
 	if (s && strchr(s, '\n'))
 		x->line++;
+	if (s)
+		snprintf(x->raw, sizeof(x->raw), "%s", s);
 	return s;
+}
+
+/* A secret written in the file: refused if inih may have cut it (a
+ * comment starts at " ;") or if it holds '#', loudly, rather than used
+ * shorter than written. */
+static int secret_cut(const struct ini_ctx *x)
+{
+	const char *v = strchr(x->raw, '=');
+
+	return v && strpbrk(v + 1, ";#") != NULL;
 }
 
 static int on_ini_key(void *user, const char *section, const char *name,
@@ -330,6 +380,16 @@ static int on_ini_key(void *user, const char *section, const char *name,
 	}
 	if (i < NKEYS)
 		x->seen[i] = x->line;
+	if (i < NKEYS && keys[i].secret && secret_cut(x)) {
+		if (!x->failed)
+			seterr(x->err, sizeof(x->err),
+			       "%s: a secret here may not contain ';' or '#' "
+			       "(';' starts a comment): put it in a file of "
+			       "its own (password_file, redis_password_file)",
+			       name);
+		x->failed = 1;
+		return 0;
+	}
 	if (dl_config_set(x->c, section, name, value, x->failed ? NULL : x->err,
 			  sizeof(x->err)) != 0) {
 		x->failed = 1;
@@ -434,13 +494,121 @@ static int check(const struct dl_config *c, char *err, size_t errlen)
 		       DL_ADVERTISE_MAX);
 		return DL_EBADARG;
 	}
+	if (c->port && !dl_addr_is_loopback(c->bind) && c->password[0] &&
+	    strlen(c->password) < DL_PASSWORD_MIN && !c->allow_short_password) {
+		seterr(err, errlen,
+		       "the password is shorter than %d characters and %s is "
+		       "not loopback: use a longer one (dlockd --new-secret "
+		       "makes one), or allow_short_password = yes",
+		       DL_PASSWORD_MIN, c->bind);
+		return DL_EBADARG;
+	}
+	if (c->users_file[0] && c->password[0]) {
+		seterr(err, errlen,
+		       "password and users_file are both set: with a users "
+		       "file every client is a user (give the password's "
+		       "holders a line of their own: dlockd --new-secret)");
+		return DL_EBADARG;
+	}
 	if (c->port && !dl_addr_is_loopback(c->bind) && !c->password[0] &&
-	    !c->allow_remote_without_password) {
+	    !c->users_file[0] && !c->allow_remote_without_password) {
 		seterr(err, errlen,
 		       "refusing to listen on %s without a password: set password, or allow_remote_without_password = yes",
 		       c->bind);
 		return DL_EBADARG;
 	}
+	return 0;
+}
+
+/* ---- secrets from files -------------------------------------------------- */
+
+/* The secret in the first line of `path` (newline stripped) into *out.
+ * `what` names the key in errors. */
+static int read_secret(const char *what, const char *path, char **out,
+		       char *err, size_t errlen)
+{
+	char buf[DL_LINE_MAX + 2];
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	if (!f) {
+		seterr(err, errlen, "%s %s: cannot open: %s", what, path,
+		       strerror(errno));
+		return DL_EBADARG;
+	}
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = '\0';
+	fclose(f);
+	n = strcspn(buf, "\r\n");
+	buf[n] = '\0';
+	if (n == 0 || n > DL_LINE_MAX / 2) {
+		explicit_bzero(buf, sizeof(buf));
+		seterr(err, errlen, "%s %s: %s", what, path,
+		       n ? "the secret is too long"
+			 : "no secret on its first line");
+		return DL_EBADARG;
+	}
+	free(*out);
+	*out = strdup(buf);
+	explicit_bzero(buf, sizeof(buf));
+	return *out ? 0 : DL_ENOMEM;
+}
+
+/* $CREDENTIALS_DIRECTORY/<name> if it exists, into path. */
+static int credential(const char *name, char *path, size_t len)
+{
+	const char *dir = getenv("CREDENTIALS_DIRECTORY");
+
+	if (!dir || !dir[0])
+		return 0;
+	snprintf(path, len, "%s/%s", dir, name);
+	return access(path, R_OK) == 0;
+}
+
+/* The secrets kept out of dlockd.conf: their files, then the systemd
+ * credentials for what the file does not give. */
+static int load_secrets(struct dl_config *c, char *err, size_t errlen)
+{
+	char path[4096];
+	struct dl_redis_addr a;
+	int r, url_pw = 0;
+
+	if (c->persist == DL_PERSIST_REDIS &&
+	    dl_redis_url_parse(c->redis, &a) == 0) {
+		url_pw = a.password != NULL;
+		dl_redis_addr_free(&a);
+	}
+	if (c->password_file[0] && c->password[0]) {
+		seterr(err, errlen,
+		       "password and password_file are both set: keep one");
+		return DL_EBADARG;
+	}
+	if (c->password_file[0] &&
+	    (r = read_secret("password_file", c->password_file, &c->password,
+			     err, errlen)) != 0)
+		return r;
+	if (!c->password[0] && !c->users_file[0] &&
+	    credential("dlockd.password", path, sizeof(path)) &&
+	    (r = read_secret("credential", path, &c->password, err, errlen)) !=
+		    0)
+		return r;
+	if (!c->users_file[0] && !c->password[0] &&
+	    credential("dlockd.users", path, sizeof(path)) &&
+	    set_str(&c->users_file, path) != 0)
+		return DL_ENOMEM;
+	if (c->redis_password_file[0] && url_pw) {
+		seterr(err, errlen,
+		       "a password in the redis URL and redis_password_file: "
+		       "keep the file");
+		return DL_EBADARG;
+	}
+	if (c->redis_password_file[0])
+		return read_secret("redis_password_file",
+				   c->redis_password_file, &c->redis_password,
+				   err, errlen);
+	if (!url_pw && credential("dlockd.redis-password", path, sizeof(path)))
+		return read_secret("credential", path, &c->redis_password, err,
+				   errlen);
 	return 0;
 }
 
@@ -451,7 +619,7 @@ int dl_config_load(struct dl_config *c, const char *path,
 	struct ini_ctx x = {.c = c};
 	char kerr[DL_CONFIG_ERR_MAX];
 	size_t i;
-	int line;
+	int line, r;
 
 	dl_config_defaults(c);
 	if (path) {
@@ -479,6 +647,8 @@ int dl_config_load(struct dl_config *c, const char *path,
 			return DL_EBADARG;
 		}
 	}
+	if ((r = load_secrets(c, err, errlen)) != 0)
+		return r;
 	return check(c, err, errlen);
 }
 

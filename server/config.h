@@ -12,6 +12,15 @@
  * re-read file.
  *
  * Strings in struct dl_config are owned by it (dl_config_free).
+ *
+ * Secrets. A secret may come from the file (password, the redis URL), but
+ * better from a file of its own (password_file, redis_password_file: the
+ * whole first line, its newline stripped) or from systemd's credentials
+ * ($CREDENTIALS_DIRECTORY/dlockd.password, dlockd.redis-password and
+ * dlockd.users, used when the file names no other source), so that
+ * dlockd.conf holds none and may stay readable. A secret written in
+ * dlockd.conf with ';' or '#' is refused: inih takes " ;" for the start
+ * of a comment and would cut it silently.
  */
 #ifndef DL_SERVER_CONFIG_H
 #define DL_SERVER_CONFIG_H
@@ -31,20 +40,35 @@ struct dl_config {
 	char *password;	    /* "" for none: AUTH not required */
 	uint64_t log_level; /* enum dl_log_level */
 	uint64_t allow_remote_without_password; /* bool */
+	char *users_file;			/* "" none (users.h) */
+	uint64_t auth_timeout_ms; /* not authenticated: closed; 0 off */
+	char *password_file;	  /* "" none: the password is its 1st line */
+	uint64_t allow_short_password; /* bool: below DL_PASSWORD_MIN, on a
+					  non-loopback bind */
 	/* [limits] */
 	uint64_t max_connections;
 	uint64_t max_waiters; /* per lock */
 	uint64_t max_locks_per_owner;
 	uint64_t max_output; /* bytes queued per connection */
+	uint64_t max_output_total; /* ... and for all of them (conn.h) */
 	uint64_t default_ttl_ms;
 	uint64_t max_ttl_ms;
 	uint64_t tick_ms;
 	uint64_t auth_delay_ms; /* after a failed AUTH */
 	uint64_t request_timeout_ms; /* an incomplete line, 0 off */
 	uint64_t idle_timeout_ms;    /* no request at all, 0 off */
+	uint64_t max_locks;	     /* locks at once, all clients */
+	uint64_t max_unauth_connections; /* 0: max_connections / 2 */
+	uint64_t max_unauth_per_address;
+	uint64_t max_locks_per_user; /* quotas of a user without its own */
+	uint64_t max_waits_per_user;
+	uint64_t max_connections_per_user;
 	/* [persistence] */
 	uint64_t persist; /* enum dl_persist */
 	char *redis;	  /* URL, see dl_redis_url_parse */
+	char *redis_password_file; /* "" none */
+	char *redis_password;	   /* read from redis_password_file (or the
+				      systemd credential): not a key; "" none */
 	char *redis_prefix;
 	uint64_t redis_timeout_ms;
 	uint64_t restore_grace_ms;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/access.h"
 #include "server/clock.h"
 #include "server/cmd.h"
 #include "server/log.h"
@@ -68,6 +69,59 @@ static size_t unread(const struct dl_conn *c)
 	       (c->tls ? dl_tls_pending(c->tls) : 0);
 }
 
+/* The budget of all connections' unread output (conn.h). */
+static int over_budget(const struct dl_server *srv)
+{
+	return srv->out_unread > srv->cfg.max_output_total;
+}
+
+/* The memory c's unread output takes: its buffers as allocated (twice
+ * their bytes, at worst), while it has any. Buffers a connection keeps
+ * once everything is written (OBUF_KEEP) are not counted: they are its
+ * fixed cost, like its input buffer. A connection being thrown away
+ * counts nothing: its bytes are never sent. */
+static size_t held_memory(const struct dl_conn *c)
+{
+	if (c->end == DL_END_ABORT || c->closing || unread(c) == 0)
+		return 0;
+	return c->out.cap + c->wout.cap + c->held_text.cap +
+	       c->held_cap * sizeof(*c->held);
+}
+
+/* Bring srv->out_unread up to date with c's buffers. */
+static void account(struct dl_conn *c)
+{
+	struct dl_server *srv = c->srv;
+	size_t now = held_memory(c);
+	int was_over = srv->out_unread > srv->cfg.max_output_total / 4 * 3;
+
+	srv->out_unread = srv->out_unread - c->counted + now;
+	c->counted = now;
+	if (was_over && srv->out_unread <= srv->cfg.max_output_total / 4 * 3)
+		srv->budget_wake = 1;
+}
+
+/* An event while over the budget: the connection with the most unread
+ * output is closed (its bytes stop counting at once). */
+static void budget_close(struct dl_server *srv)
+{
+	struct dl_conn *c, *big = NULL;
+
+	for (c = srv->conns; c; c = c->next)
+		if (c->end != DL_END_ABORT && !c->closing &&
+		    (!big || c->counted > big->counted))
+			big = c;
+	if (!big)
+		return;
+	srv->st.output_budget_closes++;
+	dl_notice("conn %llu %s: %zu bytes unread, the most of all while "
+		  "connections hold more than max_output_total (%llu), "
+		  "closing",
+		  (unsigned long long)big->id, big->peer, big->counted,
+		  (unsigned long long)srv->cfg.max_output_total);
+	dl_conn_end(big, DL_END_ABORT, "output budget");
+}
+
 struct dl_delayed {
 	uv_timer_t timer;
 	struct dl_conn *c; /* NULL once the connection is gone */
@@ -115,6 +169,7 @@ static void close_now(struct dl_conn *c)
 	c->closing = 1;
 	held_list_remove(c);
 	delayed_cancel(c);
+	account(c);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -142,6 +197,7 @@ void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why)
 		dl_info("conn %llu %s: closing: %s", (unsigned long long)c->id,
 			c->peer, why);
 	c->end = how;
+	account(c);
 	/* No more requests are executed, so no more bytes are read: libuv
 	 * would otherwise keep filling the input buffer nobody drains. */
 	if (!c->closing)
@@ -174,6 +230,7 @@ void dl_conn_finish_end(struct dl_conn *c)
 	if (!c->ended) {
 		c->ended = 1;
 		uv_read_stop(&c->u.stream);
+		dl_access_conn_end(c);
 		dl_session_close(c->srv->tab, &c->sess);
 	}
 	if (c->closing)
@@ -278,6 +335,11 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 	 * unread, not for what one loop iteration produces. */
 	if (is_event(line->kind) && c->out.len >= OUT_EARLY_WRITE)
 		write_out(c);
+	if (is_event(line->kind) && over_budget(srv)) {
+		budget_close(srv);
+		if (c->end == DL_END_ABORT)
+			return;
+	}
 	if (is_event(line->kind) && unread(c) + len > srv->cfg.max_output) {
 		srv->st.output_overflows++;
 		dl_notice(
@@ -295,6 +357,7 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 		dl_conn_end(c, DL_END_ABORT, "out of memory");
 		return;
 	}
+	account(c);
 	if (!c->nheld)
 		writeq_add(c);
 }
@@ -366,6 +429,7 @@ void dl_conn_release(struct dl_conn *c, uint64_t durable)
 		}
 	}
 	drop_held(c, i);
+	account(c);
 }
 
 void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn)
@@ -389,6 +453,7 @@ void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn)
 		}
 	}
 	drop_held(c, c->nheld);
+	account(c);
 }
 
 static void resume_input(struct dl_conn *c);
@@ -399,6 +464,7 @@ static void on_write(uv_write_t *req, int status)
 
 	c->writing = 0;
 	c->wout.len = 0;
+	account(c);
 	if (status < 0) {
 		if (status != UV_ECANCELED)
 			dl_conn_end(c, DL_END_ABORT, uv_strerror(status));
@@ -426,7 +492,7 @@ static void write_rest(struct dl_conn *c, size_t taken)
 			dl_conn_end(c, DL_END_ABORT, "out of memory");
 			return;
 		}
-		c->out.len = 0;
+		buf_consume(&c->out, c->out.len); /* gives a big one back */
 	}
 	b = uv_buf_init(c->wout.p, (unsigned)c->wout.len);
 	c->wreq.data = c;
@@ -467,6 +533,7 @@ static void write_out(struct dl_conn *c)
 		buf_consume(&c->out, (size_t)r);
 	else
 		write_rest(c, (size_t)r); /* the kernel is full */
+	account(c);
 }
 
 void dl_conn_flush(struct dl_conn *c)
@@ -513,7 +580,8 @@ static void process_input(struct dl_conn *c)
 	int lines = 0;
 
 	while (!c->end && !c->delayed) {
-		if (unread(c) > high_water(c)) {
+		if (unread(c) > high_water(c) ||
+		    (unread(c) > 0 && over_budget(c->srv))) {
 			c->paused = 1;
 			uv_read_stop(&c->u.stream);
 			return;
@@ -571,11 +639,26 @@ static void read_more(struct dl_conn *c)
  * water mark. */
 static void resume_input(struct dl_conn *c)
 {
+	struct dl_server *srv = c->srv;
+
 	if (!c->paused || unread(c) > high_water(c) / 2 || c->end ||
-	    c->srv->draining)
+	    srv->draining ||
+	    (unread(c) > 0 &&
+	     srv->out_unread > srv->cfg.max_output_total / 4 * 3))
 		return;
 	c->paused = 0;
 	read_more(c);
+}
+
+void dl_conn_budget_wake(struct dl_server *srv)
+{
+	struct dl_conn *c, *next;
+
+	srv->budget_wake = 0;
+	for (c = srv->conns; c; c = next) {
+		next = c->next;
+		resume_input(c);
+	}
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
@@ -610,7 +693,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 static void tls_opened(struct dl_conn *c)
 {
 	const char *name = dl_tls_peer_name(c->tls);
-	char how[96];
+	char how[96], why[DL_WHY_MAX];
 	size_t n;
 
 	c->tls_open = 1;
@@ -621,6 +704,12 @@ static void tls_opened(struct dl_conn *c)
 	dl_tls_describe(c->tls, how, sizeof(how));
 	dl_info("conn %llu %s: TLS handshake done (%s)",
 		(unsigned long long)c->id, c->peer, how);
+	/* a verified certificate's name is a user of the users file: the
+	 * connection is that user (access.h); else it may still AUTH */
+	if (name && !c->authed &&
+	    dl_access_login_name(c, name, why, sizeof(why)) == 0)
+		dl_info("conn %llu %s: user %s, by its certificate",
+			(unsigned long long)c->id, c->peer, name);
 }
 
 /* A peer that broke TLS (plaintext on the TLS port, a certificate
@@ -680,7 +769,13 @@ int dl_conn_sweep(struct dl_conn *c, uint64_t now)
 	const struct dl_config *cfg = &c->srv->cfg;
 	char why[160], d[DL_DURATION_TEXT_MAX];
 
-	if (c->end || c->paused || c->delayed)
+	if (c->end)
+		return 0;
+	/* also while paused: a connection must not hold an unauthenticated
+	 * slot by pipelining without reading */
+	if (dl_access_sweep(c, now))
+		return 1;
+	if (c->paused || c->delayed)
 		return 0;
 	if (c->tls && !c->tls_open &&
 	    now - dl_tls_since(c->tls) >= cfg->tls_handshake_timeout_ms) {
@@ -725,20 +820,28 @@ static void on_delayed(uv_timer_t *t)
 	c->delayed = NULL;
 	uv_close((uv_handle_t *)&d->timer, on_delayed_closed);
 	dl_conn_send(c, d->line, d->len, NULL);
+	if (c->end_after_delayed) {
+		dl_conn_end(c, DL_END_GRACEFUL, "too many failed AUTHs");
+		return;
+	}
 	if (c->srv->draining)
 		return; /* shutting down: no further requests */
 	read_more(c);
 }
 
 void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
-			  uint64_t ms)
+			  uint64_t ms, int last)
 {
 	struct dl_delayed *d;
 
 	if (ms == 0 || c->delayed || !(d = malloc(sizeof(*d) + len))) {
 		dl_conn_send(c, line, len, NULL);
+		if (last)
+			dl_conn_end(c, DL_END_GRACEFUL,
+				    "too many failed AUTHs");
 		return;
 	}
+	c->end_after_delayed = last ? 1 : 0;
 	d->c = c;
 	d->len = len;
 	memcpy(d->line, line, len);
@@ -758,6 +861,7 @@ static void peer_name(struct dl_conn *c, int is_tcp)
 	if (!is_tcp ||
 	    uv_tcp_getpeername(&c->u.tcp, (struct sockaddr *)&ss, &len)) {
 		snprintf(c->peer, sizeof(c->peer), "unix");
+		snprintf(c->addr, sizeof(c->addr), "unix");
 		return;
 	}
 	if (ss.ss_family == AF_INET6) {
@@ -771,6 +875,7 @@ static void peer_name(struct dl_conn *c, int is_tcp)
 		snprintf(c->peer, sizeof(c->peer), "%s:%u", host,
 			 ntohs(a->sin_port));
 	}
+	snprintf(c->addr, sizeof(c->addr), "%s", host);
 }
 
 static void on_reject_close(uv_handle_t *h)
@@ -778,13 +883,28 @@ static void on_reject_close(uv_handle_t *h)
 	free(h->data);
 }
 
+/* Answer ERR LIMIT <why> and close: a connection refused at accept
+ * (not in plaintext to a client that expects TLS). */
+static void refuse(struct dl_conn *c, const char *why)
+{
+	char line[DL_REPLY_MAX];
+	uv_buf_t b;
+	int n;
+
+	c->srv->st.connections_rejected++;
+	n = snprintf(line, sizeof(line), "ERR LIMIT %s\r\n", why);
+	b = uv_buf_init(line, (unsigned)n);
+	if (!c->tls && !(c->u.handle.type == UV_TCP && c->srv->tls) &&
+	    uv_try_write(&c->u.stream, &b, 1) < 0)
+		dl_debug("refused connection: write failed");
+	uv_close(&c->u.handle, on_close); /* frees c (and its TLS) */
+}
+
 void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener)
 {
-	static const char full[] = "ERR LIMIT too many connections\r\n";
 	struct dl_conn *c = calloc(1, sizeof(*c));
 	int is_tcp = listener->type == UV_TCP;
-	char owner[DL_OWNER_MAX + 1];
-	uv_buf_t b;
+	const char *why = NULL;
 	int r;
 
 	if (!c)
@@ -804,15 +924,9 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener)
 		return;
 	}
 	if (srv->nconns >= srv->cfg.max_connections || srv->draining) {
-		srv->st.connections_rejected++;
-		b = uv_buf_init((char *)full, sizeof(full) - 1);
-		/* (not in plaintext to a client that expects TLS) */
-		if ((!is_tcp || !srv->tls) &&
-		    uv_try_write(&c->u.stream, &b, 1) < 0)
-			dl_debug("refused connection: write failed");
 		dl_warn("connection refused: max_connections (%llu) reached",
 			(unsigned long long)srv->cfg.max_connections);
-		uv_close(&c->u.handle, on_reject_close);
+		refuse(c, "too many connections");
 		return;
 	}
 	if (is_tcp)
@@ -820,17 +934,18 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener)
 	peer_name(c, is_tcp);
 	c->id = ++srv->conn_seq;
 	c->active_ms = uv_now(srv->loop);
-	snprintf(owner, sizeof(owner), "anon-%s-%llu", srv->nonce,
-		 (unsigned long long)c->id);
-	if ((is_tcp && srv->tls &&
-	     dl_tls_conn_new(srv->tls, c->active_ms, &c->tls) != 0) ||
-	    dl_session_init(srv->tab, &c->sess,
-			    (struct dl_str){owner, strlen(owner)}, c) != 0) {
+	if (is_tcp && srv->tls &&
+	    dl_tls_conn_new(srv->tls, c->active_ms, &c->tls) != 0) {
 		uv_close(&c->u.handle, on_close); /* frees c and its TLS */
 		return;
 	}
+	/* who it is, if it needs to prove nothing (access.h) */
+	if (dl_access_accept(c, &why) != 0) {
+		dl_info("conn %s refused: %s", c->peer, why);
+		refuse(c, why);
+		return;
+	}
 	dl_linebuf_init(&c->in);
-	c->authed = srv->cfg.password[0] == '\0';
 	c->next = srv->conns;
 	if (srv->conns)
 		srv->conns->prev = c;

@@ -39,6 +39,21 @@
  * past max_output closes the connection, so a client that never reads
  * costs a bounded amount of memory.
  *
+ * A budget for all of them. max_output bounds one connection, not the
+ * sum: 200 connections pipelining without reading held 149 MB (found from
+ * outside). The memory of every connection's unread output -- its
+ * buffers as allocated, while it has unread bytes -- is summed up
+ * (srv->out_unread, kept by each change of a connection's buffers), and
+ * while the sum is above max_output_total, a connection with any unread
+ * output executes no request (paused as above): replies stop growing
+ * while a client that reads all it is sent goes on. Paused connections
+ * resume once the sum is back under three quarters of the budget (the
+ * check phase wakes them, dl_conn_budget_wake). An event that comes while
+ * the sum is over the budget closes the connection with the most unread
+ * output (a scan of the connections, made only then), for the events of
+ * a client that never reads cannot be paused either. The budget is thus
+ * exceeded by at most one reply per connection that was executing.
+ *
  * TLS. A connection on the TCP port of a daemon with a certificate has a
  * TLS state (tls.h) between its stream and the rest: ciphertext read is
  * fed to it and the plaintext it gives goes into the line buffer `in`;
@@ -63,6 +78,7 @@
 #include "server/tls.h"
 
 struct dl_server;
+struct dl_user;
 
 enum dl_conn_end { DL_END_NONE = 0, DL_END_GRACEFUL, DL_END_ABORT };
 
@@ -142,6 +158,15 @@ struct dl_conn {
 	/* for logs: "127.0.0.1:5000" or "unix"; with a verified client
 	 * certificate, " cert=<its name>" (dl_tls_peer_name) after it */
 	char peer[64 + 6 + DL_TLS_NAME_MAX];
+	/* who it is (access.c): */
+	char addr[48];	       /* the peer's address: "127.0.0.1", "unix" */
+	struct dl_user *user;  /* NULL until authenticated */
+	unsigned auth_how : 3; /* enum dl_auth_how */
+	unsigned auth_failures : 3;
+	unsigned unauth_counted : 1;	/* in the unauthenticated counts */
+	unsigned end_after_delayed : 1; /* the delayed reply is the last */
+	uint64_t accepted_ms;		/* uv_now at accept */
+	size_t counted; /* its unread bytes in srv->out_unread */
 	/* uv_now ms: when the unfinished request line began (0: none), and
 	 * of the last request (the connection's start before any); checked
 	 * by the server's sweep (dl_conn_sweep) */
@@ -163,9 +188,10 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 
 /* Send `line` after ms, reading nothing from the connection meanwhile, so
  * that later requests keep their order (a failed AUTH is answered this
- * way, to slow down guessing). */
+ * way, to slow down guessing). `last`: then end the connection (the
+ * guesser's last try). */
 void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
-			  uint64_t ms);
+			  uint64_t ms, int last);
 
 /* End the connection after the current request: GRACEFUL writes what is
  * queued first, ABORT drops it. Safe anywhere, including event hooks. */
@@ -191,6 +217,9 @@ int dl_conn_pending(const struct dl_conn *c);
 
 /* Write what may be written now (check phase). */
 void dl_conn_flush(struct dl_conn *c);
+/* The unread output of all connections fell back under the budget:
+ * resume the connections it paused (check phase). */
+void dl_conn_budget_wake(struct dl_server *srv);
 /* Finish ending: close the session, then the handle once output is out. */
 void dl_conn_finish_end(struct dl_conn *c);
 /* 1 once ending needs no more check-phase work (closing or closed). */

@@ -33,6 +33,11 @@ _Static_assert(offsetof(struct dl_lock, name) ==
 _Static_assert(offsetof(struct dl_owner, id) ==
 		       offsetof(struct dl_owner, hn) + sizeof(struct dl_hnode),
 	       "owner id must follow its hash node");
+_Static_assert(offsetof(struct dl_account, name) ==
+		       offsetof(struct dl_account, hn) +
+			       sizeof(struct dl_hnode),
+	       "account name must follow its hash node");
+_Static_assert(DL_OWNER_KEY_MAX <= UINT8_MAX, "an owner key fits hn.len");
 
 const uint64_t dl_hist_bounds_ms[DL_HIST_BUCKETS - 1] = {
 	1, 5, 10, 50, 100, 500, 1000, 5000, 10000, 60000, 300000,
@@ -93,24 +98,103 @@ void dl__mark_urgent(struct dl_locktab *t, struct dl_lock *lk)
 	}
 }
 
-/* ---- owners ----------------------------------------------------------------
+/* ---- owner keys ----------------------------------------------------------
  */
+
+struct dl_str dl_owner_key_account(struct dl_str key)
+{
+	const char *eq = key.len ? memchr(key.p, '=', key.len) : NULL;
+
+	return eq ? (struct dl_str){key.p, (size_t)(eq - key.p)}
+		  : DL_STR_LIT("");
+}
+
+struct dl_str dl_owner_key_id(struct dl_str key)
+{
+	const char *eq = key.len ? memchr(key.p, '=', key.len) : NULL;
+
+	return eq ? (struct dl_str){eq + 1, (size_t)(key.p + key.len - eq - 1)}
+		  : key;
+}
+
+int dl_owner_key_check(struct dl_str key)
+{
+	struct dl_str a = dl_owner_key_account(key), id = dl_owner_key_id(key);
+
+	if (a.p == key.p && dl_check_user(a.p, a.len))
+		return DL_EBADARG;
+	return dl_check_owner(id.p, id.len) ? DL_EBADARG : 0;
+}
+
+int dl_owner_key(char *buf, const char *account, struct dl_str id,
+		 struct dl_str *out)
+{
+	size_t n = account ? strlen(account) : 0;
+
+	if (dl_check_owner(id.p, id.len) || (n && dl_check_user(account, n)))
+		return DL_EBADARG;
+	if (n) {
+		memcpy(buf, account, n);
+		buf[n++] = '=';
+	}
+	memcpy(buf + n, id.p, id.len);
+	buf[n + id.len] = '\0';
+	*out = (struct dl_str){buf, n + id.len};
+	return 0;
+}
+
+/* ---- accounts and owners ---------------------------------------------------
+ */
+
+static struct dl_account *account_get(struct dl_locktab *t, struct dl_str name)
+{
+	uint32_t h = dl_hash_bytes(t->seed, name.p, name.len);
+	struct dl_hnode *n = dl_htab_find(&t->accounts, h, name);
+	struct dl_account *a;
+
+	if (n)
+		return (struct dl_account *)((char *)n -
+					     offsetof(struct dl_account, hn));
+	a = calloc(1, sizeof(*a) + name.len + 1);
+	if (!a)
+		return NULL;
+	a->hn.hash = h;
+	a->hn.len = (uint8_t)name.len;
+	memcpy(a->name, name.p, name.len);
+	dl_htab_insert(&t->accounts, &a->hn);
+	return a;
+}
+
+static void account_put(struct dl_locktab *t, struct dl_account *a)
+{
+	if (a->nowners)
+		return;
+	dl_htab_remove(&t->accounts, &a->hn);
+	free(a);
+}
 
 struct dl_owner *dl__owner_get(struct dl_locktab *t, struct dl_str id)
 {
 	uint32_t h = dl_hash_bytes(t->seed, id.p, id.len);
 	struct dl_hnode *n = dl_htab_find(&t->owners, h, id);
+	struct dl_account *a;
 	struct dl_owner *o;
 
 	if (n)
 		return (struct dl_owner *)((char *)n -
 					   offsetof(struct dl_owner, hn));
-	o = calloc(1, sizeof(*o) + id.len + 1);
-	if (!o)
+	if (!(a = account_get(t, dl_owner_key_account(id))))
 		return NULL;
+	o = calloc(1, sizeof(*o) + id.len + 1);
+	if (!o) {
+		account_put(t, a);
+		return NULL;
+	}
 	o->hn.hash = h;
 	o->hn.len = (uint8_t)id.len;
 	memcpy(o->id, id.p, id.len);
+	o->acct = a;
+	a->nowners++;
 	dl_htab_insert(&t->owners, &o->hn);
 	t->st.owners++;
 	return o;
@@ -123,6 +207,8 @@ void dl__owner_put(struct dl_locktab *t, struct dl_owner *o)
 		return;
 	dl_htab_remove(&t->owners, &o->hn);
 	t->st.owners--;
+	o->acct->nowners--;
+	account_put(t, o->acct);
 	free(o);
 }
 
@@ -130,6 +216,16 @@ int dl__owner_full(const struct dl_locktab *t, const struct dl_owner *o)
 {
 	return (uint64_t)o->nleases + o->nwaiters >=
 	       t->limits.max_locks_per_owner;
+}
+
+int dl__account_full(const struct dl_session *s, const struct dl_owner *o,
+		     int queue)
+{
+	const struct dl_account *a = o->acct;
+
+	if (s->max_locks && (uint64_t)a->nleases + a->nwaiters >= s->max_locks)
+		return 1;
+	return queue && s->max_waits && a->nwaiters >= s->max_waits;
 }
 
 /* ---- locks -----------------------------------------------------------------
@@ -265,6 +361,7 @@ void dl__lease_link(struct dl_locktab *t, struct dl_lease *l,
 	l->granted_at = now;
 	lk->nholders++;
 	o->nleases++;
+	o->acct->nleases++;
 	dl_wheel_add(&t->wheel, &l->timer, deadline);
 	t->st.leases++;
 }
@@ -293,6 +390,7 @@ void dl__lease_remove(struct dl_locktab *t, struct dl_lease *l)
 	lk->nholders--;
 	dl_wheel_del(&t->wheel, &l->timer);
 	l->owner->nleases--;
+	l->owner->acct->nleases--;
 	dl__owner_put(t, l->owner);
 	t->st.leases--;
 	dl__mark_dirty(t, lk);
@@ -396,6 +494,7 @@ void dl__waiter_free(struct dl_locktab *t, struct dl_waiter *w)
 	if (lk->nwaiters)
 		t->st.contended[dl_queue_bucket(lk->nwaiters)]++;
 	w->owner->nwaiters--;
+	w->owner->acct->nwaiters--;
 	dl__owner_put(t, w->owner);
 	t->st.waiters--;
 	dl__mark_dirty(t, lk);
@@ -461,6 +560,7 @@ struct dl_waiter *dl__waiter_new(struct dl_locktab *t, struct dl_lock *lk,
 	lk->nwaiters++;
 	t->st.contended[dl_queue_bucket(lk->nwaiters)]++;
 	o->nwaiters++;
+	o->acct->nwaiters++;
 	t->st.waiters++;
 	dl__mark_dirty(t, lk);
 	return w;
@@ -584,7 +684,8 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 /* ---- expiry
  * -------------------------------------------------------------------- */
 
-void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now)
+void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now,
+		   struct dl_str by)
 {
 	struct dl_lock *lk = l->lock;
 	struct dl_session *s, *next;
@@ -597,9 +698,13 @@ void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now)
 		memcpy(tag, lt.p, tag_len);
 	/* Tell first: removing the lease may free its owner. */
 	for (s = l->owner->sessions; s; s = next) {
+		struct dl_event ev = {.type = DL_EVENT_EXPIRED,
+				      .token = token,
+				      .tag = {tag, tag_len},
+				      .by = by};
+
 		next = s->onext;
-		emit(t, s, DL_EVENT_EXPIRED, lk, token,
-		     (struct dl_str){tag, tag_len});
+		emit_ev(t, s, &ev, lk);
 	}
 	dl__lease_remove(t, l);
 	dl__serve(t, lk, now);
@@ -608,7 +713,7 @@ void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now)
 static void lease_expire(struct dl_locktab *t, struct dl_lease *l, uint64_t now)
 {
 	t->st.expiries++;
-	dl__lease_end(t, l, now);
+	dl__lease_end(t, l, now, DL_STR_NULL);
 }
 
 /* Expire the lock's holders whose deadline has passed (lazy expiry, so
@@ -686,9 +791,11 @@ struct dl_locktab *dl_locktab_new(const struct dl_locktab_hooks *hooks,
 	t->hooks = *hooks;
 	t->limits = *limits;
 	t->seed = hash_seed;
-	if (dl_htab_init(&t->locks) || dl_htab_init(&t->owners)) {
+	if (dl_htab_init(&t->locks) || dl_htab_init(&t->owners) ||
+	    dl_htab_init(&t->accounts)) {
 		dl_htab_free(&t->locks);
 		dl_htab_free(&t->owners);
+		dl_htab_free(&t->accounts);
 		free(t);
 		return NULL;
 	}
@@ -737,8 +844,16 @@ static void free_objects(struct dl_locktab *t)
 		}
 		*dl_htab_slot(&t->owners, i) = NULL;
 	}
+	for (i = 0; i < dl_htab_slots(&t->accounts); i++) {
+		for (n = *dl_htab_slot(&t->accounts, i); n; n = next) {
+			next = n->next;
+			free((char *)n - offsetof(struct dl_account, hn));
+		}
+		*dl_htab_slot(&t->accounts, i) = NULL;
+	}
 	t->locks.n = 0;
 	t->owners.n = 0;
+	t->accounts.n = 0;
 }
 
 void dl_locktab_free(struct dl_locktab *t)
@@ -748,6 +863,7 @@ void dl_locktab_free(struct dl_locktab *t)
 	free_objects(t);
 	dl_htab_free(&t->locks);
 	dl_htab_free(&t->owners);
+	dl_htab_free(&t->accounts);
 	free(t->dirty);
 	free(t);
 }
@@ -814,7 +930,7 @@ int dl_session_init(struct dl_locktab *t, struct dl_session *s,
 
 	memset(s, 0, sizeof(*s));
 	s->data = data;
-	if (dl_check_owner(id.p, id.len))
+	if (dl_owner_key_check(id))
 		return DL_EBADARG;
 	if (!(o = dl__owner_get(t, id)))
 		return DL_ENOMEM;
@@ -827,7 +943,7 @@ int dl_session_set_owner(struct dl_locktab *t, struct dl_session *s,
 {
 	struct dl_owner *o;
 
-	if (dl_check_owner(id.p, id.len))
+	if (dl_owner_key_check(id))
 		return DL_EBADARG;
 	if (s->waiters)
 		return DL_EBADARG;
@@ -854,6 +970,13 @@ void dl_session_close(struct dl_locktab *t, struct dl_session *s)
 		dl__serve(t, lk, now);
 	}
 	session_unlink(t, s);
+}
+
+void dl_session_set_quota(struct dl_session *s, uint32_t max_locks,
+			  uint32_t max_waits)
+{
+	s->max_locks = max_locks;
+	s->max_waits = max_waits;
 }
 
 struct dl_str dl_session_owner(const struct dl_session *s)

@@ -28,7 +28,13 @@
  *   owner   an identity (HELLO owner=<id>, or a connection's default id).
  *           Leases belong to owners and survive disconnects; waiters belong
  *           to sessions and leave with them. Reference-counted by its
- *           sessions, leases and waiters.
+ *           sessions, leases and waiters. Its key is its id, or
+ *           <account>=<id> for an owner of a named account (below).
+ *   account the owners of one user (users.h), by the part of their key
+ *           before '=' ("" for a plain id: the default account). The same
+ *           id under two accounts is two owners. It counts its owners'
+ *           leases and waiters, for the quotas a session brings
+ *           (dl_session_set_quota). Reference-counted by its owners.
  *   session embedded by the caller (a connection): its owner and waiters.
  *
  * Invariants:
@@ -72,6 +78,7 @@
 struct dl_locktab;
 struct dl_owner;
 struct dl_waiter;
+struct dl_account;
 
 /* Largest reentrant hold count of one lease. */
 #define DL_REENTRY_MAX ((1u << 24) - 1)
@@ -88,7 +95,29 @@ struct dl_session {
 	struct dl_waiter *waiters;	  /* this session's queued requests */
 	void *data;			  /* the caller's, untouched */
 	uint32_t owner_gen; /* bumped by every change of owner (HELLO) */
+	/* the account's quotas, set by the caller (0: none): a LOCK that
+	 * would take the account's leases plus waiters to max_locks, or its
+	 * waiters to max_waits, is refused (DL_ELIMIT) */
+	uint32_t max_locks, max_waits;
 };
+
+/* ---- owner keys ------------------------------------------------------------
+ */
+
+/* Bytes of an owner's key: <account>=<id>. */
+#define DL_OWNER_KEY_MAX (DL_USER_MAX + 1 + DL_OWNER_MAX)
+
+/* 0 if key is an owner id (dl_check_owner) or <account>=<id> with a valid
+ * user name (dl_check_user) and id; DL_EBADARG otherwise. */
+int dl_owner_key_check(struct dl_str key);
+/* The key of id in `account` ("" or NULL: the id itself) into buf
+ * (DL_OWNER_KEY_MAX + 1 bytes); *out points into buf. DL_EBADARG if
+ * either is invalid. */
+int dl_owner_key(char *buf, const char *account, struct dl_str id,
+		 struct dl_str *out);
+/* The parts of a key: its account ("" for a plain id) and its id. */
+struct dl_str dl_owner_key_account(struct dl_str key);
+struct dl_str dl_owner_key_id(struct dl_str key);
 
 /* ---- read-only views (for the store and STATUS) ----------------------- */
 
@@ -151,10 +180,19 @@ struct dl_lock {
 
 struct dl_owner {
 	struct dl_session *sessions; /* attached sessions */
+	struct dl_account *acct;     /* its key's account */
 	uint32_t nleases;	     /* leases held */
 	uint32_t nwaiters;	     /* waiters, placeholders included */
 	struct dl_hnode hn;
-	char id[]; /* hn.len bytes + NUL */
+	char id[]; /* the key: hn.len bytes + NUL */
+};
+
+struct dl_account {
+	uint32_t nleases;  /* leases of its owners */
+	uint32_t nwaiters; /* waiters of its owners, placeholders included */
+	uint32_t nowners;  /* owners in it */
+	struct dl_hnode hn;
+	char name[]; /* hn.len bytes + NUL ("" the default account) */
 };
 
 /* ---- results ---------------------------------------------------------------
@@ -212,6 +250,8 @@ struct dl_event {
 	uint64_t wait_deadline; /* GRANTED: the waiter's (dl_locktab_revoke) */
 	uint32_t asked_ttl_ms;	/* GRANTED: the TTL the waiter asked for */
 	struct dl_str tag;
+	struct dl_str by; /* EXPIRED by BREAK: who broke it (borrowed; len 0
+			     for an expiry) */
 };
 
 struct dl_lock_status {
@@ -270,6 +310,9 @@ struct dl_locktab_limits {
 	 * Redis like a grant's; 0: it is acknowledged at once and its write
 	 * goes with the next batch (durable_release, dlockd.conf(5)). */
 	uint8_t durable_release;
+	/* Locks in the table at once (held or waited for); a LOCK that
+	 * would make one more is refused (DL_ELIMIT). 0: no bound. */
+	uint32_t max_locks;
 };
 
 /* ---- life cycle -------------------------------------------------------- */
@@ -288,6 +331,9 @@ void dl_locktab_set_limits(struct dl_locktab *t,
 /* Attach a new session to owner `id` (created if needed). */
 int dl_session_init(struct dl_locktab *t, struct dl_session *s,
 		    struct dl_str id, void *data);
+/* Set the quotas of the session's account (see struct dl_session). */
+void dl_session_set_quota(struct dl_session *s, uint32_t max_locks,
+			  uint32_t max_waits);
 /* Move the session to another owner. DL_EBADARG while it has waiters. */
 int dl_session_set_owner(struct dl_locktab *t, struct dl_session *s,
 			 struct dl_str id);
@@ -356,11 +402,14 @@ int dl_locktab_shorten(struct dl_locktab *t, struct dl_str name, uint64_t token,
 uint64_t dl_locktab_remaining(struct dl_locktab *t, struct dl_str name,
 			      uint64_t token);
 /* BREAK: end the lease `token` of `name` now, whoever holds it (an
- * operator's tool): its owner's connections get * EXPIRED as if it had
- * run out, the queue moves on, the change is persisted. DL_BROKEN, or
- * DL_STALE with the current holder's token (0 if free) when `token`
- * holds nothing; DL_EUNAVAILABLE while grants are suspended. */
+ * operator's tool): its owner's connections get * EXPIRED (the event's
+ * `by` is `by`, the breaker) as if it had run out, the queue moves on,
+ * the change is persisted. DL_BROKEN, and `prev` (if not NULL) receives
+ * the key of the owner that held it (NUL-terminated); or DL_STALE with
+ * the current holder's token (0 if free) when `token` holds nothing;
+ * DL_EUNAVAILABLE while grants are suspended. */
 int dl_locktab_break(struct dl_locktab *t, struct dl_str name, uint64_t token,
+		     struct dl_str by, char prev[DL_OWNER_KEY_MAX + 1],
 		     struct dl_result *res);
 /* Any owner may check any token. */
 int dl_locktab_check(struct dl_locktab *t, struct dl_str name, uint64_t token,
@@ -386,8 +435,15 @@ void dl_locktab_lock_status(struct dl_locktab *t, const struct dl_lock *lk,
  * O(locks x log limit) on the loop; the table keeps no ordered index (it
  * would cost memory and time on every grant for a rare request). */
 enum dl_list_order { DL_LIST_BY_NAME, DL_LIST_BY_WAITERS };
+/* Only the locks whose name keep() accepts are listed, and counted in
+ * *more (a user's listing shows only what it may read). NULL: all. */
+struct dl_list_filter {
+	int (*keep)(struct dl_str name, void *arg);
+	void *arg;
+};
 size_t dl_locktab_list(struct dl_locktab *t, enum dl_list_order order,
 		       struct dl_str prefix, struct dl_str after, size_t limit,
+		       const struct dl_list_filter *filter,
 		       const struct dl_lock **page, uint64_t *more);
 
 /* ---- time ------------------------------------------------------------------

@@ -151,6 +151,10 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		return DL_EBADARG;
 	if (t->suspended)
 		return DL_EUNAVAILABLE;
+	/* the table's bound on locks: only a new name would pass it */
+	if (t->limits.max_locks && t->st.locks >= t->limits.max_locks &&
+	    !dl__lock_find(t, a->name))
+		return DL_ELIMIT;
 	ttl = (uint32_t)a->ttl_ms;
 	now = dl__now_ms(t);
 	if (!(lk = dl__lock_get(t, a->name)))
@@ -188,12 +192,12 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		return claim_placeholder(t, s, w, a, ttl, now, res);
 
 	if (!lk->qhead && dl__has_room(lk, a->shared) && !dl__closed(t, now)) {
-		if (dl__owner_full(t, o) || dl__tokens_exhausted(t) ||
-		    !(l = dl__lease_alloc(a->tag))) {
+		int full = dl__owner_full(t, o) || dl__account_full(s, o, 0) ||
+			   dl__tokens_exhausted(t);
+
+		if (full || !(l = dl__lease_alloc(a->tag))) {
 			dl__lock_drop_if_unused(t, lk);
-			return dl__owner_full(t, o) || dl__tokens_exhausted(t)
-				       ? DL_ELIMIT
-				       : DL_ENOMEM;
+			return full ? DL_ELIMIT : DL_ENOMEM;
 		}
 		dl__lease_grant(t, l, lk, o, ttl, now, a->shared);
 		dl__hist_add(&t->st.wait, 0);
@@ -204,7 +208,8 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		res->value = busy_for(t, lk, a->shared, now);
 		return 0;
 	}
-	if (lk->nwaiters >= t->limits.max_waiters || dl__owner_full(t, o))
+	if (lk->nwaiters >= t->limits.max_waiters || dl__owner_full(t, o) ||
+	    dl__account_full(s, o, 1))
 		return DL_ELIMIT;
 	w = dl__waiter_new(t, lk, o, s, ttl,
 			   dl__deadline_after(now, a->wait_ms), a->tag,
@@ -349,6 +354,7 @@ int dl_locktab_check(struct dl_locktab *t, struct dl_str name, uint64_t token,
 }
 
 int dl_locktab_break(struct dl_locktab *t, struct dl_str name, uint64_t token,
+		     struct dl_str by, char prev[DL_OWNER_KEY_MAX + 1],
 		     struct dl_result *res)
 {
 	uint64_t now = dl__now_ms(t);
@@ -367,7 +373,11 @@ int dl_locktab_break(struct dl_locktab *t, struct dl_str name, uint64_t token,
 	res->token = token;
 	res->outcome = DL_BROKEN;
 	t->st.breaks++;
-	dl__lease_end(t, l, now);
+	if (prev) {
+		memcpy(prev, l->owner->id, l->owner->hn.len);
+		prev[l->owner->hn.len] = '\0';
+	}
+	dl__lease_end(t, l, now, by);
 	dl__mark_urgent(t, lk);
 	return 0;
 }
@@ -489,6 +499,7 @@ void dl_locktab_lock_status(struct dl_locktab *t, const struct dl_lock *lk,
 struct list_run {
 	enum dl_list_order order;
 	struct dl_str prefix, after;
+	const struct dl_list_filter *filter;
 	const struct dl_lock **heap;
 	size_t n, limit;
 	uint64_t matched;
@@ -540,9 +551,12 @@ static int list_match(const struct list_run *r, const struct dl_lock *lk)
 	if (r->prefix.len && (lk->hn.len < r->prefix.len ||
 			      memcmp(lk->name, r->prefix.p, r->prefix.len)))
 		return 0;
-	if (r->order == DL_LIST_BY_WAITERS)
-		return lk->nwaiters > 0;
-	if (r->after.len == 0)
+	if (r->order == DL_LIST_BY_WAITERS && lk->nwaiters == 0)
+		return 0;
+	if (r->filter && !r->filter->keep((struct dl_str){lk->name, lk->hn.len},
+					  r->filter->arg))
+		return 0;
+	if (r->order == DL_LIST_BY_WAITERS || r->after.len == 0)
 		return 1;
 	n = lk->hn.len < r->after.len ? lk->hn.len : r->after.len;
 	c = memcmp(lk->name, r->after.p, n);
@@ -578,9 +592,10 @@ static void list_cb(const struct dl_lock *lk, void *arg)
 
 size_t dl_locktab_list(struct dl_locktab *t, enum dl_list_order order,
 		       struct dl_str prefix, struct dl_str after, size_t limit,
+		       const struct dl_list_filter *filter,
 		       const struct dl_lock **page, uint64_t *more)
 {
-	struct list_run r = {order, prefix, after, page, 0, limit, 0};
+	struct list_run r = {order, prefix, after, filter, page, 0, limit, 0};
 	size_t end;
 
 	dl_locktab_foreach(t, list_cb, &r);
@@ -601,10 +616,9 @@ size_t dl_locktab_list(struct dl_locktab *t, enum dl_list_order order,
 static int restore_args(struct dl_str name, struct dl_str owner, uint32_t ttl,
 			struct dl_str tag, int shared, uint32_t limit)
 {
-	if (dl_check_name(name.p, name.len) ||
-	    dl_check_owner(owner.p, owner.len) || ttl == 0 ||
-	    (tag.len && dl_check_tag(tag.p, tag.len)) || limit == 0 ||
-	    limit > DL_LIMIT_MAX || (shared && limit > 1))
+	if (dl_check_name(name.p, name.len) || dl_owner_key_check(owner) ||
+	    ttl == 0 || (tag.len && dl_check_tag(tag.p, tag.len)) ||
+	    limit == 0 || limit > DL_LIMIT_MAX || (shared && limit > 1))
 		return DL_EBADARG;
 	return 0;
 }

@@ -30,6 +30,7 @@ struct dl_locktab {
 	size_t placeholders; /* restored waiters not yet claimed */
 	struct dl_htab locks;
 	struct dl_htab owners;
+	struct dl_htab accounts; /* a few: one per user with owners */
 	struct dl_lock **dirty; /* capacity >= number of locks */
 	size_t ndirty;
 	size_t dirty_cap;
@@ -52,6 +53,10 @@ void dl__hist_add(struct dl_hist *h, uint64_t ms);
 struct dl_owner *dl__owner_get(struct dl_locktab *t, struct dl_str id);
 void dl__owner_put(struct dl_locktab *t, struct dl_owner *o);
 int dl__owner_full(const struct dl_locktab *t, const struct dl_owner *o);
+/* o's account is at the session's quota: for one more lease or waiter,
+ * or (queue) one more waiter. */
+int dl__account_full(const struct dl_session *s, const struct dl_owner *o,
+		     int queue);
 struct dl_lock *dl__lock_find(const struct dl_locktab *t, struct dl_str name);
 struct dl_lock *dl__lock_get(struct dl_locktab *t, struct dl_str name);
 void dl__lock_drop_if_unused(struct dl_locktab *t, struct dl_lock *lk);
@@ -94,6 +99,7 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
 void dl__reap(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
 /* End lease l now as if it had expired (its owner is told), then serve
  * the queue. */
-void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now);
+void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now,
+		   struct dl_str by);
 
 #endif /* DL_SERVER_LOCKTAB_PRIVATE_H */

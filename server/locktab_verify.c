@@ -122,6 +122,38 @@ static int verify_lock(struct verify *v, const struct dl_lock *lk)
 	return verify_served(v, lk);
 }
 
+/* Accounts: their counts add up to their owners' (the owners' add up to
+ * the table's), and none is empty. */
+static int verify_accounts(struct verify *v, uint64_t owners)
+{
+	const struct dl_htab *h = &v->t->accounts;
+	const struct dl_account *a;
+	const struct dl_hnode *n;
+	uint64_t leases = 0, waiters = 0, in = 0;
+	size_t i;
+
+	for (i = 0; i < dl_htab_slots(h); i++)
+		for (n = *dl_htab_slot(h, i); n; n = n->next) {
+			a = (const struct dl_account
+				     *)((const char *)n -
+					offsetof(struct dl_account, hn));
+			leases += a->nleases;
+			waiters += a->nwaiters;
+			in += a->nowners;
+			if (!a->nowners) {
+				snprintf(v->why, v->whylen,
+					 "account %.*s: no owner in it",
+					 (int)a->hn.len, a->name);
+				return -1;
+			}
+		}
+	if (leases != v->leases || waiters != v->waiters || in != owners) {
+		snprintf(v->why, v->whylen, "account counts do not add up");
+		return -1;
+	}
+	return 0;
+}
+
 /* Owners: their counts add up to the leases and waiters found. */
 static int verify_owners(struct verify *v)
 {
@@ -151,7 +183,7 @@ static int verify_owners(struct verify *v)
 		snprintf(v->why, v->whylen, "owner counts do not add up");
 		return -1;
 	}
-	return 0;
+	return verify_accounts(v, owners);
 }
 
 int dl_locktab_verify(const struct dl_locktab *t, char *why, size_t whylen)

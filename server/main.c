@@ -7,15 +7,18 @@
  */
 #include <getopt.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <uv.h>
 
+#include "server/access.h"
 #include "server/config.h"
 #include "server/log.h"
 #include "server/server.h"
 #include "server/tls.h"
+#include "server/users.h"
 
 #define EXIT_USAGE  2
 #define EXIT_CONFIG 3
@@ -52,6 +55,8 @@ static const char usage[] =
 	"      --tls-ca FILE       verify client certificates against this CA\n"
 	"  -l, --log-level LEVEL   error, warn, notice, info, debug [notice]\n"
 	"      --check-config      check the configuration, print it, exit\n"
+	"      --new-secret        print a new user secret and its hash line\n"
+	"                          for the users file, exit\n"
 	"  -h, --help              this help\n"
 	"  -v, --version           print the version\n"
 	"\n"
@@ -59,6 +64,62 @@ static const char usage[] =
 	"Exit codes: 0 ok, 2 usage, 3 configuration, 4 cannot listen,\n"
 	"5 cannot load state from Redis, 6 another daemon is active on that\n"
 	"Redis and prefix (and no node id was given), 1 other.\n";
+
+/* Overwrite in place every byte of `secret` found in `arg` (ps(1) shows
+ * argv as it is now). */
+static void mask(char *arg, const char *secret)
+{
+	size_t n = secret ? strlen(secret) : 0;
+	char *p;
+
+	while (n && (p = strstr(arg, secret)) != NULL)
+		memset(p, '*', n);
+}
+
+/* --redis URL: the override keeps a copy (a reload re-applies it), and
+ * the passwords in argv are masked. They were visible to other users
+ * until now: redis_password_file keeps them out of argv for good. */
+static const char *redis_flag(char *arg)
+{
+	struct dl_redis_addr a;
+	char *copy = strdup(arg);
+
+	if (!copy) {
+		fprintf(stderr, "dlockd: out of memory\n");
+		exit(1);
+	}
+	if (dl_redis_url_parse(copy, &a) == 0) {
+		if (a.password || a.sentinel_password)
+			fprintf(stderr,
+				"dlockd: --redis carries a password, masked "
+				"now in ps(1) but visible until then: prefer "
+				"[persistence] redis_password_file\n");
+		mask(arg, a.password);
+		mask(arg, a.sentinel_password);
+		dl_redis_addr_free(&a);
+	}
+	return copy;
+}
+
+/* A secret for a user: the secret (for the client) and its hash (for the
+ * users file), on one line; what goes where on stderr. */
+static int new_secret(void)
+{
+	char secret[DL_SECRET_TEXT + 1], hash[DL_SECRET_HASH_TEXT + 1];
+
+	if (dl_secret_new(secret, hash) != 0) {
+		fprintf(stderr, "dlockd: cannot make a secret (getrandom)\n");
+		return 1;
+	}
+	printf("%s %s\n", secret, hash);
+	fflush(stdout);
+	fprintf(stderr,
+		"dlockd: the first word is the secret: give it to the client "
+		"(AUTH <user> <secret>; dlock --secret-file, DLOCK_SECRET) "
+		"and keep it nowhere else; the second goes on the user's line "
+		"of the users file\n");
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -75,7 +136,8 @@ int main(int argc, char **argv)
 		OPT_TOKEN_JUMP,
 		OPT_TLS_CERT,
 		OPT_TLS_KEY,
-		OPT_TLS_CA
+		OPT_TLS_CA,
+		OPT_NEW_SECRET
 	};
 	static const struct option opts[] = {
 		{"config", required_argument, NULL, 'c'},
@@ -96,6 +158,7 @@ int main(int argc, char **argv)
 		{"tls-key", required_argument, NULL, OPT_TLS_KEY},
 		{"tls-ca", required_argument, NULL, OPT_TLS_CA},
 		{"check-config", no_argument, NULL, OPT_CHECK},
+		{"new-secret", no_argument, NULL, OPT_NEW_SECRET},
 		{"help", no_argument, NULL, 'h'},
 		{"version", no_argument, NULL, 'v'},
 		{NULL, 0, NULL, 0},
@@ -103,12 +166,17 @@ int main(int argc, char **argv)
 	static struct dl_override ov[24];
 	static struct dl_server srv;
 	char err[DL_CONFIG_ERR_MAX];
-	const char *path = NULL;
+	const char *path = NULL, *redis = NULL;
 	int check_only = 0;
 	size_t nov = 0;
 	uv_loop_t *loop;
 	int o, r;
 
+	/* No core dump, no ptrace by other users, /proc/<pid>/mem and
+	 * environ root's: the memory holds the password, the users' hashes
+	 * and Redis's password. */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+		perror("dlockd: prctl(PR_SET_DUMPABLE)");
 	dl_log_init(DL_LOG_NOTICE, -1);
 	while ((o = getopt_long(argc, argv, "c:p:b:s:l:hv", opts, NULL)) !=
 	       -1) {
@@ -137,6 +205,7 @@ int main(int argc, char **argv)
 		case OPT_REDIS:
 			sec = "persistence";
 			key = "redis";
+			optarg = (char *)(redis = redis_flag(optarg));
 			break;
 		case OPT_NODE:
 			sec = "cluster";
@@ -184,6 +253,8 @@ int main(int argc, char **argv)
 		case OPT_CHECK:
 			check_only = 1;
 			continue;
+		case OPT_NEW_SECRET:
+			return new_secret();
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -209,6 +280,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "dlockd: %s\n", err);
 		dl_config_free(&srv.cfg);
 		return EXIT_CONFIG;
+	}
+	if (check_only && srv.cfg.users_file[0]) {
+		struct dl_users *u = NULL;
+
+		r = dl_users_load(srv.cfg.users_file, &u, err, sizeof(err));
+		dl_users_free(u);
+		if (r != 0) {
+			fprintf(stderr, "dlockd: %s\n", err);
+			dl_config_free(&srv.cfg);
+			return EXIT_CONFIG;
+		}
 	}
 	if (check_only) {
 		/* the certificate files too: they load, the key matches */
@@ -237,7 +319,9 @@ int main(int argc, char **argv)
 	if (r != 0)
 		dl_warn("loop closed with handles open: %s", uv_strerror(r));
 	dl_store_free(srv.store);
+	dl_access_free(srv.access);
 	dl_locktab_free(srv.tab);
 	dl_config_free(&srv.cfg);
+	free((char *)redis);
 	return srv.exit_code;
 }

@@ -30,7 +30,7 @@ static uint64_t to_wall(uint64_t mono, int64_t off)
 }
 
 /* Longest H or W line: letter, 4 numbers, mode, owner, tag, separators. */
-#define LINE_ROOM (2 + 4 * 21 + 2 + DL_OWNER_MAX + 4 + DL_TAG_MAX + 2)
+#define LINE_ROOM (2 + 4 * 21 + 2 + DL_OWNER_KEY_MAX + 4 + DL_TAG_MAX + 2)
 
 /* Version 1 can say it: an exclusive lock, nobody shared. */
 static int plain(const struct dl_lock *lk)
@@ -234,7 +234,7 @@ int dl_record_parse(const char *text, size_t len,
 		if (it.shared && limit != 1)
 			return DL_EPROTO;
 		*why = "bad owner";
-		if (dl_check_owner(it.owner.p, it.owner.len))
+		if (dl_owner_key_check(it.owner))
 			return DL_EPROTO;
 		*why = NULL;
 		if ((r = cb(&it, arg)) != 0)

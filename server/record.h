@@ -22,6 +22,14 @@
  * clock (unix ms) so that they mean something to the next process: the
  * daemon's monotonic clock does not survive it.
  *
+ * <owner> is the owner's key (locktab.h): its id, or <user>=<id> for an
+ * owner of a user of the users file, so that the same id under two users
+ * stays two owners across a restart. A record written before users
+ * existed has plain ids: their owners are the default user's (the one
+ * every client is without a users file). A daemon of version 0.2 reads a
+ * <user>=<id> owner as an unreadable record: it holds the lock (never
+ * frees it) until the record's leases could have ended.
+ *
  * Both are read. A lock is written in version 1 when version 1 can say
  * it: a daemon from before version 2 (of the same store layout: daemons
  * of layout 1 cannot be active on layout 2, store_lead.c) then reads every

@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "server/access.h"
 #include "server/clock.h"
 #include "server/cmd.h"
 #include "server/conn.h"
@@ -247,6 +248,7 @@ static struct dl_locktab_limits tab_limits(const struct dl_config *cfg)
 		.max_waiters = (uint32_t)cfg->max_waiters,
 		.max_locks_per_owner = (uint32_t)cfg->max_locks_per_owner,
 		.durable_release = cfg->durable_release != 0,
+		.max_locks = (uint32_t)cfg->max_locks,
 	};
 	return l;
 }
@@ -360,6 +362,8 @@ static void flush_phase(struct dl_server *srv)
 			dl_store_push(srv->store);
 		flush_writes(srv);
 	}
+	if (srv->budget_wake)
+		dl_conn_budget_wake(srv);
 	arm_wheel(srv);
 	if (srv->draining == 1 && drain_done(srv))
 		drain_finish(srv);
@@ -654,6 +658,7 @@ static void on_sweep(uv_timer_t *t)
 		next = c->next;
 		dl_conn_sweep(c, now);
 	}
+	dl_access_tick(srv, now, 0);
 }
 
 static void init_handles(struct dl_server *srv)
@@ -712,6 +717,7 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 	struct dl_store_hooks sh = {dl__server_committed, store_availability,
 				    store_role, store_closed, srv};
 	struct dl_locktab_limits lim = tab_limits(&srv->cfg);
+	char err[DL_CONFIG_ERR_MAX];
 	int r;
 
 	srv->loop = loop;
@@ -724,6 +730,10 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 	srv->tab = dl_locktab_new(&th, &lim, srv->cfg.tick_ms, random_u64());
 	if (!srv->tab)
 		fatal(EXIT_OTHER, "out of memory");
+	if ((r = dl_access_new(&srv->cfg, random_u64(), &srv->access, err,
+			       sizeof(err))) != 0)
+		fatal(r == DL_ENOMEM ? EXIT_OTHER : EXIT_CONFIG, "%s",
+		      r == DL_ENOMEM ? "out of memory" : err);
 	srv->store = dl_store_new(loop, &srv->cfg, srv->tab, &sh);
 	if (!srv->store)
 		fatal(EXIT_OTHER, "out of memory");
@@ -823,6 +833,7 @@ static void drain_finish(struct dl_server *srv)
 		dl_conn_end(c, DL_END_ABORT, "shutdown");
 	}
 	process_ends(srv);
+	dl_access_tick(srv, uv_now(srv->loop), 1);
 	dl_metrics_stop(srv->metrics);
 	srv->metrics = NULL;
 	dl_tls_free(srv->tls); /* open connections keep what they use */
@@ -896,6 +907,7 @@ void dl_server_reload(struct dl_server *srv)
 		dl_config_free(&next);
 		return;
 	}
+	dl_access_reload(srv, &next);
 	if (dl_config_diff(&srv->cfg, &next, report_change, NULL) == 0)
 		dl_notice("reload: no change");
 	if (dl_config_apply_live(&srv->cfg, &next) != 0)

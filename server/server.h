@@ -36,6 +36,7 @@
 struct dl_conn;
 struct dl_metrics;
 struct dl_tls;
+struct dl_access;
 
 struct dl_server_stats {
 	uint64_t connections_total;	    /* accepted since start */
@@ -48,6 +49,8 @@ struct dl_server_stats {
 	uint64_t idle_timeouts;	   /* closed: no request in idle_timeout */
 	uint64_t tls_handshakes;   /* TLS handshakes done */
 	uint64_t tls_failures;	   /* TLS errors and handshake timeouts */
+	uint64_t auth_timeouts;	   /* closed: not authenticated in time */
+	uint64_t output_budget_closes; /* closed: over max_output_total */
 };
 
 struct dl_server {
@@ -58,11 +61,7 @@ struct dl_server {
 	size_t nov;
 	struct dl_locktab *tab;
 	struct dl_store *store;
-	/* LOCKS walks every lock on the loop: after a walk of T ms the next
-	 * one waits until 2T later (monotonic ms), so that listings take at
-	 * most a third of the loop's time whoever asks (cmd.c). */
-	uint64_t locks_next_ms;
-	uint64_t locks_last_us; /* what the last walk took */
+	struct dl_access *access; /* users, and who each connection is */
 
 	uv_tcp_t tcp;
 	uv_pipe_t unix_listener;
@@ -85,6 +84,8 @@ struct dl_server {
 
 	struct dl_conn *conns; /* every live connection */
 	size_t nconns;
+	size_t out_unread;	/* memory of their unread output (conn.h) */
+	int budget_wake;	/* it fell under the budget: resume (conn.c) */
 	struct dl_conn *writeq; /* connections with bytes to write */
 	struct dl_conn *held;	/* connections holding replies for an epoch */
 	struct dl_conn *endq;	/* connections to end in the check phase */

@@ -32,6 +32,12 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		{"output_overflows", v->output_overflows, C,
 		 "Connections closed for not reading (max_output).", NULL, NULL,
 		 0},
+		{"output_buffered_bytes", srv->out_unread, G,
+		 "Memory held by the replies and events clients have not read yet (max_output_total bounds it).",
+		 NULL, NULL, 0},
+		{"output_budget_closes", v->output_budget_closes, C,
+		 "Connections closed by an event while all clients' unread output was over max_output_total.",
+		 NULL, NULL, 0},
 		{"commands", v->commands, C, "Requests executed.", NULL, NULL,
 		 0},
 		{"locks", t->locks, G, "Locks held or waited for.", NULL, NULL,
@@ -73,6 +79,9 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 "TLS handshakes completed.", NULL, NULL, 0},
 		{"tls_failures", v->tls_failures, C,
 		 "TLS connections closed for a TLS error or a handshake not done within handshake_timeout.",
+		 NULL, NULL, 0},
+		{"auth_timeouts", v->auth_timeouts, C,
+		 "Connections closed for not authenticating within auth_timeout.",
 		 NULL, NULL, 0},
 		{"wait_ms_count", t->wait.count, C, "Grants (wait histogram).",
 		 NULL, NULL, 1},
@@ -150,7 +159,7 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 "ms until new leases are granted again after Redis went back (0: open).",
 		 NULL, NULL, 0},
 	};
-	struct dl_stat e = {"errors", 0,    C, "ERR replies, by code.",
+	struct dl_stat e = {"errors", 0, C, "ERR (and NO DENIED) replies, by code.",
 			    "code",   NULL, 0};
 	size_t i;
 

@@ -174,6 +174,10 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 		goto fail;
 	if (st->redis)
 		seen_init(st);
+	/* the password kept out of the URL (redis_password_file) */
+	if (st->redis && !st->addr.password && cfg->redis_password[0] &&
+	    !(st->addr.password = strdup(cfg->redis_password)))
+		goto fail;
 	return st;
 fail:
 	dl_store_free(st);

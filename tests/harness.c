@@ -166,6 +166,27 @@ static int tcp_connect(int port)
 	return tcp_connect_to("127.0.0.1", port);
 }
 
+/* To 127.0.0.1:port from address src, port 0. */
+static int tcp_connect_from(const char *src, int port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET}, me = sa;
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1;
+
+	if (fd < 0)
+		return -1;
+	sa.sin_port = htons((uint16_t)port);
+	if (inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr) != 1 ||
+	    inet_pton(AF_INET, src, &me.sin_addr) != 1 ||
+	    bind(fd, (struct sockaddr *)&me, sizeof(me)) != 0 ||
+	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		close(fd);
+		return -1;
+	}
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
 static void print_file(const char *path)
 {
 	char buf[4096];
@@ -614,6 +635,21 @@ void h_daemon_write_conf(struct h_daemon *d, const char *text)
 	fclose(f);
 }
 
+const char *h_daemon_write_file(struct h_daemon *d, const char *name,
+				const char *text)
+{
+	static char path[H_PATH_MAX];
+	int fd;
+
+	daemon_dirs(d);
+	snprintf(path, sizeof(path), "%s/%s", d->dir, name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	return path;
+}
+
 void h_daemon_start_redis(struct h_daemon *d, const struct h_redis *r,
 			  const char *conf)
 {
@@ -693,6 +729,20 @@ struct h_client *h_try_connect(int port)
 {
 	struct h_client *c;
 	int fd = tcp_connect(port);
+
+	if (fd < 0)
+		return NULL;
+	c = calloc(1, sizeof(*c));
+	cr_assert(c != NULL);
+	c->fd = fd;
+	dl_linebuf_init(&c->lb);
+	return c;
+}
+
+struct h_client *h_try_connect_from(const char *src, int port)
+{
+	struct h_client *c;
+	int fd = tcp_connect_from(src, port);
 
 	if (fd < 0)
 		return NULL;

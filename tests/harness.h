@@ -123,6 +123,10 @@ int h_daemon_wait(struct h_daemon *d, int timeout_ms);
 void h_daemon_cleanup(struct h_daemon *d);
 /* Write text to d->conf (the test passes "-c", d->conf itself). */
 void h_daemon_write_conf(struct h_daemon *d, const char *text);
+/* Write text to <d->dir>/<name> (mode 0600, the directory made if need
+ * be); returns its path (static buffer, valid until the next call). */
+const char *h_daemon_write_file(struct h_daemon *d, const char *name,
+				const char *text);
 /* Start d with the config text `conf` (NULL: none) and --persist redis
  * on r, which runs. */
 void h_daemon_start_redis(struct h_daemon *d, const struct h_redis *r,
@@ -151,6 +155,9 @@ struct h_client *h_connect(int port);
 struct h_client *h_connect_unix(const char *path);
 /* NULL if the connection is refused (no assert). */
 struct h_client *h_try_connect(int port);
+/* The same from source address `src` (any of 127/8 is this host), so
+ * that a test can be two peers. */
+struct h_client *h_try_connect_from(const char *src, int port);
 void h_close(struct h_client *c);
 
 /* Send a formatted request; CRLF is appended. */

@@ -66,6 +66,8 @@ static void start(void)
 	unsetenv("DLOCK_SOCKET");
 	unsetenv("DLOCK_OWNER");
 	unsetenv("DLOCK_PASSWORD");
+	unsetenv("DLOCK_USER");
+	unsetenv("DLOCK_SECRET");
 	unsetenv("DLOCK_NAME");
 	unsetenv("DLOCK_TOKEN");
 }
@@ -361,6 +363,25 @@ Test(cli, run_token_grows_and_is_the_valid_one_while_running)
 		last = token;
 	}
 	h_close(c);
+}
+
+/* The command gets the lock, not the credentials that took it:
+ * DLOCK_PASSWORD and DLOCK_SECRET are not in its environment. */
+Test(cli, run_does_not_pass_secrets_to_its_command)
+{
+	char script[512], env[8192];
+	struct result r;
+
+	snprintf(script, sizeof(script), "env > %s", in_dir("env"));
+	setenv("DLOCK_PASSWORD", "hunter2-password", 1);
+	setenv("DLOCK_SECRET", "hunter2-secret", 1);
+	dlock(&r, "run", "envx", "--", "sh", "-c", script, NULL);
+	unsetenv("DLOCK_PASSWORD");
+	unsetenv("DLOCK_SECRET");
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	slurp(in_dir("env"), env, sizeof(env));
+	cr_assert(strstr(env, "DLOCK_NAME=envx") != NULL, "%s", env);
+	cr_assert(strstr(env, "hunter2") == NULL, "%s", env);
 }
 
 Test(cli, run_passes_the_command_status_through)
@@ -986,6 +1007,45 @@ Test(cli, bad_password_exits_77)
 	cr_assert(eq(int, h_daemon_stop(&own), 0));
 }
 
+/* A user of the users file: --user and --secret-file (or DLOCK_USER and
+ * DLOCK_SECRET); what the user may not do exits 77 and says DENIED. */
+Test(cli, a_user_logs_in_with_its_secret_and_is_held_to_its_grants)
+{
+	/* sha256 of "app-secret-8d2e4f6a1b3c5d7e" */
+	static const char users[] =
+		"app sha256:541ec7c9d1036f5553195d86ce23d116235e3910d32d2b913b4698297e5f8ec4 lock=app/ read=app/\n";
+	char port[16], conf[512];
+	const char *path;
+	struct result r;
+
+	path = h_daemon_write_file(&own, "users", users);
+	snprintf(conf, sizeof(conf), "[server]\nusers_file = %s\n", path);
+	h_daemon_write_conf(&own, conf);
+	h_daemon_start(&own, "-c", own.conf, "--persist", "none", NULL);
+	snprintf(port, sizeof(port), "%d", own.port);
+	path = h_daemon_write_file(&own, "secret",
+				   "app-secret-8d2e4f6a1b3c5d7e\n");
+	dlock(&r, "trylock", "app/x", "--port", port, "--user", "app",
+	      "--secret-file", path, "--ttl", "10s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	dlock(&r, "trylock", "other", "--port", port, "--user", "app",
+	      "--secret-file", path, NULL);
+	cr_assert(eq(int, r.status, EX_NOPERM), "%s", r.err);
+	cr_assert(strstr(r.err, "DENIED other need=lock") != NULL, "%s", r.err);
+	setenv("DLOCK_USER", "app", 1);
+	setenv("DLOCK_SECRET", "app-secret-8d2e4f6a1b3c5d7e", 1);
+	dlock(&r, "status", "app/x", "--port", port, NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	setenv("DLOCK_SECRET", "wrong", 1);
+	dlock(&r, "status", "app/x", "--port", port, NULL);
+	unsetenv("DLOCK_USER");
+	unsetenv("DLOCK_SECRET");
+	cr_assert(eq(int, r.status, EX_NOPERM), "%s", r.err);
+	cr_assert(strstr(r.err, "refused the user or its secret") != NULL, "%s",
+		  r.err);
+	cr_assert(eq(int, h_daemon_stop(&own), 0));
+}
+
 Test(cli, usage_errors_exit_64_and_help_exits_0)
 {
 	static const char *const bad[][8] = {
@@ -1206,10 +1266,14 @@ Test(cli, break_ends_the_lease_it_names)
 	dlock(&r, "lock", "bk", "--owner", "stuck", "--ttl", "1h", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	snprintf(tok, sizeof(tok), "%" PRIu64, to_u64(r.out));
-	dlock(&r, "break", "bk", "1", NULL);
+	dlock(&r, "break", "bk", "1", "--reason", "test", NULL);
 	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
 	cr_assert(eq(u64, to_u64(r.out), to_u64(tok)));
+	/* a break says why */
 	dlock(&r, "break", "bk", tok, NULL);
+	cr_assert(eq(int, r.status, 64), "%s", r.err);
+	cr_assert(strstr(r.err, "--reason is required") != NULL, "%s", r.err);
+	dlock(&r, "break", "bk", tok, "--reason", "INC-7", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	dlock(&r, "trylock", "bk", NULL);
 	cr_assert(eq(int, r.status, 0), "the lock is free after: %s", r.err);

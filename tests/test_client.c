@@ -1100,6 +1100,81 @@ Test(client, expired_event_calls_on_lost, .init = start_none, .fini = stop_all)
 	dlock_close(c);
 }
 
+/* A lease broken by another client: the holder's * EXPIRED now names
+ * who broke it (broken_by=), and libdlock still reads it as a loss.
+ * dlock_break() of 0.2 gives no reason: refused before sending. */
+Test(client, a_broken_lease_calls_on_lost, .init = start_none,
+     .fini = stop_all)
+{
+	struct dlock_options o;
+	struct lost s = {0};
+	dlock_client *c, *op;
+	dlock_lease *l;
+	uint64_t cur = 0;
+
+	opts(&o);
+	o.renew = 0;
+	o.on_lost = on_lost;
+	o.arg = &s;
+	c = connect_with(&o);
+	op = client();
+	l = must_lock(c, "brk", 30000, 0);
+	cr_assert(eq(int, dlock_break(op, "brk", dlock_lease_token(l), &cur),
+		     DLOCK_EINVAL));
+	cr_assert(eq(int,
+		     dlock_break_reason(op, "brk", dlock_lease_token(l),
+					"two words", &cur),
+		     DLOCK_EINVAL));
+	cr_assert(eq(int,
+		     dlock_break_reason(op, "brk", dlock_lease_token(l),
+					"INC-9", &cur),
+		     0), "%s", dlock_last_error());
+	cr_assert(eq(int, wait_lost(&s, 3000), 1));
+	cr_assert(eq(int, s.why, DLOCK_LOST_EXPIRED));
+	cr_assert(eq(int, dlock_lease_valid(l), 0));
+	cr_assert(eq(int, dlock_unlock(c, l), DLOCK_ENOTHOLDER));
+	dlock_close(op);
+	dlock_close(c);
+}
+
+/* options.user: AUTH <user> <secret>; what it may not do is
+ * DLOCK_EDENIED, with the server's words. */
+static void start_with_users(void)
+{
+	/* sha256 of "app-secret-8d2e4f6a1b3c5d7e" */
+	const char *p = h_daemon_write_file(
+		&d, "users",
+		"app sha256:541ec7c9d1036f5553195d86ce23d116235e3910d32d2b913b4698297e5f8ec4 lock=app/ read=app/\n");
+	char conf[512];
+
+	snprintf(conf, sizeof(conf), "[server]\nusers_file = %s\n", p);
+	h_daemon_write_conf(&d, conf);
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+}
+
+Test(client, a_user_logs_in_and_is_denied_what_it_was_not_granted,
+     .init = start_with_users, .fini = stop_all)
+{
+	struct dlock_options o;
+	dlock_client *c = NULL;
+	dlock_lease *l = NULL;
+
+	opts(&o);
+	o.user = "app";
+	o.password = "wrong";
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_EAUTH));
+	o.password = "app-secret-8d2e4f6a1b3c5d7e";
+	o.user = "bad user";
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_EINVAL));
+	o.user = "app";
+	c = connect_with(&o);
+	l = must_lock(c, "app/x", 5000, 0);
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	cr_assert(eq(int, dlock_trylock(c, "other", 5000, &l), DLOCK_EDENIED));
+	assert_str(dlock_last_error(), "NO DENIED other need=lock");
+	dlock_close(c);
+}
+
 Test(client, refresh_refused_calls_on_lost, .init = start_none,
      .fini = stop_all)
 {

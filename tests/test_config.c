@@ -89,7 +89,7 @@ Test(config, every_kind_of_value_is_parsed)
 	cr_assert(eq(int,
 		     load(&c,
 			  "[server]\nport = 9000\nlog_level = debug\n"
-			  "password = a=b;c\n"
+			  "password = a=b,c\n"
 			  "[limits]\ndefault_ttl = 2m\nmax_ttl = 3m\n"
 			  "tick = 5ms\nmax_output = 8192\n"
 			  "[persistence]\npersist = none\n"
@@ -99,7 +99,7 @@ Test(config, every_kind_of_value_is_parsed)
 		  "%s", err);
 	cr_assert(eq(u64, c.port, 9000));
 	cr_assert(eq(u64, c.log_level, 4));
-	cr_assert(strcmp(c.password, "a=b;c") == 0, "password %s", c.password);
+	cr_assert(strcmp(c.password, "a=b,c") == 0, "password %s", c.password);
 	cr_assert(eq(u64, c.default_ttl_ms, 120000));
 	cr_assert(eq(u64, c.tick_ms, 5));
 	cr_assert(eq(u64, c.persist, DL_PERSIST_NONE));
@@ -149,8 +149,12 @@ Test(config, a_public_address_needs_a_password_or_an_explicit_yes)
 
 	expect_err("[server]\nbind = 0.0.0.0\n", "without a password");
 	cr_assert(eq(int,
-		     load(&c, "[server]\nbind = 0.0.0.0\npassword = x\n", err),
-		     0));
+		     load(&c,
+			  "[server]\nbind = 0.0.0.0\n"
+			  "password = x-long-enough-0123\n",
+			  err),
+		     0),
+		  "%s", err);
 	dl_config_free(&c);
 	cr_assert(eq(int,
 		     load(&c,
@@ -400,5 +404,109 @@ Test(config, tls_keys_go_together)
 		  "%s", err);
 	cr_assert(eq(u64, c.tls_handshake_timeout_ms, 2000));
 	cr_assert(eq(u64, c.tls_verify_clients, 1));
+	dl_config_free(&c);
+}
+
+/* A file of one line, written in a fresh temporary directory; its path
+ * (static buffer). */
+static const char *secret_file(const char *name, const char *text)
+{
+	static char dir[64], p[128];
+	FILE *f;
+
+	snprintf(dir, sizeof(dir), "/tmp/dlockd-sec-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	f = fopen(p, "w");
+	cr_assert_not_null(f);
+	fputs(text, f);
+	fclose(f);
+	return p;
+}
+
+/* inih takes " ;" for a comment: "password = abc ;def" would silently
+ * be "abc". A secret in the file with ';' or '#' is refused, loudly. */
+Test(config, a_secret_with_a_semicolon_or_hash_is_refused_not_cut)
+{
+	expect_err("[server]\npassword = abc ;def\n",
+		   "password: a secret here may not contain ';' or '#'");
+	expect_err("[server]\npassword = abc#def\n", "password_file");
+	expect_err("[persistence]\nredis = redis://:p;w@127.0.0.1:6379/0\n",
+		   "redis: a secret here may not contain");
+}
+
+/* Secrets from files: the whole first line, its newline stripped. */
+Test(config, secrets_come_from_files_whole_first_line)
+{
+	struct dl_config c;
+	char err[DL_CONFIG_ERR_MAX] = "", text[512];
+	const char *pw = secret_file("pw", "abc ;def#1234567890\nignored\n");
+	char pwpath[128];
+
+	snprintf(pwpath, sizeof(pwpath), "%s", pw);
+	snprintf(text, sizeof(text),
+		 "[server]\npassword_file = %s\n"
+		 "[persistence]\nredis_password_file = %s\n",
+		 pwpath, secret_file("rpw", "r3d!s pw\n"));
+	cr_assert(eq(int, load(&c, text, err), 0), "%s", err);
+	cr_assert(strcmp(c.password, "abc ;def#1234567890") == 0, "%s",
+		  c.password);
+	cr_assert(strcmp(c.redis_password, "r3d!s pw") == 0, "%s",
+		  c.redis_password);
+	dl_config_free(&c);
+	/* one source of a secret */
+	snprintf(text, sizeof(text),
+		 "[server]\npassword = x\npassword_file = %s\n", pwpath);
+	expect_err(text, "password and password_file");
+	snprintf(text, sizeof(text),
+		 "[persistence]\nredis = redis://:pw@h:1/0\n"
+		 "redis_password_file = %s\n",
+		 pwpath);
+	expect_err(text, "a password in the redis URL and redis_password_file");
+	expect_err("[server]\npassword_file = /nonexistent/pw\n",
+		   "password_file /nonexistent/pw: cannot open");
+	snprintf(text, sizeof(text), "[server]\npassword_file = %s\n",
+		 secret_file("empty", "\n"));
+	expect_err(text, "no secret on its first line");
+}
+
+/* Under systemd, LoadCredential= puts the secrets in
+ * $CREDENTIALS_DIRECTORY: used when the file names none. */
+Test(config, systemd_credentials_supply_the_secrets)
+{
+	struct dl_config c;
+	char err[DL_CONFIG_ERR_MAX] = "", dir[128];
+	const char *p = secret_file("dlockd.password", "from-credential\n");
+
+	snprintf(dir, sizeof(dir), "%.*s", (int)(strrchr(p, '/') - p), p);
+	secret_file("x", ""); /* another directory: p is still there */
+	setenv("CREDENTIALS_DIRECTORY", dir, 1);
+	cr_assert(eq(int, load(&c, NULL, err), 0), "%s", err);
+	cr_assert(strcmp(c.password, "from-credential") == 0, "%s", c.password);
+	dl_config_free(&c);
+	cr_assert(eq(int, load(&c, "[server]\npassword = in-file\n", err), 0));
+	cr_assert(strcmp(c.password, "in-file") == 0);
+	dl_config_free(&c);
+	unsetenv("CREDENTIALS_DIRECTORY");
+}
+
+/* A short password on a non-loopback address is refused: online
+ * guessing is slowed down, not made impossible. */
+Test(config, a_short_password_on_a_public_bind_is_refused)
+{
+	struct dl_config c;
+	char err[DL_CONFIG_ERR_MAX] = "";
+
+	expect_err("[server]\nbind = 0.0.0.0\npassword = a\n",
+		   "shorter than 16");
+	cr_assert(eq(int,
+		     load(&c,
+			  "[server]\nbind = 0.0.0.0\npassword = a\n"
+			  "allow_short_password = yes\n",
+			  err),
+		     0),
+		  "%s", err);
+	dl_config_free(&c);
+	cr_assert(eq(int, load(&c, "[server]\npassword = a\n", err), 0));
 	dl_config_free(&c);
 }

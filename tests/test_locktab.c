@@ -49,6 +49,7 @@ struct rec {
 	uint32_t asked_ttl_ms;
 	char tag[DL_TAG_MAX + 1];
 	size_t tag_len;
+	char by[DL_USER_MAX + 1]; /* EXPIRED by BREAK: who broke it */
 	struct dl_session *sess;
 	void *data;
 };
@@ -100,6 +101,11 @@ static void on_event(struct dl_session *s, const struct dl_event *ev, void *ctx)
 	r->tag_len = ev->tag.len;
 	if (ev->tag.len <= DL_TAG_MAX && ev->tag.len > 0)
 		memcpy(r->tag, ev->tag.p, ev->tag.len);
+	r->by[0] = '\0';
+	if (ev->by.len <= DL_USER_MAX && ev->by.len > 0) {
+		memcpy(r->by, ev->by.p, ev->by.len);
+		r->by[ev->by.len] = '\0';
+	}
 	r->sess = s;
 	r->data = s ? s->data : NULL;
 }
@@ -107,7 +113,7 @@ static void on_event(struct dl_session *s, const struct dl_event *ev, void *ctx)
 static void table_open(uint32_t max_waiters, uint32_t max_locks)
 {
 	struct dl_locktab_hooks hooks = {fake_now, on_event, NULL};
-	struct dl_locktab_limits lim = {max_waiters, max_locks, 0};
+	struct dl_locktab_limits lim = {max_waiters, max_locks, 0, 0};
 
 	tab = dl_locktab_new(&hooks, &lim, TICK, 0x5eed1234abcdULL);
 	cr_assert_not_null(tab);
@@ -1577,7 +1583,7 @@ Test(locktab, longest_name_and_owner_are_kept_whole)
 
 Test(locktab, full_queue_refuses_another_waiter_with_limit)
 {
-	struct dl_locktab_limits lim = {3, LIM_OWNER, 0};
+	struct dl_locktab_limits lim = {3, LIM_OWNER, 0, 0};
 	struct client *a = client_new("alice");
 	struct client *w[4];
 	struct dl_result r;
@@ -1600,7 +1606,7 @@ Test(locktab, full_queue_refuses_another_waiter_with_limit)
 
 Test(locktab, owner_limit_counts_leases_and_waiters)
 {
-	struct dl_locktab_limits lim = {LIM_WAIT, 3, 0};
+	struct dl_locktab_limits lim = {LIM_WAIT, 3, 0, 0};
 	struct client *o = client_new("greedy");
 	struct client *x = client_new("other");
 	struct dl_result r;
@@ -1633,6 +1639,166 @@ Test(locktab, owner_limit_counts_leases_and_waiters)
 	rc = cancel(o, "c", &r);
 	EXPECT(rc, r, DL_CANCELLED);
 	must_grant(o, "d", 1000);
+}
+
+/* ---- accounts (the owners of one user) ----------------------------------- */
+
+/* Owners live inside their account: the same id under two accounts is
+ * two owners, and neither can release the other's lease. */
+Test(locktab, the_same_owner_id_in_two_accounts_is_two_owners)
+{
+	struct client *p = client_new("payments=worker-1");
+	struct client *c = client_new("ci=worker-1");
+	struct client *d = client_new("worker-1");
+	struct dl_result r;
+	uint64_t t;
+	int rc;
+
+	t = must_grant(p, "job", 1000);
+	rc = acq(c, "job", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_BUSY);
+	rc = acq(d, "job", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_BUSY);
+	rc = rel(c, "job", t, &r);
+	EXPECT(rc, r, DL_NOT_HOLDER);
+	cr_assert_str_eq(cstr(status("job").owner), "payments=worker-1");
+	cr_assert_str_eq(cstr(dl_owner_key_account(str("payments=w"))),
+			 "payments");
+	cr_assert_str_eq(cstr(dl_owner_key_id(str("payments=w"))), "w");
+	cr_assert_str_eq(cstr(dl_owner_key_account(str("w"))), "");
+	cr_assert_str_eq(cstr(dl_owner_key_id(str("w"))), "w");
+	must_release(p, "job", t);
+}
+
+Test(locktab, owner_keys_are_an_id_or_a_user_and_an_id)
+{
+	char buf[DL_OWNER_KEY_MAX + 1];
+	struct dl_session s;
+	struct dl_str k;
+
+	cr_assert_eq(dl_owner_key_check(str("w-1")), 0);
+	cr_assert_eq(dl_owner_key_check(str("ops.team_2=w-1")), 0);
+	cr_assert_eq(dl_owner_key_check(str("=w")), DL_EBADARG);
+	cr_assert_eq(dl_owner_key_check(str("a=")), DL_EBADARG);
+	cr_assert_eq(dl_owner_key_check(str("a=b=c")), DL_EBADARG);
+	cr_assert_eq(dl_owner_key_check(str("a/b=c")), DL_EBADARG);
+	cr_assert_eq(dl_owner_key(buf, "ci", str("w"), &k), 0);
+	cr_assert_str_eq(cstr(k), "ci=w");
+	cr_assert_eq(dl_owner_key(buf, "", str("w"), &k), 0);
+	cr_assert_str_eq(cstr(k), "w");
+	cr_assert_eq(dl_owner_key(buf, "ci", str("a=b"), &k), DL_EBADARG);
+	cr_assert_eq(dl_session_init(tab, &s, str("x=y=z"), NULL), DL_EBADARG);
+}
+
+/* A user's quota counts all its owners: switching owner between LOCKs
+ * does not get round it (a per-owner limit alone would). */
+Test(locktab, an_account_quota_counts_every_owner_of_the_account)
+{
+	struct client *a = client_new("alice=o1");
+	struct client *b = client_new("bob=o1");
+	struct client *h = client_new("holder");
+	struct dl_result r;
+	char owner[32];
+	int i, rc;
+
+	dl_session_set_quota(&a->s, 3, 1);
+	for (i = 0; i < 3; i++) {
+		char name[8];
+
+		snprintf(owner, sizeof(owner), "alice=o%d", i);
+		cr_assert_eq(dl_session_set_owner(tab, &a->s, str(owner)), 0);
+		snprintf(name, sizeof(name), "n%d", i);
+		must_grant(a, name, 1000);
+	}
+	cr_assert_eq(dl_session_set_owner(tab, &a->s, str("alice=o9")), 0);
+	rc = acq(a, "n9", 1000, 0, NULL, &r);
+	cr_assert_eq(rc, DL_ELIMIT, "a 4th lock of the account");
+	cr_assert_null(dl_locktab_find(tab, str("n9")));
+	/* another account is not counted */
+	must_grant(b, "n9", 1000);
+	/* waits: at most max_waits queued, and they count as locks */
+	must_grant(h, "q1", 1000);
+	must_grant(h, "q2", 1000);
+	dl_session_set_quota(&a->s, 10, 1);
+	must_queue(a, "q1", 1000, DL_WAIT_INF, NULL);
+	rc = acq(a, "q2", 1000, DL_WAIT_INF, NULL, &r);
+	cr_assert_eq(rc, DL_ELIMIT, "a 2nd waiter of the account");
+	/* no quota: no account limit */
+	dl_session_set_quota(&a->s, 0, 0);
+	must_queue(a, "q2", 1000, DL_WAIT_INF, NULL);
+}
+
+/* The table's bound on locks refuses only a new name. */
+Test(locktab, max_locks_refuses_a_new_lock_but_not_a_known_one)
+{
+	struct dl_locktab_limits lim = {.max_waiters = LIM_WAIT,
+					.max_locks_per_owner = LIM_OWNER,
+					.max_locks = 2};
+	struct client *a = client_new("a"), *b = client_new("b");
+	struct dl_result r;
+	int rc;
+
+	dl_locktab_set_limits(tab, &lim);
+	must_grant(a, "x", 1000);
+	must_grant(a, "y", 1000);
+	rc = acq(a, "z", 1000, 0, NULL, &r);
+	cr_assert_eq(rc, DL_ELIMIT);
+	cr_assert_null(dl_locktab_find(tab, str("z")));
+	must_queue(b, "x", 1000, DL_WAIT_INF, NULL);
+	rc = acq(b, "y", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_BUSY);
+}
+
+/* BREAK names the breaker in the holder's event, and the holder. */
+Test(locktab, a_break_tells_the_holder_who_broke_it)
+{
+	struct client *h = client_new("ci=job-7");
+	char prev[DL_OWNER_KEY_MAX + 1] = "";
+	struct dl_result r;
+	uint64_t t = must_grant(h, "deploy", 1000);
+	int rc;
+
+	rc = dl_locktab_break(tab, str("deploy"), t, str("ops"), prev, &r);
+	EXPECT(rc, r, DL_BROKEN);
+	cr_assert_str_eq(prev, "ci=job-7");
+	cr_assert_eq(count_ev(DL_EVENT_EXPIRED, h), 1);
+	cr_assert_str_eq(evs[nev - 1].by, "ops");
+	/* an expiry names nobody */
+	t = must_grant(h, "deploy", 1000);
+	advance(2000);
+	cr_assert_eq(count_ev(DL_EVENT_EXPIRED, h), 2);
+	cr_assert_str_eq(evs[nev - 1].by, "");
+}
+
+static int keep_pay(struct dl_str name, void *arg)
+{
+	(void)arg;
+	return name.len >= 4 && memcmp(name.p, "pay/", 4) == 0;
+}
+
+/* A filtered listing shows and counts only what the filter keeps. */
+Test(locktab, a_listing_shows_only_what_the_filter_keeps)
+{
+	static const char *const names[] = {"ci/1", "pay/1", "pay/2", "pay/3",
+					    "zz"};
+	struct dl_list_filter f = {keep_pay, NULL};
+	struct client *a = client_new("a");
+	const struct dl_lock *page[4];
+	uint64_t more = 9;
+	size_t i, n;
+
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		must_grant(a, names[i], 1000);
+	n = dl_locktab_list(tab, DL_LIST_BY_NAME, DL_STR_NULL, DL_STR_NULL, 2,
+			    &f, page, &more);
+	cr_assert_eq(n, 2);
+	cr_assert_eq(more, 1);
+	cr_assert_str_eq(cstr(dl_lock_name(page[0])), "pay/1");
+	cr_assert_str_eq(cstr(dl_lock_name(page[1])), "pay/2");
+	n = dl_locktab_list(tab, DL_LIST_BY_NAME, DL_STR_NULL, DL_STR_NULL, 4,
+			    NULL, page, &more);
+	cr_assert_eq(n, 4);
+	cr_assert_eq(more, 1);
 }
 
 Test(locktab, zero_or_oversized_ttl_is_bad_arg_and_creates_nothing)
@@ -2119,7 +2285,7 @@ Test(locktab, only_changes_with_durable_results_are_urgent)
 
 Test(locktab, durable_release_makes_releases_urgent_and_durable)
 {
-	struct dl_locktab_limits lim = {LIM_WAIT, LIM_OWNER, 1};
+	struct dl_locktab_limits lim = {LIM_WAIT, LIM_OWNER, 1, 0};
 	struct client *a = client_new("alice");
 	struct dl_result r;
 	uint64_t tok;
@@ -2302,7 +2468,7 @@ static void count_cb(const struct dl_lock *lk, void *arg)
 
 Test(locktab, million_leases_expire_exactly_once_in_budgeted_runs)
 {
-	struct dl_locktab_limits lim = {LIM_WAIT, 2 * MILLION, 0};
+	struct dl_locktab_limits lim = {LIM_WAIT, 2 * MILLION, 0, 0};
 	struct client *a;
 	struct dl_result r;
 	char name[16];

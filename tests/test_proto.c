@@ -393,8 +393,56 @@ Test(proto, auth_secret_may_contain_equals_and_look_like_an_id)
 		     DL_EBADARG);
 	cr_assert_eq(r.tag.len, 0);
 	expect_err("AUTH", DL_EBADFORMAT);
-	expect_err("AUTH a b", DL_EBADARG);
+	expect_err("AUTH a b c", DL_EBADARG);
 	expect_err("AUTH a ttl=5", DL_EBADARG);
+}
+
+/* AUTH <user> <secret>: two words, the user's name checked; the secret is
+ * any word without '=' (a word with one is an option, as id=). */
+Test(proto, auth_with_a_user_takes_the_user_and_its_secret)
+{
+	struct dl_request r;
+	const char *why;
+
+	expect_ok("AUTH payments 0f3a9c id=t", &r);
+	cr_assert_str_eq(cstr(r.user), "payments");
+	cr_assert_str_eq(cstr(r.arg), "0f3a9c");
+	cr_assert_str_eq(cstr(r.tag), "t");
+	expect_ok("AUTH s3cret", &r);
+	cr_assert_eq(r.user.len, 0);
+	cr_assert_str_eq(cstr(r.arg), "s3cret");
+	/* a bad user name is refused without quoting it (it may be a
+	 * password typed in the wrong place) */
+	cr_assert_eq(parse("AUTH hunter2! secret", &r, &why), DL_EBADARG);
+	cr_assert_null(strstr(why, "hunter2"), "%s", why);
+	cr_assert(strstr(why, "user malformed"), "%s", why);
+	expect_err("AUTH a2345678901234567890123456789012x s", DL_EBADARG);
+	expect_ok("AUTH a2345678901234567890123456789012 s", &r);
+	cr_assert_eq(parse("AUTH alice pa=ss", &r, &why), DL_EBADARG);
+	cr_assert_null(strchr(why, '\''), "%s", why);
+}
+
+/* BREAK says why: reason= is required, printable and bounded. */
+Test(proto, break_requires_a_printable_bounded_reason)
+{
+	char line[DL_REASON_MAX + 64];
+	struct dl_request r;
+	const char *why;
+
+	expect_ok("BREAK a 7 reason=INC-42:stuck id=b", &r);
+	cr_assert_eq(r.verb, DL_VERB_BREAK);
+	cr_assert_str_eq(cstr(r.reason), "INC-42:stuck");
+	cr_assert_eq(r.token, 7);
+	cr_assert_eq(parse("BREAK a 7", &r, &why), DL_EBADFORMAT);
+	cr_assert(strstr(why, "missing reason="), "%s", why);
+	expect_err("BREAK a 7 reason=", DL_EBADARG);
+	expect_err("BREAK a 7 reason=a\x01b", DL_EBADARG);
+	expect_err("LOCK a reason=x", DL_EBADARG);
+	snprintf(line, sizeof(line), "BREAK a 7 reason=%0*d", DL_REASON_MAX, 0);
+	expect_ok(line, &r);
+	snprintf(line, sizeof(line), "BREAK a 7 reason=%0*d", DL_REASON_MAX + 1,
+		 0);
+	expect_err(line, DL_EBADARG);
 }
 
 Test(proto, verbs_and_option_keys_are_case_insensitive)
@@ -902,6 +950,7 @@ Test(proto, error_words_and_texts)
 		"NOAUTH",     "LIMIT",		 "UNAVAILABLE",	  "INTERNAL",
 		"NOT_ACTIVE", "INTERNAL",	 "INTERNAL",	  "INTERNAL",
 		"BAD_ARG", /* DL_ERANGE */
+		"DENIED",
 	};
 	int e;
 

@@ -21,7 +21,7 @@ static uint64_t fake_now(void *ctx)
 static struct dl_locktab *new_tab(void)
 {
 	struct dl_locktab_hooks h = {fake_now, NULL, NULL};
-	struct dl_locktab_limits lim = {100, 100, 0};
+	struct dl_locktab_limits lim = {100, 100, 0, 0};
 
 	return dl_locktab_new(&h, &lim, 10, 42);
 }
@@ -33,7 +33,7 @@ static struct dl_str S(const char *s) {
 struct items {
 	int n;
 	struct dl_record_item it[8];
-	char owners[8][DL_OWNER_MAX + 1];
+	char owners[8][DL_OWNER_KEY_MAX + 1];
 	char tags[8][DL_TAG_MAX + 1];
 };
 
@@ -130,23 +130,24 @@ Test(record, malformed_records_are_rejected_not_half_read)
 	static const char *const bad[] = {
 		"",
 		"dlock2\nH 1 2 1 30 a",
-		"dlock1\nH 1 2 1 30",	      /* no owner */
-		"dlock1\nH x 2 1 30 a",	      /* bad token */
-		"dlock1\nH 1 2 1 30 a extra", /* junk word */
-		"dlock1\nH 1 2 1 30 a id=",   /* empty tag */
-		"dlock1\nW 30 soon a",	      /* bad deadline */
-		"dlock1\nX 1",		      /* unknown line */
-		"dlock1\nH 1  2 1 30 a",      /* double space */
-		"dlock1\nH 1 2 1 30 a=b",     /* owner with '=' */
-		"dlock1\n",		      /* empty line */
-		"dlock2",			 /* no limit */
-		"dlock2 limit=0",		 /* limit 0 */
-		"dlock2 limit=1025",		 /* above DL_LIMIT_MAX */
-		"dlock2 limit=1\nH 1 2 1 30 a",	 /* no mode */
+		"dlock1\nH 1 2 1 30",		  /* no owner */
+		"dlock1\nH x 2 1 30 a",		  /* bad token */
+		"dlock1\nH 1 2 1 30 a extra",	  /* junk word */
+		"dlock1\nH 1 2 1 30 a id=",	  /* empty tag */
+		"dlock1\nW 30 soon a",		  /* bad deadline */
+		"dlock1\nX 1",			  /* unknown line */
+		"dlock1\nH 1  2 1 30 a",	  /* double space */
+		"dlock1\nH 1 2 1 30 a=b=c",	  /* owner with two '=' */
+		"dlock1\nH 1 2 1 30 a!=b",	  /* a bad user name */
+		"dlock1\n",			  /* empty line */
+		"dlock2",			  /* no limit */
+		"dlock2 limit=0",		  /* limit 0 */
+		"dlock2 limit=1025",		  /* above DL_LIMIT_MAX */
+		"dlock2 limit=1\nH 1 2 1 30 a",	  /* no mode */
 		"dlock2 limit=1\nH 1 2 1 30 r a", /* bad mode */
 		"dlock2 limit=2\nH 1 2 1 30 s a", /* shared in a semaphore */
-		"dlock2 limit=1\nW 30 inf a",	 /* waiter without mode */
-		"dlock1\nH 1 2 1 30 s a",	 /* v1 has no mode */
+		"dlock2 limit=1\nW 30 inf a",	  /* waiter without mode */
+		"dlock1\nH 1 2 1 30 s a",	  /* v1 has no mode */
 	};
 	const char *why;
 	size_t i;
@@ -247,6 +248,53 @@ Test(record, modes_and_limits_round_trip_in_version_2)
 	dl_session_close(t, &a);
 	dl_session_close(t, &b);
 	dl_session_close(t, &c);
+	dl_locktab_free(t);
+}
+
+/* An owner of a user is stored with its user, so that a restart keeps
+ * the same id under two users apart; a record from before users (plain
+ * ids) still reads, its owners the default user's. */
+Test(record, owners_keep_their_user_and_plain_owners_still_read)
+{
+	struct dl_locktab *t = new_tab();
+	const char *old = "dlock1\nH 7 99 1 30 worker-1\nW 30 inf bob";
+	struct dl_session a, b;
+	struct dl_result res;
+	struct dl_buf buf = {0};
+	struct items x = {0};
+	const char *why = NULL;
+
+	dl_session_init(t, &a, S("payments=worker-1"), NULL);
+	dl_session_init(t, &b, S("ci=worker-1"), NULL);
+	acquire(t, &a, 1000, 0, DL_STR_NULL, &res);
+	cr_assert(eq(int, res.outcome, DL_GRANTED));
+	acquire(t, &b, 1000, DL_WAIT_INF, DL_STR_NULL, &res);
+	cr_assert(eq(int, res.outcome, DL_QUEUED));
+	cr_assert(eq(int,
+		     dl_record_format(dl_locktab_find(t, S("stock")), 0, &buf),
+		     0));
+	cr_assert(
+		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
+	cr_assert(eq(int, x.n, 2));
+	cr_assert(strcmp(x.owners[0], "payments=worker-1") == 0, "%s",
+		  x.owners[0]);
+	cr_assert(strcmp(x.owners[1], "ci=worker-1") == 0, "%s", x.owners[1]);
+	memset(&x, 0, sizeof(x));
+	cr_assert(eq(int, dl_record_parse(old, strlen(old), collect, &x, &why),
+		     0));
+	cr_assert(strcmp(x.owners[0], "worker-1") == 0);
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(t, S("old"), x.it[0].owner, 7, 1,
+					      30, 99, DL_STR_NULL, 0, 1),
+		     0));
+	cr_assert(
+		eq(int,
+		   dl_locktab_restore_lease(t, S("new"), S("payments=worker-1"),
+					    8, 1, 30, 99, DL_STR_NULL, 0, 1),
+		   0));
+	free(buf.p);
+	dl_session_close(t, &a);
+	dl_session_close(t, &b);
 	dl_locktab_free(t);
 }
 

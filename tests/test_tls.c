@@ -555,6 +555,29 @@ Test(tls, a_verified_client_certificate_names_the_connection)
 	tc_close(t);
 }
 
+/* With a users file, a verified certificate's name is the user: no AUTH,
+ * and its grants apply; a connection without one must AUTH. */
+Test(tls, a_verified_client_certificate_is_its_user)
+{
+	struct tc *t;
+	char why[256], conf[512];
+	const char *users = h_daemon_write_file(
+		&d, "users", "alice uid=4242 lock=a/ read=a/\n");
+
+	snprintf(conf, sizeof(conf), "[server]\nusers_file = %s\n", users);
+	h_daemon_write_conf(&d, conf);
+	start_tls(&d, "--tls-ca", cf("ca.pem"), "-c", d.conf);
+	t = tc_open(d.port, "127.0.0.1", "client", why, sizeof(why));
+	cr_assert(t != NULL, "%s", why);
+	cr_assert(strncmp(tc_call(t, "LOCK a/1 ttl=5s"), "OK GRANTED a/1 ",
+			  15) == 0);
+	cr_assert_str_eq(tc_call(t, "LOCK b/1"), "NO DENIED b/1 need=lock");
+	tc_close(t);
+	t = tc_connect(d.port);
+	cr_assert(strncmp(tc_call(t, "LOCK a/2"), "ERR NOAUTH ", 11) == 0);
+	tc_close(t);
+}
+
 /* With ca but not verify_clients, a certificate is optional: the name of
  * one that verifies is seen, a client without one is served. */
 Test(tls, without_verify_clients_a_certificate_is_optional)

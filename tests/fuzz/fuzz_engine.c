@@ -42,6 +42,7 @@
 
 #include "proto/proto.h"
 #include "tests/fuzz/fuzz_input.h"
+#include "server/access.h"
 #include "server/cmd.h"
 #include "server/conn.h"
 #include "server/log.h"
@@ -243,10 +244,12 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 }
 
 void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
-			  uint64_t ms)
+			  uint64_t ms, int last)
 {
 	(void)ms;
 	dl_conn_send(c, line, len, NULL);
+	if (last)
+		dl_conn_end(c, DL_END_GRACEFUL, "last");
 }
 
 void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why)
@@ -310,22 +313,20 @@ static void availability(int up, void *ctx)
 	(void)ctx;
 }
 
+/* A connection as the daemon accepts it: nothing is configured, so it
+ * is the default user (access.h) from the start. */
 static void conn_open(struct fconn *f, int k)
 {
-	char owner[32];
+	const char *why = NULL;
 
 	free(f->c.held);
 	free(f->c.held_text.p);
 	memset(f, 0, sizeof(*f));
 	f->c.srv = &srv;
 	f->c.id = (uint64_t)k + 1;
-	f->c.authed = 1;
 	snprintf(f->c.peer, sizeof(f->c.peer), "fuzz");
-	snprintf(owner, sizeof(owner), "anon-%d", k);
-	CHECK(dl_session_init(srv.tab, &f->c.sess,
-			      (struct dl_str){owner, strlen(owner)},
-			      &f->c) == 0,
-	      "session");
+	snprintf(f->c.addr, sizeof(f->c.addr), "fuzz");
+	CHECK(dl_access_accept(&f->c, &why) == 0 && f->c.authed, "session");
 	f->open = 1;
 }
 
@@ -333,6 +334,7 @@ static void conn_close(struct fconn *f)
 {
 	if (!f->open)
 		return;
+	dl_access_conn_end(&f->c);
 	dl_session_close(srv.tab, &f->c.sess);
 	f->open = 0;
 }
@@ -341,7 +343,7 @@ static void world_open(void)
 {
 	struct dl_locktab_hooks th = {tab_now, tab_event, NULL};
 	struct dl_store_hooks sh = {committed, availability, NULL, NULL};
-	struct dl_locktab_limits lim = {8, 16, 0};
+	struct dl_locktab_limits lim = {8, 16, 0, 0};
 	int k;
 
 	memset(&srv, 0, sizeof(srv));
@@ -354,7 +356,10 @@ static void world_open(void)
 	memset(last_token, 0, sizeof(last_token));
 	srv.tab = dl_locktab_new(&th, &lim, 10, 0x5eed);
 	srv.store = dl_store_new(srv.loop, &srv.cfg, srv.tab, &sh);
-	CHECK(srv.tab && srv.store, "set-up");
+	CHECK(srv.tab && srv.store &&
+		      dl_access_new(&srv.cfg, 0x5eed, &srv.access, NULL, 0) ==
+			      0,
+	      "set-up");
 	dl_locktab_raise_token(srv.tab, dl_token_floor(0, 1795000000000ULL));
 	for (k = 0; k < NCONN; k++)
 		conn_open(&conns[k], k);
@@ -371,6 +376,7 @@ static void world_close(void)
 		memset(&conns[k], 0, sizeof(conns[k]));
 	}
 	dl_store_free(srv.store);
+	dl_access_free(srv.access);
 	dl_locktab_free(srv.tab);
 	dl_config_free(&srv.cfg);
 }

@@ -1,0 +1,817 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_access.c -- who may do what: users and their grants, BREAK's
+ * audit, what a connection may do before it authenticates, quotas, and
+ * secrets kept out of sight. The real daemon, memory only unless a test
+ * says otherwise (then a real redis-server).
+ *
+ * Every test starts its own daemon with the configuration it needs.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+static struct h_daemon d;
+static struct h_redis r;
+
+static void stop(void)
+{
+	if (d.dir[0])
+		h_daemon_cleanup(&d);
+	if (r.pid)
+		h_redis_stop(&r);
+	if (r.dir[0])
+		h_redis_cleanup(&r);
+}
+
+TestSuite(access, .fini = stop, .timeout = 60);
+
+/* ---- helpers ------------------------------------------------------------- */
+
+/* Secrets of the users below, and their SHA-256 (sha256sum of each). */
+#define OPS_SECRET "ops-secret-5f1c0b2a9e7d4c36"
+#define OPS_HASH                                                               \
+	"sha256:b50a4b454e448e794ba22b21891c408e13e4a6df3182a275e6d0eb4b1dbc8f3d"
+#define APP_SECRET "app-secret-8d2e4f6a1b3c5d7e"
+#define APP_HASH                                                               \
+	"sha256:541ec7c9d1036f5553195d86ce23d116235e3910d32d2b913b4698297e5f8ec4"
+#define PAY_SECRET "pay-secret-0a1b2c3d4e5f6a7b"
+#define PAY_HASH                                                               \
+	"sha256:383ecc63ed7e7abd8fe38af6d569ba634482f956c126b20aa751c4700b1cb3b4"
+#define CI_SECRET "ci-secret-9f8e7d6c5b4a3210"
+#define CI_HASH                                                                \
+	"sha256:c942f046bfb15d968b6975413736473bffaf86df13301fc7a07e5da2b65b01c2"
+#define NEW_SECRET "newsecret-77aa88bb99cc00dd"
+#define NEW_HASH                                                               \
+	"sha256:181afa0d5016bc6dc73fc6f1eaeb92f489c3a9662566270b7716f33fde754892"
+
+/* The users most tests use: an operator, an application confined to
+ * app/, payments and ci sharing nothing but their owners' names. */
+#define USERS                                                                  \
+	"# users of the tests\n"                                               \
+	"ops " OPS_HASH " lock=* read=* break=* admin\n"                       \
+	"app " APP_HASH " lock=app/ read=app/,shared/\n"                       \
+	"payments " PAY_HASH " lock=* read=*\n"                                \
+	"ci " CI_HASH " lock=* read=*\n"
+
+/* Start d with `users` as its users file and `more` in its [server]. */
+static void start_users(const char *users, const char *more)
+{
+	char conf[2048];
+	const char *path = h_daemon_write_file(&d, "users", users);
+
+	snprintf(conf, sizeof(conf), "[server]\nusers_file = %s\n%s\n", path,
+		 more ? more : "");
+	h_daemon_write_conf(&d, conf);
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+}
+
+/* A client authenticated as user `u` with `secret`. */
+static struct h_client *login(const char *u, const char *secret)
+{
+	struct h_client *c = h_connect(d.port);
+	char want[64];
+
+	snprintf(want, sizeof(want), "OK AUTH user=%s", u);
+	cr_assert_str_eq(h_call(c, "AUTH %s %s", u, secret), want);
+	return c;
+}
+
+/* ... that also said HELLO owner=<owner>. */
+static struct h_client *login_as(const char *u, const char *secret,
+				 const char *owner)
+{
+	struct h_client *c = login(u, secret);
+
+	cr_assert(h_starts(h_call(c, "HELLO owner=%s", owner), "OK HELLO "));
+	return c;
+}
+
+/* Lines of the daemon's log containing needle. */
+static int log_count(const char *needle)
+{
+	char line[4096];
+	int n = 0;
+	FILE *f = fopen(d.log, "r");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* 1 once the log has a line containing needle, within ms. */
+static int wait_log(const char *needle, int ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)ms;
+
+	while (!log_count(needle)) {
+		if (h_now_ms() >= end)
+			return 0;
+		h_sleep_ms(10);
+	}
+	return 1;
+}
+
+/* ---- users and grants ---------------------------------------------------- */
+
+/* Default deny: a user acts on the names it was granted, and nothing
+ * else; a refusal says DENIED, the name and the right it needs. */
+Test(access, a_user_acts_only_on_the_names_it_was_granted)
+{
+	struct h_client *app, *ops;
+	uint64_t t;
+	char *l;
+
+	start_users(USERS, NULL);
+	app = login_as("app", APP_SECRET, "w1");
+	t = h_lock(app, "app/job", "ttl=30s");
+	cr_assert_str_eq(h_call(app, "LOCK pay/x"),
+			 "NO DENIED pay/x need=lock");
+	cr_assert_str_eq(h_call(app, "TRYLOCK pay/x id=t1"),
+			 "NO DENIED pay/x need=lock id=t1");
+	cr_assert_str_eq(h_call(app, "UNLOCK pay/x 5"),
+			 "NO DENIED pay/x need=lock");
+	cr_assert_str_eq(h_call(app, "REFRESH pay/x 5"),
+			 "NO DENIED pay/x need=lock");
+	cr_assert_str_eq(h_call(app, "CANCEL pay/x"),
+			 "NO DENIED pay/x need=lock");
+	cr_assert_str_eq(h_call(app, "STATUS pay/x"),
+			 "NO DENIED pay/x need=read");
+	cr_assert_str_eq(h_call(app, "CHECK pay/x 5"),
+			 "NO DENIED pay/x need=read");
+	cr_assert_str_eq(h_call(app, "HOLDERS pay/x"),
+			 "NO DENIED pay/x need=read");
+	cr_assert_str_eq(h_call(app, "STATS"), "NO DENIED - need=admin");
+	/* read= without lock=: it may look, not take */
+	cr_assert(h_starts(h_call(app, "STATUS shared/q"), "OK STATUS "));
+	cr_assert_str_eq(h_call(app, "LOCK shared/q"),
+			 "NO DENIED shared/q need=lock");
+	l = h_call(app, "STATUS app/job");
+	cr_assert_str_eq(h_kv(l, "owner"), "w1", "%s", l);
+	cr_assert_str_eq(h_kv(l, "user"), "app", "%s", l);
+	/* the operator may do everything */
+	ops = login("ops", OPS_SECRET);
+	cr_assert(h_starts(h_call(ops, "STATUS pay/x"), "OK STATUS "));
+	cr_assert_eq(h_stats_value(ops, "errors_denied"), 10);
+	cr_assert_str_eq(
+		h_call(app, "UNLOCK app/job %llu", (unsigned long long)t),
+		"OK RELEASED app/job");
+	h_close(app);
+	h_close(ops);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* AUTH <user> <secret>: a wrong secret, an unknown user, a user's name
+ * with no secret, or the one-word form are all just NO AUTH_FAILED. */
+Test(access, auth_takes_a_user_and_its_secret_and_nothing_else)
+{
+	struct h_client *c;
+	char *l;
+
+	start_users(USERS, NULL);
+	c = h_connect(d.port);
+	cr_assert_str_eq(h_call(c, "AUTH app " OPS_SECRET), "NO AUTH_FAILED");
+	cr_assert_str_eq(h_call(c, "AUTH nobody " OPS_SECRET),
+			 "NO AUTH_FAILED");
+	h_close(c);
+	c = h_connect(d.port);
+	cr_assert_str_eq(h_call(c, "AUTH " APP_SECRET), "NO AUTH_FAILED");
+	h_close(c);
+	c = login("app", APP_SECRET);
+	l = h_call(c, "HELLO");
+	cr_assert_str_eq(h_kv(l, "user"), "app", "%s", l);
+	cr_assert_str_eq(h_kv(l, "auth"), "required", "%s", l);
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* The same owner id under two users is two owners: payments' worker-1
+ * and ci's worker-1 exclude each other and cannot release each other's
+ * lease -- also after a restart that loads the leases from Redis. */
+Test(access, owners_of_two_users_stay_two_owners_across_a_restart)
+{
+	struct h_client *p, *c;
+	uint64_t t;
+	char *l;
+
+	h_redis_start(&r, "always");
+	{
+		char conf[1024];
+		const char *path = h_daemon_write_file(&d, "users", USERS);
+
+		snprintf(conf, sizeof(conf), "[server]\nusers_file = %s\n",
+			 path);
+		h_daemon_start_redis(&d, &r, conf);
+	}
+	p = login_as("payments", PAY_SECRET, "worker-1");
+	c = login_as("ci", CI_SECRET, "worker-1");
+	t = h_lock(p, "deploy", "ttl=60s");
+	cr_assert(h_starts(h_call(c, "TRYLOCK deploy"), "NO BUSY deploy "));
+	cr_assert_str_eq(h_call(c, "UNLOCK deploy %llu", (unsigned long long)t),
+			 "NO NOT_HOLDER deploy");
+	h_close(p);
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+	h_daemon_restart(&d);
+	c = login_as("ci", CI_SECRET, "worker-1");
+	cr_assert(h_starts(h_call(c, "TRYLOCK deploy"), "NO BUSY deploy "));
+	cr_assert_str_eq(h_call(c, "UNLOCK deploy %llu", (unsigned long long)t),
+			 "NO NOT_HOLDER deploy");
+	p = login_as("payments", PAY_SECRET, "worker-1");
+	l = h_call(p, "STATUS deploy");
+	cr_assert_str_eq(h_kv(l, "user"), "payments", "%s", l);
+	cr_assert_str_eq(h_call(p, "UNLOCK deploy %llu", (unsigned long long)t),
+			 "OK RELEASED deploy");
+	h_close(p);
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* A lease stored before users existed belongs to the default user: with
+ * a users file it is nobody's to release, and runs out. */
+Test(access, a_lease_from_before_users_belongs_to_the_default_user)
+{
+	struct h_client *c;
+	char *l;
+
+	h_redis_start(&r, "always");
+	h_daemon_start_redis(&d, &r, NULL);
+	c = h_hello(d.port, "worker-1");
+	h_lock(c, "old", "ttl=60s");
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+	{
+		char conf[1024];
+		const char *path = h_daemon_write_file(&d, "users", USERS);
+
+		snprintf(conf, sizeof(conf), "[server]\nusers_file = %s\n",
+			 path);
+		h_daemon_write_conf(&d, conf);
+	}
+	h_daemon_restart(&d);
+	c = login_as("payments", PAY_SECRET, "worker-1");
+	l = h_call(c, "STATUS old");
+	cr_assert_str_eq(h_kv(l, "state"), "held", "%s", l);
+	cr_assert_str_eq(h_kv(l, "owner"), "worker-1", "%s", l);
+	cr_assert(strstr(l, " user=") == NULL, "%s", l);
+	cr_assert(h_starts(h_call(c, "TRYLOCK old"), "NO BUSY old "));
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* LOCKS lists only what the user may read, and counts only that. */
+Test(access, a_listing_shows_only_readable_names)
+{
+	struct h_client *ops, *app;
+	char *l;
+
+	start_users(USERS, NULL);
+	ops = login("ops", OPS_SECRET);
+	h_lock(ops, "app/1", "ttl=30s");
+	h_lock(ops, "pay/1", "ttl=30s");
+	h_lock(ops, "shared/1", "ttl=30s");
+	app = login("app", APP_SECRET);
+	l = h_call(app, "LOCKS");
+	cr_assert_str_eq(l, "OK LOCKS 2 more=0");
+	cr_assert(h_starts(h_line(app), "app/1 "));
+	cr_assert(h_starts(h_line(app), "shared/1 "));
+	cr_assert_str_eq(h_call(app, "LOCKS pay/"), "OK LOCKS 0 more=0");
+	cr_assert_str_eq(h_call(ops, "LOCKS"), "OK LOCKS 3 more=0");
+	h_close(ops);
+	h_close(app);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* A users file that does not parse stops the start, with file:line;
+ * a password beside a users file is refused (one way to log in). */
+Test(access, a_bad_users_file_stops_the_start_with_file_and_line)
+{
+	const char *path;
+	char conf[1024];
+
+	path = h_daemon_write_file(&d, "users",
+				   "ops " OPS_HASH " lock=*\n"
+				   "app lock=app/\n");
+	snprintf(conf, sizeof(conf), "[server]\nusers_file = %s\n", path);
+	h_daemon_write_conf(&d, conf);
+	h_daemon_start_nowait(&d, "-c", d.conf, "--check-config", NULL);
+	cr_assert_eq(h_daemon_wait(&d, 10000), 3);
+	cr_assert(log_count("users:2: user 'app' has neither"), "log: %s",
+		  d.log);
+	snprintf(conf, sizeof(conf),
+		 "[server]\nusers_file = %s\npassword = s3cret\n", path);
+	h_daemon_write_conf(&d, conf);
+	h_daemon_start_nowait(&d, "-c", d.conf, "--check-config", NULL);
+	cr_assert_eq(h_daemon_wait(&d, 10000), 3);
+}
+
+/* On the unix socket, the peer's uid may stand for a user (uid=): no
+ * AUTH needed. The tests run as root: uid 0. */
+Test(access, a_unix_peer_uid_maps_to_its_user)
+{
+	struct h_client *c;
+	char conf[1024], sock[H_PATH_MAX];
+	const char *path = h_daemon_write_file(&d, "users",
+					       "local uid=0 lock=* read=*\n"
+					       "app " APP_HASH " lock=app/\n");
+	char *l;
+
+	snprintf(sock, sizeof(sock), "%s/dlockd.sock", d.dir);
+	snprintf(conf, sizeof(conf),
+		 "[server]\nusers_file = %s\nunix_socket = %s\n", path, sock);
+	h_daemon_write_conf(&d, conf);
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	c = h_connect_unix(sock);
+	l = h_call(c, "HELLO owner=me");
+	cr_assert_str_eq(h_kv(l, "user"), "local", "%s", l);
+	h_lock(c, "x", "ttl=5s");
+	cr_assert_str_eq(h_call(c, "STATS"), "NO DENIED - need=admin");
+	h_close(c);
+	/* over TCP the same process is nobody until it says AUTH */
+	c = h_connect(d.port);
+	cr_assert(h_starts(h_call(c, "LOCK x"), "ERR NOAUTH "));
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* dlockd --new-secret prints a secret and the line for the users file. */
+Test(access, new_secret_prints_a_secret_and_its_hash_line)
+{
+	char cmd[512], out[512] = "";
+	const char *bin = getenv("DLOCKD");
+	FILE *p;
+	char secret[128], hash[128];
+
+	snprintf(cmd, sizeof(cmd), "%s --new-secret",
+		 bin && bin[0] ? bin : "build/dlockd");
+	p = popen(cmd, "r");
+	cr_assert_not_null(p);
+	cr_assert_not_null(fgets(out, sizeof(out), p));
+	cr_assert_eq(pclose(p), 0);
+	cr_assert_eq(sscanf(out, "%127s %127s", secret, hash), 2, "%s", out);
+	cr_assert_eq(strlen(secret), 64, "%s", out);
+	cr_assert(h_starts(hash, "sha256:"), "%s", out);
+	cr_assert_eq(strlen(hash), 71);
+	/* and that hash is the secret's: it logs in */
+	{
+		char users[256];
+		struct h_client *c;
+
+		snprintf(users, sizeof(users), "u %s lock=*\n", hash);
+		start_users(users, NULL);
+		c = login("u", secret);
+		h_close(c);
+		cr_assert_eq(h_daemon_stop(&d), 0);
+	}
+}
+
+/* ---- BREAK -----------------------------------------------------------------
+ */
+
+/* BREAK needs the break right on the name and a reason; the holder is
+ * told who broke its lease, the log says who, from where, whose lease
+ * and why, and the denied attempt is counted. */
+Test(access, break_needs_the_right_and_a_reason_and_is_audited)
+{
+	struct h_client *holder, *app, *ops;
+	char want[256];
+	uint64_t t;
+	char *l;
+
+	start_users(USERS, NULL);
+	holder = login_as("payments", PAY_SECRET, "w7");
+	t = h_lock(holder, "app/db", "ttl=60s");
+	app = login("app", APP_SECRET);
+	cr_assert_str_eq(h_call(app, "BREAK app/db %llu reason=mine",
+				(unsigned long long)t),
+			 "NO DENIED app/db need=break");
+	ops = login("ops", OPS_SECRET);
+	l = h_call(ops, "BREAK app/db %llu", (unsigned long long)t);
+	cr_assert(h_starts(l, "ERR BAD_FORMAT missing reason="), "%s", l);
+	l = h_call(ops, "BREAK app/db %llu reason=INC-1234:stuck-migration",
+		   (unsigned long long)t);
+	snprintf(want, sizeof(want), "OK BROKEN app/db %llu",
+		 (unsigned long long)t);
+	cr_assert_str_eq(l, want);
+	h_expect(holder, "* EXPIRED app/db %llu broken_by=ops",
+		 (unsigned long long)t);
+	snprintf(want, sizeof(want),
+		 "audit: BREAK name=app/db token=%llu user=ops peer=127.0.0.1:",
+		 (unsigned long long)t);
+	cr_assert_eq(log_count(want), 1, "no audit line in %s", d.log);
+	cr_assert_eq(log_count("owner=w7 owner_user=payments "
+			       "reason=INC-1234:stuck-migration"),
+		     1);
+	cr_assert_eq(h_stats_value(ops, "breaks"), 1);
+	cr_assert_eq(h_stats_value(ops, "errors_denied"), 1);
+	h_close(holder);
+	h_close(app);
+	h_close(ops);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* ---- before AUTH --------------------------------------------------------- */
+
+/* Before AUTH a connection has no owner: HELLO owner= is refused, and
+ * it receives nobody's events -- not those of the owner it named. */
+Test(access, an_unauthenticated_connection_has_no_owner_and_no_events)
+{
+	struct h_client *carol, *spy;
+	char *l;
+
+	h_daemon_write_conf(&d, "[server]\npassword = s3cret-long-enough\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	carol = h_connect(d.port);
+	cr_assert_str_eq(h_call(carol, "AUTH s3cret-long-enough"), "OK AUTH");
+	cr_assert(h_starts(h_call(carol, "HELLO owner=carol"), "OK HELLO "));
+	h_lock(carol, "x", "ttl=300ms");
+	spy = h_connect(d.port);
+	l = h_call(spy, "HELLO owner=carol");
+	cr_assert(h_starts(l, "ERR NOAUTH "), "%s", l);
+	h_expect_prefix(carol, "* EXPIRED x ");
+	h_expect_silence(spy, 300);
+	h_close(carol);
+	h_close(spy);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* Before AUTH, HELLO says the version and that AUTH is required, and
+ * nothing about the server: no node, epoch or limits. */
+Test(access, hello_before_auth_says_only_version_and_auth)
+{
+	struct h_client *c;
+
+	h_daemon_write_conf(&d, "[server]\npassword = s3cret-long-enough\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	c = h_connect(d.port);
+	cr_assert_str_eq(h_call(c, "HELLO id=h"),
+			 "OK HELLO version=" DL_VERSION " auth=required id=h");
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* Silent connections get a share of the slots, and a smaller share per
+ * address: 30 of them from one address (max_connections = 30) leave
+ * room for a client from another one. */
+Test(access, silent_sockets_do_not_lock_out_a_client_from_elsewhere)
+{
+	struct h_client *silent[30], *c;
+	int i, refused = 0;
+
+	h_daemon_write_conf(&d, "[server]\npassword = s3cret-long-enough\n"
+				"[limits]\nmax_connections = 30\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	for (i = 0; i < 30; i++) {
+		silent[i] = h_try_connect_from("127.0.0.1", d.port);
+		cr_assert_not_null(silent[i]);
+	}
+	for (i = 0; i < 30; i++)
+		if (h_wait_closed(silent[i], 20))
+			refused++;
+	cr_assert_geq(refused, 20, "only %d of 30 refused", refused);
+	c = h_try_connect_from("127.0.0.2", d.port);
+	cr_assert_not_null(c);
+	cr_assert_str_eq(h_call(c, "AUTH s3cret-long-enough"), "OK AUTH");
+	h_lock(c, "x", "ttl=5s");
+	h_close(c);
+	for (i = 0; i < 30; i++)
+		h_close(silent[i]);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* A connection that does not authenticate within auth_timeout is told
+ * and closed. */
+Test(access, a_connection_that_does_not_authenticate_in_time_is_closed)
+{
+	struct h_client *c, *ok;
+	uint64_t t0;
+
+	struct h_client *piper;
+	char *help = malloc(60000);
+	int i;
+
+	cr_assert_not_null(help);
+	for (i = 0; i + 6 <= 60000; i += 6)
+		memcpy(help + i, "HELP\r\n", 6);
+	h_daemon_write_conf(&d, "[server]\npassword = s3cret-long-enough\n"
+				"auth_timeout = 500ms\n"
+				"[limits]\nmax_output = 8192\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	t0 = h_now_ms();
+	c = h_connect(d.port);
+	ok = h_connect(d.port);
+	cr_assert_str_eq(h_call(ok, "AUTH s3cret-long-enough"), "OK AUTH");
+	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
+	h_expect(c, "* BYE auth-timeout");
+	cr_assert(h_wait_closed(c, 2000));
+	cr_assert_geq(h_now_ms() - t0, 450);
+	/* one paused for not reading (pipelining HELP) is closed too */
+	piper = h_connect(d.port);
+	for (i = 0; i < 20; i++)
+		h_send_within(piper, help, 60000, 5);
+	h_sleep_ms(1500);
+	cr_assert_eq(h_stats_value(ok, "auth_timeouts"), 2);
+	/* an authenticated one stays */
+	cr_assert_str_eq(h_call(ok, "PING"), "OK PONG");
+	h_close(piper);
+	h_close(c);
+	h_close(ok);
+	free(help);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* Three failed AUTHs close the connection; failures are logged as a
+ * summary per interval, not a line each. */
+Test(access, guessing_costs_the_connection_and_the_log_sums_it_up)
+{
+	struct h_client *c;
+	int i, k;
+
+	h_daemon_write_conf(&d, "[server]\npassword = s3cret-long-enough\n"
+				"[limits]\nauth_delay = 0\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	for (k = 0; k < 10; k++) {
+		c = h_connect(d.port);
+		for (i = 0; i < 3; i++)
+			cr_assert_str_eq(h_call(c, "AUTH guess%d", i),
+					 "NO AUTH_FAILED");
+		cr_assert(h_wait_closed(c, 2000), "still open after 3");
+		h_close(c);
+	}
+	c = h_connect(d.port);
+	cr_assert_str_eq(h_call(c, "AUTH s3cret-long-enough"), "OK AUTH");
+	cr_assert_eq(h_stats_value(c, "auth_failures"), 30);
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+	/* the first failure at once, then one summary for the rest */
+	cr_assert_leq(log_count("AUTH failed"), 2, "see %s", d.log);
+	cr_assert_eq(log_count("auth: 29 more failed AUTHs from 1 address"), 1,
+		     "see %s", d.log);
+}
+
+/* ---- quotas -----------------------------------------------------------------
+ */
+
+/* A user's quota holds whatever owner it names: switching HELLO owner=
+ * between LOCKs does not get round it. */
+Test(access, a_users_quota_holds_whatever_owner_it_says)
+{
+	struct h_client *c, *o;
+	char *l;
+	int i;
+
+	start_users("app " APP_HASH " lock=* read=* locks=3 waits=1 conns=2\n"
+		    "ops " OPS_HASH " lock=* read=*\n",
+		    NULL);
+	c = login("app", APP_SECRET);
+	for (i = 0; i < 3; i++) {
+		cr_assert(
+			h_starts(h_call(c, "HELLO owner=o%d", i), "OK HELLO "));
+		h_lock(c, i == 0 ? "a" : i == 1 ? "b" : "c", "ttl=30s");
+	}
+	cr_assert(h_starts(h_call(c, "HELLO owner=o9"), "OK HELLO "));
+	l = h_call(c, "LOCK d ttl=30s");
+	cr_assert(h_starts(l, "ERR LIMIT "), "%s", l);
+	cr_assert(strstr(l, "user app"), "%s", l);
+	cr_assert(strstr(l, "locks=3"), "%s", l);
+	/* another user is not counted with it */
+	o = login("ops", OPS_SECRET);
+	h_lock(o, "d", "ttl=30s");
+	/* conns=2: a third connection of app is refused */
+	{
+		struct h_client *c2 = login("app", APP_SECRET);
+		struct h_client *c3 = h_connect(d.port);
+
+		l = h_call(c3, "AUTH app " APP_SECRET);
+		cr_assert(h_starts(l, "ERR LIMIT "), "%s", l);
+		cr_assert(strstr(l, "at most 2 (its conns=)"), "%s", l);
+		h_close(c2);
+		h_close(c3);
+	}
+	h_close(c);
+	h_close(o);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* max_locks bounds the locks of everyone together; a known name is still
+ * served. */
+Test(access, max_locks_bounds_the_locks_of_all_clients)
+{
+	struct h_client *a, *b;
+	char *l;
+
+	h_daemon_write_conf(&d, "[limits]\nmax_locks = 3\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	a = h_hello(d.port, "a");
+	b = h_hello(d.port, "b");
+	h_lock(a, "x", "ttl=30s");
+	h_lock(b, "y", "ttl=30s");
+	h_lock(a, "z", "ttl=30s");
+	l = h_call(b, "LOCK w ttl=30s");
+	cr_assert(h_starts(l, "ERR LIMIT "), "%s", l);
+	cr_assert(strstr(l, "max_locks"), "%s", l);
+	cr_assert(h_starts(h_call(b, "LOCK x wait=0"), "NO BUSY x "));
+	h_close(a);
+	h_close(b);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* ---- reloads
+ * ----------------------------------------------------------------- */
+
+/* SIGHUP re-reads the users file: a session whose user is gone, whose
+ * secret changed or whose rights shrank is told * BYE revoked and
+ * closed; the others go on. A file that does not parse changes nothing. */
+Test(access, a_reload_ends_the_sessions_whose_rights_are_gone)
+{
+	struct h_client *ops, *app, *pay, *ci;
+
+	start_users(USERS, NULL);
+	ops = login("ops", OPS_SECRET);
+	app = login("app", APP_SECRET);
+	pay = login("payments", PAY_SECRET);
+	ci = login("ci", CI_SECRET);
+	h_daemon_write_file(&d, "users", "this line is not valid\n");
+	h_daemon_signal(&d, SIGHUP);
+	cr_assert(wait_log("users:1:", 5000), "no error in %s", d.log);
+	cr_assert_str_eq(h_call(ops, "PING"), "OK PONG");
+	/* ops keeps its rights and more; app loses shared/; payments has a
+	 * new secret; ci is gone */
+	h_daemon_write_file(&d, "users",
+			    "ops " OPS_HASH " lock=* read=* break=* admin\n"
+			    "app " APP_HASH " lock=app/ read=app/\n"
+			    "payments " NEW_HASH " lock=* read=*\n");
+	h_daemon_signal(&d, SIGHUP);
+	h_expect(app, "* BYE revoked");
+	cr_assert(h_wait_closed(app, 2000));
+	h_expect(pay, "* BYE revoked");
+	cr_assert(h_wait_closed(pay, 2000));
+	h_expect(ci, "* BYE revoked");
+	cr_assert(h_wait_closed(ci, 2000));
+	cr_assert_str_eq(h_call(ops, "PING"), "OK PONG");
+	h_close(login("payments", NEW_SECRET));
+	h_close(ops);
+	h_close(app);
+	h_close(pay);
+	h_close(ci);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* A password changed and reloaded ends the sessions that gave the old
+ * one. */
+Test(access, a_password_change_ends_the_sessions_of_the_old_one)
+{
+	struct h_client *c, *n;
+
+	h_daemon_write_conf(&d, "[server]\npassword = old-password-0123\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	c = h_connect(d.port);
+	cr_assert_str_eq(h_call(c, "AUTH old-password-0123"), "OK AUTH");
+	h_daemon_write_conf(&d, "[server]\npassword = new-password-4567\n");
+	h_daemon_signal(&d, SIGHUP);
+	h_expect(c, "* BYE revoked");
+	cr_assert(h_wait_closed(c, 2000));
+	n = h_connect(d.port);
+	cr_assert_str_eq(h_call(n, "AUTH new-password-4567"), "OK AUTH");
+	h_close(c);
+	h_close(n);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* ---- secrets ----------------------------------------------------------- */
+
+/* A Redis password given with --redis is masked in the daemon's argv
+ * (ps(1)); one in redis_password_file never shows at all. */
+Test(access, the_redis_password_does_not_show_in_ps)
+{
+	char url[256], cmdline[4096] = "", path[64];
+	struct h_client *c;
+	size_t n;
+	FILE *f;
+
+	h_redis_start(&r, "always");
+	h_redis_cli(&r, "CONFIG SET requirepass pw-in-argv-5b9c");
+	snprintf(url, sizeof(url), "redis://:pw-in-argv-5b9c@127.0.0.1:%d/0",
+		 r.port);
+	h_daemon_start(&d, "--persist", "redis", "--redis", url, NULL);
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)d.pid);
+	f = fopen(path, "r");
+	cr_assert_not_null(f);
+	n = fread(cmdline, 1, sizeof(cmdline) - 1, f);
+	fclose(f);
+	cmdline[n] = '\0';
+	for (size_t i = 0; i < n; i++)
+		if (!cmdline[i])
+			cmdline[i] = ' ';
+	cr_assert(strstr(cmdline, "redis://:***************@127.0.0.1"), "%s",
+		  cmdline);
+	cr_assert_null(strstr(cmdline, "pw-in-argv"), "%s", cmdline);
+	c = h_hello(d.port, "a");
+	h_lock(c, "x", "ttl=5s");
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+	/* from a file: the URL has none */
+	{
+		char conf[512];
+		const char *pw = h_daemon_write_file(&d, "redis-pw",
+						     "pw-in-argv-5b9c\n");
+
+		snprintf(conf, sizeof(conf),
+			 "[persistence]\nredis_password_file = %s\n", pw);
+		h_daemon_write_conf(&d, conf);
+		h_daemon_start(&d, "-c", d.conf, "--persist", "redis",
+			       "--redis", r.url, NULL);
+		c = h_hello(d.port, "a");
+		h_lock(c, "y", "ttl=5s");
+		h_close(c);
+		cr_assert_eq(h_daemon_stop(&d), 0);
+	}
+}
+
+/* The daemon makes itself non-dumpable: no core file, and its
+ * /proc/<pid>/ files (environ, mem) belong to root, not to the user it
+ * runs as. */
+Test(access, the_daemon_is_not_dumpable)
+{
+	char path[64];
+	struct stat sb;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to run the daemon as another user");
+	d.user = "daemon";
+	h_daemon_start(&d, "--persist", "none", NULL);
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)d.pid);
+	cr_assert_eq(stat(path, &sb), 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(sb.st_uid, 0, "%s belongs to uid %u", path,
+		     (unsigned)sb.st_uid);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* The unit keeps secrets out of the configuration and out of core
+ * dumps. */
+Test(access, the_systemd_unit_loads_credentials_and_dumps_no_core)
+{
+	char unit[8192] = "";
+	size_t n;
+	FILE *f = fopen("systemd/dlockd.service.in", "r");
+
+	cr_assert_not_null(f);
+	n = fread(unit, 1, sizeof(unit) - 1, f);
+	fclose(f);
+	unit[n] = '\0';
+	cr_assert(strstr(unit, "\nLimitCORE=0\n"));
+	cr_assert(strstr(unit, "\nLoadCredential=dlockd.password\n"));
+	cr_assert(strstr(unit, "\nLoadCredential=dlockd.users\n"));
+	cr_assert(strstr(unit, "\nLoadCredential=dlockd.redis-password\n"));
+}
+
+/* ---- bounds -------------------------------------------------------------- */
+
+/* LOCKS walks every lock: after a listing of T ms the same user waits 2T
+ * for its next one -- each user its own, so that one cannot deny
+ * listings to another (the operator's, here). */
+Test(access, listings_are_spaced_per_user)
+{
+	enum { N = 100000, CHUNK = 1000 };
+	struct h_client *ops, *app;
+	char *buf = malloc(CHUNK * 32), *l;
+	size_t len;
+	int i, j;
+
+	cr_assert_not_null(buf);
+	start_users(USERS, "[limits]\nmax_locks_per_user = 200000\n");
+	ops = login("ops", OPS_SECRET);
+	for (i = 0; i < N; i += CHUNK) {
+		for (len = 0, j = i; j < i + CHUNK; j++)
+			len += (size_t)sprintf(buf + len,
+					       "TRYLOCK app/f%d ttl=1h\n", j);
+		cr_assert(h_send_raw(ops, buf, len) == 0);
+		for (j = 0; j < CHUNK; j++)
+			cr_assert(h_starts(h_line(ops), "OK GRANTED "));
+	}
+	free(buf);
+	app = login("app", APP_SECRET);
+	l = h_call(app, "LOCKS limit=1");
+	cr_assert(h_starts(l, "OK LOCKS 1 more=99999"), "%s", l);
+	h_line(app);
+	l = h_call(app, "LOCKS limit=1 after=f5");
+	cr_assert(h_starts(l, "ERR LIMIT limit reached: a listing costs "),
+		  "%s", l);
+	l = h_call(ops, "LOCKS limit=1");
+	cr_assert(h_starts(l, "OK LOCKS 1 more=99999"),
+		  "another user is not spaced by app's listing: %s", l);
+	h_line(ops);
+	h_close(ops);
+	h_close(app);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
