@@ -146,6 +146,11 @@ const char *dlock_owner(const dlock_client *c)
 	return c ? c->owner : "";
 }
 
+const char *dlock_owner_key(const dlock_client *c)
+{
+	return c ? c->owner_key : "";
+}
+
 /* A calling thread enters (takes c->mu) and leaves (releases it). */
 static int enter(struct dlock_client *c)
 {
@@ -187,6 +192,9 @@ static int check_options(const struct dlock_options *o)
 	if (!o->servers && !o->unix_path && (o->port <= 0 || o->port > 65535))
 		return DLOCK_EINVAL;
 	if (o->servers && !o->servers[0])
+		return DLOCK_EINVAL;
+	if (o->owner_key &&
+	    dl_check_owner_secret(o->owner_key, strlen(o->owner_key)) < 0)
 		return DLOCK_EINVAL;
 	if (o->owner && dl_check_owner(o->owner, strlen(o->owner)) < 0)
 		return DLOCK_EINVAL;
@@ -437,6 +445,9 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 		snprintf(c->owner, sizeof(c->owner), "%s", o->owner);
 	else
 		random_owner(c->owner, sizeof(c->owner));
+	if (o->owner_key)
+		snprintf(c->owner_key, sizeof(c->owner_key), "%s",
+			 o->owner_key);
 	c->default_ttl = DL_DEFAULT_TTL_MS;
 	c->backoff = DL__BACKOFF_MIN_MS;
 	dl_linebuf_init(&c->lb);

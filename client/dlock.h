@@ -229,6 +229,20 @@ struct dlock_options {
 	 * their user: the same owner id under two users is two owners.
 	 */
 	const char *user;
+	/*
+	 * owner_key: the secret that proves this client is `owner` (the
+	 * server binds an owner id to a secret while the owner holds or waits
+	 * for anything, or has a client; PROTOCOL.md, Identity). NULL: the
+	 * server makes one when the owner is new, and the client presents it
+	 * on every reconnect and fail-over; dlock_owner_key() tells it, for
+	 * another process that must act on the owner's leases (a shell script
+	 * that locks in one command and unlocks in another). Given: the owner
+	 * is proven with it (16 to 64 letters, digits, - or _: choose a long
+	 * random one). A client whose owner id is bound to another secret --
+	 * another client uses that id -- fails to connect with DLOCK_EDENIED:
+	 * two clients that do not share the secret never act as one owner.
+	 */
+	const char *owner_key;
 };
 
 #define DLOCK_SERVERS_MAX 8
@@ -251,6 +265,10 @@ void dlock_close(dlock_client *c);
 
 /* The owner id (valid for the client's life). */
 const char *dlock_owner(const dlock_client *c);
+/* The secret that proves it (options.owner_key, or the one the server
+ * made): "" before the first connection succeeded, then valid for the
+ * client's life. A secret: handle it as a password. */
+const char *dlock_owner_key(const dlock_client *c);
 
 /* ---- locking ------------------------------------------------------------- */
 

@@ -156,9 +156,11 @@ static const char conn_help[] =
 	"  --secret-file F     its secret, the first line of F (or\n"
 	"                      DLOCK_SECRET); on the unix socket a user\n"
 	"                      known by its uid needs none\n"
-	"  --owner ID          owner id (DLOCK_OWNER; default: random, new\n"
-	"                      for each invocation); processes with one\n"
-	"                      owner id share its locks\n"
+	"  --owner ID[=KEY]    owner id and the key that proves it\n"
+	"                      (DLOCK_OWNER; default: random, new\n"
+	"                      for each invocation). Without KEY the\n"
+	"                      server makes one for a new owner, and\n"
+	"                      refuses an owner in use by others\n"
 	"  --tls-ca FILE       TLS, trusting the CAs in FILE (PEM) for the\n"
 	"                      server's certificate (DLOCK_TLS_CA)\n"
 	"  --tls-cert FILE     client certificate (PEM), for a server that\n"
@@ -404,6 +406,33 @@ static int read_password_file(struct cli *cl, const char *path)
 	return 0;
 }
 
+/* --owner / DLOCK_OWNER: <id>[=<key>], the owner id and, after '=' (which
+ * no id has), the secret that proves it (dlock.h, options.owner_key):
+ * one value carries both, for scripts that lock in one command and unlock
+ * in another. */
+static int owner_of(struct cli *cl, const char *what, const char *v)
+{
+	const char *eq = strchr(v, '=');
+	size_t n = eq ? (size_t)(eq - v) : strlen(v);
+
+	if (n > DL_OWNER_MAX || dl_check_owner(v, n) != 0)
+		return dl_cli_usage_error(
+			cl,
+			"%s: bad owner id '%.*s' (1-%d printable bytes, no "
+			"space or '=')",
+			what, (int)n, v, DL_OWNER_MAX);
+	if (eq && dl_check_owner_secret(eq + 1, strlen(eq + 1)) != 0)
+		return dl_cli_usage_error(
+			cl,
+			"%s: bad owner key after '=' (%d to %d letters, digits, "
+			"- or _)",
+			what, DL_OWNER_SECRET_MIN, DL_OWNER_SECRET_MAX);
+	snprintf(cl->owner_buf, sizeof(cl->owner_buf), "%.*s", (int)n, v);
+	cl->owner = cl->owner_buf;
+	cl->owner_key = eq ? eq + 1 : NULL;
+	return 0;
+}
+
 static int set_option(struct cli *cl, enum opt_id id, char *v)
 {
 	uint64_t ms;
@@ -448,14 +477,7 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 		cl->reason = v;
 		return 0;
 	case OPT_OWNER:
-		if (dl_check_owner(v, strlen(v)) != 0)
-			return dl_cli_usage_error(
-				cl,
-				"--owner: bad owner id '%s' (1-%d "
-				"printable bytes, no space or '=')",
-				v, DL_OWNER_MAX);
-		cl->owner = v;
-		return 0;
+		return owner_of(cl, "--owner", v);
 	case OPT_TLS:
 		cl->tls = 1;
 		return 0;
@@ -650,12 +672,8 @@ static int apply_env(struct cli *cl)
 		cl->user = v;
 	}
 	if (!(cl->seen & OPTB(OPT_OWNER)) && (v = getenv("DLOCK_OWNER")) &&
-	    v[0]) {
-		if (dl_check_owner(v, strlen(v)) != 0)
-			return dl_cli_usage_error(
-				cl, "DLOCK_OWNER: bad owner id '%s'", v);
-		cl->owner = v;
-	}
+	    v[0])
+		return owner_of(cl, "DLOCK_OWNER", v);
 	return 0;
 }
 
@@ -786,6 +804,7 @@ void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
 	o->password = cl->password;
 	o->user = cl->user;
 	o->owner = cl->owner;
+	o->owner_key = cl->owner_key;
 	o->tls = cl->tls;
 	o->tls_ca = cl->tls_ca;
 	o->tls_cert = cl->tls_cert;
@@ -821,6 +840,15 @@ int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
 			   cl->user ? "user or its secret" : "password",
 			   dlock_last_error()[0] ? dlock_last_error()
 						 : "NO AUTH_FAILED");
+		return EXIT_NOPERM;
+	}
+	if (rc == DLOCK_EDENIED && strstr(dlock_last_error(), "need=key")) {
+		/* another client uses this owner id: not ours to act as */
+		dl_cli_msg("owner %s is in use by another client, which holds "
+			   "its key: give it (--owner %s=KEY, or DLOCK_OWNER), "
+			   "or use an owner id of your own",
+			   cl->owner ? cl->owner : "?",
+			   cl->owner ? cl->owner : "ID");
 		return EXIT_NOPERM;
 	}
 	snprintf(what, sizeof(what), "cannot connect to %s", where(cl));

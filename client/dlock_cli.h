@@ -33,6 +33,7 @@
 #include <sys/types.h>
 
 #include "client/dlock.h"
+#include "proto/limits.h"
 
 /* ---- exit codes (dlock(1), EXIT STATUS; values from sysexits.h) ---------- */
 
@@ -121,6 +122,8 @@ struct cli {
 	const char *user;   /* a user of the server's users file, or NULL */
 	const char *reason; /* break --reason */
 	const char *owner;  /* NULL: libdlock picks a random one */
+	const char *owner_key; /* after '=' in --owner, or NULL */
+	char owner_buf[DL_OWNER_MAX + 1]; /* the id part of --owner */
 	int tls;	    /* --tls: TLS with the system's CAs */
 	const char *tls_ca, *tls_cert, *tls_key; /* PEM files, or NULL */
 	const char *tls_server_name; /* the name the server's certificate

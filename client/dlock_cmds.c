@@ -44,12 +44,14 @@ int dl_cli_lock(struct cli *cl)
 		return rc;
 	if ((rc = dl_cli_acquire(c, cl, name, wait, &l)) == 0) {
 		printf("%" PRIu64 "\n", dlock_lease_token(l));
-		if (!cl->owner)
+		/* the owner and its key: the lease's only proof of owner */
+		if (!cl->owner_key)
 			dl_cli_msg("%s is held by owner %s for %" PRId64
 				   " ms (not renewed); release it with: dlock "
-				   "unlock --owner %s %s %" PRIu64,
+				   "unlock --owner %s=%s %s %" PRIu64,
 				   name, dlock_owner(c), dlock_lease_ttl(l),
-				   dlock_owner(c), name, dlock_lease_token(l));
+				   dlock_owner(c), dlock_owner_key(c), name,
+				   dlock_lease_token(l));
 		if (fflush(stdout) != 0) {
 			dl_cli_msg("writing the token: %s", strerror(errno));
 			rc = EXIT_SOFTWARE;

@@ -200,6 +200,7 @@ struct dlock_client {
 	struct dlock_options opt; /* strings point to the copies below */
 	char *host, *unix_path, *password, *user;
 	char owner[DL_OWNER_MAX + 1];
+	char owner_key[DL_OWNER_SECRET_MAX + 1]; /* "" until the server says */
 	struct sockaddr_storage addrs[DL__ADDRS_MAX];
 	socklen_t addrlens[DL__ADDRS_MAX];
 	/* options.servers: the entry each address came from ("" without) */

@@ -359,6 +359,12 @@ static void reply(struct dlock_client *c, struct dl__req *q,
 		    dl_parse_u64(v.p, v.len, &n) == 0 && n > 0 &&
 		    n <= DL_DURATION_MAX_MS)
 			c->default_ttl = (int64_t)n;
+		/* the secret of our owner, to present on every reconnect */
+		if (dl_reply_kv(r, "key", &v) == 0 &&
+		    dl_check_owner_secret(v.p, v.len) == 0) {
+			memcpy(c->owner_key, v.p, v.len);
+			c->owner_key[v.len] = '\0';
+		}
 		/* AUTH is required and was not given: the server says so,
 		 * and (since 0.3) tells no owner to an unauthenticated
 		 * connection; a user without a secret may be known by its

@@ -205,6 +205,8 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		break;
 	case DL__HELLO:
 		dl_fmt_kv_str(f, "owner", str_of(c->owner));
+		if (c->owner_key[0])
+			dl_fmt_kv_str(f, "key", str_of(c->owner_key));
 		break;
 	case DL__LOCK:
 		dl_fmt_word(f, q->name);

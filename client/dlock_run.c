@@ -679,6 +679,7 @@ static int take_lock(struct runner *r)
  * exit code (reported). */
 static int spawn_guard(struct runner *r, struct spawn *sp, int *errfd)
 {
+	char owner[DL_OWNER_MAX + 1 + DL_OWNER_SECRET_MAX + 1];
 	int ctl[2], errp[2], err;
 	sigset_t old;
 	pid_t pid;
@@ -694,7 +695,10 @@ static int spawn_guard(struct runner *r, struct spawn *sp, int *errfd)
 	sp->err = errp[1];
 	r->ctl = ctl[1];
 	*errfd = errp[0];
-	sp->envp = child_env(r->cl, dlock_owner(r->c), dlock_lease_token(r->l));
+	/* DLOCK_OWNER=<id>=<key>: the command may act on its lease */
+	snprintf(owner, sizeof(owner), "%s=%s", dlock_owner(r->c),
+		 dlock_owner_key(r->c));
+	sp->envp = child_env(r->cl, owner, dlock_lease_token(r->l));
 	sp->argv =
 		guard_argv(r->cl, ctl[0], errp[1], r->grace_ms, r->margin_ms);
 	if (!sp->envp || !sp->argv) {

@@ -33,6 +33,15 @@
 /* Bytes in an owner id (HELLO owner=<id>), same alphabet as a name. */
 #define DL_OWNER_MAX 64
 
+/* An owner's secret (HELLO owner=<id> key=<secret>): the proof that a client
+ * is that owner. The server makes one of DL_OWNER_SECRET_NEW hex digits (128
+ * random bits); a client may bring its own of DL_OWNER_SECRET_MIN to
+ * DL_OWNER_SECRET_MAX letters, digits, '-' and '_' (a short one could be
+ * guessed by anyone who learns the owner id). */
+#define DL_OWNER_SECRET_NEW 32
+#define DL_OWNER_SECRET_MIN 16
+#define DL_OWNER_SECRET_MAX 64
+
 /* Bytes in a user name (AUTH <user> <secret>, the users file): letters,
  * digits and . _ - only, so that a name is safe in logs and owner keys. */
 #define DL_USER_MAX 32

@@ -269,6 +269,22 @@ int dl_check_user(const char *s, size_t len)
 	return len > DL_USER_MAX ? DL_ERANGE : 0;
 }
 
+int dl_check_owner_secret(const char *s, size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < len; i++) {
+		char c = s[i];
+
+		if (!(c >= 'a' && c <= 'z') && !(c >= 'A' && c <= 'Z') &&
+		    !is_digit(c) && c != '_' && c != '-')
+			return DL_EBADARG;
+	}
+	if (len < DL_OWNER_SECRET_MIN)
+		return DL_EBADARG;
+	return len > DL_OWNER_SECRET_MAX ? DL_ERANGE : 0;
+}
+
 /* ---- requests ------------------------------------------------------------ */
 
 /* What a positional word of a verb is. */
@@ -285,6 +301,7 @@ enum {
 	OPT_BY = 64,
 	OPT_MODE = 128,
 	OPT_REASON = 256,
+	OPT_KEY = 512,
 };
 
 /* The table HELP prints and the errors quote: the syntax of each verb is
@@ -327,9 +344,10 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	     " <name> [id=<tag>]", "give up waiting for a lock"),
 	VERB(DL_VERB_STATUS, "STATUS", 1, 1, POS_NAME, 0, OPT_ID,
 	     " <name> [id=<tag>]", "who holds a lock, and how many wait"),
-	VERB(DL_VERB_HELLO, "HELLO", 0, 0, 0, 0, OPT_OWNER | OPT_ID,
-	     " [owner=<id>] [id=<tag>]",
-	     "name your owner id (and resume its leases); server limits"),
+	VERB(DL_VERB_HELLO, "HELLO", 0, 0, 0, 0, OPT_OWNER | OPT_KEY | OPT_ID,
+	     " [owner=<id> [key=<key>]] [id=<tag>]",
+	     "name your owner id, with its key to resume its leases; server "
+	     "limits"),
 	VERB(DL_VERB_AUTH, "AUTH", 1, 2, POS_SECRET, POS_SECRET, OPT_ID,
 	     " [<user>] <password> [id=<tag>]",
 	     "authenticate: a user and its secret, or the server's password"),
@@ -358,7 +376,8 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 };
 
 static const char *const opt_names[] = {
-	"ttl", "wait", "id", "owner", "limit", "after", "by", "mode", "reason"};
+	"ttl",	"wait", "id",	  "owner",  "limit",
+	"after", "by",	 "mode", "reason", "key"};
 
 const char *dl_verb_name(enum dl_verb v)
 {
@@ -673,6 +692,20 @@ static int parse_option(struct dl_str w, const char *eq,
 			return fail_word(why, req, err, "after", val,
 					 DL_NAME_MAX);
 		req->after = val;
+		break;
+	case OPT_KEY:
+		err = dl_check_owner_secret(v, val.len);
+		if (err < 0) {
+			struct why m = {req->why, 0, sizeof(req->why)};
+
+			why_str(&m, "key malformed: ");
+			why_u64(&m, DL_OWNER_SECRET_MIN);
+			why_str(&m, " to ");
+			why_u64(&m, DL_OWNER_SECRET_MAX);
+			why_str(&m, " letters, digits, - or _");
+			return fail(why, req, DL_EBADARG, req->why);
+		}
+		req->owner_secret = val;
 		break;
 	case OPT_REASON:
 		/* goes to the audit log: printable, bounded */

@@ -118,6 +118,11 @@ int dl_parse_wait(const char *s, size_t len, uint64_t *ms);
  * and . _ -), DL_EBADARG or DL_ERANGE otherwise. */
 int dl_check_user(const char *s, size_t len);
 
+/* 0 if s is a valid owner secret, HELLO key= (DL_OWNER_SECRET_MIN..
+ * DL_OWNER_SECRET_MAX bytes of
+ * letters, digits, - and _), DL_EBADARG or DL_ERANGE otherwise. */
+int dl_check_owner_secret(const char *s, size_t len);
+
 /* 0 if s is a valid lock name (1..DL_NAME_MAX bytes, 0x21..0x7e except
  * '='), DL_EBADARG for other bytes, DL_ERANGE for a valid one that is too
  * long. Owner ids follow the same rule with
@@ -176,6 +181,7 @@ struct dl_request {
 	unsigned has_wait : 1;
 	struct dl_str tag;   /* id=<tag>; len 0 when absent */
 	struct dl_str owner; /* HELLO owner=; len 0 when absent */
+	struct dl_str owner_secret; /* HELLO key=; len 0 when absent */
 	struct dl_str arg;   /* AUTH secret, PING text, HELP verb (len 0 when
 				absent) */
 	struct dl_str user;  /* AUTH <user> <secret>: the user (len 0 in the

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 
 #include "server/clock.h"
@@ -219,6 +220,43 @@ static void set_quota(struct dl_conn *c, const struct dl_config *cfg)
 			     u32(quota(cfg, c->user, DL_QUOTA_WAITS)));
 }
 
+/* A new owner secret: DL_OWNER_SECRET_NEW hex digits from getrandom(2). */
+static int secret_new(char out[DL_OWNER_SECRET_NEW + 1])
+{
+	static const char hex[] = "0123456789abcdef";
+	unsigned char r[DL_OWNER_SECRET_NEW / 2];
+	size_t i;
+
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+		return DL_EINTERNAL;
+	for (i = 0; i < sizeof(r); i++) {
+		out[2 * i] = hex[r[i] >> 4];
+		out[2 * i + 1] = hex[r[i] & 15];
+	}
+	out[DL_OWNER_SECRET_NEW] = '\0';
+	return 0;
+}
+
+/* The owner key `k` for session s, proven by `secret`: the owner's
+ * proof is the first DL_OWNER_PROOF_LEN bytes of the secret's SHA-256
+ * (locktab.h, Identity). 0, DL_EDENIED, or what the table says. */
+static int prove(struct dl_conn *c, struct dl_str k, struct dl_str secret,
+		 int init)
+{
+	unsigned char h[DL_SECRET_HASH_LEN];
+	int err;
+
+	if (dl_secret_hash(secret, h))
+		return DL_EINTERNAL;
+	if (init) {
+		if ((err = dl_session_init(c->srv->tab, &c->sess, k, c)) != 0)
+			return err;
+		dl_locktab_bind_proof(c->srv->tab, k, h);
+		return 0;
+	}
+	return dl_session_prove(c->srv->tab, &c->sess, k, h);
+}
+
 /* c is user u from now on: its session begins, with an owner of u's. */
 static int login(struct dl_conn *c, struct dl_user *u, enum dl_auth_how how,
 		 char *why, size_t whylen)
@@ -238,10 +276,18 @@ static int login(struct dl_conn *c, struct dl_user *u, enum dl_auth_how how,
 						  : "max_connections_per_user");
 		return DL_ELIMIT;
 	}
-	snprintf(id, sizeof(id), "anon-%s-%llu", c->srv->nonce,
-		 (unsigned long long)c->id);
-	if (dl_owner_key(key, u->name, (struct dl_str){id, strlen(id)}, &k) ||
-	    dl_session_init(c->srv->tab, &c->sess, k, c) != 0) {
+	/* An id nobody can guess or take: random, and bound to a secret
+	 * only this connection knows (HELLO says it, to resume). */
+	if (secret_new(c->owner_secret) != 0) {
+		snprintf(why, whylen, "no random numbers");
+		return DL_EINTERNAL;
+	}
+	snprintf(id, sizeof(id), "anon-%.16s", c->owner_secret);
+	if (secret_new(c->owner_secret) != 0 ||
+	    dl_owner_key(key, u->name, (struct dl_str){id, strlen(id)}, &k) ||
+	    prove(c, k,
+		  (struct dl_str){c->owner_secret, DL_OWNER_SECRET_NEW},
+		  1) != 0) {
 		snprintf(why, whylen, "out of memory");
 		return DL_ENOMEM;
 	}
@@ -453,6 +499,32 @@ int dl_access_owner_key(const struct dl_conn *c, struct dl_str id, char *buf,
 			struct dl_str *out)
 {
 	return dl_owner_key(buf, c->user ? c->user->name : "", id, out);
+}
+
+int dl_access_prove_owner(struct dl_conn *c, struct dl_str id,
+			  struct dl_str secret)
+{
+	char key[DL_OWNER_KEY_MAX + 1], fresh[DL_OWNER_SECRET_NEW + 1];
+	struct dl_str k;
+	int err;
+
+	if ((err = dl_access_owner_key(c, id, key, &k)) != 0)
+		return err;
+	/* the session is that owner already: it proved it */
+	if (!secret.len && c->sess.owner &&
+	    dl_session_owner(&c->sess).len == k.len &&
+	    memcmp(dl_session_owner(&c->sess).p, k.p, k.len) == 0)
+		return 0;
+	if (!secret.len) {
+		if ((err = secret_new(fresh)) != 0)
+			return err;
+		secret = (struct dl_str){fresh, DL_OWNER_SECRET_NEW};
+	}
+	if ((err = prove(c, k, secret, 0)) != 0)
+		return err;
+	memcpy(c->owner_secret, secret.p, secret.len);
+	c->owner_secret[secret.len] = '\0';
+	return 0;
 }
 
 int dl_access_sweep(struct dl_conn *c, uint64_t now)

@@ -98,6 +98,14 @@ const char *dl_access_user(const struct dl_conn *c);
 int dl_access_owner_key(const struct dl_conn *c, struct dl_str id, char *buf,
 			struct dl_str *out);
 
+/* HELLO owner=<id> [key=<secret>]: c's session becomes owner `id` of
+ * its user, proven by `secret` (len 0: the owner must be new, or have no
+ * proof yet, and a new secret is made). c->owner_secret is then the one
+ * to present again. DL_EDENIED when the owner is bound to another secret
+ * (locktab.h, Identity), DL_EBADARG while c waits for a lock. */
+int dl_access_prove_owner(struct dl_conn *c, struct dl_str id,
+			  struct dl_str secret);
+
 /* Every DL_SWEEP_MS: closes c if it did not authenticate within
  * auth_timeout (1 if it did). */
 int dl_access_sweep(struct dl_conn *c, uint64_t now);

@@ -542,8 +542,6 @@ static void hello_unauthenticated(struct dl_conn *c,
 static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 {
 	const struct dl_config *cfg = &c->srv->cfg;
-	char key[DL_OWNER_KEY_MAX + 1];
-	struct dl_str k;
 	struct reply r;
 	int err;
 
@@ -551,10 +549,22 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 		hello_unauthenticated(c, rq);
 		return;
 	}
+	if (rq->owner_secret.len && !rq->owner.len) {
+		dl_cmd_error(c, DL_EBADFORMAT, "key= goes with owner=", rq->tag);
+		return;
+	}
 	if (rq->owner.len) {
-		err = dl_access_owner_key(c, rq->owner, key, &k);
-		if (!err)
-			err = dl_session_set_owner(c->srv->tab, &c->sess, k);
+		err = dl_access_prove_owner(c, rq->owner, rq->owner_secret);
+		if (err == DL_EDENIED) {
+			/* "NO DENIED <id> need=key": the owner is someone's */
+			c->srv->st.errors[-DL_EDENIED]++;
+			c->srv->st.owner_denials++;
+			reply_begin(&r, "NO DENIED");
+			dl_fmt_str(&r.f, rq->owner);
+			dl_fmt_word(&r.f, "need=key");
+			reply_send(c, &r, rq->tag, NULL);
+			return;
+		}
 		if (err == DL_EBADARG) {
 			dl_cmd_error(
 				c, err,
@@ -571,6 +581,10 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_str(&r.f, "version", DL_STR_LIT(DL_VERSION));
 	dl_fmt_kv_str(&r.f, "owner",
 		      dl_owner_key_id(dl_session_owner(&c->sess)));
+	if (c->owner_secret[0])
+		dl_fmt_kv_str(&r.f, "key",
+			      (struct dl_str){c->owner_secret,
+					      strlen(c->owner_secret)});
 	dl_fmt_kv_str(
 		&r.f, "user",
 		(struct dl_str){dl_access_user(c), strlen(dl_access_user(c))});

@@ -158,6 +158,8 @@ struct dl_conn {
 	/* for logs: "127.0.0.1:5000" or "unix"; with a verified client
 	 * certificate, " cert=<its name>" (dl_tls_peer_name) after it */
 	char peer[64 + 6 + DL_TLS_NAME_MAX];
+	char owner_secret[DL_OWNER_SECRET_MAX + 1]; /* proves its owner:
+							 HELLO says it */
 	/* who it is (access.c): */
 	char addr[48];	       /* the peer's address: "127.0.0.1", "unix" */
 	struct dl_user *user;  /* NULL until authenticated */

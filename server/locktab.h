@@ -178,11 +178,17 @@ struct dl_lock {
 	char name[]; /* hn.len bytes + NUL */
 };
 
+/* Bytes of an owner's proof: what proves a client is that owner, a hash
+ * of the key it was given or brought (HELLO key=; cmd.c). */
+#define DL_OWNER_PROOF_LEN 16
+
 struct dl_owner {
 	struct dl_session *sessions; /* attached sessions */
 	struct dl_account *acct;     /* its key's account */
 	uint32_t nleases;	     /* leases held */
 	uint32_t nwaiters;	     /* waiters, placeholders included */
+	uint8_t has_proof;	     /* proof[] binds it (dl_session_prove) */
+	uint8_t proof[DL_OWNER_PROOF_LEN];
 	struct dl_hnode hn;
 	char id[]; /* the key: hn.len bytes + NUL */
 };
@@ -337,6 +343,30 @@ void dl_session_set_quota(struct dl_session *s, uint32_t max_locks,
 /* Move the session to another owner. DL_EBADARG while it has waiters. */
 int dl_session_set_owner(struct dl_locktab *t, struct dl_session *s,
 			 struct dl_str id);
+/*
+ * Identity. An owner is bound to a proof (a hash of its key) from the
+ * first session that proves it on: a session may become that owner only
+ * with the same proof, so two clients that do not share the key never
+ * act as one owner -- re-enter, release, refresh or cancel each other's
+ * locks, or get each other's events -- whatever id they both say. The
+ * binding lives as long as the owner (sessions, leases or waiters), and
+ * is stored with its leases and waiters (record.h), so a restart or a
+ * take-over keeps it. An owner with no proof (restored from a record of
+ * a daemon that had none) is bound by the first that proves it.
+ *
+ * dl_session_prove: dl_session_set_owner with a proof. DL_EDENIED when
+ * the owner is bound to another proof (nothing changes).
+ */
+int dl_session_prove(struct dl_locktab *t, struct dl_session *s,
+		     struct dl_str id, const uint8_t proof[DL_OWNER_PROOF_LEN]);
+/* Bind owner `id`, which exists, to `proof` if it has none (a loader
+ * restoring a record that carries it). 0, DL_EDENIED if bound otherwise,
+ * DL_EBADARG if there is no such owner. */
+int dl_locktab_bind_proof(struct dl_locktab *t, struct dl_str id,
+			  const uint8_t proof[DL_OWNER_PROOF_LEN]);
+/* The owner's proof, or NULL if it has none. */
+const uint8_t *dl_owner_proof(const struct dl_owner *o);
+
 /* Drop the session's waiters (the queues move on) and detach it. Leases
  * stay with the owner until they expire or are released. */
 void dl_session_close(struct dl_locktab *t, struct dl_session *s);

@@ -30,7 +30,9 @@ static uint64_t to_wall(uint64_t mono, int64_t off)
 }
 
 /* Longest H or W line: letter, 4 numbers, mode, owner, tag, separators. */
-#define LINE_ROOM (2 + 4 * 21 + 2 + DL_OWNER_KEY_MAX + 4 + DL_TAG_MAX + 2)
+#define LINE_ROOM                                                              \
+	(2 + 4 * 21 + 2 + DL_OWNER_KEY_MAX + 3 + 2 * DL_OWNER_PROOF_LEN + 4 +  \
+	 DL_TAG_MAX + 2)
 
 /* Version 1 can say it: an exclusive lock, nobody shared. */
 static int plain(const struct dl_lock *lk)
@@ -49,6 +51,24 @@ static void add_mode(struct dl_buf *b, int v2, int shared)
 {
 	if (v2)
 		add_str(b, shared ? " s" : " x", 2);
+}
+
+/* " k=<hex>" when the owner has a proof. */
+static void add_proof(struct dl_buf *b, const struct dl_owner *o)
+{
+	static const char hex[] = "0123456789abcdef";
+	const uint8_t *p = dl_owner_proof(o);
+	char t[3 + 2 * DL_OWNER_PROOF_LEN];
+	size_t i;
+
+	if (!p)
+		return;
+	memcpy(t, " k=", 3);
+	for (i = 0; i < DL_OWNER_PROOF_LEN; i++) {
+		t[3 + 2 * i] = hex[p[i] >> 4];
+		t[4 + 2 * i] = hex[p[i] & 15];
+	}
+	add_str(b, t, sizeof(t));
 }
 
 int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
@@ -84,6 +104,7 @@ int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
 		add_str(b, " ", 1);
 		o = dl_owner_id(l->owner);
 		add_str(b, o.p, o.len);
+		add_proof(b, l->owner);
 		if (l->has_tag) {
 			add_str(b, " id=", 4);
 			add_str(b, l->tag, strlen(l->tag));
@@ -101,6 +122,7 @@ int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
 		add_str(b, " ", 1);
 		o = dl_owner_id(w->owner);
 		add_str(b, o.p, o.len);
+		add_proof(b, w->owner);
 		if (w->tag_len) {
 			add_str(b, " id=", 4);
 			add_str(b, w->tag, w->tag_len);
@@ -135,16 +157,44 @@ static int num(struct dl_str s, uint64_t *v)
 	return dl_parse_u64(s.p, s.len, v);
 }
 
-static int tag_of(const struct dl_str *w, int n, int at, struct dl_str *tag)
+static int hexval(char c)
 {
-	*tag = DL_STR_NULL;
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+/* What may follow the owner: k=<proof, hex> then id=<tag>, each
+ * optional. */
+static int extras_of(const struct dl_str *w, int n, int at,
+		     struct dl_record_item *it)
+{
+	size_t i;
+	int hi, lo;
+
+	it->tag = DL_STR_NULL;
+	if (at < n && w[at].len == 2 + 2 * DL_OWNER_PROOF_LEN &&
+	    memcmp(w[at].p, "k=", 2) == 0) {
+		for (i = 0; i < DL_OWNER_PROOF_LEN; i++) {
+			hi = hexval(w[at].p[2 + 2 * i]);
+			lo = hexval(w[at].p[3 + 2 * i]);
+			if (hi < 0 || lo < 0)
+				return -1;
+			it->proof[i] = (uint8_t)(hi << 4 | lo);
+		}
+		it->has_proof = 1;
+		at++;
+	}
 	if (n == at)
 		return 0;
 	if (n != at + 1 || w[at].len < 4 || memcmp(w[at].p, "id=", 3) != 0)
 		return -1;
-	*tag = (struct dl_str){w[at].p + 3, w[at].len - 3};
-	return dl_check_tag(tag->p, tag->len) ? -1 : 0;
+	it->tag = (struct dl_str){w[at].p + 3, w[at].len - 3};
+	return dl_check_tag(it->tag.p, it->tag.len) ? -1 : 0;
 }
+
 
 /* The version line: 1, or 2 with the lock's limit. */
 static int parse_version(const char *text, const char *eol, int *v2,
@@ -184,7 +234,7 @@ int dl_record_parse(const char *text, size_t len,
 {
 	const char *p, *end = text + len, *eol;
 	struct dl_record_item it;
-	struct dl_str w[9];
+	struct dl_str w[10];
 	uint32_t limit;
 	int n, r, v2, o;
 
@@ -202,7 +252,7 @@ int dl_record_parse(const char *text, size_t len,
 			eol = end;
 		memset(&it, 0, sizeof(it));
 		it.limit = limit;
-		n = split(p, eol, w, 9);
+		n = split(p, eol, w, 10);
 		*why = "bad holder line";
 		if (n >= 6 + v2 && w[0].len == 1 && w[0].p[0] == 'H') {
 			it.kind = 'H';
@@ -210,7 +260,7 @@ int dl_record_parse(const char *text, size_t len,
 			if (num(w[1], &it.token) || num(w[2], &it.deadline) ||
 			    num(w[3], &it.count) || num(w[4], &it.ttl_ms) ||
 			    (v2 && mode_of(w[5], &it.shared)) ||
-			    tag_of(w, n, o + 1, &it.tag))
+			    extras_of(w, n, o + 1, &it))
 				return DL_EPROTO;
 			it.owner = w[o];
 		} else if (n >= 4 + v2 && w[0].len == 1 && w[0].p[0] == 'W') {
@@ -223,7 +273,7 @@ int dl_record_parse(const char *text, size_t len,
 				return DL_EPROTO;
 			if (num(w[1], &it.ttl_ms) ||
 			    (v2 && mode_of(w[3], &it.shared)) ||
-			    tag_of(w, n, o + 1, &it.tag))
+			    extras_of(w, n, o + 1, &it))
 				return DL_EPROTO;
 			it.owner = w[o];
 		} else {

@@ -17,6 +17,12 @@
  *   H <token> <deadline_unix_ms> <count> <ttl_ms> <x|s> <owner> [id=<tag>]
  *   W <ttl_ms> <wait_deadline_unix_ms|inf> <x|s> <owner> [id=<tag>]
  *
+ * In either version the owner may be followed by k=<32 hex digits>, its
+ * proof (locktab.h, Identity: a hash of the owner's secret, never the
+ * secret), so that a restart or a take-over binds the owner again; a
+ * daemon from before owner secrets reads such a line as unreadable (held,
+ * never freed).
+ *
  * the first line a version, then one H line per holder in grant order and
  * one W line per waiter in queue order, separated by LF. Deadlines are wall
  * clock (unix ms) so that they mean something to the next process: the
@@ -65,6 +71,8 @@ struct dl_record_item {
 	uint64_t ttl_ms;
 	struct dl_str owner;
 	struct dl_str tag;
+	uint8_t has_proof; /* k= was there: the owner's proof */
+	uint8_t proof[DL_OWNER_PROOF_LEN];
 };
 
 /* Parse a record, calling cb for each item in order. DL_EPROTO if the

@@ -47,6 +47,7 @@ struct dl_server_stats {
 	uint64_t auth_failures;
 	uint64_t request_timeouts; /* closed: a line not ended in time */
 	uint64_t idle_timeouts;	   /* closed: no request in idle_timeout */
+	uint64_t owner_denials;	   /* HELLO owner= without its key */
 	uint64_t tls_handshakes;   /* TLS handshakes done */
 	uint64_t tls_failures;	   /* TLS errors and handshake timeouts */
 	uint64_t auth_timeouts;	   /* closed: not authenticated in time */

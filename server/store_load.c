@@ -362,6 +362,16 @@ static uint64_t restored_deadline(const struct load_ctx *x,
 #endif
 }
 
+/* The item's owner is bound to the proof its record carries (locktab.h,
+ * Identity). Two lines of one owner with two proofs cannot come from a
+ * daemon (one binding per owner): the record is unreadable. */
+static int bind_proof(struct dl_locktab *t, const struct dl_record_item *it)
+{
+	if (!it->has_proof)
+		return 0;
+	return dl_locktab_bind_proof(t, it->owner, it->proof) ? DL_EPROTO : 0;
+}
+
 /* Second pass: restore each item. */
 static int load_item(const struct dl_record_item *it, void *arg)
 {
@@ -379,7 +389,7 @@ static int load_item(const struct dl_record_item *it, void *arg)
 					     restored_deadline(x, it), it->tag,
 					     it->shared, it->limit);
 		x->leases += r == 0;
-		return r;
+		return r ? r : bind_proof(t, it);
 	}
 	if (it->deadline != UINT64_MAX && it->deadline <= x->now_wall) {
 		x->changed = 1; /* its wait ended while we were down */
@@ -393,7 +403,7 @@ static int load_item(const struct dl_record_item *it, void *arg)
 				      (uint32_t)it->ttl_ms, wait, grace,
 				      it->tag, it->shared, it->limit);
 	x->waiters += r == 0;
-	return r;
+	return r ? r : bind_proof(t, it);
 }
 
 /* Where a record lives, for the log: "P lock:<name>" (layout 1) or

@@ -1066,10 +1066,24 @@ char *h_call_ttl(struct h_client *c, const char *prefix, int i, uint64_t asked,
 /* ---- added for test_persist -------------------------------------------------
  */
 
+const char *h_owner_key(const char *owner)
+{
+	static char key[32];
+	uint64_t h = 14695981039346656037ULL; /* FNV-1a 64 */
+	const char *p;
+
+	for (p = owner; *p; p++) {
+		h ^= (unsigned char)*p;
+		h *= 1099511628211ULL;
+	}
+	snprintf(key, sizeof(key), "testkey-%016llx", (unsigned long long)h);
+	return key;
+}
+
 struct h_client *h_hello(int port, const char *owner)
 {
 	struct h_client *c = h_connect(port);
-	char *l = h_call(c, "HELLO owner=%s", owner);
+	char *l = h_call(c, "HELLO owner=%s key=%s", owner, h_owner_key(owner));
 
 	cr_assert(strncmp(l, "OK HELLO ", 9) == 0, "HELLO: \"%s\"", l);
 	return c;

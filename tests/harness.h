@@ -224,7 +224,11 @@ void h_sleep_ms(int ms);
 /* ---- added for test_persist -------------------------------------------------
  */
 
-/* A new client on port that said HELLO owner=<owner>. */
+/* The key a test client proves owner `owner` with: the same for every
+ * client of the tests that says that owner, as if one client reconnected
+ * (static buffer, valid until the next call). */
+const char *h_owner_key(const char *owner);
+/* A new client on port that said HELLO owner=<owner> key=<its key>. */
 struct h_client *h_hello(int port, const char *owner);
 /* Poll STATUS until `name` is free (asserts it is within max_ms);
  * returns when (h_now_ms()). */

@@ -90,7 +90,9 @@ static struct h_client *login_as(const char *u, const char *secret,
 {
 	struct h_client *c = login(u, secret);
 
-	cr_assert(h_starts(h_call(c, "HELLO owner=%s", owner), "OK HELLO "));
+	cr_assert(h_starts(h_call(c, "HELLO owner=%s key=%s", owner,
+				  h_owner_key(owner)),
+			   "OK HELLO "));
 	return c;
 }
 
@@ -417,6 +419,155 @@ Test(access, break_needs_the_right_and_a_reason_and_is_audited)
 	h_close(holder);
 	h_close(app);
 	h_close(ops);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* ---- owners are proven, not claimed -------------------------------------- */
+
+/* The key a HELLO reply gives (static buffer). */
+static const char *key_of(const char *hello)
+{
+	cr_assert(h_starts(hello, "OK HELLO "), "%s", hello);
+	return h_kv(hello, "key");
+}
+
+/* Found from outside: HELLO owner=alice from any connection, then
+ * UNLOCK, REFRESH ttl=24h or a reentry on alice's lease (owner ids and
+ * tokens are in STATUS), and alice got no event. Now the id alone is
+ * refused while alice's owner lives: NO DENIED alice need=key. Without
+ * it, the impostor is another owner: its UNLOCK and REFRESH of alice's
+ * token are NOT_HOLDER, its LOCK waits behind alice's lease. */
+Test(access, an_owner_id_is_proven_by_its_key_not_claimed)
+{
+	struct h_client *alice, *eve;
+	char key[DL_OWNER_SECRET_MAX + 1], *l;
+	uint64_t tok;
+
+	h_daemon_start(&d, "--persist", "none", NULL);
+	alice = h_connect(d.port);
+	snprintf(key, sizeof(key), "%s",
+		 key_of(h_call(alice, "HELLO owner=alice")));
+	cr_assert_eq(strlen(key), DL_OWNER_SECRET_NEW, "key %s", key);
+	tok = h_lock(alice, "x", "ttl=30s");
+
+	eve = h_connect(d.port);
+	cr_assert_str_eq(h_call(eve, "HELLO owner=alice"),
+			 "NO DENIED alice need=key");
+	cr_assert_str_eq(h_call(eve, "HELLO owner=alice key=guessed-guessed-00"),
+			 "NO DENIED alice need=key");
+	l = h_call(eve, "UNLOCK x %llu", (unsigned long long)tok);
+	cr_assert_str_eq(l, "NO NOT_HOLDER x");
+	l = h_call(eve, "REFRESH x %llu ttl=24h", (unsigned long long)tok);
+	cr_assert_str_eq(l, "NO NOT_HOLDER x");
+	l = h_call(eve, "LOCK x wait=0");
+	cr_assert(h_starts(l, "NO BUSY x "), "%s", l);
+	cr_assert_eq(h_stats_value(alice, "owner_denials"), 2);
+
+	/* alice's key, from another connection, is alice */
+	l = h_call(eve, "HELLO owner=alice key=%s", key);
+	cr_assert_str_eq(key_of(l), key);
+	cr_assert_str_eq(h_kv(l, "owner"), "alice");
+	l = h_call(eve, "UNLOCK x %llu", (unsigned long long)tok);
+	cr_assert_str_eq(l, "OK RELEASED x");
+	h_close(alice);
+	h_close(eve);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* Found from outside: two hosts with one owner id (DLOCK_OWNER=backup)
+ * both got OK GRANTED, count=2: two holders by configuration. The second
+ * is refused while the first lives; once the owner holds nothing and has
+ * no client, its id is free for anyone again (with a new key). */
+Test(access, two_clients_that_say_one_owner_id_never_share_a_lock)
+{
+	struct h_client *h1, *h2;
+	char key1[DL_OWNER_SECRET_MAX + 1], *l;
+	uint64_t tok;
+
+	h_daemon_start(&d, "--persist", "none", NULL);
+	h1 = h_connect(d.port);
+	snprintf(key1, sizeof(key1), "%s",
+		 key_of(h_call(h1, "HELLO owner=backup")));
+	tok = h_lock(h1, "nightly", "ttl=30s");
+	h2 = h_connect(d.port);
+	cr_assert_str_eq(h_call(h2, "HELLO owner=backup"),
+			 "NO DENIED backup need=key");
+	l = h_call(h2, "LOCK nightly wait=0");
+	cr_assert(h_starts(l, "NO BUSY nightly "), "second host: %s", l);
+	l = h_call(h1, "STATUS nightly");
+	cr_assert_eq(h_kv_u64(l, "count"), 1, "%s", l);
+
+	h_call(h1, "UNLOCK nightly %llu", (unsigned long long)tok);
+	h_close(h1);
+	h_sleep_ms(100);
+	l = h_call(h2, "HELLO owner=backup");
+	cr_assert(strcmp(key_of(l), key1) != 0, "the old key came back");
+	h_close(h2);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* A key chosen by the client binds a new owner (a script exports
+ * DLOCK_OWNER=<id>=<key> once); a short or malformed one is refused;
+ * key= goes with owner=; the default owner is random and keyed. */
+Test(access, a_chosen_key_binds_a_new_owner_and_bad_keys_are_refused)
+{
+	struct h_client *c, *c2;
+	char anon[DL_OWNER_MAX + 1], want[128], *l;
+
+	h_daemon_start(&d, "--persist", "none", NULL);
+	c = h_connect(d.port);
+	l = h_call(c, "HELLO");
+	snprintf(anon, sizeof(anon), "%s", h_kv(l, "owner"));
+	cr_assert(h_starts(anon, "anon-") && strlen(anon) == 21, "%s", anon);
+	cr_assert_eq(strlen(key_of(l)), DL_OWNER_SECRET_NEW);
+	c2 = h_connect(d.port);
+	snprintf(want, sizeof(want), "NO DENIED %s need=key", anon);
+	cr_assert_str_eq(h_call(c2, "HELLO owner=%s", anon), want);
+	cr_assert(h_starts(h_call(c, "HELLO owner=deploy key=short"),
+			   "ERR BAD_ARG "));
+	cr_assert(h_starts(h_call(c, "HELLO key=0123456789abcdef0123"),
+			   "ERR BAD_FORMAT "));
+	l = h_call(c, "HELLO owner=deploy key=chosen-by-the-script-0001");
+	cr_assert_str_eq(key_of(l), "chosen-by-the-script-0001");
+	h_lock(c, "d", "ttl=30s");
+	cr_assert_str_eq(
+		h_call(c2, "HELLO owner=deploy key=chosen-by-the-script-0002"),
+		"NO DENIED deploy need=key");
+	l = h_call(c2, "HELLO owner=deploy key=chosen-by-the-script-0001");
+	cr_assert_str_eq(h_kv(l, "owner"), "deploy");
+	h_close(c);
+	h_close(c2);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* The binding is stored with the owner's leases: after kill -9 and a
+ * restart, the owner id alone is still refused, its key still works, and
+ * the record says k=<proof> (a hash, not the key). */
+Test(access, an_owners_key_binds_it_across_a_restart)
+{
+	struct h_client *a, *b;
+	char key[DL_OWNER_SECRET_MAX + 1], rec[1024], *l;
+	uint64_t tok;
+
+	h_redis_start(&r, "always");
+	h_daemon_start_redis(&d, &r, NULL);
+	a = h_connect(d.port);
+	snprintf(key, sizeof(key), "%s", key_of(h_call(a, "HELLO owner=alice")));
+	tok = h_lock(a, "x", "ttl=30s");
+	snprintf(rec, sizeof(rec), "%s", h_rec_get(&r, "x"));
+	cr_assert(strstr(rec, " alice k=") != NULL, "record: %s", rec);
+	cr_assert(strstr(rec, key) == NULL, "the key is in Redis: %s", rec);
+	h_daemon_kill9(&d);
+	h_close(a);
+	h_daemon_restart(&d);
+	b = h_connect(d.port);
+	cr_assert_str_eq(h_call(b, "HELLO owner=alice"),
+			 "NO DENIED alice need=key");
+	l = h_call(b, "HELLO owner=alice key=%s", key);
+	cr_assert(h_starts(l, "OK HELLO "), "%s", l);
+	l = h_call(b, "UNLOCK x %llu", (unsigned long long)tok);
+	cr_assert_str_eq(l, "OK RELEASED x");
+	h_close(b);
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 

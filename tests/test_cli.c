@@ -51,6 +51,25 @@
 #define EX_LOST	       76
 #define EX_NOPERM      77
 
+
+static int has(const char *s, const char *needle)
+{
+	return strstr(s, needle) != NULL;
+}
+
+/* "<id>=<key>": an owner id with the tests' key for it (h_owner_key),
+ * as a script that locks in one command and unlocks in another passes
+ * it (--owner, DLOCK_OWNER). A ring of buffers: several in one call. */
+static const char *owned(const char *id)
+{
+	static char ring[8][DL_OWNER_MAX + DL_OWNER_SECRET_MAX + 2];
+	static unsigned n;
+	char *b = ring[n++ % 8];
+
+	snprintf(b, sizeof(ring[0]), "%s=%s", id, h_owner_key(id));
+	return b;
+}
+
 static struct h_daemon d;
 static struct h_daemon own; /* a second daemon: password, unix socket */
 static int nproc;	    /* names the output files */
@@ -354,6 +373,7 @@ Test(cli, run_token_grows_and_is_the_valid_one_while_running)
 		cr_assert(eq(int, strncmp(line, "OK VALID fence ", 15), 0),
 			  "%s", line);
 		line = h_call(c, "STATUS fence");
+		*strchrnul(owner, '=') = '\0'; /* DLOCK_OWNER is <id>=<key> */
 		cr_assert(STR_EQ(h_kv(line, "owner"), owner));
 		close(open(in_dir(go), O_WRONLY | O_CREAT, 0644));
 		cr_assert(eq(int, proc_wait(&p, QUICK_MS), 0));
@@ -685,9 +705,9 @@ Test(cli, run_refuses_a_lock_its_owner_id_holds_elsewhere)
 	uint64_t token;
 
 	/* another process with the same owner id holds it */
-	h_call(c, "HELLO owner=shared");
+	h_call(c, "HELLO owner=shared key=%s", h_owner_key("shared"));
 	token = h_lock(c, "own", "ttl=30s");
-	dlock(&r, "run", "own", "--owner", "shared", "--", "touch",
+	dlock(&r, "run", "own", "--owner", owned("shared"), "--", "touch",
 	      in_dir("ran"), NULL);
 	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
 	cr_assert(not(file_exists(in_dir("ran"))));
@@ -718,7 +738,7 @@ Test(cli, lock_prints_the_token_and_only_its_owner_unlocks_it)
 	const char *line;
 	uint64_t token;
 
-	dlock(&r, "lock", "lk", "--owner", "alice", "--ttl", "10s", NULL);
+	dlock(&r, "lock", "lk", "--owner", owned("alice"), "--ttl", "10s", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	token = to_u64(r.out);
 	snprintf(tok, sizeof(tok), "%" PRIu64 "\n", token);
@@ -734,10 +754,15 @@ Test(cli, lock_prints_the_token_and_only_its_owner_unlocks_it)
 	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
 	dlock(&r, "unlock", "lk", tok, "--owner", "bob", NULL);
 	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
-	dlock(&r, "unlock", "lk", other, "--owner", "alice", NULL);
+	dlock(&r, "unlock", "lk", other, "--owner", owned("alice"), NULL);
 	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
+	/* the owner id alone is not enough: its key proves it */
+	dlock(&r, "unlock", "lk", tok, "--owner", "alice", NULL);
+	cr_assert(eq(int, r.status, EX_NOPERM), "%s", r.err);
+	cr_assert(has(r.err, "owner alice is in use by another client"), "%s",
+		  r.err);
 	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS lk"), "state"), "held"));
-	dlock(&r, "unlock", "--owner", "alice", "lk", tok, NULL);
+	dlock(&r, "unlock", "--owner", owned("alice"), "lk", tok, NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS lk"), "state"), "free"));
 	h_close(c);
@@ -746,7 +771,7 @@ Test(cli, lock_prints_the_token_and_only_its_owner_unlocks_it)
 Test(cli, lock_without_an_owner_tells_which_owner_holds_it)
 {
 	struct h_client *c = h_connect(d.port);
-	char owner[DL_OWNER_MAX + 1], tok[32];
+	char owner[DL_OWNER_MAX + DL_OWNER_SECRET_MAX + 2], tok[32];
 	struct result r;
 
 	dlock(&r, "lock", "anon", NULL);
@@ -758,9 +783,12 @@ Test(cli, lock_without_an_owner_tells_which_owner_holds_it)
 	cr_assert(le(u64, to_u64(h_kv(c->line, "ttl_ms")), 30000)); /* default */
 	cr_assert(gt(u64, to_u64(h_kv(c->line, "ttl_ms")), 25000));
 
-	/* another process unlocks it with that owner, from the
-	 * environment */
+	/* another process unlocks it with that owner and its key, from
+	 * the environment: the note says both, "--owner <id>=<key>" */
 	snprintf(tok, sizeof(tok), "%" PRIu64, to_u64(r.out));
+	cr_assert(has(r.err, "--owner "), "%s", r.err);
+	snprintf(owner, sizeof(owner), "%s", strstr(r.err, "--owner ") + 8);
+	*strchrnul(owner, ' ') = '\0';
 	setenv("DLOCK_OWNER", owner, 1);
 	dlock(&r, "unlock", "anon", tok, NULL);
 	unsetenv("DLOCK_OWNER");
@@ -800,11 +828,11 @@ Test(cli, refresh_extends_the_lease_of_its_owner)
 	struct result r;
 	char tok[32];
 
-	dlock(&r, "lock", "ref", "--owner", "alice", "--ttl", "2s", NULL);
+	dlock(&r, "lock", "ref", "--owner", owned("alice"), "--ttl", "2s", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	snprintf(tok, sizeof(tok), "%" PRIu64, to_u64(r.out));
-	dlock(&r, "refresh", "ref", tok, "--owner", "alice", "--ttl", "1m",
-	      NULL);
+	dlock(&r, "refresh", "ref", tok, "--owner", owned("alice"), "--ttl",
+	      "1m", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(STR_EQ(r.out, "60000\n"));
 	cr_assert(
@@ -840,10 +868,6 @@ Test(cli, check_says_valid_or_stale)
 	h_close(c);
 }
 
-static int has(const char *s, const char *needle)
-{
-	return strstr(s, needle) != NULL;
-}
 
 Test(cli, status_prints_one_key_value_per_line)
 {
@@ -1110,9 +1134,10 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 {
 	struct result r;
 
-	dlock(&r, "lock", "ls/1", "--owner", "alice", "--ttl", "1h", NULL);
+	dlock(&r, "lock", "ls/1", "--owner", owned("alice"), "--ttl", "1h", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
-	dlock(&r, "lock", "ls/\"q\\", "--owner", "bob", "--ttl", "1h", NULL);
+	dlock(&r, "lock", "ls/\"q\\", "--owner", owned("bob"), "--ttl", "1h",
+	      NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 
 	dlock(&r, "list", "ls/", NULL);
@@ -1148,14 +1173,14 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 	cr_assert(STR_EQ(r.out, "{\"locks\": [], \"more\": 0}\n"), "%s", r.out);
 
 	/* readers and permits: the mode column and how many hold it */
-	dlock(&r, "lock", "lm/r", "--owner", "r1", "--shared", "--ttl", "1h",
-	      NULL);
-	cr_assert(eq(int, r.status, 0), "%s", r.err);
-	dlock(&r, "lock", "lm/r", "--owner", "r2", "--shared", "--ttl", "1h",
-	      NULL);
-	cr_assert(eq(int, r.status, 0), "%s", r.err);
-	dlock(&r, "lock", "lm/s", "--owner", "s1", "--limit", "3", "--ttl",
+	dlock(&r, "lock", "lm/r", "--owner", owned("r1"), "--shared", "--ttl",
 	      "1h", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	dlock(&r, "lock", "lm/r", "--owner", owned("r2"), "--shared", "--ttl",
+	      "1h", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	dlock(&r, "lock", "lm/s", "--owner", owned("s1"), "--limit", "3",
+	      "--ttl", "1h", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	dlock(&r, "list", "lm/", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
@@ -1166,7 +1191,7 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 	cr_assert(has(r.out, "\nlm/s ") && has(r.out, " sem/3 "), "%s",
 		  r.out);
 	/* a reader asking to write is told why, as "could not get it" */
-	dlock(&r, "lock", "lm/r", "--owner", "r1", "--wait", "0", NULL);
+	dlock(&r, "lock", "lm/r", "--owner", owned("r1"), "--wait", "0", NULL);
 	cr_assert(eq(int, r.status, 75), "%s", r.err);
 	cr_assert(has(r.err, "holds it shared"), "%s", r.err);
 	dlock(&r, "list", "lm/", "--json", NULL);

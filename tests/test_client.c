@@ -125,15 +125,19 @@ static int wait_lost(struct lost *s, int ms)
 	return atomic_load(&s->n);
 }
 
-/* A raw protocol connection that says it is `owner`. */
-static struct h_client *raw_owner(const char *owner)
+/* A raw protocol connection that says it is `owner`, proven with `key`
+ * (NULL: the tests' key of that owner, h_owner_key). */
+static struct h_client *raw_owner_key(const char *owner, const char *key)
 {
 	struct h_client *h = h_connect(d.port);
-	char *l = h_call(h, "HELLO owner=%s", owner);
+	char *l = h_call(h, "HELLO owner=%s key=%s", owner,
+			 key ? key : h_owner_key(owner));
 
 	cr_assert(strncmp(l, "OK HELLO", 8) == 0, "HELLO: %s", l);
 	return h;
 }
+
+#define raw_owner(owner) raw_owner_key(owner, NULL)
 
 /* ---- each call against a real daemon ------------------------------------- */
 
@@ -397,6 +401,7 @@ static dlock_client *client_of(const char *owner)
 
 	opts(&o);
 	o.owner = owner;
+	o.owner_key = h_owner_key(owner);
 	return connect_with(&o);
 }
 
@@ -455,6 +460,7 @@ Test(client, refresh_token_extends_a_lease_that_nobody_then_renews,
 
 	opts(&o);
 	o.owner = "ops";
+	o.owner_key = h_owner_key("ops");
 	o.on_lost = on_lost;
 	o.arg = &s;
 	c = connect_with(&o);
@@ -524,7 +530,7 @@ Test(client, token_calls_refuse_a_lease_the_client_has_handles_for,
 		     DLOCK_ENOTHOLDER));
 
 	/* a lost handle still stands for its lease until dlock_unlock() */
-	same = raw_owner(dlock_owner(c));
+	same = raw_owner_key(dlock_owner(c), dlock_owner_key(c));
 	h_send(same, "UNLOCK mine %llu", (unsigned long long)t);
 	h_expect(same, "OK RELEASED mine");
 	cr_assert(eq(int, dlock_refresh(c, l, 0), DLOCK_ENOTHOLDER));
@@ -1086,7 +1092,7 @@ Test(client, expired_event_calls_on_lost, .init = start_none, .fini = stop_all)
 	 * server reaps it long before our local deadline, so the loss can
 	 * only be learnt from * EXPIRED (our own guard would fire first
 	 * otherwise: the local deadline never trails the server's). */
-	same = raw_owner(dlock_owner(c));
+	same = raw_owner_key(dlock_owner(c), dlock_owner_key(c));
 	line = h_call(same, "REFRESH exp %llu ttl=100",
 		      (unsigned long long)dlock_lease_token(l));
 	cr_assert(eq(int, strncmp(line, "OK REFRESHED", 12), 0), "%s", line);
@@ -1189,7 +1195,7 @@ Test(client, refresh_refused_calls_on_lost, .init = start_none,
 	o.arg = &s;
 	c = connect_with(&o);
 	l = must_lock(c, "rej", 10000, 0);
-	same = raw_owner(dlock_owner(c));
+	same = raw_owner_key(dlock_owner(c), dlock_owner_key(c));
 	h_send(same, "UNLOCK rej %llu",
 	       (unsigned long long)dlock_lease_token(l));
 	h_expect(same, "OK RELEASED rej");

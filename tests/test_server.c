@@ -329,7 +329,7 @@ Test(server, lease_survives_disconnect_and_same_owner_reenters_after_reconnect)
 	struct h_client *a = h_connect(d.port), *b = h_connect(d.port);
 	uint64_t tok;
 
-	h_send(a, "HELLO owner=alice");
+	h_send(a, "HELLO owner=alice key=%s", h_owner_key("alice"));
 	cr_assert_str_eq(h_kv(h_expect_prefix(a, "OK HELLO version="), "owner"),
 			 "alice");
 	tok = h_lock(a, "y", "ttl=10s");
@@ -338,7 +338,7 @@ Test(server, lease_survives_disconnect_and_same_owner_reenters_after_reconnect)
 	expect_status(b, "y", "held", tok, 1, "alice", 0);
 
 	a = h_connect(d.port);
-	h_send(a, "HELLO owner=alice");
+	h_send(a, "HELLO owner=alice key=%s", h_owner_key("alice"));
 	h_expect_prefix(a, "OK HELLO version=");
 	h_call_ttl(a, "OK REFRESHED y ", 1, 10000, "REFRESH y %llu",
 		   (unsigned long long)tok);
@@ -1018,8 +1018,14 @@ Test(server, client_that_never_reads_its_events_is_closed_at_max_output)
 	p = h_connect(own.port);
 	c = h_connect(own.port);
 	q = h_connect_unix(sock);
-	cr_assert_str_eq(h_kv(h_call(c, "HELLO owner=ev"), "owner"), "ev");
-	cr_assert_str_eq(h_kv(h_call(q, "HELLO owner=ev"), "owner"), "ev");
+	cr_assert_str_eq(h_kv(h_call(c, "HELLO owner=ev key=%s",
+					    h_owner_key("ev")),
+				     "owner"),
+			 "ev");
+	cr_assert_str_eq(h_kv(h_call(q, "HELLO owner=ev key=%s",
+					    h_owner_key("ev")),
+				     "owner"),
+			 "ev");
 	sender_locks(&s, c, n, "ev", "3s");
 	cr_assert_eq(pthread_create(&th, NULL, sender_run, &s), 0);
 	for (i = 0; i < n; i++) {
