@@ -339,8 +339,8 @@ faults-short: $(FAULT_BINS) faults-check-test
 
 # The campaign must catch planted bugs: dlockd built to acknowledge grants
 # before Redis has them, to restore leases by the wall clock, to let a
-# reentry shrink a lease's TTL, or to take a Redis that went back for the
-# truth.
+# reentry shrink a lease's TTL, to take a Redis that went back for the
+# truth, or to let a client claim an owner id without its key.
 faults-selftest: $(FAULT_BINS)
 	$(MAKE) O=build/plant-ack CFLAGS=-DDL_PLANT_ACK_EARLY build/plant-ack/dlockd
 	$(MAKE) O=build/plant-wall CFLAGS=-DDL_PLANT_WALL_RESTORE \
@@ -363,6 +363,12 @@ faults-selftest: $(FAULT_BINS)
 	$(FAULT_ENV) DLOCKD=build/plant-forget/dlockd DURATION=30 SEED=1 \
 	  FAULTS="forget_while_down" bash tests/faults/campaign.sh; \
 	  test $$? = 1 || { echo "faults-selftest: a Redis that went back not caught"; exit 1; }
+	$(MAKE) O=build/plant-owner CFLAGS=-DDL_PLANT_SHARED_OWNER \
+	  build/plant-owner/dlockd
+	$(FAULT_ENV) DLOCKD=build/plant-owner/dlockd DURATION=30 SEED=1 \
+	  LOCKS=1 RWLOCKS=0 SEMAPHORES=0 FAULTS="kill_worker" \
+	  bash tests/faults/campaign.sh; \
+	  test $$? = 1 || { echo "faults-selftest: a shared owner id not caught"; exit 1; }
 	@echo "faults-selftest: every planted bug caught"
 
 # ---- install ----------------------------------------------------------------

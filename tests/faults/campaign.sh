@@ -16,6 +16,7 @@
 #   SEED       the nemesis's random seed [random; printed, for replay:
 #              the same seed gives the same faults at the same moments]
 #   WORKERS    lock workers [8]     RUNNERS  dlock run loops [2]
+#   COPYCATS   workers that say worker 0's owner id without its key [1]
 #   LOCKS      lock names L0.. [3]
 #   RWLOCKS    read/write locks S0.. (workers take them shared two times
 #              in three) [1]
@@ -89,7 +90,7 @@ top=$(cd "$here/../.." && pwd)
 : "${WORKER:=$top/build/faults/worker}" "${CHECK:=$top/build/faults/check}"
 : "${DURATION:=60}" "${SEED:=$((RANDOM * 32768 + RANDOM))}"
 : "${WORKERS:=8}" "${RUNNERS:=2}" "${LOCKS:=3}" "${CLOCK_STEPS:=both}"
-: "${RWLOCKS:=1}" "${SEMAPHORES:=1}"
+: "${RWLOCKS:=1}" "${SEMAPHORES:=1}" "${COPYCATS:=1}"
 : "${STALL_MS:=300}"
 : "${CLUSTER:=0}" "${REDIS_HA:=0}"
 if [ "$REDIS_HA" = 1 ] && [ "$CLUSTER" = 1 ]; then
@@ -338,6 +339,23 @@ worker_start() {    # slot
 		"w$1.$gen" "$LOCKS:$RWLOCKS:$SEMAPHORES" $((SEED + gen)) $(((DURATION + 120) * 1000)) \
 		2>> "$OUT/workers.log" &
 	worker_pid[$1]=$!
+	[ "$1" = 0 ] && echo "w0.$gen" > "$OUT/owner0"
+}
+
+# Copycats: workers that say the owner id of worker slot 0 without its
+# key, as two hosts given one DLOCK_OWNER would. The server must refuse
+# them while that owner lives (they retry); a copycat let in would share
+# the worker's locks, and its history (another file: another owner to
+# the checker) would overlap the worker's.
+copycat() {         # slot
+	local n=0 h=127.0.0.1
+	[ "$nodes" = 2 ] && h=$servers
+	while [ ! -e "$OUT/stop-runners" ]; do
+		n=$((n + 1))
+		"$WORKER" lock "$OUT/hist/c$1.$n.hist" "$h" "$dport" \
+			"$(cat "$OUT/owner0")" "$LOCKS:$RWLOCKS:$SEMAPHORES" \
+			$((SEED + 1000 * $1 + n)) 5000 2>> "$OUT/workers.log"
+	done
 }
 
 # A loop of `dlock run`s; each command records that it runs. Every run is
@@ -360,6 +378,7 @@ cleanup() {
 	for p in "${worker_pid[@]}" "${run_pid[@]}"; do kill -9 "$p" 2>/dev/null; done
 	pkill -9 -f "dlock $conn run" 2>/dev/null
 	pkill -9 -f "$OUT/hist/r" 2>/dev/null
+	pkill -9 -f "$OUT/hist/c" 2>/dev/null
 	for p in $dlockd_pid; do kill -9 "$p" 2>/dev/null; done
 	for p in $redis_pid ${hpid[*]:-} ${spid[*]:-}; do kill -9 "$p" 2>/dev/null; done
 	wait 2>/dev/null
@@ -744,6 +763,9 @@ fi
 for i in $(seq 0 $((WORKERS - 1))); do worker_start "$i"; done
 for i in $(seq 0 $((RUNNERS - 1))); do
 	runner "$i" 2>/dev/null & run_pid[$i]=$!
+done
+for i in $(seq 1 "$COPYCATS"); do
+	copycat "$i" 2>/dev/null & run_pid[$((RUNNERS + i))]=$!
 done
 
 read -r -a kinds <<< "$FAULTS"
