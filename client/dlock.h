@@ -61,7 +61,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define DLOCK_VERSION "0.2.0"
+#define DLOCK_VERSION "0.3.0"
 
 /* ---- errors -------------------------------------------------------------- */
 
