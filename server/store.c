@@ -118,23 +118,19 @@ static char *key_of(const char *prefix, const char *suffix)
 	return k;
 }
 
-/* What the state file describes: this Redis (its address, or the
- * Sentinels' name of it, and the database) and the key prefix. Never the
- * password. */
+/* What the state file describes: the database and the key prefix, not
+ * the address. Found from outside: keyed by the address, the file was
+ * ignored when the same Redis was named another way (localhost for
+ * 127.0.0.1), and a Redis that went back was not noticed. So an empty
+ * Redis put in place of the old one, or a move to another Redis, is
+ * taken for one that went back: move the data with it, or remove
+ * dlockd.state on purpose (README). */
 static void seen_init(struct dl_store *st)
 {
-	const struct dl_redis_addr *a = &st->addr;
 	char id[DL_SEEN_ID_MAX];
 
-	if (a->master)
-		snprintf(id, sizeof(id), "sentinel:%s db=%d prefix=%s",
-			 a->master, a->db, st->cfg->redis_prefix);
-	else if (a->path)
-		snprintf(id, sizeof(id), "unix:%s db=%d prefix=%s", a->path,
-			 a->db, st->cfg->redis_prefix);
-	else
-		snprintf(id, sizeof(id), "%s:%d db=%d prefix=%s", a->host,
-			 a->port, a->db, st->cfg->redis_prefix);
+	snprintf(id, sizeof(id), "db=%d prefix=%s", st->addr.db,
+		 st->cfg->redis_prefix);
 	dl_seen_init(&st->seen, st->cfg->state_dir, id);
 }
 
@@ -158,12 +154,11 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->names_key = key_of(pfx, "locks");
 	st->fence_key = key_of(pfx, "fence");
 	st->leader_key = key_of(pfx, "leader");
-	st->writer_key = key_of(pfx, "writer");
 	st->gen_key = key_of(pfx, "gen");
 	st->closed_key = key_of(pfx, "closed");
 	st->lock_prefix = key_of(pfx, "lock:");
 	if (!st->token_key || !st->names_key || !st->fence_key ||
-	    !st->leader_key || !st->writer_key || !st->gen_key ||
+	    !st->leader_key || !st->gen_key ||
 	    !st->closed_key || !st->lock_prefix || rec_keys_init(st, pfx))
 		goto fail;
 	/* Without Redis there is nobody to share the table with. */
@@ -202,7 +197,6 @@ void dl_store_free(struct dl_store *st)
 	free(st->names_key);
 	free(st->fence_key);
 	free(st->leader_key);
-	free(st->writer_key);
 	free(st->gen_key);
 	free(st->closed_key);
 	free(st->lock_prefix);

@@ -34,7 +34,16 @@
  * A take answers `kept`: whether the fence was still this daemon's epoch,
  * that is, whether nobody else has written since. An active that takes
  * its leadership again with kept = 0 holds a stale table and must load
- * the state afresh. A record counts as this daemon's only if it names
+ * the state afresh. Every way to keep the table below also needs the
+ * daemon's leadership never to have lapsed on its own clock (`held`,
+ * sent by the daemon: its last confirmation plus the lease, less the
+ * margin, is still ahead): only then can nobody else have taken it --
+ * a standby takes a leadership only once its record is gone, and one
+ * that finds Redis behind waits a lease first. A daemon paused or cut
+ * off past its lease cannot know whether another took over, and a Redis
+ * that forgot since (FLUSHALL, an older copy) may have lost that take
+ * and its fence: found from outside, the old active "wrote its table
+ * back" over the new one's grants and tokens went back. It loads. A record counts as this daemon's only if it names
  * this process (the instance), never by epoch alone: after a Redis
  * fail-over a standby may have taken over on the promoted replica with
  * the very epoch this daemon had on the lost primary. A promoted replica
@@ -145,7 +154,7 @@ void dl__lead_identity(struct dl_store *st)
 int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 		  const char **argv, size_t *lens)
 {
-	int k = 0;
+	int k = 0, held;
 
 #ifdef DL_PLANT_FORGET
 	/* A planted bug for the fault campaign's self-test (tests/faults):
@@ -160,13 +169,16 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 		 (unsigned long long)st->seen.gen);
 	snprintf(st->seen_arg[2], sizeof(st->seen_arg[2]), "%llu",
 		 (unsigned long long)st->cfg->max_ttl_ms);
+	/* held: this daemon's leadership has not lapsed on its own clock
+	 * (module comment: only then may a take keep the table) */
+	held = st->active && mine && mine[0] &&
+	       dl_mono_ms() < st->leader.until_ms;
 #define ARG(p) (argv[k] = (p), lens[k] = strlen(argv[k]), k++)
 	ARG("FCALL");
 	ARG(DL_STORE_LEAD_FN);
-	ARG("6");
+	ARG("5");
 	ARG(st->leader_key);
 	ARG(st->fence_key);
-	ARG(st->writer_key);
 	ARG(st->gen_key);
 	ARG(st->token_key);
 	ARG(st->closed_key);
@@ -179,6 +191,7 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 	ARG(st->seen_arg[0]);
 	ARG(st->seen_arg[1]);
 	ARG(st->seen_arg[2]);
+	ARG(held ? "1" : "0");
 #undef ARG
 	return k;
 }
@@ -311,7 +324,7 @@ int dl__plausible(struct dl_store *st, uint64_t mark, uint64_t epoch,
 	ceiling = (wall + DL_TOKEN_AHEAD_MAX_MS) * DL_TOKEN_PER_MS;
 	if (mark > ceiling)
 		snprintf(why, len,
-			 "the stored token mark %llu is more than a day ahead of the clock (tokens now start at %llu): not written by a daemon; it would exhaust the token space. Check who writes %s (a Redis tenant?); to go on from it anyway, accept_token_jump = yes",
+			 "the stored token mark %llu is more than a day ahead of this machine's clock (tokens now start at %llu): this clock is behind by a day or more, or someone else wrote %s (a Redis tenant?), which could exhaust the token space. Fix the clock, or check who writes the key; to go on from it anyway, accept_token_jump = yes",
 			 (unsigned long long)mark,
 			 (unsigned long long)(wall * DL_TOKEN_PER_MS),
 			 st->token_key);

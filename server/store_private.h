@@ -142,8 +142,6 @@ struct dl_store {
 	char *token_key;   /* <prefix>token */
 	char *fence_key;   /* <prefix>fence */
 	char *leader_key;  /* <prefix>leader */
-	char *writer_key;  /* <prefix>writer: "<epoch> <instance>" of the
-			      last take (store_lead.c) */
 	char *gen_key;	   /* <prefix>gen: the write generation (seen.h) */
 	char *closed_key;  /* <prefix>closed: no grants while it lives
 			      (store_lead.c) */
@@ -294,7 +292,7 @@ struct lead_reply {
 	uint64_t saw_epoch, saw_gen; /* st->seen before this reply */
 };
 
-#define LEAD_ARGC 18
+#define LEAD_ARGC 18 /* FCALL, its name, numkeys, 5 keys, 10 arguments */
 /* Node id and address of this daemon (config, or derived). */
 void dl__lead_identity(struct dl_store *st);
 /* The FCALL of the leadership function in `mode`, for the fence `mine`

@@ -397,10 +397,11 @@ static uint64_t epoch_of(const struct h_daemon *d)
  * granted x2, and resigned; the old active, resumed, found no leadership
  * record and a fence "not above its own", took it again with its table
  * kept, overwrote x2, and granted it to another owner with a lower token
- * while its holder still had it. A kept retake now needs the last take on
- * record to be its own (P writer), a take goes above every epoch the
- * taker saw, and the standby, which saw Redis go back, grants nothing
- * until any lease granted before may have ended (max_ttl). */
+ * while its holder still had it. A kept retake now needs the daemon's
+ * leadership never to have lapsed (the paused one's did), a take goes
+ * above every epoch the taker saw, and the standby, which saw Redis go
+ * back, grants nothing until any lease granted before may have ended
+ * (max_ttl). */
 Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
 {
 	static const char conf[] =
@@ -466,6 +467,54 @@ Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
 	h_close(c2);
 	h_close(c3);
 	cr_assert_eq(h_daemon_stop(&a), 0);
+}
+
+/* Found from outside: the active paused past its lease, the standby took
+ * over and granted y, then FLUSHALL; the old active, resumed, found no
+ * record and a fence below its epoch, "wrote its table back" (without
+ * y) and granted y again, with a lower token. A daemon whose leadership
+ * lapsed never keeps its table: whoever serves now says y is busy. */
+Test(ha, a_paused_active_never_writes_its_table_over_a_lost_take_over)
+{
+	static const char conf[] =
+		"[limits]\nmax_ttl = 6s\ndefault_ttl = 1s\n";
+	struct h_client *c2;
+	const struct h_daemon *nodes[2] = {&a, &b};
+	uint64_t t0;
+	char *l;
+	int i;
+
+	h_daemon_write_conf(&a, conf);
+	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis",
+		       r.url, "--node-id", "a", "--leader-lease", "2s", "-l",
+		       "info", NULL);
+	h_daemon_write_conf(&b, conf);
+	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis",
+		       r.url, "--node-id", "b", "--leader-lease", "2s", "-l",
+		       "info", NULL);
+	wait_active(&a, 5000);
+	h_daemon_signal(&a, SIGSTOP);
+	wait_active(&b, 10000);
+	c2 = h_hello(b.port, "c2");
+	h_lock(c2, "y", "ttl=6s");
+	h_redis_cli(&r, "FLUSHALL");
+	h_daemon_signal(&a, SIGCONT);
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 4000; h_sleep_ms(100)) {
+		for (i = 0; i < 2; i++) {
+			struct h_client *c3 = h_try_connect(nodes[i]->port);
+
+			if (!c3)
+				continue;
+			l = h_call(c3, "TRYLOCK y ttl=1s");
+			cr_assert(!h_starts(l, "OK GRANTED"),
+				  "y granted by node %c while c2 holds it: %s",
+				  "ab"[i], l);
+			h_close(c3);
+		}
+	}
+	h_close(c2);
+	h_daemon_stop(&a);
+	h_daemon_stop(&b);
 }
 
 /* ---- clients that fail over ---------------------------------------------- */
