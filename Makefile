@@ -219,7 +219,7 @@ check: deps
 DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
             libssl-dev openssl \
             libcriterion-dev redis-server redis-tools redis-sentinel \
-            netcat-openbsd stunnel4 \
+            netcat-openbsd stunnel4 jq \
             systemd man-db faketime iproute2 nftables clang \
             libclang-rt-14-dev
 

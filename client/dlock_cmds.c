@@ -239,7 +239,7 @@ static void print_member_json(const struct dlock_holder *h)
 			printf("%" PRId64, h->wait_ms);
 		printf(", \"restored\": %s", h->restored ? "true" : "false");
 	} else {
-		printf(", \"token\": %" PRIu64 ", \"ttl_ms\": %" PRId64
+		printf(", \"token\": \"%" PRIu64 "\", \"ttl_ms\": %" PRId64
 		       ", \"count\": %" PRIu32,
 		       h->token, h->ttl_ms, h->count);
 	}
@@ -280,7 +280,7 @@ int dl_cli_status(struct cli *cl)
 	if (rc == 0 && cl->json) {
 		fputs("{\"name\": ", stdout);
 		dl_cli_json_str(stdout, cl->pos[0]);
-		printf(", \"state\": \"%s\", \"token\": %" PRIu64
+		printf(", \"state\": \"%s\", \"token\": \"%" PRIu64 "\""
 		       ", \"ttl_ms\": %" PRId64 ", \"count\": %" PRIu32
 		       ", \"owner\": ",
 		       st.held ? "held" : "free", st.token, st.ttl_ms, st.count);
@@ -421,13 +421,18 @@ static void on_stat(const char *key, const char *value, void *arg)
 		return;
 	}
 	if (sl->json) {
-		/* values are decimal numbers (PROTOCOL.md, STATS) */
+		/* values are decimal numbers (PROTOCOL.md, STATS); one past
+		 * 2^53 (a token) is a string: JSON readers keep numbers as
+		 * doubles, and jq 1.6 rounded 1795629885420000014 to
+		 * ...000000 */
 		fputs(sl->json++ == 1 ? "{" : ", ", stdout);
 		dl_cli_json_str(stdout, key);
-		printf(": %s", value[0] && strspn(value, "0123456789") ==
-						       strlen(value)
-				       ? value
-				       : "null");
+		if (!value[0] || strspn(value, "0123456789") != strlen(value))
+			fputs(": null", stdout);
+		else if (strlen(value) > 15)
+			printf(": \"%s\"", value);
+		else
+			printf(": %s", value);
 		return;
 	}
 	if (sl->n == sl->cap) {
@@ -618,7 +623,7 @@ static void on_lock(const char *name, const struct dlock_status *st,
 		printf(", \"state\": \"%s\", \"owner\": ",
 		       st->held ? "held" : "free");
 		dl_cli_json_str_or_null(stdout, st->owner);
-		printf(", \"token\": %" PRIu64 ", \"ttl_ms\": %" PRId64
+		printf(", \"token\": \"%" PRIu64 "\", \"ttl_ms\": %" PRId64
 		       ", \"count\": %" PRIu32 ", \"waiters\": %" PRIu32
 		       ", \"mode\": ",
 		       st->token, st->ttl_ms, st->count, st->waiters);
