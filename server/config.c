@@ -271,6 +271,16 @@ int dl_config_set(struct dl_config *c, const char *section, const char *key,
 		r = dl_parse_u64(value, strlen(value), &v);
 		break;
 	case K_DUR:
+		/* A bare number is ms on the wire, but in a file "30" is more
+		 * often meant as seconds than as 30 ms (found by a new user):
+		 * a duration here says its unit; 0 (off) needs none. */
+		if (value[0] && strspn(value, "0123456789") == strlen(value) &&
+		    strspn(value, "0") != strlen(value)) {
+			seterr(err, errlen,
+			       "%s: '%s' needs a unit: %sms, %ss, %sm or %sh",
+			       key, value, value, value, value, value);
+			return DL_EBADARG;
+		}
 		r = dl_parse_duration(value, strlen(value), &v);
 		break;
 	case K_BOOL:

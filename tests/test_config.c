@@ -93,7 +93,7 @@ Test(config, every_kind_of_value_is_parsed)
 			  "[limits]\ndefault_ttl = 2m\nmax_ttl = 3m\n"
 			  "tick = 5ms\nmax_output = 8192\n"
 			  "[persistence]\npersist = none\n"
-			  "restore_grace = 1500\n",
+			  "restore_grace = 1500ms\n",
 			  err),
 		     0),
 		  "%s", err);
@@ -132,6 +132,9 @@ Test(config, bad_values_are_rejected_with_the_reason)
 	expect_err("[limits]\nmax_ttl = 1200h\n", "out of range");
 	expect_err("[limits]\ndefault_ttl = -1s\n", "not a duration");
 	expect_err("[limits]\ntick = 0\n", "out of range");
+	/* a bare number is not a duration in a file: 30 ms or 30 s? */
+	expect_err("[limits]\ndefault_ttl = 30\n",
+		   ":2: default_ttl: '30' needs a unit: 30ms, 30s, 30m or 30h");
 	expect_err("[limits]\nmax_output = 100\n", "out of range");
 	expect_err("[server]\nlog_level = loud\n", "expected error");
 	expect_err("[persistence]\npersist = disk\n", "none or redis");
