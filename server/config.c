@@ -575,6 +575,27 @@ static int credential(const char *name, char *path, size_t len)
 	return access(path, R_OK) == 0;
 }
 
+/* A Redis URL as it may be shown: the password in it (after "user:" and
+ * before "@", or a password= option) replaced by ***. */
+static const char *masked_url(const char *u, char *out, size_t cap)
+{
+	const char *at = strrchr(u, '@'), *pw = strstr(u, "password="),
+		   *colon, *end;
+	size_t skip = strncmp(u, "sentinel://", 11) == 0 ? 11
+		      : strncmp(u, "redis://", 8) == 0	  ? 8
+							  : 0;
+
+	if (at && skip && (colon = memchr(u + skip, ':', (size_t)(at - u - skip))))
+		snprintf(out, cap, "%.*s:***%s", (int)(colon - u), u, at);
+	else if (pw) {
+		end = strchr(pw, '&');
+		snprintf(out, cap, "%.*s***%s", (int)(pw + 9 - u), u,
+			 end ? end : "");
+	} else
+		snprintf(out, cap, "%s", u);
+	return out;
+}
+
 /* The secrets kept out of dlockd.conf: their files, then the systemd
  * credentials for what the file does not give. */
 static int load_secrets(struct dl_config *c, char *err, size_t errlen)
@@ -711,7 +732,7 @@ void dl_config_dump(const struct dl_config *c, int fd)
 	struct dl_config *m = (struct dl_config *)c;
 	const char *section = "";
 	const struct key *k;
-	char buf[512];
+	char buf[512], url[512];
 	uint64_t v;
 	size_t i;
 	int n;
@@ -726,7 +747,12 @@ void dl_config_dump(const struct dl_config *c, int fd)
 				return;
 		}
 		v = k->type == K_STR ? 0 : *u64_at(m, k);
-		if (k->type == K_STR)
+		if (k->type == K_STR && k->off == offsetof(struct dl_config,
+							       redis))
+			n = snprintf(buf, sizeof(buf), "%s = %s\n", k->name,
+				     masked_url(*str_at(m, k), url,
+						sizeof(url)));
+		else if (k->type == K_STR)
 			n = snprintf(buf, sizeof(buf), "%s = %s\n", k->name,
 				     k->secret && (*str_at(m, k))[0]
 					     ? "(set)"

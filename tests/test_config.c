@@ -513,3 +513,41 @@ Test(config, a_short_password_on_a_public_bind_is_refused)
 	cr_assert(eq(int, load(&c, "[server]\npassword = a\n", err), 0));
 	dl_config_free(&c);
 }
+
+/* --check-config shows the Redis URL with its password masked, and a URL
+ * without one as it is (it used to say "(set)" for the default). */
+Test(config, the_dump_shows_the_redis_url_without_its_password)
+{
+	struct dl_config c;
+	char err[DL_CONFIG_ERR_MAX] = "", out[8192] = "";
+	int fds[2];
+	ssize_t n;
+
+	cr_assert(eq(int,
+		     load(&c,
+			  "[persistence]\nredis = redis://app:s3cret@db:6380/2\n",
+			  err),
+		     0),
+		  "%s", err);
+	cr_assert(eq(int, pipe(fds), 0));
+	dl_config_dump(&c, fds[1]);
+	close(fds[1]);
+	n = read(fds[0], out, sizeof(out) - 1);
+	close(fds[0]);
+	cr_assert(gt(sz, (size_t)n, 0));
+	cr_assert(strstr(out, "redis = redis://app:***@db:6380/2\n") != NULL,
+		  "%s", out);
+	cr_assert(strstr(out, "s3cret") == NULL, "%s", out);
+	dl_config_free(&c);
+	dl_config_defaults(&c);
+	cr_assert(eq(int, pipe(fds), 0));
+	dl_config_dump(&c, fds[1]);
+	close(fds[1]);
+	n = read(fds[0], out, sizeof(out) - 1);
+	out[n > 0 ? n : 0] = '\0';
+	close(fds[0]);
+	cr_assert(strstr(out, "redis = redis://127.0.0.1:6379/0\n") != NULL,
+		  "%s", out);
+	dl_config_free(&c);
+}
+
