@@ -86,7 +86,9 @@ state_dir = $dir/state-$n
 node_id = $n
 advertise = 127.0.0.1:$port
 EOF
-	"$bin/dlockd" -c "$dir/dlockd-$n.conf" 2>&1 | sed -u "s/^/[$n] /" &
+	# $! must be dlockd's own pid, not a pipe's last command (found by
+	# a new user: a TERM to this script left both daemons running)
+	"$bin/dlockd" -c "$dir/dlockd-$n.conf" > >(sed -u "s/^/[$n] /") 2>&1 &
 	pids+=($!)
 	sleep 0.3
 done
