@@ -4,7 +4,7 @@
 # that must spell it out themselves agree with it: the public header
 # (DLOCK_VERSION), the man pages' title lines, debian/changelog (the
 # packages' version) and the Python client's pyproject.toml (or the module
-# attribute it names).
+# attribute it names) and its __version__.
 # Part of make scripts; make deb, sdist and wheel run it first.
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -58,6 +58,12 @@ for path in (root / mod.replace(".", "/")).with_suffix(".py"), \
 print("(no version found)")
 PY
 )"
+	# What the package says of itself at run time.
+	for init in client/python/*/__init__.py; do
+		[ -f "$init" ] || continue
+		v=$(sed -n 's/^__version__ *= *["'"'"']\([^"'"'"']*\)["'"'"'].*/\1/p' "$init")
+		[ -z "$v" ] || check "$init (__version__)" "$v"
+	done
 fi
 
 [ "$fail" = 0 ] || exit 1
