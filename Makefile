@@ -441,6 +441,9 @@ uninstall:
 DEB_OUT := build/deb
 DEB_SRC := $(DEB_OUT)/dlockd-$(VERSION)
 DEB_PROFILES := $(if $(wildcard client/python/pyproject.toml),,-Pnopython)
+# The distribution's tools only, as in a build chroot: a python3 of one's
+# own earlier in PATH (pyenv, a virtualenv) has not Debian's modules.
+DEB_PATH := /usr/sbin:/usr/bin:/sbin:/bin
 deb: deps
 	@sh tests/scripts/version.sh
 	rm -rf $(DEB_OUT)
@@ -451,7 +454,8 @@ deb: deps
 	  -o \( -type f -o -type l \) -print0; fi | \
 	  tar --null -T - --ignore-failed-read -cf - 2>/dev/null | \
 	  tar -x -C $(DEB_SRC)
-	cd $(DEB_SRC) && dpkg-buildpackage -us -uc -j2 $(DEB_PROFILES)
+	cd $(DEB_SRC) && PATH=$(DEB_PATH) dpkg-buildpackage -us -uc -j2 \
+	  $(DEB_PROFILES)
 	lintian --allow-root --fail-on error,warning --info --display-info \
 	  $(DEB_OUT)/dlockd_$(VERSION)_*.changes
 
@@ -464,7 +468,8 @@ deb-test: deb
 	sh tests/deb/install_test.sh $(DEB_OUT)
 
 # The Python client's source distribution and wheel, from Debian's
-# python3-build without a virtual environment, in build/python. Their
+# python3 and python3-build without a virtual environment, in build/python
+# (setuptools' own build/ and *.egg-info in client/python are removed). Their
 # version is the Makefile's (tests/scripts/version.sh checks it).
 PY_OUT := build/python
 sdist wheel: deps
@@ -472,8 +477,9 @@ sdist wheel: deps
 	  { echo "make $@: there is no client/python/pyproject.toml"; exit 1; }
 	@sh tests/scripts/version.sh
 	@mkdir -p $(PY_OUT)
-	cd client/python && python3 -m build --no-isolation --$@ \
+	cd client/python && /usr/bin/python3 -m build --no-isolation --$@ \
 	  --outdir $(CURDIR)/$(PY_OUT)
+	rm -rf client/python/build client/python/*.egg-info
 
 clean:
 	rm -rf build

@@ -18,6 +18,10 @@
 # It changes the system: it refuses to run when any of the packages is
 # installed already, and removes what it installed whatever happens.
 set -eu
+# The installed system as an operator's shell sees it (not a python3 or a
+# compiler of one's own earlier in PATH).
+PATH=/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
 
 out=$(cd "${1:-build/deb}" && pwd)
 top=$(cd "$(dirname "$0")/../.." && pwd)
