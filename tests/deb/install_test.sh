@@ -1,12 +1,13 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # install_test.sh -- the Debian packages, installed on this machine as an
-# operator would (apt-get install ./*.deb), then removed and purged.
+# operator would (apt-get install ./*.deb), then upgraded (the dlockd
+# package repacked under a higher version), removed and purged.
 #
 #   sh tests/deb/install_test.sh build/deb       (make deb-test, as root)
 #
-# There is no systemd as PID 1 here, so the unit itself cannot run; what
-# it would do is done by hand: the installed dlockd is started with the
+# Without systemd as PID 1 (none on the project's machines and CI's) the
+# unit itself cannot run; what it would do is done by hand: the installed dlockd is started with the
 # unit's own ExecStart line, as an unprivileged user (DynamicUser=) with
 # umask 0077, its state in /var/lib/private/dlockd behind /var/lib/dlockd
 # (StateDirectory=), a password in $CREDENTIALS_DIRECTORY
@@ -344,9 +345,27 @@ wait "$npid" "$rpid" 2>/dev/null || true
 npid=""
 rpid=""
 
+# ---- upgrade ----
+
+# The same dlockd package under a higher version: what an upgrade keeps.
+echo "; the operator's own line" >> /etc/dlockd/dlockd.conf
+dpkg-deb -R "$out/dlockd_${version}_$arch.deb" "$dir/up"
+sed -i "s/^Version: .*/Version: $version+up/" "$dir/up/DEBIAN/control"
+dpkg-deb -b "$dir/up" "$dir/dlockd_$version+up_$arch.deb" > /dev/null
+DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	"$dir/dlockd_$version+up_$arch.deb" > "$dir/upgrade.log" 2>&1 ||
+	{ cat "$dir/upgrade.log"; fail "apt-get install of $version+up"; }
+s=$(dpkg-query -W -f='${db:Status-Abbrev}${Version}' dlockd)
+[ "$s" = "ii $version+up" ] || fail "dlockd is \"$s\" after the upgrade"
+grep -q "the operator's own line" /etc/dlockd/dlockd.conf ||
+	fail "the upgrade did not keep the changed /etc/dlockd/dlockd.conf"
+[ -L /etc/systemd/system/multi-user.target.wants/dlockd.service ] ||
+	fail "the upgrade disabled dlockd.service"
+[ -f "$state" ] || fail "the upgrade deleted $state"
+ok "upgrade to $version+up: the changed dlockd.conf, the enablement and the state stay"
+
 # ---- remove, then purge ----
 
-echo "; the operator's own line" >> /etc/dlockd/dlockd.conf
 DEBIAN_FRONTEND=noninteractive apt-get remove -y -q $pkgs > "$dir/remove.log" 2>&1 ||
 	{ cat "$dir/remove.log"; fail "apt-get remove"; }
 for f in /usr/sbin/dlockd /usr/bin/dlock /lib/systemd/system/dlockd.service \
