@@ -525,4 +525,6 @@ bench-bound:
 	DLOCKD=build/dlockd BENCH=build/tests/bench/bench \
 	  sh tests/bench/bound.sh
 
--include $(shell find $(O) -name '*.d' 2>/dev/null)
+# (build/deb holds the package build's own tree, with its own .d files.)
+-include $(shell find $(O) -path build/deb -prune -o -name '*.d' -print \
+            2>/dev/null)
