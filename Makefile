@@ -11,6 +11,9 @@
 #   make bench-bound  what bounds the durable pairs on a small machine
 #   make SAN=1 ...  any target with the sanitizers on (objects in build/san)
 #   make deps       only the Debian package step
+#   make deb        Debian packages in build/deb (dpkg-buildpackage, lintian)
+#   make deb-test   as root: install them, run the daemon, lock, purge
+#   make sdist, make wheel   the Python client in build/python
 
 PREFIX     ?= /usr/local
 DESTDIR    ?=
@@ -92,7 +95,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 
 .PHONY: all check test unit integ scripts run run-ha install uninstall clean deps \
         bench bench-bound fuzz fuzz-smoke format faults faults-short faults-selftest \
-        faults-check-test
+        faults-check-test deb deb-test sdist wheel
 all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
      $(O)/examples/stock
 
@@ -129,6 +132,9 @@ $(O)/dlock: $(O)/client/dlock_cli.o $(O)/client/dlock_cmds.o \
             $(O)/client/dlock_run.o $(O)/client/dlock_guard.o $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS) -lpthread
 
+# The example includes <dlock.h> as a program built against an installed
+# libdlock-dev does (its copy is in /usr/share/doc/libdlock-dev/examples).
+$(O)/client/examples/stock.o: CPPFLAGS += -Iclient
 $(O)/examples/stock: $(O)/client/examples/stock.o $(LIBDLOCK_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS) -lpthread
@@ -221,7 +227,10 @@ DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
             libcriterion-dev redis-server redis-tools redis-sentinel \
             netcat-openbsd stunnel4 jq \
             systemd man-db faketime iproute2 nftables clang \
-            libclang-rt-14-dev
+            libclang-rt-14-dev \
+            build-essential dpkg-dev debhelper fakeroot lintian \
+            dh-python python3-all python3-setuptools python3-build \
+            python3-wheel pybuild-plugin-pyproject
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -396,6 +405,7 @@ install: all
 	install -m 644 client/dlock.1 $(DESTDIR)$(MANDIR)/man1/dlock.1
 	install -m 644 server/dlockd.conf.5 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5
 	install -m 644 server/dlockd.8 $(DESTDIR)$(MANDIR)/man8/dlockd.8
+	install -m 644 README.md $(DESTDIR)$(DOCDIR)/README.md
 	install -m 644 proto/PROTOCOL.md $(DESTDIR)$(DOCDIR)/PROTOCOL.md
 	install -m 644 LICENSE $(DESTDIR)$(DOCDIR)/LICENSE
 	install -m 644 conf/redis-dlockd.conf \
@@ -418,7 +428,58 @@ uninstall:
 	  $(DESTDIR)$(MANDIR)/man1/dlock.1 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5 \
 	  $(DESTDIR)$(MANDIR)/man8/dlockd.8 $(DESTDIR)$(UNITDIR)/dlockd.service \
 	  $(DESTDIR)$(DOCDIR)/PROTOCOL.md $(DESTDIR)$(DOCDIR)/redis-dlockd.conf \
-	  $(DESTDIR)$(DOCDIR)/LICENSE
+	  $(DESTDIR)$(DOCDIR)/LICENSE $(DESTDIR)$(DOCDIR)/README.md
+
+# ---- Debian packages and the Python client -------------------------------------
+
+# make deb: the packages of debian/ (dlockd, dlock, libdlock0, libdlock-dev
+# and, once client/python/pyproject.toml exists, python3-dlockd), built by
+# dpkg-buildpackage from a copy of the tree's files (tracked and new, not
+# ignored; without git, all but build/ and run/), so that the build and
+# its clean never touch this checkout.
+# Everything lands in build/deb; lintian must find no error or warning.
+DEB_OUT := build/deb
+DEB_SRC := $(DEB_OUT)/dlockd-$(VERSION)
+DEB_PROFILES := $(if $(wildcard client/python/pyproject.toml),,-Pnopython)
+# The distribution's tools only, as in a build chroot: a python3 of one's
+# own earlier in PATH (pyenv, a virtualenv) has not Debian's modules.
+DEB_PATH := /usr/sbin:/usr/bin:/sbin:/bin
+deb: deps
+	@sh tests/scripts/version.sh
+	rm -rf $(DEB_OUT)
+	mkdir -p $(DEB_SRC)
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  git ls-files -z --cached --others --exclude-standard; \
+	else find . \( -path ./build -o -path ./run -o -path ./.git \) -prune \
+	  -o \( -type f -o -type l \) -print0; fi | \
+	  tar --null -T - --ignore-failed-read -cf - 2>/dev/null | \
+	  tar -x -C $(DEB_SRC)
+	cd $(DEB_SRC) && PATH=$(DEB_PATH) dpkg-buildpackage -us -uc -j2 \
+	  $(DEB_PROFILES)
+	lintian --allow-root --fail-on error,warning --info --display-info \
+	  $(DEB_OUT)/dlockd_$(VERSION)_*.changes
+
+# make deb-test (as root): install the packages on this machine, check
+# where everything lands, run the installed daemon as its unit would
+# against a private redis-server, take locks with the installed clients,
+# then remove and purge (tests/deb/install_test.sh says what is checked).
+# It changes the system, so make check does not run it; .ci/run does.
+deb-test: deb
+	sh tests/deb/install_test.sh $(DEB_OUT)
+
+# The Python client's source distribution and wheel, from Debian's
+# python3 and python3-build without a virtual environment, in build/python
+# (setuptools' own build/ and *.egg-info in client/python are removed). Their
+# version is the Makefile's (tests/scripts/version.sh checks it).
+PY_OUT := build/python
+sdist wheel: deps
+	@test -f client/python/pyproject.toml || \
+	  { echo "make $@: there is no client/python/pyproject.toml"; exit 1; }
+	@sh tests/scripts/version.sh
+	@mkdir -p $(PY_OUT)
+	cd client/python && /usr/bin/python3 -m build --no-isolation --$@ \
+	  --outdir $(CURDIR)/$(PY_OUT)
+	rm -rf client/python/build client/python/*.egg-info
 
 clean:
 	rm -rf build
@@ -464,4 +525,6 @@ bench-bound:
 	DLOCKD=build/dlockd BENCH=build/tests/bench/bench \
 	  sh tests/bench/bound.sh
 
--include $(shell find $(O) -name '*.d' 2>/dev/null)
+# (build/deb holds the package build's own tree, with its own .d files.)
+-include $(shell find $(O) -path build/deb -prune -o -name '*.d' -print \
+            2>/dev/null)

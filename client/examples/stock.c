@@ -41,7 +41,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "client/dlock.h"
+#include <dlock.h> /* pkg-config --cflags --libs dlock */
 
 #define LOCK_NAME    "stock"
 #define LOCK_TTL_MS  10000

@@ -32,6 +32,7 @@ usr/lib/systemd/system/dlockd.service
 usr/sbin/dlockd
 usr/share/doc/dlockd/LICENSE
 usr/share/doc/dlockd/PROTOCOL.md
+usr/share/doc/dlockd/README.md
 usr/share/doc/dlockd/redis-dlockd.conf
 usr/share/man/man1/dlock.1
 usr/share/man/man5/dlockd.conf.5
@@ -41,7 +42,7 @@ actual=$(cd "$stage" && find . \( -type f -o -type l \) | sed 's|^\./||' | LC_AL
 	printf 'expected:\n%s\ngot:\n%s\n' "$expected" "$actual" >&2
 	fail "installed file list differs"
 }
-echo "install.sh: ok: the 15 documented files, nothing else"
+echo "install.sh: ok: the 16 documented files, nothing else"
 
 echo "; the operator's own line" >> "$stage/etc/dlockd/dlockd.conf"
 install
