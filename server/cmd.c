@@ -493,17 +493,12 @@ static void cmd_holders(struct dl_conn *c, const struct dl_request *rq)
 	dl_locktab_members(c->srv->tab, rq->name, member_line, &x);
 }
 
-/* The active's address, "-" when none is known. */
+/* The active's address, "-" when none is known (dl_store_active_addr). */
 static struct dl_str active_addr(const struct dl_server *srv)
 {
-	const struct dl_leader *l = dl_store_leader(srv->store);
+	const char *a = dl_store_active_addr(srv->store);
 
-	if (dl_store_active(srv->store))
-		return (struct dl_str){dl_store_addr(srv->store),
-				       strlen(dl_store_addr(srv->store))};
-	if (!l->epoch)
-		return DL_STR_LIT("-");
-	return (struct dl_str){l->addr, strlen(l->addr)};
+	return (struct dl_str){a, strlen(a)};
 }
 
 /* A standby executes nothing that reads or changes locks: it has no

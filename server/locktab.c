@@ -197,6 +197,7 @@ struct dl_owner *dl__owner_get(struct dl_locktab *t, struct dl_str id)
 	a->nowners++;
 	dl_htab_insert(&t->owners, &o->hn);
 	t->st.owners++;
+	t->owner_new = 1; /* see drain() */
 	return o;
 }
 
@@ -889,6 +890,7 @@ void dl_locktab_reset(struct dl_locktab *t)
 	free_objects(t);
 	t->ndirty = 0;
 	t->nurgent = 0;
+	t->owner_new = 0;
 	t->placeholders = 0;
 	t->last_token = 0;
 	t->st.locks = t->st.leases = t->st.waiters = t->st.owners = 0;
@@ -1017,6 +1019,14 @@ int dl_locktab_bind_proof(struct dl_locktab *t, struct dl_str id,
 	return 0;
 }
 
+int dl_locktab_proof_conflicts(struct dl_locktab *t, struct dl_str id,
+			       const uint8_t proof[DL_OWNER_PROOF_LEN])
+{
+	struct dl_owner *o = owner_find(t, id);
+
+	return o && o->has_proof && !proof_equal(o->proof, proof);
+}
+
 const uint8_t *dl_owner_proof(const struct dl_owner *o)
 {
 	return o->has_proof ? o->proof : NULL;
@@ -1061,6 +1071,17 @@ static size_t drain(struct dl_locktab *t, dl_lock_cb cb, void *arg,
 	struct dl_lock *lk;
 
 	assert(!t->pinned);
+	/* An owner id is bound to a key when its owner is created, and may
+	 * be bound again to another key once the owner is gone -- while the
+	 * last changes of the old binding (a release, an expiry) are still
+	 * lazy. Written after the new binding's grant, they would leave
+	 * Redis, for a moment, with records of one owner under two keys,
+	 * which a restart then cannot load. So the first drain after an owner
+	 * is created takes everything: Redis applies a batch whole, and the
+	 * old binding's changes go in it or before it. */
+	if (t->owner_new)
+		urgent_only = 0;
+	t->owner_new = 0;
 	for (i = 0; i < n; i++) {
 		lk = t->dirty[i];
 		if (urgent_only && !lk->urgent) {

@@ -364,6 +364,10 @@ int dl_session_prove(struct dl_locktab *t, struct dl_session *s,
  * DL_EBADARG if there is no such owner. */
 int dl_locktab_bind_proof(struct dl_locktab *t, struct dl_str id,
 			  const uint8_t proof[DL_OWNER_PROOF_LEN]);
+/* 1 if owner `id` exists and is bound to a proof other than `proof`
+ * (dl_locktab_bind_proof would refuse it). */
+int dl_locktab_proof_conflicts(struct dl_locktab *t, struct dl_str id,
+			       const uint8_t proof[DL_OWNER_PROOF_LEN]);
 /* The owner's proof, or NULL if it has none. */
 const uint8_t *dl_owner_proof(const struct dl_owner *o);
 

@@ -35,6 +35,7 @@ struct dl_locktab {
 	size_t ndirty;
 	size_t dirty_cap;
 	size_t nurgent;	 /* dirty locks with lk->urgent */
+	int owner_new;	 /* an owner was created since the last full drain */
 	unsigned pinned; /* dl_locktab_pin: no lock may leave the table */
 	struct dl_locktab_stats st;
 	struct dl_wheel wheel;

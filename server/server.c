@@ -173,11 +173,10 @@ static void close_clients(struct dl_server *srv, const char *why)
  * the table emptied: a standby keeps no state. */
 static void step_down(struct dl_server *srv)
 {
-	const struct dl_leader *l = dl_store_leader(srv->store);
 	char why[32 + DL_ADVERTISE_MAX];
 
 	snprintf(why, sizeof(why), "not-active active=%s",
-		 l->epoch ? l->addr : "-");
+		 dl_store_active_addr(srv->store));
 	dl_locktab_suspend_grants(srv->tab, 1);
 	break_holds(srv);
 	close_clients(srv, why);

@@ -236,6 +236,17 @@ const struct dl_leader *dl_store_leader(const struct dl_store *st)
 	return &st->leader;
 }
 
+const char *dl_store_active_addr(const struct dl_store *st)
+{
+	const struct dl_leader *l = &st->leader;
+
+	if (dl_store_active(st))
+		return dl_store_addr(st);
+	if (!l->epoch || strcmp(l->node, dl_store_node(st)) == 0)
+		return "-";
+	return l->addr;
+}
+
 const char *dl_store_node(const struct dl_store *st)
 {
 	return st->node;

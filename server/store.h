@@ -126,6 +126,11 @@ int dl_store_leading(const struct dl_store *st);
 int dl_store_active(const struct dl_store *st);
 /* The active daemon as last known; epoch 0 if none is known. */
 const struct dl_leader *dl_store_leader(const struct dl_store *st);
+/* Where clients should go: this daemon's address if it is the active
+ * one, else the active's as last known -- "-" when none is known, or the
+ * leadership last seen names this daemon (a take-over that has not
+ * finished loading: this one is not serving). */
+const char *dl_store_active_addr(const struct dl_store *st);
 /* This daemon's node id and address, as recorded in the leadership. */
 const char *dl_store_node(const struct dl_store *st);
 const char *dl_store_addr(const struct dl_store *st);

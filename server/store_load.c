@@ -335,6 +335,17 @@ static int check_item(const struct dl_record_item *it, void *arg)
 
 	if (it->ttl_ms == 0 || it->ttl_ms > DL_TTL_STORE_MAX)
 		return DL_EPROTO;
+	/* One owner, two keys: no daemon writes that (one binding per
+	 * owner, and the drain after a new binding carries the old one's
+	 * last changes: locktab.c, drain), but a crash of an older daemon,
+	 * or a hand in Redis, may leave it. Which key is the owner's cannot
+	 * be told, so the later record is held unreadable -- the lock stays
+	 * busy, nobody holds it by this -- and the load goes on. */
+	if (it->has_proof &&
+	    dl_locktab_proof_conflicts(x->st->tab, it->owner, it->proof)) {
+		x->why = "its owner is bound to another key by an earlier record";
+		return DL_EPROTO;
+	}
 	if (it->kind != 'H')
 		return 0;
 	if (it->count == 0 || it->count > DL_REENTRY_MAX || it->token == 0)
@@ -363,8 +374,9 @@ static uint64_t restored_deadline(const struct load_ctx *x,
 }
 
 /* The item's owner is bound to the proof its record carries (locktab.h,
- * Identity). Two lines of one owner with two proofs cannot come from a
- * daemon (one binding per owner): the record is unreadable. */
+ * Identity). A proof that differs from the owner's was refused by the
+ * check pass (check_item); one record naming an owner twice is refused by
+ * the restore. */
 static int bind_proof(struct dl_locktab *t, const struct dl_record_item *it)
 {
 	if (!it->has_proof)
@@ -453,10 +465,12 @@ int dl__load_record(struct load_ctx *x, struct dl_str name,
 	x->name = name;
 	x->changed = 0;
 	x->holders = 0;
+	x->why = NULL;
 	r = dl_record_parse(val->str, val->len, check_item, x, &why);
 	if (r == DL_EPROTO)
-		return dl__load_unreadable(x, name, val->str, val->len,
-					   why ? why : "a value out of range");
+		return dl__load_unreadable(
+			x, name, val->str, val->len,
+			x->why ? x->why : why ? why : "a value out of range");
 	if (r == 0)
 		r = dl_record_parse(val->str, val->len, load_item, x, &why);
 	if (r)

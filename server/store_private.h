@@ -411,6 +411,7 @@ struct load_ctx {
 	int changed;	    /* the current lock lost items: write it back */
 	int holders;	    /* check pass: H lines seen ... */
 	int holders_shared; /* ... and their mode */
+	const char *why;    /* check pass: why the record is unreadable */
 	size_t leases, waiters, dropped, unreadable, ignored;
 	uint64_t max_token;
 	struct dl_buf changed_names; /* NUL-separated */
