@@ -413,7 +413,13 @@ int dl_access_auth(struct dl_conn *c, struct dl_str user, struct dl_str secret,
 	enum dl_auth_how how;
 
 	if (c->authed) {
-		/* once per connection; the same again is harmless */
+		/* Once per connection; the same again is harmless. Only a
+		 * connection that proved a secret has it compared again: one
+		 * logged in by its uid or certificate is never told whether
+		 * a secret is right (that would be guessing with no delay,
+		 * count or log). */
+		if (c->auth_how == DL_AUTH_UID || c->auth_how == DL_AUTH_NAME)
+			goto already;
 		if (c->auth_how == DL_AUTH_OPEN ||
 		    (!user.len && c->auth_how == DL_AUTH_PASSWORD &&
 		     dl_secret_equal(
@@ -425,6 +431,7 @@ int dl_access_auth(struct dl_conn *c, struct dl_str user, struct dl_str secret,
 		if (u && u == c->user &&
 		    dl_users_check(a->users, user, secret, &u) == 0)
 			return 0;
+already:
 		snprintf(why, whylen,
 			 "authenticated already (as %s): open another "
 			 "connection to be someone else",

@@ -522,7 +522,7 @@ static void hello_unauthenticated(struct dl_conn *c,
 {
 	struct reply r;
 
-	if (rq->owner.len) {
+	if (rq->owner.len || rq->owner_secret.len) {
 		dl_cmd_error(c, DL_ENOAUTH,
 			     "AUTH first: an owner is named once authenticated",
 			     rq->tag);
