@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 #include "client/dlock_cli.h"
 #include "proto/proto.h"
@@ -157,10 +158,11 @@ static const char conn_help[] =
 	"                      DLOCK_SECRET); on the unix socket a user\n"
 	"                      known by its uid needs none\n"
 	"  --owner ID[=KEY]    owner id and the key that proves it\n"
-	"                      (DLOCK_OWNER; default: random, new\n"
-	"                      for each invocation). Without KEY the\n"
-	"                      server makes one for a new owner, and\n"
-	"                      refuses an owner in use by others\n"
+	"                      (DLOCK_OWNER=ID=KEY, which ps(1) does\n"
+	"                      not show; default: random, new for each\n"
+	"                      invocation). Without KEY the server makes\n"
+	"                      one for a new owner, and refuses an owner\n"
+	"                      in use by others\n"
 	"  --tls-ca FILE       TLS, trusting the CAs in FILE (PEM) for the\n"
 	"                      server's certificate (DLOCK_TLS_CA)\n"
 	"  --tls-cert FILE     client certificate (PEM), for a server that\n"
@@ -170,8 +172,8 @@ static const char conn_help[] =
 	"  --tls-server-name N the name the server's certificate must carry\n"
 	"                      (DLOCK_TLS_SERVER_NAME; default: the host)\n"
 	"  --timeout D         connect and request timeout (5s)\n"
-	"Durations: a bare number is milliseconds; ms, s, m suffixes\n"
-	"(250, 250ms, 30s, 5m); waits also take inf.\n";
+	"Durations need a unit: ms, s, m or h (250ms, 30s, 5m); waits\n"
+	"also take inf.\n";
 
 static const char exit_help[] =
 	"Exit status:\n"
@@ -179,12 +181,14 @@ static const char exit_help[] =
 	"       signal N)\n"
 	"  1    refused: not the holder (unlock, refresh), stale (check)\n"
 	"  64   usage error\n"
+	"  65   the lock is in use with another --limit\n"
 	"  69   cannot reach the server, or it cannot persist (UNAVAILABLE)\n"
 	"  70   internal or unexpected error\n"
 	"  75   could not get the lock: busy with --wait 0, the wait timed\n"
 	"       out, a server limit was reached, or (run) this owner id\n"
 	"       holds it in another process\n"
 	"  76   run: the lease was lost and the command was stopped\n"
+	"  124  run: the command ran for its --timeout and was stopped\n"
 	"  77   authentication failed or required\n"
 	"  126  run: the command could not be executed\n"
 	"  127  run: the command was not found\n";
@@ -890,7 +894,7 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 		dl_cli_msg("cannot lock %s: it is in use with another --limit "
 			   "(%s); give the same --limit as its users",
 			   name, dlock_last_error());
-		return EXIT_USAGE;
+		return EXIT_MISMATCH;
 	}
 	if (rc == DLOCK_EDEADLK) {
 		/* not an error of the server or of dlock: the lock is this
@@ -917,6 +921,12 @@ int main(int argc, char **argv)
 	struct cli cl = {.ttl_ms = DEFAULT_TTL_MS, .wait_ms = DL_WAIT_INF};
 	int done = 0, rc;
 
+	/* dlock may hold a secret, a password or an owner key, from its
+	 * environment, its arguments or a file. Not dumpable, its memory
+	 * and /proc/<pid>/environ are root's only: a command `dlock run`
+	 * starts (same uid, which exec makes dumpable again) cannot read
+	 * what was kept from its environment out of its parent's. */
+	(void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 	if (argc > 1 && strcmp(argv[1], "--run-guard") == 0)
 		return dl_cli_guard(argc, argv); /* dlock_run.c started us */
 	rc = parse_args(&cl, argc, argv, &done);

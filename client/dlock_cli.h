@@ -41,6 +41,8 @@ enum {
 	EXIT_OK = 0,
 	EXIT_REFUSED = 1,	/* the server said no: NOT_HOLDER, STALE */
 	EXIT_USAGE = 64,	/* EX_USAGE: bad command line */
+	EXIT_MISMATCH = 65,	/* EX_DATAERR: the lock is in use with another
+				   --limit (LIMIT_MISMATCH) */
 	EXIT_UNAVAILABLE = 69,	/* EX_UNAVAILABLE: cannot reach the server, or
 				   its persistence is down */
 	EXIT_SOFTWARE = 70,	/* EX_SOFTWARE: anything else */

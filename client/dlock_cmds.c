@@ -47,8 +47,8 @@ int dl_cli_lock(struct cli *cl)
 		/* the owner and its key: the lease's only proof of owner */
 		if (!cl->owner_key)
 			dl_cli_msg("%s is held by owner %s for %" PRId64
-				   " ms (not renewed); release it with: dlock "
-				   "unlock --owner %s=%s %s %" PRIu64,
+				   " ms (not renewed); release it with: "
+				   "DLOCK_OWNER=%s=%s dlock unlock %s %" PRIu64,
 				   name, dlock_owner(c), dlock_lease_ttl(l),
 				   dlock_owner(c), dlock_owner_key(c), name,
 				   dlock_lease_token(l));

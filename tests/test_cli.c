@@ -21,6 +21,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -73,6 +74,7 @@ static const char *owned(const char *id)
 static struct h_daemon d;
 static struct h_daemon own; /* a second daemon: password, unix socket */
 static int nproc;	    /* names the output files */
+static uid_t run_as;	    /* not 0: dlock runs as this uid and gid */
 
 static void start(void)
 {
@@ -193,6 +195,9 @@ static void proc_startv(struct proc *p, va_list ap)
 	signal(SIGHUP, SIG_DFL);
 	signal(SIGINT, SIG_DFL);
 	signal(SIGQUIT, SIG_DFL);
+	if (run_as && (setgroups(0, NULL) || setgid(run_as) ||
+		       setuid(run_as)))
+		_exit(125);
 	execv(argv[0], (char *const *)argv);
 	_exit(126);
 }
@@ -402,6 +407,33 @@ Test(cli, run_does_not_pass_secrets_to_its_command)
 	slurp(in_dir("env"), env, sizeof(env));
 	cr_assert(strstr(env, "DLOCK_NAME=envx") != NULL, "%s", env);
 	cr_assert(strstr(env, "hunter2") == NULL, "%s", env);
+}
+
+/* Nor can the command read them from its parents: dlock is not
+ * dumpable, so /proc/<pid>/environ of a dlock process is root's only
+ * (found from outside: the command, as the same uid, read DLOCK_SECRET
+ * out of its parent's environ). Run as nobody -- root reads any process.
+ * The command's own environ is the control: reading one works. */
+Test(cli, run_command_cannot_read_secrets_from_its_parents)
+{
+	const char *script =
+		"pp=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$PPID/status); "
+		"for p in $$ $PPID $pp; do "
+		"echo \"== $p\"; tr '\\0' '\\n' < /proc/$p/environ; done; "
+		"true";
+	struct result r;
+
+	run_as = 65534;
+	setenv("DLOCK_SECRET", "hunter2-secret", 1);
+	setenv("DLOCK_PASSWORD", "hunter2-password", 1);
+	dlock(&r, "run", "envp", "--", "sh", "-c", script, NULL);
+	unsetenv("DLOCK_SECRET");
+	unsetenv("DLOCK_PASSWORD");
+	run_as = 0;
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(strstr(r.out, "DLOCK_NAME=envp") != NULL,
+		  "the control: %s / %s", r.out, r.err);
+	cr_assert(strstr(r.out, "hunter2") == NULL, "%s", r.out);
 }
 
 Test(cli, run_passes_the_command_status_through)
@@ -784,10 +816,12 @@ Test(cli, lock_without_an_owner_tells_which_owner_holds_it)
 	cr_assert(gt(u64, to_u64(h_kv(c->line, "ttl_ms")), 25000));
 
 	/* another process unlocks it with that owner and its key, from
-	 * the environment: the note says both, "--owner <id>=<key>" */
+	 * the environment, as the note says: "DLOCK_OWNER=<id>=<key>" (not
+	 * an argument, which ps(1) would show) */
 	snprintf(tok, sizeof(tok), "%" PRIu64, to_u64(r.out));
-	cr_assert(has(r.err, "--owner "), "%s", r.err);
-	snprintf(owner, sizeof(owner), "%s", strstr(r.err, "--owner ") + 8);
+	cr_assert(has(r.err, "DLOCK_OWNER="), "%s", r.err);
+	snprintf(owner, sizeof(owner), "%s",
+		 strstr(r.err, "DLOCK_OWNER=") + 12);
 	*strchrnul(owner, ' ') = '\0';
 	setenv("DLOCK_OWNER", owner, 1);
 	dlock(&r, "unlock", "anon", tok, NULL);
@@ -1183,6 +1217,10 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 	dlock(&r, "lock", "lm/s", "--owner", owned("s1"), "--limit", "3",
 	      "--ttl", "1h", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	/* another limit for the same name: its own exit status */
+	dlock(&r, "lock", "lm/s", "--limit", "2", "--wait", "0", NULL);
+	cr_assert(eq(int, r.status, 65), "%s", r.err);
+	cr_assert(has(r.err, "another --limit"), "%s", r.err);
 	dlock(&r, "list", "lm/", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(has(r.out, " MODE ") && has(r.out, " HOLDERS "), "%s",
