@@ -19,6 +19,7 @@ token is kept until the server answers, across reconnects).
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import inspect
 import os
 import socket
@@ -121,18 +122,35 @@ async def _exit(lease: AsyncLease, et: Any, ev: Any) -> None:
         )
 
 
-class _Acquire:
-    """What ``AsyncClient.lock()`` returns: await it for the lease, or
-    use it in ``async with`` (which releases at the end)."""
+class _Acquire(collections.abc.Coroutine):  # type: ignore[type-arg]
+    """What ``AsyncClient.lock()`` returns: await it (or make it a task)
+    for the lease, or use it in ``async with`` (which releases at the
+    end)."""
 
     def __init__(self, client: AsyncClient, args: _api.LockArgs, cancel_on_loss: bool) -> None:
         self._c = client
         self._a = args
         self._cancel_on_loss = cancel_on_loss
         self._lease: AsyncLease | None = None
+        self._coro: Any = None
+
+    def _inner(self) -> Any:
+        if self._coro is None:
+            self._coro = self._acquire()
+        return self._coro
 
     def __await__(self) -> Generator[Any, None, AsyncLease]:
-        return self._acquire().__await__()
+        return self._inner().__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._inner().send(value)
+
+    def throw(self, *exc: Any) -> Any:
+        return self._inner().throw(*exc)
+
+    def close(self) -> None:
+        if self._coro is not None:
+            self._coro.close()
 
     async def _acquire(self) -> AsyncLease:
         lease = await self._c._acquire(self._a)

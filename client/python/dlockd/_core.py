@@ -787,6 +787,11 @@ class Core:
             d = now + q.ttl - slack_ms(q.ttl)
             if d < ls.deadline:
                 ls.deadline = d
+            # ... and its guard is the shorter TTL's from then on (the
+            # longer TTL's guard could exceed the shorter deadline and
+            # declare the lease lost before the reply; a longer TTL counts
+            # once confirmed)
+            ls.ttl = min(ls.ttl, q.ttl)
         self.fifo.append(q)
 
     def _internal(self, op: str, name: str = "", token: int = 0, last_hold: bool = False) -> None:
