@@ -71,7 +71,8 @@ CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
               test_users
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
-               test_client test_cli test_layout test_tls test_access
+               test_client test_cli test_layout test_tls test_access \
+               test_conformance
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -171,6 +172,10 @@ $(O)/tests/test_ops: $(O)/tests/test_ops.o $(HARNESS_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_client: $(O)/tests/test_client.o $(HARNESS_OBJ) \
                         $(LIBDLOCK_A)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
+# The conformance scenarios (tests/conformance), libdlock's runner.
+$(O)/tests/test_conformance: $(O)/tests/test_conformance.o $(HARNESS_OBJ) \
+                             $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_tls: $(O)/tests/test_tls.o $(HARNESS_OBJ) $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread

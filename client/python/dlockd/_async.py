@@ -69,18 +69,15 @@ class AsyncLease(LeaseView):
         """Give the hold back. Cancellation-safe: a task cancelled here
         leaves the UNLOCK to complete (sent again after a reconnect until
         the server answers). NotHolder if the server no longer had the
-        lease and it was not known lost."""
+        lease."""
         c = self._client
         q = c._core.release_request(self._ls, now_ms())
         if q is None:
             return
-        was_lost = self._ls.lost is not None
         try:
             await c._call(q, finish=lambda: c._core.released(self._ls), shield=True)
         except DlockError as e:
             if e.code == "NOT_HOLDER":
-                if was_lost:
-                    return
                 if self._ls.lost is None:
                     self._ls.lost = LostReason.REJECTED
                     self.lost.set()

@@ -85,20 +85,18 @@ class Lease(LeaseView):
         sent again after a reconnect until the server answers it, even if
         this call gives up (request_timeout, KeyboardInterrupt). Raises
         NotHolder if the server no longer had the lease (it expired or was
-        broken) and it was not known lost. A lease not owned by this
-        process (after fork) is left alone."""
+        broken; a lost lease is released too, in case the server still
+        has it). A lease not owned by this process (after fork) is left
+        alone."""
         c = self._client
         with c._mu:
             q = c._core.release_request(self._ls, now_ms())
             if q is None:
                 return
-            was_lost = self._ls.lost is not None
         try:
             c._call(q, finish=lambda: c._core.released(self._ls))
         except DlockError as e:
             if e.code == "NOT_HOLDER":
-                if was_lost:
-                    return
                 with c._mu:
                     if self._ls.lost is None:
                         self._ls.lost = _api.LostReason.REJECTED
