@@ -277,7 +277,7 @@ class Client:
             ls.handle = lease
             if ls.lost is not None:  # lost before we had a handle
                 self.lost(ls)
-        self._wake()
+        # (the thread that read the grant set its timers after it)
         return lease
 
     def rwlock(self, name: str) -> RWLock:
@@ -629,10 +629,9 @@ class Client:
         nxt = core.tick(now)
         self._flush()
         if self._sock is not None and core.state == UP:
-            self._sel.modify(
-                self._sock,
-                selectors.EVENT_READ | (selectors.EVENT_WRITE if core.out else 0),
-            )
+            want = selectors.EVENT_READ | (selectors.EVENT_WRITE if core.out else 0)
+            if self._sel.get_key(self._sock).events != want:
+                self._sel.modify(self._sock, want)
         if core.state == DOWN:
             nxt = min(nxt, core.reconnect_at)
         if core.state == CONNECTING:
