@@ -9,6 +9,9 @@
 #   make bench      benchmarks, dlockd against the Redis recipe (on demand;
 #                   BENCH_ONLY=tls: only the TLS rows)
 #   make bench-bound  what bounds the durable pairs on a small machine
+#   make bench-python the Python client against redis-py's Lock
+#   make pytest     the Python client's tests (tests/python), against the
+#                   build's dlockd and real redis-servers
 #   make SAN=1 ...  any target with the sanitizers on (objects in build/san)
 #   make deps       only the Debian package step
 #   make deb        Debian packages in build/deb (dpkg-buildpackage, lintian)
@@ -74,7 +77,8 @@ CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
               test_users
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
-               test_client test_cli test_layout test_tls test_access
+               test_client test_cli test_layout test_tls test_access \
+               test_conformance
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -95,7 +99,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 
 .PHONY: all check test unit integ scripts run run-ha install uninstall clean deps \
         bench bench-bound fuzz fuzz-smoke format faults faults-short faults-selftest \
-        faults-check-test deb deb-test sdist wheel
+        faults-check-test deb deb-test sdist wheel pytest bench-python
 all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
      $(O)/examples/stock
 
@@ -178,6 +182,10 @@ $(O)/tests/test_ops: $(O)/tests/test_ops.o $(HARNESS_OBJ) $(PROTO_OBJ)
 $(O)/tests/test_client: $(O)/tests/test_client.o $(HARNESS_OBJ) \
                         $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
+# The conformance scenarios (tests/conformance), libdlock's runner.
+$(O)/tests/test_conformance: $(O)/tests/test_conformance.o $(HARNESS_OBJ) \
+                             $(LIBDLOCK_A)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_tls: $(O)/tests/test_tls.o $(HARNESS_OBJ) $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_layout: $(O)/tests/test_layout.o $(HARNESS_OBJ) \
@@ -212,11 +220,19 @@ scripts: $(O)/dlockd
 
 test: unit integ scripts
 
+# The Python client (client/python): its tests and the conformance
+# scenarios' Python runner, against this build's dlockd. Debian's Python:
+# the packages below (DEB_PKGS) install pytest there.
+PYTHON ?= /usr/bin/python3
+pytest: $(O)/dlockd
+	DLOCKD=$(O)/dlockd $(PYTHON) -m pytest -q tests/python
+
 # The front door for CI and for people: packages, a normal build with its
 # unit tests, then the whole suite under AddressSanitizer and UBSan.
 check: deps
 	$(MAKE) all unit
 	$(MAKE) SAN=1 test
+	$(MAKE) pytest
 	$(MAKE) faults-short
 	$(MAKE) fuzz-smoke
 
@@ -229,8 +245,9 @@ DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
             systemd man-db faketime iproute2 nftables clang \
             libclang-rt-14-dev \
             build-essential dpkg-dev debhelper fakeroot lintian \
-            dh-python python3-all python3-setuptools python3-build \
-            python3-wheel pybuild-plugin-pyproject
+            dh-python python3 python3-all python3-setuptools python3-build \
+            python3-wheel pybuild-plugin-pyproject python3-pytest \
+            python3-pytest-asyncio python3-redis
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -328,7 +345,7 @@ $(O)/faults/check: tests/faults/check.c
 
 FAULT_BINS = $(O)/dlockd $(O)/dlock $(O)/faults/worker $(O)/faults/check
 FAULT_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock WORKER=$(O)/faults/worker \
-            CHECK=$(O)/faults/check
+            CHECK=$(O)/faults/check PYTHON=$(PYTHON)
 
 # The checker judged on hand-written histories (tests/faults/fixtures).
 faults-check-test: $(O)/faults/check
@@ -518,6 +535,13 @@ bench:
 	  FCALL=build/tests/bench/fcall HTAB=build/tests/bench/htab \
 	  OUT=build/bench \
 	  sh tests/bench/run.sh
+
+# The Python client against redis-py's Lock on a Redis of equal durability
+# (tests/bench/pybench.py; the table goes to build/bench/python.txt).
+bench-python:
+	$(MAKE) SAN= O=build build/dlockd
+	DLOCKD=build/dlockd $(PYTHON) tests/bench/pybench.py \
+	  --out build/bench/python.txt
 
 # What bounds the durable pairs on a small machine (README, How fast).
 bench-bound:

@@ -16,6 +16,8 @@
 #   SEED       the nemesis's random seed [random; printed, for replay:
 #              the same seed gives the same faults at the same moments]
 #   WORKERS    lock workers [8]     RUNNERS  dlock run loops [2]
+#   PYWORKERS  lock workers on the Python client (pyworker.py, run by
+#              $PYTHON [python3]), judged as the others [2]
 #   COPYCATS   workers that say worker 0's owner id without its key [1]
 #   LOCKS      lock names L0.. [3]
 #   RWLOCKS    read/write locks S0.. (workers take them shared two times
@@ -92,6 +94,7 @@ top=$(cd "$here/../.." && pwd)
 : "${WORKERS:=8}" "${RUNNERS:=2}" "${LOCKS:=3}" "${CLOCK_STEPS:=both}"
 : "${RWLOCKS:=1}" "${SEMAPHORES:=1}" "${COPYCATS:=1}"
 : "${STALL_MS:=300}"
+: "${PYWORKERS:=2}" "${PYTHON:=python3}"
 : "${CLUSTER:=0}" "${REDIS_HA:=0}"
 if [ "$REDIS_HA" = 1 ] && [ "$CLUSTER" = 1 ]; then
 	: "${FAULTS:=failover_redis kill9_dlockd kill9_standby stop_active partition_active clock_step kill_worker kill_run flushall forget_while_down during_takeover lossy_failover}"
@@ -342,6 +345,19 @@ worker_start() {    # slot
 	[ "$1" = 0 ] && echo "w0.$gen" > "$OUT/owner0"
 }
 
+# The Python client's workers (pyworker.py: the same records as worker.c,
+# for the same checker), in slots of their own; the nemesis's draws do
+# not count them, so a seed replays the same faults with or without.
+declare -a py_pid
+pyworker_start() {  # slot
+	local h=127.0.0.1
+	[ "$nodes" = 2 ] && h=$servers
+	"$PYTHON" "$here/pyworker.py" lock "$OUT/hist/p$1.hist" "$h" "$dport" \
+		"p$1" "$LOCKS:$RWLOCKS:$SEMAPHORES" $((SEED + 5000 + $1)) $(((DURATION + 120) * 1000)) \
+		2>> "$OUT/pyworkers.log" &
+	py_pid[$1]=$!
+}
+
 # Copycats: workers that say the owner id of worker slot 0 without its
 # key, as two hosts given one DLOCK_OWNER would. The server must refuse
 # them while that owner lives (they retry); a copycat let in would share
@@ -375,7 +391,7 @@ runner() {          # slot
 cleanup() {
 	[ -n "$ns" ] && ip netns exec "$ns" nft flush chain inet dlf in 2>/dev/null
 	for p in $redis_pid ${hpid[*]:-} $dlockd_pid; do kill -CONT "$p" 2>/dev/null; done
-	for p in "${worker_pid[@]}" "${run_pid[@]}"; do kill -9 "$p" 2>/dev/null; done
+	for p in "${worker_pid[@]}" "${run_pid[@]}" "${py_pid[@]}"; do kill -9 "$p" 2>/dev/null; done
 	pkill -9 -f "dlock $conn run" 2>/dev/null
 	pkill -9 -f "$OUT/hist/r" 2>/dev/null
 	pkill -9 -f "$OUT/hist/c" 2>/dev/null
@@ -761,6 +777,7 @@ if [ "$nodes" = 2 ]; then
 	sleep 0.5
 fi
 for i in $(seq 0 $((WORKERS - 1))); do worker_start "$i"; done
+for i in $(seq 0 $((PYWORKERS - 1))); do pyworker_start "$i"; done
 for i in $(seq 0 $((RUNNERS - 1))); do
 	runner "$i" 2>/dev/null & run_pid[$i]=$!
 done
@@ -792,8 +809,8 @@ done
 wait_store > /dev/null
 sleep 2
 touch "$OUT/stop-runners"
-for p in "${worker_pid[@]}"; do kill -TERM "$p" 2>/dev/null; done
-for p in "${worker_pid[@]}" "${run_pid[@]}"; do wait "$p" 2>/dev/null; done
+for p in "${worker_pid[@]}" "${py_pid[@]}"; do kill -TERM "$p" 2>/dev/null; done
+for p in "${worker_pid[@]}" "${run_pid[@]}" "${py_pid[@]}"; do wait "$p" 2>/dev/null; done
 # Commands of killed `dlock run`s that were never stopped run out by
 # themselves (at most 3 s); their records are part of the history.
 sleep 3

@@ -1,0 +1,67 @@
+# SPDX-License-Identifier: MIT
+"""dlockd -- the Python client of the dlockd lock server.
+
+::
+
+    import dlockd
+
+    with dlockd.Client("db1:7420,db2:7420") as c:
+        with c.lock("orders/42", ttl=10, wait=5) as lease:
+            write_with_fence(lease.token)
+
+``Client`` runs one background thread per client (reads, renewals,
+reconnects); ``AsyncClient`` does the same on an asyncio event loop. Both
+drive one protocol state machine that knows no sockets, so they behave
+alike, and like libdlock (``client/dlock.h``): leases counted from the
+moment their request was sent, renewed every TTL/3 and declared lost
+before the server could grant them again; reconnects to the same owner
+with its key, with leases confirmed and waits queued again; fail-over
+across a list of daemons. Durations are seconds (floats), tokens ints.
+"""
+
+from ._async import AsyncClient, AsyncLease, AsyncRWLock, AsyncSemaphore
+from ._errors import (
+    ConnectionLost,
+    Denied,
+    DlockError,
+    LimitMismatch,
+    LimitReached,
+    LockLost,
+    LockTimeout,
+    NotHolder,
+    ProtocolError,
+    Unavailable,
+    UpgradeDeadlock,
+)
+from ._sync import Client, Lease, RWLock, Semaphore
+from ._types import Holder, Holders, LocksPage, LostReason, Status
+
+__version__ = "0.3.0"
+
+__all__ = [
+    "AsyncClient",
+    "AsyncLease",
+    "AsyncRWLock",
+    "AsyncSemaphore",
+    "Client",
+    "ConnectionLost",
+    "Denied",
+    "DlockError",
+    "Holder",
+    "Holders",
+    "Lease",
+    "LimitMismatch",
+    "LimitReached",
+    "LockLost",
+    "LockTimeout",
+    "LocksPage",
+    "LostReason",
+    "NotHolder",
+    "ProtocolError",
+    "RWLock",
+    "Semaphore",
+    "Status",
+    "Unavailable",
+    "UpgradeDeadlock",
+    "__version__",
+]

@@ -1,0 +1,158 @@
+# SPDX-License-Identifier: MIT
+"""What the sync and asyncio faces share: argument checks, the lease's
+read-only view, the client registry that fork() walks."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import _wire as wire
+from ._core import LeaseState, now_ms
+from ._types import LostReason
+
+MODES = ("exclusive", "shared")
+
+
+@dataclass
+class LockArgs:
+    """A lock request, checked and in wire units."""
+
+    name: str
+    ttl_ms: float | None  # None: the server's default TTL
+    wait_ms: float  # -1 forever, 0 try once
+    shared: bool
+    limit: int
+    opts: dict[str, Any]
+
+
+def lock_args(
+    name: str,
+    ttl: float | None,
+    wait: float | None,
+    mode: str,
+    limit: int | None,
+    max_hold: Any,
+    renew: Any,
+    on_lost: Callable[..., Any] | None,
+    on_at_risk: Callable[..., Any] | None,
+) -> LockArgs:
+    wire.check_name(name)
+    ttl_ms = float(wire.ms_of(ttl, "ttl")) if ttl is not None else None
+    wait_ms = -1.0 if wait is None else float(wire.ms_of(wait, "wait", minimum=0))
+    if mode not in MODES:
+        raise ValueError(f"mode is 'exclusive' or 'shared', not {mode!r}")
+    n = 0
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError("limit is an int")
+        if not 1 <= limit <= wire.LIMIT_MAX:
+            raise ValueError(f"limit out of range: 1 to {wire.LIMIT_MAX}")
+        if mode == "shared" and limit > 1:
+            raise ValueError("a semaphore's holders are alike: mode='shared' with limit > 1")
+        n = limit
+    opts: dict[str, Any] = {}
+    if max_hold is not _UNSET:
+        opts["max_hold"] = None if max_hold is None else float(wire.ms_of(max_hold, "max_hold"))
+    if renew is not _UNSET:
+        opts["renew"] = bool(renew)
+    if on_lost is not None:
+        opts["on_lost"] = on_lost
+    if on_at_risk is not None:
+        opts["on_at_risk"] = on_at_risk
+    return LockArgs(name, ttl_ms, wait_ms, mode == "shared", n, opts)
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+_UNSET: Any = _Unset()
+
+
+class LeaseView:
+    """The read-only part of a lease, for both faces."""
+
+    _ls: LeaseState
+
+    @property
+    def name(self) -> str:
+        """The lock's name."""
+        return self._ls.name
+
+    @property
+    def token(self) -> int:
+        """The fencing token: larger than every token granted before it.
+        Give it to the resource the lock protects, which refuses writes
+        with a token smaller than the largest it has seen."""
+        return self._ls.token
+
+    @property
+    def mode(self) -> str:
+        """``exclusive``, ``shared`` or ``semaphore``."""
+        return self._ls.mode
+
+    @property
+    def ttl(self) -> float:
+        """The TTL renewals ask for, in seconds."""
+        return self._ls.ttl / 1000.0
+
+    @property
+    def deadline(self) -> float:
+        """The local deadline: seconds on CLOCK_BOOTTIME
+        (``time.clock_gettime(time.CLOCK_BOOTTIME)``); renewals move it."""
+        return self._ls.deadline / 1000.0
+
+    @property
+    def reason(self) -> LostReason | None:
+        """Why the lease was lost, or None while it is not."""
+        return self._ls.lost
+
+    @property
+    def broken_by(self) -> str:
+        """The user whose BREAK ended the lease ("" otherwise)."""
+        return self._ls.broken_by
+
+    @property
+    def owned(self) -> bool:
+        """False in a child process after fork(): the lease is the
+        parent's, and this process neither renews nor releases it."""
+        return self._ls.owned
+
+    @property
+    def valid(self) -> bool:
+        """True while held, not lost, and within the local deadline."""
+        ls = self._ls
+        return ls.lost is None and not ls.released and now_ms() < ls.deadline
+
+    def remaining(self) -> float:
+        """Seconds left until the local deadline (0 once lost or
+        released): how long this process may still act as the holder."""
+        if not self.valid:
+            return 0.0
+        return max(0.0, (self._ls.deadline - now_ms()) / 1000.0)
+
+    def __repr__(self) -> str:
+        state = "lost" if self._ls.lost else ("released" if self._ls.released else "held")
+        return f"<Lease {self.name!r} token={self.token} {self.mode} {state}>"
+
+
+# Every live client, for the fork handler: a child must not renew or
+# release the parent's leases, nor write on the parent's connection.
+_clients: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def register(client: Any) -> None:
+    _clients.add(client)
+
+
+def _after_fork_in_child() -> None:
+    for c in list(_clients):
+        c._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,624 @@
+# SPDX-License-Identifier: MIT
+"""dlockd.AsyncClient: the core driven by an asyncio event loop.
+
+Everything runs on the loop, so the core needs no lock. The connection is
+an asyncio Protocol whose ``data_received`` feeds the core directly; a
+request is written by the coroutine that makes it and completed by a
+Future. One timer handle (re-armed after every change, never further
+than CLOCK_STEP ahead: the loop's clock stops during a suspend,
+CLOCK_BOOTTIME does not) runs renewals, lost guards and reconnects; a
+connect runs as a task of its own so that the timer keeps firing while a
+daemon does not answer.
+
+Cancellation: a task cancelled while it acquires gives the request up
+(a grant that comes later is released, a queued wait cancelled); one
+cancelled while it releases leaves the UNLOCK to finish on its own (the
+token is kept until the server answers, across reconnects).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections.abc
+import inspect
+import os
+import socket
+import ssl
+from typing import Any, Callable, Generator
+
+from . import _api
+from . import _options
+from ._api import _UNSET, LeaseView, lock_args
+from ._core import CONNECTING, DEAD, DOWN, NEVER, UP, Core, LeaseState, Req, Ticket, now_ms
+from ._errors import ConnectionLost, DlockError, LockLost, LockTimeout, Unavailable
+from ._sync import CLOCK_STEP, _locks_extra
+from ._types import Holders, LocksPage, LostReason, Status
+
+
+class AsyncLease(LeaseView):
+    """One hold of a lock, as ``await AsyncClient.lock()`` returns it.
+
+    ``lost`` is an asyncio.Event set when the lease is lost; ``async with``
+    a lease releases it at the end of the block and raises LockLost if it
+    was lost meanwhile.
+    """
+
+    def __init__(self, client: AsyncClient, ls: LeaseState) -> None:
+        self._client = client
+        self._ls = ls
+        self.lost = asyncio.Event()
+        self._cancel: asyncio.Task[Any] | None = None  # cancel_on_loss
+        self._cancelled_by_loss = False
+
+    async def check(self) -> float:
+        """The seconds this token's lease has left at the server;
+        LockLost if it no longer holds the lock."""
+        c = self._client
+        return float(await c._call(c._core.simple_request("CHECK", self.name, self.token)))
+
+    async def refresh(self, ttl: float | None = None) -> float:
+        """Extend the lease now to ``ttl`` seconds (default: its TTL);
+        returns the TTL granted. LockLost if it is gone."""
+        c = self._client
+        ttl_ms = float(_api.wire.ms_of(ttl, "ttl")) if ttl is not None else None
+        if self._ls.lost is not None or self._ls.released:
+            raise LockLost(f"the lease of {self.name!r} is {'lost' if self._ls.lost else 'released'}")
+        return float(await c._call(c._core.refresh_request(self._ls, ttl_ms, now_ms())))
+
+    async def release(self) -> None:
+        """Give the hold back. Cancellation-safe: a task cancelled here
+        leaves the UNLOCK to complete (sent again after a reconnect until
+        the server answers). NotHolder if the server no longer had the
+        lease."""
+        c = self._client
+        q = c._core.release_request(self._ls, now_ms())
+        if q is None:
+            return
+        try:
+            await c._call(q, finish=lambda: c._core.released(self._ls), shield=True)
+        except DlockError as e:
+            if e.code == "NOT_HOLDER":
+                if self._ls.lost is None:
+                    self._ls.lost = LostReason.REJECTED
+                    self.lost.set()
+                raise
+            if isinstance(e, LockTimeout):
+                return
+            raise
+
+    async def __aenter__(self) -> AsyncLease:
+        return self
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        await _exit(self, et, ev)
+
+
+async def _exit(lease: AsyncLease, et: Any, ev: Any) -> None:
+    """The end of an ``async with``: release; a cancellation that the
+    lease's loss caused becomes LockLost."""
+    lease._cancel = None
+    if not lease._ls.owned:
+        return
+    try:
+        await lease.release()
+    except DlockError:
+        if et is None and lease._ls.lost is None:
+            raise
+    if lease._cancelled_by_loss and et is not None and issubclass(et, asyncio.CancelledError):
+        task = asyncio.current_task()
+        if task is not None and hasattr(task, "uncancel"):
+            task.uncancel()
+        raise LockLost(
+            f"the lease of {lease.name!r} (token {lease.token}) was lost: "
+            f"{lease._ls.lost.name if lease._ls.lost else 'lost'}; the block was cancelled"
+        ) from ev
+    if et is None and lease._ls.lost is not None:
+        raise LockLost(
+            f"the lease of {lease.name!r} (token {lease.token}) was lost "
+            f"before the end of the block: {lease._ls.lost.name}"
+        )
+
+
+class _Acquire(collections.abc.Coroutine):  # type: ignore[type-arg]
+    """What ``AsyncClient.lock()`` returns: await it (or make it a task)
+    for the lease, or use it in ``async with`` (which releases at the
+    end)."""
+
+    def __init__(self, client: AsyncClient, args: _api.LockArgs, cancel_on_loss: bool) -> None:
+        self._c = client
+        self._a = args
+        self._cancel_on_loss = cancel_on_loss
+        self._lease: AsyncLease | None = None
+        self._coro: Any = None
+
+    def _inner(self) -> Any:
+        if self._coro is None:
+            self._coro = self._acquire()
+        return self._coro
+
+    def __await__(self) -> Generator[Any, None, AsyncLease]:
+        return self._inner().__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._inner().send(value)
+
+    def throw(self, *exc: Any) -> Any:
+        return self._inner().throw(*exc)
+
+    def close(self) -> None:
+        if self._coro is not None:
+            self._coro.close()
+
+    async def _acquire(self) -> AsyncLease:
+        lease = await self._c._acquire(self._a)
+        if self._cancel_on_loss:
+            lease._cancel = asyncio.current_task()
+            if lease._ls.lost is not None:
+                self._c.lost(lease._ls)
+        return lease
+
+    async def __aenter__(self) -> AsyncLease:
+        self._lease = await self._acquire()
+        return self._lease
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        assert self._lease is not None
+        await _exit(self._lease, et, ev)
+
+
+class AsyncRWLock:
+    """A read/write lock: ``read()`` shared, ``write()`` exclusive."""
+
+    def __init__(self, client: AsyncClient, name: str) -> None:
+        self._c = client
+        self.name = _api.wire.check_name(name)
+
+    def read(self, ttl: float | None = None, wait: float | None = None, **kw: Any) -> _Acquire:
+        return self._c.lock(self.name, ttl, wait, mode="shared", **kw)
+
+    def write(self, ttl: float | None = None, wait: float | None = None, **kw: Any) -> _Acquire:
+        return self._c.lock(self.name, ttl, wait, **kw)
+
+
+class AsyncSemaphore:
+    """A semaphore of ``n`` permits; ``acquire()`` takes one."""
+
+    def __init__(self, client: AsyncClient, name: str, n: int) -> None:
+        self._c = client
+        self.name = _api.wire.check_name(name)
+        self.n = n
+
+    def acquire(self, ttl: float | None = None, wait: float | None = None, **kw: Any) -> _Acquire:
+        return self._c.lock(self.name, ttl, wait, limit=self.n, **kw)
+
+
+class _Proto(asyncio.Protocol):
+    def __init__(self, client: AsyncClient) -> None:
+        self.c = client
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.c._data(self, data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.c._lost(self)
+
+
+class _Wait:
+    """A caller's wait for a request: its future and timeout handle."""
+
+    __slots__ = ("fut", "timer")
+
+    def __init__(self, fut: asyncio.Future[Any]) -> None:
+        self.fut = fut
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class AsyncClient:
+    """The asyncio face of the client: the same arguments as
+    :class:`dlockd.Client`; ``await c.connect()`` (or ``async with
+    AsyncClient(...) as c``) connects, ``await c.close()`` closes. The
+    callbacks (on_lost, on_at_risk) run on the loop; one that returns an
+    awaitable is run as a task."""
+
+    def __init__(self, servers: str | list[str] | None = None, **kw: Any) -> None:
+        self._o = _options.build(servers, kw)
+        self._core = Core(self._o, self)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._proto: _Proto | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = NEVER
+        self._connect_task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._tls_error: Exception | None = None
+        self._tls_fails = 0
+        self._pid = os.getpid()
+        _api.register(self)
+
+    async def connect(self) -> AsyncClient:
+        """Connect (the first server that is active) within
+        connect_timeout. Raises Unavailable, Denied or ssl.SSLError."""
+        self._loop = asyncio.get_running_loop()
+        self._o.addresses = await self._loop.run_in_executor(
+            None, _options.resolve, self._o.addresses
+        )
+        if not self._o.addresses:
+            raise Unavailable("no server address resolves")
+        self._core.naddrs = len(self._o.addresses)
+        self._ready = self._loop.create_future()
+        self._schedule()
+        try:
+            await asyncio.wait_for(
+                asyncio.shield(self._ready), self._o.connect_timeout_ms / 1000.0
+            )
+        except asyncio.TimeoutError:
+            pass
+        if not self._core.ready:
+            why = self._core.last_error
+            fatal = self._core.fatal
+            await self.close()
+            if isinstance(self._tls_error, ssl.SSLError):
+                raise self._tls_error
+            raise fatal or Unavailable("cannot connect to dlockd" + (f": {why}" if why else ""))
+        return self
+
+    async def __aenter__(self) -> AsyncClient:
+        return await self.connect()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    @property
+    def owner(self) -> str:
+        return self._core.owner
+
+    @property
+    def owner_key(self) -> str:
+        return self._core.key
+
+    def lock(
+        self,
+        name: str,
+        ttl: float | None = None,
+        wait: float | None = None,
+        *,
+        mode: str = "exclusive",
+        limit: int | None = None,
+        max_hold: float | None = _UNSET,
+        renew: bool = _UNSET,
+        on_lost: Callable[..., Any] | None = None,
+        on_at_risk: Callable[..., Any] | None = None,
+        cancel_on_loss: bool = False,
+    ) -> _Acquire:
+        """As :meth:`dlockd.Client.lock`: ``lease = await c.lock(...)`` or
+        ``async with c.lock(...) as lease``. With ``cancel_on_loss`` the
+        task that acquired is cancelled when the lease is lost; inside
+        ``async with`` the block then ends with LockLost."""
+        a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk)
+        return _Acquire(self, a, cancel_on_loss)
+
+    def rwlock(self, name: str) -> AsyncRWLock:
+        return AsyncRWLock(self, name)
+
+    def semaphore(self, name: str, n: int) -> AsyncSemaphore:
+        return AsyncSemaphore(self, name, n)
+
+    async def check(self, name: str, token: int) -> float:
+        _api.wire.check_name(name)
+        return float(await self._call(self._core.simple_request("CHECK", name, int(token))))
+
+    async def status(self, name: str) -> Status:
+        _api.wire.check_name(name)
+        return await self._call(self._core.simple_request("STATUS", name))
+
+    async def holders(self, name: str) -> Holders:
+        _api.wire.check_name(name)
+        return await self._call(self._core.simple_request("HOLDERS", name))
+
+    async def locks(
+        self,
+        prefix: str | None = None,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        by_waiters: bool = False,
+    ) -> LocksPage:
+        e = _locks_extra(prefix, after, limit, by_waiters)
+        return await self._call(self._core.simple_request("LOCKS", **e))
+
+    async def stats(self) -> dict[str, str]:
+        return await self._call(self._core.simple_request("STATS"))
+
+    async def ping(self) -> None:
+        await self._call(self._core.simple_request("PING"))
+
+    async def break_lease(self, name: str, token: int, reason: str) -> None:
+        _api.wire.check_name(name)
+        _api.wire.check_word(reason, "reason", _api.wire.REASON_MAX)
+        await self._call(self._core.simple_request("BREAK", name, int(token), reason=reason))
+
+    async def close(self) -> None:
+        """Close the connection; leases still held are not released."""
+        if os.getpid() != self._pid or self._core.closing:
+            return
+        self._core.close()
+        for ls in self._core.leases:
+            if ls.handle is not None:
+                ls.handle.lost.set()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._connect_task is not None:
+            self._connect_task.cancel()
+        if self._proto is not None and self._proto.transport is not None:
+            self._proto.transport.close()
+        self._proto = None
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_result(None)
+
+    # ---- acquiring and calls ---------------------------------------------
+
+    def _usable(self) -> None:
+        if self._core.forked or os.getpid() != self._pid:
+            raise ConnectionLost("this client belongs to the process that made it (fork)")
+        if self._core.closing or self._loop is None:
+            raise ConnectionLost("the client is closed" if self._loop else "not connected")
+
+    async def _acquire(self, a: _api.LockArgs) -> AsyncLease:
+        self._usable()
+        assert self._loop is not None
+        start = now_ms()
+        wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
+        t = self._core.take_turn(a.name)
+        granted = False
+        try:
+            if not t.ready:
+                await self._wait_turn(t, a.wait_ms, wait_end)
+            now = now_ms()
+            wait_ms = a.wait_ms if a.wait_ms <= 0 else max(wait_end - now, 1.0)
+            q = self._core.lock_request(a.name, a.ttl_ms, wait_ms, a.shared, a.limit, now)
+            q.opts = dict(a.opts, ticket=t)
+            ls: LeaseState = await self._call(q)
+            granted = True
+        finally:
+            if not granted:
+                self._core.give_turn(t)
+        lease = AsyncLease(self, ls)
+        ls.handle = lease
+        if ls.lost is not None:
+            self.lost(ls)
+        self._schedule()
+        return lease
+
+    async def _wait_turn(self, t: Ticket, wait_ms: float, wait_end: float) -> None:
+        assert self._loop is not None
+        while not t.ready:
+            left = wait_end - now_ms()
+            if wait_ms == 0 or left <= 0:
+                raise LockTimeout(f"{t.name!r} is held by another lease of this client")
+            if self._core.closing:
+                raise ConnectionLost("the client is closed")
+            fut = self._loop.create_future()
+            t.waker = fut
+            try:
+                await asyncio.wait_for(fut, min(left / 1000.0, CLOCK_STEP))
+            except asyncio.TimeoutError:
+                pass
+
+    async def _call(
+        self, q: Req, finish: Callable[[], None] | None = None, shield: bool = False
+    ) -> Any:
+        """Submit q and await its outcome until q.deadline. A cancelled
+        caller gives q up, unless `shield` (a release: it goes on);
+        `finish` runs however the request ends."""
+        try:
+            self._usable()
+        except DlockError:
+            if finish:
+                finish()
+            raise
+        assert self._loop is not None
+        w = _Wait(self._loop.create_future())
+        q.waker = w
+        if finish is not None:
+            w.fut.add_done_callback(lambda _f: finish())
+        self._core.submit(q, now_ms())
+        self._flush()
+        if not q.done:
+            self._arm(q)
+        elif not w.fut.done():
+            self.done(q)
+        try:
+            return await (asyncio.shield(w.fut) if shield else w.fut)
+        except asyncio.CancelledError:
+            if not shield and not q.done:
+                self._core.abandon(q)
+                if w.timer is not None:
+                    w.timer.cancel()
+            raise
+
+    def _arm(self, q: Req) -> None:
+        """Check q's deadline (moved by a QUEUED answer) in steps."""
+        w: _Wait = q.waker
+        w.timer = None
+        if q.done or w.fut.done():
+            return
+        left = q.deadline - now_ms()
+        if left <= 0:
+            self._core.abandon(q)
+            w.fut.set_exception(LockTimeout(f"no reply to {q.op} within request_timeout"))
+            return
+        assert self._loop is not None
+        w.timer = self._loop.call_later(min(left / 1000.0, CLOCK_STEP), self._arm, q)
+
+    # ---- the core's hooks ------------------------------------------------
+
+    def done(self, q: Req) -> None:
+        w = q.waker
+        if w is None:
+            return
+        if w.timer is not None:
+            w.timer.cancel()
+            w.timer = None
+        if w.fut.done():
+            return
+        if q.error is not None:
+            w.fut.set_exception(q.error)
+        else:
+            w.fut.set_result(q.result)
+
+    def turn(self, t: Ticket) -> None:
+        if t.waker is not None and not t.waker.done():
+            t.waker.set_result(None)
+
+    def lost(self, ls: LeaseState) -> None:
+        lease = ls.handle
+        if lease is None:
+            return
+        lease.lost.set()
+        if lease._cancel is not None and not lease._cancel.done():
+            lease._cancelled_by_loss = True
+            lease._cancel.cancel(f"the lease of {ls.name!r} was lost")
+        for cb in (ls.on_lost, self._o.on_lost):
+            if cb is not None:
+                self._callback(cb, lease, ls.lost)
+
+    def at_risk(self, ls: LeaseState) -> None:
+        if ls.handle is None:
+            return
+        for cb in (ls.on_at_risk, self._o.on_at_risk):
+            if cb is not None:
+                self._callback(cb, ls.handle)
+
+    def _callback(self, cb: Callable[..., Any], *args: Any) -> None:
+        def run() -> None:
+            r = cb(*args)
+            if inspect.isawaitable(r):
+                asyncio.ensure_future(r)
+
+        assert self._loop is not None
+        self._loop.call_soon(run)
+
+    # ---- connection and timers ---------------------------------------------
+
+    def _flush(self) -> None:
+        out = self._core.out
+        if out and self._proto is not None and self._proto.transport is not None and self._core.state == UP:
+            self._proto.transport.write(bytes(out))
+            out.clear()
+
+    def _schedule(self) -> None:
+        """Run the core's timers, start a connect when one is due, and arm
+        the timer for the next deadline."""
+        if self._loop is None or self._core.closing:
+            return
+        now = now_ms()
+        core = self._core
+        if core.state == DOWN and now >= core.reconnect_at and self._connect_task is None:
+            self._connect_task = self._loop.create_task(self._connect(core.connecting()))
+        nxt = core.tick(now)
+        self._flush()
+        if core.state == DOWN:
+            nxt = min(nxt, core.reconnect_at)
+        at = min(nxt, now + CLOCK_STEP * 1000.0)
+        if self._timer is not None:
+            if self._timer_at <= at:
+                return
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self._loop.call_later(max(0.0, (at - now) / 1000.0), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = NEVER
+        self._schedule()
+
+    async def _connect(self, i: int) -> None:
+        assert self._loop is not None
+        a = self._o.addresses[i]
+        loop = self._loop
+        ctx = self._o.ssl_context
+        timeout = self._o.connect_timeout_ms / 1000.0
+        sock = None
+        try:
+            sock = socket.socket(a.family, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            if a.family != socket.AF_UNIX:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await asyncio.wait_for(loop.sock_connect(sock, a.sockaddr), timeout)
+            kw: dict[str, Any] = {}
+            if ctx is not None:
+                kw = dict(
+                    ssl=ctx,
+                    server_hostname=self._o.tls_server_name or a.host,
+                    ssl_handshake_timeout=timeout,
+                )
+            if a.family == socket.AF_UNIX:
+                _, proto = await loop.create_unix_connection(lambda: _Proto(self), sock=sock)
+            else:
+                _, proto = await loop.create_connection(lambda: _Proto(self), sock=sock, **kw)
+        except asyncio.CancelledError:
+            if sock is not None:
+                sock.close()
+            raise
+        except (OSError, asyncio.TimeoutError, ssl.SSLError) as e:
+            if sock is not None:
+                sock.close()
+            self._connect_task = None
+            why = f"{a.name}: {'connect timed out' if isinstance(e, asyncio.TimeoutError) else e}"
+            self._core.connect_failed(now_ms(), why)
+            if isinstance(e, ssl.SSLError) and not self._core.ready:
+                self._tls_error = e
+                self._tls_fails += 1
+                if self._tls_fails >= len(self._o.addresses) and self._ready and not self._ready.done():
+                    self._ready.set_result(None)
+            self._schedule()
+            return
+        self._connect_task = None
+        if self._core.closing:
+            proto.transport.close()  # type: ignore[union-attr]
+            return
+        self._proto = proto  # type: ignore[assignment]
+        self._tls_error = None
+        self._core.connected(now_ms())
+        self._flush()
+        self._schedule()
+
+    def _data(self, proto: _Proto, data: bytes) -> None:
+        if proto is not self._proto:
+            return
+        keep = self._core.data_received(data, now_ms())
+        if not keep or self._core.take_drop():
+            self._drop()
+        else:
+            self._flush()
+        self._note_ready()
+        self._schedule()
+
+    def _drop(self) -> None:
+        p, self._proto = self._proto, None
+        if p is not None and p.transport is not None:
+            p.transport.abort()
+        self._core.connection_lost(now_ms())
+
+    def _lost(self, proto: _Proto) -> None:
+        if proto is not self._proto:
+            return
+        self._proto = None
+        self._core.connection_lost(now_ms())
+        self._note_ready()
+        self._schedule()
+
+    def _note_ready(self) -> None:
+        c = self._core
+        if (c.ready or c.fatal is not None or c.state == DEAD) and self._ready and not self._ready.done():
+            self._ready.set_result(None)
+
+    def _after_fork(self) -> None:
+        self._core.after_fork()
+        self._proto = None
+        self._timer = None
+        self._connect_task = None

@@ -1,0 +1,1036 @@
+# SPDX-License-Identifier: MIT
+"""The protocol state machine shared by Client and AsyncClient.
+
+It knows no sockets, threads or event loops (sans I/O): a driver tells it
+when a connection is up or lost, feeds it the bytes read, takes the bytes
+it wants written (``out``), calls ``tick()`` when its next deadline comes,
+and learns of outcomes through four hooks (a request done, a lease lost or
+at risk, a turn given). Everything here runs under the driver's exclusion:
+one lock (Client) or one event loop (AsyncClient).
+
+What it owns, and its invariants -- the contract of libdlock
+(``client/dlock.h``), which the conformance suite holds both to:
+
+- Requests. One FIFO of requests written and not yet answered (the server
+  answers in order; every line carries an ``id=`` tag that must match),
+  the LOCKs answered QUEUED (by tag, until their event), and the requests
+  kept for the next connection. A caller's request ends exactly once
+  (``Req.finish``); one its caller gave up on (``abandoned``) is cleaned up
+  here when its outcome comes: a grant is released, a queued wait
+  cancelled.
+- Leases. A ``LeaseState`` per hold the application was given. Its local
+  deadline counts from the moment the request that granted or confirmed
+  it was *written*, minus a slack for the server's rounding and clock
+  rates: the client never believes in a lease longer than the server
+  grants it. A grant that comes as ``* GRANTED`` is confirmed by a REFRESH
+  first, and counted from that. Renewal every TTL/3; a lease not
+  confirmed until ``deadline - guard`` is lost (``UNCONFIRMED``), so
+  ``on_lost`` runs before the server could grant the lock again, even
+  with the server unreachable. A REFRESH that shortens a lease lowers the
+  local deadline when it is written; a reentry never lowers the TTL
+  renewals use.
+- Turns. A client is one owner: the server would grant a second LOCK of
+  a name this owner holds as a reentry. So the holds of one name are
+  taken one at a time within a client, in arrival order (a ``Ticket``
+  per acquisition, kept by its lease until the release is answered or the
+  lease is lost).
+- Connections. After a drop: AUTH, HELLO with the same owner id and the
+  key the server gave it, a REFRESH of every lease still within its
+  deadline, then the requests kept -- LOCKs with the wait that remains,
+  reads, REFRESHes, and the UNLOCK of a lease's last hold (an UNLOCK of
+  one hold of several is not sent twice). A standby's HELLO
+  (``role=standby``), ``ERR NOT_ACTIVE`` and ``* BYE not-active`` name the
+  active daemon: the next connection goes there, and what a standby
+  refused is sent again whatever it was (it executed nothing).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import secrets
+import time
+from typing import Any, Callable, Protocol
+
+from . import _wire as wire
+from ._errors import (
+    ConnectionLost,
+    Denied,
+    DlockError,
+    LockLost,
+    LockTimeout,
+    NotHolder,
+    ProtocolError,
+    error_of,
+)
+from ._types import Holders, LocksPage, LostReason, holder_of, status_of
+
+NEVER = math.inf
+# Timings (ms), as libdlock's (client/dlock_private.h).
+BACKOFF_MIN_MS = 50  # first pause between reconnects; doubles ...
+BACKOFF_MAX_MS = 1000  # ... up to this
+REDIRECT_MS = 100  # a standby named no other active: ask again after this
+GUARD_MIN_MS = 20  # default lost guard: max(TTL/10, this)
+RENEW_RETRY_MIN_MS = 10  # a refused renewal is retried after max(TTL/10, this)
+ALREADY_WAITING_RETRIES = 3  # LOCK answered ALREADY_WAITING: sent again
+
+
+def now_ms() -> float:
+    """Milliseconds on CLOCK_BOOTTIME: unlike CLOCK_MONOTONIC it goes on
+    while the machine is suspended, as the server's clock and the lease do."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) * 1000.0
+
+
+def slack_ms(ttl_ms: float) -> float:
+    """What is taken off a granted TTL: the server's ms rounding and the
+    difference of clock rates (2 ms + 1 per mille)."""
+    return 2.0 + ttl_ms / 1000.0
+
+
+# Connection states (the driver's socket, as the core sees it).
+DOWN, CONNECTING, UP, DEAD = "down", "connecting", "up", "dead"
+# Where a request is.
+NOWHERE, UNSENT, SENT, WAITING = 0, 1, 2, 3
+
+
+class Hooks(Protocol):
+    """What a driver does for the core (called with its exclusion held;
+    none may block or call back into the core)."""
+
+    def done(self, req: Req) -> None: ...  # a caller's request ended
+
+    def lost(self, lease: LeaseState) -> None: ...  # deliver on_lost
+
+    def at_risk(self, lease: LeaseState) -> None: ...  # deliver on_at_risk
+
+    def turn(self, ticket: Ticket) -> None: ...  # ticket.ready became true
+
+
+class Ticket:
+    """One acquisition's turn on a name within this client."""
+
+    __slots__ = ("name", "ready", "waker")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.ready = False
+        self.waker: Any = None  # the driver's (an Event, a Future)
+
+
+class LeaseState:
+    """The core's record of one hold the application was given."""
+
+    __slots__ = (
+        "name", "token", "mode", "limit", "ttl", "deadline", "renew_at",
+        "acquired_at", "max_hold", "renew", "refreshing", "lost", "broken_by",
+        "unlocking", "released", "at_risk", "capped", "ticket", "handle",
+        "on_lost", "on_at_risk", "owned",
+    )  # fmt: skip
+
+    def __init__(self, name: str, token: int) -> None:
+        self.name = name
+        self.token = token
+        self.mode = "exclusive"
+        self.limit = 1
+        self.ttl = 0.0  # ms: what renewals ask for
+        self.deadline = 0.0  # ms, CLOCK_BOOTTIME: the local deadline
+        self.renew_at = 0.0
+        self.acquired_at = 0.0
+        self.max_hold: float | None = None  # ms
+        self.renew = True
+        self.refreshing = False  # a renewal is in flight
+        self.lost: LostReason | None = None
+        self.broken_by = ""
+        self.unlocking = False  # its UNLOCK is in flight
+        self.released = False
+        self.at_risk = False  # on_at_risk said, not confirmed since
+        self.capped = False  # max_hold reached: no more renewals
+        self.ticket: Ticket | None = None
+        self.handle: Any = None  # the application's Lease
+        self.on_lost: Callable[..., Any] | None = None
+        self.on_at_risk: Callable[..., Any] | None = None
+        self.owned = True  # False in a child process after fork
+
+    def live(self) -> bool:
+        return self.lost is None and not self.released and not self.unlocking
+
+    def confirm(self, sent_at: float, ms: float) -> None:
+        """The server confirmed ms of lease for a request written at
+        sent_at: the deadline counts from then (never later than the
+        server's, which started when it read the request)."""
+        self.deadline = sent_at + ms - slack_ms(ms)
+        self.renew_at = sent_at + self.ttl / 3.0
+        self.at_risk = False
+
+
+class Req:
+    """One request, from the call that makes it until its outcome."""
+
+    __slots__ = (
+        "op", "name", "token", "ttl", "wait", "wait_end", "shared", "limit",
+        "extra", "internal", "abandoned", "resent", "last_hold", "retries",
+        "tag", "sent_at", "where", "lease", "deadline", "body", "header",
+        "done", "result", "error", "waker", "opts",
+    )  # fmt: skip
+
+    def __init__(self, op: str, name: str = "", internal: bool = False) -> None:
+        self.op = op
+        self.name = name
+        self.token = 0
+        self.ttl = 0.0  # ms
+        self.wait = -1.0  # LOCK: ms as asked, -1 forever, 0 try once
+        self.wait_end = NEVER  # LOCK: end of the wait, from the first write
+        self.shared = False
+        self.limit = 0
+        self.extra: dict[str, Any] = {}  # LOCKS page, BREAK reason
+        self.internal = internal  # nobody waits for it
+        self.abandoned = False  # the caller gave up; clean up the outcome
+        self.resent = False  # written again after a reconnect
+        self.last_hold = False  # UNLOCK of a lease's last hold
+        self.retries = 0
+        self.tag = ""
+        self.sent_at = 0.0
+        self.where = NOWHERE
+        self.lease: LeaseState | None = None
+        self.deadline = NEVER  # the caller gives up then (ms)
+        self.body: list[str] = []
+        self.header: wire.Reply | None = None
+        self.done = False
+        self.result: Any = None
+        self.error: DlockError | None = None
+        self.waker: Any = None  # the driver's
+        self.opts: dict[str, Any] = {}  # LOCK: lease options
+
+
+class Core:
+    """The state machine (see the module's docstring)."""
+
+    def __init__(self, opts: Any, hooks: Hooks) -> None:
+        self.o = opts
+        self.hooks = hooks
+        self.owner: str = opts.owner or "py-" + secrets.token_hex(8)
+        self.key: str = opts.owner_key or ""
+        self.default_ttl = float(wire.DEFAULT_TTL_MS)
+        self.state = DOWN
+        self.ready = False  # a HELLO of an active daemon succeeded once
+        self.fatal: DlockError | None = None  # the first connection's end
+        self.closing = False
+        self.forked = False
+        self.out = bytearray()
+        self.lines = wire.LineSplitter()
+        self.fifo: collections.deque[Req] = collections.deque()
+        self.unsent: collections.deque[Req] = collections.deque()
+        self.waiting: dict[str, Req] = {}
+        self.body_req: Req | None = None
+        self.body_left = 0
+        self.seq = 0
+        self.leases: list[LeaseState] = []
+        self.turns: dict[str, collections.deque[Ticket]] = {}
+        # fail-over over opts.addresses
+        self.naddrs = len(opts.addresses)
+        self.addr_i = 0
+        self.hint = -1  # the address a standby named
+        self.failed_i = -1  # the address whose connect failed last
+        self.standby = False
+        self.reconnect_at = 0.0
+        self.backoff = float(BACKOFF_MIN_MS)
+        self.last_error = ""  # why the last connection attempt failed
+        self.session_ok = False  # this connection's HELLO succeeded
+        self.drop_wanted = False  # a reply asked to drop the connection
+
+    # ---- connections ---------------------------------------------------
+
+    def connecting(self) -> int:
+        """The driver starts a connection: the index of the address."""
+        self.state = CONNECTING
+        return self.addr_i
+
+    def connect_failed(self, now: float, why: str = "") -> None:
+        """The attempt failed (refused, timed out, TLS)."""
+        self.state = DOWN
+        self.last_error = why or self.last_error
+        self.failed_i = self.addr_i
+        self.addr_i = (self.addr_i + 1) % self.naddrs
+        self.reconnect_at = now + self.backoff
+        self.backoff = min(self.backoff * 2, BACKOFF_MAX_MS)
+
+    def connected(self, now: float) -> None:
+        """The transport is up (TLS done): say who we are, confirm the
+        leases still within their deadline, send what was kept."""
+        self.state = UP
+        self.session_ok = False
+        self.drop_wanted = False
+        self.lines.reset()
+        self.out.clear()
+        if self.o.password:
+            self._internal("AUTH")
+        self._internal("HELLO")
+        for ls in self.leases:
+            if ls.live() and ls.owned and ls.deadline > now:
+                self._renew(ls, now)
+        kept, self.unsent = self.unsent, collections.deque()
+        for q in kept:
+            q.where = NOWHERE
+            if q.op == "LOCK" and q.wait > 0 and q.wait_end <= now:
+                self._finish(q, LockTimeout("the wait ran out while reconnecting"))
+            else:
+                self._write(q, now)
+
+    def connection_lost(self, now: float) -> None:
+        """The connection is gone (closed by either side, or dropped
+        because the core asked): decide the fate of each request whose
+        answer was lost with it."""
+        if self.state == DEAD:
+            return
+        self.out.clear()
+        self.lines.reset()
+        pending: list[Req] = []
+        if self.body_req is not None:
+            pending.append(self.body_req)
+            self.body_req = None
+        pending.extend(self.fifo)
+        pending.extend(self.waiting.values())
+        self.fifo.clear()
+        self.waiting.clear()
+        kept = [q for q in pending if self._keep_over_drop(q)]
+        for q in kept:
+            q.where = UNSENT
+        self.unsent.extendleft(reversed(kept))
+        if self.closing or not self.o.reconnect or (
+            not self.ready and self.fatal is not None
+        ):
+            self._die(ConnectionLost("the connection closed"))
+            return
+        self.state = DOWN
+        self.reconnect_at = now
+        if not self.standby and not self.session_ok:
+            # closed before it said who we are (refused, a limit, a
+            # server on its way down): as a failed connect, with backoff
+            self.connect_failed(now)
+        elif self.standby:
+            if self.hint >= 0 and self.hint not in (self.addr_i, self.failed_i):
+                self.addr_i = self.hint
+            elif self.hint >= 0 and self.hint == self.failed_i:
+                # the active it names did not answer: it is down, and this
+                # standby may take over soon; ask again
+                self.failed_i = -1
+                self.reconnect_at = now + REDIRECT_MS
+            else:
+                self.addr_i = (self.addr_i + 1) % self.naddrs
+                self.reconnect_at = now + REDIRECT_MS
+        elif self.hint >= 0:
+            self.addr_i = self.hint  # * BYE not-active said where
+        self.standby = False
+        self.hint = -1
+
+    def _keep_over_drop(self, q: Req) -> bool:
+        """1 to write q again on the next connection, 0 when ended here."""
+        if q.internal:
+            if q.op == "RENEW" and q.lease is not None:
+                q.lease.refreshing = False
+            return q.op == "UNLOCK" and q.last_hold
+        if q.abandoned:
+            if q.op == "UNLOCK" and q.last_hold:
+                q.internal = True  # still release it
+                return True
+            self._finish(q, ConnectionLost("the connection closed"))
+            return False
+        if not self.o.reconnect:
+            self._finish(q, ConnectionLost("the connection closed"))
+            return False
+        if q.op in ("AUTH", "HELLO"):
+            self._finish(q, ConnectionLost("the connection closed"))
+            return False
+        if not self.standby and (
+            (q.op == "UNLOCK" and not q.last_hold) or q.op == "BREAK"
+        ):
+            # done once; a second one would find nothing left to do
+            self._finish(
+                q, ConnectionLost("the connection closed; the outcome is unknown")
+            )
+            return False
+        q.body = []
+        q.resent = True
+        return True
+
+    def _die(self, err: DlockError) -> None:
+        self.state = DEAD
+        while self.unsent:
+            self._finish(self.unsent.popleft(), err)
+
+    def close(self) -> None:
+        """The client closes: every request ends with ConnectionLost; the
+        leases are not released (they end at the server by their TTL)."""
+        self.closing = True
+        err = ConnectionLost("the client is closed")
+        if self.body_req is not None:
+            self._finish(self.body_req, err)
+            self.body_req = None
+        for q in [*self.fifo, *self.waiting.values(), *self.unsent]:
+            self._finish(q, err)
+        self.fifo.clear()
+        self.waiting.clear()
+        self.unsent.clear()
+        self.state = DEAD
+        for ls in self.leases:
+            if ls.lost is None and not ls.released:
+                ls.lost = LostReason.UNCONFIRMED
+        for dq in list(self.turns.values()):
+            for t in list(dq):
+                self.give_turn(t)
+
+    def after_fork(self) -> None:
+        """In a child process: the leases are the parent's. Nothing is
+        renewed or sent from here."""
+        self.forked = True
+        self.closing = True
+        self.state = DEAD
+        for ls in self.leases:
+            ls.owned = False
+        self.out.clear()
+
+    # ---- input ---------------------------------------------------------
+
+    def data_received(self, data: bytes, now: float) -> bool:
+        """Bytes from the server; False when the connection must be
+        dropped (a standby answered, or the stream is not protocol)."""
+        try:
+            lines = self.lines.feed(data)
+        except ValueError:
+            return False
+        for line in lines:
+            if not self._line_in(line, now):
+                return False
+        return True
+
+    def _line_in(self, line: str, now: float) -> bool:
+        if self.body_req is not None:
+            q = self.body_req
+            q.body.append(line)
+            self.body_left -= 1
+            if self.body_left == 0:
+                self.body_req = None
+                self._body_done(q)
+            return True
+        r = wire.parse(line)
+        if r is None:
+            return False
+        if r.kind == "*":
+            self._event(r, now)
+            return True
+        if not self.fifo:
+            return False  # a reply to nothing
+        q = self.fifo[0]
+        if r.tag and r.tag != q.tag:
+            return False
+        if self._standby_reply(q, r):
+            return False  # to the active: drop, reconnect there
+        self.fifo.popleft()
+        q.where = NOWHERE
+        try:
+            self._reply(q, r, now)
+        except (ValueError, IndexError):
+            self._finish(q, ProtocolError(f"unexpected reply: {r.text()}"))
+        return True
+
+    def _standby_reply(self, q: Req, r: wire.Reply) -> bool:
+        if r.kind == "ERR" and r.word == "NOT_ACTIVE":
+            active = r.args[0][7:] if r.args and r.args[0].startswith("active=") else ""
+        elif q.op == "HELLO" and r.kind == "OK" and r.kv("role") == "standby":
+            active = r.kv("active") or ""
+        else:
+            return False
+        self.standby = True
+        self._hint(active)
+        return True
+
+    def _hint(self, active: str) -> None:
+        self.hint = -1
+        for i, a in enumerate(self.o.addresses):
+            if a.name and a.name == active:
+                self.hint = i
+                return
+
+    def _event(self, r: wire.Reply, now: float) -> None:
+        if r.word == "BYE":
+            active = r.kv("active")
+            if active:
+                self._hint(active)
+            return
+        if not r.args:
+            return  # something newer than us
+        name = r.args[0]
+        if r.word == "GRANTED":
+            token = r.int_arg(1)
+            q = self.waiting.pop(r.tag, None) if r.tag else None
+            if q is None:
+                self._cleanup_grant(name, token)  # nobody waits for it
+                return
+            # The TTL began when the server granted it, before this line
+            # reached us: confirm it, and count from the confirmation.
+            q.token = token
+            q.op = "CONFIRM"
+            q.deadline = now + self.o.request_timeout_ms
+            self._write(q, now)
+        elif r.word == "TIMEOUT":
+            q = self.waiting.pop(r.tag, None) if r.tag else None
+            if q is not None:
+                self._finish(q, LockTimeout(f"waited in vain for {name}"))
+        elif r.word == "EXPIRED":
+            token = r.int_arg(1)
+            for ls in self.leases:
+                if ls.name == name and ls.token == token and ls.live():
+                    ls.broken_by = r.kv("broken_by") or ""
+                    self._lose(ls, LostReason.EXPIRED)
+
+    # ---- replies -------------------------------------------------------
+
+    def _reply(self, q: Req, r: wire.Reply, now: float) -> None:
+        handler = _REPLIES.get(q.op)
+        if handler is not None and handler(self, q, r, now):
+            return
+        if r.kind == "OK":
+            self._finish(q, ProtocolError(f"unexpected reply: {r.text()}"))
+        else:
+            self._finish(q, error_of(r.kind, r.word, r.text()))
+
+    def _r_lock(self, q: Req, r: wire.Reply, now: float) -> bool:
+        if r.kind == "OK" and r.word == "GRANTED":
+            self._granted(q, r.int_arg(1), r.int_arg(2), q.sent_at)
+        elif r.kind == "OK" and r.word == "QUEUED":
+            if q.abandoned:
+                self._internal("CANCEL", q.name)
+                self._finish(q, LockTimeout("given up"))
+                return True
+            q.where = WAITING
+            self.waiting[q.tag] = q
+            if q.wait >= 0:
+                q.deadline = q.wait_end + self.o.request_timeout_ms
+            else:
+                q.deadline = NEVER
+        elif (
+            r.kind == "NO"
+            and r.word == "ALREADY_WAITING"
+            and not q.abandoned
+            and q.retries < ALREADY_WAITING_RETRIES
+        ):
+            # a LOCK of ours that was given up still waits: the CANCEL of
+            # its clean-up went out before this reply came in
+            q.retries += 1
+            self._write(q, now)
+        elif r.kind == "NO" and r.word == "BUSY":
+            self._finish(q, LockTimeout(r.text(), text=r.text(), code="BUSY"))
+        else:
+            return False
+        return True
+
+    def _r_confirm(self, q: Req, r: wire.Reply, now: float) -> bool:
+        if r.kind == "OK" and r.word == "REFRESHED":
+            self._granted(q, q.token, r.int_arg(1), q.sent_at)
+        elif r.kind == "NO" and r.word == "NOT_HOLDER":
+            if not q.abandoned and (q.wait < 0 or q.wait_end > now):
+                q.op = "LOCK"  # expired before we could confirm it: again
+                self._write(q, now)
+            else:
+                self._finish(q, LockTimeout("the grant expired before it was confirmed"))
+        else:
+            self._cleanup_grant(q.name, q.token)
+            self._finish(q, error_of(r.kind, r.word, r.text()))
+        return True
+
+    def _granted(self, q: Req, token: int, ms: int, sent_at: float) -> None:
+        if q.abandoned:
+            self._cleanup_grant(q.name, token)
+            self._finish(q, LockTimeout("given up"))
+            return
+        ls = LeaseState(q.name, token)
+        ls.mode = "shared" if q.shared else ("semaphore" if q.limit > 1 else "exclusive")
+        ls.limit = max(q.limit, 1)
+        # a reentry of a lease this owner still has never lowers the TTL
+        # it is renewed with (PROTOCOL.md, Semantics)
+        ls.ttl = q.ttl
+        for other in self.leases:
+            if other.name == q.name and other.token == token and other.lost is None:
+                ls.ttl = max(ls.ttl, other.ttl)
+        ls.acquired_at = sent_at
+        ls.confirm(sent_at, ms)
+        o = q.opts
+        ls.renew = o.get("renew", self.o.renew)
+        mh = o.get("max_hold", self.o.max_hold_ms)
+        ls.max_hold = mh
+        ls.on_lost = o.get("on_lost")
+        ls.on_at_risk = o.get("on_at_risk")
+        ls.ticket = o.get("ticket")
+        self.leases.append(ls)
+        self._finish(q, None, ls)
+
+    def _r_unlock(self, q: Req, r: wire.Reply, now: float) -> bool:
+        ls = q.lease
+        others = any(
+            o is not ls and o.name == q.name and o.token == q.token and not o.released
+            for o in self.leases
+        )
+        dq = self.turns.get(q.name)
+        # nobody of this client acquires the name meanwhile (a LOCK that
+        # would be granted as a reentry of this lease)
+        quiet = not dq or (ls is not None and ls.ticket is not None and dq[0] is ls.ticket)
+        if r.kind == "OK" and r.word == "HELD" and q.last_hold and not others and quiet:
+            # holds we lost track of (a LOCK sent again after a reconnect
+            # was granted twice): give them back
+            self._write(q, now)
+            return True
+        if r.kind == "OK" and r.word in ("RELEASED", "HELD"):
+            self._finish(q, None, True)
+            return True
+        if r.kind == "NO" and r.word == "NOT_HOLDER":
+            if q.resent and q.last_hold:
+                self._finish(q, None, True)  # released before the drop
+            else:
+                self._finish(q, NotHolder(r.text(), text=r.text(), code=r.word))
+            return True
+        return False
+
+    def _r_refresh(self, q: Req, r: wire.Reply, now: float) -> bool:
+        ls = q.lease
+        assert ls is not None
+        if q.op == "RENEW":
+            ls.refreshing = False
+        if r.kind == "OK" and r.word == "REFRESHED":
+            ms = r.int_arg(1)
+            if ls.lost is None and not ls.unlocking and not ls.released:
+                if q.op == "REFRESH":
+                    ls.ttl = q.ttl
+                ls.confirm(q.sent_at, ms)
+            self._finish(q, None, ms / 1000.0)
+            return True
+        if r.kind == "NO" and r.word == "NOT_HOLDER":
+            if ls.live():
+                self._lose(ls, LostReason.REJECTED)
+            self._finish(q, LockLost(r.text(), text=r.text(), code=r.word))
+            return True
+        if q.op == "RENEW" and ls.live():
+            # UNAVAILABLE and the like: try again soon; the guard says
+            # when it is too late
+            ls.renew_at = now + max(ls.ttl / 10.0, RENEW_RETRY_MIN_MS)
+            self._risk(ls)
+        return False
+
+    def _r_check(self, q: Req, r: wire.Reply, now: float) -> bool:
+        if r.kind == "OK" and r.word == "VALID":
+            self._finish(q, None, r.int_arg(2) / 1000.0)
+        elif r.kind == "NO" and r.word == "STALE":
+            err = LockLost(r.text(), text=r.text(), code=r.word)
+            self._finish(q, err)
+        else:
+            return False
+        return True
+
+    def _r_hello(self, q: Req, r: wire.Reply, now: float) -> bool:
+        if r.kind != "OK":
+            # refused (NO DENIED <id> need=key): on a reconnect, acting as
+            # another owner would be worse than not at all
+            err = error_of(r.kind, r.word, r.text())
+            if not self.ready:
+                self.fatal = err
+            self._finish(q, err)
+            self.drop_wanted = True
+            return True
+        v = r.kv("default_ttl_ms")
+        if v and v.isdigit() and int(v) > 0:
+            self.default_ttl = float(v)
+        key = r.kv("key")
+        if key:
+            self.key = key  # to present on every reconnect
+        if r.kv("auth") == "required" and r.kv("owner") is None:
+            err = Denied("the server requires AUTH: give a password, or a user and its secret")
+            if not self.ready:
+                self.fatal = err
+            self._finish(q, err)
+            self.drop_wanted = True
+            return True
+        self.backoff = float(BACKOFF_MIN_MS)
+        self.failed_i = -1
+        self.session_ok = True
+        self.ready = True
+        self._finish(q, None, True)
+        return True
+
+    def _r_auth(self, q: Req, r: wire.Reply, now: float) -> bool:
+        if r.kind == "OK":
+            self._finish(q, None, True)
+            return True
+        err = error_of(r.kind, r.word, r.text())
+        if not self.ready:
+            self.fatal = err
+        self.drop_wanted = True
+        self._finish(q, err)
+        return True
+
+    def _r_simple(self, q: Req, r: wire.Reply, now: float) -> bool:
+        """PING, CANCEL, BREAK: OK is success."""
+        if r.kind != "OK":
+            return False
+        self._finish(q, None, r.args[0] if r.args else "")
+        return True
+
+    def _r_status(self, q: Req, r: wire.Reply, now: float) -> bool:
+        if r.kind == "OK" and r.word == "STATUS":
+            self._finish(q, None, status_of(q.name, r))
+            return True
+        return False
+
+    def _r_body(self, q: Req, r: wire.Reply, now: float) -> bool:
+        """STATS, LOCKS, HOLDERS: a header saying how many lines follow."""
+        if r.kind != "OK" or r.word != q.op:
+            return False
+        n = r.int_arg(1 if q.op == "HOLDERS" else 0)
+        q.header = r
+        q.body = []
+        if n == 0:
+            self._body_done(q)
+        else:
+            self.body_req = q
+            self.body_left = n
+            q.where = SENT
+        return True
+
+    def _body_done(self, q: Req) -> None:
+        r = q.header
+        assert r is not None
+        try:
+            if q.op == "STATS":
+                stats = {}
+                for line in q.body:
+                    k, _, v = line.partition(" ")
+                    stats[k] = v
+                self._finish(q, None, stats)
+            elif q.op == "LOCKS":
+                page = [status_of(ln.split()[0], ln.split()[1:]) for ln in q.body if ln]
+                self._finish(q, None, LocksPage(page, int(r.kv("more") or 0)))
+            else:
+                st = status_of(q.name, r)
+                st = dataclasses.replace(st, held=st.holders > 0)
+                hs = [holder_of(ln) for ln in q.body]
+                self._finish(
+                    q,
+                    None,
+                    Holders(
+                        st,
+                        [h for h in hs if not h.waiter],
+                        [h for h in hs if h.waiter],
+                        int(r.kv("more") or 0),
+                    ),
+                )
+        except (ValueError, IndexError):
+            self._finish(q, ProtocolError(f"unexpected reply: {r.text()}"))
+
+    # ---- output --------------------------------------------------------
+
+    def _format(self, q: Req, now: float) -> bytes:
+        self.seq += 1
+        q.tag = "p%d" % self.seq
+        op, tag = q.op, q.tag
+        if op == "AUTH":
+            words = [self.o.user, self.o.password] if self.o.user else [self.o.password]
+            return wire.request("AUTH", *words, tag=tag)
+        if op == "HELLO":
+            return wire.request("HELLO", owner=self.owner, key=self.key or None, tag=tag)
+        if op == "LOCK":
+            if q.wait < 0:
+                wait: str | None = "inf"
+            elif q.wait == 0:
+                wait = None
+            else:
+                if q.wait_end == NEVER:
+                    q.wait_end = now + q.wait
+                wait = str(max(int(q.wait_end - now), 1))
+            return wire.request(
+                "TRYLOCK" if q.wait == 0 else "LOCK",
+                q.name,
+                ttl=int(q.ttl),
+                wait=wait,
+                mode="shared" if q.shared else None,
+                limit=q.limit if q.limit > 1 else None,
+                tag=tag,
+            )
+        if op in ("CONFIRM", "RENEW", "REFRESH"):
+            return wire.request("REFRESH", q.name, str(q.token), ttl=int(q.ttl), tag=tag)
+        if op in ("UNLOCK", "CHECK"):
+            return wire.request(op, q.name, str(q.token), tag=tag)
+        if op == "BREAK":
+            return wire.request(op, q.name, str(q.token), reason=q.extra["reason"], tag=tag)
+        if op in ("CANCEL", "STATUS", "HOLDERS"):
+            return wire.request(op, q.name, tag=tag)
+        if op == "LOCKS":
+            e = q.extra
+            words = [e["prefix"]] if e.get("prefix") else []
+            return wire.request(
+                "LOCKS",
+                *words,
+                limit=e.get("limit"),
+                after=e.get("after"),
+                by="waiters" if e.get("by_waiters") else None,
+                tag=tag,
+            )
+        return wire.request(op, tag=tag)  # STATS, PING
+
+    def _write(self, q: Req, now: float) -> None:
+        self.out += self._format(q, now)
+        q.sent_at = now
+        q.where = SENT
+        ls = q.lease
+        # A REFRESH that shortens the lease may take effect even if its
+        # reply never comes (a server that crashed after recording it): the
+        # lease counts on the shorter deadline from the moment it is sent.
+        if q.op in ("REFRESH", "RENEW") and ls is not None and q.ttl > 0:
+            d = now + q.ttl - slack_ms(q.ttl)
+            if d < ls.deadline:
+                ls.deadline = d
+            # ... and its guard is the shorter TTL's from then on (the
+            # longer TTL's guard could exceed the shorter deadline and
+            # declare the lease lost before the reply; a longer TTL counts
+            # once confirmed)
+            ls.ttl = min(ls.ttl, q.ttl)
+        self.fifo.append(q)
+
+    def _internal(self, op: str, name: str = "", token: int = 0, last_hold: bool = False) -> None:
+        q = Req(op, name, internal=True)
+        q.token = token
+        q.last_hold = last_hold
+        if self.state == UP:
+            self._write(q, now_ms())
+        elif op == "UNLOCK" and self.state != DEAD:
+            q.where = UNSENT
+            self.unsent.append(q)
+
+    def _renew(self, ls: LeaseState, now: float) -> None:
+        q = Req("RENEW", ls.name, internal=True)
+        q.token = ls.token
+        q.ttl = ls.ttl
+        q.lease = ls
+        ls.refreshing = True
+        self._write(q, now)
+
+    def _cleanup_grant(self, name: str, token: int) -> None:
+        """Release a grant nobody wants: one hold of a lease we keep, or
+        the whole lease (UNLOCK until RELEASED)."""
+        keep = any(ls.name == name and ls.token == token and ls.live() for ls in self.leases)
+        self._internal("UNLOCK", name, token, last_hold=not keep)
+
+    # ---- requests (the driver's callers) --------------------------------
+
+    def submit(self, q: Req, now: float) -> None:
+        """Write q now, or keep it for the connection being made; a dead
+        client ends it at once."""
+        if self.closing or self.state == DEAD:
+            msg = "the client is closed" if self.closing else "not connected"
+            if self.forked:
+                msg = "this client belongs to the process that made it (fork)"
+            self._finish(q, ConnectionLost(msg))
+        elif self.state == UP:
+            self._write(q, now)
+        else:
+            q.where = UNSENT
+            self.unsent.append(q)
+
+    def abandon(self, q: Req) -> None:
+        """The caller stops waiting for q (timeout, cancellation)."""
+        if q.done:
+            return
+        if q.where == UNSENT:
+            if q.op == "UNLOCK" and q.last_hold:
+                q.internal = True  # still release the lease once connected
+                return
+            self.unsent.remove(q)
+            q.where = NOWHERE
+        elif q.where == WAITING:
+            self.waiting.pop(q.tag, None)
+            q.where = NOWHERE
+            # leave the queue; a grant that crosses the CANCEL comes as a
+            # "* GRANTED" nobody waits for, and is released
+            if self.state == UP:
+                self._internal("CANCEL", q.name)
+        elif q.where == SENT:
+            q.abandoned = True  # its reply will be cleaned up
+            return
+        q.done = True
+        q.error = LockTimeout("given up")
+
+    def lock_request(
+        self,
+        name: str,
+        ttl_ms: float | None,
+        wait_ms: float,
+        shared: bool,
+        limit: int,
+        now: float,
+    ) -> Req:
+        q = Req("LOCK", name)
+        q.ttl = ttl_ms if ttl_ms else self.default_ttl
+        q.wait = wait_ms
+        q.shared = shared
+        q.limit = limit
+        q.deadline = now + self.o.request_timeout_ms
+        return q
+
+    def release_request(self, ls: LeaseState, now: float) -> Req | None:
+        """The UNLOCK of one hold; None when nothing is to be sent (a lease
+        not owned by this process)."""
+        if ls.released or ls.unlocking or not ls.owned:
+            return None
+        others = any(
+            o is not ls and o.name == ls.name and o.token == ls.token and not o.released
+            for o in self.leases
+        )
+        ls.unlocking = True
+        q = Req("UNLOCK", ls.name)
+        q.token = ls.token
+        q.lease = ls
+        q.last_hold = not others
+        q.deadline = now + self.o.request_timeout_ms
+        return q
+
+    def released(self, ls: LeaseState) -> None:
+        """The release of ls is over (answered, or given up): forget it,
+        and pass its turn on."""
+        ls.unlocking = False
+        ls.released = True
+        if ls in self.leases:
+            self.leases.remove(ls)
+        if ls.ticket is not None:
+            self.give_turn(ls.ticket)
+            ls.ticket = None
+
+    def refresh_request(self, ls: LeaseState, ttl_ms: float | None, now: float) -> Req:
+        q = Req("REFRESH", ls.name)
+        q.token = ls.token
+        q.ttl = ttl_ms if ttl_ms else ls.ttl
+        q.lease = ls
+        q.deadline = now + self.o.request_timeout_ms
+        return q
+
+    def simple_request(self, op: str, name: str = "", token: int = 0, **extra: Any) -> Req:
+        q = Req(op, name)
+        q.token = token
+        q.extra = extra
+        q.deadline = now_ms() + self.o.request_timeout_ms
+        return q
+
+    def _finish(self, q: Req, err: DlockError | None, result: Any = None) -> None:
+        if q.done:
+            return
+        q.where = NOWHERE
+        q.done = True
+        q.error = err
+        q.result = result
+        if q.internal or q.abandoned:
+            return
+        self.hooks.done(q)
+
+    # ---- turns ---------------------------------------------------------
+
+    def take_turn(self, name: str) -> Ticket:
+        """A place in this client's line for `name`; ready at once if
+        nobody of this client holds or acquires it."""
+        t = Ticket(name)
+        dq = self.turns.setdefault(name, collections.deque())
+        dq.append(t)
+        t.ready = len(dq) == 1
+        return t
+
+    def give_turn(self, t: Ticket) -> None:
+        """t is done with its name (its lease released or lost, its
+        acquisition failed or given up): the next in line goes."""
+        dq = self.turns.get(t.name)
+        if dq is None or t not in dq:
+            return
+        head = dq[0] is t
+        dq.remove(t)
+        t.ready = False
+        if not dq:
+            del self.turns[t.name]
+        elif head:
+            nxt = dq[0]
+            nxt.ready = True
+            self.hooks.turn(nxt)
+
+    # ---- leases and timers ---------------------------------------------
+
+    def _lose(self, ls: LeaseState, why: LostReason) -> None:
+        if ls.lost is not None:
+            return
+        ls.lost = why
+        if ls.ticket is not None:
+            self.give_turn(ls.ticket)
+            ls.ticket = None
+        if ls.owned:
+            self.hooks.lost(ls)
+
+    def _risk(self, ls: LeaseState) -> None:
+        if not ls.at_risk and ls.live():
+            ls.at_risk = True
+            self.hooks.at_risk(ls)
+
+    def guard_ms(self, ttl: float) -> float:
+        if self.o.lost_guard_ms is not None:
+            return self.o.lost_guard_ms
+        return max(ttl / 10.0, GUARD_MIN_MS)
+
+    def tick(self, now: float) -> float:
+        """Renew what is due, declare lost what can no longer be confirmed
+        in time, say when renewals are overdue; returns the next time
+        there is something to do (ms, NEVER)."""
+        nxt = NEVER
+        if self.forked:
+            return nxt
+        for ls in list(self.leases):
+            if not ls.live():
+                continue
+            lost_at = ls.deadline - self.guard_ms(ls.ttl)
+            if now >= lost_at:
+                self._lose(ls, LostReason.MAX_HOLD if ls.capped else LostReason.UNCONFIRMED)
+                continue
+            nxt = min(nxt, lost_at)
+            if not ls.renew or ls.capped:
+                continue
+            overdue = ls.renew_at + ls.ttl / 6.0
+            if not ls.at_risk:
+                if now >= overdue:
+                    self._risk(ls)
+                else:
+                    nxt = min(nxt, overdue)
+            if ls.refreshing or self.state != UP:
+                continue
+            if now < ls.renew_at:
+                nxt = min(nxt, ls.renew_at)
+                continue
+            if ls.max_hold is not None and now + ls.ttl > ls.acquired_at + ls.max_hold:
+                ls.capped = True  # let it run out: renewal would pass max_hold
+                continue
+            self._renew(ls, now)
+        return nxt
+
+    def take_drop(self) -> bool:
+        """True once when a reply asked for the connection to be dropped."""
+        d, self.drop_wanted = self.drop_wanted, False
+        return d
+
+
+_REPLIES: dict[str, Callable[[Core, Req, wire.Reply, float], bool]] = {
+    "LOCK": Core._r_lock,
+    "CONFIRM": Core._r_confirm,
+    "UNLOCK": Core._r_unlock,
+    "REFRESH": Core._r_refresh,
+    "RENEW": Core._r_refresh,
+    "CHECK": Core._r_check,
+    "HELLO": Core._r_hello,
+    "AUTH": Core._r_auth,
+    "PING": Core._r_simple,
+    "CANCEL": Core._r_simple,
+    "BREAK": Core._r_simple,
+    "STATUS": Core._r_status,
+    "STATS": Core._r_body,
+    "LOCKS": Core._r_body,
+    "HOLDERS": Core._r_body,
+}

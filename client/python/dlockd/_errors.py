@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: MIT
+"""The exceptions of the dlockd client.
+
+Every error the client raises is a :class:`DlockError`. Those that carry a
+server's answer keep its line in ``text`` (``"NO BUSY orders/42 2710"``,
+``"ERR UNAVAILABLE redis: not connected"``) and its code word in ``code``
+(``"BUSY"``, ``"UNAVAILABLE"``); programs match the class or the code, the
+text is for people.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DlockError",
+    "LockTimeout",
+    "LockLost",
+    "NotHolder",
+    "Unavailable",
+    "Denied",
+    "ConnectionLost",
+    "LimitMismatch",
+    "UpgradeDeadlock",
+    "LimitReached",
+    "ProtocolError",
+]
+
+
+class DlockError(Exception):
+    """Base of every error of this package.
+
+    ``text`` is the server's NO/ERR line when there was one ("" otherwise)
+    and ``code`` its code word (``BUSY``, ``NOT_HOLDER``, ...).
+    """
+
+    def __init__(self, message: str = "", text: str = "", code: str = "") -> None:
+        super().__init__(message or text)
+        self.text = text
+        self.code = code
+
+
+class LockTimeout(DlockError):
+    """The lock was not granted within ``wait`` (``NO BUSY`` for a try,
+    ``* TIMEOUT`` for a wait that ran out, or no reply in time)."""
+
+
+class LockLost(DlockError):
+    """The lease is gone: it expired, was broken, was refused a refresh, or
+    could not be confirmed before its local deadline."""
+
+
+class NotHolder(DlockError):
+    """The server holds no such lease for this owner (``NO NOT_HOLDER``)."""
+
+
+class Unavailable(DlockError):
+    """The service cannot serve now: no server answers, persistence is
+    down (``ERR UNAVAILABLE``), or only standbys were reached."""
+
+
+class Denied(DlockError):
+    """Refused for who we are: a failed ``AUTH``, a missing right
+    (``NO DENIED <name> need=<right>``), or an owner id bound to another
+    key (``NO DENIED <id> need=key``)."""
+
+
+class ConnectionLost(DlockError):
+    """The connection closed before the outcome was known, and the request
+    is not one that may be sent twice (or the client is closed)."""
+
+
+class LimitMismatch(DlockError):
+    """The lock lives with another limit (``NO LIMIT_MISMATCH``);
+    ``limit`` is the lock's."""
+
+    limit: int = 0
+
+
+class UpgradeDeadlock(DlockError):
+    """Exclusive asked by an owner that holds the lock shared: it would
+    wait for itself (``NO UPGRADE_DEADLOCK``)."""
+
+
+class LimitReached(DlockError):
+    """A configured limit of the server was reached (``ERR LIMIT``)."""
+
+
+class ProtocolError(DlockError):
+    """The server said something this client does not understand."""
+
+
+# The exception of each NO/ERR code word; the rest are DlockError.
+_NO_CODES: dict[str, type[DlockError]] = {
+    "BUSY": LockTimeout,
+    "NOT_HOLDER": NotHolder,
+    "STALE": LockLost,
+    "AUTH_FAILED": Denied,
+    "DENIED": Denied,
+    "LIMIT_MISMATCH": LimitMismatch,
+    "UPGRADE_DEADLOCK": UpgradeDeadlock,
+}
+_ERR_CODES: dict[str, type[DlockError]] = {
+    "NOAUTH": Denied,
+    "UNAVAILABLE": Unavailable,
+    "NOT_ACTIVE": Unavailable,
+    "LIMIT": LimitReached,
+}
+
+
+def error_of(kind: str, code: str, text: str) -> DlockError:
+    """The exception for a NO or ERR reply (kind ``NO`` or ``ERR``)."""
+    table = _NO_CODES if kind == "NO" else _ERR_CODES
+    cls = table.get(code, DlockError)
+    err = cls(text, text=text, code=code)
+    if isinstance(err, LimitMismatch):
+        words = text.split()
+        if len(words) >= 4 and words[3].isdigit():
+            err.limit = int(words[3])
+    return err

@@ -1,0 +1,717 @@
+# SPDX-License-Identifier: MIT
+"""dlockd.Client: the core driven by one background thread per client.
+
+The thread is the only reader of the socket. It loops on a selector over
+the socket and a wake-up pipe, with a timeout set to the core's next
+deadline (a renewal, a lease's lost guard, a reconnect, a connect in
+progress) and never longer than CLOCK_STEP: the selector's clock stops
+during a suspend, CLOCK_BOOTTIME does not. Connects and TLS handshakes
+are non-blocking, so a lease's guard fires on time even while the daemon
+does not answer.
+
+One lock (``_mu``) guards the core and the socket: a calling thread takes
+it to submit its request and write it at once (no thread hop on the way
+out), then waits on its request's own Event; the thread takes it around
+everything but the selector and the application's callbacks, which it
+runs (on_lost, on_at_risk) without it.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import os
+import selectors
+import socket
+import ssl
+import threading
+from typing import Any, Callable
+
+from . import _api
+from . import _options
+from ._api import _UNSET, LeaseView, lock_args
+from ._core import (
+    CONNECTING,
+    DEAD,
+    DOWN,
+    NEVER,
+    UP,
+    Core,
+    LeaseState,
+    Req,
+    Ticket,
+    now_ms,
+)
+from ._errors import ConnectionLost, DlockError, LockLost, LockTimeout, Unavailable
+from ._types import Holders, LocksPage, Status
+
+CLOCK_STEP = 0.25  # s: the longest sleep (a suspend is noticed this late)
+READ_SIZE = 65536
+
+
+class Lease(LeaseView):
+    """One hold of a lock, as ``Client.lock()`` returns it.
+
+    ``lost`` is a threading.Event set when the lease is lost; ``with`` a
+    lease releases it at the end of the block, and raises LockLost if it
+    was lost meanwhile (the block may have run unprotected).
+    """
+
+    def __init__(self, client: Client, ls: LeaseState) -> None:
+        self._client = client
+        self._ls = ls
+        self.lost = threading.Event()
+
+    def check(self) -> float:
+        """Ask the server whether this token still holds the lock: the
+        seconds it has left there. LockLost if it does not."""
+        q = self._client._call(self._client._core.simple_request("CHECK", self.name, self.token))
+        return float(q)
+
+    def refresh(self, ttl: float | None = None) -> float:
+        """Extend the lease now, to ``ttl`` seconds (default: its TTL); a
+        shorter TTL shortens it. Returns the TTL granted. LockLost if the
+        lease is gone."""
+        c = self._client
+        ttl_ms = float(_api.wire.ms_of(ttl, "ttl")) if ttl is not None else None
+        with c._mu:
+            if self._ls.lost is not None or self._ls.released:
+                raise LockLost(f"the lease of {self.name!r} is {'lost' if self._ls.lost else 'released'}")
+            q = c._core.refresh_request(self._ls, ttl_ms, now_ms())
+        return float(c._call(q))
+
+    def release(self) -> None:
+        """Give the hold back. Cancellation-safe: once sent, the UNLOCK is
+        sent again after a reconnect until the server answers it, even if
+        this call gives up (request_timeout, KeyboardInterrupt). Raises
+        NotHolder if the server no longer had the lease (it expired or was
+        broken; a lost lease is released too, in case the server still
+        has it). A lease not owned by this process (after fork) is left
+        alone."""
+        c = self._client
+        with c._mu:
+            q = c._core.release_request(self._ls, now_ms())
+            if q is None:
+                return
+        try:
+            c._call(q, finish=lambda: c._core.released(self._ls))
+        except DlockError as e:
+            if e.code == "NOT_HOLDER":
+                with c._mu:
+                    if self._ls.lost is None:
+                        self._ls.lost = _api.LostReason.REJECTED
+                        self.lost.set()
+                raise
+            if isinstance(e, LockTimeout):
+                return  # not answered in time: it is sent again until it is
+            raise
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        if not self._ls.owned:
+            return
+        try:
+            self.release()
+        except LockLost:
+            pass
+        except DlockError:
+            if et is None and self._ls.lost is None:
+                raise
+        if et is None and self._ls.lost is not None:
+            raise LockLost(
+                f"the lease of {self.name!r} (token {self.token}) was lost "
+                f"before the end of the block: {self._ls.lost.name}"
+            )
+
+
+class RWLock:
+    """A read/write lock: ``read()`` takes it shared, ``write()``
+    exclusive. Strict FIFO across modes at the server."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self._c = client
+        self.name = _api.wire.check_name(name)
+
+    def read(self, ttl: float | None = None, wait: float | None = None, **kw: Any) -> Lease:
+        return self._c.lock(self.name, ttl, wait, mode="shared", **kw)
+
+    def write(self, ttl: float | None = None, wait: float | None = None, **kw: Any) -> Lease:
+        return self._c.lock(self.name, ttl, wait, **kw)
+
+
+class Semaphore:
+    """A semaphore of ``n`` permits: each ``acquire()`` is one lease of its
+    own (token, TTL, renewal)."""
+
+    def __init__(self, client: Client, name: str, n: int) -> None:
+        self._c = client
+        self.name = _api.wire.check_name(name)
+        self.n = n
+
+    def acquire(self, ttl: float | None = None, wait: float | None = None, **kw: Any) -> Lease:
+        return self._c.lock(self.name, ttl, wait, limit=self.n, **kw)
+
+
+class Client:
+    """A connection to dlockd (or to the first of a list of daemons that
+    is active) and the thread that reads it, renews the leases and
+    reconnects. Thread-safe: share one client between threads; within a
+    client the holds of one name are taken one at a time.
+
+    ``Client("db1:7420,db2:7420", user=..., secret=..., tls=...)``; with no
+    servers, the DLOCK_* environment as the ``dlock`` command reads it.
+    Keyword arguments: host, port, socket (a unix socket path), password
+    (the server's one password), user and secret (a user of its users
+    file), owner and owner_key, tls (True, or an ssl.SSLContext), tls_ca,
+    tls_cert, tls_key, tls_server_name, connect_timeout (2 s),
+    request_timeout (5 s), reconnect (True), renew (True), max_hold
+    (None: renew for ever), lost_guard (max(TTL/10, 20 ms)), on_lost and
+    on_at_risk (callbacks, on the client's thread: ``f(lease, reason)`` and
+    ``f(lease)``). Raises Unavailable, Denied or ssl.SSLError when no
+    server can be used within connect_timeout.
+    """
+
+    def __init__(self, servers: str | list[str] | None = None, **kw: Any) -> None:
+        self._o = _options.build(servers, kw)
+        self._o.addresses = _options.resolve(self._o.addresses)
+        if not self._o.addresses:
+            raise Unavailable("no server address resolves")
+        self._mu = threading.Lock()
+        self._core = Core(self._o, self)
+        self._callbacks: collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]] = (
+            collections.deque()
+        )
+        self._ready = threading.Event()  # the first HELLO's outcome is known
+        self._sock: socket.socket | None = None
+        self._hs = False  # a TLS handshake is in progress
+        self._connect_deadline = NEVER
+        self._tls_error: Exception | None = None
+        self._tls_fails = 0
+        self._pid = os.getpid()
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ)
+        _api.register(self)
+        self._thread = threading.Thread(target=self._run, name="dlockd-client", daemon=True)
+        self._thread.start()
+        deadline = now_ms() + self._o.connect_timeout_ms
+        while not self._ready.is_set():
+            left = deadline - now_ms()
+            if left <= 0:
+                break
+            self._ready.wait(min(left / 1000.0, CLOCK_STEP))
+        with self._mu:
+            ok, fatal = self._core.ready, self._core.fatal
+            why = self._core.last_error
+        if not ok:
+            self.close()
+            if isinstance(self._tls_error, ssl.SSLError):
+                raise self._tls_error
+            raise fatal or Unavailable(
+                "cannot connect to dlockd" + (f": {why}" if why else "")
+            )
+
+    # ---- the public calls ----------------------------------------------
+
+    @property
+    def owner(self) -> str:
+        """The owner id (chosen, or a random ``py-...`` one)."""
+        return self._core.owner
+
+    @property
+    def owner_key(self) -> str:
+        """The key that proves the owner id (given, or the server's);
+        a secret: another process given ``owner=`` and this key acts as
+        the same owner."""
+        return self._core.key
+
+    def lock(
+        self,
+        name: str,
+        ttl: float | None = None,
+        wait: float | None = None,
+        *,
+        mode: str = "exclusive",
+        limit: int | None = None,
+        max_hold: float | None = _UNSET,
+        renew: bool = _UNSET,
+        on_lost: Callable[..., Any] | None = None,
+        on_at_risk: Callable[..., Any] | None = None,
+    ) -> Lease:
+        """Acquire `name` for a lease of `ttl` seconds (None: the server's
+        default), waiting up to `wait` seconds (None: for ever; 0: try
+        once). ``mode="shared"`` takes it with other readers, ``limit=n``
+        as one of n permits. The lease is renewed every TTL/3 (``renew``)
+        until released, lost or ``max_hold`` seconds after it was granted.
+        Raises LockTimeout, LimitMismatch, UpgradeDeadlock, Denied,
+        Unavailable, ConnectionLost."""
+        a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk)
+        start = now_ms()
+        wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
+        with self._mu:
+            self._usable()
+            t = self._core.take_turn(a.name)
+            if not t.ready:
+                t.waker = threading.Event()
+        if not t.ready:
+            self._wait_turn(t, a.wait_ms, wait_end)
+        granted = False
+        try:
+            with self._mu:
+                now = now_ms()
+                wait_ms = a.wait_ms if a.wait_ms <= 0 else max(wait_end - now, 1.0)
+                q = self._core.lock_request(a.name, a.ttl_ms, wait_ms, a.shared, a.limit, now)
+                q.opts = dict(a.opts, ticket=t)
+            ls: LeaseState = self._call(q)
+            granted = True
+        finally:
+            if not granted:
+                with self._mu:
+                    self._core.give_turn(t)  # the lease keeps it otherwise
+        lease = Lease(self, ls)
+        with self._mu:
+            ls.handle = lease
+            if ls.lost is not None:  # lost before we had a handle
+                self.lost(ls)
+        # (the thread that read the grant set its timers after it)
+        return lease
+
+    def rwlock(self, name: str) -> RWLock:
+        """A read/write lock: ``.read()`` shared, ``.write()`` exclusive."""
+        return RWLock(self, name)
+
+    def semaphore(self, name: str, n: int) -> Semaphore:
+        """A semaphore of n permits: ``.acquire()`` takes one."""
+        return Semaphore(self, name, n)
+
+    def check(self, name: str, token: int) -> float:
+        """Whether `token` holds `name` now (any owner may ask): the
+        seconds its lease has left at the server; LockLost if it does not
+        (``err.text`` names the current token)."""
+        _api.wire.check_name(name)
+        return float(self._call(self._core.simple_request("CHECK", name, int(token))))
+
+    def status(self, name: str) -> Status:
+        """The lock as the server sees it (its first holder)."""
+        _api.wire.check_name(name)
+        return self._call(self._core.simple_request("STATUS", name))
+
+    def holders(self, name: str) -> Holders:
+        """Every holder and waiter of `name`."""
+        _api.wire.check_name(name)
+        return self._call(self._core.simple_request("HOLDERS", name))
+
+    def locks(
+        self,
+        prefix: str | None = None,
+        *,
+        after: str | None = None,
+        limit: int | None = None,
+        by_waiters: bool = False,
+    ) -> LocksPage:
+        """One page of the server's locks (see PROTOCOL.md, LOCKS)."""
+        e = _locks_extra(prefix, after, limit, by_waiters)
+        return self._call(self._core.simple_request("LOCKS", **e))
+
+    def stats(self) -> dict[str, str]:
+        """The server's STATS (needs the admin right with a users file)."""
+        return self._call(self._core.simple_request("STATS"))
+
+    def ping(self) -> None:
+        self._call(self._core.simple_request("PING"))
+
+    def break_lease(self, name: str, token: int, reason: str) -> None:
+        """End another owner's lease (an operator's tool: its holder is
+        told, the next waiter granted). `reason`: one word, audited.
+        LockLost if `token` holds nothing."""
+        _api.wire.check_name(name)
+        _api.wire.check_word(reason, "reason", _api.wire.REASON_MAX)
+        self._call(self._core.simple_request("BREAK", name, int(token), reason=reason))
+
+    def close(self) -> None:
+        """Stop the thread and close the connection. Leases still held are
+        not released: they end at the server by their TTL."""
+        if os.getpid() != self._pid:
+            return
+        with self._mu:
+            if self._core.closing:
+                return
+            self._core.close()
+            for ls in self._core.leases:
+                if ls.handle is not None:
+                    ls.handle.lost.set()
+        self._wake()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- calls and waiting ---------------------------------------------
+
+    def _usable(self) -> None:
+        if self._core.forked or os.getpid() != self._pid:
+            raise ConnectionLost("this client belongs to the process that made it (fork)")
+        if self._core.closing:
+            raise ConnectionLost("the client is closed")
+
+    def _call(self, q: Req, finish: Callable[[], None] | None = None) -> Any:
+        """Submit q and wait for its outcome, until q.deadline (which a
+        QUEUED answer moves). On timeout or interruption q is given up
+        (the core cleans up what it still brings); `finish` runs, under
+        the lock, however the wait ends."""
+        q.waker = threading.Event()
+        with self._mu:
+            try:
+                self._usable()
+            except DlockError:
+                if finish:
+                    finish()
+                raise
+            self._core.submit(q, now_ms())
+            self._flush()
+        try:
+            while not q.done:
+                left = q.deadline - now_ms()
+                if left <= 0:
+                    with self._mu:
+                        if not q.done:
+                            self._core.abandon(q)
+                            raise LockTimeout(f"no reply to {q.op} within request_timeout")
+                    break
+                q.waker.wait(min(left / 1000.0, CLOCK_STEP))
+        except BaseException:
+            with self._mu:
+                if not q.done:
+                    self._core.abandon(q)
+                if finish:
+                    finish()
+            raise
+        if finish:
+            with self._mu:
+                finish()
+        if q.error is not None:
+            raise q.error
+        return q.result
+
+    def _wait_turn(self, t: Ticket, wait_ms: float, wait_end: float) -> None:
+        """Another acquisition of this client holds the name: wait for our
+        turn within the wait."""
+        try:
+            while True:
+                with self._mu:
+                    if t.ready:
+                        return
+                    if self._core.closing:
+                        self._core.give_turn(t)
+                        raise ConnectionLost("the client is closed")
+                    left = wait_end - now_ms()
+                    if wait_ms == 0 or left <= 0:
+                        self._core.give_turn(t)
+                        raise LockTimeout(
+                            f"{t.name!r} is held by another lease of this client"
+                        )
+                t.waker.wait(min(left / 1000.0, CLOCK_STEP))
+        except BaseException:
+            with self._mu:
+                if not t.ready:
+                    self._core.give_turn(t)
+            raise
+
+    # ---- the core's hooks (called with _mu held) ------------------------
+
+    def done(self, q: Req) -> None:
+        if q.waker is not None:
+            q.waker.set()
+
+    def turn(self, t: Ticket) -> None:
+        if t.waker is not None:
+            t.waker.set()
+
+    def lost(self, ls: LeaseState) -> None:
+        lease = ls.handle
+        if lease is None:
+            return
+        lease.lost.set()
+        for cb in (ls.on_lost, self._o.on_lost):
+            if cb is not None:
+                self._callbacks.append((cb, (lease, ls.lost)))
+
+    def at_risk(self, ls: LeaseState) -> None:
+        lease = ls.handle
+        if lease is None:
+            return
+        for cb in (ls.on_at_risk, self._o.on_at_risk):
+            if cb is not None:
+                self._callbacks.append((cb, (lease,)))
+
+    # ---- the thread ----------------------------------------------------
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass  # full: the thread is awake anyway
+
+    def _flush(self) -> None:
+        """Push the core's output to the socket without blocking; what the
+        kernel does not take waits for the thread's EVENT_WRITE."""
+        out = self._core.out
+        if not out or self._sock is None or self._core.state != UP:
+            return
+        try:
+            while out:
+                n = self._sock.send(out)
+                if n <= 0:
+                    break
+                del out[:n]
+        except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            pass
+        except OSError:
+            self._drop()
+            return
+        if out:
+            self._wake()
+
+    def _drop(self) -> None:
+        """Close the connection and tell the core."""
+        self._close_sock()
+        self._core.connection_lost(now_ms())
+        self._notify_ready()
+
+    def _close_sock(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sel.unregister(self._sock)
+            except (KeyError, ValueError):
+                pass
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None
+        self._hs = False
+
+    def _notify_ready(self) -> None:
+        if self._core.ready or self._core.fatal is not None or self._core.state == DEAD:
+            self._ready.set()
+
+    def _start_connect(self, now: float) -> None:
+        i = self._core.connecting()
+        a = self._o.addresses[i]
+        try:
+            s = socket.socket(a.family, socket.SOCK_STREAM)
+            s.setblocking(False)
+            if a.family != socket.AF_UNIX:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as e:
+            self._core.connect_failed(now, str(e))
+            return
+        try:
+            s.connect(a.sockaddr)
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as e:
+            s.close()
+            self._core.connect_failed(now, f"{a.name}: {e.strerror or e}")
+            return
+        self._sock = s
+        self._connect_deadline = now + self._o.connect_timeout_ms
+        self._sel.register(s, selectors.EVENT_WRITE)
+
+    def _connect_done(self, now: float) -> None:
+        s = self._sock
+        assert s is not None
+        err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            self._fail_attempt(now, f"{self._addr().name}: {os.strerror(err)}")
+            return
+        ctx = self._o.ssl_context
+        if ctx is None:
+            self._up(now)
+            return
+        a = self._addr()
+        try:
+            self._sock = ctx.wrap_socket(
+                s,
+                server_hostname=self._o.tls_server_name or a.host,
+                do_handshake_on_connect=False,
+            )
+        except (ssl.SSLError, OSError) as e:
+            self._sock = s
+            self._fail_attempt(now, f"TLS: {e}", e)
+            return
+        self._sel.unregister(s)
+        self._sel.register(self._sock, selectors.EVENT_READ)
+        self._hs = True
+        self._handshake(now)
+
+    def _handshake(self, now: float) -> None:
+        s = self._sock
+        assert isinstance(s, ssl.SSLSocket)
+        try:
+            s.do_handshake()
+        except ssl.SSLWantReadError:
+            self._sel.modify(s, selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._sel.modify(s, selectors.EVENT_WRITE)
+            return
+        except (ssl.SSLError, OSError) as e:
+            self._fail_attempt(now, f"TLS: handshake: {e}", e)
+            return
+        self._hs = False
+        self._up(now)
+
+    def _up(self, now: float) -> None:
+        self._connect_deadline = NEVER
+        self._tls_error = None
+        assert self._sock is not None
+        self._sel.modify(self._sock, selectors.EVENT_READ)
+        self._core.connected(now)
+        self._flush()
+
+    def _addr(self) -> _options.Address:
+        return self._o.addresses[self._core.addr_i]
+
+    def _fail_attempt(self, now: float, why: str, exc: Exception | None = None) -> None:
+        self._close_sock()
+        self._core.connect_failed(now, why)
+        if isinstance(exc, ssl.SSLError) and not self._core.ready:
+            # TLS refused on the first connection (a certificate or name
+            # that does not verify): tell the caller once every server
+            # was tried, rather than retrying until connect_timeout
+            self._tls_error = exc
+            self._tls_fails += 1
+            if self._tls_fails >= len(self._o.addresses):
+                self._ready.set()
+
+    def _input(self, now: float) -> None:
+        s = self._sock
+        assert s is not None
+        while True:
+            try:
+                data = s.recv(READ_SIZE)
+            except (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                return
+            except InterruptedError:
+                continue
+            except OSError:
+                self._drop()
+                return
+            if not data:
+                self._drop()
+                return
+            keep = self._core.data_received(data, now)
+            if not keep or self._core.take_drop():
+                self._drop()
+                return
+            self._notify_ready()
+            if not (isinstance(s, ssl.SSLSocket) and s.pending()) and len(data) < READ_SIZE:
+                return
+
+    def _step(self) -> float:
+        """One pass of the thread's work, with _mu held: the timeout of the
+        next select (seconds)."""
+        now = now_ms()
+        core = self._core
+        if core.state == DOWN and now >= core.reconnect_at:
+            self._start_connect(now)
+        if core.state == CONNECTING and now >= self._connect_deadline:
+            self._fail_attempt(now, f"{self._addr().name}: connect timed out")
+        nxt = core.tick(now)
+        self._flush()
+        if self._sock is not None and core.state == UP:
+            want = selectors.EVENT_READ | (selectors.EVENT_WRITE if core.out else 0)
+            if self._sel.get_key(self._sock).events != want:
+                self._sel.modify(self._sock, want)
+        if core.state == DOWN:
+            nxt = min(nxt, core.reconnect_at)
+        if core.state == CONNECTING:
+            nxt = min(nxt, self._connect_deadline)
+        return max(0.0, min((nxt - now) / 1000.0, CLOCK_STEP))
+
+    def _run(self) -> None:
+        while True:
+            with self._mu:
+                if self._core.closing:
+                    self._close_sock()
+                    self._ready.set()
+                    self._sel.close()
+                    os.close(self._wake_r)
+                    os.close(self._wake_w)
+                    return
+                timeout = self._step()
+                self._notify_ready()
+            while self._callbacks:
+                cb, args = self._callbacks.popleft()
+                try:
+                    cb(*args)
+                except Exception:  # the application's; must not kill us
+                    import traceback
+
+                    traceback.print_exc()
+            try:
+                events = self._sel.select(timeout)
+            except (OSError, ValueError):
+                events = []
+            with self._mu:
+                if self._core.closing:
+                    continue
+                now = now_ms()
+                for key, mask in events:
+                    if key.fd == self._wake_r:
+                        try:
+                            while os.read(self._wake_r, 512):
+                                pass
+                        except OSError:
+                            pass
+                        continue
+                    if self._sock is None or key.fileobj is not self._sock:
+                        continue
+                    if self._core.state == CONNECTING and not self._hs:
+                        self._connect_done(now)
+                    elif self._hs:
+                        self._handshake(now)
+                    else:
+                        if mask & selectors.EVENT_WRITE:
+                            self._flush()
+                        if mask & selectors.EVENT_READ and self._sock is not None:
+                            self._input(now)
+
+    # ---- fork ----------------------------------------------------------
+
+    def _after_fork(self) -> None:
+        """In the child: the parent's lock may be held by a thread that does
+        not exist here; the leases are not ours."""
+        self._mu = threading.Lock()
+        self._core.after_fork()
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None
+
+
+def _locks_extra(
+    prefix: str | None, after: str | None, limit: int | None, by_waiters: bool
+) -> dict[str, Any]:
+    if prefix:
+        _api.wire.check_name(prefix, "prefix")
+    if after:
+        if by_waiters:
+            raise ValueError("after= does not apply with by_waiters")
+        _api.wire.check_name(after, "after")
+    if limit is not None and not 1 <= int(limit) <= _api.wire.PAGE_MAX:
+        raise ValueError(f"limit out of range: 1 to {_api.wire.PAGE_MAX}")
+    return {"prefix": prefix, "after": after, "limit": limit, "by_waiters": by_waiters}
+
+

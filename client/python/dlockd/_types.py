@@ -1,0 +1,123 @@
+# SPDX-License-Identifier: MIT
+"""Values the client returns: lock status, holders, listings, why a lease
+was lost. Durations are seconds (floats), tokens ints."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from ._wire import Reply
+
+
+class LostReason(enum.Enum):
+    """Why a lease was lost (``on_lost``'s second argument)."""
+
+    EXPIRED = 1
+    """The server ended it: ``* EXPIRED`` (its TTL ran out, or a ``BREAK``:
+    then ``Lease.broken_by`` names who broke it)."""
+    REJECTED = 2
+    """A refresh or release was answered ``NO NOT_HOLDER``."""
+    UNCONFIRMED = 3
+    """It could not be confirmed before its local deadline (the server or
+    the network did not answer in time)."""
+    MAX_HOLD = 4
+    """Renewal stopped at ``max_hold`` and the lease ran out."""
+
+
+@dataclass(frozen=True)
+class Status:
+    """A lock as ``STATUS`` (and each line of ``LOCKS``) describes it.
+    ``token``, ``ttl``, ``count`` and ``owner`` are the first holder's."""
+
+    name: str
+    held: bool
+    token: int = 0
+    ttl: float = 0.0
+    count: int = 0
+    owner: str = ""
+    user: str = ""
+    waiters: int = 0
+    mode: str = ""  # exclusive, shared, semaphore; "" when free
+    limit: int = 1
+    holders: int = 0
+
+
+def _int(v: str | None) -> int:
+    return int(v) if v is not None and v.isdigit() else 0
+
+
+def status_of(name: str, words: Reply | list[str]) -> Status:
+    """A Status from the key=value words of STATUS or of a LOCKS line."""
+    r = words if isinstance(words, Reply) else Reply("OK", "STATUS", words)
+    owner = r.kv("owner") or ""
+    mode = r.kv("mode") or ""
+    return Status(
+        name=name,
+        held=r.kv("state") == "held",
+        token=_int(r.kv("token")),
+        ttl=_int(r.kv("ttl_ms")) / 1000.0,
+        count=_int(r.kv("count")),
+        owner="" if owner == "-" else owner,
+        user=r.kv("user") or "",
+        waiters=_int(r.kv("waiters")),
+        mode="" if mode == "-" else mode,
+        limit=_int(r.kv("limit")) or 1,
+        holders=_int(r.kv("holders")),
+    )
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A holder or a waiter of a lock (``HOLDERS``)."""
+
+    owner: str
+    waiter: bool
+    mode: str  # exclusive or shared
+    user: str = ""
+    token: int = 0  # holder
+    ttl: float = 0.0  # holder: what remains of its lease
+    count: int = 0  # holder: reentrant holds
+    position: int = 0  # waiter: 1 is next
+    wait: float | None = None  # waiter: what remains of its wait; None: forever
+    restored: bool = False  # waiter restored after a restart, not back yet
+
+
+def holder_of(line: str) -> Holder:
+    words = line.split()
+    if len(words) < 2 or words[0] not in ("holder", "waiter"):
+        raise ValueError(line)
+    r = Reply("OK", words[0], words[2:])
+    wait_ms = r.kv("wait_ms")
+    return Holder(
+        owner=words[1],
+        waiter=words[0] == "waiter",
+        mode=r.kv("mode") or "exclusive",
+        user=r.kv("user") or "",
+        token=_int(r.kv("token")),
+        ttl=_int(r.kv("ttl_ms")) / 1000.0,
+        count=_int(r.kv("count")),
+        position=_int(r.kv("position")),
+        wait=None if wait_ms in (None, "inf") else _int(wait_ms) / 1000.0,
+        restored="restored" in words[2:],
+    )
+
+
+@dataclass(frozen=True)
+class Holders:
+    """Every holder (in grant order) and waiter (in queue order) of a lock,
+    with its status; ``more`` counts those the server left out."""
+
+    status: Status
+    holders: list[Holder] = field(default_factory=list)
+    waiters: list[Holder] = field(default_factory=list)
+    more: int = 0
+
+
+@dataclass(frozen=True)
+class LocksPage:
+    """One page of ``LOCKS``: ``more`` locks match after it (ask again with
+    ``after=`` the last name)."""
+
+    locks: list[Status]
+    more: int = 0

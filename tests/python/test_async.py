@@ -1,0 +1,135 @@
+# SPDX-License-Identifier: MIT
+"""dlockd.AsyncClient against a real dlockd: the same core as Client,
+driven by the event loop; task cancellation while acquiring and
+releasing, cancel_on_loss, renewal and loss."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+
+import dlockd
+from dlockd import LostReason
+from procs import boottime
+
+pytestmark = pytest.mark.asyncio
+
+
+async def aclient(d, **kw) -> dlockd.AsyncClient:
+    return await dlockd.AsyncClient(d.addr, **kw).connect()
+
+
+async def wait_for(pred, timeout: float) -> bool:
+    end = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < end:
+        if await pred():
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def test_async_lock_release_and_async_with(daemon):
+    async with dlockd.AsyncClient(daemon.addr) as c, dlockd.AsyncClient(daemon.addr) as o:
+        lease = await c.lock("a", ttl=5)
+        assert lease.valid and 4 < await lease.check() <= 5
+        with pytest.raises(dlockd.LockTimeout):
+            await o.lock("a", wait=0)
+        await lease.release()
+        async with o.lock("a", ttl=5, wait=0) as l2:
+            assert l2.token > lease.token
+            assert (await c.status("a")).owner == o.owner
+        assert (await c.status("a")).held is False
+
+
+async def test_async_waiter_is_granted_on_release(daemon):
+    async with dlockd.AsyncClient(daemon.addr) as c, dlockd.AsyncClient(daemon.addr) as o:
+        held = await c.lock("w", ttl=5)
+        waiter = asyncio.create_task(o.lock("w", ttl=5, wait=5))
+        assert await wait_for(lambda: _waiters(c, "w", 1), 2)
+        await held.release()
+        got = await asyncio.wait_for(waiter, 5)
+        assert got.token > held.token
+        await got.release()
+
+
+async def _waiters(c, name, n):
+    return (await c.status(name)).waiters == n
+
+
+async def test_a_cancelled_acquisition_leaves_the_queue(daemon):
+    async with dlockd.AsyncClient(daemon.addr) as c, dlockd.AsyncClient(daemon.addr) as o:
+        held = await c.lock("q", ttl=5)
+        waiter = asyncio.create_task(o.lock("q", ttl=5, wait=None))
+        assert await wait_for(lambda: _waiters(c, "q", 1), 2)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert await wait_for(lambda: _waiters(c, "q", 0), 2)
+        await held.release()
+        # nobody holds it: the cancelled wait was not granted behind our back
+        assert (await c.status("q")).held is False
+        async with o.lock("q", ttl=1, wait=0):
+            pass
+
+
+async def test_a_release_interrupted_by_cancellation_still_releases(daemon):
+    async with dlockd.AsyncClient(daemon.addr) as c, dlockd.AsyncClient(daemon.addr) as o:
+        lease = await c.lock("r", ttl=30)
+        daemon.signal(signal.SIGSTOP)
+        try:
+            t = asyncio.create_task(lease.release())
+            await asyncio.sleep(0.1)
+            t.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await t
+        finally:
+            daemon.signal(signal.SIGCONT)
+        assert await wait_for(lambda: _free(o, "r"), 3)
+
+
+async def _free(c, name):
+    return (await c.status(name)).held is False
+
+
+async def test_cancel_on_loss_cancels_the_block_and_ends_it_with_lock_lost(daemon):
+    async with dlockd.AsyncClient(daemon.addr) as c, dlockd.AsyncClient(daemon.addr) as op:
+        reached_end = False
+        with pytest.raises(dlockd.LockLost):
+            async with c.lock("x", ttl=10, cancel_on_loss=True) as lease:
+                await op.break_lease("x", lease.token, reason="test")
+                await asyncio.sleep(5)  # cancelled here
+                reached_end = True
+        assert not reached_end and lease.reason is LostReason.EXPIRED
+        # the task itself is not left cancelled: it goes on
+        await asyncio.sleep(0.01)
+        assert not asyncio.current_task().cancelling()
+
+
+async def test_async_renewal_and_loss_before_the_deadline_when_the_server_freezes(daemon):
+    seen = []
+    async with dlockd.AsyncClient(daemon.addr, on_lost=lambda l, why: seen.append(
+            (why, boottime(), l.deadline))) as c:
+        lease = await c.lock("z", ttl=0.6)
+        await asyncio.sleep(1.2)
+        assert lease.valid and not seen
+        daemon.signal(signal.SIGSTOP)
+        try:
+            await asyncio.wait_for(lease.lost.wait(), 2)
+        finally:
+            daemon.signal(signal.SIGCONT)
+        await asyncio.sleep(0.01)
+        why, at, deadline = seen[0]
+        assert why is LostReason.UNCONFIRMED and at < deadline
+
+
+async def test_async_lease_survives_kill9_and_restart(rdaemon):
+    async with dlockd.AsyncClient(rdaemon.addr) as c:
+        lease = await c.lock("k", ttl=3)
+        rdaemon.kill9()
+        rdaemon.restart()
+        await asyncio.sleep(1.5)
+        assert lease.valid
+        assert (await c.status("k")).token == lease.token
+        await lease.release()

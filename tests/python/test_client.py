@@ -1,0 +1,547 @@
+# SPDX-License-Identifier: MIT
+"""dlockd.Client against a real dlockd (and a real redis-server where
+persistence matters): locking, leases, renewal and loss, reconnects,
+authentication, TLS, fork. Timing assertions leave margins for a busy
+2-core machine; each names the bound it protects."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+import dlockd
+from dlockd import LostReason
+from procs import Daemon, boottime, wait_until
+
+
+def client(d: Daemon, **kw) -> dlockd.Client:
+    return dlockd.Client(d.addr, **kw)
+
+
+class Lost:
+    """What on_lost saw."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[dlockd.Lease, LostReason, float, float]] = []
+        self.ev = threading.Event()
+
+    def __call__(self, lease: dlockd.Lease, why: LostReason) -> None:
+        self.calls.append((lease, why, boottime(), lease.deadline))
+        self.ev.set()
+
+
+# ---- locking -----------------------------------------------------------------
+
+
+def test_lock_and_release_give_tokens_that_grow(daemon):
+    with client(daemon) as c:
+        a = c.lock("stock", ttl=5)
+        assert isinstance(a.token, int) and a.token > 0
+        assert a.valid and 4.5 < a.remaining() <= 5
+        a.release()
+        assert not a.valid and a.remaining() == 0
+        with c.lock("stock", ttl=5) as b:
+            assert b.token > a.token
+        assert c.status("stock").held is False
+
+
+def test_another_owner_times_out_on_a_try_and_after_a_wait(daemon):
+    with client(daemon) as c1, client(daemon) as c2:
+        with c1.lock("x", ttl=5):
+            with pytest.raises(dlockd.LockTimeout) as e:
+                c2.lock("x", wait=0)
+            assert e.value.code == "BUSY" and "NO BUSY x" in e.value.text
+            t0 = time.monotonic()
+            with pytest.raises(dlockd.LockTimeout):
+                c2.lock("x", wait=0.3)
+            assert 0.25 < time.monotonic() - t0 < 2.0
+
+
+def test_a_waiter_is_granted_when_the_holder_releases(daemon):
+    with client(daemon) as c1, client(daemon) as c2:
+        held = c1.lock("x", ttl=5)
+        got: list[dlockd.Lease] = []
+        t = threading.Thread(target=lambda: got.append(c2.lock("x", ttl=5, wait=5)))
+        t.start()
+        assert wait_until(lambda: c1.status("x").waiters == 1, 2)
+        held.release()
+        t.join(5)
+        assert got and got[0].token > held.token and got[0].valid
+        got[0].release()
+
+
+def test_waiters_are_served_in_arrival_order(daemon):
+    with client(daemon) as c0:
+        held = c0.lock("q", ttl=5)
+        order: list[int] = []
+        clients = [client(daemon) for _ in range(3)]
+        threads = []
+        for i, c in enumerate(clients):
+            def take(i=i, c=c):
+                with c.lock("q", ttl=5, wait=10):
+                    order.append(i)
+            threads.append(threading.Thread(target=take))
+            threads[-1].start()
+            assert wait_until(lambda i=i: c0.status("q").waiters == i + 1, 2)
+        held.release()
+        for t in threads:
+            t.join(10)
+        assert order == [0, 1, 2]
+        for c in clients:
+            c.close()
+
+
+def test_threads_of_one_client_take_a_name_in_turn(daemon):
+    with client(daemon) as c:
+        inside = 0
+        most = 0
+        mu = threading.Lock()
+
+        def work():
+            nonlocal inside, most
+            for _ in range(5):
+                with c.lock("t", ttl=5, wait=10):
+                    with mu:
+                        inside += 1
+                        most = max(most, inside)
+                    time.sleep(0.005)
+                    with mu:
+                        inside -= 1
+
+        ts = [threading.Thread(target=work) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(20)
+        assert most == 1
+
+
+def test_check_gives_the_time_left_then_lock_lost_once_released(daemon):
+    with client(daemon) as c, client(daemon) as other:
+        lease = c.lock("f", ttl=5)
+        assert 4 < lease.check() <= 5
+        assert 4 < other.check("f", lease.token) <= 5
+        lease.release()
+        with pytest.raises(dlockd.LockLost) as e:
+            other.check("f", lease.token)
+        assert e.value.code == "STALE"
+
+
+def test_status_holders_and_locks_describe_the_lock(daemon):
+    with client(daemon, owner="alice") as c, client(daemon, owner="bob") as b:
+        lease = c.lock("inv/1", ttl=5)
+        st = c.status("inv/1")
+        assert (st.held, st.token, st.owner, st.mode, st.limit, st.holders) == (
+            True, lease.token, "alice", "exclusive", 1, 1)
+        t = threading.Thread(target=lambda: pytest.raises(dlockd.LockTimeout, b.lock, "inv/1", wait=2))
+        t.start()
+        assert wait_until(lambda: c.status("inv/1").waiters == 1, 2)
+        hs = c.holders("inv/1")
+        assert [h.owner for h in hs.holders] == ["alice"] and hs.holders[0].token == lease.token
+        assert [(w.owner, w.position) for w in hs.waiters] == [("bob", 1)]
+        assert 0 < hs.waiters[0].wait <= 2
+        t.join()
+        page = c.locks("inv/")
+        assert [s.name for s in page.locks] == ["inv/1"] and page.more == 0
+        assert "grants" in c.stats()
+        lease.release()
+
+
+def test_readers_share_a_lock_and_a_writer_waits_for_them(daemon):
+    with client(daemon) as r1, client(daemon) as r2, client(daemon) as w:
+        a = r1.rwlock("cat").read(ttl=5)
+        b = r2.rwlock("cat").read(ttl=5, wait=0)
+        assert a.mode == b.mode == "shared" and a.token != b.token
+        with pytest.raises(dlockd.LockTimeout):
+            w.rwlock("cat").write(wait=0.2)
+        a.release()
+        b.release()
+        with w.rwlock("cat").write(ttl=5, wait=0) as x:
+            assert x.mode == "exclusive" and x.token > b.token
+
+
+def test_a_semaphore_admits_n_and_another_limit_is_refused(daemon):
+    cs = [client(daemon) for _ in range(4)]
+    try:
+        held = [cs[i].semaphore("gpu", 3).acquire(ttl=5, wait=0) for i in range(3)]
+        assert len({h.token for h in held}) == 3 and held[0].mode == "semaphore"
+        with pytest.raises(dlockd.LockTimeout):
+            cs[3].semaphore("gpu", 3).acquire(wait=0)
+        with pytest.raises(dlockd.LimitMismatch) as e:
+            cs[3].lock("gpu", wait=0)
+        assert e.value.limit == 3
+        for h in held:
+            h.release()
+    finally:
+        for c in cs:
+            c.close()
+
+
+def test_a_reader_asking_to_write_is_told_it_would_deadlock(daemon):
+    key = "k" * 32
+    with client(daemon, owner="o", owner_key=key) as c1, \
+            client(daemon, owner="o", owner_key=key) as c2:
+        r = c1.lock("u", ttl=5, mode="shared")
+        with pytest.raises(dlockd.UpgradeDeadlock):
+            c2.lock("u", wait=0)
+        r.release()
+
+
+def test_bad_arguments_are_refused_before_anything_is_sent(daemon):
+    with client(daemon) as c:
+        for bad in ("", "a b", "a=b", "x" * 256):
+            with pytest.raises(ValueError):
+                c.lock(bad)
+        with pytest.raises(ValueError):
+            c.lock("x", ttl=0)
+        with pytest.raises(ValueError):
+            c.lock("x", mode="shared", limit=2)
+        with pytest.raises(TypeError):
+            c.lock("x", ttl="10s")
+
+
+# ---- leases: renewal, loss --------------------------------------------------
+
+
+def test_renewal_keeps_a_short_lease_past_its_ttl(daemon):
+    with client(daemon) as c, client(daemon) as other:
+        lease = c.lock("r", ttl=0.5)
+        time.sleep(1.5)
+        assert lease.valid and not lease.lost.is_set()
+        with pytest.raises(dlockd.LockTimeout):
+            other.lock("r", wait=0)
+        lease.release()
+
+
+def test_an_unrenewed_lease_is_lost_before_the_server_could_grant_it_again(daemon):
+    lost = Lost()
+    with client(daemon, renew=False, on_lost=lost) as c, client(daemon) as other:
+        t_sent = boottime()
+        lease = c.lock("e", ttl=0.6)
+        assert lost.ev.wait(2)
+        _, why, at, deadline = lost.calls[0]
+        assert why is LostReason.UNCONFIRMED and lease.lost.is_set()
+        # called before the local deadline, which is before the server's
+        assert at < deadline <= t_sent + 0.6
+        got = other.lock("e", ttl=1, wait=2)  # the server's expiry lets it in
+        assert boottime() > deadline
+        got.release()
+
+
+def test_max_hold_stops_renewal_and_the_lease_is_lost_in_time(daemon):
+    lost = Lost()
+    with client(daemon, on_lost=lost) as c:
+        t0 = boottime()
+        lease = c.lock("m", ttl=0.4, max_hold=1.0)
+        assert lost.ev.wait(3)
+        _, why, at, deadline = lost.calls[0]
+        assert why is LostReason.MAX_HOLD
+        assert at < deadline <= t0 + 1.0 + 0.01
+        assert 0.6 < at - t0 < 1.0
+        lease.release()
+
+
+def test_break_fires_on_lost_and_names_who_broke_it(daemon):
+    lost = Lost()
+    with client(daemon, on_lost=lost) as c, client(daemon) as op:
+        lease = c.lock("b", ttl=10)
+        op.break_lease("b", lease.token, reason="INC-1")
+        assert lost.ev.wait(2)
+        assert lost.calls[0][1] is LostReason.EXPIRED
+        assert lease.reason is LostReason.EXPIRED and lease.broken_by == "default"
+        with pytest.raises(dlockd.LockLost):
+            op.break_lease("b", lease.token, reason="again")
+        with pytest.raises(dlockd.NotHolder):
+            lease.release()
+
+
+def test_a_with_block_whose_lease_was_lost_ends_with_lock_lost(daemon):
+    with client(daemon) as c, client(daemon) as op:
+        with pytest.raises(dlockd.LockLost):
+            with c.lock("w", ttl=10) as lease:
+                op.break_lease("w", lease.token, reason="test")
+                assert lease.lost.wait(2)
+        assert c.status("w").held is False
+
+
+def test_a_frozen_server_loses_the_lease_before_its_deadline_and_warns_first(daemon):
+    lost, risk = Lost(), threading.Event()
+    with client(daemon, on_lost=lost, on_at_risk=lambda l: risk.set()) as c:
+        t_sent = boottime()
+        lease = c.lock("z", ttl=1.0)
+        daemon.signal(signal.SIGSTOP)
+        try:
+            assert risk.wait(1.5), "on_at_risk before the loss"
+            assert not lost.calls
+            assert lost.ev.wait(2)
+            _, why, at, deadline = lost.calls[0]
+            assert why is LostReason.UNCONFIRMED and at < deadline
+            assert lease.deadline < t_sent + 1.0 + 1.0 / 3 + 0.05  # its last renewal's
+        finally:
+            daemon.signal(signal.SIGCONT)
+
+
+def test_a_shortening_refresh_moves_the_local_deadline_when_sent(daemon):
+    with client(daemon, renew=False) as c:
+        lease = c.lock("s", ttl=10)
+        assert lease.refresh(0.5) <= 0.5
+        assert lease.remaining() <= 0.5
+        assert lease.refresh() <= 0.5  # renewals keep the TTL asked last
+        lease.release()
+
+
+def test_refresh_of_a_lease_the_server_ended_is_lock_lost(daemon):
+    lost = Lost()
+    with client(daemon, renew=False, lost_guard=0.001, on_lost=lost) as c, \
+            client(daemon) as op:
+        lease = c.lock("n", ttl=10)
+        # end it behind the client's back, without an event: another
+        # connection of... nobody; BREAK tells, so refresh after a STALE
+        op.break_lease("n", lease.token, reason="x")
+        assert lease.lost.wait(2)
+        with pytest.raises(dlockd.LockLost):
+            lease.refresh()
+
+
+# ---- persistence, restarts, Redis ------------------------------------------------
+
+
+def test_a_lease_survives_kill9_and_restart_with_its_token(rdaemon):
+    lost = Lost()
+    with client(rdaemon, on_lost=lost) as c, client(rdaemon) as other:
+        lease = c.lock("k", ttl=3)
+        rdaemon.kill9()
+        time.sleep(0.2)
+        rdaemon.restart()
+        time.sleep(1.5)  # past a renewal at the restarted daemon
+        assert lease.valid and not lost.calls
+        assert other.status("k").token == lease.token
+        with pytest.raises(dlockd.LockTimeout):
+            other.lock("k", wait=0)
+        assert lease.check() > 1.0
+        lease.release()
+        assert other.status("k").held is False
+
+
+def test_a_waiter_is_queued_again_after_a_restart_and_granted(rdaemon):
+    with client(rdaemon) as c1, client(rdaemon) as c2:
+        held = c1.lock("w", ttl=5)
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(c2.lock("w", ttl=5, wait=10)))
+        t.start()
+        assert wait_until(lambda: c1.status("w").waiters == 1, 2)
+        time.sleep(0.1)  # the place is written to Redis
+        rdaemon.kill9()
+        rdaemon.restart()
+        assert wait_until(lambda: c1.status("w").waiters == 1, 3)
+        held.release()
+        t.join(5)
+        assert got and got[0].token > held.token
+        got[0].release()
+
+
+def test_a_release_unanswered_when_the_daemon_dies_is_sent_again(rdaemon):
+    with client(rdaemon, request_timeout=0.3) as c, client(rdaemon) as other:
+        lease = c.lock("u", ttl=30)
+        rdaemon.signal(signal.SIGSTOP)
+        lease.release()  # gives up waiting; the UNLOCK stays in the client
+        rdaemon.kill9()
+        rdaemon.restart()
+        # released by the resent UNLOCK, long before the 30 s TTL
+        assert wait_until(lambda: other.status("u").held is False, 5)
+
+
+def test_redis_down_makes_changes_unavailable_and_unconfirmed_leases_lost(rdaemon):
+    lost, risk = Lost(), threading.Event()
+    with client(rdaemon, on_lost=lost, on_at_risk=lambda l: risk.set()) as c:
+        lease = c.lock("d", ttl=1.5)
+        rdaemon.redis.kill9()
+        assert wait_until(lambda: _unavailable(c), 5)
+        assert risk.wait(3)
+        assert lost.ev.wait(3)
+        assert lost.calls[0][1] in (LostReason.UNCONFIRMED, LostReason.EXPIRED)
+        assert lost.calls[0][2] < lost.calls[0][3]
+        rdaemon.redis.start()
+        assert wait_until(lambda: not _unavailable(c), 10)
+        with pytest.raises(dlockd.NotHolder):  # it expired at the server too
+            lease.release()
+
+
+def _unavailable(c: dlockd.Client) -> bool:
+    try:
+        c.lock("probe", ttl=1, wait=0).release()
+        return False
+    except dlockd.Unavailable as e:
+        assert e.code == "UNAVAILABLE"
+        return True
+
+
+# ---- owners, authentication, environment ------------------------------------------
+
+
+def test_an_owner_id_needs_its_key_and_the_key_makes_the_same_owner(daemon):
+    with client(daemon, owner="backup") as c:
+        lease = c.lock("o", ttl=5)
+        with pytest.raises(dlockd.Denied) as e:
+            client(daemon, owner="backup")
+        assert "need=key" in e.value.text
+        with client(daemon, owner="backup", owner_key=c.owner_key) as same:
+            assert same.check("o", lease.token) > 0
+            assert same.status("o").owner == "backup"
+        lease.release()
+
+
+def test_the_environment_configures_the_client_as_the_cli(daemon, monkeypatch):
+    monkeypatch.setenv("DLOCK_PORT", str(daemon.port))
+    monkeypatch.setenv("DLOCK_OWNER", "envowner=" + "e" * 20)
+    with dlockd.Client() as c:
+        assert c.owner == "envowner" and c.owner_key == "e" * 20
+        c.lock("env", ttl=1).release()
+    monkeypatch.delenv("DLOCK_PORT")
+    monkeypatch.setenv("DLOCK_SERVERS", f"127.0.0.1:{daemon.port}")
+    with dlockd.Client() as c:
+        c.ping()
+
+
+def test_a_password_is_needed_and_a_wrong_one_denied():
+    d = Daemon("--persist", "none", conf="[server]\npassword = s3cret-for-tests\n").start()
+    try:
+        with pytest.raises(dlockd.Denied):
+            dlockd.Client(d.addr)
+        with pytest.raises(dlockd.Denied):
+            dlockd.Client(d.addr, password="wrong")
+        with dlockd.Client(d.addr, password="s3cret-for-tests") as c:
+            c.lock("p", ttl=1).release()
+    finally:
+        d.cleanup()
+
+
+def test_a_user_logs_in_with_its_secret_and_is_denied_outside_its_grants():
+    secret = "app-secret-8d2e4f6a1b3c5d7e"
+    h = "sha256:541ec7c9d1036f5553195d86ce23d116235e3910d32d2b913b4698297e5f8ec4"
+    d = Daemon("--persist", "none")
+    users = d.file("users", f"app {h} lock=app/ read=app/\n")
+    d.conf = d.file("dlockd.conf", f"[server]\nusers_file = {users}\n")
+    d.start()
+    try:
+        with dlockd.Client(d.addr, user="app", secret=secret) as c:
+            c.lock("app/1", ttl=1).release()
+            with pytest.raises(dlockd.Denied) as e:
+                c.lock("other/1", ttl=1)
+            assert "need=lock" in e.value.text
+        with pytest.raises(dlockd.Denied):
+            dlockd.Client(d.addr, user="app", secret="not-the-secret")
+    finally:
+        d.cleanup()
+
+
+# ---- TLS -------------------------------------------------------------------------
+
+
+def _certs(dir: str) -> None:
+    script = """set -e; cd '%s'
+ec='-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes'
+openssl req -x509 $ec -keyout ca.key -out ca.pem -days 30 -subj /CN=ca
+openssl req -x509 $ec -keyout wrong.key -out wrong.pem -days 30 -subj /CN=wrong
+openssl req $ec -keyout server.key -out server.csr -subj /CN=dlockd
+printf 'subjectAltName=IP:127.0.0.1\\n' > server.ext
+openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 -extfile server.ext -out server.pem
+""" % dir
+    subprocess.run(["sh", "-c", script], check=True, capture_output=True)
+
+
+def test_tls_verifies_the_servers_certificate_and_name(tmp_path):
+    import ssl
+
+    _certs(str(tmp_path))
+    d = Daemon("--persist", "none", "--tls-cert", str(tmp_path / "server.pem"),
+               "--tls-key", str(tmp_path / "server.key")).start()
+    try:
+        with dlockd.Client(d.addr, tls_ca=str(tmp_path / "ca.pem")) as c:
+            c.lock("t", ttl=1).release()
+        with pytest.raises(ssl.SSLError):
+            dlockd.Client(d.addr, tls_ca=str(tmp_path / "wrong.pem"))
+        with pytest.raises(ssl.SSLError):  # the certificate names 127.0.0.1
+            dlockd.Client(f"localhost:{d.port}", tls_ca=str(tmp_path / "ca.pem"))
+        with pytest.raises(dlockd.Unavailable):  # plaintext to a TLS port
+            dlockd.Client(d.addr, connect_timeout=0.5)
+    finally:
+        d.cleanup()
+
+
+# ---- more than one daemon ----------------------------------------------------------
+
+
+def test_clients_follow_a_takeover_between_two_daemons(redis):
+    a = Daemon("--persist", "redis", "--redis", redis.url, "--node-id", "a",
+               "--leader-lease", "1s").start()
+    b = Daemon("--persist", "redis", "--redis", redis.url, "--node-id", "b",
+               "--leader-lease", "1s").start()
+    lost = Lost()
+    try:
+        servers = f"{b.addr},{a.addr}"  # the standby first: it redirects
+        with dlockd.Client(servers, on_lost=lost) as c, \
+                dlockd.Client(servers) as w:
+            lease = c.lock("ha", ttl=6)
+            got: list = []
+            t = threading.Thread(target=lambda: got.append(w.lock("ha", ttl=6, wait=20)))
+            t.start()
+            assert wait_until(lambda: c.status("ha").waiters == 1, 3)
+            a.kill9()
+            time.sleep(4.0)  # the take-over, then a renewal (TTL/3) at b
+            assert lease.valid and not lost.calls
+            assert c.status("ha").token == lease.token
+            assert not got
+            lease.release()
+            t.join(10)
+            assert got and got[0].token > lease.token
+            got[0].release()
+    finally:
+        a.cleanup()
+        b.cleanup()
+
+
+# ---- fork ------------------------------------------------------------------------
+
+
+def test_a_forked_child_neither_owns_nor_releases_the_parents_lease(daemon):
+    with client(daemon) as c:
+        lease = c.lock("fk", ttl=0.6)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 0
+            try:
+                if lease.owned:
+                    code = 1
+                lease.release()  # must not send anything
+                with lease:
+                    pass
+                try:
+                    c.lock("other", wait=0)
+                    code = 2
+                except dlockd.ConnectionLost:
+                    pass
+                with dlockd.Client(daemon.addr) as mine:
+                    try:
+                        mine.lock("fk", wait=0)
+                        code = 3
+                    except dlockd.LockTimeout:
+                        pass
+            except BaseException:
+                code = 4
+            os.write(w, bytes([code]))
+            os._exit(0)
+        os.close(w)
+        code = os.read(r, 1)
+        os.waitpid(pid, 0)
+        assert code == b"\x00", f"child failed at step {code[0]}"
+        time.sleep(1.0)  # renewed by the parent alone, past its TTL
+        assert lease.valid and lease.owned
+        assert c.status("fk").token == lease.token
+        lease.release()

@@ -1,0 +1,280 @@
+# SPDX-License-Identifier: MIT
+"""The Python client's runner of the conformance scenarios
+(tests/conformance/scenarios.txt, which says the language); libdlock runs
+the same file (tests/test_conformance.c). One test per scenario, on
+dlockd.Client; a step whose outcome differs fails with the scenario's
+name, its line and what was seen."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import pytest
+
+import dlockd
+from dlockd import LostReason
+from procs import TOP, Daemon, Redis, boottime
+
+FILE = os.environ.get(
+    "DL_CONFORMANCE", os.path.join(TOP, "tests", "conformance", "scenarios.txt")
+)
+STATUS_POLL = 2.0  # s: a status step is polled this long
+
+
+def scenarios() -> list[tuple[str, list[tuple[int, str]]]]:
+    out: list[tuple[str, list[tuple[int, str]]]] = []
+    with open(FILE) as f:
+        for no, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("scenario "):
+                out.append((line.split()[1], []))
+            out[-1][1].append((no, line))
+    return out
+
+
+def opts(words: list[str]) -> dict[str, str]:
+    return dict(w.split("=", 1) for w in words if "=" in w)
+
+
+class Var:
+    """A lease variable: the handle, its token, what on_lost saw."""
+
+    def __init__(self, lease: dlockd.Lease) -> None:
+        self.lease = lease
+        self.token = lease.token
+
+
+class Run:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.no = 0
+        self.d: Daemon | None = None
+        self.r: Redis | None = None
+        self.clients: dict[str, dlockd.Client] = {}
+        self.leases: dict[str, Var] = {}
+        self.jobs: dict[str, tuple[threading.Thread, list[Any]]] = {}
+        self.lost: dict[int, tuple[LostReason, float, float]] = {}  # id(lease)
+
+    def fail(self, what: str) -> None:
+        pytest.fail(f"{self.name}, line {self.no}: {what}", pytrace=False)
+
+    def on_lost(self, lease: dlockd.Lease, why: LostReason) -> None:
+        self.lost[id(lease)] = (why, boottime(), lease.deadline)
+
+    # ---- steps ---------------------------------------------------------
+
+    def daemon(self, what: str) -> None:
+        if what == "none":
+            self.d = Daemon("--persist", "none").start()
+        elif what == "redis":
+            self.r = Redis("always")
+            self.d = Daemon("--persist", "redis", "--redis", self.r.url).start()
+        elif what == "kill9":
+            self.d.kill9()
+        elif what == "restart":
+            self.d.restart()
+        elif what == "pause":
+            self.d.signal(signal.SIGSTOP)
+        elif what == "resume":
+            self.d.signal(signal.SIGCONT)
+        else:
+            self.fail(f"unknown daemon step {what}")
+
+    def client(self, words: list[str]) -> None:
+        o = opts(words)
+        kw: dict[str, Any] = {"on_lost": self.on_lost}
+        if "owner" in o:
+            kw["owner"] = o["owner"]
+        if "key" in o:
+            kw["owner_key"] = o["key"]
+        if "renew" in o:
+            kw["renew"] = o["renew"] != "0"
+        try:
+            c = dlockd.Client(self.d.addr, **kw)
+        except dlockd.Denied:
+            if o.get("expect") == "denied":
+                return
+            raise
+        if o.get("expect") == "denied":
+            c.close()
+            self.fail("connect: accepted, expected denied")
+        self.clients[words[1]] = c
+
+    @staticmethod
+    def lock_kw(words: list[str]) -> tuple[str, dict[str, Any]]:
+        o = opts(words)
+        kw: dict[str, Any] = {}
+        if "ttl" in o:
+            kw["ttl"] = int(o["ttl"]) / 1000
+        if "wait" in o:
+            kw["wait"] = None if o["wait"] == "inf" else int(o["wait"]) / 1000
+        if "mode" in o:
+            kw["mode"] = o["mode"]
+        if "limit" in o:
+            kw["limit"] = int(o["limit"])
+        return words[0], kw
+
+    @staticmethod
+    def lock_word(e: BaseException | None) -> str:
+        if e is None:
+            return "granted"
+        if isinstance(e, dlockd.LockTimeout):
+            return "busy" if e.code == "BUSY" else "timeout"
+        for cls, w in ((dlockd.LimitMismatch, "mismatch"), (dlockd.UpgradeDeadlock, "deadlock"),
+                       (dlockd.Denied, "denied"), (dlockd.Unavailable, "unavailable")):
+            if isinstance(e, cls):
+                return w
+        return repr(e)
+
+    def lock_outcome(self, lease: dlockd.Lease | None, err: BaseException | None,
+                     want: list[str]) -> None:
+        got = self.lock_word(err)
+        if got != want[0]:
+            self.fail(f"lock: {got} ({err}), expected {want[0]}")
+        if lease is not None:
+            self.leases[want[1]] = Var(lease)
+
+    def verb(self, c: dlockd.Client, words: list[str], want: list[str]) -> None:
+        verb = words[1]
+        if verb == "lock":
+            name, kw = self.lock_kw(words[2:])
+            lease, err = None, None
+            try:
+                lease = c.lock(name, **kw)
+            except dlockd.DlockError as e:
+                err = e
+            self.lock_outcome(lease, err, want)
+        elif verb == "spawn":
+            name, kw = self.lock_kw(words[4:])
+            box: list[Any] = [None, None]
+
+            def job() -> None:
+                try:
+                    box[0] = c.lock(name, **kw)
+                except dlockd.DlockError as e:
+                    box[1] = e
+
+            t = threading.Thread(target=job)
+            t.start()
+            self.jobs[words[2]] = (t, box)
+        elif verb == "release":
+            got = "ok"
+            try:
+                self.leases[words[2]].lease.release()
+            except dlockd.NotHolder:
+                got = "notholder"
+            if got != want[0]:
+                self.fail(f"release: {got}, expected {want[0]}")
+        elif verb == "refresh":
+            o = opts(words)
+            got = "ok"
+            try:
+                self.leases[words[2]].lease.refresh(int(o["ttl"]) / 1000 if "ttl" in o else None)
+            except dlockd.LockLost:
+                got = "lost"
+            if got != want[0]:
+                self.fail(f"refresh: {got}, expected {want[0]}")
+        elif verb in ("check", "break"):
+            tok = self.leases[words[3]].token
+            got = "valid" if verb == "check" else "ok"
+            try:
+                if verb == "check":
+                    c.check(words[2], tok)
+                else:
+                    c.break_lease(words[2], tok, reason="conformance")
+            except dlockd.LockLost:
+                got = "stale"
+            if got != want[0]:
+                self.fail(f"{verb}: {got}, expected {want[0]}")
+        elif verb == "status":
+            end = time.monotonic() + STATUS_POLL
+            while True:
+                st = c.status(words[2])
+                if self.status_matches(st, want):
+                    break
+                if time.monotonic() > end:
+                    self.fail(f"status: {st}")
+                time.sleep(0.01)
+        else:
+            self.fail(f"unknown verb {verb}")
+
+    def status_matches(self, st: dlockd.Status, want: list[str]) -> bool:
+        if want[0] != ("held" if st.held else "free"):
+            return False
+        for w in want[1:]:
+            k, eq, v = w.partition("=")
+            if not eq:
+                if st.token != self.leases[w].token:
+                    return False
+            elif str(getattr(st, k)) != v:
+                return False
+        return True
+
+    def lost_step(self, words: list[str]) -> None:
+        v = self.leases[words[1]]
+        within = int(words[3]) / 1000 if len(words) > 3 and words[2] == "within" else 0
+        o = opts(words)
+        end = time.monotonic() + within
+        while id(v.lease) not in self.lost and time.monotonic() < end:
+            time.sleep(0.005)
+        if id(v.lease) not in self.lost:
+            self.fail(f"{words[1]} not lost within {within} s")
+        why, at, deadline = self.lost[id(v.lease)]
+        if "reason" in o and why.name.lower() != o["reason"]:
+            self.fail(f"{words[1]} lost with reason {why.name}, expected {o['reason']}")
+        if at >= deadline:
+            self.fail(f"{words[1]}: on_lost at {at}, not before its deadline {deadline}")
+
+    def line(self, text: str) -> None:
+        left, arrow, right = text.partition(" -> ")
+        words, want = left.split(), right.split()
+        head = words[0]
+        if head == "scenario":
+            return
+        if head == "daemon":
+            self.daemon(words[1])
+        elif head == "client":
+            self.client(words)
+        elif head == "sleep":
+            time.sleep(int(words[1]) / 1000)
+        elif head == "valid":
+            if not self.leases[words[1]].lease.valid:
+                self.fail(f"{words[1]} is not valid")
+        elif head == "lost":
+            self.lost_step(words)
+        elif head == "order":
+            if not self.leases[words[1]].token < self.leases[words[3]].token:
+                self.fail(f"{words[1]}'s token is not below {words[3]}'s")
+        elif head == "join":
+            t, box = self.jobs[words[1]]
+            t.join(30)
+            self.lock_outcome(box[0], box[1], want)
+        elif head in self.clients:
+            self.verb(self.clients[head], words, want)
+        else:
+            self.fail(f"no client or step {head}")
+
+    def close(self) -> None:
+        for c in self.clients.values():
+            c.close()
+        if self.d is not None:
+            self.d.cleanup()
+        if self.r is not None:
+            self.r.cleanup()
+
+
+@pytest.mark.parametrize("name,lines", scenarios(), ids=[s[0] for s in scenarios()])
+def test_conformance(name: str, lines: list[tuple[int, str]]) -> None:
+    run = Run(name)
+    try:
+        for no, text in lines:
+            run.no = no
+            run.line(text)
+    finally:
+        run.close()
