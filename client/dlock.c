@@ -403,24 +403,21 @@ static int redirect(struct dlock_client *c, int64_t deadline)
 	return 1;
 }
 
-int dlock_connect(const struct dlock_options *o, dlock_client **out)
+/* One attempt of dlock_connect: a client that starts with server
+ * `first` (options.servers) and must have said HELLO within its share of
+ * the time left, when servers are left to try after this one (`tried`
+ * were before it). *at is the server the handshake was tried on, *naddrs
+ * how many addresses there are. */
+static int connect_from(const struct dlock_options *o, int first, int tried,
+			int64_t deadline, int *at, int *naddrs,
+			dlock_client **out)
 {
-	struct dlock_options def;
 	struct dlock_client *c;
-	int64_t deadline;
+	int64_t hs_deadline = deadline;
 	int err, r, fail = 0;
 
-	dl__last_error_clear();
-	if (!out)
-		return DLOCK_EINVAL;
-	*out = NULL;
-	if (!o) {
-		dlock_options_init(&def);
-		o = &def;
-	}
-	if ((err = check_options(o)) < 0)
-		return err;
-	deadline = dl__now() + o->connect_timeout_ms;
+	*at = -1;
+	*naddrs = 1;
 	if (!(c = calloc(1, sizeof(*c))))
 		return DLOCK_ENOMEM;
 	c->fd = c->wake[0] = c->wake[1] = -1;
@@ -456,11 +453,20 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 		client_free(c);
 		return DLOCK_ENOMEM;
 	}
-	if ((err = dl__resolve(c)) < 0 || (err = dl__tls_new(c, o)) < 0 ||
-	    (err = dl__connect_sync(c, deadline)) < 0) {
+	if ((err = dl__resolve(c)) < 0 || (err = dl__tls_new(c, o)) < 0) {
 		client_free(c);
 		return err;
 	}
+	*naddrs = c->naddrs;
+	c->addr_i = first % c->naddrs;
+	if (c->naddrs > tried + 1)
+		hs_deadline = dl__now() +
+			      (deadline - dl__now()) / (c->naddrs - tried);
+	if ((err = dl__connect_sync(c, deadline)) < 0) {
+		client_free(c);
+		return err;
+	}
+	*at = c->addr_i;
 	c->state = DL__UP;
 	c->initial = 1;
 	if (pthread_create(&c->thread, NULL, dl__thread_main, c) != 0) {
@@ -468,7 +474,8 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 		return DLOCK_ENOMEM;
 	}
 	c->thread_started = 1;
-	while ((err = handshake(c, deadline)) < 0) {
+	while ((err = handshake(c, hs_deadline)) < 0) {
+		*at = c->addr_i;
 		if ((r = redirect(c, deadline)) <= 0) {
 			dlock_close(c);
 			return r < 0 ? r : err;
@@ -476,6 +483,37 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 	}
 	*out = c;
 	return 0;
+}
+
+int dlock_connect(const struct dlock_options *o, dlock_client **out)
+{
+	struct dlock_options def;
+	int64_t deadline;
+	int err, at, n, tried = 0, first = 0;
+
+	dl__last_error_clear();
+	if (!out)
+		return DLOCK_EINVAL;
+	*out = NULL;
+	if (!o) {
+		dlock_options_init(&def);
+		o = &def;
+	}
+	if ((err = check_options(o)) < 0)
+		return err;
+	deadline = dl__now() + o->connect_timeout_ms;
+	/* A server that accepts the connection and never answers (stopped,
+	 * hung) must not use up the whole connect timeout when others are
+	 * listed: each server's handshake gets an equal share of the time
+	 * left, and one that times out is passed over for the next. A
+	 * refused connection costs nothing (dl__connect_sync goes on). */
+	do {
+		err = connect_from(o, first, tried, deadline, &at, &n, out);
+		if (err != DLOCK_ECONNECT || at < 0 || dl__now() >= deadline)
+			return err;
+		first = at + 1;
+	} while (++tried < n);
+	return err;
 }
 
 /* ---- locking ------------------------------------------------------------- */

@@ -185,7 +185,10 @@ struct dlock_options {
 	 * run` does that.
 	 */
 	const char *owner;
-	int connect_timeout_ms; /* 2000 */
+	int connect_timeout_ms; /* 2000; with `servers`, a server that
+				   accepts and never answers (stopped,
+				   hung) is given up after its share of
+				   it, for the next */
 	int request_timeout_ms; /* 5000: a reply later than this is
 				   DLOCK_ETIMEDOUT (the lock wait itself is
 				   not counted) */

@@ -167,6 +167,39 @@ Test(client, connects_pings_and_has_an_owner, .init = start_none,
 	dlock_close(NULL);
 }
 
+/* A listed server that accepts connections and never answers (stopped,
+ * hung: here a socket nobody accepts on, the kernel completes the
+ * connect) gets its share of the connect timeout, not all of it: the
+ * next server is asked in time (found from outside: a SIGSTOPped first
+ * server made every connect fail). */
+Test(client, a_hung_first_server_leaves_time_for_the_next, .init = start_none,
+     .fini = stop_all)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t alen = sizeof(a);
+	struct dlock_options o;
+	dlock_client *c = NULL;
+	char servers[64];
+	int hung, rc;
+
+	hung = socket(AF_INET, SOCK_STREAM, 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(eq(int, bind(hung, (struct sockaddr *)&a, sizeof(a)), 0));
+	cr_assert(eq(int, listen(hung, 16), 0));
+	cr_assert(eq(int, getsockname(hung, (struct sockaddr *)&a, &alen), 0));
+	snprintf(servers, sizeof(servers), "127.0.0.1:%d,127.0.0.1:%d",
+		 ntohs(a.sin_port), d.port);
+	opts(&o);
+	o.servers = servers;
+	o.connect_timeout_ms = 3000;
+	rc = dlock_connect(&o, &c);
+	cr_assert(eq(int, rc, 0), "connect through %s: %s", servers,
+		  dlock_strerror(rc));
+	cr_assert(eq(int, dlock_ping(c), 0));
+	dlock_close(c);
+	close(hung);
+}
+
 Test(client, lock_and_unlock_with_increasing_tokens, .init = start_none,
      .fini = stop_all)
 {
