@@ -121,7 +121,8 @@ $(LIBDLOCK_SO): $(LIB_PIC_OBJ)
 	ln -sf libdlock.so.$(SOVERSION) $(O)/libdlock.so
 
 $(O)/dlock: $(O)/client/dlock_cli.o $(O)/client/dlock_cmds.o \
-            $(O)/client/dlock_run.o $(O)/client/dlock_guard.o $(LIBDLOCK_A)
+            $(O)/client/dlock_run.o $(O)/client/dlock_guard.o \
+            $(O)/client/dlock_child.o $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ -lpthread
 
 $(O)/examples/stock: $(O)/client/examples/stock.o $(LIBDLOCK_A)

@@ -53,7 +53,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -165,85 +164,6 @@ static void save_dispositions(void)
 			  &orig_action[touched_signals[i]]);
 }
 
-/* ---- run: the child's environment ------------------------------------- */
-
-static void free_strv(char **v)
-{
-	size_t i;
-
-	if (!v)
-		return;
-	for (i = 0; v[i]; i++)
-		free(v[i]);
-	free(v);
-}
-
-static int env_skip(const char *e)
-{
-	static const char *const ours[] = {
-		"DLOCK_NAME=", "DLOCK_TOKEN=", "DLOCK_OWNER=",
-		"DLOCK_HOST=", "DLOCK_PORT=",  "DLOCK_SOCKET=", "DLOCK_SERVERS="};
-	size_t i;
-
-	for (i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
-		if (strncmp(e, ours[i], strlen(ours[i])) == 0)
-			return 1;
-	return 0;
-}
-
-/* malloc'd printf, NULL when out of memory. */
-static char *str_printf(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
-
-static char *str_printf(const char *fmt, ...)
-{
-	va_list ap;
-	char *s;
-	int n;
-
-	va_start(ap, fmt);
-	n = vasprintf(&s, fmt, ap);
-	va_end(ap);
-	return n < 0 ? NULL : s;
-}
-
-/* environ without our variables, then ours: the lock, and where to reach
- * the server, so that `dlock check "$DLOCK_NAME" "$DLOCK_TOKEN"` works in
- * the command. The password is not added. */
-static char **child_env(const struct cli *cl, const char *owner, uint64_t token)
-{
-	size_t n = 0, k = 0, i;
-	char **v;
-
-	while (environ[n])
-		n++;
-	v = calloc(n + 6, sizeof(*v));
-	if (!v)
-		return NULL;
-	for (i = 0; i < n; i++)
-		if (!env_skip(environ[i]) && !(v[k++] = strdup(environ[i])))
-			goto nomem;
-	if (!(v[k++] = str_printf("DLOCK_NAME=%s", cl->pos[0])) ||
-	    !(v[k++] = str_printf("DLOCK_TOKEN=%" PRIu64, token)) ||
-	    !(v[k++] = str_printf("DLOCK_OWNER=%s", owner)))
-		goto nomem;
-	if (cl->servers) {
-		if (!(v[k++] = str_printf("DLOCK_SERVERS=%s", cl->servers)))
-			goto nomem;
-	} else if (cl->socket) {
-		if (!(v[k++] = str_printf("DLOCK_SOCKET=%s", cl->socket)))
-			goto nomem;
-	} else if (!(v[k++] = str_printf("DLOCK_HOST=%s", cl->host)) ||
-		   !(v[k++] = str_printf("DLOCK_PORT=%d", cl->port))) {
-		goto nomem;
-	}
-	return v;
-nomem:
-	v[k - 1] = NULL;
-	free_strv(v);
-	return NULL;
-}
-
 /* ---- run: the guard's process ------------------------------------------- */
 
 /* Everything the child needs, built before fork(). */
@@ -255,32 +175,6 @@ struct spawn {
 	int tty;     /* terminal to hand over, or -1 */
 	sigset_t mask; /* the signal mask to exec with */
 };
-
-/* The guard's argv: the fds and times as text, then the command. */
-static char **guard_argv(const struct cli *cl, int ctl, int err, int64_t grace,
-			 int64_t margin)
-{
-	size_t argc, i;
-	char **v;
-
-	for (argc = 0; cl->command[argc]; argc++)
-		;
-	if (!(v = calloc(argc + 8, sizeof(*v))))
-		return NULL;
-	if (!(v[0] = strdup("dlock")) || !(v[1] = strdup("--run-guard")) ||
-	    !(v[2] = str_printf("%d", ctl)) ||
-	    !(v[3] = str_printf("%d", err)) ||
-	    !(v[4] = str_printf("%" PRId64, grace)) ||
-	    !(v[5] = str_printf("%" PRId64, margin)) || !(v[6] = strdup("--")))
-		goto nomem;
-	for (i = 0; i < argc; i++)
-		if (!(v[7 + i] = strdup(cl->command[i])))
-			goto nomem;
-	return v;
-nomem:
-	free_strv(v);
-	return NULL;
-}
 
 /* In the child, between fork and exec: async-signal-safe calls only.
  * Becomes the guard (dlock_guard.c); reports an exec failure on err. */
@@ -310,16 +204,16 @@ struct runner {
 	const struct cli *cl;
 	dlock_client *c;
 	dlock_lease *l;
-	pid_t pid;  /* the guard: leader of the command's process group */
-	int ctl;    /* our end of the control pipe, or -1 */
-	int tty;    /* terminal handed to it, or -1 */
-	int exited; /* the guard has been reaped */
-	int status; /* its (the command's) exit code (128+N for signal N) */
-	int lost;   /* the lease is lost: stopping the command */
+	pid_t pid;     /* the guard: leader of the command's process group */
+	int ctl;       /* our end of the control pipe, or -1 */
+	int tty;       /* terminal handed to it, or -1 */
+	int exited;    /* the guard has been reaped */
+	int status;    /* its (the command's) exit code (128+N for signal N) */
+	int lost;      /* the lease is lost: stopping the command */
 	int timed_out; /* --timeout ran out: stopping the command */
 	int stopping;  /* lost or timed out: SIGTERM sent, SIGKILL at kill_at */
-	int killed; /* SIGKILL sent */
-	int64_t end_at;	  /* --timeout: when to stop the command, or 0 */
+	int killed;    /* SIGKILL sent */
+	int64_t end_at; /* --timeout: when to stop the command, or 0 */
 	int64_t grace_ms;
 	int64_t margin_ms;
 	int64_t guard_ms; /* options.lost_guard_ms */
@@ -554,8 +448,7 @@ static void supervise(struct runner *r)
 		if (!r->lost && !r->exited &&
 		    (why || !dlock_lease_valid(r->l) || now >= fallback_at(r)))
 			start_stopping(r, why);
-		if (!r->stopping && !r->exited && r->end_at &&
-		    now >= r->end_at)
+		if (!r->stopping && !r->exited && r->end_at && now >= r->end_at)
 			stop_timed_out(r);
 		if (r->stopping && !r->killed && now >= r->kill_at)
 			kill_all(r);
@@ -690,9 +583,10 @@ static int spawn_guard(struct runner *r, struct spawn *sp, int *errfd)
 	sp->err = errp[1];
 	r->ctl = ctl[1];
 	*errfd = errp[0];
-	sp->envp = child_env(r->cl, dlock_owner(r->c), dlock_lease_token(r->l));
-	sp->argv =
-		guard_argv(r->cl, ctl[0], errp[1], r->grace_ms, r->margin_ms);
+	sp->envp = dl_cli_child_env(r->cl, dlock_owner(r->c),
+				    dlock_lease_token(r->l));
+	sp->argv = dl_cli_guard_argv(r->cl, ctl[0], errp[1], r->grace_ms,
+				     r->margin_ms);
 	if (!sp->envp || !sp->argv) {
 		close(ctl[0]);
 		close(errp[1]);
@@ -795,7 +689,7 @@ out:
 	dlock_close(r.c);
 	if (r.ctl >= 0)
 		close(r.ctl);
-	free_strv(sp.argv);
-	free_strv(sp.envp);
+	dl_cli_strv_free(sp.argv);
+	dl_cli_strv_free(sp.envp);
 	return rc;
 }
