@@ -180,7 +180,18 @@ int dl_cli_run(struct cli *cl);
  */
 
 /* `dlock --run-guard <ctl fd> <err fd> <grace ms> <margin ms> -- cmd...`,
- * run by dlock_run.c only; returns the command's exit status. */
+ * run by dlock_run.c only; returns the command's exit status. ctl is a
+ * stream socket with dlock, one line per message (times in dlock_now_ms):
+ *   dlock to guard   "D <ms>"  the lease's local deadline is now <ms>
+ *                    "S <ms>"  stop the command's tree; SIGKILL at <ms>
+ *                    "M 0"     dlock stops itself with the command
+ *                    "R 0"     dlock runs again
+ *   guard to dlock   "T"       the command stopped
+ *                    "C"       it was continued (or died stopped)
+ *                    "L"       the deadline came unmoved: the guard stops
+ *                              the tree (the lease is lost)
+ * End of file: the other side is gone (dlock died: the guard stops the
+ * tree). */
 int dl_cli_guard(int argc, char **argv);
 /* Send sig to every live descendant of root (root excluded; 0: none, only
  * count); returns how many there were (1 if /proc cannot be read). */
