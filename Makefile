@@ -324,11 +324,14 @@ faults-short: $(FAULT_BINS) faults-check-test
 	$(FAULT_ENV) DURATION=20 bash tests/faults/campaign.sh
 
 # The campaign must catch planted bugs: dlockd built to acknowledge grants
-# before Redis has them, or to restore leases by the wall clock.
+# before Redis has them, or to restore leases by the wall clock; dlock
+# whose guard stops with the command and stays stopped.
 faults-selftest: $(FAULT_BINS)
 	$(MAKE) O=build/plant-ack CFLAGS=-DDL_PLANT_ACK_EARLY build/plant-ack/dlockd
 	$(MAKE) O=build/plant-wall CFLAGS=-DDL_PLANT_WALL_RESTORE \
 	  build/plant-wall/dlockd
+	$(MAKE) O=build/plant-jobctl CFLAGS=-DDL_PLANT_STOP_MIRROR \
+	  build/plant-jobctl/dlock
 	$(FAULT_ENV) DLOCKD=build/plant-ack/dlockd DURATION=30 SEED=1 \
 	  FAULTS="crash_in_partition" WORKERS=12 LOCKS=8 STALL_MS=450 \
 	  bash tests/faults/campaign.sh; \
@@ -336,7 +339,10 @@ faults-selftest: $(FAULT_BINS)
 	$(FAULT_ENV) DLOCKD=build/plant-wall/dlockd DURATION=30 SEED=1 \
 	  FAULTS="clock_step" CLOCK_STEPS=forward bash tests/faults/campaign.sh; \
 	  test $$? = 1 || { echo "faults-selftest: wall-clock restore not caught"; exit 1; }
-	@echo "faults-selftest: both planted bugs caught"
+	$(FAULT_ENV) DLOCK=build/plant-jobctl/dlock DURATION=60 SEED=2 \
+	  FAULTS="jobctl_run" bash tests/faults/campaign.sh; \
+	  test $$? = 1 || { echo "faults-selftest: a stopped guard not caught"; exit 1; }
+	@echo "faults-selftest: every planted bug caught"
 
 # ---- install ----------------------------------------------------------------
 

@@ -334,6 +334,7 @@ static void ctl_read(struct guard *g)
 		g->len = 0; /* not a line of ours */
 }
 
+#ifndef DL_PLANT_STOP_MIRROR
 /* Reap children: the command (its stop, continue or end), and orphans.
  * Its stop and continue go to dlock, which mirrors them on a terminal;
  * the guard itself never stops with it. */
@@ -362,6 +363,31 @@ static void reap(struct guard *g)
 		}
 	}
 }
+#else
+/* A planted bug for the fault campaign's self-test (tests/faults), never
+ * in a real build: the guard of old, which stopped itself with the
+ * command, with a terminal or without, and stayed stopped when the
+ * command was continued -- no longer watching the lease (it has no alarm,
+ * and dlock does not continue it). */
+static void reap(struct guard *g)
+{
+	pid_t p;
+	int st;
+
+	while ((p = waitpid(-1, &st, WNOHANG | WUNTRACED)) > 0) {
+		if (p != g->cmd)
+			continue;
+		if (WIFSTOPPED(st)) {
+			kill(getpid(), SIGSTOP);
+		} else {
+			g->exited = 1;
+			g->status = WIFEXITED(st)
+					    ? WEXITSTATUS(st)
+					    : EXIT_SIGNAL_BASE + WTERMSIG(st);
+		}
+	}
+}
+#endif
 
 /* The command, with the dispositions dlock started with. */
 static void spawn_command(struct guard *g, char **argv, int errfd)
@@ -430,6 +456,7 @@ static void setup(struct guard *g)
 	sigaction(SIGCONT, &sa, NULL); /* see set_alarm */
 	fcntl(g->ctl, F_SETFD, FD_CLOEXEC);
 	fcntl(g->ctl, F_SETFL, O_NONBLOCK);
+#ifndef DL_PLANT_STOP_MIRROR
 	ev.sigev_notify = SIGEV_SIGNAL;
 	ev.sigev_signo = SIGCONT;
 	if (timer_create(CLOCK_BOOTTIME, &ev, &g->alarm) == 0)
@@ -439,6 +466,9 @@ static void setup(struct guard *g)
 			"the guard has no alarm (%s): if it is stopped, only "
 			"dlock continues it",
 			strerror(errno));
+#else
+	(void)ev;
+#endif
 }
 
 /* Sleep until something may need doing, at most one step. */

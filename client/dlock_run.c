@@ -435,7 +435,9 @@ static void reap(struct runner *r)
 		if (p != r->pid || r->exited)
 			continue;
 		if (WIFSTOPPED(st)) {
+#ifndef DL_PLANT_STOP_MIRROR /* the campaign's planted bug (dlock_guard.c) */
 			kill(r->pid, SIGCONT);
+#endif
 		} else if (WIFEXITED(st) || WIFSIGNALED(st)) {
 			read_guard(r); /* its last words: L? */
 			r->exited = 1;
