@@ -5,7 +5,8 @@
 #   make check      install missing Debian packages (announced), then build
 #                   and run every test, normal and -fsanitize=address,undefined
 #   make run        start a private redis-server and dlockd in the foreground
-#   make install    PREFIX=/usr/local DESTDIR= (staged installs welcome)
+#   make install    PREFIX=/usr/local DESTDIR= (staged installs welcome);
+#                   the configuration goes to PREFIX/etc (/etc for /usr)
 #   make bench      benchmarks, dlockd against the Redis recipe (on demand;
 #                   BENCH_ONLY=tls: only the TLS rows)
 #   make bench-bound  what bounds the durable pairs on a small machine
@@ -25,7 +26,9 @@ SBINDIR    ?= $(PREFIX)/sbin
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 MANDIR     ?= $(PREFIX)/share/man
-SYSCONFDIR ?= /etc
+# The configuration follows PREFIX (an install into /opt/dlockd or a home
+# directory writes nothing outside it), except that /usr's is /etc.
+SYSCONFDIR ?= $(if $(filter /usr /usr/,$(PREFIX)),/etc,$(PREFIX)/etc)
 DOCDIR     ?= $(PREFIX)/share/doc/dlockd
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 
@@ -401,7 +404,8 @@ faults-selftest: $(FAULT_BINS)
 
 MAN_PAGES := client/dlock.1 server/dlockd.conf.5 server/dlockd.8
 
-# An existing /etc/dlockd/dlockd.conf is the operator's: never overwritten.
+# An existing $(SYSCONFDIR)/dlockd/dlockd.conf is the operator's: never
+# overwritten.
 # dlock.pc and the unit carry install paths, so they are written here, with
 # this install's PREFIX, never taken from an earlier build.
 install: all
