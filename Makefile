@@ -217,9 +217,9 @@ integ: all $(addprefix $(O)/tests/,$(INTEG_TESTS))
 	echo "== test_server (persist=redis)"; \
 	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_server --jobs 1
 
-scripts: $(O)/dlockd
+scripts: $(O)/dlockd $(O)/dlock
 	@set -e; for s in tests/scripts/*.sh; do echo "== $$s"; \
-	  DLOCKD=$(O)/dlockd sh $$s; done
+	  DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock sh $$s; done
 
 test: unit integ scripts
 
