@@ -346,9 +346,10 @@ int dl_cli_ping(struct cli *cl)
 
 /* ---- stats --------------------------------------------------------------- */
 
-enum stat_fmt { SF_NUM, SF_MS, SF_US, SF_BOOL };
+enum stat_fmt { SF_NUM, SF_MS, SF_US, SF_BOOL, SF_ROLE };
 
-/* How the human view shows the keys it knows; others go under "Other". */
+/* How the human view shows the keys it knows (every key of this version's
+ * server/stats.c); a key it does not know goes under "Other", as sent. */
 static const struct stat_row {
 	const char *key;
 	const char *section;
@@ -356,12 +357,29 @@ static const struct stat_row {
 	enum stat_fmt fmt;
 } stat_rows[] = {
 	{"uptime_ms", "Server", "uptime", SF_MS},
+	{"role_active", "Server", "role", SF_ROLE},
 	{"commands", "Server", "commands", SF_NUM},
+	{"leader_epoch", "Cluster", "leadership epoch", SF_NUM},
+	{"leader_lease_left_ms", "Cluster", "leadership left", SF_MS},
+	{"leader_renewals", "Cluster", "renewals", SF_NUM},
+	{"leader_takeovers", "Cluster", "take-overs", SF_NUM},
+	{"leader_depositions", "Cluster", "depositions", SF_NUM},
 	{"connections", "Connections", "open", SF_NUM},
 	{"connections_total", "Connections", "accepted", SF_NUM},
 	{"connections_rejected", "Connections", "rejected (limit)", SF_NUM},
 	{"output_overflows", "Connections", "closed (unread output)", SF_NUM},
+	{"output_budget_closes", "Connections", "closed (output budget)",
+	 SF_NUM},
+	{"output_buffered_bytes", "Connections", "unread output (bytes)",
+	 SF_NUM},
+	{"request_timeouts", "Connections", "closed (request too slow)",
+	 SF_NUM},
+	{"idle_timeouts", "Connections", "closed (idle)", SF_NUM},
+	{"auth_timeouts", "Connections", "closed (no AUTH in time)", SF_NUM},
 	{"auth_failures", "Connections", "failed AUTH", SF_NUM},
+	{"owner_denials", "Connections", "owner refused (no key)", SF_NUM},
+	{"tls_handshakes", "Connections", "TLS handshakes", SF_NUM},
+	{"tls_failures", "Connections", "TLS failures", SF_NUM},
 	{"locks", "Locks", "locks", SF_NUM},
 	{"leases", "Locks", "leases held", SF_NUM},
 	{"waiters", "Locks", "waiting", SF_NUM},
@@ -370,14 +388,22 @@ static const struct stat_row {
 	{"reentries", "Locks", "reentries", SF_NUM},
 	{"releases", "Locks", "releases", SF_NUM},
 	{"expiries", "Locks", "expiries", SF_NUM},
+	{"breaks", "Locks", "broken (BREAK)", SF_NUM},
 	{"timeouts", "Locks", "wait timeouts", SF_NUM},
 	{"refreshes", "Locks", "refreshes", SF_NUM},
 	{"cancels", "Locks", "cancels", SF_NUM},
+	{"revokes", "Locks", "grants withdrawn", SF_NUM},
 	{"last_token", "Locks", "last token", SF_NUM},
 	{"wait_ms_count", "Locks", "grants timed", SF_NUM},
 	{"wait_ms_sum", "Locks", "total wait", SF_MS},
 	{"hold_ms_count", "Locks", "leases ended", SF_NUM},
 	{"hold_ms_sum", "Locks", "total hold", SF_MS},
+	{"contended_locks_1", "Contention", "locks with 1 waiter", SF_NUM},
+	{"contended_locks_2_5", "Contention", "with 2 to 5", SF_NUM},
+	{"contended_locks_6_10", "Contention", "with 6 to 10", SF_NUM},
+	{"contended_locks_11_100", "Contention", "with 11 to 100", SF_NUM},
+	{"contended_locks_101_1000", "Contention", "with 101 to 1000", SF_NUM},
+	{"contended_locks_over_1000", "Contention", "with over 1000", SF_NUM},
 	{"store_available", "Persistence", "available", SF_BOOL},
 	{"store_batches", "Persistence", "batches", SF_NUM},
 	{"store_writes", "Persistence", "writes", SF_NUM},
@@ -387,12 +413,23 @@ static const struct stat_row {
 	{"store_backlog", "Persistence", "backlog", SF_NUM},
 	{"store_reconnects", "Persistence", "reconnects", SF_NUM},
 	{"store_failures", "Persistence", "failures", SF_NUM},
+	{"store_replica_waits", "Persistence", "replica WAITs", SF_NUM},
+	{"store_replica_shortfalls", "Persistence", "replicas short", SF_NUM},
+	{"store_failover_holds", "Persistence", "Sentinel fail-overs", SF_NUM},
+	{"redis_aof", "Persistence", "Redis AOF on", SF_BOOL},
+	{"redis_fsync_always", "Persistence", "Redis fsync always", SF_BOOL},
+	{"redis_evicting", "Persistence", "Redis may evict", SF_BOOL},
+	{"redis_nondurable_allowed", "Persistence", "non-durable allowed",
+	 SF_BOOL},
+	{"redis_went_back", "Persistence", "Redis went back", SF_NUM},
+	{"grants_closed_ms", "Persistence", "grants closed for", SF_MS},
 };
 
 #define NSTAT_ROWS (sizeof(stat_rows) / sizeof(stat_rows[0]))
 
 static const char *const stat_sections[] = {
-	"Server", "Connections", "Locks", "Persistence", "Errors", "Other",
+	"Server",     "Cluster",     "Connections", "Locks",
+	"Contention", "Persistence", "Errors",	    "Other",
 };
 
 struct stat_kv {
@@ -484,6 +521,9 @@ static void stat_value(const struct stat_kv *kv, char *out, size_t cap)
 	switch (kv->fmt) {
 	case SF_BOOL:
 		snprintf(out, cap, "%s", v ? "yes" : "no");
+		break;
+	case SF_ROLE:
+		snprintf(out, cap, "%s", v ? "active" : "standby");
 		break;
 	case SF_US:
 		snprintf(out, cap, "%.3f ms", (double)v / 1000.0);

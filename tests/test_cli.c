@@ -982,6 +982,21 @@ Test(cli, stats_groups_for_people_and_is_raw_for_scripts)
 	h_close(c);
 }
 
+/* "Other" is for keys of a newer server: this version's keys all have a
+ * section and a label. */
+Test(cli, stats_puts_every_key_of_the_server_in_a_section)
+{
+	struct result r;
+
+	dlock(&r, "stats", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(strstr(r.out, "\nOther\n") == NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\nCluster\n") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\nContention\n") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\n  role ") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, " active\n") != NULL, "%s", r.out);
+}
+
 Test(cli, every_command_reaches_the_server_over_a_unix_socket)
 {
 	char sock[H_PATH_MAX], script[1024], env[OUT_MAX];
