@@ -354,6 +354,9 @@ static int handshake(struct dlock_client *c, int64_t deadline)
 		err = DLOCK_EAUTH;
 	c->initial = 0;
 out:
+	if (err == DLOCK_ETIMEDOUT)
+		dl__why(c, c->addr_i, "accepted the connection but did not "
+				      "answer in time");
 	pthread_mutex_unlock(&c->mu);
 	return err == DLOCK_ETIMEDOUT ? DLOCK_ECONNECT : err;
 }
@@ -401,6 +404,22 @@ static int redirect(struct dlock_client *c, int64_t deadline)
 		return err;
 	dl__wake(c);
 	return 1;
+}
+
+/* connect_from gives up on c: the thread's dlock_last_error() says why
+ * it could not connect, and c is freed (closed, once its thread runs). */
+static int connect_failed(struct dlock_client *c, int err)
+{
+	if (err == DLOCK_ECONNECT) {
+		pthread_mutex_lock(&c->mu);
+		dl__why_report(c);
+		pthread_mutex_unlock(&c->mu);
+	}
+	if (c->thread_started)
+		dlock_close(c);
+	else
+		client_free(c);
+	return err;
 }
 
 /* One attempt of dlock_connect: a client that starts with server
@@ -453,19 +472,15 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 		client_free(c);
 		return DLOCK_ENOMEM;
 	}
-	if ((err = dl__resolve(c)) < 0 || (err = dl__tls_new(c, o)) < 0) {
-		client_free(c);
-		return err;
-	}
+	if ((err = dl__resolve(c)) < 0 || (err = dl__tls_new(c, o)) < 0)
+		return connect_failed(c, err);
 	*naddrs = c->naddrs;
 	c->addr_i = first % c->naddrs;
 	if (c->naddrs > tried + 1)
 		hs_deadline = dl__now() +
 			      (deadline - dl__now()) / (c->naddrs - tried);
-	if ((err = dl__connect_sync(c, deadline)) < 0) {
-		client_free(c);
-		return err;
-	}
+	if ((err = dl__connect_sync(c, deadline)) < 0)
+		return connect_failed(c, err);
 	*at = c->addr_i;
 	c->state = DL__UP;
 	c->initial = 1;
@@ -476,10 +491,8 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 	c->thread_started = 1;
 	while ((err = handshake(c, hs_deadline)) < 0) {
 		*at = c->addr_i;
-		if ((r = redirect(c, deadline)) <= 0) {
-			dlock_close(c);
-			return r < 0 ? r : err;
-		}
+		if ((r = redirect(c, deadline)) <= 0)
+			return connect_failed(c, r < 0 ? r : err);
 	}
 	*out = c;
 	return 0;

@@ -44,7 +44,7 @@
  *
  * Errors are negative DLOCK_E* codes; dlock_strerror() describes them, and
  * dlock_last_error() gives the server's text of the last ERR reply seen by
- * the calling thread.
+ * the calling thread, or why dlock_connect() could not connect.
  */
 #ifndef DLOCK_H
 #define DLOCK_H
@@ -73,7 +73,13 @@ enum {
 	DLOCK_ENOTHOLDER = -3,	 /* UNLOCK/REFRESH: not this owner's lease */
 	DLOCK_ESTALE = -4,	 /* CHECK: the token does not hold the lock */
 	DLOCK_ELOST = -5,	 /* the lease was lost before the call */
-	DLOCK_ECONNECT = -6,	 /* cannot connect */
+	DLOCK_ECONNECT = -6,	 /* cannot connect; dlock_last_error() says
+				    why: "connection refused", "cannot
+				    resolve the host name: ...", "accepted
+				    the connection but did not answer in
+				    time", "a standby (the active: h:p)"...
+				    (with options.servers, "h:p: <why>" for
+				    each server, joined by "; ") */
 	DLOCK_ECLOSED = -7,	 /* the connection closed and could not be
 				    re-established in time */
 	DLOCK_EAUTH = -8,	 /* AUTH failed, or required and missing */
@@ -103,8 +109,9 @@ enum {
 
 const char *dlock_strerror(int err);
 /* The text of the ERR/NO line the calling thread's last call received,
- * or "" (the call succeeded, failed on the client side, or got no such
- * line): every call clears it first. */
+ * or why its dlock_connect() failed (DLOCK_ECONNECT, DLOCK_ETLS), or ""
+ * (the call succeeded, failed on the client side, or got no such line):
+ * every call clears it first. */
 const char *dlock_last_error(void);
 
 /* ---- options ------------------------------------------------------------- */

@@ -855,6 +855,18 @@ int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
 			   cl->owner ? cl->owner : "ID");
 		return EXIT_NOPERM;
 	}
+	if (rc == DLOCK_ECONNECT && dlock_last_error()[0]) {
+		/* libdlock says why: refused, a name that does not resolve,
+		 * no answer in time, a standby (with --servers, server by
+		 * server) */
+		if (cl->servers)
+			dl_cli_msg("cannot connect to an active dlockd: %s",
+				   dlock_last_error());
+		else
+			dl_cli_msg("cannot connect to %s: %s", where(cl),
+				   dlock_last_error());
+		return EXIT_UNAVAILABLE;
+	}
 	snprintf(what, sizeof(what), "cannot connect to %s", where(cl));
 	return dl_cli_fail(rc, what);
 }

@@ -47,6 +47,7 @@
 #define DL__TAG_SIZE	       24 /* "r" + 20 digits + NUL */
 #define DL__STATS_MAX	       (256 * 1024) /* bytes of a STATS body kept */
 #define DL__ERR_MAX	       DL_REPLY_MAX /* text of a NO/ERR line */
+#define DL__WHY_MAX	       160 /* why one address could not be used */
 #define DL__DEFAULT_HOST       "127.0.0.1"
 
 /* ---- requests ------------------------------------------------------------ */
@@ -214,6 +215,11 @@ struct dlock_client {
 	int standby;
 	int hint_i;
 	int failed_i; /* the address whose connect failed last, or -1 */
+	/* Why dlock_connect could not use each address ("" when it was
+	 * not tried, or served), and the names that did not resolve: the
+	 * thread's dlock_last_error() when it fails (dl__why_report). */
+	char why[DL__ADDRS_MAX][DL__WHY_MAX];
+	char unresolved[DL__WHY_MAX];
 
 	/* learnt from HELLO */
 	int64_t default_ttl;
@@ -318,6 +324,13 @@ int dl__connect_sync(struct dlock_client *c, int64_t deadline);
 /* The address to go to for "active=<host:port>" (a standby's word):
  * c->hint_i. */
 void dl__hint(struct dlock_client *c, struct dl_str active);
+/* Why address i could not be used (c->why[i]). */
+void dl__why(struct dlock_client *c, int i, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* dlock_connect failed with DLOCK_ECONNECT: the thread's
+ * dlock_last_error() says why, address by address (with options.servers,
+ * each prefixed by its entry). */
+void dl__why_report(const struct dlock_client *c);
 void *dl__thread_main(void *arg);
 
 /* ---- dlock_reply.c ------------------------------------------------------- */

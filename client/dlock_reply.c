@@ -554,6 +554,11 @@ static int standby_reply(struct dlock_client *c, const struct dl__req *q,
 	}
 	c->standby = 1;
 	dl__hint(c, v);
+	if (v.len && !(v.len == 1 && v.p[0] == '-'))
+		dl__why(c, c->addr_i, "a standby (the active: %.*s)",
+			(int)v.len, v.p);
+	else
+		dl__why(c, c->addr_i, "a standby, and no active is known");
 	return 1;
 }
 

@@ -1041,6 +1041,24 @@ Test(cli, no_server_exits_69_and_runs_nothing)
 	cr_assert(not(file_exists(in_dir("ran"))));
 }
 
+/* Not a bare "cannot connect": why. */
+Test(cli, a_failed_connect_says_why)
+{
+	char port[16];
+	struct result r;
+
+	snprintf(port, sizeof(port), "%d", h_free_port());
+	dlock(&r, "--port", port, "ping", NULL);
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(has(r.err, "connection refused"), "%s", r.err);
+	dlock(&r, "--host", "nosuch.invalid", "status", "x", NULL);
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(has(r.err, "cannot resolve the host name"), "%s", r.err);
+	dlock(&r, "--socket", in_dir("none.sock"), "ping", NULL);
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(has(r.err, "no such file or directory"), "%s", r.err);
+}
+
 Test(cli, bad_password_exits_77)
 {
 	char port[16], pwfile[H_PATH_MAX];
