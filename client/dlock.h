@@ -150,7 +150,10 @@ struct dlock_options {
 	 * names (or to the next server), and a * BYE not-active too. Over a
 	 * fail-over it reconnects as over any drop (same owner id, leases
 	 * confirmed, waits sent again); requests a standby refused were not
-	 * executed and are sent again whatever they were.
+	 * executed and are sent again whatever they were. dlock_connect()
+	 * rides through a take-over in progress (the standbys name an active
+	 * that does not answer, or no server answers): it asks again after
+	 * pauses, 100 ms doubling up to 500 ms, until connect_timeout_ms.
 	 */
 	const char *servers;
 	const char *password; /* NULL: no AUTH; with `user`, its secret */

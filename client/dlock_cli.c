@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <time.h>
 
 #include "client/dlock_cli.h"
 #include "proto/proto.h"
@@ -171,7 +172,10 @@ static const char conn_help[] =
 	"  --tls               TLS with the system's CAs (DLOCK_TLS=1)\n"
 	"  --tls-server-name N the name the server's certificate must carry\n"
 	"                      (DLOCK_TLS_SERVER_NAME; default: the host)\n"
-	"  --timeout D         connect and request timeout (5s)\n"
+	"  --timeout D         how long to wait for a server that cannot\n"
+	"                      serve now (5s): to connect (a take-over\n"
+	"                      included), for each reply, and through\n"
+	"                      UNAVAILABLE answers (asked again)\n"
 	"Durations need a unit: ms, s, m or h (250ms, 30s, 5m); waits\n"
 	"also take inf.\n";
 
@@ -798,6 +802,46 @@ static const char *where(const struct cli *cl)
 	return buf;
 }
 
+/* --timeout, but for run, whose --timeout is the command's time limit
+ * (dlock_run.c). */
+static int patience(const struct cli *cl)
+{
+	if (cl->timeout_ms > 0 && cl->sub->fn != dl_cli_run)
+		return cl->timeout_ms;
+	return DEFAULT_TIMEOUT_MS;
+}
+
+void dl_cli_retry_init(struct dl_cli_retry *r, const struct cli *cl,
+		       int64_t wait_end)
+{
+	r->until = 0;
+	r->wait_end = wait_end;
+	r->pause = RETRY_MIN_MS;
+	r->patience_ms = patience(cl);
+}
+
+int dl_cli_retry(struct dl_cli_retry *r, int err)
+{
+	int64_t now = dlock_now_ms(), ms;
+	struct timespec ts;
+
+	if (err != DLOCK_EUNAVAILABLE)
+		return 0;
+	if (r->until == 0)
+		r->until = now + r->patience_ms > r->wait_end
+				   ? now + r->patience_ms
+				   : r->wait_end;
+	if (now >= r->until)
+		return 0;
+	ms = r->pause < r->until - now ? r->pause : r->until - now;
+	r->pause = r->pause * 2 < RETRY_MAX_MS ? r->pause * 2 : RETRY_MAX_MS;
+	ts.tv_sec = (time_t)(ms / 1000);
+	ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+	return 1;
+}
+
 void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
 {
 	dlock_options_init(o);
@@ -814,13 +858,20 @@ void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
 	o->tls_cert = cl->tls_cert;
 	o->tls_key = cl->tls_key;
 	o->tls_server_name = cl->tls_server_name;
-	o->reconnect = 0;
+	/* A drop (a take-over, a restart) is ridden through: reads and
+	 * refreshes are sent again on the new connection within the
+	 * request's timeout; an unlock or a break whose outcome the drop
+	 * hid is not (a second one could undo more), and fails. */
+	o->reconnect = 1;
 	o->renew = 0;
-	/* run's --timeout is the command's time limit (dlock_run.c) */
-	if (cl->timeout_ms > 0 && cl->sub->fn != dl_cli_run) {
-		o->connect_timeout_ms = cl->timeout_ms;
-		o->request_timeout_ms = cl->timeout_ms;
-	}
+	o->connect_timeout_ms = patience(cl);
+	o->request_timeout_ms = patience(cl);
+	/* who waits that long for the lock may wait as long for a server */
+	if ((cl->sub->fn == dl_cli_run || strcmp(cl->sub->name, "lock") == 0) &&
+	    cl->wait_ms != DL_WAIT_INF &&
+	    cl->wait_ms > (uint64_t)o->connect_timeout_ms)
+		o->connect_timeout_ms =
+			cl->wait_ms < INT_MAX ? (int)cl->wait_ms : INT_MAX;
 }
 
 int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
@@ -886,6 +937,7 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 	int64_t wait =
 		wait_ms == DL_WAIT_INF ? DLOCK_WAIT_FOREVER : (int64_t)wait_ms;
 	struct dlock_lock_options lo;
+	struct dl_cli_retry retry;
 	char what[300];
 	int rc;
 
@@ -894,9 +946,21 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 	lo.wait_ms = wait;
 	lo.mode = cl->shared ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
 	lo.limit = (uint32_t)cl->limit;
-	rc = dlock_acquire(c, name, &lo, l);
+	dl_cli_retry_init(&retry, cl, wait > 0 ? t0 + wait : 0);
+	while ((rc = dlock_acquire(c, name, &lo, l)) != 0 &&
+	       dl_cli_retry(&retry, rc)) {
+		/* what is left of the wait (past its end, a last try) */
+		if (wait > 0)
+			lo.wait_ms = t0 + wait > dlock_now_ms()
+					     ? t0 + wait - dlock_now_ms()
+					     : 0;
+	}
 	if (rc == 0)
 		return 0;
+	if (rc == DLOCK_EBUSY && wait > 0) {
+		dl_cli_msg("timed out waiting for %s", name);
+		return EXIT_TEMPFAIL;
+	}
 	if (rc == DLOCK_EBUSY) {
 		dl_cli_msg("%s is held by another owner%s", name,
 			   cl->limit > 1 ? " (no permit free)" : "");

@@ -58,6 +58,14 @@ enum {
 
 /* Lease of run/lock/trylock when --ttl is not given. */
 #define DEFAULT_TTL_MS 30000
+/* --timeout when not given (run: always): how long a command waits for a
+ * server that cannot serve now -- to connect (a take-over included), for
+ * each reply, and through refusals (UNAVAILABLE). */
+#define DEFAULT_TIMEOUT_MS 5000
+/* The pause before a request refused with UNAVAILABLE is sent again: this,
+ * doubled each time up to RETRY_MAX_MS. */
+#define RETRY_MIN_MS 100
+#define RETRY_MAX_MS 1000
 /* The shortest lease `dlock run` takes: it is renewed every ttl/3 and the
  * command is stopped a grace before its end; below this the renewals
  * have no time to come back and the command would be stopped at once. */
@@ -158,8 +166,9 @@ int dl_cli_fail(int err, const char *what);
 int dl_cli_usage_error(const struct cli *cl, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* libdlock options for the command line: no renewal, no reconnect (the
- * caller changes what it needs). The strings are borrowed from cl. */
+/* libdlock options for the command line: no renewal; reconnects on (a
+ * drop is ridden through within --timeout; the caller changes what it
+ * needs). The strings are borrowed from cl. */
 void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o);
 
 /* Connect with o; report a failure. 0, or an exit code. On success *c is
@@ -169,6 +178,32 @@ int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
 
 /* dl_cli_connect() with dl_cli_conn_options(): for one-shot commands. */
 int dl_cli_simple_connect(const struct cli *cl, dlock_client **c);
+
+/*
+ * Riding through a take-over or a restart. Connecting is libdlock's
+ * (dlock_connect follows a cluster's take-over within --timeout), and so
+ * is a dropped connection (reads and refreshes are sent again once it is
+ * made again). What is left is the answer UNAVAILABLE: a new active whose
+ * leadership or link to Redis is not confirmed yet, a daemon whose Redis
+ * is down. Such a request was not executed: it is sent again after a
+ * pause (RETRY_MIN_MS, doubling), until --timeout has passed since the
+ * first refusal -- for lock and run, or until the --wait ends if that is
+ * later.
+ */
+struct dl_cli_retry {
+	int64_t until;	  /* give up past it (dlock_now_ms()); 0: no refusal
+			     yet */
+	int64_t wait_end; /* lock: the end of its --wait, or 0 */
+	int64_t pause;	  /* the next pause, ms */
+	int patience_ms;  /* --timeout */
+};
+
+/* For a command of cl; wait_end: see above (0 for none). */
+void dl_cli_retry_init(struct dl_cli_retry *r, const struct cli *cl,
+		       int64_t wait_end);
+/* 1 after the pause when the outcome `err` is worth another try and there
+ * is time for it; 0 (the caller reports err). */
+int dl_cli_retry(struct dl_cli_retry *r, int err);
 
 /* Take `name` (wait_ms: a duration, or DL_WAIT_INF) in the mode and with
  * the limit of cl (--shared, --limit); report why not. 0, or an exit

@@ -4,10 +4,12 @@
  * refresh, check, status, stats, ping (dlock_cli.h).
  *
  * Each connects with the options of the command line (dl_cli_simple_connect:
- * no renewal, no reconnect), makes one or two libdlock calls, prints the
- * result on stdout -- one value per line, for scripts, except the human
- * view of stats -- and closes. Failures are reported with dl_cli_fail(), so
- * that their exit codes are those of every other command.
+ * no renewal), makes one or two libdlock calls, prints the result on stdout
+ * -- one value per line, for scripts, except the human view of stats -- and
+ * closes. A call refused because the server cannot act now (UNAVAILABLE:
+ * a take-over, Redis down) is made again within --timeout (dl_cli_retry).
+ * Failures are reported with dl_cli_fail(), so that their exit codes are
+ * those of every other command.
  *
  * Leases outlive these commands: `lock` leaves the lease held at the server
  * (not renewed) and prints its token; `unlock` and `refresh`, run later
@@ -39,7 +41,10 @@ int dl_cli_lock(struct cli *cl)
 	int rc;
 
 	dl_cli_conn_options(cl, &o);
-	o.reconnect = wait != 0; /* a waiter keeps its place across drops */
+	/* A waiter keeps its place across drops; a TRYLOCK is not sent
+	 * again (one whose grant a drop hid would be granted again as a
+	 * reentry: a second hold that nobody would give back). */
+	o.reconnect = wait != 0;
 	if ((rc = dl_cli_connect(cl, &o, &c)) != 0)
 		return rc;
 	if ((rc = dl_cli_acquire(c, cl, name, wait, &l)) == 0) {
@@ -95,6 +100,7 @@ static int token_failed(const struct cli *cl, int err, const char *verb)
 
 int dl_cli_unlock(struct cli *cl)
 {
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	uint64_t token;
 	uint32_t left = 0;
@@ -104,7 +110,10 @@ int dl_cli_unlock(struct cli *cl)
 		return rc;
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_unlock_token(c, cl->pos[0], token, &left);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_unlock_token(c, cl->pos[0], token, &left)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
 	if (rc != 0)
 		rc = token_failed(cl, rc, "unlock");
 	else if (left > 0)
@@ -119,6 +128,8 @@ int dl_cli_refresh(struct cli *cl)
 {
 	/* without --ttl, the lease's last TTL (the server keeps it) */
 	int64_t ttl = cl->seen & OPTB(OPT_TTL) ? (int64_t)cl->ttl_ms : 0;
+	int64_t granted = 0;
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	uint64_t token;
 	int rc;
@@ -127,7 +138,12 @@ int dl_cli_refresh(struct cli *cl)
 		return rc;
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_refresh_token(c, cl->pos[0], token, ttl, &ttl);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_refresh_token(c, cl->pos[0], token, ttl,
+					 &granted)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
+	ttl = granted;
 	if (rc == 0)
 		printf("%" PRId64 "\n", ttl);
 	else
@@ -140,6 +156,7 @@ int dl_cli_refresh(struct cli *cl)
 
 int dl_cli_check(struct cli *cl)
 {
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	uint64_t token, current = 0;
 	int64_t remaining = 0;
@@ -149,7 +166,11 @@ int dl_cli_check(struct cli *cl)
 		return rc;
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_check(c, cl->pos[0], token, &remaining, &current);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_check(c, cl->pos[0], token, &remaining,
+				 &current)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
 	if (rc == 0)
 		printf("%" PRId64 "\n", remaining);
 	else if (rc == DLOCK_ESTALE)
@@ -162,6 +183,7 @@ int dl_cli_check(struct cli *cl)
 
 int dl_cli_break(struct cli *cl)
 {
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	uint64_t token, current = 0;
 	int rc;
@@ -178,7 +200,11 @@ int dl_cli_break(struct cli *cl)
 			DL_REASON_MAX);
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_break_reason(c, cl->pos[0], token, cl->reason, &current);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_break_reason(c, cl->pos[0], token, cl->reason,
+					&current)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
 	if (rc == 0) {
 		dl_cli_msg("broke the lease %" PRIu64 " of %s", token,
 			   cl->pos[0]);
@@ -267,6 +293,7 @@ static void print_member(const struct dlock_holder *h)
 int dl_cli_status(struct cli *cl)
 {
 	struct members m = {0};
+	struct dl_cli_retry retry;
 	struct dlock_status st;
 	dlock_client *c;
 	size_t i;
@@ -274,9 +301,15 @@ int dl_cli_status(struct cli *cl)
 
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_status(c, cl->pos[0], &st);
-	if (rc == 0)
-		rc = dlock_holders(c, cl->pos[0], member_cb, &m, NULL, NULL);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_status(c, cl->pos[0], &st)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
+	while (rc == 0 &&
+	       (rc = dlock_holders(c, cl->pos[0], member_cb, &m, NULL,
+				   NULL)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
 	if (rc == 0 && cl->json) {
 		fputs("{\"name\": ", stdout);
 		dl_cli_json_str(stdout, cl->pos[0]);
@@ -700,6 +733,7 @@ int dl_cli_list(struct cli *cl)
 	uint64_t want = cl->limit ? cl->limit
 				  : cl->by_waiters ? LIST_TOP : UINT64_MAX;
 	uint64_t more = 0;
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	unsigned page;
 	int rc, tries = 0;
@@ -708,6 +742,7 @@ int dl_cli_list(struct cli *cl)
 		return rc;
 	if (cl->json)
 		fputs("{\"locks\": [", stdout);
+	dl_cli_retry_init(&retry, cl, 0);
 	for (;;) {
 		page = want - lr.shown < LIST_PAGE ? (unsigned)(want - lr.shown)
 						     : LIST_PAGE;
@@ -720,6 +755,8 @@ int dl_cli_list(struct cli *cl)
 			nanosleep(&ts, NULL);
 			continue;
 		}
+		if (dl_cli_retry(&retry, rc))
+			continue;
 		if (rc != 0 || more == 0 || lr.shown >= want ||
 		    cl->by_waiters)
 			break;

@@ -279,6 +279,8 @@ int dl__connect_sync(struct dlock_client *c, int64_t deadline)
 	int k, i, fd, done, r, e, err = DLOCK_ECONNECT;
 
 	for (k = 0; k < c->naddrs; k++) {
+		if (dl__now() >= deadline)
+			return err; /* the reasons of the last tries stay */
 		i = (c->addr_i + k) % c->naddrs;
 		if ((fd = connect_start(c, i, &done)) < 0)
 			why_errno(c, i, errno);

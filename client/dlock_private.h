@@ -42,8 +42,12 @@
 #define DL__ADDRS_MAX	       16 /* resolved addresses kept for reconnects */
 #define DL__SERVER_NAME_MAX    262 /* "host:port" of one of options.servers */
 /* A standby said where the active is, and it is where the client just
- * was (or nowhere known): try again after this. */
-#define DL__REDIRECT_MS 100
+ * was (or nowhere known), or no server of options.servers serves: try
+ * again after this, doubled each time up to DL__REDIRECT_MAX_MS (a
+ * take-over is under way; asking in a tight loop only loads the
+ * daemons). */
+#define DL__REDIRECT_MS	    100
+#define DL__REDIRECT_MAX_MS 500
 #define DL__TAG_SIZE	       24 /* "r" + 20 digits + NUL */
 #define DL__STATS_MAX	       (256 * 1024) /* bytes of a STATS body kept */
 #define DL__ERR_MAX	       DL_REPLY_MAX /* text of a NO/ERR line */
@@ -214,6 +218,8 @@ struct dlock_client {
 	 * address in turn). */
 	int standby;
 	int hint_i;
+	int64_t redirect_pause; /* dlock_connect: the next pause before
+				   asking again (0: the first redirect) */
 	int failed_i; /* the address whose connect failed last, or -1 */
 	/* Why dlock_connect could not use each address ("" when it was
 	 * not tried, or served), and the names that did not resolve: the
