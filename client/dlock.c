@@ -151,6 +151,19 @@ const char *dlock_owner_key(const dlock_client *c)
 	return c ? c->owner_key : "";
 }
 
+const char *dlock_server_role(const dlock_client *c)
+{
+	switch (c ? atomic_load(&((dlock_client *)c)->role)
+		  : DL__ROLE_UNKNOWN) {
+	case DL__ROLE_ACTIVE:
+		return "active";
+	case DL__ROLE_STANDBY:
+		return "standby";
+	default:
+		return "";
+	}
+}
+
 /* A calling thread enters (takes c->mu) and leaves (releases it). */
 static int enter(struct dlock_client *c)
 {

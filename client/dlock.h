@@ -256,6 +256,16 @@ struct dlock_options {
 	 * two clients that do not share the secret never act as one owner.
 	 */
 	const char *owner_key;
+	/*
+	 * standby_ok: 1 keeps the client with the daemon it reached even if
+	 * that daemon is a standby, for a health check that asks one daemon
+	 * directly: a standby answers dlock_ping() and dlock_stats() (its
+	 * role_active is 0), dlock_server_role() says "standby", and
+	 * anything about locks fails with DLOCK_EUNAVAILABLE ("ERR
+	 * NOT_ACTIVE active=<host:port> ..." in dlock_last_error()). 0 (the
+	 * default): only the active daemon will do (servers, above).
+	 */
+	int standby_ok;
 };
 
 #define DLOCK_SERVERS_MAX 8
@@ -282,6 +292,10 @@ const char *dlock_owner(const dlock_client *c);
  * made): "" before the first connection succeeded, then valid for the
  * client's life. A secret: handle it as a password. */
 const char *dlock_owner_key(const dlock_client *c);
+/* The role the daemon gave in its last HELLO: "active", "standby" (only
+ * with options.standby_ok), or "" (a daemon that says none). A static
+ * string. */
+const char *dlock_server_role(const dlock_client *c);
 
 /* ---- locking ------------------------------------------------------------- */
 

@@ -788,7 +788,7 @@ static int parse_args(struct cli *cl, int argc, char **argv, int *done)
 
 /* ---- connecting ---------------------------------------------------------- */
 
-static const char *where(const struct cli *cl)
+const char *dl_cli_where(const struct cli *cl)
 {
 	static char buf[300];
 
@@ -887,11 +887,12 @@ int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
 		dl_cli_msg("%s requires a password: give --password, "
 			   "--password-file or DLOCK_PASSWORD (a user: --user "
 			   "and --secret-file, or DLOCK_USER and DLOCK_SECRET)",
-			   where(cl));
+			   dl_cli_where(cl));
 		return EXIT_NOPERM;
 	}
 	if (rc == DLOCK_EAUTH) {
-		dl_cli_msg("%s refused the %s (%s): check them", where(cl),
+		dl_cli_msg("%s refused the %s (%s): check them",
+			   dl_cli_where(cl),
 			   cl->user ? "user or its secret" : "password",
 			   dlock_last_error()[0] ? dlock_last_error()
 						 : "NO AUTH_FAILED");
@@ -914,11 +915,11 @@ int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
 			dl_cli_msg("cannot connect to an active dlockd: %s",
 				   dlock_last_error());
 		else
-			dl_cli_msg("cannot connect to %s: %s", where(cl),
+			dl_cli_msg("cannot connect to %s: %s", dl_cli_where(cl),
 				   dlock_last_error());
 		return EXIT_UNAVAILABLE;
 	}
-	snprintf(what, sizeof(what), "cannot connect to %s", where(cl));
+	snprintf(what, sizeof(what), "cannot connect to %s", dl_cli_where(cl));
 	return dl_cli_fail(rc, what);
 }
 

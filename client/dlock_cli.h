@@ -171,6 +171,10 @@ int dl_cli_usage_error(const struct cli *cl, const char *fmt, ...)
  * needs). The strings are borrowed from cl. */
 void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o);
 
+/* The server the command line names: the --servers list, the socket, or
+ * host:port (a static buffer). */
+const char *dl_cli_where(const struct cli *cl);
+
 /* Connect with o; report a failure. 0, or an exit code. On success *c is
  * the caller's, to dlock_close(). */
 int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,

@@ -356,13 +356,32 @@ int dl_cli_status(struct cli *cl)
 	return rc;
 }
 
+/* ping and stats ask the daemon they are given, whatever its role: a
+ * health check may ask a standby directly (it answers both). Given a
+ * cluster (--servers), they ask its active daemon, as every command. */
+static int health_connect(const struct cli *cl, dlock_client **c)
+{
+	struct dlock_options o;
+	int rc;
+
+	dl_cli_conn_options(cl, &o);
+	o.standby_ok = !cl->servers;
+	if ((rc = dl_cli_connect(cl, &o, c)) == 0 &&
+	    strcmp(dlock_server_role(*c), "standby") == 0 && !cl->json &&
+	    !cl->raw)
+		dl_cli_msg("%s is a standby: the active daemon serves the "
+			   "locks",
+			   dl_cli_where(cl));
+	return rc;
+}
+
 int dl_cli_ping(struct cli *cl)
 {
 	struct timespec t0, t1;
 	dlock_client *c;
 	int rc;
 
-	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+	if ((rc = health_connect(cl, &c)) != 0)
 		return rc;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	rc = dlock_ping(c);
@@ -588,7 +607,7 @@ int dl_cli_stats(struct cli *cl)
 	size_t i, k, width = 0;
 	int rc, any, sections = 0;
 
-	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+	if ((rc = health_connect(cl, &c)) != 0)
 		return rc;
 	rc = dlock_stats(c, on_stat, &sl);
 	dlock_close(c);

@@ -184,6 +184,9 @@ struct dl__lwait {
 
 /* ---- the client ---------------------------------------------------------- */
 
+/* The daemon's role= in HELLO. */
+enum dl__role { DL__ROLE_UNKNOWN, DL__ROLE_ACTIVE, DL__ROLE_STANDBY };
+
 enum dl__state {
 	DL__DOWN,	/* not connected; next attempt at reconnect_at */
 	DL__CONNECTING, /* a non-blocking connect is in progress */
@@ -230,6 +233,7 @@ struct dlock_client {
 	/* learnt from HELLO */
 	int64_t default_ttl;
 	int auth_required;
+	atomic_int role; /* enum dl__role: dlock_server_role() */
 
 	/* connection (the thread's, under mu) */
 	int fd;

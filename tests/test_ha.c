@@ -1167,6 +1167,68 @@ Test(ha, dlock_lock_waits_out_an_unavailable_redis)
 	cr_assert_eq(h_daemon_stop(&a), 0);
 }
 
+/* A health check asks each daemon directly: a standby answers PING and
+ * STATS (role standby), and dlock says so without failing; anything about
+ * locks it refers to the active, and a --servers list still goes there. */
+Test(ha, a_health_check_may_ask_a_standby_directly)
+{
+	struct dlock_options o;
+	struct dlock_status st;
+	char out[4096], want[96], list[64];
+	dlock_client *c;
+	int rc;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	rc = dlock_end(dlock_begin("--port %d ping", b.port), out, sizeof(out));
+	cr_assert_eq(rc, 0, "ping of the standby: exit %d: %s", rc, out);
+	cr_assert(strstr(out, " ms\n") && strstr(out, "is a standby"), "%s",
+		  out);
+	rc = dlock_end(dlock_begin("--port %d stats", b.port), out,
+		       sizeof(out));
+	cr_assert_eq(rc, 0, "stats of the standby: exit %d: %s", rc, out);
+	cr_assert(strstr(out, "  role ") && strstr(out, " standby\n"), "%s",
+		  out);
+	rc = dlock_end(dlock_begin("--port %d stats --raw", b.port), out,
+		       sizeof(out));
+	cr_assert(rc == 0 && strstr(out, "\nrole_active 0\n"), "%d %s", rc,
+		  out);
+	/* a lock question is the active's: said, after --timeout */
+	rc = dlock_end(dlock_begin("--port %d --timeout 500ms status x",
+				   b.port),
+		       out, sizeof(out));
+	snprintf(want, sizeof(want), "a standby (the active: %s)",
+		 addr_of(&a));
+	cr_assert(rc == 69 && strstr(out, want), "exit %d: %s", rc, out);
+	snprintf(list, sizeof(list), "127.0.0.1:%d,127.0.0.1:%d", b.port,
+		 a.port);
+	rc = dlock_end(dlock_begin("--servers %s ping", list), out,
+		       sizeof(out));
+	cr_assert(rc == 0 && !strstr(out, "standby"), "exit %d: %s", rc, out);
+	rc = dlock_end(dlock_begin("--servers %s status x", list), out,
+		       sizeof(out));
+	cr_assert(rc == 0 && strstr(out, "state=free\n"), "exit %d: %s", rc,
+		  out);
+
+	/* libdlock: options.standby_ok */
+	dlock_options_init(&o);
+	o.port = b.port;
+	o.standby_ok = 1;
+	cr_assert_eq(dlock_connect(&o, &c), 0, "%s", dlock_last_error());
+	cr_assert_str_eq(dlock_server_role(c), "standby");
+	cr_assert_eq(dlock_ping(c), 0);
+	cr_assert_eq(dlock_status(c, "x", &st), DLOCK_EUNAVAILABLE);
+	cr_assert(strncmp(dlock_last_error(), "ERR NOT_ACTIVE active=", 22) == 0,
+		  "%s", dlock_last_error());
+	dlock_close(c);
+	o.port = a.port;
+	cr_assert_eq(dlock_connect(&o, &c), 0, "%s", dlock_last_error());
+	cr_assert_str_eq(dlock_server_role(c), "active");
+	dlock_close(c);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+}
+
 /* ---- shared locks and semaphores under faults ---------------------------
  *
  * The client-side check: CONC_PROCS processes take one name over and over
