@@ -545,3 +545,20 @@ def test_a_forked_child_neither_owns_nor_releases_the_parents_lease(daemon):
         assert lease.valid and lease.owned
         assert c.status("fk").token == lease.token
         lease.release()
+
+
+def test_a_hung_first_server_leaves_time_for_the_next(daemon):
+    """A listed server that accepts connections and never answers
+    (stopped, hung: here a socket nobody accepts on) gets its share of
+    connect_timeout, not all of it: the next server is asked in time."""
+    import socket
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)
+    try:
+        servers = f"127.0.0.1:{hung.getsockname()[1]},{daemon.addr}"
+        with dlockd.Client(servers, connect_timeout=3.0) as c:
+            c.ping()
+    finally:
+        hung.close()
