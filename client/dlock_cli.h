@@ -251,6 +251,9 @@ int dl_cli_run(struct cli *cl);
  * End of file: the other side is gone (dlock died: the guard stops the
  * tree). */
 int dl_cli_guard(int argc, char **argv);
+/* The guard's process name (PR_SET_NAME: /proc/<pid>/comm, what ps and
+ * pgrep show; at most 15 bytes). */
+#define GUARD_NAME "dlock-guard"
 /* Send sig to every live descendant of root (root excluded; 0: none, only
  * count); returns how many there were (1 if /proc cannot be read). */
 int dl_cli_tree_signal(pid_t root, int sig);

@@ -865,6 +865,25 @@ Test(cli, run_guard_still_acts_after_the_command_is_stopped_and_continued)
 	h_close(c);
 }
 
+/* ps and pgrep tell the guard from dlock: it is named dlock-guard (both
+ * used to be "dlock"). */
+Test(cli, run_guard_shows_its_own_name_in_ps)
+{
+	char path[64], comm[64];
+	struct result r;
+	struct job j;
+
+	job_start(&j, "gn", 0);
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)j.guard);
+	slurp(path, comm, sizeof(comm));
+	cr_assert(STR_EQ(comm, "dlock-guard\n"));
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)j.dlock);
+	slurp(path, comm, sizeof(comm));
+	cr_assert(STR_EQ(comm, "dlock\n"));
+	kill(j.dlock, SIGTERM);
+	job_end(&j, &r);
+}
+
 /* The guard itself is stopped: dlock continues it at once. Stopped after
  * dlock, with nobody to continue it, the guard is woken by its alarm when
  * it must act, and the command ends before the lease passes on. (A
