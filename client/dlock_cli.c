@@ -53,7 +53,8 @@
 	 OPTB(OPT_OWNER) | OPTB(OPT_TLS) | OPTB(OPT_TLS_CA) |                  \
 	 OPTB(OPT_TLS_CERT) | OPTB(OPT_TLS_KEY) | OPTB(OPT_TLS_SERVER_NAME) |  \
 	 OPTB(OPT_USER) | OPTB(OPT_SECRET_FILE) |                              \
-	 OPTB(OPT_TIMEOUT) | OPTB(OPT_HELP) | OPTB(OPT_VERSION))
+	 OPTB(OPT_SERVER_TIMEOUT) | OPTB(OPT_TIMEOUT) | OPTB(OPT_HELP) |   \
+	 OPTB(OPT_VERSION))
 
 static const struct {
 	const char *name;
@@ -72,12 +73,14 @@ static const struct {
 	[OPT_TLS_KEY] = {"tls-key", 1},
 	[OPT_TLS_SERVER_NAME] = {"tls-server-name", 1},
 	[OPT_TIMEOUT] = {"timeout", 1},
+	[OPT_SERVER_TIMEOUT] = {"server-timeout", 1},
 	[OPT_TTL] = {"ttl", 1},
 	[OPT_WAIT] = {"wait", 1},
 	[OPT_GRACE] = {"grace", 1},
 	[OPT_RAW] = {"raw", 0},
 	[OPT_JSON] = {"json", 0},
 	[OPT_LIMIT] = {"limit", 1},
+	[OPT_MAX] = {"max", 1},
 	[OPT_BY_WAITERS] = {"by-waiters", 0},
 	[OPT_CONFLICT_EXIT] = {"conflict-exit-code", 1},
 	[OPT_SHARED] = {"shared", 0},
@@ -172,7 +175,7 @@ static const char conn_help[] =
 	"  --tls               TLS with the system's CAs (DLOCK_TLS=1)\n"
 	"  --tls-server-name N the name the server's certificate must carry\n"
 	"                      (DLOCK_TLS_SERVER_NAME; default: the host)\n"
-	"  --timeout D         how long to wait for a server that cannot\n"
+	"  --server-timeout D  how long to wait for a server that cannot\n"
 	"                      serve now (5s): to connect (a take-over\n"
 	"                      included), for each reply, and through\n"
 	"                      UNAVAILABLE answers (asked again)\n"
@@ -192,8 +195,8 @@ static const char exit_help[] =
 	"       out, a server limit was reached, or (run) this owner id\n"
 	"       holds it in another process\n"
 	"  76   run: the lease was lost and the command was stopped\n"
-	"  124  run: the command ran for its --timeout and was stopped\n"
 	"  77   authentication failed or required\n"
+	"  124  run: the command ran for its --timeout and was stopped\n"
 	"  126  run: the command could not be executed\n"
 	"  127  run: the command was not found\n";
 
@@ -213,7 +216,8 @@ static const struct subcmd subcmds[] = {
 	 "smaller of 5s and ttl/4), always before the lease could pass to\n"
 	 "another holder; dlock then exits 76. --timeout D: stop the command\n"
 	 "the same way once it has run for D, release the lock and exit 124\n"
-	 "(as timeout(1)). -E N (--conflict-exit-code N): exit N instead of\n"
+	 "(as timeout(1); the wait for a server is --server-timeout).\n"
+	 "-E N (--conflict-exit-code N): exit N instead of\n"
 	 "75 when the lock could not be taken (as flock -E). --ttl is at\n"
 	 "least 500ms. --shared: hold it with other --shared holders (a\n"
 	 "reader); without, alone (a writer); first come, first served\n"
@@ -276,13 +280,14 @@ static const struct subcmd subcmds[] = {
 	 "--raw, print the server's `key value` lines as they come, for\n"
 	 "scripts; with --json, one JSON object {\"key\": value, ...}.\n", 0},
 	{"list", dl_cli_list, 1,
-	 OPTB(OPT_LIMIT) | OPTB(OPT_BY_WAITERS) | OPTB(OPT_JSON),
-	 "list [<prefix>] [--limit N] [--by-waiters] [--json]",
+	 OPTB(OPT_MAX) | OPTB(OPT_LIMIT) | OPTB(OPT_BY_WAITERS) |
+		 OPTB(OPT_JSON),
+	 "list [<prefix>] [--max N] [--by-waiters] [--json]",
 	 "List the locks (held, or waited for) whose names start with\n"
 	 "<prefix> (all without one), by name: one per line, name, state,\n"
-	 "owner, token, remaining TTL, waiters. --limit N: the first N only\n"
+	 "owner, token, remaining TTL, waiters. --max N: the first N only\n"
 	 "(default: all, read a page of 1000 at a time). --by-waiters: the\n"
-	 "most waited-for locks, most first (--limit default 10). --json:\n"
+	 "most waited-for locks, most first (--max default 10). --json:\n"
 	 "{\"locks\": [{\"name\": ..., \"state\": ..., \"owner\": ..., \"token\":\n"
 	 "..., \"ttl_ms\": ..., \"count\": ..., \"waiters\": ...}, ...],\n"
 	 "\"more\": N}, where more counts the matching locks not listed.\n",
@@ -502,12 +507,16 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 		cl->tls_server_name = v;
 		return 0;
 	case OPT_TIMEOUT:
-		if ((rc = parse_dur(cl, "timeout", v, &ms)) != 0)
+	case OPT_SERVER_TIMEOUT:
+		if ((rc = parse_dur(cl, options[id].name, v, &ms)) != 0)
 			return rc;
 		if (ms == 0 || ms > INT_MAX)
-			return dl_cli_usage_error(cl,
-						  "--timeout: out of range");
-		cl->timeout_ms = (int)ms;
+			return dl_cli_usage_error(cl, "--%s: out of range",
+						  options[id].name);
+		if (id == OPT_TIMEOUT)
+			cl->timeout_ms = (int)ms;
+		else
+			cl->server_timeout_ms = (int)ms;
 		return 0;
 	case OPT_TTL:
 		if ((rc = parse_dur(cl, "ttl", v, &cl->ttl_ms)) != 0)
@@ -547,6 +556,11 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 			return dl_cli_usage_error(
 				cl, "--limit: '%s' is not a positive number",
 				v);
+		return 0;
+	case OPT_MAX:
+		if (dl_parse_u64(v, strlen(v), &cl->max) != 0 || cl->max == 0)
+			return dl_cli_usage_error(
+				cl, "--max: '%s' is not a positive number", v);
 		return 0;
 	case OPT_SHARED:
 		cl->shared = 1;
@@ -685,6 +699,30 @@ static int apply_env(struct cli *cl)
 	return 0;
 }
 
+/* An option word meant one thing for one command and another for
+ * another: --timeout (run: the command's time limit; elsewhere the wait
+ * for a server) and --limit (lock, run: a semaphore's holders; list: how
+ * many to list). Each now has one meaning, and the other its own name
+ * (--server-timeout, list --max); the old spelling still works where it
+ * did, with a note. */
+static void old_spellings(struct cli *cl)
+{
+	if ((cl->seen & OPTB(OPT_TIMEOUT)) && cl->sub->fn != dl_cli_run) {
+		dl_cli_msg("note: --timeout is --server-timeout now (the old "
+			   "spelling will go; --timeout is run's time limit)");
+		if (!(cl->seen & OPTB(OPT_SERVER_TIMEOUT)))
+			cl->server_timeout_ms = cl->timeout_ms;
+		cl->timeout_ms = 0;
+	}
+	if ((cl->seen & OPTB(OPT_LIMIT)) && cl->sub->fn == dl_cli_list) {
+		dl_cli_msg("note: list --limit is list --max now (the old "
+			   "spelling will go; --limit is a semaphore's size)");
+		if (!(cl->seen & OPTB(OPT_MAX)))
+			cl->max = cl->limit;
+		cl->limit = 0;
+	}
+}
+
 /* Returns 0 to go on, or an exit code (help and version are exit 0, with
  * *done set). */
 static int parse_args(struct cli *cl, int argc, char **argv, int *done)
@@ -768,7 +806,8 @@ static int parse_args(struct cli *cl, int argc, char **argv, int *done)
 							: "token");
 	if (cl->sub->fn == dl_cli_run && (!cl->command || !cl->command[0]))
 		return dl_cli_usage_error(cl, "missing the command to run");
-	if (cl->sub->fn != dl_cli_list && cl->limit > DL_LIMIT_MAX)
+	old_spellings(cl);
+	if (cl->limit > DL_LIMIT_MAX)
 		return dl_cli_usage_error(
 			cl, "--limit: %" PRIu64 " holders at once, at most %d",
 			cl->limit, DL_LIMIT_MAX);
@@ -802,13 +841,12 @@ const char *dl_cli_where(const struct cli *cl)
 	return buf;
 }
 
-/* --timeout, but for run, whose --timeout is the command's time limit
- * (dlock_run.c). */
+/* --server-timeout (for every command: run's --timeout is the command's
+ * time limit, dlock_run.c). */
 static int patience(const struct cli *cl)
 {
-	if (cl->timeout_ms > 0 && cl->sub->fn != dl_cli_run)
-		return cl->timeout_ms;
-	return DEFAULT_TIMEOUT_MS;
+	return cl->server_timeout_ms > 0 ? cl->server_timeout_ms
+					 : DEFAULT_TIMEOUT_MS;
 }
 
 void dl_cli_retry_init(struct dl_cli_retry *r, const struct cli *cl,

@@ -59,9 +59,9 @@ enum {
 
 /* Lease of run/lock/trylock when --ttl is not given. */
 #define DEFAULT_TTL_MS 30000
-/* --timeout when not given (run: always): how long a command waits for a
- * server that cannot serve now -- to connect (a take-over included), for
- * each reply, and through refusals (UNAVAILABLE). */
+/* --server-timeout when not given: how long a command waits for a server
+ * that cannot serve now -- to connect (a take-over included), for each
+ * reply, and through refusals (UNAVAILABLE). */
 #define DEFAULT_TIMEOUT_MS 5000
 /* The pause before a request refused with UNAVAILABLE is sent again: this,
  * doubled each time up to RETRY_MAX_MS. */
@@ -88,12 +88,14 @@ enum opt_id {
 	OPT_TLS_KEY,
 	OPT_TLS_SERVER_NAME,
 	OPT_TIMEOUT,
+	OPT_SERVER_TIMEOUT,
 	OPT_TTL,
 	OPT_WAIT,
 	OPT_GRACE,
 	OPT_RAW,
 	OPT_JSON,
 	OPT_LIMIT,
+	OPT_MAX,
 	OPT_BY_WAITERS,
 	OPT_CONFLICT_EXIT,
 	OPT_SHARED,
@@ -139,14 +141,17 @@ struct cli {
 	const char *tls_ca, *tls_cert, *tls_key; /* PEM files, or NULL */
 	const char *tls_server_name; /* the name the server's certificate
 					must carry, NULL: the host's */
-	int timeout_ms;	    /* 0: libdlock's defaults */
+	int server_timeout_ms; /* --server-timeout; 0: DEFAULT_TIMEOUT_MS */
+	int timeout_ms;	       /* run --timeout: the command's time limit,
+				  0: none */
 	uint64_t ttl_ms;
 	uint64_t wait_ms; /* DL_WAIT_INF for inf */
 	uint64_t grace_ms;
 	int raw;
 	int json;	   /* --json: one JSON object on stdout */
-	uint64_t limit;	   /* list --limit: 0 for all; lock, run --limit: the
-			      holders at once (0: a lock, n: a semaphore) */
+	uint64_t limit;	   /* lock, run --limit: the holders at once (0: a
+			      lock, n: a semaphore) */
+	uint64_t max;	   /* list --max: 0 for all */
 	int shared;	   /* lock, run --shared */
 	int by_waiters;	   /* list --by-waiters */
 	int conflict_exit; /* -E: exit code when the lock is not taken, or
@@ -168,7 +173,7 @@ int dl_cli_usage_error(const struct cli *cl, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 /* libdlock options for the command line: no renewal; reconnects on (a
- * drop is ridden through within --timeout; the caller changes what it
+ * drop is ridden through within --server-timeout; the caller changes what it
  * needs). The strings are borrowed from cl. */
 void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o);
 
@@ -186,12 +191,14 @@ int dl_cli_simple_connect(const struct cli *cl, dlock_client **c);
 
 /*
  * Riding through a take-over or a restart. Connecting is libdlock's
- * (dlock_connect follows a cluster's take-over within --timeout), and so
+ * (dlock_connect follows a cluster's take-over within --server-timeout),
+ * and so
  * is a dropped connection (reads and refreshes are sent again once it is
  * made again). What is left is the answer UNAVAILABLE: a new active whose
  * leadership or link to Redis is not confirmed yet, a daemon whose Redis
  * is down. Such a request was not executed: it is sent again after a
- * pause (RETRY_MIN_MS, doubling), until --timeout has passed since the
+ * pause (RETRY_MIN_MS, doubling), until --server-timeout has passed since
+ * the
  * first refusal -- for lock and run, or until the --wait ends if that is
  * later.
  */
@@ -200,7 +207,7 @@ struct dl_cli_retry {
 			     yet */
 	int64_t wait_end; /* lock: the end of its --wait, or 0 */
 	int64_t pause;	  /* the next pause, ms */
-	int patience_ms;  /* --timeout */
+	int patience_ms;  /* --server-timeout */
 };
 
 /* For a command of cl; wait_end: see above (0 for none). */

@@ -7,7 +7,8 @@
  * no renewal), makes one or two libdlock calls, prints the result on stdout
  * -- one value per line, for scripts, except the human view of stats -- and
  * closes. A call refused because the server cannot act now (UNAVAILABLE:
- * a take-over, Redis down) is made again within --timeout (dl_cli_retry).
+ * a take-over, Redis down) is made again within --server-timeout
+ * (dl_cli_retry).
  * Failures are reported with dl_cli_fail(), so that their exit codes are
  * those of every other command.
  *
@@ -676,7 +677,7 @@ void dl_cli_json_str_or_null(FILE *f, const char *s)
 
 /* A page of LOCKS at most, in a row. */
 #define LIST_PAGE DL_LOCKS_PAGE_MAX
-/* --by-waiters without --limit */
+/* --by-waiters without --max */
 #define LIST_TOP 10
 /* A listing refused because the last one was just made (ERR LIMIT): try
  * again this often, at most this many times. */
@@ -749,8 +750,8 @@ int dl_cli_list(struct cli *cl)
 {
 	struct list_run lr = {.cl = cl};
 	const char *prefix = cl->npos ? cl->pos[0] : NULL;
-	uint64_t want = cl->limit ? cl->limit
-				  : cl->by_waiters ? LIST_TOP : UINT64_MAX;
+	uint64_t want = cl->max ? cl->max
+				: cl->by_waiters ? LIST_TOP : UINT64_MAX;
 	uint64_t more = 0;
 	struct dl_cli_retry retry;
 	dlock_client *c;
@@ -791,6 +792,6 @@ int dl_cli_list(struct cli *cl)
 		printf("%s], \"more\": %" PRIu64 "}\n", lr.shown ? "\n" : "",
 		       more);
 	else if (more)
-		dl_cli_msg("%" PRIu64 " more not listed (--limit)", more);
+		dl_cli_msg("%" PRIu64 " more not listed (--max)", more);
 	return 0;
 }

@@ -29,7 +29,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1539,10 +1542,17 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 		  r.out);
 	cr_assert(has(r.out, " alice ") && has(r.out, " bob "), "%s", r.out);
 
+	dlock(&r, "list", "ls/", "--max", "1", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(has(r.out, "ls/\"q\\") && !has(r.out, "ls/1"), "%s", r.out);
+	cr_assert(has(r.err, "1 more not listed (--max)"), "%s", r.err);
+	/* --limit is a semaphore's size; for list, the old spelling of --max
+	 * still works, with a note */
 	dlock(&r, "list", "ls/", "--limit", "1", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(has(r.out, "ls/\"q\\") && !has(r.out, "ls/1"), "%s", r.out);
-	cr_assert(has(r.err, "1 more not listed"), "%s", r.err);
+	cr_assert(has(r.err, "note: list --limit is list --max now"), "%s",
+		  r.err);
 
 	/* names are escaped; numbers are numbers; "more" counts the rest */
 	dlock(&r, "list", "ls/", "--json", NULL);
@@ -1667,6 +1677,46 @@ Test(cli, run_timeout_stops_the_tree_releases_and_exits_124)
 	cr_assert(eq(int, pid_alive(child), 0), "the background child lives");
 	dlock(&r, "trylock", "tmo", "--ttl", "1s", NULL);
 	cr_assert(eq(int, r.status, 0), "the lock was not released: %s", r.err);
+}
+
+/* A server that accepts and never answers: dlock gives up after
+ * --server-timeout, run included (whose --timeout is the command's time
+ * limit: run used to wait its 5s default for a server, whatever was
+ * given); --timeout for another command is the old spelling of
+ * --server-timeout and says so. */
+Test(cli, server_timeout_bounds_the_wait_for_a_silent_server_run_included)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t alen = sizeof(a);
+	char port[16];
+	struct result r;
+	uint64_t t0, ms;
+	int fd;
+
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+		  listen(fd, 16) == 0 &&
+		  getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
+	snprintf(port, sizeof(port), "%d", ntohs(a.sin_port));
+
+	t0 = h_now_ms();
+	dlock(&r, "--port", port, "--server-timeout", "400ms", "run", "st",
+	      "--", "true", NULL);
+	ms = h_now_ms() - t0;
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(ms >= 400 && ms < 3000, "run gave up after %llu ms: %s",
+		  (unsigned long long)ms, r.err);
+
+	t0 = h_now_ms();
+	dlock(&r, "--port", port, "--timeout", "400ms", "status", "st", NULL);
+	ms = h_now_ms() - t0;
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(ms >= 400 && ms < 3000, "status gave up after %llu ms: %s",
+		  (unsigned long long)ms, r.err);
+	cr_assert(has(r.err, "note: --timeout is --server-timeout now"), "%s",
+		  r.err);
+	close(fd);
 }
 
 /* -E N: the exit code when the lock cannot be taken (flock -E); and a

@@ -1074,7 +1074,7 @@ Test(ha, one_shot_dlock_commands_ride_through_a_takeover)
 	h_daemon_kill9(&a);
 	t0 = h_now_ms();
 	lock = dlock_begin("--servers %s lock y --wait 15s", list);
-	st = dlock_end(dlock_begin("--servers %s --timeout 15s status x",
+	st = dlock_end(dlock_begin("--servers %s --server-timeout 15s status x",
 				   list),
 		       out, sizeof(out));
 	cr_log_info("status after %llu ms",
@@ -1141,7 +1141,7 @@ Test(ha, dlock_connect_waits_within_its_timeout_for_a_cluster_to_serve)
 
 /* A daemon whose Redis is down answers ERR UNAVAILABLE: the request was
  * not executed, and dlock sends it again, with pauses, within the lock's
- * --wait or the --timeout, instead of exiting 69 at once. */
+ * --wait or the --server-timeout, instead of exiting 69 at once. */
 Test(ha, dlock_lock_waits_out_an_unavailable_redis)
 {
 	struct h_client *c;
@@ -1154,7 +1154,8 @@ Test(ha, dlock_lock_waits_out_an_unavailable_redis)
 	h_redis_kill9(&r);
 	h_wait_available(c, 0, 10000);
 	lock = dlock_begin("--port %d lock y --wait 20s", a.port);
-	trylock = dlock_begin("--port %d --timeout 20s trylock z", a.port);
+	trylock = dlock_begin("--port %d --server-timeout 20s trylock z",
+			      a.port);
 	h_sleep_ms(1500);
 	h_redis_restart(&r);
 	st = dlock_end(lock, out, sizeof(out));
@@ -1193,8 +1194,8 @@ Test(ha, a_health_check_may_ask_a_standby_directly)
 		       sizeof(out));
 	cr_assert(rc == 0 && strstr(out, "\nrole_active 0\n"), "%d %s", rc,
 		  out);
-	/* a lock question is the active's: said, after --timeout */
-	rc = dlock_end(dlock_begin("--port %d --timeout 500ms status x",
+	/* a lock question is the active's: said, after --server-timeout */
+	rc = dlock_end(dlock_begin("--port %d --server-timeout 500ms status x",
 				   b.port),
 		       out, sizeof(out));
 	snprintf(want, sizeof(want), "a standby (the active: %s)",
