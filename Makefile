@@ -30,6 +30,9 @@ MANDIR     ?= $(PREFIX)/share/man
 # directory writes nothing outside it), except that /usr's is /etc.
 SYSCONFDIR ?= $(if $(filter /usr /usr/,$(PREFIX)),/etc,$(PREFIX)/etc)
 DOCDIR     ?= $(PREFIX)/share/doc/dlockd
+# Files meant to be used, not read: redis.conf includes redis-dlockd.conf
+# from here (slim images, Docker's Debian among them, strip share/doc).
+DATADIR    ?= $(PREFIX)/share/dlockd
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 
 CC         ?= cc
@@ -420,7 +423,7 @@ install: all
 	  $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
 	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
 	  $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/dlockd \
-	  $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)
+	  $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)
 	install -m 755 $(O)/dlockd $(DESTDIR)$(SBINDIR)/dlockd
 	install -m 755 $(O)/dlock $(DESTDIR)$(BINDIR)/dlock
 	install -m 644 $(LIBDLOCK_A) $(DESTDIR)$(LIBDIR)/libdlock.a
@@ -437,7 +440,7 @@ install: all
 	install -m 644 proto/PROTOCOL.md $(DESTDIR)$(DOCDIR)/PROTOCOL.md
 	install -m 644 LICENSE $(DESTDIR)$(DOCDIR)/LICENSE
 	install -m 644 conf/redis-dlockd.conf \
-	  $(DESTDIR)$(DOCDIR)/redis-dlockd.conf
+	  $(DESTDIR)$(DATADIR)/redis-dlockd.conf
 	sed -e 's|@SBINDIR@|$(SBINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
 	    systemd/dlockd.service.in > $(DESTDIR)$(UNITDIR)/dlockd.service
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/dlockd/dlockd.conf ]; then \
@@ -455,7 +458,7 @@ uninstall:
 	  $(DESTDIR)$(LIBDIR)/pkgconfig/dlock.pc $(DESTDIR)$(INCLUDEDIR)/dlock.h \
 	  $(DESTDIR)$(MANDIR)/man1/dlock.1 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5 \
 	  $(DESTDIR)$(MANDIR)/man8/dlockd.8 $(DESTDIR)$(UNITDIR)/dlockd.service \
-	  $(DESTDIR)$(DOCDIR)/PROTOCOL.md $(DESTDIR)$(DOCDIR)/redis-dlockd.conf \
+	  $(DESTDIR)$(DOCDIR)/PROTOCOL.md $(DESTDIR)$(DATADIR)/redis-dlockd.conf \
 	  $(DESTDIR)$(DOCDIR)/LICENSE $(DESTDIR)$(DOCDIR)/README.md
 
 # ---- Debian packages and the Python client -------------------------------------

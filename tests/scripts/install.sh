@@ -30,10 +30,10 @@ usr/lib/libdlock.so.0
 usr/lib/pkgconfig/dlock.pc
 usr/lib/systemd/system/dlockd.service
 usr/sbin/dlockd
+usr/share/dlockd/redis-dlockd.conf
 usr/share/doc/dlockd/LICENSE
 usr/share/doc/dlockd/PROTOCOL.md
 usr/share/doc/dlockd/README.md
-usr/share/doc/dlockd/redis-dlockd.conf
 usr/share/man/man1/dlock.1
 usr/share/man/man5/dlockd.conf.5
 usr/share/man/man8/dlockd.8"
