@@ -4,6 +4,10 @@
 #   make            build dlockd, libdlock and dlock into $(O) (build/)
 #   make check      install missing Debian packages (announced), then build
 #                   and run every test, normal and -fsanitize=address,undefined
+#   make test       the contributors' loop: normal build, the unit suites
+#                   and the quicker integration suites, TEST_JOBS at a
+#                   time (README, Inside); make test-all: every suite
+#                   and script, one at a time, still without sanitizers
 #   make run        start a private redis-server and dlockd in the foreground
 #   make install    PREFIX=/usr/local DESTDIR= (staged installs welcome);
 #                   the configuration goes to PREFIX/etc (/etc for /usr)
@@ -103,7 +107,8 @@ TEST_BINS  := $(addprefix $(O)/tests/,$(UNIT_TESTS) $(INTEG_TESTS))
 # daemon's keys with the store's own bucket function.
 HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 
-.PHONY: all check test unit integ scripts run run-ha install uninstall clean deps \
+.PHONY: all check test test-all unit integ scripts run run-ha \
+        install uninstall clean deps \
         bench bench-bound fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest bench-python
 all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
@@ -225,7 +230,29 @@ scripts: $(O)/dlockd $(O)/dlock
 	@set -e; for s in tests/scripts/*.sh; do echo "== $$s"; \
 	  DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock sh $$s; done
 
-test: unit integ scripts
+# The contributors' loop: the unit suites and the integration suites
+# that take seconds rather than minutes -- the protocol (test_server,
+# persistence off), libdlock, dlock, users and rights, the operator's
+# tools, the conformance scenarios. Left to test-all and make check:
+# suites that start Redis replicas and Sentinels, kill and pause daemons
+# or wait out leases, the scripts, the sanitizers, the fault campaign and
+# fuzzing. Suites run TEST_JOBS at a time (each integration test starts
+# its own Redis and daemon on ports of its own, and mostly waits); each
+# one's output goes to $(O)/tests/<suite>.log, shown when it fails.
+QUICK_INTEG := test_server test_client test_cli test_access test_ops \
+               test_conformance
+QUICK_SUITES := $(UNIT_TESTS) $(QUICK_INTEG)
+TEST_JOBS ?= 3
+test: all $(addprefix $(O)/tests/,$(QUICK_SUITES))
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) \
+	  $(addprefix quick-,$(QUICK_SUITES))
+quick-%:
+	@if $(INTEG_ENV) $(O)/tests/$* --jobs 1 > $(O)/tests/$*.log 2>&1; \
+	then echo "== $*: $$(tail -n 1 $(O)/tests/$*.log)"; \
+	else cat $(O)/tests/$*.log; echo "== $*: FAILED"; exit 1; fi
+
+# Every suite and script of the build in $(O).
+test-all: unit integ scripts
 
 # The Python client (client/python): its tests and the conformance
 # scenarios' Python runner, against this build's dlockd. Debian's Python:
@@ -238,7 +265,7 @@ pytest: $(O)/dlockd
 # unit tests, then the whole suite under AddressSanitizer and UBSan.
 check: deps
 	$(MAKE) all unit
-	$(MAKE) SAN=1 test
+	$(MAKE) SAN=1 test-all
 	$(MAKE) pytest
 	$(MAKE) faults-short
 	$(MAKE) fuzz-smoke
