@@ -1647,6 +1647,36 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 	cr_assert(strncmp(r.out, "{\"uptime_ms\": ", 14) == 0, "%s", r.out);
 	cr_assert(has(r.out, ", \"leases\": "), "%s", r.out);
 	cr_assert(strcmp(r.out + strlen(r.out) - 2, "}\n") == 0, "%s", r.out);
+	/* every 64-bit id is a string through jq too: list's tokens and
+	 * stats' last_token */
+	{
+		char cmd[4 * H_PATH_MAX], got[64];
+		FILE *f = fopen(in_dir("stats.json"), "w");
+
+		cr_assert(f != NULL);
+		fputs(r.out, f);
+		fclose(f);
+		snprintf(cmd, sizeof(cmd),
+			 "jq -r '.last_token | type' < %s > %s",
+			 in_dir("stats.json"), in_dir("type.txt"));
+		cr_assert_eq(system(cmd), 0, "jq");
+		slurp(in_dir("type.txt"), got, sizeof(got));
+		cr_assert(STR_EQ(got, "string\n"));
+		dlock(&r, "list", "ls/1", "--json", NULL);
+		cr_assert(eq(int, r.status, 0), "%s", r.err);
+		f = fopen(in_dir("list.json"), "w");
+		cr_assert(f != NULL);
+		fputs(r.out, f);
+		fclose(f);
+		snprintf(cmd, sizeof(cmd),
+			 "jq -r '.locks[0].token' < %s > %s",
+			 in_dir("list.json"), in_dir("token.txt"));
+		cr_assert_eq(system(cmd), 0, "jq");
+		slurp(in_dir("token.txt"), got, sizeof(got));
+		snprintf(cmd, sizeof(cmd), "%" PRIu64 "\n",
+			 to_u64(h_kv(h_call(c, "STATUS ls/1"), "token")));
+		cr_assert(STR_EQ(got, cmd));
+	}
 	h_close(c);
 }
 
