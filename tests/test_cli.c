@@ -1463,6 +1463,32 @@ Test(cli, a_user_logs_in_with_its_secret_and_is_held_to_its_grants)
 	cr_assert(eq(int, h_daemon_stop(&own), 0));
 }
 
+/* --help says durations need a unit (it used to say a bare number is ms,
+ * which dlock refuses) and lists every exit code, in order (124 came
+ * before 77). */
+Test(cli, help_says_durations_need_a_unit_and_lists_the_exit_codes_in_order)
+{
+	static const char *const codes[] = {"\n  0 ",	"\n  1 ",   "\n  64 ",
+					    "\n  65 ",	"\n  69 ",  "\n  70 ",
+					    "\n  75 ",	"\n  76 ",  "\n  77 ",
+					    "\n  124 ", "\n  126 ", "\n  127 "};
+	const char *at, *last;
+	struct result r;
+	size_t i;
+
+	dlock(&r, "--help", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(has(r.out, "Durations need a unit"), "%s", r.out);
+	cr_assert(has(r.out, "millisecond") == 0, "%s", r.out);
+	last = r.out;
+	for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+		at = strstr(r.out, codes[i]);
+		cr_assert(at != NULL, "exit code%s not listed", codes[i] + 1);
+		cr_assert(at > last, "exit code%s out of order", codes[i] + 1);
+		last = at;
+	}
+}
+
 Test(cli, usage_errors_exit_64_and_help_exits_0)
 {
 	static const char *const bad[][8] = {
