@@ -865,6 +865,60 @@ Test(client, connect_times_out_against_a_silent_peer)
 	close(fd);
 }
 
+/* What dlock_connect could not do is said in dlock_last_error(): refused,
+ * a name that does not resolve, accepted and never answered; with a list
+ * of servers, server by server. */
+Test(client, a_failed_connect_says_why_in_the_last_error)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t len = sizeof(sa);
+	struct dlock_options o;
+	dlock_client *c = NULL;
+	char servers[128], want[64];
+	int silent = socket(AF_INET, SOCK_STREAM, 0), refused = h_free_port();
+
+	dlock_options_init(&o);
+	o.port = refused;
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_ECONNECT));
+	assert_str(dlock_last_error(), "connection refused");
+
+	dlock_options_init(&o);
+	o.host = "nosuch.invalid";
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_ECONNECT));
+	cr_assert(eq(int, strncmp(dlock_last_error(),
+				  "cannot resolve the host name: ", 30),
+		     0),
+		  "%s", dlock_last_error());
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(eq(int, bind(silent, (struct sockaddr *)&sa, sizeof(sa)), 0));
+	cr_assert(eq(int, listen(silent, 8), 0));
+	getsockname(silent, (struct sockaddr *)&sa, &len);
+	dlock_options_init(&o);
+	o.port = ntohs(sa.sin_port);
+	o.connect_timeout_ms = 300;
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_ECONNECT));
+	assert_str(dlock_last_error(),
+		   "accepted the connection but did not answer in time");
+
+	snprintf(servers, sizeof(servers), "127.0.0.1:%d,nosuch.invalid:7420",
+		 refused);
+	dlock_options_init(&o);
+	o.servers = servers;
+	o.connect_timeout_ms = 300;
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_ECONNECT));
+	snprintf(want, sizeof(want), "127.0.0.1:%d: connection refused",
+		 refused);
+	cr_assert(ne(ptr, strstr(dlock_last_error(), want), NULL), "%s",
+		  dlock_last_error());
+	cr_assert(ne(ptr,
+		     strstr(dlock_last_error(), "nosuch.invalid:7420: cannot "
+						"resolve the host name"),
+		     NULL),
+		  "%s", dlock_last_error());
+	close(silent);
+}
+
 Test(client, works_over_a_unix_socket, .fini = stop_all)
 {
 	struct dlock_options o;
