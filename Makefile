@@ -3,11 +3,13 @@
 #
 #   make            build dlockd, libdlock and dlock into $(O) (build/)
 #   make check      install missing Debian packages (announced), then build
-#                   and run every test, normal and -fsanitize=address,undefined
+#                   and run every suite under -fsanitize=address,undefined
+#                   (two at a time), the Python tests, a short fault
+#                   campaign and the fuzzers' smoke run
 #   make test       the contributors' loop: normal build, the unit suites
 #                   and the quicker integration suites, TEST_JOBS at a
 #                   time (README, Inside); make test-all: every suite
-#                   and script, one at a time, still without sanitizers
+#                   and script, still without sanitizers
 #   make run        start a private redis-server and dlockd in the foreground
 #   make install    PREFIX=/usr/local DESTDIR= (staged installs welcome);
 #                   the configuration goes to PREFIX/etc (/etc for /usr)
@@ -107,7 +109,7 @@ TEST_BINS  := $(addprefix $(O)/tests/,$(UNIT_TESTS) $(INTEG_TESTS))
 # daemon's keys with the store's own bucket function.
 HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 
-.PHONY: all check test test-all unit integ scripts run run-ha \
+.PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
         bench bench-bound fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest bench-python
@@ -230,29 +232,49 @@ scripts: $(O)/dlockd $(O)/dlock
 	@set -e; for s in tests/scripts/*.sh; do echo "== $$s"; \
 	  DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock sh $$s; done
 
+# One suite, named suite-<binary> (suite-test_server.redis: test_server
+# with persistence on, DL_TEST_PERSIST=redis): its output goes to
+# $(O)/tests/<suite>.log and is shown when it fails; otherwise its summary
+# and how long it took. Unit suites run CRIT_ARGS tests at a time, the
+# integration suites one at a time (each test starts its own Redis and
+# daemon on ports of its own, and mostly waits: two suites side by side
+# share the two cores well).
+suite-%:
+	@t=$*; set --; case $$t in *.redis) t=$${t%.redis}; \
+	  set -- DL_TEST_PERSIST=redis;; esac; \
+	case " $(UNIT_TESTS) " in *" $$t "*) j="$(CRIT_ARGS)";; \
+	  *) j="--jobs 1";; esac; \
+	start=$$(date +%s); \
+	if env "$$@" $(INTEG_ENV) $(O)/tests/$$t $$j > $(O)/tests/$*.log 2>&1; \
+	then echo "== $*: $$(tail -n 1 $(O)/tests/$*.log | \
+	  sed 's/^.*Synthesis: //; s/ *$$//'), in $$(( $$(date +%s) - start )) s"; \
+	else cat $(O)/tests/$*.log; echo "== $*: FAILED"; exit 1; fi
+
 # The contributors' loop: the unit suites and the integration suites
 # that take seconds rather than minutes -- the protocol (test_server,
 # persistence off), libdlock, dlock, users and rights, the operator's
 # tools, the conformance scenarios. Left to test-all and make check:
 # suites that start Redis replicas and Sentinels, kill and pause daemons
 # or wait out leases, the scripts, the sanitizers, the fault campaign and
-# fuzzing. Suites run TEST_JOBS at a time (each integration test starts
-# its own Redis and daemon on ports of its own, and mostly waits); each
-# one's output goes to $(O)/tests/<suite>.log, shown when it fails.
+# fuzzing. TEST_JOBS suites at a time.
 QUICK_INTEG := test_server test_client test_cli test_access test_ops \
                test_conformance
 QUICK_SUITES := $(UNIT_TESTS) $(QUICK_INTEG)
 TEST_JOBS ?= 3
 test: all $(addprefix $(O)/tests/,$(QUICK_SUITES))
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) \
-	  $(addprefix quick-,$(QUICK_SUITES))
-quick-%:
-	@if $(INTEG_ENV) $(O)/tests/$* --jobs 1 > $(O)/tests/$*.log 2>&1; \
-	then echo "== $*: $$(tail -n 1 $(O)/tests/$*.log)"; \
-	else cat $(O)/tests/$*.log; echo "== $*: FAILED"; exit 1; fi
+	  $(addprefix suite-,$(QUICK_SUITES))
 
-# Every suite and script of the build in $(O).
-test-all: unit integ scripts
+# Every suite and script of the build in $(O), TEST_JOBS suites at a time,
+# the longest first so that the last to start are short.
+ALL_SUITES := test_ha test_persist test_faults test_cli test_client \
+              test_layout test_access test_tls test_server.redis \
+              test_server test_ops test_conformance $(UNIT_TESTS)
+test-bins: all $(TEST_BINS)
+test-all: test-bins
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) \
+	  $(addprefix suite-,$(ALL_SUITES))
+	@$(MAKE) --no-print-directory scripts
 
 # The Python client (client/python): its tests and the conformance
 # scenarios' Python runner, against this build's dlockd. Debian's Python:
@@ -264,8 +286,9 @@ pytest: $(O)/dlockd
 # The front door for CI and for people: packages, a normal build with its
 # unit tests, then the whole suite under AddressSanitizer and UBSan.
 check: deps
-	$(MAKE) all unit
-	$(MAKE) SAN=1 test-all
+	$(MAKE) -j2 all
+	$(MAKE) -j2 SAN=1 test-bins
+	$(MAKE) SAN=1 TEST_JOBS=2 test-all
 	$(MAKE) pytest
 	$(MAKE) faults-short
 	$(MAKE) fuzz-smoke
@@ -576,6 +599,7 @@ bench:
 	  FCALL=build/tests/bench/fcall HTAB=build/tests/bench/htab \
 	  OUT=build/bench \
 	  sh tests/bench/run.sh
+	@[ -n "$(BENCH_ONLY)" ] || $(MAKE) --no-print-directory bench-python
 
 # The Python client against redis-py's Lock on a Redis of equal durability
 # (tests/bench/pybench.py; the table goes to build/bench/python.txt).
