@@ -81,6 +81,7 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/notify.c server/record.c server/store_load.c \
               server/stats.c server/metrics.c server/buf.c \
               server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
+              server/store_cluster.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
               server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c

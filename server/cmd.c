@@ -614,6 +614,9 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 				      strlen(dl_store_node(c->srv->store))});
 	dl_fmt_kv_str(&r.f, "active", active_addr(c->srv));
 	dl_fmt_kv_u64(&r.f, "epoch", dl_store_leader(c->srv->store)->epoch);
+	dl_fmt_kv_str(&r.f, "cluster",
+		      (struct dl_str){dl_store_cluster(c->srv->store),
+				      strlen(dl_store_cluster(c->srv->store))});
 	reply_send(c, &r, rq->tag, NULL);
 }
 

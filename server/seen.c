@@ -22,6 +22,7 @@ static int parse(struct dl_seen *s, char *text, char *why, size_t whylen)
 {
 	char *line, *save = NULL, *sp;
 	uint64_t epoch = 0, gen = 0, mark = 0, v;
+	const char *cluster = "";
 	int n = 0, same = 0;
 
 	for (line = strtok_r(text, "\n", &save); line;
@@ -44,6 +45,13 @@ static int parse(struct dl_seen *s, char *text, char *why, size_t whylen)
 					 sp);
 				return -1;
 			}
+		} else if (strcmp(line, "cluster") == 0) {
+			if (strlen(sp) != DL_CLUSTER_ID_LEN ||
+			    strspn(sp, "0123456789abcdef") != DL_CLUSTER_ID_LEN) {
+				snprintf(why, whylen, "a bad cluster id");
+				return -1;
+			}
+			cluster = sp;
 		} else if (dl_parse_u64(sp, strlen(sp), &v) != 0) {
 			snprintf(why, whylen, "a bad number for %.40s", line);
 			return -1;
@@ -62,6 +70,8 @@ static int parse(struct dl_seen *s, char *text, char *why, size_t whylen)
 	s->epoch = s->saved_epoch = epoch;
 	s->gen = s->saved_gen = gen;
 	s->mark = s->saved_mark = mark;
+	snprintf(s->cluster, sizeof(s->cluster), "%s", cluster);
+	snprintf(s->saved_cluster, sizeof(s->saved_cluster), "%s", cluster);
 	return 0;
 }
 
@@ -97,11 +107,13 @@ void dl_seen_init(struct dl_seen *s, const char *dir, const char *id)
 		dl_warn("%s: %s; ignored (it is rewritten for this Redis)",
 			s->path, why);
 		s->epoch = s->gen = s->mark = 0;
+		s->cluster[0] = s->saved_cluster[0] = '\0';
 		return;
 	}
-	dl_info("%s: this daemon last saw Redis at epoch %llu, generation %llu, token mark %llu",
+	dl_info("%s: this daemon last saw Redis at epoch %llu, generation %llu, token mark %llu, cluster %s",
 		s->path, (unsigned long long)s->epoch,
-		(unsigned long long)s->gen, (unsigned long long)s->mark);
+		(unsigned long long)s->gen, (unsigned long long)s->mark,
+		s->cluster[0] ? s->cluster : "-");
 }
 
 void dl_seen_note(struct dl_seen *s, uint64_t epoch, uint64_t gen)
@@ -118,6 +130,11 @@ void dl_seen_note_mark(struct dl_seen *s, uint64_t mark)
 		s->mark = mark;
 }
 
+void dl_seen_note_cluster(struct dl_seen *s, const char *id)
+{
+	snprintf(s->cluster, sizeof(s->cluster), "%s", id);
+}
+
 /* Write the file whole to a temporary, then rename it over the old one:
  * a crash leaves the old file or the new one, never half of one. */
 static int write_file(struct dl_seen *s, int sync)
@@ -126,9 +143,11 @@ static int write_file(struct dl_seen *s, int sync)
 	int fd, n, err = 0;
 
 	n = snprintf(text, sizeof(text),
-		     SEEN_MAGIC "\nredis %s\nepoch %llu\ngen %llu\nmark %llu\n",
+		     SEEN_MAGIC "\nredis %s\nepoch %llu\ngen %llu\nmark %llu\n%s%s%s",
 		     s->id, (unsigned long long)s->epoch,
-		     (unsigned long long)s->gen, (unsigned long long)s->mark);
+		     (unsigned long long)s->gen, (unsigned long long)s->mark,
+		     s->cluster[0] ? "cluster " : "", s->cluster,
+		     s->cluster[0] ? "\n" : "");
 	snprintf(tmp, sizeof(tmp), "%s.tmp", s->path);
 	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) <
 	    0)
@@ -148,7 +167,8 @@ void dl_seen_save(struct dl_seen *s, uint64_t now_ms)
 {
 	static int warned;
 	int epoch_changed = s->epoch != s->saved_epoch ||
-			    s->mark != s->saved_mark,
+			    s->mark != s->saved_mark ||
+			    strcmp(s->cluster, s->saved_cluster) != 0,
 	    err;
 
 	if (!s->path[0] || (!epoch_changed && s->gen == s->saved_gen))
@@ -167,5 +187,6 @@ void dl_seen_save(struct dl_seen *s, uint64_t now_ms)
 	s->saved_epoch = s->epoch;
 	s->saved_gen = s->gen;
 	s->saved_mark = s->mark;
+	memcpy(s->saved_cluster, s->cluster, sizeof(s->saved_cluster));
 	s->saved_ms = now_ms;
 }

@@ -40,6 +40,7 @@
  *   epoch <n>
  *   gen <n>
  *   mark <n>
+ *   cluster <id>        (when known: store_cluster.c)
  *
  * rewritten (a new file renamed over the old one) at most every
  * DL_SEEN_SAVE_MS, and at once, with an fsync, when the epoch or the mark
@@ -60,6 +61,8 @@
 #define DL_SEEN_SAVE_MS 1000
 /* Room for the Redis description in the file. */
 #define DL_SEEN_ID_MAX 512
+/* A cluster id: 128 random bits in lower-case hex (store_cluster.c). */
+#define DL_CLUSTER_ID_LEN 32
 
 struct dl_seen {
 	uint64_t epoch, gen, mark;	/* the largest seen */
@@ -67,6 +70,8 @@ struct dl_seen {
 	uint64_t saved_ms;		/* monotonic: when it was written */
 	char path[4096];		/* "" : no file */
 	char id[DL_SEEN_ID_MAX];	/* the Redis it describes */
+	char cluster[DL_CLUSTER_ID_LEN + 1]; /* its cluster id; "" unknown */
+	char saved_cluster[DL_CLUSTER_ID_LEN + 1]; /* the file's */
 };
 
 /* Set up s for the Redis `id` and read <dir>/dlockd.state if there is
@@ -76,8 +81,10 @@ void dl_seen_init(struct dl_seen *s, const char *dir, const char *id);
 /* Raise what was seen (0: nothing new of that one). */
 void dl_seen_note(struct dl_seen *s, uint64_t epoch, uint64_t gen);
 void dl_seen_note_mark(struct dl_seen *s, uint64_t mark);
-/* Write the file if what was seen changed: at once when the epoch or the
- * mark did,
+/* The cluster id this Redis holds (a valid id: store_cluster.c). */
+void dl_seen_note_cluster(struct dl_seen *s, const char *id);
+/* Write the file if what was seen changed: at once when the epoch, the
+ * mark or the cluster id did,
  * else once DL_SEEN_SAVE_MS have passed since the last write (now_ms,
  * monotonic). A failure is logged (once per kind) and retried later. */
 void dl_seen_save(struct dl_seen *s, uint64_t now_ms);

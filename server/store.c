@@ -156,9 +156,10 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->leader_key = key_of(pfx, "leader");
 	st->gen_key = key_of(pfx, "gen");
 	st->closed_key = key_of(pfx, "closed");
+	st->cluster_key = key_of(pfx, "cluster");
 	st->lock_prefix = key_of(pfx, "lock:");
 	if (!st->token_key || !st->names_key || !st->fence_key ||
-	    !st->leader_key || !st->gen_key ||
+	    !st->leader_key || !st->gen_key || !st->cluster_key ||
 	    !st->closed_key || !st->lock_prefix || rec_keys_init(st, pfx))
 		goto fail;
 	/* Without Redis there is nobody to share the table with. */
@@ -169,6 +170,8 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 		goto fail;
 	if (st->redis)
 		seen_init(st);
+	if (dl__cluster_init(st))
+		goto fail;
 	/* the password kept out of the URL (redis_password_file) */
 	if (st->redis && !st->addr.password && cfg->redis_password[0] &&
 	    !(st->addr.password = strdup(cfg->redis_password)))
@@ -199,6 +202,7 @@ void dl_store_free(struct dl_store *st)
 	free(st->leader_key);
 	free(st->gen_key);
 	free(st->closed_key);
+	free(st->cluster_key);
 	free(st->lock_prefix);
 	free(st->rec_keys);
 	free(st);
@@ -873,6 +877,10 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		link_fail(st, who);
 		return;
 	}
+	if (dl__cluster_claim(st)) {
+		link_fail(st, "cannot queue a command");
+		return;
+	}
 	if (lr.behind)
 		st->synced = 0; /* what Redis has is not the table */
 	dl__fence_format(st->fence, sizeof(st->fence), lr.epoch);
@@ -1032,6 +1040,26 @@ static int send_handshake(struct dl_store *st)
 	return 0;
 }
 
+/* The cluster id, read before the leadership is taken or looked at
+ * (store_cluster.c): the keyspace of another cluster is refused. */
+static void on_cluster(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+	char why[600];
+
+	if (!reply || ac != st->ac)
+		return;
+	st->last_reply_ms = uv_now(st->loop);
+	if (dl__store_reply_error(reply)) {
+		link_refused(st, "GET cluster", dl__store_reply_error(reply));
+		return;
+	}
+	if (dl__cluster_found(st, reply, why, sizeof(why)))
+		link_fail(st, "cluster mismatch: not serving this keyspace");
+	else if (send_lead(st, st->active ? LEAD_TAKE : LEAD_LOOK, on_take))
+		link_fail(st, "cannot queue a command");
+}
+
 static int send_rest(struct dl_store *st)
 {
 	const char *argv[4];
@@ -1056,7 +1084,7 @@ static int send_rest(struct dl_store *st)
 	lens[3] = strlen(dl__store_library);
 	if (send_argv(st, on_handshake, st, 4, argv, lens))
 		return DL_EUNAVAILABLE;
-	return send_lead(st, st->active ? LEAD_TAKE : LEAD_LOOK, on_take);
+	return dl__cluster_send_get(st, on_cluster);
 }
 
 void dl__link_open(struct dl_store *st, const char *ip, int port)
@@ -1114,6 +1142,13 @@ static void lead_tick(struct dl_store *st)
 		return;
 	}
 	st->lead_busy = 1;
+	/* A standby that does not know the cluster id yet (the active had
+	 * not written it when this link came up) asks with each look. */
+	if (!st->active && !st->seen.cluster[0] &&
+	    dl__cluster_send_get(st, NULL)) {
+		link_fail(st, "cannot queue a command");
+		return;
+	}
 	if (dl_mono_ms() >= st->config_next_ms) {
 		/* Redis's persistence and eviction, again: a CONFIG SET while
 		 * the daemon runs (store_durable.c) */

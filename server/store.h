@@ -135,6 +135,10 @@ const char *dl_store_active_addr(const struct dl_store *st);
 const char *dl_store_node(const struct dl_store *st);
 const char *dl_store_addr(const struct dl_store *st);
 
+/* The cluster id (store_cluster.c): 32 hex digits, or "-" while this
+ * daemon does not know it (a standby that has not read it yet). */
+const char *dl_store_cluster(const struct dl_store *st);
+
 /* The open epoch: a change made now is durable when it commits. */
 uint64_t dl_store_epoch(const struct dl_store *st);
 /* Close the open epoch: write what changed, once per loop iteration.

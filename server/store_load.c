@@ -704,8 +704,9 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 
 	x->fence = fence;
 	st->token_mark = 0; /* a new connection (store_batch.c) */
-	if ((rc = connect_redis(x)) ||
+	if ((rc = connect_redis(x)) || (rc = dl__cluster_load_read(x)) ||
 	    (rc = take_lead(x, start, fence, sizeof(fence))) ||
+	    (rc = dl__cluster_load_claim(x)) ||
 	    (rc = read_token(x, &stored)))
 		return rc;
 	if (x->closed_ms > 0) {

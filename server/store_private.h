@@ -145,6 +145,8 @@ struct dl_store {
 	char *gen_key;	   /* <prefix>gen: the write generation (seen.h) */
 	char *closed_key;  /* <prefix>closed: no grants while it lives
 			      (store_lead.c) */
+	char *cluster_key; /* <prefix>cluster: the id (store_cluster.c) */
+	int cluster_absent; /* Redis held no id at the last read */
 	char *rec_keys;	   /* <prefix>rec:0 NUL <prefix>rec:1 NUL ...: the
 			      buckets of layout 2 (dl__rec_key) */
 	uint32_t rec_off[DL_STORE_BUCKETS + 1]; /* bucket b's key at
@@ -473,5 +475,23 @@ const char *dl__store_reply_error(const redisReply *r);
 /* 1 if an error reply means "Redis is not ready", to wait for: loading,
  * busy with a script, a replica, a master without its replicas. */
 int dl__store_not_ready(const char *err);
+
+/* ---- store_cluster.c: the cluster id ---- */
+
+/* persist = none: a random id for this process. 0 or an error. */
+int dl__cluster_init(struct dl_store *st);
+/* The reply to a GET (or SET NX GET) of the id: nil (absent, noted),
+ * the id this daemon knows, or one it adopts when it knows none; 0. Any
+ * other: DL_EBADARG, logged, with why. */
+int dl__cluster_found(struct dl_store *st, const redisReply *r, char *why,
+		      size_t len);
+/* The load: read the id before the take; write it (SET NX) after a take
+ * that found none. */
+int dl__cluster_load_read(struct load_ctx *x);
+int dl__cluster_load_claim(struct load_ctx *x);
+/* The link: GET the id (fn NULL: a standby's poll, a mismatch fails the
+ * link); after a take that found none, write it. 0 or DL_EUNAVAILABLE. */
+int dl__cluster_send_get(struct dl_store *st, redisCallbackFn *fn);
+int dl__cluster_claim(struct dl_store *st);
 
 #endif /* DL_SERVER_STORE_PRIVATE_H */

@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * store_cluster.c -- the cluster id: which lock table a daemon serves.
+ *
+ * Daemons that share one Redis keyspace (address, db, key prefix) share
+ * one lock table; daemons on two keyspaces are two clusters, whatever
+ * their clients' server lists say. A typo in one node's URL (db 1 for
+ * db 0) or prefix made each node the active of its own empty table, and
+ * a client that listed both failed over from one into the other: two
+ * holders of one lock, nothing logged. So each keyspace is named:
+ *
+ *   P cluster  32 hex digits, 128 random bits
+ *
+ * written once, with SET NX, by the first daemon that takes the
+ * leadership of a keyspace that has none. Every daemon, active or
+ * standby, reads it before it takes or looks at the leadership, keeps it
+ * (st->seen.cluster, also in dlockd.state, seen.h) and names it in HELLO
+ * (cluster=); clients refuse a server whose id is not the one they met
+ * first (PROTOCOL.md). With persist = none each process is a cluster of
+ * its own: a random id per process.
+ *
+ * Invariants:
+ *   - a daemon that knows id X never serves as the active of a keyspace
+ *     that holds another id: it refuses, logging why, until an operator
+ *     resolves it. It does not adopt the other id: its clients may hold
+ *     leases of X that the other table knows nothing of, and a client
+ *     that met X only trusts X (the only way to another id is a
+ *     restart that forgot X, which is the operator's call);
+ *   - a keyspace that lost its id (FLUSHALL, an older copy: Redis went
+ *     back) gets the active's known id again when the active takes the
+ *     leadership on its next link and writes its table back (store.c,
+ *     on_take), so the id survives what the table survives;
+ *   - only a daemon that holds the leadership writes the id; a standby
+ *     that does not know it yet asks again with each look, and says
+ *     cluster=- until it knows.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "server/log.h"
+#include "server/store_private.h"
+
+const char *dl_store_cluster(const struct dl_store *st)
+{
+	return st->seen.cluster[0] ? st->seen.cluster : "-";
+}
+
+/* 1 if s is a cluster id a daemon could have written. */
+static int valid_id(const char *s, size_t len)
+{
+	size_t i;
+
+	if (len != DL_CLUSTER_ID_LEN)
+		return 0;
+	for (i = 0; i < len; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') ||
+		      (s[i] >= 'a' && s[i] <= 'f')))
+			return 0;
+	return 1;
+}
+
+/* A new id into st->seen.cluster, if it has none. */
+static int make_id(struct dl_store *st)
+{
+	unsigned char r[DL_CLUSTER_ID_LEN / 2];
+	size_t i;
+
+	if (st->seen.cluster[0])
+		return 0;
+	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+		return DL_EUNAVAILABLE;
+	for (i = 0; i < sizeof(r); i++)
+		snprintf(st->seen.cluster + 2 * i, 3, "%02x", r[i]);
+	return 0;
+}
+
+int dl__cluster_init(struct dl_store *st)
+{
+	return st->redis ? 0 : make_id(st);
+}
+
+int dl__cluster_found(struct dl_store *st, const redisReply *r, char *why,
+		      size_t len)
+{
+	const char *known = st->seen.cluster;
+
+	if (r->type == REDIS_REPLY_NIL) {
+		st->cluster_absent = 1;
+		return 0;
+	}
+	st->cluster_absent = 0;
+	if (r->type != REDIS_REPLY_STRING) {
+		snprintf(why, len, "%s: not a string", st->cluster_key);
+		return DL_EBADARG;
+	}
+	if (valid_id(r->str, r->len) && !known[0]) {
+		dl_seen_note_cluster(&st->seen, r->str);
+		dl_notice("redis: cluster %s", st->seen.cluster);
+		return 0;
+	}
+	if (valid_id(r->str, r->len) && strcmp(r->str, known) == 0)
+		return 0;
+	snprintf(why, len,
+		 "CLUSTER MISMATCH: %s holds %.40s%s, but this daemon is of cluster %s: this Redis, db and prefix are another cluster's lock table (check redis and redis_prefix), or Redis went back and a daemon that did not know %s gave it a new id. Not serving as the active until resolved: DEL %s (the active writes %s back), or remove dlockd.state from state_dir and restart this daemon to join the other",
+		 st->cluster_key, r->str, r->len > 40 ? "..." : "",
+		 known[0] ? known : "-", known[0] ? known : "-",
+		 st->cluster_key, known[0] ? known : "-");
+	if (!known[0])
+		snprintf(why, len, "%s holds %.40s%s: not a cluster id",
+			 st->cluster_key, r->str, r->len > 40 ? "..." : "");
+	dl_error("redis: %s", why);
+	return DL_EBADARG;
+}
+
+/* ---- the start-up load (blocking, store_load.c) ------------------------ */
+
+int dl__cluster_load_read(struct load_ctx *x)
+{
+	const char *argv[] = {"GET", x->st->cluster_key};
+	size_t lens[] = {3, strlen(x->st->cluster_key)};
+	char why[600];
+	redisReply *r;
+	int rc = 0;
+
+	if (!(r = dl__load_run(x, &rc, 0, 2, argv, lens)))
+		return rc;
+	rc = dl__cluster_found(x->st, r, why, sizeof(why));
+	freeReplyObject(r);
+	return rc ? dl__load_err(x, rc, "%s", why) : 0;
+}
+
+int dl__cluster_load_claim(struct load_ctx *x)
+{
+	struct dl_store *st = x->st;
+	const char *argv[5];
+	size_t lens[5];
+	char why[600];
+	redisReply *r;
+	int rc = 0;
+
+	if (!st->cluster_absent)
+		return 0;
+	if ((rc = make_id(st)) != 0)
+		return dl__load_err(x, rc, "cannot make a cluster id");
+	argv[0] = "SET";
+	argv[1] = st->cluster_key;
+	argv[2] = st->seen.cluster;
+	argv[3] = "NX";
+	argv[4] = "GET";
+	lens[0] = 3;
+	lens[1] = strlen(argv[1]);
+	lens[2] = DL_CLUSTER_ID_LEN;
+	lens[3] = 2;
+	lens[4] = 3;
+	if (!(r = dl__load_run(x, &rc, 0, 5, argv, lens)))
+		return rc;
+	if (r->type == REDIS_REPLY_NIL)
+		dl_notice("redis: cluster %s (written to %s)", st->seen.cluster,
+			  st->cluster_key);
+	else
+		rc = dl__cluster_found(st, r, why, sizeof(why));
+	st->cluster_absent = 0;
+	freeReplyObject(r);
+	return rc ? dl__load_err(x, rc, "%s", why) : 0;
+}
+
+/* ---- the async link (store.c) ------------------------------------------ */
+
+/* The reply to the id's SET NX GET after a take: nil (written) or the id
+ * somebody wrote first. */
+static void on_claim(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+	redisReply *r = reply;
+	char why[600];
+
+	if (!r || ac != st->ac)
+		return;
+	if (r->type == REDIS_REPLY_ERROR) {
+		dl__link_fail(st, "writing the cluster id failed");
+		return;
+	}
+	if (r->type == REDIS_REPLY_NIL) {
+		dl_notice("redis: cluster %s (written to %s)", st->seen.cluster,
+			  st->cluster_key);
+		return;
+	}
+	if (dl__cluster_found(st, r, why, sizeof(why)))
+		dl__link_fail(st, "cluster mismatch");
+}
+
+int dl__cluster_claim(struct dl_store *st)
+{
+	const char *argv[5];
+	size_t lens[5];
+
+	if (!st->cluster_absent)
+		return 0;
+	st->cluster_absent = 0;
+	if (make_id(st))
+		return DL_EUNAVAILABLE;
+	argv[0] = "SET";
+	argv[1] = st->cluster_key;
+	argv[2] = st->seen.cluster;
+	argv[3] = "NX";
+	argv[4] = "GET";
+	lens[0] = 3;
+	lens[1] = strlen(argv[1]);
+	lens[2] = DL_CLUSTER_ID_LEN;
+	lens[3] = 2;
+	lens[4] = 3;
+	if (redisAsyncCommandArgv(st->ac, on_claim, st, 5, argv, lens) !=
+	    REDIS_OK)
+		return DL_EUNAVAILABLE;
+	return 0;
+}
+
+/* A standby's GET of the id, sent with a look while it does not know it. */
+static void on_poll(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+	char why[600];
+
+	if (!reply || ac != st->ac)
+		return;
+	if (((redisReply *)reply)->type == REDIS_REPLY_ERROR)
+		return; /* the look's reply says what is wrong */
+	if (dl__cluster_found(st, reply, why, sizeof(why)))
+		dl__link_fail(st, "cluster mismatch");
+}
+
+int dl__cluster_send_get(struct dl_store *st, redisCallbackFn *fn)
+{
+	const char *argv[] = {"GET", st->cluster_key};
+	size_t lens[] = {3, strlen(st->cluster_key)};
+
+	if (redisAsyncCommandArgv(st->ac, fn ? fn : on_poll, st, 2, argv,
+				  lens) != REDIS_OK)
+		return DL_EUNAVAILABLE;
+	return 0;
+}
