@@ -118,6 +118,7 @@ const char *dlock_strerror(int err)
 		"TLS failed: the server's certificate or name was not "
 		"accepted, or it refused ours",
 		"permission denied",
+		"the server is of another cluster (another lock table)",
 	};
 
 	if (err <= 0 && -err < (int)(sizeof(texts) / sizeof(texts[0])))
@@ -162,6 +163,11 @@ const char *dlock_server_role(const dlock_client *c)
 	default:
 		return "";
 	}
+}
+
+const char *dlock_cluster(const dlock_client *c)
+{
+	return c ? c->cluster : "";
 }
 
 /* A calling thread enters (takes c->mu) and leaves (releases it). */
@@ -210,6 +216,10 @@ static int check_options(const struct dlock_options *o)
 	    dl_check_owner_secret(o->owner_key, strlen(o->owner_key)) < 0)
 		return DLOCK_EINVAL;
 	if (o->owner && dl_check_owner(o->owner, strlen(o->owner)) < 0)
+		return DLOCK_EINVAL;
+	if (o->cluster && (strlen(o->cluster) != DL_CLUSTER_ID_LEN ||
+			   strspn(o->cluster, "0123456789abcdef") !=
+				   DL_CLUSTER_ID_LEN))
 		return DLOCK_EINVAL;
 	/* a client certificate goes with its key */
 	if (!(o->tls_cert && o->tls_cert[0]) != !(o->tls_key && o->tls_key[0]))
@@ -405,6 +415,10 @@ static int redirect(struct dlock_client *c, int64_t deadline)
 		pthread_mutex_unlock(&c->mu);
 		return 0;
 	}
+	if (c->cluster_refused >= c->naddrs) {
+		pthread_mutex_unlock(&c->mu);
+		return DLOCK_ECLUSTER; /* every server: another cluster */
+	}
 	c->standby = 0;
 	c->hint_i = -1;
 	named = hint >= 0 && hint != from;
@@ -435,7 +449,7 @@ static int redirect(struct dlock_client *c, int64_t deadline)
  * it could not connect, and c is freed (closed, once its thread runs). */
 static int connect_failed(struct dlock_client *c, int err)
 {
-	if (err == DLOCK_ECONNECT) {
+	if (err == DLOCK_ECONNECT || err == DLOCK_ECLUSTER) {
 		pthread_mutex_lock(&c->mu);
 		dl__why_report(c);
 		pthread_mutex_unlock(&c->mu);
@@ -489,6 +503,8 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 	if (o->owner_key)
 		snprintf(c->owner_key, sizeof(c->owner_key), "%s",
 			 o->owner_key);
+	if (o->cluster)
+		snprintf(c->cluster, sizeof(c->cluster), "%s", o->cluster);
 	c->default_ttl = DL_DEFAULT_TTL_MS;
 	c->backoff = DL__BACKOFF_MIN_MS;
 	dl_linebuf_init(&c->lb);

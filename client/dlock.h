@@ -105,6 +105,13 @@ enum {
 	DLOCK_EDENIED = -19,   /* the user may not do that on that name (NO
 				  DENIED; dlock_last_error() says which
 				  right it needs) */
+	DLOCK_ECLUSTER = -20,  /* no server reached is of the client's
+				  cluster: their HELLO names another
+				  cluster id than the one the client met
+				  first (or options.cluster); nothing was
+				  sent to them. dlock_last_error() names
+				  both: check the daemons' Redis URL, db
+				  and prefix */
 };
 
 const char *dlock_strerror(int err);
@@ -266,6 +273,18 @@ struct dlock_options {
 	 * default): only the active daemon will do (servers, above).
 	 */
 	int standby_ok;
+	/*
+	 * cluster: the cluster id (32 hex digits, HELLO's cluster=) every
+	 * server must name, or NULL: the first id a server names is the
+	 * client's for its life. Daemons on different Redis keyspaces (a
+	 * typo in one node's URL, db or prefix) are different clusters,
+	 * whose lock tables know nothing of each other: a server that
+	 * names another id is disconnected before any request is sent to
+	 * it, and the next one is tried (DLOCK_ECLUSTER when none
+	 * matches). A server that names no id (before 0.3, or a standby
+	 * that has not read it yet) is not refused.
+	 */
+	const char *cluster;
 };
 
 #define DLOCK_SERVERS_MAX 8
@@ -296,6 +315,9 @@ const char *dlock_owner_key(const dlock_client *c);
  * with options.standby_ok), or "" (a daemon that says none). A static
  * string. */
 const char *dlock_server_role(const dlock_client *c);
+/* The cluster id the client holds to (options.cluster, or the first a
+ * server named): 32 hex digits, or "" while no server named one. */
+const char *dlock_cluster(const dlock_client *c);
 
 /* ---- locking ------------------------------------------------------------- */
 

@@ -129,6 +129,8 @@ static int exit_for(int err)
 		return EXIT_NOPERM;
 	case DLOCK_EINVAL:
 		return EXIT_USAGE;
+	case DLOCK_ECLUSTER:
+		return EXIT_CLUSTER;
 	default:
 		return EXIT_SOFTWARE;
 	}
@@ -660,6 +662,8 @@ static int apply_env(struct cli *cl)
 		cl->servers = v;
 	if (cl->seen & (OPTB(OPT_HOST) | OPTB(OPT_PORT) | OPTB(OPT_SOCKET)))
 		cl->servers = NULL;
+	if ((v = getenv("DLOCK_CLUSTER")) && v[0])
+		cl->cluster = v;
 	/* A host or port given on the command line means TCP, even if
 	 * DLOCK_SOCKET is set; --socket always wins. */
 	if (!(cl->seen & OPTB(OPT_SOCKET)) &&
@@ -891,6 +895,7 @@ void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
 	o->user = cl->user;
 	o->owner = cl->owner;
 	o->owner_key = cl->owner_key;
+	o->cluster = cl->cluster;
 	o->tls = cl->tls;
 	o->tls_ca = cl->tls_ca;
 	o->tls_cert = cl->tls_cert;
@@ -912,14 +917,85 @@ void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
 			cl->wait_ms < INT_MAX ? (int)cl->wait_ms : INT_MAX;
 }
 
+/* The longest a server of the list may take to say HELLO when its cluster
+ * id is checked (a hung one is passed over: the check is of the servers
+ * that answer). */
+#define CLUSTER_CHECK_MS 1000
+/* One entry of a server list: "host:port". */
+#define DL__CLI_SERVER_MAX 300
+
+/* A one-shot command has no past: the first server it reaches names the
+ * cluster, and a fail-over to a server of another (a typo'd Redis URL,
+ * db or prefix on one node) would go unseen. So with a list, every
+ * server that answers is asked its id, as an anonymous owner; a list
+ * that names two ids is refused (DLOCK_ECLUSTER) before the command
+ * runs, saying which servers differ. */
+static int check_cluster(const struct dlock_options *o, dlock_client *c)
+{
+	char one[DL__CLI_SERVER_MAX], mine[DL__CLI_SERVER_MAX] = "";
+	char other_id[DL_CLUSTER_ID_LEN + 1];
+	struct dlock_options so = *o;
+	const char *p = o->servers, *end;
+	dlock_client *other;
+	size_t n;
+
+	if (!p || !strchr(p, ',') || !dlock_cluster(c)[0])
+		return 0;
+	so.owner = NULL;
+	so.owner_key = NULL;
+	so.standby_ok = 1;
+	so.reconnect = 0;
+	so.cluster = NULL;
+	if (so.connect_timeout_ms > CLUSTER_CHECK_MS)
+		so.connect_timeout_ms = CLUSTER_CHECK_MS;
+	for (; *p; p = *end ? end + 1 : end) {
+		end = strchr(p, ',');
+		if (!end)
+			end = p + strlen(p);
+		n = (size_t)(end - p);
+		if (n == 0 || n >= sizeof(one))
+			continue;
+		memcpy(one, p, n);
+		one[n] = '\0';
+		so.servers = one;
+		if (dlock_connect(&so, &other) != 0)
+			continue; /* down, or busy: only an answer counts */
+		snprintf(other_id, sizeof(other_id), "%s",
+			 dlock_cluster(other));
+		dlock_close(other);
+		if (!other_id[0])
+			continue; /* a standby that does not know yet */
+		if (strcmp(other_id, dlock_cluster(c)) == 0) {
+			if (!mine[0])
+				snprintf(mine, sizeof(mine), "%s", one);
+			continue;
+		}
+		dl_cli_msg("servers %s and %s are two clusters (ids %s, %s): "
+			   "check their redis URL, db and prefix",
+			   mine[0] ? mine : "reached first", one,
+			   dlock_cluster(c), other_id);
+		return DLOCK_ECLUSTER;
+	}
+	return 0;
+}
+
 int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
 		   dlock_client **c)
 {
 	char what[400];
 	int rc = dlock_connect(o, c);
 
+	if (rc == 0 && check_cluster(o, *c) != 0) {
+		dlock_close(*c);
+		*c = NULL;
+		return EXIT_CLUSTER; /* check_cluster said why */
+	}
 	if (rc == 0)
 		return 0;
+	if (rc == DLOCK_ECLUSTER) {
+		dl_cli_msg("%s", dlock_last_error());
+		return EXIT_CLUSTER;
+	}
 	if (rc == DLOCK_EAUTH && !cl->password) {
 		/* connected: the server wants a password nobody gave */
 		dl_cli_msg("%s requires a password: give --password, "

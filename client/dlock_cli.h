@@ -52,6 +52,9 @@ enum {
 	EXIT_TIMEOUT = 124,	/* run: --timeout ran out, command stopped
 				   (as timeout(1)) */
 	EXIT_NOPERM = 77,	/* EX_NOPERM: AUTH failed or missing */
+	EXIT_CLUSTER = 78,	/* EX_CONFIG: the servers listed are two
+				   clusters (their HELLO names two ids), or
+				   not DLOCK_CLUSTER's */
 	EXIT_CANNOT_EXEC = 126, /* run: the command is not executable */
 	EXIT_NOT_FOUND = 127,	/* run: the command was not found */
 	EXIT_SIGNAL_BASE = 128, /* run: command killed by signal N: 128+N */
@@ -136,6 +139,7 @@ struct cli {
 	const char *reason; /* break --reason */
 	const char *owner;  /* NULL: libdlock picks a random one */
 	const char *owner_key; /* after '=' in --owner, or NULL */
+	const char *cluster;   /* DLOCK_CLUSTER: the id to insist on, or NULL */
 	char owner_buf[DL_OWNER_MAX + 1]; /* the id part of --owner */
 	int tls;	    /* --tls: TLS with the system's CAs */
 	const char *tls_ca, *tls_cert, *tls_key; /* PEM files, or NULL */

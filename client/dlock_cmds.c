@@ -337,15 +337,18 @@ int dl_cli_status(struct cli *cl)
 				print_member_json(&m.v[i]);
 				first = 0;
 			}
-		fputs("]}\n", stdout);
+		fputs("], \"cluster\": ", stdout);
+		dl_cli_json_str_or_null(stdout, dlock_cluster(c));
+		fputs("}\n", stdout);
 	} else if (rc == 0) {
 		printf("name=%s\nstate=%s\ntoken=%" PRIu64 "\nttl_ms=%" PRId64
 		       "\ncount=%" PRIu32 "\nowner=%s\nwaiters=%" PRIu32
-		       "\nmode=%s\nlimit=%" PRIu32 "\nholders=%" PRIu32 "\n",
+		       "\nmode=%s\nlimit=%" PRIu32 "\nholders=%" PRIu32
+		       "\ncluster=%s\n",
 		       cl->pos[0], st.held ? "held" : "free", st.token,
 		       st.ttl_ms, st.count, st.owner[0] ? st.owner : "-",
 		       st.waiters, st.mode[0] ? st.mode : "-", st.limit,
-		       st.holders);
+		       st.holders, dlock_cluster(c)[0] ? dlock_cluster(c) : "-");
 		for (i = 0; i < m.n; i++)
 			print_member(&m.v[i]);
 	} else {
@@ -388,9 +391,10 @@ int dl_cli_ping(struct cli *cl)
 	rc = dlock_ping(c);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rc == 0)
-		printf("%.3f ms\n",
+		printf("%.3f ms cluster=%s\n",
 		       (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
-			       (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+			       (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
+		       dlock_cluster(c)[0] ? dlock_cluster(c) : "-");
 	else
 		rc = dl_cli_fail(rc, "ping");
 	dlock_close(c);

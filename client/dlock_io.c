@@ -354,17 +354,29 @@ static void rewrite(struct dlock_client *c, struct dl__req *q, int64_t now)
 		dl__req_finish(c, q, err);
 }
 
+/* A reconnect: AUTH and HELLO go first, and nothing else until HELLO's
+ * reply has shown the server to be of the client's cluster
+ * (dl__hello_done): a request pipelined behind it would be executed by
+ * a server of another cluster before the client could refuse it. */
 static void connected(struct dlock_client *c, int64_t now)
 {
-	struct dl__lease *l;
-	struct dl__req *q, *next;
-
+	(void)now;
 	c->state = DL__UP;
 	dl_linebuf_init(&c->lb);
 	c->out_off = c->out_len = 0;
 	if (c->password)
 		dl__internal(c, DL__AUTH, NULL, 0, 0);
 	dl__internal(c, DL__HELLO, NULL, 0, 0);
+	c->hello_wait = 1;
+}
+
+void dl__hello_done(struct dlock_client *c)
+{
+	struct dl__lease *l;
+	struct dl__req *q, *next;
+	int64_t now = dl__now();
+
+	c->hello_wait = 0;
 	for (l = c->leases; l; l = l->next) {
 		if (l->dead || l->unlocking || l->nhandles == 0 ||
 		    atomic_load(&l->deadline) <= now)
@@ -511,6 +523,22 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 	return 1;
 }
 
+/* Every server of the list named another cluster: what waits to be
+ * sent fails now, rather than wait for one that never comes. */
+static void fail_unsent(struct dlock_client *c, int err, const char *why)
+{
+	struct dl__req *q, *next;
+
+	q = c->unsent;
+	c->unsent = c->unsent_tail = NULL;
+	for (; q; q = next) {
+		next = q->next;
+		q->next = NULL;
+		snprintf(q->err, sizeof(q->err), "%s", why);
+		dl__req_finish(c, q, err);
+	}
+}
+
 static void disconnect(struct dlock_client *c)
 {
 	struct dl__req *kept = NULL, *tail = NULL, *all, *q, *next;
@@ -560,6 +588,9 @@ static void disconnect(struct dlock_client *c)
 			c->unsent_tail = tail;
 		c->unsent = kept;
 	}
+	c->hello_wait = 0;
+	if (c->cluster_refused >= c->naddrs)
+		fail_unsent(c, DLOCK_ECLUSTER, c->why[c->addr_i]);
 	if (c->initial || !c->opt.reconnect || c->closing) {
 		c->state = DL__DEAD;
 		for (q = c->unsent; q; q = next) {
@@ -651,7 +682,8 @@ static int64_t timers(struct dlock_client *c, int64_t now)
 		}
 		if (lost_at < next)
 			next = lost_at;
-		if (!c->opt.renew || l->refreshing || c->state != DL__UP)
+		if (!c->opt.renew || l->refreshing || c->state != DL__UP ||
+		    c->hello_wait)
 			continue;
 		if (now < l->renew_at) {
 			if (l->renew_at < next)

@@ -51,7 +51,8 @@
 #define DL__TAG_SIZE	       24 /* "r" + 20 digits + NUL */
 #define DL__STATS_MAX	       (256 * 1024) /* bytes of a STATS body kept */
 #define DL__ERR_MAX	       DL_REPLY_MAX /* text of a NO/ERR line */
-#define DL__WHY_MAX	       160 /* why one address could not be used */
+#define DL__WHY_MAX	       400 /* why one address could not be used:
+				      two names and two cluster ids fit */
 #define DL__DEFAULT_HOST       "127.0.0.1"
 
 /* ---- requests ------------------------------------------------------------ */
@@ -234,6 +235,16 @@ struct dlock_client {
 	int64_t default_ttl;
 	int auth_required;
 	atomic_int role; /* enum dl__role: dlock_server_role() */
+	/* The cluster id the client holds to (options.cluster, or the
+	 * first a server named: "" until then), the server it came from
+	 * ("" for the option), and how many HELLOs in a row named
+	 * another: at naddrs, requests fail with DLOCK_ECLUSTER. */
+	char cluster[DL_CLUSTER_ID_LEN + 1];
+	char cluster_from[DL__SERVER_NAME_MAX];
+	int cluster_refused;
+	/* Reconnected: requests wait for HELLO's reply, so that none goes
+	 * to a server of another cluster (dlock_reply.c). */
+	int hello_wait;
 
 	/* connection (the thread's, under mu) */
 	int fd;
@@ -262,6 +273,10 @@ struct dlock_client {
 	const dlock_lease *cb_handle; /* in on_lost right now */
 	int ncallers;		      /* threads inside public calls */
 };
+
+/* HELLO was answered on a reconnect, by a server of the client's
+ * cluster: send the renewals and the requests kept (dlock_io.c). */
+void dl__hello_done(struct dlock_client *c);
 
 /* ---- dlock_req.c --------------------------------------------------------- */
 

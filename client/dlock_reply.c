@@ -20,6 +20,7 @@
 #include "client/dlock_private.h"
 
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- replies ------------------------------------------------------------- */
@@ -606,10 +607,64 @@ static int standby_reply(struct dlock_client *c, const struct dl__req *q,
 	return 1;
 }
 
+/* Who the client is connected to, for a message. */
+static const char *here(const struct dlock_client *c, char *buf, size_t len)
+{
+	if (c->names[c->addr_i][0])
+		return c->names[c->addr_i];
+	if (c->opt.unix_path)
+		return c->opt.unix_path;
+	snprintf(buf, len, "%s:%d", c->opt.host ? c->opt.host : "?",
+		 c->opt.port);
+	return buf;
+}
+
+/* HELLO names the server's cluster: the first id met is the client's
+ * (unless options.cluster set it); a server that names another is of
+ * another lock table, and is refused like a standby, before anything
+ * else is sent to it (dl__hello_done). 1: refused. */
+static int cluster_reply(struct dlock_client *c, const struct dl__req *q,
+			 const struct dl_reply *r)
+{
+	char buf[DL__SERVER_NAME_MAX];
+	const char *at;
+	struct dl_str v;
+
+	if (q->op != DL__HELLO || r->kind != DL_REPLY_OK ||
+	    dl_reply_kv(r, "cluster", &v) != 0 ||
+	    (v.len == 1 && v.p[0] == '-'))
+		return 0; /* before 0.3, or a standby that does not know */
+	at = here(c, buf, sizeof(buf));
+	if (!c->cluster[0] && v.len == DL_CLUSTER_ID_LEN) {
+		memcpy(c->cluster, v.p, v.len);
+		c->cluster[v.len] = '\0';
+		snprintf(c->cluster_from, sizeof(c->cluster_from), "%s", at);
+	}
+	if (v.len == strlen(c->cluster) &&
+	    memcmp(v.p, c->cluster, v.len) == 0) {
+		c->cluster_refused = 0;
+		return 0;
+	}
+	c->cluster_refused++;
+	c->standby = 1; /* to the next server */
+	c->hint_i = -1;
+	if (c->cluster_from[0])
+		dl__why(c, c->addr_i,
+			"servers %s and %s are two clusters (ids %s, %.*s): check their redis URL, db and prefix",
+			c->cluster_from, at, c->cluster,
+			(int)(v.len > 64 ? 64 : v.len), v.p);
+	else
+		dl__why(c, c->addr_i,
+			"server %s is of cluster %.*s, not %s (the cluster asked for): check its redis URL, db and prefix",
+			at, (int)(v.len > 64 ? 64 : v.len), v.p, c->cluster);
+	return 1;
+}
+
 int dl__line_in(struct dlock_client *c, char *line, size_t len)
 {
 	struct dl_reply r;
 	struct dl__req *q;
+	int hello;
 
 	if (c->stats_req) {
 		stats_line(c, line, len);
@@ -628,10 +683,15 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 		return -1;
 	if (standby_reply(c, q, &r))
 		return -1; /* to the active: drop, reconnect there */
+	if (cluster_reply(c, q, &r))
+		return -1; /* another cluster: drop, to the next */
 	c->fifo = q->next;
 	if (!c->fifo)
 		c->fifo_tail = NULL;
 	q->next = NULL;
+	hello = q->op == DL__HELLO;
 	reply(c, q, &r);
+	if (hello && c->hello_wait)
+		dl__hello_done(c);
 	return 0;
 }

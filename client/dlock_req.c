@@ -325,6 +325,10 @@ int dl__req_submit(struct dlock_client *c, struct dl__req *q)
 		return DLOCK_ECANCELED;
 	switch (c->state) {
 	case DL__UP:
+		if (c->hello_wait) { /* dl__hello_done() sends it */
+			unsent_push(c, q);
+			return 0;
+		}
 		return dl__req_write(c, q);
 	case DL__DOWN:
 	case DL__CONNECTING:
@@ -503,10 +507,12 @@ void dl__internal(struct dlock_client *c, enum dl__op op, const char *name,
 		return; /* the lease expires at the server */
 	q->token = token;
 	q->last_hold = last_hold ? 1 : 0;
-	if (c->state == DL__UP) {
+	if (c->state == DL__UP && (!c->hello_wait || op == DL__HELLO ||
+				   op == DL__AUTH)) {
 		if (dl__req_write(c, q) < 0)
 			dl__req_free(q);
-	} else if (op == DL__UNLOCK && c->state != DL__DEAD) {
+	} else if ((op == DL__UNLOCK || c->state == DL__UP) &&
+		   c->state != DL__DEAD) {
 		unsent_push(c, q);
 	} else {
 		dl__req_free(q);

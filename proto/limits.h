@@ -42,6 +42,11 @@
 #define DL_OWNER_SECRET_MIN 16
 #define DL_OWNER_SECRET_MAX 64
 
+/* A cluster id (HELLO cluster=<id>): 128 random bits in lower-case hex,
+ * one per Redis keyspace, that clients compare across the servers they
+ * list. */
+#define DL_CLUSTER_ID_LEN 32
+
 /* Bytes in a user name (AUTH <user> <secret>, the users file): letters,
  * digits and . _ - only, so that a name is safe in logs and owner keys. */
 #define DL_USER_MAX 32

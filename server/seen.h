@@ -57,12 +57,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto/limits.h"
+
 /* The longest the file lags what the daemon saw (the epoch excepted). */
 #define DL_SEEN_SAVE_MS 1000
 /* Room for the Redis description in the file. */
 #define DL_SEEN_ID_MAX 512
-/* A cluster id: 128 random bits in lower-case hex (store_cluster.c). */
-#define DL_CLUSTER_ID_LEN 32
 
 struct dl_seen {
 	uint64_t epoch, gen, mark;	/* the largest seen */
