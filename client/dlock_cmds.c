@@ -391,7 +391,7 @@ int dl_cli_ping(struct cli *cl)
 	rc = dlock_ping(c);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (rc == 0)
-		printf("%.3f ms cluster=%s\n",
+		printf("%.3f ms\ncluster=%s\n",
 		       (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
 			       (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
 		       dlock_cluster(c)[0] ? dlock_cluster(c) : "-");

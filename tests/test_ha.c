@@ -1230,6 +1230,211 @@ Test(ha, a_health_check_may_ask_a_standby_directly)
 	cr_assert_eq(h_daemon_stop(&a), 0);
 }
 
+/* ---- cluster ids -------------------------------------------------------- */
+
+/* HELLO's cluster= on a new connection (asserts an answer). */
+static const char *cluster_of(const struct h_daemon *d)
+{
+	static char id[64];
+	struct h_client *c = h_connect(d->port);
+	char *l;
+
+	h_send(c, "HELLO");
+	l = h_read(c, 5000);
+	cr_assert(l && h_starts(l, "OK HELLO"), "%s", l ? l : "(nothing)");
+	snprintf(id, sizeof(id), "%s", h_kv(l, "cluster"));
+	h_close(c);
+	return id;
+}
+
+/* Poll until d names a cluster id (a standby reads it after the active
+ * wrote it); returns it. */
+static const char *wait_cluster(const struct h_daemon *d, int max_ms)
+{
+	uint64_t t0 = h_now_ms();
+	const char *id;
+
+	while (strcmp(id = cluster_of(d), "-") == 0) {
+		cr_assert(h_now_ms() - t0 < (uint64_t)max_ms,
+			  "port %d names no cluster within %d ms", d->port,
+			  max_ms);
+		h_sleep_ms(20);
+	}
+	cr_assert_eq(strlen(id), 32, "cluster=%s", id);
+	cr_assert_eq(strspn(id, "0123456789abcdef"), 32, "cluster=%s", id);
+	return id;
+}
+
+/* Node b of the "cluster" points at db 1 of the Redis where node a has db
+ * 0: a one-character typo. Each is the active of its own lock table. */
+static void start_split_cluster(void)
+{
+	char url1[300];
+
+	snprintf(url1, sizeof(url1), "redis://%s:%d/1", r.host, r.port);
+	start_node(&a, "a", "1s");
+	h_daemon_start(&b, "--persist", "redis", "--redis", url1, "--node-id",
+		       "b", "--leader-lease", "1s", "-l", "info", NULL);
+	wait_active(&a, 10000);
+	wait_active(&b, 10000);
+}
+
+/* Two daemons on two keyspaces name two cluster ids, and a libdlock client
+ * that lists both never holds a lock granted by both: after the kill -9
+ * of the one it locked through, the other is refused (DLOCK_ECLUSTER,
+ * both servers and ids named), and nothing is sent there. */
+Test(ha, a_client_refuses_a_server_of_another_cluster_in_its_list)
+{
+	char ida[64], idb[64], list[64];
+	struct dlock_options o;
+	struct h_client *hb;
+	dlock_client *c;
+	dlock_lease *l, *l2 = NULL;
+	char *line;
+	int rc;
+
+	start_split_cluster();
+	snprintf(ida, sizeof(ida), "%s", wait_cluster(&a, 5000));
+	snprintf(idb, sizeof(idb), "%s", wait_cluster(&b, 5000));
+	cr_assert(strcmp(ida, idb) != 0, "one id on two keyspaces: %s", ida);
+
+	dlock_options_init(&o);
+	snprintf(list, sizeof(list), "127.0.0.1:%d,127.0.0.1:%d", a.port,
+		 b.port);
+	o.servers = list;
+	o.owner = "first";
+	cr_assert_eq(dlock_connect(&o, &c), 0, "%s", dlock_last_error());
+	cr_assert_str_eq(dlock_cluster(c), ida);
+	cr_assert_eq(dlock_lock(c, "job", 60000, 0, &l), 0, "%s",
+		     dlock_last_error());
+	h_daemon_kill9(&a);
+	rc = dlock_trylock(c, "job2", 60000, &l2);
+	cr_assert_eq(rc, DLOCK_ECLUSTER, "%s: %s", dlock_strerror(rc),
+		     dlock_last_error());
+	cr_assert(strstr(dlock_last_error(), "two clusters") &&
+			  strstr(dlock_last_error(), ida) &&
+			  strstr(dlock_last_error(), idb),
+		  "%s", dlock_last_error());
+	dlock_close(c);
+	/* b executed nothing of that client's */
+	hb = h_hello(b.port, "probe");
+	h_send(hb, "STATUS job2");
+	line = h_read(hb, 5000);
+	cr_assert(line && strcmp(h_kv(line, "state"), "free") == 0, "%s",
+		  line ? line : "(nothing)");
+	h_close(hb);
+
+	/* an id asked for: a server of another is refused at connect */
+	dlock_options_init(&o);
+	o.port = b.port;
+	o.cluster = ida;
+	cr_assert_eq(dlock_connect(&o, &c), DLOCK_ECLUSTER);
+	cr_assert(strstr(dlock_last_error(), idb), "%s", dlock_last_error());
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+/* dlock asks every server of its list for its id before a command: a list
+ * of two clusters is refused (exit 78) whichever server comes first,
+ * saying which two differ; DLOCK_CLUSTER pins the id. */
+Test(ha, dlock_refuses_a_server_list_of_two_clusters)
+{
+	char out[4096], ida[64], idb[64];
+	int rc;
+
+	start_split_cluster();
+	snprintf(ida, sizeof(ida), "%s", wait_cluster(&a, 5000));
+	snprintf(idb, sizeof(idb), "%s", wait_cluster(&b, 5000));
+	rc = dlock_end(dlock_begin("--servers 127.0.0.1:%d,127.0.0.1:%d lock "
+				   "job --ttl 60s",
+				   a.port, b.port),
+		       out, sizeof(out));
+	cr_assert(rc == 78 && strstr(out, "two clusters") && strstr(out, ida) &&
+			  strstr(out, idb),
+		  "exit %d: %s", rc, out);
+	rc = dlock_end(dlock_begin("--servers 127.0.0.1:%d,127.0.0.1:%d "
+				   "trylock job --ttl 60s",
+				   b.port, a.port),
+		       out, sizeof(out));
+	cr_assert(rc == 78 && strstr(out, "two clusters"), "exit %d: %s", rc,
+		  out);
+	rc = dlock_end(dlock_begin("--port %d status job --json", a.port), out,
+		       sizeof(out));
+	cr_assert(rc == 0 && strstr(out, "\"state\": \"free\"") &&
+			  strstr(out, ida),
+		  "exit %d: %s", rc, out);
+	rc = dlock_end(dlock_begin("--port %d ping", b.port), out,
+		       sizeof(out));
+	cr_assert(rc == 0 && strstr(out, idb), "exit %d: %s", rc, out);
+	setenv("DLOCK_CLUSTER", ida, 1);
+	rc = dlock_end(dlock_begin("--port %d trylock job", b.port), out,
+		       sizeof(out));
+	unsetenv("DLOCK_CLUSTER");
+	cr_assert(rc == 78 && strstr(out, idb), "exit %d: %s", rc, out);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+}
+
+/* The nodes of one cluster name one id, which survives a take-over and
+ * the restart of a node. */
+Test(ha, the_cluster_id_survives_a_take_over_and_a_restart)
+{
+	char id[64], key[64];
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	snprintf(id, sizeof(id), "%s", wait_cluster(&a, 5000));
+	cr_assert_str_eq(wait_cluster(&b, 5000), id);
+	snprintf(key, sizeof(key), "%s", h_redis_cli(&r, "GET dlock:cluster"));
+	cr_assert(strstr(key, id), "dlock:cluster is %s, HELLO says %s", key,
+		  id);
+	h_daemon_kill9(&a);
+	wait_active(&b, 10000);
+	cr_assert_str_eq(cluster_of(&b), id);
+	h_daemon_restart(&a);
+	cr_assert_str_eq(wait_cluster(&a, 5000), id);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+/* A Redis that forgot the id (FLUSHALL) gets it back from the active, as
+ * it gets its table back. Another id found in Redis is another cluster's
+ * keyspace: the daemon refuses to serve there until it is gone. */
+Test(ha, flushall_keeps_the_cluster_id_and_another_id_is_refused)
+{
+	struct h_client *c;
+	char id[64], cmd[128];
+	uint64_t t0;
+	char *l;
+
+	start_node(&a, "a", "1s");
+	snprintf(id, sizeof(id), "%s", wait_cluster(&a, 5000));
+	h_redis_cli(&r, "FLUSHALL");
+	cr_assert(h_redis_wait(&r, "GET dlock:cluster", id, 1, 10000),
+		  "the id was not written back");
+	cr_assert_str_eq(cluster_of(&a), id);
+
+	h_redis_cli(&r, "SET dlock:cluster 0123456789abcdef0123456789abcdef");
+	h_redis_cli(&r, "CLIENT KILL TYPE normal");
+	c = h_hello(a.port, "alice");
+	for (t0 = h_now_ms(); !h_daemon_log_has(&a, "CLUSTER MISMATCH");
+	     h_sleep_ms(20))
+		cr_assert(h_now_ms() - t0 < 10000, "no mismatch logged");
+	h_wait_available(c, 0, 10000);
+	h_send(c, "LOCK x ttl=10s");
+	l = h_read(c, 5000);
+	cr_assert(l && h_starts(l, "ERR UNAVAILABLE"), "%s",
+		  l ? l : "(nothing)");
+	cr_assert_str_eq(cluster_of(&a), id);
+	/* resolved: the other id is deleted, the active writes its own */
+	h_redis_cli(&r, "DEL dlock:cluster");
+	h_wait_available(c, 1, 10000);
+	snprintf(cmd, sizeof(cmd), "GET dlock:cluster");
+	cr_assert(h_redis_wait(&r, cmd, id, 1, 5000));
+	h_lock(c, "x", "ttl=10s");
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+}
+
 /* ---- shared locks and semaphores under faults ---------------------------
  *
  * The client-side check: CONC_PROCS processes take one name over and over
