@@ -525,6 +525,36 @@ def test_clients_follow_a_takeover_between_two_daemons(redis):
         b.cleanup()
 
 
+def test_a_server_of_another_cluster_in_the_list_is_refused(redis):
+    # node b's URL names db 1: another keyspace, another lock table
+    a = Daemon("--persist", "redis", "--redis", redis.url, "--node-id", "a",
+               "--leader-lease", "1s").start()
+    b = Daemon("--persist", "redis", "--redis", redis.url[:-1] + "1",
+               "--node-id", "b", "--leader-lease", "1s").start()
+    try:
+        assert wait_until(lambda: redis.cli("-n", "1", "GET", "dlock:cluster") != "", 10)
+        ida = redis.cli("GET", "dlock:cluster")
+        idb = redis.cli("-n", "1", "GET", "dlock:cluster")
+        assert len(ida) == 32 and len(idb) == 32 and ida != idb
+        with dlockd.Client(f"{a.addr},{b.addr}", reconnect=True) as c:
+            assert c.cluster == ida
+            c.lock("job", ttl=60)
+            a.kill9()
+            with pytest.raises(dlockd.ClusterMismatch) as e:
+                c.lock("job2", ttl=60, wait=0)
+            assert "two clusters" in str(e.value) and ida in str(e.value) \
+                and idb in str(e.value)
+            assert isinstance(e.value, dlockd.Unavailable)
+        with dlockd.Client(b.addr) as probe:
+            assert not probe.status("job2").held  # nothing was sent to b
+            assert probe.cluster == idb
+        with pytest.raises(dlockd.ClusterMismatch):
+            dlockd.Client(b.addr, cluster=ida)
+    finally:
+        a.cleanup()
+        b.cleanup()
+
+
 # ---- fork ------------------------------------------------------------------------
 
 

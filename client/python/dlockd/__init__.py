@@ -31,6 +31,7 @@ from ._errors import (
     NotHolder,
     ProtocolError,
     Unavailable,
+    ClusterMismatch,
     UpgradeDeadlock,
 )
 from ._sync import Client, Lease, RWLock, Semaphore
@@ -62,6 +63,7 @@ __all__ = [
     "Semaphore",
     "Status",
     "Unavailable",
+    "ClusterMismatch",
     "UpgradeDeadlock",
     "__version__",
 ]

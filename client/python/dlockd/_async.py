@@ -279,6 +279,10 @@ class AsyncClient:
     def owner_key(self) -> str:
         return self._core.key
 
+    @property
+    def cluster(self) -> str:
+        return self._core.cluster
+
     def lock(
         self,
         name: str,

@@ -55,6 +55,7 @@ from typing import Any, Callable, Protocol
 
 from . import _wire as wire
 from ._errors import (
+    ClusterMismatch,
     ConnectionLost,
     Denied,
     DlockError,
@@ -239,6 +240,16 @@ class Core:
         self.session_ok = False  # this connection's HELLO succeeded
         self.drop_wanted = False  # a reply asked to drop the connection
         self.hello_by = NEVER  # the first HELLO must be answered by then
+        # The cluster id held to (the option, or the first a server
+        # named), where it came from, and how many HELLOs in a row named
+        # another: at naddrs, what waits fails with ClusterMismatch.
+        self.cluster: str = opts.cluster or ""
+        self.cluster_from = ""
+        self.cluster_refused = 0
+        self.cluster_why = ""
+        # requests wait for HELLO's reply (a server of another cluster
+        # must not execute anything)
+        self.hello_wait = False
 
     # ---- connections ---------------------------------------------------
 
@@ -275,6 +286,12 @@ class Core:
         if self.o.password:
             self._internal("AUTH")
         self._internal("HELLO")
+        self.hello_wait = True
+
+    def _hello_done(self, now: float) -> None:
+        """HELLO was answered by a server of the client's cluster: confirm
+        the leases still within their deadline, send what was kept."""
+        self.hello_wait = False
         for ls in self.leases:
             if ls.live() and ls.owned and ls.deadline > now:
                 self._renew(ls, now)
@@ -306,6 +323,10 @@ class Core:
         for q in kept:
             q.where = UNSENT
         self.unsent.extendleft(reversed(kept))
+        self.hello_wait = False
+        if self.cluster_refused >= self.naddrs:
+            while self.unsent:
+                self._finish(self.unsent.popleft(), ClusterMismatch(self.cluster_why))
         if self.closing or not self.o.reconnect or (
             not self.ready and self.fatal is not None
         ):
@@ -435,12 +456,48 @@ class Core:
             return False
         if self._standby_reply(q, r):
             return False  # to the active: drop, reconnect there
+        if self._cluster_reply(q, r):
+            return False  # another cluster: drop, to the next server
         self.fifo.popleft()
         q.where = NOWHERE
         try:
             self._reply(q, r, now)
         except (ValueError, IndexError):
             self._finish(q, ProtocolError(f"unexpected reply: {r.text()}"))
+        if q.op == "HELLO" and self.hello_wait and self.state == UP:
+            self._hello_done(now)
+        return True
+
+    def _cluster_reply(self, q: Req, r: wire.Reply) -> bool:
+        """HELLO names the server's cluster: the first id met is the
+        client's; a server that names another is refused like a standby,
+        before anything else is sent to it."""
+        cid = r.kv("cluster") if q.op == "HELLO" and r.kind == "OK" else None
+        if not cid or cid == "-":
+            return False  # before 0.3, or a standby that does not know
+        a = self.o.addresses[self.addr_i]
+        here = a.name or a.path or f"{a.host}:{a.port}"
+        if not self.cluster and len(cid) == 32:
+            self.cluster, self.cluster_from = cid, here
+        if cid == self.cluster:
+            self.cluster_refused = 0
+            return False
+        self.cluster_refused += 1
+        self.standby = True  # to the next server
+        self.hint = -1
+        if self.cluster_from:
+            why = (
+                f"servers {self.cluster_from} and {here} are two clusters "
+                f"(ids {self.cluster}, {cid[:64]}): check their redis URL, db and prefix"
+            )
+        else:
+            why = (
+                f"server {here} is of cluster {cid[:64]}, not {self.cluster} "
+                "(the cluster asked for): check its redis URL, db and prefix"
+            )
+        self.cluster_why = self.last_error = why
+        if self.cluster_refused >= self.naddrs and not self.ready:
+            self.fatal = ClusterMismatch(why)
         return True
 
     def _standby_reply(self, q: Req, r: wire.Reply) -> bool:
@@ -822,9 +879,9 @@ class Core:
         q = Req(op, name, internal=True)
         q.token = token
         q.last_hold = last_hold
-        if self.state == UP:
+        if self.state == UP and (not self.hello_wait or op in ("AUTH", "HELLO")):
             self._write(q, now_ms())
-        elif op == "UNLOCK" and self.state != DEAD:
+        elif (op == "UNLOCK" or self.state == UP) and self.state != DEAD:
             q.where = UNSENT
             self.unsent.append(q)
 
@@ -852,7 +909,7 @@ class Core:
             if self.forked:
                 msg = "this client belongs to the process that made it (fork)"
             self._finish(q, ConnectionLost(msg))
-        elif self.state == UP:
+        elif self.state == UP and not self.hello_wait:
             self._write(q, now)
         else:
             q.where = UNSENT
@@ -1031,7 +1088,7 @@ class Core:
                     self._risk(ls)
                 else:
                     nxt = min(nxt, overdue)
-            if ls.refreshing or self.state != UP:
+            if ls.refreshing or self.state != UP or self.hello_wait:
                 continue
             if now < ls.renew_at:
                 nxt = min(nxt, ls.renew_at)

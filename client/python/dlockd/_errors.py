@@ -16,6 +16,7 @@ __all__ = [
     "LockLost",
     "NotHolder",
     "Unavailable",
+    "ClusterMismatch",
     "Denied",
     "ConnectionLost",
     "LimitMismatch",
@@ -55,6 +56,15 @@ class NotHolder(DlockError):
 class Unavailable(DlockError):
     """The service cannot serve now: no server answers, persistence is
     down (``ERR UNAVAILABLE``), or only standbys were reached."""
+
+
+class ClusterMismatch(Unavailable):
+    """No server reached is of the client's cluster: their ``HELLO`` names
+    another cluster id than the first one the client met (or the
+    ``cluster`` option). Daemons on different Redis keyspaces -- a typo in
+    one node's URL, db or prefix -- have lock tables that know nothing of
+    each other; nothing was sent to them. The message names both servers
+    and ids."""
 
 
 class Denied(DlockError):

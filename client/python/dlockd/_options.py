@@ -48,6 +48,7 @@ class Options:
     user: str | None = None
     owner: str | None = None
     owner_key: str | None = None
+    cluster: str | None = None  # the cluster id every server must name
     ssl_context: ssl.SSLContext | None = None
     tls_server_name: str | None = None
     connect_timeout_ms: float = 2000.0
@@ -176,6 +177,11 @@ def build(
         wire.check_owner(owner)
     if key is not None:
         wire.check_key(key)
+    cluster = kw.pop("cluster", None) or _env(env, "DLOCK_CLUSTER")
+    if cluster is not None and (
+        len(cluster) != 32 or cluster.strip("0123456789abcdef") != ""
+    ):
+        raise ValueError(f"cluster: bad id {cluster!r} (32 hex digits)")
 
     tls = kw.pop("tls", None)
     ca = kw.pop("tls_ca", None) or _env(env, "DLOCK_TLS_CA")
@@ -204,6 +210,7 @@ def build(
         user=user,
         owner=owner,
         owner_key=key,
+        cluster=cluster,
         ssl_context=ctx if not (addresses and addresses[0].path) else None,
         tls_server_name=server_name,
         connect_timeout_ms=seconds("connect_timeout", 2.0) or 2000.0,

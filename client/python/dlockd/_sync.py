@@ -229,6 +229,12 @@ class Client:
         the same owner."""
         return self._core.key
 
+    @property
+    def cluster(self) -> str:
+        """The cluster id the client holds to (the ``cluster`` option, or
+        the first a server named in ``HELLO``); "" until one did."""
+        return self._core.cluster
+
     def lock(
         self,
         name: str,
