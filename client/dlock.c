@@ -505,6 +505,7 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 			 o->owner_key);
 	if (o->cluster)
 		snprintf(c->cluster, sizeof(c->cluster), "%s", o->cluster);
+	c->opt.cluster = o->cluster ? c->cluster : NULL;
 	c->default_ttl = DL_DEFAULT_TTL_MS;
 	c->backoff = DL__BACKOFF_MIN_MS;
 	dl_linebuf_init(&c->lb);

@@ -282,7 +282,11 @@ struct dlock_options {
 	 * names another id is disconnected before any request is sent to
 	 * it, and the next one is tried (DLOCK_ECLUSTER when none
 	 * matches). A server that names no id (before 0.3, or a standby
-	 * that has not read it yet) is not refused.
+	 * that has not read it yet) is not refused. Without this option,
+	 * the server the id was learnt from that names a new one (it
+	 * restarted memory-only, or on another keyspace) gives the client
+	 * its new id: there is no other table to fail over to, and the
+	 * leases it does not know are refused there (on_lost, REJECTED).
 	 */
 	const char *cluster;
 };

@@ -622,7 +622,11 @@ static const char *here(const struct dlock_client *c, char *buf, size_t len)
 /* HELLO names the server's cluster: the first id met is the client's
  * (unless options.cluster set it); a server that names another is of
  * another lock table, and is refused like a standby, before anything
- * else is sent to it (dl__hello_done). 1: refused. */
+ * else is sent to it (dl__hello_done). But the server the id was learnt
+ * from, naming a new one, restarted as another lock table (a memory-only
+ * daemon, a new keyspace): there is no other table to fail over to, and
+ * the leases it does not know are refused there (REFRESH: NOT_HOLDER);
+ * its new id is the client's. 1: refused. */
 static int cluster_reply(struct dlock_client *c, const struct dl__req *q,
 			 const struct dl_reply *r)
 {
@@ -639,6 +643,11 @@ static int cluster_reply(struct dlock_client *c, const struct dl__req *q,
 		memcpy(c->cluster, v.p, v.len);
 		c->cluster[v.len] = '\0';
 		snprintf(c->cluster_from, sizeof(c->cluster_from), "%s", at);
+	}
+	if (!c->opt.cluster && v.len == DL_CLUSTER_ID_LEN &&
+	    strcmp(at, c->cluster_from) == 0) {
+		memcpy(c->cluster, v.p, v.len);
+		c->cluster[v.len] = '\0';
 	}
 	if (v.len == strlen(c->cluster) &&
 	    memcmp(v.p, c->cluster, v.len) == 0) {

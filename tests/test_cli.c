@@ -1234,14 +1234,22 @@ Test(cli, status_prints_one_key_value_per_line)
 	struct h_client *c = h_connect(d.port);
 	uint64_t token;
 	struct result r;
-	char want[512];
+	char want[512], id[64];
 	char *ttl;
 
 	dlock(&r, "status", "st", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
-	cr_assert(STR_EQ(r.out,
-			 "name=st\nstate=free\ntoken=0\nttl_ms=0\ncount=0\n"
-			 "owner=-\nwaiters=0\nmode=-\nlimit=1\nholders=0\n"));
+	/* the daemon's cluster id last: 32 hex digits */
+	cr_assert(strncmp(r.out,
+			  "name=st\nstate=free\ntoken=0\nttl_ms=0\ncount=0\n"
+			  "owner=-\nwaiters=0\nmode=-\nlimit=1\nholders=0\n"
+			  "cluster=",
+			  95) == 0,
+		  "%s", r.out);
+	cr_assert(strlen(r.out) == 95 + 33 &&
+			  strspn(r.out + 95, "0123456789abcdef") == 32,
+		  "%s", r.out);
+	snprintf(id, sizeof(id), "%s", h_kv(h_call(c, "HELLO"), "cluster"));
 
 	h_call(c, "HELLO owner=bob");
 	token = h_lock(c, "st", "ttl=10s");
@@ -1256,8 +1264,8 @@ Test(cli, status_prints_one_key_value_per_line)
 	snprintf(want, sizeof(want),
 		 "name=st\nstate=held\ntoken=%" PRIu64 "\nttl_ms=X\ncount=2\n"
 		 "owner=bob\nwaiters=0\nmode=exclusive\nlimit=1\nholders=1\n"
-		 "holder owner=bob token=%" PRIu64 " ttl_ms=",
-		 token, token);
+		 "cluster=%s\nholder owner=bob token=%" PRIu64 " ttl_ms=",
+		 token, id, token);
 	cr_assert(strncmp(r.out, want, strlen(want)) == 0, "%s", r.out);
 	cr_assert(has(r.out, " count=2 mode=exclusive\n"), "%s", r.out);
 	h_close(c);
@@ -1643,7 +1651,8 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 			     "\"limit\": 1, \"holders\": 1, \"holders_list\": "
 			     "[{\"owner\": \"alice\", \"token\": "),
 		  "%s", r.out);
-	cr_assert(has(r.out, ", \"mode\": \"exclusive\"}], \"queue\": []}\n"),
+	cr_assert(has(r.out, ", \"mode\": \"exclusive\"}], \"queue\": [], "
+			     "\"cluster\": \""),
 		  "%s", r.out);
 	/* tokens are strings: jq 1.6 keeps numbers as doubles, and read
 	 * 1795629885420000014 as ...000000 (found by a new user: dlock

@@ -1535,6 +1535,43 @@ Test(persist, a_restart_on_a_redis_that_forgot_closes_grants_for_max_ttl)
 	stop_clean();
 }
 
+/* HELLO's cluster= (static buffer). */
+static const char *cluster_id(int port)
+{
+	static char id[64];
+	struct h_client *c = h_connect(port);
+
+	snprintf(id, sizeof(id), "%s", h_kv(h_call(c, "HELLO"), "cluster"));
+	h_close(c);
+	return id;
+}
+
+/* The cluster id is kept in dlockd.state: a restart on a Redis that forgot
+ * it (FLUSHALL while the daemon was down) writes the same id back, and a
+ * restart on a Redis that holds another id -- another cluster's keyspace
+ * -- is refused (exit 5) rather than adopted. */
+Test(persist, a_restart_keeps_its_cluster_id_and_refuses_another)
+{
+	char id[64];
+
+	h_redis_start(&r, "always");
+	use_state_dir();
+	h_daemon_start_redis(&d, &r, NULL);
+	snprintf(id, sizeof(id), "%s", cluster_id(d.port));
+	cr_assert_eq(strlen(id), 32, "cluster=%s", id);
+	h_sleep_ms(1200); /* dlockd.state is written within a second */
+	cr_assert_eq(h_daemon_stop(&d), 0);
+	h_redis_cli(&r, "FLUSHALL");
+	h_daemon_restart(&d);
+	cr_assert_str_eq(cluster_id(d.port), id);
+	cr_assert(h_redis_wait(&r, "GET dlock:cluster", id, 1, 5000));
+	cr_assert_eq(h_daemon_stop(&d), 0);
+	h_redis_cli(&r, "SET dlock:cluster 0123456789abcdef0123456789abcdef");
+	h_daemon_restart_nowait(&d);
+	cr_assert_eq(h_daemon_wait(&d, 5, 15000), 5, "dlockd served on it");
+	cr_assert(h_daemon_log_has(&d, "CLUSTER MISMATCH"));
+}
+
 /* Found from outside: a Redis tenant's SET dlock:token 18446744073709551610
  * (with a fence bump) and the next take-over went on from it: five grants
  * later ERR LIMIT for good, and fenced resources remember a token of

@@ -479,6 +479,11 @@ class Core:
         here = a.name or a.path or f"{a.host}:{a.port}"
         if not self.cluster and len(cid) == 32:
             self.cluster, self.cluster_from = cid, here
+        elif not self.o.cluster and len(cid) == 32 and here == self.cluster_from:
+            # the server the id came from restarted as another lock table
+            # (memory only, a new keyspace): nothing to fail over to, and
+            # leases it does not know are refused there (NOT_HOLDER)
+            self.cluster = cid
         if cid == self.cluster:
             self.cluster_refused = 0
             return False
