@@ -101,14 +101,15 @@ int dl__cluster_found(struct dl_store *st, const redisReply *r, char *why,
 	}
 	if (valid_id(r->str, r->len) && strcmp(r->str, known) == 0)
 		return 0;
-	snprintf(why, len,
-		 "CLUSTER MISMATCH: %s holds %.40s%s, but this daemon is of cluster %s: this Redis, db and prefix are another cluster's lock table (check redis and redis_prefix), or Redis went back and a daemon that did not know %s gave it a new id. Not serving as the active until resolved: DEL %s (the active writes %s back), or remove dlockd.state from state_dir and restart this daemon to join the other",
-		 st->cluster_key, r->str, r->len > 40 ? "..." : "",
-		 known[0] ? known : "-", known[0] ? known : "-",
-		 st->cluster_key, known[0] ? known : "-");
 	if (!known[0])
 		snprintf(why, len, "%s holds %.40s%s: not a cluster id",
 			 st->cluster_key, r->str, r->len > 40 ? "..." : "");
+	else
+		snprintf(
+			why, len,
+			"CLUSTER MISMATCH: %s holds %.40s%s, but this daemon is of cluster %s: this Redis, db and prefix are another cluster's lock table (check redis and redis_prefix), or Redis went back and a daemon that did not know %s gave it a new id. Not serving as the active until resolved: DEL %s (the active writes %s back), or remove dlockd.state from state_dir and restart this daemon to join the other",
+			st->cluster_key, r->str, r->len > 40 ? "..." : "",
+			known, known, st->cluster_key, known);
 	dl_error("redis: %s", why);
 	return DL_EBADARG;
 }
