@@ -127,11 +127,8 @@ static char *key_of(const char *prefix, const char *suffix)
  * dlockd.state on purpose (README). */
 static void seen_init(struct dl_store *st)
 {
-	char id[DL_SEEN_ID_MAX];
-
-	snprintf(id, sizeof(id), "db=%d prefix=%s", st->addr.db,
-		 st->cfg->redis_prefix);
-	dl_seen_init(&st->seen, st->cfg->state_dir, id);
+	dl_seen_init(&st->seen, st->cfg->state_dir, st->addr.db,
+		     st->cfg->redis_prefix);
 }
 
 struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
