@@ -1115,11 +1115,12 @@ static void lead_tick(struct dl_store *st)
 		/* Redis's persistence and eviction, again: a CONFIG SET while
 		 * the daemon runs (store_durable.c) */
 		static const char *const cfg_argv[] = {
-			"CONFIG", "GET", "appendonly", "maxmemory-policy"};
-		static const size_t cfg_lens[] = {6, 3, 10, 16};
+			"CONFIG", "GET", "appendonly", "maxmemory-policy",
+			"appendfsync"};
+		static const size_t cfg_lens[] = {6, 3, 10, 16, 11};
 
 		st->config_next_ms = dl_mono_ms() + DL_STORE_CONFIG_MS;
-		if (batch_send(st, BATCH_CONFIG, 0, 4, (const char **)cfg_argv,
+		if (batch_send(st, BATCH_CONFIG, 0, 5, (const char **)cfg_argv,
 			       cfg_lens))
 			link_fail(st, "cannot queue a command");
 	}

@@ -1271,6 +1271,40 @@ Test(persist, redis_without_aof_is_refused_unless_allowed)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+/* Found from outside: after CONFIG SET appendfsync no on a running Redis,
+ * HELLO went on saying durability=always. The change is seen within about
+ * a second (it is read with appendonly and maxmemory-policy), logged, and
+ * said by HELLO and STATS; setting it back is seen too. */
+Test(persist, an_appendfsync_changed_while_running_is_seen_and_said)
+{
+	struct h_client *c;
+	uint64_t t0;
+	char *l = NULL;
+
+	start("always", NULL);
+	c = h_hello(d.port, "alice");
+	h_redis_cli(&r, "CONFIG SET appendfsync no");
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 5000; h_sleep_ms(100)) {
+		l = h_call(c, "HELLO");
+		if (strcmp(h_kv(l, "durability"), "os") == 0)
+			break;
+	}
+	cr_assert_str_eq(h_kv(l, "durability"), "os", "in \"%s\"", l);
+	cr_assert_eq(h_stats_value(c, "redis_fsync_always"), 0);
+	cr_assert(h_daemon_log_has(&d, "appendfsync no"));
+	h_lock(c, "x", "ttl=10s"); /* served, as at a start on it */
+	h_redis_cli(&r, "CONFIG SET appendfsync always");
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 5000; h_sleep_ms(100)) {
+		l = h_call(c, "HELLO");
+		if (strcmp(h_kv(l, "durability"), "always") == 0)
+			break;
+	}
+	cr_assert_str_eq(h_kv(l, "durability"), "always", "in \"%s\"", l);
+	cr_assert_eq(h_stats_value(c, "redis_fsync_always"), 1);
+	h_close(c);
+	stop_clean();
+}
+
 /* A Redis that may evict keys (maxmemory-policy other than noeviction)
  * drops leases like one without AOF: refused at start (exit 5, with the
  * fix in the message) unless allow_evicting_redis. */
