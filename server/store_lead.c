@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * store_lead.c -- the leadership: which dlockd on a Redis is the active
- * one, the writer (DESIGN.md section 10).
+ * one, the writer (docs/design.md, "Leadership and fencing").
  *
  * Two keys, under the prefix P:
  *

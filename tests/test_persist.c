@@ -366,9 +366,9 @@ static uint64_t queue_then_crash(uint64_t *restart_ms)
 	return tok;
 }
 
-/* DESIGN.md section 5: a restored lease lasts its TTL from the restart,
- * whatever time passed while the daemon was down; the restored queue keeps
- * its order. */
+/* docs/design.md, "Restore": a restored lease lasts its TTL from the
+ * restart, whatever time passed while the daemon was down; the restored
+ * queue keeps its order. */
 Test(persist, restored_lease_lasts_its_ttl_from_the_restart_then_queue_moves)
 {
 	struct h_client *m, *w1, *w2;
