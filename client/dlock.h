@@ -32,11 +32,15 @@
  * turns false. The handle stays allocated until dlock_unlock().
  *
  * Reconnects. If the connection drops, the background thread reconnects
- * with backoff (options.reconnect), says HELLO with the same owner id and
- * AUTH, refreshes the leases still within their local deadline, and sends
- * again the LOCKs still waiting (a daemon that restarted gives a waiter
- * back its place in the queue). Calls made while disconnected wait for the
- * reconnect up to their timeout.
+ * with backoff (options.reconnect), says AUTH and HELLO with the same
+ * owner id and key and, once HELLO is answered, refreshes the leases
+ * still within their local deadline and sends again the LOCKs still
+ * waiting (a daemon that restarted gives a waiter back its place in the
+ * queue). Calls made while disconnected wait for the reconnect up to their
+ * timeout. A server that forgot the owner (it held nothing through a
+ * restart or take-over) may have given its id to another client since:
+ * HELLO is then refused, and the client tries again after the reconnect
+ * pause, sending nothing on that connection, until the id is free.
  *
  * Leases of other processes. dlock_unlock_token() and dlock_refresh_token()
  * act on a lease of the client's owner id by (name, token), without a
@@ -252,8 +256,9 @@ struct dlock_options {
 	 * that locks in one command and unlocks in another). Given: the owner
 	 * is proven with it (16 to 64 letters, digits, - or _: choose a long
 	 * random one). A client whose owner id is bound to another secret --
-	 * another client uses that id -- fails to connect with DLOCK_EDENIED:
-	 * two clients that do not share the secret never act as one owner.
+	 * another client uses that id -- fails to connect with DLOCK_EDENIED
+	 * (and, on a reconnect, waits for the id: see Reconnects): two
+	 * clients that do not share the secret never act as one owner.
 	 */
 	const char *owner_key;
 	/*

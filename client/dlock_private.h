@@ -191,6 +191,8 @@ enum dl__state {
 	DL__DOWN,	/* not connected; next attempt at reconnect_at */
 	DL__CONNECTING, /* a non-blocking connect is in progress */
 	DL__HANDSHAKE,	/* connected; the TLS handshake is in progress */
+	DL__GREETING,	/* a reconnect: AUTH and HELLO sent, the rest waits
+			   (unsent) until HELLO is answered OK */
 	DL__UP,		/* connected: requests are written at once */
 	DL__DEAD,	/* closed for good (reconnect off, or closing) */
 };
@@ -242,6 +244,7 @@ struct dlock_client {
 	int initial; /* dlock_connect's own handshake is running */
 	int closing; /* dlock_close has begun */
 	int wfail;   /* a write failed: the thread must disconnect */
+	int refused; /* a reconnect's HELLO was refused: pause first */
 	int64_t reconnect_at, connect_deadline, backoff;
 	struct dl_linebuf lb;
 	char *out; /* bytes written but not yet taken by the kernel */
@@ -342,6 +345,9 @@ void dl__why(struct dlock_client *c, int i, const char *fmt, ...)
  * each prefixed by its entry). */
 void dl__why_report(const struct dlock_client *c);
 void *dl__thread_main(void *arg);
+/* A reconnect's HELLO was answered OK (state DL__GREETING): the connection
+ * is UP, and what waited for it is sent (dlock_io.c). */
+void dl__io_hello_ok(struct dlock_client *c);
 
 /* ---- dlock_reply.c ------------------------------------------------------- */
 

@@ -632,6 +632,19 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 	if (!c->fifo)
 		c->fifo_tail = NULL;
 	q->next = NULL;
+	if (q->op == DL__HELLO && c->state == DL__GREETING) {
+		/* a reconnect's: nothing else was sent behind it (dlock_io.c) */
+		if (r.kind != DL_REPLY_OK) {
+			/* NO DENIED <owner> need=key: the owner's id is
+			 * another client's here; drop, try again later */
+			dl__req_finish(c, q, dl__reply_error(q, &r));
+			c->refused = 1;
+			return -1;
+		}
+		reply(c, q, &r);
+		dl__io_hello_ok(c);
+		return 0;
+	}
 	reply(c, q, &r);
 	return 0;
 }

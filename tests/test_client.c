@@ -1452,6 +1452,56 @@ Test(client, memory_only_restart_loses_the_lease, .init = start_none,
 	dlock_close(c);
 }
 
+/* An owner nobody holds anything for is forgotten by a restart, and the
+ * first to say its id then takes it: here another client that says it
+ * without the key (as two hosts given one DLOCK_OWNER would), before this
+ * client is back. This client's HELLO is refused (NO DENIED twin
+ * need=key); it must not go on as the connection's own anonymous owner,
+ * whose locks it could neither re-enter nor refresh after the next
+ * reconnect (found by the fault campaign: a lease taken that way, lost
+ * to NOT_HOLDER at a take-over). It waits for its id instead, as a
+ * client whose server is down does. */
+Test(client, a_reconnect_refused_its_owner_grants_nothing_to_another,
+     .init = start_none, .fini = stop_all)
+{
+	struct dlock_options o;
+	struct dlock_status st;
+	struct h_client *copy;
+	dlock_client *c, *other;
+	dlock_lease *l = NULL;
+	char *line;
+	int rc, i;
+
+	opts(&o);
+	o.owner = "twin";
+	o.request_timeout_ms = 1500;
+	c = connect_with(&o);
+	cr_assert(eq(int, h_daemon_stop(&d), 0));
+	/* the client's pauses between attempts grow to their longest */
+	h_sleep_ms(1700);
+	h_daemon_restart(&d);
+	copy = h_connect(d.port);
+	line = h_call(copy, "HELLO owner=twin");
+	cr_assert(h_starts(line, "OK HELLO"), "the other one's HELLO: %s",
+		  line);
+	rc = dlock_lock(c, "k", 5000, 0, &l);
+	cr_assert(ne(int, rc, 0), "granted to someone else than twin");
+	other = client();
+	cr_assert(eq(int, dlock_status(other, "k", &st), 0));
+	cr_assert(eq(int, st.held, 0), "k is held by %s", st.owner);
+	/* the id is free again once the other one has gone */
+	h_close(copy);
+	for (i = 0; i < 10 && (rc = dlock_lock(c, "k", 5000, 0, &l)) != 0;
+	     i++)
+		;
+	cr_assert(eq(int, rc, 0), "dlock_lock: %s", dlock_strerror(rc));
+	cr_assert(eq(int, dlock_status(other, "k", &st), 0));
+	assert_str(st.owner, "twin");
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	dlock_close(other);
+	dlock_close(c);
+}
+
 Test(client, waiter_keeps_its_place_over_a_restart, .init = start_redis,
      .fini = stop_all)
 {
