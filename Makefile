@@ -63,7 +63,7 @@ ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ---------------------------------------------------------------
 
-PROTO_SRC  := proto/proto.c
+PROTO_SRC  := proto/proto.c proto/desc.c
 SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/conn.c server/cmd.c server/server.c server/store.c \
               server/notify.c server/record.c server/store_load.c \
