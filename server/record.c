@@ -76,7 +76,7 @@ int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
 {
 	const struct dl_lease *l;
 	const struct dl_waiter *w;
-	struct dl_str o;
+	struct dl_str o, t;
 	int v2 = !plain(lk);
 
 	b->len = 0;
@@ -105,9 +105,10 @@ int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
 		o = dl_owner_id(l->owner);
 		add_str(b, o.p, o.len);
 		add_proof(b, l->owner);
-		if (l->has_tag) {
+		t = dl_lease_tag(l);
+		if (t.len) {
 			add_str(b, " id=", 4);
-			add_str(b, l->tag, strlen(l->tag));
+			add_str(b, t.p, t.len);
 		}
 	}
 	for (w = lk->qhead; w; w = w->qnext) {

@@ -399,7 +399,7 @@ static int load_item(const struct dl_record_item *it, void *arg)
 					     (uint32_t)it->count,
 					     (uint32_t)it->ttl_ms,
 					     restored_deadline(x, it), it->tag,
-					     it->shared, it->limit);
+					     it->shared, it->limit, NULL, 0);
 		x->leases += r == 0;
 		return r ? r : bind_proof(t, it);
 	}

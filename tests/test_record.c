@@ -285,12 +285,14 @@ Test(record, owners_keep_their_user_and_plain_owners_still_read)
 	cr_assert(strcmp(x.owners[0], "worker-1") == 0);
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(t, S("old"), x.it[0].owner, 7, 1,
-					      30, 99, DL_STR_NULL, 0, 1),
+					      30, 99, DL_STR_NULL, 0, 1,
+					      NULL, 0),
 		     0));
 	cr_assert(
 		eq(int,
 		   dl_locktab_restore_lease(t, S("new"), S("payments=worker-1"),
-					    8, 1, 30, 99, DL_STR_NULL, 0, 1),
+					    8, 1, 30, 99, DL_STR_NULL, 0, 1,
+					    NULL, 0),
 		   0));
 	free(buf.p);
 	dl_session_close(t, &a);
