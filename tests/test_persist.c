@@ -1908,3 +1908,55 @@ Test(persist, a_version_1_record_is_kept_and_rewritten_as_version_2)
 	h_close(s);
 	stop_clean();
 }
+
+/* ---- who holds it ----------------------------------------------------------
+ */
+
+/* A holder's description and its hold time are state: after kill -9 the
+ * restored lease still says who holds it (host, pid, command), and for
+ * how long (counted from its grant, not from the restart). The lock with
+ * a described holder is written as record version 3; one of a client
+ * that describes nothing stays version 1, which a daemon of 0.3 reads. */
+Test(persist, a_holders_description_and_hold_time_survive_kill9)
+{
+	struct h_client *a, *old, *c;
+	uint64_t t0;
+	char *l;
+
+	start("always", NULL);
+	t0 = h_now_ms();
+	a = h_hello_desc(d.port, "deploy-7",
+			 "host=web3 pid=4242 cmd=make%20deploy");
+	h_lock(a, "x", "ttl=30s");
+	old = h_hello(d.port, "old");
+	h_lock(old, "y", "ttl=30s");
+	cr_assert(h_starts(h_rec_get(&r, "x"), "dlock3 limit=1\nH "),
+		  "record: \"%s\"", h_rec_get(&r, "x"));
+	cr_assert(strstr(h_rec_get(&r, "x"),
+			 " host=web3 pid=4242 cmd=make%20deploy") != NULL,
+		  "record: \"%s\"", h_rec_get(&r, "x"));
+	cr_assert(h_starts(h_rec_get(&r, "y"), "dlock1\nH "), "record: \"%s\"",
+		  h_rec_get(&r, "y"));
+	h_sleep_ms(600);
+	h_daemon_kill9(&d);
+	h_close(a);
+	h_close(old);
+	h_daemon_restart(&d);
+
+	c = h_hello(d.port, "c");
+	l = h_call(c, "STATUS x");
+	cr_assert_str_eq(h_kv(l, "owner"), "deploy-7", "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "host"), "web3", "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "pid"), 4242, "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "cmd"), "make%20deploy", "in \"%s\"", l);
+	cr_assert(h_kv_u64(l, "held_ms") >= 550 &&
+			  h_kv_u64(l, "held_ms") <= h_now_ms() - t0 + 50,
+		  "held since the grant, not the restart: \"%s\"", l);
+	l = h_call(c, "TRYLOCK x");
+	cr_assert(h_starts(l, "NO BUSY x "), "%s", l);
+	cr_assert_str_eq(h_kv(l, "cmd"), "make%20deploy", "in \"%s\"", l);
+	l = h_call(c, "STATUS y");
+	cr_assert(!h_has_kv(l, "host") && h_has_kv(l, "held_ms"), "%s", l);
+	h_close(c);
+	stop_clean();
+}
