@@ -284,6 +284,8 @@ static void connected(struct dlock_client *c, int64_t now)
 	if (c->password)
 		dl__internal(c, DL__AUTH, NULL, 0, 0);
 	dl__internal(c, DL__HELLO, NULL, 0, 0);
+	if (dl__describing(c))
+		dl__internal(c, DL__DESCRIBE, NULL, 0, 0);
 	for (l = c->leases; l; l = l->next) {
 		if (l->dead || l->unlocking || l->nhandles == 0 ||
 		    atomic_load(&l->deadline) <= now)
@@ -403,7 +405,8 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 	if (c->standby) {
 		/* A standby executes nothing: whatever it was, send it
 		 * again to the active. */
-		if (q->op == DL__AUTH || q->op == DL__HELLO) {
+		if (q->op == DL__AUTH || q->op == DL__HELLO ||
+		    q->op == DL__DESCRIBE) {
 			dl__req_finish(c, q, DLOCK_ECLOSED);
 			return 0;
 		}
@@ -417,7 +420,7 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 		dl__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
-	if (q->op == DL__AUTH || q->op == DL__HELLO) {
+	if (q->op == DL__AUTH || q->op == DL__HELLO || q->op == DL__DESCRIBE) {
 		dl__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
