@@ -814,6 +814,7 @@ void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
 	o->tls_cert = cl->tls_cert;
 	o->tls_key = cl->tls_key;
 	o->tls_server_name = cl->tls_server_name;
+	o->desc_cmd = dl_cli_desc_cmd(cl); /* never its options */
 	o->reconnect = 0;
 	o->renew = 0;
 	/* run's --timeout is the command's time limit (dlock_run.c) */
@@ -886,8 +887,7 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 	if (rc == 0)
 		return 0;
 	if (rc == DLOCK_EBUSY) {
-		dl_cli_msg("%s is held by another owner%s", name,
-			   cl->limit > 1 ? " (no permit free)" : "");
+		dl_cli_busy_msg(name, cl->limit > 1);
 		return EXIT_TEMPFAIL;
 	}
 	if (rc == DLOCK_EMISMATCH) {
