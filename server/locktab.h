@@ -133,7 +133,10 @@ struct dl_str dl_owner_key_id(struct dl_str key);
  * holder's description, a pointer to a shared value; its tag), a queue
  * without a tail pointer (its qprev links are circular) and bit-fields:
  * each of them is what keeps a struct in the smaller chunk (make bench
- * measures bytes per lease; its clients describe nothing).
+ * measures bytes per lease; its clients describe nothing). A described
+ * lease asks 80 bytes, a 96-byte chunk (glibc's malloc_usable_size says
+ * 88), and shares its description with the other leases of its
+ * connection.
  */
 struct dl_lease {
 	struct dl_wheel_entry timer; /* fires at the deadline */
