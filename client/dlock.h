@@ -466,10 +466,10 @@ int dlock_holders(dlock_client *c, const char *name,
  * the server's NO BUSY names the first holder, and this fills *h with it
  * -- owner, user, held_ms, and its description -- and ttl_ms with the ms
  * until the first holder in the way is due to leave. The strings live in
- * the thread's storage until it calls dlock_busy_holder() again. 0, or DLOCK_EINVAL
- * when that reply named nobody: there was none, the server is older
- * (dlockd 0.3), the user may not read the lock, or no lease holds it
- * (grants closed: PROTOCOL.md, Redis that forgets).
+ * the thread's storage until it calls dlock_busy_holder() again. 0, or
+ * DLOCK_EINVAL when that reply named nobody: there was none, the server
+ * is older (dlockd 0.3), the user may not read the lock, or no lease
+ * holds it (grants closed: PROTOCOL.md, Redis that forgets).
  */
 int dlock_busy_holder(struct dlock_holder *h);
 

@@ -748,7 +748,7 @@ int dl_cli_list(struct cli *cl)
 	return 0;
 }
 
-/* ---- who holds it --------------------------------------------------------- */
+/* ---- who holds it -------------------------------------------------------- */
 
 /* Its command, never its options (--password, --owner <id>=<key> may be
  * among them): `dlock lock x`, or for run the command it runs, which is
@@ -816,8 +816,9 @@ void dl_cli_busy_msg(const char *name, int no_permit)
 	else if (h.cmd[0])
 		snprintf(what, sizeof(what), " (%s)", h.cmd);
 	dl_cli_msg("%s is held by %s%s%s%s%s%s%s%s%s", name, h.owner,
-		   h.user[0] ? " of user " : "", h.user, h.host[0] ? " on " : "",
-		   h.host, what, h.held_ms >= 0 ? " for " : "",
+		   h.user[0] ? " of user " : "", h.user,
+		   h.host[0] ? " on " : "", h.host, what,
+		   h.held_ms >= 0 ? " for " : "",
 		   h.held_ms >= 0 ? held_text(h.held_ms, held, sizeof(held))
 				  : "",
 		   np);

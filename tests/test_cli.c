@@ -1253,7 +1253,10 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 				"\"limit\": 1, \"holders\": 1, \"holders_list\": "
 				"[{\"owner\": \"alice\", \"token\": "),
 		  "%s", r.out);
-	cr_assert(has(r.out, ", \"mode\": \"exclusive\"}], \"queue\": []}\n"),
+	cr_assert(has(r.out, ", \"mode\": \"exclusive\", \"held_ms\": "),
+		  "%s", r.out);
+	cr_assert(has(r.out, ", \"cmd\": \"dlock lock ls/1\"}], "
+				"\"queue\": []}\n"),
 		  "%s", r.out);
 	/* tokens are strings: jq 1.6 keeps numbers as doubles, and read
 	 * 1795629885420000014 as ...000000 (found by a new user: dlock
