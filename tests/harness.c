@@ -568,7 +568,7 @@ int h_daemon_stop(struct h_daemon *d)
 	if (d->pid <= 0)
 		return 0;
 	kill(d->pid, SIGTERM);
-	return h_daemon_wait(d, 20000);
+	return h_daemon_wait(d, 0, 20000);
 }
 
 void h_daemon_kill9(struct h_daemon *d)
@@ -601,7 +601,7 @@ void h_daemon_signal(struct h_daemon *d, int sig)
 	kill(d->pid, sig);
 }
 
-int h_daemon_wait(struct h_daemon *d, int timeout_ms)
+int h_daemon_wait(struct h_daemon *d, int expect, int timeout_ms)
 {
 	int st;
 
@@ -613,7 +613,7 @@ int h_daemon_wait(struct h_daemon *d, int timeout_ms)
 		wait_exit(d->pid, 10000);
 	}
 	d->pid = 0;
-	if (st != 0)
+	if (st != expect)
 		print_file(d->log);
 	return st;
 }

@@ -117,9 +117,11 @@ void h_daemon_kill9(struct h_daemon *d);
 int h_daemon_alive(struct h_daemon *d);
 void h_daemon_signal(struct h_daemon *d, int sig);
 /* Wait up to timeout_ms for the daemon to exit by itself (after a signal
- * the test sent); returns its exit status (the log is printed when it is
- * not 0), or -1 on timeout, after which it is killed. */
-int h_daemon_wait(struct h_daemon *d, int timeout_ms);
+ * the test sent, or a refusal it provoked); returns its exit status, or
+ * -1 on timeout, after which it is killed. The log is printed when the
+ * status is not `expect`: a passing test's expected refusal stays out of
+ * make check's output. */
+int h_daemon_wait(struct h_daemon *d, int expect, int timeout_ms);
 void h_daemon_cleanup(struct h_daemon *d);
 /* Write text to d->conf (the test passes "-c", d->conf itself). */
 void h_daemon_write_conf(struct h_daemon *d, const char *text);

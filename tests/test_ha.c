@@ -150,7 +150,7 @@ Test(ha, second_daemon_without_cluster_refuses_to_start)
 
 	h_daemon_start_nowait(&b, "--persist", "redis", "--redis", r.url,
 			      NULL);
-	cr_assert_eq(h_daemon_wait(&b, 15000), 6,
+	cr_assert_eq(h_daemon_wait(&b, 6, 15000), 6,
 		     "the second daemon must exit 6");
 	cr_assert(h_daemon_log_has(&b, "another dlockd is active"));
 	snprintf(needle, sizeof(needle), "at %s", addr_of(&a));

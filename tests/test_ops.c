@@ -484,7 +484,7 @@ Test(ops, sigterm_during_the_start_up_wait_exits_0, .fini = stop,
 		h_sleep_ms(50);
 	cr_assert(h_daemon_log_has(&d, "redis not ready"), "no wait logged");
 	kill(d.pid, SIGTERM);
-	cr_assert_eq(h_daemon_wait(&d, 5000), 0);
+	cr_assert_eq(h_daemon_wait(&d, 0, 5000), 0);
 	cr_assert(h_daemon_log_has(&d, "Terminated during start-up: exiting"));
 }
 

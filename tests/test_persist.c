@@ -975,7 +975,7 @@ Test(persist, clean_stop_writes_releases_still_waiting_for_a_batch)
 		h_expect(a, name);
 	}
 	h_daemon_signal(&d, SIGTERM);
-	cr_assert_eq(h_daemon_wait(&d, 10000), 0);
+	cr_assert_eq(h_daemon_wait(&d, 0, 10000), 0);
 	h_close(a);
 	h_daemon_restart(&d);
 	c = h_hello(d.port, "c");
@@ -1110,7 +1110,7 @@ Test(persist, shutdown_never_sends_an_unacknowledged_grant)
 	while ((l = h_read(a, 5000)) != NULL)
 		cr_assert(!h_starts(l, "OK GRANTED held"),
 			  "unacknowledged grant sent at shutdown: \"%s\"", l);
-	cr_assert_eq(h_daemon_wait(&d, 10000), 0);
+	cr_assert_eq(h_daemon_wait(&d, 0, 10000), 0);
 	kill(r.pid, SIGCONT);
 	h_close(a);
 }
@@ -1255,7 +1255,7 @@ Test(persist, redis_without_aof_is_refused_unless_allowed)
 	h_redis_start(&r, "always");
 	h_redis_cli(&r, "CONFIG SET appendonly no");
 	h_daemon_start_nowait(&d, "--persist", "redis", "--redis", r.url, NULL);
-	cr_assert_eq(h_daemon_wait(&d, 15000), 5, "dlockd served on it");
+	cr_assert_eq(h_daemon_wait(&d, 5, 15000), 5, "dlockd served on it");
 	cr_assert(h_daemon_log_has(&d, "no AOF (appendonly no)"));
 	cr_assert(h_daemon_log_has(&d, "Refusing to serve: set appendonly yes"));
 
@@ -1281,7 +1281,7 @@ Test(persist, redis_that_may_evict_keys_is_refused_unless_allowed)
 	h_redis_start(&r, "always");
 	h_redis_cli(&r, "CONFIG SET maxmemory-policy allkeys-lru");
 	h_daemon_start_nowait(&d, "--persist", "redis", "--redis", r.url, NULL);
-	cr_assert_eq(h_daemon_wait(&d, 15000), 5, "dlockd served on it");
+	cr_assert_eq(h_daemon_wait(&d, 5, 15000), 5, "dlockd served on it");
 	cr_assert(h_daemon_log_has(&d, "maxmemory-policy allkeys-lru may evict"));
 	cr_assert(h_daemon_log_has(&d, "set maxmemory-policy noeviction"));
 
@@ -1556,7 +1556,7 @@ Test(persist, a_token_mark_or_epoch_no_daemon_wrote_is_refused_unless_accepted)
 	h_redis_cli(&r, "SET dlock:token 18446744073709551610");
 	h_daemon_start_nowait(&d, "-c", d.conf, "--persist", "redis", "--redis",
 			      r.url, NULL);
-	cr_assert_eq(h_daemon_wait(&d, 15000), 5, "dlockd served on it");
+	cr_assert_eq(h_daemon_wait(&d, 5, 15000), 5, "dlockd served on it");
 	cr_assert(h_daemon_log_has(&d, "more than a day ahead of this machine"));
 	cr_assert(h_daemon_log_has(&d, "accept_token_jump"));
 
@@ -1564,7 +1564,7 @@ Test(persist, a_token_mark_or_epoch_no_daemon_wrote_is_refused_unless_accepted)
 	h_redis_cli(&r, "SET dlock:fence 5000000/2");
 	h_daemon_start_nowait(&d, "-c", d.conf, "--persist", "redis", "--redis",
 			      r.url, NULL);
-	cr_assert_eq(h_daemon_wait(&d, 15000), 5, "dlockd served on it");
+	cr_assert_eq(h_daemon_wait(&d, 5, 15000), 5, "dlockd served on it");
 	cr_assert(h_daemon_log_has(&d, "jumped far above"));
 
 	h_redis_cli(&r, "SET dlock:fence 3/2");

@@ -1247,7 +1247,7 @@ Test(server, sigterm_tells_every_client_bye_and_exits_0)
 	cr_assert(h_wait_closed(a, 5000));
 	cr_assert(h_wait_closed(b, 5000));
 	cr_assert(h_wait_closed(c, 5000));
-	cr_assert_eq(h_daemon_wait(&own, 10000), 0,
+	cr_assert_eq(h_daemon_wait(&own, 0, 10000), 0,
 		     "dlockd did not exit 0 on SIGTERM");
 	cr_assert_null(h_try_connect(own.port), "still accepting");
 	h_close(a);

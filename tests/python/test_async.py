@@ -133,3 +133,18 @@ async def test_async_lease_survives_kill9_and_restart(rdaemon):
         assert lease.valid
         assert (await c.status("k")).token == lease.token
         await lease.release()
+
+
+async def test_async_a_hung_first_server_leaves_time_for_the_next(daemon):
+    import socket
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)
+    try:
+        servers = f"127.0.0.1:{hung.getsockname()[1]},{daemon.addr}"
+        c = await dlockd.AsyncClient(servers, connect_timeout=3.0).connect()
+        await c.ping()
+        await c.close()
+    finally:
+        hung.close()

@@ -600,3 +600,20 @@ def test_a_busy_try_names_the_holder(daemon):
             assert (h.host, h.pid, h.cmd) == ("web3", 4242, "make deploy")
             assert h.held_for is not None and h.held_for >= 0.05
             assert 0 < h.ttl <= 30
+
+
+def test_a_hung_first_server_leaves_time_for_the_next(daemon):
+    """A listed server that accepts connections and never answers
+    (stopped, hung: here a socket nobody accepts on) gets its share of
+    connect_timeout, not all of it: the next server is asked in time."""
+    import socket
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(16)
+    try:
+        servers = f"127.0.0.1:{hung.getsockname()[1]},{daemon.addr}"
+        with dlockd.Client(servers, connect_timeout=3.0) as c:
+            c.ping()
+    finally:
+        hung.close()

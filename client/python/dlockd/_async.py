@@ -520,6 +520,8 @@ class AsyncClient:
         if core.state == DOWN and now >= core.reconnect_at and self._connect_task is None:
             self._connect_task = self._loop.create_task(self._connect(core.connecting()))
         nxt = core.tick(now)
+        if core.take_drop():
+            self._drop()
         self._flush()
         if core.state == DOWN:
             nxt = min(nxt, core.reconnect_at)

@@ -254,6 +254,7 @@ class Core:
         self.session_ok = False  # this connection's HELLO succeeded
         self.drop_wanted = False  # a reply asked to drop the connection
         self.desc_refused = False  # a server refused the description
+        self.hello_by = NEVER  # the first HELLO must be answered by then
 
     # ---- connections ---------------------------------------------------
 
@@ -277,6 +278,14 @@ class Core:
         self.state = UP
         self.session_ok = False
         self.drop_wanted = False
+        # A listed server that accepts and never answers (stopped, hung)
+        # gets its share of connect_timeout, not all of it: the next is
+        # asked in time.
+        self.hello_by = (
+            now + self.o.connect_timeout_ms / self.naddrs
+            if not self.ready and self.naddrs > 1
+            else NEVER
+        )
         self.lines.reset()
         self.out.clear()
         if self.o.password:
@@ -1026,6 +1035,13 @@ class Core:
         nxt = NEVER
         if self.forked:
             return nxt
+        if self.state == UP and not self.ready and not self.session_ok:
+            if now >= self.hello_by:
+                self.last_error = "no answer to HELLO in time"
+                self.hello_by = NEVER
+                self.drop_wanted = True
+            else:
+                nxt = min(nxt, self.hello_by)
         for ls in list(self.leases):
             if not ls.live():
                 continue

@@ -630,6 +630,8 @@ class Client:
         if core.state == CONNECTING and now >= self._connect_deadline:
             self._fail_attempt(now, f"{self._addr().name}: connect timed out")
         nxt = core.tick(now)
+        if core.take_drop():
+            self._drop()
         self._flush()
         if self._sock is not None and core.state == UP:
             want = selectors.EVENT_READ | (selectors.EVENT_WRITE if core.out else 0)
