@@ -601,11 +601,12 @@ static int fail_desc(const char **why, struct dl_request *req, int err,
 	} else {
 		why_str(&w, " malformed: ");
 		why_quote(&w, v.p, v.len);
+		/* short: a reply has at most DL_REPLY_ARGS_MAX words after
+		 * its second, or clients take it for a protocol error */
 		why_str(&w, ", 1 to ");
 		why_u64(&w, max);
-		why_str(&w, " bytes of printable ASCII without space; %XX "
-			    "(two hex digits) for a printable byte: %20 a "
-			    "space, %25 a '%'");
+		why_str(&w, " bytes of printable ASCII, no space; %XX (hex) is "
+			    "a printable byte: %20 a space");
 	}
 	return fail(why, req, err, req->why);
 }

@@ -200,10 +200,14 @@ Test(describe, a_bad_or_long_description_is_refused_and_changes_nothing)
 	l = h_call(a, "HELLO host=web3%%0Aevil");
 	cr_assert(h_starts(l, "ERR BAD_ARG host malformed: "), "%s", l);
 	cr_assert(strstr(l, "%20") != NULL, "the rule is said: %s", l);
+	/* as every reply, one a client can read (DL_REPLY_ARGS_MAX words) */
+	cr_assert_eq(dl_parse_reply(l, strlen(l), &rp), 0, "%s", l);
 	l = h_call(a, "HELLO cmd=rm%%0D%%0A");
 	cr_assert(h_starts(l, "ERR BAD_ARG cmd malformed: "), "%s", l);
+	cr_assert_eq(dl_parse_reply(l, strlen(l), &rp), 0, "%s", l);
 	l = h_call(a, "HELLO pid=0");
 	cr_assert(h_starts(l, "ERR BAD_ARG pid malformed: "), "%s", l);
+	cr_assert_eq(dl_parse_reply(l, strlen(l), &rp), 0, "%s", l);
 	memset(cmd, 'c', DL_DESC_CMD_MAX + 1);
 	cmd[DL_DESC_CMD_MAX + 1] = '\0';
 	l = h_call(a, "HELLO cmd=%s", cmd);
