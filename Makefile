@@ -210,14 +210,16 @@ unit: $(addprefix $(O)/tests/,$(UNIT_TESTS))
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; \
 	  $(O)/tests/$$t $(CRIT_ARGS); done
 
-# test_server runs twice: the same protocol behaviour is required with
-# persistence off and on.
+# test_server and test_describe run twice: the same protocol behaviour is
+# required with persistence off and on.
 INTEG_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DLOCK_EXAMPLES=$(O)/examples
 integ: all $(addprefix $(O)/tests/,$(INTEG_TESTS))
 	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
 	  $(INTEG_ENV) $(O)/tests/$$t --jobs 1; done; \
 	echo "== test_server (persist=redis)"; \
-	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_server --jobs 1
+	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_server --jobs 1; \
+	echo "== test_describe (persist=redis)"; \
+	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_describe --jobs 1
 
 scripts: $(O)/dlockd
 	@set -e; for s in tests/scripts/*.sh; do echo "== $$s"; \

@@ -32,6 +32,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/harness.h"
@@ -1702,6 +1703,42 @@ Test(cli, a_busy_lock_names_its_holder_and_for_how_long)
 	dlock(&r, "trylock", "y", NULL);
 	cr_assert(has(r.err, "dlock: y is held by old for "), "%s", r.err);
 	h_close(c);
+}
+
+/* Minutes and seconds, as a person reads them: a holder restored from
+ * its record (a daemon restarted with Redis) granted 3 min 12.5 s ago. */
+Test(cli, a_hold_of_minutes_says_minutes_and_seconds)
+{
+	static struct h_redis redis;
+	struct timespec now;
+	char rec[256], port[16];
+	struct result r;
+	uint64_t since;
+
+	h_redis_start(&redis, "always");
+	clock_gettime(CLOCK_REALTIME, &now);
+	since = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000 -
+		192500;
+	/* printf(1) reads it: %% for a % */
+	snprintf(rec, sizeof(rec),
+		 "dlock3 limit=1\\nH 9 0 1 30000 x deploy-7 since=%" PRIu64
+		 " host=web3 pid=4242 cmd=make%%%%20deploy",
+		 since);
+	h_rec_plant(&redis, "x", rec);
+	h_daemon_write_conf(&own, "");
+	h_daemon_start(&own, "-c", own.conf, "--persist", "redis", "--redis",
+		       redis.url, NULL);
+	snprintf(port, sizeof(port), "%d", own.port);
+	setenv("DLOCK_PORT", port, 1);
+	dlock(&r, "lock", "x", "--wait", "0", NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(has(r.err, "dlock: x is held by deploy-7 on web3 (pid 4242, "
+			     "make deploy) for 3m12s\n") ||
+			  has(r.err, "dlock: x is held by deploy-7 on web3 "
+				     "(pid 4242, make deploy) for 3m13s\n"),
+		  "%s", r.err);
+	cr_assert(eq(int, h_daemon_stop(&own), 0));
+	h_redis_stop(&redis);
 }
 
 /* Poll STATUS until `name` is held (asserts it is within max_ms). */
