@@ -241,13 +241,17 @@ names=(a b)
 # can read it.
 users=()
 dbin=$DLOCKD
+# the host's table of this run: campaigns side by side must not delete
+# each other's (one name for all did: a finished run's cleanup left the
+# other's partition_active faults without their rule)
+fht=dlfh$$
 if [ -n "$ns" ] && [ "$CLUSTER" = 1 ]; then
 	users=(daemon nobody)
 	groups=(daemon nogroup)
 	chmod 755 "$OUT"
 	cp "$DLOCKD" "$OUT/dlockd.bin" && dbin=$OUT/dlockd.bin
-	nft add table inet dlfh 2>>"$OUT/setup.log" &&
-		nft add chain inet dlfh out \
+	nft add table inet "$fht" 2>>"$OUT/setup.log" &&
+		nft add chain inet "$fht" out \
 			'{ type filter hook output priority 0; }' 2>>"$OUT/setup.log"
 fi
 as_user() {         # node: the command prefix that runs as its user
@@ -404,7 +408,7 @@ cleanup() {
 	for p in $dlockd_pid; do kill -9 "$p" 2>/dev/null; done
 	for p in $redis_pid ${hpid[*]:-} ${spid[*]:-}; do kill -9 "$p" 2>/dev/null; done
 	wait 2>/dev/null
-	[ ${#users[@]} = 2 ] && nft delete table inet dlfh 2>/dev/null
+	[ ${#users[@]} = 2 ] && nft delete table inet "$fht" 2>/dev/null
 	if [ -n "$ns" ]; then
 		ip link del "$veth" 2>/dev/null
 		ip netns del "$ns" 2>/dev/null
@@ -527,10 +531,10 @@ f_partition_active() {
 	rnd 2000; ms=$((1000 + R)); pick_active
 	[ ${#users[@]} = 2 ] || return
 	t0=$(now_ms)
-	nft add rule inet dlfh out meta skuid "${users[$target]}" ip daddr "$rip" drop
+	nft add rule inet "$fht" out meta skuid "${users[$target]}" ip daddr "$rip" drop
 	took=$(wait_takeover $ms)
 	pause_ms $((ms - ($(now_ms) - t0)))
-	nft flush chain inet dlfh out
+	nft flush chain inet "$fht" out
 	note partition_active "node $target ${ms}ms took over ${took:--}"
 	[ -n "$took" ] && recovered partition_active "$took"
 	wait_store > /dev/null
