@@ -68,7 +68,8 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/conn.c server/cmd.c server/server.c server/store.c \
               server/notify.c server/record.c server/store_load.c \
               server/stats.c server/metrics.c server/buf.c \
-              server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
+              server/htab.c server/locktab_ops.c server/locktab_cycle.c \
+              server/store_batch.c server/store_lead.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
               server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c
@@ -85,7 +86,7 @@ SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(O)/%.o)
 # The lock table and what it is made of, for the unit tests.
 LOCKTAB_OBJ := $(O)/server/locktab.o $(O)/server/locktab_ops.o \
-               $(O)/server/locktab_verify.o $(O)/server/htab.o \
+               $(O)/server/locktab_cycle.o $(O)/server/locktab_verify.o $(O)/server/htab.o \
                $(O)/server/wheel.o
 # libdlock.so is built from position-independent copies of its objects.
 LIB_PIC_OBJ := $(patsubst %.c,$(O)/pic/%.o,$(CLIENT_SRC) $(PROTO_SRC))
