@@ -71,6 +71,12 @@
  * header gives the full counts; more=<n> says how many were left out). */
 #define DL_HOLDERS_LIST_MAX 1000
 
+/* NO DEADLOCK: the most owners of a cycle its reply names, the requester
+ * included (the others are counted). Four hops of a 64-byte owner, its
+ * user and a 255-byte name, after a 255-byte name, keep the line under
+ * 1,800 bytes (DL_REPLY_MAX) and 16 words (DL_REPLY_ARGS_MAX). */
+#define DL_CYCLE_SHOW_MAX 5
+
 /* Largest duration the codec accepts, in ms (about 31.7 years). A larger
  * number, or one that overflows while scaling by its suffix, is BAD_ARG. */
 #define DL_DURATION_MAX_MS 1000000000000ULL
