@@ -100,7 +100,8 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 
 .PHONY: all check test unit integ scripts run run-ha install uninstall clean deps \
         bench bench-bound fuzz fuzz-smoke format faults faults-short faults-selftest \
-        faults-check-test deb deb-test sdist wheel pytest bench-python
+        faults-check-test deb deb-test sdist wheel pytest bench-python \
+        bench-deadlock
 all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
      $(O)/examples/stock
 
@@ -523,6 +524,10 @@ $(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
 $(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
+# What the deadlock check costs a LOCK that would wait (README, How fast).
+$(O)/tests/bench/deadlock: $(O)/tests/bench/deadlock.o $(LOCKTAB_OBJ) $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^
+
 # Password guesses per second one host gets (README, Security); by hand:
 # authflood <port> [connections] [seconds] [source addresses].
 $(O)/tests/bench/authflood: $(O)/tests/bench/authflood.o
@@ -552,6 +557,12 @@ bench-bound:
 	$(MAKE) SAN= O=build all build/tests/bench/bench
 	DLOCKD=build/dlockd BENCH=build/tests/bench/bench \
 	  sh tests/bench/bound.sh
+
+# The deadlock check's worst case, on the lock table alone (README, How
+# fast).
+bench-deadlock:
+	$(MAKE) SAN= O=build build/tests/bench/deadlock
+	build/tests/bench/deadlock
 
 # (build/deb holds the package build's own tree, with its own .d files.)
 -include $(shell find $(O) -path build/deb -prune -o -name '*.d' -print \
