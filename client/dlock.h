@@ -99,6 +99,11 @@ enum {
 	DLOCK_EDENIED = -19,   /* the user may not do that on that name (NO
 				  DENIED; dlock_last_error() says which
 				  right it needs) */
+	DLOCK_ECYCLE = -20,    /* waiting would close a cycle of owners that
+				  wait for each other, a deadlock (NO
+				  DEADLOCK; nothing changed, nothing
+				  waits): dlock_last_error() names the
+				  cycle, see PROTOCOL.md */
 };
 
 const char *dlock_strerror(int err);
@@ -280,8 +285,9 @@ const char *dlock_owner_key(const dlock_client *c);
 /* Acquire `name` with a lease of ttl_ms (0: the server's default), waiting
  * up to wait_ms (0: try once; DLOCK_WAIT_FOREVER). On success *out is a
  * lease handle owned by the caller, to give back with dlock_unlock().
- * Errors: DLOCK_EBUSY (wait_ms 0), DLOCK_ETIMEDOUT, DLOCK_ELIMIT,
- * DLOCK_EUNAVAILABLE, DLOCK_EINVAL, transport errors. */
+ * Errors: DLOCK_EBUSY (wait_ms 0), DLOCK_ETIMEDOUT, DLOCK_ECYCLE (the
+ * wait would deadlock: refused at once, whatever wait_ms),
+ * DLOCK_ELIMIT, DLOCK_EUNAVAILABLE, DLOCK_EINVAL, transport errors. */
 int dlock_lock(dlock_client *c, const char *name, int64_t ttl_ms,
 	       int64_t wait_ms, dlock_lease **out);
 int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,

@@ -1362,3 +1362,29 @@ Test(cli, break_ends_the_lease_it_names)
 	cr_assert(eq(int, r.status, 0), "the lock is free after: %s", r.err);
 	cr_assert(gt(u64, to_u64(r.out), to_u64(tok)));
 }
+
+Test(cli, lock_that_would_deadlock_exits_79_and_prints_the_cycle)
+{
+	struct h_client *pa;
+	struct result r;
+	char want[256];
+
+	/* pb holds B with no connection left; pa holds A and waits for B */
+	dlock(&r, "lock", "dl/B", "--owner", owned("pb"), "--ttl", "1h", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	pa = h_hello(d.port, "pa");
+	h_lock(pa, "dl/A", "ttl=1h");
+	h_send(pa, "LOCK dl/B ttl=1h");
+	h_expect(pa, "OK QUEUED dl/B 1");
+	/* pb waiting for A would wait for itself through pa: at once, not
+	 * after --wait */
+	dlock(&r, "lock", "dl/A", "--owner", owned("pb"), "--wait", "20s",
+	      NULL);
+	cr_assert(eq(int, r.status, 79), "%s", r.err);
+	snprintf(want, sizeof(want),
+		 "dlock: cannot lock dl/A: waiting would deadlock, a cycle of "
+		 "2 owners waiting for each other: pb -> dl/A -> pa -> dl/B "
+		 "-> pb\n");
+	cr_assert(STR_EQ(r.err, want), "%s", r.err);
+	h_close(pa);
+}
