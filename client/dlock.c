@@ -118,6 +118,8 @@ const char *dlock_strerror(int err)
 		"TLS failed: the server's certificate or name was not "
 		"accepted, or it refused ours",
 		"permission denied",
+		"waiting would deadlock: a cycle of owners waiting for "
+		"each other",
 	};
 
 	if (err <= 0 && -err < (int)(sizeof(texts) / sizeof(texts[0])))

@@ -116,6 +116,11 @@ enum {
 	DLOCK_EDENIED = -19,   /* the user may not do that on that name (NO
 				  DENIED; dlock_last_error() says which
 				  right it needs) */
+	DLOCK_ECYCLE = -20,    /* waiting would close a cycle of owners that
+				  wait for each other, a deadlock (NO
+				  DEADLOCK; nothing changed, nothing
+				  waits): dlock_last_error() names the
+				  cycle, see PROTOCOL.md */
 };
 
 const char *dlock_strerror(int err);
@@ -345,8 +350,9 @@ const char *dlock_server_role(const dlock_client *c);
  * time before its lost guard (a server that held it through a take-over)
  * is given back and asked for again while the wait lasts.
  * Errors: DLOCK_EBUSY (wait_ms 0), DLOCK_ETIMEDOUT (also: granted too
- * late, above), DLOCK_ELIMIT, DLOCK_EUNAVAILABLE, DLOCK_EINVAL, transport
- * errors. */
+ * late, above), DLOCK_ECYCLE (the wait would deadlock: refused at once,
+ * whatever wait_ms), DLOCK_ELIMIT, DLOCK_EUNAVAILABLE, DLOCK_EINVAL,
+ * transport errors. */
 int dlock_lock(dlock_client *c, const char *name, int64_t ttl_ms,
 	       int64_t wait_ms, dlock_lease **out);
 int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,

@@ -52,6 +52,9 @@ enum {
 	EXIT_TIMEOUT = 124,	/* run: --timeout ran out, command stopped
 				   (as timeout(1)) */
 	EXIT_NOPERM = 77,	/* EX_NOPERM: AUTH failed or missing */
+	EXIT_DEADLOCK = 79,	/* waiting would deadlock (NO DEADLOCK): past
+				   sysexits' 64..78, so it means nothing
+				   else */
 	EXIT_CANNOT_EXEC = 126, /* run: the command is not executable */
 	EXIT_NOT_FOUND = 127,	/* run: the command was not found */
 	EXIT_SIGNAL_BASE = 128, /* run: command killed by signal N: 128+N */

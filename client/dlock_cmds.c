@@ -495,6 +495,8 @@ static const struct stat_row {
 	{"refreshes", "Locks", "refreshes", SF_NUM},
 	{"cancels", "Locks", "cancels", SF_NUM},
 	{"revokes", "Locks", "grants withdrawn", SF_NUM},
+	{"deadlocks", "Locks", "refused: would deadlock", SF_NUM},
+	{"deadlock_walks_capped", "Locks", "deadlock checks capped", SF_NUM},
 	{"last_token", "Locks", "last token", SF_NUM},
 	{"wait_ms_count", "Locks", "grants timed", SF_NUM},
 	{"wait_ms_sum", "Locks", "total wait", SF_MS},

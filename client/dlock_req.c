@@ -544,6 +544,7 @@ int dl__reply_error(struct dl__req *q, const struct dl_reply *r)
 		{"AUTH_FAILED", DLOCK_EAUTH},
 		{"LIMIT_MISMATCH", DLOCK_EMISMATCH},
 		{"UPGRADE_DEADLOCK", DLOCK_EDEADLK},
+		{"DEADLOCK", DLOCK_ECYCLE},
 		{"DENIED", DLOCK_EDENIED},
 	};
 	static const struct word_err err_map[] = {

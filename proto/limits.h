@@ -80,6 +80,13 @@
  * header gives the full counts; more=<n> says how many were left out). */
 #define DL_HOLDERS_LIST_MAX 1000
 
+/* NO DEADLOCK: the most owners of a cycle its reply names, the requester
+ * included (the others are counted). Four hops of a 64-byte owner, its
+ * 32-byte user and a 255-byte name, after a 255-byte name, the count,
+ * more= and a tag, make a line of 1,754 bytes at most, under
+ * DL_REPLY_MAX, and 15 words, under DL_REPLY_ARGS_MAX (proto.h). */
+#define DL_CYCLE_SHOW_MAX 5
+
 /* Largest duration the codec accepts, in ms (about 31.7 years). A larger
  * number, or one that overflows while scaling by its suffix, is BAD_ARG. */
 #define DL_DURATION_MAX_MS 1000000000000ULL

@@ -139,6 +139,35 @@ static void fmt_busy_holder(struct dl_conn *c, struct dl_fmt *f,
 	fmt_desc(f, st.desc);
 }
 
+/* NO DEADLOCK's cycle (dl_locktab_cycle): how many owners are in it,
+ * then each one after the requester (and its user) with the lock it waits
+ * for. The user sees only what it may read: a lock it may not read is
+ * "-", and so is an owner between two such locks (HOLDERS of a lock it
+ * may read shows that lock's holders and waiters anyway); more=<n>
+ * counts the owners not named (DL_CYCLE_SHOW_MAX). */
+static void fmt_cycle(struct dl_fmt *f, struct dl_conn *c)
+{
+	const struct dl_cycle *cy = dl_locktab_cycle(c->srv->tab);
+	int before = dl_access_readable(cy->hop[0].lock, c), after;
+	uint32_t i;
+
+	dl_fmt_u64(f, cy->len);
+	for (i = 1; i < cy->shown; i++) {
+		after = dl_access_readable(cy->hop[i].lock, c);
+		if (before || after)
+			fmt_owner(f, 0, cy->hop[i].owner);
+		else
+			dl_fmt_word(f, "-");
+		if (after)
+			dl_fmt_str(f, cy->hop[i].lock);
+		else
+			dl_fmt_word(f, "-");
+		before = after;
+	}
+	if (cy->shown < cy->len)
+		dl_fmt_kv_u64(f, "more", cy->len - cy->shown);
+}
+
 /* A user's quota that a LOCK ran into, or 0 (why says which). */
 static int quota_error(struct dl_conn *c, char *why, size_t len)
 {
@@ -261,6 +290,7 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 		[DL_BROKEN] = "OK BROKEN",
 		[DL_LIMIT_MISMATCH] = "NO LIMIT_MISMATCH",
 		[DL_UPGRADE_DEADLOCK] = "NO UPGRADE_DEADLOCK",
+		[DL_DEADLOCK] = "NO DEADLOCK",
 	};
 	struct dl_line line = {.durable = res->durable,
 			       .reentry = res->reentry,
@@ -304,6 +334,9 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 		break;
 	case DL_UPGRADE_DEADLOCK:
 		dl_fmt_u64(&r.f, res->token);
+		break;
+	case DL_DEADLOCK:
+		fmt_cycle(&r.f, c);
 		break;
 	default:
 		break;

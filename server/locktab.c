@@ -881,6 +881,7 @@ void dl_locktab_free(struct dl_locktab *t)
 	dl_htab_free(&t->owners);
 	dl_htab_free(&t->accounts);
 	free(t->dirty);
+	dl__walk_free(t->walk);
 	free(t);
 }
 

@@ -1472,7 +1472,8 @@ Test(cli, help_says_durations_need_a_unit_and_lists_the_exit_codes_in_order)
 	static const char *const codes[] = {"\n  0 ",	"\n  1 ",   "\n  64 ",
 					    "\n  65 ",	"\n  69 ",  "\n  70 ",
 					    "\n  75 ",	"\n  76 ",  "\n  77 ",
-					    "\n  124 ", "\n  126 ", "\n  127 "};
+					    "\n  79 ",	"\n  124 ", "\n  126 ",
+					    "\n  127 "};
 	const char *at, *last;
 	struct result r;
 	size_t i;
@@ -1937,4 +1938,30 @@ Test(cli, dlock_describes_the_command_it_runs_never_its_options)
 	proc_result(&p, &r, QUICK_MS);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	h_close(c);
+}
+
+Test(cli, lock_that_would_deadlock_exits_79_and_prints_the_cycle)
+{
+	struct h_client *pa;
+	struct result r;
+	char want[256];
+
+	/* pb holds B with no connection left; pa holds A and waits for B */
+	dlock(&r, "lock", "dl/B", "--owner", owned("pb"), "--ttl", "1h", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	pa = h_hello(d.port, "pa");
+	h_lock(pa, "dl/A", "ttl=1h");
+	h_send(pa, "LOCK dl/B ttl=1h");
+	h_expect(pa, "OK QUEUED dl/B 1");
+	/* pb waiting for A would wait for itself through pa: at once, not
+	 * after --wait */
+	dlock(&r, "lock", "dl/A", "--owner", owned("pb"), "--wait", "20s",
+	      NULL);
+	cr_assert(eq(int, r.status, 79), "%s", r.err);
+	snprintf(want, sizeof(want),
+		 "dlock: cannot lock dl/A: waiting would deadlock, a cycle of "
+		 "2 owners waiting for each other: pb -> dl/A -> pa -> dl/B "
+		 "-> pb\n");
+	cr_assert(STR_EQ(r.err, want), "%s", r.err);
+	h_close(pa);
 }
