@@ -75,31 +75,33 @@ ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ---------------------------------------------------------------
 
-PROTO_SRC  := proto/proto.c
+PROTO_SRC  := proto/proto.c proto/desc.c
 SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/conn.c server/cmd.c server/server.c server/store.c \
               server/notify.c server/record.c server/store_load.c \
               server/stats.c server/metrics.c server/buf.c \
-              server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
+              server/htab.c server/locktab_ops.c server/locktab_cycle.c \
+              server/store_batch.c server/store_lead.c \
               server/store_cluster.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
-              server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c
+              server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c \
+              server/desc.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
-              client/dlock_reply.c client/dlock_tls.c
+              client/dlock_reply.c client/dlock_tls.c client/dlock_desc.c
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
               test_users
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls test_access \
-               test_conformance
+               test_conformance test_describe test_deadlock
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(O)/%.o)
 # The lock table and what it is made of, for the unit tests.
 LOCKTAB_OBJ := $(O)/server/locktab.o $(O)/server/locktab_ops.o \
-               $(O)/server/locktab_verify.o $(O)/server/htab.o \
-               $(O)/server/wheel.o
+               $(O)/server/locktab_cycle.o $(O)/server/locktab_verify.o \
+               $(O)/server/htab.o $(O)/server/wheel.o $(O)/server/desc.o
 # libdlock.so is built from position-independent copies of its objects.
 LIB_PIC_OBJ := $(patsubst %.c,$(O)/pic/%.o,$(CLIENT_SRC) $(PROTO_SRC))
 LIBDLOCK_A  := $(O)/libdlock.a
@@ -113,7 +115,8 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
         bench bench-bound fuzz fuzz-smoke format faults faults-short faults-selftest \
-        faults-check-test deb deb-test sdist wheel pytest bench-python
+        faults-check-test deb deb-test sdist wheel pytest bench-python \
+        bench-deadlock
 all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
      $(O)/examples/stock
 
@@ -183,6 +186,9 @@ $(O)/tests/test_users: $(O)/tests/test_users.o $(O)/server/users.o \
 $(O)/tests/test_server: $(O)/tests/test_server.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_describe: $(O)/tests/test_describe.o $(HARNESS_OBJ) \
+                          $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_persist: $(O)/tests/test_persist.o $(HARNESS_OBJ) \
                          $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
@@ -193,6 +199,9 @@ $(O)/tests/test_ha: $(O)/tests/test_ha.o $(HARNESS_OBJ) \
                     $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_ops: $(O)/tests/test_ops.o $(HARNESS_OBJ) $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_deadlock: $(O)/tests/test_deadlock.o $(HARNESS_OBJ) \
+                          $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_client: $(O)/tests/test_client.o $(HARNESS_OBJ) \
                         $(LIBDLOCK_A)
@@ -220,14 +229,13 @@ unit: $(addprefix $(O)/tests/,$(UNIT_TESTS))
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; \
 	  $(O)/tests/$$t $(CRIT_ARGS); done
 
-# test_server runs twice: the same protocol behaviour is required with
-# persistence off and on.
+# Suites that run twice, with persistence off and on (suite-<name>.redis):
+# the same behaviour is required of both.
+REDIS_TOO := test_server test_describe
+INTEG_RUNS := $(INTEG_TESTS) $(addsuffix .redis,$(REDIS_TOO))
 INTEG_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DLOCK_EXAMPLES=$(O)/examples
 integ: all $(addprefix $(O)/tests/,$(INTEG_TESTS))
-	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
-	  $(INTEG_ENV) $(O)/tests/$$t --jobs 1; done; \
-	echo "== test_server (persist=redis)"; \
-	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_server --jobs 1
+	@$(MAKE) --no-print-directory $(addprefix suite-,$(INTEG_RUNS))
 
 scripts: $(O)/dlockd $(O)/dlock
 	@set -e; for s in tests/scripts/*.sh; do echo "== $$s"; \
@@ -270,7 +278,8 @@ test: all $(addprefix $(O)/tests/,$(QUICK_SUITES))
 # the longest first so that the last to start are short.
 ALL_SUITES := test_ha test_persist test_faults test_cli test_client \
               test_layout test_access test_tls test_server.redis \
-              test_server test_ops test_conformance $(UNIT_TESTS)
+              test_server test_describe.redis test_describe test_deadlock \
+              test_ops test_conformance $(UNIT_TESTS)
 test-bins: all $(TEST_BINS)
 test-all: test-bins
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) \
@@ -584,6 +593,10 @@ $(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
 $(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
+# What the deadlock check costs a LOCK that would wait (README, How fast).
+$(O)/tests/bench/deadlock: $(O)/tests/bench/deadlock.o $(LOCKTAB_OBJ) $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^
+
 # Password guesses per second one host gets (README, Security); by hand:
 # authflood <port> [connections] [seconds] [source addresses].
 $(O)/tests/bench/authflood: $(O)/tests/bench/authflood.o
@@ -614,6 +627,12 @@ bench-bound:
 	$(MAKE) SAN= O=build all build/tests/bench/bench
 	DLOCKD=build/dlockd BENCH=build/tests/bench/bench \
 	  sh tests/bench/bound.sh
+
+# The deadlock check's worst case, on the lock table alone (README, How
+# fast).
+bench-deadlock:
+	$(MAKE) SAN= O=build build/tests/bench/deadlock
+	build/tests/bench/deadlock
 
 # (build/deb holds the package build's own tree, with its own .d files.)
 -include $(shell find $(O) -path build/deb -prune -o -name '*.d' -print \

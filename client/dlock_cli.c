@@ -129,6 +129,8 @@ static int exit_for(int err)
 		return EXIT_NOPERM;
 	case DLOCK_EINVAL:
 		return EXIT_USAGE;
+	case DLOCK_ECYCLE:
+		return EXIT_DEADLOCK;
 	case DLOCK_ECLUSTER:
 		return EXIT_CLUSTER;
 	default:
@@ -198,6 +200,8 @@ static const char exit_help[] =
 	"       holds it in another process\n"
 	"  76   run: the lease was lost and the command was stopped\n"
 	"  77   authentication failed or required\n"
+	"  79   could not get the lock: waiting would deadlock (a cycle of\n"
+	"       owners waiting for each other, printed)\n"
 	"  124  run: the command ran for its --timeout and was stopped\n"
 	"  126  run: the command could not be executed\n"
 	"  127  run: the command was not found\n";
@@ -905,6 +909,7 @@ void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
 	 * refreshes are sent again on the new connection within the
 	 * request's timeout; an unlock or a break whose outcome the drop
 	 * hid is not (a second one could undo more), and fails. */
+	o->desc_cmd = dl_cli_desc_cmd(cl); /* never its options */
 	o->reconnect = 1;
 	o->renew = 0;
 	o->connect_timeout_ms = patience(cl);
@@ -1045,6 +1050,38 @@ int dl_cli_simple_connect(const struct cli *cl, dlock_client **c)
 	return dl_cli_connect(cl, &o, c);
 }
 
+/* NO DEADLOCK <name> <n> <owner> [user=<u>] <lock> ... [more=<m>] [id=..]
+ * (line) as "me -> name -> owner -> lock ... -> me" into buf: each owner
+ * waits for the lock after it, which the next owner holds or is queued
+ * ahead for. */
+static void cycle_text(char *buf, size_t len, char count[24], const char *me,
+		       const char *line)
+{
+	char words[DL_REPLY_MAX], *w, *save = NULL;
+	size_t n = 0;
+	int i = 0;
+
+	snprintf(words, sizeof(words), "%s", line);
+	snprintf(count, 24, "?");
+	n += (size_t)snprintf(buf, len, "%s", me);
+	for (w = strtok_r(words, " ", &save); w && n < len;
+	     w = strtok_r(NULL, " ", &save), i++) {
+		if (i == 3)
+			snprintf(count, 24, "%s", w);
+		if (i < 2 || i == 3 || !strncmp(w, "id=", 3))
+			continue; /* NO DEADLOCK, the count, a tag */
+		if (!strncmp(w, "user=", 5))
+			n += (size_t)snprintf(buf + n, len - n, " (%s)", w);
+		else if (!strncmp(w, "more=", 5))
+			n += (size_t)snprintf(buf + n, len - n,
+					      " -> ... (%s owners more)", w + 5);
+		else
+			n += (size_t)snprintf(buf + n, len - n, " -> %s", w);
+	}
+	if (n < len)
+		snprintf(buf + n, len - n, " -> %s", me);
+}
+
 int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 		   uint64_t wait_ms, dlock_lease **l)
 {
@@ -1077,8 +1114,7 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 		return EXIT_TEMPFAIL;
 	}
 	if (rc == DLOCK_EBUSY) {
-		dl_cli_msg("%s is held by another owner%s", name,
-			   cl->limit > 1 ? " (no permit free)" : "");
+		dl_cli_busy_msg(name, cl->limit > 1);
 		return EXIT_TEMPFAIL;
 	}
 	if (rc == DLOCK_EMISMATCH) {
@@ -1094,6 +1130,16 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 			   "(it would wait for itself); unlock it first",
 			   name, dlock_owner(c));
 		return EXIT_TEMPFAIL;
+	}
+	if (rc == DLOCK_ECYCLE) {
+		char cycle[DL_REPLY_MAX + 64], count[24];
+
+		cycle_text(cycle, sizeof(cycle), count, dlock_owner(c),
+			   dlock_last_error());
+		dl_cli_msg("cannot lock %s: waiting would deadlock, a cycle of "
+			   "%s owners waiting for each other: %s",
+			   name, count, cycle);
+		return EXIT_DEADLOCK;
 	}
 	/* DLOCK_ETIMEDOUT is the wait running out, or no reply in time:
 	 * only the first when the wait was finite and has passed. */

@@ -420,6 +420,13 @@ static void reply(struct dlock_client *c, struct dl__req *q,
 		c->failed_i = -1;
 		dl__req_finish(c, q, 0);
 		return;
+	case DL__DESCRIBE:
+		/* a server that does not know descriptions (dlockd 0.3)
+		 * refuses them: say nothing more, fail nothing */
+		if (r->kind != DL_REPLY_OK)
+			c->desc_refused = 1;
+		dl__req_finish(c, q, 0);
+		return;
 	case DL__CHECK:
 		if (is(r, DL_REPLY_OK, "VALID") && arg_i64(r, 2, &ms) == 0) {
 			q->r_value = (uint64_t)ms;
@@ -622,11 +629,13 @@ static const char *here(const struct dlock_client *c, char *buf, size_t len)
 /* HELLO names the server's cluster: the first id met is the client's
  * (unless options.cluster set it); a server that names another is of
  * another lock table, and is refused like a standby, before anything
- * else is sent to it (dl__hello_done). But the server the id was learnt
- * from, naming a new one, restarted as another lock table (a memory-only
- * daemon, a new keyspace): there is no other table to fail over to, and
- * the leases it does not know are refused there (REFRESH: NOT_HOLDER);
- * its new id is the client's. 1: refused. */
+ * else is sent to it (on a reconnect the client is in state DL__GREETING:
+ * nothing was sent behind HELLO, and dl__io_hello_ok runs only once this
+ * check has passed). But the server the id was learnt from, naming a new
+ * one, restarted as another lock table (a memory-only daemon, a new
+ * keyspace): there is no other table to fail over to, and the leases it
+ * does not know are refused there (REFRESH: NOT_HOLDER); its new id is
+ * the client's. 1: refused. */
 static int cluster_reply(struct dlock_client *c, const struct dl__req *q,
 			 const struct dl_reply *r)
 {
@@ -673,7 +682,6 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 {
 	struct dl_reply r;
 	struct dl__req *q;
-	int hello;
 
 	if (c->stats_req) {
 		stats_line(c, line, len);
@@ -698,9 +706,19 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 	if (!c->fifo)
 		c->fifo_tail = NULL;
 	q->next = NULL;
-	hello = q->op == DL__HELLO;
+	if (q->op == DL__HELLO && c->state == DL__GREETING) {
+		/* a reconnect's: nothing else was sent behind it (dlock_io.c) */
+		if (r.kind != DL_REPLY_OK) {
+			/* NO DENIED <owner> need=key: the owner's id is
+			 * another client's here; drop, try again later */
+			dl__req_finish(c, q, dl__reply_error(q, &r));
+			c->refused = 1;
+			return -1;
+		}
+		reply(c, q, &r);
+		dl__io_hello_ok(c);
+		return 0;
+	}
 	reply(c, q, &r);
-	if (hello && c->hello_wait)
-		dl__hello_done(c);
 	return 0;
 }

@@ -190,7 +190,7 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		[DL__STATS] = "STATS",	       [DL__PING] = "PING",
 		[DL__UNLOCK_TOKEN] = "UNLOCK", [DL__REFRESH_TOKEN] = "REFRESH",
 		[DL__LOCKS] = "LOCKS",	       [DL__BREAK] = "BREAK",
-		[DL__HOLDERS] = "HOLDERS",
+		[DL__HOLDERS] = "HOLDERS",     [DL__DESCRIBE] = "HELLO",
 	};
 
 	c->seq++;
@@ -207,6 +207,14 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		dl_fmt_kv_str(f, "owner", str_of(c->owner));
 		if (c->owner_key[0])
 			dl_fmt_kv_str(f, "key", str_of(c->owner_key));
+		break;
+	case DL__DESCRIBE:
+		if (c->desc_host[0])
+			dl_fmt_kv_str(f, "host", str_of(c->desc_host));
+		if (c->desc_pid)
+			dl_fmt_kv_u64(f, "pid", c->desc_pid);
+		if (c->desc_cmd[0])
+			dl_fmt_kv_str(f, "cmd", str_of(c->desc_cmd));
 		break;
 	case DL__LOCK:
 		dl_fmt_word(f, q->name);
@@ -325,14 +333,11 @@ int dl__req_submit(struct dlock_client *c, struct dl__req *q)
 		return DLOCK_ECANCELED;
 	switch (c->state) {
 	case DL__UP:
-		if (c->hello_wait) { /* dl__hello_done() sends it */
-			unsent_push(c, q);
-			return 0;
-		}
 		return dl__req_write(c, q);
 	case DL__DOWN:
 	case DL__CONNECTING:
 	case DL__HANDSHAKE:
+	case DL__GREETING: /* sent once HELLO is answered OK */
 		unsent_push(c, q);
 		return 0;
 	default:
@@ -507,12 +512,10 @@ void dl__internal(struct dlock_client *c, enum dl__op op, const char *name,
 		return; /* the lease expires at the server */
 	q->token = token;
 	q->last_hold = last_hold ? 1 : 0;
-	if (c->state == DL__UP && (!c->hello_wait || op == DL__HELLO ||
-				   op == DL__AUTH)) {
+	if (c->state == DL__UP) {
 		if (dl__req_write(c, q) < 0)
 			dl__req_free(q);
-	} else if ((op == DL__UNLOCK || c->state == DL__UP) &&
-		   c->state != DL__DEAD) {
+	} else if (op == DL__UNLOCK && c->state != DL__DEAD) {
 		unsent_push(c, q);
 	} else {
 		dl__req_free(q);
@@ -541,6 +544,7 @@ int dl__reply_error(struct dl__req *q, const struct dl_reply *r)
 		{"AUTH_FAILED", DLOCK_EAUTH},
 		{"LIMIT_MISMATCH", DLOCK_EMISMATCH},
 		{"UPGRADE_DEADLOCK", DLOCK_EDEADLK},
+		{"DEADLOCK", DLOCK_ECYCLE},
 		{"DENIED", DLOCK_EDENIED},
 	};
 	static const struct word_err err_map[] = {

@@ -39,6 +39,10 @@ struct dl_locktab {
 	unsigned pinned; /* dl_locktab_pin: no lock may leave the table */
 	struct dl_locktab_stats st;
 	struct dl_wheel wheel;
+	struct dl_walk *walk;	/* a deadlock check's scratch, made on the
+				   first (locktab_cycle.c) */
+	struct dl_cycle cycle; /* the last DL_DEADLOCK's */
+	int no_deadlock_check; /* dl_locktab_deadlock_check(t, 0) */
 };
 
 uint64_t dl__now_ms(const struct dl_locktab *t);
@@ -64,7 +68,11 @@ void dl__lock_drop_if_unused(struct dl_locktab *t, struct dl_lock *lk);
 struct dl_lease *dl__holder_of(const struct dl_lock *lk,
 			       const struct dl_owner *o);
 struct dl_lease *dl__holder_by_token(const struct dl_lock *lk, uint64_t token);
-struct dl_lease *dl__lease_alloc(struct dl_str tag);
+/* A lease not yet linked, with its tag and its holder's description (a
+ * reference is taken; NULL: none). */
+struct dl_lease *dl__lease_alloc(struct dl_str tag, struct dl_desc *desc);
+/* Free a lease that is not (or no longer) linked. */
+void dl__lease_free(struct dl_lease *l);
 /* Attach the allocated lease l to lk as a holder for owner o, with the
  * given token, hold count and deadline (the fallible part, allocation,
  * is done); no dirty mark, no grant counted. */
@@ -98,6 +106,15 @@ void dl__waiter_requeue(struct dl_lock *lk, struct dl_waiter *w,
 			uint64_t token);
 void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
 void dl__reap(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
+/* The deadlock check (locktab_cycle.c): 1 if session s waiting for lk
+ * in `shared` mode would close a cycle (t->cycle then says which), 0 if
+ * not or if the walk gave up. `claim` is the restored place in lk's queue
+ * that s's owner claims, or NULL for a new wait at the tail. */
+int dl__deadlock_check(struct dl_locktab *t, struct dl_lock *lk,
+		       const struct dl_session *s, int shared,
+		       const struct dl_waiter *claim);
+void dl__walk_free(struct dl_walk *k);
+
 /* End lease l now as if it had expired (its owner is told), then serve
  * the queue. */
 void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now,

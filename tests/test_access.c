@@ -173,6 +173,49 @@ Test(access, a_user_acts_only_on_the_names_it_was_granted)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+/* Who holds a lock is for those who may read it: a user with lock= but
+ * not read= on a name is told NO BUSY without the holder's owner id,
+ * hold time or description; STATUS, HOLDERS and LOCKS are refused or
+ * leave the lock out, as for owner ids. */
+Test(access, a_holder_is_described_only_to_users_who_may_read_the_lock)
+{
+	struct h_client *ops, *ci, *pay;
+	char *l;
+
+	start_users("ops " OPS_HASH " lock=* read=* break=* admin\n"
+		    "ci " CI_HASH " lock=jobs/\n"
+		    "payments " PAY_HASH " lock=* read=*\n",
+		    NULL);
+	ops = login("ops", OPS_SECRET);
+	cr_assert(h_starts(h_call(ops, "HELLO owner=deploy-7 key=%s host=web3 "
+				       "pid=4242 cmd=make%%20deploy",
+				  h_owner_key("deploy-7")),
+			   "OK HELLO "));
+	h_lock(ops, "jobs/nightly", "ttl=30s");
+	ci = login_as("ci", CI_SECRET, "runner");
+	l = h_call(ci, "TRYLOCK jobs/nightly");
+	cr_assert(h_starts(l, "NO BUSY jobs/nightly "), "%s", l);
+	cr_assert(!strstr(l, "owner=") && !strstr(l, "held_ms=") &&
+			  !strstr(l, "web3") && !strstr(l, "deploy"),
+		  "told a user who may not read: \"%s\"", l);
+	cr_assert_str_eq(h_call(ci, "STATUS jobs/nightly"),
+			 "NO DENIED jobs/nightly need=read");
+	cr_assert_str_eq(h_call(ci, "HOLDERS jobs/nightly"),
+			 "NO DENIED jobs/nightly need=read");
+	cr_assert_str_eq(h_call(ci, "LOCKS jobs/"), "OK LOCKS 0 more=0");
+	/* one who may read is told */
+	pay = login_as("payments", PAY_SECRET, "p");
+	l = h_call(pay, "TRYLOCK jobs/nightly");
+	cr_assert(h_starts(l, "NO BUSY jobs/nightly "), "%s", l);
+	cr_assert_str_eq(h_kv(l, "owner"), "deploy-7", "%s", l);
+	cr_assert_str_eq(h_kv(l, "user"), "ops", "%s", l);
+	cr_assert_str_eq(h_kv(l, "host"), "web3", "%s", l);
+	h_close(ops);
+	h_close(ci);
+	h_close(pay);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
 /* AUTH <user> <secret>: a wrong secret, an unknown user, a user's name
  * with no secret, or the one-word form are all just NO AUTH_FAILED. */
 Test(access, auth_takes_a_user_and_its_secret_and_nothing_else)
@@ -608,6 +651,25 @@ Test(access, an_unauthenticated_connection_has_no_owner_and_no_events)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+/* Before AUTH a connection describes nobody: HELLO host= pid= cmd= is
+ * refused as HELLO owner= is. */
+Test(access, an_unauthenticated_connection_cannot_describe_itself)
+{
+	struct h_client *c;
+	char *l;
+
+	h_daemon_write_conf(&d, "[server]\npassword = s3cret-long-enough\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	c = h_connect(d.port);
+	l = h_call(c, "HELLO host=web3 pid=42 cmd=make");
+	cr_assert(h_starts(l, "ERR NOAUTH "), "%s", l);
+	cr_assert_str_eq(h_call(c, "AUTH s3cret-long-enough"), "OK AUTH");
+	l = h_call(c, "HELLO host=web3 pid=42 cmd=make");
+	cr_assert(h_starts(l, "OK HELLO "), "%s", l);
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
 /* Before AUTH, HELLO says the version and that AUTH is required, and
  * nothing about the server: no node, epoch or limits. */
 Test(access, hello_before_auth_says_only_version_and_auth)
@@ -976,5 +1038,37 @@ Test(access, listings_are_spaced_per_user)
 	h_line(ops);
 	h_close(ops);
 	h_close(app);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* NO DEADLOCK names the cycle as HOLDERS would: a lock the user may not
+ * read is "-", and so is an owner seen only through such locks. */
+Test(access, a_deadlock_names_only_what_the_user_may_read)
+{
+	struct h_client *a, *p[3];
+	const char *who[3] = {"p1", "p2", "p3"};
+	int i;
+
+	start_users(USERS, NULL);
+	a = login_as("app", APP_SECRET, "a1");
+	for (i = 0; i < 3; i++)
+		p[i] = login_as("payments", PAY_SECRET, who[i]);
+	h_lock(p[0], "app/X", "ttl=30s");
+	h_lock(p[1], "pay/Y", "ttl=30s");
+	h_lock(p[2], "pay/W", "ttl=30s");
+	h_lock(a, "app/Z", "ttl=30s");
+	h_send(p[0], "LOCK pay/Y ttl=30s");
+	h_expect(p[0], "OK QUEUED pay/Y 1");
+	h_send(p[1], "LOCK pay/W ttl=30s");
+	h_expect(p[1], "OK QUEUED pay/W 1");
+	h_send(p[2], "LOCK app/Z ttl=30s");
+	h_expect(p[2], "OK QUEUED app/Z 1");
+	/* a1 -> app/X (p1) -> pay/Y (p2) -> pay/W (p3) -> app/Z (a1) */
+	cr_assert_str_eq(h_call(a, "LOCK app/X ttl=30s"),
+			 "NO DEADLOCK app/X 4 p1 user=payments - - - p3 "
+			 "user=payments app/Z");
+	for (i = 0; i < 3; i++)
+		h_close(p[i]);
+	h_close(a);
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }

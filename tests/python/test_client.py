@@ -192,6 +192,30 @@ def test_a_reader_asking_to_write_is_told_it_would_deadlock(daemon):
         r.release()
 
 
+def test_a_wait_that_would_close_a_cycle_raises_deadlock_at_once(daemon):
+    with client(daemon, owner="pa", owner_key="a" * 32) as a, \
+            client(daemon, owner="pb", owner_key="b" * 32) as b:
+        la = a.lock("A", ttl=10)
+        lb = b.lock("B", ttl=10)
+        got: list[object] = []
+        t = threading.Thread(target=lambda: got.append(a.lock("B", ttl=10, wait=10)))
+        t.start()
+        assert wait_until(lambda: b.status("B").waiters == 1, 5)
+        t0 = time.monotonic()
+        with pytest.raises(dlockd.Deadlock) as e:
+            b.lock("A", ttl=10, wait=10)
+        assert time.monotonic() - t0 < 2  # at once, not after wait=10
+        assert isinstance(e.value, dlockd.LockTimeout)  # as it was
+        assert e.value.code == "DEADLOCK"
+        assert e.value.owners == 2 and e.value.cycle == (("pa", "B"),)
+        assert b.status("A").waiters == 0
+        lb.release()
+        t.join(5)
+        assert got and got[0].valid
+        got[0].release()
+        la.release()
+
+
 def test_bad_arguments_are_refused_before_anything_is_sent(daemon):
     with client(daemon) as c:
         for bad in ("", "a b", "a=b", "x" * 256):
@@ -594,6 +618,61 @@ def test_a_forked_child_neither_owns_nor_releases_the_parents_lease(daemon):
         assert lease.valid and lease.owned
         assert c.status("fk").token == lease.token
         lease.release()
+
+
+# ---- who holds it ------------------------------------------------------------
+
+
+def _proc_cmdline() -> str:
+    with open("/proc/self/cmdline", "rb") as f:
+        words = f.read().rstrip(b"\0").split(b"\0")
+    return " ".join(w.decode("ascii", "replace") for w in words)
+
+
+def test_a_client_describes_itself_by_default(daemon):
+    import socket
+
+    with client(daemon) as c, client(daemon, describe=False) as quiet:
+        with c.lock("d", ttl=5):
+            st = quiet.status("d")
+            assert st.host == socket.gethostname()[: dlockd._wire.DESC_HOST_MAX]
+            assert st.pid == os.getpid()
+            assert st.cmd == dlockd._wire.desc_decode(
+                dlockd._wire.desc_encode(_proc_cmdline(), dlockd._wire.DESC_CMD_MAX)
+            )
+            assert st.held_for is not None and 0 <= st.held_for < 5
+        with quiet.lock("q", ttl=5):
+            st = c.status("q")
+            assert (st.host, st.pid, st.cmd) == ("", 0, "")
+
+
+def test_a_description_is_encoded_and_cut_to_the_protocol(daemon):
+    with client(daemon, desc_host="build host", desc_pid=77, desc_cmd="job\n--now " + "x" * 300) as c:
+        with c.lock("said", ttl=5):
+            h = c.holders("said").holders[0]
+            assert (h.host, h.pid) == ("build host", 77)
+            # a line break is '?', and the command is cut at 128 bytes as sent
+            assert h.cmd.startswith("job?--now x") and len(h.cmd) == 128 - 2
+            page = c.locks("said")
+            assert page.locks[0].cmd == h.cmd
+    with pytest.raises(ValueError):
+        client(daemon, desc_pid=0)
+
+
+def test_a_busy_try_names_the_holder(daemon):
+    with client(daemon, owner="deploy-7", desc_host="web3", desc_pid=4242,
+                desc_cmd="make deploy") as a, client(daemon) as b:
+        with a.lock("x", ttl=30):
+            time.sleep(0.05)
+            with pytest.raises(dlockd.LockTimeout) as e:
+                b.lock("x", wait=0)
+            # the old words first, then the holder
+            assert e.value.text.startswith("NO BUSY x ")
+            h = e.value.holder
+            assert h is not None and h.owner == "deploy-7"
+            assert (h.host, h.pid, h.cmd) == ("web3", 4242, "make deploy")
+            assert h.held_for is not None and h.held_for >= 0.05
+            assert 0 < h.ttl <= 30
 
 
 def test_a_hung_first_server_leaves_time_for_the_next(daemon):

@@ -169,8 +169,11 @@ class Client:
     request_timeout (5 s), reconnect (True), renew (True), max_hold
     (None: renew for ever), lost_guard (max(TTL/10, 20 ms)), on_lost and
     on_at_risk (callbacks, on the client's thread: ``f(lease, reason)`` and
-    ``f(lease)``). Raises Unavailable, Denied or ssl.SSLError when no
-    server can be used within connect_timeout.
+    ``f(lease)``), describe (True: tell the server this process's host,
+    pid and command line, which it shows with the client's leases to whoever
+    may read the locks; False: nothing), desc_host, desc_pid, desc_cmd
+    (instead of what is found). Raises Unavailable, Denied or
+    ssl.SSLError when no server can be used within connect_timeout.
     """
 
     def __init__(self, servers: str | list[str] | None = None, **kw: Any) -> None:
@@ -253,8 +256,9 @@ class Client:
         once). ``mode="shared"`` takes it with other readers, ``limit=n``
         as one of n permits. The lease is renewed every TTL/3 (``renew``)
         until released, lost or ``max_hold`` seconds after it was granted.
-        Raises LockTimeout, LimitMismatch, UpgradeDeadlock, Denied,
-        Unavailable, ConnectionLost."""
+        Raises LockTimeout (Deadlock when waiting would close a cycle of
+        owners), LimitMismatch, UpgradeDeadlock, Denied, Unavailable,
+        ConnectionLost."""
         a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk)
         start = now_ms()
         wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
