@@ -9,6 +9,7 @@
 #   make bench      benchmarks, dlockd against the Redis recipe (on demand;
 #                   BENCH_ONLY=tls: only the TLS rows)
 #   make bench-bound  what bounds the durable pairs on a small machine
+#   make bench-watch  what a lock change costs to find its watchers
 #   make bench-python the Python client against redis-py's Lock
 #   make pytest     the Python client's tests (tests/python), against the
 #                   build's dlockd and real redis-servers
@@ -71,14 +72,15 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
-              server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c
+              server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c \
+              server/watchreg.c server/watch.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c client/dlock_tls.c
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
-              test_users
+              test_users test_watchreg
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls test_access \
-               test_conformance
+               test_conformance test_watch
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -98,7 +100,7 @@ TEST_BINS  := $(addprefix $(O)/tests/,$(UNIT_TESTS) $(INTEG_TESTS))
 HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 
 .PHONY: all check test unit integ scripts run run-ha install uninstall clean deps \
-        bench bench-bound fuzz fuzz-smoke format faults faults-short faults-selftest \
+        bench bench-bound bench-watch fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest bench-python
 all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
      $(O)/examples/stock
@@ -152,6 +154,9 @@ $(O)/tests/test_wheel: $(O)/tests/test_wheel.o $(O)/server/wheel.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_htab: $(O)/tests/test_htab.o $(O)/server/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
+$(O)/tests/test_watchreg: $(O)/tests/test_watchreg.o $(O)/server/watchreg.o \
+                          $(O)/server/htab.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_locktab: $(O)/tests/test_locktab.o $(LOCKTAB_OBJ) \
                          $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
@@ -197,6 +202,9 @@ $(O)/tests/test_access: $(O)/tests/test_access.o $(HARNESS_OBJ) \
 $(O)/tests/test_cli: $(O)/tests/test_cli.o $(HARNESS_OBJ) \
                      $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_watch: $(O)/tests/test_watch.o $(HARNESS_OBJ) \
+                       $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 
 # Criterion forks one process per test; -j1 keeps integration tests (which
 # start daemons on their own ports) from crowding the two cores.
@@ -205,14 +213,16 @@ unit: $(addprefix $(O)/tests/,$(UNIT_TESTS))
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; \
 	  $(O)/tests/$$t $(CRIT_ARGS); done
 
-# test_server runs twice: the same protocol behaviour is required with
-# persistence off and on.
+# test_server and test_watch run twice: the same protocol behaviour is
+# required with persistence off and on.
 INTEG_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DLOCK_EXAMPLES=$(O)/examples
 integ: all $(addprefix $(O)/tests/,$(INTEG_TESTS))
 	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
 	  $(INTEG_ENV) $(O)/tests/$$t --jobs 1; done; \
 	echo "== test_server (persist=redis)"; \
-	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_server --jobs 1
+	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_server --jobs 1; \
+	echo "== test_watch (persist=redis)"; \
+	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_watch --jobs 1
 
 scripts: $(O)/dlockd
 	@set -e; for s in tests/scripts/*.sh; do echo "== $$s"; \
@@ -518,6 +528,16 @@ $(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
 
 $(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
+
+# What a lock change costs to find its watchers (README, Watching);
+# make bench-watch [WATCH_EVENTS=n].
+$(O)/tests/bench/watch: $(O)/tests/bench/watch.o $(O)/server/watchreg.o \
+                        $(O)/server/htab.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^
+WATCH_EVENTS ?= 1000000
+bench-watch:
+	$(MAKE) SAN= O=build build/tests/bench/watch
+	build/tests/bench/watch $(WATCH_EVENTS)
 
 # Password guesses per second one host gets (README, Security); by hand:
 # authflood <port> [connections] [seconds] [source addresses].
