@@ -75,7 +75,7 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c \
               server/watchreg.c server/watch.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
-              client/dlock_reply.c client/dlock_tls.c
+              client/dlock_reply.c client/dlock_tls.c client/dlock_watch.c
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
               test_users test_watchreg
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \

@@ -31,7 +31,8 @@
  * options.owner in dlock.h for why that gives back only this client's
  * holds).
  * The new connection starts with AUTH, HELLO owner=<same owner>, a REFRESH
- * of every lease still within its local deadline, then the requests kept.
+ * of every lease still within its local deadline, a WATCH of every watched
+ * pattern (dlock_watch.c), then the requests kept.
  */
 #include "client/dlock_private.h"
 
@@ -300,6 +301,7 @@ static void connected(struct dlock_client *c, int64_t now)
 		else
 			l->refreshing = 1;
 	}
+	dl__watch_resume(c);
 	q = c->unsent;
 	c->unsent = c->unsent_tail = NULL;
 	for (; q; q = next) {
