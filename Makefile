@@ -136,7 +136,8 @@ $(LIBDLOCK_SO): $(LIB_PIC_OBJ)
 
 $(O)/dlock: $(O)/client/dlock_cli.o $(O)/client/dlock_cmds.o \
             $(O)/client/dlock_run.o $(O)/client/dlock_guard.o \
-            $(O)/client/dlock_child.o $(LIBDLOCK_A)
+            $(O)/client/dlock_child.o $(O)/client/dlock_watchcmd.o \
+            $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS) -lpthread
 
 # The example includes <dlock.h> as a program built against an installed
