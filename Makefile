@@ -537,7 +537,7 @@ $(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
 $(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
-# What a lock change costs to find its watchers (README, Watching);
+# What a lock change costs to find its watchers (README, How fast);
 # make bench-watch [WATCH_EVENTS=n].
 $(O)/tests/bench/watch: $(O)/tests/bench/watch.o $(O)/server/watchreg.o \
                         $(O)/server/htab.o
