@@ -1746,7 +1746,7 @@ Test(cli, watch_prints_each_change_and_json_keeps_tokens_as_strings)
 	h_close(p);
 }
 
-Test(cli, watch_refuses_bad_patterns_and_needs_the_read_right)
+Test(cli, watch_and_wait_free_refuse_bad_patterns)
 {
 	struct result r;
 

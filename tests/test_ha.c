@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1026,6 +1027,8 @@ Test(ha, dlock_watch_survives_a_failover)
 	pid = fork();
 	cr_assert(pid >= 0);
 	if (pid == 0) {
+		/* it must not outlive a test that fails */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 		if (fd < 0 || dup2(fd, 1) < 0)
 			_exit(127);
