@@ -343,6 +343,31 @@ Test(watch, a_connection_watches_at_most_its_bound_and_is_told_so)
 			 "OK WATCHING one-more holders=0");
 }
 
+Test(watch, bad_watch_requests_get_an_error_and_the_connection_lives)
+{
+	char line[DL_NAME_MAX + 32], *l;
+	struct h_client *w;
+
+	start(NULL);
+	w = conn();
+	l = h_call(w, "WATCH");
+	cr_assert(h_starts(l, "ERR BAD_FORMAT "), "got \"%s\"", l);
+	l = h_call(w, "UNWATCH");
+	cr_assert(h_starts(l, "ERR BAD_FORMAT "), "got \"%s\"", l);
+	l = h_call(w, "WATCH a b");
+	cr_assert(h_starts(l, "ERR BAD_ARG "), "got \"%s\"", l);
+	l = h_call(w, "WATCH a wait=5s");
+	cr_assert(h_starts(l, "ERR BAD_ARG "), "got \"%s\"", l);
+	memset(line, 'p', DL_NAME_MAX);
+	line[DL_NAME_MAX] = '*';
+	line[DL_NAME_MAX + 1] = '\0';
+	l = h_call(w, "WATCH %s", line);
+	cr_assert(h_starts(l, "ERR BAD_ARG "), "got \"%s\"", l);
+	cr_assert_eq(h_stats_value(w, "watches"), 0);
+	cr_assert_str_eq(h_call(w, "PING"), "OK PONG");
+	cr_assert(h_daemon_alive(&d));
+}
+
 /* A reader of every event, on a thread of its own: counts the events
  * and what overflow notices say it missed, up to the event on `last`. */
 struct reader {
