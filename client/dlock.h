@@ -504,7 +504,7 @@ enum dlock_watch_kind {
 
 struct dlock_watch_event {
 	enum dlock_watch_kind kind;
-	char name[256];	     /* the lock; RESUMED, REFUSED: the pattern */
+	char name[256];	     /* the lock (RESUMED, REFUSED: the pattern) */
 	char owner[65];	     /* the lease's owner id */
 	char user[33];	     /* its user, "" for the default one */
 	char broken_by[33];  /* BROKEN: the user who broke it */

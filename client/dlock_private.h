@@ -338,7 +338,7 @@ void *dl__thread_main(void *arg);
  * (the caller drops the connection). */
 int dl__line_in(struct dlock_client *c, char *line, size_t len);
 
-/* ---- dlock.c -------------------------------------------------------------- */
+/* ---- dlock.c ------------------------------------------------------------- */
 
 /* A public call begins (takes c->mu; DLOCK_ECANCELED once closing) and
  * ends (gives it back). */

@@ -41,8 +41,10 @@ struct dl__wev {
 };
 
 static const char *const kind_words[] = {
-	[DLOCK_WATCH_GRANTED] = "granted",   [DLOCK_WATCH_RELEASED] = "released",
-	[DLOCK_WATCH_EXPIRED] = "expired",   [DLOCK_WATCH_BROKEN] = "broken",
+	[DLOCK_WATCH_GRANTED] = "granted",
+	[DLOCK_WATCH_RELEASED] = "released",
+	[DLOCK_WATCH_EXPIRED] = "expired",
+	[DLOCK_WATCH_BROKEN] = "broken",
 	[DLOCK_WATCH_WITHDRAWN] = "withdrawn",
 };
 

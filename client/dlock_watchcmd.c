@@ -32,10 +32,14 @@ static void on_signal(int sig)
 }
 
 static const char *const kinds[] = {
-	[DLOCK_WATCH_GRANTED] = "granted",     [DLOCK_WATCH_RELEASED] = "released",
-	[DLOCK_WATCH_EXPIRED] = "expired",     [DLOCK_WATCH_BROKEN] = "broken",
-	[DLOCK_WATCH_WITHDRAWN] = "withdrawn", [DLOCK_WATCH_OVERFLOW] = "overflow",
-	[DLOCK_WATCH_RESUMED] = "resumed",     [DLOCK_WATCH_REFUSED] = "refused",
+	[DLOCK_WATCH_GRANTED] = "granted",
+	[DLOCK_WATCH_RELEASED] = "released",
+	[DLOCK_WATCH_EXPIRED] = "expired",
+	[DLOCK_WATCH_BROKEN] = "broken",
+	[DLOCK_WATCH_WITHDRAWN] = "withdrawn",
+	[DLOCK_WATCH_OVERFLOW] = "overflow",
+	[DLOCK_WATCH_RESUMED] = "resumed",
+	[DLOCK_WATCH_REFUSED] = "refused",
 };
 
 /* One event on stdout: "<what> <name> <owner> <token> holders=<n>

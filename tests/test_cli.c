@@ -1762,7 +1762,8 @@ Test(cli, watch_and_wait_free_refuse_bad_patterns)
 Test(cli, wait_free_exits_0_once_the_lock_is_free_and_75_after_its_timeout)
 {
 	struct h_client *c = h_hello(d.port, "alice"), *p = h_connect(d.port);
-	struct h_client *b = h_hello(d.port, "bob"), *e = h_hello(d.port, "eve");
+	struct h_client *b = h_hello(d.port, "bob");
+	struct h_client *e = h_hello(d.port, "eve");
 	struct result r;
 	struct proc w;
 	uint64_t tok, t0;
