@@ -151,6 +151,19 @@ const char *dlock_owner_key(const dlock_client *c)
 	return c ? c->owner_key : "";
 }
 
+const char *dlock_server_role(const dlock_client *c)
+{
+	switch (c ? atomic_load(&((dlock_client *)c)->role)
+		  : DL__ROLE_UNKNOWN) {
+	case DL__ROLE_ACTIVE:
+		return "active";
+	case DL__ROLE_STANDBY:
+		return "standby";
+	default:
+		return "";
+	}
+}
+
 /* A calling thread enters (takes c->mu) and leaves (releases it). */
 static int enter(struct dlock_client *c)
 {
@@ -367,18 +380,36 @@ static int handshake(struct dlock_client *c, int64_t deadline)
 		err = DLOCK_EAUTH;
 	c->initial = 0;
 out:
+	if (err == DLOCK_ETIMEDOUT)
+		dl__why(c, c->addr_i, "accepted the connection but did not "
+				      "answer in time");
 	pthread_mutex_unlock(&c->mu);
 	return err == DLOCK_ETIMEDOUT ? DLOCK_ECONNECT : err;
 }
 
-/* The first server answered as a standby (options.servers): connect to
- * the active it named, or to the next server, to say HELLO again, while
- * the connect timeout lasts. 1 when connected again, 0 if the handshake
- * failed for another reason, DLOCK_ECONNECT when time is up. */
+/* Sleep *pause ms (DL__REDIRECT_MS if 0), never past deadline; the next
+ * pause is twice as long, up to DL__REDIRECT_MAX_MS. */
+static void pause_before_asking_again(int64_t *pause, int64_t deadline)
+{
+	int64_t ms = *pause ? *pause : DL__REDIRECT_MS;
+
+	*pause = ms * 2 < DL__REDIRECT_MAX_MS ? ms * 2 : DL__REDIRECT_MAX_MS;
+	if (ms > deadline - dl__now())
+		ms = deadline - dl__now();
+	if (ms > 0)
+		usleep((useconds_t)ms * 1000);
+}
+
+/* The server answered as a standby: connect to the active it named, or to
+ * the next server, to say HELLO again, while the connect timeout lasts.
+ * Only the first move to a named active is made at once: back at a
+ * standby (it named itself or nobody, or the active it names does not
+ * answer: it died, and a take-over is under way), the client pauses, the
+ * pause doubling. 1 when connected again, 0 if the handshake failed for
+ * another reason, DLOCK_ECONNECT when time is up. */
 static int redirect(struct dlock_client *c, int64_t deadline)
 {
-	int hint, from, err;
-	int64_t pause;
+	int hint, from, err, named;
 
 	pthread_mutex_lock(&c->mu);
 	hint = c->hint_i;
@@ -389,17 +420,14 @@ static int redirect(struct dlock_client *c, int64_t deadline)
 	}
 	c->standby = 0;
 	c->hint_i = -1;
-	if (hint >= 0 && hint != from) {
-		c->addr_i = hint;
+	named = hint >= 0 && hint != from;
+	c->addr_i = named ? hint : (from + 1) % c->naddrs;
+	if (named && c->redirect_pause == 0) {
+		c->redirect_pause = DL__REDIRECT_MS;
 	} else {
-		c->addr_i = (from + 1) % c->naddrs;
-		pause = deadline - dl__now();
-		pause = pause < DL__REDIRECT_MS ? pause : DL__REDIRECT_MS;
-		if (pause > 0) {
-			pthread_mutex_unlock(&c->mu);
-			usleep((useconds_t)pause * 1000);
-			pthread_mutex_lock(&c->mu);
-		}
+		pthread_mutex_unlock(&c->mu);
+		pause_before_asking_again(&c->redirect_pause, deadline);
+		pthread_mutex_lock(&c->mu);
 	}
 	/* The thread sleeps while the state is DEAD; the connect is made
 	 * under the lock, as nothing else runs yet. */
@@ -414,6 +442,22 @@ static int redirect(struct dlock_client *c, int64_t deadline)
 		return err;
 	dl__wake(c);
 	return 1;
+}
+
+/* connect_from gives up on c: the thread's dlock_last_error() says why
+ * it could not connect, and c is freed (closed, once its thread runs). */
+static int connect_failed(struct dlock_client *c, int err)
+{
+	if (err == DLOCK_ECONNECT) {
+		pthread_mutex_lock(&c->mu);
+		dl__why_report(c);
+		pthread_mutex_unlock(&c->mu);
+	}
+	if (c->thread_started)
+		dlock_close(c);
+	else
+		client_free(c);
+	return err;
 }
 
 /* One attempt of dlock_connect: a client that starts with server
@@ -467,19 +511,16 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 		client_free(c);
 		return DLOCK_ENOMEM;
 	}
-	if ((err = dl__resolve(c)) < 0 || (err = dl__tls_new(c, o)) < 0) {
-		client_free(c);
-		return err;
-	}
-	*naddrs = c->naddrs;
+	err = dl__resolve(c);
+	*naddrs = c->naddrs; /* 0: no name resolves */
+	if (err < 0 || (err = dl__tls_new(c, o)) < 0)
+		return connect_failed(c, err);
 	c->addr_i = first % c->naddrs;
 	if (c->naddrs > tried + 1)
 		hs_deadline = dl__now() +
 			      (deadline - dl__now()) / (c->naddrs - tried);
-	if ((err = dl__connect_sync(c, deadline)) < 0) {
-		client_free(c);
-		return err;
-	}
+	if ((err = dl__connect_sync(c, deadline)) < 0)
+		return connect_failed(c, err);
 	*at = c->addr_i;
 	c->state = DL__UP;
 	c->initial = 1;
@@ -490,10 +531,8 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 	c->thread_started = 1;
 	while ((err = handshake(c, hs_deadline)) < 0) {
 		*at = c->addr_i;
-		if ((r = redirect(c, deadline)) <= 0) {
-			dlock_close(c);
-			return r < 0 ? r : err;
-		}
+		if ((r = redirect(c, deadline)) <= 0)
+			return connect_failed(c, r < 0 ? r : err);
 	}
 	*out = c;
 	return 0;
@@ -502,7 +541,7 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 int dlock_connect(const struct dlock_options *o, dlock_client **out)
 {
 	struct dlock_options def;
-	int64_t deadline;
+	int64_t deadline, pause = 0;
 	int err, at, n, tried = 0, first = 0;
 
 	dl__last_error_clear();
@@ -520,14 +559,26 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 	 * hung) must not use up the whole connect timeout when others are
 	 * listed: each server's handshake gets an equal share of the time
 	 * left, and one that times out is passed over for the next. A
-	 * refused connection costs nothing (dl__connect_sync goes on). */
-	do {
+	 * refused connection costs nothing (dl__connect_sync goes on).
+	 * When no server of a cluster serves (all refuse, or the standbys
+	 * name an active that does not answer), a take-over is under way:
+	 * the list is tried again after a pause, while time is left. One
+	 * server that refuses is an answer: it is given at once. */
+	for (;;) {
 		err = connect_from(o, first, tried, deadline, &at, &n, out);
-		if (err != DLOCK_ECONNECT || at < 0 || dl__now() >= deadline)
+		if (err != DLOCK_ECONNECT || n == 0 || dl__now() >= deadline)
 			return err;
-		first = at + 1;
-	} while (++tried < n);
-	return err;
+		if (at >= 0 && ++tried < n) {
+			first = at + 1;
+			continue;
+		}
+		if (!o->servers)
+			return err;
+		pause_before_asking_again(&pause, deadline);
+		if (dl__now() >= deadline)
+			return err; /* dlock_last_error(): the last try's */
+		first = tried = 0;
+	}
 }
 
 /* ---- locking ------------------------------------------------------------- */

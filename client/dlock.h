@@ -32,11 +32,15 @@
  * turns false. The handle stays allocated until dlock_unlock().
  *
  * Reconnects. If the connection drops, the background thread reconnects
- * with backoff (options.reconnect), says HELLO with the same owner id and
- * AUTH, refreshes the leases still within their local deadline, and sends
- * again the LOCKs still waiting (a daemon that restarted gives a waiter
- * back its place in the queue). Calls made while disconnected wait for the
- * reconnect up to their timeout.
+ * with backoff (options.reconnect), says AUTH and HELLO with the same
+ * owner id and key and, once HELLO is answered, refreshes the leases
+ * still within their local deadline and sends again the LOCKs still
+ * waiting (a daemon that restarted gives a waiter back its place in the
+ * queue). Calls made while disconnected wait for the reconnect up to their
+ * timeout. A server that forgot the owner (it held nothing through a
+ * restart or take-over) may have given its id to another client since:
+ * HELLO is then refused, and the client tries again after the reconnect
+ * pause, sending nothing on that connection, until the id is free.
  *
  * Leases of other processes. dlock_unlock_token() and dlock_refresh_token()
  * act on a lease of the client's owner id by (name, token), without a
@@ -44,7 +48,7 @@
  *
  * Errors are negative DLOCK_E* codes; dlock_strerror() describes them, and
  * dlock_last_error() gives the server's text of the last ERR reply seen by
- * the calling thread.
+ * the calling thread, or why dlock_connect() could not connect.
  */
 #ifndef DLOCK_H
 #define DLOCK_H
@@ -73,7 +77,13 @@ enum {
 	DLOCK_ENOTHOLDER = -3,	 /* UNLOCK/REFRESH: not this owner's lease */
 	DLOCK_ESTALE = -4,	 /* CHECK: the token does not hold the lock */
 	DLOCK_ELOST = -5,	 /* the lease was lost before the call */
-	DLOCK_ECONNECT = -6,	 /* cannot connect */
+	DLOCK_ECONNECT = -6,	 /* cannot connect; dlock_last_error() says
+				    why: "connection refused", "cannot
+				    resolve the host name: ...", "accepted
+				    the connection but did not answer in
+				    time", "a standby (the active: h:p)"...
+				    (with options.servers, "h:p: <why>" for
+				    each server, joined by "; ") */
 	DLOCK_ECLOSED = -7,	 /* the connection closed and could not be
 				    re-established in time */
 	DLOCK_EAUTH = -8,	 /* AUTH failed, or required and missing */
@@ -103,8 +113,9 @@ enum {
 
 const char *dlock_strerror(int err);
 /* The text of the ERR/NO line the calling thread's last call received,
- * or "" (the call succeeded, failed on the client side, or got no such
- * line): every call clears it first. */
+ * or why its dlock_connect() failed (DLOCK_ECONNECT, DLOCK_ETLS), or ""
+ * (the call succeeded, failed on the client side, or got no such line):
+ * every call clears it first. */
 const char *dlock_last_error(void);
 
 /* ---- options ------------------------------------------------------------- */
@@ -143,7 +154,10 @@ struct dlock_options {
 	 * names (or to the next server), and a * BYE not-active too. Over a
 	 * fail-over it reconnects as over any drop (same owner id, leases
 	 * confirmed, waits sent again); requests a standby refused were not
-	 * executed and are sent again whatever they were.
+	 * executed and are sent again whatever they were. dlock_connect()
+	 * rides through a take-over in progress (the standbys name an active
+	 * that does not answer, or no server answers): it asks again after
+	 * pauses, 100 ms doubling up to 500 ms, until connect_timeout_ms.
 	 */
 	const char *servers;
 	const char *password; /* NULL: no AUTH; with `user`, its secret */
@@ -242,10 +256,21 @@ struct dlock_options {
 	 * that locks in one command and unlocks in another). Given: the owner
 	 * is proven with it (16 to 64 letters, digits, - or _: choose a long
 	 * random one). A client whose owner id is bound to another secret --
-	 * another client uses that id -- fails to connect with DLOCK_EDENIED:
-	 * two clients that do not share the secret never act as one owner.
+	 * another client uses that id -- fails to connect with DLOCK_EDENIED
+	 * (and, on a reconnect, waits for the id: see Reconnects): two
+	 * clients that do not share the secret never act as one owner.
 	 */
 	const char *owner_key;
+	/*
+	 * standby_ok: 1 keeps the client with the daemon it reached even if
+	 * that daemon is a standby, for a health check that asks one daemon
+	 * directly: a standby answers dlock_ping() and dlock_stats() (its
+	 * role_active is 0), dlock_server_role() says "standby", and
+	 * anything about locks fails with DLOCK_EUNAVAILABLE ("ERR
+	 * NOT_ACTIVE active=<host:port> ..." in dlock_last_error()). 0 (the
+	 * default): only the active daemon will do (servers, above).
+	 */
+	int standby_ok;
 };
 
 #define DLOCK_SERVERS_MAX 8
@@ -272,6 +297,10 @@ const char *dlock_owner(const dlock_client *c);
  * made): "" before the first connection succeeded, then valid for the
  * client's life. A secret: handle it as a password. */
 const char *dlock_owner_key(const dlock_client *c);
+/* The role the daemon gave in its last HELLO: "active", "standby" (only
+ * with options.standby_ok), or "" (a daemon that says none). A static
+ * string. */
+const char *dlock_server_role(const dlock_client *c);
 
 /* ---- locking ------------------------------------------------------------- */
 

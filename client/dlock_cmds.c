@@ -4,10 +4,13 @@
  * refresh, check, status, stats, ping (dlock_cli.h).
  *
  * Each connects with the options of the command line (dl_cli_simple_connect:
- * no renewal, no reconnect), makes one or two libdlock calls, prints the
- * result on stdout -- one value per line, for scripts, except the human
- * view of stats -- and closes. Failures are reported with dl_cli_fail(), so
- * that their exit codes are those of every other command.
+ * no renewal), makes one or two libdlock calls, prints the result on stdout
+ * -- one value per line, for scripts, except the human view of stats -- and
+ * closes. A call refused because the server cannot act now (UNAVAILABLE:
+ * a take-over, Redis down) is made again within --server-timeout
+ * (dl_cli_retry).
+ * Failures are reported with dl_cli_fail(), so that their exit codes are
+ * those of every other command.
  *
  * Leases outlive these commands: `lock` leaves the lease held at the server
  * (not renewed) and prints its token; `unlock` and `refresh`, run later
@@ -39,7 +42,10 @@ int dl_cli_lock(struct cli *cl)
 	int rc;
 
 	dl_cli_conn_options(cl, &o);
-	o.reconnect = wait != 0; /* a waiter keeps its place across drops */
+	/* A waiter keeps its place across drops; a TRYLOCK is not sent
+	 * again (one whose grant a drop hid would be granted again as a
+	 * reentry: a second hold that nobody would give back). */
+	o.reconnect = wait != 0;
 	if ((rc = dl_cli_connect(cl, &o, &c)) != 0)
 		return rc;
 	if ((rc = dl_cli_acquire(c, cl, name, wait, &l)) == 0) {
@@ -95,6 +101,7 @@ static int token_failed(const struct cli *cl, int err, const char *verb)
 
 int dl_cli_unlock(struct cli *cl)
 {
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	uint64_t token;
 	uint32_t left = 0;
@@ -104,7 +111,10 @@ int dl_cli_unlock(struct cli *cl)
 		return rc;
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_unlock_token(c, cl->pos[0], token, &left);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_unlock_token(c, cl->pos[0], token, &left)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
 	if (rc != 0)
 		rc = token_failed(cl, rc, "unlock");
 	else if (left > 0)
@@ -119,6 +129,8 @@ int dl_cli_refresh(struct cli *cl)
 {
 	/* without --ttl, the lease's last TTL (the server keeps it) */
 	int64_t ttl = cl->seen & OPTB(OPT_TTL) ? (int64_t)cl->ttl_ms : 0;
+	int64_t granted = 0;
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	uint64_t token;
 	int rc;
@@ -127,7 +139,12 @@ int dl_cli_refresh(struct cli *cl)
 		return rc;
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_refresh_token(c, cl->pos[0], token, ttl, &ttl);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_refresh_token(c, cl->pos[0], token, ttl,
+					 &granted)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
+	ttl = granted;
 	if (rc == 0)
 		printf("%" PRId64 "\n", ttl);
 	else
@@ -140,6 +157,7 @@ int dl_cli_refresh(struct cli *cl)
 
 int dl_cli_check(struct cli *cl)
 {
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	uint64_t token, current = 0;
 	int64_t remaining = 0;
@@ -149,7 +167,11 @@ int dl_cli_check(struct cli *cl)
 		return rc;
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_check(c, cl->pos[0], token, &remaining, &current);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_check(c, cl->pos[0], token, &remaining,
+				 &current)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
 	if (rc == 0)
 		printf("%" PRId64 "\n", remaining);
 	else if (rc == DLOCK_ESTALE)
@@ -162,6 +184,7 @@ int dl_cli_check(struct cli *cl)
 
 int dl_cli_break(struct cli *cl)
 {
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	uint64_t token, current = 0;
 	int rc;
@@ -178,7 +201,11 @@ int dl_cli_break(struct cli *cl)
 			DL_REASON_MAX);
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_break_reason(c, cl->pos[0], token, cl->reason, &current);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_break_reason(c, cl->pos[0], token, cl->reason,
+					&current)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
 	if (rc == 0) {
 		dl_cli_msg("broke the lease %" PRIu64 " of %s", token,
 			   cl->pos[0]);
@@ -267,6 +294,7 @@ static void print_member(const struct dlock_holder *h)
 int dl_cli_status(struct cli *cl)
 {
 	struct members m = {0};
+	struct dl_cli_retry retry;
 	struct dlock_status st;
 	dlock_client *c;
 	size_t i;
@@ -274,9 +302,15 @@ int dl_cli_status(struct cli *cl)
 
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_status(c, cl->pos[0], &st);
-	if (rc == 0)
-		rc = dlock_holders(c, cl->pos[0], member_cb, &m, NULL, NULL);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_status(c, cl->pos[0], &st)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
+	while (rc == 0 &&
+	       (rc = dlock_holders(c, cl->pos[0], member_cb, &m, NULL,
+				   NULL)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
 	if (rc == 0 && cl->json) {
 		fputs("{\"name\": ", stdout);
 		dl_cli_json_str(stdout, cl->pos[0]);
@@ -323,13 +357,32 @@ int dl_cli_status(struct cli *cl)
 	return rc;
 }
 
+/* ping and stats ask the daemon they are given, whatever its role: a
+ * health check may ask a standby directly (it answers both). Given a
+ * cluster (--servers), they ask its active daemon, as every command. */
+static int health_connect(const struct cli *cl, dlock_client **c)
+{
+	struct dlock_options o;
+	int rc;
+
+	dl_cli_conn_options(cl, &o);
+	o.standby_ok = !cl->servers;
+	if ((rc = dl_cli_connect(cl, &o, c)) == 0 &&
+	    strcmp(dlock_server_role(*c), "standby") == 0 && !cl->json &&
+	    !cl->raw)
+		dl_cli_msg("%s is a standby: the active daemon serves the "
+			   "locks",
+			   dl_cli_where(cl));
+	return rc;
+}
+
 int dl_cli_ping(struct cli *cl)
 {
 	struct timespec t0, t1;
 	dlock_client *c;
 	int rc;
 
-	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+	if ((rc = health_connect(cl, &c)) != 0)
 		return rc;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	rc = dlock_ping(c);
@@ -346,9 +399,10 @@ int dl_cli_ping(struct cli *cl)
 
 /* ---- stats --------------------------------------------------------------- */
 
-enum stat_fmt { SF_NUM, SF_MS, SF_US, SF_BOOL };
+enum stat_fmt { SF_NUM, SF_MS, SF_US, SF_BOOL, SF_ROLE };
 
-/* How the human view shows the keys it knows; others go under "Other". */
+/* How the human view shows the keys it knows (every key of this version's
+ * server/stats.c); a key it does not know goes under "Other", as sent. */
 static const struct stat_row {
 	const char *key;
 	const char *section;
@@ -356,12 +410,29 @@ static const struct stat_row {
 	enum stat_fmt fmt;
 } stat_rows[] = {
 	{"uptime_ms", "Server", "uptime", SF_MS},
+	{"role_active", "Server", "role", SF_ROLE},
 	{"commands", "Server", "commands", SF_NUM},
+	{"leader_epoch", "Cluster", "leadership epoch", SF_NUM},
+	{"leader_lease_left_ms", "Cluster", "leadership left", SF_MS},
+	{"leader_renewals", "Cluster", "renewals", SF_NUM},
+	{"leader_takeovers", "Cluster", "take-overs", SF_NUM},
+	{"leader_depositions", "Cluster", "depositions", SF_NUM},
 	{"connections", "Connections", "open", SF_NUM},
 	{"connections_total", "Connections", "accepted", SF_NUM},
 	{"connections_rejected", "Connections", "rejected (limit)", SF_NUM},
 	{"output_overflows", "Connections", "closed (unread output)", SF_NUM},
+	{"output_budget_closes", "Connections", "closed (output budget)",
+	 SF_NUM},
+	{"output_buffered_bytes", "Connections", "unread output (bytes)",
+	 SF_NUM},
+	{"request_timeouts", "Connections", "closed (request too slow)",
+	 SF_NUM},
+	{"idle_timeouts", "Connections", "closed (idle)", SF_NUM},
+	{"auth_timeouts", "Connections", "closed (no AUTH in time)", SF_NUM},
 	{"auth_failures", "Connections", "failed AUTH", SF_NUM},
+	{"owner_denials", "Connections", "owner refused (no key)", SF_NUM},
+	{"tls_handshakes", "Connections", "TLS handshakes", SF_NUM},
+	{"tls_failures", "Connections", "TLS failures", SF_NUM},
 	{"locks", "Locks", "locks", SF_NUM},
 	{"leases", "Locks", "leases held", SF_NUM},
 	{"waiters", "Locks", "waiting", SF_NUM},
@@ -370,14 +441,22 @@ static const struct stat_row {
 	{"reentries", "Locks", "reentries", SF_NUM},
 	{"releases", "Locks", "releases", SF_NUM},
 	{"expiries", "Locks", "expiries", SF_NUM},
+	{"breaks", "Locks", "broken (BREAK)", SF_NUM},
 	{"timeouts", "Locks", "wait timeouts", SF_NUM},
 	{"refreshes", "Locks", "refreshes", SF_NUM},
 	{"cancels", "Locks", "cancels", SF_NUM},
+	{"revokes", "Locks", "grants withdrawn", SF_NUM},
 	{"last_token", "Locks", "last token", SF_NUM},
 	{"wait_ms_count", "Locks", "grants timed", SF_NUM},
 	{"wait_ms_sum", "Locks", "total wait", SF_MS},
 	{"hold_ms_count", "Locks", "leases ended", SF_NUM},
 	{"hold_ms_sum", "Locks", "total hold", SF_MS},
+	{"contended_locks_1", "Contention", "locks with 1 waiter", SF_NUM},
+	{"contended_locks_2_5", "Contention", "with 2 to 5", SF_NUM},
+	{"contended_locks_6_10", "Contention", "with 6 to 10", SF_NUM},
+	{"contended_locks_11_100", "Contention", "with 11 to 100", SF_NUM},
+	{"contended_locks_101_1000", "Contention", "with 101 to 1000", SF_NUM},
+	{"contended_locks_over_1000", "Contention", "with over 1000", SF_NUM},
 	{"store_available", "Persistence", "available", SF_BOOL},
 	{"store_batches", "Persistence", "batches", SF_NUM},
 	{"store_writes", "Persistence", "writes", SF_NUM},
@@ -387,12 +466,23 @@ static const struct stat_row {
 	{"store_backlog", "Persistence", "backlog", SF_NUM},
 	{"store_reconnects", "Persistence", "reconnects", SF_NUM},
 	{"store_failures", "Persistence", "failures", SF_NUM},
+	{"store_replica_waits", "Persistence", "replica WAITs", SF_NUM},
+	{"store_replica_shortfalls", "Persistence", "replicas short", SF_NUM},
+	{"store_failover_holds", "Persistence", "Sentinel fail-overs", SF_NUM},
+	{"redis_aof", "Persistence", "Redis AOF on", SF_BOOL},
+	{"redis_fsync_always", "Persistence", "Redis fsync always", SF_BOOL},
+	{"redis_evicting", "Persistence", "Redis may evict", SF_BOOL},
+	{"redis_nondurable_allowed", "Persistence", "non-durable allowed",
+	 SF_BOOL},
+	{"redis_went_back", "Persistence", "Redis went back", SF_NUM},
+	{"grants_closed_ms", "Persistence", "grants closed for", SF_MS},
 };
 
 #define NSTAT_ROWS (sizeof(stat_rows) / sizeof(stat_rows[0]))
 
 static const char *const stat_sections[] = {
-	"Server", "Connections", "Locks", "Persistence", "Errors", "Other",
+	"Server",     "Cluster",     "Connections", "Locks",
+	"Contention", "Persistence", "Errors",	    "Other",
 };
 
 struct stat_kv {
@@ -485,6 +575,9 @@ static void stat_value(const struct stat_kv *kv, char *out, size_t cap)
 	case SF_BOOL:
 		snprintf(out, cap, "%s", v ? "yes" : "no");
 		break;
+	case SF_ROLE:
+		snprintf(out, cap, "%s", v ? "active" : "standby");
+		break;
 	case SF_US:
 		snprintf(out, cap, "%.3f ms", (double)v / 1000.0);
 		break;
@@ -515,7 +608,7 @@ int dl_cli_stats(struct cli *cl)
 	size_t i, k, width = 0;
 	int rc, any, sections = 0;
 
-	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+	if ((rc = health_connect(cl, &c)) != 0)
 		return rc;
 	rc = dlock_stats(c, on_stat, &sl);
 	dlock_close(c);
@@ -584,7 +677,7 @@ void dl_cli_json_str_or_null(FILE *f, const char *s)
 
 /* A page of LOCKS at most, in a row. */
 #define LIST_PAGE DL_LOCKS_PAGE_MAX
-/* --by-waiters without --limit */
+/* --by-waiters without --max */
 #define LIST_TOP 10
 /* A listing refused because the last one was just made (ERR LIMIT): try
  * again this often, at most this many times. */
@@ -657,9 +750,10 @@ int dl_cli_list(struct cli *cl)
 {
 	struct list_run lr = {.cl = cl};
 	const char *prefix = cl->npos ? cl->pos[0] : NULL;
-	uint64_t want = cl->limit ? cl->limit
-				  : cl->by_waiters ? LIST_TOP : UINT64_MAX;
+	uint64_t want = cl->max ? cl->max
+				: cl->by_waiters ? LIST_TOP : UINT64_MAX;
 	uint64_t more = 0;
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	unsigned page;
 	int rc, tries = 0;
@@ -668,6 +762,7 @@ int dl_cli_list(struct cli *cl)
 		return rc;
 	if (cl->json)
 		fputs("{\"locks\": [", stdout);
+	dl_cli_retry_init(&retry, cl, 0);
 	for (;;) {
 		page = want - lr.shown < LIST_PAGE ? (unsigned)(want - lr.shown)
 						     : LIST_PAGE;
@@ -680,6 +775,8 @@ int dl_cli_list(struct cli *cl)
 			nanosleep(&ts, NULL);
 			continue;
 		}
+		if (dl_cli_retry(&retry, rc))
+			continue;
 		if (rc != 0 || more == 0 || lr.shown >= want ||
 		    cl->by_waiters)
 			break;
@@ -695,6 +792,6 @@ int dl_cli_list(struct cli *cl)
 		printf("%s], \"more\": %" PRIu64 "}\n", lr.shown ? "\n" : "",
 		       more);
 	else if (more)
-		dl_cli_msg("%" PRIu64 " more not listed (--limit)", more);
+		dl_cli_msg("%" PRIu64 " more not listed (--max)", more);
 	return 0;
 }

@@ -332,6 +332,7 @@ int dl__req_submit(struct dlock_client *c, struct dl__req *q)
 	case DL__DOWN:
 	case DL__CONNECTING:
 	case DL__HANDSHAKE:
+	case DL__GREETING: /* sent once HELLO is answered OK */
 		unsent_push(c, q);
 		return 0;
 	default:

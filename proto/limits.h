@@ -280,11 +280,11 @@
  * record (10 s for 10^6), so that the re-sync ends (server/store.c). */
 #define DL_STORE_RECORD_US 10
 
-/* Leadership (DESIGN.md section 10). The active daemon holds a lease in
- * Redis, renews it every third of it, and counts its own leadership from
- * each renewal's send time, DL_LEADER_MARGIN_PCT percent short of the
- * lease (clock rates differ a little; Redis counts from when it ran the
- * renewal, later than the send). */
+/* Leadership (docs/design.md, "Leadership and fencing"). The active
+ * daemon holds a lease in Redis, renews it every third of it, and counts
+ * its own leadership from each renewal's send time, DL_LEADER_MARGIN_PCT
+ * percent short of the lease (clock rates differ a little; Redis counts
+ * from when it ran the renewal, later than the send). */
 #define DL_DEFAULT_LEADER_LEASE_MS 4000
 #define DL_LEADER_LEASE_MIN_MS	   1000
 #define DL_LEADER_LEASE_MAX_MS	   60000

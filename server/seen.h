@@ -32,8 +32,9 @@
  * what the next daemon's clock gives. So a start also goes above the mark
  * it saw (store_load.c).
  *
- * They are also kept in a small file, <state_dir>/dlockd.state, so that a
- * restarted daemon remembers them:
+ * They are also kept in a small file in state_dir, one per keyspace
+ * (dlockd.state for the default one; dl_seen_init), so that a restarted
+ * daemon remembers them:
  *
  *   dlockd-state 1
  *   redis <the Redis it describes: address or Sentinel master, db, prefix>
@@ -43,7 +44,8 @@
  *
  * rewritten (a new file renamed over the old one) at most every
  * DL_SEEN_SAVE_MS, and at once, with an fsync, when the epoch or the mark
- * changes (rare: a take, a link, a million grants).
+ * changes (rare: a take, a link, a million grants); never lower than what
+ * the file held (two nodes of one keyspace may share the directory).
  * A file that describes another Redis, or that cannot be read, is
  * ignored with a warning: what it says is not about this Redis. Blocking
  * file I/O on the loop, rare and small.
@@ -69,10 +71,15 @@ struct dl_seen {
 	char id[DL_SEEN_ID_MAX];	/* the Redis it describes */
 };
 
-/* Set up s for the Redis `id` and read <dir>/dlockd.state if there is
- * one (dir NULL or "": no file). Never fails: a file that cannot be read
- * or describes another Redis is logged and ignored. */
-void dl_seen_init(struct dl_seen *s, const char *dir, const char *id);
+/* Set up s for the keyspace (Redis database db, key prefix) and read its
+ * file in dir if there is one (dir NULL or "": no file): dlockd.state for
+ * database 0 and the prefix "dlock:", else dlockd.<db>.<prefix>.state
+ * (the prefix %-escaped but for letters, digits, - and _); a
+ * dlockd.state of an earlier version that describes this keyspace is
+ * read in its absence. Never fails: a file that cannot be read or
+ * describes another Redis is logged and ignored. */
+void dl_seen_init(struct dl_seen *s, const char *dir, int db,
+		  const char *prefix);
 /* Raise what was seen (0: nothing new of that one). */
 void dl_seen_note(struct dl_seen *s, uint64_t epoch, uint64_t gen);
 void dl_seen_note_mark(struct dl_seen *s, uint64_t mark);

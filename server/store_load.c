@@ -21,8 +21,8 @@
  * (its name set P locks exists) is read the old way and migrated to
  * layout 2 before anything is served: store_migrate.c.
  *
- * The restore rule (DESIGN.md section 5). A restored lease lasts until
- * R + its TTL, R being the moment its record is read. Its holder counted
+ * The restore rule (docs/design.md, "Restore"). A restored lease lasts
+ * until R + its TTL, R being the moment its record is read. Its holder counted
  * its lease from a request it sent before the daemon stopped, so before
  * R: the lease never ends sooner than the holder may believe, however long
  * the daemon was down or waited for Redis, and whatever the wall clock did

@@ -29,7 +29,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -865,6 +868,25 @@ Test(cli, run_guard_still_acts_after_the_command_is_stopped_and_continued)
 	h_close(c);
 }
 
+/* ps and pgrep tell the guard from dlock: it is named dlock-guard (both
+ * used to be "dlock"). */
+Test(cli, run_guard_shows_its_own_name_in_ps)
+{
+	char path[64], comm[64];
+	struct result r;
+	struct job j;
+
+	job_start(&j, "gn", 0);
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)j.guard);
+	slurp(path, comm, sizeof(comm));
+	cr_assert(STR_EQ(comm, "dlock-guard\n"));
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)j.dlock);
+	slurp(path, comm, sizeof(comm));
+	cr_assert(STR_EQ(comm, "dlock\n"));
+	kill(j.dlock, SIGTERM);
+	job_end(&j, &r);
+}
+
 /* The guard itself is stopped: dlock continues it at once. Stopped after
  * dlock, with nobody to continue it, the guard is woken by its alarm when
  * it must act, and the command ends before the lease passes on. (A
@@ -1286,6 +1308,21 @@ Test(cli, stats_groups_for_people_and_is_raw_for_scripts)
 	h_close(c);
 }
 
+/* "Other" is for keys of a newer server: this version's keys all have a
+ * section and a label. */
+Test(cli, stats_puts_every_key_of_the_server_in_a_section)
+{
+	struct result r;
+
+	dlock(&r, "stats", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(strstr(r.out, "\nOther\n") == NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\nCluster\n") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\nContention\n") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\n  role ") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, " active\n") != NULL, "%s", r.out);
+}
+
 Test(cli, every_command_reaches_the_server_over_a_unix_socket)
 {
 	char sock[H_PATH_MAX], script[1024], env[OUT_MAX];
@@ -1328,6 +1365,24 @@ Test(cli, no_server_exits_69_and_runs_nothing)
 	dlock(&r, "run", "x", "--", "touch", in_dir("ran"), NULL);
 	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
 	cr_assert(not(file_exists(in_dir("ran"))));
+}
+
+/* Not a bare "cannot connect": why. */
+Test(cli, a_failed_connect_says_why)
+{
+	char port[16];
+	struct result r;
+
+	snprintf(port, sizeof(port), "%d", h_free_port());
+	dlock(&r, "--port", port, "ping", NULL);
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(has(r.err, "connection refused"), "%s", r.err);
+	dlock(&r, "--host", "nosuch.invalid", "status", "x", NULL);
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(has(r.err, "cannot resolve the host name"), "%s", r.err);
+	dlock(&r, "--socket", in_dir("none.sock"), "ping", NULL);
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(has(r.err, "no such file or directory"), "%s", r.err);
 }
 
 Test(cli, bad_password_exits_77)
@@ -1406,6 +1461,32 @@ Test(cli, a_user_logs_in_with_its_secret_and_is_held_to_its_grants)
 	cr_assert(strstr(r.err, "refused the user or its secret") != NULL, "%s",
 		  r.err);
 	cr_assert(eq(int, h_daemon_stop(&own), 0));
+}
+
+/* --help says durations need a unit (it used to say a bare number is ms,
+ * which dlock refuses) and lists every exit code, in order (124 came
+ * before 77). */
+Test(cli, help_says_durations_need_a_unit_and_lists_the_exit_codes_in_order)
+{
+	static const char *const codes[] = {"\n  0 ",	"\n  1 ",   "\n  64 ",
+					    "\n  65 ",	"\n  69 ",  "\n  70 ",
+					    "\n  75 ",	"\n  76 ",  "\n  77 ",
+					    "\n  124 ", "\n  126 ", "\n  127 "};
+	const char *at, *last;
+	struct result r;
+	size_t i;
+
+	dlock(&r, "--help", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(has(r.out, "Durations need a unit"), "%s", r.out);
+	cr_assert(has(r.out, "millisecond") == 0, "%s", r.out);
+	last = r.out;
+	for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+		at = strstr(r.out, codes[i]);
+		cr_assert(at != NULL, "exit code%s not listed", codes[i] + 1);
+		cr_assert(at > last, "exit code%s out of order", codes[i] + 1);
+		last = at;
+	}
 }
 
 Test(cli, usage_errors_exit_64_and_help_exits_0)
@@ -1487,10 +1568,17 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 		  r.out);
 	cr_assert(has(r.out, " alice ") && has(r.out, " bob "), "%s", r.out);
 
+	dlock(&r, "list", "ls/", "--max", "1", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(has(r.out, "ls/\"q\\") && !has(r.out, "ls/1"), "%s", r.out);
+	cr_assert(has(r.err, "1 more not listed (--max)"), "%s", r.err);
+	/* --limit is a semaphore's size; for list, the old spelling of --max
+	 * still works, with a note */
 	dlock(&r, "list", "ls/", "--limit", "1", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(has(r.out, "ls/\"q\\") && !has(r.out, "ls/1"), "%s", r.out);
-	cr_assert(has(r.err, "1 more not listed"), "%s", r.err);
+	cr_assert(has(r.err, "note: list --limit is list --max now"), "%s",
+		  r.err);
 
 	/* names are escaped; numbers are numbers; "more" counts the rest */
 	dlock(&r, "list", "ls/", "--json", NULL);
@@ -1585,6 +1673,36 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 	cr_assert(strncmp(r.out, "{\"uptime_ms\": ", 14) == 0, "%s", r.out);
 	cr_assert(has(r.out, ", \"leases\": "), "%s", r.out);
 	cr_assert(strcmp(r.out + strlen(r.out) - 2, "}\n") == 0, "%s", r.out);
+	/* every 64-bit id is a string through jq too: list's tokens and
+	 * stats' last_token */
+	{
+		char cmd[4 * H_PATH_MAX], got[64];
+		FILE *f = fopen(in_dir("stats.json"), "w");
+
+		cr_assert(f != NULL);
+		fputs(r.out, f);
+		fclose(f);
+		snprintf(cmd, sizeof(cmd),
+			 "jq -r '.last_token | type' < %s > %s",
+			 in_dir("stats.json"), in_dir("type.txt"));
+		cr_assert_eq(system(cmd), 0, "jq");
+		slurp(in_dir("type.txt"), got, sizeof(got));
+		cr_assert(STR_EQ(got, "string\n"));
+		dlock(&r, "list", "ls/1", "--json", NULL);
+		cr_assert(eq(int, r.status, 0), "%s", r.err);
+		f = fopen(in_dir("list.json"), "w");
+		cr_assert(f != NULL);
+		fputs(r.out, f);
+		fclose(f);
+		snprintf(cmd, sizeof(cmd),
+			 "jq -r '.locks[0].token' < %s > %s",
+			 in_dir("list.json"), in_dir("token.txt"));
+		cr_assert_eq(system(cmd), 0, "jq");
+		slurp(in_dir("token.txt"), got, sizeof(got));
+		snprintf(cmd, sizeof(cmd), "%" PRIu64 "\n",
+			 to_u64(h_kv(h_call(c, "STATUS ls/1"), "token")));
+		cr_assert(STR_EQ(got, cmd));
+	}
 	h_close(c);
 }
 
@@ -1615,6 +1733,46 @@ Test(cli, run_timeout_stops_the_tree_releases_and_exits_124)
 	cr_assert(eq(int, pid_alive(child), 0), "the background child lives");
 	dlock(&r, "trylock", "tmo", "--ttl", "1s", NULL);
 	cr_assert(eq(int, r.status, 0), "the lock was not released: %s", r.err);
+}
+
+/* A server that accepts and never answers: dlock gives up after
+ * --server-timeout, run included (whose --timeout is the command's time
+ * limit: run used to wait its 5s default for a server, whatever was
+ * given); --timeout for another command is the old spelling of
+ * --server-timeout and says so. */
+Test(cli, server_timeout_bounds_the_wait_for_a_silent_server_run_included)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t alen = sizeof(a);
+	char port[16];
+	struct result r;
+	uint64_t t0, ms;
+	int fd;
+
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+		  listen(fd, 16) == 0 &&
+		  getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
+	snprintf(port, sizeof(port), "%d", ntohs(a.sin_port));
+
+	t0 = h_now_ms();
+	dlock(&r, "--port", port, "--server-timeout", "400ms", "run", "st",
+	      "--", "true", NULL);
+	ms = h_now_ms() - t0;
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(ms >= 400 && ms < 3000, "run gave up after %llu ms: %s",
+		  (unsigned long long)ms, r.err);
+
+	t0 = h_now_ms();
+	dlock(&r, "--port", port, "--timeout", "400ms", "status", "st", NULL);
+	ms = h_now_ms() - t0;
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(ms >= 400 && ms < 3000, "status gave up after %llu ms: %s",
+		  (unsigned long long)ms, r.err);
+	cr_assert(has(r.err, "note: --timeout is --server-timeout now"), "%s",
+		  r.err);
+	close(fd);
 }
 
 /* -E N: the exit code when the lock cannot be taken (flock -E); and a

@@ -2,8 +2,9 @@
 /*
  * test_locktab.c -- unit tests of the lock table (server/locktab.c).
  *
- * Expectations come from server/locktab.h and DESIGN.md sections 2-4, not
- * from the implementation. Each test names the behaviour it proves.
+ * Expectations come from server/locktab.h, docs/design.md ("Semantics")
+ * and proto/PROTOCOL.md, not from the implementation. Each test names the
+ * behaviour it proves.
  *
  * Harness: the table runs on a fake monotonic clock (`clock_ms`, advanced
  * by the tests); its event hook copies every event (type, name, token, ttl,

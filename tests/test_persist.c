@@ -366,9 +366,9 @@ static uint64_t queue_then_crash(uint64_t *restart_ms)
 	return tok;
 }
 
-/* DESIGN.md section 5: a restored lease lasts its TTL from the restart,
- * whatever time passed while the daemon was down; the restored queue keeps
- * its order. */
+/* docs/design.md, "Restore": a restored lease lasts its TTL from the
+ * restart, whatever time passed while the daemon was down; the restored
+ * queue keeps its order. */
 Test(persist, restored_lease_lasts_its_ttl_from_the_restart_then_queue_moves)
 {
 	struct h_client *m, *w1, *w2;
@@ -1271,6 +1271,40 @@ Test(persist, redis_without_aof_is_refused_unless_allowed)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+/* Found from outside: after CONFIG SET appendfsync no on a running Redis,
+ * HELLO went on saying durability=always. The change is seen within about
+ * a second (it is read with appendonly and maxmemory-policy), logged, and
+ * said by HELLO and STATS; setting it back is seen too. */
+Test(persist, an_appendfsync_changed_while_running_is_seen_and_said)
+{
+	struct h_client *c;
+	uint64_t t0;
+	char *l = NULL;
+
+	start("always", NULL);
+	c = h_hello(d.port, "alice");
+	h_redis_cli(&r, "CONFIG SET appendfsync no");
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 5000; h_sleep_ms(100)) {
+		l = h_call(c, "HELLO");
+		if (strcmp(h_kv(l, "durability"), "os") == 0)
+			break;
+	}
+	cr_assert_str_eq(h_kv(l, "durability"), "os", "in \"%s\"", l);
+	cr_assert_eq(h_stats_value(c, "redis_fsync_always"), 0);
+	cr_assert(h_daemon_log_has(&d, "appendfsync no"));
+	h_lock(c, "x", "ttl=10s"); /* served, as at a start on it */
+	h_redis_cli(&r, "CONFIG SET appendfsync always");
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 5000; h_sleep_ms(100)) {
+		l = h_call(c, "HELLO");
+		if (strcmp(h_kv(l, "durability"), "always") == 0)
+			break;
+	}
+	cr_assert_str_eq(h_kv(l, "durability"), "always", "in \"%s\"", l);
+	cr_assert_eq(h_stats_value(c, "redis_fsync_always"), 1);
+	h_close(c);
+	stop_clean();
+}
+
 /* A Redis that may evict keys (maxmemory-policy other than noeviction)
  * drops leases like one without AOF: refused at start (exit 5, with the
  * fix in the message) unless allow_evicting_redis. */
@@ -1533,6 +1567,80 @@ Test(persist, a_restart_on_a_redis_that_forgot_closes_grants_for_max_ttl)
 		      (unsigned long long)waited);
 	h_close(b);
 	stop_clean();
+}
+
+/* Found from outside: two daemons of two keyspaces (prefixes x: and y:)
+ * sharing one state_dir (two units copied from one) kept one state file,
+ * each rewriting it for its own keyspace; after both stopped and Redis
+ * forgot everything, one restarted without noticing and granted a held
+ * lock again. Each keyspace has its file now: both notice. */
+Test(persist, daemons_of_two_keyspaces_sharing_a_state_dir_both_notice_a_forget)
+{
+	static const char *conf[2] = {
+		"[persistence]\nredis_prefix = x:\n"
+		"[limits]\nmax_ttl = 60s\n",
+		"[persistence]\nredis_prefix = y:\n"
+		"[limits]\nmax_ttl = 60s\n"};
+	struct h_daemon d2;
+	struct h_daemon *ds[2] = {&d, &d2};
+	struct h_client *c;
+	char *l;
+	int i;
+
+	memset(&d2, 0, sizeof(d2));
+	h_redis_start(&r, "always");
+	use_state_dir();
+	d2.env[d2.nenv++] = state_env;
+	for (i = 0; i < 2; i++) {
+		h_daemon_start_redis(ds[i], &r, conf[i]);
+		c = h_hello(ds[i]->port, "alice");
+		h_lock(c, "L", "ttl=60s");
+		h_close(c);
+	}
+	h_sleep_ms(1200); /* the state files are written within a second */
+	for (i = 0; i < 2; i++)
+		h_daemon_kill9(ds[i]);
+	h_redis_cli(&r, "FLUSHALL");
+	for (i = 0; i < 2; i++) {
+		h_daemon_restart(ds[i]);
+		c = h_hello(ds[i]->port, "bob");
+		l = h_call(c, "TRYLOCK L ttl=5s");
+		cr_assert(h_starts(l, "NO BUSY L "),
+			  "the daemon of prefix %s granted a held lock: \"%s\"",
+			  i ? "y:" : "x:", l);
+		cr_assert(h_daemon_log_has(ds[i], "WENT BACK"));
+		h_close(c);
+	}
+	h_daemon_kill9(&d2);
+	h_daemon_cleanup(&d2);
+	h_daemon_kill9(&d);
+}
+
+/* A dlockd.state written by an earlier version (one name for every
+ * keyspace) that describes this daemon's keyspace is still read: an
+ * upgrade does not forget what Redis held. */
+Test(persist, a_state_file_of_an_earlier_version_is_read_for_its_keyspace)
+{
+	struct h_client *c;
+	char path[H_PATH_MAX + 32], *l;
+	FILE *f;
+
+	h_redis_start(&r, "always");
+	use_state_dir();
+	snprintf(path, sizeof(path), "%s/state/dlockd.state", r.dir);
+	cr_assert((f = fopen(path, "w")) != NULL);
+	fprintf(f, "dlockd-state 1\nredis db=0 prefix=x:\nepoch 7\n"
+		   "gen 120\nmark 0\n");
+	fclose(f);
+	h_daemon_start_redis(&d, &r,
+			     "[persistence]\nredis_prefix = x:\n"
+			     "[limits]\nmax_ttl = 60s\n");
+	c = h_hello(d.port, "bob");
+	l = h_call(c, "TRYLOCK L ttl=5s");
+	cr_assert(h_starts(l, "NO BUSY L "), "granted: \"%s\"", l);
+	cr_assert(h_daemon_log_has(&d, "WENT BACK"));
+	h_close(c);
+	h_daemon_kill9(&d);
 }
 
 /* Found from outside: a Redis tenant's SET dlock:token 18446744073709551610

@@ -307,7 +307,7 @@ dlockd_start() {    # [node] [clock offset for libfaketime, e.g. +30s]
 active_node() {
 	local i
 	for i in $(seq 0 $((nodes - 1))); do
-		if "$DLOCK" --port "${dports[$i]}" --timeout 1s stats --raw 2>/dev/null |
+		if "$DLOCK" --port "${dports[$i]}" --server-timeout 1s stats --raw 2>/dev/null |
 				grep -q '^role_active 1'; then
 			echo "$i"; return
 		fi
@@ -318,7 +318,7 @@ active_node() {
 wait_dlockd() {
 	local t0 i=0
 	t0=$(now_ms)
-	until "$DLOCK" $conn --timeout 1s ping >/dev/null 2>&1; do
+	until "$DLOCK" $conn --server-timeout 1s ping >/dev/null 2>&1; do
 		i=$((i + 1))
 		if [ $i -gt 1500 ]; then echo 30000; return; fi
 		sleep 0.02
@@ -330,7 +330,7 @@ wait_dlockd() {
 wait_store() {
 	local t0 i=0
 	t0=$(now_ms)
-	until "$DLOCK" $conn --timeout 1s stats --raw 2>/dev/null |
+	until "$DLOCK" $conn --server-timeout 1s stats --raw 2>/dev/null |
 			grep -q '^store_available 1'; do
 		i=$((i + 1))
 		if [ $i -gt 1500 ]; then echo 30000; return; fi
@@ -505,7 +505,7 @@ wait_takeover() {   # ms
 	local t0 s=$((1 - target))
 	t0=$(now_ms)
 	while [ $(($(now_ms) - t0)) -lt "$1" ]; do
-		if "$DLOCK" --port "${dports[$s]}" --timeout 1s stats --raw 2>/dev/null |
+		if "$DLOCK" --port "${dports[$s]}" --server-timeout 1s stats --raw 2>/dev/null |
 				grep -q '^store_available 1'; then
 			echo $(($(now_ms) - t0)); return
 		fi
@@ -638,7 +638,7 @@ wait_open() {
 	local t0 v i=0
 	t0=$(now_ms)
 	while :; do
-		v=$("$DLOCK" $conn --timeout 1s stats --raw 2>/dev/null |
+		v=$("$DLOCK" $conn --server-timeout 1s stats --raw 2>/dev/null |
 			sed -n 's/^grants_closed_ms //p')
 		[ -n "$v" ] && [ "$v" = 0 ] && break
 		i=$((i + 1)); [ $i -gt 1500 ] && break
