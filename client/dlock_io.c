@@ -392,6 +392,9 @@ void dl__io_hello_ok(struct dlock_client *c)
 	int64_t now = dl__now();
 
 	c->state = DL__UP;
+	/* who it is, for the owner HELLO just proved */
+	if (dl__describing(c))
+		dl__internal(c, DL__DESCRIBE, NULL, 0, 0);
 	for (l = c->leases; l; l = l->next) {
 		if (l->dead || l->unlocking || l->nhandles == 0 ||
 		    atomic_load(&l->deadline) <= now)
@@ -512,7 +515,8 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 	if (c->standby) {
 		/* A standby executes nothing: whatever it was, send it
 		 * again to the active. */
-		if (q->op == DL__AUTH || q->op == DL__HELLO) {
+		if (q->op == DL__AUTH || q->op == DL__HELLO ||
+		    q->op == DL__DESCRIBE) {
 			dl__req_finish(c, q, DLOCK_ECLOSED);
 			return 0;
 		}
@@ -526,7 +530,7 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 		dl__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
-	if (q->op == DL__AUTH || q->op == DL__HELLO) {
+	if (q->op == DL__AUTH || q->op == DL__HELLO || q->op == DL__DESCRIBE) {
 		dl__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}

@@ -12,6 +12,7 @@
  *   dlock_tls.c  the transport: plaintext, or TLS over memory BIOs;
  *   dlock_watch.c  watches: their events, and watching again after a
  *                reconnect.
+ *   dlock_desc.c who the client says it is, and who a holder said it is.
  *
  * Everything below is protected by dlock_client.mu, except what is marked
  * atomic (read by the lease accessors without the lock, also from on_lost)
@@ -28,6 +29,7 @@
 #include <sys/types.h>
 
 #include "client/dlock.h"
+#include "proto/limits.h"
 #include "proto/proto.h"
 
 /* ---- limits and timings -------------------------------------------------- */
@@ -81,6 +83,9 @@ enum dl__op {
 	DL__WATCH,   /* name: the pattern; internal: again, after a
 			reconnect (dlock_watch.c) */
 	DL__UNWATCH,
+	DL__DESCRIBE, /* HELLO host= pid= cmd= after the HELLO of the owner:
+			 its refusal (a server that does not know them)
+			 fails nothing */
 };
 
 /* Where a request is; it is on at most one list. */
@@ -242,6 +247,14 @@ struct dlock_client {
 	int auth_required;
 	atomic_int role; /* enum dl__role: dlock_server_role() */
 
+	/* what the client says of itself (options.describe), as sent
+	 * (dlock_desc.c); nothing when all are empty, or once a server
+	 * refused it */
+	char desc_host[DL_DESC_HOST_MAX + 1];
+	char desc_cmd[DL_DESC_CMD_MAX + 1];
+	uint32_t desc_pid;
+	int desc_refused;
+
 	/* connection (the thread's, under mu) */
 	int fd;
 	struct dl__tls *tls; /* NULL: plaintext (dlock_tls.c) */
@@ -385,6 +398,18 @@ int dl__watch_event(struct dlock_client *c, const struct dl_reply *r);
 void dl__watch_resume(struct dlock_client *c);
 /* Free the watches and the events (client_free). */
 void dl__watch_free(struct dlock_client *c);
+
+/* ---- dlock_desc.c -------------------------------------------------------- */
+
+/* The client's description from the options (options.describe): into
+ * c->desc_*, encoded as sent; the options' strings are not kept. */
+void dl__describe(struct dlock_client *c, const struct dlock_options *o);
+/* 1 when there is something to say (and no server refused it). */
+int dl__describing(const struct dlock_client *c);
+/* A word of a holder line or a NO BUSY, key=value, that describes a
+ * holder (host=, pid=, cmd=, held_ms=, user=): into h, decoded in place
+ * in `value` (it points into a line the caller keeps). 1 if it was one. */
+int dl__holder_word(struct dlock_holder *h, const char *key, char *value);
 
 /* ---- dlock_tls.c --------------------------------------------------------- */
 

@@ -423,6 +423,13 @@ static void reply(struct dlock_client *c, struct dl__req *q,
 		c->failed_i = -1;
 		dl__req_finish(c, q, 0);
 		return;
+	case DL__DESCRIBE:
+		/* a server that does not know descriptions (dlockd 0.3)
+		 * refuses them: say nothing more, fail nothing */
+		if (r->kind != DL_REPLY_OK)
+			c->desc_refused = 1;
+		dl__req_finish(c, q, 0);
+		return;
 	case DL__CHECK:
 		if (is(r, DL_REPLY_OK, "VALID") && arg_i64(r, 2, &ms) == 0) {
 			q->r_value = (uint64_t)ms;

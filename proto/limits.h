@@ -50,6 +50,15 @@
  * name a ticket or say why in a word or two; it goes to the audit log. */
 #define DL_REASON_MAX 128
 
+/* A client's description of itself (HELLO host=<host> pid=<pid>
+ * cmd=<cmd>, proto/desc.h), shown next to its owner id by STATUS, HOLDERS,
+ * LOCKS and NO BUSY. Values are bytes as sent (a space is %20): a host
+ * name of Linux's HOST_NAME_MAX, a command line cut to what a person reads
+ * in one line of a listing, a pid_t's positive range. Longer is BAD_ARG:
+ * clients cut their own (dl_desc_encode). */
+#define DL_DESC_HOST_MAX 64
+#define DL_DESC_CMD_MAX	 128
+#define DL_DESC_PID_MAX	 2147483647
 /* Words in one request line, verb included. The longest valid request,
  * LOCK <name> ttl= wait= mode= limit= id=, has seven. */
 #define DL_ARGS_MAX 8

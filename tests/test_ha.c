@@ -237,6 +237,41 @@ Test(ha, standby_takes_over_after_kill9_with_leases_and_tokens)
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
 
+/* Who holds a lock is state: after a take-over the standby shows the
+ * holder's description and its hold time counted from the grant. */
+Test(ha, a_holders_description_survives_a_take_over)
+{
+	struct h_client *alice, *bob;
+	uint64_t t0 = h_now_ms();
+	char *l;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	alice = h_hello_desc(a.port, "alice",
+			     "host=web3 pid=4242 cmd=make%20deploy");
+	h_lock(alice, "x", "ttl=30s");
+	h_close(alice);
+	h_daemon_kill9(&a);
+	wait_active(&b, 10000);
+
+	bob = h_hello(b.port, "bob");
+	expect_held(bob, "x", "alice", 0);
+	l = h_call(bob, "STATUS x");
+	cr_assert_str_eq(h_kv(l, "host"), "web3", "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "pid"), 4242, "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "cmd"), "make%20deploy", "in \"%s\"", l);
+	/* the leadership lapsed first: held longer than that */
+	cr_assert(h_kv_u64(l, "held_ms") >= 400 &&
+			  h_kv_u64(l, "held_ms") <= h_now_ms() - t0 + 50,
+		  "held since the grant, not the take-over: \"%s\"", l);
+	l = h_call(bob, "TRYLOCK x");
+	cr_assert(h_starts(l, "NO BUSY x "), "\"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "owner"), "alice", "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "host"), "web3", "in \"%s\"", l);
+	h_close(bob);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
 /* SIGSTOP of the active past its leadership: the standby takes over; the
  * old active, resumed, acknowledges nothing more, says goodbye and is a
  * standby. */
