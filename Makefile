@@ -16,6 +16,7 @@
 #   make bench      benchmarks, dlockd against the Redis recipe (on demand;
 #                   BENCH_ONLY=tls: only the TLS rows)
 #   make bench-bound  what bounds the durable pairs on a small machine
+#   make bench-watch  what a lock change costs to find its watchers
 #   make bench-python the Python client against redis-py's Lock
 #   make pytest     the Python client's tests (tests/python), against the
 #                   build's dlockd and real redis-servers
@@ -86,14 +87,15 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
               server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c \
-              server/desc.c
+              server/watchreg.c server/watch.c server/desc.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
-              client/dlock_reply.c client/dlock_tls.c client/dlock_desc.c
+              client/dlock_reply.c client/dlock_tls.c client/dlock_watch.c \
+              client/dlock_desc.c
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
-              test_users
+              test_users test_watchreg
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls test_access \
-               test_conformance test_describe test_deadlock
+               test_conformance test_describe test_deadlock test_watch
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -114,7 +116,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
-        bench bench-bound fuzz fuzz-smoke format faults faults-short faults-selftest \
+        bench bench-bound bench-watch fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest bench-python \
         bench-deadlock
 all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
@@ -151,7 +153,8 @@ $(LIBDLOCK_SO): $(LIB_PIC_OBJ)
 
 $(O)/dlock: $(O)/client/dlock_cli.o $(O)/client/dlock_cmds.o \
             $(O)/client/dlock_run.o $(O)/client/dlock_guard.o \
-            $(O)/client/dlock_child.o $(LIBDLOCK_A)
+            $(O)/client/dlock_child.o $(O)/client/dlock_watchcmd.o \
+            $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS) -lpthread
 
 # The example includes <dlock.h> as a program built against an installed
@@ -169,6 +172,9 @@ $(O)/tests/test_proto: $(O)/tests/test_proto.o $(PROTO_OBJ)
 $(O)/tests/test_wheel: $(O)/tests/test_wheel.o $(O)/server/wheel.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_htab: $(O)/tests/test_htab.o $(O)/server/htab.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
+$(O)/tests/test_watchreg: $(O)/tests/test_watchreg.o $(O)/server/watchreg.o \
+                          $(O)/server/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_locktab: $(O)/tests/test_locktab.o $(LOCKTAB_OBJ) \
                          $(PROTO_OBJ)
@@ -221,6 +227,9 @@ $(O)/tests/test_access: $(O)/tests/test_access.o $(HARNESS_OBJ) \
 $(O)/tests/test_cli: $(O)/tests/test_cli.o $(HARNESS_OBJ) \
                      $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_watch: $(O)/tests/test_watch.o $(HARNESS_OBJ) \
+                       $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 
 # Criterion forks one process per test; -j1 keeps integration tests (which
 # start daemons on their own ports) from crowding the two cores.
@@ -231,7 +240,7 @@ unit: $(addprefix $(O)/tests/,$(UNIT_TESTS))
 
 # Suites that run twice, with persistence off and on (suite-<name>.redis):
 # the same behaviour is required of both.
-REDIS_TOO := test_server test_describe
+REDIS_TOO := test_server test_describe test_watch
 INTEG_RUNS := $(INTEG_TESTS) $(addsuffix .redis,$(REDIS_TOO))
 INTEG_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DLOCK_EXAMPLES=$(O)/examples
 integ: all $(addprefix $(O)/tests/,$(INTEG_TESTS))
@@ -279,7 +288,8 @@ test: all $(addprefix $(O)/tests/,$(QUICK_SUITES))
 ALL_SUITES := test_ha test_persist test_faults test_cli test_client \
               test_layout test_access test_tls test_server.redis \
               test_server test_describe.redis test_describe test_deadlock \
-              test_ops test_conformance $(UNIT_TESTS)
+              test_watch.redis test_watch test_ops test_conformance \
+              $(UNIT_TESTS)
 test-bins: all $(TEST_BINS)
 test-all: test-bins
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) \
@@ -596,6 +606,16 @@ $(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o
 # What the deadlock check costs a LOCK that would wait (README, How fast).
 $(O)/tests/bench/deadlock: $(O)/tests/bench/deadlock.o $(LOCKTAB_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
+
+# What a lock change costs to find its watchers (README, How fast);
+# make bench-watch [WATCH_EVENTS=n].
+$(O)/tests/bench/watch: $(O)/tests/bench/watch.o $(O)/server/watchreg.o \
+                        $(O)/server/htab.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^
+WATCH_EVENTS ?= 1000000
+bench-watch:
+	$(MAKE) SAN= O=build build/tests/bench/watch
+	build/tests/bench/watch $(WATCH_EVENTS)
 
 # Password guesses per second one host gets (README, Security); by hand:
 # authflood <port> [connections] [seconds] [source addresses].

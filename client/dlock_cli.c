@@ -197,7 +197,8 @@ static const char exit_help[] =
 	"  70   internal or unexpected error\n"
 	"  75   could not get the lock: busy with --wait 0, the wait timed\n"
 	"       out, a server limit was reached, or (run) this owner id\n"
-	"       holds it in another process\n"
+	"       holds it in another process; wait-free: still held after\n"
+	"       --timeout\n"
 	"  76   run: the lease was lost and the command was stopped\n"
 	"  77   authentication failed or required\n"
 	"  79   could not get the lock: waiting would deadlock (a cycle of\n"
@@ -300,6 +301,26 @@ static const struct subcmd subcmds[] = {
 	 1},
 	{"ping", dl_cli_ping, 0, 0, "ping",
 	 "Send PING and print the round trip time in milliseconds.\n", 0},
+	{"watch", dl_cli_watch, 1, OPTB(OPT_JSON),
+	 "watch <name>|<prefix>* [--json]",
+	 "Print each change of the lock's holders, or of every lock whose\n"
+	 "name starts with <prefix> (* alone: all locks), as it happens,\n"
+	 "without taking anything, until interrupted (exit 0): a line\n"
+	 "`granted|released|expired|broken|withdrawn <name> <owner> <token>\n"
+	 "holders=<n> [user=<u>] [broken_by=<u>]`, holders being what is\n"
+	 "left after the change. `overflow missed=<n>`: n events were lost\n"
+	 "there (this reader was too slow). Over a reconnect or a fail-over\n"
+	 "the watch is made again, `resumed <pattern> [holders=<n>]`:\n"
+	 "changes in between are not known. --json: one JSON object per\n"
+	 "line, {\"event\": ..., \"name\": ..., \"owner\": ..., \"token\":\n"
+	 "\"<digits>\", \"holders\": n, ...}. Needs the read right on the\n"
+	 "name, or on the whole prefix.\n", 0},
+	{"wait-free", dl_cli_wait_free, 1, 0, "wait-free <name> [--timeout D]",
+	 "Wait until the lock has no holder, without taking it (it may be\n"
+	 "taken again at once), and exit 0: for a script that waits for a\n"
+	 "job elsewhere to end. One WATCH, no polling; it follows a\n"
+	 "fail-over. --timeout D: exit 75 if it is still held after D\n"
+	 "(default: wait for ever).\n", 0},
 };
 
 #define NSUBCMDS (sizeof(subcmds) / sizeof(subcmds[0]))
@@ -715,7 +736,8 @@ static int apply_env(struct cli *cl)
  * did, with a note. */
 static void old_spellings(struct cli *cl)
 {
-	if ((cl->seen & OPTB(OPT_TIMEOUT)) && cl->sub->fn != dl_cli_run) {
+	if ((cl->seen & OPTB(OPT_TIMEOUT)) && cl->sub->fn != dl_cli_run &&
+	    cl->sub->fn != dl_cli_wait_free) {
 		dl_cli_msg("note: --timeout is --server-timeout now (the old "
 			   "spelling will go; --timeout is run's time limit)");
 		if (!(cl->seen & OPTB(OPT_SERVER_TIMEOUT)))

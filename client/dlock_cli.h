@@ -8,6 +8,8 @@
  *                 command shares;
  *   dlock_cmds.c  the one-step commands: lock, trylock, unlock, refresh,
  *                 check, status, stats, ping;
+ *   dlock_watchcmd.c  `dlock watch` and `dlock wait-free`: observers of
+ *                 locks (libdlock's watches);
  *   dlock_run.c   `dlock run`: the command's process, signals, and what
  *                 happens when the lease is lost;
  *   dlock_guard.c the guard process between dlock and the command: the
@@ -257,6 +259,8 @@ void dl_cli_json_str(FILE *f, const char *s);
 void dl_cli_json_str_or_null(FILE *f, const char *s);
 int dl_cli_ping(struct cli *cl);
 int dl_cli_run(struct cli *cl);
+int dl_cli_watch(struct cli *cl);     /* dlock_watchcmd.c */
+int dl_cli_wait_free(struct cli *cl); /* dlock_watchcmd.c */
 
 /* ---- dlock_guard.c: the guard of `dlock run` ------------------------------
  */

@@ -190,7 +190,8 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		[DL__STATS] = "STATS",	       [DL__PING] = "PING",
 		[DL__UNLOCK_TOKEN] = "UNLOCK", [DL__REFRESH_TOKEN] = "REFRESH",
 		[DL__LOCKS] = "LOCKS",	       [DL__BREAK] = "BREAK",
-		[DL__HOLDERS] = "HOLDERS",     [DL__DESCRIBE] = "HELLO",
+		[DL__HOLDERS] = "HOLDERS",     [DL__WATCH] = "WATCH",
+		[DL__UNWATCH] = "UNWATCH",     [DL__DESCRIBE] = "HELLO",
 	};
 
 	c->seq++;
@@ -261,6 +262,8 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 	case DL__CANCEL:
 	case DL__STATUS:
 	case DL__HOLDERS:
+	case DL__WATCH:
+	case DL__UNWATCH:
 		dl_fmt_word(f, q->name);
 		break;
 	case DL__STATS:

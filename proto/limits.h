@@ -120,6 +120,24 @@
  * this many (one label per listed lock, never one per lock name). */
 #define DL_HOT_LOCKS 5
 
+/* ---- WATCH (server/watch.c) ------------------------------------------- */
+
+/* Names and prefixes one connection may watch at once; one more is
+ * ERR LIMIT. Enough for a dashboard's prefixes or a service's jobs; a
+ * client that wants more watches a prefix. */
+#define DL_WATCHES_PER_CONN_MAX 256
+/* ... and all connections together: a watch costs at most about 350
+ * bytes (its name and two list nodes), so they take at most ~35 MB
+ * whatever max_connections is. */
+#define DL_WATCHES_MAX 100000
+/* A watcher's events are dropped rather than queued while its unread
+ * output is at this many bytes, or a quarter of max_output if less (and
+ * while all clients' unread output is over max_output_total); it is told
+ * how many it missed (* WATCH-OVERFLOW <n>) once it has read half of it.
+ * Events about other clients' locks never close a connection that does
+ * not read them, nor take more of the server's memory than this. */
+#define DL_WATCH_UNREAD_MAX (64 * 1024)
+
 /* ---- tokens ----------------------------------------------------------- */
 
 /* Fencing tokens are unix_ms * DL_TOKEN_PER_MS + sequence: see the comment

@@ -21,6 +21,7 @@
 #include "server/log.h"
 #include "server/server.h"
 #include "server/stats.h"
+#include "server/watch.h"
 
 struct reply {
 	struct dl_fmt f;
@@ -990,6 +991,9 @@ static const struct {
 	[DL_VERB_HELP] = {cmd_help, OPEN, ANYONE},
 	[DL_VERB_BREAK] = {cmd_break, CHANGES | ACTIVE, DL_RIGHT_BREAK},
 	[DL_VERB_HOLDERS] = {cmd_holders, ACTIVE, READ_R},
+	/* WATCH checks the read right itself, on a name or a prefix */
+	[DL_VERB_WATCH] = {dl_watch_cmd, ACTIVE, ANYONE},
+	[DL_VERB_UNWATCH] = {dl_unwatch_cmd, ACTIVE, ANYONE},
 };
 
 /* "NO DENIED <name> need=<right>" ("-" for a right on the daemon). */

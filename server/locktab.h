@@ -56,6 +56,10 @@
  * Events (grants to waiters, wait timeouts, expiries) are passed to the
  * event hook synchronously, during the call that caused them. The hook
  * must not call back into the table; it may only record the event.
+ * Changes of a lock's holders (a lease granted, released, expired, broken
+ * or withdrawn), whoever caused them, go to the change hook the same way
+ * and under the same rule (observers who hold nothing: WATCH). A lease
+ * restored from the store, or a quarantine, is no change.
  *
  * Dirty set: every change to a lock marks it dirty. dl_locktab_drain_dirty()
  * hands each dirty lock, in its final state, to the store once and then
@@ -277,6 +281,26 @@ struct dl_event {
 			     for an expiry) */
 };
 
+/* A change of a lock's holders, for the change hook. */
+enum dl_change_kind {
+	DL_CHANGE_GRANTED,   /* a new lease (a reentry is none) */
+	DL_CHANGE_RELEASED,  /* its last hold was released (UNLOCK) */
+	DL_CHANGE_EXPIRED,   /* it reached its deadline */
+	DL_CHANGE_BROKEN,    /* BREAK ended it */
+	DL_CHANGE_WITHDRAWN, /* a grant persistence never recorded was taken
+				back (dl_locktab_revoke) */
+};
+
+struct dl_change {
+	enum dl_change_kind kind;
+	struct dl_str name;  /* borrowed for the duration of the hook */
+	struct dl_str owner; /* the lease's owner key, borrowed as well */
+	uint64_t token;	     /* the lease's */
+	uint32_t holders;    /* the lock's holders once the change is made
+				(before any waiter it lets in is served) */
+	struct dl_str by;    /* BROKEN: who broke it (borrowed) */
+};
+
 struct dl_lock_status {
 	int held;
 	const struct dl_desc *desc; /* first holder's description, or NULL
@@ -329,6 +353,8 @@ struct dl_locktab_hooks {
 	void (*event)(struct dl_session *s, const struct dl_event *ev,
 		      void *ctx);
 	void *ctx;
+	/* NULL: nobody observes */
+	void (*change)(const struct dl_change *ch, void *ctx);
 };
 
 struct dl_locktab_limits {

@@ -279,6 +279,8 @@ int dl_locktab_release(struct dl_locktab *t, struct dl_session *s,
 		res->outcome = DL_HELD;
 		res->value = l->count;
 	} else {
+		dl__changed(t, DL_CHANGE_RELEASED, l, lk->nholders - 1u,
+			    DL_STR_NULL);
 		dl__lease_remove(t, l);
 		t->st.releases++;
 		dl__serve(t, lk, now);
@@ -765,6 +767,8 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 				dl__mark_dirty(t, lk);
 			}
 		} else {
+			dl__changed(t, DL_CHANGE_WITHDRAWN, l,
+				    lk->nholders - 1u, DL_STR_NULL);
 			dl__lease_remove(t, l);
 			dl__serve(t, lk, now);
 		}

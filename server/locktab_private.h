@@ -51,6 +51,10 @@ static inline int dl__closed(const struct dl_locktab *t, uint64_t now)
 {
 	return now < t->closed_until;
 }
+/* Tell the change hook (locktab.h) about lease l of its lock, which has
+ * `holders` holders once the change is made. */
+void dl__changed(struct dl_locktab *t, enum dl_change_kind kind,
+		 const struct dl_lease *l, uint32_t holders, struct dl_str by);
 void dl__mark_dirty(struct dl_locktab *t, struct dl_lock *lk);
 /* Dirty with a change a durable result waits for (locktab.h). */
 void dl__mark_urgent(struct dl_locktab *t, struct dl_lock *lk);

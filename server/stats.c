@@ -9,9 +9,18 @@
 #include "proto/proto.h"
 #include "server/clock.h"
 #include "server/server.h"
+#include "server/watch.h"
 
 #define C DL_STAT_COUNTER
 #define G DL_STAT_GAUGE
+
+static struct dl_watch_stats watch_stats(const struct dl_server *srv)
+{
+	struct dl_watch_stats w;
+
+	dl_watch_stats(srv, &w);
+	return w;
+}
 
 void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 {
@@ -20,6 +29,7 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 	const struct dl_server_stats *v = &srv->st;
 	const struct dl_leader *l = dl_store_leader(srv->store);
 	uint64_t now = dl_mono_ms();
+	const struct dl_watch_stats w = watch_stats(srv);
 	const struct dl_stat rows[] = {
 		{"uptime_ms", uv_now(srv->loop) - srv->start_ms, G,
 		 "Seconds since the daemon started.", NULL, NULL, 0},
@@ -91,6 +101,14 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 NULL, NULL, 0},
 		{"auth_timeouts", v->auth_timeouts, C,
 		 "Connections closed for not authenticating within auth_timeout.",
+		 NULL, NULL, 0},
+		{"watches", w.watches, G,
+		 "Names and prefixes watched (WATCH), by all connections.",
+		 NULL, NULL, 0},
+		{"watch_events", w.sent, C, "Events sent to watchers.", NULL,
+		 NULL, 0},
+		{"watch_events_dropped", w.dropped, C,
+		 "Events not sent to watchers that left too much unread (each told * WATCH-OVERFLOW).",
 		 NULL, NULL, 0},
 		{"wait_ms_count", t->wait.count, C, "Grants (wait histogram).",
 		 NULL, NULL, 1},

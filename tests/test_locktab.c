@@ -114,7 +114,7 @@ static void on_event(struct dl_session *s, const struct dl_event *ev, void *ctx)
 
 static void table_open(uint32_t max_waiters, uint32_t max_locks)
 {
-	struct dl_locktab_hooks hooks = {fake_now, on_event, NULL};
+	struct dl_locktab_hooks hooks = {fake_now, on_event, NULL, NULL};
 	struct dl_locktab_limits lim = {max_waiters, max_locks, 0, 0};
 
 	tab = dl_locktab_new(&hooks, &lim, TICK, 0x5eed1234abcdULL);
@@ -3220,6 +3220,149 @@ Test(locktab, a_withdrawn_shared_grant_waits_again_shared)
 	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, a), 2));
 	cr_assert(eq(u32, status("rw").holders, 2));
 	EXPECT(acq_mode(w, "rw", 3000, 0, EX, 1, &r), r, DL_BUSY);
+}
+
+/* ---- the change hook (observers: WATCH) ---------------------------------- */
+
+struct change_rec {
+	enum dl_change_kind kind;
+	char name[DL_NAME_MAX + 1];
+	char owner[DL_OWNER_KEY_MAX + 1];
+	char by[DL_USER_MAX + 1];
+	uint64_t token;
+	uint32_t holders;
+};
+
+#define CHANGE_MAX 64
+static struct change_rec changes[CHANGE_MAX];
+static size_t nchanges;
+
+static void on_change(const struct dl_change *ch, void *ctx)
+{
+	struct change_rec *c;
+
+	(void)ctx;
+	cr_assert(lt(sz, nchanges, (size_t)CHANGE_MAX));
+	c = &changes[nchanges++];
+	memset(c, 0, sizeof(*c));
+	c->kind = ch->kind;
+	memcpy(c->name, ch->name.p, ch->name.len);
+	memcpy(c->owner, ch->owner.p, ch->owner.len);
+	if (ch->by.len)
+		memcpy(c->by, ch->by.p, ch->by.len);
+	c->token = ch->token;
+	c->holders = ch->holders;
+}
+
+/* The table of the test, again, with on_change as its change hook. */
+static void table_with_changes(void)
+{
+	struct dl_locktab_hooks hooks = {fake_now, on_event, NULL, on_change};
+	struct dl_locktab_limits lim = {LIM_WAIT, LIM_OWNER, 0, 0};
+
+	dl_locktab_free(tab);
+	tab = dl_locktab_new(&hooks, &lim, TICK, 0x5eed1234abcdULL);
+	cr_assert_not_null(tab);
+	nchanges = 0;
+}
+
+static void expect_change(size_t i, enum dl_change_kind kind,
+			  const char *name, const char *owner, uint64_t token,
+			  uint32_t holders)
+{
+	cr_assert(gt(sz, nchanges, i), "%zu changes, want #%zu", nchanges, i);
+	cr_assert(eq(int, (int)changes[i].kind, (int)kind), "change #%zu", i);
+	cr_assert(eq(str, changes[i].name, (char *)name), "change #%zu", i);
+	cr_assert(eq(str, changes[i].owner, (char *)owner), "change #%zu", i);
+	cr_assert(eq(u64, changes[i].token, token), "change #%zu", i);
+	cr_assert(eq(u32, changes[i].holders, holders), "change #%zu", i);
+}
+
+Test(locktab, every_holder_change_reaches_the_change_hook_once_reentries_none)
+{
+	struct client *a, *b, *c;
+	struct dl_result r;
+	uint64_t ta, tb, tc;
+
+	table_with_changes();
+	a = client_new("alice");
+	b = client_new("bob");
+	c = client_new("carol");
+	ta = must_grant(a, "x", 1000);
+	expect_change(0, DL_CHANGE_GRANTED, "x", "alice", ta, 1);
+	/* a reentry changes no holder */
+	must_grant(a, "x", 1000);
+	cr_assert(eq(sz, nchanges, 1));
+	EXPECT(acq(b, "x", 1000, DL_WAIT_INF, NULL, &r), r, DL_QUEUED);
+	cr_assert(eq(sz, nchanges, 1));
+	EXPECT(rel(a, "x", ta, &r), r, DL_HELD);
+	cr_assert(eq(sz, nchanges, 1));
+	/* the release says the lock had no holder left, then the waiter
+	 * it lets in is granted */
+	EXPECT(rel(a, "x", ta, &r), r, DL_RELEASED);
+	cr_assert(eq(sz, nchanges, 3));
+	tb = changes[2].token;
+	expect_change(1, DL_CHANGE_RELEASED, "x", "alice", ta, 0);
+	expect_change(2, DL_CHANGE_GRANTED, "x", "bob", tb, 1);
+	/* expiry, by the wheel, whoever is connected */
+	client_close(b);
+	advance(1000 + TICK);
+	expect_change(3, DL_CHANGE_EXPIRED, "x", "bob", tb, 0);
+	/* a break names its breaker */
+	tc = must_grant(c, "x", 5000);
+	EXPECT(dl_locktab_break(tab, str("x"), tc, str("ops"), NULL, &r), r,
+	       DL_BROKEN);
+	expect_change(5, DL_CHANGE_BROKEN, "x", "carol", tc, 0);
+	cr_assert(eq(str, changes[5].by, (char *)"ops"));
+	cr_assert(eq(sz, nchanges, 6));
+}
+
+Test(locktab, shared_holders_and_permits_each_change_the_count_by_one)
+{
+	struct client *a = NULL, *b = NULL, *s[3];
+	struct dl_result r;
+	uint64_t t[3];
+	int i;
+
+	table_with_changes();
+	a = client_new("a");
+	b = client_new("b");
+	EXPECT(acq_mode(a, "rw", 1000, 0, 1, 1, &r), r, DL_GRANTED);
+	EXPECT(acq_mode(b, "rw", 1000, 0, 1, 1, &r), r, DL_GRANTED);
+	expect_change(0, DL_CHANGE_GRANTED, "rw", "a", changes[0].token, 1);
+	expect_change(1, DL_CHANGE_GRANTED, "rw", "b", changes[1].token, 2);
+	nchanges = 0;
+	for (i = 0; i < 3; i++) {
+		char id[8];
+
+		snprintf(id, sizeof(id), "s%d", i);
+		s[i] = client_new(id);
+		EXPECT(acq_mode(s[i], "sem", 1000, 0, 0, 3, &r), r,
+		       DL_GRANTED);
+		t[i] = r.token;
+		expect_change((size_t)i, DL_CHANGE_GRANTED, "sem", id, t[i],
+			      (uint32_t)i + 1);
+	}
+	EXPECT(rel(s[1], "sem", t[1], &r), r, DL_RELEASED);
+	expect_change(3, DL_CHANGE_RELEASED, "sem", "s1", t[1], 2);
+}
+
+Test(locktab, a_withdrawn_grant_is_a_change_a_withdrawn_reentry_is_none)
+{
+	struct client *a;
+	uint64_t tok;
+
+	table_with_changes();
+	a = client_new("alice");
+	tok = must_grant(a, "x", 1000);
+	must_grant(a, "x", 1000);
+	dl_locktab_suspend_grants(tab, 1);
+	cr_assert(eq(int, withdraw(a, "x", tok, 1, 0, 0, 0), 0));
+	cr_assert(eq(sz, nchanges, 1));
+	cr_assert(eq(int, withdraw(a, "x", tok, 0, 0, 0, 0), 0));
+	expect_change(1, DL_CHANGE_WITHDRAWN, "x", "alice", tok, 0);
+	cr_assert(eq(sz, nchanges, 2));
+	dl_locktab_suspend_grants(tab, 0);
 }
 
 /* ---- descriptions of holders ---------------------------------------------
