@@ -201,6 +201,8 @@ static const char exit_help[] =
 	"       --timeout\n"
 	"  76   run: the lease was lost and the command was stopped\n"
 	"  77   authentication failed or required\n"
+	"  78   the servers are two clusters: their HELLO names two ids (or\n"
+	"       not DLOCK_CLUSTER's); check their redis URL, db and prefix\n"
 	"  79   could not get the lock: waiting would deadlock (a cycle of\n"
 	"       owners waiting for each other, printed)\n"
 	"  124  run: the command ran for its --timeout and was stopped\n"

@@ -32,6 +32,7 @@
  * holds).
  * The new connection starts with AUTH and HELLO owner=<same owner>
  * key=<its key> (state DL__GREETING), and only once HELLO is answered OK
+ * by a server of the client's cluster (dlock_reply.c, cluster_reply)
  * sends a REFRESH of every lease still within its local deadline, a WATCH
  * of every watched pattern (dlock_watch.c), then the requests kept and
  * those made meanwhile. A server that forgot the

@@ -1480,8 +1480,8 @@ Test(cli, help_says_durations_need_a_unit_and_lists_the_exit_codes_in_order)
 	static const char *const codes[] = {"\n  0 ",	"\n  1 ",   "\n  64 ",
 					    "\n  65 ",	"\n  69 ",  "\n  70 ",
 					    "\n  75 ",	"\n  76 ",  "\n  77 ",
-					    "\n  79 ",	"\n  124 ", "\n  126 ",
-					    "\n  127 "};
+					    "\n  78 ",	"\n  79 ",  "\n  124 ",
+					    "\n  126 ", "\n  127 "};
 	const char *at, *last;
 	struct result r;
 	size_t i;
