@@ -12,7 +12,7 @@
  *             write (store_batch.c), so that only the connection that
  *             took the leadership last can change anything.
  *
- * Both are changed only by the function dlock_lead_v7 (the library is in
+ * Both are changed only by the function dlock_lead_v8 (the library is in
  * store_batch.c), atomically, in one of four modes:
  *
  *   look   what the leadership is now (a standby polls with it);
