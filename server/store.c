@@ -862,8 +862,17 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	if (!lr.kept) {
-		/* Taken again, but somebody wrote since: the table is stale. */
-		depose(st, DL_STORE_STALE, "another daemon wrote meanwhile");
+		/* Taken again, but somebody may have written since (or this
+		 * daemon's leadership lapsed): the table is stale. */
+		if (lr.behind) {
+			st->st.went_back++;
+			dl_error(
+				"redis: WENT BACK: it holds less than this daemon saw (epoch %llu, write generation %llu), and this daemon cannot vouch for its table (its leadership lapsed, or another took over): it loads afresh, and no new lease is granted until every lease granted before may have ended",
+				(unsigned long long)lr.saw_epoch,
+				(unsigned long long)lr.saw_gen);
+		}
+		depose(st, DL_STORE_STALE,
+		       "its table is not kept: another daemon may have written meanwhile");
 		return;
 	}
 	if (dl__lead_took(st, &lr, who, sizeof(who))) {

@@ -518,6 +518,76 @@ Test(ha, a_paused_active_never_writes_its_table_over_a_lost_take_over)
 	h_daemon_stop(&b);
 }
 
+/* The active paused past its lease; the standby took over, and granted
+ * x; then Redis went back to a copy taken while the active held the
+ * leadership, after its last take (the fence its own epoch) but before
+ * its last write. The old active, resumed and first to take, found "the
+ * fence still its epoch" and kept its table: it wrote it back over the
+ * standby's grants, without x, and granted x again, as the copy was
+ * behind it yet nothing closed grants. The fence being its own epoch
+ * proves nothing once its leadership lapsed: the take that raised it may
+ * be the one Redis lost. Its table is not kept; it saw Redis go back, so
+ * whoever serves grants nothing until every lease granted before may
+ * have ended (max_ttl). The standby is held (SIGSTOP) so that the old
+ * active takes first: had the standby taken first, it would have kept
+ * its own table. */
+Test(ha, a_lapsed_active_never_keeps_its_table_on_a_copy_of_its_own_epoch)
+{
+	static const char conf[] =
+		"[limits]\nmax_ttl = 6s\ndefault_ttl = 1s\n";
+	struct h_client *c1, *c2, *c3;
+	char cmd[3 * H_PATH_MAX], *l;
+	uint64_t e0, t0;
+	int busy = 0;
+
+	h_daemon_write_conf(&a, conf);
+	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis",
+		       r.url, "--node-id", "a", "--leader-lease", "2s", "-l",
+		       "info", NULL);
+	h_daemon_write_conf(&b, conf);
+	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis",
+		       r.url, "--node-id", "b", "--leader-lease", "2s", "-l",
+		       "info", NULL);
+	wait_active(&a, 5000);
+	e0 = epoch_of(&a);
+	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
+		 r.dir);
+	cr_assert_eq(system(cmd), 0);
+	c1 = h_hello(a.port, "c1");
+	h_lock(c1, "w", "ttl=6s"); /* a sees more than the copy holds */
+	cr_assert_eq(epoch_of(&a), e0, "a took again after the copy");
+	h_close(c1);
+
+	h_daemon_signal(&a, SIGSTOP);
+	wait_active(&b, 10000);
+	c2 = h_hello(b.port, "c2");
+	h_lock(c2, "x", "ttl=6s");
+	h_daemon_signal(&b, SIGSTOP);
+	h_redis_kill9(&r);
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
+		 r.dir, r.dir);
+	cr_assert_eq(system(cmd), 0);
+	h_redis_restart(&r);
+	h_daemon_signal(&a, SIGCONT);
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 4000; h_sleep_ms(100)) {
+		c3 = h_try_connect(a.port);
+		if (!c3)
+			continue;
+		l = h_call(c3, "TRYLOCK x ttl=1s");
+		cr_assert(!h_starts(l, "OK GRANTED"),
+			  "x granted by a while c2 holds it: %s", l);
+		busy += h_starts(l, "NO BUSY x ");
+		h_close(c3);
+	}
+	cr_assert(busy > 0, "a never served");
+	cr_assert(h_daemon_log_has(&a, "WENT BACK"));
+	h_daemon_signal(&b, SIGCONT);
+	h_close(c2);
+	h_daemon_stop(&a);
+	h_daemon_stop(&b);
+}
+
 /* Found by the fault campaign: b took over while a was down; Redis then
  * forgot (FLUSHALL), and a, started again, took over above the epoch it
  * had seen (its state file), which was b's own, as b's take was lost. The
