@@ -499,6 +499,7 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 		    const redisReply *r, uint64_t sent_ms)
 {
 	struct lead_reply lr;
+	char who[320];
 
 	st->lead_busy = 0;
 	if (dl__lead_reply(st, r, sent_ms, &lr) != 0) {
@@ -506,12 +507,26 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 		return;
 	}
 	if (kind == BATCH_RENEW) {
-		if (lr.behind && !lr.ok) {
+		if (lr.lagged) {
 			/* Its record or fence is gone and nobody took over
 			 * since: Redis forgot. Not deposed: the next link
 			 * takes the leadership again with the table kept and
 			 * writes it back (store_lead.c). */
 			dl_error("redis: WENT BACK: this daemon's leadership record or fence is gone, and nobody took over since; taking it again to write the table back");
+			link_fail(st, "Redis went back");
+			return;
+		}
+		if (lr.behind && !lr.ok) {
+			/* Redis went back, and the record is another's (a
+			 * daemon that took over, maybe with this daemon's own
+			 * epoch) or gone while this daemon's leadership
+			 * lapsed: nothing says nobody took over. The next
+			 * link's take decides (store_lead.c); until then this
+			 * daemon's leadership is not confirmed. */
+			dl__lead_describe(st, who, sizeof(who));
+			dl_error("redis: WENT BACK: it holds less than this daemon saw, and the leadership is not this daemon's (it is %s); taking it again if it is free, keeping the table only if this daemon's leadership never lapsed",
+				 who);
+			st->leader.until_ms = 0;
 			link_fail(st, "Redis went back");
 			return;
 		}

@@ -277,7 +277,7 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 		out->mark = 0; /* not a number: the loader says so */
 	if (e0->integer == 2) {
 		/* renew: Redis went back under this daemon */
-		out->behind = 1;
+		out->behind = out->lagged = 1;
 		return 0;
 	}
 	out->ok = e0->integer == 1;

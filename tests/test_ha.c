@@ -588,6 +588,36 @@ Test(ha, a_lapsed_active_never_keeps_its_table_on_a_copy_of_its_own_epoch)
 	h_daemon_stop(&b);
 }
 
+/* The active's renewal found another daemon's record on a Redis that went
+ * back: FLUSHALL, then a daemon with no state file (nothing tells it that
+ * Redis forgot) took the leadership, at epoch 1 again. The active said
+ * "nobody took over since; taking it again to write the table back",
+ * which the record it had just read contradicted. It names the holder
+ * now, and is deposed by its next take. */
+Test(ha, a_renewal_that_finds_another_holder_on_a_redis_gone_back_names_it)
+{
+	struct h_client *c1;
+	uint64_t t0;
+
+	start_node(&a, "a", "30s"); /* renewals every 10 s */
+	wait_active(&a, 5000);
+	c1 = h_hello(a.port, "c1");
+	h_lock(c1, "w1", "ttl=60s");
+	h_lock(c1, "w2", "ttl=60s"); /* a sees more than b will write */
+	h_redis_cli(&r, "FLUSHALL");
+	start_node(&b, "b", "30s");
+	wait_active(&b, 5000);
+	for (t0 = h_now_ms(); !h_daemon_log_has(&a, "leadership lost");
+	     h_sleep_ms(50))
+		cr_assert_lt(h_now_ms() - t0, 15000, "a never stepped down");
+	cr_assert(!h_daemon_log_has(&a, "nobody took over since"),
+		  "a said nobody took over");
+	cr_assert(h_daemon_log_has(&a, "is not this daemon's (it is node b"));
+	h_close(c1);
+	h_daemon_stop(&a);
+	h_daemon_stop(&b);
+}
+
 /* Found by the fault campaign: b took over while a was down; Redis then
  * forgot (FLUSHALL), and a, started again, took over above the epoch it
  * had seen (its state file), which was b's own, as b's take was lost. The
