@@ -27,7 +27,7 @@
  * why a crash at any point loses no lease).
  *
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
- * dirty set into one batch: an FCALL of dlock_apply_v7 with each lock in
+ * dirty set into one batch: an FCALL of dlock_apply_v8 with each lock in
  * its final state, and the token mark when due (store_batch.c). Its reply
  * commits the epoch. Each batch is one round trip, and only one is in
  * flight: what changes meanwhile waits for its reply and goes as the next
@@ -44,7 +44,7 @@
  * CONNECTING sends AUTH, SELECT, FUNCTION LOAD REPLACE (the library is
  * the daemon's, so a Redis restarted empty or upgraded gets it back) and
  * the leadership's take, which raises P fence. SYNCING rewrites the full
- * state: every bucket is replaced whole (dlock_replace_v7: DEL, then HSET
+ * state: every bucket is replaced whole (dlock_replace_v8: DEL, then HSET
  * of the table's locks in it; a bucket without locks is deleted), a few
  * buckets per call, so that a lock of the table is never missing from
  * Redis, not even between two calls, and a record of a lock that ended
@@ -499,6 +499,7 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 		    const redisReply *r, uint64_t sent_ms)
 {
 	struct lead_reply lr;
+	char who[320];
 
 	st->lead_busy = 0;
 	if (dl__lead_reply(st, r, sent_ms, &lr) != 0) {
@@ -506,12 +507,26 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 		return;
 	}
 	if (kind == BATCH_RENEW) {
-		if (lr.behind && !lr.ok) {
+		if (lr.lagged) {
 			/* Its record or fence is gone and nobody took over
 			 * since: Redis forgot. Not deposed: the next link
 			 * takes the leadership again with the table kept and
 			 * writes it back (store_lead.c). */
 			dl_error("redis: WENT BACK: this daemon's leadership record or fence is gone, and nobody took over since; taking it again to write the table back");
+			link_fail(st, "Redis went back");
+			return;
+		}
+		if (lr.behind && !lr.ok) {
+			/* Redis went back, and the record is another's (a
+			 * daemon that took over, maybe with this daemon's own
+			 * epoch) or gone while this daemon's leadership
+			 * lapsed: nothing says nobody took over. The next
+			 * link's take decides (store_lead.c); until then this
+			 * daemon's leadership is not confirmed. */
+			dl__lead_describe(st, who, sizeof(who));
+			dl_error("redis: WENT BACK: it holds less than this daemon saw, and the leadership is not this daemon's (it is %s); taking it again if it is free, keeping the table only if this daemon's leadership never lapsed",
+				 who);
+			st->leader.until_ms = 0;
 			link_fail(st, "Redis went back");
 			return;
 		}
@@ -862,8 +877,17 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	if (!lr.kept) {
-		/* Taken again, but somebody wrote since: the table is stale. */
-		depose(st, DL_STORE_STALE, "another daemon wrote meanwhile");
+		/* Taken again, but somebody may have written since (or this
+		 * daemon's leadership lapsed): the table is stale. */
+		if (lr.behind) {
+			st->st.went_back++;
+			dl_error(
+				"redis: WENT BACK: it holds less than this daemon saw (epoch %llu, write generation %llu), and this daemon cannot vouch for its table (its leadership lapsed, or another took over): it loads afresh, and no new lease is granted until every lease granted before may have ended",
+				(unsigned long long)lr.saw_epoch,
+				(unsigned long long)lr.saw_gen);
+		}
+		depose(st, DL_STORE_STALE,
+		       "its table is not kept: another daemon may have written meanwhile");
 		return;
 	}
 	if (dl__lead_took(st, &lr, who, sizeof(who))) {

@@ -279,10 +279,11 @@ enum lead_mode { LEAD_LOOK, LEAD_RENEW, LEAD_TAKE, LEAD_START, LEAD_RESIGN };
 
 struct lead_reply {
 	int ok;		/* taken or renewed (else st->leader is the holder) */
-	int behind;	/* renew: Redis went back under this daemon (its
+	int behind;	/* Redis holds less than st->seen (seen.h) */
+	int lagged;	/* renew: Redis went back under this daemon (its
 			   record or fence lost, nobody else took since):
-			   take it again with the table kept. take: Redis
-			   holds less than st->seen (seen.h) */
+			   take it again with the table kept (behind is
+			   set too) */
 	uint64_t epoch; /* ok: this daemon's epoch, the fence */
 	int kept;	/* take: nobody else wrote since `mine` */
 	int64_t pttl;	/* not ok: the holder's lease left, ms (< 0: none) */
@@ -321,10 +322,10 @@ int dl__lead_took(struct dl_store *st, const struct lead_reply *lr,
 
 /* The Redis function library that applies every write (FUNCTION LOAD). */
 extern const char dl__store_library[];
-#define DL_STORE_LIBRARY    "dlock_v7"
-#define DL_STORE_APPLY_FN   "dlock_apply_v7"
-#define DL_STORE_REPLACE_FN "dlock_replace_v7"
-#define DL_STORE_LEAD_FN    "dlock_lead_v7"
+#define DL_STORE_LIBRARY    "dlock_v8"
+#define DL_STORE_APPLY_FN   "dlock_apply_v8"
+#define DL_STORE_REPLACE_FN "dlock_replace_v8"
+#define DL_STORE_LEAD_FN    "dlock_lead_v8"
 
 /* The store layout this build writes (store.c): its number ends the
  * writer fence, "<epoch>/2" (store_lead.c says why). */

@@ -298,7 +298,11 @@ Test(faults, redis_loading_is_waited_for_at_start_and_while_serving)
 	char *l;
 
 	h_redis_start(&r, "always");
-	h_daemon_start_redis(&d, &r, "[persistence]\nredis_timeout = 1s\n");
+	/* a leadership that outlasts Redis's load while serving: one that
+	 * lapsed steps down and loads afresh rather than keep its table
+	 * (store_lead.c; ha/no_reads_without_a_confirmed_leadership) */
+	h_daemon_start_redis(&d, &r, "[persistence]\nredis_timeout = 1s\n"
+				     "[cluster]\nleader_lease = 60s\n");
 	a = h_hello(d.port, "alice");
 	tok = h_lock(a, "x", "ttl=120s");
 	h_daemon_kill9(&d);

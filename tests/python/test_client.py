@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -436,6 +437,39 @@ def test_an_owner_id_needs_its_key_and_the_key_makes_the_same_owner(daemon):
         with client(daemon, owner="backup", owner_key=c.owner_key) as same:
             assert same.check("o", lease.token) > 0
             assert same.status("o").owner == "backup"
+        lease.release()
+
+
+def test_a_reconnect_refused_its_owner_grants_nothing_to_another(daemon):
+    # The daemon restarted without its owners (no persistence), and
+    # another client took the id "twin" first: the reconnect's HELLO is
+    # refused (NO DENIED twin need=key). A LOCK sent behind that HELLO
+    # would run as the connection's anonymous owner and hold k for its
+    # TTL, granted to nobody; the client sends nothing until HELLO is
+    # answered OK.
+    with client(daemon, owner="twin", request_timeout=1.5) as c, \
+            client(daemon) as other:
+        assert daemon.stop() == 0
+        time.sleep(1.7)  # the client's pauses grow to their longest
+        daemon.restart()
+        copy = socket.create_connection(("127.0.0.1", daemon.port), timeout=5)
+        copy.sendall(b"HELLO owner=twin\r\n")
+        assert copy.makefile("rb").readline().startswith(b"OK HELLO")
+        with pytest.raises(dlockd.DlockError):
+            c.lock("k", ttl=5, wait=0)
+        st = other.status("k")
+        assert st.held is False, f"k is held by {st.owner}"
+        # the id is free again once the other one has gone
+        copy.close()
+        for _ in range(10):
+            try:
+                lease = c.lock("k", ttl=5, wait=0)
+                break
+            except dlockd.DlockError:
+                pass
+        else:
+            pytest.fail("twin never got its id back")
+        assert other.status("k").owner == "twin"
         lease.release()
 
 

@@ -34,13 +34,20 @@ What it owns, and its invariants -- the contract of libdlock
   taken one at a time within a client, in arrival order (a ``Ticket``
   per acquisition, kept by its lease until the release is answered or the
   lease is lost).
-- Connections. After a drop: AUTH, HELLO with the same owner id and the
-  key the server gave it, a HELLO saying who the client is (host, pid,
-  command: a server that does not know it refuses that one alone, and
-  it is not said again), a REFRESH of every lease still within its
-  deadline, then the requests kept -- LOCKs with the wait that remains,
-  reads, REFRESHes, and the UNLOCK of a lease's last hold (an UNLOCK of
-  one hold of several is not sent twice). A standby's HELLO
+- Connections. Every connection starts with AUTH and HELLO alone (with
+  the same owner id and the key the server gave it after a drop); only
+  once HELLO is answered OK does it send a REFRESH of every lease still
+  within its deadline, then the requests kept -- LOCKs with the wait that
+  remains, reads, REFRESHes, and the UNLOCK of a lease's last hold (an
+  UNLOCK of one hold of several is not sent twice) -- and those made
+  meanwhile, after a HELLO saying who the client is (host, pid, command:
+  a server that does not know it refuses that one alone, and it is not
+  said again). A server that forgot the owner (a restart, a take-over) may
+  have given its id to another client since: HELLO is then refused (NO
+  DENIED <id> need=key), and whatever followed it would run as the
+  connection's anonymous owner (a LOCK granted to nobody this client can
+  be again). A refused or unanswered HELLO drops the connection, and the
+  next attempt waits the reconnect pause. A standby's HELLO
   (``role=standby``), ``ERR NOT_ACTIVE`` and ``* BYE not-active`` name the
   active daemon: the next connection goes there, and what a standby
   refused is sent again whatever it was (it executed nothing).
@@ -254,7 +261,7 @@ class Core:
         self.session_ok = False  # this connection's HELLO succeeded
         self.drop_wanted = False  # a reply asked to drop the connection
         self.desc_refused = False  # a server refused the description
-        self.hello_by = NEVER  # the first HELLO must be answered by then
+        self.hello_by = NEVER  # this connection's HELLO must be answered by then
 
     # ---- connections ---------------------------------------------------
 
@@ -273,24 +280,28 @@ class Core:
         self.backoff = min(self.backoff * 2, BACKOFF_MAX_MS)
 
     def connected(self, now: float) -> None:
-        """The transport is up (TLS done): say who we are, confirm the
-        leases still within their deadline, send what was kept."""
+        """The transport is up (TLS done): say who we are, and nothing
+        else until HELLO is answered OK (_session)."""
         self.state = UP
         self.session_ok = False
         self.drop_wanted = False
         # A listed server that accepts and never answers (stopped, hung)
         # gets its share of connect_timeout, not all of it: the next is
         # asked in time.
-        self.hello_by = (
-            now + self.o.connect_timeout_ms / self.naddrs
+        self.hello_by = now + (
+            self.o.connect_timeout_ms / self.naddrs
             if not self.ready and self.naddrs > 1
-            else NEVER
+            else self.o.connect_timeout_ms
         )
         self.lines.reset()
         self.out.clear()
         if self.o.password:
             self._internal("AUTH")
         self._internal("HELLO")
+
+    def _session(self, now: float) -> None:
+        """HELLO was answered OK: confirm the leases still within their
+        deadline, send what was kept and what was asked meanwhile."""
         if self.o.describe and not self.desc_refused:
             self._internal("DESCRIBE")
         for ls in self.leases:
@@ -698,6 +709,7 @@ class Core:
         self.session_ok = True
         self.ready = True
         self._finish(q, None, True)
+        self._session(now)
         return True
 
     def _r_describe(self, q: Req, r: wire.Reply, now: float) -> bool:
@@ -864,7 +876,7 @@ class Core:
         q = Req(op, name, internal=True)
         q.token = token
         q.last_hold = last_hold
-        if self.state == UP:
+        if self.state == UP and (self.session_ok or op in ("AUTH", "HELLO")):
             self._write(q, now_ms())
         elif op == "UNLOCK" and self.state != DEAD:
             q.where = UNSENT
@@ -894,7 +906,7 @@ class Core:
             if self.forked:
                 msg = "this client belongs to the process that made it (fork)"
             self._finish(q, ConnectionLost(msg))
-        elif self.state == UP:
+        elif self.state == UP and self.session_ok:
             self._write(q, now)
         else:
             q.where = UNSENT
@@ -1050,7 +1062,7 @@ class Core:
         nxt = NEVER
         if self.forked:
             return nxt
-        if self.state == UP and not self.ready and not self.session_ok:
+        if self.state == UP and not self.session_ok:
             if now >= self.hello_by:
                 self.last_error = "no answer to HELLO in time"
                 self.hello_by = NEVER
@@ -1073,7 +1085,7 @@ class Core:
                     self._risk(ls)
                 else:
                     nxt = min(nxt, overdue)
-            if ls.refreshing or self.state != UP:
+            if ls.refreshing or self.state != UP or not self.session_ok:
                 continue
             if now < ls.renew_at:
                 nxt = min(nxt, ls.renew_at)
