@@ -270,6 +270,8 @@ static const char *lock_word(int rc)
 		return "mismatch";
 	case DLOCK_EDEADLK:
 		return "deadlock";
+	case DLOCK_EHELDBYOWNER:
+		return "heldbyowner";
 	case DLOCK_EDENIED:
 		return "denied";
 	case DLOCK_EUNAVAILABLE:

@@ -124,6 +124,8 @@ class Run:
     def lock_word(e: BaseException | None) -> str:
         if e is None:
             return "granted"
+        if isinstance(e, dlockd.HeldByOwner):
+            return "heldbyowner"
         if isinstance(e, dlockd.LockTimeout):
             return "busy" if e.code == "BUSY" else "timeout"
         for cls, w in ((dlockd.LimitMismatch, "mismatch"), (dlockd.UpgradeDeadlock, "deadlock"),

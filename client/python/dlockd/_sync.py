@@ -247,8 +247,9 @@ class Client:
         once). ``mode="shared"`` takes it with other readers, ``limit=n``
         as one of n permits. The lease is renewed every TTL/3 (``renew``)
         until released, lost or ``max_hold`` seconds after it was granted.
-        Raises LockTimeout, LimitMismatch, UpgradeDeadlock, Denied,
-        Unavailable, ConnectionLost."""
+        Raises LockTimeout (HeldByOwner, a LockTimeout, at once if another
+        process of this owner holds the lock), LimitMismatch,
+        UpgradeDeadlock, Denied, Unavailable, ConnectionLost."""
         a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk)
         start = now_ms()
         wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
