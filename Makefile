@@ -75,7 +75,7 @@ ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ---------------------------------------------------------------
 
-PROTO_SRC  := proto/proto.c
+PROTO_SRC  := proto/proto.c proto/desc.c
 SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/conn.c server/cmd.c server/server.c server/store.c \
               server/notify.c server/record.c server/store_load.c \
@@ -83,14 +83,15 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
-              server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c
+              server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c \
+              server/desc.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
-              client/dlock_reply.c client/dlock_tls.c
+              client/dlock_reply.c client/dlock_tls.c client/dlock_desc.c
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
               test_users
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls test_access \
-               test_conformance
+               test_conformance test_describe
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -98,7 +99,7 @@ CLIENT_OBJ := $(CLIENT_SRC:%.c=$(O)/%.o)
 # The lock table and what it is made of, for the unit tests.
 LOCKTAB_OBJ := $(O)/server/locktab.o $(O)/server/locktab_ops.o \
                $(O)/server/locktab_verify.o $(O)/server/htab.o \
-               $(O)/server/wheel.o
+               $(O)/server/wheel.o $(O)/server/desc.o
 # libdlock.so is built from position-independent copies of its objects.
 LIB_PIC_OBJ := $(patsubst %.c,$(O)/pic/%.o,$(CLIENT_SRC) $(PROTO_SRC))
 LIBDLOCK_A  := $(O)/libdlock.a
@@ -182,6 +183,9 @@ $(O)/tests/test_users: $(O)/tests/test_users.o $(O)/server/users.o \
 $(O)/tests/test_server: $(O)/tests/test_server.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_describe: $(O)/tests/test_describe.o $(HARNESS_OBJ) \
+                          $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_persist: $(O)/tests/test_persist.o $(HARNESS_OBJ) \
                          $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
@@ -219,14 +223,16 @@ unit: $(addprefix $(O)/tests/,$(UNIT_TESTS))
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; \
 	  $(O)/tests/$$t $(CRIT_ARGS); done
 
-# test_server runs twice: the same protocol behaviour is required with
-# persistence off and on.
+# test_server and test_describe run twice: the same protocol behaviour is
+# required with persistence off and on.
 INTEG_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DLOCK_EXAMPLES=$(O)/examples
 integ: all $(addprefix $(O)/tests/,$(INTEG_TESTS))
 	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
 	  $(INTEG_ENV) $(O)/tests/$$t --jobs 1; done; \
 	echo "== test_server (persist=redis)"; \
-	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_server --jobs 1
+	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_server --jobs 1; \
+	echo "== test_describe (persist=redis)"; \
+	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_describe --jobs 1
 
 scripts: $(O)/dlockd $(O)/dlock
 	@set -e; for s in tests/scripts/*.sh; do echo "== $$s"; \

@@ -144,6 +144,7 @@ void dlock_options_init(struct dlock_options *o)
 	o->request_timeout_ms = 5000;
 	o->reconnect = 1;
 	o->renew = 1;
+	o->describe = 1;
 }
 
 const char *dlock_owner(const dlock_client *c)
@@ -220,6 +221,8 @@ static int check_options(const struct dlock_options *o)
 	if (!(o->tls_cert && o->tls_cert[0]) != !(o->tls_key && o->tls_key[0]))
 		return DLOCK_EINVAL;
 	if (o->user && dl_check_user(o->user, strlen(o->user)) < 0)
+		return DLOCK_EINVAL;
+	if (o->desc_pid < 0)
 		return DLOCK_EINVAL;
 	if (o->password) {
 		if (strlen(o->password) > DL__PASSWORD_MAX)
@@ -370,6 +373,16 @@ static int handshake(struct dlock_client *c, int64_t deadline)
 	dl__req_free(q);
 	if (err == 0 && c->auth_required)
 		err = DLOCK_EAUTH;
+	/* who we are: a refusal fails nothing (dlock_desc.c) */
+	if (err == 0 && dl__describing(c)) {
+		if (!(q = dl__req_new(DL__DESCRIBE, NULL, 0))) {
+			err = DLOCK_ENOMEM;
+			goto out;
+		}
+		q->deadline = deadline;
+		err = dl__call(c, &q);
+		dl__req_free(q);
+	}
 	c->initial = 0;
 out:
 	if (err == DLOCK_ETIMEDOUT)
@@ -494,6 +507,8 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 	if (o->owner_key)
 		snprintf(c->owner_key, sizeof(c->owner_key), "%s",
 			 o->owner_key);
+	dl__describe(c, o);
+	c->opt.desc_host = c->opt.desc_cmd = NULL; /* borrowed: not kept */
 	c->default_ttl = DL_DEFAULT_TTL_MS;
 	c->backoff = DL__BACKOFF_MIN_MS;
 	dl_linebuf_init(&c->lb);
@@ -1046,14 +1061,17 @@ int dlock_locks(dlock_client *c, const char *prefix, const char *after,
 	return err;
 }
 
-/* "holder <owner> token= ttl_ms= count= mode=" or "waiter <owner>
- * position= wait_ms=<ms>|inf mode= [restored]" */
+/* "holder <owner> token= ttl_ms= count= mode= held_ms= [user= host= pid=
+ * cmd=]" or "waiter <owner> position= wait_ms=<ms>|inf mode= [restored]
+ * [user= host= pid= cmd=]" */
 static int holders_line(char *line, struct dlock_holder *h)
 {
 	char *w, *save = NULL, *eq, *kind;
 	uint64_t v;
 
 	memset(h, 0, sizeof(*h));
+	h->host = h->cmd = h->user = "";
+	h->held_ms = -1;
 	if (!(kind = strtok_r(line, " ", &save)) ||
 	    !(h->owner = strtok_r(NULL, " ", &save)))
 		return DLOCK_EPROTO;
@@ -1067,7 +1085,9 @@ static int holders_line(char *line, struct dlock_holder *h)
 		if (!(eq = strchr(w, '=')))
 			continue;
 		*eq++ = '\0';
-		if (strcmp(w, "mode") == 0) {
+		if (dl__holder_word(h, w, eq)) {
+			continue;
+		} else if (strcmp(w, "mode") == 0) {
 			h->shared = strcmp(eq, "shared") == 0;
 		} else if (strcmp(w, "wait_ms") == 0 && strcmp(eq, "inf") == 0) {
 			h->wait_ms = -1;

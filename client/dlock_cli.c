@@ -902,6 +902,7 @@ void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
 	 * refreshes are sent again on the new connection within the
 	 * request's timeout; an unlock or a break whose outcome the drop
 	 * hid is not (a second one could undo more), and fails. */
+	o->desc_cmd = dl_cli_desc_cmd(cl); /* never its options */
 	o->reconnect = 1;
 	o->renew = 0;
 	o->connect_timeout_ms = patience(cl);
@@ -1003,8 +1004,7 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 		return EXIT_TEMPFAIL;
 	}
 	if (rc == DLOCK_EBUSY) {
-		dl_cli_msg("%s is held by another owner%s", name,
-			   cl->limit > 1 ? " (no permit free)" : "");
+		dl_cli_busy_msg(name, cl->limit > 1);
 		return EXIT_TEMPFAIL;
 	}
 	if (rc == DLOCK_EMISMATCH) {

@@ -234,6 +234,16 @@ int dl_cli_stats(struct cli *cl);
 int dl_cli_list(struct cli *cl);
 int dl_cli_break(struct cli *cl);
 
+/* Who holds it (dlock_cmds.c). What dlock says of itself in HELLO:
+ * "dlock <command> <name>", or for run the command it runs, never its
+ * options (a secret may be one); static buffer. */
+const char *dl_cli_desc_cmd(const struct cli *cl);
+/* "<name> is held by deploy-7 on web3 (pid 4242, make deploy) for
+ * 3m12s" when the server named the holder of a busy lock (dlock.h,
+ * dlock_busy_holder), else "held by another owner"; no_permit: a
+ * semaphore. */
+void dl_cli_busy_msg(const char *name, int no_permit);
+
 /* JSON output (dlock_cmds.c): a string with its quotes and escapes. */
 void dl_cli_json_str(FILE *f, const char *s);
 /* The same, or null for "" (a free lock's owner and mode). */

@@ -28,6 +28,7 @@
 #include <time.h>
 
 #include "client/dlock_cli.h"
+#include "proto/desc.h"
 #include "proto/proto.h"
 
 /* ---- lock, trylock ------------------------------------------------------- */
@@ -225,34 +226,67 @@ int dl_cli_break(struct cli *cl)
 
 /* status: the holders and waiters, collected for printing after the
  * status lines */
+struct member {
+	struct dlock_holder h; /* its strings point to the copies below */
+	char owner[DL_OWNER_MAX + 1];
+	char user[DL_USER_MAX + 1];
+	char host[DL_DESC_HOST_MAX + 1];
+	char cmd[DL_DESC_CMD_MAX + 1];
+};
+
 struct members {
-	struct dlock_holder *v;
-	char (*owner)[DL_OWNER_MAX + 1];
+	struct member *v;
 	size_t n, cap;
 };
 
 static void member_cb(const struct dlock_holder *h, void *arg)
 {
 	struct members *m = arg;
+	struct member *e;
 
 	if (m->n == m->cap) {
 		size_t cap = m->cap ? m->cap * 2 : 16;
-		struct dlock_holder *v = realloc(m->v, cap * sizeof(*v));
-		char(*o)[DL_OWNER_MAX + 1];
+		struct member *v = realloc(m->v, cap * sizeof(*v));
 
 		if (!v)
 			return;
 		m->v = v;
-		o = realloc(m->owner, cap * sizeof(*o));
-		if (!o)
-			return;
-		m->owner = o;
 		m->cap = cap;
 	}
-	m->v[m->n] = *h;
-	snprintf(m->owner[m->n], sizeof(m->owner[0]), "%s", h->owner);
-	m->v[m->n].owner = m->owner[m->n];
-	m->n++;
+	e = &m->v[m->n++];
+	e->h = *h;
+	snprintf(e->owner, sizeof(e->owner), "%s", h->owner);
+	snprintf(e->user, sizeof(e->user), "%s", h->user);
+	snprintf(e->host, sizeof(e->host), "%s", h->host);
+	snprintf(e->cmd, sizeof(e->cmd), "%s", h->cmd);
+	e->h.owner = e->owner;
+	e->h.user = e->user;
+	e->h.host = e->host;
+	e->h.cmd = e->cmd;
+}
+
+/* Who it is, in the text view: key=value words as the wire has them (a
+ * space is %20), so that each value stays one word for scripts. */
+static void print_desc(const struct dlock_holder *h)
+{
+	char v[DL_DESC_CMD_MAX + 1];
+	size_t n;
+
+	if (!h->waiter && h->held_ms >= 0)
+		printf(" held_ms=%" PRId64, h->held_ms);
+	if (h->user[0])
+		printf(" user=%s", h->user);
+	if (h->host[0]) {
+		n = dl_desc_encode(h->host, strlen(h->host), v,
+				   DL_DESC_CMD_MAX);
+		printf(" host=%.*s", (int)n, v);
+	}
+	if (h->pid)
+		printf(" pid=%" PRIu32, h->pid);
+	if (h->cmd[0]) {
+		n = dl_desc_encode(h->cmd, strlen(h->cmd), v, DL_DESC_CMD_MAX);
+		printf(" cmd=%.*s", (int)n, v);
+	}
 }
 
 static void print_member_json(const struct dlock_holder *h)
@@ -272,7 +306,21 @@ static void print_member_json(const struct dlock_holder *h)
 		       ", \"count\": %" PRIu32,
 		       h->token, h->ttl_ms, h->count);
 	}
-	printf(", \"mode\": \"%s\"}", h->shared ? "shared" : "exclusive");
+	printf(", \"mode\": \"%s\"", h->shared ? "shared" : "exclusive");
+	if (!h->waiter && h->held_ms >= 0)
+		printf(", \"held_ms\": %" PRId64, h->held_ms);
+	fputs(", \"user\": ", stdout);
+	dl_cli_json_str_or_null(stdout, h->user);
+	fputs(", \"host\": ", stdout);
+	dl_cli_json_str_or_null(stdout, h->host);
+	fputs(", \"pid\": ", stdout);
+	if (h->pid)
+		printf("%" PRIu32, h->pid);
+	else
+		fputs("null", stdout);
+	fputs(", \"cmd\": ", stdout);
+	dl_cli_json_str_or_null(stdout, h->cmd);
+	fputs("}", stdout);
 }
 
 static void print_member(const struct dlock_holder *h)
@@ -289,8 +337,10 @@ static void print_member(const struct dlock_holder *h)
 		       " count=%" PRIu32,
 		       h->owner, h->token, h->ttl_ms, h->count);
 	}
-	printf(" mode=%s%s\n", h->shared ? "shared" : "exclusive",
+	printf(" mode=%s%s", h->shared ? "shared" : "exclusive",
 	       h->restored ? " restored" : "");
+	print_desc(h);
+	putchar('\n');
 }
 
 int dl_cli_status(struct cli *cl)
@@ -327,16 +377,16 @@ int dl_cli_status(struct cli *cl)
 		       ", \"holders_list\": [",
 		       st.limit, st.holders);
 		for (i = 0, first = 1; i < m.n; i++)
-			if (!m.v[i].waiter) {
+			if (!m.v[i].h.waiter) {
 				fputs(first ? "" : ", ", stdout);
-				print_member_json(&m.v[i]);
+				print_member_json(&m.v[i].h);
 				first = 0;
 			}
 		fputs("], \"queue\": [", stdout);
 		for (i = 0, first = 1; i < m.n; i++)
-			if (m.v[i].waiter) {
+			if (m.v[i].h.waiter) {
 				fputs(first ? "" : ", ", stdout);
-				print_member_json(&m.v[i]);
+				print_member_json(&m.v[i].h);
 				first = 0;
 			}
 		fputs("]}\n", stdout);
@@ -349,12 +399,11 @@ int dl_cli_status(struct cli *cl)
 		       st.waiters, st.mode[0] ? st.mode : "-", st.limit,
 		       st.holders);
 		for (i = 0; i < m.n; i++)
-			print_member(&m.v[i]);
+			print_member(&m.v[i].h);
 	} else {
 		rc = dl_cli_fail(rc, "status");
 	}
 	free(m.v);
-	free(m.owner);
 	dlock_close(c);
 	return rc;
 }
@@ -796,4 +845,80 @@ int dl_cli_list(struct cli *cl)
 	else if (more)
 		dl_cli_msg("%" PRIu64 " more not listed (--max)", more);
 	return 0;
+}
+
+/* ---- who holds it -------------------------------------------------------- */
+
+/* Its command, never its options (--password, --owner <id>=<key> may be
+ * among them): `dlock lock x`, or for run the command it runs, which is
+ * what a person looking at a busy lock wants to know. libdlock makes it
+ * fit the protocol (dlock.h, options.desc_cmd). */
+const char *dl_cli_desc_cmd(const struct cli *cl)
+{
+	static char buf[1024];
+	size_t n = 0;
+	char *const *w;
+	int i;
+
+	buf[0] = '\0';
+	if (cl->sub->fn == dl_cli_run && cl->command) {
+		for (w = cl->command; *w && n < sizeof(buf) - 1; w++)
+			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s",
+					      n ? " " : "", *w);
+		return buf;
+	}
+	n = (size_t)snprintf(buf, sizeof(buf), "dlock %s", cl->sub->name);
+	for (i = 0; i < cl->npos && n < sizeof(buf) - 1; i++)
+		n += (size_t)snprintf(buf + n, sizeof(buf) - n, " %s",
+				      cl->pos[i]);
+	return buf;
+}
+
+/* A hold time for people: 250ms, 12s, 3m12s, 5h04m, 2d03h. */
+static const char *held_text(int64_t ms, char *buf, size_t n)
+{
+	int64_t s = ms / 1000;
+
+	if (ms < 1000)
+		snprintf(buf, n, "%" PRId64 "ms", ms);
+	else if (s < 60)
+		snprintf(buf, n, "%" PRId64 "s", s);
+	else if (s < 3600)
+		snprintf(buf, n, "%" PRId64 "m%02" PRId64 "s", s / 60, s % 60);
+	else if (s < 86400)
+		snprintf(buf, n, "%" PRId64 "h%02" PRId64 "m", s / 3600,
+			 s / 60 % 60);
+	else
+		snprintf(buf, n, "%" PRId64 "d%02" PRId64 "h", s / 86400,
+			 s / 3600 % 24);
+	return buf;
+}
+
+void dl_cli_busy_msg(const char *name, int no_permit)
+{
+	const char *np = no_permit ? " (no permit free)" : "";
+	struct dlock_holder h;
+	char what[DL_DESC_CMD_MAX + 32], held[32];
+
+	/* a server before descriptions, or a user who may not read it */
+	if (dlock_busy_holder(&h) != 0) {
+		dl_cli_msg("%s is held by another owner%s", name, np);
+		return;
+	}
+	/* "(pid 4242, make deploy)": what was said */
+	what[0] = '\0';
+	if (h.pid && h.cmd[0])
+		snprintf(what, sizeof(what), " (pid %" PRIu32 ", %s)", h.pid,
+			 h.cmd);
+	else if (h.pid)
+		snprintf(what, sizeof(what), " (pid %" PRIu32 ")", h.pid);
+	else if (h.cmd[0])
+		snprintf(what, sizeof(what), " (%s)", h.cmd);
+	dl_cli_msg("%s is held by %s%s%s%s%s%s%s%s%s", name, h.owner,
+		   h.user[0] ? " of user " : "", h.user,
+		   h.host[0] ? " on " : "", h.host, what,
+		   h.held_ms >= 0 ? " for " : "",
+		   h.held_ms >= 0 ? held_text(h.held_ms, held, sizeof(held))
+				  : "",
+		   np);
 }

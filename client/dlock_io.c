@@ -30,8 +30,18 @@
  * lease's last handle is unlocked (UNLOCK answered HELD: unlock again; see
  * options.owner in dlock.h for why that gives back only this client's
  * holds).
- * The new connection starts with AUTH, HELLO owner=<same owner>, a REFRESH
- * of every lease still within its local deadline, then the requests kept.
+ * The new connection starts with AUTH and HELLO owner=<same owner>
+ * key=<its key> (state DL__GREETING), and only once HELLO is answered OK
+ * sends a REFRESH of every lease still within its local deadline, then
+ * the requests kept and those made meanwhile. A server that forgot the
+ * owner (a restart, a take-over, when it held nothing) may have given its
+ * id to another client since; HELLO is then refused (NO DENIED), and
+ * whatever followed it would run as the connection's own anonymous
+ * owner: a LOCK granted to nobody this client can be again, a REFRESH
+ * answered NOT_HOLDER. So a refused HELLO drops the connection, and the
+ * next attempt comes after the reconnect pause, as after a failed
+ * connect: the client waits for its id as it waits for a server that is
+ * down, and its leases' guards say when it is too late.
  */
 #include "client/dlock_private.h"
 
@@ -354,17 +364,36 @@ static void rewrite(struct dlock_client *c, struct dl__req *q, int64_t now)
 		dl__req_finish(c, q, err);
 }
 
+/* Write one of the connection's own requests (AUTH, HELLO). */
+static void greet(struct dlock_client *c, enum dl__op op)
+{
+	struct dl__req *q = dl__req_new(op, NULL, 1);
+
+	if (q && dl__req_write(c, q) < 0)
+		dl__req_free(q);
+}
+
 static void connected(struct dlock_client *c, int64_t now)
 {
-	struct dl__lease *l;
-	struct dl__req *q, *next;
-
-	c->state = DL__UP;
+	(void)now;
+	c->state = DL__GREETING;
 	dl_linebuf_init(&c->lb);
 	c->out_off = c->out_len = 0;
 	if (c->password)
-		dl__internal(c, DL__AUTH, NULL, 0, 0);
-	dl__internal(c, DL__HELLO, NULL, 0, 0);
+		greet(c, DL__AUTH);
+	greet(c, DL__HELLO);
+}
+
+void dl__io_hello_ok(struct dlock_client *c)
+{
+	struct dl__lease *l;
+	struct dl__req *q, *next;
+	int64_t now = dl__now();
+
+	c->state = DL__UP;
+	/* who it is, for the owner HELLO just proved */
+	if (dl__describing(c))
+		dl__internal(c, DL__DESCRIBE, NULL, 0, 0);
 	for (l = c->leases; l; l = l->next) {
 		if (l->dead || l->unlocking || l->nhandles == 0 ||
 		    atomic_load(&l->deadline) <= now)
@@ -484,7 +513,8 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 	if (c->standby) {
 		/* A standby executes nothing: whatever it was, send it
 		 * again to the active. */
-		if (q->op == DL__AUTH || q->op == DL__HELLO) {
+		if (q->op == DL__AUTH || q->op == DL__HELLO ||
+		    q->op == DL__DESCRIBE) {
 			dl__req_finish(c, q, DLOCK_ECLOSED);
 			return 0;
 		}
@@ -498,7 +528,7 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 		dl__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
-	if (q->op == DL__AUTH || q->op == DL__HELLO) {
+	if (q->op == DL__AUTH || q->op == DL__HELLO || q->op == DL__DESCRIBE) {
 		dl__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
@@ -571,6 +601,15 @@ static void disconnect(struct dlock_client *c)
 	}
 	c->state = DL__DOWN;
 	c->reconnect_at = now; /* at once; then with backoff */
+	if (c->refused) {
+		/* its owner is someone else's here for now: a pause, as
+		 * after a failed attempt, not a loop of refusals */
+		c->refused = 0;
+		c->reconnect_at = now + c->backoff;
+		c->backoff *= 2;
+		if (c->backoff > DL__BACKOFF_MAX_MS)
+			c->backoff = DL__BACKOFF_MAX_MS;
+	}
 	if (c->standby) {
 		/* To the active the standby named, at once; to the next
 		 * server after a pause when it named itself, the address
@@ -743,6 +782,10 @@ void *dl__thread_main(void *arg)
 		if ((c->state == DL__CONNECTING || c->state == DL__HANDSHAKE) &&
 		    now >= c->connect_deadline)
 			attempt_failed(c, now);
+		if (c->state == DL__GREETING && now >= c->connect_deadline) {
+			c->refused = 1; /* no answer: the next attempt waits */
+			disconnect(c);
+		}
 		if (c->wfail)
 			disconnect(c);
 		next = timers(c, now);
@@ -761,11 +804,13 @@ void *dl__thread_main(void *arg)
 			p[2].events = POLLOUT;
 			if (c->connect_deadline < next)
 				next = c->connect_deadline;
-		} else if (c->state == DL__HANDSHAKE || c->state == DL__UP) {
+		} else if (c->state == DL__HANDSHAKE || c->state == DL__GREETING ||
+			   c->state == DL__UP) {
 			p[2].events = POLLIN;
 			if (dl__io_pending(c))
 				p[2].events |= POLLOUT;
-			if (c->state == DL__HANDSHAKE &&
+			if ((c->state == DL__HANDSHAKE ||
+			     c->state == DL__GREETING) &&
 			    c->connect_deadline < next)
 				next = c->connect_deadline;
 		}

@@ -9,7 +9,8 @@
  *   dlock_io.c   the background thread: connect and reconnect, the socket
  *                reader, renewal and lost-lease guards;
  *   dlock_reply.c  what the thread does with each line: replies, events;
- *   dlock_tls.c  the transport: plaintext, or TLS over memory BIOs.
+ *   dlock_tls.c  the transport: plaintext, or TLS over memory BIOs;
+ *   dlock_desc.c who the client says it is, and who a holder said it is.
  *
  * Everything below is protected by dlock_client.mu, except what is marked
  * atomic (read by the lease accessors without the lock, also from on_lost)
@@ -26,6 +27,7 @@
 #include <sys/types.h>
 
 #include "client/dlock.h"
+#include "proto/limits.h"
 #include "proto/proto.h"
 
 /* ---- limits and timings -------------------------------------------------- */
@@ -76,6 +78,9 @@ enum dl__op {
 	DL__BREAK,
 	DL__HOLDERS, /* the body is kept like LOCKS's; status from the
 			header */
+	DL__DESCRIBE, /* HELLO host= pid= cmd= after the HELLO of the owner:
+			 its refusal (a server that does not know them)
+			 fails nothing */
 };
 
 /* Where a request is; it is on at most one list. */
@@ -191,6 +196,8 @@ enum dl__state {
 	DL__DOWN,	/* not connected; next attempt at reconnect_at */
 	DL__CONNECTING, /* a non-blocking connect is in progress */
 	DL__HANDSHAKE,	/* connected; the TLS handshake is in progress */
+	DL__GREETING,	/* a reconnect: AUTH and HELLO sent, the rest waits
+			   (unsent) until HELLO is answered OK */
 	DL__UP,		/* connected: requests are written at once */
 	DL__DEAD,	/* closed for good (reconnect off, or closing) */
 };
@@ -235,6 +242,14 @@ struct dlock_client {
 	int auth_required;
 	atomic_int role; /* enum dl__role: dlock_server_role() */
 
+	/* what the client says of itself (options.describe), as sent
+	 * (dlock_desc.c); nothing when all are empty, or once a server
+	 * refused it */
+	char desc_host[DL_DESC_HOST_MAX + 1];
+	char desc_cmd[DL_DESC_CMD_MAX + 1];
+	uint32_t desc_pid;
+	int desc_refused;
+
 	/* connection (the thread's, under mu) */
 	int fd;
 	struct dl__tls *tls; /* NULL: plaintext (dlock_tls.c) */
@@ -242,6 +257,7 @@ struct dlock_client {
 	int initial; /* dlock_connect's own handshake is running */
 	int closing; /* dlock_close has begun */
 	int wfail;   /* a write failed: the thread must disconnect */
+	int refused; /* a reconnect's HELLO was refused: pause first */
 	int64_t reconnect_at, connect_deadline, backoff;
 	struct dl_linebuf lb;
 	char *out; /* bytes written but not yet taken by the kernel */
@@ -342,12 +358,27 @@ void dl__why(struct dlock_client *c, int i, const char *fmt, ...)
  * each prefixed by its entry). */
 void dl__why_report(const struct dlock_client *c);
 void *dl__thread_main(void *arg);
+/* A reconnect's HELLO was answered OK (state DL__GREETING): the connection
+ * is UP, and what waited for it is sent (dlock_io.c). */
+void dl__io_hello_ok(struct dlock_client *c);
 
 /* ---- dlock_reply.c ------------------------------------------------------- */
 
 /* One line from the server; -1 when the stream is not what we expect
  * (the caller drops the connection). */
 int dl__line_in(struct dlock_client *c, char *line, size_t len);
+
+/* ---- dlock_desc.c -------------------------------------------------------- */
+
+/* The client's description from the options (options.describe): into
+ * c->desc_*, encoded as sent; the options' strings are not kept. */
+void dl__describe(struct dlock_client *c, const struct dlock_options *o);
+/* 1 when there is something to say (and no server refused it). */
+int dl__describing(const struct dlock_client *c);
+/* A word of a holder line or a NO BUSY, key=value, that describes a
+ * holder (host=, pid=, cmd=, held_ms=, user=): into h, decoded in place
+ * in `value` (it points into a line the caller keeps). 1 if it was one. */
+int dl__holder_word(struct dlock_holder *h, const char *key, char *value);
 
 /* ---- dlock_tls.c --------------------------------------------------------- */
 

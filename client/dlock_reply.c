@@ -482,6 +482,13 @@ static void reply(struct dlock_client *c, struct dl__req *q,
 		c->failed_i = -1;
 		dl__req_finish(c, q, 0);
 		return;
+	case DL__DESCRIBE:
+		/* a server that does not know descriptions (dlockd 0.3)
+		 * refuses them: say nothing more, fail nothing */
+		if (r->kind != DL_REPLY_OK)
+			c->desc_refused = 1;
+		dl__req_finish(c, q, 0);
+		return;
 	case DL__CHECK:
 		if (is(r, DL_REPLY_OK, "VALID") && arg_i64(r, 2, &ms) == 0) {
 			q->r_value = (uint64_t)ms;
@@ -703,6 +710,19 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 	if (!c->fifo)
 		c->fifo_tail = NULL;
 	q->next = NULL;
+	if (q->op == DL__HELLO && c->state == DL__GREETING) {
+		/* a reconnect's: nothing else was sent behind it (dlock_io.c) */
+		if (r.kind != DL_REPLY_OK) {
+			/* NO DENIED <owner> need=key: the owner's id is
+			 * another client's here; drop, try again later */
+			dl__req_finish(c, q, dl__reply_error(q, &r));
+			c->refused = 1;
+			return -1;
+		}
+		reply(c, q, &r);
+		dl__io_hello_ok(c);
+		return 0;
+	}
 	reply(c, q, &r);
 	return 0;
 }

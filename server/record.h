@@ -17,11 +17,35 @@
  *   H <token> <deadline_unix_ms> <count> <ttl_ms> <x|s> <owner> [id=<tag>]
  *   W <ttl_ms> <wait_deadline_unix_ms|inf> <x|s> <owner> [id=<tag>]
  *
- * In either version the owner may be followed by k=<32 hex digits>, its
+ * Version 3, a lock with a holder that described itself (HELLO host=
+ * pid= cmd=, desc.h): version 2, and after a holder's owner (and its k=
+ * and id=, below) when it was granted and what it said:
+ *
+ *   dlock3 limit=<n>
+ *   H <token> <deadline> <count> <ttl_ms> <x|s> <owner> [k=] [id=]
+ *     since=<unix_ms> [host=<host>] [pid=<pid>] [cmd=<cmd>]
+ *   W <ttl_ms> <wait_deadline_unix_ms|inf> <x|s> <owner> [k=] [id=]
+ *
+ * (one line each). The values are as on the wire, already checked
+ * (proto/desc.h: printable, no space), and checked again when read.
+ * since= is written for every holder of such a record, described or
+ * not; waiters keep no description (theirs is their connection's).
+ *
+ * In every version the owner may be followed by k=<32 hex digits>, its
  * proof (locktab.h, Identity: a hash of the owner's secret, never the
  * secret), so that a restart or a take-over binds the owner again; a
  * daemon from before owner secrets reads such a line as unreadable (held,
  * never freed).
+ *
+ * Words a later version adds. Versions 1 and 2 take no word they do not
+ * know, and daemons up to 0.3 read every other version as unreadable:
+ * they hold such a lock for max_ttl and never free it (their
+ * unreadable-record rule). So from version 3 on, a key=<value> word after
+ * the owner that this daemon does not know is skipped, not refused: a
+ * later daemon may add what an older one can do without (a description,
+ * a time) in version 3, and what a daemon must understand to keep a lock
+ * safe (who may act on it, who holds it) comes with a new version, which
+ * an older daemon holds as unreadable.
  *
  * the first line a version, then one H line per holder in grant order and
  * one W line per waiter in queue order, separated by LF. Deadlines are wall
@@ -36,12 +60,14 @@
  * <user>=<id> owner as an unreadable record: it holds the lock (never
  * frees it) until the record's leases could have ended.
  *
- * Both are read. A lock is written in version 1 when version 1 can say
- * it: a daemon from before version 2 (of the same store layout: daemons
- * of layout 1 cannot be active on layout 2, store_lead.c) then reads every
- * plain lock as it always did, and holds -- never frees -- a shared lock
- * or a semaphore it cannot read (its unreadable-record rule). No I/O
- * here.
+ * All three are read. A lock is written in the oldest version that can
+ * say it: version 1 when it can, so that a daemon from before version 2
+ * (of the same store layout: daemons of layout 1 cannot be active on
+ * layout 2, store_lead.c) reads every plain lock as it always did, and
+ * version 3 only for a lock with a described holder. A daemon that cannot
+ * read a record holds the lock -- never frees it -- until max_ttl: a 0.3
+ * daemon (a standby left behind in a rolling upgrade, or a downgrade)
+ * holds every lock a described client holds. No I/O here.
  */
 #ifndef DL_SERVER_RECORD_H
 #define DL_SERVER_RECORD_H
@@ -55,6 +81,7 @@
 
 #define DL_RECORD_MAGIC	 "dlock1"
 #define DL_RECORD_MAGIC2 "dlock2"
+#define DL_RECORD_MAGIC3 "dlock3"
 
 /* Serialize lk into b (replacing its content). wall_off converts the
  * table's monotonic ms to unix ms (unix = mono + wall_off). */
@@ -73,6 +100,11 @@ struct dl_record_item {
 	struct dl_str tag;
 	uint8_t has_proof; /* k= was there: the owner's proof */
 	uint8_t proof[DL_OWNER_PROOF_LEN];
+	/* version 3, H: what its holder said of itself (len 0, pid 0: not
+	 * said), and since when it holds (unix ms; 0: not said) */
+	struct dl_str host, cmd;
+	uint32_t pid;
+	uint64_t since;
 };
 
 /* Parse a record, calling cb for each item in order. DL_EPROTO if the

@@ -35,6 +35,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/harness.h"
@@ -1330,7 +1331,7 @@ Test(cli, status_prints_one_key_value_per_line)
 		 "holder owner=bob token=%" PRIu64 " ttl_ms=",
 		 token, token);
 	cr_assert(strncmp(r.out, want, strlen(want)) == 0, "%s", r.out);
-	cr_assert(has(r.out, " count=2 mode=exclusive\n"), "%s", r.out);
+	cr_assert(has(r.out, " count=2 mode=exclusive held_ms="), "%s", r.out);
 	h_close(c);
 }
 
@@ -1714,7 +1715,10 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 			     "\"limit\": 1, \"holders\": 1, \"holders_list\": "
 			     "[{\"owner\": \"alice\", \"token\": "),
 		  "%s", r.out);
-	cr_assert(has(r.out, ", \"mode\": \"exclusive\"}], \"queue\": []}\n"),
+	cr_assert(has(r.out, ", \"mode\": \"exclusive\", \"held_ms\": "),
+		  "%s", r.out);
+	cr_assert(has(r.out, ", \"cmd\": \"dlock lock ls/1\"}], "
+				"\"queue\": []}\n"),
 		  "%s", r.out);
 	/* tokens are strings: jq 1.6 keeps numbers as doubles, and read
 	 * 1795629885420000014 as ...000000 (found by a new user: dlock
@@ -1892,4 +1896,116 @@ Test(cli, break_ends_the_lease_it_names)
 	dlock(&r, "trylock", "bk", NULL);
 	cr_assert(eq(int, r.status, 0), "the lock is free after: %s", r.err);
 	cr_assert(gt(u64, to_u64(r.out), to_u64(tok)));
+}
+
+/* ---- who holds it -------------------------------------------------------- */
+
+/* A lock that is busy says who holds it, where, running what, and for
+ * how long -- not just "held by another owner". */
+Test(cli, a_busy_lock_names_its_holder_and_for_how_long)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+
+	cr_assert(h_starts(h_call(c, "HELLO owner=deploy-7 host=web3 pid=4242 "
+				     "cmd=make%%20deploy"),
+			   "OK HELLO "));
+	h_lock(c, "x", "ttl=30s");
+	h_sleep_ms(1100);
+	dlock(&r, "lock", "x", "--wait", "0", NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(has(r.err, "dlock: x is held by deploy-7 on web3 (pid 4242, "
+			     "make deploy) for 1s\n") ||
+			  has(r.err, "dlock: x is held by deploy-7 on web3 "
+				     "(pid 4242, make deploy) for 2s\n"),
+		  "%s", r.err);
+	dlock(&r, "trylock", "x", NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(has(r.err, "x is held by deploy-7 on web3 (pid 4242, make "
+			     "deploy) for "),
+		  "%s", r.err);
+	/* a holder that said nothing: its owner and hold time */
+	h_close(c);
+	c = h_connect(d.port);
+	cr_assert(h_starts(h_call(c, "HELLO owner=old"), "OK HELLO "));
+	h_lock(c, "y", "ttl=30s");
+	dlock(&r, "trylock", "y", NULL);
+	cr_assert(has(r.err, "dlock: y is held by old for "), "%s", r.err);
+	h_close(c);
+}
+
+/* Minutes and seconds, as a person reads them: a holder restored from
+ * its record (a daemon restarted with Redis) granted 3 min 12.5 s ago. */
+Test(cli, a_hold_of_minutes_says_minutes_and_seconds)
+{
+	static struct h_redis redis;
+	struct timespec now;
+	char rec[256], port[16];
+	struct result r;
+	uint64_t since;
+
+	h_redis_start(&redis, "always");
+	clock_gettime(CLOCK_REALTIME, &now);
+	since = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000 -
+		192500;
+	/* printf(1) reads it: %% for a % */
+	snprintf(rec, sizeof(rec),
+		 "dlock3 limit=1\\nH 9 0 1 30000 x deploy-7 since=%" PRIu64
+		 " host=web3 pid=4242 cmd=make%%%%20deploy",
+		 since);
+	h_rec_plant(&redis, "x", rec);
+	h_daemon_write_conf(&own, "");
+	h_daemon_start(&own, "-c", own.conf, "--persist", "redis", "--redis",
+		       redis.url, NULL);
+	snprintf(port, sizeof(port), "%d", own.port);
+	setenv("DLOCK_PORT", port, 1);
+	dlock(&r, "lock", "x", "--wait", "0", NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(has(r.err, "dlock: x is held by deploy-7 on web3 (pid 4242, "
+			     "make deploy) for 3m12s\n") ||
+			  has(r.err, "dlock: x is held by deploy-7 on web3 "
+				     "(pid 4242, make deploy) for 3m13s\n"),
+		  "%s", r.err);
+	cr_assert(eq(int, h_daemon_stop(&own), 0));
+	h_redis_stop(&redis);
+}
+
+/* Poll STATUS until `name` is held (asserts it is within max_ms). */
+static void wait_held(struct h_client *c, const char *name, int max_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)max_ms;
+
+	while (strcmp(h_kv(h_call(c, "STATUS %s", name), "state"), "held")) {
+		cr_assert(lt(u64, h_now_ms(), end), "%s not held", name);
+		h_sleep_ms(20);
+	}
+}
+
+/* `dlock run` describes the command it runs; the other commands
+ * describe themselves by their name and arguments, never their options
+ * (an --owner's key is a secret). status shows it. */
+Test(cli, dlock_describes_the_command_it_runs_never_its_options)
+{
+	struct h_client *c = h_connect(d.port);
+	struct proc p;
+	struct result r;
+	char *l;
+
+	proc_start(&p, "run", "rx", "--", "sleep", "3", NULL);
+	wait_held(c, "rx", 10000);
+	l = h_call(c, "STATUS rx");
+	cr_assert(eq(int, strcmp(h_kv(l, "cmd"), "sleep%203"), 0), "%s", l);
+	dlock(&r, "status", "rx", NULL);
+	cr_assert(has(r.out, " cmd=sleep%203\n"), "%s", r.out);
+	dlock(&r, "status", "rx", "--json", NULL);
+	cr_assert(has(r.out, "\"cmd\": \"sleep 3\""), "%s", r.out);
+	dlock(&r, "lock", "ly", "--owner", owned("o1"), "--ttl", "30s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	l = h_call(c, "STATUS ly");
+	cr_assert(eq(int, strcmp(h_kv(l, "cmd"), "dlock%20lock%20ly"), 0),
+		  "%s", l);
+	cr_assert(has(l, h_owner_key("o1")) == 0, "the key went out: %s", l);
+	proc_result(&p, &r, QUICK_MS);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	h_close(c);
 }

@@ -235,6 +235,41 @@ Test(ha, standby_takes_over_after_kill9_with_leases_and_tokens)
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
 
+/* Who holds a lock is state: after a take-over the standby shows the
+ * holder's description and its hold time counted from the grant. */
+Test(ha, a_holders_description_survives_a_take_over)
+{
+	struct h_client *alice, *bob;
+	uint64_t t0 = h_now_ms();
+	char *l;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	alice = h_hello_desc(a.port, "alice",
+			     "host=web3 pid=4242 cmd=make%20deploy");
+	h_lock(alice, "x", "ttl=30s");
+	h_close(alice);
+	h_daemon_kill9(&a);
+	wait_active(&b, 10000);
+
+	bob = h_hello(b.port, "bob");
+	expect_held(bob, "x", "alice", 0);
+	l = h_call(bob, "STATUS x");
+	cr_assert_str_eq(h_kv(l, "host"), "web3", "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "pid"), 4242, "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "cmd"), "make%20deploy", "in \"%s\"", l);
+	/* the leadership lapsed first: held longer than that */
+	cr_assert(h_kv_u64(l, "held_ms") >= 400 &&
+			  h_kv_u64(l, "held_ms") <= h_now_ms() - t0 + 50,
+		  "held since the grant, not the take-over: \"%s\"", l);
+	l = h_call(bob, "TRYLOCK x");
+	cr_assert(h_starts(l, "NO BUSY x "), "\"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "owner"), "alice", "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "host"), "web3", "in \"%s\"", l);
+	h_close(bob);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
 /* SIGSTOP of the active past its leadership: the standby takes over; the
  * old active, resumed, acknowledges nothing more, says goodbye and is a
  * standby. */
@@ -516,6 +551,53 @@ Test(ha, a_paused_active_never_writes_its_table_over_a_lost_take_over)
 	h_close(c2);
 	h_daemon_stop(&a);
 	h_daemon_stop(&b);
+}
+
+/* Found by the fault campaign: b took over while a was down; Redis then
+ * forgot (FLUSHALL), and a, started again, took over above the epoch it
+ * had seen (its state file), which was b's own, as b's take was lost. The
+ * fence read b's epoch again, and b, active on its own clock until its
+ * next renewal, wrote a grant under a's leadership and acknowledged it: a
+ * lease the active daemon knew nothing of. A write now also needs the
+ * leadership record, when there is one, to name the writer. Leases of
+ * 30 s: b renews every 10 s, so its writes meet a's take. */
+Test(ha, a_deposed_active_never_writes_under_a_take_of_its_own_epoch)
+{
+	static const char limits[] =
+		"[limits]\nmax_ttl = 6s\ndefault_ttl = 1s\n";
+	struct h_daemon *nodes[2] = {&a, &b};
+	char conf[H_PATH_MAX + 128];
+	struct h_client *c;
+	uint64_t eb;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		h_daemon_write_conf(nodes[i], "");
+		snprintf(conf, sizeof(conf), "[persistence]\nstate_dir = %s\n%s",
+			 nodes[i]->dir, limits);
+		h_daemon_write_conf(nodes[i], conf);
+		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
+			       "redis", "--redis", r.url, "--node-id",
+			       i ? "b" : "a", "--leader-lease", "30s", "-l",
+			       "info", NULL);
+		if (i == 0)
+			wait_active(&a, 5000);
+	}
+	h_sleep_ms(1000); /* a's state file has its link's epoch */
+	cr_assert_eq(h_daemon_stop(&a), 0); /* resigns: b takes over */
+	wait_active(&b, 5000);
+	eb = epoch_of(&b);
+	h_redis_cli(&r, "FLUSHALL");
+	h_daemon_restart(&a);
+	wait_active(&a, 5000);
+	cr_assert_eq(epoch_of(&a), eb, "a took epoch %llu, b has %llu",
+		     (unsigned long long)epoch_of(&a), (unsigned long long)eb);
+	c = h_hello(b.port, "c");
+	h_send(c, "LOCK z ttl=5s");
+	no_grant_until_closed(c, addr_of(&a));
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+	cr_assert_eq(h_daemon_stop(&b), 0);
 }
 
 /* ---- clients that fail over ---------------------------------------------- */

@@ -4,6 +4,7 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "server/bucket.h"
@@ -285,12 +286,14 @@ Test(record, owners_keep_their_user_and_plain_owners_still_read)
 	cr_assert(strcmp(x.owners[0], "worker-1") == 0);
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(t, S("old"), x.it[0].owner, 7, 1,
-					      30, 99, DL_STR_NULL, 0, 1),
+					      30, 99, DL_STR_NULL, 0, 1,
+					      NULL, 0),
 		     0));
 	cr_assert(
 		eq(int,
 		   dl_locktab_restore_lease(t, S("new"), S("payments=worker-1"),
-					    8, 1, 30, 99, DL_STR_NULL, 0, 1),
+					    8, 1, 30, 99, DL_STR_NULL, 0, 1,
+					    NULL, 0),
 		   0));
 	free(buf.p);
 	dl_session_close(t, &a);
@@ -325,4 +328,124 @@ Test(record, a_names_bucket_is_fnv1a_32_of_its_bytes_mod_1024)
 	cr_assert(eq(u32, dl_store_bucket("a", 1), 0xe40c292cu % 1024));
 	cr_assert(eq(u32, dl_store_bucket("foobar", 6), 0xbf9cf968u % 1024));
 	cr_assert(eq(u32, DL_STORE_BUCKETS, 1024));
+}
+
+/* ---- version 3: described holders ---------------------------------------
+ */
+
+/* A lock with a described holder is written in version 3: since= for
+ * every holder, the description of those that gave one; read back, it
+ * is what was written. Once no described holder is left, the lock is
+ * version 1 again (what a daemon of 0.3 reads). */
+Test(record, a_described_holder_is_written_in_version_3_and_read_back)
+{
+	struct dl_locktab *t = new_tab();
+	struct dl_session a, b;
+	struct dl_result res;
+	struct dl_buf buf = {0};
+	struct items x = {0};
+	struct dl_desc *d;
+	const char *why = NULL;
+	uint64_t tok;
+	char want[128];
+
+	dl_session_init(t, &a, S("deploy-7"), NULL);
+	dl_session_init(t, &b, S("bob"), NULL);
+	cr_assert(eq(int,
+		     dl_desc_new(S("web3"), 4242, S("make%20deploy"), &d), 0));
+	dl_session_set_desc(&a, d);
+	dl_desc_unref(d);
+	acquire_mode(t, &b, "pool", 0, 0, 2, &res);
+	clock_ms += 100;
+	acquire_mode(t, &a, "pool", 0, 0, 2, &res);
+	tok = res.token;
+	cr_assert(eq(int, res.outcome, DL_GRANTED));
+	cr_assert(eq(int,
+		     dl_record_format(dl_locktab_find(t, S("pool")), 1000000,
+				      &buf),
+		     0));
+	cr_assert(strncmp(buf.p, "dlock3 limit=2\nH ", 17) == 0, "%.*s",
+		  (int)buf.len, buf.p);
+	snprintf(want, sizeof(want),
+		 " x deploy-7 since=%llu host=web3 pid=4242 cmd=make%%20deploy",
+		 (unsigned long long)(clock_ms + 1000000));
+	cr_assert(buf.len > strlen(want) &&
+			  memcmp(buf.p + buf.len - strlen(want), want,
+				 strlen(want)) == 0,
+		  "%.*s", (int)buf.len, buf.p);
+	cr_assert(
+		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
+	cr_assert(eq(int, x.n, 2));
+	cr_assert(eq(u64, x.it[0].since, clock_ms - 100 + 1000000));
+	cr_assert(eq(sz, x.it[0].host.len, 0));
+	cr_assert(eq(u64, x.it[1].token, tok));
+	cr_assert(eq(u64, x.it[1].since, clock_ms + 1000000));
+	cr_assert(eq(u32, x.it[1].pid, 4242));
+	cr_assert(x.it[1].host.len == 4 && !memcmp(x.it[1].host.p, "web3", 4));
+	cr_assert(x.it[1].cmd.len == 13 &&
+		  !memcmp(x.it[1].cmd.p, "make%20deploy", 13));
+	/* the described holder leaves: version 1 can say the rest */
+	dl_locktab_release(t, &a, S("pool"), tok, &res);
+	acquire_mode(t, &b, "plain", 0, 0, 1, &res);
+	cr_assert(eq(int,
+		     dl_record_format(dl_locktab_find(t, S("plain")), 0, &buf),
+		     0));
+	cr_assert(strncmp(buf.p, "dlock1\nH ", 9) == 0, "%.*s", (int)buf.len,
+		  buf.p);
+	free(buf.p);
+	dl_session_close(t, &a);
+	dl_session_close(t, &b);
+	dl_locktab_free(t);
+}
+
+/* From version 3 on a word a later daemon added is skipped (a daemon
+ * may do without it: record.h); versions 1 and 2 refuse any word they do
+ * not know, as daemons up to 0.3 do. What version 3 does know must be
+ * valid: a description that breaks the wire's rule makes the record
+ * unreadable, never half read. */
+Test(record, version_3_skips_words_it_does_not_know_and_checks_those_it_does)
+{
+	static const char *const bad[] = {
+		"dlock3\nH 1 2 1 30 x a",		    /* no limit */
+		"dlock3 limit=1\nH 1 2 1 30 a",		    /* no mode */
+		"dlock3 limit=1\nH 1 2 1 30 x a host=a%0Ab", /* escaped LF */
+		"dlock3 limit=1\nH 1 2 1 30 x a cmd=a\x01", /* control byte */
+		"dlock3 limit=1\nH 1 2 1 30 x a pid=0",
+		"dlock3 limit=1\nH 1 2 1 30 x a pid=2147483648",
+		"dlock3 limit=1\nH 1 2 1 30 x a since=0",
+		"dlock3 limit=1\nH 1 2 1 30 x a since=1 since=2",
+		"dlock3 limit=1\nH 1 2 1 30 x a host=a host=b",
+		"dlock3 limit=1\nH 1 2 1 30 x a id=",
+		"dlock3 limit=1\nH 1 2 1 30 x a junk",	     /* not key=value */
+		"dlock3 limit=1\nH 1 2 1 30 x a =v",
+		"dlock2 limit=1\nH 1 2 1 30 x a later=1",   /* v2: refused */
+		"dlock1\nH 1 2 1 30 a since=5",		    /* v1: refused */
+		"dlock4 limit=1\nH 1 2 1 30 x a",	    /* a later version */
+	};
+	const char *ok = "dlock3 limit=1\nH 7 99 2 30 x alice later=yes "
+			 "id=t since=5 cmd=run k=0123456789abcdef0123456789abcdef"
+			 "\nW 30 inf s bob what=ever";
+	struct items x = {0};
+	const char *why;
+	size_t i;
+	int n;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		n = 0;
+		cr_assert(eq(int,
+			     dl_record_parse(bad[i], strlen(bad[i]),
+					     count_items, &n, &why),
+			     DL_EPROTO),
+			  "record %zu accepted: \"%s\"", i, bad[i]);
+	}
+	cr_assert(eq(int, dl_record_parse(ok, strlen(ok), collect, &x, &why),
+		     0));
+	cr_assert(eq(int, x.n, 2));
+	cr_assert(strcmp(x.owners[0], "alice") == 0);
+	cr_assert(strcmp(x.tags[0], "t") == 0);
+	cr_assert(eq(u64, x.it[0].since, 5));
+	cr_assert(eq(u64, x.it[0].count, 2));
+	cr_assert(x.it[0].cmd.len == 3);
+	cr_assert(eq(int, x.it[0].has_proof, 1));
+	cr_assert(eq(int, x.it[1].shared, 1));
 }
