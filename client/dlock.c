@@ -71,12 +71,15 @@
  * (dlock_refresh) before deadline - lost_guard, or loses the lease.
  *
  * Owner ids. The server knows one holder per owner id, whatever the
- * connection: two live clients must not share an id unless they mean to
- * share their locks (dlock.h, options.owner, says what breaks otherwise).
- * Reusing an id across reconnects keeps a client's leases; across
- * processes it lets dlock_unlock_token() and dlock_refresh_token() reach
- * a lease another process took. Those two make no lease record: the
- * lease stays the other process's to renew, and on_lost never hears of it.
+ * connection, and grants a second LOCK of the id as a reentry. A grant
+ * states the lease's holds (holds=): one with more than this client's
+ * own and the new one is another client's lease (a process sharing the
+ * id and key), which the reply code gives back, one hold, failing the
+ * acquire with DLOCK_EHELDBYOWNER (dlock.h, options.owner). Reusing an id
+ * across reconnects keeps a client's leases; across processes it lets
+ * dlock_unlock_token() and dlock_refresh_token() reach a lease another
+ * process took. Those two make no lease record: the lease stays the other
+ * process's to renew, and on_lost never hears of it.
  */
 #include "client/dlock_private.h"
 
@@ -120,6 +123,8 @@ const char *dlock_strerror(int err)
 		"permission denied",
 		"waiting would deadlock: a cycle of owners waiting for "
 		"each other",
+		"held by this owner in another process (a shared owner "
+		"id): not granted",
 	};
 
 	if (err <= 0 && -err < (int)(sizeof(texts) / sizeof(texts[0])))

@@ -121,6 +121,9 @@ enum {
 				  DEADLOCK; nothing changed, nothing
 				  waits): dlock_last_error() names the
 				  cycle, see PROTOCOL.md */
+	DLOCK_EHELDBYOWNER = -21, /* held by this owner id in another
+				     process (a client sharing the id and
+				     key): not granted (options.owner) */
 };
 
 const char *dlock_strerror(int err);
@@ -178,37 +181,38 @@ struct dlock_options {
 	 * a random one, fixed for the client's life and never shared.
 	 *
 	 * The server knows holders by owner id, not by connection: all
-	 * connections that say one id are ONE holder. A LOCK of a name that
-	 * id holds is granted at once as a reentry (same token, one more
-	 * hold), whichever client or process sends it, and any of them may
-	 * UNLOCK or REFRESH the lease. That is what lets a client keep its
-	 * leases over a reconnect, and dlock_unlock_token() reach a lease
-	 * another process took. It also means that two live clients must
-	 * not use one owner id at the same time unless they mean to share
-	 * their locks: they do not exclude each other.
+	 * connections that say one id (with its key, owner_key) are ONE
+	 * holder. A LOCK of a name that id holds is granted at once as a
+	 * reentry (same token, one more hold), whichever client or process
+	 * sends it, and any of them may UNLOCK or REFRESH the lease. That is
+	 * what lets a client keep its leases over a reconnect, and
+	 * dlock_unlock_token() reach a lease another process took.
+	 *
+	 * Clients of one id still exclude each other. A grant says how many
+	 * holds its lease has (holds=, PROTOCOL.md); one with more than
+	 * this client's own and the new one is a lease that another client
+	 * of the id holds -- another process that shares the id and key,
+	 * or a lease an earlier user left at the server (a `dlock lock`, a
+	 * client closed without unlocking). The library gives that one hold
+	 * back at once (a single UNLOCK) and the acquire fails with
+	 * DLOCK_EHELDBYOWNER, whatever its wait: the server never queues an
+	 * owner behind itself, so asking again would only be granted again.
+	 * Threads of one client are not affected: they exclude each other
+	 * locally, and the thread that holds a lease re-enters it as before.
+	 * A server of 0.3.0 or older sends no holds=: with it, clients of
+	 * one id do not exclude each other.
 	 *
 	 * Reconnects. A LOCK whose reply was lost with the connection is
 	 * sent again; if the first one had been granted, the second is
-	 * granted as a reentry and the server counts a hold that no handle
-	 * stands for. The library cannot tell how many such holds there
-	 * are, so when the UNLOCK of a lease's last handle is answered HELD
-	 * (no handle of the lease left, no thread of the client acquiring
-	 * its name) it sends UNLOCK again until RELEASED or NOT_HOLDER; the
-	 * clean-up of a grant nobody wanted does the same. This gives back
-	 * only this client's holds as long as every hold of its owner id on
-	 * that lease came from this client: the id is not used by another
-	 * live client, and no lease of the id that an earlier user left at
-	 * the server (a `dlock lock`, a client closed without unlocking) is
-	 * still held when the client locks the same name. Otherwise the
-	 * lock is granted as a reentry of that lease, and the dlock_unlock()
-	 * of the last handle releases the other user's holds as well. A
-	 * program that must reuse such an id can look after the grant
-	 * (dlock_status(): a count above its own holds means someone else
-	 * holds the lease too) and give back only the hold it got: never
-	 * with dlock_unlock(), but with dlock_close() (which frees the
-	 * handle and releases nothing) and then dlock_unlock_token() on a
-	 * client of the same id that has no handle for the lease. `dlock
-	 * run` does that.
+	 * granted as a reentry of a hold that no handle stands for, which
+	 * the library cannot tell from another process's: it is refused as
+	 * above, and the lost hold ends at its TTL. (A server without
+	 * holds= does not say; then the library takes the grant, and when
+	 * the UNLOCK of a lease's last handle is answered HELD -- no handle
+	 * of the lease left, no thread of the client acquiring its name --
+	 * sends UNLOCK again until RELEASED or NOT_HOLDER; the clean-up of a
+	 * grant nobody wanted does the same, unless holds= said the lease
+	 * was another client's too: then it gives back exactly one hold.)
 	 */
 	const char *owner;
 	int connect_timeout_ms; /* 2000; with `servers`, a server that
@@ -351,8 +355,9 @@ const char *dlock_server_role(const dlock_client *c);
  * is given back and asked for again while the wait lasts.
  * Errors: DLOCK_EBUSY (wait_ms 0), DLOCK_ETIMEDOUT (also: granted too
  * late, above), DLOCK_ECYCLE (the wait would deadlock: refused at once,
- * whatever wait_ms), DLOCK_ELIMIT, DLOCK_EUNAVAILABLE, DLOCK_EINVAL,
- * transport errors. */
+ * whatever wait_ms), DLOCK_EHELDBYOWNER (another process of this owner id
+ * holds it: options.owner; at once, whatever the wait), DLOCK_ELIMIT,
+ * DLOCK_EUNAVAILABLE, DLOCK_EINVAL, transport errors. */
 int dlock_lock(dlock_client *c, const char *name, int64_t ttl_ms,
 	       int64_t wait_ms, dlock_lease **out);
 int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,

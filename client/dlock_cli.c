@@ -111,6 +111,7 @@ static int exit_for(int err)
 	case DLOCK_OK:
 		return EXIT_OK;
 	case DLOCK_EBUSY:
+	case DLOCK_EHELDBYOWNER:
 	case DLOCK_ELIMIT:
 		return EXIT_TEMPFAIL;
 	case DLOCK_ENOTHOLDER:
@@ -194,9 +195,9 @@ static const char exit_help[] =
 	"  69   cannot reach the server, or it cannot persist (UNAVAILABLE)\n"
 	"  70   internal or unexpected error\n"
 	"  75   could not get the lock: busy with --wait 0, the wait timed\n"
-	"       out, a server limit was reached, or (run) this owner id\n"
-	"       holds it in another process; wait-free: still held after\n"
-	"       --timeout\n"
+	"       out, a server limit was reached, or this owner id holds it\n"
+	"       in another process (run, lock, trylock); wait-free: still\n"
+	"       held after --timeout\n"
 	"  76   run: the lease was lost and the command was stopped\n"
 	"  77   authentication failed or required\n"
 	"  79   could not get the lock: waiting would deadlock (a cycle of\n"
@@ -237,7 +238,8 @@ static const struct subcmd subcmds[] = {
 	 "TTL (--ttl, default 30s) runs out, unless `dlock unlock` or\n"
 	 "`dlock refresh` with the same --owner come first. Without --owner,\n"
 	 "the random owner id is printed on stderr. --shared and --limit N\n"
-	 "as for run.\n", 0},
+	 "as for run. If the owner holds the lock already (an earlier lock\n"
+	 "with this --owner, another process), exit 75 at once.\n", 0},
 	{"trylock", dl_cli_lock, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_SHARED) |
 		 OPTB(OPT_LIMIT),
@@ -1068,6 +1070,15 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 			   "(%s); give the same --limit as its users",
 			   name, dlock_last_error());
 		return EXIT_MISMATCH;
+	}
+	if (rc == DLOCK_EHELDBYOWNER) {
+		/* a process that shares our owner id and key holds it: the
+		 * library gave back the hold it was granted as a reentry */
+		dl_cli_msg("%s is already held by owner %s in another process "
+			   "(the same --owner or DLOCK_OWNER, id and key): not "
+			   "taken",
+			   name, dlock_owner(c));
+		return EXIT_TEMPFAIL;
 	}
 	if (rc == DLOCK_EDEADLK) {
 		/* not an error of the server or of dlock: the lock is this

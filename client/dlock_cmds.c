@@ -45,7 +45,9 @@ int dl_cli_lock(struct cli *cl)
 	dl_cli_conn_options(cl, &o);
 	/* A waiter keeps its place across drops; a TRYLOCK is not sent
 	 * again (one whose grant a drop hid would be granted again as a
-	 * reentry: a second hold that nobody would give back). */
+	 * reentry, which libdlock refuses as another process's lease). A
+	 * lease this owner holds already, from an earlier `dlock lock` or
+	 * another process, is refused: exit 75 (dl_cli_acquire). */
 	o.reconnect = wait != 0;
 	if ((rc = dl_cli_connect(cl, &o, &c)) != 0)
 		return rc;

@@ -37,11 +37,11 @@
  * A stopped guard could not act on the deadline: dlock continues it at
  * once (and if dlock is stopped too, the guard's alarm wakes it).
  *
- * A grant that is a reentry (the owner id, given with --owner or inherited
- * through DLOCK_OWNER, holds the lock in another process) is refused, and
- * the one hold it added is given back with dlock_unlock_token() -- never
- * with dlock_unlock(), which could release the other process's holds too
- * (dlock.h, options.owner).
+ * A grant of a lease that the owner id (given with --owner or inherited
+ * through DLOCK_OWNER) holds in another process is refused by libdlock,
+ * which tells from the grant's hold count and gives back the one hold it
+ * added (DLOCK_EHELDBYOWNER; dlock.h, options.owner): exit 75, the command
+ * not run.
  *
  * Threads and signals: on_lost runs on libdlock's thread and signal
  * handlers run anywhere; both only set a flag and write one byte to a
@@ -553,46 +553,6 @@ static void supervise(struct runner *r)
 	}
 }
 
-/* A reentrant grant means that another process uses this owner id and
- * holds the lock (random owner ids are unique; only a chosen one can be
- * shared): both commands would run at once. Refuse, and give back the one
- * hold we got. Not with dlock_unlock(): its unlock of a client's last
- * handle, answered HELD, unlocks again (taking the extra hold for one of
- * its own lost in a reconnect) and would release the other process's lease
- * too. Instead dlock_close() forgets our handle, releasing nothing, and a
- * client of the same owner id without a handle gives back exactly one hold
- * with dlock_unlock_token(). Returns 1 when refused; r->c and r->l are then
- * gone. */
-static int shared_owner(struct runner *r)
-{
-	const struct cli *cl = r->cl;
-	struct dlock_status st;
-	dlock_client *c;
-	uint64_t token;
-	sigset_t old;
-	int rc;
-
-	if (!cl->owner || dlock_status(r->c, cl->pos[0], &st) != 0 ||
-	    st.count <= 1)
-		return 0;
-	dl_cli_msg("%s is already held by owner %s in another process (a "
-		   "shared owner id); not running the command",
-		   cl->pos[0], cl->owner);
-	token = dlock_lease_token(r->l);
-	dlock_close(r->c);
-	r->c = NULL;
-	r->l = NULL;
-	block_signals(&old); /* libdlock's thread must not take ours */
-	rc = dl_cli_simple_connect(cl, &c);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc != 0)
-		return 1; /* reported; the hold expires with its TTL */
-	if ((rc = dlock_unlock_token(c, cl->pos[0], token, NULL)) != 0)
-		dl_cli_fail(rc, "giving back the extra hold");
-	dlock_close(c);
-	return 1;
-}
-
 /* Grace, margin and the library's guard, from --ttl and --grace. 0, or a
  * usage error. */
 static int timing(struct runner *r, const struct cli *cl)
@@ -751,11 +711,6 @@ int dl_cli_run(struct cli *cl)
 		goto out;
 	}
 	install_handlers();
-	if (shared_owner(&r)) {
-		rc = cl->seen & OPTB(OPT_CONFLICT_EXIT) ? cl->conflict_exit
-							: EXIT_TEMPFAIL;
-		goto out;
-	}
 	/* An interactive shell's foreground job: give the command the
 	 * terminal, as the shell would have. */
 	if (isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp())

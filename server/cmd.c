@@ -307,6 +307,7 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 		line.kind = DL_LINE_GRANTED;
 		dl_fmt_u64(&r.f, res->token);
 		fmt_ttl(&r, &line, res->value);
+		dl_fmt_kv_u64(&r.f, "holds", res->holds);
 		break;
 	case DL_REFRESHED:
 		line.kind = DL_LINE_REFRESHED;
@@ -1085,6 +1086,7 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 		line.kind = DL_LINE_GRANTED_EVENT;
 		dl_fmt_u64(&r.f, ev->token);
 		fmt_ttl(&r, &line, ev->ttl_ms);
+		dl_fmt_kv_u64(&r.f, "holds", ev->holds);
 	} else if (ev->type == DL_EVENT_EXPIRED) {
 		dl_fmt_u64(&r.f, ev->token);
 		if (ev->by.len)

@@ -708,6 +708,7 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 		ev.token = l->token;
 		ev.ttl_ms = dl__remaining(l, now);
 		ev.deadline = l->timer.expires;
+		ev.holds = l->count;
 		emit_ev(t, s, &ev, lk);
 	}
 }

@@ -256,6 +256,7 @@ struct dl_result {
 	uint64_t deadline; /* GRANTED, REFRESHED: the lease's, monotonic ms */
 	uint64_t from_deadline; /* REFRESHED with shorten: the lease's now */
 	uint32_t ttl_ms; /* GRANTED: the lease's TTL; REFRESHED: the new one */
+	uint32_t holds;	 /* GRANTED: the lease's holds, this one included */
 };
 
 enum dl_event_type {
@@ -276,6 +277,7 @@ struct dl_event {
 	uint64_t deadline;	/* GRANTED: the lease's, monotonic ms */
 	uint64_t wait_deadline; /* GRANTED: the waiter's (dl_locktab_revoke) */
 	uint32_t asked_ttl_ms;	/* GRANTED: the TTL the waiter asked for */
+	uint32_t holds;		/* GRANTED: as in dl_result */
 	struct dl_str tag;
 	struct dl_str by; /* EXPIRED by BREAK: who broke it (borrowed; len 0
 			     for an expiry) */

@@ -86,6 +86,7 @@ static int granted(struct dl_result *res, const struct dl_lease *l,
 	res->value = ttl_ms;
 	res->deadline = l->timer.expires;
 	res->ttl_ms = l->ttl_ms;
+	res->holds = l->count;
 	return 0;
 }
 

@@ -1086,6 +1086,77 @@ Test(cli, run_refuses_a_lock_its_owner_id_holds_elsewhere)
 	h_close(c);
 }
 
+/* A permit of a semaphore, as one exclusive lock: another owner holds the
+ * first permit of a limit-2 lock and owner "batch" (say a `dlock run` with
+ * DLOCK_OWNER=batch=<key>) the second; a second run of batch would be
+ * granted a reentry of batch's permit, a third command at once. STATUS's
+ * count (the first holder's, the other owner's) does not show it: the
+ * grant's holds= does. */
+Test(cli, run_refuses_a_permit_its_owner_id_holds_elsewhere)
+{
+	struct h_client *o = h_connect(d.port), *c = h_connect(d.port);
+	struct result r;
+	const char *line;
+	char want[128];
+	uint64_t token;
+
+	h_lock(o, "sem", "ttl=30s limit=2");
+	h_call(c, "HELLO owner=batch key=%s", h_owner_key("batch"));
+	token = h_lock(c, "sem", "ttl=30s limit=2");
+	dlock(&r, "run", "sem", "--limit", "2", "--owner", owned("batch"),
+	      "--", "touch", in_dir("ran"), NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(has(r.err, "in another process"), "%s", r.err);
+	cr_assert(not(file_exists(in_dir("ran"))));
+	line = h_call(c, "HOLDERS sem");
+	cr_assert(STR_EQ(h_kv(line, "holders"), "2"), "%s", line);
+	h_line(c); /* the other owner's, granted first */
+	line = h_line(c);
+	snprintf(want, sizeof(want), "holder batch token=%" PRIu64 " ", token);
+	cr_assert(h_starts(line, want), "%s", line);
+	cr_assert(has(line, " count=1 "), "%s", line);
+	/* -E, as for a permit held by others */
+	dlock(&r, "run", "sem", "--limit", "2", "--owner", owned("batch"),
+	      "-E", "9", "--", "touch", in_dir("ran"), NULL);
+	cr_assert(eq(int, r.status, 9), "%s", r.err);
+	cr_assert(not(file_exists(in_dir("ran"))));
+	h_close(o);
+	h_close(c);
+}
+
+/* One-shot `dlock lock`s of one owner (a script that exported its
+ * DLOCK_OWNER, or two such scripts): the second is not told it holds a
+ * lock the first holds; exit 75, and the lease keeps one hold. */
+Test(cli, lock_refuses_a_lock_its_owner_id_holds_already)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+	char tok[32];
+	const char *line;
+	uint64_t token;
+
+	dlock(&r, "lock", "once", "--owner", owned("script"), "--ttl", "10s",
+	      NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	token = to_u64(r.out);
+	dlock(&r, "lock", "once", "--owner", owned("script"), "--ttl", "10s",
+	      "--wait", "5s", NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(STR_EQ(r.out, ""));
+	cr_assert(has(r.err, "already held by owner script in another process"),
+		  "%s", r.err);
+	dlock(&r, "trylock", "once", "--owner", owned("script"), NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	line = h_call(c, "STATUS once");
+	cr_assert(STR_EQ(h_kv(line, "count"), "1"), "%s", line);
+	cr_assert(eq(u64, to_u64(h_kv(line, "token")), token));
+	snprintf(tok, sizeof(tok), "%" PRIu64, token);
+	dlock(&r, "unlock", "once", tok, "--owner", owned("script"), NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS once"), "state"), "free"));
+	h_close(c);
+}
+
 /* ---- lock, trylock, unlock, refresh -------------------------------------- */
 
 Test(cli, lock_prints_the_token_and_only_its_owner_unlocks_it)

@@ -738,6 +738,106 @@ Test(client, threads_of_one_client_exclude_each_other, .init = start_none,
 	dlock_close(c);
 }
 
+/* ---- clients of one owner ------------------------------------------------ */
+
+static uint32_t holds_of(dlock_client *c, const char *name)
+{
+	struct dlock_status st;
+
+	cr_assert(eq(int, dlock_status(c, name, &st), 0));
+	return st.held ? st.count : 0;
+}
+
+/* Two clients given one owner id and key (two processes that inherit one
+ * DLOCK_OWNER) are one owner to the server, which grants the second a
+ * reentry of the first one's lease. The second must not believe it holds
+ * the lock: its acquire fails at once, wait or not, and the lease keeps
+ * exactly the first one's hold. The first still re-enters its own. */
+Test(client, a_second_client_of_one_owner_is_refused_the_lock_it_holds,
+     .init = start_none, .fini = stop_all)
+{
+	dlock_client *a = client_of("pair"), *b = client_of("pair");
+	dlock_lease *l = must_lock(a, "po", 10000, 0), *l2 = NULL, *re;
+	int64_t t0;
+
+	cr_assert(eq(int, dlock_trylock(b, "po", 10000, &l2),
+		     DLOCK_EHELDBYOWNER));
+	cr_assert(eq(ptr, l2, NULL));
+	cr_assert(ne(ptr, strstr(dlock_last_error(), "another process"), NULL),
+		  "last error \"%s\"", dlock_last_error());
+	/* asked on b's connection: after the hold it gave back */
+	cr_assert(eq(u32, holds_of(b, "po"), 1));
+	t0 = dlock_now_ms();
+	cr_assert(eq(int, dlock_lock(b, "po", 10000, 3000, &l2),
+		     DLOCK_EHELDBYOWNER));
+	cr_assert(eq(int, dlock_lock(b, "po", 10000, DLOCK_WAIT_FOREVER, &l2),
+		     DLOCK_EHELDBYOWNER));
+	cr_assert(lt(i64, dlock_now_ms() - t0, 1000), "failed at once");
+	cr_assert(eq(ptr, l2, NULL));
+	cr_assert(eq(u32, holds_of(b, "po"), 1));
+
+	/* the holder's own reentry is granted as before */
+	re = must_lock(a, "po", 10000, 0);
+	cr_assert(eq(u64, dlock_lease_token(re), dlock_lease_token(l)));
+	cr_assert(eq(u32, holds_of(a, "po"), 2));
+	cr_assert(eq(int, dlock_unlock(a, re), 0));
+	cr_assert(eq(int, dlock_unlock(a, l), 0));
+	cr_assert(eq(u32, holds_of(a, "po"), 0));
+	/* free again: the other client gets it */
+	l2 = must_lock(b, "po", 10000, 0);
+	cr_assert(eq(int, dlock_trylock(a, "po", 10000, &l), DLOCK_EHELDBYOWNER));
+	cr_assert(eq(int, dlock_unlock(b, l2), 0));
+	dlock_close(a);
+	dlock_close(b);
+}
+
+/* The same through a queue: both clients of the owner wait behind another
+ * owner; the first is granted the lease, the second a reentry of it by
+ * event, which it gives back. A semaphore's permit too: the owner never
+ * holds two permits through two clients. */
+Test(client, a_second_client_of_one_owner_is_refused_by_event_and_permit,
+     .init = start_none, .fini = stop_all)
+{
+	dlock_client *a = client_of("pair"), *b = client_of("pair");
+	dlock_client *o = client();
+	dlock_lease *held = must_lock(o, "pq", 10000, 0), *p = NULL;
+	struct waiter wa = {.c = a, .name = "pq", .wait = 5000};
+	struct waiter wb = {.c = b, .name = "pq", .wait = 5000};
+	struct dlock_lock_options lo;
+	pthread_t ta, tb;
+
+	pthread_create(&ta, NULL, waiter_main, &wa);
+	h_sleep_ms(200);
+	pthread_create(&tb, NULL, waiter_main, &wb);
+	h_sleep_ms(200);
+	cr_assert(eq(int, dlock_unlock(o, held), 0));
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	cr_assert(eq(int, wa.rc, 0), "%s", dlock_strerror(wa.rc));
+	cr_assert(eq(int, wb.rc, DLOCK_EHELDBYOWNER), "%s",
+		  dlock_strerror(wb.rc));
+	cr_assert(eq(u32, holds_of(b, "pq"), 1)); /* after its give-back */
+	cr_assert(eq(int, dlock_unlock(a, wa.l), 0));
+	cr_assert(eq(u32, holds_of(o, "pq"), 0));
+
+	/* a semaphore of 2: another owner has a permit, a takes one */
+	dlock_lock_options_init(&lo);
+	lo.ttl_ms = 10000;
+	lo.wait_ms = 0;
+	lo.limit = 2;
+	cr_assert(eq(int, dlock_acquire(o, "ps", &lo, &held), 0));
+	cr_assert(eq(int, dlock_acquire(a, "ps", &lo, &wa.l), 0));
+	cr_assert(eq(int, dlock_acquire(b, "ps", &lo, &p),
+		     DLOCK_EHELDBYOWNER));
+	cr_assert(eq(int, dlock_unlock(a, wa.l), 0));
+	cr_assert(eq(int, dlock_acquire(b, "ps", &lo, &p), 0));
+	cr_assert(eq(int, dlock_unlock(b, p), 0));
+	cr_assert(eq(int, dlock_unlock(o, held), 0));
+	dlock_close(a);
+	dlock_close(b);
+	dlock_close(o);
+}
+
 /* ---- failures ------------------------------------------------------------ */
 
 Test(client, request_times_out_while_the_daemon_is_stopped, .init = start_none,

@@ -394,6 +394,7 @@ Test(locktab, free_lock_is_granted_durably_with_token_and_ttl)
 	rc = acq(a, "job", 1000, 0, NULL, &r);
 	EXPECT(rc, r, DL_GRANTED);
 	cr_assert(gt(u64, r.token, 0));
+	cr_assert(eq(u32, r.holds, 1));
 	cr_assert(eq(u64, r.value, 1000));
 	cr_assert(eq(u32, (uint32_t)r.durable, 1));
 	cr_assert(eq(u64, dl_locktab_last_token(tab), r.token));
@@ -555,6 +556,7 @@ Test(locktab, reentrant_lock_keeps_token_and_frees_after_last_release)
 	rc = acq(a, "job", 1000, 0, NULL, &r);
 	EXPECT(rc, r, DL_GRANTED);
 	cr_assert(eq(u64, r.token, tok));
+	cr_assert(eq(u32, r.holds, 2));
 	cr_assert(eq(u64, r.value, 1000));
 	cr_assert(eq(u32, (uint32_t)r.durable, 1));
 	cr_assert(eq(u32, status("job").count, 2));
@@ -586,6 +588,7 @@ Test(locktab, reentry_works_from_another_session_of_the_same_owner)
 	rc = acq(a2, "job", 1000, 0, NULL, &r);
 	EXPECT(rc, r, DL_GRANTED);
 	cr_assert(eq(u64, r.token, tok));
+	cr_assert(eq(u32, r.holds, 2), "the grant counts the other's hold");
 	cr_assert(eq(u32, status("job").count, 2));
 
 	rc = rel(a2, "job", tok, &r);
@@ -612,6 +615,7 @@ Test(locktab, lease_survives_holder_disconnect_and_reconnected_owner_reenters)
 	rc = acq(a2, "job", 1000, 0, NULL, &r);
 	EXPECT(rc, r, DL_GRANTED);
 	cr_assert(eq(u64, r.token, tok));
+	cr_assert(eq(u32, r.holds, 2), "the grant counts the other's hold");
 	cr_assert(eq(u32, status("job").count, 2));
 	rc = rel(a2, "job", tok, &r);
 	EXPECT(rc, r, DL_HELD);

@@ -138,12 +138,16 @@ static void touch(uint64_t token)
 static void check_grant(const struct dl_reply *r, const struct dl_line *line)
 {
 	struct dl_result res;
-	uint64_t token, ttl;
+	uint64_t token, ttl, holds;
+	struct dl_str v;
 	int k;
 
 	CHECK(r->argc >= 3 && dl_reply_u64(r, 1, &token) == 0 &&
 		      dl_reply_u64(r, 2, &ttl) == 0,
 	      "a GRANTED line without token and ttl");
+	CHECK(dl_reply_kv(r, "holds", &v) == 0 &&
+		      dl_parse_u64(v.p, v.len, &holds) == 0 && holds >= 1,
+	      "a GRANTED line without its holds");
 	if (ntokens < NTOKEN)
 		tokens[ntokens++] = token;
 	else

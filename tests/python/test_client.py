@@ -473,6 +473,60 @@ def test_a_reconnect_refused_its_owner_grants_nothing_to_another(daemon):
         lease.release()
 
 
+def test_two_clients_of_one_owner_never_both_hold_a_lock(daemon):
+    # Two processes that inherit one DLOCK_OWNER=<id>=<key> are one owner
+    # to the server, which grants the second a reentry of the first one's
+    # lease: the second is refused, at once whatever its wait, and the
+    # lease keeps exactly the first one's hold.
+    key = "p" * 32
+    with client(daemon, owner="pair", owner_key=key) as a, \
+            client(daemon, owner="pair", owner_key=key) as b:
+        held = a.lock("po", ttl=10)
+        for wait in (0, 3, None):
+            t0 = time.monotonic()
+            with pytest.raises(dlockd.HeldByOwner) as e:
+                b.lock("po", ttl=10, wait=wait)
+            assert time.monotonic() - t0 < 1.0, "refused at once"
+            assert isinstance(e.value, dlockd.LockTimeout)
+            assert e.value.code == "HELD_BY_OWNER" and "another process" in str(e.value)
+        assert b.status("po").count == 1  # on b's connection: after its give-back
+        held.release()
+        with b.lock("po", ttl=10, wait=0) as mine:  # free again: b's
+            assert mine.valid and a.status("po").count == 1
+        assert a.status("po").held is False
+
+
+def test_a_second_client_of_one_owner_is_refused_when_its_wait_is_served(daemon):
+    # Both clients of the owner wait behind another owner: the first is
+    # granted the lease, the second a reentry of it by event.
+    key = "q" * 32
+    with client(daemon) as o, client(daemon, owner="pair", owner_key=key) as a, \
+            client(daemon, owner="pair", owner_key=key) as b:
+        held = o.lock("pq", ttl=10)
+        got: dict[str, object] = {}
+
+        def take(who: str, c: dlockd.Client) -> None:
+            try:
+                got[who] = c.lock("pq", ttl=10, wait=5)
+            except dlockd.DlockError as err:
+                got[who] = err
+
+        ta = threading.Thread(target=take, args=("a", a))
+        ta.start()
+        assert wait_until(lambda: o.status("pq").waiters == 1, 2)
+        tb = threading.Thread(target=take, args=("b", b))
+        tb.start()
+        assert wait_until(lambda: o.status("pq").waiters == 2, 2)
+        held.release()
+        ta.join(5)
+        tb.join(5)
+        assert isinstance(got["a"], dlockd.Lease), got
+        assert isinstance(got["b"], dlockd.HeldByOwner), got
+        assert b.status("pq").count == 1  # after its give-back
+        got["a"].release()
+        assert o.status("pq").held is False
+
+
 def test_the_environment_configures_the_client_as_the_cli(daemon, monkeypatch):
     monkeypatch.setenv("DLOCK_PORT", str(daemon.port))
     monkeypatch.setenv("DLOCK_OWNER", "envowner=" + "e" * 20)

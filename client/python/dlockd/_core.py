@@ -34,6 +34,13 @@ What it owns, and its invariants -- the contract of libdlock
   taken one at a time within a client, in arrival order (a ``Ticket``
   per acquisition, kept by its lease until the release is answered or the
   lease is lost).
+- Other clients of the owner. Processes that share the owner id and its
+  key are one owner too, and nothing local orders them: a grant states
+  its lease's holds (``holds=``), and one with more than this client's
+  own (``_own_holds``) and the new one is another process's lease. It is
+  given back at once, exactly one UNLOCK, and the acquire fails with
+  HeldByOwner whatever its wait (the server never queues an owner behind
+  itself).
 - Connections. Every connection starts with AUTH and HELLO alone (with
   the same owner id and the key the server gave it after a drop); only
   once HELLO is answered OK does it send a REFRESH of every lease still
@@ -70,6 +77,7 @@ from ._errors import (
     ConnectionLost,
     Denied,
     DlockError,
+    HeldByOwner,
     LockLost,
     LockTimeout,
     NotHolder,
@@ -102,6 +110,13 @@ def now_ms() -> float:
     """Milliseconds on CLOCK_BOOTTIME: unlike CLOCK_MONOTONIC it goes on
     while the machine is suspended, as the server's clock and the lease do."""
     return time.clock_gettime(time.CLOCK_BOOTTIME) * 1000.0
+
+
+def _holds(r: wire.Reply) -> int:
+    """holds= of a GRANTED line: the lease's holds with this one, or 0 when
+    the server does not say (one from before it did)."""
+    v = r.kv("holds")
+    return int(v) if v is not None and v.isdigit() else 0
 
 
 def slack_ms(ttl_ms: float) -> float:
@@ -501,9 +516,17 @@ class Core:
         name = r.args[0]
         if r.word == "GRANTED":
             token = r.int_arg(1)
+            holds = _holds(r)
             q = self.waiting.pop(r.tag, None) if r.tag else None
             if q is None:
-                self._cleanup_grant(name, token)  # nobody waits for it
+                # nobody waits for it: give it back, exactly one hold if
+                # the lease is another client's too (_held_elsewhere)
+                if holds > self._own_holds(name, token) + 1:
+                    self._internal("UNLOCK", name, token)
+                else:
+                    self._cleanup_grant(name, token)
+                return
+            if self._held_elsewhere(q, token, holds):
                 return
             # The TTL began when the server granted it, before this line
             # reached us: confirm it, and count from the confirmation.
@@ -533,9 +556,54 @@ class Core:
         else:
             self._finish(q, error_of(r.kind, r.word, r.text()))
 
+    def _own_holds(self, name: str, token: int) -> int:
+        """The holds of lease (name, token) this client had at the server
+        when it executed the request whose reply (or event) is being read:
+        its leases' holds not being released, and the holds given back or
+        confirmed by requests still unanswered -- written after that
+        request, since replies come in order, so not yet read by the
+        server."""
+        n = sum(
+            1
+            for ls in self.leases
+            if ls.name == name and ls.token == token and not ls.released and not ls.unlocking
+        )
+        n += sum(
+            1
+            for q in self.fifo
+            if q.op in ("UNLOCK", "CONFIRM") and q.name == name and q.token == token
+        )
+        return n
+
+    def _held_elsewhere(self, q: Req, token: int, holds: int) -> bool:
+        """A grant of a lease with more holds than this client's and this
+        one: another client of the owner (a process sharing the id and its
+        key) holds it and believes it holds it alone. Give back exactly
+        this hold (an UNLOCK of a "last hold" would go on while answered
+        HELD, releasing the other's too) and fail the acquire; waiting
+        would only be granted again. A lost reply's hold that a LOCK sent
+        again after a reconnect re-entered looks the same and is refused
+        too (it ends at its TTL). True when refused."""
+        mine = self._own_holds(q.name, token)
+        if holds <= mine + 1:
+            return False
+        self._internal("UNLOCK", q.name, token)
+        if q.abandoned:
+            self._finish(q, LockTimeout("given up"))
+        else:
+            msg = (
+                f"{q.name} is held by owner {self.owner} in another process: its "
+                f"lease {token} has {holds} holds, {mine + 1} of them this "
+                "client's; the new one was given back"
+            )
+            self._finish(q, HeldByOwner(msg, code="HELD_BY_OWNER"))
+        return True
+
     def _r_lock(self, q: Req, r: wire.Reply, now: float) -> bool:
         if r.kind == "OK" and r.word == "GRANTED":
-            self._granted(q, r.int_arg(1), r.int_arg(2), q.sent_at)
+            token = r.int_arg(1)
+            if not self._held_elsewhere(q, token, _holds(r)):
+                self._granted(q, token, r.int_arg(2), q.sent_at)
         elif r.kind == "OK" and r.word == "QUEUED":
             if q.abandoned:
                 self._internal("CANCEL", q.name)

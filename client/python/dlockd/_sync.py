@@ -251,8 +251,9 @@ class Client:
         as one of n permits. The lease is renewed every TTL/3 (``renew``)
         until released, lost or ``max_hold`` seconds after it was granted.
         Raises LockTimeout (Deadlock when waiting would close a cycle of
-        owners), LimitMismatch, UpgradeDeadlock, Denied, Unavailable,
-        ConnectionLost."""
+        owners; HeldByOwner, at once, if another process of this owner
+        holds the lock), LimitMismatch, UpgradeDeadlock, Denied,
+        Unavailable, ConnectionLost."""
         a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk)
         start = now_ms()
         wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
