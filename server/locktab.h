@@ -132,9 +132,10 @@ struct dl_str dl_owner_key_id(struct dl_str key);
  */
 struct dl_lease {
 	struct dl_wheel_entry timer; /* fires at the deadline */
-	unsigned kind : 2;	     /* DL__TIMED_LEASE */
+	unsigned kind : 3;	     /* DL__TIMED_LEASE */
 	unsigned shared : 1;	     /* mode=shared */
 	unsigned has_tag : 1;	     /* tag[] holds one */
+	unsigned has_warn : 1;	     /* it has a warning (a side object) */
 	unsigned count : 24;	     /* reentrant holds, 1..DL_REENTRY_MAX */
 	uint32_t ttl_ms; /* what a restore gives it (R + ttl) and a bare
 			    REFRESH's: never less than what remains */
@@ -149,10 +150,12 @@ struct dl_lease {
 
 struct dl_waiter {
 	struct dl_wheel_entry timer; /* wait deadline; idle when wait=inf */
-	unsigned kind : 2;	     /* DL__TIMED_WAITER */
+	unsigned kind : 3;	     /* DL__TIMED_WAITER */
 	unsigned shared : 1;	     /* asks for mode=shared */
+	unsigned has_warn : 1;	     /* asks for warn_ms (0: none) */
 	unsigned tag_len : 8;
-	uint32_t ttl_ms; /* TTL of the lease it asks for */
+	uint32_t ttl_ms;  /* TTL of the lease it asks for */
+	uint32_t warn_ms; /* the warning it asks for (has_warn) */
 	struct dl_lock *lock;
 	struct dl_owner *owner;
 	struct dl_session *sess;	 /* NULL: a restored placeholder */
@@ -240,7 +243,9 @@ struct dl_result {
 enum dl_event_type {
 	DL_EVENT_GRANTED, /* token, ttl_ms */
 	DL_EVENT_TIMEOUT,
-	DL_EVENT_EXPIRED, /* token */
+	DL_EVENT_EXPIRED,  /* token */
+	DL_EVENT_EXPIRING, /* token, ttl_ms (what remains), deadline: a
+			      lease's warning (LOCK warn=) */
 };
 
 struct dl_event {
@@ -255,6 +260,8 @@ struct dl_event {
 	uint64_t deadline;	/* GRANTED: the lease's, monotonic ms */
 	uint64_t wait_deadline; /* GRANTED: the waiter's (dl_locktab_revoke) */
 	uint32_t asked_ttl_ms;	/* GRANTED: the TTL the waiter asked for */
+	uint32_t asked_warn_ms; /* GRANTED: the warning it asked for */
+	unsigned asked_warn : 1; /* ... if it asked for one */
 	struct dl_str tag;
 	struct dl_str by; /* EXPIRED by BREAK: who broke it (borrowed; len 0
 			     for an expiry) */
@@ -387,11 +394,14 @@ struct dl_acquire {
 	struct dl_str tag;
 	uint32_t limit;	  /* holders at once; 0 means 1 */
 	uint8_t shared;	  /* mode=shared (limit 1 only) */
+	uint8_t has_warn; /* warn= was given: */
+	uint32_t warn_ms; /* the lease's warning, below ttl_ms (0: none) */
 };
 
 /*
  * LOCK/TRYLOCK. An owner that holds the lock already gets its own lease
- * again (a reentry: one more hold, same token), in the mode it holds:
+ * again (a reentry: one more hold, same token; a warn= given replaces the
+ * lease's warning, none keeps it), in the mode it holds:
  * an exclusive holder asking for shared re-enters its exclusive lease
  * (there is no downgrade in place); a shared holder asking for exclusive
  * is refused with DL_UPGRADE_DEADLOCK (it would wait for itself).
@@ -421,6 +431,14 @@ int dl_locktab_release(struct dl_locktab *t, struct dl_session *s,
 int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 		       struct dl_str name, uint64_t token, uint64_t ttl_ms,
 		       struct dl_result *res);
+/* REFRESH with warn=: the same, and the lease's warning becomes warn_ms
+ * (0: none; -1: as it is). DL_EBADARG, changing nothing, when the warning
+ * would not be below the lease's TTL (the new one, or the one it keeps);
+ * DL_ENOMEM. */
+int dl_locktab_refresh_warn(struct dl_locktab *t, struct dl_session *s,
+			    struct dl_str name, uint64_t token,
+			    uint64_t ttl_ms, int64_t warn_ms,
+			    struct dl_result *res);
 /* Apply a shortening REFRESH (above): the lease `token` of `name` gets
  * `deadline` and `ttl_ms`, if it is still there with from_deadline (a
  * later refresh or reentry that moved it supersedes the shortening).
@@ -580,6 +598,11 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 			     struct dl_str owner, uint64_t token,
 			     uint32_t count, uint32_t ttl_ms, uint64_t deadline,
 			     struct dl_str tag, int shared, uint32_t limit);
+/* The restored lease `token` of `name` warns warn_ms before its deadline
+ * (below its TTL): DL_EBADARG otherwise, or if there is no such lease;
+ * DL_ENOMEM. */
+int dl_locktab_restore_warn(struct dl_locktab *t, struct dl_str name,
+			    uint64_t token, uint32_t warn_ms);
 int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 			      struct dl_str owner, uint32_t ttl_ms,
 			      uint64_t wait_deadline, uint64_t grace_deadline,
@@ -617,6 +640,8 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 struct dl_requeue {
 	uint32_t owner_gen; /* s->owner_gen when it was granted */
 	uint32_t ttl_ms;
+	uint32_t warn_ms; /* the warning asked for, if has_warn */
+	uint8_t has_warn;
 	uint64_t wait_deadline;
 	struct dl_str tag;
 	uint8_t shared;
@@ -677,6 +702,9 @@ int dl_lock_empty(const struct dl_lock *lk);
 struct dl_str dl_owner_id(const struct dl_owner *o);
 /* The id= tag a lease was granted with (empty: none). */
 struct dl_str dl_lease_tag(const struct dl_lease *l);
+/* The warning of a lease of t (LOCK warn=), 0 if none. */
+uint32_t dl_locktab_lease_warn(const struct dl_locktab *t,
+			       const struct dl_lease *l);
 const struct dl_locktab_stats *dl_locktab_stats(const struct dl_locktab *t);
 
 #endif /* DL_SERVER_LOCKTAB_H */

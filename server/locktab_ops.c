@@ -92,7 +92,8 @@ static int granted(struct dl_result *res, const struct dl_lease *l,
 /* The owner claims its restored place in the queue. */
 static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 			     struct dl_waiter *w, const struct dl_acquire *a,
-			     uint32_t ttl, uint64_t now, struct dl_result *res)
+			     uint32_t ttl, uint64_t now, struct dl_warn **warn,
+			     struct dl_result *res)
 {
 	struct dl_lock *lk = w->lock;
 	struct dl_lease *l;
@@ -106,6 +107,7 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 		dl__hist_add(&t->st.wait, 0);
 		dl__waiter_free(t, w);
 		dl__lease_grant(t, l, lk, s->owner, ttl, now, a->shared);
+		dl__warn_set(t, l, a->warn_ms, warn);
 		/* shared waiters right behind it may come in with it */
 		dl__serve(t, lk, now);
 		return granted(res, l, ttl);
@@ -121,6 +123,8 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 	dl__waiter_attach(w, s);
 	dl__waiter_set(w, ttl, a->tag);
 	w->shared = a->shared ? 1 : 0;
+	w->has_warn = a->has_warn ? 1 : 0;
+	w->warn_ms = a->warn_ms;
 	w->wait_deadline = dl__deadline_after(now, a->wait_ms);
 	if (w->wait_deadline == UINT64_MAX)
 		dl_wheel_del(&t->wheel, &w->timer);
@@ -132,8 +136,11 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 	return 0;
 }
 
-int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
-		       const struct dl_acquire *a, struct dl_result *res)
+/* dl_locktab_acquire, its arguments checked; *warn: a warning allocated
+ * ahead for the lease (NULL if none was asked), taken by a grant. */
+static int acquire(struct dl_locktab *t, struct dl_session *s,
+		   const struct dl_acquire *a, struct dl_warn **warn,
+		   struct dl_result *res)
 {
 	struct dl_owner *o = s->owner;
 	uint32_t limit = a->limit ? a->limit : 1;
@@ -143,14 +150,6 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 	uint64_t now;
 	uint32_t ttl;
 
-	memset(res, 0, sizeof(*res));
-	if (a->ttl_ms == 0 || a->ttl_ms > DL_TTL_STORE_MAX)
-		return DL_EBADARG;
-	if (a->tag.len > DL_TAG_MAX || limit > DL_LIMIT_MAX ||
-	    (a->shared && limit > 1))
-		return DL_EBADARG;
-	if (t->suspended)
-		return DL_EUNAVAILABLE;
 	/* the table's bound on locks: only a new name would pass it */
 	if (t->limits.max_locks && t->st.locks >= t->limits.max_locks &&
 	    !dl__lock_find(t, a->name))
@@ -180,6 +179,8 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		if (l->count >= DL_REENTRY_MAX)
 			return DL_ELIMIT;
 		dl__lease_reenter(t, l, ttl, now);
+		if (a->has_warn)
+			dl__warn_set(t, l, a->warn_ms, warn);
 		res->reentry = 1;
 		return granted(res, l, dl__remaining(l, now));
 	}
@@ -189,7 +190,7 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		return 0;
 	}
 	if ((w = placeholder_of(t, lk, o)) != NULL)
-		return claim_placeholder(t, s, w, a, ttl, now, res);
+		return claim_placeholder(t, s, w, a, ttl, now, warn, res);
 
 	if (!lk->qhead && dl__has_room(lk, a->shared) && !dl__closed(t, now)) {
 		int full = dl__owner_full(t, o) || dl__account_full(s, o, 0) ||
@@ -200,6 +201,7 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 			return full ? DL_ELIMIT : DL_ENOMEM;
 		}
 		dl__lease_grant(t, l, lk, o, ttl, now, a->shared);
+		dl__warn_set(t, l, a->warn_ms, warn);
 		dl__hist_add(&t->st.wait, 0);
 		return granted(res, l, ttl);
 	}
@@ -216,9 +218,36 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 			   a->shared);
 	if (!w)
 		return DL_ENOMEM;
+	w->has_warn = a->has_warn ? 1 : 0;
+	w->warn_ms = a->warn_ms;
 	res->outcome = DL_QUEUED;
 	res->value = lk->nwaiters;
 	return 0;
+}
+
+int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
+		       const struct dl_acquire *a, struct dl_result *res)
+{
+	uint32_t limit = a->limit ? a->limit : 1;
+	struct dl_warn *warn = NULL;
+	int err;
+
+	memset(res, 0, sizeof(*res));
+	if (a->ttl_ms == 0 || a->ttl_ms > DL_TTL_STORE_MAX)
+		return DL_EBADARG;
+	if (a->tag.len > DL_TAG_MAX || limit > DL_LIMIT_MAX ||
+	    (a->shared && limit > 1))
+		return DL_EBADARG;
+	/* the warning comes before the end: a reentry's TTL only grows */
+	if (a->warn_ms >= a->ttl_ms)
+		return DL_EBADARG;
+	if (t->suspended)
+		return DL_EUNAVAILABLE;
+	if (a->warn_ms && !(warn = dl__warn_alloc()))
+		return DL_ENOMEM;
+	err = acquire(t, s, a, &warn, res);
+	free(warn);
+	return err;
 }
 
 /* The lock, its overdue holders reaped; NULL if it does not exist. */
@@ -275,13 +304,22 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 		       struct dl_str name, uint64_t token, uint64_t ttl_ms,
 		       struct dl_result *res)
 {
+	return dl_locktab_refresh_warn(t, s, name, token, ttl_ms, -1, res);
+}
+
+int dl_locktab_refresh_warn(struct dl_locktab *t, struct dl_session *s,
+			    struct dl_str name, uint64_t token,
+			    uint64_t ttl_ms, int64_t warn_ms,
+			    struct dl_result *res)
+{
 	uint64_t now = dl__now_ms(t);
+	struct dl_warn *spare = NULL;
 	struct dl_lock *lk;
 	struct dl_lease *l;
-	uint32_t ttl;
+	uint32_t ttl, warn;
 
 	memset(res, 0, sizeof(*res));
-	if (ttl_ms > DL_TTL_STORE_MAX)
+	if (ttl_ms > DL_TTL_STORE_MAX || warn_ms > (int64_t)DL_TTL_STORE_MAX)
 		return DL_EBADARG;
 	lk = lock_now(t, name, now);
 	l = lk ? dl__holder_by_token(lk, token) : NULL;
@@ -292,6 +330,16 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 	if (t->suspended)
 		return DL_EUNAVAILABLE;
 	ttl = ttl_ms ? (uint32_t)ttl_ms : l->ttl_ms;
+	warn = warn_ms < 0 ? dl__warn_ms(t, l) : (uint32_t)warn_ms;
+	if (warn >= ttl)
+		return DL_EBADARG;
+	if (warn && !l->has_warn && !(spare = dl__warn_alloc()))
+		return DL_ENOMEM;
+	/* The warning counts from the deadline the lease has: a shorter
+	 * one, applied later (below), arms it again. */
+	if (warn_ms >= 0)
+		dl__warn_set(t, l, warn, &spare);
+	free(spare);
 	t->st.refreshes++;
 	dl__mark_urgent(t, lk);
 	res->outcome = DL_REFRESHED;
@@ -311,6 +359,7 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 	}
 	l->ttl_ms = ttl;
 	dl_wheel_add(&t->wheel, &l->timer, now + ttl);
+	dl__warn_arm(t, l);
 	return 0;
 }
 
@@ -330,6 +379,7 @@ int dl_locktab_shorten(struct dl_locktab *t, struct dl_str name, uint64_t token,
 	/* A deadline already past fires at the next run of the timers:
 	 * nothing is reaped, and no event sent, from here. */
 	dl_wheel_add(&t->wheel, &l->timer, deadline);
+	dl__warn_arm(t, l);
 	dl__mark_dirty(t, lk);
 	return 1;
 }
@@ -673,6 +723,22 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 	return 0;
 }
 
+int dl_locktab_restore_warn(struct dl_locktab *t, struct dl_str name,
+			    uint64_t token, uint32_t warn_ms)
+{
+	struct dl_lock *lk = dl__lock_find(t, name);
+	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+	struct dl_warn *w;
+
+	if (!l || warn_ms >= l->ttl_ms)
+		return DL_EBADARG;
+	if (!(w = dl__warn_alloc()))
+		return DL_ENOMEM;
+	dl__warn_set(t, l, warn_ms, &w);
+	free(w);
+	return 0;
+}
+
 int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 			      struct dl_str owner, uint32_t ttl_ms,
 			      uint64_t wait_deadline, uint64_t grace_deadline,
@@ -768,6 +834,8 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 		dl__lock_drop_if_unused(t, lk);
 		return DL_ENOMEM;
 	}
+	w->has_warn = requeue->has_warn ? 1 : 0;
+	w->warn_ms = requeue->warn_ms;
 	dl__waiter_requeue(lk, w, token);
 	return 0;
 }

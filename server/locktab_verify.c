@@ -15,6 +15,7 @@
 struct verify {
 	const struct dl_locktab *t;
 	uint64_t leases, waiters, locks, placeholders, timed, dirty, urgent;
+	uint64_t warns; /* leases with a warning */
 	uint64_t contended[DL_QUEUE_BUCKETS];
 	char *why;
 	size_t whylen;
@@ -25,6 +26,27 @@ static int fail(struct verify *v, const struct dl_lock *lk, const char *what)
 	snprintf(v->why, v->whylen, "lock %.*s: %s", (int)lk->hn.len, lk->name,
 		 what);
 	return -1;
+}
+
+/* A lease's warning (locktab_side.c): there iff its bit says so, its own,
+ * armed at most once. */
+static int verify_warn(struct verify *v, const struct dl_lease *l)
+{
+	const struct dl__side *sd = dl__side_find(v->t, &v->t->warns, l);
+	const struct dl_warn *w =
+		sd ? (const struct dl_warn *)((const char *)sd -
+					      offsetof(struct dl_warn, side))
+		   : NULL;
+
+	if (!w != !l->has_warn)
+		return fail(v, l->lock, "a lease's warning bit is wrong");
+	if (w && (w->lease != l || w->warn_ms == 0 ||
+		  w->kind != DL__TIMED_WARN))
+		return fail(v, l->lock, "a warning is not its lease's");
+	if (w)
+		v->warns++;
+	v->timed += w && dl_wheel_pending(&w->timer);
+	return 0;
 }
 
 static int verify_holders(struct verify *v, const struct dl_lock *lk)
@@ -49,6 +71,8 @@ static int verify_holders(struct verify *v, const struct dl_lock *lk)
 					    "two leases of one owner or token");
 		if (l->shared != lk->holders->shared)
 			return fail(v, lk, "holders of both modes at once");
+		if (verify_warn(v, l))
+			return -1;
 		v->timed++;
 	}
 	if (lk->limit < 1 ||
@@ -202,11 +226,11 @@ int dl_locktab_verify(const struct dl_locktab *t, char *why, size_t whylen)
 	if (v.locks != t->st.locks || v.leases != t->st.leases ||
 	    v.waiters != t->st.waiters || v.placeholders != t->placeholders ||
 	    v.dirty != t->ndirty || v.urgent != t->nurgent ||
-	    v.timed != dl_wheel_count(&t->wheel) ||
+	    v.timed != dl_wheel_count(&t->wheel) || v.warns != t->warns.n ||
 	    memcmp(v.contended, t->st.contended, sizeof(v.contended)) != 0) {
 		snprintf(
 			why, whylen,
-			"totals do not add up (locks, leases, waiters, placeholders, dirty or urgent set, wheel or contended locks)");
+			"totals do not add up (locks, leases, waiters, placeholders, dirty or urgent set, wheel, warnings or contended locks)");
 		return -1;
 	}
 	return verify_owners(&v);

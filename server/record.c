@@ -29,10 +29,11 @@ static uint64_t to_wall(uint64_t mono, int64_t off)
 	return w < 0 ? 0 : (uint64_t)w;
 }
 
-/* Longest H or W line: letter, 4 numbers, mode, owner, tag, separators. */
+/* Longest H or W line: letter, 4 numbers, mode, owner, proof, warning,
+ * tag, separators. */
 #define LINE_ROOM                                                              \
-	(2 + 4 * 21 + 2 + DL_OWNER_KEY_MAX + 3 + 2 * DL_OWNER_PROOF_LEN + 4 +  \
-	 DL_TAG_MAX + 2)
+	(2 + 4 * 21 + 2 + DL_OWNER_KEY_MAX + 3 + 2 * DL_OWNER_PROOF_LEN +      \
+	 6 + 21 + 4 + DL_TAG_MAX + 2)
 
 /* Version 1 can say it: an exclusive lock, nobody shared. */
 static int plain(const struct dl_lock *lk)
@@ -71,12 +72,13 @@ static void add_proof(struct dl_buf *b, const struct dl_owner *o)
 	add_str(b, t, sizeof(t));
 }
 
-int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
-		     struct dl_buf *b)
+int dl_record_format(const struct dl_locktab *t, const struct dl_lock *lk,
+		     int64_t wall_off, struct dl_buf *b)
 {
 	const struct dl_lease *l;
 	const struct dl_waiter *w;
 	struct dl_str o;
+	uint32_t warn;
 	int v2 = !plain(lk);
 
 	b->len = 0;
@@ -105,6 +107,14 @@ int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
 		o = dl_owner_id(l->owner);
 		add_str(b, o.p, o.len);
 		add_proof(b, l->owner);
+		/* below its TTL, as a restore wants it: a shortening
+		 * applied after a later warn= may leave them crossed (the
+		 * warning then fired at once) */
+		if ((warn = dl_locktab_lease_warn(t, l)) != 0 &&
+		    warn < l->ttl_ms) {
+			add_str(b, " warn=", 6);
+			add_u64(b, warn);
+		}
 		if (l->has_tag) {
 			add_str(b, " id=", 4);
 			add_str(b, l->tag, strlen(l->tag));
@@ -166,8 +176,8 @@ static int hexval(char c)
 	return -1;
 }
 
-/* What may follow the owner: k=<proof, hex> then id=<tag>, each
- * optional. */
+/* What may follow the owner: k=<proof, hex>, warn=<ms> (a holder's),
+ * then id=<tag>, each optional. */
 static int extras_of(const struct dl_str *w, int n, int at,
 		     struct dl_record_item *it)
 {
@@ -185,6 +195,13 @@ static int extras_of(const struct dl_str *w, int n, int at,
 			it->proof[i] = (uint8_t)(hi << 4 | lo);
 		}
 		it->has_proof = 1;
+		at++;
+	}
+	if (it->kind == 'H' && at < n && w[at].len > 5 &&
+	    memcmp(w[at].p, "warn=", 5) == 0) {
+		if (dl_parse_u64(w[at].p + 5, w[at].len - 5, &it->warn_ms) ||
+		    it->warn_ms == 0)
+			return -1;
 		at++;
 	}
 	if (n == at)
@@ -234,7 +251,7 @@ int dl_record_parse(const char *text, size_t len,
 {
 	const char *p, *end = text + len, *eol;
 	struct dl_record_item it;
-	struct dl_str w[10];
+	struct dl_str w[11];
 	uint32_t limit;
 	int n, r, v2, o;
 
@@ -252,7 +269,7 @@ int dl_record_parse(const char *text, size_t len,
 			eol = end;
 		memset(&it, 0, sizeof(it));
 		it.limit = limit;
-		n = split(p, eol, w, 10);
+		n = split(p, eol, w, 11);
 		*why = "bad holder line";
 		if (n >= 6 + v2 && w[0].len == 1 && w[0].p[0] == 'H') {
 			it.kind = 'H';

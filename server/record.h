@@ -23,6 +23,17 @@
  * daemon from before owner secrets reads such a line as unreadable (held,
  * never freed).
  *
+ * An H line's owner (and proof) may then be followed by warn=<ms>: the
+ * lease's warning (LOCK warn=), below its TTL, written only for a lease
+ * that has one, so that a restored lease still warns. Daemons of 0.3 and
+ * before read a line with a word they do not know as unreadable: such a
+ * daemon (a downgrade, or an older standby taking over) holds that lock
+ * for max_ttl under its reserved owner and logs the record -- nobody,
+ * the lease's holder included, can use the lock meanwhile; nothing is
+ * granted twice. No encoding would do better: those daemons read every
+ * word of an H line strictly, and a lease they read without its warning
+ * would never warn. Locks without a warning are written as before.
+ *
  * the first line a version, then one H line per holder in grant order and
  * one W line per waiter in queue order, separated by LF. Deadlines are wall
  * clock (unix ms) so that they mean something to the next process: the
@@ -56,10 +67,10 @@
 #define DL_RECORD_MAGIC	 "dlock1"
 #define DL_RECORD_MAGIC2 "dlock2"
 
-/* Serialize lk into b (replacing its content). wall_off converts the
- * table's monotonic ms to unix ms (unix = mono + wall_off). */
-int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
-		     struct dl_buf *b);
+/* Serialize lk, a lock of t, into b (replacing its content). wall_off
+ * converts the table's monotonic ms to unix ms (unix = mono + wall_off). */
+int dl_record_format(const struct dl_locktab *t, const struct dl_lock *lk,
+		     int64_t wall_off, struct dl_buf *b);
 
 struct dl_record_item {
 	char kind;	   /* 'H' holder, 'W' waiter */
@@ -73,6 +84,7 @@ struct dl_record_item {
 	struct dl_str tag;
 	uint8_t has_proof; /* k= was there: the owner's proof */
 	uint8_t proof[DL_OWNER_PROOF_LEN];
+	uint64_t warn_ms; /* H: warn=, 0 when absent */
 };
 
 /* Parse a record, calling cb for each item in order. DL_EPROTO if the

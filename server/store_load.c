@@ -348,7 +348,8 @@ static int check_item(const struct dl_record_item *it, void *arg)
 	}
 	if (it->kind != 'H')
 		return 0;
-	if (it->count == 0 || it->count > DL_REENTRY_MAX || it->token == 0)
+	if (it->count == 0 || it->count > DL_REENTRY_MAX || it->token == 0 ||
+	    it->warn_ms >= it->ttl_ms)
 		return DL_EPROTO;
 	/* holders the lock can have at once: one mode, within the limit */
 	if (x->holders++ == 0)
@@ -401,6 +402,10 @@ static int load_item(const struct dl_record_item *it, void *arg)
 					     restored_deadline(x, it), it->tag,
 					     it->shared, it->limit);
 		x->leases += r == 0;
+		/* its warning too: a restored lease warns as it did */
+		if (r == 0 && it->warn_ms)
+			r = dl_locktab_restore_warn(t, x->name, it->token,
+						    (uint32_t)it->warn_ms);
 		return r ? r : bind_proof(t, it);
 	}
 	if (it->deadline != UINT64_MAX && it->deadline <= x->now_wall) {

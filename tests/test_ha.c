@@ -234,6 +234,41 @@ Test(ha, standby_takes_over_after_kill9_with_leases_and_tokens)
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
 
+/* A lease's warning (LOCK warn=) is taken over with the lease: the new
+ * active warns its holder warn before the end of the restored lease (its
+ * TTL from the take-over), not before. */
+Test(ha, a_taken_over_lease_still_warns_its_holder)
+{
+	struct h_client *alice, *alice2;
+	uint64_t tx, t0, at;
+	char *l;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	alice = h_hello(a.port, "alice");
+	tx = h_lock(alice, "x", "ttl=4s warn=1s");
+	h_close(alice);
+
+	h_daemon_kill9(&a);
+	t0 = h_now_ms();
+	wait_active(&b, 10000);
+	alice2 = h_hello(b.port, "alice");
+	/* restored for 4 s from the take-over, which came after t0 */
+	l = h_read(alice2, 10000);
+	at = h_now_ms();
+	cr_assert(l != NULL, "no * EXPIRING from the new active");
+	cr_assert(h_starts(l, "* EXPIRING x "), "got \"%s\"", l);
+	cr_assert_eq(h_arg_u64(l, 1), tx, "in \"%s\"", l);
+	cr_assert_geq(at - t0, 3000,
+		      "warned %llu ms after the kill: before the restored "
+		      "lease's end less its warning",
+		      (unsigned long long)(at - t0));
+	l = h_read(alice2, 5000);
+	cr_assert(l && h_starts(l, "* EXPIRED x "), "got \"%s\"", l);
+	h_close(alice2);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
 /* SIGSTOP of the active past its leadership: the standby takes over; the
  * old active, resumed, acknowledges nothing more, says goodbye and is a
  * standby. */

@@ -3210,3 +3210,106 @@ Test(locktab, a_withdrawn_shared_grant_waits_again_shared)
 	cr_assert(eq(u32, status("rw").holders, 2));
 	EXPECT(acq_mode(w, "rw", 3000, 0, EX, 1, &r), r, DL_BUSY);
 }
+
+/* ---- warnings (LOCK warn=) ------------------------------------------------ */
+
+static uint64_t must_grant_warned(struct client *c, const char *name,
+				  uint64_t ttl, uint32_t warn)
+{
+	struct dl_acquire a = {.name = str(name),
+			       .ttl_ms = ttl,
+			       .has_warn = 1,
+			       .warn_ms = warn};
+	struct dl_result r;
+	int rc = dl_locktab_acquire(tab, &c->s, &a, &r);
+
+	EXPECT(rc, r, DL_GRANTED);
+	return r.token;
+}
+
+/* The warning fires once, at the deadline less warn (within a tick), and
+ * the expiry stays where it was: at the deadline, not a tick early. */
+Test(locktab, a_warning_fires_before_the_deadline_and_leaves_the_expiry_alone)
+{
+	struct client *a = client_new("alice");
+	uint64_t tok = must_grant_warned(a, "w", 1000, 300);
+
+	advance_to(690);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, NULL), 0), "early");
+	advance_to(700 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 1));
+	cr_assert(eq(u64, evs[nev - 1].token, tok));
+	cr_assert(le(u64, evs[nev - 1].ttl, 300));
+	cr_assert(gt(u64, evs[nev - 1].ttl, 300 - 2 * TICK));
+	advance_to(990);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 0), "expired early");
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 1), "warned twice");
+	advance_to(1000 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+}
+
+/* A refresh or a reentry that moves the deadline arms the warning again;
+ * a release takes it away. */
+Test(locktab, a_warning_follows_its_deadline_and_goes_with_its_lease)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	uint64_t tok = must_grant_warned(a, "w", 1000, 300);
+	int rc;
+
+	advance_to(500);
+	rc = refresh(a, "w", tok, 0, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	advance_to(1190);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 0), "early");
+	advance_to(1200 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 1));
+	/* a reentry with a later deadline (now + 1000 ms): once more */
+	rc = acq(a, "w", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	advance(690);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 1), "early");
+	advance(10 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 2));
+	/* released (both holds): nothing more */
+	rc = rel(a, "w", tok, &r);
+	EXPECT(rc, r, DL_HELD);
+	must_release(a, "w", tok);
+	rc = acq(a, "w", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	must_release(a, "w", r.token);
+	advance(5000);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 2));
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 0));
+}
+
+/* A warning is below the TTL; a refresh keeps the lease's unless it gives
+ * one (0 drops it), and refuses a TTL not above it. */
+Test(locktab, a_warning_stays_below_the_ttl)
+{
+	struct client *a = client_new("alice");
+	struct dl_acquire bad = {.name = str("w"),
+				 .ttl_ms = 1000,
+				 .has_warn = 1,
+				 .warn_ms = 1000};
+	struct dl_result r;
+	uint64_t tok;
+	int rc;
+
+	cr_assert(eq(int, dl_locktab_acquire(tab, &a->s, &bad, &r),
+		     DL_EBADARG));
+	tok = must_grant_warned(a, "w", 1000, 300);
+	rc = refresh(a, "w", tok, 300, &r);
+	cr_assert(eq(int, rc, DL_EBADARG), "a TTL not above the warning");
+	rc = dl_locktab_refresh_warn(tab, &a->s, str("w"), tok, 0, 1000, &r);
+	cr_assert(eq(int, rc, DL_EBADARG), "a warning not below the TTL");
+	rc = dl_locktab_refresh_warn(tab, &a->s, str("w"), tok, 300, 0, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	cr_assert(eq(int,
+		     dl_locktab_shorten(tab, str("w"), tok, r.from_deadline,
+					r.deadline, (uint32_t)r.ttl_ms),
+		     1));
+	advance(300 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 0), "dropped");
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+}

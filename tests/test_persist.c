@@ -1908,3 +1908,39 @@ Test(persist, a_version_1_record_is_kept_and_rewritten_as_version_2)
 	h_close(s);
 	stop_clean();
 }
+
+/* A lease's warning (LOCK warn=) is in its record and survives kill -9:
+ * the restored lease, lasting its TTL from the restart, still warns its
+ * holder warn before that end -- not before, and once. */
+Test(persist, a_lease_warning_survives_kill9)
+{
+	struct h_client *a, *a2;
+	uint64_t tok, r0, at;
+	char *l;
+
+	start("always", NULL);
+	a = h_hello(d.port, "a");
+	tok = h_lock(a, "warned", "ttl=3s warn=1s");
+	cr_assert(strstr(h_rec_get(&r, "warned"), " a k=") != NULL &&
+			  strstr(h_rec_get(&r, "warned"), " warn=1000") != NULL,
+		  "record: \"%s\"", h_rec_get(&r, "warned"));
+	h_daemon_kill9(&d);
+	h_close(a);
+	r0 = h_now_ms();
+	h_daemon_restart(&d);
+	a2 = h_hello(d.port, "a");
+	/* restored for 3 s from the restart: the warning at 2 s */
+	l = h_read(a2, 2000 + LATE_MS * 2);
+	at = h_now_ms();
+	cr_assert(l != NULL, "no * EXPIRING after the restart");
+	cr_assert(h_starts(l, "* EXPIRING warned "), "got \"%s\"", l);
+	cr_assert_eq(h_arg_u64(l, 1), tok, "in \"%s\"", l);
+	cr_assert(h_arg_u64(l, 2) <= 1000, "in \"%s\"", l);
+	cr_assert_geq(at - r0, 2000 - EARLY_MS,
+		      "warned %llu ms after the restart began",
+		      (unsigned long long)(at - r0));
+	l = h_read(a2, 1000 + LATE_MS * 2);
+	cr_assert(l && h_starts(l, "* EXPIRED warned "), "got \"%s\"", l);
+	h_close(a2);
+	stop_clean();
+}

@@ -297,6 +297,29 @@ Test(proto, trylock_reports_itself_with_wait_zero)
 	expect_err("TRYLOCK a wait=5", DL_EBADARG);
 }
 
+Test(proto, warn_is_a_duration_below_the_ttl_on_lock_and_refresh)
+{
+	struct dl_request r;
+
+	expect_ok("LOCK a ttl=30s warn=5s", &r);
+	cr_assert_eq(r.has_warn, 1);
+	cr_assert_eq(r.warn_ms, 5000);
+	expect_ok("TRYLOCK a warn=250", &r);
+	cr_assert_eq(r.warn_ms, 250);
+	expect_ok("LOCK a", &r);
+	cr_assert_eq(r.has_warn, 0);
+	/* 0 is none (REFRESH drops the lease's warning with it) */
+	expect_ok("REFRESH a 7 warn=0", &r);
+	cr_assert_eq(r.has_warn, 1);
+	cr_assert_eq(r.warn_ms, 0);
+	expect_ok("REFRESH a 7 ttl=1s warn=0", &r);
+	/* not below the ttl given with it; the default is the server's */
+	expect_err("LOCK a ttl=5s warn=5s", DL_EBADARG);
+	expect_err("REFRESH a 7 ttl=1s warn=2s", DL_EBADARG);
+	expect_err("LOCK a warn=-1s", DL_EBADARG);
+	expect_err("CHECK a 7 warn=1s", DL_EBADARG);
+}
+
 Test(proto, unlock_refresh_check_take_name_and_token)
 {
 	struct dl_request r;
@@ -710,11 +733,12 @@ Test(proto, errors_say_what_and_how)
 		{"LOCK", DL_EBADFORMAT,
 		 "missing the lock name; usage: LOCK <name> [ttl=<duration>] "
 		 "[wait=<duration>|inf] [mode=exclusive|shared] [limit=<n>] "
-		 "[id=<tag>]"},
+		 "[warn=<duration>] [id=<tag>]"},
 		{"LOCK foo timeout=5s", DL_EBADARG,
 		 "unknown option: 'timeout'; usage: LOCK <name> "
 		 "[ttl=<duration>] [wait=<duration>|inf] "
-		 "[mode=exclusive|shared] [limit=<n>] [id=<tag>]"},
+		 "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
+		 "[id=<tag>]"},
 		{"LOCK foo ttl=10x", DL_EBADARG,
 		 "ttl malformed: '10x', takes a duration: a number and a unit, "
 		 "ms (default), s, m or h, e.g. 30s"},
@@ -746,13 +770,24 @@ Test(proto, errors_say_what_and_how)
 		{"LOCK a ttl=1s ttl=2s", DL_EBADARG,
 		 "option given twice: 'ttl'; usage: LOCK <name> "
 		 "[ttl=<duration>] [wait=<duration>|inf] "
-		 "[mode=exclusive|shared] [limit=<n>] [id=<tag>]"},
+		 "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
+		 "[id=<tag>]"},
 		{"LOCK a ttl=", DL_EBADARG,
 		 "option without a value: 'ttl'; usage: LOCK <name> "
 		 "[ttl=<duration>] [wait=<duration>|inf] "
-		 "[mode=exclusive|shared] [limit=<n>] [id=<tag>]"},
+		 "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
+		 "[id=<tag>]"},
 		{"FOO 1 2 3 4 5 6 7 8", DL_EBADARG,
 		 "too many words, a request has at most 8"},
+		{"LOCK a ttl=2s warn=2s", DL_EBADARG,
+		 "warn must be less than ttl: it is how much of the lease "
+		 "remains when * EXPIRING is sent"},
+		{"REFRESH a 1 warn=soon", DL_EBADARG,
+		 "warn malformed: 'soon', takes a duration: a number and a "
+		 "unit, ms (default), s, m or h, e.g. 30s"},
+		{"UNLOCK a 1 warn=1s", DL_EBADARG,
+		 "option not valid for this command: 'warn'; usage: UNLOCK "
+		 "<name> <token> [id=<tag>]"},
 		{"LOCK a mode=read", DL_EBADARG,
 		 "mode malformed: 'read', takes exclusive or shared"},
 		{"LOCK a limit=0", DL_EBADARG,

@@ -88,7 +88,7 @@ Test(record, holder_and_waiters_round_trip_with_wall_clock_deadlines)
 	/* wall clock = monotonic + 1_000_000 */
 	cr_assert(eq(
 		int,
-		dl_record_format(dl_locktab_find(t, S("stock")), 1000000, &buf),
+		dl_record_format(t, dl_locktab_find(t, S("stock")), 1000000, &buf),
 		0));
 	cr_assert(
 		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
@@ -148,6 +148,10 @@ Test(record, malformed_records_are_rejected_not_half_read)
 		"dlock2 limit=2\nH 1 2 1 30 s a", /* shared in a semaphore */
 		"dlock2 limit=1\nW 30 inf a",	  /* waiter without mode */
 		"dlock1\nH 1 2 1 30 s a",	  /* v1 has no mode */
+		"dlock1\nH 1 2 1 30 a warn=",	  /* empty warning */
+		"dlock1\nH 1 2 1 30 a warn=0",	  /* a warning of 0 */
+		"dlock1\nH 1 2 1 30 a id=t warn=5", /* after the tag */
+		"dlock1\nW 30 inf a warn=5",	  /* a waiter's */
 	};
 	const char *why;
 	size_t i;
@@ -211,7 +215,7 @@ Test(record, modes_and_limits_round_trip_in_version_2)
 	acquire_mode(t, &c, "rw", DL_WAIT_INF, 0, 1, &res);
 	cr_assert(eq(int, res.outcome, DL_QUEUED));
 	cr_assert(eq(int,
-		     dl_record_format(dl_locktab_find(t, S("rw")), 0, &buf),
+		     dl_record_format(t, dl_locktab_find(t, S("rw")), 0, &buf),
 		     0));
 	cr_assert(strncmp(buf.p, "dlock2 limit=1\nH ", 17) == 0, "%.*s",
 		  (int)buf.len, buf.p);
@@ -227,7 +231,7 @@ Test(record, modes_and_limits_round_trip_in_version_2)
 
 	acquire_mode(t, &a, "pool", 0, 0, 5, &res);
 	cr_assert(eq(int,
-		     dl_record_format(dl_locktab_find(t, S("pool")), 0, &buf),
+		     dl_record_format(t, dl_locktab_find(t, S("pool")), 0, &buf),
 		     0));
 	memset(&x, 0, sizeof(x));
 	cr_assert(strncmp(buf.p, "dlock2 limit=5\nH ", 17) == 0, "%.*s",
@@ -240,7 +244,7 @@ Test(record, modes_and_limits_round_trip_in_version_2)
 
 	acquire_mode(t, &a, "plain", 0, 0, 1, &res);
 	cr_assert(eq(int,
-		     dl_record_format(dl_locktab_find(t, S("plain")), 0, &buf),
+		     dl_record_format(t, dl_locktab_find(t, S("plain")), 0, &buf),
 		     0));
 	cr_assert(strncmp(buf.p, "dlock1\nH ", 9) == 0, "%.*s", (int)buf.len,
 		  buf.p);
@@ -271,7 +275,7 @@ Test(record, owners_keep_their_user_and_plain_owners_still_read)
 	acquire(t, &b, 1000, DL_WAIT_INF, DL_STR_NULL, &res);
 	cr_assert(eq(int, res.outcome, DL_QUEUED));
 	cr_assert(eq(int,
-		     dl_record_format(dl_locktab_find(t, S("stock")), 0, &buf),
+		     dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf),
 		     0));
 	cr_assert(
 		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
@@ -325,4 +329,56 @@ Test(record, a_names_bucket_is_fnv1a_32_of_its_bytes_mod_1024)
 	cr_assert(eq(u32, dl_store_bucket("a", 1), 0xe40c292cu % 1024));
 	cr_assert(eq(u32, dl_store_bucket("foobar", 6), 0xbf9cf968u % 1024));
 	cr_assert(eq(u32, DL_STORE_BUCKETS, 1024));
+}
+
+/* A lease's warning is written with it, only when it has one, and read
+ * back (plain and mode-ful records alike). */
+Test(record, a_lease_warning_round_trips_on_its_holder_line)
+{
+	struct dl_locktab *t = new_tab();
+	struct dl_session a, b;
+	struct dl_result res;
+	struct dl_buf buf = {0};
+	struct items x = {0};
+	const char *why = NULL;
+	uint64_t tok;
+	struct dl_acquire w = {.name = S("stock"),
+			       .ttl_ms = 30000,
+			       .tag = S("t1"),
+			       .has_warn = 1,
+			       .warn_ms = 5000};
+
+	dl_session_init(t, &a, S("alice"), NULL);
+	dl_session_init(t, &b, S("bob"), NULL);
+	cr_assert(eq(int, dl_locktab_acquire(t, &a, &w, &res), 0));
+	tok = res.token;
+	acquire(t, &b, 2000, DL_WAIT_INF, DL_STR_NULL, &res);
+	cr_assert(eq(int,
+		     dl_record_format(t, dl_locktab_find(t, S("stock")), 0,
+				      &buf),
+		     0));
+	cr_assert(memmem(buf.p, buf.len, " alice warn=5000 id=t1\n", 23) !=
+			  NULL,
+		  "record: \"%.*s\"", (int)buf.len, buf.p);
+	cr_assert(
+		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
+	cr_assert(eq(int, x.n, 2));
+	cr_assert(eq(u64, x.it[0].warn_ms, 5000));
+	cr_assert(strcmp(x.tags[0], "t1") == 0, "tag \"%s\"", x.tags[0]);
+	cr_assert(eq(u64, x.it[1].warn_ms, 0));
+	/* dropped: the line is as before warnings existed */
+	cr_assert(eq(int,
+		     dl_locktab_refresh_warn(t, &a, S("stock"), tok, 0, 0,
+					     &res),
+		     0));
+	cr_assert(eq(int, (int)res.outcome, (int)DL_REFRESHED));
+	x.n = 0;
+	dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf);
+	cr_assert(memmem(buf.p, buf.len, "warn=", 5) == NULL,
+		  "record: \"%.*s\"",
+		  (int)buf.len, buf.p);
+	free(buf.p);
+	dl_session_close(t, &a);
+	dl_session_close(t, &b);
+	dl_locktab_free(t);
 }
