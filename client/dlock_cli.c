@@ -83,6 +83,7 @@ static const struct {
 	[OPT_USER] = {"user", 1},
 	[OPT_SECRET_FILE] = {"secret-file", 1},
 	[OPT_REASON] = {"reason", 1},
+	[OPT_WARN] = {"warn", 1},
 	[OPT_HELP] = {"help", 0},
 	[OPT_VERSION] = {"version", 0},
 };
@@ -217,18 +218,21 @@ static const struct subcmd subcmds[] = {
 	 "its own token; every user of the name must give the same N.\n", 0},
 	{"lock", dl_cli_lock, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_CONFLICT_EXIT) |
-		 OPTB(OPT_SHARED) | OPTB(OPT_LIMIT),
-	 "lock <name> [--ttl D] [--wait D|inf] [--shared|--limit N] [-E N]",
+		 OPTB(OPT_SHARED) | OPTB(OPT_LIMIT) | OPTB(OPT_WARN),
+	 "lock <name> [--ttl D] [--wait D|inf] [--shared|--limit N] "
+	 "[--warn D] [-E N]",
 	 "Take the lock (waiting up to --wait, default inf), print its\n"
 	 "fencing token and exit. The lease is NOT renewed: it ends when its\n"
 	 "TTL (--ttl, default 30s) runs out, unless `dlock unlock` or\n"
 	 "`dlock refresh` with the same --owner come first. Without --owner,\n"
 	 "the random owner id is printed on stderr. --shared and --limit N\n"
-	 "as for run.\n", 0},
+	 "as for run. --warn D: the server sends * EXPIRING to the owner's\n"
+	 "connections when D of the lease remain unrefreshed (D below the\n"
+	 "TTL).\n", 0},
 	{"trylock", dl_cli_lock, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_SHARED) |
-		 OPTB(OPT_LIMIT),
-	 "trylock <name> [--ttl D] [--shared|--limit N] [-E N]",
+		 OPTB(OPT_LIMIT) | OPTB(OPT_WARN),
+	 "trylock <name> [--ttl D] [--shared|--limit N] [--warn D] [-E N]",
 	 "As `dlock lock --wait 0`: take the lock if it is free, else exit\n"
 	 "75 at once (N with -E).\n", 0},
 	{"unlock", dl_cli_unlock, 2, 0, "unlock <name> <token>",
@@ -522,6 +526,8 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 		return 0;
 	case OPT_GRACE:
 		return parse_dur(cl, "grace", v, &cl->grace_ms);
+	case OPT_WARN:
+		return parse_dur(cl, "warn", v, &cl->warn_ms);
 	case OPT_RAW:
 		cl->raw = 1;
 		return 0;
@@ -882,6 +888,7 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 	lo.wait_ms = wait;
 	lo.mode = cl->shared ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
 	lo.limit = (uint32_t)cl->limit;
+	lo.warn_ms = (int64_t)cl->warn_ms;
 	rc = dlock_acquire(c, name, &lo, l);
 	if (rc == 0)
 		return 0;

@@ -91,6 +91,7 @@ enum opt_id {
 	OPT_USER,
 	OPT_SECRET_FILE,
 	OPT_REASON,
+	OPT_WARN,
 	OPT_HELP,
 	OPT_VERSION,
 	OPT_COUNT_
@@ -133,6 +134,7 @@ struct cli {
 	int timeout_ms;	    /* 0: libdlock's defaults */
 	uint64_t ttl_ms;
 	uint64_t wait_ms; /* DL_WAIT_INF for inf */
+	uint64_t warn_ms; /* lock --warn: 0 for none */
 	uint64_t grace_ms;
 	int raw;
 	int json;	/* --json: one JSON object on stdout */

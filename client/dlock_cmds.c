@@ -36,8 +36,15 @@ int dl_cli_lock(struct cli *cl)
 	dlock_client *c;
 	dlock_lease *l;
 	uint64_t wait = strcmp(cl->sub->name, "trylock") == 0 ? 0 : cl->wait_ms;
+	char w[DL_DURATION_TEXT_MAX], t[DL_DURATION_TEXT_MAX];
 	int rc;
 
+	if (cl->warn_ms && cl->warn_ms >= cl->ttl_ms)
+		return dl_cli_usage_error(cl,
+					  "--warn %s must be less than the "
+					  "lease's --ttl (%s)",
+					  dl_format_duration(cl->warn_ms, w),
+					  dl_format_duration(cl->ttl_ms, t));
 	dl_cli_conn_options(cl, &o);
 	o.reconnect = wait != 0; /* a waiter keeps its place across drops */
 	if ((rc = dl_cli_connect(cl, &o, &c)) != 0)

@@ -539,6 +539,12 @@ static void lease_loss(const char *trap, int expect_term)
 	cr_assert(gt(u64, gone - t0, 1000));
 	cr_assert(eq(int, r.status, EX_LOST), "%s", r.err);
 	cr_assert(strstr(r.err, "lost") != NULL, "%s", r.err);
+	/* ... and said first that the lease was at risk (its renewal was
+	 * not confirmed by half its TTL), before the loss */
+	cr_assert(strstr(r.err, "lease on loss is at risk") != NULL &&
+			  strstr(r.err, "lease on loss is at risk") <
+				  strstr(r.err, "lease on loss lost"),
+		  "%s", r.err);
 	cr_assert(eq(int, file_exists(in_dir("term")), expect_term));
 }
 
@@ -797,6 +803,33 @@ Test(cli, lock_prints_the_token_and_only_its_owner_unlocks_it)
 	dlock(&r, "unlock", "--owner", owned("alice"), "lk", tok, NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS lk"), "state"), "free"));
+	h_close(c);
+}
+
+/* lock --warn D: the lease warns its owner's connections (* EXPIRING)
+ * when D of it remain; a warning not below the TTL is a usage error. */
+Test(cli, lock_warn_asks_the_server_to_warn_before_the_end)
+{
+	struct h_client *c = h_hello(d.port, "alice");
+	struct result r;
+	uint64_t t0, token;
+	char want[64];
+	char *l;
+
+	t0 = h_now_ms();
+	dlock(&r, "lock", "lw", "--owner", owned("alice"), "--ttl", "2s",
+	      "--warn", "1s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	token = to_u64(r.out);
+	l = h_read(c, 3000);
+	cr_assert(l != NULL, "no * EXPIRING");
+	snprintf(want, sizeof(want), "* EXPIRING lw %" PRIu64 " ", token);
+	cr_assert(h_starts(l, want), "got \"%s\"", l);
+	cr_assert(ge(u64, h_now_ms() - t0, 1000 - 5));
+	dlock(&r, "lock", "lw2", "--ttl", "2s", "--warn", "2s", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	cr_assert(has(r.err, "--warn 2s must be less than the lease's --ttl"),
+		  "%s", r.err);
 	h_close(c);
 }
 
