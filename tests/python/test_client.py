@@ -286,6 +286,28 @@ def test_a_frozen_server_loses_the_lease_before_its_deadline_and_warns_first(dae
             daemon.signal(signal.SIGCONT)
 
 
+def test_the_server_warning_calls_on_at_risk_when_renewal_is_off(daemon):
+    risks: list[float] = []
+    got = threading.Event()
+
+    def at_risk(lease: dlockd.Lease) -> None:
+        risks.append(lease.remaining())
+        got.set()
+
+    with client(daemon, renew=False, on_at_risk=at_risk) as c:
+        t0 = time.monotonic()
+        lease = c.lock("warned", ttl=1.0, warn=0.4)
+        assert got.wait(2), "no on_at_risk from * EXPIRING"
+        assert time.monotonic() - t0 >= 0.6 - 0.05, "warned early"
+        assert 0 < risks[0] <= 0.4 and lease.valid
+        got.clear()
+        lease.refresh()  # confirmed: the next warning is news again
+        assert got.wait(2) and len(risks) == 2
+        lease.release()
+        with pytest.raises(ValueError):
+            c.lock("bad", ttl=1.0, warn=1.0)
+
+
 def test_a_shortening_refresh_moves_the_local_deadline_when_sent(daemon):
     with client(daemon, renew=False) as c:
         lease = c.lock("s", ttl=10)

@@ -38,6 +38,7 @@ def lock_args(
     renew: Any,
     on_lost: Callable[..., Any] | None,
     on_at_risk: Callable[..., Any] | None,
+    warn: float | None = None,
 ) -> LockArgs:
     wire.check_name(name)
     ttl_ms = float(wire.ms_of(ttl, "ttl")) if ttl is not None else None
@@ -62,6 +63,13 @@ def lock_args(
         opts["on_lost"] = on_lost
     if on_at_risk is not None:
         opts["on_at_risk"] = on_at_risk
+    if warn is not None:
+        # the server's * EXPIRING when this much of the lease remains
+        warn_ms = float(wire.ms_of(warn, "warn", minimum=0))
+        if ttl_ms is not None and warn_ms >= ttl_ms:
+            raise ValueError("warn must be less than ttl")
+        if warn_ms:
+            opts["warn"] = warn_ms
     return LockArgs(name, ttl_ms, wait_ms, mode == "shared", n, opts)
 
 

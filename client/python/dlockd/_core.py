@@ -492,6 +492,12 @@ class Core:
                 if ls.name == name and ls.token == token and ls.live():
                     ls.broken_by = r.kv("broken_by") or ""
                     self._lose(ls, LostReason.EXPIRED)
+        elif r.word == "EXPIRING":
+            # the lease's warning (LOCK warn=): not refreshed in time
+            token = r.int_arg(1)
+            for ls in self.leases:
+                if ls.name == name and ls.token == token:
+                    self._risk(ls)
 
     # ---- replies -------------------------------------------------------
 
@@ -761,6 +767,7 @@ class Core:
                 wait=wait,
                 mode="shared" if q.shared else None,
                 limit=q.limit if q.limit > 1 else None,
+                warn=int(q.opts["warn"]) if q.opts.get("warn") else None,
                 tag=tag,
             )
         if op in ("CONFIRM", "RENEW", "REFRESH"):
