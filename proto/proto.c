@@ -303,6 +303,7 @@ enum {
 	OPT_REASON = 256,
 	OPT_KEY = 512,
 	OPT_WARN = 1024,
+	OPT_DELAY = 2048,
 };
 
 /* The table HELP prints and the errors quote: the syntax of each verb is
@@ -324,15 +325,16 @@ struct verb_def {
 static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	[DL_VERB_NONE] = {"", 0, 0, 0, {0, 0}, 0, "", ""},
 	VERB(DL_VERB_LOCK, "LOCK", 1, 1, POS_NAME, 0,
-	     OPT_TTL | OPT_WAIT | OPT_MODE | OPT_LIMIT | OPT_WARN | OPT_ID,
+	     OPT_TTL | OPT_WAIT | OPT_MODE | OPT_LIMIT | OPT_WARN | OPT_DELAY |
+		     OPT_ID,
 	     " <name> [ttl=<duration>] [wait=<duration>|inf] "
 	     "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
-	     "[id=<tag>]",
+	     "[delay=<duration>] [id=<tag>]",
 	     "take a lease, or queue for it (OK QUEUED, then * GRANTED)"),
 	VERB(DL_VERB_TRYLOCK, "TRYLOCK", 1, 1, POS_NAME, 0,
-	     OPT_TTL | OPT_MODE | OPT_LIMIT | OPT_WARN | OPT_ID,
+	     OPT_TTL | OPT_MODE | OPT_LIMIT | OPT_WARN | OPT_DELAY | OPT_ID,
 	     " <name> [ttl=<duration>] [mode=exclusive|shared] [limit=<n>] "
-	     "[warn=<duration>] [id=<tag>]",
+	     "[warn=<duration>] [delay=<duration>] [id=<tag>]",
 	     "take a lease now or answer NO BUSY"),
 	VERB(DL_VERB_UNLOCK, "UNLOCK", 2, 2, POS_NAME, POS_TOKEN, OPT_ID,
 	     " <name> <token> [id=<tag>]", "release a lease you hold"),
@@ -380,7 +382,7 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 
 static const char *const opt_names[] = {
 	"ttl",	 "wait", "id",	   "owner", "limit", "after",
-	"by",	 "mode", "reason", "key",   "warn"};
+	"by",	 "mode", "reason", "key",   "warn",  "delay"};
 
 const char *dl_verb_name(enum dl_verb v)
 {
@@ -652,6 +654,26 @@ static int parse_option(struct dl_str w, const char *eq,
 			return fail_duration(why, req, err, "warn", val, 0);
 		req->has_warn = 1;
 		break;
+	case OPT_DELAY: {
+		/* the lock's delay after an involuntary end; 0 is none */
+		char max[DL_DURATION_TEXT_MAX];
+		struct why m = {req->why, 0, sizeof(req->why)};
+
+		err = dl_parse_duration(v, val.len, &req->delay_ms);
+		if (err == DL_EBADARG)
+			return fail_duration(why, req, err, "delay", val, 0);
+		if (err < 0 || req->delay_ms > DL_LOCK_DELAY_MAX_MS) {
+			why_str(&m, "delay out of range: ");
+			why_quote(&m, val.p, val.len);
+			why_str(&m, ", at most ");
+			why_str(&m, dl_format_duration(DL_LOCK_DELAY_MAX_MS,
+						       max));
+			why_str(&m, " (a lock's delay)");
+			return fail(why, req, DL_EBADARG, req->why);
+		}
+		req->has_delay = 1;
+		break;
+	}
 	case OPT_ID:
 		err = dl_check_tag(v, val.len);
 		if (err < 0)

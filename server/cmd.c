@@ -328,7 +328,8 @@ static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
 			       .limit = rq->has_limit ? (uint32_t)rq->limit : 1,
 			       .shared = rq->shared,
 			       .has_warn = rq->has_warn,
-			       .warn_ms = (uint32_t)rq->warn_ms};
+			       .warn_ms = (uint32_t)rq->warn_ms,
+			       .delay_ms = (uint32_t)rq->delay_ms};
 
 	if (check_ttl(c, rq) || check_warn(c, rq, ttl))
 		return;
@@ -451,6 +452,9 @@ static void cmd_status(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_str(&r.f, "mode", status_mode(&st));
 	dl_fmt_kv_u64(&r.f, "limit", st.limit);
 	dl_fmt_kv_u64(&r.f, "holders", st.holders);
+	/* the lock's delay, and what is left of it if it runs */
+	dl_fmt_kv_u64(&r.f, "delay_ms", st.delay_ms);
+	dl_fmt_kv_u64(&r.f, "delay_left_ms", st.delay_left);
 	reply_send(c, &r, rq->tag, NULL);
 }
 
@@ -790,7 +794,7 @@ static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 /* HELP: "OK HELP <n>", then n lines of text: every verb's syntax and
  * how durations are written, or one verb's syntax, what it does and its
  * options with this server's limits. */
-#define HELP_NOTES 8
+#define HELP_NOTES 9
 
 static void cmd_help(struct dl_conn *c, const struct dl_request *rq)
 {
@@ -842,6 +846,13 @@ static void cmd_help(struct dl_conn *c, const struct dl_request *rq)
 			 "<name> <token> <ms> is sent, unless refreshed "
 			 "before; below the ttl, 0 for none (REFRESH keeps the "
 			 "lease's warning without one)");
+	if (strstr(u, "delay="))
+		snprintf(note[n++], sizeof(note[0]),
+			 "delay: the lock's lock-delay, at most %s: after a "
+			 "lease ends without UNLOCK (it expires, or is broken), "
+			 "nobody gets the lock for that long; waiters keep "
+			 "their place",
+			 dl_format_duration(DL_LOCK_DELAY_MAX_MS, d1));
 	if (strstr(u, "limit=") &&
 	    (v == DL_VERB_LOCKS || v == DL_VERB_NONE))
 		snprintf(note[n++], sizeof(note[0]),

@@ -277,11 +277,12 @@ struct dl_lock *dl__lock_get(struct dl_locktab *t, struct dl_str name)
 
 int dl_lock_empty(const struct dl_lock *lk)
 {
-	return !lk->holders && !lk->qhead;
+	return !lk->holders && !lk->qhead && !lk->delaying;
 }
 
 static void lock_free(struct dl_locktab *t, struct dl_lock *lk)
 {
+	dl__delay_drop(t, lk);
 	dl_htab_remove(&t->locks, &lk->hn);
 	t->st.locks--;
 	free(lk);
@@ -642,7 +643,8 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 
 	while (!t->suspended && (w = lk->qhead) != NULL && w->sess) {
 		l = dl__holder_of(lk, w->owner);
-		if (!l && (!dl__has_room(lk, w->shared) || dl__closed(t, now)))
+		if (!l && (!dl__has_room(lk, w->shared) || dl__closed(t, now) ||
+			   dl__delay_left(t, lk, now)))
 			return;
 		s = w->sess;
 		memset(&ev, 0, sizeof(ev));
@@ -722,6 +724,8 @@ void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now,
 		dl__emit_ev(t, s, &ev, lk);
 	}
 	dl__lease_remove(t, l);
+	/* an end its holder did not ask for: the lock's delay (if any) */
+	dl__delay_start(t, lk, now);
 	dl__serve(t, lk, now);
 }
 
@@ -778,6 +782,8 @@ static void on_timer(struct dl_wheel_entry *e, void *arg)
 		lease_expire(r->t, (struct dl_lease *)e, r->now);
 	else if (td->kind == DL__TIMED_WARN)
 		dl__warn_fire(r->t, (struct dl_warn *)e, r->now);
+	else if (td->kind == DL__TIMED_DELAY)
+		dl__delay_fire(r->t, (struct dl_delay *)e, r->now);
 	else
 		waiter_timeout(r->t, (struct dl_waiter *)e, r->now);
 }
@@ -809,11 +815,13 @@ struct dl_locktab *dl_locktab_new(const struct dl_locktab_hooks *hooks,
 	t->limits = *limits;
 	t->seed = hash_seed;
 	if (dl_htab_init(&t->locks) || dl_htab_init(&t->owners) ||
-	    dl_htab_init(&t->accounts) || dl_htab_init(&t->warns)) {
+	    dl_htab_init(&t->accounts) || dl_htab_init(&t->warns) ||
+	    dl_htab_init(&t->delays)) {
 		dl_htab_free(&t->locks);
 		dl_htab_free(&t->owners);
 		dl_htab_free(&t->accounts);
 		dl_htab_free(&t->warns);
+		dl_htab_free(&t->delays);
 		free(t);
 		return NULL;
 	}
@@ -884,6 +892,7 @@ void dl_locktab_free(struct dl_locktab *t)
 	dl_htab_free(&t->owners);
 	dl_htab_free(&t->accounts);
 	dl_htab_free(&t->warns);
+	dl_htab_free(&t->delays);
 	free(t->dirty);
 	free(t);
 }

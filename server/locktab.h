@@ -22,6 +22,13 @@
  *           The limit is the lock's, set by the request that creates it
  *           (the lock has neither holders nor waiters); a request with
  *           another limit is refused (DL_LIMIT_MISMATCH) while it lives.
+ *           So is its delay (LOCK delay=, a side object): set by the
+ *           request that finds it free, raised -- never lowered -- by each
+ *           later one admitted or queued that asks for more. After a
+ *           lease ends without a release (it expires, or is broken), no
+ *           new holder is let in until that much time has passed: the
+ *           lock is "in its delay", busy with nobody holding it, and
+ *           lives (with its record) until the delay is over.
  *   waiter  a queued LOCK request of one session; FIFO per lock. A waiter
  *           without a session is a "placeholder" restored from Redis: it
  *           keeps its place until its owner asks again or its grace ends.
@@ -43,8 +50,9 @@
  *   - all holders of a lock have one mode: exclusive (at most `limit`
  *     of them) or shared (limit 1);
  *   - strict FIFO across modes: when the head of a queue could be
- *     admitted it has been, unless it is a placeholder or grants are
- *     suspended (persistence down). A release or expiry grants the head,
+ *     admitted it has been, unless it is a placeholder, grants are
+ *     suspended (persistence down) or the lock is in its delay. A
+ *     release, an expiry or the end of a delay grants the head,
  *     and then the new head while it can be admitted: one exclusive
  *     waiter, or a run of consecutive shared waiters in one step, or as
  *     many as there are free permits -- never anyone behind a waiter
@@ -175,6 +183,8 @@ struct dl_lock {
 	uint32_t nwaiters : 24; /* <= DL_MAX_WAITERS_MAX */
 	uint32_t dirty : 1;	/* in the dirty set */
 	uint32_t urgent : 1;	/* ... with a change a held reply waits for */
+	uint32_t has_delay : 1; /* it has a delay (a side object) */
+	uint32_t delaying : 1;	/* ... and is in it: grants nobody new */
 	uint16_t nholders;
 	uint16_t limit; /* holders at once: 1 (a lock), n (a semaphore) */
 	struct dl_hnode hn;
@@ -276,7 +286,9 @@ struct dl_lock_status {
 	struct dl_str owner;
 	uint32_t holders;
 	uint32_t waiters;
-	uint32_t limit; /* 1 for a free lock */
+	uint32_t limit;	     /* 1 for a free lock */
+	uint32_t delay_ms;   /* the lock's delay, 0 if none */
+	uint64_t delay_left; /* ms left of it, if the lock is in it */
 };
 
 /* Latency histograms: bucket i counts values <= dl_hist_bounds_ms[i]; the
@@ -396,6 +408,8 @@ struct dl_acquire {
 	uint8_t shared;	  /* mode=shared (limit 1 only) */
 	uint8_t has_warn; /* warn= was given: */
 	uint32_t warn_ms; /* the lease's warning, below ttl_ms (0: none) */
+	uint32_t delay_ms; /* the lock's delay (see above): at least this;
+			      0 asks for none */
 };
 
 /*
@@ -405,8 +419,11 @@ struct dl_acquire {
  * an exclusive holder asking for shared re-enters its exclusive lease
  * (there is no downgrade in place); a shared holder asking for exclusive
  * is refused with DL_UPGRADE_DEADLOCK (it would wait for itself).
- * DL_LIMIT_MISMATCH when the lock lives with another limit. Errors:
- * DL_EBADARG (ttl 0 or too large, limit too large, shared with a limit),
+ * DL_LIMIT_MISMATCH when the lock lives with another limit. A lock in its
+ * delay admits nobody new: a TRYLOCK is DL_BUSY (its value counts the
+ * delay's rest), a LOCK queues. Errors:
+ * DL_EBADARG (ttl 0 or too large, limit too large, shared with a limit,
+ * a delay above DL_LOCK_DELAY_MAX_MS),
  * DL_ELIMIT (queue full, owner over its limit, reentry count),
  * DL_EUNAVAILABLE (grants suspended), DL_ENOMEM.
  */
@@ -598,6 +615,13 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 			     struct dl_str owner, uint64_t token,
 			     uint32_t count, uint32_t ttl_ms, uint64_t deadline,
 			     struct dl_str tag, int shared, uint32_t limit);
+/* The restored lock `name` has a delay of delay_ms (at most
+ * DL_LOCK_DELAY_MAX_MS), and with `running` is in it for that long from
+ * now (its record said a delay was running: it is honoured whole from
+ * the restore, as a lease is its TTL). Before its holders and waiters,
+ * whose `limit` must agree. DL_EBADARG, DL_ENOMEM. */
+int dl_locktab_restore_delay(struct dl_locktab *t, struct dl_str name,
+			     uint32_t delay_ms, int running, uint32_t limit);
 /* The restored lease `token` of `name` warns warn_ms before its deadline
  * (below its TTL): DL_EBADARG otherwise, or if there is no such lease;
  * DL_ENOMEM. */
@@ -696,8 +720,8 @@ int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
 /* Lookups for the store and tests. */
 const struct dl_lock *dl_locktab_find(struct dl_locktab *t, struct dl_str name);
 struct dl_str dl_lock_name(const struct dl_lock *lk);
-/* No holder and no waiter: the lock has no record (it is to be deleted)
- * and leaves the table at the next drain. */
+/* No holder, no waiter, no delay running: the lock has no record (it is
+ * to be deleted) and leaves the table at the next drain. */
 int dl_lock_empty(const struct dl_lock *lk);
 struct dl_str dl_owner_id(const struct dl_owner *o);
 /* The id= tag a lease was granted with (empty: none). */
@@ -705,6 +729,10 @@ struct dl_str dl_lease_tag(const struct dl_lease *l);
 /* The warning of a lease of t (LOCK warn=), 0 if none. */
 uint32_t dl_locktab_lease_warn(const struct dl_locktab *t,
 			       const struct dl_lease *l);
+/* The delay of a lock of t (LOCK delay=), 0 if none; *end (if not NULL)
+ * receives the monotonic end of the delay it is in, 0 if none. */
+uint32_t dl_locktab_lock_delay(const struct dl_locktab *t,
+			       const struct dl_lock *lk, uint64_t *end);
 const struct dl_locktab_stats *dl_locktab_stats(const struct dl_locktab *t);
 
 #endif /* DL_SERVER_LOCKTAB_H */

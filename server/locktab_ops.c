@@ -40,15 +40,24 @@ static uint64_t holders_busy_for(const struct dl_lock *lk, int shared,
 	return 0;
 }
 
-/* ms until the lock could be granted: its holders', or the grants closed
- * (dl_locktab_close_grants), whichever is later. */
+/* ms until the lock could be granted: its holders', the grants closed
+ * (dl_locktab_close_grants) or the lock's delay, whichever is later. */
 static uint64_t busy_for(const struct dl_locktab *t, const struct dl_lock *lk,
 			 int shared, uint64_t now)
 {
 	uint64_t h = holders_busy_for(lk, shared, now);
 	uint64_t c = dl__closed(t, now) ? t->closed_until - now : 0;
+	uint64_t d = dl__delay_left(t, lk, now);
 
-	return h > c ? h : c;
+	h = h > c ? h : c;
+	return h > d ? h : d;
+}
+
+/* Nobody new may come in now: grants closed, or the lock in its delay. */
+static int barred(const struct dl_locktab *t, const struct dl_lock *lk,
+		  uint64_t now)
+{
+	return dl__closed(t, now) || dl__delay_left(t, lk, now) != 0;
 }
 
 static struct dl_waiter *session_waiter(const struct dl_session *s,
@@ -89,17 +98,24 @@ static int granted(struct dl_result *res, const struct dl_lease *l,
 	return 0;
 }
 
+/* Side objects a request may need, allocated before anything changes so
+ * that a grant never fails half-way. */
+struct spares {
+	struct dl_warn *warn;	/* the lease's warning */
+	struct dl_delay *delay; /* the lock's delay */
+};
+
 /* The owner claims its restored place in the queue. */
 static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 			     struct dl_waiter *w, const struct dl_acquire *a,
-			     uint32_t ttl, uint64_t now, struct dl_warn **warn,
+			     uint32_t ttl, uint64_t now, struct spares *sp,
 			     struct dl_result *res)
 {
 	struct dl_lock *lk = w->lock;
 	struct dl_lease *l;
 
 	if (w == lk->qhead && dl__has_room(lk, a->shared) &&
-	    !dl__closed(t, now)) {
+	    !barred(t, lk, now)) {
 		if (dl__tokens_exhausted(t))
 			return DL_ELIMIT;
 		if (!(l = dl__lease_alloc(a->tag)))
@@ -107,7 +123,8 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 		dl__hist_add(&t->st.wait, 0);
 		dl__waiter_free(t, w);
 		dl__lease_grant(t, l, lk, s->owner, ttl, now, a->shared);
-		dl__warn_set(t, l, a->warn_ms, warn);
+		dl__warn_set(t, l, a->warn_ms, &sp->warn);
+		dl__delay_ask(t, lk, a->delay_ms, 0, &sp->delay);
 		/* shared waiters right behind it may come in with it */
 		dl__serve(t, lk, now);
 		return granted(res, l, ttl);
@@ -130,16 +147,18 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 		dl_wheel_del(&t->wheel, &w->timer);
 	else
 		dl_wheel_add(&t->wheel, &w->timer, w->wait_deadline);
+	dl__delay_ask(t, lk, a->delay_ms, 0, &sp->delay);
 	dl__mark_dirty(t, lk);
 	res->outcome = DL_QUEUED;
 	res->value = dl__waiter_position(w);
 	return 0;
 }
 
-/* dl_locktab_acquire, its arguments checked; *warn: a warning allocated
- * ahead for the lease (NULL if none was asked), taken by a grant. */
+/* dl_locktab_acquire, its arguments checked; sp: side objects allocated
+ * ahead (NULL where none was asked), each taken by the call that needs
+ * it. */
 static int acquire(struct dl_locktab *t, struct dl_session *s,
-		   const struct dl_acquire *a, struct dl_warn **warn,
+		   const struct dl_acquire *a, struct spares *sp,
 		   struct dl_result *res)
 {
 	struct dl_owner *o = s->owner;
@@ -149,6 +168,7 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 	struct dl_waiter *w;
 	uint64_t now;
 	uint32_t ttl;
+	int fresh;
 
 	/* the table's bound on locks: only a new name would pass it */
 	if (t->limits.max_locks && t->st.locks >= t->limits.max_locks &&
@@ -159,6 +179,8 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 	if (!(lk = dl__lock_get(t, a->name)))
 		return DL_ENOMEM;
 	dl__reap(t, lk, now);
+	/* free: its delay, if it has one, is this request's to set */
+	fresh = !lk->holders && !lk->qhead && !dl__delay_left(t, lk, now);
 	/* The limit belongs to the lock while it lives: the request that
 	 * finds it empty sets it (an empty lock may linger until the store
 	 * has seen it go). */
@@ -180,7 +202,8 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 			return DL_ELIMIT;
 		dl__lease_reenter(t, l, ttl, now);
 		if (a->has_warn)
-			dl__warn_set(t, l, a->warn_ms, warn);
+			dl__warn_set(t, l, a->warn_ms, &sp->warn);
+		dl__delay_ask(t, lk, a->delay_ms, 0, &sp->delay);
 		res->reentry = 1;
 		return granted(res, l, dl__remaining(l, now));
 	}
@@ -190,9 +213,9 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 		return 0;
 	}
 	if ((w = placeholder_of(t, lk, o)) != NULL)
-		return claim_placeholder(t, s, w, a, ttl, now, warn, res);
+		return claim_placeholder(t, s, w, a, ttl, now, sp, res);
 
-	if (!lk->qhead && dl__has_room(lk, a->shared) && !dl__closed(t, now)) {
+	if (!lk->qhead && dl__has_room(lk, a->shared) && !barred(t, lk, now)) {
 		int full = dl__owner_full(t, o) || dl__account_full(s, o, 0) ||
 			   dl__tokens_exhausted(t);
 
@@ -201,7 +224,8 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 			return full ? DL_ELIMIT : DL_ENOMEM;
 		}
 		dl__lease_grant(t, l, lk, o, ttl, now, a->shared);
-		dl__warn_set(t, l, a->warn_ms, warn);
+		dl__warn_set(t, l, a->warn_ms, &sp->warn);
+		dl__delay_ask(t, lk, a->delay_ms, fresh, &sp->delay);
 		dl__hist_add(&t->st.wait, 0);
 		return granted(res, l, ttl);
 	}
@@ -220,6 +244,7 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 		return DL_ENOMEM;
 	w->has_warn = a->has_warn ? 1 : 0;
 	w->warn_ms = a->warn_ms;
+	dl__delay_ask(t, lk, a->delay_ms, fresh, &sp->delay);
 	res->outcome = DL_QUEUED;
 	res->value = lk->nwaiters;
 	return 0;
@@ -229,7 +254,7 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		       const struct dl_acquire *a, struct dl_result *res)
 {
 	uint32_t limit = a->limit ? a->limit : 1;
-	struct dl_warn *warn = NULL;
+	struct spares sp = {NULL, NULL};
 	int err;
 
 	memset(res, 0, sizeof(*res));
@@ -239,14 +264,18 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 	    (a->shared && limit > 1))
 		return DL_EBADARG;
 	/* the warning comes before the end: a reentry's TTL only grows */
-	if (a->warn_ms >= a->ttl_ms)
+	if (a->warn_ms >= a->ttl_ms || a->delay_ms > DL_LOCK_DELAY_MAX_MS)
 		return DL_EBADARG;
 	if (t->suspended)
 		return DL_EUNAVAILABLE;
-	if (a->warn_ms && !(warn = dl__warn_alloc()))
+	if ((a->warn_ms && !(sp.warn = dl__warn_alloc())) ||
+	    (a->delay_ms && !(sp.delay = dl__delay_alloc()))) {
+		free(sp.warn);
 		return DL_ENOMEM;
-	err = acquire(t, s, a, &warn, res);
-	free(warn);
+	}
+	err = acquire(t, s, a, &sp, res);
+	free(sp.warn);
+	free(sp.delay);
 	return err;
 }
 
@@ -488,8 +517,11 @@ void dl_locktab_status(struct dl_locktab *t, struct dl_str name,
 
 	memset(st, 0, sizeof(*st));
 	st->limit = 1;
-	if (lk)
-		lock_status(lk, now, st);
+	if (!lk)
+		return;
+	lock_status(lk, now, st);
+	st->delay_ms = dl_locktab_lock_delay(t, lk, NULL);
+	st->delay_left = dl__delay_left(t, lk, now);
 }
 
 int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
@@ -535,8 +567,12 @@ int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
 void dl_locktab_lock_status(struct dl_locktab *t, const struct dl_lock *lk,
 			    struct dl_lock_status *st)
 {
+	uint64_t now = dl__now_ms(t);
+
 	memset(st, 0, sizeof(*st));
-	lock_status(lk, dl__now_ms(t), st);
+	lock_status(lk, now, st);
+	st->delay_ms = dl_locktab_lock_delay(t, lk, NULL);
+	st->delay_left = dl__delay_left(t, lk, now);
 }
 
 /* ---- listing ---------------------------------------------------------------

@@ -11,7 +11,12 @@
 #include "server/htab.h"
 #include "server/locktab.h"
 
-enum { DL__TIMED_LEASE = 1, DL__TIMED_WAITER = 2, DL__TIMED_WARN = 3 };
+enum {
+	DL__TIMED_LEASE = 1,
+	DL__TIMED_WAITER = 2,
+	DL__TIMED_WARN = 3,
+	DL__TIMED_DELAY = 4,
+};
 
 /* What leases, waiters and side objects with a timer have in common, for
  * the timer callback. */
@@ -45,6 +50,7 @@ struct dl_locktab {
 	struct dl_htab owners;
 	struct dl_htab accounts; /* a few: one per user with owners */
 	struct dl_htab warns;	 /* struct dl_warn, by lease (side objects) */
+	struct dl_htab delays;	 /* struct dl_delay, by lock (side objects) */
 	struct dl_lock **dirty; /* capacity >= number of locks */
 	size_t ndirty;
 	size_t dirty_cap;
@@ -161,6 +167,43 @@ void dl__warn_drop(struct dl_locktab *t, struct dl_lease *l);
 uint32_t dl__warn_ms(const struct dl_locktab *t, const struct dl_lease *l);
 /* The warning's timer fired: tell the owner. */
 void dl__warn_fire(struct dl_locktab *t, struct dl_warn *w, uint64_t now);
+/*
+ * A lock's delay (LOCK delay=, locktab.h): after one of its leases ends
+ * without a release (dl__lease_end: an expiry, a BREAK), nobody new is
+ * let in for delay_ms; lk->delaying says it is running, and its wheel
+ * entry, pending meanwhile, fires at its end, when the queue is served.
+ * A lock in its delay is not empty (dl_lock_empty): it keeps its record
+ * and its place in the table until the delay is over.
+ */
+struct dl_delay {
+	struct dl_wheel_entry timer; /* the end of the delay it is in */
+	unsigned kind : 3;	     /* DL__TIMED_DELAY */
+	uint32_t delay_ms;
+	struct dl_lock *lock;
+	struct dl__side side; /* keyed by the lock */
+};
+
+struct dl_delay *dl__delay_alloc(void);
+/* A request admitted or queued asked for a delay of ms: a lock that was
+ * free (`fresh`: no holder, no waiter, no delay running when the request
+ * came) gets exactly that (0: none), another one at least that. *spare:
+ * from dl__delay_alloc(), taken if the lock has no delay yet. */
+void dl__delay_ask(struct dl_locktab *t, struct dl_lock *lk, uint32_t ms,
+		   int fresh, struct dl_delay **spare);
+/* One of lk's leases ended without a release, now: its delay (if any)
+ * runs from now (or on, if it already runs longer). */
+void dl__delay_start(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
+/* ms left of the delay lk is in, 0 if none. */
+uint64_t dl__delay_left(const struct dl_locktab *t, const struct dl_lock *lk,
+			uint64_t now);
+/* The delay's timer fired: it is over, the queue moves. */
+void dl__delay_fire(struct dl_locktab *t, struct dl_delay *d, uint64_t now);
+/* lk leaves the table: its delay goes with it. */
+void dl__delay_drop(struct dl_locktab *t, struct dl_lock *lk);
+/* lk's delay, NULL if none (tests of invariants). */
+struct dl_delay *dl__delay_of(const struct dl_locktab *t,
+			      const struct dl_lock *lk);
+
 /* Free every side object (the table is being emptied; the wheel is
  * dropped or made again by the caller). */
 void dl__side_free_all(struct dl_locktab *t);

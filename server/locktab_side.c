@@ -20,10 +20,19 @@
  * is armed (pending) from each change of the lease's deadline until it
  * fires, and fires at most once per deadline; it goes when the lease goes
  * (dl__lease_remove), so nothing is said about a released lease.
+ *
+ * Delays (LOCK ... delay=, Chubby's lock-delay): struct dl_delay, one per
+ * lock that has one. Invariants: lk->has_delay iff a delay of lk is in
+ * t->delays; lk->delaying iff its timer is pending, at the end of the
+ * delay; while it runs, the lock grants nobody new (dl__serve, acquire)
+ * and is not empty; it goes when the lock leaves the table (lock_free).
+ * Only an end the holder did not ask for starts it (dl__lease_end); a
+ * release, or a grant withdrawn before its holder heard of it, does not.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/proto.h"
 #include "server/locktab.h"
 #include "server/locktab_private.h"
 
@@ -74,6 +83,8 @@ void dl__side_free_all(struct dl_locktab *t)
 {
 	free_side(&t->warns,
 		  offsetof(struct dl_warn, side) + offsetof(struct dl__side, hn));
+	free_side(&t->delays, offsetof(struct dl_delay, side) +
+				      offsetof(struct dl__side, hn));
 }
 
 /* ---- warnings --------------------------------------------------------------
@@ -175,4 +186,148 @@ void dl__warn_fire(struct dl_locktab *t, struct dl_warn *w, uint64_t now)
 		ev.tag = dl_lease_tag(l);
 		dl__emit_ev(t, s, &ev, l->lock);
 	}
+}
+
+/* ---- delays ----------------------------------------------------------------
+ */
+
+struct dl_delay *dl__delay_of(const struct dl_locktab *t,
+			      const struct dl_lock *lk)
+{
+	struct dl__side *sd;
+
+	if (!lk->has_delay || !(sd = dl__side_find(t, &t->delays, lk)))
+		return NULL;
+	return (struct dl_delay *)((char *)sd -
+				   offsetof(struct dl_delay, side));
+}
+
+struct dl_delay *dl__delay_alloc(void)
+{
+	struct dl_delay *d = calloc(1, sizeof(*d));
+
+	if (d)
+		d->kind = DL__TIMED_DELAY;
+	return d;
+}
+
+void dl__delay_drop(struct dl_locktab *t, struct dl_lock *lk)
+{
+	struct dl_delay *d = dl__delay_of(t, lk);
+
+	lk->has_delay = 0;
+	lk->delaying = 0;
+	if (!d)
+		return;
+	dl_wheel_del(&t->wheel, &d->timer);
+	dl_htab_remove(&t->delays, &d->side.hn);
+	free(d);
+}
+
+void dl__delay_ask(struct dl_locktab *t, struct dl_lock *lk, uint32_t ms,
+		   int fresh, struct dl_delay **spare)
+{
+	struct dl_delay *d = dl__delay_of(t, lk);
+
+	if (fresh && ms == 0 && d) {
+		dl__delay_drop(t, lk);
+		dl__mark_dirty(t, lk);
+		return;
+	}
+	if (ms == 0 || (d && d->delay_ms >= ms && !fresh))
+		return;
+	if (!d) {
+		d = *spare;
+		*spare = NULL;
+		d->lock = lk;
+		dl__side_insert(t, &t->delays, &d->side, lk);
+		lk->has_delay = 1;
+	}
+	if (d->delay_ms != ms) {
+		d->delay_ms = ms;
+		dl__mark_dirty(t, lk);
+	}
+}
+
+void dl__delay_start(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
+{
+	struct dl_delay *d = dl__delay_of(t, lk);
+	uint64_t end;
+
+	if (!d)
+		return;
+	end = dl__deadline_after(now, d->delay_ms);
+	if (!lk->delaying || end > d->timer.expires)
+		dl_wheel_add(&t->wheel, &d->timer, end);
+	lk->delaying = 1;
+	dl__mark_dirty(t, lk);
+}
+
+uint64_t dl__delay_left(const struct dl_locktab *t, const struct dl_lock *lk,
+			uint64_t now)
+{
+	const struct dl_delay *d;
+
+	if (!lk->delaying || !(d = dl__delay_of(t, lk)))
+		return 0;
+	return d->timer.expires > now ? d->timer.expires - now : 0;
+}
+
+void dl__delay_fire(struct dl_locktab *t, struct dl_delay *d, uint64_t now)
+{
+	struct dl_lock *lk = d->lock;
+
+	/* over: the record loses its end (or the lock, if empty, its
+	 * record), lazily -- a crash before that restores the delay whole,
+	 * which only keeps the lock busy longer */
+	lk->delaying = 0;
+	dl__mark_dirty(t, lk);
+	dl__serve(t, lk, now);
+}
+
+uint32_t dl_locktab_lock_delay(const struct dl_locktab *t,
+			       const struct dl_lock *lk, uint64_t *end)
+{
+	const struct dl_delay *d = dl__delay_of(t, lk);
+
+	if (end)
+		*end = d && lk->delaying ? d->timer.expires : 0;
+	return d ? d->delay_ms : 0;
+}
+
+int dl_locktab_restore_delay(struct dl_locktab *t, struct dl_str name,
+			     uint32_t delay_ms, int running, uint32_t limit)
+{
+	struct dl_delay *d;
+	struct dl_lock *lk;
+	uint64_t now = dl__now_ms(t);
+
+	if (dl_check_name(name.p, name.len) || delay_ms == 0 ||
+	    delay_ms > DL_LOCK_DELAY_MAX_MS || limit == 0 ||
+	    limit > DL_LIMIT_MAX)
+		return DL_EBADARG;
+	if (!(d = dl__delay_alloc()))
+		return DL_ENOMEM;
+	if (!(lk = dl__lock_get(t, name))) {
+		free(d);
+		return DL_ENOMEM;
+	}
+	/* the record's first item: the lock is new, or a damaged record
+	 * names it twice */
+	if (lk->holders || lk->qhead || lk->has_delay) {
+		free(d);
+		return DL_EBADARG;
+	}
+	/* as its record says: nothing to write back */
+	lk->limit = (uint16_t)limit;
+	d->lock = lk;
+	d->delay_ms = delay_ms;
+	dl__side_insert(t, &t->delays, &d->side, lk);
+	lk->has_delay = 1;
+	if (running) {
+		dl_wheel_add(&t->wheel, &d->timer,
+			     dl__deadline_after(now, delay_ms));
+		lk->delaying = 1;
+	}
+	return 0;
 }

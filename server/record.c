@@ -35,12 +35,13 @@ static uint64_t to_wall(uint64_t mono, int64_t off)
 	(2 + 4 * 21 + 2 + DL_OWNER_KEY_MAX + 3 + 2 * DL_OWNER_PROOF_LEN +      \
 	 6 + 21 + 4 + DL_TAG_MAX + 2)
 
-/* Version 1 can say it: an exclusive lock, nobody shared. */
+/* Version 1 can say it: an exclusive lock, nobody shared, no delay. */
 static int plain(const struct dl_lock *lk)
 {
 	const struct dl_waiter *w;
 
-	if (lk->limit != 1 || (lk->holders && lk->holders->shared))
+	if (lk->limit != 1 || lk->has_delay ||
+	    (lk->holders && lk->holders->shared))
 		return 0;
 	for (w = lk->qhead; w; w = w->qnext)
 		if (w->shared)
@@ -78,11 +79,11 @@ int dl_record_format(const struct dl_locktab *t, const struct dl_lock *lk,
 	const struct dl_lease *l;
 	const struct dl_waiter *w;
 	struct dl_str o;
-	uint32_t warn;
+	uint32_t warn, delay;
 	int v2 = !plain(lk);
 
 	b->len = 0;
-	if (dl_buf_reserve(b, sizeof(DL_RECORD_MAGIC2) + 8 + 21 +
+	if (dl_buf_reserve(b, sizeof(DL_RECORD_MAGIC2) + 8 + 21 + 7 + 21 + 8 +
 				      (size_t)(lk->nholders + lk->nwaiters) *
 					      LINE_ROOM))
 		return DL_ENOMEM;
@@ -90,6 +91,12 @@ int dl_record_format(const struct dl_locktab *t, const struct dl_lock *lk,
 		add_str(b, DL_RECORD_MAGIC2 " limit=",
 			sizeof(DL_RECORD_MAGIC2 " limit=") - 1);
 		add_u64(b, lk->limit);
+		if ((delay = dl_locktab_lock_delay(t, lk, NULL)) != 0) {
+			add_str(b, " delay=", 7);
+			add_u64(b, delay);
+			if (lk->delaying)
+				add_str(b, " running", 8);
+		}
 	} else {
 		add_str(b, DL_RECORD_MAGIC, sizeof(DL_RECORD_MAGIC) - 1);
 	}
@@ -213,26 +220,47 @@ static int extras_of(const struct dl_str *w, int n, int at,
 }
 
 
-/* The version line: 1, or 2 with the lock's limit. */
+/* "<key><number>" in w, the number within 1..max. */
+static int kv_num(struct dl_str w, const char *key, uint64_t max,
+		  uint64_t *n)
+{
+	size_t kl = strlen(key);
+
+	return w.len <= kl || memcmp(w.p, key, kl) != 0 ||
+		       dl_parse_u64(w.p + kl, w.len - kl, n) || *n == 0 ||
+		       *n > max
+		       ? -1
+		       : 0;
+}
+
+/* The version line: 1, or 2 with the lock's limit and its delay (as a
+ * 'D' item in *d, kind 0 when it has none). */
 static int parse_version(const char *text, const char *eol, int *v2,
-			 uint32_t *limit)
+			 struct dl_record_item *d)
 {
 	size_t len = (size_t)(eol - text), m = sizeof(DL_RECORD_MAGIC) - 1;
-	const char *k = " limit=";
-	size_t kl = strlen(k);
+	struct dl_str w[4];
 	uint64_t n;
+	int nw;
 
-	*limit = 1;
+	memset(d, 0, sizeof(*d));
+	d->limit = 1;
 	*v2 = 0;
 	if (len == m && memcmp(text, DL_RECORD_MAGIC, m) == 0)
 		return 0;
-	if (len < m + kl + 1 || memcmp(text, DL_RECORD_MAGIC2, m) != 0 ||
-	    memcmp(text + m, k, kl) != 0 ||
-	    dl_parse_u64(text + m + kl, len - m - kl, &n) || n == 0 ||
-	    n > DL_LIMIT_MAX)
+	nw = split(text, eol, w, 4);
+	if (nw < 2 || w[0].len != m || memcmp(w[0].p, DL_RECORD_MAGIC2, m) ||
+	    kv_num(w[1], "limit=", DL_LIMIT_MAX, &n))
 		return -1;
 	*v2 = 1;
-	*limit = (uint32_t)n;
+	d->limit = (uint32_t)n;
+	if (nw == 2)
+		return 0;
+	if (kv_num(w[2], "delay=", DL_LOCK_DELAY_MAX_MS, &d->ttl_ms) ||
+	    (nw == 4 && (w[3].len != 7 || memcmp(w[3].p, "running", 7))))
+		return -1;
+	d->kind = 'D';
+	d->delay_running = nw == 4;
 	return 0;
 }
 
@@ -250,7 +278,7 @@ int dl_record_parse(const char *text, size_t len,
 		    void *arg, const char **why)
 {
 	const char *p, *end = text + len, *eol;
-	struct dl_record_item it;
+	struct dl_record_item it, d;
 	struct dl_str w[11];
 	uint32_t limit;
 	int n, r, v2, o;
@@ -259,8 +287,12 @@ int dl_record_parse(const char *text, size_t len,
 	eol = memchr(text, '\n', len);
 	if (!eol)
 		eol = end;
-	if (parse_version(text, eol, &v2, &limit))
+	if (parse_version(text, eol, &v2, &d))
 		return DL_EPROTO;
+	limit = d.limit;
+	*why = NULL;
+	if (d.kind && (r = cb(&d, arg)) != 0)
+		return r;
 	p = eol;
 	while (p < end) {
 		p++; /* the LF */

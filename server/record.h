@@ -34,6 +34,17 @@
  * word of an H line strictly, and a lease they read without its warning
  * would never warn. Locks without a warning are written as before.
  *
+ * A lock with a delay (LOCK delay=) is written in version 2, its first
+ * line then ending with the delay, and "running" when the lock was in it
+ * (the record of a lock with neither holder nor waiter lives for that):
+ *
+ *   dlock2 limit=<n> delay=<ms> [running]
+ *
+ * A restore honours a running delay whole, from the moment it reads it,
+ * as it does a lease's TTL: no wall-clock time is trusted. Daemons of 0.3
+ * and before read such a first line as unreadable (the lock held for
+ * max_ttl, as above).
+ *
  * the first line a version, then one H line per holder in grant order and
  * one W line per waiter in queue order, separated by LF. Deadlines are wall
  * clock (unix ms) so that they mean something to the next process: the
@@ -73,13 +84,14 @@ int dl_record_format(const struct dl_locktab *t, const struct dl_lock *lk,
 		     int64_t wall_off, struct dl_buf *b);
 
 struct dl_record_item {
-	char kind;	   /* 'H' holder, 'W' waiter */
+	char kind;	   /* 'H' holder, 'W' waiter, 'D' the lock's delay */
 	uint8_t shared;	   /* its mode (version 2; 0 in version 1) */
 	uint32_t limit;	   /* the lock's (1 in version 1) */
 	uint64_t token;	   /* H */
 	uint64_t deadline; /* unix ms; UINT64_MAX for a W with inf */
 	uint64_t count;	   /* H */
-	uint64_t ttl_ms;
+	uint64_t ttl_ms;   /* H, W; D: the delay, ms */
+	uint8_t delay_running; /* D: the lock was in its delay */
 	struct dl_str owner;
 	struct dl_str tag;
 	uint8_t has_proof; /* k= was there: the owner's proof */
@@ -87,7 +99,8 @@ struct dl_record_item {
 	uint64_t warn_ms; /* H: warn=, 0 when absent */
 };
 
-/* Parse a record, calling cb for each item in order. DL_EPROTO if the
+/* Parse a record, calling cb for each item in order (a D item, if the
+ * lock has a delay, first: it has no owner). DL_EPROTO if the
  * text is not a valid record (*why says where), or what cb returned if it
  * failed. `text` is not modified. */
 int dl_record_parse(const char *text, size_t len,

@@ -333,6 +333,8 @@ static int check_item(const struct dl_record_item *it, void *arg)
 {
 	struct load_ctx *x = arg;
 
+	if (it->kind == 'D') /* the parser checked its range */
+		return 0;
 	if (it->ttl_ms == 0 || it->ttl_ms > DL_TTL_STORE_MAX)
 		return DL_EPROTO;
 	/* One owner, two keys: no daemon writes that (one binding per
@@ -393,6 +395,11 @@ static int load_item(const struct dl_record_item *it, void *arg)
 	uint64_t wait, grace = x->now_mono + x->st->cfg->restore_grace_ms;
 	int r;
 
+	/* the lock's delay, first: a running one honoured whole from now */
+	if (it->kind == 'D')
+		return dl_locktab_restore_delay(t, x->name,
+						(uint32_t)it->ttl_ms,
+						it->delay_running, it->limit);
 	if (it->kind == 'H') {
 		if (it->token > x->max_token)
 			x->max_token = it->token;

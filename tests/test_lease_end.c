@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_lease_end.c -- how a lease ends, over the wire: the warning before
- * its end (LOCK ... warn=, * EXPIRING), in the suite's persistence mode
- * (DL_TEST_PERSIST=none|redis, see tests/harness.h).
+ * its end (LOCK ... warn=, * EXPIRING) and the lock's delay after an end
+ * its holder did not ask for (LOCK ... delay=), in the suite's
+ * persistence mode (DL_TEST_PERSIST=none|redis, see tests/harness.h).
  *
  * Timing: as in test_server.c, a deadline is checked as "not before" with
  * EARLY_MS of slack (from the client's send time, before the server's
@@ -206,5 +207,135 @@ Test(lease_end, a_warning_not_below_the_ttl_is_bad_arg)
 	/* both at once: ttl=500ms with warn=0 is fine */
 	h_call_ttl(a, "OK REFRESHED b ", 1, 500, "REFRESH b %llu ttl=500 "
 		   "warn=0", (unsigned long long)tok);
+	h_close(a);
+}
+
+/* ---- lock-delay ------------------------------------------------------------
+ */
+
+/* The next line of c must be "* GRANTED <name> ..." within `by`; returns
+ * when it came. */
+static uint64_t expect_granted(struct h_client *c, const char *name,
+			       uint64_t by)
+{
+	char want[300];
+	char *l = h_read(c, ms_until(by + LATE_MS));
+
+	cr_assert(l != NULL, "no * GRANTED %s within %d ms of its time", name,
+		  LATE_MS);
+	snprintf(want, sizeof(want), "* GRANTED %s ", name);
+	cr_assert(h_starts(l, want), "got \"%s\"", l);
+	return h_now_ms();
+}
+
+/* After an expiry, nobody gets the lock for its delay: a TRYLOCK is BUSY
+ * (for about the delay), STATUS shows it running, and the waiter queued
+ * meanwhile keeps its place and is granted when the delay ends. */
+Test(lease_end, after_an_expiry_nobody_gets_the_lock_for_its_delay)
+{
+	struct h_client *a = h_connect(d.port), *b = h_connect(d.port),
+			*c = h_connect(d.port);
+	uint64_t t0, at;
+	char *l;
+
+	t0 = h_now_ms();
+	h_lock(a, "ld", "ttl=300 delay=1s");
+	cr_assert_str_eq(h_call(b, "LOCK ld ttl=5s"), "OK QUEUED ld 1");
+	l = h_read(a, 300 + LATE_MS);
+	cr_assert(l && h_starts(l, "* EXPIRED ld "), "got \"%s\"", l);
+	l = h_call(c, "TRYLOCK ld");
+	cr_assert(h_starts(l, "NO BUSY ld "), "got \"%s\"", l);
+	cr_assert(h_arg_u64(l, 1) > 500 && h_arg_u64(l, 1) <= 1000,
+		  "BUSY for %llu ms, in a delay of 1 s",
+		  (unsigned long long)h_arg_u64(l, 1));
+	l = h_call(c, "STATUS ld");
+	cr_assert(strstr(l, " state=free ") && strstr(l, " waiters=1 ") &&
+			  h_kv_u64(l, "delay_ms") == 1000 &&
+			  h_kv_u64(l, "delay_left_ms") > 500,
+		  "got \"%s\"", l);
+	at = expect_granted(b, "ld", t0 + 1300);
+	cr_assert_geq(at - t0, 1300 - EARLY_MS,
+		      "granted %llu ms after the lock: ttl 300 ms, delay 1 s",
+		      (unsigned long long)(at - t0));
+	l = h_call(c, "STATUS ld");
+	cr_assert(h_kv_u64(l, "delay_left_ms") == 0, "got \"%s\"", l);
+	h_close(a);
+	h_close(b);
+	h_close(c);
+}
+
+/* A release by the holder is not an involuntary end: the waiter gets the
+ * lock at once. */
+Test(lease_end, a_release_frees_a_lock_with_a_delay_at_once)
+{
+	struct h_client *a = h_connect(d.port), *b = h_connect(d.port);
+	uint64_t tok = h_lock(a, "lr", "ttl=5s delay=1m"), t0;
+
+	cr_assert_str_eq(h_call(b, "LOCK lr"), "OK QUEUED lr 1");
+	t0 = h_now_ms();
+	h_send(a, "UNLOCK lr %llu", (unsigned long long)tok);
+	h_expect(a, "OK RELEASED lr");
+	expect_granted(b, "lr", t0);
+	h_close(a);
+	h_close(b);
+}
+
+/* BREAK ends a lease against its holder's will: the delay runs. */
+Test(lease_end, a_broken_lease_starts_the_delay)
+{
+	struct h_client *a = h_connect(d.port), *b = h_connect(d.port),
+			*op = h_connect(d.port);
+	uint64_t tok = h_lock(a, "lb", "ttl=1m delay=800"), t0, at;
+	char *l;
+
+	cr_assert_str_eq(h_call(b, "LOCK lb"), "OK QUEUED lb 1");
+	t0 = h_now_ms();
+	l = h_call(op, "BREAK lb %llu reason=test", (unsigned long long)tok);
+	cr_assert(h_starts(l, "OK BROKEN lb "), "got \"%s\"", l);
+	l = h_call(op, "TRYLOCK lb");
+	cr_assert(h_starts(l, "NO BUSY lb "), "got \"%s\"", l);
+	at = expect_granted(b, "lb", t0 + 800);
+	cr_assert_geq(at - t0, 800 - EARLY_MS, "granted %llu ms after BREAK",
+		      (unsigned long long)(at - t0));
+	h_close(a);
+	h_close(b);
+	h_close(op);
+}
+
+/* Two waiters queued through the delay are granted in their order. */
+Test(lease_end, waiters_are_granted_in_order_when_the_delay_ends)
+{
+	struct h_client *a = h_connect(d.port), *b = h_connect(d.port),
+			*c = h_connect(d.port);
+	uint64_t t0, tok;
+	char *l;
+
+	t0 = h_now_ms();
+	h_lock(a, "lq", "ttl=200 delay=600");
+	cr_assert_str_eq(h_call(b, "LOCK lq"), "OK QUEUED lq 1");
+	l = h_read(a, 200 + LATE_MS);
+	cr_assert(l && h_starts(l, "* EXPIRED lq "), "got \"%s\"", l);
+	cr_assert_str_eq(h_call(c, "LOCK lq"), "OK QUEUED lq 2");
+	expect_granted(b, "lq", t0 + 800);
+	tok = h_arg_u64(b->line, 1);
+	h_expect_silence(c, 100);
+	h_send(b, "UNLOCK lq %llu", (unsigned long long)tok);
+	h_expect(b, "OK RELEASED lq");
+	expect_granted(c, "lq", h_now_ms());
+	h_close(a);
+	h_close(b);
+	h_close(c);
+}
+
+Test(lease_end, a_delay_above_the_maximum_is_bad_arg)
+{
+	struct h_client *a = h_connect(d.port);
+
+	cr_assert_str_eq(h_call(a, "LOCK x delay=2m"),
+			 "ERR BAD_ARG delay out of range: '2m', at most 1m (a "
+			 "lock's delay)");
+	cr_assert(h_starts(h_call(a, "TRYLOCK x delay=soon"),
+			   "ERR BAD_ARG delay malformed: 'soon'"),
+		  "got \"%s\"", a->line);
 	h_close(a);
 }

@@ -152,6 +152,12 @@ Test(record, malformed_records_are_rejected_not_half_read)
 		"dlock1\nH 1 2 1 30 a warn=0",	  /* a warning of 0 */
 		"dlock1\nH 1 2 1 30 a id=t warn=5", /* after the tag */
 		"dlock1\nW 30 inf a warn=5",	  /* a waiter's */
+		"dlock1 delay=5",		  /* v1 has no delay */
+		"dlock2 limit=1 delay=0",	  /* a delay of 0 */
+		"dlock2 limit=1 delay=60001",	  /* above the maximum */
+		"dlock2 limit=1 delay=5 runs",	  /* not "running" */
+		"dlock2 limit=1 running",	  /* running without a delay */
+		"dlock2 limit=1 delay=5 running x", /* a word too many */
 	};
 	const char *why;
 	size_t i;
@@ -380,5 +386,53 @@ Test(record, a_lease_warning_round_trips_on_its_holder_line)
 	free(buf.p);
 	dl_session_close(t, &a);
 	dl_session_close(t, &b);
+	dl_locktab_free(t);
+}
+
+/* A lock's delay is on its first line (version 2), with "running" while
+ * it is in it, and read back as a D item before the holders; a lock in
+ * its delay with nobody else has a record of that line alone. */
+Test(record, a_lock_delay_round_trips_on_the_first_line)
+{
+	struct dl_locktab *t = new_tab();
+	struct dl_session a;
+	struct dl_result res;
+	struct dl_buf buf = {0};
+	struct items x = {0};
+	const char *why = NULL;
+	struct dl_acquire d = {.name = S("stock"),
+			       .ttl_ms = 1000,
+			       .delay_ms = 4000};
+
+	dl_session_init(t, &a, S("alice"), NULL);
+	cr_assert(eq(int, dl_locktab_acquire(t, &a, &d, &res), 0));
+	cr_assert(eq(int,
+		     dl_record_format(t, dl_locktab_find(t, S("stock")), 0,
+				      &buf),
+		     0));
+	cr_assert(buf.len > 28 &&
+			  memcmp(buf.p, "dlock2 limit=1 delay=4000\nH ", 28) == 0,
+		  "record: \"%.*s\"", (int)buf.len, buf.p);
+	cr_assert(
+		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
+	cr_assert(eq(int, x.n, 2));
+	cr_assert(eq(chr, x.it[0].kind, 'D'));
+	cr_assert(eq(u64, x.it[0].ttl_ms, 4000));
+	cr_assert(eq(int, x.it[0].delay_running, 0));
+	cr_assert(eq(chr, x.it[1].kind, 'H'));
+	/* expired: in its delay, nobody holding it */
+	clock_ms += 1000 + 20;
+	dl_locktab_run_timers(t, SIZE_MAX);
+	dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf);
+	cr_assert(eq(int, (int)buf.len, 33), "record: \"%.*s\"",
+		  (int)buf.len, buf.p);
+	cr_assert(memcmp(buf.p, "dlock2 limit=1 delay=4000 running", 33) == 0);
+	x.n = 0;
+	cr_assert(
+		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
+	cr_assert(eq(int, x.n, 1));
+	cr_assert(eq(int, x.it[0].delay_running, 1));
+	free(buf.p);
+	dl_session_close(t, &a);
 	dl_locktab_free(t);
 }
