@@ -135,7 +135,8 @@ $(LIBDLOCK_SO): $(LIB_PIC_OBJ)
 	ln -sf libdlock.so.$(SOVERSION) $(O)/libdlock.so
 
 $(O)/dlock: $(O)/client/dlock_cli.o $(O)/client/dlock_cmds.o \
-            $(O)/client/dlock_run.o $(O)/client/dlock_guard.o $(LIBDLOCK_A)
+            $(O)/client/dlock_run.o $(O)/client/dlock_guard.o \
+            $(O)/client/dlock_child.o $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS) -lpthread
 
 # The example includes <dlock.h> as a program built against an installed
@@ -371,11 +372,14 @@ faults-short: $(FAULT_BINS) faults-check-test
 # The campaign must catch planted bugs: dlockd built to acknowledge grants
 # before Redis has them, to restore leases by the wall clock, to let a
 # reentry shrink a lease's TTL, to take a Redis that went back for the
-# truth, or to let a client claim an owner id without its key.
+# truth, or to let a client claim an owner id without its key; dlock
+# whose guard stops with the command and stays stopped.
 faults-selftest: $(FAULT_BINS)
 	$(MAKE) O=build/plant-ack CFLAGS=-DDL_PLANT_ACK_EARLY build/plant-ack/dlockd
 	$(MAKE) O=build/plant-wall CFLAGS=-DDL_PLANT_WALL_RESTORE \
 	  build/plant-wall/dlockd
+	$(MAKE) O=build/plant-jobctl CFLAGS=-DDL_PLANT_STOP_MIRROR \
+	  build/plant-jobctl/dlock
 	$(FAULT_ENV) DLOCKD=build/plant-ack/dlockd DURATION=30 SEED=1 \
 	  FAULTS="crash_in_partition" WORKERS=12 LOCKS=8 STALL_MS=450 \
 	  bash tests/faults/campaign.sh; \
@@ -400,6 +404,9 @@ faults-selftest: $(FAULT_BINS)
 	  LOCKS=1 RWLOCKS=0 SEMAPHORES=0 FAULTS="kill_worker" \
 	  bash tests/faults/campaign.sh; \
 	  test $$? = 1 || { echo "faults-selftest: a shared owner id not caught"; exit 1; }
+	$(FAULT_ENV) DLOCK=build/plant-jobctl/dlock DURATION=60 SEED=2 \
+	  FAULTS="jobctl_run" bash tests/faults/campaign.sh; \
+	  test $$? = 1 || { echo "faults-selftest: a stopped guard not caught"; exit 1; }
 	@echo "faults-selftest: every planted bug caught"
 
 # ---- install ----------------------------------------------------------------

@@ -295,9 +295,13 @@ const char *dlock_owner_key(const dlock_client *c);
 
 /* Acquire `name` with a lease of ttl_ms (0: the server's default), waiting
  * up to wait_ms (0: try once; DLOCK_WAIT_FOREVER). On success *out is a
- * lease handle owned by the caller, to give back with dlock_unlock().
- * Errors: DLOCK_EBUSY (wait_ms 0), DLOCK_ETIMEDOUT, DLOCK_ELIMIT,
- * DLOCK_EUNAVAILABLE, DLOCK_EINVAL, transport errors. */
+ * lease handle owned by the caller, to give back with dlock_unlock(), and
+ * it is valid: a grant whose reply comes too late to leave the lease any
+ * time before its lost guard (a server that held it through a take-over)
+ * is given back and asked for again while the wait lasts.
+ * Errors: DLOCK_EBUSY (wait_ms 0), DLOCK_ETIMEDOUT (also: granted too
+ * late, above), DLOCK_ELIMIT, DLOCK_EUNAVAILABLE, DLOCK_EINVAL, transport
+ * errors. */
 int dlock_lock(dlock_client *c, const char *name, int64_t ttl_ms,
 	       int64_t wait_ms, dlock_lease **out);
 int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,

@@ -12,7 +12,8 @@
  *                 happens when the lease is lost;
  *   dlock_guard.c the guard process between dlock and the command: the
  *                 command's tree never outlives the lease, even if dlock
- *                 dies.
+ *                 dies;
+ *   dlock_child.c the guard's argument vector and environment.
  *
  * A command is a function that takes the parsed command line and returns
  * the process's exit code (the table below, which dlock(1) documents). It
@@ -115,9 +116,9 @@ struct cli {
 	const struct subcmd *sub;
 	const char *pos[2]; /* positional words (borrowed from argv) */
 	int npos;
-	char **command;	  /* run: the command and its arguments */
-	unsigned seen;	  /* OPTB() of the options given */
-	const char *host; /* borrowed from argv or the environment */
+	char **command;	     /* run: the command and its arguments */
+	unsigned seen;	     /* OPTB() of the options given */
+	const char *host;    /* borrowed from argv or the environment */
 	const char *servers; /* "h1:p1,h2:p2": a cluster, NULL: host */
 	int port;
 	const char *socket; /* unix socket path, NULL for TCP */
@@ -137,11 +138,11 @@ struct cli {
 	uint64_t warn_ms; /* lock --warn: 0 for none */
 	uint64_t grace_ms;
 	int raw;
-	int json;	/* --json: one JSON object on stdout */
-	uint64_t limit; /* list --limit: 0 for all; lock, run --limit: the
-			   holders at once (0: a lock, n: a semaphore) */
-	int shared;	/* lock, run --shared */
-	int by_waiters; /* list --by-waiters */
+	int json;	   /* --json: one JSON object on stdout */
+	uint64_t limit;	   /* list --limit: 0 for all; lock, run --limit: the
+			      holders at once (0: a lock, n: a semaphore) */
+	int shared;	   /* lock, run --shared */
+	int by_waiters;	   /* list --by-waiters */
 	int conflict_exit; /* -E: exit code when the lock is not taken, or
 			      0 for EXIT_TEMPFAIL */
 };
@@ -200,10 +201,41 @@ int dl_cli_run(struct cli *cl);
  */
 
 /* `dlock --run-guard <ctl fd> <err fd> <grace ms> <margin ms> -- cmd...`,
- * run by dlock_run.c only; returns the command's exit status. */
+ * run by dlock_run.c only; returns the command's exit status. ctl is a
+ * stream socket with dlock, one line per message (times in dlock_now_ms):
+ *   dlock to guard   "D <ms>"  the lease's local deadline is now <ms>
+ *                    "S <ms>"  stop the command's tree; SIGKILL at <ms>
+ *                    "M 0"     dlock stops itself with the command
+ *                    "R 0"     dlock runs again
+ *   guard to dlock   "T"       the command stopped
+ *                    "C"       it was continued (or died stopped)
+ *                    "L"       the deadline came unmoved: the guard stops
+ *                              the tree (the lease is lost)
+ * End of file: the other side is gone (dlock died: the guard stops the
+ * tree). */
 int dl_cli_guard(int argc, char **argv);
 /* Send sig to every live descendant of root (root excluded; 0: none, only
  * count); returns how many there were (1 if /proc cannot be read). */
 int dl_cli_tree_signal(pid_t root, int sig);
+
+/* ---- dlock_child.c: what the guard is started with ---------------------- */
+
+/* `dlock --run-guard <ctl> <err> <grace> <margin> -- <cl->command...>`:
+ * the fds and times as text, then the command. NULL when out of memory;
+ * the caller frees it with dl_cli_strv_free(). */
+char **dl_cli_guard_argv(const struct cli *cl, int ctl, int err, int64_t grace,
+			 int64_t margin);
+/* environ without the DLOCK_* variables dlock sets, then those: the lock
+ * (DLOCK_NAME, DLOCK_TOKEN, DLOCK_OWNER) and where to reach the server
+ * (DLOCK_SERVERS, DLOCK_SOCKET, or DLOCK_HOST and DLOCK_PORT), so that
+ * `dlock check "$DLOCK_NAME" "$DLOCK_TOKEN"` works in the command.
+ * `owner` is "<id>=<key>": the command may act on the lease. No secret
+ * is passed on (DLOCK_PASSWORD and DLOCK_SECRET are removed). NULL when out of memory; freed with
+ * dl_cli_strv_free(). */
+char **dl_cli_child_env(const struct cli *cl, const char *owner,
+			uint64_t token);
+/* Free a NULL-terminated vector of malloc'd strings, and the vector;
+ * NULL is a no-op. */
+void dl_cli_strv_free(char **v);
 
 #endif /* DL_CLIENT_DLOCK_CLI_H */

@@ -46,9 +46,26 @@
  * lock only then: a leftover process would otherwise run unfenced.
  *
  * The guard ignores the signals dlock passes on to the process group (the
- * command gets them), mirrors the command's stop (Ctrl-Z) by stopping
- * itself, so that dlock mirrors it to the shell, and exits with the
- * command's status (128 + N for signal N).
+ * command gets them) and exits with the command's status (128 + N for
+ * signal N). It talks with dlock over a socket (dlock_cli.h).
+ *
+ * Job control: the guard does not stay stopped, since a stopped guard could
+ * not act on the deadline. It does not stop with the command (Ctrl-Z, a
+ * SIGSTOP): it tells dlock (T, and C when the command is continued), and on
+ * a terminal dlock stops itself so that the shell sees the job stopped (M,
+ * then R when it runs again). If the command runs again while dlock is so
+ * stopped, the guard continues dlock -- at every turn until R, since its
+ * SIGCONT may come before dlock's SIGSTOP. Someone may stop the guard itself
+ * (a SIGSTOP to it, or to the command's process group): dlock, its parent,
+ * sees it and continues it at once; and if dlock is stopped too, the guard's
+ * alarm (set_alarm) continues it when it must act. So whatever is stopped
+ * and continued -- the command, dlock, the guard, in any order, with a
+ * terminal or without -- the guard acts on the deadline, and a stopped
+ * command is killed too (SIGTERM, then SIGCONT so that it can act on it,
+ * then SIGKILL, which needs nothing). When it stops the tree on its own
+ * clock it tells dlock (L), which then exits 76, the lease lost, rather than
+ * with the killed command's 128 + N. Not covered: a guard stopped by a
+ * debugger (ptrace), which SIGCONT does not resume.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -60,7 +77,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client/dlock_cli.h"
@@ -199,9 +218,12 @@ static const int shielded[] = {SIGTERM, SIGINT,	 SIGHUP,  SIGQUIT, SIGUSR1,
 #define NSHIELD (sizeof(shielded) / sizeof(shielded[0]))
 
 struct guard {
-	int ctl;	  /* from dlock: D and S lines; EOF: dlock died */
+	int ctl;	  /* with dlock (dlock_cli.h); EOF: dlock died */
 	int chld[2];	  /* self-pipe written on SIGCHLD */
+	pid_t dlock;	  /* our parent, while it lives */
 	pid_t cmd;	  /* the command */
+	int cmd_stopped;  /* ... is stopped (Ctrl-Z, SIGSTOP) */
+	int mirrored;	  /* dlock stopped itself with it (M, until R) */
 	int status;	  /* its exit status, once it exited */
 	int exited;	  /* ... and that it did */
 	int64_t deadline; /* the lease's local deadline (dlock_now_ms) */
@@ -209,7 +231,11 @@ struct guard {
 	int64_t margin;	  /* SIGKILL at the latest this before deadline */
 	int stopping;	  /* SIGTERM sent to the tree */
 	int killed;	  /* SIGKILL sent */
+	int lapsed;	  /* we stopped the tree on our own clock */
 	int64_t kill_at;  /* when stopping: time of SIGKILL */
+	timer_t alarm;	  /* SIGCONT at the next time to act */
+	int has_alarm;	  /* ... it was created */
+	int64_t alarm_at; /* ... and is set for then (0: not set) */
 	char buf[128];	  /* a partial line from ctl */
 	size_t len;
 	struct sigaction orig[NSIG];
@@ -217,7 +243,8 @@ struct guard {
 
 static int chld_wfd = -1;
 
-static void on_chld(int sig)
+/* SIGCHLD and SIGCONT: a turn of the loop is due. */
+static void on_wake(int sig)
 {
 	int saved = errno;
 	char b = 0;
@@ -253,11 +280,26 @@ static void stop_tree(struct guard *g, int64_t at)
 	}
 }
 
+/* Tell dlock one event (a letter; dlock_cli.h). A dlock that is gone
+ * cannot read it: no SIGPIPE. */
+static void tell_dlock(struct guard *g, char what)
+{
+	char line[2] = {what, '\n'};
+
+	if (g->ctl >= 0)
+		(void)!send(g->ctl, line, sizeof(line),
+			    MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 /* One line from dlock. */
 static void ctl_line(struct guard *g, const char *line)
 {
 	long long v;
 
+	if (line[0] == 'M' || line[0] == 'R') {
+		g->mirrored = line[0] == 'M';
+		return;
+	}
 	if (sscanf(line + 1, " %lld", &v) != 1)
 		return;
 	if (line[0] == 'D' && !g->stopping)
@@ -279,7 +321,7 @@ static void ctl_read(struct guard *g)
 		return;
 	}
 	if (n < 0)
-		return;
+		return; /* nothing more now */
 	g->len += (size_t)n;
 	g->buf[g->len] = '\0';
 	while ((nl = strchr(g->buf, '\n'))) {
@@ -292,7 +334,41 @@ static void ctl_read(struct guard *g)
 		g->len = 0; /* not a line of ours */
 }
 
-/* Reap children: the command (its stop or its end), and orphans. */
+#ifndef DL_PLANT_STOP_MIRROR
+/* Reap children: the command (its stop, continue or end), and orphans.
+ * Its stop and continue go to dlock, which mirrors them on a terminal;
+ * the guard itself never stops with it. */
+static void reap(struct guard *g)
+{
+	pid_t p;
+	int st;
+
+	while ((p = waitpid(-1, &st, WNOHANG | WUNTRACED | WCONTINUED)) > 0) {
+		if (p != g->cmd)
+			continue; /* an orphan we adopted */
+		if (WIFSTOPPED(st)) {
+			g->cmd_stopped = 1;
+			tell_dlock(g, 'T');
+		} else if (WIFCONTINUED(st)) {
+			g->cmd_stopped = 0;
+			tell_dlock(g, 'C');
+		} else {
+			if (g->cmd_stopped) /* killed while stopped */
+				tell_dlock(g, 'C');
+			g->cmd_stopped = 0; /* gone: nothing to mirror */
+			g->exited = 1;
+			g->status = WIFEXITED(st)
+					    ? WEXITSTATUS(st)
+					    : EXIT_SIGNAL_BASE + WTERMSIG(st);
+		}
+	}
+}
+#else
+/* A planted bug for the fault campaign's self-test (tests/faults), never
+ * in a real build: the guard of old, which stopped itself with the
+ * command, with a terminal or without, and stayed stopped when the
+ * command was continued -- no longer watching the lease (it has no alarm,
+ * and dlock does not continue it). */
 static void reap(struct guard *g)
 {
 	pid_t p;
@@ -300,9 +376,9 @@ static void reap(struct guard *g)
 
 	while ((p = waitpid(-1, &st, WNOHANG | WUNTRACED)) > 0) {
 		if (p != g->cmd)
-			continue; /* an orphan we adopted */
+			continue;
 		if (WIFSTOPPED(st)) {
-			kill(getpid(), SIGSTOP); /* dlock mirrors it */
+			kill(getpid(), SIGSTOP);
 		} else {
 			g->exited = 1;
 			g->status = WIFEXITED(st)
@@ -311,6 +387,7 @@ static void reap(struct guard *g)
 		}
 	}
 }
+#endif
 
 /* The command, with the dispositions dlock started with. */
 static void spawn_command(struct guard *g, char **argv, int errfd)
@@ -323,16 +400,44 @@ static void spawn_command(struct guard *g, char **argv, int errfd)
 	for (i = 0; i < NSHIELD; i++)
 		sigaction(shielded[i], &g->orig[shielded[i]], NULL);
 	signal(SIGCHLD, SIG_DFL);
+	signal(SIGCONT, SIG_DFL);
 	execvp(argv[0], argv);
 	err = errno;
 	(void)!write(errfd, &err, sizeof(err));
 	_exit(err == ENOENT ? EXIT_NOT_FOUND : EXIT_CANNOT_EXEC);
 }
 
+/* The alarm: SIGCONT to ourselves when the next action is due -- the
+ * deadline minus the margin, or when stopping the time of SIGKILL -- on
+ * CLOCK_BOOTTIME, absolute. A stopped guard (a SIGSTOP to it, or to the
+ * command's process group) could not act; SIGCONT continues a process
+ * whoever sends it, the kernel's timer too, so it wakes when it must act
+ * even if dlock, which otherwise continues it at once, is stopped as well.
+ * The guard handles SIGCONT rather than leave it to its default action (to
+ * be ignored), so that each one is a turn of the loop. Timers are not
+ * inherited across fork(): the command knows nothing of it. */
+static void set_alarm(struct guard *g)
+{
+	struct itimerspec its = {{0, 0}, {0, 0}};
+	int64_t at = g->killed ? 0 : g->stopping ? g->kill_at : last_kill(g);
+
+	if (!g->has_alarm || at == g->alarm_at)
+		return;
+	if (at != INT64_MAX && at > 0) {
+		its.it_value.tv_sec = (time_t)(at / 1000);
+		its.it_value.tv_nsec = (long)(at % 1000) * 1000000;
+	} else {
+		at = 0; /* nothing to do: disarmed */
+	}
+	if (timer_settime(g->alarm, TIMER_ABSTIME, &its, NULL) == 0)
+		g->alarm_at = at;
+}
+
 static void setup(struct guard *g)
 {
+	struct sigevent ev = {0};
 	struct sigaction ign = {.sa_handler = SIG_IGN};
-	struct sigaction sa = {.sa_handler = on_chld,
+	struct sigaction sa = {.sa_handler = on_wake,
 			       .sa_flags = SA_RESTART | SA_NOCLDSTOP};
 	size_t i;
 
@@ -348,8 +453,22 @@ static void setup(struct guard *g)
 		sa.sa_flags &= ~SA_NOCLDSTOP; /* see the command stop */
 		sigaction(SIGCHLD, &sa, NULL);
 	}
+	sigaction(SIGCONT, &sa, NULL); /* see set_alarm */
 	fcntl(g->ctl, F_SETFD, FD_CLOEXEC);
 	fcntl(g->ctl, F_SETFL, O_NONBLOCK);
+#ifndef DL_PLANT_STOP_MIRROR
+	ev.sigev_notify = SIGEV_SIGNAL;
+	ev.sigev_signo = SIGCONT;
+	if (timer_create(CLOCK_BOOTTIME, &ev, &g->alarm) == 0)
+		g->has_alarm = 1;
+	else
+		dl_cli_msg(
+			"the guard has no alarm (%s): if it is stopped, only "
+			"dlock continues it",
+			strerror(errno));
+#else
+	(void)ev;
+#endif
 }
 
 /* Sleep until something may need doing, at most one step. */
@@ -376,11 +495,23 @@ static void wait_event(struct guard *g)
 /* One turn: act on the clock, the command's end and what is left. */
 static int turn(struct guard *g)
 {
-	int64_t now = dlock_now_ms();
+	int64_t now;
 
+	if (g->ctl >= 0)
+		ctl_read(g); /* what dlock sent while we were stopped, first */
 	reap(g);
-	if (!g->killed && now >= last_kill(g))
-		stop_tree(g, now); /* nobody moved the deadline */
+	now = dlock_now_ms();
+	/* dlock stopped itself with the command, which runs again: so must
+	 * dlock (again and again: a SIGCONT may come before its SIGSTOP) */
+	if (g->mirrored && !g->cmd_stopped && getppid() == g->dlock)
+		kill(g->dlock, SIGCONT);
+	if (!g->killed && now >= last_kill(g)) {
+		if (!g->stopping && !g->lapsed) {
+			g->lapsed = 1; /* nobody moved the deadline */
+			tell_dlock(g, 'L');
+		}
+		stop_tree(g, now);
+	}
 	if (g->stopping && !g->killed && now >= g->kill_at) {
 		g->killed = 1;
 		dl_cli_tree_signal(getpid(), SIGKILL);
@@ -409,6 +540,7 @@ int dl_cli_guard(int argc, char **argv)
 	if (argc < 8 || strcmp(argv[6], "--") != 0)
 		return EXIT_USAGE;
 	g.ctl = atoi(argv[2]);
+	g.dlock = getppid();
 	errfd = atoi(argv[3]);
 	g.grace = atoll(argv[4]);
 	g.margin = atoll(argv[5]);
@@ -418,7 +550,9 @@ int dl_cli_guard(int argc, char **argv)
 	close(errfd);
 	if (g.cmd < 0)
 		return EXIT_SOFTWARE;
-	while (!turn(&g))
+	while (!turn(&g)) {
+		set_alarm(&g);
 		wait_event(&g);
+	}
 	return g.status;
 }

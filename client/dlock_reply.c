@@ -44,6 +44,25 @@ static int is(const struct dl_reply *r, enum dl_reply_kind kind,
 	       memcmp(r->word.p, word, n) == 0;
 }
 
+/* Whether a grant came too late to be used: the deadline it gives the
+ * lease, counted from when the request was sent, is already inside the
+ * lost guard. It happens when the server held the reply through a
+ * take-over or a stall of Redis. Handed out, such a lease would be
+ * declared lost by the next timer pass while dlock_acquire() said
+ * success: the caller would act as the holder of a lease it was told,
+ * one instant later, it does not have. */
+static int too_late(struct dlock_client *c, const struct dl__req *q,
+		    uint64_t token, int64_t ms)
+{
+	const struct dl__lease *l = dl__lease_find(c, q->name, token);
+	int64_t ttl = q->ttl;
+
+	if (l && atomic_load(&l->ttl) > ttl)
+		ttl = atomic_load(&l->ttl); /* a reentry keeps the longer */
+	return dl__now() >=
+	       q->sent_at + ms - dl__slack(ms) - dl__guard(c, ttl);
+}
+
 /* OK GRANTED / OK REFRESHED for a LOCK or its confirmation. */
 static void granted(struct dlock_client *c, struct dl__req *q, uint64_t token,
 		    int64_t ms)
@@ -52,6 +71,20 @@ static void granted(struct dlock_client *c, struct dl__req *q, uint64_t token,
 
 	if (q->abandoned) {
 		dl__cleanup_grant(c, q->name, token);
+		dl__req_finish(c, q, DLOCK_ETIMEDOUT);
+		return;
+	}
+	if (too_late(c, q, token, ms)) {
+		/* give it back; ask again while the wait lasts (the server
+		 * grants it anew, counted from the new request) */
+		dl__cleanup_grant(c, q->name, token);
+		if (q->wait < 0 || (q->wait > 0 && q->wait_end > dl__now())) {
+			q->op = DL__LOCK;
+			q->deadline = dl__now() + c->opt.request_timeout_ms;
+			if ((err = dl__req_write(c, q)) < 0)
+				dl__req_finish(c, q, err);
+			return;
+		}
 		dl__req_finish(c, q, DLOCK_ETIMEDOUT);
 		return;
 	}

@@ -19,10 +19,23 @@
  * guard (`dlock --run-guard`, a single-threaded process: between fork and
  * exec dlock's child calls only async-signal-safe functions, and
  * /proc/self/exe needs no path search), and the guard runs the command. A
- * pipe from dlock to the guard carries the lease's deadline after each
- * renewal, and "stop" when the lease is lost; its end-of-file tells the
- * guard that dlock died. dlock is a child subreaper as well: if the guard
- * is killed, what it leaves is reparented to dlock, which stops it.
+ * socket between them (dlock_cli.h) carries the lease's deadline after
+ * each renewal, "stop" when the lease is lost, and job control both ways;
+ * its end-of-file tells the guard that dlock died. dlock is a child
+ * subreaper as well: if the guard is killed, what it leaves is reparented
+ * to dlock, which stops it.
+ *
+ * Job control. On a terminal, dlock stops when the guard says the command
+ * stopped (Ctrl-Z), so that the shell sees the job stopped, and runs again
+ * when continued -- by the shell's fg or bg (it then continues the
+ * command, and on fg gives it the terminal back) or by the guard (someone
+ * else continued the command). Without a terminal dlock never stops with
+ * the command: nobody would continue it, and the command's stop is its
+ * own business. Nothing renews the lease while dlock is stopped, by job
+ * control or by anyone: the guard's deadline covers it, and if the guard
+ * had to stop the command (it says L), dlock exits 76 without releasing.
+ * A stopped guard could not act on the deadline: dlock continues it at
+ * once (and if dlock is stopped too, the guard's alarm wakes it).
  *
  * A grant that is a reentry (the owner id, given with --owner or inherited
  * through DLOCK_OWNER, holds the lock in another process) is refused, and
@@ -53,13 +66,13 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -92,7 +105,7 @@ static const int fwd_signals[] = {SIGTERM, SIGINT,  SIGHUP, SIGQUIT,
 /* Every signal whose disposition run changes, restored in the child. */
 static const int touched_signals[] = {SIGTERM, SIGINT,	SIGHUP,	 SIGQUIT,
 				      SIGUSR1, SIGUSR2, SIGTSTP, SIGCHLD,
-				      SIGTTIN, SIGTTOU, SIGPIPE};
+				      SIGTTIN, SIGTTOU, SIGPIPE, SIGCONT};
 #define NTOUCHED (sizeof(touched_signals) / sizeof(touched_signals[0]))
 
 static int wake_fd[2] = {-1, -1}; /* the self-pipe */
@@ -162,6 +175,7 @@ static void install_handlers(void)
 		if (orig_action[fwd_signals[i]].sa_handler != SIG_IGN)
 			sigaction(fwd_signals[i], &sa, NULL);
 	sigaction(SIGCHLD, &sa, NULL);
+	sigaction(SIGCONT, &sa, NULL); /* the shell's fg or bg */
 	sigaction(SIGTTIN, &ign, NULL);
 	sigaction(SIGTTOU, &ign, NULL);
 }
@@ -175,126 +189,17 @@ static void save_dispositions(void)
 			  &orig_action[touched_signals[i]]);
 }
 
-/* ---- run: the child's environment ------------------------------------- */
-
-static void free_strv(char **v)
-{
-	size_t i;
-
-	if (!v)
-		return;
-	for (i = 0; v[i]; i++)
-		free(v[i]);
-	free(v);
-}
-
-/* Ours (set again below), and the secrets: the command gets the lock,
- * not the credentials that took it. */
-static int env_skip(const char *e)
-{
-	static const char *const ours[] = {
-		"DLOCK_NAME=",	  "DLOCK_TOKEN=",    "DLOCK_OWNER=",
-		"DLOCK_HOST=",	  "DLOCK_PORT=",     "DLOCK_SOCKET=",
-		"DLOCK_SERVERS=", "DLOCK_PASSWORD=", "DLOCK_SECRET="};
-	size_t i;
-
-	for (i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
-		if (strncmp(e, ours[i], strlen(ours[i])) == 0)
-			return 1;
-	return 0;
-}
-
-/* malloc'd printf, NULL when out of memory. */
-static char *str_printf(const char *fmt, ...)
-	__attribute__((format(printf, 1, 2)));
-
-static char *str_printf(const char *fmt, ...)
-{
-	va_list ap;
-	char *s;
-	int n;
-
-	va_start(ap, fmt);
-	n = vasprintf(&s, fmt, ap);
-	va_end(ap);
-	return n < 0 ? NULL : s;
-}
-
-/* environ without our variables, then ours: the lock, and where to reach
- * the server, so that `dlock check "$DLOCK_NAME" "$DLOCK_TOKEN"` works in
- * the command. No secret is passed on: DLOCK_PASSWORD and DLOCK_SECRET
- * are removed (a command that needs the server authenticates itself). */
-static char **child_env(const struct cli *cl, const char *owner, uint64_t token)
-{
-	size_t n = 0, k = 0, i;
-	char **v;
-
-	while (environ[n])
-		n++;
-	v = calloc(n + 6, sizeof(*v));
-	if (!v)
-		return NULL;
-	for (i = 0; i < n; i++)
-		if (!env_skip(environ[i]) && !(v[k++] = strdup(environ[i])))
-			goto nomem;
-	if (!(v[k++] = str_printf("DLOCK_NAME=%s", cl->pos[0])) ||
-	    !(v[k++] = str_printf("DLOCK_TOKEN=%" PRIu64, token)) ||
-	    !(v[k++] = str_printf("DLOCK_OWNER=%s", owner)))
-		goto nomem;
-	if (cl->servers) {
-		if (!(v[k++] = str_printf("DLOCK_SERVERS=%s", cl->servers)))
-			goto nomem;
-	} else if (cl->socket) {
-		if (!(v[k++] = str_printf("DLOCK_SOCKET=%s", cl->socket)))
-			goto nomem;
-	} else if (!(v[k++] = str_printf("DLOCK_HOST=%s", cl->host)) ||
-		   !(v[k++] = str_printf("DLOCK_PORT=%d", cl->port))) {
-		goto nomem;
-	}
-	return v;
-nomem:
-	v[k - 1] = NULL;
-	free_strv(v);
-	return NULL;
-}
-
 /* ---- run: the guard's process ------------------------------------------- */
 
 /* Everything the child needs, built before fork(). */
 struct spawn {
 	char **argv; /* dlock --run-guard <ctl> <err> <grace> <margin> -- cmd */
 	char **envp; /* environ plus DLOCK_* */
-	int ctl;     /* the guard's end of the control pipe */
+	int ctl;     /* the guard's end of the control socket */
 	int err;     /* the guard's end of the error pipe */
 	int tty;     /* terminal to hand over, or -1 */
 	sigset_t mask; /* the signal mask to exec with */
 };
-
-/* The guard's argv: the fds and times as text, then the command. */
-static char **guard_argv(const struct cli *cl, int ctl, int err, int64_t grace,
-			 int64_t margin)
-{
-	size_t argc, i;
-	char **v;
-
-	for (argc = 0; cl->command[argc]; argc++)
-		;
-	if (!(v = calloc(argc + 8, sizeof(*v))))
-		return NULL;
-	if (!(v[0] = strdup("dlock")) || !(v[1] = strdup("--run-guard")) ||
-	    !(v[2] = str_printf("%d", ctl)) ||
-	    !(v[3] = str_printf("%d", err)) ||
-	    !(v[4] = str_printf("%" PRId64, grace)) ||
-	    !(v[5] = str_printf("%" PRId64, margin)) || !(v[6] = strdup("--")))
-		goto nomem;
-	for (i = 0; i < argc; i++)
-		if (!(v[7 + i] = strdup(cl->command[i])))
-			goto nomem;
-	return v;
-nomem:
-	free_strv(v);
-	return NULL;
-}
 
 /* In the child, between fork and exec: async-signal-safe calls only.
  * Becomes the guard (dlock_guard.c); reports an exec failure on err. */
@@ -310,7 +215,7 @@ static void child_exec(const struct spawn *sp)
 		sigaction(touched_signals[i], &orig_action[touched_signals[i]],
 			  NULL);
 	sigprocmask(SIG_SETMASK, &sp->mask, NULL);
-	fcntl(sp->ctl, F_SETFD, 0); /* both pipes go through exec */
+	fcntl(sp->ctl, F_SETFD, 0); /* both go through exec */
 	fcntl(sp->err, F_SETFD, 0);
 	execve("/proc/self/exe", sp->argv, sp->envp);
 	e = errno;
@@ -324,16 +229,17 @@ struct runner {
 	const struct cli *cl;
 	dlock_client *c;
 	dlock_lease *l;
-	pid_t pid;  /* the guard: leader of the command's process group */
-	int ctl;    /* our end of the control pipe, or -1 */
-	int tty;    /* terminal handed to it, or -1 */
-	int exited; /* the guard has been reaped */
-	int status; /* its (the command's) exit code (128+N for signal N) */
-	int lost;   /* the lease is lost: stopping the command */
+	pid_t pid;	 /* the guard: leader of the command's process group */
+	int ctl;	 /* our end of the control socket, or -1 */
+	int tty;	 /* terminal handed to it, or -1 */
+	int cmd_stopped; /* the guard says the command is stopped */
+	int exited;	 /* the guard has been reaped */
+	int status;    /* its (the command's) exit code (128+N for signal N) */
+	int lost;      /* the lease is lost: stopping the command */
 	int timed_out; /* --timeout ran out: stopping the command */
 	int stopping;  /* lost or timed out: SIGTERM sent, SIGKILL at kill_at */
-	int killed; /* SIGKILL sent */
-	int64_t end_at;	  /* --timeout: when to stop the command, or 0 */
+	int killed;    /* SIGKILL sent */
+	int64_t end_at; /* --timeout: when to stop the command, or 0 */
 	int64_t grace_ms;
 	int64_t margin_ms;
 	int64_t guard_ms; /* options.lost_guard_ms */
@@ -341,15 +247,15 @@ struct runner {
 	int64_t told;	  /* the deadline the guard knows */
 };
 
-/* Tell the guard a line ("D <ms>" or "S <ms>"); a guard that is gone
- * cannot read it (EPIPE: SIGPIPE is ignored). */
+/* Tell the guard a line (dlock_cli.h: "D <ms>", "S <ms>", "M", "R"); a
+ * guard that is gone cannot read it (EPIPE, no SIGPIPE). */
 static void tell_guard(struct runner *r, char what, int64_t ms)
 {
 	char line[32];
 	int n = snprintf(line, sizeof(line), "%c %" PRId64 "\n", what, ms);
 
 	if (r->ctl >= 0)
-		(void)!write(r->ctl, line, (size_t)n);
+		(void)!send(r->ctl, line, (size_t)n, MSG_NOSIGNAL);
 }
 
 /* Pass a renewed deadline on to the guard. */
@@ -401,7 +307,8 @@ static void start_stopping(struct runner *r, int why)
 	dl_cli_msg("lease on %s lost (%s): stopping the command", r->cl->pos[0],
 		   lost_text(why));
 	tell_guard(r, 'S', r->kill_at);
-	killpg(r->pid, SIGCONT); /* a stopped guard must act on it */
+	kill(r->pid, SIGCONT); /* a stopped guard acts on it at once; it
+				  continues the command after SIGTERM */
 }
 
 /* --timeout ran out: stop the command as for a lost lease (SIGTERM, the
@@ -417,7 +324,7 @@ static void stop_timed_out(struct runner *r)
 	dl_cli_msg("the command ran for its --timeout (%d ms): stopping it",
 		   r->cl->timeout_ms);
 	tell_guard(r, 'S', r->kill_at);
-	killpg(r->pid, SIGCONT);
+	kill(r->pid, SIGCONT);
 }
 
 /* At kill_at, whatever the guard did: SIGKILL to everything below dlock
@@ -438,38 +345,99 @@ static int64_t fallback_at(const struct runner *r)
 	return dlock_lease_deadline(r->l) - r->guard_ms + r->margin_ms / 2;
 }
 
+/* The terminal back to our group, if the command's group has it (not if
+ * the shell took it: a background dlock must not take it from the shell;
+ * SIGTTOU is ignored). */
 static void tty_take_back(struct runner *r)
 {
-	if (r->tty >= 0)
-		tcsetpgrp(r->tty, getpgrp()); /* SIGTTOU is ignored */
+	if (r->tty >= 0 && tcgetpgrp(r->tty) == r->pid)
+		tcsetpgrp(r->tty, getpgrp());
 }
 
-/* The command stopped (Ctrl-Z on the terminal it was handed; the guard
- * stops with it): stop dlock too, so that the shell sees the job stopped;
- * when continued, give the terminal back and continue the command --
- * unless the lease was lost meanwhile (nobody renews it while we are
- * stopped). */
-static void mirror_stop(struct runner *r)
+/* The guard stopped the command on its own clock: the deadline came
+ * while we did not run (stopped, or hung). */
+static void guard_lapsed(struct runner *r)
 {
-	tty_take_back(r);
-	kill(getpid(), SIGSTOP);
-	if (r->tty >= 0 && tcgetpgrp(r->tty) == getpgrp())
-		tcsetpgrp(r->tty, r->pid);
+	if (r->lost)
+		return;
+	r->lost = 1;
+	r->stopping = 1;
+	r->kill_at = dlock_now_ms();
+	dl_cli_msg("lease on %s lost (dlock did not run to renew it): the "
+		   "guard stopped the command",
+		   r->cl->pos[0]);
+}
+
+/* Read what the guard said (dlock_cli.h): the command stopped (T) or
+ * continued (C), the lease lapsed (L); one letter each, then a newline.
+ * EOF: the guard is gone. */
+static void read_guard(struct runner *r)
+{
+	char b[64];
+	ssize_t n, i;
+
+	while (r->ctl >= 0) {
+		n = recv(r->ctl, b, sizeof(b), MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		if (n <= 0) {
+			close(r->ctl);
+			r->ctl = -1;
+			return;
+		}
+		for (i = 0; i < n; i++)
+			if (b[i] == 'T' || b[i] == 'C')
+				r->cmd_stopped = b[i] == 'T';
+			else if (b[i] == 'L')
+				guard_lapsed(r);
+	}
+}
+
+/* dlock runs again after a stop (the shell's fg or bg, or the guard: the
+ * command was continued). On a terminal: unless the lease was lost
+ * meanwhile (nobody renews it while we are stopped), give the command the
+ * terminal if the shell gave it to us, and continue it. */
+static void continued(struct runner *r)
+{
+	if (r->tty < 0 || r->exited)
+		return;
+	read_guard(r); /* the guard may have stopped the command: L */
 	if (!r->lost &&
 	    (!dlock_lease_valid(r->l) || dlock_now_ms() >= fallback_at(r)))
 		start_stopping(r, atomic_load(&lost_reason));
-	else if (!r->lost)
+	if (tcgetpgrp(r->tty) == getpgrp())
+		tcsetpgrp(r->tty, r->pid);
+	if (!r->stopping) {
+		r->cmd_stopped = 0;
 		killpg(r->pid, SIGCONT);
+	}
 }
 
-/* Reap the guard (its stop, its end) and orphans a killed guard left. */
+/* The command stopped (Ctrl-Z on the terminal it was handed, or any stop
+ * signal): stop dlock too, so that the shell sees the job stopped. The
+ * guard does not stop: it kills the command if the lease would lapse
+ * meanwhile, and continues dlock if the command is continued (M and R
+ * tell it when dlock is stopped). Never without a terminal: nobody would
+ * continue dlock, and the command's stop is its own business. */
+static void mirror_stop(struct runner *r)
+{
+	tty_take_back(r);
+	tell_guard(r, 'M', 0);
+	kill(getpid(), SIGSTOP);
+	tell_guard(r, 'R', 0);
+	continued(r);
+}
+
+/* Reap the guard (its stop, its end) and orphans a killed guard left. A
+ * stopped guard could not act on the deadline: it is continued at once. */
 static void reap(struct runner *r)
 {
 	int st;
 	pid_t p;
 
-	while ((p = waitpid(-1, &st,
-			    WNOHANG | (r->tty >= 0 ? WUNTRACED : 0))) != 0) {
+	while ((p = waitpid(-1, &st, WNOHANG | WUNTRACED)) != 0) {
 		if (p < 0 && errno == EINTR)
 			continue;
 		if (p < 0)
@@ -477,8 +445,11 @@ static void reap(struct runner *r)
 		if (p != r->pid || r->exited)
 			continue;
 		if (WIFSTOPPED(st)) {
-			mirror_stop(r);
+#ifndef DL_PLANT_STOP_MIRROR /* the campaign's planted bug (dlock_guard.c) */
+			kill(r->pid, SIGCONT);
+#endif
 		} else if (WIFEXITED(st) || WIFSIGNALED(st)) {
+			read_guard(r); /* its last words: L? */
 			r->exited = 1;
 			r->status = WIFEXITED(st)
 					    ? WEXITSTATUS(st)
@@ -553,7 +524,8 @@ static int done(struct runner *r, int64_t now)
  * the deadline and watching the lease. */
 static void supervise(struct runner *r)
 {
-	struct pollfd p = {.fd = wake_fd[0], .events = POLLIN};
+	struct pollfd p[2] = {{.fd = wake_fd[0], .events = POLLIN},
+			      {.events = POLLIN}};
 	int64_t now, t;
 	char buf[64];
 	int why, told = 0;
@@ -561,7 +533,15 @@ static void supervise(struct runner *r)
 	for (;;) {
 		while (read(wake_fd[0], buf, sizeof(buf)) > 0)
 			;
+		read_guard(r);
 		forward_signals(r);
+		if (sig_pending[SIGCONT]) {
+			sig_pending[SIGCONT] = 0;
+			continued(r);
+		}
+		if (r->tty >= 0 && r->cmd_stopped && !r->stopping &&
+		    r->ctl >= 0) /* the guard lives to continue us */
+			mirror_stop(r);
 		reap(r);
 		now = dlock_now_ms();
 		why = atomic_load(&lost_reason);
@@ -575,8 +555,7 @@ static void supervise(struct runner *r)
 		if (!r->lost && !r->exited &&
 		    (why || !dlock_lease_valid(r->l) || now >= fallback_at(r)))
 			start_stopping(r, why);
-		if (!r->stopping && !r->exited && r->end_at &&
-		    now >= r->end_at)
+		if (!r->stopping && !r->exited && r->end_at && now >= r->end_at)
 			stop_timed_out(r);
 		if (r->stopping && !r->killed && now >= r->kill_at)
 			kill_all(r);
@@ -586,7 +565,8 @@ static void supervise(struct runner *r)
 		if (done(r, now))
 			return;
 		t = next_wake(r, now) - now;
-		poll(&p, 1, (int)(t < 1 ? 1 : t));
+		p[1].fd = r->ctl;
+		poll(p, r->ctl >= 0 ? 2 : 1, (int)(t < 1 ? 1 : t));
 	}
 }
 
@@ -702,7 +682,7 @@ static int spawn_guard(struct runner *r, struct spawn *sp, int *errfd)
 	sigset_t old;
 	pid_t pid;
 
-	if (pipe2(ctl, O_CLOEXEC) != 0)
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) != 0)
 		goto fail;
 	if (pipe2(errp, O_CLOEXEC) != 0) {
 		close(ctl[0]);
@@ -716,9 +696,9 @@ static int spawn_guard(struct runner *r, struct spawn *sp, int *errfd)
 	/* DLOCK_OWNER=<id>=<key>: the command may act on its lease */
 	snprintf(owner, sizeof(owner), "%s=%s", dlock_owner(r->c),
 		 dlock_owner_key(r->c));
-	sp->envp = child_env(r->cl, owner, dlock_lease_token(r->l));
-	sp->argv =
-		guard_argv(r->cl, ctl[0], errp[1], r->grace_ms, r->margin_ms);
+	sp->envp = dl_cli_child_env(r->cl, owner, dlock_lease_token(r->l));
+	sp->argv = dl_cli_guard_argv(r->cl, ctl[0], errp[1], r->grace_ms,
+				     r->margin_ms);
 	if (!sp->envp || !sp->argv) {
 		close(ctl[0]);
 		close(errp[1]);
@@ -821,7 +801,7 @@ out:
 	dlock_close(r.c);
 	if (r.ctl >= 0)
 		close(r.ctl);
-	free_strv(sp.argv);
-	free_strv(sp.envp);
+	dl_cli_strv_free(sp.argv);
+	dl_cli_strv_free(sp.envp);
 	return rc;
 }

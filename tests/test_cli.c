@@ -156,20 +156,12 @@ static const char *in_dir(const char *name)
 	return b;
 }
 
-/* Start dlock with the NULL-terminated arguments. */
-static void proc_startv(struct proc *p, va_list ap)
+/* Start argv with stdin from `in` (or /dev/null if it is -1). */
+static void proc_exec(struct proc *p, const char *const *argv, int in)
 {
-	const char *argv[ARGV_MAX];
 	pid_t parent = getpid();
-	const char *a;
-	int n = 0, fd;
+	int fd;
 
-	argv[n++] = dlock_path();
-	while ((a = va_arg(ap, const char *)) != NULL) {
-		cr_assert(n < ARGV_MAX - 1);
-		argv[n++] = a;
-	}
-	argv[n] = NULL;
 	nproc++;
 	snprintf(p->out, sizeof(p->out), "%s/dlock-%d.out", d.dir, nproc);
 	snprintf(p->err, sizeof(p->err), "%s/dlock-%d.err", d.dir, nproc);
@@ -180,7 +172,7 @@ static void proc_startv(struct proc *p, va_list ap)
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(127);
-	fd = open("/dev/null", O_RDONLY);
+	fd = in >= 0 ? in : open("/dev/null", O_RDONLY);
 	dup2(fd, STDIN_FILENO);
 	fd = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	dup2(fd, STDOUT_FILENO);
@@ -200,6 +192,22 @@ static void proc_startv(struct proc *p, va_list ap)
 		_exit(125);
 	execv(argv[0], (char *const *)argv);
 	_exit(126);
+}
+
+/* Start dlock with the NULL-terminated arguments. */
+static void proc_startv(struct proc *p, va_list ap)
+{
+	const char *argv[ARGV_MAX];
+	const char *a;
+	int n = 0;
+
+	argv[n++] = dlock_path();
+	while ((a = va_arg(ap, const char *)) != NULL) {
+		cr_assert(n < ARGV_MAX - 1);
+		argv[n++] = a;
+	}
+	argv[n] = NULL;
+	proc_exec(p, argv, -1);
 }
 
 static void proc_start(struct proc *p, ...)
@@ -583,8 +591,8 @@ static int pid_alive(pid_t pid)
 }
 
 /* A command that starts a background child, both writing their pids. */
-static void start_with_child(struct proc *p, const char *name,
-			     const char *ttl, const char *child)
+static void start_with_child(struct proc *p, const char *name, const char *ttl,
+			     const char *child)
 {
 	char script[1024];
 
@@ -668,11 +676,306 @@ Test(cli, run_stops_what_the_command_left_before_releasing)
 	dlock(&r, "run", "left", "--", "sh", "-c", script, NULL);
 	cr_assert(eq(int, r.status, 3), "%s", r.err);
 	child = (pid_t)to_u64(wait_line(in_dir("child"), 1000));
-	cr_assert(eq(int, pid_alive(child), 0), "the command's child outlived the run");
+	cr_assert(eq(int, pid_alive(child), 0),
+		  "the command's child outlived the run");
 	cr_assert(eq(int,
 		     strncmp(h_call(c, "TRYLOCK left"), "OK GRANTED left ", 16),
 		     0),
 		  "%s", c->line);
+	h_close(c);
+}
+
+/* ---- run under job control ---------------------------------------------- */
+
+/* The state letter of pid in /proc ('T': stopped; 0: gone), and its
+ * parent. */
+static char proc_state(pid_t pid, pid_t *ppid)
+{
+	char path[64], buf[512], state = 0, *q;
+	int pp = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	slurp(path, buf, sizeof(buf));
+	if (!(q = strrchr(buf, ')')) ||
+	    sscanf(q + 1, " %c %d", &state, &pp) != 2)
+		return 0;
+	if (ppid)
+		*ppid = (pid_t)pp;
+	return state;
+}
+
+static pid_t parent_of(pid_t pid)
+{
+	pid_t pp = 0;
+
+	cr_assert(proc_state(pid, &pp) != 0, "process %d is gone", (int)pid);
+	return pp;
+}
+
+/* 1 once pid is stopped (stopped = 1) or not (0, gone included) within
+ * timeout_ms. */
+static int wait_stopped(pid_t pid, int stopped, int timeout_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+
+	while ((proc_state(pid, NULL) == 'T') != stopped) {
+		if (h_now_ms() > end)
+			return 0;
+		h_sleep_ms(5);
+	}
+	return 1;
+}
+
+/* A `dlock run` whose command writes its pid, then a mark every 20 ms,
+ * in perl (essential in Debian) rather than a shell loop: it does not
+ * fork. A stop (Ctrl-Z) that comes while a shell is in vfork() stops the
+ * child, and the shell, waiting in the kernel for that child to exec,
+ * never stops itself: the command would not look stopped.
+ *
+ * With a terminal: script(1) makes a pseudo-terminal and runs a shell
+ * there that runs dlock (a non-interactive one, which waits for dlock to
+ * exit and ignores its stops; the test plays the interactive shell's
+ * part: fg is a SIGCONT to dlock). */
+struct job {
+	struct proc p; /* what the test started: dlock, or script */
+	pid_t dlock, guard, cmd;
+	int keys; /* the terminal's keyboard (script's stdin), or -1 */
+};
+
+static void job_start(struct job *j, const char *name, int tty)
+{
+	char script[512], line[2048];
+	const char *argv[ARGV_MAX];
+	int in[2] = {-1, -1};
+	FILE *f;
+
+	f = fopen(in_dir("job.sh"), "w");
+	cr_assert(f != NULL);
+	fprintf(f,
+		"echo $$ > %s.tmp && mv %s.tmp %s\n"
+		"exec perl -e 'while (1) { open(my $f, \">>\", $ARGV[0]) "
+		"or die; print $f \"x\\n\"; close($f); "
+		"select(undef, undef, undef, 0.02) }' %s\n",
+		in_dir("pid"), in_dir("pid"), in_dir("pid"), in_dir("marks"));
+	fclose(f);
+	snprintf(script, sizeof(script), "%s", in_dir("job.sh"));
+	if (!tty) {
+		proc_start(&j->p, "run", name, "--ttl", "1500ms", "--", "sh",
+			   script, NULL);
+		j->keys = -1;
+	} else {
+		cr_assert(strchr(dlock_path(), '\'') == NULL &&
+			  strchr(script, '\'') == NULL);
+		snprintf(line, sizeof(line),
+			 "'%s' run '%s' --ttl 1500ms -- sh '%s'; exit $?",
+			 dlock_path(), name, script);
+		argv[0] = "/usr/bin/script";
+		argv[1] = "-qec";
+		argv[2] = line;
+		argv[3] = "/dev/null";
+		argv[4] = NULL;
+		cr_assert(pipe(in) == 0);
+		setenv("SHELL", "/bin/sh", 1); /* script runs $SHELL -c */
+		proc_exec(&j->p, argv, in[0]);
+		close(in[0]);
+		j->keys = in[1];
+	}
+	j->cmd = (pid_t)to_u64(wait_line(in_dir("pid"), 10000));
+	j->guard = parent_of(j->cmd);
+	j->dlock = parent_of(j->guard);
+	if (!tty)
+		cr_assert(eq(int, j->dlock, j->p.pid));
+}
+
+/* What a failed assertion shows: "cmd T, guard S, dlock T; terminal's
+ * group 123 (the guard's 120)" (static buffer). */
+static const char *job_states(const struct job *j)
+{
+	static char b[128];
+	char path[64], buf[512], *q, st[3];
+	int tpgid = 0;
+	int i;
+	const pid_t who[3] = {j->cmd, j->guard, j->dlock};
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)j->cmd);
+	slurp(path, buf, sizeof(buf));
+	if ((q = strrchr(buf, ')')))
+		sscanf(q + 1, " %*c %*d %*d %*d %*d %d", &tpgid);
+	for (i = 0; i < 3; i++)
+		st[i] = proc_state(who[i], NULL) ? proc_state(who[i], NULL)
+						 : '-';
+	snprintf(b, sizeof(b),
+		 "cmd %c, guard %c, dlock %c; terminal's group %d (the "
+		 "guard's %d)",
+		 st[0], st[1], st[2], tpgid, (int)j->guard);
+	return b;
+}
+
+/* Continue dlock (as the shell's fg would) and wait for the end. */
+static void job_end(struct job *j, struct result *r)
+{
+	kill(j->dlock, SIGCONT);
+	proc_result(&j->p, r, QUICK_MS);
+	if (j->keys >= 0)
+		close(j->keys);
+}
+
+static long marks_size(void)
+{
+	struct stat st;
+
+	return stat(in_dir("marks"), &st) == 0 ? (long)st.st_size : 0;
+}
+
+/* c waits for the lock the job holds: once it is granted, the command is
+ * gone and writes nothing more. */
+static void expect_gone_at_grant(struct h_client *c, const struct job *j)
+{
+	long at_grant;
+	char *l;
+
+	l = h_read(c, 15000);
+	cr_assert(l && h_starts(l, "* GRANTED "), "%s", l ? l : "(no grant)");
+	at_grant = marks_size();
+	cr_assert(eq(int, pid_alive(j->cmd), 0),
+		  "the command outlived its lease (state %c)",
+		  proc_state(j->cmd, NULL));
+	h_sleep_ms(300);
+	cr_assert(eq(long, marks_size(), at_grant),
+		  "the command wrote after the lock passed to another owner");
+}
+
+/* Without a terminal, a stop of the command is not mirrored: the guard
+ * keeps watching, and when dlock is stopped afterwards the command ends
+ * before the lease passes on. (The guard used to stop itself with the
+ * command and stay stopped after it was continued; the command then ran
+ * on with nobody to stop it.) */
+Test(cli, run_guard_still_acts_after_the_command_is_stopped_and_continued)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+	struct job j;
+
+	job_start(&j, "jc", 0);
+	kill(j.cmd, SIGSTOP);
+	cr_assert(wait_stopped(j.cmd, 1, 5000));
+	h_sleep_ms(200);
+	kill(j.cmd, SIGCONT);
+	cr_assert(wait_stopped(j.cmd, 0, 5000));
+	h_sleep_ms(200);
+	cr_assert(STR_EQ(h_call(c, "LOCK jc wait=15s"), "OK QUEUED jc 1"));
+	kill(j.dlock, SIGSTOP);
+	expect_gone_at_grant(c, &j);
+	job_end(&j, &r);
+	cr_assert(eq(int, r.status, EX_LOST), "%s", r.err);
+	h_close(c);
+}
+
+/* The guard itself is stopped: dlock continues it at once. Stopped after
+ * dlock, with nobody to continue it, the guard is woken by its alarm when
+ * it must act, and the command ends before the lease passes on. (A
+ * stopped guard used to stay stopped.) */
+Test(cli, run_with_its_guard_stopped_still_ends_the_command_in_time)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+	struct job j;
+
+	job_start(&j, "gs", 0);
+	h_sleep_ms(300);
+	kill(j.guard, SIGSTOP);
+	h_sleep_ms(300);
+	cr_assert(proc_state(j.guard, NULL) != 'T',
+		  "the guard stays stopped: %s", job_states(&j));
+	cr_assert(STR_EQ(h_call(c, "LOCK gs wait=15s"), "OK QUEUED gs 1"));
+	kill(j.dlock, SIGSTOP);
+	cr_assert(wait_stopped(j.dlock, 1, 5000));
+	kill(j.guard, SIGSTOP);
+	expect_gone_at_grant(c, &j);
+	kill(j.guard, SIGCONT);
+	job_end(&j, &r);
+	cr_assert(eq(int, r.status, EX_LOST), "%s", r.err);
+	h_close(c);
+}
+
+/* dlock stopped past its lease: the guard stops the command on its own
+ * clock; continued, dlock says the lease was lost and exits 76 -- not
+ * with the command's 128+N, nor trying to release a lease it lost. */
+Test(cli, run_stopped_past_its_lease_exits_76_without_releasing)
+{
+	struct result r;
+	struct job j;
+	int i;
+
+	job_start(&j, "ex", 0);
+	kill(j.dlock, SIGSTOP);
+	for (i = 0; pid_alive(j.cmd) && i < 2000; i++)
+		h_sleep_ms(5);
+	cr_assert(eq(int, pid_alive(j.cmd), 0),
+		  "the command outlived its lease");
+	h_sleep_ms(500);
+	job_end(&j, &r);
+	cr_assert(eq(int, r.status, EX_LOST), "%s", r.err);
+	cr_assert(strstr(r.err, "lost") != NULL, "%s", r.err);
+	cr_assert(eq(ptr, strstr(r.err, "not the holder"), NULL), "%s", r.err);
+}
+
+/* On a terminal, dlock stops while its command is stopped (the shell
+ * sees the job stopped) and runs again when the command is continued by
+ * anyone; then a stop of dlock still ends the command in time. (dlock
+ * used to stay stopped, with its guard, while the command ran on.) */
+Test(cli, run_on_a_terminal_mirrors_the_command_stop_only_while_it_lasts)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+	struct job j;
+
+	job_start(&j, "tt", 1);
+	kill(j.cmd, SIGSTOP);
+	cr_assert(wait_stopped(j.dlock, 1, 5000),
+		  "dlock did not stop with its command: %s", job_states(&j));
+	kill(j.cmd, SIGCONT);
+	cr_assert(wait_stopped(j.dlock, 0, 5000),
+		  "dlock stayed stopped while its command runs: %s",
+		  job_states(&j));
+	cr_assert(wait_stopped(j.guard, 0, 5000), "the guard stays stopped");
+	cr_assert(STR_EQ(h_call(c, "LOCK tt wait=15s"), "OK QUEUED tt 1"));
+	kill(j.dlock, SIGSTOP);
+	expect_gone_at_grant(c, &j);
+	job_end(&j, &r);
+	cr_assert(eq(int, r.status, EX_LOST), "%s", r.out);
+	h_close(c);
+}
+
+/* Ctrl-Z on the terminal suspends the job; fg continues the command; a
+ * job left suspended past its lease has its command killed before the
+ * lease passes on, and exits 76 when continued. */
+Test(cli, run_suspended_on_a_terminal_resumes_with_fg_and_dies_with_its_lease)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+	struct job j;
+	long before;
+
+	job_start(&j, "cz", 1);
+	cr_assert(eq(int, write(j.keys, "\032", 1), 1)); /* Ctrl-Z */
+	cr_assert(wait_stopped(j.cmd, 1, 5000), "%s", job_states(&j));
+	cr_assert(wait_stopped(j.dlock, 1, 5000), "the job did not stop: %s",
+		  job_states(&j));
+	before = marks_size();
+	kill(j.dlock, SIGCONT); /* fg */
+	cr_assert(wait_stopped(j.cmd, 0, 5000), "fg did not continue it: %s",
+		  job_states(&j));
+	h_sleep_ms(300);
+	cr_assert(gt(long, marks_size(), before), "the command does not run");
+
+	cr_assert(eq(int, write(j.keys, "\032", 1), 1));
+	cr_assert(wait_stopped(j.dlock, 1, 5000), "the job did not stop: %s",
+		  job_states(&j));
+	cr_assert(STR_EQ(h_call(c, "LOCK cz wait=15s"), "OK QUEUED cz 1"));
+	expect_gone_at_grant(c, &j);
+	job_end(&j, &r);
+	cr_assert(eq(int, r.status, EX_LOST), "%s", r.out);
 	h_close(c);
 }
 
@@ -700,10 +1003,10 @@ Test(cli, run_forwards_sigterm_then_releases_the_lock)
 		  "%s", c->line);
 
 	/* a signal the command does not catch: 128 + N */
-	cr_assert(STR_EQ(h_call(c, "UNLOCK fwd %" PRIu64,
-				h_arg_u64(c->line, 1)),
-			 "OK RELEASED fwd"),
-		  "%s", c->line);
+	cr_assert(
+		STR_EQ(h_call(c, "UNLOCK fwd %" PRIu64, h_arg_u64(c->line, 1)),
+		       "OK RELEASED fwd"),
+		"%s", c->line);
 	unlink(in_dir("ready"));
 	snprintf(script, sizeof(script),
 		 "echo ready > %s; while :; do sleep 0.05; done",
@@ -845,7 +1148,8 @@ Test(cli, lock_without_an_owner_tells_which_owner_holds_it)
 		 h_kv(h_call(c, "STATUS anon"), "owner"));
 	cr_assert(strstr(r.err, owner) != NULL, "owner %s, stderr: %s", owner,
 		  r.err);
-	cr_assert(le(u64, to_u64(h_kv(c->line, "ttl_ms")), 30000)); /* default */
+	cr_assert(
+		le(u64, to_u64(h_kv(c->line, "ttl_ms")), 30000)); /* default */
 	cr_assert(gt(u64, to_u64(h_kv(c->line, "ttl_ms")), 25000));
 
 	/* another process unlocks it with that owner and its key, from
@@ -902,8 +1206,8 @@ Test(cli, refresh_extends_the_lease_of_its_owner)
 	      "1m", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(STR_EQ(r.out, "60000\n"));
-	cr_assert(
-		gt(u64, to_u64(h_kv(h_call(c, "STATUS ref"), "ttl_ms")), 50000));
+	cr_assert(gt(u64, to_u64(h_kv(h_call(c, "STATUS ref"), "ttl_ms")),
+		     50000));
 	dlock(&r, "refresh", "ref", tok, "--owner", "bob", NULL);
 	cr_assert(eq(int, r.status, EX_REFUSED), "%s", r.err);
 	h_close(c);
@@ -1195,7 +1499,8 @@ Test(cli, usage_errors_exit_64_and_help_exits_0)
 	cr_assert(eq(int, strncmp(r.out, "dlock 0.3.0", 11), 0), "%s", r.out);
 }
 
-/* ---- list, --json ----------------------------------------------------------- */
+/* ---- list, --json -----------------------------------------------------------
+ */
 
 Test(cli, list_shows_the_locks_and_json_serves_scripts)
 {
@@ -1211,31 +1516,30 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 	dlock(&r, "list", "ls/", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(strncmp(r.out, "NAME ", 5) == 0, "%s", r.out);
-	cr_assert(has(r.out, "\nls/\"q\\ ") && has(r.out, "\nls/1 "),
-		  "%s", r.out);
-	cr_assert(has(r.out, " alice ") && has(r.out, " bob "), "%s",
+	cr_assert(has(r.out, "\nls/\"q\\ ") && has(r.out, "\nls/1 "), "%s",
 		  r.out);
+	cr_assert(has(r.out, " alice ") && has(r.out, " bob "), "%s", r.out);
 
 	dlock(&r, "list", "ls/", "--limit", "1", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
-	cr_assert(has(r.out, "ls/\"q\\") && !has(r.out, "ls/1"), "%s",
-		  r.out);
+	cr_assert(has(r.out, "ls/\"q\\") && !has(r.out, "ls/1"), "%s", r.out);
 	cr_assert(has(r.err, "1 more not listed"), "%s", r.err);
 
 	/* names are escaped; numbers are numbers; "more" counts the rest */
 	dlock(&r, "list", "ls/", "--json", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
-	cr_assert(strncmp(r.out, "{\"locks\": [\n  {\"name\": \"ls/\\\"q\\\\\", "
-				 "\"state\": \"held\", \"owner\": \"bob\", "
-				 "\"token\": ",
+	cr_assert(strncmp(r.out,
+			  "{\"locks\": [\n  {\"name\": \"ls/\\\"q\\\\\", "
+			  "\"state\": \"held\", \"owner\": \"bob\", "
+			  "\"token\": ",
 			  60) == 0,
 		  "%s", r.out);
 	cr_assert(has(r.out, "{\"name\": \"ls/1\", \"state\": \"held\", "
-				"\"owner\": \"alice\", \"token\": "),
+			     "\"owner\": \"alice\", \"token\": "),
 		  "%s", r.out);
 	cr_assert(has(r.out, "\n], \"more\": 0}\n"), "%s", r.out);
 	cr_assert(has(r.out, "\"waiters\": 0, \"mode\": \"exclusive\", "
-				"\"limit\": 1, \"holders\": 1}"),
+			     "\"limit\": 1, \"holders\": 1}"),
 		  "%s", r.out);
 	dlock(&r, "list", "nothing/", "--json", NULL);
 	cr_assert(STR_EQ(r.out, "{\"locks\": [], \"more\": 0}\n"), "%s", r.out);
@@ -1256,12 +1560,9 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 	cr_assert(has(r.err, "another --limit"), "%s", r.err);
 	dlock(&r, "list", "lm/", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
-	cr_assert(has(r.out, " MODE ") && has(r.out, " HOLDERS "), "%s",
-		  r.out);
-	cr_assert(has(r.out, "\nlm/r ") && has(r.out, " shared "), "%s",
-		  r.out);
-	cr_assert(has(r.out, "\nlm/s ") && has(r.out, " sem/3 "), "%s",
-		  r.out);
+	cr_assert(has(r.out, " MODE ") && has(r.out, " HOLDERS "), "%s", r.out);
+	cr_assert(has(r.out, "\nlm/r ") && has(r.out, " shared "), "%s", r.out);
+	cr_assert(has(r.out, "\nlm/s ") && has(r.out, " sem/3 "), "%s", r.out);
 	/* a reader asking to write is told why, as "could not get it" */
 	dlock(&r, "lock", "lm/r", "--owner", owned("r1"), "--wait", "0", NULL);
 	cr_assert(eq(int, r.status, 75), "%s", r.err);
@@ -1269,22 +1570,23 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 	dlock(&r, "list", "lm/", "--json", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(has(r.out, "\"mode\": \"shared\", \"limit\": 1, "
-				"\"holders\": 2}"),
+			     "\"holders\": 2}"),
 		  "%s", r.out);
 	cr_assert(has(r.out, "\"mode\": \"semaphore\", \"limit\": 3, "
-				"\"holders\": 1}"),
+			     "\"holders\": 1}"),
 		  "%s", r.out);
 
 	dlock(&r, "status", "ls/1", "--json", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
-	cr_assert(strncmp(r.out, "{\"name\": \"ls/1\", \"state\": \"held\", "
-				 "\"token\": ",
+	cr_assert(strncmp(r.out,
+			  "{\"name\": \"ls/1\", \"state\": \"held\", "
+			  "\"token\": ",
 			  43) == 0,
 		  "%s", r.out);
 	cr_assert(has(r.out, ", \"count\": 1, \"owner\": \"alice\", "
-				"\"waiters\": 0, \"mode\": \"exclusive\", "
-				"\"limit\": 1, \"holders\": 1, \"holders_list\": "
-				"[{\"owner\": \"alice\", \"token\": "),
+			     "\"waiters\": 0, \"mode\": \"exclusive\", "
+			     "\"limit\": 1, \"holders\": 1, \"holders_list\": "
+			     "[{\"owner\": \"alice\", \"token\": "),
 		  "%s", r.out);
 	cr_assert(has(r.out, ", \"mode\": \"exclusive\"}], \"queue\": []}\n"),
 		  "%s", r.out);
@@ -1319,7 +1621,8 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 	h_close(c);
 }
 
-/* ---- run --timeout, -E, the shortest lease -------------------------------- */
+/* ---- run --timeout, -E, the shortest lease --------------------------------
+ */
 
 /* --timeout stops the command's whole tree as a lost lease would (SIGTERM,
  * the grace, SIGKILL), releases the lock and exits 124, as timeout(1). */
@@ -1344,8 +1647,7 @@ Test(cli, run_timeout_stops_the_tree_releases_and_exits_124)
 	child = (pid_t)atoi(buf);
 	cr_assert(eq(int, pid_alive(child), 0), "the background child lives");
 	dlock(&r, "trylock", "tmo", "--ttl", "1s", NULL);
-	cr_assert(eq(int, r.status, 0), "the lock was not released: %s",
-		  r.err);
+	cr_assert(eq(int, r.status, 0), "the lock was not released: %s", r.err);
 }
 
 /* -E N: the exit code when the lock cannot be taken (flock -E); and a

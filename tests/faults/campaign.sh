@@ -54,6 +54,11 @@
 #   kill_worker     kill -9 a lock worker (holding or waiting), start
 #                   another in its place
 #   kill_run        kill -9 a `dlock run` while its command runs
+#   jobctl_run      a `dlock run` of its own, without a terminal or under
+#                   script(1) on one, whose command, guard and dlock are
+#                   stopped and continued (SIGSTOP/SIGCONT) in a random
+#                   order, 2..6 times, each for 0..TTL+1.5 s (job control:
+#                   Ctrl-Z, fg, a hung dlock)
 # Redis that forgets (the daemons keep a state_dir; max_ttl is 5 s, the
 # longest grants are closed after a detected loss):
 #   flushall        FLUSHALL under the running daemon(s)
@@ -97,13 +102,13 @@ top=$(cd "$here/../.." && pwd)
 : "${PYWORKERS:=2}" "${PYTHON:=python3}"
 : "${CLUSTER:=0}" "${REDIS_HA:=0}"
 if [ "$REDIS_HA" = 1 ] && [ "$CLUSTER" = 1 ]; then
-	: "${FAULTS:=failover_redis kill9_dlockd kill9_standby stop_active partition_active clock_step kill_worker kill_run flushall forget_while_down during_takeover lossy_failover}"
+	: "${FAULTS:=failover_redis kill9_dlockd kill9_standby stop_active partition_active clock_step kill_worker kill_run flushall forget_while_down during_takeover lossy_failover jobctl_run}"
 elif [ "$REDIS_HA" = 1 ]; then
-	: "${FAULTS:=failover_redis kill9_dlockd clock_step stop_dlockd kill_worker kill_run flushall forget_while_down lossy_failover}"
+	: "${FAULTS:=failover_redis kill9_dlockd clock_step stop_dlockd kill_worker kill_run flushall forget_while_down lossy_failover jobctl_run}"
 elif [ "$CLUSTER" = 1 ]; then
-	: "${FAULTS:=kill9_dlockd kill9_standby stop_active partition_active clock_step crash_in_stall crash_in_partition kill9_redis stop_redis partition kill_worker kill_run flushall old_copy forget_while_down during_resync during_takeover}"
+	: "${FAULTS:=kill9_dlockd kill9_standby stop_active partition_active clock_step crash_in_stall crash_in_partition kill9_redis stop_redis partition kill_worker kill_run flushall old_copy forget_while_down during_resync during_takeover jobctl_run}"
 else
-	: "${FAULTS:=kill9_dlockd clock_step stop_dlockd crash_in_stall crash_in_partition kill9_redis stop_redis slow_redis partition partition_conn kill_worker kill_run flushall old_copy empty_redis forget_while_down evict during_resync}"
+	: "${FAULTS:=kill9_dlockd clock_step stop_dlockd crash_in_stall crash_in_partition kill9_redis stop_redis slow_redis partition partition_conn kill_worker kill_run flushall old_copy empty_redis forget_while_down evict during_resync jobctl_run}"
 fi
 : "${OUT:=$(mktemp -d /tmp/dlockd-faults-XXXXXX)}"
 FAKETIME_LIB=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
@@ -125,6 +130,7 @@ for b in "$DLOCKD" "$DLOCK" "$WORKER" "$CHECK"; do
 	[ -x "$b" ] || { say "missing $b (make faults builds it)"; exit 2; }
 done
 command -v redis-server >/dev/null || { say "redis-server is needed"; exit 2; }
+have_script=$(command -v script)  # jobctl_run on a terminal (util-linux)
 
 # ---- the network: a namespace for Redis when we can --------------------------
 
@@ -751,6 +757,80 @@ f_lossy_failover() {
 			redis_ha_start "$k"
 		fi
 	done
+}
+
+# jobctl_run: the `dlock run` of one episode runs its command (a worker
+# child, recording that it runs, as the runners' do) for longer than the
+# whole episode. Its three processes are found by their parent links:
+# dlock is what the campaign started or, with a terminal, the child of
+# the shell that script(1) runs there (a non-interactive shell, which
+# waits for dlock and ignores its stops); the guard is dlock's only child,
+# the command the guard's. Every draw is made up front, whatever happens:
+# the schedule stays the seed's.
+jgen=0
+f_jobctl_run() {
+	local ttl tty lock hist ms=1000 n k cmd="" guard="" dl="" pid rc i
+	local -a who pause targets=(cmd guard dlock)
+	local -A proc stopped
+	jgen=$((jgen + 1))
+	rnd 3; ttl=$((R == 0 ? 600 : R == 1 ? 1000 : 2000))
+	rnd 2; tty=$R
+	rnd "$LOCKS"; lock=L$R
+	rnd 5; n=$((2 + R))
+	for ((k = 0; k < n; k++)); do
+		rnd 3; who[k]=${targets[R]}
+		rnd 10
+		if [ $R -lt 4 ]; then rnd 300; pause[k]=$R
+		elif [ $R -lt 7 ]; then rnd $((ttl - 300)); pause[k]=$((300 + R))
+		else rnd 1500; pause[k]=$((ttl + R)); fi
+		ms=$((ms + pause[k]))
+	done
+	hist=$OUT/hist/j$jgen.hist
+	[ "$tty" = 1 ] && [ -z "$have_script" ] && tty=0
+	if [ "$tty" = 1 ]; then
+		SHELL=/bin/sh script -qec "$DLOCK $conn run $lock --ttl ${ttl}ms --wait 10s -- $WORKER child $hist $ms; exit \$?" \
+			/dev/null < /dev/null >> "$OUT/jobctl.log" 2>&1 &
+	else
+		"$DLOCK" $conn run "$lock" --ttl "${ttl}ms" --wait 10s -- \
+			"$WORKER" child "$hist" "$ms" < /dev/null >> "$OUT/jobctl.log" 2>&1 &
+	fi
+	pid=$!
+	for ((i = 0; i < 600; i++)); do
+		dl=$pid
+		[ "$tty" = 1 ] && dl=$(pgrep -P "$(pgrep -P "$pid" | head -1)" 2>/dev/null | head -1)
+		[ -n "$dl" ] && guard=$(pgrep -P "$dl" 2>/dev/null | head -1)
+		[ -n "$guard" ] && cmd=$(pgrep -P "$guard" 2>/dev/null | head -1)
+		[ -z "$cmd" ] && kill -0 "$pid" 2>/dev/null || break
+		sleep 0.02
+	done
+	# never stop anything else (the campaign itself)
+	[ "$(cat "/proc/$dl/comm" 2>/dev/null)" = dlock ] &&
+		tr '\0' ' ' < "/proc/$guard/cmdline" 2>/dev/null |
+		grep -q '^dlock --run-guard ' || cmd=""
+	if [ -n "$cmd" ]; then
+		proc=([cmd]=$cmd [guard]=$guard [dlock]=$dl)
+		for ((k = 0; k < n; k++)); do
+			if [ "${stopped[${who[k]}]:-0}" = 1 ]; then
+				kill -CONT "${proc[${who[k]}]}" 2>/dev/null
+				stopped[${who[k]}]=0
+			else
+				kill -STOP "${proc[${who[k]}]}" 2>/dev/null
+				stopped[${who[k]}]=1
+			fi
+			pause_ms "${pause[k]}"
+		done
+		kill -CONT "$cmd" "$guard" "$dl" 2>/dev/null
+	fi
+	for ((i = 0; i < 1000; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.02
+	done
+	kill -0 "$pid" 2>/dev/null && kill -9 "$pid" "$dl" 2>/dev/null
+	wait "$pid" 2>/dev/null
+	rc=$?
+	[ $i -lt 1000 ] || rc="$rc (did not end: killed)"
+	[ -n "$cmd" ] || rc="$rc (never ran)"
+	note jobctl_run "j$jgen tty $tty ttl $ttl $(for ((k = 0; k < n; k++)); do printf '%s/%s ' "${who[k]}" "${pause[k]}"; done)exit $rc"
 }
 
 # ---- the campaign -------------------------------------------------------------

@@ -11,8 +11,9 @@
  *
  * From the records it builds, per lock, the holding intervals:
  *   - a grant (G) holds from the moment it was received to the earliest of
- *     its UNLOCK being sent (U), the library reporting it lost (L), and its
- *     local deadline (the latest of G and its renewals R). A worker killed
+ *     its UNLOCK being sent (U), the library reporting it lost (L, which
+ *     may come before its G, and names the deadline it then counted on),
+ *     and its local deadline (the latest of G and its renewals R). A worker killed
  *     while holding leaves an open interval: it lasts to that deadline,
  *     which is what the server promised;
  *   - a `dlock run` command (A records of one token) holds from its first
@@ -151,6 +152,18 @@ static void read_forgets(const char *path)
 	fclose(f);
 }
 
+/* A loss (L) recorded before its grant (G): the library's thread writes
+ * L the moment it gives a lease up, the worker's thread writes G when
+ * dlock_acquire() returns, so the two may come in either order. Kept
+ * until the G of the same lock and token in the same file. */
+#define EARLY_MAX 16
+static struct early {
+	char lock[NAME_MAX_];
+	uint64_t token;
+	int64_t end; /* the earliest of the loss and the deadline it names */
+} early[EARLY_MAX];
+static size_t nearly;
+
 /* One record of owner's file; `from` is the first span of this file. */
 static void record(struct hist *h, size_t from, const char *owner,
 		   const char *line)
@@ -180,6 +193,15 @@ static void record(struct hist *h, size_t from, const char *owner,
 		if (s->limit < 1)
 			s->limit = 1;
 		h->grants++;
+		for (size_t i = 0; i < nearly; i++) {
+			if (early[i].token != token ||
+			    strcmp(early[i].lock, lock) != 0)
+				continue;
+			s->end = early[i].end < s->end ? early[i].end : s->end;
+			s->open = 0;
+			early[i] = early[--nearly];
+			break;
+		}
 		break;
 	case 'R':
 		/* the deadline the library counts on now: a REFRESH with a
@@ -208,9 +230,19 @@ static void record(struct hist *h, size_t from, const char *owner,
 				  "server's word (reason %d) at %" PRId64
 				  ", %" PRId64 " ms before its deadline",
 				  owner, lock, token, reason, t, d - t);
+		/* held until the loss, or the deadline the library counted
+		 * on then if earlier: a shortening REFRESH moves it, and its
+		 * R record is not written when the lease is lost first */
+		if (d > 0 && d < t)
+			t = d;
 		if (s && s->open) {
 			s->end = t < s->end ? t : s->end;
 			s->open = 0;
+		} else if (!s && nearly < EARLY_MAX) {
+			snprintf(early[nearly].lock, sizeof(early[0].lock), "%s",
+				 lock);
+			early[nearly].token = token;
+			early[nearly++].end = t;
 		}
 		break;
 	case 'A':
@@ -238,6 +270,7 @@ static void read_file(struct hist *h, const char *dir, const char *file)
 	size_t from = h->n, len = strlen(file) - 5;
 	FILE *f;
 
+	nearly = 0;
 	snprintf(path, sizeof(path), "%s/%s", dir, file);
 	snprintf(owner, sizeof(owner), "%.*s", (int)len, file);
 	if (!(f = fopen(path, "r"))) {

@@ -394,6 +394,25 @@ def test_redis_down_makes_changes_unavailable_and_unconfirmed_leases_lost(rdaemo
             lease.release()
 
 
+def test_a_grant_answered_too_late_to_use_is_given_back(rdaemon):
+    # Redis paused for most of the TTL: the grant is answered once Redis
+    # has it, when the lease is already inside its lost guard. lock() must
+    # not return it as a success (it was reported lost the next tick).
+    lost = Lost()
+    rp = rdaemon.redis.proc
+    with client(rdaemon, on_lost=lost) as c, client(rdaemon) as other:
+        rp.send_signal(signal.SIGSTOP)
+        threading.Timer(0.7, rp.send_signal, (signal.SIGCONT,)).start()
+        with pytest.raises(dlockd.LockTimeout):
+            c.lock("late", ttl=1, wait=0)
+        other.lock("late", ttl=1, wait=0).release()  # given back at once
+        rp.send_signal(signal.SIGSTOP)
+        threading.Timer(0.7, rp.send_signal, (signal.SIGCONT,)).start()
+        lease = c.lock("late", ttl=1, wait=5)  # asked again: a usable lease
+        assert lease.valid and not lost.calls
+        lease.release()
+
+
 def _unavailable(c: dlockd.Client) -> bool:
     try:
         c.lock("probe", ttl=1, wait=0).release()

@@ -570,6 +570,21 @@ class Core:
                 ls.ttl = max(ls.ttl, other.ttl)
         ls.acquired_at = sent_at
         ls.confirm(sent_at, ms)
+        now = now_ms()
+        if now >= ls.deadline - self.guard_ms(ls.ttl):
+            # The reply came so late (the server held it through a
+            # take-over or a stall of Redis) that the lease is already
+            # inside its lost guard: handed out, it would be declared
+            # lost at the next tick while lock() said success. Give it
+            # back; ask again while the wait lasts.
+            self._cleanup_grant(q.name, token)
+            if q.wait < 0 or (q.wait > 0 and q.wait_end > now):
+                q.op = "LOCK"
+                q.deadline = now + self.o.request_timeout_ms
+                self._write(q, now)
+            else:
+                self._finish(q, LockTimeout("granted too late to be used"))
+            return
         o = q.opts
         ls.renew = o.get("renew", self.o.renew)
         mh = o.get("max_hold", self.o.max_hold_ms)
