@@ -640,7 +640,8 @@ int dlock_acquire(dlock_client *c, const char *name,
 	    (o->mode != DLOCK_EXCLUSIVE && o->mode != DLOCK_SHARED) ||
 	    o->limit > DL_LIMIT_MAX ||
 	    (o->mode == DLOCK_SHARED && o->limit > 1) || bad_ms(o->warn_ms) ||
-	    (o->warn_ms && ttl_ms && o->warn_ms >= ttl_ms))
+	    (o->warn_ms && ttl_ms && o->warn_ms >= ttl_ms) ||
+	    bad_ms(o->delay_ms) || o->delay_ms > DL_LOCK_DELAY_MAX_MS)
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
@@ -658,6 +659,7 @@ int dlock_acquire(dlock_client *c, const char *name,
 	q->shared = o->mode == DLOCK_SHARED;
 	q->limit = o->limit;
 	q->warn = o->warn_ms;
+	q->delay = o->delay_ms;
 	if (wait_ms <= 0)
 		q->wait = wait_ms < 0 ? -1 : 0;
 	else

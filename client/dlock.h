@@ -334,6 +334,12 @@ int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,
  *          lease remain unrefreshed (n below the TTL), and the client
  *          calls on_at_risk: for leases that renewal does not keep
  *          (options.renew off), or that must be known at risk early.
+ *   delay_ms  0: none. n (at most 60000): the lock's lock-delay: after
+ *          a lease of it ends without an unlock (it expired, e.g. its
+ *          holder lost the server, or was broken), the server grants it
+ *          to nobody for n ms, waiters keeping their place; an unlock
+ *          frees it at once. Set by the request that finds the lock
+ *          free, raised by later ones. Above 60000: DLOCK_EINVAL.
  */
 enum dlock_mode { DLOCK_EXCLUSIVE = 0, DLOCK_SHARED = 1 };
 
@@ -343,6 +349,8 @@ struct dlock_lock_options {
 	enum dlock_mode mode;
 	uint32_t limit; /* 0 or 1: a lock; n > 1: a semaphore of n */
 	int64_t warn_ms; /* 0: none; else below the TTL (LOCK warn=) */
+	int64_t delay_ms; /* 0: none; else the lock's lock-delay, at most
+			     60000 (LOCK delay=) */
 };
 
 void dlock_lock_options_init(struct dlock_lock_options *o);
@@ -421,6 +429,8 @@ struct dlock_status {
 	char mode[12];	/* "exclusive", "shared", "semaphore"; "" when free */
 	uint32_t limit;	  /* holders at once: 1 for a lock, n: a semaphore */
 	uint32_t holders; /* how many hold it now */
+	int64_t delay_ms; /* the lock's lock-delay, 0 if none */
+	int64_t delay_left_ms; /* what is left of it while it runs, else 0 */
 };
 int dlock_status(dlock_client *c, const char *name, struct dlock_status *st);
 

@@ -84,6 +84,7 @@ static const struct {
 	[OPT_SECRET_FILE] = {"secret-file", 1},
 	[OPT_REASON] = {"reason", 1},
 	[OPT_WARN] = {"warn", 1},
+	[OPT_DELAY] = {"delay", 1},
 	[OPT_HELP] = {"help", 0},
 	[OPT_VERSION] = {"version", 0},
 };
@@ -197,9 +198,11 @@ static const char exit_help[] =
 static const struct subcmd subcmds[] = {
 	{"run", dl_cli_run, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_GRACE) |
-		 OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_SHARED) | OPTB(OPT_LIMIT),
+		 OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_SHARED) | OPTB(OPT_LIMIT) |
+		 OPTB(OPT_DELAY),
 	 "run <name> [--ttl D] [--wait D|inf] [--shared|--limit N] "
-	 "[--grace D] [--timeout D] [-E N] [--] <command> [args...]",
+	 "[--delay D] [--grace D] [--timeout D] [-E N] [--] <command> "
+	 "[args...]",
 	 "Take the lock (waiting up to --wait, default inf), run the command\n"
 	 "in a process group of its own with DLOCK_NAME, DLOCK_TOKEN (the\n"
 	 "fencing token) and DLOCK_OWNER in its environment, renew the lease\n"
@@ -215,12 +218,14 @@ static const struct subcmd subcmds[] = {
 	 "least 500ms. --shared: hold it with other --shared holders (a\n"
 	 "reader); without, alone (a writer); first come, first served\n"
 	 "across both. --limit N: a semaphore, N holders at once, each with\n"
-	 "its own token; every user of the name must give the same N.\n", 0},
+	 "its own token; every user of the name must give the same N.\n"
+	 "--delay D: the lock's lock-delay, as for lock.\n", 0},
 	{"lock", dl_cli_lock, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_CONFLICT_EXIT) |
-		 OPTB(OPT_SHARED) | OPTB(OPT_LIMIT) | OPTB(OPT_WARN),
+		 OPTB(OPT_SHARED) | OPTB(OPT_LIMIT) | OPTB(OPT_WARN) |
+		 OPTB(OPT_DELAY),
 	 "lock <name> [--ttl D] [--wait D|inf] [--shared|--limit N] "
-	 "[--warn D] [-E N]",
+	 "[--warn D] [--delay D] [-E N]",
 	 "Take the lock (waiting up to --wait, default inf), print its\n"
 	 "fencing token and exit. The lease is NOT renewed: it ends when its\n"
 	 "TTL (--ttl, default 30s) runs out, unless `dlock unlock` or\n"
@@ -228,11 +233,14 @@ static const struct subcmd subcmds[] = {
 	 "the random owner id is printed on stderr. --shared and --limit N\n"
 	 "as for run. --warn D: the server sends * EXPIRING to the owner's\n"
 	 "connections when D of the lease remain unrefreshed (D below the\n"
-	 "TTL).\n", 0},
+	 "TTL). --delay D (at most 1m): the lock's lock-delay: after a\n"
+	 "lease of it ends without an unlock (it expired or was broken),\n"
+	 "nobody gets it for D; waiters keep their place.\n", 0},
 	{"trylock", dl_cli_lock, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_SHARED) |
-		 OPTB(OPT_LIMIT) | OPTB(OPT_WARN),
-	 "trylock <name> [--ttl D] [--shared|--limit N] [--warn D] [-E N]",
+		 OPTB(OPT_LIMIT) | OPTB(OPT_WARN) | OPTB(OPT_DELAY),
+	 "trylock <name> [--ttl D] [--shared|--limit N] [--warn D] "
+	 "[--delay D] [-E N]",
 	 "As `dlock lock --wait 0`: take the lock if it is free, else exit\n"
 	 "75 at once (N with -E).\n", 0},
 	{"unlock", dl_cli_unlock, 2, 0, "unlock <name> <token>",
@@ -528,6 +536,15 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 		return parse_dur(cl, "grace", v, &cl->grace_ms);
 	case OPT_WARN:
 		return parse_dur(cl, "warn", v, &cl->warn_ms);
+	case OPT_DELAY:
+		if ((rc = parse_dur(cl, "delay", v, &cl->delay_ms)) != 0)
+			return rc;
+		if (cl->delay_ms > DL_LOCK_DELAY_MAX_MS)
+			return dl_cli_usage_error(cl,
+						  "--delay: %s is too long, at "
+						  "most 1m (a lock's delay)",
+						  v);
+		return 0;
 	case OPT_RAW:
 		cl->raw = 1;
 		return 0;
@@ -889,6 +906,7 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 	lo.mode = cl->shared ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
 	lo.limit = (uint32_t)cl->limit;
 	lo.warn_ms = (int64_t)cl->warn_ms;
+	lo.delay_ms = (int64_t)cl->delay_ms;
 	rc = dlock_acquire(c, name, &lo, l);
 	if (rc == 0)
 		return 0;

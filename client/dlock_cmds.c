@@ -294,9 +294,13 @@ int dl_cli_status(struct cli *cl)
 		dl_cli_json_str_or_null(stdout, st.owner);
 		printf(", \"waiters\": %" PRIu32 ", \"mode\": ", st.waiters);
 		dl_cli_json_str_or_null(stdout, st.mode);
-		printf(", \"limit\": %" PRIu32 ", \"holders\": %" PRIu32
-		       ", \"holders_list\": [",
+		printf(", \"limit\": %" PRIu32 ", \"holders\": %" PRIu32,
 		       st.limit, st.holders);
+		if (st.delay_ms) /* a lock with a lock-delay */
+			printf(", \"delay_ms\": %" PRId64
+			       ", \"delay_left_ms\": %" PRId64,
+			       st.delay_ms, st.delay_left_ms);
+		fputs(", \"holders_list\": [", stdout);
 		for (i = 0, first = 1; i < m.n; i++)
 			if (!m.v[i].waiter) {
 				fputs(first ? "" : ", ", stdout);
@@ -319,6 +323,10 @@ int dl_cli_status(struct cli *cl)
 		       st.ttl_ms, st.count, st.owner[0] ? st.owner : "-",
 		       st.waiters, st.mode[0] ? st.mode : "-", st.limit,
 		       st.holders);
+		if (st.delay_ms)
+			printf("delay_ms=%" PRId64 "\ndelay_left_ms=%" PRId64
+			       "\n",
+			       st.delay_ms, st.delay_left_ms);
 		for (i = 0; i < m.n; i++)
 			print_member(&m.v[i]);
 	} else {

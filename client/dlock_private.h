@@ -111,6 +111,7 @@ struct dl__req {
 	int64_t ttl;	   /* ms, explicit (0 resolved to the server default) */
 	int64_t wait;	   /* LOCK: ms as asked, -1 forever */
 	int64_t warn;	   /* LOCK: warn= ms, 0 for none */
+	int64_t delay;	   /* LOCK: delay= ms, 0 for none */
 	int64_t wait_end;  /* LOCK: monotonic end of the wait, from the first
 			      write; DL__NEVER for forever */
 	int64_t sent_at;   /* monotonic ms of the last write */

@@ -277,6 +277,13 @@ void dl__status_extra(const struct dl_reply *r, struct dlock_status *st)
 	if (dl_reply_kv(r, "waiters", &v) == 0 &&
 	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= UINT32_MAX)
 		st->waiters = (uint32_t)n;
+	/* STATUS only; a server without lock-delays leaves them 0 */
+	if (dl_reply_kv(r, "delay_ms", &v) == 0 &&
+	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= INT64_MAX)
+		st->delay_ms = (int64_t)n;
+	if (dl_reply_kv(r, "delay_left_ms", &v) == 0 &&
+	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= INT64_MAX)
+		st->delay_left_ms = (int64_t)n;
 }
 
 /* A line of a STATS body, "key value", kept as "key\0value\0"; or of a

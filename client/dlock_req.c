@@ -227,6 +227,8 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 			dl_fmt_kv_u64(f, "limit", q->limit);
 		if (q->warn > 0)
 			dl_fmt_kv_u64(f, "warn", (uint64_t)q->warn);
+		if (q->delay > 0)
+			dl_fmt_kv_u64(f, "delay", (uint64_t)q->delay);
 		break;
 	case DL__CONFIRM:
 	case DL__REFRESH:

@@ -1697,3 +1697,26 @@ Test(cli, break_ends_the_lease_it_names)
 	cr_assert(eq(int, r.status, 0), "the lock is free after: %s", r.err);
 	cr_assert(gt(u64, to_u64(r.out), to_u64(tok)));
 }
+
+/* lock --delay D gives the lock a lock-delay: once the lease runs out,
+ * trylock fails for D and status shows the delay; more than 1m is a
+ * usage error. */
+Test(cli, lock_delay_keeps_an_expired_lock_busy_for_the_delay)
+{
+	struct result r;
+
+	dlock(&r, "lock", "ld", "--ttl", "500ms", "--delay", "2s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	h_sleep_ms(700);
+	dlock(&r, "trylock", "ld", NULL);
+	cr_assert(eq(int, r.status, 75), "%s%s", r.out, r.err);
+	dlock(&r, "status", "ld", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(has(r.out, "state=free\n") && has(r.out, "delay_ms=2000\n") &&
+			  has(r.out, "delay_left_ms="),
+		  "%s", r.out);
+	dlock(&r, "lock", "ld2", "--delay", "2m", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	cr_assert(has(r.err, "--delay: 2m is too long, at most 1m"), "%s",
+		  r.err);
+}

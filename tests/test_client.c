@@ -1684,3 +1684,49 @@ Test(client, stock_demo_sells_exactly_the_stock, .init = start_none,
 	cr_assert(ne(ptr, strstr(out, "sold 10 of 10 items"), NULL),
 		  "output:\n%s", out);
 }
+
+/* delay_ms gives the lock a lock-delay: the lease of a client that does
+ * not renew runs out, and another client's lock waits the delay out on
+ * top of the TTL (STATUS shows it running); above 60000 is DLOCK_EINVAL
+ * before anything is sent. */
+Test(client, delay_ms_keeps_an_expired_lock_from_the_next_holder,
+     .init = start_none, .fini = stop_all)
+{
+	struct dlock_options o;
+	struct dlock_lock_options lo;
+	struct dlock_status st;
+	dlock_client *a, *b;
+	dlock_lease *la = NULL, *lb = NULL;
+	int64_t t0, t1;
+	int rc;
+
+	opts(&o);
+	o.renew = 0;
+	a = connect_with(&o);
+	b = client();
+	dlock_lock_options_init(&lo);
+	lo.ttl_ms = 300;
+	lo.delay_ms = 60001; /* above the maximum, 1m */
+	cr_assert(eq(int, dlock_acquire(a, "dl", &lo, &la), DLOCK_EINVAL));
+	lo.delay_ms = 800;
+	t0 = dlock_now_ms();
+	rc = dlock_acquire(a, "dl", &lo, &la);
+	cr_assert(eq(int, rc, 0), "%s", dlock_strerror(rc));
+	h_sleep_ms(400);
+	rc = dlock_status(b, "dl", &st);
+	cr_assert(eq(int, rc, 0), "%s", dlock_strerror(rc));
+	cr_assert(eq(int, st.held, 0));
+	cr_assert(eq(i64, st.delay_ms, 800));
+	cr_assert(gt(i64, st.delay_left_ms, 0));
+	lb = must_lock(b, "dl", 5000, DLOCK_WAIT_FOREVER);
+	t1 = dlock_now_ms();
+	cr_assert(ge(i64, t1 - t0, 300 + 800 - 5),
+		  "granted %lld ms after the first lock: ttl 300, delay 800",
+		  (long long)(t1 - t0));
+	cr_assert(eq(int, dlock_unlock(b, lb), 0));
+	rc = dlock_unlock(a, la);
+	cr_assert(rc == DLOCK_ENOTHOLDER || rc == DLOCK_ELOST, "%s",
+		  dlock_strerror(rc));
+	dlock_close(a);
+	dlock_close(b);
+}
