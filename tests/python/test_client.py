@@ -308,6 +308,22 @@ def test_the_server_warning_calls_on_at_risk_when_renewal_is_off(daemon):
             c.lock("bad", ttl=1.0, warn=1.0)
 
 
+def test_a_lock_delay_keeps_an_expired_lock_from_the_next_holder(daemon):
+    with client(daemon, renew=False) as a, client(daemon) as b:
+        with pytest.raises(ValueError):
+            a.lock("bad", delay=61)
+        t0 = time.monotonic()
+        a.lock("delayed", ttl=0.3, delay=0.8)
+        time.sleep(0.4)  # expired: in its delay
+        st = b.status("delayed")
+        assert not st.held and st.delay == 0.8 and st.delay_left > 0, st
+        with pytest.raises(dlockd.LockTimeout):
+            b.lock("delayed", wait=0)
+        lease = b.lock("delayed", ttl=5)
+        assert time.monotonic() - t0 >= 0.3 + 0.8 - 0.05, "granted during the delay"
+        lease.release()
+
+
 def test_a_shortening_refresh_moves_the_local_deadline_when_sent(daemon):
     with client(daemon, renew=False) as c:
         lease = c.lock("s", ttl=10)

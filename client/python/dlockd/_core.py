@@ -783,6 +783,7 @@ class Core:
                 mode="shared" if q.shared else None,
                 limit=q.limit if q.limit > 1 else None,
                 warn=int(q.opts["warn"]) if q.opts.get("warn") else None,
+                delay=int(q.opts["delay"]) if q.opts.get("delay") else None,
                 tag=tag,
             )
         if op in ("CONFIRM", "RENEW", "REFRESH"):

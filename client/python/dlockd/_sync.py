@@ -242,6 +242,7 @@ class Client:
         on_lost: Callable[..., Any] | None = None,
         on_at_risk: Callable[..., Any] | None = None,
         warn: float | None = None,
+        delay: float | None = None,
     ) -> Lease:
         """Acquire `name` for a lease of `ttl` seconds (None: the server's
         default), waiting up to `wait` seconds (None: for ever; 0: try
@@ -250,9 +251,14 @@ class Client:
         until released, lost or ``max_hold`` seconds after it was granted.
         ``warn`` (seconds, below the TTL): the server sends ``* EXPIRING``
         when that much of the lease remains unrenewed, and on_at_risk is
-        called. Raises LockTimeout, LimitMismatch, UpgradeDeadlock, Denied,
+        called. ``delay`` (seconds, at most 60): the lock's lock-delay --
+        after a lease of it ends without a release (it expired or was
+        broken), the server grants it to nobody for that long, waiters
+        keeping their place; a release frees it at once. Set by the request
+        that finds the lock free, raised by later ones; ``status()`` shows
+        it (``delay``, ``delay_left``). Raises LockTimeout, LimitMismatch, UpgradeDeadlock, Denied,
         Unavailable, ConnectionLost."""
-        a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk, warn)
+        a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay)
         start = now_ms()
         wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
         with self._mu:

@@ -41,6 +41,8 @@ class Status:
     mode: str = ""  # exclusive, shared, semaphore; "" when free
     limit: int = 1
     holders: int = 0
+    delay: float = 0.0  # the lock's lock-delay, seconds (0: none)
+    delay_left: float = 0.0  # what is left of it while it runs, seconds
 
 
 def _int(v: str | None) -> int:
@@ -64,6 +66,8 @@ def status_of(name: str, words: Reply | list[str]) -> Status:
         mode="" if mode == "-" else mode,
         limit=_int(r.kv("limit")) or 1,
         holders=_int(r.kv("holders")),
+        delay=_int(r.kv("delay_ms")) / 1000.0,
+        delay_left=_int(r.kv("delay_left_ms")) / 1000.0,
     )
 
 
