@@ -218,7 +218,9 @@ integ: all $(addprefix $(O)/tests/,$(INTEG_TESTS))
 	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
 	  $(INTEG_ENV) $(O)/tests/$$t --jobs 1; done; \
 	echo "== test_server (persist=redis)"; \
-	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_server --jobs 1
+	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_server --jobs 1; \
+	echo "== test_lease_end (persist=redis)"; \
+	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_lease_end --jobs 1
 
 scripts: $(O)/dlockd
 	@set -e; for s in tests/scripts/*.sh; do echo "== $$s"; \
