@@ -55,7 +55,8 @@ static int collect(const struct dl_record_item *it, void *arg)
 
 	cr_assert(x->n < 8);
 	x->it[x->n] = *it;
-	memcpy(x->owners[x->n], it->owner.p, it->owner.len);
+	if (it->owner.len) /* a D item has none */
+		memcpy(x->owners[x->n], it->owner.p, it->owner.len);
 	x->owners[x->n][it->owner.len] = '\0';
 	if (it->tag.len)
 		memcpy(x->tags[x->n], it->tag.p, it->tag.len);
