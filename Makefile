@@ -3,9 +3,16 @@
 #
 #   make            build dlockd, libdlock and dlock into $(O) (build/)
 #   make check      install missing Debian packages (announced), then build
-#                   and run every test, normal and -fsanitize=address,undefined
+#                   and run every suite under -fsanitize=address,undefined
+#                   (two at a time), the Python tests, a short fault
+#                   campaign and the fuzzers' smoke run
+#   make test       the contributors' loop: normal build, the unit suites
+#                   and the quicker integration suites, TEST_JOBS at a
+#                   time (README, Inside); make test-all: every suite
+#                   and script, still without sanitizers
 #   make run        start a private redis-server and dlockd in the foreground
-#   make install    PREFIX=/usr/local DESTDIR= (staged installs welcome)
+#   make install    PREFIX=/usr/local DESTDIR= (staged installs welcome);
+#                   the configuration goes to PREFIX/etc (/etc for /usr)
 #   make bench      benchmarks, dlockd against the Redis recipe (on demand;
 #                   BENCH_ONLY=tls: only the TLS rows)
 #   make bench-bound  what bounds the durable pairs on a small machine
@@ -25,8 +32,13 @@ SBINDIR    ?= $(PREFIX)/sbin
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 MANDIR     ?= $(PREFIX)/share/man
-SYSCONFDIR ?= /etc
+# The configuration follows PREFIX (an install into /opt/dlockd or a home
+# directory writes nothing outside it), except that /usr's is /etc.
+SYSCONFDIR ?= $(if $(filter /usr /usr/,$(PREFIX)),/etc,$(PREFIX)/etc)
 DOCDIR     ?= $(PREFIX)/share/doc/dlockd
+# Files meant to be used, not read: redis.conf includes redis-dlockd.conf
+# from here (slim images, Docker's Debian among them, strip share/doc).
+DATADIR    ?= $(PREFIX)/share/dlockd
 UNITDIR    ?= $(PREFIX)/lib/systemd/system
 
 CC         ?= cc
@@ -63,7 +75,7 @@ ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ---------------------------------------------------------------
 
-PROTO_SRC  := proto/proto.c
+PROTO_SRC  := proto/proto.c proto/desc.c
 SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/conn.c server/cmd.c server/server.c server/store.c \
               server/notify.c server/record.c server/store_load.c \
@@ -72,14 +84,14 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
               server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c \
-              server/locktab_side.c
+              server/desc.c server/locktab_side.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
-              client/dlock_reply.c client/dlock_tls.c
+              client/dlock_reply.c client/dlock_tls.c client/dlock_desc.c
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
               test_users
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls test_access \
-               test_conformance test_lease_end
+               test_conformance test_describe test_lease_end
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -88,7 +100,7 @@ CLIENT_OBJ := $(CLIENT_SRC:%.c=$(O)/%.o)
 LOCKTAB_OBJ := $(O)/server/locktab.o $(O)/server/locktab_ops.o \
                $(O)/server/locktab_verify.o $(O)/server/locktab_side.o \
                $(O)/server/htab.o \
-               $(O)/server/wheel.o
+               $(O)/server/wheel.o $(O)/server/desc.o
 # libdlock.so is built from position-independent copies of its objects.
 LIB_PIC_OBJ := $(patsubst %.c,$(O)/pic/%.o,$(CLIENT_SRC) $(PROTO_SRC))
 LIBDLOCK_A  := $(O)/libdlock.a
@@ -99,7 +111,8 @@ TEST_BINS  := $(addprefix $(O)/tests/,$(UNIT_TESTS) $(INTEG_TESTS))
 # daemon's keys with the store's own bucket function.
 HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 
-.PHONY: all check test unit integ scripts run run-ha install uninstall clean deps \
+.PHONY: all check test test-all test-bins unit integ scripts run run-ha \
+        install uninstall clean deps \
         bench bench-bound fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest bench-python
 all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
@@ -171,6 +184,9 @@ $(O)/tests/test_users: $(O)/tests/test_users.o $(O)/server/users.o \
 $(O)/tests/test_server: $(O)/tests/test_server.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_describe: $(O)/tests/test_describe.o $(HARNESS_OBJ) \
+                          $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_persist: $(O)/tests/test_persist.o $(HARNESS_OBJ) \
                          $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
@@ -211,22 +227,67 @@ unit: $(addprefix $(O)/tests/,$(UNIT_TESTS))
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; \
 	  $(O)/tests/$$t $(CRIT_ARGS); done
 
-# test_server runs twice: the same protocol behaviour is required with
-# persistence off and on.
+# test_server and test_describe run twice: the same protocol behaviour is
+# required with persistence off and on.
 INTEG_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DLOCK_EXAMPLES=$(O)/examples
 integ: all $(addprefix $(O)/tests/,$(INTEG_TESTS))
 	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
 	  $(INTEG_ENV) $(O)/tests/$$t --jobs 1; done; \
 	echo "== test_server (persist=redis)"; \
 	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_server --jobs 1; \
+	echo "== test_describe (persist=redis)"; \
+	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_describe --jobs 1; \
 	echo "== test_lease_end (persist=redis)"; \
 	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_lease_end --jobs 1
 
-scripts: $(O)/dlockd
+scripts: $(O)/dlockd $(O)/dlock
 	@set -e; for s in tests/scripts/*.sh; do echo "== $$s"; \
-	  DLOCKD=$(O)/dlockd sh $$s; done
+	  DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock sh $$s; done
 
-test: unit integ scripts
+# One suite, named suite-<binary> (suite-test_server.redis: test_server
+# with persistence on, DL_TEST_PERSIST=redis): its output goes to
+# $(O)/tests/<suite>.log and is shown when it fails; otherwise its summary
+# and how long it took. Unit suites run CRIT_ARGS tests at a time, the
+# integration suites one at a time (each test starts its own Redis and
+# daemon on ports of its own, and mostly waits: two suites side by side
+# share the two cores well).
+suite-%:
+	@t=$*; set --; case $$t in *.redis) t=$${t%.redis}; \
+	  set -- DL_TEST_PERSIST=redis;; esac; \
+	case " $(UNIT_TESTS) " in *" $$t "*) j="$(CRIT_ARGS)";; \
+	  *) j="--jobs 1";; esac; \
+	start=$$(date +%s); \
+	if env "$$@" $(INTEG_ENV) $(O)/tests/$$t $$j > $(O)/tests/$*.log 2>&1; \
+	then echo "== $*: $$(tail -n 1 $(O)/tests/$*.log | \
+	  sed 's/^.*Synthesis: //; s/ *$$//'), in $$(( $$(date +%s) - start )) s"; \
+	else cat $(O)/tests/$*.log; echo "== $*: FAILED"; exit 1; fi
+
+# The contributors' loop: the unit suites and the integration suites
+# that take seconds rather than minutes -- the protocol (test_server,
+# persistence off), libdlock, dlock, users and rights, the operator's
+# tools, the conformance scenarios. Left to test-all and make check:
+# suites that start Redis replicas and Sentinels, kill and pause daemons
+# or wait out leases, the scripts, the sanitizers, the fault campaign and
+# fuzzing. TEST_JOBS suites at a time.
+QUICK_INTEG := test_server test_client test_cli test_access test_ops \
+               test_conformance
+QUICK_SUITES := $(UNIT_TESTS) $(QUICK_INTEG)
+TEST_JOBS ?= 3
+test: all $(addprefix $(O)/tests/,$(QUICK_SUITES))
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) \
+	  $(addprefix suite-,$(QUICK_SUITES))
+
+# Every suite and script of the build in $(O), TEST_JOBS suites at a time,
+# the longest first so that the last to start are short.
+ALL_SUITES := test_ha test_persist test_faults test_cli test_client \
+              test_layout test_access test_tls test_server.redis \
+              test_server test_ops test_conformance test_lease_end \
+              test_lease_end.redis $(UNIT_TESTS)
+test-bins: all $(TEST_BINS)
+test-all: test-bins
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) \
+	  $(addprefix suite-,$(ALL_SUITES))
+	@$(MAKE) --no-print-directory scripts
 
 # The Python client (client/python): its tests and the conformance
 # scenarios' Python runner, against this build's dlockd. Debian's Python:
@@ -238,8 +299,9 @@ pytest: $(O)/dlockd
 # The front door for CI and for people: packages, a normal build with its
 # unit tests, then the whole suite under AddressSanitizer and UBSan.
 check: deps
-	$(MAKE) all unit
-	$(MAKE) SAN=1 test
+	$(MAKE) -j2 all
+	$(MAKE) -j2 SAN=1 test-bins
+	$(MAKE) SAN=1 TEST_JOBS=2 test-all
 	$(MAKE) pytest
 	$(MAKE) faults-short
 	$(MAKE) fuzz-smoke
@@ -415,7 +477,8 @@ faults-selftest: $(FAULT_BINS)
 
 MAN_PAGES := client/dlock.1 server/dlockd.conf.5 server/dlockd.8
 
-# An existing /etc/dlockd/dlockd.conf is the operator's: never overwritten.
+# An existing $(SYSCONFDIR)/dlockd/dlockd.conf is the operator's: never
+# overwritten.
 # dlock.pc and the unit carry install paths, so they are written here, with
 # this install's PREFIX, never taken from an earlier build.
 install: all
@@ -423,7 +486,7 @@ install: all
 	  $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
 	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
 	  $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/dlockd \
-	  $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR)
+	  $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)
 	install -m 755 $(O)/dlockd $(DESTDIR)$(SBINDIR)/dlockd
 	install -m 755 $(O)/dlock $(DESTDIR)$(BINDIR)/dlock
 	install -m 644 $(LIBDLOCK_A) $(DESTDIR)$(LIBDIR)/libdlock.a
@@ -440,7 +503,7 @@ install: all
 	install -m 644 proto/PROTOCOL.md $(DESTDIR)$(DOCDIR)/PROTOCOL.md
 	install -m 644 LICENSE $(DESTDIR)$(DOCDIR)/LICENSE
 	install -m 644 conf/redis-dlockd.conf \
-	  $(DESTDIR)$(DOCDIR)/redis-dlockd.conf
+	  $(DESTDIR)$(DATADIR)/redis-dlockd.conf
 	sed -e 's|@SBINDIR@|$(SBINDIR)|g; s|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
 	    systemd/dlockd.service.in > $(DESTDIR)$(UNITDIR)/dlockd.service
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/dlockd/dlockd.conf ]; then \
@@ -458,7 +521,7 @@ uninstall:
 	  $(DESTDIR)$(LIBDIR)/pkgconfig/dlock.pc $(DESTDIR)$(INCLUDEDIR)/dlock.h \
 	  $(DESTDIR)$(MANDIR)/man1/dlock.1 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5 \
 	  $(DESTDIR)$(MANDIR)/man8/dlockd.8 $(DESTDIR)$(UNITDIR)/dlockd.service \
-	  $(DESTDIR)$(DOCDIR)/PROTOCOL.md $(DESTDIR)$(DOCDIR)/redis-dlockd.conf \
+	  $(DESTDIR)$(DOCDIR)/PROTOCOL.md $(DESTDIR)$(DATADIR)/redis-dlockd.conf \
 	  $(DESTDIR)$(DOCDIR)/LICENSE $(DESTDIR)$(DOCDIR)/README.md
 
 # ---- Debian packages and the Python client -------------------------------------
@@ -549,6 +612,7 @@ bench:
 	  FCALL=build/tests/bench/fcall HTAB=build/tests/bench/htab \
 	  OUT=build/bench \
 	  sh tests/bench/run.sh
+	@[ -n "$(BENCH_ONLY)" ] || $(MAKE) --no-print-directory bench-python
 
 # The Python client against redis-py's Lock on a Redis of equal durability
 # (tests/bench/pybench.py; the table goes to build/bench/python.txt).

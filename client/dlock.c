@@ -139,6 +139,7 @@ void dlock_options_init(struct dlock_options *o)
 	o->request_timeout_ms = 5000;
 	o->reconnect = 1;
 	o->renew = 1;
+	o->describe = 1;
 }
 
 const char *dlock_owner(const dlock_client *c)
@@ -149,6 +150,19 @@ const char *dlock_owner(const dlock_client *c)
 const char *dlock_owner_key(const dlock_client *c)
 {
 	return c ? c->owner_key : "";
+}
+
+const char *dlock_server_role(const dlock_client *c)
+{
+	switch (c ? atomic_load(&((dlock_client *)c)->role)
+		  : DL__ROLE_UNKNOWN) {
+	case DL__ROLE_ACTIVE:
+		return "active";
+	case DL__ROLE_STANDBY:
+		return "standby";
+	default:
+		return "";
+	}
 }
 
 /* A calling thread enters (takes c->mu) and leaves (releases it). */
@@ -202,6 +216,8 @@ static int check_options(const struct dlock_options *o)
 	if (!(o->tls_cert && o->tls_cert[0]) != !(o->tls_key && o->tls_key[0]))
 		return DLOCK_EINVAL;
 	if (o->user && dl_check_user(o->user, strlen(o->user)) < 0)
+		return DLOCK_EINVAL;
+	if (o->desc_pid < 0)
 		return DLOCK_EINVAL;
 	if (o->password) {
 		if (strlen(o->password) > DL__PASSWORD_MAX)
@@ -352,20 +368,48 @@ static int handshake(struct dlock_client *c, int64_t deadline)
 	dl__req_free(q);
 	if (err == 0 && c->auth_required)
 		err = DLOCK_EAUTH;
+	/* who we are: a refusal fails nothing (dlock_desc.c) */
+	if (err == 0 && dl__describing(c)) {
+		if (!(q = dl__req_new(DL__DESCRIBE, NULL, 0))) {
+			err = DLOCK_ENOMEM;
+			goto out;
+		}
+		q->deadline = deadline;
+		err = dl__call(c, &q);
+		dl__req_free(q);
+	}
 	c->initial = 0;
 out:
+	if (err == DLOCK_ETIMEDOUT)
+		dl__why(c, c->addr_i, "accepted the connection but did not "
+				      "answer in time");
 	pthread_mutex_unlock(&c->mu);
 	return err == DLOCK_ETIMEDOUT ? DLOCK_ECONNECT : err;
 }
 
-/* The first server answered as a standby (options.servers): connect to
- * the active it named, or to the next server, to say HELLO again, while
- * the connect timeout lasts. 1 when connected again, 0 if the handshake
- * failed for another reason, DLOCK_ECONNECT when time is up. */
+/* Sleep *pause ms (DL__REDIRECT_MS if 0), never past deadline; the next
+ * pause is twice as long, up to DL__REDIRECT_MAX_MS. */
+static void pause_before_asking_again(int64_t *pause, int64_t deadline)
+{
+	int64_t ms = *pause ? *pause : DL__REDIRECT_MS;
+
+	*pause = ms * 2 < DL__REDIRECT_MAX_MS ? ms * 2 : DL__REDIRECT_MAX_MS;
+	if (ms > deadline - dl__now())
+		ms = deadline - dl__now();
+	if (ms > 0)
+		usleep((useconds_t)ms * 1000);
+}
+
+/* The server answered as a standby: connect to the active it named, or to
+ * the next server, to say HELLO again, while the connect timeout lasts.
+ * Only the first move to a named active is made at once: back at a
+ * standby (it named itself or nobody, or the active it names does not
+ * answer: it died, and a take-over is under way), the client pauses, the
+ * pause doubling. 1 when connected again, 0 if the handshake failed for
+ * another reason, DLOCK_ECONNECT when time is up. */
 static int redirect(struct dlock_client *c, int64_t deadline)
 {
-	int hint, from, err;
-	int64_t pause;
+	int hint, from, err, named;
 
 	pthread_mutex_lock(&c->mu);
 	hint = c->hint_i;
@@ -376,17 +420,14 @@ static int redirect(struct dlock_client *c, int64_t deadline)
 	}
 	c->standby = 0;
 	c->hint_i = -1;
-	if (hint >= 0 && hint != from) {
-		c->addr_i = hint;
+	named = hint >= 0 && hint != from;
+	c->addr_i = named ? hint : (from + 1) % c->naddrs;
+	if (named && c->redirect_pause == 0) {
+		c->redirect_pause = DL__REDIRECT_MS;
 	} else {
-		c->addr_i = (from + 1) % c->naddrs;
-		pause = deadline - dl__now();
-		pause = pause < DL__REDIRECT_MS ? pause : DL__REDIRECT_MS;
-		if (pause > 0) {
-			pthread_mutex_unlock(&c->mu);
-			usleep((useconds_t)pause * 1000);
-			pthread_mutex_lock(&c->mu);
-		}
+		pthread_mutex_unlock(&c->mu);
+		pause_before_asking_again(&c->redirect_pause, deadline);
+		pthread_mutex_lock(&c->mu);
 	}
 	/* The thread sleeps while the state is DEAD; the connect is made
 	 * under the lock, as nothing else runs yet. */
@@ -401,6 +442,22 @@ static int redirect(struct dlock_client *c, int64_t deadline)
 		return err;
 	dl__wake(c);
 	return 1;
+}
+
+/* connect_from gives up on c: the thread's dlock_last_error() says why
+ * it could not connect, and c is freed (closed, once its thread runs). */
+static int connect_failed(struct dlock_client *c, int err)
+{
+	if (err == DLOCK_ECONNECT) {
+		pthread_mutex_lock(&c->mu);
+		dl__why_report(c);
+		pthread_mutex_unlock(&c->mu);
+	}
+	if (c->thread_started)
+		dlock_close(c);
+	else
+		client_free(c);
+	return err;
 }
 
 /* One attempt of dlock_connect: a client that starts with server
@@ -445,6 +502,8 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 	if (o->owner_key)
 		snprintf(c->owner_key, sizeof(c->owner_key), "%s",
 			 o->owner_key);
+	dl__describe(c, o);
+	c->opt.desc_host = c->opt.desc_cmd = NULL; /* borrowed: not kept */
 	c->default_ttl = DL_DEFAULT_TTL_MS;
 	c->backoff = DL__BACKOFF_MIN_MS;
 	dl_linebuf_init(&c->lb);
@@ -453,19 +512,16 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 		client_free(c);
 		return DLOCK_ENOMEM;
 	}
-	if ((err = dl__resolve(c)) < 0 || (err = dl__tls_new(c, o)) < 0) {
-		client_free(c);
-		return err;
-	}
-	*naddrs = c->naddrs;
+	err = dl__resolve(c);
+	*naddrs = c->naddrs; /* 0: no name resolves */
+	if (err < 0 || (err = dl__tls_new(c, o)) < 0)
+		return connect_failed(c, err);
 	c->addr_i = first % c->naddrs;
 	if (c->naddrs > tried + 1)
 		hs_deadline = dl__now() +
 			      (deadline - dl__now()) / (c->naddrs - tried);
-	if ((err = dl__connect_sync(c, deadline)) < 0) {
-		client_free(c);
-		return err;
-	}
+	if ((err = dl__connect_sync(c, deadline)) < 0)
+		return connect_failed(c, err);
 	*at = c->addr_i;
 	c->state = DL__UP;
 	c->initial = 1;
@@ -476,10 +532,8 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 	c->thread_started = 1;
 	while ((err = handshake(c, hs_deadline)) < 0) {
 		*at = c->addr_i;
-		if ((r = redirect(c, deadline)) <= 0) {
-			dlock_close(c);
-			return r < 0 ? r : err;
-		}
+		if ((r = redirect(c, deadline)) <= 0)
+			return connect_failed(c, r < 0 ? r : err);
 	}
 	*out = c;
 	return 0;
@@ -488,7 +542,7 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 int dlock_connect(const struct dlock_options *o, dlock_client **out)
 {
 	struct dlock_options def;
-	int64_t deadline;
+	int64_t deadline, pause = 0;
 	int err, at, n, tried = 0, first = 0;
 
 	dl__last_error_clear();
@@ -506,14 +560,26 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 	 * hung) must not use up the whole connect timeout when others are
 	 * listed: each server's handshake gets an equal share of the time
 	 * left, and one that times out is passed over for the next. A
-	 * refused connection costs nothing (dl__connect_sync goes on). */
-	do {
+	 * refused connection costs nothing (dl__connect_sync goes on).
+	 * When no server of a cluster serves (all refuse, or the standbys
+	 * name an active that does not answer), a take-over is under way:
+	 * the list is tried again after a pause, while time is left. One
+	 * server that refuses is an answer: it is given at once. */
+	for (;;) {
 		err = connect_from(o, first, tried, deadline, &at, &n, out);
-		if (err != DLOCK_ECONNECT || at < 0 || dl__now() >= deadline)
+		if (err != DLOCK_ECONNECT || n == 0 || dl__now() >= deadline)
 			return err;
-		first = at + 1;
-	} while (++tried < n);
-	return err;
+		if (at >= 0 && ++tried < n) {
+			first = at + 1;
+			continue;
+		}
+		if (!o->servers)
+			return err;
+		pause_before_asking_again(&pause, deadline);
+		if (dl__now() >= deadline)
+			return err; /* dlock_last_error(): the last try's */
+		first = tried = 0;
+	}
 }
 
 /* ---- locking ------------------------------------------------------------- */
@@ -998,14 +1064,17 @@ int dlock_locks(dlock_client *c, const char *prefix, const char *after,
 	return err;
 }
 
-/* "holder <owner> token= ttl_ms= count= mode=" or "waiter <owner>
- * position= wait_ms=<ms>|inf mode= [restored]" */
+/* "holder <owner> token= ttl_ms= count= mode= held_ms= [user= host= pid=
+ * cmd=]" or "waiter <owner> position= wait_ms=<ms>|inf mode= [restored]
+ * [user= host= pid= cmd=]" */
 static int holders_line(char *line, struct dlock_holder *h)
 {
 	char *w, *save = NULL, *eq, *kind;
 	uint64_t v;
 
 	memset(h, 0, sizeof(*h));
+	h->host = h->cmd = h->user = "";
+	h->held_ms = -1;
 	if (!(kind = strtok_r(line, " ", &save)) ||
 	    !(h->owner = strtok_r(NULL, " ", &save)))
 		return DLOCK_EPROTO;
@@ -1019,7 +1088,9 @@ static int holders_line(char *line, struct dlock_holder *h)
 		if (!(eq = strchr(w, '=')))
 			continue;
 		*eq++ = '\0';
-		if (strcmp(w, "mode") == 0) {
+		if (dl__holder_word(h, w, eq)) {
+			continue;
+		} else if (strcmp(w, "mode") == 0) {
 			h->shared = strcmp(eq, "shared") == 0;
 		} else if (strcmp(w, "wait_ms") == 0 && strcmp(eq, "inf") == 0) {
 			h->wait_ms = -1;

@@ -31,12 +31,23 @@
  * callback is called, before the local deadline, and dlock_lease_valid()
  * turns false. The handle stays allocated until dlock_unlock().
  *
+ * Who holds it. The client says who it is (HELLO host= pid= cmd=: its
+ * host name, process id and command line, options.describe), and the
+ * server shows that with each lease it holds: dlock_holders() returns it,
+ * and after a dlock_trylock() that found the lock busy,
+ * dlock_busy_holder() names the holder ("held by deploy-7 on web3 (pid
+ * 4242, make deploy) for 3m12s").
+ *
  * Reconnects. If the connection drops, the background thread reconnects
- * with backoff (options.reconnect), says HELLO with the same owner id and
- * AUTH, refreshes the leases still within their local deadline, and sends
- * again the LOCKs still waiting (a daemon that restarted gives a waiter
- * back its place in the queue). Calls made while disconnected wait for the
- * reconnect up to their timeout.
+ * with backoff (options.reconnect), says AUTH and HELLO with the same
+ * owner id and key and, once HELLO is answered, refreshes the leases
+ * still within their local deadline and sends again the LOCKs still
+ * waiting (a daemon that restarted gives a waiter back its place in the
+ * queue). Calls made while disconnected wait for the reconnect up to their
+ * timeout. A server that forgot the owner (it held nothing through a
+ * restart or take-over) may have given its id to another client since:
+ * HELLO is then refused, and the client tries again after the reconnect
+ * pause, sending nothing on that connection, until the id is free.
  *
  * Leases of other processes. dlock_unlock_token() and dlock_refresh_token()
  * act on a lease of the client's owner id by (name, token), without a
@@ -44,7 +55,7 @@
  *
  * Errors are negative DLOCK_E* codes; dlock_strerror() describes them, and
  * dlock_last_error() gives the server's text of the last ERR reply seen by
- * the calling thread.
+ * the calling thread, or why dlock_connect() could not connect.
  */
 #ifndef DLOCK_H
 #define DLOCK_H
@@ -73,7 +84,13 @@ enum {
 	DLOCK_ENOTHOLDER = -3,	 /* UNLOCK/REFRESH: not this owner's lease */
 	DLOCK_ESTALE = -4,	 /* CHECK: the token does not hold the lock */
 	DLOCK_ELOST = -5,	 /* the lease was lost before the call */
-	DLOCK_ECONNECT = -6,	 /* cannot connect */
+	DLOCK_ECONNECT = -6,	 /* cannot connect; dlock_last_error() says
+				    why: "connection refused", "cannot
+				    resolve the host name: ...", "accepted
+				    the connection but did not answer in
+				    time", "a standby (the active: h:p)"...
+				    (with options.servers, "h:p: <why>" for
+				    each server, joined by "; ") */
 	DLOCK_ECLOSED = -7,	 /* the connection closed and could not be
 				    re-established in time */
 	DLOCK_EAUTH = -8,	 /* AUTH failed, or required and missing */
@@ -103,8 +120,9 @@ enum {
 
 const char *dlock_strerror(int err);
 /* The text of the ERR/NO line the calling thread's last call received,
- * or "" (the call succeeded, failed on the client side, or got no such
- * line): every call clears it first. */
+ * or why its dlock_connect() failed (DLOCK_ECONNECT, DLOCK_ETLS), or ""
+ * (the call succeeded, failed on the client side, or got no such line):
+ * every call clears it first. */
 const char *dlock_last_error(void);
 
 /* ---- options ------------------------------------------------------------- */
@@ -158,7 +176,10 @@ struct dlock_options {
 	 * names (or to the next server), and a * BYE not-active too. Over a
 	 * fail-over it reconnects as over any drop (same owner id, leases
 	 * confirmed, waits sent again); requests a standby refused were not
-	 * executed and are sent again whatever they were.
+	 * executed and are sent again whatever they were. dlock_connect()
+	 * rides through a take-over in progress (the standbys name an active
+	 * that does not answer, or no server answers): it asks again after
+	 * pauses, 100 ms doubling up to 500 ms, until connect_timeout_ms.
 	 */
 	const char *servers;
 	const char *password; /* NULL: no AUTH; with `user`, its secret */
@@ -257,17 +278,53 @@ struct dlock_options {
 	 * that locks in one command and unlocks in another). Given: the owner
 	 * is proven with it (16 to 64 letters, digits, - or _: choose a long
 	 * random one). A client whose owner id is bound to another secret --
-	 * another client uses that id -- fails to connect with DLOCK_EDENIED:
-	 * two clients that do not share the secret never act as one owner.
+	 * another client uses that id -- fails to connect with DLOCK_EDENIED
+	 * (and, on a reconnect, waits for the id: see Reconnects): two
+	 * clients that do not share the secret never act as one owner.
 	 */
 	const char *owner_key;
+	/*
+	 * standby_ok: 1 keeps the client with the daemon it reached even if
+	 * that daemon is a standby, for a health check that asks one daemon
+	 * directly: a standby answers dlock_ping() and dlock_stats() (its
+	 * role_active is 0), dlock_server_role() says "standby", and
+	 * anything about locks fails with DLOCK_EUNAVAILABLE ("ERR
+	 * NOT_ACTIVE active=<host:port> ..." in dlock_last_error()). 0 (the
+	 * default): only the active daemon will do (servers, above).
+	 */
+	int standby_ok;
+	/*
+	 * describe: 1 (the default): after HELLO, the client says who it
+	 * is -- host, pid and command -- and the server shows it with each
+	 * lease the client takes (STATUS, HOLDERS, LOCKS, and to whoever
+	 * finds the lock busy), to every user who may read the lock. 0:
+	 * nothing is said.
+	 *
+	 * desc_host: NULL: gethostname(). desc_pid: 0: getpid().
+	 * desc_cmd: NULL: the command line (/proc/self/cmdline, its words
+	 * joined by spaces; else program_invocation_short_name). The
+	 * texts are sent as the protocol takes them (proto/desc.h): a byte
+	 * that is not printable ASCII becomes '?', a space or '%' an
+	 * escape of 3 bytes, and they are cut to 64 (host) and 128 (cmd)
+	 * bytes so counted. "" leaves that part out.
+	 *
+	 * A command line can carry what others should not read (a password
+	 * given as an argument): set desc_cmd, or describe to 0, for such a
+	 * program. A server that does not know descriptions (dlockd 0.3)
+	 * refuses them, and the client goes on without: nothing fails.
+	 */
+	int describe;
+	const char *desc_host;
+	const char *desc_cmd;
+	int desc_pid;
 	dlock_at_risk_cb on_at_risk; /* NULL: none */
 };
 
 #define DLOCK_SERVERS_MAX 8
 
 /* Fill o with the defaults above. The strings are borrowed only during
- * dlock_connect() (the client copies them, and reads the TLS files). */
+ * dlock_connect() (the client copies them, and reads the TLS files, and
+ * makes its description). */
 void dlock_options_init(struct dlock_options *o);
 
 /* ---- the client ---------------------------------------------------------- */
@@ -288,6 +345,10 @@ const char *dlock_owner(const dlock_client *c);
  * made): "" before the first connection succeeded, then valid for the
  * client's life. A secret: handle it as a password. */
 const char *dlock_owner_key(const dlock_client *c);
+/* The role the daemon gave in its last HELLO: "active", "standby" (only
+ * with options.standby_ok), or "" (a daemon that says none). A static
+ * string. */
+const char *dlock_server_role(const dlock_client *c);
 
 /* ---- locking ------------------------------------------------------------- */
 
@@ -445,6 +506,15 @@ struct dlock_holder {
 	uint32_t count;	   /* holder: reentrant holds */
 	uint32_t position; /* waiter: 1 = next */
 	int64_t wait_ms;   /* waiter: what remains of its wait, -1 forever */
+	/* who it is, as its client described itself (options.describe),
+	 * decoded: printable ASCII, "" / 0 when not said. These live as long
+	 * as `owner`. */
+	const char *host;
+	uint32_t pid;
+	const char *cmd;
+	int64_t held_ms;  /* holder: how long it has held; -1: not said (a
+			     server before descriptions) */
+	const char *user; /* the owner's user (users file), "" if none */
 };
 
 /* Every holder of `name` in grant order, then every waiter in queue order
@@ -454,6 +524,19 @@ struct dlock_holder {
 int dlock_holders(dlock_client *c, const char *name,
 		  void (*cb)(const struct dlock_holder *h, void *arg),
 		  void *arg, struct dlock_status *st, uint64_t *more);
+
+/*
+ * Who holds the lock that the calling thread's last call found busy
+ * (dlock_trylock(), dlock_lock() or dlock_acquire() returned DLOCK_EBUSY):
+ * the server's NO BUSY names the first holder, and this fills *h with it
+ * -- owner, user, held_ms, and its description -- and ttl_ms with the ms
+ * until the first holder in the way is due to leave. The strings live in
+ * the thread's storage until it calls dlock_busy_holder() again. 0, or
+ * DLOCK_EINVAL when that reply named nobody: there was none, the server
+ * is older (dlockd 0.3), the user may not read the lock, or no lease
+ * holds it (grants closed: PROTOCOL.md, Redis that forgets).
+ */
+int dlock_busy_holder(struct dlock_holder *h);
 
 int dlock_ping(dlock_client *c);
 

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <time.h>
 
 #include "client/dlock_cli.h"
 #include "proto/proto.h"
@@ -52,7 +53,8 @@
 	 OPTB(OPT_OWNER) | OPTB(OPT_TLS) | OPTB(OPT_TLS_CA) |                  \
 	 OPTB(OPT_TLS_CERT) | OPTB(OPT_TLS_KEY) | OPTB(OPT_TLS_SERVER_NAME) |  \
 	 OPTB(OPT_USER) | OPTB(OPT_SECRET_FILE) |                              \
-	 OPTB(OPT_TIMEOUT) | OPTB(OPT_HELP) | OPTB(OPT_VERSION))
+	 OPTB(OPT_SERVER_TIMEOUT) | OPTB(OPT_TIMEOUT) | OPTB(OPT_HELP) |   \
+	 OPTB(OPT_VERSION))
 
 static const struct {
 	const char *name;
@@ -71,12 +73,14 @@ static const struct {
 	[OPT_TLS_KEY] = {"tls-key", 1},
 	[OPT_TLS_SERVER_NAME] = {"tls-server-name", 1},
 	[OPT_TIMEOUT] = {"timeout", 1},
+	[OPT_SERVER_TIMEOUT] = {"server-timeout", 1},
 	[OPT_TTL] = {"ttl", 1},
 	[OPT_WAIT] = {"wait", 1},
 	[OPT_GRACE] = {"grace", 1},
 	[OPT_RAW] = {"raw", 0},
 	[OPT_JSON] = {"json", 0},
 	[OPT_LIMIT] = {"limit", 1},
+	[OPT_MAX] = {"max", 1},
 	[OPT_BY_WAITERS] = {"by-waiters", 0},
 	[OPT_CONFLICT_EXIT] = {"conflict-exit-code", 1},
 	[OPT_SHARED] = {"shared", 0},
@@ -173,7 +177,10 @@ static const char conn_help[] =
 	"  --tls               TLS with the system's CAs (DLOCK_TLS=1)\n"
 	"  --tls-server-name N the name the server's certificate must carry\n"
 	"                      (DLOCK_TLS_SERVER_NAME; default: the host)\n"
-	"  --timeout D         connect and request timeout (5s)\n"
+	"  --server-timeout D  how long to wait for a server that cannot\n"
+	"                      serve now (5s): to connect (a take-over\n"
+	"                      included), for each reply, and through\n"
+	"                      UNAVAILABLE answers (asked again)\n"
 	"Durations need a unit: ms, s, m or h (250ms, 30s, 5m); waits\n"
 	"also take inf.\n";
 
@@ -190,8 +197,8 @@ static const char exit_help[] =
 	"       out, a server limit was reached, or (run) this owner id\n"
 	"       holds it in another process\n"
 	"  76   run: the lease was lost and the command was stopped\n"
-	"  124  run: the command ran for its --timeout and was stopped\n"
 	"  77   authentication failed or required\n"
+	"  124  run: the command ran for its --timeout and was stopped\n"
 	"  126  run: the command could not be executed\n"
 	"  127  run: the command was not found\n";
 
@@ -213,7 +220,8 @@ static const struct subcmd subcmds[] = {
 	 "smaller of 5s and ttl/4), always before the lease could pass to\n"
 	 "another holder; dlock then exits 76. --timeout D: stop the command\n"
 	 "the same way once it has run for D, release the lock and exit 124\n"
-	 "(as timeout(1)). -E N (--conflict-exit-code N): exit N instead of\n"
+	 "(as timeout(1); the wait for a server is --server-timeout).\n"
+	 "-E N (--conflict-exit-code N): exit N instead of\n"
 	 "75 when the lock could not be taken (as flock -E). --ttl is at\n"
 	 "least 500ms. --shared: hold it with other --shared holders (a\n"
 	 "reader); without, alone (a writer); first come, first served\n"
@@ -284,13 +292,14 @@ static const struct subcmd subcmds[] = {
 	 "--raw, print the server's `key value` lines as they come, for\n"
 	 "scripts; with --json, one JSON object {\"key\": value, ...}.\n", 0},
 	{"list", dl_cli_list, 1,
-	 OPTB(OPT_LIMIT) | OPTB(OPT_BY_WAITERS) | OPTB(OPT_JSON),
-	 "list [<prefix>] [--limit N] [--by-waiters] [--json]",
+	 OPTB(OPT_MAX) | OPTB(OPT_LIMIT) | OPTB(OPT_BY_WAITERS) |
+		 OPTB(OPT_JSON),
+	 "list [<prefix>] [--max N] [--by-waiters] [--json]",
 	 "List the locks (held, or waited for) whose names start with\n"
 	 "<prefix> (all without one), by name: one per line, name, state,\n"
-	 "owner, token, remaining TTL, waiters. --limit N: the first N only\n"
+	 "owner, token, remaining TTL, waiters. --max N: the first N only\n"
 	 "(default: all, read a page of 1000 at a time). --by-waiters: the\n"
-	 "most waited-for locks, most first (--limit default 10). --json:\n"
+	 "most waited-for locks, most first (--max default 10). --json:\n"
 	 "{\"locks\": [{\"name\": ..., \"state\": ..., \"owner\": ..., \"token\":\n"
 	 "..., \"ttl_ms\": ..., \"count\": ..., \"waiters\": ...}, ...],\n"
 	 "\"more\": N}, where more counts the matching locks not listed.\n",
@@ -510,12 +519,16 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 		cl->tls_server_name = v;
 		return 0;
 	case OPT_TIMEOUT:
-		if ((rc = parse_dur(cl, "timeout", v, &ms)) != 0)
+	case OPT_SERVER_TIMEOUT:
+		if ((rc = parse_dur(cl, options[id].name, v, &ms)) != 0)
 			return rc;
 		if (ms == 0 || ms > INT_MAX)
-			return dl_cli_usage_error(cl,
-						  "--timeout: out of range");
-		cl->timeout_ms = (int)ms;
+			return dl_cli_usage_error(cl, "--%s: out of range",
+						  options[id].name);
+		if (id == OPT_TIMEOUT)
+			cl->timeout_ms = (int)ms;
+		else
+			cl->server_timeout_ms = (int)ms;
 		return 0;
 	case OPT_TTL:
 		if ((rc = parse_dur(cl, "ttl", v, &cl->ttl_ms)) != 0)
@@ -566,6 +579,11 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 			return dl_cli_usage_error(
 				cl, "--limit: '%s' is not a positive number",
 				v);
+		return 0;
+	case OPT_MAX:
+		if (dl_parse_u64(v, strlen(v), &cl->max) != 0 || cl->max == 0)
+			return dl_cli_usage_error(
+				cl, "--max: '%s' is not a positive number", v);
 		return 0;
 	case OPT_SHARED:
 		cl->shared = 1;
@@ -704,6 +722,30 @@ static int apply_env(struct cli *cl)
 	return 0;
 }
 
+/* An option word meant one thing for one command and another for
+ * another: --timeout (run: the command's time limit; elsewhere the wait
+ * for a server) and --limit (lock, run: a semaphore's holders; list: how
+ * many to list). Each now has one meaning, and the other its own name
+ * (--server-timeout, list --max); the old spelling still works where it
+ * did, with a note. */
+static void old_spellings(struct cli *cl)
+{
+	if ((cl->seen & OPTB(OPT_TIMEOUT)) && cl->sub->fn != dl_cli_run) {
+		dl_cli_msg("note: --timeout is --server-timeout now (the old "
+			   "spelling will go; --timeout is run's time limit)");
+		if (!(cl->seen & OPTB(OPT_SERVER_TIMEOUT)))
+			cl->server_timeout_ms = cl->timeout_ms;
+		cl->timeout_ms = 0;
+	}
+	if ((cl->seen & OPTB(OPT_LIMIT)) && cl->sub->fn == dl_cli_list) {
+		dl_cli_msg("note: list --limit is list --max now (the old "
+			   "spelling will go; --limit is a semaphore's size)");
+		if (!(cl->seen & OPTB(OPT_MAX)))
+			cl->max = cl->limit;
+		cl->limit = 0;
+	}
+}
+
 /* Returns 0 to go on, or an exit code (help and version are exit 0, with
  * *done set). */
 static int parse_args(struct cli *cl, int argc, char **argv, int *done)
@@ -787,7 +829,8 @@ static int parse_args(struct cli *cl, int argc, char **argv, int *done)
 							: "token");
 	if (cl->sub->fn == dl_cli_run && (!cl->command || !cl->command[0]))
 		return dl_cli_usage_error(cl, "missing the command to run");
-	if (cl->sub->fn != dl_cli_list && cl->limit > DL_LIMIT_MAX)
+	old_spellings(cl);
+	if (cl->limit > DL_LIMIT_MAX)
 		return dl_cli_usage_error(
 			cl, "--limit: %" PRIu64 " holders at once, at most %d",
 			cl->limit, DL_LIMIT_MAX);
@@ -807,7 +850,7 @@ static int parse_args(struct cli *cl, int argc, char **argv, int *done)
 
 /* ---- connecting ---------------------------------------------------------- */
 
-static const char *where(const struct cli *cl)
+const char *dl_cli_where(const struct cli *cl)
 {
 	static char buf[300];
 
@@ -819,6 +862,45 @@ static const char *where(const struct cli *cl)
 		 strchr(cl->host, ':') ? "[" : "", cl->host,
 		 strchr(cl->host, ':') ? "]" : "", cl->port);
 	return buf;
+}
+
+/* --server-timeout (for every command: run's --timeout is the command's
+ * time limit, dlock_run.c). */
+static int patience(const struct cli *cl)
+{
+	return cl->server_timeout_ms > 0 ? cl->server_timeout_ms
+					 : DEFAULT_TIMEOUT_MS;
+}
+
+void dl_cli_retry_init(struct dl_cli_retry *r, const struct cli *cl,
+		       int64_t wait_end)
+{
+	r->until = 0;
+	r->wait_end = wait_end;
+	r->pause = RETRY_MIN_MS;
+	r->patience_ms = patience(cl);
+}
+
+int dl_cli_retry(struct dl_cli_retry *r, int err)
+{
+	int64_t now = dlock_now_ms(), ms;
+	struct timespec ts;
+
+	if (err != DLOCK_EUNAVAILABLE)
+		return 0;
+	if (r->until == 0)
+		r->until = now + r->patience_ms > r->wait_end
+				   ? now + r->patience_ms
+				   : r->wait_end;
+	if (now >= r->until)
+		return 0;
+	ms = r->pause < r->until - now ? r->pause : r->until - now;
+	r->pause = r->pause * 2 < RETRY_MAX_MS ? r->pause * 2 : RETRY_MAX_MS;
+	ts.tv_sec = (time_t)(ms / 1000);
+	ts.tv_nsec = (long)(ms % 1000) * 1000000L;
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+	return 1;
 }
 
 void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
@@ -837,13 +919,21 @@ void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
 	o->tls_cert = cl->tls_cert;
 	o->tls_key = cl->tls_key;
 	o->tls_server_name = cl->tls_server_name;
-	o->reconnect = 0;
+	/* A drop (a take-over, a restart) is ridden through: reads and
+	 * refreshes are sent again on the new connection within the
+	 * request's timeout; an unlock or a break whose outcome the drop
+	 * hid is not (a second one could undo more), and fails. */
+	o->desc_cmd = dl_cli_desc_cmd(cl); /* never its options */
+	o->reconnect = 1;
 	o->renew = 0;
-	/* run's --timeout is the command's time limit (dlock_run.c) */
-	if (cl->timeout_ms > 0 && cl->sub->fn != dl_cli_run) {
-		o->connect_timeout_ms = cl->timeout_ms;
-		o->request_timeout_ms = cl->timeout_ms;
-	}
+	o->connect_timeout_ms = patience(cl);
+	o->request_timeout_ms = patience(cl);
+	/* who waits that long for the lock may wait as long for a server */
+	if ((cl->sub->fn == dl_cli_run || strcmp(cl->sub->name, "lock") == 0) &&
+	    cl->wait_ms != DL_WAIT_INF &&
+	    cl->wait_ms > (uint64_t)o->connect_timeout_ms)
+		o->connect_timeout_ms =
+			cl->wait_ms < INT_MAX ? (int)cl->wait_ms : INT_MAX;
 }
 
 int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
@@ -859,11 +949,12 @@ int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
 		dl_cli_msg("%s requires a password: give --password, "
 			   "--password-file or DLOCK_PASSWORD (a user: --user "
 			   "and --secret-file, or DLOCK_USER and DLOCK_SECRET)",
-			   where(cl));
+			   dl_cli_where(cl));
 		return EXIT_NOPERM;
 	}
 	if (rc == DLOCK_EAUTH) {
-		dl_cli_msg("%s refused the %s (%s): check them", where(cl),
+		dl_cli_msg("%s refused the %s (%s): check them",
+			   dl_cli_where(cl),
 			   cl->user ? "user or its secret" : "password",
 			   dlock_last_error()[0] ? dlock_last_error()
 						 : "NO AUTH_FAILED");
@@ -878,7 +969,19 @@ int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
 			   cl->owner ? cl->owner : "ID");
 		return EXIT_NOPERM;
 	}
-	snprintf(what, sizeof(what), "cannot connect to %s", where(cl));
+	if (rc == DLOCK_ECONNECT && dlock_last_error()[0]) {
+		/* libdlock says why: refused, a name that does not resolve,
+		 * no answer in time, a standby (with --servers, server by
+		 * server) */
+		if (cl->servers)
+			dl_cli_msg("cannot connect to an active dlockd: %s",
+				   dlock_last_error());
+		else
+			dl_cli_msg("cannot connect to %s: %s", dl_cli_where(cl),
+				   dlock_last_error());
+		return EXIT_UNAVAILABLE;
+	}
+	snprintf(what, sizeof(what), "cannot connect to %s", dl_cli_where(cl));
 	return dl_cli_fail(rc, what);
 }
 
@@ -897,6 +1000,7 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 	int64_t wait =
 		wait_ms == DL_WAIT_INF ? DLOCK_WAIT_FOREVER : (int64_t)wait_ms;
 	struct dlock_lock_options lo;
+	struct dl_cli_retry retry;
 	char what[300];
 	int rc;
 
@@ -907,12 +1011,23 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 	lo.limit = (uint32_t)cl->limit;
 	lo.warn_ms = (int64_t)cl->warn_ms;
 	lo.delay_ms = (int64_t)cl->delay_ms;
-	rc = dlock_acquire(c, name, &lo, l);
+	dl_cli_retry_init(&retry, cl, wait > 0 ? t0 + wait : 0);
+	while ((rc = dlock_acquire(c, name, &lo, l)) != 0 &&
+	       dl_cli_retry(&retry, rc)) {
+		/* what is left of the wait (past its end, a last try) */
+		if (wait > 0)
+			lo.wait_ms = t0 + wait > dlock_now_ms()
+					     ? t0 + wait - dlock_now_ms()
+					     : 0;
+	}
 	if (rc == 0)
 		return 0;
+	if (rc == DLOCK_EBUSY && wait > 0) {
+		dl_cli_msg("timed out waiting for %s", name);
+		return EXIT_TEMPFAIL;
+	}
 	if (rc == DLOCK_EBUSY) {
-		dl_cli_msg("%s is held by another owner%s", name,
-			   cl->limit > 1 ? " (no permit free)" : "");
+		dl_cli_busy_msg(name, cl->limit > 1);
 		return EXIT_TEMPFAIL;
 	}
 	if (rc == DLOCK_EMISMATCH) {

@@ -59,6 +59,14 @@ enum {
 
 /* Lease of run/lock/trylock when --ttl is not given. */
 #define DEFAULT_TTL_MS 30000
+/* --server-timeout when not given: how long a command waits for a server
+ * that cannot serve now -- to connect (a take-over included), for each
+ * reply, and through refusals (UNAVAILABLE). */
+#define DEFAULT_TIMEOUT_MS 5000
+/* The pause before a request refused with UNAVAILABLE is sent again: this,
+ * doubled each time up to RETRY_MAX_MS. */
+#define RETRY_MIN_MS 100
+#define RETRY_MAX_MS 1000
 /* The shortest lease `dlock run` takes: it is renewed every ttl/3 and the
  * command is stopped a grace before its end; below this the renewals
  * have no time to come back and the command would be stopped at once. */
@@ -80,12 +88,14 @@ enum opt_id {
 	OPT_TLS_KEY,
 	OPT_TLS_SERVER_NAME,
 	OPT_TIMEOUT,
+	OPT_SERVER_TIMEOUT,
 	OPT_TTL,
 	OPT_WAIT,
 	OPT_GRACE,
 	OPT_RAW,
 	OPT_JSON,
 	OPT_LIMIT,
+	OPT_MAX,
 	OPT_BY_WAITERS,
 	OPT_CONFLICT_EXIT,
 	OPT_SHARED,
@@ -133,7 +143,9 @@ struct cli {
 	const char *tls_ca, *tls_cert, *tls_key; /* PEM files, or NULL */
 	const char *tls_server_name; /* the name the server's certificate
 					must carry, NULL: the host's */
-	int timeout_ms;	    /* 0: libdlock's defaults */
+	int server_timeout_ms; /* --server-timeout; 0: DEFAULT_TIMEOUT_MS */
+	int timeout_ms;	       /* run --timeout: the command's time limit,
+				  0: none */
 	uint64_t ttl_ms;
 	uint64_t wait_ms; /* DL_WAIT_INF for inf */
 	uint64_t warn_ms; /* lock --warn: 0 for none */
@@ -141,8 +153,9 @@ struct cli {
 	uint64_t grace_ms;
 	int raw;
 	int json;	   /* --json: one JSON object on stdout */
-	uint64_t limit;	   /* list --limit: 0 for all; lock, run --limit: the
-			      holders at once (0: a lock, n: a semaphore) */
+	uint64_t limit;	   /* lock, run --limit: the holders at once (0: a
+			      lock, n: a semaphore) */
+	uint64_t max;	   /* list --max: 0 for all */
 	int shared;	   /* lock, run --shared */
 	int by_waiters;	   /* list --by-waiters */
 	int conflict_exit; /* -E: exit code when the lock is not taken, or
@@ -163,9 +176,14 @@ int dl_cli_fail(int err, const char *what);
 int dl_cli_usage_error(const struct cli *cl, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* libdlock options for the command line: no renewal, no reconnect (the
- * caller changes what it needs). The strings are borrowed from cl. */
+/* libdlock options for the command line: no renewal; reconnects on (a
+ * drop is ridden through within --server-timeout; the caller changes what it
+ * needs). The strings are borrowed from cl. */
 void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o);
+
+/* The server the command line names: the --servers list, the socket, or
+ * host:port (a static buffer). */
+const char *dl_cli_where(const struct cli *cl);
 
 /* Connect with o; report a failure. 0, or an exit code. On success *c is
  * the caller's, to dlock_close(). */
@@ -174,6 +192,34 @@ int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
 
 /* dl_cli_connect() with dl_cli_conn_options(): for one-shot commands. */
 int dl_cli_simple_connect(const struct cli *cl, dlock_client **c);
+
+/*
+ * Riding through a take-over or a restart. Connecting is libdlock's
+ * (dlock_connect follows a cluster's take-over within --server-timeout),
+ * and so
+ * is a dropped connection (reads and refreshes are sent again once it is
+ * made again). What is left is the answer UNAVAILABLE: a new active whose
+ * leadership or link to Redis is not confirmed yet, a daemon whose Redis
+ * is down. Such a request was not executed: it is sent again after a
+ * pause (RETRY_MIN_MS, doubling), until --server-timeout has passed since
+ * the
+ * first refusal -- for lock and run, or until the --wait ends if that is
+ * later.
+ */
+struct dl_cli_retry {
+	int64_t until;	  /* give up past it (dlock_now_ms()); 0: no refusal
+			     yet */
+	int64_t wait_end; /* lock: the end of its --wait, or 0 */
+	int64_t pause;	  /* the next pause, ms */
+	int patience_ms;  /* --server-timeout */
+};
+
+/* For a command of cl; wait_end: see above (0 for none). */
+void dl_cli_retry_init(struct dl_cli_retry *r, const struct cli *cl,
+		       int64_t wait_end);
+/* 1 after the pause when the outcome `err` is worth another try and there
+ * is time for it; 0 (the caller reports err). */
+int dl_cli_retry(struct dl_cli_retry *r, int err);
 
 /* Take `name` (wait_ms: a duration, or DL_WAIT_INF) in the mode and with
  * the limit of cl (--shared, --limit); report why not. 0, or an exit
@@ -191,6 +237,16 @@ int dl_cli_status(struct cli *cl);
 int dl_cli_stats(struct cli *cl);
 int dl_cli_list(struct cli *cl);
 int dl_cli_break(struct cli *cl);
+
+/* Who holds it (dlock_cmds.c). What dlock says of itself in HELLO:
+ * "dlock <command> <name>", or for run the command it runs, never its
+ * options (a secret may be one); static buffer. */
+const char *dl_cli_desc_cmd(const struct cli *cl);
+/* "<name> is held by deploy-7 on web3 (pid 4242, make deploy) for
+ * 3m12s" when the server named the holder of a busy lock (dlock.h,
+ * dlock_busy_holder), else "held by another owner"; no_permit: a
+ * semaphore. */
+void dl_cli_busy_msg(const char *name, int no_permit);
 
 /* JSON output (dlock_cmds.c): a string with its quotes and escapes. */
 void dl_cli_json_str(FILE *f, const char *s);
@@ -216,6 +272,9 @@ int dl_cli_run(struct cli *cl);
  * End of file: the other side is gone (dlock died: the guard stops the
  * tree). */
 int dl_cli_guard(int argc, char **argv);
+/* The guard's process name (PR_SET_NAME: /proc/<pid>/comm, what ps and
+ * pgrep show; at most 15 bytes). */
+#define GUARD_NAME "dlock-guard"
 /* Send sig to every live descendant of root (root excluded; 0: none, only
  * count); returns how many there were (1 if /proc cannot be read). */
 int dl_cli_tree_signal(pid_t root, int sig);

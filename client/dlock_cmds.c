@@ -4,10 +4,13 @@
  * refresh, check, status, stats, ping (dlock_cli.h).
  *
  * Each connects with the options of the command line (dl_cli_simple_connect:
- * no renewal, no reconnect), makes one or two libdlock calls, prints the
- * result on stdout -- one value per line, for scripts, except the human
- * view of stats -- and closes. Failures are reported with dl_cli_fail(), so
- * that their exit codes are those of every other command.
+ * no renewal), makes one or two libdlock calls, prints the result on stdout
+ * -- one value per line, for scripts, except the human view of stats -- and
+ * closes. A call refused because the server cannot act now (UNAVAILABLE:
+ * a take-over, Redis down) is made again within --server-timeout
+ * (dl_cli_retry).
+ * Failures are reported with dl_cli_fail(), so that their exit codes are
+ * those of every other command.
  *
  * Leases outlive these commands: `lock` leaves the lease held at the server
  * (not renewed) and prints its token; `unlock` and `refresh`, run later
@@ -25,6 +28,7 @@
 #include <time.h>
 
 #include "client/dlock_cli.h"
+#include "proto/desc.h"
 #include "proto/proto.h"
 
 /* ---- lock, trylock ------------------------------------------------------- */
@@ -46,7 +50,10 @@ int dl_cli_lock(struct cli *cl)
 					  dl_format_duration(cl->warn_ms, w),
 					  dl_format_duration(cl->ttl_ms, t));
 	dl_cli_conn_options(cl, &o);
-	o.reconnect = wait != 0; /* a waiter keeps its place across drops */
+	/* A waiter keeps its place across drops; a TRYLOCK is not sent
+	 * again (one whose grant a drop hid would be granted again as a
+	 * reentry: a second hold that nobody would give back). */
+	o.reconnect = wait != 0;
 	if ((rc = dl_cli_connect(cl, &o, &c)) != 0)
 		return rc;
 	if ((rc = dl_cli_acquire(c, cl, name, wait, &l)) == 0) {
@@ -102,6 +109,7 @@ static int token_failed(const struct cli *cl, int err, const char *verb)
 
 int dl_cli_unlock(struct cli *cl)
 {
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	uint64_t token;
 	uint32_t left = 0;
@@ -111,7 +119,10 @@ int dl_cli_unlock(struct cli *cl)
 		return rc;
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_unlock_token(c, cl->pos[0], token, &left);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_unlock_token(c, cl->pos[0], token, &left)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
 	if (rc != 0)
 		rc = token_failed(cl, rc, "unlock");
 	else if (left > 0)
@@ -126,6 +137,8 @@ int dl_cli_refresh(struct cli *cl)
 {
 	/* without --ttl, the lease's last TTL (the server keeps it) */
 	int64_t ttl = cl->seen & OPTB(OPT_TTL) ? (int64_t)cl->ttl_ms : 0;
+	int64_t granted = 0;
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	uint64_t token;
 	int rc;
@@ -134,7 +147,12 @@ int dl_cli_refresh(struct cli *cl)
 		return rc;
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_refresh_token(c, cl->pos[0], token, ttl, &ttl);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_refresh_token(c, cl->pos[0], token, ttl,
+					 &granted)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
+	ttl = granted;
 	if (rc == 0)
 		printf("%" PRId64 "\n", ttl);
 	else
@@ -147,6 +165,7 @@ int dl_cli_refresh(struct cli *cl)
 
 int dl_cli_check(struct cli *cl)
 {
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	uint64_t token, current = 0;
 	int64_t remaining = 0;
@@ -156,7 +175,11 @@ int dl_cli_check(struct cli *cl)
 		return rc;
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_check(c, cl->pos[0], token, &remaining, &current);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_check(c, cl->pos[0], token, &remaining,
+				 &current)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
 	if (rc == 0)
 		printf("%" PRId64 "\n", remaining);
 	else if (rc == DLOCK_ESTALE)
@@ -169,6 +192,7 @@ int dl_cli_check(struct cli *cl)
 
 int dl_cli_break(struct cli *cl)
 {
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	uint64_t token, current = 0;
 	int rc;
@@ -185,7 +209,11 @@ int dl_cli_break(struct cli *cl)
 			DL_REASON_MAX);
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_break_reason(c, cl->pos[0], token, cl->reason, &current);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_break_reason(c, cl->pos[0], token, cl->reason,
+					&current)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
 	if (rc == 0) {
 		dl_cli_msg("broke the lease %" PRIu64 " of %s", token,
 			   cl->pos[0]);
@@ -203,34 +231,67 @@ int dl_cli_break(struct cli *cl)
 
 /* status: the holders and waiters, collected for printing after the
  * status lines */
+struct member {
+	struct dlock_holder h; /* its strings point to the copies below */
+	char owner[DL_OWNER_MAX + 1];
+	char user[DL_USER_MAX + 1];
+	char host[DL_DESC_HOST_MAX + 1];
+	char cmd[DL_DESC_CMD_MAX + 1];
+};
+
 struct members {
-	struct dlock_holder *v;
-	char (*owner)[DL_OWNER_MAX + 1];
+	struct member *v;
 	size_t n, cap;
 };
 
 static void member_cb(const struct dlock_holder *h, void *arg)
 {
 	struct members *m = arg;
+	struct member *e;
 
 	if (m->n == m->cap) {
 		size_t cap = m->cap ? m->cap * 2 : 16;
-		struct dlock_holder *v = realloc(m->v, cap * sizeof(*v));
-		char(*o)[DL_OWNER_MAX + 1];
+		struct member *v = realloc(m->v, cap * sizeof(*v));
 
 		if (!v)
 			return;
 		m->v = v;
-		o = realloc(m->owner, cap * sizeof(*o));
-		if (!o)
-			return;
-		m->owner = o;
 		m->cap = cap;
 	}
-	m->v[m->n] = *h;
-	snprintf(m->owner[m->n], sizeof(m->owner[0]), "%s", h->owner);
-	m->v[m->n].owner = m->owner[m->n];
-	m->n++;
+	e = &m->v[m->n++];
+	e->h = *h;
+	snprintf(e->owner, sizeof(e->owner), "%s", h->owner);
+	snprintf(e->user, sizeof(e->user), "%s", h->user);
+	snprintf(e->host, sizeof(e->host), "%s", h->host);
+	snprintf(e->cmd, sizeof(e->cmd), "%s", h->cmd);
+	e->h.owner = e->owner;
+	e->h.user = e->user;
+	e->h.host = e->host;
+	e->h.cmd = e->cmd;
+}
+
+/* Who it is, in the text view: key=value words as the wire has them (a
+ * space is %20), so that each value stays one word for scripts. */
+static void print_desc(const struct dlock_holder *h)
+{
+	char v[DL_DESC_CMD_MAX + 1];
+	size_t n;
+
+	if (!h->waiter && h->held_ms >= 0)
+		printf(" held_ms=%" PRId64, h->held_ms);
+	if (h->user[0])
+		printf(" user=%s", h->user);
+	if (h->host[0]) {
+		n = dl_desc_encode(h->host, strlen(h->host), v,
+				   DL_DESC_CMD_MAX);
+		printf(" host=%.*s", (int)n, v);
+	}
+	if (h->pid)
+		printf(" pid=%" PRIu32, h->pid);
+	if (h->cmd[0]) {
+		n = dl_desc_encode(h->cmd, strlen(h->cmd), v, DL_DESC_CMD_MAX);
+		printf(" cmd=%.*s", (int)n, v);
+	}
 }
 
 static void print_member_json(const struct dlock_holder *h)
@@ -250,7 +311,21 @@ static void print_member_json(const struct dlock_holder *h)
 		       ", \"count\": %" PRIu32,
 		       h->token, h->ttl_ms, h->count);
 	}
-	printf(", \"mode\": \"%s\"}", h->shared ? "shared" : "exclusive");
+	printf(", \"mode\": \"%s\"", h->shared ? "shared" : "exclusive");
+	if (!h->waiter && h->held_ms >= 0)
+		printf(", \"held_ms\": %" PRId64, h->held_ms);
+	fputs(", \"user\": ", stdout);
+	dl_cli_json_str_or_null(stdout, h->user);
+	fputs(", \"host\": ", stdout);
+	dl_cli_json_str_or_null(stdout, h->host);
+	fputs(", \"pid\": ", stdout);
+	if (h->pid)
+		printf("%" PRIu32, h->pid);
+	else
+		fputs("null", stdout);
+	fputs(", \"cmd\": ", stdout);
+	dl_cli_json_str_or_null(stdout, h->cmd);
+	fputs("}", stdout);
 }
 
 static void print_member(const struct dlock_holder *h)
@@ -267,13 +342,16 @@ static void print_member(const struct dlock_holder *h)
 		       " count=%" PRIu32,
 		       h->owner, h->token, h->ttl_ms, h->count);
 	}
-	printf(" mode=%s%s\n", h->shared ? "shared" : "exclusive",
+	printf(" mode=%s%s", h->shared ? "shared" : "exclusive",
 	       h->restored ? " restored" : "");
+	print_desc(h);
+	putchar('\n');
 }
 
 int dl_cli_status(struct cli *cl)
 {
 	struct members m = {0};
+	struct dl_cli_retry retry;
 	struct dlock_status st;
 	dlock_client *c;
 	size_t i;
@@ -281,9 +359,15 @@ int dl_cli_status(struct cli *cl)
 
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
-	rc = dlock_status(c, cl->pos[0], &st);
-	if (rc == 0)
-		rc = dlock_holders(c, cl->pos[0], member_cb, &m, NULL, NULL);
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_status(c, cl->pos[0], &st)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
+	while (rc == 0 &&
+	       (rc = dlock_holders(c, cl->pos[0], member_cb, &m, NULL,
+				   NULL)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
 	if (rc == 0 && cl->json) {
 		fputs("{\"name\": ", stdout);
 		dl_cli_json_str(stdout, cl->pos[0]);
@@ -302,16 +386,16 @@ int dl_cli_status(struct cli *cl)
 			       st.delay_ms, st.delay_left_ms);
 		fputs(", \"holders_list\": [", stdout);
 		for (i = 0, first = 1; i < m.n; i++)
-			if (!m.v[i].waiter) {
+			if (!m.v[i].h.waiter) {
 				fputs(first ? "" : ", ", stdout);
-				print_member_json(&m.v[i]);
+				print_member_json(&m.v[i].h);
 				first = 0;
 			}
 		fputs("], \"queue\": [", stdout);
 		for (i = 0, first = 1; i < m.n; i++)
-			if (m.v[i].waiter) {
+			if (m.v[i].h.waiter) {
 				fputs(first ? "" : ", ", stdout);
-				print_member_json(&m.v[i]);
+				print_member_json(&m.v[i].h);
 				first = 0;
 			}
 		fputs("]}\n", stdout);
@@ -328,13 +412,31 @@ int dl_cli_status(struct cli *cl)
 			       "\n",
 			       st.delay_ms, st.delay_left_ms);
 		for (i = 0; i < m.n; i++)
-			print_member(&m.v[i]);
+			print_member(&m.v[i].h);
 	} else {
 		rc = dl_cli_fail(rc, "status");
 	}
 	free(m.v);
-	free(m.owner);
 	dlock_close(c);
+	return rc;
+}
+
+/* ping and stats ask the daemon they are given, whatever its role: a
+ * health check may ask a standby directly (it answers both). Given a
+ * cluster (--servers), they ask its active daemon, as every command. */
+static int health_connect(const struct cli *cl, dlock_client **c)
+{
+	struct dlock_options o;
+	int rc;
+
+	dl_cli_conn_options(cl, &o);
+	o.standby_ok = !cl->servers;
+	if ((rc = dl_cli_connect(cl, &o, c)) == 0 &&
+	    strcmp(dlock_server_role(*c), "standby") == 0 && !cl->json &&
+	    !cl->raw)
+		dl_cli_msg("%s is a standby: the active daemon serves the "
+			   "locks",
+			   dl_cli_where(cl));
 	return rc;
 }
 
@@ -344,7 +446,7 @@ int dl_cli_ping(struct cli *cl)
 	dlock_client *c;
 	int rc;
 
-	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+	if ((rc = health_connect(cl, &c)) != 0)
 		return rc;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	rc = dlock_ping(c);
@@ -361,9 +463,10 @@ int dl_cli_ping(struct cli *cl)
 
 /* ---- stats --------------------------------------------------------------- */
 
-enum stat_fmt { SF_NUM, SF_MS, SF_US, SF_BOOL };
+enum stat_fmt { SF_NUM, SF_MS, SF_US, SF_BOOL, SF_ROLE };
 
-/* How the human view shows the keys it knows; others go under "Other". */
+/* How the human view shows the keys it knows (every key of this version's
+ * server/stats.c); a key it does not know goes under "Other", as sent. */
 static const struct stat_row {
 	const char *key;
 	const char *section;
@@ -371,12 +474,29 @@ static const struct stat_row {
 	enum stat_fmt fmt;
 } stat_rows[] = {
 	{"uptime_ms", "Server", "uptime", SF_MS},
+	{"role_active", "Server", "role", SF_ROLE},
 	{"commands", "Server", "commands", SF_NUM},
+	{"leader_epoch", "Cluster", "leadership epoch", SF_NUM},
+	{"leader_lease_left_ms", "Cluster", "leadership left", SF_MS},
+	{"leader_renewals", "Cluster", "renewals", SF_NUM},
+	{"leader_takeovers", "Cluster", "take-overs", SF_NUM},
+	{"leader_depositions", "Cluster", "depositions", SF_NUM},
 	{"connections", "Connections", "open", SF_NUM},
 	{"connections_total", "Connections", "accepted", SF_NUM},
 	{"connections_rejected", "Connections", "rejected (limit)", SF_NUM},
 	{"output_overflows", "Connections", "closed (unread output)", SF_NUM},
+	{"output_budget_closes", "Connections", "closed (output budget)",
+	 SF_NUM},
+	{"output_buffered_bytes", "Connections", "unread output (bytes)",
+	 SF_NUM},
+	{"request_timeouts", "Connections", "closed (request too slow)",
+	 SF_NUM},
+	{"idle_timeouts", "Connections", "closed (idle)", SF_NUM},
+	{"auth_timeouts", "Connections", "closed (no AUTH in time)", SF_NUM},
 	{"auth_failures", "Connections", "failed AUTH", SF_NUM},
+	{"owner_denials", "Connections", "owner refused (no key)", SF_NUM},
+	{"tls_handshakes", "Connections", "TLS handshakes", SF_NUM},
+	{"tls_failures", "Connections", "TLS failures", SF_NUM},
 	{"locks", "Locks", "locks", SF_NUM},
 	{"leases", "Locks", "leases held", SF_NUM},
 	{"waiters", "Locks", "waiting", SF_NUM},
@@ -385,14 +505,22 @@ static const struct stat_row {
 	{"reentries", "Locks", "reentries", SF_NUM},
 	{"releases", "Locks", "releases", SF_NUM},
 	{"expiries", "Locks", "expiries", SF_NUM},
+	{"breaks", "Locks", "broken (BREAK)", SF_NUM},
 	{"timeouts", "Locks", "wait timeouts", SF_NUM},
 	{"refreshes", "Locks", "refreshes", SF_NUM},
 	{"cancels", "Locks", "cancels", SF_NUM},
+	{"revokes", "Locks", "grants withdrawn", SF_NUM},
 	{"last_token", "Locks", "last token", SF_NUM},
 	{"wait_ms_count", "Locks", "grants timed", SF_NUM},
 	{"wait_ms_sum", "Locks", "total wait", SF_MS},
 	{"hold_ms_count", "Locks", "leases ended", SF_NUM},
 	{"hold_ms_sum", "Locks", "total hold", SF_MS},
+	{"contended_locks_1", "Contention", "locks with 1 waiter", SF_NUM},
+	{"contended_locks_2_5", "Contention", "with 2 to 5", SF_NUM},
+	{"contended_locks_6_10", "Contention", "with 6 to 10", SF_NUM},
+	{"contended_locks_11_100", "Contention", "with 11 to 100", SF_NUM},
+	{"contended_locks_101_1000", "Contention", "with 101 to 1000", SF_NUM},
+	{"contended_locks_over_1000", "Contention", "with over 1000", SF_NUM},
 	{"store_available", "Persistence", "available", SF_BOOL},
 	{"store_batches", "Persistence", "batches", SF_NUM},
 	{"store_writes", "Persistence", "writes", SF_NUM},
@@ -402,12 +530,23 @@ static const struct stat_row {
 	{"store_backlog", "Persistence", "backlog", SF_NUM},
 	{"store_reconnects", "Persistence", "reconnects", SF_NUM},
 	{"store_failures", "Persistence", "failures", SF_NUM},
+	{"store_replica_waits", "Persistence", "replica WAITs", SF_NUM},
+	{"store_replica_shortfalls", "Persistence", "replicas short", SF_NUM},
+	{"store_failover_holds", "Persistence", "Sentinel fail-overs", SF_NUM},
+	{"redis_aof", "Persistence", "Redis AOF on", SF_BOOL},
+	{"redis_fsync_always", "Persistence", "Redis fsync always", SF_BOOL},
+	{"redis_evicting", "Persistence", "Redis may evict", SF_BOOL},
+	{"redis_nondurable_allowed", "Persistence", "non-durable allowed",
+	 SF_BOOL},
+	{"redis_went_back", "Persistence", "Redis went back", SF_NUM},
+	{"grants_closed_ms", "Persistence", "grants closed for", SF_MS},
 };
 
 #define NSTAT_ROWS (sizeof(stat_rows) / sizeof(stat_rows[0]))
 
 static const char *const stat_sections[] = {
-	"Server", "Connections", "Locks", "Persistence", "Errors", "Other",
+	"Server",     "Cluster",     "Connections", "Locks",
+	"Contention", "Persistence", "Errors",	    "Other",
 };
 
 struct stat_kv {
@@ -500,6 +639,9 @@ static void stat_value(const struct stat_kv *kv, char *out, size_t cap)
 	case SF_BOOL:
 		snprintf(out, cap, "%s", v ? "yes" : "no");
 		break;
+	case SF_ROLE:
+		snprintf(out, cap, "%s", v ? "active" : "standby");
+		break;
 	case SF_US:
 		snprintf(out, cap, "%.3f ms", (double)v / 1000.0);
 		break;
@@ -530,7 +672,7 @@ int dl_cli_stats(struct cli *cl)
 	size_t i, k, width = 0;
 	int rc, any, sections = 0;
 
-	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+	if ((rc = health_connect(cl, &c)) != 0)
 		return rc;
 	rc = dlock_stats(c, on_stat, &sl);
 	dlock_close(c);
@@ -599,7 +741,7 @@ void dl_cli_json_str_or_null(FILE *f, const char *s)
 
 /* A page of LOCKS at most, in a row. */
 #define LIST_PAGE DL_LOCKS_PAGE_MAX
-/* --by-waiters without --limit */
+/* --by-waiters without --max */
 #define LIST_TOP 10
 /* A listing refused because the last one was just made (ERR LIMIT): try
  * again this often, at most this many times. */
@@ -672,9 +814,10 @@ int dl_cli_list(struct cli *cl)
 {
 	struct list_run lr = {.cl = cl};
 	const char *prefix = cl->npos ? cl->pos[0] : NULL;
-	uint64_t want = cl->limit ? cl->limit
-				  : cl->by_waiters ? LIST_TOP : UINT64_MAX;
+	uint64_t want = cl->max ? cl->max
+				: cl->by_waiters ? LIST_TOP : UINT64_MAX;
 	uint64_t more = 0;
+	struct dl_cli_retry retry;
 	dlock_client *c;
 	unsigned page;
 	int rc, tries = 0;
@@ -683,6 +826,7 @@ int dl_cli_list(struct cli *cl)
 		return rc;
 	if (cl->json)
 		fputs("{\"locks\": [", stdout);
+	dl_cli_retry_init(&retry, cl, 0);
 	for (;;) {
 		page = want - lr.shown < LIST_PAGE ? (unsigned)(want - lr.shown)
 						     : LIST_PAGE;
@@ -695,6 +839,8 @@ int dl_cli_list(struct cli *cl)
 			nanosleep(&ts, NULL);
 			continue;
 		}
+		if (dl_cli_retry(&retry, rc))
+			continue;
 		if (rc != 0 || more == 0 || lr.shown >= want ||
 		    cl->by_waiters)
 			break;
@@ -710,6 +856,82 @@ int dl_cli_list(struct cli *cl)
 		printf("%s], \"more\": %" PRIu64 "}\n", lr.shown ? "\n" : "",
 		       more);
 	else if (more)
-		dl_cli_msg("%" PRIu64 " more not listed (--limit)", more);
+		dl_cli_msg("%" PRIu64 " more not listed (--max)", more);
 	return 0;
+}
+
+/* ---- who holds it -------------------------------------------------------- */
+
+/* Its command, never its options (--password, --owner <id>=<key> may be
+ * among them): `dlock lock x`, or for run the command it runs, which is
+ * what a person looking at a busy lock wants to know. libdlock makes it
+ * fit the protocol (dlock.h, options.desc_cmd). */
+const char *dl_cli_desc_cmd(const struct cli *cl)
+{
+	static char buf[1024];
+	size_t n = 0;
+	char *const *w;
+	int i;
+
+	buf[0] = '\0';
+	if (cl->sub->fn == dl_cli_run && cl->command) {
+		for (w = cl->command; *w && n < sizeof(buf) - 1; w++)
+			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s",
+					      n ? " " : "", *w);
+		return buf;
+	}
+	n = (size_t)snprintf(buf, sizeof(buf), "dlock %s", cl->sub->name);
+	for (i = 0; i < cl->npos && n < sizeof(buf) - 1; i++)
+		n += (size_t)snprintf(buf + n, sizeof(buf) - n, " %s",
+				      cl->pos[i]);
+	return buf;
+}
+
+/* A hold time for people: 250ms, 12s, 3m12s, 5h04m, 2d03h. */
+static const char *held_text(int64_t ms, char *buf, size_t n)
+{
+	int64_t s = ms / 1000;
+
+	if (ms < 1000)
+		snprintf(buf, n, "%" PRId64 "ms", ms);
+	else if (s < 60)
+		snprintf(buf, n, "%" PRId64 "s", s);
+	else if (s < 3600)
+		snprintf(buf, n, "%" PRId64 "m%02" PRId64 "s", s / 60, s % 60);
+	else if (s < 86400)
+		snprintf(buf, n, "%" PRId64 "h%02" PRId64 "m", s / 3600,
+			 s / 60 % 60);
+	else
+		snprintf(buf, n, "%" PRId64 "d%02" PRId64 "h", s / 86400,
+			 s / 3600 % 24);
+	return buf;
+}
+
+void dl_cli_busy_msg(const char *name, int no_permit)
+{
+	const char *np = no_permit ? " (no permit free)" : "";
+	struct dlock_holder h;
+	char what[DL_DESC_CMD_MAX + 32], held[32];
+
+	/* a server before descriptions, or a user who may not read it */
+	if (dlock_busy_holder(&h) != 0) {
+		dl_cli_msg("%s is held by another owner%s", name, np);
+		return;
+	}
+	/* "(pid 4242, make deploy)": what was said */
+	what[0] = '\0';
+	if (h.pid && h.cmd[0])
+		snprintf(what, sizeof(what), " (pid %" PRIu32 ", %s)", h.pid,
+			 h.cmd);
+	else if (h.pid)
+		snprintf(what, sizeof(what), " (pid %" PRIu32 ")", h.pid);
+	else if (h.cmd[0])
+		snprintf(what, sizeof(what), " (%s)", h.cmd);
+	dl_cli_msg("%s is held by %s%s%s%s%s%s%s%s%s", name, h.owner,
+		   h.user[0] ? " of user " : "", h.user,
+		   h.host[0] ? " on " : "", h.host, what,
+		   h.held_ms >= 0 ? " for " : "",
+		   h.held_ms >= 0 ? held_text(h.held_ms, held, sizeof(held))
+				  : "",
+		   np);
 }

@@ -539,6 +539,9 @@ int dl_cli_guard(int argc, char **argv)
 	/* dlock --run-guard <ctl fd> <err fd> <grace> <margin> -- cmd... */
 	if (argc < 8 || strcmp(argv[6], "--") != 0)
 		return EXIT_USAGE;
+	/* ps, top and pgrep show the guard by this name, not as a second
+	 * dlock (the command's own name comes with its exec) */
+	prctl(PR_SET_NAME, GUARD_NAME);
 	g.ctl = atoi(argv[2]);
 	g.dlock = getppid();
 	errfd = atoi(argv[3]);

@@ -30,17 +30,29 @@
  * lease's last handle is unlocked (UNLOCK answered HELD: unlock again; see
  * options.owner in dlock.h for why that gives back only this client's
  * holds).
- * The new connection starts with AUTH, HELLO owner=<same owner>, a REFRESH
- * of every lease still within its local deadline, then the requests kept.
+ * The new connection starts with AUTH and HELLO owner=<same owner>
+ * key=<its key> (state DL__GREETING), and only once HELLO is answered OK
+ * sends a REFRESH of every lease still within its local deadline, then
+ * the requests kept and those made meanwhile. A server that forgot the
+ * owner (a restart, a take-over, when it held nothing) may have given its
+ * id to another client since; HELLO is then refused (NO DENIED), and
+ * whatever followed it would run as the connection's own anonymous
+ * owner: a LOCK granted to nobody this client can be again, a REFRESH
+ * answered NOT_HOLDER. So a refused HELLO drops the connection, and the
+ * next attempt comes after the reconnect pause, as after a failed
+ * connect: the client waits for its id as it waits for a server that is
+ * down, and its leases' guards say when it is too late.
  */
 #include "client/dlock_private.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,19 +60,84 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+/* ---- why an address could not be used ------------------------------------ */
+
+/* "Connection refused" reads "connection refused" after a colon. */
+static void lower_first(char *s)
+{
+	if (isupper((unsigned char)s[0]) && islower((unsigned char)s[1]))
+		s[0] = (char)tolower((unsigned char)s[0]);
+}
+
+void dl__why(struct dlock_client *c, int i, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(c->why[i], sizeof(c->why[i]), fmt, ap);
+	va_end(ap);
+	lower_first(c->why[i]);
+}
+
+static void why_errno(struct dlock_client *c, int i, int e)
+{
+	char buf[128];
+
+	dl__why(c, i, "%s", strerror_r(e, buf, sizeof(buf)));
+}
+
+void dl__why_report(const struct dlock_client *c)
+{
+	char out[DL__ERR_MAX], one[DL__SERVER_NAME_MAX + DL__WHY_MAX + 2];
+	size_t n;
+	int i;
+
+	snprintf(out, sizeof(out), "%s", c->unresolved);
+	for (i = 0; i < c->naddrs; i++) {
+		if (!c->why[i][0])
+			continue;
+		snprintf(one, sizeof(one), "%s%s%s", c->names[i],
+			 c->names[i][0] ? ": " : "", c->why[i]);
+		if (strstr(out, one))
+			continue; /* one name's IPv4 and IPv6 addresses */
+		n = strlen(out);
+		snprintf(out + n, sizeof(out) - n, "%s%s", n ? "; " : "", one);
+	}
+	if (out[0])
+		dl__last_error_set(out);
+}
+
 /* ---- addresses and connecting -------------------------------------------- */
+
+/* A host name that does not resolve (name: the server's entry, or "" for
+ * the one host of the options). */
+static void note_unresolved(struct dlock_client *c, const char *name, int gai)
+{
+	char text[DL__WHY_MAX];
+	size_t n = strlen(c->unresolved);
+
+	snprintf(text, sizeof(text), "%s",
+		 gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
+	lower_first(text);
+	snprintf(c->unresolved + n, sizeof(c->unresolved) - n,
+		 "%s%s%scannot resolve the host name: %s", n ? "; " : "",
+		 name, name[0] ? ": " : "", text);
+}
 
 /* Add the addresses of host:port (name: the server's entry, or ""). */
 static int resolve_one(struct dlock_client *c, const char *host,
 		       const char *port, const char *name)
 {
 	struct addrinfo hints, *res, *ai;
+	int rc;
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
-	if (getaddrinfo(host, port, &hints, &res) != 0)
+	if ((rc = getaddrinfo(host, port, &hints, &res)) != 0) {
+		note_unresolved(c, name, rc);
 		return DLOCK_ECONNECT;
+	}
 	for (ai = res; ai && c->naddrs < DL__ADDRS_MAX; ai = ai->ai_next) {
 		if (ai->ai_addrlen > sizeof(c->addrs[0]))
 			continue;
@@ -142,14 +219,14 @@ void dl__hint(struct dlock_client *c, struct dl_str active)
 		}
 }
 
-/* Start a non-blocking connect to address i: the socket, or -1; *done
- * says the connect already completed. */
+/* Start a non-blocking connect to address i: the socket, or -1 (errno
+ * says why); *done says the connect already completed. */
 static int connect_start(struct dlock_client *c, int i, int *done)
 {
 	const struct sockaddr *sa = (const struct sockaddr *)&c->addrs[i];
 	int fd = socket(sa->sa_family,
 			SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	int one = 1;
+	int one = 1, e;
 
 	*done = 0;
 	if (fd < 0)
@@ -162,18 +239,21 @@ static int connect_start(struct dlock_client *c, int i, int *done)
 	}
 	if (errno == EINPROGRESS)
 		return fd;
+	e = errno;
 	close(fd);
+	errno = e; /* why */
 	return -1;
 }
 
+/* 0 once connected, else the errno value of the failure. */
 static int connect_result(int fd)
 {
 	int err = 0;
 	socklen_t len = sizeof(err);
 
 	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
-		return -1;
-	return err == 0 ? 0 : -1;
+		return errno;
+	return err;
 }
 
 /* Wait for the TLS handshake on c->fd until deadline (the caller's
@@ -206,26 +286,33 @@ out:
 
 int dl__connect_sync(struct dlock_client *c, int64_t deadline)
 {
-	int k, i, fd, done, r, err = DLOCK_ECONNECT;
+	int k, i, fd, done, r, e, err = DLOCK_ECONNECT;
 
 	for (k = 0; k < c->naddrs; k++) {
+		if (dl__now() >= deadline)
+			return err; /* the reasons of the last tries stay */
 		i = (c->addr_i + k) % c->naddrs;
-		fd = connect_start(c, i, &done);
+		if ((fd = connect_start(c, i, &done)) < 0)
+			why_errno(c, i, errno);
 		while (fd >= 0 && !done) {
 			struct pollfd p = {.fd = fd, .events = POLLOUT};
 			int64_t left = deadline - dl__now();
 
 			if (left <= 0) {
 				close(fd);
+				dl__why(c, i, "no answer to the connection "
+					      "attempt in time");
 				return err; /* out of time */
 			}
 			r = poll(&p, 1, (int)(left > 60000 ? 60000 : left));
 			if (r < 0 && errno != EINTR) {
+				why_errno(c, i, errno);
 				close(fd);
 				fd = -1;
 			} else if (r > 0) {
 				done = 1;
-				if (connect_result(fd) < 0) {
+				if ((e = connect_result(fd)) != 0) {
+					why_errno(c, i, e);
 					close(fd);
 					fd = -1;
 				}
@@ -233,11 +320,15 @@ int dl__connect_sync(struct dlock_client *c, int64_t deadline)
 		}
 		if (fd < 0)
 			continue;
+		c->why[i][0] = '\0';
 		c->fd = fd;
 		c->addr_i = i;
 		if (!c->tls || (r = tls_sync(c, i, deadline)) == 0)
 			return 0;
 		/* a server that fails TLS: the next one may not */
+		dl__why(c, i, "%s",
+			dl__tls_failed(c) ? dl__tls_error(c)
+					  : "TLS: handshake not done in time");
 		dl__io_close(c);
 		err = r;
 		if (deadline <= dl__now())
@@ -273,17 +364,36 @@ static void rewrite(struct dlock_client *c, struct dl__req *q, int64_t now)
 		dl__req_finish(c, q, err);
 }
 
+/* Write one of the connection's own requests (AUTH, HELLO). */
+static void greet(struct dlock_client *c, enum dl__op op)
+{
+	struct dl__req *q = dl__req_new(op, NULL, 1);
+
+	if (q && dl__req_write(c, q) < 0)
+		dl__req_free(q);
+}
+
 static void connected(struct dlock_client *c, int64_t now)
 {
-	struct dl__lease *l;
-	struct dl__req *q, *next;
-
-	c->state = DL__UP;
+	(void)now;
+	c->state = DL__GREETING;
 	dl_linebuf_init(&c->lb);
 	c->out_off = c->out_len = 0;
 	if (c->password)
-		dl__internal(c, DL__AUTH, NULL, 0, 0);
-	dl__internal(c, DL__HELLO, NULL, 0, 0);
+		greet(c, DL__AUTH);
+	greet(c, DL__HELLO);
+}
+
+void dl__io_hello_ok(struct dlock_client *c)
+{
+	struct dl__lease *l;
+	struct dl__req *q, *next;
+	int64_t now = dl__now();
+
+	c->state = DL__UP;
+	/* who it is, for the owner HELLO just proved */
+	if (dl__describing(c))
+		dl__internal(c, DL__DESCRIBE, NULL, 0, 0);
 	for (l = c->leases; l; l = l->next) {
 		if (l->dead || l->unlocking || l->nhandles == 0 ||
 		    atomic_load(&l->deadline) <= now)
@@ -403,7 +513,8 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 	if (c->standby) {
 		/* A standby executes nothing: whatever it was, send it
 		 * again to the active. */
-		if (q->op == DL__AUTH || q->op == DL__HELLO) {
+		if (q->op == DL__AUTH || q->op == DL__HELLO ||
+		    q->op == DL__DESCRIBE) {
 			dl__req_finish(c, q, DLOCK_ECLOSED);
 			return 0;
 		}
@@ -417,7 +528,7 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 		dl__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
-	if (q->op == DL__AUTH || q->op == DL__HELLO) {
+	if (q->op == DL__AUTH || q->op == DL__HELLO || q->op == DL__DESCRIBE) {
 		dl__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
@@ -435,6 +546,10 @@ static void disconnect(struct dlock_client *c)
 	struct dl__req *kept = NULL, *tail = NULL, *all, *q, *next;
 	int64_t now = dl__now();
 
+	if (c->initial && !c->standby && !c->why[c->addr_i][0])
+		dl__why(c, c->addr_i, "%s",
+			dl__tls_failed(c) ? dl__tls_error(c)
+					  : "closed the connection");
 	dl__io_close(c);
 	c->wfail = 0;
 	c->out_off = c->out_len = 0;
@@ -486,6 +601,15 @@ static void disconnect(struct dlock_client *c)
 	}
 	c->state = DL__DOWN;
 	c->reconnect_at = now; /* at once; then with backoff */
+	if (c->refused) {
+		/* its owner is someone else's here for now: a pause, as
+		 * after a failed attempt, not a loop of refusals */
+		c->refused = 0;
+		c->reconnect_at = now + c->backoff;
+		c->backoff *= 2;
+		if (c->backoff > DL__BACKOFF_MAX_MS)
+			c->backoff = DL__BACKOFF_MAX_MS;
+	}
 	if (c->standby) {
 		/* To the active the standby named, at once; to the next
 		 * server after a pause when it named itself, the address
@@ -695,6 +819,10 @@ void *dl__thread_main(void *arg)
 		if ((c->state == DL__CONNECTING || c->state == DL__HANDSHAKE) &&
 		    now >= c->connect_deadline)
 			attempt_failed(c, now);
+		if (c->state == DL__GREETING && now >= c->connect_deadline) {
+			c->refused = 1; /* no answer: the next attempt waits */
+			disconnect(c);
+		}
 		if (c->wfail)
 			disconnect(c);
 		next = timers(c, now);
@@ -714,11 +842,13 @@ void *dl__thread_main(void *arg)
 			p[2].events = POLLOUT;
 			if (c->connect_deadline < next)
 				next = c->connect_deadline;
-		} else if (c->state == DL__HANDSHAKE || c->state == DL__UP) {
+		} else if (c->state == DL__HANDSHAKE || c->state == DL__GREETING ||
+			   c->state == DL__UP) {
 			p[2].events = POLLIN;
 			if (dl__io_pending(c))
 				p[2].events |= POLLOUT;
-			if (c->state == DL__HANDSHAKE &&
+			if ((c->state == DL__HANDSHAKE ||
+			     c->state == DL__GREETING) &&
 			    c->connect_deadline < next)
 				next = c->connect_deadline;
 		}

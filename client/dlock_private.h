@@ -9,7 +9,8 @@
  *   dlock_io.c   the background thread: connect and reconnect, the socket
  *                reader, renewal and lost-lease guards;
  *   dlock_reply.c  what the thread does with each line: replies, events;
- *   dlock_tls.c  the transport: plaintext, or TLS over memory BIOs.
+ *   dlock_tls.c  the transport: plaintext, or TLS over memory BIOs;
+ *   dlock_desc.c who the client says it is, and who a holder said it is.
  *
  * Everything below is protected by dlock_client.mu, except what is marked
  * atomic (read by the lease accessors without the lock, also from on_lost)
@@ -26,6 +27,7 @@
 #include <sys/types.h>
 
 #include "client/dlock.h"
+#include "proto/limits.h"
 #include "proto/proto.h"
 
 /* ---- limits and timings -------------------------------------------------- */
@@ -42,11 +44,16 @@
 #define DL__ADDRS_MAX	       16 /* resolved addresses kept for reconnects */
 #define DL__SERVER_NAME_MAX    262 /* "host:port" of one of options.servers */
 /* A standby said where the active is, and it is where the client just
- * was (or nowhere known): try again after this. */
-#define DL__REDIRECT_MS 100
+ * was (or nowhere known), or no server of options.servers serves: try
+ * again after this, doubled each time up to DL__REDIRECT_MAX_MS (a
+ * take-over is under way; asking in a tight loop only loads the
+ * daemons). */
+#define DL__REDIRECT_MS	    100
+#define DL__REDIRECT_MAX_MS 500
 #define DL__TAG_SIZE	       24 /* "r" + 20 digits + NUL */
 #define DL__STATS_MAX	       (256 * 1024) /* bytes of a STATS body kept */
 #define DL__ERR_MAX	       DL_REPLY_MAX /* text of a NO/ERR line */
+#define DL__WHY_MAX	       160 /* why one address could not be used */
 #define DL__DEFAULT_HOST       "127.0.0.1"
 
 /* ---- requests ------------------------------------------------------------ */
@@ -71,6 +78,9 @@ enum dl__op {
 	DL__BREAK,
 	DL__HOLDERS, /* the body is kept like LOCKS's; status from the
 			header */
+	DL__DESCRIBE, /* HELLO host= pid= cmd= after the HELLO of the owner:
+			 its refusal (a server that does not know them)
+			 fails nothing */
 };
 
 /* Where a request is; it is on at most one list. */
@@ -183,10 +193,15 @@ struct dl__lwait {
 
 /* ---- the client ---------------------------------------------------------- */
 
+/* The daemon's role= in HELLO. */
+enum dl__role { DL__ROLE_UNKNOWN, DL__ROLE_ACTIVE, DL__ROLE_STANDBY };
+
 enum dl__state {
 	DL__DOWN,	/* not connected; next attempt at reconnect_at */
 	DL__CONNECTING, /* a non-blocking connect is in progress */
 	DL__HANDSHAKE,	/* connected; the TLS handshake is in progress */
+	DL__GREETING,	/* a reconnect: AUTH and HELLO sent, the rest waits
+			   (unsent) until HELLO is answered OK */
 	DL__UP,		/* connected: requests are written at once */
 	DL__DEAD,	/* closed for good (reconnect off, or closing) */
 };
@@ -217,11 +232,27 @@ struct dlock_client {
 	 * address in turn). */
 	int standby;
 	int hint_i;
+	int64_t redirect_pause; /* dlock_connect: the next pause before
+				   asking again (0: the first redirect) */
 	int failed_i; /* the address whose connect failed last, or -1 */
+	/* Why dlock_connect could not use each address ("" when it was
+	 * not tried, or served), and the names that did not resolve: the
+	 * thread's dlock_last_error() when it fails (dl__why_report). */
+	char why[DL__ADDRS_MAX][DL__WHY_MAX];
+	char unresolved[DL__WHY_MAX];
 
 	/* learnt from HELLO */
 	int64_t default_ttl;
 	int auth_required;
+	atomic_int role; /* enum dl__role: dlock_server_role() */
+
+	/* what the client says of itself (options.describe), as sent
+	 * (dlock_desc.c); nothing when all are empty, or once a server
+	 * refused it */
+	char desc_host[DL_DESC_HOST_MAX + 1];
+	char desc_cmd[DL_DESC_CMD_MAX + 1];
+	uint32_t desc_pid;
+	int desc_refused;
 
 	/* connection (the thread's, under mu) */
 	int fd;
@@ -230,6 +261,7 @@ struct dlock_client {
 	int initial; /* dlock_connect's own handshake is running */
 	int closing; /* dlock_close has begun */
 	int wfail;   /* a write failed: the thread must disconnect */
+	int refused; /* a reconnect's HELLO was refused: pause first */
 	int64_t reconnect_at, connect_deadline, backoff;
 	struct dl_linebuf lb;
 	char *out; /* bytes written but not yet taken by the kernel */
@@ -327,13 +359,35 @@ int dl__connect_sync(struct dlock_client *c, int64_t deadline);
 /* The address to go to for "active=<host:port>" (a standby's word):
  * c->hint_i. */
 void dl__hint(struct dlock_client *c, struct dl_str active);
+/* Why address i could not be used (c->why[i]). */
+void dl__why(struct dlock_client *c, int i, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* dlock_connect failed with DLOCK_ECONNECT: the thread's
+ * dlock_last_error() says why, address by address (with options.servers,
+ * each prefixed by its entry). */
+void dl__why_report(const struct dlock_client *c);
 void *dl__thread_main(void *arg);
+/* A reconnect's HELLO was answered OK (state DL__GREETING): the connection
+ * is UP, and what waited for it is sent (dlock_io.c). */
+void dl__io_hello_ok(struct dlock_client *c);
 
 /* ---- dlock_reply.c ------------------------------------------------------- */
 
 /* One line from the server; -1 when the stream is not what we expect
  * (the caller drops the connection). */
 int dl__line_in(struct dlock_client *c, char *line, size_t len);
+
+/* ---- dlock_desc.c -------------------------------------------------------- */
+
+/* The client's description from the options (options.describe): into
+ * c->desc_*, encoded as sent; the options' strings are not kept. */
+void dl__describe(struct dlock_client *c, const struct dlock_options *o);
+/* 1 when there is something to say (and no server refused it). */
+int dl__describing(const struct dlock_client *c);
+/* A word of a holder line or a NO BUSY, key=value, that describes a
+ * holder (host=, pid=, cmd=, held_ms=, user=): into h, decoded in place
+ * in `value` (it points into a line the caller keeps). 1 if it was one. */
+int dl__holder_word(struct dlock_holder *h, const char *key, char *value);
 
 /* ---- dlock_tls.c --------------------------------------------------------- */
 

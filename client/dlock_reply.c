@@ -417,8 +417,23 @@ static void reply(struct dlock_client *c, struct dl__req *q,
 				   memcmp(v.p, "required", 8) == 0 &&
 				   (dl_reply_kv(r, "owner", &v) != 0 ||
 				    (!c->password && !c->user));
+		if (dl_reply_kv(r, "role", &v) == 0 && v.len == 7 &&
+		    memcmp(v.p, "standby", 7) == 0)
+			atomic_store(&c->role, DL__ROLE_STANDBY);
+		else if (dl_reply_kv(r, "role", &v) == 0 && v.len == 6 &&
+			 memcmp(v.p, "active", 6) == 0)
+			atomic_store(&c->role, DL__ROLE_ACTIVE);
+		else
+			atomic_store(&c->role, DL__ROLE_UNKNOWN);
 		c->backoff = DL__BACKOFF_MIN_MS; /* a good connection */
 		c->failed_i = -1;
+		dl__req_finish(c, q, 0);
+		return;
+	case DL__DESCRIBE:
+		/* a server that does not know descriptions (dlockd 0.3)
+		 * refuses them: say nothing more, fail nothing */
+		if (r->kind != DL_REPLY_OK)
+			c->desc_refused = 1;
 		dl__req_finish(c, q, 0);
 		return;
 	case DL__CHECK:
@@ -573,7 +588,8 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 }
 
 /* A standby's answer (its HELLO, or ERR NOT_ACTIVE): note where the
- * active is; the connection is dropped and nothing sent on it counts. */
+ * active is; the connection is dropped and nothing sent on it counts
+ * (unless options.standby_ok: then it is an answer like any other). */
 static int standby_reply(struct dlock_client *c, const struct dl__req *q,
 			 const struct dl_reply *r)
 {
@@ -581,6 +597,8 @@ static int standby_reply(struct dlock_client *c, const struct dl__req *q,
 
 	size_t n;
 
+	if (c->opt.standby_ok)
+		return 0; /* a health check: the standby's answers are ours */
 	if (is(r, DL_REPLY_ERR, "NOT_ACTIVE")) {
 		/* ERR NOT_ACTIVE active=<host:port> <text> */
 		v = r->rest;
@@ -603,6 +621,11 @@ static int standby_reply(struct dlock_client *c, const struct dl__req *q,
 	}
 	c->standby = 1;
 	dl__hint(c, v);
+	if (v.len && !(v.len == 1 && v.p[0] == '-'))
+		dl__why(c, c->addr_i, "a standby (the active: %.*s)",
+			(int)v.len, v.p);
+	else
+		dl__why(c, c->addr_i, "a standby, and no active is known");
 	return 1;
 }
 
@@ -632,6 +655,19 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 	if (!c->fifo)
 		c->fifo_tail = NULL;
 	q->next = NULL;
+	if (q->op == DL__HELLO && c->state == DL__GREETING) {
+		/* a reconnect's: nothing else was sent behind it (dlock_io.c) */
+		if (r.kind != DL_REPLY_OK) {
+			/* NO DENIED <owner> need=key: the owner's id is
+			 * another client's here; drop, try again later */
+			dl__req_finish(c, q, dl__reply_error(q, &r));
+			c->refused = 1;
+			return -1;
+		}
+		reply(c, q, &r);
+		dl__io_hello_ok(c);
+		return 0;
+	}
 	reply(c, q, &r);
 	return 0;
 }

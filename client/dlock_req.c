@@ -190,7 +190,7 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		[DL__STATS] = "STATS",	       [DL__PING] = "PING",
 		[DL__UNLOCK_TOKEN] = "UNLOCK", [DL__REFRESH_TOKEN] = "REFRESH",
 		[DL__LOCKS] = "LOCKS",	       [DL__BREAK] = "BREAK",
-		[DL__HOLDERS] = "HOLDERS",
+		[DL__HOLDERS] = "HOLDERS",     [DL__DESCRIBE] = "HELLO",
 	};
 
 	c->seq++;
@@ -207,6 +207,14 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		dl_fmt_kv_str(f, "owner", str_of(c->owner));
 		if (c->owner_key[0])
 			dl_fmt_kv_str(f, "key", str_of(c->owner_key));
+		break;
+	case DL__DESCRIBE:
+		if (c->desc_host[0])
+			dl_fmt_kv_str(f, "host", str_of(c->desc_host));
+		if (c->desc_pid)
+			dl_fmt_kv_u64(f, "pid", c->desc_pid);
+		if (c->desc_cmd[0])
+			dl_fmt_kv_str(f, "cmd", str_of(c->desc_cmd));
 		break;
 	case DL__LOCK:
 		dl_fmt_word(f, q->name);
@@ -333,6 +341,7 @@ int dl__req_submit(struct dlock_client *c, struct dl__req *q)
 	case DL__DOWN:
 	case DL__CONNECTING:
 	case DL__HANDSHAKE:
+	case DL__GREETING: /* sent once HELLO is answered OK */
 		unsent_push(c, q);
 		return 0;
 	default:

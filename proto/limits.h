@@ -50,8 +50,18 @@
  * name a ticket or say why in a word or two; it goes to the audit log. */
 #define DL_REASON_MAX 128
 
+/* A client's description of itself (HELLO host=<host> pid=<pid>
+ * cmd=<cmd>, proto/desc.h), shown next to its owner id by STATUS, HOLDERS,
+ * LOCKS and NO BUSY. Values are bytes as sent (a space is %20): a host
+ * name of Linux's HOST_NAME_MAX, a command line cut to what a person reads
+ * in one line of a listing, a pid_t's positive range. Longer is BAD_ARG:
+ * clients cut their own (dl_desc_encode). */
+#define DL_DESC_HOST_MAX 64
+#define DL_DESC_CMD_MAX	 128
+#define DL_DESC_PID_MAX	 2147483647
 /* Words in one request line, verb included. The longest valid request,
- * LOCK <name> ttl= wait= mode= limit= warn= delay= id=, has nine. */
+ * LOCK <name> ttl= wait= mode= limit= warn= delay= id=, has nine (HELLO
+ * with all of owner= key= host= pid= cmd= id=, seven). */
 #define DL_ARGS_MAX 9
 
 /* The longest lock-delay (LOCK delay=): nobody is granted a lock for that
@@ -269,11 +279,11 @@
  * record (10 s for 10^6), so that the re-sync ends (server/store.c). */
 #define DL_STORE_RECORD_US 10
 
-/* Leadership (DESIGN.md section 10). The active daemon holds a lease in
- * Redis, renews it every third of it, and counts its own leadership from
- * each renewal's send time, DL_LEADER_MARGIN_PCT percent short of the
- * lease (clock rates differ a little; Redis counts from when it ran the
- * renewal, later than the send). */
+/* Leadership (docs/design.md, "Leadership and fencing"). The active
+ * daemon holds a lease in Redis, renews it every third of it, and counts
+ * its own leadership from each renewal's send time, DL_LEADER_MARGIN_PCT
+ * percent short of the lease (clock rates differ a little; Redis counts
+ * from when it ran the renewal, later than the send). */
 #define DL_DEFAULT_LEADER_LEASE_MS 4000
 #define DL_LEADER_LEASE_MIN_MS	   1000
 #define DL_LEADER_LEASE_MAX_MS	   60000

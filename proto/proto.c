@@ -51,6 +51,8 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "proto/desc.h"
+
 _Static_assert(DL_INBUF_SIZE > DL_LINE_MAX + 2,
 	       "the input buffer must hold a maximal line and its CRLF");
 _Static_assert(DL_INBUF_SIZE < DL_LINE_DISCARD_MAX,
@@ -302,8 +304,11 @@ enum {
 	OPT_MODE = 128,
 	OPT_REASON = 256,
 	OPT_KEY = 512,
-	OPT_WARN = 1024,
-	OPT_DELAY = 2048,
+	OPT_HOST = 1024,
+	OPT_PID = 2048,
+	OPT_CMD = 4096,
+	OPT_WARN = 8192,
+	OPT_DELAY = 16384,
 };
 
 /* The table HELP prints and the errors quote: the syntax of each verb is
@@ -349,10 +354,12 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	     " <name> [id=<tag>]", "give up waiting for a lock"),
 	VERB(DL_VERB_STATUS, "STATUS", 1, 1, POS_NAME, 0, OPT_ID,
 	     " <name> [id=<tag>]", "who holds a lock, and how many wait"),
-	VERB(DL_VERB_HELLO, "HELLO", 0, 0, 0, 0, OPT_OWNER | OPT_KEY | OPT_ID,
-	     " [owner=<id> [key=<key>]] [id=<tag>]",
-	     "name your owner id, with its key to resume its leases; server "
-	     "limits"),
+	VERB(DL_VERB_HELLO, "HELLO", 0, 0, 0, 0,
+	     OPT_OWNER | OPT_KEY | OPT_HOST | OPT_PID | OPT_CMD | OPT_ID,
+	     " [owner=<id> [key=<key>]] [host=<host>] [pid=<pid>] "
+	     "[cmd=<command>] [id=<tag>]",
+	     "name your owner id, with its key to resume its leases; say who "
+	     "you are (host, pid, command: a space is %20); server limits"),
 	VERB(DL_VERB_AUTH, "AUTH", 1, 2, POS_SECRET, POS_SECRET, OPT_ID,
 	     " [<user>] <password> [id=<tag>]",
 	     "authenticate: a user and its secret, or the server's password"),
@@ -381,8 +388,8 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 };
 
 static const char *const opt_names[] = {
-	"ttl",	 "wait", "id",	   "owner", "limit", "after",
-	"by",	 "mode", "reason", "key",   "warn",  "delay"};
+	"ttl",	"wait", "id",	  "owner", "limit", "after", "by",   "mode",
+	"reason", "key",  "host", "pid",   "cmd",   "warn",  "delay"};
 
 const char *dl_verb_name(enum dl_verb v)
 {
@@ -583,6 +590,32 @@ static int fail_word(const char **why, struct dl_request *req, int err,
 	return fail(why, req, err, req->why);
 }
 
+/* A description's text value (host=, cmd=) the rule refused. */
+static int fail_desc(const char **why, struct dl_request *req, int err,
+		     const char *what, struct dl_str v, size_t max)
+{
+	struct why w = {req->why, 0, sizeof(req->why)};
+
+	why_str(&w, what);
+	if (err == DL_ERANGE) {
+		why_str(&w, " out of range: ");
+		why_u64(&w, v.len);
+		why_str(&w, " bytes, at most ");
+		why_u64(&w, max);
+		why_str(&w, " (escapes counted as sent)");
+	} else {
+		why_str(&w, " malformed: ");
+		why_quote(&w, v.p, v.len);
+		/* short: a reply has at most DL_REPLY_ARGS_MAX words after
+		 * its second, or clients take it for a protocol error */
+		why_str(&w, ", 1 to ");
+		why_u64(&w, max);
+		why_str(&w, " bytes of printable ASCII, no space; %XX (hex) is "
+			    "a printable byte: %20 a space");
+	}
+	return fail(why, req, err, req->why);
+}
+
 /* A duration option (ttl=, wait=) that did not parse. */
 static int fail_duration(const char **why, struct dl_request *req, int err,
 			 const char *opt, struct dl_str v, int inf_too)
@@ -739,6 +772,40 @@ static int parse_option(struct dl_str w, const char *eq,
 		}
 		req->owner_secret = val;
 		break;
+	case OPT_HOST:
+	case OPT_CMD:
+		/* shown to others, written to Redis: proto/desc.h's rule */
+		err = dl_desc_check(v, val.len,
+				    opt == OPT_HOST ? DL_DESC_HOST_MAX
+						    : DL_DESC_CMD_MAX);
+		if (err < 0)
+			return fail_desc(why, req, err,
+					 opt == OPT_HOST ? "host" : "cmd", val,
+					 opt == OPT_HOST ? DL_DESC_HOST_MAX
+							 : DL_DESC_CMD_MAX);
+		if (opt == OPT_HOST)
+			req->desc_host = val;
+		else
+			req->desc_cmd = val;
+		req->has_desc = 1;
+		break;
+	case OPT_PID: {
+		uint64_t pid;
+
+		err = dl_parse_u64(v, val.len, &pid);
+		if (err < 0 || pid == 0 || pid > DL_DESC_PID_MAX) {
+			struct why m = {req->why, 0, sizeof(req->why)};
+
+			why_str(&m, "pid malformed: ");
+			why_quote(&m, val.p, val.len);
+			why_str(&m, ", a process id from 1 to ");
+			why_u64(&m, DL_DESC_PID_MAX);
+			return fail(why, req, DL_EBADARG, req->why);
+		}
+		req->desc_pid = (uint32_t)pid;
+		req->has_desc = 1;
+		break;
+	}
 	case OPT_REASON:
 		/* goes to the audit log: printable, bounded */
 		if (!printable(val) || val.len > DL_REASON_MAX) {

@@ -188,6 +188,11 @@ struct dl_request {
 	struct dl_str tag;   /* id=<tag>; len 0 when absent */
 	struct dl_str owner; /* HELLO owner=; len 0 when absent */
 	struct dl_str owner_secret; /* HELLO key=; len 0 when absent */
+	/* HELLO host= pid= cmd= (proto/desc.h): the client's description
+	 * of itself; has_desc when any of them was given */
+	struct dl_str desc_host, desc_cmd; /* len 0 when absent */
+	uint32_t desc_pid;		   /* 0 when absent */
+	unsigned has_desc : 1;
 	struct dl_str arg;   /* AUTH secret, PING text, HELP verb (len 0 when
 				absent) */
 	struct dl_str user;  /* AUTH <user> <secret>: the user (len 0 in the

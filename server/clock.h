@@ -7,9 +7,10 @@
  * executed, never taken from uv_now(): that is the time the loop iteration
  * started, which can be before the request was even sent, and a lease
  * counted from it would end sooner than the countdown its holder started
- * when it sent the request (DESIGN.md section 5). uv_now() has the same
- * origin, so timers armed with uv_timer_start() agree with these deadlines
- * (at worst they fire a little early and are re-armed). The monotonic
+ * when it sent the request (docs/design.md, "Clocks and the timer
+ * wheel"). uv_now() has the same origin, so timers armed with
+ * uv_timer_start() agree with these deadlines (at worst they fire a
+ * little early and are re-armed). The monotonic
  * clock stops while the machine is suspended; deadlines then end later in
  * real time, never sooner, which is the safe side for holders.
  *

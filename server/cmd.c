@@ -105,6 +105,44 @@ static void fmt_owner(struct dl_fmt *f, int kv, struct dl_str key)
 		dl_fmt_kv_str(f, "user", user);
 }
 
+/* What a holder said of itself (HELLO host= pid= cmd=), each part only
+ * when said: the text as it came, checked printable without space
+ * (proto/desc.h), so it needs no quoting here. */
+static void fmt_desc(struct dl_fmt *f, const struct dl_desc *d)
+{
+	if (!d)
+		return;
+	if (d->host_len)
+		dl_fmt_kv_str(f, "host", dl_desc_host(d));
+	if (d->pid)
+		dl_fmt_kv_u64(f, "pid", d->pid);
+	if (d->cmd_len)
+		dl_fmt_kv_str(f, "cmd", dl_desc_cmd(d));
+}
+
+/* NO BUSY names the lock's first holder (STATUS's) after its numbers --
+ * owner=<id> [user=<user>] held_ms=<ms> and its description -- when
+ * there is one, then delay_left_ms=<ms> when the lock is in its
+ * lock-delay, if the user may read the lock: a user sees who holds only
+ * what it could see with STATUS. */
+static void fmt_busy_holder(struct dl_conn *c, struct dl_fmt *f,
+			    struct dl_str name)
+{
+	struct dl_lock_status st;
+
+	if (!dl_access_may(c, DL_RIGHT_READ, name))
+		return;
+	dl_locktab_status(c->srv->tab, name, &st);
+	if (st.held) {
+		fmt_owner(f, 1, st.owner);
+		dl_fmt_kv_u64(f, "held_ms", st.held_ms);
+		fmt_desc(f, st.desc);
+	}
+	/* busy for its lock-delay: how long that still lasts */
+	if (st.delay_left)
+		dl_fmt_kv_u64(f, "delay_left_ms", st.delay_left);
+}
+
 /* A user's quota that a LOCK ran into, or 0 (why says which). */
 static int quota_error(struct dl_conn *c, char *why, size_t len)
 {
@@ -258,8 +296,11 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 	case DL_BROKEN:
 		dl_fmt_u64(&r.f, res->token);
 		break;
-	case DL_QUEUED:
 	case DL_BUSY:
+		dl_fmt_u64(&r.f, res->value);
+		fmt_busy_holder(c, &r.f, name);
+		break;
+	case DL_QUEUED:
 	case DL_HELD:
 	case DL_ALREADY_WAITING:
 	case DL_LIMIT_MISMATCH:
@@ -452,6 +493,8 @@ static void cmd_status(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_str(&r.f, "mode", status_mode(&st));
 	dl_fmt_kv_u64(&r.f, "limit", st.limit);
 	dl_fmt_kv_u64(&r.f, "holders", st.holders);
+	dl_fmt_kv_u64(&r.f, "held_ms", st.held_ms);
+	fmt_desc(&r.f, st.desc);
 	/* the lock's delay, and what is left of it if it runs */
 	dl_fmt_kv_u64(&r.f, "delay_ms", st.delay_ms);
 	dl_fmt_kv_u64(&r.f, "delay_left_ms", st.delay_left);
@@ -460,9 +503,11 @@ static void cmd_status(struct dl_conn *c, const struct dl_request *rq)
 
 /* HOLDERS: "OK HOLDERS <name> holders=<h> waiters=<w> mode=<m> limit=<n>
  * more=<k>", then one line per holder in grant order
- *   holder <owner> token=<t> ttl_ms=<ms> count=<c> mode=<m>
+ *   holder <owner> token=<t> ttl_ms=<ms> count=<c> mode=<m> held_ms=<ms>
+ *          [host=<h>] [pid=<p>] [cmd=<c>]
  * then one per waiter in queue order
  *   waiter <owner> position=<p> wait_ms=<ms>|inf mode=<m> [restored]
+ *          [host=<h>] [pid=<p>] [cmd=<c>]
  * at most DL_HOLDERS_LIST_MAX of each; more= counts those left out. */
 struct member_lines {
 	struct dl_conn *c;
@@ -497,8 +542,11 @@ static void member_line(const struct dl_member *m, void *arg)
 		dl_fmt_kv_u64(&r.f, "count", m->count);
 	}
 	dl_fmt_word(&r.f, m->shared ? "mode=shared" : "mode=exclusive");
+	if (!m->waiter)
+		dl_fmt_kv_u64(&r.f, "held_ms", m->held_ms);
 	if (m->placeholder)
 		dl_fmt_word(&r.f, "restored");
+	fmt_desc(&r.f, m->desc);
 	reply_send(x->c, &r, DL_STR_NULL, NULL);
 }
 
@@ -557,9 +605,10 @@ static void hello_unauthenticated(struct dl_conn *c,
 {
 	struct reply r;
 
-	if (rq->owner.len || rq->owner_secret.len) {
+	if (rq->owner.len || rq->owner_secret.len || rq->has_desc) {
 		dl_cmd_error(c, DL_ENOAUTH,
-			     "AUTH first: an owner is named once authenticated",
+			     "AUTH first: an owner is named, and described, "
+			     "once authenticated",
 			     rq->tag);
 		return;
 	}
@@ -567,6 +616,26 @@ static void hello_unauthenticated(struct dl_conn *c,
 	dl_fmt_kv_str(&r.f, "version", DL_STR_LIT(DL_VERSION));
 	dl_fmt_kv_str(&r.f, "auth", DL_STR_LIT("required"));
 	reply_send(c, &r, rq->tag, NULL);
+}
+
+/* HELLO host= pid= cmd=: the connection's description from now on (the
+ * parts not given are not said), for the leases it is granted from now
+ * on. 0, or -1 once the reply (an error) is sent. */
+static int set_desc(struct dl_conn *c, const struct dl_request *rq)
+{
+	struct dl_desc *d;
+	int err = dl_desc_new(rq->desc_host, rq->desc_pid, rq->desc_cmd, &d);
+
+	if (err) {
+		dl_cmd_error(c, err == DL_ENOMEM ? DL_EINTERNAL : err,
+			     err == DL_ENOMEM ? "out of memory"
+					      : "bad description",
+			     rq->tag);
+		return -1;
+	}
+	dl_session_set_desc(&c->sess, d);
+	dl_desc_unref(d);
+	return 0;
 }
 
 static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
@@ -607,6 +676,8 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 			return;
 		}
 	}
+	if (rq->has_desc && set_desc(c, rq))
+		return;
 	reply_begin(&r, "OK HELLO");
 	dl_fmt_kv_str(&r.f, "version", DL_STR_LIT(DL_VERSION));
 	dl_fmt_kv_str(&r.f, "owner",
@@ -786,6 +857,8 @@ static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 		dl_fmt_kv_u64(&r.f, "holders", st.holders);
 		dl_fmt_kv_u64(&r.f, "waiters", st.waiters);
 		dl_fmt_kv_u64(&r.f, "limit", st.limit);
+		dl_fmt_kv_u64(&r.f, "held_ms", st.held_ms);
+		fmt_desc(&r.f, st.desc);
 		reply_send(c, &r, DL_STR_NULL, NULL);
 	}
 	free(page);

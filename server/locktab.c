@@ -326,19 +326,33 @@ _Static_assert(sizeof(void *) != 8 || sizeof(struct dl_lock) <= 40,
 	       "a lock with a short name no longer fits a 64-byte chunk");
 
 /* Allocate a lease (not yet linked): the fallible half of a grant. The
- * tag, if any, is stored after it (locktab.h, Memory). */
-struct dl_lease *dl__lease_alloc(struct dl_str tag)
+ * description and the tag, when there are, are stored after it
+ * (locktab.h, Memory). */
+struct dl_lease *dl__lease_alloc(struct dl_str tag, struct dl_desc *desc)
 {
-	struct dl_lease *l = calloc(1, sizeof(*l) + (tag.len ? tag.len + 1 : 0));
+	size_t dn = desc ? sizeof(desc) : 0;
+	struct dl_lease *l =
+		calloc(1, sizeof(*l) + dn + (tag.len ? tag.len + 1 : 0));
 
 	if (!l)
 		return NULL;
+	if (desc) {
+		l->has_desc = 1;
+		dl_desc_ref(desc);
+		memcpy(l->extra, &desc, sizeof(desc));
+	}
 	if (tag.len) {
 		l->has_tag = 1;
-		memcpy(l->tag, tag.p, tag.len);
-		l->tag[tag.len] = '\0';
+		memcpy(l->extra + dn, tag.p, tag.len);
+		l->extra[dn + tag.len] = '\0';
 	}
 	return l;
+}
+
+void dl__lease_free(struct dl_lease *l)
+{
+	dl_desc_unref(dl_lease_desc(l));
+	free(l);
 }
 
 /* The infallible half of a grant or a restore: attach l as a holder. */
@@ -396,7 +410,7 @@ void dl__lease_remove(struct dl_locktab *t, struct dl_lease *l)
 	dl__owner_put(t, l->owner);
 	t->st.leases--;
 	dl__mark_dirty(t, lk);
-	free(l);
+	dl__lease_free(l);
 }
 
 int dl__has_room(const struct dl_lock *lk, int shared)
@@ -667,7 +681,8 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 			dl__lease_reenter(t, l, w->ttl_ms, now);
 			ev.reentry = 1;
 		} else if (!nomem && !l && !dl__tokens_exhausted(t) &&
-			   (l = dl__lease_alloc(waiter_tag(w))) != NULL) {
+			   (l = dl__lease_alloc(waiter_tag(w), s->desc)) !=
+				   NULL) {
 			dl__lease_grant(t, l, lk, w->owner, w->ttl_ms, now,
 					w->shared);
 		} else {
@@ -853,7 +868,7 @@ static void free_objects(struct dl_locktab *t)
 						offsetof(struct dl_lock, hn));
 			for (l = lk->holders; l; l = ln) {
 				ln = l->next;
-				free(l);
+				dl__lease_free(l);
 			}
 			for (w = lk->qhead; w; w = wn) {
 				wn = w->qnext;
@@ -1060,11 +1075,19 @@ const uint8_t *dl_owner_proof(const struct dl_owner *o)
 	return o->has_proof ? o->proof : NULL;
 }
 
+void dl_session_set_desc(struct dl_session *s, struct dl_desc *d)
+{
+	dl_desc_ref(d);
+	dl_desc_unref(s->desc);
+	s->desc = d;
+}
+
 void dl_session_close(struct dl_locktab *t, struct dl_session *s)
 {
 	struct dl_lock *lk;
 	uint64_t now = dl__now_ms(t);
 
+	dl_session_set_desc(s, NULL);
 	if (!s->owner)
 		return;
 	while (s->waiters) {

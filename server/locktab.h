@@ -80,6 +80,7 @@
 #include <stdint.h>
 
 #include "proto/proto.h"
+#include "server/desc.h"
 #include "server/htab.h"
 #include "server/wheel.h"
 
@@ -103,6 +104,9 @@ struct dl_session {
 	struct dl_waiter *waiters;	  /* this session's queued requests */
 	void *data;			  /* the caller's, untouched */
 	uint32_t owner_gen; /* bumped by every change of owner (HELLO) */
+	struct dl_desc *desc; /* what the client said of itself (a
+				 reference; NULL: nothing): each lease
+				 granted to the session takes it */
 	/* the account's quotas, set by the caller (0: none): a LOCK that
 	 * would take the account's leases plus waiters to max_locks, or its
 	 * waiters to max_waits, is refused (DL_ELIMIT) */
@@ -132,17 +136,22 @@ struct dl_str dl_owner_key_id(struct dl_str key);
 /*
  * Memory. A held lease costs its lease, its lock and a bucket of the lock
  * hash: 72 + 40 + name bytes, in two malloc chunks (80 and 64 bytes for a
- * name under 16 bytes: glibc adds 8 and rounds to 16). Hence the tag
- * stored after the lease only when there is one, a queue without a tail
- * pointer (its qprev links are circular) and bit-fields: each of them is
- * what keeps a struct in the smaller chunk (make bench measures bytes per
- * lease).
+ * name under 16 bytes: glibc adds 8 and rounds to 16). Hence what only
+ * some leases have stored after the lease, only when there is one (its
+ * holder's description, a pointer to a shared value; its tag), a queue
+ * without a tail pointer (its qprev links are circular) and bit-fields:
+ * each of them is what keeps a struct in the smaller chunk (make bench
+ * measures bytes per lease; its clients describe nothing). A described
+ * lease asks 80 bytes, a 96-byte chunk (glibc's malloc_usable_size says
+ * 88), and shares its description with the other leases of its
+ * connection.
  */
 struct dl_lease {
 	struct dl_wheel_entry timer; /* fires at the deadline */
 	unsigned kind : 3;	     /* DL__TIMED_LEASE */
 	unsigned shared : 1;	     /* mode=shared */
-	unsigned has_tag : 1;	     /* tag[] holds one */
+	unsigned has_tag : 1;	     /* extra[] holds a tag */
+	unsigned has_desc : 1;	     /* extra[] holds a description */
 	unsigned has_warn : 1;	     /* it has a warning (a side object) */
 	unsigned count : 24;	     /* reentrant holds, 1..DL_REENTRY_MAX */
 	uint32_t ttl_ms; /* what a restore gives it (R + ttl) and a bare
@@ -151,9 +160,13 @@ struct dl_lease {
 	struct dl_owner *owner;
 	struct dl_lease *next; /* next holder of the same lock */
 	uint64_t token;
-	uint64_t granted_at; /* monotonic ms, for the hold-time histogram */
-	char tag[]; /* has_tag: id= of the granting request, NUL-terminated
-		       (without one the lease is owned: no bytes here) */
+	uint64_t granted_at; /* monotonic ms: the hold time (STATUS, the
+				histogram) */
+	/* has_desc: a struct dl_desc * (a reference, its holder's: read it
+	 * with dl_lease_desc), then has_tag: the id= of the granting
+	 * request, NUL-terminated (read it with dl_lease_tag). Neither: no
+	 * bytes here. */
+	char extra[];
 };
 
 struct dl_waiter {
@@ -279,6 +292,9 @@ struct dl_event {
 
 struct dl_lock_status {
 	int held;
+	const struct dl_desc *desc; /* first holder's description, or NULL
+				       (borrowed until the table changes) */
+	uint64_t held_ms;	    /* how long the first holder has held */
 	int shared;	    /* the holders' mode */
 	uint64_t token;	    /* first holder's */
 	uint64_t remaining; /* ms, first holder's */
@@ -359,6 +375,10 @@ int dl_session_init(struct dl_locktab *t, struct dl_session *s,
 /* Set the quotas of the session's account (see struct dl_session). */
 void dl_session_set_quota(struct dl_session *s, uint32_t max_locks,
 			  uint32_t max_waits);
+/* The session's description from now on (d: a new reference is taken;
+ * NULL: none), for the leases it is granted from now on and its waits;
+ * leases granted before keep theirs. dl_session_close drops it. */
+void dl_session_set_desc(struct dl_session *s, struct dl_desc *d);
 /* Move the session to another owner. DL_EBADARG while it has waiters. */
 int dl_session_set_owner(struct dl_locktab *t, struct dl_session *s,
 			 struct dl_str id);
@@ -610,11 +630,15 @@ void dl_locktab_prefetch(const struct dl_locktab *t, struct dl_str name,
  * item of one lock carries the same), `shared` the item's mode. Errors:
  * DL_EBADARG for a bad name, owner, ttl or limit, a second lease of one
  * owner on one lock, holders the lock cannot have at once (modes mixed,
- * more than its limit), a limit unlike the lock's; DL_ENOMEM. */
+ * more than its limit), a limit unlike the lock's; DL_ENOMEM. A lease's
+ * `desc` (NULL: none) is its holder's description, of which the lease
+ * takes a reference, and `held_ms` how long it had been held when its
+ * record was read (its hold time goes on from there). */
 int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 			     struct dl_str owner, uint64_t token,
 			     uint32_t count, uint32_t ttl_ms, uint64_t deadline,
-			     struct dl_str tag, int shared, uint32_t limit);
+			     struct dl_str tag, int shared, uint32_t limit,
+			     struct dl_desc *desc, uint64_t held_ms);
 /* The restored lock `name` has a delay of delay_ms (at most
  * DL_LOCK_DELAY_MAX_MS), and with `running` is in it for that long from
  * now (its record said a delay was running: it is honoured whole from
@@ -712,6 +736,10 @@ struct dl_member {
 			       left, UINT64_MAX for inf */
 	uint32_t count;	    /* holder: holds */
 	uint32_t position;  /* waiter: 1 = first */
+	uint64_t held_ms;   /* holder: how long it has held */
+	const struct dl_desc *desc; /* holder: its lease's description;
+				       waiter: its session's (none for a
+				       placeholder); NULL: none */
 };
 int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
 		       void (*cb)(const struct dl_member *m, void *arg),
@@ -733,6 +761,10 @@ uint32_t dl_locktab_lease_warn(const struct dl_locktab *t,
  * receives the monotonic end of the delay it is in, 0 if none. */
 uint32_t dl_locktab_lock_delay(const struct dl_locktab *t,
 			       const struct dl_lock *lk, uint64_t *end);
+/* Its holder's description (NULL: none), borrowed from the lease. */
+struct dl_desc *dl_lease_desc(const struct dl_lease *l);
+/* How long it has been held at `now` (monotonic ms). */
+uint64_t dl_lease_held_ms(const struct dl_lease *l, uint64_t now);
 const struct dl_locktab_stats *dl_locktab_stats(const struct dl_locktab *t);
 
 #endif /* DL_SERVER_LOCKTAB_H */

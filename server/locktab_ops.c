@@ -118,7 +118,7 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 	    !barred(t, lk, now)) {
 		if (dl__tokens_exhausted(t))
 			return DL_ELIMIT;
-		if (!(l = dl__lease_alloc(a->tag)))
+		if (!(l = dl__lease_alloc(a->tag, s->desc)))
 			return DL_ENOMEM;
 		dl__hist_add(&t->st.wait, 0);
 		dl__waiter_free(t, w);
@@ -219,7 +219,7 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 		int full = dl__owner_full(t, o) || dl__account_full(s, o, 0) ||
 			   dl__tokens_exhausted(t);
 
-		if (full || !(l = dl__lease_alloc(a->tag))) {
+		if (full || !(l = dl__lease_alloc(a->tag, s->desc))) {
 			dl__lock_drop_if_unused(t, lk);
 			return full ? DL_ELIMIT : DL_ENOMEM;
 		}
@@ -506,6 +506,8 @@ static void lock_status(const struct dl_lock *lk, uint64_t now,
 		st->remaining = dl__remaining(l, now);
 		st->count = l->count;
 		st->owner = dl_owner_id(l->owner);
+		st->desc = dl_lease_desc(l);
+		st->held_ms = dl_lease_held_ms(l, now);
 	}
 }
 
@@ -547,6 +549,8 @@ int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
 		m.token = l->token;
 		m.remaining = dl__remaining(l, now);
 		m.count = l->count;
+		m.held_ms = dl_lease_held_ms(l, now);
+		m.desc = dl_lease_desc(l);
 		cb(&m, arg);
 	}
 	for (w = lk->qhead; w; w = w->qnext) {
@@ -556,6 +560,7 @@ int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
 		m.placeholder = !w->sess;
 		m.owner = dl_owner_id(w->owner);
 		m.position = ++pos;
+		m.desc = w->sess ? w->sess->desc : NULL;
 		m.remaining = !dl_wheel_pending(&w->timer) ? UINT64_MAX
 			      : w->timer.expires > now ? w->timer.expires - now
 						       : 0;
@@ -721,11 +726,13 @@ static int restore_limit(struct dl_lock *lk, uint32_t limit)
 int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 			     struct dl_str owner, uint64_t token,
 			     uint32_t count, uint32_t ttl_ms, uint64_t deadline,
-			     struct dl_str tag, int shared, uint32_t limit)
+			     struct dl_str tag, int shared, uint32_t limit,
+			     struct dl_desc *desc, uint64_t held_ms)
 {
 	struct dl_lock *lk;
 	struct dl_owner *o;
 	struct dl_lease *l;
+	uint64_t now;
 
 	if (restore_args(name, owner, ttl_ms, tag, shared, limit) ||
 	    count == 0 || count > DL_REENTRY_MAX)
@@ -736,7 +743,8 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 		dl__lock_drop_if_unused(t, lk);
 		return DL_EBADARG;
 	}
-	if (!(o = dl__owner_get(t, owner)) || !(l = dl__lease_alloc(tag))) {
+	if (!(o = dl__owner_get(t, owner)) ||
+	    !(l = dl__lease_alloc(tag, desc))) {
 		if (o)
 			dl__owner_put(t, o);
 		dl__lock_drop_if_unused(t, lk);
@@ -747,14 +755,16 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 	 * with one token is a damaged record. */
 	if (dl__holder_of(lk, o) || dl__holder_by_token(lk, token) ||
 	    !dl__has_room(lk, shared)) {
-		free(l);
+		dl__lease_free(l);
 		dl__owner_put(t, o);
 		dl__lock_drop_if_unused(t, lk);
 		return DL_EBADARG;
 	}
-	/* The grant's real time is not stored: hold time counts from now. */
+	/* The hold time goes on from what the record says (0: from now; a
+	 * clock younger than the hold, a machine booted since, cuts it). */
+	now = dl__now_ms(t);
 	dl__lease_link(t, l, lk, o, token, count, ttl_ms, deadline,
-		       dl__now_ms(t), shared);
+		       held_ms < now ? now - held_ms : 0, shared);
 	dl_locktab_raise_token(t, token);
 	return 0;
 }
@@ -894,7 +904,7 @@ int dl_locktab_quarantine(struct dl_locktab *t, struct dl_str name,
 		return 0;
 	}
 	if (!(o = dl__owner_get(t, id)) ||
-	    !(l = dl__lease_alloc(DL_STR_NULL))) {
+	    !(l = dl__lease_alloc(DL_STR_NULL, NULL))) {
 		if (o)
 			dl__owner_put(t, o);
 		dl__lock_drop_if_unused(t, lk);
@@ -942,8 +952,23 @@ struct dl_str dl_owner_id(const struct dl_owner *o)
 
 struct dl_str dl_lease_tag(const struct dl_lease *l)
 {
-	return l->has_tag ? (struct dl_str){l->tag, strlen(l->tag)}
-			  : DL_STR_NULL;
+	const char *p = l->extra + (l->has_desc ? sizeof(struct dl_desc *) : 0);
+
+	return l->has_tag ? (struct dl_str){p, strlen(p)} : DL_STR_NULL;
+}
+
+struct dl_desc *dl_lease_desc(const struct dl_lease *l)
+{
+	struct dl_desc *d = NULL;
+
+	if (l->has_desc)
+		memcpy(&d, l->extra, sizeof(d));
+	return d;
+}
+
+uint64_t dl_lease_held_ms(const struct dl_lease *l, uint64_t now)
+{
+	return now > l->granted_at ? now - l->granted_at : 0;
 }
 
 const struct dl_locktab_stats *dl_locktab_stats(const struct dl_locktab *t)

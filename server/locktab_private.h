@@ -84,7 +84,11 @@ void dl__lock_drop_if_unused(struct dl_locktab *t, struct dl_lock *lk);
 struct dl_lease *dl__holder_of(const struct dl_lock *lk,
 			       const struct dl_owner *o);
 struct dl_lease *dl__holder_by_token(const struct dl_lock *lk, uint64_t token);
-struct dl_lease *dl__lease_alloc(struct dl_str tag);
+/* A lease not yet linked, with its tag and its holder's description (a
+ * reference is taken; NULL: none). */
+struct dl_lease *dl__lease_alloc(struct dl_str tag, struct dl_desc *desc);
+/* Free a lease that is not (or no longer) linked. */
+void dl__lease_free(struct dl_lease *l);
 /* Attach the allocated lease l to lk as a holder for owner o, with the
  * given token, hold count and deadline (the fallible part, allocation,
  * is done); no dirty mark, no grant counted. */

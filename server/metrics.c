@@ -280,10 +280,11 @@ static void answer(struct mconn *c)
 	} else {
 		dl_stats_collect(c->m->srv, emit_stat, &pg);
 		emit_hist(&pg.b, "wait",
-			  "Time from LOCK to grant (0 when granted at once).",
+			  "Seconds from LOCK to grant (0 when granted at once).",
 			  &t->wait);
 		emit_hist(&pg.b, "hold",
-			  "Time from grant to release or expiry.", &t->hold);
+			  "Seconds from grant to release or expiry.",
+			  &t->hold);
 		respond(c, 200, "OK", &pg.b);
 		free(pg.b.p);
 	}

@@ -11,6 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/desc.h"
+
+/* Words on one H or W line: the seven of version 2, k=, id=, the five of
+ * version 3 (warn=, since=, host=, pid=, cmd=), and room for what a later version adds (record.h). A line
+ * with more is unreadable. */
+#define WORDS_MAX 24
+
 static void add_u64(struct dl_buf *b, uint64_t v)
 {
 	b->len += dl_u64_to_dec(v, b->p + b->len);
@@ -30,10 +37,12 @@ static uint64_t to_wall(uint64_t mono, int64_t off)
 }
 
 /* Longest H or W line: letter, 4 numbers, mode, owner, proof, warning,
- * tag, separators. */
+ * tag, separators; and a description with its since=. */
 #define LINE_ROOM                                                              \
 	(2 + 4 * 21 + 2 + DL_OWNER_KEY_MAX + 3 + 2 * DL_OWNER_PROOF_LEN +      \
-	 6 + 21 + 4 + DL_TAG_MAX + 2)
+	 6 + 21 + 4 + DL_TAG_MAX + 2 + DESC_ROOM)
+#define DESC_ROOM                                                              \
+	(7 + 20 + 6 + DL_DESC_HOST_MAX + 5 + 10 + 5 + DL_DESC_CMD_MAX)
 
 /* Version 1 can say it: an exclusive lock, nobody shared, no delay. */
 static int plain(const struct dl_lock *lk)
@@ -49,10 +58,59 @@ static int plain(const struct dl_lock *lk)
 	return 1;
 }
 
-static void add_mode(struct dl_buf *b, int v2, int shared)
+/* The warning a holder's line says (0: none): below its TTL, as a
+ * restore wants it -- a shortening applied after a later warn= may leave
+ * them crossed (the warning then fired at once). */
+static uint32_t line_warn(const struct dl_locktab *t, const struct dl_lease *l)
 {
-	if (v2)
+	uint32_t warn = dl_locktab_lease_warn(t, l);
+
+	return warn < l->ttl_ms ? warn : 0;
+}
+
+/* Version 3 is needed: a holder described itself, or has a warning. */
+static int keyed(const struct dl_locktab *t, const struct dl_lock *lk)
+{
+	const struct dl_lease *l;
+
+	for (l = lk->holders; l; l = l->next)
+		if (l->has_desc || line_warn(t, l))
+			return 1;
+	return 0;
+}
+
+static void add_mode(struct dl_buf *b, int modes, int shared)
+{
+	if (modes)
 		add_str(b, shared ? " s" : " x", 2);
+}
+
+static void add_kv(struct dl_buf *b, const char *key, struct dl_str v)
+{
+	add_str(b, " ", 1);
+	add_str(b, key, strlen(key));
+	add_str(b, "=", 1);
+	add_str(b, v.p, v.len);
+}
+
+/* Version 3: since=<unix ms> and the holder's description. */
+static void add_desc(struct dl_buf *b, const struct dl_lease *l,
+		     int64_t wall_off)
+{
+	const struct dl_desc *d = dl_lease_desc(l);
+
+	add_str(b, " since=", 7);
+	add_u64(b, to_wall(l->granted_at, wall_off));
+	if (!d)
+		return;
+	if (d->host_len)
+		add_kv(b, "host", dl_desc_host(d));
+	if (d->pid) {
+		add_str(b, " pid=", 5);
+		add_u64(b, d->pid);
+	}
+	if (d->cmd_len)
+		add_kv(b, "cmd", dl_desc_cmd(d));
 }
 
 /* " k=<hex>" when the owner has a proof. */
@@ -78,9 +136,9 @@ int dl_record_format(const struct dl_locktab *t, const struct dl_lock *lk,
 {
 	const struct dl_lease *l;
 	const struct dl_waiter *w;
-	struct dl_str o;
-	uint32_t warn, delay;
-	int v2 = !plain(lk);
+	struct dl_str o, tg;
+	uint32_t warn, delay = dl_locktab_lock_delay(t, lk, NULL);
+	int v4 = delay != 0, v3 = v4 || keyed(t, lk), v2 = v3 || !plain(lk);
 
 	b->len = 0;
 	if (dl_buf_reserve(b, sizeof(DL_RECORD_MAGIC2) + 8 + 21 + 7 + 21 + 8 +
@@ -88,10 +146,13 @@ int dl_record_format(const struct dl_locktab *t, const struct dl_lock *lk,
 					      LINE_ROOM))
 		return DL_ENOMEM;
 	if (v2) {
-		add_str(b, DL_RECORD_MAGIC2 " limit=",
+		add_str(b,
+			v4   ? DL_RECORD_MAGIC4 " limit=" :
+			v3   ? DL_RECORD_MAGIC3 " limit=" :
+			       DL_RECORD_MAGIC2 " limit=",
 			sizeof(DL_RECORD_MAGIC2 " limit=") - 1);
 		add_u64(b, lk->limit);
-		if ((delay = dl_locktab_lock_delay(t, lk, NULL)) != 0) {
+		if (v4) {
 			add_str(b, " delay=", 7);
 			add_u64(b, delay);
 			if (lk->delaying)
@@ -114,18 +175,17 @@ int dl_record_format(const struct dl_locktab *t, const struct dl_lock *lk,
 		o = dl_owner_id(l->owner);
 		add_str(b, o.p, o.len);
 		add_proof(b, l->owner);
-		/* below its TTL, as a restore wants it: a shortening
-		 * applied after a later warn= may leave them crossed (the
-		 * warning then fired at once) */
-		if ((warn = dl_locktab_lease_warn(t, l)) != 0 &&
-		    warn < l->ttl_ms) {
+		if (v3 && (warn = line_warn(t, l)) != 0) {
 			add_str(b, " warn=", 6);
 			add_u64(b, warn);
 		}
-		if (l->has_tag) {
+		tg = dl_lease_tag(l);
+		if (tg.len) {
 			add_str(b, " id=", 4);
-			add_str(b, l->tag, strlen(l->tag));
+			add_str(b, tg.p, tg.len);
 		}
+		if (v3)
+			add_desc(b, l, wall_off);
 	}
 	for (w = lk->qhead; w; w = w->qnext) {
 		add_str(b, "\nW ", 3);
@@ -183,59 +243,128 @@ static int hexval(char c)
 	return -1;
 }
 
-/* What may follow the owner: k=<proof, hex>, warn=<ms> (a holder's),
- * then id=<tag>, each optional. */
-static int extras_of(const struct dl_str *w, int n, int at,
-		     struct dl_record_item *it)
+/* The value of w if it is key=<value>. */
+static int kv_of(struct dl_str w, const char *key, struct dl_str *v)
+{
+	size_t n = strlen(key);
+
+	if (w.len <= n || w.p[n] != '=' || memcmp(w.p, key, n) != 0)
+		return 0;
+	*v = (struct dl_str){w.p + n + 1, w.len - n - 1};
+	return 1;
+}
+
+static int proof_of(struct dl_str v, struct dl_record_item *it)
 {
 	size_t i;
 	int hi, lo;
 
-	it->tag = DL_STR_NULL;
-	if (at < n && w[at].len == 2 + 2 * DL_OWNER_PROOF_LEN &&
-	    memcmp(w[at].p, "k=", 2) == 0) {
-		for (i = 0; i < DL_OWNER_PROOF_LEN; i++) {
-			hi = hexval(w[at].p[2 + 2 * i]);
-			lo = hexval(w[at].p[3 + 2 * i]);
-			if (hi < 0 || lo < 0)
-				return -1;
-			it->proof[i] = (uint8_t)(hi << 4 | lo);
-		}
-		it->has_proof = 1;
-		at++;
+	if (it->has_proof || v.len != 2 * DL_OWNER_PROOF_LEN)
+		return -1;
+	for (i = 0; i < DL_OWNER_PROOF_LEN; i++) {
+		hi = hexval(v.p[2 * i]);
+		lo = hexval(v.p[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return -1;
+		it->proof[i] = (uint8_t)(hi << 4 | lo);
 	}
-	if (it->kind == 'H' && at < n && w[at].len > 5 &&
-	    memcmp(w[at].p, "warn=", 5) == 0) {
-		if (dl_parse_u64(w[at].p + 5, w[at].len - 5, &it->warn_ms) ||
-		    it->warn_ms == 0)
+	it->has_proof = 1;
+	return 0;
+}
+
+/* One key=<value> word after the owner, in version 3: a known key once
+ * and valid, an unknown one skipped (record.h). */
+static int extra_v3(struct dl_str w, struct dl_record_item *it)
+{
+	struct dl_str v;
+	uint64_t n;
+
+	if (kv_of(w, "k", &v))
+		return proof_of(v, it);
+	if (kv_of(w, "id", &v)) {
+		if (it->tag.len || dl_check_tag(v.p, v.len))
+			return -1;
+		it->tag = v;
+		return 0;
+	}
+	if (it->kind == 'H' && kv_of(w, "warn", &v))
+		return it->warn_ms || dl_parse_u64(v.p, v.len, &it->warn_ms) ||
+			       it->warn_ms == 0 || it->warn_ms > UINT32_MAX
+		       ? -1
+		       : 0;
+	if (kv_of(w, "since", &v))
+		return it->since || dl_parse_u64(v.p, v.len, &it->since) ||
+			       it->since == 0
+		       ? -1
+		       : 0;
+	if (kv_of(w, "host", &v)) {
+		if (it->host.len ||
+		    dl_desc_check(v.p, v.len, DL_DESC_HOST_MAX))
+			return -1;
+		it->host = v;
+		return 0;
+	}
+	if (kv_of(w, "cmd", &v)) {
+		if (it->cmd.len || dl_desc_check(v.p, v.len, DL_DESC_CMD_MAX))
+			return -1;
+		it->cmd = v;
+		return 0;
+	}
+	if (kv_of(w, "pid", &v)) {
+		if (it->pid || dl_parse_u64(v.p, v.len, &n) || n == 0 ||
+		    n > DL_DESC_PID_MAX)
+			return -1;
+		it->pid = (uint32_t)n;
+		return 0;
+	}
+	/* a later version's: a key and a value */
+	return memchr(w.p, '=', w.len) && w.p[0] != '=' ? 0 : -1;
+}
+
+/* What may follow the owner: k=<proof, hex> then id=<tag>, each
+ * optional; from version 3 on, also warn= (a holder's), since=, host=,
+ * pid=, cmd= and what a later version adds, in any order. */
+static int extras_of(const struct dl_str *w, int n, int at,
+		     struct dl_record_item *it, int v3)
+{
+	struct dl_str v;
+
+	it->tag = DL_STR_NULL;
+	if (v3) {
+		for (; at < n; at++)
+			if (extra_v3(w[at], it))
+				return -1;
+		return 0;
+	}
+	if (at < n && kv_of(w[at], "k", &v)) {
+		if (proof_of(v, it))
 			return -1;
 		at++;
 	}
 	if (n == at)
 		return 0;
-	if (n != at + 1 || w[at].len < 4 || memcmp(w[at].p, "id=", 3) != 0)
+	if (n != at + 1 || !kv_of(w[at], "id", &v) || !v.len)
 		return -1;
-	it->tag = (struct dl_str){w[at].p + 3, w[at].len - 3};
+	it->tag = v;
 	return dl_check_tag(it->tag.p, it->tag.len) ? -1 : 0;
 }
 
 
-/* "<key><number>" in w, the number within 1..max. */
+/* "<key>=<number>" in w, the number within 1..max. */
 static int kv_num(struct dl_str w, const char *key, uint64_t max,
 		  uint64_t *n)
 {
-	size_t kl = strlen(key);
+	struct dl_str v;
 
-	return w.len <= kl || memcmp(w.p, key, kl) != 0 ||
-		       dl_parse_u64(w.p + kl, w.len - kl, n) || *n == 0 ||
-		       *n > max
+	return !kv_of(w, key, &v) || dl_parse_u64(v.p, v.len, n) ||
+		       *n == 0 || *n > max
 		       ? -1
 		       : 0;
 }
 
-/* The version line: 1, or 2 with the lock's limit and its delay (as a
- * 'D' item in *d, kind 0 when it has none). */
-static int parse_version(const char *text, const char *eol, int *v2,
+/* The version line: 1; 2 or 3 with the lock's limit; 4 with its limit
+ * and its delay (as a 'D' item in *d; kind 0 when it has none). */
+static int parse_version(const char *text, const char *eol, int *version,
 			 struct dl_record_item *d)
 {
 	size_t len = (size_t)(eol - text), m = sizeof(DL_RECORD_MAGIC) - 1;
@@ -245,18 +374,26 @@ static int parse_version(const char *text, const char *eol, int *v2,
 
 	memset(d, 0, sizeof(*d));
 	d->limit = 1;
-	*v2 = 0;
+	*version = 1;
 	if (len == m && memcmp(text, DL_RECORD_MAGIC, m) == 0)
 		return 0;
 	nw = split(text, eol, w, 4);
-	if (nw < 2 || w[0].len != m || memcmp(w[0].p, DL_RECORD_MAGIC2, m) ||
-	    kv_num(w[1], "limit=", DL_LIMIT_MAX, &n))
+	if (nw < 2 || w[0].len != m)
 		return -1;
-	*v2 = 1;
+	if (memcmp(w[0].p, DL_RECORD_MAGIC2, m) == 0)
+		*version = 2;
+	else if (memcmp(w[0].p, DL_RECORD_MAGIC3, m) == 0)
+		*version = 3;
+	else if (memcmp(w[0].p, DL_RECORD_MAGIC4, m) == 0)
+		*version = 4;
+	else
+		return -1;
+	if (kv_num(w[1], "limit", DL_LIMIT_MAX, &n))
+		return -1;
 	d->limit = (uint32_t)n;
-	if (nw == 2)
-		return 0;
-	if (kv_num(w[2], "delay=", DL_LOCK_DELAY_MAX_MS, &d->ttl_ms) ||
+	if (*version < 4)
+		return nw == 2 ? 0 : -1;
+	if (nw < 3 || kv_num(w[2], "delay", DL_LOCK_DELAY_MAX_MS, &d->ttl_ms) ||
 	    (nw == 4 && (w[3].len != 7 || memcmp(w[3].p, "running", 7))))
 		return -1;
 	d->kind = 'D';
@@ -279,17 +416,19 @@ int dl_record_parse(const char *text, size_t len,
 {
 	const char *p, *end = text + len, *eol;
 	struct dl_record_item it, d;
-	struct dl_str w[11];
+	struct dl_str w[WORDS_MAX];
 	uint32_t limit;
-	int n, r, v2, o;
+	int n, r, v2, v3, o, version;
 
 	*why = "bad version line";
 	eol = memchr(text, '\n', len);
 	if (!eol)
 		eol = end;
-	if (parse_version(text, eol, &v2, &d))
+	if (parse_version(text, eol, &version, &d))
 		return DL_EPROTO;
 	limit = d.limit;
+	v2 = version >= 2; /* lines have a mode */
+	v3 = version >= 3; /* and key=<value> words after the owner */
 	*why = NULL;
 	if (d.kind && (r = cb(&d, arg)) != 0)
 		return r;
@@ -301,7 +440,7 @@ int dl_record_parse(const char *text, size_t len,
 			eol = end;
 		memset(&it, 0, sizeof(it));
 		it.limit = limit;
-		n = split(p, eol, w, 11);
+		n = split(p, eol, w, WORDS_MAX);
 		*why = "bad holder line";
 		if (n >= 6 + v2 && w[0].len == 1 && w[0].p[0] == 'H') {
 			it.kind = 'H';
@@ -309,7 +448,7 @@ int dl_record_parse(const char *text, size_t len,
 			if (num(w[1], &it.token) || num(w[2], &it.deadline) ||
 			    num(w[3], &it.count) || num(w[4], &it.ttl_ms) ||
 			    (v2 && mode_of(w[5], &it.shared)) ||
-			    extras_of(w, n, o + 1, &it))
+			    extras_of(w, n, o + 1, &it, v3))
 				return DL_EPROTO;
 			it.owner = w[o];
 		} else if (n >= 4 + v2 && w[0].len == 1 && w[0].p[0] == 'W') {
@@ -322,7 +461,7 @@ int dl_record_parse(const char *text, size_t len,
 				return DL_EPROTO;
 			if (num(w[1], &it.ttl_ms) ||
 			    (v2 && mode_of(w[3], &it.shared)) ||
-			    extras_of(w, n, o + 1, &it))
+			    extras_of(w, n, o + 1, &it, v3))
 				return DL_EPROTO;
 			it.owner = w[o];
 		} else {

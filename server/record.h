@@ -17,33 +17,58 @@
  *   H <token> <deadline_unix_ms> <count> <ttl_ms> <x|s> <owner> [id=<tag>]
  *   W <ttl_ms> <wait_deadline_unix_ms|inf> <x|s> <owner> [id=<tag>]
  *
- * In either version the owner may be followed by k=<32 hex digits>, its
+ * Version 3, a lock with a holder that described itself (HELLO host=
+ * pid= cmd=, desc.h): version 2, and after a holder's owner (and its k=
+ * and id=, below) when it was granted and what it said:
+ *
+ *   dlock3 limit=<n>
+ *   H <token> <deadline> <count> <ttl_ms> <x|s> <owner> [k=] [id=]
+ *     since=<unix_ms> [host=<host>] [pid=<pid>] [cmd=<cmd>]
+ *   W <ttl_ms> <wait_deadline_unix_ms|inf> <x|s> <owner> [k=] [id=]
+ *
+ * (one line each). The values are as on the wire, already checked
+ * (proto/desc.h: printable, no space), and checked again when read.
+ * since= is written for every holder of such a record, described or
+ * not; waiters keep no description (theirs is their connection's).
+ *
+ * In every version the owner may be followed by k=<32 hex digits>, its
  * proof (locktab.h, Identity: a hash of the owner's secret, never the
  * secret), so that a restart or a take-over binds the owner again; a
  * daemon from before owner secrets reads such a line as unreadable (held,
  * never freed).
  *
- * An H line's owner (and proof) may then be followed by warn=<ms>: the
- * lease's warning (LOCK warn=), below its TTL, written only for a lease
- * that has one, so that a restored lease still warns. Daemons of 0.3 and
- * before read a line with a word they do not know as unreadable: such a
- * daemon (a downgrade, or an older standby taking over) holds that lock
- * for max_ttl under its reserved owner and logs the record -- nobody,
- * the lease's holder included, can use the lock meanwhile; nothing is
- * granted twice. No encoding would do better: those daemons read every
- * word of an H line strictly, and a lease they read without its warning
- * would never warn. Locks without a warning are written as before.
+ * Words a later version adds. Versions 1 and 2 take no word they do not
+ * know, and daemons up to 0.3 read every other version as unreadable:
+ * they hold such a lock for max_ttl and never free it (their
+ * unreadable-record rule). So from version 3 on, a key=<value> word after
+ * the owner that this daemon does not know is skipped, not refused: a
+ * later daemon may add what an older one can do without (a description,
+ * a time) in version 3, and what a daemon must understand to keep a lock
+ * safe (who may act on it, who holds it) comes with a new version, which
+ * an older daemon holds as unreadable.
  *
- * A lock with a delay (LOCK delay=) is written in version 2, its first
- * line then ending with the delay, and "running" when the lock was in it
- * (the record of a lock with neither holder nor waiter lives for that):
+ * A holder's line in version 3 may say warn=<ms>: the lease's warning
+ * (LOCK warn=), below its TTL, so that a restored lease still warns. A
+ * lock with such a holder is written in version 3 (since= and all). A
+ * daemon that does not know warn= skips it (below): the lease is kept,
+ * safely, and only its warning is lost.
  *
- *   dlock2 limit=<n> delay=<ms> [running]
+ * Version 4, a lock with a delay (LOCK delay=): version 3, its first line
+ * then saying the delay, and "running" when the lock was in it (the
+ * record of a lock with neither holder nor waiter lives for that):
  *
- * A restore honours a running delay whole, from the moment it reads it,
- * as it does a lease's TTL: no wall-clock time is trusted. Daemons of 0.3
- * and before read such a first line as unreadable (the lock held for
- * max_ttl, as above).
+ *   dlock4 limit=<n> delay=<ms> [running]
+ *   H ... (as version 3)
+ *   W ... (as version 3)
+ *
+ * The delay is what a daemon must understand to keep the lock safe -- one
+ * that skipped it would grant during the delay -- so it is a version, not
+ * a skippable word: a daemon that reads at most version 3 reads a
+ * version-4 record as unreadable and holds the lock for max_ttl (never
+ * granting it meanwhile). Version 4 is written only for a lock with a delay; a lock
+ * without one is written as before. A restore honours a running delay
+ * whole, from the moment it reads it, as it does a lease's TTL: no
+ * wall-clock time is trusted.
  *
  * the first line a version, then one H line per holder in grant order and
  * one W line per waiter in queue order, separated by LF. Deadlines are wall
@@ -58,11 +83,16 @@
  * <user>=<id> owner as an unreadable record: it holds the lock (never
  * frees it) until the record's leases could have ended.
  *
- * Both are read. A lock is written in version 1 when version 1 can say
- * it: a daemon from before version 2 (of the same store layout: daemons
- * of layout 1 cannot be active on layout 2, store_lead.c) then reads every
- * plain lock as it always did, and holds -- never frees -- a shared lock
- * or a semaphore it cannot read (its unreadable-record rule). No I/O
+ * All four are read. A lock is written in the oldest version that can
+ * say it: version 1 when it can, so that a daemon from before version 2
+ * (of the same store layout: daemons of layout 1 cannot be active on
+ * layout 2, store_lead.c) reads every plain lock as it always did,
+ * version 3 only for a lock with a described holder or a warning, and
+ * version 4 only for a lock with a delay. A daemon that cannot
+ * read a record holds the lock -- never frees it -- until max_ttl: a 0.3
+ * daemon (a standby left behind in a rolling upgrade, or a downgrade)
+ * holds every lock a described client holds or with a warning, and a
+ * daemon that reads at most version 3 every lock with a delay. No I/O
  * here.
  */
 #ifndef DL_SERVER_RECORD_H
@@ -77,6 +107,8 @@
 
 #define DL_RECORD_MAGIC	 "dlock1"
 #define DL_RECORD_MAGIC2 "dlock2"
+#define DL_RECORD_MAGIC3 "dlock3"
+#define DL_RECORD_MAGIC4 "dlock4"
 
 /* Serialize lk, a lock of t, into b (replacing its content). wall_off
  * converts the table's monotonic ms to unix ms (unix = mono + wall_off). */
@@ -96,6 +128,11 @@ struct dl_record_item {
 	struct dl_str tag;
 	uint8_t has_proof; /* k= was there: the owner's proof */
 	uint8_t proof[DL_OWNER_PROOF_LEN];
+	/* version 3, H: what its holder said of itself (len 0, pid 0: not
+	 * said), and since when it holds (unix ms; 0: not said) */
+	struct dl_str host, cmd;
+	uint32_t pid;
+	uint64_t since;
 	uint64_t warn_ms; /* H: warn=, 0 when absent */
 };
 

@@ -18,7 +18,12 @@
 #define SEEN_FILE  "dlockd.state"
 
 /* "key value" lines after the magic; 0 if it is one of ours. */
-static int parse(struct dl_seen *s, char *text, char *why, size_t whylen)
+struct seen_vals {
+	uint64_t epoch, gen, mark;
+};
+
+static int parse(const char *id, char *text, struct seen_vals *out,
+		 char *why, size_t whylen)
 {
 	char *line, *save = NULL, *sp;
 	uint64_t epoch = 0, gen = 0, mark = 0, v;
@@ -37,7 +42,7 @@ static int parse(struct dl_seen *s, char *text, char *why, size_t whylen)
 			continue;
 		*sp++ = '\0';
 		if (strcmp(line, "redis") == 0) {
-			same = strcmp(sp, s->id) == 0;
+			same = strcmp(sp, id) == 0;
 			if (!same) {
 				snprintf(why, whylen,
 					 "it describes another Redis (%.200s)",
@@ -59,46 +64,106 @@ static int parse(struct dl_seen *s, char *text, char *why, size_t whylen)
 		snprintf(why, whylen, "it names no Redis");
 		return -1;
 	}
-	s->epoch = s->saved_epoch = epoch;
-	s->gen = s->saved_gen = gen;
-	s->mark = s->saved_mark = mark;
+	out->epoch = epoch;
+	out->gen = gen;
+	out->mark = mark;
 	return 0;
 }
 
-void dl_seen_init(struct dl_seen *s, const char *dir, const char *id)
+/* Read the state file at path for the Redis `id`: 0 and *out, ENOENT if
+ * there is none, else -1 and why. */
+static int read_file(const char *path, const char *id, struct seen_vals *out,
+		     char *why, size_t whylen)
 {
-	char text[2 * DL_SEEN_ID_MAX], why[300];
+	char text[2 * DL_SEEN_ID_MAX];
 	ssize_t n;
 	int fd;
 
-	memset(s, 0, sizeof(*s));
-	snprintf(s->id, sizeof(s->id), "%s", id);
-	if (!dir || !dir[0])
-		return;
-	if ((size_t)snprintf(s->path, sizeof(s->path), "%s/" SEEN_FILE,
-			     dir) >= sizeof(s->path)) {
-		dl_warn("state_dir too long: no %s kept", SEEN_FILE);
-		s->path[0] = '\0';
-		return;
-	}
-	if ((fd = open(s->path, O_RDONLY | O_CLOEXEC)) < 0) {
-		if (errno != ENOENT)
-			dl_warn("%s: %s; ignored", s->path, strerror(errno));
-		return;
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+		if (errno == ENOENT)
+			return ENOENT;
+		snprintf(why, whylen, "%s", strerror(errno));
+		return -1;
 	}
 	n = read(fd, text, sizeof(text) - 1);
 	close(fd);
 	if (n < 0) {
-		dl_warn("%s: %s; ignored", s->path, strerror(errno));
-		return;
+		snprintf(why, whylen, "%s", strerror(errno));
+		return -1;
 	}
 	text[n] = '\0';
-	if (parse(s, text, why, sizeof(why)) != 0) {
-		dl_warn("%s: %s; ignored (it is rewritten for this Redis)",
-			s->path, why);
-		s->epoch = s->gen = s->mark = 0;
+	return parse(id, text, out, why, whylen);
+}
+
+/* The file's name in state_dir: one per database and key prefix, so that
+ * daemons of two keyspaces sharing a directory (two units copied from one,
+ * a shared volume) never take each other's file for their own. Found from
+ * outside: with one name for all, each rewrote the other's, and a daemon
+ * restarted on a Redis that forgot everything did not notice it and
+ * granted a held lock again. The default keyspace keeps the name earlier
+ * versions used. */
+static void file_name(char *out, size_t len, int db, const char *prefix)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t n;
+
+	if (db == 0 && strcmp(prefix, "dlock:") == 0) {
+		snprintf(out, len, "%s", SEEN_FILE);
 		return;
 	}
+	n = (size_t)snprintf(out, len, "dlockd.%d.", db);
+	for (; *prefix && n + 8 < len; prefix++) {
+		unsigned char ch = (unsigned char)*prefix;
+
+		if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		    (ch >= '0' && ch <= '9') || ch == '-' || ch == '_') {
+			out[n++] = (char)ch;
+		} else {
+			out[n++] = '%';
+			out[n++] = hex[ch >> 4];
+			out[n++] = hex[ch & 15];
+		}
+	}
+	snprintf(out + n, len - n, ".state");
+}
+
+void dl_seen_init(struct dl_seen *s, const char *dir, int db,
+		  const char *prefix)
+{
+	char name[DL_SEEN_ID_MAX], legacy[sizeof(s->path)], why[300];
+	struct seen_vals v;
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	snprintf(s->id, sizeof(s->id), "db=%d prefix=%s", db, prefix);
+	if (!dir || !dir[0])
+		return;
+	file_name(name, sizeof(name), db, prefix);
+	if ((size_t)snprintf(s->path, sizeof(s->path), "%s/%s", dir, name) >=
+	    sizeof(s->path)) {
+		dl_warn("state_dir too long: no %s kept", name);
+		s->path[0] = '\0';
+		return;
+	}
+	rc = read_file(s->path, s->id, &v, why, sizeof(why));
+	if (rc == ENOENT && strcmp(name, SEEN_FILE) != 0) {
+		/* written by a version with one name for every keyspace:
+		 * used if it is this keyspace's (the next save moves it) */
+		snprintf(legacy, sizeof(legacy), "%s/" SEEN_FILE, dir);
+		if (read_file(legacy, s->id, &v, why, sizeof(why)) != 0)
+			return;
+		rc = 0;
+	}
+	if (rc == ENOENT)
+		return;
+	if (rc != 0) {
+		dl_warn("%s: %s; ignored (it is rewritten for this Redis)",
+			s->path, why);
+		return;
+	}
+	s->epoch = s->saved_epoch = v.epoch;
+	s->gen = s->saved_gen = v.gen;
+	s->mark = s->saved_mark = v.mark;
 	dl_info("%s: this daemon last saw Redis at epoch %llu, generation %llu, token mark %llu",
 		s->path, (unsigned long long)s->epoch,
 		(unsigned long long)s->gen, (unsigned long long)s->mark);
@@ -122,9 +187,16 @@ void dl_seen_note_mark(struct dl_seen *s, uint64_t mark)
  * a crash leaves the old file or the new one, never half of one. */
 static int write_file(struct dl_seen *s, int sync)
 {
-	char tmp[sizeof(s->path) + 8], text[2 * DL_SEEN_ID_MAX];
+	char tmp[sizeof(s->path) + 8], text[2 * DL_SEEN_ID_MAX], why[300];
+	struct seen_vals v;
 	int fd, n, err = 0;
 
+	/* Two daemons of one keyspace may share the directory (nodes on one
+	 * machine): never lower what the other wrote. */
+	if (read_file(s->path, s->id, &v, why, sizeof(why)) == 0) {
+		dl_seen_note(s, v.epoch, v.gen);
+		dl_seen_note_mark(s, v.mark);
+	}
 	n = snprintf(text, sizeof(text),
 		     SEEN_MAGIC "\nredis %s\nepoch %llu\ngen %llu\nmark %llu\n",
 		     s->id, (unsigned long long)s->epoch,

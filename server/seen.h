@@ -32,8 +32,9 @@
  * what the next daemon's clock gives. So a start also goes above the mark
  * it saw (store_load.c).
  *
- * They are also kept in a small file, <state_dir>/dlockd.state, so that a
- * restarted daemon remembers them:
+ * They are also kept in a small file in state_dir, one per keyspace
+ * (dlockd.state for the default one; dl_seen_init), so that a restarted
+ * daemon remembers them:
  *
  *   dlockd-state 1
  *   redis <the Redis it describes: address or Sentinel master, db, prefix>
@@ -43,7 +44,8 @@
  *
  * rewritten (a new file renamed over the old one) at most every
  * DL_SEEN_SAVE_MS, and at once, with an fsync, when the epoch or the mark
- * changes (rare: a take, a link, a million grants).
+ * changes (rare: a take, a link, a million grants); never lower than what
+ * the file held (two nodes of one keyspace may share the directory).
  * A file that describes another Redis, or that cannot be read, is
  * ignored with a warning: what it says is not about this Redis. Blocking
  * file I/O on the loop, rare and small.
@@ -56,8 +58,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The longest the file lags what the daemon saw (the epoch excepted). */
-#define DL_SEEN_SAVE_MS 1000
+/* The longest the file lags what the daemon saw (the epoch and the mark
+ * excepted: written at once). A Redis that went back by less than this
+ * (plus a store tick) while the daemon crashed is not noticed at its
+ * restart. Found by the fault campaign at 1000 ms: Redis restarted from a
+ * copy of its AOF taken a second before the daemon's kill -9 was not
+ * noticed, and a released lease came back with its token, below one
+ * issued after it. A write of a few dozen bytes and a rename (no fsync:
+ * a crash of the process keeps the page cache) ten times a second while
+ * writes go on. */
+#define DL_SEEN_SAVE_MS 100
 /* Room for the Redis description in the file. */
 #define DL_SEEN_ID_MAX 512
 
@@ -69,10 +79,15 @@ struct dl_seen {
 	char id[DL_SEEN_ID_MAX];	/* the Redis it describes */
 };
 
-/* Set up s for the Redis `id` and read <dir>/dlockd.state if there is
- * one (dir NULL or "": no file). Never fails: a file that cannot be read
- * or describes another Redis is logged and ignored. */
-void dl_seen_init(struct dl_seen *s, const char *dir, const char *id);
+/* Set up s for the keyspace (Redis database db, key prefix) and read its
+ * file in dir if there is one (dir NULL or "": no file): dlockd.state for
+ * database 0 and the prefix "dlock:", else dlockd.<db>.<prefix>.state
+ * (the prefix %-escaped but for letters, digits, - and _); a
+ * dlockd.state of an earlier version that describes this keyspace is
+ * read in its absence. Never fails: a file that cannot be read or
+ * describes another Redis is logged and ignored. */
+void dl_seen_init(struct dl_seen *s, const char *dir, int db,
+		  const char *prefix);
 /* Raise what was seen (0: nothing new of that one). */
 void dl_seen_note(struct dl_seen *s, uint64_t epoch, uint64_t gen);
 void dl_seen_note_mark(struct dl_seen *s, uint64_t mark);

@@ -22,7 +22,7 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 	uint64_t now = dl_mono_ms();
 	const struct dl_stat rows[] = {
 		{"uptime_ms", uv_now(srv->loop) - srv->start_ms, G,
-		 "Time since the daemon started (the name says the unit).", NULL, NULL, 0},
+		 "Seconds since the daemon started.", NULL, NULL, 0},
 		{"connections", srv->nconns, G, "Open client connections.",
 		 NULL, NULL, 0},
 		{"connections_total", v->connections_total, C,
@@ -104,9 +104,9 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 "Redis replies awaited and received.", NULL, NULL, 0},
 		{"store_latency_us_avg",
 		 s->round_trips ? s->latency_us_sum / s->round_trips : 0, G,
-		 "Mean Redis round trip (the name says the unit).", NULL, NULL, 0},
+		 "Mean Redis round trip, in seconds.", NULL, NULL, 0},
 		{"store_latency_us_max", s->latency_us_max, G,
-		 "Slowest Redis round trip (the name says the unit).", NULL, NULL, 0},
+		 "Slowest Redis round trip, in seconds.", NULL, NULL, 0},
 		{"store_backlog", s->backlog, G,
 		 "Redis pipelines sent and not yet acknowledged.", NULL, NULL,
 		 0},
@@ -134,7 +134,7 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 NULL, NULL, 0},
 		{"leader_lease_left_ms",
 		 l->until_ms > now ? l->until_ms - now : 0, G,
-		 "Leadership left, as this daemon counts it (active) or last saw it (standby).",
+		 "Seconds of leadership left, as this daemon counts it (active) or last saw it (standby).",
 		 NULL, NULL, 0},
 		{"leader_takeovers", s->takeovers, C,
 		 "Leaderships this daemon took (its start included).", NULL,
@@ -159,7 +159,7 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 srv->closed_until > dl_mono_ms() ? srv->closed_until - dl_mono_ms()
 						  : 0,
 		 G,
-		 "ms until new leases are granted again after Redis went back (0: open).",
+		 "Seconds until new leases are granted again after Redis went back (0: open).",
 		 NULL, NULL, 0},
 	};
 	struct dl_stat e = {"errors", 0, C, "ERR (and NO DENIED) replies, by code.",

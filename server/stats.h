@@ -22,7 +22,9 @@ struct dl_stat {
 	const char *name;
 	uint64_t value;
 	enum dl_stat_kind kind;
-	const char *help;	 /* one line, for Prometheus # HELP */
+	const char *help;	 /* one line, for Prometheus # HELP: in the
+				    metric's unit (a key in ms or us is
+				    a metric in seconds) */
 	const char *label_key;	 /* NULL, or e.g. "code" */
 	const char *label;	 /* the label's value */
 	unsigned stats_only : 1; /* Prometheus has it as a histogram */

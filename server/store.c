@@ -27,7 +27,7 @@
  * why a crash at any point loses no lease).
  *
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
- * dirty set into one batch: an FCALL of dlock_apply_v6 with each lock in
+ * dirty set into one batch: an FCALL of dlock_apply_v7 with each lock in
  * its final state, and the token mark when due (store_batch.c). Its reply
  * commits the epoch. Each batch is one round trip, and only one is in
  * flight: what changes meanwhile waits for its reply and goes as the next
@@ -44,7 +44,7 @@
  * CONNECTING sends AUTH, SELECT, FUNCTION LOAD REPLACE (the library is
  * the daemon's, so a Redis restarted empty or upgraded gets it back) and
  * the leadership's take, which raises P fence. SYNCING rewrites the full
- * state: every bucket is replaced whole (dlock_replace_v6: DEL, then HSET
+ * state: every bucket is replaced whole (dlock_replace_v7: DEL, then HSET
  * of the table's locks in it; a bucket without locks is deleted), a few
  * buckets per call, so that a lock of the table is never missing from
  * Redis, not even between two calls, and a record of a lock that ended
@@ -127,11 +127,8 @@ static char *key_of(const char *prefix, const char *suffix)
  * dlockd.state on purpose (README). */
 static void seen_init(struct dl_store *st)
 {
-	char id[DL_SEEN_ID_MAX];
-
-	snprintf(id, sizeof(id), "db=%d prefix=%s", st->addr.db,
-		 st->cfg->redis_prefix);
-	dl_seen_init(&st->seen, st->cfg->state_dir, id);
+	dl_seen_init(&st->seen, st->cfg->state_dir, st->addr.db,
+		     st->cfg->redis_prefix);
 }
 
 struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
@@ -1118,11 +1115,12 @@ static void lead_tick(struct dl_store *st)
 		/* Redis's persistence and eviction, again: a CONFIG SET while
 		 * the daemon runs (store_durable.c) */
 		static const char *const cfg_argv[] = {
-			"CONFIG", "GET", "appendonly", "maxmemory-policy"};
-		static const size_t cfg_lens[] = {6, 3, 10, 16};
+			"CONFIG", "GET", "appendonly", "maxmemory-policy",
+			"appendfsync"};
+		static const size_t cfg_lens[] = {6, 3, 10, 16, 11};
 
 		st->config_next_ms = dl_mono_ms() + DL_STORE_CONFIG_MS;
-		if (batch_send(st, BATCH_CONFIG, 0, 4, (const char **)cfg_argv,
+		if (batch_send(st, BATCH_CONFIG, 0, 5, (const char **)cfg_argv,
 			       cfg_lens))
 			link_fail(st, "cannot queue a command");
 	}

@@ -16,13 +16,25 @@
  * behind the first one's back, and, by its form "<epoch>/2", what keeps
  * daemons of layout 1 away from a Redis in layout 2 (store_lead.c).
  *
+ * An epoch alone does not name one writer. A take goes above every epoch
+ * its taker saw, but when Redis forgot the last takes (FLUSHALL, a
+ * promoted replica that missed them, an older copy), a daemon that never
+ * saw them may reach the very epoch of a daemon that made one and still
+ * believes itself active until its next renewal: the fence then read that
+ * daemon's epoch again, and its writes (grants it acknowledged) went in
+ * under the new leader's fence, which knew nothing of them (found by the
+ * fault campaign). So a write also checks the leadership record: while
+ * there is one, it must name the writer's process (its instance). With
+ * none (its Redis expiry passed during a fail-over), the fence decides
+ * alone, as nobody took over since.
+ *
  * Store layout 2 (store.c): lock records are fields of DL_STORE_BUCKETS
  * hashes, <prefix>rec:<b>, b the name's bucket (bucket.h). Each write is
  * one FCALL, atomic as MULTI/EXEC was, in one round trip:
  *
- *   FCALL dlock_apply_v6 <3 + n> <fence key> <token key> <gen key>
- *         <bucket key of lock 1> .. <bucket key of lock n>
- *         <fence> <token mark or "">
+ *   FCALL dlock_apply_v7 <4 + n> <fence key> <token key> <gen key>
+ *         <leader key> <bucket key of lock 1> .. <bucket key of lock n>
+ *         <fence> <token mark or ""> <instance>
  *         (<op> <name> <record>) x n
  *
  * op S sets the lock's field (HSET), D deletes it (HDEL; Redis removes a
@@ -36,9 +48,9 @@
  * once (the dirty set holds a lock once), so the order of its writes
  * does not matter.
  *
- *   FCALL dlock_replace_v6 <3 + k> <fence key> <token key> <gen key>
- *         <key 1> .. <key k>
- *         <fence> <token mark or "">
+ *   FCALL dlock_replace_v7 <4 + k> <fence key> <token key> <gen key>
+ *         <leader key> <key 1> .. <key k>
+ *         <fence> <token mark or ""> <instance>
  *         (<count> (<name> <record>) x count) x k
  *
  * replaces each key whole: DEL, then, with a count above 0, HSET of its
@@ -93,7 +105,7 @@
 
 /* The library's name carries the version of its functions' contract
  * (arguments, key layout, records): any change to the code below must
- * come with new names (dlock_v6, dlock_apply_v6, ...). Every daemon loads
+ * come with new names (dlock_v7, dlock_apply_v7, ...). Every daemon loads
  * its library with FUNCTION LOAD REPLACE at each connection, so two builds
  * that shared a name on one Redis would keep replacing each other's
  * functions; builds of different versions load side by side. */
@@ -105,11 +117,20 @@ const char dl__store_library[] =
 	"local UNPACK, GROUP_MIN, LAYOUT = " STR(LUA_UNPACK_MAX) ", "
 		STR(APPLY_GROUP_MIN) ", '" DL_STORE_LAYOUT "'\n"
 	"local EPOCH_MAX = " STR(DL_EPOCH_MAX) "\n"
+	"-- keys: fence, token, gen, leader, then the records' keys\n"
+	"-- args: fence, token mark, instance, then the records\n"
 	"local function fenced(keys, args)\n"
 	"  local fence = redis.call('GET', keys[1])\n"
 	"  if fence ~= args[1] then\n"
 	"    return redis.error_reply('FENCED writer fence ' .. args[1] ..\n"
 	"      ' is stale, the current one is ' .. tostring(fence))\n"
+	"  end\n"
+	"  -- an epoch reached again after Redis forgot a take: the record,\n"
+	"  -- while there is one, names the writer (store_batch.c)\n"
+	"  local cur = redis.call('GET', keys[4])\n"
+	"  if cur and string.match(cur, '^%d+ %S+ %S+ (%S+)$') ~= args[3] then\n"
+	"    return redis.error_reply('FENCED writer fence ' .. args[1] ..\n"
+	"      ' belongs to another process: the leadership record is ' .. cur)\n"
 	"  end\n"
 	"end\n"
 	"local function mark(keys, tok)\n"
@@ -131,9 +152,9 @@ const char dl__store_library[] =
 	"local function apply(keys, args)\n"
 	"  local err = fenced(keys, args)\n"
 	"  if err then return err end\n"
-	"  if #keys - 3 <= GROUP_MIN then\n"
-	"    for i = 4, #keys do\n"
-	"      local a = 3 * i - 9\n"
+	"  if #keys - 4 <= GROUP_MIN then\n"
+	"    for i = 5, #keys do\n"
+	"      local a = 3 * i - 11\n"
 	"      if args[a] == 'D' then\n"
 	"        redis.call('HDEL', keys[i], args[a + 1])\n"
 	"      else\n"
@@ -142,8 +163,8 @@ const char dl__store_library[] =
 	"    end\n"
 	"  else\n"
 	"    local sets, dels = {}, {}\n"
-	"    for i = 4, #keys do\n"
-	"      local a, k = 3 * i - 9, keys[i]\n"
+	"    for i = 5, #keys do\n"
+	"      local a, k = 3 * i - 11, keys[i]\n"
 	"      if args[a] == 'D' then\n"
 	"        local d = dels[k] or {}\n"
 	"        dels[k] = d\n"
@@ -164,8 +185,8 @@ const char dl__store_library[] =
 	"local function replace(keys, args)\n"
 	"  local err = fenced(keys, args)\n"
 	"  if err then return err end\n"
-	"  local a = 3\n"
-	"  for i = 4, #keys do\n"
+	"  local a = 4\n"
+	"  for i = 5, #keys do\n"
 	"    local c = tonumber(args[a])\n"
 	"    redis.call('DEL', keys[i])\n"
 	"    for j = a + 1, a + 2 * c, UNPACK do\n"
@@ -488,9 +509,10 @@ static void token_arg(struct dl_store *st, const char **a, size_t *l)
 	}
 }
 
-/* The part both functions share: FCALL fn numkeys, the fence, token and
- * generation keys, the key of every item but an 'E' (a bucket, or a 'K'; a bucket
- * repeats when two locks share it), the fence and the token mark. `room`:
+/* The part both functions share: FCALL fn numkeys, the fence, token,
+ * generation and leader keys, the key of every item but an 'E' (a bucket,
+ * or a 'K'; a bucket repeats when two locks share it), the fence, the
+ * token mark and this process's instance. `room`:
  * the arguments the caller adds after them. Returns the arguments written
  * (wb->argv), or 0 when out of memory. */
 static size_t wb_head(struct dl_store *st, const char *fn, size_t nkeys,
@@ -501,17 +523,18 @@ static size_t wb_head(struct dl_store *st, const char *fn, size_t nkeys,
 	const char **a;
 	size_t *l, k = 0, i;
 
-	if (wb_room(wb, 8 + wb->nlocks + room))
+	if (wb_room(wb, 10 + wb->nlocks + room))
 		return 0;
 	a = wb->argv;
 	l = wb->lens;
 #define ARG(p, len) (a[k] = (p), l[k] = (len), k++)
 	ARG("FCALL", 5);
 	ARG(fn, strlen(fn));
-	ARG(wb->numkeys, dl_u64_to_dec(3 + nkeys, wb->numkeys));
+	ARG(wb->numkeys, dl_u64_to_dec(4 + nkeys, wb->numkeys));
 	ARG(st->fence_key, strlen(st->fence_key));
 	ARG(st->token_key, strlen(st->token_key));
 	ARG(st->gen_key, strlen(st->gen_key));
+	ARG(st->leader_key, strlen(st->leader_key));
 	for (i = 0; i < wb->nlocks; i++) {
 		w = &wb->locks[i];
 		if (w->op == 'K') {
@@ -522,9 +545,11 @@ static size_t wb_head(struct dl_store *st, const char *fn, size_t nkeys,
 		}
 	}
 	ARG(fence, strlen(fence));
-#undef ARG
 	token_arg(st, &a[k], &l[k]);
-	return k + 1;
+	k++;
+	ARG(st->instance, strlen(st->instance));
+#undef ARG
+	return k;
 }
 
 int dl__wb_argv(struct dl_store *st, const char *fence, int *argc,

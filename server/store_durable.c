@@ -23,8 +23,9 @@
  * them (found from outside, on the shared cache Redis many teams put
  * their locks on: allkeys-lru evicted every lease, and the lock was
  * granted again). So the policy is read with appendfsync, at every
- * connection, and again every DL_STORE_CONFIG_MS on the link
- * (dl__config_check: a CONFIG SET while the daemon runs), and anything
+ * connection, and again every DL_STORE_CONFIG_MS on the link with
+ * appendonly and appendfsync (dl__config_check: a CONFIG SET while the
+ * daemon runs), and anything
  * but noeviction is refused like a Redis without AOF, unless
  * allow_evicting_redis = yes. maxmemory 0 does not make a policy safe: it
  * is one CONFIG SET away from evicting.
@@ -170,11 +171,24 @@ int dl__config_check(struct dl_store *st, const redisReply *config,
 		     char *why, size_t len)
 {
 	const char *aof = dl__config_value(config, "appendonly");
+	const char *fsync = dl__config_value(config, "appendfsync");
+	int d;
 
 	if (aof && strcmp(aof, "no") == 0 &&
 	    !st->cfg->allow_nondurable_redis) {
 		dl__durability_check(st, DL_DUR_NONE, why, len);
 		return DL_EBADARG;
+	}
+	/* appendfsync changed by a CONFIG SET (found from outside: HELLO
+	 * went on saying always after CONFIG SET appendfsync no): the
+	 * level is logged, and HELLO, STATS and the metrics say it */
+	if (aof && strcmp(aof, "yes") == 0 && fsync) {
+		d = strcmp(fsync, "always") == 0     ? DL_DUR_ALWAYS
+		    : strcmp(fsync, "everysec") == 0 ? DL_DUR_EVERYSEC
+		    : strcmp(fsync, "no") == 0	     ? DL_DUR_OS
+						     : DL_DUR_AOF;
+		if (dl__durability_check(st, d, why, len) != 0)
+			return DL_EBADARG;
 	}
 	return dl__eviction_check(st, config, why, len);
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * store_lead.c -- the leadership: which dlockd on a Redis is the active
- * one, the writer (DESIGN.md section 10).
+ * one, the writer (docs/design.md, "Leadership and fencing").
  *
  * Two keys, under the prefix P:
  *
@@ -12,7 +12,7 @@
  *             write (store_batch.c), so that only the connection that
  *             took the leadership last can change anything.
  *
- * Both are changed only by the function dlock_lead_v6 (the library is in
+ * Both are changed only by the function dlock_lead_v7 (the library is in
  * store_batch.c), atomically, in one of four modes:
  *
  *   look   what the leadership is now (a standby polls with it);

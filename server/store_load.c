@@ -21,8 +21,8 @@
  * (its name set P locks exists) is read the old way and migrated to
  * layout 2 before anything is served: store_migrate.c.
  *
- * The restore rule (DESIGN.md section 5). A restored lease lasts until
- * R + its TTL, R being the moment its record is read. Its holder counted
+ * The restore rule (docs/design.md, "Restore"). A restored lease lasts
+ * until R + its TTL, R being the moment its record is read. Its holder counted
  * its lease from a request it sent before the daemon stopped, so before
  * R: the lease never ends sooner than the holder may believe, however long
  * the daemon was down or waited for Redis, and whatever the wall clock did
@@ -387,6 +387,35 @@ static int bind_proof(struct dl_locktab *t, const struct dl_record_item *it)
 	return dl_locktab_bind_proof(t, it->owner, it->proof) ? DL_EPROTO : 0;
 }
 
+/* A restored holder's lease: with its description, and its hold time
+ * from the wall-clock time it was granted (for people: a clock stepped
+ * meanwhile makes it wrong, never the lease; one in the future counts as
+ * now). */
+static int load_lease(struct load_ctx *x, const struct dl_record_item *it)
+{
+	struct dl_desc *d;
+	uint64_t held = it->since && it->since < x->now_wall
+				? x->now_wall - it->since
+				: 0;
+	int r = dl_desc_new(it->host, it->pid, it->cmd, &d);
+
+	if (r)
+		return r;
+	if (it->token > x->max_token)
+		x->max_token = it->token;
+	r = dl_locktab_restore_lease(x->st->tab, x->name, it->owner, it->token,
+				     (uint32_t)it->count, (uint32_t)it->ttl_ms,
+				     restored_deadline(x, it), it->tag,
+				     it->shared, it->limit, d, held);
+	dl_desc_unref(d);
+	x->leases += r == 0;
+	/* its warning too: a restored lease warns as it did */
+	if (r == 0 && it->warn_ms)
+		r = dl_locktab_restore_warn(x->st->tab, x->name, it->token,
+					    (uint32_t)it->warn_ms);
+	return r ? r : bind_proof(x->st->tab, it);
+}
+
 /* Second pass: restore each item. */
 static int load_item(const struct dl_record_item *it, void *arg)
 {
@@ -400,21 +429,8 @@ static int load_item(const struct dl_record_item *it, void *arg)
 		return dl_locktab_restore_delay(t, x->name,
 						(uint32_t)it->ttl_ms,
 						it->delay_running, it->limit);
-	if (it->kind == 'H') {
-		if (it->token > x->max_token)
-			x->max_token = it->token;
-		r = dl_locktab_restore_lease(t, x->name, it->owner, it->token,
-					     (uint32_t)it->count,
-					     (uint32_t)it->ttl_ms,
-					     restored_deadline(x, it), it->tag,
-					     it->shared, it->limit);
-		x->leases += r == 0;
-		/* its warning too: a restored lease warns as it did */
-		if (r == 0 && it->warn_ms)
-			r = dl_locktab_restore_warn(t, x->name, it->token,
-						    (uint32_t)it->warn_ms);
-		return r ? r : bind_proof(t, it);
-	}
+	if (it->kind == 'H')
+		return load_lease(x, it);
 	if (it->deadline != UINT64_MAX && it->deadline <= x->now_wall) {
 		x->changed = 1; /* its wait ended while we were down */
 		x->dropped++;

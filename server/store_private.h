@@ -321,10 +321,10 @@ int dl__lead_took(struct dl_store *st, const struct lead_reply *lr,
 
 /* The Redis function library that applies every write (FUNCTION LOAD). */
 extern const char dl__store_library[];
-#define DL_STORE_LIBRARY    "dlock_v6"
-#define DL_STORE_APPLY_FN   "dlock_apply_v6"
-#define DL_STORE_REPLACE_FN "dlock_replace_v6"
-#define DL_STORE_LEAD_FN    "dlock_lead_v6"
+#define DL_STORE_LIBRARY    "dlock_v7"
+#define DL_STORE_APPLY_FN   "dlock_apply_v7"
+#define DL_STORE_REPLACE_FN "dlock_replace_v7"
+#define DL_STORE_LEAD_FN    "dlock_lead_v7"
 
 /* The store layout this build writes (store.c): its number ends the
  * writer fence, "<epoch>/2" (store_lead.c says why). */

@@ -1089,6 +1089,29 @@ struct h_client *h_hello(int port, const char *owner)
 	return c;
 }
 
+struct h_client *h_hello_desc(int port, const char *owner, const char *desc)
+{
+	struct h_client *c = h_connect(port);
+	char *l = h_call(c, "HELLO owner=%s key=%s %s", owner,
+			 h_owner_key(owner), desc);
+
+	cr_assert(strncmp(l, "OK HELLO ", 9) == 0, "HELLO: \"%s\"", l);
+	return c;
+}
+
+int h_has_kv(const char *line, const char *key)
+{
+	size_t n = strlen(key);
+	const char *p = line;
+
+	while ((p = strstr(p, key)) != NULL) {
+		if ((p == line || p[-1] == ' ') && p[n] == '=')
+			return 1;
+		p += n;
+	}
+	return 0;
+}
+
 uint64_t h_wait_free(struct h_client *c, const char *name, int max_ms)
 {
 	uint64_t end = h_now_ms() + (uint64_t)max_ms;

@@ -232,6 +232,11 @@ void h_sleep_ms(int ms);
 const char *h_owner_key(const char *owner);
 /* A new client on port that said HELLO owner=<owner> key=<its key>. */
 struct h_client *h_hello(int port, const char *owner);
+/* The same, describing itself with `desc` (words for HELLO, e.g.
+ * "host=web3 pid=42 cmd=make%20deploy"). */
+struct h_client *h_hello_desc(int port, const char *owner, const char *desc);
+/* 1 if a reply line has the word key=<anything> (h_kv asserts it). */
+int h_has_kv(const char *line, const char *key);
 /* Poll STATUS until `name` is free (asserts it is within max_ms);
  * returns when (h_now_ms()). */
 uint64_t h_wait_free(struct h_client *c, const char *name, int max_ms);

@@ -173,6 +173,49 @@ Test(access, a_user_acts_only_on_the_names_it_was_granted)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+/* Who holds a lock is for those who may read it: a user with lock= but
+ * not read= on a name is told NO BUSY without the holder's owner id,
+ * hold time or description; STATUS, HOLDERS and LOCKS are refused or
+ * leave the lock out, as for owner ids. */
+Test(access, a_holder_is_described_only_to_users_who_may_read_the_lock)
+{
+	struct h_client *ops, *ci, *pay;
+	char *l;
+
+	start_users("ops " OPS_HASH " lock=* read=* break=* admin\n"
+		    "ci " CI_HASH " lock=jobs/\n"
+		    "payments " PAY_HASH " lock=* read=*\n",
+		    NULL);
+	ops = login("ops", OPS_SECRET);
+	cr_assert(h_starts(h_call(ops, "HELLO owner=deploy-7 key=%s host=web3 "
+				       "pid=4242 cmd=make%%20deploy",
+				  h_owner_key("deploy-7")),
+			   "OK HELLO "));
+	h_lock(ops, "jobs/nightly", "ttl=30s");
+	ci = login_as("ci", CI_SECRET, "runner");
+	l = h_call(ci, "TRYLOCK jobs/nightly");
+	cr_assert(h_starts(l, "NO BUSY jobs/nightly "), "%s", l);
+	cr_assert(!strstr(l, "owner=") && !strstr(l, "held_ms=") &&
+			  !strstr(l, "web3") && !strstr(l, "deploy"),
+		  "told a user who may not read: \"%s\"", l);
+	cr_assert_str_eq(h_call(ci, "STATUS jobs/nightly"),
+			 "NO DENIED jobs/nightly need=read");
+	cr_assert_str_eq(h_call(ci, "HOLDERS jobs/nightly"),
+			 "NO DENIED jobs/nightly need=read");
+	cr_assert_str_eq(h_call(ci, "LOCKS jobs/"), "OK LOCKS 0 more=0");
+	/* one who may read is told */
+	pay = login_as("payments", PAY_SECRET, "p");
+	l = h_call(pay, "TRYLOCK jobs/nightly");
+	cr_assert(h_starts(l, "NO BUSY jobs/nightly "), "%s", l);
+	cr_assert_str_eq(h_kv(l, "owner"), "deploy-7", "%s", l);
+	cr_assert_str_eq(h_kv(l, "user"), "ops", "%s", l);
+	cr_assert_str_eq(h_kv(l, "host"), "web3", "%s", l);
+	h_close(ops);
+	h_close(ci);
+	h_close(pay);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
 /* AUTH <user> <secret>: a wrong secret, an unknown user, a user's name
  * with no secret, or the one-word form are all just NO AUTH_FAILED. */
 Test(access, auth_takes_a_user_and_its_secret_and_nothing_else)
@@ -605,6 +648,25 @@ Test(access, an_unauthenticated_connection_has_no_owner_and_no_events)
 	h_expect_silence(spy, 300);
 	h_close(carol);
 	h_close(spy);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* Before AUTH a connection describes nobody: HELLO host= pid= cmd= is
+ * refused as HELLO owner= is. */
+Test(access, an_unauthenticated_connection_cannot_describe_itself)
+{
+	struct h_client *c;
+	char *l;
+
+	h_daemon_write_conf(&d, "[server]\npassword = s3cret-long-enough\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	c = h_connect(d.port);
+	l = h_call(c, "HELLO host=web3 pid=42 cmd=make");
+	cr_assert(h_starts(l, "ERR NOAUTH "), "%s", l);
+	cr_assert_str_eq(h_call(c, "AUTH s3cret-long-enough"), "OK AUTH");
+	l = h_call(c, "HELLO host=web3 pid=42 cmd=make");
+	cr_assert(h_starts(l, "OK HELLO "), "%s", l);
+	h_close(c);
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 

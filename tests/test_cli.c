@@ -29,9 +29,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/harness.h"
@@ -871,6 +875,25 @@ Test(cli, run_guard_still_acts_after_the_command_is_stopped_and_continued)
 	h_close(c);
 }
 
+/* ps and pgrep tell the guard from dlock: it is named dlock-guard (both
+ * used to be "dlock"). */
+Test(cli, run_guard_shows_its_own_name_in_ps)
+{
+	char path[64], comm[64];
+	struct result r;
+	struct job j;
+
+	job_start(&j, "gn", 0);
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)j.guard);
+	slurp(path, comm, sizeof(comm));
+	cr_assert(STR_EQ(comm, "dlock-guard\n"));
+	snprintf(path, sizeof(path), "/proc/%d/comm", (int)j.dlock);
+	slurp(path, comm, sizeof(comm));
+	cr_assert(STR_EQ(comm, "dlock\n"));
+	kill(j.dlock, SIGTERM);
+	job_end(&j, &r);
+}
+
 /* The guard itself is stopped: dlock continues it at once. Stopped after
  * dlock, with nobody to continue it, the guard is woken by its alarm when
  * it must act, and the command ends before the lease passes on. (A
@@ -1270,7 +1293,7 @@ Test(cli, status_prints_one_key_value_per_line)
 		 "holder owner=bob token=%" PRIu64 " ttl_ms=",
 		 token, token);
 	cr_assert(strncmp(r.out, want, strlen(want)) == 0, "%s", r.out);
-	cr_assert(has(r.out, " count=2 mode=exclusive\n"), "%s", r.out);
+	cr_assert(has(r.out, " count=2 mode=exclusive held_ms="), "%s", r.out);
 	h_close(c);
 }
 
@@ -1319,6 +1342,21 @@ Test(cli, stats_groups_for_people_and_is_raw_for_scripts)
 	h_close(c);
 }
 
+/* "Other" is for keys of a newer server: this version's keys all have a
+ * section and a label. */
+Test(cli, stats_puts_every_key_of_the_server_in_a_section)
+{
+	struct result r;
+
+	dlock(&r, "stats", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(strstr(r.out, "\nOther\n") == NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\nCluster\n") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\nContention\n") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, "\n  role ") != NULL, "%s", r.out);
+	cr_assert(strstr(r.out, " active\n") != NULL, "%s", r.out);
+}
+
 Test(cli, every_command_reaches_the_server_over_a_unix_socket)
 {
 	char sock[H_PATH_MAX], script[1024], env[OUT_MAX];
@@ -1361,6 +1399,24 @@ Test(cli, no_server_exits_69_and_runs_nothing)
 	dlock(&r, "run", "x", "--", "touch", in_dir("ran"), NULL);
 	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
 	cr_assert(not(file_exists(in_dir("ran"))));
+}
+
+/* Not a bare "cannot connect": why. */
+Test(cli, a_failed_connect_says_why)
+{
+	char port[16];
+	struct result r;
+
+	snprintf(port, sizeof(port), "%d", h_free_port());
+	dlock(&r, "--port", port, "ping", NULL);
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(has(r.err, "connection refused"), "%s", r.err);
+	dlock(&r, "--host", "nosuch.invalid", "status", "x", NULL);
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(has(r.err, "cannot resolve the host name"), "%s", r.err);
+	dlock(&r, "--socket", in_dir("none.sock"), "ping", NULL);
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(has(r.err, "no such file or directory"), "%s", r.err);
 }
 
 Test(cli, bad_password_exits_77)
@@ -1439,6 +1495,32 @@ Test(cli, a_user_logs_in_with_its_secret_and_is_held_to_its_grants)
 	cr_assert(strstr(r.err, "refused the user or its secret") != NULL, "%s",
 		  r.err);
 	cr_assert(eq(int, h_daemon_stop(&own), 0));
+}
+
+/* --help says durations need a unit (it used to say a bare number is ms,
+ * which dlock refuses) and lists every exit code, in order (124 came
+ * before 77). */
+Test(cli, help_says_durations_need_a_unit_and_lists_the_exit_codes_in_order)
+{
+	static const char *const codes[] = {"\n  0 ",	"\n  1 ",   "\n  64 ",
+					    "\n  65 ",	"\n  69 ",  "\n  70 ",
+					    "\n  75 ",	"\n  76 ",  "\n  77 ",
+					    "\n  124 ", "\n  126 ", "\n  127 "};
+	const char *at, *last;
+	struct result r;
+	size_t i;
+
+	dlock(&r, "--help", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(has(r.out, "Durations need a unit"), "%s", r.out);
+	cr_assert(has(r.out, "millisecond") == 0, "%s", r.out);
+	last = r.out;
+	for (i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+		at = strstr(r.out, codes[i]);
+		cr_assert(at != NULL, "exit code%s not listed", codes[i] + 1);
+		cr_assert(at > last, "exit code%s out of order", codes[i] + 1);
+		last = at;
+	}
 }
 
 Test(cli, usage_errors_exit_64_and_help_exits_0)
@@ -1520,10 +1602,17 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 		  r.out);
 	cr_assert(has(r.out, " alice ") && has(r.out, " bob "), "%s", r.out);
 
+	dlock(&r, "list", "ls/", "--max", "1", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(has(r.out, "ls/\"q\\") && !has(r.out, "ls/1"), "%s", r.out);
+	cr_assert(has(r.err, "1 more not listed (--max)"), "%s", r.err);
+	/* --limit is a semaphore's size; for list, the old spelling of --max
+	 * still works, with a note */
 	dlock(&r, "list", "ls/", "--limit", "1", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(has(r.out, "ls/\"q\\") && !has(r.out, "ls/1"), "%s", r.out);
-	cr_assert(has(r.err, "1 more not listed"), "%s", r.err);
+	cr_assert(has(r.err, "note: list --limit is list --max now"), "%s",
+		  r.err);
 
 	/* names are escaped; numbers are numbers; "more" counts the rest */
 	dlock(&r, "list", "ls/", "--json", NULL);
@@ -1588,7 +1677,10 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 			     "\"limit\": 1, \"holders\": 1, \"holders_list\": "
 			     "[{\"owner\": \"alice\", \"token\": "),
 		  "%s", r.out);
-	cr_assert(has(r.out, ", \"mode\": \"exclusive\"}], \"queue\": []}\n"),
+	cr_assert(has(r.out, ", \"mode\": \"exclusive\", \"held_ms\": "),
+		  "%s", r.out);
+	cr_assert(has(r.out, ", \"cmd\": \"dlock lock ls/1\"}], "
+				"\"queue\": []}\n"),
 		  "%s", r.out);
 	/* tokens are strings: jq 1.6 keeps numbers as doubles, and read
 	 * 1795629885420000014 as ...000000 (found by a new user: dlock
@@ -1618,6 +1710,36 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 	cr_assert(strncmp(r.out, "{\"uptime_ms\": ", 14) == 0, "%s", r.out);
 	cr_assert(has(r.out, ", \"leases\": "), "%s", r.out);
 	cr_assert(strcmp(r.out + strlen(r.out) - 2, "}\n") == 0, "%s", r.out);
+	/* every 64-bit id is a string through jq too: list's tokens and
+	 * stats' last_token */
+	{
+		char cmd[4 * H_PATH_MAX], got[64];
+		FILE *f = fopen(in_dir("stats.json"), "w");
+
+		cr_assert(f != NULL);
+		fputs(r.out, f);
+		fclose(f);
+		snprintf(cmd, sizeof(cmd),
+			 "jq -r '.last_token | type' < %s > %s",
+			 in_dir("stats.json"), in_dir("type.txt"));
+		cr_assert_eq(system(cmd), 0, "jq");
+		slurp(in_dir("type.txt"), got, sizeof(got));
+		cr_assert(STR_EQ(got, "string\n"));
+		dlock(&r, "list", "ls/1", "--json", NULL);
+		cr_assert(eq(int, r.status, 0), "%s", r.err);
+		f = fopen(in_dir("list.json"), "w");
+		cr_assert(f != NULL);
+		fputs(r.out, f);
+		fclose(f);
+		snprintf(cmd, sizeof(cmd),
+			 "jq -r '.locks[0].token' < %s > %s",
+			 in_dir("list.json"), in_dir("token.txt"));
+		cr_assert_eq(system(cmd), 0, "jq");
+		slurp(in_dir("token.txt"), got, sizeof(got));
+		snprintf(cmd, sizeof(cmd), "%" PRIu64 "\n",
+			 to_u64(h_kv(h_call(c, "STATUS ls/1"), "token")));
+		cr_assert(STR_EQ(got, cmd));
+	}
 	h_close(c);
 }
 
@@ -1648,6 +1770,46 @@ Test(cli, run_timeout_stops_the_tree_releases_and_exits_124)
 	cr_assert(eq(int, pid_alive(child), 0), "the background child lives");
 	dlock(&r, "trylock", "tmo", "--ttl", "1s", NULL);
 	cr_assert(eq(int, r.status, 0), "the lock was not released: %s", r.err);
+}
+
+/* A server that accepts and never answers: dlock gives up after
+ * --server-timeout, run included (whose --timeout is the command's time
+ * limit: run used to wait its 5s default for a server, whatever was
+ * given); --timeout for another command is the old spelling of
+ * --server-timeout and says so. */
+Test(cli, server_timeout_bounds_the_wait_for_a_silent_server_run_included)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t alen = sizeof(a);
+	char port[16];
+	struct result r;
+	uint64_t t0, ms;
+	int fd;
+
+	fd = socket(AF_INET, SOCK_STREAM, 0);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+		  listen(fd, 16) == 0 &&
+		  getsockname(fd, (struct sockaddr *)&a, &alen) == 0);
+	snprintf(port, sizeof(port), "%d", ntohs(a.sin_port));
+
+	t0 = h_now_ms();
+	dlock(&r, "--port", port, "--server-timeout", "400ms", "run", "st",
+	      "--", "true", NULL);
+	ms = h_now_ms() - t0;
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(ms >= 400 && ms < 3000, "run gave up after %llu ms: %s",
+		  (unsigned long long)ms, r.err);
+
+	t0 = h_now_ms();
+	dlock(&r, "--port", port, "--timeout", "400ms", "status", "st", NULL);
+	ms = h_now_ms() - t0;
+	cr_assert(eq(int, r.status, EX_UNAVAILABLE), "%s", r.err);
+	cr_assert(ms >= 400 && ms < 3000, "status gave up after %llu ms: %s",
+		  (unsigned long long)ms, r.err);
+	cr_assert(has(r.err, "note: --timeout is --server-timeout now"), "%s",
+		  r.err);
+	close(fd);
 }
 
 /* -E N: the exit code when the lock cannot be taken (flock -E); and a
@@ -1719,4 +1881,116 @@ Test(cli, lock_delay_keeps_an_expired_lock_busy_for_the_delay)
 	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
 	cr_assert(has(r.err, "--delay: 2m is too long, at most 1m"), "%s",
 		  r.err);
+}
+
+/* ---- who holds it -------------------------------------------------------- */
+
+/* A lock that is busy says who holds it, where, running what, and for
+ * how long -- not just "held by another owner". */
+Test(cli, a_busy_lock_names_its_holder_and_for_how_long)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+
+	cr_assert(h_starts(h_call(c, "HELLO owner=deploy-7 host=web3 pid=4242 "
+				     "cmd=make%%20deploy"),
+			   "OK HELLO "));
+	h_lock(c, "x", "ttl=30s");
+	h_sleep_ms(1100);
+	dlock(&r, "lock", "x", "--wait", "0", NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(has(r.err, "dlock: x is held by deploy-7 on web3 (pid 4242, "
+			     "make deploy) for 1s\n") ||
+			  has(r.err, "dlock: x is held by deploy-7 on web3 "
+				     "(pid 4242, make deploy) for 2s\n"),
+		  "%s", r.err);
+	dlock(&r, "trylock", "x", NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(has(r.err, "x is held by deploy-7 on web3 (pid 4242, make "
+			     "deploy) for "),
+		  "%s", r.err);
+	/* a holder that said nothing: its owner and hold time */
+	h_close(c);
+	c = h_connect(d.port);
+	cr_assert(h_starts(h_call(c, "HELLO owner=old"), "OK HELLO "));
+	h_lock(c, "y", "ttl=30s");
+	dlock(&r, "trylock", "y", NULL);
+	cr_assert(has(r.err, "dlock: y is held by old for "), "%s", r.err);
+	h_close(c);
+}
+
+/* Minutes and seconds, as a person reads them: a holder restored from
+ * its record (a daemon restarted with Redis) granted 3 min 12.5 s ago. */
+Test(cli, a_hold_of_minutes_says_minutes_and_seconds)
+{
+	static struct h_redis redis;
+	struct timespec now;
+	char rec[256], port[16];
+	struct result r;
+	uint64_t since;
+
+	h_redis_start(&redis, "always");
+	clock_gettime(CLOCK_REALTIME, &now);
+	since = (uint64_t)now.tv_sec * 1000 + (uint64_t)now.tv_nsec / 1000000 -
+		192500;
+	/* printf(1) reads it: %% for a % */
+	snprintf(rec, sizeof(rec),
+		 "dlock3 limit=1\\nH 9 0 1 30000 x deploy-7 since=%" PRIu64
+		 " host=web3 pid=4242 cmd=make%%%%20deploy",
+		 since);
+	h_rec_plant(&redis, "x", rec);
+	h_daemon_write_conf(&own, "");
+	h_daemon_start(&own, "-c", own.conf, "--persist", "redis", "--redis",
+		       redis.url, NULL);
+	snprintf(port, sizeof(port), "%d", own.port);
+	setenv("DLOCK_PORT", port, 1);
+	dlock(&r, "lock", "x", "--wait", "0", NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(has(r.err, "dlock: x is held by deploy-7 on web3 (pid 4242, "
+			     "make deploy) for 3m12s\n") ||
+			  has(r.err, "dlock: x is held by deploy-7 on web3 "
+				     "(pid 4242, make deploy) for 3m13s\n"),
+		  "%s", r.err);
+	cr_assert(eq(int, h_daemon_stop(&own), 0));
+	h_redis_stop(&redis);
+}
+
+/* Poll STATUS until `name` is held (asserts it is within max_ms). */
+static void wait_held(struct h_client *c, const char *name, int max_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)max_ms;
+
+	while (strcmp(h_kv(h_call(c, "STATUS %s", name), "state"), "held")) {
+		cr_assert(lt(u64, h_now_ms(), end), "%s not held", name);
+		h_sleep_ms(20);
+	}
+}
+
+/* `dlock run` describes the command it runs; the other commands
+ * describe themselves by their name and arguments, never their options
+ * (an --owner's key is a secret). status shows it. */
+Test(cli, dlock_describes_the_command_it_runs_never_its_options)
+{
+	struct h_client *c = h_connect(d.port);
+	struct proc p;
+	struct result r;
+	char *l;
+
+	proc_start(&p, "run", "rx", "--", "sleep", "3", NULL);
+	wait_held(c, "rx", 10000);
+	l = h_call(c, "STATUS rx");
+	cr_assert(eq(int, strcmp(h_kv(l, "cmd"), "sleep%203"), 0), "%s", l);
+	dlock(&r, "status", "rx", NULL);
+	cr_assert(has(r.out, " cmd=sleep%203\n"), "%s", r.out);
+	dlock(&r, "status", "rx", "--json", NULL);
+	cr_assert(has(r.out, "\"cmd\": \"sleep 3\""), "%s", r.out);
+	dlock(&r, "lock", "ly", "--owner", owned("o1"), "--ttl", "30s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	l = h_call(c, "STATUS ly");
+	cr_assert(eq(int, strcmp(h_kv(l, "cmd"), "dlock%20lock%20ly"), 0),
+		  "%s", l);
+	cr_assert(has(l, h_owner_key("o1")) == 0, "the key went out: %s", l);
+	proc_result(&p, &r, QUICK_MS);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	h_close(c);
 }

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "client/dlock.h"
+#include "proto/desc.h"
 #include "tests/harness.h"
 
 static struct h_daemon d;
@@ -865,6 +866,60 @@ Test(client, connect_times_out_against_a_silent_peer)
 	close(fd);
 }
 
+/* What dlock_connect could not do is said in dlock_last_error(): refused,
+ * a name that does not resolve, accepted and never answered; with a list
+ * of servers, server by server. */
+Test(client, a_failed_connect_says_why_in_the_last_error)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t len = sizeof(sa);
+	struct dlock_options o;
+	dlock_client *c = NULL;
+	char servers[128], want[64];
+	int silent = socket(AF_INET, SOCK_STREAM, 0), refused = h_free_port();
+
+	dlock_options_init(&o);
+	o.port = refused;
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_ECONNECT));
+	assert_str(dlock_last_error(), "connection refused");
+
+	dlock_options_init(&o);
+	o.host = "nosuch.invalid";
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_ECONNECT));
+	cr_assert(eq(int, strncmp(dlock_last_error(),
+				  "cannot resolve the host name: ", 30),
+		     0),
+		  "%s", dlock_last_error());
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(eq(int, bind(silent, (struct sockaddr *)&sa, sizeof(sa)), 0));
+	cr_assert(eq(int, listen(silent, 8), 0));
+	getsockname(silent, (struct sockaddr *)&sa, &len);
+	dlock_options_init(&o);
+	o.port = ntohs(sa.sin_port);
+	o.connect_timeout_ms = 300;
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_ECONNECT));
+	assert_str(dlock_last_error(),
+		   "accepted the connection but did not answer in time");
+
+	snprintf(servers, sizeof(servers), "127.0.0.1:%d,nosuch.invalid:7420",
+		 refused);
+	dlock_options_init(&o);
+	o.servers = servers;
+	o.connect_timeout_ms = 300;
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_ECONNECT));
+	snprintf(want, sizeof(want), "127.0.0.1:%d: connection refused",
+		 refused);
+	cr_assert(ne(ptr, strstr(dlock_last_error(), want), NULL), "%s",
+		  dlock_last_error());
+	cr_assert(ne(ptr,
+		     strstr(dlock_last_error(), "nosuch.invalid:7420: cannot "
+						"resolve the host name"),
+		     NULL),
+		  "%s", dlock_last_error());
+	close(silent);
+}
+
 Test(client, works_over_a_unix_socket, .fini = stop_all)
 {
 	struct dlock_options o;
@@ -1525,6 +1580,56 @@ Test(client, memory_only_restart_loses_the_lease, .init = start_none,
 	dlock_close(c);
 }
 
+/* An owner nobody holds anything for is forgotten by a restart, and the
+ * first to say its id then takes it: here another client that says it
+ * without the key (as two hosts given one DLOCK_OWNER would), before this
+ * client is back. This client's HELLO is refused (NO DENIED twin
+ * need=key); it must not go on as the connection's own anonymous owner,
+ * whose locks it could neither re-enter nor refresh after the next
+ * reconnect (found by the fault campaign: a lease taken that way, lost
+ * to NOT_HOLDER at a take-over). It waits for its id instead, as a
+ * client whose server is down does. */
+Test(client, a_reconnect_refused_its_owner_grants_nothing_to_another,
+     .init = start_none, .fini = stop_all)
+{
+	struct dlock_options o;
+	struct dlock_status st;
+	struct h_client *copy;
+	dlock_client *c, *other;
+	dlock_lease *l = NULL;
+	char *line;
+	int rc, i;
+
+	opts(&o);
+	o.owner = "twin";
+	o.request_timeout_ms = 1500;
+	c = connect_with(&o);
+	cr_assert(eq(int, h_daemon_stop(&d), 0));
+	/* the client's pauses between attempts grow to their longest */
+	h_sleep_ms(1700);
+	h_daemon_restart(&d);
+	copy = h_connect(d.port);
+	line = h_call(copy, "HELLO owner=twin");
+	cr_assert(h_starts(line, "OK HELLO"), "the other one's HELLO: %s",
+		  line);
+	rc = dlock_lock(c, "k", 5000, 0, &l);
+	cr_assert(ne(int, rc, 0), "granted to someone else than twin");
+	other = client();
+	cr_assert(eq(int, dlock_status(other, "k", &st), 0));
+	cr_assert(eq(int, st.held, 0), "k is held by %s", st.owner);
+	/* the id is free again once the other one has gone */
+	h_close(copy);
+	for (i = 0; i < 10 && (rc = dlock_lock(c, "k", 5000, 0, &l)) != 0;
+	     i++)
+		;
+	cr_assert(eq(int, rc, 0), "dlock_lock: %s", dlock_strerror(rc));
+	cr_assert(eq(int, dlock_status(other, "k", &st), 0));
+	assert_str(st.owner, "twin");
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	dlock_close(other);
+	dlock_close(c);
+}
+
 Test(client, waiter_keeps_its_place_over_a_restart, .init = start_redis,
      .fini = stop_all)
 {
@@ -1727,6 +1832,172 @@ Test(client, delay_ms_keeps_an_expired_lock_from_the_next_holder,
 	rc = dlock_unlock(a, la);
 	cr_assert(rc == DLOCK_ENOTHOLDER || rc == DLOCK_ELOST, "%s",
 		  dlock_strerror(rc));
+	dlock_close(a);
+	dlock_close(b);
+}
+
+/* ---- who holds it ---------------------------------------------------------
+ */
+
+/* The server's word key=<value> in a STATUS line, "" if absent. */
+static const char *status_kv(int port, const char *name, const char *key)
+{
+	static char line[DL_LINE_MAX + 1];
+	struct h_client *c = h_connect(port);
+
+	snprintf(line, sizeof(line), "%s", h_call(c, "STATUS %s", name));
+	h_close(c);
+	return h_has_kv(line, key) ? h_kv(line, key) : "";
+}
+
+/* This process's command line as a description says it. */
+static const char *own_cmdline(void)
+{
+	static char enc[DL_DESC_CMD_MAX + 1];
+	char buf[4096];
+	FILE *f = fopen("/proc/self/cmdline", "r");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0, i;
+
+	if (f)
+		fclose(f);
+	while (n > 0 && buf[n - 1] == '\0')
+		n--;
+	for (i = 0; i < n; i++)
+		buf[i] = buf[i] ? buf[i] : ' ';
+	n = dl_desc_encode(buf, n, enc, DL_DESC_CMD_MAX);
+	enc[n] = '\0';
+	return enc;
+}
+
+/* By default a client says who it is -- its host, pid and command line
+ * -- and the server shows it with its leases. */
+Test(client, a_client_describes_itself_by_default, .init = start_none,
+     .fini = stop_all)
+{
+	dlock_client *c = client();
+	dlock_lease *l = must_lock(c, "d", 30000, 0);
+	char host[256], pid[16];
+
+	cr_assert(eq(int, gethostname(host, sizeof(host)), 0));
+	host[sizeof(host) - 1] = '\0';
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	assert_str(status_kv(d.port, "d", "host"), host);
+	assert_str(status_kv(d.port, "d", "pid"), pid);
+	/* the command line, its spaces escaped */
+	assert_str(status_kv(d.port, "d", "cmd"), own_cmdline());
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	dlock_close(c);
+}
+
+/* options.describe = 0 says nothing; desc_host, desc_pid and desc_cmd
+ * say what the application wants, made to fit the protocol: a line
+ * break is '?', a space %20, a long command cut. */
+Test(client, a_description_can_be_set_or_suppressed, .init = start_none,
+     .fini = stop_all)
+{
+	struct dlock_options o;
+	dlock_client *c;
+	dlock_lease *l;
+	char cmd[300];
+
+	opts(&o);
+	o.describe = 0;
+	c = connect_with(&o);
+	l = must_lock(c, "quiet", 30000, 0);
+	assert_str(status_kv(d.port, "quiet", "host"), "");
+	assert_str(status_kv(d.port, "quiet", "pid"), "");
+	assert_str(status_kv(d.port, "quiet", "cmd"), "");
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	dlock_close(c);
+
+	opts(&o);
+	o.desc_host = "build host";
+	o.desc_pid = 77;
+	o.desc_cmd = "job\n--now";
+	c = connect_with(&o);
+	l = must_lock(c, "said", 30000, 0);
+	assert_str(status_kv(d.port, "said", "host"), "build%20host");
+	assert_str(status_kv(d.port, "said", "pid"), "77");
+	assert_str(status_kv(d.port, "said", "cmd"), "job?--now");
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	dlock_close(c);
+
+	memset(cmd, 'c', sizeof(cmd) - 1);
+	cmd[sizeof(cmd) - 1] = '\0';
+	opts(&o);
+	o.desc_cmd = cmd;
+	o.desc_host = "";
+	c = connect_with(&o);
+	l = must_lock(c, "long", 30000, 0);
+	cr_assert(eq(sz, strlen(status_kv(d.port, "long", "cmd")),
+		     DL_DESC_CMD_MAX));
+	assert_str(status_kv(d.port, "long", "host"), "");
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	dlock_close(c);
+	opts(&o);
+	o.desc_pid = -1;
+	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_EINVAL));
+}
+
+struct seen_holder {
+	int n;
+	char host[64], cmd[160];
+	uint32_t pid;
+	int64_t held_ms;
+};
+
+static void on_holder(const struct dlock_holder *h, void *arg)
+{
+	struct seen_holder *s = arg;
+
+	s->n++;
+	snprintf(s->host, sizeof(s->host), "%s", h->host);
+	snprintf(s->cmd, sizeof(s->cmd), "%s", h->cmd);
+	s->pid = h->pid;
+	s->held_ms = h->held_ms;
+}
+
+/* A trylock that finds the lock busy can ask who holds it; HOLDERS says
+ * the same, decoded. */
+Test(client, a_busy_trylock_names_the_holder, .init = start_none,
+     .fini = stop_all)
+{
+	struct dlock_options o;
+	struct dlock_holder h;
+	struct seen_holder s = {0};
+	dlock_client *a, *b = client();
+	dlock_lease *l, *l2 = NULL;
+
+	opts(&o);
+	o.owner = "deploy-7";
+	o.desc_host = "web3";
+	o.desc_pid = 4242;
+	o.desc_cmd = "make deploy";
+	a = connect_with(&o);
+	l = must_lock(a, "x", 30000, 0);
+	cr_assert(eq(int, dlock_busy_holder(&h), DLOCK_EINVAL),
+		  "nothing was busy");
+	h_sleep_ms(50);
+	cr_assert(eq(int, dlock_trylock(b, "x", 5000, &l2), DLOCK_EBUSY));
+	cr_assert(eq(int, dlock_busy_holder(&h), 0), "%s", dlock_last_error());
+	assert_str(h.owner, "deploy-7");
+	assert_str(h.host, "web3");
+	assert_str(h.cmd, "make deploy");
+	assert_str(h.user, "");
+	cr_assert(eq(u32, h.pid, 4242));
+	cr_assert(ge(i64, h.held_ms, 50));
+	cr_assert(gt(i64, h.ttl_ms, 0));
+	cr_assert(eq(int,
+		     dlock_holders(b, "x", on_holder, &s, NULL, NULL), 0));
+	cr_assert(eq(int, s.n, 1));
+	assert_str(s.host, "web3");
+	assert_str(s.cmd, "make deploy");
+	cr_assert(eq(u32, s.pid, 4242));
+	cr_assert(ge(i64, s.held_ms, 50));
+	/* the next call forgets it */
+	cr_assert(eq(int, dlock_ping(b), 0));
+	cr_assert(eq(int, dlock_busy_holder(&h), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_unlock(a, l), 0));
 	dlock_close(a);
 	dlock_close(b);
 }

@@ -145,6 +145,44 @@ Test(config, bad_values_are_rejected_with_the_reason)
 	expect_err("[persistence]\nredis = http://x\n", "bad URL");
 }
 
+/* Every duration key, not only default_ttl, refuses "30" with the file
+ * and line: the keys are those --check-config prints in ms, so a key added
+ * later is checked too. */
+Test(config, every_duration_key_refuses_a_bare_number_with_file_and_line)
+{
+	char line[256], section[64] = "", key[64], text[256], want[256];
+	struct dl_config c;
+	int n = 0, fd;
+	FILE *f;
+
+	dl_config_defaults(&c);
+	f = tmpfile();
+	cr_assert_not_null(f);
+	fd = fileno(f);
+	dl_config_dump(&c, fd);
+	dl_config_free(&c);
+	rewind(f);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long v;
+		char unit[8];
+
+		if (sscanf(line, "[%63[^]]]", section) == 1)
+			continue;
+		if (sscanf(line, "%63s = %llu%7s", key, &v, unit) != 3 ||
+		    strcmp(unit, "ms") != 0)
+			continue;
+		snprintf(text, sizeof(text), "[%s]\n%s = 30\n", section, key);
+		snprintf(want, sizeof(want),
+			 ":2: %s: '30' needs a unit: 30ms, 30s, 30m or 30h",
+			 key);
+		expect_err(text, want);
+		n++;
+	}
+	fclose(f);
+	/* auth_timeout ... leader_lease: 11 when this test was written */
+	cr_assert(n >= 11, "%d duration keys found", n);
+}
+
 Test(config, a_public_address_needs_a_password_or_an_explicit_yes)
 {
 	struct dl_config c;

@@ -12,6 +12,7 @@
 #include <criterion/logging.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -285,7 +286,7 @@ Test(ha, a_running_lock_delay_is_taken_over)
 	l = h_read(alice, 2000);
 	cr_assert(l && h_starts(l, "* EXPIRED ld "), "got \"%s\"", l);
 	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "ld"),
-			       "delay=4000 running", 1, 2000),
+			       "dlock4 limit=1 delay=4000 running", 1, 2000),
 		  "record: \"%s\"", h_rec_get(&r, "ld"));
 	h_close(alice);
 
@@ -303,6 +304,41 @@ Test(ha, a_running_lock_delay_is_taken_over)
 		      "granted %llu ms after the kill: before the delay "
 		      "restored at the take-over ended",
 		      (unsigned long long)(at - t0));
+	h_close(bob);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+/* Who holds a lock is state: after a take-over the standby shows the
+ * holder's description and its hold time counted from the grant. */
+Test(ha, a_holders_description_survives_a_take_over)
+{
+	struct h_client *alice, *bob;
+	uint64_t t0 = h_now_ms();
+	char *l;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	alice = h_hello_desc(a.port, "alice",
+			     "host=web3 pid=4242 cmd=make%20deploy");
+	h_lock(alice, "x", "ttl=30s");
+	h_close(alice);
+	h_daemon_kill9(&a);
+	wait_active(&b, 10000);
+
+	bob = h_hello(b.port, "bob");
+	expect_held(bob, "x", "alice", 0);
+	l = h_call(bob, "STATUS x");
+	cr_assert_str_eq(h_kv(l, "host"), "web3", "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "pid"), 4242, "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "cmd"), "make%20deploy", "in \"%s\"", l);
+	/* the leadership lapsed first: held longer than that */
+	cr_assert(h_kv_u64(l, "held_ms") >= 400 &&
+			  h_kv_u64(l, "held_ms") <= h_now_ms() - t0 + 50,
+		  "held since the grant, not the take-over: \"%s\"", l);
+	l = h_call(bob, "TRYLOCK x");
+	cr_assert(h_starts(l, "NO BUSY x "), "\"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "owner"), "alice", "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "host"), "web3", "in \"%s\"", l);
 	h_close(bob);
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
@@ -588,6 +624,53 @@ Test(ha, a_paused_active_never_writes_its_table_over_a_lost_take_over)
 	h_close(c2);
 	h_daemon_stop(&a);
 	h_daemon_stop(&b);
+}
+
+/* Found by the fault campaign: b took over while a was down; Redis then
+ * forgot (FLUSHALL), and a, started again, took over above the epoch it
+ * had seen (its state file), which was b's own, as b's take was lost. The
+ * fence read b's epoch again, and b, active on its own clock until its
+ * next renewal, wrote a grant under a's leadership and acknowledged it: a
+ * lease the active daemon knew nothing of. A write now also needs the
+ * leadership record, when there is one, to name the writer. Leases of
+ * 30 s: b renews every 10 s, so its writes meet a's take. */
+Test(ha, a_deposed_active_never_writes_under_a_take_of_its_own_epoch)
+{
+	static const char limits[] =
+		"[limits]\nmax_ttl = 6s\ndefault_ttl = 1s\n";
+	struct h_daemon *nodes[2] = {&a, &b};
+	char conf[H_PATH_MAX + 128];
+	struct h_client *c;
+	uint64_t eb;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		h_daemon_write_conf(nodes[i], "");
+		snprintf(conf, sizeof(conf), "[persistence]\nstate_dir = %s\n%s",
+			 nodes[i]->dir, limits);
+		h_daemon_write_conf(nodes[i], conf);
+		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
+			       "redis", "--redis", r.url, "--node-id",
+			       i ? "b" : "a", "--leader-lease", "30s", "-l",
+			       "info", NULL);
+		if (i == 0)
+			wait_active(&a, 5000);
+	}
+	h_sleep_ms(1000); /* a's state file has its link's epoch */
+	cr_assert_eq(h_daemon_stop(&a), 0); /* resigns: b takes over */
+	wait_active(&b, 5000);
+	eb = epoch_of(&b);
+	h_redis_cli(&r, "FLUSHALL");
+	h_daemon_restart(&a);
+	wait_active(&a, 5000);
+	cr_assert_eq(epoch_of(&a), eb, "a took epoch %llu, b has %llu",
+		     (unsigned long long)epoch_of(&a), (unsigned long long)eb);
+	c = h_hello(b.port, "c");
+	h_send(c, "LOCK z ttl=5s");
+	no_grant_until_closed(c, addr_of(&a));
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+	cr_assert_eq(h_daemon_stop(&b), 0);
 }
 
 /* ---- clients that fail over ---------------------------------------------- */
@@ -1075,6 +1158,231 @@ Test(ha, dlock_run_survives_a_failover)
 	cr_assert_str_eq(h_kv(h_call(c, "STATUS job"), "state"), "free");
 	h_close(c);
 	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+/* ---- one-shot commands across a take-over ---------------------------------- */
+
+/* $DLOCK with the formatted arguments, its output and errors in one
+ * stream: it runs while the test goes on (dlock_end waits for it). */
+static FILE *dlock_begin(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+static FILE *dlock_begin(const char *fmt, ...)
+{
+	const char *dl = getenv("DLOCK") ? getenv("DLOCK") : "build/dlock";
+	char args[512], cmd[1024];
+	va_list ap;
+	FILE *p;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "%s %s 2>&1", dl, args);
+	p = popen(cmd, "r");
+	cr_assert(p != NULL, "popen %s", cmd);
+	return p;
+}
+
+/* Its exit status (-1 if it did not exit), what it said in out. */
+static int dlock_end(FILE *p, char *out, size_t cap)
+{
+	int st;
+
+	out[0] = '\0';
+	while (fgets(out + strlen(out), (int)(cap - strlen(out)), p) &&
+	       strlen(out) < cap - 1)
+		;
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static uint64_t connections_of(const struct h_daemon *d)
+{
+	struct h_client *c = h_connect(d->port);
+	uint64_t n = h_stats_value(c, "connections_total");
+
+	h_close(c);
+	return n;
+}
+
+/* kill -9 of the active with a leadership of 4 s (the default): a status
+ * and a lock given both daemons, the standby first, wait for the take-over
+ * instead of failing while the standby still names the dead active, and
+ * ask the standby again only after pauses (they used to reconnect to it
+ * in a tight loop: thousands of connections in two seconds). */
+Test(ha, one_shot_dlock_commands_ride_through_a_takeover)
+{
+	char out[1024], list[64];
+	struct h_client *alice;
+	uint64_t before, after, t0;
+	FILE *lock;
+	int st;
+
+	start_node(&a, "a", "4s");
+	start_node(&b, "b", "4s");
+	snprintf(list, sizeof(list), "127.0.0.1:%d,127.0.0.1:%d", b.port,
+		 a.port);
+	alice = h_hello(a.port, "alice");
+	h_lock(alice, "x", "ttl=30s");
+	h_close(alice);
+	before = connections_of(&b);
+
+	h_daemon_kill9(&a);
+	t0 = h_now_ms();
+	lock = dlock_begin("--servers %s lock y --wait 15s", list);
+	st = dlock_end(dlock_begin("--servers %s --server-timeout 15s status x",
+				   list),
+		       out, sizeof(out));
+	cr_log_info("status after %llu ms",
+		    (unsigned long long)(h_now_ms() - t0));
+	cr_assert_eq(st, 0, "status: exit %d: %s", st, out);
+	cr_assert(strstr(out, "state=held\n") && strstr(out, "owner=alice\n"),
+		  "%s", out);
+	st = dlock_end(lock, out, sizeof(out));
+	cr_assert_eq(st, 0, "lock --wait 15s: exit %d: %s", st, out);
+	after = connections_of(&b);
+	cr_log_info("connections to the standby: %llu",
+		    (unsigned long long)(after - before));
+	cr_assert_lt(after - before, 100,
+		     "%llu connections to the standby: a tight loop",
+		     (unsigned long long)(after - before));
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+struct connecting {
+	const char *servers;
+	int rc;
+	dlock_client *c;
+};
+
+static void *connect_cluster(void *arg)
+{
+	struct connecting *x = arg;
+	struct dlock_options o;
+
+	dlock_options_init(&o);
+	o.servers = x->servers;
+	o.connect_timeout_ms = 15000;
+	x->rc = dlock_connect(&o, &x->c);
+	return NULL;
+}
+
+/* No daemon of the list answers for a moment (the active killed, the
+ * standby restarting): dlock_connect tries the list again, after pauses,
+ * while its connect timeout lasts, rather than give up at the first
+ * refusal. */
+Test(ha, dlock_connect_waits_within_its_timeout_for_a_cluster_to_serve)
+{
+	struct connecting x = {.rc = 1};
+	char list[64];
+	pthread_t th;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	snprintf(list, sizeof(list), "127.0.0.1:%d,127.0.0.1:%d", a.port,
+		 b.port);
+	x.servers = list;
+	cr_assert_eq(h_daemon_stop(&b), 0);
+	h_daemon_kill9(&a);
+	cr_assert_eq(pthread_create(&th, NULL, connect_cluster, &x), 0);
+	h_sleep_ms(800);
+	h_daemon_restart(&b);
+	pthread_join(th, NULL);
+	cr_assert_eq(x.rc, 0, "dlock_connect: %s (%s)", dlock_strerror(x.rc),
+		     "see the log");
+	cr_assert_eq(dlock_ping(x.c), 0);
+	dlock_close(x.c);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+/* A daemon whose Redis is down answers ERR UNAVAILABLE: the request was
+ * not executed, and dlock sends it again, with pauses, within the lock's
+ * --wait or the --server-timeout, instead of exiting 69 at once. */
+Test(ha, dlock_lock_waits_out_an_unavailable_redis)
+{
+	struct h_client *c;
+	char out[1024];
+	FILE *lock, *trylock;
+	int st;
+
+	h_daemon_start(&a, "--persist", "redis", "--redis", r.url, NULL);
+	c = h_hello(a.port, "probe");
+	h_redis_kill9(&r);
+	h_wait_available(c, 0, 10000);
+	lock = dlock_begin("--port %d lock y --wait 20s", a.port);
+	trylock = dlock_begin("--port %d --server-timeout 20s trylock z",
+			      a.port);
+	h_sleep_ms(1500);
+	h_redis_restart(&r);
+	st = dlock_end(lock, out, sizeof(out));
+	cr_assert_eq(st, 0, "lock: exit %d: %s", st, out);
+	st = dlock_end(trylock, out, sizeof(out));
+	cr_assert_eq(st, 0, "trylock: exit %d: %s", st, out);
+	cr_assert_str_eq(h_kv(h_call(c, "STATUS y"), "state"), "held");
+	cr_assert_str_eq(h_kv(h_call(c, "STATUS z"), "state"), "held");
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+}
+
+/* A health check asks each daemon directly: a standby answers PING and
+ * STATS (role standby), and dlock says so without failing; anything about
+ * locks it refers to the active, and a --servers list still goes there. */
+Test(ha, a_health_check_may_ask_a_standby_directly)
+{
+	struct dlock_options o;
+	struct dlock_status st;
+	char out[4096], want[96], list[64];
+	dlock_client *c;
+	int rc;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	rc = dlock_end(dlock_begin("--port %d ping", b.port), out, sizeof(out));
+	cr_assert_eq(rc, 0, "ping of the standby: exit %d: %s", rc, out);
+	cr_assert(strstr(out, " ms\n") && strstr(out, "is a standby"), "%s",
+		  out);
+	rc = dlock_end(dlock_begin("--port %d stats", b.port), out,
+		       sizeof(out));
+	cr_assert_eq(rc, 0, "stats of the standby: exit %d: %s", rc, out);
+	cr_assert(strstr(out, "  role ") && strstr(out, " standby\n"), "%s",
+		  out);
+	rc = dlock_end(dlock_begin("--port %d stats --raw", b.port), out,
+		       sizeof(out));
+	cr_assert(rc == 0 && strstr(out, "\nrole_active 0\n"), "%d %s", rc,
+		  out);
+	/* a lock question is the active's: said, after --server-timeout */
+	rc = dlock_end(dlock_begin("--port %d --server-timeout 500ms status x",
+				   b.port),
+		       out, sizeof(out));
+	snprintf(want, sizeof(want), "a standby (the active: %s)",
+		 addr_of(&a));
+	cr_assert(rc == 69 && strstr(out, want), "exit %d: %s", rc, out);
+	snprintf(list, sizeof(list), "127.0.0.1:%d,127.0.0.1:%d", b.port,
+		 a.port);
+	rc = dlock_end(dlock_begin("--servers %s ping", list), out,
+		       sizeof(out));
+	cr_assert(rc == 0 && !strstr(out, "standby"), "exit %d: %s", rc, out);
+	rc = dlock_end(dlock_begin("--servers %s status x", list), out,
+		       sizeof(out));
+	cr_assert(rc == 0 && strstr(out, "state=free\n"), "exit %d: %s", rc,
+		  out);
+
+	/* libdlock: options.standby_ok */
+	dlock_options_init(&o);
+	o.port = b.port;
+	o.standby_ok = 1;
+	cr_assert_eq(dlock_connect(&o, &c), 0, "%s", dlock_last_error());
+	cr_assert_str_eq(dlock_server_role(c), "standby");
+	cr_assert_eq(dlock_ping(c), 0);
+	cr_assert_eq(dlock_status(c, "x", &st), DLOCK_EUNAVAILABLE);
+	cr_assert(strncmp(dlock_last_error(), "ERR NOT_ACTIVE active=", 22) == 0,
+		  "%s", dlock_last_error());
+	dlock_close(c);
+	o.port = a.port;
+	cr_assert_eq(dlock_connect(&o, &c), 0, "%s", dlock_last_error());
+	cr_assert_str_eq(dlock_server_role(c), "active");
+	dlock_close(c);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+	cr_assert_eq(h_daemon_stop(&a), 0);
 }
 
 /* ---- shared locks and semaphores under faults ---------------------------

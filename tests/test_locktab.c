@@ -2,8 +2,9 @@
 /*
  * test_locktab.c -- unit tests of the lock table (server/locktab.c).
  *
- * Expectations come from server/locktab.h and DESIGN.md sections 2-4, not
- * from the implementation. Each test names the behaviour it proves.
+ * Expectations come from server/locktab.h, docs/design.md ("Semantics")
+ * and proto/PROTOCOL.md, not from the implementation. Each test names the
+ * behaviour it proves.
  *
  * Harness: the table runs on a fake monotonic clock (`clock_ms`, advanced
  * by the tests); its event hook copies every event (type, name, token, ttl,
@@ -2115,7 +2116,8 @@ Test(locktab, reset_leaves_an_empty_consistent_table)
 
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("x"), str("al"), 77, 2,
-					      1000, T0 + 1000, DL_STR_NULL, 0, 1),
+					      1000, T0 + 1000, DL_STR_NULL, 0, 1,
+					      NULL, 0),
 		     0));
 	cr_assert(
 		eq(int,
@@ -2997,21 +2999,25 @@ Test(locktab, restore_keeps_modes_and_limits_and_refuses_what_cannot_be)
 
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("rw"), str("a"), 10, 1,
-					      1000, d, DL_STR_NULL, 1, 1),
+					      1000, d, DL_STR_NULL, 1, 1,
+					      NULL, 0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("rw"), str("b"), 11, 1,
-					      1000, d, DL_STR_NULL, 1, 1),
+					      1000, d, DL_STR_NULL, 1, 1,
+					      NULL, 0),
 		     0));
 	/* a second reader with a token already held (a damaged record) */
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("rw"), str("d"), 11, 1,
-					      1000, d, DL_STR_NULL, 1, 1),
+					      1000, d, DL_STR_NULL, 1, 1,
+					      NULL, 0),
 		     DL_EBADARG));
 	/* modes mixed, a limit unlike the lock's, shared in a semaphore */
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("rw"), str("c"), 12, 1,
-					      1000, d, DL_STR_NULL, 0, 1),
+					      1000, d, DL_STR_NULL, 0, 1,
+					      NULL, 0),
 		     DL_EBADARG));
 	cr_assert(eq(int,
 		     dl_locktab_restore_waiter(tab, str("rw"), str("c"), 1000,
@@ -3020,20 +3026,24 @@ Test(locktab, restore_keeps_modes_and_limits_and_refuses_what_cannot_be)
 		     DL_EBADARG));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("p"), str("a"), 13, 1,
-					      1000, d, DL_STR_NULL, 1, 2),
+					      1000, d, DL_STR_NULL, 1, 2,
+					      NULL, 0),
 		     DL_EBADARG));
 	/* a semaphore: no more holders than its limit */
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("p"), str("a"), 14, 1,
-					      1000, d, DL_STR_NULL, 0, 2),
+					      1000, d, DL_STR_NULL, 0, 2,
+					      NULL, 0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("p"), str("b"), 15, 1,
-					      1000, d, DL_STR_NULL, 0, 2),
+					      1000, d, DL_STR_NULL, 0, 2,
+					      NULL, 0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("p"), str("c"), 16, 1,
-					      1000, d, DL_STR_NULL, 0, 2),
+					      1000, d, DL_STR_NULL, 0, 2,
+					      NULL, 0),
 		     DL_EBADARG));
 	cr_assert(eq(u32, status("rw").holders, 2));
 	cr_assert(eq(int, status("rw").shared, 1));
@@ -3491,4 +3501,81 @@ Test(locktab, a_restored_running_delay_holds_the_lock_from_the_restore)
 	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 0), "granted early");
 	advance(10 + 2 * TICK);
 	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+}
+
+/* ---- descriptions of holders ---------------------------------------------
+ */
+
+static struct dl_desc *desc_of(const char *host, uint64_t pid, const char *cmd)
+{
+	struct dl_desc *d;
+
+	cr_assert(eq(int, dl_desc_new(str(host), pid, str(cmd), &d), 0));
+	cr_assert_not_null(d);
+	return d;
+}
+
+static void member_desc(const struct dl_member *m, void *arg)
+{
+	if (m->waiter)
+		*(const struct dl_desc **)arg = m->desc;
+}
+
+/* A lease takes the description its session had when it was granted
+ * (a later one describes later leases), also when it is granted from the
+ * queue; it keeps it after its session is gone; a restored lease has the
+ * one it is given, with its hold time going on. */
+Test(locktab, a_lease_keeps_the_description_of_its_grant)
+{
+	struct client *a = client_new("a"), *b = client_new("b");
+	struct dl_desc *d1 = desc_of("web3", 42, "make%20deploy");
+	struct dl_desc *d2 = desc_of("web4", 0, "");
+	struct dl_desc *d3 = desc_of("", 7, "");
+	const struct dl_desc *wd = NULL;
+	struct dl_lock_status st;
+	struct dl_result r;
+	uint64_t tok;
+
+	cr_assert_null(status("x").desc);
+	dl_session_set_desc(&a->s, d1);
+	dl_desc_unref(d1); /* the session's reference keeps it */
+	tok = must_grant(a, "x", 10000);
+	advance(250);
+	st = status("x");
+	cr_assert(eq(ptr, (void *)st.desc, d1));
+	cr_assert(eq(u64, st.held_ms, 250));
+	cr_assert(eq(u32, st.desc->pid, 42));
+	dl_session_set_desc(&a->s, d2);
+	dl_desc_unref(d2);
+	must_grant(a, "y", 10000);
+	cr_assert(eq(ptr, (void *)status("x").desc, d1));
+	cr_assert(eq(ptr, (void *)status("y").desc, d2));
+	/* a waiter shows its session's, and takes it when granted */
+	dl_session_set_desc(&b->s, d3);
+	dl_desc_unref(d3);
+	must_queue(b, "x", 10000, DL_WAIT_INF, NULL);
+	dl_locktab_members(tab, str("x"), member_desc, &wd);
+	cr_assert(eq(ptr, (void *)wd, d3));
+	must_release(a, "x", tok);
+	cr_assert(eq(ptr, (void *)status("x").desc, d3));
+	cr_assert(eq(u64, status("x").held_ms, 0));
+	/* gone with its session: its leases keep theirs */
+	client_close(a);
+	client_close(b);
+	st = status("y");
+	cr_assert(strncmp(dl_desc_host(st.desc).p, "web4", 4) == 0);
+	EXPECT(acq(client_new("c"), "y", 1000, 0, NULL, &r), r, DL_BUSY);
+	/* restored: the description it is given, held 5 s already */
+	d1 = desc_of("db1", 9, "");
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("r"), str("d"), 1 << 30,
+					      1, 1000, clock_ms + 1000,
+					      DL_STR_LIT("t"), 0, 1, d1,
+					      5000),
+		     0));
+	dl_desc_unref(d1);
+	advance(10);
+	st = status("r");
+	cr_assert(eq(u64, st.held_ms, 5010));
+	cr_assert(eq(u32, st.desc->pid, 9));
 }

@@ -368,12 +368,14 @@ static const char *http_get(int port, const char *path)
 
 /* Prometheus's naming rules, over the whole page: every series belongs to
  * a family announced by # TYPE; names are dlockd_ and lower case; base
- * units (seconds, not ms or us) end a name; a counter ends in _total once;
- * a gauge does not end in _total. */
+ * units (seconds, not ms or us) end a name, and the HELP of a family in
+ * seconds says seconds (it used to say milliseconds or microseconds, the
+ * STATS key's unit); a counter ends in _total once; a gauge does not end
+ * in _total. */
 static void check_metric_names(const char *page)
 {
-	char fam[128][96], kind[128][16], name[96];
-	const char *p = page, *eol;
+	char fam[128][96], kind[128][16], name[96], help[512];
+	const char *p = page, *eol, *text;
 	int nfam = 0, i, ok;
 	size_t n;
 
@@ -382,8 +384,24 @@ static void check_metric_names(const char *page)
 	for (p += 4; *p; p = eol + 1) {
 		eol = strchr(p, '\n');
 		cr_assert_not_null(eol, "unterminated line");
-		if (strncmp(p, "# HELP ", 7) == 0)
+		if (strncmp(p, "# HELP ", 7) == 0) {
+			n = (size_t)(eol - p);
+			cr_assert_lt(n, sizeof(help));
+			memcpy(help, p, n);
+			help[n] = '\0';
+			ok = strstr(help, "millisec") == NULL &&
+			     strstr(help, "microsec") == NULL &&
+			     strstr(help, " ms ") == NULL &&
+			     strstr(help, " us ") == NULL;
+			cr_assert(ok, "%s: a unit the name does not have",
+				  help);
+			text = strchr(help + 7, ' ');
+			cr_assert_not_null(text, "%s: no text", help);
+			ok = strstr(help, "_seconds ") == NULL ||
+			     strcasestr(text, "seconds") != NULL;
+			cr_assert(ok, "%s: does not say seconds", help);
 			continue;
+		}
 		if (strncmp(p, "# TYPE ", 7) == 0) {
 			cr_assert_lt(nfam, 128);
 			cr_assert_eq(sscanf(p + 7, "%95s %15s", fam[nfam],

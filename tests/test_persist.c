@@ -366,9 +366,9 @@ static uint64_t queue_then_crash(uint64_t *restart_ms)
 	return tok;
 }
 
-/* DESIGN.md section 5: a restored lease lasts its TTL from the restart,
- * whatever time passed while the daemon was down; the restored queue keeps
- * its order. */
+/* docs/design.md, "Restore": a restored lease lasts its TTL from the
+ * restart, whatever time passed while the daemon was down; the restored
+ * queue keeps its order. */
 Test(persist, restored_lease_lasts_its_ttl_from_the_restart_then_queue_moves)
 {
 	struct h_client *m, *w1, *w2;
@@ -1271,6 +1271,40 @@ Test(persist, redis_without_aof_is_refused_unless_allowed)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+/* Found from outside: after CONFIG SET appendfsync no on a running Redis,
+ * HELLO went on saying durability=always. The change is seen within about
+ * a second (it is read with appendonly and maxmemory-policy), logged, and
+ * said by HELLO and STATS; setting it back is seen too. */
+Test(persist, an_appendfsync_changed_while_running_is_seen_and_said)
+{
+	struct h_client *c;
+	uint64_t t0;
+	char *l = NULL;
+
+	start("always", NULL);
+	c = h_hello(d.port, "alice");
+	h_redis_cli(&r, "CONFIG SET appendfsync no");
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 5000; h_sleep_ms(100)) {
+		l = h_call(c, "HELLO");
+		if (strcmp(h_kv(l, "durability"), "os") == 0)
+			break;
+	}
+	cr_assert_str_eq(h_kv(l, "durability"), "os", "in \"%s\"", l);
+	cr_assert_eq(h_stats_value(c, "redis_fsync_always"), 0);
+	cr_assert(h_daemon_log_has(&d, "appendfsync no"));
+	h_lock(c, "x", "ttl=10s"); /* served, as at a start on it */
+	h_redis_cli(&r, "CONFIG SET appendfsync always");
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 5000; h_sleep_ms(100)) {
+		l = h_call(c, "HELLO");
+		if (strcmp(h_kv(l, "durability"), "always") == 0)
+			break;
+	}
+	cr_assert_str_eq(h_kv(l, "durability"), "always", "in \"%s\"", l);
+	cr_assert_eq(h_stats_value(c, "redis_fsync_always"), 1);
+	h_close(c);
+	stop_clean();
+}
+
 /* A Redis that may evict keys (maxmemory-policy other than noeviction)
  * drops leases like one without AOF: refused at start (exit 5, with the
  * fix in the message) unless allow_evicting_redis. */
@@ -1533,6 +1567,131 @@ Test(persist, a_restart_on_a_redis_that_forgot_closes_grants_for_max_ttl)
 		      (unsigned long long)waited);
 	h_close(b);
 	stop_clean();
+}
+
+/* Found by the fault campaign: Redis restarted from a copy of its AOF
+ * taken about a second before the daemon was killed was not noticed at
+ * the restart, since dlockd.state lagged the writes by up to a second: a
+ * released lease came back with its token, below one issued after it.
+ * The file now lags by about a store tick: a copy 700 ms old is a Redis
+ * that went back, and grants stay closed. (Before, whether it was
+ * noticed depended on where the copy fell in the file's second.) */
+Test(persist, a_copy_of_redis_older_than_the_state_file_is_noticed_after_a_crash)
+{
+	struct h_client *a, *b;
+	char cmd[2 * H_PATH_MAX + 64], *l;
+	uint64_t t0, tok;
+
+	h_redis_start(&r, "always");
+	use_state_dir();
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 60s\n");
+	a = h_hello(d.port, "alice");
+
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 1200;) {
+		tok = h_lock(a, "w", "ttl=5s");
+		l = h_call(a, "UNLOCK w %llu", (unsigned long long)tok);
+		cr_assert(h_starts(l, "OK RELEASED"), "%s", l);
+		h_sleep_ms(20);
+	}
+	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
+		 r.dir);
+	cr_assert_eq(system(cmd), 0);
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 400;) {
+		tok = h_lock(a, "w", "ttl=5s");
+		h_call(a, "UNLOCK w %llu", (unsigned long long)tok);
+		h_sleep_ms(20);
+	}
+	h_lock(a, "held", "ttl=60s");
+	h_sleep_ms(300);
+	h_daemon_kill9(&d);
+	h_close(a);
+	h_redis_kill9(&r);
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
+		 r.dir, r.dir);
+	cr_assert_eq(system(cmd), 0);
+	h_redis_restart(&r);
+	h_daemon_restart(&d);
+	b = h_hello(d.port, "bob");
+	l = h_call(b, "TRYLOCK held ttl=5s");
+	cr_assert(h_starts(l, "NO BUSY held "), "bob: \"%s\"", l);
+	cr_assert(h_daemon_log_has(&d, "WENT BACK"));
+	h_close(b);
+	h_daemon_kill9(&d);
+}
+
+/* Found from outside: two daemons of two keyspaces (prefixes x: and y:)
+ * sharing one state_dir (two units copied from one) kept one state file,
+ * each rewriting it for its own keyspace; after both stopped and Redis
+ * forgot everything, one restarted without noticing and granted a held
+ * lock again. Each keyspace has its file now: both notice. */
+Test(persist, daemons_of_two_keyspaces_sharing_a_state_dir_both_notice_a_forget)
+{
+	static const char *conf[2] = {
+		"[persistence]\nredis_prefix = x:\n"
+		"[limits]\nmax_ttl = 60s\n",
+		"[persistence]\nredis_prefix = y:\n"
+		"[limits]\nmax_ttl = 60s\n"};
+	struct h_daemon d2;
+	struct h_daemon *ds[2] = {&d, &d2};
+	struct h_client *c;
+	char *l;
+	int i;
+
+	memset(&d2, 0, sizeof(d2));
+	h_redis_start(&r, "always");
+	use_state_dir();
+	d2.env[d2.nenv++] = state_env;
+	for (i = 0; i < 2; i++) {
+		h_daemon_start_redis(ds[i], &r, conf[i]);
+		c = h_hello(ds[i]->port, "alice");
+		h_lock(c, "L", "ttl=60s");
+		h_close(c);
+	}
+	h_sleep_ms(1200); /* the state files are written within a second */
+	for (i = 0; i < 2; i++)
+		h_daemon_kill9(ds[i]);
+	h_redis_cli(&r, "FLUSHALL");
+	for (i = 0; i < 2; i++) {
+		h_daemon_restart(ds[i]);
+		c = h_hello(ds[i]->port, "bob");
+		l = h_call(c, "TRYLOCK L ttl=5s");
+		cr_assert(h_starts(l, "NO BUSY L "),
+			  "the daemon of prefix %s granted a held lock: \"%s\"",
+			  i ? "y:" : "x:", l);
+		cr_assert(h_daemon_log_has(ds[i], "WENT BACK"));
+		h_close(c);
+	}
+	h_daemon_kill9(&d2);
+	h_daemon_cleanup(&d2);
+	h_daemon_kill9(&d);
+}
+
+/* A dlockd.state written by an earlier version (one name for every
+ * keyspace) that describes this daemon's keyspace is still read: an
+ * upgrade does not forget what Redis held. */
+Test(persist, a_state_file_of_an_earlier_version_is_read_for_its_keyspace)
+{
+	struct h_client *c;
+	char path[H_PATH_MAX + 32], *l;
+	FILE *f;
+
+	h_redis_start(&r, "always");
+	use_state_dir();
+	snprintf(path, sizeof(path), "%s/state/dlockd.state", r.dir);
+	cr_assert((f = fopen(path, "w")) != NULL);
+	fprintf(f, "dlockd-state 1\nredis db=0 prefix=x:\nepoch 7\n"
+		   "gen 120\nmark 0\n");
+	fclose(f);
+	h_daemon_start_redis(&d, &r,
+			     "[persistence]\nredis_prefix = x:\n"
+			     "[limits]\nmax_ttl = 60s\n");
+	c = h_hello(d.port, "bob");
+	l = h_call(c, "TRYLOCK L ttl=5s");
+	cr_assert(h_starts(l, "NO BUSY L "), "granted: \"%s\"", l);
+	cr_assert(h_daemon_log_has(&d, "WENT BACK"));
+	h_close(c);
+	h_daemon_kill9(&d);
 }
 
 /* Found from outside: a Redis tenant's SET dlock:token 18446744073709551610
@@ -1921,7 +2080,8 @@ Test(persist, a_lease_warning_survives_kill9)
 	start("always", NULL);
 	a = h_hello(d.port, "a");
 	tok = h_lock(a, "warned", "ttl=3s warn=1s");
-	cr_assert(strstr(h_rec_get(&r, "warned"), " a k=") != NULL &&
+	cr_assert(h_starts(h_rec_get(&r, "warned"), "dlock3 limit=1\nH ") &&
+			  strstr(h_rec_get(&r, "warned"), " a k=") != NULL &&
 			  strstr(h_rec_get(&r, "warned"), " warn=1000") != NULL,
 		  "record: \"%s\"", h_rec_get(&r, "warned"));
 	h_daemon_kill9(&d);
@@ -1961,7 +2121,7 @@ Test(persist, a_running_lock_delay_survives_kill9)
 	l = h_read(a, 200 + LATE_MS);
 	cr_assert(l && h_starts(l, "* EXPIRED ld "), "got \"%s\"", l);
 	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "ld"),
-			       "delay=3000 running", 1, 2000),
+			       "dlock4 limit=1 delay=3000 running", 1, 2000),
 		  "record: \"%s\"", h_rec_get(&r, "ld"));
 	h_daemon_kill9(&d);
 	h_close(a);
@@ -1982,5 +2142,126 @@ Test(persist, a_running_lock_delay_survives_kill9)
 		      "granted %llu ms after the restart began, delay 3 s",
 		      (unsigned long long)(at - r0));
 	h_close(b);
+	stop_clean();
+}
+
+/* ---- who holds it ----------------------------------------------------------
+ */
+
+/* A holder's description and its hold time are state: after kill -9 the
+ * restored lease still says who holds it (host, pid, command), and for
+ * how long (counted from its grant, not from the restart). The lock with
+ * a described holder is written as record version 3; one of a client
+ * that describes nothing stays version 1, which a daemon of 0.3 reads. */
+Test(persist, a_holders_description_and_hold_time_survive_kill9)
+{
+	struct h_client *a, *old, *c;
+	uint64_t t0;
+	char *l;
+
+	start("always", NULL);
+	t0 = h_now_ms();
+	a = h_hello_desc(d.port, "deploy-7",
+			 "host=web3 pid=4242 cmd=make%20deploy");
+	h_lock(a, "x", "ttl=30s");
+	old = h_hello(d.port, "old");
+	h_lock(old, "y", "ttl=30s");
+	cr_assert(h_starts(h_rec_get(&r, "x"), "dlock3 limit=1\nH "),
+		  "record: \"%s\"", h_rec_get(&r, "x"));
+	cr_assert(strstr(h_rec_get(&r, "x"),
+			 " host=web3 pid=4242 cmd=make%20deploy") != NULL,
+		  "record: \"%s\"", h_rec_get(&r, "x"));
+	cr_assert(h_starts(h_rec_get(&r, "y"), "dlock1\nH "), "record: \"%s\"",
+		  h_rec_get(&r, "y"));
+	h_sleep_ms(600);
+	h_daemon_kill9(&d);
+	h_close(a);
+	h_close(old);
+	h_daemon_restart(&d);
+
+	c = h_hello(d.port, "c");
+	l = h_call(c, "STATUS x");
+	cr_assert_str_eq(h_kv(l, "owner"), "deploy-7", "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "host"), "web3", "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "pid"), 4242, "in \"%s\"", l);
+	cr_assert_str_eq(h_kv(l, "cmd"), "make%20deploy", "in \"%s\"", l);
+	cr_assert(h_kv_u64(l, "held_ms") >= 550 &&
+			  h_kv_u64(l, "held_ms") <= h_now_ms() - t0 + 50,
+		  "held since the grant, not the restart: \"%s\"", l);
+	l = h_call(c, "TRYLOCK x");
+	cr_assert(h_starts(l, "NO BUSY x "), "%s", l);
+	cr_assert_str_eq(h_kv(l, "cmd"), "make%20deploy", "in \"%s\"", l);
+	l = h_call(c, "STATUS y");
+	cr_assert(!h_has_kv(l, "host") && h_has_kv(l, "held_ms"), "%s", l);
+	h_close(c);
+	stop_clean();
+}
+
+/* An upgrade with leases held: records a daemon of 0.3 wrote (version 2,
+ * no grant time, no description) load as they were -- the holders show
+ * no description and a hold time counted from the restart -- and the
+ * lock is written as version 3 once a described holder joins, with a
+ * grant time for every holder. */
+Test(persist, a_version_2_record_loads_and_is_rewritten_as_version_3)
+{
+	struct h_client *s, *dep, *carol;
+	uint64_t t0, tok;
+	const char *rec;
+	char want[64], *l;
+
+	h_redis_start(&r, "always");
+	h_rec_plant(&r, "pool", "dlock2 limit=2\\nH 9 0 1 30000 x carol"
+				"\\nH 10 0 1 30000 x dave");
+	h_daemon_write_conf(&d, "");
+	t0 = h_now_ms();
+	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis", r.url,
+		       NULL);
+	s = h_hello(d.port, "s");
+	l = h_call(s, "STATUS pool");
+	cr_assert_str_eq(h_kv(l, "owner"), "carol", "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "holders"), 2, "in \"%s\"", l);
+	cr_assert(!h_has_kv(l, "host") && !h_has_kv(l, "pid") &&
+			  !h_has_kv(l, "cmd"),
+		  "a description from nowhere: \"%s\"", l);
+	cr_assert(h_kv_u64(l, "held_ms") <= h_now_ms() - t0,
+		  "held since the restart: \"%s\"", l);
+	h_send(s, "HOLDERS pool");
+	h_expect_prefix(s, "OK HOLDERS pool 2 ");
+	cr_assert(h_starts(h_line(s), "holder carol token=9 "));
+	cr_assert(h_starts(h_line(s), "holder dave token=10 "));
+
+	dep = h_hello_desc(d.port, "deploy-7",
+			   "host=web3 pid=4242 cmd=make%20deploy");
+	l = h_call(dep, "TRYLOCK pool limit=2");
+	cr_assert(h_starts(l, "NO BUSY pool "), "%s", l);
+	cr_assert_str_eq(h_kv(l, "owner"), "carol", "in \"%s\"", l);
+	h_send(dep, "LOCK pool limit=2 ttl=30s wait=10s");
+	h_expect(dep, "OK QUEUED pool 1");
+	carol = h_hello(d.port, "carol");
+	h_send(carol, "UNLOCK pool 9");
+	h_expect(carol, "OK RELEASED pool");
+	l = h_expect_prefix(dep, "* GRANTED pool ");
+	tok = h_arg_u64(l, 1);
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "pool"),
+			       "dlock3 limit=2\nH 10 ", 1, 5000),
+		  "record: \"%s\"", h_rec_get(&r, "pool"));
+	rec = h_rec_get(&r, "pool");
+	cr_assert(strstr(rec, " x dave since=") != NULL, "record: \"%s\"",
+		  rec);
+	cr_assert(strstr(rec, " x deploy-7 ") != NULL &&
+			  strstr(rec, " host=web3 pid=4242 cmd=make%20deploy"),
+		  "record: \"%s\"", rec);
+	l = h_call(s, "HOLDERS pool");
+	cr_assert(h_starts(l, "OK HOLDERS pool 2 "), "%s", l);
+	cr_assert(h_starts(h_line(s), "holder dave token=10 "));
+	l = h_line(s);
+	snprintf(want, sizeof(want), "holder deploy-7 token=%llu ",
+		 (unsigned long long)tok);
+	cr_assert(h_starts(l, want), "%s", l);
+	cr_assert(strstr(l, " host=web3 pid=4242 cmd=make%20deploy") != NULL,
+		  "%s", l);
+	h_close(carol);
+	h_close(dep);
+	h_close(s);
 	stop_clean();
 }

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/desc.h"
 #include "proto/proto.h"
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -1699,4 +1700,129 @@ Test(proto, lock_takes_a_mode_and_a_limit)
 	cr_assert_eq(r.verb, DL_VERB_HOLDERS);
 	cr_assert_eq(r.name.len, 1);
 	cr_assert_eq(parse("HOLDERS", &r, &why), DL_EBADFORMAT);
+}
+
+/* ---- a client's description (HELLO host= pid= cmd=, proto/desc.h) ---- */
+
+Test(proto, hello_carries_a_description_whose_spaces_are_escaped)
+{
+	struct dl_request r;
+
+	expect_ok("HELLO owner=deploy-7 host=web3 pid=4242 cmd=make%20deploy "
+		  "id=h",
+		  &r);
+	cr_assert(r.has_desc);
+	cr_assert_str_eq(cstr(r.owner), "deploy-7");
+	cr_assert_str_eq(cstr(r.desc_host), "web3");
+	cr_assert_eq(r.desc_pid, 4242);
+	cr_assert_str_eq(cstr(r.desc_cmd), "make%20deploy");
+	cr_assert_str_eq(cstr(r.tag), "h");
+	expect_ok("HELLO cmd=a=b%25", &r);
+	cr_assert(r.has_desc);
+	cr_assert_eq(r.desc_host.len, 0);
+	cr_assert_eq(r.desc_pid, 0);
+	cr_assert_str_eq(cstr(r.desc_cmd), "a=b%25");
+	expect_ok("HELLO owner=x", &r);
+	cr_assert(!r.has_desc);
+	/* only HELLO takes them */
+	expect_err("LOCK a host=web3", DL_EBADARG);
+}
+
+Test(proto, a_description_with_a_control_byte_or_a_bad_escape_is_bad_arg)
+{
+	static const char *const bad[] = {
+		"HELLO host=a%0Ab",   /* an escaped line break */
+		"HELLO cmd=rm%0D",    /* an escaped CR */
+		"HELLO cmd=a%7F",     /* DEL */
+		"HELLO cmd=%C3%A9",   /* UTF-8, even escaped */
+		"HELLO cmd=50%",      /* a '%' that escapes nothing */
+		"HELLO cmd=50%2",     /* half an escape */
+		"HELLO cmd=%zz",      /* not hex */
+		"HELLO host=\x01",    /* a control byte as it is */
+		"HELLO cmd=caf\xc3\xa9", /* a byte above 0x7e */
+		"HELLO pid=0",        "HELLO pid=-1",
+		"HELLO pid=2147483648", "HELLO pid=12ab",
+		"HELLO host=",	      "HELLO host=a host=b",
+	};
+	struct dl_request r;
+	const char *why;
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		expect_err(bad[i], DL_EBADARG);
+	parse("HELLO host=a%0Ab", &r, &why);
+	cr_assert(strstr(why, "host malformed") != NULL, "%s", why);
+	cr_assert(strstr(why, "%20") != NULL, "says how: %s", why);
+	cr_assert(!strpbrk(why, "\r\n"), "%s", why);
+	expect_ok("HELLO pid=2147483647 cmd=%7E%20%21", &r);
+	cr_assert_eq(r.desc_pid, 2147483647);
+}
+
+Test(proto, a_description_past_its_limit_is_bad_arg_at_the_limit_accepted)
+{
+	char line[DL_LINE_MAX];
+	struct dl_request r;
+	const char *why;
+
+	snprintf(line, sizeof(line), "HELLO host=%s",
+		 rep('h', DL_DESC_HOST_MAX + 1));
+	expect_err(line, DL_EBADARG);
+	parse(line, &r, &why);
+	cr_assert(strstr(why, "host out of range: 65 bytes, at most 64"),
+		  "%s", why);
+	snprintf(line, sizeof(line), "HELLO host=%s",
+		 rep('h', DL_DESC_HOST_MAX));
+	expect_ok(line, &r);
+	snprintf(line, sizeof(line), "HELLO cmd=%s",
+		 rep('c', DL_DESC_CMD_MAX + 1));
+	expect_err(line, DL_EBADARG);
+	snprintf(line, sizeof(line), "HELLO cmd=%s",
+		 rep('c', DL_DESC_CMD_MAX));
+	expect_ok(line, &r);
+	/* escapes count as sent: 43 escaped spaces are 129 bytes */
+	line[0] = '\0';
+	strcat(line, "HELLO cmd=");
+	for (int i = 0; i < 43; i++)
+		strcat(line, "%20");
+	expect_err(line, DL_EBADARG);
+	/* the longest HELLO fits a line */
+	snprintf(line, sizeof(line), "HELLO owner=%s key=%s host=%s pid=%d ",
+		 rep('o', DL_OWNER_MAX), rep('k', DL_OWNER_SECRET_MAX),
+		 rep('h', DL_DESC_HOST_MAX), DL_DESC_PID_MAX);
+	snprintf(line + strlen(line), sizeof(line) - strlen(line),
+		 "cmd=%s id=%s", rep('c', DL_DESC_CMD_MAX),
+		 rep('t', DL_TAG_MAX));
+	cr_assert_lt(strlen(line), DL_LINE_MAX);
+	expect_ok(line, &r);
+	cr_assert_eq(r.desc_cmd.len, DL_DESC_CMD_MAX);
+}
+
+Test(proto, encode_escapes_spaces_replaces_the_unsayable_and_cuts_whole)
+{
+	char out[DL_DESC_CMD_MAX], text[DL_DESC_CMD_MAX + 1];
+	size_t n;
+
+	n = dl_desc_encode("make deploy 100%", 16, out, sizeof(out));
+	cr_assert_eq(n, 22);
+	cr_assert_eq(memcmp(out, "make%20deploy%20100%25", n), 0);
+	cr_assert_eq(dl_desc_check(out, n, DL_DESC_CMD_MAX), 0);
+	dl_desc_decode(out, n, text, sizeof(text));
+	cr_assert_str_eq(text, "make deploy 100%");
+	/* a line break, a tab, UTF-8: '?' each, never sent as they are */
+	n = dl_desc_encode("a\nb\tc\xc3\xa9", 7, out, sizeof(out));
+	cr_assert_eq(n, 7);
+	cr_assert_eq(memcmp(out, "a?b?c??", n), 0);
+	cr_assert_eq(dl_desc_check(out, n, DL_DESC_CMD_MAX), 0);
+	/* cut at max, never inside an escape */
+	n = dl_desc_encode("ab cd", 5, out, 4);
+	cr_assert_eq(n, 2, "\"ab%%2\" would be half an escape: %zu", n);
+	n = dl_desc_encode("ab cd", 5, out, 5);
+	cr_assert_eq(n, 5);
+	cr_assert_eq(memcmp(out, "ab%20", 5), 0);
+	cr_assert_eq(dl_desc_encode("", 0, out, sizeof(out)), 0);
+	/* decoding what a server should never send shows it safely */
+	dl_desc_decode("a\x1b[2Jb%0A", 9, text, sizeof(text));
+	cr_assert_str_eq(text, "a?[2Jb%0A");
+	dl_desc_decode("abcdef", 6, text, 4);
+	cr_assert_str_eq(text, "abc");
 }

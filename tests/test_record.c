@@ -4,6 +4,7 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "server/bucket.h"
@@ -149,16 +150,22 @@ Test(record, malformed_records_are_rejected_not_half_read)
 		"dlock2 limit=2\nH 1 2 1 30 s a", /* shared in a semaphore */
 		"dlock2 limit=1\nW 30 inf a",	  /* waiter without mode */
 		"dlock1\nH 1 2 1 30 s a",	  /* v1 has no mode */
-		"dlock1\nH 1 2 1 30 a warn=",	  /* empty warning */
-		"dlock1\nH 1 2 1 30 a warn=0",	  /* a warning of 0 */
-		"dlock1\nH 1 2 1 30 a id=t warn=5", /* after the tag */
-		"dlock1\nW 30 inf a warn=5",	  /* a waiter's */
+		"dlock1\nH 1 2 1 30 a warn=5",	  /* v1 has no warning */
+		"dlock2 limit=1\nH 1 2 1 30 x a warn=5", /* nor v2 */
+		"dlock3 limit=1\nH 1 2 1 30 x a warn=", /* empty warning */
+		"dlock3 limit=1\nH 1 2 1 30 x a warn=0", /* a warning of 0 */
+		"dlock3 limit=1\nH 1 2 1 30 x a warn=5 warn=6", /* twice */
+		"dlock3 limit=1\nH 1 2 1 30 x a warn=4294967296", /* > u32 */
 		"dlock1 delay=5",		  /* v1 has no delay */
-		"dlock2 limit=1 delay=0",	  /* a delay of 0 */
-		"dlock2 limit=1 delay=60001",	  /* above the maximum */
-		"dlock2 limit=1 delay=5 runs",	  /* not "running" */
-		"dlock2 limit=1 running",	  /* running without a delay */
-		"dlock2 limit=1 delay=5 running x", /* a word too many */
+		"dlock2 limit=1 delay=5",	  /* nor v2: a version 4's */
+		"dlock3 limit=1 delay=5",	  /* nor v3 */
+		"dlock4 limit=1",		  /* v4 without its delay */
+		"dlock4 limit=1 delay=0",	  /* a delay of 0 */
+		"dlock4 limit=1 delay=60001",	  /* above the maximum */
+		"dlock4 limit=1 delay=5 runs",	  /* not "running" */
+		"dlock4 limit=1 running",	  /* running without a delay */
+		"dlock4 limit=1 delay=5 running x", /* a word too many */
+		"dlock4 limit=1 delay=5\nH 1 2 1 30 a", /* no mode */
 	};
 	const char *why;
 	size_t i;
@@ -296,12 +303,14 @@ Test(record, owners_keep_their_user_and_plain_owners_still_read)
 	cr_assert(strcmp(x.owners[0], "worker-1") == 0);
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(t, S("old"), x.it[0].owner, 7, 1,
-					      30, 99, DL_STR_NULL, 0, 1),
+					      30, 99, DL_STR_NULL, 0, 1,
+					      NULL, 0),
 		     0));
 	cr_assert(
 		eq(int,
 		   dl_locktab_restore_lease(t, S("new"), S("payments=worker-1"),
-					    8, 1, 30, 99, DL_STR_NULL, 0, 1),
+					    8, 1, 30, 99, DL_STR_NULL, 0, 1,
+					    NULL, 0),
 		   0));
 	free(buf.p);
 	dl_session_close(t, &a);
@@ -364,7 +373,10 @@ Test(record, a_lease_warning_round_trips_on_its_holder_line)
 		     dl_record_format(t, dl_locktab_find(t, S("stock")), 0,
 				      &buf),
 		     0));
-	cr_assert(memmem(buf.p, buf.len, " alice warn=5000 id=t1\n", 23) !=
+	/* version 3, where a daemon that does not know warn= skips it */
+	cr_assert(buf.len > 17 && memcmp(buf.p, "dlock3 limit=1\nH ", 17) == 0,
+		  "record: \"%.*s\"", (int)buf.len, buf.p);
+	cr_assert(memmem(buf.p, buf.len, " x alice warn=5000 id=t1 since=", 31) !=
 			  NULL,
 		  "record: \"%.*s\"", (int)buf.len, buf.p);
 	cr_assert(
@@ -373,7 +385,7 @@ Test(record, a_lease_warning_round_trips_on_its_holder_line)
 	cr_assert(eq(u64, x.it[0].warn_ms, 5000));
 	cr_assert(strcmp(x.tags[0], "t1") == 0, "tag \"%s\"", x.tags[0]);
 	cr_assert(eq(u64, x.it[1].warn_ms, 0));
-	/* dropped: the line is as before warnings existed */
+	/* dropped: the record is as before warnings existed */
 	cr_assert(eq(int,
 		     dl_locktab_refresh_warn(t, &a, S("stock"), tok, 0, 0,
 					     &res),
@@ -381,18 +393,88 @@ Test(record, a_lease_warning_round_trips_on_its_holder_line)
 	cr_assert(eq(int, (int)res.outcome, (int)DL_REFRESHED));
 	x.n = 0;
 	dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf);
-	cr_assert(memmem(buf.p, buf.len, "warn=", 5) == NULL,
-		  "record: \"%.*s\"",
-		  (int)buf.len, buf.p);
+	cr_assert(memmem(buf.p, buf.len, "warn=", 5) == NULL &&
+			  buf.len > 9 && memcmp(buf.p, "dlock1\nH ", 9) == 0,
+		  "record: \"%.*s\"", (int)buf.len, buf.p);
 	free(buf.p);
 	dl_session_close(t, &a);
 	dl_session_close(t, &b);
 	dl_locktab_free(t);
 }
 
-/* A lock's delay is on its first line (version 2), with "running" while
- * it is in it, and read back as a D item before the holders; a lock in
- * its delay with nobody else has a record of that line alone. */
+/* ---- version 3: described holders ---------------------------------------
+ */
+
+/* A lock with a described holder is written in version 3: since= for
+ * every holder, the description of those that gave one; read back, it
+ * is what was written. Once no described holder is left, the lock is
+ * version 1 again (what a daemon of 0.3 reads). */
+Test(record, a_described_holder_is_written_in_version_3_and_read_back)
+{
+	struct dl_locktab *t = new_tab();
+	struct dl_session a, b;
+	struct dl_result res;
+	struct dl_buf buf = {0};
+	struct items x = {0};
+	struct dl_desc *d;
+	const char *why = NULL;
+	uint64_t tok;
+	char want[128];
+
+	dl_session_init(t, &a, S("deploy-7"), NULL);
+	dl_session_init(t, &b, S("bob"), NULL);
+	cr_assert(eq(int,
+		     dl_desc_new(S("web3"), 4242, S("make%20deploy"), &d), 0));
+	dl_session_set_desc(&a, d);
+	dl_desc_unref(d);
+	acquire_mode(t, &b, "pool", 0, 0, 2, &res);
+	clock_ms += 100;
+	acquire_mode(t, &a, "pool", 0, 0, 2, &res);
+	tok = res.token;
+	cr_assert(eq(int, res.outcome, DL_GRANTED));
+	cr_assert(eq(int,
+		     dl_record_format(t, dl_locktab_find(t, S("pool")), 1000000,
+				      &buf),
+		     0));
+	cr_assert(strncmp(buf.p, "dlock3 limit=2\nH ", 17) == 0, "%.*s",
+		  (int)buf.len, buf.p);
+	snprintf(want, sizeof(want),
+		 " x deploy-7 since=%llu host=web3 pid=4242 cmd=make%%20deploy",
+		 (unsigned long long)(clock_ms + 1000000));
+	cr_assert(buf.len > strlen(want) &&
+			  memcmp(buf.p + buf.len - strlen(want), want,
+				 strlen(want)) == 0,
+		  "%.*s", (int)buf.len, buf.p);
+	cr_assert(
+		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
+	cr_assert(eq(int, x.n, 2));
+	cr_assert(eq(u64, x.it[0].since, clock_ms - 100 + 1000000));
+	cr_assert(eq(sz, x.it[0].host.len, 0));
+	cr_assert(eq(u64, x.it[1].token, tok));
+	cr_assert(eq(u64, x.it[1].since, clock_ms + 1000000));
+	cr_assert(eq(u32, x.it[1].pid, 4242));
+	cr_assert(x.it[1].host.len == 4 && !memcmp(x.it[1].host.p, "web3", 4));
+	cr_assert(x.it[1].cmd.len == 13 &&
+		  !memcmp(x.it[1].cmd.p, "make%20deploy", 13));
+	/* the described holder leaves: version 1 can say the rest */
+	dl_locktab_release(t, &a, S("pool"), tok, &res);
+	acquire_mode(t, &b, "plain", 0, 0, 1, &res);
+	cr_assert(eq(int,
+		     dl_record_format(t, dl_locktab_find(t, S("plain")), 0, &buf),
+		     0));
+	cr_assert(strncmp(buf.p, "dlock1\nH ", 9) == 0, "%.*s", (int)buf.len,
+		  buf.p);
+	free(buf.p);
+	dl_session_close(t, &a);
+	dl_session_close(t, &b);
+	dl_locktab_free(t);
+}
+
+/* A lock's delay is on its first line, in version 4 (which a daemon that
+ * reads at most version 3 refuses: it must not grant during the delay),
+ * with "running" while it is in it, and read back as a D item before the
+ * holders, whose lines are version 3's; a lock in its delay with nobody
+ * else has a record of that line alone. */
 Test(record, a_lock_delay_round_trips_on_the_first_line)
 {
 	struct dl_locktab *t = new_tab();
@@ -412,7 +494,7 @@ Test(record, a_lock_delay_round_trips_on_the_first_line)
 				      &buf),
 		     0));
 	cr_assert(buf.len > 28 &&
-			  memcmp(buf.p, "dlock2 limit=1 delay=4000\nH ", 28) == 0,
+			  memcmp(buf.p, "dlock4 limit=1 delay=4000\nH ", 28) == 0,
 		  "record: \"%.*s\"", (int)buf.len, buf.p);
 	cr_assert(
 		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
@@ -421,13 +503,25 @@ Test(record, a_lock_delay_round_trips_on_the_first_line)
 	cr_assert(eq(u64, x.it[0].ttl_ms, 4000));
 	cr_assert(eq(int, x.it[0].delay_running, 0));
 	cr_assert(eq(chr, x.it[1].kind, 'H'));
+	cr_assert(memmem(buf.p, buf.len, " x alice since=", 15) != NULL,
+		  "record: \"%.*s\"", (int)buf.len, buf.p);
+	/* its lines skip what a later daemon adds, as version 3's do */
+	x.n = 0;
+	cr_assert(eq(int,
+		     dl_record_parse("dlock4 limit=1 delay=5\nH 1 2 1 30 x a "
+				     "later=1 warn=7",
+				     52, collect, &x, &why),
+		     0),
+		  "%s", why ? why : "");
+	cr_assert(eq(int, x.n, 2));
+	cr_assert(eq(u64, x.it[1].warn_ms, 7));
 	/* expired: in its delay, nobody holding it */
 	clock_ms += 1000 + 20;
 	dl_locktab_run_timers(t, SIZE_MAX);
 	dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf);
 	cr_assert(eq(int, (int)buf.len, 33), "record: \"%.*s\"",
 		  (int)buf.len, buf.p);
-	cr_assert(memcmp(buf.p, "dlock2 limit=1 delay=4000 running", 33) == 0);
+	cr_assert(memcmp(buf.p, "dlock4 limit=1 delay=4000 running", 33) == 0);
 	x.n = 0;
 	cr_assert(
 		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
@@ -436,4 +530,56 @@ Test(record, a_lock_delay_round_trips_on_the_first_line)
 	free(buf.p);
 	dl_session_close(t, &a);
 	dl_locktab_free(t);
+}
+
+/* From version 3 on a word a later daemon added is skipped (a daemon
+ * may do without it: record.h); versions 1 and 2 refuse any word they do
+ * not know, as daemons up to 0.3 do. What version 3 does know must be
+ * valid: a description that breaks the wire's rule makes the record
+ * unreadable, never half read. */
+Test(record, version_3_skips_words_it_does_not_know_and_checks_those_it_does)
+{
+	static const char *const bad[] = {
+		"dlock3\nH 1 2 1 30 x a",		    /* no limit */
+		"dlock3 limit=1\nH 1 2 1 30 a",		    /* no mode */
+		"dlock3 limit=1\nH 1 2 1 30 x a host=a%0Ab", /* escaped LF */
+		"dlock3 limit=1\nH 1 2 1 30 x a cmd=a\x01", /* control byte */
+		"dlock3 limit=1\nH 1 2 1 30 x a pid=0",
+		"dlock3 limit=1\nH 1 2 1 30 x a pid=2147483648",
+		"dlock3 limit=1\nH 1 2 1 30 x a since=0",
+		"dlock3 limit=1\nH 1 2 1 30 x a since=1 since=2",
+		"dlock3 limit=1\nH 1 2 1 30 x a host=a host=b",
+		"dlock3 limit=1\nH 1 2 1 30 x a id=",
+		"dlock3 limit=1\nH 1 2 1 30 x a junk",	     /* not key=value */
+		"dlock3 limit=1\nH 1 2 1 30 x a =v",
+		"dlock2 limit=1\nH 1 2 1 30 x a later=1",   /* v2: refused */
+		"dlock1\nH 1 2 1 30 a since=5",		    /* v1: refused */
+		"dlock5 limit=1\nH 1 2 1 30 x a",	    /* a later version */
+	};
+	const char *ok = "dlock3 limit=1\nH 7 99 2 30 x alice later=yes "
+			 "id=t since=5 cmd=run k=0123456789abcdef0123456789abcdef"
+			 "\nW 30 inf s bob what=ever";
+	struct items x = {0};
+	const char *why;
+	size_t i;
+	int n;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		n = 0;
+		cr_assert(eq(int,
+			     dl_record_parse(bad[i], strlen(bad[i]),
+					     count_items, &n, &why),
+			     DL_EPROTO),
+			  "record %zu accepted: \"%s\"", i, bad[i]);
+	}
+	cr_assert(eq(int, dl_record_parse(ok, strlen(ok), collect, &x, &why),
+		     0));
+	cr_assert(eq(int, x.n, 2));
+	cr_assert(strcmp(x.owners[0], "alice") == 0);
+	cr_assert(strcmp(x.tags[0], "t") == 0);
+	cr_assert(eq(u64, x.it[0].since, 5));
+	cr_assert(eq(u64, x.it[0].count, 2));
+	cr_assert(x.it[0].cmd.len == 3);
+	cr_assert(eq(int, x.it[0].has_proof, 1));
+	cr_assert(eq(int, x.it[1].shared, 1));
 }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fcall.c -- what the fence costs in Redis: the same batches of lock
- * changes applied by dlockd's function (FCALL dlock_apply_v6: the writer
- * fence checked, then the records, fields of their bucket hashes in store
+ * changes applied by dlockd's function (FCALL dlock_apply_v7: the writer
+ * fence and the leadership record checked, then the records, fields of their bucket hashes in store
  * layout 2) and by the MULTI/EXEC transaction of the same writes without
  * a fence (HSET/HDEL of each record in its bucket, SET of the token), one
  * after the other against one redis-server, in one run.
@@ -89,22 +89,23 @@ static double redis_cpu(void)
 /* Queue batch number `b` (its changes: grant on even b, release on odd). */
 static void append_batch(enum method m, unsigned long long b)
 {
-	static const char *argv[7 + 4 * MAX_LOCKS];
-	static size_t lens[7 + 4 * MAX_LOCKS];
+	static const char *argv[9 + 4 * MAX_LOCKS];
+	static size_t lens[9 + 4 * MAX_LOCKS];
 	char nk[16], tok[24];
 	int i, k = 0, grant = (b % 2) == 0;
 
 	token++;
 	snprintf(tok, sizeof(tok), "%llu", token);
 	if (m == FCALL || m == FCALL_TOK) {
-		snprintf(nk, sizeof(nk), "%d", 3 + nlocks);
+		snprintf(nk, sizeof(nk), "%d", 4 + nlocks);
 #define ARG(s, n) (argv[k] = (s), lens[k] = (n), k++)
 		ARG("FCALL", 5);
-		ARG("dlock_apply_v6", 14);
+		ARG("dlock_apply_v7", 14);
 		ARG(nk, strlen(nk));
 		ARG("bench:fence", 11);
 		ARG("bench:token", 11);
 		ARG("bench:gen", 9);
+		ARG("bench:leader", 12); /* none: the fence decides */
 		for (i = 0; i < nlocks; i++)
 			ARG(keys[i], strlen(keys[i]));
 		ARG("1", 1);
@@ -112,6 +113,7 @@ static void append_batch(enum method m, unsigned long long b)
 			ARG(tok, strlen(tok));
 		else
 			ARG("", 0);
+		ARG("bench", 5); /* the instance */
 		for (i = 0; i < nlocks; i++) {
 			ARG(grant ? "S" : "D", 1);
 			ARG(names[i], strlen(names[i]));

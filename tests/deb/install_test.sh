@@ -116,7 +116,7 @@ expect_files dlockd /usr/sbin/dlockd /etc/dlockd/dlockd.conf \
 	/lib/systemd/system/dlockd.service \
 	/usr/share/man/man8/dlockd.8.gz /usr/share/man/man5/dlockd.conf.5.gz \
 	/usr/share/doc/dlockd/README.md /usr/share/doc/dlockd/PROTOCOL.md \
-	/usr/share/doc/dlockd/redis-dlockd.conf /usr/share/doc/dlockd/copyright
+	/usr/share/dlockd/redis-dlockd.conf /usr/share/doc/dlockd/copyright
 expect_files dlock /usr/bin/dlock /usr/share/man/man1/dlock.1.gz
 expect_files libdlock0 "/usr/lib/$multiarch/libdlock.so.0"
 expect_files libdlock-dev /usr/include/dlock.h \
@@ -203,7 +203,7 @@ gid=$(id -g nobody)
 
 mkdir -p "$dir/redis"
 cat > "$dir/redis.conf" <<EOF
-include /usr/share/doc/dlockd/redis-dlockd.conf
+include /usr/share/dlockd/redis-dlockd.conf
 port 0
 unixsocket $dir/redis.sock
 unixsocketperm 777

@@ -406,6 +406,10 @@ static size_t grammar(struct input *in, char *line, size_t cap)
 	static const char *const waits[] = {"", " wait=0", " wait=5",
 					    " wait=50", " wait=inf"};
 	static const char *const owners[] = {"o1", "o2", "o3"};
+	/* who the client says it is: its leases carry it (records v3) */
+	static const char *const descs[] = {
+		"", " host=web3 pid=4242 cmd=make%20deploy", " cmd=x%25",
+		" host=h%0A"};
 	const char *verb = pick(in, verbs, sizeof(verbs) / sizeof(verbs[0]));
 	const char *name = names[next(in) % NLOCKS];
 	uint64_t token = ntokens ? tokens[next(in) % ntokens] : next(in);
@@ -429,8 +433,9 @@ static size_t grammar(struct input *in, char *line, size_t cap)
 					(unsigned long long)token,
 					pick(in, ttls, 6), tag);
 	if (strcmp(verb, "HELLO") == 0)
-		return (size_t)snprintf(line, cap, "HELLO owner=%s%s",
-					pick(in, owners, 3), tag);
+		return (size_t)snprintf(line, cap, "HELLO owner=%s%s%s",
+					pick(in, owners, 3), pick(in, descs, 4),
+					tag);
 	if (strcmp(verb, "PING") == 0 || strcmp(verb, "STATS") == 0)
 		return (size_t)snprintf(line, cap, "%s%s", verb, tag);
 	return (size_t)snprintf(line, cap, "%s %s%s", verb, name, tag);

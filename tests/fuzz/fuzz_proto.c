@@ -20,18 +20,21 @@
  * scalar parsers; the results are checked against their contracts (strings
  * inside the line, names that pass dl_check_name, static reasons on
  * failure, ...) and formatted back with dl_fmt_*, which must parse to the
- * same request or reply. A violation calls abort().
+ * same request or reply. The raw input also goes through the description
+ * encoder (proto/desc.h), which must make a valid value of any bytes. A
+ * violation calls abort().
  *
  * Build and run (from the top of the tree):
  *   clang -std=c11 -D_GNU_SOURCE -I. -g -O1 \
  *     -fsanitize=fuzzer,address,undefined \
- *     tests/fuzz/fuzz_proto.c proto/proto.c -o build/fuzz_proto
+ *     tests/fuzz/fuzz_proto.c proto/proto.c proto/desc.c -o build/fuzz_proto
  *   build/fuzz_proto -max_total_time=60
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/desc.h"
 #include "proto/proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -189,6 +192,12 @@ static void request_round_trip(const struct dl_request *r)
 		dl_fmt_word(&f, "by=waiters");
 	if (r->shared)
 		dl_fmt_word(&f, "mode=shared");
+	if (r->desc_host.len > 0)
+		dl_fmt_kv_str(&f, "host", r->desc_host);
+	if (r->desc_pid)
+		dl_fmt_kv_u64(&f, "pid", r->desc_pid);
+	if (r->desc_cmd.len > 0)
+		dl_fmt_kv_str(&f, "cmd", r->desc_cmd);
 	n = dl_fmt_end(&f, r->tag);
 	CHECK(n >= 2);
 	CHECK(buf[n - 2] == '\r' && buf[n - 1] == '\n' && buf[n] == '\0');
@@ -206,6 +215,10 @@ static void request_round_trip(const struct dl_request *r)
 	CHECK(str_same(r2.after, r->after));
 	CHECK(r2.by_waiters == r->by_waiters);
 	CHECK(r2.shared == r->shared);
+	CHECK(r2.has_desc == r->has_desc);
+	CHECK(str_same(r2.desc_host, r->desc_host));
+	CHECK(str_same(r2.desc_cmd, r->desc_cmd));
+	CHECK(r2.desc_pid == r->desc_pid);
 }
 
 static void check_request(const char *line, size_t len)
@@ -266,6 +279,25 @@ static void check_request(const char *line, size_t len)
 	if (r.owner.len > 0) {
 		CHECK(r.verb == DL_VERB_HELLO);
 		CHECK(dl_check_owner(r.owner.p, r.owner.len) == 0);
+	}
+	/* a description: only HELLO's, and only what the rule lets through
+	 * (it goes into replies, records and logs as it came) */
+	check_within(r.desc_host, line, len);
+	check_within(r.desc_cmd, line, len);
+	if (r.has_desc) {
+		CHECK(r.verb == DL_VERB_HELLO);
+		CHECK(r.desc_host.len > 0 || r.desc_cmd.len > 0 ||
+		      r.desc_pid > 0);
+		if (r.desc_host.len > 0)
+			CHECK(dl_desc_check(r.desc_host.p, r.desc_host.len,
+					    DL_DESC_HOST_MAX) == 0);
+		if (r.desc_cmd.len > 0)
+			CHECK(dl_desc_check(r.desc_cmd.p, r.desc_cmd.len,
+					    DL_DESC_CMD_MAX) == 0);
+		CHECK(r.desc_pid <= DL_DESC_PID_MAX);
+	} else {
+		CHECK(r.desc_host.len == 0 && r.desc_cmd.len == 0 &&
+		      r.desc_pid == 0);
 	}
 	if (r.has_ttl)
 		CHECK(r.ttl_ms >= 1 && r.ttl_ms <= DL_DURATION_MAX_MS);
@@ -385,6 +417,32 @@ static void check_reply(const char *line, size_t len)
 }
 
 /* ---- checks on the scalar parsers ---------------------------------------- */
+
+/* Any bytes become a valid description (what a client sends): decoded
+ * it is the input with what is not printable as '?', cut only where the
+ * next byte's encoding would pass the limit. */
+static void check_desc(const char *s, size_t len)
+{
+	static const size_t maxes[] = {DL_DESC_HOST_MAX, DL_DESC_CMD_MAX};
+	char enc[DL_DESC_CMD_MAX], dec[DL_DESC_CMD_MAX + 1];
+	size_t k, n, m, i;
+
+	for (k = 0; k < 2; k++) {
+		n = dl_desc_encode(s, len, enc, maxes[k]);
+		CHECK(n <= maxes[k]);
+		CHECK((n == 0) == (len == 0));
+		if (n > 0)
+			CHECK(dl_desc_check(enc, n, maxes[k]) == 0);
+		m = dl_desc_decode(enc, n, dec, sizeof(dec));
+		CHECK(m <= len && dec[m] == '\0');
+		for (i = 0; i < m; i++)
+			CHECK(dec[i] == (s[i] >= 0x20 && s[i] <= 0x7e ? s[i]
+								     : '?'));
+		if (m < len)
+			CHECK(n + (s[m] == ' ' || s[m] == '%' ? 3 : 1) >
+			      maxes[k]);
+	}
+}
 
 static void check_scalars(const char *s, size_t len)
 {
@@ -575,6 +633,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		check_request(buf, size);
 		check_reply(buf, size);
 		check_scalars(buf, size);
+		check_desc(buf, size);
 	}
 	return 0;
 }

@@ -148,3 +148,20 @@ async def test_async_a_hung_first_server_leaves_time_for_the_next(daemon):
         await c.close()
     finally:
         hung.close()
+
+
+async def test_async_a_busy_lock_names_its_holder_also_after_a_restart(rdaemon):
+    async with dlockd.AsyncClient(
+        rdaemon.addr, owner="deploy-7", desc_host="web3", desc_pid=4242, desc_cmd="make deploy"
+    ) as a, dlockd.AsyncClient(rdaemon.addr, describe=False) as b:
+        lease = await a.lock("d", ttl=10)
+        rdaemon.kill9()
+        rdaemon.restart()
+        with pytest.raises(dlockd.LockTimeout) as e:
+            await b.lock("d", wait=0)
+        h = e.value.holder
+        assert h is not None and h.owner == "deploy-7"
+        assert (h.host, h.pid, h.cmd) == ("web3", 4242, "make deploy")
+        st = await b.status("d")
+        assert (st.host, st.pid, st.cmd) == ("web3", 4242, "make deploy")
+        await lease.release()

@@ -604,6 +604,61 @@ def test_a_forked_child_neither_owns_nor_releases_the_parents_lease(daemon):
         lease.release()
 
 
+# ---- who holds it ------------------------------------------------------------
+
+
+def _proc_cmdline() -> str:
+    with open("/proc/self/cmdline", "rb") as f:
+        words = f.read().rstrip(b"\0").split(b"\0")
+    return " ".join(w.decode("ascii", "replace") for w in words)
+
+
+def test_a_client_describes_itself_by_default(daemon):
+    import socket
+
+    with client(daemon) as c, client(daemon, describe=False) as quiet:
+        with c.lock("d", ttl=5):
+            st = quiet.status("d")
+            assert st.host == socket.gethostname()[: dlockd._wire.DESC_HOST_MAX]
+            assert st.pid == os.getpid()
+            assert st.cmd == dlockd._wire.desc_decode(
+                dlockd._wire.desc_encode(_proc_cmdline(), dlockd._wire.DESC_CMD_MAX)
+            )
+            assert st.held_for is not None and 0 <= st.held_for < 5
+        with quiet.lock("q", ttl=5):
+            st = c.status("q")
+            assert (st.host, st.pid, st.cmd) == ("", 0, "")
+
+
+def test_a_description_is_encoded_and_cut_to_the_protocol(daemon):
+    with client(daemon, desc_host="build host", desc_pid=77, desc_cmd="job\n--now " + "x" * 300) as c:
+        with c.lock("said", ttl=5):
+            h = c.holders("said").holders[0]
+            assert (h.host, h.pid) == ("build host", 77)
+            # a line break is '?', and the command is cut at 128 bytes as sent
+            assert h.cmd.startswith("job?--now x") and len(h.cmd) == 128 - 2
+            page = c.locks("said")
+            assert page.locks[0].cmd == h.cmd
+    with pytest.raises(ValueError):
+        client(daemon, desc_pid=0)
+
+
+def test_a_busy_try_names_the_holder(daemon):
+    with client(daemon, owner="deploy-7", desc_host="web3", desc_pid=4242,
+                desc_cmd="make deploy") as a, client(daemon) as b:
+        with a.lock("x", ttl=30):
+            time.sleep(0.05)
+            with pytest.raises(dlockd.LockTimeout) as e:
+                b.lock("x", wait=0)
+            # the old words first, then the holder
+            assert e.value.text.startswith("NO BUSY x ")
+            h = e.value.holder
+            assert h is not None and h.owner == "deploy-7"
+            assert (h.host, h.pid, h.cmd) == ("web3", 4242, "make deploy")
+            assert h.held_for is not None and h.held_for >= 0.05
+            assert 0 < h.ttl <= 30
+
+
 def test_a_hung_first_server_leaves_time_for_the_next(daemon):
     """A listed server that accepts connections and never answers
     (stopped, hung: here a socket nobody accepts on) gets its share of

@@ -16,7 +16,7 @@ fail() { echo "install.sh: FAIL: $*" >&2; exit 1; }
 # sanitized libdlock.so cannot be loaded by an uninstrumented program).
 install() {
 	${MAKE:-make} -s install SAN= O=build DESTDIR="$stage" PREFIX=/usr \
-		SYSCONFDIR=/etc UNITDIR=/usr/lib/systemd/system >/dev/null
+		UNITDIR=/usr/lib/systemd/system >/dev/null
 }
 echo "install.sh: make install DESTDIR=$stage PREFIX=/usr"
 install
@@ -30,10 +30,10 @@ usr/lib/libdlock.so.0
 usr/lib/pkgconfig/dlock.pc
 usr/lib/systemd/system/dlockd.service
 usr/sbin/dlockd
+usr/share/dlockd/redis-dlockd.conf
 usr/share/doc/dlockd/LICENSE
 usr/share/doc/dlockd/PROTOCOL.md
 usr/share/doc/dlockd/README.md
-usr/share/doc/dlockd/redis-dlockd.conf
 usr/share/man/man1/dlock.1
 usr/share/man/man5/dlockd.conf.5
 usr/share/man/man8/dlockd.8"
@@ -49,6 +49,26 @@ install
 grep -q "the operator's own line" "$stage/etc/dlockd/dlockd.conf" ||
 	fail "a second install overwrote the configuration"
 echo "install.sh: ok: an existing dlockd.conf is kept"
+
+# Any other PREFIX holds everything, the configuration in PREFIX/etc: staged
+# first (what lands outside the prefix shows in the stage), then for real
+# into a directory of our own, where every file must be.
+${MAKE:-make} -s install SAN= O=build DESTDIR="$stage/p" \
+	PREFIX=/opt/dlockd-test >/dev/null
+outside=$(cd "$stage/p" && find . -mindepth 1 ! -path ./opt \
+	! -path ./opt/dlockd-test ! -path './opt/dlockd-test/*')
+[ -z "$outside" ] || fail "make install PREFIX=/opt/dlockd-test wrote outside it: $outside"
+[ -f "$stage/p/opt/dlockd-test/etc/dlockd/dlockd.conf" ] ||
+	fail "PREFIX=/opt/dlockd-test: no etc/dlockd/dlockd.conf in it"
+grep -q "^ExecStart=/opt/dlockd-test/sbin/dlockd -c /opt/dlockd-test/etc/dlockd/dlockd.conf" \
+	"$stage/p/opt/dlockd-test/lib/systemd/system/dlockd.service" ||
+	fail "PREFIX=/opt/dlockd-test: the unit does not read PREFIX/etc/dlockd/dlockd.conf"
+${MAKE:-make} -s install SAN= O=build PREFIX="$stage/own" >/dev/null ||
+	fail "make install PREFIX=$stage/own"
+n=$(cd "$stage/own" && find . \( -type f -o -type l \) | wc -l)
+[ "$n" -eq 16 ] && [ -f "$stage/own/etc/dlockd/dlockd.conf" ] ||
+	fail "make install PREFIX=$stage/own: $n files in it, not the 16"
+echo "install.sh: ok: PREFIX=/opt/... and PREFIX=<a directory> write nothing outside it"
 
 "$stage/usr/sbin/dlockd" -c "$stage/etc/dlockd/dlockd.conf" --check-config \
 	>/dev/null || fail "the installed dlockd.conf does not check"

@@ -68,6 +68,7 @@ normalize() {
 		-e 's/ [0-9]\{10,\}/ <token>/g' \
 		-e 's/token=[1-9][0-9]*/token=<token>/' \
 		-e 's/ttl_ms=[1-9][0-9]*/ttl_ms=<ms>/' \
+		-e 's/held_ms=[0-9]*/held_ms=<ms>/' \
 		-e 's/^\(NO BUSY [^ ]*\) [0-9]*/\1 <ms>/' \
 		-e 's/^\(OK GRANTED [^ ]* <token>\) 29[0-9][0-9][0-9]$/\1 30000/'
 }
@@ -143,9 +144,11 @@ apid=$!
 exec 3> "$dir/a.in"
 send_a() { printf '%s\r\n' "$1" >&3; }
 
-echo "client A: PING, HELLO owner=alice, LOCK stock ttl=30s, STATUS stock"
+echo "client A: PING, HELLO owner=alice ..., LOCK stock ttl=30s, STATUS stock"
 send_a "PING hello"             # any text comes back
-send_a "HELLO owner=alice"      # name ourselves: leases belong to owners
+# name ourselves (leases belong to owners) and say who we are: what
+# others see of the holder (a space is %20)
+send_a "HELLO owner=alice host=shop1 cmd=restock%20--daily"
 send_a "LOCK stock ttl=30s"     # free: granted at once, with a fencing token
 send_a "STATUS stock"           # anybody may look
 wait_lines "$dir/a.out" 4
@@ -156,12 +159,13 @@ echo "  (A's fencing token is $token)"
 #
 # A one-shot session: B's lines go in, nc half-closes, the server answers
 # everything and closes. TRYLOCK never waits: BUSY says for how many ms the
-# lock stays taken at most. B cannot release A's lock, even with the token.
+# lock stays taken at least, and who holds it, since when. B cannot release
+# A's lock, even with the token.
 echo "client B: TRYLOCK stock, UNLOCK stock <A's token>, QUIT"
 printf 'TRYLOCK stock\r\nUNLOCK stock %s\r\nQUIT\r\n' "$token" |
 	$NC "$HOST" "$port" > "$dir/b.out"
 check "$dir/b.out" <<'EOF'
-NO BUSY stock <ms>
+NO BUSY stock <ms> owner=alice held_ms=<ms> host=shop1 cmd=restock%20--daily
 NO NOT_HOLDER stock
 OK BYE
 EOF
@@ -179,9 +183,9 @@ check "$dir/a.out" <<'EOF'
 OK PONG hello
 OK HELLO version=<v> owner=alice ...
 OK GRANTED stock <token> 30000
-OK STATUS stock state=held token=<token> ttl_ms=<ms> count=1 owner=alice waiters=0 mode=exclusive limit=1 holders=1 delay_ms=0 delay_left_ms=0
+OK STATUS stock state=held token=<token> ttl_ms=<ms> count=1 owner=alice waiters=0 mode=exclusive limit=1 holders=1 held_ms=<ms> host=shop1 cmd=restock%20--daily delay_ms=0 delay_left_ms=0
 OK RELEASED stock
-OK STATUS stock state=free token=0 ttl_ms=0 count=0 owner=- waiters=0 mode=- limit=1 holders=0 delay_ms=0 delay_left_ms=0
+OK STATUS stock state=free token=0 ttl_ms=0 count=0 owner=- waiters=0 mode=- limit=1 holders=0 held_ms=<ms> delay_ms=0 delay_left_ms=0
 OK BYE
 EOF
 

@@ -35,7 +35,9 @@ What it owns, and its invariants -- the contract of libdlock
   per acquisition, kept by its lease until the release is answered or the
   lease is lost).
 - Connections. After a drop: AUTH, HELLO with the same owner id and the
-  key the server gave it, a REFRESH of every lease still within its
+  key the server gave it, a HELLO saying who the client is (host, pid,
+  command: a server that does not know it refuses that one alone, and
+  it is not said again), a REFRESH of every lease still within its
   deadline, then the requests kept -- LOCKs with the wait that remains,
   reads, REFRESHes, and the UNLOCK of a lease's last hold (an UNLOCK of
   one hold of several is not sent twice). A standby's HELLO
@@ -49,7 +51,10 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+import os
 import secrets
+import socket
+import sys
 import time
 from typing import Any, Callable, Protocol
 
@@ -64,7 +69,7 @@ from ._errors import (
     ProtocolError,
     error_of,
 )
-from ._types import Holders, LocksPage, LostReason, holder_of, status_of
+from ._types import Holders, LocksPage, LostReason, busy_holder_of, holder_of, status_of
 
 NEVER = math.inf
 # Timings (ms), as libdlock's (client/dlock_private.h).
@@ -74,6 +79,16 @@ REDIRECT_MS = 100  # a standby named no other active: ask again after this
 GUARD_MIN_MS = 20  # default lost guard: max(TTL/10, this)
 RENEW_RETRY_MIN_MS = 10  # a refused renewal is retried after max(TTL/10, this)
 ALREADY_WAITING_RETRIES = 3  # LOCK answered ALREADY_WAITING: sent again
+
+
+def _command_line() -> str:
+    """This process's command line, its words joined by spaces."""
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            words = f.read().rstrip(b"\0").split(b"\0")
+        return " ".join(w.decode("ascii", "replace") for w in words)
+    except OSError:
+        return " ".join(sys.argv)
 
 
 def now_ms() -> float:
@@ -238,6 +253,7 @@ class Core:
         self.last_error = ""  # why the last connection attempt failed
         self.session_ok = False  # this connection's HELLO succeeded
         self.drop_wanted = False  # a reply asked to drop the connection
+        self.desc_refused = False  # a server refused the description
         self.hello_by = NEVER  # the first HELLO must be answered by then
 
     # ---- connections ---------------------------------------------------
@@ -275,6 +291,8 @@ class Core:
         if self.o.password:
             self._internal("AUTH")
         self._internal("HELLO")
+        if self.o.describe and not self.desc_refused:
+            self._internal("DESCRIBE")
         for ls in self.leases:
             if ls.live() and ls.owned and ls.deadline > now:
                 self._renew(ls, now)
@@ -535,7 +553,9 @@ class Core:
             q.retries += 1
             self._write(q, now)
         elif r.kind == "NO" and r.word == "BUSY":
-            self._finish(q, LockTimeout(r.text(), text=r.text(), code="BUSY"))
+            err = LockTimeout(r.text(), text=r.text(), code="BUSY")
+            err.holder = busy_holder_of(r)
+            self._finish(q, err)
         else:
             return False
         return True
@@ -686,6 +706,26 @@ class Core:
         self._finish(q, None, True)
         return True
 
+    def _r_describe(self, q: Req, r: wire.Reply, now: float) -> bool:
+        """HELLO host= pid= cmd=: a server that does not know it (dlockd
+        0.3, ERR BAD_ARG) refuses it; nothing fails, nothing more is said."""
+        if r.kind != "OK":
+            self.desc_refused = True
+        self._finish(q, None, r.kind == "OK")
+        return True
+
+    def _describe(self) -> dict[str, Any]:
+        """The words of the describing HELLO (host, pid, cmd), as sent."""
+        o = self.o
+        host = o.desc_host if o.desc_host is not None else socket.gethostname()
+        cmd = o.desc_cmd if o.desc_cmd is not None else _command_line()
+        pid = o.desc_pid if o.desc_pid is not None else os.getpid()
+        return {
+            "host": wire.desc_encode(host, wire.DESC_HOST_MAX) or None,
+            "pid": pid,
+            "cmd": wire.desc_encode(cmd, wire.DESC_CMD_MAX) or None,
+        }
+
     def _r_auth(self, q: Req, r: wire.Reply, now: float) -> bool:
         if r.kind == "OK":
             self._finish(q, None, True)
@@ -766,6 +806,8 @@ class Core:
             return wire.request("AUTH", *words, tag=tag)
         if op == "HELLO":
             return wire.request("HELLO", owner=self.owner, key=self.key or None, tag=tag)
+        if op == "DESCRIBE":
+            return wire.request("HELLO", tag=tag, **self._describe())
         if op == "LOCK":
             if q.wait < 0:
                 wait: str | None = "inf"
@@ -1064,6 +1106,7 @@ _REPLIES: dict[str, Callable[[Core, Req, wire.Reply, float], bool]] = {
     "RENEW": Core._r_refresh,
     "CHECK": Core._r_check,
     "HELLO": Core._r_hello,
+    "DESCRIBE": Core._r_describe,
     "AUTH": Core._r_auth,
     "PING": Core._r_simple,
     "CANCEL": Core._r_simple,

@@ -40,7 +40,12 @@ class DlockError(Exception):
 
 class LockTimeout(DlockError):
     """The lock was not granted within ``wait`` (``NO BUSY`` for a try,
-    ``* TIMEOUT`` for a wait that ran out, or no reply in time)."""
+    ``* TIMEOUT`` for a wait that ran out, or no reply in time).
+
+    ``holder``: who holds it, when a ``NO BUSY`` named the holder (a
+    :class:`~dlockd.Holder`: owner, host, pid, cmd, held), else None."""
+
+    holder = None
 
 
 class LockLost(DlockError):

@@ -58,6 +58,13 @@ class Options:
     lost_guard_ms: float | None = None
     on_lost: Callable[..., Any] | None = None
     on_at_risk: Callable[..., Any] | None = None
+    # who the client says it is (HELLO host= pid= cmd=): False says
+    # nothing; None parts are found (the host name, the pid, the command
+    # line), "" leaves a part out
+    describe: bool = True
+    desc_host: str | None = None
+    desc_pid: int | None = None
+    desc_cmd: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -214,7 +221,20 @@ def build(
         lost_guard_ms=seconds("lost_guard", None),
         on_lost=kw.pop("on_lost", None),
         on_at_risk=kw.pop("on_at_risk", None),
+        describe=bool(kw.pop("describe", True)),
+        desc_host=kw.pop("desc_host", None),
+        desc_pid=kw.pop("desc_pid", None),
+        desc_cmd=kw.pop("desc_cmd", None),
     )
+    if o.desc_pid is not None and (
+        isinstance(o.desc_pid, bool)
+        or not isinstance(o.desc_pid, int)
+        or not 1 <= o.desc_pid <= wire.DESC_PID_MAX
+    ):
+        raise ValueError(f"bad desc_pid {o.desc_pid!r}: a process id, 1-{wire.DESC_PID_MAX}")
+    for name in ("desc_host", "desc_cmd"):
+        if getattr(o, name) is not None and not isinstance(getattr(o, name), str):
+            raise TypeError(f"{name} is a str, not {getattr(o, name)!r}")
     if kw:
         raise TypeError(f"unknown argument(s): {', '.join(sorted(kw))}")
     return o

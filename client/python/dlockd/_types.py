@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from ._wire import Reply
+from ._wire import Reply, desc_decode
 
 
 class LostReason(enum.Enum):
@@ -41,12 +41,28 @@ class Status:
     mode: str = ""  # exclusive, shared, semaphore; "" when free
     limit: int = 1
     holders: int = 0
+    # the first holder: how long it has held (None: not said), and who it
+    # said it is (HELLO host= pid= cmd=; "" and 0 when not said)
+    held_for: float | None = None
+    host: str = ""
+    pid: int = 0
+    cmd: str = ""
     delay: float = 0.0  # the lock's lock-delay, seconds (0: none)
     delay_left: float = 0.0  # what is left of it while it runs, seconds
 
 
 def _int(v: str | None) -> int:
     return int(v) if v is not None and v.isdigit() else 0
+
+
+def _held(r: Reply) -> float | None:
+    v = r.kv("held_ms")
+    return int(v) / 1000.0 if v is not None and v.isdigit() else None
+
+
+def _text(r: Reply, key: str) -> str:
+    v = r.kv(key)
+    return desc_decode(v) if v else ""
 
 
 def status_of(name: str, words: Reply | list[str]) -> Status:
@@ -66,6 +82,10 @@ def status_of(name: str, words: Reply | list[str]) -> Status:
         mode="" if mode == "-" else mode,
         limit=_int(r.kv("limit")) or 1,
         holders=_int(r.kv("holders")),
+        held_for=_held(r),
+        host=_text(r, "host"),
+        pid=_int(r.kv("pid")),
+        cmd=_text(r, "cmd"),
         delay=_int(r.kv("delay_ms")) / 1000.0,
         delay_left=_int(r.kv("delay_left_ms")) / 1000.0,
     )
@@ -85,6 +105,10 @@ class Holder:
     position: int = 0  # waiter: 1 is next
     wait: float | None = None  # waiter: what remains of its wait; None: forever
     restored: bool = False  # waiter restored after a restart, not back yet
+    held_for: float | None = None  # holder: how long it has held (None: not said)
+    host: str = ""  # who it said it is (HELLO host= pid= cmd=)
+    pid: int = 0
+    cmd: str = ""
 
 
 def holder_of(line: str) -> Holder:
@@ -104,6 +128,30 @@ def holder_of(line: str) -> Holder:
         position=_int(r.kv("position")),
         wait=None if wait_ms in (None, "inf") else _int(wait_ms) / 1000.0,
         restored="restored" in words[2:],
+        held_for=_held(r),
+        host=_text(r, "host"),
+        pid=_int(r.kv("pid")),
+        cmd=_text(r, "cmd"),
+    )
+
+
+def busy_holder_of(r: Reply) -> Holder | None:
+    """The holder a ``NO BUSY <name> <ms> owner=<id> ...`` names (None
+    when it names none: an older server, a user who may not read the
+    lock); ``ttl`` is when the first holder in the way is due to leave."""
+    owner = r.kv("owner")
+    if owner is None:
+        return None
+    return Holder(
+        owner=owner,
+        waiter=False,
+        mode="",
+        user=r.kv("user") or "",
+        ttl=_int(r.args[1] if len(r.args) > 1 else None) / 1000.0,
+        held_for=_held(r),
+        host=_text(r, "host"),
+        pid=_int(r.kv("pid")),
+        cmd=_text(r, "cmd"),
     )
 
 

@@ -18,6 +18,8 @@ NAME_MAX = 255  # a lock name
 OWNER_MAX = 64  # an owner id
 KEY_MIN, KEY_MAX = 16, 64  # an owner key a client brings
 REASON_MAX = 128  # BREAK reason=
+DESC_HOST_MAX, DESC_CMD_MAX = 64, 128  # HELLO host=, cmd= (bytes as sent)
+DESC_PID_MAX = 2147483647  # HELLO pid=
 LIMIT_MAX = 1024  # holders of one lock (limit=)
 DURATION_MAX_MS = 10**12  # the largest duration the server reads
 PAGE_MAX = 1000  # LOCKS limit=
@@ -84,6 +86,48 @@ def check_word(value: str, what: str, maxlen: int) -> str:
             f"bad {what}: 1-{maxlen} printable ASCII characters, no space"
         )
     return value
+
+
+_HEX = "0123456789ABCDEF"
+_HEXDIGITS = "0123456789abcdefABCDEF"
+
+
+def desc_encode(text: str, maxlen: int) -> str:
+    """A description's text as HELLO sends it (proto/desc.h): printable
+    ASCII kept, a space or '%' escaped (%20, %25), anything else '?';
+    cut to maxlen bytes, never inside an escape."""
+    out: list[str] = []
+    n = 0
+    for ch in text:
+        if ch in (" ", "%"):
+            e = "%" + _HEX[ord(ch) >> 4] + _HEX[ord(ch) & 15]
+        elif "!" <= ch <= "~":
+            e = ch
+        else:
+            e = "?"
+        if n + len(e) > maxlen:
+            break
+        out.append(e)
+        n += len(e)
+    return "".join(out)
+
+
+def desc_decode(value: str) -> str:
+    """What a description's value says, for people: escapes decoded,
+    anything not printable ASCII shown as '?'."""
+    out: list[str] = []
+    i = 0
+    while i < len(value):
+        esc = value[i + 1 : i + 3]
+        if value[i] == "%" and len(esc) == 2 and all(c in _HEXDIGITS for c in esc):
+            v = int(esc, 16)
+            if 0x20 <= v <= 0x7E:
+                out.append(chr(v))
+                i += 3
+                continue
+        out.append(value[i] if " " <= value[i] <= "~" else "?")
+        i += 1
+    return "".join(out)
 
 
 def ms_of(seconds: float, what: str, minimum: int = 1) -> int:
