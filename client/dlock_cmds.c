@@ -907,6 +907,25 @@ static const char *held_text(int64_t ms, char *buf, size_t n)
 	return buf;
 }
 
+/* A NO BUSY for a lock in its lock-delay (delay_left_ms=, the server's
+ * last word on it): what is left of the delay, for people, in buf. 0 if
+ * the reply does not say. */
+static int delay_left(char *buf, size_t n)
+{
+	const char *p = strstr(dlock_last_error(), " delay_left_ms=");
+	uint64_t ms;
+	size_t len;
+
+	if (!p)
+		return 0;
+	p += strlen(" delay_left_ms=");
+	len = strcspn(p, " ");
+	if (dl_parse_u64(p, len, &ms) || ms > INT64_MAX)
+		return 0;
+	held_text((int64_t)ms, buf, n);
+	return 1;
+}
+
 void dl_cli_busy_msg(const char *name, int no_permit)
 {
 	const char *np = no_permit ? " (no permit free)" : "";
@@ -915,7 +934,11 @@ void dl_cli_busy_msg(const char *name, int no_permit)
 
 	/* a server before descriptions, or a user who may not read it */
 	if (dlock_busy_holder(&h) != 0) {
-		dl_cli_msg("%s is held by another owner%s", name, np);
+		if (delay_left(held, sizeof(held)))
+			dl_cli_msg("%s is in its lock-delay for %s%s", name,
+				   held, np);
+		else
+			dl_cli_msg("%s is held by another owner%s", name, np);
 		return;
 	}
 	/* "(pid 4242, make deploy)": what was said */

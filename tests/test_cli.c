@@ -1861,8 +1861,8 @@ Test(cli, break_ends_the_lease_it_names)
 }
 
 /* lock --delay D gives the lock a lock-delay: once the lease runs out,
- * trylock fails for D and status shows the delay; more than 1m is a
- * usage error. */
+ * trylock fails for D, saying why, and status shows the delay; more than
+ * 1m is a usage error. */
 Test(cli, lock_delay_keeps_an_expired_lock_busy_for_the_delay)
 {
 	struct result r;
@@ -1872,6 +1872,9 @@ Test(cli, lock_delay_keeps_an_expired_lock_busy_for_the_delay)
 	h_sleep_ms(700);
 	dlock(&r, "trylock", "ld", NULL);
 	cr_assert(eq(int, r.status, 75), "%s%s", r.out, r.err);
+	/* busy for its delay, not for a holder: it says so */
+	cr_assert(has(r.err, "dlock: ld is in its lock-delay for "), "%s",
+		  r.err);
 	dlock(&r, "status", "ld", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(has(r.out, "state=free\n") && has(r.out, "delay_ms=2000\n") &&
