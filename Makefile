@@ -16,6 +16,7 @@
 #   make bench      benchmarks, dlockd against the Redis recipe (on demand;
 #                   BENCH_ONLY=tls: only the TLS rows)
 #   make bench-bound  what bounds the durable pairs on a small machine
+#   make bench-watch  what a lock change costs to find its watchers
 #   make bench-python the Python client against redis-py's Lock
 #   make pytest     the Python client's tests (tests/python), against the
 #                   build's dlockd and real redis-servers
@@ -80,27 +81,31 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/conn.c server/cmd.c server/server.c server/store.c \
               server/notify.c server/record.c server/store_load.c \
               server/stats.c server/metrics.c server/buf.c \
-              server/htab.c server/locktab_ops.c server/store_batch.c server/store_lead.c \
+              server/htab.c server/locktab_ops.c server/locktab_cycle.c \
+              server/store_batch.c server/store_lead.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
               server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c \
-              server/desc.c server/locktab_side.c
+              server/watchreg.c server/watch.c server/desc.c \
+              server/locktab_side.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
-              client/dlock_reply.c client/dlock_tls.c client/dlock_desc.c
+              client/dlock_reply.c client/dlock_tls.c client/dlock_watch.c \
+              client/dlock_desc.c
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
-              test_users
+              test_users test_watchreg
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls test_access \
-               test_conformance test_describe test_lease_end
+               test_conformance test_describe test_deadlock test_watch \
+               test_lease_end
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(O)/%.o)
 # The lock table and what it is made of, for the unit tests.
 LOCKTAB_OBJ := $(O)/server/locktab.o $(O)/server/locktab_ops.o \
-               $(O)/server/locktab_verify.o $(O)/server/locktab_side.o \
-               $(O)/server/htab.o \
-               $(O)/server/wheel.o $(O)/server/desc.o
+               $(O)/server/locktab_cycle.o $(O)/server/locktab_verify.o \
+               $(O)/server/locktab_side.o \
+               $(O)/server/htab.o $(O)/server/wheel.o $(O)/server/desc.o
 # libdlock.so is built from position-independent copies of its objects.
 LIB_PIC_OBJ := $(patsubst %.c,$(O)/pic/%.o,$(CLIENT_SRC) $(PROTO_SRC))
 LIBDLOCK_A  := $(O)/libdlock.a
@@ -113,8 +118,9 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
-        bench bench-bound fuzz fuzz-smoke format faults faults-short faults-selftest \
-        faults-check-test deb deb-test sdist wheel pytest bench-python
+        bench bench-bound bench-watch fuzz fuzz-smoke format faults faults-short faults-selftest \
+        faults-check-test deb deb-test sdist wheel pytest bench-python \
+        bench-deadlock
 all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
      $(O)/examples/stock
 
@@ -149,7 +155,8 @@ $(LIBDLOCK_SO): $(LIB_PIC_OBJ)
 
 $(O)/dlock: $(O)/client/dlock_cli.o $(O)/client/dlock_cmds.o \
             $(O)/client/dlock_run.o $(O)/client/dlock_guard.o \
-            $(O)/client/dlock_child.o $(LIBDLOCK_A)
+            $(O)/client/dlock_child.o $(O)/client/dlock_watchcmd.o \
+            $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS) -lpthread
 
 # The example includes <dlock.h> as a program built against an installed
@@ -167,6 +174,9 @@ $(O)/tests/test_proto: $(O)/tests/test_proto.o $(PROTO_OBJ)
 $(O)/tests/test_wheel: $(O)/tests/test_wheel.o $(O)/server/wheel.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_htab: $(O)/tests/test_htab.o $(O)/server/htab.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
+$(O)/tests/test_watchreg: $(O)/tests/test_watchreg.o $(O)/server/watchreg.o \
+                          $(O)/server/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_locktab: $(O)/tests/test_locktab.o $(LOCKTAB_OBJ) \
                          $(PROTO_OBJ)
@@ -198,6 +208,9 @@ $(O)/tests/test_ha: $(O)/tests/test_ha.o $(HARNESS_OBJ) \
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_ops: $(O)/tests/test_ops.o $(HARNESS_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_deadlock: $(O)/tests/test_deadlock.o $(HARNESS_OBJ) \
+                          $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_client: $(O)/tests/test_client.o $(HARNESS_OBJ) \
                         $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
@@ -219,6 +232,9 @@ $(O)/tests/test_lease_end: $(O)/tests/test_lease_end.o $(HARNESS_OBJ) \
 $(O)/tests/test_cli: $(O)/tests/test_cli.o $(HARNESS_OBJ) \
                      $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_watch: $(O)/tests/test_watch.o $(HARNESS_OBJ) \
+                       $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 
 # Criterion forks one process per test; -j1 keeps integration tests (which
 # start daemons on their own ports) from crowding the two cores.
@@ -227,18 +243,13 @@ unit: $(addprefix $(O)/tests/,$(UNIT_TESTS))
 	@set -e; for t in $(UNIT_TESTS); do echo "== $$t"; \
 	  $(O)/tests/$$t $(CRIT_ARGS); done
 
-# test_server and test_describe run twice: the same protocol behaviour is
-# required with persistence off and on.
+# Suites that run twice, with persistence off and on (suite-<name>.redis):
+# the same behaviour is required of both.
+REDIS_TOO := test_server test_describe test_watch test_lease_end
+INTEG_RUNS := $(INTEG_TESTS) $(addsuffix .redis,$(REDIS_TOO))
 INTEG_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DLOCK_EXAMPLES=$(O)/examples
 integ: all $(addprefix $(O)/tests/,$(INTEG_TESTS))
-	@set -e; for t in $(INTEG_TESTS); do echo "== $$t"; \
-	  $(INTEG_ENV) $(O)/tests/$$t --jobs 1; done; \
-	echo "== test_server (persist=redis)"; \
-	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_server --jobs 1; \
-	echo "== test_describe (persist=redis)"; \
-	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_describe --jobs 1; \
-	echo "== test_lease_end (persist=redis)"; \
-	$(INTEG_ENV) DL_TEST_PERSIST=redis $(O)/tests/test_lease_end --jobs 1
+	@$(MAKE) --no-print-directory $(addprefix suite-,$(INTEG_RUNS))
 
 scripts: $(O)/dlockd $(O)/dlock
 	@set -e; for s in tests/scripts/*.sh; do echo "== $$s"; \
@@ -278,15 +289,22 @@ test: all $(addprefix $(O)/tests/,$(QUICK_SUITES))
 	  $(addprefix suite-,$(QUICK_SUITES))
 
 # Every suite and script of the build in $(O), TEST_JOBS suites at a time,
-# the longest first so that the last to start are short.
+# the longest first so that the last to start are short; then the suites
+# that measure the daemon against Redis's pace with a tight redis_timeout
+# (test_layout: a bucket of 120,000 locks re-synced, leases expiring
+# between re-sync calls), alone: beside another sanitized suite on two
+# cores they missed their bounds.
+SOLO_SUITES := test_layout
 ALL_SUITES := test_ha test_persist test_faults test_cli test_client \
-              test_layout test_access test_tls test_server.redis \
-              test_server test_ops test_conformance test_lease_end \
-              test_lease_end.redis $(UNIT_TESTS)
+              test_access test_tls test_server.redis \
+              test_server test_describe.redis test_describe test_deadlock \
+              test_watch.redis test_watch test_ops test_conformance \
+              test_lease_end.redis test_lease_end $(UNIT_TESTS)
 test-bins: all $(TEST_BINS)
 test-all: test-bins
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) \
 	  $(addprefix suite-,$(ALL_SUITES))
+	@$(MAKE) --no-print-directory $(addprefix suite-,$(SOLO_SUITES))
 	@$(MAKE) --no-print-directory scripts
 
 # The Python client (client/python): its tests and the conformance
@@ -596,6 +614,20 @@ $(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
 $(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
+# What the deadlock check costs a LOCK that would wait (README, How fast).
+$(O)/tests/bench/deadlock: $(O)/tests/bench/deadlock.o $(LOCKTAB_OBJ) $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^
+
+# What a lock change costs to find its watchers (README, How fast);
+# make bench-watch [WATCH_EVENTS=n].
+$(O)/tests/bench/watch: $(O)/tests/bench/watch.o $(O)/server/watchreg.o \
+                        $(O)/server/htab.o
+	$(CC) $(ALL_LDFLAGS) -o $@ $^
+WATCH_EVENTS ?= 1000000
+bench-watch:
+	$(MAKE) SAN= O=build build/tests/bench/watch
+	build/tests/bench/watch $(WATCH_EVENTS)
+
 # Password guesses per second one host gets (README, Security); by hand:
 # authflood <port> [connections] [seconds] [source addresses].
 $(O)/tests/bench/authflood: $(O)/tests/bench/authflood.o
@@ -626,6 +658,12 @@ bench-bound:
 	$(MAKE) SAN= O=build all build/tests/bench/bench
 	DLOCKD=build/dlockd BENCH=build/tests/bench/bench \
 	  sh tests/bench/bound.sh
+
+# The deadlock check's worst case, on the lock table alone (README, How
+# fast).
+bench-deadlock:
+	$(MAKE) SAN= O=build build/tests/bench/deadlock
+	build/tests/bench/deadlock
 
 # (build/deb holds the package build's own tree, with its own .d files.)
 -include $(shell find $(O) -path build/deb -prune -o -name '*.d' -print \

@@ -118,6 +118,8 @@ const char *dlock_strerror(int err)
 		"TLS failed: the server's certificate or name was not "
 		"accepted, or it refused ours",
 		"permission denied",
+		"waiting would deadlock: a cycle of owners waiting for "
+		"each other",
 	};
 
 	if (err <= 0 && -err < (int)(sizeof(texts) / sizeof(texts[0])))
@@ -182,6 +184,16 @@ static void leave(struct dlock_client *c)
 	if (--c->ncallers == 0 && c->closing)
 		pthread_cond_broadcast(&c->idle_cv);
 	pthread_mutex_unlock(&c->mu);
+}
+
+int dl__enter(struct dlock_client *c)
+{
+	return enter(c);
+}
+
+void dl__leave(struct dlock_client *c)
+{
+	leave(c);
 }
 
 static int bad_name(const char *name)
@@ -298,6 +310,8 @@ static void client_free(struct dlock_client *c)
 		close(c->wake[1]);
 	if (c->timer >= 0)
 		close(c->timer);
+	dl__watch_free(c);
+	pthread_cond_destroy(&c->watch_cv);
 	pthread_cond_destroy(&c->idle_cv);
 	pthread_mutex_destroy(&c->mu);
 	free(c->out);
@@ -329,6 +343,7 @@ void dlock_close(dlock_client *c)
 	c->waiting = NULL;
 	for (w = c->lwait; w; w = w->next)
 		pthread_cond_signal(&w->cv);
+	pthread_cond_broadcast(&c->watch_cv);
 	pthread_mutex_unlock(&c->mu);
 	if (c->thread_started) {
 		dl__wake(c);
@@ -482,6 +497,7 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 	c->timer = timerfd_create(CLOCK_BOOTTIME, TFD_NONBLOCK | TFD_CLOEXEC);
 	pthread_mutex_init(&c->mu, NULL);
 	dl__cond_init(&c->idle_cv);
+	dl__cond_init(&c->watch_cv);
 	c->opt = *o;
 	c->host = dup_or_null(o->host ? o->host : DL__DEFAULT_HOST, &fail);
 	c->unix_path = dup_or_null(o->unix_path, &fail);

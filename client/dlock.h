@@ -116,6 +116,11 @@ enum {
 	DLOCK_EDENIED = -19,   /* the user may not do that on that name (NO
 				  DENIED; dlock_last_error() says which
 				  right it needs) */
+	DLOCK_ECYCLE = -20,    /* waiting would close a cycle of owners that
+				  wait for each other, a deadlock (NO
+				  DEADLOCK; nothing changed, nothing
+				  waits): dlock_last_error() names the
+				  cycle, see PROTOCOL.md */
 };
 
 const char *dlock_strerror(int err);
@@ -361,8 +366,9 @@ const char *dlock_server_role(const dlock_client *c);
  * time before its lost guard (a server that held it through a take-over)
  * is given back and asked for again while the wait lasts.
  * Errors: DLOCK_EBUSY (wait_ms 0), DLOCK_ETIMEDOUT (also: granted too
- * late, above), DLOCK_ELIMIT, DLOCK_EUNAVAILABLE, DLOCK_EINVAL, transport
- * errors. */
+ * late, above), DLOCK_ECYCLE (the wait would deadlock: refused at once,
+ * whatever wait_ms), DLOCK_ELIMIT, DLOCK_EUNAVAILABLE, DLOCK_EINVAL,
+ * transport errors. */
 int dlock_lock(dlock_client *c, const char *name, int64_t ttl_ms,
 	       int64_t wait_ms, dlock_lease **out);
 int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,
@@ -580,6 +586,70 @@ int dlock_locks(dlock_client *c, const char *prefix, const char *after,
 int dlock_stats(dlock_client *c,
 		void (*cb)(const char *key, const char *value, void *arg),
 		void *arg);
+
+/* ---- watching ------------------------------------------------------------
+ *
+ * A watch asks the server for news of locks the client does not want to
+ * hold: each grant, release, expiry, break or withdrawal of a lease of
+ * `pattern` -- a lock name, or a prefix followed by a star (the prefix
+ * "jobs/" and a star: every lock under jobs/; a star alone: every lock).
+ * The events wait in the client until dlock_watch_next() takes them, in
+ * the order the server sent them, each once however many of the client's
+ * watches match its lock. At most
+ * DLOCK_WATCH_QUEUE_MAX wait; past that, and when the server dropped
+ * events for a client that read too slowly, a DLOCK_WATCH_OVERFLOW event
+ * says how many were missed, where they were.
+ *
+ * Watches belong to the connection at the server: after a reconnect or a
+ * fail-over the client watches again what it watched, and says so with a
+ * DLOCK_WATCH_RESUMED event for each pattern (what changed while it was
+ * disconnected is not known: `holders` tells a name's state now). A
+ * server that refuses it then (a users file that changed) gives a
+ * DLOCK_WATCH_REFUSED event, and the watch is gone.
+ */
+#define DLOCK_WATCH_QUEUE_MAX 4096
+
+enum dlock_watch_kind {
+	DLOCK_WATCH_GRANTED = 1, /* a new lease (a reentry is none) */
+	DLOCK_WATCH_RELEASED,	 /* its last hold was released */
+	DLOCK_WATCH_EXPIRED,	 /* it was not refreshed in time */
+	DLOCK_WATCH_BROKEN,	 /* BREAK ended it (broken_by) */
+	DLOCK_WATCH_WITHDRAWN,	 /* a grant the server's persistence never
+				    recorded was taken back */
+	DLOCK_WATCH_OVERFLOW,	 /* `missed` events were lost here */
+	DLOCK_WATCH_RESUMED,	 /* reconnected: `name` (the pattern) is
+				    watched again */
+	DLOCK_WATCH_REFUSED,	 /* reconnected: watching `name` (the
+				    pattern) again failed with `error` */
+};
+
+struct dlock_watch_event {
+	enum dlock_watch_kind kind;
+	char name[256];	     /* the lock (RESUMED, REFUSED: the pattern) */
+	char owner[65];	     /* the lease's owner id */
+	char user[33];	     /* its user, "" for the default one */
+	char broken_by[33];  /* BROKEN: the user who broke it */
+	uint64_t token;	     /* the lease's */
+	int64_t holders;     /* the lock's holders after the change;
+				RESUMED: now (-1 for a prefix) */
+	uint64_t missed;     /* OVERFLOW */
+	int error;	     /* REFUSED: a DLOCK_E* code */
+};
+
+/* Watch `pattern`. *holders (if not NULL) receives the lock's holders as
+ * the watch begins (0: free), or -1 for a prefix. Watching again what is
+ * watched changes nothing. DLOCK_ELIMIT: the server's bound of watches
+ * per connection (256); DLOCK_EDENIED: a user without the read right on
+ * the name, or on the whole prefix. */
+int dlock_watch(dlock_client *c, const char *pattern, int64_t *holders);
+/* Stop watching `pattern` (as given to dlock_watch): DLOCK_EINVAL if it
+ * was not watched. Events of it still waiting in the client are kept. */
+int dlock_unwatch(dlock_client *c, const char *pattern);
+/* The next event, waiting up to wait_ms for one (0: none waits;
+ * DLOCK_WAIT_FOREVER): 0, DLOCK_ETIMEDOUT, or DLOCK_ECANCELED once
+ * dlock_close() has begun. */
+int dlock_watch_next(dlock_client *c, struct dlock_watch_event *ev,
+		     int64_t wait_ms);
 
 /* ---- lease handles (all safe to call from any thread, and from on_lost) -- */
 

@@ -131,6 +131,8 @@ static int exit_for(int err)
 		return EXIT_NOPERM;
 	case DLOCK_EINVAL:
 		return EXIT_USAGE;
+	case DLOCK_ECYCLE:
+		return EXIT_DEADLOCK;
 	default:
 		return EXIT_SOFTWARE;
 	}
@@ -195,9 +197,12 @@ static const char exit_help[] =
 	"  70   internal or unexpected error\n"
 	"  75   could not get the lock: busy with --wait 0, the wait timed\n"
 	"       out, a server limit was reached, or (run) this owner id\n"
-	"       holds it in another process\n"
+	"       holds it in another process; wait-free: still held after\n"
+	"       --timeout\n"
 	"  76   run: the lease was lost and the command was stopped\n"
 	"  77   authentication failed or required\n"
+	"  79   could not get the lock: waiting would deadlock (a cycle of\n"
+	"       owners waiting for each other, printed)\n"
 	"  124  run: the command ran for its --timeout and was stopped\n"
 	"  126  run: the command could not be executed\n"
 	"  127  run: the command was not found\n";
@@ -306,6 +311,26 @@ static const struct subcmd subcmds[] = {
 	 1},
 	{"ping", dl_cli_ping, 0, 0, "ping",
 	 "Send PING and print the round trip time in milliseconds.\n", 0},
+	{"watch", dl_cli_watch, 1, OPTB(OPT_JSON),
+	 "watch <name>|<prefix>* [--json]",
+	 "Print each change of the lock's holders, or of every lock whose\n"
+	 "name starts with <prefix> (* alone: all locks), as it happens,\n"
+	 "without taking anything, until interrupted (exit 0): a line\n"
+	 "`granted|released|expired|broken|withdrawn <name> <owner> <token>\n"
+	 "holders=<n> [user=<u>] [broken_by=<u>]`, holders being what is\n"
+	 "left after the change. `overflow missed=<n>`: n events were lost\n"
+	 "there (this reader was too slow). Over a reconnect or a fail-over\n"
+	 "the watch is made again, `resumed <pattern> [holders=<n>]`:\n"
+	 "changes in between are not known. --json: one JSON object per\n"
+	 "line, {\"event\": ..., \"name\": ..., \"owner\": ..., \"token\":\n"
+	 "\"<digits>\", \"holders\": n, ...}. Needs the read right on the\n"
+	 "name, or on the whole prefix.\n", 0},
+	{"wait-free", dl_cli_wait_free, 1, 0, "wait-free <name> [--timeout D]",
+	 "Wait until the lock has no holder, without taking it (it may be\n"
+	 "taken again at once), and exit 0: for a script that waits for a\n"
+	 "job elsewhere to end. One WATCH, no polling; it follows a\n"
+	 "fail-over. --timeout D: exit 75 if it is still held after D\n"
+	 "(default: wait for ever).\n", 0},
 };
 
 #define NSUBCMDS (sizeof(subcmds) / sizeof(subcmds[0]))
@@ -730,7 +755,8 @@ static int apply_env(struct cli *cl)
  * did, with a note. */
 static void old_spellings(struct cli *cl)
 {
-	if ((cl->seen & OPTB(OPT_TIMEOUT)) && cl->sub->fn != dl_cli_run) {
+	if ((cl->seen & OPTB(OPT_TIMEOUT)) && cl->sub->fn != dl_cli_run &&
+	    cl->sub->fn != dl_cli_wait_free) {
 		dl_cli_msg("note: --timeout is --server-timeout now (the old "
 			   "spelling will go; --timeout is run's time limit)");
 		if (!(cl->seen & OPTB(OPT_SERVER_TIMEOUT)))
@@ -993,6 +1019,38 @@ int dl_cli_simple_connect(const struct cli *cl, dlock_client **c)
 	return dl_cli_connect(cl, &o, c);
 }
 
+/* NO DEADLOCK <name> <n> <owner> [user=<u>] <lock> ... [more=<m>] [id=..]
+ * (line) as "me -> name -> owner -> lock ... -> me" into buf: each owner
+ * waits for the lock after it, which the next owner holds or is queued
+ * ahead for. */
+static void cycle_text(char *buf, size_t len, char count[24], const char *me,
+		       const char *line)
+{
+	char words[DL_REPLY_MAX], *w, *save = NULL;
+	size_t n = 0;
+	int i = 0;
+
+	snprintf(words, sizeof(words), "%s", line);
+	snprintf(count, 24, "?");
+	n += (size_t)snprintf(buf, len, "%s", me);
+	for (w = strtok_r(words, " ", &save); w && n < len;
+	     w = strtok_r(NULL, " ", &save), i++) {
+		if (i == 3)
+			snprintf(count, 24, "%s", w);
+		if (i < 2 || i == 3 || !strncmp(w, "id=", 3))
+			continue; /* NO DEADLOCK, the count, a tag */
+		if (!strncmp(w, "user=", 5))
+			n += (size_t)snprintf(buf + n, len - n, " (%s)", w);
+		else if (!strncmp(w, "more=", 5))
+			n += (size_t)snprintf(buf + n, len - n,
+					      " -> ... (%s owners more)", w + 5);
+		else
+			n += (size_t)snprintf(buf + n, len - n, " -> %s", w);
+	}
+	if (n < len)
+		snprintf(buf + n, len - n, " -> %s", me);
+}
+
 int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 		   uint64_t wait_ms, dlock_lease **l)
 {
@@ -1043,6 +1101,16 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 			   "(it would wait for itself); unlock it first",
 			   name, dlock_owner(c));
 		return EXIT_TEMPFAIL;
+	}
+	if (rc == DLOCK_ECYCLE) {
+		char cycle[DL_REPLY_MAX + 64], count[24];
+
+		cycle_text(cycle, sizeof(cycle), count, dlock_owner(c),
+			   dlock_last_error());
+		dl_cli_msg("cannot lock %s: waiting would deadlock, a cycle of "
+			   "%s owners waiting for each other: %s",
+			   name, count, cycle);
+		return EXIT_DEADLOCK;
 	}
 	/* DLOCK_ETIMEDOUT is the wait running out, or no reply in time:
 	 * only the first when the wait was finite and has passed. */

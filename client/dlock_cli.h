@@ -8,6 +8,8 @@
  *                 command shares;
  *   dlock_cmds.c  the one-step commands: lock, trylock, unlock, refresh,
  *                 check, status, stats, ping;
+ *   dlock_watchcmd.c  `dlock watch` and `dlock wait-free`: observers of
+ *                 locks (libdlock's watches);
  *   dlock_run.c   `dlock run`: the command's process, signals, and what
  *                 happens when the lease is lost;
  *   dlock_guard.c the guard process between dlock and the command: the
@@ -52,6 +54,9 @@ enum {
 	EXIT_TIMEOUT = 124,	/* run: --timeout ran out, command stopped
 				   (as timeout(1)) */
 	EXIT_NOPERM = 77,	/* EX_NOPERM: AUTH failed or missing */
+	EXIT_DEADLOCK = 79,	/* waiting would deadlock (NO DEADLOCK): past
+				   sysexits' 64..78, so it means nothing
+				   else */
 	EXIT_CANNOT_EXEC = 126, /* run: the command is not executable */
 	EXIT_NOT_FOUND = 127,	/* run: the command was not found */
 	EXIT_SIGNAL_BASE = 128, /* run: command killed by signal N: 128+N */
@@ -254,6 +259,8 @@ void dl_cli_json_str(FILE *f, const char *s);
 void dl_cli_json_str_or_null(FILE *f, const char *s);
 int dl_cli_ping(struct cli *cl);
 int dl_cli_run(struct cli *cl);
+int dl_cli_watch(struct cli *cl);     /* dlock_watchcmd.c */
+int dl_cli_wait_free(struct cli *cl); /* dlock_watchcmd.c */
 
 /* ---- dlock_guard.c: the guard of `dlock run` ------------------------------
  */

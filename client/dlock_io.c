@@ -32,8 +32,9 @@
  * holds).
  * The new connection starts with AUTH and HELLO owner=<same owner>
  * key=<its key> (state DL__GREETING), and only once HELLO is answered OK
- * sends a REFRESH of every lease still within its local deadline, then
- * the requests kept and those made meanwhile. A server that forgot the
+ * sends a REFRESH of every lease still within its local deadline, a WATCH
+ * of every watched pattern (dlock_watch.c), then the requests kept and
+ * those made meanwhile. A server that forgot the
  * owner (a restart, a take-over, when it held nothing) may have given its
  * id to another client since; HELLO is then refused (NO DENIED), and
  * whatever followed it would run as the connection's own anonymous
@@ -410,6 +411,7 @@ void dl__io_hello_ok(struct dlock_client *c)
 		else
 			l->refreshing = 1;
 	}
+	dl__watch_resume(c);
 	q = c->unsent;
 	c->unsent = c->unsent_tail = NULL;
 	for (; q; q = next) {

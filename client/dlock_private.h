@@ -10,6 +10,8 @@
  *                reader, renewal and lost-lease guards;
  *   dlock_reply.c  what the thread does with each line: replies, events;
  *   dlock_tls.c  the transport: plaintext, or TLS over memory BIOs;
+ *   dlock_watch.c  watches: their events, and watching again after a
+ *                reconnect.
  *   dlock_desc.c who the client says it is, and who a holder said it is.
  *
  * Everything below is protected by dlock_client.mu, except what is marked
@@ -78,6 +80,9 @@ enum dl__op {
 	DL__BREAK,
 	DL__HOLDERS, /* the body is kept like LOCKS's; status from the
 			header */
+	DL__WATCH,   /* name: the pattern; internal: again, after a
+			reconnect (dlock_watch.c) */
+	DL__UNWATCH,
 	DL__DESCRIBE, /* HELLO host= pid= cmd= after the HELLO of the owner:
 			 its refusal (a server that does not know them)
 			 fails nothing */
@@ -282,6 +287,13 @@ struct dlock_client {
 	int risk_count;		      /* handles with risk_notify set */
 	const dlock_lease *cb_handle; /* in on_lost or on_at_risk now */
 	int ncallers;		      /* threads inside public calls */
+
+	/* watches (dlock_watch.c) */
+	struct dl__watch *watches;	  /* what the server was asked */
+	struct dl__wev *wq, *wq_tail;	  /* events not yet taken */
+	size_t wq_n;			  /* how many */
+	uint64_t w_missed;		  /* dropped since the last notice */
+	pthread_cond_t watch_cv;	  /* an event came; closing */
 };
 
 /* ---- dlock_req.c --------------------------------------------------------- */
@@ -376,6 +388,25 @@ void dl__io_hello_ok(struct dlock_client *c);
 /* One line from the server; -1 when the stream is not what we expect
  * (the caller drops the connection). */
 int dl__line_in(struct dlock_client *c, char *line, size_t len);
+
+/* ---- dlock.c ------------------------------------------------------------- */
+
+/* A public call begins (takes c->mu; DLOCK_ECANCELED once closing) and
+ * ends (gives it back). */
+int dl__enter(struct dlock_client *c);
+void dl__leave(struct dlock_client *c);
+
+/* ---- dlock_watch.c ------------------------------------------------------ */
+
+/* The reply to a DL__WATCH or DL__UNWATCH request. */
+void dl__watch_reply(struct dlock_client *c, struct dl__req *q,
+		     const struct dl_reply *r);
+/* A "* WATCH" or "* WATCH-OVERFLOW" event; 0 if r is neither. */
+int dl__watch_event(struct dlock_client *c, const struct dl_reply *r);
+/* A new connection: watch again (an internal DL__WATCH for each). */
+void dl__watch_resume(struct dlock_client *c);
+/* Free the watches and the events (client_free). */
+void dl__watch_free(struct dlock_client *c);
 
 /* ---- dlock_desc.c -------------------------------------------------------- */
 

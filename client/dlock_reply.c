@@ -356,6 +356,10 @@ static void reply(struct dlock_client *c, struct dl__req *q,
 	case DL__LOCK:
 		reply_lock(c, q, r);
 		return;
+	case DL__WATCH:
+	case DL__UNWATCH:
+		dl__watch_reply(c, q, r);
+		return;
 	case DL__CONFIRM:
 		reply_confirm(c, q, r);
 		return;
@@ -548,6 +552,8 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 			dl__hint(c, v);
 		return;
 	}
+	if (dl__watch_event(c, r))
+		return;
 	if (r->argc < 1 || r->argv[0].len > DL_NAME_MAX)
 		return; /* something newer than us */
 	memcpy(name, r->argv[0].p, r->argv[0].len);

@@ -190,7 +190,8 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		[DL__STATS] = "STATS",	       [DL__PING] = "PING",
 		[DL__UNLOCK_TOKEN] = "UNLOCK", [DL__REFRESH_TOKEN] = "REFRESH",
 		[DL__LOCKS] = "LOCKS",	       [DL__BREAK] = "BREAK",
-		[DL__HOLDERS] = "HOLDERS",     [DL__DESCRIBE] = "HELLO",
+		[DL__HOLDERS] = "HOLDERS",     [DL__WATCH] = "WATCH",
+		[DL__UNWATCH] = "UNWATCH",     [DL__DESCRIBE] = "HELLO",
 	};
 
 	c->seq++;
@@ -265,6 +266,8 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 	case DL__CANCEL:
 	case DL__STATUS:
 	case DL__HOLDERS:
+	case DL__WATCH:
+	case DL__UNWATCH:
 		dl_fmt_word(f, q->name);
 		break;
 	case DL__STATS:
@@ -548,6 +551,7 @@ int dl__reply_error(struct dl__req *q, const struct dl_reply *r)
 		{"AUTH_FAILED", DLOCK_EAUTH},
 		{"LIMIT_MISMATCH", DLOCK_EMISMATCH},
 		{"UPGRADE_DEADLOCK", DLOCK_EDEADLK},
+		{"DEADLOCK", DLOCK_ECYCLE},
 		{"DENIED", DLOCK_EDENIED},
 	};
 	static const struct word_err err_map[] = {

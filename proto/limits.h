@@ -88,6 +88,13 @@
  * header gives the full counts; more=<n> says how many were left out). */
 #define DL_HOLDERS_LIST_MAX 1000
 
+/* NO DEADLOCK: the most owners of a cycle its reply names, the requester
+ * included (the others are counted). Four hops of a 64-byte owner, its
+ * 32-byte user and a 255-byte name, after a 255-byte name, the count,
+ * more= and a tag, make a line of 1,754 bytes at most, under
+ * DL_REPLY_MAX, and 15 words, under DL_REPLY_ARGS_MAX (proto.h). */
+#define DL_CYCLE_SHOW_MAX 5
+
 /* Largest duration the codec accepts, in ms (about 31.7 years). A larger
  * number, or one that overflows while scaling by its suffix, is BAD_ARG. */
 #define DL_DURATION_MAX_MS 1000000000000ULL
@@ -115,6 +122,24 @@
 /* STATS and the metrics list the locks with the most waiters, at most
  * this many (one label per listed lock, never one per lock name). */
 #define DL_HOT_LOCKS 5
+
+/* ---- WATCH (server/watch.c) ------------------------------------------- */
+
+/* Names and prefixes one connection may watch at once; one more is
+ * ERR LIMIT. Enough for a dashboard's prefixes or a service's jobs; a
+ * client that wants more watches a prefix. */
+#define DL_WATCHES_PER_CONN_MAX 256
+/* ... and all connections together: a watch costs at most about 350
+ * bytes (its name and two list nodes), so they take at most ~35 MB
+ * whatever max_connections is. */
+#define DL_WATCHES_MAX 100000
+/* A watcher's events are dropped rather than queued while its unread
+ * output is at this many bytes, or a quarter of max_output if less (and
+ * while all clients' unread output is over max_output_total); it is told
+ * how many it missed (* WATCH-OVERFLOW <n>) once it has read half of it.
+ * Events about other clients' locks never close a connection that does
+ * not read them, nor take more of the server's memory than this. */
+#define DL_WATCH_UNREAD_MAX (64 * 1024)
 
 /* ---- tokens ----------------------------------------------------------- */
 

@@ -290,7 +290,14 @@ int dl_check_owner_secret(const char *s, size_t len)
 /* ---- requests ------------------------------------------------------------ */
 
 /* What a positional word of a verb is. */
-enum pos_kind { POS_NAME = 1, POS_TOKEN, POS_SECRET, POS_TEXT, POS_PREFIX };
+enum pos_kind {
+	POS_NAME = 1,
+	POS_TOKEN,
+	POS_SECRET,
+	POS_TEXT,
+	POS_PREFIX,
+	POS_PATTERN, /* a name, or a prefix and '*' (WATCH) */
+};
 
 /* Options, as bits of verb_def.opts and of the "seen" set. */
 enum {
@@ -385,6 +392,13 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	VERB(DL_VERB_HOLDERS, "HOLDERS", 1, 1, POS_NAME, 0, OPT_ID,
 	     " <name> [id=<tag>]",
 	     "each holder of a lock and each waiter, in order (multi-line)"),
+	VERB(DL_VERB_WATCH, "WATCH", 1, 1, POS_PATTERN, 0, OPT_ID,
+	     " <name>|<prefix>* [id=<tag>]",
+	     "be told (* WATCH ...) when a lock, or any lock whose name "
+	     "starts with <prefix>, is granted, released, expires or is "
+	     "broken, without taking it"),
+	VERB(DL_VERB_UNWATCH, "UNWATCH", 1, 1, POS_PATTERN, 0, OPT_ID,
+	     " <name>|<prefix>* [id=<tag>]", "stop a WATCH"),
 };
 
 static const char *const opt_names[] = {
@@ -853,12 +867,18 @@ static int parse_positional(struct dl_str w, int kind, struct dl_request *req,
 	switch (kind) {
 	case POS_NAME:
 	case POS_PREFIX:
+	case POS_PATTERN:
 		err = dl_check_name(w.p, w.len);
 		if (err < 0)
 			return fail_word(why, req, err,
-					 kind == POS_NAME ? "name" : "prefix",
+					 kind == POS_PREFIX ? "prefix" : "name",
 					 w, DL_NAME_MAX);
 		req->name = w;
+		/* "<prefix>*": every name that starts with <prefix> */
+		if (kind == POS_PATTERN && w.p[w.len - 1] == '*') {
+			req->name.len--;
+			req->prefix = 1;
+		}
 		break;
 	case POS_TOKEN:
 		err = dl_parse_u64(w.p, w.len, &req->token);
@@ -902,6 +922,7 @@ static const char *const pos_names[] = {
 	[POS_SECRET] = "missing the password",
 	[POS_TEXT] = "missing the word",
 	[POS_PREFIX] = "missing the prefix",
+	[POS_PATTERN] = "missing the lock name, or a prefix and '*'",
 };
 
 int dl_parse_request(const char *line, size_t len, struct dl_request *req,

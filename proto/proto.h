@@ -151,6 +151,8 @@ enum dl_verb {
 	DL_VERB_HELP,
 	DL_VERB_BREAK,
 	DL_VERB_HOLDERS,
+	DL_VERB_WATCH,
+	DL_VERB_UNWATCH,
 	DL_VERB_COUNT_
 };
 
@@ -173,7 +175,8 @@ struct dl_request {
 	struct dl_str
 		name; /* LOCK TRYLOCK UNLOCK REFRESH CHECK CANCEL STATUS
 			 HOLDERS BREAK; the prefix of LOCKS (len 0 when
-			 absent) */
+			 absent); WATCH UNWATCH: the name, or the prefix
+			 without its '*' when `prefix` */
 	uint64_t token;	  /* UNLOCK REFRESH CHECK */
 	uint64_t ttl_ms;  /* ttl=, when has_ttl */
 	uint64_t wait_ms; /* wait=, when has_wait; may be DL_WAIT_INF */
@@ -204,6 +207,7 @@ struct dl_request {
 	unsigned has_limit : 1;
 	unsigned by_waiters : 1; /* LOCKS by=waiters */
 	unsigned shared : 1;	 /* LOCK TRYLOCK mode=shared */
+	unsigned prefix : 1;	 /* WATCH UNWATCH: the word ended in '*' */
 	char why[DL_WHY_MAX]; /* the explanation of a failed parse */
 };
 

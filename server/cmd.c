@@ -21,6 +21,7 @@
 #include "server/log.h"
 #include "server/server.h"
 #include "server/stats.h"
+#include "server/watch.h"
 
 struct reply {
 	struct dl_fmt f;
@@ -141,6 +142,35 @@ static void fmt_busy_holder(struct dl_conn *c, struct dl_fmt *f,
 	/* busy for its lock-delay: how long that still lasts */
 	if (st.delay_left)
 		dl_fmt_kv_u64(f, "delay_left_ms", st.delay_left);
+}
+
+/* NO DEADLOCK's cycle (dl_locktab_cycle): how many owners are in it,
+ * then each one after the requester (and its user) with the lock it waits
+ * for. The user sees only what it may read: a lock it may not read is
+ * "-", and so is an owner between two such locks (HOLDERS of a lock it
+ * may read shows that lock's holders and waiters anyway); more=<n>
+ * counts the owners not named (DL_CYCLE_SHOW_MAX). */
+static void fmt_cycle(struct dl_fmt *f, struct dl_conn *c)
+{
+	const struct dl_cycle *cy = dl_locktab_cycle(c->srv->tab);
+	int before = dl_access_readable(cy->hop[0].lock, c), after;
+	uint32_t i;
+
+	dl_fmt_u64(f, cy->len);
+	for (i = 1; i < cy->shown; i++) {
+		after = dl_access_readable(cy->hop[i].lock, c);
+		if (before || after)
+			fmt_owner(f, 0, cy->hop[i].owner);
+		else
+			dl_fmt_word(f, "-");
+		if (after)
+			dl_fmt_str(f, cy->hop[i].lock);
+		else
+			dl_fmt_word(f, "-");
+		before = after;
+	}
+	if (cy->shown < cy->len)
+		dl_fmt_kv_u64(f, "more", cy->len - cy->shown);
 }
 
 /* A user's quota that a LOCK ran into, or 0 (why says which). */
@@ -265,6 +295,7 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 		[DL_BROKEN] = "OK BROKEN",
 		[DL_LIMIT_MISMATCH] = "NO LIMIT_MISMATCH",
 		[DL_UPGRADE_DEADLOCK] = "NO UPGRADE_DEADLOCK",
+		[DL_DEADLOCK] = "NO DEADLOCK",
 	};
 	struct dl_line line = {.durable = res->durable,
 			       .reentry = res->reentry,
@@ -308,6 +339,9 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 		break;
 	case DL_UPGRADE_DEADLOCK:
 		dl_fmt_u64(&r.f, res->token);
+		break;
+	case DL_DEADLOCK:
+		fmt_cycle(&r.f, c);
 		break;
 	default:
 		break;
@@ -1006,6 +1040,9 @@ static const struct {
 	[DL_VERB_HELP] = {cmd_help, OPEN, ANYONE},
 	[DL_VERB_BREAK] = {cmd_break, CHANGES | ACTIVE, DL_RIGHT_BREAK},
 	[DL_VERB_HOLDERS] = {cmd_holders, ACTIVE, READ_R},
+	/* WATCH checks the read right itself, on a name or a prefix */
+	[DL_VERB_WATCH] = {dl_watch_cmd, ACTIVE, ANYONE},
+	[DL_VERB_UNWATCH] = {dl_unwatch_cmd, ACTIVE, ANYONE},
 };
 
 /* "NO DENIED <name> need=<right>" ("-" for a right on the daemon). */

@@ -13,6 +13,7 @@
 #include "server/cmd.h"
 #include "server/log.h"
 #include "server/server.h"
+#include "server/watch.h"
 
 /* Output buffers above this size are given back once they are empty. */
 #define OBUF_KEEP (64 * 1024)
@@ -214,6 +215,11 @@ int dl_conn_holding(const struct dl_conn *c)
 	return c->nheld > 0;
 }
 
+size_t dl_conn_unread(const struct dl_conn *c)
+{
+	return unread(c);
+}
+
 int dl_conn_pending(const struct dl_conn *c)
 {
 	return unread(c) > 0 || c->writing || c->delayed;
@@ -231,6 +237,7 @@ void dl_conn_finish_end(struct dl_conn *c)
 		c->ended = 1;
 		uv_read_stop(&c->u.stream);
 		dl_access_conn_end(c);
+		dl_watch_conn_end(c);
 		dl_session_close(c->srv->tab, &c->sess);
 	}
 	if (c->closing)
@@ -435,16 +442,23 @@ void dl_conn_release(struct dl_conn *c, uint64_t durable)
 void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn)
 {
 	char buf[DL_REPLY_MAX];
-	const struct dl_held *h;
+	struct dl_held *held = c->held;
+	struct dl_buf all = c->held_text;
+	size_t i, n, nheld = c->nheld;
 	const char *text;
-	size_t i, n;
 
-	for (i = 0; i < c->nheld; i++) {
-		h = &c->held[i];
-		text = c->held_text.p + h->off;
-		n = fn(c, &h->line, text, h->len, buf);
+	/* The lines leave the connection before the walk: fn calls into the
+	 * lock table, whose changes may send an event on this very
+	 * connection (a watcher's, watch.h). It goes out before the line
+	 * that caused it, and cannot move the lines under the walk. */
+	c->held = NULL;
+	c->nheld = c->held_cap = 0;
+	memset(&c->held_text, 0, sizeof(c->held_text));
+	for (i = 0; i < nheld; i++) {
+		text = all.p + held[i].off;
+		n = fn(c, &held[i].line, text, held[i].len, buf);
 		if (n == DL_HELD_KEEP)
-			n = h->len;
+			n = held[i].len;
 		else
 			text = buf;
 		if (n && dl_buf_add(&c->out, text, n)) {
@@ -452,7 +466,9 @@ void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn)
 			break;
 		}
 	}
-	drop_held(c, c->nheld);
+	free(held);
+	free(all.p);
+	writeq_add(c);
 	account(c);
 }
 
@@ -540,6 +556,7 @@ void dl_conn_flush(struct dl_conn *c)
 {
 	c->in_writeq = 0;
 	write_out(c);
+	dl_watch_drained(c);
 	resume_input(c);
 }
 
@@ -657,6 +674,7 @@ void dl_conn_budget_wake(struct dl_server *srv)
 	srv->budget_wake = 0;
 	for (c = srv->conns; c; c = next) {
 		next = c->next;
+		dl_watch_drained(c);
 		resume_input(c);
 	}
 }

@@ -80,6 +80,7 @@
 
 struct dl_server;
 struct dl_user;
+struct dl_conn_watch;
 
 enum dl_conn_end { DL_END_NONE = 0, DL_END_GRACEFUL, DL_END_ABORT };
 
@@ -158,6 +159,7 @@ struct dl_conn {
 	unsigned end : 2;      /* enum dl_conn_end */
 	unsigned tls_open : 1; /* the TLS handshake is done (and logged) */
 	struct dl_tls_conn *tls; /* NULL: plain (unix socket, no [tls]) */
+	struct dl_conn_watch *watch; /* its WATCHes (watch.h); NULL: none */
 	/* for logs: "127.0.0.1:5000" or "unix"; with a verified client
 	 * certificate, " cert=<its name>" (dl_tls_peer_name) after it */
 	char peer[64 + 6 + DL_TLS_NAME_MAX];
@@ -208,8 +210,9 @@ void dl_conn_release(struct dl_conn *c, uint64_t durable);
 /* Persistence went down: every held line, in order, goes through fn,
  * which either returns DL_HELD_KEEP (send it as it is) or writes what to
  * send instead into buf (DL_REPLY_MAX bytes) and returns its length (0:
- * nothing); then it is all writable. fn may call into the lock table but
- * not send on this connection. */
+ * nothing); then it is all writable. fn may call into the lock table; a
+ * line the table's hooks send on this connection meanwhile goes out
+ * before the one fn returns. */
 #define DL_HELD_KEEP ((size_t)-1)
 typedef size_t (*dl_held_fn)(struct dl_conn *c, const struct dl_line *line,
 			     const char *text, size_t len, char *buf);
@@ -217,6 +220,8 @@ void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn);
 
 /* 1 while lines wait for durability. */
 int dl_conn_holding(const struct dl_conn *c);
+/* Bytes of output the client has not read yet, held lines included. */
+size_t dl_conn_unread(const struct dl_conn *c);
 /* 1 while any output is not yet written (held lines included). */
 int dl_conn_pending(const struct dl_conn *c);
 

@@ -79,6 +79,20 @@ static void emit(struct dl_locktab *t, struct dl_session *s,
 	dl__emit_ev(t, s, &ev, lk);
 }
 
+void dl__changed(struct dl_locktab *t, enum dl_change_kind kind,
+		 const struct dl_lease *l, uint32_t holders, struct dl_str by)
+{
+	struct dl_change ch = {.kind = kind,
+			       .name = {l->lock->name, l->lock->hn.len},
+			       .owner = {l->owner->id, l->owner->hn.len},
+			       .token = l->token,
+			       .holders = holders,
+			       .by = by};
+
+	if (t->hooks.change)
+		t->hooks.change(&ch, t->hooks.ctx);
+}
+
 void dl__mark_dirty(struct dl_locktab *t, struct dl_lock *lk)
 {
 	if (lk->dirty)
@@ -389,6 +403,7 @@ void dl__lease_grant(struct dl_locktab *t, struct dl_lease *l,
 		       shared);
 	t->st.grants++;
 	dl__mark_urgent(t, lk);
+	dl__changed(t, DL_CHANGE_GRANTED, l, lk->nholders, DL_STR_NULL);
 }
 
 void dl__lease_remove(struct dl_locktab *t, struct dl_lease *l)
@@ -738,6 +753,8 @@ void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now,
 		next = s->onext;
 		dl__emit_ev(t, s, &ev, lk);
 	}
+	dl__changed(t, by.len ? DL_CHANGE_BROKEN : DL_CHANGE_EXPIRED, l,
+		    lk->nholders - 1u, by);
 	dl__lease_remove(t, l);
 	/* an end its holder did not ask for: the lock's delay (if any) */
 	dl__delay_start(t, lk, now);
@@ -909,6 +926,7 @@ void dl_locktab_free(struct dl_locktab *t)
 	dl_htab_free(&t->warns);
 	dl_htab_free(&t->delays);
 	free(t->dirty);
+	dl__walk_free(t->walk);
 	free(t);
 }
 

@@ -105,6 +105,14 @@ struct spares {
 	struct dl_delay *delay; /* the lock's delay */
 };
 
+/* The wait would close a cycle (dl__deadlock_check said so). */
+static void deadlock(struct dl_locktab *t, struct dl_result *res)
+{
+	t->st.deadlocks++;
+	res->outcome = DL_DEADLOCK;
+	res->value = t->cycle.len;
+}
+
 /* The owner claims its restored place in the queue. */
 static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 			     struct dl_waiter *w, const struct dl_acquire *a,
@@ -132,6 +140,14 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 	if (a->wait_ms == 0) {
 		res->outcome = DL_BUSY;
 		res->value = busy_for(t, lk, a->shared, now);
+		dl__waiter_free(t, w);
+		dl__serve(t, lk, now);
+		return 0;
+	}
+	if (dl__deadlock_check(t, lk, s, a->shared, w)) {
+		/* its owner is back and asks, but may not wait: the place
+		 * goes, as for a TRYLOCK */
+		deadlock(t, res);
 		dl__waiter_free(t, w);
 		dl__serve(t, lk, now);
 		return 0;
@@ -237,6 +253,10 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 	if (lk->nwaiters >= t->limits.max_waiters || dl__owner_full(t, o) ||
 	    dl__account_full(s, o, 1))
 		return DL_ELIMIT;
+	if (dl__deadlock_check(t, lk, s, a->shared, NULL)) {
+		deadlock(t, res);
+		return 0;
+	}
 	w = dl__waiter_new(t, lk, o, s, ttl,
 			   dl__deadline_after(now, a->wait_ms), a->tag,
 			   a->shared);
@@ -317,6 +337,8 @@ int dl_locktab_release(struct dl_locktab *t, struct dl_session *s,
 		res->outcome = DL_HELD;
 		res->value = l->count;
 	} else {
+		dl__changed(t, DL_CHANGE_RELEASED, l, lk->nholders - 1u,
+			    DL_STR_NULL);
 		dl__lease_remove(t, l);
 		t->st.releases++;
 		dl__serve(t, lk, now);
@@ -847,6 +869,8 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 				dl__mark_dirty(t, lk);
 			}
 		} else {
+			dl__changed(t, DL_CHANGE_WITHDRAWN, l,
+				    lk->nholders - 1u, DL_STR_NULL);
 			dl__lease_remove(t, l);
 			dl__serve(t, lk, now);
 		}

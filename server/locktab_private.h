@@ -59,6 +59,10 @@ struct dl_locktab {
 	unsigned pinned; /* dl_locktab_pin: no lock may leave the table */
 	struct dl_locktab_stats st;
 	struct dl_wheel wheel;
+	struct dl_walk *walk;	/* a deadlock check's scratch, made on the
+				   first (locktab_cycle.c) */
+	struct dl_cycle cycle; /* the last DL_DEADLOCK's */
+	int no_deadlock_check; /* dl_locktab_deadlock_check(t, 0) */
 };
 
 uint64_t dl__now_ms(const struct dl_locktab *t);
@@ -67,6 +71,10 @@ static inline int dl__closed(const struct dl_locktab *t, uint64_t now)
 {
 	return now < t->closed_until;
 }
+/* Tell the change hook (locktab.h) about lease l of its lock, which has
+ * `holders` holders once the change is made. */
+void dl__changed(struct dl_locktab *t, enum dl_change_kind kind,
+		 const struct dl_lease *l, uint32_t holders, struct dl_str by);
 void dl__mark_dirty(struct dl_locktab *t, struct dl_lock *lk);
 /* Dirty with a change a durable result waits for (locktab.h). */
 void dl__mark_urgent(struct dl_locktab *t, struct dl_lock *lk);
@@ -122,6 +130,15 @@ void dl__waiter_requeue(struct dl_lock *lk, struct dl_waiter *w,
 			uint64_t token);
 void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
 void dl__reap(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
+/* The deadlock check (locktab_cycle.c): 1 if session s waiting for lk
+ * in `shared` mode would close a cycle (t->cycle then says which), 0 if
+ * not or if the walk gave up. `claim` is the restored place in lk's queue
+ * that s's owner claims, or NULL for a new wait at the tail. */
+int dl__deadlock_check(struct dl_locktab *t, struct dl_lock *lk,
+		       const struct dl_session *s, int shared,
+		       const struct dl_waiter *claim);
+void dl__walk_free(struct dl_walk *k);
+
 /* End lease l now as if it had expired (its owner is told), then serve
  * the queue. */
 void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now,

@@ -19,6 +19,7 @@
 #include "server/server.h"
 #include "server/tls.h"
 #include "server/users.h"
+#include "server/watch.h"
 
 #define EXIT_USAGE  2
 #define EXIT_CONFIG 3
@@ -320,6 +321,7 @@ int main(int argc, char **argv)
 		dl_warn("loop closed with handles open: %s", uv_strerror(r));
 	dl_store_free(srv.store);
 	dl_access_free(srv.access);
+	dl_watch_free(&srv);
 	dl_locktab_free(srv.tab);
 	dl_config_free(&srv.cfg);
 	free((char *)redis);

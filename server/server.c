@@ -36,6 +36,7 @@
 #include "server/metrics.h"
 #include "server/notify.h"
 #include "server/tls.h"
+#include "server/watch.h"
 
 /* Exit codes of start-up failures (documented in dlockd(8)). */
 #define EXIT_CONFIG 3
@@ -74,6 +75,11 @@ static void tab_event(struct dl_session *s, const struct dl_event *ev,
 {
 	(void)ctx;
 	dl_cmd_event(s->data, ev);
+}
+
+static void tab_change(const struct dl_change *ch, void *ctx)
+{
+	dl_watch_change(ctx, ch);
 }
 
 void dl__server_committed(uint64_t epoch, void *ctx)
@@ -712,7 +718,7 @@ static void start_tls(struct dl_server *srv)
 
 void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 {
-	struct dl_locktab_hooks th = {tab_now, tab_event, srv};
+	struct dl_locktab_hooks th = {tab_now, tab_event, srv, tab_change};
 	struct dl_store_hooks sh = {dl__server_committed, store_availability,
 				    store_role, store_closed, srv};
 	struct dl_locktab_limits lim = tab_limits(&srv->cfg);
@@ -727,7 +733,7 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 		 (unsigned long long)random_u64());
 
 	srv->tab = dl_locktab_new(&th, &lim, srv->cfg.tick_ms, random_u64());
-	if (!srv->tab)
+	if (!srv->tab || dl_watch_init(srv, random_u64()) != 0)
 		fatal(EXIT_OTHER, "out of memory");
 	if ((r = dl_access_new(&srv->cfg, random_u64(), &srv->access, err,
 			       sizeof(err))) != 0)

@@ -37,6 +37,7 @@ struct dl_conn;
 struct dl_metrics;
 struct dl_tls;
 struct dl_access;
+struct dl_watches;
 
 struct dl_server_stats {
 	uint64_t connections_total;	    /* accepted since start */
@@ -63,6 +64,7 @@ struct dl_server {
 	struct dl_locktab *tab;
 	struct dl_store *store;
 	struct dl_access *access; /* users, and who each connection is */
+	struct dl_watches *watch; /* WATCHes of all connections (watch.h) */
 
 	uv_tcp_t tcp;
 	uv_pipe_t unix_listener;

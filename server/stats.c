@@ -9,9 +9,18 @@
 #include "proto/proto.h"
 #include "server/clock.h"
 #include "server/server.h"
+#include "server/watch.h"
 
 #define C DL_STAT_COUNTER
 #define G DL_STAT_GAUGE
+
+static struct dl_watch_stats watch_stats(const struct dl_server *srv)
+{
+	struct dl_watch_stats w;
+
+	dl_watch_stats(srv, &w);
+	return w;
+}
 
 void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 {
@@ -20,6 +29,7 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 	const struct dl_server_stats *v = &srv->st;
 	const struct dl_leader *l = dl_store_leader(srv->store);
 	uint64_t now = dl_mono_ms();
+	const struct dl_watch_stats w = watch_stats(srv);
 	const struct dl_stat rows[] = {
 		{"uptime_ms", uv_now(srv->loop) - srv->start_ms, G,
 		 "Seconds since the daemon started.", NULL, NULL, 0},
@@ -65,6 +75,12 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		{"revokes", t->revokes, C,
 		 "Grants withdrawn before they were durable (Redis lost).",
 		 NULL, NULL, 0},
+		{"deadlocks", t->deadlocks, C,
+		 "Waits refused as closing a cycle of owners (NO DEADLOCK).",
+		 NULL, NULL, 0},
+		{"deadlock_walks_capped", t->walks_capped, C,
+		 "Deadlock checks that gave up at their step cap (the LOCK waited).",
+		 NULL, NULL, 0},
 		{"last_token", dl_locktab_last_token(srv->tab), G,
 		 "Last fencing token issued.", NULL, NULL, 0},
 		{"auth_failures", v->auth_failures, C, "Failed AUTH attempts.",
@@ -85,6 +101,14 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 NULL, NULL, 0},
 		{"auth_timeouts", v->auth_timeouts, C,
 		 "Connections closed for not authenticating within auth_timeout.",
+		 NULL, NULL, 0},
+		{"watches", w.watches, G,
+		 "Names and prefixes watched (WATCH), by all connections.",
+		 NULL, NULL, 0},
+		{"watch_events", w.sent, C, "Events sent to watchers.", NULL,
+		 NULL, 0},
+		{"watch_events_dropped", w.dropped, C,
+		 "Events not sent to watchers that left too much unread (each told * WATCH-OVERFLOW).",
 		 NULL, NULL, 0},
 		{"wait_ms_count", t->wait.count, C, "Grants (wait histogram).",
 		 NULL, NULL, 1},

@@ -1040,3 +1040,35 @@ Test(access, listings_are_spaced_per_user)
 	h_close(app);
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
+
+/* NO DEADLOCK names the cycle as HOLDERS would: a lock the user may not
+ * read is "-", and so is an owner seen only through such locks. */
+Test(access, a_deadlock_names_only_what_the_user_may_read)
+{
+	struct h_client *a, *p[3];
+	const char *who[3] = {"p1", "p2", "p3"};
+	int i;
+
+	start_users(USERS, NULL);
+	a = login_as("app", APP_SECRET, "a1");
+	for (i = 0; i < 3; i++)
+		p[i] = login_as("payments", PAY_SECRET, who[i]);
+	h_lock(p[0], "app/X", "ttl=30s");
+	h_lock(p[1], "pay/Y", "ttl=30s");
+	h_lock(p[2], "pay/W", "ttl=30s");
+	h_lock(a, "app/Z", "ttl=30s");
+	h_send(p[0], "LOCK pay/Y ttl=30s");
+	h_expect(p[0], "OK QUEUED pay/Y 1");
+	h_send(p[1], "LOCK pay/W ttl=30s");
+	h_expect(p[1], "OK QUEUED pay/W 1");
+	h_send(p[2], "LOCK app/Z ttl=30s");
+	h_expect(p[2], "OK QUEUED app/Z 1");
+	/* a1 -> app/X (p1) -> pay/Y (p2) -> pay/W (p3) -> app/Z (a1) */
+	cr_assert_str_eq(h_call(a, "LOCK app/X ttl=30s"),
+			 "NO DEADLOCK app/X 4 p1 user=payments - - - p3 "
+			 "user=payments app/Z");
+	for (i = 0; i < 3; i++)
+		h_close(p[i]);
+	h_close(a);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}

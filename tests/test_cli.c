@@ -1505,7 +1505,8 @@ Test(cli, help_says_durations_need_a_unit_and_lists_the_exit_codes_in_order)
 	static const char *const codes[] = {"\n  0 ",	"\n  1 ",   "\n  64 ",
 					    "\n  65 ",	"\n  69 ",  "\n  70 ",
 					    "\n  75 ",	"\n  76 ",  "\n  77 ",
-					    "\n  124 ", "\n  126 ", "\n  127 "};
+					    "\n  79 ",	"\n  124 ", "\n  126 ",
+					    "\n  127 "};
 	const char *at, *last;
 	struct result r;
 	size_t i;
@@ -1886,6 +1887,145 @@ Test(cli, lock_delay_keeps_an_expired_lock_busy_for_the_delay)
 		  r.err);
 }
 
+/* ---- watch and wait-free ------------------------------------------------- */
+
+/* Until the daemon counts `n` watches (a dlock watch has made its own). */
+static void wait_watches(struct h_client *c, uint64_t n)
+{
+	uint64_t end = h_now_ms() + QUICK_MS;
+
+	while (h_stats_value(c, "watches") != n) {
+		cr_assert(h_now_ms() < end, "watches: not %llu",
+			  (unsigned long long)n);
+		h_sleep_ms(10);
+	}
+}
+
+/* Until `path` has `lines` lines; returns its contents (static). */
+static const char *wait_lines(const char *path, int lines)
+{
+	static char buf[OUT_MAX];
+	uint64_t end = h_now_ms() + QUICK_MS;
+	const char *p;
+	int n;
+
+	for (;;) {
+		slurp(path, buf, sizeof(buf));
+		for (n = 0, p = buf; (p = strchr(p, '\n')) != NULL; p++)
+			n++;
+		if (n >= lines)
+			return buf;
+		cr_assert(h_now_ms() < end, "%s: %d lines of %d:\n%s", path,
+			  n, lines, buf);
+		h_sleep_ms(10);
+	}
+}
+
+Test(cli, watch_prints_each_change_and_json_keeps_tokens_as_strings)
+{
+	struct h_client *c = h_hello(d.port, "alice"), *p = h_connect(d.port);
+	struct proc text, json;
+	char want[512];
+	const char *out;
+	uint64_t t1, t2;
+
+	proc_start(&text, "watch", "job", NULL);
+	proc_start(&json, "watch", "jo*", "--json", NULL);
+	wait_watches(p, 2);
+	t1 = h_lock(c, "job", "ttl=10s");
+	h_lock(c, "other", "ttl=10s"); /* not watched */
+	cr_assert(STR_EQ(h_call(c, "UNLOCK job %" PRIu64, t1),
+			 "OK RELEASED job"));
+	t2 = h_lock(c, "jobs/b", "ttl=10s");
+	cr_assert(h_starts(h_call(p, "BREAK jobs/b %" PRIu64 " reason=t", t2),
+			   "OK BROKEN "));
+	out = wait_lines(text.out, 2);
+	snprintf(want, sizeof(want),
+		 "granted job alice %" PRIu64 " holders=1\n"
+		 "released job alice %" PRIu64 " holders=0\n",
+		 t1, t1);
+	cr_assert(STR_EQ(out, want));
+	out = wait_lines(json.out, 4);
+	snprintf(want, sizeof(want),
+		 "{\"event\": \"granted\", \"name\": \"job\", \"owner\": "
+		 "\"alice\", \"token\": \"%" PRIu64 "\", \"holders\": 1}\n"
+		 "{\"event\": \"released\", \"name\": \"job\", \"owner\": "
+		 "\"alice\", \"token\": \"%" PRIu64 "\", \"holders\": 0}\n"
+		 "{\"event\": \"granted\", \"name\": \"jobs/b\", \"owner\": "
+		 "\"alice\", \"token\": \"%" PRIu64 "\", \"holders\": 1}\n"
+		 "{\"event\": \"broken\", \"name\": \"jobs/b\", \"owner\": "
+		 "\"alice\", \"token\": \"%" PRIu64 "\", \"holders\": 0, "
+		 "\"broken_by\": \"default\"}\n",
+		 t1, t1, t2, t2);
+	cr_assert(STR_EQ(out, want));
+	/* a signal ends it, with status 0, and its watch with it */
+	kill(text.pid, SIGTERM);
+	kill(json.pid, SIGINT);
+	cr_assert(eq(int, proc_wait(&text, QUICK_MS), 0));
+	cr_assert(eq(int, proc_wait(&json, QUICK_MS), 0));
+	wait_watches(p, 0);
+	h_close(c);
+	h_close(p);
+}
+
+Test(cli, watch_and_wait_free_refuse_bad_patterns)
+{
+	struct result r;
+
+	dlock(&r, "watch", "a b", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	dlock(&r, "watch", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	dlock(&r, "wait-free", "jobs/*", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	cr_assert(has(r.err, "not a prefix"), "%s", r.err);
+}
+
+Test(cli, wait_free_exits_0_once_the_lock_is_free_and_75_after_its_timeout)
+{
+	struct h_client *c = h_hello(d.port, "alice"), *p = h_connect(d.port);
+	struct h_client *b = h_hello(d.port, "bob");
+	struct h_client *e = h_hello(d.port, "eve");
+	struct result r;
+	struct proc w;
+	uint64_t tok, t0;
+
+	/* free: at once */
+	dlock(&r, "wait-free", "wf", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	/* held past --timeout: 75, after it and not much later */
+	tok = h_lock(c, "wf", "ttl=60s");
+	t0 = h_now_ms();
+	dlock(&r, "wait-free", "wf", "--timeout", "300ms", NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(ge(u64, h_now_ms() - t0, 300));
+	cr_assert(has(r.err, "still held"), "%s", r.err);
+	/* held, then released: it ends then, and not before */
+	proc_start(&w, "wait-free", "wf", "--timeout", "30s", NULL);
+	wait_watches(p, 1);
+	h_sleep_ms(300);
+	cr_assert(eq(int, waitpid(w.pid, NULL, WNOHANG), 0),
+		  "wait-free ended while the lock was held");
+	cr_assert(STR_EQ(h_call(c, "UNLOCK wf %" PRIu64, tok),
+			 "OK RELEASED wf"));
+	cr_assert(eq(int, proc_wait(&w, QUICK_MS), 0));
+	/* a lease that expires frees it too; a shared lock once the last
+	 * of its holders is gone */
+	h_lock(e, "wf", "ttl=300ms");
+	dlock(&r, "wait-free", "wf", "--timeout", "10s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	h_lock(c, "rw", "ttl=200ms mode=shared");
+	h_lock(b, "rw", "ttl=600ms mode=shared");
+	t0 = h_now_ms();
+	dlock(&r, "wait-free", "rw", "--timeout", "10s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(ge(u64, h_now_ms() - t0, 400), "ended with a holder left");
+	h_close(e);
+	h_close(b);
+	h_close(c);
+	h_close(p);
+}
+
 /* ---- who holds it -------------------------------------------------------- */
 
 /* A lock that is busy says who holds it, where, running what, and for
@@ -1996,4 +2136,30 @@ Test(cli, dlock_describes_the_command_it_runs_never_its_options)
 	proc_result(&p, &r, QUICK_MS);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	h_close(c);
+}
+
+Test(cli, lock_that_would_deadlock_exits_79_and_prints_the_cycle)
+{
+	struct h_client *pa;
+	struct result r;
+	char want[256];
+
+	/* pb holds B with no connection left; pa holds A and waits for B */
+	dlock(&r, "lock", "dl/B", "--owner", owned("pb"), "--ttl", "1h", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	pa = h_hello(d.port, "pa");
+	h_lock(pa, "dl/A", "ttl=1h");
+	h_send(pa, "LOCK dl/B ttl=1h");
+	h_expect(pa, "OK QUEUED dl/B 1");
+	/* pb waiting for A would wait for itself through pa: at once, not
+	 * after --wait */
+	dlock(&r, "lock", "dl/A", "--owner", owned("pb"), "--wait", "20s",
+	      NULL);
+	cr_assert(eq(int, r.status, 79), "%s", r.err);
+	snprintf(want, sizeof(want),
+		 "dlock: cannot lock dl/A: waiting would deadlock, a cycle of "
+		 "2 owners waiting for each other: pb -> dl/A -> pa -> dl/B "
+		 "-> pb\n");
+	cr_assert(STR_EQ(r.err, want), "%s", r.err);
+	h_close(pa);
 }

@@ -1836,6 +1836,114 @@ Test(client, delay_ms_keeps_an_expired_lock_from_the_next_holder,
 	dlock_close(b);
 }
 
+/* ---- watches ------------------------------------------------------------- */
+
+static void next_event(dlock_client *c, struct dlock_watch_event *ev,
+		       enum dlock_watch_kind kind, const char *name)
+{
+	int rc = dlock_watch_next(c, ev, 5000);
+
+	cr_assert(eq(int, rc, 0), "dlock_watch_next: %s", dlock_strerror(rc));
+	cr_assert(eq(int, (int)ev->kind, (int)kind), "kind %d, want %d",
+		  (int)ev->kind, (int)kind);
+	assert_str(ev->name, name);
+}
+
+Test(client, a_watch_hears_each_change_once_until_it_is_unwatched,
+     .init = start_none, .fini = stop_all)
+{
+	dlock_client *w = client(), *c = client();
+	struct dlock_watch_event ev;
+	dlock_lease *l;
+	int64_t holders = 7;
+	uint64_t tok;
+
+	cr_assert(eq(int, dlock_watch(w, "q*", &holders), 0));
+	cr_assert(eq(i64, holders, -1));
+	cr_assert(eq(int, dlock_watch(w, "q1", &holders), 0));
+	cr_assert(eq(i64, holders, 0));
+	cr_assert(eq(int, dlock_watch_next(w, &ev, 0), DLOCK_ETIMEDOUT));
+	l = must_lock(c, "q1", 10000, 0);
+	tok = dlock_lease_token(l);
+	next_event(w, &ev, DLOCK_WATCH_GRANTED, "q1");
+	assert_str(ev.owner, dlock_owner(c));
+	cr_assert(eq(u64, ev.token, tok));
+	cr_assert(eq(i64, ev.holders, 1));
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	next_event(w, &ev, DLOCK_WATCH_RELEASED, "q1");
+	cr_assert(eq(i64, ev.holders, 0));
+	/* two watches match: one event */
+	cr_assert(eq(int, dlock_watch_next(w, &ev, 200), DLOCK_ETIMEDOUT));
+	cr_assert(eq(int, dlock_unwatch(w, "q*"), 0));
+	cr_assert(eq(int, dlock_unwatch(w, "q*"), DLOCK_EINVAL));
+	cr_assert(eq(int, dlock_unwatch(w, "q1"), 0));
+	l = must_lock(c, "q1", 10000, 0);
+	cr_assert(eq(int, dlock_watch_next(w, &ev, 300), DLOCK_ETIMEDOUT));
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	cr_assert(eq(int, dlock_watch(w, "bad name", NULL), DLOCK_EINVAL));
+	dlock_close(c);
+	dlock_close(w);
+}
+
+/* A client that does not take its events keeps DLOCK_WATCH_QUEUE_MAX of
+ * them and says how many more it lost, where. */
+Test(client, events_past_the_queue_bound_are_counted_as_missed,
+     .init = start_none, .fini = stop_all)
+{
+	enum { N = DLOCK_WATCH_QUEUE_MAX / 2 + 50 };
+	dlock_client *w = client(), *c = client();
+	struct dlock_watch_event ev;
+	uint64_t got = 0, missed = 0;
+	dlock_lease *l;
+	int i, rc;
+
+	cr_assert(eq(int, dlock_watch(w, "f", NULL), 0));
+	for (i = 0; i < N; i++) {
+		l = must_lock(c, "f", 10000, 0);
+		cr_assert(eq(int, dlock_unlock(c, l), 0));
+	}
+	/* the server sent every event before this reply */
+	cr_assert(eq(int, dlock_watch(w, "f-mark", NULL), 0));
+	while ((rc = dlock_watch_next(w, &ev, 0)) == 0) {
+		if (ev.kind == DLOCK_WATCH_OVERFLOW) {
+			missed += ev.missed;
+		} else {
+			cr_assert(eq(u64, missed, 0), "an event after the gap");
+			got++;
+		}
+	}
+	cr_assert(eq(int, rc, DLOCK_ETIMEDOUT), "%s", dlock_strerror(rc));
+	cr_assert(eq(u64, got, DLOCK_WATCH_QUEUE_MAX));
+	cr_assert(eq(u64, got + missed, 2 * N));
+	dlock_close(c);
+	dlock_close(w);
+}
+
+/* Watches belong to the connection: after the daemon restarts, the
+ * client watches again and says so. */
+Test(client, a_reconnected_client_watches_again_and_says_so,
+     .init = start_none, .fini = stop_all)
+{
+	dlock_client *w = client(), *c;
+	struct dlock_watch_event ev;
+	dlock_lease *l;
+
+	cr_assert(eq(int, dlock_watch(w, "r*", NULL), 0));
+	cr_assert(eq(int, dlock_watch(w, "rx", NULL), 0));
+	h_daemon_kill9(&d);
+	h_daemon_restart(&d);
+	next_event(w, &ev, DLOCK_WATCH_RESUMED, "r*");
+	cr_assert(eq(i64, ev.holders, -1));
+	next_event(w, &ev, DLOCK_WATCH_RESUMED, "rx");
+	cr_assert(eq(i64, ev.holders, 0));
+	c = client();
+	l = must_lock(c, "rx", 10000, 0);
+	next_event(w, &ev, DLOCK_WATCH_GRANTED, "rx");
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	dlock_close(c);
+	dlock_close(w);
+}
+
 /* ---- who holds it ---------------------------------------------------------
  */
 

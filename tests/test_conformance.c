@@ -270,6 +270,8 @@ static const char *lock_word(int rc)
 		return "mismatch";
 	case DLOCK_EDEADLK:
 		return "deadlock";
+	case DLOCK_ECYCLE:
+		return "cycle";
 	case DLOCK_EDENIED:
 		return "denied";
 	case DLOCK_EUNAVAILABLE:
@@ -289,6 +291,16 @@ static void lock_outcome(int client, int rc, dlock_lease *l, char **want,
 		if (nwant < 2)
 			fail("granted needs a lease name");
 		bind_lease(want[1], client, l);
+	}
+	if (rc == DLOCK_ECYCLE) {
+		/* NO DEADLOCK <name> <n> ...: n owners */
+		const char *e = dlock_last_error();
+		unsigned n = 0;
+
+		if (nwant < 2 || sscanf(e, "NO DEADLOCK %*s %u", &n) != 1 ||
+		    n != (unsigned)atoi(want[1]))
+			fail("cycle: \"%s\", expected %s owners", e,
+			     nwant < 2 ? "?" : want[1]);
 	}
 }
 

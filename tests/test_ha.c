@@ -10,6 +10,7 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -1156,6 +1158,76 @@ Test(ha, dlock_run_survives_a_failover)
 	cr_assert(strstr(out, "command-done") != NULL, "output: %s", out);
 	c = h_hello(b.port, "probe");
 	cr_assert_str_eq(h_kv(h_call(c, "STATUS job"), "state"), "free");
+	h_close(c);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+/* `dlock watch` with both daemons: after a kill -9 of the active it
+ * watches again at the new active, says so (resumed), and hears what
+ * happens there. */
+Test(ha, dlock_watch_survives_a_failover)
+{
+	const char *dl = getenv("DLOCK") ? getenv("DLOCK") : "build/dlock";
+	char list[64], out[H_PATH_MAX + 16], want[128], got[1024];
+	struct h_client *c, *o;
+	uint64_t end, tok;
+	FILE *f;
+	pid_t pid;
+	int st, fd;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	snprintf(list, sizeof(list), "127.0.0.1:%d,127.0.0.1:%d", b.port,
+		 a.port);
+	snprintf(out, sizeof(out), "%s/watch.out", b.dir);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		/* it must not outlive a test that fails */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fd < 0 || dup2(fd, 1) < 0)
+			_exit(127);
+		execl(dl, dl, "--servers", list, "watch", "job*", (char *)NULL);
+		_exit(127);
+	}
+	c = h_connect(a.port);
+	end = h_now_ms() + 10000;
+	while (h_stats_value(c, "watches") != 1) {
+		cr_assert_lt(h_now_ms(), end, "dlock watch did not watch");
+		h_sleep_ms(20);
+	}
+	h_close(c);
+	h_daemon_kill9(&a);
+	wait_active(&b, 10000);
+	o = h_hello(b.port, "alice");
+	c = h_connect(b.port);
+	end = h_now_ms() + 10000;
+	while (h_stats_value(c, "watches") != 1) {
+		cr_assert_lt(h_now_ms(), end,
+			     "dlock watch did not watch the new active");
+		h_sleep_ms(20);
+	}
+	tok = h_lock(o, "job", "ttl=10s");
+	snprintf(want, sizeof(want), "granted job alice %llu holders=1\n",
+		 (unsigned long long)tok);
+	end = h_now_ms() + 10000;
+	for (;;) {
+		f = fopen(out, "r");
+		cr_assert(f != NULL);
+		got[fread(got, 1, sizeof(got) - 1, f)] = '\0';
+		fclose(f);
+		if (strstr(got, want))
+			break;
+		cr_assert_lt(h_now_ms(), end, "dlock watch printed: %s", got);
+		h_sleep_ms(20);
+	}
+	cr_assert(h_starts(got, "resumed job*\n"),
+		  "no resumed line before it: %s", got);
+	kill(pid, SIGTERM);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+	h_close(o);
 	h_close(c);
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }

@@ -114,7 +114,7 @@ static void on_event(struct dl_session *s, const struct dl_event *ev, void *ctx)
 
 static void table_open(uint32_t max_waiters, uint32_t max_locks)
 {
-	struct dl_locktab_hooks hooks = {fake_now, on_event, NULL};
+	struct dl_locktab_hooks hooks = {fake_now, on_event, NULL, NULL};
 	struct dl_locktab_limits lim = {max_waiters, max_locks, 0, 0};
 
 	tab = dl_locktab_new(&hooks, &lim, TICK, 0x5eed1234abcdULL);
@@ -191,6 +191,7 @@ static const char *outcome_name(int o)
 		"REFRESHED", "VALID",	       "STALE",
 		"CANCELLED", "NOT_QUEUED",     "ALREADY_WAITING",
 		"BROKEN",    "LIMIT_MISMATCH", "UPGRADE_DEADLOCK",
+		"DEADLOCK",
 	};
 
 	if (o < 0 || (size_t)o >= sizeof(names) / sizeof(names[0]))
@@ -3503,6 +3504,149 @@ Test(locktab, a_restored_running_delay_holds_the_lock_from_the_restore)
 	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
 }
 
+/* ---- the change hook (observers: WATCH) ---------------------------------- */
+
+struct change_rec {
+	enum dl_change_kind kind;
+	char name[DL_NAME_MAX + 1];
+	char owner[DL_OWNER_KEY_MAX + 1];
+	char by[DL_USER_MAX + 1];
+	uint64_t token;
+	uint32_t holders;
+};
+
+#define CHANGE_MAX 64
+static struct change_rec changes[CHANGE_MAX];
+static size_t nchanges;
+
+static void on_change(const struct dl_change *ch, void *ctx)
+{
+	struct change_rec *c;
+
+	(void)ctx;
+	cr_assert(lt(sz, nchanges, (size_t)CHANGE_MAX));
+	c = &changes[nchanges++];
+	memset(c, 0, sizeof(*c));
+	c->kind = ch->kind;
+	memcpy(c->name, ch->name.p, ch->name.len);
+	memcpy(c->owner, ch->owner.p, ch->owner.len);
+	if (ch->by.len)
+		memcpy(c->by, ch->by.p, ch->by.len);
+	c->token = ch->token;
+	c->holders = ch->holders;
+}
+
+/* The table of the test, again, with on_change as its change hook. */
+static void table_with_changes(void)
+{
+	struct dl_locktab_hooks hooks = {fake_now, on_event, NULL, on_change};
+	struct dl_locktab_limits lim = {LIM_WAIT, LIM_OWNER, 0, 0};
+
+	dl_locktab_free(tab);
+	tab = dl_locktab_new(&hooks, &lim, TICK, 0x5eed1234abcdULL);
+	cr_assert_not_null(tab);
+	nchanges = 0;
+}
+
+static void expect_change(size_t i, enum dl_change_kind kind,
+			  const char *name, const char *owner, uint64_t token,
+			  uint32_t holders)
+{
+	cr_assert(gt(sz, nchanges, i), "%zu changes, want #%zu", nchanges, i);
+	cr_assert(eq(int, (int)changes[i].kind, (int)kind), "change #%zu", i);
+	cr_assert(eq(str, changes[i].name, (char *)name), "change #%zu", i);
+	cr_assert(eq(str, changes[i].owner, (char *)owner), "change #%zu", i);
+	cr_assert(eq(u64, changes[i].token, token), "change #%zu", i);
+	cr_assert(eq(u32, changes[i].holders, holders), "change #%zu", i);
+}
+
+Test(locktab, every_holder_change_reaches_the_change_hook_once_reentries_none)
+{
+	struct client *a, *b, *c;
+	struct dl_result r;
+	uint64_t ta, tb, tc;
+
+	table_with_changes();
+	a = client_new("alice");
+	b = client_new("bob");
+	c = client_new("carol");
+	ta = must_grant(a, "x", 1000);
+	expect_change(0, DL_CHANGE_GRANTED, "x", "alice", ta, 1);
+	/* a reentry changes no holder */
+	must_grant(a, "x", 1000);
+	cr_assert(eq(sz, nchanges, 1));
+	EXPECT(acq(b, "x", 1000, DL_WAIT_INF, NULL, &r), r, DL_QUEUED);
+	cr_assert(eq(sz, nchanges, 1));
+	EXPECT(rel(a, "x", ta, &r), r, DL_HELD);
+	cr_assert(eq(sz, nchanges, 1));
+	/* the release says the lock had no holder left, then the waiter
+	 * it lets in is granted */
+	EXPECT(rel(a, "x", ta, &r), r, DL_RELEASED);
+	cr_assert(eq(sz, nchanges, 3));
+	tb = changes[2].token;
+	expect_change(1, DL_CHANGE_RELEASED, "x", "alice", ta, 0);
+	expect_change(2, DL_CHANGE_GRANTED, "x", "bob", tb, 1);
+	/* expiry, by the wheel, whoever is connected */
+	client_close(b);
+	advance(1000 + TICK);
+	expect_change(3, DL_CHANGE_EXPIRED, "x", "bob", tb, 0);
+	/* a break names its breaker */
+	tc = must_grant(c, "x", 5000);
+	EXPECT(dl_locktab_break(tab, str("x"), tc, str("ops"), NULL, &r), r,
+	       DL_BROKEN);
+	expect_change(5, DL_CHANGE_BROKEN, "x", "carol", tc, 0);
+	cr_assert(eq(str, changes[5].by, (char *)"ops"));
+	cr_assert(eq(sz, nchanges, 6));
+}
+
+Test(locktab, shared_holders_and_permits_each_change_the_count_by_one)
+{
+	struct client *a = NULL, *b = NULL, *s[3];
+	struct dl_result r;
+	uint64_t t[3];
+	int i;
+
+	table_with_changes();
+	a = client_new("a");
+	b = client_new("b");
+	EXPECT(acq_mode(a, "rw", 1000, 0, 1, 1, &r), r, DL_GRANTED);
+	EXPECT(acq_mode(b, "rw", 1000, 0, 1, 1, &r), r, DL_GRANTED);
+	expect_change(0, DL_CHANGE_GRANTED, "rw", "a", changes[0].token, 1);
+	expect_change(1, DL_CHANGE_GRANTED, "rw", "b", changes[1].token, 2);
+	nchanges = 0;
+	for (i = 0; i < 3; i++) {
+		char id[8];
+
+		snprintf(id, sizeof(id), "s%d", i);
+		s[i] = client_new(id);
+		EXPECT(acq_mode(s[i], "sem", 1000, 0, 0, 3, &r), r,
+		       DL_GRANTED);
+		t[i] = r.token;
+		expect_change((size_t)i, DL_CHANGE_GRANTED, "sem", id, t[i],
+			      (uint32_t)i + 1);
+	}
+	EXPECT(rel(s[1], "sem", t[1], &r), r, DL_RELEASED);
+	expect_change(3, DL_CHANGE_RELEASED, "sem", "s1", t[1], 2);
+}
+
+Test(locktab, a_withdrawn_grant_is_a_change_a_withdrawn_reentry_is_none)
+{
+	struct client *a;
+	uint64_t tok;
+
+	table_with_changes();
+	a = client_new("alice");
+	tok = must_grant(a, "x", 1000);
+	must_grant(a, "x", 1000);
+	dl_locktab_suspend_grants(tab, 1);
+	cr_assert(eq(int, withdraw(a, "x", tok, 1, 0, 0, 0), 0));
+	cr_assert(eq(sz, nchanges, 1));
+	cr_assert(eq(int, withdraw(a, "x", tok, 0, 0, 0, 0), 0));
+	expect_change(1, DL_CHANGE_WITHDRAWN, "x", "alice", tok, 0);
+	cr_assert(eq(sz, nchanges, 2));
+	dl_locktab_suspend_grants(tab, 0);
+}
+
 /* ---- descriptions of holders ---------------------------------------------
  */
 
@@ -3578,4 +3722,428 @@ Test(locktab, a_lease_keeps_the_description_of_its_grant)
 	st = status("r");
 	cr_assert(eq(u64, st.held_ms, 5010));
 	cr_assert(eq(u32, st.desc->pid, 9));
+}
+
+/* ---- deadlocks ------------------------------------------------------------ */
+
+/* A LOCK (wait forever) that must be refused as closing a cycle of `len`
+ * owners; returns the cycle. */
+static const struct dl_cycle *must_deadlock(struct client *c, const char *name,
+					    int shared, uint32_t limit,
+					    uint32_t len)
+{
+	struct dl_result r;
+	const struct dl_cycle *cy;
+
+	EXPECT(acq_mode(c, name, 3000, DL_WAIT_INF, shared, limit, &r), r,
+	       DL_DEADLOCK);
+	cy = dl_locktab_cycle(tab);
+	cr_assert(eq(u64, r.value, len));
+	cr_assert(eq(u32, cy->len, len));
+	return cy;
+}
+
+/* Hop i of the cycle: `owner` waits for `lock`. */
+static void expect_hop(const struct dl_cycle *cy, uint32_t i, const char *owner,
+		       const char *lock)
+{
+	cr_assert(lt(u32, i, cy->shown));
+	cr_assert_str_eq(cstr(cy->hop[i].owner), owner, "hop %u", i);
+	cr_assert_str_eq(cstr(cy->hop[i].lock), lock, "hop %u", i);
+}
+
+Test(locktab, a_wait_that_closes_a_cycle_of_two_owners_is_refused_at_once)
+{
+	struct client *a = client_new("a"), *b = client_new("b");
+	uint64_t tb = must_grant(b, "B", 60000);
+	const struct dl_cycle *cy;
+	struct dl_result r;
+
+	must_grant(a, "A", 60000);
+	must_queue(a, "B", 60000, 5000, NULL);
+	/* b holds B, which a waits for: b waiting for A would wait for
+	 * itself through a, whatever its wait= */
+	EXPECT(acq(b, "A", 60000, 5000, NULL, &r), r, DL_DEADLOCK);
+	cy = dl_locktab_cycle(tab);
+	cr_assert(eq(u64, r.value, 2));
+	cr_assert(eq(u32, cy->len, 2));
+	expect_hop(cy, 0, "b", "A");
+	expect_hop(cy, 1, "a", "B");
+	cr_assert(eq(u64, dl_locktab_stats(tab)->deadlocks, 1));
+	/* nothing changed: b does not wait, a still does and gets B when b
+	 * lets it go */
+	cr_assert(eq(u32, status("A").waiters, 0));
+	cr_assert(eq(u32, status("B").waiters, 1));
+	must_release(b, "B", tb);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, a), 1));
+	cr_assert_str_eq(cstr(status("B").owner), "a");
+}
+
+Test(locktab, a_cycle_of_three_owners_is_refused_and_names_all_three)
+{
+	struct client *a = client_new("a"), *b = client_new("b"),
+		      *c = client_new("c"), *d = client_new("d");
+	const struct dl_cycle *cy;
+
+	must_grant(a, "A", 60000);
+	must_grant(b, "B", 60000);
+	must_grant(c, "C", 60000);
+	must_queue(a, "B", 60000, DL_WAIT_INF, NULL);
+	must_queue(b, "C", 60000, DL_WAIT_INF, NULL);
+	/* a chain is no cycle: d waits at its end */
+	must_queue(d, "C", 60000, DL_WAIT_INF, NULL);
+	cy = must_deadlock(c, "A", EX, 1, 3);
+	expect_hop(cy, 0, "c", "A");
+	expect_hop(cy, 1, "a", "B");
+	expect_hop(cy, 2, "b", "C");
+}
+
+/* An owner acts through any of its connections: one that does not wait
+ * may still release what the owner holds. */
+Test(locktab, an_owner_with_a_connection_that_does_not_wait_closes_no_cycle)
+{
+	struct client *a1 = client_new("a"), *a2 = client_new("a"),
+		      *b = client_new("b");
+	uint64_t ta = must_grant(a1, "A", 60000);
+	struct dl_result r;
+
+	must_grant(b, "B", 60000);
+	must_queue(a2, "B", 60000, DL_WAIT_INF, NULL);
+	EXPECT(acq(b, "A", 60000, DL_WAIT_INF, NULL, &r), r, DL_QUEUED);
+	must_release(a1, "A", ta);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+}
+
+Test(locktab, an_owner_whose_every_connection_waits_in_the_cycle_is_deadlocked)
+{
+	struct client *a1 = client_new("a"), *a2 = client_new("a"),
+		      *b = client_new("b");
+	const struct dl_cycle *cy;
+
+	must_grant(a1, "A", 60000);
+	must_grant(b, "B", 60000);
+	must_grant(b, "C", 60000);
+	must_queue(a1, "B", 60000, DL_WAIT_INF, NULL);
+	must_queue(a2, "C", 60000, DL_WAIT_INF, NULL);
+	cy = must_deadlock(b, "A", EX, 1, 2);
+	expect_hop(cy, 0, "b", "A");
+	cr_assert_str_eq(cstr(cy->hop[1].owner), "a");
+}
+
+Test(locktab, an_owner_with_a_wait_that_ends_on_its_own_closes_no_cycle)
+{
+	struct client *a1 = client_new("a"), *a2 = client_new("a"),
+		      *b = client_new("b"), *c = client_new("c");
+	struct dl_result r;
+
+	must_grant(a1, "A", 60000);
+	must_grant(b, "B", 60000);
+	must_grant(c, "C", 60000);
+	must_queue(a1, "B", 60000, DL_WAIT_INF, NULL);
+	/* a's other wait is for c, who waits for nothing: once c lets C
+	 * go, that connection of a can release A */
+	must_queue(a2, "C", 60000, DL_WAIT_INF, NULL);
+	EXPECT(acq(b, "A", 60000, DL_WAIT_INF, NULL, &r), r, DL_QUEUED);
+}
+
+Test(locktab, a_writer_waiting_for_readers_deadlocks_with_a_reader_that_waits_for_it)
+{
+	struct client *r1 = client_new("r1"), *r2 = client_new("r2"),
+		      *w = client_new("w");
+	const struct dl_cycle *cy;
+
+	grant_mode(r1, "S", SH, 1);
+	grant_mode(r2, "S", SH, 1);
+	grant_mode(w, "X", EX, 1);
+	queue_mode(r1, "X", EX, 1);
+	/* w needs every reader out, and r1 waits for w: r2 being free does
+	 * not help */
+	cy = must_deadlock(w, "S", EX, 1, 2);
+	expect_hop(cy, 0, "w", "S");
+	expect_hop(cy, 1, "r1", "X");
+}
+
+Test(locktab, a_reader_joining_readers_waits_for_none_of_them)
+{
+	struct client *r1, *w;
+	struct dl_result r;
+	uint64_t d = T0 + 60000;
+
+	/* S is read by r1, and a restored place (of z, who may never come
+	 * back) heads its queue: a reader asking now queues behind it */
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("S"), str("r1"), 5, 1,
+					      60000, d, DL_STR_NULL, 1, 1, NULL, 0),
+		     0));
+	cr_assert(eq(int,
+		     dl_locktab_restore_waiter(tab, str("S"), str("z"), 3000,
+					       UINT64_MAX, T0 + 500,
+					       DL_STR_NULL, 1, 1),
+		     0));
+	dl_locktab_raise_token(tab, 10);
+	r1 = client_new("r1");
+	w = client_new("w");
+	grant_mode(w, "X", EX, 1);
+	queue_mode(r1, "X", EX, 1); /* r1 waits for w */
+	/* w reading S waits for no reader of it: no cycle */
+	EXPECT(acq_mode(w, "S", 3000, DL_WAIT_INF, SH, 1, &r), r, DL_QUEUED);
+	advance(500 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, w), 1));
+}
+
+/* The queue's edge: a request waits for the nearest waiter ahead of it
+ * whose mode excludes its own, as that one is served first. */
+Test(locktab, a_reader_queued_behind_a_writer_waits_for_it_and_can_close_a_cycle)
+{
+	struct client *p = client_new("p"), *q = client_new("q"),
+		      *o = client_new("o");
+	const struct dl_cycle *cy;
+
+	grant_mode(p, "L", SH, 1);
+	grant_mode(o, "M", EX, 1);
+	queue_mode(q, "L", EX, 1); /* q waits for reader p */
+	queue_mode(p, "M", EX, 1); /* p waits for o */
+	/* o could join reader p, but FIFO puts it behind writer q */
+	cy = must_deadlock(o, "L", SH, 1, 3);
+	expect_hop(cy, 0, "o", "L");
+	expect_hop(cy, 1, "q", "L");
+	expect_hop(cy, 2, "p", "M");
+}
+
+Test(locktab, a_holder_that_waits_behind_a_queue_it_blocks_closes_a_cycle)
+{
+	struct client *p = client_new("p"), *q = client_new("q"),
+		      *o = client_new("o");
+	const struct dl_cycle *cy;
+
+	grant_mode(p, "L", SH, 1);
+	grant_mode(o, "M", EX, 1);
+	queue_mode(q, "L", EX, 1);
+	queue_mode(o, "L", SH, 1); /* behind q: o waits for q */
+	cy = must_deadlock(p, "M", EX, 1, 3);
+	expect_hop(cy, 0, "p", "M");
+	expect_hop(cy, 1, "o", "L");
+	expect_hop(cy, 2, "q", "L");
+}
+
+Test(locktab, a_semaphore_wait_is_no_deadlock_while_a_holder_outside_can_free_a_permit)
+{
+	struct client *a = client_new("a"), *b = client_new("b"),
+		      *c = client_new("c");
+	uint64_t tc = grant_mode(c, "P", EX, 2);
+	struct dl_result r;
+
+	grant_mode(a, "P", EX, 2);
+	grant_mode(b, "X", EX, 1);
+	queue_mode(a, "X", EX, 1); /* a waits for b */
+	/* b waits for a permit: a's will not come, c's may */
+	EXPECT(acq_mode(b, "P", 3000, DL_WAIT_INF, EX, 2, &r), r, DL_QUEUED);
+	EXPECT(rel(c, "P", tc, &r), r, DL_RELEASED);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+}
+
+Test(locktab, a_semaphore_wait_is_a_deadlock_when_every_permit_holder_waits_in_the_cycle)
+{
+	struct client *a = client_new("a"), *b = client_new("b"),
+		      *c = client_new("c");
+	const struct dl_cycle *cy;
+
+	grant_mode(a, "P", EX, 2);
+	grant_mode(c, "P", EX, 2);
+	grant_mode(b, "X", EX, 1);
+	grant_mode(b, "Y", EX, 1);
+	queue_mode(a, "X", EX, 1);
+	queue_mode(c, "Y", EX, 1);
+	cy = must_deadlock(b, "P", EX, 2, 2);
+	expect_hop(cy, 0, "b", "P");
+	cr_assert(eq(u32, cy->shown, 2));
+	/* either permit holder closes it: both wait for b */
+	cr_assert(eq(int, strcmp(cstr(cy->hop[1].owner), "a") == 0 ||
+				  strcmp(cstr(cy->hop[1].owner), "c") == 0,
+		     1));
+}
+
+Test(locktab, a_semaphore_with_a_free_permit_is_in_no_cycle)
+{
+	struct client *a = client_new("a"), *b = client_new("b"),
+		      *c = client_new("c");
+	struct dl_result r;
+	uint64_t d = T0 + 60000;
+
+	/* a permit free, but a restored place first in the queue keeps it:
+	 * when that place goes, the permit is b's without anyone acting */
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("P"), str("a"), 5, 1,
+					      60000, d, DL_STR_NULL, 0, 3, NULL, 0),
+		     0));
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("P"), str("c"), 6, 1,
+					      60000, d, DL_STR_NULL, 0, 3, NULL, 0),
+		     0));
+	cr_assert(eq(int,
+		     dl_locktab_restore_waiter(tab, str("P"), str("z"), 3000,
+					       UINT64_MAX, T0 + 500,
+					       DL_STR_NULL, 0, 3),
+		     0));
+	dl_locktab_raise_token(tab, 10);
+	grant_mode(b, "X", EX, 1);
+	queue_mode(a, "X", EX, 1);
+	queue_mode(c, "X", EX, 1);
+	EXPECT(acq_mode(b, "P", 3000, DL_WAIT_INF, EX, 3, &r), r, DL_QUEUED);
+	advance(500 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+}
+
+Test(locktab, a_holder_past_its_deadline_closes_no_cycle)
+{
+	struct client *a = client_new("a"), *b = client_new("b");
+	struct dl_result r;
+
+	must_grant(a, "A", 60000);
+	must_grant(b, "B", 1000);
+	must_queue(a, "B", 60000, DL_WAIT_INF, NULL);
+	clock_ms += 1000; /* b's lease is over, not reaped yet */
+	EXPECT(acq(b, "A", 60000, DL_WAIT_INF, NULL, &r), r, DL_QUEUED);
+	advance(TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, a), 1));
+}
+
+/* Restored places wait for nothing and block nobody in the walk: their
+ * owner may never come back. A claim is a wait like any other. */
+Test(locktab, a_restored_place_closes_no_cycle_until_its_owner_claims_it)
+{
+	struct client *b, *a;
+	struct dl_result r;
+	uint64_t d = T0 + 60000;
+
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("A"), str("a"), 5, 1,
+					      60000, d, DL_STR_NULL, 0, 1, NULL, 0),
+		     0));
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("B"), str("b"), 6, 1,
+					      60000, d, DL_STR_NULL, 0, 1, NULL, 0),
+		     0));
+	cr_assert(eq(int,
+		     dl_locktab_restore_waiter(tab, str("B"), str("a"), 60000,
+					       UINT64_MAX, T0 + 5000,
+					       DL_STR_NULL, 0, 1),
+		     0));
+	dl_locktab_raise_token(tab, 10);
+	b = client_new("b");
+	must_queue(b, "A", 60000, DL_WAIT_INF, NULL);
+	/* a comes back and asks for B again: now both wait, for real */
+	a = client_new("a");
+	EXPECT(acq(a, "B", 60000, DL_WAIT_INF, NULL, &r), r, DL_DEADLOCK);
+	expect_hop(dl_locktab_cycle(tab), 1, "b", "A");
+	/* its place is given up, as a TRYLOCK's would be */
+	cr_assert(eq(u32, status("B").waiters, 0));
+	cr_assert(eq(u32, status("A").waiters, 1));
+}
+
+Test(locktab, a_restored_place_ahead_in_a_queue_blocks_nobody_in_the_walk)
+{
+	struct client *z, *o = client_new("o");
+	struct dl_result r;
+
+	/* z is back and waits for o; its place on L it never claims */
+	cr_assert(eq(int,
+		     dl_locktab_restore_waiter(tab, str("L"), str("z"), 60000,
+					       UINT64_MAX, T0 + 500,
+					       DL_STR_NULL, 0, 1),
+		     0));
+	z = client_new("z");
+	must_grant(o, "X", 60000);
+	must_queue(z, "X", 60000, DL_WAIT_INF, NULL);
+	/* o waits behind z's place, which ends with its grace: o is not
+	 * waiting for z */
+	EXPECT(acq(o, "L", 60000, DL_WAIT_INF, NULL, &r), r, DL_QUEUED);
+	advance(500 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, o), 1));
+}
+
+Test(locktab, a_long_cycle_is_refused_and_named_in_part)
+{
+	static struct dl_session ss[100];
+	char name[16], owner[16];
+	struct dl_acquire a = {.ttl_ms = 60000, .wait_ms = DL_WAIT_INF};
+	const struct dl_cycle *cy;
+	struct dl_result r;
+	int i, n = 100;
+
+	for (i = 0; i < n; i++) {
+		snprintf(owner, sizeof(owner), "o%d", i);
+		snprintf(name, sizeof(name), "L%d", i);
+		cr_assert(eq(int, dl_session_init(tab, &ss[i], str(owner), NULL),
+			     0));
+		a.name = str(name);
+		EXPECT(dl_locktab_acquire(tab, &ss[i], &a, &r), r, DL_GRANTED);
+	}
+	for (i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "L%d", (i + 1) % n);
+		a.name = str(name);
+		cr_assert(eq(int, dl_locktab_acquire(tab, &ss[i], &a, &r), 0));
+		cr_assert(eq(int, r.outcome, i < n - 1 ? DL_QUEUED : DL_DEADLOCK),
+			  "o%d", i);
+	}
+	cy = dl_locktab_cycle(tab);
+	cr_assert(eq(u32, cy->len, 100));
+	cr_assert(eq(u32, cy->shown, DL_CYCLE_SHOW_MAX));
+	expect_hop(cy, 0, "o99", "L0");
+	expect_hop(cy, 1, "o0", "L1");
+	expect_hop(cy, DL_CYCLE_SHOW_MAX - 1, "o3", "L4");
+	for (i = 0; i < n; i++)
+		dl_session_close(tab, &ss[i]);
+}
+
+Test(locktab, a_cycle_longer_than_the_walk_can_see_is_not_refused)
+{
+	/* each owner of the chain costs the walk several steps */
+	enum { N = DL_DEADLOCK_WALK_MAX / 2 };
+	static struct dl_session ss[N];
+	char name[16], owner[16];
+	struct dl_acquire a = {.ttl_ms = 60000, .wait_ms = DL_WAIT_INF};
+	struct dl_result r;
+	int i;
+
+	for (i = 0; i < N; i++) {
+		snprintf(owner, sizeof(owner), "o%d", i);
+		snprintf(name, sizeof(name), "L%d", i);
+		cr_assert(eq(int, dl_session_init(tab, &ss[i], str(owner), NULL),
+			     0));
+		a.name = str(name);
+		EXPECT(dl_locktab_acquire(tab, &ss[i], &a, &r), r, DL_GRANTED);
+	}
+	for (i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "L%d", (i + 1) % N);
+		a.name = str(name);
+		EXPECT(dl_locktab_acquire(tab, &ss[i], &a, &r), r, DL_QUEUED);
+	}
+	/* in doubt, the last one waits as it always did, and that is
+	 * counted */
+	cr_assert(eq(u64, dl_locktab_stats(tab)->deadlocks, 0));
+	cr_assert(eq(u64, dl_locktab_stats(tab)->walks_capped, 1));
+	for (i = 0; i < N; i++)
+		dl_session_close(tab, &ss[i]);
+}
+
+/* A holder asking again is served at once (a reentry): it waits for
+ * nothing, itself least of all, even while it waits elsewhere. */
+Test(locktab, a_reentry_by_an_owner_that_waits_is_granted_not_a_cycle)
+{
+	struct client *a = client_new("a"), *b = client_new("b");
+	uint64_t ta = must_grant(a, "A", 60000);
+	struct dl_result r;
+
+	must_grant(b, "B", 60000);
+	must_queue(a, "B", 60000, DL_WAIT_INF, NULL);
+	/* a waits for b; a asking for A again waits for nobody */
+	EXPECT(acq(a, "A", 60000, DL_WAIT_INF, NULL, &r), r, DL_GRANTED);
+	cr_assert(eq(int, r.reentry, 1));
+	cr_assert(eq(u64, r.token, ta));
+	EXPECT(acq(b, "B", 60000, DL_WAIT_INF, NULL, &r), r, DL_GRANTED);
+	cr_assert(eq(int, r.reentry, 1));
+	cr_assert(eq(u64, dl_locktab_stats(tab)->deadlocks, 0));
+	/* the cycle itself is still one */
+	must_deadlock(b, "A", EX, 1, 2);
 }

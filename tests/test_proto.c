@@ -1702,6 +1702,49 @@ Test(proto, lock_takes_a_mode_and_a_limit)
 	cr_assert_eq(parse("HOLDERS", &r, &why), DL_EBADFORMAT);
 }
 
+Test(proto, watch_takes_a_name_or_a_prefix_ending_in_a_star)
+{
+	struct dl_request r;
+
+	expect_ok("WATCH jobs/nightly id=w1", &r);
+	cr_assert_eq(r.verb, DL_VERB_WATCH);
+	cr_assert_str_eq(cstr(r.name), "jobs/nightly");
+	cr_assert(!r.prefix);
+	cr_assert_str_eq(cstr(r.tag), "w1");
+	expect_ok("watch jobs/*", &r);
+	cr_assert_str_eq(cstr(r.name), "jobs/");
+	cr_assert(r.prefix);
+	/* "*" alone: every name */
+	expect_ok("WATCH *", &r);
+	cr_assert_eq(r.name.len, 0);
+	cr_assert(r.prefix);
+	/* only the last '*' makes a prefix: "a**" watches names from "a*" */
+	expect_ok("UNWATCH a**", &r);
+	cr_assert_eq(r.verb, DL_VERB_UNWATCH);
+	cr_assert_str_eq(cstr(r.name), "a*");
+	cr_assert(r.prefix);
+	expect_ok("UNWATCH a*b", &r);
+	cr_assert_str_eq(cstr(r.name), "a*b");
+	cr_assert(!r.prefix);
+	expect_err("WATCH", DL_EBADFORMAT);
+	expect_err("UNWATCH", DL_EBADFORMAT);
+	expect_err("WATCH a b", DL_EBADARG);
+	expect_err("WATCH a ttl=5s", DL_EBADARG);
+	expect_err("WATCH a\x01*", DL_EBADARG);
+}
+
+Test(proto, a_watch_pattern_is_at_most_a_name_long)
+{
+	char line[DL_LINE_MAX];
+	struct dl_request r;
+
+	snprintf(line, sizeof(line), "WATCH %s*", rep('p', DL_NAME_MAX - 1));
+	expect_ok(line, &r);
+	cr_assert_eq(r.name.len, DL_NAME_MAX - 1);
+	snprintf(line, sizeof(line), "WATCH %s*", rep('p', DL_NAME_MAX));
+	expect_err(line, DL_EBADARG);
+}
+
 /* ---- a client's description (HELLO host= pid= cmd=, proto/desc.h) ---- */
 
 Test(proto, hello_carries_a_description_whose_spaces_are_escaped)

@@ -21,7 +21,7 @@ static uint64_t fake_now(void *ctx)
 
 static struct dl_locktab *new_tab(void)
 {
-	struct dl_locktab_hooks h = {fake_now, NULL, NULL};
+	struct dl_locktab_hooks h = {fake_now, NULL, NULL, NULL};
 	struct dl_locktab_limits lim = {100, 100, 0, 0};
 
 	return dl_locktab_new(&h, &lim, 10, 42);

@@ -5,7 +5,8 @@
  * sockets and a fake clock.
  *
  * Real parts: cmd.c, locktab*.c, htab.c, wheel.c, stats.c, config.c,
- * log.c, the store in persist=none mode (store*.c, record.c, buf.c) and
+ * log.c, watch.c and watchreg.c (the lock table's change hook goes to
+ * dl_watch_change(), as in server.c), the store in persist=none mode (store*.c, record.c, buf.c) and
  * the codec. Not linked: conn.c and server.c (sockets, the loop). In their
  * place this file implements the part of server/conn.h that cmd.c calls,
  * keeping its contract: a durable line and every line after it on the same
@@ -47,6 +48,7 @@
 #include "server/conn.h"
 #include "server/log.h"
 #include "server/server.h"
+#include "server/watch.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -243,6 +245,12 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 	c->nheld++;
 }
 
+/* Nothing here is left unread but what is held. */
+size_t dl_conn_unread(const struct dl_conn *c)
+{
+	return c->held_text.len;
+}
+
 void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
 			  uint64_t ms, int last)
 {
@@ -267,17 +275,26 @@ void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn)
 {
 	struct fconn *f = fconn_of(c);
 	char buf[DL_REPLY_MAX];
+	struct dl_held *held = c->held;
+	struct dl_buf all = c->held_text;
+	size_t i, n, nheld = c->nheld;
 	const char *text;
-	size_t i, n;
 
-	for (i = 0; i < c->nheld; i++) {
-		text = c->held_text.p + c->held[i].off;
-		n = fn(c, &c->held[i].line, text, c->held[i].len, buf);
+	/* as conn.c: the lines leave the connection first (fn's calls into
+	 * the lock table may send on it) */
+	c->held = NULL;
+	c->nheld = c->held_cap = 0;
+	memset(&c->held_text, 0, sizeof(c->held_text));
+	for (i = 0; i < nheld; i++) {
+		text = all.p + held[i].off;
+		n = fn(c, &held[i].line, text, held[i].len, buf);
 		if (n == DL_HELD_KEEP)
-			deliver(f, text, c->held[i].len, &c->held[i].line);
+			deliver(f, text, held[i].len, &held[i].line);
 		else if (n)
 			deliver(f, buf, n, NULL);
 	}
+	free(held);
+	free(all.p);
 	c->nheld = 0;
 	c->held_text.len = 0;
 }
@@ -295,6 +312,12 @@ static void tab_event(struct dl_session *s, const struct dl_event *ev,
 {
 	(void)ctx;
 	dl_cmd_event(s->data, ev);
+}
+
+static void tab_change(const struct dl_change *ch, void *ctx)
+{
+	(void)ctx;
+	dl_watch_change(&srv, ch);
 }
 
 static void committed(uint64_t epoch, void *ctx)
@@ -335,13 +358,14 @@ static void conn_close(struct fconn *f)
 	if (!f->open)
 		return;
 	dl_access_conn_end(&f->c);
+	dl_watch_conn_end(&f->c);
 	dl_session_close(srv.tab, &f->c.sess);
 	f->open = 0;
 }
 
 static void world_open(void)
 {
-	struct dl_locktab_hooks th = {tab_now, tab_event, NULL};
+	struct dl_locktab_hooks th = {tab_now, tab_event, NULL, tab_change};
 	struct dl_store_hooks sh = {committed, availability, NULL, NULL};
 	struct dl_locktab_limits lim = {8, 16, 0, 0};
 	int k;
@@ -358,7 +382,8 @@ static void world_open(void)
 	srv.store = dl_store_new(srv.loop, &srv.cfg, srv.tab, &sh);
 	CHECK(srv.tab && srv.store &&
 		      dl_access_new(&srv.cfg, 0x5eed, &srv.access, NULL, 0) ==
-			      0,
+			      0 &&
+		      dl_watch_init(&srv, 0x5eed) == 0,
 	      "set-up");
 	dl_locktab_raise_token(srv.tab, dl_token_floor(0, 1795000000000ULL));
 	for (k = 0; k < NCONN; k++)
@@ -375,6 +400,7 @@ static void world_close(void)
 		free(conns[k].c.held_text.p);
 		memset(&conns[k], 0, sizeof(conns[k]));
 	}
+	dl_watch_free(&srv);
 	dl_store_free(srv.store);
 	dl_access_free(srv.access);
 	dl_locktab_free(srv.tab);
@@ -394,7 +420,7 @@ static size_t grammar(struct input *in, char *line, size_t cap)
 	static const char *const verbs[] = {
 		"LOCK",	   "LOCK",  "TRYLOCK", "UNLOCK", "UNLOCK",
 		"REFRESH", "CHECK", "CANCEL",  "STATUS", "HELLO",
-		"PING",	   "STATS", "HOLDERS"};
+		"PING",	   "STATS", "HOLDERS", "WATCH",	 "UNWATCH"};
 	/* n2 a read/write lock, n3 a semaphore of 2 (with now and then a
 	 * request that does not match it) */
 	static const char *const modes[] = {"", " mode=shared",
@@ -438,6 +464,12 @@ static size_t grammar(struct input *in, char *line, size_t cap)
 					tag);
 	if (strcmp(verb, "PING") == 0 || strcmp(verb, "STATS") == 0)
 		return (size_t)snprintf(line, cap, "%s%s", verb, tag);
+	if (strcmp(verb, "WATCH") == 0 || strcmp(verb, "UNWATCH") == 0)
+		return (size_t)snprintf(line, cap, "%s %s%s", verb,
+					next(in) % 3 == 0   ? "*"
+					: next(in) % 2 == 0 ? "n*"
+							    : name,
+					tag);
 	return (size_t)snprintf(line, cap, "%s %s%s", verb, name, tag);
 }
 

@@ -145,10 +145,12 @@ static int has_name(enum dl_verb v)
 	       v == DL_VERB_BREAK || v == DL_VERB_HOLDERS;
 }
 
-/* LOCKS: its prefix, in r.name, may be absent */
+/* LOCKS: its prefix, in r.name, may be absent; WATCH, UNWATCH: "*" is
+ * the empty prefix */
 static int may_have_name(enum dl_verb v)
 {
-	return has_name(v) || v == DL_VERB_LOCKS;
+	return has_name(v) || v == DL_VERB_LOCKS || v == DL_VERB_WATCH ||
+	       v == DL_VERB_UNWATCH;
 }
 
 static int has_token(enum dl_verb v)
@@ -168,8 +170,14 @@ static void request_round_trip(const struct dl_request *r)
 
 	dl_fmt_init(&f, buf, sizeof(buf));
 	dl_fmt_word(&f, dl_verb_name(r->verb));
-	if (has_name(r->verb) || r->name.len > 0)
+	if (r->prefix) {
 		dl_fmt_str(&f, r->name);
+		/* the '*' right after the prefix, no space */
+		if (f.len < sizeof(buf))
+			buf[f.len++] = '*';
+	} else if (has_name(r->verb) || r->name.len > 0) {
+		dl_fmt_str(&f, r->name);
+	}
 	if (has_token(r->verb))
 		dl_fmt_u64(&f, r->token);
 	if (r->arg.len > 0)
@@ -215,6 +223,7 @@ static void request_round_trip(const struct dl_request *r)
 	CHECK(str_same(r2.after, r->after));
 	CHECK(r2.by_waiters == r->by_waiters);
 	CHECK(r2.shared == r->shared);
+	CHECK(r2.prefix == r->prefix);
 	CHECK(r2.has_desc == r->has_desc);
 	CHECK(str_same(r2.desc_host, r->desc_host));
 	CHECK(str_same(r2.desc_cmd, r->desc_cmd));

@@ -192,6 +192,30 @@ def test_a_reader_asking_to_write_is_told_it_would_deadlock(daemon):
         r.release()
 
 
+def test_a_wait_that_would_close_a_cycle_raises_deadlock_at_once(daemon):
+    with client(daemon, owner="pa", owner_key="a" * 32) as a, \
+            client(daemon, owner="pb", owner_key="b" * 32) as b:
+        la = a.lock("A", ttl=10)
+        lb = b.lock("B", ttl=10)
+        got: list[object] = []
+        t = threading.Thread(target=lambda: got.append(a.lock("B", ttl=10, wait=10)))
+        t.start()
+        assert wait_until(lambda: b.status("B").waiters == 1, 5)
+        t0 = time.monotonic()
+        with pytest.raises(dlockd.Deadlock) as e:
+            b.lock("A", ttl=10, wait=10)
+        assert time.monotonic() - t0 < 2  # at once, not after wait=10
+        assert isinstance(e.value, dlockd.LockTimeout)  # as it was
+        assert e.value.code == "DEADLOCK"
+        assert e.value.owners == 2 and e.value.cycle == (("pa", "B"),)
+        assert b.status("A").waiters == 0
+        lb.release()
+        t.join(5)
+        assert got and got[0].valid
+        got[0].release()
+        la.release()
+
+
 def test_bad_arguments_are_refused_before_anything_is_sent(daemon):
     with client(daemon) as c:
         for bad in ("", "a b", "a=b", "x" * 256):
@@ -551,6 +575,9 @@ def test_clients_follow_a_takeover_between_two_daemons(redis):
             assert wait_until(lambda: c.status("ha").waiters == 1, 3)
             a.kill9()
             time.sleep(4.0)  # the take-over, then a renewal (TTL/3) at b
+            # b may still be writing its table back (changes refused with
+            # ERR UNAVAILABLE meanwhile: on a loaded machine, after 4 s)
+            assert wait_until(lambda: not _unavailable(c), 10)
             assert lease.valid and not lost.calls
             assert c.status("ha").token == lease.token
             assert not got

@@ -124,6 +124,8 @@ class Run:
     def lock_word(e: BaseException | None) -> str:
         if e is None:
             return "granted"
+        if isinstance(e, dlockd.Deadlock):
+            return "cycle"
         if isinstance(e, dlockd.LockTimeout):
             return "busy" if e.code == "BUSY" else "timeout"
         for cls, w in ((dlockd.LimitMismatch, "mismatch"), (dlockd.UpgradeDeadlock, "deadlock"),
@@ -139,6 +141,8 @@ class Run:
             self.fail(f"lock: {got} ({err}), expected {want[0]}")
         if lease is not None:
             self.leases[want[1]] = Var(lease)
+        if isinstance(err, dlockd.Deadlock) and (len(want) < 2 or err.owners != int(want[1])):
+            self.fail(f"cycle: {err.text!r}, expected {want[1:]} owners")
 
     def verb(self, c: dlockd.Client, words: list[str], want: list[str]) -> None:
         verb = words[1]

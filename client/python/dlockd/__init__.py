@@ -22,6 +22,7 @@ across a list of daemons. Durations are seconds (floats), tokens ints.
 from ._async import AsyncClient, AsyncLease, AsyncRWLock, AsyncSemaphore
 from ._errors import (
     ConnectionLost,
+    Deadlock,
     Denied,
     DlockError,
     LimitMismatch,
@@ -45,6 +46,7 @@ __all__ = [
     "AsyncSemaphore",
     "Client",
     "ConnectionLost",
+    "Deadlock",
     "Denied",
     "DlockError",
     "Holder",

@@ -20,6 +20,7 @@ __all__ = [
     "ConnectionLost",
     "LimitMismatch",
     "UpgradeDeadlock",
+    "Deadlock",
     "LimitReached",
     "ProtocolError",
 ]
@@ -85,6 +86,41 @@ class UpgradeDeadlock(DlockError):
     wait for itself (``NO UPGRADE_DEADLOCK``)."""
 
 
+class Deadlock(LockTimeout):
+    """Waiting would close a cycle of owners that wait for each other
+    (``NO DEADLOCK``): refused at once, whatever ``wait``, and nothing
+    waits. ``owners`` is how many owners the cycle has, this client's
+    included; ``cycle`` the others, in order, as ``(owner, lock)`` pairs:
+    this client waits for the first owner, which waits for its lock, held
+    (or queued ahead for) by the next, the last one's by this client. At
+    most four are named (``"-"`` for what the user may not read).
+
+    A LockTimeout, as the same wait ended with one before the server
+    refused deadlocks: code that handles a lock it did not get still
+    does."""
+
+    owners: int = 0
+    cycle: tuple[tuple[str, str], ...] = ()
+
+
+def _parse_cycle(err: Deadlock, words: list[str]) -> None:
+    # NO DEADLOCK <name> <n> <owner> [user=<u>] <lock> ... [more=<m>] [id=..]
+    if len(words) < 4 or not words[3].isdigit():
+        return
+    err.owners = int(words[3])
+    hops: list[tuple[str, str]] = []
+    owner = ""
+    for w in words[4:]:
+        if w.startswith(("user=", "more=", "id=")):
+            continue
+        if not owner:
+            owner = w
+        else:
+            hops.append((owner, w))
+            owner = ""
+    err.cycle = tuple(hops)
+
+
 class LimitReached(DlockError):
     """A configured limit of the server was reached (``ERR LIMIT``)."""
 
@@ -102,6 +138,7 @@ _NO_CODES: dict[str, type[DlockError]] = {
     "DENIED": Denied,
     "LIMIT_MISMATCH": LimitMismatch,
     "UPGRADE_DEADLOCK": UpgradeDeadlock,
+    "DEADLOCK": Deadlock,
 }
 _ERR_CODES: dict[str, type[DlockError]] = {
     "NOAUTH": Denied,
@@ -120,4 +157,6 @@ def error_of(kind: str, code: str, text: str) -> DlockError:
         words = text.split()
         if len(words) >= 4 and words[3].isdigit():
             err.limit = int(words[3])
+    elif isinstance(err, Deadlock):
+        _parse_cycle(err, text.split())
     return err

@@ -259,8 +259,9 @@ class Client:
         broken), the server grants it to nobody for that long, waiters
         keeping their place; a release frees it at once. Set by the request
         that finds the lock free, raised by later ones; ``status()`` shows
-        it (``delay``, ``delay_left``). Raises LockTimeout, LimitMismatch, UpgradeDeadlock, Denied,
-        Unavailable, ConnectionLost."""
+        it (``delay``, ``delay_left``). Raises LockTimeout (Deadlock when
+        waiting would close a cycle of owners), LimitMismatch,
+        UpgradeDeadlock, Denied, Unavailable, ConnectionLost."""
         a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay)
         start = now_ms()
         wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
