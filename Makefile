@@ -86,7 +86,8 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
               server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c \
-              server/watchreg.c server/watch.c server/desc.c
+              server/watchreg.c server/watch.c server/desc.c \
+              server/locktab_side.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c client/dlock_tls.c client/dlock_watch.c \
               client/dlock_desc.c
@@ -94,7 +95,8 @@ UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_reco
               test_users test_watchreg
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls test_access \
-               test_conformance test_describe test_deadlock test_watch
+               test_conformance test_describe test_deadlock test_watch \
+               test_lease_end
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -102,6 +104,7 @@ CLIENT_OBJ := $(CLIENT_SRC:%.c=$(O)/%.o)
 # The lock table and what it is made of, for the unit tests.
 LOCKTAB_OBJ := $(O)/server/locktab.o $(O)/server/locktab_ops.o \
                $(O)/server/locktab_cycle.o $(O)/server/locktab_verify.o \
+               $(O)/server/locktab_side.o \
                $(O)/server/htab.o $(O)/server/wheel.o $(O)/server/desc.o
 # libdlock.so is built from position-independent copies of its objects.
 LIB_PIC_OBJ := $(patsubst %.c,$(O)/pic/%.o,$(CLIENT_SRC) $(PROTO_SRC))
@@ -223,6 +226,9 @@ $(O)/tests/test_layout: $(O)/tests/test_layout.o $(HARNESS_OBJ) \
 $(O)/tests/test_access: $(O)/tests/test_access.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_lease_end: $(O)/tests/test_lease_end.o $(HARNESS_OBJ) \
+                           $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_cli: $(O)/tests/test_cli.o $(HARNESS_OBJ) \
                      $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
@@ -239,7 +245,7 @@ unit: $(addprefix $(O)/tests/,$(UNIT_TESTS))
 
 # Suites that run twice, with persistence off and on (suite-<name>.redis):
 # the same behaviour is required of both.
-REDIS_TOO := test_server test_describe test_watch
+REDIS_TOO := test_server test_describe test_watch test_lease_end
 INTEG_RUNS := $(INTEG_TESTS) $(addsuffix .redis,$(REDIS_TOO))
 INTEG_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DLOCK_EXAMPLES=$(O)/examples
 integ: all $(addprefix $(O)/tests/,$(INTEG_TESTS))
@@ -293,7 +299,7 @@ ALL_SUITES := test_ha test_persist test_faults test_cli test_client \
               test_access test_tls test_server.redis \
               test_server test_describe.redis test_describe test_deadlock \
               test_watch.redis test_watch test_ops test_conformance \
-              $(UNIT_TESTS)
+              test_lease_end.redis test_lease_end $(UNIT_TESTS)
 test-bins: all $(TEST_BINS)
 test-all: test-bins
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) \

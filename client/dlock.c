@@ -726,7 +726,9 @@ int dlock_acquire(dlock_client *c, const char *name,
 	    (wait_ms != DLOCK_WAIT_FOREVER && bad_ms(wait_ms)) ||
 	    (o->mode != DLOCK_EXCLUSIVE && o->mode != DLOCK_SHARED) ||
 	    o->limit > DL_LIMIT_MAX ||
-	    (o->mode == DLOCK_SHARED && o->limit > 1))
+	    (o->mode == DLOCK_SHARED && o->limit > 1) || bad_ms(o->warn_ms) ||
+	    (o->warn_ms && ttl_ms && o->warn_ms >= ttl_ms) ||
+	    bad_ms(o->delay_ms) || o->delay_ms > DL_LOCK_DELAY_MAX_MS)
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
@@ -743,6 +745,8 @@ int dlock_acquire(dlock_client *c, const char *name,
 	q->ttl = ttl_ms ? ttl_ms : c->default_ttl;
 	q->shared = o->mode == DLOCK_SHARED;
 	q->limit = o->limit;
+	q->warn = o->warn_ms;
+	q->delay = o->delay_ms;
 	if (wait_ms <= 0)
 		q->wait = wait_ms < 0 ? -1 : 0;
 	else
@@ -787,6 +791,10 @@ int dlock_unlock(dlock_client *c, dlock_lease *h)
 	if (h->notify) {
 		h->notify = 0;
 		c->notify_count--;
+	}
+	if (h->risk_notify) {
+		h->risk_notify = 0;
+		c->risk_count--;
 	}
 	l = h->l;
 	for (pp = &l->handles; *pp && *pp != h; pp = &(*pp)->next)

@@ -156,6 +156,21 @@ enum dlock_lost_reason {
 typedef void (*dlock_lost_cb)(dlock_client *c, const dlock_lease *lease,
 			      enum dlock_lost_reason why, void *arg);
 
+/*
+ * Called on the library's thread when a lease is at risk while it still
+ * has time: its renewal has not been confirmed by half its TTL (the
+ * server or the network is slow or gone, or a renewal was refused as
+ * UNAVAILABLE), or the server sent * EXPIRING for it (the lease's
+ * warning, dlock_lock_options.warn_ms: it was not refreshed in time,
+ * e.g. with renewal off). At most once until the lease is confirmed
+ * again, and always before on_lost for the same handle; it may be
+ * followed by a confirmation (nothing lost) or by on_lost. The same rules
+ * as on_lost: return quickly, no libdlock calls on the same client;
+ * `arg` is options.arg.
+ */
+typedef void (*dlock_at_risk_cb)(dlock_client *c, const dlock_lease *lease,
+				 void *arg);
+
 struct dlock_options {
 	const char *host;      /* "127.0.0.1" */
 	int port;	       /* 7420 */
@@ -228,7 +243,7 @@ struct dlock_options {
 	int lost_guard_ms;	/* 0: max(TTL/10, 20 ms). A lease not
 				   confirmed until now + this is lost */
 	dlock_lost_cb on_lost;	/* NULL: none */
-	void *arg;		/* passed to on_lost */
+	void *arg;		/* passed to on_lost and on_at_risk */
 	/*
 	 * TLS. A dlockd with a certificate speaks only TLS on its TCP port
 	 * (its unix socket never does: with unix_path these are ignored).
@@ -311,6 +326,7 @@ struct dlock_options {
 	const char *desc_host;
 	const char *desc_cmd;
 	int desc_pid;
+	dlock_at_risk_cb on_at_risk; /* NULL: none */
 };
 
 #define DLOCK_SERVERS_MAX 8
@@ -385,6 +401,17 @@ int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,
  * shared holder asking exclusive fails with DLOCK_EDEADLK rather than
  * wait for itself. dlock_lock(c, n, ttl, wait, out) is dlock_acquire()
  * with an exclusive lock.
+ *
+ *   warn_ms  0: none. n: the server sends * EXPIRING when n ms of the
+ *          lease remain unrefreshed (n below the TTL), and the client
+ *          calls on_at_risk: for leases that renewal does not keep
+ *          (options.renew off), or that must be known at risk early.
+ *   delay_ms  0: none. n (at most 60000): the lock's lock-delay: after
+ *          a lease of it ends without an unlock (it expired, e.g. its
+ *          holder lost the server, or was broken), the server grants it
+ *          to nobody for n ms, waiters keeping their place; an unlock
+ *          frees it at once. Set by the request that finds the lock
+ *          free, raised by later ones. Above 60000: DLOCK_EINVAL.
  */
 enum dlock_mode { DLOCK_EXCLUSIVE = 0, DLOCK_SHARED = 1 };
 
@@ -393,6 +420,9 @@ struct dlock_lock_options {
 	int64_t wait_ms; /* DLOCK_WAIT_FOREVER (the default); 0: try once */
 	enum dlock_mode mode;
 	uint32_t limit; /* 0 or 1: a lock; n > 1: a semaphore of n */
+	int64_t warn_ms; /* 0: none; else below the TTL (LOCK warn=) */
+	int64_t delay_ms; /* 0: none; else the lock's lock-delay, at most
+			     60000 (LOCK delay=) */
 };
 
 void dlock_lock_options_init(struct dlock_lock_options *o);
@@ -471,6 +501,8 @@ struct dlock_status {
 	char mode[12];	/* "exclusive", "shared", "semaphore"; "" when free */
 	uint32_t limit;	  /* holders at once: 1 for a lock, n: a semaphore */
 	uint32_t holders; /* how many hold it now */
+	int64_t delay_ms; /* the lock's lock-delay, 0 if none */
+	int64_t delay_left_ms; /* what is left of it while it runs, else 0 */
 };
 int dlock_status(dlock_client *c, const char *name, struct dlock_status *st);
 

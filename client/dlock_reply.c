@@ -11,7 +11,8 @@
  *
  * Replies complete requests (dl__req_finish) and keep the lease records
  * true: a grant makes a handle, a confirmation moves the local deadline,
- * NO NOT_HOLDER and * EXPIRED lose the lease. What a request given up by
+ * NO NOT_HOLDER and * EXPIRED lose the lease; a failed renewal and
+ * * EXPIRING put it at risk. What a request given up by
  * its caller still brings is cleaned up here: a grant is UNLOCKed, a
  * QUEUED is CANCELled. The requests by (name, token) of
  * dlock_unlock_token() and dlock_refresh_token() concern leases without a
@@ -276,12 +277,14 @@ static void reply_refresh(struct dlock_client *c, struct dl__req *q,
 			dl__lease_lose(c, l, DLOCK_LOST_REJECTED);
 	} else if (q->op == DL__RENEW) {
 		/* UNAVAILABLE and the like: try again soon; the guard says
-		 * when it is too late */
+		 * when it is too late, and the application hears of the
+		 * risk now */
 		int64_t retry = atomic_load(&l->ttl) / 10;
 
 		l->renew_at = dl__now() + (retry > DL__RENEW_RETRY_MIN_MS
 						   ? retry
 						   : DL__RENEW_RETRY_MIN_MS);
+		dl__lease_risk(c, l);
 	}
 	dl__req_finish(c, q, err);
 }
@@ -337,6 +340,13 @@ void dl__status_extra(const struct dl_reply *r, struct dlock_status *st)
 	if (dl_reply_kv(r, "waiters", &v) == 0 &&
 	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= UINT32_MAX)
 		st->waiters = (uint32_t)n;
+	/* STATUS only; a server without lock-delays leaves them 0 */
+	if (dl_reply_kv(r, "delay_ms", &v) == 0 &&
+	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= INT64_MAX)
+		st->delay_ms = (int64_t)n;
+	if (dl_reply_kv(r, "delay_left_ms", &v) == 0 &&
+	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= INT64_MAX)
+		st->delay_left_ms = (int64_t)n;
 }
 
 /* A line of a STATS body, "key value", kept as "key\0value\0"; or of a
@@ -645,6 +655,12 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 		l = dl__lease_find(c, name, token);
 		if (l && !l->dead && !l->unlocking && l->nhandles > 0)
 			dl__lease_lose(c, l, DLOCK_LOST_EXPIRED);
+	} else if (is(r, DL_REPLY_EVENT, "EXPIRING")) {
+		/* the lease's warning (LOCK warn=): not refreshed in time */
+		if (dl_reply_u64(r, 1, &token) < 0)
+			return;
+		if ((l = dl__lease_find(c, name, token)) != NULL)
+			dl__lease_risk(c, l);
 	}
 }
 

@@ -43,9 +43,9 @@
  * added (DLOCK_EHELDBYOWNER; dlock.h, options.owner): exit 75, the command
  * not run.
  *
- * Threads and signals: on_lost runs on libdlock's thread and signal
- * handlers run anywhere; both only set a flag and write one byte to a
- * non-blocking self-pipe. Everything else -- waitpid, signals to the
+ * Threads and signals: on_lost and on_at_risk run on libdlock's thread
+ * and signal handlers run anywhere; all only set a flag and write one byte
+ * to a non-blocking self-pipe. Everything else -- waitpid, signals to the
  * command, messages -- happens in the main loop, which polls that pipe.
  * The signals dlock handles are blocked while libdlock starts a thread, so
  * they are always delivered to the main thread.
@@ -111,6 +111,7 @@ static const int touched_signals[] = {SIGTERM, SIGINT,	SIGHUP,	 SIGQUIT,
 static int wake_fd[2] = {-1, -1}; /* the self-pipe */
 static volatile sig_atomic_t sig_pending[NSIG];
 static atomic_int lost_reason;		   /* 0, or a dlock_lost_reason */
+static atomic_int risks;		   /* on_at_risk calls */
 static struct sigaction orig_action[NSIG]; /* dispositions at start */
 
 static void wake(void)
@@ -136,6 +137,15 @@ static void on_lost(dlock_client *c, const dlock_lease *l,
 	(void)l;
 	(void)arg;
 	atomic_store(&lost_reason, (int)why);
+	wake();
+}
+
+static void on_at_risk(dlock_client *c, const dlock_lease *l, void *arg)
+{
+	(void)c;
+	(void)l;
+	(void)arg;
+	atomic_fetch_add(&risks, 1);
 	wake();
 }
 
@@ -518,7 +528,7 @@ static void supervise(struct runner *r)
 			      {.events = POLLIN}};
 	int64_t now, t;
 	char buf[64];
-	int why;
+	int why, told = 0;
 
 	for (;;) {
 		while (read(wake_fd[0], buf, sizeof(buf)) > 0)
@@ -535,6 +545,13 @@ static void supervise(struct runner *r)
 		reap(r);
 		now = dlock_now_ms();
 		why = atomic_load(&lost_reason);
+		/* said before any loss: a loss is checked after this */
+		if (told < atomic_load(&risks) && !r->lost && !r->exited)
+			dl_cli_msg("warning: the lease on %s is at risk: the "
+				   "server has not confirmed it in time (the "
+				   "command is stopped if the lease ends)",
+				   r->cl->pos[0]);
+		told = atomic_load(&risks);
 		if (!r->lost && !r->exited &&
 		    (why || !dlock_lease_valid(r->l) || now >= fallback_at(r)))
 			start_stopping(r, why);
@@ -607,6 +624,7 @@ static int take_lock(struct runner *r)
 	o.renew = 1;
 	o.lost_guard_ms = (int)r->guard_ms;
 	o.on_lost = on_lost;
+	o.on_at_risk = on_at_risk;
 	block_signals(&old);
 	rc = dl_cli_connect(cl, &o, &r->c);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -281,11 +281,11 @@ static int is_event(enum dl_line_kind k)
 	return k == DL_LINE_EVENT || k == DL_LINE_GRANTED_EVENT;
 }
 
-/* The lines that state a lease's remaining TTL. */
-static int states_ttl(enum dl_line_kind k)
+/* The lines that state a lease's remaining TTL (GRANTED, REFRESHED,
+ * * EXPIRING): cmd.c noted where (fmt_ttl). */
+static int states_ttl(const struct dl_line *l)
 {
-	return k == DL_LINE_GRANTED || k == DL_LINE_GRANTED_EVENT ||
-	       k == DL_LINE_REFRESHED;
+	return l->ttl_len > 0;
 }
 
 static int hold_line(struct dl_conn *c, const char *text, size_t len,
@@ -392,7 +392,7 @@ static int emit_held(struct dl_conn *c, const struct dl_held *h, uint64_t now)
 	char num[24];
 	size_t n, rest;
 
-	if (!states_ttl(l->kind))
+	if (!states_ttl(l))
 		return dl_buf_add(&c->out, t, h->len);
 	n = dl_u64_to_dec(remaining(c, l, t, now), num);
 	rest = l->ttl_off + l->ttl_len;

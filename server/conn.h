@@ -17,8 +17,9 @@
  *         line after it (replies stay in order). Each held line records
  *         the store epoch it waits for; when the store commits an epoch,
  *         the held lines up to it move to `out` (dl_conn_release). A line
- *         that states a lease's TTL (GRANTED, REFRESHED) is rewritten then
- *         with the TTL that remains at that moment -- of the deadline it
+ *         that states a lease's TTL (GRANTED, REFRESHED, * EXPIRING) is
+ *         rewritten then with the TTL that remains at that moment -- of the
+ *         deadline it
  *         stated, and of the lease as it is now (a later REFRESH of the
  *         same owner may have shortened it) -- so a reply that waited for
  *         Redis never promises more than the lease has left (0 if it ended
@@ -100,6 +101,7 @@ struct dl_line {
 	unsigned shared : 1;   /* GRANTED_EVENT: the mode the waiter asked */
 	unsigned reentry : 1;  /* GRANTED*: a reentry (dl_locktab_revoke) */
 	unsigned shorten : 1;  /* REFRESHED: applied when sent (below) */
+	unsigned has_warn : 1; /* GRANTED_EVENT: the waiter asked warn= */
 	uint16_t limit;	       /* GRANTED_EVENT: the lock's limit */
 	uint8_t ttl_len;       /* the TTL field: its length ... */
 	uint16_t ttl_off;      /* ... and offset in the line */
@@ -108,6 +110,7 @@ struct dl_line {
 	uint32_t asked_ttl_ms; /* GRANTED_EVENT: the TTL the waiter asked;
 				  REFRESHED: the new TTL */
 	uint32_t owner_gen;    /* GRANTED*: the session's (dl_locktab_revoke) */
+	uint32_t warn_ms;      /* GRANTED_EVENT: the warning it asked */
 	uint64_t token;	       /* the lease's */
 	uint64_t deadline;     /* the lease's deadline, monotonic ms */
 	uint64_t wait_deadline; /* GRANTED_EVENT: the waiter's */

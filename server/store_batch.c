@@ -392,7 +392,7 @@ static int wb_record(struct dl_store *st, struct wlock *w,
 	struct wbatch *wb = &st->wb;
 
 	w->voff = wb->text.len;
-	if (dl_record_format(lk, wall_off, &st->val) ||
+	if (dl_record_format(st->tab, lk, wall_off, &st->val) ||
 	    dl_buf_add(&wb->text, st->val.p, st->val.len))
 		return DL_ENOMEM;
 	w->vlen = st->val.len;

@@ -333,6 +333,8 @@ static int check_item(const struct dl_record_item *it, void *arg)
 {
 	struct load_ctx *x = arg;
 
+	if (it->kind == 'D') /* the parser checked its range */
+		return 0;
 	if (it->ttl_ms == 0 || it->ttl_ms > DL_TTL_STORE_MAX)
 		return DL_EPROTO;
 	/* One owner, two keys: no daemon writes that (one binding per
@@ -348,7 +350,8 @@ static int check_item(const struct dl_record_item *it, void *arg)
 	}
 	if (it->kind != 'H')
 		return 0;
-	if (it->count == 0 || it->count > DL_REENTRY_MAX || it->token == 0)
+	if (it->count == 0 || it->count > DL_REENTRY_MAX || it->token == 0 ||
+	    it->warn_ms >= it->ttl_ms)
 		return DL_EPROTO;
 	/* holders the lock can have at once: one mode, within the limit */
 	if (x->holders++ == 0)
@@ -406,6 +409,10 @@ static int load_lease(struct load_ctx *x, const struct dl_record_item *it)
 				     it->shared, it->limit, d, held);
 	dl_desc_unref(d);
 	x->leases += r == 0;
+	/* its warning too: a restored lease warns as it did */
+	if (r == 0 && it->warn_ms)
+		r = dl_locktab_restore_warn(x->st->tab, x->name, it->token,
+					    (uint32_t)it->warn_ms);
 	return r ? r : bind_proof(x->st->tab, it);
 }
 
@@ -417,6 +424,11 @@ static int load_item(const struct dl_record_item *it, void *arg)
 	uint64_t wait, grace = x->now_mono + x->st->cfg->restore_grace_ms;
 	int r;
 
+	/* the lock's delay, first: a running one honoured whole from now */
+	if (it->kind == 'D')
+		return dl_locktab_restore_delay(t, x->name,
+						(uint32_t)it->ttl_ms,
+						it->delay_running, it->limit);
 	if (it->kind == 'H')
 		return load_lease(x, it);
 	if (it->deadline != UINT64_MAX && it->deadline <= x->now_wall) {

@@ -551,6 +551,12 @@ static void lease_loss(const char *trap, int expect_term)
 	cr_assert(gt(u64, gone - t0, 1000));
 	cr_assert(eq(int, r.status, EX_LOST), "%s", r.err);
 	cr_assert(strstr(r.err, "lost") != NULL, "%s", r.err);
+	/* ... and said first that the lease was at risk (its renewal was
+	 * not confirmed by half its TTL), before the loss */
+	cr_assert(strstr(r.err, "lease on loss is at risk") != NULL &&
+			  strstr(r.err, "lease on loss is at risk") <
+				  strstr(r.err, "lease on loss lost"),
+		  "%s", r.err);
 	cr_assert(eq(int, file_exists(in_dir("term")), expect_term));
 }
 
@@ -1194,6 +1200,33 @@ Test(cli, lock_prints_the_token_and_only_its_owner_unlocks_it)
 	dlock(&r, "unlock", "--owner", owned("alice"), "lk", tok, NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS lk"), "state"), "free"));
+	h_close(c);
+}
+
+/* lock --warn D: the lease warns its owner's connections (* EXPIRING)
+ * when D of it remain; a warning not below the TTL is a usage error. */
+Test(cli, lock_warn_asks_the_server_to_warn_before_the_end)
+{
+	struct h_client *c = h_hello(d.port, "alice");
+	struct result r;
+	uint64_t t0, token;
+	char want[64];
+	char *l;
+
+	t0 = h_now_ms();
+	dlock(&r, "lock", "lw", "--owner", owned("alice"), "--ttl", "2s",
+	      "--warn", "1s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	token = to_u64(r.out);
+	l = h_read(c, 3000);
+	cr_assert(l != NULL, "no * EXPIRING");
+	snprintf(want, sizeof(want), "* EXPIRING lw %" PRIu64 " ", token);
+	cr_assert(h_starts(l, want), "got \"%s\"", l);
+	cr_assert(ge(u64, h_now_ms() - t0, 1000 - 5));
+	dlock(&r, "lock", "lw2", "--ttl", "2s", "--warn", "2s", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	cr_assert(has(r.err, "--warn 2s must be less than the lease's --ttl"),
+		  "%s", r.err);
 	h_close(c);
 }
 
@@ -1897,6 +1930,32 @@ Test(cli, break_ends_the_lease_it_names)
 	dlock(&r, "trylock", "bk", NULL);
 	cr_assert(eq(int, r.status, 0), "the lock is free after: %s", r.err);
 	cr_assert(gt(u64, to_u64(r.out), to_u64(tok)));
+}
+
+/* lock --delay D gives the lock a lock-delay: once the lease runs out,
+ * trylock fails for D, saying why, and status shows the delay; more than
+ * 1m is a usage error. */
+Test(cli, lock_delay_keeps_an_expired_lock_busy_for_the_delay)
+{
+	struct result r;
+
+	dlock(&r, "lock", "ld", "--ttl", "500ms", "--delay", "2s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	h_sleep_ms(700);
+	dlock(&r, "trylock", "ld", NULL);
+	cr_assert(eq(int, r.status, 75), "%s%s", r.out, r.err);
+	/* busy for its delay, not for a holder: it says so */
+	cr_assert(has(r.err, "dlock: ld is in its lock-delay for "), "%s",
+		  r.err);
+	dlock(&r, "status", "ld", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(has(r.out, "state=free\n") && has(r.out, "delay_ms=2000\n") &&
+			  has(r.out, "delay_left_ms="),
+		  "%s", r.out);
+	dlock(&r, "lock", "ld2", "--delay", "2m", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	cr_assert(has(r.err, "--delay: 2m is too long, at most 1m"), "%s",
+		  r.err);
 }
 
 /* ---- watch and wait-free ------------------------------------------------- */

@@ -237,6 +237,79 @@ Test(ha, standby_takes_over_after_kill9_with_leases_and_tokens)
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
 
+/* A lease's warning (LOCK warn=) is taken over with the lease: the new
+ * active warns its holder warn before the end of the restored lease (its
+ * TTL from the take-over), not before. */
+Test(ha, a_taken_over_lease_still_warns_its_holder)
+{
+	struct h_client *alice, *alice2;
+	uint64_t tx, t0, at;
+	char *l;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	alice = h_hello(a.port, "alice");
+	tx = h_lock(alice, "x", "ttl=4s warn=1s");
+	h_close(alice);
+
+	h_daemon_kill9(&a);
+	t0 = h_now_ms();
+	wait_active(&b, 10000);
+	alice2 = h_hello(b.port, "alice");
+	/* restored for 4 s from the take-over, which came after t0 */
+	l = h_read(alice2, 10000);
+	at = h_now_ms();
+	cr_assert(l != NULL, "no * EXPIRING from the new active");
+	cr_assert(h_starts(l, "* EXPIRING x "), "got \"%s\"", l);
+	cr_assert_eq(h_arg_u64(l, 1), tx, "in \"%s\"", l);
+	cr_assert_geq(at - t0, 3000,
+		      "warned %llu ms after the kill: before the restored "
+		      "lease's end less its warning",
+		      (unsigned long long)(at - t0));
+	l = h_read(alice2, 5000);
+	cr_assert(l && h_starts(l, "* EXPIRED x "), "got \"%s\"", l);
+	h_close(alice2);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+/* A lock's delay is taken over with the lock: a lock in its delay when
+ * the active dies is still in it on the new active, for the whole delay
+ * from the take-over, its waiter granted when it ends. */
+Test(ha, a_running_lock_delay_is_taken_over)
+{
+	struct h_client *alice, *bob;
+	uint64_t t0, at;
+	char *l;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	alice = h_connect(a.port);
+	h_lock(alice, "ld", "ttl=200 delay=4s");
+	l = h_read(alice, 2000);
+	cr_assert(l && h_starts(l, "* EXPIRED ld "), "got \"%s\"", l);
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "ld"),
+			       "dlock4 limit=1 delay=4000 running", 1, 2000),
+		  "record: \"%s\"", h_rec_get(&r, "ld"));
+	h_close(alice);
+
+	h_daemon_kill9(&a);
+	t0 = h_now_ms();
+	wait_active(&b, 10000);
+	bob = h_connect(b.port);
+	l = h_call(bob, "TRYLOCK ld");
+	cr_assert(h_starts(l, "NO BUSY ld "), "got \"%s\"", l);
+	cr_assert_str_eq(h_call(bob, "LOCK ld"), "OK QUEUED ld 1");
+	l = h_read(bob, 10000);
+	at = h_now_ms();
+	cr_assert(l && h_starts(l, "* GRANTED ld "), "got \"%s\"", l);
+	cr_assert_geq(at - t0, 4000,
+		      "granted %llu ms after the kill: before the delay "
+		      "restored at the take-over ended",
+		      (unsigned long long)(at - t0));
+	h_close(bob);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
 /* Who holds a lock is state: after a take-over the standby shows the
  * holder's description and its hold time counted from the grant. */
 Test(ha, a_holders_description_survives_a_take_over)

@@ -2074,6 +2074,83 @@ Test(persist, a_version_1_record_is_kept_and_rewritten_as_version_2)
 	stop_clean();
 }
 
+/* A lease's warning (LOCK warn=) is in its record and survives kill -9:
+ * the restored lease, lasting its TTL from the restart, still warns its
+ * holder warn before that end -- not before, and once. */
+Test(persist, a_lease_warning_survives_kill9)
+{
+	struct h_client *a, *a2;
+	uint64_t tok, r0, at;
+	char *l;
+
+	start("always", NULL);
+	a = h_hello(d.port, "a");
+	tok = h_lock(a, "warned", "ttl=3s warn=1s");
+	cr_assert(h_starts(h_rec_get(&r, "warned"), "dlock3 limit=1\nH ") &&
+			  strstr(h_rec_get(&r, "warned"), " a k=") != NULL &&
+			  strstr(h_rec_get(&r, "warned"), " warn=1000") != NULL,
+		  "record: \"%s\"", h_rec_get(&r, "warned"));
+	h_daemon_kill9(&d);
+	h_close(a);
+	r0 = h_now_ms();
+	h_daemon_restart(&d);
+	a2 = h_hello(d.port, "a");
+	/* restored for 3 s from the restart: the warning at 2 s */
+	l = h_read(a2, 2000 + LATE_MS * 2);
+	at = h_now_ms();
+	cr_assert(l != NULL, "no * EXPIRING after the restart");
+	cr_assert(h_starts(l, "* EXPIRING warned "), "got \"%s\"", l);
+	cr_assert_eq(h_arg_u64(l, 1), tok, "in \"%s\"", l);
+	cr_assert(h_arg_u64(l, 2) <= 1000, "in \"%s\"", l);
+	cr_assert_geq(at - r0, 2000 - EARLY_MS,
+		      "warned %llu ms after the restart began",
+		      (unsigned long long)(at - r0));
+	l = h_read(a2, 1000 + LATE_MS * 2);
+	cr_assert(l && h_starts(l, "* EXPIRED warned "), "got \"%s\"", l);
+	h_close(a2);
+	stop_clean();
+}
+
+/* A lock's delay is in its record and survives kill -9: a lock in its
+ * delay (its holder's lease expired) is still in it after the restart,
+ * for the whole delay from then, and a waiter is granted only when it
+ * ends; the record then goes. */
+Test(persist, a_running_lock_delay_survives_kill9)
+{
+	struct h_client *a, *b;
+	uint64_t r0, at;
+	char *l;
+
+	start("always", NULL);
+	a = h_connect(d.port);
+	h_lock(a, "ld", "ttl=200 delay=3s");
+	l = h_read(a, 200 + LATE_MS);
+	cr_assert(l && h_starts(l, "* EXPIRED ld "), "got \"%s\"", l);
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "ld"),
+			       "dlock4 limit=1 delay=3000 running", 1, 2000),
+		  "record: \"%s\"", h_rec_get(&r, "ld"));
+	h_daemon_kill9(&d);
+	h_close(a);
+	r0 = h_now_ms();
+	h_daemon_restart(&d);
+	b = h_connect(d.port);
+	l = h_call(b, "TRYLOCK ld");
+	cr_assert(h_starts(l, "NO BUSY ld "), "got \"%s\"", l);
+	l = h_call(b, "STATUS ld");
+	cr_assert(h_kv_u64(l, "delay_ms") == 3000 &&
+			  h_kv_u64(l, "delay_left_ms") > 0,
+		  "got \"%s\"", l);
+	cr_assert_str_eq(h_call(b, "LOCK ld"), "OK QUEUED ld 1");
+	l = h_read(b, 3000 + LATE_MS * 2);
+	at = h_now_ms();
+	cr_assert(l && h_starts(l, "* GRANTED ld "), "got \"%s\"", l);
+	cr_assert_geq(at - r0, 3000 - EARLY_MS,
+		      "granted %llu ms after the restart began, delay 3 s",
+		      (unsigned long long)(at - r0));
+	h_close(b);
+	stop_clean();
+}
+
 /* ---- who holds it ----------------------------------------------------------
  */
 

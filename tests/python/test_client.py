@@ -311,6 +311,44 @@ def test_a_frozen_server_loses_the_lease_before_its_deadline_and_warns_first(dae
             daemon.signal(signal.SIGCONT)
 
 
+def test_the_server_warning_calls_on_at_risk_when_renewal_is_off(daemon):
+    risks: list[float] = []
+    got = threading.Event()
+
+    def at_risk(lease: dlockd.Lease) -> None:
+        risks.append(lease.remaining())
+        got.set()
+
+    with client(daemon, renew=False, on_at_risk=at_risk) as c:
+        t0 = time.monotonic()
+        lease = c.lock("warned", ttl=1.0, warn=0.4)
+        assert got.wait(2), "no on_at_risk from * EXPIRING"
+        assert time.monotonic() - t0 >= 0.6 - 0.05, "warned early"
+        assert 0 < risks[0] <= 0.4 and lease.valid
+        got.clear()
+        lease.refresh()  # confirmed: the next warning is news again
+        assert got.wait(2) and len(risks) == 2
+        lease.release()
+        with pytest.raises(ValueError):
+            c.lock("bad", ttl=1.0, warn=1.0)
+
+
+def test_a_lock_delay_keeps_an_expired_lock_from_the_next_holder(daemon):
+    with client(daemon, renew=False) as a, client(daemon) as b:
+        with pytest.raises(ValueError):
+            a.lock("bad", delay=61)
+        t0 = time.monotonic()
+        a.lock("delayed", ttl=0.3, delay=0.8)
+        time.sleep(0.4)  # expired: in its delay
+        st = b.status("delayed")
+        assert not st.held and st.delay == 0.8 and st.delay_left > 0, st
+        with pytest.raises(dlockd.LockTimeout):
+            b.lock("delayed", wait=0)
+        lease = b.lock("delayed", ttl=5)
+        assert time.monotonic() - t0 >= 0.3 + 0.8 - 0.05, "granted during the delay"
+        lease.release()
+
+
 def test_a_shortening_refresh_moves_the_local_deadline_when_sent(daemon):
     with client(daemon, renew=False) as c:
         lease = c.lock("s", ttl=10)

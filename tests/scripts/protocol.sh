@@ -183,9 +183,9 @@ check "$dir/a.out" <<'EOF'
 OK PONG hello
 OK HELLO version=<v> owner=alice ...
 OK GRANTED stock <token> 30000 holds=1
-OK STATUS stock state=held token=<token> ttl_ms=<ms> count=1 owner=alice waiters=0 mode=exclusive limit=1 holders=1 held_ms=<ms> host=shop1 cmd=restock%20--daily
+OK STATUS stock state=held token=<token> ttl_ms=<ms> count=1 owner=alice waiters=0 mode=exclusive limit=1 holders=1 held_ms=<ms> host=shop1 cmd=restock%20--daily delay_ms=0 delay_left_ms=0
 OK RELEASED stock
-OK STATUS stock state=free token=0 ttl_ms=0 count=0 owner=- waiters=0 mode=- limit=1 holders=0 held_ms=<ms>
+OK STATUS stock state=free token=0 ttl_ms=0 count=0 owner=- waiters=0 mode=- limit=1 holders=0 held_ms=<ms> delay_ms=0 delay_left_ms=0
 OK BYE
 EOF
 

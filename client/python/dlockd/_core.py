@@ -544,6 +544,12 @@ class Core:
                 if ls.name == name and ls.token == token and ls.live():
                     ls.broken_by = r.kv("broken_by") or ""
                     self._lose(ls, LostReason.EXPIRED)
+        elif r.word == "EXPIRING":
+            # the lease's warning (LOCK warn=): not refreshed in time
+            token = r.int_arg(1)
+            for ls in self.leases:
+                if ls.name == name and ls.token == token:
+                    self._risk(ls)
 
     # ---- replies -------------------------------------------------------
 
@@ -898,6 +904,8 @@ class Core:
                 wait=wait,
                 mode="shared" if q.shared else None,
                 limit=q.limit if q.limit > 1 else None,
+                warn=int(q.opts["warn"]) if q.opts.get("warn") else None,
+                delay=int(q.opts["delay"]) if q.opts.get("delay") else None,
                 tag=tag,
             )
         if op in ("CONFIRM", "RENEW", "REFRESH"):
