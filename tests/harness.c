@@ -759,10 +759,18 @@ struct h_client *h_connect_unix(const char *path)
 	struct h_client *c;
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
+	uint64_t t0 = h_now_ms();
+	int rc;
+
 	cr_assert(fd >= 0 && strlen(path) < sizeof(sa.sun_path));
 	memcpy(sa.sun_path, path, strlen(path) + 1);
-	cr_assert(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
-		  "connect %s: %s", path, strerror(errno));
+	/* A daemon is started once its TCP port answers; its unix socket
+	 * may be bound a moment later (seen on a loaded machine: ENOENT). */
+	while ((rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa))) != 0 &&
+	       (errno == ENOENT || errno == ECONNREFUSED) &&
+	       h_now_ms() - t0 < 5000)
+		h_sleep_ms(10);
+	cr_assert(rc == 0, "connect %s: %s", path, strerror(errno));
 	c = calloc(1, sizeof(*c));
 	cr_assert(c != NULL);
 	c->fd = fd;
