@@ -1613,7 +1613,7 @@ static void conc_worker(int id, int rw, int64_t until_us, const char *path)
 	struct dlock_options o;
 	dlock_client *c = NULL;
 	dlock_lease *l;
-	char owner[16], srv[64];
+	char owner[16], srv[64], stop[128];
 	unsigned seed = (unsigned)(id * 7919 + getpid());
 	FILE *f = fopen(path, "w");
 	int64_t from, to, dl;
@@ -1621,6 +1621,9 @@ static void conc_worker(int id, int rw, int64_t until_us, const char *path)
 
 	if (!f)
 		_exit(2);
+	/* <dir>/stop: the parent's word that the faults are seconds past */
+	snprintf(stop, sizeof(stop), "%.*s/stop",
+		 (int)(strrchr(path, '/') - path), path);
 	dlock_options_init(&o);
 	snprintf(srv, sizeof(srv), "127.0.0.1:%d,127.0.0.1:%d", a.port,
 		 b.port);
@@ -1629,7 +1632,7 @@ static void conc_worker(int id, int rw, int64_t until_us, const char *path)
 	o.owner = owner;
 	if (dlock_connect(&o, &c) != 0)
 		_exit(3);
-	while (boot_us() < until_us) {
+	while (boot_us() < until_us && access(stop, F_OK) != 0) {
 		write = rw && rand_r(&seed) % CONC_WRITE_EVERY == 0;
 		dlock_lock_options_init(&lo);
 		lo.ttl_ms = CONC_TTL_MS;
@@ -1691,7 +1694,10 @@ static void conc_run(int rw)
 	start_node(&a, "a", "1s");
 	start_node(&b, "b", "1s");
 	cr_assert(mkdtemp(dir) != NULL);
-	until = boot_us() + 7000000;
+	/* the workers go on until 2.5 s after the faults (a stop file), so
+	 * that there are grants after them however long the faults take on
+	 * a loaded machine (a fixed 7 s left none, once); at most 40 s */
+	until = boot_us() + 40000000;
 	for (k = 0; k < CONC_PROCS; k++) {
 		snprintf(path, sizeof(path), "%s/%d", dir, k);
 		pids[k] = fork();
@@ -1707,6 +1713,14 @@ static void conc_run(int rw)
 	h_daemon_restart(&b);
 	wait_active(&b, 10000);
 	t_faults = boot_us();
+	h_sleep_ms(2500);
+	snprintf(path, sizeof(path), "%s/stop", dir);
+	{
+		FILE *sf = fopen(path, "w");
+
+		cr_assert(sf != NULL, "cannot create %s", path);
+		fclose(sf);
+	}
 	for (k = 0; k < CONC_PROCS; k++) {
 		cr_assert_eq(waitpid(pids[k], &st, 0), pids[k]);
 		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
@@ -1731,6 +1745,8 @@ static void conc_run(int rw)
 		fclose(f);
 		unlink(path);
 	}
+	snprintf(path, sizeof(path), "%s/stop", dir);
+	unlink(path);
 	rmdir(dir);
 	qsort(w, n, sizeof(*w), window_cmp);
 	/* a write window against every window that opens before it closes */
