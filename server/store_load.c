@@ -723,6 +723,25 @@ static int quarantine(struct load_ctx *x)
 	return 0;
 }
 
+/*
+ * The clock floor of a start that cannot see the last mark. A Redis that
+ * went back lost the token mark, and this daemon's own (seen.h) covers
+ * only what it saw: another daemon may have issued tokens it never saw
+ * (it was down, or the loss came before its next look) on a wall clock
+ * ahead of this one's. Found by the fault campaign: a daemon whose clock
+ * was a minute behind its peer's took over a flushed Redis after the peer
+ * had granted on it, and resumed 10 s worth of tokens below the peer's.
+ * So such a start goes max_clock_skew past its own clock: above anything
+ * a daemon whose clock is no more than that ahead can have issued. The
+ * same for a Redis with no mark at all (a new keyspace, or one emptied
+ * where no state file saw it): the cost is a jump of the time part, which
+ * has room for centuries (DL_TOKEN_PER_MS).
+ */
+static uint64_t skewed(const struct dl_store *st, uint64_t unix_ms)
+{
+	return unix_ms + st->cfg->max_clock_skew_ms;
+}
+
 static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 {
 	struct dl_store *st = x->st;
@@ -751,7 +770,7 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 			st->tab,
 			dl_token_floor(stored > st->seen.mark ? stored
 							      : st->seen.mark,
-				       unix_ms));
+				       skewed(st, unix_ms)));
 		snprintf(st->fence, sizeof(st->fence), "%s", fence);
 		st->leader.until_ms = dl__lead_until(st, x->lead_sent);
 		return 0;
@@ -769,7 +788,9 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 		stored = x->max_token;
 	if (st->seen.mark > stored)
 		stored = st->seen.mark;
-	dl_locktab_raise_token(st->tab, dl_token_floor(stored, unix_ms));
+	dl_locktab_raise_token(st->tab,
+			       dl_token_floor(stored, stored ? unix_ms
+							     : skewed(st, unix_ms)));
 	if ((rc = quarantine(x)) || (rc = dl__load_keep_lead(x)) ||
 	    (rc = x->l1 ? dl__layout1_migrate(x) : write_back(x)))
 		return rc;
