@@ -1106,6 +1106,11 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 	}
 	if ((verbs[rq.verb].flags & CHANGES) &&
 	    !dl_store_available(c->srv->store)) {
+		/* just took over, the link a moment away: held, not refused
+		 * (executed again once it is up or failed) */
+		if (dl_store_opening(c->srv->store) &&
+		    dl_conn_park(c, line, len) == 0)
+			return;
 		dl_cmd_error(c, DL_EUNAVAILABLE,
 			     "persistence is down, try again", rq.tag);
 		return;

@@ -55,6 +55,13 @@
  * a client that never reads cannot be paused either. The budget is thus
  * exceeded by at most one reply per connection that was executing.
  *
+ * Parked input. A change read while the daemon, having just taken the
+ * leadership over, is still making its link to Redis (dl_store_opening)
+ * is copied and parked (dl_conn_park): the connection reads nothing more
+ * until the link is up or failed, then the line is executed as any other
+ * (dl_conn_unpark_all, from the store's opened hook) and input resumes.
+ * At most one line a connection, for at most the link's connect timeout.
+ *
  * TLS. A connection on the TCP port of a daemon with a certificate has a
  * TLS state (tls.h) between its stream and the rest: ciphertext read is
  * fed to it and the plaintext it gives goes into the line buffer `in`;
@@ -125,6 +132,7 @@ struct dl_held {
 };
 
 struct dl_delayed; /* a reply held back on purpose (conn.c) */
+struct dl_parked;  /* a request waiting for the store (conn.c) */
 
 struct dl_conn {
 	union {
@@ -140,6 +148,7 @@ struct dl_conn {
 	struct dl_conn *wnext;	     /* srv->writeq */
 	struct dl_conn *hnext;	     /* srv->held */
 	struct dl_conn *enext;	     /* srv->endq */
+	struct dl_conn *pnext;	     /* srv->parked */
 	uint64_t id;
 	struct dl_buf out;	    /* writable output */
 	struct dl_buf wout;	    /* output handed to uv_write */
@@ -147,6 +156,7 @@ struct dl_conn {
 	struct dl_held *held;	    /* held lines, oldest first */
 	size_t nheld, held_cap;	    /* ... and their count and room */
 	struct dl_delayed *delayed; /* input paused until it is sent */
+	struct dl_parked *parked;   /* input paused until it is executed */
 	unsigned authed : 1;
 	unsigned paused : 1;  /* input paused: too much output unread */
 	unsigned writing : 1; /* a uv_write is in flight */
@@ -192,6 +202,15 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener);
  * a reply that needs no durability); the text is copied. */
 void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 		  const struct dl_line *line);
+
+/* Execute `line` (a request that changes state) once the store's first
+ * link after a take-over is up or failed (dl_store_opening), reading
+ * nothing from the connection meanwhile, so that later requests keep
+ * their order. The line is copied. DL_ENOMEM: not parked (answer it now). */
+int dl_conn_park(struct dl_conn *c, const char *line, size_t len);
+/* The store's link is up or failed: execute every parked request (each
+ * is answered as the store now allows) and read again. */
+void dl_conn_unpark_all(struct dl_server *srv);
 
 /* Send `line` after ms, reading nothing from the connection meanwhile, so
  * that later requests keep their order (a failed AUTH is answered this

@@ -217,6 +217,11 @@ int dl_store_available(const struct dl_store *st)
 	return dl_store_leading(st) && (!st->redis || st->link == LINK_UP);
 }
 
+int dl_store_opening(const struct dl_store *st)
+{
+	return st->opening && st->active && dl_store_leading(st);
+}
+
 int dl_store_leading(const struct dl_store *st)
 {
 	return !st->redis ||
@@ -290,6 +295,11 @@ static void set_link(struct dl_store *st, enum link l)
 	st->link_since_ms = uv_now(st->loop);
 	if (st->active && was_up != (l == LINK_UP))
 		st->hooks.availability(l == LINK_UP, st->hooks.ctx);
+	if (st->opening && (l == LINK_UP || l == LINK_DOWN)) {
+		st->opening = 0;
+		if (st->hooks.opened)
+			st->hooks.opened(st->hooks.ctx);
+	}
 }
 
 /* Lose the link: refuse changes, free the context, retry with backoff.
@@ -1232,6 +1242,7 @@ int dl_store_take_over(struct dl_store *st, int start, char *err,
 	 * redis_timeout timed the link out at once, and the table was
 	 * re-synced for nothing). */
 	uv_update_time(st->loop);
+	st->opening = r == 0 && st->active;
 	link_connect(st);
 	return r;
 }

@@ -120,6 +120,7 @@ struct dl_store {
 	uint64_t token_mark; /* the token mark sent on this link (0: none yet;
 				store_batch.c) */
 	uint64_t link_since_ms; /* when the link entered its state */
+	int opening; /* the first link after a take-over: dl_store_opening */
 	uint64_t retry_at_ms;	/* DOWN: next connect attempt */
 	uint64_t backoff_ms;
 	uint64_t last_reply_ms;

@@ -370,7 +370,8 @@ static void conn_close(struct fconn *f)
 static void world_open(void)
 {
 	struct dl_locktab_hooks th = {tab_now, tab_event, NULL, tab_change};
-	struct dl_store_hooks sh = {committed, availability, NULL, NULL};
+	struct dl_store_hooks sh = {committed, availability, NULL, NULL, NULL,
+				    NULL};
 	struct dl_locktab_limits lim = {8, 16, 0, 0};
 	int k;
 
