@@ -448,6 +448,13 @@ void dl__lease_reenter(struct dl_locktab *t, struct dl_lease *l, uint32_t ttl,
 		       uint64_t now)
 {
 	l->count++;
+	if (l->restored) {
+		/* maybe a lost grant's, that only its TTL may end
+		 * (dl_locktab_restore_lease) */
+		t->st.reentries++;
+		dl__mark_urgent(t, l->lock);
+		return;
+	}
 #ifdef DL_PLANT_REENTRY_SHRINK
 	/* A planted bug for the fault campaign's self-test (tests/faults):
 	 * the TTL of the last reentry, shorter or not, as dlockd once did.

@@ -157,6 +157,8 @@ struct dl_lease {
 	unsigned has_tag : 1;	     /* extra[] holds a tag */
 	unsigned has_desc : 1;	     /* extra[] holds a description */
 	unsigned has_warn : 1;	     /* it has a warning (a side object) */
+	unsigned restored : 1; /* restored from a record and not refreshed
+				  since: a reentry does not extend it */
 	unsigned count : 24;	     /* reentrant holds, 1..DL_REENTRY_MAX */
 	uint32_t ttl_ms; /* what a restore gives it (R + ttl) and a bare
 			    REFRESH's: never less than what remains */
@@ -719,7 +721,15 @@ void dl_locktab_prefetch(const struct dl_locktab *t, struct dl_str name,
  * more than its limit), a limit unlike the lock's; DL_ENOMEM. A lease's
  * `desc` (NULL: none) is its holder's description, of which the lease
  * takes a reference, and `held_ms` how long it had been held when its
- * record was read (its hold time goes on from there). */
+ * record was read (its hold time goes on from there).
+ *
+ * A restored lease may be a grant whose reply was lost with the daemon
+ * that made it: nobody knows its token, and only its TTL ends it. A LOCK
+ * of its owner re-enters it (one more hold), but does not extend it until
+ * a REFRESH of its token shows a holder who knows it: found by test_ha's
+ * concurrency run, where a worker that was told "held by your owner in
+ * another process" and asked again every 20 ms kept such a lease alive,
+ * and the lock busy, for as long as it went on. */
 int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 			     struct dl_str owner, uint64_t token,
 			     uint32_t count, uint32_t ttl_ms, uint64_t deadline,

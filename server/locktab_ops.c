@@ -393,6 +393,7 @@ int dl_locktab_refresh_warn(struct dl_locktab *t, struct dl_session *s,
 		dl__warn_set(t, l, warn, &spare);
 	free(spare);
 	t->st.refreshes++;
+	l->restored = 0; /* its holder knows it: a reentry may extend it */
 	dl__mark_urgent(t, lk);
 	res->outcome = DL_REFRESHED;
 	res->durable = 1;
@@ -788,6 +789,7 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 	now = dl__now_ms(t);
 	dl__lease_link(t, l, lk, o, token, count, ttl_ms, deadline,
 		       held_ms < now ? now - held_ms : 0, shared);
+	l->restored = 1;
 	dl_locktab_raise_token(t, token);
 	return 0;
 }

@@ -798,6 +798,52 @@ Test(persist, a_reentry_with_a_shorter_ttl_never_shortens_a_restored_lease)
 	stop_clean();
 }
 
+/* A restored lease may be a grant whose reply was lost with the daemon:
+ * its owner's LOCK re-enters it but does not extend it, so that a client
+ * told "held by your owner elsewhere" that asks again and again cannot
+ * keep it alive (found by test_ha: the lock stayed busy for as long as
+ * the worker went on). A REFRESH of its token shows a holder that knows
+ * it: from then on a reentry extends it as before. */
+Test(persist, a_reentry_never_extends_a_restored_lease_nobody_refreshed)
+{
+	struct h_client *a, *a2, *b;
+	uint64_t tok;
+	char *l;
+
+	start("always", NULL);
+	a = h_hello(d.port, "o1");
+	tok = h_lock(a, "g", "ttl=2s");
+	h_lock(a, "k", "ttl=10s");
+	h_daemon_kill9(&d);
+	h_close(a);
+	h_daemon_restart(&d);
+	a2 = h_hello(d.port, "o1");
+	/* g: nobody refreshes it; LOCKs of its owner do not extend it */
+	for (int i = 0; i < 5; i++) {
+		l = h_call(a2, "LOCK g ttl=30s");
+		cr_assert(h_starts(l, "OK GRANTED g "), "reentry: \"%s\"", l);
+		cr_assert_eq(h_arg_u64(l, 1), tok, "\"%s\"", l);
+		cr_assert_leq(h_arg_u64(l, 2), 2000,
+			      "a reentry extended a restored lease: \"%s\"",
+			      l);
+		h_sleep_ms(100);
+	}
+	b = h_hello(d.port, "o2");
+	h_wait_free(b, "g", 4000);
+	l = h_read(a2, 2000);
+	cr_assert(l && h_starts(l, "* EXPIRED g "), "\"%s\"", l ? l : "");
+	/* k: refreshed by its holder, then re-entered: extended */
+	l = h_call(a2, "REFRESH k %llu ttl=10s",
+		   (unsigned long long)h_kv_u64(h_call(b, "STATUS k"), "token"));
+	cr_assert(h_starts(l, "OK REFRESHED k "), "\"%s\"", l);
+	l = h_call(a2, "LOCK k ttl=30s");
+	cr_assert(h_starts(l, "OK GRANTED k "), "\"%s\"", l);
+	cr_assert_gt(h_arg_u64(l, 2), 20000, "\"%s\"", l);
+	h_close(a2);
+	h_close(b);
+	stop_clean();
+}
+
 /* Found from outside: a REFRESH that shortens the lease, refused with ERR
  * UNAVAILABLE (Redis lost before it was recorded), shortened it all the
  * same, and the lock went to another owner while the holder counted on
