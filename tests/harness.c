@@ -663,6 +663,11 @@ int h_starts(const char *s, const char *prefix)
 	return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
+void h_daemon_print_log(const struct h_daemon *d)
+{
+	print_file(d->log);
+}
+
 int h_daemon_log_has(const struct h_daemon *d, const char *needle)
 {
 	char buf[1 << 16];
