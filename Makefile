@@ -8,7 +8,7 @@
 #                   campaign and the fuzzers' smoke run
 #   make test       the contributors' loop: normal build, the unit suites
 #                   and the quicker integration suites, TEST_JOBS at a
-#                   time (README, Inside); make test-all: every suite
+#                   time (docs/inside.md); make test-all: every suite
 #                   and script, still without sanitizers
 #   make run        start a private redis-server and dlockd in the foreground
 #   make install    PREFIX=/usr/local DESTDIR= (staged installs welcome);
@@ -614,11 +614,11 @@ $(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
 $(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
-# What the deadlock check costs a LOCK that would wait (README, How fast).
+# What the deadlock check costs a LOCK that would wait (docs/performance.md).
 $(O)/tests/bench/deadlock: $(O)/tests/bench/deadlock.o $(LOCKTAB_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
-# What a lock change costs to find its watchers (README, How fast);
+# What a lock change costs to find its watchers (docs/performance.md);
 # make bench-watch [WATCH_EVENTS=n].
 $(O)/tests/bench/watch: $(O)/tests/bench/watch.o $(O)/server/watchreg.o \
                         $(O)/server/htab.o
@@ -628,11 +628,12 @@ bench-watch:
 	$(MAKE) SAN= O=build build/tests/bench/watch
 	build/tests/bench/watch $(WATCH_EVENTS)
 
-# Password guesses per second one host gets (README, Security); by hand:
+# Password guesses per second one host gets (docs/security.md); by hand:
 # authflood <port> [connections] [seconds] [source addresses].
 $(O)/tests/bench/authflood: $(O)/tests/bench/authflood.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
-# What clients that pipeline and never read cost (README, Limits):
+# What clients that pipeline and never read cost (docs/operations.md,
+# Limits):
 # outflood <port> <dlockd pid> [connections] [seconds].
 $(O)/tests/bench/outflood: $(O)/tests/bench/outflood.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
@@ -653,14 +654,14 @@ bench-python:
 	DLOCKD=build/dlockd $(PYTHON) tests/bench/pybench.py \
 	  --out build/bench/python.txt
 
-# What bounds the durable pairs on a small machine (README, How fast).
+# What bounds the durable pairs on a small machine (docs/performance.md).
 bench-bound:
 	$(MAKE) SAN= O=build all build/tests/bench/bench
 	DLOCKD=build/dlockd BENCH=build/tests/bench/bench \
 	  sh tests/bench/bound.sh
 
-# The deadlock check's worst case, on the lock table alone (README, How
-# fast).
+# The deadlock check's worst case, on the lock table alone
+# (docs/performance.md).
 bench-deadlock:
 	$(MAKE) SAN= O=build build/tests/bench/deadlock
 	build/tests/bench/deadlock
