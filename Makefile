@@ -494,6 +494,10 @@ faults-selftest: $(FAULT_BINS)
 # ---- install ----------------------------------------------------------------
 
 MAN_PAGES := client/dlock.1 server/dlockd.conf.5 server/dlockd.8
+# The documents README.md lists, installed as docs/ beside it so that its
+# links hold in the doc directory too.
+DOC_PAGES := docs/guide.md docs/operations.md docs/security.md docs/ha.md \
+  docs/testing.md docs/performance.md docs/inside.md docs/design.md
 
 # An existing $(SYSCONFDIR)/dlockd/dlockd.conf is the operator's: never
 # overwritten.
@@ -504,7 +508,8 @@ install: all
 	  $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
 	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
 	  $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/dlockd \
-	  $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)
+	  $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DOCDIR)/docs \
+	  $(DESTDIR)$(DATADIR)
 	install -m 755 $(O)/dlockd $(DESTDIR)$(SBINDIR)/dlockd
 	install -m 755 $(O)/dlock $(DESTDIR)$(BINDIR)/dlock
 	install -m 644 $(LIBDLOCK_A) $(DESTDIR)$(LIBDIR)/libdlock.a
@@ -518,6 +523,8 @@ install: all
 	install -m 644 server/dlockd.conf.5 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5
 	install -m 644 server/dlockd.8 $(DESTDIR)$(MANDIR)/man8/dlockd.8
 	install -m 644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -m 644 CHANGELOG.md $(DESTDIR)$(DOCDIR)/CHANGELOG.md
+	install -m 644 $(DOC_PAGES) $(DESTDIR)$(DOCDIR)/docs
 	install -m 644 proto/PROTOCOL.md $(DESTDIR)$(DOCDIR)/PROTOCOL.md
 	install -m 644 LICENSE $(DESTDIR)$(DOCDIR)/LICENSE
 	install -m 644 conf/redis-dlockd.conf \
@@ -540,7 +547,9 @@ uninstall:
 	  $(DESTDIR)$(MANDIR)/man1/dlock.1 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5 \
 	  $(DESTDIR)$(MANDIR)/man8/dlockd.8 $(DESTDIR)$(UNITDIR)/dlockd.service \
 	  $(DESTDIR)$(DOCDIR)/PROTOCOL.md $(DESTDIR)$(DATADIR)/redis-dlockd.conf \
-	  $(DESTDIR)$(DOCDIR)/LICENSE $(DESTDIR)$(DOCDIR)/README.md
+	  $(DESTDIR)$(DOCDIR)/LICENSE $(DESTDIR)$(DOCDIR)/README.md \
+	  $(DESTDIR)$(DOCDIR)/CHANGELOG.md \
+	  $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_PAGES))
 
 # ---- Debian packages and the Python client -------------------------------------
 
