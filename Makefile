@@ -8,7 +8,7 @@
 #                   campaign and the fuzzers' smoke run
 #   make test       the contributors' loop: normal build, the unit suites
 #                   and the quicker integration suites, TEST_JOBS at a
-#                   time (README, Inside); make test-all: every suite
+#                   time (docs/inside.md); make test-all: every suite
 #                   and script, still without sanitizers
 #   make run        start a private redis-server and dlockd in the foreground
 #   make install    PREFIX=/usr/local DESTDIR= (staged installs welcome);
@@ -494,6 +494,10 @@ faults-selftest: $(FAULT_BINS)
 # ---- install ----------------------------------------------------------------
 
 MAN_PAGES := client/dlock.1 server/dlockd.conf.5 server/dlockd.8
+# The documents README.md lists, installed as docs/ beside it so that its
+# links hold in the doc directory too.
+DOC_PAGES := docs/guide.md docs/operations.md docs/security.md docs/ha.md \
+  docs/testing.md docs/performance.md docs/inside.md docs/design.md
 
 # An existing $(SYSCONFDIR)/dlockd/dlockd.conf is the operator's: never
 # overwritten.
@@ -504,7 +508,8 @@ install: all
 	  $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
 	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
 	  $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/dlockd \
-	  $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)
+	  $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DOCDIR)/docs \
+	  $(DESTDIR)$(DATADIR)
 	install -m 755 $(O)/dlockd $(DESTDIR)$(SBINDIR)/dlockd
 	install -m 755 $(O)/dlock $(DESTDIR)$(BINDIR)/dlock
 	install -m 644 $(LIBDLOCK_A) $(DESTDIR)$(LIBDIR)/libdlock.a
@@ -518,6 +523,8 @@ install: all
 	install -m 644 server/dlockd.conf.5 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5
 	install -m 644 server/dlockd.8 $(DESTDIR)$(MANDIR)/man8/dlockd.8
 	install -m 644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -m 644 CHANGELOG.md $(DESTDIR)$(DOCDIR)/CHANGELOG.md
+	install -m 644 $(DOC_PAGES) $(DESTDIR)$(DOCDIR)/docs
 	install -m 644 proto/PROTOCOL.md $(DESTDIR)$(DOCDIR)/PROTOCOL.md
 	install -m 644 LICENSE $(DESTDIR)$(DOCDIR)/LICENSE
 	install -m 644 conf/redis-dlockd.conf \
@@ -540,7 +547,9 @@ uninstall:
 	  $(DESTDIR)$(MANDIR)/man1/dlock.1 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5 \
 	  $(DESTDIR)$(MANDIR)/man8/dlockd.8 $(DESTDIR)$(UNITDIR)/dlockd.service \
 	  $(DESTDIR)$(DOCDIR)/PROTOCOL.md $(DESTDIR)$(DATADIR)/redis-dlockd.conf \
-	  $(DESTDIR)$(DOCDIR)/LICENSE $(DESTDIR)$(DOCDIR)/README.md
+	  $(DESTDIR)$(DOCDIR)/LICENSE $(DESTDIR)$(DOCDIR)/README.md \
+	  $(DESTDIR)$(DOCDIR)/CHANGELOG.md \
+	  $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_PAGES))
 
 # ---- Debian packages and the Python client -------------------------------------
 
@@ -614,11 +623,11 @@ $(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
 $(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
-# What the deadlock check costs a LOCK that would wait (README, How fast).
+# What the deadlock check costs a LOCK that would wait (docs/performance.md).
 $(O)/tests/bench/deadlock: $(O)/tests/bench/deadlock.o $(LOCKTAB_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
-# What a lock change costs to find its watchers (README, How fast);
+# What a lock change costs to find its watchers (docs/performance.md);
 # make bench-watch [WATCH_EVENTS=n].
 $(O)/tests/bench/watch: $(O)/tests/bench/watch.o $(O)/server/watchreg.o \
                         $(O)/server/htab.o
@@ -628,11 +637,12 @@ bench-watch:
 	$(MAKE) SAN= O=build build/tests/bench/watch
 	build/tests/bench/watch $(WATCH_EVENTS)
 
-# Password guesses per second one host gets (README, Security); by hand:
+# Password guesses per second one host gets (docs/security.md); by hand:
 # authflood <port> [connections] [seconds] [source addresses].
 $(O)/tests/bench/authflood: $(O)/tests/bench/authflood.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
-# What clients that pipeline and never read cost (README, Limits):
+# What clients that pipeline and never read cost (docs/operations.md,
+# Limits):
 # outflood <port> <dlockd pid> [connections] [seconds].
 $(O)/tests/bench/outflood: $(O)/tests/bench/outflood.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
@@ -653,14 +663,14 @@ bench-python:
 	DLOCKD=build/dlockd $(PYTHON) tests/bench/pybench.py \
 	  --out build/bench/python.txt
 
-# What bounds the durable pairs on a small machine (README, How fast).
+# What bounds the durable pairs on a small machine (docs/performance.md).
 bench-bound:
 	$(MAKE) SAN= O=build all build/tests/bench/bench
 	DLOCKD=build/dlockd BENCH=build/tests/bench/bench \
 	  sh tests/bench/bound.sh
 
-# The deadlock check's worst case, on the lock table alone (README, How
-# fast).
+# The deadlock check's worst case, on the lock table alone
+# (docs/performance.md).
 bench-deadlock:
 	$(MAKE) SAN= O=build build/tests/bench/deadlock
 	build/tests/bench/deadlock

@@ -124,7 +124,7 @@ static char *key_of(const char *prefix, const char *suffix)
  * 127.0.0.1), and a Redis that went back was not noticed. So an empty
  * Redis put in place of the old one, or a move to another Redis, is
  * taken for one that went back: move the data with it, or remove
- * dlockd.state on purpose (README). */
+ * dlockd.state on purpose (proto/PROTOCOL.md, "Redis that forgets"). */
 static void seen_init(struct dl_store *st)
 {
 	dl_seen_init(&st->seen, st->cfg->state_dir, st->addr.db,
@@ -1321,10 +1321,11 @@ void dl_store_stop(struct dl_store *st, void (*done)(void *arg), void *arg)
 	 * clients were told (dl_store_idle), so what is left comes from
 	 * closing the connections -- their waiters leaving, a grant nobody
 	 * will be told of -- or, when the drain timed out, releases, whose
-	 * loss only keeps a lock busy (README). Redis keeps the state as
-	 * after a crash, and a standby takes over at once instead of after
-	 * the lease (found from outside: a waiter queued at SIGTERM cost a
-	 * takeover of the whole lease). */
+	 * loss only keeps a lock busy (docs/guide.md, "Why a release does not
+	 * wait for Redis"). Redis keeps the state as after a crash, and a
+	 * standby takes over at once instead of after the lease (found from
+	 * outside: a waiter queued at SIGTERM cost a takeover of the whole
+	 * lease). */
 	if (st->active && st->link == LINK_UP &&
 	    st->committed + 1 == st->epoch) {
 		st->active = 0;

@@ -79,9 +79,9 @@
  * first take of this version over a Redis of layout 1 (a numeric fence)
  * starts the epoch above it and writes it as "<epoch>/2", before anything
  * is loaded or migrated (store_load.c), and there is no way back but a
- * tool that does not exist yet (README, upgrading). The function reads
- * both forms; any other (a later layout) it refuses, which bars it from
- * a Redis whose layout it does not know.
+ * tool that does not exist yet (docs/operations.md, upgrading). The
+ * function reads both forms; any other (a later layout) it refuses, which
+ * bars it from a Redis whose layout it does not know.
  *
  * The active counts its leadership from each renewal's send time, for
  * DL_LEADER_MARGIN_PCT percent less than the lease (Redis starts the

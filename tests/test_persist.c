@@ -1831,11 +1831,11 @@ Test(persist, the_daemon_runs_as_a_redis_acl_user_with_the_documented_rights)
 }
 
 /* hiredis 0.14 has no TLS: a Redis on another machine is reached through
- * a TLS tunnel (README, "Redis's side"). Redis listens on a TLS port too,
- * stunnel in client mode verifies its certificate and forwards to it, and
- * the daemon, pointed at the tunnel's local end, serves and keeps a lease
- * across a restart; CLIENT LIST shows its connections arriving on the TLS
- * port. */
+ * a TLS tunnel (docs/security.md, "Redis's side"). Redis listens on a TLS
+ * port too, stunnel in client mode verifies its certificate and forwards
+ * to it, and the daemon, pointed at the tunnel's local end, serves and
+ * keeps a lease across a restart; CLIENT LIST shows its connections
+ * arriving on the TLS port. */
 static pid_t stunnel_pid;
 
 static void stunnel_stop(void)
