@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * worker.c -- a client of the fault campaign (tests/faults/README.md).
+ * worker.c -- a client of the fault campaign (docs/testing.md,
+ * tests/faults/campaign.sh).
  *
  *   worker lock  <hist> <host> <port> <owner> <locks> <seed> <ms>
  *       takes random locks through libdlock for <ms> (or until SIGTERM),
