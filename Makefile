@@ -8,7 +8,7 @@
 #                   campaign and the fuzzers' smoke run
 #   make test       the contributors' loop: normal build, the unit suites
 #                   and the quicker integration suites, TEST_JOBS at a
-#                   time (README, Inside); make test-all: every suite
+#                   time (docs/inside.md); make test-all: every suite
 #                   and script, still without sanitizers
 #   make run        start a private redis-server and dlockd in the foreground
 #   make install    PREFIX=/usr/local DESTDIR= (staged installs welcome);
@@ -87,7 +87,8 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/store_find.c server/store_durable.c \
               server/store_migrate.c server/store_resync.c server/bucket.c \
               server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c \
-              server/watchreg.c server/watch.c server/desc.c
+              server/watchreg.c server/watch.c server/desc.c \
+              server/locktab_side.c
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c client/dlock_tls.c client/dlock_watch.c \
               client/dlock_desc.c
@@ -95,7 +96,8 @@ UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_reco
               test_users test_watchreg
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls test_access \
-               test_conformance test_describe test_deadlock test_watch
+               test_conformance test_describe test_deadlock test_watch \
+               test_lease_end
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -103,6 +105,7 @@ CLIENT_OBJ := $(CLIENT_SRC:%.c=$(O)/%.o)
 # The lock table and what it is made of, for the unit tests.
 LOCKTAB_OBJ := $(O)/server/locktab.o $(O)/server/locktab_ops.o \
                $(O)/server/locktab_cycle.o $(O)/server/locktab_verify.o \
+               $(O)/server/locktab_side.o \
                $(O)/server/htab.o $(O)/server/wheel.o $(O)/server/desc.o
 # libdlock.so is built from position-independent copies of its objects.
 LIB_PIC_OBJ := $(patsubst %.c,$(O)/pic/%.o,$(CLIENT_SRC) $(PROTO_SRC))
@@ -224,6 +227,9 @@ $(O)/tests/test_layout: $(O)/tests/test_layout.o $(HARNESS_OBJ) \
 $(O)/tests/test_access: $(O)/tests/test_access.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_lease_end: $(O)/tests/test_lease_end.o $(HARNESS_OBJ) \
+                           $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_cli: $(O)/tests/test_cli.o $(HARNESS_OBJ) \
                      $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
@@ -240,7 +246,7 @@ unit: $(addprefix $(O)/tests/,$(UNIT_TESTS))
 
 # Suites that run twice, with persistence off and on (suite-<name>.redis):
 # the same behaviour is required of both.
-REDIS_TOO := test_server test_describe test_watch
+REDIS_TOO := test_server test_describe test_watch test_lease_end
 INTEG_RUNS := $(INTEG_TESTS) $(addsuffix .redis,$(REDIS_TOO))
 INTEG_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DLOCK_EXAMPLES=$(O)/examples
 integ: all $(addprefix $(O)/tests/,$(INTEG_TESTS))
@@ -284,16 +290,22 @@ test: all $(addprefix $(O)/tests/,$(QUICK_SUITES))
 	  $(addprefix suite-,$(QUICK_SUITES))
 
 # Every suite and script of the build in $(O), TEST_JOBS suites at a time,
-# the longest first so that the last to start are short.
+# the longest first so that the last to start are short; then the suites
+# that measure the daemon against Redis's pace with a tight redis_timeout
+# (test_layout: a bucket of 120,000 locks re-synced, leases expiring
+# between re-sync calls), alone: beside another sanitized suite on two
+# cores they missed their bounds.
+SOLO_SUITES := test_layout
 ALL_SUITES := test_ha test_persist test_faults test_cli test_client \
-              test_layout test_access test_tls test_server.redis \
+              test_access test_tls test_server.redis \
               test_server test_describe.redis test_describe test_deadlock \
               test_watch.redis test_watch test_ops test_conformance \
-              $(UNIT_TESTS)
+              test_lease_end.redis test_lease_end $(UNIT_TESTS)
 test-bins: all $(TEST_BINS)
 test-all: test-bins
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) \
 	  $(addprefix suite-,$(ALL_SUITES))
+	@$(MAKE) --no-print-directory $(addprefix suite-,$(SOLO_SUITES))
 	@$(MAKE) --no-print-directory scripts
 
 # The Python client (client/python): its tests and the conformance
@@ -483,6 +495,10 @@ faults-selftest: $(FAULT_BINS)
 # ---- install ----------------------------------------------------------------
 
 MAN_PAGES := client/dlock.1 server/dlockd.conf.5 server/dlockd.8
+# The documents README.md lists, installed as docs/ beside it so that its
+# links hold in the doc directory too.
+DOC_PAGES := docs/guide.md docs/operations.md docs/security.md docs/ha.md \
+  docs/testing.md docs/performance.md docs/inside.md docs/design.md
 
 # An existing $(SYSCONFDIR)/dlockd/dlockd.conf is the operator's: never
 # overwritten.
@@ -493,7 +509,8 @@ install: all
 	  $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) \
 	  $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 \
 	  $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(SYSCONFDIR)/dlockd \
-	  $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DATADIR)
+	  $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(DOCDIR)/docs \
+	  $(DESTDIR)$(DATADIR)
 	install -m 755 $(O)/dlockd $(DESTDIR)$(SBINDIR)/dlockd
 	install -m 755 $(O)/dlock $(DESTDIR)$(BINDIR)/dlock
 	install -m 644 $(LIBDLOCK_A) $(DESTDIR)$(LIBDIR)/libdlock.a
@@ -507,6 +524,8 @@ install: all
 	install -m 644 server/dlockd.conf.5 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5
 	install -m 644 server/dlockd.8 $(DESTDIR)$(MANDIR)/man8/dlockd.8
 	install -m 644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -m 644 CHANGELOG.md $(DESTDIR)$(DOCDIR)/CHANGELOG.md
+	install -m 644 $(DOC_PAGES) $(DESTDIR)$(DOCDIR)/docs
 	install -m 644 proto/PROTOCOL.md $(DESTDIR)$(DOCDIR)/PROTOCOL.md
 	install -m 644 LICENSE $(DESTDIR)$(DOCDIR)/LICENSE
 	install -m 644 conf/redis-dlockd.conf \
@@ -529,7 +548,9 @@ uninstall:
 	  $(DESTDIR)$(MANDIR)/man1/dlock.1 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5 \
 	  $(DESTDIR)$(MANDIR)/man8/dlockd.8 $(DESTDIR)$(UNITDIR)/dlockd.service \
 	  $(DESTDIR)$(DOCDIR)/PROTOCOL.md $(DESTDIR)$(DATADIR)/redis-dlockd.conf \
-	  $(DESTDIR)$(DOCDIR)/LICENSE $(DESTDIR)$(DOCDIR)/README.md
+	  $(DESTDIR)$(DOCDIR)/LICENSE $(DESTDIR)$(DOCDIR)/README.md \
+	  $(DESTDIR)$(DOCDIR)/CHANGELOG.md \
+	  $(addprefix $(DESTDIR)$(DOCDIR)/,$(DOC_PAGES))
 
 # ---- Debian packages and the Python client -------------------------------------
 
@@ -603,11 +624,11 @@ $(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
 $(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
-# What the deadlock check costs a LOCK that would wait (README, How fast).
+# What the deadlock check costs a LOCK that would wait (docs/performance.md).
 $(O)/tests/bench/deadlock: $(O)/tests/bench/deadlock.o $(LOCKTAB_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
-# What a lock change costs to find its watchers (README, How fast);
+# What a lock change costs to find its watchers (docs/performance.md);
 # make bench-watch [WATCH_EVENTS=n].
 $(O)/tests/bench/watch: $(O)/tests/bench/watch.o $(O)/server/watchreg.o \
                         $(O)/server/htab.o
@@ -617,11 +638,12 @@ bench-watch:
 	$(MAKE) SAN= O=build build/tests/bench/watch
 	build/tests/bench/watch $(WATCH_EVENTS)
 
-# Password guesses per second one host gets (README, Security); by hand:
+# Password guesses per second one host gets (docs/security.md); by hand:
 # authflood <port> [connections] [seconds] [source addresses].
 $(O)/tests/bench/authflood: $(O)/tests/bench/authflood.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
-# What clients that pipeline and never read cost (README, Limits):
+# What clients that pipeline and never read cost (docs/operations.md,
+# Limits):
 # outflood <port> <dlockd pid> [connections] [seconds].
 $(O)/tests/bench/outflood: $(O)/tests/bench/outflood.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
@@ -642,14 +664,14 @@ bench-python:
 	DLOCKD=build/dlockd $(PYTHON) tests/bench/pybench.py \
 	  --out build/bench/python.txt
 
-# What bounds the durable pairs on a small machine (README, How fast).
+# What bounds the durable pairs on a small machine (docs/performance.md).
 bench-bound:
 	$(MAKE) SAN= O=build all build/tests/bench/bench
 	DLOCKD=build/dlockd BENCH=build/tests/bench/bench \
 	  sh tests/bench/bound.sh
 
-# The deadlock check's worst case, on the lock table alone (README, How
-# fast).
+# The deadlock check's worst case, on the lock table alone
+# (docs/performance.md).
 bench-deadlock:
 	$(MAKE) SAN= O=build build/tests/bench/deadlock
 	build/tests/bench/deadlock

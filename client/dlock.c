@@ -71,12 +71,15 @@
  * (dlock_refresh) before deadline - lost_guard, or loses the lease.
  *
  * Owner ids. The server knows one holder per owner id, whatever the
- * connection: two live clients must not share an id unless they mean to
- * share their locks (dlock.h, options.owner, says what breaks otherwise).
- * Reusing an id across reconnects keeps a client's leases; across
- * processes it lets dlock_unlock_token() and dlock_refresh_token() reach
- * a lease another process took. Those two make no lease record: the
- * lease stays the other process's to renew, and on_lost never hears of it.
+ * connection, and grants a second LOCK of the id as a reentry. A grant
+ * states the lease's holds (holds=): one with more than this client's
+ * own and the new one is another client's lease (a process sharing the
+ * id and key), which the reply code gives back, one hold, failing the
+ * acquire with DLOCK_EHELDBYOWNER (dlock.h, options.owner). Reusing an id
+ * across reconnects keeps a client's leases; across processes it lets
+ * dlock_unlock_token() and dlock_refresh_token() reach a lease another
+ * process took. Those two make no lease record: the lease stays the other
+ * process's to renew, and on_lost never hears of it.
  */
 #include "client/dlock_private.h"
 
@@ -120,6 +123,8 @@ const char *dlock_strerror(int err)
 		"permission denied",
 		"waiting would deadlock: a cycle of owners waiting for "
 		"each other",
+		"held by this owner in another process (a shared owner "
+		"id): not granted",
 		"the server is of another cluster (another lock table)",
 	};
 
@@ -738,7 +743,9 @@ int dlock_acquire(dlock_client *c, const char *name,
 	    (wait_ms != DLOCK_WAIT_FOREVER && bad_ms(wait_ms)) ||
 	    (o->mode != DLOCK_EXCLUSIVE && o->mode != DLOCK_SHARED) ||
 	    o->limit > DL_LIMIT_MAX ||
-	    (o->mode == DLOCK_SHARED && o->limit > 1))
+	    (o->mode == DLOCK_SHARED && o->limit > 1) || bad_ms(o->warn_ms) ||
+	    (o->warn_ms && ttl_ms && o->warn_ms >= ttl_ms) ||
+	    bad_ms(o->delay_ms) || o->delay_ms > DL_LOCK_DELAY_MAX_MS)
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
@@ -755,6 +762,8 @@ int dlock_acquire(dlock_client *c, const char *name,
 	q->ttl = ttl_ms ? ttl_ms : c->default_ttl;
 	q->shared = o->mode == DLOCK_SHARED;
 	q->limit = o->limit;
+	q->warn = o->warn_ms;
+	q->delay = o->delay_ms;
 	if (wait_ms <= 0)
 		q->wait = wait_ms < 0 ? -1 : 0;
 	else
@@ -799,6 +808,10 @@ int dlock_unlock(dlock_client *c, dlock_lease *h)
 	if (h->notify) {
 		h->notify = 0;
 		c->notify_count--;
+	}
+	if (h->risk_notify) {
+		h->risk_notify = 0;
+		c->risk_count--;
 	}
 	l = h->l;
 	for (pp = &l->handles; *pp && *pp != h; pp = &(*pp)->next)

@@ -122,7 +122,10 @@ enum {
 				  DEADLOCK; nothing changed, nothing
 				  waits): dlock_last_error() names the
 				  cycle, see PROTOCOL.md */
-	DLOCK_ECLUSTER = -21,  /* no server reached is of the client's
+	DLOCK_EHELDBYOWNER = -21, /* held by this owner id in another
+				     process (a client sharing the id and
+				     key): not granted (options.owner) */
+	DLOCK_ECLUSTER = -22,  /* no server reached is of the client's
 				  cluster: their HELLO names another
 				  cluster id than the one the client met
 				  first (or options.cluster); nothing was
@@ -161,6 +164,21 @@ enum dlock_lost_reason {
 typedef void (*dlock_lost_cb)(dlock_client *c, const dlock_lease *lease,
 			      enum dlock_lost_reason why, void *arg);
 
+/*
+ * Called on the library's thread when a lease is at risk while it still
+ * has time: its renewal has not been confirmed by half its TTL (the
+ * server or the network is slow or gone, or a renewal was refused as
+ * UNAVAILABLE), or the server sent * EXPIRING for it (the lease's
+ * warning, dlock_lock_options.warn_ms: it was not refreshed in time,
+ * e.g. with renewal off). At most once until the lease is confirmed
+ * again, and always before on_lost for the same handle; it may be
+ * followed by a confirmation (nothing lost) or by on_lost. The same rules
+ * as on_lost: return quickly, no libdlock calls on the same client;
+ * `arg` is options.arg.
+ */
+typedef void (*dlock_at_risk_cb)(dlock_client *c, const dlock_lease *lease,
+				 void *arg);
+
 struct dlock_options {
 	const char *host;      /* "127.0.0.1" */
 	int port;	       /* 7420 */
@@ -186,37 +204,38 @@ struct dlock_options {
 	 * a random one, fixed for the client's life and never shared.
 	 *
 	 * The server knows holders by owner id, not by connection: all
-	 * connections that say one id are ONE holder. A LOCK of a name that
-	 * id holds is granted at once as a reentry (same token, one more
-	 * hold), whichever client or process sends it, and any of them may
-	 * UNLOCK or REFRESH the lease. That is what lets a client keep its
-	 * leases over a reconnect, and dlock_unlock_token() reach a lease
-	 * another process took. It also means that two live clients must
-	 * not use one owner id at the same time unless they mean to share
-	 * their locks: they do not exclude each other.
+	 * connections that say one id (with its key, owner_key) are ONE
+	 * holder. A LOCK of a name that id holds is granted at once as a
+	 * reentry (same token, one more hold), whichever client or process
+	 * sends it, and any of them may UNLOCK or REFRESH the lease. That is
+	 * what lets a client keep its leases over a reconnect, and
+	 * dlock_unlock_token() reach a lease another process took.
+	 *
+	 * Clients of one id still exclude each other. A grant says how many
+	 * holds its lease has (holds=, PROTOCOL.md); one with more than
+	 * this client's own and the new one is a lease that another client
+	 * of the id holds -- another process that shares the id and key,
+	 * or a lease an earlier user left at the server (a `dlock lock`, a
+	 * client closed without unlocking). The library gives that one hold
+	 * back at once (a single UNLOCK) and the acquire fails with
+	 * DLOCK_EHELDBYOWNER, whatever its wait: the server never queues an
+	 * owner behind itself, so asking again would only be granted again.
+	 * Threads of one client are not affected: they exclude each other
+	 * locally, and the thread that holds a lease re-enters it as before.
+	 * A server of 0.3.0 or older sends no holds=: with it, clients of
+	 * one id do not exclude each other.
 	 *
 	 * Reconnects. A LOCK whose reply was lost with the connection is
 	 * sent again; if the first one had been granted, the second is
-	 * granted as a reentry and the server counts a hold that no handle
-	 * stands for. The library cannot tell how many such holds there
-	 * are, so when the UNLOCK of a lease's last handle is answered HELD
-	 * (no handle of the lease left, no thread of the client acquiring
-	 * its name) it sends UNLOCK again until RELEASED or NOT_HOLDER; the
-	 * clean-up of a grant nobody wanted does the same. This gives back
-	 * only this client's holds as long as every hold of its owner id on
-	 * that lease came from this client: the id is not used by another
-	 * live client, and no lease of the id that an earlier user left at
-	 * the server (a `dlock lock`, a client closed without unlocking) is
-	 * still held when the client locks the same name. Otherwise the
-	 * lock is granted as a reentry of that lease, and the dlock_unlock()
-	 * of the last handle releases the other user's holds as well. A
-	 * program that must reuse such an id can look after the grant
-	 * (dlock_status(): a count above its own holds means someone else
-	 * holds the lease too) and give back only the hold it got: never
-	 * with dlock_unlock(), but with dlock_close() (which frees the
-	 * handle and releases nothing) and then dlock_unlock_token() on a
-	 * client of the same id that has no handle for the lease. `dlock
-	 * run` does that.
+	 * granted as a reentry of a hold that no handle stands for, which
+	 * the library cannot tell from another process's: it is refused as
+	 * above, and the lost hold ends at its TTL. (A server without
+	 * holds= does not say; then the library takes the grant, and when
+	 * the UNLOCK of a lease's last handle is answered HELD -- no handle
+	 * of the lease left, no thread of the client acquiring its name --
+	 * sends UNLOCK again until RELEASED or NOT_HOLDER; the clean-up of a
+	 * grant nobody wanted does the same, unless holds= said the lease
+	 * was another client's too: then it gives back exactly one hold.)
 	 */
 	const char *owner;
 	int connect_timeout_ms; /* 2000; with `servers`, a server that
@@ -232,7 +251,7 @@ struct dlock_options {
 	int lost_guard_ms;	/* 0: max(TTL/10, 20 ms). A lease not
 				   confirmed until now + this is lost */
 	dlock_lost_cb on_lost;	/* NULL: none */
-	void *arg;		/* passed to on_lost */
+	void *arg;		/* passed to on_lost and on_at_risk */
 	/*
 	 * TLS. A dlockd with a certificate speaks only TLS on its TCP port
 	 * (its unix socket never does: with unix_path these are ignored).
@@ -315,6 +334,7 @@ struct dlock_options {
 	const char *desc_host;
 	const char *desc_cmd;
 	int desc_pid;
+	dlock_at_risk_cb on_at_risk; /* NULL: none */
 	/*
 	 * cluster: the cluster id (32 hex digits, HELLO's cluster=) every
 	 * server must name, or NULL: the first id a server names is the
@@ -378,8 +398,9 @@ const char *dlock_cluster(const dlock_client *c);
  * is given back and asked for again while the wait lasts.
  * Errors: DLOCK_EBUSY (wait_ms 0), DLOCK_ETIMEDOUT (also: granted too
  * late, above), DLOCK_ECYCLE (the wait would deadlock: refused at once,
- * whatever wait_ms), DLOCK_ELIMIT, DLOCK_EUNAVAILABLE, DLOCK_EINVAL,
- * transport errors. */
+ * whatever wait_ms), DLOCK_EHELDBYOWNER (another process of this owner id
+ * holds it: options.owner; at once, whatever the wait), DLOCK_ELIMIT,
+ * DLOCK_EUNAVAILABLE, DLOCK_EINVAL, transport errors. */
 int dlock_lock(dlock_client *c, const char *name, int64_t ttl_ms,
 	       int64_t wait_ms, dlock_lease **out);
 int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,
@@ -407,6 +428,17 @@ int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,
  * shared holder asking exclusive fails with DLOCK_EDEADLK rather than
  * wait for itself. dlock_lock(c, n, ttl, wait, out) is dlock_acquire()
  * with an exclusive lock.
+ *
+ *   warn_ms  0: none. n: the server sends * EXPIRING when n ms of the
+ *          lease remain unrefreshed (n below the TTL), and the client
+ *          calls on_at_risk: for leases that renewal does not keep
+ *          (options.renew off), or that must be known at risk early.
+ *   delay_ms  0: none. n (at most 60000): the lock's lock-delay: after
+ *          a lease of it ends without an unlock (it expired, e.g. its
+ *          holder lost the server, or was broken), the server grants it
+ *          to nobody for n ms, waiters keeping their place; an unlock
+ *          frees it at once. Set by the request that finds the lock
+ *          free, raised by later ones. Above 60000: DLOCK_EINVAL.
  */
 enum dlock_mode { DLOCK_EXCLUSIVE = 0, DLOCK_SHARED = 1 };
 
@@ -415,6 +447,9 @@ struct dlock_lock_options {
 	int64_t wait_ms; /* DLOCK_WAIT_FOREVER (the default); 0: try once */
 	enum dlock_mode mode;
 	uint32_t limit; /* 0 or 1: a lock; n > 1: a semaphore of n */
+	int64_t warn_ms; /* 0: none; else below the TTL (LOCK warn=) */
+	int64_t delay_ms; /* 0: none; else the lock's lock-delay, at most
+			     60000 (LOCK delay=) */
 };
 
 void dlock_lock_options_init(struct dlock_lock_options *o);
@@ -493,6 +528,8 @@ struct dlock_status {
 	char mode[12];	/* "exclusive", "shared", "semaphore"; "" when free */
 	uint32_t limit;	  /* holders at once: 1 for a lock, n: a semaphore */
 	uint32_t holders; /* how many hold it now */
+	int64_t delay_ms; /* the lock's lock-delay, 0 if none */
+	int64_t delay_left_ms; /* what is left of it while it runs, else 0 */
 };
 int dlock_status(dlock_client *c, const char *name, struct dlock_status *st);
 

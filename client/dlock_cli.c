@@ -87,6 +87,8 @@ static const struct {
 	[OPT_USER] = {"user", 1},
 	[OPT_SECRET_FILE] = {"secret-file", 1},
 	[OPT_REASON] = {"reason", 1},
+	[OPT_WARN] = {"warn", 1},
+	[OPT_DELAY] = {"delay", 1},
 	[OPT_HELP] = {"help", 0},
 	[OPT_VERSION] = {"version", 0},
 };
@@ -111,6 +113,7 @@ static int exit_for(int err)
 	case DLOCK_OK:
 		return EXIT_OK;
 	case DLOCK_EBUSY:
+	case DLOCK_EHELDBYOWNER:
 	case DLOCK_ELIMIT:
 		return EXIT_TEMPFAIL;
 	case DLOCK_ENOTHOLDER:
@@ -196,9 +199,9 @@ static const char exit_help[] =
 	"  69   cannot reach the server, or it cannot persist (UNAVAILABLE)\n"
 	"  70   internal or unexpected error\n"
 	"  75   could not get the lock: busy with --wait 0, the wait timed\n"
-	"       out, a server limit was reached, or (run) this owner id\n"
-	"       holds it in another process; wait-free: still held after\n"
-	"       --timeout\n"
+	"       out, a server limit was reached, or this owner id holds it\n"
+	"       in another process (run, lock, trylock); wait-free: still\n"
+	"       held after --timeout\n"
 	"  76   run: the lease was lost and the command was stopped\n"
 	"  77   authentication failed or required\n"
 	"  78   the servers are two clusters: their HELLO names two ids (or\n"
@@ -212,9 +215,11 @@ static const char exit_help[] =
 static const struct subcmd subcmds[] = {
 	{"run", dl_cli_run, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_GRACE) |
-		 OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_SHARED) | OPTB(OPT_LIMIT),
+		 OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_SHARED) | OPTB(OPT_LIMIT) |
+		 OPTB(OPT_DELAY),
 	 "run <name> [--ttl D] [--wait D|inf] [--shared|--limit N] "
-	 "[--grace D] [--timeout D] [-E N] [--] <command> [args...]",
+	 "[--delay D] [--grace D] [--timeout D] [-E N] [--] <command> "
+	 "[args...]",
 	 "Take the lock (waiting up to --wait, default inf), run the command\n"
 	 "in a process group of its own with DLOCK_NAME, DLOCK_TOKEN (the\n"
 	 "fencing token) and DLOCK_OWNER in its environment, renew the lease\n"
@@ -231,21 +236,31 @@ static const struct subcmd subcmds[] = {
 	 "least 500ms. --shared: hold it with other --shared holders (a\n"
 	 "reader); without, alone (a writer); first come, first served\n"
 	 "across both. --limit N: a semaphore, N holders at once, each with\n"
-	 "its own token; every user of the name must give the same N.\n", 0},
+	 "its own token; every user of the name must give the same N.\n"
+	 "--delay D: the lock's lock-delay, as for lock.\n", 0},
 	{"lock", dl_cli_lock, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_CONFLICT_EXIT) |
-		 OPTB(OPT_SHARED) | OPTB(OPT_LIMIT),
-	 "lock <name> [--ttl D] [--wait D|inf] [--shared|--limit N] [-E N]",
+		 OPTB(OPT_SHARED) | OPTB(OPT_LIMIT) | OPTB(OPT_WARN) |
+		 OPTB(OPT_DELAY),
+	 "lock <name> [--ttl D] [--wait D|inf] [--shared|--limit N] "
+	 "[--warn D] [--delay D] [-E N]",
 	 "Take the lock (waiting up to --wait, default inf), print its\n"
 	 "fencing token and exit. The lease is NOT renewed: it ends when its\n"
 	 "TTL (--ttl, default 30s) runs out, unless `dlock unlock` or\n"
 	 "`dlock refresh` with the same --owner come first. Without --owner,\n"
 	 "the random owner id is printed on stderr. --shared and --limit N\n"
-	 "as for run.\n", 0},
+	 "as for run. If the owner holds the lock already (an earlier lock\n"
+	 "with this --owner, another process), exit 75 at once. --warn D:\n"
+	 "the server sends * EXPIRING to the owner's connections when D of\n"
+	 "the lease remain unrefreshed (D below the TTL). --delay D (at\n"
+	 "most 1m): the lock's lock-delay: after a lease of it ends without\n"
+	 "an unlock (it expired or was broken), nobody gets it for D;\n"
+	 "waiters keep their place.\n", 0},
 	{"trylock", dl_cli_lock, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_SHARED) |
-		 OPTB(OPT_LIMIT),
-	 "trylock <name> [--ttl D] [--shared|--limit N] [-E N]",
+		 OPTB(OPT_LIMIT) | OPTB(OPT_WARN) | OPTB(OPT_DELAY),
+	 "trylock <name> [--ttl D] [--shared|--limit N] [--warn D] "
+	 "[--delay D] [-E N]",
 	 "As `dlock lock --wait 0`: take the lock if it is free, else exit\n"
 	 "75 at once (N with -E).\n", 0},
 	{"unlock", dl_cli_unlock, 2, 0, "unlock <name> <token>",
@@ -564,6 +579,17 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 		return 0;
 	case OPT_GRACE:
 		return parse_dur(cl, "grace", v, &cl->grace_ms);
+	case OPT_WARN:
+		return parse_dur(cl, "warn", v, &cl->warn_ms);
+	case OPT_DELAY:
+		if ((rc = parse_dur(cl, "delay", v, &cl->delay_ms)) != 0)
+			return rc;
+		if (cl->delay_ms > DL_LOCK_DELAY_MAX_MS)
+			return dl_cli_usage_error(cl,
+						  "--delay: %s is too long, at "
+						  "most 1m (a lock's delay)",
+						  v);
+		return 0;
 	case OPT_RAW:
 		cl->raw = 1;
 		return 0;
@@ -1122,6 +1148,8 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 	lo.wait_ms = wait;
 	lo.mode = cl->shared ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
 	lo.limit = (uint32_t)cl->limit;
+	lo.warn_ms = (int64_t)cl->warn_ms;
+	lo.delay_ms = (int64_t)cl->delay_ms;
 	dl_cli_retry_init(&retry, cl, wait > 0 ? t0 + wait : 0);
 	while ((rc = dlock_acquire(c, name, &lo, l)) != 0 &&
 	       dl_cli_retry(&retry, rc)) {
@@ -1146,6 +1174,15 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 			   "(%s); give the same --limit as its users",
 			   name, dlock_last_error());
 		return EXIT_MISMATCH;
+	}
+	if (rc == DLOCK_EHELDBYOWNER) {
+		/* a process that shares our owner id and key holds it: the
+		 * library gave back the hold it was granted as a reentry */
+		dl_cli_msg("%s is already held by owner %s in another process "
+			   "(the same --owner or DLOCK_OWNER, id and key): not "
+			   "taken",
+			   name, dlock_owner(c));
+		return EXIT_TEMPFAIL;
 	}
 	if (rc == DLOCK_EDEADLK) {
 		/* not an error of the server or of dlock: the lock is this

@@ -110,6 +110,8 @@ enum opt_id {
 	OPT_USER,
 	OPT_SECRET_FILE,
 	OPT_REASON,
+	OPT_WARN,
+	OPT_DELAY,
 	OPT_HELP,
 	OPT_VERSION,
 	OPT_COUNT_
@@ -155,6 +157,8 @@ struct cli {
 				  0: none */
 	uint64_t ttl_ms;
 	uint64_t wait_ms; /* DL_WAIT_INF for inf */
+	uint64_t warn_ms; /* lock --warn: 0 for none */
+	uint64_t delay_ms; /* lock, run --delay: 0 for none */
 	uint64_t grace_ms;
 	int raw;
 	int json;	   /* --json: one JSON object on stdout */

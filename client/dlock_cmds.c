@@ -40,12 +40,21 @@ int dl_cli_lock(struct cli *cl)
 	dlock_client *c;
 	dlock_lease *l;
 	uint64_t wait = strcmp(cl->sub->name, "trylock") == 0 ? 0 : cl->wait_ms;
+	char w[DL_DURATION_TEXT_MAX], t[DL_DURATION_TEXT_MAX];
 	int rc;
 
+	if (cl->warn_ms && cl->warn_ms >= cl->ttl_ms)
+		return dl_cli_usage_error(cl,
+					  "--warn %s must be less than the "
+					  "lease's --ttl (%s)",
+					  dl_format_duration(cl->warn_ms, w),
+					  dl_format_duration(cl->ttl_ms, t));
 	dl_cli_conn_options(cl, &o);
 	/* A waiter keeps its place across drops; a TRYLOCK is not sent
 	 * again (one whose grant a drop hid would be granted again as a
-	 * reentry: a second hold that nobody would give back). */
+	 * reentry, which libdlock refuses as another process's lease). A
+	 * lease this owner holds already, from an earlier `dlock lock` or
+	 * another process, is refused: exit 75 (dl_cli_acquire). */
 	o.reconnect = wait != 0;
 	if ((rc = dl_cli_connect(cl, &o, &c)) != 0)
 		return rc;
@@ -371,9 +380,13 @@ int dl_cli_status(struct cli *cl)
 		dl_cli_json_str_or_null(stdout, st.owner);
 		printf(", \"waiters\": %" PRIu32 ", \"mode\": ", st.waiters);
 		dl_cli_json_str_or_null(stdout, st.mode);
-		printf(", \"limit\": %" PRIu32 ", \"holders\": %" PRIu32
-		       ", \"holders_list\": [",
+		printf(", \"limit\": %" PRIu32 ", \"holders\": %" PRIu32,
 		       st.limit, st.holders);
+		if (st.delay_ms) /* a lock with a lock-delay */
+			printf(", \"delay_ms\": %" PRId64
+			       ", \"delay_left_ms\": %" PRId64,
+			       st.delay_ms, st.delay_left_ms);
+		fputs(", \"holders_list\": [", stdout);
 		for (i = 0, first = 1; i < m.n; i++)
 			if (!m.v[i].h.waiter) {
 				fputs(first ? "" : ", ", stdout);
@@ -399,6 +412,10 @@ int dl_cli_status(struct cli *cl)
 		       st.ttl_ms, st.count, st.owner[0] ? st.owner : "-",
 		       st.waiters, st.mode[0] ? st.mode : "-", st.limit,
 		       st.holders, dlock_cluster(c)[0] ? dlock_cluster(c) : "-");
+		if (st.delay_ms)
+			printf("delay_ms=%" PRId64 "\ndelay_left_ms=%" PRId64
+			       "\n",
+			       st.delay_ms, st.delay_left_ms);
 		for (i = 0; i < m.n; i++)
 			print_member(&m.v[i].h);
 	} else {
@@ -902,6 +919,25 @@ static const char *held_text(int64_t ms, char *buf, size_t n)
 	return buf;
 }
 
+/* A NO BUSY for a lock in its lock-delay (delay_left_ms=, the server's
+ * last word on it): what is left of the delay, for people, in buf. 0 if
+ * the reply does not say. */
+static int delay_left(char *buf, size_t n)
+{
+	const char *p = strstr(dlock_last_error(), " delay_left_ms=");
+	uint64_t ms;
+	size_t len;
+
+	if (!p)
+		return 0;
+	p += strlen(" delay_left_ms=");
+	len = strcspn(p, " ");
+	if (dl_parse_u64(p, len, &ms) || ms > INT64_MAX)
+		return 0;
+	held_text((int64_t)ms, buf, n);
+	return 1;
+}
+
 void dl_cli_busy_msg(const char *name, int no_permit)
 {
 	const char *np = no_permit ? " (no permit free)" : "";
@@ -910,7 +946,11 @@ void dl_cli_busy_msg(const char *name, int no_permit)
 
 	/* a server before descriptions, or a user who may not read it */
 	if (dlock_busy_holder(&h) != 0) {
-		dl_cli_msg("%s is held by another owner%s", name, np);
+		if (delay_left(held, sizeof(held)))
+			dl_cli_msg("%s is in its lock-delay for %s%s", name,
+				   held, np);
+		else
+			dl_cli_msg("%s is held by another owner%s", name, np);
 		return;
 	}
 	/* "(pid 4242, make deploy)": what was said */

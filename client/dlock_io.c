@@ -4,10 +4,10 @@
  *
  * The thread is the only reader of the socket. It loops on poll() over the
  * socket, the self-pipe and a CLOCK_BOOTTIME timer (sleep_until) set to
- * the nearest of: a
- * lease's renewal, a lease's lost guard, a reconnect attempt, the end of a
- * connect in progress. Around poll() it holds c->mu, and it releases it
- * only in poll() and while calling on_lost.
+ * the nearest of: a lease's renewal, a renewal overdue (the lease is at
+ * risk), a lease's lost guard, a reconnect attempt, the end of a connect
+ * in progress. Around poll() it holds c->mu, and it releases it only in
+ * poll() and while calling on_at_risk and on_lost.
  *
  * Lines: dl_linebuf splits them and dl__line_in (dlock_reply.c) handles
  * each; a line it cannot place (not protocol, a reply to nothing, a tag out
@@ -693,10 +693,12 @@ static void input(struct dlock_client *c)
 /* ---- timers: renewal and lost guards ------------------------------------- */
 
 /* Renew what is due, declare lost what can no longer be confirmed in
- * time; returns the next time there is something to do. */
+ * time, and at risk what renewal has not confirmed by half its TTL (a
+ * renewal is due at a third: it is a sixth late); returns the next time
+ * there is something to do. */
 static int64_t timers(struct dlock_client *c, int64_t now)
 {
-	int64_t next = DL__NEVER, ttl, lost_at;
+	int64_t next = DL__NEVER, ttl, lost_at, overdue;
 	struct dl__lease *l;
 	struct dl__req *q;
 
@@ -711,7 +713,14 @@ static int64_t timers(struct dlock_client *c, int64_t now)
 		}
 		if (lost_at < next)
 			next = lost_at;
-		if (!c->opt.renew || l->refreshing || c->state != DL__UP)
+		if (!c->opt.renew)
+			continue;
+		overdue = l->renew_at + ttl / 6;
+		if (!l->at_risk && now >= overdue)
+			dl__lease_risk(c, l);
+		else if (!l->at_risk && overdue < next)
+			next = overdue;
+		if (l->refreshing || c->state != DL__UP)
 			continue;
 		if (now < l->renew_at) {
 			if (l->renew_at < next)
@@ -731,6 +740,34 @@ static int64_t timers(struct dlock_client *c, int64_t now)
 		l->refreshing = 1;
 	}
 	return next;
+}
+
+/* Call on_at_risk for every handle that awaits it, without the lock
+ * (before deliver_lost: a handle hears of the risk before the loss). */
+static void deliver_risk(struct dlock_client *c)
+{
+	struct dl__lease *l;
+	dlock_lease *h;
+
+	while (c->risk_count > 0 && !c->closing) {
+		for (l = c->leases, h = NULL; l && !h; l = l->next)
+			for (h = l->handles; h && !h->risk_notify; h = h->next)
+				;
+		if (!h) {
+			c->risk_count = 0;
+			return;
+		}
+		h->risk_notify = 0;
+		c->risk_count--;
+		if (!c->opt.on_at_risk)
+			continue;
+		c->cb_handle = h;
+		pthread_mutex_unlock(&c->mu);
+		c->opt.on_at_risk(c, h, c->opt.arg);
+		pthread_mutex_lock(&c->mu);
+		c->cb_handle = NULL;
+		pthread_cond_broadcast(&c->idle_cv);
+	}
 }
 
 /* Call on_lost for every handle that awaits it, without the lock. */
@@ -810,10 +847,11 @@ void *dl__thread_main(void *arg)
 		if (c->wfail)
 			disconnect(c);
 		next = timers(c, now);
+		deliver_risk(c);
 		deliver_lost(c);
 		if (c->closing)
 			break;
-		if (c->notify_count > 0)
+		if (c->notify_count > 0 || c->risk_count > 0)
 			continue;
 
 		p[0] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};

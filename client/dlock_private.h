@@ -126,6 +126,8 @@ struct dl__req {
 	uint64_t token;	   /* of UNLOCK REFRESH CHECK CONFIRM; LOCK's result */
 	int64_t ttl;	   /* ms, explicit (0 resolved to the server default) */
 	int64_t wait;	   /* LOCK: ms as asked, -1 forever */
+	int64_t warn;	   /* LOCK: warn= ms, 0 for none */
+	int64_t delay;	   /* LOCK: delay= ms, 0 for none */
 	int64_t wait_end;  /* LOCK: monotonic end of the wait, from the first
 			      write; DL__NEVER for forever */
 	int64_t sent_at;   /* monotonic ms of the last write */
@@ -174,6 +176,7 @@ struct dl__lease {
 	unsigned dead : 1;	 /* lost: not renewed nor guarded */
 	unsigned unlocking : 1;	 /* its last handle is being unlocked */
 	unsigned refreshing : 1; /* a renewal is in flight */
+	unsigned at_risk : 1;	 /* on_at_risk said, not confirmed since */
 };
 
 /* The public handle: one hold of a lease. */
@@ -182,7 +185,8 @@ struct dlock_lease {
 	dlock_lease *next;   /* on l->handles */
 	atomic_int lost;     /* on_lost was (or is about to be) called */
 	enum dlock_lost_reason why;
-	unsigned notify : 1; /* on_lost still to be called */
+	unsigned notify : 1;	  /* on_lost still to be called */
+	unsigned risk_notify : 1; /* on_at_risk still to be called */
 };
 
 /* A thread waiting for a name that another thread of the client holds or
@@ -288,7 +292,8 @@ struct dlock_client {
 	/* leases */
 	struct dl__lease *leases;
 	int notify_count;	      /* handles with notify set */
-	const dlock_lease *cb_handle; /* in on_lost right now */
+	int risk_count;		      /* handles with risk_notify set */
+	const dlock_lease *cb_handle; /* in on_lost or on_at_risk now */
 	int ncallers;		      /* threads inside public calls */
 
 	/* watches (dlock_watch.c) */
@@ -351,6 +356,10 @@ int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
 		    int64_t ms, int64_t sent_at);
 /* The server confirmed the lease for ms from sent_at. */
 void dl__lease_confirm(struct dl__lease *l, int64_t sent_at, int64_t ms);
+/* Mark at risk (once until confirmed again: dl__lease_confirm); on_at_risk
+ * is called by the thread for each handle not lost yet, before any
+ * on_lost of it. */
+void dl__lease_risk(struct dlock_client *c, struct dl__lease *l);
 /* Mark lost; on_lost is called by the thread for each handle. */
 void dl__lease_lose(struct dlock_client *c, struct dl__lease *l,
 		    enum dlock_lost_reason why);

@@ -11,7 +11,8 @@
  *
  * Replies complete requests (dl__req_finish) and keep the lease records
  * true: a grant makes a handle, a confirmation moves the local deadline,
- * NO NOT_HOLDER and * EXPIRED lose the lease. What a request given up by
+ * NO NOT_HOLDER and * EXPIRED lose the lease; a failed renewal and
+ * * EXPIRING put it at risk. What a request given up by
  * its caller still brings is cleaned up here: a grant is UNLOCKed, a
  * QUEUED is CANCELled. The requests by (name, token) of
  * dlock_unlock_token() and dlock_refresh_token() concern leases without a
@@ -19,8 +20,9 @@
  */
 #include "client/dlock_private.h"
 
-#include <stdlib.h>
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- replies ------------------------------------------------------------- */
@@ -61,6 +63,66 @@ static int too_late(struct dlock_client *c, const struct dl__req *q,
 		ttl = atomic_load(&l->ttl); /* a reentry keeps the longer */
 	return dl__now() >=
 	       q->sent_at + ms - dl__slack(ms) - dl__guard(c, ttl);
+}
+
+/* holds= of a GRANTED line: the lease's holds with this one, or 0 when
+ * the server does not say (one from before it did). */
+static uint64_t grant_holds(const struct dl_reply *r)
+{
+	struct dl_str v;
+	uint64_t n;
+
+	if (dl_reply_kv(r, "holds", &v) < 0 ||
+	    dl_parse_u64(v.p, v.len, &n) < 0)
+		return 0;
+	return n;
+}
+
+/* The holds of lease (name, token) this client had at the server when it
+ * executed the request whose reply (or event) is being read: the handles
+ * of its lease, and the holds it is giving back or confirming in requests
+ * still on the FIFO -- written after that request, since replies come in
+ * order, so the server had not read them yet. A hold whose UNLOCK was
+ * answered is gone at both ends. */
+static uint64_t own_holds(struct dlock_client *c, const char *name,
+			  uint64_t token)
+{
+	const struct dl__lease *l = dl__lease_find(c, name, token);
+	const struct dl__req *q;
+	uint64_t n = l ? (uint64_t)l->nhandles : 0;
+
+	for (q = c->fifo; q; q = q->next)
+		if ((q->op == DL__UNLOCK || q->op == DL__CONFIRM) &&
+		    q->token == token && strcmp(q->name, name) == 0)
+			n++;
+	return n;
+}
+
+/* A grant of a lease with more holds than this client's and this one:
+ * another client of our owner id holds it (a process that shares the id
+ * and its key), and believes it holds it alone. It is no lock for us:
+ * give back exactly this hold (an UNLOCK of a "last hold" would go on
+ * while answered HELD and release the other's too) and fail the acquire.
+ * Waiting would not help: the server never queues an owner behind
+ * itself, it would only grant again. A lost reply's hold that a LOCK sent
+ * again after a reconnect re-entered looks the same and is refused too;
+ * it ends at its TTL. Returns 1 when refused (q is finished). */
+static int held_elsewhere(struct dlock_client *c, struct dl__req *q,
+			  uint64_t token, uint64_t holds)
+{
+	uint64_t mine;
+
+	if (holds == 0 || holds <= (mine = own_holds(c, q->name, token)) + 1)
+		return 0;
+	dl__internal(c, DL__UNLOCK, q->name, token, 0);
+	snprintf(q->err, sizeof(q->err),
+		 "%s is held by owner %s in another process: its lease %" PRIu64
+		 " has %" PRIu64 " holds, %" PRIu64
+		 " of them this client's; the new one was given back",
+		 q->name, c->owner, token, holds, mine + 1);
+	dl__req_finish(c, q,
+		       q->abandoned ? DLOCK_ETIMEDOUT : DLOCK_EHELDBYOWNER);
+	return 1;
 }
 
 /* OK GRANTED / OK REFRESHED for a LOCK or its confirmation. */
@@ -106,7 +168,8 @@ static void reply_lock(struct dlock_client *c, struct dl__req *q,
 			dl__req_finish(c, q, DLOCK_EPROTO);
 			return;
 		}
-		granted(c, q, token, ms);
+		if (!held_elsewhere(c, q, token, grant_holds(r)))
+			granted(c, q, token, ms);
 	} else if (is(r, DL_REPLY_OK, "QUEUED")) {
 		if (q->abandoned) {
 			dl__internal(c, DL__CANCEL, q->name, 0, 0);
@@ -214,12 +277,14 @@ static void reply_refresh(struct dlock_client *c, struct dl__req *q,
 			dl__lease_lose(c, l, DLOCK_LOST_REJECTED);
 	} else if (q->op == DL__RENEW) {
 		/* UNAVAILABLE and the like: try again soon; the guard says
-		 * when it is too late */
+		 * when it is too late, and the application hears of the
+		 * risk now */
 		int64_t retry = atomic_load(&l->ttl) / 10;
 
 		l->renew_at = dl__now() + (retry > DL__RENEW_RETRY_MIN_MS
 						   ? retry
 						   : DL__RENEW_RETRY_MIN_MS);
+		dl__lease_risk(c, l);
 	}
 	dl__req_finish(c, q, err);
 }
@@ -275,6 +340,13 @@ void dl__status_extra(const struct dl_reply *r, struct dlock_status *st)
 	if (dl_reply_kv(r, "waiters", &v) == 0 &&
 	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= UINT32_MAX)
 		st->waiters = (uint32_t)n;
+	/* STATUS only; a server without lock-delays leaves them 0 */
+	if (dl_reply_kv(r, "delay_ms", &v) == 0 &&
+	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= INT64_MAX)
+		st->delay_ms = (int64_t)n;
+	if (dl_reply_kv(r, "delay_left_ms", &v) == 0 &&
+	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= INT64_MAX)
+		st->delay_left_ms = (int64_t)n;
 }
 
 /* A line of a STATS body, "key value", kept as "key\0value\0"; or of a
@@ -531,7 +603,7 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 	char name[DL_NAME_MAX + 1];
 	struct dl__req *q;
 	struct dl__lease *l;
-	uint64_t token;
+	uint64_t token, holds;
 	int err;
 
 	struct dl_str v;
@@ -552,10 +624,18 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 	if (is(r, DL_REPLY_EVENT, "GRANTED")) {
 		if (dl_reply_u64(r, 1, &token) < 0)
 			return;
+		holds = grant_holds(r);
 		if (!(q = waiting_take(c, r->tag))) {
-			dl__cleanup_grant(c, name, token); /* nobody waits */
+			/* nobody waits: give it back, exactly one hold if the
+			 * lease is another client's too (held_elsewhere) */
+			if (holds > own_holds(c, name, token) + 1)
+				dl__internal(c, DL__UNLOCK, name, token, 0);
+			else
+				dl__cleanup_grant(c, name, token);
 			return;
 		}
+		if (held_elsewhere(c, q, token, holds))
+			return;
 		/* The TTL started when the server granted it, before this
 		 * line reached us: confirm with a REFRESH and count the local
 		 * deadline from when that was sent. */
@@ -575,6 +655,12 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 		l = dl__lease_find(c, name, token);
 		if (l && !l->dead && !l->unlocking && l->nhandles > 0)
 			dl__lease_lose(c, l, DLOCK_LOST_EXPIRED);
+	} else if (is(r, DL_REPLY_EVENT, "EXPIRING")) {
+		/* the lease's warning (LOCK warn=): not refreshed in time */
+		if (dl_reply_u64(r, 1, &token) < 0)
+			return;
+		if ((l = dl__lease_find(c, name, token)) != NULL)
+			dl__lease_risk(c, l);
 	}
 }
 

@@ -234,6 +234,10 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 			dl_fmt_word(f, "mode=shared");
 		if (q->limit > 1)
 			dl_fmt_kv_u64(f, "limit", q->limit);
+		if (q->warn > 0)
+			dl_fmt_kv_u64(f, "warn", (uint64_t)q->warn);
+		if (q->delay > 0)
+			dl_fmt_kv_u64(f, "delay", (uint64_t)q->delay);
 		break;
 	case DL__CONFIRM:
 	case DL__REFRESH:
@@ -601,6 +605,7 @@ void dl__lease_confirm(struct dl__lease *l, int64_t sent_at, int64_t ms)
 	 * two clocks' rates, which the slack covers. */
 	atomic_store(&l->deadline, sent_at + ms - dl__slack(ms));
 	l->renew_at = sent_at + atomic_load(&l->ttl) / 3;
+	l->at_risk = 0;
 }
 
 int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
@@ -645,6 +650,21 @@ int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
 	q->handle = h;
 	q->token = token;
 	return 0;
+}
+
+void dl__lease_risk(struct dlock_client *c, struct dl__lease *l)
+{
+	dlock_lease *h;
+
+	if (l->at_risk || l->dead || l->unlocking || l->nhandles == 0)
+		return;
+	l->at_risk = 1;
+	for (h = l->handles; h; h = h->next) {
+		if (atomic_load(&h->lost) || h->risk_notify)
+			continue;
+		h->risk_notify = 1;
+		c->risk_count++;
+	}
 }
 
 void dl__lease_lose(struct dlock_client *c, struct dl__lease *l,

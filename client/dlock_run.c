@@ -37,15 +37,15 @@
  * A stopped guard could not act on the deadline: dlock continues it at
  * once (and if dlock is stopped too, the guard's alarm wakes it).
  *
- * A grant that is a reentry (the owner id, given with --owner or inherited
- * through DLOCK_OWNER, holds the lock in another process) is refused, and
- * the one hold it added is given back with dlock_unlock_token() -- never
- * with dlock_unlock(), which could release the other process's holds too
- * (dlock.h, options.owner).
+ * A grant of a lease that the owner id (given with --owner or inherited
+ * through DLOCK_OWNER) holds in another process is refused by libdlock,
+ * which tells from the grant's hold count and gives back the one hold it
+ * added (DLOCK_EHELDBYOWNER; dlock.h, options.owner): exit 75, the command
+ * not run.
  *
- * Threads and signals: on_lost runs on libdlock's thread and signal
- * handlers run anywhere; both only set a flag and write one byte to a
- * non-blocking self-pipe. Everything else -- waitpid, signals to the
+ * Threads and signals: on_lost and on_at_risk run on libdlock's thread
+ * and signal handlers run anywhere; all only set a flag and write one byte
+ * to a non-blocking self-pipe. Everything else -- waitpid, signals to the
  * command, messages -- happens in the main loop, which polls that pipe.
  * The signals dlock handles are blocked while libdlock starts a thread, so
  * they are always delivered to the main thread.
@@ -111,6 +111,7 @@ static const int touched_signals[] = {SIGTERM, SIGINT,	SIGHUP,	 SIGQUIT,
 static int wake_fd[2] = {-1, -1}; /* the self-pipe */
 static volatile sig_atomic_t sig_pending[NSIG];
 static atomic_int lost_reason;		   /* 0, or a dlock_lost_reason */
+static atomic_int risks;		   /* on_at_risk calls */
 static struct sigaction orig_action[NSIG]; /* dispositions at start */
 
 static void wake(void)
@@ -136,6 +137,15 @@ static void on_lost(dlock_client *c, const dlock_lease *l,
 	(void)l;
 	(void)arg;
 	atomic_store(&lost_reason, (int)why);
+	wake();
+}
+
+static void on_at_risk(dlock_client *c, const dlock_lease *l, void *arg)
+{
+	(void)c;
+	(void)l;
+	(void)arg;
+	atomic_fetch_add(&risks, 1);
 	wake();
 }
 
@@ -518,7 +528,7 @@ static void supervise(struct runner *r)
 			      {.events = POLLIN}};
 	int64_t now, t;
 	char buf[64];
-	int why;
+	int why, told = 0;
 
 	for (;;) {
 		while (read(wake_fd[0], buf, sizeof(buf)) > 0)
@@ -535,6 +545,13 @@ static void supervise(struct runner *r)
 		reap(r);
 		now = dlock_now_ms();
 		why = atomic_load(&lost_reason);
+		/* said before any loss: a loss is checked after this */
+		if (told < atomic_load(&risks) && !r->lost && !r->exited)
+			dl_cli_msg("warning: the lease on %s is at risk: the "
+				   "server has not confirmed it in time (the "
+				   "command is stopped if the lease ends)",
+				   r->cl->pos[0]);
+		told = atomic_load(&risks);
 		if (!r->lost && !r->exited &&
 		    (why || !dlock_lease_valid(r->l) || now >= fallback_at(r)))
 			start_stopping(r, why);
@@ -551,46 +568,6 @@ static void supervise(struct runner *r)
 		p[1].fd = r->ctl;
 		poll(p, r->ctl >= 0 ? 2 : 1, (int)(t < 1 ? 1 : t));
 	}
-}
-
-/* A reentrant grant means that another process uses this owner id and
- * holds the lock (random owner ids are unique; only a chosen one can be
- * shared): both commands would run at once. Refuse, and give back the one
- * hold we got. Not with dlock_unlock(): its unlock of a client's last
- * handle, answered HELD, unlocks again (taking the extra hold for one of
- * its own lost in a reconnect) and would release the other process's lease
- * too. Instead dlock_close() forgets our handle, releasing nothing, and a
- * client of the same owner id without a handle gives back exactly one hold
- * with dlock_unlock_token(). Returns 1 when refused; r->c and r->l are then
- * gone. */
-static int shared_owner(struct runner *r)
-{
-	const struct cli *cl = r->cl;
-	struct dlock_status st;
-	dlock_client *c;
-	uint64_t token;
-	sigset_t old;
-	int rc;
-
-	if (!cl->owner || dlock_status(r->c, cl->pos[0], &st) != 0 ||
-	    st.count <= 1)
-		return 0;
-	dl_cli_msg("%s is already held by owner %s in another process (a "
-		   "shared owner id); not running the command",
-		   cl->pos[0], cl->owner);
-	token = dlock_lease_token(r->l);
-	dlock_close(r->c);
-	r->c = NULL;
-	r->l = NULL;
-	block_signals(&old); /* libdlock's thread must not take ours */
-	rc = dl_cli_simple_connect(cl, &c);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (rc != 0)
-		return 1; /* reported; the hold expires with its TTL */
-	if ((rc = dlock_unlock_token(c, cl->pos[0], token, NULL)) != 0)
-		dl_cli_fail(rc, "giving back the extra hold");
-	dlock_close(c);
-	return 1;
 }
 
 /* Grace, margin and the library's guard, from --ttl and --grace. 0, or a
@@ -647,6 +624,7 @@ static int take_lock(struct runner *r)
 	o.renew = 1;
 	o.lost_guard_ms = (int)r->guard_ms;
 	o.on_lost = on_lost;
+	o.on_at_risk = on_at_risk;
 	block_signals(&old);
 	rc = dl_cli_connect(cl, &o, &r->c);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -751,11 +729,6 @@ int dl_cli_run(struct cli *cl)
 		goto out;
 	}
 	install_handlers();
-	if (shared_owner(&r)) {
-		rc = cl->seen & OPTB(OPT_CONFLICT_EXIT) ? cl->conflict_exit
-							: EXIT_TEMPFAIL;
-		goto out;
-	}
 	/* An interactive shell's foreground job: give the command the
 	 * terminal, as the shell would have. */
 	if (isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp())

@@ -65,8 +65,16 @@
 #define DL_DESC_CMD_MAX	 128
 #define DL_DESC_PID_MAX	 2147483647
 /* Words in one request line, verb included. The longest valid request,
- * LOCK <name> ttl= wait= mode= limit= id=, has seven. */
-#define DL_ARGS_MAX 8
+ * LOCK <name> ttl= wait= mode= limit= warn= delay= id=, has nine (HELLO
+ * with all of owner= key= host= pid= cmd= id=, seven). */
+#define DL_ARGS_MAX 9
+
+/* The longest lock-delay (LOCK delay=): nobody is granted a lock for that
+ * long after a holder's lease ended without a release (an expiry, a
+ * BREAK). A minute, as Chubby bounds its own: longer than a paused
+ * process is likely to sleep and write on, short enough that a lock a
+ * holder died with is not lost for long. */
+#define DL_LOCK_DELAY_MAX_MS 60000
 
 /* Holders of one lock at once: the largest semaphore (LOCK limit=<n>),
  * and the most shared holders of a lock; one more shared request waits.

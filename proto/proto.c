@@ -314,6 +314,8 @@ enum {
 	OPT_HOST = 1024,
 	OPT_PID = 2048,
 	OPT_CMD = 4096,
+	OPT_WARN = 8192,
+	OPT_DELAY = 16384,
 };
 
 /* The table HELP prints and the errors quote: the syntax of each verb is
@@ -335,19 +337,22 @@ struct verb_def {
 static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	[DL_VERB_NONE] = {"", 0, 0, 0, {0, 0}, 0, "", ""},
 	VERB(DL_VERB_LOCK, "LOCK", 1, 1, POS_NAME, 0,
-	     OPT_TTL | OPT_WAIT | OPT_MODE | OPT_LIMIT | OPT_ID,
+	     OPT_TTL | OPT_WAIT | OPT_MODE | OPT_LIMIT | OPT_WARN | OPT_DELAY |
+		     OPT_ID,
 	     " <name> [ttl=<duration>] [wait=<duration>|inf] "
-	     "[mode=exclusive|shared] [limit=<n>] [id=<tag>]",
+	     "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
+	     "[delay=<duration>] [id=<tag>]",
 	     "take a lease, or queue for it (OK QUEUED, then * GRANTED)"),
 	VERB(DL_VERB_TRYLOCK, "TRYLOCK", 1, 1, POS_NAME, 0,
-	     OPT_TTL | OPT_MODE | OPT_LIMIT | OPT_ID,
+	     OPT_TTL | OPT_MODE | OPT_LIMIT | OPT_WARN | OPT_DELAY | OPT_ID,
 	     " <name> [ttl=<duration>] [mode=exclusive|shared] [limit=<n>] "
-	     "[id=<tag>]",
+	     "[warn=<duration>] [delay=<duration>] [id=<tag>]",
 	     "take a lease now or answer NO BUSY"),
 	VERB(DL_VERB_UNLOCK, "UNLOCK", 2, 2, POS_NAME, POS_TOKEN, OPT_ID,
 	     " <name> <token> [id=<tag>]", "release a lease you hold"),
 	VERB(DL_VERB_REFRESH, "REFRESH", 2, 2, POS_NAME, POS_TOKEN,
-	     OPT_TTL | OPT_ID, " <name> <token> [ttl=<duration>] [id=<tag>]",
+	     OPT_TTL | OPT_WARN | OPT_ID,
+	     " <name> <token> [ttl=<duration>] [warn=<duration>] [id=<tag>]",
 	     "extend a lease you hold"),
 	VERB(DL_VERB_CHECK, "CHECK", 2, 2, POS_NAME, POS_TOKEN, OPT_ID,
 	     " <name> <token> [id=<tag>]",
@@ -397,8 +402,8 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 };
 
 static const char *const opt_names[] = {
-	"ttl",	 "wait", "id",	   "owner", "limit", "after", "by",
-	"mode", "reason", "key", "host",  "pid",   "cmd"};
+	"ttl",	"wait", "id",	  "owner", "limit", "after", "by",   "mode",
+	"reason", "key",  "host", "pid",   "cmd",   "warn",  "delay"};
 
 const char *dl_verb_name(enum dl_verb v)
 {
@@ -689,6 +694,33 @@ static int parse_option(struct dl_str w, const char *eq,
 			return fail_duration(why, req, err, "wait", val, 1);
 		req->has_wait = 1;
 		break;
+	case OPT_WARN:
+		/* 0 is none: a REFRESH drops the lease's warning with it */
+		err = dl_parse_duration(v, val.len, &req->warn_ms);
+		if (err < 0)
+			return fail_duration(why, req, err, "warn", val, 0);
+		req->has_warn = 1;
+		break;
+	case OPT_DELAY: {
+		/* the lock's delay after an involuntary end; 0 is none */
+		char max[DL_DURATION_TEXT_MAX];
+		struct why m = {req->why, 0, sizeof(req->why)};
+
+		err = dl_parse_duration(v, val.len, &req->delay_ms);
+		if (err == DL_EBADARG)
+			return fail_duration(why, req, err, "delay", val, 0);
+		if (err < 0 || req->delay_ms > DL_LOCK_DELAY_MAX_MS) {
+			why_str(&m, "delay out of range: ");
+			why_quote(&m, val.p, val.len);
+			why_str(&m, ", at most ");
+			why_str(&m, dl_format_duration(DL_LOCK_DELAY_MAX_MS,
+						       max));
+			why_str(&m, " (a lock's delay)");
+			return fail(why, req, DL_EBADARG, req->why);
+		}
+		req->has_delay = 1;
+		break;
+	}
 	case OPT_ID:
 		err = dl_check_tag(v, val.len);
 		if (err < 0)
@@ -947,6 +979,11 @@ int dl_parse_request(const char *line, size_t len, struct dl_request *req,
 		return fail(why, req, DL_EBADARG,
 			    "mode=shared is for a lock (limit 1); the holders "
 			    "of a semaphore (limit=<n>) each take a permit");
+	if (req->has_warn && req->has_ttl && req->warn_ms &&
+	    req->warn_ms >= req->ttl_ms)
+		return fail(why, req, DL_EBADARG,
+			    "warn must be less than ttl: it is how much of the "
+			    "lease remains when * EXPIRING is sent");
 	if (req->by_waiters && req->after.len)
 		return fail(why, req, DL_EBADARG,
 			    "after= pages by name; by=waiters lists the first "

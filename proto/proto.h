@@ -182,6 +182,12 @@ struct dl_request {
 	uint64_t wait_ms; /* wait=, when has_wait; may be DL_WAIT_INF */
 	unsigned has_ttl : 1;
 	unsigned has_wait : 1;
+	unsigned has_warn : 1;
+	unsigned has_delay : 1;
+	uint64_t warn_ms;    /* LOCK TRYLOCK REFRESH warn=, when has_warn
+				(0: none) */
+	uint64_t delay_ms;   /* LOCK TRYLOCK delay=, when has_delay (0: none;
+				at most DL_LOCK_DELAY_MAX_MS) */
 	struct dl_str tag;   /* id=<tag>; len 0 when absent */
 	struct dl_str owner; /* HELLO owner=; len 0 when absent */
 	struct dl_str owner_secret; /* HELLO key=; len 0 when absent */

@@ -14,7 +14,7 @@
  * Redis serves a hash of about a thousand fields far faster than a
  * thousand string keys (measured at 1,000,000 records: 1024 HGETALLs cost
  * Redis 241-263 ms, layout 1's SMEMBERS + MGETs of the same records
- * 1.26-1.31 s; README, How fast), while a bucket stays small enough to be
+ * 1.26-1.31 s; docs/performance.md), while a bucket stays small enough to be
  * replaced whole in one call at a re-sync (~1000 records at 10^6 locks).
  */
 #ifndef DL_SERVER_BUCKET_H

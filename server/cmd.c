@@ -123,8 +123,9 @@ static void fmt_desc(struct dl_fmt *f, const struct dl_desc *d)
 
 /* NO BUSY names the lock's first holder (STATUS's) after its numbers --
  * owner=<id> [user=<user>] held_ms=<ms> and its description -- when
- * there is one and the user may read the lock: a user sees who holds
- * only what it could see with STATUS. */
+ * there is one, then delay_left_ms=<ms> when the lock is in its
+ * lock-delay, if the user may read the lock: a user sees who holds only
+ * what it could see with STATUS. */
 static void fmt_busy_holder(struct dl_conn *c, struct dl_fmt *f,
 			    struct dl_str name)
 {
@@ -133,11 +134,14 @@ static void fmt_busy_holder(struct dl_conn *c, struct dl_fmt *f,
 	if (!dl_access_may(c, DL_RIGHT_READ, name))
 		return;
 	dl_locktab_status(c->srv->tab, name, &st);
-	if (!st.held)
-		return;
-	fmt_owner(f, 1, st.owner);
-	dl_fmt_kv_u64(f, "held_ms", st.held_ms);
-	fmt_desc(f, st.desc);
+	if (st.held) {
+		fmt_owner(f, 1, st.owner);
+		dl_fmt_kv_u64(f, "held_ms", st.held_ms);
+		fmt_desc(f, st.desc);
+	}
+	/* busy for its lock-delay: how long that still lasts */
+	if (st.delay_left)
+		dl_fmt_kv_u64(f, "delay_left_ms", st.delay_left);
 }
 
 /* NO DEADLOCK's cycle (dl_locktab_cycle): how many owners are in it,
@@ -307,6 +311,7 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 		line.kind = DL_LINE_GRANTED;
 		dl_fmt_u64(&r.f, res->token);
 		fmt_ttl(&r, &line, res->value);
+		dl_fmt_kv_u64(&r.f, "holds", res->holds);
 		break;
 	case DL_REFRESHED:
 		line.kind = DL_LINE_REFRESHED;
@@ -361,6 +366,26 @@ static int check_ttl(struct dl_conn *c, const struct dl_request *rq)
 	return 0;
 }
 
+/* A warning must come before the end: warn= below the lease's TTL (a
+ * LOCK's, given or the default; the codec checked a ttl= given with it). */
+static int check_warn(struct dl_conn *c, const struct dl_request *rq,
+		      uint64_t ttl)
+{
+	char warn[DL_DURATION_TEXT_MAX], t[DL_DURATION_TEXT_MAX];
+	char why[DL_WHY_MAX];
+
+	if (rq->has_warn && rq->warn_ms && rq->warn_ms >= ttl) {
+		snprintf(why, sizeof(why),
+			 "warn out of range: %s, less than the ttl (%s): it is "
+			 "how much of the lease remains when * EXPIRING is sent",
+			 dl_format_duration(rq->warn_ms, warn),
+			 dl_format_duration(ttl, t));
+		dl_cmd_error(c, DL_EBADARG, why, rq->tag);
+		return -1;
+	}
+	return 0;
+}
+
 /* ---- handlers --------------------------------------------------------------
  */
 
@@ -377,9 +402,12 @@ static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
 			       .wait_ms = wait,
 			       .tag = rq->tag,
 			       .limit = rq->has_limit ? (uint32_t)rq->limit : 1,
-			       .shared = rq->shared};
+			       .shared = rq->shared,
+			       .has_warn = rq->has_warn,
+			       .warn_ms = (uint32_t)rq->warn_ms,
+			       .delay_ms = (uint32_t)rq->delay_ms};
 
-	if (check_ttl(c, rq))
+	if (check_ttl(c, rq) || check_warn(c, rq, ttl))
 		return;
 	err = dl_locktab_acquire(srv->tab, &c->sess, &a, &res);
 	if (err == DL_ELIMIT)
@@ -407,11 +435,20 @@ static void cmd_refresh(struct dl_conn *c, const struct dl_request *rq)
 	struct dl_result res;
 	int err;
 
-	if (check_ttl(c, rq))
+	if (check_ttl(c, rq) ||
+	    (rq->has_warn && rq->has_ttl && check_warn(c, rq, rq->ttl_ms)))
 		return;
-	err = dl_locktab_refresh(c->srv->tab, &c->sess, rq->name, rq->token,
-				 rq->has_ttl ? rq->ttl_ms : 0, &res);
-	if (err)
+	err = dl_locktab_refresh_warn(c->srv->tab, &c->sess, rq->name,
+				      rq->token, rq->has_ttl ? rq->ttl_ms : 0,
+				      rq->has_warn ? (int64_t)rq->warn_ms : -1,
+				      &res);
+	if (err == DL_EBADARG)
+		/* the lease's warning and its TTL, one of them its own */
+		dl_cmd_error(c, err,
+			     "warn out of range: the lease's warning must be "
+			     "less than its ttl (REFRESH warn=0 drops it)",
+			     rq->tag);
+	else if (err)
 		table_error(c, err, rq->tag);
 	else
 		result_reply(c, rq->name, &res, rq->tag);
@@ -493,6 +530,9 @@ static void cmd_status(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_u64(&r.f, "holders", st.holders);
 	dl_fmt_kv_u64(&r.f, "held_ms", st.held_ms);
 	fmt_desc(&r.f, st.desc);
+	/* the lock's delay, and what is left of it if it runs */
+	dl_fmt_kv_u64(&r.f, "delay_ms", st.delay_ms);
+	dl_fmt_kv_u64(&r.f, "delay_left_ms", st.delay_left);
 	reply_send(c, &r, rq->tag, NULL);
 }
 
@@ -865,7 +905,7 @@ static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 /* HELP: "OK HELP <n>", then n lines of text: every verb's syntax and
  * how durations are written, or one verb's syntax, what it does and its
  * options with this server's limits. */
-#define HELP_NOTES 6
+#define HELP_NOTES 9
 
 static void cmd_help(struct dl_conn *c, const struct dl_request *rq)
 {
@@ -911,6 +951,19 @@ static void cmd_help(struct dl_conn *c, const struct dl_request *rq)
 			 "request that finds the lock free, another one is "
 			 "NO LIMIT_MISMATCH",
 			 DL_LIMIT_MAX);
+	if (strstr(u, "warn="))
+		snprintf(note[n++], sizeof(note[0]),
+			 "warn: how much of the lease remains when * EXPIRING "
+			 "<name> <token> <ms> is sent, unless refreshed "
+			 "before; below the ttl, 0 for none (REFRESH keeps the "
+			 "lease's warning without one)");
+	if (strstr(u, "delay="))
+		snprintf(note[n++], sizeof(note[0]),
+			 "delay: the lock's lock-delay, at most %s: after a "
+			 "lease ends without UNLOCK (it expires, or is broken), "
+			 "nobody gets the lock for that long; waiters keep "
+			 "their place",
+			 dl_format_duration(DL_LOCK_DELAY_MAX_MS, d1));
 	if (strstr(u, "limit=") &&
 	    (v == DL_VERB_LOCKS || v == DL_VERB_NONE))
 		snprintf(note[n++], sizeof(note[0]),
@@ -1056,6 +1109,11 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 	}
 	if ((verbs[rq.verb].flags & CHANGES) &&
 	    !dl_store_available(c->srv->store)) {
+		/* just took over, the link a moment away: held, not refused
+		 * (executed again once it is up or failed) */
+		if (dl_store_opening(c->srv->store) &&
+		    dl_conn_park(c, line, len) == 0)
+			return;
 		dl_cmd_error(c, DL_EUNAVAILABLE,
 			     "persistence is down, try again", rq.tag);
 		return;
@@ -1069,6 +1127,7 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 		[DL_EVENT_GRANTED] = "* GRANTED",
 		[DL_EVENT_TIMEOUT] = "* TIMEOUT",
 		[DL_EVENT_EXPIRED] = "* EXPIRED",
+		[DL_EVENT_EXPIRING] = "* EXPIRING",
 	};
 	struct dl_line line = {.kind = DL_LINE_EVENT,
 			       .durable = ev->durable,
@@ -1077,6 +1136,8 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 			       .deadline = ev->deadline,
 			       .wait_deadline = ev->wait_deadline,
 			       .asked_ttl_ms = ev->asked_ttl_ms,
+			       .warn_ms = ev->asked_warn_ms,
+			       .has_warn = ev->asked_warn,
 			       .shared = ev->shared,
 			       .limit = (uint16_t)ev->limit,
 			       .owner_gen = c->sess.owner_gen};
@@ -1088,10 +1149,15 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 		line.kind = DL_LINE_GRANTED_EVENT;
 		dl_fmt_u64(&r.f, ev->token);
 		fmt_ttl(&r, &line, ev->ttl_ms);
+		dl_fmt_kv_u64(&r.f, "holds", ev->holds);
 	} else if (ev->type == DL_EVENT_EXPIRED) {
 		dl_fmt_u64(&r.f, ev->token);
 		if (ev->by.len)
 			dl_fmt_kv_str(&r.f, "broken_by", ev->by);
+	} else if (ev->type == DL_EVENT_EXPIRING) {
+		/* what remains, rewritten if the line waits (conn.h) */
+		dl_fmt_u64(&r.f, ev->token);
+		fmt_ttl(&r, &line, ev->ttl_ms);
 	}
 	reply_send(c, &r, ev->tag, &line);
 }
@@ -1125,6 +1191,8 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 	if (line->kind != DL_LINE_REFRESHED) {
 		struct dl_requeue rq = {.owner_gen = line->owner_gen,
 					.ttl_ms = line->asked_ttl_ms,
+					.warn_ms = line->warn_ms,
+					.has_warn = line->has_warn,
 					.wait_deadline = line->wait_deadline,
 					.tag = rp.tag,
 					.shared = line->shared,

@@ -119,6 +119,8 @@ static const struct key keys[] = {
 	{"cluster", "advertise", K_STR, F(advertise), 0, 0, 0, 0},
 	{"cluster", "leader_lease", K_DUR, F(leader_lease_ms),
 	 DL_LEADER_LEASE_MIN_MS, DL_LEADER_LEASE_MAX_MS, 0, 0},
+	{"cluster", "max_clock_skew", K_DUR, F(max_clock_skew_ms), 0,
+	 DL_MAX_CLOCK_SKEW_MAX_MS, 0, 0},
 };
 #undef F
 
@@ -205,6 +207,7 @@ void dl_config_defaults(struct dl_config *c)
 	c->node_id = strdup("");
 	c->advertise = strdup("");
 	c->leader_lease_ms = DL_DEFAULT_LEADER_LEASE_MS;
+	c->max_clock_skew_ms = DL_DEFAULT_MAX_CLOCK_SKEW_MS;
 }
 
 void dl_config_free(struct dl_config *c)

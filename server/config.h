@@ -97,6 +97,8 @@ struct dl_config {
 	char *node_id;	 /* "" standalone */
 	char *advertise; /* host:port clients should use, "" derived */
 	uint64_t leader_lease_ms;
+	/* how far apart the nodes' wall clocks may be (store_load.c) */
+	uint64_t max_clock_skew_ms;
 };
 
 /* A command-line override of one key, kept for reloads. */
@@ -107,6 +109,15 @@ struct dl_override {
 };
 
 #define DL_CONFIG_ERR_MAX 256
+
+/* [cluster] max_clock_skew: how far apart the wall clocks of the daemons
+ * of one keyspace may be. Tokens taken up after Redis went back start at
+ * least this far ahead of this machine's clock (store_load.c). Far below
+ * the day after which a stored mark is not believed (DL_TOKEN_AHEAD_MAX_MS
+ * in store_private.h), so that a node whose clock is behind by this much
+ * still believes the mark. */
+#define DL_DEFAULT_MAX_CLOCK_SKEW_MS 300000
+#define DL_MAX_CLOCK_SKEW_MAX_MS     3600000
 
 void dl_config_defaults(struct dl_config *c);
 /* Defaults, then `path` (NULL: none), then the overrides; then checks

@@ -50,6 +50,27 @@ static void held_list_add(struct dl_conn *c)
 	c->srv->held = c;
 }
 
+/* A request read while the store's first link after a take-over was being
+ * made (dl_conn_park). Owned by its connection; on srv->parked. */
+struct dl_parked {
+	size_t len;
+	char line[];
+};
+
+static void parked_drop(struct dl_conn *c)
+{
+	struct dl_conn **pp = &c->srv->parked;
+
+	if (!c->parked)
+		return;
+	while (*pp && *pp != c)
+		pp = &(*pp)->pnext;
+	if (*pp)
+		*pp = c->pnext;
+	free(c->parked);
+	c->parked = NULL;
+}
+
 static void held_list_remove(struct dl_conn *c)
 {
 	struct dl_conn **pp = &c->srv->held;
@@ -170,6 +191,7 @@ static void close_now(struct dl_conn *c)
 	c->closing = 1;
 	held_list_remove(c);
 	delayed_cancel(c);
+	parked_drop(c);
 	account(c);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -281,11 +303,11 @@ static int is_event(enum dl_line_kind k)
 	return k == DL_LINE_EVENT || k == DL_LINE_GRANTED_EVENT;
 }
 
-/* The lines that state a lease's remaining TTL. */
-static int states_ttl(enum dl_line_kind k)
+/* The lines that state a lease's remaining TTL (GRANTED, REFRESHED,
+ * * EXPIRING): cmd.c noted where (fmt_ttl). */
+static int states_ttl(const struct dl_line *l)
 {
-	return k == DL_LINE_GRANTED || k == DL_LINE_GRANTED_EVENT ||
-	       k == DL_LINE_REFRESHED;
+	return l->ttl_len > 0;
 }
 
 static int hold_line(struct dl_conn *c, const char *text, size_t len,
@@ -392,7 +414,7 @@ static int emit_held(struct dl_conn *c, const struct dl_held *h, uint64_t now)
 	char num[24];
 	size_t n, rest;
 
-	if (!states_ttl(l->kind))
+	if (!states_ttl(l))
 		return dl_buf_add(&c->out, t, h->len);
 	n = dl_u64_to_dec(remaining(c, l, t, now), num);
 	rest = l->ttl_off + l->ttl_len;
@@ -596,7 +618,7 @@ static void process_input(struct dl_conn *c)
 	size_t len;
 	int lines = 0;
 
-	while (!c->end && !c->delayed) {
+	while (!c->end && !c->delayed && !c->parked) {
 		if (unread(c) > high_water(c) ||
 		    (unread(c) > 0 && over_budget(c->srv))) {
 			c->paused = 1;
@@ -647,7 +669,7 @@ static void read_more(struct dl_conn *c)
 	process_input(c);
 	if (c->tls) /* what TLS holds already, before reading more */
 		tls_pump(c);
-	if (!c->end && !c->delayed && !c->paused &&
+	if (!c->end && !c->delayed && !c->parked && !c->paused &&
 	    uv_read_start(&c->u.stream, on_alloc, on_read) != 0)
 		dl_conn_end(c, DL_END_ABORT, "cannot read");
 }
@@ -752,7 +774,7 @@ static void tls_pump(struct dl_conn *c)
 	size_t avail, got;
 	int r;
 
-	while (!c->end && !c->delayed && !c->paused) {
+	while (!c->end && !c->delayed && !c->parked && !c->paused) {
 		space = dl_linebuf_space(&c->in, &avail);
 		r = dl_tls_read(c->tls, space, avail, &got);
 		if (r == DL_EPROTO) {
@@ -793,7 +815,7 @@ int dl_conn_sweep(struct dl_conn *c, uint64_t now)
 	 * slot by pipelining without reading */
 	if (dl_access_sweep(c, now))
 		return 1;
-	if (c->paused || c->delayed)
+	if (c->paused || c->delayed || c->parked)
 		return 0;
 	if (c->tls && !c->tls_open &&
 	    now - dl_tls_since(c->tls) >= cfg->tls_handshake_timeout_ms) {
@@ -868,6 +890,40 @@ void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
 	uv_timer_start(&d->timer, on_delayed, ms, 0);
 	c->delayed = d;
 	uv_read_stop(&c->u.stream);
+}
+
+int dl_conn_park(struct dl_conn *c, const char *line, size_t len)
+{
+	struct dl_parked *p;
+
+	if (c->parked || !(p = malloc(sizeof(*p) + len)))
+		return DL_ENOMEM;
+	p->len = len;
+	memcpy(p->line, line, len);
+	c->parked = p;
+	c->pnext = c->srv->parked;
+	c->srv->parked = c;
+	uv_read_stop(&c->u.stream);
+	return 0;
+}
+
+void dl_conn_unpark_all(struct dl_server *srv)
+{
+	struct dl_conn *c, *next;
+	struct dl_parked *p;
+
+	c = srv->parked;
+	srv->parked = NULL;
+	for (; c; c = next) {
+		next = c->pnext;
+		p = c->parked;
+		c->parked = NULL;
+		if (!c->end)
+			dl_cmd_execute(c, p->line, p->len);
+		free(p);
+		if (!c->end && !srv->draining)
+			read_more(c);
+	}
 }
 
 static void peer_name(struct dl_conn *c, int is_tcp)

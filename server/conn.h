@@ -17,8 +17,9 @@
  *         line after it (replies stay in order). Each held line records
  *         the store epoch it waits for; when the store commits an epoch,
  *         the held lines up to it move to `out` (dl_conn_release). A line
- *         that states a lease's TTL (GRANTED, REFRESHED) is rewritten then
- *         with the TTL that remains at that moment -- of the deadline it
+ *         that states a lease's TTL (GRANTED, REFRESHED, * EXPIRING) is
+ *         rewritten then with the TTL that remains at that moment -- of the
+ *         deadline it
  *         stated, and of the lease as it is now (a later REFRESH of the
  *         same owner may have shortened it) -- so a reply that waited for
  *         Redis never promises more than the lease has left (0 if it ended
@@ -53,6 +54,13 @@
  * output (a scan of the connections, made only then), for the events of
  * a client that never reads cannot be paused either. The budget is thus
  * exceeded by at most one reply per connection that was executing.
+ *
+ * Parked input. A change read while the daemon, having just taken the
+ * leadership over, is still making its link to Redis (dl_store_opening)
+ * is copied and parked (dl_conn_park): the connection reads nothing more
+ * until the link is up or failed, then the line is executed as any other
+ * (dl_conn_unpark_all, from the store's opened hook) and input resumes.
+ * At most one line a connection, for at most the link's connect timeout.
  *
  * TLS. A connection on the TCP port of a daemon with a certificate has a
  * TLS state (tls.h) between its stream and the rest: ciphertext read is
@@ -100,6 +108,7 @@ struct dl_line {
 	unsigned shared : 1;   /* GRANTED_EVENT: the mode the waiter asked */
 	unsigned reentry : 1;  /* GRANTED*: a reentry (dl_locktab_revoke) */
 	unsigned shorten : 1;  /* REFRESHED: applied when sent (below) */
+	unsigned has_warn : 1; /* GRANTED_EVENT: the waiter asked warn= */
 	uint16_t limit;	       /* GRANTED_EVENT: the lock's limit */
 	uint8_t ttl_len;       /* the TTL field: its length ... */
 	uint16_t ttl_off;      /* ... and offset in the line */
@@ -108,6 +117,7 @@ struct dl_line {
 	uint32_t asked_ttl_ms; /* GRANTED_EVENT: the TTL the waiter asked;
 				  REFRESHED: the new TTL */
 	uint32_t owner_gen;    /* GRANTED*: the session's (dl_locktab_revoke) */
+	uint32_t warn_ms;      /* GRANTED_EVENT: the warning it asked */
 	uint64_t token;	       /* the lease's */
 	uint64_t deadline;     /* the lease's deadline, monotonic ms */
 	uint64_t wait_deadline; /* GRANTED_EVENT: the waiter's */
@@ -122,6 +132,7 @@ struct dl_held {
 };
 
 struct dl_delayed; /* a reply held back on purpose (conn.c) */
+struct dl_parked;  /* a request waiting for the store (conn.c) */
 
 struct dl_conn {
 	union {
@@ -137,6 +148,7 @@ struct dl_conn {
 	struct dl_conn *wnext;	     /* srv->writeq */
 	struct dl_conn *hnext;	     /* srv->held */
 	struct dl_conn *enext;	     /* srv->endq */
+	struct dl_conn *pnext;	     /* srv->parked */
 	uint64_t id;
 	struct dl_buf out;	    /* writable output */
 	struct dl_buf wout;	    /* output handed to uv_write */
@@ -144,6 +156,7 @@ struct dl_conn {
 	struct dl_held *held;	    /* held lines, oldest first */
 	size_t nheld, held_cap;	    /* ... and their count and room */
 	struct dl_delayed *delayed; /* input paused until it is sent */
+	struct dl_parked *parked;   /* input paused until it is executed */
 	unsigned authed : 1;
 	unsigned paused : 1;  /* input paused: too much output unread */
 	unsigned writing : 1; /* a uv_write is in flight */
@@ -189,6 +202,15 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener);
  * a reply that needs no durability); the text is copied. */
 void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 		  const struct dl_line *line);
+
+/* Execute `line` (a request that changes state) once the store's first
+ * link after a take-over is up or failed (dl_store_opening), reading
+ * nothing from the connection meanwhile, so that later requests keep
+ * their order. The line is copied. DL_ENOMEM: not parked (answer it now). */
+int dl_conn_park(struct dl_conn *c, const char *line, size_t len);
+/* The store's link is up or failed: execute every parked request (each
+ * is answered as the store now allows) and read again. */
+void dl_conn_unpark_all(struct dl_server *srv);
 
 /* Send `line` after ms, reading nothing from the connection meanwhile, so
  * that later requests keep their order (a failed AUTH is answered this

@@ -62,9 +62,8 @@ uint64_t dl__now_ms(const struct dl_locktab *t)
 	return t->hooks.now(t->hooks.ctx);
 }
 
-/* Pass ev (its name set from lk) to the event hook. */
-static void emit_ev(struct dl_locktab *t, struct dl_session *s,
-		    struct dl_event *ev, const struct dl_lock *lk)
+void dl__emit_ev(struct dl_locktab *t, struct dl_session *s,
+		 struct dl_event *ev, const struct dl_lock *lk)
 {
 	ev->name = (struct dl_str){lk->name, lk->hn.len};
 	if (t->hooks.event)
@@ -77,7 +76,7 @@ static void emit(struct dl_locktab *t, struct dl_session *s,
 {
 	struct dl_event ev = {.type = type, .token = token, .tag = tag};
 
-	emit_ev(t, s, &ev, lk);
+	dl__emit_ev(t, s, &ev, lk);
 }
 
 void dl__changed(struct dl_locktab *t, enum dl_change_kind kind,
@@ -292,11 +291,12 @@ struct dl_lock *dl__lock_get(struct dl_locktab *t, struct dl_str name)
 
 int dl_lock_empty(const struct dl_lock *lk)
 {
-	return !lk->holders && !lk->qhead;
+	return !lk->holders && !lk->qhead && !lk->delaying;
 }
 
 static void lock_free(struct dl_locktab *t, struct dl_lock *lk)
 {
+	dl__delay_drop(t, lk);
 	dl_htab_remove(&t->locks, &lk->hn);
 	t->st.locks--;
 	free(lk);
@@ -419,6 +419,7 @@ void dl__lease_remove(struct dl_locktab *t, struct dl_lease *l)
 	*pp = l->next;
 	lk->nholders--;
 	dl_wheel_del(&t->wheel, &l->timer);
+	dl__warn_drop(t, l);
 	l->owner->nleases--;
 	l->owner->acct->nleases--;
 	dl__owner_put(t, l->owner);
@@ -447,6 +448,13 @@ void dl__lease_reenter(struct dl_locktab *t, struct dl_lease *l, uint32_t ttl,
 		       uint64_t now)
 {
 	l->count++;
+	if (l->restored) {
+		/* maybe a lost grant's, that only its TTL may end
+		 * (dl_locktab_restore_lease) */
+		t->st.reentries++;
+		dl__mark_urgent(t, l->lock);
+		return;
+	}
 #ifdef DL_PLANT_REENTRY_SHRINK
 	/* A planted bug for the fault campaign's self-test (tests/faults):
 	 * the TTL of the last reentry, shorter or not, as dlockd once did.
@@ -456,8 +464,10 @@ void dl__lease_reenter(struct dl_locktab *t, struct dl_lease *l, uint32_t ttl,
 	if (ttl > l->ttl_ms)
 		l->ttl_ms = ttl;
 #endif
-	if (now + ttl > l->timer.expires)
+	if (now + ttl > l->timer.expires) {
 		dl_wheel_add(&t->wheel, &l->timer, now + ttl);
+		dl__warn_arm(t, l);
+	}
 	t->st.reentries++;
 	dl__mark_urgent(t, l->lock);
 }
@@ -663,11 +673,14 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 	struct dl_lease *l;
 	struct dl_session *s;
 	struct dl_event ev;
+	struct dl_warn *spare;
 	char tag[DL_TAG_MAX];
+	int nomem;
 
 	while (!t->suspended && (w = lk->qhead) != NULL && w->sess) {
 		l = dl__holder_of(lk, w->owner);
-		if (!l && (!dl__has_room(lk, w->shared) || dl__closed(t, now)))
+		if (!l && (!dl__has_room(lk, w->shared) || dl__closed(t, now) ||
+			   dl__delay_left(t, lk, now)))
 			return;
 		s = w->sess;
 		memset(&ev, 0, sizeof(ev));
@@ -679,16 +692,23 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 			     now > w->queued_at ? now - w->queued_at : 0);
 		ev.shared = w->shared;
 		ev.limit = lk->limit;
-		if (l && l->count < DL_REENTRY_MAX &&
+		ev.asked_warn = w->has_warn;
+		ev.asked_warn_ms = w->warn_ms;
+		/* a warning to add is allocated first (failure atomicity) */
+		spare = NULL;
+		nomem = w->has_warn && w->warn_ms && !(l && l->has_warn) &&
+			!(spare = dl__warn_alloc());
+		if (!nomem && l && l->count < DL_REENTRY_MAX &&
 		    !(l->shared && !w->shared)) {
 			dl__lease_reenter(t, l, w->ttl_ms, now);
 			ev.reentry = 1;
-		} else if (!l && !dl__tokens_exhausted(t) &&
+		} else if (!nomem && !l && !dl__tokens_exhausted(t) &&
 			   (l = dl__lease_alloc(waiter_tag(w), s->desc)) !=
 				   NULL) {
 			dl__lease_grant(t, l, lk, w->owner, w->ttl_ms, now,
 					w->shared);
 		} else {
+			free(spare);
 			/* The owner took the lock through another session
 			 * while this request waited, and a reentry would go
 			 * past DL_REENTRY_MAX or upgrade its shared lease
@@ -699,16 +719,20 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 			dl__waiter_free(t, w);
 			t->st.timeouts++;
 			ev.type = DL_EVENT_TIMEOUT;
-			emit_ev(t, s, &ev, lk);
+			dl__emit_ev(t, s, &ev, lk);
 			continue;
 		}
+		if (w->has_warn)
+			dl__warn_set(t, l, w->warn_ms, &spare);
+		free(spare);
 		dl__waiter_free(t, w);
 		ev.type = DL_EVENT_GRANTED;
 		ev.durable = 1;
 		ev.token = l->token;
 		ev.ttl_ms = dl__remaining(l, now);
 		ev.deadline = l->timer.expires;
-		emit_ev(t, s, &ev, lk);
+		ev.holds = l->count;
+		dl__emit_ev(t, s, &ev, lk);
 	}
 }
 
@@ -735,11 +759,13 @@ void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now,
 				      .by = by};
 
 		next = s->onext;
-		emit_ev(t, s, &ev, lk);
+		dl__emit_ev(t, s, &ev, lk);
 	}
 	dl__changed(t, by.len ? DL_CHANGE_BROKEN : DL_CHANGE_EXPIRED, l,
 		    lk->nholders - 1u, by);
 	dl__lease_remove(t, l);
+	/* an end its holder did not ask for: the lock's delay (if any) */
+	dl__delay_start(t, lk, now);
 	dl__serve(t, lk, now);
 }
 
@@ -794,6 +820,10 @@ static void on_timer(struct dl_wheel_entry *e, void *arg)
 
 	if (td->kind == DL__TIMED_LEASE)
 		lease_expire(r->t, (struct dl_lease *)e, r->now);
+	else if (td->kind == DL__TIMED_WARN)
+		dl__warn_fire(r->t, (struct dl_warn *)e, r->now);
+	else if (td->kind == DL__TIMED_DELAY)
+		dl__delay_fire(r->t, (struct dl_delay *)e, r->now);
 	else
 		waiter_timeout(r->t, (struct dl_waiter *)e, r->now);
 }
@@ -825,10 +855,13 @@ struct dl_locktab *dl_locktab_new(const struct dl_locktab_hooks *hooks,
 	t->limits = *limits;
 	t->seed = hash_seed;
 	if (dl_htab_init(&t->locks) || dl_htab_init(&t->owners) ||
-	    dl_htab_init(&t->accounts)) {
+	    dl_htab_init(&t->accounts) || dl_htab_init(&t->warns) ||
+	    dl_htab_init(&t->delays)) {
 		dl_htab_free(&t->locks);
 		dl_htab_free(&t->owners);
 		dl_htab_free(&t->accounts);
+		dl_htab_free(&t->warns);
+		dl_htab_free(&t->delays);
 		free(t);
 		return NULL;
 	}
@@ -887,6 +920,7 @@ static void free_objects(struct dl_locktab *t)
 	t->locks.n = 0;
 	t->owners.n = 0;
 	t->accounts.n = 0;
+	dl__side_free_all(t);
 }
 
 void dl_locktab_free(struct dl_locktab *t)
@@ -897,6 +931,8 @@ void dl_locktab_free(struct dl_locktab *t)
 	dl_htab_free(&t->locks);
 	dl_htab_free(&t->owners);
 	dl_htab_free(&t->accounts);
+	dl_htab_free(&t->warns);
+	dl_htab_free(&t->delays);
 	free(t->dirty);
 	dl__walk_free(t->walk);
 	free(t);

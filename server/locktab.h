@@ -22,6 +22,13 @@
  *           The limit is the lock's, set by the request that creates it
  *           (the lock has neither holders nor waiters); a request with
  *           another limit is refused (DL_LIMIT_MISMATCH) while it lives.
+ *           So is its delay (LOCK delay=, a side object): set by the
+ *           request that finds it free, raised -- never lowered -- by each
+ *           later one admitted or queued that asks for more. After a
+ *           lease ends without a release (it expires, or is broken), no
+ *           new holder is let in until that much time has passed: the
+ *           lock is "in its delay", busy with nobody holding it, and
+ *           lives (with its record) until the delay is over.
  *   waiter  a queued LOCK request of one session; FIFO per lock. A waiter
  *           without a session is a "placeholder" restored from Redis: it
  *           keeps its place until its owner asks again or its grace ends.
@@ -43,8 +50,9 @@
  *   - all holders of a lock have one mode: exclusive (at most `limit`
  *     of them) or shared (limit 1);
  *   - strict FIFO across modes: when the head of a queue could be
- *     admitted it has been, unless it is a placeholder or grants are
- *     suspended (persistence down). A release or expiry grants the head,
+ *     admitted it has been, unless it is a placeholder, grants are
+ *     suspended (persistence down) or the lock is in its delay. A
+ *     release, an expiry or the end of a delay grants the head,
  *     and then the new head while it can be admitted: one exclusive
  *     waiter, or a run of consecutive shared waiters in one step, or as
  *     many as there are free permits -- never anyone behind a waiter
@@ -144,10 +152,13 @@ struct dl_str dl_owner_key_id(struct dl_str key);
  */
 struct dl_lease {
 	struct dl_wheel_entry timer; /* fires at the deadline */
-	unsigned kind : 2;	     /* DL__TIMED_LEASE */
+	unsigned kind : 3;	     /* DL__TIMED_LEASE */
 	unsigned shared : 1;	     /* mode=shared */
 	unsigned has_tag : 1;	     /* extra[] holds a tag */
 	unsigned has_desc : 1;	     /* extra[] holds a description */
+	unsigned has_warn : 1;	     /* it has a warning (a side object) */
+	unsigned restored : 1; /* restored from a record and not refreshed
+				  since: a reentry does not extend it */
 	unsigned count : 24;	     /* reentrant holds, 1..DL_REENTRY_MAX */
 	uint32_t ttl_ms; /* what a restore gives it (R + ttl) and a bare
 			    REFRESH's: never less than what remains */
@@ -166,10 +177,12 @@ struct dl_lease {
 
 struct dl_waiter {
 	struct dl_wheel_entry timer; /* wait deadline; idle when wait=inf */
-	unsigned kind : 2;	     /* DL__TIMED_WAITER */
+	unsigned kind : 3;	     /* DL__TIMED_WAITER */
 	unsigned shared : 1;	     /* asks for mode=shared */
+	unsigned has_warn : 1;	     /* asks for warn_ms (0: none) */
 	unsigned tag_len : 8;
-	uint32_t ttl_ms; /* TTL of the lease it asks for */
+	uint32_t ttl_ms;  /* TTL of the lease it asks for */
+	uint32_t warn_ms; /* the warning it asks for (has_warn) */
 	struct dl_lock *lock;
 	struct dl_owner *owner;
 	struct dl_session *sess;	 /* NULL: a restored placeholder */
@@ -189,6 +202,8 @@ struct dl_lock {
 	uint32_t nwaiters : 24; /* <= DL_MAX_WAITERS_MAX */
 	uint32_t dirty : 1;	/* in the dirty set */
 	uint32_t urgent : 1;	/* ... with a change a held reply waits for */
+	uint32_t has_delay : 1; /* it has a delay (a side object) */
+	uint32_t delaying : 1;	/* ... and is in it: grants nobody new */
 	uint16_t nholders;
 	uint16_t limit; /* holders at once: 1 (a lock), n (a semaphore) */
 	struct dl_hnode hn;
@@ -256,12 +271,15 @@ struct dl_result {
 	uint64_t deadline; /* GRANTED, REFRESHED: the lease's, monotonic ms */
 	uint64_t from_deadline; /* REFRESHED with shorten: the lease's now */
 	uint32_t ttl_ms; /* GRANTED: the lease's TTL; REFRESHED: the new one */
+	uint32_t holds;	 /* GRANTED: the lease's holds, this one included */
 };
 
 enum dl_event_type {
 	DL_EVENT_GRANTED, /* token, ttl_ms */
 	DL_EVENT_TIMEOUT,
-	DL_EVENT_EXPIRED, /* token */
+	DL_EVENT_EXPIRED,  /* token */
+	DL_EVENT_EXPIRING, /* token, ttl_ms (what remains), deadline: a
+			      lease's warning (LOCK warn=) */
 };
 
 struct dl_event {
@@ -276,6 +294,9 @@ struct dl_event {
 	uint64_t deadline;	/* GRANTED: the lease's, monotonic ms */
 	uint64_t wait_deadline; /* GRANTED: the waiter's (dl_locktab_revoke) */
 	uint32_t asked_ttl_ms;	/* GRANTED: the TTL the waiter asked for */
+	uint32_t holds;		/* GRANTED: as in dl_result */
+	uint32_t asked_warn_ms; /* GRANTED: the warning it asked for */
+	unsigned asked_warn : 1; /* ... if it asked for one */
 	struct dl_str tag;
 	struct dl_str by; /* EXPIRED by BREAK: who broke it (borrowed; len 0
 			     for an expiry) */
@@ -313,7 +334,9 @@ struct dl_lock_status {
 	struct dl_str owner;
 	uint32_t holders;
 	uint32_t waiters;
-	uint32_t limit; /* 1 for a free lock */
+	uint32_t limit;	     /* 1 for a free lock */
+	uint32_t delay_ms;   /* the lock's delay, 0 if none */
+	uint64_t delay_left; /* ms left of it, if the lock is in it */
 };
 
 /* Latency histograms: bucket i counts values <= dl_hist_bounds_ms[i]; the
@@ -439,16 +462,24 @@ struct dl_acquire {
 	struct dl_str tag;
 	uint32_t limit;	  /* holders at once; 0 means 1 */
 	uint8_t shared;	  /* mode=shared (limit 1 only) */
+	uint8_t has_warn; /* warn= was given: */
+	uint32_t warn_ms; /* the lease's warning, below ttl_ms (0: none) */
+	uint32_t delay_ms; /* the lock's delay (see above): at least this;
+			      0 asks for none */
 };
 
 /*
  * LOCK/TRYLOCK. An owner that holds the lock already gets its own lease
- * again (a reentry: one more hold, same token), in the mode it holds:
+ * again (a reentry: one more hold, same token; a warn= given replaces the
+ * lease's warning, none keeps it), in the mode it holds:
  * an exclusive holder asking for shared re-enters its exclusive lease
  * (there is no downgrade in place); a shared holder asking for exclusive
  * is refused with DL_UPGRADE_DEADLOCK (it would wait for itself).
- * DL_LIMIT_MISMATCH when the lock lives with another limit. Errors:
- * DL_EBADARG (ttl 0 or too large, limit too large, shared with a limit),
+ * DL_LIMIT_MISMATCH when the lock lives with another limit. A lock in its
+ * delay admits nobody new: a TRYLOCK is DL_BUSY (its value counts the
+ * delay's rest), a LOCK queues. Errors:
+ * DL_EBADARG (ttl 0 or too large, limit too large, shared with a limit,
+ * a delay above DL_LOCK_DELAY_MAX_MS),
  * DL_ELIMIT (queue full, owner over its limit, reentry count),
  * DL_EUNAVAILABLE (grants suspended), DL_ENOMEM.
  */
@@ -525,6 +556,14 @@ int dl_locktab_release(struct dl_locktab *t, struct dl_session *s,
 int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 		       struct dl_str name, uint64_t token, uint64_t ttl_ms,
 		       struct dl_result *res);
+/* REFRESH with warn=: the same, and the lease's warning becomes warn_ms
+ * (0: none; -1: as it is). DL_EBADARG, changing nothing, when the warning
+ * would not be below the lease's TTL (the new one, or the one it keeps);
+ * DL_ENOMEM. */
+int dl_locktab_refresh_warn(struct dl_locktab *t, struct dl_session *s,
+			    struct dl_str name, uint64_t token,
+			    uint64_t ttl_ms, int64_t warn_ms,
+			    struct dl_result *res);
 /* Apply a shortening REFRESH (above): the lease `token` of `name` gets
  * `deadline` and `ttl_ms`, if it is still there with from_deadline (a
  * later refresh or reentry that moved it supersedes the shortening).
@@ -682,12 +721,32 @@ void dl_locktab_prefetch(const struct dl_locktab *t, struct dl_str name,
  * more than its limit), a limit unlike the lock's; DL_ENOMEM. A lease's
  * `desc` (NULL: none) is its holder's description, of which the lease
  * takes a reference, and `held_ms` how long it had been held when its
- * record was read (its hold time goes on from there). */
+ * record was read (its hold time goes on from there).
+ *
+ * A restored lease may be a grant whose reply was lost with the daemon
+ * that made it: nobody knows its token, and only its TTL ends it. A LOCK
+ * of its owner re-enters it (one more hold), but does not extend it until
+ * a REFRESH of its token shows a holder who knows it: found by test_ha's
+ * concurrency run, where a worker that was told "held by your owner in
+ * another process" and asked again every 20 ms kept such a lease alive,
+ * and the lock busy, for as long as it went on. */
 int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 			     struct dl_str owner, uint64_t token,
 			     uint32_t count, uint32_t ttl_ms, uint64_t deadline,
 			     struct dl_str tag, int shared, uint32_t limit,
 			     struct dl_desc *desc, uint64_t held_ms);
+/* The restored lock `name` has a delay of delay_ms (at most
+ * DL_LOCK_DELAY_MAX_MS), and with `running` is in it for that long from
+ * now (its record said a delay was running: it is honoured whole from
+ * the restore, as a lease is its TTL). Before its holders and waiters,
+ * whose `limit` must agree. DL_EBADARG, DL_ENOMEM. */
+int dl_locktab_restore_delay(struct dl_locktab *t, struct dl_str name,
+			     uint32_t delay_ms, int running, uint32_t limit);
+/* The restored lease `token` of `name` warns warn_ms before its deadline
+ * (below its TTL): DL_EBADARG otherwise, or if there is no such lease;
+ * DL_ENOMEM. */
+int dl_locktab_restore_warn(struct dl_locktab *t, struct dl_str name,
+			    uint64_t token, uint32_t warn_ms);
 int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 			      struct dl_str owner, uint32_t ttl_ms,
 			      uint64_t wait_deadline, uint64_t grace_deadline,
@@ -725,6 +784,8 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 struct dl_requeue {
 	uint32_t owner_gen; /* s->owner_gen when it was granted */
 	uint32_t ttl_ms;
+	uint32_t warn_ms; /* the warning asked for, if has_warn */
+	uint8_t has_warn;
 	uint64_t wait_deadline;
 	struct dl_str tag;
 	uint8_t shared;
@@ -783,12 +844,19 @@ int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
 /* Lookups for the store and tests. */
 const struct dl_lock *dl_locktab_find(struct dl_locktab *t, struct dl_str name);
 struct dl_str dl_lock_name(const struct dl_lock *lk);
-/* No holder and no waiter: the lock has no record (it is to be deleted)
- * and leaves the table at the next drain. */
+/* No holder, no waiter, no delay running: the lock has no record (it is
+ * to be deleted) and leaves the table at the next drain. */
 int dl_lock_empty(const struct dl_lock *lk);
 struct dl_str dl_owner_id(const struct dl_owner *o);
 /* The id= tag a lease was granted with (empty: none). */
 struct dl_str dl_lease_tag(const struct dl_lease *l);
+/* The warning of a lease of t (LOCK warn=), 0 if none. */
+uint32_t dl_locktab_lease_warn(const struct dl_locktab *t,
+			       const struct dl_lease *l);
+/* The delay of a lock of t (LOCK delay=), 0 if none; *end (if not NULL)
+ * receives the monotonic end of the delay it is in, 0 if none. */
+uint32_t dl_locktab_lock_delay(const struct dl_locktab *t,
+			       const struct dl_lock *lk, uint64_t *end);
 /* Its holder's description (NULL: none), borrowed from the lease. */
 struct dl_desc *dl_lease_desc(const struct dl_lease *l);
 /* How long it has been held at `now` (monotonic ms). */

@@ -40,15 +40,24 @@ static uint64_t holders_busy_for(const struct dl_lock *lk, int shared,
 	return 0;
 }
 
-/* ms until the lock could be granted: its holders', or the grants closed
- * (dl_locktab_close_grants), whichever is later. */
+/* ms until the lock could be granted: its holders', the grants closed
+ * (dl_locktab_close_grants) or the lock's delay, whichever is later. */
 static uint64_t busy_for(const struct dl_locktab *t, const struct dl_lock *lk,
 			 int shared, uint64_t now)
 {
 	uint64_t h = holders_busy_for(lk, shared, now);
 	uint64_t c = dl__closed(t, now) ? t->closed_until - now : 0;
+	uint64_t d = dl__delay_left(t, lk, now);
 
-	return h > c ? h : c;
+	h = h > c ? h : c;
+	return h > d ? h : d;
+}
+
+/* Nobody new may come in now: grants closed, or the lock in its delay. */
+static int barred(const struct dl_locktab *t, const struct dl_lock *lk,
+		  uint64_t now)
+{
+	return dl__closed(t, now) || dl__delay_left(t, lk, now) != 0;
 }
 
 static struct dl_waiter *session_waiter(const struct dl_session *s,
@@ -86,8 +95,16 @@ static int granted(struct dl_result *res, const struct dl_lease *l,
 	res->value = ttl_ms;
 	res->deadline = l->timer.expires;
 	res->ttl_ms = l->ttl_ms;
+	res->holds = l->count;
 	return 0;
 }
+
+/* Side objects a request may need, allocated before anything changes so
+ * that a grant never fails half-way. */
+struct spares {
+	struct dl_warn *warn;	/* the lease's warning */
+	struct dl_delay *delay; /* the lock's delay */
+};
 
 /* The wait would close a cycle (dl__deadlock_check said so). */
 static void deadlock(struct dl_locktab *t, struct dl_result *res)
@@ -100,13 +117,14 @@ static void deadlock(struct dl_locktab *t, struct dl_result *res)
 /* The owner claims its restored place in the queue. */
 static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 			     struct dl_waiter *w, const struct dl_acquire *a,
-			     uint32_t ttl, uint64_t now, struct dl_result *res)
+			     uint32_t ttl, uint64_t now, struct spares *sp,
+			     struct dl_result *res)
 {
 	struct dl_lock *lk = w->lock;
 	struct dl_lease *l;
 
 	if (w == lk->qhead && dl__has_room(lk, a->shared) &&
-	    !dl__closed(t, now)) {
+	    !barred(t, lk, now)) {
 		if (dl__tokens_exhausted(t))
 			return DL_ELIMIT;
 		if (!(l = dl__lease_alloc(a->tag, s->desc)))
@@ -114,6 +132,8 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 		dl__hist_add(&t->st.wait, 0);
 		dl__waiter_free(t, w);
 		dl__lease_grant(t, l, lk, s->owner, ttl, now, a->shared);
+		dl__warn_set(t, l, a->warn_ms, &sp->warn);
+		dl__delay_ask(t, lk, a->delay_ms, 0, &sp->delay);
 		/* shared waiters right behind it may come in with it */
 		dl__serve(t, lk, now);
 		return granted(res, l, ttl);
@@ -137,19 +157,26 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 	dl__waiter_attach(w, s);
 	dl__waiter_set(w, ttl, a->tag);
 	w->shared = a->shared ? 1 : 0;
+	w->has_warn = a->has_warn ? 1 : 0;
+	w->warn_ms = a->warn_ms;
 	w->wait_deadline = dl__deadline_after(now, a->wait_ms);
 	if (w->wait_deadline == UINT64_MAX)
 		dl_wheel_del(&t->wheel, &w->timer);
 	else
 		dl_wheel_add(&t->wheel, &w->timer, w->wait_deadline);
+	dl__delay_ask(t, lk, a->delay_ms, 0, &sp->delay);
 	dl__mark_dirty(t, lk);
 	res->outcome = DL_QUEUED;
 	res->value = dl__waiter_position(w);
 	return 0;
 }
 
-int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
-		       const struct dl_acquire *a, struct dl_result *res)
+/* dl_locktab_acquire, its arguments checked; sp: side objects allocated
+ * ahead (NULL where none was asked), each taken by the call that needs
+ * it. */
+static int acquire(struct dl_locktab *t, struct dl_session *s,
+		   const struct dl_acquire *a, struct spares *sp,
+		   struct dl_result *res)
 {
 	struct dl_owner *o = s->owner;
 	uint32_t limit = a->limit ? a->limit : 1;
@@ -158,15 +185,8 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 	struct dl_waiter *w;
 	uint64_t now;
 	uint32_t ttl;
+	int fresh;
 
-	memset(res, 0, sizeof(*res));
-	if (a->ttl_ms == 0 || a->ttl_ms > DL_TTL_STORE_MAX)
-		return DL_EBADARG;
-	if (a->tag.len > DL_TAG_MAX || limit > DL_LIMIT_MAX ||
-	    (a->shared && limit > 1))
-		return DL_EBADARG;
-	if (t->suspended)
-		return DL_EUNAVAILABLE;
 	/* the table's bound on locks: only a new name would pass it */
 	if (t->limits.max_locks && t->st.locks >= t->limits.max_locks &&
 	    !dl__lock_find(t, a->name))
@@ -176,6 +196,8 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 	if (!(lk = dl__lock_get(t, a->name)))
 		return DL_ENOMEM;
 	dl__reap(t, lk, now);
+	/* free: its delay, if it has one, is this request's to set */
+	fresh = !lk->holders && !lk->qhead && !dl__delay_left(t, lk, now);
 	/* The limit belongs to the lock while it lives: the request that
 	 * finds it empty sets it (an empty lock may linger until the store
 	 * has seen it go). */
@@ -196,6 +218,9 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		if (l->count >= DL_REENTRY_MAX)
 			return DL_ELIMIT;
 		dl__lease_reenter(t, l, ttl, now);
+		if (a->has_warn)
+			dl__warn_set(t, l, a->warn_ms, &sp->warn);
+		dl__delay_ask(t, lk, a->delay_ms, 0, &sp->delay);
 		res->reentry = 1;
 		return granted(res, l, dl__remaining(l, now));
 	}
@@ -205,9 +230,9 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		return 0;
 	}
 	if ((w = placeholder_of(t, lk, o)) != NULL)
-		return claim_placeholder(t, s, w, a, ttl, now, res);
+		return claim_placeholder(t, s, w, a, ttl, now, sp, res);
 
-	if (!lk->qhead && dl__has_room(lk, a->shared) && !dl__closed(t, now)) {
+	if (!lk->qhead && dl__has_room(lk, a->shared) && !barred(t, lk, now)) {
 		int full = dl__owner_full(t, o) || dl__account_full(s, o, 0) ||
 			   dl__tokens_exhausted(t);
 
@@ -216,6 +241,8 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 			return full ? DL_ELIMIT : DL_ENOMEM;
 		}
 		dl__lease_grant(t, l, lk, o, ttl, now, a->shared);
+		dl__warn_set(t, l, a->warn_ms, &sp->warn);
+		dl__delay_ask(t, lk, a->delay_ms, fresh, &sp->delay);
 		dl__hist_add(&t->st.wait, 0);
 		return granted(res, l, ttl);
 	}
@@ -236,9 +263,41 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 			   a->shared);
 	if (!w)
 		return DL_ENOMEM;
+	w->has_warn = a->has_warn ? 1 : 0;
+	w->warn_ms = a->warn_ms;
+	dl__delay_ask(t, lk, a->delay_ms, fresh, &sp->delay);
 	res->outcome = DL_QUEUED;
 	res->value = lk->nwaiters;
 	return 0;
+}
+
+int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
+		       const struct dl_acquire *a, struct dl_result *res)
+{
+	uint32_t limit = a->limit ? a->limit : 1;
+	struct spares sp = {NULL, NULL};
+	int err;
+
+	memset(res, 0, sizeof(*res));
+	if (a->ttl_ms == 0 || a->ttl_ms > DL_TTL_STORE_MAX)
+		return DL_EBADARG;
+	if (a->tag.len > DL_TAG_MAX || limit > DL_LIMIT_MAX ||
+	    (a->shared && limit > 1))
+		return DL_EBADARG;
+	/* the warning comes before the end: a reentry's TTL only grows */
+	if (a->warn_ms >= a->ttl_ms || a->delay_ms > DL_LOCK_DELAY_MAX_MS)
+		return DL_EBADARG;
+	if (t->suspended)
+		return DL_EUNAVAILABLE;
+	if ((a->warn_ms && !(sp.warn = dl__warn_alloc())) ||
+	    (a->delay_ms && !(sp.delay = dl__delay_alloc()))) {
+		free(sp.warn);
+		return DL_ENOMEM;
+	}
+	err = acquire(t, s, a, &sp, res);
+	free(sp.warn);
+	free(sp.delay);
+	return err;
 }
 
 /* The lock, its overdue holders reaped; NULL if it does not exist. */
@@ -297,13 +356,22 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 		       struct dl_str name, uint64_t token, uint64_t ttl_ms,
 		       struct dl_result *res)
 {
+	return dl_locktab_refresh_warn(t, s, name, token, ttl_ms, -1, res);
+}
+
+int dl_locktab_refresh_warn(struct dl_locktab *t, struct dl_session *s,
+			    struct dl_str name, uint64_t token,
+			    uint64_t ttl_ms, int64_t warn_ms,
+			    struct dl_result *res)
+{
 	uint64_t now = dl__now_ms(t);
+	struct dl_warn *spare = NULL;
 	struct dl_lock *lk;
 	struct dl_lease *l;
-	uint32_t ttl;
+	uint32_t ttl, warn;
 
 	memset(res, 0, sizeof(*res));
-	if (ttl_ms > DL_TTL_STORE_MAX)
+	if (ttl_ms > DL_TTL_STORE_MAX || warn_ms > (int64_t)DL_TTL_STORE_MAX)
 		return DL_EBADARG;
 	lk = lock_now(t, name, now);
 	l = lk ? dl__holder_by_token(lk, token) : NULL;
@@ -314,7 +382,18 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 	if (t->suspended)
 		return DL_EUNAVAILABLE;
 	ttl = ttl_ms ? (uint32_t)ttl_ms : l->ttl_ms;
+	warn = warn_ms < 0 ? dl__warn_ms(t, l) : (uint32_t)warn_ms;
+	if (warn >= ttl)
+		return DL_EBADARG;
+	if (warn && !l->has_warn && !(spare = dl__warn_alloc()))
+		return DL_ENOMEM;
+	/* The warning counts from the deadline the lease has: a shorter
+	 * one, applied later (below), arms it again. */
+	if (warn_ms >= 0)
+		dl__warn_set(t, l, warn, &spare);
+	free(spare);
 	t->st.refreshes++;
+	l->restored = 0; /* its holder knows it: a reentry may extend it */
 	dl__mark_urgent(t, lk);
 	res->outcome = DL_REFRESHED;
 	res->durable = 1;
@@ -333,6 +412,7 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 	}
 	l->ttl_ms = ttl;
 	dl_wheel_add(&t->wheel, &l->timer, now + ttl);
+	dl__warn_arm(t, l);
 	return 0;
 }
 
@@ -352,6 +432,7 @@ int dl_locktab_shorten(struct dl_locktab *t, struct dl_str name, uint64_t token,
 	/* A deadline already past fires at the next run of the timers:
 	 * nothing is reaped, and no event sent, from here. */
 	dl_wheel_add(&t->wheel, &l->timer, deadline);
+	dl__warn_arm(t, l);
 	dl__mark_dirty(t, lk);
 	return 1;
 }
@@ -462,8 +543,11 @@ void dl_locktab_status(struct dl_locktab *t, struct dl_str name,
 
 	memset(st, 0, sizeof(*st));
 	st->limit = 1;
-	if (lk)
-		lock_status(lk, now, st);
+	if (!lk)
+		return;
+	lock_status(lk, now, st);
+	st->delay_ms = dl_locktab_lock_delay(t, lk, NULL);
+	st->delay_left = dl__delay_left(t, lk, now);
 }
 
 int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
@@ -512,8 +596,12 @@ int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
 void dl_locktab_lock_status(struct dl_locktab *t, const struct dl_lock *lk,
 			    struct dl_lock_status *st)
 {
+	uint64_t now = dl__now_ms(t);
+
 	memset(st, 0, sizeof(*st));
-	lock_status(lk, dl__now_ms(t), st);
+	lock_status(lk, now, st);
+	st->delay_ms = dl_locktab_lock_delay(t, lk, NULL);
+	st->delay_left = dl__delay_left(t, lk, now);
 }
 
 /* ---- listing ---------------------------------------------------------------
@@ -701,7 +789,24 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 	now = dl__now_ms(t);
 	dl__lease_link(t, l, lk, o, token, count, ttl_ms, deadline,
 		       held_ms < now ? now - held_ms : 0, shared);
+	l->restored = 1;
 	dl_locktab_raise_token(t, token);
+	return 0;
+}
+
+int dl_locktab_restore_warn(struct dl_locktab *t, struct dl_str name,
+			    uint64_t token, uint32_t warn_ms)
+{
+	struct dl_lock *lk = dl__lock_find(t, name);
+	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+	struct dl_warn *w;
+
+	if (!l || warn_ms >= l->ttl_ms)
+		return DL_EBADARG;
+	if (!(w = dl__warn_alloc()))
+		return DL_ENOMEM;
+	dl__warn_set(t, l, warn_ms, &w);
+	free(w);
 	return 0;
 }
 
@@ -802,6 +907,8 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 		dl__lock_drop_if_unused(t, lk);
 		return DL_ENOMEM;
 	}
+	w->has_warn = requeue->has_warn ? 1 : 0;
+	w->warn_ms = requeue->warn_ms;
 	dl__waiter_requeue(lk, w, token);
 	return 0;
 }

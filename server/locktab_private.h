@@ -11,12 +11,30 @@
 #include "server/htab.h"
 #include "server/locktab.h"
 
-enum { DL__TIMED_LEASE = 1, DL__TIMED_WAITER = 2 };
+enum {
+	DL__TIMED_LEASE = 1,
+	DL__TIMED_WAITER = 2,
+	DL__TIMED_WARN = 3,
+	DL__TIMED_DELAY = 4,
+};
 
-/* What leases and waiters have in common, for the timer callback. */
+/* What leases, waiters and side objects with a timer have in common, for
+ * the timer callback. */
 struct dl_timed {
 	struct dl_wheel_entry timer;
-	unsigned kind : 2;
+	unsigned kind : 3;
+};
+
+/*
+ * Side objects (locktab_side.c): state that few leases or locks have
+ * lives beside them, not in their structs (locktab.h, Memory: a field
+ * every lease paid for would cost a bigger malloc chunk each), in a hash
+ * of the table keyed by the address of the lease or lock it belongs to.
+ * A bit of that struct says whether it has one.
+ */
+struct dl__side {
+	struct dl_hnode hn;
+	char key[sizeof(void *)]; /* the address of its lease or lock */
 };
 
 struct dl_locktab {
@@ -31,6 +49,8 @@ struct dl_locktab {
 	struct dl_htab locks;
 	struct dl_htab owners;
 	struct dl_htab accounts; /* a few: one per user with owners */
+	struct dl_htab warns;	 /* struct dl_warn, by lease (side objects) */
+	struct dl_htab delays;	 /* struct dl_delay, by lock (side objects) */
 	struct dl_lock **dirty; /* capacity >= number of locks */
 	size_t ndirty;
 	size_t dirty_cap;
@@ -123,5 +143,90 @@ void dl__walk_free(struct dl_walk *k);
  * the queue. */
 void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now,
 		   struct dl_str by);
+/* Pass ev (its name set from lk) to the event hook. */
+void dl__emit_ev(struct dl_locktab *t, struct dl_session *s,
+		 struct dl_event *ev, const struct dl_lock *lk);
+
+/* ---- locktab_side.c ------------------------------------------------------
+ */
+
+struct dl__side *dl__side_find(const struct dl_locktab *t,
+			       const struct dl_htab *h, const void *of);
+void dl__side_insert(const struct dl_locktab *t, struct dl_htab *h,
+		     struct dl__side *sd, const void *of);
+
+/*
+ * A lease's warning (LOCK ... warn=): * EXPIRING goes to its owner's
+ * sessions when warn_ms of its lease remain, unrefreshed. The warning has
+ * a wheel entry of its own, at deadline - warn_ms: the lease's entry, at
+ * the deadline, is never moved for it, so a warning cannot make an expiry
+ * early or late. Each change of the deadline (a grant, a reentry or
+ * refresh that moves it, a shortening, a restore) arms it again
+ * (dl__warn_arm); it fires once per deadline. A lease with warn_ms 0 has
+ * none.
+ */
+struct dl_warn {
+	struct dl_wheel_entry timer; /* at the lease's deadline - warn_ms */
+	unsigned kind : 3;	     /* DL__TIMED_WARN */
+	uint32_t warn_ms;
+	struct dl_lease *lease;
+	struct dl__side side; /* keyed by the lease */
+};
+
+/* The fallible half of setting a warning, made before anything changes;
+ * dl__warn_set takes it, or it is given back with free(). */
+struct dl_warn *dl__warn_alloc(void);
+/* Give l the warning warn_ms (0: none), using *spare if it has none yet
+ * (*spare is then NULL), and arm it. */
+void dl__warn_set(struct dl_locktab *t, struct dl_lease *l, uint32_t warn_ms,
+		  struct dl_warn **spare);
+/* Its deadline moved: arm l's warning (if any) for it. */
+void dl__warn_arm(struct dl_locktab *t, struct dl_lease *l);
+/* l ends: its warning goes with it. */
+void dl__warn_drop(struct dl_locktab *t, struct dl_lease *l);
+/* l's warn_ms, 0 if none. */
+uint32_t dl__warn_ms(const struct dl_locktab *t, const struct dl_lease *l);
+/* The warning's timer fired: tell the owner. */
+void dl__warn_fire(struct dl_locktab *t, struct dl_warn *w, uint64_t now);
+/*
+ * A lock's delay (LOCK delay=, locktab.h): after one of its leases ends
+ * without a release (dl__lease_end: an expiry, a BREAK), nobody new is
+ * let in for delay_ms; lk->delaying says it is running, and its wheel
+ * entry, pending meanwhile, fires at its end, when the queue is served.
+ * A lock in its delay is not empty (dl_lock_empty): it keeps its record
+ * and its place in the table until the delay is over.
+ */
+struct dl_delay {
+	struct dl_wheel_entry timer; /* the end of the delay it is in */
+	unsigned kind : 3;	     /* DL__TIMED_DELAY */
+	uint32_t delay_ms;
+	struct dl_lock *lock;
+	struct dl__side side; /* keyed by the lock */
+};
+
+struct dl_delay *dl__delay_alloc(void);
+/* A request admitted or queued asked for a delay of ms: a lock that was
+ * free (`fresh`: no holder, no waiter, no delay running when the request
+ * came) gets exactly that (0: none), another one at least that. *spare:
+ * from dl__delay_alloc(), taken if the lock has no delay yet. */
+void dl__delay_ask(struct dl_locktab *t, struct dl_lock *lk, uint32_t ms,
+		   int fresh, struct dl_delay **spare);
+/* One of lk's leases ended without a release, now: its delay (if any)
+ * runs from now (or on, if it already runs longer). */
+void dl__delay_start(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
+/* ms left of the delay lk is in, 0 if none. */
+uint64_t dl__delay_left(const struct dl_locktab *t, const struct dl_lock *lk,
+			uint64_t now);
+/* The delay's timer fired: it is over, the queue moves. */
+void dl__delay_fire(struct dl_locktab *t, struct dl_delay *d, uint64_t now);
+/* lk leaves the table: its delay goes with it. */
+void dl__delay_drop(struct dl_locktab *t, struct dl_lock *lk);
+/* lk's delay, NULL if none (tests of invariants). */
+struct dl_delay *dl__delay_of(const struct dl_locktab *t,
+			      const struct dl_lock *lk);
+
+/* Free every side object (the table is being emptied; the wheel is
+ * dropped or made again by the caller). */
+void dl__side_free_all(struct dl_locktab *t);
 
 #endif /* DL_SERVER_LOCKTAB_PRIVATE_H */

@@ -15,6 +15,8 @@
 struct verify {
 	const struct dl_locktab *t;
 	uint64_t leases, waiters, locks, placeholders, timed, dirty, urgent;
+	uint64_t warns; /* leases with a warning */
+	uint64_t delays; /* locks with a delay */
 	uint64_t contended[DL_QUEUE_BUCKETS];
 	char *why;
 	size_t whylen;
@@ -25,6 +27,27 @@ static int fail(struct verify *v, const struct dl_lock *lk, const char *what)
 	snprintf(v->why, v->whylen, "lock %.*s: %s", (int)lk->hn.len, lk->name,
 		 what);
 	return -1;
+}
+
+/* A lease's warning (locktab_side.c): there iff its bit says so, its own,
+ * armed at most once. */
+static int verify_warn(struct verify *v, const struct dl_lease *l)
+{
+	const struct dl__side *sd = dl__side_find(v->t, &v->t->warns, l);
+	const struct dl_warn *w =
+		sd ? (const struct dl_warn *)((const char *)sd -
+					      offsetof(struct dl_warn, side))
+		   : NULL;
+
+	if (!w != !l->has_warn)
+		return fail(v, l->lock, "a lease's warning bit is wrong");
+	if (w && (w->lease != l || w->warn_ms == 0 ||
+		  w->kind != DL__TIMED_WARN))
+		return fail(v, l->lock, "a warning is not its lease's");
+	if (w)
+		v->warns++;
+	v->timed += w && dl_wheel_pending(&w->timer);
+	return 0;
 }
 
 static int verify_holders(struct verify *v, const struct dl_lock *lk)
@@ -49,6 +72,8 @@ static int verify_holders(struct verify *v, const struct dl_lock *lk)
 					    "two leases of one owner or token");
 		if (l->shared != lk->holders->shared)
 			return fail(v, lk, "holders of both modes at once");
+		if (verify_warn(v, l))
+			return -1;
 		v->timed++;
 	}
 	if (lk->limit < 1 ||
@@ -98,7 +123,8 @@ static int verify_served(struct verify *v, const struct dl_lock *lk)
 	const struct dl_waiter *w = lk->qhead;
 	const struct dl_lease *l;
 
-	if (v->t->suspended || v->t->closed_until || !w || !w->sess)
+	if (v->t->suspended || v->t->closed_until || lk->delaying || !w ||
+	    !w->sess)
 		return 0;
 	l = dl__holder_of(lk, w->owner);
 	if (!l && dl__has_room(lk, w->shared))
@@ -108,13 +134,36 @@ static int verify_served(struct verify *v, const struct dl_lock *lk)
 	return 0;
 }
 
+/* A lock's delay (locktab_side.c): there iff its bit says so, its own;
+ * its timer pending iff the lock is in it. */
+static int verify_delay(struct verify *v, const struct dl_lock *lk)
+{
+	const struct dl_delay *d = dl__delay_of(v->t, lk);
+
+	if (lk->has_delay != (dl__side_find(v->t, &v->t->delays, lk) != NULL))
+		return fail(v, lk, "a lock's delay bit is wrong");
+	if (d && (d->lock != lk || d->delay_ms == 0 ||
+		  d->delay_ms > DL_LOCK_DELAY_MAX_MS ||
+		  d->kind != DL__TIMED_DELAY))
+		return fail(v, lk, "a delay is not its lock's");
+	if (lk->delaying && !d)
+		return fail(v, lk, "in a delay it does not have");
+	if (d && dl_wheel_pending(&d->timer) != lk->delaying)
+		return fail(v, lk, "a delay's timer does not match its state");
+	v->delays += d != NULL;
+	v->timed += lk->delaying;
+	return 0;
+}
+
 static int verify_lock(struct verify *v, const struct dl_lock *lk)
 {
 	v->locks++;
 	v->dirty += lk->dirty;
 	v->urgent += lk->urgent;
-	if (!lk->holders && !lk->qhead && !lk->dirty)
+	if (!lk->holders && !lk->qhead && !lk->delaying && !lk->dirty)
 		return fail(v, lk, "empty and not waiting for the store");
+	if (verify_delay(v, lk))
+		return -1;
 	if (lk->urgent && !lk->dirty)
 		return fail(v, lk, "urgent but not dirty");
 	if (verify_holders(v, lk) || verify_queue(v, lk))
@@ -208,11 +257,12 @@ int dl_locktab_verify(const struct dl_locktab *t, char *why, size_t whylen)
 	if (v.locks != t->st.locks || v.leases != t->st.leases ||
 	    v.waiters != t->st.waiters || v.placeholders != t->placeholders ||
 	    v.dirty != t->ndirty || v.urgent != t->nurgent ||
-	    v.timed != dl_wheel_count(&t->wheel) ||
+	    v.timed != dl_wheel_count(&t->wheel) || v.warns != t->warns.n ||
+	    v.delays != t->delays.n ||
 	    memcmp(v.contended, t->st.contended, sizeof(v.contended)) != 0) {
 		snprintf(
 			why, whylen,
-			"totals do not add up (locks, leases, waiters, placeholders, dirty or urgent set, wheel or contended locks)");
+			"totals do not add up (locks, leases, waiters, placeholders, dirty or urgent set, wheel, warnings, delays or contended locks)");
 		return -1;
 	}
 	return verify_owners(&v);

@@ -13,8 +13,8 @@
 
 #include "proto/desc.h"
 
-/* Words on one H or W line: the seven of version 2, k=, id=, the four of
- * version 3, and room for what a later version adds (record.h). A line
+/* Words on one H or W line: the seven of version 2, k=, id=, the five of
+ * version 3 (warn=, since=, host=, pid=, cmd=), and room for what a later version adds (record.h). A line
  * with more is unreadable. */
 #define WORDS_MAX 24
 
@@ -36,20 +36,21 @@ static uint64_t to_wall(uint64_t mono, int64_t off)
 	return w < 0 ? 0 : (uint64_t)w;
 }
 
-/* Longest H or W line: letter, 4 numbers, mode, owner, tag, separators;
- * and a description with its since=. */
+/* Longest H or W line: letter, 4 numbers, mode, owner, proof, warning,
+ * tag, separators; and a description with its since=. */
 #define LINE_ROOM                                                              \
-	(2 + 4 * 21 + 2 + DL_OWNER_KEY_MAX + 3 + 2 * DL_OWNER_PROOF_LEN + 4 +  \
-	 DL_TAG_MAX + 2 + DESC_ROOM)
+	(2 + 4 * 21 + 2 + DL_OWNER_KEY_MAX + 3 + 2 * DL_OWNER_PROOF_LEN +      \
+	 6 + 21 + 4 + DL_TAG_MAX + 2 + DESC_ROOM)
 #define DESC_ROOM                                                              \
 	(7 + 20 + 6 + DL_DESC_HOST_MAX + 5 + 10 + 5 + DL_DESC_CMD_MAX)
 
-/* Version 1 can say it: an exclusive lock, nobody shared. */
+/* Version 1 can say it: an exclusive lock, nobody shared, no delay. */
 static int plain(const struct dl_lock *lk)
 {
 	const struct dl_waiter *w;
 
-	if (lk->limit != 1 || (lk->holders && lk->holders->shared))
+	if (lk->limit != 1 || lk->has_delay ||
+	    (lk->holders && lk->holders->shared))
 		return 0;
 	for (w = lk->qhead; w; w = w->qnext)
 		if (w->shared)
@@ -57,13 +58,23 @@ static int plain(const struct dl_lock *lk)
 	return 1;
 }
 
-/* Version 3 is needed: a holder described itself. */
-static int described(const struct dl_lock *lk)
+/* The warning a holder's line says (0: none): below its TTL, as a
+ * restore wants it -- a shortening applied after a later warn= may leave
+ * them crossed (the warning then fired at once). */
+static uint32_t line_warn(const struct dl_locktab *t, const struct dl_lease *l)
+{
+	uint32_t warn = dl_locktab_lease_warn(t, l);
+
+	return warn < l->ttl_ms ? warn : 0;
+}
+
+/* Version 3 is needed: a holder described itself, or has a warning. */
+static int keyed(const struct dl_locktab *t, const struct dl_lock *lk)
 {
 	const struct dl_lease *l;
 
 	for (l = lk->holders; l; l = l->next)
-		if (l->has_desc)
+		if (l->has_desc || line_warn(t, l))
 			return 1;
 	return 0;
 }
@@ -120,24 +131,33 @@ static void add_proof(struct dl_buf *b, const struct dl_owner *o)
 	add_str(b, t, sizeof(t));
 }
 
-int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
-		     struct dl_buf *b)
+int dl_record_format(const struct dl_locktab *t, const struct dl_lock *lk,
+		     int64_t wall_off, struct dl_buf *b)
 {
 	const struct dl_lease *l;
 	const struct dl_waiter *w;
-	struct dl_str o, t;
-	int v3 = described(lk), v2 = v3 || !plain(lk);
+	struct dl_str o, tg;
+	uint32_t warn, delay = dl_locktab_lock_delay(t, lk, NULL);
+	int v4 = delay != 0, v3 = v4 || keyed(t, lk), v2 = v3 || !plain(lk);
 
 	b->len = 0;
-	if (dl_buf_reserve(b, sizeof(DL_RECORD_MAGIC2) + 8 + 21 +
+	if (dl_buf_reserve(b, sizeof(DL_RECORD_MAGIC2) + 8 + 21 + 7 + 21 + 8 +
 				      (size_t)(lk->nholders + lk->nwaiters) *
 					      LINE_ROOM))
 		return DL_ENOMEM;
 	if (v2) {
-		add_str(b, v3 ? DL_RECORD_MAGIC3 " limit=" :
-				DL_RECORD_MAGIC2 " limit=",
+		add_str(b,
+			v4   ? DL_RECORD_MAGIC4 " limit=" :
+			v3   ? DL_RECORD_MAGIC3 " limit=" :
+			       DL_RECORD_MAGIC2 " limit=",
 			sizeof(DL_RECORD_MAGIC2 " limit=") - 1);
 		add_u64(b, lk->limit);
+		if (v4) {
+			add_str(b, " delay=", 7);
+			add_u64(b, delay);
+			if (lk->delaying)
+				add_str(b, " running", 8);
+		}
 	} else {
 		add_str(b, DL_RECORD_MAGIC, sizeof(DL_RECORD_MAGIC) - 1);
 	}
@@ -155,10 +175,14 @@ int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
 		o = dl_owner_id(l->owner);
 		add_str(b, o.p, o.len);
 		add_proof(b, l->owner);
-		t = dl_lease_tag(l);
-		if (t.len) {
+		if (v3 && (warn = line_warn(t, l)) != 0) {
+			add_str(b, " warn=", 6);
+			add_u64(b, warn);
+		}
+		tg = dl_lease_tag(l);
+		if (tg.len) {
 			add_str(b, " id=", 4);
-			add_str(b, t.p, t.len);
+			add_str(b, tg.p, tg.len);
 		}
 		if (v3)
 			add_desc(b, l, wall_off);
@@ -263,6 +287,11 @@ static int extra_v3(struct dl_str w, struct dl_record_item *it)
 		it->tag = v;
 		return 0;
 	}
+	if (it->kind == 'H' && kv_of(w, "warn", &v))
+		return it->warn_ms || dl_parse_u64(v.p, v.len, &it->warn_ms) ||
+			       it->warn_ms == 0 || it->warn_ms > UINT32_MAX
+		       ? -1
+		       : 0;
 	if (kv_of(w, "since", &v))
 		return it->since || dl_parse_u64(v.p, v.len, &it->since) ||
 			       it->since == 0
@@ -293,8 +322,8 @@ static int extra_v3(struct dl_str w, struct dl_record_item *it)
 }
 
 /* What may follow the owner: k=<proof, hex> then id=<tag>, each
- * optional; in version 3, also since=, host=, pid=, cmd= and what a later
- * version adds, in any order. */
+ * optional; from version 3 on, also warn= (a holder's), since=, host=,
+ * pid=, cmd= and what a later version adds, in any order. */
 static int extras_of(const struct dl_str *w, int n, int at,
 		     struct dl_record_item *it, int v3)
 {
@@ -321,30 +350,54 @@ static int extras_of(const struct dl_str *w, int n, int at,
 }
 
 
-/* The version line: 1, or 2 or 3 with the lock's limit. */
+/* "<key>=<number>" in w, the number within 1..max. */
+static int kv_num(struct dl_str w, const char *key, uint64_t max,
+		  uint64_t *n)
+{
+	struct dl_str v;
+
+	return !kv_of(w, key, &v) || dl_parse_u64(v.p, v.len, n) ||
+		       *n == 0 || *n > max
+		       ? -1
+		       : 0;
+}
+
+/* The version line: 1; 2 or 3 with the lock's limit; 4 with its limit
+ * and its delay (as a 'D' item in *d; kind 0 when it has none). */
 static int parse_version(const char *text, const char *eol, int *version,
-			 uint32_t *limit)
+			 struct dl_record_item *d)
 {
 	size_t len = (size_t)(eol - text), m = sizeof(DL_RECORD_MAGIC) - 1;
-	const char *k = " limit=";
-	size_t kl = strlen(k);
+	struct dl_str w[4];
 	uint64_t n;
+	int nw;
 
-	*limit = 1;
+	memset(d, 0, sizeof(*d));
+	d->limit = 1;
 	*version = 1;
 	if (len == m && memcmp(text, DL_RECORD_MAGIC, m) == 0)
 		return 0;
-	if (len >= m && memcmp(text, DL_RECORD_MAGIC2, m) == 0)
+	nw = split(text, eol, w, 4);
+	if (nw < 2 || w[0].len != m)
+		return -1;
+	if (memcmp(w[0].p, DL_RECORD_MAGIC2, m) == 0)
 		*version = 2;
-	else if (len >= m && memcmp(text, DL_RECORD_MAGIC3, m) == 0)
+	else if (memcmp(w[0].p, DL_RECORD_MAGIC3, m) == 0)
 		*version = 3;
+	else if (memcmp(w[0].p, DL_RECORD_MAGIC4, m) == 0)
+		*version = 4;
 	else
 		return -1;
-	if (len < m + kl + 1 || memcmp(text + m, k, kl) != 0 ||
-	    dl_parse_u64(text + m + kl, len - m - kl, &n) || n == 0 ||
-	    n > DL_LIMIT_MAX)
+	if (kv_num(w[1], "limit", DL_LIMIT_MAX, &n))
 		return -1;
-	*limit = (uint32_t)n;
+	d->limit = (uint32_t)n;
+	if (*version < 4)
+		return nw == 2 ? 0 : -1;
+	if (nw < 3 || kv_num(w[2], "delay", DL_LOCK_DELAY_MAX_MS, &d->ttl_ms) ||
+	    (nw == 4 && (w[3].len != 7 || memcmp(w[3].p, "running", 7))))
+		return -1;
+	d->kind = 'D';
+	d->delay_running = nw == 4;
 	return 0;
 }
 
@@ -362,7 +415,7 @@ int dl_record_parse(const char *text, size_t len,
 		    void *arg, const char **why)
 {
 	const char *p, *end = text + len, *eol;
-	struct dl_record_item it;
+	struct dl_record_item it, d;
 	struct dl_str w[WORDS_MAX];
 	uint32_t limit;
 	int n, r, v2, v3, o, version;
@@ -371,10 +424,14 @@ int dl_record_parse(const char *text, size_t len,
 	eol = memchr(text, '\n', len);
 	if (!eol)
 		eol = end;
-	if (parse_version(text, eol, &version, &limit))
+	if (parse_version(text, eol, &version, &d))
 		return DL_EPROTO;
+	limit = d.limit;
 	v2 = version >= 2; /* lines have a mode */
 	v3 = version >= 3; /* and key=<value> words after the owner */
+	*why = NULL;
+	if (d.kind && (r = cb(&d, arg)) != 0)
+		return r;
 	p = eol;
 	while (p < end) {
 		p++; /* the LF */

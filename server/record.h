@@ -47,6 +47,29 @@
  * safe (who may act on it, who holds it) comes with a new version, which
  * an older daemon holds as unreadable.
  *
+ * A holder's line in version 3 may say warn=<ms>: the lease's warning
+ * (LOCK warn=), below its TTL, so that a restored lease still warns. A
+ * lock with such a holder is written in version 3 (since= and all). A
+ * daemon that does not know warn= skips it (below): the lease is kept,
+ * safely, and only its warning is lost.
+ *
+ * Version 4, a lock with a delay (LOCK delay=): version 3, its first line
+ * then saying the delay, and "running" when the lock was in it (the
+ * record of a lock with neither holder nor waiter lives for that):
+ *
+ *   dlock4 limit=<n> delay=<ms> [running]
+ *   H ... (as version 3)
+ *   W ... (as version 3)
+ *
+ * The delay is what a daemon must understand to keep the lock safe -- one
+ * that skipped it would grant during the delay -- so it is a version, not
+ * a skippable word: a daemon that reads at most version 3 reads a
+ * version-4 record as unreadable and holds the lock for max_ttl (never
+ * granting it meanwhile). Version 4 is written only for a lock with a delay; a lock
+ * without one is written as before. A restore honours a running delay
+ * whole, from the moment it reads it, as it does a lease's TTL: no
+ * wall-clock time is trusted.
+ *
  * the first line a version, then one H line per holder in grant order and
  * one W line per waiter in queue order, separated by LF. Deadlines are wall
  * clock (unix ms) so that they mean something to the next process: the
@@ -60,14 +83,17 @@
  * <user>=<id> owner as an unreadable record: it holds the lock (never
  * frees it) until the record's leases could have ended.
  *
- * All three are read. A lock is written in the oldest version that can
+ * All four are read. A lock is written in the oldest version that can
  * say it: version 1 when it can, so that a daemon from before version 2
  * (of the same store layout: daemons of layout 1 cannot be active on
- * layout 2, store_lead.c) reads every plain lock as it always did, and
- * version 3 only for a lock with a described holder. A daemon that cannot
+ * layout 2, store_lead.c) reads every plain lock as it always did,
+ * version 3 only for a lock with a described holder or a warning, and
+ * version 4 only for a lock with a delay. A daemon that cannot
  * read a record holds the lock -- never frees it -- until max_ttl: a 0.3
  * daemon (a standby left behind in a rolling upgrade, or a downgrade)
- * holds every lock a described client holds. No I/O here.
+ * holds every lock a described client holds or with a warning, and a
+ * daemon that reads at most version 3 every lock with a delay. No I/O
+ * here.
  */
 #ifndef DL_SERVER_RECORD_H
 #define DL_SERVER_RECORD_H
@@ -82,20 +108,22 @@
 #define DL_RECORD_MAGIC	 "dlock1"
 #define DL_RECORD_MAGIC2 "dlock2"
 #define DL_RECORD_MAGIC3 "dlock3"
+#define DL_RECORD_MAGIC4 "dlock4"
 
-/* Serialize lk into b (replacing its content). wall_off converts the
- * table's monotonic ms to unix ms (unix = mono + wall_off). */
-int dl_record_format(const struct dl_lock *lk, int64_t wall_off,
-		     struct dl_buf *b);
+/* Serialize lk, a lock of t, into b (replacing its content). wall_off
+ * converts the table's monotonic ms to unix ms (unix = mono + wall_off). */
+int dl_record_format(const struct dl_locktab *t, const struct dl_lock *lk,
+		     int64_t wall_off, struct dl_buf *b);
 
 struct dl_record_item {
-	char kind;	   /* 'H' holder, 'W' waiter */
+	char kind;	   /* 'H' holder, 'W' waiter, 'D' the lock's delay */
 	uint8_t shared;	   /* its mode (version 2; 0 in version 1) */
 	uint32_t limit;	   /* the lock's (1 in version 1) */
 	uint64_t token;	   /* H */
 	uint64_t deadline; /* unix ms; UINT64_MAX for a W with inf */
 	uint64_t count;	   /* H */
-	uint64_t ttl_ms;
+	uint64_t ttl_ms;   /* H, W; D: the delay, ms */
+	uint8_t delay_running; /* D: the lock was in its delay */
 	struct dl_str owner;
 	struct dl_str tag;
 	uint8_t has_proof; /* k= was there: the owner's proof */
@@ -105,9 +133,11 @@ struct dl_record_item {
 	struct dl_str host, cmd;
 	uint32_t pid;
 	uint64_t since;
+	uint64_t warn_ms; /* H: warn=, 0 when absent */
 };
 
-/* Parse a record, calling cb for each item in order. DL_EPROTO if the
+/* Parse a record, calling cb for each item in order (a D item, if the
+ * lock has a delay, first: it has no owner). DL_EPROTO if the
  * text is not a valid record (*why says where), or what cb returned if it
  * failed. `text` is not modified. */
 int dl_record_parse(const char *text, size_t len,

@@ -124,6 +124,11 @@ static void store_availability(int up, void *ctx)
 		     : "STATUS=persistence down, refusing changes");
 }
 
+static void store_opened(void *ctx)
+{
+	dl_conn_unpark_all(ctx);
+}
+
 /* Redis went back (store_lead.c): no new lease for ms. The window is the
  * server's, kept across take-overs (a new table is closed again). */
 static void store_closed(uint64_t ms, void *ctx)
@@ -720,7 +725,8 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 {
 	struct dl_locktab_hooks th = {tab_now, tab_event, srv, tab_change};
 	struct dl_store_hooks sh = {dl__server_committed, store_availability,
-				    store_role, store_closed, srv};
+				    store_role, store_closed, store_opened,
+				    srv};
 	struct dl_locktab_limits lim = tab_limits(&srv->cfg);
 	char err[DL_CONFIG_ERR_MAX];
 	int r;

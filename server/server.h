@@ -92,6 +92,8 @@ struct dl_server {
 	struct dl_conn *writeq; /* connections with bytes to write */
 	struct dl_conn *held;	/* connections holding replies for an epoch */
 	struct dl_conn *endq;	/* connections to end in the check phase */
+	struct dl_conn *parked; /* connections with a request for the store's
+				   first link after a take-over (conn.c) */
 	uint64_t durable;	/* last committed epoch */
 	uint64_t closed_until;	/* mono ms: no new lease before (Redis went
 				   back: store_closed, server.c) */

@@ -27,7 +27,7 @@
  * why a crash at any point loses no lease).
  *
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
- * dirty set into one batch: an FCALL of dlock_apply_v7 with each lock in
+ * dirty set into one batch: an FCALL of dlock_apply_v8 with each lock in
  * its final state, and the token mark when due (store_batch.c). Its reply
  * commits the epoch. Each batch is one round trip, and only one is in
  * flight: what changes meanwhile waits for its reply and goes as the next
@@ -44,7 +44,7 @@
  * CONNECTING sends AUTH, SELECT, FUNCTION LOAD REPLACE (the library is
  * the daemon's, so a Redis restarted empty or upgraded gets it back) and
  * the leadership's take, which raises P fence. SYNCING rewrites the full
- * state: every bucket is replaced whole (dlock_replace_v7: DEL, then HSET
+ * state: every bucket is replaced whole (dlock_replace_v8: DEL, then HSET
  * of the table's locks in it; a bucket without locks is deleted), a few
  * buckets per call, so that a lock of the table is never missing from
  * Redis, not even between two calls, and a record of a lock that ended
@@ -124,7 +124,7 @@ static char *key_of(const char *prefix, const char *suffix)
  * 127.0.0.1), and a Redis that went back was not noticed. So an empty
  * Redis put in place of the old one, or a move to another Redis, is
  * taken for one that went back: move the data with it, or remove
- * dlockd.state on purpose (README). */
+ * dlockd.state on purpose (proto/PROTOCOL.md, "Redis that forgets"). */
 static void seen_init(struct dl_store *st)
 {
 	dl_seen_init(&st->seen, st->cfg->state_dir, st->addr.db,
@@ -221,6 +221,11 @@ int dl_store_available(const struct dl_store *st)
 	return dl_store_leading(st) && (!st->redis || st->link == LINK_UP);
 }
 
+int dl_store_opening(const struct dl_store *st)
+{
+	return st->opening && st->active && dl_store_leading(st);
+}
+
 int dl_store_leading(const struct dl_store *st)
 {
 	return !st->redis ||
@@ -294,6 +299,11 @@ static void set_link(struct dl_store *st, enum link l)
 	st->link_since_ms = uv_now(st->loop);
 	if (st->active && was_up != (l == LINK_UP))
 		st->hooks.availability(l == LINK_UP, st->hooks.ctx);
+	if (st->opening && (l == LINK_UP || l == LINK_DOWN)) {
+		st->opening = 0;
+		if (st->hooks.opened)
+			st->hooks.opened(st->hooks.ctx);
+	}
 }
 
 /* Lose the link: refuse changes, free the context, retry with backoff.
@@ -503,6 +513,7 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 		    const redisReply *r, uint64_t sent_ms)
 {
 	struct lead_reply lr;
+	char who[320];
 
 	st->lead_busy = 0;
 	if (dl__lead_reply(st, r, sent_ms, &lr) != 0) {
@@ -510,12 +521,26 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 		return;
 	}
 	if (kind == BATCH_RENEW) {
-		if (lr.behind && !lr.ok) {
+		if (lr.lagged) {
 			/* Its record or fence is gone and nobody took over
 			 * since: Redis forgot. Not deposed: the next link
 			 * takes the leadership again with the table kept and
 			 * writes it back (store_lead.c). */
 			dl_error("redis: WENT BACK: this daemon's leadership record or fence is gone, and nobody took over since; taking it again to write the table back");
+			link_fail(st, "Redis went back");
+			return;
+		}
+		if (lr.behind && !lr.ok) {
+			/* Redis went back, and the record is another's (a
+			 * daemon that took over, maybe with this daemon's own
+			 * epoch) or gone while this daemon's leadership
+			 * lapsed: nothing says nobody took over. The next
+			 * link's take decides (store_lead.c); until then this
+			 * daemon's leadership is not confirmed. */
+			dl__lead_describe(st, who, sizeof(who));
+			dl_error("redis: WENT BACK: it holds less than this daemon saw, and the leadership is not this daemon's (it is %s); taking it again if it is free, keeping the table only if this daemon's leadership never lapsed",
+				 who);
+			st->leader.until_ms = 0;
 			link_fail(st, "Redis went back");
 			return;
 		}
@@ -866,8 +891,17 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	if (!lr.kept) {
-		/* Taken again, but somebody wrote since: the table is stale. */
-		depose(st, DL_STORE_STALE, "another daemon wrote meanwhile");
+		/* Taken again, but somebody may have written since (or this
+		 * daemon's leadership lapsed): the table is stale. */
+		if (lr.behind) {
+			st->st.went_back++;
+			dl_error(
+				"redis: WENT BACK: it holds less than this daemon saw (epoch %llu, write generation %llu), and this daemon cannot vouch for its table (its leadership lapsed, or another took over): it loads afresh, and no new lease is granted until every lease granted before may have ended",
+				(unsigned long long)lr.saw_epoch,
+				(unsigned long long)lr.saw_gen);
+		}
+		depose(st, DL_STORE_STALE,
+		       "its table is not kept: another daemon may have written meanwhile");
 		return;
 	}
 	if (dl__lead_took(st, &lr, who, sizeof(who))) {
@@ -1243,6 +1277,7 @@ int dl_store_take_over(struct dl_store *st, int start, char *err,
 	 * redis_timeout timed the link out at once, and the table was
 	 * re-synced for nothing). */
 	uv_update_time(st->loop);
+	st->opening = r == 0 && st->active;
 	link_connect(st);
 	return r;
 }
@@ -1321,10 +1356,11 @@ void dl_store_stop(struct dl_store *st, void (*done)(void *arg), void *arg)
 	 * clients were told (dl_store_idle), so what is left comes from
 	 * closing the connections -- their waiters leaving, a grant nobody
 	 * will be told of -- or, when the drain timed out, releases, whose
-	 * loss only keeps a lock busy (README). Redis keeps the state as
-	 * after a crash, and a standby takes over at once instead of after
-	 * the lease (found from outside: a waiter queued at SIGTERM cost a
-	 * takeover of the whole lease). */
+	 * loss only keeps a lock busy (docs/guide.md, "Why a release does not
+	 * wait for Redis"). Redis keeps the state as after a crash, and a
+	 * standby takes over at once instead of after the lease (found from
+	 * outside: a waiter queued at SIGTERM cost a takeover of the whole
+	 * lease). */
 	if (st->active && st->link == LINK_UP &&
 	    st->committed + 1 == st->epoch) {
 		st->active = 0;

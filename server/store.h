@@ -62,6 +62,9 @@ struct dl_store_hooks {
 	 * (dl_locktab_close_grants). Called from a take's reply or from
 	 * dl_store_load. */
 	void (*closed)(uint64_t ms, void *ctx);
+	/* The first link after a take-over is up, or failed: the requests
+	 * held for it (dl_store_opening) go on. */
+	void (*opened)(void *ctx);
 	void *ctx;
 };
 
@@ -150,6 +153,13 @@ void dl_store_flush(struct dl_store *st, int all);
 void dl_store_push(struct dl_store *st);
 /* 1 if changes can be persisted now (leading, and the link is up). */
 int dl_store_available(const struct dl_store *st);
+/* 1 while this daemon has just taken the leadership over (the table is
+ * loaded, the leadership confirmed) and its link to Redis is being made:
+ * a change asked now is better held than refused, as the link is up a
+ * few milliseconds later, or fails (hooks.opened, either way). Clients
+ * that followed the take-over re-send their waits at once and used to
+ * meet ERR UNAVAILABLE in that gap. */
+int dl_store_opening(const struct dl_store *st);
 /* 1 if every closed epoch has committed (used when draining). */
 int dl_store_idle(const struct dl_store *st);
 /* Stop: disconnect, close handles. `done` runs when they are closed. */

@@ -32,7 +32,7 @@
  * hashes, <prefix>rec:<b>, b the name's bucket (bucket.h). Each write is
  * one FCALL, atomic as MULTI/EXEC was, in one round trip:
  *
- *   FCALL dlock_apply_v7 <4 + n> <fence key> <token key> <gen key>
+ *   FCALL dlock_apply_v8 <4 + n> <fence key> <token key> <gen key>
  *         <leader key> <bucket key of lock 1> .. <bucket key of lock n>
  *         <fence> <token mark or ""> <instance>
  *         (<op> <name> <record>) x n
@@ -48,7 +48,7 @@
  * once (the dirty set holds a lock once), so the order of its writes
  * does not matter.
  *
- *   FCALL dlock_replace_v7 <4 + k> <fence key> <token key> <gen key>
+ *   FCALL dlock_replace_v8 <4 + k> <fence key> <token key> <gen key>
  *         <leader key> <key 1> .. <key k>
  *         <fence> <token mark or ""> <instance>
  *         (<count> (<name> <record>) x count) x k
@@ -105,7 +105,7 @@
 
 /* The library's name carries the version of its functions' contract
  * (arguments, key layout, records): any change to the code below must
- * come with new names (dlock_v7, dlock_apply_v7, ...). Every daemon loads
+ * come with new names (dlock_v8, dlock_apply_v8, ...). Every daemon loads
  * its library with FUNCTION LOAD REPLACE at each connection, so two builds
  * that shared a name on one Redis would keep replacing each other's
  * functions; builds of different versions load side by side. */
@@ -268,8 +268,12 @@ const char dl__store_library[] =
 	"  end\n"
 	"  if (mode == 'take' or mode == 'start') and (not cur or ours or lagged or\n"
 	"      mine_late or (mode == 'start' and holder == node)) then\n"
+	"    -- kept only while the caller's leadership never lapsed (held):\n"
+	"    -- past that, even its own epoch as the fence or its own record\n"
+	"    -- proves nothing: another may have taken over and granted, and\n"
+	"    -- Redis lost that take (store_lead.c)\n"
 	"    local kept = 0\n"
-	"    if mine > 0 and (fence == mine or lagged or mine_late) then\n"
+	"    if held and mine > 0 and (fence == mine or lagged or mine_late) then\n"
 	"      kept = 1\n"
 	"    end\n"
 	"    -- went back, and the taker has no table to write it back from:\n"
@@ -388,7 +392,7 @@ static int wb_record(struct dl_store *st, struct wlock *w,
 	struct wbatch *wb = &st->wb;
 
 	w->voff = wb->text.len;
-	if (dl_record_format(lk, wall_off, &st->val) ||
+	if (dl_record_format(st->tab, lk, wall_off, &st->val) ||
 	    dl_buf_add(&wb->text, st->val.p, st->val.len))
 		return DL_ENOMEM;
 	w->vlen = st->val.len;

@@ -321,7 +321,7 @@ void dl__find_cancel(struct dl_store *st)
  *
  * This narrows the window; it cannot close it (an announcement travels
  * while the leader proceeds, and a daemon paused across it learns late):
- * Redis replication is not consensus. README, "Limits, plainly". */
+ * Redis replication is not consensus. docs/ha.md, "Limits, plainly". */
 
 static const char *const hold_events[] = {
 	"+odown",

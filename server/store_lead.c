@@ -12,7 +12,7 @@
  *             write (store_batch.c), so that only the connection that
  *             took the leadership last can change anything.
  *
- * Both are changed only by the function dlock_lead_v7 (the library is in
+ * Both are changed only by the function dlock_lead_v8 (the library is in
  * store_batch.c), atomically, in one of four modes:
  *
  *   look   what the leadership is now (a standby polls with it);
@@ -34,17 +34,23 @@
  * A take answers `kept`: whether the fence was still this daemon's epoch,
  * that is, whether nobody else has written since. An active that takes
  * its leadership again with kept = 0 holds a stale table and must load
- * the state afresh. Every way to keep the table below also needs the
- * daemon's leadership never to have lapsed on its own clock (`held`,
- * sent by the daemon: its last confirmation plus the lease, less the
- * margin, is still ahead): only then can nobody else have taken it --
- * a standby takes a leadership only once its record is gone, and one
- * that finds Redis behind waits a lease first. A daemon paused or cut
- * off past its lease cannot know whether another took over, and a Redis
- * that forgot since (FLUSHALL, an older copy) may have lost that take
- * and its fence: found from outside, the old active "wrote its table
- * back" over the new one's grants and tokens went back. It loads. A record counts as this daemon's only if it names
- * this process (the instance), never by epoch alone: after a Redis
+ * the state afresh. Every way to keep the table, this first one
+ * included, also needs the daemon's leadership never to have lapsed on
+ * its own clock (`held`, sent by the daemon: its last confirmation plus
+ * the lease, less the margin, is still ahead): only then can nobody else
+ * have taken it -- a standby takes a leadership only once its record is
+ * gone, and one that finds Redis behind waits a lease first. A daemon
+ * paused or cut off past its lease cannot know whether another took
+ * over, and a Redis that forgot since (FLUSHALL, an older copy, a
+ * replica that missed the take) may have lost that take and its fence,
+ * and show this daemon's own epoch as the fence, or its own record,
+ * again: found from outside, the old active "wrote its table back" over
+ * the new one's grants (once for a fence below its epoch, and once for a
+ * copy of its own epoch, taken before its last writes: it then granted
+ * a lock the new active had granted, and nothing closed grants, as its
+ * table was "kept"). It loads instead, and a Redis behind what it saw
+ * closes grants for max_ttl. A record counts as this daemon's only if it
+ * names this process (the instance), never by epoch alone: after a Redis
  * fail-over a standby may have taken over on the promoted replica with
  * the very epoch this daemon had on the lost primary. A promoted replica
  * that missed this daemon's last writes (its record of this instance, the
@@ -73,9 +79,9 @@
  * first take of this version over a Redis of layout 1 (a numeric fence)
  * starts the epoch above it and writes it as "<epoch>/2", before anything
  * is loaded or migrated (store_load.c), and there is no way back but a
- * tool that does not exist yet (README, upgrading). The function reads
- * both forms; any other (a later layout) it refuses, which bars it from
- * a Redis whose layout it does not know.
+ * tool that does not exist yet (docs/operations.md, upgrading). The
+ * function reads both forms; any other (a later layout) it refuses, which
+ * bars it from a Redis whose layout it does not know.
  *
  * The active counts its leadership from each renewal's send time, for
  * DL_LEADER_MARGIN_PCT percent less than the lease (Redis starts the
@@ -271,7 +277,7 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 		out->mark = 0; /* not a number: the loader says so */
 	if (e0->integer == 2) {
 		/* renew: Redis went back under this daemon */
-		out->behind = 1;
+		out->behind = out->lagged = 1;
 		return 0;
 	}
 	out->ok = e0->integer == 1;

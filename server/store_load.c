@@ -333,6 +333,8 @@ static int check_item(const struct dl_record_item *it, void *arg)
 {
 	struct load_ctx *x = arg;
 
+	if (it->kind == 'D') /* the parser checked its range */
+		return 0;
 	if (it->ttl_ms == 0 || it->ttl_ms > DL_TTL_STORE_MAX)
 		return DL_EPROTO;
 	/* One owner, two keys: no daemon writes that (one binding per
@@ -348,7 +350,8 @@ static int check_item(const struct dl_record_item *it, void *arg)
 	}
 	if (it->kind != 'H')
 		return 0;
-	if (it->count == 0 || it->count > DL_REENTRY_MAX || it->token == 0)
+	if (it->count == 0 || it->count > DL_REENTRY_MAX || it->token == 0 ||
+	    it->warn_ms >= it->ttl_ms)
 		return DL_EPROTO;
 	/* holders the lock can have at once: one mode, within the limit */
 	if (x->holders++ == 0)
@@ -406,6 +409,10 @@ static int load_lease(struct load_ctx *x, const struct dl_record_item *it)
 				     it->shared, it->limit, d, held);
 	dl_desc_unref(d);
 	x->leases += r == 0;
+	/* its warning too: a restored lease warns as it did */
+	if (r == 0 && it->warn_ms)
+		r = dl_locktab_restore_warn(x->st->tab, x->name, it->token,
+					    (uint32_t)it->warn_ms);
 	return r ? r : bind_proof(x->st->tab, it);
 }
 
@@ -417,6 +424,11 @@ static int load_item(const struct dl_record_item *it, void *arg)
 	uint64_t wait, grace = x->now_mono + x->st->cfg->restore_grace_ms;
 	int r;
 
+	/* the lock's delay, first: a running one honoured whole from now */
+	if (it->kind == 'D')
+		return dl_locktab_restore_delay(t, x->name,
+						(uint32_t)it->ttl_ms,
+						it->delay_running, it->limit);
 	if (it->kind == 'H')
 		return load_lease(x, it);
 	if (it->deadline != UINT64_MAX && it->deadline <= x->now_wall) {
@@ -711,6 +723,25 @@ static int quarantine(struct load_ctx *x)
 	return 0;
 }
 
+/*
+ * The clock floor of a start that cannot see the last mark. A Redis that
+ * went back lost the token mark, and this daemon's own (seen.h) covers
+ * only what it saw: another daemon may have issued tokens it never saw
+ * (it was down, or the loss came before its next look) on a wall clock
+ * ahead of this one's. Found by the fault campaign: a daemon whose clock
+ * was a minute behind its peer's took over a flushed Redis after the peer
+ * had granted on it, and resumed 10 s worth of tokens below the peer's.
+ * So such a start goes max_clock_skew past its own clock: above anything
+ * a daemon whose clock is no more than that ahead can have issued. The
+ * same for a Redis with no mark at all (a new keyspace, or one emptied
+ * where no state file saw it): the cost is a jump of the time part, which
+ * has room for centuries (DL_TOKEN_PER_MS).
+ */
+static uint64_t skewed(const struct dl_store *st, uint64_t unix_ms)
+{
+	return unix_ms + st->cfg->max_clock_skew_ms;
+}
+
 static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 {
 	struct dl_store *st = x->st;
@@ -740,7 +771,7 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 			st->tab,
 			dl_token_floor(stored > st->seen.mark ? stored
 							      : st->seen.mark,
-				       unix_ms));
+				       skewed(st, unix_ms)));
 		snprintf(st->fence, sizeof(st->fence), "%s", fence);
 		st->leader.until_ms = dl__lead_until(st, x->lead_sent);
 		return 0;
@@ -758,7 +789,9 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 		stored = x->max_token;
 	if (st->seen.mark > stored)
 		stored = st->seen.mark;
-	dl_locktab_raise_token(st->tab, dl_token_floor(stored, unix_ms));
+	dl_locktab_raise_token(st->tab,
+			       dl_token_floor(stored, stored ? unix_ms
+							     : skewed(st, unix_ms)));
 	if ((rc = quarantine(x)) || (rc = dl__load_keep_lead(x)) ||
 	    (rc = x->l1 ? dl__layout1_migrate(x) : write_back(x)))
 		return rc;

@@ -120,6 +120,7 @@ struct dl_store {
 	uint64_t token_mark; /* the token mark sent on this link (0: none yet;
 				store_batch.c) */
 	uint64_t link_since_ms; /* when the link entered its state */
+	int opening; /* the first link after a take-over: dl_store_opening */
 	uint64_t retry_at_ms;	/* DOWN: next connect attempt */
 	uint64_t backoff_ms;
 	uint64_t last_reply_ms;
@@ -281,10 +282,11 @@ enum lead_mode { LEAD_LOOK, LEAD_RENEW, LEAD_TAKE, LEAD_START, LEAD_RESIGN };
 
 struct lead_reply {
 	int ok;		/* taken or renewed (else st->leader is the holder) */
-	int behind;	/* renew: Redis went back under this daemon (its
+	int behind;	/* Redis holds less than st->seen (seen.h) */
+	int lagged;	/* renew: Redis went back under this daemon (its
 			   record or fence lost, nobody else took since):
-			   take it again with the table kept. take: Redis
-			   holds less than st->seen (seen.h) */
+			   take it again with the table kept (behind is
+			   set too) */
 	uint64_t epoch; /* ok: this daemon's epoch, the fence */
 	int kept;	/* take: nobody else wrote since `mine` */
 	int64_t pttl;	/* not ok: the holder's lease left, ms (< 0: none) */
@@ -323,10 +325,10 @@ int dl__lead_took(struct dl_store *st, const struct lead_reply *lr,
 
 /* The Redis function library that applies every write (FUNCTION LOAD). */
 extern const char dl__store_library[];
-#define DL_STORE_LIBRARY    "dlock_v7"
-#define DL_STORE_APPLY_FN   "dlock_apply_v7"
-#define DL_STORE_REPLACE_FN "dlock_replace_v7"
-#define DL_STORE_LEAD_FN    "dlock_lead_v7"
+#define DL_STORE_LIBRARY    "dlock_v8"
+#define DL_STORE_APPLY_FN   "dlock_apply_v8"
+#define DL_STORE_REPLACE_FN "dlock_replace_v8"
+#define DL_STORE_LEAD_FN    "dlock_lead_v8"
 
 /* The store layout this build writes (store.c): its number ends the
  * writer fence, "<epoch>/2" (store_lead.c says why). */

@@ -663,6 +663,11 @@ int h_starts(const char *s, const char *prefix)
 	return strncmp(s, prefix, strlen(prefix)) == 0;
 }
 
+void h_daemon_print_log(const struct h_daemon *d)
+{
+	print_file(d->log);
+}
+
 int h_daemon_log_has(const struct h_daemon *d, const char *needle)
 {
 	char buf[1 << 16];
@@ -759,10 +764,18 @@ struct h_client *h_connect_unix(const char *path)
 	struct h_client *c;
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
+	uint64_t t0 = h_now_ms();
+	int rc;
+
 	cr_assert(fd >= 0 && strlen(path) < sizeof(sa.sun_path));
 	memcpy(sa.sun_path, path, strlen(path) + 1);
-	cr_assert(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
-		  "connect %s: %s", path, strerror(errno));
+	/* A daemon is started once its TCP port answers; its unix socket
+	 * may be bound a moment later (seen on a loaded machine: ENOENT). */
+	while ((rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa))) != 0 &&
+	       (errno == ENOENT || errno == ECONNREFUSED) &&
+	       h_now_ms() - t0 < 5000)
+		h_sleep_ms(10);
+	cr_assert(rc == 0, "connect %s: %s", path, strerror(errno));
 	c = calloc(1, sizeof(*c));
 	cr_assert(c != NULL);
 	c->fd = fd;

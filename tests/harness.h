@@ -135,6 +135,9 @@ void h_daemon_start_redis(struct h_daemon *d, const struct h_redis *r,
 			  const char *conf);
 /* 1 if the daemon's log contains `needle`. */
 int h_daemon_log_has(const struct h_daemon *d, const char *needle);
+/* Print the daemon's log to stderr (before an assertion that is about to
+ * fail, when the log says why). */
+void h_daemon_print_log(const struct h_daemon *d);
 
 /* The daemon in the suite's persistence mode: $DL_TEST_PERSIST is "none"
  * (the default) or "redis", which also starts a private redis-server

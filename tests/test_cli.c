@@ -551,6 +551,12 @@ static void lease_loss(const char *trap, int expect_term)
 	cr_assert(gt(u64, gone - t0, 1000));
 	cr_assert(eq(int, r.status, EX_LOST), "%s", r.err);
 	cr_assert(strstr(r.err, "lost") != NULL, "%s", r.err);
+	/* ... and said first that the lease was at risk (its renewal was
+	 * not confirmed by half its TTL), before the loss */
+	cr_assert(strstr(r.err, "lease on loss is at risk") != NULL &&
+			  strstr(r.err, "lease on loss is at risk") <
+				  strstr(r.err, "lease on loss lost"),
+		  "%s", r.err);
 	cr_assert(eq(int, file_exists(in_dir("term")), expect_term));
 }
 
@@ -1086,6 +1092,77 @@ Test(cli, run_refuses_a_lock_its_owner_id_holds_elsewhere)
 	h_close(c);
 }
 
+/* A permit of a semaphore, as one exclusive lock: another owner holds the
+ * first permit of a limit-2 lock and owner "batch" (say a `dlock run` with
+ * DLOCK_OWNER=batch=<key>) the second; a second run of batch would be
+ * granted a reentry of batch's permit, a third command at once. STATUS's
+ * count (the first holder's, the other owner's) does not show it: the
+ * grant's holds= does. */
+Test(cli, run_refuses_a_permit_its_owner_id_holds_elsewhere)
+{
+	struct h_client *o = h_connect(d.port), *c = h_connect(d.port);
+	struct result r;
+	const char *line;
+	char want[128];
+	uint64_t token;
+
+	h_lock(o, "sem", "ttl=30s limit=2");
+	h_call(c, "HELLO owner=batch key=%s", h_owner_key("batch"));
+	token = h_lock(c, "sem", "ttl=30s limit=2");
+	dlock(&r, "run", "sem", "--limit", "2", "--owner", owned("batch"),
+	      "--", "touch", in_dir("ran"), NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(has(r.err, "in another process"), "%s", r.err);
+	cr_assert(not(file_exists(in_dir("ran"))));
+	line = h_call(c, "HOLDERS sem");
+	cr_assert(STR_EQ(h_kv(line, "holders"), "2"), "%s", line);
+	h_line(c); /* the other owner's, granted first */
+	line = h_line(c);
+	snprintf(want, sizeof(want), "holder batch token=%" PRIu64 " ", token);
+	cr_assert(h_starts(line, want), "%s", line);
+	cr_assert(has(line, " count=1 "), "%s", line);
+	/* -E, as for a permit held by others */
+	dlock(&r, "run", "sem", "--limit", "2", "--owner", owned("batch"),
+	      "-E", "9", "--", "touch", in_dir("ran"), NULL);
+	cr_assert(eq(int, r.status, 9), "%s", r.err);
+	cr_assert(not(file_exists(in_dir("ran"))));
+	h_close(o);
+	h_close(c);
+}
+
+/* One-shot `dlock lock`s of one owner (a script that exported its
+ * DLOCK_OWNER, or two such scripts): the second is not told it holds a
+ * lock the first holds; exit 75, and the lease keeps one hold. */
+Test(cli, lock_refuses_a_lock_its_owner_id_holds_already)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+	char tok[32];
+	const char *line;
+	uint64_t token;
+
+	dlock(&r, "lock", "once", "--owner", owned("script"), "--ttl", "10s",
+	      NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	token = to_u64(r.out);
+	dlock(&r, "lock", "once", "--owner", owned("script"), "--ttl", "10s",
+	      "--wait", "5s", NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(STR_EQ(r.out, ""));
+	cr_assert(has(r.err, "already held by owner script in another process"),
+		  "%s", r.err);
+	dlock(&r, "trylock", "once", "--owner", owned("script"), NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	line = h_call(c, "STATUS once");
+	cr_assert(STR_EQ(h_kv(line, "count"), "1"), "%s", line);
+	cr_assert(eq(u64, to_u64(h_kv(line, "token")), token));
+	snprintf(tok, sizeof(tok), "%" PRIu64, token);
+	dlock(&r, "unlock", "once", tok, "--owner", owned("script"), NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS once"), "state"), "free"));
+	h_close(c);
+}
+
 /* ---- lock, trylock, unlock, refresh -------------------------------------- */
 
 Test(cli, lock_prints_the_token_and_only_its_owner_unlocks_it)
@@ -1123,6 +1200,33 @@ Test(cli, lock_prints_the_token_and_only_its_owner_unlocks_it)
 	dlock(&r, "unlock", "--owner", owned("alice"), "lk", tok, NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS lk"), "state"), "free"));
+	h_close(c);
+}
+
+/* lock --warn D: the lease warns its owner's connections (* EXPIRING)
+ * when D of it remain; a warning not below the TTL is a usage error. */
+Test(cli, lock_warn_asks_the_server_to_warn_before_the_end)
+{
+	struct h_client *c = h_hello(d.port, "alice");
+	struct result r;
+	uint64_t t0, token;
+	char want[64];
+	char *l;
+
+	t0 = h_now_ms();
+	dlock(&r, "lock", "lw", "--owner", owned("alice"), "--ttl", "2s",
+	      "--warn", "1s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	token = to_u64(r.out);
+	l = h_read(c, 3000);
+	cr_assert(l != NULL, "no * EXPIRING");
+	snprintf(want, sizeof(want), "* EXPIRING lw %" PRIu64 " ", token);
+	cr_assert(h_starts(l, want), "got \"%s\"", l);
+	cr_assert(ge(u64, h_now_ms() - t0, 1000 - 5));
+	dlock(&r, "lock", "lw2", "--ttl", "2s", "--warn", "2s", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	cr_assert(has(r.err, "--warn 2s must be less than the lease's --ttl"),
+		  "%s", r.err);
 	h_close(c);
 }
 
@@ -1195,7 +1299,9 @@ Test(cli, refresh_extends_the_lease_of_its_owner)
 	dlock(&r, "refresh", "ref", tok, "--owner", owned("alice"), "--ttl",
 	      "1m", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
-	cr_assert(STR_EQ(r.out, "60000\n"));
+	/* what remains when the reply left, after a Redis round trip */
+	cr_assert(le(u64, to_u64(r.out), 60000), "%s", r.out);
+	cr_assert(gt(u64, to_u64(r.out), 55000), "%s", r.out);
 	cr_assert(gt(u64, to_u64(h_kv(h_call(c, "STATUS ref"), "ttl_ms")),
 		     50000));
 	dlock(&r, "refresh", "ref", tok, "--owner", "bob", NULL);
@@ -1834,6 +1940,32 @@ Test(cli, break_ends_the_lease_it_names)
 	dlock(&r, "trylock", "bk", NULL);
 	cr_assert(eq(int, r.status, 0), "the lock is free after: %s", r.err);
 	cr_assert(gt(u64, to_u64(r.out), to_u64(tok)));
+}
+
+/* lock --delay D gives the lock a lock-delay: once the lease runs out,
+ * trylock fails for D, saying why, and status shows the delay; more than
+ * 1m is a usage error. */
+Test(cli, lock_delay_keeps_an_expired_lock_busy_for_the_delay)
+{
+	struct result r;
+
+	dlock(&r, "lock", "ld", "--ttl", "500ms", "--delay", "2s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	h_sleep_ms(700);
+	dlock(&r, "trylock", "ld", NULL);
+	cr_assert(eq(int, r.status, 75), "%s%s", r.out, r.err);
+	/* busy for its delay, not for a holder: it says so */
+	cr_assert(has(r.err, "dlock: ld is in its lock-delay for "), "%s",
+		  r.err);
+	dlock(&r, "status", "ld", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(has(r.out, "state=free\n") && has(r.out, "delay_ms=2000\n") &&
+			  has(r.out, "delay_left_ms="),
+		  "%s", r.out);
+	dlock(&r, "lock", "ld2", "--delay", "2m", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	cr_assert(has(r.err, "--delay: 2m is too long, at most 1m"), "%s",
+		  r.err);
 }
 
 /* ---- watch and wait-free ------------------------------------------------- */

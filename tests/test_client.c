@@ -738,6 +738,106 @@ Test(client, threads_of_one_client_exclude_each_other, .init = start_none,
 	dlock_close(c);
 }
 
+/* ---- clients of one owner ------------------------------------------------ */
+
+static uint32_t holds_of(dlock_client *c, const char *name)
+{
+	struct dlock_status st;
+
+	cr_assert(eq(int, dlock_status(c, name, &st), 0));
+	return st.held ? st.count : 0;
+}
+
+/* Two clients given one owner id and key (two processes that inherit one
+ * DLOCK_OWNER) are one owner to the server, which grants the second a
+ * reentry of the first one's lease. The second must not believe it holds
+ * the lock: its acquire fails at once, wait or not, and the lease keeps
+ * exactly the first one's hold. The first still re-enters its own. */
+Test(client, a_second_client_of_one_owner_is_refused_the_lock_it_holds,
+     .init = start_none, .fini = stop_all)
+{
+	dlock_client *a = client_of("pair"), *b = client_of("pair");
+	dlock_lease *l = must_lock(a, "po", 10000, 0), *l2 = NULL, *re;
+	int64_t t0;
+
+	cr_assert(eq(int, dlock_trylock(b, "po", 10000, &l2),
+		     DLOCK_EHELDBYOWNER));
+	cr_assert(eq(ptr, l2, NULL));
+	cr_assert(ne(ptr, strstr(dlock_last_error(), "another process"), NULL),
+		  "last error \"%s\"", dlock_last_error());
+	/* asked on b's connection: after the hold it gave back */
+	cr_assert(eq(u32, holds_of(b, "po"), 1));
+	t0 = dlock_now_ms();
+	cr_assert(eq(int, dlock_lock(b, "po", 10000, 3000, &l2),
+		     DLOCK_EHELDBYOWNER));
+	cr_assert(eq(int, dlock_lock(b, "po", 10000, DLOCK_WAIT_FOREVER, &l2),
+		     DLOCK_EHELDBYOWNER));
+	cr_assert(lt(i64, dlock_now_ms() - t0, 1000), "failed at once");
+	cr_assert(eq(ptr, l2, NULL));
+	cr_assert(eq(u32, holds_of(b, "po"), 1));
+
+	/* the holder's own reentry is granted as before */
+	re = must_lock(a, "po", 10000, 0);
+	cr_assert(eq(u64, dlock_lease_token(re), dlock_lease_token(l)));
+	cr_assert(eq(u32, holds_of(a, "po"), 2));
+	cr_assert(eq(int, dlock_unlock(a, re), 0));
+	cr_assert(eq(int, dlock_unlock(a, l), 0));
+	cr_assert(eq(u32, holds_of(a, "po"), 0));
+	/* free again: the other client gets it */
+	l2 = must_lock(b, "po", 10000, 0);
+	cr_assert(eq(int, dlock_trylock(a, "po", 10000, &l), DLOCK_EHELDBYOWNER));
+	cr_assert(eq(int, dlock_unlock(b, l2), 0));
+	dlock_close(a);
+	dlock_close(b);
+}
+
+/* The same through a queue: both clients of the owner wait behind another
+ * owner; the first is granted the lease, the second a reentry of it by
+ * event, which it gives back. A semaphore's permit too: the owner never
+ * holds two permits through two clients. */
+Test(client, a_second_client_of_one_owner_is_refused_by_event_and_permit,
+     .init = start_none, .fini = stop_all)
+{
+	dlock_client *a = client_of("pair"), *b = client_of("pair");
+	dlock_client *o = client();
+	dlock_lease *held = must_lock(o, "pq", 10000, 0), *p = NULL;
+	struct waiter wa = {.c = a, .name = "pq", .wait = 5000};
+	struct waiter wb = {.c = b, .name = "pq", .wait = 5000};
+	struct dlock_lock_options lo;
+	pthread_t ta, tb;
+
+	pthread_create(&ta, NULL, waiter_main, &wa);
+	h_sleep_ms(200);
+	pthread_create(&tb, NULL, waiter_main, &wb);
+	h_sleep_ms(200);
+	cr_assert(eq(int, dlock_unlock(o, held), 0));
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	cr_assert(eq(int, wa.rc, 0), "%s", dlock_strerror(wa.rc));
+	cr_assert(eq(int, wb.rc, DLOCK_EHELDBYOWNER), "%s",
+		  dlock_strerror(wb.rc));
+	cr_assert(eq(u32, holds_of(b, "pq"), 1)); /* after its give-back */
+	cr_assert(eq(int, dlock_unlock(a, wa.l), 0));
+	cr_assert(eq(u32, holds_of(o, "pq"), 0));
+
+	/* a semaphore of 2: another owner has a permit, a takes one */
+	dlock_lock_options_init(&lo);
+	lo.ttl_ms = 10000;
+	lo.wait_ms = 0;
+	lo.limit = 2;
+	cr_assert(eq(int, dlock_acquire(o, "ps", &lo, &held), 0));
+	cr_assert(eq(int, dlock_acquire(a, "ps", &lo, &wa.l), 0));
+	cr_assert(eq(int, dlock_acquire(b, "ps", &lo, &p),
+		     DLOCK_EHELDBYOWNER));
+	cr_assert(eq(int, dlock_unlock(a, wa.l), 0));
+	cr_assert(eq(int, dlock_acquire(b, "ps", &lo, &p), 0));
+	cr_assert(eq(int, dlock_unlock(b, p), 0));
+	cr_assert(eq(int, dlock_unlock(o, held), 0));
+	dlock_close(a);
+	dlock_close(b);
+	dlock_close(o);
+}
+
 /* ---- failures ------------------------------------------------------------ */
 
 Test(client, request_times_out_while_the_daemon_is_stopped, .init = start_none,
@@ -1259,6 +1359,133 @@ Test(client, expired_event_calls_on_lost, .init = start_none, .fini = stop_all)
 	dlock_close(c);
 }
 
+/* What on_at_risk and on_lost saw, in order (seq: 1, 2, ... over both). */
+struct risk {
+	atomic_int seq;
+	atomic_int n_risk, n_lost;
+	int risk_seq, lost_seq; /* seq of the first of each */
+	int64_t risk_at;	/* dlock_now_ms() in on_at_risk */
+	int risk_valid;		/* dlock_lease_valid() in on_at_risk */
+	int why;
+};
+
+static void risk_cb(dlock_client *c, const dlock_lease *l, void *arg)
+{
+	struct risk *s = arg;
+	int seq = atomic_fetch_add(&s->seq, 1) + 1;
+
+	(void)c;
+	if (atomic_fetch_add(&s->n_risk, 1) == 0) {
+		s->risk_seq = seq;
+		s->risk_at = dlock_now_ms();
+		s->risk_valid = dlock_lease_valid(l);
+	}
+}
+
+static void risk_lost_cb(dlock_client *c, const dlock_lease *l,
+			 enum dlock_lost_reason why, void *arg)
+{
+	struct risk *s = arg;
+	int seq = atomic_fetch_add(&s->seq, 1) + 1;
+
+	(void)c;
+	(void)l;
+	if (atomic_fetch_add(&s->n_lost, 1) == 0) {
+		s->lost_seq = seq;
+		s->why = (int)why;
+	}
+}
+
+static int wait_count(atomic_int *n, int want, int ms)
+{
+	int64_t end = dlock_now_ms() + ms;
+
+	while (atomic_load(n) < want && dlock_now_ms() < end)
+		h_sleep_ms(2);
+	return atomic_load(n);
+}
+
+/* The daemon stops answering: the renewal sent at a third of the TTL is
+ * not confirmed by half of it, and on_at_risk says so while the lease is
+ * still valid -- before on_lost, which follows at the guard. */
+Test(client, a_frozen_server_calls_on_at_risk_before_on_lost,
+     .init = start_none, .fini = stop_all)
+{
+	struct dlock_options o;
+	struct risk s = {0};
+	dlock_client *c;
+	dlock_lease *l;
+	int64_t t0;
+	int rc;
+
+	opts(&o);
+	o.on_lost = risk_lost_cb;
+	o.on_at_risk = risk_cb;
+	o.arg = &s;
+	c = connect_with(&o);
+	t0 = dlock_now_ms();
+	l = must_lock(c, "risky", 900, 0);
+	h_daemon_signal(&d, SIGSTOP);
+	cr_assert(eq(int, wait_count(&s.n_lost, 1, 3000), 1));
+	cr_assert(eq(int, atomic_load(&s.n_risk), 1), "on_at_risk calls");
+	cr_assert(lt(int, s.risk_seq, s.lost_seq), "at risk after lost");
+	cr_assert(eq(int, s.risk_valid, 1), "at risk once already invalid");
+	cr_assert(ge(i64, s.risk_at - t0, 450 - 5),
+		  "at risk %lld ms after the lock, renewal due at 300",
+		  (long long)(s.risk_at - t0));
+	cr_assert(eq(int, s.why, DLOCK_LOST_UNCONFIRMED));
+	h_daemon_signal(&d, SIGCONT);
+	rc = dlock_unlock(c, l);
+	cr_assert(rc == 0 || rc == DLOCK_ENOTHOLDER, "%s", dlock_strerror(rc));
+	dlock_close(c);
+}
+
+/* Renewal off, a lease with a warning: the server's * EXPIRING calls
+ * on_at_risk, with the lease still valid; a refresh confirms it, and the
+ * next warning calls it again. Never on_lost while refreshed. */
+Test(client, expiring_calls_on_at_risk_when_renewal_is_off,
+     .init = start_none, .fini = stop_all)
+{
+	struct dlock_options o;
+	struct dlock_lock_options lo;
+	struct risk s = {0};
+	dlock_client *c;
+	dlock_lease *l = NULL;
+	int64_t t0;
+	int rc;
+
+	opts(&o);
+	o.renew = 0;
+	o.on_lost = risk_lost_cb;
+	o.on_at_risk = risk_cb;
+	o.arg = &s;
+	c = connect_with(&o);
+	dlock_lock_options_init(&lo);
+	lo.ttl_ms = 1000;
+	lo.warn_ms = 400;
+	lo.wait_ms = 0;
+	cr_assert(eq(int, dlock_acquire(c, "warned", &lo, &l), 0), "%s",
+		  dlock_last_error());
+	t0 = dlock_now_ms();
+	cr_assert(eq(int, wait_count(&s.n_risk, 1, 2000), 1));
+	cr_assert(ge(i64, s.risk_at - t0, 600 - 5 - 50),
+		  "at risk %lld ms after the grant, warning at 600",
+		  (long long)(s.risk_at - t0));
+	cr_assert(eq(int, s.risk_valid, 1));
+	cr_assert(eq(int, atomic_load(&s.n_lost), 0));
+	rc = dlock_refresh(c, l, 0);
+	cr_assert(eq(int, rc, 0), "%s", dlock_strerror(rc));
+	cr_assert(eq(int, wait_count(&s.n_risk, 2, 2000), 2),
+		  "no second warning after the refresh");
+	cr_assert(eq(int, atomic_load(&s.n_lost), 0));
+	/* bad warnings are refused before anything is sent */
+	lo.warn_ms = 1000;
+	cr_assert(eq(int, dlock_acquire(c, "w2", &lo, &l), DLOCK_EINVAL));
+	lo.warn_ms = -1;
+	cr_assert(eq(int, dlock_acquire(c, "w2", &lo, &l), DLOCK_EINVAL));
+	dlock_close(c);
+}
+
 /* A lease broken by another client: the holder's * EXPIRED now names
  * who broke it (broken_by=), and libdlock still reads it as a loss.
  * dlock_break() of 0.2 gives no reason: refused before sending. */
@@ -1661,6 +1888,52 @@ Test(client, stock_demo_sells_exactly_the_stock, .init = start_none,
 	cr_assert(eq(int, WEXITSTATUS(st), 0), "output:\n%s", out);
 	cr_assert(ne(ptr, strstr(out, "sold 10 of 10 items"), NULL),
 		  "output:\n%s", out);
+}
+
+/* delay_ms gives the lock a lock-delay: the lease of a client that does
+ * not renew runs out, and another client's lock waits the delay out on
+ * top of the TTL (STATUS shows it running); above 60000 is DLOCK_EINVAL
+ * before anything is sent. */
+Test(client, delay_ms_keeps_an_expired_lock_from_the_next_holder,
+     .init = start_none, .fini = stop_all)
+{
+	struct dlock_options o;
+	struct dlock_lock_options lo;
+	struct dlock_status st;
+	dlock_client *a, *b;
+	dlock_lease *la = NULL, *lb = NULL;
+	int64_t t0, t1;
+	int rc;
+
+	opts(&o);
+	o.renew = 0;
+	a = connect_with(&o);
+	b = client();
+	dlock_lock_options_init(&lo);
+	lo.ttl_ms = 300;
+	lo.delay_ms = 60001; /* above the maximum, 1m */
+	cr_assert(eq(int, dlock_acquire(a, "dl", &lo, &la), DLOCK_EINVAL));
+	lo.delay_ms = 800;
+	t0 = dlock_now_ms();
+	rc = dlock_acquire(a, "dl", &lo, &la);
+	cr_assert(eq(int, rc, 0), "%s", dlock_strerror(rc));
+	h_sleep_ms(400);
+	rc = dlock_status(b, "dl", &st);
+	cr_assert(eq(int, rc, 0), "%s", dlock_strerror(rc));
+	cr_assert(eq(int, st.held, 0));
+	cr_assert(eq(i64, st.delay_ms, 800));
+	cr_assert(gt(i64, st.delay_left_ms, 0));
+	lb = must_lock(b, "dl", 5000, DLOCK_WAIT_FOREVER);
+	t1 = dlock_now_ms();
+	cr_assert(ge(i64, t1 - t0, 300 + 800 - 5),
+		  "granted %lld ms after the first lock: ttl 300, delay 800",
+		  (long long)(t1 - t0));
+	cr_assert(eq(int, dlock_unlock(b, lb), 0));
+	rc = dlock_unlock(a, la);
+	cr_assert(rc == DLOCK_ENOTHOLDER || rc == DLOCK_ELOST, "%s",
+		  dlock_strerror(rc));
+	dlock_close(a);
+	dlock_close(b);
 }
 
 /* ---- watches ------------------------------------------------------------- */

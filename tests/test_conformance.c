@@ -272,6 +272,8 @@ static const char *lock_word(int rc)
 		return "deadlock";
 	case DLOCK_ECYCLE:
 		return "cycle";
+	case DLOCK_EHELDBYOWNER:
+		return "heldbyowner";
 	case DLOCK_EDENIED:
 		return "denied";
 	case DLOCK_EUNAVAILABLE:

@@ -535,8 +535,12 @@ Test(layout, a_resync_of_one_crowded_bucket_ends, .timeout = 300)
 		n += h == CROWD_BUCKET;
 	}
 	h_redis_start(&r, "everysec");
+	/* a leadership that outlasts the load and the re-sync: one that
+	 * lapsed would not keep its table (store_lead.c), and this test is
+	 * about the re-sync */
 	h_daemon_start_redis(&d, &r,
 			     "[persistence]\nredis_timeout = 150ms\n"
+			     "[cluster]\nleader_lease = 60s\n"
 			     "[limits]\nmax_locks_per_owner = 200000\n");
 	c = h_hello(d.port, "c");
 	m = h_hello(d.port, "m");

@@ -394,6 +394,7 @@ Test(locktab, free_lock_is_granted_durably_with_token_and_ttl)
 	rc = acq(a, "job", 1000, 0, NULL, &r);
 	EXPECT(rc, r, DL_GRANTED);
 	cr_assert(gt(u64, r.token, 0));
+	cr_assert(eq(u32, r.holds, 1));
 	cr_assert(eq(u64, r.value, 1000));
 	cr_assert(eq(u32, (uint32_t)r.durable, 1));
 	cr_assert(eq(u64, dl_locktab_last_token(tab), r.token));
@@ -555,6 +556,7 @@ Test(locktab, reentrant_lock_keeps_token_and_frees_after_last_release)
 	rc = acq(a, "job", 1000, 0, NULL, &r);
 	EXPECT(rc, r, DL_GRANTED);
 	cr_assert(eq(u64, r.token, tok));
+	cr_assert(eq(u32, r.holds, 2));
 	cr_assert(eq(u64, r.value, 1000));
 	cr_assert(eq(u32, (uint32_t)r.durable, 1));
 	cr_assert(eq(u32, status("job").count, 2));
@@ -586,6 +588,7 @@ Test(locktab, reentry_works_from_another_session_of_the_same_owner)
 	rc = acq(a2, "job", 1000, 0, NULL, &r);
 	EXPECT(rc, r, DL_GRANTED);
 	cr_assert(eq(u64, r.token, tok));
+	cr_assert(eq(u32, r.holds, 2), "the grant counts the other's hold");
 	cr_assert(eq(u32, status("job").count, 2));
 
 	rc = rel(a2, "job", tok, &r);
@@ -612,6 +615,7 @@ Test(locktab, lease_survives_holder_disconnect_and_reconnected_owner_reenters)
 	rc = acq(a2, "job", 1000, 0, NULL, &r);
 	EXPECT(rc, r, DL_GRANTED);
 	cr_assert(eq(u64, r.token, tok));
+	cr_assert(eq(u32, r.holds, 2), "the grant counts the other's hold");
 	cr_assert(eq(u32, status("job").count, 2));
 	rc = rel(a2, "job", tok, &r);
 	EXPECT(rc, r, DL_HELD);
@@ -3220,6 +3224,288 @@ Test(locktab, a_withdrawn_shared_grant_waits_again_shared)
 	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, a), 2));
 	cr_assert(eq(u32, status("rw").holders, 2));
 	EXPECT(acq_mode(w, "rw", 3000, 0, EX, 1, &r), r, DL_BUSY);
+}
+
+/* ---- warnings (LOCK warn=) ------------------------------------------------ */
+
+static uint64_t must_grant_warned(struct client *c, const char *name,
+				  uint64_t ttl, uint32_t warn)
+{
+	struct dl_acquire a = {.name = str(name),
+			       .ttl_ms = ttl,
+			       .has_warn = 1,
+			       .warn_ms = warn};
+	struct dl_result r;
+	int rc = dl_locktab_acquire(tab, &c->s, &a, &r);
+
+	EXPECT(rc, r, DL_GRANTED);
+	return r.token;
+}
+
+/* The warning fires once, at the deadline less warn (within a tick), and
+ * the expiry stays where it was: at the deadline, not a tick early. */
+Test(locktab, a_warning_fires_before_the_deadline_and_leaves_the_expiry_alone)
+{
+	struct client *a = client_new("alice");
+	uint64_t tok = must_grant_warned(a, "w", 1000, 300);
+
+	advance_to(690);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, NULL), 0), "early");
+	advance_to(700 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 1));
+	cr_assert(eq(u64, evs[nev - 1].token, tok));
+	cr_assert(le(u64, evs[nev - 1].ttl, 300));
+	cr_assert(gt(u64, evs[nev - 1].ttl, 300 - 2 * TICK));
+	advance_to(990);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 0), "expired early");
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 1), "warned twice");
+	advance_to(1000 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+}
+
+/* A refresh or a reentry that moves the deadline arms the warning again;
+ * a release takes it away. */
+Test(locktab, a_warning_follows_its_deadline_and_goes_with_its_lease)
+{
+	struct client *a = client_new("alice");
+	struct dl_result r;
+	uint64_t tok = must_grant_warned(a, "w", 1000, 300);
+	int rc;
+
+	advance_to(500);
+	rc = refresh(a, "w", tok, 0, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	advance_to(1190);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 0), "early");
+	advance_to(1200 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 1));
+	/* a reentry with a later deadline (now + 1000 ms): once more */
+	rc = acq(a, "w", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	advance(690);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 1), "early");
+	advance(10 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 2));
+	/* released (both holds): nothing more */
+	rc = rel(a, "w", tok, &r);
+	EXPECT(rc, r, DL_HELD);
+	must_release(a, "w", tok);
+	rc = acq(a, "w", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	must_release(a, "w", r.token);
+	advance(5000);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 2));
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 0));
+}
+
+/* A warning is below the TTL; a refresh keeps the lease's unless it gives
+ * one (0 drops it), and refuses a TTL not above it. */
+Test(locktab, a_warning_stays_below_the_ttl)
+{
+	struct client *a = client_new("alice");
+	struct dl_acquire bad = {.name = str("w"),
+				 .ttl_ms = 1000,
+				 .has_warn = 1,
+				 .warn_ms = 1000};
+	struct dl_result r;
+	uint64_t tok;
+	int rc;
+
+	cr_assert(eq(int, dl_locktab_acquire(tab, &a->s, &bad, &r),
+		     DL_EBADARG));
+	tok = must_grant_warned(a, "w", 1000, 300);
+	rc = refresh(a, "w", tok, 300, &r);
+	cr_assert(eq(int, rc, DL_EBADARG), "a TTL not above the warning");
+	rc = dl_locktab_refresh_warn(tab, &a->s, str("w"), tok, 0, 1000, &r);
+	cr_assert(eq(int, rc, DL_EBADARG), "a warning not below the TTL");
+	rc = dl_locktab_refresh_warn(tab, &a->s, str("w"), tok, 300, 0, &r);
+	EXPECT(rc, r, DL_REFRESHED);
+	cr_assert(eq(int,
+		     dl_locktab_shorten(tab, str("w"), tok, r.from_deadline,
+					r.deadline, (uint32_t)r.ttl_ms),
+		     1));
+	advance(300 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRING, a), 0), "dropped");
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+}
+
+/* ---- lock-delay (LOCK delay=) --------------------------------------------- */
+
+static int acq_delay(struct client *c, const char *name, uint64_t ttl,
+		     uint64_t wait, uint32_t delay, struct dl_result *r)
+{
+	struct dl_acquire a = {.name = str(name),
+			       .ttl_ms = ttl,
+			       .wait_ms = wait,
+			       .delay_ms = delay};
+
+	return dl_locktab_acquire(tab, &c->s, &a, r);
+}
+
+/* After an expiry nobody is let in for the delay: a TRYLOCK is BUSY for
+ * what is left of it, the queued waiter keeps its place and is granted
+ * when it ends (within a tick), and not before. */
+Test(locktab, after_an_expiry_the_lock_admits_nobody_for_its_delay)
+{
+	struct client *a = client_new("alice"), *b = client_new("bob"),
+		      *c = client_new("carol");
+	struct dl_result r;
+	int rc;
+
+	rc = acq_delay(a, "d", 1000, 0, 500, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	rc = acq(b, "d", 1000, DL_WAIT_INF, NULL, &r);
+	EXPECT(rc, r, DL_QUEUED);
+	advance_to(1000 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 0), "granted at once");
+	cr_assert(eq(u32, status("d").delay_ms, 500));
+	cr_assert(gt(u64, status("d").delay_left, 500 - 2 * TICK));
+	rc = acq(c, "d", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_BUSY);
+	cr_assert(gt(u64, r.value, 500 - 2 * TICK));
+	advance_to(1490);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 0), "granted early");
+	advance_to(1500 + 2 * TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+	cr_assert(eq(u64, status("d").delay_left, 0));
+}
+
+/* A release by the holder frees the lock at once, delay or not; so does
+ * the end of a lock without a delay. */
+Test(locktab, a_release_frees_a_lock_with_a_delay_at_once)
+{
+	struct client *a = client_new("alice"), *b = client_new("bob");
+	struct dl_result r;
+	uint64_t tok;
+	int rc;
+
+	rc = acq_delay(a, "d", 1000, 0, 5000, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	tok = r.token;
+	rc = acq(b, "d", 1000, DL_WAIT_INF, NULL, &r);
+	EXPECT(rc, r, DL_QUEUED);
+	must_release(a, "d", tok);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+	cr_assert(eq(u64, status("d").delay_left, 0));
+}
+
+/* A BREAK is an end its holder did not ask for: the delay runs. */
+Test(locktab, a_broken_lease_starts_the_delay)
+{
+	struct client *a = client_new("alice"), *b = client_new("bob");
+	struct dl_result r;
+	uint64_t tok;
+	int rc;
+
+	rc = acq_delay(a, "d", 10000, 0, 800, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	tok = r.token;
+	rc = dl_locktab_break(tab, str("d"), tok, str("op"), NULL, &r);
+	EXPECT(rc, r, DL_BROKEN);
+	rc = acq(b, "d", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_BUSY);
+	advance(800 + 2 * TICK);
+	rc = acq(b, "d", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+}
+
+/* Waiters queued before and during the delay are granted in their order
+ * when it ends; one that comes during it queues behind them. */
+Test(locktab, waiters_keep_fifo_order_through_the_delay)
+{
+	struct client *a = client_new("alice"), *b = client_new("bob"),
+		      *c = client_new("carol");
+	struct dl_result r;
+	int rc;
+
+	rc = acq_delay(a, "d", 100, 0, 300, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	rc = acq(b, "d", 1000, DL_WAIT_INF, NULL, &r);
+	EXPECT(rc, r, DL_QUEUED);
+	advance(100 + TICK);
+	rc = acq(c, "d", 1000, DL_WAIT_INF, NULL, &r);
+	EXPECT(rc, r, DL_QUEUED);
+	cr_assert(eq(u64, r.value, 2));
+	advance(300 + TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, c), 0));
+	must_release(b, "d", evs[nev - 1].token);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, c), 1));
+}
+
+/* The lock keeps the largest delay asked while it lives; a request that
+ * finds it free sets it again; past the maximum is DL_EBADARG. */
+Test(locktab, the_delay_is_the_locks_raised_by_later_requests)
+{
+	struct client *a = client_new("alice"), *b = client_new("bob");
+	struct drained dr;
+	struct dl_result r;
+	uint64_t tok;
+	int rc;
+
+	rc = acq_delay(a, "d", 1000, 0, 200, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	tok = r.token;
+	rc = acq_delay(b, "d", 1000, DL_WAIT_INF, 900, &r);
+	EXPECT(rc, r, DL_QUEUED);
+	cr_assert(eq(u32, status("d").delay_ms, 900));
+	rc = acq_delay(b, "e", 1000, 0, DL_LOCK_DELAY_MAX_MS + 1, &r);
+	cr_assert(eq(int, rc, DL_EBADARG));
+	/* released: b holds it, and its own request set the delay */
+	must_release(a, "d", tok);
+	cr_assert(eq(u32, status("d").delay_ms, 900));
+	must_release(b, "d", evs[nev - 1].token);
+	drain(&dr);
+	rc = acq_delay(a, "d", 1000, 0, 0, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	cr_assert(eq(u32, status("d").delay_ms, 0));
+}
+
+/* A lock in its delay, with nobody holding or waiting, stays in the table
+ * (it has a record) until the delay is over, then goes. */
+Test(locktab, a_lock_in_its_delay_lives_until_the_delay_ends)
+{
+	struct client *a = client_new("alice");
+	struct drained dr;
+	struct dl_result r;
+	int rc;
+
+	rc = acq_delay(a, "d", 100, 0, 400, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	advance(100 + TICK);
+	drain(&dr);
+	cr_assert_not_null(dl_locktab_find(tab, str("d")));
+	cr_assert(eq(int, dl_lock_empty(dl_locktab_find(tab, str("d"))), 0));
+	advance(400 + TICK);
+	drain(&dr);
+	cr_assert_null(dl_locktab_find(tab, str("d")));
+}
+
+/* A restored running delay lasts its whole length from the restore. */
+Test(locktab, a_restored_running_delay_holds_the_lock_from_the_restore)
+{
+	struct client *b = client_new("bob");
+	struct dl_result r;
+	int rc;
+
+	cr_assert(eq(int, dl_locktab_restore_delay(tab, str("d"), 600, 1, 1),
+		     0));
+	cr_assert(eq(int,
+		     dl_locktab_restore_delay(tab, str("d"), 600, 1, 1),
+		     DL_EBADARG), "twice");
+	cr_assert(eq(int,
+		     dl_locktab_restore_delay(tab, str("e"),
+					      DL_LOCK_DELAY_MAX_MS + 1, 0, 1),
+		     DL_EBADARG));
+	rc = acq(b, "d", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_BUSY);
+	rc = acq(b, "d", 1000, DL_WAIT_INF, NULL, &r);
+	EXPECT(rc, r, DL_QUEUED);
+	advance(590);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 0), "granted early");
+	advance(10 + 2 * TICK);
+	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
 }
 
 /* ---- the change hook (observers: WATCH) ---------------------------------- */

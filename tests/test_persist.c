@@ -798,6 +798,52 @@ Test(persist, a_reentry_with_a_shorter_ttl_never_shortens_a_restored_lease)
 	stop_clean();
 }
 
+/* A restored lease may be a grant whose reply was lost with the daemon:
+ * its owner's LOCK re-enters it but does not extend it, so that a client
+ * told "held by your owner elsewhere" that asks again and again cannot
+ * keep it alive (found by test_ha: the lock stayed busy for as long as
+ * the worker went on). A REFRESH of its token shows a holder that knows
+ * it: from then on a reentry extends it as before. */
+Test(persist, a_reentry_never_extends_a_restored_lease_nobody_refreshed)
+{
+	struct h_client *a, *a2, *b;
+	uint64_t tok;
+	char *l;
+
+	start("always", NULL);
+	a = h_hello(d.port, "o1");
+	tok = h_lock(a, "g", "ttl=2s");
+	h_lock(a, "k", "ttl=10s");
+	h_daemon_kill9(&d);
+	h_close(a);
+	h_daemon_restart(&d);
+	a2 = h_hello(d.port, "o1");
+	/* g: nobody refreshes it; LOCKs of its owner do not extend it */
+	for (int i = 0; i < 5; i++) {
+		l = h_call(a2, "LOCK g ttl=30s");
+		cr_assert(h_starts(l, "OK GRANTED g "), "reentry: \"%s\"", l);
+		cr_assert_eq(h_arg_u64(l, 1), tok, "\"%s\"", l);
+		cr_assert_leq(h_arg_u64(l, 2), 2000,
+			      "a reentry extended a restored lease: \"%s\"",
+			      l);
+		h_sleep_ms(100);
+	}
+	b = h_hello(d.port, "o2");
+	h_wait_free(b, "g", 4000);
+	l = h_read(a2, 2000);
+	cr_assert(l && h_starts(l, "* EXPIRED g "), "\"%s\"", l ? l : "");
+	/* k: refreshed by its holder, then re-entered: extended */
+	l = h_call(a2, "REFRESH k %llu ttl=10s",
+		   (unsigned long long)h_kv_u64(h_call(b, "STATUS k"), "token"));
+	cr_assert(h_starts(l, "OK REFRESHED k "), "\"%s\"", l);
+	l = h_call(a2, "LOCK k ttl=30s");
+	cr_assert(h_starts(l, "OK GRANTED k "), "\"%s\"", l);
+	cr_assert_gt(h_arg_u64(l, 2), 20000, "\"%s\"", l);
+	h_close(a2);
+	h_close(b);
+	stop_clean();
+}
+
 /* Found from outside: a REFRESH that shortens the lease, refused with ERR
  * UNAVAILABLE (Redis lost before it was recorded), shortened it all the
  * same, and the lock went to another owner while the holder counted on
@@ -1822,11 +1868,11 @@ Test(persist, the_daemon_runs_as_a_redis_acl_user_with_the_documented_rights)
 }
 
 /* hiredis 0.14 has no TLS: a Redis on another machine is reached through
- * a TLS tunnel (README, "Redis's side"). Redis listens on a TLS port too,
- * stunnel in client mode verifies its certificate and forwards to it, and
- * the daemon, pointed at the tunnel's local end, serves and keeps a lease
- * across a restart; CLIENT LIST shows its connections arriving on the TLS
- * port. */
+ * a TLS tunnel (docs/security.md, "Redis's side"). Redis listens on a TLS
+ * port too, stunnel in client mode verifies its certificate and forwards
+ * to it, and the daemon, pointed at the tunnel's local end, serves and
+ * keeps a lease across a restart; CLIENT LIST shows its connections
+ * arriving on the TLS port. */
 static pid_t stunnel_pid;
 
 static void stunnel_stop(void)
@@ -2108,6 +2154,83 @@ Test(persist, a_version_1_record_is_kept_and_rewritten_as_version_2)
 		  h_rec_get(&r, "old"));
 	h_close(carol);
 	h_close(s);
+	stop_clean();
+}
+
+/* A lease's warning (LOCK warn=) is in its record and survives kill -9:
+ * the restored lease, lasting its TTL from the restart, still warns its
+ * holder warn before that end -- not before, and once. */
+Test(persist, a_lease_warning_survives_kill9)
+{
+	struct h_client *a, *a2;
+	uint64_t tok, r0, at;
+	char *l;
+
+	start("always", NULL);
+	a = h_hello(d.port, "a");
+	tok = h_lock(a, "warned", "ttl=3s warn=1s");
+	cr_assert(h_starts(h_rec_get(&r, "warned"), "dlock3 limit=1\nH ") &&
+			  strstr(h_rec_get(&r, "warned"), " a k=") != NULL &&
+			  strstr(h_rec_get(&r, "warned"), " warn=1000") != NULL,
+		  "record: \"%s\"", h_rec_get(&r, "warned"));
+	h_daemon_kill9(&d);
+	h_close(a);
+	r0 = h_now_ms();
+	h_daemon_restart(&d);
+	a2 = h_hello(d.port, "a");
+	/* restored for 3 s from the restart: the warning at 2 s */
+	l = h_read(a2, 2000 + LATE_MS * 2);
+	at = h_now_ms();
+	cr_assert(l != NULL, "no * EXPIRING after the restart");
+	cr_assert(h_starts(l, "* EXPIRING warned "), "got \"%s\"", l);
+	cr_assert_eq(h_arg_u64(l, 1), tok, "in \"%s\"", l);
+	cr_assert(h_arg_u64(l, 2) <= 1000, "in \"%s\"", l);
+	cr_assert_geq(at - r0, 2000 - EARLY_MS,
+		      "warned %llu ms after the restart began",
+		      (unsigned long long)(at - r0));
+	l = h_read(a2, 1000 + LATE_MS * 2);
+	cr_assert(l && h_starts(l, "* EXPIRED warned "), "got \"%s\"", l);
+	h_close(a2);
+	stop_clean();
+}
+
+/* A lock's delay is in its record and survives kill -9: a lock in its
+ * delay (its holder's lease expired) is still in it after the restart,
+ * for the whole delay from then, and a waiter is granted only when it
+ * ends; the record then goes. */
+Test(persist, a_running_lock_delay_survives_kill9)
+{
+	struct h_client *a, *b;
+	uint64_t r0, at;
+	char *l;
+
+	start("always", NULL);
+	a = h_connect(d.port);
+	h_lock(a, "ld", "ttl=200 delay=3s");
+	l = h_read(a, 200 + LATE_MS);
+	cr_assert(l && h_starts(l, "* EXPIRED ld "), "got \"%s\"", l);
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "ld"),
+			       "dlock4 limit=1 delay=3000 running", 1, 2000),
+		  "record: \"%s\"", h_rec_get(&r, "ld"));
+	h_daemon_kill9(&d);
+	h_close(a);
+	r0 = h_now_ms();
+	h_daemon_restart(&d);
+	b = h_connect(d.port);
+	l = h_call(b, "TRYLOCK ld");
+	cr_assert(h_starts(l, "NO BUSY ld "), "got \"%s\"", l);
+	l = h_call(b, "STATUS ld");
+	cr_assert(h_kv_u64(l, "delay_ms") == 3000 &&
+			  h_kv_u64(l, "delay_left_ms") > 0,
+		  "got \"%s\"", l);
+	cr_assert_str_eq(h_call(b, "LOCK ld"), "OK QUEUED ld 1");
+	l = h_read(b, 3000 + LATE_MS * 2);
+	at = h_now_ms();
+	cr_assert(l && h_starts(l, "* GRANTED ld "), "got \"%s\"", l);
+	cr_assert_geq(at - r0, 3000 - EARLY_MS,
+		      "granted %llu ms after the restart began, delay 3 s",
+		      (unsigned long long)(at - r0));
+	h_close(b);
 	stop_clean();
 }
 

@@ -298,6 +298,50 @@ Test(proto, trylock_reports_itself_with_wait_zero)
 	expect_err("TRYLOCK a wait=5", DL_EBADARG);
 }
 
+Test(proto, warn_is_a_duration_below_the_ttl_on_lock_and_refresh)
+{
+	struct dl_request r;
+
+	expect_ok("LOCK a ttl=30s warn=5s", &r);
+	cr_assert_eq(r.has_warn, 1);
+	cr_assert_eq(r.warn_ms, 5000);
+	expect_ok("TRYLOCK a warn=250", &r);
+	cr_assert_eq(r.warn_ms, 250);
+	expect_ok("LOCK a", &r);
+	cr_assert_eq(r.has_warn, 0);
+	/* 0 is none (REFRESH drops the lease's warning with it) */
+	expect_ok("REFRESH a 7 warn=0", &r);
+	cr_assert_eq(r.has_warn, 1);
+	cr_assert_eq(r.warn_ms, 0);
+	expect_ok("REFRESH a 7 ttl=1s warn=0", &r);
+	/* not below the ttl given with it; the default is the server's */
+	expect_err("LOCK a ttl=5s warn=5s", DL_EBADARG);
+	expect_err("REFRESH a 7 ttl=1s warn=2s", DL_EBADARG);
+	expect_err("LOCK a warn=-1s", DL_EBADARG);
+	expect_err("CHECK a 7 warn=1s", DL_EBADARG);
+}
+
+Test(proto, delay_is_a_bounded_duration_on_lock_and_trylock)
+{
+	struct dl_request r;
+	const char *why;
+
+	expect_ok("LOCK a delay=5s", &r);
+	cr_assert_eq(r.has_delay, 1);
+	cr_assert_eq(r.delay_ms, 5000);
+	expect_ok("TRYLOCK a delay=1m", &r);
+	cr_assert_eq(r.delay_ms, DL_LOCK_DELAY_MAX_MS);
+	expect_ok("LOCK a ttl=1s wait=2s mode=shared warn=500 delay=0 id=x",
+		  &r);
+	cr_assert_eq(r.delay_ms, 0);
+	cr_assert_eq(parse("LOCK a delay=61s", &r, &why), DL_EBADARG);
+	cr_assert_str_eq(why, "delay out of range: '61s', at most 1m (a "
+			      "lock's delay)");
+	expect_err("LOCK a delay=soon", DL_EBADARG);
+	expect_err("REFRESH a 7 delay=1s", DL_EBADARG);
+	expect_err("UNLOCK a 7 delay=1s", DL_EBADARG);
+}
+
 Test(proto, unlock_refresh_check_take_name_and_token)
 {
 	struct dl_request r;
@@ -668,13 +712,15 @@ Test(proto, too_many_words_is_bad_arg)
 {
 	struct dl_request r;
 
-	/* more than eight words is refused before the verb is looked at */
-	expect_err("FOO 1 2 3 4 5 6 7 8", DL_EBADARG);
+	/* more than nine words is refused before the verb is looked at */
+	expect_err("FOO 1 2 3 4 5 6 7 8 9", DL_EBADARG);
 	expect_err("PING a b c d e f g", DL_EBADARG);
 	expect_err("LOCK a b", DL_EBADARG);
 	expect_err("UNLOCK a 1 2", DL_EBADARG);
-	expect_err("FOO 1 2 3 4 5 6 7", DL_EUNKNOWNCMD);
+	expect_err("FOO 1 2 3 4 5 6 7 8", DL_EUNKNOWNCMD);
 	expect_ok("REFRESH a 1 ttl=5 id=x", &r);
+	expect_ok("LOCK a ttl=1 wait=1 mode=exclusive limit=1 warn=0 "
+		  "delay=1 id=x", &r);
 }
 
 Test(proto, first_error_from_the_left_wins)
@@ -711,11 +757,12 @@ Test(proto, errors_say_what_and_how)
 		{"LOCK", DL_EBADFORMAT,
 		 "missing the lock name; usage: LOCK <name> [ttl=<duration>] "
 		 "[wait=<duration>|inf] [mode=exclusive|shared] [limit=<n>] "
-		 "[id=<tag>]"},
+		 "[warn=<duration>] [delay=<duration>] [id=<tag>]"},
 		{"LOCK foo timeout=5s", DL_EBADARG,
 		 "unknown option: 'timeout'; usage: LOCK <name> "
 		 "[ttl=<duration>] [wait=<duration>|inf] "
-		 "[mode=exclusive|shared] [limit=<n>] [id=<tag>]"},
+		 "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
+		 "[delay=<duration>] [id=<tag>]"},
 		{"LOCK foo ttl=10x", DL_EBADARG,
 		 "ttl malformed: '10x', takes a duration: a number and a unit, "
 		 "ms (default), s, m or h, e.g. 30s"},
@@ -747,13 +794,24 @@ Test(proto, errors_say_what_and_how)
 		{"LOCK a ttl=1s ttl=2s", DL_EBADARG,
 		 "option given twice: 'ttl'; usage: LOCK <name> "
 		 "[ttl=<duration>] [wait=<duration>|inf] "
-		 "[mode=exclusive|shared] [limit=<n>] [id=<tag>]"},
+		 "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
+		 "[delay=<duration>] [id=<tag>]"},
 		{"LOCK a ttl=", DL_EBADARG,
 		 "option without a value: 'ttl'; usage: LOCK <name> "
 		 "[ttl=<duration>] [wait=<duration>|inf] "
-		 "[mode=exclusive|shared] [limit=<n>] [id=<tag>]"},
-		{"FOO 1 2 3 4 5 6 7 8", DL_EBADARG,
-		 "too many words, a request has at most 8"},
+		 "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
+		 "[delay=<duration>] [id=<tag>]"},
+		{"FOO 1 2 3 4 5 6 7 8 9", DL_EBADARG,
+		 "too many words, a request has at most 9"},
+		{"LOCK a ttl=2s warn=2s", DL_EBADARG,
+		 "warn must be less than ttl: it is how much of the lease "
+		 "remains when * EXPIRING is sent"},
+		{"REFRESH a 1 warn=soon", DL_EBADARG,
+		 "warn malformed: 'soon', takes a duration: a number and a "
+		 "unit, ms (default), s, m or h, e.g. 30s"},
+		{"UNLOCK a 1 warn=1s", DL_EBADARG,
+		 "option not valid for this command: 'warn'; usage: UNLOCK "
+		 "<name> <token> [id=<tag>]"},
 		{"LOCK a mode=read", DL_EBADARG,
 		 "mode malformed: 'read', takes exclusive or shared"},
 		{"LOCK a limit=0", DL_EBADARG,

@@ -56,7 +56,8 @@ static int collect(const struct dl_record_item *it, void *arg)
 
 	cr_assert(x->n < 8);
 	x->it[x->n] = *it;
-	memcpy(x->owners[x->n], it->owner.p, it->owner.len);
+	if (it->owner.len) /* a D item has none */
+		memcpy(x->owners[x->n], it->owner.p, it->owner.len);
 	x->owners[x->n][it->owner.len] = '\0';
 	if (it->tag.len)
 		memcpy(x->tags[x->n], it->tag.p, it->tag.len);
@@ -89,7 +90,7 @@ Test(record, holder_and_waiters_round_trip_with_wall_clock_deadlines)
 	/* wall clock = monotonic + 1_000_000 */
 	cr_assert(eq(
 		int,
-		dl_record_format(dl_locktab_find(t, S("stock")), 1000000, &buf),
+		dl_record_format(t, dl_locktab_find(t, S("stock")), 1000000, &buf),
 		0));
 	cr_assert(
 		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
@@ -149,6 +150,22 @@ Test(record, malformed_records_are_rejected_not_half_read)
 		"dlock2 limit=2\nH 1 2 1 30 s a", /* shared in a semaphore */
 		"dlock2 limit=1\nW 30 inf a",	  /* waiter without mode */
 		"dlock1\nH 1 2 1 30 s a",	  /* v1 has no mode */
+		"dlock1\nH 1 2 1 30 a warn=5",	  /* v1 has no warning */
+		"dlock2 limit=1\nH 1 2 1 30 x a warn=5", /* nor v2 */
+		"dlock3 limit=1\nH 1 2 1 30 x a warn=", /* empty warning */
+		"dlock3 limit=1\nH 1 2 1 30 x a warn=0", /* a warning of 0 */
+		"dlock3 limit=1\nH 1 2 1 30 x a warn=5 warn=6", /* twice */
+		"dlock3 limit=1\nH 1 2 1 30 x a warn=4294967296", /* > u32 */
+		"dlock1 delay=5",		  /* v1 has no delay */
+		"dlock2 limit=1 delay=5",	  /* nor v2: a version 4's */
+		"dlock3 limit=1 delay=5",	  /* nor v3 */
+		"dlock4 limit=1",		  /* v4 without its delay */
+		"dlock4 limit=1 delay=0",	  /* a delay of 0 */
+		"dlock4 limit=1 delay=60001",	  /* above the maximum */
+		"dlock4 limit=1 delay=5 runs",	  /* not "running" */
+		"dlock4 limit=1 running",	  /* running without a delay */
+		"dlock4 limit=1 delay=5 running x", /* a word too many */
+		"dlock4 limit=1 delay=5\nH 1 2 1 30 a", /* no mode */
 	};
 	const char *why;
 	size_t i;
@@ -212,7 +229,7 @@ Test(record, modes_and_limits_round_trip_in_version_2)
 	acquire_mode(t, &c, "rw", DL_WAIT_INF, 0, 1, &res);
 	cr_assert(eq(int, res.outcome, DL_QUEUED));
 	cr_assert(eq(int,
-		     dl_record_format(dl_locktab_find(t, S("rw")), 0, &buf),
+		     dl_record_format(t, dl_locktab_find(t, S("rw")), 0, &buf),
 		     0));
 	cr_assert(strncmp(buf.p, "dlock2 limit=1\nH ", 17) == 0, "%.*s",
 		  (int)buf.len, buf.p);
@@ -228,7 +245,7 @@ Test(record, modes_and_limits_round_trip_in_version_2)
 
 	acquire_mode(t, &a, "pool", 0, 0, 5, &res);
 	cr_assert(eq(int,
-		     dl_record_format(dl_locktab_find(t, S("pool")), 0, &buf),
+		     dl_record_format(t, dl_locktab_find(t, S("pool")), 0, &buf),
 		     0));
 	memset(&x, 0, sizeof(x));
 	cr_assert(strncmp(buf.p, "dlock2 limit=5\nH ", 17) == 0, "%.*s",
@@ -241,7 +258,7 @@ Test(record, modes_and_limits_round_trip_in_version_2)
 
 	acquire_mode(t, &a, "plain", 0, 0, 1, &res);
 	cr_assert(eq(int,
-		     dl_record_format(dl_locktab_find(t, S("plain")), 0, &buf),
+		     dl_record_format(t, dl_locktab_find(t, S("plain")), 0, &buf),
 		     0));
 	cr_assert(strncmp(buf.p, "dlock1\nH ", 9) == 0, "%.*s", (int)buf.len,
 		  buf.p);
@@ -272,7 +289,7 @@ Test(record, owners_keep_their_user_and_plain_owners_still_read)
 	acquire(t, &b, 1000, DL_WAIT_INF, DL_STR_NULL, &res);
 	cr_assert(eq(int, res.outcome, DL_QUEUED));
 	cr_assert(eq(int,
-		     dl_record_format(dl_locktab_find(t, S("stock")), 0, &buf),
+		     dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf),
 		     0));
 	cr_assert(
 		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
@@ -330,6 +347,61 @@ Test(record, a_names_bucket_is_fnv1a_32_of_its_bytes_mod_1024)
 	cr_assert(eq(u32, DL_STORE_BUCKETS, 1024));
 }
 
+/* A lease's warning is written with it, only when it has one, and read
+ * back (plain and mode-ful records alike). */
+Test(record, a_lease_warning_round_trips_on_its_holder_line)
+{
+	struct dl_locktab *t = new_tab();
+	struct dl_session a, b;
+	struct dl_result res;
+	struct dl_buf buf = {0};
+	struct items x = {0};
+	const char *why = NULL;
+	uint64_t tok;
+	struct dl_acquire w = {.name = S("stock"),
+			       .ttl_ms = 30000,
+			       .tag = S("t1"),
+			       .has_warn = 1,
+			       .warn_ms = 5000};
+
+	dl_session_init(t, &a, S("alice"), NULL);
+	dl_session_init(t, &b, S("bob"), NULL);
+	cr_assert(eq(int, dl_locktab_acquire(t, &a, &w, &res), 0));
+	tok = res.token;
+	acquire(t, &b, 2000, DL_WAIT_INF, DL_STR_NULL, &res);
+	cr_assert(eq(int,
+		     dl_record_format(t, dl_locktab_find(t, S("stock")), 0,
+				      &buf),
+		     0));
+	/* version 3, where a daemon that does not know warn= skips it */
+	cr_assert(buf.len > 17 && memcmp(buf.p, "dlock3 limit=1\nH ", 17) == 0,
+		  "record: \"%.*s\"", (int)buf.len, buf.p);
+	cr_assert(memmem(buf.p, buf.len, " x alice warn=5000 id=t1 since=", 31) !=
+			  NULL,
+		  "record: \"%.*s\"", (int)buf.len, buf.p);
+	cr_assert(
+		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
+	cr_assert(eq(int, x.n, 2));
+	cr_assert(eq(u64, x.it[0].warn_ms, 5000));
+	cr_assert(strcmp(x.tags[0], "t1") == 0, "tag \"%s\"", x.tags[0]);
+	cr_assert(eq(u64, x.it[1].warn_ms, 0));
+	/* dropped: the record is as before warnings existed */
+	cr_assert(eq(int,
+		     dl_locktab_refresh_warn(t, &a, S("stock"), tok, 0, 0,
+					     &res),
+		     0));
+	cr_assert(eq(int, (int)res.outcome, (int)DL_REFRESHED));
+	x.n = 0;
+	dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf);
+	cr_assert(memmem(buf.p, buf.len, "warn=", 5) == NULL &&
+			  buf.len > 9 && memcmp(buf.p, "dlock1\nH ", 9) == 0,
+		  "record: \"%.*s\"", (int)buf.len, buf.p);
+	free(buf.p);
+	dl_session_close(t, &a);
+	dl_session_close(t, &b);
+	dl_locktab_free(t);
+}
+
 /* ---- version 3: described holders ---------------------------------------
  */
 
@@ -361,7 +433,7 @@ Test(record, a_described_holder_is_written_in_version_3_and_read_back)
 	tok = res.token;
 	cr_assert(eq(int, res.outcome, DL_GRANTED));
 	cr_assert(eq(int,
-		     dl_record_format(dl_locktab_find(t, S("pool")), 1000000,
+		     dl_record_format(t, dl_locktab_find(t, S("pool")), 1000000,
 				      &buf),
 		     0));
 	cr_assert(strncmp(buf.p, "dlock3 limit=2\nH ", 17) == 0, "%.*s",
@@ -388,13 +460,75 @@ Test(record, a_described_holder_is_written_in_version_3_and_read_back)
 	dl_locktab_release(t, &a, S("pool"), tok, &res);
 	acquire_mode(t, &b, "plain", 0, 0, 1, &res);
 	cr_assert(eq(int,
-		     dl_record_format(dl_locktab_find(t, S("plain")), 0, &buf),
+		     dl_record_format(t, dl_locktab_find(t, S("plain")), 0, &buf),
 		     0));
 	cr_assert(strncmp(buf.p, "dlock1\nH ", 9) == 0, "%.*s", (int)buf.len,
 		  buf.p);
 	free(buf.p);
 	dl_session_close(t, &a);
 	dl_session_close(t, &b);
+	dl_locktab_free(t);
+}
+
+/* A lock's delay is on its first line, in version 4 (which a daemon that
+ * reads at most version 3 refuses: it must not grant during the delay),
+ * with "running" while it is in it, and read back as a D item before the
+ * holders, whose lines are version 3's; a lock in its delay with nobody
+ * else has a record of that line alone. */
+Test(record, a_lock_delay_round_trips_on_the_first_line)
+{
+	struct dl_locktab *t = new_tab();
+	struct dl_session a;
+	struct dl_result res;
+	struct dl_buf buf = {0};
+	struct items x = {0};
+	const char *why = NULL;
+	struct dl_acquire d = {.name = S("stock"),
+			       .ttl_ms = 1000,
+			       .delay_ms = 4000};
+
+	dl_session_init(t, &a, S("alice"), NULL);
+	cr_assert(eq(int, dl_locktab_acquire(t, &a, &d, &res), 0));
+	cr_assert(eq(int,
+		     dl_record_format(t, dl_locktab_find(t, S("stock")), 0,
+				      &buf),
+		     0));
+	cr_assert(buf.len > 28 &&
+			  memcmp(buf.p, "dlock4 limit=1 delay=4000\nH ", 28) == 0,
+		  "record: \"%.*s\"", (int)buf.len, buf.p);
+	cr_assert(
+		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
+	cr_assert(eq(int, x.n, 2));
+	cr_assert(eq(chr, x.it[0].kind, 'D'));
+	cr_assert(eq(u64, x.it[0].ttl_ms, 4000));
+	cr_assert(eq(int, x.it[0].delay_running, 0));
+	cr_assert(eq(chr, x.it[1].kind, 'H'));
+	cr_assert(memmem(buf.p, buf.len, " x alice since=", 15) != NULL,
+		  "record: \"%.*s\"", (int)buf.len, buf.p);
+	/* its lines skip what a later daemon adds, as version 3's do */
+	x.n = 0;
+	cr_assert(eq(int,
+		     dl_record_parse("dlock4 limit=1 delay=5\nH 1 2 1 30 x a "
+				     "later=1 warn=7",
+				     52, collect, &x, &why),
+		     0),
+		  "%s", why ? why : "");
+	cr_assert(eq(int, x.n, 2));
+	cr_assert(eq(u64, x.it[1].warn_ms, 7));
+	/* expired: in its delay, nobody holding it */
+	clock_ms += 1000 + 20;
+	dl_locktab_run_timers(t, SIZE_MAX);
+	dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf);
+	cr_assert(eq(int, (int)buf.len, 33), "record: \"%.*s\"",
+		  (int)buf.len, buf.p);
+	cr_assert(memcmp(buf.p, "dlock4 limit=1 delay=4000 running", 33) == 0);
+	x.n = 0;
+	cr_assert(
+		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
+	cr_assert(eq(int, x.n, 1));
+	cr_assert(eq(int, x.it[0].delay_running, 1));
+	free(buf.p);
+	dl_session_close(t, &a);
 	dl_locktab_free(t);
 }
 
@@ -420,7 +554,7 @@ Test(record, version_3_skips_words_it_does_not_know_and_checks_those_it_does)
 		"dlock3 limit=1\nH 1 2 1 30 x a =v",
 		"dlock2 limit=1\nH 1 2 1 30 x a later=1",   /* v2: refused */
 		"dlock1\nH 1 2 1 30 a since=5",		    /* v1: refused */
-		"dlock4 limit=1\nH 1 2 1 30 x a",	    /* a later version */
+		"dlock5 limit=1\nH 1 2 1 30 x a",	    /* a later version */
 	};
 	const char *ok = "dlock3 limit=1\nH 7 99 2 30 x alice later=yes "
 			 "id=t since=5 cmd=run k=0123456789abcdef0123456789abcdef"

@@ -357,6 +357,54 @@ Test(server, lease_survives_disconnect_and_same_owner_reenters_after_reconnect)
 	h_close(b);
 }
 
+/* A grant says how many holds its lease has, this one included: the only
+ * way a client can tell a lease it took from one that another process of
+ * the same owner holds (the same token either way). At once and by event;
+ * two connections of one owner that both waited get holds=1, then 2. */
+Test(server, a_grant_states_the_holds_of_its_lease_at_once_and_by_event)
+{
+	struct h_client *a = h_hello(d.port, "svc"), *b = h_hello(d.port, "svc");
+	struct h_client *o = h_connect(d.port);
+	uint64_t tok, tx;
+	char *l;
+
+	l = h_call(a, "LOCK x ttl=10s");
+	cr_assert(h_starts(l, "OK GRANTED x "), "\"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "holds"), 1, "in \"%s\"", l);
+	tok = h_arg_u64(l, 1);
+	l = h_call(a, "LOCK x ttl=10s");
+	cr_assert_eq(h_arg_u64(l, 1), tok, "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "holds"), 2, "in \"%s\"", l);
+	/* another connection of the owner: the same lease, one more hold */
+	l = h_call(b, "TRYLOCK x ttl=10s id=t1");
+	cr_assert_eq(h_arg_u64(l, 1), tok, "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "holds"), 3, "in \"%s\"", l);
+	cr_assert_str_eq(tag_of(l), "t1");
+	h_send(b, "UNLOCK x %llu", (unsigned long long)tok);
+	h_expect(b, "OK HELD x 2");
+
+	/* by event: both connections of svc queue behind another owner */
+	tx = h_lock(o, "y", "ttl=10s");
+	h_send(a, "LOCK y ttl=10s id=qa");
+	h_expect(a, "OK QUEUED y 1 id=qa");
+	h_send(b, "LOCK y ttl=10s id=qb");
+	h_expect(b, "OK QUEUED y 2 id=qb");
+	h_send(o, "UNLOCK y %llu", (unsigned long long)tx);
+	h_expect(o, "OK RELEASED y");
+	l = h_expect_prefix(a, "* GRANTED y ");
+	cr_assert_eq(h_kv_u64(l, "holds"), 1, "in \"%s\"", l);
+	cr_assert_str_eq(tag_of(l), "qa");
+	tok = h_arg_u64(l, 1);
+	l = h_expect_prefix(b, "* GRANTED y ");
+	cr_assert_eq(h_arg_u64(l, 1), tok, "in \"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "holds"), 2, "in \"%s\"", l);
+	cr_assert_str_eq(tag_of(l), "qb");
+	expect_status(o, "y", "held", tok, 2, "svc", 0);
+	h_close(a);
+	h_close(b);
+	h_close(o);
+}
+
 /* ---- waiting: timeouts, TRYLOCK, CANCEL ---------------------------------- */
 
 Test(server, wait_timeout_trylock_busy_and_cancel)
@@ -1334,9 +1382,10 @@ Test(server, help_lists_every_command_and_explains_one)
 	cr_assert_str_eq(h_call(c, "PING x"), "OK PONG x");
 
 	l = h_call(c, "HELP lock id=h1");
-	cr_assert_str_eq(l, "OK HELP 6 id=h1");
+	cr_assert_str_eq(l, "OK HELP 8 id=h1");
 	h_expect(c, "LOCK <name> [ttl=<duration>] [wait=<duration>|inf] "
-		    "[mode=exclusive|shared] [limit=<n>] [id=<tag>]");
+		    "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
+		    "[delay=<duration>] [id=<tag>]");
 	h_expect(c, "take a lease, or queue for it (OK QUEUED, then * "
 		    "GRANTED)");
 	h_expect(c, "ttl: the lease, a duration: 500ms, 30s, 2m, 1h (a bare "
@@ -1344,6 +1393,8 @@ Test(server, help_lists_every_command_and_explains_one)
 	h_expect_prefix(c, "wait: ");
 	h_expect_prefix(c, "mode: exclusive (the default)");
 	h_expect_prefix(c, "limit (LOCK, TRYLOCK): holders at once");
+	h_expect_prefix(c, "warn: how much of the lease remains when ");
+	h_expect_prefix(c, "delay: the lock's lock-delay, at most 1m: ");
 	cr_assert_str_eq(h_call(c, "HELP frobnicate"),
 			 "ERR BAD_ARG unknown command; HELP lists the commands");
 	h_close(c);

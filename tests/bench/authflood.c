@@ -9,8 +9,8 @@
  * wrong `AUTH` at a time, the next as soon as the answer comes; a
  * connection the daemon closes (or refuses) is opened again at once. At
  * the end it prints the answered guesses per second, the connections
- * opened and how many were refused at connect. A measuring tool for the
- * README, not a test: it asserts nothing.
+ * opened and how many were refused at connect. A measuring tool for
+ * docs/security.md, not a test: it asserts nothing.
  */
 #include <arpa/inet.h>
 #include <errno.h>

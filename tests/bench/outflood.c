@@ -7,8 +7,8 @@
  * Opens `connections` TCP connections to 127.0.0.1:<port>, and on each
  * sends "HELP\r\n" as fast as the kernel takes it, reading nothing, for
  * `seconds`. Prints the daemon's resident memory (VmRSS of
- * /proc/<pid>/status) before and at the end. A measuring tool for the
- * README, not a test: it asserts nothing.
+ * /proc/<pid>/status) before and at the end. A measuring tool for
+ * docs/operations.md (Limits), not a test: it asserts nothing.
  */
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -116,6 +116,12 @@ expect_files dlockd /usr/sbin/dlockd /etc/dlockd/dlockd.conf \
 	/lib/systemd/system/dlockd.service \
 	/usr/share/man/man8/dlockd.8.gz /usr/share/man/man5/dlockd.conf.5.gz \
 	/usr/share/doc/dlockd/README.md /usr/share/doc/dlockd/PROTOCOL.md \
+	/usr/share/doc/dlockd/CHANGELOG.md /usr/share/doc/dlockd/docs/guide.md \
+	/usr/share/doc/dlockd/docs/operations.md \
+	/usr/share/doc/dlockd/docs/security.md /usr/share/doc/dlockd/docs/ha.md \
+	/usr/share/doc/dlockd/docs/testing.md \
+	/usr/share/doc/dlockd/docs/performance.md \
+	/usr/share/doc/dlockd/docs/inside.md /usr/share/doc/dlockd/docs/design.md \
 	/usr/share/dlockd/redis-dlockd.conf /usr/share/doc/dlockd/copyright
 expect_files dlock /usr/bin/dlock /usr/share/man/man1/dlock.1.gz
 expect_files libdlock0 "/usr/lib/$multiarch/libdlock.so.0"

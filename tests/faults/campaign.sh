@@ -679,20 +679,24 @@ f_empty_redis() {
 }
 # Redis is made to forget now, with no daemon holding its table: leases
 # granted before are lost (the checker is told when, check.c).
-forget_now() { "$WORKER" now >> "$OUT/forgets"; }
+# A forget is noted as a window (check.c): the time before it, and the
+# time after it, once the forgetting command has returned.
+forget_begin() { forget_from=$("$WORKER" now); }
+forget_end() { echo "$forget_from $("$WORKER" now)" >> "$OUT/forgets"; }
 f_forget_while_down() {
 	local how ms closed
 	rnd 2; pick_active
 	if [ $R = 0 ] || [ "$REDIS_HA" = 1 ]; then
 		how=flushall
-		kill_dlockd; forget_now; pcli FLUSHALL >/dev/null
+		kill_dlockd; forget_begin; pcli FLUSHALL >/dev/null; forget_end
 	else
 		how=old_copy
 		rm -rf "$OUT/redis/snap"
 		cp -a "$OUT/redis/appendonlydir" "$OUT/redis/snap"
-		pause_ms 1000; kill_dlockd; forget_now
+		pause_ms 1000; kill_dlockd; forget_begin
 		kill_redis; rm -rf "$OUT/redis/appendonlydir"
 		mv "$OUT/redis/snap" "$OUT/redis/appendonlydir"; redis_start
+		forget_end
 	fi
 	dlockd_start $target
 	ms=$(wait_store)
@@ -730,7 +734,7 @@ f_during_takeover() {
 	kill_dlockd; pause_ms $((500 + R))
 	rnd 3; k=$R
 	case $k in
-	0) forget_now; pcli FLUSHALL >/dev/null ;;
+	0) forget_begin; pcli FLUSHALL >/dev/null; forget_end ;;
 	1) kill_dlockd $s; dlockd_start $s ;;
 	*) kill -STOP "${dpid[$s]}"; pause_ms 1500; kill -CONT "${dpid[$s]}" ;;
 	esac

@@ -6,8 +6,9 @@
  *                    reads every <dir>/<owner>.hist (worker.c writes them;
  *                    the file name is the owner), prints what it counted
  *                    and every violation, exits 1 if there is one.
- *                    <forgets>: one time a line, when Redis was made to
- *                    forget with no daemon holding its table (below).
+ *                    <forgets>: one window a line, "<from> [<to>]", in
+ *                    which Redis was made to forget with no daemon
+ *                    holding its table (below); one time: from = to.
  *
  * From the records it builds, per lock, the holding intervals:
  *   - a grant (G) holds from the moment it was received to the earliest of
@@ -121,7 +122,15 @@ static struct span *find(struct hist *h, size_t from, const char *lock,
  * ended by the server after it was lost with Redis's memory, a known cost
  * (the server cannot vouch for it, and grants nothing meanwhile), not a
  * broken promise. Mutual exclusion and fencing still hold everywhere. */
-static int64_t *forgets;
+/* A forget is a window, not a moment: the campaign notes the time before
+ * it sends FLUSHALL and after the reply, and a grant received in between
+ * may have been written just before the flush (found in a Sentinel run:
+ * a grant received 12 ms after the noted moment, while redis-cli was still
+ * asking Sentinel for the primary, was flushed). */
+struct forget {
+	int64_t from, to;
+};
+static struct forget *forgets;
 static size_t nforgets;
 
 static int forgotten(int64_t granted, int64_t lost)
@@ -129,7 +138,7 @@ static int forgotten(int64_t granted, int64_t lost)
 	size_t i;
 
 	for (i = 0; i < nforgets; i++)
-		if (granted <= forgets[i] && forgets[i] <= lost)
+		if (granted <= forgets[i].to && forgets[i].from <= lost)
 			return 1;
 	return 0;
 }
@@ -137,17 +146,24 @@ static int forgotten(int64_t granted, int64_t lost)
 static void read_forgets(const char *path)
 {
 	FILE *f = fopen(path, "r");
-	int64_t t;
+	char line[128];
+	struct forget w;
 
 	if (!f)
 		return;
-	while (fscanf(f, "%" SCNd64, &t) == 1) {
-		int64_t *v = realloc(forgets, (nforgets + 1) * sizeof(*v));
+	while (fgets(line, sizeof(line), f)) {
+		struct forget *v;
+		int n = sscanf(line, "%" SCNd64 " %" SCNd64, &w.from, &w.to);
 
+		if (n < 1)
+			continue;
+		if (n == 1 || w.to < w.from)
+			w.to = w.from;
+		v = realloc(forgets, (nforgets + 1) * sizeof(*v));
 		if (!v)
 			exit(2);
 		forgets = v;
-		forgets[nforgets++] = t;
+		forgets[nforgets++] = w;
 	}
 	fclose(f);
 }

@@ -3,7 +3,7 @@
 # check_test.sh -- the history checker on hand-written histories: each
 # directory of tests/faults/fixtures holds *.hist files and `expect`, the
 # number of violations the checker must report, and may hold `forgets`,
-# the moments Redis was made to forget (check.c).
+# the windows in which Redis was made to forget (check.c).
 set -u
 : "${CHECK:=build/faults/check}"
 dir=$(dirname "$0")/fixtures

@@ -86,12 +86,13 @@ def hold(lease: dlockd.Lease, ms: float) -> bool:
     end = now_ms() + ms
     seen = lease.deadline
     while not stop and now_ms() < end:
-        if not lease.valid:
-            return False
+        # the deadline first, also of a lease that just ended (worker.c)
         d = lease.deadline
         if d != seen:
             record(f"R {lease.name} {lease.token} {int(d * 1000)}")
             seen = d
+        if not lease.valid:
+            return False
         time.sleep(0.01)
     return lease.valid
 
@@ -165,7 +166,9 @@ class Worker:
             except dlockd.DlockError:
                 pass
             changed = True
-            if lease.valid and lease.deadline != before:
+            # also when no longer valid: a refresh to 20 ms may have
+            # ended it already (worker.c, change_ttl)
+            if lease.deadline != before:
                 record(f"R {name} {lease.token} {int(lease.deadline * 1000)}")
         if k < self.nl and changed and random.randrange(3) == 0:
             # leave it held, as `dlock lock` does: nobody renews it, and

@@ -177,6 +177,7 @@ static size_t line_of(struct dlock_client *c, struct input *in, char *buf,
 		"* BYE shutdown", "k v"};
 	unsigned k = next(in), i = next(in) % NLEASE;
 	const char *tag = c->fifo ? c->fifo->tag : "r1";
+	char holds[16] = "";
 	size_t n = 0;
 
 	if (k % 8 == 7) { /* raw */
@@ -194,11 +195,15 @@ static size_t line_of(struct dlock_client *c, struct input *in, char *buf,
 			"owner=fz waiters=%u id=%s",
 			names[i], (unsigned long long)tokens[i], next(in) * 13,
 			next(in) % 3, next(in) % 3, tag);
+	/* a grant's holds= (the lease's count), absent as from an older
+	 * server: 1 is ours alone, more may be another client's too */
+	if (next(in) % 2 == 0)
+		snprintf(holds, sizeof(holds), " holds=%u", next(in) % 4);
 	return (size_t)snprintf(
-		buf, cap, "%s %s %llu %u id=%s",
+		buf, cap, "%s %s %llu %u%s id=%s",
 		words[k % (sizeof(words) / sizeof(words[0]))], names[i],
 		(unsigned long long)(next(in) % 4 ? tokens[i] : next(in)),
-		next(in) * 97, tag);
+		next(in) * 97, holds, tag);
 }
 
 /* The client's records are true (see the top comment). */

@@ -138,12 +138,16 @@ static void touch(uint64_t token)
 static void check_grant(const struct dl_reply *r, const struct dl_line *line)
 {
 	struct dl_result res;
-	uint64_t token, ttl;
+	uint64_t token, ttl, holds;
+	struct dl_str v;
 	int k;
 
 	CHECK(r->argc >= 3 && dl_reply_u64(r, 1, &token) == 0 &&
 		      dl_reply_u64(r, 2, &ttl) == 0,
 	      "a GRANTED line without token and ttl");
+	CHECK(dl_reply_kv(r, "holds", &v) == 0 &&
+		      dl_parse_u64(v.p, v.len, &holds) == 0 && holds >= 1,
+	      "a GRANTED line without its holds");
 	if (ntokens < NTOKEN)
 		tokens[ntokens++] = token;
 	else
@@ -366,7 +370,8 @@ static void conn_close(struct fconn *f)
 static void world_open(void)
 {
 	struct dl_locktab_hooks th = {tab_now, tab_event, NULL, tab_change};
-	struct dl_store_hooks sh = {committed, availability, NULL, NULL};
+	struct dl_store_hooks sh = {committed, availability, NULL, NULL, NULL,
+				    NULL};
 	struct dl_locktab_limits lim = {8, 16, 0, 0};
 	int k;
 

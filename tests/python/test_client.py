@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -310,6 +311,44 @@ def test_a_frozen_server_loses_the_lease_before_its_deadline_and_warns_first(dae
             daemon.signal(signal.SIGCONT)
 
 
+def test_the_server_warning_calls_on_at_risk_when_renewal_is_off(daemon):
+    risks: list[float] = []
+    got = threading.Event()
+
+    def at_risk(lease: dlockd.Lease) -> None:
+        risks.append(lease.remaining())
+        got.set()
+
+    with client(daemon, renew=False, on_at_risk=at_risk) as c:
+        t0 = time.monotonic()
+        lease = c.lock("warned", ttl=1.0, warn=0.4)
+        assert got.wait(2), "no on_at_risk from * EXPIRING"
+        assert time.monotonic() - t0 >= 0.6 - 0.05, "warned early"
+        assert 0 < risks[0] <= 0.4 and lease.valid
+        got.clear()
+        lease.refresh()  # confirmed: the next warning is news again
+        assert got.wait(2) and len(risks) == 2
+        lease.release()
+        with pytest.raises(ValueError):
+            c.lock("bad", ttl=1.0, warn=1.0)
+
+
+def test_a_lock_delay_keeps_an_expired_lock_from_the_next_holder(daemon):
+    with client(daemon, renew=False) as a, client(daemon) as b:
+        with pytest.raises(ValueError):
+            a.lock("bad", delay=61)
+        t0 = time.monotonic()
+        a.lock("delayed", ttl=0.3, delay=0.8)
+        time.sleep(0.4)  # expired: in its delay
+        st = b.status("delayed")
+        assert not st.held and st.delay == 0.8 and st.delay_left > 0, st
+        with pytest.raises(dlockd.LockTimeout):
+            b.lock("delayed", wait=0)
+        lease = b.lock("delayed", ttl=5)
+        assert time.monotonic() - t0 >= 0.3 + 0.8 - 0.05, "granted during the delay"
+        lease.release()
+
+
 def test_a_shortening_refresh_moves_the_local_deadline_when_sent(daemon):
     with client(daemon, renew=False) as c:
         lease = c.lock("s", ttl=10)
@@ -439,6 +478,93 @@ def test_an_owner_id_needs_its_key_and_the_key_makes_the_same_owner(daemon):
         lease.release()
 
 
+def test_a_reconnect_refused_its_owner_grants_nothing_to_another(daemon):
+    # The daemon restarted without its owners (no persistence), and
+    # another client took the id "twin" first: the reconnect's HELLO is
+    # refused (NO DENIED twin need=key). A LOCK sent behind that HELLO
+    # would run as the connection's anonymous owner and hold k for its
+    # TTL, granted to nobody; the client sends nothing until HELLO is
+    # answered OK.
+    with client(daemon, owner="twin", request_timeout=1.5) as c, \
+            client(daemon) as other:
+        assert daemon.stop() == 0
+        time.sleep(1.7)  # the client's pauses grow to their longest
+        daemon.restart()
+        copy = socket.create_connection(("127.0.0.1", daemon.port), timeout=5)
+        copy.sendall(b"HELLO owner=twin\r\n")
+        assert copy.makefile("rb").readline().startswith(b"OK HELLO")
+        with pytest.raises(dlockd.DlockError):
+            c.lock("k", ttl=5, wait=0)
+        st = other.status("k")
+        assert st.held is False, f"k is held by {st.owner}"
+        # the id is free again once the other one has gone
+        copy.close()
+        for _ in range(10):
+            try:
+                lease = c.lock("k", ttl=5, wait=0)
+                break
+            except dlockd.DlockError:
+                pass
+        else:
+            pytest.fail("twin never got its id back")
+        assert other.status("k").owner == "twin"
+        lease.release()
+
+
+def test_two_clients_of_one_owner_never_both_hold_a_lock(daemon):
+    # Two processes that inherit one DLOCK_OWNER=<id>=<key> are one owner
+    # to the server, which grants the second a reentry of the first one's
+    # lease: the second is refused, at once whatever its wait, and the
+    # lease keeps exactly the first one's hold.
+    key = "p" * 32
+    with client(daemon, owner="pair", owner_key=key) as a, \
+            client(daemon, owner="pair", owner_key=key) as b:
+        held = a.lock("po", ttl=10)
+        for wait in (0, 3, None):
+            t0 = time.monotonic()
+            with pytest.raises(dlockd.HeldByOwner) as e:
+                b.lock("po", ttl=10, wait=wait)
+            assert time.monotonic() - t0 < 1.0, "refused at once"
+            assert isinstance(e.value, dlockd.LockTimeout)
+            assert e.value.code == "HELD_BY_OWNER" and "another process" in str(e.value)
+        assert b.status("po").count == 1  # on b's connection: after its give-back
+        held.release()
+        with b.lock("po", ttl=10, wait=0) as mine:  # free again: b's
+            assert mine.valid and a.status("po").count == 1
+        assert a.status("po").held is False
+
+
+def test_a_second_client_of_one_owner_is_refused_when_its_wait_is_served(daemon):
+    # Both clients of the owner wait behind another owner: the first is
+    # granted the lease, the second a reentry of it by event.
+    key = "q" * 32
+    with client(daemon) as o, client(daemon, owner="pair", owner_key=key) as a, \
+            client(daemon, owner="pair", owner_key=key) as b:
+        held = o.lock("pq", ttl=10)
+        got: dict[str, object] = {}
+
+        def take(who: str, c: dlockd.Client) -> None:
+            try:
+                got[who] = c.lock("pq", ttl=10, wait=5)
+            except dlockd.DlockError as err:
+                got[who] = err
+
+        ta = threading.Thread(target=take, args=("a", a))
+        ta.start()
+        assert wait_until(lambda: o.status("pq").waiters == 1, 2)
+        tb = threading.Thread(target=take, args=("b", b))
+        tb.start()
+        assert wait_until(lambda: o.status("pq").waiters == 2, 2)
+        held.release()
+        ta.join(5)
+        tb.join(5)
+        assert isinstance(got["a"], dlockd.Lease), got
+        assert isinstance(got["b"], dlockd.HeldByOwner), got
+        assert b.status("pq").count == 1  # after its give-back
+        got["a"].release()
+        assert o.status("pq").held is False
+
+
 def test_the_environment_configures_the_client_as_the_cli(daemon, monkeypatch):
     monkeypatch.setenv("DLOCK_PORT", str(daemon.port))
     monkeypatch.setenv("DLOCK_OWNER", "envowner=" + "e" * 20)
@@ -537,6 +663,9 @@ def test_clients_follow_a_takeover_between_two_daemons(redis):
             assert wait_until(lambda: c.status("ha").waiters == 1, 3)
             a.kill9()
             time.sleep(4.0)  # the take-over, then a renewal (TTL/3) at b
+            # b may still be writing its table back (changes refused with
+            # ERR UNAVAILABLE meanwhile: on a loaded machine, after 4 s)
+            assert wait_until(lambda: not _unavailable(c), 10)
             assert lease.valid and not lost.calls
             assert c.status("ha").token == lease.token
             assert not got

@@ -126,6 +126,8 @@ class Run:
             return "granted"
         if isinstance(e, dlockd.Deadlock):
             return "cycle"
+        if isinstance(e, dlockd.HeldByOwner):
+            return "heldbyowner"
         if isinstance(e, dlockd.LockTimeout):
             return "busy" if e.code == "BUSY" else "timeout"
         for cls, w in ((dlockd.LimitMismatch, "mismatch"), (dlockd.UpgradeDeadlock, "deadlock"),

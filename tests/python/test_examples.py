@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The examples of client/examples run against a real daemon and do what
-the README says they do."""
+docs/guide.md (From C, From Python) says they do."""
 
 from __future__ import annotations
 

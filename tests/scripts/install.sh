@@ -31,9 +31,18 @@ usr/lib/pkgconfig/dlock.pc
 usr/lib/systemd/system/dlockd.service
 usr/sbin/dlockd
 usr/share/dlockd/redis-dlockd.conf
+usr/share/doc/dlockd/CHANGELOG.md
 usr/share/doc/dlockd/LICENSE
 usr/share/doc/dlockd/PROTOCOL.md
 usr/share/doc/dlockd/README.md
+usr/share/doc/dlockd/docs/design.md
+usr/share/doc/dlockd/docs/guide.md
+usr/share/doc/dlockd/docs/ha.md
+usr/share/doc/dlockd/docs/inside.md
+usr/share/doc/dlockd/docs/operations.md
+usr/share/doc/dlockd/docs/performance.md
+usr/share/doc/dlockd/docs/security.md
+usr/share/doc/dlockd/docs/testing.md
 usr/share/man/man1/dlock.1
 usr/share/man/man5/dlockd.conf.5
 usr/share/man/man8/dlockd.8"
@@ -42,7 +51,7 @@ actual=$(cd "$stage" && find . \( -type f -o -type l \) | sed 's|^\./||' | LC_AL
 	printf 'expected:\n%s\ngot:\n%s\n' "$expected" "$actual" >&2
 	fail "installed file list differs"
 }
-echo "install.sh: ok: the 16 documented files, nothing else"
+echo "install.sh: ok: the 25 documented files, nothing else"
 
 echo "; the operator's own line" >> "$stage/etc/dlockd/dlockd.conf"
 install
@@ -66,8 +75,8 @@ grep -q "^ExecStart=/opt/dlockd-test/sbin/dlockd -c /opt/dlockd-test/etc/dlockd/
 ${MAKE:-make} -s install SAN= O=build PREFIX="$stage/own" >/dev/null ||
 	fail "make install PREFIX=$stage/own"
 n=$(cd "$stage/own" && find . \( -type f -o -type l \) | wc -l)
-[ "$n" -eq 16 ] && [ -f "$stage/own/etc/dlockd/dlockd.conf" ] ||
-	fail "make install PREFIX=$stage/own: $n files in it, not the 16"
+[ "$n" -eq 25 ] && [ -f "$stage/own/etc/dlockd/dlockd.conf" ] ||
+	fail "make install PREFIX=$stage/own: $n files in it, not the 25"
 echo "install.sh: ok: PREFIX=/opt/... and PREFIX=<a directory> write nothing outside it"
 
 "$stage/usr/sbin/dlockd" -c "$stage/etc/dlockd/dlockd.conf" --check-config \

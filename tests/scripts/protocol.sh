@@ -70,7 +70,7 @@ normalize() {
 		-e 's/ttl_ms=[1-9][0-9]*/ttl_ms=<ms>/' \
 		-e 's/held_ms=[0-9]*/held_ms=<ms>/' \
 		-e 's/^\(NO BUSY [^ ]*\) [0-9]*/\1 <ms>/' \
-		-e 's/^\(OK GRANTED [^ ]* <token>\) 29[0-9][0-9][0-9]$/\1 30000/'
+		-e 's/^\(OK GRANTED [^ ]* <token>\) 29[0-9][0-9][0-9]\( \|$\)/\1 30000\2/'
 }
 
 # Compare transcript $1 (what a client received) with the expected lines
@@ -182,10 +182,10 @@ apid=""
 check "$dir/a.out" <<'EOF'
 OK PONG hello
 OK HELLO version=<v> owner=alice ...
-OK GRANTED stock <token> 30000
-OK STATUS stock state=held token=<token> ttl_ms=<ms> count=1 owner=alice waiters=0 mode=exclusive limit=1 holders=1 held_ms=<ms> host=shop1 cmd=restock%20--daily
+OK GRANTED stock <token> 30000 holds=1
+OK STATUS stock state=held token=<token> ttl_ms=<ms> count=1 owner=alice waiters=0 mode=exclusive limit=1 holders=1 held_ms=<ms> host=shop1 cmd=restock%20--daily delay_ms=0 delay_left_ms=0
 OK RELEASED stock
-OK STATUS stock state=free token=0 ttl_ms=0 count=0 owner=- waiters=0 mode=- limit=1 holders=0 held_ms=<ms>
+OK STATUS stock state=free token=0 ttl_ms=0 count=0 owner=- waiters=0 mode=- limit=1 holders=0 held_ms=<ms> delay_ms=0 delay_left_ms=0
 OK BYE
 EOF
 
@@ -194,7 +194,7 @@ echo "client B: TRYLOCK stock (default ttl 30 s)"
 printf 'TRYLOCK stock\r\n' | $NC "$HOST" "$port" > "$dir/b2.out"
 token2=$(word "$dir/b2.out" 1 4)
 check "$dir/b2.out" <<'EOF'
-OK GRANTED stock <token> 30000
+OK GRANTED stock <token> 30000 holds=1
 EOF
 if [ -n "$token2" ] && [ "$token2" -gt "$token" ] 2>/dev/null; then
 	echo "  ok    token $token2 > $token"

@@ -14,6 +14,8 @@ from ._core import LeaseState, now_ms
 from ._types import LostReason
 
 MODES = ("exclusive", "shared")
+# The longest lock-delay the server takes (LOCK delay=, DL_LOCK_DELAY_MAX_MS).
+DELAY_MAX_MS = 60000
 
 
 @dataclass
@@ -38,6 +40,8 @@ def lock_args(
     renew: Any,
     on_lost: Callable[..., Any] | None,
     on_at_risk: Callable[..., Any] | None,
+    warn: float | None = None,
+    delay: float | None = None,
 ) -> LockArgs:
     wire.check_name(name)
     ttl_ms = float(wire.ms_of(ttl, "ttl")) if ttl is not None else None
@@ -62,6 +66,20 @@ def lock_args(
         opts["on_lost"] = on_lost
     if on_at_risk is not None:
         opts["on_at_risk"] = on_at_risk
+    if warn is not None:
+        # the server's * EXPIRING when this much of the lease remains
+        warn_ms = float(wire.ms_of(warn, "warn", minimum=0))
+        if ttl_ms is not None and warn_ms >= ttl_ms:
+            raise ValueError("warn must be less than ttl")
+        if warn_ms:
+            opts["warn"] = warn_ms
+    if delay is not None:
+        # the lock's lock-delay after an end its holder did not ask for
+        delay_ms = float(wire.ms_of(delay, "delay", minimum=0))
+        if delay_ms > DELAY_MAX_MS:
+            raise ValueError("delay out of range: at most 60 seconds (a lock's delay)")
+        if delay_ms:
+            opts["delay"] = delay_ms
     return LockArgs(name, ttl_ms, wait_ms, mode == "shared", n, opts)
 
 

@@ -296,12 +296,14 @@ class AsyncClient:
         on_lost: Callable[..., Any] | None = None,
         on_at_risk: Callable[..., Any] | None = None,
         cancel_on_loss: bool = False,
+        warn: float | None = None,
+        delay: float | None = None,
     ) -> _Acquire:
         """As :meth:`dlockd.Client.lock`: ``lease = await c.lock(...)`` or
         ``async with c.lock(...) as lease``. With ``cancel_on_loss`` the
         task that acquired is cancelled when the lease is lost; inside
         ``async with`` the block then ends with LockLost."""
-        a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk)
+        a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay)
         return _Acquire(self, a, cancel_on_loss)
 
     def rwlock(self, name: str) -> AsyncRWLock:

@@ -34,15 +34,29 @@ What it owns, and its invariants -- the contract of libdlock
   taken one at a time within a client, in arrival order (a ``Ticket``
   per acquisition, kept by its lease until the release is answered or the
   lease is lost).
-- Connections. After a drop: AUTH, HELLO with the same owner id and the
-  key the server gave it; nothing else until HELLO is answered OK by a
-  server of the client's cluster (``_cluster_reply``). Then a HELLO
-  saying who the client is (host, pid,
-  command: a server that does not know it refuses that one alone, and
-  it is not said again), a REFRESH of every lease still within its
-  deadline, then the requests kept -- LOCKs with the wait that remains,
-  reads, REFRESHes, and the UNLOCK of a lease's last hold (an UNLOCK of
-  one hold of several is not sent twice). A standby's HELLO
+- Other clients of the owner. Processes that share the owner id and its
+  key are one owner too, and nothing local orders them: a grant states
+  its lease's holds (``holds=``), and one with more than this client's
+  own (``_own_holds``) and the new one is another process's lease. It is
+  given back at once, exactly one UNLOCK, and the acquire fails with
+  HeldByOwner whatever its wait (the server never queues an owner behind
+  itself).
+- Connections. Every connection starts with AUTH and HELLO alone (with
+  the same owner id and the key the server gave it after a drop); only
+  once HELLO is answered OK by a server of the client's cluster
+  (``_cluster_reply``) does it send a REFRESH of every lease still
+  within its deadline, then the requests kept -- LOCKs with the wait that
+  remains, reads, REFRESHes, and the UNLOCK of a lease's last hold (an
+  UNLOCK of one hold of several is not sent twice) -- and those made
+  meanwhile, after a HELLO saying who the client is (host, pid, command:
+  a server that does not know it refuses that one alone, and it is not
+  said again). A server that forgot the owner (a restart, a take-over) may
+  have given its id to another client since: HELLO is then refused (NO
+  DENIED <id> need=key), and whatever followed it would run as the
+  connection's anonymous owner (a LOCK granted to nobody this client can
+  be again); a server of another cluster would execute it out of another
+  lock table. A refused or unanswered HELLO drops the connection, and the
+  next attempt waits the reconnect pause. A standby's HELLO
   (``role=standby``), ``ERR NOT_ACTIVE`` and ``* BYE not-active`` name the
   active daemon: the next connection goes there, and what a standby
   refused is sent again whatever it was (it executed nothing).
@@ -66,6 +80,7 @@ from ._errors import (
     ConnectionLost,
     Denied,
     DlockError,
+    HeldByOwner,
     LockLost,
     LockTimeout,
     NotHolder,
@@ -98,6 +113,13 @@ def now_ms() -> float:
     """Milliseconds on CLOCK_BOOTTIME: unlike CLOCK_MONOTONIC it goes on
     while the machine is suspended, as the server's clock and the lease do."""
     return time.clock_gettime(time.CLOCK_BOOTTIME) * 1000.0
+
+
+def _holds(r: wire.Reply) -> int:
+    """holds= of a GRANTED line: the lease's holds with this one, or 0 when
+    the server does not say (one from before it did)."""
+    v = r.kv("holds")
+    return int(v) if v is not None and v.isdigit() else 0
 
 
 def slack_ms(ttl_ms: float) -> float:
@@ -257,7 +279,7 @@ class Core:
         self.session_ok = False  # this connection's HELLO succeeded
         self.drop_wanted = False  # a reply asked to drop the connection
         self.desc_refused = False  # a server refused the description
-        self.hello_by = NEVER  # the first HELLO must be answered by then
+        self.hello_by = NEVER  # this connection's HELLO must be answered by then
         # The cluster id held to (the option, or the first a server
         # named), where it came from, and how many HELLOs in a row named
         # another: at naddrs, what waits fails with ClusterMismatch.
@@ -265,9 +287,6 @@ class Core:
         self.cluster_from = ""
         self.cluster_refused = 0
         self.cluster_why = ""
-        # requests wait for HELLO's reply (a server of another cluster
-        # must not execute anything)
-        self.hello_wait = False
 
     # ---- connections ---------------------------------------------------
 
@@ -286,34 +305,32 @@ class Core:
         self.backoff = min(self.backoff * 2, BACKOFF_MAX_MS)
 
     def connected(self, now: float) -> None:
-        """The transport is up (TLS done): AUTH and HELLO, and nothing
-        else until HELLO's reply shows a server of the client's cluster
-        (_hello_done): a request pipelined behind it would be executed
-        by a server of another cluster before the client could refuse
-        it."""
+        """The transport is up (TLS done): say who we are, and nothing
+        else until HELLO is answered OK by a server of the client's
+        cluster (_session): a request pipelined behind it would be
+        executed by a server of another cluster before the client could
+        refuse it."""
         self.state = UP
         self.session_ok = False
         self.drop_wanted = False
         # A listed server that accepts and never answers (stopped, hung)
         # gets its share of connect_timeout, not all of it: the next is
         # asked in time.
-        self.hello_by = (
-            now + self.o.connect_timeout_ms / self.naddrs
+        self.hello_by = now + (
+            self.o.connect_timeout_ms / self.naddrs
             if not self.ready and self.naddrs > 1
-            else NEVER
+            else self.o.connect_timeout_ms
         )
         self.lines.reset()
         self.out.clear()
         if self.o.password:
             self._internal("AUTH")
         self._internal("HELLO")
-        self.hello_wait = True
 
-    def _hello_done(self, now: float) -> None:
+    def _session(self, now: float) -> None:
         """HELLO was answered OK by a server of the client's cluster: say
         who the client is, confirm the leases still within their
-        deadline, send what was kept."""
-        self.hello_wait = False
+        deadline, send what was kept and what was asked meanwhile."""
         if self.o.describe and not self.desc_refused:
             self._internal("DESCRIBE")
         for ls in self.leases:
@@ -347,7 +364,6 @@ class Core:
         for q in kept:
             q.where = UNSENT
         self.unsent.extendleft(reversed(kept))
-        self.hello_wait = False
         if self.cluster_refused >= self.naddrs:
             while self.unsent:
                 self._finish(self.unsent.popleft(), ClusterMismatch(self.cluster_why))
@@ -488,8 +504,6 @@ class Core:
             self._reply(q, r, now)
         except (ValueError, IndexError):
             self._finish(q, ProtocolError(f"unexpected reply: {r.text()}"))
-        if q.op == "HELLO" and self.hello_wait and self.session_ok:
-            self._hello_done(now)
         return True
 
     def _cluster_reply(self, q: Req, r: wire.Reply) -> bool:
@@ -558,9 +572,17 @@ class Core:
         name = r.args[0]
         if r.word == "GRANTED":
             token = r.int_arg(1)
+            holds = _holds(r)
             q = self.waiting.pop(r.tag, None) if r.tag else None
             if q is None:
-                self._cleanup_grant(name, token)  # nobody waits for it
+                # nobody waits for it: give it back, exactly one hold if
+                # the lease is another client's too (_held_elsewhere)
+                if holds > self._own_holds(name, token) + 1:
+                    self._internal("UNLOCK", name, token)
+                else:
+                    self._cleanup_grant(name, token)
+                return
+            if self._held_elsewhere(q, token, holds):
                 return
             # The TTL began when the server granted it, before this line
             # reached us: confirm it, and count from the confirmation.
@@ -578,6 +600,12 @@ class Core:
                 if ls.name == name and ls.token == token and ls.live():
                     ls.broken_by = r.kv("broken_by") or ""
                     self._lose(ls, LostReason.EXPIRED)
+        elif r.word == "EXPIRING":
+            # the lease's warning (LOCK warn=): not refreshed in time
+            token = r.int_arg(1)
+            for ls in self.leases:
+                if ls.name == name and ls.token == token:
+                    self._risk(ls)
 
     # ---- replies -------------------------------------------------------
 
@@ -590,9 +618,54 @@ class Core:
         else:
             self._finish(q, error_of(r.kind, r.word, r.text()))
 
+    def _own_holds(self, name: str, token: int) -> int:
+        """The holds of lease (name, token) this client had at the server
+        when it executed the request whose reply (or event) is being read:
+        its leases' holds not being released, and the holds given back or
+        confirmed by requests still unanswered -- written after that
+        request, since replies come in order, so not yet read by the
+        server."""
+        n = sum(
+            1
+            for ls in self.leases
+            if ls.name == name and ls.token == token and not ls.released and not ls.unlocking
+        )
+        n += sum(
+            1
+            for q in self.fifo
+            if q.op in ("UNLOCK", "CONFIRM") and q.name == name and q.token == token
+        )
+        return n
+
+    def _held_elsewhere(self, q: Req, token: int, holds: int) -> bool:
+        """A grant of a lease with more holds than this client's and this
+        one: another client of the owner (a process sharing the id and its
+        key) holds it and believes it holds it alone. Give back exactly
+        this hold (an UNLOCK of a "last hold" would go on while answered
+        HELD, releasing the other's too) and fail the acquire; waiting
+        would only be granted again. A lost reply's hold that a LOCK sent
+        again after a reconnect re-entered looks the same and is refused
+        too (it ends at its TTL). True when refused."""
+        mine = self._own_holds(q.name, token)
+        if holds <= mine + 1:
+            return False
+        self._internal("UNLOCK", q.name, token)
+        if q.abandoned:
+            self._finish(q, LockTimeout("given up"))
+        else:
+            msg = (
+                f"{q.name} is held by owner {self.owner} in another process: its "
+                f"lease {token} has {holds} holds, {mine + 1} of them this "
+                "client's; the new one was given back"
+            )
+            self._finish(q, HeldByOwner(msg, code="HELD_BY_OWNER"))
+        return True
+
     def _r_lock(self, q: Req, r: wire.Reply, now: float) -> bool:
         if r.kind == "OK" and r.word == "GRANTED":
-            self._granted(q, r.int_arg(1), r.int_arg(2), q.sent_at)
+            token = r.int_arg(1)
+            if not self._held_elsewhere(q, token, _holds(r)):
+                self._granted(q, token, r.int_arg(2), q.sent_at)
         elif r.kind == "OK" and r.word == "QUEUED":
             if q.abandoned:
                 self._internal("CANCEL", q.name)
@@ -766,6 +839,7 @@ class Core:
         self.session_ok = True
         self.ready = True
         self._finish(q, None, True)
+        self._session(now)
         return True
 
     def _r_describe(self, q: Req, r: wire.Reply, now: float) -> bool:
@@ -886,6 +960,8 @@ class Core:
                 wait=wait,
                 mode="shared" if q.shared else None,
                 limit=q.limit if q.limit > 1 else None,
+                warn=int(q.opts["warn"]) if q.opts.get("warn") else None,
+                delay=int(q.opts["delay"]) if q.opts.get("delay") else None,
                 tag=tag,
             )
         if op in ("CONFIRM", "RENEW", "REFRESH"):
@@ -932,7 +1008,7 @@ class Core:
         q = Req(op, name, internal=True)
         q.token = token
         q.last_hold = last_hold
-        if self.state == UP and (not self.hello_wait or op in ("AUTH", "HELLO")):
+        if self.state == UP and (self.session_ok or op in ("AUTH", "HELLO")):
             self._write(q, now_ms())
         elif (op == "UNLOCK" or self.state == UP) and self.state != DEAD:
             q.where = UNSENT
@@ -962,7 +1038,7 @@ class Core:
             if self.forked:
                 msg = "this client belongs to the process that made it (fork)"
             self._finish(q, ConnectionLost(msg))
-        elif self.state == UP and not self.hello_wait:
+        elif self.state == UP and self.session_ok:
             self._write(q, now)
         else:
             q.where = UNSENT
@@ -1118,7 +1194,7 @@ class Core:
         nxt = NEVER
         if self.forked:
             return nxt
-        if self.state == UP and not self.ready and not self.session_ok:
+        if self.state == UP and not self.session_ok:
             if now >= self.hello_by:
                 self.last_error = "no answer to HELLO in time"
                 self.hello_by = NEVER
@@ -1141,7 +1217,7 @@ class Core:
                     self._risk(ls)
                 else:
                     nxt = min(nxt, overdue)
-            if ls.refreshing or self.state != UP or self.hello_wait:
+            if ls.refreshing or self.state != UP or not self.session_ok:
                 continue
             if now < ls.renew_at:
                 nxt = min(nxt, ls.renew_at)

@@ -13,6 +13,7 @@ from __future__ import annotations
 __all__ = [
     "DlockError",
     "LockTimeout",
+    "HeldByOwner",
     "LockLost",
     "NotHolder",
     "Unavailable",
@@ -48,6 +49,14 @@ class LockTimeout(DlockError):
     :class:`~dlockd.Holder`: owner, host, pid, cmd, held), else None."""
 
     holder = None
+
+
+class HeldByOwner(LockTimeout):
+    """Not granted: another process of this owner (one that shares the
+    owner id and its key, such as an exported ``DLOCK_OWNER``) holds the
+    lock. The server granted it as a reentry of that process's lease; the
+    client gave the hold back at once, whatever ``wait`` (the server never
+    queues an owner behind itself). ``code`` is ``HELD_BY_OWNER``."""
 
 
 class LockLost(DlockError):

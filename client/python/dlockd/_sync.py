@@ -250,16 +250,26 @@ class Client:
         renew: bool = _UNSET,
         on_lost: Callable[..., Any] | None = None,
         on_at_risk: Callable[..., Any] | None = None,
+        warn: float | None = None,
+        delay: float | None = None,
     ) -> Lease:
         """Acquire `name` for a lease of `ttl` seconds (None: the server's
         default), waiting up to `wait` seconds (None: for ever; 0: try
         once). ``mode="shared"`` takes it with other readers, ``limit=n``
         as one of n permits. The lease is renewed every TTL/3 (``renew``)
         until released, lost or ``max_hold`` seconds after it was granted.
-        Raises LockTimeout (Deadlock when waiting would close a cycle of
-        owners), LimitMismatch, UpgradeDeadlock, Denied, Unavailable,
-        ConnectionLost."""
-        a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk)
+        ``warn`` (seconds, below the TTL): the server sends ``* EXPIRING``
+        when that much of the lease remains unrenewed, and on_at_risk is
+        called. ``delay`` (seconds, at most 60): the lock's lock-delay --
+        after a lease of it ends without a release (it expired or was
+        broken), the server grants it to nobody for that long, waiters
+        keeping their place; a release frees it at once. Set by the request
+        that finds the lock free, raised by later ones; ``status()`` shows
+        it (``delay``, ``delay_left``). Raises LockTimeout (Deadlock when
+        waiting would close a cycle of owners; HeldByOwner, at once, if
+        another process of this owner holds the lock), LimitMismatch,
+        UpgradeDeadlock, Denied, Unavailable, ConnectionLost."""
+        a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay)
         start = now_ms()
         wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
         with self._mu:

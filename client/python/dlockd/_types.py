@@ -47,6 +47,8 @@ class Status:
     host: str = ""
     pid: int = 0
     cmd: str = ""
+    delay: float = 0.0  # the lock's lock-delay, seconds (0: none)
+    delay_left: float = 0.0  # what is left of it while it runs, seconds
 
 
 def _int(v: str | None) -> int:
@@ -84,6 +86,8 @@ def status_of(name: str, words: Reply | list[str]) -> Status:
         host=_text(r, "host"),
         pid=_int(r.kv("pid")),
         cmd=_text(r, "cmd"),
+        delay=_int(r.kv("delay_ms")) / 1000.0,
+        delay_left=_int(r.kv("delay_left_ms")) / 1000.0,
     )
 
 

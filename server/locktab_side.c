@@ -1,0 +1,333 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * locktab_side.c -- the lock table's side objects: state that few leases
+ * or locks have, kept beside them (locktab_private.h).
+ *
+ * Owns: the side objects, in hashes of the table keyed by the address of
+ * the lease or lock each belongs to (struct dl__side). A lease or lock has
+ * a bit that says it has one, so that the others never look them up.
+ *
+ * Why beside and not inside: a held lease is one 72-byte allocation and a
+ * lock one of 40 bytes plus its name (locktab.h, Memory); a field for a
+ * feature few use would move every one of them to a bigger malloc chunk.
+ * A side object costs only those that have one: an allocation and a hash
+ * entry.
+ *
+ * Warnings (LOCK ... warn=): struct dl_warn, one per lease that asked for
+ * one, with a wheel entry of its own at the lease's deadline less warn_ms.
+ * Invariants: l->has_warn iff a warning of l is in t->warns; its lease's
+ * entry is never moved for it (the expiry is exactly as without one); it
+ * is armed (pending) from each change of the lease's deadline until it
+ * fires, and fires at most once per deadline; it goes when the lease goes
+ * (dl__lease_remove), so nothing is said about a released lease.
+ *
+ * Delays (LOCK ... delay=, Chubby's lock-delay): struct dl_delay, one per
+ * lock that has one. Invariants: lk->has_delay iff a delay of lk is in
+ * t->delays; lk->delaying iff its timer is pending, at the end of the
+ * delay; while it runs, the lock grants nobody new (dl__serve, acquire)
+ * and is not empty; it goes when the lock leaves the table (lock_free).
+ * Only an end the holder did not ask for starts it (dl__lease_end); a
+ * release, or a grant withdrawn before its holder heard of it, does not.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/proto.h"
+#include "server/locktab.h"
+#include "server/locktab_private.h"
+
+_Static_assert(offsetof(struct dl__side, key) == sizeof(struct dl_hnode),
+	       "a side object's key must follow its hash node");
+
+/* ---- side objects ----------------------------------------------------------
+ */
+
+struct dl__side *dl__side_find(const struct dl_locktab *t,
+			       const struct dl_htab *h, const void *of)
+{
+	struct dl_str k = {(const char *)&of, sizeof(of)};
+	struct dl_hnode *n =
+		dl_htab_find(h, dl_hash_bytes(t->seed, k.p, k.len), k);
+
+	return n ? (struct dl__side *)((char *)n -
+				       offsetof(struct dl__side, hn))
+		 : NULL;
+}
+
+void dl__side_insert(const struct dl_locktab *t, struct dl_htab *h,
+		     struct dl__side *sd, const void *of)
+{
+	memcpy(sd->key, &of, sizeof(of));
+	sd->hn.hash = dl_hash_bytes(t->seed, sd->key, sizeof(sd->key));
+	sd->hn.len = (uint8_t)sizeof(sd->key);
+	dl_htab_insert(h, &sd->hn);
+}
+
+/* Free every object of h: each is `off` bytes before its node. */
+static void free_side(struct dl_htab *h, size_t off)
+{
+	struct dl_hnode *n, *next;
+	size_t i;
+
+	for (i = 0; i < dl_htab_slots(h); i++) {
+		for (n = *dl_htab_slot(h, i); n; n = next) {
+			next = n->next;
+			free((char *)n - off);
+		}
+		*dl_htab_slot(h, i) = NULL;
+	}
+	h->n = 0;
+}
+
+void dl__side_free_all(struct dl_locktab *t)
+{
+	free_side(&t->warns,
+		  offsetof(struct dl_warn, side) + offsetof(struct dl__side, hn));
+	free_side(&t->delays, offsetof(struct dl_delay, side) +
+				      offsetof(struct dl__side, hn));
+}
+
+/* ---- warnings --------------------------------------------------------------
+ */
+
+static struct dl_warn *warn_of(const struct dl_locktab *t,
+			       const struct dl_lease *l)
+{
+	struct dl__side *sd;
+
+	if (!l->has_warn || !(sd = dl__side_find(t, &t->warns, l)))
+		return NULL;
+	return (struct dl_warn *)((char *)sd - offsetof(struct dl_warn, side));
+}
+
+struct dl_warn *dl__warn_alloc(void)
+{
+	struct dl_warn *w = calloc(1, sizeof(*w));
+
+	if (w)
+		w->kind = DL__TIMED_WARN;
+	return w;
+}
+
+void dl__warn_arm(struct dl_locktab *t, struct dl_lease *l)
+{
+	struct dl_warn *w = warn_of(t, l);
+	uint64_t deadline = l->timer.expires;
+
+	if (!w)
+		return;
+	/* a deadline closer than warn_ms (a shortening) warns at once */
+	dl_wheel_add(&t->wheel, &w->timer,
+		     deadline > w->warn_ms ? deadline - w->warn_ms : 0);
+}
+
+void dl__warn_drop(struct dl_locktab *t, struct dl_lease *l)
+{
+	struct dl_warn *w = warn_of(t, l);
+
+	l->has_warn = 0;
+	if (!w)
+		return;
+	dl_wheel_del(&t->wheel, &w->timer);
+	dl_htab_remove(&t->warns, &w->side.hn);
+	free(w);
+}
+
+void dl__warn_set(struct dl_locktab *t, struct dl_lease *l, uint32_t warn_ms,
+		  struct dl_warn **spare)
+{
+	struct dl_warn *w = warn_of(t, l);
+
+	if (warn_ms == 0) {
+		dl__warn_drop(t, l);
+		return;
+	}
+	if (!w) {
+		w = *spare;
+		*spare = NULL;
+		w->lease = l;
+		dl__side_insert(t, &t->warns, &w->side, l);
+		l->has_warn = 1;
+	}
+	w->warn_ms = warn_ms;
+	dl__warn_arm(t, l);
+}
+
+uint32_t dl__warn_ms(const struct dl_locktab *t, const struct dl_lease *l)
+{
+	const struct dl_warn *w = warn_of(t, l);
+
+	return w ? w->warn_ms : 0;
+}
+
+uint32_t dl_locktab_lease_warn(const struct dl_locktab *t,
+			       const struct dl_lease *l)
+{
+	return dl__warn_ms(t, l);
+}
+
+void dl__warn_fire(struct dl_locktab *t, struct dl_warn *w, uint64_t now)
+{
+	struct dl_lease *l = w->lease;
+	struct dl_session *s;
+	struct dl_event ev;
+	uint64_t left = dl__remaining(l, now);
+
+	/* Due in the same tick as its expiry, which the wheel fired first
+	 * or fires next: * EXPIRED says it all. */
+	if (left == 0)
+		return;
+	for (s = l->owner->sessions; s; s = s->onext) {
+		memset(&ev, 0, sizeof(ev));
+		ev.type = DL_EVENT_EXPIRING;
+		ev.token = l->token;
+		ev.ttl_ms = left;
+		ev.deadline = l->timer.expires;
+		ev.tag = dl_lease_tag(l);
+		dl__emit_ev(t, s, &ev, l->lock);
+	}
+}
+
+/* ---- delays ----------------------------------------------------------------
+ */
+
+struct dl_delay *dl__delay_of(const struct dl_locktab *t,
+			      const struct dl_lock *lk)
+{
+	struct dl__side *sd;
+
+	if (!lk->has_delay || !(sd = dl__side_find(t, &t->delays, lk)))
+		return NULL;
+	return (struct dl_delay *)((char *)sd -
+				   offsetof(struct dl_delay, side));
+}
+
+struct dl_delay *dl__delay_alloc(void)
+{
+	struct dl_delay *d = calloc(1, sizeof(*d));
+
+	if (d)
+		d->kind = DL__TIMED_DELAY;
+	return d;
+}
+
+void dl__delay_drop(struct dl_locktab *t, struct dl_lock *lk)
+{
+	struct dl_delay *d = dl__delay_of(t, lk);
+
+	lk->has_delay = 0;
+	lk->delaying = 0;
+	if (!d)
+		return;
+	dl_wheel_del(&t->wheel, &d->timer);
+	dl_htab_remove(&t->delays, &d->side.hn);
+	free(d);
+}
+
+void dl__delay_ask(struct dl_locktab *t, struct dl_lock *lk, uint32_t ms,
+		   int fresh, struct dl_delay **spare)
+{
+	struct dl_delay *d = dl__delay_of(t, lk);
+
+	if (fresh && ms == 0 && d) {
+		dl__delay_drop(t, lk);
+		dl__mark_dirty(t, lk);
+		return;
+	}
+	if (ms == 0 || (d && d->delay_ms >= ms && !fresh))
+		return;
+	if (!d) {
+		d = *spare;
+		*spare = NULL;
+		d->lock = lk;
+		dl__side_insert(t, &t->delays, &d->side, lk);
+		lk->has_delay = 1;
+	}
+	if (d->delay_ms != ms) {
+		d->delay_ms = ms;
+		dl__mark_dirty(t, lk);
+	}
+}
+
+void dl__delay_start(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
+{
+	struct dl_delay *d = dl__delay_of(t, lk);
+	uint64_t end;
+
+	if (!d)
+		return;
+	end = dl__deadline_after(now, d->delay_ms);
+	if (!lk->delaying || end > d->timer.expires)
+		dl_wheel_add(&t->wheel, &d->timer, end);
+	lk->delaying = 1;
+	dl__mark_dirty(t, lk);
+}
+
+uint64_t dl__delay_left(const struct dl_locktab *t, const struct dl_lock *lk,
+			uint64_t now)
+{
+	const struct dl_delay *d;
+
+	if (!lk->delaying || !(d = dl__delay_of(t, lk)))
+		return 0;
+	return d->timer.expires > now ? d->timer.expires - now : 0;
+}
+
+void dl__delay_fire(struct dl_locktab *t, struct dl_delay *d, uint64_t now)
+{
+	struct dl_lock *lk = d->lock;
+
+	/* over: the record loses its end (or the lock, if empty, its
+	 * record), lazily -- a crash before that restores the delay whole,
+	 * which only keeps the lock busy longer */
+	lk->delaying = 0;
+	dl__mark_dirty(t, lk);
+	dl__serve(t, lk, now);
+}
+
+uint32_t dl_locktab_lock_delay(const struct dl_locktab *t,
+			       const struct dl_lock *lk, uint64_t *end)
+{
+	const struct dl_delay *d = dl__delay_of(t, lk);
+
+	if (end)
+		*end = d && lk->delaying ? d->timer.expires : 0;
+	return d ? d->delay_ms : 0;
+}
+
+int dl_locktab_restore_delay(struct dl_locktab *t, struct dl_str name,
+			     uint32_t delay_ms, int running, uint32_t limit)
+{
+	struct dl_delay *d;
+	struct dl_lock *lk;
+	uint64_t now = dl__now_ms(t);
+
+	if (dl_check_name(name.p, name.len) || delay_ms == 0 ||
+	    delay_ms > DL_LOCK_DELAY_MAX_MS || limit == 0 ||
+	    limit > DL_LIMIT_MAX)
+		return DL_EBADARG;
+	if (!(d = dl__delay_alloc()))
+		return DL_ENOMEM;
+	if (!(lk = dl__lock_get(t, name))) {
+		free(d);
+		return DL_ENOMEM;
+	}
+	/* the record's first item: the lock is new, or a damaged record
+	 * names it twice */
+	if (lk->holders || lk->qhead || lk->has_delay) {
+		free(d);
+		return DL_EBADARG;
+	}
+	/* as its record says: nothing to write back */
+	lk->limit = (uint16_t)limit;
+	d->lock = lk;
+	d->delay_ms = delay_ms;
+	dl__side_insert(t, &t->delays, &d->side, lk);
+	lk->has_delay = 1;
+	if (running) {
+		dl_wheel_add(&t->wheel, &d->timer,
+			     dl__deadline_after(now, delay_ms));
+		lk->delaying = 1;
+	}
+	return 0;
+}
