@@ -745,11 +745,15 @@ Test(ha, a_lapsed_active_never_keeps_its_table_on_a_copy_of_its_own_epoch)
  * Redis forgot) took the leadership, at epoch 1 again. The active said
  * "nobody took over since; taking it again to write the table back",
  * which the record it had just read contradicted. It names the holder
- * now, and is deposed by its next take. */
+ * now. That daemon also gave the emptied keyspace a cluster id of its
+ * own, so the active's next link refuses it before any take (CLUSTER
+ * MISMATCH: it serves nothing there); once the other id is deleted, its
+ * take meets the other's leadership and it is deposed. */
 Test(ha, a_renewal_that_finds_another_holder_on_a_redis_gone_back_names_it)
 {
-	struct h_client *c1;
+	struct h_client *c1, *c2;
 	uint64_t t0;
+	char *l;
 
 	start_node(&a, "a", "30s"); /* renewals every 10 s */
 	wait_active(&a, 5000);
@@ -759,12 +763,21 @@ Test(ha, a_renewal_that_finds_another_holder_on_a_redis_gone_back_names_it)
 	h_redis_cli(&r, "FLUSHALL");
 	start_node(&b, "b", "30s");
 	wait_active(&b, 5000);
-	for (t0 = h_now_ms(); !h_daemon_log_has(&a, "leadership lost");
+	for (t0 = h_now_ms(); !h_daemon_log_has(&a, "CLUSTER MISMATCH");
 	     h_sleep_ms(50))
-		cr_assert_lt(h_now_ms() - t0, 15000, "a never stepped down");
+		cr_assert_lt(h_now_ms() - t0, 15000,
+			     "a never refused b's cluster id");
 	cr_assert(!h_daemon_log_has(&a, "nobody took over since"),
 		  "a said nobody took over");
 	cr_assert(h_daemon_log_has(&a, "is not this daemon's (it is node b"));
+	c2 = h_hello(a.port, "c2");
+	l = h_call(c2, "TRYLOCK w3 ttl=1s");
+	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "a served: %s", l);
+	h_close(c2);
+	h_redis_cli(&r, "DEL dlock:cluster");
+	for (t0 = h_now_ms(); !h_daemon_log_has(&a, "leadership lost");
+	     h_sleep_ms(50))
+		cr_assert_lt(h_now_ms() - t0, 10000, "a never stepped down");
 	h_close(c1);
 	h_daemon_stop(&a);
 	h_daemon_stop(&b);
