@@ -184,10 +184,13 @@ void dl_seen_note_mark(struct dl_seen *s, uint64_t mark)
 }
 
 /* Write the file whole to a temporary, then rename it over the old one:
- * a crash leaves the old file or the new one, never half of one. */
+ * a crash leaves the old file or the new one, never half of one. The
+ * temporary is this process's own (its pid in the name): two daemons
+ * sharing the directory used one name, and one's rename could move the
+ * other's half-written file into place. */
 static int write_file(struct dl_seen *s, int sync)
 {
-	char tmp[sizeof(s->path) + 8], text[2 * DL_SEEN_ID_MAX], why[300];
+	char tmp[sizeof(s->path) + 32], text[2 * DL_SEEN_ID_MAX], why[300];
 	struct seen_vals v;
 	int fd, n, err = 0;
 
@@ -201,7 +204,7 @@ static int write_file(struct dl_seen *s, int sync)
 		     SEEN_MAGIC "\nredis %s\nepoch %llu\ngen %llu\nmark %llu\n",
 		     s->id, (unsigned long long)s->epoch,
 		     (unsigned long long)s->gen, (unsigned long long)s->mark);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", s->path);
+	snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", s->path, (long)getpid());
 	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) <
 	    0)
 		return errno;
