@@ -72,7 +72,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define DLOCK_VERSION "0.3.0"
+#define DLOCK_VERSION "0.4.0"
 
 /* ---- errors -------------------------------------------------------------- */
 
