@@ -55,7 +55,7 @@ O          ?= build
 SANFLAGS   :=
 endif
 
-VERSION    := 0.3.0
+VERSION    := 0.4.0
 SOVERSION  := 0
 
 WARN := -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes -Wshadow \

@@ -73,7 +73,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-#define DLOCK_VERSION "0.3.0"
+#define DLOCK_VERSION "0.4.0"
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -343,7 +343,7 @@ struct dlock_options {
 	 * whose lock tables know nothing of each other: a server that
 	 * names another id is disconnected before any request is sent to
 	 * it, and the next one is tried (DLOCK_ECLUSTER when none
-	 * matches). A server that names no id (before 0.3, or a standby
+	 * matches). A server that names no id (0.3 and before, or a standby
 	 * that has not read it yet) is not refused. Without this option,
 	 * the server the id was learnt from that names a new one (it
 	 * restarted memory-only, or on another keyspace) gives the client

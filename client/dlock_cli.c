@@ -1083,6 +1083,12 @@ int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
 		if (cl->servers)
 			dl_cli_msg("cannot connect to an active dlockd: %s",
 				   dlock_last_error());
+		else if (strncmp(dlock_last_error(), "a standby", 9) == 0)
+			/* it answered: it is just not the one that serves
+			 * (found by a newcomer: "cannot connect" misled) */
+			dl_cli_msg("%s is %s; ask the active one, or list them "
+				   "all with --servers",
+				   dl_cli_where(cl), dlock_last_error());
 		else
 			dl_cli_msg("cannot connect to %s: %s", dl_cli_where(cl),
 				   dlock_last_error());

@@ -738,7 +738,7 @@ static int cluster_reply(struct dlock_client *c, const struct dl__req *q,
 	if (q->op != DL__HELLO || r->kind != DL_REPLY_OK ||
 	    dl_reply_kv(r, "cluster", &v) != 0 ||
 	    (v.len == 1 && v.p[0] == '-'))
-		return 0; /* before 0.3, or a standby that does not know */
+		return 0; /* 0.3 and before, or a standby that does not know */
 	at = here(c, buf, sizeof(buf));
 	if (!c->cluster[0] && v.len == DL_CLUSTER_ID_LEN) {
 		memcpy(c->cluster, v.p, v.len);

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * limits.h -- every limit of dlockd, in one place.
+ * limits.h -- the limits of the wire and the configuration's defaults
+ * and bounds (the store's own tuning is here too for now; the server's
+ * internal constants live beside their code).
  *
  * Two kinds of numbers live here:
  *
@@ -247,11 +249,6 @@
 #define DL_DEFAULT_RESTORE_GRACE_MS 5000
 
 /* ---- persistence (Redis) ----------------------------------------------- */
-
-/* Redis's own expiry on a lease key is the lease deadline plus this margin:
- * a safety net that cleans up after a daemon gone for good, never sooner
- * than the daemon itself would reap the lease. */
-#define DL_STORE_EXPIRY_MARGIN_MS 60000
 
 /* At start-up the daemon waits for Redis as long as it takes; it says so
  * in the log this often. */

@@ -38,6 +38,8 @@ static struct dl_fmt *reply_begin(struct reply *r, const char *head)
 static void reply_send(struct dl_conn *c, struct reply *r, struct dl_str tag,
 		       const struct dl_line *line)
 {
+	size_t tag_at = r->f.len + 4; /* after " id=" (dl_fmt_end) */
+	struct dl_line with_tag;
 	int n = dl_fmt_end(&r->f, tag);
 
 	if (n < 0) {
@@ -46,6 +48,14 @@ static void reply_send(struct dl_conn *c, struct reply *r, struct dl_str tag,
 		dl_error("reply did not fit in %d bytes", DL_REPLY_MAX);
 		dl_cmd_error(c, DL_EINTERNAL, "reply too long", tag);
 		return;
+	}
+	if (line && tag.len) {
+		/* where the tag is, for a line that may be withdrawn
+		 * (break_line) */
+		with_tag = *line;
+		with_tag.tag_off = (uint16_t)tag_at;
+		with_tag.tag_len = (uint8_t)tag.len;
+		line = &with_tag;
 	}
 	dl_conn_send(c, r->buf, (size_t)n, line);
 }
@@ -1179,14 +1189,17 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 			 const char *text, size_t len, char *buf)
 {
-	struct dl_reply rp;
+	/* the name and the tag where the line was formatted (reply_send) */
+	struct dl_str name = {text + line->name_off, line->name_len};
+	struct dl_str tag = {line->tag_len ? text + line->tag_off : NULL,
+			     line->tag_len};
 	struct dl_fmt f;
 	int n, err;
 
-	if ((line->kind != DL_LINE_GRANTED &&
-	     line->kind != DL_LINE_GRANTED_EVENT &&
-	     line->kind != DL_LINE_REFRESHED) ||
-	    dl_parse_reply(text, len - 2, &rp) != 0 || rp.argc < 1)
+	(void)len;
+	if (line->kind != DL_LINE_GRANTED &&
+	    line->kind != DL_LINE_GRANTED_EVENT &&
+	    line->kind != DL_LINE_REFRESHED)
 		return DL_HELD_KEEP;
 	if (line->kind != DL_LINE_REFRESHED) {
 		struct dl_requeue rq = {.owner_gen = line->owner_gen,
@@ -1194,12 +1207,12 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 					.warn_ms = line->warn_ms,
 					.has_warn = line->has_warn,
 					.wait_deadline = line->wait_deadline,
-					.tag = rp.tag,
+					.tag = tag,
 					.shared = line->shared,
 					.limit = line->limit};
 
 		err = dl_locktab_revoke(
-			c->srv->tab, &c->sess, rp.argv[0], line->token,
+			c->srv->tab, &c->sess, name, line->token,
 			line->reentry,
 			line->kind == DL_LINE_GRANTED_EVENT ? &rq : NULL);
 		if (line->kind == DL_LINE_GRANTED_EVENT && err == 0)
@@ -1207,8 +1220,8 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 		if (line->kind == DL_LINE_GRANTED_EVENT) {
 			dl_fmt_init(&f, buf, DL_REPLY_MAX);
 			dl_fmt_word(&f, "* TIMEOUT");
-			dl_fmt_str(&f, rp.argv[0]);
-			n = dl_fmt_end(&f, rp.tag);
+			dl_fmt_str(&f, name);
+			n = dl_fmt_end(&f, tag);
 			return n > 0 ? (size_t)n : 0;
 		}
 	}
@@ -1221,7 +1234,7 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 		line->kind == DL_LINE_GRANTED
 			? "persistence went down before the grant was recorded, try again"
 			: "persistence went down before the refresh was recorded, try again");
-	n = dl_fmt_end(&f, rp.tag);
+	n = dl_fmt_end(&f, tag);
 	return n > 0 ? (size_t)n : 0;
 }
 

@@ -27,7 +27,10 @@
  *         down, dl_conn_break_hold() hands every held line to a callback
  *         (cmd.c) that withdraws the grants that never became durable, and
  *         the lines go out at once: no request waits for Redis longer than
- *         the store takes to declare it lost (redis_timeout). A REFRESH
+ *         the store takes to declare it lost (redis_timeout). A held line
+ *         knows where its lock's name and its request's tag are in its
+ *         text (struct dl_line, set where it is formatted: cmd.c), so its
+ *         withdrawal parses nothing. A REFRESH
  *         that shortens a lease changes the lease only when its reply is
  *         released (dl_locktab_shorten): withdrawn, it changed nothing.
  *
@@ -114,6 +117,8 @@ struct dl_line {
 	uint16_t ttl_off;      /* ... and offset in the line */
 	uint16_t name_off;     /* the lock's name: its offset ... */
 	uint8_t name_len;      /* ... and length (255 at most) */
+	uint16_t tag_off;      /* the request's id= value: its offset ... */
+	uint8_t tag_len;       /* ... and length (0: none) */
 	uint32_t asked_ttl_ms; /* GRANTED_EVENT: the TTL the waiter asked;
 				  REFRESHED: the new TTL */
 	uint32_t owner_gen;    /* GRANTED*: the session's (dl_locktab_revoke) */

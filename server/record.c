@@ -3,8 +3,9 @@
  * record.c -- lock records for Redis (see record.h).
  *
  * The parser is as strict as the request parser: a record it cannot read
- * fully stops the daemon's start-up rather than being half-restored, since
- * a lease silently dropped is a lock granted twice.
+ * fully is never half-restored, since a lease silently dropped is a lock
+ * granted twice. The loader logs it with its key and holds the lock as
+ * busy for as long as any lease may last (store_load.c, quarantine).
  */
 #include "server/record.h"
 

@@ -203,10 +203,13 @@ void dl_seen_note_cluster(struct dl_seen *s, const char *id)
 }
 
 /* Write the file whole to a temporary, then rename it over the old one:
- * a crash leaves the old file or the new one, never half of one. */
+ * a crash leaves the old file or the new one, never half of one. The
+ * temporary is this process's own (its pid in the name): two daemons
+ * sharing the directory used one name, and one's rename could move the
+ * other's half-written file into place. */
 static int write_file(struct dl_seen *s, int sync)
 {
-	char tmp[sizeof(s->path) + 8], text[2 * DL_SEEN_ID_MAX], why[300];
+	char tmp[sizeof(s->path) + 32], text[2 * DL_SEEN_ID_MAX], why[300];
 	struct seen_vals v;
 	const char *cluster = s->cluster;
 	int fd, n, err = 0;
@@ -228,7 +231,7 @@ static int write_file(struct dl_seen *s, int sync)
 		     (unsigned long long)s->gen, (unsigned long long)s->mark,
 		     cluster[0] ? "cluster " : "", cluster,
 		     cluster[0] ? "\n" : "");
-	snprintf(tmp, sizeof(tmp), "%s.tmp", s->path);
+	snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", s->path, (long)getpid());
 	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) <
 	    0)
 		return errno;

@@ -2,8 +2,9 @@
 /*
  * store.h -- persistence of the lock table, and the durability clock.
  *
- * The store is the only module that talks to Redis (store_redis.c); with
- * persist=none it keeps the same interface and persists nothing.
+ * The store is the only module that talks to Redis (store.c and the
+ * store_*.c beside it, store_private.h); with persist=none it keeps the
+ * same interface and persists nothing.
  *
  * Durability is counted in epochs. The open epoch (dl_store_epoch) collects
  * every change the lock table makes; dl_store_flush(), called once per loop

@@ -5,7 +5,8 @@
  * Owns: nothing but its slot heads. Entries are embedded by their owners
  * (a lease, a waiter) and linked into the wheel; the wheel never allocates
  * or frees. It knows no clock: the caller passes "now" in milliseconds of
- * any monotonic clock (the daemon uses uv_now()).
+ * any monotonic clock (the daemon passes dl_mono_ms(), read when the
+ * request is read, not the loop's cached uv_now(): clock.h).
  *
  * Shape: four levels in the manner of the classic BSD/Linux timer wheel.
  * Level 0 has 256 slots of one tick each; levels 1..3 have 64 slots, each

@@ -1660,7 +1660,11 @@ Test(cli, usage_errors_exit_64_and_help_exits_0)
 		  r.out);
 	dlock(&r, "--version", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
-	cr_assert(eq(int, strncmp(r.out, "dlock 0.3.0", 11), 0), "%s", r.out);
+	cr_assert(eq(int,
+		     strncmp(r.out, "dlock " DL_VERSION,
+			     strlen("dlock " DL_VERSION)),
+		     0),
+		  "%s", r.out);
 }
 
 /* ---- list, --json -----------------------------------------------------------

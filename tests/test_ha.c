@@ -1597,6 +1597,8 @@ Test(ha, a_health_check_may_ask_a_standby_directly)
 	snprintf(want, sizeof(want), "a standby (the active: %s)",
 		 addr_of(&a));
 	cr_assert(rc == 69 && strstr(out, want), "exit %d: %s", rc, out);
+	cr_assert(!strstr(out, "cannot connect") && strstr(out, "--servers"),
+		  "it did connect; it says: %s", out);
 	snprintf(list, sizeof(list), "127.0.0.1:%d,127.0.0.1:%d", b.port,
 		 a.port);
 	rc = dlock_end(dlock_begin("--servers %s ping", list), out,

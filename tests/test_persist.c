@@ -694,7 +694,7 @@ Test(persist, redis_hung_is_detected_by_timeout_and_held_grant_is_withdrawn)
 	h_lock(a, "warm", "ttl=60s");
 
 	kill(r.pid, SIGSTOP);
-	h_send(a, "LOCK z ttl=60s");
+	h_send(a, "LOCK z ttl=60s id=t7");
 	h_send(a, "PING behind");
 	t0 = h_now_ms();
 	el = h_wait_available(m, 0, 1000 + 1000 + 3000);
@@ -703,6 +703,8 @@ Test(persist, redis_hung_is_detected_by_timeout_and_held_grant_is_withdrawn)
 	cr_assert(l != NULL, "LOCK z not answered once redis was declared "
 			     "lost");
 	cr_assert(h_starts(l, "ERR UNAVAILABLE "), "LOCK z: \"%s\"", l);
+	cr_assert(strlen(l) > 6 && strcmp(l + strlen(l) - 6, " id=t7") == 0,
+		  "the withdrawn grant's answer lost its tag: \"%s\"", l);
 	cr_log_info("held request answered %llu ms after the hang began",
 		    (unsigned long long)(h_now_ms() - t0));
 	h_expect(a, "OK PONG behind");

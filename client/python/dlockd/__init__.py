@@ -39,7 +39,7 @@ from ._errors import (
 from ._sync import Client, Lease, RWLock, Semaphore
 from ._types import Holder, Holders, LocksPage, LostReason, Status
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "AsyncClient",

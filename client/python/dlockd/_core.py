@@ -512,7 +512,7 @@ class Core:
         before anything else is sent to it."""
         cid = r.kv("cluster") if q.op == "HELLO" and r.kind == "OK" else None
         if not cid or cid == "-":
-            return False  # before 0.3, or a standby that does not know
+            return False  # 0.3 and before, or a standby that does not know
         a = self.o.addresses[self.addr_i]
         here = a.name or a.path or f"{a.host}:{a.port}"
         if not self.cluster and len(cid) == 32:
