@@ -765,6 +765,8 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 				      strlen(dl_store_node(c->srv->store))});
 	dl_fmt_kv_str(&r.f, "active", active_addr(c->srv));
 	dl_fmt_kv_u64(&r.f, "epoch", dl_store_leader(c->srv->store)->epoch);
+	/* the 24th word: a 0.3 client takes more for a protocol error
+	 * (DL_REPLY_ARGS_MAX), so HELLO can say nothing more */
 	dl_fmt_kv_str(&r.f, "cluster",
 		      (struct dl_str){dl_store_cluster(c->srv->store),
 				      strlen(dl_store_cluster(c->srv->store))});
