@@ -292,7 +292,9 @@ static const struct subcmd subcmds[] = {
 	 "Print the lock's state, one key=value per line: name, state\n"
 	 "(free or held), token, ttl_ms (remaining), count (reentrant\n"
 	 "holds), owner (- when free) -- the first holder's -- waiters,\n"
-	 "mode (exclusive, shared, semaphore; - when free), limit, holders;\n"
+	 "mode (exclusive, shared, semaphore; - when free), limit, holders,\n"
+	 "cluster (the daemon's cluster id, - if it names none), and\n"
+	 "delay_ms, delay_left_ms for a lock with a lock-delay;\n"
 	 "then a line per holder, `holder owner=.. token=.. ttl_ms=..\n"
 	 "count=.. mode=..`, and per waiter, `waiter owner=.. position=..\n"
 	 "wait_ms=..|inf mode=..`. --json: one JSON object with the same\n"
@@ -317,7 +319,8 @@ static const struct subcmd subcmds[] = {
 	 "\"more\": N}, where more counts the matching locks not listed.\n",
 	 1},
 	{"ping", dl_cli_ping, 0, 0, "ping",
-	 "Send PING and print the round trip time in milliseconds.\n", 0},
+	 "Send PING and print the round trip time in milliseconds, then\n"
+	 "cluster=<id>, the daemon's cluster id (- if it names none).\n", 0},
 	{"watch", dl_cli_watch, 1, OPTB(OPT_JSON),
 	 "watch <name>|<prefix>* [--json]",
 	 "Print each change of the lock's holders, or of every lock whose\n"
