@@ -388,7 +388,8 @@ run-ha: deps
 #   fuzz_client  libdlock's handling of replies and events.
 # make fuzz FUZZ_SECONDS=600 runs each that long (crashes: build/fuzz/);
 # make fuzz-smoke, part of make check, runs each briefly from its seed
-# corpus in tests/fuzz/corpus/<target> (keep crash inputs there, fixed).
+# corpus in tests/fuzz/corpus/{proto,engine,client} (keep crash inputs
+# there, fixed).
 FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 15
 FUZZ_CC = clang -std=c11 -D_GNU_SOURCE -I. -g -O1 \
