@@ -13,6 +13,7 @@
 #include "server/record.h"
 #include "server/seen.h"
 #include "server/store.h"
+#include "server/store_tuning.h"
 
 enum link { LINK_DOWN, LINK_CONNECTING, LINK_SYNCING, LINK_UP };
 
