@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * store_private.h -- what store.c, store_batch.c and store_load.c share;
- * not an interface for anything else.
+ * store_private.h -- what the store's files share (store.c, store_batch.c,
+ * store_cluster.c, store_durable.c, store_find.c, store_lead.c,
+ * store_load.c, store_migrate.c, store_resync.c): the one struct dl_store
+ * they all read and write, and their internal calls (dl__*). Not an
+ * interface for anything else. Splitting the struct by part, each file
+ * owning its own, is the next step for this module.
  */
 #ifndef DL_SERVER_STORE_PRIVATE_H
 #define DL_SERVER_STORE_PRIVATE_H
