@@ -108,18 +108,41 @@ Test(faults, restart_that_waits_for_redis_keeps_each_lease_its_ttl)
 
 #define FAKETIME_LIB "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
-static void restart_with_clock(const char *offset)
+/* Add to d's next (re)start the environment that moves its wall clock by
+ * `offset` (libfaketime; its monotonic clock stays true). */
+static void fake_clock(const char *offset)
 {
 	static char ft[64];
 
 	snprintf(ft, sizeof(ft), "FAKETIME=%s", offset);
-	d.nenv = 0;
 	d.env[d.nenv++] = "LD_PRELOAD=" FAKETIME_LIB;
 	d.env[d.nenv++] = ft;
 	d.env[d.nenv++] = "FAKETIME_DONT_FAKE_MONOTONIC=1";
 	/* An ASan build otherwise refuses a preloaded library. */
 	d.env[d.nenv++] = "ASAN_OPTIONS=verify_asan_link_order=0";
+}
+
+static void restart_with_clock(const char *offset)
+{
+	d.nenv = 0;
+	fake_clock(offset);
 	h_daemon_restart(&d);
+}
+
+/* The token of "LOCK name ttl=1s" on c, granted at once or once grants
+ * reopen (after a loss they are closed for max_ttl). */
+static uint64_t lock_when_open(struct h_client *c, const char *name)
+{
+	char want[300], *l;
+
+	snprintf(want, sizeof(want), "GRANTED %s ", name);
+	h_send(c, "LOCK %s ttl=1s wait=10s", name);
+	l = h_line(c);
+	if (h_starts(l, "OK QUEUED"))
+		l = h_read(c, 8000); /* grants reopen after max_ttl */
+	cr_assert(l && h_starts(l + (l[0] == '*' ? 2 : 3), want),
+		  "LOCK %s: \"%s\"", name, l ? l : "(nothing)");
+	return h_arg_u64(l, 1);
 }
 
 /* A 3 s lease, the daemon killed and restarted with its wall clock moved
@@ -191,16 +214,12 @@ Test(faults, tokens_never_go_back_when_redis_forgets_after_a_clock_ran_ahead)
 	static char state[H_PATH_MAX + 32];
 	struct h_client *c;
 	uint64_t t1, t2;
-	char *l;
 
 	if (access(FAKETIME_LIB, R_OK) != 0)
 		cr_skip_test("libfaketime is not installed (%s)", FAKETIME_LIB);
 	h_redis_start(&r, "always");
 	snprintf(state, sizeof(state), "STATE_DIRECTORY=%s", r.dir);
-	d.env[d.nenv++] = "LD_PRELOAD=" FAKETIME_LIB;
-	d.env[d.nenv++] = "FAKETIME=+60s";
-	d.env[d.nenv++] = "FAKETIME_DONT_FAKE_MONOTONIC=1";
-	d.env[d.nenv++] = "ASAN_OPTIONS=verify_asan_link_order=0";
+	fake_clock("+60s");
 	d.env[d.nenv++] = state;
 	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 2s\n"
 				     "default_ttl = 1s\n");
@@ -214,13 +233,7 @@ Test(faults, tokens_never_go_back_when_redis_forgets_after_a_clock_ran_ahead)
 	d.env[d.nenv++] = state;
 	h_daemon_restart(&d);
 	c = h_hello(d.port, "b");
-	h_send(c, "LOCK y ttl=1s wait=10s");
-	l = h_line(c);
-	if (h_starts(l, "OK QUEUED"))
-		l = h_read(c, 8000); /* grants reopen after max_ttl */
-	cr_assert(l && h_starts(l + (l[0] == '*' ? 2 : 3), "GRANTED y "),
-		  "LOCK y: \"%s\"", l ? l : "(nothing)");
-	t2 = h_arg_u64(l, 1);
+	t2 = lock_when_open(c, "y");
 	cr_assert_gt(t2, t1, "tokens went back by %llu ms' worth",
 		     (unsigned long long)((t1 - t2) / 1000000));
 	h_close(c);
@@ -240,7 +253,6 @@ Test(faults, tokens_never_go_back_when_redis_forgets_a_peers_with_a_clock_ahead)
 	static char sa[H_PATH_MAX + 32], sb[H_PATH_MAX + 32];
 	struct h_client *c;
 	uint64_t t1, t2;
-	char *l;
 
 	if (access(FAKETIME_LIB, R_OK) != 0)
 		cr_skip_test("libfaketime is not installed (%s)", FAKETIME_LIB);
@@ -260,10 +272,7 @@ Test(faults, tokens_never_go_back_when_redis_forgets_a_peers_with_a_clock_ahead)
 	h_daemon_kill9(&d);
 	/* a, clock 60 s ahead, grants; killed, and Redis forgets */
 	d.nenv = 0;
-	d.env[d.nenv++] = "LD_PRELOAD=" FAKETIME_LIB;
-	d.env[d.nenv++] = "FAKETIME=+60s";
-	d.env[d.nenv++] = "FAKETIME_DONT_FAKE_MONOTONIC=1";
-	d.env[d.nenv++] = "ASAN_OPTIONS=verify_asan_link_order=0";
+	fake_clock("+60s");
 	d.env[d.nenv++] = sa;
 	h_daemon_restart(&d);
 	c = h_hello(d.port, "a");
@@ -276,13 +285,7 @@ Test(faults, tokens_never_go_back_when_redis_forgets_a_peers_with_a_clock_ahead)
 	d.env[d.nenv++] = sb;
 	h_daemon_restart(&d);
 	c = h_hello(d.port, "b");
-	h_send(c, "LOCK y ttl=1s wait=10s");
-	l = h_line(c);
-	if (h_starts(l, "OK QUEUED"))
-		l = h_read(c, 8000); /* grants reopen after max_ttl */
-	cr_assert(l && h_starts(l + (l[0] == '*' ? 2 : 3), "GRANTED y "),
-		  "LOCK y: \"%s\"", l ? l : "(nothing)");
-	t2 = h_arg_u64(l, 1);
+	t2 = lock_when_open(c, "y");
 	cr_assert_gt(t2, t1, "tokens went back by %llu ms' worth",
 		     (unsigned long long)((t1 - t2) / 1000000));
 	h_close(c);
