@@ -473,8 +473,8 @@ faults-selftest: $(FAULT_BINS)
 	  test $$? = 1 || { echo "faults-selftest: wall-clock restore not caught"; exit 1; }
 	$(MAKE) O=build/plant-shrink CFLAGS=-DDL_PLANT_REENTRY_SHRINK \
 	  build/plant-shrink/dlockd
-	$(FAULT_ENV) DLOCKD=build/plant-shrink/dlockd DURATION=90 SEED=1 \
-	  LOCKS=1 RWLOCKS=0 SEMAPHORES=0 FAULTS="kill9_dlockd" \
+	$(FAULT_ENV) DLOCKD=build/plant-shrink/dlockd DURATION=90 SEED=2 \
+	  WORKER_TTLS=5000 LOCKS=1 RWLOCKS=0 SEMAPHORES=0 FAULTS="kill9_dlockd" \
 	  bash tests/faults/campaign.sh; \
 	  test $$? = 1 || { echo "faults-selftest: a reentry shrinking the TTL not caught"; exit 1; }
 	$(MAKE) O=build/plant-forget CFLAGS=-DDL_PLANT_FORGET \

@@ -18,7 +18,10 @@
 #   WORKERS    lock workers [8]     RUNNERS  dlock run loops [2]
 #   PYWORKERS  lock workers on the Python client (pyworker.py, run by
 #              $PYTHON [python3]), judged as the others [2]
-#   COPYCATS   workers that say worker 0's owner id without its key [1]
+#   COPYCATS   workers that say worker 0's owner id without its key,
+#              through libdlock and by hand in turn (worker raw) [1]
+#   WORKER_TTLS  the TTLs of the workers' grants, ms [300,800,2000]; the
+#              self-test's 5000 makes a lease left held outlive a restart
 #   LOCKS      lock names L0.. [3]
 #   RWLOCKS    read/write locks S0.. (workers take them shared two times
 #              in three) [1]
@@ -372,13 +375,17 @@ pyworker_start() {  # slot
 # key, as two hosts given one DLOCK_OWNER would. The server must refuse
 # them while that owner lives (they retry); a copycat let in would share
 # the worker's locks, and its history (another file: another owner to
-# the checker) would overlap the worker's.
+# the checker) would overlap the worker's. Every other run speaks the
+# protocol by hand (worker raw): libdlock gives back a grant that another
+# process of its id holds (holds=), which hides a shared id from the
+# checker -- a client in another language or nc would not.
 copycat() {         # slot
-	local n=0 h=127.0.0.1
+	local n=0 h=127.0.0.1 how
 	[ "$nodes" = 2 ] && h=$servers
 	while [ ! -e "$OUT/stop-runners" ]; do
 		n=$((n + 1))
-		"$WORKER" lock "$OUT/hist/c$1.$n.hist" "$h" "$dport" \
+		how=lock; [ $((n % 2)) = 1 ] && how=raw
+		"$WORKER" $how "$OUT/hist/c$1.$n.hist" "$h" "$dport" \
 			"$(cat "$OUT/owner0")" "$LOCKS:$RWLOCKS:$SEMAPHORES" \
 			$((SEED + 1000 * $1 + n)) 5000 2>> "$OUT/workers.log"
 	done

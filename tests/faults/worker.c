@@ -13,6 +13,13 @@
  *       file <hist>. <locks> is "<l>[:<s>:<p>]": exclusive locks
  *       L0..L<l-1>; read/write locks S0..S<s-1>, taken shared two times
  *       in three, else exclusive; semaphores P0..P<p-1> of PERMITS;
+ *   worker raw   <hist> <host> <port> <owner> <locks> <seed> <ms>
+ *       the same on the exclusive locks, speaking the protocol itself as
+ *       a client in another language or `nc` would: TRYLOCK, hold for a
+ *       part of the TTL, UNLOCK; no renewals, and it believes every
+ *       grant, holds= or not (libdlock gives back a grant that another
+ *       process of its owner id holds, which would hide an id the server
+ *       let two processes share: the campaign's copycats);
  *   worker now
  *       prints dlock_now_ms(), the histories' clock (for the campaign's
  *       notes of when Redis was made to forget);
@@ -43,11 +50,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netdb.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -201,14 +211,37 @@ static int connect_retry(const struct dlock_options *o, dlock_client **c)
 	return stop ? -1 : 0;
 }
 
+/* The TTLs of grants: $WORKER_TTLS ("300,800,2000", ms) if set, for a
+ * campaign that needs leases to outlive its faults (the planted shrinking
+ * reentry shows only on a lease left held across a restart). */
+static int64_t grant_ttls[8] = {300, 800, 2000};
+static size_t ngrant_ttls = 3;
+
+static void read_ttls(void)
+{
+	const char *e = getenv("WORKER_TTLS");
+	char *end;
+	size_t n = 0;
+	long long v;
+
+	while (e && *e && n < sizeof(grant_ttls) / sizeof(grant_ttls[0])) {
+		v = strtoll(e, &end, 10);
+		if (end == e || v < 1)
+			break;
+		grant_ttls[n++] = v;
+		e = *end == ',' ? end + 1 : end;
+	}
+	if (n > 0)
+		ngrant_ttls = n;
+}
+
 static void one_lock(dlock_client **cp, const struct dlock_options *o,
 		     const struct names *nm)
 {
 	dlock_client *c = *cp;
-	static const int64_t ttls[] = {300, 800, 2000};
 	static const int64_t waits[] = {0, 500, 3000, DLOCK_WAIT_FOREVER};
 	static const int quarters[] = {0, 1, 2, 6}; /* hold, in ttl/4 */
-	int64_t ttl = pick(ttls, 3), wait = pick(waits, 4);
+	int64_t ttl = pick(grant_ttls, ngrant_ttls), wait = pick(waits, 4);
 	struct dlock_lock_options lo;
 	dlock_lease *l = NULL, *l2;
 	char name[16], mode[16] = "x";
@@ -285,11 +318,178 @@ static int run_locks(char **argv)
 	o.on_lost = on_lost;
 	o.request_timeout_ms = 3000;
 	srand((unsigned)strtoul(argv[5], NULL, 10));
+	read_ttls();
 	end = dlock_now_ms() + atoll(argv[6]);
 	connect_retry(&o, &c);
 	while (!stop && c && dlock_now_ms() < end)
 		one_lock(&c, &o, &nm);
 	dlock_close(c);
+	return 0;
+}
+
+/* ---- worker raw: the protocol by hand ------------------------------------- */
+
+struct raw {
+	int fd;
+	char buf[4096];
+	size_t len;
+};
+
+/* Connect to host:port (host may be "h:p,h:p": the n-th, round robin). */
+static int raw_connect(struct raw *r, const char *hosts, const char *port,
+		       int n)
+{
+	char list[512], h[256], p[16], *save = NULL, *tok, *colon;
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai;
+	int k = 0, count = 0, fd;
+
+	snprintf(list, sizeof(list), "%s", hosts);
+	for (tok = strtok_r(list, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save))
+		count++;
+	snprintf(list, sizeof(list), "%s", hosts);
+	save = NULL;
+	for (tok = strtok_r(list, ",", &save); tok && k != n % count;
+	     tok = strtok_r(NULL, ",", &save))
+		k++;
+	snprintf(h, sizeof(h), "%s", tok);
+	snprintf(p, sizeof(p), "%s", port);
+	if ((colon = strrchr(h, ':')) != NULL) {
+		*colon = '\0';
+		snprintf(p, sizeof(p), "%s", colon + 1);
+	}
+	if (getaddrinfo(h, p, &hints, &ai) != 0)
+		return -1;
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	r->fd = fd;
+	r->len = 0;
+	return fd < 0 ? -1 : 0;
+}
+
+/* The next reply line (events, "* ...", skipped) within 3 s, without its
+ * CRLF; -1 when the connection failed or said nothing. */
+static int raw_line(struct raw *r, char *out, size_t cap)
+{
+	int64_t end = dlock_now_ms() + 3000;
+	struct pollfd pf = {.fd = r->fd, .events = POLLIN};
+	char *nl;
+	ssize_t n;
+	size_t k;
+	int event;
+
+	for (;;) {
+		while ((nl = memchr(r->buf, '\n', r->len)) != NULL) {
+			k = (size_t)(nl - r->buf);
+			event = r->buf[0] == '*';
+			if (!event) {
+				size_t m = k && r->buf[k - 1] == '\r' ? k - 1 : k;
+
+				if (m >= cap)
+					m = cap - 1;
+				memcpy(out, r->buf, m);
+				out[m] = '\0';
+			}
+			memmove(r->buf, nl + 1, r->len - k - 1);
+			r->len -= k + 1;
+			if (!event)
+				return 0;
+		}
+		if (r->len == sizeof(r->buf) || stop ||
+		    poll(&pf, 1, (int)(end - dlock_now_ms())) <= 0)
+			return -1;
+		n = read(r->fd, r->buf + r->len, sizeof(r->buf) - r->len);
+		if (n <= 0)
+			return -1;
+		r->len += (size_t)n;
+	}
+}
+
+static int raw_ask(struct raw *r, char *reply, size_t cap, const char *fmt,
+		   ...) __attribute__((format(printf, 4, 5)));
+static int raw_ask(struct raw *r, char *reply, size_t cap, const char *fmt,
+		   ...)
+{
+	char line[512];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (write(r->fd, line, (size_t)n) != n)
+		return -1;
+	return raw_line(r, reply, cap);
+}
+
+/* One session: HELLO as <owner> with no key, then TRYLOCK, hold, UNLOCK
+ * until the end or a failure. */
+static void raw_session(struct raw *r, const char *owner, int locks,
+			int64_t end)
+{
+	char reply[1024], name[16], got[64];
+	uint64_t token;
+	int64_t ttl, sent, ms;
+
+	if (raw_ask(r, reply, sizeof(reply), "HELLO owner=%s\r\n", owner) < 0 ||
+	    strncmp(reply, "OK HELLO", 8) != 0) {
+		/* NO DENIED: the id is someone else's, as it should be */
+		record("E - %d", DLOCK_EDENIED);
+		sleep_ms(100);
+		return;
+	}
+	while (!stop && dlock_now_ms() < end) {
+		snprintf(name, sizeof(name), "L%d", rand() % locks);
+		ttl = pick(grant_ttls, ngrant_ttls);
+		sent = dlock_now_ms();
+		if (raw_ask(r, reply, sizeof(reply), "TRYLOCK %s ttl=%" PRId64 "\r\n",
+			    name, ttl) < 0)
+			return;
+		if (sscanf(reply, "OK GRANTED %63s %" SCNu64 " %" SCNd64, got,
+			   &token, &ms) != 3) {
+			if (strncmp(reply, "NO ", 3) != 0)
+				return; /* a standby, Redis away: another server */
+			sleep_ms(rand() % 50);
+			continue;
+		}
+		/* the deadline libdlock would count: from the send time, less
+		 * its slack for the server's rounding */
+		record("G %s %" PRIu64 " %" PRId64 " x", name, token,
+		       sent + ms - 2 - ms / 1000);
+		sleep_ms(ttl * (rand() % 3) / 4);
+		record("U %s %" PRIu64, name, token);
+		if (raw_ask(r, reply, sizeof(reply), "UNLOCK %s %" PRIu64 "\r\n",
+			    name, token) < 0)
+			return;
+	}
+}
+
+static int run_raw(char **argv)
+{
+	struct raw r;
+	int64_t end;
+	int locks = atoi(argv[4]), n = 0;
+
+	if (locks < 1) {
+		fprintf(stderr, "worker raw: <locks> needs exclusive locks\n");
+		return 64;
+	}
+	srand((unsigned)strtoul(argv[5], NULL, 10));
+	read_ttls();
+	end = dlock_now_ms() + atoll(argv[6]);
+	while (!stop && dlock_now_ms() < end) {
+		if (raw_connect(&r, argv[1], argv[2], n++) < 0) {
+			record("E - %d", DLOCK_ECONNECT);
+			sleep_ms(200);
+			continue;
+		}
+		raw_session(&r, argv[3], locks, end);
+		close(r.fd);
+	}
 	return 0;
 }
 
@@ -315,9 +515,13 @@ int main(int argc, char **argv)
 		printf("%" PRId64 "\n", dlock_now_ms());
 		return 0;
 	}
-	if (argc < 3 || (strcmp(argv[1], "lock") == 0 && argc != 9) ||
+	if (argc < 3 ||
+	    ((strcmp(argv[1], "lock") == 0 || strcmp(argv[1], "raw") == 0) &&
+	     argc != 9) ||
 	    (strcmp(argv[1], "child") == 0 && argc != 4)) {
 		fprintf(stderr, "usage: worker lock <hist> <host> <port> "
+				"<owner> <locks> <seed> <ms>\n"
+				"       worker raw <hist> <host> <port> "
 				"<owner> <locks> <seed> <ms>\n"
 				"       worker child <hist> <ms>\n"
 				"       worker now\n");
@@ -333,5 +537,7 @@ int main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	if (strcmp(argv[1], "raw") == 0)
+		return run_raw(argv + 2);
 	return run_locks(argv + 2);
 }
