@@ -74,17 +74,6 @@
 #include "server/log.h"
 #include "server/store_private.h"
 
-/* The link's failure path is shared with store_find.c, the batches and
- * the link's way up with store_resync.c. */
-#define link_fail    dl__link_fail
-#define link_up	     dl__link_up
-#define batch_send   dl__batch_send
-#define send_wait    dl__send_wait
-#define resync_free  dl__resync_free
-#define resync_start dl__resync_start
-#define resync_pump  dl__resync_pump
-#define resynced     dl__resynced
-
 /* ---- life cycle --------------------------------------------------------- */
 
 /* P rec:0 .. P rec:1023, back to back (dl__rec_key). */
@@ -190,7 +179,7 @@ void dl_store_free(struct dl_store *st)
 		free(b);
 	}
 	dl_redis_addr_free(&st->addr);
-	resync_free(st);
+	dl__resync_free(st);
 	dl__wb_free(&st->wb);
 	free(st->val.p);
 	free(st->token_key);
@@ -321,7 +310,7 @@ void dl__link_fail(struct dl_store *st, const char *why)
 		dl_info("redis: %s", why);
 	st->ac = NULL;
 	st->synced = 0;
-	resync_free(st);
+	dl__resync_free(st);
 	st->token_mark = 0; /* its batches may be lost: see store_batch.c */
 	st->lead_busy = 0;
 	st->replicas_short = 0; /* the next link re-syncs, and WAITs */
@@ -345,7 +334,7 @@ static void link_refused(struct dl_store *st, const char *what, const char *err)
 			what, err);
 	snprintf(why, sizeof(why), "%s failed: %s%s", what, err,
 		 dl__store_not_ready(err) ? " (not ready, waiting)" : "");
-	link_fail(st, why);
+	dl__link_fail(st, why);
 }
 
 static uint64_t now_us(void)
@@ -384,7 +373,7 @@ static struct batch *batch_new(struct dl_store *st, enum batch_kind kind,
 /* Send a command whose reply ends a batch, and only once it is queued
  * link the batch in (hiredis registers no callback for a command it
  * refuses, so a refused batch is simply freed). */
-int batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
+int dl__batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
 	       int argc, const char **argv, const size_t *lens)
 {
 	struct batch *b = batch_new(st, kind, epoch);
@@ -409,7 +398,7 @@ static int wb_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch)
 
 	r = dl__wb_argv(st, st->fence, &argc, &argv, &lens);
 	if (r == 0)
-		r = batch_send(st, kind, epoch, argc, argv, lens);
+		r = dl__batch_send(st, kind, epoch, argc, argv, lens);
 	if (r)
 		st->token_mark = 0; /* not sent: the next batch carries one */
 	dl__wb_reset(&st->wb);
@@ -435,7 +424,7 @@ static void batch_pop(struct dl_store *st, struct batch *b)
 	free(b);
 }
 
-void link_up(struct dl_store *st, const char *how)
+void dl__link_up(struct dl_store *st, const char *how)
 {
 	dl__watch_start(st);
 	dl_notice("redis: connected%s", how);
@@ -459,7 +448,7 @@ static void depose(struct dl_store *st, enum dl_store_role_event ev,
 	dl__lead_describe(st, who, sizeof(who));
 	dl_error("redis: leadership lost (%s); the active daemon is %s", how,
 		 who);
-	link_fail(st, "leadership lost");
+	dl__link_fail(st, "leadership lost");
 	st->active = 0;
 	st->synced = 0;
 	st->st.depositions++;
@@ -517,7 +506,7 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 
 	st->lead_busy = 0;
 	if (dl__lead_reply(st, r, sent_ms, &lr) != 0) {
-		link_fail(st, "leadership: not a reply of " DL_STORE_LEAD_FN);
+		dl__link_fail(st, "leadership: not a reply of " DL_STORE_LEAD_FN);
 		return;
 	}
 	if (kind == BATCH_RENEW) {
@@ -527,7 +516,7 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 			 * takes the leadership again with the table kept and
 			 * writes it back (store_lead.c). */
 			dl_error("redis: WENT BACK: this daemon's leadership record or fence is gone, and nobody took over since; taking it again to write the table back");
-			link_fail(st, "Redis went back");
+			dl__link_fail(st, "Redis went back");
 			return;
 		}
 		if (lr.behind && !lr.ok) {
@@ -541,7 +530,7 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 			dl_error("redis: WENT BACK: it holds less than this daemon saw, and the leadership is not this daemon's (it is %s); taking it again if it is free, keeping the table only if this daemon's leadership never lapsed",
 				 who);
 			st->leader.until_ms = 0;
-			link_fail(st, "Redis went back");
+			dl__link_fail(st, "Redis went back");
 			return;
 		}
 		if (!lr.ok) {
@@ -565,7 +554,7 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 }
 
 /* min_replicas_ack: WAIT <n> <half of redis_timeout> after a batch. */
-int send_wait(struct dl_store *st, enum batch_kind kind, uint64_t epoch)
+int dl__send_wait(struct dl_store *st, enum batch_kind kind, uint64_t epoch)
 {
 	char n[24], ms[24];
 	const char *argv[3] = {"WAIT", n, ms};
@@ -574,7 +563,7 @@ int send_wait(struct dl_store *st, enum batch_kind kind, uint64_t epoch)
 	lens[1] = dl_u64_to_dec(st->cfg->min_replicas_ack, n);
 	lens[2] = dl_u64_to_dec(st->cfg->redis_timeout_ms / 2 + 1, ms);
 	st->st.replica_waits++;
-	return batch_send(st, kind, epoch, 3, argv, lens);
+	return dl__batch_send(st, kind, epoch, 3, argv, lens);
 }
 
 /* The replicas' answer. Enough: the batch (and all before it) is durable.
@@ -592,7 +581,7 @@ static void on_wait(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
 				  r->integer);
 		st->replicas_short = 0;
 		if (kind == BATCH_RESYNC_WAIT)
-			resynced(st);
+			dl__resynced(st);
 		else
 			commit(st, epoch);
 		return;
@@ -603,8 +592,8 @@ static void on_wait(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
 			r->type == REDIS_REPLY_INTEGER ? r->integer : -1LL,
 			(unsigned long long)want);
 	st->replicas_short = 1;
-	if (send_wait(st, kind, epoch))
-		link_fail(st, "cannot queue a WAIT");
+	if (dl__send_wait(st, kind, epoch))
+		dl__link_fail(st, "cannot queue a WAIT");
 }
 
 static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
@@ -623,7 +612,7 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 		/* an error: CONFIG renamed away, the settings unknown */
 		if (!dl__store_reply_error(reply) &&
 		    dl__config_check(st, reply, why, sizeof(why)) != 0)
-			link_fail(st, why);
+			dl__link_fail(st, why);
 		return;
 	}
 	if ((err = dl__store_reply_error(reply)) != NULL) {
@@ -642,8 +631,8 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 			     (uint64_t)((redisReply *)reply)->integer);
 	if (kind == BATCH_RESYNC_PART) {
 		st->resync.inflight--;
-		if (resync_pump(st))
-			link_fail(st, "re-sync failed");
+		if (dl__resync_pump(st))
+			dl__link_fail(st, "re-sync failed");
 	} else if (kind == BATCH_RENEW || kind == BATCH_LOOK) {
 		on_lead(st, kind, reply, sent_ms);
 	} else if (kind == BATCH_WAIT || kind == BATCH_RESYNC_WAIT) {
@@ -653,7 +642,7 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 		/* Durable when the replicas have it too: the WAIT that
 		 * follows in the pipeline says so. */
 	} else if (kind == BATCH_RESYNC) {
-		resynced(st);
+		dl__resynced(st);
 	} else if (kind == BATCH_EPOCH) {
 		commit(st, epoch);
 	}
@@ -731,11 +720,11 @@ void dl_store_flush(struct dl_store *st, int all)
 	st->lazy_due = 0;
 	if (x.err || wb_send(st, BATCH_EPOCH, st->epoch) ||
 	    (st->cfg->min_replicas_ack &&
-	     send_wait(st, BATCH_WAIT, st->epoch))) {
+	     dl__send_wait(st, BATCH_WAIT, st->epoch))) {
 		/* The drained changes are lost with the link; the re-sync
 		 * after reconnecting rewrites everything. */
 		dl__wb_reset(&st->wb);
-		link_fail(st, "cannot queue a write");
+		dl__link_fail(st, "cannot queue a write");
 		return;
 	}
 	st->st.batches++;
@@ -793,7 +782,7 @@ static void on_role(redisAsyncContext *ac, void *reply, void *priv)
 				 r->element[0]->type == REDIS_REPLY_STRING
 			 ? r->element[0]->str
 			 : "?");
-	link_fail(st, why);
+	dl__link_fail(st, why);
 }
 
 /* INFO persistence, then CONFIG GET appendfsync (store_durable.c): kept
@@ -838,9 +827,9 @@ static void on_fsync(redisAsyncContext *ac, void *reply, void *priv)
 						   reply),
 				 why, sizeof(why)) != 0 ||
 	    dl__eviction_check(st, reply, why, sizeof(why)) != 0)
-		link_fail(st, why);
+		dl__link_fail(st, why);
 	else if (send_rest(st))
-		link_fail(st, "cannot queue a command");
+		dl__link_fail(st, "cannot queue a command");
 }
 
 /* The leadership function answered the handshake: as the active, this
@@ -861,7 +850,7 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	if (dl__lead_reply(st, r, st->lead_sent_ms, &lr) != 0) {
-		link_fail(st, "leadership: not a reply of " DL_STORE_LEAD_FN);
+		dl__link_fail(st, "leadership: not a reply of " DL_STORE_LEAD_FN);
 		return;
 	}
 	if (!st->active) {
@@ -905,11 +894,11 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	if (dl__lead_took(st, &lr, who, sizeof(who))) {
-		link_fail(st, who);
+		dl__link_fail(st, who);
 		return;
 	}
 	if (dl__cluster_claim(st)) {
-		link_fail(st, "cannot queue a command");
+		dl__link_fail(st, "cannot queue a command");
 		return;
 	}
 	if (lr.behind)
@@ -917,11 +906,11 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 	dl__fence_format(st->fence, sizeof(st->fence), lr.epoch);
 	st->lead_next_ms = st->lead_sent_ms + st->cfg->leader_lease_ms / 3;
 	if (st->synced) {
-		link_up(st, "");
+		dl__link_up(st, "");
 		return;
 	}
 	set_link(st, LINK_SYNCING);
-	resync_start(st);
+	dl__resync_start(st);
 }
 
 static void on_connect(const redisAsyncContext *ac, int status)
@@ -933,7 +922,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 	if (status != REDIS_OK) {
 		/* hiredis frees the context after this callback. */
 		st->ac = NULL;
-		link_fail(st, ac->errstr[0] ? ac->errstr : "connect failed");
+		dl__link_fail(st, ac->errstr[0] ? ac->errstr : "connect failed");
 	}
 }
 
@@ -945,7 +934,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 	if (ac != st->ac)
 		return; /* we freed it */
 	st->ac = NULL;	/* hiredis frees it */
-	link_fail(st, ac->errstr[0] ? ac->errstr : "connection closed");
+	dl__link_fail(st, ac->errstr[0] ? ac->errstr : "connection closed");
 }
 
 /*
@@ -1086,9 +1075,9 @@ static void on_cluster(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	if (dl__cluster_found(st, reply, why, sizeof(why)))
-		link_fail(st, "cluster mismatch: not serving this keyspace");
+		dl__link_fail(st, "cluster mismatch: not serving this keyspace");
 	else if (send_lead(st, st->active ? LEAD_TAKE : LEAD_LOOK, on_take))
-		link_fail(st, "cannot queue a command");
+		dl__link_fail(st, "cannot queue a command");
 }
 
 static int send_rest(struct dl_store *st)
@@ -1127,14 +1116,14 @@ void dl__link_open(struct dl_store *st, const char *ip, int port)
 	if (!ac || ac->err) {
 		if (ac)
 			redisAsyncFree(ac);
-		link_fail(st, "cannot create a connection");
+		dl__link_fail(st, "cannot create a connection");
 		return;
 	}
 	ac->data = st;
 	st->ac = ac;
 	st->token_mark = 0;
 	if (redisLibuvAttach(ac, st->loop) != REDIS_OK) {
-		link_fail(st, "cannot attach to the loop");
+		dl__link_fail(st, "cannot attach to the loop");
 		return;
 	}
 	ac->ev.addRead = add_read_once;
@@ -1144,7 +1133,7 @@ void dl__link_open(struct dl_store *st, const char *ip, int port)
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	if (send_handshake(st))
-		link_fail(st, "cannot queue a command");
+		dl__link_fail(st, "cannot queue a command");
 }
 
 /* A new connection: find the primary first (store_find.c). */
@@ -1167,9 +1156,9 @@ static void lead_tick(struct dl_store *st)
 		return;
 	argc = dl__lead_argv(st, st->active ? LEAD_RENEW : LEAD_LOOK, st->fence,
 			     argv, lens);
-	if (batch_send(st, st->active ? BATCH_RENEW : BATCH_LOOK, 0, argc, argv,
+	if (dl__batch_send(st, st->active ? BATCH_RENEW : BATCH_LOOK, 0, argc, argv,
 		       lens)) {
-		link_fail(st, "cannot queue a command");
+		dl__link_fail(st, "cannot queue a command");
 		return;
 	}
 	st->lead_busy = 1;
@@ -1177,7 +1166,7 @@ static void lead_tick(struct dl_store *st)
 	 * not written it when this link came up) asks with each look. */
 	if (!st->active && !st->seen.cluster[0] &&
 	    dl__cluster_send_get(st, NULL)) {
-		link_fail(st, "cannot queue a command");
+		dl__link_fail(st, "cannot queue a command");
 		return;
 	}
 	if (dl_mono_ms() >= st->config_next_ms) {
@@ -1189,9 +1178,9 @@ static void lead_tick(struct dl_store *st)
 		static const size_t cfg_lens[] = {6, 3, 10, 16, 11};
 
 		st->config_next_ms = dl_mono_ms() + DL_STORE_CONFIG_MS;
-		if (batch_send(st, BATCH_CONFIG, 0, 5, (const char **)cfg_argv,
+		if (dl__batch_send(st, BATCH_CONFIG, 0, 5, (const char **)cfg_argv,
 			       cfg_lens))
-			link_fail(st, "cannot queue a command");
+			dl__link_fail(st, "cannot queue a command");
 	}
 }
 
@@ -1233,7 +1222,7 @@ static void on_tick(uv_timer_t *t)
 				   ? st->last_reply_ms
 				   : st->link_since_ms) >
 		    st->cfg->redis_timeout_ms + reply_allowance_ms(st))
-			link_fail(st, "timed out connecting");
+			dl__link_fail(st, "timed out connecting");
 		else if (st->link == LINK_SYNCING)
 			lead_tick(st);
 		break;
@@ -1241,17 +1230,17 @@ static void on_tick(uv_timer_t *t)
 		dl__watch_start(st); /* again, if the watch was lost */
 		if (st->head && (now_us() - st->head->sent_us) / 1000 >
 					st->cfg->redis_timeout_ms) {
-			link_fail(st, "no reply within redis_timeout");
+			dl__link_fail(st, "no reply within redis_timeout");
 		} else if (st->active && dl_mono_ms() >= st->leader.until_ms) {
 			/* Not renewed in time: a standby may take over any
 			 * moment now. The next connection's take decides. */
-			link_fail(st, "leadership not confirmed within its lease");
+			dl__link_fail(st, "leadership not confirmed within its lease");
 		} else if (!st->lead_busy && dl_mono_ms() >= st->lead_next_ms) {
 			lead_tick(st);
 		} else if (!st->head &&
 			   now - st->last_reply_ms >= DL_STORE_PING_MS) {
-			if (batch_send(st, BATCH_PING, 0, 1, &ping, &plen))
-				link_fail(st, "cannot queue a PING");
+			if (dl__batch_send(st, BATCH_PING, 0, 1, &ping, &plen))
+				dl__link_fail(st, "cannot queue a PING");
 		}
 		break;
 	}
@@ -1321,7 +1310,7 @@ static void stop_now(struct dl_store *st)
 			LINK_DOWN; /* no availability report on the way out */
 		redisAsyncFree(ac);
 	}
-	resync_free(st); /* before its idle handle closes */
+	dl__resync_free(st); /* before its idle handle closes */
 	if (st->timer_on) {
 		st->timer_on = 0;
 		st->lazy_on = 0;
