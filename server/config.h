@@ -114,7 +114,7 @@ struct dl_override {
  * of one keyspace may be. Tokens taken up after Redis went back start at
  * least this far ahead of this machine's clock (store_load.c). Far below
  * the day after which a stored mark is not believed (DL_TOKEN_AHEAD_MAX_MS
- * in store_private.h), so that a node whose clock is behind by this much
+ * in store_batch.h), so that a node whose clock is behind by this much
  * still believes the mark. */
 #define DL_DEFAULT_MAX_CLOCK_SKEW_MS 300000
 #define DL_MAX_CLOCK_SKEW_MAX_MS     3600000

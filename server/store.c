@@ -83,15 +83,15 @@ static int rec_keys_init(struct dl_store *st, const char *pfx)
 	uint32_t i;
 
 	for (i = 0; i < DL_STORE_BUCKETS; i++) {
-		st->rec_off[i] = (uint32_t)b.len;
+		st->keys.rec_off[i] = (uint32_t)b.len;
 		if (dl_buf_printf(&b, "%srec:%u", pfx, (unsigned)i) ||
 		    dl_buf_add(&b, "", 1)) {
 			free(b.p);
 			return DL_ENOMEM;
 		}
 	}
-	st->rec_off[DL_STORE_BUCKETS] = (uint32_t)b.len;
-	st->rec_keys = b.p;
+	st->keys.rec_off[DL_STORE_BUCKETS] = (uint32_t)b.len;
+	st->keys.rec = b.p;
 	return 0;
 }
 
@@ -116,7 +116,7 @@ static char *key_of(const char *prefix, const char *suffix)
  * dlockd.state on purpose (proto/PROTOCOL.md, "Redis that forgets"). */
 static void seen_init(struct dl_store *st)
 {
-	dl_seen_init(&st->seen, st->cfg->state_dir, st->addr.db,
+	dl_seen_init(&st->lead.seen, st->cfg->state_dir, st->addr.db,
 		     st->cfg->redis_prefix);
 }
 
@@ -136,22 +136,22 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->epoch = 1;
 	st->redis = cfg->persist == DL_PERSIST_REDIS;
 	st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
-	st->token_key = key_of(pfx, "token");
-	st->names_key = key_of(pfx, "locks");
-	st->fence_key = key_of(pfx, "fence");
-	st->leader_key = key_of(pfx, "leader");
-	st->gen_key = key_of(pfx, "gen");
-	st->closed_key = key_of(pfx, "closed");
-	st->cluster_key = key_of(pfx, "cluster");
-	st->lock_prefix = key_of(pfx, "lock:");
-	if (!st->token_key || !st->names_key || !st->fence_key ||
-	    !st->leader_key || !st->gen_key || !st->cluster_key ||
-	    !st->closed_key || !st->lock_prefix || rec_keys_init(st, pfx))
+	st->keys.token = key_of(pfx, "token");
+	st->keys.names = key_of(pfx, "locks");
+	st->keys.fence = key_of(pfx, "fence");
+	st->keys.leader = key_of(pfx, "leader");
+	st->keys.gen = key_of(pfx, "gen");
+	st->keys.closed = key_of(pfx, "closed");
+	st->keys.cluster = key_of(pfx, "cluster");
+	st->keys.lock_prefix = key_of(pfx, "lock:");
+	if (!st->keys.token || !st->keys.names || !st->keys.fence ||
+	    !st->keys.leader || !st->keys.gen || !st->keys.cluster ||
+	    !st->keys.closed || !st->keys.lock_prefix || rec_keys_init(st, pfx))
 		goto fail;
 	/* Without Redis there is nobody to share the table with. */
-	st->active = !st->redis;
+	st->lead.active = !st->redis;
 	dl__lead_identity(st);
-	st->lock_prefix_len = strlen(st->lock_prefix);
+	st->keys.lock_prefix_len = strlen(st->keys.lock_prefix);
 	if (st->redis && dl_redis_url_parse(cfg->redis, &st->addr) != 0)
 		goto fail;
 	if (st->redis)
@@ -180,17 +180,17 @@ void dl_store_free(struct dl_store *st)
 	}
 	dl_redis_addr_free(&st->addr);
 	dl__resync_free(st);
-	dl__wb_free(&st->wb);
-	free(st->val.p);
-	free(st->token_key);
-	free(st->names_key);
-	free(st->fence_key);
-	free(st->leader_key);
-	free(st->gen_key);
-	free(st->closed_key);
-	free(st->cluster_key);
-	free(st->lock_prefix);
-	free(st->rec_keys);
+	dl__wb_free(&st->writes.wb);
+	free(st->writes.val.p);
+	free(st->keys.token);
+	free(st->keys.names);
+	free(st->keys.fence);
+	free(st->keys.leader);
+	free(st->keys.gen);
+	free(st->keys.closed);
+	free(st->keys.cluster);
+	free(st->keys.lock_prefix);
+	free(st->keys.rec);
 	free(st);
 }
 
@@ -212,28 +212,28 @@ int dl_store_available(const struct dl_store *st)
 
 int dl_store_opening(const struct dl_store *st)
 {
-	return st->opening && st->active && dl_store_leading(st);
+	return st->opening && st->lead.active && dl_store_leading(st);
 }
 
 int dl_store_leading(const struct dl_store *st)
 {
 	return !st->redis ||
-	       (st->active && dl_mono_ms() < st->leader.until_ms);
+	       (st->lead.active && dl_mono_ms() < st->lead.leader.until_ms);
 }
 
 int dl_store_active(const struct dl_store *st)
 {
-	return st->active;
+	return st->lead.active;
 }
 
 const struct dl_leader *dl_store_leader(const struct dl_store *st)
 {
-	return &st->leader;
+	return &st->lead.leader;
 }
 
 const char *dl_store_active_addr(const struct dl_store *st)
 {
-	const struct dl_leader *l = &st->leader;
+	const struct dl_leader *l = &st->lead.leader;
 
 	if (dl_store_active(st))
 		return dl_store_addr(st);
@@ -244,17 +244,17 @@ const char *dl_store_active_addr(const struct dl_store *st)
 
 const char *dl_store_node(const struct dl_store *st)
 {
-	return st->node;
+	return st->lead.node;
 }
 
 const char *dl_store_addr(const struct dl_store *st)
 {
-	return st->self_addr;
+	return st->lead.self_addr;
 }
 
 int dl_store_idle(const struct dl_store *st)
 {
-	if (!st->active)
+	if (!st->lead.active)
 		return 1; /* a standby writes nothing */
 	return st->committed + 1 == st->epoch &&
 	       (!st->redis || dl_locktab_dirty_count(st->tab) == 0);
@@ -286,7 +286,7 @@ static void set_link(struct dl_store *st, enum link l)
 
 	st->link = l;
 	st->link_since_ms = uv_now(st->loop);
-	if (st->active && was_up != (l == LINK_UP))
+	if (st->lead.active && was_up != (l == LINK_UP))
 		st->hooks.availability(l == LINK_UP, st->hooks.ctx);
 	if (st->opening && (l == LINK_UP || l == LINK_DOWN)) {
 		st->opening = 0;
@@ -304,15 +304,15 @@ void dl__link_fail(struct dl_store *st, const char *why)
 	if (st->link == LINK_DOWN)
 		return;
 	dl__find_cancel(st);
-	if (st->link == LINK_UP && st->active)
+	if (st->link == LINK_UP && st->lead.active)
 		dl_warn("redis: %s; persistence down, refusing changes", why);
 	else
 		dl_info("redis: %s", why);
 	st->ac = NULL;
 	st->synced = 0;
 	dl__resync_free(st);
-	st->token_mark = 0; /* its batches may be lost: see store_batch.c */
-	st->lead_busy = 0;
+	st->writes.token_mark = 0; /* its batches may be lost: see store_batch.c */
+	st->lead.busy = 0;
 	st->replicas_short = 0; /* the next link re-syncs, and WAITs */
 	st->st.failures++;
 	set_link(st, LINK_DOWN);
@@ -389,7 +389,7 @@ int dl__batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
 	return 0;
 }
 
-/* The batch built in st->wb, as an FCALL ending a batch of `kind`. */
+/* The batch built in st->writes.wb, as an FCALL ending a batch of `kind`. */
 static int wb_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch)
 {
 	const char **argv;
@@ -400,8 +400,8 @@ static int wb_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch)
 	if (r == 0)
 		r = dl__batch_send(st, kind, epoch, argc, argv, lens);
 	if (r)
-		st->token_mark = 0; /* not sent: the next batch carries one */
-	dl__wb_reset(&st->wb);
+		st->writes.token_mark = 0; /* not sent: the next batch carries one */
+	dl__wb_reset(&st->writes.wb);
 	return r;
 }
 
@@ -449,7 +449,7 @@ static void depose(struct dl_store *st, enum dl_store_role_event ev,
 	dl_error("redis: leadership lost (%s); the active daemon is %s", how,
 		 who);
 	dl__link_fail(st, "leadership lost");
-	st->active = 0;
+	st->lead.active = 0;
 	st->synced = 0;
 	st->st.depositions++;
 	st->hooks.role(ev, st->hooks.ctx);
@@ -464,7 +464,7 @@ static void next_look(struct dl_store *st, const struct lead_reply *lr)
 	if (third > DL_LEADER_LOOK_MS)
 		third = DL_LEADER_LOOK_MS;
 
-	st->lead_next_ms = dl_mono_ms() + (lr->pttl > 0 &&
+	st->lead.next_ms = dl_mono_ms() + (lr->pttl > 0 &&
 						   (uint64_t)lr->pttl < third
 					   ? (uint64_t)lr->pttl + 1
 					   : third);
@@ -481,19 +481,19 @@ static int lapse_wait(struct dl_store *st, const struct lead_reply *lr)
 	uint64_t now = dl_mono_ms();
 
 	if (!lr->behind) {
-		st->lapse_wait_until = 0;
+		st->lead.lapse_wait_until = 0;
 		return 0;
 	}
-	if (!st->lapse_wait_until) {
-		st->lapse_wait_until = now + st->cfg->leader_lease_ms;
+	if (!st->lead.lapse_wait_until) {
+		st->lead.lapse_wait_until = now + st->cfg->leader_lease_ms;
 		dl_error("redis: WENT BACK: no leadership record, and less than this daemon saw (epoch %llu, write generation %llu); waiting %llu ms for the active daemon to write its table back before taking over",
-			 (unsigned long long)st->seen.epoch,
-			 (unsigned long long)st->seen.gen,
+			 (unsigned long long)st->lead.seen.epoch,
+			 (unsigned long long)st->lead.seen.gen,
 			 (unsigned long long)st->cfg->leader_lease_ms);
 	}
-	if (now >= st->lapse_wait_until)
+	if (now >= st->lead.lapse_wait_until)
 		return 0;
-	st->lead_next_ms = now + DL_LEADER_LOOK_MS;
+	st->lead.next_ms = now + DL_LEADER_LOOK_MS;
 	return 1;
 }
 
@@ -504,7 +504,7 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 	struct lead_reply lr;
 	char who[320];
 
-	st->lead_busy = 0;
+	st->lead.busy = 0;
 	if (dl__lead_reply(st, r, sent_ms, &lr) != 0) {
 		dl__link_fail(st, "leadership: not a reply of " DL_STORE_LEAD_FN);
 		return;
@@ -529,7 +529,7 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 			dl__lead_describe(st, who, sizeof(who));
 			dl_error("redis: WENT BACK: it holds less than this daemon saw, and the leadership is not this daemon's (it is %s); taking it again if it is free, keeping the table only if this daemon's leadership never lapsed",
 				 who);
-			st->leader.until_ms = 0;
+			st->lead.leader.until_ms = 0;
 			dl__link_fail(st, "Redis went back");
 			return;
 		}
@@ -539,17 +539,17 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 			return;
 		}
 		st->st.renewals++;
-		st->lead_next_ms = sent_ms + st->cfg->leader_lease_ms / 3;
+		st->lead.next_ms = sent_ms + st->cfg->leader_lease_ms / 3;
 		return;
 	}
-	if (!st->leader.epoch && lapse_wait(st, &lr))
+	if (!st->lead.leader.epoch && lapse_wait(st, &lr))
 		return;
-	if (!st->leader.epoch) {
-		st->lead_next_ms = dl_mono_ms() + st->cfg->leader_lease_ms / 3;
+	if (!st->lead.leader.epoch) {
+		st->lead.next_ms = dl_mono_ms() + st->cfg->leader_lease_ms / 3;
 		st->hooks.role(DL_STORE_LAPSED, st->hooks.ctx);
 		return;
 	}
-	st->lapse_wait_until = 0;
+	st->lead.lapse_wait_until = 0;
 	next_look(st, &lr);
 }
 
@@ -627,7 +627,7 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 	if ((kind == BATCH_EPOCH || kind == BATCH_RESYNC ||
 	     kind == BATCH_RESYNC_PART) &&
 	    ((redisReply *)reply)->type == REDIS_REPLY_INTEGER)
-		dl_seen_note(&st->seen, 0,
+		dl_seen_note(&st->lead.seen, 0,
 			     (uint64_t)((redisReply *)reply)->integer);
 	if (kind == BATCH_RESYNC_PART) {
 		st->resync.inflight--;
@@ -705,7 +705,7 @@ void dl_store_flush(struct dl_store *st, int all)
 		return;
 	}
 	dirty = dl_locktab_dirty_count(st->tab);
-	if (st->link != LINK_UP || !st->active || dirty == 0)
+	if (st->link != LINK_UP || !st->lead.active || dirty == 0)
 		goto out;
 	/* Group commit: while a batch is in flight the next one grows. */
 	if (st->st.backlog >= DL_STORE_INFLIGHT_MAX)
@@ -723,7 +723,7 @@ void dl_store_flush(struct dl_store *st, int all)
 	     dl__send_wait(st, BATCH_WAIT, st->epoch))) {
 		/* The drained changes are lost with the link; the re-sync
 		 * after reconnecting rewrites everything. */
-		dl__wb_reset(&st->wb);
+		dl__wb_reset(&st->writes.wb);
 		dl__link_fail(st, "cannot queue a write");
 		return;
 	}
@@ -777,7 +777,7 @@ static void on_role(redisAsyncContext *ac, void *reply, void *priv)
 	    strcmp(r->element[0]->str, "master") == 0)
 		return;
 	snprintf(why, sizeof(why), "%s:%d is not a primary (ROLE %s)",
-		 st->primary_host, st->primary_port,
+		 st->find.primary_host, st->find.primary_port,
 		 r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
 				 r->element[0]->type == REDIS_REPLY_STRING
 			 ? r->element[0]->str
@@ -804,7 +804,7 @@ static void on_info(redisAsyncContext *ac, void *reply, void *priv)
 					    : NULL;
 	if (aof && strstr(r->str, "loading:1"))
 		aof = NULL; /* not known until it has loaded */
-	snprintf(st->aof_info, sizeof(st->aof_info), "%.14s", aof ? aof : "");
+	snprintf(st->dur.aof_info, sizeof(st->dur.aof_info), "%.14s", aof ? aof : "");
 }
 
 static int send_rest(struct dl_store *st);
@@ -821,8 +821,8 @@ static void on_fsync(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	st->last_reply_ms = uv_now(st->loop);
 	if (dl__durability_check(st,
-				 dl__durability_of(st->aof_info[0]
-							   ? st->aof_info
+				 dl__durability_of(st->dur.aof_info[0]
+							   ? st->dur.aof_info
 							   : NULL,
 						   reply),
 				 why, sizeof(why)) != 0 ||
@@ -849,28 +849,28 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		link_refused(st, "leadership", dl__store_reply_error(r));
 		return;
 	}
-	if (dl__lead_reply(st, r, st->lead_sent_ms, &lr) != 0) {
+	if (dl__lead_reply(st, r, st->lead.sent_ms, &lr) != 0) {
 		dl__link_fail(st, "leadership: not a reply of " DL_STORE_LEAD_FN);
 		return;
 	}
-	if (!st->active) {
+	if (!st->lead.active) {
 		st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
 		set_link(st, LINK_UP);
 		dl__watch_start(st);
 		dl__lead_describe(st, who, sizeof(who));
 		dl_info("redis: connected as a standby; the active daemon is %s",
 			who);
-		if (!st->leader.epoch && lapse_wait(st, &lr)) {
+		if (!st->lead.leader.epoch && lapse_wait(st, &lr)) {
 			/* found by the fault campaign: the look of a new link
 			 * took over a Redis restarted from an older copy at
 			 * once, and deposed the active that was writing its
 			 * table back */
-		} else if (!st->leader.epoch) {
-			st->lead_next_ms =
+		} else if (!st->lead.leader.epoch) {
+			st->lead.next_ms =
 				dl_mono_ms() + st->cfg->leader_lease_ms / 3;
 			st->hooks.role(DL_STORE_LAPSED, st->hooks.ctx);
 		} else {
-			st->lapse_wait_until = 0;
+			st->lead.lapse_wait_until = 0;
 			next_look(st, &lr);
 		}
 		return;
@@ -904,7 +904,7 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 	if (lr.behind)
 		st->synced = 0; /* what Redis has is not the table */
 	dl__fence_format(st->fence, sizeof(st->fence), lr.epoch);
-	st->lead_next_ms = st->lead_sent_ms + st->cfg->leader_lease_ms / 3;
+	st->lead.next_ms = st->lead.sent_ms + st->cfg->leader_lease_ms / 3;
 	if (st->synced) {
 		dl__link_up(st, "");
 		return;
@@ -1003,7 +1003,7 @@ static int send_lead(struct dl_store *st, enum lead_mode mode,
 	size_t lens[LEAD_ARGC];
 	int argc = dl__lead_argv(st, mode, st->fence, argv, lens);
 
-	st->lead_sent_ms = dl_mono_ms();
+	st->lead.sent_ms = dl_mono_ms();
 	return send_argv(st, fn, st, argc, argv, lens);
 }
 
@@ -1044,7 +1044,7 @@ static int send_handshake(struct dl_store *st)
 	argv[1] = "persistence";
 	lens[0] = 4;
 	lens[1] = 11;
-	st->aof_info[0] = '\0';
+	st->dur.aof_info[0] = '\0';
 	if (send_argv(st, on_info, st, 2, argv, lens))
 		return DL_EUNAVAILABLE;
 	argv[0] = "CONFIG";
@@ -1076,7 +1076,7 @@ static void on_cluster(redisAsyncContext *ac, void *reply, void *priv)
 	}
 	if (dl__cluster_found(st, reply, why, sizeof(why)))
 		dl__link_fail(st, "cluster mismatch: not serving this keyspace");
-	else if (send_lead(st, st->active ? LEAD_TAKE : LEAD_LOOK, on_take))
+	else if (send_lead(st, st->lead.active ? LEAD_TAKE : LEAD_LOOK, on_take))
 		dl__link_fail(st, "cannot queue a command");
 }
 
@@ -1088,20 +1088,20 @@ static int send_rest(struct dl_store *st)
 	/* CLIENT LIST tells which daemon a connection is: dlockd:<node>. */
 	argv[0] = "CLIENT";
 	argv[1] = "SETNAME";
-	argv[2] = st->client_name;
+	argv[2] = st->lead.client_name;
 	lens[0] = 6;
 	lens[1] = 7;
-	lens[2] = strlen(st->client_name);
+	lens[2] = strlen(st->lead.client_name);
 	if (send_argv(st, on_handshake, st, 3, argv, lens))
 		return DL_EUNAVAILABLE;
 	argv[0] = "FUNCTION";
 	argv[1] = "LOAD";
 	argv[2] = "REPLACE";
-	argv[3] = dl__store_library;
+	argv[3] = dl__store_library();
 	lens[0] = 8;
 	lens[1] = 4;
 	lens[2] = 7;
-	lens[3] = strlen(dl__store_library);
+	lens[3] = strlen(argv[3]);
 	if (send_argv(st, on_handshake, st, 4, argv, lens))
 		return DL_EUNAVAILABLE;
 	return dl__cluster_send_get(st, on_cluster);
@@ -1121,7 +1121,7 @@ void dl__link_open(struct dl_store *st, const char *ip, int port)
 	}
 	ac->data = st;
 	st->ac = ac;
-	st->token_mark = 0;
+	st->writes.token_mark = 0;
 	if (redisLibuvAttach(ac, st->loop) != REDIS_OK) {
 		dl__link_fail(st, "cannot attach to the loop");
 		return;
@@ -1152,24 +1152,24 @@ static void lead_tick(struct dl_store *st)
 	size_t lens[LEAD_ARGC];
 	int argc;
 
-	if (st->lead_busy || dl_mono_ms() < st->lead_next_ms)
+	if (st->lead.busy || dl_mono_ms() < st->lead.next_ms)
 		return;
-	argc = dl__lead_argv(st, st->active ? LEAD_RENEW : LEAD_LOOK, st->fence,
+	argc = dl__lead_argv(st, st->lead.active ? LEAD_RENEW : LEAD_LOOK, st->fence,
 			     argv, lens);
-	if (dl__batch_send(st, st->active ? BATCH_RENEW : BATCH_LOOK, 0, argc, argv,
+	if (dl__batch_send(st, st->lead.active ? BATCH_RENEW : BATCH_LOOK, 0, argc, argv,
 		       lens)) {
 		dl__link_fail(st, "cannot queue a command");
 		return;
 	}
-	st->lead_busy = 1;
+	st->lead.busy = 1;
 	/* A standby that does not know the cluster id yet (the active had
 	 * not written it when this link came up) asks with each look. */
-	if (!st->active && !st->seen.cluster[0] &&
+	if (!st->lead.active && !st->lead.seen.cluster[0] &&
 	    dl__cluster_send_get(st, NULL)) {
 		dl__link_fail(st, "cannot queue a command");
 		return;
 	}
-	if (dl_mono_ms() >= st->config_next_ms) {
+	if (dl_mono_ms() >= st->dur.next_check_ms) {
 		/* Redis's persistence and eviction, again: a CONFIG SET while
 		 * the daemon runs (store_durable.c) */
 		static const char *const cfg_argv[] = {
@@ -1177,7 +1177,7 @@ static void lead_tick(struct dl_store *st)
 			"appendfsync"};
 		static const size_t cfg_lens[] = {6, 3, 10, 16, 11};
 
-		st->config_next_ms = dl_mono_ms() + DL_STORE_CONFIG_MS;
+		st->dur.next_check_ms = dl_mono_ms() + DL_STORE_CONFIG_MS;
 		if (dl__batch_send(st, BATCH_CONFIG, 0, 5, (const char **)cfg_argv,
 			       cfg_lens))
 			dl__link_fail(st, "cannot queue a command");
@@ -1205,7 +1205,7 @@ static void on_tick(uv_timer_t *t)
 	const char *ping = "PING";
 	size_t plen = 4;
 
-	dl_seen_save(&st->seen, dl_mono_ms());
+	dl_seen_save(&st->lead.seen, dl_mono_ms());
 	switch (st->link) {
 	case LINK_DOWN:
 		if (st->stopping)
@@ -1231,11 +1231,11 @@ static void on_tick(uv_timer_t *t)
 		if (st->head && (now_us() - st->head->sent_us) / 1000 >
 					st->cfg->redis_timeout_ms) {
 			dl__link_fail(st, "no reply within redis_timeout");
-		} else if (st->active && dl_mono_ms() >= st->leader.until_ms) {
+		} else if (st->lead.active && dl_mono_ms() >= st->lead.leader.until_ms) {
 			/* Not renewed in time: a standby may take over any
 			 * moment now. The next connection's take decides. */
 			dl__link_fail(st, "leadership not confirmed within its lease");
-		} else if (!st->lead_busy && dl_mono_ms() >= st->lead_next_ms) {
+		} else if (!st->lead.busy && dl_mono_ms() >= st->lead.next_ms) {
 			lead_tick(st);
 		} else if (!st->head &&
 			   now - st->last_reply_ms >= DL_STORE_PING_MS) {
@@ -1259,14 +1259,14 @@ int dl_store_take_over(struct dl_store *st, int start, char *err,
 		st->link = LINK_DOWN;
 		redisAsyncFree(ac);
 	}
-	st->lead_busy = 0;
+	st->lead.busy = 0;
 	r = dl_store_load(st, dl_wall_ms(), start, err, errlen);
 	/* The load blocked the loop: its cached time is stale by that long,
 	 * and the new link's timeout counts from it (a load longer than
 	 * redis_timeout timed the link out at once, and the table was
 	 * re-synced for nothing). */
 	uv_update_time(st->loop);
-	st->opening = r == 0 && st->active;
+	st->opening = r == 0 && st->lead.active;
 	link_connect(st);
 	return r;
 }
@@ -1350,9 +1350,9 @@ void dl_store_stop(struct dl_store *st, void (*done)(void *arg), void *arg)
 	 * standby takes over at once instead of after the lease (found from
 	 * outside: a waiter queued at SIGTERM cost a takeover of the whole
 	 * lease). */
-	if (st->active && st->link == LINK_UP &&
+	if (st->lead.active && st->link == LINK_UP &&
 	    st->committed + 1 == st->epoch) {
-		st->active = 0;
+		st->lead.active = 0;
 		if (send_lead(st, LEAD_RESIGN, on_resigned) == 0) {
 			/* the server's flush phase has ended: write now */
 			dl_store_push(st);

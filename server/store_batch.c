@@ -110,7 +110,7 @@
  * that shared a name on one Redis would keep replacing each other's
  * functions; builds of different versions load side by side. */
 /* clang-format off */
-const char dl__store_library[] =
+static const char lua_writes[] =
 	"#!lua name=" DL_STORE_LIBRARY "\n"
 	"-- dlockd's writes and leadership: see server/store_batch.c and\n"
 	"-- server/store_lead.c in the dlockd sources.\n"
@@ -197,107 +197,29 @@ const char dl__store_library[] =
 	"  end\n"
 	"  mark(keys, args[2])\n"
 	"  return bump(keys)\n"
-	"end\n"
-	"-- the epoch in a fence: '<n>' (layout 1, before any take by this\n"
-	"-- version) or '<n>/<LAYOUT>'; nil for anything else (another layout)\n"
-	"local function epoch_of(s)\n"
-	"  return tonumber(string.match(s, '^(%d+)$') or\n"
-	"    string.match(s, '^(%d+)/' .. LAYOUT .. '$'))\n"
-	"end\n"
-	"-- keys: leader, fence, gen, token, closed\n"
-	"-- args: mode, mine, node, addr, lease, instance, seen epoch,\n"
-	"-- seen gen, hold (ms without grants after Redis went back),\n"
-	"-- held (1: the caller's leadership never lapsed on its clock)\n"
-	"local function lead(keys, args)\n"
-	"  local mode, node, inst = args[1], args[3], args[6]\n"
-	"  local mine = epoch_of(args[2])\n"
-	"  local seen_e, seen_g = tonumber(args[7]) or 0, tonumber(args[8]) or 0\n"
-	"  local hold = tonumber(args[9]) or 0\n"
-	"  local held = args[10] == '1'\n"
-	"  local cur = redis.call('GET', keys[1])\n"
-	"  local fence = epoch_of(redis.call('GET', keys[2]) or '0')\n"
-	"  if not mine or not fence then\n"
-	"    return redis.error_reply('dlockd: ' .. keys[2] ..\n"
-	"      ' is not a writer fence of layout 1 or ' .. LAYOUT)\n"
-	"  end\n"
-	"  -- Lua's numbers print exactly to 14 digits: no take gets there\n"
-	"  if fence > EPOCH_MAX then\n"
-	"    return redis.error_reply('dlockd: ' .. keys[2] ..\n"
-	"      ' holds an epoch above ' .. EPOCH_MAX ..\n"
-	"      ', which no take made (a SET by someone else?)')\n"
-	"  end\n"
-	"  local gen = tonumber(redis.call('GET', keys[3]) or '0') or 0\n"
-	"  local epoch, holder, hinst\n"
-	"  if cur then\n"
-	"    epoch, holder, hinst = string.match(cur, '^(%d+) (%S+) %S+ (%S+)$')\n"
-	"    epoch = tonumber(epoch)\n"
-	"  end\n"
-	"  -- behind what the caller saw: an older epoch, or its epoch with\n"
-	"  -- fewer writes (a write generation counts within an epoch: a\n"
-	"  -- take that kept its table starts a new one, whatever it wrote)\n"
-	"  local behind = 0\n"
-	"  if seen_e > fence or (seen_e == fence and seen_g > gen) then\n"
-	"    behind = 1\n"
-	"  end\n"
-	"  local function answer(ok, v, k)\n"
-	"    return {ok, v, k, gen, redis.call('PTTL', keys[5]), behind,\n"
-	"      redis.call('GET', keys[4]) or ''}\n"
-	"  end\n"
-	"  local this = cur and hinst == inst\n"
-	"  local ours = this and epoch == mine and fence == mine\n"
-	"  -- only this process writes its instance id: a record of it with a\n"
-	"  -- larger epoch is a take of its own whose reply it lost\n"
-	"  local mine_late = this and mine > 0 and epoch > mine\n"
-	"  if mode == 'renew' and ours then\n"
-	"    redis.call('PEXPIRE', keys[1], args[5])\n"
-	"    return answer(1, tostring(mine), 1)\n"
-	"  end\n"
-	"  if mode == 'resign' and ours then\n"
-	"    redis.call('DEL', keys[1])\n"
-	"    return answer(1, tostring(mine), 1)\n"
-	"  end\n"
-	"  -- a Redis behind this daemon: its record (or none: the leadership\n"
-	"  -- key expired during a fail-over, or Redis forgot it) and a fence\n"
-	"  -- nobody raised since -- which only counts while its leadership\n"
-	"  -- never lapsed: another may have taken over meanwhile, and Redis\n"
-	"  -- lost that take too (store_lead.c)\n"
-	"  local lagged = held and mine > 0 and fence <= mine and\n"
-	"    ((this and epoch <= mine) or not cur)\n"
-	"  if mode == 'renew' and (lagged or mine_late) then\n"
-	"    return answer(2, tostring(fence), 0)\n"
-	"  end\n"
-	"  if (mode == 'take' or mode == 'start') and (not cur or ours or lagged or\n"
-	"      mine_late or (mode == 'start' and holder == node)) then\n"
-	"    -- kept only while the caller's leadership never lapsed (held):\n"
-	"    -- past that, even its own epoch as the fence or its own record\n"
-	"    -- proves nothing: another may have taken over and granted, and\n"
-	"    -- Redis lost that take (store_lead.c)\n"
-	"    local kept = 0\n"
-	"    if held and mine > 0 and (fence == mine or lagged or mine_late) then\n"
-	"      kept = 1\n"
-	"    end\n"
-	"    -- went back, and the taker has no table to write it back from:\n"
-	"    -- nobody grants until every lease that may exist has ended\n"
-	"    if behind == 1 and kept == 0 and hold > 0 and\n"
-	"        redis.call('PTTL', keys[5]) < hold then\n"
-	"      redis.call('SET', keys[5], 'epoch ' .. fence .. ' gen ' .. gen ..\n"
-	"        ' below ' .. seen_e .. ' ' .. seen_g, 'PX', hold)\n"
-	"    end\n"
-	"    -- above anything seen: Redis is ahead of every observer again\n"
-	"    local e = math.max(fence, mine, epoch or 0, seen_e) + 1\n"
-	"    if gen < seen_g then redis.call('SET', keys[3], seen_g) end\n"
-	"    redis.call('SET', keys[2], e .. '/' .. LAYOUT)\n"
-	"    redis.call('SET', keys[1], e .. ' ' .. node .. ' ' .. args[4] ..\n"
-	"      ' ' .. inst, 'PX', args[5])\n"
-	"    gen = redis.call('INCR', keys[3])\n"
-	"    return answer(1, tostring(e), kept)\n"
-	"  end\n"
-	"  return answer(0, cur or '', redis.call('PTTL', keys[1]))\n"
-	"end\n"
+	"end\n";
+static const char lua_register[] =
 	"redis.register_function('" DL_STORE_APPLY_FN "', apply)\n"
 	"redis.register_function('" DL_STORE_REPLACE_FN "', replace)\n"
 	"redis.register_function('" DL_STORE_LEAD_FN "', lead)\n";
 /* clang-format on */
+
+/* The library's text: the writes' functions, the leadership's
+ * (store_lead.c), and the registrations, in that order, put together
+ * once. */
+const char *dl__store_library(void)
+{
+	static char text[DL_STORE_LIBRARY_MAX];
+	int n;
+
+	if (!text[0]) {
+		n = snprintf(text, sizeof(text), "%s%s%s", lua_writes,
+			     dl__lua_lead, lua_register);
+		if (n < 0 || (size_t)n >= sizeof(text))
+			abort(); /* DL_STORE_LIBRARY_MAX: a build error */
+	}
+	return text;
+}
 
 int64_t dl__store_wall_offset(void)
 {
@@ -351,8 +273,8 @@ void dl__wb_free(struct wbatch *wb)
 
 const char *dl__rec_key(const struct dl_store *st, uint32_t b, size_t *len)
 {
-	*len = st->rec_off[b + 1] - st->rec_off[b] - 1;
-	return st->rec_keys + st->rec_off[b];
+	*len = st->keys.rec_off[b + 1] - st->keys.rec_off[b] - 1;
+	return st->keys.rec + st->keys.rec_off[b];
 }
 
 /* A new item, its name (or key) `n` copied into the text. */
@@ -389,13 +311,13 @@ static struct wlock *wb_item(struct wbatch *wb, char op, uint32_t bucket,
 static int wb_record(struct dl_store *st, struct wlock *w,
 		     const struct dl_lock *lk, int64_t wall_off)
 {
-	struct wbatch *wb = &st->wb;
+	struct wbatch *wb = &st->writes.wb;
 
 	w->voff = wb->text.len;
-	if (dl_record_format(st->tab, lk, wall_off, &st->val) ||
-	    dl_buf_add(&wb->text, st->val.p, st->val.len))
+	if (dl_record_format(st->tab, lk, wall_off, &st->writes.val) ||
+	    dl_buf_add(&wb->text, st->writes.val.p, st->writes.val.len))
 		return DL_ENOMEM;
-	w->vlen = st->val.len;
+	w->vlen = st->writes.val.len;
 	return 0;
 }
 
@@ -414,7 +336,7 @@ int dl__wb_lock(struct dl_store *st, struct dl_str name,
 {
 	int del = !lk || dl_lock_empty(lk);
 	struct wlock *w =
-		wb_item(&st->wb, del ? 'D' : 'S',
+		wb_item(&st->writes.wb, del ? 'D' : 'S',
 			dl_store_bucket(name.p, name.len), name.p, name.len);
 
 	if (!w)
@@ -438,13 +360,13 @@ int dl__wb_bucket(struct dl_store *st, const struct bucket_index *bi,
 	 * link is up deleted it: tidiness, not safety.) */
 	for (i = 0; i < bl->n; i++)
 		n += !dl_lock_empty(bl->v[i]);
-	if (!(w = wb_item(&st->wb, 'B', b, "", 0)) || wb_count(&st->wb, w, n))
+	if (!(w = wb_item(&st->writes.wb, 'B', b, "", 0)) || wb_count(&st->writes.wb, w, n))
 		return DL_ENOMEM;
 	for (i = 0; i < bl->n; i++) {
 		if (dl_lock_empty(bl->v[i]))
 			continue;
 		name = dl_lock_name(bl->v[i]);
-		if (!(w = wb_item(&st->wb, 'E', b, name.p, name.len)))
+		if (!(w = wb_item(&st->writes.wb, 'E', b, name.p, name.len)))
 			return DL_ENOMEM;
 		if ((r = wb_record(st, w, bl->v[i], wall_off)) != 0)
 			return r;
@@ -454,9 +376,9 @@ int dl__wb_bucket(struct dl_store *st, const struct bucket_index *bi,
 
 int dl__wb_key(struct dl_store *st, const char *key, size_t len)
 {
-	struct wlock *w = wb_item(&st->wb, 'K', 0, key, len);
+	struct wlock *w = wb_item(&st->writes.wb, 'K', 0, key, len);
 
-	if (!w || wb_count(&st->wb, w, 0))
+	if (!w || wb_count(&st->writes.wb, w, 0))
 		return DL_ENOMEM;
 	return 0;
 }
@@ -467,7 +389,7 @@ int dl__wb_buckets(struct dl_store *st, const struct bucket_index *bi,
 	int r = 0;
 
 	while (!r && *b < DL_STORE_BUCKETS &&
-	       st->wb.nentries < DL_STORE_RESYNC_CHUNK)
+	       st->writes.wb.nentries < DL_STORE_RESYNC_CHUNK)
 		r = dl__wb_bucket(st, bi, (*b)++, wall_off);
 	return r;
 }
@@ -496,17 +418,17 @@ static int wb_room(struct wbatch *wb, size_t n)
  * has passed the one sent on this link, else "" (top comment). */
 static void token_arg(struct dl_store *st, const char **a, size_t *l)
 {
-	struct wbatch *wb = &st->wb;
+	struct wbatch *wb = &st->writes.wb;
 	uint64_t last = dl_locktab_last_token(st->tab), mark;
 
-	if (last > st->token_mark || st->token_mark == 0) {
+	if (last > st->writes.token_mark || st->writes.token_mark == 0) {
 		mark = last > UINT64_MAX - DL_TOKEN_RESERVE
 			       ? UINT64_MAX
 			       : last + DL_TOKEN_RESERVE;
 		*a = wb->token;
 		*l = dl_u64_to_dec(mark, wb->token);
-		st->token_mark = mark;
-		dl_seen_note_mark(&st->seen, mark);
+		st->writes.token_mark = mark;
+		dl_seen_note_mark(&st->lead.seen, mark);
 	} else {
 		*a = "";
 		*l = 0;
@@ -522,7 +444,7 @@ static void token_arg(struct dl_store *st, const char **a, size_t *l)
 static size_t wb_head(struct dl_store *st, const char *fn, size_t nkeys,
 		      const char *fence, size_t room)
 {
-	struct wbatch *wb = &st->wb;
+	struct wbatch *wb = &st->writes.wb;
 	const struct wlock *w;
 	const char **a;
 	size_t *l, k = 0, i;
@@ -535,10 +457,10 @@ static size_t wb_head(struct dl_store *st, const char *fn, size_t nkeys,
 	ARG("FCALL", 5);
 	ARG(fn, strlen(fn));
 	ARG(wb->numkeys, dl_u64_to_dec(4 + nkeys, wb->numkeys));
-	ARG(st->fence_key, strlen(st->fence_key));
-	ARG(st->token_key, strlen(st->token_key));
-	ARG(st->gen_key, strlen(st->gen_key));
-	ARG(st->leader_key, strlen(st->leader_key));
+	ARG(st->keys.fence, strlen(st->keys.fence));
+	ARG(st->keys.token, strlen(st->keys.token));
+	ARG(st->keys.gen, strlen(st->keys.gen));
+	ARG(st->keys.leader, strlen(st->keys.leader));
 	for (i = 0; i < wb->nlocks; i++) {
 		w = &wb->locks[i];
 		if (w->op == 'K') {
@@ -551,7 +473,7 @@ static size_t wb_head(struct dl_store *st, const char *fn, size_t nkeys,
 	ARG(fence, strlen(fence));
 	token_arg(st, &a[k], &l[k]);
 	k++;
-	ARG(st->instance, strlen(st->instance));
+	ARG(st->lead.instance, strlen(st->lead.instance));
 #undef ARG
 	return k;
 }
@@ -559,7 +481,7 @@ static size_t wb_head(struct dl_store *st, const char *fn, size_t nkeys,
 int dl__wb_argv(struct dl_store *st, const char *fence, int *argc,
 		const char ***argv, const size_t **lens)
 {
-	struct wbatch *wb = &st->wb;
+	struct wbatch *wb = &st->writes.wb;
 	size_t i, k = wb_head(st, DL_STORE_APPLY_FN, wb->nlocks, fence,
 			      3 * wb->nlocks);
 	const char **a;
@@ -588,7 +510,7 @@ int dl__wb_argv(struct dl_store *st, const char *fence, int *argc,
 int dl__wb_replace_argv(struct dl_store *st, const char *fence, int *argc,
 			const char ***argv, const size_t **lens)
 {
-	struct wbatch *wb = &st->wb;
+	struct wbatch *wb = &st->writes.wb;
 	size_t i, k = wb_head(st, DL_STORE_REPLACE_FN, wb->nkeys, fence,
 			      2 * wb->nlocks);
 	const char **a;

@@ -14,7 +14,7 @@
  * written once, with SET NX, by the first daemon that takes the
  * leadership of a keyspace that has none. Every daemon, active or
  * standby, reads it before it takes or looks at the leadership, keeps it
- * (st->seen.cluster, also in dlockd.state, seen.h) and names it in HELLO
+ * (st->lead.seen.cluster, also in dlockd.state, seen.h) and names it in HELLO
  * (cluster=); clients refuse a server whose id is not the one they met
  * first (PROTOCOL.md). With persist = none each process is a cluster of
  * its own: a random id per process.
@@ -43,7 +43,7 @@
 
 const char *dl_store_cluster(const struct dl_store *st)
 {
-	return st->seen.cluster[0] ? st->seen.cluster : "-";
+	return st->lead.seen.cluster[0] ? st->lead.seen.cluster : "-";
 }
 
 /* 1 if s is a cluster id a daemon could have written. */
@@ -60,18 +60,18 @@ static int valid_id(const char *s, size_t len)
 	return 1;
 }
 
-/* A new id into st->seen.cluster, if it has none. */
+/* A new id into st->lead.seen.cluster, if it has none. */
 static int make_id(struct dl_store *st)
 {
 	unsigned char r[DL_CLUSTER_ID_LEN / 2];
 	size_t i;
 
-	if (st->seen.cluster[0])
+	if (st->lead.seen.cluster[0])
 		return 0;
 	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
 		return DL_EUNAVAILABLE;
 	for (i = 0; i < sizeof(r); i++)
-		snprintf(st->seen.cluster + 2 * i, 3, "%02x", r[i]);
+		snprintf(st->lead.seen.cluster + 2 * i, 3, "%02x", r[i]);
 	return 0;
 }
 
@@ -83,7 +83,7 @@ int dl__cluster_init(struct dl_store *st)
 int dl__cluster_found(struct dl_store *st, const redisReply *r, char *why,
 		      size_t len)
 {
-	const char *known = st->seen.cluster;
+	const char *known = st->lead.seen.cluster;
 
 	if (r->type == REDIS_REPLY_NIL) {
 		st->cluster_absent = 1;
@@ -91,25 +91,25 @@ int dl__cluster_found(struct dl_store *st, const redisReply *r, char *why,
 	}
 	st->cluster_absent = 0;
 	if (r->type != REDIS_REPLY_STRING) {
-		snprintf(why, len, "%s: not a string", st->cluster_key);
+		snprintf(why, len, "%s: not a string", st->keys.cluster);
 		return DL_EBADARG;
 	}
 	if (valid_id(r->str, r->len) && !known[0]) {
-		dl_seen_note_cluster(&st->seen, r->str);
-		dl_notice("redis: cluster %s", st->seen.cluster);
+		dl_seen_note_cluster(&st->lead.seen, r->str);
+		dl_notice("redis: cluster %s", st->lead.seen.cluster);
 		return 0;
 	}
 	if (valid_id(r->str, r->len) && strcmp(r->str, known) == 0)
 		return 0;
 	if (!known[0])
 		snprintf(why, len, "%s holds %.40s%s: not a cluster id",
-			 st->cluster_key, r->str, r->len > 40 ? "..." : "");
+			 st->keys.cluster, r->str, r->len > 40 ? "..." : "");
 	else
 		snprintf(
 			why, len,
 			"CLUSTER MISMATCH: %s holds %.40s%s, but this daemon is of cluster %s: this Redis, db and prefix are another cluster's lock table (check redis and redis_prefix), or Redis went back and a daemon that did not know %s gave it a new id. Not serving as the active until resolved: DEL %s (the active writes %s back), or remove dlockd.state from state_dir and restart this daemon to join the other",
-			st->cluster_key, r->str, r->len > 40 ? "..." : "",
-			known, known, st->cluster_key, known);
+			st->keys.cluster, r->str, r->len > 40 ? "..." : "",
+			known, known, st->keys.cluster, known);
 	dl_error("redis: %s", why);
 	return DL_EBADARG;
 }
@@ -118,8 +118,8 @@ int dl__cluster_found(struct dl_store *st, const redisReply *r, char *why,
 
 int dl__cluster_load_read(struct load_ctx *x)
 {
-	const char *argv[] = {"GET", x->st->cluster_key};
-	size_t lens[] = {3, strlen(x->st->cluster_key)};
+	const char *argv[] = {"GET", x->st->keys.cluster};
+	size_t lens[] = {3, strlen(x->st->keys.cluster)};
 	char why[600];
 	redisReply *r;
 	int rc = 0;
@@ -145,8 +145,8 @@ int dl__cluster_load_claim(struct load_ctx *x)
 	if ((rc = make_id(st)) != 0)
 		return dl__load_err(x, rc, "cannot make a cluster id");
 	argv[0] = "SET";
-	argv[1] = st->cluster_key;
-	argv[2] = st->seen.cluster;
+	argv[1] = st->keys.cluster;
+	argv[2] = st->lead.seen.cluster;
 	argv[3] = "NX";
 	argv[4] = "GET";
 	lens[0] = 3;
@@ -157,8 +157,8 @@ int dl__cluster_load_claim(struct load_ctx *x)
 	if (!(r = dl__load_run(x, &rc, 0, 5, argv, lens)))
 		return rc;
 	if (r->type == REDIS_REPLY_NIL)
-		dl_notice("redis: cluster %s (written to %s)", st->seen.cluster,
-			  st->cluster_key);
+		dl_notice("redis: cluster %s (written to %s)", st->lead.seen.cluster,
+			  st->keys.cluster);
 	else
 		rc = dl__cluster_found(st, r, why, sizeof(why));
 	st->cluster_absent = 0;
@@ -183,8 +183,8 @@ static void on_claim(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	if (r->type == REDIS_REPLY_NIL) {
-		dl_notice("redis: cluster %s (written to %s)", st->seen.cluster,
-			  st->cluster_key);
+		dl_notice("redis: cluster %s (written to %s)", st->lead.seen.cluster,
+			  st->keys.cluster);
 		return;
 	}
 	if (dl__cluster_found(st, r, why, sizeof(why)))
@@ -202,8 +202,8 @@ int dl__cluster_claim(struct dl_store *st)
 	if (make_id(st))
 		return DL_EUNAVAILABLE;
 	argv[0] = "SET";
-	argv[1] = st->cluster_key;
-	argv[2] = st->seen.cluster;
+	argv[1] = st->keys.cluster;
+	argv[2] = st->lead.seen.cluster;
 	argv[3] = "NX";
 	argv[4] = "GET";
 	lens[0] = 3;
@@ -233,8 +233,8 @@ static void on_poll(redisAsyncContext *ac, void *reply, void *priv)
 
 int dl__cluster_send_get(struct dl_store *st, redisCallbackFn *fn)
 {
-	const char *argv[] = {"GET", st->cluster_key};
-	size_t lens[] = {3, strlen(st->cluster_key)};
+	const char *argv[] = {"GET", st->keys.cluster};
+	size_t lens[] = {3, strlen(st->keys.cluster)};
 
 	if (redisAsyncCommandArgv(st->ac, fn ? fn : on_poll, st, 2, argv,
 				  lens) != REDIS_OK)

@@ -109,8 +109,8 @@ int dl__durability_check(struct dl_store *st, int d, char *why, size_t len)
 	}
 	st->st.redis_aof = d >= DL_DUR_AOF;
 	st->st.redis_fsync_always = d == DL_DUR_ALWAYS;
-	if (d != st->durability) {
-		st->durability = d;
+	if (d != st->dur.level) {
+		st->dur.level = d;
 		if (d == DL_DUR_ALWAYS)
 			dl_notice("redis: %s", means(d));
 		else if (d == DL_DUR_NONE && !allowed)
@@ -132,7 +132,7 @@ int dl__durability_check(struct dl_store *st, int d, char *why, size_t len)
 
 const char *dl_store_durability(const struct dl_store *st)
 {
-	return st->redis ? dl_durability_name(st->durability) : "none";
+	return st->redis ? dl_durability_name(st->dur.level) : "none";
 }
 
 int dl__eviction_check(struct dl_store *st, const redisReply *config,
@@ -146,8 +146,8 @@ int dl__eviction_check(struct dl_store *st, const redisReply *config,
 	if (!policy)
 		return 0;
 	st->st.redis_evicting = evicts;
-	if (strcmp(policy, st->evict_policy) != 0) {
-		snprintf(st->evict_policy, sizeof(st->evict_policy), "%s",
+	if (strcmp(policy, st->dur.evict_policy) != 0) {
+		snprintf(st->dur.evict_policy, sizeof(st->dur.evict_policy), "%s",
 			 policy);
 		if (evicts && !allowed)
 			dl_error("redis: maxmemory-policy %s may evict the daemon's keys (its leases, leadership and fence): a lock would be granted again while its holder still believes in it. Refusing to serve: set maxmemory-policy noeviction in redis.conf (or CONFIG SET maxmemory-policy noeviction), or allow_evicting_redis = yes in [persistence] to accept the loss",
@@ -155,7 +155,7 @@ int dl__eviction_check(struct dl_store *st, const redisReply *config,
 		else if (evicts)
 			dl_error("redis: maxmemory-policy %s may evict the daemon's keys. Serving anyway: allow_evicting_redis = yes",
 				 policy);
-		else if (st->evict_policy[0])
+		else if (st->dur.evict_policy[0])
 			dl_info("redis: maxmemory-policy %s", policy);
 	}
 	if (evicts && !allowed) {

@@ -24,7 +24,7 @@
  * writes of the old one).
  *
  * Every step checks that it still belongs to the current attempt
- * (st->find_gen): an attempt abandoned by a timeout or a stop leaves its
+ * (st->find.gen): an attempt abandoned by a timeout or a stop leaves its
  * late callbacks nothing to do.
  */
 #include <arpa/inet.h>
@@ -52,7 +52,7 @@ static void next_sentinel(struct dl_store *st, const char *why);
 /* The attempt is still the current one. */
 static int current(const struct dl_store *st, unsigned gen)
 {
-	return gen == st->find_gen && st->link == LINK_CONNECTING &&
+	return gen == st->find.gen && st->link == LINK_CONNECTING &&
 	       !st->stopping;
 }
 
@@ -81,7 +81,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 	if (res)
 		uv_freeaddrinfo(res);
 	if (current(st, r->gen)) {
-		st->resolving = NULL;
+		st->find.resolving = NULL;
 		if (ip[0]) {
 			go(st, ip, r->port, r->sentinel);
 		} else {
@@ -117,7 +117,7 @@ static void resolve(struct dl_store *st, const char *host, int port,
 		return;
 	}
 	r->st = st;
-	r->gen = st->find_gen;
+	r->gen = st->find.gen;
 	r->port = port;
 	r->sentinel = sentinel;
 	snprintf(r->host, sizeof(r->host), "%s", host);
@@ -129,7 +129,7 @@ static void resolve(struct dl_store *st, const char *host, int port,
 		dl__link_fail(st, uv_strerror(e));
 		return;
 	}
-	st->resolving = r;
+	st->find.resolving = r;
 }
 
 /* ---- Sentinel: who is the primary ---------------------------------------- */
@@ -149,21 +149,21 @@ static void on_master(redisAsyncContext *c, void *reply, void *priv)
 	redisReply *r = reply;
 	char why[300];
 
-	if (!r || c != st->sac)
+	if (!r || c != st->find.sac)
 		return;
 	st->last_reply_ms = uv_now(st->loop);
 	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
 	    r->element[0]->type == REDIS_REPLY_STRING &&
 	    r->element[1]->type == REDIS_REPLY_STRING &&
-	    r->element[0]->len < sizeof(st->primary_host) &&
+	    r->element[0]->len < sizeof(st->find.primary_host) &&
 	    atoi(r->element[1]->str) > 0 && atoi(r->element[1]->str) < 65536) {
-		memcpy(st->primary_host, r->element[0]->str,
+		memcpy(st->find.primary_host, r->element[0]->str,
 		       r->element[0]->len);
-		st->primary_host[r->element[0]->len] = '\0';
-		st->primary_port = atoi(r->element[1]->str);
-		st->sentinel_tries = 0;
-		free_ctx(&st->sac);
-		resolve(st, st->primary_host, st->primary_port, 0);
+		st->find.primary_host[r->element[0]->len] = '\0';
+		st->find.primary_port = atoi(r->element[1]->str);
+		st->find.sentinel_tries = 0;
+		free_ctx(&st->find.sac);
+		resolve(st, st->find.primary_host, st->find.primary_port, 0);
 		return;
 	}
 	snprintf(why, sizeof(why), "SENTINEL get-master-addr-by-name %s: %s",
@@ -180,7 +180,7 @@ static void on_sentinel_auth(redisAsyncContext *c, void *reply, void *priv)
 	redisReply *r = reply;
 	char why[300];
 
-	if (!r || c != st->sac || r->type != REDIS_REPLY_ERROR)
+	if (!r || c != st->find.sac || r->type != REDIS_REPLY_ERROR)
 		return;
 	snprintf(why, sizeof(why), "AUTH: %s", r->str);
 	next_sentinel(st, why);
@@ -190,9 +190,9 @@ static void on_sac_connect(const redisAsyncContext *c, int status)
 {
 	struct dl_store *st = c->data;
 
-	if (c != st->sac || status == REDIS_OK)
+	if (c != st->find.sac || status == REDIS_OK)
 		return;
-	st->sac = NULL; /* hiredis frees it */
+	st->find.sac = NULL; /* hiredis frees it */
 	next_sentinel(st, c->errstr[0] ? c->errstr : "cannot connect");
 }
 
@@ -201,9 +201,9 @@ static void on_sac_disconnect(const redisAsyncContext *c, int status)
 	struct dl_store *st = c->data;
 
 	(void)status;
-	if (c != st->sac)
+	if (c != st->find.sac)
 		return;
-	st->sac = NULL;
+	st->find.sac = NULL;
 	next_sentinel(st, c->errstr[0] ? c->errstr : "connection closed");
 }
 
@@ -245,9 +245,9 @@ static void sentinel_ask(struct dl_store *st, const char *ip, int port)
 		next_sentinel(st, "cannot create a connection");
 		return;
 	}
-	st->sac = c;
-	snprintf(st->sentinel_ip, sizeof(st->sentinel_ip), "%s", ip);
-	st->sentinel_port = port;
+	st->find.sac = c;
+	snprintf(st->find.sentinel_ip, sizeof(st->find.sentinel_ip), "%s", ip);
+	st->find.sentinel_port = port;
 	if (redisAsyncCommand(c, on_master, st,
 			      "SENTINEL get-master-addr-by-name %s",
 			      st->addr.master) != REDIS_OK)
@@ -257,47 +257,47 @@ static void sentinel_ask(struct dl_store *st, const char *ip, int port)
 static void next_sentinel(struct dl_store *st, const char *why)
 {
 	const struct dl_redis_addr *a = &st->addr;
-	int i = st->sentinel_i;
+	int i = st->find.sentinel_i;
 
 	dl_info("redis: Sentinel %s:%d: %s", a->sentinel_host[i],
 		a->sentinel_port[i], why);
-	free_ctx(&st->sac);
-	st->sentinel_i = (i + 1) % a->nsentinels;
-	if (++st->sentinel_tries >= a->nsentinels) {
-		st->sentinel_tries = 0;
+	free_ctx(&st->find.sac);
+	st->find.sentinel_i = (i + 1) % a->nsentinels;
+	if (++st->find.sentinel_tries >= a->nsentinels) {
+		st->find.sentinel_tries = 0;
 		dl__link_fail(st, "no Sentinel named the primary");
 		return;
 	}
-	i = st->sentinel_i;
+	i = st->find.sentinel_i;
 	resolve(st, a->sentinel_host[i], a->sentinel_port[i], 1);
 }
 
 void dl__find_primary(struct dl_store *st)
 {
 	const struct dl_redis_addr *a = &st->addr;
-	int i = st->sentinel_i;
+	int i = st->find.sentinel_i;
 
-	st->find_gen++;
+	st->find.gen++;
 	if (a->master) {
 		resolve(st, a->sentinel_host[i], a->sentinel_port[i], 1);
 	} else if (a->path) {
 		dl__link_open(st, NULL, 0);
 	} else {
-		snprintf(st->primary_host, sizeof(st->primary_host), "%s",
+		snprintf(st->find.primary_host, sizeof(st->find.primary_host), "%s",
 			 a->host);
-		st->primary_port = a->port;
+		st->find.primary_port = a->port;
 		resolve(st, a->host, a->port, 0);
 	}
 }
 
 void dl__find_cancel(struct dl_store *st)
 {
-	st->find_gen++; /* a resolution under way finds itself stale */
-	if (st->resolving) {
-		uv_cancel((uv_req_t *)&((struct resolve *)st->resolving)->req);
-		st->resolving = NULL;
+	st->find.gen++; /* a resolution under way finds itself stale */
+	if (st->find.resolving) {
+		uv_cancel((uv_req_t *)&((struct resolve *)st->find.resolving)->req);
+		st->find.resolving = NULL;
 	}
-	free_ctx(&st->sac);
+	free_ctx(&st->find.sac);
 }
 
 /* ---- the watch: every Sentinel's announcements ----------------------------
@@ -378,14 +378,14 @@ static void on_switch(struct dl_store *st, const struct dl_watch *w,
 		   &tport) != 5 ||
 	    strcmp(name, st->addr.master) != 0)
 		return;
-	if (st->failover_hold_until)
+	if (st->find.failover_hold_until)
 		dl_notice("redis: Sentinel %s:%d: the failover of %s is over",
 			  st->addr.sentinel_host[w->i],
 			  st->addr.sentinel_port[w->i], name);
-	st->failover_hold_until = 0;
+	st->find.failover_hold_until = 0;
 	/* every Sentinel says it: once on the new primary, stay */
-	if (st->link != LINK_DOWN && tport == st->primary_port &&
-	    strcmp(to, st->primary_host) == 0)
+	if (st->link != LINK_DOWN && tport == st->find.primary_port &&
+	    strcmp(to, st->find.primary_host) == 0)
 		return;
 	dl_notice("redis: Sentinel: primary %s moved from %s:%d to %s:%d",
 		  name, from, fport, to, tport);
@@ -416,25 +416,25 @@ static void on_event(redisAsyncContext *c, void *reply, void *priv)
 		      sizeof(hold_events) / sizeof(hold_events[0]))) {
 		if (!about_ours(st, payload))
 			return;
-		if (!st->failover_hold_until) {
+		if (!st->find.failover_hold_until) {
 			st->st.failover_holds++;
 			dl_warn("redis: Sentinel %s:%d: %s %s: a failover of the primary is under way; no writes and no replies until it ends",
 				st->addr.sentinel_host[w->i],
 				st->addr.sentinel_port[w->i], chan, payload);
 		}
-		st->failover_hold_until = uv_now(st->loop) +
+		st->find.failover_hold_until = uv_now(st->loop) +
 					  DL_FAILOVER_HOLD_MS;
 		snprintf(why, sizeof(why), "Sentinel: %s", chan);
 		if (st->link != LINK_DOWN)
 			dl__link_fail(st, why);
 	} else if (in(chan, end_events,
 		      sizeof(end_events) / sizeof(end_events[0]))) {
-		if (!about_ours(st, payload) || !st->failover_hold_until)
+		if (!about_ours(st, payload) || !st->find.failover_hold_until)
 			return;
 		dl_notice("redis: Sentinel %s:%d: %s: the failover of %s ended",
 			  st->addr.sentinel_host[w->i],
 			  st->addr.sentinel_port[w->i], chan, st->addr.master);
-		st->failover_hold_until = 0;
+		st->find.failover_hold_until = 0;
 	}
 }
 
@@ -535,7 +535,7 @@ void dl__watch_start(struct dl_store *st)
 	if (!a->master || st->stopping)
 		return;
 	for (i = 0; i < a->nsentinels; i++) {
-		w = &st->watch[i];
+		w = &st->find.watch[i];
 		w->st = st;
 		w->i = i;
 		if (w->c || w->resolving || now < w->retry_at_ms)
@@ -563,13 +563,13 @@ void dl__watch_start(struct dl_store *st)
 /* The link may be made now (no failover is being waited out). */
 int dl__watch_allows_link(struct dl_store *st)
 {
-	if (!st->failover_hold_until)
+	if (!st->find.failover_hold_until)
 		return 1;
-	if (uv_now(st->loop) < st->failover_hold_until)
+	if (uv_now(st->loop) < st->find.failover_hold_until)
 		return 0;
 	dl_warn("redis: no Sentinel said the failover of %s ended within %d ms; connecting again",
 		st->addr.master, DL_FAILOVER_HOLD_MS);
-	st->failover_hold_until = 0;
+	st->find.failover_hold_until = 0;
 	return 1;
 }
 
@@ -579,7 +579,7 @@ void dl__find_stop(struct dl_store *st)
 
 	dl__find_cancel(st);
 	for (i = 0; i < DL_SENTINELS_MAX; i++) {
-		struct dl_watch *w = &st->watch[i];
+		struct dl_watch *w = &st->find.watch[i];
 
 		if (w->resolving) {
 			struct watch_resolve *r = w->resolving;
@@ -612,7 +612,7 @@ int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
 	}
 	snprintf(err, errlen, "no Sentinel answered");
 	for (k = 0; k < a->nsentinels; k++) {
-		i = (st->sentinel_i + k) % a->nsentinels;
+		i = (st->find.sentinel_i + k) % a->nsentinels;
 		c = redisConnectWithTimeout(a->sentinel_host[i],
 					    a->sentinel_port[i], tv);
 		if (!c || c->err) {
@@ -635,7 +635,7 @@ int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
 		    r->element[1]->type == REDIS_REPLY_STRING) {
 			snprintf(host, hostlen, "%s", r->element[0]->str);
 			*port = atoi(r->element[1]->str);
-			st->sentinel_i = i;
+			st->find.sentinel_i = i;
 			freeReplyObject(r);
 			redisFree(c);
 			return 0;

@@ -12,8 +12,9 @@
  *             write (store_batch.c), so that only the connection that
  *             took the leadership last can change anything.
  *
- * Both are changed only by the function dlock_lead_v8 (the library is in
- * store_batch.c), atomically, in one of four modes:
+ * Both are changed only by the function dlock_lead_v8 (its source is
+ * dl__lua_lead below; store_batch.c puts the library together),
+ * atomically, in one of four modes:
  *
  *   look   what the leadership is now (a standby polls with it);
  *   renew  extend the lease if this daemon still holds it: its epoch is
@@ -106,6 +107,109 @@ static const char *const mode_names[] = {
 	[LEAD_RESIGN] = "resign",
 };
 
+/* The leadership function, dlock_lead_v8, in the library that
+ * store_batch.c puts together (dl__store_library); it uses the library's
+ * LAYOUT and EPOCH_MAX. What its modes do is at the top of this file. */
+/* clang-format off */
+const char dl__lua_lead[] =
+	"-- the epoch in a fence: '<n>' (layout 1, before any take by this\n"
+	"-- version) or '<n>/<LAYOUT>'; nil for anything else (another layout)\n"
+	"local function epoch_of(s)\n"
+	"  return tonumber(string.match(s, '^(%d+)$') or\n"
+	"    string.match(s, '^(%d+)/' .. LAYOUT .. '$'))\n"
+	"end\n"
+	"-- keys: leader, fence, gen, token, closed\n"
+	"-- args: mode, mine, node, addr, lease, instance, seen epoch,\n"
+	"-- seen gen, hold (ms without grants after Redis went back),\n"
+	"-- held (1: the caller's leadership never lapsed on its clock)\n"
+	"local function lead(keys, args)\n"
+	"  local mode, node, inst = args[1], args[3], args[6]\n"
+	"  local mine = epoch_of(args[2])\n"
+	"  local seen_e, seen_g = tonumber(args[7]) or 0, tonumber(args[8]) or 0\n"
+	"  local hold = tonumber(args[9]) or 0\n"
+	"  local held = args[10] == '1'\n"
+	"  local cur = redis.call('GET', keys[1])\n"
+	"  local fence = epoch_of(redis.call('GET', keys[2]) or '0')\n"
+	"  if not mine or not fence then\n"
+	"    return redis.error_reply('dlockd: ' .. keys[2] ..\n"
+	"      ' is not a writer fence of layout 1 or ' .. LAYOUT)\n"
+	"  end\n"
+	"  -- Lua's numbers print exactly to 14 digits: no take gets there\n"
+	"  if fence > EPOCH_MAX then\n"
+	"    return redis.error_reply('dlockd: ' .. keys[2] ..\n"
+	"      ' holds an epoch above ' .. EPOCH_MAX ..\n"
+	"      ', which no take made (a SET by someone else?)')\n"
+	"  end\n"
+	"  local gen = tonumber(redis.call('GET', keys[3]) or '0') or 0\n"
+	"  local epoch, holder, hinst\n"
+	"  if cur then\n"
+	"    epoch, holder, hinst = string.match(cur, '^(%d+) (%S+) %S+ (%S+)$')\n"
+	"    epoch = tonumber(epoch)\n"
+	"  end\n"
+	"  -- behind what the caller saw: an older epoch, or its epoch with\n"
+	"  -- fewer writes (a write generation counts within an epoch: a\n"
+	"  -- take that kept its table starts a new one, whatever it wrote)\n"
+	"  local behind = 0\n"
+	"  if seen_e > fence or (seen_e == fence and seen_g > gen) then\n"
+	"    behind = 1\n"
+	"  end\n"
+	"  local function answer(ok, v, k)\n"
+	"    return {ok, v, k, gen, redis.call('PTTL', keys[5]), behind,\n"
+	"      redis.call('GET', keys[4]) or ''}\n"
+	"  end\n"
+	"  local this = cur and hinst == inst\n"
+	"  local ours = this and epoch == mine and fence == mine\n"
+	"  -- only this process writes its instance id: a record of it with a\n"
+	"  -- larger epoch is a take of its own whose reply it lost\n"
+	"  local mine_late = this and mine > 0 and epoch > mine\n"
+	"  if mode == 'renew' and ours then\n"
+	"    redis.call('PEXPIRE', keys[1], args[5])\n"
+	"    return answer(1, tostring(mine), 1)\n"
+	"  end\n"
+	"  if mode == 'resign' and ours then\n"
+	"    redis.call('DEL', keys[1])\n"
+	"    return answer(1, tostring(mine), 1)\n"
+	"  end\n"
+	"  -- a Redis behind this daemon: its record (or none: the leadership\n"
+	"  -- key expired during a fail-over, or Redis forgot it) and a fence\n"
+	"  -- nobody raised since -- which only counts while its leadership\n"
+	"  -- never lapsed: another may have taken over meanwhile, and Redis\n"
+	"  -- lost that take too (store_lead.c)\n"
+	"  local lagged = held and mine > 0 and fence <= mine and\n"
+	"    ((this and epoch <= mine) or not cur)\n"
+	"  if mode == 'renew' and (lagged or mine_late) then\n"
+	"    return answer(2, tostring(fence), 0)\n"
+	"  end\n"
+	"  if (mode == 'take' or mode == 'start') and (not cur or ours or lagged or\n"
+	"      mine_late or (mode == 'start' and holder == node)) then\n"
+	"    -- kept only while the caller's leadership never lapsed (held):\n"
+	"    -- past that, even its own epoch as the fence or its own record\n"
+	"    -- proves nothing: another may have taken over and granted, and\n"
+	"    -- Redis lost that take (store_lead.c)\n"
+	"    local kept = 0\n"
+	"    if held and mine > 0 and (fence == mine or lagged or mine_late) then\n"
+	"      kept = 1\n"
+	"    end\n"
+	"    -- went back, and the taker has no table to write it back from:\n"
+	"    -- nobody grants until every lease that may exist has ended\n"
+	"    if behind == 1 and kept == 0 and hold > 0 and\n"
+	"        redis.call('PTTL', keys[5]) < hold then\n"
+	"      redis.call('SET', keys[5], 'epoch ' .. fence .. ' gen ' .. gen ..\n"
+	"        ' below ' .. seen_e .. ' ' .. seen_g, 'PX', hold)\n"
+	"    end\n"
+	"    -- above anything seen: Redis is ahead of every observer again\n"
+	"    local e = math.max(fence, mine, epoch or 0, seen_e) + 1\n"
+	"    if gen < seen_g then redis.call('SET', keys[3], seen_g) end\n"
+	"    redis.call('SET', keys[2], e .. '/' .. LAYOUT)\n"
+	"    redis.call('SET', keys[1], e .. ' ' .. node .. ' ' .. args[4] ..\n"
+	"      ' ' .. inst, 'PX', args[5])\n"
+	"    gen = redis.call('INCR', keys[3])\n"
+	"    return answer(1, tostring(e), kept)\n"
+	"  end\n"
+	"  return answer(0, cur or '', redis.call('PTTL', keys[1]))\n"
+	"end\n";
+/* clang-format on */
+
 /* host:port, or the unix socket's path when there is no TCP listener. */
 static void own_place(const struct dl_config *cfg, const char *host,
 		      char *out, size_t len)
@@ -137,23 +241,23 @@ void dl__lead_identity(struct dl_store *st)
 		strcpy(host, "localhost");
 	host[sizeof(host) - 1] = '\0';
 	if (cfg->node_id[0])
-		snprintf(st->node, sizeof(st->node), "%s", cfg->node_id);
+		snprintf(st->lead.node, sizeof(st->lead.node), "%s", cfg->node_id);
 	else
-		own_place(cfg, host, st->node, sizeof(st->node));
+		own_place(cfg, host, st->lead.node, sizeof(st->lead.node));
 	if (cfg->advertise[0])
-		snprintf(st->self_addr, sizeof(st->self_addr), "%s", cfg->advertise);
+		snprintf(st->lead.self_addr, sizeof(st->lead.self_addr), "%s", cfg->advertise);
 	else
-		own_place(cfg, wild ? host : cfg->bind, st->self_addr,
-			  sizeof(st->self_addr));
-	wordify(st->node);
-	wordify(st->self_addr);
-	snprintf(st->client_name, sizeof(st->client_name), "dlockd:%s",
-		 st->node);
+		own_place(cfg, wild ? host : cfg->bind, st->lead.self_addr,
+			  sizeof(st->lead.self_addr));
+	wordify(st->lead.node);
+	wordify(st->lead.self_addr);
+	snprintf(st->lead.client_name, sizeof(st->lead.client_name), "dlockd:%s",
+		 st->lead.node);
 	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
 		rnd = dl_mono_ms() ^ ((uint64_t)getpid() << 32);
-	snprintf(st->instance, sizeof(st->instance), "%016llx",
+	snprintf(st->lead.instance, sizeof(st->lead.instance), "%016llx",
 		 (unsigned long long)rnd);
-	snprintf(st->lease_arg, sizeof(st->lease_arg), "%llu",
+	snprintf(st->lead.lease_arg, sizeof(st->lead.lease_arg), "%llu",
 		 (unsigned long long)cfg->leader_lease_ms);
 }
 
@@ -167,36 +271,36 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 	 * the daemon forgets what it saw Redis hold, and takes whatever
 	 * Redis has for the truth, as dlockd once did. Never in a real
 	 * build. */
-	st->seen.epoch = st->seen.gen = 0;
+	st->lead.seen.epoch = st->lead.seen.gen = 0;
 #endif
-	snprintf(st->seen_arg[0], sizeof(st->seen_arg[0]), "%llu",
-		 (unsigned long long)st->seen.epoch);
-	snprintf(st->seen_arg[1], sizeof(st->seen_arg[1]), "%llu",
-		 (unsigned long long)st->seen.gen);
-	snprintf(st->seen_arg[2], sizeof(st->seen_arg[2]), "%llu",
+	snprintf(st->lead.seen_arg[0], sizeof(st->lead.seen_arg[0]), "%llu",
+		 (unsigned long long)st->lead.seen.epoch);
+	snprintf(st->lead.seen_arg[1], sizeof(st->lead.seen_arg[1]), "%llu",
+		 (unsigned long long)st->lead.seen.gen);
+	snprintf(st->lead.seen_arg[2], sizeof(st->lead.seen_arg[2]), "%llu",
 		 (unsigned long long)st->cfg->max_ttl_ms);
 	/* held: this daemon's leadership has not lapsed on its own clock
 	 * (module comment: only then may a take keep the table) */
-	held = st->active && mine && mine[0] &&
-	       dl_mono_ms() < st->leader.until_ms;
+	held = st->lead.active && mine && mine[0] &&
+	       dl_mono_ms() < st->lead.leader.until_ms;
 #define ARG(p) (argv[k] = (p), lens[k] = strlen(argv[k]), k++)
 	ARG("FCALL");
 	ARG(DL_STORE_LEAD_FN);
 	ARG("5");
-	ARG(st->leader_key);
-	ARG(st->fence_key);
-	ARG(st->gen_key);
-	ARG(st->token_key);
-	ARG(st->closed_key);
+	ARG(st->keys.leader);
+	ARG(st->keys.fence);
+	ARG(st->keys.gen);
+	ARG(st->keys.token);
+	ARG(st->keys.closed);
 	ARG(mode_names[mode]);
 	ARG(mine && mine[0] ? mine : "0");
-	ARG(st->node);
-	ARG(st->self_addr);
-	ARG(st->lease_arg);
-	ARG(st->instance);
-	ARG(st->seen_arg[0]);
-	ARG(st->seen_arg[1]);
-	ARG(st->seen_arg[2]);
+	ARG(st->lead.node);
+	ARG(st->lead.self_addr);
+	ARG(st->lead.lease_arg);
+	ARG(st->lead.instance);
+	ARG(st->lead.seen_arg[0]);
+	ARG(st->lead.seen_arg[1]);
+	ARG(st->lead.seen_arg[2]);
 	ARG(held ? "1" : "0");
 #undef ARG
 	return k;
@@ -253,8 +357,8 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 	char num[24];
 
 	memset(out, 0, sizeof(*out));
-	out->saw_epoch = st->seen.epoch;
-	out->saw_gen = st->seen.gen;
+	out->saw_epoch = st->lead.seen.epoch;
+	out->saw_gen = st->lead.seen.gen;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 7)
 		return DL_EPROTO;
 	e0 = r->element[0];
@@ -291,20 +395,20 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 			return DL_EPROTO;
 		out->kept = e2->integer == 1;
 		/* its epoch once it is found plausible (dl__lead_took) */
-		dl_seen_note(&st->seen, 0, out->gen);
-		st->leader.epoch = out->epoch;
-		snprintf(st->leader.node, sizeof(st->leader.node), "%s",
-			 st->node);
-		snprintf(st->leader.addr, sizeof(st->leader.addr), "%s",
-			 st->self_addr);
-		st->leader.until_ms = dl__lead_until(st, sent_ms);
+		dl_seen_note(&st->lead.seen, 0, out->gen);
+		st->lead.leader.epoch = out->epoch;
+		snprintf(st->lead.leader.node, sizeof(st->lead.leader.node), "%s",
+			 st->lead.node);
+		snprintf(st->lead.leader.addr, sizeof(st->lead.leader.addr), "%s",
+			 st->lead.self_addr);
+		st->lead.leader.until_ms = dl__lead_until(st, sent_ms);
 		return 0;
 	}
-	memset(&st->leader, 0, sizeof(st->leader));
-	if (e1->len > 0 && !parse_record(e1->str, e1->len, &st->leader))
+	memset(&st->lead.leader, 0, sizeof(st->lead.leader));
+	if (e1->len > 0 && !parse_record(e1->str, e1->len, &st->lead.leader))
 		return DL_EPROTO;
 	out->pttl = e2->integer;
-	st->leader.until_ms = dl_mono_ms() + (e2->integer > 0
+	st->lead.leader.until_ms = dl_mono_ms() + (e2->integer > 0
 						      ? (uint64_t)e2->integer
 						      : 0);
 	/* a standby's look: what it sees now is what Redis held (an epoch
@@ -312,12 +416,12 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 	 * noted) */
 	if (!out->behind && out->mark <= (dl_wall_ms() + DL_TOKEN_AHEAD_MAX_MS) *
 						  DL_TOKEN_PER_MS)
-		dl_seen_note_mark(&st->seen, out->mark);
+		dl_seen_note_mark(&st->lead.seen, out->mark);
 	if (!out->behind)
-		dl_seen_note(&st->seen,
-			     epoch_jumped(st->seen.epoch, st->leader.epoch)
+		dl_seen_note(&st->lead.seen,
+			     epoch_jumped(st->lead.seen.epoch, st->lead.leader.epoch)
 				     ? 0
-				     : st->leader.epoch,
+				     : st->lead.leader.epoch,
 			     out->gen);
 	return 0;
 }
@@ -333,12 +437,12 @@ int dl__plausible(struct dl_store *st, uint64_t mark, uint64_t epoch,
 			 "the stored token mark %llu is more than a day ahead of this machine's clock (tokens now start at %llu): this clock is behind by a day or more, or someone else wrote %s (a Redis tenant?), which could exhaust the token space. Fix the clock, or check who writes the key; to go on from it anyway, accept_token_jump = yes",
 			 (unsigned long long)mark,
 			 (unsigned long long)(wall * DL_TOKEN_PER_MS),
-			 st->token_key);
-	else if (epoch_jumped(st->seen.epoch, epoch))
+			 st->keys.token);
+	else if (epoch_jumped(st->lead.seen.epoch, epoch))
 		snprintf(why, len,
 			 "the writer fence's epoch %llu jumped far above the %llu this daemon saw: not raised by a take. Check who writes %s; to go on from it anyway, accept_token_jump = yes",
 			 (unsigned long long)epoch,
-			 (unsigned long long)st->seen.epoch, st->fence_key);
+			 (unsigned long long)st->lead.seen.epoch, st->keys.fence);
 	else
 		return 0;
 	if (st->cfg->accept_token_jump) {
@@ -354,8 +458,8 @@ int dl__lead_took(struct dl_store *st, const struct lead_reply *lr,
 {
 	if (dl__plausible(st, lr->mark, lr->epoch, why, len))
 		return DL_EBADARG;
-	dl_seen_note(&st->seen, lr->epoch, 0);
-	dl_seen_note_mark(&st->seen, lr->mark);
+	dl_seen_note(&st->lead.seen, lr->epoch, 0);
+	dl_seen_note_mark(&st->lead.seen, lr->mark);
 	if (lr->behind) {
 		st->st.went_back++;
 		dl_error(
@@ -367,7 +471,7 @@ int dl__lead_took(struct dl_store *st, const struct lead_reply *lr,
 	}
 	if (lr->closed_ms > 0) {
 		dl_warn("redis: grants closed for %lld ms more (%s holds it: Redis went back), as long as the longest lease that may have been granted before (max_ttl)",
-			(long long)lr->closed_ms, st->closed_key);
+			(long long)lr->closed_ms, st->keys.closed);
 		st->hooks.closed((uint64_t)lr->closed_ms, st->hooks.ctx);
 	}
 	if (lr->kept && lr->mark)
@@ -377,7 +481,7 @@ int dl__lead_took(struct dl_store *st, const struct lead_reply *lr,
 
 int dl__lead_describe(const struct dl_store *st, char *buf, size_t len)
 {
-	const struct dl_leader *l = &st->leader;
+	const struct dl_leader *l = &st->lead.leader;
 	uint64_t now = dl_mono_ms();
 
 	if (!l->epoch)

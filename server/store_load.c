@@ -214,11 +214,11 @@ static int connect_redis(struct load_ctx *x)
 	freeReplyObject(r);
 	if ((rc = check_durable(x)) != 0)
 		return rc;
-	if (!(r = RUN(x, &rc, 0, "CLIENT", "SETNAME", x->st->client_name)))
+	if (!(r = RUN(x, &rc, 0, "CLIENT", "SETNAME", x->st->lead.client_name)))
 		return rc;
 	freeReplyObject(r);
 	if (!(r = RUN(x, &rc, 1, "FUNCTION", "LOAD", "REPLACE",
-		      dl__store_library))) {
+		      dl__store_library()))) {
 		if (rc == DL_EBADARG && strstr(x->err, "unknown command"))
 			dl__load_err(
 				x, rc,
@@ -253,7 +253,7 @@ static int take_lead(struct load_ctx *x, int start, char *fence, size_t len)
 		return dl__load_err(
 			x, DL_EUNAVAILABLE,
 			"%s: not a reply of the leadership function",
-			st->leader_key);
+			st->keys.leader);
 	if (!lr.ok) {
 		dl__lead_describe(st, who, sizeof(who));
 		return dl__load_err(
@@ -308,18 +308,18 @@ static int read_token(struct load_ctx *x, uint64_t *stored)
 	int rc = 0;
 
 	*stored = 0;
-	if (!(r = RUN(x, &rc, 0, "GET", x->st->token_key))) {
+	if (!(r = RUN(x, &rc, 0, "GET", x->st->keys.token))) {
 		if (rc != DL_EUNAVAILABLE || !strstr(x->err, "WRONGTYPE"))
 			return rc;
 		dl_error(
 			"redis: %s is not a string; ignoring it (tokens resume above the clock and the records)",
-			x->st->token_key);
+			x->st->keys.token);
 		return 0;
 	}
 	if (r->type == REDIS_REPLY_STRING &&
 	    dl_parse_u64(r->str, r->len, stored) != 0)
 		dl_error("redis: %s holds \"%.*s\", not a token; ignoring it",
-			 x->st->token_key, (int)(r->len > 40 ? 40 : r->len),
+			 x->st->keys.token, (int)(r->len > 40 ? 40 : r->len),
 			 r->str);
 	freeReplyObject(r);
 	return 0;
@@ -454,7 +454,7 @@ static void where(const struct load_ctx *x, struct dl_str name, char *buf,
 	size_t kl;
 
 	if (x->l1)
-		snprintf(buf, len, "%s%.*s", x->st->lock_prefix, (int)name.len,
+		snprintf(buf, len, "%s%.*s", x->st->keys.lock_prefix, (int)name.len,
 			 name.p);
 	else
 		snprintf(buf, len, "%s %.*s",
@@ -678,7 +678,7 @@ static int write_back(struct load_ctx *x)
 
 	if (b->len == 0)
 		return 0;
-	dl__wb_reset(&st->wb);
+	dl__wb_reset(&st->writes.wb);
 	for (i = 0; i < b->len && !rc; i += name.len + 1) {
 		name.p = b->p + i;
 		name.len = strlen(name.p);
@@ -689,7 +689,7 @@ static int write_back(struct load_ctx *x)
 		rc = dl__wb_argv(st, x->fence, &argc, &argv, &lens);
 	if (!rc && (r = dl__load_run(x, &rc, 0, argc, argv, lens)) != NULL)
 		freeReplyObject(r);
-	dl__wb_reset(&st->wb);
+	dl__wb_reset(&st->writes.wb);
 	return rc;
 }
 
@@ -750,7 +750,7 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 	int rc;
 
 	x->fence = fence;
-	st->token_mark = 0; /* a new connection (store_batch.c) */
+	st->writes.token_mark = 0; /* a new connection (store_batch.c) */
 	if ((rc = connect_redis(x)) || (rc = dl__cluster_load_read(x)) ||
 	    (rc = take_lead(x, start, fence, sizeof(fence))) ||
 	    (rc = dl__cluster_load_claim(x)) ||
@@ -769,11 +769,11 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 		dl_warn("redis: its records are not loaded: grants are closed because Redis went back, and what it holds cannot be vouched for; the re-sync deletes them");
 		dl_locktab_raise_token(
 			st->tab,
-			dl_token_floor(stored > st->seen.mark ? stored
-							      : st->seen.mark,
+			dl_token_floor(stored > st->lead.seen.mark ? stored
+							      : st->lead.seen.mark,
 				       skewed(st, unix_ms)));
 		snprintf(st->fence, sizeof(st->fence), "%s", fence);
-		st->leader.until_ms = dl__lead_until(st, x->lead_sent);
+		st->lead.leader.until_ms = dl__lead_until(st, x->lead_sent);
 		return 0;
 	}
 	if ((rc = dl__layout1_find(x)))
@@ -787,8 +787,8 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 	 * daemon's clock ran ahead of this one's (seen.h). */
 	if (x->max_token > stored)
 		stored = x->max_token;
-	if (st->seen.mark > stored)
-		stored = st->seen.mark;
+	if (st->lead.seen.mark > stored)
+		stored = st->lead.seen.mark;
 	dl_locktab_raise_token(st->tab,
 			       dl_token_floor(stored, stored ? unix_ms
 							     : skewed(st, unix_ms)));
@@ -798,7 +798,7 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 	/* The async link takes the leadership again with this epoch: kept,
 	 * as nobody else can have written. */
 	snprintf(st->fence, sizeof(st->fence), "%s", fence);
-	st->leader.until_ms = dl__lead_until(st, x->lead_sent);
+	st->lead.leader.until_ms = dl__lead_until(st, x->lead_sent);
 	return 0;
 }
 
@@ -824,12 +824,12 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, int start, char *err,
 		return rc;
 	}
 	st->synced = x.closed_ms <= 0;
-	st->active = 1;
+	st->lead.active = 1;
 	st->st.takeovers++;
-	dl_seen_save(&st->seen, dl_mono_ms());
+	dl_seen_save(&st->lead.seen, dl_mono_ms());
 	dl_notice(
 		"redis: this daemon is the active one (node %s at %s, epoch %llu, fence %s)",
-		st->node, st->self_addr, (unsigned long long)st->leader.epoch,
+		st->lead.node, st->lead.self_addr, (unsigned long long)st->lead.leader.epoch,
 		st->fence);
 	dl_notice(
 		"loaded %zu leases and %zu waiters from redis in %llu ms (%zu waits ended while down, %zu unreadable records held, %zu foreign fields ignored); restored leases last their TTL from now; tokens resume after %llu",

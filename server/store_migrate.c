@@ -120,7 +120,7 @@ int dl__layout1_find(struct load_ctx *x)
 	redisReply *r;
 	int rc = 0, yes;
 
-	if (!(r = RUN(x, &rc, "EXISTS", x->st->names_key)))
+	if (!(r = RUN(x, &rc, "EXISTS", x->st->keys.names)))
 		return rc;
 	yes = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
 	freeReplyObject(r);
@@ -142,13 +142,13 @@ static int load_missing(struct load_ctx *x, struct dl_str name)
 	redisReply *r;
 	int rc = 0, none;
 
-	x->st->val.len = 0;
-	if (dl_buf_add(&x->st->val, x->st->lock_prefix,
-		       x->st->lock_prefix_len) ||
-	    dl_buf_add(&x->st->val, name.p, name.len))
+	x->st->writes.val.len = 0;
+	if (dl_buf_add(&x->st->writes.val, x->st->keys.lock_prefix,
+		       x->st->keys.lock_prefix_len) ||
+	    dl_buf_add(&x->st->writes.val, name.p, name.len))
 		return DL_ENOMEM;
-	argv[1] = x->st->val.p;
-	lens[1] = x->st->val.len;
+	argv[1] = x->st->writes.val.p;
+	lens[1] = x->st->writes.val.len;
 	if (!(r = dl__load_run(x, &rc, 0, 2, argv, lens)))
 		return rc;
 	none = r->type == REDIS_REPLY_STATUS && strcmp(r->str, "none") == 0;
@@ -181,7 +181,7 @@ static int load_key1(struct load_ctx *x, struct dl_str name,
 {
 	if (dl_check_name(name.p, name.len)) {
 		dl_warn("redis: %s holds \"%.*s\", not a lock name; ignored",
-			x->st->names_key, (int)(name.len > 64 ? 64 : name.len),
+			x->st->keys.names, (int)(name.len > 64 ? 64 : name.len),
 			name.p);
 		x->ignored++;
 		return 0;
@@ -201,14 +201,14 @@ static int send_mget(struct load_ctx *x, const struct layout1 *nm, size_t from,
 
 	keys->len = 0;
 	for (i = 0; i < n; i++) {
-		if (dl_buf_add(keys, st->lock_prefix, st->lock_prefix_len) ||
+		if (dl_buf_add(keys, st->keys.lock_prefix, st->keys.lock_prefix_len) ||
 		    dl_buf_add(keys, nm->v[from + i].p, nm->v[from + i].len))
 			return DL_ENOMEM;
 	}
 	argv[0] = "MGET";
 	lens[0] = 4;
 	for (i = 0, off = 0; i < n; i++) {
-		lens[i + 1] = st->lock_prefix_len + nm->v[from + i].len;
+		lens[i + 1] = st->keys.lock_prefix_len + nm->v[from + i].len;
 		argv[i + 1] = keys->p + off;
 		off += lens[i + 1];
 	}
@@ -293,7 +293,7 @@ static int load_records(struct load_ctx *x, const struct layout1 *nm)
 static int scan_page(struct load_ctx *x, struct layout1 *nm, char *cursor,
 		     const char *match)
 {
-	size_t plen = x->st->lock_prefix_len, i;
+	size_t plen = x->st->keys.lock_prefix_len, i;
 	redisReply *r, *keys;
 	int rc = 0;
 
@@ -328,10 +328,10 @@ static int scan_names(struct load_ctx *x, struct layout1 *nm)
 	size_t i;
 	int rc = 0;
 
-	if (!(match = malloc(x->st->lock_prefix_len + 2)))
+	if (!(match = malloc(x->st->keys.lock_prefix_len + 2)))
 		return DL_ENOMEM;
-	memcpy(match, x->st->lock_prefix, x->st->lock_prefix_len);
-	memcpy(match + x->st->lock_prefix_len, "*", 2);
+	memcpy(match, x->st->keys.lock_prefix, x->st->keys.lock_prefix_len);
+	memcpy(match + x->st->keys.lock_prefix_len, "*", 2);
 	do
 		rc = scan_page(x, nm, cursor, match);
 	while (!rc && strcmp(cursor, "0") != 0);
@@ -349,12 +349,12 @@ static int read_names(struct load_ctx *x, struct layout1 *nm)
 	size_t i;
 	int rc = 0;
 
-	if (!(r = RUN(x, &rc, "SMEMBERS", x->st->names_key))) {
+	if (!(r = RUN(x, &rc, "SMEMBERS", x->st->keys.names))) {
 		if (!strstr(x->err, "WRONGTYPE"))
 			return rc;
 		dl_error(
 			"redis: %s is not a set; finding the records with SCAN",
-			x->st->names_key);
+			x->st->keys.names);
 		return scan_names(x, nm);
 	}
 	nm->reply = r;
@@ -380,14 +380,14 @@ static int persist_all(struct load_ctx *x, const struct layout1 *nm)
 
 	for (i = 0; i < nm->n; i += n) {
 		for (n = 0; n < DL_STORE_LOAD_BATCH && i + n < nm->n; n++) {
-			st->val.len = 0;
-			if (dl_buf_add(&st->val, st->lock_prefix,
-				       st->lock_prefix_len) ||
-			    dl_buf_add(&st->val, nm->v[i + n].p,
+			st->writes.val.len = 0;
+			if (dl_buf_add(&st->writes.val, st->keys.lock_prefix,
+				       st->keys.lock_prefix_len) ||
+			    dl_buf_add(&st->writes.val, nm->v[i + n].p,
 				       nm->v[i + n].len))
 				return DL_ENOMEM;
-			argv[1] = st->val.p;
-			lens[1] = st->val.len;
+			argv[1] = st->writes.val.p;
+			lens[1] = st->writes.val.len;
 			if (redisAppendCommandArgv(x->c, 2, argv, lens) !=
 			    REDIS_OK)
 				return DL_ENOMEM;
@@ -412,7 +412,7 @@ int dl__layout1_load(struct load_ctx *x)
 
 	dl_notice(
 		"redis: %s exists: this Redis holds store layout 1; loading it, then migrating it to layout 2 before serving",
-		x->st->names_key);
+		x->st->keys.names);
 	if ((rc = read_names(x, x->l1)) || (rc = persist_all(x, x->l1)) ||
 	    (rc = load_records(x, x->l1)))
 		return rc;
@@ -422,7 +422,7 @@ int dl__layout1_load(struct load_ctx *x)
 /* ---- the migration -------------------------------------------------------
  */
 
-/* The replace call built in st->wb, fenced; then the leadership, if
+/* The replace call built in st->writes.wb, fenced; then the leadership, if
  * due. */
 static int replace(struct load_ctx *x, size_t *calls)
 {
@@ -432,7 +432,7 @@ static int replace(struct load_ctx *x, size_t *calls)
 	int argc, rc;
 
 	rc = dl__wb_replace_argv(x->st, x->fence, &argc, &argv, &lens);
-	dl__wb_reset(&x->st->wb);
+	dl__wb_reset(&x->st->writes.wb);
 	if (rc)
 		return rc;
 	if (!(r = dl__load_run(x, &rc, 0, argc, argv, lens)))
@@ -456,12 +456,12 @@ static int write_buckets(struct load_ctx *x, size_t *locks, size_t *calls)
 	if ((rc = dl__bucket_index(st, bi)) == 0)
 		*locks = bi->n;
 	while (!rc && b < DL_STORE_BUCKETS) {
-		dl__wb_reset(&st->wb);
+		dl__wb_reset(&st->writes.wb);
 		rc = dl__wb_buckets(st, bi, &b, off);
 		if (!rc)
 			rc = replace(x, calls);
 	}
-	dl__wb_reset(&st->wb);
+	dl__wb_reset(&st->writes.wb);
 	dl__bucket_index_free(bi);
 	free(bi);
 	return rc;
@@ -476,22 +476,22 @@ static int delete_records(struct load_ctx *x, size_t *calls)
 	int rc = 0;
 
 	for (i = 0; !rc && i < nm->n; i += n) {
-		dl__wb_reset(&st->wb);
+		dl__wb_reset(&st->writes.wb);
 		for (n = 0; !rc && n < DL_STORE_LOAD_BATCH && i + n < nm->n;
 		     n++) {
-			st->val.len = 0;
-			if (dl_buf_add(&st->val, st->lock_prefix,
-				       st->lock_prefix_len) ||
-			    dl_buf_add(&st->val, nm->v[i + n].p,
+			st->writes.val.len = 0;
+			if (dl_buf_add(&st->writes.val, st->keys.lock_prefix,
+				       st->keys.lock_prefix_len) ||
+			    dl_buf_add(&st->writes.val, nm->v[i + n].p,
 				       nm->v[i + n].len))
 				rc = DL_ENOMEM;
 			else
-				rc = dl__wb_key(st, st->val.p, st->val.len);
+				rc = dl__wb_key(st, st->writes.val.p, st->writes.val.len);
 		}
 		if (!rc)
 			rc = replace(x, calls);
 	}
-	dl__wb_reset(&st->wb);
+	dl__wb_reset(&st->writes.wb);
 	return rc;
 }
 
@@ -504,20 +504,20 @@ int dl__layout1_migrate(struct load_ctx *x)
 
 	if ((rc = write_buckets(x, &locks, &calls)) != 0)
 		return rc;
-	dl__wb_reset(&st->wb);
-	if ((rc = dl__wb_key(st, st->names_key, strlen(st->names_key))) ||
+	dl__wb_reset(&st->writes.wb);
+	if ((rc = dl__wb_key(st, st->keys.names, strlen(st->keys.names))) ||
 	    (rc = replace(x, &calls)))
 		return rc;
 	dl_notice(
 		"redis: migrated to store layout 2: %zu locks (of %zu names in layout 1) written to %srec:0..%u in %zu calls; %s deleted, layout 1 is no longer read",
 		locks, x->l1->n, st->cfg->redis_prefix,
-		(unsigned)DL_STORE_BUCKETS - 1, calls, st->names_key);
+		(unsigned)DL_STORE_BUCKETS - 1, calls, st->keys.names);
 	calls = 0;
 	if ((rc = delete_records(x, &calls)) != 0)
 		return rc;
 	dl_notice(
 		"redis: migration done in %llu ms: %zu records of layout 1 (%s<name>) deleted in %zu calls",
 		(unsigned long long)(dl_mono_ms() - t0), x->l1->n,
-		st->lock_prefix, calls);
+		st->keys.lock_prefix, calls);
 	return 0;
 }

@@ -94,7 +94,7 @@ int dl__resync_pump(struct dl_store *st)
 	int argc, r = 0;
 
 	while (!r && !rs->last_sent && rs->inflight < DL_STORE_RESYNC_WINDOW) {
-		dl__wb_reset(&st->wb);
+		dl__wb_reset(&st->writes.wb);
 		r = dl__wb_buckets(st, &rs->bi, &rs->next,
 				   dl__store_wall_offset());
 		rs->last_sent = rs->next == DL_STORE_BUCKETS;
@@ -105,8 +105,8 @@ int dl__resync_pump(struct dl_store *st)
 		 * stale layout 1 over the buckets, dropping leases granted
 		 * since (found from outside). */
 		if (!r && rs->last_sent)
-			r = dl__wb_key(st, st->names_key,
-				       strlen(st->names_key));
+			r = dl__wb_key(st, st->keys.names,
+				       strlen(st->keys.names));
 		if (!r)
 			r = dl__wb_replace_argv(st, st->fence, &argc, &argv,
 						&lens);
@@ -116,12 +116,12 @@ int dl__resync_pump(struct dl_store *st)
 							 : BATCH_RESYNC_PART,
 					   0, argc, argv, lens);
 		if (!r) {
-			st->tail->records = st->wb.nentries;
-			st->synced_locks += st->wb.nentries;
+			st->tail->records = st->writes.wb.nentries;
+			st->synced_locks += st->writes.wb.nentries;
 		}
 		if (r)
-			st->token_mark = 0; /* as wb_send */
-		dl__wb_reset(&st->wb);
+			st->writes.token_mark = 0; /* as wb_send */
+		dl__wb_reset(&st->writes.wb);
 		if (r)
 			break;
 		rs->inflight++;

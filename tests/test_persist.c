@@ -36,7 +36,7 @@
 #define EARLY_MS 50
 #define LATE_MS	 1000
 
-/* DL_TOKEN_RESERVE of server/store_private.h: how far ahead of the last
+/* DL_TOKEN_RESERVE of server/store_batch.h: how far ahead of the last
  * token the stored mark is set. */
 #define TOKEN_RESERVE 1000000ULL
 
