@@ -78,7 +78,8 @@ ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 PROTO_SRC  := proto/proto.c proto/desc.c
 SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
-              server/conn.c server/cmd.c server/server.c server/store.c \
+              server/conn.c server/held.c server/cmd.c server/server.c \
+              server/store.c \
               server/notify.c server/record.c server/store_load.c \
               server/stats.c server/metrics.c server/buf.c \
               server/htab.c server/locktab_ops.c server/locktab_cycle.c \

@@ -16,7 +16,6 @@
 #include "server/watch.h"
 
 /* Output buffers above this size are given back once they are empty. */
-#define OBUF_KEEP (64 * 1024)
 /* Events piling up in one loop iteration are written out from this size
  * on, before the check phase would (the kernel may take them). */
 #define OUT_EARLY_WRITE (16 * 1024)
@@ -25,7 +24,7 @@ static void buf_consume(struct dl_buf *b, size_t n)
 {
 	memmove(b->p, b->p + n, b->len - n);
 	b->len -= n;
-	if (b->len == 0 && b->cap > OBUF_KEEP) {
+	if (b->len == 0 && b->cap > DL_OUT_KEEP) {
 		free(b->p);
 		b->p = NULL;
 		b->cap = 0;
@@ -87,7 +86,7 @@ static void held_list_remove(struct dl_conn *c)
  * ciphertext it has not taken yet too). */
 static size_t unread(const struct dl_conn *c)
 {
-	return c->out.len + c->wout.len + c->held_text.len +
+	return c->out.len + c->wout.len + c->held.text.len +
 	       (c->tls ? dl_tls_pending(c->tls) : 0);
 }
 
@@ -99,15 +98,14 @@ static int over_budget(const struct dl_server *srv)
 
 /* The memory c's unread output takes: its buffers as allocated (twice
  * their bytes, at worst), while it has any. Buffers a connection keeps
- * once everything is written (OBUF_KEEP) are not counted: they are its
+ * once everything is written (DL_OUT_KEEP) are not counted: they are its
  * fixed cost, like its input buffer. A connection being thrown away
  * counts nothing: its bytes are never sent. */
 static size_t held_memory(const struct dl_conn *c)
 {
 	if (c->end == DL_END_ABORT || c->closing || unread(c) == 0)
 		return 0;
-	return c->out.cap + c->wout.cap + c->held_text.cap +
-	       c->held_cap * sizeof(*c->held);
+	return c->out.cap + c->wout.cap + dl_heldq_memory(&c->held);
 }
 
 /* Bring srv->out_unread up to date with c's buffers. */
@@ -176,8 +174,7 @@ static void on_close(uv_handle_t *h)
 
 	free(c->out.p);
 	free(c->wout.p);
-	free(c->held_text.p);
-	free(c->held);
+	dl_heldq_free(&c->held);
 	dl_tls_conn_free(c->tls);
 	free(c);
 }
@@ -234,7 +231,7 @@ void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why)
 
 int dl_conn_holding(const struct dl_conn *c)
 {
-	return c->nheld > 0;
+	return c->held.n > 0;
 }
 
 size_t dl_conn_unread(const struct dl_conn *c)
@@ -303,40 +300,15 @@ static int is_event(enum dl_line_kind k)
 	return k == DL_LINE_EVENT || k == DL_LINE_GRANTED_EVENT;
 }
 
-/* The lines that state a lease's remaining TTL (GRANTED, REFRESHED,
- * * EXPIRING): cmd.c noted where (fmt_ttl). */
-static int states_ttl(const struct dl_line *l)
-{
-	return l->ttl_len > 0;
-}
-
 static int hold_line(struct dl_conn *c, const char *text, size_t len,
 		     const struct dl_line *line)
 {
-	struct dl_held *h;
-	size_t cap;
+	int err = dl_heldq_add(&c->held, text, len, line,
+			       dl_store_epoch(c->srv->store));
 
-	if (c->nheld == c->held_cap) {
-		cap = c->held_cap ? c->held_cap * 2 : 8;
-		h = realloc(c->held, cap * sizeof(*h));
-		if (!h)
-			return DL_ENOMEM;
-		c->held = h;
-		c->held_cap = cap;
-	}
-	h = &c->held[c->nheld];
-	h->line = *line;
-	/* Lines stay in order: one that needs no durability waits for the
-	 * epoch of the held line before it. */
-	h->epoch = line->durable ? dl_store_epoch(c->srv->store)
-				 : c->held[c->nheld - 1].epoch;
-	h->off = c->held_text.len;
-	h->len = len;
-	if (dl_buf_add(&c->held_text, text, len))
-		return DL_ENOMEM;
-	c->nheld++;
-	held_list_add(c);
-	return 0;
+	if (err == 0)
+		held_list_add(c);
+	return err;
 }
 
 void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
@@ -378,7 +350,7 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 		dl_conn_end(c, DL_END_ABORT, "output limit");
 		return;
 	}
-	if (line->durable || c->nheld)
+	if (line->durable || c->held.n)
 		err = hold_line(c, text, len, line);
 	else
 		err = dl_buf_add(&c->out, text, len);
@@ -387,100 +359,49 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 		return;
 	}
 	account(c);
-	if (!c->nheld)
+	if (!c->held.n)
 		writeq_add(c);
-}
-
-/* What remains of the lease a held line states: of the deadline it
- * stated, and of the lease as the table has it now (gone: 0). The lookup
- * has no side effects: this runs while the held lines are walked, and an
- * event sent to this connection now would change them under our feet. */
-static uint64_t remaining(struct dl_conn *c, const struct dl_line *l,
-			  const char *text, uint64_t now)
-{
-	struct dl_str name = {text + l->name_off, l->name_len};
-	uint64_t left = l->deadline > now ? l->deadline - now : 0;
-	uint64_t lease = dl_locktab_remaining(c->srv->tab, name, l->token);
-
-	return lease < left ? lease : left;
-}
-
-/* Append a held line to out, its TTL field (if it states one) replaced by
- * what remains of the lease now. */
-static int emit_held(struct dl_conn *c, const struct dl_held *h, uint64_t now)
-{
-	const struct dl_line *l = &h->line;
-	const char *t = c->held_text.p + h->off;
-	char num[24];
-	size_t n, rest;
-
-	if (!states_ttl(l))
-		return dl_buf_add(&c->out, t, h->len);
-	n = dl_u64_to_dec(remaining(c, l, t, now), num);
-	rest = l->ttl_off + l->ttl_len;
-	if (dl_buf_add(&c->out, t, l->ttl_off) || dl_buf_add(&c->out, num, n) ||
-	    dl_buf_add(&c->out, t + rest, h->len - rest))
-		return DL_ENOMEM;
-	return 0;
-}
-
-/* Forget the first n held lines (sent or replaced). */
-static void drop_held(struct dl_conn *c, size_t n)
-{
-	size_t i, cut;
-
-	if (n == 0)
-		return;
-	cut = n < c->nheld ? c->held[n].off : c->held_text.len;
-	c->nheld -= n;
-	memmove(c->held, c->held + n, c->nheld * sizeof(*c->held));
-	for (i = 0; i < c->nheld; i++)
-		c->held[i].off -= cut;
-	buf_consume(&c->held_text, cut);
-	writeq_add(c);
 }
 
 void dl_conn_release(struct dl_conn *c, uint64_t durable)
 {
 	uint64_t now = dl_mono_ms();
-	size_t i;
+	size_t i, n = dl_heldq_covered(&c->held, durable);
 
 	/* What the released requests left until they were durable is done
 	 * first (a shortening REFRESH: dl_cmd_released), so that no line of
 	 * them states more than the lease then has left. */
-	for (i = 0; i < c->nheld && c->held[i].epoch <= durable; i++)
-		dl_cmd_released(c, &c->held[i].line,
-				c->held_text.p + c->held[i].off);
-	for (i = 0; i < c->nheld && c->held[i].epoch <= durable; i++) {
-		if (emit_held(c, &c->held[i], now)) {
+	for (i = 0; i < n; i++)
+		dl_cmd_released(c, &c->held.v[i].line,
+				dl_heldq_text(&c->held, i));
+	for (i = 0; i < n; i++) {
+		if (dl_heldq_emit(&c->held, i, c->srv->tab, now, &c->out)) {
 			dl_conn_end(c, DL_END_ABORT, "out of memory");
 			break;
 		}
 	}
-	drop_held(c, i);
+	dl_heldq_drop(&c->held, i);
+	if (i)
+		writeq_add(c);
 	account(c);
 }
 
 void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn)
 {
 	char buf[DL_REPLY_MAX];
-	struct dl_held *held = c->held;
-	struct dl_buf all = c->held_text;
-	size_t i, n, nheld = c->nheld;
-	const char *text;
-
 	/* The lines leave the connection before the walk: fn calls into the
 	 * lock table, whose changes may send an event on this very
 	 * connection (a watcher's, watch.h). It goes out before the line
 	 * that caused it, and cannot move the lines under the walk. */
-	c->held = NULL;
-	c->nheld = c->held_cap = 0;
-	memset(&c->held_text, 0, sizeof(c->held_text));
-	for (i = 0; i < nheld; i++) {
-		text = all.p + held[i].off;
-		n = fn(c, &held[i].line, text, held[i].len, buf);
+	struct dl_heldq all = dl_heldq_take(&c->held);
+	const char *text;
+	size_t i, n;
+
+	for (i = 0; i < all.n; i++) {
+		text = dl_heldq_text(&all, i);
+		n = fn(c, &all.v[i].line, text, all.v[i].len, buf);
 		if (n == DL_HELD_KEEP)
-			n = held[i].len;
+			n = all.v[i].len;
 		else
 			text = buf;
 		if (n && dl_buf_add(&c->out, text, n)) {
@@ -488,8 +409,7 @@ void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn)
 			break;
 		}
 	}
-	free(held);
-	free(all.p);
+	dl_heldq_free(&all);
 	writeq_add(c);
 	account(c);
 }

@@ -33,6 +33,8 @@
  *         withdrawal parses nothing. A REFRESH
  *         that shortens a lease changes the lease only when its reply is
  *         released (dl_locktab_shorten): withdrawn, it changed nothing.
+ *         The queue itself, and the whole path of a durable reply from
+ *         request to release or withdrawal, are in held.h.
  *
  * Backpressure. While the bytes the client has not read (out, wout and
  * held) exceed half of max_output, the connection's input is neither read
@@ -85,6 +87,7 @@
 
 #include "proto/proto.h"
 #include "server/buf.h"
+#include "server/held.h"
 #include "server/locktab.h"
 #include "server/tls.h"
 
@@ -93,48 +96,6 @@ struct dl_user;
 struct dl_conn_watch;
 
 enum dl_conn_end { DL_END_NONE = 0, DL_END_GRACEFUL, DL_END_ABORT };
-
-/* What a line is, for the output rules above. */
-enum dl_line_kind {
-	DL_LINE_REPLY = 0,     /* a reply: bounded by backpressure */
-	DL_LINE_EVENT,	       /* an event: counts against max_output */
-	DL_LINE_GRANTED,       /* OK GRANTED: TTL rewritten, withdrawable */
-	DL_LINE_GRANTED_EVENT, /* * GRANTED: the same; its waiter re-queued */
-	DL_LINE_REFRESHED,     /* OK REFRESHED: TTL rewritten, withdrawable */
-};
-
-/* A line's description; the lease fields matter for GRANTED, GRANTED_EVENT
- * and REFRESHED lines only. */
-struct dl_line {
-	enum dl_line_kind kind;
-	unsigned durable : 1;  /* hold until the open epoch commits */
-	unsigned shared : 1;   /* GRANTED_EVENT: the mode the waiter asked */
-	unsigned reentry : 1;  /* GRANTED*: a reentry (dl_locktab_revoke) */
-	unsigned shorten : 1;  /* REFRESHED: applied when sent (below) */
-	unsigned has_warn : 1; /* GRANTED_EVENT: the waiter asked warn= */
-	uint16_t limit;	       /* GRANTED_EVENT: the lock's limit */
-	uint8_t ttl_len;       /* the TTL field: its length ... */
-	uint16_t ttl_off;      /* ... and offset in the line */
-	uint16_t name_off;     /* the lock's name: its offset ... */
-	uint8_t name_len;      /* ... and length (255 at most) */
-	uint16_t tag_off;      /* the request's id= value: its offset ... */
-	uint8_t tag_len;       /* ... and length (0: none) */
-	uint32_t asked_ttl_ms; /* GRANTED_EVENT: the TTL the waiter asked;
-				  REFRESHED: the new TTL */
-	uint32_t owner_gen;    /* GRANTED*: the session's (dl_locktab_revoke) */
-	uint32_t warn_ms;      /* GRANTED_EVENT: the warning it asked */
-	uint64_t token;	       /* the lease's */
-	uint64_t deadline;     /* the lease's deadline, monotonic ms */
-	uint64_t wait_deadline; /* GRANTED_EVENT: the waiter's */
-	uint64_t from_deadline; /* REFRESHED with shorten: the lease's before */
-};
-
-/* A held line: its description, its epoch, its bytes in held_text. */
-struct dl_held {
-	struct dl_line line;
-	uint64_t epoch;
-	size_t off, len;
-};
 
 struct dl_delayed; /* a reply held back on purpose (conn.c) */
 struct dl_parked;  /* a request waiting for the store (conn.c) */
@@ -157,9 +118,7 @@ struct dl_conn {
 	uint64_t id;
 	struct dl_buf out;	    /* writable output */
 	struct dl_buf wout;	    /* output handed to uv_write */
-	struct dl_buf held_text;    /* the bytes of the held lines */
-	struct dl_held *held;	    /* held lines, oldest first */
-	size_t nheld, held_cap;	    /* ... and their count and room */
+	struct dl_heldq held;	    /* lines waiting for durability */
 	struct dl_delayed *delayed; /* input paused until it is sent */
 	struct dl_parked *parked;   /* input paused until it is executed */
 	unsigned authed : 1;

@@ -7,11 +7,13 @@
  * Real parts: cmd.c, locktab*.c, htab.c, wheel.c, stats.c, config.c,
  * log.c, watch.c and watchreg.c (the lock table's change hook goes to
  * dl_watch_change(), as in server.c), the store in persist=none mode (store*.c, record.c, buf.c) and
- * the codec. Not linked: conn.c and server.c (sockets, the loop). In their
- * place this file implements the part of server/conn.h that cmd.c calls,
- * keeping its contract: a durable line and every line after it on the same
- * connection are held until the store commits (the epoch it was sent in),
- * and dl_conn_break_hold() passes each held line through the callback as
+ * the codec, and the held-line queue (held.c) with its TTL rewrite. Not
+ * linked: conn.c and server.c (sockets, the loop). In their place this
+ * file implements the part of server/conn.h that cmd.c calls, on the same
+ * queue and with the same contract: a durable line and every line after
+ * it on the same connection are held until the store commits (the epoch
+ * it was sent in), released with their TTLs rewritten, and
+ * dl_conn_break_hold() passes each held line through the callback as
  * conn.c does. The lock table's hooks are a clock the input moves and an
  * event hook that goes to dl_cmd_event(), as server.c does.
  *
@@ -152,7 +154,8 @@ static void check_grant(const struct dl_reply *r, const struct dl_line *line)
 		tokens[ntokens++] = token;
 	else
 		tokens[token % NTOKEN] = token;
-	if (!line || fake_now >= line->deadline || was_touched(token))
+	if (!line || ttl == 0 || fake_now >= line->deadline ||
+	    was_touched(token))
 		return;
 	dl_locktab_check(srv.tab, r->argv[0], token, &res);
 	CHECK(res.outcome == DL_VALID,
@@ -199,60 +202,50 @@ static void deliver(struct fconn *f, const char *text, size_t len,
 		      "HOLDERS count");
 }
 
-/* Held lines whose epoch committed go out, in order (conn.c's rule). */
+/* Held lines whose epoch committed go out, in order, their TTL rewritten
+ * (the queue and the rewrite are conn.c's: server/held.c). */
 static void release(struct fconn *f, uint64_t durable)
 {
 	struct dl_conn *c = &f->c;
-	size_t i, cut;
+	struct dl_buf out = {0};
+	size_t i, n = dl_heldq_covered(&c->held, durable);
 
-	for (i = 0; i < c->nheld && c->held[i].epoch <= durable; i++)
-		dl_cmd_released(c, &c->held[i].line,
-				c->held_text.p + c->held[i].off);
-	for (i = 0; i < c->nheld && c->held[i].epoch <= durable; i++)
-		deliver(f, c->held_text.p + c->held[i].off, c->held[i].len,
-			&c->held[i].line);
-	if (i == 0)
-		return;
-	cut = i < c->nheld ? c->held[i].off : c->held_text.len;
-	memmove(c->held, c->held + i, (c->nheld - i) * sizeof(*c->held));
-	c->nheld -= i;
-	for (size_t j = 0; j < c->nheld; j++)
-		c->held[j].off -= cut;
-	memmove(c->held_text.p, c->held_text.p + cut, c->held_text.len - cut);
-	c->held_text.len -= cut;
+	for (i = 0; i < n; i++)
+		dl_cmd_released(c, &c->held.v[i].line,
+				dl_heldq_text(&c->held, i));
+	for (i = 0; i < n; i++) {
+		out.len = 0;
+		CHECK(dl_heldq_emit(&c->held, i, srv.tab, fake_now, &out) == 0,
+		      "out of memory");
+		deliver(f, out.p, out.len, &c->held.v[i].line);
+	}
+	free(out.p);
+	dl_heldq_drop(&c->held, n);
 }
 
 void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 		  const struct dl_line *line)
 {
+	static const struct dl_line reply = {.kind = DL_LINE_REPLY};
 	struct fconn *f = fconn_of(c);
-	struct dl_held *h;
 
 	if (f->ended == 2)
 		return; /* aborted: nothing more goes out */
-	if (!(line && line->durable) && c->nheld == 0) {
+	if (!line)
+		line = &reply;
+	if (!line->durable && c->held.n == 0) {
 		deliver(f, text, len, line);
 		return;
 	}
-	if (c->nheld == c->held_cap) {
-		c->held_cap = c->held_cap ? c->held_cap * 2 : 8;
-		c->held = realloc(c->held, c->held_cap * sizeof(*c->held));
-		CHECK(c->held, "out of memory");
-	}
-	h = &c->held[c->nheld];
-	h->line = line ? *line : (struct dl_line){0};
-	h->epoch = line && line->durable ? dl_store_epoch(srv.store)
-					 : c->held[c->nheld - 1].epoch;
-	h->off = c->held_text.len;
-	h->len = len;
-	CHECK(dl_buf_add(&c->held_text, text, len) == 0, "out of memory");
-	c->nheld++;
+	CHECK(dl_heldq_add(&c->held, text, len, line,
+			   dl_store_epoch(srv.store)) == 0,
+	      "out of memory");
 }
 
 /* Nothing here is left unread but what is held. */
 size_t dl_conn_unread(const struct dl_conn *c)
 {
-	return c->held_text.len;
+	return c->held.text.len;
 }
 
 void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
@@ -289,28 +282,21 @@ void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn)
 {
 	struct fconn *f = fconn_of(c);
 	char buf[DL_REPLY_MAX];
-	struct dl_held *held = c->held;
-	struct dl_buf all = c->held_text;
-	size_t i, n, nheld = c->nheld;
-	const char *text;
-
 	/* as conn.c: the lines leave the connection first (fn's calls into
 	 * the lock table may send on it) */
-	c->held = NULL;
-	c->nheld = c->held_cap = 0;
-	memset(&c->held_text, 0, sizeof(c->held_text));
-	for (i = 0; i < nheld; i++) {
-		text = all.p + held[i].off;
-		n = fn(c, &held[i].line, text, held[i].len, buf);
+	struct dl_heldq all = dl_heldq_take(&c->held);
+	const char *text;
+	size_t i, n;
+
+	for (i = 0; i < all.n; i++) {
+		text = dl_heldq_text(&all, i);
+		n = fn(c, &all.v[i].line, text, all.v[i].len, buf);
 		if (n == DL_HELD_KEEP)
-			deliver(f, text, held[i].len, &held[i].line);
+			deliver(f, text, all.v[i].len, &all.v[i].line);
 		else if (n)
 			deliver(f, buf, n, NULL);
 	}
-	free(held);
-	free(all.p);
-	c->nheld = 0;
-	c->held_text.len = 0;
+	dl_heldq_free(&all);
 }
 
 /* ---- hooks and set-up ---------------------------------------------------- */
@@ -356,8 +342,7 @@ static void conn_open(struct fconn *f, int k)
 {
 	const char *why = NULL;
 
-	free(f->c.held);
-	free(f->c.held_text.p);
+	dl_heldq_free(&f->c.held);
 	memset(f, 0, sizeof(*f));
 	f->c.srv = &srv;
 	f->c.id = (uint64_t)k + 1;
@@ -411,8 +396,7 @@ static void world_close(void)
 
 	for (k = 0; k < NCONN; k++) {
 		conn_close(&conns[k]);
-		free(conns[k].c.held);
-		free(conns[k].c.held_text.p);
+		dl_heldq_free(&conns[k].c.held);
 		memset(&conns[k], 0, sizeof(conns[k]));
 	}
 	dl_watch_free(&srv);
@@ -574,7 +558,7 @@ static void check_world(void)
 
 		if (!f->open || f->ended)
 			continue;
-		for (i = 0; i < f->c.nheld; i++)
+		for (i = 0; i < f->c.held.n; i++)
 			held++;
 		CHECK(f->answered <= f->sent, "more replies than requests");
 		CHECK(held || f->answered == f->sent,
