@@ -100,7 +100,8 @@ struct dl_server {
 
 	uint64_t conn_seq;
 	char nonce[17]; /* random hex, makes default owner ids unique */
-	uint64_t start_ms;
+	uint64_t start_ms; /* uv_now() at start-up (the same clock as
+			      dl_mono_ms(), clock.h): uptime's origin */
 	struct dl_server_stats st;
 	int exit_code;
 };
