@@ -266,8 +266,7 @@ int dl_cli_run(struct cli *cl);
 int dl_cli_watch(struct cli *cl);     /* dlock_watchcmd.c */
 int dl_cli_wait_free(struct cli *cl); /* dlock_watchcmd.c */
 
-/* ---- dlock_guard.c: the guard of `dlock run` ------------------------------
- */
+/* ---- dlock_guard.c: the guard of `dlock run` ---------------------------- */
 
 /* `dlock --run-guard <ctl fd> <err fd> <grace ms> <margin ms> -- cmd...`,
  * run by dlock_run.c only; returns the command's exit status. ctl is a

@@ -79,8 +79,7 @@ int dl_cli_lock(struct cli *cl)
 	return rc;
 }
 
-/* ---- unlock, refresh: a lease by (name, token) ----------------------------
- */
+/* ---- unlock, refresh: a lease by (name, token) -------------------------- */
 
 static int parse_token(const struct cli *cl, uint64_t *token)
 {

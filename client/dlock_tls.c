@@ -72,8 +72,7 @@ static void set_err(struct dl__tls *t, const char *what)
 	ERR_clear_error();
 }
 
-/* ---- the context ----------------------------------------------------------
- */
+/* ---- the context -------------------------------------------------------- */
 
 static int ctx_load(struct dl__tls *t, const struct dlock_options *o)
 {
@@ -155,8 +154,7 @@ void dl__tls_free(struct dl__tls *t)
 	free(t);
 }
 
-/* ---- a connection ---------------------------------------------------------
- */
+/* ---- a connection ------------------------------------------------------- */
 
 /* The name address i must carry: the server name given, the host of its
  * options.servers entry, or options.host. */
@@ -346,8 +344,7 @@ const char *dl__tls_error(const struct dlock_client *c)
 	return c->tls ? c->tls->err : "";
 }
 
-/* ---- the transport ---------------------------------------------------------
- */
+/* ---- the transport ------------------------------------------------------ */
 
 ssize_t dl__io_read(struct dlock_client *c, char *buf, size_t n)
 {

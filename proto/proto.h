@@ -253,8 +253,7 @@ int dl_reply_u64(const struct dl_reply *r, int i, uint64_t *out);
 /* The value of "key=value" among argv; DL_EPROTO when absent. */
 int dl_reply_kv(const struct dl_reply *r, const char *key, struct dl_str *out);
 
-/* ---- formatting -----------------------------------------------------------
- */
+/* ---- formatting --------------------------------------------------------- */
 
 /* A line under construction in a caller's buffer. Words are separated by
  * one space; dl_fmt_end() appends the tag and the line ending. Overflow is
@@ -280,8 +279,7 @@ int dl_fmt_end(struct dl_fmt *f, struct dl_str tag);
  * number of digits written (no NUL). */
 size_t dl_u64_to_dec(uint64_t v, char *buf);
 
-/* ---- line splitting ---------------------------------------------------------
- */
+/* ---- line splitting ----------------------------------------------------- */
 
 /* Bytes of input buffered per connection: one maximal line with its CRLF,
  * plus room so that small pipelined requests are read in one go. */

@@ -107,8 +107,7 @@ static int required(const struct dl_server *srv)
 	return srv->cfg.password[0] || srv->access->users;
 }
 
-/* ---- unauthenticated connections -------------------------------------------
- */
+/* ---- unauthenticated connections ---------------------------------------- */
 
 static uint64_t unauth_max(const struct dl_config *cfg)
 {
@@ -187,8 +186,7 @@ static void unauth_remove(struct dl_conn *c)
 	}
 }
 
-/* ---- sessions -------------------------------------------------------------
- */
+/* ---- sessions ----------------------------------------------------------- */
 
 /* The quotas a user's sessions carry: its own, else the defaults; none
  * for the default user (it is every client at once: only the daemon's
@@ -551,8 +549,7 @@ int dl_access_sweep(struct dl_conn *c, uint64_t now)
 	return 1;
 }
 
-/* ---- reload ----------------------------------------------------------------
- */
+/* ---- reload ------------------------------------------------------------- */
 
 /* End c's session: it is no longer who it proved to be. Its user's count
  * of connections is given back where it is kept from now on: the default

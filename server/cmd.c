@@ -396,8 +396,7 @@ static int check_warn(struct dl_conn *c, const struct dl_request *rq,
 	return 0;
 }
 
-/* ---- handlers --------------------------------------------------------------
- */
+/* ---- handlers ----------------------------------------------------------- */
 
 static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
 {
@@ -1020,8 +1019,7 @@ static void cmd_quit(struct dl_conn *c, const struct dl_request *rq)
 	dl_conn_end(c, DL_END_GRACEFUL, "QUIT");
 }
 
-/* ---- dispatch
- * ---------------------------------------------------------------- */
+/* ---- dispatch ----------------------------------------------------------- */
 
 enum {
 	OPEN = 1,    /* allowed before AUTH */
@@ -1253,7 +1251,7 @@ void dl_cmd_released(struct dl_conn *c, const struct dl_line *line,
 
 void dl_cmd_break_hold(struct dl_conn *c)
 {
-	dl_conn_break_hold(c, break_line);
+	dl_conn_withdraw_held(c, break_line);
 }
 
 void dl_cmd_bye(struct dl_conn *c, const char *reason)

@@ -165,8 +165,7 @@ static void delayed_cancel(struct dl_conn *c)
 	uv_close((uv_handle_t *)&d->timer, on_delayed_closed);
 }
 
-/* ---- life cycle -----------------------------------------------------------
- */
+/* ---- life cycle --------------------------------------------------------- */
 
 static void on_close(uv_handle_t *h)
 {
@@ -292,8 +291,7 @@ int dl_conn_done(const struct dl_conn *c)
 	return c->closing || c->shutting;
 }
 
-/* ---- output ---------------------------------------------------------------
- */
+/* ---- output ------------------------------------------------------------- */
 
 static int is_event(enum dl_line_kind k)
 {
@@ -363,7 +361,7 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 		writeq_add(c);
 }
 
-void dl_conn_release(struct dl_conn *c, uint64_t durable)
+void dl_conn_send_held(struct dl_conn *c, uint64_t durable)
 {
 	uint64_t now = dl_mono_ms();
 	size_t i, n = dl_heldq_covered(&c->held, durable);
@@ -386,7 +384,7 @@ void dl_conn_release(struct dl_conn *c, uint64_t durable)
 	account(c);
 }
 
-void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn)
+void dl_conn_withdraw_held(struct dl_conn *c, dl_held_fn fn)
 {
 	char buf[DL_REPLY_MAX];
 	/* The lines leave the connection before the walk: fn calls into the
@@ -502,8 +500,7 @@ void dl_conn_flush(struct dl_conn *c)
 	resume_input(c);
 }
 
-/* ---- input ------------------------------------------------------------------
- */
+/* ---- input -------------------------------------------------------------- */
 
 /* Input waits while this much output is unread, and resumes once half of
  * it is gone (conn.h, backpressure). */
@@ -646,8 +643,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	process_input(c);
 }
 
-/* ---- TLS --------------------------------------------------------------------
- */
+/* ---- TLS ---------------------------------------------------------------- */
 
 /* The handshake is done: name the peer, if its certificate names it. */
 static void tls_opened(struct dl_conn *c)

@@ -16,7 +16,7 @@
  *   held  lines waiting for durability: a durable reply or event and every
  *         line after it (replies stay in order). Each held line records
  *         the store epoch it waits for; when the store commits an epoch,
- *         the held lines up to it move to `out` (dl_conn_release). A line
+ *         the held lines up to it move to `out` (dl_conn_send_held). A line
  *         that states a lease's TTL (GRANTED, REFRESHED, * EXPIRING) is
  *         rewritten then with the TTL that remains at that moment -- of the
  *         deadline it
@@ -24,7 +24,7 @@
  *         same owner may have shortened it) -- so a reply that waited for
  *         Redis never promises more than the lease has left (0 if it ended
  *         meanwhile; its * EXPIRED follows). When persistence goes
- *         down, dl_conn_break_hold() hands every held line to a callback
+ *         down, dl_conn_withdraw_held() hands every held line to a callback
  *         (cmd.c) that withdraws the grants that never became durable, and
  *         the lines go out at once: no request waits for Redis longer than
  *         the store takes to declare it lost (redis_timeout). A held line
@@ -188,7 +188,7 @@ void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
 void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why);
 
 /* Every epoch <= durable is committed: send the held lines it covers. */
-void dl_conn_release(struct dl_conn *c, uint64_t durable);
+void dl_conn_send_held(struct dl_conn *c, uint64_t durable);
 
 /* Persistence went down: every held line, in order, goes through fn,
  * which either returns DL_HELD_KEEP (send it as it is) or writes what to
@@ -199,7 +199,7 @@ void dl_conn_release(struct dl_conn *c, uint64_t durable);
 #define DL_HELD_KEEP ((size_t)-1)
 typedef size_t (*dl_held_fn)(struct dl_conn *c, const struct dl_line *line,
 			     const char *text, size_t len, char *buf);
-void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn);
+void dl_conn_withdraw_held(struct dl_conn *c, dl_held_fn fn);
 
 /* 1 while lines wait for durability. */
 int dl_conn_holding(const struct dl_conn *c);

@@ -21,13 +21,13 @@
  *   4. batch: the store writes the epoch's dirty locks to Redis in one
  *      function call (store_batch.c) and, when Redis answers (and
  *      min_replicas_ack replicas have it), commits the epoch: the server
- *      calls dl_conn_release() on every holding connection;
+ *      calls dl_conn_send_held() on every holding connection;
  *   5. release: the lines whose epoch committed leave the queue in order,
  *      dl_cmd_released() first (a shortening REFRESH takes effect now),
  *      then each is copied out with its TTL field rewritten to what
  *      remains of the lease now (dl_held_left): a reply that waited never
  *      promises more than the lease has left;
- *   6. or withdrawal: when persistence goes down, dl_conn_break_hold()
+ *   6. or withdrawal: when persistence goes down, dl_conn_withdraw_held()
  *      takes every held line (dl_heldq_take) through cmd.c's break_line,
  *      which revokes grants that never became durable (re-queuing a
  *      served waiter) by the name and tag the dl_line points at, and

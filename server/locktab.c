@@ -54,8 +54,7 @@ void dl__hist_add(struct dl_hist *h, uint64_t ms)
 	h->sum_ms += ms;
 }
 
-/* ---- the table -------------------------------------------------------------
- */
+/* ---- the table ---------------------------------------------------------- */
 
 uint64_t dl__now_ms(const struct dl_locktab *t)
 {
@@ -111,8 +110,7 @@ void dl__mark_urgent(struct dl_locktab *t, struct dl_lock *lk)
 	}
 }
 
-/* ---- owner keys ----------------------------------------------------------
- */
+/* ---- owner keys --------------------------------------------------------- */
 
 struct dl_str dl_owner_key_account(struct dl_str key)
 {
@@ -156,8 +154,7 @@ int dl_owner_key(char *buf, const char *account, struct dl_str id,
 	return 0;
 }
 
-/* ---- accounts and owners ---------------------------------------------------
- */
+/* ---- accounts and owners ------------------------------------------------ */
 
 static struct dl_account *account_get(struct dl_locktab *t, struct dl_str name)
 {
@@ -242,8 +239,7 @@ int dl__account_full(const struct dl_session *s, const struct dl_owner *o,
 	return queue && s->max_waits && a->nwaiters >= s->max_waits;
 }
 
-/* ---- locks -----------------------------------------------------------------
- */
+/* ---- locks -------------------------------------------------------------- */
 
 struct dl_lock *dl__lock_find(const struct dl_locktab *t, struct dl_str name)
 {
@@ -309,8 +305,7 @@ void dl__lock_drop_if_unused(struct dl_locktab *t, struct dl_lock *lk)
 		lock_free(t, lk);
 }
 
-/* ---- leases
- * ------------------------------------------------------------------ */
+/* ---- leases ------------------------------------------------------------- */
 
 struct dl_lease *dl__holder_of(const struct dl_lock *lk,
 			       const struct dl_owner *o)
@@ -491,8 +486,7 @@ uint64_t dl__remaining(const struct dl_lease *l, uint64_t now)
 	return l->timer.expires > now ? l->timer.expires - now : 0;
 }
 
-/* ---- waiters
- * ----------------------------------------------------------------- */
+/* ---- waiters ------------------------------------------------------------ */
 
 uint64_t dl__waiter_position(const struct dl_waiter *w)
 {
@@ -736,8 +730,7 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 	}
 }
 
-/* ---- expiry
- * -------------------------------------------------------------------- */
+/* ---- expiry ------------------------------------------------------------- */
 
 void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now,
 		   struct dl_str by)
@@ -840,8 +833,7 @@ int64_t dl_locktab_timeout(struct dl_locktab *t)
 	return dl_wheel_timeout(&t->wheel, dl__now_ms(t));
 }
 
-/* ---- life cycle
- * ------------------------------------------------------------------ */
+/* ---- life cycle --------------------------------------------------------- */
 
 struct dl_locktab *dl_locktab_new(const struct dl_locktab_hooks *hooks,
 				  const struct dl_locktab_limits *limits,
@@ -967,8 +959,7 @@ void dl_locktab_reset(struct dl_locktab *t)
 	dl_wheel_init(&t->wheel, t->wheel.tick_ms, dl__now_ms(t));
 }
 
-/* ---- sessions
- * ------------------------------------------------------------------------ */
+/* ---- sessions ----------------------------------------------------------- */
 
 static void session_link(struct dl_session *s, struct dl_owner *o)
 {
@@ -1136,8 +1127,7 @@ struct dl_str dl_session_owner(const struct dl_session *s)
 	return dl_owner_id(s->owner);
 }
 
-/* ---- persistence hooks
- * ------------------------------------------------------------- */
+/* ---- persistence hooks -------------------------------------------------- */
 
 /* Hand over the dirty locks (the urgent ones only, if `urgent_only`),
  * keeping the others in the set in their order. */

@@ -117,8 +117,7 @@ struct dl_session {
 	uint32_t max_locks, max_waits;
 };
 
-/* ---- owner keys ------------------------------------------------------------
- */
+/* ---- owner keys --------------------------------------------------------- */
 
 /* Bytes of an owner's key: <account>=<id>. */
 #define DL_OWNER_KEY_MAX (DL_USER_MAX + 1 + DL_OWNER_MAX)
@@ -235,8 +234,7 @@ struct dl_account {
 	char name[]; /* hn.len bytes + NUL ("" the default account) */
 };
 
-/* ---- results ---------------------------------------------------------------
- */
+/* ---- results ------------------------------------------------------------ */
 
 enum dl_outcome {
 	DL_GRANTED,    /* token, value = ttl_ms */
@@ -451,8 +449,7 @@ const uint8_t *dl_owner_proof(const struct dl_owner *o);
 void dl_session_close(struct dl_locktab *t, struct dl_session *s);
 struct dl_str dl_session_owner(const struct dl_session *s);
 
-/* ---- requests -------------------------------------------------------------
- */
+/* ---- requests ----------------------------------------------------------- */
 
 /* What a LOCK or TRYLOCK asks for. */
 struct dl_acquire {
@@ -623,16 +620,14 @@ size_t dl_locktab_list(struct dl_locktab *t, enum dl_list_order order,
 		       const struct dl_list_filter *filter,
 		       const struct dl_lock **page, uint64_t *more);
 
-/* ---- time ------------------------------------------------------------------
- */
+/* ---- time --------------------------------------------------------------- */
 
 /* Fire due deadlines, at most `budget`; returns how many fired. */
 size_t dl_locktab_run_timers(struct dl_locktab *t, size_t budget);
 /* ms until dl_locktab_run_timers() has work, -1 if none is scheduled. */
 int64_t dl_locktab_timeout(struct dl_locktab *t);
 
-/* ---- persistence hooks -----------------------------------------------------
- */
+/* ---- persistence hooks -------------------------------------------------- */
 
 typedef void (*dl_lock_cb)(const struct dl_lock *lk, void *arg);
 

@@ -725,8 +725,7 @@ size_t dl_locktab_list(struct dl_locktab *t, enum dl_list_order order,
 	return r.n;
 }
 
-/* ---- recovery
- * ------------------------------------------------------------------ */
+/* ---- recovery ----------------------------------------------------------- */
 
 static int restore_args(struct dl_str name, struct dl_str owner, uint32_t ttl,
 			struct dl_str tag, int shared, uint32_t limit)

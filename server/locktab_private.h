@@ -147,8 +147,7 @@ void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now,
 void dl__emit_ev(struct dl_locktab *t, struct dl_session *s,
 		 struct dl_event *ev, const struct dl_lock *lk);
 
-/* ---- locktab_side.c ------------------------------------------------------
- */
+/* ---- locktab_side.c ----------------------------------------------------- */
 
 struct dl__side *dl__side_find(const struct dl_locktab *t,
 			       const struct dl_htab *h, const void *of);

@@ -39,8 +39,7 @@
 _Static_assert(offsetof(struct dl__side, key) == sizeof(struct dl_hnode),
 	       "a side object's key must follow its hash node");
 
-/* ---- side objects ----------------------------------------------------------
- */
+/* ---- side objects ------------------------------------------------------- */
 
 struct dl__side *dl__side_find(const struct dl_locktab *t,
 			       const struct dl_htab *h, const void *of)
@@ -87,8 +86,7 @@ void dl__side_free_all(struct dl_locktab *t)
 				      offsetof(struct dl__side, hn));
 }
 
-/* ---- warnings --------------------------------------------------------------
- */
+/* ---- warnings ----------------------------------------------------------- */
 
 static struct dl_warn *warn_of(const struct dl_locktab *t,
 			       const struct dl_lease *l)
@@ -188,8 +186,7 @@ void dl__warn_fire(struct dl_locktab *t, struct dl_warn *w, uint64_t now)
 	}
 }
 
-/* ---- delays ----------------------------------------------------------------
- */
+/* ---- delays ------------------------------------------------------------- */
 
 struct dl_delay *dl__delay_of(const struct dl_locktab *t,
 			      const struct dl_lock *lk)

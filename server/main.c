@@ -21,9 +21,6 @@
 #include "server/users.h"
 #include "server/watch.h"
 
-#define EXIT_USAGE  2
-#define EXIT_CONFIG 3
-
 static const char usage[] =
 	"usage: dlockd [-c FILE] [options]\n"
 	"\n"
@@ -264,23 +261,23 @@ int main(int argc, char **argv)
 			return 0;
 		default:
 			fputs(usage, stderr);
-			return EXIT_USAGE;
+			return DL_EXIT_USAGE;
 		}
 		ov[nov++] = (struct dl_override){sec, key, optarg};
 		if (nov == sizeof(ov) / sizeof(ov[0])) {
 			fprintf(stderr, "dlockd: too many options\n");
-			return EXIT_USAGE;
+			return DL_EXIT_USAGE;
 		}
 	}
 	if (optind < argc) {
 		fprintf(stderr, "dlockd: unexpected argument '%s'\n%s",
 			argv[optind], usage);
-		return EXIT_USAGE;
+		return DL_EXIT_USAGE;
 	}
 	if (dl_config_load(&srv.cfg, path, ov, nov, err, sizeof(err)) != 0) {
 		fprintf(stderr, "dlockd: %s\n", err);
 		dl_config_free(&srv.cfg);
-		return EXIT_CONFIG;
+		return DL_EXIT_CONFIG;
 	}
 	if (check_only && srv.cfg.users_file[0]) {
 		struct dl_users *u = NULL;
@@ -290,7 +287,7 @@ int main(int argc, char **argv)
 		if (r != 0) {
 			fprintf(stderr, "dlockd: %s\n", err);
 			dl_config_free(&srv.cfg);
-			return EXIT_CONFIG;
+			return DL_EXIT_CONFIG;
 		}
 	}
 	if (check_only) {
@@ -299,7 +296,7 @@ int main(int argc, char **argv)
 		    dl_tls_check(&srv.cfg, err, sizeof(err)) != 0) {
 			fprintf(stderr, "dlockd: %s\n", err);
 			dl_config_free(&srv.cfg);
-			return EXIT_CONFIG;
+			return DL_EXIT_CONFIG;
 		}
 		printf("# %s: configuration OK\n", path ? path : "(defaults)");
 		fflush(stdout);

@@ -101,8 +101,7 @@ static void mconn_close(struct mconn *c)
 	uv_close((uv_handle_t *)&c->timer, on_mconn_closed);
 }
 
-/* ---- the page ---------------------------------------------------------------
- */
+/* ---- the page ----------------------------------------------------------- */
 
 struct page {
 	struct dl_buf b;
@@ -304,8 +303,7 @@ static void answer(struct mconn *c)
 	mconn_write(c, c->resp.p, c->resp.len, 1);
 }
 
-/* ---- connections
- * ---------------------------------------------------------------- */
+/* ---- connections -------------------------------------------------------- */
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
@@ -436,8 +434,7 @@ static void on_connection(uv_stream_t *l, int status)
 	uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 
-/* ---- listener
- * ------------------------------------------------------------------- */
+/* ---- listener ----------------------------------------------------------- */
 
 int dl_metrics_start(struct dl_server *srv, struct dl_metrics **out)
 {

@@ -39,13 +39,6 @@
 #include "server/tls.h"
 #include "server/watch.h"
 
-/* Exit codes of start-up failures (documented in dlockd(8)). */
-#define EXIT_CONFIG 3
-#define EXIT_LISTEN 4
-#define EXIT_STORE  5
-#define EXIT_ACTIVE 6 /* another daemon is active, and no [cluster] */
-#define EXIT_OTHER  1
-
 static void fatal(int code, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3), noreturn));
 static void fatal(int code, const char *fmt, ...)
@@ -61,8 +54,7 @@ static void fatal(int code, const char *fmt, ...)
 	exit(code);
 }
 
-/* ---- hooks from the lock table and the store ------------------------------
- */
+/* ---- hooks from the lock table and the store ---------------------------- */
 
 /* The table's clock: read per request (clock.h says why not uv_now()). */
 static uint64_t tab_now(void *ctx)
@@ -90,7 +82,7 @@ void dl__server_committed(uint64_t epoch, void *ctx)
 
 	srv->durable = epoch;
 	while ((c = *pp) != NULL) {
-		dl_conn_release(c, epoch);
+		dl_conn_send_held(c, epoch);
 		if (!dl_conn_holding(c)) {
 			*pp = c->hnext;
 			c->in_held = 0;
@@ -264,8 +256,7 @@ static struct dl_locktab_limits tab_limits(const struct dl_config *cfg)
 	return l;
 }
 
-/* ---- the loop's phases
- * ---------------------------------------------------------- */
+/* ---- the loop's phases -------------------------------------------------- */
 
 static void on_wheel(uv_timer_t *t);
 static void on_reap_idle(uv_idle_t *h);
@@ -390,8 +381,7 @@ static void on_prepare(uv_prepare_t *h)
 	flush_phase(h->data);
 }
 
-/* ---- listeners
- * ---------------------------------------------------------------------- */
+/* ---- listeners ---------------------------------------------------------- */
 
 static void on_connection(uv_stream_t *listener, int status)
 {
@@ -416,7 +406,7 @@ static void listen_tcp(struct dl_server *srv)
 	snprintf(port, sizeof(port), "%u", (unsigned)cfg->port);
 	r = getaddrinfo(cfg->bind, port, &hints, &ai);
 	if (r != 0 || !ai)
-		fatal(EXIT_LISTEN, "cannot listen on %s:%s: %s", cfg->bind,
+		fatal(DL_EXIT_LISTEN, "cannot listen on %s:%s: %s", cfg->bind,
 		      port, gai_strerror(r));
 	uv_tcp_init(srv->loop, &srv->tcp);
 	srv->tcp.data = srv;
@@ -426,7 +416,7 @@ static void listen_tcp(struct dl_server *srv)
 		r = uv_listen((uv_stream_t *)&srv->tcp, 511, on_connection);
 	freeaddrinfo(ai);
 	if (r != 0)
-		fatal(EXIT_LISTEN, "cannot listen on %s:%s: %s", cfg->bind,
+		fatal(DL_EXIT_LISTEN, "cannot listen on %s:%s: %s", cfg->bind,
 		      port, uv_strerror(r));
 	dl_notice("listening on %s:%s", cfg->bind, port);
 }
@@ -452,13 +442,12 @@ static void listen_unix(struct dl_server *srv)
 			      on_connection);
 	}
 	if (r != 0)
-		fatal(EXIT_LISTEN, "cannot listen on %s: %s", path,
+		fatal(DL_EXIT_LISTEN, "cannot listen on %s: %s", path,
 		      uv_strerror(r));
 	dl_notice("listening on %s", path);
 }
 
-/* ---- signals
- * ------------------------------------------------------------------------ */
+/* ---- signals ------------------------------------------------------------ */
 
 static void on_signal(uv_signal_t *h, int signum)
 {
@@ -492,8 +481,7 @@ static void start_signal(struct dl_server *srv, uv_signal_t *h, int signum)
 	uv_unref((uv_handle_t *)h);
 }
 
-/* ---- systemd watchdog -----------------------------------------------------
- */
+/* ---- systemd watchdog --------------------------------------------------- */
 
 /* Pings come from the loop itself: a loop that stops turning stops them,
  * and systemd restarts the daemon. */
@@ -605,7 +593,7 @@ static void load_state(struct dl_server *srv)
 		if (r == 0)
 			return;
 		if (r == DL_ENOTACTIVE && !srv->cfg.node_id[0])
-			fatal(EXIT_ACTIVE,
+			fatal(DL_EXIT_ACTIVE,
 			      "%s. Two dlockd on one Redis and prefix must not both write: stop the other one, or give both a [cluster] node_id to run this one as its standby",
 			      err);
 		if (r == DL_ENOTACTIVE) {
@@ -613,7 +601,7 @@ static void load_state(struct dl_server *srv)
 			return;
 		}
 		if (r != DL_EUNAVAILABLE)
-			fatal(EXIT_STORE, "cannot load state: %s", err);
+			fatal(DL_EXIT_STORE, "cannot load state: %s", err);
 		if (dl_mono_ms() - logged >= DL_STORE_WAIT_LOG_MS) {
 			dl_warn("redis not ready (%s); waiting, nothing is served until the state is loaded (%llu s so far)",
 				err,
@@ -639,7 +627,7 @@ static void wait_for_store(struct dl_server *srv)
 	uint64_t logged = dl_mono_ms();
 
 	if (dl_store_start(srv->store) != 0)
-		fatal(EXIT_STORE, "cannot start the store");
+		fatal(DL_EXIT_STORE, "cannot start the store");
 	uv_ref((uv_handle_t *)&srv->check); /* keeps the loop turning */
 	while (dl_store_active(srv->store) &&
 	       !dl_store_available(srv->store) && !srv->stop_signal) {
@@ -713,7 +701,7 @@ static void start_tls(struct dl_server *srv)
 	char err[DL_CONFIG_ERR_MAX], cert[320];
 
 	if (dl_tls_new(&srv->cfg, &srv->tls, err, sizeof(err)) != 0)
-		fatal(EXIT_CONFIG, "TLS: %s", err);
+		fatal(DL_EXIT_CONFIG, "TLS: %s", err);
 	dl_tls_describe_cert(srv->tls, cert, sizeof(cert));
 	dl_notice("TLS: certificate %s, %s; client certificates %s",
 		  srv->cfg.tls_cert, cert,
@@ -741,14 +729,14 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 
 	srv->tab = dl_locktab_new(&th, &lim, srv->cfg.tick_ms, random_u64());
 	if (!srv->tab || dl_watch_init(srv, random_u64()) != 0)
-		fatal(EXIT_OTHER, "out of memory");
+		fatal(DL_EXIT_OTHER, "out of memory");
 	if ((r = dl_access_new(&srv->cfg, random_u64(), &srv->access, err,
 			       sizeof(err))) != 0)
-		fatal(r == DL_ENOMEM ? EXIT_OTHER : EXIT_CONFIG, "%s",
+		fatal(r == DL_ENOMEM ? DL_EXIT_OTHER : DL_EXIT_CONFIG, "%s",
 		      r == DL_ENOMEM ? "out of memory" : err);
 	srv->store = dl_store_new(loop, &srv->cfg, srv->tab, &sh);
 	if (!srv->store)
-		fatal(EXIT_OTHER, "out of memory");
+		fatal(DL_EXIT_OTHER, "out of memory");
 	init_handles(srv);
 	if (dl_tls_enabled(&srv->cfg))
 		start_tls(srv);
@@ -762,7 +750,7 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 	if (srv->cfg.unix_socket[0])
 		listen_unix(srv);
 	if ((r = dl_metrics_start(srv, &srv->metrics)) != 0)
-		fatal(EXIT_LISTEN, "cannot serve metrics on %s: %s",
+		fatal(DL_EXIT_LISTEN, "cannot serve metrics on %s: %s",
 		      srv->cfg.metrics, uv_strerror(r));
 	start_watchdog(srv);
 	arm_wheel(srv);

@@ -39,6 +39,15 @@ struct dl_tls;
 struct dl_access;
 struct dl_watches;
 
+/* dlockd's exit statuses (dlockd(8), EXIT STATUS): main.c's for the
+ * command line, server.c's for start-up. */
+#define DL_EXIT_OTHER  1 /* out of memory, or another failure */
+#define DL_EXIT_USAGE  2 /* a bad command line */
+#define DL_EXIT_CONFIG 3 /* a bad configuration (also --check-config) */
+#define DL_EXIT_LISTEN 4 /* cannot listen */
+#define DL_EXIT_STORE  5 /* cannot load the state from Redis */
+#define DL_EXIT_ACTIVE 6 /* another daemon is active, and no [cluster] */
+
 struct dl_server_stats {
 	uint64_t connections_total;	    /* accepted since start */
 	uint64_t connections_rejected;	    /* over max_connections */
@@ -73,8 +82,8 @@ struct dl_server {
 	uv_check_t check;
 	uv_prepare_t prepare;
 	uv_signal_t sig_term, sig_int, sig_hup;
-	uv_timer_t drain_timer;
-	uv_timer_t sweep_timer; /* request and idle timeouts (conn.c) */ /* bounds a shutdown's wait for Redis */
+	uv_timer_t drain_timer; /* bounds a shutdown's wait for Redis */
+	uv_timer_t sweep_timer; /* request and idle timeouts (conn.c) */
 	uv_timer_t role_timer;	/* acts on what the store learned (server.c) */
 	enum dl_store_role_event role_event;
 	uv_timer_t watchdog;	/* sd_notify WATCHDOG=1, when asked */

@@ -94,8 +94,7 @@ int dl__load_add_name(struct dl_buf *b, struct dl_str name)
 	return 0;
 }
 
-/* ---- commands -------------------------------------------------------------
- */
+/* ---- commands ----------------------------------------------------------- */
 
 redisReply *dl__load_run(struct load_ctx *x, int *rc, int fatal_errors,
 			 int argc, const char **argv, const size_t *lens)
@@ -325,8 +324,7 @@ static int read_token(struct load_ctx *x, uint64_t *stored)
 	return 0;
 }
 
-/* ---- records --------------------------------------------------------------
- */
+/* ---- records ------------------------------------------------------------ */
 
 /* First pass over a record: everything restore would refuse. */
 static int check_item(const struct dl_record_item *it, void *arg)
@@ -509,8 +507,7 @@ int dl__load_record(struct load_ctx *x, struct dl_str name,
 	return 0;
 }
 
-/* ---- layout 2: the buckets ------------------------------------------------
- */
+/* ---- layout 2: the buckets ---------------------------------------------- */
 
 static int bucket_refused(struct load_ctx *x, uint32_t b, const char *e);
 
@@ -660,8 +657,7 @@ static int load_buckets(struct load_ctx *x)
 	return rc;
 }
 
-/* ---- the load ------------------------------------------------------------
- */
+/* ---- the load ----------------------------------------------------------- */
 
 /* Write back what changed while loading (waits that ended), through the
  * fenced write function. */

@@ -419,8 +419,7 @@ int dl__layout1_load(struct load_ctx *x)
 	return load_nils(x);
 }
 
-/* ---- the migration -------------------------------------------------------
- */
+/* ---- the migration ------------------------------------------------------ */
 
 /* The replace call built in st->writes.wb, fenced; then the leadership, if
  * due. */

@@ -75,8 +75,7 @@ int dl_tls_enabled(const struct dl_config *cfg)
 	return cfg->tls_cert && cfg->tls_cert[0];
 }
 
-/* ---- contexts -------------------------------------------------------------
- */
+/* ---- contexts ----------------------------------------------------------- */
 
 static int load_ca(SSL_CTX *ctx, const struct dl_config *cfg, char *err,
 		   size_t errlen)
@@ -231,8 +230,7 @@ void dl_tls_free(struct dl_tls *t)
 	free(t);
 }
 
-/* ---- connections ----------------------------------------------------------
- */
+/* ---- connections -------------------------------------------------------- */
 
 char *dl_tls_rbuf(size_t *len)
 {

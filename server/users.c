@@ -53,8 +53,7 @@ static int has_prefix(struct dl_str s, const char *lit, struct dl_str *rest)
 	return 1;
 }
 
-/* ---- parsing -------------------------------------------------------------
- */
+/* ---- parsing ------------------------------------------------------------ */
 
 struct parse {
 	struct dl_users *u;
@@ -441,8 +440,7 @@ void dl_users_free(struct dl_users *u)
 	free(u);
 }
 
-/* ---- lookups and rights ---------------------------------------------------
- */
+/* ---- lookups and rights ------------------------------------------------- */
 
 struct dl_user *dl_users_find(const struct dl_users *u, struct dl_str name)
 {
@@ -586,8 +584,7 @@ void dl_users_carry(struct dl_users *next, const struct dl_users *old)
 	}
 }
 
-/* ---- secrets ----------------------------------------------------------------
- */
+/* ---- secrets ------------------------------------------------------------ */
 
 int dl_secret_hash(struct dl_str s, unsigned char out[DL_SECRET_HASH_LEN])
 {

@@ -152,8 +152,7 @@ const char *dl_user_name(const struct dl_user *u);
  * name in `next` (a reload). */
 void dl_users_carry(struct dl_users *next, const struct dl_users *old);
 
-/* ---- secrets --------------------------------------------------------------
- */
+/* ---- secrets ------------------------------------------------------------ */
 
 /* SHA-256 of s (via OpenSSL's libcrypto). 0 or DL_EINTERNAL. */
 int dl_secret_hash(struct dl_str s, unsigned char out[DL_SECRET_HASH_LEN]);

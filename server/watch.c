@@ -81,8 +81,7 @@ void dl_watch_stats(const struct dl_server *srv, struct dl_watch_stats *st)
 	st->dropped = ws->dropped;
 }
 
-/* ---- the budget ------------------------------------------------------------
- */
+/* ---- the budget --------------------------------------------------------- */
 
 /* Unread bytes past which c's watch events are dropped (watch.h). */
 static size_t budget(const struct dl_conn *c)
@@ -131,8 +130,7 @@ void dl_watch_drained(struct dl_conn *c)
 		overflow_notice(c->watch);
 }
 
-/* ---- events ----------------------------------------------------------------
- */
+/* ---- events ------------------------------------------------------------- */
 
 /* "* WATCH <name> <what> <owner> <token> holders=<n> [user=<user>]
  * [broken_by=<user>]". The owner is shown as STATUS shows it: its id,
@@ -208,8 +206,7 @@ void dl_watch_change(struct dl_server *srv, const struct dl_change *ch)
 	dl_watchreg_match(srv->watch->reg, ch->name, deliver, &ev);
 }
 
-/* ---- the verbs -------------------------------------------------------------
- */
+/* ---- the verbs ---------------------------------------------------------- */
 
 /* The request's pattern as it was written: the name, or prefix and '*'. */
 static struct dl_str pattern(const struct dl_request *rq, char *buf)

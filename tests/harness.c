@@ -45,8 +45,7 @@ void h_sleep_ms(int ms)
 		;
 }
 
-/* ---- processes -------------------------------------------------------------
- */
+/* ---- processes ---------------------------------------------------------- */
 
 int h_free_port(void)
 {
@@ -202,8 +201,7 @@ static void print_file(const char *path)
 	fclose(f);
 }
 
-/* ---- redis ------------------------------------------------------------------
- */
+/* ---- redis -------------------------------------------------------------- */
 
 /* 1 when redis answers PING with +PONG, or (loading_ok) with anything,
  * -LOADING included. */
@@ -418,8 +416,7 @@ void h_sentinel_stop(struct h_sentinel *s)
 	s->dir[0] = '\0';
 }
 
-/* ---- dlockd
- * ------------------------------------------------------------------ */
+/* ---- dlockd ------------------------------------------------------------- */
 
 static const char *daemon_path(void)
 {
@@ -727,8 +724,7 @@ void h_suite_stop(struct h_daemon *d, struct h_redis *r)
 	cr_assert_eq(st, 0, "dlockd exited with status %d", st);
 }
 
-/* ---- clients
- * ------------------------------------------------------------------ */
+/* ---- clients ------------------------------------------------------------ */
 
 struct h_client *h_try_connect(int port)
 {
@@ -1076,8 +1072,7 @@ char *h_call_ttl(struct h_client *c, const char *prefix, int i, uint64_t asked,
 	return l;
 }
 
-/* ---- added for test_persist -------------------------------------------------
- */
+/* ---- added for test_persist --------------------------------------------- */
 
 const char *h_owner_key(const char *owner)
 {

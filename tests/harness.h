@@ -67,8 +67,7 @@ struct h_client {
 	char line[DL_LINE_MAX + 1]; /* last line read */
 };
 
-/* ---- processes ------------------------------------------------------------
- */
+/* ---- processes ---------------------------------------------------------- */
 
 /* A free TCP port on 127.0.0.1 (bound and released). */
 int h_free_port(void);
@@ -226,8 +225,7 @@ char *h_call_ttl(struct h_client *c, const char *prefix, int i, uint64_t asked,
 uint64_t h_now_ms(void);
 void h_sleep_ms(int ms);
 
-/* ---- added for test_persist -------------------------------------------------
- */
+/* ---- added for test_persist --------------------------------------------- */
 
 /* The key a test client proves owner `owner` with: the same for every
  * client of the tests that says that owner, as if one client reconnected
@@ -255,8 +253,7 @@ uint64_t h_stats_value(struct h_client *c, const char *key);
 int h_redis_wait(const struct h_redis *r, const char *cmd, const char *needle,
 		 int want, int timeout_ms);
 
-/* ---- the daemon's keys in Redis (store layout 2, server/store.c) --------
- */
+/* ---- the daemon's keys in Redis (store layout 2, server/store.c) -------- */
 
 /* The bucket of lock `name` under the default prefix, "dlock:rec:<b>"
  * (server/bucket.h's function; static buffer, valid until the next

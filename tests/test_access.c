@@ -430,8 +430,7 @@ Test(access, new_secret_prints_a_secret_and_its_hash_line)
 	}
 }
 
-/* ---- BREAK -----------------------------------------------------------------
- */
+/* ---- BREAK -------------------------------------------------------------- */
 
 /* BREAK needs the break right on the name and a reason; the holder is
  * told who broke its lease, the log says who, from where, whose lease
@@ -784,8 +783,7 @@ Test(access, guessing_costs_the_connection_and_the_log_sums_it_up)
 		     "see %s", d.log);
 }
 
-/* ---- quotas -----------------------------------------------------------------
- */
+/* ---- quotas ------------------------------------------------------------- */
 
 /* A user's quota holds whatever owner it names: switching HELLO owner=
  * between LOCKs does not get round it. */
@@ -851,8 +849,7 @@ Test(access, max_locks_bounds_the_locks_of_all_clients)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
-/* ---- reloads
- * ----------------------------------------------------------------- */
+/* ---- reloads ------------------------------------------------------------ */
 
 /* SIGHUP re-reads the users file: a session whose user is gone, whose
  * secret changed or whose rights shrank is told * BYE revoked and

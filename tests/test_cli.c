@@ -1667,8 +1667,7 @@ Test(cli, usage_errors_exit_64_and_help_exits_0)
 		  "%s", r.out);
 }
 
-/* ---- list, --json -----------------------------------------------------------
- */
+/* ---- list, --json ------------------------------------------------------- */
 
 Test(cli, list_shows_the_locks_and_json_serves_scripts)
 {
@@ -1829,8 +1828,7 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 	h_close(c);
 }
 
-/* ---- run --timeout, -E, the shortest lease --------------------------------
- */
+/* ---- run --timeout, -E, the shortest lease ------------------------------ */
 
 /* --timeout stops the command's whole tree as a lost lease would (SIGTERM,
  * the grace, SIGKILL), releases the lock and exits 124, as timeout(1). */

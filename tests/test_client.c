@@ -2044,8 +2044,7 @@ Test(client, a_reconnected_client_watches_again_and_says_so,
 	dlock_close(w);
 }
 
-/* ---- who holds it ---------------------------------------------------------
- */
+/* ---- who holds it ------------------------------------------------------- */
 
 /* The server's word key=<value> in a STATUS line, "" if absent. */
 static const char *status_kv(int port, const char *name, const char *key)

@@ -74,8 +74,7 @@ static struct {
 	int lineno;
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* ---- the file --------------------------------------------------------------
- */
+/* ---- the file ----------------------------------------------------------- */
 
 static const char *path(void)
 {
@@ -125,8 +124,7 @@ static int count(void)
 	return k;
 }
 
-/* ---- variables ---------------------------------------------------------------
- */
+/* ---- variables ---------------------------------------------------------- */
 
 #define fail(...)                                                              \
 	cr_assert_fail("%s, line %d: %s", S.scenario, S.lineno,                \
@@ -189,8 +187,7 @@ static void bind_lease(const char *id, int client, dlock_lease *l)
 	pthread_mutex_unlock(&S.mu);
 }
 
-/* ---- steps -------------------------------------------------------------------
- */
+/* ---- steps -------------------------------------------------------------- */
 
 static int split(char *line, char **w)
 {
@@ -527,8 +524,7 @@ static void cleanup(void)
 		h_redis_cleanup(&S.r);
 }
 
-/* ---- the tests -----------------------------------------------------------------
- */
+/* ---- the tests ---------------------------------------------------------- */
 
 ParameterizedTestParameters(conformance, scenario)
 {

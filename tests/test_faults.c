@@ -103,8 +103,7 @@ Test(faults, restart_that_waits_for_redis_keeps_each_lease_its_ttl)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
-/* ---- 2. the wall clock stepped while the daemon was down ------------------
- */
+/* ---- 2. the wall clock stepped while the daemon was down ---------------- */
 
 #define FAKETIME_LIB "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
@@ -191,8 +190,7 @@ Test(faults, restart_with_the_clock_stepped_back_ends_leases_on_time)
 	clock_step("-20s");
 }
 
-/* ---- 3. time is read when the request is read -----------------------------
- */
+/* ---- 3. time is read when the request is read --------------------------- */
 
 /* Replies of the burst are read by nobody: a big max_output keeps the
  * connection (and the loop's work) going. */

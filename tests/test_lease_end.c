@@ -63,8 +63,7 @@ static uint64_t expect_expiring(struct h_client *c, const char *name,
 	return at;
 }
 
-/* ---- warnings -------------------------------------------------------------
- */
+/* ---- warnings ----------------------------------------------------------- */
 
 Test(lease_end, expiring_is_sent_when_warn_of_the_lease_remains_not_before)
 {
@@ -210,8 +209,7 @@ Test(lease_end, a_warning_not_below_the_ttl_is_bad_arg)
 	h_close(a);
 }
 
-/* ---- lock-delay ------------------------------------------------------------
- */
+/* ---- lock-delay --------------------------------------------------------- */
 
 /* The next line of c must be "* GRANTED <name> ..." within `by`; returns
  * when it came. */

@@ -3651,8 +3651,7 @@ Test(locktab, a_withdrawn_grant_is_a_change_a_withdrawn_reentry_is_none)
 	dl_locktab_suspend_grants(tab, 0);
 }
 
-/* ---- descriptions of holders ---------------------------------------------
- */
+/* ---- descriptions of holders -------------------------------------------- */
 
 static struct dl_desc *desc_of(const char *host, uint64_t pid, const char *cmd)
 {

@@ -337,8 +337,7 @@ Test(persist, no_acknowledged_grant_lost_under_load)
 	stop_clean();
 }
 
-/* ---- 3, 4. restored queues ------------------------------------------------
- */
+/* ---- 3, 4. restored queues ---------------------------------------------- */
 
 /* h holds L for 1 s, w1 then w2 queue behind it; the queue reaches Redis;
  * the daemon is killed and restarted. Returns h's token; *restart_ms is
@@ -448,8 +447,7 @@ Test(persist, placeholders_dropped_after_grace)
 	stop_clean();
 }
 
-/* ---- 5. tokens never go backwards -----------------------------------------
- */
+/* ---- 5. tokens never go backwards --------------------------------------- */
 
 #define BURST 300
 
@@ -565,8 +563,7 @@ Test(persist, token_mark_is_reserved_ahead_and_rewritten_by_a_new_link)
 	stop_clean();
 }
 
-/* ---- 6. Redis killed: fail closed, then resume ----------------------------
- */
+/* ---- 6. Redis killed: fail closed, then resume -------------------------- */
 
 Test(persist, redis_killed_fail_closed_then_resumes)
 {
@@ -1163,8 +1160,7 @@ Test(persist, shutdown_never_sends_an_unacknowledged_grant)
 	h_close(a);
 }
 
-/* ---- 7. SIGTERM ------------------------------------------------------------
- */
+/* ---- 7. SIGTERM --------------------------------------------------------- */
 
 #define TERM_N 100
 
@@ -1229,8 +1225,7 @@ Test(persist, sigterm_flushes_and_restart_finds_every_lease)
 	stop_clean();
 }
 
-/* ---- 8. the keys in Redis ---------------------------------------------------
- */
+/* ---- 8. the keys in Redis ----------------------------------------------- */
 
 Test(persist, redis_keys_are_readable)
 {
@@ -2236,8 +2231,7 @@ Test(persist, a_running_lock_delay_survives_kill9)
 	stop_clean();
 }
 
-/* ---- who holds it ----------------------------------------------------------
- */
+/* ---- who holds it ------------------------------------------------------- */
 
 /* A holder's description and its hold time are state: after kill -9 the
  * restored lease still says who holds it (host, pid, command), and for

@@ -402,8 +402,7 @@ Test(record, a_lease_warning_round_trips_on_its_holder_line)
 	dl_locktab_free(t);
 }
 
-/* ---- version 3: described holders ---------------------------------------
- */
+/* ---- version 3: described holders --------------------------------------- */
 
 /* A lock with a described holder is written in version 3: since= for
  * every holder, the description of those that gave one; read back, it

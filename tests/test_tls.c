@@ -116,8 +116,7 @@ TestSuite(tls, .init = init, .fini = fini, .timeout = 60);
 		       cf("server.pem"), "--tls-key", cf("server.key"),        \
 		       ##__VA_ARGS__, NULL)
 
-/* ---- a raw TLS client -----------------------------------------------------
- */
+/* ---- a raw TLS client --------------------------------------------------- */
 
 struct tc {
 	int fd;
@@ -322,8 +321,7 @@ static void expect_refused(const struct dlock_options *o, const char *needle)
 		  err, needle);
 }
 
-/* ---- the TCP port ----------------------------------------------------------
- */
+/* ---- the TCP port ------------------------------------------------------- */
 
 Test(tls, lock_and_unlock_work_over_tls_from_a_raw_client_and_libdlock)
 {
@@ -461,8 +459,7 @@ Test(tls, a_pipelining_client_is_slowed_down_not_closed)
 	cr_assert(h_daemon_log_has(&d, "output limit") == 0);
 }
 
-/* ---- what libdlock accepts ------------------------------------------------
- */
+/* ---- what libdlock accepts ---------------------------------------------- */
 
 Test(tls, libdlock_refuses_a_server_certificate_from_another_ca)
 {
@@ -505,8 +502,7 @@ Test(tls, libdlock_refuses_an_expired_server_certificate)
 	expect_refused(&o, "certificate has expired");
 }
 
-/* ---- client certificates
- * ----------------------------------------------------- */
+/* ---- client certificates ------------------------------------------------ */
 
 Test(tls, verify_clients_refuses_a_client_without_a_trusted_certificate)
 {
@@ -596,8 +592,7 @@ Test(tls, without_verify_clients_a_certificate_is_optional)
 	cr_assert(log_wait(&d, " cert=alice: TLS handshake done", 2000));
 }
 
-/* ---- reload and configuration
- * ------------------------------------------------ */
+/* ---- reload and configuration ------------------------------------------- */
 
 static void copy_file(const char *from, const char *to)
 {
@@ -688,8 +683,7 @@ Test(tls, check_config_loads_the_files_and_matches_key_and_certificate)
 	cr_assert(strstr(err, "nothing.pem") != NULL, "%s", err);
 }
 
-/* ---- the metrics page
- * --------------------------------------------------------- */
+/* ---- the metrics page --------------------------------------------------- */
 
 /* GET /metrics over TLS; the whole response (static buffer). */
 static const char *tls_scrape(int port)
@@ -741,8 +735,7 @@ Test(tls, metrics_are_served_over_tls_when_tls_is_configured)
 	cr_assert(h_daemon_log_has(&d, "metrics on https://"));
 }
 
-/* ---- the dlock command ----------------------------------------------------
- */
+/* ---- the dlock command -------------------------------------------------- */
 
 /* Run `sh -c cmd` with DLOCK=$DLOCK; its exit status and stderr. */
 static int run_dlock(char *err, size_t errlen, const char *fmt, ...)
@@ -803,8 +796,7 @@ Test(tls, the_dlock_command_speaks_tls_from_flags_and_environment)
 	cr_assert(strstr(err, "go together") != NULL, "%s", err);
 }
 
-/* ---- reconnects and fail-over
- * ------------------------------------------------ */
+/* ---- reconnects and fail-over ------------------------------------------- */
 
 Test(tls, libdlock_reconnects_over_tls_and_keeps_its_lease, .timeout = 90)
 {

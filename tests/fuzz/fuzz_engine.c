@@ -13,7 +13,7 @@
  * queue and with the same contract: a durable line and every line after
  * it on the same connection are held until the store commits (the epoch
  * it was sent in), released with their TTLs rewritten, and
- * dl_conn_break_hold() passes each held line through the callback as
+ * dl_conn_withdraw_held() passes each held line through the callback as
  * conn.c does. The lock table's hooks are a clock the input moves and an
  * event hook that goes to dl_cmd_event(), as server.c does.
  *
@@ -278,7 +278,7 @@ void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why)
 		f->ended = 1;
 }
 
-void dl_conn_break_hold(struct dl_conn *c, dl_held_fn fn)
+void dl_conn_withdraw_held(struct dl_conn *c, dl_held_fn fn)
 {
 	struct fconn *f = fconn_of(c);
 	char buf[DL_REPLY_MAX];
