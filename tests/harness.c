@@ -1029,6 +1029,32 @@ uint64_t h_kv_u64(const char *line, const char *key)
 	return n;
 }
 
+const char *h_expect_status(struct h_client *c, const char *name,
+			    const char *state, uint64_t token,
+			    const char *owner, uint64_t waiters)
+{
+	char head[300];
+	char *l = h_call(c, "STATUS %s", name);
+
+	snprintf(head, sizeof(head), "OK STATUS %s ", name);
+	cr_assert(strncmp(l, head, strlen(head)) == 0, "STATUS %s: \"%s\"",
+		  name, l);
+	cr_assert_str_eq(h_kv(l, "state"), state, "in \"%s\"", l);
+	if (token)
+		cr_assert_eq(h_kv_u64(l, "token"), token, "in \"%s\"", l);
+	if (owner)
+		cr_assert_str_eq(h_kv(l, "owner"), owner, "in \"%s\"", l);
+	if (waiters != H_ANY_WAITERS)
+		cr_assert_eq(h_kv_u64(l, "waiters"), waiters, "in \"%s\"", l);
+	return l;
+}
+
+void h_expect_held(struct h_client *c, const char *name, const char *owner,
+		   uint64_t token)
+{
+	h_expect_status(c, name, "held", token, owner, H_ANY_WAITERS);
+}
+
 uint64_t h_lock(struct h_client *c, const char *name, const char *opts)
 {
 	char *l = h_call(c, "LOCK %s %s", name, opts ? opts : "");

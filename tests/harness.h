@@ -206,6 +206,15 @@ uint64_t h_arg_u64(const char *line, int i);
  * as a number; both assert that it is there. */
 const char *h_kv(const char *line, const char *key);
 uint64_t h_kv_u64(const char *line, const char *key);
+/* STATUS <name> answers for that name, in `state`, with `waiters`
+ * waiting; token (0: any) and owner (NULL: any) as given. Returns the
+ * line, for more checks (valid until c's next read). */
+#define H_ANY_WAITERS UINT64_MAX
+const char *h_expect_status(struct h_client *c, const char *name, const char *state,
+		     uint64_t token, const char *owner, uint64_t waiters);
+/* STATUS <name>: held by owner, with that token (0: any). */
+void h_expect_held(struct h_client *c, const char *name, const char *owner,
+		   uint64_t token);
 /* Lock + grant in one: "LOCK name ..." must be GRANTED; returns token. */
 uint64_t h_lock(struct h_client *c, const char *name, const char *opts);
 

@@ -53,18 +53,6 @@ TestSuite(faults, .fini = fini, .timeout = 180);
 
 /* ---- helpers ------------------------------------------------------------- */
 
-/* STATUS name: held by owner with token (0: any), or free. */
-static void expect_held(struct h_client *c, const char *name, const char *owner,
-			uint64_t token)
-{
-	char *l = h_call(c, "STATUS %s", name);
-
-	cr_assert_str_eq(h_kv(l, "state"), "held", "in \"%s\"", l);
-	cr_assert_str_eq(h_kv(l, "owner"), owner, "in \"%s\"", l);
-	if (token)
-		cr_assert_eq(h_kv_u64(l, "token"), token, "in \"%s\"", l);
-}
-
 /* ---- 1. a restart that waits for Redis ----------------------------------- */
 
 /* Redis is down when the daemon restarts and comes back 3 s later: the
@@ -94,7 +82,7 @@ Test(faults, restart_that_waits_for_redis_keeps_each_lease_its_ttl)
 	l = h_call(b, "TRYLOCK x");
 	cr_assert(h_starts(l, "NO BUSY x "), "alice's lease was lost: \"%s\"",
 		  l);
-	expect_held(b, "x", "alice", tok);
+	h_expect_held(b, "x", "alice", tok);
 	freed = h_wait_free(b, "x", 4000 + LATE_MS * 2);
 	cr_assert_geq(freed - back, 4000 - EARLY_MS,
 		      "the 4 s lease ended %llu ms after Redis came back",
@@ -170,7 +158,7 @@ static void clock_step(const char *offset)
 		  "clock %s: alice's lease lost: "
 		  "\"%s\"",
 		  offset, l);
-	expect_held(b, "x", "alice", tok);
+	h_expect_held(b, "x", "alice", tok);
 	freed = h_wait_free(b, "x", 3000 + LATE_MS * 2);
 	cr_assert_geq(freed - r0, 3000 - EARLY_MS,
 		      "clock %s: the 3 s lease ended %llu ms after the restart",
@@ -384,7 +372,7 @@ Test(faults, redis_loading_is_waited_for_at_start_and_while_serving)
 	cr_assert(h_daemon_log_has(&d, "LOADING"),
 		  "the log does not say why it waited");
 	b = h_hello(d.port, "bob");
-	expect_held(b, "x", "alice", tok);
+	h_expect_held(b, "x", "alice", tok);
 
 	/* Redis restarts and loads while the daemon serves. */
 	redis_restart_loading();
@@ -397,7 +385,7 @@ Test(faults, redis_loading_is_waited_for_at_start_and_while_serving)
 	cr_assert(h_daemon_alive(&d), "dlockd died while redis loaded");
 	b = h_hello(d.port, "bob");
 	h_wait_available(b, 1, 60000);
-	expect_held(b, "x", "alice", tok);
+	h_expect_held(b, "x", "alice", tok);
 	h_close(b);
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
@@ -432,8 +420,8 @@ Test(faults, unreadable_records_are_held_and_logged_not_fatal)
 	redis_set_raw("dlock:token", "garbage");
 	h_daemon_start_redis(&d, &r, NULL);
 	b = h_hello(d.port, "bob");
-	expect_held(b, "bad", "dlockd=unreadable", 0);
-	expect_held(b, "good", "carol", 7);
+	h_expect_held(b, "bad", "dlockd=unreadable", 0);
+	h_expect_held(b, "good", "carol", 7);
 	l = h_call(b, "TRYLOCK bad");
 	cr_assert(h_starts(l, "NO BUSY bad "), "TRYLOCK bad: \"%s\"", l);
 	snprintf(want, sizeof(want), "%s bad: record unreadable",
@@ -473,7 +461,7 @@ Test(faults, a_bucket_that_is_not_a_hash_is_waited_for_not_served_over)
 	cr_assert(h_daemon_listening(&d, 20000),
 		  "dlockd did not start once the key was removed");
 	b = h_hello(d.port, "bob");
-	expect_held(b, "good", "carol", 7);
+	h_expect_held(b, "good", "carol", 7);
 	h_close(b);
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
@@ -493,7 +481,7 @@ Test(faults, old_redis_expiries_do_not_survive_the_migration)
 	h_redis_cli(&r, "SADD dlock:locks old");
 	h_daemon_start_redis(&d, &r, NULL);
 	b = h_hello(d.port, "bob");
-	expect_held(b, "old", "carol", 9);
+	h_expect_held(b, "old", "carol", 9);
 	cr_assert_str_eq(h_redis_cli(&r, "EXISTS dlock:lock:old"), "0\n");
 	cr_assert(strstr(h_rec_get(&r, "old"), "H 9 "), "\"%s\"",
 		  h_rec_get(&r, "old"));
@@ -582,7 +570,7 @@ Test(faults, late_write_of_an_abandoned_redis_connection_does_not_apply)
 	h_daemon_restart(&d);
 	h_close(b);
 	b = h_hello(d.port, "bob");
-	expect_held(b, "x", "bob", tokB);
+	h_expect_held(b, "x", "bob", tokB);
 	h_close(a);
 	h_close(b);
 	cr_assert_eq(h_daemon_stop(&d), 0);

@@ -103,17 +103,6 @@ static uint64_t wait_active(const struct h_daemon *d, int max_ms)
 	return took;
 }
 
-static void expect_held(struct h_client *c, const char *name, const char *owner,
-			uint64_t token)
-{
-	char *l = h_call(c, "STATUS %s", name);
-
-	cr_assert_str_eq(h_kv(l, "state"), "held", "in \"%s\"", l);
-	cr_assert_str_eq(h_kv(l, "owner"), owner, "in \"%s\"", l);
-	if (token)
-		cr_assert_eq(h_kv_u64(l, "token"), token, "in \"%s\"", l);
-}
-
 /* Read c until it closes (or 10 s pass): no line may grant anything; 1
  * if a * BYE not-active naming `active` came. */
 static int no_grant_until_closed(struct h_client *c, const char *active)
@@ -158,7 +147,7 @@ Test(ha, second_daemon_without_cluster_refuses_to_start)
 	snprintf(needle, sizeof(needle), "at %s", addr_of(&a));
 	cr_assert(h_daemon_log_has(&b, needle), "the log names %s", needle);
 
-	expect_held(alice, "x", "alice", t);
+	h_expect_held(alice, "x", "alice", t);
 	h_close(alice);
 	cr_assert_eq(h_daemon_stop(&a), 0);
 }
@@ -226,7 +215,7 @@ Test(ha, standby_takes_over_after_kill9_with_leases_and_tokens)
 		      "took over before the leadership could have lapsed");
 
 	bob = h_hello(b.port, "bob");
-	expect_held(bob, "x", "alice", tx);
+	h_expect_held(bob, "x", "alice", tx);
 	l = h_call(bob, "TRYLOCK x");
 	cr_assert(h_starts(l, "NO BUSY x"), "\"%s\"", l);
 	tz = h_lock(bob, "z", "ttl=5s");
@@ -370,7 +359,7 @@ Test(ha, a_holders_description_survives_a_take_over)
 	wait_active(&b, 10000);
 
 	bob = h_hello(b.port, "bob");
-	expect_held(bob, "x", "alice", 0);
+	h_expect_held(bob, "x", "alice", 0);
 	l = h_call(bob, "STATUS x");
 	cr_assert_str_eq(h_kv(l, "host"), "web3", "in \"%s\"", l);
 	cr_assert_eq(h_kv_u64(l, "pid"), 4242, "in \"%s\"", l);
@@ -405,7 +394,7 @@ Test(ha, paused_active_acknowledges_nothing_and_steps_down)
 	h_daemon_signal(&a, SIGSTOP);
 	wait_active(&b, 10000);
 	carol = h_hello(b.port, "carol");
-	expect_held(carol, "x", "alice", tx);
+	h_expect_held(carol, "x", "alice", tx);
 	ty = h_lock(carol, "y", "ttl=30s");
 	cr_assert_gt(ty, tx);
 
@@ -424,8 +413,8 @@ Test(ha, paused_active_acknowledges_nothing_and_steps_down)
 
 	c = h_hello(b.port, "dave");
 	cr_assert_str_eq(h_kv(h_call(c, "STATUS w"), "state"), "free");
-	expect_held(c, "y", "carol", ty);
-	expect_held(c, "x", "alice", tx);
+	h_expect_held(c, "y", "carol", ty);
+	h_expect_held(c, "x", "alice", tx);
 	h_close(c);
 	c = h_hello(a.port, "dave");
 	cr_assert_eq(h_stats_value(c, "leader_depositions"), 1);
@@ -456,7 +445,7 @@ Test(ha, restart_after_kill9_does_not_wait_for_its_own_lease)
 	cr_assert_lt(h_now_ms() - t0, 5000,
 		     "a restart waited for its own leadership");
 	alice = h_hello(a.port, "alice");
-	expect_held(alice, "x", "alice", tx);
+	h_expect_held(alice, "x", "alice", tx);
 	h_close(alice);
 	cr_assert_eq(h_daemon_stop(&a), 0);
 }
@@ -494,7 +483,7 @@ Test(ha, same_node_id_twice_never_two_writers)
 	}
 	cr_assert_str_eq(role_of(&a, NULL, 0), "standby");
 	c = h_hello(b.port, "carol");
-	expect_held(c, "k", "alice", tk);
+	h_expect_held(c, "k", "alice", tk);
 	cr_assert_str_eq(h_kv(h_call(c, "STATUS q"), "state"), "free");
 	h_close(c);
 	h_close(alice);
@@ -528,7 +517,7 @@ Test(ha, clean_stop_hands_over_at_once)
 	cr_assert_lt(h_now_ms() - t0, 4000, "the standby waited for the lease");
 	cr_assert(h_daemon_log_has(&a, "leadership given up"));
 	alice = h_hello(b.port, "alice");
-	expect_held(alice, "x", "alice", tx);
+	h_expect_held(alice, "x", "alice", tx);
 	h_close(alice);
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
@@ -614,7 +603,7 @@ Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
 	l = h_call(c3, "TRYLOCK x2 ttl=1s");
 	cr_assert(h_starts(l, "NO BUSY x2 "), "c3 granted x2 held by c2: \"%s\"",
 		  l);
-	expect_held(c3, "x2", "c2", t2);
+	h_expect_held(c3, "x2", "c2", t2);
 	t3 = h_lock(c3, "y", "ttl=1s");
 	cr_assert_gt(t3, t2, "tokens went back");
 	h_close(c2);
@@ -1078,7 +1067,7 @@ Test(sentinel, primary_lost_with_the_daemon_loses_no_acknowledged_grant)
 	cr_assert_gt(tz, tok[N - 1], "tokens go on growing");
 	for (i = 0; i < N; i++) {
 		snprintf(name, sizeof(name), "k%d", i);
-		expect_held(c, name, "alice", tok[i]);
+		h_expect_held(c, name, "alice", tok[i]);
 	}
 	cr_assert(strstr(h_redis_cli(&rq, "ROLE"), "master") != NULL ||
 			  strstr(h_redis_cli(&rq2, "ROLE"), "master") != NULL,
@@ -1116,7 +1105,7 @@ Test(sentinel, daemon_follows_a_failover)
 	cr_log_info("writes back %llu ms after the primary died",
 		    (unsigned long long)(h_now_ms() - t0));
 	cr_assert(h_starts(l, "OK GRANTED y "), "\"%s\"", l);
-	expect_held(c, "x", "alice", t);
+	h_expect_held(c, "x", "alice", t);
 	cr_assert(strstr(h_redis_cli(&rq, "ROLE"), "master")
 			  ? h_redis_wait(&rq, h_rec_cmd("HEXISTS", "x"), "1", 1,
 					 5000)
@@ -1218,7 +1207,7 @@ Test(sentinel, nothing_acknowledged_while_a_sentinel_fails_over)
 	cr_assert(h_starts(l, "OK GRANTED q "), "\"%s\"", l);
 	tq = h_arg_u64(l, 1);
 	cr_assert_gt(tq, t);
-	expect_held(d2, "x", "alice", t);
+	h_expect_held(d2, "x", "alice", t);
 	/* Sentinel converts the old primary when it next sees it report
 	 * itself a master: seconds, up to its INFO period and more */
 	cr_assert(h_redis_wait(&rp, "ROLE", "slave", 1, 40000),
@@ -1286,7 +1275,7 @@ Test(ha, partitioned_active_steps_down, .fini = unpartition)
 	cr_assert_str_eq(role_of(&a, active, sizeof(active)), "standby");
 	cr_assert_str_eq(active, addr_of(&b));
 	c = h_hello(b.port, "carol");
-	expect_held(c, "x", "alice", tx);
+	h_expect_held(c, "x", "alice", tx);
 	cr_assert_str_eq(h_kv(h_call(c, "STATUS w"), "state"), "free");
 	h_close(c);
 	h_close(alice);

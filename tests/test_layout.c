@@ -37,19 +37,6 @@ TestSuite(layout, .fini = fini, .timeout = 180);
 
 /* ---- helpers ------------------------------------------------------------ */
 
-/* STATUS name: held by owner with token (0: any) and `waiters`. */
-static void expect_held(struct h_client *c, const char *name, const char *owner,
-			uint64_t token, uint64_t waiters)
-{
-	char *l = h_call(c, "STATUS %s", name);
-
-	cr_assert_str_eq(h_kv(l, "state"), "held", "in \"%s\"", l);
-	cr_assert_str_eq(h_kv(l, "owner"), owner, "in \"%s\"", l);
-	if (token)
-		cr_assert_eq(h_kv_u64(l, "token"), token, "in \"%s\"", l);
-	cr_assert_eq(h_kv_u64(l, "waiters"), waiters, "in \"%s\"", l);
-}
-
 static void expect_free(struct h_client *c, const char *name)
 {
 	char *l = h_call(c, "STATUS %s", name);
@@ -146,13 +133,13 @@ Test(layout, layout_1_is_migrated_with_every_lease_its_token_and_its_queue)
 	cr_assert(h_daemon_log_has(&d, "migrated to store layout 2"));
 
 	c = h_hello(d.port, "m");
-	expect_held(c, "l1", "carol", 9, 0);
-	expect_held(c, "q", "dave", 11, 1);
+	h_expect_status(c, "l1", "held", 9, "carol", 0);
+	h_expect_status(c, "q", "held", 11, "dave", 1);
 	l = h_call(c, "STATUS sh");
 	cr_assert_eq(h_kv_u64(l, "holders"), 2, "in \"%s\"", l);
 	cr_assert_str_eq(h_kv(l, "mode"), "shared", "in \"%s\"", l);
-	expect_held(c, "bad", "dlockd=unreadable", 0, 0);
-	expect_held(c, "ended", "f", 14, 0);
+	h_expect_status(c, "bad", "held", 0, "dlockd=unreadable", 0);
+	h_expect_status(c, "ended", "held", 14, "f", 0);
 	expect_free(c, "gone");
 	h_close(c);
 
@@ -172,12 +159,12 @@ Test(layout, layout_1_is_migrated_with_every_lease_its_token_and_its_queue)
 	h_daemon_kill9(&d);
 	h_daemon_restart(&d);
 	c = h_hello(d.port, "m");
-	expect_held(c, "l1", "carol", 9, 0);
-	expect_held(c, "q", "dave", 11, 1);
+	h_expect_status(c, "l1", "held", 9, "carol", 0);
+	h_expect_status(c, "q", "held", 11, "dave", 1);
 	l = h_call(c, "STATUS sh");
 	cr_assert_eq(h_kv_u64(l, "holders"), 2, "in \"%s\"", l);
-	expect_held(c, "bad", "dlockd=unreadable", 0, 0);
-	expect_held(c, "ended", "f", 14, 0);
+	h_expect_status(c, "bad", "held", 0, "dlockd=unreadable", 0);
+	h_expect_status(c, "ended", "held", 14, "f", 0);
 	expect_free(c, "gone");
 	l = h_call(c, "TRYLOCK l1");
 	cr_assert(h_starts(l, "NO BUSY l1 "), "\"%s\"", l);
@@ -218,9 +205,9 @@ Test(layout, a_big_layout_1_with_missing_records_is_migrated)
 		if (i == 7)
 			continue;
 		snprintf(name, sizeof(name), "big:%d", i);
-		expect_held(c, name, "o", (uint64_t)i + 100, 0);
+		h_expect_status(c, name, "held", (uint64_t)i + 100, "o", 0);
 	}
-	expect_held(c, "big:7", "dlockd=unreadable", 0, 0);
+	h_expect_status(c, "big:7", "held", 0, "dlockd=unreadable", 0);
 	expect_free(c, "gone:0");
 	h_close(c);
 	cr_assert_eq(count_keys("dlock:lock:*"), 0);
@@ -249,8 +236,8 @@ Test(layout, a_migration_cut_before_its_switch_restores_exactly_layout_1)
 	h_rec_plant(&r, ghost, "dlock1\\nH 6 0 1 60000 mallory");
 	h_daemon_start_redis(&d, &r, NULL);
 	c = h_hello(d.port, "m");
-	expect_held(c, "l1", "carol", 9, 0);
-	expect_held(c, "l2", "carol", 10, 0);
+	h_expect_status(c, "l1", "held", 9, "carol", 0);
+	h_expect_status(c, "l2", "held", 10, "carol", 0);
 	expect_free(c, ghost);
 	h_close(c);
 	cr_assert_str_eq(h_rec_get(&r, ghost), "\n");
@@ -261,8 +248,8 @@ Test(layout, a_migration_cut_before_its_switch_restores_exactly_layout_1)
 	h_daemon_kill9(&d);
 	h_daemon_restart(&d);
 	c = h_hello(d.port, "m");
-	expect_held(c, "l1", "carol", 9, 0);
-	expect_held(c, "l2", "carol", 10, 0);
+	h_expect_status(c, "l1", "held", 9, "carol", 0);
+	h_expect_status(c, "l2", "held", 10, "carol", 0);
 	expect_free(c, ghost);
 	h_close(c);
 	cr_assert_eq(h_daemon_stop(&d), 0);
@@ -284,7 +271,7 @@ Test(layout, a_migration_cut_after_its_switch_uses_layout_2_only)
 	l1_plant("zombie", "dlock1\\nH 6 0 1 60000 mallory", 0);
 	h_daemon_start_redis(&d, &r, NULL);
 	c = h_hello(d.port, "m");
-	expect_held(c, "l1", "carol", 9, 0);
+	h_expect_status(c, "l1", "held", 9, "carol", 0);
 	expect_free(c, "zombie");
 	h_close(c);
 	cr_assert(!h_daemon_log_has(&d, "migrat"));
@@ -374,12 +361,12 @@ Test(layout, resync_after_a_lost_link_deletes_what_ended_and_keeps_every_lease)
 	m = h_hello(d.port, "m");
 	expect_free(m, "gone");
 	expect_free(m, ghost);
-	expect_held(m, mate, "c", tmate, 0);
-	expect_held(m, "h0", "c", tok[0], 0);
+	h_expect_status(m, mate, "held", tmate, "c", 0);
+	h_expect_status(m, "h0", "held", tok[0], "c", 0);
 	expect_free(m, "other");
 	for (i = 0; i < RESYNC_HELD; i += 7) {
 		snprintf(name, sizeof(name), "h%d", i);
-		expect_held(m, name, "c", tok[i], 0);
+		h_expect_status(m, name, "held", tok[i], "c", 0);
 	}
 	h_close(m);
 	cr_assert_eq(h_daemon_stop(&d), 0);
@@ -740,7 +727,7 @@ Test(layout, daemons_of_layout_1_cannot_take_over_a_redis_in_layout_2)
 	/* and the daemon of layout 2 comes back with its lock */
 	h_daemon_restart(&d);
 	c = h_hello(d.port, "m");
-	expect_held(c, "x", "c", 0, 0);
+	h_expect_status(c, "x", "held", 0, "c", 0);
 	h_close(c);
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }

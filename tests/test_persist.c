@@ -61,26 +61,6 @@ static void start(const char *appendfsync, const char *conf)
 	h_daemon_start_redis(&d, &r, conf);
 }
 
-/* STATUS <name> must show state and waiters (and the holder's token and
- * owner when token is not 0). */
-static void expect_status(struct h_client *c, const char *name,
-			  const char *state, uint64_t token, const char *owner,
-			  uint64_t waiters)
-{
-	char head[300];
-	char *l = h_call(c, "STATUS %s", name);
-
-	snprintf(head, sizeof(head), "OK STATUS %s ", name);
-	cr_assert(strncmp(l, head, strlen(head)) == 0, "STATUS %s: \"%s\"",
-		  name, l);
-	cr_assert_str_eq(h_kv(l, "state"), state, "in \"%s\"", l);
-	if (token) {
-		cr_assert_eq(h_kv_u64(l, "token"), token, "in \"%s\"", l);
-		cr_assert_str_eq(h_kv(l, "owner"), owner, "in \"%s\"", l);
-	}
-	cr_assert_eq(h_kv_u64(l, "waiters"), waiters, "in \"%s\"", l);
-}
-
 /* CHECK name token must be OK VALID for that token. */
 static void expect_valid(struct h_client *c, const char *name, uint64_t tok)
 {
@@ -149,7 +129,7 @@ Test(persist, acknowledged_lease_survives_kill9)
 	rem = h_arg_u64(l, 2);
 	cr_assert(rem > 0 && rem <= 30000, "remaining %llu ms",
 		  (unsigned long long)rem);
-	expect_status(c, "x", "held", tok, "a", 0);
+	h_expect_status(c, "x", "held", tok, "a", 0);
 	l = h_call(c, "TRYLOCK x");
 	cr_assert(h_starts(l, "NO BUSY x "), "another owner: \"%s\"", l);
 
@@ -378,18 +358,18 @@ Test(persist, restored_lease_lasts_its_ttl_from_the_restart_then_queue_moves)
 	htok = queue_then_crash(&r0);
 
 	m = h_hello(d.port, "m");
-	expect_status(m, "L", "held", htok, "h", 2);
+	h_expect_status(m, "L", "held", htok, "h", 2);
 	freed = h_wait_free(m, "L", 1000 + LATE_MS * 3);
 	cr_assert_geq(freed - r0, 1000 - EARLY_MS,
 		      "the restored 1 s lease ended %llu ms after the restart "
 		      "began",
 		      (unsigned long long)(freed - r0));
-	expect_status(m, "L", "free", 0, "-", 2);
+	h_expect_status(m, "L", "free", 0, NULL, 2);
 
 	w2 = h_hello(d.port, "w2");
 	h_send(w2, "LOCK L");
 	h_expect(w2, "OK QUEUED L 2"); /* behind w1's restored place */
-	expect_status(m, "L", "free", 0, "-", 2);
+	h_expect_status(m, "L", "free", 0, NULL, 2);
 
 	w1 = h_hello(d.port, "w1");
 	l = h_call(w1, "LOCK L");
@@ -397,14 +377,14 @@ Test(persist, restored_lease_lasts_its_ttl_from_the_restart_then_queue_moves)
 	t1 = h_arg_u64(l, 1);
 	cr_assert_gt(t1, htok);
 	h_expect_silence(w2, 200);
-	expect_status(m, "L", "held", t1, "w1", 1);
+	h_expect_status(m, "L", "held", t1, "w1", 1);
 
 	h_send(w1, "UNLOCK L %llu", (unsigned long long)t1);
 	h_expect(w1, "OK RELEASED L");
 	l = h_expect_prefix(w2, "* GRANTED L ");
 	t2 = h_arg_u64(l, 1);
 	cr_assert_gt(t2, t1);
-	expect_status(m, "L", "held", t2, "w2", 0);
+	h_expect_status(m, "L", "held", t2, "w2", 0);
 	h_close(m);
 	h_close(w1);
 	h_close(w2);
@@ -429,12 +409,12 @@ Test(persist, placeholders_dropped_after_grace)
 	cr_assert(h_starts(l, "NO BUSY L "),
 		  "TRYLOCK within the grace: \"%s\" (%llu ms after restart)", l,
 		  (unsigned long long)(h_now_ms() - t0));
-	expect_status(o, "L", "free", 0, "-", 2);
+	h_expect_status(o, "L", "free", 0, NULL, 2);
 
 	left = (int64_t)(t0 + GRACE_MS + LATE_MS) - (int64_t)h_now_ms();
 	if (left > 0)
 		h_sleep_ms((int)left);
-	expect_status(o, "L", "free", 0, "-", 0);
+	h_expect_status(o, "L", "free", 0, NULL, 0);
 	tok = h_lock(o, "L", "wait=0");
 	cr_assert_gt(tok, htok);
 
@@ -604,7 +584,7 @@ Test(persist, redis_killed_fail_closed_then_resumes)
 	/* Reads are served from memory. */
 	l = call_within(m, 1500, "PING hi");
 	cr_assert_str_eq(l, "OK PONG hi");
-	expect_status(m, "x", "held", tok, "a", 0);
+	h_expect_status(m, "x", "held", tok, "a", 0);
 	expect_valid(m, "x", tok);
 
 	/* The lease still ends on time (the refused REFRESH did not extend
@@ -618,7 +598,7 @@ Test(persist, redis_killed_fail_closed_then_resumes)
 		      (unsigned long long)el);
 	l = h_call(m, "CHECK x %llu", (unsigned long long)tok);
 	cr_assert_str_eq(l, "NO STALE x 0");
-	expect_status(m, "x", "free", 0, "-", 0);
+	h_expect_status(m, "x", "free", 0, NULL, 0);
 	l = call_within(b, 1500, "LOCK y wait=0");
 	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "still down: \"%s\"", l);
 
@@ -707,7 +687,7 @@ Test(persist, redis_hung_is_detected_by_timeout_and_held_grant_is_withdrawn)
 	h_expect(a, "OK PONG behind");
 	l = call_within(b, 1500, "LOCK z2 wait=0");
 	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "LOCK z2: \"%s\"", l);
-	expect_status(m, "z", "free", 0, "-", 0);
+	h_expect_status(m, "z", "free", 0, NULL, 0);
 
 	resume_redis_without(m, "z");
 	h_lock(b, "z", "wait=0");
@@ -920,7 +900,7 @@ Test(persist, a_waiter_that_leaves_while_its_grant_waits_for_redis_is_dropped)
 	l = h_read(c, 5000);
 	cr_assert(l != NULL && h_starts(l, "* GRANTED L "),
 		  "the next waiter: \"%s\"", l ? l : "(nothing)");
-	expect_status(m, "L", "held", h_arg_u64(l, 1), "c", 0);
+	h_expect_status(m, "L", "held", h_arg_u64(l, 1), "c", 0);
 	h_close(a);
 	h_close(c);
 	h_close(m);
@@ -950,8 +930,8 @@ Test(persist, held_grants_are_withdrawn_whatever_owner_the_connection_has_now)
 	h_expect_prefix(a, "ERR UNAVAILABLE "); /* LOCK oa */
 	h_expect_prefix(a, "OK HELLO ");
 	h_expect_prefix(a, "ERR UNAVAILABLE "); /* LOCK ob */
-	expect_status(m, "oa", "free", 0, "-", 0);
-	expect_status(m, "ob", "free", 0, "-", 0);
+	h_expect_status(m, "oa", "free", 0, NULL, 0);
+	h_expect_status(m, "ob", "free", 0, NULL, 0);
 
 	resume_redis_without(m, "oa");
 	h_lock(m, "oa", "wait=0");
@@ -1075,7 +1055,7 @@ Test(persist, lock_taken_again_after_a_resync_that_deleted_it_survives_kill9)
 	h_close(a);
 	h_close(b);
 	b = h_hello(d.port, "b");
-	expect_status(b, "x", "held", tx2, "a", 0);
+	h_expect_status(b, "x", "held", tx2, "a", 0);
 	h_close(b);
 	stop_clean();
 }
@@ -1208,9 +1188,9 @@ Test(persist, sigterm_flushes_and_restart_finds_every_lease)
 		l = h_line(m);
 		cr_assert(h_starts(l, want), "after SIGTERM: \"%s\"", l);
 	}
-	expect_status(m, "s0", "held", tok[0], "a", 2);
-	expect_status(m, "s1", "held", tok[1], "a", 1);
-	expect_status(m, "s2", "held", tok[2], "a", 0);
+	h_expect_status(m, "s0", "held", tok[0], "a", 2);
+	h_expect_status(m, "s1", "held", tok[1], "a", 1);
+	h_expect_status(m, "s2", "held", tok[2], "a", 0);
 
 	/* The owners get their places back. */
 	w2 = h_hello(d.port, "w2");
@@ -1480,7 +1460,7 @@ Test(persist, redis_losing_aof_while_running_is_refused_until_it_is_back)
 		h_sleep_ms(100);
 	}
 	/* the lease held meanwhile was kept, in memory and again in Redis */
-	expect_status(c, "x", "held", 0, NULL, 0);
+	h_expect_status(c, "x", "held", 0, NULL, 0);
 	h_close(c);
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
@@ -1855,7 +1835,7 @@ Test(persist, the_daemon_runs_as_a_redis_acl_user_with_the_documented_rights)
 	h_daemon_kill9(&d);
 	h_daemon_restart(&d);
 	c = h_hello(d.port, "b");
-	expect_status(c, "acl", "held", tok, "a", 0);
+	h_expect_status(c, "acl", "held", tok, "a", 0);
 	l = h_call(c, "TRYLOCK other ttl=1s");
 	cr_assert(h_starts(l, "OK GRANTED other "), "\"%s\"", l);
 	h_close(c);
@@ -1933,7 +1913,7 @@ Test(persist, the_daemon_reaches_a_tls_redis_through_stunnel,
 	h_daemon_kill9(&d);
 	h_daemon_restart(&d);
 	c = h_hello(d.port, "b");
-	expect_status(c, "t", "held", tok, "a", 0);
+	h_expect_status(c, "t", "held", tok, "a", 0);
 	l = h_call(c, "TRYLOCK u ttl=1s");
 	cr_assert(h_starts(l, "OK GRANTED u "), "\"%s\"", l);
 	h_close(c);
