@@ -556,107 +556,16 @@ Test(layout, a_resync_of_one_crowded_bucket_ends, .timeout = 300)
 /* ---- (d) daemons of layout 1 are kept out -------------------------------- */
 
 /* The library of the daemons of layout 1 (dlock_v4, as main wrote it
- * before layout 2: server/store_batch.c at 8a5d2c6), verbatim: the
- * barrier must hold against the real functions, not a model of them. */
-static const char v4_library[] =
-	"#!lua name=dlock_v4\n"
-	"-- dlockd's writes and leadership: see server/store_batch.c and\n"
-	"-- server/store_lead.c in the dlockd sources.\n"
-	"local function apply(keys, args)\n"
-	"  local fence = redis.call('GET', keys[1])\n"
-	"  if fence ~= args[1] then\n"
-	"    return redis.error_reply('FENCED writer fence ' .. args[1] ..\n"
-	"      ' is stale, the current one is ' .. tostring(fence))\n"
-	"  end\n"
-	"  local plen = tonumber(args[3])\n"
-	"  local sets, dels, adds, rems = {}, {}, {}, {}\n"
-	"  for i = 4, #keys do\n"
-	"    local op, key = args[2 * i - 4], keys[i]\n"
-	"    if op == 'D' then\n"
-	"      dels[#dels + 1] = key\n"
-	"      rems[#rems + 1] = string.sub(key, plen + 1)\n"
-	"    else\n"
-	"      sets[#sets + 1] = key\n"
-	"      sets[#sets + 1] = args[2 * i - 3]\n"
-	"      if op == 'N' then adds[#adds + 1] = string.sub(key, plen + 1) end\n"
-	"    end\n"
-	"  end\n"
-	"  for j = 1, #sets, 1000 do\n"
-	"    redis.call('MSET', unpack(sets, j, math.min(j + 999, #sets)))\n"
-	"  end\n"
-	"  for j = 1, #dels, 1000 do\n"
-	"    redis.call('DEL', unpack(dels, j, math.min(j + 999, #dels)))\n"
-	"  end\n"
-	"  for j = 1, #adds, 1000 do\n"
-	"    redis.call('SADD', keys[3], unpack(adds, j, math.min(j + 999, #adds)))\n"
-	"  end\n"
-	"  for j = 1, #rems, 1000 do\n"
-	"    redis.call('SREM', keys[3], unpack(rems, j, math.min(j + 999, #rems)))\n"
-	"  end\n"
-	"  local tok = args[2]\n"
-	"  if tok ~= '' then\n"
-	"    local cur = redis.call('GET', keys[2])\n"
-	"    if not cur or #tok > #cur or (#tok == #cur and tok > cur) then\n"
-	"      redis.call('SET', keys[2], tok)\n"
-	"    end\n"
-	"  end\n"
-	"  return #keys - 3\n"
-	"end\n"
-	"local function lead(keys, args)\n"
-	"  local mode, node, inst = args[1], args[3], args[6]\n"
-	"  local mine = tonumber(args[2])\n"
-	"  local cur = redis.call('GET', keys[1])\n"
-	"  local fence = tonumber(redis.call('GET', keys[2]) or '0')\n"
-	"  local epoch, holder, hinst\n"
-	"  if cur then\n"
-	"    epoch, holder, hinst = string.match(cur, '^(%d+) (%S+) %S+ (%S+)$')\n"
-	"    epoch = tonumber(epoch)\n"
-	"  end\n"
-	"  local this = cur and hinst == inst\n"
-	"  local ours = this and epoch == mine and fence == mine\n"
-	"  -- only this process writes its instance id: a record of it with a\n"
-	"  -- larger epoch is a take of its own whose reply it lost\n"
-	"  local mine_late = this and mine > 0 and epoch > mine\n"
-	"  if mode == 'renew' and ours then\n"
-	"    redis.call('PEXPIRE', keys[1], args[5])\n"
-	"    return {1, args[2], 1}\n"
-	"  end\n"
-	"  if mode == 'resign' and ours then\n"
-	"    redis.call('DEL', keys[1])\n"
-	"    return {1, args[2], 1}\n"
-	"  end\n"
-	"  -- a Redis behind this daemon: its record (or none: the leadership\n"
-	"  -- key expired during a fail-over) and a fence nobody raised since\n"
-	"  local lagged = mine > 0 and fence <= mine and\n"
-	"    ((this and epoch <= mine) or not cur)\n"
-	"  if (mode == 'take' or mode == 'start') and (not cur or ours or lagged or\n"
-	"      mine_late or (mode == 'start' and holder == node)) then\n"
-	"    local kept = 0\n"
-	"    if mine > 0 and (fence == mine or lagged or mine_late) then\n"
-	"      kept = 1\n"
-	"    end\n"
-	"    local e = math.max(fence, mine, epoch or 0) + 1\n"
-	"    redis.call('SET', keys[2], e)\n"
-	"    redis.call('SET', keys[1], e .. ' ' .. node .. ' ' .. args[4] ..\n"
-	"      ' ' .. inst, 'PX', args[5])\n"
-	"    return {1, tostring(e), kept}\n"
-	"  end\n"
-	"  return {0, cur or '', redis.call('PTTL', keys[1])}\n"
-	"end\n"
-	"redis.register_function('dlock_apply_v4', apply)\n"
-	"redis.register_function('dlock_lead_v4', lead)\n";
+ * before layout 2: server/store_batch.c at 8a5d2c6), verbatim in
+ * tests/fixtures/layout1_v4.lua: the barrier must hold against the real
+ * functions, not a model of them. Tests run from the source tree. */
+#define V4_LIBRARY "tests/fixtures/layout1_v4.lua"
 
-/* FUNCTION LOAD REPLACE of a library, through a file (it has newlines). */
-static void load_library(const char *text)
+/* FUNCTION LOAD REPLACE of the library in file `path`. */
+static void load_library(const char *path)
 {
-	char path[H_PATH_MAX + 16], cmd[H_PATH_MAX + 128];
-	FILE *f;
+	char cmd[H_PATH_MAX + 128];
 
-	snprintf(path, sizeof(path), "%s/v4.lua", r.dir);
-	f = fopen(path, "w");
-	cr_assert(f != NULL);
-	fputs(text, f);
-	fclose(f);
 	snprintf(
 		cmd, sizeof(cmd),
 		"redis-cli -h %s -p %d -x FUNCTION LOAD REPLACE < %s >/dev/null",
@@ -680,7 +589,7 @@ Test(layout, daemons_of_layout_1_cannot_take_over_a_redis_in_layout_2)
 	const char *out;
 
 	h_redis_start(&r, "always");
-	load_library(v4_library);
+	load_library(V4_LIBRARY);
 	h_daemon_start_redis(&d, &r, NULL);
 	c = h_hello(d.port, "c");
 	h_lock(c, "x", "ttl=60s");
