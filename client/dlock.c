@@ -1014,43 +1014,74 @@ int dlock_stats(dlock_client *c,
 	return err;
 }
 
+/* Body lines are split by the codec (dl_parse_body) into words that point
+ * into the line, which is the request's own copy: a value the caller gets
+ * as a C string is ended in place (the byte after it is a space or the
+ * line's end). */
+static char *own_str(char *line, const char *base, struct dl_str v)
+{
+	char *p = line + (v.p - base);
+
+	p[v.len] = '\0';
+	return p;
+}
+
+/* key=<u64> of a body line, if present, a number and at most max. */
+static int kv_u64(const struct dl_reply *r, const char *key, uint64_t max,
+		  uint64_t *out)
+{
+	struct dl_str v;
+	uint64_t n;
+
+	if (dl_reply_kv(r, key, &v) < 0 || dl_parse_u64(v.p, v.len, &n) < 0 ||
+	    n > max)
+		return 0;
+	*out = n;
+	return 1;
+}
+
+/* key=<text> of a body line into buf, unless absent, "-" or too long. */
+static void kv_copy(const struct dl_reply *r, const char *key, char *buf,
+		    size_t cap)
+{
+	struct dl_str v;
+
+	if (dl_reply_kv(r, key, &v) < 0 || v.len >= cap ||
+	    (v.len == 1 && v.p[0] == '-'))
+		return;
+	memcpy(buf, v.p, v.len);
+	buf[v.len] = '\0';
+}
+
 /* A LOCKS line: "<name> state=held mode=... owner=<id> token=<n>
- * ttl_ms=<n> count=<n> holders=<n> waiters=<n>" (unknown keys ignored). */
+ * ttl_ms=<n> count=<n> holders=<n> waiters=<n> limit=<n>" (unknown keys
+ * ignored). */
 static int locks_line(char *line, const char **name, struct dlock_status *st)
 {
-	char *w, *save = NULL, *eq;
-	uint64_t v;
+	struct dl_reply r;
+	struct dl_str v;
+	uint64_t n;
 
 	memset(st, 0, sizeof(*st));
-	if (!(*name = strtok_r(line, " ", &save)))
+	if (dl_parse_body(line, strlen(line), &r) < 0)
 		return DLOCK_EPROTO;
-	while ((w = strtok_r(NULL, " ", &save)) != NULL) {
-		if (!(eq = strchr(w, '=')))
-			continue;
-		*eq++ = '\0';
-		if (strcmp(w, "state") == 0) {
-			st->held = strcmp(eq, "held") == 0;
-		} else if (strcmp(w, "owner") == 0) {
-			if (strcmp(eq, "-") != 0 && strlen(eq) < sizeof(st->owner))
-				strcpy(st->owner, eq);
-		} else if (dl_parse_u64(eq, strlen(eq), &v) == 0) {
-			if (strcmp(w, "token") == 0)
-				st->token = v;
-			else if (strcmp(w, "ttl_ms") == 0 && v <= INT64_MAX)
-				st->ttl_ms = (int64_t)v;
-			else if (strcmp(w, "count") == 0 && v <= UINT32_MAX)
-				st->count = (uint32_t)v;
-			else if (strcmp(w, "waiters") == 0 && v <= UINT32_MAX)
-				st->waiters = (uint32_t)v;
-			else if (strcmp(w, "holders") == 0 && v <= UINT32_MAX)
-				st->holders = (uint32_t)v;
-			else if (strcmp(w, "limit") == 0 && v <= UINT32_MAX)
-				st->limit = (uint32_t)v;
-		} else if (strcmp(w, "mode") == 0 && strcmp(eq, "-") != 0 &&
-			   strlen(eq) < sizeof(st->mode)) {
-			strcpy(st->mode, eq);
-		}
-	}
+	st->held = dl_reply_kv(&r, "state", &v) == 0 && v.len == 4 &&
+		   memcmp(v.p, "held", 4) == 0;
+	kv_copy(&r, "owner", st->owner, sizeof(st->owner));
+	kv_copy(&r, "mode", st->mode, sizeof(st->mode));
+	if (kv_u64(&r, "token", UINT64_MAX, &n))
+		st->token = n;
+	if (kv_u64(&r, "ttl_ms", INT64_MAX, &n))
+		st->ttl_ms = (int64_t)n;
+	if (kv_u64(&r, "count", UINT32_MAX, &n))
+		st->count = (uint32_t)n;
+	if (kv_u64(&r, "waiters", UINT32_MAX, &n))
+		st->waiters = (uint32_t)n;
+	if (kv_u64(&r, "holders", UINT32_MAX, &n))
+		st->holders = (uint32_t)n;
+	if (kv_u64(&r, "limit", UINT32_MAX, &n))
+		st->limit = (uint32_t)n;
+	*name = own_str(line, line, r.word);
 	return 0;
 }
 
@@ -1107,44 +1138,46 @@ int dlock_locks(dlock_client *c, const char *prefix, const char *after,
  * [user= host= pid= cmd=]" */
 static int holders_line(char *line, struct dlock_holder *h)
 {
-	char *w, *save = NULL, *eq, *kind;
-	uint64_t v;
+	static const char *const desc[] = {"user", "host", "pid", "cmd",
+					   "held_ms"};
+	struct dl_reply r;
+	struct dl_str v;
+	uint64_t n;
+	size_t i;
+	int k;
 
 	memset(h, 0, sizeof(*h));
 	h->host = h->cmd = h->user = "";
 	h->held_ms = -1;
-	if (!(kind = strtok_r(line, " ", &save)) ||
-	    !(h->owner = strtok_r(NULL, " ", &save)))
+	if (dl_parse_body(line, strlen(line), &r) < 0 || r.argc < 1)
 		return DLOCK_EPROTO;
-	if (strcmp(kind, "waiter") == 0)
+	if (r.word.len == 6 && memcmp(r.word.p, "waiter", 6) == 0)
 		h->waiter = 1;
-	else if (strcmp(kind, "holder") != 0)
+	else if (r.word.len != 6 || memcmp(r.word.p, "holder", 6) != 0)
 		return DLOCK_EPROTO;
-	while ((w = strtok_r(NULL, " ", &save)) != NULL) {
-		if (strcmp(w, "restored") == 0)
+	for (k = 1; k < r.argc; k++)
+		if (r.argv[k].len == 8 && memcmp(r.argv[k].p, "restored", 8) == 0)
 			h->restored = 1;
-		if (!(eq = strchr(w, '=')))
-			continue;
-		*eq++ = '\0';
-		if (dl__holder_word(h, w, eq)) {
-			continue;
-		} else if (strcmp(w, "mode") == 0) {
-			h->shared = strcmp(eq, "shared") == 0;
-		} else if (strcmp(w, "wait_ms") == 0 && strcmp(eq, "inf") == 0) {
-			h->wait_ms = -1;
-		} else if (dl_parse_u64(eq, strlen(eq), &v) == 0) {
-			if (strcmp(w, "token") == 0)
-				h->token = v;
-			else if (strcmp(w, "ttl_ms") == 0 && v <= INT64_MAX)
-				h->ttl_ms = (int64_t)v;
-			else if (strcmp(w, "count") == 0 && v <= UINT32_MAX)
-				h->count = (uint32_t)v;
-			else if (strcmp(w, "position") == 0 && v <= UINT32_MAX)
-				h->position = (uint32_t)v;
-			else if (strcmp(w, "wait_ms") == 0 && v <= INT64_MAX)
-				h->wait_ms = (int64_t)v;
-		}
-	}
+	h->shared = dl_reply_kv(&r, "mode", &v) == 0 && v.len == 6 &&
+		    memcmp(v.p, "shared", 6) == 0;
+	if (dl_reply_kv(&r, "wait_ms", &v) == 0 && v.len == 3 &&
+	    memcmp(v.p, "inf", 3) == 0)
+		h->wait_ms = -1;
+	else if (kv_u64(&r, "wait_ms", INT64_MAX, &n))
+		h->wait_ms = (int64_t)n;
+	if (kv_u64(&r, "token", UINT64_MAX, &n))
+		h->token = n;
+	if (kv_u64(&r, "ttl_ms", INT64_MAX, &n))
+		h->ttl_ms = (int64_t)n;
+	if (kv_u64(&r, "count", UINT32_MAX, &n))
+		h->count = (uint32_t)n;
+	if (kv_u64(&r, "position", UINT32_MAX, &n))
+		h->position = (uint32_t)n;
+	/* the strings last: ending them in place cuts the line */
+	for (i = 0; i < sizeof(desc) / sizeof(desc[0]); i++)
+		if (dl_reply_kv(&r, desc[i], &v) == 0)
+			dl__holder_word(h, desc[i], own_str(line, line, v));
+	h->owner = own_str(line, line, r.argv[0]);
 	return 0;
 }
 

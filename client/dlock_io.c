@@ -560,9 +560,28 @@ static void fail_unsent(struct dlock_client *c, int err, const char *why)
 	}
 }
 
+/* The requests of `list` (linked) whose replies were lost: those to
+ * write again are appended to kept, the others finished. */
+static void sort_dropped(struct dlock_client *c, struct dl__req *list,
+			 struct dl__req **kept, struct dl__req **tail)
+{
+	struct dl__req *q, *next;
+
+	for (q = list; q; q = next) {
+		next = q->next;
+		q->next = NULL;
+		q->where = DL__NOWHERE;
+		if (!keep_over_drop(c, q))
+			continue;
+		q->where = DL__UNSENT;
+		dl__list_append(kept, tail, q);
+	}
+}
+
 static void disconnect(struct dlock_client *c)
 {
-	struct dl__req *kept = NULL, *tail = NULL, *all, *q, *next;
+	struct dl__req *kept = NULL, *tail = NULL, *stats, *fifo, *waiting;
+	struct dl__req *q, *next;
 	int64_t now = dl__now();
 
 	if (c->initial && !c->standby && !c->why[c->addr_i][0])
@@ -575,40 +594,21 @@ static void disconnect(struct dlock_client *c)
 	dl_linebuf_init(&c->lb);
 
 	/* in the order they were sent: a STATS being read, the FIFO, then
-	 * the queued LOCKs */
-	all = c->fifo;
-	if (c->stats_req) {
-		c->stats_req->next = all;
-		all = c->stats_req;
-		c->stats_req = NULL;
-		c->stats_left = 0;
-	}
-	if (c->fifo_tail)
-		c->fifo_tail->next = c->waiting;
-	else if (all == c->fifo)
-		all = c->waiting;
-	else
-		all->next = c->waiting;
+	 * the queued LOCKs; those kept go before anything queued meanwhile
+	 * (nothing, normally) */
+	stats = c->stats_req;
+	fifo = c->fifo;
+	waiting = c->waiting;
+	c->stats_req = NULL;
+	c->stats_left = 0;
 	c->fifo = c->fifo_tail = c->waiting = NULL;
-	for (q = all; q; q = next) {
-		next = q->next;
-		q->next = NULL;
-		q->where = DL__NOWHERE;
-		if (!keep_over_drop(c, q))
-			continue;
-		q->where = DL__UNSENT;
-		if (tail)
-			tail->next = q;
-		else
-			kept = q;
-		tail = q;
+	if (stats) {
+		stats->next = NULL;
+		sort_dropped(c, stats, &kept, &tail);
 	}
-	if (kept) { /* before anything queued meanwhile (nothing, normally) */
-		tail->next = c->unsent;
-		if (!c->unsent)
-			c->unsent_tail = tail;
-		c->unsent = kept;
-	}
+	sort_dropped(c, fifo, &kept, &tail);
+	sort_dropped(c, waiting, &kept, &tail);
+	dl__list_prepend(&c->unsent, &c->unsent_tail, kept, tail);
 	if (c->cluster_refused >= c->naddrs)
 		fail_unsent(c, DLOCK_ECLUSTER, c->why[c->addr_i]);
 	if (c->initial || !c->opt.reconnect || c->closing) {

@@ -319,6 +319,20 @@ int dl__cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline);
 
 struct dl__req *dl__req_new(enum dl__op op, const char *name, int internal);
 void dl__req_free(struct dl__req *q);
+
+/* Request lists (c->fifo, c->unsent, c->waiting, a disconnect's): singly
+ * linked through next, with a tail pointer where the list keeps one
+ * (NULL for c->waiting's, in pop and remove). */
+void dl__list_append(struct dl__req **head, struct dl__req **tail,
+		     struct dl__req *q);
+/* The first request, unlinked, or NULL. */
+struct dl__req *dl__list_pop(struct dl__req **head, struct dl__req **tail);
+/* Put the linked run first..last in front of the list. */
+void dl__list_prepend(struct dl__req **head, struct dl__req **tail,
+		      struct dl__req *first, struct dl__req *last);
+/* Unlink q if it is on the list. */
+void dl__list_remove(struct dl__req **head, struct dl__req **tail,
+		     struct dl__req *q);
 /* Forget the thread's last server error (at the start of each call). */
 void dl__last_error_clear(void);
 /* Set it (a client-side failure the caller should read about: TLS). */

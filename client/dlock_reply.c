@@ -408,170 +408,285 @@ static void stats_line(struct dlock_client *c, const char *line, size_t len)
 	}
 }
 
-static void reply(struct dlock_client *c, struct dl__req *q,
-		  const struct dl_reply *r)
+/* ---- the reply of each request type ------------------------------------- */
+
+/*
+ * A handler reads the reply to its request type. It finishes q and
+ * returns 1, or returns 0 when the reply is not one it takes (a NO, an
+ * ERR, or an OK of another word): reply() then fails q with the error
+ * the reply names (dl__reply_error). The table below maps each request
+ * type to its handler, as server/cmd.c maps verbs.
+ */
+typedef int (*reply_fn)(struct dlock_client *c, struct dl__req *q,
+			const struct dl_reply *r);
+
+/* The handlers above take every reply themselves. */
+static int on_lock(struct dlock_client *c, struct dl__req *q,
+		   const struct dl_reply *r)
+{
+	reply_lock(c, q, r);
+	return 1;
+}
+
+static int on_watch(struct dlock_client *c, struct dl__req *q,
+		    const struct dl_reply *r)
+{
+	dl__watch_reply(c, q, r);
+	return 1;
+}
+
+static int on_confirm(struct dlock_client *c, struct dl__req *q,
+		      const struct dl_reply *r)
+{
+	reply_confirm(c, q, r);
+	return 1;
+}
+
+static int on_unlock(struct dlock_client *c, struct dl__req *q,
+		     const struct dl_reply *r)
+{
+	reply_unlock(c, q, r);
+	return 1;
+}
+
+static int on_refresh(struct dlock_client *c, struct dl__req *q,
+		      const struct dl_reply *r)
+{
+	reply_refresh(c, q, r);
+	return 1;
+}
+
+/* dlock_unlock_token(): no lease record to keep true, just the outcome
+ * (the holds left). */
+static int on_unlock_token(struct dlock_client *c, struct dl__req *q,
+			   const struct dl_reply *r)
+{
+	uint64_t n;
+
+	if (is(r, DL_REPLY_OK, "RELEASED")) {
+		q->r_value = 0;
+		dl__req_finish(c, q, 0);
+		return 1;
+	}
+	if (!is(r, DL_REPLY_OK, "HELD"))
+		return 0;
+	if (dl_reply_u64(r, 1, &n) < 0 || n == 0 || n > UINT32_MAX) {
+		dl__req_finish(c, q, DLOCK_EPROTO);
+		return 1;
+	}
+	q->r_value = n;
+	dl__req_finish(c, q, 0);
+	return 1;
+}
+
+/* dlock_refresh_token(): the TTL granted. */
+static int on_refresh_token(struct dlock_client *c, struct dl__req *q,
+			    const struct dl_reply *r)
+{
+	int64_t ms;
+
+	if (!is(r, DL_REPLY_OK, "REFRESHED"))
+		return 0;
+	if (arg_i64(r, 1, &ms) < 0) {
+		dl__req_finish(c, q, DLOCK_EPROTO);
+		return 1;
+	}
+	q->r_value = (uint64_t)ms;
+	dl__req_finish(c, q, 0);
+	return 1;
+}
+
+static int on_hello(struct dlock_client *c, struct dl__req *q,
+		    const struct dl_reply *r)
 {
 	struct dl_str v;
 	uint64_t n;
+
+	if (r->kind != DL_REPLY_OK)
+		return 0;
+	if (dl_reply_kv(r, "default_ttl_ms", &v) == 0 &&
+	    dl_parse_u64(v.p, v.len, &n) == 0 && n > 0 &&
+	    n <= DL_DURATION_MAX_MS)
+		c->default_ttl = (int64_t)n;
+	/* the secret of our owner, to present on every reconnect */
+	if (dl_reply_kv(r, "key", &v) == 0 &&
+	    dl_check_owner_secret(v.p, v.len) == 0) {
+		memcpy(c->owner_key, v.p, v.len);
+		c->owner_key[v.len] = '\0';
+	}
+	/* AUTH is required and was not given: the server says so, and
+	 * (since 0.3) tells no owner to an unauthenticated connection; a
+	 * user without a secret may be known by its uid (unix socket), and
+	 * then has an owner */
+	c->auth_required = dl_reply_kv(r, "auth", &v) == 0 && v.len == 8 &&
+			   memcmp(v.p, "required", 8) == 0 &&
+			   (dl_reply_kv(r, "owner", &v) != 0 ||
+			    (!c->password && !c->user));
+	if (dl_reply_kv(r, "role", &v) == 0 && v.len == 7 &&
+	    memcmp(v.p, "standby", 7) == 0)
+		atomic_store(&c->role, DL__ROLE_STANDBY);
+	else if (dl_reply_kv(r, "role", &v) == 0 && v.len == 6 &&
+		 memcmp(v.p, "active", 6) == 0)
+		atomic_store(&c->role, DL__ROLE_ACTIVE);
+	else
+		atomic_store(&c->role, DL__ROLE_UNKNOWN);
+	c->backoff = DL__BACKOFF_MIN_MS; /* a good connection */
+	c->failed_i = -1;
+	dl__req_finish(c, q, 0);
+	return 1;
+}
+
+/* A server that does not know descriptions (dlockd 0.3) refuses them:
+ * say nothing more, fail nothing. */
+static int on_describe(struct dlock_client *c, struct dl__req *q,
+		       const struct dl_reply *r)
+{
+	if (r->kind != DL_REPLY_OK)
+		c->desc_refused = 1;
+	dl__req_finish(c, q, 0);
+	return 1;
+}
+
+static int on_check(struct dlock_client *c, struct dl__req *q,
+		    const struct dl_reply *r)
+{
 	int64_t ms;
 
-	switch (q->op) {
-	case DL__LOCK:
-		reply_lock(c, q, r);
-		return;
-	case DL__WATCH:
-	case DL__UNWATCH:
-		dl__watch_reply(c, q, r);
-		return;
-	case DL__CONFIRM:
-		reply_confirm(c, q, r);
-		return;
-	case DL__UNLOCK:
-		reply_unlock(c, q, r);
-		return;
-	case DL__REFRESH:
-	case DL__RENEW:
-		reply_refresh(c, q, r);
-		return;
-	case DL__UNLOCK_TOKEN:
-		/* no lease record to keep true: just the outcome */
-		if (is(r, DL_REPLY_OK, "RELEASED")) {
-			q->r_value = 0;
-			dl__req_finish(c, q, 0);
-			return;
-		}
-		if (is(r, DL_REPLY_OK, "HELD")) {
-			if (dl_reply_u64(r, 1, &n) < 0 || n == 0 ||
-			    n > UINT32_MAX) {
-				dl__req_finish(c, q, DLOCK_EPROTO);
-				return;
-			}
-			q->r_value = n;
-			dl__req_finish(c, q, 0);
-			return;
-		}
-		break;
-	case DL__REFRESH_TOKEN:
-		if (is(r, DL_REPLY_OK, "REFRESHED")) {
-			if (arg_i64(r, 1, &ms) < 0) {
-				dl__req_finish(c, q, DLOCK_EPROTO);
-				return;
-			}
-			q->r_value = (uint64_t)ms;
-			dl__req_finish(c, q, 0);
-			return;
-		}
-		break;
-	case DL__HELLO:
-		if (r->kind != DL_REPLY_OK)
-			break;
-		if (dl_reply_kv(r, "default_ttl_ms", &v) == 0 &&
-		    dl_parse_u64(v.p, v.len, &n) == 0 && n > 0 &&
-		    n <= DL_DURATION_MAX_MS)
-			c->default_ttl = (int64_t)n;
-		/* the secret of our owner, to present on every reconnect */
-		if (dl_reply_kv(r, "key", &v) == 0 &&
-		    dl_check_owner_secret(v.p, v.len) == 0) {
-			memcpy(c->owner_key, v.p, v.len);
-			c->owner_key[v.len] = '\0';
-		}
-		/* AUTH is required and was not given: the server says so,
-		 * and (since 0.3) tells no owner to an unauthenticated
-		 * connection; a user without a secret may be known by its
-		 * uid (unix socket), and then has an owner */
-		c->auth_required = dl_reply_kv(r, "auth", &v) == 0 &&
-				   v.len == 8 &&
-				   memcmp(v.p, "required", 8) == 0 &&
-				   (dl_reply_kv(r, "owner", &v) != 0 ||
-				    (!c->password && !c->user));
-		if (dl_reply_kv(r, "role", &v) == 0 && v.len == 7 &&
-		    memcmp(v.p, "standby", 7) == 0)
-			atomic_store(&c->role, DL__ROLE_STANDBY);
-		else if (dl_reply_kv(r, "role", &v) == 0 && v.len == 6 &&
-			 memcmp(v.p, "active", 6) == 0)
-			atomic_store(&c->role, DL__ROLE_ACTIVE);
-		else
-			atomic_store(&c->role, DL__ROLE_UNKNOWN);
-		c->backoff = DL__BACKOFF_MIN_MS; /* a good connection */
-		c->failed_i = -1;
+	if (is(r, DL_REPLY_OK, "VALID") && arg_i64(r, 2, &ms) == 0) {
+		q->r_value = (uint64_t)ms;
 		dl__req_finish(c, q, 0);
-		return;
-	case DL__DESCRIBE:
-		/* a server that does not know descriptions (dlockd 0.3)
-		 * refuses them: say nothing more, fail nothing */
-		if (r->kind != DL_REPLY_OK)
-			c->desc_refused = 1;
-		dl__req_finish(c, q, 0);
-		return;
-	case DL__CHECK:
-		if (is(r, DL_REPLY_OK, "VALID") && arg_i64(r, 2, &ms) == 0) {
-			q->r_value = (uint64_t)ms;
-			dl__req_finish(c, q, 0);
-			return;
-		}
-		if (is(r, DL_REPLY_NO, "STALE"))
-			dl_reply_u64(r, 1, &q->r_value);
-		break;
-	case DL__BREAK:
-		if (is(r, DL_REPLY_OK, "BROKEN")) {
-			dl__req_finish(c, q, 0);
-			return;
-		}
-		if (is(r, DL_REPLY_NO, "STALE"))
-			dl_reply_u64(r, 1, &q->r_value);
-		break;
-	case DL__STATUS:
-		if (!is(r, DL_REPLY_OK, "STATUS"))
-			break;
-		reply_status(q, r);
-		dl__req_finish(c, q, q->rc);
-		return;
-	case DL__HOLDERS:
-		/* OK HOLDERS <name> <n> holders= waiters= mode= limit= more= */
-		if (!is(r, DL_REPLY_OK, "HOLDERS"))
-			break;
-		memset(&q->status, 0, sizeof(q->status));
-		dl__status_extra(r, &q->status);
-		q->status.held = q->status.holders > 0;
-		if (dl_reply_u64(r, 1, &n) < 0 ||
-		    dl_reply_kv(r, "more", &v) < 0 ||
-		    dl_parse_u64(v.p, v.len, &q->r_value) < 0) {
-			dl__req_finish(c, q, DLOCK_EPROTO);
-		} else if (n == 0) {
-			dl__req_finish(c, q, 0);
-		} else {
-			c->stats_req = q;
-			c->stats_left = n;
-		}
-		return;
-	case DL__LOCKS:
-	case DL__STATS:
-		if (!is(r, DL_REPLY_OK, q->op == DL__LOCKS ? "LOCKS" : "STATS"))
-			break;
-		if (q->op == DL__LOCKS &&
-		    (dl_reply_kv(r, "more", &v) < 0 ||
-		     dl_parse_u64(v.p, v.len, &q->r_value) < 0)) {
-			dl__req_finish(c, q, DLOCK_EPROTO);
-			return;
-		}
-		if (dl_reply_u64(r, 0, &n) < 0) {
-			dl__req_finish(c, q, DLOCK_EPROTO);
-		} else if (n == 0) {
-			dl__req_finish(c, q, 0);
-		} else {
-			c->stats_req = q; /* the body follows */
-			c->stats_left = n;
-		}
-		return;
-	case DL__AUTH:
-	case DL__PING:
-	case DL__CANCEL:
-		if (r->kind == DL_REPLY_OK) {
-			dl__req_finish(c, q, 0);
-			return;
-		}
-		break;
+		return 1;
 	}
+	if (is(r, DL_REPLY_NO, "STALE"))
+		dl_reply_u64(r, 1, &q->r_value); /* the holder's token */
+	return 0;
+}
+
+static int on_break(struct dlock_client *c, struct dl__req *q,
+		    const struct dl_reply *r)
+{
+	if (is(r, DL_REPLY_OK, "BROKEN")) {
+		dl__req_finish(c, q, 0);
+		return 1;
+	}
+	if (is(r, DL_REPLY_NO, "STALE"))
+		dl_reply_u64(r, 1, &q->r_value); /* the holder's token */
+	return 0;
+}
+
+static int on_status(struct dlock_client *c, struct dl__req *q,
+		     const struct dl_reply *r)
+{
+	if (!is(r, DL_REPLY_OK, "STATUS"))
+		return 0;
+	reply_status(q, r);
+	dl__req_finish(c, q, q->rc);
+	return 1;
+}
+
+/* A reply whose n body lines follow (stats_line() keeps them). */
+static void expect_body(struct dlock_client *c, struct dl__req *q, uint64_t n)
+{
+	if (n == 0) {
+		dl__req_finish(c, q, 0);
+		return;
+	}
+	c->stats_req = q;
+	c->stats_left = n;
+}
+
+/* OK HOLDERS <name> <n> holders= waiters= mode= limit= more= */
+static int on_holders(struct dlock_client *c, struct dl__req *q,
+		      const struct dl_reply *r)
+{
+	struct dl_str v;
+	uint64_t n;
+
+	if (!is(r, DL_REPLY_OK, "HOLDERS"))
+		return 0;
+	memset(&q->status, 0, sizeof(q->status));
+	dl__status_extra(r, &q->status);
+	q->status.held = q->status.holders > 0;
+	if (dl_reply_u64(r, 1, &n) < 0 || dl_reply_kv(r, "more", &v) < 0 ||
+	    dl_parse_u64(v.p, v.len, &q->r_value) < 0)
+		dl__req_finish(c, q, DLOCK_EPROTO);
+	else
+		expect_body(c, q, n);
+	return 1;
+}
+
+/* OK LOCKS <n> more=<m> */
+static int on_locks(struct dlock_client *c, struct dl__req *q,
+		    const struct dl_reply *r)
+{
+	struct dl_str v;
+	uint64_t n;
+
+	if (!is(r, DL_REPLY_OK, "LOCKS"))
+		return 0;
+	if (dl_reply_kv(r, "more", &v) < 0 ||
+	    dl_parse_u64(v.p, v.len, &q->r_value) < 0 ||
+	    dl_reply_u64(r, 0, &n) < 0)
+		dl__req_finish(c, q, DLOCK_EPROTO);
+	else
+		expect_body(c, q, n);
+	return 1;
+}
+
+/* OK STATS <n> */
+static int on_stats(struct dlock_client *c, struct dl__req *q,
+		    const struct dl_reply *r)
+{
+	uint64_t n;
+
+	if (!is(r, DL_REPLY_OK, "STATS"))
+		return 0;
+	if (dl_reply_u64(r, 0, &n) < 0)
+		dl__req_finish(c, q, DLOCK_EPROTO);
+	else
+		expect_body(c, q, n);
+	return 1;
+}
+
+/* AUTH, PING, CANCEL: any OK. */
+static int on_ok(struct dlock_client *c, struct dl__req *q,
+		 const struct dl_reply *r)
+{
+	if (r->kind != DL_REPLY_OK)
+		return 0;
+	dl__req_finish(c, q, 0);
+	return 1;
+}
+
+static const reply_fn replies[] = {
+	[DL__AUTH] = on_ok,
+	[DL__HELLO] = on_hello,
+	[DL__LOCK] = on_lock,
+	[DL__CONFIRM] = on_confirm,
+	[DL__UNLOCK] = on_unlock,
+	[DL__REFRESH] = on_refresh,
+	[DL__UNLOCK_TOKEN] = on_unlock_token,
+	[DL__REFRESH_TOKEN] = on_refresh_token,
+	[DL__RENEW] = on_refresh,
+	[DL__CHECK] = on_check,
+	[DL__CANCEL] = on_ok,
+	[DL__STATUS] = on_status,
+	[DL__STATS] = on_stats,
+	[DL__PING] = on_ok,
+	[DL__LOCKS] = on_locks,
+	[DL__BREAK] = on_break,
+	[DL__HOLDERS] = on_holders,
+	[DL__WATCH] = on_watch,
+	[DL__UNWATCH] = on_watch,
+	[DL__DESCRIBE] = on_describe,
+};
+
+static void reply(struct dlock_client *c, struct dl__req *q,
+		  const struct dl_reply *r)
+{
+	if ((size_t)q->op < sizeof(replies) / sizeof(replies[0]) &&
+	    replies[q->op] && replies[q->op](c, q, r))
+		return;
 	/* NO or ERR (an unexpected OK word is DLOCK_EPROTO) */
 	dl__req_finish(c, q, dl__reply_error(q, r));
 }
@@ -794,10 +909,7 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 		return -1; /* to the active: drop, reconnect there */
 	if (cluster_reply(c, q, &r))
 		return -1; /* another cluster: drop, to the next */
-	c->fifo = q->next;
-	if (!c->fifo)
-		c->fifo_tail = NULL;
-	q->next = NULL;
+	dl__list_pop(&c->fifo, &c->fifo_tail); /* q, the oldest */
 	if (q->op == DL__HELLO && c->state == DL__GREETING) {
 		/* a reconnect's: nothing else was sent behind it (dlock_io.c) */
 		if (r.kind != DL_REPLY_OK) {

@@ -311,12 +311,7 @@ int dl__req_write(struct dlock_client *c, struct dl__req *q)
 	    now + q->ttl - dl__slack(q->ttl) < atomic_load(&q->lease->deadline))
 		atomic_store(&q->lease->deadline,
 			     now + q->ttl - dl__slack(q->ttl));
-	q->next = NULL;
-	if (c->fifo_tail)
-		c->fifo_tail->next = q;
-	else
-		c->fifo = q;
-	c->fifo_tail = q;
+	dl__list_append(&c->fifo, &c->fifo_tail, q);
 	dl__flush(c);
 	if (dl__io_pending(c) || c->wfail)
 		dl__wake(c); /* the thread polls for POLLOUT, or disconnects */
@@ -326,12 +321,7 @@ int dl__req_write(struct dlock_client *c, struct dl__req *q)
 static void unsent_push(struct dlock_client *c, struct dl__req *q)
 {
 	q->where = DL__UNSENT;
-	q->next = NULL;
-	if (c->unsent_tail)
-		c->unsent_tail->next = q;
-	else
-		c->unsent = q;
-	c->unsent_tail = q;
+	dl__list_append(&c->unsent, &c->unsent_tail, q);
 }
 
 int dl__req_submit(struct dlock_client *c, struct dl__req *q)
@@ -398,8 +388,43 @@ int dl__name_acquiring(const struct dlock_client *c, const char *name)
 	return 0;
 }
 
-static void list_remove(struct dl__req **head, struct dl__req **tail,
-			struct dl__req *q)
+void dl__list_append(struct dl__req **head, struct dl__req **tail,
+		     struct dl__req *q)
+{
+	q->next = NULL;
+	if (*tail)
+		(*tail)->next = q;
+	else
+		*head = q;
+	*tail = q;
+}
+
+struct dl__req *dl__list_pop(struct dl__req **head, struct dl__req **tail)
+{
+	struct dl__req *q = *head;
+
+	if (!q)
+		return NULL;
+	*head = q->next;
+	if (!*head && tail)
+		*tail = NULL;
+	q->next = NULL;
+	return q;
+}
+
+void dl__list_prepend(struct dl__req **head, struct dl__req **tail,
+		      struct dl__req *first, struct dl__req *last)
+{
+	if (!first)
+		return;
+	last->next = *head;
+	if (!*head)
+		*tail = last;
+	*head = first;
+}
+
+void dl__list_remove(struct dl__req **head, struct dl__req **tail,
+		     struct dl__req *q)
 {
 	struct dl__req *p, *prev = NULL;
 
@@ -428,10 +453,10 @@ static int abandon(struct dlock_client *c, struct dl__req *q)
 			q->internal = 1;
 			return 0;
 		}
-		list_remove(&c->unsent, &c->unsent_tail, q);
+		dl__list_remove(&c->unsent, &c->unsent_tail, q);
 		break;
 	case DL__WAITING:
-		list_remove(&c->waiting, NULL, q);
+		dl__list_remove(&c->waiting, NULL, q);
 		/* leave the queue; a grant that crosses the CANCEL comes as a
 		 * "* GRANTED" nobody waits for and is released */
 		if (c->state == DL__UP)

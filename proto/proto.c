@@ -1064,6 +1064,28 @@ int dl_parse_reply(const char *line, size_t len, struct dl_reply *r)
 	return 0;
 }
 
+int dl_parse_body(const char *line, size_t len, struct dl_reply *r)
+{
+	struct dl_str a;
+	size_t i = 0;
+
+	memset(r, 0, sizeof(*r));
+	if (len > 0 && memchr(line, '\0', len))
+		return DL_EPROTO;
+	r->kind = DL_REPLY_BODY;
+	r->word = next_word(line, len, &i);
+	if (r->word.len == 0)
+		return DL_EPROTO;
+	while (r->argc < DL_REPLY_ARGS_MAX &&
+	       (a = next_word(line, len, &i)).len > 0)
+		r->argv[r->argc++] = a;
+	r->rest.p = r->argc ? r->argv[0].p : line + len;
+	if (r->argc)
+		r->rest.len = (size_t)(r->argv[r->argc - 1].p +
+				       r->argv[r->argc - 1].len - r->argv[0].p);
+	return 0;
+}
+
 int dl_reply_u64(const struct dl_reply *r, int i, uint64_t *out)
 {
 	if (i < 0 || i >= r->argc)

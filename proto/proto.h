@@ -229,6 +229,7 @@ enum dl_reply_kind {
 	DL_REPLY_NO,	/* "NO <REASON> ..." */
 	DL_REPLY_ERR,	/* "ERR <CODE> <free text>" */
 	DL_REPLY_EVENT, /* "* <EVENT> ..." */
+	DL_REPLY_BODY,	/* a body line (dl_parse_body): "<first> <words>" */
 };
 
 #define DL_REPLY_ARGS_MAX 24
@@ -246,6 +247,14 @@ struct dl_reply {
 /* Split a reply or event line (ending removed). DL_EPROTO when it is not
  * one. A trailing " id=<tag>" is the echoed tag. */
 int dl_parse_reply(const char *line, size_t len, struct dl_reply *r);
+
+/* Split a body line of a multi-line reply (LOCKS, HOLDERS, STATS):
+ * its first word in r->word (a lock name, "holder", "waiter", a
+ * statistic), the words after it in argv, kind DL_REPLY_BODY; no tag. A
+ * line of more than DL_REPLY_ARGS_MAX words keeps the first ones (a later
+ * server's added keys come last). DL_EPROTO for an empty line or one with
+ * a NUL in it. */
+int dl_parse_body(const char *line, size_t len, struct dl_reply *r);
 
 /* argv[i] as a u64 (DL_EPROTO when missing or not a number). */
 int dl_reply_u64(const struct dl_reply *r, int i, uint64_t *out);

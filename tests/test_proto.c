@@ -1226,6 +1226,40 @@ Test(proto, reply_rest_trims_blanks_and_the_tag)
 	cr_assert_eq(r.argc, 2);
 }
 
+/* Body lines (LOCKS, HOLDERS): the first word is whatever the line is
+ * about, even a name that looks like a reply word or carries '='; a last
+ * id= is a key like any other, not a tag; too many words keep the first. */
+Test(proto, body_lines_split_into_a_first_word_and_keys)
+{
+	static const char line[] = "OK state=held owner=a-b token=7 id=x";
+	char many[2048];
+	struct dl_reply r;
+	struct dl_str v;
+	size_t k = 0;
+	int i;
+
+	cr_assert_eq(dl_parse_body(line, sizeof(line) - 1, &r), 0);
+	cr_assert_eq(r.kind, DL_REPLY_BODY);
+	cr_assert_str_eq(cstr(r.word), "OK");
+	cr_assert_eq(r.argc, 4);
+	cr_assert_eq(dl_reply_kv(&r, "owner", &v), 0);
+	cr_assert_str_eq(cstr(v), "a-b");
+	cr_assert_eq(dl_reply_kv(&r, "id", &v), 0);
+	cr_assert_str_eq(cstr(v), "x");
+	cr_assert_eq(r.tag.len, 0);
+
+	k += (size_t)snprintf(many, sizeof(many), "holder o");
+	for (i = 0; i < 40; i++)
+		k += (size_t)snprintf(many + k, sizeof(many) - k, " k%d=%d", i, i);
+	cr_assert_eq(dl_parse_body(many, k, &r), 0);
+	cr_assert_eq(r.argc, DL_REPLY_ARGS_MAX);
+	cr_assert_eq(dl_reply_kv(&r, "k0", &v), 0);
+	cr_assert_neq(dl_reply_kv(&r, "k39", &v), 0);
+
+	cr_assert_neq(dl_parse_body("  ", 2, &r), 0);
+	cr_assert_neq(dl_parse_body("a\0b", 3, &r), 0);
+}
+
 Test(proto, reply_id_only_counts_as_tag_when_last)
 {
 	static const char line[] = "OK PONG id=a b";
