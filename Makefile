@@ -86,7 +86,8 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/store_batch.c server/store_lead.c \
               server/store_cluster.c \
               server/store_find.c server/store_durable.c \
-              server/store_migrate.c server/store_resync.c server/bucket.c \
+              server/store_migrate.c server/store_resync.c server/store_uv.c \
+              server/bucket.c \
               server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c \
               server/watchreg.c server/watch.c server/desc.c \
               server/locktab_side.c

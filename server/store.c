@@ -65,7 +65,6 @@
  */
 #include "server/store.h"
 
-#include <hiredis/adapters/libuv.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +72,7 @@
 #include "server/clock.h"
 #include "server/log.h"
 #include "server/store_private.h"
+#include "server/store_uv.h"
 
 /* ---- life cycle --------------------------------------------------------- */
 
@@ -937,62 +937,12 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 	dl__link_fail(st, ac->errstr[0] ? ac->errstr : "connection closed");
 }
 
-/*
- * Write interest. hiredis 0.14's libuv adapter calls uv_poll_start() each
- * time it wants or stops wanting to write, and libuv answers each call by
- * taking the fd out of epoll and putting it back: a batch cost three
- * epoll_ctl (measured with perf: one per lock+unlock pair under load, a
- * tenth of the daemon's system calls). So on a connected link hiredis's
- * wish to write only sets write_due, and dl_store_push() -- once per loop
- * iteration, in the flush phase -- writes what is buffered with a plain
- * write(); only what the kernel does not take waits for the fd to become
- * writable, with real write interest. Read interest is set once and kept.
- * While the link connects, write interest is real: that is how the
- * connect's completion is seen.
- */
-static void add_read_once(void *privdata)
-{
-	redisLibuvEvents *p = privdata;
-
-	if (!(p->events & UV_READABLE))
-		redisLibuvAddRead(privdata);
-}
-
-static void add_write_lazy(void *privdata)
-{
-	redisLibuvEvents *p = privdata;
-	struct dl_store *st = p->context->data;
-
-	if (p->events & UV_WRITABLE)
-		return;
-	if (p->context->c.flags & REDIS_CONNECTED)
-		st->write_due = 1;
-	else
-		redisLibuvAddWrite(privdata);
-}
-
-static void del_write_once(void *privdata)
-{
-	redisLibuvEvents *p = privdata;
-
-	if (p->events & UV_WRITABLE)
-		redisLibuvDelWrite(privdata);
-}
-
+/* Lazy write interest (store_uv.h): what the loop iteration queued goes
+ * out now, in one write. */
 void dl_store_push(struct dl_store *st)
 {
-	redisAsyncContext *ac = st->ac;
-
-	if (!ac || !st->write_due)
-		return;
-	st->write_due = 0;
-	redisAsyncHandleWrite(ac);
-	/* Not all written: hiredis asked again (add_write_lazy). The link
-	 * may also have died in there (on_disconnect cleared st->ac). */
-	if (st->ac == ac && st->write_due) {
-		st->write_due = 0;
-		redisLibuvAddWrite(ac->ev.data);
-	}
+	if (st->ac)
+		dl__uv_push(st->ac);
 }
 
 /* AUTH, SELECT, the function library, then the leadership (on_take). */
@@ -1122,14 +1072,10 @@ void dl__link_open(struct dl_store *st, const char *ip, int port)
 	ac->data = st;
 	st->ac = ac;
 	st->writes.token_mark = 0;
-	if (redisLibuvAttach(ac, st->loop) != REDIS_OK) {
+	if (dl__uv_attach(ac, st->loop, 1) != 0) {
 		dl__link_fail(st, "cannot attach to the loop");
 		return;
 	}
-	ac->ev.addRead = add_read_once;
-	ac->ev.addWrite = add_write_lazy;
-	ac->ev.delWrite = del_write_once;
-	st->write_due = 0;
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	if (send_handshake(st))

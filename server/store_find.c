@@ -28,7 +28,6 @@
  * late callbacks nothing to do.
  */
 #include <arpa/inet.h>
-#include <hiredis/adapters/libuv.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +35,7 @@
 
 #include "server/log.h"
 #include "server/store_private.h"
+#include "server/store_uv.h"
 
 struct resolve {
 	uv_getaddrinfo_t req;
@@ -223,7 +223,7 @@ static redisAsyncContext *sentinel_connect(struct dl_store *st, const char *ip,
 		return NULL;
 	}
 	c->data = st;
-	if (redisLibuvAttach(c, st->loop) != REDIS_OK) {
+	if (dl__uv_attach(c, st->loop, 0) != 0) {
 		redisAsyncFree(c);
 		return NULL;
 	}

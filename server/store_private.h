@@ -96,7 +96,6 @@ struct dl_store {
 	int lazy_on;	  /* it runs */
 	int lazy_due;	  /* it ran out: write every dirty lock */
 	int handles_open; /* closing: handles not yet closed */
-	int write_due;	  /* hiredis has bytes to write (dl_store_push) */
 
 	/* The parts, each owned by its file. */
 	struct store_keys keys;	    /* store_batch.h */
