@@ -131,19 +131,12 @@ int dl__cluster_load_read(struct load_ctx *x)
 	return rc ? dl__load_err(x, rc, "%s", why) : 0;
 }
 
-int dl__cluster_load_claim(struct load_ctx *x)
+/* SET <key> <id> NX GET: the id written unless one is there, and the one
+ * there if so (the load's and the link's claim). */
+#define CLAIM_ARGC 5
+static void claim_argv(const struct dl_store *st, const char **argv,
+		       size_t *lens)
 {
-	struct dl_store *st = x->st;
-	const char *argv[5];
-	size_t lens[5];
-	char why[600];
-	redisReply *r;
-	int rc = 0;
-
-	if (!st->cluster_absent)
-		return 0;
-	if ((rc = make_id(st)) != 0)
-		return dl__load_err(x, rc, "cannot make a cluster id");
 	argv[0] = "SET";
 	argv[1] = st->keys.cluster;
 	argv[2] = st->lead.seen.cluster;
@@ -154,7 +147,23 @@ int dl__cluster_load_claim(struct load_ctx *x)
 	lens[2] = DL_CLUSTER_ID_LEN;
 	lens[3] = 2;
 	lens[4] = 3;
-	if (!(r = dl__load_run(x, &rc, 0, 5, argv, lens)))
+}
+
+int dl__cluster_load_claim(struct load_ctx *x)
+{
+	struct dl_store *st = x->st;
+	const char *argv[CLAIM_ARGC];
+	size_t lens[CLAIM_ARGC];
+	char why[600];
+	redisReply *r;
+	int rc = 0;
+
+	if (!st->cluster_absent)
+		return 0;
+	if ((rc = make_id(st)) != 0)
+		return dl__load_err(x, rc, "cannot make a cluster id");
+	claim_argv(st, argv, lens);
+	if (!(r = dl__load_run(x, &rc, 0, CLAIM_ARGC, argv, lens)))
 		return rc;
 	if (r->type == REDIS_REPLY_NIL)
 		dl_notice("redis: cluster %s (written to %s)", st->lead.seen.cluster,
@@ -193,25 +202,17 @@ static void on_claim(redisAsyncContext *ac, void *reply, void *priv)
 
 int dl__cluster_claim(struct dl_store *st)
 {
-	const char *argv[5];
-	size_t lens[5];
+	const char *argv[CLAIM_ARGC];
+	size_t lens[CLAIM_ARGC];
 
 	if (!st->cluster_absent)
 		return 0;
 	st->cluster_absent = 0;
 	if (make_id(st))
 		return DL_EUNAVAILABLE;
-	argv[0] = "SET";
-	argv[1] = st->keys.cluster;
-	argv[2] = st->lead.seen.cluster;
-	argv[3] = "NX";
-	argv[4] = "GET";
-	lens[0] = 3;
-	lens[1] = strlen(argv[1]);
-	lens[2] = DL_CLUSTER_ID_LEN;
-	lens[3] = 2;
-	lens[4] = 3;
-	if (redisAsyncCommandArgv(st->ac, on_claim, st, 5, argv, lens) !=
+	claim_argv(st, argv, lens);
+	if (redisAsyncCommandArgv(st->ac, on_claim, st, CLAIM_ARGC, argv,
+				  lens) !=
 	    REDIS_OK)
 		return DL_EUNAVAILABLE;
 	return 0;
