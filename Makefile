@@ -123,6 +123,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
         install uninstall clean deps \
         bench bench-bound bench-watch fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest bench-python \
+        format-check \
         bench-deadlock
 all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
      $(O)/examples/stock
@@ -320,6 +321,7 @@ pytest: $(O)/dlockd
 # The front door for CI and for people: packages, a normal build with its
 # unit tests, then the whole suite under AddressSanitizer and UBSan.
 check: deps
+	$(MAKE) format-check
 	$(MAKE) -j2 all
 	$(MAKE) -j2 SAN=1 test-bins
 	$(MAKE) SAN=1 TEST_JOBS=2 test-all
@@ -334,7 +336,7 @@ DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
             libcriterion-dev redis-server redis-tools redis-sentinel \
             netcat-openbsd stunnel4 jq \
             systemd man-db faketime iproute2 nftables clang \
-            libclang-rt-14-dev \
+            libclang-rt-14-dev clang-format \
             build-essential dpkg-dev debhelper fakeroot lintian \
             dh-python python3 python3-all python3-setuptools python3-build \
             python3-wheel pybuild-plugin-pyproject python3-pytest \
@@ -609,8 +611,15 @@ sdist wheel: deps
 clean:
 	rm -rf build
 
+# The C sources as .clang-format says (clang-format 14, make deps); make
+# check fails on any difference, and make format applies it.
+FORMAT_SRC = proto/*.[ch] server/*.[ch] client/*.[ch] tests/*.[ch] \
+             tests/*/*.[ch]
 format:
-	clang-format -i proto/*.[ch] server/*.[ch] client/*.[ch] tests/*.[ch]
+	clang-format -i $(FORMAT_SRC)
+format-check:
+	@clang-format --dry-run -Werror $(FORMAT_SRC) || \
+	  { echo "format-check: run make format (clang-format 14)"; exit 1; }
 
 # ---- benchmarks (on demand) ------------------------------------------------------
 

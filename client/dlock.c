@@ -235,9 +235,9 @@ static int check_options(const struct dlock_options *o)
 		return DLOCK_EINVAL;
 	if (o->owner && dl_check_owner(o->owner, strlen(o->owner)) < 0)
 		return DLOCK_EINVAL;
-	if (o->cluster && (strlen(o->cluster) != DL_CLUSTER_ID_LEN ||
-			   strspn(o->cluster, "0123456789abcdef") !=
-				   DL_CLUSTER_ID_LEN))
+	if (o->cluster &&
+	    (strlen(o->cluster) != DL_CLUSTER_ID_LEN ||
+	     strspn(o->cluster, "0123456789abcdef") != DL_CLUSTER_ID_LEN))
 		return DLOCK_EINVAL;
 	/* a client certificate goes with its key */
 	if (!(o->tls_cert && o->tls_cert[0]) != !(o->tls_key && o->tls_key[0]))
@@ -411,8 +411,9 @@ static int handshake(struct dlock_client *c, int64_t deadline)
 	c->initial = 0;
 out:
 	if (err == DLOCK_ETIMEDOUT)
-		dl__why(c, c->addr_i, "accepted the connection but did not "
-				      "answer in time");
+		dl__why(c, c->addr_i,
+			"accepted the connection but did not "
+			"answer in time");
 	pthread_mutex_unlock(&c->mu);
 	return err == DLOCK_ETIMEDOUT ? DLOCK_ECONNECT : err;
 }
@@ -1156,7 +1157,8 @@ static int holders_line(char *line, struct dlock_holder *h)
 	else if (r.word.len != 6 || memcmp(r.word.p, "holder", 6) != 0)
 		return DLOCK_EPROTO;
 	for (k = 1; k < r.argc; k++)
-		if (r.argv[k].len == 8 && memcmp(r.argv[k].p, "restored", 8) == 0)
+		if (r.argv[k].len == 8 &&
+		    memcmp(r.argv[k].p, "restored", 8) == 0)
 			h->restored = 1;
 	h->shared = dl_reply_kv(&r, "mode", &v) == 0 && v.len == 6 &&
 		    memcmp(v.p, "shared", 6) == 0;

@@ -100,38 +100,38 @@ enum {
 	DLOCK_EINVAL = -11,	 /* bad argument (also server BAD_ARG) */
 	DLOCK_EPROTO = -12,	 /* the server said something unexpected */
 	DLOCK_ENOMEM = -13,
-	DLOCK_ESERVER = -14,   /* any other ERR from the server */
-	DLOCK_ECANCELED = -15, /* the client is closing */
-	DLOCK_EMISMATCH = -16, /* the lock lives with another limit (NO
-				  LIMIT_MISMATCH; dlock_last_error() names
-				  the lock's) */
-	DLOCK_EDEADLK = -17,   /* exclusive asked by a shared holder: it
-				  would wait for itself (NO
-				  UPGRADE_DEADLOCK) */
-	DLOCK_ETLS = -18,      /* TLS failed: the server's certificate is
-				  not trusted or does not carry its name,
-				  it refused ours, a TLS file does not load,
-				  a bad record; dlock_last_error() says
-				  which (dlock_connect only: later, a
-				  broken connection is made again) */
-	DLOCK_EDENIED = -19,   /* the user may not do that on that name (NO
-				  DENIED; dlock_last_error() says which
-				  right it needs) */
-	DLOCK_ECYCLE = -20,    /* waiting would close a cycle of owners that
-				  wait for each other, a deadlock (NO
-				  DEADLOCK; nothing changed, nothing
-				  waits): dlock_last_error() names the
-				  cycle, see PROTOCOL.md */
+	DLOCK_ESERVER = -14,	  /* any other ERR from the server */
+	DLOCK_ECANCELED = -15,	  /* the client is closing */
+	DLOCK_EMISMATCH = -16,	  /* the lock lives with another limit (NO
+				     LIMIT_MISMATCH; dlock_last_error() names
+				     the lock's) */
+	DLOCK_EDEADLK = -17,	  /* exclusive asked by a shared holder: it
+				     would wait for itself (NO
+				     UPGRADE_DEADLOCK) */
+	DLOCK_ETLS = -18,	  /* TLS failed: the server's certificate is
+				     not trusted or does not carry its name,
+				     it refused ours, a TLS file does not load,
+				     a bad record; dlock_last_error() says
+				     which (dlock_connect only: later, a
+				     broken connection is made again) */
+	DLOCK_EDENIED = -19,	  /* the user may not do that on that name (NO
+				     DENIED; dlock_last_error() says which
+				     right it needs) */
+	DLOCK_ECYCLE = -20,	  /* waiting would close a cycle of owners that
+				     wait for each other, a deadlock (NO
+				     DEADLOCK; nothing changed, nothing
+				     waits): dlock_last_error() names the
+				     cycle, see PROTOCOL.md */
 	DLOCK_EHELDBYOWNER = -21, /* held by this owner id in another
 				     process (a client sharing the id and
 				     key): not granted (options.owner) */
-	DLOCK_ECLUSTER = -22,  /* no server reached is of the client's
-				  cluster: their HELLO names another
-				  cluster id than the one the client met
-				  first (or options.cluster); nothing was
-				  sent to them. dlock_last_error() names
-				  both: check the daemons' Redis URL, db
-				  and prefix */
+	DLOCK_ECLUSTER = -22,	  /* no server reached is of the client's
+				     cluster: their HELLO names another
+				     cluster id than the one the client met
+				     first (or options.cluster); nothing was
+				     sent to them. dlock_last_error() names
+				     both: check the daemons' Redis URL, db
+				     and prefix */
 };
 
 const char *dlock_strerror(int err);
@@ -446,8 +446,8 @@ struct dlock_lock_options {
 	int64_t ttl_ms;	 /* 0: the server's default */
 	int64_t wait_ms; /* DLOCK_WAIT_FOREVER (the default); 0: try once */
 	enum dlock_mode mode;
-	uint32_t limit; /* 0 or 1: a lock; n > 1: a semaphore of n */
-	int64_t warn_ms; /* 0: none; else below the TTL (LOCK warn=) */
+	uint32_t limit;	  /* 0 or 1: a lock; n > 1: a semaphore of n */
+	int64_t warn_ms;  /* 0: none; else below the TTL (LOCK warn=) */
 	int64_t delay_ms; /* 0: none; else the lock's lock-delay, at most
 			     60000 (LOCK delay=) */
 };
@@ -524,8 +524,8 @@ struct dlock_status {
 	int64_t ttl_ms; /* remaining */
 	uint32_t count; /* reentrant holds */
 	uint32_t waiters;
-	char owner[65]; /* "" when free */
-	char mode[12];	/* "exclusive", "shared", "semaphore"; "" when free */
+	char owner[65];	  /* "" when free */
+	char mode[12];	  /* "exclusive", "shared", "semaphore"; "" when free */
 	uint32_t limit;	  /* holders at once: 1 for a lock, n: a semaphore */
 	uint32_t holders; /* how many hold it now */
 	int64_t delay_ms; /* the lock's lock-delay, 0 if none */
@@ -657,15 +657,15 @@ enum dlock_watch_kind {
 
 struct dlock_watch_event {
 	enum dlock_watch_kind kind;
-	char name[256];	     /* the lock (RESUMED, REFUSED: the pattern) */
-	char owner[65];	     /* the lease's owner id */
-	char user[33];	     /* its user, "" for the default one */
-	char broken_by[33];  /* BROKEN: the user who broke it */
-	uint64_t token;	     /* the lease's */
-	int64_t holders;     /* the lock's holders after the change;
-				RESUMED: now (-1 for a prefix) */
-	uint64_t missed;     /* OVERFLOW */
-	int error;	     /* REFUSED: a DLOCK_E* code */
+	char name[256];	    /* the lock (RESUMED, REFUSED: the pattern) */
+	char owner[65];	    /* the lease's owner id */
+	char user[33];	    /* its user, "" for the default one */
+	char broken_by[33]; /* BROKEN: the user who broke it */
+	uint64_t token;	    /* the lease's */
+	int64_t holders;    /* the lock's holders after the change;
+			       RESUMED: now (-1 for a prefix) */
+	uint64_t missed;    /* OVERFLOW */
+	int error;	    /* REFUSED: a DLOCK_E* code */
 };
 
 /* Watch `pattern`. *holders (if not NULL) receives the lock's holders as

@@ -52,9 +52,8 @@
 	 OPTB(OPT_SOCKET) | OPTB(OPT_PASSWORD) | OPTB(OPT_PASSWORD_FILE) |     \
 	 OPTB(OPT_OWNER) | OPTB(OPT_TLS) | OPTB(OPT_TLS_CA) |                  \
 	 OPTB(OPT_TLS_CERT) | OPTB(OPT_TLS_KEY) | OPTB(OPT_TLS_SERVER_NAME) |  \
-	 OPTB(OPT_USER) | OPTB(OPT_SECRET_FILE) |                              \
-	 OPTB(OPT_SERVER_TIMEOUT) | OPTB(OPT_TIMEOUT) | OPTB(OPT_HELP) |   \
-	 OPTB(OPT_VERSION))
+	 OPTB(OPT_USER) | OPTB(OPT_SECRET_FILE) | OPTB(OPT_SERVER_TIMEOUT) |   \
+	 OPTB(OPT_TIMEOUT) | OPTB(OPT_HELP) | OPTB(OPT_VERSION))
 
 static const struct {
 	const char *name;
@@ -237,7 +236,8 @@ static const struct subcmd subcmds[] = {
 	 "reader); without, alone (a writer); first come, first served\n"
 	 "across both. --limit N: a semaphore, N holders at once, each with\n"
 	 "its own token; every user of the name must give the same N.\n"
-	 "--delay D: the lock's lock-delay, as for lock.\n", 0},
+	 "--delay D: the lock's lock-delay, as for lock.\n",
+	 0},
 	{"lock", dl_cli_lock, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_CONFLICT_EXIT) |
 		 OPTB(OPT_SHARED) | OPTB(OPT_LIMIT) | OPTB(OPT_WARN) |
@@ -255,29 +255,34 @@ static const struct subcmd subcmds[] = {
 	 "the lease remain unrefreshed (D below the TTL). --delay D (at\n"
 	 "most 1m): the lock's lock-delay: after a lease of it ends without\n"
 	 "an unlock (it expired or was broken), nobody gets it for D;\n"
-	 "waiters keep their place.\n", 0},
+	 "waiters keep their place.\n",
+	 0},
 	{"trylock", dl_cli_lock, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_SHARED) |
 		 OPTB(OPT_LIMIT) | OPTB(OPT_WARN) | OPTB(OPT_DELAY),
 	 "trylock <name> [--ttl D] [--shared|--limit N] [--warn D] "
 	 "[--delay D] [-E N]",
 	 "As `dlock lock --wait 0`: take the lock if it is free, else exit\n"
-	 "75 at once (N with -E).\n", 0},
+	 "75 at once (N with -E).\n",
+	 0},
 	{"unlock", dl_cli_unlock, 2, 0, "unlock <name> <token>",
 	 "Release one hold of the lease <token> of <name>. Only its owner\n"
 	 "may: give the same --owner (or DLOCK_OWNER) as the `dlock lock`\n"
 	 "that took it. Exit 1 if this owner holds no such lease (wrong\n"
 	 "owner or token, or it expired). A reentrant lease still held\n"
-	 "after this is reported on stderr.\n", 0},
+	 "after this is reported on stderr.\n",
+	 0},
 	{"refresh", dl_cli_refresh, 2, OPTB(OPT_TTL),
 	 "refresh <name> <token> [--ttl D]",
 	 "Extend the lease <token> of <name> to now + --ttl (default: its\n"
 	 "last TTL) and print the new TTL in ms. Same --owner as for unlock;\n"
-	 "exit 1 if this owner holds no such lease.\n", 0},
+	 "exit 1 if this owner holds no such lease.\n",
+	 0},
 	{"check", dl_cli_check, 2, 0, "check <name> <token>",
 	 "Does <token> hold <name> now? Exit 0 and print the lease's\n"
 	 "remaining ms if it does; exit 1 and print the current holder's\n"
-	 "token (0 if the lock is free) if it does not. Any owner may ask.\n", 0},
+	 "token (0 if the lock is free) if it does not. Any owner may ask.\n",
+	 0},
 	{"break", dl_cli_break, 2, OPTB(OPT_REASON),
 	 "break <name> <token> --reason TEXT",
 	 "End the lease <token> of <name> now, whoever holds it: for a\n"
@@ -287,7 +292,8 @@ static const struct subcmd subcmds[] = {
 	 "Its holder is told the lease expired and by whom (dlock run stops\n"
 	 "its command) and the next waiter gets the lock with a larger\n"
 	 "fencing token. Exit 1, printing the current holder's token (0 if\n"
-	 "free), if <token> holds nothing; 77 without the break right.\n", 0},
+	 "free), if <token> holds nothing; 77 without the break right.\n",
+	 0},
 	{"status", dl_cli_status, 1, OPTB(OPT_JSON), "status <name> [--json]",
 	 "Print the lock's state, one key=value per line: name, state\n"
 	 "(free or held), token, ttl_ms (remaining), count (reentrant\n"
@@ -299,12 +305,14 @@ static const struct subcmd subcmds[] = {
 	 "count=.. mode=..`, and per waiter, `waiter owner=.. position=..\n"
 	 "wait_ms=..|inf mode=..`. --json: one JSON object with the same\n"
 	 "keys (numbers as numbers) and the lists \"holders_list\" and\n"
-	 "\"queue\".\n", 0},
+	 "\"queue\".\n",
+	 0},
 	{"stats", dl_cli_stats, 0, OPTB(OPT_RAW) | OPTB(OPT_JSON),
 	 "stats [--raw|--json]",
 	 "Print the server's counters for people, grouped and aligned. With\n"
 	 "--raw, print the server's `key value` lines as they come, for\n"
-	 "scripts; with --json, one JSON object {\"key\": value, ...}.\n", 0},
+	 "scripts; with --json, one JSON object {\"key\": value, ...}.\n",
+	 0},
 	{"list", dl_cli_list, 1,
 	 OPTB(OPT_MAX) | OPTB(OPT_LIMIT) | OPTB(OPT_BY_WAITERS) |
 		 OPTB(OPT_JSON),
@@ -320,7 +328,8 @@ static const struct subcmd subcmds[] = {
 	 1},
 	{"ping", dl_cli_ping, 0, 0, "ping",
 	 "Send PING and print the round trip time in milliseconds, then\n"
-	 "cluster=<id>, the daemon's cluster id (- if it names none).\n", 0},
+	 "cluster=<id>, the daemon's cluster id (- if it names none).\n",
+	 0},
 	{"watch", dl_cli_watch, 1, OPTB(OPT_JSON),
 	 "watch <name>|<prefix>* [--json]",
 	 "Print each change of the lock's holders, or of every lock whose\n"
@@ -334,13 +343,15 @@ static const struct subcmd subcmds[] = {
 	 "changes in between are not known. --json: one JSON object per\n"
 	 "line, {\"event\": ..., \"name\": ..., \"owner\": ..., \"token\":\n"
 	 "\"<digits>\", \"holders\": n, ...}. Needs the read right on the\n"
-	 "name, or on the whole prefix.\n", 0},
+	 "name, or on the whole prefix.\n",
+	 0},
 	{"wait-free", dl_cli_wait_free, 1, 0, "wait-free <name> [--timeout D]",
 	 "Wait until the lock has no holder, without taking it (it may be\n"
 	 "taken again at once), and exit 0: for a script that waits for a\n"
 	 "job elsewhere to end. One WATCH, no polling; it follows a\n"
 	 "fail-over. --timeout D: exit 75 if it is still held after D\n"
-	 "(default: wait for ever).\n", 0},
+	 "(default: wait for ever).\n",
+	 0},
 };
 
 #define NSUBCMDS (sizeof(subcmds) / sizeof(subcmds[0]))
@@ -711,9 +722,8 @@ static int apply_env(struct cli *cl)
 
 	/* A cluster's list is used unless the command line names one
 	 * server (--host, --port or --socket). */
-	if (!(cl->seen &
-	      (OPTB(OPT_SERVERS) | OPTB(OPT_HOST) | OPTB(OPT_PORT) |
-	       OPTB(OPT_SOCKET))) &&
+	if (!(cl->seen & (OPTB(OPT_SERVERS) | OPTB(OPT_HOST) | OPTB(OPT_PORT) |
+			  OPTB(OPT_SOCKET))) &&
 	    (v = getenv("DLOCK_SERVERS")) && v[0])
 		cl->servers = v;
 	if (cl->seen & (OPTB(OPT_HOST) | OPTB(OPT_PORT) | OPTB(OPT_SOCKET)))
@@ -876,8 +886,7 @@ static int parse_args(struct cli *cl, int argc, char **argv, int *done)
 		return dl_cli_usage_error(
 			cl, "--shared is for a lock; the holders of a "
 			    "semaphore (--limit N) each take a permit");
-	if (cl->npos > 0 &&
-	    dl_check_name(cl->pos[0], strlen(cl->pos[0])) != 0)
+	if (cl->npos > 0 && dl_check_name(cl->pos[0], strlen(cl->pos[0])) != 0)
 		return dl_cli_usage_error(
 			cl,
 			"bad lock name '%s' (1-%d printable bytes, "
@@ -1164,7 +1173,8 @@ static void cycle_text(char *buf, size_t len, char count[24], const char *me,
 			n += (size_t)snprintf(buf + n, len - n, " (%s)", w);
 		else if (!strncmp(w, "more=", 5))
 			n += (size_t)snprintf(buf + n, len - n,
-					      " -> ... (%s owners more)", w + 5);
+					      " -> ... (%s owners more)",
+					      w + 5);
 		else
 			n += (size_t)snprintf(buf + n, len - n, " -> %s", w);
 	}

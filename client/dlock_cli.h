@@ -148,7 +148,7 @@ struct cli {
 	const char *owner_key; /* after '=' in --owner, or NULL */
 	const char *cluster;   /* DLOCK_CLUSTER: the id to insist on, or NULL */
 	char owner_buf[DL_OWNER_MAX + 1]; /* the id part of --owner */
-	int tls;	    /* --tls: TLS with the system's CAs */
+	int tls;			  /* --tls: TLS with the system's CAs */
 	const char *tls_ca, *tls_cert, *tls_key; /* PEM files, or NULL */
 	const char *tls_server_name; /* the name the server's certificate
 					must carry, NULL: the host's */
@@ -156,8 +156,8 @@ struct cli {
 	int timeout_ms;	       /* run --timeout: the command's time limit,
 				  0: none */
 	uint64_t ttl_ms;
-	uint64_t wait_ms; /* DL_WAIT_INF for inf */
-	uint64_t warn_ms; /* lock --warn: 0 for none */
+	uint64_t wait_ms;  /* DL_WAIT_INF for inf */
+	uint64_t warn_ms;  /* lock --warn: 0 for none */
 	uint64_t delay_ms; /* lock, run --delay: 0 for none */
 	uint64_t grace_ms;
 	int raw;
@@ -301,8 +301,8 @@ char **dl_cli_guard_argv(const struct cli *cl, int ctl, int err, int64_t grace,
  * (DLOCK_SERVERS, DLOCK_SOCKET, or DLOCK_HOST and DLOCK_PORT), so that
  * `dlock check "$DLOCK_NAME" "$DLOCK_TOKEN"` works in the command.
  * `owner` is "<id>=<key>": the command may act on the lease. No secret
- * is passed on (DLOCK_PASSWORD and DLOCK_SECRET are removed). NULL when out of memory; freed with
- * dl_cli_strv_free(). */
+ * is passed on (DLOCK_PASSWORD and DLOCK_SECRET are removed). NULL when out of
+ * memory; freed with dl_cli_strv_free(). */
 char **dl_cli_child_env(const struct cli *cl, const char *owner,
 			uint64_t token);
 /* Free a NULL-terminated vector of malloc'd strings, and the vector;

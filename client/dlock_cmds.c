@@ -177,8 +177,8 @@ int dl_cli_check(struct cli *cl)
 	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
 		return rc;
 	dl_cli_retry_init(&retry, cl, 0);
-	while ((rc = dlock_check(c, cl->pos[0], token, &remaining,
-				 &current)) != 0 &&
+	while ((rc = dlock_check(c, cl->pos[0], token, &remaining, &current)) !=
+		       0 &&
 	       dl_cli_retry(&retry, rc))
 		;
 	if (rc == 0)
@@ -220,7 +220,8 @@ int dl_cli_break(struct cli *cl)
 			   cl->pos[0]);
 	} else if (rc == DLOCK_ESTALE) {
 		printf("%" PRIu64 "\n", current);
-		dl_cli_msg("%s: %" PRIu64 " holds nothing (the holder's token is "
+		dl_cli_msg("%s: %" PRIu64
+			   " holds nothing (the holder's token is "
 			   "printed, 0 if free)",
 			   cl->pos[0], token);
 	} else {
@@ -365,8 +366,8 @@ int dl_cli_status(struct cli *cl)
 	       dl_cli_retry(&retry, rc))
 		;
 	while (rc == 0 &&
-	       (rc = dlock_holders(c, cl->pos[0], member_cb, &m, NULL,
-				   NULL)) != 0 &&
+	       (rc = dlock_holders(c, cl->pos[0], member_cb, &m, NULL, NULL)) !=
+		       0 &&
 	       dl_cli_retry(&retry, rc))
 		;
 	if (rc == 0 && cl->json) {
@@ -375,7 +376,8 @@ int dl_cli_status(struct cli *cl)
 		printf(", \"state\": \"%s\", \"token\": \"%" PRIu64 "\""
 		       ", \"ttl_ms\": %" PRId64 ", \"count\": %" PRIu32
 		       ", \"owner\": ",
-		       st.held ? "held" : "free", st.token, st.ttl_ms, st.count);
+		       st.held ? "held" : "free", st.token, st.ttl_ms,
+		       st.count);
 		dl_cli_json_str_or_null(stdout, st.owner);
 		printf(", \"waiters\": %" PRIu32 ", \"mode\": ", st.waiters);
 		dl_cli_json_str_or_null(stdout, st.mode);
@@ -410,7 +412,8 @@ int dl_cli_status(struct cli *cl)
 		       cl->pos[0], st.held ? "held" : "free", st.token,
 		       st.ttl_ms, st.count, st.owner[0] ? st.owner : "-",
 		       st.waiters, st.mode[0] ? st.mode : "-", st.limit,
-		       st.holders, dlock_cluster(c)[0] ? dlock_cluster(c) : "-");
+		       st.holders,
+		       dlock_cluster(c)[0] ? dlock_cluster(c) : "-");
 		if (st.delay_ms)
 			printf("delay_ms=%" PRId64 "\ndelay_left_ms=%" PRId64
 			       "\n",
@@ -504,8 +507,8 @@ static const struct stat_row {
 	{"tls_failures", "Connections", "TLS failures", SF_NUM},
 	{"watches", "Connections", "watches (WATCH)", SF_NUM},
 	{"watch_events", "Connections", "watch events sent", SF_NUM},
-	{"watch_events_dropped", "Connections",
-	 "watch events dropped (unread)", SF_NUM},
+	{"watch_events_dropped", "Connections", "watch events dropped (unread)",
+	 SF_NUM},
 	{"locks", "Locks", "locks", SF_NUM},
 	{"leases", "Locks", "leases held", SF_NUM},
 	{"waiters", "Locks", "waiting", SF_NUM},
@@ -778,15 +781,15 @@ static void ttl_text(int64_t ms, char *out, size_t cap)
 			 ms % 1000);
 }
 
-static void on_lock(const char *name, const struct dlock_status *st,
-		    void *arg)
+static void on_lock(const char *name, const struct dlock_status *st, void *arg)
 {
 	struct list_run *lr = arg;
 	char ttl[32], mode[24];
 
 	snprintf(lr->last, sizeof(lr->last), "%s", name);
 	if (lr->cl->json) {
-		fputs(lr->shown ? ",\n  {\"name\": " : "\n  {\"name\": ", stdout);
+		fputs(lr->shown ? ",\n  {\"name\": " : "\n  {\"name\": ",
+		      stdout);
 		dl_cli_json_str(stdout, name);
 		printf(", \"state\": \"%s\", \"owner\": ",
 		       st->held ? "held" : "free");
@@ -825,8 +828,9 @@ int dl_cli_list(struct cli *cl)
 {
 	struct list_run lr = {.cl = cl};
 	const char *prefix = cl->npos ? cl->pos[0] : NULL;
-	uint64_t want = cl->max ? cl->max
-				: cl->by_waiters ? LIST_TOP : UINT64_MAX;
+	uint64_t want = cl->max		 ? cl->max
+			: cl->by_waiters ? LIST_TOP
+					 : UINT64_MAX;
 	uint64_t more = 0;
 	struct dl_cli_retry retry;
 	dlock_client *c;
@@ -840,7 +844,7 @@ int dl_cli_list(struct cli *cl)
 	dl_cli_retry_init(&retry, cl, 0);
 	for (;;) {
 		page = want - lr.shown < LIST_PAGE ? (unsigned)(want - lr.shown)
-						     : LIST_PAGE;
+						   : LIST_PAGE;
 		rc = dlock_locks(c, prefix, lr.shown ? lr.last : NULL, page,
 				 cl->by_waiters, on_lock, &lr, &more);
 		if (rc == DLOCK_ELIMIT && ++tries < LIST_RETRY_TIMES) {
@@ -852,8 +856,7 @@ int dl_cli_list(struct cli *cl)
 		}
 		if (dl_cli_retry(&retry, rc))
 			continue;
-		if (rc != 0 || more == 0 || lr.shown >= want ||
-		    cl->by_waiters)
+		if (rc != 0 || more == 0 || lr.shown >= want || cl->by_waiters)
 			break;
 		tries = 0;
 	}
@@ -961,11 +964,10 @@ void dl_cli_busy_msg(const char *name, int no_permit)
 		snprintf(what, sizeof(what), " (pid %" PRIu32 ")", h.pid);
 	else if (h.cmd[0])
 		snprintf(what, sizeof(what), " (%s)", h.cmd);
-	dl_cli_msg("%s is held by %s%s%s%s%s%s%s%s%s", name, h.owner,
-		   h.user[0] ? " of user " : "", h.user,
-		   h.host[0] ? " on " : "", h.host, what,
-		   h.held_ms >= 0 ? " for " : "",
-		   h.held_ms >= 0 ? held_text(h.held_ms, held, sizeof(held))
-				  : "",
-		   np);
+	dl_cli_msg(
+		"%s is held by %s%s%s%s%s%s%s%s%s", name, h.owner,
+		h.user[0] ? " of user " : "", h.user, h.host[0] ? " on " : "",
+		h.host, what, h.held_ms >= 0 ? " for " : "",
+		h.held_ms >= 0 ? held_text(h.held_ms, held, sizeof(held)) : "",
+		np);
 }

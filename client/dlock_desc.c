@@ -75,8 +75,8 @@ void dl__describe(struct dlock_client *c, const struct dlock_options *o)
 	}
 	n = dl_desc_encode(s, strlen(s), c->desc_host, DL_DESC_HOST_MAX);
 	c->desc_host[n] = '\0';
-	c->desc_pid = o->desc_pid > 0 ? (uint32_t)o->desc_pid
-				      : (uint32_t)getpid();
+	c->desc_pid =
+		o->desc_pid > 0 ? (uint32_t)o->desc_pid : (uint32_t)getpid();
 	s = o->desc_cmd;
 	if (!s) {
 		command_line(buf, sizeof(buf));

@@ -122,8 +122,8 @@ static void note_unresolved(struct dlock_client *c, const char *name, int gai)
 		 gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
 	lower_first(text);
 	snprintf(c->unresolved + n, sizeof(c->unresolved) - n,
-		 "%s%s%scannot resolve the host name: %s", n ? "; " : "",
-		 name, name[0] ? ": " : "", text);
+		 "%s%s%scannot resolve the host name: %s", n ? "; " : "", name,
+		 name[0] ? ": " : "", text);
 }
 
 /* Add the addresses of host:port (name: the server's entry, or ""). */
@@ -302,8 +302,9 @@ int dl__connect_sync(struct dlock_client *c, int64_t deadline)
 
 			if (left <= 0) {
 				close(fd);
-				dl__why(c, i, "no answer to the connection "
-					      "attempt in time");
+				dl__why(c, i,
+					"no answer to the connection "
+					"attempt in time");
 				return err; /* out of time */
 			}
 			r = poll(&p, 1, (int)(left > 60000 ? 60000 : left));
@@ -535,8 +536,7 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 		dl__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
-	if (q->op == DL__STATS || q->op == DL__LOCKS ||
-	    q->op == DL__HOLDERS) {
+	if (q->op == DL__STATS || q->op == DL__LOCKS || q->op == DL__HOLDERS) {
 		q->stats_len = 0;
 		q->stats_n = 0;
 	}
@@ -815,8 +815,8 @@ static int sleep_until(struct dlock_client *c, struct pollfd *p, int nfds,
 	if (c->timer >= 0 && t > 0) {
 		its.it_value.tv_sec = (time_t)(next / 1000);
 		its.it_value.tv_nsec = (long)(next % 1000) * 1000000L;
-		if (t < 60000 &&
-		    timerfd_settime(c->timer, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+		if (t < 60000 && timerfd_settime(c->timer, TFD_TIMER_ABSTIME,
+						 &its, NULL) == 0)
 			t = -1;
 	} else if (c->timer < 0 && (t < 0 || t > DL__CLOCK_STEP_MS)) {
 		t = DL__CLOCK_STEP_MS;
@@ -863,8 +863,8 @@ void *dl__thread_main(void *arg)
 			p[2].events = POLLOUT;
 			if (c->connect_deadline < next)
 				next = c->connect_deadline;
-		} else if (c->state == DL__HANDSHAKE || c->state == DL__GREETING ||
-			   c->state == DL__UP) {
+		} else if (c->state == DL__HANDSHAKE ||
+			   c->state == DL__GREETING || c->state == DL__UP) {
 			p[2].events = POLLIN;
 			if (dl__io_pending(c))
 				p[2].events |= POLLOUT;

@@ -38,13 +38,13 @@
 #define DL__RENEW_RETRY_MIN_MS 10
 /* Waits on a condition variable last at most this (dl__cond_wait): after
  * a suspend, a request's timeout is seen this late at most. */
-#define DL__CLOCK_STEP_MS 250
-#define DL__NEVER	       INT64_MAX /* a deadline that never comes */
-#define DL__BACKOFF_MIN_MS     50	 /* first pause between reconnects */
-#define DL__BACKOFF_MAX_MS     1000	 /* the pause doubles up to this */
-#define DL__GUARD_MIN_MS       20 /* default lost guard: max(TTL/10, this) */
-#define DL__ADDRS_MAX	       16 /* resolved addresses kept for reconnects */
-#define DL__SERVER_NAME_MAX    262 /* "host:port" of one of options.servers */
+#define DL__CLOCK_STEP_MS   250
+#define DL__NEVER	    INT64_MAX /* a deadline that never comes */
+#define DL__BACKOFF_MIN_MS  50	      /* first pause between reconnects */
+#define DL__BACKOFF_MAX_MS  1000      /* the pause doubles up to this */
+#define DL__GUARD_MIN_MS    20	/* default lost guard: max(TTL/10, this) */
+#define DL__ADDRS_MAX	    16	/* resolved addresses kept for reconnects */
+#define DL__SERVER_NAME_MAX 262 /* "host:port" of one of options.servers */
 /* A standby said where the active is, and it is where the client just
  * was (or nowhere known), or no server of options.servers serves: try
  * again after this, doubled each time up to DL__REDIRECT_MAX_MS (a
@@ -52,12 +52,13 @@
  * daemons). */
 #define DL__REDIRECT_MS	    100
 #define DL__REDIRECT_MAX_MS 500
-#define DL__TAG_SIZE	       24 /* "r" + 20 digits + NUL */
-#define DL__STATS_MAX	       (256 * 1024) /* bytes of a STATS body kept */
-#define DL__ERR_MAX	       DL_REPLY_MAX /* text of a NO/ERR line */
-#define DL__WHY_MAX	       400 /* why one address could not be used:
-				      two names and two cluster ids fit */
-#define DL__DEFAULT_HOST       "127.0.0.1"
+#define DL__TAG_SIZE	    24		 /* "r" + 20 digits + NUL */
+#define DL__STATS_MAX	    (256 * 1024) /* bytes of a STATS body kept */
+#define DL__ERR_MAX	    DL_REPLY_MAX /* text of a NO/ERR line */
+#define DL__WHY_MAX                                                            \
+	400 /* why one address could not be used:                              \
+	       two names and two cluster ids fit */
+#define DL__DEFAULT_HOST "127.0.0.1"
 
 /* ---- requests ------------------------------------------------------------ */
 
@@ -149,7 +150,7 @@ struct dl__req {
 	char after[DL_NAME_MAX + 1];
 	uint32_t limit;
 	unsigned by_waiters : 1;
-	unsigned shared : 1; /* LOCK: mode=shared */
+	unsigned shared : 1;   /* LOCK: mode=shared */
 	char err[DL__ERR_MAX]; /* the NO/ERR line, "" if none */
 };
 
@@ -297,11 +298,11 @@ struct dlock_client {
 	int ncallers;		      /* threads inside public calls */
 
 	/* watches (dlock_watch.c) */
-	struct dl__watch *watches;	  /* what the server was asked */
-	struct dl__wev *wq, *wq_tail;	  /* events not yet taken */
-	size_t wq_n;			  /* how many */
-	uint64_t w_missed;		  /* dropped since the last notice */
-	pthread_cond_t watch_cv;	  /* an event came; closing */
+	struct dl__watch *watches;    /* what the server was asked */
+	struct dl__wev *wq, *wq_tail; /* events not yet taken */
+	size_t wq_n;		      /* how many */
+	uint64_t w_missed;	      /* dropped since the last notice */
+	pthread_cond_t watch_cv;      /* an event came; closing */
 };
 
 /* ---- dlock_req.c --------------------------------------------------------- */

@@ -61,8 +61,7 @@ static int too_late(struct dlock_client *c, const struct dl__req *q,
 
 	if (l && atomic_load(&l->ttl) > ttl)
 		ttl = atomic_load(&l->ttl); /* a reentry keeps the longer */
-	return dl__now() >=
-	       q->sent_at + ms - dl__slack(ms) - dl__guard(c, ttl);
+	return dl__now() >= q->sent_at + ms - dl__slack(ms) - dl__guard(c, ttl);
 }
 
 /* holds= of a GRANTED line: the lease's holds with this one, or 0 when
@@ -72,8 +71,7 @@ static uint64_t grant_holds(const struct dl_reply *r)
 	struct dl_str v;
 	uint64_t n;
 
-	if (dl_reply_kv(r, "holds", &v) < 0 ||
-	    dl_parse_u64(v.p, v.len, &n) < 0)
+	if (dl_reply_kv(r, "holds", &v) < 0 || dl_parse_u64(v.p, v.len, &n) < 0)
 		return 0;
 	return n;
 }
@@ -851,8 +849,7 @@ static int cluster_reply(struct dlock_client *c, const struct dl__req *q,
 	struct dl_str v;
 
 	if (q->op != DL__HELLO || r->kind != DL_REPLY_OK ||
-	    dl_reply_kv(r, "cluster", &v) != 0 ||
-	    (v.len == 1 && v.p[0] == '-'))
+	    dl_reply_kv(r, "cluster", &v) != 0 || (v.len == 1 && v.p[0] == '-'))
 		return 0; /* 0.3 and before, or a standby that does not know */
 	at = here(c, buf, sizeof(buf));
 	if (!c->cluster[0] && v.len == DL_CLUSTER_ID_LEN) {
@@ -911,7 +908,8 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 		return -1; /* another cluster: drop, to the next */
 	dl__list_pop(&c->fifo, &c->fifo_tail); /* q, the oldest */
 	if (q->op == DL__HELLO && c->state == DL__GREETING) {
-		/* a reconnect's: nothing else was sent behind it (dlock_io.c) */
+		/* a reconnect's: nothing else was sent behind it (dlock_io.c)
+		 */
 		if (r.kind != DL_REPLY_OK) {
 			/* NO DENIED <owner> need=key: the owner's id is
 			 * another client's here; drop, try again later */

@@ -252,7 +252,6 @@
 /* (The store's own tuning -- backoff, batching, re-sync, leadership
  * renewals -- is in server/store_tuning.h.) */
 
-
 /* [cluster] leader_lease (docs/design.md, "Leadership and fencing"): the
  * active daemon's lease in Redis; how it is renewed and counted is the
  * store's (server/store_tuning.h). */
@@ -263,7 +262,7 @@
 #define DL_MIN_REPLICAS_ACK_MAX 16
 
 /* sentinel:// URLs: at most this many Sentinels, 26379 when no port. */
-#define DL_SENTINELS_MAX	     8
+#define DL_SENTINELS_MAX 8
 
 /* A Sentinel announced a failover of our primary (+try-failover and the
  * states after it, +odown): the link is dropped and no new one is made
@@ -271,8 +270,8 @@
  * at the latest this long after the last such event. */
 #define DL_FAILOVER_HOLD_MS 10000
 /* A Sentinel whose watch could not be made is tried again after this. */
-#define DL_WATCH_RETRY_MS 1000
-#define DL_SENTINEL_DEFAULT_PORT     26379
+#define DL_WATCH_RETRY_MS	 1000
+#define DL_SENTINEL_DEFAULT_PORT 26379
 /* A node id and an advertised address: no spaces, at most these bytes. */
 #define DL_NODE_ID_MAX	 64
 #define DL_ADVERTISE_MAX 200

@@ -61,17 +61,17 @@ _Static_assert(DL_INBUF_SIZE < DL_LINE_DISCARD_MAX,
 /* ---- errors -------------------------------------------------------------- */
 
 /* One case per code, returning one of its columns (see DL_ERR_MAP). */
-#define CASE_TEXT(name, value, wire, word, label, text)                     \
-	case DL_E##name:                                                     \
+#define CASE_TEXT(name, value, wire, word, label, text)                        \
+	case DL_E##name:                                                       \
 		return text;
-#define CASE_WORD(name, value, wire, word, label, text)                     \
-	case DL_E##name:                                                     \
+#define CASE_WORD(name, value, wire, word, label, text)                        \
+	case DL_E##name:                                                       \
 		return word;
-#define CASE_LABEL(name, value, wire, word, label, text)                    \
-	case DL_E##name:                                                     \
+#define CASE_LABEL(name, value, wire, word, label, text)                       \
+	case DL_E##name:                                                       \
 		return label;
-#define CASE_WIRE(name, value, wire, word, label, text)                     \
-	case DL_E##name:                                                     \
+#define CASE_WIRE(name, value, wire, word, label, text)                        \
+	case DL_E##name:                                                       \
 		return DL_E##wire;
 
 const char *dl_strerror(int err)
@@ -402,7 +402,7 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 };
 
 static const char *const opt_names[] = {
-	"ttl",	"wait", "id",	  "owner", "limit", "after", "by",   "mode",
+	"ttl",	  "wait", "id",	  "owner", "limit", "after", "by",   "mode",
 	"reason", "key",  "host", "pid",   "cmd",   "warn",  "delay"};
 
 const char *dl_verb_name(enum dl_verb v)
@@ -713,8 +713,8 @@ static int parse_option(struct dl_str w, const char *eq,
 			why_str(&m, "delay out of range: ");
 			why_quote(&m, val.p, val.len);
 			why_str(&m, ", at most ");
-			why_str(&m, dl_format_duration(DL_LOCK_DELAY_MAX_MS,
-						       max));
+			why_str(&m,
+				dl_format_duration(DL_LOCK_DELAY_MAX_MS, max));
 			why_str(&m, " (a lock's delay)");
 			return fail(why, req, DL_EBADARG, req->why);
 		}

@@ -38,31 +38,31 @@
  * wire word of its own, said in a NO reply ("NO DENIED <name> ...", a
  * user without the right), and counted with the errors.
  */
-#define DL_ERR_MAP(X)                                                        \
-	X(BADFORMAT, -1, BADFORMAT, "BAD_FORMAT", "bad_format",              \
-	  "malformed request")                                               \
-	X(UNKNOWNCMD, -2, UNKNOWNCMD, "UNKNOWN_COMMAND", "unknown_command",  \
-	  "unknown command")                                                 \
-	X(LINETOOLONG, -3, LINETOOLONG, "LINE_TOO_LONG", "line_too_long",    \
-	  "request line too long")                                           \
-	X(BADARG, -4, BADARG, "BAD_ARG", "bad_arg", "bad argument")          \
-	X(NOAUTH, -5, NOAUTH, "NOAUTH", "noauth", "authentication required") \
-	X(LIMIT, -6, LIMIT, "LIMIT", "limit", "limit reached")               \
-	X(UNAVAILABLE, -7, UNAVAILABLE, "UNAVAILABLE", "unavailable",        \
-	  "persistence unavailable")                                         \
-	X(INTERNAL, -8, INTERNAL, "INTERNAL", "internal", "internal error")  \
-	X(NOTACTIVE, -9, NOTACTIVE, "NOT_ACTIVE", "not_active",              \
-	  "not the active daemon")                                           \
-	X(NOMEM, -10, INTERNAL, "INTERNAL", "internal", "out of memory")     \
-	X(PROTO, -11, INTERNAL, "INTERNAL", "internal",                      \
-	  "protocol error from peer")                                        \
-	X(NOSPC, -12, INTERNAL, "INTERNAL", "internal",                      \
-	  "line does not fit its buffer")                                    \
-	X(RANGE, -13, BADARG, "BAD_ARG", "bad_arg", "number out of range")   \
+#define DL_ERR_MAP(X)                                                          \
+	X(BADFORMAT, -1, BADFORMAT, "BAD_FORMAT", "bad_format",                \
+	  "malformed request")                                                 \
+	X(UNKNOWNCMD, -2, UNKNOWNCMD, "UNKNOWN_COMMAND", "unknown_command",    \
+	  "unknown command")                                                   \
+	X(LINETOOLONG, -3, LINETOOLONG, "LINE_TOO_LONG", "line_too_long",      \
+	  "request line too long")                                             \
+	X(BADARG, -4, BADARG, "BAD_ARG", "bad_arg", "bad argument")            \
+	X(NOAUTH, -5, NOAUTH, "NOAUTH", "noauth", "authentication required")   \
+	X(LIMIT, -6, LIMIT, "LIMIT", "limit", "limit reached")                 \
+	X(UNAVAILABLE, -7, UNAVAILABLE, "UNAVAILABLE", "unavailable",          \
+	  "persistence unavailable")                                           \
+	X(INTERNAL, -8, INTERNAL, "INTERNAL", "internal", "internal error")    \
+	X(NOTACTIVE, -9, NOTACTIVE, "NOT_ACTIVE", "not_active",                \
+	  "not the active daemon")                                             \
+	X(NOMEM, -10, INTERNAL, "INTERNAL", "internal", "out of memory")       \
+	X(PROTO, -11, INTERNAL, "INTERNAL", "internal",                        \
+	  "protocol error from peer")                                          \
+	X(NOSPC, -12, INTERNAL, "INTERNAL", "internal",                        \
+	  "line does not fit its buffer")                                      \
+	X(RANGE, -13, BADARG, "BAD_ARG", "bad_arg", "number out of range")     \
 	X(DENIED, -14, DENIED, "DENIED", "denied", "permission denied")
 
 #define DL__ERR_ENUM(name, value, wire, word, label, text) DL_E##name = value,
-#define DL__ERR_ONE(name, value, wire, word, label, text) +1
+#define DL__ERR_ONE(name, value, wire, word, label, text)  +1
 enum { DL_ERR_MAP(DL__ERR_ENUM) };
 /* The codes are -1 .. -DL_ERR_COUNT_. */
 enum { DL_ERR_COUNT_ = 0 DL_ERR_MAP(DL__ERR_ONE) };
@@ -172,14 +172,13 @@ enum dl_verb dl_find_verb(struct dl_str w);
 
 struct dl_request {
 	enum dl_verb verb;
-	struct dl_str
-		name; /* LOCK TRYLOCK UNLOCK REFRESH CHECK CANCEL STATUS
-			 HOLDERS BREAK; the prefix of LOCKS (len 0 when
-			 absent); WATCH UNWATCH: the name, or the prefix
-			 without its '*' when `prefix` */
-	uint64_t token;	  /* UNLOCK REFRESH CHECK */
-	uint64_t ttl_ms;  /* ttl=, when has_ttl */
-	uint64_t wait_ms; /* wait=, when has_wait; may be DL_WAIT_INF */
+	struct dl_str name; /* LOCK TRYLOCK UNLOCK REFRESH CHECK CANCEL STATUS
+			       HOLDERS BREAK; the prefix of LOCKS (len 0 when
+			       absent); WATCH UNWATCH: the name, or the prefix
+			       without its '*' when `prefix` */
+	uint64_t token;	    /* UNLOCK REFRESH CHECK */
+	uint64_t ttl_ms;    /* ttl=, when has_ttl */
+	uint64_t wait_ms;   /* wait=, when has_wait; may be DL_WAIT_INF */
 	unsigned has_ttl : 1;
 	unsigned has_wait : 1;
 	unsigned has_warn : 1;
@@ -196,19 +195,19 @@ struct dl_request {
 	struct dl_str desc_host, desc_cmd; /* len 0 when absent */
 	uint32_t desc_pid;		   /* 0 when absent */
 	unsigned has_desc : 1;
-	struct dl_str arg;   /* AUTH secret, PING text, HELP verb (len 0 when
-				absent) */
-	struct dl_str user;  /* AUTH <user> <secret>: the user (len 0 in the
-				one-word form, AUTH <password>) */
+	struct dl_str arg;    /* AUTH secret, PING text, HELP verb (len 0 when
+				 absent) */
+	struct dl_str user;   /* AUTH <user> <secret>: the user (len 0 in the
+				 one-word form, AUTH <password>) */
 	struct dl_str reason; /* BREAK reason=<text> (required there) */
-	struct dl_str after; /* LOCKS after=<name>; len 0 when absent */
-	uint64_t limit;	     /* LOCKS limit= (page length), LOCK TRYLOCK
-				limit= (holders at once), when has_limit */
+	struct dl_str after;  /* LOCKS after=<name>; len 0 when absent */
+	uint64_t limit;	      /* LOCKS limit= (page length), LOCK TRYLOCK
+				 limit= (holders at once), when has_limit */
 	unsigned has_limit : 1;
 	unsigned by_waiters : 1; /* LOCKS by=waiters */
 	unsigned shared : 1;	 /* LOCK TRYLOCK mode=shared */
 	unsigned prefix : 1;	 /* WATCH UNWATCH: the word ended in '*' */
-	char why[DL_WHY_MAX]; /* the explanation of a failed parse */
+	char why[DL_WHY_MAX];	 /* the explanation of a failed parse */
 };
 
 /* Parse one request line (line ending already removed; the line may

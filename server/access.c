@@ -283,8 +283,7 @@ static int login(struct dl_conn *c, struct dl_user *u, enum dl_auth_how how,
 	snprintf(id, sizeof(id), "anon-%.16s", c->owner_secret);
 	if (secret_new(c->owner_secret) != 0 ||
 	    dl_owner_key(key, u->name, (struct dl_str){id, strlen(id)}, &k) ||
-	    prove(c, k,
-		  (struct dl_str){c->owner_secret, DL_OWNER_SECRET_NEW},
+	    prove(c, k, (struct dl_str){c->owner_secret, DL_OWNER_SECRET_NEW},
 		  1) != 0) {
 		snprintf(why, whylen, "out of memory");
 		return DL_ENOMEM;
@@ -429,7 +428,7 @@ int dl_access_auth(struct dl_conn *c, struct dl_str user, struct dl_str secret,
 		if (u && u == c->user &&
 		    dl_users_check(a->users, user, secret, &u) == 0)
 			return 0;
-already:
+	already:
 		snprintf(why, whylen,
 			 "authenticated already (as %s): open another "
 			 "connection to be someone else",

@@ -241,20 +241,23 @@ static void limit_error(struct dl_conn *c, struct dl_str name,
 			 (unsigned long long)locks,
 			 (unsigned long long)cfg->max_locks);
 	else if (st.held && st.count >= DL_REENTRY_MAX)
-		snprintf(why, sizeof(why),
-			 "limit reached: %u holds of one lease (reentries), at most %u",
-			 (unsigned)st.count, (unsigned)DL_REENTRY_MAX);
+		snprintf(
+			why, sizeof(why),
+			"limit reached: %u holds of one lease (reentries), at most %u",
+			(unsigned)st.count, (unsigned)DL_REENTRY_MAX);
 	else if (st.waiters >= cfg->max_waiters)
-		snprintf(why, sizeof(why),
-			 "limit reached: %u waiters on this lock, at most %llu (max_waiters_per_lock)",
-			 (unsigned)st.waiters,
-			 (unsigned long long)cfg->max_waiters);
-	else if (o && (uint64_t)o->nleases + o->nwaiters >=
-			      cfg->max_locks_per_owner)
-		snprintf(why, sizeof(why),
-			 "limit reached: this owner holds or waits for %u locks, at most %llu (max_locks_per_owner)",
-			 (unsigned)(o->nleases + o->nwaiters),
-			 (unsigned long long)cfg->max_locks_per_owner);
+		snprintf(
+			why, sizeof(why),
+			"limit reached: %u waiters on this lock, at most %llu (max_waiters_per_lock)",
+			(unsigned)st.waiters,
+			(unsigned long long)cfg->max_waiters);
+	else if (o &&
+		 (uint64_t)o->nleases + o->nwaiters >= cfg->max_locks_per_owner)
+		snprintf(
+			why, sizeof(why),
+			"limit reached: this owner holds or waits for %u locks, at most %llu (max_locks_per_owner)",
+			(unsigned)(o->nleases + o->nwaiters),
+			(unsigned long long)cfg->max_locks_per_owner);
 	else if (quota_error(c, why, sizeof(why)))
 		;
 	else
@@ -385,11 +388,12 @@ static int check_warn(struct dl_conn *c, const struct dl_request *rq,
 	char why[DL_WHY_MAX];
 
 	if (rq->has_warn && rq->warn_ms && rq->warn_ms >= ttl) {
-		snprintf(why, sizeof(why),
-			 "warn out of range: %s, less than the ttl (%s): it is "
-			 "how much of the lease remains when * EXPIRING is sent",
-			 dl_format_duration(rq->warn_ms, warn),
-			 dl_format_duration(ttl, t));
+		snprintf(
+			why, sizeof(why),
+			"warn out of range: %s, less than the ttl (%s): it is "
+			"how much of the lease remains when * EXPIRING is sent",
+			dl_format_duration(rq->warn_ms, warn),
+			dl_format_duration(ttl, t));
 		dl_cmd_error(c, DL_EBADARG, why, rq->tag);
 		return -1;
 	}
@@ -693,7 +697,8 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 		return;
 	}
 	if (rq->owner_secret.len && !rq->owner.len) {
-		dl_cmd_error(c, DL_EBADFORMAT, "key= goes with owner=", rq->tag);
+		dl_cmd_error(c, DL_EBADFORMAT,
+			     "key= goes with owner=", rq->tag);
 		return;
 	}
 	if (rq->owner.len) {
@@ -740,10 +745,10 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_str(&r.f, "persist",
 		      cfg->persist == DL_PERSIST_REDIS ? DL_STR_LIT("redis")
 						       : DL_STR_LIT("none"));
-	dl_fmt_kv_str(&r.f, "durability",
-		      (struct dl_str){dl_store_durability(c->srv->store),
-				      strlen(dl_store_durability(
-					      c->srv->store))});
+	dl_fmt_kv_str(
+		&r.f, "durability",
+		(struct dl_str){dl_store_durability(c->srv->store),
+				strlen(dl_store_durability(c->srv->store))});
 	dl_fmt_kv_u64(&r.f, "max_line", DL_LINE_MAX);
 	dl_fmt_kv_u64(&r.f, "max_name", DL_NAME_MAX);
 	dl_fmt_kv_u64(&r.f, "max_tag", DL_TAG_MAX);
@@ -895,8 +900,8 @@ static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 	for (i = 0; i < n; i++) {
 		dl_locktab_lock_status(tab, page[i], &st);
 		dl_fmt_init(&r.f, r.buf, sizeof(r.buf));
-		dl_fmt_str(&r.f, (struct dl_str){page[i]->name,
-						 page[i]->hn.len});
+		dl_fmt_str(&r.f,
+			   (struct dl_str){page[i]->name, page[i]->hn.len});
 		dl_fmt_word(&r.f, st.held ? "state=held" : "state=free");
 		dl_fmt_kv_str(&r.f, "mode", status_mode(&st));
 		fmt_owner(&r.f, 1, st.held ? st.owner : DL_STR_NULL);
@@ -969,14 +974,14 @@ static void cmd_help(struct dl_conn *c, const struct dl_request *rq)
 			 "before; below the ttl, 0 for none (REFRESH keeps the "
 			 "lease's warning without one)");
 	if (strstr(u, "delay="))
-		snprintf(note[n++], sizeof(note[0]),
-			 "delay: the lock's lock-delay, at most %s: after a "
-			 "lease ends without UNLOCK (it expires, or is broken), "
-			 "nobody gets the lock for that long; waiters keep "
-			 "their place",
-			 dl_format_duration(DL_LOCK_DELAY_MAX_MS, d1));
-	if (strstr(u, "limit=") &&
-	    (v == DL_VERB_LOCKS || v == DL_VERB_NONE))
+		snprintf(
+			note[n++], sizeof(note[0]),
+			"delay: the lock's lock-delay, at most %s: after a "
+			"lease ends without UNLOCK (it expires, or is broken), "
+			"nobody gets the lock for that long; waiters keep "
+			"their place",
+			dl_format_duration(DL_LOCK_DELAY_MAX_MS, d1));
+	if (strstr(u, "limit=") && (v == DL_VERB_LOCKS || v == DL_VERB_NONE))
 		snprintf(note[n++], sizeof(note[0]),
 			 "limit (LOCKS): locks per page, 1 to %d (default "
 			 "%d); after=<the page's last name> for the next page",
@@ -1112,9 +1117,10 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 	}
 	if ((verbs[rq.verb].flags & ACTIVE) &&
 	    !dl_store_leading(c->srv->store)) {
-		dl_cmd_error(c, DL_EUNAVAILABLE,
-			     "leadership not confirmed (Redis unreachable?), try again",
-			     rq.tag);
+		dl_cmd_error(
+			c, DL_EUNAVAILABLE,
+			"leadership not confirmed (Redis unreachable?), try again",
+			rq.tag);
 		return;
 	}
 	if ((verbs[rq.verb].flags & CHANGES) &&
@@ -1212,8 +1218,7 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 					.limit = line->limit};
 
 		err = dl_locktab_revoke(
-			c->srv->tab, &c->sess, name, line->token,
-			line->reentry,
+			c->srv->tab, &c->sess, name, line->token, line->reentry,
 			line->kind == DL_LINE_GRANTED_EVENT ? &rq : NULL);
 		if (line->kind == DL_LINE_GRANTED_EVENT && err == 0)
 			return 0; /* waiting again */

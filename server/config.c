@@ -98,8 +98,8 @@ static const struct key keys[] = {
 	 0, 0},
 	{"persistence", "allow_nondurable_redis", K_BOOL,
 	 F(allow_nondurable_redis), 0, 0, 0, 0},
-	{"persistence", "allow_evicting_redis", K_BOOL,
-	 F(allow_evicting_redis), 0, 0, 0, 0},
+	{"persistence", "allow_evicting_redis", K_BOOL, F(allow_evicting_redis),
+	 0, 0, 0, 0},
 	{"persistence", "state_dir", K_STR, F(state_dir), 0, 0, 0, 0},
 	{"persistence", "accept_token_jump", K_BOOL, F(accept_token_jump), 0, 0,
 	 0, 0},
@@ -194,9 +194,8 @@ void dl_config_defaults(struct dl_config *c)
 	c->redis = strdup("redis://127.0.0.1:6379/0");
 	c->redis_prefix = strdup("dlock:");
 	/* systemd's StateDirectory= says where (seen.h) */
-	c->state_dir = strdup(getenv("STATE_DIRECTORY")
-				      ? getenv("STATE_DIRECTORY")
-				      : "");
+	c->state_dir = strdup(
+		getenv("STATE_DIRECTORY") ? getenv("STATE_DIRECTORY") : "");
 	c->redis_timeout_ms = 2000;
 	c->restore_grace_ms = DL_DEFAULT_RESTORE_GRACE_MS;
 	c->metrics = strdup("");
@@ -344,9 +343,9 @@ int dl_config_set(struct dl_config *c, const char *section, const char *key,
 struct ini_ctx {
 	struct dl_config *c;
 	FILE *f;
-	int line;		/* lines read so far */
-	char raw[DL_LINE_MAX];	/* the last line read, as it was */
-	int seen[NKEYS];	/* the line each key was given on, 0: not yet */
+	int line;	       /* lines read so far */
+	char raw[DL_LINE_MAX]; /* the last line read, as it was */
+	int seen[NKEYS];       /* the line each key was given on, 0: not yet */
 	char err[DL_CONFIG_ERR_MAX];
 	int failed;
 };
@@ -582,13 +581,14 @@ static int credential(const char *name, char *path, size_t len)
  * before "@", or a password= option) replaced by ***. */
 static const char *masked_url(const char *u, char *out, size_t cap)
 {
-	const char *at = strrchr(u, '@'), *pw = strstr(u, "password="),
-		   *colon, *end;
+	const char *at = strrchr(u, '@'), *pw = strstr(u, "password="), *colon,
+		   *end;
 	size_t skip = strncmp(u, "sentinel://", 11) == 0 ? 11
-		      : strncmp(u, "redis://", 8) == 0	  ? 8
-							  : 0;
+		      : strncmp(u, "redis://", 8) == 0	 ? 8
+							 : 0;
 
-	if (at && skip && (colon = memchr(u + skip, ':', (size_t)(at - u - skip))))
+	if (at && skip &&
+	    (colon = memchr(u + skip, ':', (size_t)(at - u - skip))))
 		snprintf(out, cap, "%.*s:***%s", (int)(colon - u), u, at);
 	else if (pw) {
 		end = strchr(pw, '&');
@@ -750,11 +750,11 @@ void dl_config_dump(const struct dl_config *c, int fd)
 				return;
 		}
 		v = k->type == K_STR ? 0 : *u64_at(m, k);
-		if (k->type == K_STR && k->off == offsetof(struct dl_config,
-							       redis))
-			n = snprintf(buf, sizeof(buf), "%s = %s\n", k->name,
-				     masked_url(*str_at(m, k), url,
-						sizeof(url)));
+		if (k->type == K_STR &&
+		    k->off == offsetof(struct dl_config, redis))
+			n = snprintf(
+				buf, sizeof(buf), "%s = %s\n", k->name,
+				masked_url(*str_at(m, k), url, sizeof(url)));
 		else if (k->type == K_STR)
 			n = snprintf(buf, sizeof(buf), "%s = %s\n", k->name,
 				     k->secret && (*str_at(m, k))[0]
@@ -876,8 +876,8 @@ static int parse_sentinel(const char *p, size_t n, struct dl_redis_addr *a)
 		hlen = (size_t)(colon - p);
 	}
 	if (hlen == 0 ||
-	    (colon && parse_int(colon + 1, (size_t)(p + n - colon - 1), 65535,
-				&port)) ||
+	    (colon &&
+	     parse_int(colon + 1, (size_t)(p + n - colon - 1), 65535, &port)) ||
 	    port == 0)
 		return DL_EBADARG;
 	a->sentinel_host[a->nsentinels] = strndup(h, hlen);
@@ -907,14 +907,14 @@ static int parse_sentinel_url(const char *p, struct dl_redis_addr *a)
 		return DL_EBADARG;
 	while (p < slash) {
 		comma = memchr(p, ',', (size_t)(slash - p));
-		if ((r = parse_sentinel(p, (size_t)((comma ? comma : slash) - p),
-					a)) != 0)
+		if ((r = parse_sentinel(
+			     p, (size_t)((comma ? comma : slash) - p), a)) != 0)
 			return r;
 		p = comma ? comma + 1 : slash;
 	}
 	q = strchr(slash + 1, '?');
-	a->master = strndup(slash + 1, q ? (size_t)(q - slash - 1)
-					 : strlen(slash + 1));
+	a->master = strndup(slash + 1,
+			    q ? (size_t)(q - slash - 1) : strlen(slash + 1));
 	if (!a->master)
 		return DL_ENOMEM;
 	if (!a->master[0] || strpbrk(a->master, " /"))

@@ -49,23 +49,23 @@ struct dl_config {
 	uint64_t max_connections;
 	uint64_t max_waiters; /* per lock */
 	uint64_t max_locks_per_owner;
-	uint64_t max_output; /* bytes queued per connection */
+	uint64_t max_output;	   /* bytes queued per connection */
 	uint64_t max_output_total; /* ... and for all of them (conn.h) */
 	uint64_t default_ttl_ms;
 	uint64_t max_ttl_ms;
 	uint64_t tick_ms;
-	uint64_t auth_delay_ms; /* after a failed AUTH */
-	uint64_t request_timeout_ms; /* an incomplete line, 0 off */
-	uint64_t idle_timeout_ms;    /* no request at all, 0 off */
-	uint64_t max_locks;	     /* locks at once, all clients */
+	uint64_t auth_delay_ms;		 /* after a failed AUTH */
+	uint64_t request_timeout_ms;	 /* an incomplete line, 0 off */
+	uint64_t idle_timeout_ms;	 /* no request at all, 0 off */
+	uint64_t max_locks;		 /* locks at once, all clients */
 	uint64_t max_unauth_connections; /* 0: max_connections / 2 */
 	uint64_t max_unauth_per_address;
 	uint64_t max_locks_per_user; /* quotas of a user without its own */
 	uint64_t max_waits_per_user;
 	uint64_t max_connections_per_user;
 	/* [persistence] */
-	uint64_t persist; /* enum dl_persist */
-	char *redis;	  /* URL, see dl_redis_url_parse */
+	uint64_t persist;	   /* enum dl_persist */
+	char *redis;		   /* URL, see dl_redis_url_parse */
 	char *redis_password_file; /* "" none */
 	char *redis_password;	   /* read from redis_password_file (or the
 				      systemd credential): not a key; "" none */
@@ -75,13 +75,13 @@ struct dl_config {
 	uint64_t min_replicas_ack; /* WAIT for this many replicas: 0 off */
 	uint64_t allow_nondurable_redis; /* bool: serve on a Redis without
 					    AOF (store_durable.c) */
-	uint64_t allow_evicting_redis; /* bool: serve on a Redis whose
-					  maxmemory-policy may evict keys */
+	uint64_t allow_evicting_redis;	 /* bool: serve on a Redis whose
+					    maxmemory-policy may evict keys */
 	char *state_dir; /* where dlockd.state lives (seen.h), "" none */
 	uint64_t accept_token_jump; /* bool: go on from a token mark or epoch
 				       no daemon could have written */
-	uint64_t durable_release; /* bool: UNLOCK replies wait for Redis
-				     (locktab.h, durable_release) */
+	uint64_t durable_release;   /* bool: UNLOCK replies wait for Redis
+				       (locktab.h, durable_release) */
 	/* [metrics] */
 	char *metrics; /* host:port of the Prometheus page, "" off */
 	uint64_t metrics_allow_plain; /* bool: a non-loopback page without

@@ -548,8 +548,7 @@ static void process_input(struct dl_conn *c)
 			 * anything, is a line still arriving */
 			if (c->in.len > c->in.start || c->in.discard) {
 				if (lines || !c->partial_since)
-					c->partial_since =
-						uv_now(c->srv->loop);
+					c->partial_since = uv_now(c->srv->loop);
 			} else {
 				c->partial_since = 0;
 			}
@@ -746,11 +745,13 @@ int dl_conn_sweep(struct dl_conn *c, uint64_t now)
 	if (cfg->request_timeout_ms && c->partial_since &&
 	    now - c->partial_since >= cfg->request_timeout_ms) {
 		c->srv->st.request_timeouts++;
-		snprintf(why, sizeof(why),
-			 "limit reached: request line not ended within %s (request_timeout), closing",
-			 dl_format_duration(cfg->request_timeout_ms, d));
-		dl_notice("conn %llu %s: request line not ended within %s, closing",
-			  (unsigned long long)c->id, c->peer, d);
+		snprintf(
+			why, sizeof(why),
+			"limit reached: request line not ended within %s (request_timeout), closing",
+			dl_format_duration(cfg->request_timeout_ms, d));
+		dl_notice(
+			"conn %llu %s: request line not ended within %s, closing",
+			(unsigned long long)c->id, c->peer, d);
 		dl_cmd_error(c, DL_ELIMIT, why, DL_STR_NULL);
 		dl_conn_end(c, DL_END_GRACEFUL, "request timeout");
 		return 1;

@@ -127,11 +127,11 @@ struct dl_conn {
 	unsigned in_writeq : 1;
 	unsigned in_held : 1;
 	unsigned in_endq : 1;
-	unsigned ended : 1;    /* session closed, reading stopped */
-	unsigned shutting : 1; /* uv_shutdown called, close follows */
-	unsigned closing : 1;  /* uv_close called */
-	unsigned end : 2;      /* enum dl_conn_end */
-	unsigned tls_open : 1; /* the TLS handshake is done (and logged) */
+	unsigned ended : 1;	 /* session closed, reading stopped */
+	unsigned shutting : 1;	 /* uv_shutdown called, close follows */
+	unsigned closing : 1;	 /* uv_close called */
+	unsigned end : 2;	 /* enum dl_conn_end */
+	unsigned tls_open : 1;	 /* the TLS handshake is done (and logged) */
 	struct dl_tls_conn *tls; /* NULL: plain (unix socket, no [tls]) */
 	struct dl_conn_watch *watch; /* its WATCHes (watch.h); NULL: none */
 	/* for logs: "127.0.0.1:5000" or "unix"; with a verified client

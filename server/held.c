@@ -30,7 +30,8 @@ int dl_heldq_add(struct dl_heldq *q, const char *text, size_t len,
 	h->line = *line;
 	/* Lines stay in order: one that needs no durability waits for the
 	 * epoch of the held line before it. */
-	h->epoch = line->durable || q->n == 0 ? open_epoch : q->v[q->n - 1].epoch;
+	h->epoch =
+		line->durable || q->n == 0 ? open_epoch : q->v[q->n - 1].epoch;
 	h->off = q->text.len - len;
 	h->len = len;
 	q->n++;

@@ -930,8 +930,7 @@ void dl_locktab_free(struct dl_locktab *t)
 	free(t);
 }
 
-const uint32_t dl_queue_bounds[DL_QUEUE_BUCKETS - 1] = {1, 5, 10, 100,
-							 1000};
+const uint32_t dl_queue_bounds[DL_QUEUE_BUCKETS - 1] = {1, 5, 10, 100, 1000};
 const char *const dl_queue_labels[DL_QUEUE_BUCKETS] = {
 	"1", "2_5", "6_10", "11_100", "101_1000", "over_1000"};
 

@@ -107,7 +107,7 @@ struct dl_session {
 	struct dl_session *onext, *oprev; /* sessions of the same owner */
 	struct dl_waiter *waiters;	  /* this session's queued requests */
 	void *data;			  /* the caller's, untouched */
-	uint32_t owner_gen; /* bumped by every change of owner (HELLO) */
+	uint32_t owner_gen;   /* bumped by every change of owner (HELLO) */
 	struct dl_desc *desc; /* what the client said of itself (a
 				 reference; NULL: nothing): each lease
 				 granted to the session takes it */
@@ -156,8 +156,8 @@ struct dl_lease {
 	unsigned has_tag : 1;	     /* extra[] holds a tag */
 	unsigned has_desc : 1;	     /* extra[] holds a description */
 	unsigned has_warn : 1;	     /* it has a warning (a side object) */
-	unsigned restored : 1; /* restored from a record and not refreshed
-				  since: a reentry does not extend it */
+	unsigned restored : 1;	     /* restored from a record and not refreshed
+					since: a reentry does not extend it */
 	unsigned count : 24;	     /* reentrant holds, 1..DL_REENTRY_MAX */
 	uint32_t ttl_ms; /* what a restore gives it (R + ttl) and a bare
 			    REFRESH's: never less than what remains */
@@ -197,12 +197,12 @@ struct dl_waiter {
 
 struct dl_lock {
 	struct dl_lease *holders; /* grant order */
-	struct dl_waiter *qhead; /* its qprev is the tail */
-	uint32_t nwaiters : 24; /* <= DL_MAX_WAITERS_MAX */
-	uint32_t dirty : 1;	/* in the dirty set */
-	uint32_t urgent : 1;	/* ... with a change a held reply waits for */
-	uint32_t has_delay : 1; /* it has a delay (a side object) */
-	uint32_t delaying : 1;	/* ... and is in it: grants nobody new */
+	struct dl_waiter *qhead;  /* its qprev is the tail */
+	uint32_t nwaiters : 24;	  /* <= DL_MAX_WAITERS_MAX */
+	uint32_t dirty : 1;	  /* in the dirty set */
+	uint32_t urgent : 1;	  /* ... with a change a held reply waits for */
+	uint32_t has_delay : 1;	  /* it has a delay (a side object) */
+	uint32_t delaying : 1;	  /* ... and is in it: grants nobody new */
 	uint16_t nholders;
 	uint16_t limit; /* holders at once: 1 (a lock), n (a semaphore) */
 	struct dl_hnode hn;
@@ -248,9 +248,9 @@ enum dl_outcome {
 	DL_STALE,      /* token = current holder's token, or 0 */
 	DL_CANCELLED,
 	DL_NOT_QUEUED,
-	DL_ALREADY_WAITING, /* this session already waits for the lock */
-	DL_BROKEN,	    /* BREAK: the lease ended; token = its token */
-	DL_LIMIT_MISMATCH,  /* value = the lock's limit */
+	DL_ALREADY_WAITING,  /* this session already waits for the lock */
+	DL_BROKEN,	     /* BREAK: the lease ended; token = its token */
+	DL_LIMIT_MISMATCH,   /* value = the lock's limit */
 	DL_UPGRADE_DEADLOCK, /* exclusive asked by a shared holder; token =
 				its shared lease's */
 	DL_DEADLOCK, /* the wait would close a cycle of owners waiting for
@@ -289,11 +289,11 @@ struct dl_event {
 	struct dl_str name;   /* borrowed for the duration of the hook */
 	uint64_t token;
 	uint64_t ttl_ms;
-	uint64_t deadline;	/* GRANTED: the lease's, monotonic ms */
-	uint64_t wait_deadline; /* GRANTED: the waiter's (dl_locktab_revoke) */
-	uint32_t asked_ttl_ms;	/* GRANTED: the TTL the waiter asked for */
-	uint32_t holds;		/* GRANTED: as in dl_result */
-	uint32_t asked_warn_ms; /* GRANTED: the warning it asked for */
+	uint64_t deadline;	 /* GRANTED: the lease's, monotonic ms */
+	uint64_t wait_deadline;	 /* GRANTED: the waiter's (dl_locktab_revoke) */
+	uint32_t asked_ttl_ms;	 /* GRANTED: the TTL the waiter asked for */
+	uint32_t holds;		 /* GRANTED: as in dl_result */
+	uint32_t asked_warn_ms;	 /* GRANTED: the warning it asked for */
 	unsigned asked_warn : 1; /* ... if it asked for one */
 	struct dl_str tag;
 	struct dl_str by; /* EXPIRED by BREAK: who broke it (borrowed; len 0
@@ -325,10 +325,10 @@ struct dl_lock_status {
 	const struct dl_desc *desc; /* first holder's description, or NULL
 				       (borrowed until the table changes) */
 	uint64_t held_ms;	    /* how long the first holder has held */
-	int shared;	    /* the holders' mode */
-	uint64_t token;	    /* first holder's */
-	uint64_t remaining; /* ms, first holder's */
-	uint32_t count;	    /* first holder's */
+	int shared;		    /* the holders' mode */
+	uint64_t token;		    /* first holder's */
+	uint64_t remaining;	    /* ms, first holder's */
+	uint32_t count;		    /* first holder's */
 	struct dl_str owner;
 	uint32_t holders;
 	uint32_t waiters;
@@ -363,10 +363,10 @@ struct dl_locktab_stats {
 	uint64_t contended[DL_QUEUE_BUCKETS];	 /* gauges, see above */
 	uint64_t grants, reentries, releases, expiries, timeouts, refreshes,
 		cancels, revokes, breaks;
-	uint64_t deadlocks;	 /* waits refused: DL_DEADLOCK */
+	uint64_t deadlocks;    /* waits refused: DL_DEADLOCK */
 	uint64_t walks_capped; /* deadlock checks that gave up at the cap */
-	struct dl_hist wait; /* LOCK to grant, per grant (0 if at once) */
-	struct dl_hist hold; /* grant to release or expiry, per lease */
+	struct dl_hist wait;   /* LOCK to grant, per grant (0 if at once) */
+	struct dl_hist hold;   /* grant to release or expiry, per lease */
 };
 
 struct dl_locktab_hooks {
@@ -457,10 +457,10 @@ struct dl_acquire {
 	uint64_t ttl_ms;
 	uint64_t wait_ms; /* 0 tries once, DL_WAIT_INF waits forever */
 	struct dl_str tag;
-	uint32_t limit;	  /* holders at once; 0 means 1 */
-	uint8_t shared;	  /* mode=shared (limit 1 only) */
-	uint8_t has_warn; /* warn= was given: */
-	uint32_t warn_ms; /* the lease's warning, below ttl_ms (0: none) */
+	uint32_t limit;	   /* holders at once; 0 means 1 */
+	uint8_t shared;	   /* mode=shared (limit 1 only) */
+	uint8_t has_warn;  /* warn= was given: */
+	uint32_t warn_ms;  /* the lease's warning, below ttl_ms (0: none) */
 	uint32_t delay_ms; /* the lock's delay (see above): at least this;
 			      0 asks for none */
 };
@@ -558,9 +558,8 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
  * would not be below the lease's TTL (the new one, or the one it keeps);
  * DL_ENOMEM. */
 int dl_locktab_refresh_warn(struct dl_locktab *t, struct dl_session *s,
-			    struct dl_str name, uint64_t token,
-			    uint64_t ttl_ms, int64_t warn_ms,
-			    struct dl_result *res);
+			    struct dl_str name, uint64_t token, uint64_t ttl_ms,
+			    int64_t warn_ms, struct dl_result *res);
 /* Apply a shortening REFRESH (above): the lease `token` of `name` gets
  * `deadline` and `ttl_ms`, if it is still there with from_deadline (a
  * later refresh or reentry that moved it supersedes the shortening).
@@ -602,8 +601,8 @@ void dl_locktab_lock_status(struct dl_locktab *t, const struct dl_lock *lk,
  * start with `prefix` and sort after `after` (byte order; len 0: from the
  * first), the first `limit` of them. DL_LIST_BY_WAITERS: the `limit`
  * locks with the prefix that have the most waiters (at least one), most
- * first, ties by name; `after` is not used. page[] receives them in order (room for limit);
- * returns how many, and *more how many more match after the page.
+ * first, ties by name; `after` is not used. page[] receives them in order (room
+ * for limit); returns how many, and *more how many more match after the page.
  *
  * Cost: one pass over every lock with a heap of `limit` entries,
  * O(locks x log limit) on the loop; the table keeps no ordered index (it
@@ -642,8 +641,7 @@ size_t dl_locktab_dirty_count(const struct dl_locktab *t);
  * store may let them ride with a later batch (store.c, lazy writes).
  * dl_locktab_drain_urgent() hands over the urgent locks only (in their
  * final state, lazy changes included) and keeps the rest dirty. */
-size_t dl_locktab_drain_urgent(struct dl_locktab *t, dl_lock_cb cb,
-			       void *arg);
+size_t dl_locktab_drain_urgent(struct dl_locktab *t, dl_lock_cb cb, void *arg);
 size_t dl_locktab_urgent_count(const struct dl_locktab *t);
 /* Every lock, in no particular order (a full re-sync of the store). */
 void dl_locktab_foreach(struct dl_locktab *t, dl_lock_cb cb, void *arg);

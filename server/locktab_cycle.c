@@ -104,8 +104,8 @@ struct dl_walk {
 	struct wwait wait[DL_DEADLOCK_WALK_MAX];
 	uint32_t edge[DL_DEADLOCK_WALK_MAX];
 	uint32_t rfirst[DL_DEADLOCK_WALK_MAX + 1]; /* the waits into node n: */
-	uint32_t rwait[DL_DEADLOCK_WALK_MAX];	    /* rwait[rfirst[n] ..] */
-	uint32_t todo[DL_DEADLOCK_WALK_MAX];	    /* a work list */
+	uint32_t rwait[DL_DEADLOCK_WALK_MAX];	   /* rwait[rfirst[n] ..] */
+	uint32_t todo[DL_DEADLOCK_WALK_MAX];	   /* a work list */
 	uint32_t nnodes, nwaits, nedges, steps;
 	uint32_t into0; /* edges into node 0, the requester */
 	int over;	/* the budget is spent: give up */
@@ -423,7 +423,7 @@ int dl__deadlock_check(struct dl_locktab *t, struct dl_lock *lk,
 	node_of(k, s->owner);
 	/* a wait for nobody closes nothing: no walk */
 	edges = add_wait(k, 0, lk, shared,
-			 claim ? ahead_of(claim)
+			 claim	     ? ahead_of(claim)
 			 : lk->qhead ? lk->qhead->qprev
 				     : NULL);
 	for (n = 0; edges && n < k->nnodes && !k->over; n++) {

@@ -360,9 +360,8 @@ int dl_locktab_refresh(struct dl_locktab *t, struct dl_session *s,
 }
 
 int dl_locktab_refresh_warn(struct dl_locktab *t, struct dl_session *s,
-			    struct dl_str name, uint64_t token,
-			    uint64_t ttl_ms, int64_t warn_ms,
-			    struct dl_result *res)
+			    struct dl_str name, uint64_t token, uint64_t ttl_ms,
+			    int64_t warn_ms, struct dl_result *res)
 {
 	uint64_t now = dl__now_ms(t);
 	struct dl_warn *spare = NULL;

@@ -42,16 +42,16 @@ struct dl_locktab {
 	struct dl_locktab_limits limits;
 	uint64_t seed;
 	uint64_t last_token;
-	int suspended;	     /* grants suspended (store down) */
+	int suspended;	       /* grants suspended (store down) */
 	uint64_t closed_until; /* no new lease before (monotonic ms):
 				  dl_locktab_close_grants */
-	size_t placeholders; /* restored waiters not yet claimed */
+	size_t placeholders;   /* restored waiters not yet claimed */
 	struct dl_htab locks;
 	struct dl_htab owners;
 	struct dl_htab accounts; /* a few: one per user with owners */
 	struct dl_htab warns;	 /* struct dl_warn, by lease (side objects) */
 	struct dl_htab delays;	 /* struct dl_delay, by lock (side objects) */
-	struct dl_lock **dirty; /* capacity >= number of locks */
+	struct dl_lock **dirty;	 /* capacity >= number of locks */
 	size_t ndirty;
 	size_t dirty_cap;
 	size_t nurgent;	 /* dirty locks with lk->urgent */
@@ -59,8 +59,8 @@ struct dl_locktab {
 	unsigned pinned; /* dl_locktab_pin: no lock may leave the table */
 	struct dl_locktab_stats st;
 	struct dl_wheel wheel;
-	struct dl_walk *walk;	/* a deadlock check's scratch, made on the
-				   first (locktab_cycle.c) */
+	struct dl_walk *walk;  /* a deadlock check's scratch, made on the
+				  first (locktab_cycle.c) */
 	struct dl_cycle cycle; /* the last DL_DEADLOCK's */
 	int no_deadlock_check; /* dl_locktab_deadlock_check(t, 0) */
 };

@@ -80,8 +80,8 @@ static void free_side(struct dl_htab *h, size_t off)
 
 void dl__side_free_all(struct dl_locktab *t)
 {
-	free_side(&t->warns,
-		  offsetof(struct dl_warn, side) + offsetof(struct dl__side, hn));
+	free_side(&t->warns, offsetof(struct dl_warn, side) +
+				     offsetof(struct dl__side, hn));
 	free_side(&t->delays, offsetof(struct dl_delay, side) +
 				      offsetof(struct dl__side, hn));
 }

@@ -15,7 +15,7 @@
 struct verify {
 	const struct dl_locktab *t;
 	uint64_t leases, waiters, locks, placeholders, timed, dirty, urgent;
-	uint64_t warns; /* leases with a warning */
+	uint64_t warns;	 /* leases with a warning */
 	uint64_t delays; /* locks with a delay */
 	uint64_t contended[DL_QUEUE_BUCKETS];
 	char *why;
@@ -41,8 +41,8 @@ static int verify_warn(struct verify *v, const struct dl_lease *l)
 
 	if (!w != !l->has_warn)
 		return fail(v, l->lock, "a lease's warning bit is wrong");
-	if (w && (w->lease != l || w->warn_ms == 0 ||
-		  w->kind != DL__TIMED_WARN))
+	if (w &&
+	    (w->lease != l || w->warn_ms == 0 || w->kind != DL__TIMED_WARN))
 		return fail(v, l->lock, "a warning is not its lease's");
 	if (w)
 		v->warns++;
@@ -78,7 +78,8 @@ static int verify_holders(struct verify *v, const struct dl_lock *lk)
 	}
 	if (lk->limit < 1 ||
 	    (lk->holders && lk->holders->shared && lk->limit != 1))
-		return fail(v, lk, "limit out of range, or shared with a limit");
+		return fail(v, lk,
+			    "limit out of range, or shared with a limit");
 	if (n != lk->nholders ||
 	    n > (lk->holders && lk->holders->shared ? DL_SHARED_MAX
 						    : lk->limit))
@@ -142,9 +143,9 @@ static int verify_delay(struct verify *v, const struct dl_lock *lk)
 
 	if (lk->has_delay != (dl__side_find(v->t, &v->t->delays, lk) != NULL))
 		return fail(v, lk, "a lock's delay bit is wrong");
-	if (d && (d->lock != lk || d->delay_ms == 0 ||
-		  d->delay_ms > DL_LOCK_DELAY_MAX_MS ||
-		  d->kind != DL__TIMED_DELAY))
+	if (d &&
+	    (d->lock != lk || d->delay_ms == 0 ||
+	     d->delay_ms > DL_LOCK_DELAY_MAX_MS || d->kind != DL__TIMED_DELAY))
 		return fail(v, lk, "a delay is not its lock's");
 	if (lk->delaying && !d)
 		return fail(v, lk, "in a delay it does not have");

@@ -168,8 +168,8 @@ static void emit_stat(const struct dl_stat *s, void *arg)
 			      s->kind == DL_STAT_COUNTER ? "counter" : "gauge");
 	}
 	if (s->label)
-		dl_buf_printf(b, "dlockd_%s{%s=\"%s\"} %s\n", name, s->label_key,
-			      s->label, value);
+		dl_buf_printf(b, "dlockd_%s{%s=\"%s\"} %s\n", name,
+			      s->label_key, s->label, value);
 	else
 		dl_buf_printf(b, "dlockd_%s %s\n", name, value);
 }
@@ -278,12 +278,12 @@ static void answer(struct mconn *c)
 		respond(c, 404, "Not Found", NULL);
 	} else {
 		dl_stats_collect(c->m->srv, emit_stat, &pg);
-		emit_hist(&pg.b, "wait",
-			  "Seconds from LOCK to grant (0 when granted at once).",
-			  &t->wait);
+		emit_hist(
+			&pg.b, "wait",
+			"Seconds from LOCK to grant (0 when granted at once).",
+			&t->wait);
 		emit_hist(&pg.b, "hold",
-			  "Seconds from grant to release or expiry.",
-			  &t->hold);
+			  "Seconds from grant to release or expiry.", &t->hold);
 		respond(c, 200, "OK", &pg.b);
 		free(pg.b.p);
 	}

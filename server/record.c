@@ -15,8 +15,8 @@
 #include "proto/desc.h"
 
 /* Words on one H or W line: the seven of version 2, k=, id=, the five of
- * version 3 (warn=, since=, host=, pid=, cmd=), and room for what a later version adds (record.h). A line
- * with more is unreadable. */
+ * version 3 (warn=, since=, host=, pid=, cmd=), and room for what a later
+ * version adds (record.h). A line with more is unreadable. */
 #define WORDS_MAX 24
 
 static void add_u64(struct dl_buf *b, uint64_t v)
@@ -40,10 +40,9 @@ static uint64_t to_wall(uint64_t mono, int64_t off)
 /* Longest H or W line: letter, 4 numbers, mode, owner, proof, warning,
  * tag, separators; and a description with its since=. */
 #define LINE_ROOM                                                              \
-	(2 + 4 * 21 + 2 + DL_OWNER_KEY_MAX + 3 + 2 * DL_OWNER_PROOF_LEN +      \
-	 6 + 21 + 4 + DL_TAG_MAX + 2 + DESC_ROOM)
-#define DESC_ROOM                                                              \
-	(7 + 20 + 6 + DL_DESC_HOST_MAX + 5 + 10 + 5 + DL_DESC_CMD_MAX)
+	(2 + 4 * 21 + 2 + DL_OWNER_KEY_MAX + 3 + 2 * DL_OWNER_PROOF_LEN + 6 +  \
+	 21 + 4 + DL_TAG_MAX + 2 + DESC_ROOM)
+#define DESC_ROOM (7 + 20 + 6 + DL_DESC_HOST_MAX + 5 + 10 + 5 + DL_DESC_CMD_MAX)
 
 /* Version 1 can say it: an exclusive lock, nobody shared, no delay. */
 static int plain(const struct dl_lock *lk)
@@ -148,9 +147,9 @@ int dl_record_format(const struct dl_locktab *t, const struct dl_lock *lk,
 		return DL_ENOMEM;
 	if (v2) {
 		add_str(b,
-			v4   ? DL_RECORD_MAGIC4 " limit=" :
-			v3   ? DL_RECORD_MAGIC3 " limit=" :
-			       DL_RECORD_MAGIC2 " limit=",
+			v4   ? DL_RECORD_MAGIC4 " limit="
+			: v3 ? DL_RECORD_MAGIC3 " limit="
+			     : DL_RECORD_MAGIC2 " limit=",
 			sizeof(DL_RECORD_MAGIC2 " limit=") - 1);
 		add_u64(b, lk->limit);
 		if (v4) {
@@ -290,17 +289,17 @@ static int extra_v3(struct dl_str w, struct dl_record_item *it)
 	}
 	if (it->kind == 'H' && kv_of(w, "warn", &v))
 		return it->warn_ms || dl_parse_u64(v.p, v.len, &it->warn_ms) ||
-			       it->warn_ms == 0 || it->warn_ms > UINT32_MAX
-		       ? -1
-		       : 0;
+				       it->warn_ms == 0 ||
+				       it->warn_ms > UINT32_MAX
+			       ? -1
+			       : 0;
 	if (kv_of(w, "since", &v))
 		return it->since || dl_parse_u64(v.p, v.len, &it->since) ||
-			       it->since == 0
-		       ? -1
-		       : 0;
+				       it->since == 0
+			       ? -1
+			       : 0;
 	if (kv_of(w, "host", &v)) {
-		if (it->host.len ||
-		    dl_desc_check(v.p, v.len, DL_DESC_HOST_MAX))
+		if (it->host.len || dl_desc_check(v.p, v.len, DL_DESC_HOST_MAX))
 			return -1;
 		it->host = v;
 		return 0;
@@ -350,15 +349,13 @@ static int extras_of(const struct dl_str *w, int n, int at,
 	return dl_check_tag(it->tag.p, it->tag.len) ? -1 : 0;
 }
 
-
 /* "<key>=<number>" in w, the number within 1..max. */
-static int kv_num(struct dl_str w, const char *key, uint64_t max,
-		  uint64_t *n)
+static int kv_num(struct dl_str w, const char *key, uint64_t max, uint64_t *n)
 {
 	struct dl_str v;
 
-	return !kv_of(w, key, &v) || dl_parse_u64(v.p, v.len, n) ||
-		       *n == 0 || *n > max
+	return !kv_of(w, key, &v) || dl_parse_u64(v.p, v.len, n) || *n == 0 ||
+			       *n > max
 		       ? -1
 		       : 0;
 }

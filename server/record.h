@@ -65,8 +65,8 @@
  * that skipped it would grant during the delay -- so it is a version, not
  * a skippable word: a daemon that reads at most version 3 reads a
  * version-4 record as unreadable and holds the lock for max_ttl (never
- * granting it meanwhile). Version 4 is written only for a lock with a delay; a lock
- * without one is written as before. A restore honours a running delay
+ * granting it meanwhile). Version 4 is written only for a lock with a delay; a
+ * lock without one is written as before. A restore honours a running delay
  * whole, from the moment it reads it, as it does a lease's TTL: no
  * wall-clock time is trusted.
  *

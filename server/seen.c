@@ -23,8 +23,8 @@ struct seen_vals {
 	char cluster[DL_CLUSTER_ID_LEN + 1]; /* "" : none in the file */
 };
 
-static int parse(const char *id, char *text, struct seen_vals *out,
-		 char *why, size_t whylen)
+static int parse(const char *id, char *text, struct seen_vals *out, char *why,
+		 size_t whylen)
 {
 	char *line, *save = NULL, *sp;
 	uint64_t epoch = 0, gen = 0, mark = 0, v;
@@ -54,7 +54,8 @@ static int parse(const char *id, char *text, struct seen_vals *out,
 		} else if (strcmp(line, "cluster") == 0) {
 			/* an id, not a number (store_cluster.c) */
 			if (strlen(sp) != DL_CLUSTER_ID_LEN ||
-			    strspn(sp, "0123456789abcdef") != DL_CLUSTER_ID_LEN) {
+			    strspn(sp, "0123456789abcdef") !=
+				    DL_CLUSTER_ID_LEN) {
 				snprintf(why, whylen, "a bad cluster id");
 				return -1;
 			}
@@ -260,8 +261,9 @@ void dl_seen_save(struct dl_seen *s, uint64_t now_ms)
 		return;
 	if ((err = write_file(s, epoch_changed)) != 0) {
 		if (!warned)
-			dl_error("%s: cannot write it: %s (a restart will not remember what Redis held)",
-				 s->path, strerror(err));
+			dl_error(
+				"%s: cannot write it: %s (a restart will not remember what Redis held)",
+				s->path, strerror(err));
 		warned = 1;
 		s->saved_ms = now_ms; /* retried in DL_SEEN_SAVE_MS */
 		return;

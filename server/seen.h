@@ -76,11 +76,11 @@
 #define DL_SEEN_ID_MAX 512
 
 struct dl_seen {
-	uint64_t epoch, gen, mark;	/* the largest seen */
+	uint64_t epoch, gen, mark;		     /* the largest seen */
 	uint64_t saved_epoch, saved_gen, saved_mark; /* the file's */
-	uint64_t saved_ms;		/* monotonic: when it was written */
-	char path[4096];		/* "" : no file */
-	char id[DL_SEEN_ID_MAX];	/* the Redis it describes */
+	uint64_t saved_ms;	 /* monotonic: when it was written */
+	char path[4096];	 /* "" : no file */
+	char id[DL_SEEN_ID_MAX]; /* the Redis it describes */
 	char cluster[DL_CLUSTER_ID_LEN + 1]; /* its cluster id; "" unknown */
 	char saved_cluster[DL_CLUSTER_ID_LEN + 1]; /* the file's */
 };

@@ -142,7 +142,8 @@ static void reopen_grants(struct dl_server *srv)
 		return;
 	srv->closed_until = 0;
 	dl_locktab_close_grants(srv->tab, 0);
-	dl_notice("grants open again: every lease granted before Redis went back has ended");
+	dl_notice(
+		"grants open again: every lease granted before Redis went back has ended");
 	dl_notify("STATUS=serving");
 }
 
@@ -629,8 +630,8 @@ static void wait_for_store(struct dl_server *srv)
 	if (dl_store_start(srv->store) != 0)
 		fatal(DL_EXIT_STORE, "cannot start the store");
 	uv_ref((uv_handle_t *)&srv->check); /* keeps the loop turning */
-	while (dl_store_active(srv->store) &&
-	       !dl_store_available(srv->store) && !srv->stop_signal) {
+	while (dl_store_active(srv->store) && !dl_store_available(srv->store) &&
+	       !srv->stop_signal) {
 		uv_run(srv->loop, UV_RUN_ONCE);
 		if (dl_mono_ms() - logged >= DL_STORE_WAIT_LOG_MS) {
 			dl_warn("redis: still no working connection; waiting");
@@ -714,8 +715,8 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 {
 	struct dl_locktab_hooks th = {tab_now, tab_event, srv, tab_change};
 	struct dl_store_hooks sh = {dl__server_committed, store_availability,
-				    store_role, store_closed, store_opened,
-				    srv};
+				    store_role,		  store_closed,
+				    store_opened,	  srv};
 	struct dl_locktab_limits lim = tab_limits(&srv->cfg);
 	char err[DL_CONFIG_ERR_MAX];
 	int r;

@@ -55,12 +55,12 @@ struct dl_server_stats {
 	uint64_t commands;		    /* requests executed */
 	uint64_t errors[DL_ERR_COUNT_ + 1]; /* ERR replies by -code */
 	uint64_t auth_failures;
-	uint64_t request_timeouts; /* closed: a line not ended in time */
-	uint64_t idle_timeouts;	   /* closed: no request in idle_timeout */
-	uint64_t owner_denials;	   /* HELLO owner= without its key */
-	uint64_t tls_handshakes;   /* TLS handshakes done */
-	uint64_t tls_failures;	   /* TLS errors and handshake timeouts */
-	uint64_t auth_timeouts;	   /* closed: not authenticated in time */
+	uint64_t request_timeouts;     /* closed: a line not ended in time */
+	uint64_t idle_timeouts;	       /* closed: no request in idle_timeout */
+	uint64_t owner_denials;	       /* HELLO owner= without its key */
+	uint64_t tls_handshakes;       /* TLS handshakes done */
+	uint64_t tls_failures;	       /* TLS errors and handshake timeouts */
+	uint64_t auth_timeouts;	       /* closed: not authenticated in time */
 	uint64_t output_budget_closes; /* closed: over max_output_total */
 };
 
@@ -86,7 +86,7 @@ struct dl_server {
 	uv_timer_t sweep_timer; /* request and idle timeouts (conn.c) */
 	uv_timer_t role_timer;	/* acts on what the store learned (server.c) */
 	enum dl_store_role_event role_event;
-	uv_timer_t watchdog;	/* sd_notify WATCHDOG=1, when asked */
+	uv_timer_t watchdog; /* sd_notify WATCHDOG=1, when asked */
 	struct dl_metrics *metrics;
 	struct dl_tls *tls; /* NULL: the TCP port speaks plaintext */
 	unsigned tcp_on : 1, unix_on : 1;
@@ -108,7 +108,7 @@ struct dl_server {
 				   back: store_closed, server.c) */
 
 	uint64_t conn_seq;
-	char nonce[17]; /* random hex, makes default owner ids unique */
+	char nonce[17];	   /* random hex, makes default owner ids unique */
 	uint64_t start_ms; /* uv_now() at start-up (the same clock as
 			      dl_mono_ms(), clock.h): uptime's origin */
 	struct dl_server_stats st;

@@ -180,14 +180,16 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 "Takes of the leadership that found Redis holding less than this daemon saw it hold (lost writes: FLUSHALL, eviction, an older AOF, a promoted replica that missed them).",
 		 NULL, NULL, 0},
 		{"grants_closed_ms",
-		 srv->closed_until > dl_mono_ms() ? srv->closed_until - dl_mono_ms()
-						  : 0,
+		 srv->closed_until > dl_mono_ms()
+			 ? srv->closed_until - dl_mono_ms()
+			 : 0,
 		 G,
 		 "Seconds until new leases are granted again after Redis went back (0: open).",
 		 NULL, NULL, 0},
 	};
-	struct dl_stat e = {"errors", 0, C, "ERR (and NO DENIED) replies, by code.",
-			    "code",   NULL, 0};
+	struct dl_stat e = {
+		"errors", 0,	C, "ERR (and NO DENIED) replies, by code.",
+		"code",	  NULL, 0};
 	size_t i;
 
 	for (i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
@@ -202,9 +204,13 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 	}
 	for (i = 0; i < DL_QUEUE_BUCKETS; i++) {
 		struct dl_stat q = {
-			"contended_locks", t->contended[i], G,
+			"contended_locks",
+			t->contended[i],
+			G,
 			"Locks with waiters, by how many (1, 2_5, 6_10, 11_100, 101_1000, over_1000); LOCKS by=waiters names them.",
-			"waiters", dl_queue_labels[i], 0};
+			"waiters",
+			dl_queue_labels[i],
+			0};
 
 		fn(&q, arg);
 	}

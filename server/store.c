@@ -311,7 +311,8 @@ void dl__link_fail(struct dl_store *st, const char *why)
 	st->ac = NULL;
 	st->synced = 0;
 	dl__resync_free(st);
-	st->writes.token_mark = 0; /* its batches may be lost: see store_batch.c */
+	st->writes.token_mark =
+		0; /* its batches may be lost: see store_batch.c */
 	st->lead.busy = 0;
 	st->replicas_short = 0; /* the next link re-syncs, and WAITs */
 	st->st.failures++;
@@ -374,7 +375,7 @@ static struct batch *batch_new(struct dl_store *st, enum batch_kind kind,
  * link the batch in (hiredis registers no callback for a command it
  * refuses, so a refused batch is simply freed). */
 int dl__batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
-	       int argc, const char **argv, const size_t *lens)
+		   int argc, const char **argv, const size_t *lens)
 {
 	struct batch *b = batch_new(st, kind, epoch);
 
@@ -400,7 +401,8 @@ static int wb_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch)
 	if (r == 0)
 		r = dl__batch_send(st, kind, epoch, argc, argv, lens);
 	if (r)
-		st->writes.token_mark = 0; /* not sent: the next batch carries one */
+		st->writes.token_mark =
+			0; /* not sent: the next batch carries one */
 	dl__wb_reset(&st->writes.wb);
 	return r;
 }
@@ -464,10 +466,10 @@ static void next_look(struct dl_store *st, const struct lead_reply *lr)
 	if (third > DL_LEADER_LOOK_MS)
 		third = DL_LEADER_LOOK_MS;
 
-	st->lead.next_ms = dl_mono_ms() + (lr->pttl > 0 &&
-						   (uint64_t)lr->pttl < third
-					   ? (uint64_t)lr->pttl + 1
-					   : third);
+	st->lead.next_ms =
+		dl_mono_ms() + (lr->pttl > 0 && (uint64_t)lr->pttl < third
+					? (uint64_t)lr->pttl + 1
+					: third);
 }
 
 /* A standby found the leadership free on a Redis that went back (the
@@ -486,10 +488,11 @@ static int lapse_wait(struct dl_store *st, const struct lead_reply *lr)
 	}
 	if (!st->lead.lapse_wait_until) {
 		st->lead.lapse_wait_until = now + st->cfg->leader_lease_ms;
-		dl_error("redis: WENT BACK: no leadership record, and less than this daemon saw (epoch %llu, write generation %llu); waiting %llu ms for the active daemon to write its table back before taking over",
-			 (unsigned long long)st->lead.seen.epoch,
-			 (unsigned long long)st->lead.seen.gen,
-			 (unsigned long long)st->cfg->leader_lease_ms);
+		dl_error(
+			"redis: WENT BACK: no leadership record, and less than this daemon saw (epoch %llu, write generation %llu); waiting %llu ms for the active daemon to write its table back before taking over",
+			(unsigned long long)st->lead.seen.epoch,
+			(unsigned long long)st->lead.seen.gen,
+			(unsigned long long)st->cfg->leader_lease_ms);
 	}
 	if (now >= st->lead.lapse_wait_until)
 		return 0;
@@ -506,7 +509,8 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 
 	st->lead.busy = 0;
 	if (dl__lead_reply(st, r, sent_ms, &lr) != 0) {
-		dl__link_fail(st, "leadership: not a reply of " DL_STORE_LEAD_FN);
+		dl__link_fail(st,
+			      "leadership: not a reply of " DL_STORE_LEAD_FN);
 		return;
 	}
 	if (kind == BATCH_RENEW) {
@@ -515,7 +519,8 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 			 * since: Redis forgot. Not deposed: the next link
 			 * takes the leadership again with the table kept and
 			 * writes it back (store_lead.c). */
-			dl_error("redis: WENT BACK: this daemon's leadership record or fence is gone, and nobody took over since; taking it again to write the table back");
+			dl_error(
+				"redis: WENT BACK: this daemon's leadership record or fence is gone, and nobody took over since; taking it again to write the table back");
 			dl__link_fail(st, "Redis went back");
 			return;
 		}
@@ -527,8 +532,9 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 			 * link's take decides (store_lead.c); until then this
 			 * daemon's leadership is not confirmed. */
 			dl__lead_describe(st, who, sizeof(who));
-			dl_error("redis: WENT BACK: it holds less than this daemon saw, and the leadership is not this daemon's (it is %s); taking it again if it is free, keeping the table only if this daemon's leadership never lapsed",
-				 who);
+			dl_error(
+				"redis: WENT BACK: it holds less than this daemon saw, and the leadership is not this daemon's (it is %s); taking it again if it is free, keeping the table only if this daemon's leadership never lapsed",
+				who);
 			st->lead.leader.until_ms = 0;
 			dl__link_fail(st, "Redis went back");
 			return;
@@ -577,8 +583,9 @@ static void on_wait(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
 
 	if (r->type == REDIS_REPLY_INTEGER && (uint64_t)r->integer >= want) {
 		if (st->replicas_short)
-			dl_notice("redis: %lld replicas acknowledge again; accepting changes",
-				  r->integer);
+			dl_notice(
+				"redis: %lld replicas acknowledge again; accepting changes",
+				r->integer);
 		st->replicas_short = 0;
 		if (kind == BATCH_RESYNC_WAIT)
 			dl__resynced(st);
@@ -617,7 +624,7 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 	}
 	if ((err = dl__store_reply_error(reply)) != NULL) {
 		link_refused(st,
-			     kind == BATCH_PING		? "PING"
+			     kind == BATCH_PING ? "PING"
 			     : kind == BATCH_RENEW || kind == BATCH_LOOK
 				     ? "leadership"
 				     : "write",
@@ -804,7 +811,8 @@ static void on_info(redisAsyncContext *ac, void *reply, void *priv)
 					    : NULL;
 	if (aof && strstr(r->str, "loading:1"))
 		aof = NULL; /* not known until it has loaded */
-	snprintf(st->dur.aof_info, sizeof(st->dur.aof_info), "%.14s", aof ? aof : "");
+	snprintf(st->dur.aof_info, sizeof(st->dur.aof_info), "%.14s",
+		 aof ? aof : "");
 }
 
 static int send_rest(struct dl_store *st);
@@ -850,7 +858,8 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	if (dl__lead_reply(st, r, st->lead.sent_ms, &lr) != 0) {
-		dl__link_fail(st, "leadership: not a reply of " DL_STORE_LEAD_FN);
+		dl__link_fail(st,
+			      "leadership: not a reply of " DL_STORE_LEAD_FN);
 		return;
 	}
 	if (!st->lead.active) {
@@ -922,7 +931,8 @@ static void on_connect(const redisAsyncContext *ac, int status)
 	if (status != REDIS_OK) {
 		/* hiredis frees the context after this callback. */
 		st->ac = NULL;
-		dl__link_fail(st, ac->errstr[0] ? ac->errstr : "connect failed");
+		dl__link_fail(st,
+			      ac->errstr[0] ? ac->errstr : "connect failed");
 	}
 }
 
@@ -1025,8 +1035,10 @@ static void on_cluster(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	if (dl__cluster_found(st, reply, why, sizeof(why)))
-		dl__link_fail(st, "cluster mismatch: not serving this keyspace");
-	else if (send_lead(st, st->lead.active ? LEAD_TAKE : LEAD_LOOK, on_take))
+		dl__link_fail(st,
+			      "cluster mismatch: not serving this keyspace");
+	else if (send_lead(st, st->lead.active ? LEAD_TAKE : LEAD_LOOK,
+			   on_take))
 		dl__link_fail(st, "cannot queue a command");
 }
 
@@ -1100,10 +1112,10 @@ static void lead_tick(struct dl_store *st)
 
 	if (st->lead.busy || dl_mono_ms() < st->lead.next_ms)
 		return;
-	argc = dl__lead_argv(st, st->lead.active ? LEAD_RENEW : LEAD_LOOK, st->fence,
-			     argv, lens);
-	if (dl__batch_send(st, st->lead.active ? BATCH_RENEW : BATCH_LOOK, 0, argc, argv,
-		       lens)) {
+	argc = dl__lead_argv(st, st->lead.active ? LEAD_RENEW : LEAD_LOOK,
+			     st->fence, argv, lens);
+	if (dl__batch_send(st, st->lead.active ? BATCH_RENEW : BATCH_LOOK, 0,
+			   argc, argv, lens)) {
 		dl__link_fail(st, "cannot queue a command");
 		return;
 	}
@@ -1124,8 +1136,8 @@ static void lead_tick(struct dl_store *st)
 		static const size_t cfg_lens[] = {6, 3, 10, 16, 11};
 
 		st->dur.next_check_ms = dl_mono_ms() + DL_STORE_CONFIG_MS;
-		if (dl__batch_send(st, BATCH_CONFIG, 0, 5, (const char **)cfg_argv,
-			       cfg_lens))
+		if (dl__batch_send(st, BATCH_CONFIG, 0, 5,
+				   (const char **)cfg_argv, cfg_lens))
 			dl__link_fail(st, "cannot queue a command");
 	}
 }
@@ -1177,10 +1189,13 @@ static void on_tick(uv_timer_t *t)
 		if (st->head && (now_us() - st->head->sent_us) / 1000 >
 					st->cfg->redis_timeout_ms) {
 			dl__link_fail(st, "no reply within redis_timeout");
-		} else if (st->lead.active && dl_mono_ms() >= st->lead.leader.until_ms) {
+		} else if (st->lead.active &&
+			   dl_mono_ms() >= st->lead.leader.until_ms) {
 			/* Not renewed in time: a standby may take over any
 			 * moment now. The next connection's take decides. */
-			dl__link_fail(st, "leadership not confirmed within its lease");
+			dl__link_fail(
+				st,
+				"leadership not confirmed within its lease");
 		} else if (!st->lead.busy && dl_mono_ms() >= st->lead.next_ms) {
 			lead_tick(st);
 		} else if (!st->head &&
@@ -1192,8 +1207,7 @@ static void on_tick(uv_timer_t *t)
 	}
 }
 
-int dl_store_take_over(struct dl_store *st, int start, char *err,
-		       size_t errlen)
+int dl_store_take_over(struct dl_store *st, int start, char *err, size_t errlen)
 {
 	redisAsyncContext *ac = st->ac;
 	int r;
@@ -1275,7 +1289,8 @@ static void on_resigned(redisAsyncContext *ac, void *reply, void *priv)
 	struct dl_store *st = priv;
 
 	if (reply && ac == st->ac && !dl__store_reply_error(reply))
-		dl_notice("redis: leadership given up: a standby may take over at once");
+		dl_notice(
+			"redis: leadership given up: a standby may take over at once");
 	if (st->timer_on || st->ac)
 		stop_now(st);
 }

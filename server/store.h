@@ -71,7 +71,7 @@ struct dl_store_hooks {
 
 /* The active daemon as last seen in Redis (or this one). */
 struct dl_leader {
-	uint64_t epoch;	  /* 0: unknown */
+	uint64_t epoch; /* 0: unknown */
 	char node[DL_NODE_ID_MAX + 1];
 	char addr[DL_ADVERTISE_MAX + 1];
 	uint64_t until_ms; /* monotonic: when its lease ends, as last seen */
@@ -85,13 +85,13 @@ struct dl_store_stats {
 	uint64_t latency_us_max;
 	uint64_t backlog; /* pipelines sent, not acknowledged */
 	uint64_t reconnects;
-	uint64_t failures; /* writes that failed or timed out */
-	uint64_t takeovers; /* leaderships taken (start-up included) */
-	uint64_t depositions; /* leaderships lost to another daemon */
-	uint64_t renewals;    /* leadership renewals confirmed */
-	uint64_t replica_waits; /* WAITs sent (min_replicas_ack) */
+	uint64_t failures;	     /* writes that failed or timed out */
+	uint64_t takeovers;	     /* leaderships taken (start-up included) */
+	uint64_t depositions;	     /* leaderships lost to another daemon */
+	uint64_t renewals;	     /* leadership renewals confirmed */
+	uint64_t replica_waits;	     /* WAITs sent (min_replicas_ack) */
 	uint64_t replica_shortfalls; /* WAITs answered with too few */
-	uint64_t failover_holds; /* Sentinel failovers waited out */
+	uint64_t failover_holds;     /* Sentinel failovers waited out */
 	uint64_t redis_aof;	     /* 1: Redis has AOF on (last read) */
 	uint64_t redis_fsync_always; /* 1: and fsyncs every write */
 	uint64_t redis_evicting;     /* 1: its maxmemory-policy may evict */

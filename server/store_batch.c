@@ -360,7 +360,8 @@ int dl__wb_bucket(struct dl_store *st, const struct bucket_index *bi,
 	 * link is up deleted it: tidiness, not safety.) */
 	for (i = 0; i < bl->n; i++)
 		n += !dl_lock_empty(bl->v[i]);
-	if (!(w = wb_item(&st->writes.wb, 'B', b, "", 0)) || wb_count(&st->writes.wb, w, n))
+	if (!(w = wb_item(&st->writes.wb, 'B', b, "", 0)) ||
+	    wb_count(&st->writes.wb, w, n))
 		return DL_ENOMEM;
 	for (i = 0; i < bl->n; i++) {
 		if (dl_lock_empty(bl->v[i]))

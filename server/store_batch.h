@@ -80,8 +80,8 @@ struct store_keys {
 
 /* The write path's scratch and its token mark (store_batch.c). */
 struct store_writes {
-	struct wbatch wb;  /* the batch being built */
-	struct dl_buf val; /* a record */
+	struct wbatch wb;    /* the batch being built */
+	struct dl_buf val;   /* a record */
 	uint64_t token_mark; /* the token mark sent on this link (0: none
 				yet) */
 };
@@ -93,10 +93,10 @@ const char *dl__store_library(void);
 extern const char dl__lua_lead[];
 /* Room for the library's text (about 7 KB). */
 #define DL_STORE_LIBRARY_MAX 16384
-#define DL_STORE_LIBRARY    "dlock_v8"
-#define DL_STORE_APPLY_FN   "dlock_apply_v8"
-#define DL_STORE_REPLACE_FN "dlock_replace_v8"
-#define DL_STORE_LEAD_FN    "dlock_lead_v8"
+#define DL_STORE_LIBRARY     "dlock_v8"
+#define DL_STORE_APPLY_FN    "dlock_apply_v8"
+#define DL_STORE_REPLACE_FN  "dlock_replace_v8"
+#define DL_STORE_LEAD_FN     "dlock_lead_v8"
 
 /* The store layout this build writes (store.c): its number ends the
  * writer fence, "<epoch>/2" (store_lead.c says why). */
@@ -126,8 +126,8 @@ extern const char dl__lua_lead[];
 /* The token mark and epoch Redis holds, before they are used: 0, or
  * DL_EBADARG with why (logged) when one could not have been written by a
  * daemon and [persistence] accept_token_jump is not set. */
-int dl__plausible(struct dl_store *st, uint64_t mark, uint64_t epoch,
-		  char *why, size_t len);
+int dl__plausible(struct dl_store *st, uint64_t mark, uint64_t epoch, char *why,
+		  size_t len);
 
 /* Bucket b's key, <prefix>rec:<b> (NUL-terminated), and its length. */
 const char *dl__rec_key(const struct dl_store *st, uint32_t b, size_t *len);

@@ -166,8 +166,8 @@ int dl__cluster_load_claim(struct load_ctx *x)
 	if (!(r = dl__load_run(x, &rc, 0, CLAIM_ARGC, argv, lens)))
 		return rc;
 	if (r->type == REDIS_REPLY_NIL)
-		dl_notice("redis: cluster %s (written to %s)", st->lead.seen.cluster,
-			  st->keys.cluster);
+		dl_notice("redis: cluster %s (written to %s)",
+			  st->lead.seen.cluster, st->keys.cluster);
 	else
 		rc = dl__cluster_found(st, r, why, sizeof(why));
 	st->cluster_absent = 0;
@@ -192,8 +192,8 @@ static void on_claim(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	if (r->type == REDIS_REPLY_NIL) {
-		dl_notice("redis: cluster %s (written to %s)", st->lead.seen.cluster,
-			  st->keys.cluster);
+		dl_notice("redis: cluster %s (written to %s)",
+			  st->lead.seen.cluster, st->keys.cluster);
 		return;
 	}
 	if (dl__cluster_found(st, r, why, sizeof(why)))
@@ -212,8 +212,7 @@ int dl__cluster_claim(struct dl_store *st)
 		return DL_EUNAVAILABLE;
 	claim_argv(st, argv, lens);
 	if (redisAsyncCommandArgv(st->ac, on_claim, st, CLAIM_ARGC, argv,
-				  lens) !=
-	    REDIS_OK)
+				  lens) != REDIS_OK)
 		return DL_EUNAVAILABLE;
 	return 0;
 }

@@ -39,8 +39,8 @@
 const char *dl_durability_name(int d)
 {
 	static const char *const names[] = {
-		[DL_DUR_UNKNOWN] = "unknown", [DL_DUR_NONE] = "none",
-		[DL_DUR_AOF] = "aof",	      [DL_DUR_OS] = "os",
+		[DL_DUR_UNKNOWN] = "unknown",	[DL_DUR_NONE] = "none",
+		[DL_DUR_AOF] = "aof",		[DL_DUR_OS] = "os",
 		[DL_DUR_EVERYSEC] = "everysec", [DL_DUR_ALWAYS] = "always",
 	};
 
@@ -104,7 +104,8 @@ int dl__durability_check(struct dl_store *st, int d, char *why, size_t len)
 	int allowed = st->cfg->allow_nondurable_redis != 0;
 
 	if (d == DL_DUR_UNKNOWN) {
-		snprintf(why, len, "LOADING: Redis's persistence not known yet");
+		snprintf(why, len,
+			 "LOADING: Redis's persistence not known yet");
 		return DL_EUNAVAILABLE;
 	}
 	st->st.redis_aof = d >= DL_DUR_AOF;
@@ -114,17 +115,20 @@ int dl__durability_check(struct dl_store *st, int d, char *why, size_t len)
 		if (d == DL_DUR_ALWAYS)
 			dl_notice("redis: %s", means(d));
 		else if (d == DL_DUR_NONE && !allowed)
-			dl_error("redis: %s. Refusing to serve: set appendonly yes and appendfsync always in redis.conf (or CONFIG SET appendonly yes), or allow_nondurable_redis = yes in [persistence] to accept the loss",
-				 means(d));
+			dl_error(
+				"redis: %s. Refusing to serve: set appendonly yes and appendfsync always in redis.conf (or CONFIG SET appendonly yes), or allow_nondurable_redis = yes in [persistence] to accept the loss",
+				means(d));
 		else if (d == DL_DUR_NONE)
-			dl_error("redis: %s. Serving anyway: allow_nondurable_redis = yes",
-				 means(d));
+			dl_error(
+				"redis: %s. Serving anyway: allow_nondurable_redis = yes",
+				means(d));
 		else
 			dl_warn("redis: %s", means(d));
 	}
 	if (d == DL_DUR_NONE && !allowed) {
-		snprintf(why, len,
-			 "Redis does not persist (appendonly no) and allow_nondurable_redis is not set");
+		snprintf(
+			why, len,
+			"Redis does not persist (appendonly no) and allow_nondurable_redis is not set");
 		return DL_EBADARG;
 	}
 	return 0;
@@ -135,8 +139,8 @@ const char *dl_store_durability(const struct dl_store *st)
 	return st->redis ? dl_durability_name(st->dur.level) : "none";
 }
 
-int dl__eviction_check(struct dl_store *st, const redisReply *config,
-		       char *why, size_t len)
+int dl__eviction_check(struct dl_store *st, const redisReply *config, char *why,
+		       size_t len)
 {
 	const char *policy = dl__config_value(config, "maxmemory-policy");
 	int allowed = st->cfg->allow_evicting_redis != 0;
@@ -147,35 +151,37 @@ int dl__eviction_check(struct dl_store *st, const redisReply *config,
 		return 0;
 	st->st.redis_evicting = evicts;
 	if (strcmp(policy, st->dur.evict_policy) != 0) {
-		snprintf(st->dur.evict_policy, sizeof(st->dur.evict_policy), "%s",
-			 policy);
+		snprintf(st->dur.evict_policy, sizeof(st->dur.evict_policy),
+			 "%s", policy);
 		if (evicts && !allowed)
-			dl_error("redis: maxmemory-policy %s may evict the daemon's keys (its leases, leadership and fence): a lock would be granted again while its holder still believes in it. Refusing to serve: set maxmemory-policy noeviction in redis.conf (or CONFIG SET maxmemory-policy noeviction), or allow_evicting_redis = yes in [persistence] to accept the loss",
-				 policy);
+			dl_error(
+				"redis: maxmemory-policy %s may evict the daemon's keys (its leases, leadership and fence): a lock would be granted again while its holder still believes in it. Refusing to serve: set maxmemory-policy noeviction in redis.conf (or CONFIG SET maxmemory-policy noeviction), or allow_evicting_redis = yes in [persistence] to accept the loss",
+				policy);
 		else if (evicts)
-			dl_error("redis: maxmemory-policy %s may evict the daemon's keys. Serving anyway: allow_evicting_redis = yes",
-				 policy);
+			dl_error(
+				"redis: maxmemory-policy %s may evict the daemon's keys. Serving anyway: allow_evicting_redis = yes",
+				policy);
 		else if (st->dur.evict_policy[0])
 			dl_info("redis: maxmemory-policy %s", policy);
 	}
 	if (evicts && !allowed) {
-		snprintf(why, len,
-			 "Redis may evict keys (maxmemory-policy %s) and allow_evicting_redis is not set",
-			 policy);
+		snprintf(
+			why, len,
+			"Redis may evict keys (maxmemory-policy %s) and allow_evicting_redis is not set",
+			policy);
 		return DL_EBADARG;
 	}
 	return 0;
 }
 
-int dl__config_check(struct dl_store *st, const redisReply *config,
-		     char *why, size_t len)
+int dl__config_check(struct dl_store *st, const redisReply *config, char *why,
+		     size_t len)
 {
 	const char *aof = dl__config_value(config, "appendonly");
 	const char *fsync = dl__config_value(config, "appendfsync");
 	int d;
 
-	if (aof && strcmp(aof, "no") == 0 &&
-	    !st->cfg->allow_nondurable_redis) {
+	if (aof && strcmp(aof, "no") == 0 && !st->cfg->allow_nondurable_redis) {
 		dl__durability_check(st, DL_DUR_NONE, why, len);
 		return DL_EBADARG;
 	}

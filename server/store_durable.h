@@ -33,7 +33,6 @@ struct store_durable {
 	char aof_info[32];	/* the link's INFO persistence, cut */
 };
 
-
 /* The level from INFO persistence's text and CONFIG GET appendfsync's
  * reply (NULL or an error: unknown policy). */
 int dl__durability_of(const char *info, const redisReply *fsync);
@@ -46,12 +45,12 @@ const char *dl__config_value(const redisReply *r, const char *name);
 /* maxmemory-policy in a CONFIG GET reply: DL_EBADARG with why when it may
  * evict keys and allow_evicting_redis is not set (logged when it
  * changes); 0 otherwise, or when the reply does not say. */
-int dl__eviction_check(struct dl_store *st, const redisReply *config,
-		       char *why, size_t len);
+int dl__eviction_check(struct dl_store *st, const redisReply *config, char *why,
+		       size_t len);
 /* The running link's check (CONFIG GET appendonly maxmemory-policy, every
  * DL_STORE_CONFIG_MS): AOF turned off or an evicting policy, refused as
  * at a connection. */
-int dl__config_check(struct dl_store *st, const redisReply *config,
-		     char *why, size_t len);
+int dl__config_check(struct dl_store *st, const redisReply *config, char *why,
+		     size_t len);
 
 #endif /* DL_SERVER_STORE_DURABLE_H */

@@ -283,8 +283,8 @@ void dl__find_primary(struct dl_store *st)
 	} else if (a->path) {
 		dl__link_open(st, NULL, 0);
 	} else {
-		snprintf(st->find.primary_host, sizeof(st->find.primary_host), "%s",
-			 a->host);
+		snprintf(st->find.primary_host, sizeof(st->find.primary_host),
+			 "%s", a->host);
 		st->find.primary_port = a->port;
 		resolve(st, a->host, a->port, 0);
 	}
@@ -294,7 +294,8 @@ void dl__find_cancel(struct dl_store *st)
 {
 	st->find.gen++; /* a resolution under way finds itself stale */
 	if (st->find.resolving) {
-		uv_cancel((uv_req_t *)&((struct resolve *)st->find.resolving)->req);
+		uv_cancel((uv_req_t *)&((struct resolve *)st->find.resolving)
+				  ->req);
 		st->find.resolving = NULL;
 	}
 	free_ctx(&st->find.sac);
@@ -387,8 +388,8 @@ static void on_switch(struct dl_store *st, const struct dl_watch *w,
 	if (st->link != LINK_DOWN && tport == st->find.primary_port &&
 	    strcmp(to, st->find.primary_host) == 0)
 		return;
-	dl_notice("redis: Sentinel: primary %s moved from %s:%d to %s:%d",
-		  name, from, fport, to, tport);
+	dl_notice("redis: Sentinel: primary %s moved from %s:%d to %s:%d", name,
+		  from, fport, to, tport);
 	snprintf(why, sizeof(why), "the primary moved to %s:%d", to, tport);
 	if (st->link != LINK_DOWN)
 		dl__link_fail(st, why);
@@ -422,8 +423,8 @@ static void on_event(redisAsyncContext *c, void *reply, void *priv)
 				st->addr.sentinel_host[w->i],
 				st->addr.sentinel_port[w->i], chan, payload);
 		}
-		st->find.failover_hold_until = uv_now(st->loop) +
-					  DL_FAILOVER_HOLD_MS;
+		st->find.failover_hold_until =
+			uv_now(st->loop) + DL_FAILOVER_HOLD_MS;
 		snprintf(why, sizeof(why), "Sentinel: %s", chan);
 		if (st->link != LINK_DOWN)
 			dl__link_fail(st, why);
@@ -640,12 +641,13 @@ int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
 			redisFree(c);
 			return 0;
 		}
-		snprintf(err, errlen,
-			 "Sentinel %s:%d: SENTINEL get-master-addr-by-name %s: %s",
-			 a->sentinel_host[i], a->sentinel_port[i], a->master,
-			 !r			      ? c->errstr
-			 : r->type == REDIS_REPLY_ERROR ? r->str
-							: "unknown master");
+		snprintf(
+			err, errlen,
+			"Sentinel %s:%d: SENTINEL get-master-addr-by-name %s: %s",
+			a->sentinel_host[i], a->sentinel_port[i], a->master,
+			!r			       ? c->errstr
+			: r->type == REDIS_REPLY_ERROR ? r->str
+						       : "unknown master");
 		if (r)
 			freeReplyObject(r);
 		redisFree(c);

@@ -19,10 +19,10 @@ struct dl_store;
 /* A subscription to one Sentinel's events (store_find.c). */
 struct dl_watch {
 	struct dl_store *st;
-	int i;			/* its index in the configuration */
-	redisAsyncContext *c;	/* subscribed, or connecting; NULL */
-	void *resolving;	/* a uv_getaddrinfo under way, or NULL */
-	uint64_t retry_at_ms;	/* uv_now: next attempt when c is NULL */
+	int i;		      /* its index in the configuration */
+	redisAsyncContext *c; /* subscribed, or connecting; NULL */
+	void *resolving;      /* a uv_getaddrinfo under way, or NULL */
+	uint64_t retry_at_ms; /* uv_now: next attempt when c is NULL */
 };
 
 /* Finding the primary (store_find.c owns it): the attempt under way, the
@@ -33,9 +33,9 @@ struct store_find {
 	redisAsyncContext *sac; /* asking a Sentinel */
 	struct dl_watch watch[DL_SENTINELS_MAX]; /* one per Sentinel */
 	uint64_t failover_hold_until; /* uv_now ms: no link before it */
-	int sentinel_i;		/* the Sentinel to ask next */
-	int sentinel_tries;	/* asked in this round */
-	char sentinel_ip[64];	/* the last one that answered */
+	int sentinel_i;		      /* the Sentinel to ask next */
+	int sentinel_tries;	      /* asked in this round */
+	char sentinel_ip[64];	      /* the last one that answered */
 	int sentinel_port;
 	char primary_host[256]; /* the primary, as named (logs) */
 	int primary_port;

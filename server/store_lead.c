@@ -100,11 +100,8 @@
 #include "server/store_private.h"
 
 static const char *const mode_names[] = {
-	[LEAD_LOOK] = "look",
-	[LEAD_RENEW] = "renew",
-	[LEAD_TAKE] = "take",
-	[LEAD_START] = "start",
-	[LEAD_RESIGN] = "resign",
+	[LEAD_LOOK] = "look",	[LEAD_RENEW] = "renew",	  [LEAD_TAKE] = "take",
+	[LEAD_START] = "start", [LEAD_RESIGN] = "resign",
 };
 
 /* The leadership function, dlock_lead_v8, in the library that
@@ -211,8 +208,8 @@ const char dl__lua_lead[] =
 /* clang-format on */
 
 /* host:port, or the unix socket's path when there is no TCP listener. */
-static void own_place(const struct dl_config *cfg, const char *host,
-		      char *out, size_t len)
+static void own_place(const struct dl_config *cfg, const char *host, char *out,
+		      size_t len)
 {
 	if (cfg->port)
 		snprintf(out, len, "%s:%llu", host,
@@ -241,18 +238,20 @@ void dl__lead_identity(struct dl_store *st)
 		strcpy(host, "localhost");
 	host[sizeof(host) - 1] = '\0';
 	if (cfg->node_id[0])
-		snprintf(st->lead.node, sizeof(st->lead.node), "%s", cfg->node_id);
+		snprintf(st->lead.node, sizeof(st->lead.node), "%s",
+			 cfg->node_id);
 	else
 		own_place(cfg, host, st->lead.node, sizeof(st->lead.node));
 	if (cfg->advertise[0])
-		snprintf(st->lead.self_addr, sizeof(st->lead.self_addr), "%s", cfg->advertise);
+		snprintf(st->lead.self_addr, sizeof(st->lead.self_addr), "%s",
+			 cfg->advertise);
 	else
 		own_place(cfg, wild ? host : cfg->bind, st->lead.self_addr,
 			  sizeof(st->lead.self_addr));
 	wordify(st->lead.node);
 	wordify(st->lead.self_addr);
-	snprintf(st->lead.client_name, sizeof(st->lead.client_name), "dlockd:%s",
-		 st->lead.node);
+	snprintf(st->lead.client_name, sizeof(st->lead.client_name),
+		 "dlockd:%s", st->lead.node);
 	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
 		rnd = dl_mono_ms() ^ ((uint64_t)getpid() << 32);
 	snprintf(st->lead.instance, sizeof(st->lead.instance), "%016llx",
@@ -371,9 +370,8 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 	    r->element[5]->type != REDIS_REPLY_INTEGER ||
 	    r->element[6]->type != REDIS_REPLY_STRING)
 		return DL_EPROTO;
-	out->gen = r->element[3]->integer > 0
-			   ? (uint64_t)r->element[3]->integer
-			   : 0;
+	out->gen = r->element[3]->integer > 0 ? (uint64_t)r->element[3]->integer
+					      : 0;
 	out->closed_ms = r->element[4]->integer;
 	out->behind = r->element[5]->integer == 1;
 	if (r->element[6]->len > 0 &&
@@ -397,10 +395,10 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 		/* its epoch once it is found plausible (dl__lead_took) */
 		dl_seen_note(&st->lead.seen, 0, out->gen);
 		st->lead.leader.epoch = out->epoch;
-		snprintf(st->lead.leader.node, sizeof(st->lead.leader.node), "%s",
-			 st->lead.node);
-		snprintf(st->lead.leader.addr, sizeof(st->lead.leader.addr), "%s",
-			 st->lead.self_addr);
+		snprintf(st->lead.leader.node, sizeof(st->lead.leader.node),
+			 "%s", st->lead.node);
+		snprintf(st->lead.leader.addr, sizeof(st->lead.leader.addr),
+			 "%s", st->lead.self_addr);
 		st->lead.leader.until_ms = dl__lead_until(st, sent_ms);
 		return 0;
 	}
@@ -408,41 +406,45 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 	if (e1->len > 0 && !parse_record(e1->str, e1->len, &st->lead.leader))
 		return DL_EPROTO;
 	out->pttl = e2->integer;
-	st->lead.leader.until_ms = dl_mono_ms() + (e2->integer > 0
-						      ? (uint64_t)e2->integer
-						      : 0);
+	st->lead.leader.until_ms =
+		dl_mono_ms() + (e2->integer > 0 ? (uint64_t)e2->integer : 0);
 	/* a standby's look: what it sees now is what Redis held (an epoch
 	 * or a mark that jumped is refused at a take, dl__plausible: not
 	 * noted) */
-	if (!out->behind && out->mark <= (dl_wall_ms() + DL_TOKEN_AHEAD_MAX_MS) *
-						  DL_TOKEN_PER_MS)
+	if (!out->behind &&
+	    out->mark <=
+		    (dl_wall_ms() + DL_TOKEN_AHEAD_MAX_MS) * DL_TOKEN_PER_MS)
 		dl_seen_note_mark(&st->lead.seen, out->mark);
 	if (!out->behind)
-		dl_seen_note(&st->lead.seen,
-			     epoch_jumped(st->lead.seen.epoch, st->lead.leader.epoch)
-				     ? 0
-				     : st->lead.leader.epoch,
-			     out->gen);
+		dl_seen_note(
+			&st->lead.seen,
+			epoch_jumped(st->lead.seen.epoch, st->lead.leader.epoch)
+				? 0
+				: st->lead.leader.epoch,
+			out->gen);
 	return 0;
 }
 
-int dl__plausible(struct dl_store *st, uint64_t mark, uint64_t epoch,
-		  char *why, size_t len)
+int dl__plausible(struct dl_store *st, uint64_t mark, uint64_t epoch, char *why,
+		  size_t len)
 {
 	uint64_t wall = dl_wall_ms(), ceiling;
 
 	ceiling = (wall + DL_TOKEN_AHEAD_MAX_MS) * DL_TOKEN_PER_MS;
 	if (mark > ceiling)
-		snprintf(why, len,
-			 "the stored token mark %llu is more than a day ahead of this machine's clock (tokens now start at %llu): this clock is behind by a day or more, or someone else wrote %s (a Redis tenant?), which could exhaust the token space. Fix the clock, or check who writes the key; to go on from it anyway, accept_token_jump = yes",
-			 (unsigned long long)mark,
-			 (unsigned long long)(wall * DL_TOKEN_PER_MS),
-			 st->keys.token);
+		snprintf(
+			why, len,
+			"the stored token mark %llu is more than a day ahead of this machine's clock (tokens now start at %llu): this clock is behind by a day or more, or someone else wrote %s (a Redis tenant?), which could exhaust the token space. Fix the clock, or check who writes the key; to go on from it anyway, accept_token_jump = yes",
+			(unsigned long long)mark,
+			(unsigned long long)(wall * DL_TOKEN_PER_MS),
+			st->keys.token);
 	else if (epoch_jumped(st->lead.seen.epoch, epoch))
-		snprintf(why, len,
-			 "the writer fence's epoch %llu jumped far above the %llu this daemon saw: not raised by a take. Check who writes %s; to go on from it anyway, accept_token_jump = yes",
-			 (unsigned long long)epoch,
-			 (unsigned long long)st->lead.seen.epoch, st->keys.fence);
+		snprintf(
+			why, len,
+			"the writer fence's epoch %llu jumped far above the %llu this daemon saw: not raised by a take. Check who writes %s; to go on from it anyway, accept_token_jump = yes",
+			(unsigned long long)epoch,
+			(unsigned long long)st->lead.seen.epoch,
+			st->keys.fence);
 	else
 		return 0;
 	if (st->cfg->accept_token_jump) {
@@ -453,8 +455,8 @@ int dl__plausible(struct dl_store *st, uint64_t mark, uint64_t epoch,
 	return DL_EBADARG;
 }
 
-int dl__lead_took(struct dl_store *st, const struct lead_reply *lr,
-		  char *why, size_t len)
+int dl__lead_took(struct dl_store *st, const struct lead_reply *lr, char *why,
+		  size_t len)
 {
 	if (dl__plausible(st, lr->mark, lr->epoch, why, len))
 		return DL_EBADARG;
@@ -466,8 +468,9 @@ int dl__lead_took(struct dl_store *st, const struct lead_reply *lr,
 			"redis: WENT BACK: it holds less than this daemon saw it hold (epoch %llu, write generation %llu): FLUSHALL, an eviction, a restart from an older AOF or snapshot, a replica promoted without the last writes, or an empty Redis in place of the old one. %s",
 			(unsigned long long)lr->saw_epoch,
 			(unsigned long long)lr->saw_gen,
-			lr->kept ? "This daemon holds its table and nobody else took over since: writing it back"
-				 : "This daemon cannot vouch for any lock: no new lease is granted until every lease granted before may have ended");
+			lr->kept
+				? "This daemon holds its table and nobody else took over since: writing it back"
+				: "This daemon cannot vouch for any lock: no new lease is granted until every lease granted before may have ended");
 	}
 	if (lr->closed_ms > 0) {
 		dl_warn("redis: grants closed for %lld ms more (%s holds it: Redis went back), as long as the longest lease that may have been granted before (max_ttl)",
@@ -486,10 +489,9 @@ int dl__lead_describe(const struct dl_store *st, char *buf, size_t len)
 
 	if (!l->epoch)
 		return snprintf(buf, len, "nobody");
-	return snprintf(buf, len,
-			"node %s at %s (epoch %llu, lease ends in %llu ms)",
-			l->node, l->addr, (unsigned long long)l->epoch,
-			(unsigned long long)(l->until_ms > now
-						     ? l->until_ms - now
-						     : 0));
+	return snprintf(
+		buf, len, "node %s at %s (epoch %llu, lease ends in %llu ms)",
+		l->node, l->addr, (unsigned long long)l->epoch,
+		(unsigned long long)(l->until_ms > now ? l->until_ms - now
+						       : 0));
 }

@@ -24,19 +24,19 @@ struct store_lead {
 	int active; /* this daemon is the active one: it may write */
 	char node[DL_NODE_ID_MAX + 1];
 	char self_addr[DL_ADVERTISE_MAX + 1];
-	char lease_arg[24];	 /* leader_lease in ms, decimal */
+	char lease_arg[24]; /* leader_lease in ms, decimal */
 	char client_name[8 + DL_NODE_ID_MAX + 1]; /* dlockd:<node> */
-	char instance[17]; /* random, this process's: in the record */
-	struct dl_leader leader; /* the active as last seen (or this one) */
-	struct dl_seen seen;	 /* what Redis was seen to hold (seen.h) */
-	char seen_arg[3][24];	 /* its epoch, gen, and max_ttl: for the
-				    leadership function's arguments */
-	uint64_t went_back;	 /* times Redis was found behind it */
-	uint64_t next_ms;	 /* next renewal (active) or look (standby) */
-	int busy;		 /* a renewal or look awaits its reply */
+	char instance[17];	   /* random, this process's: in the record */
+	struct dl_leader leader;   /* the active as last seen (or this one) */
+	struct dl_seen seen;	   /* what Redis was seen to hold (seen.h) */
+	char seen_arg[3][24];	   /* its epoch, gen, and max_ttl: for the
+				      leadership function's arguments */
+	uint64_t went_back;	   /* times Redis was found behind it */
+	uint64_t next_ms;	   /* next renewal (active) or look (standby) */
+	int busy;		   /* a renewal or look awaits its reply */
 	uint64_t lapse_wait_until; /* mono: a standby waits before taking
 				      over a Redis that went back */
-	uint64_t sent_ms;	 /* when the last take or look was sent */
+	uint64_t sent_ms;	   /* when the last take or look was sent */
 };
 
 enum lead_mode { LEAD_LOOK, LEAD_RENEW, LEAD_TAKE, LEAD_START, LEAD_RESIGN };
@@ -79,7 +79,7 @@ int dl__lead_describe(const struct dl_store *st, char *buf, size_t len);
  * kept the table, the stored token mark to go on above. DL_EBADARG with
  * why when the mark or the epoch cannot be trusted (dl__plausible): the
  * daemon must not serve on them. */
-int dl__lead_took(struct dl_store *st, const struct lead_reply *lr,
-		  char *why, size_t len);
+int dl__lead_took(struct dl_store *st, const struct lead_reply *lr, char *why,
+		  size_t len);
 
 #endif /* DL_SERVER_STORE_LEAD_H */

@@ -153,9 +153,8 @@ static int check_durable(struct load_ctx *x)
 		return dl__load_err(x, DL_EUNAVAILABLE, "CONFIG GET: %s",
 				    x->c->errstr);
 	}
-	d = dl__durability_of(info->type == REDIS_REPLY_STRING ? info->str
-							       : NULL,
-			      fsync);
+	d = dl__durability_of(
+		info->type == REDIS_REPLY_STRING ? info->str : NULL, fsync);
 	freeReplyObject(info);
 	if ((rc = dl__durability_check(x->st, d, why, sizeof(why))) != 0 ||
 	    (rc = dl__eviction_check(x->st, fsync, why, sizeof(why))) != 0) {
@@ -176,9 +175,8 @@ static int connect_redis(struct load_ctx *x)
 	redisReply *r;
 	int rc = 0, port;
 
-	if (!a->path &&
-	    dl__find_primary_sync(x->st, host, sizeof(host), &port, x->err,
-				  x->errlen) != 0)
+	if (!a->path && dl__find_primary_sync(x->st, host, sizeof(host), &port,
+					      x->err, x->errlen) != 0)
 		return DL_EUNAVAILABLE;
 	x->c = a->path ? redisConnectUnixWithTimeout(a->path, tv)
 		       : redisConnectWithTimeout(host, port, tv);
@@ -343,7 +341,8 @@ static int check_item(const struct dl_record_item *it, void *arg)
 	 * busy, nobody holds it by this -- and the load goes on. */
 	if (it->has_proof &&
 	    dl_locktab_proof_conflicts(x->st->tab, it->owner, it->proof)) {
-		x->why = "its owner is bound to another key by an earlier record";
+		x->why =
+			"its owner is bound to another key by an earlier record";
 		return DL_EPROTO;
 	}
 	if (it->kind != 'H')
@@ -452,8 +451,8 @@ static void where(const struct load_ctx *x, struct dl_str name, char *buf,
 	size_t kl;
 
 	if (x->l1)
-		snprintf(buf, len, "%s%.*s", x->st->keys.lock_prefix, (int)name.len,
-			 name.p);
+		snprintf(buf, len, "%s%.*s", x->st->keys.lock_prefix,
+			 (int)name.len, name.p);
 	else
 		snprintf(buf, len, "%s %.*s",
 			 dl__rec_key(x->st, x->bucket, &kl), (int)name.len,
@@ -494,9 +493,10 @@ int dl__load_record(struct load_ctx *x, struct dl_str name,
 	x->why = NULL;
 	r = dl_record_parse(val->str, val->len, check_item, x, &why);
 	if (r == DL_EPROTO)
-		return dl__load_unreadable(
-			x, name, val->str, val->len,
-			x->why ? x->why : why ? why : "a value out of range");
+		return dl__load_unreadable(x, name, val->str, val->len,
+					   x->why ? x->why
+					   : why  ? why
+						  : "a value out of range");
 	if (r == 0)
 		r = dl_record_parse(val->str, val->len, load_item, x, &why);
 	if (r)
@@ -749,8 +749,7 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 	st->writes.token_mark = 0; /* a new connection (store_batch.c) */
 	if ((rc = connect_redis(x)) || (rc = dl__cluster_load_read(x)) ||
 	    (rc = take_lead(x, start, fence, sizeof(fence))) ||
-	    (rc = dl__cluster_load_claim(x)) ||
-	    (rc = read_token(x, &stored)))
+	    (rc = dl__cluster_load_claim(x)) || (rc = read_token(x, &stored)))
 		return rc;
 	if (x->closed_ms > 0) {
 		/* Redis went back (this take found it, or another daemon did
@@ -764,10 +763,10 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 		 * the records (st->synced stays 0). */
 		dl_warn("redis: its records are not loaded: grants are closed because Redis went back, and what it holds cannot be vouched for; the re-sync deletes them");
 		dl_locktab_raise_token(
-			st->tab,
-			dl_token_floor(stored > st->lead.seen.mark ? stored
-							      : st->lead.seen.mark,
-				       skewed(st, unix_ms)));
+			st->tab, dl_token_floor(stored > st->lead.seen.mark
+							? stored
+							: st->lead.seen.mark,
+						skewed(st, unix_ms)));
 		snprintf(st->fence, sizeof(st->fence), "%s", fence);
 		st->lead.leader.until_ms = dl__lead_until(st, x->lead_sent);
 		return 0;
@@ -785,9 +784,9 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 		stored = x->max_token;
 	if (st->lead.seen.mark > stored)
 		stored = st->lead.seen.mark;
-	dl_locktab_raise_token(st->tab,
-			       dl_token_floor(stored, stored ? unix_ms
-							     : skewed(st, unix_ms)));
+	dl_locktab_raise_token(
+		st->tab,
+		dl_token_floor(stored, stored ? unix_ms : skewed(st, unix_ms)));
 	if ((rc = quarantine(x)) || (rc = dl__load_keep_lead(x)) ||
 	    (rc = x->l1 ? dl__layout1_migrate(x) : write_back(x)))
 		return rc;
@@ -825,8 +824,8 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, int start, char *err,
 	dl_seen_save(&st->lead.seen, dl_mono_ms());
 	dl_notice(
 		"redis: this daemon is the active one (node %s at %s, epoch %llu, fence %s)",
-		st->lead.node, st->lead.self_addr, (unsigned long long)st->lead.leader.epoch,
-		st->fence);
+		st->lead.node, st->lead.self_addr,
+		(unsigned long long)st->lead.leader.epoch, st->fence);
 	dl_notice(
 		"loaded %zu leases and %zu waiters from redis in %llu ms (%zu waits ended while down, %zu unreadable records held, %zu foreign fields ignored); restored leases last their TTL from now; tokens resume after %llu",
 		x.leases, x.waiters, (unsigned long long)(dl_mono_ms() - t0),

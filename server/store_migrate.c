@@ -201,7 +201,8 @@ static int send_mget(struct load_ctx *x, const struct layout1 *nm, size_t from,
 
 	keys->len = 0;
 	for (i = 0; i < n; i++) {
-		if (dl_buf_add(keys, st->keys.lock_prefix, st->keys.lock_prefix_len) ||
+		if (dl_buf_add(keys, st->keys.lock_prefix,
+			       st->keys.lock_prefix_len) ||
 		    dl_buf_add(keys, nm->v[from + i].p, nm->v[from + i].len))
 			return DL_ENOMEM;
 	}
@@ -485,7 +486,8 @@ static int delete_records(struct load_ctx *x, size_t *calls)
 				       nm->v[i + n].len))
 				rc = DL_ENOMEM;
 			else
-				rc = dl__wb_key(st, st->writes.val.p, st->writes.val.len);
+				rc = dl__wb_key(st, st->writes.val.p,
+						st->writes.val.len);
 		}
 		if (!rc)
 			rc = replace(x, calls);

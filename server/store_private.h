@@ -76,17 +76,17 @@ struct dl_store {
 	/* The link (store.c). */
 	redisAsyncContext *ac; /* NULL while DOWN */
 	enum link link;
-	int synced;	/* Redis holds the table: skip a re-sync */
+	int synced; /* Redis holds the table: skip a re-sync */
 	size_t synced_locks;
-	char fence[24]; /* this link's writer fence (decimal) */
+	char fence[24];		/* this link's writer fence (decimal) */
 	uint64_t link_since_ms; /* when the link entered its state */
 	int opening; /* the first link after a take-over: dl_store_opening */
-	uint64_t retry_at_ms;	/* DOWN: next connect attempt */
+	uint64_t retry_at_ms; /* DOWN: next connect attempt */
 	uint64_t backoff_ms;
 	uint64_t last_reply_ms;
-	int replicas_short; /* a WAIT fell short: changes refused */
-	int cluster_absent; /* Redis held no id at the last read
-			       (store_cluster.c) */
+	int replicas_short;	   /* a WAIT fell short: changes refused */
+	int cluster_absent;	   /* Redis held no id at the last read
+				      (store_cluster.c) */
 	struct batch *head, *tail; /* awaited replies, oldest first */
 
 	uv_timer_t timer; /* DL_STORE_TICK_MS: reconnects, timeouts, pings */

@@ -17,8 +17,8 @@
 struct uvctx {
 	redisAsyncContext *ac; /* NULL once hiredis let go of it */
 	uv_poll_t poll;
-	int events; /* UV_READABLE | UV_WRITABLE as last started */
-	int lazy;   /* write interest only when a write falls short */
+	int events;    /* UV_READABLE | UV_WRITABLE as last started */
+	int lazy;      /* write interest only when a write falls short */
 	int write_due; /* lazy: hiredis has bytes to write */
 };
 

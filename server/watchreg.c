@@ -248,10 +248,9 @@ int dl_watchreg_add(struct dl_watchreg *r, struct dl_watcher *w,
 int dl_watchreg_remove(struct dl_watchreg *r, struct dl_watcher *w,
 		       struct dl_str key, int prefix)
 {
-	struct dl_wkey *k =
-		key.len <= DL_NAME_MAX
-			? key_find(r, key, prefix, hash_key(r, key))
-			: NULL;
+	struct dl_wkey *k = key.len <= DL_NAME_MAX
+				    ? key_find(r, key, prefix, hash_key(r, key))
+				    : NULL;
 	struct dl_wsub *s = k ? sub_of(w, k) : NULL;
 
 	if (!s)

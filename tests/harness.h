@@ -35,7 +35,7 @@ struct h_redis {
 	char url[H_PATH_MAX];  /* redis://<host>:<port>/0 */
 	const char *extra[8];  /* more arguments for the next (re)start */
 	int nextra;
-	int loading_ok; /* the next (re)start returns while it loads */
+	int loading_ok;	    /* the next (re)start returns while it loads */
 	char replicaof[16]; /* the primary's port, for a replica */
 };
 
@@ -210,8 +210,9 @@ uint64_t h_kv_u64(const char *line, const char *key);
  * waiting; token (0: any) and owner (NULL: any) as given. Returns the
  * line, for more checks (valid until c's next read). */
 #define H_ANY_WAITERS UINT64_MAX
-const char *h_expect_status(struct h_client *c, const char *name, const char *state,
-		     uint64_t token, const char *owner, uint64_t waiters);
+const char *h_expect_status(struct h_client *c, const char *name,
+			    const char *state, uint64_t token,
+			    const char *owner, uint64_t waiters);
 /* STATUS <name>: held by owner, with that token (0: any). */
 void h_expect_held(struct h_client *c, const char *name, const char *owner,
 		   uint64_t token);

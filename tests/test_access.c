@@ -90,9 +90,9 @@ static struct h_client *login_as(const char *u, const char *secret,
 {
 	struct h_client *c = login(u, secret);
 
-	cr_assert(h_starts(h_call(c, "HELLO owner=%s key=%s", owner,
-				  h_owner_key(owner)),
-			   "OK HELLO "));
+	cr_assert(h_starts(
+		h_call(c, "HELLO owner=%s key=%s", owner, h_owner_key(owner)),
+		"OK HELLO "));
 	return c;
 }
 
@@ -187,8 +187,9 @@ Test(access, a_holder_is_described_only_to_users_who_may_read_the_lock)
 		    "payments " PAY_HASH " lock=* read=*\n",
 		    NULL);
 	ops = login("ops", OPS_SECRET);
-	cr_assert(h_starts(h_call(ops, "HELLO owner=deploy-7 key=%s host=web3 "
-				       "pid=4242 cmd=make%%20deploy",
+	cr_assert(h_starts(h_call(ops,
+				  "HELLO owner=deploy-7 key=%s host=web3 "
+				  "pid=4242 cmd=make%%20deploy",
 				  h_owner_key("deploy-7")),
 			   "OK HELLO "));
 	h_lock(ops, "jobs/nightly", "ttl=30s");
@@ -366,10 +367,10 @@ Test(access, a_unix_peer_uid_maps_to_its_user)
 {
 	struct h_client *c;
 	char conf[1024], sock[H_PATH_MAX];
-	const char *path = h_daemon_write_file(&d, "users",
-					       "local " OPS_HASH
-					       " uid=0 lock=* read=*\n"
-					       "app " APP_HASH " lock=app/\n");
+	const char *path =
+		h_daemon_write_file(&d, "users",
+				    "local " OPS_HASH " uid=0 lock=* read=*\n"
+				    "app " APP_HASH " lock=app/\n");
 	char *l;
 	int i;
 
@@ -505,8 +506,9 @@ Test(access, an_owner_id_is_proven_by_its_key_not_claimed)
 	eve = h_connect(d.port);
 	cr_assert_str_eq(h_call(eve, "HELLO owner=alice"),
 			 "NO DENIED alice need=key");
-	cr_assert_str_eq(h_call(eve, "HELLO owner=alice key=guessed-guessed-00"),
-			 "NO DENIED alice need=key");
+	cr_assert_str_eq(
+		h_call(eve, "HELLO owner=alice key=guessed-guessed-00"),
+		"NO DENIED alice need=key");
 	l = h_call(eve, "UNLOCK x %llu", (unsigned long long)tok);
 	cr_assert_str_eq(l, "NO NOT_HOLDER x");
 	l = h_call(eve, "REFRESH x %llu ttl=24h", (unsigned long long)tok);
@@ -604,7 +606,8 @@ Test(access, an_owners_key_binds_it_across_a_restart)
 	h_redis_start(&r, "always");
 	h_daemon_start_redis(&d, &r, NULL);
 	a = h_connect(d.port);
-	snprintf(key, sizeof(key), "%s", key_of(h_call(a, "HELLO owner=alice")));
+	snprintf(key, sizeof(key), "%s",
+		 key_of(h_call(a, "HELLO owner=alice")));
 	tok = h_lock(a, "x", "ttl=30s");
 	snprintf(rec, sizeof(rec), "%s", h_rec_get(&r, "x"));
 	cr_assert(strstr(rec, " alice k=") != NULL, "record: %s", rec);

@@ -56,7 +56,6 @@
 #define EX_LOST	       76
 #define EX_NOPERM      77
 
-
 static int has(const char *s, const char *needle)
 {
 	return strstr(s, needle) != NULL;
@@ -191,8 +190,7 @@ static void proc_exec(struct proc *p, const char *const *argv, int in)
 	signal(SIGHUP, SIG_DFL);
 	signal(SIGINT, SIG_DFL);
 	signal(SIGQUIT, SIG_DFL);
-	if (run_as && (setgroups(0, NULL) || setgid(run_as) ||
-		       setuid(run_as)))
+	if (run_as && (setgroups(0, NULL) || setgid(run_as) || setuid(run_as)))
 		_exit(125);
 	execv(argv[0], (char *const *)argv);
 	_exit(126);
@@ -1109,8 +1107,8 @@ Test(cli, run_refuses_a_permit_its_owner_id_holds_elsewhere)
 	h_lock(o, "sem", "ttl=30s limit=2");
 	h_call(c, "HELLO owner=batch key=%s", h_owner_key("batch"));
 	token = h_lock(c, "sem", "ttl=30s limit=2");
-	dlock(&r, "run", "sem", "--limit", "2", "--owner", owned("batch"),
-	      "--", "touch", in_dir("ran"), NULL);
+	dlock(&r, "run", "sem", "--limit", "2", "--owner", owned("batch"), "--",
+	      "touch", in_dir("ran"), NULL);
 	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
 	cr_assert(has(r.err, "in another process"), "%s", r.err);
 	cr_assert(not(file_exists(in_dir("ran"))));
@@ -1122,8 +1120,8 @@ Test(cli, run_refuses_a_permit_its_owner_id_holds_elsewhere)
 	cr_assert(h_starts(line, want), "%s", line);
 	cr_assert(has(line, " count=1 "), "%s", line);
 	/* -E, as for a permit held by others */
-	dlock(&r, "run", "sem", "--limit", "2", "--owner", owned("batch"),
-	      "-E", "9", "--", "touch", in_dir("ran"), NULL);
+	dlock(&r, "run", "sem", "--limit", "2", "--owner", owned("batch"), "-E",
+	      "9", "--", "touch", in_dir("ran"), NULL);
 	cr_assert(eq(int, r.status, 9), "%s", r.err);
 	cr_assert(not(file_exists(in_dir("ran"))));
 	h_close(o);
@@ -1173,7 +1171,8 @@ Test(cli, lock_prints_the_token_and_only_its_owner_unlocks_it)
 	const char *line;
 	uint64_t token;
 
-	dlock(&r, "lock", "lk", "--owner", owned("alice"), "--ttl", "10s", NULL);
+	dlock(&r, "lock", "lk", "--owner", owned("alice"), "--ttl", "10s",
+	      NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	token = to_u64(r.out);
 	snprintf(tok, sizeof(tok), "%" PRIu64 "\n", token);
@@ -1293,7 +1292,8 @@ Test(cli, refresh_extends_the_lease_of_its_owner)
 	struct result r;
 	char tok[32];
 
-	dlock(&r, "lock", "ref", "--owner", owned("alice"), "--ttl", "2s", NULL);
+	dlock(&r, "lock", "ref", "--owner", owned("alice"), "--ttl", "2s",
+	      NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	snprintf(tok, sizeof(tok), "%" PRIu64, to_u64(r.out));
 	dlock(&r, "refresh", "ref", tok, "--owner", owned("alice"), "--ttl",
@@ -1334,7 +1334,6 @@ Test(cli, check_says_valid_or_stale)
 	cr_assert(STR_EQ(r.out, "0\n"));
 	h_close(c);
 }
-
 
 Test(cli, status_prints_one_key_value_per_line)
 {
@@ -1583,11 +1582,10 @@ Test(cli, a_user_logs_in_with_its_secret_and_is_held_to_its_grants)
  * before 77). */
 Test(cli, help_says_durations_need_a_unit_and_lists_the_exit_codes_in_order)
 {
-	static const char *const codes[] = {"\n  0 ",	"\n  1 ",   "\n  64 ",
-					    "\n  65 ",	"\n  69 ",  "\n  70 ",
-					    "\n  75 ",	"\n  76 ",  "\n  77 ",
-					    "\n  78 ",	"\n  79 ",  "\n  124 ",
-					    "\n  126 ", "\n  127 "};
+	static const char *const codes[] = {
+		"\n  0 ",  "\n  1 ",   "\n  64 ",  "\n  65 ", "\n  69 ",
+		"\n  70 ", "\n  75 ",  "\n  76 ",  "\n  77 ", "\n  78 ",
+		"\n  79 ", "\n  124 ", "\n  126 ", "\n  127 "};
 	const char *at, *last;
 	struct result r;
 	size_t i;
@@ -1674,7 +1672,8 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 	struct h_client *c = h_connect(d.port);
 	struct result r;
 
-	dlock(&r, "lock", "ls/1", "--owner", owned("alice"), "--ttl", "1h", NULL);
+	dlock(&r, "lock", "ls/1", "--owner", owned("alice"), "--ttl", "1h",
+	      NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	dlock(&r, "lock", "ls/\"q\\", "--owner", owned("bob"), "--ttl", "1h",
 	      NULL);
@@ -1762,10 +1761,10 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 			     "\"limit\": 1, \"holders\": 1, \"holders_list\": "
 			     "[{\"owner\": \"alice\", \"token\": "),
 		  "%s", r.out);
-	cr_assert(has(r.out, ", \"mode\": \"exclusive\", \"held_ms\": "),
-		  "%s", r.out);
+	cr_assert(has(r.out, ", \"mode\": \"exclusive\", \"held_ms\": "), "%s",
+		  r.out);
 	cr_assert(has(r.out, ", \"cmd\": \"dlock lock ls/1\"}], "
-				"\"queue\": [], \"cluster\": \""),
+			     "\"queue\": [], \"cluster\": \""),
 		  "%s", r.out);
 	/* tokens are strings: jq 1.6 keeps numbers as doubles, and read
 	 * 1795629885420000014 as ...000000 (found by a new user: dlock
@@ -1787,7 +1786,7 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 	}
 	dlock(&r, "status", "ls/none", "--json", NULL);
 	cr_assert(has(r.out, "\"state\": \"free\", \"token\": \"0\", "
-				"\"ttl_ms\": 0, \"count\": 0, \"owner\": null"),
+			     "\"ttl_ms\": 0, \"count\": 0, \"owner\": null"),
 		  "%s", r.out);
 
 	dlock(&r, "stats", "--json", NULL);
@@ -1816,8 +1815,7 @@ Test(cli, list_shows_the_locks_and_json_serves_scripts)
 		cr_assert(f != NULL);
 		fputs(r.out, f);
 		fclose(f);
-		snprintf(cmd, sizeof(cmd),
-			 "jq -r '.locks[0].token' < %s > %s",
+		snprintf(cmd, sizeof(cmd), "jq -r '.locks[0].token' < %s > %s",
 			 in_dir("list.json"), in_dir("token.txt"));
 		cr_assert_eq(system(cmd), 0, "jq");
 		slurp(in_dir("token.txt"), got, sizeof(got));
@@ -1998,8 +1996,8 @@ static const char *wait_lines(const char *path, int lines)
 			n++;
 		if (n >= lines)
 			return buf;
-		cr_assert(h_now_ms() < end, "%s: %d lines of %d:\n%s", path,
-			  n, lines, buf);
+		cr_assert(h_now_ms() < end, "%s: %d lines of %d:\n%s", path, n,
+			  lines, buf);
 		h_sleep_ms(10);
 	}
 }
@@ -2089,8 +2087,8 @@ Test(cli, wait_free_exits_0_once_the_lock_is_free_and_75_after_its_timeout)
 	h_sleep_ms(300);
 	cr_assert(eq(int, waitpid(w.pid, NULL, WNOHANG), 0),
 		  "wait-free ended while the lock was held");
-	cr_assert(STR_EQ(h_call(c, "UNLOCK wf %" PRIu64, tok),
-			 "OK RELEASED wf"));
+	cr_assert(
+		STR_EQ(h_call(c, "UNLOCK wf %" PRIu64, tok), "OK RELEASED wf"));
 	cr_assert(eq(int, proc_wait(&w, QUICK_MS), 0));
 	/* a lease that expires frees it too; a shared lock once the last
 	 * of its holders is gone */
@@ -2213,8 +2211,8 @@ Test(cli, dlock_describes_the_command_it_runs_never_its_options)
 	dlock(&r, "lock", "ly", "--owner", owned("o1"), "--ttl", "30s", NULL);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	l = h_call(c, "STATUS ly");
-	cr_assert(eq(int, strcmp(h_kv(l, "cmd"), "dlock%20lock%20ly"), 0),
-		  "%s", l);
+	cr_assert(eq(int, strcmp(h_kv(l, "cmd"), "dlock%20lock%20ly"), 0), "%s",
+		  l);
 	cr_assert(has(l, h_owner_key("o1")) == 0, "the key went out: %s", l);
 	proc_result(&p, &r, QUICK_MS);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);

@@ -785,7 +785,8 @@ Test(client, a_second_client_of_one_owner_is_refused_the_lock_it_holds,
 	cr_assert(eq(u32, holds_of(a, "po"), 0));
 	/* free again: the other client gets it */
 	l2 = must_lock(b, "po", 10000, 0);
-	cr_assert(eq(int, dlock_trylock(a, "po", 10000, &l), DLOCK_EHELDBYOWNER));
+	cr_assert(
+		eq(int, dlock_trylock(a, "po", 10000, &l), DLOCK_EHELDBYOWNER));
 	cr_assert(eq(int, dlock_unlock(b, l2), 0));
 	dlock_close(a);
 	dlock_close(b);
@@ -827,8 +828,7 @@ Test(client, a_second_client_of_one_owner_is_refused_by_event_and_permit,
 	lo.limit = 2;
 	cr_assert(eq(int, dlock_acquire(o, "ps", &lo, &held), 0));
 	cr_assert(eq(int, dlock_acquire(a, "ps", &lo, &wa.l), 0));
-	cr_assert(eq(int, dlock_acquire(b, "ps", &lo, &p),
-		     DLOCK_EHELDBYOWNER));
+	cr_assert(eq(int, dlock_acquire(b, "ps", &lo, &p), DLOCK_EHELDBYOWNER));
 	cr_assert(eq(int, dlock_unlock(a, wa.l), 0));
 	cr_assert(eq(int, dlock_acquire(b, "ps", &lo, &p), 0));
 	cr_assert(eq(int, dlock_unlock(b, p), 0));
@@ -986,8 +986,9 @@ Test(client, a_failed_connect_says_why_in_the_last_error)
 	dlock_options_init(&o);
 	o.host = "nosuch.invalid";
 	cr_assert(eq(int, dlock_connect(&o, &c), DLOCK_ECONNECT));
-	cr_assert(eq(int, strncmp(dlock_last_error(),
-				  "cannot resolve the host name: ", 30),
+	cr_assert(eq(int,
+		     strncmp(dlock_last_error(),
+			     "cannot resolve the host name: ", 30),
 		     0),
 		  "%s", dlock_last_error());
 
@@ -1443,8 +1444,8 @@ Test(client, a_frozen_server_calls_on_at_risk_before_on_lost,
 /* Renewal off, a lease with a warning: the server's * EXPIRING calls
  * on_at_risk, with the lease still valid; a refresh confirms it, and the
  * next warning calls it again. Never on_lost while refreshed. */
-Test(client, expiring_calls_on_at_risk_when_renewal_is_off,
-     .init = start_none, .fini = stop_all)
+Test(client, expiring_calls_on_at_risk_when_renewal_is_off, .init = start_none,
+     .fini = stop_all)
 {
 	struct dlock_options o;
 	struct dlock_lock_options lo;
@@ -1489,8 +1490,7 @@ Test(client, expiring_calls_on_at_risk_when_renewal_is_off,
 /* A lease broken by another client: the holder's * EXPIRED now names
  * who broke it (broken_by=), and libdlock still reads it as a loss.
  * dlock_break() of 0.2 gives no reason: refused before sending. */
-Test(client, a_broken_lease_calls_on_lost, .init = start_none,
-     .fini = stop_all)
+Test(client, a_broken_lease_calls_on_lost, .init = start_none, .fini = stop_all)
 {
 	struct dlock_options o;
 	struct lost s = {0};
@@ -1514,7 +1514,8 @@ Test(client, a_broken_lease_calls_on_lost, .init = start_none,
 	cr_assert(eq(int,
 		     dlock_break_reason(op, "brk", dlock_lease_token(l),
 					"INC-9", &cur),
-		     0), "%s", dlock_last_error());
+		     0),
+		  "%s", dlock_last_error());
 	cr_assert(eq(int, wait_lost(&s, 3000), 1));
 	cr_assert(eq(int, s.why, DLOCK_LOST_EXPIRED));
 	cr_assert(eq(int, dlock_lease_valid(l), 0));
@@ -1719,8 +1720,7 @@ Test(client, a_reconnect_refused_its_owner_grants_nothing_to_another,
 	cr_assert(eq(int, st.held, 0), "k is held by %s", st.owner);
 	/* the id is free again once the other one has gone */
 	h_close(copy);
-	for (i = 0; i < 10 && (rc = dlock_lock(c, "k", 5000, 0, &l)) != 0;
-	     i++)
+	for (i = 0; i < 10 && (rc = dlock_lock(c, "k", 5000, 0, &l)) != 0; i++)
 		;
 	cr_assert(eq(int, rc, 0), "dlock_lock: %s", dlock_strerror(rc));
 	cr_assert(eq(int, dlock_status(other, "k", &st), 0));
@@ -2021,8 +2021,8 @@ Test(client, events_past_the_queue_bound_are_counted_as_missed,
 
 /* Watches belong to the connection: after the daemon restarts, the
  * client watches again and says so. */
-Test(client, a_reconnected_client_watches_again_and_says_so,
-     .init = start_none, .fini = stop_all)
+Test(client, a_reconnected_client_watches_again_and_says_so, .init = start_none,
+     .fini = stop_all)
 {
 	dlock_client *w = client(), *c;
 	struct dlock_watch_event ev;
@@ -2194,8 +2194,7 @@ Test(client, a_busy_trylock_names_the_holder, .init = start_none,
 	cr_assert(eq(u32, h.pid, 4242));
 	cr_assert(ge(i64, h.held_ms, 50));
 	cr_assert(gt(i64, h.ttl_ms, 0));
-	cr_assert(eq(int,
-		     dlock_holders(b, "x", on_holder, &s, NULL, NULL), 0));
+	cr_assert(eq(int, dlock_holders(b, "x", on_holder, &s, NULL, NULL), 0));
 	cr_assert(eq(int, s.n, 1));
 	assert_str(s.host, "web3");
 	assert_str(s.cmd, "make deploy");

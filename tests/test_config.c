@@ -320,11 +320,12 @@ Test(config, sentinel_urls)
 {
 	struct dl_redis_addr a;
 
-	cr_assert(eq(int,
-		     dl_redis_url_parse("sentinel://:sp@10.0.0.1:26380,h2,[::1]:"
-					"5000/mymaster?db=2&password=rp",
-					&a),
-		     0));
+	cr_assert(
+		eq(int,
+		   dl_redis_url_parse("sentinel://:sp@10.0.0.1:26380,h2,[::1]:"
+				      "5000/mymaster?db=2&password=rp",
+				      &a),
+		   0));
 	cr_assert(eq(int, a.nsentinels, 3));
 	cr_assert_str_eq(a.sentinel_host[0], "10.0.0.1");
 	cr_assert(eq(int, a.sentinel_port[0], 26380));
@@ -346,7 +347,8 @@ Test(config, sentinel_urls)
 	dl_redis_addr_free(&a);
 
 	/* no master, no Sentinel, too many, bad port, empty entry */
-	cr_assert(eq(int, dl_redis_url_parse("sentinel://h:1", &a), DL_EBADARG));
+	cr_assert(
+		eq(int, dl_redis_url_parse("sentinel://h:1", &a), DL_EBADARG));
 	cr_assert(eq(int, dl_redis_url_parse("sentinel://h/", &a), DL_EBADARG));
 	cr_assert(eq(int, dl_redis_url_parse("sentinel:///m", &a), DL_EBADARG));
 	cr_assert(eq(int,
@@ -561,12 +563,13 @@ Test(config, the_dump_shows_the_redis_url_without_its_password)
 	int fds[2];
 	ssize_t n;
 
-	cr_assert(eq(int,
-		     load(&c,
-			  "[persistence]\nredis = redis://app:s3cret@db:6380/2\n",
-			  err),
-		     0),
-		  "%s", err);
+	cr_assert(
+		eq(int,
+		   load(&c,
+			"[persistence]\nredis = redis://app:s3cret@db:6380/2\n",
+			err),
+		   0),
+		"%s", err);
 	cr_assert(eq(int, pipe(fds), 0));
 	dl_config_dump(&c, fds[1]);
 	close(fds[1]);
@@ -588,4 +591,3 @@ Test(config, the_dump_shows_the_redis_url_without_its_password)
 		  "%s", out);
 	dl_config_free(&c);
 }
-

@@ -26,13 +26,13 @@
 #include "client/dlock.h"
 #include "tests/harness.h"
 
-#define SCENARIOS_MAX 64  /* scenarios in the file */
-#define LINES_MAX     128 /* steps of one scenario */
-#define LINE_LEN      256
-#define WORDS_MAX     16
-#define CLIENTS_MAX   8
-#define LEASES_MAX    16
-#define JOBS_MAX      8
+#define SCENARIOS_MAX  64  /* scenarios in the file */
+#define LINES_MAX      128 /* steps of one scenario */
+#define LINE_LEN       256
+#define WORDS_MAX      16
+#define CLIENTS_MAX    8
+#define LEASES_MAX     16
+#define JOBS_MAX       8
 #define STATUS_POLL_MS 2000 /* a status step is polled this long */
 
 struct var_lease {
@@ -231,11 +231,13 @@ static void step_client(char **w, int n)
 	rc = dlock_connect(&o, &vc->c);
 	if (expect && strcmp(expect, "denied") == 0) {
 		if (rc != DLOCK_EDENIED)
-			fail("connect: %s, expected denied", dlock_strerror(rc));
+			fail("connect: %s, expected denied",
+			     dlock_strerror(rc));
 		return;
 	}
 	if (rc != 0)
-		fail("connect: %s (%s)", dlock_strerror(rc), dlock_last_error());
+		fail("connect: %s (%s)", dlock_strerror(rc),
+		     dlock_last_error());
 	S.nclients++;
 }
 
@@ -247,9 +249,11 @@ static void lock_options(char **w, int n, struct dlock_lock_options *lo)
 	if ((v = opt(w, n, "ttl")))
 		lo->ttl_ms = atoll(v);
 	if ((v = opt(w, n, "wait")))
-		lo->wait_ms = strcmp(v, "inf") == 0 ? DLOCK_WAIT_FOREVER : atoll(v);
+		lo->wait_ms =
+			strcmp(v, "inf") == 0 ? DLOCK_WAIT_FOREVER : atoll(v);
 	if ((v = opt(w, n, "mode")))
-		lo->mode = strcmp(v, "shared") == 0 ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
+		lo->mode = strcmp(v, "shared") == 0 ? DLOCK_SHARED
+						    : DLOCK_EXCLUSIVE;
 	if ((v = opt(w, n, "limit")))
 		lo->limit = (uint32_t)atoi(v);
 }
@@ -321,7 +325,8 @@ static int status_matches(int client, char **want, int nwant, char *seen,
 		snprintf(seen, len, "%s", dlock_strerror(rc));
 		return 0;
 	}
-	snprintf(seen, len, "%s token=%llu waiters=%u holders=%u mode=%s limit=%u",
+	snprintf(seen, len,
+		 "%s token=%llu waiters=%u holders=%u mode=%s limit=%u",
 		 st.held ? "held" : "free", (unsigned long long)st.token,
 		 st.waiters, st.holders, st.mode, st.limit);
 	if (strcmp(want[0], st.held ? "held" : "free") != 0)
@@ -376,8 +381,9 @@ static void step_verb(int client, char **w, int n, char **want, int nwant)
 		v = lease_of(w[2]);
 		rc = dlock_unlock(c, v->l);
 		v->l = NULL;
-		if (strcmp(rc == 0 ? "ok" : rc == DLOCK_ENOTHOLDER ? "notholder"
-							     : dlock_strerror(rc),
+		if (strcmp(rc == 0		    ? "ok"
+			   : rc == DLOCK_ENOTHOLDER ? "notholder"
+						    : dlock_strerror(rc),
 			   want[0]) != 0)
 			fail("release: %s, expected %s", dlock_strerror(rc),
 			     want[0]);
@@ -387,8 +393,9 @@ static void step_verb(int client, char **w, int n, char **want, int nwant)
 		v = lease_of(w[2]);
 		rc = dlock_refresh(c, v->l, t ? atoll(t) : 0);
 		if (strcmp(rc == 0 ? "ok"
-			   : rc == DLOCK_ENOTHOLDER || rc == DLOCK_ELOST ? "lost"
-									 : dlock_strerror(rc),
+			   : rc == DLOCK_ENOTHOLDER || rc == DLOCK_ELOST
+				   ? "lost"
+				   : dlock_strerror(rc),
 			   want[0]) != 0)
 			fail("refresh: %s, expected %s", dlock_strerror(rc),
 			     want[0]);
@@ -452,13 +459,13 @@ static void step_lost(char **w, int n)
 		h_sleep_ms(5);
 	if (!atomic_load(&v->lost))
 		fail("%s not lost within %s ms", v->id, within);
-	if (reason && (v->why < 1 || v->why > 3 ||
-		       strcmp(names[v->why], reason) != 0))
+	if (reason &&
+	    (v->why < 1 || v->why > 3 || strcmp(names[v->why], reason) != 0))
 		fail("%s lost with reason %d, expected %s", v->id, v->why,
 		     reason);
 	if (v->at >= v->deadline)
-		fail("%s: on_lost at %lld, not before its deadline %lld",
-		     v->id, (long long)v->at, (long long)v->deadline);
+		fail("%s: on_lost at %lld, not before its deadline %lld", v->id,
+		     (long long)v->at, (long long)v->deadline);
 }
 
 static void run_line(char *line)

@@ -36,8 +36,8 @@ static void must_queue(struct h_client *c, const char *name, const char *opts)
 	char want[128];
 
 	snprintf(want, sizeof(want), "OK QUEUED %s ", name);
-	cr_assert(strncmp(l, want, strlen(want)) == 0, "LOCK %s: \"%s\"",
-		  name, l);
+	cr_assert(strncmp(l, want, strlen(want)) == 0, "LOCK %s: \"%s\"", name,
+		  l);
 }
 
 Test(deadlock, a_wait_that_closes_a_cycle_of_two_owners_is_refused_at_once)
@@ -80,7 +80,8 @@ Test(deadlock, a_cycle_of_three_owners_names_each_owner_and_its_lock)
 	h_close(c);
 }
 
-Test(deadlock, a_writer_waiting_for_readers_one_of_which_waits_for_it_is_refused)
+Test(deadlock,
+     a_writer_waiting_for_readers_one_of_which_waits_for_it_is_refused)
 {
 	struct h_client *r1 = h_hello(d.port, "r1"),
 			*r2 = h_hello(d.port, "r2"), *w = h_hello(d.port, "w");
@@ -159,8 +160,7 @@ Test(deadlock, a_semaphore_wait_is_a_deadlock_when_every_permit_holder_waits)
 Test(deadlock, a_reentry_by_an_owner_that_waits_is_granted_not_refused)
 {
 	struct h_client *a = h_hello(d.port, "a"), *b = h_hello(d.port, "b");
-	uint64_t ta = h_lock(a, "A", "ttl=30s"),
-		 tb = h_lock(b, "B", "ttl=30s");
+	uint64_t ta = h_lock(a, "A", "ttl=30s"), tb = h_lock(b, "B", "ttl=30s");
 
 	must_queue(a, "B", "ttl=30s");
 	/* a waits for b, yet holds A: asking again waits for nobody */
@@ -188,13 +188,15 @@ Test(deadlock, a_cycle_larger_than_the_check_can_see_waits_and_is_counted)
 
 	cr_assert(buf);
 	for (i = 0; i < CAP_LOCKS; i++)
-		n += (size_t)snprintf(buf + n, cap - n, "LOCK k%d ttl=60s\n", i);
+		n += (size_t)snprintf(buf + n, cap - n, "LOCK k%d ttl=60s\n",
+				      i);
 	cr_assert_eq(h_send_raw(b, buf, n), 0);
 	for (i = 0; i < CAP_LOCKS; i++)
 		h_expect_prefix(b, "OK GRANTED k%d ", i);
 	h_lock(a, "R", "ttl=60s");
 	for (i = n = 0; i < CAP_LOCKS; i++)
-		n += (size_t)snprintf(buf + n, cap - n, "LOCK k%d ttl=60s\n", i);
+		n += (size_t)snprintf(buf + n, cap - n, "LOCK k%d ttl=60s\n",
+				      i);
 	cr_assert_eq(h_send_raw(a, buf, n), 0);
 	for (i = 0; i < CAP_LOCKS; i++)
 		h_expect_prefix(a, "OK QUEUED k%d ", i);

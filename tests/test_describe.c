@@ -150,8 +150,7 @@ Test(describe, a_lease_keeps_the_description_it_was_granted_with)
 	l = h_call(b, "STATUS second");
 	cr_assert_str_eq(h_kv(l, "host"), "web4", "in \"%s\"", l);
 	cr_assert_str_eq(h_kv(l, "cmd"), "make%20test", "in \"%s\"", l);
-	cr_assert(!h_has_kv(l, "pid"), "a part not said is not shown: %s",
-		  l);
+	cr_assert(!h_has_kv(l, "pid"), "a part not said is not shown: %s", l);
 	h_close(b);
 }
 
@@ -211,9 +210,9 @@ Test(describe, a_bad_or_long_description_is_refused_and_changes_nothing)
 	memset(cmd, 'c', DL_DESC_CMD_MAX + 1);
 	cmd[DL_DESC_CMD_MAX + 1] = '\0';
 	l = h_call(a, "HELLO cmd=%s", cmd);
-	cr_assert_str_eq(
-		l, "ERR BAD_ARG cmd out of range: 129 bytes, at most 128 "
-		   "(escapes counted as sent)");
+	cr_assert_str_eq(l,
+			 "ERR BAD_ARG cmd out of range: 129 bytes, at most 128 "
+			 "(escapes counted as sent)");
 	cmd[DL_DESC_CMD_MAX] = '\0';
 	l = h_call(a, "HELLO owner=w key=%s cmd=%s", h_owner_key("w"), cmd);
 	cr_assert(h_starts(l, "OK HELLO "), "%s", l);

@@ -207,8 +207,9 @@ Test(faults, tokens_never_go_back_when_redis_forgets_after_a_clock_ran_ahead)
 	snprintf(state, sizeof(state), "STATE_DIRECTORY=%s", r.dir);
 	fake_clock("+60s");
 	d.env[d.nenv++] = state;
-	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 2s\n"
-				     "default_ttl = 1s\n");
+	h_daemon_start_redis(&d, &r,
+			     "[limits]\nmax_ttl = 2s\n"
+			     "default_ttl = 1s\n");
 	c = h_hello(d.port, "a");
 	t1 = h_lock(c, "x", "ttl=1s");
 	h_close(c);
@@ -249,8 +250,9 @@ Test(faults, tokens_never_go_back_when_redis_forgets_a_peers_with_a_clock_ahead)
 	cr_assert_eq(mkdir(sb + strlen("STATE_DIRECTORY="), 0700), 0);
 	/* b, clock right, sees Redis (and notes what it saw) */
 	d.env[d.nenv++] = sb;
-	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 2s\n"
-				     "default_ttl = 1s\n");
+	h_daemon_start_redis(&d, &r,
+			     "[limits]\nmax_ttl = 2s\n"
+			     "default_ttl = 1s\n");
 	c = h_hello(d.port, "w");
 	h_lock(c, "w", "ttl=1s");
 	h_close(c);
@@ -353,8 +355,9 @@ Test(faults, redis_loading_is_waited_for_at_start_and_while_serving)
 	/* a leadership that outlasts Redis's load while serving: one that
 	 * lapsed steps down and loads afresh rather than keep its table
 	 * (store_lead.c; ha/no_reads_without_a_confirmed_leadership) */
-	h_daemon_start_redis(&d, &r, "[persistence]\nredis_timeout = 1s\n"
-				     "[cluster]\nleader_lease = 60s\n");
+	h_daemon_start_redis(&d, &r,
+			     "[persistence]\nredis_timeout = 1s\n"
+			     "[cluster]\nleader_lease = 60s\n");
 	a = h_hello(d.port, "alice");
 	tok = h_lock(a, "x", "ttl=120s");
 	h_daemon_kill9(&d);

@@ -46,8 +46,7 @@ TestSuite(ha, .init = init, .fini = fini, .timeout = 120);
 
 /* ---- helpers ------------------------------------------------------------- */
 
-static void start_node(struct h_daemon *d, const char *node,
-		       const char *lease)
+static void start_node(struct h_daemon *d, const char *node, const char *lease)
 {
 	h_daemon_start(d, "--persist", "redis", "--redis", r.url, "--node-id",
 		       node, "--leader-lease", lease, "-l", "info", NULL);
@@ -62,8 +61,7 @@ static const char *addr_of(const struct h_daemon *d)
 }
 
 /* HELLO's role= on a new connection ("" if none answers). */
-static const char *role_of(const struct h_daemon *d, char *active,
-			   size_t len)
+static const char *role_of(const struct h_daemon *d, char *active, size_t len)
 {
 	static char role[16];
 	struct h_client *c = h_try_connect(d->port);
@@ -139,8 +137,7 @@ Test(ha, second_daemon_without_cluster_refuses_to_start)
 	alice = h_hello(a.port, "alice");
 	t = h_lock(alice, "x", "ttl=30s");
 
-	h_daemon_start_nowait(&b, "--persist", "redis", "--redis", r.url,
-			      NULL);
+	h_daemon_start_nowait(&b, "--persist", "redis", "--redis", r.url, NULL);
 	cr_assert_eq(h_daemon_wait(&b, 6, 15000), 6,
 		     "the second daemon must exit 6");
 	cr_assert(h_daemon_log_has(&b, "another dlockd is active"));
@@ -166,8 +163,7 @@ Test(ha, standby_refers_clients_to_the_active)
 	cr_assert_str_eq(active, addr_of(&a));
 
 	c = h_hello(b.port, "bob");
-	snprintf(want, sizeof(want), "ERR NOT_ACTIVE active=%s ",
-		 addr_of(&a));
+	snprintf(want, sizeof(want), "ERR NOT_ACTIVE active=%s ", addr_of(&a));
 	l = h_call(c, "LOCK x ttl=5s");
 	cr_assert(h_starts(l, want), "LOCK on a standby: \"%s\"", l);
 	l = h_call(c, "STATUS x");
@@ -188,7 +184,8 @@ Test(ha, standby_refers_clients_to_the_active)
 	cr_assert_eq(h_daemon_stop(&a), 0);
 }
 
-/* ---- take-overs ----------------------------------------------------------- */
+/* ---- take-overs -----------------------------------------------------------
+ */
 
 /* kill -9 of the active: the standby takes over once the leadership lapses
  * (not before), with the leases, and tokens keep growing. */
@@ -546,20 +543,19 @@ static uint64_t epoch_of(const struct h_daemon *d)
  * (max_ttl). */
 Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
 {
-	static const char conf[] =
-		"[limits]\nmax_ttl = 6s\ndefault_ttl = 1s\n";
+	static const char conf[] = "[limits]\nmax_ttl = 6s\ndefault_ttl = 1s\n";
 	struct h_client *c2, *c3;
 	char cmd[3 * H_PATH_MAX], *l;
 	uint64_t e0, t2, t3;
 
 	h_daemon_write_conf(&a, conf);
-	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis",
-		       r.url, "--node-id", "a", "--leader-lease", "2s", "-l",
-		       "info", NULL);
+	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis", r.url,
+		       "--node-id", "a", "--leader-lease", "2s", "-l", "info",
+		       NULL);
 	h_daemon_write_conf(&b, conf);
-	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis",
-		       r.url, "--node-id", "b", "--leader-lease", "2s", "-l",
-		       "info", NULL);
+	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis", r.url,
+		       "--node-id", "b", "--leader-lease", "2s", "-l", "info",
+		       NULL);
 	wait_active(&a, 5000);
 	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
 		 r.dir);
@@ -601,8 +597,8 @@ Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
 	wait_active(&a, 15000);
 	c3 = h_hello(a.port, "c3");
 	l = h_call(c3, "TRYLOCK x2 ttl=1s");
-	cr_assert(h_starts(l, "NO BUSY x2 "), "c3 granted x2 held by c2: \"%s\"",
-		  l);
+	cr_assert(h_starts(l, "NO BUSY x2 "),
+		  "c3 granted x2 held by c2: \"%s\"", l);
 	h_expect_held(c3, "x2", "c2", t2);
 	t3 = h_lock(c3, "y", "ttl=1s");
 	cr_assert_gt(t3, t2, "tokens went back");
@@ -618,8 +614,7 @@ Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
  * lapsed never keeps its table: whoever serves now says y is busy. */
 Test(ha, a_paused_active_never_writes_its_table_over_a_lost_take_over)
 {
-	static const char conf[] =
-		"[limits]\nmax_ttl = 6s\ndefault_ttl = 1s\n";
+	static const char conf[] = "[limits]\nmax_ttl = 6s\ndefault_ttl = 1s\n";
 	struct h_client *c2;
 	const struct h_daemon *nodes[2] = {&a, &b};
 	uint64_t t0;
@@ -627,13 +622,13 @@ Test(ha, a_paused_active_never_writes_its_table_over_a_lost_take_over)
 	int i;
 
 	h_daemon_write_conf(&a, conf);
-	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis",
-		       r.url, "--node-id", "a", "--leader-lease", "2s", "-l",
-		       "info", NULL);
+	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis", r.url,
+		       "--node-id", "a", "--leader-lease", "2s", "-l", "info",
+		       NULL);
 	h_daemon_write_conf(&b, conf);
-	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis",
-		       r.url, "--node-id", "b", "--leader-lease", "2s", "-l",
-		       "info", NULL);
+	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis", r.url,
+		       "--node-id", "b", "--leader-lease", "2s", "-l", "info",
+		       NULL);
 	wait_active(&a, 5000);
 	h_daemon_signal(&a, SIGSTOP);
 	wait_active(&b, 10000);
@@ -674,21 +669,20 @@ Test(ha, a_paused_active_never_writes_its_table_over_a_lost_take_over)
  * its own table. */
 Test(ha, a_lapsed_active_never_keeps_its_table_on_a_copy_of_its_own_epoch)
 {
-	static const char conf[] =
-		"[limits]\nmax_ttl = 6s\ndefault_ttl = 1s\n";
+	static const char conf[] = "[limits]\nmax_ttl = 6s\ndefault_ttl = 1s\n";
 	struct h_client *c1, *c2, *c3;
 	char cmd[3 * H_PATH_MAX], *l;
 	uint64_t e0, t0;
 	int busy = 0;
 
 	h_daemon_write_conf(&a, conf);
-	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis",
-		       r.url, "--node-id", "a", "--leader-lease", "2s", "-l",
-		       "info", NULL);
+	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis", r.url,
+		       "--node-id", "a", "--leader-lease", "2s", "-l", "info",
+		       NULL);
 	h_daemon_write_conf(&b, conf);
-	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis",
-		       r.url, "--node-id", "b", "--leader-lease", "2s", "-l",
-		       "info", NULL);
+	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis", r.url,
+		       "--node-id", "b", "--leader-lease", "2s", "-l", "info",
+		       NULL);
 	wait_active(&a, 5000);
 	e0 = epoch_of(&a);
 	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
@@ -792,8 +786,9 @@ Test(ha, a_deposed_active_never_writes_under_a_take_of_its_own_epoch)
 
 	for (i = 0; i < 2; i++) {
 		h_daemon_write_conf(nodes[i], "");
-		snprintf(conf, sizeof(conf), "[persistence]\nstate_dir = %s\n%s",
-			 nodes[i]->dir, limits);
+		snprintf(conf, sizeof(conf),
+			 "[persistence]\nstate_dir = %s\n%s", nodes[i]->dir,
+			 limits);
 		h_daemon_write_conf(nodes[i], conf);
 		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
 			       "redis", "--redis", r.url, "--node-id",
@@ -843,8 +838,8 @@ static dlock_client *cluster_client(const char *owner)
 
 	dlock_options_init(&o);
 	/* The standby first: the client must find the active itself. */
-	snprintf(servers, sizeof(servers), "127.0.0.1:%d,127.0.0.1:%d",
-		 b.port, a.port);
+	snprintf(servers, sizeof(servers), "127.0.0.1:%d,127.0.0.1:%d", b.port,
+		 a.port);
 	o.servers = servers;
 	o.owner = owner;
 	o.on_lost = count_lost;
@@ -975,7 +970,8 @@ Test(ha, no_reads_without_a_confirmed_leadership)
 	cr_assert_eq(h_daemon_stop(&a), 0);
 }
 
-/* ---- Redis Sentinel --------------------------------------------------------- */
+/* ---- Redis Sentinel ---------------------------------------------------------
+ */
 
 static struct h_redis rp, rq, rq2; /* primary, replicas */
 static struct h_sentinel sn[3];
@@ -1194,7 +1190,8 @@ Test(sentinel, nothing_acknowledged_while_a_sentinel_fails_over)
 	l = h_call(d2, "TRYLOCK q ttl=60s");
 	cr_assert(h_starts(l, "ERR UNAVAILABLE"), "during the failover: \"%s\"",
 		  l);
-	cr_assert(h_daemon_log_has(&a, "a failover of the primary is under way"));
+	cr_assert(
+		h_daemon_log_has(&a, "a failover of the primary is under way"));
 	for (;;) {
 		l = h_call(d2, "TRYLOCK q ttl=60s");
 		if (!h_starts(l, "ERR UNAVAILABLE"))
@@ -1390,7 +1387,8 @@ Test(ha, dlock_watch_survives_a_failover)
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
 
-/* ---- one-shot commands across a take-over ---------------------------------- */
+/* ---- one-shot commands across a take-over ----------------------------------
+ */
 
 /* $DLOCK with the formatted arguments, its output and errors in one
  * stream: it runs while the test goes on (dlock_end waits for it). */
@@ -1459,9 +1457,9 @@ Test(ha, one_shot_dlock_commands_ride_through_a_takeover)
 	h_daemon_kill9(&a);
 	t0 = h_now_ms();
 	lock = dlock_begin("--servers %s lock y --wait 15s", list);
-	st = dlock_end(dlock_begin("--servers %s --server-timeout 15s status x",
-				   list),
-		       out, sizeof(out));
+	st = dlock_end(
+		dlock_begin("--servers %s --server-timeout 15s status x", list),
+		out, sizeof(out));
 	cr_log_info("status after %llu ms",
 		    (unsigned long long)(h_now_ms() - t0));
 	cr_assert_eq(st, 0, "status: exit %d: %s", st, out);
@@ -1539,8 +1537,8 @@ Test(ha, dlock_lock_waits_out_an_unavailable_redis)
 	h_redis_kill9(&r);
 	h_wait_available(c, 0, 10000);
 	lock = dlock_begin("--port %d lock y --wait 20s", a.port);
-	trylock = dlock_begin("--port %d --server-timeout 20s trylock z",
-			      a.port);
+	trylock =
+		dlock_begin("--port %d --server-timeout 20s trylock z", a.port);
 	h_sleep_ms(1500);
 	h_redis_restart(&r);
 	st = dlock_end(lock, out, sizeof(out));
@@ -1583,8 +1581,7 @@ Test(ha, a_health_check_may_ask_a_standby_directly)
 	rc = dlock_end(dlock_begin("--port %d --server-timeout 500ms status x",
 				   b.port),
 		       out, sizeof(out));
-	snprintf(want, sizeof(want), "a standby (the active: %s)",
-		 addr_of(&a));
+	snprintf(want, sizeof(want), "a standby (the active: %s)", addr_of(&a));
 	cr_assert(rc == 69 && strstr(out, want), "exit %d: %s", rc, out);
 	cr_assert(!strstr(out, "cannot connect") && strstr(out, "--servers"),
 		  "it did connect; it says: %s", out);
@@ -1606,7 +1603,8 @@ Test(ha, a_health_check_may_ask_a_standby_directly)
 	cr_assert_str_eq(dlock_server_role(c), "standby");
 	cr_assert_eq(dlock_ping(c), 0);
 	cr_assert_eq(dlock_status(c, "x", &st), DLOCK_EUNAVAILABLE);
-	cr_assert(strncmp(dlock_last_error(), "ERR NOT_ACTIVE active=", 22) == 0,
+	cr_assert(strncmp(dlock_last_error(), "ERR NOT_ACTIVE active=", 22) ==
+			  0,
 		  "%s", dlock_last_error());
 	dlock_close(c);
 	o.port = a.port;
@@ -1749,8 +1747,7 @@ Test(ha, dlock_refuses_a_server_list_of_two_clusters)
 	cr_assert(rc == 0 && strstr(out, "\"state\": \"free\"") &&
 			  strstr(out, ida),
 		  "exit %d: %s", rc, out);
-	rc = dlock_end(dlock_begin("--port %d ping", b.port), out,
-		       sizeof(out));
+	rc = dlock_end(dlock_begin("--port %d ping", b.port), out, sizeof(out));
 	cr_assert(rc == 0 && strstr(out, idb), "exit %d: %s", rc, out);
 	setenv("DLOCK_CLUSTER", ida, 1);
 	rc = dlock_end(dlock_begin("--port %d trylock job", b.port), out,
@@ -1876,8 +1873,7 @@ static void conc_worker(int id, int rw, int64_t until_us, const char *path)
 	snprintf(stop, sizeof(stop), "%.*s/stop",
 		 (int)(strrchr(path, '/') - path), path);
 	dlock_options_init(&o);
-	snprintf(srv, sizeof(srv), "127.0.0.1:%d,127.0.0.1:%d", a.port,
-		 b.port);
+	snprintf(srv, sizeof(srv), "127.0.0.1:%d,127.0.0.1:%d", a.port, b.port);
 	snprintf(owner, sizeof(owner), "p%d", id);
 	o.servers = srv;
 	o.owner = owner;
@@ -2052,7 +2048,8 @@ static void conc_run(int rw)
 		cr_assert_gt(writes, 10, "only %zu writes", writes);
 		cr_assert_geq(max_seen, 2, "readers never overlapped");
 	} else {
-		cr_assert_eq(max_seen, CONC_LIMIT, "the semaphore never filled");
+		cr_assert_eq(max_seen, CONC_LIMIT,
+			     "the semaphore never filled");
 	}
 	free(w);
 	cr_assert_eq(h_daemon_stop(&b), 0);

@@ -40,11 +40,10 @@ static void setup(void)
 	items = calloc(N, sizeof(*items));
 	cr_assert(items != NULL);
 	for (i = 0; i < N; i++) {
-		items[i].hn.len =
-			(uint8_t)snprintf(items[i].key, sizeof(items[i].key),
-					  "k%zu", i);
-		items[i].hn.hash = dl_hash_bytes(42, items[i].key,
-						 items[i].hn.len);
+		items[i].hn.len = (uint8_t)snprintf(
+			items[i].key, sizeof(items[i].key), "k%zu", i);
+		items[i].hn.hash =
+			dl_hash_bytes(42, items[i].key, items[i].hn.len);
 	}
 	cr_assert(eq(int, dl_htab_init(&h), 0));
 }

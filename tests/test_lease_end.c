@@ -79,8 +79,7 @@ Test(lease_end, expiring_is_sent_when_warn_of_the_lease_remains_not_before)
 	cr_assert_geq(at - t0, 700 - EARLY_MS,
 		      "EXPIRING %llu ms after the grant, ttl 1200, warn 500",
 		      (unsigned long long)(at - t0));
-	cr_assert(strstr(a->line, " id=w1") != NULL, "no tag: \"%s\"",
-		  a->line);
+	cr_assert(strstr(a->line, " id=w1") != NULL, "no tag: \"%s\"", a->line);
 	expect_expiring(a2, "w", tok, 500, t0 + 700);
 	/* then, unrefreshed, the end */
 	l = h_read(a, ms_until(t0 + 1200 + LATE_MS));
@@ -192,10 +191,10 @@ Test(lease_end, a_warning_not_below_the_ttl_is_bad_arg)
 		  "got \"%s\"", a->line);
 	/* a REFRESH below the lease's warning, or a warning above its TTL */
 	tok = h_lock(a, "b", "ttl=2s warn=1s");
-	cr_assert_str_eq(h_call(a, "REFRESH b %llu ttl=1s",
-				(unsigned long long)tok),
-			 "ERR BAD_ARG warn out of range: the lease's warning "
-			 "must be less than its ttl (REFRESH warn=0 drops it)");
+	cr_assert_str_eq(
+		h_call(a, "REFRESH b %llu ttl=1s", (unsigned long long)tok),
+		"ERR BAD_ARG warn out of range: the lease's warning "
+		"must be less than its ttl (REFRESH warn=0 drops it)");
 	cr_assert(h_starts(h_call(a, "REFRESH b %llu warn=2s",
 				  (unsigned long long)tok),
 			   "ERR BAD_ARG warn out of range"),
@@ -204,8 +203,10 @@ Test(lease_end, a_warning_not_below_the_ttl_is_bad_arg)
 	h_call_ttl(a, "OK REFRESHED b ", 1, 2000, "REFRESH b %llu",
 		   (unsigned long long)tok);
 	/* both at once: ttl=500ms with warn=0 is fine */
-	h_call_ttl(a, "OK REFRESHED b ", 1, 500, "REFRESH b %llu ttl=500 "
-		   "warn=0", (unsigned long long)tok);
+	h_call_ttl(a, "OK REFRESHED b ", 1, 500,
+		   "REFRESH b %llu ttl=500 "
+		   "warn=0",
+		   (unsigned long long)tok);
 	h_close(a);
 }
 

@@ -2121,14 +2121,14 @@ Test(locktab, reset_leaves_an_empty_consistent_table)
 
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("x"), str("al"), 77, 2,
-					      1000, T0 + 1000, DL_STR_NULL, 0, 1,
-					      NULL, 0),
+					      1000, T0 + 1000, DL_STR_NULL, 0,
+					      1, NULL, 0),
 		     0));
-	cr_assert(
-		eq(int,
-		   dl_locktab_restore_waiter(tab, str("x"), str("bo"), 1000,
-					     UINT64_MAX, T0 + 500, DL_STR_NULL, 0, 1),
-		   0));
+	cr_assert(eq(int,
+		     dl_locktab_restore_waiter(tab, str("x"), str("bo"), 1000,
+					       UINT64_MAX, T0 + 500,
+					       DL_STR_NULL, 0, 1),
+		     0));
 	dl_locktab_reset(tab);
 	cr_assert(eq(u64, dl_locktab_stats(tab)->locks, 0));
 	cr_assert(eq(u64, dl_locktab_stats(tab)->owners, 0));
@@ -2399,8 +2399,8 @@ Test(locktab, a_lease_keeps_its_tag_or_has_none)
 	t = dl_lease_tag(lk->holders);
 	cr_assert(eq(sz, t.len, (size_t)DL_TAG_MAX));
 	cr_assert(eq(int, memcmp(t.p, tag32, t.len), 0));
-	cr_assert(eq(sz, dl_lease_tag(dl_locktab_find(tab, str("tb"))->holders)
-				 .len,
+	cr_assert(eq(sz,
+		     dl_lease_tag(dl_locktab_find(tab, str("tb"))->holders).len,
 		     0));
 	advance(500 + TICK);
 	cr_assert(eq(str, (char *)last_ev(DL_EVENT_EXPIRED, a)->tag,
@@ -2424,7 +2424,8 @@ Test(locktab, queue_order_and_positions_survive_removals_anywhere)
 	for (i = 0; i < 5; i++) {
 		snprintf(owner, sizeof(owner), "w%d", i);
 		w[i] = client_new(owner);
-		cr_assert(eq(u64, must_queue(w[i], "q", 1000, DL_WAIT_INF, NULL),
+		cr_assert(eq(u64,
+			     must_queue(w[i], "q", 1000, DL_WAIT_INF, NULL),
 			     (uint64_t)i + 1));
 	}
 	client_close(w[4]); /* the tail */
@@ -2712,7 +2713,8 @@ Test(locktab, readers_overlap_each_with_its_own_lease_and_token)
 {
 	struct client *a = client_new("a"), *b = client_new("b"),
 		      *c = client_new("c");
-	uint64_t ta = grant_mode(a, "rw", SH, 1), tb = grant_mode(b, "rw", SH, 1),
+	uint64_t ta = grant_mode(a, "rw", SH, 1),
+		 tb = grant_mode(b, "rw", SH, 1),
 		 tc = grant_mode(c, "rw", SH, 1);
 	struct dl_lock_status st = status("rw");
 	struct dl_result r;
@@ -2752,8 +2754,8 @@ Test(locktab, strict_fifo_across_modes_a_reader_behind_a_writer_waits)
 {
 	struct client *r1 = client_new("r1"), *r2 = client_new("r2"),
 		      *w = client_new("w"), *r3 = client_new("r3");
-	uint64_t t1 = grant_mode(r1, "rw", SH, 1), t2 = grant_mode(r2, "rw", SH, 1),
-		 tw;
+	uint64_t t1 = grant_mode(r1, "rw", SH, 1),
+		 t2 = grant_mode(r2, "rw", SH, 1), tw;
 	struct dl_result r;
 
 	cr_assert(eq(u64, queue_mode(w, "rw", EX, 1), 1));
@@ -2920,7 +2922,8 @@ Test(locktab, the_member_walk_does_not_reap)
 	int n = 0;
 
 	grant_mode(a, "m", SH, 1);
-	cr_assert(eq(int, acq_mode(b, "m", 100, 0, SH, 1, &(struct dl_result){0}),
+	cr_assert(eq(int,
+		     acq_mode(b, "m", 100, 0, SH, 1, &(struct dl_result){0}),
 		     0));
 	cr_assert(eq(u32, status("m").holders, 2));
 	clock_ms += 500; /* b's lease is due; no timer has run */
@@ -3004,59 +3007,58 @@ Test(locktab, restore_keeps_modes_and_limits_and_refuses_what_cannot_be)
 
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("rw"), str("a"), 10, 1,
-					      1000, d, DL_STR_NULL, 1, 1,
-					      NULL, 0),
+					      1000, d, DL_STR_NULL, 1, 1, NULL,
+					      0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("rw"), str("b"), 11, 1,
-					      1000, d, DL_STR_NULL, 1, 1,
-					      NULL, 0),
+					      1000, d, DL_STR_NULL, 1, 1, NULL,
+					      0),
 		     0));
 	/* a second reader with a token already held (a damaged record) */
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("rw"), str("d"), 11, 1,
-					      1000, d, DL_STR_NULL, 1, 1,
-					      NULL, 0),
+					      1000, d, DL_STR_NULL, 1, 1, NULL,
+					      0),
 		     DL_EBADARG));
 	/* modes mixed, a limit unlike the lock's, shared in a semaphore */
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("rw"), str("c"), 12, 1,
-					      1000, d, DL_STR_NULL, 0, 1,
-					      NULL, 0),
+					      1000, d, DL_STR_NULL, 0, 1, NULL,
+					      0),
 		     DL_EBADARG));
-	cr_assert(eq(int,
-		     dl_locktab_restore_waiter(tab, str("rw"), str("c"), 1000,
-					       UINT64_MAX, d, DL_STR_NULL, 0,
-					       2),
-		     DL_EBADARG));
+	cr_assert(
+		eq(int,
+		   dl_locktab_restore_waiter(tab, str("rw"), str("c"), 1000,
+					     UINT64_MAX, d, DL_STR_NULL, 0, 2),
+		   DL_EBADARG));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("p"), str("a"), 13, 1,
-					      1000, d, DL_STR_NULL, 1, 2,
-					      NULL, 0),
+					      1000, d, DL_STR_NULL, 1, 2, NULL,
+					      0),
 		     DL_EBADARG));
 	/* a semaphore: no more holders than its limit */
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("p"), str("a"), 14, 1,
-					      1000, d, DL_STR_NULL, 0, 2,
-					      NULL, 0),
+					      1000, d, DL_STR_NULL, 0, 2, NULL,
+					      0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("p"), str("b"), 15, 1,
-					      1000, d, DL_STR_NULL, 0, 2,
-					      NULL, 0),
+					      1000, d, DL_STR_NULL, 0, 2, NULL,
+					      0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("p"), str("c"), 16, 1,
-					      1000, d, DL_STR_NULL, 0, 2,
-					      NULL, 0),
+					      1000, d, DL_STR_NULL, 0, 2, NULL,
+					      0),
 		     DL_EBADARG));
 	cr_assert(eq(u32, status("rw").holders, 2));
 	cr_assert(eq(int, status("rw").shared, 1));
 	cr_assert(eq(u32, status("p").limit, 2));
 	/* readers restored: a new reader comes in, a new writer does not */
 	grant_mode(c, "rw", SH, 1);
-	EXPECT(acq_mode(client_new("w"), "rw", 3000, 0, EX, 1, &r), r,
-	       DL_BUSY);
+	EXPECT(acq_mode(client_new("w"), "rw", 3000, 0, EX, 1, &r), r, DL_BUSY);
 	EXPECT(acq_mode(c, "p", 3000, 0, EX, 1, &r), r, DL_LIMIT_MISMATCH);
 }
 
@@ -3099,7 +3101,8 @@ Test(locktab, a_withdrawn_grant_does_not_requeue_into_another_limit)
 	/* the same limit: it waits again */
 	rq.shared = 0;
 	rq.limit = 2;
-	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("x"), ta, 0, &rq), 0));
+	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("x"), ta, 0, &rq),
+		     0));
 	cr_assert(eq(u32, status("x").waiters, 1));
 	dl_locktab_suspend_grants(tab, 0);
 	cr_assert(eq(u32, status("x").holders, 2));
@@ -3216,8 +3219,8 @@ Test(locktab, a_withdrawn_shared_grant_waits_again_shared)
 	must_release(w, "rw", tw);
 	ta = last_ev(DL_EVENT_GRANTED, a)->token;
 	dl_locktab_suspend_grants(tab, 1);
-	cr_assert(eq(int,
-		     dl_locktab_revoke(tab, &a->s, str("rw"), ta, 0, &rq), 0));
+	cr_assert(eq(int, dl_locktab_revoke(tab, &a->s, str("rw"), ta, 0, &rq),
+		     0));
 	cr_assert(eq(u32, status("rw").holders, 1)); /* b */
 	dl_locktab_suspend_grants(tab, 0);
 	/* a is at the head, shared, and comes in beside b */
@@ -3226,7 +3229,8 @@ Test(locktab, a_withdrawn_shared_grant_waits_again_shared)
 	EXPECT(acq_mode(w, "rw", 3000, 0, EX, 1, &r), r, DL_BUSY);
 }
 
-/* ---- warnings (LOCK warn=) ------------------------------------------------ */
+/* ---- warnings (LOCK warn=) ------------------------------------------------
+ */
 
 static uint64_t must_grant_warned(struct client *c, const char *name,
 				  uint64_t ttl, uint32_t warn)
@@ -3311,8 +3315,8 @@ Test(locktab, a_warning_stays_below_the_ttl)
 	uint64_t tok;
 	int rc;
 
-	cr_assert(eq(int, dl_locktab_acquire(tab, &a->s, &bad, &r),
-		     DL_EBADARG));
+	cr_assert(
+		eq(int, dl_locktab_acquire(tab, &a->s, &bad, &r), DL_EBADARG));
 	tok = must_grant_warned(a, "w", 1000, 300);
 	rc = refresh(a, "w", tok, 300, &r);
 	cr_assert(eq(int, rc, DL_EBADARG), "a TTL not above the warning");
@@ -3329,7 +3333,8 @@ Test(locktab, a_warning_stays_below_the_ttl)
 	cr_assert(eq(sz, count_ev(DL_EVENT_EXPIRED, a), 1));
 }
 
-/* ---- lock-delay (LOCK delay=) --------------------------------------------- */
+/* ---- lock-delay (LOCK delay=) ---------------------------------------------
+ */
 
 static int acq_delay(struct client *c, const char *name, uint64_t ttl,
 		     uint64_t wait, uint32_t delay, struct dl_result *r)
@@ -3489,11 +3494,11 @@ Test(locktab, a_restored_running_delay_holds_the_lock_from_the_restore)
 	struct dl_result r;
 	int rc;
 
+	cr_assert(
+		eq(int, dl_locktab_restore_delay(tab, str("d"), 600, 1, 1), 0));
 	cr_assert(eq(int, dl_locktab_restore_delay(tab, str("d"), 600, 1, 1),
-		     0));
-	cr_assert(eq(int,
-		     dl_locktab_restore_delay(tab, str("d"), 600, 1, 1),
-		     DL_EBADARG), "twice");
+		     DL_EBADARG),
+		  "twice");
 	cr_assert(eq(int,
 		     dl_locktab_restore_delay(tab, str("e"),
 					      DL_LOCK_DELAY_MAX_MS + 1, 0, 1),
@@ -3552,9 +3557,8 @@ static void table_with_changes(void)
 	nchanges = 0;
 }
 
-static void expect_change(size_t i, enum dl_change_kind kind,
-			  const char *name, const char *owner, uint64_t token,
-			  uint32_t holders)
+static void expect_change(size_t i, enum dl_change_kind kind, const char *name,
+			  const char *owner, uint64_t token, uint32_t holders)
 {
 	cr_assert(gt(sz, nchanges, i), "%zu changes, want #%zu", nchanges, i);
 	cr_assert(eq(int, (int)changes[i].kind, (int)kind), "change #%zu", i);
@@ -3623,8 +3627,7 @@ Test(locktab, shared_holders_and_permits_each_change_the_count_by_one)
 
 		snprintf(id, sizeof(id), "s%d", i);
 		s[i] = client_new(id);
-		EXPECT(acq_mode(s[i], "sem", 1000, 0, 0, 3, &r), r,
-		       DL_GRANTED);
+		EXPECT(acq_mode(s[i], "sem", 1000, 0, 0, 3, &r), r, DL_GRANTED);
 		t[i] = r.token;
 		expect_change((size_t)i, DL_CHANGE_GRANTED, "sem", id, t[i],
 			      (uint32_t)i + 1);
@@ -3717,8 +3720,7 @@ Test(locktab, a_lease_keeps_the_description_of_its_grant)
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("r"), str("d"), 1 << 30,
 					      1, 1000, clock_ms + 1000,
-					      DL_STR_LIT("t"), 0, 1, d1,
-					      5000),
+					      DL_STR_LIT("t"), 0, 1, d1, 5000),
 		     0));
 	dl_desc_unref(d1);
 	advance(10);
@@ -3727,7 +3729,8 @@ Test(locktab, a_lease_keeps_the_description_of_its_grant)
 	cr_assert(eq(u32, st.desc->pid, 9));
 }
 
-/* ---- deadlocks ------------------------------------------------------------ */
+/* ---- deadlocks ------------------------------------------------------------
+ */
 
 /* A LOCK (wait forever) that must be refused as closing a cycle of `len`
  * owners; returns the cycle. */
@@ -3849,7 +3852,8 @@ Test(locktab, an_owner_with_a_wait_that_ends_on_its_own_closes_no_cycle)
 	EXPECT(acq(b, "A", 60000, DL_WAIT_INF, NULL, &r), r, DL_QUEUED);
 }
 
-Test(locktab, a_writer_waiting_for_readers_deadlocks_with_a_reader_that_waits_for_it)
+Test(locktab,
+     a_writer_waiting_for_readers_deadlocks_with_a_reader_that_waits_for_it)
 {
 	struct client *r1 = client_new("r1"), *r2 = client_new("r2"),
 		      *w = client_new("w");
@@ -3876,7 +3880,8 @@ Test(locktab, a_reader_joining_readers_waits_for_none_of_them)
 	 * back) heads its queue: a reader asking now queues behind it */
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("S"), str("r1"), 5, 1,
-					      60000, d, DL_STR_NULL, 1, 1, NULL, 0),
+					      60000, d, DL_STR_NULL, 1, 1, NULL,
+					      0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_waiter(tab, str("S"), str("z"), 3000,
@@ -3896,7 +3901,8 @@ Test(locktab, a_reader_joining_readers_waits_for_none_of_them)
 
 /* The queue's edge: a request waits for the nearest waiter ahead of it
  * whose mode excludes its own, as that one is served first. */
-Test(locktab, a_reader_queued_behind_a_writer_waits_for_it_and_can_close_a_cycle)
+Test(locktab,
+     a_reader_queued_behind_a_writer_waits_for_it_and_can_close_a_cycle)
 {
 	struct client *p = client_new("p"), *q = client_new("q"),
 		      *o = client_new("o");
@@ -3929,7 +3935,8 @@ Test(locktab, a_holder_that_waits_behind_a_queue_it_blocks_closes_a_cycle)
 	expect_hop(cy, 2, "q", "L");
 }
 
-Test(locktab, a_semaphore_wait_is_no_deadlock_while_a_holder_outside_can_free_a_permit)
+Test(locktab,
+     a_semaphore_wait_is_no_deadlock_while_a_holder_outside_can_free_a_permit)
 {
 	struct client *a = client_new("a"), *b = client_new("b"),
 		      *c = client_new("c");
@@ -3945,7 +3952,8 @@ Test(locktab, a_semaphore_wait_is_no_deadlock_while_a_holder_outside_can_free_a_
 	cr_assert(eq(sz, count_ev(DL_EVENT_GRANTED, b), 1));
 }
 
-Test(locktab, a_semaphore_wait_is_a_deadlock_when_every_permit_holder_waits_in_the_cycle)
+Test(locktab,
+     a_semaphore_wait_is_a_deadlock_when_every_permit_holder_waits_in_the_cycle)
 {
 	struct client *a = client_new("a"), *b = client_new("b"),
 		      *c = client_new("c");
@@ -3961,8 +3969,9 @@ Test(locktab, a_semaphore_wait_is_a_deadlock_when_every_permit_holder_waits_in_t
 	expect_hop(cy, 0, "b", "P");
 	cr_assert(eq(u32, cy->shown, 2));
 	/* either permit holder closes it: both wait for b */
-	cr_assert(eq(int, strcmp(cstr(cy->hop[1].owner), "a") == 0 ||
-				  strcmp(cstr(cy->hop[1].owner), "c") == 0,
+	cr_assert(eq(int,
+		     strcmp(cstr(cy->hop[1].owner), "a") == 0 ||
+			     strcmp(cstr(cy->hop[1].owner), "c") == 0,
 		     1));
 }
 
@@ -3977,11 +3986,13 @@ Test(locktab, a_semaphore_with_a_free_permit_is_in_no_cycle)
 	 * when that place goes, the permit is b's without anyone acting */
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("P"), str("a"), 5, 1,
-					      60000, d, DL_STR_NULL, 0, 3, NULL, 0),
+					      60000, d, DL_STR_NULL, 0, 3, NULL,
+					      0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("P"), str("c"), 6, 1,
-					      60000, d, DL_STR_NULL, 0, 3, NULL, 0),
+					      60000, d, DL_STR_NULL, 0, 3, NULL,
+					      0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_waiter(tab, str("P"), str("z"), 3000,
@@ -4021,11 +4032,13 @@ Test(locktab, a_restored_place_closes_no_cycle_until_its_owner_claims_it)
 
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("A"), str("a"), 5, 1,
-					      60000, d, DL_STR_NULL, 0, 1, NULL, 0),
+					      60000, d, DL_STR_NULL, 0, 1, NULL,
+					      0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("B"), str("b"), 6, 1,
-					      60000, d, DL_STR_NULL, 0, 1, NULL, 0),
+					      60000, d, DL_STR_NULL, 0, 1, NULL,
+					      0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_waiter(tab, str("B"), str("a"), 60000,
@@ -4077,7 +4090,8 @@ Test(locktab, a_long_cycle_is_refused_and_named_in_part)
 	for (i = 0; i < n; i++) {
 		snprintf(owner, sizeof(owner), "o%d", i);
 		snprintf(name, sizeof(name), "L%d", i);
-		cr_assert(eq(int, dl_session_init(tab, &ss[i], str(owner), NULL),
+		cr_assert(eq(int,
+			     dl_session_init(tab, &ss[i], str(owner), NULL),
 			     0));
 		a.name = str(name);
 		EXPECT(dl_locktab_acquire(tab, &ss[i], &a, &r), r, DL_GRANTED);
@@ -4086,8 +4100,9 @@ Test(locktab, a_long_cycle_is_refused_and_named_in_part)
 		snprintf(name, sizeof(name), "L%d", (i + 1) % n);
 		a.name = str(name);
 		cr_assert(eq(int, dl_locktab_acquire(tab, &ss[i], &a, &r), 0));
-		cr_assert(eq(int, r.outcome, i < n - 1 ? DL_QUEUED : DL_DEADLOCK),
-			  "o%d", i);
+		cr_assert(
+			eq(int, r.outcome, i < n - 1 ? DL_QUEUED : DL_DEADLOCK),
+			"o%d", i);
 	}
 	cy = dl_locktab_cycle(tab);
 	cr_assert(eq(u32, cy->len, 100));
@@ -4112,7 +4127,8 @@ Test(locktab, a_cycle_longer_than_the_walk_can_see_is_not_refused)
 	for (i = 0; i < N; i++) {
 		snprintf(owner, sizeof(owner), "o%d", i);
 		snprintf(name, sizeof(name), "L%d", i);
-		cr_assert(eq(int, dl_session_init(tab, &ss[i], str(owner), NULL),
+		cr_assert(eq(int,
+			     dl_session_init(tab, &ss[i], str(owner), NULL),
 			     0));
 		a.name = str(name);
 		EXPECT(dl_locktab_acquire(tab, &ss[i], &a, &r), r, DL_GRANTED);

@@ -408,11 +408,12 @@ static void check_metric_names(const char *page)
 					    kind[nfam]),
 				     2);
 			n = strlen(fam[nfam]);
-			cr_assert(strncmp(fam[nfam], "dlockd_", 7) == 0 &&
-					  strspn(fam[nfam],
-						 "abcdefghijklmnopqrstuvwxyz0123456789_") ==
-						  n,
-				  "name %s", fam[nfam]);
+			cr_assert(
+				strncmp(fam[nfam], "dlockd_", 7) == 0 &&
+					strspn(fam[nfam],
+					       "abcdefghijklmnopqrstuvwxyz0123456789_") ==
+						n,
+				"name %s", fam[nfam]);
 			ok = !strstr(fam[nfam], "_ms") &&
 			     !strstr(fam[nfam], "_us_") &&
 			     !(n > 3 && !strcmp(fam[nfam] + n - 3, "_us"));
@@ -491,8 +492,7 @@ Test(ops, metrics_page_has_counters_errors_and_histograms, .fini = stop,
 
 /* SIGTERM while the daemon still waits for Redis at start: it says so and
  * exits 0 at once (systemd's stop must not wait for Redis either). */
-Test(ops, sigterm_during_the_start_up_wait_exits_0, .fini = stop,
-     .timeout = 60)
+Test(ops, sigterm_during_the_start_up_wait_exits_0, .fini = stop, .timeout = 60)
 {
 	char url[64];
 

@@ -803,8 +803,7 @@ Test(persist, a_reentry_never_extends_a_restored_lease_nobody_refreshed)
 		cr_assert(h_starts(l, "OK GRANTED g "), "reentry: \"%s\"", l);
 		cr_assert_eq(h_arg_u64(l, 1), tok, "\"%s\"", l);
 		cr_assert_leq(h_arg_u64(l, 2), 2000,
-			      "a reentry extended a restored lease: \"%s\"",
-			      l);
+			      "a reentry extended a restored lease: \"%s\"", l);
 		h_sleep_ms(100);
 	}
 	b = h_hello(d.port, "o2");
@@ -812,8 +811,9 @@ Test(persist, a_reentry_never_extends_a_restored_lease_nobody_refreshed)
 	l = h_read(a2, 2000);
 	cr_assert(l && h_starts(l, "* EXPIRED g "), "\"%s\"", l ? l : "");
 	/* k: refreshed by its holder, then re-entered: extended */
-	l = h_call(a2, "REFRESH k %llu ttl=10s",
-		   (unsigned long long)h_kv_u64(h_call(b, "STATUS k"), "token"));
+	l = h_call(
+		a2, "REFRESH k %llu ttl=10s",
+		(unsigned long long)h_kv_u64(h_call(b, "STATUS k"), "token"));
 	cr_assert(h_starts(l, "OK REFRESHED k "), "\"%s\"", l);
 	l = h_call(a2, "LOCK k ttl=30s");
 	cr_assert(h_starts(l, "OK GRANTED k "), "\"%s\"", l);
@@ -1074,8 +1074,10 @@ Test(persist, durable_release_waits_for_redis)
 	kill(r.pid, SIGSTOP);
 	h_send(a, "UNLOCK rel %llu", (unsigned long long)ta);
 	l = h_read(a, 500);
-	cr_assert(l == NULL, "release answered while redis is stopped: "
-			     "\"%s\"", l);
+	cr_assert(l == NULL,
+		  "release answered while redis is stopped: "
+		  "\"%s\"",
+		  l);
 	kill(r.pid, SIGCONT);
 	h_expect(a, "OK RELEASED rel");
 	cr_assert_str_eq(h_redis_cli(&r, h_rec_cmd("HEXISTS", "rel")), "0\n");
@@ -1280,7 +1282,8 @@ Test(persist, redis_without_aof_is_refused_unless_allowed)
 	h_daemon_start_nowait(&d, "--persist", "redis", "--redis", r.url, NULL);
 	cr_assert_eq(h_daemon_wait(&d, 5, 15000), 5, "dlockd served on it");
 	cr_assert(h_daemon_log_has(&d, "no AOF (appendonly no)"));
-	cr_assert(h_daemon_log_has(&d, "Refusing to serve: set appendonly yes"));
+	cr_assert(
+		h_daemon_log_has(&d, "Refusing to serve: set appendonly yes"));
 
 	h_daemon_start(&d, "--persist", "redis", "--redis", r.url,
 		       "--allow-nondurable-redis", NULL);
@@ -1339,7 +1342,8 @@ Test(persist, redis_that_may_evict_keys_is_refused_unless_allowed)
 	h_redis_cli(&r, "CONFIG SET maxmemory-policy allkeys-lru");
 	h_daemon_start_nowait(&d, "--persist", "redis", "--redis", r.url, NULL);
 	cr_assert_eq(h_daemon_wait(&d, 5, 15000), 5, "dlockd served on it");
-	cr_assert(h_daemon_log_has(&d, "maxmemory-policy allkeys-lru may evict"));
+	cr_assert(
+		h_daemon_log_has(&d, "maxmemory-policy allkeys-lru may evict"));
 	cr_assert(h_daemon_log_has(&d, "set maxmemory-policy noeviction"));
 
 	h_daemon_start(&d, "--persist", "redis", "--redis", r.url,
@@ -1440,8 +1444,7 @@ Test(persist, redis_losing_aof_while_running_is_refused_until_it_is_back)
 		if (strncmp(l, "ERR UNAVAILABLE", 15) == 0)
 			break;
 		cr_assert(strncmp(l, "OK GRANTED y ", 13) == 0, "%s", l);
-		h_call(c, "UNLOCK y %llu",
-		       (unsigned long long)h_arg_u64(l, 1));
+		h_call(c, "UNLOCK y %llu", (unsigned long long)h_arg_u64(l, 1));
 		cr_assert_lt(h_now_ms() - t0, 5000, "still granting");
 		h_sleep_ms(50);
 	}
@@ -1534,7 +1537,8 @@ Test(persist, redis_restarted_from_an_older_copy_gets_the_table_back)
 	a = h_hello(d.port, "alice");
 	b = h_hello(d.port, "bob");
 	h_lock(a, "before", "ttl=60s");
-	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir, r.dir);
+	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
+		 r.dir);
 	cr_assert_eq(system(cmd), 0);
 	tok = h_lock(a, "after", "ttl=60s");
 	h_redis_kill9(&r);
@@ -1543,9 +1547,9 @@ Test(persist, redis_restarted_from_an_older_copy_gets_the_table_back)
 		 r.dir, r.dir);
 	cr_assert_eq(system(cmd), 0);
 	h_redis_restart(&r);
-	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "after"), "alice", 1,
-			       10000),
-		  "not written back: \"%s\"", h_rec_get(&r, "after"));
+	cr_assert(
+		h_redis_wait(&r, h_rec_cmd("HGET", "after"), "alice", 1, 10000),
+		"not written back: \"%s\"", h_rec_get(&r, "after"));
 	l = h_call(b, "TRYLOCK after ttl=5s");
 	cr_assert(h_starts(l, "NO BUSY after "), "bob: \"%s\"", l);
 	l = h_call(a, "CHECK after %llu", (unsigned long long)tok);
@@ -1642,7 +1646,8 @@ Test(persist, a_restart_keeps_its_cluster_id_and_refuses_another)
  * The file now lags by about a store tick: a copy 700 ms old is a Redis
  * that went back, and grants stay closed. (Before, whether it was
  * noticed depended on where the copy fell in the file's second.) */
-Test(persist, a_copy_of_redis_older_than_the_state_file_is_noticed_after_a_crash)
+Test(persist,
+     a_copy_of_redis_older_than_the_state_file_is_noticed_after_a_crash)
 {
 	struct h_client *a, *b;
 	char cmd[2 * H_PATH_MAX + 64], *l;
@@ -1693,11 +1698,10 @@ Test(persist, a_copy_of_redis_older_than_the_state_file_is_noticed_after_a_crash
  * lock again. Each keyspace has its file now: both notice. */
 Test(persist, daemons_of_two_keyspaces_sharing_a_state_dir_both_notice_a_forget)
 {
-	static const char *conf[2] = {
-		"[persistence]\nredis_prefix = x:\n"
-		"[limits]\nmax_ttl = 60s\n",
-		"[persistence]\nredis_prefix = y:\n"
-		"[limits]\nmax_ttl = 60s\n"};
+	static const char *conf[2] = {"[persistence]\nredis_prefix = x:\n"
+				      "[limits]\nmax_ttl = 60s\n",
+				      "[persistence]\nredis_prefix = y:\n"
+				      "[limits]\nmax_ttl = 60s\n"};
 	struct h_daemon d2;
 	struct h_daemon *ds[2] = {&d, &d2};
 	struct h_client *c;
@@ -1782,7 +1786,8 @@ Test(persist, a_token_mark_or_epoch_no_daemon_wrote_is_refused_unless_accepted)
 	h_daemon_start_nowait(&d, "-c", d.conf, "--persist", "redis", "--redis",
 			      r.url, NULL);
 	cr_assert_eq(h_daemon_wait(&d, 5, 15000), 5, "dlockd served on it");
-	cr_assert(h_daemon_log_has(&d, "more than a day ahead of this machine"));
+	cr_assert(
+		h_daemon_log_has(&d, "more than a day ahead of this machine"));
 	cr_assert(h_daemon_log_has(&d, "accept_token_jump"));
 
 	h_redis_cli(&r, "SET dlock:token 1");
@@ -1809,13 +1814,13 @@ Test(persist, a_token_mark_or_epoch_no_daemon_wrote_is_refused_unless_accepted)
  * redis://user:pass@ dropped the user, and an ACL user failed with
  * WRONGPASS. The daemon now authenticates as that user, serves, survives
  * a restart, and the user can do nothing else. */
-#define DLOCKD_ACL /* quoted for the shell (h_redis_cli) */ \
-	"'ACL' 'SETUSER' 'dlockd' 'on' '>acl-secret-for-tests' " \
-	"'~dlock:*' 'resetchannels' '-@all' '+auth' '+hello' " \
-	"'+ping' '+select' '+role' '+info' '+config|get' " \
-	"'+client|setname' '+function|load' '+fcall' '+wait' '+get' " \
-	"'+exists' '+hlen' '+hgetall' '+mget' '+type' '+smembers' " \
-	"'+scan' '+persist' '+set' '+del' '+hset' '+hdel' '+incr' " \
+#define DLOCKD_ACL /* quoted for the shell (h_redis_cli) */                    \
+	"'ACL' 'SETUSER' 'dlockd' 'on' '>acl-secret-for-tests' "               \
+	"'~dlock:*' 'resetchannels' '-@all' '+auth' '+hello' "                 \
+	"'+ping' '+select' '+role' '+info' '+config|get' "                     \
+	"'+client|setname' '+function|load' '+fcall' '+wait' '+get' "          \
+	"'+exists' '+hlen' '+hgetall' '+mget' '+type' '+smembers' "            \
+	"'+scan' '+persist' '+set' '+del' '+hset' '+hdel' '+incr' "            \
 	"'+pexpire' '+pttl'"
 
 Test(persist, the_daemon_runs_as_a_redis_acl_user_with_the_documented_rights)
@@ -2053,9 +2058,10 @@ Test(persist, an_owner_id_bound_again_never_leaves_two_keys_in_redis)
 	snprintf(k2, sizeof(k2), "%s", h_kv(l, "key"));
 	h_expect_prefix(c, "OK GRANTED rb2 ");
 	h_daemon_signal(&d, SIGSTOP);
-	cr_assert_str_eq(h_redis_cli(&r, h_rec_cmd("HEXISTS", "rb1")), "0\n",
-			 "rb1's release is not in Redis with rb2's grant: \"%s\"",
-			 h_rec_get(&r, "rb1"));
+	cr_assert_str_eq(
+		h_redis_cli(&r, h_rec_cmd("HEXISTS", "rb1")), "0\n",
+		"rb1's release is not in Redis with rb2's grant: \"%s\"",
+		h_rec_get(&r, "rb1"));
 	h_daemon_kill9(&d);
 	h_close(c);
 	h_daemon_restart(&d);
@@ -2081,10 +2087,12 @@ Test(persist, records_of_one_owner_under_two_keys_are_held_not_fatal)
 	int i;
 
 	h_redis_start(&r, "always");
-	h_rec_plant(&r, "ka", "dlock1\\nH 5 0 1 60000 ann "
-			      "k=0123456789abcdef0123456789abcdef");
-	h_rec_plant(&r, "kb", "dlock1\\nH 6 0 1 60000 ann "
-			      "k=fedcba9876543210fedcba9876543210");
+	h_rec_plant(&r, "ka",
+		    "dlock1\\nH 5 0 1 60000 ann "
+		    "k=0123456789abcdef0123456789abcdef");
+	h_rec_plant(&r, "kb",
+		    "dlock1\\nH 6 0 1 60000 ann "
+		    "k=fedcba9876543210fedcba9876543210");
 	h_rec_plant(&r, "kc", "dlock1\\nH 7 0 1 60000 carol");
 	h_daemon_write_conf(&d, "");
 	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis", r.url,
@@ -2275,8 +2283,9 @@ Test(persist, a_version_2_record_loads_and_is_rewritten_as_version_3)
 	char want[64], *l;
 
 	h_redis_start(&r, "always");
-	h_rec_plant(&r, "pool", "dlock2 limit=2\\nH 9 0 1 30000 x carol"
-				"\\nH 10 0 1 30000 x dave");
+	h_rec_plant(&r, "pool",
+		    "dlock2 limit=2\\nH 9 0 1 30000 x carol"
+		    "\\nH 10 0 1 30000 x dave");
 	h_daemon_write_conf(&d, "");
 	t0 = h_now_ms();
 	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis", r.url,
@@ -2311,8 +2320,7 @@ Test(persist, a_version_2_record_loads_and_is_rewritten_as_version_3)
 			       "dlock3 limit=2\nH 10 ", 1, 5000),
 		  "record: \"%s\"", h_rec_get(&r, "pool"));
 	rec = h_rec_get(&r, "pool");
-	cr_assert(strstr(rec, " x dave since=") != NULL, "record: \"%s\"",
-		  rec);
+	cr_assert(strstr(rec, " x dave since=") != NULL, "record: \"%s\"", rec);
 	cr_assert(strstr(rec, " x deploy-7 ") != NULL &&
 			  strstr(rec, " host=web3 pid=4242 cmd=make%20deploy"),
 		  "record: \"%s\"", rec);

@@ -170,30 +170,19 @@ Test(proto, duration_units_scale_to_ms)
 Test(proto, duration_rejects_junk_negative_and_overflow)
 {
 	static const char *const bad[] = {
-		"inf",
-		"",
-		"-1",
-		"+1",
-		"1H",
-		"1d",
-		"1hh",
-		"1.5s",
-		"1 s",
-		" 1",
-		"1MS",
-		"1S",
-		"1M",
-		"s",
-		"ms",
-		"1sm",
-		"1mss",
+		"inf", "",    "-1", "+1", "1H", "1d", "1hh", "1.5s", "1 s",
+		" 1",  "1MS", "1S", "1M", "s",	"ms", "1sm", "1mss",
 	};
 	/* well formed, too large: out of range, not malformed */
 	static const char *const big[] = {
-		"1000000000001",	 "1000000001s",
-		"16666667m",		 "277778h",
-		"18446744073709551615s", "18446744073709551616",
-		"18446744073709551615m", "99999999999999999999999h",
+		"1000000000001",
+		"1000000001s",
+		"16666667m",
+		"277778h",
+		"18446744073709551615s",
+		"18446744073709551616",
+		"18446744073709551615m",
+		"99999999999999999999999h",
 	};
 	size_t i;
 
@@ -720,7 +709,8 @@ Test(proto, too_many_words_is_bad_arg)
 	expect_err("FOO 1 2 3 4 5 6 7 8", DL_EUNKNOWNCMD);
 	expect_ok("REFRESH a 1 ttl=5 id=x", &r);
 	expect_ok("LOCK a ttl=1 wait=1 mode=exclusive limit=1 warn=0 "
-		  "delay=1 id=x", &r);
+		  "delay=1 id=x",
+		  &r);
 }
 
 Test(proto, first_error_from_the_left_wins)
@@ -738,8 +728,8 @@ Test(proto, first_error_from_the_left_wins)
 	cr_assert(strstr(why, "token malformed: 'x'"), "%s", why);
 	/* missing is only known at the end, after every word was checked */
 	cr_assert_eq(parse("UNLOCK a ttl=1", &r, &why), DL_EBADARG);
-	cr_assert(strstr(why, "option not valid for this command: 'ttl'"),
-		  "%s", why);
+	cr_assert(strstr(why, "option not valid for this command: 'ttl'"), "%s",
+		  why);
 	cr_assert_eq(parse("UNLOCK a id=x", &r, &why), DL_EBADFORMAT);
 	cr_assert_str_eq(why, "missing the token; usage: UNLOCK <name> "
 			      "<token> [id=<tag>]");
@@ -882,10 +872,17 @@ Test(proto, why_quotes_safely_and_never_the_secret)
 Test(proto, error_texts_parse_as_replies)
 {
 	static const char *const lines[] = {
-		"LOCK",		 "LOCK a ttl=1x", "LOCK a wait=x",
-		"LOCKS limit=x", "LOCK a b c d",  "FOO",
-		"HELLO owner=\x01", "LOCK a ttl=0",  "REFRESH a",
-		"LOCKS by=x",	 "LOCKS after=a by=waiters",
+		"LOCK",
+		"LOCK a ttl=1x",
+		"LOCK a wait=x",
+		"LOCKS limit=x",
+		"LOCK a b c d",
+		"FOO",
+		"HELLO owner=\x01",
+		"LOCK a ttl=0",
+		"REFRESH a",
+		"LOCKS by=x",
+		"LOCKS after=a by=waiters",
 	};
 	size_t i;
 
@@ -904,8 +901,8 @@ Test(proto, error_texts_parse_as_replies)
 		dl_fmt_word(&f, why);
 		n = dl_fmt_end(&f, DL_STR_NULL);
 		cr_assert_gt(n, 2);
-		cr_assert_eq(dl_parse_reply(buf, (size_t)n - 2, &rep), 0,
-			     "%s", buf);
+		cr_assert_eq(dl_parse_reply(buf, (size_t)n - 2, &rep), 0, "%s",
+			     buf);
 		cr_assert_eq(rep.tag.len, 0, "%s", buf);
 	}
 }
@@ -1025,11 +1022,11 @@ Test(proto, error_words_and_texts)
 		 * label, a wire code is its own, and the label is the word in
 		 * lower case */
 		cr_assert_str_eq(dl_err_word(e), dl_err_word(dl_err_wire(e)));
-		cr_assert_str_eq(dl_err_label(e),
-				 dl_err_label(dl_err_wire(e)));
+		cr_assert_str_eq(dl_err_label(e), dl_err_label(dl_err_wire(e)));
 		cr_assert_eq(dl_err_wire(dl_err_wire(e)), dl_err_wire(e));
 		for (i = 0; dl_err_word(e)[i] && i < sizeof(low) - 1; i++)
-			low[i] = (char)tolower((unsigned char)dl_err_word(e)[i]);
+			low[i] =
+				(char)tolower((unsigned char)dl_err_word(e)[i]);
 		low[i] = '\0';
 		cr_assert_str_eq(dl_err_label(e), low, "code %d", e);
 		/* two wire codes never share a word */
@@ -1250,7 +1247,8 @@ Test(proto, body_lines_split_into_a_first_word_and_keys)
 
 	k += (size_t)snprintf(many, sizeof(many), "holder o");
 	for (i = 0; i < 40; i++)
-		k += (size_t)snprintf(many + k, sizeof(many) - k, " k%d=%d", i, i);
+		k += (size_t)snprintf(many + k, sizeof(many) - k, " k%d=%d", i,
+				      i);
 	cr_assert_eq(dl_parse_body(many, k, &r), 0);
 	cr_assert_eq(r.argc, DL_REPLY_ARGS_MAX);
 	cr_assert_eq(dl_reply_kv(&r, "k0", &v), 0);
@@ -1708,7 +1706,6 @@ Test(proto, ping_text_with_control_bytes_is_bad_arg_so_it_is_never_echoed)
 	cr_assert_eq(req.arg.len, 3);
 }
 
-
 Test(proto, lock_takes_a_mode_and_a_limit)
 {
 	struct dl_request r;
@@ -1808,18 +1805,17 @@ Test(proto, hello_carries_a_description_whose_spaces_are_escaped)
 Test(proto, a_description_with_a_control_byte_or_a_bad_escape_is_bad_arg)
 {
 	static const char *const bad[] = {
-		"HELLO host=a%0Ab",   /* an escaped line break */
-		"HELLO cmd=rm%0D",    /* an escaped CR */
-		"HELLO cmd=a%7F",     /* DEL */
-		"HELLO cmd=%C3%A9",   /* UTF-8, even escaped */
-		"HELLO cmd=50%",      /* a '%' that escapes nothing */
-		"HELLO cmd=50%2",     /* half an escape */
-		"HELLO cmd=%zz",      /* not hex */
-		"HELLO host=\x01",    /* a control byte as it is */
+		"HELLO host=a%0Ab",	 /* an escaped line break */
+		"HELLO cmd=rm%0D",	 /* an escaped CR */
+		"HELLO cmd=a%7F",	 /* DEL */
+		"HELLO cmd=%C3%A9",	 /* UTF-8, even escaped */
+		"HELLO cmd=50%",	 /* a '%' that escapes nothing */
+		"HELLO cmd=50%2",	 /* half an escape */
+		"HELLO cmd=%zz",	 /* not hex */
+		"HELLO host=\x01",	 /* a control byte as it is */
 		"HELLO cmd=caf\xc3\xa9", /* a byte above 0x7e */
-		"HELLO pid=0",        "HELLO pid=-1",
-		"HELLO pid=2147483648", "HELLO pid=12ab",
-		"HELLO host=",	      "HELLO host=a host=b",
+		"HELLO pid=0",		 "HELLO pid=-1", "HELLO pid=2147483648",
+		"HELLO pid=12ab",	 "HELLO host=",	 "HELLO host=a host=b",
 	};
 	struct dl_request r;
 	const char *why;
@@ -1845,16 +1841,15 @@ Test(proto, a_description_past_its_limit_is_bad_arg_at_the_limit_accepted)
 		 rep('h', DL_DESC_HOST_MAX + 1));
 	expect_err(line, DL_EBADARG);
 	parse(line, &r, &why);
-	cr_assert(strstr(why, "host out of range: 65 bytes, at most 64"),
-		  "%s", why);
+	cr_assert(strstr(why, "host out of range: 65 bytes, at most 64"), "%s",
+		  why);
 	snprintf(line, sizeof(line), "HELLO host=%s",
 		 rep('h', DL_DESC_HOST_MAX));
 	expect_ok(line, &r);
 	snprintf(line, sizeof(line), "HELLO cmd=%s",
 		 rep('c', DL_DESC_CMD_MAX + 1));
 	expect_err(line, DL_EBADARG);
-	snprintf(line, sizeof(line), "HELLO cmd=%s",
-		 rep('c', DL_DESC_CMD_MAX));
+	snprintf(line, sizeof(line), "HELLO cmd=%s", rep('c', DL_DESC_CMD_MAX));
 	expect_ok(line, &r);
 	/* escapes count as sent: 43 escaped spaces are 129 bytes */
 	line[0] = '\0';

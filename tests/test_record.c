@@ -42,10 +42,8 @@ struct items {
 static int acquire(struct dl_locktab *t, struct dl_session *s, uint64_t ttl,
 		   uint64_t wait, struct dl_str tag, struct dl_result *res)
 {
-	struct dl_acquire a = {.name = S("stock"),
-			       .ttl_ms = ttl,
-			       .wait_ms = wait,
-			       .tag = tag};
+	struct dl_acquire a = {
+		.name = S("stock"), .ttl_ms = ttl, .wait_ms = wait, .tag = tag};
 
 	return dl_locktab_acquire(t, s, &a, res);
 }
@@ -79,19 +77,16 @@ Test(record, holder_and_waiters_round_trip_with_wall_clock_deadlines)
 	dl_session_init(t, &a, S("alice"), NULL);
 	dl_session_init(t, &b, S("bob"), NULL);
 	dl_session_init(t, &c, S("carol"), NULL);
-	cr_assert(eq(
-		int,
-		acquire(t, &a, 30000, 0, S("t1"), &res),
-		0));
+	cr_assert(eq(int, acquire(t, &a, 30000, 0, S("t1"), &res), 0));
 	tok = res.token;
 	acquire(t, &a, 1000, 0, DL_STR_NULL, &res);
 	acquire(t, &b, 2000, 7000, S("bq"), &res);
 	acquire(t, &c, 3000, DL_WAIT_INF, DL_STR_NULL, &res);
 	/* wall clock = monotonic + 1_000_000 */
-	cr_assert(eq(
-		int,
-		dl_record_format(t, dl_locktab_find(t, S("stock")), 1000000, &buf),
-		0));
+	cr_assert(eq(int,
+		     dl_record_format(t, dl_locktab_find(t, S("stock")),
+				      1000000, &buf),
+		     0));
 	cr_assert(
 		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
 	cr_assert(eq(int, x.n, 3));
@@ -152,19 +147,19 @@ Test(record, malformed_records_are_rejected_not_half_read)
 		"dlock1\nH 1 2 1 30 s a",	  /* v1 has no mode */
 		"dlock1\nH 1 2 1 30 a warn=5",	  /* v1 has no warning */
 		"dlock2 limit=1\nH 1 2 1 30 x a warn=5", /* nor v2 */
-		"dlock3 limit=1\nH 1 2 1 30 x a warn=", /* empty warning */
+		"dlock3 limit=1\nH 1 2 1 30 x a warn=",	 /* empty warning */
 		"dlock3 limit=1\nH 1 2 1 30 x a warn=0", /* a warning of 0 */
-		"dlock3 limit=1\nH 1 2 1 30 x a warn=5 warn=6", /* twice */
+		"dlock3 limit=1\nH 1 2 1 30 x a warn=5 warn=6",	  /* twice */
 		"dlock3 limit=1\nH 1 2 1 30 x a warn=4294967296", /* > u32 */
-		"dlock1 delay=5",		  /* v1 has no delay */
-		"dlock2 limit=1 delay=5",	  /* nor v2: a version 4's */
-		"dlock3 limit=1 delay=5",	  /* nor v3 */
-		"dlock4 limit=1",		  /* v4 without its delay */
-		"dlock4 limit=1 delay=0",	  /* a delay of 0 */
-		"dlock4 limit=1 delay=60001",	  /* above the maximum */
-		"dlock4 limit=1 delay=5 runs",	  /* not "running" */
-		"dlock4 limit=1 running",	  /* running without a delay */
-		"dlock4 limit=1 delay=5 running x", /* a word too many */
+		"dlock1 delay=5",	       /* v1 has no delay */
+		"dlock2 limit=1 delay=5",      /* nor v2: a version 4's */
+		"dlock3 limit=1 delay=5",      /* nor v3 */
+		"dlock4 limit=1",	       /* v4 without its delay */
+		"dlock4 limit=1 delay=0",      /* a delay of 0 */
+		"dlock4 limit=1 delay=60001",  /* above the maximum */
+		"dlock4 limit=1 delay=5 runs", /* not "running" */
+		"dlock4 limit=1 running",      /* running without a delay */
+		"dlock4 limit=1 delay=5 running x",	/* a word too many */
 		"dlock4 limit=1 delay=5\nH 1 2 1 30 a", /* no mode */
 	};
 	const char *why;
@@ -194,7 +189,6 @@ Test(record, an_empty_lock_is_just_the_version_line)
 		     0));
 	cr_assert(eq(int, n, 0));
 }
-
 
 static int acquire_mode(struct dl_locktab *t, struct dl_session *s,
 			const char *name, uint64_t wait, int shared,
@@ -244,9 +238,10 @@ Test(record, modes_and_limits_round_trip_in_version_2)
 	cr_assert(strcmp(x.owners[2], "carol") == 0);
 
 	acquire_mode(t, &a, "pool", 0, 0, 5, &res);
-	cr_assert(eq(int,
-		     dl_record_format(t, dl_locktab_find(t, S("pool")), 0, &buf),
-		     0));
+	cr_assert(
+		eq(int,
+		   dl_record_format(t, dl_locktab_find(t, S("pool")), 0, &buf),
+		   0));
 	memset(&x, 0, sizeof(x));
 	cr_assert(strncmp(buf.p, "dlock2 limit=5\nH ", 17) == 0, "%.*s",
 		  (int)buf.len, buf.p);
@@ -257,9 +252,10 @@ Test(record, modes_and_limits_round_trip_in_version_2)
 	cr_assert(eq(int, x.it[0].shared, 0));
 
 	acquire_mode(t, &a, "plain", 0, 0, 1, &res);
-	cr_assert(eq(int,
-		     dl_record_format(t, dl_locktab_find(t, S("plain")), 0, &buf),
-		     0));
+	cr_assert(
+		eq(int,
+		   dl_record_format(t, dl_locktab_find(t, S("plain")), 0, &buf),
+		   0));
 	cr_assert(strncmp(buf.p, "dlock1\nH ", 9) == 0, "%.*s", (int)buf.len,
 		  buf.p);
 	free(buf.p);
@@ -288,9 +284,10 @@ Test(record, owners_keep_their_user_and_plain_owners_still_read)
 	cr_assert(eq(int, res.outcome, DL_GRANTED));
 	acquire(t, &b, 1000, DL_WAIT_INF, DL_STR_NULL, &res);
 	cr_assert(eq(int, res.outcome, DL_QUEUED));
-	cr_assert(eq(int,
-		     dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf),
-		     0));
+	cr_assert(
+		eq(int,
+		   dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf),
+		   0));
 	cr_assert(
 		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
 	cr_assert(eq(int, x.n, 2));
@@ -301,17 +298,16 @@ Test(record, owners_keep_their_user_and_plain_owners_still_read)
 	cr_assert(eq(int, dl_record_parse(old, strlen(old), collect, &x, &why),
 		     0));
 	cr_assert(strcmp(x.owners[0], "worker-1") == 0);
-	cr_assert(eq(int,
-		     dl_locktab_restore_lease(t, S("old"), x.it[0].owner, 7, 1,
-					      30, 99, DL_STR_NULL, 0, 1,
-					      NULL, 0),
-		     0));
 	cr_assert(
 		eq(int,
-		   dl_locktab_restore_lease(t, S("new"), S("payments=worker-1"),
-					    8, 1, 30, 99, DL_STR_NULL, 0, 1,
-					    NULL, 0),
+		   dl_locktab_restore_lease(t, S("old"), x.it[0].owner, 7, 1,
+					    30, 99, DL_STR_NULL, 0, 1, NULL, 0),
 		   0));
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(t, S("new"),
+					      S("payments=worker-1"), 8, 1, 30,
+					      99, DL_STR_NULL, 0, 1, NULL, 0),
+		     0));
 	free(buf.p);
 	dl_session_close(t, &a);
 	dl_session_close(t, &b);
@@ -324,8 +320,8 @@ Test(record, version_1_reads_as_exclusive_with_limit_1)
 	struct items x = {0};
 	const char *why;
 
-	cr_assert(eq(int,
-		     dl_record_parse(rec, strlen(rec), collect, &x, &why), 0));
+	cr_assert(eq(int, dl_record_parse(rec, strlen(rec), collect, &x, &why),
+		     0));
 	cr_assert(eq(int, x.n, 2));
 	cr_assert(eq(u32, x.it[0].limit, 1));
 	cr_assert(eq(int, x.it[0].shared, 0));
@@ -369,15 +365,15 @@ Test(record, a_lease_warning_round_trips_on_its_holder_line)
 	cr_assert(eq(int, dl_locktab_acquire(t, &a, &w, &res), 0));
 	tok = res.token;
 	acquire(t, &b, 2000, DL_WAIT_INF, DL_STR_NULL, &res);
-	cr_assert(eq(int,
-		     dl_record_format(t, dl_locktab_find(t, S("stock")), 0,
-				      &buf),
-		     0));
+	cr_assert(
+		eq(int,
+		   dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf),
+		   0));
 	/* version 3, where a daemon that does not know warn= skips it */
 	cr_assert(buf.len > 17 && memcmp(buf.p, "dlock3 limit=1\nH ", 17) == 0,
 		  "record: \"%.*s\"", (int)buf.len, buf.p);
-	cr_assert(memmem(buf.p, buf.len, " x alice warn=5000 id=t1 since=", 31) !=
-			  NULL,
+	cr_assert(memmem(buf.p, buf.len,
+			 " x alice warn=5000 id=t1 since=", 31) != NULL,
 		  "record: \"%.*s\"", (int)buf.len, buf.p);
 	cr_assert(
 		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
@@ -386,15 +382,15 @@ Test(record, a_lease_warning_round_trips_on_its_holder_line)
 	cr_assert(strcmp(x.tags[0], "t1") == 0, "tag \"%s\"", x.tags[0]);
 	cr_assert(eq(u64, x.it[1].warn_ms, 0));
 	/* dropped: the record is as before warnings existed */
-	cr_assert(eq(int,
-		     dl_locktab_refresh_warn(t, &a, S("stock"), tok, 0, 0,
-					     &res),
-		     0));
+	cr_assert(
+		eq(int,
+		   dl_locktab_refresh_warn(t, &a, S("stock"), tok, 0, 0, &res),
+		   0));
 	cr_assert(eq(int, (int)res.outcome, (int)DL_REFRESHED));
 	x.n = 0;
 	dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf);
-	cr_assert(memmem(buf.p, buf.len, "warn=", 5) == NULL &&
-			  buf.len > 9 && memcmp(buf.p, "dlock1\nH ", 9) == 0,
+	cr_assert(memmem(buf.p, buf.len, "warn=", 5) == NULL && buf.len > 9 &&
+			  memcmp(buf.p, "dlock1\nH ", 9) == 0,
 		  "record: \"%.*s\"", (int)buf.len, buf.p);
 	free(buf.p);
 	dl_session_close(t, &a);
@@ -422,8 +418,8 @@ Test(record, a_described_holder_is_written_in_version_3_and_read_back)
 
 	dl_session_init(t, &a, S("deploy-7"), NULL);
 	dl_session_init(t, &b, S("bob"), NULL);
-	cr_assert(eq(int,
-		     dl_desc_new(S("web3"), 4242, S("make%20deploy"), &d), 0));
+	cr_assert(eq(int, dl_desc_new(S("web3"), 4242, S("make%20deploy"), &d),
+		     0));
 	dl_session_set_desc(&a, d);
 	dl_desc_unref(d);
 	acquire_mode(t, &b, "pool", 0, 0, 2, &res);
@@ -458,9 +454,10 @@ Test(record, a_described_holder_is_written_in_version_3_and_read_back)
 	/* the described holder leaves: version 1 can say the rest */
 	dl_locktab_release(t, &a, S("pool"), tok, &res);
 	acquire_mode(t, &b, "plain", 0, 0, 1, &res);
-	cr_assert(eq(int,
-		     dl_record_format(t, dl_locktab_find(t, S("plain")), 0, &buf),
-		     0));
+	cr_assert(
+		eq(int,
+		   dl_record_format(t, dl_locktab_find(t, S("plain")), 0, &buf),
+		   0));
 	cr_assert(strncmp(buf.p, "dlock1\nH ", 9) == 0, "%.*s", (int)buf.len,
 		  buf.p);
 	free(buf.p);
@@ -482,18 +479,17 @@ Test(record, a_lock_delay_round_trips_on_the_first_line)
 	struct dl_buf buf = {0};
 	struct items x = {0};
 	const char *why = NULL;
-	struct dl_acquire d = {.name = S("stock"),
-			       .ttl_ms = 1000,
-			       .delay_ms = 4000};
+	struct dl_acquire d = {
+		.name = S("stock"), .ttl_ms = 1000, .delay_ms = 4000};
 
 	dl_session_init(t, &a, S("alice"), NULL);
 	cr_assert(eq(int, dl_locktab_acquire(t, &a, &d, &res), 0));
-	cr_assert(eq(int,
-		     dl_record_format(t, dl_locktab_find(t, S("stock")), 0,
-				      &buf),
-		     0));
-	cr_assert(buf.len > 28 &&
-			  memcmp(buf.p, "dlock4 limit=1 delay=4000\nH ", 28) == 0,
+	cr_assert(
+		eq(int,
+		   dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf),
+		   0));
+	cr_assert(buf.len > 28 && memcmp(buf.p, "dlock4 limit=1 delay=4000\nH ",
+					 28) == 0,
 		  "record: \"%.*s\"", (int)buf.len, buf.p);
 	cr_assert(
 		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
@@ -518,8 +514,8 @@ Test(record, a_lock_delay_round_trips_on_the_first_line)
 	clock_ms += 1000 + 20;
 	dl_locktab_run_timers(t, SIZE_MAX);
 	dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf);
-	cr_assert(eq(int, (int)buf.len, 33), "record: \"%.*s\"",
-		  (int)buf.len, buf.p);
+	cr_assert(eq(int, (int)buf.len, 33), "record: \"%.*s\"", (int)buf.len,
+		  buf.p);
 	cr_assert(memcmp(buf.p, "dlock4 limit=1 delay=4000 running", 33) == 0);
 	x.n = 0;
 	cr_assert(
@@ -539,25 +535,26 @@ Test(record, a_lock_delay_round_trips_on_the_first_line)
 Test(record, version_3_skips_words_it_does_not_know_and_checks_those_it_does)
 {
 	static const char *const bad[] = {
-		"dlock3\nH 1 2 1 30 x a",		    /* no limit */
-		"dlock3 limit=1\nH 1 2 1 30 a",		    /* no mode */
+		"dlock3\nH 1 2 1 30 x a",		     /* no limit */
+		"dlock3 limit=1\nH 1 2 1 30 a",		     /* no mode */
 		"dlock3 limit=1\nH 1 2 1 30 x a host=a%0Ab", /* escaped LF */
-		"dlock3 limit=1\nH 1 2 1 30 x a cmd=a\x01", /* control byte */
+		"dlock3 limit=1\nH 1 2 1 30 x a cmd=a\x01",  /* control byte */
 		"dlock3 limit=1\nH 1 2 1 30 x a pid=0",
 		"dlock3 limit=1\nH 1 2 1 30 x a pid=2147483648",
 		"dlock3 limit=1\nH 1 2 1 30 x a since=0",
 		"dlock3 limit=1\nH 1 2 1 30 x a since=1 since=2",
 		"dlock3 limit=1\nH 1 2 1 30 x a host=a host=b",
 		"dlock3 limit=1\nH 1 2 1 30 x a id=",
-		"dlock3 limit=1\nH 1 2 1 30 x a junk",	     /* not key=value */
+		"dlock3 limit=1\nH 1 2 1 30 x a junk", /* not key=value */
 		"dlock3 limit=1\nH 1 2 1 30 x a =v",
-		"dlock2 limit=1\nH 1 2 1 30 x a later=1",   /* v2: refused */
-		"dlock1\nH 1 2 1 30 a since=5",		    /* v1: refused */
-		"dlock5 limit=1\nH 1 2 1 30 x a",	    /* a later version */
+		"dlock2 limit=1\nH 1 2 1 30 x a later=1", /* v2: refused */
+		"dlock1\nH 1 2 1 30 a since=5",		  /* v1: refused */
+		"dlock5 limit=1\nH 1 2 1 30 x a",	  /* a later version */
 	};
-	const char *ok = "dlock3 limit=1\nH 7 99 2 30 x alice later=yes "
-			 "id=t since=5 cmd=run k=0123456789abcdef0123456789abcdef"
-			 "\nW 30 inf s bob what=ever";
+	const char *ok =
+		"dlock3 limit=1\nH 7 99 2 30 x alice later=yes "
+		"id=t since=5 cmd=run k=0123456789abcdef0123456789abcdef"
+		"\nW 30 inf s bob what=ever";
 	struct items x = {0};
 	const char *why;
 	size_t i;
@@ -571,8 +568,8 @@ Test(record, version_3_skips_words_it_does_not_know_and_checks_those_it_does)
 			     DL_EPROTO),
 			  "record %zu accepted: \"%s\"", i, bad[i]);
 	}
-	cr_assert(eq(int, dl_record_parse(ok, strlen(ok), collect, &x, &why),
-		     0));
+	cr_assert(
+		eq(int, dl_record_parse(ok, strlen(ok), collect, &x, &why), 0));
 	cr_assert(eq(int, x.n, 2));
 	cr_assert(strcmp(x.owners[0], "alice") == 0);
 	cr_assert(strcmp(x.tags[0], "t") == 0);

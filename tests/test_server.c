@@ -354,7 +354,8 @@ Test(server, lease_survives_disconnect_and_same_owner_reenters_after_reconnect)
  * two connections of one owner that both waited get holds=1, then 2. */
 Test(server, a_grant_states_the_holds_of_its_lease_at_once_and_by_event)
 {
-	struct h_client *a = h_hello(d.port, "svc"), *b = h_hello(d.port, "svc");
+	struct h_client *a = h_hello(d.port, "svc"),
+			*b = h_hello(d.port, "svc");
 	struct h_client *o = h_connect(d.port);
 	uint64_t tok, tx;
 	char *l;
@@ -1057,14 +1058,14 @@ Test(server, client_that_never_reads_its_events_is_closed_at_max_output)
 	p = h_connect(own.port);
 	c = h_connect(own.port);
 	q = h_connect_unix(sock);
-	cr_assert_str_eq(h_kv(h_call(c, "HELLO owner=ev key=%s",
-					    h_owner_key("ev")),
-				     "owner"),
-			 "ev");
-	cr_assert_str_eq(h_kv(h_call(q, "HELLO owner=ev key=%s",
-					    h_owner_key("ev")),
-				     "owner"),
-			 "ev");
+	cr_assert_str_eq(
+		h_kv(h_call(c, "HELLO owner=ev key=%s", h_owner_key("ev")),
+		     "owner"),
+		"ev");
+	cr_assert_str_eq(
+		h_kv(h_call(q, "HELLO owner=ev key=%s", h_owner_key("ev")),
+		     "owner"),
+		"ev");
 	sender_locks(&s, c, n, "ev", "3s");
 	cr_assert_eq(pthread_create(&th, NULL, sender_run, &s), 0);
 	for (i = 0; i < n; i++) {
@@ -1400,7 +1401,8 @@ Test(server, every_verb_the_codec_knows_is_answered_by_the_daemon)
 		minimal_request(c, name, req, sizeof(req));
 		h_send(c, "%s", req);
 		l = h_line(c);
-		cr_assert(strncmp(l, "OK ", 3) == 0 || strncmp(l, "NO ", 3) == 0 ||
+		cr_assert(strncmp(l, "OK ", 3) == 0 ||
+				  strncmp(l, "NO ", 3) == 0 ||
 				  strncmp(l, "ERR ", 4) == 0,
 			  "%s: \"%s\"", req, l);
 		cr_assert(strncmp(l, "ERR UNKNOWN_COMMAND", 19) != 0 &&
@@ -1421,10 +1423,9 @@ Test(server, every_verb_the_codec_knows_is_answered_by_the_daemon)
 Test(server, help_lists_every_command_and_explains_one)
 {
 	static const char *const verbs[] = {
-		"LOCK",	 "TRYLOCK", "UNLOCK", "REFRESH", "CHECK",
-		"CANCEL", "STATUS",	 "HELLO",	"AUTH",	   "STATS",
-		"PING",	 "QUIT",	 "LOCKS",	"HELP",	   "BREAK",
-		"HOLDERS",
+		"LOCK",	  "TRYLOCK", "UNLOCK", "REFRESH", "CHECK", "CANCEL",
+		"STATUS", "HELLO",   "AUTH",   "STATS",	  "PING",  "QUIT",
+		"LOCKS",  "HELP",    "BREAK",  "HOLDERS",
 	};
 	struct h_client *c = h_connect(d.port);
 	char *l;
@@ -1440,7 +1441,8 @@ Test(server, help_lists_every_command_and_explains_one)
 			cr_assert(strncmp(l, verbs[i], strlen(verbs[i])) == 0 &&
 					  (l[strlen(verbs[i])] == ' ' ||
 					   l[strlen(verbs[i])] == '\0'),
-				  "line %llu: \"%s\"", (unsigned long long)i, l);
+				  "line %llu: \"%s\"", (unsigned long long)i,
+				  l);
 	}
 	/* the reply after the body is a normal one */
 	cr_assert_str_eq(h_call(c, "PING x"), "OK PONG x");
@@ -1459,8 +1461,9 @@ Test(server, help_lists_every_command_and_explains_one)
 	h_expect_prefix(c, "limit (LOCK, TRYLOCK): holders at once");
 	h_expect_prefix(c, "warn: how much of the lease remains when ");
 	h_expect_prefix(c, "delay: the lock's lock-delay, at most 1m: ");
-	cr_assert_str_eq(h_call(c, "HELP frobnicate"),
-			 "ERR BAD_ARG unknown command; HELP lists the commands");
+	cr_assert_str_eq(
+		h_call(c, "HELP frobnicate"),
+		"ERR BAD_ARG unknown command; HELP lists the commands");
 	h_close(c);
 }
 
@@ -1508,7 +1511,8 @@ static uint64_t locks_page(struct h_client *c, const char *req,
 		cr_assert(sp && sp - l < 16, "line \"%s\"", l);
 		memcpy(names[i], l, (size_t)(sp - l));
 		names[i][sp - l] = '\0';
-		cr_assert(strstr(l, " mode=exclusive owner="), "line \"%s\"", l);
+		cr_assert(strstr(l, " mode=exclusive owner="), "line \"%s\"",
+			  l);
 		cr_assert(strstr(l, " waiters="), "line \"%s\"", l);
 	}
 	return n;
@@ -1599,8 +1603,8 @@ Test(server, locks_listings_are_spaced_by_what_they_cost)
 	c = h_connect(own.port);
 	for (i = 0; i < N; i += CHUNK) {
 		for (len = 0, j = i; j < i + CHUNK; j++)
-			len += (size_t)sprintf(buf + len, "TRYLOCK f%d ttl=1h\n",
-					       j);
+			len += (size_t)sprintf(buf + len,
+					       "TRYLOCK f%d ttl=1h\n", j);
 		cr_assert(h_send_raw(c, buf, len) == 0);
 		for (j = 0; j < CHUNK; j++)
 			cr_assert(h_starts(h_line(c), "OK GRANTED "));
@@ -1644,9 +1648,10 @@ Test(server, slowloris_connections_are_closed_at_request_timeout)
 	}
 	for (i = 0; i < N; i++) {
 		l = h_read(drip[i], 3000);
-		cr_assert(l && strcmp(l, "ERR LIMIT limit reached: request line "
-					 "not ended within 1s "
-					 "(request_timeout), closing") == 0,
+		cr_assert(l && strcmp(l,
+				      "ERR LIMIT limit reached: request line "
+				      "not ended within 1s "
+				      "(request_timeout), closing") == 0,
 			  "dripper %d: %s", i, l ? l : "(nothing)");
 		if (!h_read(drip[i], 3000))
 			closed++; /* EOF */
@@ -1704,7 +1709,8 @@ Test(server, break_ends_a_lease_and_the_queue_moves_on)
 	char *l;
 
 	t1 = h_lock(holder, "brk", "ttl=60s");
-	cr_assert_str_eq(h_call(waiter, "LOCK brk wait=10s"), "OK QUEUED brk 1");
+	cr_assert_str_eq(h_call(waiter, "LOCK brk wait=10s"),
+			 "OK QUEUED brk 1");
 	l = h_call(op, "BREAK brk %llu reason=test",
 		   (unsigned long long)(t1 + 1));
 	cr_assert(strncmp(l, "NO STALE brk ", 13) == 0, "%s", l);
@@ -1719,23 +1725,25 @@ Test(server, break_ends_a_lease_and_the_queue_moves_on)
 	cr_assert(strncmp(l, "* GRANTED brk ", 14) == 0, "%s", l);
 	t2 = h_arg_u64(l, 1);
 	cr_assert_gt(t2, t1);
-	cr_assert_str_eq(h_call(holder, "UNLOCK brk %llu",
-				(unsigned long long)t1),
-			 "NO NOT_HOLDER brk");
+	cr_assert_str_eq(
+		h_call(holder, "UNLOCK brk %llu", (unsigned long long)t1),
+		"NO NOT_HOLDER brk");
 	cr_assert_eq(h_stats_value(op, "breaks"), 1);
 	h_close(op);
 	h_close(waiter);
 	h_close(holder);
 }
 
-/* ---- shared locks and semaphores ------------------------------------------ */
+/* ---- shared locks and semaphores ------------------------------------------
+ */
 
 /* R R W R over the wire: readers overlap, the writer waits for both and
  * the reader behind it waits for the writer; HOLDERS shows who is where. */
 Test(server, readers_share_a_writer_waits_and_fifo_holds_across_modes)
 {
-	struct h_client *r1 = h_hello(d.port, "r1"), *r2 = h_hello(d.port, "r2"),
-			*w = h_hello(d.port, "w"), *r3 = h_hello(d.port, "r3");
+	struct h_client *r1 = h_hello(d.port, "r1"),
+			*r2 = h_hello(d.port, "r2"), *w = h_hello(d.port, "w"),
+			*r3 = h_hello(d.port, "r3");
 	struct h_client *all[] = {r1, r2, w, r3};
 	uint64_t t1 = h_lock(r1, "rw", "mode=shared ttl=30s"),
 		 t2 = h_lock(r2, "rw", "mode=shared ttl=30s"), tw, t3;
@@ -1752,8 +1760,9 @@ Test(server, readers_share_a_writer_waits_and_fifo_holds_across_modes)
 	cr_assert_eq(h_kv_u64(l, "holders"), 2, "in \"%s\"", l);
 	cr_assert_eq(h_kv_u64(l, "waiters"), 2, "in \"%s\"", l);
 	l = h_call(r1, "HOLDERS rw");
-	cr_assert(strncmp(l, "OK HOLDERS rw 4 holders=2 waiters=2 mode=shared "
-			     "limit=1 more=0",
+	cr_assert(strncmp(l,
+			  "OK HOLDERS rw 4 holders=2 waiters=2 mode=shared "
+			  "limit=1 more=0",
 			  strlen("OK HOLDERS rw 4 holders=2 waiters=2 "
 				 "mode=shared limit=1 more=0")) == 0,
 		  "\"%s\"", l);
@@ -1851,7 +1860,8 @@ Test(server, a_semaphore_admits_its_limit_and_refuses_another_limit)
 	cr_assert_eq(h_kv_u64(l, "limit"), 3, "in \"%s\"", l);
 	/* the 1 s lease runs out: its permit, and only it, goes to c[3] */
 	cr_assert_gt(expect_granted(c[3], "pool"), tok[2]);
-	h_expect_prefix(c[2], "* EXPIRED pool %llu", (unsigned long long)tok[2]);
+	h_expect_prefix(c[2], "* EXPIRED pool %llu",
+			(unsigned long long)tok[2]);
 	cr_assert_eq(h_kv_u64(h_call(c[0], "STATUS pool"), "holders"), 3);
 	cr_assert_str_eq(h_call(c[1], "LOCK pool mode=shared limit=3"),
 			 "ERR BAD_ARG mode=shared is for a lock (limit 1); the "

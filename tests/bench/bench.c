@@ -89,8 +89,8 @@
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2),
-						     noreturn));
+static void die(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
 {
 	va_list ap;
@@ -141,8 +141,8 @@ enum mode {
 };
 
 static const char *const mode_names[] = {
-	"dlock-pairs", "dlock-handoff", "redis-pairs", "redis-handoff",
-	"redis-rw",    "redis-sem",     "fill",        "redis-fill",
+	"dlock-pairs", "dlock-handoff", "redis-pairs",	  "redis-handoff",
+	"redis-rw",    "redis-sem",	"fill",		  "redis-fill",
 	"waitport",    "freeport",	"dlock-connects",
 };
 
@@ -156,16 +156,16 @@ static struct {
 	double warmup, duration;
 	long count, window;
 	int count_set;
-	const char *tag;   /* makes names and keys unique per run */
-	const char *owner; /* fill: HELLO owner= */
-	const char *ttl;   /* dlock: ttl= of LOCK */
-	long px;           /* redis: PX of SET */
-	long sleep_ms;     /* redis-handoff: pause between failed tries */
-	int stats;         /* read dlockd STATS around the window */
-	int shared;        /* dlock-handoff: mode=shared */
-	long limit;        /* dlock-handoff, redis-sem: permits (0: none) */
-	int write_pct;     /* -1: not mixed; else % of exclusive requests */
-	const char *proto; /* waitport: dlock or redis */
+	const char *tag;    /* makes names and keys unique per run */
+	const char *owner;  /* fill: HELLO owner= */
+	const char *ttl;    /* dlock: ttl= of LOCK */
+	long px;	    /* redis: PX of SET */
+	long sleep_ms;	    /* redis-handoff: pause between failed tries */
+	int stats;	    /* read dlockd STATS around the window */
+	int shared;	    /* dlock-handoff: mode=shared */
+	long limit;	    /* dlock-handoff, redis-sem: permits (0: none) */
+	int write_pct;	    /* -1: not mixed; else % of exclusive requests */
+	const char *proto;  /* waitport: dlock or redis */
 	const char *tls_ca; /* --tls: the CA file; NULL: plaintext */
 	long timeout_ms;
 	uint64_t since_ns;
@@ -215,34 +215,51 @@ static const char usage[] =
 static void parse_args(int argc, char **argv)
 {
 	enum {
-		O_HOST = 256, O_PORT, O_CONNS, O_WARMUP, O_DURATION, O_COUNT,
-		O_WINDOW, O_TAG, O_OWNER, O_TTL, O_PX, O_SLEEP, O_STATS, O_PID,
-		O_PROTO, O_TIMEOUT, O_SINCE, O_SHARED, O_LIMIT, O_WPCT,
+		O_HOST = 256,
+		O_PORT,
+		O_CONNS,
+		O_WARMUP,
+		O_DURATION,
+		O_COUNT,
+		O_WINDOW,
+		O_TAG,
+		O_OWNER,
+		O_TTL,
+		O_PX,
+		O_SLEEP,
+		O_STATS,
+		O_PID,
+		O_PROTO,
+		O_TIMEOUT,
+		O_SINCE,
+		O_SHARED,
+		O_LIMIT,
+		O_WPCT,
 		O_TLS,
 	};
 	static const struct option lo[] = {
-		{ "host", 1, NULL, O_HOST },
-		{ "port", 1, NULL, O_PORT },
-		{ "conns", 1, NULL, O_CONNS },
-		{ "warmup", 1, NULL, O_WARMUP },
-		{ "duration", 1, NULL, O_DURATION },
-		{ "count", 1, NULL, O_COUNT },
-		{ "window", 1, NULL, O_WINDOW },
-		{ "tag", 1, NULL, O_TAG },
-		{ "owner", 1, NULL, O_OWNER },
-		{ "ttl", 1, NULL, O_TTL },
-		{ "px", 1, NULL, O_PX },
-		{ "sleep-ms", 1, NULL, O_SLEEP },
-		{ "stats", 0, NULL, O_STATS },
-		{ "pid", 1, NULL, O_PID },
-		{ "proto", 1, NULL, O_PROTO },
-		{ "timeout-ms", 1, NULL, O_TIMEOUT },
-		{ "since-ns", 1, NULL, O_SINCE },
-		{ "shared", 0, NULL, O_SHARED },
-		{ "limit", 1, NULL, O_LIMIT },
-		{ "write-pct", 1, NULL, O_WPCT },
-		{ "tls", 1, NULL, O_TLS },
-		{ NULL, 0, NULL, 0 },
+		{"host", 1, NULL, O_HOST},
+		{"port", 1, NULL, O_PORT},
+		{"conns", 1, NULL, O_CONNS},
+		{"warmup", 1, NULL, O_WARMUP},
+		{"duration", 1, NULL, O_DURATION},
+		{"count", 1, NULL, O_COUNT},
+		{"window", 1, NULL, O_WINDOW},
+		{"tag", 1, NULL, O_TAG},
+		{"owner", 1, NULL, O_OWNER},
+		{"ttl", 1, NULL, O_TTL},
+		{"px", 1, NULL, O_PX},
+		{"sleep-ms", 1, NULL, O_SLEEP},
+		{"stats", 0, NULL, O_STATS},
+		{"pid", 1, NULL, O_PID},
+		{"proto", 1, NULL, O_PROTO},
+		{"timeout-ms", 1, NULL, O_TIMEOUT},
+		{"since-ns", 1, NULL, O_SINCE},
+		{"shared", 0, NULL, O_SHARED},
+		{"limit", 1, NULL, O_LIMIT},
+		{"write-pct", 1, NULL, O_WPCT},
+		{"tls", 1, NULL, O_TLS},
+		{NULL, 0, NULL, 0},
 	};
 	static char deftag[32];
 	const char *colon;
@@ -260,35 +277,72 @@ static void parse_args(int argc, char **argv)
 	optind = 2;
 	while ((o = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (o) {
-		case O_HOST: opt.host = optarg; break;
-		case O_PORT: opt.port = atoi(optarg); break;
-		case O_CONNS: opt.conns = atoi(optarg); break;
-		case O_WARMUP: opt.warmup = atof(optarg); break;
-		case O_DURATION: opt.duration = atof(optarg); break;
+		case O_HOST:
+			opt.host = optarg;
+			break;
+		case O_PORT:
+			opt.port = atoi(optarg);
+			break;
+		case O_CONNS:
+			opt.conns = atoi(optarg);
+			break;
+		case O_WARMUP:
+			opt.warmup = atof(optarg);
+			break;
+		case O_DURATION:
+			opt.duration = atof(optarg);
+			break;
 		case O_COUNT:
 			opt.count = atol(optarg);
 			opt.count_set = 1;
 			break;
-		case O_WINDOW: opt.window = atol(optarg); break;
-		case O_TAG: opt.tag = optarg; break;
-		case O_OWNER: opt.owner = optarg; break;
-		case O_TTL: opt.ttl = optarg; break;
-		case O_PX: opt.px = atol(optarg); break;
-		case O_SLEEP: opt.sleep_ms = atol(optarg); break;
-		case O_STATS: opt.stats = 1; break;
-		case O_SHARED: opt.shared = 1; break;
-		case O_LIMIT: opt.limit = atol(optarg); break;
-		case O_WPCT: opt.write_pct = atoi(optarg); break;
-		case O_TLS: opt.tls_ca = optarg; break;
-		case O_PROTO: opt.proto = optarg; break;
-		case O_TIMEOUT: opt.timeout_ms = atol(optarg); break;
+		case O_WINDOW:
+			opt.window = atol(optarg);
+			break;
+		case O_TAG:
+			opt.tag = optarg;
+			break;
+		case O_OWNER:
+			opt.owner = optarg;
+			break;
+		case O_TTL:
+			opt.ttl = optarg;
+			break;
+		case O_PX:
+			opt.px = atol(optarg);
+			break;
+		case O_SLEEP:
+			opt.sleep_ms = atol(optarg);
+			break;
+		case O_STATS:
+			opt.stats = 1;
+			break;
+		case O_SHARED:
+			opt.shared = 1;
+			break;
+		case O_LIMIT:
+			opt.limit = atol(optarg);
+			break;
+		case O_WPCT:
+			opt.write_pct = atoi(optarg);
+			break;
+		case O_TLS:
+			opt.tls_ca = optarg;
+			break;
+		case O_PROTO:
+			opt.proto = optarg;
+			break;
+		case O_TIMEOUT:
+			opt.timeout_ms = atol(optarg);
+			break;
 		case O_SINCE:
 			opt.since_ns = strtoull(optarg, NULL, 10);
 			break;
 		case O_PID:
 			colon = strchr(optarg, ':');
 			if (!colon || opt.npids == MAX_PIDS ||
-			    (size_t)(colon - optarg) >= sizeof(opt.pids[0].name))
+			    (size_t)(colon - optarg) >=
+				    sizeof(opt.pids[0].name))
 				die("--pid NAME:PID (at most %d)", MAX_PIDS);
 			memcpy(opt.pids[opt.npids].name, optarg,
 			       (size_t)(colon - optarg));
@@ -319,7 +373,7 @@ static void parse_args(int argc, char **argv)
 
 static int tcp_connect(int nonblock)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET };
+	struct sockaddr_in a = {.sin_family = AF_INET};
 	int fd, one = 1;
 
 	a.sin_port = htons((uint16_t)opt.port);
@@ -377,7 +431,8 @@ static SSL *tls_new(int fd)
 {
 	SSL *ssl = SSL_new(tls_ctx);
 
-	if (!ssl || SSL_set_fd(ssl, fd) != 1 || SSL_set1_host(ssl, opt.host) != 1)
+	if (!ssl || SSL_set_fd(ssl, fd) != 1 ||
+	    SSL_set1_host(ssl, opt.host) != 1)
 		die("SSL_new failed");
 	SSL_set_connect_state(ssl);
 	return ssl;
@@ -457,8 +512,9 @@ static uint64_t proc_ticks(int pid)
 	/* the command name may hold spaces: fields count from its ')' */
 	if (!(p = strrchr(buf, ')')))
 		return 0;
-	if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu",
-		   &ut, &st) != 2)
+	if (sscanf(p + 2,
+		   "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
+		   &st) != 2)
 		return 0;
 	return ut + st;
 }
@@ -469,7 +525,7 @@ static uint64_t proc_ticks(int pid)
  * measurement was. */
 static void sys_ticks(uint64_t *proc, uint64_t *irq, uint64_t *steal)
 {
-	unsigned long long v[8] = { 0 };
+	unsigned long long v[8] = {0};
 	FILE *f = fopen("/proc/stat", "r");
 
 	*proc = *irq = *steal = 0;
@@ -532,11 +588,12 @@ static uint64_t self_cpu_us(void)
 	       (uint64_t)ru.ru_stime.tv_usec;
 }
 
-/* ---- dlockd STATS on a blocking side connection --------------------------- */
+/* ---- dlockd STATS on a blocking side connection ---------------------------
+ */
 
 #define NSTATS 6
 static const char *const stat_keys[NSTATS] = {
-	"commands",	     "grants",	      "store_batches",
+	"commands",	     "grants",	     "store_batches",
 	"store_round_trips", "store_writes", "store_latency_us_avg",
 };
 
@@ -719,13 +776,13 @@ static const char sem_acquire_script[] =
 
 enum st {
 	S_IDLE,
-	S_HELLO,   /* fill: HELLO sent */
-	S_LOCK,    /* LOCK (or SET NX) sent */
-	S_QUEUED,  /* dlock-handoff: OK QUEUED, waiting for * GRANTED */
-	S_UNLOCK,  /* UNLOCK (or EVALSHA) sent */
-	S_SLEEP,   /* redis-handoff: pausing before the next SET */
+	S_HELLO,     /* fill: HELLO sent */
+	S_LOCK,	     /* LOCK (or SET NX) sent */
+	S_QUEUED,    /* dlock-handoff: OK QUEUED, waiting for * GRANTED */
+	S_UNLOCK,    /* UNLOCK (or EVALSHA) sent */
+	S_SLEEP,     /* redis-handoff: pausing before the next SET */
 	S_HANDSHAKE, /* dlock-connects: TLS handshake in progress */
-	S_PING,      /* dlock-connects: PING sent */
+	S_PING,	     /* dlock-connects: PING sent */
 	S_DONE,
 };
 
@@ -739,12 +796,12 @@ struct conn {
 	uint64_t seq;
 	uint64_t t_start; /* pair start (or this attempt's), ns */
 	uint64_t t_first; /* handoff modes: this acquisition's first try */
-	int is_write;     /* --write-pct: this acquisition is exclusive */
-	uint64_t wake;    /* S_SLEEP: when to try again */
+	int is_write;	  /* --write-pct: this acquisition is exclusive */
+	uint64_t wake;	  /* S_SLEEP: when to try again */
 	uint64_t grants;  /* in the window (fairness) */
 	struct obuf out;
 	struct dl_linebuf lb; /* dlock */
-	char *rin;            /* redis input */
+	char *rin;	      /* redis input */
 	size_t rlen, rcap;
 	char name[96];
 	size_t nlen;
@@ -761,8 +818,8 @@ static struct {
 	uint64_t ops0, fails0;
 	uint64_t attempts, attempts0; /* handoff: LOCK / SET NX sent */
 	uint64_t writes, writes0;     /* --write-pct: exclusive grants */
-	uint64_t wait_max;            /* handoff: longest wait, ns */
-	uint64_t rnd;                 /* xorshift state: who writes */
+	uint64_t wait_max;	      /* handoff: longest wait, ns */
+	uint64_t rnd;		      /* xorshift state: who writes */
 	char sha[48], sha_acq[48], sha_rel[48];
 	size_t shalen, shalen_acq, shalen_rel;
 	/* latency histogram of pairs, in the window: 1 us buckets below
@@ -804,8 +861,8 @@ static double lat_q(double q)
 
 static void ep_mod(struct conn *c, int out)
 {
-	struct epoll_event ev = { .events = EPOLLIN | (out ? EPOLLOUT : 0),
-				  .data.ptr = c };
+	struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0),
+				 .data.ptr = c};
 
 	if (epoll_ctl(g.ep, EPOLL_CTL_MOD, c->fd, &ev) != 0)
 		die("epoll_ctl: %s", strerror(errno));
@@ -862,7 +919,8 @@ static void sendf(struct conn *c, const char *fmt, ...)
 	ob_add(&c->out, line, (size_t)n);
 }
 
-/* ---- dlockd --------------------------------------------------------------- */
+/* ---- dlockd ---------------------------------------------------------------
+ */
 
 /* --write-pct: is the next acquisition a write? (xorshift64, seeded the
  * same in every run) */
@@ -920,16 +978,14 @@ static void d_granted(struct conn *c, const struct dl_reply *r)
 		die("conn %d: GRANTED without a token", c->idx);
 	if (opt.mode == M_DLOCK_HANDOFF)
 		handoff_granted(c);
-	sendf(c, "UNLOCK %s %llu\r\n", c->name,
-	      (unsigned long long)c->token);
+	sendf(c, "UNLOCK %s %llu\r\n", c->name, (unsigned long long)c->token);
 	c->st = S_UNLOCK;
 }
 
 static void d_fill_next(struct conn *c)
 {
 	while (g.sent < opt.count && g.sent - g.recvd < opt.window) {
-		sendf(c, "LOCK %s:%07ld ttl=%s\r\n", opt.tag, g.sent,
-		      opt.ttl);
+		sendf(c, "LOCK %s:%07ld ttl=%s\r\n", opt.tag, g.sent, opt.ttl);
 		g.sent++;
 	}
 }
@@ -970,7 +1026,7 @@ static void cx_handshake(struct conn *c)
 /* A new connection for the next cycle. */
 static void cx_open(struct conn *c)
 {
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
 
 	c->t_start = mono();
 	c->fd = tcp_connect(1);
@@ -1093,8 +1149,8 @@ static void d_read(struct conn *c)
 			    n ? strerror(errno) : "closed by the server");
 		dl_linebuf_commit(&c->lb, (size_t)n);
 		for (;;) {
-			enum dl_lb_result lr = dl_linebuf_next(&c->lb, &line,
-							       &len);
+			enum dl_lb_result lr =
+				dl_linebuf_next(&c->lb, &line, &len);
 			if (lr == DL_LB_NONE)
 				break;
 			if (lr != DL_LB_LINE)
@@ -1108,7 +1164,8 @@ static void d_read(struct conn *c)
 	}
 }
 
-/* ---- Redis ------------------------------------------------------------------ */
+/* ---- Redis ------------------------------------------------------------------
+ */
 
 /* A handoff mode of the recipe: a refusal is retried. */
 static int r_handoff(void)
@@ -1121,8 +1178,8 @@ static int r_handoff(void)
 static void r_evalsha(struct conn *c, const char *sha, size_t shalen,
 		      int nextra, const char *const *extra)
 {
-	const char *argv[8] = { "EVALSHA", sha, "1", c->name, c->val };
-	size_t lens[8] = { 7, shalen, 1, c->nlen, c->vlen };
+	const char *argv[8] = {"EVALSHA", sha, "1", c->name, c->val};
+	size_t lens[8] = {7, shalen, 1, c->nlen, c->vlen};
 	int i;
 
 	for (i = 0; i < nextra && i < 3; i++) {
@@ -1139,11 +1196,10 @@ static void r_set(struct conn *c)
 
 	if (c->st != S_LOCK && c->st != S_SLEEP) { /* not a retry */
 		c->seq++;
-		c->vlen = (size_t)snprintf(c->val, sizeof(c->val),
-					   "%08x%012llx",
-					   (unsigned)(getpid() * 100003 +
-						      c->idx),
-					   (unsigned long long)c->seq);
+		c->vlen =
+			(size_t)snprintf(c->val, sizeof(c->val), "%08x%012llx",
+					 (unsigned)(getpid() * 100003 + c->idx),
+					 (unsigned long long)c->seq);
 		c->t_first = mono();
 		c->is_write = opt.mode != M_REDIS_RW || pick_write();
 	}
@@ -1151,17 +1207,17 @@ static void r_set(struct conn *c)
 	c->t_start = mono();
 	g.attempts++;
 	if (opt.mode == M_REDIS_RW) {
-		const char *x[2] = { px, c->is_write ? "write" : "read" };
+		const char *x[2] = {px, c->is_write ? "write" : "read"};
 
 		r_evalsha(c, g.sha_acq, g.shalen_acq, 2, x);
 	} else if (opt.mode == M_REDIS_SEM) {
-		const char *x[2] = { lim, px };
+		const char *x[2] = {lim, px};
 
 		snprintf(lim, sizeof(lim), "%ld", opt.limit);
 		r_evalsha(c, g.sha_acq, g.shalen_acq, 2, x);
 	} else {
-		const char *argv[6] = { "SET", c->name, c->val, "NX", "PX", px };
-		size_t lens[6] = { 3, c->nlen, c->vlen, 2, 2, strlen(px) };
+		const char *argv[6] = {"SET", c->name, c->val, "NX", "PX", px};
+		size_t lens[6] = {3, c->nlen, c->vlen, 2, 2, strlen(px)};
 
 		resp_cmd(&c->out, 6, argv, lens);
 	}
@@ -1172,8 +1228,8 @@ static void r_set(struct conn *c)
 static void r_del(struct conn *c)
 {
 	if (opt.mode == M_REDIS_SEM) {
-		const char *argv[3] = { "ZREM", c->name, c->val };
-		size_t lens[3] = { 4, c->nlen, c->vlen };
+		const char *argv[3] = {"ZREM", c->name, c->val};
+		size_t lens[3] = {4, c->nlen, c->vlen};
 
 		resp_cmd(&c->out, 3, argv, lens);
 	} else if (opt.mode == M_REDIS_RW) {
@@ -1187,8 +1243,8 @@ static void r_del(struct conn *c)
 static void r_fill_next(struct conn *c)
 {
 	while (g.sent < opt.count && g.sent - g.recvd < opt.window) {
-		c->nlen = (size_t)snprintf(c->name, sizeof(c->name),
-					   "%s:%07ld", opt.tag, g.sent);
+		c->nlen = (size_t)snprintf(c->name, sizeof(c->name), "%s:%07ld",
+					   opt.tag, g.sent);
 		r_set(c);
 		g.sent++;
 	}
@@ -1290,9 +1346,9 @@ static void r_read(struct conn *c)
 /* SCRIPT LOAD on a blocking connection; the SHA1 goes to sha. */
 static void r_script_load1(const char *script, char *sha, size_t *shalen)
 {
-	const char *argv[3] = { "SCRIPT", "LOAD", script };
-	size_t lens[3] = { 6, 4, strlen(script) };
-	struct obuf o = { 0 };
+	const char *argv[3] = {"SCRIPT", "LOAD", script};
+	size_t lens[3] = {6, 4, strlen(script)};
+	struct obuf o = {0};
 	char buf[256];
 	size_t len = 0;
 	struct resp r;
@@ -1331,7 +1387,8 @@ static void r_script_load(void)
 		r_script_load1(sem_acquire_script, g.sha_acq, &g.shalen_acq);
 }
 
-/* ---- the load loop --------------------------------------------------------- */
+/* ---- the load loop ---------------------------------------------------------
+ */
 
 static int is_redis(void)
 {
@@ -1425,12 +1482,13 @@ static void print_pct(const char *key, uint64_t part, uint64_t whole)
 static void run_load(void)
 {
 	uint64_t t0, t_warm, t_end, t_w = 0, t_e = 0, t_quit;
-	uint64_t cpu0 = 0, cpu1 = 0, sv0[NSTATS] = { 0 }, sv1[NSTATS] = { 0 };
-	uint64_t ops1 = 0, fails1 = 0, att1 = 0, wr1 = 0, gmin = UINT64_MAX, gmax = 0, now;
+	uint64_t cpu0 = 0, cpu1 = 0, sv0[NSTATS] = {0}, sv1[NSTATS] = {0};
+	uint64_t ops1 = 0, fails1 = 0, att1 = 0, wr1 = 0, gmin = UINT64_MAX,
+		 gmax = 0, now;
 	uint64_t proc0 = 0, proc1 = 0, irq0 = 0, irq1 = 0, steal0 = 0;
 	uint64_t steal1 = 0, kt0 = 0, kt1 = 0;
 	double ours, cores;
-	struct blk side = { .fd = -1 };
+	struct blk side = {.fd = -1};
 	int i, timeout, live, k;
 	long hz = sysconf(_SC_CLK_TCK);
 	double secs;
@@ -1486,9 +1544,8 @@ static void run_load(void)
 			sys_ticks(&proc1, &irq1, &steal1);
 			kt1 = kthread_ticks();
 			for (k = 0; k < opt.npids; k++)
-				opt.pids[k].t0 =
-					proc_ticks(opt.pids[k].pid) -
-					opt.pids[k].t0;
+				opt.pids[k].t0 = proc_ticks(opt.pids[k].pid) -
+						 opt.pids[k].t0;
 			if (opt.stats)
 				read_stats(&side, sv1);
 			g.measuring = 0;
@@ -1521,8 +1578,9 @@ static void run_load(void)
 				} else if ((c->wake - now + 999999) / 1000000 <
 					   (uint64_t)timeout) {
 					/* rounded up: never a busy loop */
-					timeout = (int)((c->wake - now + 999999) /
-							1000000);
+					timeout =
+						(int)((c->wake - now + 999999) /
+						      1000000);
 				}
 			}
 		}
@@ -1594,8 +1652,7 @@ static void run_load(void)
 			  sv1[2] - sv0[2]);
 		print_pct("round_trips_per_batch", sv1[3] - sv0[3],
 			  sv1[2] - sv0[2]);
-		print_pct("writes_per_batch", sv1[4] - sv0[4],
-			  sv1[2] - sv0[2]);
+		print_pct("writes_per_batch", sv1[4] - sv0[4], sv1[2] - sv0[2]);
 	}
 	printf("\n");
 	if (side.fd >= 0)
@@ -1624,20 +1681,21 @@ static void run_fill(void)
 		poll_once(1000);
 	t1 = mono();
 	printf("mode=%s count=%ld name_len=%zu secs=%.3f rate=%.1f\n",
-	       mode_names[opt.mode], opt.count,
-	       strlen(opt.tag) + 8, (double)(t1 - t0) / 1e9,
+	       mode_names[opt.mode], opt.count, strlen(opt.tag) + 8,
+	       (double)(t1 - t0) / 1e9,
 	       (double)opt.count / ((double)(t1 - t0) / 1e9));
 	close(c->fd);
 }
 
-/* ---- waitport, freeport ------------------------------------------------------ */
+/* ---- waitport, freeport
+ * ------------------------------------------------------ */
 
 static void run_waitport(void)
 {
 	uint64_t start = opt.since_ns ? opt.since_ns : now_ns(CLOCK_REALTIME);
 	uint64_t end = mono() + (uint64_t)opt.timeout_ms * 1000000;
 	int redis = strcmp(opt.proto, "redis") == 0;
-	struct timeval tv = { 0, 200000 };
+	struct timeval tv = {0, 200000};
 	char buf[512];
 	ssize_t n;
 	int fd;
@@ -1675,9 +1733,11 @@ static void run_waitport(void)
 
 static void run_freeport(void)
 {
-	int fds[64], i, n = !opt.count_set ? 1 : opt.count > 64 ? 64
-							  : (int)opt.count;
-	struct sockaddr_in a = { .sin_family = AF_INET };
+	int fds[64], i,
+		n = !opt.count_set   ? 1
+		    : opt.count > 64 ? 64
+				     : (int)opt.count;
+	struct sockaddr_in a = {.sin_family = AF_INET};
 	socklen_t al;
 
 	for (i = 0; i < n; i++) {

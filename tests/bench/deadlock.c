@@ -35,7 +35,7 @@
  * four steps (its session, its waiter, the lock's holder, and the next
  * owner's session); found by trial, one more and it gives up. */
 #define CHAIN_MAX (DL_DEADLOCK_WALK_MAX / 4)
-#define RING_MAX (DL_DEADLOCK_WALK_MAX / 4)
+#define RING_MAX  (DL_DEADLOCK_WALK_MAX / 4)
 
 static uint64_t now_ns(void)
 {
@@ -51,8 +51,7 @@ static uint64_t fake_now(void *ctx)
 	return 1000000;
 }
 
-static void on_event(struct dl_session *s, const struct dl_event *ev,
-		     void *ctx)
+static void on_event(struct dl_session *s, const struct dl_event *ev, void *ctx)
 {
 	(void)s;
 	(void)ev;
@@ -115,8 +114,8 @@ static int cmp_u64(const void *a, const void *b)
  * outcome in *out. One LOCK first, untimed: the table's first check
  * allocates the walk's memory. The median, as the machine is shared:
  * the longest is mostly other processes. */
-static uint64_t time_lock(struct dl_locktab *t, struct dl_session *s,
-			  int reps, int *out, uint64_t *max)
+static uint64_t time_lock(struct dl_locktab *t, struct dl_session *s, int reps,
+			  int *out, uint64_t *max)
 {
 	struct dl_acquire a = {.name = str("lock-0"),
 			       .ttl_ms = 600000,
@@ -168,8 +167,8 @@ static void row(const char *what, int n, int closing, int reps)
 	printf("%-26s %6d owners  %-7s %s  with %6.1f us (max %6.1f)  "
 	       "without %4.1f us (max %6.1f)\n",
 	       what, n, out == DL_DEADLOCK ? "refused" : "waits",
-	       capped ? "capped" : "      ", (double)on / 1e3, (double)max / 1e3,
-	       (double)off / 1e3, (double)max_off / 1e3);
+	       capped ? "capped" : "      ", (double)on / 1e3,
+	       (double)max / 1e3, (double)off / 1e3, (double)max_off / 1e3);
 	for (i = 0; i < n + !closing; i++)
 		dl_session_close(t, &ss[i]);
 	dl_locktab_free(t);

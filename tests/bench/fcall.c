@@ -2,10 +2,10 @@
 /*
  * fcall.c -- what the fence costs in Redis: the same batches of lock
  * changes applied by dlockd's function (FCALL dlock_apply_v8: the writer
- * fence and the leadership record checked, then the records, fields of their bucket hashes in store
- * layout 2) and by the MULTI/EXEC transaction of the same writes without
- * a fence (HSET/HDEL of each record in its bucket, SET of the token), one
- * after the other against one redis-server, in one run.
+ * fence and the leadership record checked, then the records, fields of their
+ * bucket hashes in store layout 2) and by the MULTI/EXEC transaction of the
+ * same writes without a fence (HSET/HDEL of each record in its bucket, SET of
+ * the token), one after the other against one redis-server, in one run.
  *
  *   fcall <port> <locks per batch> <seconds> <reps>
  *
@@ -237,9 +237,8 @@ int main(int argc, char **argv)
 		}
 	for (m = 0; m < NMETHODS; m++)
 		printf("%s locks=%d batches_s=%.0f changes_s=%.0f redis_cpu_us_per_change=%.3f round_trips_per_batch=1\n",
-		       method_name[m], nlocks,
-		       median(bs[m], reps), median(cs[m], reps),
-		       median(cpu[m], reps));
+		       method_name[m], nlocks, median(bs[m], reps),
+		       median(cs[m], reps), median(cpu[m], reps));
 	redisFree(c);
 	return 0;
 }

@@ -96,8 +96,7 @@ static double per_event(const char *fmt, size_t pad, size_t events)
 	return (double)(now_ns() - t0) / (double)events;
 }
 
-static void row(const char *what, size_t watches, const char *event,
-		double ns)
+static void row(const char *what, size_t watches, const char *event, double ns)
 {
 	printf("watch case=%-22s watches=%-7zu event=%-18s ns_per_event=%.0f\n",
 	       what, watches, event, ns);
@@ -149,7 +148,7 @@ static void prefixes(size_t m, size_t lens, size_t events)
  * with the name (as a list of watches per connection would be walked). */
 static void scan(size_t m, size_t events)
 {
-	char (*pfx)[24] = malloc(m * sizeof(*pfx));
+	char(*pfx)[24] = malloc(m * sizeof(*pfx));
 	uint64_t t0;
 	size_t i, j, hits = 0;
 

@@ -14,8 +14,8 @@
  *   - a grant (G) holds from the moment it was received to the earliest of
  *     its UNLOCK being sent (U), the library reporting it lost (L, which
  *     may come before its G, and names the deadline it then counted on),
- *     and its local deadline (the latest of G and its renewals R). A worker killed
- *     while holding leaves an open interval: it lasts to that deadline,
+ *     and its local deadline (the latest of G and its renewals R). A worker
+ * killed while holding leaves an open interval: it lasts to that deadline,
  *     which is what the server promised;
  *   - a `dlock run` command (A records of one token) holds from its first
  *     record to its last: it must never run while someone else holds.
@@ -255,8 +255,8 @@ static void record(struct hist *h, size_t from, const char *owner,
 			s->end = t < s->end ? t : s->end;
 			s->open = 0;
 		} else if (!s && nearly < EARLY_MAX) {
-			snprintf(early[nearly].lock, sizeof(early[0].lock), "%s",
-				 lock);
+			snprintf(early[nearly].lock, sizeof(early[0].lock),
+				 "%s", lock);
 			early[nearly].token = token;
 			early[nearly++].end = t;
 		}
@@ -320,10 +320,10 @@ static void print_span(const char *what, const struct span *s)
 {
 	printf("  %s: %s token %" PRIu64 " %s [%" PRId64 ", %" PRId64 "]%s\n",
 	       what, s->owner, s->token,
-	       s->run		 ? "(dlock run)"
-	       : s->shared	 ? "(shared grant)"
+	       s->run	      ? "(dlock run)"
+	       : s->shared    ? "(shared grant)"
 	       : s->limit > 1 ? "(permit)"
-			       : "(grant)",
+			      : "(grant)",
 	       s->start, s->end, s->open ? " (holder died)" : "");
 }
 
@@ -432,7 +432,8 @@ int main(int argc, char **argv)
 	DIR *d;
 
 	if (argc < 2 || argc > 3 || !(d = opendir(argv[1]))) {
-		fprintf(stderr, "usage: check <history dir> [<forgets file>]\n");
+		fprintf(stderr,
+			"usage: check <history dir> [<forgets file>]\n");
 		return 2;
 	}
 	if (argc == 3)

@@ -300,8 +300,8 @@ static int run_locks(char **argv)
 	struct names nm = {0, 0, 0};
 	int64_t end;
 
-	if (sscanf(argv[4], "%d:%d:%d", &nm.l, &nm.s, &nm.p) < 1 ||
-	    nm.l < 0 || nm.s < 0 || nm.p < 0 || nm.l + nm.s + nm.p < 1) {
+	if (sscanf(argv[4], "%d:%d:%d", &nm.l, &nm.s, &nm.p) < 1 || nm.l < 0 ||
+	    nm.s < 0 || nm.p < 0 || nm.l + nm.s + nm.p < 1) {
 		fprintf(stderr, "worker: <locks> is <l>[:<s>:<p>]\n");
 		return 64;
 	}
@@ -327,7 +327,8 @@ static int run_locks(char **argv)
 	return 0;
 }
 
-/* ---- worker raw: the protocol by hand ------------------------------------- */
+/* ---- worker raw: the protocol by hand -------------------------------------
+ */
 
 struct raw {
 	int fd;
@@ -387,7 +388,8 @@ static int raw_line(struct raw *r, char *out, size_t cap)
 			k = (size_t)(nl - r->buf);
 			event = r->buf[0] == '*';
 			if (!event) {
-				size_t m = k && r->buf[k - 1] == '\r' ? k - 1 : k;
+				size_t m =
+					k && r->buf[k - 1] == '\r' ? k - 1 : k;
 
 				if (m >= cap)
 					m = cap - 1;
@@ -409,10 +411,9 @@ static int raw_line(struct raw *r, char *out, size_t cap)
 	}
 }
 
-static int raw_ask(struct raw *r, char *reply, size_t cap, const char *fmt,
-		   ...) __attribute__((format(printf, 4, 5)));
-static int raw_ask(struct raw *r, char *reply, size_t cap, const char *fmt,
-		   ...)
+static int raw_ask(struct raw *r, char *reply, size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int raw_ask(struct raw *r, char *reply, size_t cap, const char *fmt, ...)
 {
 	char line[512];
 	va_list ap;
@@ -446,13 +447,14 @@ static void raw_session(struct raw *r, const char *owner, int locks,
 		snprintf(name, sizeof(name), "L%d", rand() % locks);
 		ttl = pick(grant_ttls, ngrant_ttls);
 		sent = dlock_now_ms();
-		if (raw_ask(r, reply, sizeof(reply), "TRYLOCK %s ttl=%" PRId64 "\r\n",
-			    name, ttl) < 0)
+		if (raw_ask(r, reply, sizeof(reply),
+			    "TRYLOCK %s ttl=%" PRId64 "\r\n", name, ttl) < 0)
 			return;
 		if (sscanf(reply, "OK GRANTED %63s %" SCNu64 " %" SCNd64, got,
 			   &token, &ms) != 3) {
 			if (strncmp(reply, "NO ", 3) != 0)
-				return; /* a standby, Redis away: another server */
+				return; /* a standby, Redis away: another server
+					 */
 			sleep_ms(rand() % 50);
 			continue;
 		}
@@ -462,8 +464,8 @@ static void raw_session(struct raw *r, const char *owner, int locks,
 		       sent + ms - 2 - ms / 1000);
 		sleep_ms(ttl * (rand() % 3) / 4);
 		record("U %s %" PRIu64, name, token);
-		if (raw_ask(r, reply, sizeof(reply), "UNLOCK %s %" PRIu64 "\r\n",
-			    name, token) < 0)
+		if (raw_ask(r, reply, sizeof(reply),
+			    "UNLOCK %s %" PRIu64 "\r\n", name, token) < 0)
 			return;
 	}
 }

@@ -125,9 +125,9 @@ static void lease_new(struct dlock_client *c, int i, int holds)
 static void request(struct dlock_client *c, struct input *in)
 {
 	static const enum dl__op ops[] = {
-		DL__LOCK,	  DL__LOCK,  DL__LOCK,	DL__UNLOCK,
-		DL__REFRESH,	  DL__RENEW, DL__CHECK, DL__CANCEL,
-		DL__STATUS,	  DL__STATS, DL__PING,	DL__UNLOCK_TOKEN,
+		DL__LOCK,	   DL__LOCK,  DL__LOCK,	 DL__UNLOCK,
+		DL__REFRESH,	   DL__RENEW, DL__CHECK, DL__CANCEL,
+		DL__STATUS,	   DL__STATS, DL__PING,	 DL__UNLOCK_TOKEN,
 		DL__REFRESH_TOKEN, DL__LOCKS, DL__BREAK};
 	enum dl__op op = ops[next(in) % (sizeof(ops) / sizeof(ops[0]))];
 	int i = (int)(next(in) % NLEASE), internal;

@@ -6,10 +6,10 @@
  *
  * Real parts: cmd.c, locktab*.c, htab.c, wheel.c, stats.c, config.c,
  * log.c, watch.c and watchreg.c (the lock table's change hook goes to
- * dl_watch_change(), as in server.c), the store in persist=none mode (store*.c, record.c, buf.c) and
- * the codec, and the held-line queue (held.c) with its TTL rewrite. Not
- * linked: conn.c and server.c (sockets, the loop). In their place this
- * file implements the part of server/conn.h that cmd.c calls, on the same
+ * dl_watch_change(), as in server.c), the store in persist=none mode (store*.c,
+ * record.c, buf.c) and the codec, and the held-line queue (held.c) with its TTL
+ * rewrite. Not linked: conn.c and server.c (sockets, the loop). In their place
+ * this file implements the part of server/conn.h that cmd.c calls, on the same
  * queue and with the same contract: a durable line and every line after
  * it on the same connection are held until the store commits (the epoch
  * it was sent in), released with their TTLs rewritten, and
@@ -365,8 +365,8 @@ static void conn_close(struct fconn *f)
 static void world_open(void)
 {
 	struct dl_locktab_hooks th = {tab_now, tab_event, NULL, tab_change};
-	struct dl_store_hooks sh = {committed, availability, NULL, NULL, NULL,
-				    NULL};
+	struct dl_store_hooks sh = {committed, availability, NULL,
+				    NULL,      NULL,	     NULL};
 	struct dl_locktab_limits lim = {8, 16, 0, 0};
 	int k;
 
@@ -441,13 +441,14 @@ static size_t grammar(struct input *in, char *line, size_t cap)
 	const char *tag = next(in) % 4 == 0 ? " id=t" : "";
 
 	if (strcmp(verb, "LOCK") == 0 || strcmp(verb, "TRYLOCK") == 0)
-		return (size_t)snprintf(
-			line, cap, "%s %s%s%s%s%s", verb, name, pick(in, ttls, 6),
-			verb[0] == 'L' ? pick(in, waits, 5) : "",
-			name == names[2]   ? pick(in, modes, 3)
-			: name == names[3] ? pick(in, limits, 5)
-					   : "",
-			tag);
+		return (size_t)snprintf(line, cap, "%s %s%s%s%s%s", verb, name,
+					pick(in, ttls, 6),
+					verb[0] == 'L' ? pick(in, waits, 5)
+						       : "",
+					name == names[2]   ? pick(in, modes, 3)
+					: name == names[3] ? pick(in, limits, 5)
+							   : "",
+					tag);
 	if (strcmp(verb, "UNLOCK") == 0 || strcmp(verb, "REFRESH") == 0)
 		touch(token);
 	if (strcmp(verb, "UNLOCK") == 0 || strcmp(verb, "CHECK") == 0)

@@ -445,8 +445,8 @@ static void check_desc(const char *s, size_t len)
 		m = dl_desc_decode(enc, n, dec, sizeof(dec));
 		CHECK(m <= len && dec[m] == '\0');
 		for (i = 0; i < m; i++)
-			CHECK(dec[i] == (s[i] >= 0x20 && s[i] <= 0x7e ? s[i]
-								     : '?'));
+			CHECK(dec[i] ==
+			      (s[i] >= 0x20 && s[i] <= 0x7e ? s[i] : '?'));
 		if (m < len)
 			CHECK(n + (s[m] == ' ' || s[m] == '%' ? 3 : 1) >
 			      maxes[k]);
