@@ -123,7 +123,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
         install uninstall clean deps \
         bench bench-bound bench-watch fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest bench-python \
-        format-check \
+        format-check lint shape \
         bench-deadlock
 all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
      $(O)/examples/stock
@@ -321,7 +321,7 @@ pytest: $(O)/dlockd
 # The front door for CI and for people: packages, a normal build with its
 # unit tests, then the whole suite under AddressSanitizer and UBSan.
 check: deps
-	$(MAKE) format-check
+	$(MAKE) lint
 	$(MAKE) -j2 all
 	$(MAKE) -j2 SAN=1 test-bins
 	$(MAKE) SAN=1 TEST_JOBS=2 test-all
@@ -620,6 +620,14 @@ format:
 format-check:
 	@clang-format --dry-run -Werror $(FORMAT_SRC) || \
 	  { echo "format-check: run make format (clang-format 14)"; exit 1; }
+
+# Habits make check keeps: the format, and no constant left without a
+# use (tests/scripts/dead.sh). make shape prints the code's shape (files
+# over 800 lines, functions over 80, the largest structs) for review.
+lint: format-check
+	@bash tests/scripts/dead.sh
+shape:
+	@bash tests/scripts/shape.sh
 
 # ---- benchmarks (on demand) ------------------------------------------------------
 

@@ -126,10 +126,6 @@
  * listings take at most 1 / (1 + this) of the loop, whoever asks. */
 #define DL_LOCKS_GAP_FACTOR 2
 
-/* STATS and the metrics list the locks with the most waiters, at most
- * this many (one label per listed lock, never one per lock name). */
-#define DL_HOT_LOCKS 5
-
 /* ---- WATCH (server/watch.c) ------------------------------------------- */
 
 /* Names and prefixes one connection may watch at once; one more is
