@@ -1027,20 +1027,6 @@ static char *own_str(char *line, const char *base, struct dl_str v)
 	return p;
 }
 
-/* key=<u64> of a body line, if present, a number and at most max. */
-static int kv_u64(const struct dl_reply *r, const char *key, uint64_t max,
-		  uint64_t *out)
-{
-	struct dl_str v;
-	uint64_t n;
-
-	if (dl_reply_kv(r, key, &v) < 0 || dl_parse_u64(v.p, v.len, &n) < 0 ||
-	    n > max)
-		return 0;
-	*out = n;
-	return 1;
-}
-
 /* key=<text> of a body line into buf, unless absent, "-" or too long. */
 static void kv_copy(const struct dl_reply *r, const char *key, char *buf,
 		    size_t cap)
@@ -1070,17 +1056,17 @@ static int locks_line(char *line, const char **name, struct dlock_status *st)
 		   memcmp(v.p, "held", 4) == 0;
 	kv_copy(&r, "owner", st->owner, sizeof(st->owner));
 	kv_copy(&r, "mode", st->mode, sizeof(st->mode));
-	if (kv_u64(&r, "token", UINT64_MAX, &n))
+	if (dl__kv_u64(&r, "token", UINT64_MAX, &n))
 		st->token = n;
-	if (kv_u64(&r, "ttl_ms", INT64_MAX, &n))
+	if (dl__kv_u64(&r, "ttl_ms", INT64_MAX, &n))
 		st->ttl_ms = (int64_t)n;
-	if (kv_u64(&r, "count", UINT32_MAX, &n))
+	if (dl__kv_u64(&r, "count", UINT32_MAX, &n))
 		st->count = (uint32_t)n;
-	if (kv_u64(&r, "waiters", UINT32_MAX, &n))
+	if (dl__kv_u64(&r, "waiters", UINT32_MAX, &n))
 		st->waiters = (uint32_t)n;
-	if (kv_u64(&r, "holders", UINT32_MAX, &n))
+	if (dl__kv_u64(&r, "holders", UINT32_MAX, &n))
 		st->holders = (uint32_t)n;
-	if (kv_u64(&r, "limit", UINT32_MAX, &n))
+	if (dl__kv_u64(&r, "limit", UINT32_MAX, &n))
 		st->limit = (uint32_t)n;
 	*name = own_str(line, line, r.word);
 	return 0;
@@ -1165,15 +1151,15 @@ static int holders_line(char *line, struct dlock_holder *h)
 	if (dl_reply_kv(&r, "wait_ms", &v) == 0 && v.len == 3 &&
 	    memcmp(v.p, "inf", 3) == 0)
 		h->wait_ms = -1;
-	else if (kv_u64(&r, "wait_ms", INT64_MAX, &n))
+	else if (dl__kv_u64(&r, "wait_ms", INT64_MAX, &n))
 		h->wait_ms = (int64_t)n;
-	if (kv_u64(&r, "token", UINT64_MAX, &n))
+	if (dl__kv_u64(&r, "token", UINT64_MAX, &n))
 		h->token = n;
-	if (kv_u64(&r, "ttl_ms", INT64_MAX, &n))
+	if (dl__kv_u64(&r, "ttl_ms", INT64_MAX, &n))
 		h->ttl_ms = (int64_t)n;
-	if (kv_u64(&r, "count", UINT32_MAX, &n))
+	if (dl__kv_u64(&r, "count", UINT32_MAX, &n))
 		h->count = (uint32_t)n;
-	if (kv_u64(&r, "position", UINT32_MAX, &n))
+	if (dl__kv_u64(&r, "position", UINT32_MAX, &n))
 		h->position = (uint32_t)n;
 	/* the strings last: ending them in place cuts the line */
 	for (i = 0; i < sizeof(desc) / sizeof(desc[0]); i++)

@@ -358,6 +358,11 @@ void dl__name_wake(struct dlock_client *c, const char *name);
 int dl__name_acquiring(const struct dlock_client *c, const char *name);
 void dl__flush(struct dlock_client *c);
 
+/* key=<u64> of a reply or body line: 1 with *out set when it is there, a
+ * number and at most max; else 0. */
+int dl__kv_u64(const struct dl_reply *r, const char *key, uint64_t max,
+	       uint64_t *out);
+
 /* STATUS and HOLDERS fields mode= limit= holders= waiters=. */
 void dl__status_extra(const struct dl_reply *r, struct dlock_status *st);
 /* The DLOCK_E* code of a NO/ERR reply (and its text kept in q->err). */
@@ -421,9 +426,10 @@ void dl__leave(struct dlock_client *c);
 
 /* ---- dlock_watch.c ------------------------------------------------------ */
 
-/* The reply to a DL__WATCH or DL__UNWATCH request. */
-void dl__watch_reply(struct dlock_client *c, struct dl__req *q,
-		     const struct dl_reply *r);
+/* The reply to a DL__WATCH or DL__UNWATCH request (a reply handler of
+ * dlock_reply.c: it takes every reply, returns 1). */
+int dl__watch_reply(struct dlock_client *c, struct dl__req *q,
+		    const struct dl_reply *r);
 /* A "* WATCH" or "* WATCH-OVERFLOW" event; 0 if r is neither. */
 int dl__watch_event(struct dlock_client *c, const struct dl_reply *r);
 /* A new connection: watch again (an internal DL__WATCH for each). */

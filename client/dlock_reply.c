@@ -154,8 +154,8 @@ static void granted(struct dlock_client *c, struct dl__req *q, uint64_t token,
 	dl__req_finish(c, q, err);
 }
 
-static void reply_lock(struct dlock_client *c, struct dl__req *q,
-		       const struct dl_reply *r)
+static int reply_lock(struct dlock_client *c, struct dl__req *q,
+		      const struct dl_reply *r)
 {
 	uint64_t token;
 	int64_t ms;
@@ -164,7 +164,7 @@ static void reply_lock(struct dlock_client *c, struct dl__req *q,
 	if (is(r, DL_REPLY_OK, "GRANTED")) {
 		if (dl_reply_u64(r, 1, &token) < 0 || arg_i64(r, 2, &ms) < 0) {
 			dl__req_finish(c, q, DLOCK_EPROTO);
-			return;
+			return 1;
 		}
 		if (!held_elsewhere(c, q, token, grant_holds(r)))
 			granted(c, q, token, ms);
@@ -172,7 +172,7 @@ static void reply_lock(struct dlock_client *c, struct dl__req *q,
 		if (q->abandoned) {
 			dl__internal(c, DL__CANCEL, q->name, 0, 0);
 			dl__req_finish(c, q, DLOCK_ETIMEDOUT);
-			return;
+			return 1;
 		}
 		q->where = DL__WAITING;
 		q->next = c->waiting;
@@ -191,10 +191,11 @@ static void reply_lock(struct dlock_client *c, struct dl__req *q,
 	} else {
 		dl__req_finish(c, q, dl__reply_error(q, r));
 	}
+	return 1;
 }
 
-static void reply_confirm(struct dlock_client *c, struct dl__req *q,
-			  const struct dl_reply *r)
+static int reply_confirm(struct dlock_client *c, struct dl__req *q,
+			 const struct dl_reply *r)
 {
 	int64_t ms, now = dl__now();
 	int err;
@@ -203,7 +204,7 @@ static void reply_confirm(struct dlock_client *c, struct dl__req *q,
 		if (arg_i64(r, 1, &ms) < 0) {
 			dl__cleanup_grant(c, q->name, q->token);
 			dl__req_finish(c, q, DLOCK_EPROTO);
-			return;
+			return 1;
 		}
 		granted(c, q, q->token, ms);
 	} else if (is(r, DL_REPLY_NO, "NOT_HOLDER") && !q->abandoned &&
@@ -219,10 +220,11 @@ static void reply_confirm(struct dlock_client *c, struct dl__req *q,
 		dl__cleanup_grant(c, q->name, q->token);
 		dl__req_finish(c, q, err);
 	}
+	return 1;
 }
 
-static void reply_unlock(struct dlock_client *c, struct dl__req *q,
-			 const struct dl_reply *r)
+static int reply_unlock(struct dlock_client *c, struct dl__req *q,
+			const struct dl_reply *r)
 {
 	struct dl__lease *l = dl__lease_find(c, q->name, q->token);
 	int held = l && l->nhandles > 0 && !l->unlocking;
@@ -234,13 +236,13 @@ static void reply_unlock(struct dlock_client *c, struct dl__req *q,
 		 * reconnect was granted twice): give them back */
 		if ((err = dl__req_write(c, q)) < 0)
 			dl__req_finish(c, q, err);
-		return;
+		return 1;
 	}
 	if (is(r, DL_REPLY_OK, "RELEASED") || is(r, DL_REPLY_OK, "HELD")) {
 		if (held && is(r, DL_REPLY_OK, "RELEASED"))
 			dl__lease_lose(c, l, DLOCK_LOST_REJECTED);
 		dl__req_finish(c, q, 0);
-		return;
+		return 1;
 	}
 	err = dl__reply_error(q, r);
 	if (err == DLOCK_ENOTHOLDER) {
@@ -250,10 +252,11 @@ static void reply_unlock(struct dlock_client *c, struct dl__req *q,
 			err = 0; /* released before the connection dropped */
 	}
 	dl__req_finish(c, q, err);
+	return 1;
 }
 
-static void reply_refresh(struct dlock_client *c, struct dl__req *q,
-			  const struct dl_reply *r)
+static int reply_refresh(struct dlock_client *c, struct dl__req *q,
+			 const struct dl_reply *r)
 {
 	struct dl__lease *l = q->lease;
 	int64_t ms;
@@ -267,7 +270,7 @@ static void reply_refresh(struct dlock_client *c, struct dl__req *q,
 			dl__lease_confirm(l, q->sent_at, ms);
 		}
 		dl__req_finish(c, q, 0);
-		return;
+		return 1;
 	}
 	err = dl__reply_error(q, r);
 	if (err == DLOCK_ENOTHOLDER) {
@@ -285,11 +288,25 @@ static void reply_refresh(struct dlock_client *c, struct dl__req *q,
 		dl__lease_risk(c, l);
 	}
 	dl__req_finish(c, q, err);
+	return 1;
+}
+
+int dl__kv_u64(const struct dl_reply *r, const char *key, uint64_t max,
+	       uint64_t *out)
+{
+	struct dl_str v;
+	uint64_t n;
+
+	if (dl_reply_kv(r, key, &v) < 0 || dl_parse_u64(v.p, v.len, &n) < 0 ||
+	    n > max)
+		return 0;
+	*out = n;
+	return 1;
 }
 
 static void reply_status(struct dl__req *q, const struct dl_reply *r)
 {
-	struct dl_str state, owner, v;
+	struct dl_str state, owner;
 	struct dlock_status *st = &q->status;
 	uint64_t n;
 
@@ -299,17 +316,13 @@ static void reply_status(struct dl__req *q, const struct dl_reply *r)
 		return;
 	}
 	st->held = state.len == 4 && memcmp(state.p, "held", 4) == 0;
-	if (dl_reply_kv(r, "token", &v) == 0 &&
-	    dl_parse_u64(v.p, v.len, &n) == 0)
+	if (dl__kv_u64(r, "token", UINT64_MAX, &n))
 		st->token = n;
-	if (dl_reply_kv(r, "ttl_ms", &v) == 0 &&
-	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= INT64_MAX)
+	if (dl__kv_u64(r, "ttl_ms", INT64_MAX, &n))
 		st->ttl_ms = (int64_t)n;
-	if (dl_reply_kv(r, "count", &v) == 0 &&
-	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= UINT32_MAX)
+	if (dl__kv_u64(r, "count", UINT32_MAX, &n))
 		st->count = (uint32_t)n;
-	if (dl_reply_kv(r, "waiters", &v) == 0 &&
-	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= UINT32_MAX)
+	if (dl__kv_u64(r, "waiters", UINT32_MAX, &n))
 		st->waiters = (uint32_t)n;
 	if (st->held && dl_reply_kv(r, "owner", &owner) == 0 &&
 	    owner.len < sizeof(st->owner))
@@ -329,22 +342,36 @@ void dl__status_extra(const struct dl_reply *r, struct dlock_status *st)
 		memcpy(st->mode, v.p, v.len);
 		st->mode[v.len] = '\0';
 	}
-	if (dl_reply_kv(r, "limit", &v) == 0 &&
-	    dl_parse_u64(v.p, v.len, &n) == 0 && n >= 1 && n <= UINT32_MAX)
+	if (dl__kv_u64(r, "limit", UINT32_MAX, &n) && n >= 1)
 		st->limit = (uint32_t)n;
-	if (dl_reply_kv(r, "holders", &v) == 0 &&
-	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= UINT32_MAX)
+	if (dl__kv_u64(r, "holders", UINT32_MAX, &n))
 		st->holders = (uint32_t)n;
-	if (dl_reply_kv(r, "waiters", &v) == 0 &&
-	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= UINT32_MAX)
+	if (dl__kv_u64(r, "waiters", UINT32_MAX, &n))
 		st->waiters = (uint32_t)n;
 	/* STATUS only; a server without lock-delays leaves them 0 */
-	if (dl_reply_kv(r, "delay_ms", &v) == 0 &&
-	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= INT64_MAX)
+	if (dl__kv_u64(r, "delay_ms", INT64_MAX, &n))
 		st->delay_ms = (int64_t)n;
-	if (dl_reply_kv(r, "delay_left_ms", &v) == 0 &&
-	    dl_parse_u64(v.p, v.len, &n) == 0 && n <= INT64_MAX)
+	if (dl__kv_u64(r, "delay_left_ms", INT64_MAX, &n))
 		st->delay_left_ms = (int64_t)n;
+}
+
+/* Room in q->stats for `need` more bytes, grown by doubling from `first`;
+ * 0 when it cannot grow (the line is then left out). */
+static int stats_room(struct dl__req *q, size_t need, size_t first)
+{
+	size_t cap;
+	char *p;
+
+	if (q->stats_len + need <= q->stats_cap)
+		return 1;
+	cap = q->stats_cap ? q->stats_cap * 2 : first;
+	while (cap < q->stats_len + need)
+		cap *= 2;
+	if (!(p = realloc(q->stats, cap)))
+		return 0;
+	q->stats = p;
+	q->stats_cap = cap;
+	return 1;
 }
 
 /* A line of a STATS body, "key value", kept as "key\0value\0"; or of a
@@ -357,18 +384,7 @@ static void stats_line(struct dlock_client *c, const char *line, size_t len)
 
 	if ((q->op == DL__LOCKS || q->op == DL__HOLDERS) && sp &&
 	    q->stats_len + need <= DL__STATS_MAX) {
-		if (q->stats_len + need > q->stats_cap) {
-			size_t cap = q->stats_cap ? q->stats_cap * 2 : 4096;
-			char *p;
-
-			while (cap < q->stats_len + need)
-				cap *= 2;
-			if ((p = realloc(q->stats, cap)) != NULL) {
-				q->stats = p;
-				q->stats_cap = cap;
-			}
-		}
-		if (q->stats_len + need <= q->stats_cap) {
+		if (stats_room(q, need, 4096)) {
 			memcpy(q->stats + q->stats_len, line, len);
 			q->stats[q->stats_len + len] = '\0';
 			q->stats_len += len + 1;
@@ -376,29 +392,16 @@ static void stats_line(struct dlock_client *c, const char *line, size_t len)
 		}
 		sp = NULL; /* kept */
 	}
-	if (sp && q->stats_len + need <= DL__STATS_MAX) {
-		if (q->stats_len + need > q->stats_cap) {
-			size_t cap = q->stats_cap ? q->stats_cap * 2 : 2048;
-			char *p;
+	if (sp && q->stats_len + need <= DL__STATS_MAX &&
+	    stats_room(q, need, 2048)) {
+		size_t k = (size_t)(sp - line);
 
-			while (cap < q->stats_len + need)
-				cap *= 2;
-			if ((p = realloc(q->stats, cap)) != NULL) {
-				q->stats = p;
-				q->stats_cap = cap;
-			}
-		}
-		if (q->stats_len + need <= q->stats_cap) {
-			size_t k = (size_t)(sp - line);
-
-			memcpy(q->stats + q->stats_len, line, k);
-			q->stats[q->stats_len + k] = '\0';
-			memcpy(q->stats + q->stats_len + k + 1, sp + 1,
-			       len - k - 1);
-			q->stats[q->stats_len + len] = '\0';
-			q->stats_len += len + 1;
-			q->stats_n++;
-		}
+		memcpy(q->stats + q->stats_len, line, k);
+		q->stats[q->stats_len + k] = '\0';
+		memcpy(q->stats + q->stats_len + k + 1, sp + 1, len - k - 1);
+		q->stats[q->stats_len + len] = '\0';
+		q->stats_len += len + 1;
+		q->stats_n++;
 	}
 	if (--c->stats_left == 0) {
 		c->stats_req = NULL;
@@ -409,7 +412,8 @@ static void stats_line(struct dlock_client *c, const char *line, size_t len)
 /* ---- the reply of each request type ------------------------------------- */
 
 /*
- * A handler reads the reply to its request type. It finishes q and
+ * A handler reads the reply to its request type (reply_lock and the
+ * others above, which take every reply, are handlers too). It finishes q and
  * returns 1, or returns 0 when the reply is not one it takes (a NO, an
  * ERR, or an OK of another word): reply() then fails q with the error
  * the reply names (dl__reply_error). The table below maps each request
@@ -417,42 +421,6 @@ static void stats_line(struct dlock_client *c, const char *line, size_t len)
  */
 typedef int (*reply_fn)(struct dlock_client *c, struct dl__req *q,
 			const struct dl_reply *r);
-
-/* The handlers above take every reply themselves. */
-static int on_lock(struct dlock_client *c, struct dl__req *q,
-		   const struct dl_reply *r)
-{
-	reply_lock(c, q, r);
-	return 1;
-}
-
-static int on_watch(struct dlock_client *c, struct dl__req *q,
-		    const struct dl_reply *r)
-{
-	dl__watch_reply(c, q, r);
-	return 1;
-}
-
-static int on_confirm(struct dlock_client *c, struct dl__req *q,
-		      const struct dl_reply *r)
-{
-	reply_confirm(c, q, r);
-	return 1;
-}
-
-static int on_unlock(struct dlock_client *c, struct dl__req *q,
-		     const struct dl_reply *r)
-{
-	reply_unlock(c, q, r);
-	return 1;
-}
-
-static int on_refresh(struct dlock_client *c, struct dl__req *q,
-		      const struct dl_reply *r)
-{
-	reply_refresh(c, q, r);
-	return 1;
-}
 
 /* dlock_unlock_token(): no lease record to keep true, just the outcome
  * (the holds left). */
@@ -659,13 +627,13 @@ static int on_ok(struct dlock_client *c, struct dl__req *q,
 static const reply_fn replies[] = {
 	[DL__AUTH] = on_ok,
 	[DL__HELLO] = on_hello,
-	[DL__LOCK] = on_lock,
-	[DL__CONFIRM] = on_confirm,
-	[DL__UNLOCK] = on_unlock,
-	[DL__REFRESH] = on_refresh,
+	[DL__LOCK] = reply_lock,
+	[DL__CONFIRM] = reply_confirm,
+	[DL__UNLOCK] = reply_unlock,
+	[DL__REFRESH] = reply_refresh,
 	[DL__UNLOCK_TOKEN] = on_unlock_token,
 	[DL__REFRESH_TOKEN] = on_refresh_token,
-	[DL__RENEW] = on_refresh,
+	[DL__RENEW] = reply_refresh,
 	[DL__CHECK] = on_check,
 	[DL__CANCEL] = on_ok,
 	[DL__STATUS] = on_status,
@@ -674,8 +642,8 @@ static const reply_fn replies[] = {
 	[DL__LOCKS] = on_locks,
 	[DL__BREAK] = on_break,
 	[DL__HOLDERS] = on_holders,
-	[DL__WATCH] = on_watch,
-	[DL__UNWATCH] = on_watch,
+	[DL__WATCH] = dl__watch_reply,
+	[DL__UNWATCH] = dl__watch_reply,
 	[DL__DESCRIBE] = on_describe,
 };
 

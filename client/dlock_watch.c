@@ -203,8 +203,8 @@ static void list_remove(struct dlock_client *c, const char *pat)
 	}
 }
 
-void dl__watch_reply(struct dlock_client *c, struct dl__req *q,
-		     const struct dl_reply *r)
+int dl__watch_reply(struct dlock_client *c, struct dl__req *q,
+		    const struct dl_reply *r)
 {
 	struct dlock_watch_event ev;
 	int err = 0;
@@ -220,7 +220,7 @@ void dl__watch_reply(struct dlock_client *c, struct dl__req *q,
 			 r->kind == DL_REPLY_NO)
 			err = q->resent ? 0 : DLOCK_EINVAL;
 		dl__req_finish(c, q, err);
-		return;
+		return 1;
 	}
 	if (r->kind == DL_REPLY_OK && r->word.len == 8 &&
 	    !memcmp(r->word.p, "WATCHING", 8)) {
@@ -244,6 +244,7 @@ void dl__watch_reply(struct dlock_client *c, struct dl__req *q,
 		push(c, &ev);
 	}
 	dl__req_finish(c, q, err);
+	return 1;
 }
 
 void dl__watch_resume(struct dlock_client *c)
