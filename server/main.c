@@ -119,52 +119,115 @@ static int new_secret(void)
 	return 0;
 }
 
+enum {
+	OPT_PERSIST = 256,
+	OPT_REDIS,
+	OPT_CHECK,
+	OPT_NODE,
+	OPT_ADVERTISE,
+	OPT_LEASE,
+	OPT_NONDURABLE,
+	OPT_EVICTING,
+	OPT_STATE_DIR,
+	OPT_TOKEN_JUMP,
+	OPT_TLS_CERT,
+	OPT_TLS_KEY,
+	OPT_TLS_CA,
+	OPT_NEW_SECRET
+};
+
+static const struct option opts[] = {
+	{"config", required_argument, NULL, 'c'},
+	{"port", required_argument, NULL, 'p'},
+	{"bind", required_argument, NULL, 'b'},
+	{"unix-socket", required_argument, NULL, 's'},
+	{"persist", required_argument, NULL, OPT_PERSIST},
+	{"redis", required_argument, NULL, OPT_REDIS},
+	{"log-level", required_argument, NULL, 'l'},
+	{"node-id", required_argument, NULL, OPT_NODE},
+	{"advertise", required_argument, NULL, OPT_ADVERTISE},
+	{"leader-lease", required_argument, NULL, OPT_LEASE},
+	{"allow-nondurable-redis", no_argument, NULL, OPT_NONDURABLE},
+	{"allow-evicting-redis", no_argument, NULL, OPT_EVICTING},
+	{"state-dir", required_argument, NULL, OPT_STATE_DIR},
+	{"accept-token-jump", no_argument, NULL, OPT_TOKEN_JUMP},
+	{"tls-cert", required_argument, NULL, OPT_TLS_CERT},
+	{"tls-key", required_argument, NULL, OPT_TLS_KEY},
+	{"tls-ca", required_argument, NULL, OPT_TLS_CA},
+	{"check-config", no_argument, NULL, OPT_CHECK},
+	{"new-secret", no_argument, NULL, OPT_NEW_SECRET},
+	{"help", no_argument, NULL, 'h'},
+	{"version", no_argument, NULL, 'v'},
+	{NULL, 0, NULL, 0},
+};
+
+/* The options that set a key of the configuration file (dlockd.conf(5)):
+ * the option's argument is the value, or `value` for a flag. */
+static const struct flag {
+	int opt;
+	const char *sec, *key, *value;
+} flags[] = {
+	{'p', "server", "port", NULL},
+	{'b', "server", "bind", NULL},
+	{'s', "server", "unix_socket", NULL},
+	{'l', "server", "log_level", NULL},
+	{OPT_PERSIST, "persistence", "persist", NULL},
+	{OPT_REDIS, "persistence", "redis", NULL},
+	{OPT_NODE, "cluster", "node_id", NULL},
+	{OPT_ADVERTISE, "cluster", "advertise", NULL},
+	{OPT_LEASE, "cluster", "leader_lease", NULL},
+	{OPT_NONDURABLE, "persistence", "allow_nondurable_redis", "yes"},
+	{OPT_EVICTING, "persistence", "allow_evicting_redis", "yes"},
+	{OPT_STATE_DIR, "persistence", "state_dir", NULL},
+	{OPT_TOKEN_JUMP, "persistence", "accept_token_jump", "yes"},
+	{OPT_TLS_CERT, "tls", "cert", NULL},
+	{OPT_TLS_KEY, "tls", "key", NULL},
+	{OPT_TLS_CA, "tls", "ca", NULL},
+};
+
+static const struct flag *flag_of(int opt)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+		if (flags[i].opt == opt)
+			return &flags[i];
+	return NULL;
+}
+
+/* --check-config: the configuration loaded; the users file and the TLS
+ * files too (they load, the key matches); then print it. An exit status. */
+static int check_config(struct dl_server *srv, const char *path)
+{
+	char err[DL_CONFIG_ERR_MAX];
+	struct dl_users *u = NULL;
+	int r = 0;
+
+	if (srv->cfg.users_file[0]) {
+		r = dl_users_load(srv->cfg.users_file, &u, err, sizeof(err));
+		dl_users_free(u);
+	}
+	if (r == 0 && dl_tls_enabled(&srv->cfg))
+		r = dl_tls_check(&srv->cfg, err, sizeof(err));
+	if (r != 0) {
+		fprintf(stderr, "dlockd: %s\n", err);
+		dl_config_free(&srv->cfg);
+		return DL_EXIT_CONFIG;
+	}
+	printf("# %s: configuration OK\n", path ? path : "(defaults)");
+	fflush(stdout);
+	dl_config_dump(&srv->cfg, STDOUT_FILENO);
+	dl_config_free(&srv->cfg);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	enum {
-		OPT_PERSIST = 256,
-		OPT_REDIS,
-		OPT_CHECK,
-		OPT_NODE,
-		OPT_ADVERTISE,
-		OPT_LEASE,
-		OPT_NONDURABLE,
-		OPT_EVICTING,
-		OPT_STATE_DIR,
-		OPT_TOKEN_JUMP,
-		OPT_TLS_CERT,
-		OPT_TLS_KEY,
-		OPT_TLS_CA,
-		OPT_NEW_SECRET
-	};
-	static const struct option opts[] = {
-		{"config", required_argument, NULL, 'c'},
-		{"port", required_argument, NULL, 'p'},
-		{"bind", required_argument, NULL, 'b'},
-		{"unix-socket", required_argument, NULL, 's'},
-		{"persist", required_argument, NULL, OPT_PERSIST},
-		{"redis", required_argument, NULL, OPT_REDIS},
-		{"log-level", required_argument, NULL, 'l'},
-		{"node-id", required_argument, NULL, OPT_NODE},
-		{"advertise", required_argument, NULL, OPT_ADVERTISE},
-		{"leader-lease", required_argument, NULL, OPT_LEASE},
-		{"allow-nondurable-redis", no_argument, NULL, OPT_NONDURABLE},
-		{"allow-evicting-redis", no_argument, NULL, OPT_EVICTING},
-		{"state-dir", required_argument, NULL, OPT_STATE_DIR},
-		{"accept-token-jump", no_argument, NULL, OPT_TOKEN_JUMP},
-		{"tls-cert", required_argument, NULL, OPT_TLS_CERT},
-		{"tls-key", required_argument, NULL, OPT_TLS_KEY},
-		{"tls-ca", required_argument, NULL, OPT_TLS_CA},
-		{"check-config", no_argument, NULL, OPT_CHECK},
-		{"new-secret", no_argument, NULL, OPT_NEW_SECRET},
-		{"help", no_argument, NULL, 'h'},
-		{"version", no_argument, NULL, 'v'},
-		{NULL, 0, NULL, 0},
-	};
 	static struct dl_override ov[24];
 	static struct dl_server srv;
 	char err[DL_CONFIG_ERR_MAX];
-	const char *path = NULL, *redis = NULL;
+	const char *path = NULL, *redis = NULL, *value;
+	const struct flag *f;
 	int check_only = 0;
 	size_t nov = 0;
 	uv_loop_t *loop;
@@ -178,76 +241,10 @@ int main(int argc, char **argv)
 	dl_log_init(DL_LOG_NOTICE, -1);
 	while ((o = getopt_long(argc, argv, "c:p:b:s:l:hv", opts, NULL)) !=
 	       -1) {
-		const char *sec = "server", *key = NULL;
-
 		switch (o) {
 		case 'c':
 			path = optarg;
 			continue;
-		case 'p':
-			key = "port";
-			break;
-		case 'b':
-			key = "bind";
-			break;
-		case 's':
-			key = "unix_socket";
-			break;
-		case 'l':
-			key = "log_level";
-			break;
-		case OPT_PERSIST:
-			sec = "persistence";
-			key = "persist";
-			break;
-		case OPT_REDIS:
-			sec = "persistence";
-			key = "redis";
-			optarg = (char *)(redis = redis_flag(optarg));
-			break;
-		case OPT_NODE:
-			sec = "cluster";
-			key = "node_id";
-			break;
-		case OPT_ADVERTISE:
-			sec = "cluster";
-			key = "advertise";
-			break;
-		case OPT_LEASE:
-			sec = "cluster";
-			key = "leader_lease";
-			break;
-		case OPT_NONDURABLE:
-			sec = "persistence";
-			key = "allow_nondurable_redis";
-			optarg = (char *)"yes";
-			break;
-		case OPT_EVICTING:
-			sec = "persistence";
-			key = "allow_evicting_redis";
-			optarg = (char *)"yes";
-			break;
-		case OPT_STATE_DIR:
-			sec = "persistence";
-			key = "state_dir";
-			break;
-		case OPT_TOKEN_JUMP:
-			sec = "persistence";
-			key = "accept_token_jump";
-			optarg = (char *)"yes";
-			break;
-		case OPT_TLS_CERT:
-			sec = "tls";
-			key = "cert";
-			break;
-		case OPT_TLS_KEY:
-			sec = "tls";
-			key = "key";
-			break;
-		case OPT_TLS_CA:
-			sec = "tls";
-			key = "ca";
-			break;
 		case OPT_CHECK:
 			check_only = 1;
 			continue;
@@ -259,11 +256,15 @@ int main(int argc, char **argv)
 		case 'v':
 			printf("dlockd %s\n", DL_VERSION);
 			return 0;
-		default:
+		}
+		if (!(f = flag_of(o))) {
 			fputs(usage, stderr);
 			return DL_EXIT_USAGE;
 		}
-		ov[nov++] = (struct dl_override){sec, key, optarg};
+		value = f->value ? f->value : optarg;
+		if (o == OPT_REDIS)
+			value = redis = redis_flag(optarg);
+		ov[nov++] = (struct dl_override){f->sec, f->key, value};
 		if (nov == sizeof(ov) / sizeof(ov[0])) {
 			fprintf(stderr, "dlockd: too many options\n");
 			return DL_EXIT_USAGE;
@@ -279,31 +280,8 @@ int main(int argc, char **argv)
 		dl_config_free(&srv.cfg);
 		return DL_EXIT_CONFIG;
 	}
-	if (check_only && srv.cfg.users_file[0]) {
-		struct dl_users *u = NULL;
-
-		r = dl_users_load(srv.cfg.users_file, &u, err, sizeof(err));
-		dl_users_free(u);
-		if (r != 0) {
-			fprintf(stderr, "dlockd: %s\n", err);
-			dl_config_free(&srv.cfg);
-			return DL_EXIT_CONFIG;
-		}
-	}
-	if (check_only) {
-		/* the certificate files too: they load, the key matches */
-		if (dl_tls_enabled(&srv.cfg) &&
-		    dl_tls_check(&srv.cfg, err, sizeof(err)) != 0) {
-			fprintf(stderr, "dlockd: %s\n", err);
-			dl_config_free(&srv.cfg);
-			return DL_EXIT_CONFIG;
-		}
-		printf("# %s: configuration OK\n", path ? path : "(defaults)");
-		fflush(stdout);
-		dl_config_dump(&srv.cfg, STDOUT_FILENO);
-		dl_config_free(&srv.cfg);
-		return 0;
-	}
+	if (check_only)
+		return check_config(&srv, path);
 	dl_log_init((int)srv.cfg.log_level, -1);
 	srv.config_path = path;
 	srv.ov = ov;
