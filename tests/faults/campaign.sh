@@ -384,7 +384,7 @@ copycat() {         # slot
 	[ "$nodes" = 2 ] && h=$servers
 	while [ ! -e "$OUT/stop-runners" ]; do
 		n=$((n + 1))
-		how=lock; [ $((n % 2)) = 1 ] && how=raw
+		how=lock; [ $((n % 2)) = 1 ] && [ "$LOCKS" -gt 0 ] && how=raw
 		"$WORKER" $how "$OUT/hist/c$1.$n.hist" "$h" "$dport" \
 			"$(cat "$OUT/owner0")" "$LOCKS:$RWLOCKS:$SEMAPHORES" \
 			$((SEED + 1000 * $1 + n)) 5000 2>> "$OUT/workers.log"

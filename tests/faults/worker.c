@@ -376,7 +376,7 @@ static int raw_connect(struct raw *r, const char *hosts, const char *port,
  * CRLF; -1 when the connection failed or said nothing. */
 static int raw_line(struct raw *r, char *out, size_t cap)
 {
-	int64_t end = dlock_now_ms() + 3000;
+	int64_t end = dlock_now_ms() + 3000, left;
 	struct pollfd pf = {.fd = r->fd, .events = POLLIN};
 	char *nl;
 	ssize_t n;
@@ -401,8 +401,9 @@ static int raw_line(struct raw *r, char *out, size_t cap)
 			if (!event)
 				return 0;
 		}
-		if (r->len == sizeof(r->buf) || stop ||
-		    poll(&pf, 1, (int)(end - dlock_now_ms())) <= 0)
+		left = end - dlock_now_ms();
+		if (r->len == sizeof(r->buf) || stop || left <= 0 ||
+		    poll(&pf, 1, (int)left) <= 0)
 			return -1;
 		n = read(r->fd, r->buf + r->len, sizeof(r->buf) - r->len);
 		if (n <= 0)
@@ -436,11 +437,12 @@ static void raw_session(struct raw *r, const char *owner, int locks,
 	uint64_t token;
 	int64_t ttl, sent, ms;
 
-	if (raw_ask(r, reply, sizeof(reply), "HELLO owner=%s\r\n", owner) < 0 ||
-	    strncmp(reply, "OK HELLO", 8) != 0) {
+	if (raw_ask(r, reply, sizeof(reply), "HELLO owner=%s\r\n", owner) < 0)
+		return;
+	if (strncmp(reply, "OK HELLO", 8) != 0) {
 		/* NO DENIED: the id is someone else's, as it should be */
-		record("E - %d", DLOCK_EDENIED);
-		sleep_ms(100);
+		if (strncmp(reply, "NO DENIED", 9) == 0)
+			record("E - %d", DLOCK_EDENIED);
 		return;
 	}
 	while (!stop && dlock_now_ms() < end) {
@@ -480,6 +482,7 @@ static int run_raw(char **argv)
 		fprintf(stderr, "worker raw: <locks> needs exclusive locks\n");
 		return 64;
 	}
+	signal(SIGPIPE, SIG_IGN); /* a closed connection: write fails */
 	srand((unsigned)strtoul(argv[5], NULL, 10));
 	read_ttls();
 	end = dlock_now_ms() + atoll(argv[6]);
@@ -491,6 +494,9 @@ static int run_raw(char **argv)
 		}
 		raw_session(&r, argv[3], locks, end);
 		close(r.fd);
+		/* refused, or the server is away: as libdlock's reconnects
+		 * do, not a storm of connections */
+		sleep_ms(100 + rand() % 200);
 	}
 	return 0;
 }
