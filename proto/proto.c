@@ -656,6 +656,241 @@ static int fail_duration(const char **why, struct dl_request *req, int err,
 
 static int printable(struct dl_str w);
 
+/*
+ * The value of each option, checked and stored in req: one function per
+ * option, in opt_names[] order (opt_value[] below). Each returns 0, or
+ * the request's failure (fail*(), which sets *why).
+ */
+typedef int (*opt_fn)(struct dl_request *req, struct dl_str val,
+		      const char **why);
+
+static int opt_ttl(struct dl_request *req, struct dl_str val, const char **why)
+{
+	int err = dl_parse_duration(val.p, val.len, &req->ttl_ms);
+
+	if (err < 0)
+		return fail_duration(why, req, err, "ttl", val, 0);
+	if (req->ttl_ms == 0)
+		return fail(why, req, DL_EBADARG,
+			    "ttl out of range: '0', at least 1ms");
+	req->has_ttl = 1;
+	return 0;
+}
+
+static int opt_wait(struct dl_request *req, struct dl_str val, const char **why)
+{
+	int err = dl_parse_wait(val.p, val.len, &req->wait_ms);
+
+	if (err < 0)
+		return fail_duration(why, req, err, "wait", val, 1);
+	req->has_wait = 1;
+	return 0;
+}
+
+/* 0 is none: a REFRESH drops the lease's warning with it */
+static int opt_warn(struct dl_request *req, struct dl_str val, const char **why)
+{
+	int err = dl_parse_duration(val.p, val.len, &req->warn_ms);
+
+	if (err < 0)
+		return fail_duration(why, req, err, "warn", val, 0);
+	req->has_warn = 1;
+	return 0;
+}
+
+/* the lock's delay after an involuntary end; 0 is none */
+static int opt_delay(struct dl_request *req, struct dl_str val,
+		     const char **why)
+{
+	char max[DL_DURATION_TEXT_MAX];
+	struct why m = {req->why, 0, sizeof(req->why)};
+	int err = dl_parse_duration(val.p, val.len, &req->delay_ms);
+
+	if (err == DL_EBADARG)
+		return fail_duration(why, req, err, "delay", val, 0);
+	if (err < 0 || req->delay_ms > DL_LOCK_DELAY_MAX_MS) {
+		why_str(&m, "delay out of range: ");
+		why_quote(&m, val.p, val.len);
+		why_str(&m, ", at most ");
+		why_str(&m, dl_format_duration(DL_LOCK_DELAY_MAX_MS, max));
+		why_str(&m, " (a lock's delay)");
+		return fail(why, req, DL_EBADARG, req->why);
+	}
+	req->has_delay = 1;
+	return 0;
+}
+
+static int opt_id(struct dl_request *req, struct dl_str val, const char **why)
+{
+	int err = dl_check_tag(val.p, val.len);
+
+	if (err < 0)
+		return fail_word(why, req, err, "id", val, DL_TAG_MAX);
+	req->tag = val;
+	return 0;
+}
+
+static int opt_owner(struct dl_request *req, struct dl_str val,
+		     const char **why)
+{
+	int err = dl_check_owner(val.p, val.len);
+
+	if (err < 0)
+		return fail_word(why, req, err, "owner", val, DL_OWNER_MAX);
+	req->owner = val;
+	return 0;
+}
+
+/* LOCKS: a page's length; LOCK, TRYLOCK: holders at once */
+static int opt_limit(struct dl_request *req, struct dl_str val,
+		     const char **why)
+{
+	uint64_t max =
+		req->verb == DL_VERB_LOCKS ? DL_LOCKS_PAGE_MAX : DL_LIMIT_MAX;
+	int err = dl_parse_u64(val.p, val.len, &req->limit);
+
+	if (err < 0 || req->limit == 0 || req->limit > max) {
+		struct why m = {req->why, 0, sizeof(req->why)};
+
+		why_str(&m, err == DL_EBADARG ? "limit malformed: "
+					      : "limit out of range: ");
+		why_quote(&m, val.p, val.len);
+		why_str(&m, ", a number from 1 to ");
+		why_u64(&m, max);
+		return fail(why, req, DL_EBADARG, req->why);
+	}
+	req->has_limit = 1;
+	return 0;
+}
+
+static int opt_mode(struct dl_request *req, struct dl_str val, const char **why)
+{
+	struct why m = {req->why, 0, sizeof(req->why)};
+
+	if (ci_eq(val.p, val.len, "SHARED", 6)) {
+		req->shared = 1;
+	} else if (!ci_eq(val.p, val.len, "EXCLUSIVE", 9)) {
+		why_str(&m, "mode malformed: ");
+		why_quote(&m, val.p, val.len);
+		why_str(&m, ", takes exclusive or shared");
+		return fail(why, req, DL_EBADARG, req->why);
+	}
+	return 0;
+}
+
+static int opt_after(struct dl_request *req, struct dl_str val,
+		     const char **why)
+{
+	int err = dl_check_name(val.p, val.len);
+
+	if (err < 0)
+		return fail_word(why, req, err, "after", val, DL_NAME_MAX);
+	req->after = val;
+	return 0;
+}
+
+static int opt_key(struct dl_request *req, struct dl_str val, const char **why)
+{
+	struct why m = {req->why, 0, sizeof(req->why)};
+
+	if (dl_check_owner_secret(val.p, val.len) < 0) {
+		why_str(&m, "key malformed: ");
+		why_u64(&m, DL_OWNER_SECRET_MIN);
+		why_str(&m, " to ");
+		why_u64(&m, DL_OWNER_SECRET_MAX);
+		why_str(&m, " letters, digits, - or _");
+		return fail(why, req, DL_EBADARG, req->why);
+	}
+	req->owner_secret = val;
+	return 0;
+}
+
+/* host= and cmd=: shown to others, written to Redis (proto/desc.h's
+ * rule) */
+static int opt_desc(struct dl_request *req, struct dl_str val, const char **why,
+		    const char *key, size_t max, struct dl_str *out)
+{
+	int err = dl_desc_check(val.p, val.len, max);
+
+	if (err < 0)
+		return fail_desc(why, req, err, key, val, max);
+	*out = val;
+	req->has_desc = 1;
+	return 0;
+}
+
+static int opt_host(struct dl_request *req, struct dl_str val, const char **why)
+{
+	return opt_desc(req, val, why, "host", DL_DESC_HOST_MAX,
+			&req->desc_host);
+}
+
+static int opt_cmd(struct dl_request *req, struct dl_str val, const char **why)
+{
+	return opt_desc(req, val, why, "cmd", DL_DESC_CMD_MAX, &req->desc_cmd);
+}
+
+static int opt_pid(struct dl_request *req, struct dl_str val, const char **why)
+{
+	uint64_t pid;
+	int err = dl_parse_u64(val.p, val.len, &pid);
+
+	if (err < 0 || pid == 0 || pid > DL_DESC_PID_MAX) {
+		struct why m = {req->why, 0, sizeof(req->why)};
+
+		why_str(&m, "pid malformed: ");
+		why_quote(&m, val.p, val.len);
+		why_str(&m, ", a process id from 1 to ");
+		why_u64(&m, DL_DESC_PID_MAX);
+		return fail(why, req, DL_EBADARG, req->why);
+	}
+	req->desc_pid = (uint32_t)pid;
+	req->has_desc = 1;
+	return 0;
+}
+
+/* goes to the audit log: printable, bounded */
+static int opt_reason(struct dl_request *req, struct dl_str val,
+		      const char **why)
+{
+	struct why m = {req->why, 0, sizeof(req->why)};
+
+	if (!printable(val) || val.len > DL_REASON_MAX) {
+		why_str(&m, "reason malformed: 1 to ");
+		why_u64(&m, DL_REASON_MAX);
+		why_str(&m, " bytes of printable ASCII without space");
+		return fail(why, req, DL_EBADARG, req->why);
+	}
+	req->reason = val;
+	return 0;
+}
+
+static int opt_by(struct dl_request *req, struct dl_str val, const char **why)
+{
+	struct why m = {req->why, 0, sizeof(req->why)};
+
+	if (ci_eq(val.p, val.len, "WAITERS", 7)) {
+		req->by_waiters = 1;
+	} else if (!ci_eq(val.p, val.len, "NAME", 4)) {
+		why_str(&m, "by malformed: ");
+		why_quote(&m, val.p, val.len);
+		why_str(&m, ", takes name or waiters");
+		return fail(why, req, DL_EBADARG, req->why);
+	}
+	return 0;
+}
+
+/* In opt_names[] order: option 1 << i is opt_value[i]. */
+static const opt_fn opt_value[] = {
+	opt_ttl,   opt_wait, opt_id,   opt_owner,  opt_limit,
+	opt_after, opt_by,   opt_mode, opt_reason, opt_key,
+	opt_host,  opt_pid,  opt_cmd,  opt_warn,   opt_delay,
+};
+
+_Static_assert(sizeof(opt_value) / sizeof(opt_value[0]) ==
+		       sizeof(opt_names) / sizeof(opt_names[0]),
+	       "one value parser per option name");
+
 static int parse_option(struct dl_str w, const char *eq,
 			const struct verb_def *def, unsigned *seen,
 			struct dl_request *req, const char **why)
@@ -664,7 +899,7 @@ static int parse_option(struct dl_str w, const char *eq,
 	struct dl_str val = {v, (size_t)(w.p + w.len - v)};
 	struct dl_str key = {w.p, (size_t)(eq - w.p)};
 	int opt = find_opt(key.p, key.len);
-	int err;
+	size_t i;
 
 	if (!(opt & def->opts))
 		return fail_usage(why, req, DL_EBADARG, def,
@@ -678,174 +913,9 @@ static int parse_option(struct dl_str w, const char *eq,
 	if (val.len == 0)
 		return fail_usage(why, req, DL_EBADARG, def,
 				  "option without a value:", key);
-	switch (opt) {
-	case OPT_TTL:
-		err = dl_parse_duration(v, val.len, &req->ttl_ms);
-		if (err < 0)
-			return fail_duration(why, req, err, "ttl", val, 0);
-		if (req->ttl_ms == 0)
-			return fail(why, req, DL_EBADARG,
-				    "ttl out of range: '0', at least 1ms");
-		req->has_ttl = 1;
-		break;
-	case OPT_WAIT:
-		err = dl_parse_wait(v, val.len, &req->wait_ms);
-		if (err < 0)
-			return fail_duration(why, req, err, "wait", val, 1);
-		req->has_wait = 1;
-		break;
-	case OPT_WARN:
-		/* 0 is none: a REFRESH drops the lease's warning with it */
-		err = dl_parse_duration(v, val.len, &req->warn_ms);
-		if (err < 0)
-			return fail_duration(why, req, err, "warn", val, 0);
-		req->has_warn = 1;
-		break;
-	case OPT_DELAY: {
-		/* the lock's delay after an involuntary end; 0 is none */
-		char max[DL_DURATION_TEXT_MAX];
-		struct why m = {req->why, 0, sizeof(req->why)};
-
-		err = dl_parse_duration(v, val.len, &req->delay_ms);
-		if (err == DL_EBADARG)
-			return fail_duration(why, req, err, "delay", val, 0);
-		if (err < 0 || req->delay_ms > DL_LOCK_DELAY_MAX_MS) {
-			why_str(&m, "delay out of range: ");
-			why_quote(&m, val.p, val.len);
-			why_str(&m, ", at most ");
-			why_str(&m,
-				dl_format_duration(DL_LOCK_DELAY_MAX_MS, max));
-			why_str(&m, " (a lock's delay)");
-			return fail(why, req, DL_EBADARG, req->why);
-		}
-		req->has_delay = 1;
-		break;
-	}
-	case OPT_ID:
-		err = dl_check_tag(v, val.len);
-		if (err < 0)
-			return fail_word(why, req, err, "id", val, DL_TAG_MAX);
-		req->tag = val;
-		break;
-	case OPT_OWNER:
-		err = dl_check_owner(v, val.len);
-		if (err < 0)
-			return fail_word(why, req, err, "owner", val,
-					 DL_OWNER_MAX);
-		req->owner = val;
-		break;
-	case OPT_LIMIT: {
-		/* LOCKS: a page's length; LOCK, TRYLOCK: holders at once */
-		uint64_t max = req->verb == DL_VERB_LOCKS ? DL_LOCKS_PAGE_MAX
-							  : DL_LIMIT_MAX;
-
-		err = dl_parse_u64(v, val.len, &req->limit);
-		if (err < 0 || req->limit == 0 || req->limit > max) {
-			struct why m = {req->why, 0, sizeof(req->why)};
-
-			why_str(&m, err == DL_EBADARG ? "limit malformed: "
-						      : "limit out of range: ");
-			why_quote(&m, val.p, val.len);
-			why_str(&m, ", a number from 1 to ");
-			why_u64(&m, max);
-			return fail(why, req, DL_EBADARG, req->why);
-		}
-		req->has_limit = 1;
-		break;
-	}
-	case OPT_MODE:
-		if (ci_eq(v, val.len, "SHARED", 6)) {
-			req->shared = 1;
-		} else if (!ci_eq(v, val.len, "EXCLUSIVE", 9)) {
-			struct why m = {req->why, 0, sizeof(req->why)};
-
-			why_str(&m, "mode malformed: ");
-			why_quote(&m, val.p, val.len);
-			why_str(&m, ", takes exclusive or shared");
-			return fail(why, req, DL_EBADARG, req->why);
-		}
-		break;
-	case OPT_AFTER:
-		err = dl_check_name(v, val.len);
-		if (err < 0)
-			return fail_word(why, req, err, "after", val,
-					 DL_NAME_MAX);
-		req->after = val;
-		break;
-	case OPT_KEY:
-		err = dl_check_owner_secret(v, val.len);
-		if (err < 0) {
-			struct why m = {req->why, 0, sizeof(req->why)};
-
-			why_str(&m, "key malformed: ");
-			why_u64(&m, DL_OWNER_SECRET_MIN);
-			why_str(&m, " to ");
-			why_u64(&m, DL_OWNER_SECRET_MAX);
-			why_str(&m, " letters, digits, - or _");
-			return fail(why, req, DL_EBADARG, req->why);
-		}
-		req->owner_secret = val;
-		break;
-	case OPT_HOST:
-	case OPT_CMD:
-		/* shown to others, written to Redis: proto/desc.h's rule */
-		err = dl_desc_check(v, val.len,
-				    opt == OPT_HOST ? DL_DESC_HOST_MAX
-						    : DL_DESC_CMD_MAX);
-		if (err < 0)
-			return fail_desc(why, req, err,
-					 opt == OPT_HOST ? "host" : "cmd", val,
-					 opt == OPT_HOST ? DL_DESC_HOST_MAX
-							 : DL_DESC_CMD_MAX);
-		if (opt == OPT_HOST)
-			req->desc_host = val;
-		else
-			req->desc_cmd = val;
-		req->has_desc = 1;
-		break;
-	case OPT_PID: {
-		uint64_t pid;
-
-		err = dl_parse_u64(v, val.len, &pid);
-		if (err < 0 || pid == 0 || pid > DL_DESC_PID_MAX) {
-			struct why m = {req->why, 0, sizeof(req->why)};
-
-			why_str(&m, "pid malformed: ");
-			why_quote(&m, val.p, val.len);
-			why_str(&m, ", a process id from 1 to ");
-			why_u64(&m, DL_DESC_PID_MAX);
-			return fail(why, req, DL_EBADARG, req->why);
-		}
-		req->desc_pid = (uint32_t)pid;
-		req->has_desc = 1;
-		break;
-	}
-	case OPT_REASON:
-		/* goes to the audit log: printable, bounded */
-		if (!printable(val) || val.len > DL_REASON_MAX) {
-			struct why m = {req->why, 0, sizeof(req->why)};
-
-			why_str(&m, "reason malformed: 1 to ");
-			why_u64(&m, DL_REASON_MAX);
-			why_str(&m, " bytes of printable ASCII without space");
-			return fail(why, req, DL_EBADARG, req->why);
-		}
-		req->reason = val;
-		break;
-	default: /* OPT_BY */
-		if (ci_eq(v, val.len, "WAITERS", 7)) {
-			req->by_waiters = 1;
-		} else if (!ci_eq(v, val.len, "NAME", 4)) {
-			struct why m = {req->why, 0, sizeof(req->why)};
-
-			why_str(&m, "by malformed: ");
-			why_quote(&m, val.p, val.len);
-			why_str(&m, ", takes name or waiters");
-			return fail(why, req, DL_EBADARG, req->why);
-		}
-		break;
-	}
-	return 0;
+	for (i = 0; (1 << i) != opt; i++)
+		;
+	return opt_value[i](req, val, why);
 }
 
 static int printable(struct dl_str w)
