@@ -395,7 +395,7 @@ run-ha: deps
 # corpus in tests/fuzz/corpus/{proto,engine,client} (keep crash inputs
 # there, fixed).
 FUZZ_SECONDS ?= 60
-FUZZ_SMOKE_SECONDS ?= 15
+FUZZ_SMOKE_SECONDS ?= 10
 FUZZ_CC = clang -std=c11 -D_GNU_SOURCE -I. -g -O1 \
           -fsanitize=fuzzer,address,undefined -DDL_VERSION=\"$(VERSION)\"
 FUZZ_ENGINE_SRC := $(filter-out server/conn.c server/server.c server/tls.c \
@@ -421,7 +421,7 @@ fuzz-smoke:
 	    ! echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { return 0; }' | \
 	      clang -x c -fsanitize=fuzzer - -o /dev/null 2>/dev/null; then \
 	  echo "fuzz-smoke: clang with libFuzzer is missing (apt-get install clang libclang-rt-14-dev): skipped"; \
-	else $(MAKE) $(addprefix build/fuzz/,$(FUZZ_TARGETS)) && \
+	else $(MAKE) -j2 $(addprefix build/fuzz/,$(FUZZ_TARGETS)) && \
 	  bash tests/fuzz/run.sh $(FUZZ_SMOKE_SECONDS); fi
 
 # ---- the fault campaign (tests/faults) -----------------------------------------
