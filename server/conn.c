@@ -384,30 +384,26 @@ void dl_conn_send_held(struct dl_conn *c, uint64_t durable)
 	account(c);
 }
 
+/* A withdrawn line (or its replacement) to the writable output. */
+static int out_line(void *ctx, const char *text, size_t len,
+		    const struct dl_line *line)
+{
+	struct dl_conn *c = ctx;
+
+	(void)line;
+	if (dl_buf_add(&c->out, text, len) == 0)
+		return 0;
+	dl_conn_end(c, DL_END_ABORT, "out of memory");
+	return 1;
+}
+
 void dl_conn_withdraw_held(struct dl_conn *c, dl_held_fn fn)
 {
-	char buf[DL_REPLY_MAX];
 	/* The lines leave the connection before the walk: fn calls into the
 	 * lock table, whose changes may send an event on this very
 	 * connection (a watcher's, watch.h). It goes out before the line
 	 * that caused it, and cannot move the lines under the walk. */
-	struct dl_heldq all = dl_heldq_take(&c->held);
-	const char *text;
-	size_t i, n;
-
-	for (i = 0; i < all.n; i++) {
-		text = dl_heldq_text(&all, i);
-		n = fn(c, &all.v[i].line, text, all.v[i].len, buf);
-		if (n == DL_HELD_KEEP)
-			n = all.v[i].len;
-		else
-			text = buf;
-		if (n && dl_buf_add(&c->out, text, n)) {
-			dl_conn_end(c, DL_END_ABORT, "out of memory");
-			break;
-		}
-	}
-	dl_heldq_free(&all);
+	dl_heldq_withdraw(&c->held, c, fn, out_line, c);
 	writeq_add(c);
 	account(c);
 }

@@ -190,15 +190,10 @@ void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why);
 /* Every epoch <= durable is committed: send the held lines it covers. */
 void dl_conn_send_held(struct dl_conn *c, uint64_t durable);
 
-/* Persistence went down: every held line, in order, goes through fn,
- * which either returns DL_HELD_KEEP (send it as it is) or writes what to
- * send instead into buf (DL_REPLY_MAX bytes) and returns its length (0:
- * nothing); then it is all writable. fn may call into the lock table; a
- * line the table's hooks send on this connection meanwhile goes out
- * before the one fn returns. */
-#define DL_HELD_KEEP ((size_t)-1)
-typedef size_t (*dl_held_fn)(struct dl_conn *c, const struct dl_line *line,
-			     const char *text, size_t len, char *buf);
+/* Persistence went down: every held line, in order, goes through fn
+ * (held.h, dl_heldq_withdraw); then it is all writable. fn may call into
+ * the lock table; a line the table's hooks send on this connection
+ * meanwhile goes out before the one fn returns. */
 void dl_conn_withdraw_held(struct dl_conn *c, dl_held_fn fn);
 
 /* 1 while lines wait for durability. */

@@ -112,6 +112,27 @@ struct dl_heldq dl_heldq_take(struct dl_heldq *q)
 	return all;
 }
 
+void dl_heldq_withdraw(struct dl_heldq *q, struct dl_conn *c, dl_held_fn fn,
+		       dl_held_out out, void *ctx)
+{
+	char buf[DL_REPLY_MAX];
+	struct dl_heldq all = dl_heldq_take(q);
+	const char *text;
+	size_t i, n;
+
+	for (i = 0; i < all.n; i++) {
+		text = dl_heldq_text(&all, i);
+		n = fn(c, &all.v[i].line, text, all.v[i].len, buf);
+		if (n == DL_HELD_KEEP) {
+			if (out(ctx, text, all.v[i].len, &all.v[i].line))
+				break;
+		} else if (n && out(ctx, buf, n, NULL)) {
+			break;
+		}
+	}
+	dl_heldq_free(&all);
+}
+
 size_t dl_heldq_memory(const struct dl_heldq *q)
 {
 	return q->text.cap + q->cap * sizeof(*q->v);

@@ -122,6 +122,23 @@ void dl_heldq_drop(struct dl_heldq *q, size_t n);
 /* Every line, moved out: *q is left empty; free the result with
  * dl_heldq_free(). */
 struct dl_heldq dl_heldq_take(struct dl_heldq *q);
+/* Withdrawal (persistence went down). fn sees each line of connection c
+ * and either returns DL_HELD_KEEP (send it as it is) or writes what to
+ * send instead into buf (DL_REPLY_MAX bytes) and returns its length (0:
+ * nothing). */
+struct dl_conn;
+#define DL_HELD_KEEP ((size_t)-1)
+typedef size_t (*dl_held_fn)(struct dl_conn *c, const struct dl_line *line,
+			     const char *text, size_t len, char *buf);
+/* Where each line goes after fn: its text (the line's own, or fn's
+ * replacement, then line is NULL); nonzero stops the walk. */
+typedef int (*dl_held_out)(void *ctx, const char *text, size_t len,
+			   const struct dl_line *line);
+/* Every line of q moved out first (fn may cause new lines on c, which
+ * then go out before the one fn returns: the walk is over a taken copy),
+ * then walked in order through fn and out; q is left empty. */
+void dl_heldq_withdraw(struct dl_heldq *q, struct dl_conn *c, dl_held_fn fn,
+		       dl_held_out out, void *ctx);
 /* The memory the queue holds (its allocations). */
 size_t dl_heldq_memory(const struct dl_heldq *q);
 void dl_heldq_free(struct dl_heldq *q);

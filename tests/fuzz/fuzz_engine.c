@@ -278,25 +278,16 @@ void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why)
 		f->ended = 1;
 }
 
+static int deliver_held(void *ctx, const char *text, size_t len,
+			const struct dl_line *line)
+{
+	deliver(ctx, text, len, line);
+	return 0;
+}
+
 void dl_conn_withdraw_held(struct dl_conn *c, dl_held_fn fn)
 {
-	struct fconn *f = fconn_of(c);
-	char buf[DL_REPLY_MAX];
-	/* as conn.c: the lines leave the connection first (fn's calls into
-	 * the lock table may send on it) */
-	struct dl_heldq all = dl_heldq_take(&c->held);
-	const char *text;
-	size_t i, n;
-
-	for (i = 0; i < all.n; i++) {
-		text = dl_heldq_text(&all, i);
-		n = fn(c, &all.v[i].line, text, all.v[i].len, buf);
-		if (n == DL_HELD_KEEP)
-			deliver(f, text, all.v[i].len, &all.v[i].line);
-		else if (n)
-			deliver(f, buf, n, NULL);
-	}
-	dl_heldq_free(&all);
+	dl_heldq_withdraw(&c->held, c, fn, deliver_held, fconn_of(c));
 }
 
 /* ---- hooks and set-up ---------------------------------------------------- */
