@@ -1019,9 +1019,9 @@ int dlock_stats(dlock_client *c,
  * into the line, which is the request's own copy: a value the caller gets
  * as a C string is ended in place (the byte after it is a space or the
  * line's end). */
-static char *own_str(char *line, const char *base, struct dl_str v)
+static char *own_str(char *line, struct dl_str v)
 {
-	char *p = line + (v.p - base);
+	char *p = line + (v.p - line);
 
 	p[v.len] = '\0';
 	return p;
@@ -1068,7 +1068,7 @@ static int locks_line(char *line, const char **name, struct dlock_status *st)
 		st->holders = (uint32_t)n;
 	if (dl__kv_u64(&r, "limit", UINT32_MAX, &n))
 		st->limit = (uint32_t)n;
-	*name = own_str(line, line, r.word);
+	*name = own_str(line, r.word);
 	return 0;
 }
 
@@ -1164,8 +1164,8 @@ static int holders_line(char *line, struct dlock_holder *h)
 	/* the strings last: ending them in place cuts the line */
 	for (i = 0; i < sizeof(desc) / sizeof(desc[0]); i++)
 		if (dl_reply_kv(&r, desc[i], &v) == 0)
-			dl__holder_word(h, desc[i], own_str(line, line, v));
-	h->owner = own_str(line, line, r.argv[0]);
+			dl__holder_word(h, desc[i], own_str(line, v));
+	h->owner = own_str(line, r.argv[0]);
 	return 0;
 }
 

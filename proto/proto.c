@@ -436,6 +436,7 @@ enum dl_verb dl_find_verb(struct dl_str w)
 	return DL_VERB_NONE;
 }
 
+/* The option's index in opt_names[] (its bit is 1 << index), or -1. */
 static int find_opt(const char *k, size_t n)
 {
 	size_t i;
@@ -447,9 +448,9 @@ static int find_opt(const char *k, size_t n)
 		for (j = 0; j < m; j++)
 			up[j] = (char)(opt_names[i][j] - 'a' + 'A');
 		if (ci_eq(k, n, up, m))
-			return 1 << i;
+			return (int)i;
 	}
-	return 0;
+	return -1;
 }
 
 /* The next word of s[*i..len), or len 0 at the end. */
@@ -898,8 +899,7 @@ static int parse_option(struct dl_str w, const char *eq,
 	const char *v = eq + 1;
 	struct dl_str val = {v, (size_t)(w.p + w.len - v)};
 	struct dl_str key = {w.p, (size_t)(eq - w.p)};
-	int opt = find_opt(key.p, key.len);
-	size_t i;
+	int i = find_opt(key.p, key.len), opt = i < 0 ? 0 : 1 << i;
 
 	if (!(opt & def->opts))
 		return fail_usage(why, req, DL_EBADARG, def,
@@ -913,8 +913,6 @@ static int parse_option(struct dl_str w, const char *eq,
 	if (val.len == 0)
 		return fail_usage(why, req, DL_EBADARG, def,
 				  "option without a value:", key);
-	for (i = 0; (1 << i) != opt; i++)
-		;
 	return opt_value[i](req, val, why);
 }
 

@@ -52,8 +52,11 @@ const char *dl_heldq_text(const struct dl_heldq *q, size_t i)
 	return q->text.p + q->v[i].off;
 }
 
-uint64_t dl_held_left(const struct dl_held *h, const char *text,
-		      struct dl_locktab *tab, uint64_t now)
+/* What remains of the lease a line states, at `now`: of the deadline it
+ * stated, and of the lease as the table has it (gone: 0). No side
+ * effects on the table. */
+static uint64_t held_left(const struct dl_held *h, const char *text,
+			  struct dl_locktab *tab, uint64_t now)
 {
 	const struct dl_line *l = &h->line;
 	struct dl_str name = {text + l->name_off, l->name_len};
@@ -76,7 +79,7 @@ int dl_heldq_emit(const struct dl_heldq *q, size_t i, struct dl_locktab *tab,
 	 * REFRESHED, * EXPIRING): cmd.c noted where (fmt_ttl) */
 	if (l->ttl_len == 0)
 		return dl_buf_add(out, t, h->len);
-	n = dl_u64_to_dec(dl_held_left(h, t, tab, now), num);
+	n = dl_u64_to_dec(held_left(h, t, tab, now), num);
 	rest = l->ttl_off + l->ttl_len;
 	if (dl_buf_add(out, t, l->ttl_off) || dl_buf_add(out, num, n) ||
 	    dl_buf_add(out, t + rest, h->len - rest))
@@ -104,7 +107,8 @@ void dl_heldq_drop(struct dl_heldq *q, size_t n)
 	}
 }
 
-struct dl_heldq dl_heldq_take(struct dl_heldq *q)
+/* Every line, moved out: *q is left empty. */
+static struct dl_heldq heldq_take(struct dl_heldq *q)
 {
 	struct dl_heldq all = *q;
 
@@ -116,7 +120,7 @@ void dl_heldq_withdraw(struct dl_heldq *q, struct dl_conn *c, dl_held_fn fn,
 		       dl_held_out out, void *ctx)
 {
 	char buf[DL_REPLY_MAX];
-	struct dl_heldq all = dl_heldq_take(q);
+	struct dl_heldq all = heldq_take(q);
 	const char *text;
 	size_t i, n;
 

@@ -25,10 +25,10 @@
  *   5. release: the lines whose epoch committed leave the queue in order,
  *      dl_cmd_released() first (a shortening REFRESH takes effect now),
  *      then each is copied out with its TTL field rewritten to what
- *      remains of the lease now (dl_held_left): a reply that waited never
+ *      remains of the lease now (dl_heldq_emit): a reply that waited never
  *      promises more than the lease has left;
  *   6. or withdrawal: when persistence goes down, dl_conn_withdraw_held()
- *      takes every held line (dl_heldq_take) through cmd.c's break_line,
+ *      takes every held line (dl_heldq_withdraw) through cmd.c's break_line,
  *      which revokes grants that never became durable (re-queuing a
  *      served waiter) by the name and tag the dl_line points at, and
  *      answers ERR UNAVAILABLE in their place.
@@ -108,20 +108,12 @@ int dl_heldq_add(struct dl_heldq *q, const char *text, size_t len,
 size_t dl_heldq_covered(const struct dl_heldq *q, uint64_t durable);
 /* Line i's text. */
 const char *dl_heldq_text(const struct dl_heldq *q, size_t i);
-/* What remains of the lease a line states, at `now`: of the deadline it
- * stated, and of the lease as the table has it (gone: 0). No side
- * effects on the table. */
-uint64_t dl_held_left(const struct dl_held *h, const char *text,
-		      struct dl_locktab *tab, uint64_t now);
 /* Append line i to out, its TTL field (if it states one) replaced by
- * dl_held_left() at now. 0 or DL_ENOMEM. */
+ * what remains of its lease at now. 0 or DL_ENOMEM. */
 int dl_heldq_emit(const struct dl_heldq *q, size_t i, struct dl_locktab *tab,
 		  uint64_t now, struct dl_buf *out);
 /* Forget the n oldest lines (sent or replaced). */
 void dl_heldq_drop(struct dl_heldq *q, size_t n);
-/* Every line, moved out: *q is left empty; free the result with
- * dl_heldq_free(). */
-struct dl_heldq dl_heldq_take(struct dl_heldq *q);
 /* Withdrawal (persistence went down). fn sees each line of connection c
  * and either returns DL_HELD_KEEP (send it as it is) or writes what to
  * send instead into buf (DL_REPLY_MAX bytes) and returns its length (0:
