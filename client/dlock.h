@@ -498,7 +498,8 @@ int dlock_unlock_token(dlock_client *c, const char *name, uint64_t token,
 
 /* REFRESH name token: the lease's deadline becomes now + ttl_ms (0: the
  * lease's last TTL, as the server keeps it). 0 on success, and
- * *granted_ttl_ms (if not NULL) is the TTL the server granted.
+ * *granted_ttl_ms (if not NULL) is what remains of the lease as the server
+ * answered: the TTL, less any time the reply waited for Redis.
  * DLOCK_ENOTHOLDER if this owner holds no such lease (a lease past its
  * deadline is gone). DLOCK_EINVAL (bad name or TTL, a TTL above the
  * server's max_ttl, or a lease this client has handles for),
@@ -687,7 +688,7 @@ int dlock_watch_next(dlock_client *c, struct dlock_watch_event *ev,
 
 const char *dlock_lease_name(const dlock_lease *l);
 uint64_t dlock_lease_token(const dlock_lease *l);
-int64_t dlock_lease_ttl(const dlock_lease *l); /* last granted TTL */
+int64_t dlock_lease_ttl(const dlock_lease *l); /* TTL renewals ask for */
 /* Local deadline on CLOCK_BOOTTIME (which, unlike CLOCK_MONOTONIC, goes
  * on while the machine is suspended), in ms; renewal moves it. */
 int64_t dlock_lease_deadline(const dlock_lease *l);

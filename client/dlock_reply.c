@@ -266,7 +266,11 @@ static int reply_refresh(struct dlock_client *c, struct dl__req *q,
 		l->refreshing = 0;
 	if (is(r, DL_REPLY_OK, "REFRESHED") && arg_i64(r, 1, &ms) == 0) {
 		if (!l->dead && !l->unlocking) {
-			atomic_store(&l->ttl, ms);
+			/* ms is what remains as the reply is sent, less than
+			 * the TTL by the time it waited for Redis: renewals
+			 * go on asking for the TTL itself, or every wait
+			 * would shorten the lease a little more. */
+			atomic_store(&l->ttl, q->ttl > 0 ? q->ttl : ms);
 			dl__lease_confirm(l, q->sent_at, ms);
 		}
 		dl__req_finish(c, q, 0);
