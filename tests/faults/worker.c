@@ -58,6 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -342,6 +343,7 @@ static int raw_connect(struct raw *r, const char *hosts, const char *port,
 {
 	char list[512], h[256], p[16], *save = NULL, *tok, *colon;
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *ai;
+	struct timeval limit = {.tv_sec = 3};
 	int k = 0, count = 0, fd;
 
 	snprintf(list, sizeof(list), "%s", hosts);
@@ -362,7 +364,12 @@ static int raw_connect(struct raw *r, const char *hosts, const char *port,
 	if (getaddrinfo(h, p, &hints, &ai) != 0)
 		return -1;
 	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+	/* Linux bounds connect() by the send timeout: a server that never
+	 * answers the SYN costs 3 s, as a silent reply does (raw_line),
+	 * not the kernel's two minutes. */
+	if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit,
+				   sizeof(limit)) != 0 ||
+			connect(fd, ai->ai_addr, ai->ai_addrlen) != 0)) {
 		close(fd);
 		fd = -1;
 	}
