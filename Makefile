@@ -77,20 +77,19 @@ ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 # ---- sources ---------------------------------------------------------------
 
 PROTO_SRC  := proto/proto.c proto/desc.c
+STORE_SRC  := $(addprefix server/store/,store.c store_load.c store_batch.c \
+                store_lead.c store_cluster.c store_find.c store_durable.c \
+                store_migrate.c store_resync.c store_uv.c)
 SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/conn.c server/held.c server/cmd.c server/server.c \
-              server/store.c \
-              server/notify.c server/record.c server/store_load.c \
+              server/notify.c server/record.c \
               server/stats.c server/metrics.c server/buf.c \
               server/htab.c server/locktab_ops.c server/locktab_cycle.c \
-              server/store_batch.c server/store_lead.c \
-              server/store_cluster.c \
-              server/store_find.c server/store_durable.c \
-              server/store_migrate.c server/store_resync.c server/store_uv.c \
               server/bucket.c \
               server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c \
               server/watchreg.c server/watch.c server/desc.c \
-              server/locktab_side.c
+              server/locktab_side.c \
+              $(STORE_SRC)
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c client/dlock_tls.c client/dlock_watch.c \
               client/dlock_desc.c
@@ -613,8 +612,8 @@ clean:
 
 # The C sources as .clang-format says (clang-format 14, make deps); make
 # check fails on any difference, and make format applies it.
-FORMAT_SRC = proto/*.[ch] server/*.[ch] client/*.[ch] tests/*.[ch] \
-             tests/*/*.[ch]
+FORMAT_SRC = proto/*.[ch] server/*.[ch] server/store/*.[ch] client/*.[ch] \
+             tests/*.[ch] tests/*/*.[ch]
 format:
 	clang-format -i $(FORMAT_SRC)
 format-check:

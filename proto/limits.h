@@ -246,11 +246,11 @@
 
 /* ---- persistence (Redis) ----------------------------------------------- */
 /* (The store's own tuning -- backoff, batching, re-sync, leadership
- * renewals -- is in server/store_tuning.h.) */
+ * renewals -- is in server/store/store_tuning.h.) */
 
 /* [cluster] leader_lease (docs/design.md, "Leadership and fencing"): the
  * active daemon's lease in Redis; how it is renewed and counted is the
- * store's (server/store_tuning.h). */
+ * store's (server/store/store_tuning.h). */
 #define DL_DEFAULT_LEADER_LEASE_MS 4000
 #define DL_LEADER_LEASE_MIN_MS	   1000
 #define DL_LEADER_LEASE_MAX_MS	   60000

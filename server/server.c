@@ -35,7 +35,7 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/notify.h"
-#include "server/store_tuning.h"
+#include "server/store/store_tuning.h"
 #include "server/tls.h"
 #include "server/watch.h"
 

@@ -31,7 +31,7 @@
 #include "proto/proto.h"
 #include "server/config.h"
 #include "server/locktab.h"
-#include "server/store.h"
+#include "server/store/store.h"
 
 struct dl_conn;
 struct dl_metrics;

@@ -263,7 +263,7 @@ uint64_t h_stats_value(struct h_client *c, const char *key);
 int h_redis_wait(const struct h_redis *r, const char *cmd, const char *needle,
 		 int want, int timeout_ms);
 
-/* ---- the daemon's keys in Redis (store layout 2, server/store.c) -------- */
+/* ---- the daemon's keys in Redis (layout 2, server/store/store.c) ---- */
 
 /* The bucket of lock `name` under the default prefix, "dlock:rec:<b>"
  * (server/bucket.h's function; static buffer, valid until the next

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_layout.c -- store layout 2 (server/store.c): lock records in 1024
- * bucket hashes, the migration from layout 1 (server/store_migrate.c),
+ * test_layout.c -- store layout 2 (server/store/store.c): lock records in 1024
+ * bucket hashes, the migration from layout 1 (server/store/store_migrate.c),
  * the re-sync that replaces buckets whole, and the fence that keeps
- * daemons of layout 1 away (server/store_lead.c).
+ * daemons of layout 1 away (server/store/store_lead.c).
  *
  * Each test starts its own redis-server and dlockd, writes or reads the
  * keys with redis-cli, and would pass on none of the broken versions its

@@ -12,7 +12,7 @@
  * "not before" with EARLY_MS of slack and "within" with generous LATE_MS,
  * enough for AddressSanitizer on a busy two-core box.
  *
- * Key layout read back with redis-cli (server/store.c, server/record.h):
+ * Key layout read back with redis-cli (server/store/store.c, server/record.h):
  *   dlock:token        a mark at or above every token issued, at most
  *                      TOKEN_RESERVE above the last (store_batch.c)
  *   dlock:rec:<b>      a hash: field <name>, the record "dlock1\nH <token>
@@ -36,7 +36,7 @@
 #define EARLY_MS 50
 #define LATE_MS	 1000
 
-/* DL_TOKEN_RESERVE of server/store_batch.h: how far ahead of the last
+/* DL_TOKEN_RESERVE of server/store/store_batch.h: how far ahead of the last
  * token the stored mark is set. */
 #define TOKEN_RESERVE 1000000ULL
 

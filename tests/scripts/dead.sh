@@ -6,8 +6,8 @@
 set -u
 cd "$(dirname "$0")/../.."
 dead=0
-for n in $(grep -hoE '^#define [A-Z_][A-Z0-9_]+' server/*.[ch] client/*.[ch] \
-		proto/*.[ch] | awk '{print $2}' | sort -u); do
+for n in $(grep -hoE '^#define [A-Z_][A-Z0-9_]+' server/*.[ch] \
+		server/store/*.[ch] client/*.[ch] proto/*.[ch] | awk '{print $2}' | sort -u); do
 	uses=$(grep -rw --include='*.[ch]' "$n" server client proto tests |
 		grep -vc "#define $n\b")
 	if [ "$uses" = 0 ]; then

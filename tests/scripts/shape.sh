@@ -5,7 +5,7 @@
 # files name it. Prints; never fails: the numbers are for review.
 set -u
 cd "$(dirname "$0")/../.."
-src=$(ls server/*.[ch] client/*.[ch] proto/*.[ch] 2>/dev/null)
+src=$(ls server/*.[ch] server/store/*.[ch] client/*.[ch] proto/*.[ch] 2>/dev/null)
 
 echo "files over 800 lines:"
 wc -l $src | awk '$2 != "total" && $1 > 800 {printf "  %5d %s\n", $1, $2}' | sort -rn
@@ -36,7 +36,7 @@ done
 # The store's state, by file: how many of struct dl_store's own fields
 # each file reads or writes (st->field, also through a nested part).
 echo "struct dl_store: its own fields each file touches:"
-fields=$(ctags --c-kinds=m --fields=+S -o - server/store_private.h 2>/dev/null |
+fields=$(ctags --c-kinds=m --fields=+S -o - server/store/store_private.h 2>/dev/null |
 	awk -F'\t' '$0 ~ /struct:dl_store($|\t)/ {print $1}' | sort -u)
 for f in server/store*.c; do
 	n=0

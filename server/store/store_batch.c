@@ -86,7 +86,7 @@
 #include <string.h>
 
 #include "server/clock.h"
-#include "server/store_private.h"
+#include "server/store/store_private.h"
 
 /* Above this many locks in one batch the apply function groups them per
  * bucket (see the top comment): about two per bucket, where the calls
@@ -112,8 +112,8 @@
 /* clang-format off */
 static const char lua_writes[] =
 	"#!lua name=" DL_STORE_LIBRARY "\n"
-	"-- dlockd's writes and leadership: see server/store_batch.c and\n"
-	"-- server/store_lead.c in the dlockd sources.\n"
+	"-- dlockd's writes and leadership: see server/store/store_batch.c and\n"
+	"-- server/store/store_lead.c in the dlockd sources.\n"
 	"local UNPACK, GROUP_MIN, LAYOUT = " STR(LUA_UNPACK_MAX) ", "
 		STR(APPLY_GROUP_MIN) ", '" DL_STORE_LAYOUT "'\n"
 	"local EPOCH_MAX = " STR(DL_EPOCH_MAX) "\n"

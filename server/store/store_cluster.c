@@ -39,7 +39,7 @@
 #include <sys/random.h>
 
 #include "server/log.h"
-#include "server/store_private.h"
+#include "server/store/store_private.h"
 
 const char *dl_store_cluster(const struct dl_store *st)
 {

@@ -8,7 +8,7 @@
  * one loop iteration: hiredis's cleanup hook closes the handle and clears
  * ac, and the struct is freed in the handle's close callback.
  */
-#include "server/store_uv.h"
+#include "server/store/store_uv.h"
 
 #include <stdlib.h>
 

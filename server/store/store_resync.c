@@ -9,7 +9,7 @@
  */
 #include <string.h>
 
-#include "server/store_private.h"
+#include "server/store/store_private.h"
 
 /* End a re-sync (its link lost, or it is done): its index goes, and with
  * it the pin that kept the indexed locks in the table. */

@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "server/log.h"
-#include "server/store_private.h"
+#include "server/store/store_private.h"
 
 const char *dl_durability_name(int d)
 {

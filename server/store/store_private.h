@@ -22,14 +22,14 @@
 
 #include "server/bucket.h"
 #include "server/record.h"
-#include "server/store.h"
-#include "server/store_batch.h"
-#include "server/store_durable.h"
-#include "server/store_find.h"
-#include "server/store_lead.h"
-#include "server/store_load.h"
-#include "server/store_resync.h"
-#include "server/store_tuning.h"
+#include "server/store/store.h"
+#include "server/store/store_batch.h"
+#include "server/store/store_durable.h"
+#include "server/store/store_find.h"
+#include "server/store/store_lead.h"
+#include "server/store/store_load.h"
+#include "server/store/store_resync.h"
+#include "server/store/store_tuning.h"
 
 enum link { LINK_DOWN, LINK_CONNECTING, LINK_SYNCING, LINK_UP };
 

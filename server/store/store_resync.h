@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "server/store_batch.h"
+#include "server/store/store_batch.h"
 
 struct dl_store;
 

@@ -34,8 +34,8 @@
 #include <string.h>
 
 #include "server/log.h"
-#include "server/store_private.h"
-#include "server/store_uv.h"
+#include "server/store/store_private.h"
+#include "server/store/store_uv.h"
 
 struct resolve {
 	uv_getaddrinfo_t req;

@@ -13,7 +13,7 @@
 
 #include "server/config.h"
 #include "server/seen.h"
-#include "server/store.h"
+#include "server/store/store.h"
 
 struct dl_store;
 

@@ -97,7 +97,7 @@
 
 #include "server/clock.h"
 #include "server/log.h"
-#include "server/store_private.h"
+#include "server/store/store_private.h"
 
 static const char *const mode_names[] = {
 	[LEAD_LOOK] = "look",	[LEAD_RENEW] = "renew",	  [LEAD_TAKE] = "take",

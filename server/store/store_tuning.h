@@ -17,7 +17,7 @@
 #define DL_STORE_BACKOFF_MIN_MS 50
 #define DL_STORE_BACKOFF_MAX_MS 1000
 
-/* Lazy writes (server/store.c): a change no reply waits for is written
+/* Lazy writes (server/store/store.c): a change no reply waits for is written
  * with the next batch that must go, or after this long, or as soon as
  * this many such locks are dirty. */
 #define DL_STORE_LAZY_MS  5
@@ -37,14 +37,14 @@
  * the daemon's keys is refused within about this long. */
 #define DL_STORE_CONFIG_MS 1000
 
-/* Loading at start-up (server/store_load.c): replies kept in flight so
+/* Loading at start-up (server/store/store_load.c): replies kept in flight so
  * that Redis builds the next while the daemon parses one (HGETALLs of
  * buckets, ~1000 records each at 10^6 locks; MGETs when migrating from
  * layout 1), and keys per MGET, and per deleting call, of layout 1. */
 #define DL_STORE_LOAD_WINDOW 3
 #define DL_STORE_LOAD_BATCH  10000
-/* Re-sync and migration (server/store.c, server/store_migrate.c): lock
- * records per call of the replace function (whole buckets, so a little
+/* Re-sync and migration (server/store/store.c, server/store/store_migrate.c):
+ * lock records per call of the replace function (whole buckets, so a little
  * more: about one bucket per call at 10^6 locks), and calls of a re-sync
  * in flight: a few, so that the leadership's renewals are not queued
  * behind a re-sync that takes seconds, and Redis always has the next call
@@ -61,7 +61,7 @@
 /* A whole bucket goes in one re-sync call, however many records it has:
  * names chosen to fall into one bucket make a call of 10^6 records, which
  * took Redis 2-2.8 s. Its reply is given redis_timeout plus this much per
- * record (10 s for 10^6), so that the re-sync ends (server/store.c). */
+ * record (10 s for 10^6), so that the re-sync ends (server/store/store.c). */
 #define DL_STORE_RECORD_US 10
 
 /* Leadership (docs/design.md, "Leadership and fencing"). The active

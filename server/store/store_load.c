@@ -54,7 +54,7 @@
 
 #include "server/clock.h"
 #include "server/log.h"
-#include "server/store_private.h"
+#include "server/store/store_private.h"
 
 /* Bytes of an unreadable record shown in the log. */
 #define SHOW_MAX 160

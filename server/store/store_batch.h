@@ -15,7 +15,7 @@
 #include "server/bucket.h"
 #include "server/buf.h"
 #include "server/locktab.h"
-#include "server/store_tuning.h"
+#include "server/store/store_tuning.h"
 
 struct dl_store;
 

@@ -59,7 +59,7 @@
 
 #include "server/clock.h"
 #include "server/log.h"
-#include "server/store_private.h"
+#include "server/store/store_private.h"
 
 #define RUN(x, rc, ...) run_v((x), (rc), (const char *[]){__VA_ARGS__, NULL})
 

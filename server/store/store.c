@@ -63,7 +63,7 @@
  *
  * The start-up load is in store_load.c.
  */
-#include "server/store.h"
+#include "server/store/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,8 +71,8 @@
 
 #include "server/clock.h"
 #include "server/log.h"
-#include "server/store_private.h"
-#include "server/store_uv.h"
+#include "server/store/store_private.h"
+#include "server/store/store_uv.h"
 
 /* ---- life cycle --------------------------------------------------------- */
 
