@@ -1131,7 +1131,10 @@ Test(client, no_reconnect_fails_with_eclosed, .init = start_none,
 	o.on_lost = on_lost;
 	o.arg = &s;
 	c = connect_with(&o);
-	l = must_lock(c, "nr", 300, 0);
+	/* 1 s: the lost guard is a tenth of the TTL, and on_lost must come
+	 * within it of its time (30 ms, at 300 ms, was missed by 1 ms with
+	 * the test held to 5% of a CPU) */
+	l = must_lock(c, "nr", 1000, 0);
 	cr_assert(eq(int, h_daemon_stop(&d), 0));
 	h_daemon_restart(&d);
 	cr_assert(eq(int, dlock_ping(c), DLOCK_ECLOSED));
@@ -1383,8 +1386,10 @@ static void lost_before_deadline_when_frozen(void)
 	o.on_lost = on_lost;
 	o.arg = &s;
 	c = connect_with(&o);
-	l = must_lock(c, "frozen", 300, 0);
-	h_sleep_ms(150);
+	/* 1 s, as in no_reconnect_fails_with_eclosed; stopped past the
+	 * first renewal (at a third of the TTL) */
+	l = must_lock(c, "frozen", 1000, 0);
+	h_sleep_ms(400);
 	h_daemon_signal(&d, SIGSTOP);
 	cr_assert(eq(int, wait_lost(&s, 2000), 1));
 	cr_assert(eq(int, s.why, DLOCK_LOST_UNCONFIRMED));
