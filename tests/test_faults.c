@@ -183,6 +183,9 @@ Test(faults, restart_with_the_clock_stepped_back_ends_leases_on_time)
 /* Replies of the burst are read by nobody: a big max_output keeps the
  * connection (and the loop's work) going. */
 #define BURST_LINES 8000
+/* How long the burst may keep a reply behind it: it only bounds a
+ * failure. */
+#define BURST_WAIT_MS 60000
 
 /* The daemon is stopped while b's burst of STATS and a's PING arrive. It
  * resumes and works through the burst (one long loop iteration); 30 ms
@@ -304,7 +307,11 @@ Test(faults, lease_counts_from_when_its_request_was_read)
 	h_sleep_ms(30);
 	sent = h_now_ms();
 	h_send(a, "LOCK x ttl=150");
-	h_expect(a, "OK PONG");
+	/* behind the burst: 8000 STATS took more than h_line()'s 5 s with
+	 * the test and a sanitized daemon held to 10% of a CPU */
+	l = h_read(a, BURST_WAIT_MS);
+	cr_assert(l && strcmp(l, "OK PONG") == 0, "PING: \"%s\"",
+		  l ? l : "(nothing)");
 	l = h_line(a);
 	cr_assert(h_starts(l, "OK GRANTED x "), "LOCK x: \"%s\"", l);
 	l = h_read(a, 5000);
@@ -675,7 +682,7 @@ Test(faults, mass_expiry_is_reaped_in_budgets_with_io_between)
 	static struct locker s;
 	struct h_client *o, *p;
 	pthread_t th;
-	int i, at_pong;
+	int i, at_pong, early = 0;
 	char *l;
 
 	h_daemon_write_conf(&d, "[limits]\nmax_locks_per_owner = 200000\n");
@@ -684,15 +691,25 @@ Test(faults, mass_expiry_is_reaped_in_budgets_with_io_between)
 	p = h_connect(d.port);
 	s = (struct locker){o, MASS};
 	cr_assert_eq(pthread_create(&th, NULL, send_locks, &s), 0);
-	for (i = 0; i < MASS; i++) {
+	/* The first leases may end before the last is granted (granting
+	 * took more than their 3 s with the test and a sanitized daemon
+	 * held to 10% of a CPU): their * EXPIRED come among the grants, and
+	 * count. The rest fall due together. */
+	for (i = 0; i < MASS;) {
 		l = h_read(o, 10000);
+		if (l && h_starts(l, "* EXPIRED m")) {
+			early++;
+			continue;
+		}
 		cr_assert(l && h_starts(l, "OK GRANTED m"), "LOCK %d: \"%s\"",
 			  i, l ? l : "");
+		i++;
 	}
 	pthread_join(th, NULL);
 	h_daemon_signal(&d, SIGSTOP);
 	h_sleep_ms(3500);
 	k = (struct counter){.c = o};
+	atomic_store(&k.n, early);
 	cr_assert_eq(pthread_create(&th, NULL, count_expired, &k), 0);
 	h_send(p, "PING during");
 	h_daemon_signal(&d, SIGCONT);
@@ -701,7 +718,8 @@ Test(faults, mass_expiry_is_reaped_in_budgets_with_io_between)
 	cr_assert(l && strcmp(l, "OK PONG during") == 0, "PING: \"%s\"",
 		  l ? l : "");
 	pthread_join(th, NULL);
-	cr_log_info("PONG after %d of %d * EXPIRED", at_pong, MASS);
+	cr_log_info("PONG after %d of %d * EXPIRED (%d before the stop)",
+		    at_pong, MASS, early);
 	cr_assert_eq(atomic_load(&k.n), MASS,
 		     "the owner received %d of %d * EXPIRED (closed: %d)",
 		     atomic_load(&k.n), MASS, atomic_load(&k.closed));

@@ -1287,20 +1287,28 @@ Test(ha, partitioned_active_steps_down, .fini = unpartition)
 Test(ha, dlock_run_survives_a_failover)
 {
 	const char *dl = getenv("DLOCK") ? getenv("DLOCK") : "build/dlock";
-	char cmd[1024], out[256] = "";
+	char cmd[1024], out[256] = "", started[H_PATH_MAX + 16];
 	struct h_client *c;
+	uint64_t end;
 	FILE *p;
 	int st;
 
 	start_node(&a, "a", "1s");
 	start_node(&b, "b", "1s");
+	snprintf(started, sizeof(started), "%s/started", b.dir);
 	snprintf(cmd, sizeof(cmd),
 		 "%s --servers 127.0.0.1:%d,127.0.0.1:%d run job --ttl 8s -- "
-		 "sh -c 'sleep 4; echo command-done' 2>&1",
-		 dl, b.port, a.port);
+		 "sh -c 'touch %s; sleep 4; echo command-done' 2>&1",
+		 dl, b.port, a.port, started);
 	p = popen(cmd, "r");
 	cr_assert(p != NULL);
-	h_sleep_ms(1000);
+	/* killed while the command runs, once it runs (dlock had its
+	 * grant): a sanitized dlock's start, its connection through the
+	 * standby and its LOCK took more than the fixed 1 s this waited */
+	for (end = h_now_ms() + 10000; access(started, F_OK) != 0;
+	     h_sleep_ms(20))
+		cr_assert_lt(h_now_ms(), end,
+			     "dlock run did not start its command");
 	c = h_hello(a.port, "probe");
 	cr_assert_str_eq(h_kv(h_call(c, "STATUS job"), "state"), "held");
 	h_close(c);

@@ -121,6 +121,34 @@ static int reap(pid_t pid, int timeout_ms)
 	return -1;
 }
 
+/* 1 once d's log has a line with `needle`, within timeout_ms: a reload
+ * is done when it says so, not after a fixed pause. */
+static int log_wait(const struct h_daemon *d, const char *needle,
+		    int timeout_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+
+	while (!h_daemon_log_has(d, needle)) {
+		if (h_now_ms() > end)
+			return 0;
+		h_sleep_ms(10);
+	}
+	return 1;
+}
+
+/* Poll STATS on c until connections is `want` (5 s at most): the daemon
+ * has seen the connections that went away. */
+static void wait_connections(struct h_client *c, uint64_t want)
+{
+	uint64_t end = h_now_ms() + 5000, got;
+
+	while ((got = h_stats_value(c, "connections")) != want) {
+		cr_assert(h_now_ms() < end, "connections=%llu, want %llu",
+			  (unsigned long long)got, (unsigned long long)want);
+		h_sleep_ms(10);
+	}
+}
+
 Test(ops, ready_only_once_state_is_loaded_and_the_port_listens, .timeout = 60)
 {
 	struct h_redis r;
@@ -225,8 +253,7 @@ Test(ops, sighup_changes_password_and_limit_without_dropping_clients,
 				"[limits]\nmax_waiters_per_lock = 1\n"
 				"auth_delay = 0\n");
 	h_daemon_signal(&d, SIGHUP);
-	h_sleep_ms(300);
-	cr_assert(h_daemon_log_has(&d, "password changed, applied"));
+	cr_assert(log_wait(&d, "password changed, applied", 5000));
 
 	/* The connection that gave the old password is told and closed:
 	 * a password change is how a leaked one is taken back. Its lease
@@ -249,13 +276,11 @@ Test(ops, sighup_changes_password_and_limit_without_dropping_clients,
 	h_daemon_write_conf(&d, "[server]\npassword = second\n"
 				"[limits]\ntick = 20ms\n");
 	h_daemon_signal(&d, SIGHUP);
-	h_sleep_ms(300);
-	cr_assert(h_daemon_log_has(&d, "tick changed, needs a restart"));
+	cr_assert(log_wait(&d, "tick changed, needs a restart", 5000));
 	/* A broken file is refused; the running configuration stays. */
 	h_daemon_write_conf(&d, "[server]\npasword = x\n");
 	h_daemon_signal(&d, SIGHUP);
-	h_sleep_ms(300);
-	cr_assert(h_daemon_log_has(&d, "reload failed"));
+	cr_assert(log_wait(&d, "reload failed", 5000));
 	c3 = h_connect(d.port);
 	cr_assert(strcmp(h_call(c3, "AUTH second"), "OK AUTH") == 0);
 	h_close(old);
@@ -311,9 +336,11 @@ Test(ops, every_limit_says_err_limit_and_the_daemon_keeps_serving, .fini = stop,
 				"max_waiters_per_lock = 1\n"
 				"max_locks_per_owner = 2\n");
 	h_daemon_start(&d, "--persist", "none", "-c", d.conf, NULL);
-	/* Let the daemon see the harness's readiness probe close. */
-	h_sleep_ms(200);
-	for (i = 0; i < 4; i++)
+	/* Once the daemon has seen the harness's readiness probe close, it
+	 * counts cs[0] alone. */
+	cs[0] = h_connect(d.port);
+	wait_connections(cs[0], 1);
+	for (i = 1; i < 4; i++)
 		cs[i] = h_connect(d.port);
 	extra = h_connect(d.port);
 	l = h_read(extra, 5000);
@@ -342,7 +369,7 @@ Test(ops, every_limit_says_err_limit_and_the_daemon_keeps_serving, .fini = stop,
 	cr_assert(eq(u64, h_stats_value(cs[3], "connections_rejected"), 1));
 	/* A slot frees: a new connection is accepted again. */
 	h_close(cs[3]);
-	h_sleep_ms(200);
+	wait_connections(cs[0], 3);
 	cs[3] = h_connect(d.port);
 	cr_assert(strcmp(h_call(cs[3], "PING"), "OK PONG") == 0);
 	for (i = 0; i < 4; i++)
