@@ -1430,7 +1430,11 @@ Test(persist, redis_losing_aof_while_running_is_refused_until_it_is_back)
 	uint64_t t0;
 	char *l;
 
-	start("always", NULL);
+	/* A refused Redis takes no leadership renewal: a daemon refused for
+	 * longer than its lease (4 s by default, renewed every third of it)
+	 * steps down and closes its connections, c with them (seen when the
+	 * refusal took 3 s). A lease that outlasts the refusal. */
+	start("always", "[cluster]\nleader_lease = 60s\n");
 	c = h_hello(d.port, "alice");
 	l = h_call(c, "HELLO owner=alice");
 	cr_assert_str_eq(h_kv(l, "durability"), "always", "in \"%s\"", l);
