@@ -681,6 +681,19 @@ int h_daemon_log_has(const struct h_daemon *d, const char *needle)
 	return found;
 }
 
+int h_daemon_log_wait(const struct h_daemon *d, const char *needle,
+		      int timeout_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+
+	while (!h_daemon_log_has(d, needle)) {
+		if (h_now_ms() > end)
+			return 0;
+		h_sleep_ms(10);
+	}
+	return 1;
+}
+
 int h_suite_redis(void)
 {
 	const char *m = getenv("DL_TEST_PERSIST");

@@ -134,6 +134,11 @@ void h_daemon_start_redis(struct h_daemon *d, const struct h_redis *r,
 			  const char *conf);
 /* 1 if the daemon's log contains `needle`. */
 int h_daemon_log_has(const struct h_daemon *d, const char *needle);
+/* 1 once the daemon's log contains `needle`, within timeout_ms (0 if not
+ * by then): a step the daemon logs is done when it says so, not after a
+ * fixed pause. */
+int h_daemon_log_wait(const struct h_daemon *d, const char *needle,
+		      int timeout_ms);
 /* Print the daemon's log to stderr (before an assertion that is about to
  * fail, when the log says why). */
 void h_daemon_print_log(const struct h_daemon *d);

@@ -121,21 +121,6 @@ static int reap(pid_t pid, int timeout_ms)
 	return -1;
 }
 
-/* 1 once d's log has a line with `needle`, within timeout_ms: a reload
- * is done when it says so, not after a fixed pause. */
-static int log_wait(const struct h_daemon *d, const char *needle,
-		    int timeout_ms)
-{
-	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
-
-	while (!h_daemon_log_has(d, needle)) {
-		if (h_now_ms() > end)
-			return 0;
-		h_sleep_ms(10);
-	}
-	return 1;
-}
-
 /* Poll STATS on c until connections is `want` (5 s at most): the daemon
  * has seen the connections that went away. */
 static void wait_connections(struct h_client *c, uint64_t want)
@@ -253,7 +238,7 @@ Test(ops, sighup_changes_password_and_limit_without_dropping_clients,
 				"[limits]\nmax_waiters_per_lock = 1\n"
 				"auth_delay = 0\n");
 	h_daemon_signal(&d, SIGHUP);
-	cr_assert(log_wait(&d, "password changed, applied", 5000));
+	cr_assert(h_daemon_log_wait(&d, "password changed, applied", 5000));
 
 	/* The connection that gave the old password is told and closed:
 	 * a password change is how a leaked one is taken back. Its lease
@@ -276,11 +261,11 @@ Test(ops, sighup_changes_password_and_limit_without_dropping_clients,
 	h_daemon_write_conf(&d, "[server]\npassword = second\n"
 				"[limits]\ntick = 20ms\n");
 	h_daemon_signal(&d, SIGHUP);
-	cr_assert(log_wait(&d, "tick changed, needs a restart", 5000));
+	cr_assert(h_daemon_log_wait(&d, "tick changed, needs a restart", 5000));
 	/* A broken file is refused; the running configuration stays. */
 	h_daemon_write_conf(&d, "[server]\npasword = x\n");
 	h_daemon_signal(&d, SIGHUP);
-	cr_assert(log_wait(&d, "reload failed", 5000));
+	cr_assert(h_daemon_log_wait(&d, "reload failed", 5000));
 	c3 = h_connect(d.port);
 	cr_assert(strcmp(h_call(c3, "AUTH second"), "OK AUTH") == 0);
 	h_close(old);

@@ -276,19 +276,6 @@ static void tc_cert(struct tc *t, char *cn, size_t cnlen, char *serial,
 	BN_free(bn);
 }
 
-/* Wait up to ms for the daemon's log to contain needle. */
-static int log_wait(const struct h_daemon *dm, const char *needle, int ms)
-{
-	uint64_t end = h_now_ms() + (uint64_t)ms;
-
-	while (!h_daemon_log_has(dm, needle)) {
-		if (h_now_ms() > end)
-			return 0;
-		h_sleep_ms(20);
-	}
-	return 1;
-}
-
 /* ---- libdlock ------------------------------------------------------------ */
 
 static void tls_opts(struct dlock_options *o, int port, const char *ca)
@@ -354,7 +341,7 @@ Test(tls, lock_and_unlock_work_over_tls_from_a_raw_client_and_libdlock)
 	cr_assert(dlock_lease_valid(l));
 	cr_assert_eq(dlock_unlock(c, l), 0);
 	dlock_close(c);
-	cr_assert(log_wait(&d, "TLS handshake done (TLSv1.3", 2000));
+	cr_assert(h_daemon_log_wait(&d, "TLS handshake done (TLSv1.3", 2000));
 }
 
 Test(tls, plaintext_or_garbage_on_the_tls_port_is_closed_with_a_notice)
@@ -379,7 +366,7 @@ Test(tls, plaintext_or_garbage_on_the_tls_port_is_closed_with_a_notice)
 	cr_assert_eq(h_send_raw(bad, junk, sizeof(junk) - 1), 0);
 	cr_assert(h_wait_closed(bad, 3000), "garbage kept the connection");
 	h_close(bad);
-	cr_assert(log_wait(&d, "TLS handshake failed: ", 2000));
+	cr_assert(h_daemon_log_wait(&d, "TLS handshake failed: ", 2000));
 	cr_assert(h_daemon_log_has(&d, " N conn "), "not at notice level");
 	/* the daemon serves the next client as ever */
 	t = tc_connect(d.port);
@@ -428,7 +415,8 @@ Test(tls, a_client_that_never_handshakes_is_closed_after_the_timeout)
 	cr_assert_str_eq(tc_call(t, "PING"), "OK PONG");
 	cr_assert(h_wait_closed(silent, 3000), "still open after 3 s");
 	cr_assert_geq(h_now_ms() - t0, 450, "closed before its time");
-	cr_assert(log_wait(&d, "TLS handshake not done within 500ms", 1000));
+	cr_assert(h_daemon_log_wait(&d, "TLS handshake not done within 500ms",
+				    1000));
 	cr_assert_str_eq(tc_call(t, "PING"), "OK PONG");
 	tc_close(t);
 	h_close(silent);
@@ -513,11 +501,13 @@ Test(tls, verify_clients_refuses_a_client_without_a_trusted_certificate)
 	start_tls(&d, "--tls-ca", cf("ca.pem"), "-c", d.conf);
 	tls_opts(&o, d.port, "ca.pem");
 	expect_refused(&o, "certificate required");
-	cr_assert(log_wait(&d, "peer did not return a certificate", 2000));
+	cr_assert(h_daemon_log_wait(&d, "peer did not return a certificate",
+				    2000));
 	o.tls_cert = cf("stranger.pem");
 	o.tls_key = cf("stranger.key");
 	expect_refused(&o, "unknown ca");
-	cr_assert(log_wait(&d, "unable to get local issuer certificate", 2000));
+	cr_assert(h_daemon_log_wait(
+		&d, "unable to get local issuer certificate", 2000));
 	/* a raw client without one learns nothing of the protocol */
 	struct tc *t = tc_open(d.port, "127.0.0.1", NULL, why, sizeof(why));
 	if (t) { /* TLS 1.3: the client's side ends before the refusal */
@@ -544,7 +534,8 @@ Test(tls, a_verified_client_certificate_names_the_connection)
 	cr_assert_eq(dlock_lock(c, "n", 10000, 0, &l), 0);
 	cr_assert_eq(dlock_unlock(c, l), 0);
 	dlock_close(c);
-	cr_assert(log_wait(&d, " cert=alice: TLS handshake done", 2000));
+	cr_assert(
+		h_daemon_log_wait(&d, " cert=alice: TLS handshake done", 2000));
 	t = tc_open(d.port, "localhost", "client", why, sizeof(why));
 	cr_assert(t != NULL, "%s", why);
 	cr_assert_str_eq(tc_call(t, "PING"), "OK PONG");
@@ -589,7 +580,8 @@ Test(tls, without_verify_clients_a_certificate_is_optional)
 	cr_assert(t != NULL, "%s", why);
 	cr_assert_str_eq(tc_call(t, "PING"), "OK PONG");
 	tc_close(t);
-	cr_assert(log_wait(&d, " cert=alice: TLS handshake done", 2000));
+	cr_assert(
+		h_daemon_log_wait(&d, " cert=alice: TLS handshake done", 2000));
 }
 
 /* ---- reload and configuration ------------------------------------------- */
@@ -627,7 +619,7 @@ Test(tls, sighup_gives_new_connections_the_new_certificate)
 	copy_file(cf("server2.pem"), cf("cur.pem"));
 	copy_file(cf("server2.key"), cf("cur.key"));
 	h_daemon_signal(&d, SIGHUP);
-	cr_assert(log_wait(&d, "reload: TLS certificate", 3000));
+	cr_assert(h_daemon_log_wait(&d, "reload: TLS certificate", 3000));
 	open_cert(d.port, cn, serial2);
 	cr_assert_str_eq(cn, "dlockd-2");
 	cr_assert(strcmp(serial1, serial2) != 0, "same serial %s", serial1);
@@ -638,7 +630,8 @@ Test(tls, sighup_gives_new_connections_the_new_certificate)
 	fputs("-----BEGIN CERTIFICATE-----\nnot one\n", f);
 	fclose(f);
 	h_daemon_signal(&d, SIGHUP);
-	cr_assert(log_wait(&d, "keeping the certificate loaded before", 3000));
+	cr_assert(h_daemon_log_wait(&d, "keeping the certificate loaded before",
+				    3000));
 	open_cert(d.port, cn, serial);
 	cr_assert_str_eq(cn, "dlockd-2");
 	cr_assert_str_eq(serial, serial2);
@@ -851,7 +844,7 @@ Test(tls, libdlock_follows_a_failover_between_tls_daemons, .timeout = 90)
 	cr_assert_eq(dlock_lock(c, "f", 9000, 0, &l), 0);
 	token = dlock_lease_token(l);
 	h_daemon_kill9(&d);
-	cr_assert(log_wait(&d2, "took over the leadership", 10000));
+	cr_assert(h_daemon_log_wait(&d2, "took over the leadership", 10000));
 	h_sleep_ms(4000); /* past a renewal at the new active */
 	cr_assert(dlock_lease_valid(l), "the lease was lost");
 	cr_assert_eq(dlock_status(c, "f", &st), 0);
