@@ -1176,18 +1176,24 @@ uint64_t h_wait_free(struct h_client *c, const char *name, int max_ms)
 	}
 }
 
-uint64_t h_wait_available(struct h_client *c, uint64_t want, int max_ms)
+uint64_t h_wait_stat(struct h_client *c, const char *key, uint64_t want,
+		     int max_ms)
 {
 	uint64_t t0 = h_now_ms(), got;
 
-	while ((got = h_stats_value(c, "store_available")) != want) {
+	while ((got = h_stats_value(c, key)) != want) {
 		cr_assert(h_now_ms() - t0 < (uint64_t)max_ms,
-			  "store_available=%llu after %d ms, want %llu",
+			  "%s=%llu after %d ms, want %llu", key,
 			  (unsigned long long)got, max_ms,
 			  (unsigned long long)want);
-		h_sleep_ms(20);
+		h_sleep_ms(10);
 	}
 	return h_now_ms() - t0;
+}
+
+uint64_t h_wait_available(struct h_client *c, uint64_t want, int max_ms)
+{
+	return h_wait_stat(c, "store_available", want, max_ms);
 }
 
 uint64_t h_stats_value(struct h_client *c, const char *key)

@@ -256,8 +256,12 @@ int h_has_kv(const char *line, const char *key);
 /* Poll STATUS until `name` is free (asserts it is within max_ms);
  * returns when (h_now_ms()). */
 uint64_t h_wait_free(struct h_client *c, const char *name, int max_ms);
-/* Poll STATS until store_available is `want` (asserts it is within
- * max_ms); returns how long that took. */
+/* Poll STATS until `key` is `want` (asserts it is within max_ms): the
+ * daemon has got to a step it counts (a close seen, a link up); returns
+ * how long that took. */
+uint64_t h_wait_stat(struct h_client *c, const char *key, uint64_t want,
+		     int max_ms);
+/* h_wait_stat of store_available. */
 uint64_t h_wait_available(struct h_client *c, uint64_t want, int max_ms);
 
 /* One value of STATS on c (reads the whole framed reply; asserts that the

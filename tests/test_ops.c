@@ -121,19 +121,6 @@ static int reap(pid_t pid, int timeout_ms)
 	return -1;
 }
 
-/* Poll STATS on c until connections is `want` (5 s at most): the daemon
- * has seen the connections that went away. */
-static void wait_connections(struct h_client *c, uint64_t want)
-{
-	uint64_t end = h_now_ms() + 5000, got;
-
-	while ((got = h_stats_value(c, "connections")) != want) {
-		cr_assert(h_now_ms() < end, "connections=%llu, want %llu",
-			  (unsigned long long)got, (unsigned long long)want);
-		h_sleep_ms(10);
-	}
-}
-
 Test(ops, ready_only_once_state_is_loaded_and_the_port_listens, .timeout = 60)
 {
 	struct h_redis r;
@@ -324,7 +311,7 @@ Test(ops, every_limit_says_err_limit_and_the_daemon_keeps_serving, .fini = stop,
 	/* Once the daemon has seen the harness's readiness probe close, it
 	 * counts cs[0] alone. */
 	cs[0] = h_connect(d.port);
-	wait_connections(cs[0], 1);
+	h_wait_stat(cs[0], "connections", 1, 5000);
 	for (i = 1; i < 4; i++)
 		cs[i] = h_connect(d.port);
 	extra = h_connect(d.port);
@@ -354,7 +341,7 @@ Test(ops, every_limit_says_err_limit_and_the_daemon_keeps_serving, .fini = stop,
 	cr_assert(eq(u64, h_stats_value(cs[3], "connections_rejected"), 1));
 	/* A slot frees: a new connection is accepted again. */
 	h_close(cs[3]);
-	wait_connections(cs[0], 3);
+	h_wait_stat(cs[0], "connections", 3, 5000);
 	cs[3] = h_connect(d.port);
 	cr_assert(strcmp(h_call(cs[3], "PING"), "OK PONG") == 0);
 	for (i = 0; i < 4; i++)
