@@ -387,7 +387,28 @@ void dl__lease_link(struct dl_locktab *t, struct dl_lease *l,
 	o->nleases++;
 	o->acct->nleases++;
 	dl_wheel_add(&t->wheel, &l->timer, deadline);
+	dl__horizon_lease(t, l);
 	t->st.leases++;
+}
+
+void dl__horizon_lease(struct dl_locktab *t, const struct dl_lease *l)
+{
+	dl__horizon_note(
+		t, dl__deadline_after(l->timer.expires,
+				      dl_locktab_lock_delay(t, l->lock, NULL)));
+}
+
+void dl__horizon_lock(struct dl_locktab *t, const struct dl_lock *lk)
+{
+	const struct dl_lease *l;
+
+	for (l = lk->holders; l; l = l->next)
+		dl__horizon_lease(t, l);
+}
+
+uint64_t dl_locktab_horizon(const struct dl_locktab *t)
+{
+	return t->horizon;
 }
 
 void dl__lease_grant(struct dl_locktab *t, struct dl_lease *l,
@@ -461,6 +482,7 @@ void dl__lease_reenter(struct dl_locktab *t, struct dl_lease *l, uint32_t ttl,
 #endif
 	if (now + ttl > l->timer.expires) {
 		dl_wheel_add(&t->wheel, &l->timer, now + ttl);
+		dl__horizon_lease(t, l);
 		dl__warn_arm(t, l);
 	}
 	t->st.reentries++;

@@ -683,6 +683,18 @@ void dl_locktab_suspend_grants(struct dl_locktab *t, int suspended);
 void dl_locktab_close_grants(struct dl_locktab *t, uint64_t until);
 
 /*
+ * The lease horizon: the latest monotonic ms at which a lease this table
+ * granted, refreshed, re-entered or restored may still be believed by its
+ * holder, with the lock's delay after it (a lock in its delay is busy
+ * too): the largest deadline + delay ever set. It only grows, also across
+ * dl_locktab_reset (what a table granted may outlive it). The store makes
+ * a reservation above it durable before a reply that needs it is released
+ * (store_horizon.c), and after Redis lost writes, grants stay closed until
+ * the horizon (docs/design.md, "A Redis that forgets").
+ */
+uint64_t dl_locktab_horizon(const struct dl_locktab *t);
+
+/*
  * Fencing tokens. A grant takes last_token + 1. At start the daemon raises
  * last_token with dl_token_floor(): the larger of the last token stored in
  * Redis and unix_ms * DL_TOKEN_PER_MS. The time part is what makes tokens

@@ -411,6 +411,7 @@ int dl_locktab_refresh_warn(struct dl_locktab *t, struct dl_session *s,
 	}
 	l->ttl_ms = ttl;
 	dl_wheel_add(&t->wheel, &l->timer, now + ttl);
+	dl__horizon_lease(t, l);
 	dl__warn_arm(t, l);
 	return 0;
 }

@@ -45,6 +45,8 @@ struct dl_locktab {
 	int suspended;	       /* grants suspended (store down) */
 	uint64_t closed_until; /* no new lease before (monotonic ms):
 				  dl_locktab_close_grants */
+	uint64_t horizon;      /* the latest deadline + delay ever set
+				  (monotonic ms): dl_locktab_horizon */
 	size_t placeholders;   /* restored waiters not yet claimed */
 	struct dl_htab locks;
 	struct dl_htab owners;
@@ -66,6 +68,16 @@ struct dl_locktab {
 };
 
 uint64_t dl__now_ms(const struct dl_locktab *t);
+/* The horizon (dl_locktab_horizon) reaches at least `end`. */
+static inline void dl__horizon_note(struct dl_locktab *t, uint64_t end)
+{
+	if (end > t->horizon)
+		t->horizon = end;
+}
+/* ... the end of lease l, and of the delay that may follow it. */
+void dl__horizon_lease(struct dl_locktab *t, const struct dl_lease *l);
+/* ... the end of every holder of lk, and of lk's delay after it. */
+void dl__horizon_lock(struct dl_locktab *t, const struct dl_lock *lk);
 /* No new lease may be granted at `now` (dl_locktab_close_grants). */
 static inline int dl__closed(const struct dl_locktab *t, uint64_t now)
 {

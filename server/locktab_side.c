@@ -242,6 +242,7 @@ void dl__delay_ask(struct dl_locktab *t, struct dl_lock *lk, uint32_t ms,
 	}
 	if (d->delay_ms != ms) {
 		d->delay_ms = ms;
+		dl__horizon_lock(t, lk); /* a longer delay after them */
 		dl__mark_dirty(t, lk);
 	}
 }
@@ -256,6 +257,7 @@ void dl__delay_start(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 	end = dl__deadline_after(now, d->delay_ms);
 	if (!lk->delaying || end > d->timer.expires)
 		dl_wheel_add(&t->wheel, &d->timer, end);
+	dl__horizon_note(t, end);
 	lk->delaying = 1;
 	dl__mark_dirty(t, lk);
 }
@@ -324,6 +326,7 @@ int dl_locktab_restore_delay(struct dl_locktab *t, struct dl_str name,
 	if (running) {
 		dl_wheel_add(&t->wheel, &d->timer,
 			     dl__deadline_after(now, delay_ms));
+		dl__horizon_note(t, d->timer.expires);
 		lk->delaying = 1;
 	}
 	return 0;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * seen.h -- what this daemon has seen Redis hold, to notice when Redis
- * went back.
+ * seen.h -- what this daemon knows of a keyspace outside Redis: what it
+ * saw Redis hold (to notice that Redis went back), how long a lease it
+ * told of may still be believed (the horizon), and any closure in force.
  *
  * Redis may forget what it acknowledged, without a word: FLUSHALL, an
  * eviction, a restart from an older AOF or snapshot, a replica promoted
@@ -24,35 +25,66 @@
  * be below what a standby saw before -- found by the fault campaign: the
  * standby then took the rewritten Redis for one that went back.)
  *
- * A third number is kept for the tokens: the largest token mark seen
- * (read in a reply, or sent by this daemon). Tokens never go backwards
- * because a start goes above the stored mark and above the clock; a Redis
- * that went back lost the mark, and a daemon whose wall clock ran ahead
- * (its tokens are ahead of the clock's floor) may have issued tokens above
- * what the next daemon's clock gives. So a start also goes above the mark
- * it saw (store_load.c).
+ * Besides those:
  *
- * They are also kept in a small file in state_dir, one per keyspace
- * (dlockd.state for the default one; dl_seen_init), so that a restarted
- * daemon remembers them:
+ *   mark     the largest token mark seen or sent: tokens never go below
+ *            it, whatever Redis lost (store_load.c);
+ *   lead     the largest epoch a daemon writing this file took itself:
+ *            when it equals `epoch`, nobody else took the leadership
+ *            after the last take made from this file's directory, so
+ *            the horizon below bounds every lease told (docs/design.md,
+ *            "A Redis that forgets");
+ *   horizon  the lease horizon this daemon reserved (as the active, made
+ *            durable here before a reply that needs it is released:
+ *            store_horizon.c) or read (as a standby);
+ *   closed   the end of a closure in force, and why.
  *
- *   dlockd-state 1
- *   redis <the Redis it describes: address or Sentinel master, db, prefix>
+ * The horizon and the closure are ends on the monotonic clock in memory,
+ * and remaining times in the file, stamped with the boot id and
+ * CLOCK_BOOTTIME of the write: a reader on the same boot subtracts the
+ * exact time since (a wall-clock step changes nothing), a reader after a
+ * reboot counts the downtime as zero (it can only close longer). No wall
+ * clock decides how long a closure lasts.
+ *
+ * The file, in state_dir, belongs to one keyspace of one Redis: it is
+ * named by the keyspace's cluster id, dlockd.<cluster>.state, and says
+ * which Redis it was written for (its address made canonical: every
+ * address its host name resolves to, a socket's real path, a Sentinel
+ * master's name) and which database and prefix:
+ *
+ *   dlockd-state 2
+ *   redis tcp:127.0.0.1:6379,tcp:[::1]:6379
+ *   keyspace db=0 prefix=dlock:
+ *   cluster <32 hex digits>
  *   epoch <n>
  *   gen <n>
  *   mark <n>
- *   cluster <id>        (when known: store_cluster.c)
+ *   lead <n>
+ *   boot <boot id> <CLOCK_BOOTTIME ms>
+ *   horizon <ms remaining>
+ *   closed <ms remaining> <why>
  *
- * rewritten (a new file renamed over the old one) at most every
- * DL_SEEN_SAVE_MS, and at once, with an fsync, when the epoch, the mark or
- * the cluster id changes (rare: a take, a link, a million grants); never
- * lower than what the file held (two nodes of one keyspace may share the
- * directory).
- * A file that describes another Redis, or that cannot be read, is
- * ignored with a warning: what it says is not about this Redis. Blocking
- * file I/O on the loop, rare and small.
+ * Which file is this keyspace's is decided when Redis's cluster id is
+ * first read (dl_seen_bind): the file of that id; with no id in Redis
+ * (FLUSHALL, a new Redis), a file written for this address and keyspace
+ * (its id goes back to Redis); a file for this address and keyspace that
+ * names another id than Redis holds is a CLUSTER MISMATCH. So two
+ * daemons on two Redis servers sharing a state_dir never read each
+ * other's file (found from outside: the second adopted the first's id and
+ * marks, and each closed the other for a day). Files of the first
+ * version (dlockd.state, dlockd.<db>.<prefix>.state: no address) are read
+ * for their keyspace when no file of this version matches, and removed
+ * once merged into one.
  *
- * Owns nothing but its path; a struct embedded in the store.
+ * Written (a new file renamed over the old one, under a lock: several
+ * daemons of one keyspace may share the directory, and merge, never
+ * lower, what the others wrote) at once with an fsync of the file and the
+ * directory when the epoch, the mark, the lead, the cluster id, the
+ * horizon or the closure changed, else at most every DL_SEEN_SAVE_MS.
+ * A file that cannot be written is removed rather than left stale: a
+ * stale horizon would later be taken for a bound.
+ *
+ * Owns nothing but its paths; a struct embedded in the store.
  */
 #ifndef DL_SERVER_SEEN_H
 #define DL_SERVER_SEEN_H
@@ -62,8 +94,8 @@
 
 #include "proto/limits.h"
 
-/* The longest the file lags what the daemon saw (the epoch and the mark
- * excepted: written at once). A Redis that went back by less than this
+/* The longest the file lags what the daemon saw of the generation (the
+ * rest is written at once). A Redis that went back by less than this
  * (plus a store tick) while the daemon crashed is not noticed at its
  * restart. Found by the fault campaign at 1000 ms: Redis restarted from a
  * copy of its AOF taken a second before the daemon's kill -9 was not
@@ -72,37 +104,94 @@
  * a crash of the process keeps the page cache) ten times a second while
  * writes go on. */
 #define DL_SEEN_SAVE_MS 100
-/* Room for the Redis description in the file. */
+/* Room for the Redis description (its canonical addresses). */
 #define DL_SEEN_ID_MAX 512
+/* Room for why a closure is in force. */
+#define DL_SEEN_WHY_MAX 200
+/* State files of one directory looked at when choosing this keyspace's. */
+#define DL_SEEN_FILES_MAX 64
 
-struct dl_seen {
-	uint64_t epoch, gen, mark;		     /* the largest seen */
-	uint64_t saved_epoch, saved_gen, saved_mark; /* the file's */
-	uint64_t saved_ms;	 /* monotonic: when it was written */
-	char path[4096];	 /* "" : no file */
-	char id[DL_SEEN_ID_MAX]; /* the Redis it describes */
-	char cluster[DL_CLUSTER_ID_LEN + 1]; /* its cluster id; "" unknown */
-	char saved_cluster[DL_CLUSTER_ID_LEN + 1]; /* the file's */
+struct dl_seen_vals {
+	uint64_t epoch, gen, mark, lead;
+	uint64_t horizon; /* monotonic end (0: none) */
+	uint64_t closed;  /* monotonic end (0: none) */
+	char why[DL_SEEN_WHY_MAX];
+	char cluster[DL_CLUSTER_ID_LEN + 1]; /* "" : not known */
 };
 
-/* Set up s for the keyspace (Redis database db, key prefix) and read its
- * file in dir if there is one (dir NULL or "": no file): dlockd.state for
- * database 0 and the prefix "dlock:", else dlockd.<db>.<prefix>.state
- * (the prefix %-escaped but for letters, digits, - and _); a
- * dlockd.state of an earlier version that describes this keyspace is
- * read in its absence. Never fails: a file that cannot be read or
- * describes another Redis is logged and ignored. */
-void dl_seen_init(struct dl_seen *s, const char *dir, int db,
+struct dl_seen {
+	struct dl_seen_vals v;	    /* what this daemon knows */
+	struct dl_seen_vals saved;  /* what the file holds since its last
+				       write or read */
+	struct dl_seen_vals file;   /* what the file held when bound */
+	int has_file;		    /* bound to a file that existed */
+	uint64_t saved_ms;	    /* monotonic: when it was last written */
+	int bound;		    /* the keyspace's file is chosen */
+	int memory;		    /* persist = none: dlockd.memory.state */
+	int failed;		    /* the last write failed and the file could
+				       not be removed: nothing is durable */
+	int removed;		    /* ... and it was removed: a restart knows
+				       nothing */
+	char dir[4096];		    /* "" : no state_dir */
+	char path[4096];	    /* "" : no file (yet) */
+	char legacy[4096];	    /* a version-1 file merged in: removed at
+				       the first write */
+	char where[DL_SEEN_ID_MAX]; /* the Redis, canonical */
+	char keyspace[DL_SEEN_ID_MAX]; /* "db=<n> prefix=<p>" */
+};
+
+/* Set s up for the keyspace (Redis database db, key prefix) of the Redis
+ * `where` (canonical: dl_seen_where) in dir (NULL or "": no file). The
+ * file is chosen later (dl_seen_bind), once Redis's cluster id is known.
+ * where NULL: memory only (persist = none): the file dlockd.memory.state
+ * keeps the token mark, and is read now. Never fails. */
+void dl_seen_init(struct dl_seen *s, const char *dir, const char *where, int db,
 		  const char *prefix);
+/* The canonical description of a Redis for the file: "unix:<real path>",
+ * "sentinel:<master>", or "tcp:<addr>:<port>,..." for every address the
+ * host resolves to (blocking: called once, at start). */
+void dl_seen_where(char *out, size_t len, const char *host, int port,
+		   const char *path, const char *master);
+/* Choose the keyspace's file now that Redis's cluster id is read (NULL:
+ * Redis holds none) and merge what it holds into s->v; afterwards (and
+ * at once, if s already knows an id) only check that Redis's id is the
+ * known one. 0, or DL_EBADARG and why (a CLUSTER MISMATCH: this daemon,
+ * or a file of this Redis and keyspace, knows another id). */
+int dl_seen_bind(struct dl_seen *s, const char *redis_id, char *why,
+		 size_t len);
+/* The cluster id this daemon is of from now on (a new one it wrote, or
+ * the one Redis held): names the file. */
+void dl_seen_note_cluster(struct dl_seen *s, const char *id);
 /* Raise what was seen (0: nothing new of that one). */
 void dl_seen_note(struct dl_seen *s, uint64_t epoch, uint64_t gen);
 void dl_seen_note_mark(struct dl_seen *s, uint64_t mark);
-/* The cluster id this Redis holds (a valid id: store_cluster.c). */
-void dl_seen_note_cluster(struct dl_seen *s, const char *id);
-/* Write the file if what was seen changed: at once when the epoch, the
- * mark or the cluster id did,
- * else once DL_SEEN_SAVE_MS have passed since the last write (now_ms,
- * monotonic). A failure is logged (once per kind) and retried later. */
-void dl_seen_save(struct dl_seen *s, uint64_t now_ms);
+/* This daemon took the leadership at `epoch`. */
+void dl_seen_note_lead(struct dl_seen *s, uint64_t epoch);
+/* The horizon reaches the monotonic `end`. */
+void dl_seen_note_horizon(struct dl_seen *s, uint64_t end);
+/* A closure until the monotonic `end` (0: none), for `why`. */
+void dl_seen_note_closed(struct dl_seen *s, uint64_t end, const char *why);
+/* Write the file if what is known changed: at once, with an fsync, when
+ * anything but the generation did, or `sync`; else once DL_SEEN_SAVE_MS
+ * have passed since the last write (now_ms, monotonic). 0 when the file
+ * (or its absence) is as durable as asked, DL_EUNAVAILABLE while it
+ * cannot be made so (logged once; retried at the next call). */
+int dl_seen_save(struct dl_seen *s, uint64_t now_ms, int sync);
+/* The horizon and the token mark a restart would find (the file's, or,
+ * without a file, everything known: nothing outside Redis to wait for). */
+uint64_t dl_seen_durable_horizon(const struct dl_seen *s);
+uint64_t dl_seen_durable_mark(const struct dl_seen *s);
+/* The file holds a bound of every lease told (its lead is its epoch). */
+int dl_seen_file_proves(const struct dl_seen *s);
+
+/* ---- for the tests (test_seen.c) -------------------------------------- */
+
+/* The remaining time stamped with (boot, boottime) as a remaining time on
+ * this machine now (now_boot: its CLOCK_BOOTTIME ms). */
+uint64_t dl__seen_remaining(uint64_t left, const char *boot, uint64_t boottime,
+			    const char *now_boot_id, uint64_t now_boot);
+/* This machine's boot id ("" if unknown) and CLOCK_BOOTTIME in ms. */
+const char *dl__seen_boot_id(void);
+uint64_t dl__seen_boottime_ms(void);
 
 #endif /* DL_SERVER_SEEN_H */

@@ -122,9 +122,10 @@ static void store_opened(void *ctx)
 	dl_conn_unpark_all(ctx);
 }
 
-/* Redis went back (store_lead.c): no new lease for ms. The window is the
- * server's, kept across take-overs (a new table is closed again). */
-static void store_closed(uint64_t ms, void *ctx)
+/* Redis went back (store_horizon.c): no new lease for ms. The window is
+ * the server's, kept across take-overs (a new table is closed again); the
+ * store keeps it too, in the state file and in Redis. */
+static void store_closed(uint64_t ms, const char *why, void *ctx)
 {
 	struct dl_server *srv = ctx;
 	uint64_t until = dl_mono_ms() + ms;
@@ -132,6 +133,8 @@ static void store_closed(uint64_t ms, void *ctx)
 	if (until > srv->closed_until)
 		srv->closed_until = until;
 	dl_locktab_close_grants(srv->tab, srv->closed_until);
+	dl_notice("grants closed for %llu ms (%s)", (unsigned long long)ms,
+		  why);
 	dl_notify("STATUS=Redis went back: grants closed");
 }
 

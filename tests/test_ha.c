@@ -540,11 +540,12 @@ static uint64_t epoch_of(const struct h_daemon *d)
  * leadership never to have lapsed (the paused one's did), a take goes
  * above every epoch the taker saw, and the standby, which saw Redis go
  * back, grants nothing until any lease granted before may have ended
- * (max_ttl). */
+ * (c1's: the lease horizon it read with its looks, or max_ttl if a gap in
+ * its looks leaves it unsure). */
 Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
 {
 	static const char conf[] = "[limits]\nmax_ttl = 6s\ndefault_ttl = 1s\n";
-	struct h_client *c2, *c3;
+	struct h_client *c1, *c2, *c3;
 	char cmd[3 * H_PATH_MAX], *l;
 	uint64_t e0, t2, t3;
 
@@ -557,6 +558,8 @@ Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
 		       "--node-id", "b", "--leader-lease", "2s", "-l", "info",
 		       NULL);
 	wait_active(&a, 5000);
+	c1 = h_hello(a.port, "c1");
+	h_lock(c1, "x1", "ttl=3s");
 	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
 		 r.dir);
 	cr_assert_eq(system(cmd), 0);
@@ -602,6 +605,7 @@ Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
 	h_expect_held(c3, "x2", "c2", t2);
 	t3 = h_lock(c3, "y", "ttl=1s");
 	cr_assert_gt(t3, t2, "tokens went back");
+	h_close(c1);
 	h_close(c2);
 	h_close(c3);
 	cr_assert_eq(h_daemon_stop(&a), 0);

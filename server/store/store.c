@@ -27,7 +27,7 @@
  * why a crash at any point loses no lease).
  *
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
- * dirty set into one batch: an FCALL of dlock_apply_v8 with each lock in
+ * dirty set into one batch: an FCALL of dlock_apply_v9 with each lock in
  * its final state, and the token mark when due (store_batch.c). Its reply
  * commits the epoch. Each batch is one round trip, and only one is in
  * flight: what changes meanwhile waits for its reply and goes as the next
@@ -44,7 +44,7 @@
  * CONNECTING sends AUTH, SELECT, FUNCTION LOAD REPLACE (the library is
  * the daemon's, so a Redis restarted empty or upgraded gets it back) and
  * the leadership's take, which raises P fence. SYNCING rewrites the full
- * state: every bucket is replaced whole (dlock_replace_v8: DEL, then HSET
+ * state: every bucket is replaced whole (dlock_replace_v9: DEL, then HSET
  * of the table's locks in it; a bucket without locks is deleted), a few
  * buckets per call, so that a lock of the table is never missing from
  * Redis, not even between two calls, and a record of a lock that ended
@@ -107,16 +107,22 @@ static char *key_of(const char *prefix, const char *suffix)
 	return k;
 }
 
-/* What the state file describes: the database and the key prefix, not
- * the address. Found from outside: keyed by the address, the file was
- * ignored when the same Redis was named another way (localhost for
- * 127.0.0.1), and a Redis that went back was not noticed. So an empty
- * Redis put in place of the old one, or a move to another Redis, is
- * taken for one that went back: move the data with it, or remove
- * dlockd.state on purpose (proto/PROTOCOL.md, "Redis that forgets"). */
+/* The state file (seen.h) of this keyspace: chosen by the cluster id
+ * Redis holds, else by the Redis's address made canonical (every address
+ * its host resolves to: found from outside, an address as written missed
+ * the same Redis named another way, localhost for 127.0.0.1). With
+ * persist = none, the file of the token mark alone. */
 static void seen_init(struct dl_store *st)
 {
-	dl_seen_init(&st->lead.seen, st->cfg->state_dir, st->addr.db,
+	char where[DL_SEEN_ID_MAX];
+
+	if (!st->redis) {
+		dl_seen_init(&st->lead.seen, st->cfg->state_dir, NULL, 0, "");
+		return;
+	}
+	dl_seen_where(where, sizeof(where), st->addr.host, st->addr.port,
+		      st->addr.path, st->addr.master);
+	dl_seen_init(&st->lead.seen, st->cfg->state_dir, where, st->addr.db,
 		     st->cfg->redis_prefix);
 }
 
@@ -142,11 +148,14 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->keys.leader = key_of(pfx, "leader");
 	st->keys.gen = key_of(pfx, "gen");
 	st->keys.closed = key_of(pfx, "closed");
+	st->keys.horizon = key_of(pfx, "horizon");
+	st->keys.standbys = key_of(pfx, "standbys");
 	st->keys.cluster = key_of(pfx, "cluster");
 	st->keys.lock_prefix = key_of(pfx, "lock:");
 	if (!st->keys.token || !st->keys.names || !st->keys.fence ||
 	    !st->keys.leader || !st->keys.gen || !st->keys.cluster ||
-	    !st->keys.closed || !st->keys.lock_prefix || rec_keys_init(st, pfx))
+	    !st->keys.closed || !st->keys.horizon || !st->keys.standbys ||
+	    !st->keys.lock_prefix || rec_keys_init(st, pfx))
 		goto fail;
 	/* Without Redis there is nobody to share the table with. */
 	st->lead.active = !st->redis;
@@ -154,8 +163,7 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->keys.lock_prefix_len = strlen(st->keys.lock_prefix);
 	if (st->redis && dl_redis_url_parse(cfg->redis, &st->addr) != 0)
 		goto fail;
-	if (st->redis)
-		seen_init(st);
+	seen_init(st);
 	if (dl__cluster_init(st))
 		goto fail;
 	/* the password kept out of the URL (redis_password_file) */
@@ -188,6 +196,8 @@ void dl_store_free(struct dl_store *st)
 	free(st->keys.leader);
 	free(st->keys.gen);
 	free(st->keys.closed);
+	free(st->keys.horizon);
+	free(st->keys.standbys);
 	free(st->keys.cluster);
 	free(st->keys.lock_prefix);
 	free(st->keys.rec);
@@ -270,12 +280,35 @@ const char *dl_store_backend(const struct dl_store *st)
 	return st->redis ? "redis" : "none";
 }
 
+/* Every epoch up to `epoch` is in Redis. Its replies go out once the
+ * lease horizon they need is durable outside Redis too (store_horizon.c):
+ * else the gate keeps the epoch and commits it when it is. */
 static void commit(struct dl_store *st, uint64_t epoch)
 {
-	if (epoch <= st->committed)
+	if (epoch <= st->committed || !dl__hz_gate(st, epoch))
 		return;
 	st->committed = epoch;
 	st->hooks.committed(epoch, st->hooks.ctx);
+}
+
+void dl__commit(struct dl_store *st, uint64_t epoch)
+{
+	commit(st, epoch);
+}
+
+uint64_t dl_store_horizon_ms(const struct dl_store *st)
+{
+	uint64_t now = dl_mono_ms(), h = st->hz.usable;
+
+	return h > now ? h - now : 0;
+}
+
+uint64_t dl_store_closed_ms(const struct dl_store *st, const char **why)
+{
+	uint64_t now = dl_mono_ms(), c = st->lead.seen.v.closed;
+
+	*why = c > now ? st->lead.seen.v.why : "";
+	return c > now ? c - now : 0;
 }
 
 /* ---- the async link ----------------------------------------------------- */
@@ -314,6 +347,7 @@ void dl__link_fail(struct dl_store *st, const char *why)
 	st->writes.token_mark =
 		0; /* its batches may be lost: see store_batch.c */
 	st->lead.busy = 0;
+	dl__hz_link_lost(st);
 	st->replicas_short = 0; /* the next link re-syncs, and WAITs */
 	st->st.failures++;
 	set_link(st, LINK_DOWN);
@@ -452,6 +486,7 @@ static void depose(struct dl_store *st, enum dl_store_role_event ev,
 		 who);
 	dl__link_fail(st, "leadership lost");
 	st->lead.active = 0;
+	dl__hz_role(st, 0);
 	st->synced = 0;
 	st->st.depositions++;
 	st->hooks.role(ev, st->hooks.ctx);
@@ -459,18 +494,7 @@ static void depose(struct dl_store *st, enum dl_store_role_event ev,
 
 /* When to look at the leadership again: right after the holder's lease
  * would end, at most a third of a lease from now. */
-static void next_look(struct dl_store *st, const struct lead_reply *lr)
-{
-	uint64_t third = st->cfg->leader_lease_ms / 3;
-
-	if (third > DL_LEADER_LOOK_MS)
-		third = DL_LEADER_LOOK_MS;
-
-	st->lead.next_ms =
-		dl_mono_ms() + (lr->pttl > 0 && (uint64_t)lr->pttl < third
-					? (uint64_t)lr->pttl + 1
-					: third);
-}
+static void next_look(struct dl_store *st, const struct lead_reply *lr);
 
 /* A standby found the leadership free on a Redis that went back (the
  * active's record gone with what it wrote): the active, if it lives,
@@ -490,8 +514,8 @@ static int lapse_wait(struct dl_store *st, const struct lead_reply *lr)
 		st->lead.lapse_wait_until = now + st->cfg->leader_lease_ms;
 		dl_error(
 			"redis: WENT BACK: no leadership record, and less than this daemon saw (epoch %llu, write generation %llu); waiting %llu ms for the active daemon to write its table back before taking over",
-			(unsigned long long)st->lead.seen.epoch,
-			(unsigned long long)st->lead.seen.gen,
+			(unsigned long long)st->lead.seen.v.epoch,
+			(unsigned long long)st->lead.seen.v.gen,
 			(unsigned long long)st->cfg->leader_lease_ms);
 	}
 	if (now >= st->lead.lapse_wait_until)
@@ -508,7 +532,8 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 	char who[320];
 
 	st->lead.busy = 0;
-	if (dl__lead_reply(st, r, sent_ms, &lr) != 0) {
+	if (dl__lead_reply(st, kind == BATCH_RENEW ? LEAD_RENEW : LEAD_LOOK, r,
+			   sent_ms, &lr) != 0) {
 		dl__link_fail(st,
 			      "leadership: not a reply of " DL_STORE_LEAD_FN);
 		return;
@@ -546,6 +571,8 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 		}
 		st->st.renewals++;
 		st->lead.next_ms = sent_ms + st->cfg->leader_lease_ms / 3;
+		if (dl__hz_tick(st))
+			dl__lead_send(st); /* the standbys' answers */
 		return;
 	}
 	if (!st->lead.leader.epoch && lapse_wait(st, &lr))
@@ -557,6 +584,25 @@ static void on_lead(struct dl_store *st, enum batch_kind kind,
 	}
 	st->lead.lapse_wait_until = 0;
 	next_look(st, &lr);
+}
+
+/* When to look next: next_look's time, or at once to pass a new horizon
+ * back (store_horizon.c). */
+static void next_look(struct dl_store *st, const struct lead_reply *lr)
+{
+	uint64_t third = st->cfg->leader_lease_ms / 3;
+
+	if (third > DL_LEADER_LOOK_MS)
+		third = DL_LEADER_LOOK_MS;
+	if (st->hz.relook) {
+		st->hz.relook = 0;
+		st->lead.next_ms = dl_mono_ms();
+		return;
+	}
+	st->lead.next_ms =
+		dl_mono_ms() + (lr->pttl > 0 && (uint64_t)lr->pttl < third
+					? (uint64_t)lr->pttl + 1
+					: third);
 }
 
 /* min_replicas_ack: WAIT <n> <half of redis_timeout> after a batch. */
@@ -700,14 +746,31 @@ static void on_lazy(uv_timer_t *t)
  * leaves the lock busy until the lease's TTL after the restart, never two
  * holders.
  */
+static void memory_mark(struct dl_store *st)
+{
+	struct dl_seen *seen = &st->lead.seen;
+	uint64_t last = dl_locktab_last_token(st->tab);
+
+	if (!seen->path[0] || last <= seen->v.mark)
+		return;
+	dl_seen_note_mark(seen, last > UINT64_MAX - DL_TOKEN_RESERVE
+					? UINT64_MAX
+					: last + DL_TOKEN_RESERVE);
+	(void)dl_seen_save(seen, dl_mono_ms(), 1);
+}
+
 void dl_store_flush(struct dl_store *st, int all)
 {
 	struct drain_ctx x = {st, dl__store_wall_offset(), 0};
 	size_t dirty, urgent;
 
 	if (!st->redis) {
-		/* Memory only: what is drained is as durable as it gets. */
+		/* Memory only: what is drained is as durable as it gets, but
+		 * for the token mark, which the state file keeps ahead of
+		 * every token told, so that a restart after the clock was set
+		 * back goes on above it (seen.h). */
 		dl_locktab_drain_dirty(st->tab, NULL, NULL);
+		memory_mark(st);
 		commit(st, st->epoch++);
 		return;
 	}
@@ -857,7 +920,8 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		link_refused(st, "leadership", dl__store_reply_error(r));
 		return;
 	}
-	if (dl__lead_reply(st, r, st->lead.sent_ms, &lr) != 0) {
+	if (dl__lead_reply(st, st->lead.active ? LEAD_TAKE : LEAD_LOOK, r,
+			   st->lead.sent_ms, &lr) != 0) {
 		dl__link_fail(st,
 			      "leadership: not a reply of " DL_STORE_LEAD_FN);
 		return;
@@ -1106,11 +1170,18 @@ static void link_connect(struct dl_store *st)
  * (a standby) when due, one request at a time. */
 static void lead_tick(struct dl_store *st)
 {
+	if (dl__hz_tick(st) || dl_mono_ms() >= st->lead.next_ms)
+		dl__lead_send(st);
+}
+
+void dl__lead_send(struct dl_store *st)
+{
 	const char *argv[LEAD_ARGC];
 	size_t lens[LEAD_ARGC];
 	int argc;
 
-	if (st->lead.busy || dl_mono_ms() < st->lead.next_ms)
+	if (st->lead.busy || !st->ac ||
+	    (st->link != LINK_UP && st->link != LINK_SYNCING))
 		return;
 	argc = dl__lead_argv(st, st->lead.active ? LEAD_RENEW : LEAD_LOOK,
 			     st->fence, argv, lens);
@@ -1122,7 +1193,7 @@ static void lead_tick(struct dl_store *st)
 	st->lead.busy = 1;
 	/* A standby that does not know the cluster id yet (the active had
 	 * not written it when this link came up) asks with each look. */
-	if (!st->lead.active && !st->lead.seen.cluster[0] &&
+	if (!st->lead.active && !st->lead.seen.v.cluster[0] &&
 	    dl__cluster_send_get(st, NULL)) {
 		dl__link_fail(st, "cannot queue a command");
 		return;
@@ -1162,8 +1233,9 @@ static void on_tick(uv_timer_t *t)
 	uint64_t now = uv_now(st->loop);
 	const char *ping = "PING";
 	size_t plen = 4;
+	int hz_due;
 
-	dl_seen_save(&st->lead.seen, dl_mono_ms());
+	(void)dl_seen_save(&st->lead.seen, dl_mono_ms(), 0);
 	switch (st->link) {
 	case LINK_DOWN:
 		if (st->stopping)
@@ -1186,6 +1258,7 @@ static void on_tick(uv_timer_t *t)
 		break;
 	case LINK_UP:
 		dl__watch_start(st); /* again, if the watch was lost */
+		hz_due = dl__hz_tick(st);
 		if (st->head && (now_us() - st->head->sent_us) / 1000 >
 					st->cfg->redis_timeout_ms) {
 			dl__link_fail(st, "no reply within redis_timeout");
@@ -1196,8 +1269,9 @@ static void on_tick(uv_timer_t *t)
 			dl__link_fail(
 				st,
 				"leadership not confirmed within its lease");
-		} else if (!st->lead.busy && dl_mono_ms() >= st->lead.next_ms) {
-			lead_tick(st);
+		} else if (!st->lead.busy &&
+			   (dl_mono_ms() >= st->lead.next_ms || hz_due)) {
+			dl__lead_send(st);
 		} else if (!st->head &&
 			   now - st->last_reply_ms >= DL_STORE_PING_MS) {
 			if (dl__batch_send(st, BATCH_PING, 0, 1, &ping, &plen))

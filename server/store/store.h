@@ -60,9 +60,10 @@ struct dl_store_hooks {
 	void (*role)(enum dl_store_role_event ev, void *ctx);
 	/* Redis went back and this daemon cannot vouch for its state (or
 	 * another daemon found so): grant no new lease for `ms`
-	 * (dl_locktab_close_grants). Called from a take's reply or from
-	 * dl_store_load. */
-	void (*closed)(uint64_t ms, void *ctx);
+	 * (dl_locktab_close_grants), for the reason `why` (the lease
+	 * horizon, or max_ttl when nothing bounds it). Called from a take's
+	 * reply or from dl_store_load. */
+	void (*closed)(uint64_t ms, const char *why, void *ctx);
 	/* The first link after a take-over is up, or failed: the requests
 	 * held for it (dl_store_opening) go on. */
 	void (*opened)(void *ctx);
@@ -96,6 +97,8 @@ struct dl_store_stats {
 	uint64_t redis_fsync_always; /* 1: and fsyncs every write */
 	uint64_t redis_evicting;     /* 1: its maxmemory-policy may evict */
 	uint64_t went_back; /* takes that found Redis behind what was seen */
+	uint64_t standbys_dropped; /* standbys no longer counted for the
+				      horizon: they stopped looking */
 };
 
 /* The store borrows cfg, loop and tab for its life. */
@@ -161,6 +164,11 @@ int dl_store_available(const struct dl_store *st);
  * that followed the take-over re-send their waits at once and used to
  * meet ERR UNAVAILABLE in that gap. */
 int dl_store_opening(const struct dl_store *st);
+/* The lease horizon this daemon reserved, and that is durable, as ms
+ * from now (0: none or passed); the closure in force, ms left (0: none),
+ * and why. */
+uint64_t dl_store_horizon_ms(const struct dl_store *st);
+uint64_t dl_store_closed_ms(const struct dl_store *st, const char **why);
 /* 1 if every closed epoch has committed (used when draining). */
 int dl_store_idle(const struct dl_store *st);
 /* Stop: disconnect, close handles. `done` runs when they are closed. */

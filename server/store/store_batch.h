@@ -61,15 +61,17 @@ struct bucket_index {
 
 /* The keyspace's Redis keys, named once from the prefix (store.c). */
 struct store_keys {
-	char *token;   /* <prefix>token */
-	char *fence;   /* <prefix>fence */
-	char *leader;  /* <prefix>leader */
-	char *gen;     /* <prefix>gen: the write generation (seen.h) */
-	char *closed;  /* <prefix>closed: no grants while it lives
-			  (store_lead.c) */
-	char *cluster; /* <prefix>cluster: the id (store_cluster.c) */
-	char *rec;     /* <prefix>rec:0 NUL <prefix>rec:1 NUL ...: the
-			  buckets of layout 2 (dl__rec_key) */
+	char *token;	/* <prefix>token */
+	char *fence;	/* <prefix>fence */
+	char *leader;	/* <prefix>leader */
+	char *gen;	/* <prefix>gen: the write generation (seen.h) */
+	char *closed;	/* <prefix>closed: no grants while it lives
+			   (store_horizon.c) */
+	char *horizon;	/* <prefix>horizon: the active's reservation */
+	char *standbys; /* <prefix>standbys: what each standby counted */
+	char *cluster;	/* <prefix>cluster: the id (store_cluster.c) */
+	char *rec;	/* <prefix>rec:0 NUL <prefix>rec:1 NUL ...: the
+			   buckets of layout 2 (dl__rec_key) */
 	uint32_t rec_off[DL_STORE_BUCKETS + 1]; /* bucket b's key at
 						   rec + rec_off[b] */
 	/* Layout 1, read only to migrate from it (store_load.c). */
@@ -93,10 +95,10 @@ const char *dl__store_library(void);
 extern const char dl__lua_lead[];
 /* Room for the library's text (about 7 KB). */
 #define DL_STORE_LIBRARY_MAX 16384
-#define DL_STORE_LIBRARY     "dlock_v8"
-#define DL_STORE_APPLY_FN    "dlock_apply_v8"
-#define DL_STORE_REPLACE_FN  "dlock_replace_v8"
-#define DL_STORE_LEAD_FN     "dlock_lead_v8"
+#define DL_STORE_LIBRARY     "dlock_v9"
+#define DL_STORE_APPLY_FN    "dlock_apply_v9"
+#define DL_STORE_REPLACE_FN  "dlock_replace_v9"
+#define DL_STORE_LEAD_FN     "dlock_lead_v9"
 
 /* The store layout this build writes (store.c): its number ends the
  * writer fence, "<epoch>/2" (store_lead.c says why). */
@@ -107,6 +109,11 @@ extern const char dl__lua_lead[];
  * once per this many grants. A restart may skip up to this many tokens,
  * a millisecond's worth of dl_token_floor()'s time floor. */
 #define DL_TOKEN_RESERVE 1000000
+/* How far above the stored mark a start that cannot prove Redis holds
+ * the latest one resumes (store_load.c resume_tokens): a minute of the
+ * clock floor, 6 x 10^10 tokens, more than any daemon tells in a window of
+ * writes Redis may lose. */
+#define DL_TOKEN_JUMP (60000ULL * DL_TOKEN_PER_MS)
 
 /* What Redis's counters may say, read not trusted (dl__plausible): a token
  * mark more than this far ahead of the clock's floor (unix ms *

@@ -14,7 +14,8 @@
  * written once, with SET NX, by the first daemon that takes the
  * leadership of a keyspace that has none. Every daemon, active or
  * standby, reads it before it takes or looks at the leadership, keeps it
- * (st->lead.seen.cluster, also in dlockd.state, seen.h) and names it in HELLO
+ * (st->lead.seen, which names its state file by it: seen.h; the first
+ * read chooses that file) and names it in HELLO
  * (cluster=); clients refuse a server whose id is not the one they met
  * first (PROTOCOL.md). With persist = none each process is a cluster of
  * its own: a random id per process.
@@ -43,7 +44,7 @@
 
 const char *dl_store_cluster(const struct dl_store *st)
 {
-	return st->lead.seen.cluster[0] ? st->lead.seen.cluster : "-";
+	return st->lead.seen.v.cluster[0] ? st->lead.seen.v.cluster : "-";
 }
 
 /* 1 if s is a cluster id a daemon could have written. */
@@ -60,19 +61,22 @@ static int valid_id(const char *s, size_t len)
 	return 1;
 }
 
-/* A new id into st->lead.seen.cluster, if it has none. */
+/* A new id for this daemon's cluster, if it knows none. */
 static int make_id(struct dl_store *st)
 {
 	unsigned char r[DL_CLUSTER_ID_LEN / 2];
+	char id[DL_CLUSTER_ID_LEN + 1];
 	size_t i;
 
-	if (st->lead.seen.cluster[0])
+	if (st->lead.seen.v.cluster[0])
 		return 0;
 	if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
 		return DL_EUNAVAILABLE;
 	for (i = 0; i < sizeof(r); i++)
-		snprintf(st->lead.seen.cluster + 2 * i, 3, "%02x", r[i]);
-	return 0;
+		snprintf(id + 2 * i, 3, "%02x", r[i]);
+	dl_seen_note_cluster(&st->lead.seen, id);
+	/* refused: a state file of this Redis knows another id */
+	return st->lead.seen.v.cluster[0] ? 0 : DL_EBADARG;
 }
 
 int dl__cluster_init(struct dl_store *st)
@@ -83,35 +87,34 @@ int dl__cluster_init(struct dl_store *st)
 int dl__cluster_found(struct dl_store *st, const redisReply *r, char *why,
 		      size_t len)
 {
-	const char *known = st->lead.seen.cluster;
+	int knew = st->lead.seen.v.cluster[0] != 0, rc;
 
 	if (r->type == REDIS_REPLY_NIL) {
 		st->cluster_absent = 1;
-		return 0;
+		/* Redis lost it (or never had one): this Redis's state file,
+		 * if any, says which it was (seen.h) */
+		if ((rc = dl_seen_bind(&st->lead.seen, NULL, why, len)) != 0)
+			dl_error("redis: %s", why);
+		return rc;
 	}
 	st->cluster_absent = 0;
 	if (r->type != REDIS_REPLY_STRING) {
 		snprintf(why, len, "%s: not a string", st->keys.cluster);
 		return DL_EBADARG;
 	}
-	if (valid_id(r->str, r->len) && !known[0]) {
-		dl_seen_note_cluster(&st->lead.seen, r->str);
-		dl_notice("redis: cluster %s", st->lead.seen.cluster);
-		return 0;
-	}
-	if (valid_id(r->str, r->len) && strcmp(r->str, known) == 0)
-		return 0;
-	if (!known[0])
+	if (!valid_id(r->str, r->len)) {
 		snprintf(why, len, "%s holds %.40s%s: not a cluster id",
 			 st->keys.cluster, r->str, r->len > 40 ? "..." : "");
-	else
-		snprintf(
-			why, len,
-			"CLUSTER MISMATCH: %s holds %.40s%s, but this daemon is of cluster %s: this Redis, db and prefix are another cluster's lock table (check redis and redis_prefix), or Redis went back and a daemon that did not know %s gave it a new id. Not serving as the active until resolved: DEL %s (the active writes %s back), or remove dlockd.state from state_dir and restart this daemon to join the other",
-			st->keys.cluster, r->str, r->len > 40 ? "..." : "",
-			known, known, st->keys.cluster, known);
-	dl_error("redis: %s", why);
-	return DL_EBADARG;
+		dl_error("redis: %s", why);
+		return DL_EBADARG;
+	}
+	if ((rc = dl_seen_bind(&st->lead.seen, r->str, why, len)) != 0) {
+		dl_error("redis: %s", why);
+		return rc;
+	}
+	if (!knew)
+		dl_notice("redis: cluster %s", st->lead.seen.v.cluster);
+	return 0;
 }
 
 /* ---- the start-up load (blocking, store_load.c) ------------------------ */
@@ -139,7 +142,7 @@ static void claim_argv(const struct dl_store *st, const char **argv,
 {
 	argv[0] = "SET";
 	argv[1] = st->keys.cluster;
-	argv[2] = st->lead.seen.cluster;
+	argv[2] = st->lead.seen.v.cluster;
 	argv[3] = "NX";
 	argv[4] = "GET";
 	lens[0] = 3;
@@ -167,7 +170,7 @@ int dl__cluster_load_claim(struct load_ctx *x)
 		return rc;
 	if (r->type == REDIS_REPLY_NIL)
 		dl_notice("redis: cluster %s (written to %s)",
-			  st->lead.seen.cluster, st->keys.cluster);
+			  st->lead.seen.v.cluster, st->keys.cluster);
 	else
 		rc = dl__cluster_found(st, r, why, sizeof(why));
 	st->cluster_absent = 0;
@@ -193,7 +196,7 @@ static void on_claim(redisAsyncContext *ac, void *reply, void *priv)
 	}
 	if (r->type == REDIS_REPLY_NIL) {
 		dl_notice("redis: cluster %s (written to %s)",
-			  st->lead.seen.cluster, st->keys.cluster);
+			  st->lead.seen.v.cluster, st->keys.cluster);
 		return;
 	}
 	if (dl__cluster_found(st, r, why, sizeof(why)))

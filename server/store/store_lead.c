@@ -12,7 +12,7 @@
  *             write (store_batch.c), so that only the connection that
  *             took the leadership last can change anything.
  *
- * Both are changed only by the function dlock_lead_v8 (its source is
+ * Both are changed only by the function dlock_lead_v9 (its source is
  * dl__lua_lead below; store_batch.c puts the library together),
  * atomically, in one of four modes:
  *
@@ -104,7 +104,7 @@ static const char *const mode_names[] = {
 	[LEAD_START] = "start", [LEAD_RESIGN] = "resign",
 };
 
-/* The leadership function, dlock_lead_v8, in the library that
+/* The leadership function, dlock_lead_v9, in the library that
  * store_batch.c puts together (dl__store_library); it uses the library's
  * LAYOUT and EPOCH_MAX. What its modes do is at the top of this file. */
 /* clang-format off */
@@ -115,15 +115,18 @@ const char dl__lua_lead[] =
 	"  return tonumber(string.match(s, '^(%d+)$') or\n"
 	"    string.match(s, '^(%d+)/' .. LAYOUT .. '$'))\n"
 	"end\n"
-	"-- keys: leader, fence, gen, token, closed\n"
+	"-- keys: leader, fence, gen, token, closed, horizon, standbys\n"
 	"-- args: mode, mine, node, addr, lease, instance, seen epoch,\n"
-	"-- seen gen, hold (ms without grants after Redis went back),\n"
-	"-- held (1: the caller's leadership never lapsed on its clock)\n"
+	"-- seen gen, hold (the closure '<inst> <n> <ms> <why>' a take sets if\n"
+	"-- it finds Redis went back and keeps no table; '' none), held (1:\n"
+	"-- the caller's leadership never lapsed on its clock), keep (a\n"
+	"-- closure in force, kept in Redis), raise (the active's horizon\n"
+	"-- '<inst> <n> <ms>'), echo ('<inst>:<n>' of the horizon a standby\n"
+	"-- counted), drop (standbys the active stopped counting)\n"
 	"local function lead(keys, args)\n"
 	"  local mode, node, inst = args[1], args[3], args[6]\n"
 	"  local mine = epoch_of(args[2])\n"
 	"  local seen_e, seen_g = tonumber(args[7]) or 0, tonumber(args[8]) or 0\n"
-	"  local hold = tonumber(args[9]) or 0\n"
 	"  local held = args[10] == '1'\n"
 	"  local cur = redis.call('GET', keys[1])\n"
 	"  local fence = epoch_of(redis.call('GET', keys[2]) or '0')\n"
@@ -150,17 +153,39 @@ const char dl__lua_lead[] =
 	"  if seen_e > fence or (seen_e == fence and seen_g > gen) then\n"
 	"    behind = 1\n"
 	"  end\n"
+	"  -- a closure: P closed lives at least as long as v says\n"
+	"  local function close_for(v)\n"
+	"    local ms = tonumber(string.match(v, '^%S+ %d+ (%d+)'))\n"
+	"    if ms and ms > 0 and redis.call('PTTL', keys[5]) < ms then\n"
+	"      redis.call('SET', keys[5], v, 'PX', ms)\n"
+	"    end\n"
+	"  end\n"
 	"  local function answer(ok, v, k)\n"
-	"    return {ok, v, k, gen, redis.call('PTTL', keys[5]), behind,\n"
-	"      redis.call('GET', keys[4]) or ''}\n"
+	"    return {ok, v, k, gen, redis.call('GET', keys[5]) or '', behind,\n"
+	"      redis.call('GET', keys[4]) or '',\n"
+	"      redis.call('GET', keys[6]) or '', redis.call('HGETALL', keys[7])}\n"
 	"  end\n"
 	"  local this = cur and hinst == inst\n"
 	"  local ours = this and epoch == mine and fence == mine\n"
 	"  -- only this process writes its instance id: a record of it with a\n"
 	"  -- larger epoch is a take of its own whose reply it lost\n"
 	"  local mine_late = this and mine > 0 and epoch > mine\n"
+	"  if mode == 'look' then\n"
+	"    -- what this standby knows of the horizon, and that it looks:\n"
+	"    -- the active counts it until it stops looking (store_horizon.c)\n"
+	"    local was = redis.call('HGET', keys[7], inst)\n"
+	"    if was or redis.call('HLEN', keys[7]) < STANDBYS_MAX then\n"
+	"      local n = was and tonumber(string.match(was, ' (%d+)$')) or 0\n"
+	"      redis.call('HSET', keys[7], inst, args[13] .. ' ' .. (n + 1))\n"
+	"    end\n"
+	"  end\n"
 	"  if mode == 'renew' and ours then\n"
 	"    redis.call('PEXPIRE', keys[1], args[5])\n"
+	"    close_for(args[11])\n"
+	"    if args[12] ~= '' then redis.call('SET', keys[6], args[12]) end\n"
+	"    for s in string.gmatch(args[14], '%S+') do\n"
+	"      redis.call('HDEL', keys[7], s)\n"
+	"    end\n"
 	"    return answer(1, tostring(mine), 1)\n"
 	"  end\n"
 	"  if mode == 'resign' and ours then\n"
@@ -189,11 +214,8 @@ const char dl__lua_lead[] =
 	"    end\n"
 	"    -- went back, and the taker has no table to write it back from:\n"
 	"    -- nobody grants until every lease that may exist has ended\n"
-	"    if behind == 1 and kept == 0 and hold > 0 and\n"
-	"        redis.call('PTTL', keys[5]) < hold then\n"
-	"      redis.call('SET', keys[5], 'epoch ' .. fence .. ' gen ' .. gen ..\n"
-	"        ' below ' .. seen_e .. ' ' .. seen_g, 'PX', hold)\n"
-	"    end\n"
+	"    if behind == 1 and kept == 0 then close_for(args[9]) end\n"
+	"    close_for(args[11])\n"
 	"    -- above anything seen: Redis is ahead of every observer again\n"
 	"    local e = math.max(fence, mine, epoch or 0, seen_e) + 1\n"
 	"    if gen < seen_g then redis.call('SET', keys[3], seen_g) end\n"
@@ -270,14 +292,13 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 	 * the daemon forgets what it saw Redis hold, and takes whatever
 	 * Redis has for the truth, as dlockd once did. Never in a real
 	 * build. */
-	st->lead.seen.epoch = st->lead.seen.gen = 0;
+	st->lead.seen.v.epoch = st->lead.seen.v.gen = 0;
 #endif
 	snprintf(st->lead.seen_arg[0], sizeof(st->lead.seen_arg[0]), "%llu",
-		 (unsigned long long)st->lead.seen.epoch);
+		 (unsigned long long)st->lead.seen.v.epoch);
 	snprintf(st->lead.seen_arg[1], sizeof(st->lead.seen_arg[1]), "%llu",
-		 (unsigned long long)st->lead.seen.gen);
-	snprintf(st->lead.seen_arg[2], sizeof(st->lead.seen_arg[2]), "%llu",
-		 (unsigned long long)st->cfg->max_ttl_ms);
+		 (unsigned long long)st->lead.seen.v.gen);
+	dl__hz_args(st, mode);
 	/* held: this daemon's leadership has not lapsed on its own clock
 	 * (module comment: only then may a take keep the table) */
 	held = st->lead.active && mine && mine[0] &&
@@ -285,12 +306,14 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 #define ARG(p) (argv[k] = (p), lens[k] = strlen(argv[k]), k++)
 	ARG("FCALL");
 	ARG(DL_STORE_LEAD_FN);
-	ARG("5");
+	ARG("7");
 	ARG(st->keys.leader);
 	ARG(st->keys.fence);
 	ARG(st->keys.gen);
 	ARG(st->keys.token);
 	ARG(st->keys.closed);
+	ARG(st->keys.horizon);
+	ARG(st->keys.standbys);
 	ARG(mode_names[mode]);
 	ARG(mine && mine[0] ? mine : "0");
 	ARG(st->lead.node);
@@ -299,8 +322,12 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 	ARG(st->lead.instance);
 	ARG(st->lead.seen_arg[0]);
 	ARG(st->lead.seen_arg[1]);
-	ARG(st->lead.seen_arg[2]);
+	ARG(st->hz.hold_arg);
 	ARG(held ? "1" : "0");
+	ARG(st->hz.keep_arg);
+	ARG(st->hz.raise_arg);
+	ARG(st->hz.echo_arg);
+	ARG(st->hz.drop_arg);
 #undef ARG
 	return k;
 }
@@ -349,16 +376,17 @@ static int parse_record(const char *s, size_t len, struct dl_leader *l)
 	return 1;
 }
 
-int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
+int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
+		   const redisReply *r, uint64_t sent_ms,
 		   struct lead_reply *out)
 {
 	const redisReply *e0, *e1, *e2;
 	char num[24];
 
 	memset(out, 0, sizeof(*out));
-	out->saw_epoch = st->lead.seen.epoch;
-	out->saw_gen = st->lead.seen.gen;
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 7)
+	out->saw_epoch = st->lead.seen.v.epoch;
+	out->saw_gen = st->lead.seen.v.gen;
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 9)
 		return DL_EPROTO;
 	e0 = r->element[0];
 	e1 = r->element[1];
@@ -366,13 +394,14 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 	if (e0->type != REDIS_REPLY_INTEGER || e1->type != REDIS_REPLY_STRING ||
 	    e2->type != REDIS_REPLY_INTEGER ||
 	    r->element[3]->type != REDIS_REPLY_INTEGER ||
-	    r->element[4]->type != REDIS_REPLY_INTEGER ||
+	    r->element[4]->type != REDIS_REPLY_STRING ||
 	    r->element[5]->type != REDIS_REPLY_INTEGER ||
-	    r->element[6]->type != REDIS_REPLY_STRING)
+	    r->element[6]->type != REDIS_REPLY_STRING ||
+	    r->element[7]->type != REDIS_REPLY_STRING ||
+	    r->element[8]->type != REDIS_REPLY_ARRAY)
 		return DL_EPROTO;
 	out->gen = r->element[3]->integer > 0 ? (uint64_t)r->element[3]->integer
 					      : 0;
-	out->closed_ms = r->element[4]->integer;
 	out->behind = r->element[5]->integer == 1;
 	if (r->element[6]->len > 0 &&
 	    dl_parse_u64(r->element[6]->str, r->element[6]->len, &out->mark))
@@ -380,9 +409,11 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 	if (e0->integer == 2) {
 		/* renew: Redis went back under this daemon */
 		out->behind = out->lagged = 1;
+		dl__hz_reply(st, mode, r, sent_ms, 0);
 		return 0;
 	}
 	out->ok = e0->integer == 1;
+	dl__hz_reply(st, mode, r, sent_ms, out->ok);
 	if (out->ok) {
 		if (e1->len == 0 || e1->len >= sizeof(num))
 			return DL_EPROTO;
@@ -416,12 +447,12 @@ int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
 		    (dl_wall_ms() + DL_TOKEN_AHEAD_MAX_MS) * DL_TOKEN_PER_MS)
 		dl_seen_note_mark(&st->lead.seen, out->mark);
 	if (!out->behind)
-		dl_seen_note(
-			&st->lead.seen,
-			epoch_jumped(st->lead.seen.epoch, st->lead.leader.epoch)
-				? 0
-				: st->lead.leader.epoch,
-			out->gen);
+		dl_seen_note(&st->lead.seen,
+			     epoch_jumped(st->lead.seen.v.epoch,
+					  st->lead.leader.epoch)
+				     ? 0
+				     : st->lead.leader.epoch,
+			     out->gen);
 	return 0;
 }
 
@@ -438,12 +469,12 @@ int dl__plausible(struct dl_store *st, uint64_t mark, uint64_t epoch, char *why,
 			(unsigned long long)mark,
 			(unsigned long long)(wall * DL_TOKEN_PER_MS),
 			st->keys.token);
-	else if (epoch_jumped(st->lead.seen.epoch, epoch))
+	else if (epoch_jumped(st->lead.seen.v.epoch, epoch))
 		snprintf(
 			why, len,
 			"the writer fence's epoch %llu jumped far above the %llu this daemon saw: not raised by a take. Check who writes %s; to go on from it anyway, accept_token_jump = yes",
 			(unsigned long long)epoch,
-			(unsigned long long)st->lead.seen.epoch,
+			(unsigned long long)st->lead.seen.v.epoch,
 			st->keys.fence);
 	else
 		return 0;
@@ -455,12 +486,14 @@ int dl__plausible(struct dl_store *st, uint64_t mark, uint64_t epoch, char *why,
 	return DL_EBADARG;
 }
 
-int dl__lead_took(struct dl_store *st, const struct lead_reply *lr, char *why,
+int dl__lead_took(struct dl_store *st, struct lead_reply *lr, char *why,
 		  size_t len)
 {
+	const struct dl_seen *seen = &st->lead.seen;
+
 	if (dl__plausible(st, lr->mark, lr->epoch, why, len))
 		return DL_EBADARG;
-	dl_seen_note(&st->lead.seen, lr->epoch, 0);
+	dl_seen_note_lead(&st->lead.seen, lr->epoch);
 	dl_seen_note_mark(&st->lead.seen, lr->mark);
 	if (lr->behind) {
 		st->st.went_back++;
@@ -472,10 +505,12 @@ int dl__lead_took(struct dl_store *st, const struct lead_reply *lr, char *why,
 				? "This daemon holds its table and nobody else took over since: writing it back"
 				: "This daemon cannot vouch for any lock: no new lease is granted until every lease granted before may have ended");
 	}
+	lr->closed_ms = (int64_t)dl__hz_closure_left(st);
 	if (lr->closed_ms > 0) {
-		dl_warn("redis: grants closed for %lld ms more (%s holds it: Redis went back), as long as the longest lease that may have been granted before (max_ttl)",
-			(long long)lr->closed_ms, st->keys.closed);
-		st->hooks.closed((uint64_t)lr->closed_ms, st->hooks.ctx);
+		dl_warn("redis: grants closed for %lld ms more (%s): no new lease until every lease that may have been told before has ended",
+			(long long)lr->closed_ms, seen->v.why);
+		st->hooks.closed((uint64_t)lr->closed_ms, seen->v.why,
+				 st->hooks.ctx);
 	}
 	if (lr->kept && lr->mark)
 		dl_locktab_raise_token(st->tab, lr->mark);

@@ -29,8 +29,8 @@ struct store_lead {
 	char instance[17];	   /* random, this process's: in the record */
 	struct dl_leader leader;   /* the active as last seen (or this one) */
 	struct dl_seen seen;	   /* what Redis was seen to hold (seen.h) */
-	char seen_arg[3][24];	   /* its epoch, gen, and max_ttl: for the
-				      leadership function's arguments */
+	char seen_arg[2][24];	   /* its epoch and gen: for the leadership
+				      function's arguments */
 	uint64_t went_back;	   /* times Redis was found behind it */
 	uint64_t next_ms;	   /* next renewal (active) or look (standby) */
 	int busy;		   /* a renewal or look awaits its reply */
@@ -52,21 +52,25 @@ struct lead_reply {
 	int kept;	/* take: nobody else wrote since `mine` */
 	int64_t pttl;	/* not ok: the holder's lease left, ms (< 0: none) */
 	uint64_t gen;	/* Redis's write generation */
-	int64_t closed_ms; /* no grants for this long (P closed), or <= 0 */
+	int64_t closed_ms; /* take: no grants for this long (the closure
+			      in force: P closed, the file, a standby's
+			      memory), or 0 */
 	uint64_t mark;	   /* the stored token mark (0: none) */
 	uint64_t saw_epoch, saw_gen; /* st->seen before this reply */
 };
 
-#define LEAD_ARGC 18 /* FCALL, its name, numkeys, 5 keys, 10 arguments */
+#define LEAD_ARGC 24 /* FCALL, its name, numkeys, 7 keys, 14 arguments */
 /* Node id and address of this daemon (config, or derived). */
 void dl__lead_identity(struct dl_store *st);
 /* The FCALL of the leadership function in `mode`, for the fence `mine`
  * ("<epoch>/2"; NULL or "" when none); LEAD_ARGC arguments. */
 int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 		  const char **argv, size_t *lens);
-/* Read its reply (sent at sent_ms) into `out` and st->leader. DL_EPROTO
- * if it is not one. */
-int dl__lead_reply(struct dl_store *st, const redisReply *r, uint64_t sent_ms,
+/* Read its reply to a call in `mode` (sent at sent_ms) into `out` and
+ * st->leader, and what it says of the horizon and the closure into st->hz
+ * (store_horizon.c). DL_EPROTO if it is not one. */
+int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
+		   const redisReply *r, uint64_t sent_ms,
 		   struct lead_reply *out);
 /* Until when a renewal (or take) sent at sent_ms confirms leadership. */
 uint64_t dl__lead_until(const struct dl_store *st, uint64_t sent_ms);
@@ -75,11 +79,12 @@ void dl__fence_format(char *buf, size_t len, uint64_t epoch);
 /* "node N at A (epoch E, lease ends in T ms)" or "nobody". */
 int dl__lead_describe(const struct dl_store *st, char *buf, size_t len);
 /* What a take (ok) learned besides the leadership: Redis went back
- * (logged, counted), grants closed (the closed hook), and for a take that
+ * (logged, counted), grants closed (lr->closed_ms, the closed hook: the
+ * closure in force, now also in the state file), and for a take that
  * kept the table, the stored token mark to go on above. DL_EBADARG with
  * why when the mark or the epoch cannot be trusted (dl__plausible): the
  * daemon must not serve on them. */
-int dl__lead_took(struct dl_store *st, const struct lead_reply *lr, char *why,
+int dl__lead_took(struct dl_store *st, struct lead_reply *lr, char *why,
 		  size_t len);
 
 #endif /* DL_SERVER_STORE_LEAD_H */

@@ -244,7 +244,7 @@ static int take_lead(struct load_ctx *x, int start, char *fence, size_t len)
 			     lens);
 	if (!(r = dl__load_run(x, &rc, 0, argc, argv, lens)))
 		return rc;
-	rc = dl__lead_reply(st, r, sent, &lr);
+	rc = dl__lead_reply(st, start ? LEAD_START : LEAD_TAKE, r, sent, &lr);
 	freeReplyObject(r);
 	if (rc)
 		return dl__load_err(
@@ -261,6 +261,7 @@ static int take_lead(struct load_ctx *x, int start, char *fence, size_t len)
 	if (dl__lead_took(st, &lr, who, sizeof(who)))
 		return dl__load_err(x, DL_EBADARG, "%s", who);
 	x->closed_ms = lr.closed_ms;
+	x->behind = lr.behind;
 	dl__fence_format(fence, len, lr.epoch);
 	x->lead_sent = sent;
 	return 0;
@@ -288,7 +289,7 @@ int dl__load_keep_lead(struct load_ctx *x)
 	argc = dl__lead_argv(st, LEAD_RENEW, x->fence, argv, lens);
 	if (!(r = dl__load_run(x, &rc, 0, argc, argv, lens)))
 		return rc;
-	rc = dl__lead_reply(st, r, sent, &lr);
+	rc = dl__lead_reply(st, LEAD_RENEW, r, sent, &lr);
 	freeReplyObject(r);
 	if (rc || !lr.ok)
 		return dl__load_err(x, rc ? DL_EUNAVAILABLE : DL_ENOTACTIVE,
@@ -738,6 +739,48 @@ static uint64_t skewed(const struct dl_store *st, uint64_t unix_ms)
 	return unix_ms + st->cfg->max_clock_skew_ms;
 }
 
+/*
+ * Where tokens resume: above the stored mark `redis_mark`, the records'
+ * tokens, the mark this daemon saw or sent (the state file keeps it, and
+ * has it before a token above it is told: a Redis that went back lost it)
+ * and the clock's floor. A start that may follow a loss it cannot see the
+ * size of -- Redis went back, holds no mark, or this daemon has no state
+ * file and so could not notice one -- takes the floor max_clock_skew past
+ * its clock (skewed: a peer's clock may have run that far ahead, and this
+ * daemon's own tokens ran that far ahead of the clock since the keyspace
+ * began), and when even that is not above the marks it knows, goes
+ * DL_TOKEN_JUMP above them: the clock cannot lift it (set back, or tokens
+ * that ran further ahead), and a minute of the token space is more than a
+ * daemon tells in any window of writes Redis may lose. Found from
+ * outside: a daemon started without a state file, on a keyspace whose
+ * tokens ran max_clock_skew ahead of the clock, lost its last second of
+ * writes (and the marks they raised) and, seeing no loss, resumed just
+ * above the older mark: it told tokens it had told before.
+ */
+static void resume_tokens(struct load_ctx *x, uint64_t redis_mark,
+			  uint64_t unix_ms)
+{
+	struct dl_store *st = x->st;
+	const struct dl_seen *seen = &st->lead.seen;
+	uint64_t stored = redis_mark, skew;
+	int risky =
+		x->behind || x->closed_ms > 0 || !redis_mark || !seen->path[0];
+
+	if (x->max_token > stored)
+		stored = x->max_token;
+	if (seen->v.mark > stored)
+		stored = seen->v.mark;
+	skew = dl_token_floor(0, skewed(st, unix_ms));
+	dl_locktab_raise_token(
+		st->tab,
+		dl_token_floor(stored, risky ? skewed(st, unix_ms) : unix_ms));
+	if (risky && stored >= skew)
+		dl_locktab_raise_token(st->tab,
+				       stored > UINT64_MAX - DL_TOKEN_JUMP
+					       ? UINT64_MAX
+					       : stored + DL_TOKEN_JUMP);
+}
+
 static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 {
 	struct dl_store *st = x->st;
@@ -762,11 +805,7 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 		 * lease are told it is gone, and the first re-sync deletes
 		 * the records (st->synced stays 0). */
 		dl_warn("redis: its records are not loaded: grants are closed because Redis went back, and what it holds cannot be vouched for; the re-sync deletes them");
-		dl_locktab_raise_token(
-			st->tab, dl_token_floor(stored > st->lead.seen.mark
-							? stored
-							: st->lead.seen.mark,
-						skewed(st, unix_ms)));
+		resume_tokens(x, stored, unix_ms);
 		snprintf(st->fence, sizeof(st->fence), "%s", fence);
 		st->lead.leader.until_ms = dl__lead_until(st, x->lead_sent);
 		return 0;
@@ -777,16 +816,7 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 		return rc;
 	if (dl__plausible(st, x->max_token, 0, why, sizeof(why)))
 		return dl__load_err(x, DL_EBADARG, "a record's token: %s", why);
-	/* Above the stored mark, the records' tokens, the clock -- and the
-	 * mark this daemon saw, which a Redis that went back lost while a
-	 * daemon's clock ran ahead of this one's (seen.h). */
-	if (x->max_token > stored)
-		stored = x->max_token;
-	if (st->lead.seen.mark > stored)
-		stored = st->lead.seen.mark;
-	dl_locktab_raise_token(
-		st->tab,
-		dl_token_floor(stored, stored ? unix_ms : skewed(st, unix_ms)));
+	resume_tokens(x, stored, unix_ms);
 	if ((rc = quarantine(x)) || (rc = dl__load_keep_lead(x)) ||
 	    (rc = x->l1 ? dl__layout1_migrate(x) : write_back(x)))
 		return rc;
@@ -806,7 +836,9 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, int start, char *err,
 
 	dl_locktab_reset(st->tab);
 	if (!st->redis) {
-		dl_locktab_raise_token(st->tab, dl_token_floor(0, unix_ms));
+		/* above the clock, and the mark the state file kept */
+		dl_locktab_raise_token(
+			st->tab, dl_token_floor(st->lead.seen.v.mark, unix_ms));
 		return 0;
 	}
 	rc = load(&x, unix_ms, start);
@@ -820,8 +852,9 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, int start, char *err,
 	}
 	st->synced = x.closed_ms <= 0;
 	st->lead.active = 1;
+	dl__hz_role(st, 1);
 	st->st.takeovers++;
-	dl_seen_save(&st->lead.seen, dl_mono_ms());
+	(void)dl_seen_save(&st->lead.seen, dl_mono_ms(), 1);
 	dl_notice(
 		"redis: this daemon is the active one (node %s at %s, epoch %llu, fence %s)",
 		st->lead.node, st->lead.self_addr,

@@ -39,6 +39,7 @@ struct load_ctx {
 	int64_t closed_ms;  /* the take found grants closed (Redis went
 			       back): its records are not loaded */
 	uint64_t lead_sent; /* when the leadership was last confirmed */
+	int behind;	    /* the take found Redis went back */
 	struct layout1 *l1; /* Redis is in layout 1: its names, to migrate */
 };
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * store_private.h -- what the store's files share (store.c, store_batch.c,
- * store_cluster.c, store_durable.c, store_find.c, store_lead.c,
- * store_load.c, store_migrate.c, store_resync.c): struct dl_store and the
+ * store_cluster.c, store_durable.c, store_find.c, store_horizon.c,
+ * store_lead.c, store_load.c, store_migrate.c, store_resync.c): struct
+ * dl_store and the
  * link's calls that the other files make (dl__*). Not an interface for
  * anything else.
  *
@@ -11,7 +12,8 @@
  * each declared and owned by its file's header: the key names and the
  * write scratch (store_batch.h), the re-sync (store_resync.h), the
  * leadership and what Redis was seen to hold (store_lead.h), finding the
- * primary (store_find.h), Redis's durability (store_durable.h). A file
+ * primary (store_find.h), Redis's durability (store_durable.h), the lease
+ * horizon and the closure (store_horizon.h). A file
  * writes its own part; others read it, or call the part's dl__ functions.
  */
 #ifndef DL_SERVER_STORE_PRIVATE_H
@@ -26,6 +28,7 @@
 #include "server/store/store_batch.h"
 #include "server/store/store_durable.h"
 #include "server/store/store_find.h"
+#include "server/store/store_horizon.h"
 #include "server/store/store_lead.h"
 #include "server/store/store_load.h"
 #include "server/store/store_resync.h"
@@ -104,6 +107,7 @@ struct dl_store {
 	struct store_lead lead;	    /* store_lead.h */
 	struct store_find find;	    /* store_find.h */
 	struct store_durable dur;   /* store_durable.h */
+	struct store_horizon hz;    /* store_horizon.h */
 };
 
 /* ---- store.c, for store_find.c ---- */
@@ -123,6 +127,15 @@ int dl__batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
 int dl__send_wait(struct dl_store *st, enum batch_kind kind, uint64_t epoch);
 /* The link is up: changes are accepted, the epochs so far committed. */
 void dl__link_up(struct dl_store *st, const char *how);
+
+/* ---- store.c, for store_horizon.c ---- */
+
+/* Every epoch up to `epoch` is durable (if the horizon is: the gate is
+ * asked again). */
+void dl__commit(struct dl_store *st, uint64_t epoch);
+/* A renewal of the leadership now, unless one awaits its reply (whose
+ * handler sends the next when due). */
+void dl__lead_send(struct dl_store *st);
 
 /* ---- store_cluster.c: the cluster id ---- */
 

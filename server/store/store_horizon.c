@@ -1,0 +1,467 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * store_horizon.c -- the lease horizon's reservation, the standbys that
+ * must know it, and the closure after Redis went back (docs/design.md,
+ * "A Redis that forgets").
+ *
+ * The lock table keeps its horizon: the latest moment a lease it told of
+ * may still be believed, lock-delays included (dl_locktab_horizon). The
+ * active keeps a *reservation* at or above it, and no epoch commits (no
+ * grant, refresh or re-entry is told) before the reservation that covers
+ * the table's horizon is durable everywhere a later daemon looks:
+ *
+ *   1. the state file (seen.h), fsynced: a restart of this daemon;
+ *   2. P horizon in Redis ("<instance> <n> <ms left>", written by a
+ *      renewal of the leadership): where the standbys read it;
+ *   3. every standby counted: a standby's look writes the horizon it has
+ *      counted into P standbys (field: its instance; value: "<the
+ *      horizon's instance>:<n> <its looks>"); the renewal that raises P
+ *      horizon reads that hash in the same atomic call, and the raise is
+ *      usable once every standby it listed has passed it back, or has
+ *      stopped looking for 2 x leader_lease of this daemon's clock (it is
+ *      then no longer counted, and its field is deleted). A standby that
+ *      registers after a raise reads it with the look that registers it.
+ *
+ * A raise runs DL_HORIZON_AHEAD_MS past the table's horizon, and the
+ * store's tick makes the next one while half of that is still left: a
+ * steady load never waits for one. A lease longer than any before waits
+ * once: an fsync and a round trip, and with standbys about one look.
+ *
+ * A standby counts a value it has not counted before from the moment it
+ * reads it (after it was written: it can only count too long), so no
+ * clock of another machine is compared with its own. The same holds for
+ * the closure, P closed = "<instance> <n> <ms left> <why>".
+ *
+ * What a daemon that finds a loss can prove (bound_ms), and so how long it
+ * closes: a standalone daemon (no node_id: the only writer by
+ * configuration) starting with a state file: the file's horizon; a
+ * restart with a state file whose lead is its epoch (nobody took over
+ * after the last take made from its directory): the same; a standby
+ * whose look before the one that found the loss came less than a
+ * leader_lease earlier, and was counted (so the active cannot have
+ * dropped it): what it counted; anybody else: max_ttl.
+ */
+#include "server/store/store_horizon.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/clock.h"
+#include "server/log.h"
+#include "server/store/store_private.h"
+
+static int standalone(const struct dl_store *st)
+{
+	return !st->cfg->node_id[0];
+}
+
+/* The active stops counting a standby whose looks stop this long. */
+static uint64_t drop_ms(const struct dl_store *st)
+{
+	return 2 * st->cfg->leader_lease_ms;
+}
+
+/* "<instance> <n> <ms>[ <why>]": 0 and its parts, or -1. */
+static int parse_value(const char *s, size_t len, char inst[17], uint64_t *n,
+		       uint64_t *ms, const char **why)
+{
+	char buf[DL_HZ_VALUE_MAX], *p, *q;
+
+	if (len == 0 || len >= sizeof(buf))
+		return -1;
+	memcpy(buf, s, len);
+	buf[len] = '\0';
+	if (!(p = strchr(buf, ' ')) || p - buf > 16)
+		return -1;
+	*p++ = '\0';
+	if (!(q = strchr(p, ' ')))
+		return -1;
+	*q++ = '\0';
+	if (dl_parse_u64(p, strlen(p), n))
+		return -1;
+	p = strchr(q, ' ');
+	if (dl_parse_u64(q, p ? (size_t)(p - q) : strlen(q), ms))
+		return -1;
+	snprintf(inst, 17, "%.16s", buf);
+	if (why)
+		*why = p ? s + (p + 1 - buf) : "";
+	return 0;
+}
+
+static const char *str_of(const redisReply *e)
+{
+	return e->type == REDIS_REPLY_STRING ? e->str : "";
+}
+
+/* ---- the active: raising the reservation --------------------------------- */
+
+/* Make a new reservation durable in the state file, and have the next
+ * renewal carry it to Redis and the standbys. */
+static int raise_start(struct dl_store *st)
+{
+	struct store_horizon *hz = &st->hz;
+	uint64_t now = dl_mono_ms(), need = dl_locktab_horizon(st->tab);
+
+	if (hz->pend_n)
+		return 0; /* one at a time: the next covers what came since */
+	if (need < now)
+		need = now;
+	dl_seen_note_horizon(&st->lead.seen, need + DL_HORIZON_AHEAD_MS);
+	if (dl_seen_save(&st->lead.seen, now, 1) != 0)
+		return DL_EUNAVAILABLE; /* the tick tries again */
+	hz->pend_n = ++hz->n;
+	hz->pend_until = need + DL_HORIZON_AHEAD_MS;
+	hz->pend_acked = 0;
+	hz->reserved = hz->pend_until;
+	hz->poll_at = 0;
+	return 0;
+}
+
+/* The file holds every mark sent, and the reservation covers the table. */
+static int covered(struct dl_store *st)
+{
+	struct dl_seen *seen = &st->lead.seen;
+	uint64_t now = dl_mono_ms(), need = dl_locktab_horizon(st->tab);
+
+	if (dl_seen_durable_mark(seen) < seen->v.mark &&
+	    dl_seen_save(seen, now, 1) != 0)
+		return 0;
+	return need <= now || need <= st->hz.usable;
+}
+
+/* A raise is durable everywhere, or a pending commit may go. */
+static void progress(struct dl_store *st)
+{
+	struct store_horizon *hz = &st->hz;
+	uint64_t epoch;
+	unsigned i;
+
+	if (hz->pend_n && hz->pend_acked) {
+		for (i = 0; i < hz->nsby; i++)
+			if (hz->sby[i].wait_n)
+				break;
+		if (i == hz->nsby) {
+			hz->usable = hz->pend_until;
+			hz->pend_n = 0;
+		}
+	}
+	if (hz->pending && covered(st)) {
+		epoch = hz->pending;
+		hz->pending = 0;
+		dl__commit(st, epoch);
+	}
+}
+
+int dl__hz_gate(struct dl_store *st, uint64_t epoch)
+{
+	struct store_horizon *hz = &st->hz;
+
+	if (!st->redis || !st->lead.active)
+		return 1;
+	if (!hz->pending && covered(st))
+		return 1;
+	if (epoch > hz->pending)
+		hz->pending = epoch;
+	if (dl_locktab_horizon(st->tab) > hz->usable && !hz->pend_n &&
+	    raise_start(st) == 0)
+		dl__lead_send(st); /* now, not at the next tick */
+	return 0;
+}
+
+/* A standby that passed back `echo` knows this process's raise `n`. */
+static int knows(const struct dl_store *st, const char *echo, uint64_t n)
+{
+	size_t l = strlen(st->lead.instance);
+	uint64_t m;
+
+	return strncmp(echo, st->lead.instance, l) == 0 && echo[l] == ':' &&
+	       dl_parse_u64(echo + l + 1, strlen(echo + l + 1), &m) == 0 &&
+	       m >= n;
+}
+
+static struct hz_standby *standby_of(struct store_horizon *hz, const char *inst)
+{
+	unsigned i;
+
+	for (i = 0; i < hz->nsby; i++)
+		if (strcmp(hz->sby[i].inst, inst) == 0)
+			return &hz->sby[i];
+	return NULL;
+}
+
+/* The renewal's read of P standbys: "<inst>", "<echo> <looks>", ... */
+static void read_standbys(struct dl_store *st, const redisReply *a, int raised)
+{
+	struct store_horizon *hz = &st->hz;
+	uint64_t now = dl_mono_ms(), count;
+	struct hz_standby *s;
+	const char *v, *sp;
+	unsigned i;
+	size_t j;
+
+	for (i = 0; i < hz->nsby; i++)
+		hz->sby[i].present = 0;
+	for (j = 0; a->type == REDIS_REPLY_ARRAY && j + 1 < a->elements;
+	     j += 2) {
+		if (a->element[j]->type != REDIS_REPLY_STRING ||
+		    a->element[j]->len > 16 ||
+		    strcmp(a->element[j]->str, st->lead.instance) == 0)
+			continue; /* this process, from when it was a standby */
+		v = str_of(a->element[j + 1]);
+		if (!(sp = strrchr(v, ' ')) ||
+		    dl_parse_u64(sp + 1, strlen(sp + 1), &count))
+			continue;
+		if (!(s = standby_of(hz, a->element[j]->str))) {
+			if (hz->nsby == DL_STANDBYS_MAX)
+				continue;
+			s = &hz->sby[hz->nsby++];
+			memset(s, 0, sizeof(*s));
+			snprintf(s->inst, sizeof(s->inst), "%s",
+				 a->element[j]->str);
+			s->count = count;
+			s->changed = now;
+		}
+		s->present = 1;
+		if (count != s->count) {
+			s->count = count;
+			s->changed = now;
+		}
+		snprintf(s->echo, sizeof(s->echo), "%.*s", (int)(sp - v), v);
+		if (raised)
+			s->wait_n = hz->pend_n;
+		if (s->wait_n && knows(st, s->echo, s->wait_n))
+			s->wait_n = 0;
+	}
+	/* gone from the hash (deleted, or Redis forgot it): not counted */
+	for (i = 0; i < hz->nsby;)
+		if (!hz->sby[i].present)
+			hz->sby[i] = hz->sby[--hz->nsby];
+		else
+			i++;
+}
+
+int dl__hz_tick(struct dl_store *st)
+{
+	struct store_horizon *hz = &st->hz;
+	uint64_t now = dl_mono_ms(), need = dl_locktab_horizon(st->tab);
+	unsigned i;
+
+	if (!st->redis || !st->lead.active)
+		return 0;
+	/* the next raise before the reservation runs short */
+	if (!hz->pend_n &&
+	    ((need > now && hz->reserved < need + DL_HORIZON_AHEAD_MS / 2) ||
+	     hz->pending))
+		(void)raise_start(st);
+	/* a standby that stopped looking is no longer waited for */
+	for (i = 0; i < hz->nsby; i++) {
+		struct hz_standby *s = &hz->sby[i];
+
+		if (s->wait_n && now - s->changed >= drop_ms(st)) {
+			dl_warn("redis: standby %s has not looked for %llu ms: no longer counted (a take-over by it closes grants for max_ttl after a loss)",
+				s->inst,
+				(unsigned long long)(now - s->changed));
+			s->wait_n = 0;
+			st->st.standbys_dropped++;
+		}
+	}
+	progress(st);
+	if (!hz->pend_n || now < hz->poll_at)
+		return 0;
+	hz->poll_at = now + DL_HORIZON_POLL_MS;
+	return 1;
+}
+
+/* ---- the bound of a closure -------------------------------------------- */
+
+int dl__hz_file_proves(const struct dl_store *st)
+{
+	return standalone(st) ? st->lead.seen.has_file
+			      : dl_seen_file_proves(&st->lead.seen);
+}
+
+/* How long a take that finds Redis went back, and keeps no table, closes
+ * grants (module comment); *why says on what ground. */
+static uint64_t bound_ms(struct dl_store *st, const char **why)
+{
+	const struct store_horizon *hz = &st->hz;
+	const struct dl_seen *seen = &st->lead.seen;
+	uint64_t now = dl_mono_ms(), h = seen->v.horizon;
+	int proves;
+
+	if (dl_locktab_horizon(st->tab) > h)
+		h = dl_locktab_horizon(st->tab);
+	if (st->lead.active)
+		proves = 0; /* its leadership lapsed: another may have led */
+	else if (standalone(st) || !hz->prev_send)
+		proves = dl__hz_file_proves(st);
+	else
+		proves = hz->loss_latched
+				 ? hz->loss_provable
+				 : hz->registered &&
+					   now - hz->prev_send <
+						   st->cfg->leader_lease_ms;
+	if (!proves) {
+		*why = "nothing bounds the leases told before: max_ttl";
+		return st->cfg->max_ttl_ms;
+	}
+	*why = "until the lease horizon";
+	return h > now ? h - now : 0;
+}
+
+/* ---- the leadership call's arguments and reply ------------------------- */
+
+void dl__hz_args(struct dl_store *st, int mode)
+{
+	struct store_horizon *hz = &st->hz;
+	const struct dl_seen *seen = &st->lead.seen;
+	uint64_t now = dl_mono_ms(), ms;
+	const char *why;
+	size_t n = 0;
+	unsigned i;
+
+	hz->hold_arg[0] = hz->keep_arg[0] = hz->raise_arg[0] = '\0';
+	hz->drop_arg[0] = '\0';
+	snprintf(hz->echo_arg, sizeof(hz->echo_arg), "%s",
+		 hz->echo[0] ? hz->echo : "-");
+	if (mode == LEAD_LOOK || mode == LEAD_RESIGN)
+		return;
+	if (seen->v.closed > now)
+		snprintf(hz->keep_arg, sizeof(hz->keep_arg), "%s %llu %llu %s",
+			 st->lead.instance, (unsigned long long)++hz->closes,
+			 (unsigned long long)(seen->v.closed - now),
+			 seen->v.why);
+	if (mode == LEAD_TAKE || mode == LEAD_START) {
+		ms = bound_ms(st, &why);
+		if (ms)
+			snprintf(hz->hold_arg, sizeof(hz->hold_arg),
+				 "%s %llu %llu Redis went back: %s",
+				 st->lead.instance,
+				 (unsigned long long)++hz->closes,
+				 (unsigned long long)ms, why);
+		return;
+	}
+	/* a renewal: the raise in making, the standbys no longer counted */
+	if (hz->pend_n && !hz->pend_acked) {
+		snprintf(hz->raise_arg, sizeof(hz->raise_arg), "%s %llu %llu",
+			 st->lead.instance, (unsigned long long)hz->pend_n,
+			 (unsigned long long)(hz->pend_until > now
+						      ? hz->pend_until - now
+						      : 0));
+		hz->sent_n = hz->pend_n;
+	}
+	for (i = 0; i < hz->nsby && n + 18 < sizeof(hz->drop_arg); i++)
+		if (now - hz->sby[i].changed >= drop_ms(st))
+			n += (size_t)snprintf(hz->drop_arg + n,
+					      sizeof(hz->drop_arg) - n, "%s%s",
+					      n ? " " : "", hz->sby[i].inst);
+}
+
+/* A value of P horizon or P closed not counted before: its end from now
+ * (it was written earlier: that can only count too long). */
+static int count_value(char *last, size_t lastlen, const redisReply *e,
+		       uint64_t *end, char inst[17], uint64_t *n,
+		       const char **why)
+{
+	uint64_t ms;
+
+	if (e->type != REDIS_REPLY_STRING || e->len == 0 ||
+	    (strlen(last) == e->len && memcmp(last, e->str, e->len) == 0))
+		return 0;
+	if (parse_value(e->str, e->len, inst, n, &ms, why) != 0)
+		return 0;
+	snprintf(last, lastlen, "%.*s", (int)e->len, e->str);
+	*end = dl_mono_ms() + ms;
+	return 1;
+}
+
+void dl__hz_reply(struct dl_store *st, int mode, const redisReply *r,
+		  uint64_t sent_ms, int ok)
+{
+	struct store_horizon *hz = &st->hz;
+	struct dl_seen *seen = &st->lead.seen;
+	uint64_t end, n, now = dl_mono_ms();
+	const redisReply *a = r->element[8];
+	char inst[17];
+	const char *why;
+	int behind = r->element[5]->integer == 1, was, raised;
+	size_t j;
+
+	if (count_value(hz->closed_value, sizeof(hz->closed_value),
+			r->element[4], &end, inst, &n, &why))
+		dl_seen_note_closed(seen, end, why);
+	if (mode == LEAD_LOOK) {
+		if (count_value(hz->value, sizeof(hz->value), r->element[7],
+				&end, inst, &n, NULL)) {
+			dl_seen_note_horizon(seen, end);
+			snprintf(hz->echo, sizeof(hz->echo), "%s:%llu", inst,
+				 (unsigned long long)n);
+			hz->relook = 1; /* pass it back at once */
+		}
+		/* counted, and looking without a gap the active would drop
+		 * it for (module comment) */
+		was = hz->registered && hz->prev_send &&
+		      now - hz->prev_send < st->cfg->leader_lease_ms;
+		hz->registered = 0;
+		for (j = 0; a->type == REDIS_REPLY_ARRAY && j < a->elements;
+		     j += 2)
+			if (a->element[j]->type == REDIS_REPLY_STRING &&
+			    strcmp(a->element[j]->str, st->lead.instance) == 0)
+				hz->registered = 1;
+		if (behind && !hz->loss_latched) {
+			hz->loss_latched = 1;
+			hz->loss_provable = was;
+		} else if (!behind) {
+			hz->loss_latched = 0;
+		}
+		hz->prev_send = sent_ms;
+		return;
+	}
+	if (mode != LEAD_RENEW || !ok || !st->lead.active)
+		return;
+	raised = hz->sent_n && hz->sent_n == hz->pend_n;
+	if (raised)
+		hz->pend_acked = 1;
+	hz->sent_n = 0;
+	read_standbys(st, a, raised);
+	progress(st);
+}
+
+void dl__hz_link_lost(struct dl_store *st)
+{
+	struct store_horizon *hz = &st->hz;
+
+	/* A new link may reach a Redis that forgot (or another primary):
+	 * the next commit makes a raise that every standby counted then
+	 * must know. */
+	hz->sent_n = 0;
+	hz->pend_acked = 0;
+	hz->usable = 0;
+}
+
+void dl__hz_role(struct dl_store *st, int active)
+{
+	struct store_horizon *hz = &st->hz;
+
+	(void)active;
+	hz->usable = hz->reserved = 0;
+	hz->pend_n = hz->sent_n = 0;
+	hz->pend_acked = 0;
+	hz->pending = 0;
+	hz->nsby = 0;
+	hz->prev_send = 0;
+	hz->loss_latched = hz->loss_provable = 0;
+	hz->registered = 0;
+}
+
+uint64_t dl__hz_closure_left(struct dl_store *st)
+{
+	struct dl_seen *seen = &st->lead.seen;
+	uint64_t now = dl_mono_ms();
+
+	if (seen->v.closed <= now)
+		return 0;
+	(void)dl_seen_save(seen, now, 0); /* a new one: at once, fsynced */
+	return seen->v.closed - now;
+}

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * store_horizon.h -- the lease horizon's reservation, the standbys that
+ * must know it, and the closure after a loss (store_horizon.c). Private
+ * to the store's files (store_private.h).
+ */
+#ifndef DL_SERVER_STORE_HORIZON_H
+#define DL_SERVER_STORE_HORIZON_H
+
+#include <hiredis/hiredis.h>
+#include <stdint.h>
+
+#include "server/seen.h"
+
+struct dl_store;
+
+/* How far past what the table needs a reservation runs; it is raised
+ * when less than half of that is left. The closure after a loss is at
+ * most the longest lease (and delay) told plus this. */
+#define DL_HORIZON_AHEAD_MS 4000
+/* While a raise waits for the standbys to pass it back, the active reads
+ * their answers this often. */
+#define DL_HORIZON_POLL_MS 100
+/* Standbys counted at most (the leadership function refuses more: their
+ * looks go on, but their knowledge bounds nothing). A plain literal: the
+ * function's source uses it too. */
+#define DL_STANDBYS_MAX 32
+/* Room for a closure's value in Redis: "<instance> <n> <ms> <why>". */
+#define DL_HZ_VALUE_MAX (64 + DL_SEEN_WHY_MAX)
+
+/* A standby as the active counts it (from P standbys). */
+struct hz_standby {
+	char inst[17];	  /* its process's instance */
+	char echo[40];	  /* the horizon it passed back: "<inst>:<n>" */
+	uint64_t count;	  /* its looks, as last read */
+	uint64_t changed; /* monotonic: when that count last moved */
+	uint64_t wait_n;  /* a raise of this process it must pass back */
+	int present;	  /* in the last read of the hash */
+};
+
+struct store_horizon {
+	/* The active: its reservation. */
+	uint64_t n;	     /* raises made by this process */
+	uint64_t reserved;   /* monotonic end of the last raise made */
+	uint64_t usable;     /* ... of the last one durable everywhere */
+	uint64_t pend_n;     /* a raise not yet durable everywhere */
+	uint64_t pend_until; /* its end */
+	uint64_t sent_n;     /* the raise the renew in flight carries */
+	int pend_acked;	     /* Redis has pend_n */
+	uint64_t pending;    /* an epoch whose commit waits (0: none) */
+	uint64_t poll_at;    /* monotonic: the next read while waiting */
+	struct hz_standby sby[DL_STANDBYS_MAX];
+	unsigned nsby;
+	/* The leadership function's arguments (dl__hz_args). */
+	char hold_arg[DL_HZ_VALUE_MAX];
+	char keep_arg[DL_HZ_VALUE_MAX];
+	char raise_arg[64];
+	char echo_arg[40];
+	char drop_arg[DL_STANDBYS_MAX * 17 + 1];
+	/* A standby: what it read. */
+	char value[64];			    /* the last P horizon counted */
+	char closed_value[DL_HZ_VALUE_MAX]; /* the last P closed counted */
+	char echo[40];			    /* "<inst>:<n>" of value */
+	uint64_t prev_send;		    /* the previous look's send time */
+	int registered;			    /* its field was in P standbys */
+	int loss_latched;  /* a look found Redis went back ... */
+	int loss_provable; /* ... and its knowledge bounds that */
+	uint64_t closes;   /* closure values made (their n) */
+	int relook;	   /* look again at once: a new value to
+			      pass back */
+};
+
+/* The commit of `epoch` (store.c): 1 if it may go now -- the state file
+ * holds the marks sent, and the reservation covers the table's horizon
+ * everywhere it must -- else 0: it is remembered, a raise started, and
+ * dl__commit called once it is durable. */
+int dl__hz_gate(struct dl_store *st, uint64_t epoch);
+/* The store's tick, for the active: a raise before it is needed, a read
+ * of the standbys while one waits. 1 if a renewal should go now. */
+int dl__hz_tick(struct dl_store *st);
+/* The horizon's and the closure's arguments of a leadership call in
+ * `mode` (enum lead_mode), into st->hz's *_arg. */
+void dl__hz_args(struct dl_store *st, int mode);
+/* A leadership reply (the whole array) to a call in `mode`, sent at
+ * sent_ms: the closure and the horizon it shows, the standbys. */
+void dl__hz_reply(struct dl_store *st, int mode, const redisReply *r,
+		  uint64_t sent_ms, int ok);
+/* The link is gone: a raise in flight is not known to have landed. */
+void dl__hz_link_lost(struct dl_store *st);
+/* This daemon became the active, or stopped being it. */
+void dl__hz_role(struct dl_store *st, int active);
+/* This daemon's state file bounds every lease told before it started (a
+ * standalone daemon's file; another's whose lead is its epoch). */
+int dl__hz_file_proves(const struct dl_store *st);
+/* After a take: the closure in force (seen.v.closed) as ms left, 0 if
+ * none; a new one is written to the state file at once. */
+uint64_t dl__hz_closure_left(struct dl_store *st);
+
+#endif /* DL_SERVER_STORE_HORIZON_H */
