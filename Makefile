@@ -98,7 +98,7 @@ UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_reco
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls test_access \
                test_conformance test_describe test_deadlock test_watch \
-               test_lease_end
+               test_lease_end test_forget
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -203,6 +203,9 @@ $(O)/tests/test_describe: $(O)/tests/test_describe.o $(HARNESS_OBJ) \
 $(O)/tests/test_persist: $(O)/tests/test_persist.o $(HARNESS_OBJ) \
                          $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_forget: $(O)/tests/test_forget.o $(HARNESS_OBJ) \
+                        $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 $(O)/tests/test_faults: $(O)/tests/test_faults.o $(HARNESS_OBJ) \
                         $(O)/tests/netns.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
@@ -298,7 +301,8 @@ test: all $(addprefix $(O)/tests/,$(QUICK_SUITES))
 # between re-sync calls), alone: beside another sanitized suite on two
 # cores they missed their bounds.
 SOLO_SUITES := test_layout
-ALL_SUITES := test_ha test_persist test_faults test_cli test_client \
+ALL_SUITES := test_ha test_persist test_forget test_faults test_cli \
+              test_client \
               test_access test_tls test_server.redis \
               test_server test_describe.redis test_describe test_deadlock \
               test_watch.redis test_watch test_ops test_conformance \

@@ -680,7 +680,12 @@ int dl_seen_save(struct dl_seen *s, uint64_t now_ms, int sync)
 	if (!urgent && !sync && now_ms - s->saved_ms < DL_SEEN_SAVE_MS)
 		return s->failed ? DL_EUNAVAILABLE : 0;
 	s->saved_ms = now_ms;
-	if ((err = write_file(s, urgent || sync)) == 0) {
+	/* Always fsynced: in a power cut, the case this file is for, a
+	 * write left in the page cache is lost with Redis's last second,
+	 * and a file that lags Redis does not notice the loss (0.7 ms a
+	 * write on the test VM, at most ten a second). */
+	(void)sync;
+	if ((err = write_file(s, 1)) == 0) {
 		if (warned)
 			dl_notice("%s: written again", s->path);
 		warned = s->failed = s->removed = 0;

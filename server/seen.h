@@ -78,9 +78,10 @@
  *
  * Written (a new file renamed over the old one, under a lock: several
  * daemons of one keyspace may share the directory, and merge, never
- * lower, what the others wrote) at once with an fsync of the file and the
- * directory when the epoch, the mark, the lead, the cluster id, the
- * horizon or the closure changed, else at most every DL_SEEN_SAVE_MS.
+ * lower, what the others wrote), with an fsync of the file and the
+ * directory, at once when the epoch, the mark, the lead, the cluster id,
+ * the horizon or the closure changed, else at most every DL_SEEN_SAVE_MS
+ * while the generation grows.
  * A file that cannot be written is removed rather than left stale: a
  * stale horizon would later be taken for a bound.
  *
@@ -100,9 +101,8 @@
  * restart. Found by the fault campaign at 1000 ms: Redis restarted from a
  * copy of its AOF taken a second before the daemon's kill -9 was not
  * noticed, and a released lease came back with its token, below one
- * issued after it. A write of a few dozen bytes and a rename (no fsync:
- * a crash of the process keeps the page cache) ten times a second while
- * writes go on. */
+ * issued after it. A write of a few hundred bytes, an fsync and a rename
+ * ten times a second while writes go on. */
 #define DL_SEEN_SAVE_MS 100
 /* Room for the Redis description (its canonical addresses). */
 #define DL_SEEN_ID_MAX 512
@@ -171,7 +171,7 @@ void dl_seen_note_lead(struct dl_seen *s, uint64_t epoch);
 void dl_seen_note_horizon(struct dl_seen *s, uint64_t end);
 /* A closure until the monotonic `end` (0: none), for `why`. */
 void dl_seen_note_closed(struct dl_seen *s, uint64_t end, const char *why);
-/* Write the file if what is known changed: at once, with an fsync, when
+/* Write the file (fsynced) if what is known changed: at once when
  * anything but the generation did, or `sync`; else once DL_SEEN_SAVE_MS
  * have passed since the last write (now_ms, monotonic). 0 when the file
  * (or its absence) is as durable as asked, DL_EUNAVAILABLE while it

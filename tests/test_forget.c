@@ -1,0 +1,391 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_forget.c -- when Redis forgets: the closure lasts until the lease
+ * horizon, not max_ttl; it survives a second loss, a restart and a
+ * take-over; a state file belongs to one Redis; a standalone daemon keeps
+ * its table and its clients through a long Redis outage; tokens never go
+ * back, with or without a state file (docs/design.md, "A Redis that
+ * forgets").
+ *
+ * Each test is an operator's story with the real daemon and a real
+ * redis-server: a power cut that loses Redis's last second is played by
+ * putting Redis's AOF back to a copy taken a moment before, then starting
+ * both again. The configuration is the shipped one where it matters
+ * (max_ttl = 24h): a closure of max_ttl would show as a day.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+/* Bounds of what is promised, not what a fast machine gives. A closure
+ * never ends before the lease it protects may have (EARLY_MS: timer and
+ * clock granularity), and lasts at most that lease plus the reservation's
+ * margin (4 s, store_horizon.h) plus SLACK_MS for a slow machine's start. */
+#define EARLY_MS 50
+#define AHEAD_MS 4000
+#define SLACK_MS 3000
+#define A_DAY_MS (24ULL * 3600 * 1000)
+
+static struct h_redis r, r2;
+static struct h_daemon d, d2;
+
+static void fini(void)
+{
+	h_daemon_cleanup(&d);
+	h_daemon_cleanup(&d2);
+	h_redis_cleanup(&r);
+	h_redis_cleanup(&r2);
+}
+
+TestSuite(forget, .fini = fini, .timeout = 120);
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static char state_env[H_PATH_MAX + 32];
+
+/* dlockd's state_dir (STATE_DIRECTORY, as systemd sets it), inside the
+ * Redis's directory so that fini removes it. */
+static const char *use_state_dir(struct h_daemon *dm, const struct h_redis *rs)
+{
+	static char dir[H_PATH_MAX];
+
+	snprintf(dir, sizeof(dir), "%s/state", rs->dir);
+	cr_assert(mkdir(dir, 0700) == 0 || errno == EEXIST);
+	snprintf(state_env, sizeof(state_env), "STATE_DIRECTORY=%s", dir);
+	dm->env[dm->nenv++] = state_env;
+	return dir;
+}
+
+static void sh(const char *fmt, const char *a)
+{
+	char cmd[4 * H_PATH_MAX];
+
+	snprintf(cmd, sizeof(cmd), fmt, a, a, a);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+/* A copy of Redis's data now: what a power cut leaves of it later. */
+static void copy_aof(const struct h_redis *rs)
+{
+	sh("rm -rf %s/old && cp -a %s/appendonlydir %s/old", rs->dir);
+}
+
+/* Redis killed and started again from that copy: its last writes lost. */
+static void restore_aof(struct h_redis *rs)
+{
+	h_redis_kill9(rs);
+	sh("rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", rs->dir);
+	h_redis_restart(rs);
+}
+
+/* The ms a TRYLOCK of `name` by c says the lock stays busy (it must). */
+static uint64_t busy_for(struct h_client *c, const char *name)
+{
+	char want[300], *l = h_call(c, "TRYLOCK %s ttl=1s", name);
+
+	snprintf(want, sizeof(want), "NO BUSY %s ", name);
+	cr_assert(h_starts(l, want), "granted: \"%s\"", l);
+	return h_arg_u64(l, 1);
+}
+
+/* LOCK name with a wait: its token once granted (within wait_ms). */
+static uint64_t lock_when_open(struct h_client *c, const char *name,
+			       int wait_ms)
+{
+	char want[300], *l;
+
+	h_send(c, "LOCK %s ttl=1s wait=%d", name, wait_ms);
+	l = h_line(c);
+	if (h_starts(l, "OK QUEUED"))
+		l = h_read(c, wait_ms + 1000);
+	snprintf(want, sizeof(want), "GRANTED %s ", name);
+	cr_assert(l && strstr(l, want), "LOCK %s: \"%s\"", name,
+		  l ? l : "(nothing)");
+	return h_arg_u64(l, 1);
+}
+
+/* ---- the closure is the horizon's, not max_ttl's ------------------------ */
+
+/* The issue's day of refusals: Redis with appendfsync everysec, dlockd
+ * with a state dir and the shipped max_ttl (24 h), a power cut that loses
+ * the last second. Every lease then had a 5 s TTL: grants reopen once
+ * they may have ended, not a day later (it was NO BUSY x 86399941). */
+Test(forget, a_lost_second_of_5s_leases_closes_for_seconds_not_a_day)
+{
+	struct h_client *a, *b;
+	uint64_t t_last, busy, t0, tok_lost = 0, tok;
+	char name[32];
+	int i;
+
+	h_redis_start(&r, "everysec");
+	use_state_dir(&d, &r);
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 24h\n");
+	a = h_hello(d.port, "alice");
+	for (i = 0; i < 5; i++) {
+		snprintf(name, sizeof(name), "kept%d", i);
+		h_lock(a, name, "ttl=5s");
+	}
+	copy_aof(&r);
+	for (i = 0; i < 5; i++) {
+		/* the last second before the power cut */
+		h_sleep_ms(200);
+		snprintf(name, sizeof(name), "lost%d", i);
+		tok_lost = h_lock(a, name, "ttl=5s");
+	}
+	t_last = h_now_ms(); /* every lease ends by t_last + 5 s */
+	h_daemon_kill9(&d);
+	h_close(a);
+	restore_aof(&r);
+	h_daemon_restart(&d);
+	t0 = h_now_ms();
+	b = h_hello(d.port, "bob");
+	busy = busy_for(b, "lost4");
+	cr_assert_lt(busy, 5000 + AHEAD_MS, "closed for %llu ms",
+		     (unsigned long long)busy);
+	busy_for(b, "never-held"); /* every lock is busy meanwhile */
+	cr_assert(h_daemon_log_has(&d, "WENT BACK"));
+	cr_assert(h_daemon_log_has(&d, "until the lease horizon"));
+	tok = lock_when_open(b, "lost4", 20000);
+	cr_assert_geq(h_now_ms() - t_last, 5000 - EARLY_MS,
+		      "granted before a lost lease may have ended");
+	cr_assert_lt(h_now_ms() - t0, 5000 + AHEAD_MS + SLACK_MS);
+	cr_assert_gt(tok, tok_lost, "a token went back");
+	h_close(b);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* A 2 s lease refreshed to 15 s, and the refresh lost with the power cut:
+ * the closure covers the refreshed lease, which its holder believes. */
+Test(forget, a_lost_refresh_closes_until_the_refreshed_lease_may_end)
+{
+	struct h_client *a, *b;
+	uint64_t tok, busy, t_ref;
+	char *l;
+
+	h_redis_start(&r, "everysec");
+	use_state_dir(&d, &r);
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 24h\n");
+	a = h_hello(d.port, "alice");
+	tok = h_lock(a, "x", "ttl=2s");
+	copy_aof(&r);
+	h_sleep_ms(300); /* the refresh falls in Redis's lost second */
+	t_ref = h_now_ms();
+	l = h_call(a, "REFRESH x %llu ttl=15s", (unsigned long long)tok);
+	cr_assert(h_starts(l, "OK REFRESHED x "), "%s", l);
+	h_daemon_kill9(&d);
+	h_close(a);
+	restore_aof(&r);
+	h_daemon_restart(&d);
+	b = h_hello(d.port, "bob");
+	busy = busy_for(b, "x");
+	cr_assert_geq(busy + (h_now_ms() - t_ref), 15000 - EARLY_MS,
+		      "closed for %llu ms only", (unsigned long long)busy);
+	cr_assert_lt(busy, 15000 + AHEAD_MS, "closed for %llu ms",
+		     (unsigned long long)busy);
+	h_close(b);
+	h_daemon_kill9(&d);
+}
+
+/* LOCK x ttl=1s delay=8s: after its lease, nobody gets x for 8 s. The
+ * closure honours the delay (it used to end at max_ttl, here 2 s). */
+Test(forget, the_closure_includes_a_lock_delay)
+{
+	struct h_client *a, *b;
+	uint64_t t_grant;
+
+	h_redis_start(&r, "always");
+	use_state_dir(&d, &r);
+	h_daemon_start_redis(&d, &r,
+			     "[limits]\nmax_ttl = 2s\ndefault_ttl = 1s\n");
+	a = h_hello(d.port, "alice");
+	t_grant = h_now_ms();
+	h_lock(a, "x", "ttl=1s delay=8s");
+	h_daemon_kill9(&d);
+	h_close(a);
+	h_redis_cli(&r, "FLUSHALL");
+	h_daemon_restart(&d);
+	b = h_hello(d.port, "bob");
+	lock_when_open(b, "x", 20000);
+	cr_assert_geq(h_now_ms() - t_grant, 1000 + 8000 - EARLY_MS,
+		      "granted %llu ms after alice's grant, in its delay",
+		      (unsigned long long)(h_now_ms() - t_grant));
+	h_close(b);
+	h_daemon_kill9(&d);
+}
+
+/* ---- the closure is as durable as what it protects ----------------------- */
+
+/* alice holds x for 60 s; the daemon is killed and Redis flushed: the
+ * restart closes. A second FLUSHALL while it runs, then another kill and
+ * restart: the closure is still in force (it is in the state file, and
+ * written back to Redis with the table). It ended early, and x went to
+ * bob 3.6 s into alice's lease. */
+Test(forget, a_second_loss_during_the_closure_does_not_end_it)
+{
+	struct h_client *a, *b;
+	uint64_t t_grant;
+
+	h_redis_start(&r, "always");
+	use_state_dir(&d, &r);
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 24h\n");
+	a = h_hello(d.port, "alice");
+	t_grant = h_now_ms();
+	h_lock(a, "x", "ttl=60s");
+	h_daemon_kill9(&d);
+	h_close(a);
+	h_redis_cli(&r, "FLUSHALL");
+	h_daemon_restart(&d);
+	b = h_hello(d.port, "bob");
+	busy_for(b, "x");
+	cr_assert(h_redis_wait(&r, "EXISTS dlock:closed", "1", 1, 5000));
+	h_redis_cli(&r, "FLUSHALL");
+	/* written back with the table */
+	cr_assert(h_redis_wait(&r, "EXISTS dlock:closed", "1", 1, 10000),
+		  "the closure was not written back after the second loss");
+	h_close(b);
+	h_daemon_kill9(&d);
+	h_redis_cli(&r, "FLUSHALL");
+	h_daemon_restart(&d);
+	b = h_hello(d.port, "bob");
+	cr_assert_gt(busy_for(b, "x") + (h_now_ms() - t_grant), 60000 - 1000,
+		     "the closure ends before alice's lease may");
+	h_close(b);
+	h_daemon_kill9(&d);
+}
+
+/* ---- a state file belongs to one Redis ----------------------------------- */
+
+/* Two daemons on two Redis servers, one state_dir (two units given one
+ * StateDirectory): each keeps its own cluster id and marks. The second
+ * used to adopt the first's id and file, find Redis "went back", close for
+ * a day, and close the first for a day at its next restart. */
+Test(forget, two_redis_servers_sharing_a_state_dir_keep_their_own_files)
+{
+	struct h_client *c;
+	char id1[64], id2[64];
+	uint64_t tok;
+
+	h_redis_start(&r, "always");
+	h_redis_start(&r2, "always");
+	use_state_dir(&d, &r);
+	d2.env[d2.nenv++] = state_env;
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 24h\n");
+	c = h_hello(d.port, "alice");
+	tok = h_lock(c, "x", "ttl=60s");
+	snprintf(id1, sizeof(id1), "%s", h_kv(h_call(c, "HELLO"), "cluster"));
+	h_close(c);
+	h_daemon_start_redis(&d2, &r2, "[limits]\nmax_ttl = 24h\n");
+	c = h_hello(d2.port, "bob");
+	snprintf(id2, sizeof(id2), "%s", h_kv(h_call(c, "HELLO"), "cluster"));
+	cr_assert_str_neq(id1, id2, "the second Redis adopted the first's id");
+	h_lock(c, "x", "ttl=5s"); /* another keyspace: x is free there */
+	h_close(c);
+	cr_assert(!h_daemon_log_has(&d2, "WENT BACK"));
+	cr_assert_eq(h_daemon_stop(&d), 0);
+	h_daemon_restart(&d);
+	c = h_hello(d.port, "alice");
+	cr_assert(!h_daemon_log_has(&d, "WENT BACK"));
+	cr_assert_str_eq(h_kv(h_call(c, "HELLO"), "cluster"), id1);
+	cr_assert_eq(h_stats_value(c, "grants_closed_ms"), 0);
+	h_expect_held(c, "x", "alice", tok);
+	h_close(c);
+	h_daemon_kill9(&d);
+	h_daemon_kill9(&d2);
+}
+
+/* ---- a standalone daemon keeps its table --------------------------------- */
+
+/* One daemon (no node_id), alive; Redis down longer than the leadership
+ * lease and back from a copy older than alice's grant. Nobody else can
+ * have taken over, and the daemon holds its table: it writes it back,
+ * keeps alice's lease and every connection, and closes nothing. It used
+ * to say BYE not-active to every client, drop alice's lease and close
+ * for a day. */
+Test(forget, a_standalone_daemon_keeps_its_table_and_clients_through_an_outage)
+{
+	struct h_client *a, *b;
+	uint64_t tok, t0;
+	char *l;
+
+	h_redis_start(&r, "always");
+	use_state_dir(&d, &r);
+	h_daemon_write_conf(&d, "[limits]\nmax_ttl = 24h\n"
+				"[cluster]\nleader_lease = 2s\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis", r.url,
+		       NULL);
+	a = h_hello(d.port, "alice");
+	b = h_hello(d.port, "bob");
+	copy_aof(&r);
+	tok = h_lock(a, "x", "ttl=60s");
+	h_redis_kill9(&r);
+	h_sleep_ms(3500); /* past the 2 s leadership lease */
+	sh("rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir);
+	h_redis_restart(&r);
+	t0 = h_now_ms();
+	while ((l = h_call(b, "TRYLOCK x ttl=1s")) &&
+	       h_starts(l, "ERR UNAVAILABLE")) {
+		cr_assert_lt(h_now_ms() - t0, 15000, "never available again");
+		h_sleep_ms(100);
+	}
+	cr_assert(h_starts(l, "NO BUSY x "), "bob: \"%s\"", l);
+	cr_assert(h_redis_wait(&r, h_rec_cmd("HGET", "x"), "alice", 1, 5000),
+		  "not written back: \"%s\"", h_rec_get(&r, "x"));
+	l = h_call(a, "CHECK x %llu", (unsigned long long)tok);
+	cr_assert(h_starts(l, "OK VALID x "), "alice: \"%s\"", l);
+	cr_assert_eq(h_stats_value(b, "grants_closed_ms"), 0);
+	cr_assert(!h_daemon_log_has(&d, "BYE"));
+	h_lock(b, "y", "ttl=1s");
+	h_close(a);
+	h_close(b);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* ---- tokens -------------------------------------------------------------- */
+
+/* A daemon started bare (no state_dir, as scripts and quick starts do),
+ * appendfsync everysec, a power cut: the restart goes above every token
+ * told before it, though it cannot see that Redis lost them. It re-issued
+ * them: a new keyspace's tokens run max_clock_skew ahead of the clock, so
+ * the clock did not lift the restart above what was lost, and the restart
+ * resumed just above the stored mark -- which the first batch after the
+ * previous restart had raised, and the power cut took back. */
+Test(forget, a_bare_daemon_never_tells_a_token_twice_after_a_power_cut)
+{
+	struct h_client *a;
+	uint64_t told = 0, tok;
+	char name[32];
+	int i;
+
+	h_redis_start(&r, "everysec");
+	h_daemon_start_redis(&d, &r, NULL);
+	a = h_hello(d.port, "alice");
+	h_lock(a, "first", "ttl=1s");
+	h_close(a);
+	h_daemon_kill9(&d); /* Redis keeps all: nothing lost yet */
+	h_daemon_restart(&d);
+	copy_aof(&r);
+	a = h_hello(d.port, "alice");
+	for (i = 0; i < 300; i++) {
+		snprintf(name, sizeof(name), "t%d", i);
+		tok = h_lock(a, name, "ttl=60s");
+		if (tok > told)
+			told = tok;
+	}
+	h_daemon_kill9(&d);
+	h_close(a);
+	restore_aof(&r);
+	h_daemon_restart(&d);
+	a = h_hello(d.port, "alice");
+	tok = h_lock(a, "after", "ttl=1s");
+	cr_assert_gt(tok, told, "token %llu after the restart, %llu told",
+		     (unsigned long long)tok, (unsigned long long)told);
+	h_close(a);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
