@@ -611,6 +611,74 @@ Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
 	cr_assert_eq(h_daemon_stop(&a), 0);
 }
 
+/* Found from outside: nodes a and b without a state dir; alice locks x
+ * through a; a and Redis are killed, Redis restored from a copy taken
+ * just before alice's grant, and a restarted: a took its own leadership
+ * back at once and granted x to bob 1.9 s into alice's 60 s lease, though
+ * b had seen the lost writes (redis_went_back 0). b now reports the loss
+ * as a closure when another daemon took over a Redis behind what it saw,
+ * and a restarted node that can prove nothing waits for such a report
+ * before it serves. */
+Test(ha, a_restarted_active_cannot_hide_a_loss_a_standby_saw)
+{
+	static const char conf[] = "[limits]\nmax_ttl = 24h\n";
+	char cmd[3 * H_PATH_MAX], *l;
+	struct h_client *c;
+	uint64_t t0;
+
+	h_daemon_write_conf(&a, conf);
+	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis", r.url,
+		       "--node-id", "a", NULL);
+	h_daemon_write_conf(&b, conf);
+	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis", r.url,
+		       "--node-id", "b", NULL);
+	wait_active(&a, 5000);
+	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
+		 r.dir);
+	cr_assert_eq(system(cmd), 0);
+	c = h_hello(a.port, "alice");
+	h_lock(c, "x", "ttl=60s");
+	h_close(c);
+	h_sleep_ms(1200); /* b looks twice a second */
+	h_daemon_kill9(&a);
+	h_redis_kill9(&r);
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
+		 r.dir, r.dir);
+	cr_assert_eq(system(cmd), 0);
+	h_redis_restart(&r);
+	h_daemon_restart(&a);
+	t0 = h_now_ms();
+	for (;;) {
+		c = h_try_connect(a.port);
+		if (c) {
+			h_send(c, "HELLO owner=bob");
+			l = h_read(c, 5000);
+			if (l && h_starts(l, "OK HELLO") &&
+			    strcmp(h_kv(l, "role"), "active") == 0)
+				break;
+			h_close(c);
+		}
+		cr_assert_lt(h_now_ms() - t0, 20000, "a never served");
+		h_sleep_ms(50);
+	}
+	while ((l = h_call(c, "TRYLOCK x ttl=5s")) &&
+	       h_starts(l, "ERR UNAVAILABLE")) {
+		cr_assert_lt(h_now_ms() - t0, 20000, "a never available");
+		h_sleep_ms(50);
+	}
+	if (!h_starts(l, "NO BUSY x ")) {
+		h_daemon_print_log(&a);
+		h_daemon_print_log(&b);
+	}
+	cr_assert(h_starts(l, "NO BUSY x "),
+		  "bob granted x in alice's lease: \"%s\"", l);
+	cr_assert(h_daemon_log_has(&a, "a standby saw Redis go back"));
+	h_close(c);
+	h_daemon_kill9(&a);
+	h_daemon_kill9(&b);
+}
+
 /* Found from outside: the active paused past its lease, the standby took
  * over and granted y, then FLUSHALL; the old active, resumed, found no
  * record and a fence below its epoch, "wrote its table back" (without

@@ -150,12 +150,13 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->keys.closed = key_of(pfx, "closed");
 	st->keys.horizon = key_of(pfx, "horizon");
 	st->keys.standbys = key_of(pfx, "standbys");
+	st->keys.base = key_of(pfx, "base");
 	st->keys.cluster = key_of(pfx, "cluster");
 	st->keys.lock_prefix = key_of(pfx, "lock:");
 	if (!st->keys.token || !st->keys.names || !st->keys.fence ||
 	    !st->keys.leader || !st->keys.gen || !st->keys.cluster ||
 	    !st->keys.closed || !st->keys.horizon || !st->keys.standbys ||
-	    !st->keys.lock_prefix || rec_keys_init(st, pfx))
+	    !st->keys.base || !st->keys.lock_prefix || rec_keys_init(st, pfx))
 		goto fail;
 	/* Without Redis there is nobody to share the table with. */
 	st->lead.active = !st->redis;
@@ -198,6 +199,7 @@ void dl_store_free(struct dl_store *st)
 	free(st->keys.closed);
 	free(st->keys.horizon);
 	free(st->keys.standbys);
+	free(st->keys.base);
 	free(st->keys.cluster);
 	free(st->keys.lock_prefix);
 	free(st->keys.rec);
@@ -211,7 +213,7 @@ uint64_t dl_store_epoch(const struct dl_store *st)
 
 int dl_store_available(const struct dl_store *st)
 {
-	if (st->replicas_short)
+	if (st->replicas_short || st->hz.report_until)
 		return 0;
 	/* An active past its own leadership deadline may have been replaced
 	 * already: it answers nothing about locks until a renewal confirms
@@ -1227,6 +1229,35 @@ static uint64_t reply_allowance_ms(const struct dl_store *st)
 		       : 0;
 }
 
+/* A restarted active's wait for the standbys' reports (store_load.c):
+ * it reads their closures every DL_HORIZON_POLL_MS; a report loads the
+ * table again, with grants closed (its records are of a Redis that went
+ * back). 1 while it waits. */
+static int report_wait(struct dl_store *st)
+{
+	struct store_horizon *hz = &st->hz;
+
+	if (hz->report_found) {
+		hz->report_found = 0;
+		hz->report_until = 0;
+		depose(st, DL_STORE_STALE,
+		       "a standby saw Redis go back: loading again");
+		return 1;
+	}
+	if (!hz->report_until)
+		return 0;
+	if (dl_mono_ms() >= hz->report_until || dl__hz_reports_in(st)) {
+		hz->report_until = 0;
+		st->hooks.availability(1, st->hooks.ctx);
+		return 0;
+	}
+	if (!st->lead.busy && dl_mono_ms() >= hz->poll_at) {
+		hz->poll_at = dl_mono_ms() + DL_HORIZON_POLL_MS;
+		dl__lead_send(st);
+	}
+	return 1;
+}
+
 static void on_tick(uv_timer_t *t)
 {
 	struct dl_store *st = t->data;
@@ -1258,6 +1289,8 @@ static void on_tick(uv_timer_t *t)
 		break;
 	case LINK_UP:
 		dl__watch_start(st); /* again, if the watch was lost */
+		if (report_wait(st))
+			break;
 		hz_due = dl__hz_tick(st);
 		if (st->head && (now_us() - st->head->sent_us) / 1000 >
 					st->cfg->redis_timeout_ms) {

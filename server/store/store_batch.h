@@ -69,6 +69,7 @@ struct store_keys {
 			   (store_horizon.c) */
 	char *horizon;	/* <prefix>horizon: the active's reservation */
 	char *standbys; /* <prefix>standbys: what each standby counted */
+	char *base;	/* <prefix>base: what Redis held at the last take */
 	char *cluster;	/* <prefix>cluster: the id (store_cluster.c) */
 	char *rec;	/* <prefix>rec:0 NUL <prefix>rec:1 NUL ...: the
 			   buckets of layout 2 (dl__rec_key) */

@@ -221,8 +221,11 @@ static void read_standbys(struct dl_store *st, const redisReply *a, int raised)
 				 a->element[j]->str);
 			s->count = count;
 			s->changed = now;
+			s->report_count = count;
 		}
 		s->present = 1;
+		if (count != s->report_count)
+			s->reported = 1;
 		if (count != s->count) {
 			s->count = count;
 			s->changed = now;
@@ -325,8 +328,21 @@ void dl__hz_args(struct dl_store *st, int mode)
 	hz->drop_arg[0] = '\0';
 	snprintf(hz->echo_arg, sizeof(hz->echo_arg), "%s",
 		 hz->echo[0] ? hz->echo : "-");
-	if (mode == LEAD_LOOK || mode == LEAD_RESIGN)
+	if (mode == LEAD_RESIGN)
 		return;
+	if (mode == LEAD_LOOK) {
+		/* used only if this look finds another daemon leading a
+		 * Redis that went back (the leadership function) */
+		ms = bound_ms(st, &why);
+		if (ms)
+			snprintf(
+				hz->hold_arg, sizeof(hz->hold_arg),
+				"%s %llu %llu a standby saw Redis go back under a new active: %s",
+				st->lead.instance,
+				(unsigned long long)++hz->closes,
+				(unsigned long long)ms, why);
+		return;
+	}
 	if (seen->v.closed > now)
 		snprintf(hz->keep_arg, sizeof(hz->keep_arg), "%s %llu %llu %s",
 			 st->lead.instance, (unsigned long long)++hz->closes,
@@ -389,8 +405,18 @@ void dl__hz_reply(struct dl_store *st, int mode, const redisReply *r,
 	size_t j;
 
 	if (count_value(hz->closed_value, sizeof(hz->closed_value),
-			r->element[4], &end, inst, &n, &why))
+			r->element[4], &end, inst, &n, &why)) {
 		dl_seen_note_closed(seen, end, why);
+		/* the active: a closure it did not make is a standby's
+		 * report that this daemon took a Redis that had lost what the
+		 * standby saw: its table came from there, and is loaded again
+		 * (store.c report_wait), with grants closed */
+		if (st->lead.active && mode == LEAD_RENEW && end > now &&
+		    strcmp(inst, st->lead.instance) != 0) {
+			hz->report_found = 1;
+			st->hooks.closed(end - now, seen->v.why, st->hooks.ctx);
+		}
+	}
 	if (mode == LEAD_LOOK) {
 		if (count_value(hz->value, sizeof(hz->value), r->element[7],
 				&end, inst, &n, NULL)) {
@@ -425,7 +451,22 @@ void dl__hz_reply(struct dl_store *st, int mode, const redisReply *r,
 		hz->pend_acked = 1;
 	hz->sent_n = 0;
 	read_standbys(st, a, raised);
+	if (hz->report_until)
+		hz->report_reads++;
 	progress(st);
+}
+
+int dl__hz_reports_in(const struct dl_store *st)
+{
+	const struct store_horizon *hz = &st->hz;
+	unsigned i;
+
+	if (!hz->report_reads)
+		return 0;
+	for (i = 0; i < hz->nsby; i++)
+		if (!hz->sby[i].reported)
+			return 0;
+	return 1;
 }
 
 void dl__hz_link_lost(struct dl_store *st)
@@ -449,6 +490,9 @@ void dl__hz_role(struct dl_store *st, int active)
 	hz->pend_n = hz->sent_n = 0;
 	hz->pend_acked = 0;
 	hz->pending = 0;
+	hz->report_until = 0;
+	hz->report_found = 0;
+	hz->report_reads = 0;
 	hz->nsby = 0;
 	hz->prev_send = 0;
 	hz->loss_latched = hz->loss_provable = 0;

@@ -14,6 +14,12 @@
 
 struct dl_store;
 
+/* The longest a daemon of a cluster (node_id) that restarts without a
+ * state file that bounds what was told waits before it serves, for every
+ * standby Redis lists to look once (every DL_LEADER_LOOK_MS, reconnecting
+ * within DL_STORE_BACKOFF_MAX_MS) and report a loss it saw; it ends as
+ * soon as each has. */
+#define DL_STANDBY_REPORT_MS 2000
 /* How far past what the table needs a reservation runs; it is raised
  * when less than half of that is left. The closure after a loss is at
  * most the longest lease (and delay) told plus this. */
@@ -30,12 +36,14 @@ struct dl_store;
 
 /* A standby as the active counts it (from P standbys). */
 struct hz_standby {
-	char inst[17];	  /* its process's instance */
-	char echo[40];	  /* the horizon it passed back: "<inst>:<n>" */
-	uint64_t count;	  /* its looks, as last read */
-	uint64_t changed; /* monotonic: when that count last moved */
-	uint64_t wait_n;  /* a raise of this process it must pass back */
-	int present;	  /* in the last read of the hash */
+	char inst[17];	       /* its process's instance */
+	char echo[40];	       /* the horizon it passed back: "<inst>:<n>" */
+	uint64_t count;	       /* its looks, as last read */
+	uint64_t changed;      /* monotonic: when that count last moved */
+	uint64_t wait_n;       /* a raise of this process it must pass back */
+	int present;	       /* in the last read of the hash */
+	uint64_t report_count; /* its looks when a report wait began */
+	int reported;	       /* it looked since: it would have told */
 };
 
 struct store_horizon {
@@ -68,6 +76,11 @@ struct store_horizon {
 	uint64_t closes;   /* closure values made (their n) */
 	int relook;	   /* look again at once: a new value to
 			      pass back */
+	/* A restarted active that can prove nothing waits for the standbys
+	 * to report a loss they saw (store_load.c). */
+	uint64_t report_until; /* monotonic; 0: not waiting */
+	int report_found;      /* a report came: load again */
+	unsigned report_reads; /* reads of the standbys since it began */
 };
 
 /* The commit of `epoch` (store.c): 1 if it may go now -- the state file
@@ -85,6 +98,9 @@ void dl__hz_args(struct dl_store *st, int mode);
  * sent_ms: the closure and the horizon it shows, the standbys. */
 void dl__hz_reply(struct dl_store *st, int mode, const redisReply *r,
 		  uint64_t sent_ms, int ok);
+/* A report wait may end: the standbys were read since it began, and each
+ * listed then has looked since (it would have reported a loss). */
+int dl__hz_reports_in(const struct dl_store *st);
 /* The link is gone: a raise in flight is not known to have landed. */
 void dl__hz_link_lost(struct dl_store *st);
 /* This daemon became the active, or stopped being it. */

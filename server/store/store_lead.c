@@ -115,14 +115,15 @@ const char dl__lua_lead[] =
 	"  return tonumber(string.match(s, '^(%d+)$') or\n"
 	"    string.match(s, '^(%d+)/' .. LAYOUT .. '$'))\n"
 	"end\n"
-	"-- keys: leader, fence, gen, token, closed, horizon, standbys\n"
+	"-- keys: leader, fence, gen, token, closed, horizon, standbys, base\n"
 	"-- args: mode, mine, node, addr, lease, instance, seen epoch,\n"
 	"-- seen gen, hold (the closure '<inst> <n> <ms> <why>' a take sets if\n"
 	"-- it finds Redis went back and keeps no table; '' none), held (1:\n"
 	"-- the caller's leadership never lapsed on its clock), keep (a\n"
 	"-- closure in force, kept in Redis), raise (the active's horizon\n"
 	"-- '<inst> <n> <ms>'), echo ('<inst>:<n>' of the horizon a standby\n"
-	"-- counted), drop (standbys the active stopped counting)\n"
+	"-- counted), drop (standbys the active stopped counting), known (the\n"
+	"-- instance a standby last saw lead)\n"
 	"local function lead(keys, args)\n"
 	"  local mode, node, inst = args[1], args[3], args[6]\n"
 	"  local mine = epoch_of(args[2])\n"
@@ -171,6 +172,21 @@ const char dl__lua_lead[] =
 	"  -- larger epoch is a take of its own whose reply it lost\n"
 	"  local mine_late = this and mine > 0 and epoch > mine\n"
 	"  if mode == 'look' then\n"
+	"    -- a daemon other than the one this standby saw lead took the\n"
+	"    -- leadership of a Redis that lost what the standby saw: that\n"
+	"    -- taker could not know (a restart without a state file); the\n"
+	"    -- standby closes grants for what it can bound (store_horizon.c)\n"
+	"    -- (the base: what Redis held when the leader's process first took\n"
+	"    -- it; a take sets the epoch above what its taker saw, which may\n"
+	"    -- be above what this standby saw too, and hide the loss)\n"
+	"    local bi, be, bg = string.match(redis.call('GET', keys[8]) or '',\n"
+	"      '^(%S+) (%d+) (%d+)$')\n"
+	"    be, bg = tonumber(be) or 0, tonumber(bg) or 0\n"
+	"    local lost = behind == 1 or (epoch and bi == hinst and\n"
+	"      (seen_e > be or (seen_e == be and seen_g > bg)))\n"
+	"    if lost and cur and hinst ~= args[15] then\n"
+	"      close_for(args[9])\n"
+	"    end\n"
 	"    -- what this standby knows of the horizon, and that it looks:\n"
 	"    -- the active counts it until it stops looking (store_horizon.c)\n"
 	"    local was = redis.call('HGET', keys[7], inst)\n"
@@ -217,6 +233,11 @@ const char dl__lua_lead[] =
 	"    if behind == 1 and kept == 0 then close_for(args[9]) end\n"
 	"    close_for(args[11])\n"
 	"    -- above anything seen: Redis is ahead of every observer again\n"
+	"    -- the base of this process's first take (a standby's look)\n"
+	"    if not string.find(redis.call('GET', keys[8]) or '', inst .. ' ',\n"
+	"        1, true) then\n"
+	"      redis.call('SET', keys[8], inst .. ' ' .. fence .. ' ' .. gen)\n"
+	"    end\n"
 	"    local e = math.max(fence, mine, epoch or 0, seen_e) + 1\n"
 	"    if gen < seen_g then redis.call('SET', keys[3], seen_g) end\n"
 	"    redis.call('SET', keys[2], e .. '/' .. LAYOUT)\n"
@@ -316,7 +337,7 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 #define ARG(p) (argv[k] = (p), lens[k] = strlen(argv[k]), k++)
 	ARG("FCALL");
 	ARG(DL_STORE_LEAD_FN);
-	ARG("7");
+	ARG("8");
 	ARG(st->keys.leader);
 	ARG(st->keys.fence);
 	ARG(st->keys.gen);
@@ -324,6 +345,7 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 	ARG(st->keys.closed);
 	ARG(st->keys.horizon);
 	ARG(st->keys.standbys);
+	ARG(st->keys.base);
 	ARG(mode_names[mode]);
 	ARG(mine && mine[0] ? mine : "0");
 	ARG(st->lead.node);
@@ -338,6 +360,7 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 	ARG(st->hz.raise_arg);
 	ARG(st->hz.echo_arg);
 	ARG(st->hz.drop_arg);
+	ARG(st->lead.leader_inst);
 #undef ARG
 	return k;
 }
@@ -361,8 +384,10 @@ static int epoch_jumped(uint64_t seen, uint64_t epoch)
 	       (seen && epoch > seen + DL_EPOCH_JUMP_MAX);
 }
 
-/* "<epoch> <node> <addr> <instance>" into l; 0 if it is not that. */
-static int parse_record(const char *s, size_t len, struct dl_leader *l)
+/* "<epoch> <node> <addr> <instance>" into l and inst; 0 if it is not
+ * that. */
+static int parse_record(const char *s, size_t len, struct dl_leader *l,
+			char inst[17])
 {
 	char buf[64 + DL_NODE_ID_MAX + DL_ADVERTISE_MAX];
 	char *sp1, *sp2, *sp3, *end;
@@ -383,6 +408,7 @@ static int parse_record(const char *s, size_t len, struct dl_leader *l)
 		return 0;
 	snprintf(l->node, sizeof(l->node), "%s", sp1 + 1);
 	snprintf(l->addr, sizeof(l->addr), "%s", sp2 + 1);
+	snprintf(inst, 17, "%.16s", sp3 + 1);
 	return 1;
 }
 
@@ -391,7 +417,7 @@ int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
 		   struct lead_reply *out)
 {
 	const redisReply *e0, *e1, *e2;
-	char num[24];
+	char num[24], inst[17] = "";
 
 	memset(out, 0, sizeof(*out));
 	out->saw_epoch = st->lead.seen.v.epoch;
@@ -444,8 +470,13 @@ int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
 		return 0;
 	}
 	memset(&st->lead.leader, 0, sizeof(st->lead.leader));
-	if (e1->len > 0 && !parse_record(e1->str, e1->len, &st->lead.leader))
+	if (e1->len > 0 &&
+	    !parse_record(e1->str, e1->len, &st->lead.leader, inst))
 		return DL_EPROTO;
+	/* the active this standby saw lead, on a Redis that did not go back
+	 * (a report of a loss names any other: the look's function) */
+	if (!out->behind && e1->len > 0)
+		memcpy(st->lead.leader_inst, inst, sizeof(inst));
 	out->pttl = e2->integer;
 	st->lead.leader.until_ms =
 		dl_mono_ms() + (e2->integer > 0 ? (uint64_t)e2->integer : 0);

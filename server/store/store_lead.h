@@ -27,6 +27,8 @@ struct store_lead {
 	char lease_arg[24]; /* leader_lease in ms, decimal */
 	char client_name[8 + DL_NODE_ID_MAX + 1]; /* dlockd:<node> */
 	char instance[17];	   /* random, this process's: in the record */
+	char leader_inst[17];	   /* a standby: the instance of the active
+				      it last saw on a Redis not behind */
 	struct dl_leader leader;   /* the active as last seen (or this one) */
 	struct dl_seen seen;	   /* what Redis was seen to hold (seen.h) */
 	char seen_arg[2][24];	   /* its epoch and gen: for the leadership
@@ -59,7 +61,7 @@ struct lead_reply {
 	uint64_t saw_epoch, saw_gen; /* st->seen before this reply */
 };
 
-#define LEAD_ARGC 24 /* FCALL, its name, numkeys, 7 keys, 14 arguments */
+#define LEAD_ARGC 26 /* FCALL, its name, numkeys, 8 keys, 15 arguments */
 /* Node id and address of this daemon (config, or derived). */
 void dl__lead_identity(struct dl_store *st);
 /* The FCALL of the leadership function in `mode`, for the fence `mine`

@@ -853,6 +853,17 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, int start, char *err,
 	st->synced = x.closed_ms <= 0;
 	st->lead.active = 1;
 	dl__hz_role(st, 1);
+	/* A restart of a cluster's node that can prove nothing of what was
+	 * told before it: a standby may have seen Redis go back where this
+	 * daemon cannot tell. It serves once they had time to say so (a
+	 * report makes it load again, with grants closed: store.c). Found
+	 * from outside: nodes a and b, no state dir; a and Redis killed,
+	 * Redis restored from a copy, a restarted: a took its leadership
+	 * back at once and granted bob a lock alice held, though b had seen
+	 * the lost writes. */
+	if (start && st->cfg->node_id[0] && x.closed_ms <= 0 &&
+	    !dl__hz_file_proves(st))
+		st->hz.report_until = dl_mono_ms() + DL_STANDBY_REPORT_MS;
 	st->st.takeovers++;
 	(void)dl_seen_save(&st->lead.seen, dl_mono_ms(), 1);
 	dl_notice(
