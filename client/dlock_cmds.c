@@ -471,7 +471,7 @@ int dl_cli_ping(struct cli *cl)
 
 /* ---- stats --------------------------------------------------------------- */
 
-enum stat_fmt { SF_NUM, SF_MS, SF_US, SF_BOOL, SF_ROLE };
+enum stat_fmt { SF_NUM, SF_MS, SF_US, SF_BOOL, SF_ROLE, SF_CLOSED };
 
 /* How the human view shows the keys it knows (every key of this version's
  * server/stats.c); a key it does not know goes under "Other", as sent. */
@@ -554,6 +554,10 @@ static const struct stat_row {
 	 SF_BOOL},
 	{"redis_went_back", "Persistence", "Redis went back", SF_NUM},
 	{"grants_closed_ms", "Persistence", "grants closed for", SF_MS},
+	{"grants_closed_bound", "Persistence", "grants closed", SF_CLOSED},
+	{"lease_horizon_ms", "Persistence", "lease horizon", SF_MS},
+	{"standbys_counted", "Cluster", "standbys counted", SF_NUM},
+	{"standbys_dropped", "Cluster", "standbys dropped", SF_NUM},
 };
 
 #define NSTAT_ROWS (sizeof(stat_rows) / sizeof(stat_rows[0]))
@@ -655,6 +659,13 @@ static void stat_value(const struct stat_kv *kv, char *out, size_t cap)
 		break;
 	case SF_ROLE:
 		snprintf(out, cap, "%s", v ? "active" : "standby");
+		break;
+	case SF_CLOSED:
+		snprintf(out, cap, "%s",
+			 v == 0	  ? "no"
+			 : v == 1 ? "until the lease horizon (Redis went back)"
+				  : "for max_ttl (Redis went back; nothing "
+				    "bounds the leases told)");
 		break;
 	case SF_US:
 		snprintf(out, cap, "%.3f ms", (double)v / 1000.0);

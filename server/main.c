@@ -17,6 +17,7 @@
 #include "server/config.h"
 #include "server/log.h"
 #include "server/server.h"
+#include "server/store/store.h"
 #include "server/tls.h"
 #include "server/users.h"
 #include "server/watch.h"
@@ -215,9 +216,25 @@ static int check_config(struct dl_server *srv, const char *path)
 		return DL_EXIT_CONFIG;
 	}
 	printf("# %s: configuration OK\n", path ? path : "(defaults)");
+	/* the Redis it names, when reachable: what a start would refuse */
+	r = dl_store_probe(&srv->cfg, err, sizeof(err));
+	printf("# redis: %s%s\n", r == 0 ? "OK, persistence " : "", err);
+	if (srv->cfg.persist == DL_PERSIST_REDIS)
+		printf("# state_dir: %s\n",
+		       srv->cfg.state_dir[0]
+			       ? srv->cfg.state_dir
+			       : "none: a restart will not notice that Redis "
+				 "went back while it was down, and a loss found "
+				 "closes grants for max_ttl (set state_dir)");
 	fflush(stdout);
 	dl_config_dump(&srv->cfg, STDOUT_FILENO);
 	dl_config_free(&srv->cfg);
+	if (r == DL_EBADARG) {
+		fprintf(stderr,
+			"dlockd: the Redis it names would be refused: %s\n",
+			err);
+		return DL_EXIT_CONFIG;
+	}
 	return 0;
 }
 

@@ -192,6 +192,30 @@ static void step_down(struct dl_server *srv)
 	dl_notify("STATUS=standby");
 }
 
+/* The state file's directory (seen.h): made if it is missing (a daemon
+ * started by hand, not by systemd's StateDirectory=); without one, say
+ * once what this daemon will not notice. */
+static void state_dir_check(const struct dl_config *cfg)
+{
+	const char *dir = cfg->state_dir;
+
+	if (!dir[0]) {
+		if (cfg->persist == DL_PERSIST_REDIS)
+			dl_warn("no state_dir: a restart will not notice that Redis went back (lost writes) while this daemon was down, cannot bound how long grants stay closed after a loss it finds (max_ttl), and starts its tokens max_clock_skew ahead; set [persistence] state_dir");
+		else
+			dl_info("no state_dir: a restart after the clock was set back may tell tokens below earlier ones");
+		return;
+	}
+	if (mkdir(dir, 0700) == 0)
+		dl_notice("state_dir %s made", dir);
+	else if (errno != EEXIST)
+		dl_warn("state_dir %s: cannot make it: %s (nothing is kept there)",
+			dir, strerror(errno));
+	else if (access(dir, W_OK) != 0)
+		dl_warn("state_dir %s: not writable by this daemon: %s", dir,
+			strerror(errno));
+}
+
 static void take_over(struct dl_server *srv, int start)
 {
 	uint64_t t0 = dl_mono_ms();
@@ -738,6 +762,7 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 			       sizeof(err))) != 0)
 		fatal(r == DL_ENOMEM ? DL_EXIT_OTHER : DL_EXIT_CONFIG, "%s",
 		      r == DL_ENOMEM ? "out of memory" : err);
+	state_dir_check(&srv->cfg);
 	srv->store = dl_store_new(loop, &srv->cfg, srv->tab, &sh);
 	if (!srv->store)
 		fatal(DL_EXIT_OTHER, "out of memory");

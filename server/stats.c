@@ -186,6 +186,18 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 G,
 		 "Seconds until new leases are granted again after Redis went back (0: open).",
 		 NULL, NULL, 0},
+		{"grants_closed_bound", dl_store_closed_bound(srv->store), G,
+		 "Why grants are closed: 0 open, 1 until the lease horizon (the leases that may still be believed), 2 max_ttl (nothing bounds them).",
+		 NULL, NULL, 0},
+		{"lease_horizon_ms", dl_store_horizon_ms(srv->store), G,
+		 "Seconds until the lease horizon reserved and made durable outside Redis (how long a loss found now would close grants).",
+		 NULL, NULL, 0},
+		{"standbys_counted", dl_store_standbys(srv->store), G,
+		 "Standbys the active counts: a raise of the horizon waits until each knows it.",
+		 NULL, NULL, 0},
+		{"standbys_dropped", s->standbys_dropped, C,
+		 "Standbys no longer counted because they stopped looking.",
+		 NULL, NULL, 0},
 	};
 	struct dl_stat e = {
 		"errors", 0,	C, "ERR (and NO DENIED) replies, by code.",

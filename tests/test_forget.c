@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/harness.h"
@@ -388,4 +389,52 @@ Test(forget, a_bare_daemon_never_tells_a_token_twice_after_a_power_cut)
 		     (unsigned long long)tok, (unsigned long long)told);
 	h_close(a);
 	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
+/* ---- the newcomer's check ------------------------------------------------ */
+
+/* dlockd --check-config on cfg: its exit status; its output in out. */
+static int check_config(struct h_daemon *dm, const char *url, char *out,
+			size_t len)
+{
+	char cmd[4 * H_PATH_MAX];
+	FILE *p;
+	size_t n;
+	int st;
+
+	snprintf(cmd, sizeof(cmd), "%s -c %s --redis %s --check-config 2>&1",
+		 getenv("DLOCKD") ? getenv("DLOCKD") : "build/dlockd", dm->conf,
+		 url);
+	cr_assert((p = popen(cmd, "r")) != NULL);
+	n = fread(out, 1, len - 1, p);
+	out[n] = '\0';
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* --check-config is the step a newcomer takes before the first start: it
+ * now looks at the Redis the configuration names, and says what the start
+ * would refuse (a Redis without AOF, or with an evicting policy), and
+ * whether a state_dir is set; an unreachable Redis is said, not held
+ * against the configuration. */
+Test(forget, check_config_says_what_the_redis_it_names_would_cost)
+{
+	static char out[1 << 16];
+	char url[H_PATH_MAX];
+
+	h_redis_start(&r, "always");
+	h_daemon_write_conf(&d, "[persistence]\nstate_dir =\n");
+	cr_assert_eq(check_config(&d, r.url, out, sizeof(out)), 0, "%s", out);
+	cr_assert(strstr(out, "# redis: OK, persistence always"), "%s", out);
+	cr_assert(strstr(out, "# state_dir: none"), "%s", out);
+	h_redis_cli(&r, "CONFIG SET maxmemory-policy allkeys-lru");
+	cr_assert_eq(check_config(&d, r.url, out, sizeof(out)), 3, "%s", out);
+	cr_assert(strstr(out, "maxmemory-policy allkeys-lru"), "%s", out);
+	h_redis_cli(&r, "CONFIG SET maxmemory-policy noeviction");
+	h_redis_cli(&r, "CONFIG SET appendonly no");
+	cr_assert_eq(check_config(&d, r.url, out, sizeof(out)), 3, "%s", out);
+	cr_assert(strstr(out, "appendonly no"), "%s", out);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d/0", h_free_port());
+	cr_assert_eq(check_config(&d, url, out, sizeof(out)), 0, "%s", out);
+	cr_assert(strstr(out, "# redis: not reachable"), "%s", out);
 }

@@ -305,6 +305,22 @@ uint64_t dl_store_horizon_ms(const struct dl_store *st)
 	return h > now ? h - now : 0;
 }
 
+int dl_store_closed_bound(const struct dl_store *st)
+{
+	const char *why;
+
+	if (!dl_store_closed_ms(st, &why))
+		return 0;
+	/* the reason a closer wrote (store_horizon.c bound_ms), perhaps
+	 * another daemon: its words are all there is */
+	return strstr(why, "max_ttl") ? 2 : 1;
+}
+
+uint64_t dl_store_standbys(const struct dl_store *st)
+{
+	return st->lead.active ? st->hz.nsby : 0;
+}
+
 uint64_t dl_store_closed_ms(const struct dl_store *st, const char **why)
 {
 	uint64_t now = dl_mono_ms(), c = st->lead.seen.v.closed;

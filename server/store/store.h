@@ -118,6 +118,12 @@ void dl_store_free(struct dl_store *st);
 int dl_store_load(struct dl_store *st, uint64_t unix_ms, int start, char *err,
 		  size_t errlen);
 
+/* --check-config: look at the Redis cfg names, read-only and blocking
+ * (store_probe.c). 0 and what it holds to (its persistence) in out;
+ * DL_EUNAVAILABLE: not reachable or not ready, not checked (out says);
+ * DL_EBADARG: one the daemon would refuse to serve on (out says why). */
+int dl_store_probe(const struct dl_config *cfg, char *out, size_t len);
+
 /* Connect the async link used while serving: as the active after a
  * successful load, else as a standby watching the leadership. */
 int dl_store_start(struct dl_store *st);
@@ -169,6 +175,11 @@ int dl_store_opening(const struct dl_store *st);
  * and why. */
 uint64_t dl_store_horizon_ms(const struct dl_store *st);
 uint64_t dl_store_closed_ms(const struct dl_store *st, const char **why);
+/* Why grants are closed: 0 they are not, 1 until the lease horizon, 2 for
+ * max_ttl (nothing bounds the leases told: store_horizon.c). */
+int dl_store_closed_bound(const struct dl_store *st);
+/* Standbys the active counts for the horizon (0 for a standby). */
+uint64_t dl_store_standbys(const struct dl_store *st);
 /* 1 if every closed epoch has committed (used when draining). */
 int dl_store_idle(const struct dl_store *st);
 /* Stop: disconnect, close handles. `done` runs when they are closed. */
