@@ -489,6 +489,11 @@ faults-selftest: $(FAULT_BINS)
 	$(FAULT_ENV) DLOCKD=build/plant-forget/dlockd DURATION=30 SEED=1 \
 	  FAULTS="forget_while_down" bash tests/faults/campaign.sh; \
 	  test $$? = 1 || { echo "faults-selftest: a Redis that went back not caught"; exit 1; }
+	$(MAKE) O=build/plant-close CFLAGS=-DDL_PLANT_SHORT_CLOSE \
+	  build/plant-close/dlockd
+	$(FAULT_ENV) DLOCKD=build/plant-close/dlockd DURATION=60 SEED=1 \
+	  WORKER_TTLS=5000 FAULTS="forget_paused" bash tests/faults/campaign.sh; \
+	  test $$? = 1 || { echo "faults-selftest: a closure that reopens early not caught"; exit 1; }
 	$(MAKE) O=build/plant-owner CFLAGS=-DDL_PLANT_SHARED_OWNER \
 	  build/plant-owner/dlockd
 	$(FAULT_ENV) DLOCKD=build/plant-owner/dlockd DURATION=30 SEED=1 \

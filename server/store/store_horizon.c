@@ -101,17 +101,26 @@ static const char *str_of(const redisReply *e)
 static int raise_start(struct dl_store *st)
 {
 	struct store_horizon *hz = &st->hz;
-	uint64_t now = dl_mono_ms(), need = dl_locktab_horizon(st->tab);
+	uint64_t now = dl_mono_ms(), need = dl_locktab_horizon(st->tab), r;
 
 	if (hz->pend_n)
 		return 0; /* one at a time: the next covers what came since */
 	if (need < now)
 		need = now;
-	dl_seen_note_horizon(&st->lead.seen, need + DL_HORIZON_AHEAD_MS);
+	/* DL_HORIZON_AHEAD_MS past the need, but never past what a lease
+	 * granted now could need (max_ttl): a closure after a loss never
+	 * lasts longer than the longest lease for the margin's sake (a
+	 * lease with a delay that goes further waits for its own raise) */
+	r = need + DL_HORIZON_AHEAD_MS;
+	if (r > now + st->cfg->max_ttl_ms)
+		r = need > now + st->cfg->max_ttl_ms
+			    ? need
+			    : now + st->cfg->max_ttl_ms;
+	dl_seen_note_horizon(&st->lead.seen, r);
 	if (dl_seen_save(&st->lead.seen, now, 1) != 0)
 		return DL_EUNAVAILABLE; /* the tick tries again */
 	hz->pend_n = ++hz->n;
-	hz->pend_until = need + DL_HORIZON_AHEAD_MS;
+	hz->pend_until = r;
 	hz->pend_acked = 0;
 	hz->reserved = hz->pend_until;
 	hz->poll_at = 0;
@@ -252,9 +261,11 @@ int dl__hz_tick(struct dl_store *st)
 
 	if (!st->redis || !st->lead.active)
 		return 0;
-	/* the next raise before the reservation runs short */
+	/* the next raise before the reservation runs short (not when it is
+	 * at the max_ttl cap: raise_start) */
 	if (!hz->pend_n &&
-	    ((need > now && hz->reserved < need + DL_HORIZON_AHEAD_MS / 2) ||
+	    ((need > now && hz->reserved < need + DL_HORIZON_AHEAD_MS / 2 &&
+	      hz->reserved < now + st->cfg->max_ttl_ms) ||
 	     hz->pending))
 		(void)raise_start(st);
 	/* a standby that stopped looking is no longer waited for */
@@ -306,10 +317,17 @@ static uint64_t bound_ms(struct dl_store *st, const char **why)
 					   now - hz->prev_send <
 						   st->cfg->leader_lease_ms;
 	if (!proves) {
+		/* the longest lease, and the longest delay after it */
 		*why = "nothing bounds the leases told before: max_ttl";
-		return st->cfg->max_ttl_ms;
+		return st->cfg->max_ttl_ms + DL_LOCK_DELAY_MAX_MS;
 	}
 	*why = "until the lease horizon";
+#ifdef DL_PLANT_SHORT_CLOSE
+	/* A planted bug for the fault campaign's self-test (tests/faults):
+	 * grants reopen at a tenth of the horizon, before leases told before
+	 * may have ended. Never in a real build. */
+	return h > now ? (h - now) / 10 : 0;
+#endif
 	return h > now ? h - now : 0;
 }
 
