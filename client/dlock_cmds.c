@@ -555,6 +555,8 @@ static const struct stat_row {
 	{"redis_went_back", "Persistence", "Redis went back", SF_NUM},
 	{"grants_closed_ms", "Persistence", "grants closed for", SF_MS},
 	{"grants_closed_bound", "Persistence", "grants closed", SF_CLOSED},
+	{"reclaims", "Persistence", "leases reclaimed", SF_NUM},
+	{"reclaims_refused", "Persistence", "reclaims refused", SF_NUM},
 	{"lease_horizon_ms", "Persistence", "lease horizon", SF_MS},
 	{"standbys_counted", "Cluster", "standbys counted", SF_NUM},
 	{"standbys_dropped", "Cluster", "standbys dropped", SF_NUM},

@@ -88,6 +88,8 @@ enum dl__op {
 	DL__DESCRIBE, /* HELLO host= pid= cmd= after the HELLO of the owner:
 			 its refusal (a server that does not know them)
 			 fails nothing */
+	DL__RECLAIM,  /* a renewal refused NOT_HOLDER, asked again with the
+			 lease's proof: Redis forgot it (dlock_reply.c) */
 };
 
 /* Where a request is; it is on at most one list. */
@@ -178,6 +180,12 @@ struct dl__lease {
 	unsigned unlocking : 1;	 /* its last handle is being unlocked */
 	unsigned refreshing : 1; /* a renewal is in flight */
 	unsigned at_risk : 1;	 /* on_at_risk said, not confirmed since */
+	unsigned shared : 1;	 /* its mode, for a RECLAIM */
+	uint32_t limit;		 /* its lock's limit, for a RECLAIM */
+	/* the proof and end its last grant or refresh stated: what lets it
+	 * be reclaimed should Redis forget it ("" : none) */
+	char proof[DL_PROOF_LEN + 1];
+	uint64_t until;
 };
 
 /* The public handle: one hold of a lease. */
@@ -362,6 +370,8 @@ void dl__flush(struct dlock_client *c);
  * number and at most max; else 0. */
 int dl__kv_u64(const struct dl_reply *r, const char *key, uint64_t max,
 	       uint64_t *out);
+/* Keep the proof= and until= a reply gave lease l (none: kept as was). */
+void dl__lease_proof(struct dl__lease *l, const struct dl_reply *r);
 
 /* STATUS and HOLDERS fields mode= limit= holders= waiters=. */
 void dl__status_extra(const struct dl_reply *r, struct dlock_status *st);

@@ -125,8 +125,9 @@ static int held_elsewhere(struct dlock_client *c, struct dl__req *q,
 
 /* OK GRANTED / OK REFRESHED for a LOCK or its confirmation. */
 static void granted(struct dlock_client *c, struct dl__req *q, uint64_t token,
-		    int64_t ms)
+		    int64_t ms, const struct dl_reply *r)
 {
+	struct dl__lease *l;
 	int err;
 
 	if (q->abandoned) {
@@ -151,6 +152,8 @@ static void granted(struct dlock_client *c, struct dl__req *q, uint64_t token,
 	err = dl__lease_grant(c, q, token, ms, q->sent_at);
 	if (err < 0)
 		dl__cleanup_grant(c, q->name, token);
+	else if ((l = dl__lease_find(c, q->name, token)) != NULL)
+		dl__lease_proof(l, r);
 	dl__req_finish(c, q, err);
 }
 
@@ -167,7 +170,7 @@ static int reply_lock(struct dlock_client *c, struct dl__req *q,
 			return 1;
 		}
 		if (!held_elsewhere(c, q, token, grant_holds(r)))
-			granted(c, q, token, ms);
+			granted(c, q, token, ms, r);
 	} else if (is(r, DL_REPLY_OK, "QUEUED")) {
 		if (q->abandoned) {
 			dl__internal(c, DL__CANCEL, q->name, 0, 0);
@@ -206,7 +209,7 @@ static int reply_confirm(struct dlock_client *c, struct dl__req *q,
 			dl__req_finish(c, q, DLOCK_EPROTO);
 			return 1;
 		}
-		granted(c, q, q->token, ms);
+		granted(c, q, q->token, ms, r);
 	} else if (is(r, DL_REPLY_NO, "NOT_HOLDER") && !q->abandoned &&
 		   (q->wait < 0 || q->wait_end > now)) {
 		/* expired before we could confirm it: queue again */
@@ -255,6 +258,40 @@ static int reply_unlock(struct dlock_client *c, struct dl__req *q,
 	return 1;
 }
 
+void dl__lease_proof(struct dl__lease *l, const struct dl_reply *r)
+{
+	struct dl_str p;
+	uint64_t until = 0;
+
+	if (dl_reply_kv(r, "proof", &p) != 0 || p.len != DL_PROOF_LEN ||
+	    !dl__kv_u64(r, "until", UINT64_MAX, &until) || !until)
+		return;
+	memcpy(l->proof, p.p, DL_PROOF_LEN);
+	l->proof[DL_PROOF_LEN] = '\0';
+	l->until = until;
+}
+
+/* A renewal the server refused as NOT_HOLDER: it does not know the
+ * lease. If Redis forgot it (grants closed after a loss), the lease is
+ * asked for again with the proof its last grant or refresh gave (RECLAIM,
+ * PROTOCOL.md): 1 if that went out, 0 if the lease is lost. Only while
+ * this client still counts on it, and once per renewal. */
+static int reclaim(struct dlock_client *c, struct dl__req *q)
+{
+	struct dl__lease *l = q->lease;
+
+	if (q->op != DL__RENEW || !l->proof[0] || l->dead || l->unlocking ||
+	    l->nhandles == 0 || atomic_load(&l->deadline) <= dl__now())
+		return 0;
+	q->op = DL__RECLAIM;
+	if (dl__req_write(c, q) < 0) {
+		q->op = DL__RENEW;
+		return 0;
+	}
+	l->refreshing = 1;
+	return 1;
+}
+
 static int reply_refresh(struct dlock_client *c, struct dl__req *q,
 			 const struct dl_reply *r)
 {
@@ -262,9 +299,12 @@ static int reply_refresh(struct dlock_client *c, struct dl__req *q,
 	int64_t ms;
 	int err;
 
-	if (q->op == DL__RENEW)
+	if (q->op == DL__RENEW || q->op == DL__RECLAIM)
 		l->refreshing = 0;
-	if (is(r, DL_REPLY_OK, "REFRESHED") && arg_i64(r, 1, &ms) == 0) {
+	if (((is(r, DL_REPLY_OK, "REFRESHED") && arg_i64(r, 1, &ms) == 0) ||
+	     (is(r, DL_REPLY_OK, "RECLAIMED") && arg_i64(r, 2, &ms) == 0))) {
+		if (!l->dead && !l->unlocking)
+			dl__lease_proof(l, r);
 		if (!l->dead && !l->unlocking) {
 			/* ms is what remains as the reply is sent, less than
 			 * the TTL by the time it waited for Redis: renewals
@@ -277,10 +317,12 @@ static int reply_refresh(struct dlock_client *c, struct dl__req *q,
 		return 1;
 	}
 	err = dl__reply_error(q, r);
+	if (err == DLOCK_ENOTHOLDER && reclaim(c, q))
+		return 1;
 	if (err == DLOCK_ENOTHOLDER) {
 		if (!l->dead && !l->unlocking && l->nhandles > 0)
 			dl__lease_lose(c, l, DLOCK_LOST_REJECTED);
-	} else if (q->op == DL__RENEW) {
+	} else if (q->op == DL__RENEW || q->op == DL__RECLAIM) {
 		/* UNAVAILABLE and the like: try again soon; the guard says
 		 * when it is too late, and the application hears of the
 		 * risk now */
@@ -638,6 +680,7 @@ static const reply_fn replies[] = {
 	[DL__UNLOCK_TOKEN] = on_unlock_token,
 	[DL__REFRESH_TOKEN] = on_refresh_token,
 	[DL__RENEW] = reply_refresh,
+	[DL__RECLAIM] = reply_refresh,
 	[DL__CHECK] = on_check,
 	[DL__CANCEL] = on_ok,
 	[DL__STATUS] = on_status,

@@ -192,6 +192,7 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		[DL__LOCKS] = "LOCKS",	       [DL__BREAK] = "BREAK",
 		[DL__HOLDERS] = "HOLDERS",     [DL__WATCH] = "WATCH",
 		[DL__UNWATCH] = "UNWATCH",     [DL__DESCRIBE] = "HELLO",
+		[DL__RECLAIM] = "RECLAIM",
 	};
 
 	c->seq++;
@@ -238,6 +239,17 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 			dl_fmt_kv_u64(f, "warn", (uint64_t)q->warn);
 		if (q->delay > 0)
 			dl_fmt_kv_u64(f, "delay", (uint64_t)q->delay);
+		break;
+	case DL__RECLAIM:
+		dl_fmt_word(f, q->name);
+		dl_fmt_u64(f, q->token);
+		dl_fmt_kv_str(f, "proof", str_of(q->lease->proof));
+		dl_fmt_kv_u64(f, "until", q->lease->until);
+		dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
+		if (q->lease->shared)
+			dl_fmt_word(f, "mode=shared");
+		if (q->lease->limit > 1)
+			dl_fmt_kv_u64(f, "limit", q->lease->limit);
 		break;
 	case DL__CONFIRM:
 	case DL__REFRESH:
@@ -649,6 +661,8 @@ int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
 		}
 		snprintf(l->name, sizeof(l->name), "%s", q->name);
 		l->token = token;
+		l->shared = q->shared;
+		l->limit = q->limit ? q->limit : 1;
 		l->refs = 1; /* the list's */
 		l->linked = 1;
 		l->next = c->leases;

@@ -43,6 +43,8 @@
 #define DL_OWNER_SECRET_NEW 32
 #define DL_OWNER_SECRET_MIN 16
 #define DL_OWNER_SECRET_MAX 64
+/* A grant's proof (RECLAIM proof=, server/proof.h): hex digits. */
+#define DL_PROOF_LEN 32
 
 /* A cluster id (HELLO cluster=<id>): 128 random bits in lower-case hex,
  * one per Redis keyspace, that clients compare across the servers they

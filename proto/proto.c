@@ -316,6 +316,8 @@ enum {
 	OPT_CMD = 4096,
 	OPT_WARN = 8192,
 	OPT_DELAY = 16384,
+	OPT_PROOF = 32768,
+	OPT_UNTIL = 65536,
 };
 
 /* The table HELP prints and the errors quote: the syntax of each verb is
@@ -326,7 +328,7 @@ struct verb_def {
 	unsigned char min_pos; /* positional words required */
 	unsigned char max_pos; /* positional words allowed */
 	unsigned char pos[2];  /* enum pos_kind of each */
-	unsigned short opts;   /* OPT_* allowed */
+	unsigned opts;	       /* OPT_* allowed */
 	const char *usage;     /* its syntax */
 	const char *summary;   /* what it does, one line */
 };
@@ -399,11 +401,18 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	     "broken, without taking it"),
 	VERB(DL_VERB_UNWATCH, "UNWATCH", 1, 1, POS_PATTERN, 0, OPT_ID,
 	     " <name>|<prefix>* [id=<tag>]", "stop a WATCH"),
+	VERB(DL_VERB_RECLAIM, "RECLAIM", 2, 2, POS_NAME, POS_TOKEN,
+	     OPT_PROOF | OPT_UNTIL | OPT_TTL | OPT_MODE | OPT_LIMIT | OPT_ID,
+	     " <name> <token> proof=<hex> until=<ms> [ttl=<duration>] "
+	     "[mode=exclusive|shared] [limit=<n>] [id=<tag>]",
+	     "keep a lease the server no longer knows (Redis forgot it): "
+	     "the proof and until its last grant or refresh gave"),
 };
 
 static const char *const opt_names[] = {
-	"ttl",	  "wait", "id",	  "owner", "limit", "after", "by",   "mode",
-	"reason", "key",  "host", "pid",   "cmd",   "warn",  "delay"};
+	"ttl", "wait", "id",	 "owner", "limit", "after",
+	"by",  "mode", "reason", "key",	  "host",  "pid",
+	"cmd", "warn", "delay",	 "proof", "until"};
 
 const char *dl_verb_name(enum dl_verb v)
 {
@@ -866,6 +875,36 @@ static int opt_reason(struct dl_request *req, struct dl_str val,
 	return 0;
 }
 
+/* A grant's proof (server/proof.h): 32 hex digits. */
+static int opt_proof(struct dl_request *req, struct dl_str val,
+		     const char **why)
+{
+	size_t i;
+
+	for (i = 0; i < val.len; i++)
+		if (!((val.p[i] >= '0' && val.p[i] <= '9') ||
+		      (val.p[i] >= 'a' && val.p[i] <= 'f')))
+			break;
+	if (val.len != DL_PROOF_LEN || i != val.len)
+		return fail(why, req, DL_EBADARG,
+			    "proof malformed: 32 hex digits (a grant's "
+			    "proof=)");
+	req->proof = val;
+	return 0;
+}
+
+/* The lease's end a grant stated (unix ms). */
+static int opt_until(struct dl_request *req, struct dl_str val,
+		     const char **why)
+{
+	if (dl_parse_u64(val.p, val.len, &req->until) < 0 || req->until == 0)
+		return fail(why, req, DL_EBADARG,
+			    "until malformed: a time in unix ms (a grant's "
+			    "until=)");
+	req->has_until = 1;
+	return 0;
+}
+
 static int opt_by(struct dl_request *req, struct dl_str val, const char **why)
 {
 	struct why m = {req->why, 0, sizeof(req->why)};
@@ -883,9 +922,9 @@ static int opt_by(struct dl_request *req, struct dl_str val, const char **why)
 
 /* In opt_names[] order: option 1 << i is opt_value[i]. */
 static const opt_fn opt_value[] = {
-	opt_ttl,   opt_wait, opt_id,   opt_owner,  opt_limit,
-	opt_after, opt_by,   opt_mode, opt_reason, opt_key,
-	opt_host,  opt_pid,  opt_cmd,  opt_warn,   opt_delay,
+	opt_ttl, opt_wait, opt_id,     opt_owner, opt_limit, opt_after,
+	opt_by,	 opt_mode, opt_reason, opt_key,	  opt_host,  opt_pid,
+	opt_cmd, opt_warn, opt_delay,  opt_proof, opt_until,
 };
 
 _Static_assert(sizeof(opt_value) / sizeof(opt_value[0]) ==

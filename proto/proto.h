@@ -153,6 +153,7 @@ enum dl_verb {
 	DL_VERB_HOLDERS,
 	DL_VERB_WATCH,
 	DL_VERB_UNWATCH,
+	DL_VERB_RECLAIM,
 	DL_VERB_COUNT_
 };
 
@@ -207,6 +208,9 @@ struct dl_request {
 	unsigned by_waiters : 1; /* LOCKS by=waiters */
 	unsigned shared : 1;	 /* LOCK TRYLOCK mode=shared */
 	unsigned prefix : 1;	 /* WATCH UNWATCH: the word ended in '*' */
+	unsigned has_until : 1;	 /* RECLAIM until=, when given */
+	uint64_t until;		 /* RECLAIM until= (unix ms) */
+	struct dl_str proof;	 /* RECLAIM proof= (hex); len 0 when absent */
 	char why[DL_WHY_MAX];	 /* the explanation of a failed parse */
 };
 

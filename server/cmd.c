@@ -19,6 +19,7 @@
 #include "server/clock.h"
 #include "server/conn.h"
 #include "server/log.h"
+#include "server/proof.h"
 #include "server/server.h"
 #include "server/stats.h"
 #include "server/watch.h"
@@ -79,6 +80,49 @@ static void fmt_ttl(struct reply *r, struct dl_line *line, uint64_t ttl)
 	dl_fmt_u64(&r->f, ttl);
 	line->ttl_off = (uint16_t)at;
 	line->ttl_len = (uint8_t)(r->f.len - at);
+}
+
+/* The inputs of lease token's proof (server/proof.h), ending at the
+ * monotonic `deadline`: 0, or -1 when there is none to give (memory only,
+ * no key yet, no such lease). */
+static int proof_in(struct dl_conn *c, struct dl_str name, uint64_t token,
+		    uint64_t deadline, struct dl_proof_in *in)
+{
+	const char *cluster = dl_store_cluster(c->srv->store);
+	uint64_t now = dl_mono_ms();
+	uint32_t limit;
+	int shared;
+
+	if (!c->sess.owner || dl_locktab_lease_mode(c->srv->tab, name, token,
+						    &shared, &limit) != 0)
+		return -1;
+	*in = (struct dl_proof_in){
+		.cluster = {cluster, strlen(cluster)},
+		.name = name,
+		.owner = dl_owner_id(c->sess.owner),
+		.token = token,
+		.shared = shared,
+		.limit = limit,
+		.until = dl_wall_ms() + (deadline > now ? deadline - now : 0),
+	};
+	return 0;
+}
+
+/* proof= and until= of a lease just told: what lets its holder reclaim it
+ * should Redis forget it (server/proof.h). Nothing with persist = none:
+ * there, nothing outlives the process anyway. */
+static void fmt_proof(struct dl_conn *c, struct reply *r, struct dl_str name,
+		      uint64_t token, uint64_t deadline)
+{
+	const unsigned char *key = dl_store_proof_key(c->srv->store, 0);
+	char hex[DL_PROOF_HEX + 1];
+	struct dl_proof_in in;
+
+	if (!key || proof_in(c, name, token, deadline, &in) != 0)
+		return;
+	dl_proof_make(key, &in, hex);
+	dl_fmt_kv_str(&r->f, "proof", (struct dl_str){hex, DL_PROOF_HEX});
+	dl_fmt_kv_u64(&r->f, "until", in.until);
 }
 
 void dl_cmd_error(struct dl_conn *c, int err, const char *why,
@@ -309,6 +353,7 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 		[DL_LIMIT_MISMATCH] = "NO LIMIT_MISMATCH",
 		[DL_UPGRADE_DEADLOCK] = "NO UPGRADE_DEADLOCK",
 		[DL_DEADLOCK] = "NO DEADLOCK",
+		[DL_RECLAIMED] = "OK RECLAIMED",
 	};
 	struct dl_line line = {.durable = res->durable,
 			       .reentry = res->reentry,
@@ -321,10 +366,12 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 	fmt_name(&r, &line, name);
 	switch (res->outcome) {
 	case DL_GRANTED:
+	case DL_RECLAIMED:
 		line.kind = DL_LINE_GRANTED;
 		dl_fmt_u64(&r.f, res->token);
 		fmt_ttl(&r, &line, res->value);
 		dl_fmt_kv_u64(&r.f, "holds", res->holds);
+		fmt_proof(c, &r, name, res->token, res->deadline);
 		break;
 	case DL_REFRESHED:
 		line.kind = DL_LINE_REFRESHED;
@@ -332,6 +379,7 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 		line.from_deadline = res->from_deadline;
 		line.asked_ttl_ms = res->ttl_ms;
 		fmt_ttl(&r, &line, res->value);
+		fmt_proof(c, &r, name, res->token, res->deadline);
 		break;
 	case DL_VALID:
 		dl_fmt_u64(&r.f, res->token);
@@ -462,6 +510,77 @@ static void cmd_refresh(struct dl_conn *c, const struct dl_request *rq)
 			     "less than its ttl (REFRESH warn=0 drops it)",
 			     rq->tag);
 	else if (err)
+		table_error(c, err, rq->tag);
+	else
+		result_reply(c, rq->name, &res, rq->tag);
+}
+
+/*
+ * RECLAIM (docs/design.md, "Reclaim"): a holder keeps a lease the table
+ * does not know -- Redis forgot it, and grants are closed until every
+ * lease told before may have ended -- by showing the proof its last
+ * grant or refresh gave. A proof that is not this keyspace's (under its
+ * key or the one before), or whose `until` has passed by more than
+ * max_clock_skew (the clocks of the daemon that made it and this one),
+ * is refused as NO NOT_HOLDER, as is a claim the lock cannot take
+ * (dl_locktab_reclaim). Logged: a refused proof is a forgery or a bug.
+ */
+static void cmd_reclaim(struct dl_conn *c, const struct dl_request *rq)
+{
+	const unsigned char *key = dl_store_proof_key(c->srv->store, 0);
+	const unsigned char *old = dl_store_proof_key(c->srv->store, 1);
+	const char *cluster = dl_store_cluster(c->srv->store);
+	uint32_t limit = rq->has_limit ? (uint32_t)rq->limit : 1;
+	uint64_t ttl = rq->has_ttl ? rq->ttl_ms : c->srv->cfg.default_ttl_ms;
+	struct dl_proof_in in = {
+		.cluster = {cluster, strlen(cluster)},
+		.name = rq->name,
+		.token = rq->token,
+		.shared = rq->shared,
+		.limit = limit,
+		.until = rq->until,
+	};
+	struct dl_result res = {.outcome = DL_NOT_HOLDER};
+	int err;
+
+	if (!rq->proof.len || !rq->has_until) {
+		dl_cmd_error(c, DL_EBADARG,
+			     "RECLAIM needs proof= and until= (what the "
+			     "lease's last grant or refresh said)",
+			     rq->tag);
+		return;
+	}
+	if (check_ttl(c, rq))
+		return;
+	if (!c->sess.owner || !key) {
+		result_reply(c, rq->name, &res, rq->tag);
+		return;
+	}
+	in.owner = dl_owner_id(c->sess.owner);
+	if (!dl_proof_check(key, &in, rq->proof) &&
+	    !(old && dl_proof_check(old, &in, rq->proof))) {
+		c->srv->st.reclaims_refused++;
+		dl_notice(
+			"conn %llu: RECLAIM %.*s %llu by %.*s refused: not a proof of this cluster's",
+			(unsigned long long)c->id, (int)rq->name.len,
+			rq->name.p, (unsigned long long)rq->token,
+			(int)in.owner.len, in.owner.p);
+		result_reply(c, rq->name, &res, rq->tag);
+		return;
+	}
+	if (rq->until + c->srv->cfg.max_clock_skew_ms < dl_wall_ms()) {
+		c->srv->st.reclaims_refused++;
+		dl_info("conn %llu: RECLAIM %.*s %llu refused: it ended at %llu",
+			(unsigned long long)c->id, (int)rq->name.len,
+			rq->name.p, (unsigned long long)rq->token,
+			(unsigned long long)rq->until);
+		result_reply(c, rq->name, &res, rq->tag);
+		return;
+	}
+	err = dl_locktab_reclaim(c->srv->tab, &c->sess, rq->name, rq->token,
+				 (uint32_t)ttl, rq->shared, limit, rq->tag,
+				 &res);
+	if (err)
 		table_error(c, err, rq->tag);
 	else
 		result_reply(c, rq->name, &res, rq->tag);
@@ -1047,6 +1166,7 @@ static const struct {
 	[DL_VERB_TRYLOCK] = {cmd_lock, CHANGES | ACTIVE, LOCK_R},
 	[DL_VERB_UNLOCK] = {cmd_unlock, CHANGES | ACTIVE, LOCK_R},
 	[DL_VERB_REFRESH] = {cmd_refresh, CHANGES | ACTIVE, LOCK_R},
+	[DL_VERB_RECLAIM] = {cmd_reclaim, CHANGES | ACTIVE, LOCK_R},
 	[DL_VERB_CHECK] = {cmd_check, ACTIVE, READ_R},
 	[DL_VERB_CANCEL] = {cmd_cancel, ACTIVE, LOCK_R},
 	[DL_VERB_STATUS] = {cmd_status, ACTIVE, READ_R},
@@ -1166,6 +1286,7 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 		dl_fmt_u64(&r.f, ev->token);
 		fmt_ttl(&r, &line, ev->ttl_ms);
 		dl_fmt_kv_u64(&r.f, "holds", ev->holds);
+		fmt_proof(c, &r, ev->name, ev->token, ev->deadline);
 	} else if (ev->type == DL_EVENT_EXPIRED) {
 		dl_fmt_u64(&r.f, ev->token);
 		if (ev->by.len)

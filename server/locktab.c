@@ -758,6 +758,16 @@ void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now,
 		   struct dl_str by)
 {
 	struct dl_lock *lk = l->lock;
+
+	dl__lease_drop(t, l, by);
+	/* an end its holder did not ask for: the lock's delay (if any) */
+	dl__delay_start(t, lk, now);
+	dl__serve(t, lk, now);
+}
+
+void dl__lease_drop(struct dl_locktab *t, struct dl_lease *l, struct dl_str by)
+{
+	struct dl_lock *lk = l->lock;
 	struct dl_session *s, *next;
 	uint64_t token = l->token;
 	char tag[DL_TAG_MAX];
@@ -779,9 +789,6 @@ void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now,
 	dl__changed(t, by.len ? DL_CHANGE_BROKEN : DL_CHANGE_EXPIRED, l,
 		    lk->nholders - 1u, by);
 	dl__lease_remove(t, l);
-	/* an end its holder did not ask for: the lock's delay (if any) */
-	dl__delay_start(t, lk, now);
-	dl__serve(t, lk, now);
 }
 
 static void lease_expire(struct dl_locktab *t, struct dl_lease *l, uint64_t now)

@@ -253,8 +253,10 @@ enum dl_outcome {
 	DL_LIMIT_MISMATCH,   /* value = the lock's limit */
 	DL_UPGRADE_DEADLOCK, /* exclusive asked by a shared holder; token =
 				its shared lease's */
-	DL_DEADLOCK, /* the wait would close a cycle of owners waiting for
-			each other; value = owners in it (dl_locktab_cycle) */
+	DL_DEADLOCK,  /* the wait would close a cycle of owners waiting for
+			 each other; value = owners in it (dl_locktab_cycle) */
+	DL_RECLAIMED, /* RECLAIM: the lease is the table's again; token,
+			 value = ttl_ms */
 };
 
 struct dl_result {
@@ -363,6 +365,7 @@ struct dl_locktab_stats {
 	uint64_t contended[DL_QUEUE_BUCKETS];	 /* gauges, see above */
 	uint64_t grants, reentries, releases, expiries, timeouts, refreshes,
 		cancels, revokes, breaks;
+	uint64_t reclaims;     /* leases linked again by RECLAIM */
 	uint64_t deadlocks;    /* waits refused: DL_DEADLOCK */
 	uint64_t walks_capped; /* deadlock checks that gave up at the cap */
 	struct dl_hist wait;   /* LOCK to grant, per grant (0 if at once) */
@@ -693,6 +696,30 @@ void dl_locktab_close_grants(struct dl_locktab *t, uint64_t until);
  * the horizon (docs/design.md, "A Redis that forgets").
  */
 uint64_t dl_locktab_horizon(const struct dl_locktab *t);
+
+/*
+ * RECLAIM (docs/design.md, "Reclaim"): the session's owner still holds
+ * lease `token` of `name`, which the table does not know (Redis forgot
+ * it; the caller checked its proof). While grants are closed it is linked
+ * again with its token, for ttl_ms from now, in its mode and limit --
+ * DL_RECLAIMED, durable -- unless the lock cannot take it: DL_NOT_HOLDER.
+ * On an exclusive lock a holder with a lower token ended before this
+ * lease was granted (a lock is granted only free), so it was reclaimed by
+ * an owner that had let it go: it ends, its owner told (* EXPIRED
+ * broken_by=reclaimed); a holder with a higher token refuses the claim.
+ * A lease the table knows (this owner, this token) is refreshed. Grants
+ * open: DL_NOT_HOLDER (whatever was not reclaimed while they were closed
+ * has ended). DL_EBADARG, DL_ENOMEM, DL_ELIMIT (quotas),
+ * DL_EUNAVAILABLE.
+ */
+int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
+		       struct dl_str name, uint64_t token, uint32_t ttl_ms,
+		       int shared, uint32_t limit, struct dl_str tag,
+		       struct dl_result *res);
+/* The mode and limit of lease `token` of `name`: 0, or -1 if no such
+ * lease. */
+int dl_locktab_lease_mode(const struct dl_locktab *t, struct dl_str name,
+			  uint64_t token, int *shared, uint32_t *limit);
 
 /*
  * Fencing tokens. A grant takes last_token + 1. At start the daemon raises

@@ -485,6 +485,89 @@ int dl_locktab_break(struct dl_locktab *t, struct dl_str name, uint64_t token,
 	return 0;
 }
 
+int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
+		       struct dl_str name, uint64_t token, uint32_t ttl_ms,
+		       int shared, uint32_t limit, struct dl_str tag,
+		       struct dl_result *res)
+{
+	static const char by[] = "reclaimed";
+	uint64_t now = dl__now_ms(t);
+	struct dl_lock *lk = lock_now(t, name, now);
+	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+	struct dl_lease *h, *next;
+	int exclusive = !shared && limit == 1;
+
+	memset(res, 0, sizeof(*res));
+	if (!s->owner || ttl_ms == 0 || ttl_ms > DL_TTL_STORE_MAX ||
+	    limit == 0 || limit > DL_LIMIT_MAX)
+		return DL_EBADARG;
+	if (l) {
+		/* known: its holder confirms it, as a REFRESH would */
+		if (dl_locktab_refresh_warn(t, s, name, token, ttl_ms, -1,
+					    res) == 0 &&
+		    res->outcome == DL_REFRESHED)
+			res->outcome = DL_RECLAIMED;
+		return 0;
+	}
+	res->outcome = DL_NOT_HOLDER;
+	if (!dl__closed(t, now))
+		return 0;
+	if (t->suspended)
+		return DL_EUNAVAILABLE;
+	if (lk && (dl__holder_of(lk, s->owner) ||
+		   (lk->holders &&
+		    (lk->limit != limit || lk->holders->shared != !!shared))))
+		return 0;
+	if (lk && exclusive) {
+		for (h = lk->holders; h; h = h->next)
+			if (h->token > token)
+				return 0;
+	} else if (lk && !dl__has_room(lk, shared)) {
+		return 0;
+	}
+	if (dl__account_full(s, s->owner, 0))
+		return DL_ELIMIT;
+	if (!(l = dl__lease_alloc(tag, s->desc)))
+		return DL_ENOMEM;
+	if (!lk && !(lk = dl__lock_get(t, name))) {
+		dl__lease_free(l);
+		return DL_ENOMEM;
+	}
+	for (h = exclusive ? lk->holders : NULL; h; h = next) {
+		next = h->next;
+		dl__lease_drop(t, h, (struct dl_str){by, sizeof(by) - 1});
+	}
+	if (!lk->holders)
+		lk->limit = (uint16_t)limit;
+	dl__lease_link(t, l, lk, s->owner, token, 1, ttl_ms, now + ttl_ms, now,
+		       shared);
+	dl_locktab_raise_token(t, token);
+	t->st.reclaims++;
+	dl__mark_urgent(t, lk);
+	dl__changed(t, DL_CHANGE_GRANTED, l, lk->nholders, DL_STR_NULL);
+	res->outcome = DL_RECLAIMED;
+	res->durable = 1;
+	res->token = token;
+	res->value = ttl_ms;
+	res->ttl_ms = ttl_ms;
+	res->deadline = now + ttl_ms;
+	res->holds = 1;
+	return 0;
+}
+
+int dl_locktab_lease_mode(const struct dl_locktab *t, struct dl_str name,
+			  uint64_t token, int *shared, uint32_t *limit)
+{
+	const struct dl_lock *lk = dl__lock_find(t, name);
+	const struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+
+	if (!l)
+		return -1;
+	*shared = l->shared;
+	*limit = lk->limit;
+	return 0;
+}
+
 uint64_t dl_locktab_remaining(struct dl_locktab *t, struct dl_str name,
 			      uint64_t token)
 {

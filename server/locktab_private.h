@@ -155,6 +155,8 @@ void dl__walk_free(struct dl_walk *k);
  * the queue. */
 void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now,
 		   struct dl_str by);
+/* ... without the delay and the queue: its owner is told, it is gone. */
+void dl__lease_drop(struct dl_locktab *t, struct dl_lease *l, struct dl_str by);
 /* Pass ev (its name set from lk) to the event hook. */
 void dl__emit_ev(struct dl_locktab *t, struct dl_session *s,
 		 struct dl_event *ev, const struct dl_lock *lk);

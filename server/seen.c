@@ -115,6 +115,11 @@ static void raise_vals(struct dl_seen_vals *to, const struct dl_seen_vals *v)
 		to->closed = v->closed;
 		memcpy(to->why, v->why, sizeof(to->why));
 	}
+	/* keys are not numbers: a file's fills what is not known */
+	if (!to->proofkey[0])
+		memcpy(to->proofkey, v->proofkey, sizeof(to->proofkey));
+	if (!to->proofkey_old[0] && strcmp(v->proofkey, to->proofkey) != 0)
+		memcpy(to->proofkey_old, v->proofkey, sizeof(to->proofkey_old));
 }
 
 /* The text of a file (either version) into *f; 0, or -1 and why. */
@@ -161,6 +166,21 @@ static int parse(char *text, struct file *f, char *why, size_t whylen)
 			}
 			memcpy(boot, sp, (size_t)(t - sp));
 			boot[t - sp] = '\0';
+		} else if (strcmp(line, "proofkey") == 0) {
+			char *t = strchr(sp, ' ');
+			unsigned char k[DL_PROOF_KEY_LEN];
+
+			if (t)
+				*t++ = '\0';
+			if (dl_proof_key_parse(sp, k) != 0 ||
+			    (t && dl_proof_key_parse(t, k) != 0)) {
+				snprintf(why, whylen, "a bad proofkey line");
+				return -1;
+			}
+			snprintf(f->v.proofkey, sizeof(f->v.proofkey), "%s",
+				 sp);
+			snprintf(f->v.proofkey_old, sizeof(f->v.proofkey_old),
+				 "%s", t ? t : "");
 		} else if (strcmp(line, "closed") == 0) {
 			char *t = strchr(sp, ' ');
 			size_t l = t ? (size_t)(t - sp) : strlen(sp);
@@ -570,6 +590,16 @@ void dl_seen_note_horizon(struct dl_seen *s, uint64_t end)
 		s->v.horizon = end;
 }
 
+void dl_seen_note_proofkey(struct dl_seen *s, const char *hex)
+{
+	if (strcmp(s->v.proofkey, hex) == 0)
+		return;
+	if (s->v.proofkey[0])
+		memcpy(s->v.proofkey_old, s->v.proofkey,
+		       sizeof(s->v.proofkey_old));
+	snprintf(s->v.proofkey, sizeof(s->v.proofkey), "%s", hex);
+}
+
 void dl_seen_note_closed(struct dl_seen *s, uint64_t end, const char *why)
 {
 	if (end > s->v.closed || end == 0) {
@@ -633,14 +663,17 @@ static int write_file(struct dl_seen *s, int sync)
 		text, sizeof(text),
 		SEEN_MAGIC "\nredis %s\nkeyspace %s\n%s%s%sepoch %llu\n"
 			   "gen %llu\nmark %llu\nlead %llu\nboot %s %llu\n"
-			   "horizon %llu\nclosed %llu %s\n",
+			   "horizon %llu\nclosed %llu %s\n%s%s%s%s%s",
 		s->where, s->keyspace, cluster[0] ? "cluster " : "", cluster,
 		cluster[0] ? "\n" : "", (unsigned long long)s->v.epoch,
 		(unsigned long long)s->v.gen, (unsigned long long)s->v.mark,
 		(unsigned long long)s->v.lead, dl__seen_boot_id(),
 		(unsigned long long)dl__seen_boottime_ms(),
 		(unsigned long long)left_of(s->v.horizon, now),
-		(unsigned long long)left_of(s->v.closed, now), s->v.why);
+		(unsigned long long)left_of(s->v.closed, now), s->v.why,
+		s->v.proofkey[0] ? "proofkey " : "", s->v.proofkey,
+		s->v.proofkey_old[0] ? " " : "", s->v.proofkey_old,
+		s->v.proofkey[0] ? "\n" : "");
 	snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", s->path, (long)getpid());
 	if ((fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) <
 	    0) {
@@ -667,7 +700,8 @@ static int changed(const struct dl_seen *s)
 	return s->v.epoch != s->saved.epoch || s->v.mark != s->saved.mark ||
 	       s->v.lead != s->saved.lead || s->v.horizon != s->saved.horizon ||
 	       s->v.closed != s->saved.closed ||
-	       strcmp(s->v.cluster, s->saved.cluster) != 0;
+	       strcmp(s->v.cluster, s->saved.cluster) != 0 ||
+	       strcmp(s->v.proofkey, s->saved.proofkey) != 0;
 }
 
 int dl_seen_save(struct dl_seen *s, uint64_t now_ms, int sync)

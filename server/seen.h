@@ -37,7 +37,9 @@
  *   horizon  the lease horizon this daemon reserved (as the active, made
  *            durable here before a reply that needs it is released:
  *            store_horizon.c) or read (as a standby);
- *   closed   the end of a closure in force, and why.
+ *   closed   the end of a closure in force, and why;
+ *   proofkey the keyspace's proof key (proof.h), and the one before it:
+ *            the file is the daemon's and 0600, in a 0700 directory.
  *
  * The horizon and the closure are ends on the monotonic clock in memory,
  * and remaining times in the file, stamped with the boot id and
@@ -63,6 +65,7 @@
  *   boot <boot id> <CLOCK_BOOTTIME ms>
  *   horizon <ms remaining>
  *   closed <ms remaining> <why>
+ *   proofkey <64 hex digits> [<the one before>]
  *
  * Which file is this keyspace's is decided when Redis's cluster id is
  * first read (dl_seen_bind): the file of that id; with no id in Redis
@@ -94,6 +97,7 @@
 #include <stdint.h>
 
 #include "proto/limits.h"
+#include "server/proof.h"
 
 /* The longest the file lags what the daemon saw of the generation (the
  * rest is written at once). A Redis that went back by less than this
@@ -117,6 +121,10 @@ struct dl_seen_vals {
 	uint64_t closed;  /* monotonic end (0: none) */
 	char why[DL_SEEN_WHY_MAX];
 	char cluster[DL_CLUSTER_ID_LEN + 1]; /* "" : not known */
+	/* the keyspace's proof key (proof.h), hex, and the one before it
+	 * (proofs made under it are still checked); "" : none */
+	char proofkey[DL_PROOF_KEY_HEX + 1];
+	char proofkey_old[DL_PROOF_KEY_HEX + 1];
 };
 
 struct dl_seen {
@@ -169,6 +177,9 @@ void dl_seen_note_mark(struct dl_seen *s, uint64_t mark);
 void dl_seen_note_lead(struct dl_seen *s, uint64_t epoch);
 /* The horizon reaches the monotonic `end`. */
 void dl_seen_note_horizon(struct dl_seen *s, uint64_t end);
+/* The proof key Redis holds (hex): the one this daemon knows from now on
+ * (a different one it knew is kept as the one before). */
+void dl_seen_note_proofkey(struct dl_seen *s, const char *hex);
 /* A closure until the monotonic `end` (0: none), for `why`. */
 void dl_seen_note_closed(struct dl_seen *s, uint64_t end, const char *why);
 /* Write the file (fsynced) if what is known changed: at once when

@@ -62,6 +62,8 @@ struct dl_server_stats {
 	uint64_t tls_failures;	       /* TLS errors and handshake timeouts */
 	uint64_t auth_timeouts;	       /* closed: not authenticated in time */
 	uint64_t output_budget_closes; /* closed: over max_output_total */
+	uint64_t reclaims_refused;     /* RECLAIMs with a proof that is not
+					  the cluster's, or ended */
 };
 
 struct dl_server {

@@ -1747,6 +1747,55 @@ Test(client, lease_survives_a_daemon_kill9, .init = start_redis,
 	lease_survives_restart(1);
 }
 
+/* The daemon killed and Redis flushed while the client holds a lease:
+ * Redis forgot it, and the restarted daemon (its state dir tells it Redis
+ * went back) closes grants until every lease told may have ended. The
+ * client's renewal is refused NOT_HOLDER; libdlock then reclaims the lease
+ * with the proof its grant gave (RECLAIM): the lease goes on, with its
+ * token, past the closure, and nobody else gets it. Without reclaim the
+ * lease was lost (on_lost). */
+Test(client, a_lease_redis_forgot_is_reclaimed, .fini = stop_all)
+{
+	static char state[H_PATH_MAX + 32];
+	struct dlock_options o;
+	struct lost s = {0};
+	dlock_client *c, *other;
+	dlock_lease *l;
+	uint64_t cur = 0, token;
+	int64_t end;
+
+	h_redis_start(&r, "always");
+	snprintf(state, sizeof(state), "STATE_DIRECTORY=%s", r.dir);
+	d.env[d.nenv++] = state;
+	h_daemon_start(&d, "--persist", "redis", "--redis", r.url, NULL);
+	opts(&o);
+	o.on_lost = on_lost;
+	o.arg = &s;
+	c = connect_with(&o);
+	l = must_lock(c, "k", 4000, 0);
+	token = dlock_lease_token(l);
+	h_daemon_kill9(&d);
+	h_redis_cli(&r, "FLUSHALL");
+	h_daemon_restart(&d);
+	cr_assert(eq(int, dlock_ping(c), 0));
+	other = client();
+	/* past the closure (the lease's 4 s and the horizon's margin) */
+	end = dlock_now_ms() + 4000 + 4000 + 1500;
+	while (dlock_now_ms() < end) {
+		cr_assert(eq(int, atomic_load(&s.n), 0),
+			  "lost (reason %d) %lld ms before the end", s.why,
+			  (long long)(end - dlock_now_ms()));
+		cr_assert(
+			eq(int, dlock_check(other, "k", token, NULL, &cur), 0),
+			"current %llu", (unsigned long long)cur);
+		h_sleep_ms(100);
+	}
+	cr_assert(eq(int, dlock_lease_valid(l), 1));
+	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	dlock_close(other);
+	dlock_close(c);
+}
+
 Test(client, memory_only_restart_loses_the_lease, .init = start_none,
      .fini = stop_all)
 {

@@ -151,12 +151,14 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->keys.horizon = key_of(pfx, "horizon");
 	st->keys.standbys = key_of(pfx, "standbys");
 	st->keys.base = key_of(pfx, "base");
+	st->keys.proofkey = key_of(pfx, "proofkey");
 	st->keys.cluster = key_of(pfx, "cluster");
 	st->keys.lock_prefix = key_of(pfx, "lock:");
 	if (!st->keys.token || !st->keys.names || !st->keys.fence ||
 	    !st->keys.leader || !st->keys.gen || !st->keys.cluster ||
 	    !st->keys.closed || !st->keys.horizon || !st->keys.standbys ||
-	    !st->keys.base || !st->keys.lock_prefix || rec_keys_init(st, pfx))
+	    !st->keys.base || !st->keys.proofkey || !st->keys.lock_prefix ||
+	    rec_keys_init(st, pfx))
 		goto fail;
 	/* Without Redis there is nobody to share the table with. */
 	st->lead.active = !st->redis;
@@ -200,6 +202,7 @@ void dl_store_free(struct dl_store *st)
 	free(st->keys.horizon);
 	free(st->keys.standbys);
 	free(st->keys.base);
+	free(st->keys.proofkey);
 	free(st->keys.cluster);
 	free(st->keys.lock_prefix);
 	free(st->keys.rec);
@@ -314,6 +317,24 @@ int dl_store_closed_bound(const struct dl_store *st)
 	/* the reason a closer wrote (store_horizon.c bound_ms), perhaps
 	 * another daemon: its words are all there is */
 	return strstr(why, "max_ttl") ? 2 : 1;
+}
+
+const unsigned char *dl_store_proof_key(const struct dl_store *st, int old)
+{
+	/* parsed once per key (seen.h keeps the hex) */
+	static unsigned char key[2][DL_PROOF_KEY_LEN];
+	static char hex[2][DL_PROOF_KEY_HEX + 1];
+	const char *h =
+		old ? st->lead.seen.v.proofkey_old : st->lead.seen.v.proofkey;
+
+	if (!st->redis || !h[0])
+		return NULL;
+	if (strcmp(hex[old], h) != 0) {
+		if (dl_proof_key_parse(h, key[old]) != 0)
+			return NULL;
+		snprintf(hex[old], sizeof(hex[old]), "%s", h);
+	}
+	return key[old];
 }
 
 uint64_t dl_store_standbys(const struct dl_store *st)

@@ -178,6 +178,9 @@ uint64_t dl_store_closed_ms(const struct dl_store *st, const char **why);
 /* Why grants are closed: 0 they are not, 1 until the lease horizon, 2 for
  * max_ttl (nothing bounds the leases told: store_horizon.c). */
 int dl_store_closed_bound(const struct dl_store *st);
+/* The keyspace's proof key (server/proof.h) as bytes: the current one
+ * (old 0) or the one before it (old 1); NULL if there is none. */
+const unsigned char *dl_store_proof_key(const struct dl_store *st, int old);
 /* Standbys the active counts for the horizon (0 for a standby). */
 uint64_t dl_store_standbys(const struct dl_store *st);
 /* 1 if every closed epoch has committed (used when draining). */

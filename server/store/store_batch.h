@@ -70,6 +70,7 @@ struct store_keys {
 	char *horizon;	/* <prefix>horizon: the active's reservation */
 	char *standbys; /* <prefix>standbys: what each standby counted */
 	char *base;	/* <prefix>base: what Redis held at the last take */
+	char *proofkey; /* <prefix>proofkey: the grants' proofs' key */
 	char *cluster;	/* <prefix>cluster: the id (store_cluster.c) */
 	char *rec;	/* <prefix>rec:0 NUL <prefix>rec:1 NUL ...: the
 			   buckets of layout 2 (dl__rec_key) */

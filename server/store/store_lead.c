@@ -115,7 +115,8 @@ const char dl__lua_lead[] =
 	"  return tonumber(string.match(s, '^(%d+)$') or\n"
 	"    string.match(s, '^(%d+)/' .. LAYOUT .. '$'))\n"
 	"end\n"
-	"-- keys: leader, fence, gen, token, closed, horizon, standbys, base\n"
+	"-- keys: leader, fence, gen, token, closed, horizon, standbys, base,\n"
+	"-- proofkey\n"
 	"-- args: mode, mine, node, addr, lease, instance, seen epoch,\n"
 	"-- seen gen, hold (the closure '<inst> <n> <ms> <why>' a take sets if\n"
 	"-- it finds Redis went back and keeps no table; '' none), held (1:\n"
@@ -123,7 +124,8 @@ const char dl__lua_lead[] =
 	"-- closure in force, kept in Redis), raise (the active's horizon\n"
 	"-- '<inst> <n> <ms>'), echo ('<inst>:<n>' of the horizon a standby\n"
 	"-- counted), drop (standbys the active stopped counting), known (the\n"
-	"-- instance a standby last saw lead)\n"
+	"-- instance a standby last saw lead), proofkey (a take writes it if\n"
+	"-- Redis has none: server/proof.h)\n"
 	"local function lead(keys, args)\n"
 	"  local mode, node, inst = args[1], args[3], args[6]\n"
 	"  local mine = epoch_of(args[2])\n"
@@ -164,7 +166,8 @@ const char dl__lua_lead[] =
 	"  local function answer(ok, v, k)\n"
 	"    return {ok, v, k, gen, redis.call('GET', keys[5]) or '', behind,\n"
 	"      redis.call('GET', keys[4]) or '',\n"
-	"      redis.call('GET', keys[6]) or '', redis.call('HGETALL', keys[7])}\n"
+	"      redis.call('GET', keys[6]) or '', redis.call('HGETALL', keys[7]),\n"
+	"      redis.call('GET', keys[9]) or ''}\n"
 	"  end\n"
 	"  local this = cur and hinst == inst\n"
 	"  local ours = this and epoch == mine and fence == mine\n"
@@ -232,6 +235,7 @@ const char dl__lua_lead[] =
 	"    -- nobody grants until every lease that may exist has ended\n"
 	"    if behind == 1 and kept == 0 then close_for(args[9]) end\n"
 	"    close_for(args[11])\n"
+	"    if args[16] ~= '' then redis.call('SET', keys[9], args[16], 'NX') end\n"
 	"    -- above anything seen: Redis is ahead of every observer again\n"
 	"    -- the base of this process's first take (a standby's look)\n"
 	"    if not string.find(redis.call('GET', keys[8]) or '', inst .. ' ',\n"
@@ -315,6 +319,14 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 	 * build. */
 	st->lead.seen.v.epoch = st->lead.seen.v.gen = 0;
 #endif
+	/* a take of a keyspace without a proof key writes one (SET NX) */
+	if ((mode == LEAD_TAKE || mode == LEAD_START) &&
+	    !st->lead.seen.v.proofkey[0]) {
+		char hex[DL_PROOF_KEY_HEX + 1];
+
+		if (dl_proof_key_new(hex) == 0)
+			dl_seen_note_proofkey(&st->lead.seen, hex);
+	}
 	snprintf(st->lead.seen_arg[0], sizeof(st->lead.seen_arg[0]), "%llu",
 		 (unsigned long long)st->lead.seen.v.epoch);
 	snprintf(st->lead.seen_arg[1], sizeof(st->lead.seen_arg[1]), "%llu",
@@ -337,7 +349,7 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 #define ARG(p) (argv[k] = (p), lens[k] = strlen(argv[k]), k++)
 	ARG("FCALL");
 	ARG(DL_STORE_LEAD_FN);
-	ARG("8");
+	ARG("9");
 	ARG(st->keys.leader);
 	ARG(st->keys.fence);
 	ARG(st->keys.gen);
@@ -346,6 +358,7 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 	ARG(st->keys.horizon);
 	ARG(st->keys.standbys);
 	ARG(st->keys.base);
+	ARG(st->keys.proofkey);
 	ARG(mode_names[mode]);
 	ARG(mine && mine[0] ? mine : "0");
 	ARG(st->lead.node);
@@ -361,6 +374,8 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 	ARG(st->hz.echo_arg);
 	ARG(st->hz.drop_arg);
 	ARG(st->lead.leader_inst);
+	ARG(mode == LEAD_TAKE || mode == LEAD_START ? st->lead.seen.v.proofkey
+						    : "");
 #undef ARG
 	return k;
 }
@@ -382,6 +397,16 @@ static int epoch_jumped(uint64_t seen, uint64_t epoch)
 {
 	return epoch > DL_EPOCH_MAX ||
 	       (seen && epoch > seen + DL_EPOCH_JUMP_MAX);
+}
+
+/* The proof key Redis holds (server/proof.h), if it is one: the one this
+ * daemon knows from now on (seen.h keeps the one before). */
+static void proof_key_seen(struct dl_store *st, const redisReply *e)
+{
+	unsigned char k[DL_PROOF_KEY_LEN];
+
+	if (e->len == DL_PROOF_KEY_HEX && dl_proof_key_parse(e->str, k) == 0)
+		dl_seen_note_proofkey(&st->lead.seen, e->str);
 }
 
 /* "<epoch> <node> <addr> <instance>" into l and inst; 0 if it is not
@@ -422,7 +447,7 @@ int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
 	memset(out, 0, sizeof(*out));
 	out->saw_epoch = st->lead.seen.v.epoch;
 	out->saw_gen = st->lead.seen.v.gen;
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 9)
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 10)
 		return DL_EPROTO;
 	e0 = r->element[0];
 	e1 = r->element[1];
@@ -434,8 +459,10 @@ int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
 	    r->element[5]->type != REDIS_REPLY_INTEGER ||
 	    r->element[6]->type != REDIS_REPLY_STRING ||
 	    r->element[7]->type != REDIS_REPLY_STRING ||
-	    r->element[8]->type != REDIS_REPLY_ARRAY)
+	    r->element[8]->type != REDIS_REPLY_ARRAY ||
+	    r->element[9]->type != REDIS_REPLY_STRING)
 		return DL_EPROTO;
+	proof_key_seen(st, r->element[9]);
 	out->gen = r->element[3]->integer > 0 ? (uint64_t)r->element[3]->integer
 					      : 0;
 	out->behind = r->element[5]->integer == 1;
