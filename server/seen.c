@@ -111,6 +111,8 @@ static void raise_vals(struct dl_seen_vals *to, const struct dl_seen_vals *v)
 		to->lead = v->lead;
 	if (v->horizon > to->horizon)
 		to->horizon = v->horizon;
+	if (v->leading > to->leading)
+		to->leading = v->leading;
 	if (v->closed > to->closed) {
 		to->closed = v->closed;
 		memcpy(to->why, v->why, sizeof(to->why));
@@ -126,7 +128,8 @@ static void raise_vals(struct dl_seen_vals *to, const struct dl_seen_vals *v)
 static int parse(char *text, struct file *f, char *why, size_t whylen)
 {
 	char *line, *save = NULL, *sp, boot[BOOT_ID_LEN + 1] = "";
-	uint64_t v, boottime = 0, horizon = 0, closed = 0, now, now_boot;
+	uint64_t v, boottime = 0, horizon = 0, closed = 0, leading = 0, now,
+		    now_boot;
 	int n = 0, rc;
 
 	memset(f, 0, sizeof(*f));
@@ -204,6 +207,8 @@ static int parse(char *text, struct file *f, char *why, size_t whylen)
 			f->v.lead = v;
 		} else if (strcmp(line, "horizon") == 0) {
 			horizon = v;
+		} else if (strcmp(line, "leading") == 0) {
+			leading = v;
 		}
 	}
 	if (!f->version) {
@@ -222,6 +227,14 @@ static int parse(char *text, struct file *f, char *why, size_t whylen)
 	f->v.closed = end_of(dl__seen_remaining(closed, boot, boottime,
 						dl__seen_boot_id(), now_boot),
 			     now);
+	/* the other way round for a leadership: it is a proof only on the
+	 * same boot, when the time since is known */
+	f->v.leading =
+		strcmp(boot, dl__seen_boot_id()) == 0 && boot[0]
+			? end_of(dl__seen_remaining(leading, boot, boottime,
+						    boot, now_boot),
+				 now)
+			: 0;
 	return 0;
 }
 
@@ -358,8 +371,13 @@ void dl_seen_init(struct dl_seen *s, const char *dir, const char *where, int db,
 	memset(s, 0, sizeof(*s));
 	snprintf(s->keyspace, sizeof(s->keyspace), "db=%d prefix=%s", db,
 		 prefix);
-	if (dir && dir[0])
+	if (dir && dir[0]) {
+		char lock[sizeof(s->dir) + 16];
+
 		snprintf(s->dir, sizeof(s->dir), "%s", dir);
+		snprintf(lock, sizeof(lock), "%s/" SEEN_LOCK, dir);
+		s->dir_used = access(lock, F_OK) == 0;
+	}
 	if (where) {
 		snprintf(s->where, sizeof(s->where), "%s", where);
 		return;
@@ -661,15 +679,17 @@ static int write_file(struct dl_seen *s, int sync)
 		raise_vals(&s->v, &f.v);
 	n = snprintf(
 		text, sizeof(text),
-		SEEN_MAGIC "\nredis %s\nkeyspace %s\n%s%s%sepoch %llu\n"
-			   "gen %llu\nmark %llu\nlead %llu\nboot %s %llu\n"
-			   "horizon %llu\nclosed %llu %s\n%s%s%s%s%s",
+		SEEN_MAGIC
+		"\nredis %s\nkeyspace %s\n%s%s%sepoch %llu\n"
+		"gen %llu\nmark %llu\nlead %llu\nboot %s %llu\n"
+		"horizon %llu\nleading %llu\nclosed %llu %s\n%s%s%s%s%s",
 		s->where, s->keyspace, cluster[0] ? "cluster " : "", cluster,
 		cluster[0] ? "\n" : "", (unsigned long long)s->v.epoch,
 		(unsigned long long)s->v.gen, (unsigned long long)s->v.mark,
 		(unsigned long long)s->v.lead, dl__seen_boot_id(),
 		(unsigned long long)dl__seen_boottime_ms(),
 		(unsigned long long)left_of(s->v.horizon, now),
+		(unsigned long long)left_of(s->v.leading, now),
 		(unsigned long long)left_of(s->v.closed, now), s->v.why,
 		s->v.proofkey[0] ? "proofkey " : "", s->v.proofkey,
 		s->v.proofkey_old[0] ? " " : "", s->v.proofkey_old,
@@ -699,6 +719,7 @@ static int changed(const struct dl_seen *s)
 {
 	return s->v.epoch != s->saved.epoch || s->v.mark != s->saved.mark ||
 	       s->v.lead != s->saved.lead || s->v.horizon != s->saved.horizon ||
+	       s->v.leading != s->saved.leading ||
 	       s->v.closed != s->saved.closed ||
 	       strcmp(s->v.cluster, s->saved.cluster) != 0 ||
 	       strcmp(s->v.proofkey, s->saved.proofkey) != 0;
@@ -766,5 +787,11 @@ uint64_t dl_seen_durable_mark(const struct dl_seen *s)
 
 int dl_seen_file_proves(const struct dl_seen *s)
 {
-	return s->has_file && s->file.lead && s->file.lead == s->file.epoch;
+	return s->has_file && s->file.lead && s->file.lead == s->file.epoch &&
+	       s->file.leading > dl_mono_ms();
+}
+
+void dl_seen_note_leading(struct dl_seen *s, uint64_t until)
+{
+	s->v.leading = until;
 }

@@ -37,6 +37,10 @@
  *   horizon  the lease horizon this daemon reserved (as the active, made
  *            durable here before a reply that needs it is released:
  *            store_horizon.c) or read (as a standby);
+ *   leading  until when this daemon's leadership was last confirmed (0
+ *            once it resigned or stepped down): a restart on the same
+ *            boot before that end knows nobody else can have taken over
+ *            since, so its horizon bounds every lease told;
  *   closed   the end of a closure in force, and why;
  *   proofkey the keyspace's proof key (proof.h), and the one before it:
  *            the file is the daemon's and 0600, in a 0700 directory.
@@ -64,6 +68,7 @@
  *   lead <n>
  *   boot <boot id> <CLOCK_BOOTTIME ms>
  *   horizon <ms remaining>
+ *   leading <ms remaining>
  *   closed <ms remaining> <why>
  *   proofkey <64 hex digits> [<the one before>]
  *
@@ -118,6 +123,8 @@
 struct dl_seen_vals {
 	uint64_t epoch, gen, mark, lead;
 	uint64_t horizon; /* monotonic end (0: none) */
+	uint64_t leading; /* the end of this daemon's leadership as last
+			     confirmed (monotonic; 0: not leading) */
 	uint64_t closed;  /* monotonic end (0: none) */
 	char why[DL_SEEN_WHY_MAX];
 	char cluster[DL_CLUSTER_ID_LEN + 1]; /* "" : not known */
@@ -128,23 +135,25 @@ struct dl_seen_vals {
 };
 
 struct dl_seen {
-	struct dl_seen_vals v;	    /* what this daemon knows */
-	struct dl_seen_vals saved;  /* what the file holds since its last
-				       write or read */
-	struct dl_seen_vals file;   /* what the file held when bound */
-	int has_file;		    /* bound to a file that existed */
-	uint64_t saved_ms;	    /* monotonic: when it was last written */
-	int bound;		    /* the keyspace's file is chosen */
-	int memory;		    /* persist = none: dlockd.memory.state */
-	int failed;		    /* the last write failed and the file could
-				       not be removed: nothing is durable */
-	int removed;		    /* ... and it was removed: a restart knows
-				       nothing */
-	char dir[4096];		    /* "" : no state_dir */
-	char path[4096];	    /* "" : no file (yet) */
-	char legacy[4096];	    /* a version-1 file merged in: removed at
-				       the first write */
-	char where[DL_SEEN_ID_MAX]; /* the Redis, canonical */
+	struct dl_seen_vals v;	   /* what this daemon knows */
+	struct dl_seen_vals saved; /* what the file holds since its last
+				      write or read */
+	struct dl_seen_vals file;  /* what the file held when bound */
+	int has_file;		   /* bound to a file that existed */
+	int dir_used;	   /* the directory was written by a daemon before (its
+			      lock file is there) */
+	uint64_t saved_ms; /* monotonic: when it was last written */
+	int bound;	   /* the keyspace's file is chosen */
+	int memory;	   /* persist = none: dlockd.memory.state */
+	int failed;	   /* the last write failed and the file could
+			      not be removed: nothing is durable */
+	int removed;	   /* ... and it was removed: a restart knows
+			      nothing */
+	char dir[4096];	   /* "" : no state_dir */
+	char path[4096];   /* "" : no file (yet) */
+	char legacy[4096]; /* a version-1 file merged in: removed at
+			      the first write */
+	char where[DL_SEEN_ID_MAX];    /* the Redis, canonical */
 	char keyspace[DL_SEEN_ID_MAX]; /* "db=<n> prefix=<p>" */
 };
 
@@ -192,7 +201,13 @@ int dl_seen_save(struct dl_seen *s, uint64_t now_ms, int sync);
  * without a file, everything known: nothing outside Redis to wait for). */
 uint64_t dl_seen_durable_horizon(const struct dl_seen *s);
 uint64_t dl_seen_durable_mark(const struct dl_seen *s);
-/* The file holds a bound of every lease told (its lead is its epoch). */
+/* This daemon's leadership is confirmed until the monotonic `until` (0:
+ * it is not the active one any more). */
+void dl_seen_note_leading(struct dl_seen *s, uint64_t until);
+/* The file holds a bound of every lease told: its lead is its epoch (the
+ * last take from its directory was the last take it saw), and that
+ * leadership had not lapsed by now (same boot: nobody else can have
+ * taken over since). */
 int dl_seen_file_proves(const struct dl_seen *s);
 
 /* ---- for the tests (test_seen.c) -------------------------------------- */

@@ -438,3 +438,133 @@ Test(forget, check_config_says_what_the_redis_it_names_would_cost)
 	cr_assert_eq(check_config(&d, url, out, sizeof(out)), 0, "%s", out);
 	cr_assert(strstr(out, "# redis: not reachable"), "%s", out);
 }
+
+/* ---- reclaim ------------------------------------------------------------- */
+
+/* The words of a grant's reply that a RECLAIM repeats. */
+struct grant {
+	uint64_t token;
+	char proof[64], until[32];
+};
+
+static void grant_of(const char *l, struct grant *g)
+{
+	cr_assert(strstr(l, "GRANTED") || strstr(l, "REFRESHED"), "%s", l);
+	if (strstr(l, "GRANTED"))
+		g->token = h_arg_u64(l, 1);
+	snprintf(g->proof, sizeof(g->proof), "%s", h_kv(l, "proof"));
+	snprintf(g->until, sizeof(g->until), "%s", h_kv(l, "until"));
+	cr_assert_eq(strlen(g->proof), 32, "no proof in \"%s\"", l);
+}
+
+static char *reclaim(struct h_client *c, const char *name,
+		     const struct grant *g, const char *opts)
+{
+	return h_call(c, "RECLAIM %s %llu proof=%s until=%s %s", name,
+		      (unsigned long long)g->token, g->proof, g->until, opts);
+}
+
+/* kill -9, FLUSHALL, restart: grants closed until the horizon. */
+static void forget_and_restart(void)
+{
+	h_daemon_kill9(&d);
+	h_redis_cli(&r, "FLUSHALL");
+	h_daemon_restart(&d);
+}
+
+/* A holder that still believes its lease after Redis forgot it keeps it,
+ * with its token, by the proof its grant gave; nobody else can: not with
+ * another owner's proof, not with a proof made up, not for a lease whose
+ * end has passed, and not once grants are open again (whatever was not
+ * reclaimed by then has ended). */
+Test(forget, reclaim_keeps_a_lease_with_its_proof_and_refuses_the_rest)
+{
+	struct h_client *a, *m, *b;
+	struct grant g, gy, fake;
+	char *l;
+
+	h_redis_start(&r, "always");
+	use_state_dir(&d, &r);
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 24h\n");
+	a = h_hello(d.port, "alice");
+	grant_of(h_call(a, "LOCK x ttl=3s"), &g);
+	grant_of(h_call(a, "LOCK y ttl=3s"), &gy);
+	h_close(a);
+	forget_and_restart();
+	m = h_hello(d.port, "mallory");
+	l = reclaim(m, "x", &g, "ttl=20s");
+	cr_assert(h_starts(l, "NO NOT_HOLDER x"), "mallory: \"%s\"", l);
+	a = h_hello(d.port, "alice");
+	fake = g;
+	memcpy(fake.proof, "0123456789abcdef0123456789abcdef", 32);
+	l = reclaim(a, "x", &fake, "ttl=20s");
+	cr_assert(h_starts(l, "NO NOT_HOLDER x"), "a made-up proof: \"%s\"", l);
+	l = reclaim(a, "x", &g, "ttl=20s mode=shared");
+	cr_assert(h_starts(l, "NO NOT_HOLDER x"), "another mode: \"%s\"", l);
+	/* the reclaimed lease lasts the ttl asked, from now, as a refresh
+	 * would make it */
+	l = reclaim(a, "x", &g, "ttl=20s");
+	cr_assert(h_starts(l, "OK RECLAIMED x "), "alice: \"%s\"", l);
+	cr_assert_eq(h_arg_u64(l, 1), g.token);
+	cr_assert_str_neq(h_kv(l, "proof"), "");
+	l = h_call(a, "CHECK x %llu", (unsigned long long)g.token);
+	cr_assert(h_starts(l, "OK VALID x "), "%s", l);
+	b = h_hello(d.port, "bob");
+	busy_for(b, "x");
+	cr_assert_geq(h_stats_value(b, "reclaims"), 1);
+	cr_assert_geq(h_stats_value(b, "reclaims_refused"), 2);
+	/* grants open once y's lease, never reclaimed, may have ended: then
+	 * y is anybody's, and its old proof reclaims nothing */
+	lock_when_open(b, "z", 20000);
+	l = reclaim(a, "y", &gy, "ttl=3s");
+	cr_assert(h_starts(l, "NO NOT_HOLDER y"), "y after the closure: \"%s\"",
+		  l);
+	h_lock(b, "y", "ttl=1s");
+	/* x stays alice's past the closure */
+	busy_for(b, "x");
+	h_close(a);
+	h_close(b);
+	h_close(m);
+	h_daemon_kill9(&d);
+}
+
+/* An exclusive lock is granted only free: a proof with a higher token
+ * shows that a lower one's lease had ended (it was released, and its owner
+ * replays it). The later holder's claim ends the replayed one, whose owner
+ * is told; the other way round, the lower claim is refused. */
+Test(forget, a_reclaim_with_a_later_token_ends_a_replayed_one)
+{
+	struct h_client *a, *b;
+	struct grant ga, gb;
+	char *l;
+
+	h_redis_start(&r, "always");
+	use_state_dir(&d, &r);
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 24h\n");
+	a = h_hello(d.port, "alice");
+	b = h_hello(d.port, "bob");
+	grant_of(h_call(a, "LOCK x ttl=30s"), &ga);
+	l = h_call(a, "UNLOCK x %llu", (unsigned long long)ga.token);
+	cr_assert(h_starts(l, "OK RELEASED"), "%s", l);
+	grant_of(h_call(b, "LOCK x ttl=30s"), &gb);
+	cr_assert_gt(gb.token, ga.token);
+	h_close(a);
+	h_close(b);
+	forget_and_restart();
+	a = h_hello(d.port, "alice");
+	b = h_hello(d.port, "bob");
+	l = reclaim(a, "x", &ga, "ttl=30s");
+	cr_assert(h_starts(l, "OK RECLAIMED x "), "alice's replay: \"%s\"", l);
+	l = reclaim(b, "x", &gb, "ttl=30s");
+	cr_assert(h_starts(l, "OK RECLAIMED x "), "bob: \"%s\"", l);
+	l = h_read(a, 5000);
+	cr_assert(l && h_starts(l, "* EXPIRED x ") &&
+			  strstr(l, "broken_by=reclaimed"),
+		  "alice was not told: \"%s\"", l ? l : "(nothing)");
+	h_expect_held(b, "x", "bob", gb.token);
+	l = reclaim(a, "x", &ga, "ttl=30s");
+	cr_assert(h_starts(l, "NO NOT_HOLDER x"), "again: \"%s\"", l);
+	h_close(a);
+	h_close(b);
+	h_daemon_kill9(&d);
+}

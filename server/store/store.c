@@ -394,6 +394,13 @@ void dl__link_fail(struct dl_store *st, const char *why)
 	st->backoff_ms = st->backoff_ms * 2 > DL_STORE_BACKOFF_MAX_MS
 				 ? DL_STORE_BACKOFF_MAX_MS
 				 : st->backoff_ms * 2;
+	/* An active whose leadership still holds tries again soon: back
+	 * before its lease lapses it keeps its table and its clients (found
+	 * from outside: Redis down 2 s, the backoff took the next try past
+	 * the lapse, and a loss found then closed grants for a day) */
+	if (st->lead.active && dl_mono_ms() < st->lead.leader.until_ms &&
+	    st->backoff_ms > DL_STORE_BACKOFF_LEADING_MS)
+		st->backoff_ms = DL_STORE_BACKOFF_LEADING_MS;
 	if (ac)
 		redisAsyncFree(ac); /* pending callbacks get NULL replies */
 }
@@ -525,6 +532,7 @@ static void depose(struct dl_store *st, enum dl_store_role_event ev,
 		 who);
 	dl__link_fail(st, "leadership lost");
 	st->lead.active = 0;
+	dl_seen_note_leading(&st->lead.seen, 0);
 	dl__hz_role(st, 0);
 	st->synced = 0;
 	st->st.depositions++;
@@ -1283,6 +1291,11 @@ static int report_wait(struct dl_store *st)
 	}
 	if (!hz->report_until)
 		return 0;
+	if (dl_mono_ms() >= hz->report_until && !dl__hz_reports_in(st))
+		/* paused, cut off or gone: what it may have seen is not known
+		 * (docs/ha.md: run the nodes with a state_dir) */
+		dl_warn("redis: a standby Redis lists did not look within %d ms of this restart: a loss it saw would not be known; serving",
+			DL_STANDBY_REPORT_MS);
 	if (dl_mono_ms() >= hz->report_until || dl__hz_reports_in(st)) {
 		hz->report_until = 0;
 		st->hooks.availability(1, st->hooks.ctx);
@@ -1458,6 +1471,9 @@ void dl_store_stop(struct dl_store *st, void (*done)(void *arg), void *arg)
 	if (st->lead.active && st->link == LINK_UP &&
 	    st->committed + 1 == st->epoch) {
 		st->lead.active = 0;
+		/* given up: a standby may take over at once (seen.h) */
+		dl_seen_note_leading(&st->lead.seen, 0);
+		(void)dl_seen_save(&st->lead.seen, dl_mono_ms(), 1);
 		if (send_lead(st, LEAD_RESIGN, on_resigned) == 0) {
 			/* the server's flush phase has ended: write now */
 			dl_store_push(st);

@@ -96,6 +96,18 @@ static const char *str_of(const redisReply *e)
 
 /* ---- the active: raising the reservation --------------------------------- */
 
+/* The state file can be neither written nor removed (seen.c): nothing a
+ * grant needs is durable. Persistence is down until it can be: the held
+ * replies are withdrawn (ERR UNAVAILABLE) and changes refused, as when
+ * Redis is away, and the link, reconnecting with backoff, tries again.
+ * Found from outside: with the directory made immutable, every grant was
+ * held for its whole TTL, then told with 0 ms left. */
+static int file_failed(struct dl_store *st)
+{
+	dl__link_fail(st, "the state file cannot be written");
+	return DL_EUNAVAILABLE;
+}
+
 /* Make a new reservation durable in the state file, and have the next
  * renewal carry it to Redis and the standbys. */
 static int raise_start(struct dl_store *st)
@@ -118,7 +130,7 @@ static int raise_start(struct dl_store *st)
 			    : now + st->cfg->max_ttl_ms;
 	dl_seen_note_horizon(&st->lead.seen, r);
 	if (dl_seen_save(&st->lead.seen, now, 1) != 0)
-		return DL_EUNAVAILABLE; /* the tick tries again */
+		return file_failed(st);
 	hz->pend_n = ++hz->n;
 	hz->pend_until = r;
 	hz->pend_acked = 0;
@@ -134,8 +146,10 @@ static int covered(struct dl_store *st)
 	uint64_t now = dl_mono_ms(), need = dl_locktab_horizon(st->tab);
 
 	if (dl_seen_durable_mark(seen) < seen->v.mark &&
-	    dl_seen_save(seen, now, 1) != 0)
+	    dl_seen_save(seen, now, 1) != 0) {
+		file_failed(st);
 		return 0;
+	}
 	return need <= now || need <= st->hz.usable;
 }
 
@@ -214,9 +228,9 @@ static void read_standbys(struct dl_store *st, const redisReply *a, int raised)
 	for (j = 0; a->type == REDIS_REPLY_ARRAY && j + 1 < a->elements;
 	     j += 2) {
 		if (a->element[j]->type != REDIS_REPLY_STRING ||
-		    a->element[j]->len > 16 ||
-		    strcmp(a->element[j]->str, st->lead.instance) == 0)
-			continue; /* this process, from when it was a standby */
+		    a->element[j]->len > DL_NODE_ID_MAX ||
+		    strcmp(a->element[j]->str, st->lead.node) == 0)
+			continue; /* this node, from when it was a standby */
 		v = str_of(a->element[j + 1]);
 		if (!(sp = strrchr(v, ' ')) ||
 		    dl_parse_u64(sp + 1, strlen(sp + 1), &count))
@@ -231,8 +245,14 @@ static void read_standbys(struct dl_store *st, const redisReply *a, int raised)
 			s->count = count;
 			s->changed = now;
 			s->report_count = count;
+			/* new since a raise landed: it looked after the
+			 * raise, and passes it back with its next look */
+			if (hz->pend_n && hz->pend_acked)
+				s->wait_n = hz->pend_n;
 		}
 		s->present = 1;
+		if (s->dropped && count != s->count)
+			s->dropped = 0; /* it looks again */
 		if (count != s->report_count)
 			s->reported = 1;
 		if (count != s->count) {
@@ -240,17 +260,21 @@ static void read_standbys(struct dl_store *st, const redisReply *a, int raised)
 			s->changed = now;
 		}
 		snprintf(s->echo, sizeof(s->echo), "%.*s", (int)(sp - v), v);
-		if (raised)
+		if (raised && !s->dropped)
 			s->wait_n = hz->pend_n;
 		if (s->wait_n && knows(st, s->echo, s->wait_n))
 			s->wait_n = 0;
 	}
-	/* gone from the hash (deleted, or Redis forgot it): not counted */
-	for (i = 0; i < hz->nsby;)
-		if (!hz->sby[i].present)
-			hz->sby[i] = hz->sby[--hz->nsby];
-		else
-			i++;
+	/* Gone from the hash (deleted, or Redis forgot it): still counted
+	 * until it stops looking (dl__hz_tick drops it), and waited for by
+	 * every raise meanwhile -- its next look writes its field again.
+	 * Found from outside: after a DEL of the hash (or a FLUSHALL the
+	 * active wrote back), a raise went without the standby, and a
+	 * second loss left it with a horizon short of a lease told. */
+	for (i = 0; raised && i < hz->nsby; i++)
+		if (!hz->sby[i].present && !hz->sby[i].dropped &&
+		    !knows(st, hz->sby[i].echo, hz->pend_n))
+			hz->sby[i].wait_n = hz->pend_n;
 }
 
 int dl__hz_tick(struct dl_store *st)
@@ -269,16 +293,27 @@ int dl__hz_tick(struct dl_store *st)
 	     hz->pending))
 		(void)raise_start(st);
 	/* a standby that stopped looking is no longer waited for */
-	for (i = 0; i < hz->nsby; i++) {
+	for (i = 0; i < hz->nsby;) {
 		struct hz_standby *s = &hz->sby[i];
 
-		if (s->wait_n && now - s->changed >= drop_ms(st)) {
+		if (now - s->changed < drop_ms(st) || s->dropped) {
+			i++;
+			continue;
+		}
+		if (s->wait_n)
 			dl_warn("redis: standby %s has not looked for %llu ms: no longer counted (a take-over by it closes grants for max_ttl after a loss)",
 				s->inst,
 				(unsigned long long)(now - s->changed));
-			s->wait_n = 0;
-			st->st.standbys_dropped++;
+		st->st.standbys_dropped++;
+		s->wait_n = 0;
+		if (s->present) {
+			/* its field goes with the next renewals (drop_arg);
+			 * a look writes it again, counting it again */
+			s->dropped = 1;
+			i++;
+			continue;
 		}
+		hz->sby[i] = hz->sby[--hz->nsby];
 	}
 	progress(st);
 	if (!hz->pend_n || now < hz->poll_at)
@@ -385,8 +420,9 @@ void dl__hz_args(struct dl_store *st, int mode)
 						      : 0));
 		hz->sent_n = hz->pend_n;
 	}
-	for (i = 0; i < hz->nsby && n + 18 < sizeof(hz->drop_arg); i++)
-		if (now - hz->sby[i].changed >= drop_ms(st))
+	for (i = 0;
+	     i < hz->nsby && n + DL_NODE_ID_MAX + 2 < sizeof(hz->drop_arg); i++)
+		if (hz->sby[i].dropped)
 			n += (size_t)snprintf(hz->drop_arg + n,
 					      sizeof(hz->drop_arg) - n, "%s%s",
 					      n ? " " : "", hz->sby[i].inst);
@@ -448,11 +484,19 @@ void dl__hz_reply(struct dl_store *st, int mode, const redisReply *r,
 		was = hz->registered && hz->prev_send &&
 		      now - hz->prev_send < st->cfg->leader_lease_ms;
 		hz->registered = 0;
+		hz->npeers = 0;
 		for (j = 0; a->type == REDIS_REPLY_ARRAY && j < a->elements;
-		     j += 2)
-			if (a->element[j]->type == REDIS_REPLY_STRING &&
-			    strcmp(a->element[j]->str, st->lead.instance) == 0)
+		     j += 2) {
+			if (a->element[j]->type != REDIS_REPLY_STRING ||
+			    a->element[j]->len > DL_NODE_ID_MAX)
+				continue;
+			if (strcmp(a->element[j]->str, st->lead.node) == 0)
 				hz->registered = 1;
+			else if (hz->npeers < DL_STANDBYS_MAX)
+				snprintf(hz->peers[hz->npeers++],
+					 sizeof(hz->peers[0]), "%s",
+					 a->element[j]->str);
+		}
 		if (behind && !hz->loss_latched) {
 			hz->loss_latched = 1;
 			hz->loss_provable = was;
@@ -502,8 +546,9 @@ void dl__hz_link_lost(struct dl_store *st)
 void dl__hz_role(struct dl_store *st, int active)
 {
 	struct store_horizon *hz = &st->hz;
+	uint64_t now = dl_mono_ms();
+	unsigned i;
 
-	(void)active;
 	hz->usable = hz->reserved = 0;
 	hz->pend_n = hz->sent_n = 0;
 	hz->pend_acked = 0;
@@ -512,6 +557,18 @@ void dl__hz_role(struct dl_store *st, int active)
 	hz->report_found = 0;
 	hz->report_reads = 0;
 	hz->nsby = 0;
+	/* A new active knows the standbys from P standbys, which a Redis
+	 * that went back may lack: it starts with those its own looks saw
+	 * (each then waited for until it looks or is dropped) */
+	for (i = 0; active && i < hz->npeers; i++) {
+		struct hz_standby *s = &hz->sby[hz->nsby++];
+
+		memset(s, 0, sizeof(*s));
+		memcpy(s->inst, hz->peers[i], sizeof(s->inst));
+		s->changed = now;
+		s->count = UINT64_MAX; /* its first read counts as a look */
+	}
+	hz->npeers = 0;
 	hz->prev_send = 0;
 	hz->loss_latched = hz->loss_provable = 0;
 	hz->registered = 0;

@@ -10,6 +10,7 @@
 #include <hiredis/hiredis.h>
 #include <stdint.h>
 
+#include "server/config.h"
 #include "server/seen.h"
 
 struct dl_store;
@@ -36,12 +37,14 @@ struct dl_store;
 
 /* A standby as the active counts it (from P standbys). */
 struct hz_standby {
-	char inst[17];	       /* its process's instance */
-	char echo[40];	       /* the horizon it passed back: "<inst>:<n>" */
-	uint64_t count;	       /* its looks, as last read */
-	uint64_t changed;      /* monotonic: when that count last moved */
-	uint64_t wait_n;       /* a raise of this process it must pass back */
-	int present;	       /* in the last read of the hash */
+	char inst[DL_NODE_ID_MAX + 1]; /* its node id */
+	char echo[40];	  /* the horizon it passed back: "<inst>:<n>" */
+	uint64_t count;	  /* its looks, as last read */
+	uint64_t changed; /* monotonic: when that count last moved */
+	uint64_t wait_n;  /* a raise of this process it must pass back */
+	int present;	  /* in the last read of the hash */
+	int dropped;	  /* stopped looking: not counted, its field deleted,
+			     until it looks again */
 	uint64_t report_count; /* its looks when a report wait began */
 	int reported;	       /* it looked since: it would have told */
 };
@@ -64,7 +67,7 @@ struct store_horizon {
 	char keep_arg[DL_HZ_VALUE_MAX];
 	char raise_arg[64];
 	char echo_arg[40];
-	char drop_arg[DL_STANDBYS_MAX * 17 + 1];
+	char drop_arg[DL_STANDBYS_MAX * (DL_NODE_ID_MAX + 1) + 1];
 	/* A standby: what it read. */
 	char value[64];			    /* the last P horizon counted */
 	char closed_value[DL_HZ_VALUE_MAX]; /* the last P closed counted */
@@ -74,8 +77,12 @@ struct store_horizon {
 	int loss_latched;  /* a look found Redis went back ... */
 	int loss_provable; /* ... and its knowledge bounds that */
 	uint64_t closes;   /* closure values made (their n) */
-	int relook;	   /* look again at once: a new value to
-			      pass back */
+	/* a standby: the other standbys its last look listed, for the
+	 * count it starts with if it becomes the active (dl__hz_role) */
+	char peers[DL_STANDBYS_MAX][DL_NODE_ID_MAX + 1];
+	unsigned npeers;
+	int relook; /* look again at once: a new value to
+		       pass back */
 	/* A restarted active that can prove nothing waits for the standbys
 	 * to report a loss they saw (store_load.c). */
 	uint64_t report_until; /* monotonic; 0: not waiting */

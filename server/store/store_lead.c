@@ -192,10 +192,10 @@ const char dl__lua_lead[] =
 	"    end\n"
 	"    -- what this standby knows of the horizon, and that it looks:\n"
 	"    -- the active counts it until it stops looking (store_horizon.c)\n"
-	"    local was = redis.call('HGET', keys[7], inst)\n"
+	"    local was = redis.call('HGET', keys[7], node)\n"
 	"    if was or redis.call('HLEN', keys[7]) < STANDBYS_MAX then\n"
 	"      local n = was and tonumber(string.match(was, ' (%d+)$')) or 0\n"
-	"      redis.call('HSET', keys[7], inst, args[13] .. ' ' .. (n + 1))\n"
+	"      redis.call('HSET', keys[7], node, args[13] .. ' ' .. (n + 1))\n"
 	"    end\n"
 	"  end\n"
 	"  if mode == 'renew' and ours then\n"
@@ -494,6 +494,10 @@ int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
 		snprintf(st->lead.leader.addr, sizeof(st->lead.leader.addr),
 			 "%s", st->lead.self_addr);
 		st->lead.leader.until_ms = dl__lead_until(st, sent_ms);
+		/* a restart before then knows nobody took over (seen.h) */
+		if (mode != LEAD_RESIGN)
+			dl_seen_note_leading(&st->lead.seen,
+					     st->lead.leader.until_ms);
 		return 0;
 	}
 	memset(&st->lead.leader, 0, sizeof(st->lead.leader));

@@ -744,7 +744,7 @@ static uint64_t skewed(const struct dl_store *st, uint64_t unix_ms)
  * tokens, the mark this daemon saw or sent (the state file keeps it, and
  * has it before a token above it is told: a Redis that went back lost it)
  * and the clock's floor. A start that may follow a loss it cannot see the
- * size of -- Redis went back, holds no mark, or this daemon has no state
+ * size of -- Redis went back, holds no mark, or this daemon read no state
  * file and so could not notice one -- takes the floor max_clock_skew past
  * its clock (skewed: a peer's clock may have run that far ahead, and this
  * daemon's own tokens ran that far ahead of the clock since the keyspace
@@ -763,8 +763,15 @@ static void resume_tokens(struct load_ctx *x, uint64_t redis_mark,
 	struct dl_store *st = x->st;
 	const struct dl_seen *seen = &st->lead.seen;
 	uint64_t stored = redis_mark, skew;
-	int risky =
-		x->behind || x->closed_ms > 0 || !redis_mark || !seen->path[0];
+	/* no state_dir, or one that was used (a daemon wrote there) but has
+	 * no file of this keyspace any more (removed, or one that could not
+	 * be written and was): nothing outside Redis says what was told
+	 * (found from outside: a state_dir whose file was gone resumed below
+	 * a token told after an earlier loss). A directory never used is a
+	 * node's first start: it saw nothing to lose. */
+	int risky = x->behind || x->closed_ms > 0 || !redis_mark ||
+		    !seen->dir[0] ||
+		    (!seen->has_file && (seen->dir_used || seen->removed));
 
 	if (x->max_token > stored)
 		stored = x->max_token;

@@ -16,6 +16,8 @@
  * returning Redis is back in service within about a second. */
 #define DL_STORE_BACKOFF_MIN_MS 50
 #define DL_STORE_BACKOFF_MAX_MS 1000
+/* ... at most this while the active's leadership still holds. */
+#define DL_STORE_BACKOFF_LEADING_MS 200
 
 /* Lazy writes (server/store/store.c): a change no reply waits for is written
  * with the next batch that must go, or after this long, or as soon as
