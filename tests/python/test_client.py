@@ -391,6 +391,38 @@ def test_a_lease_survives_kill9_and_restart_with_its_token(rdaemon):
         assert other.status("k").held is False
 
 
+def test_a_lease_redis_forgot_is_reclaimed_with_its_proof(redis):
+    """The daemon killed and Redis flushed while the lease is held: the
+    restarted daemon (its state dir says Redis went back) closes grants
+    until the leases told may have ended. The client's renewal is refused
+    NOT_HOLDER and it reclaims the lease with its grant's proof: the lease
+    goes on, with its token, past the closure."""
+    d = Daemon("--persist", "redis", "--redis", redis.url, "--log-level", "info")
+    d.args += ["--state-dir", d.dir]
+    d.start()
+    try:
+        lost = Lost()
+        with client(d, on_lost=lost) as c, client(d) as other:
+            lease = c.lock("k", ttl=3)
+            d.kill9()
+            redis.cli("FLUSHALL")
+            d.start()
+            # the client reconnects and reclaims it
+            assert wait_until(lambda: other.status("k").token == lease.token, 5)
+            # past the closure: the lease's 3 s and the horizon's margin
+            end = time.monotonic() + 3 + 4 + 1.5
+            while time.monotonic() < end:
+                assert not lost.calls, lost.calls
+                assert other.check("k", lease.token) > 0
+                time.sleep(0.1)
+            assert lease.valid
+            assert other.status("k").token == lease.token
+            lease.release()
+    finally:
+        d.stop()
+        d.cleanup()
+
+
 def test_a_waiter_is_queued_again_after_a_restart_and_granted(rdaemon):
     with client(rdaemon) as c1, client(rdaemon) as c2:
         held = c1.lock("w", ttl=5)

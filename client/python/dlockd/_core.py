@@ -115,6 +115,13 @@ def now_ms() -> float:
     return time.clock_gettime(time.CLOCK_BOOTTIME) * 1000.0
 
 
+def _note_proof(ls: "LeaseState", r: wire.Reply) -> None:
+    """Keep the proof= and until= a reply gave the lease (none: as was)."""
+    proof, until = r.kv("proof"), r.kv("until")
+    if proof and len(proof) == 32 and until and until.isdigit():
+        ls.proof, ls.until = proof, int(until)
+
+
 def _holds(r: wire.Reply) -> int:
     """holds= of a GRANTED line: the lease's holds with this one, or 0 when
     the server does not say (one from before it did)."""
@@ -165,7 +172,7 @@ class LeaseState:
         "name", "token", "mode", "limit", "ttl", "deadline", "renew_at",
         "acquired_at", "max_hold", "renew", "refreshing", "lost", "broken_by",
         "unlocking", "released", "at_risk", "capped", "ticket", "handle",
-        "on_lost", "on_at_risk", "owned",
+        "on_lost", "on_at_risk", "owned", "proof", "until",
     )  # fmt: skip
 
     def __init__(self, name: str, token: int) -> None:
@@ -191,6 +198,10 @@ class LeaseState:
         self.on_lost: Callable[..., Any] | None = None
         self.on_at_risk: Callable[..., Any] | None = None
         self.owned = True  # False in a child process after fork
+        # the proof and end the last grant or refresh stated: what lets the
+        # lease be reclaimed should Redis forget it (RECLAIM, PROTOCOL.md)
+        self.proof = ""
+        self.until = 0
 
     def live(self) -> bool:
         return self.lost is None and not self.released and not self.unlocking
@@ -397,7 +408,7 @@ class Core:
     def _keep_over_drop(self, q: Req) -> bool:
         """1 to write q again on the next connection, 0 when ended here."""
         if q.internal:
-            if q.op == "RENEW" and q.lease is not None:
+            if q.op in ("RENEW", "RECLAIM") and q.lease is not None:
                 q.lease.refreshing = False
             return q.op == "UNLOCK" and q.last_hold
         if q.abandoned:
@@ -665,7 +676,7 @@ class Core:
         if r.kind == "OK" and r.word == "GRANTED":
             token = r.int_arg(1)
             if not self._held_elsewhere(q, token, _holds(r)):
-                self._granted(q, token, r.int_arg(2), q.sent_at)
+                self._granted(q, token, r.int_arg(2), q.sent_at, r)
         elif r.kind == "OK" and r.word == "QUEUED":
             if q.abandoned:
                 self._internal("CANCEL", q.name)
@@ -697,7 +708,7 @@ class Core:
 
     def _r_confirm(self, q: Req, r: wire.Reply, now: float) -> bool:
         if r.kind == "OK" and r.word == "REFRESHED":
-            self._granted(q, q.token, r.int_arg(1), q.sent_at)
+            self._granted(q, q.token, r.int_arg(1), q.sent_at, r)
         elif r.kind == "NO" and r.word == "NOT_HOLDER":
             if not q.abandoned and (q.wait < 0 or q.wait_end > now):
                 q.op = "LOCK"  # expired before we could confirm it: again
@@ -709,12 +720,13 @@ class Core:
             self._finish(q, error_of(r.kind, r.word, r.text()))
         return True
 
-    def _granted(self, q: Req, token: int, ms: int, sent_at: float) -> None:
+    def _granted(self, q: Req, token: int, ms: int, sent_at: float, r: wire.Reply) -> None:
         if q.abandoned:
             self._cleanup_grant(q.name, token)
             self._finish(q, LockTimeout("given up"))
             return
         ls = LeaseState(q.name, token)
+        _note_proof(ls, r)
         ls.mode = "shared" if q.shared else ("semaphore" if q.limit > 1 else "exclusive")
         ls.limit = max(q.limit, 1)
         # a reentry of a lease this owner still has never lowers the TTL
@@ -779,22 +791,40 @@ class Core:
     def _r_refresh(self, q: Req, r: wire.Reply, now: float) -> bool:
         ls = q.lease
         assert ls is not None
-        if q.op == "RENEW":
+        if q.op in ("RENEW", "RECLAIM"):
             ls.refreshing = False
-        if r.kind == "OK" and r.word == "REFRESHED":
-            ms = r.int_arg(1)
+        if (r.kind == "OK" and r.word == "REFRESHED") or (
+            r.kind == "OK" and r.word == "RECLAIMED"
+        ):
+            ms = r.int_arg(1 if r.word == "REFRESHED" else 2)
             if ls.lost is None and not ls.unlocking and not ls.released:
                 if q.op == "REFRESH":
                     ls.ttl = q.ttl
+                _note_proof(ls, r)
                 ls.confirm(q.sent_at, ms)
             self._finish(q, None, ms / 1000.0)
+            return True
+        if (
+            r.kind == "NO"
+            and r.word == "NOT_HOLDER"
+            and q.op == "RENEW"
+            and ls.proof
+            and ls.live()
+            and ls.deadline > now
+        ):
+            # the server does not know the lease: if Redis forgot it
+            # (grants closed after a loss), ask for it again with the
+            # proof its last grant or refresh gave
+            q.op = "RECLAIM"
+            ls.refreshing = True
+            self._write(q, now)
             return True
         if r.kind == "NO" and r.word == "NOT_HOLDER":
             if ls.live():
                 self._lose(ls, LostReason.REJECTED)
             self._finish(q, LockLost(r.text(), text=r.text(), code=r.word))
             return True
-        if q.op == "RENEW" and ls.live():
+        if q.op in ("RENEW", "RECLAIM") and ls.live():
             # UNAVAILABLE and the like: try again soon; the guard says
             # when it is too late
             ls.renew_at = now + max(ls.ttl / 10.0, RENEW_RETRY_MIN_MS)
@@ -966,6 +996,20 @@ class Core:
             )
         if op in ("CONFIRM", "RENEW", "REFRESH"):
             return wire.request("REFRESH", q.name, str(q.token), ttl=int(q.ttl), tag=tag)
+        if op == "RECLAIM":
+            ls = q.lease
+            assert ls is not None
+            return wire.request(
+                "RECLAIM",
+                q.name,
+                str(q.token),
+                proof=ls.proof,
+                until=str(ls.until),
+                ttl=int(q.ttl),
+                mode="shared" if ls.mode == "shared" else None,
+                limit=ls.limit if ls.limit > 1 else None,
+                tag=tag,
+            )
         if op in ("UNLOCK", "CHECK"):
             return wire.request(op, q.name, str(q.token), tag=tag)
         if op == "BREAK":
@@ -1240,6 +1284,7 @@ _REPLIES: dict[str, Callable[[Core, Req, wire.Reply, float], bool]] = {
     "UNLOCK": Core._r_unlock,
     "REFRESH": Core._r_refresh,
     "RENEW": Core._r_refresh,
+    "RECLAIM": Core._r_refresh,
     "CHECK": Core._r_check,
     "HELLO": Core._r_hello,
     "DESCRIBE": Core._r_describe,
