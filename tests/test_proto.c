@@ -256,6 +256,38 @@ Test(proto, lock_with_all_options)
 	assert_within(&r, line, strlen(line));
 }
 
+/* RECLAIM (server/proof.h): proof= is 32 lower-case hex digits, until= a
+ * unix ms; both are checked by the codec, their presence by the verb. */
+Test(proto, reclaim_takes_a_proof_and_an_until)
+{
+	struct dl_request r;
+	const char *line = "RECLAIM jobs/42 7 proof=0123456789abcdef0123456789"
+			   "abcdef until=1795920000000 ttl=5s limit=3 id=t1";
+
+	expect_ok(line, &r);
+	cr_assert_eq(r.verb, DL_VERB_RECLAIM);
+	cr_assert_str_eq(cstr(r.name), "jobs/42");
+	cr_assert_eq(r.token, 7);
+	cr_assert_str_eq(cstr(r.proof), "0123456789abcdef0123456789abcdef");
+	cr_assert_eq(r.has_until, 1);
+	cr_assert_eq(r.until, 1795920000000ULL);
+	cr_assert_eq(r.ttl_ms, 5000);
+	cr_assert_eq(r.shared, 0);
+	cr_assert_eq(r.limit, 3);
+	assert_within(&r, line, strlen(line));
+	expect_ok("RECLAIM x 7 proof=0123456789abcdef0123456789abcdef "
+		  "until=5 mode=shared",
+		  &r);
+	cr_assert_eq(r.shared, 1);
+	expect_err("RECLAIM x 7 proof=0123 until=5", DL_EBADARG);
+	expect_err("RECLAIM x 7 proof=0123456789ABCDEF0123456789abcdef until=5",
+		   DL_EBADARG);
+	expect_err("RECLAIM x 7 proof=0123456789abcdef0123456789abcdef until=0",
+		   DL_EBADARG);
+	expect_err("RECLAIM x 7 until=x", DL_EBADARG);
+	expect_err("LOCK x proof=0123456789abcdef0123456789abcdef", DL_EBADARG);
+}
+
 Test(proto, lock_without_options_has_no_ttl_or_wait)
 {
 	struct dl_request r;
