@@ -580,10 +580,17 @@ static void cmd_reclaim(struct dl_conn *c, const struct dl_request *rq)
 	err = dl_locktab_reclaim(c->srv->tab, &c->sess, rq->name, rq->token,
 				 (uint32_t)ttl, rq->shared, limit, rq->tag,
 				 &res);
-	if (err)
+	if (err) {
 		table_error(c, err, rq->tag);
-	else
-		result_reply(c, rq->name, &res, rq->tag);
+		return;
+	}
+	if (res.outcome == DL_RECLAIMED)
+		dl_notice(
+			"conn %llu: RECLAIMED %.*s %llu by %.*s: its lease again, for %llu ms",
+			(unsigned long long)c->id, (int)rq->name.len,
+			rq->name.p, (unsigned long long)rq->token,
+			(int)in.owner.len, in.owner.p, (unsigned long long)ttl);
+	result_reply(c, rq->name, &res, rq->tag);
 }
 
 static void cmd_check(struct dl_conn *c, const struct dl_request *rq)
@@ -647,6 +654,8 @@ static void cmd_status(struct dl_conn *c, const struct dl_request *rq)
 {
 	struct dl_lock_status st;
 	struct reply r;
+	const char *why;
+	uint64_t closed;
 
 	dl_locktab_status(c->srv->tab, rq->name, &st);
 	reply_begin(&r, "OK STATUS");
@@ -665,6 +674,11 @@ static void cmd_status(struct dl_conn *c, const struct dl_request *rq)
 	/* the lock's delay, and what is left of it if it runs */
 	dl_fmt_kv_u64(&r.f, "delay_ms", st.delay_ms);
 	dl_fmt_kv_u64(&r.f, "delay_left_ms", st.delay_left);
+	/* a free lock nobody may take yet: grants are closed after Redis
+	 * went back (docs/design.md) */
+	closed = dl_store_closed_ms(c->srv->store, &why);
+	if (closed)
+		dl_fmt_kv_u64(&r.f, "closed_ms", closed);
 	reply_send(c, &r, rq->tag, NULL);
 }
 

@@ -151,6 +151,8 @@ Test(forget, a_lost_second_of_5s_leases_closes_for_seconds_not_a_day)
 	cr_assert_lt(busy, 5000 + AHEAD_MS, "closed for %llu ms",
 		     (unsigned long long)busy);
 	busy_for(b, "never-held"); /* every lock is busy meanwhile */
+	cr_assert_gt(h_kv_u64(h_call(b, "STATUS never-held"), "closed_ms"), 0,
+		     "STATUS does not say grants are closed");
 	cr_assert(h_daemon_log_has(&d, "WENT BACK"));
 	cr_assert(h_daemon_log_has(&d, "until the lease horizon"));
 	tok = lock_when_open(b, "lost4", 20000);

@@ -963,6 +963,7 @@ done
 fenced=$(fenced_now)
 say "late writes refused by the fence: $((fenced_total + ${fenced:-0}))"
 say "Redis found gone back (WENT BACK in the daemons' logs): $(cat "$OUT"/dlockd*.log | grep -c 'WENT BACK')"
+say "leases reclaimed after a loss (RECLAIMED in the daemons' logs): $(cat "$OUT"/dlockd*.log | grep -c 'RECLAIMED')"
 if [ -s "$OUT/closed.ms" ]; then
 	say "grants closed after a loss the daemon found: $(sort -n "$OUT/closed.ms" | tr '\n' ' ')ms (p50 $(sort -n "$OUT/closed.ms" | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}') ms, max $(sort -n "$OUT/closed.ms" | tail -1) ms)"
 fi
