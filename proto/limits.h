@@ -207,6 +207,9 @@
 #define DL_AUTH_FAILURES_MAX 3
 /* Failed AUTHs are logged as one summary line per this interval. */
 #define DL_AUTH_LOG_MS 10000
+/* Refused RECLAIMs (a forged or stale proof) are logged one per this
+ * interval, with how many were not; STATS reclaims_refused counts all. */
+#define DL_RECLAIM_LOG_MS 10000
 /* Connections not yet authenticated get at most 1/DL_UNAUTH_SHARE of
  * max_connections when max_unauth_connections is 0 (the default), so
  * that silent sockets cannot take every slot; and at most this many from

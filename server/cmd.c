@@ -82,11 +82,28 @@ static void fmt_ttl(struct reply *r, struct dl_line *line, uint64_t ttl)
 	line->ttl_len = (uint8_t)(r->f.len - at);
 }
 
+/* The binding of owner o (its proof, locktab.h) in hex into buf
+ * (2 * DL_OWNER_PROOF_LEN bytes): empty if it has none. */
+static struct dl_str owner_bind(const struct dl_owner *o, char *buf)
+{
+	static const char hexd[] = "0123456789abcdef";
+	const uint8_t *p = dl_owner_proof(o);
+	int i;
+
+	if (!p)
+		return (struct dl_str){buf, 0};
+	for (i = 0; i < DL_OWNER_PROOF_LEN; i++) {
+		buf[2 * i] = hexd[p[i] >> 4];
+		buf[2 * i + 1] = hexd[p[i] & 15];
+	}
+	return (struct dl_str){buf, 2 * DL_OWNER_PROOF_LEN};
+}
+
 /* The inputs of lease token's proof (server/proof.h), ending at the
  * monotonic `deadline`: 0, or -1 when there is none to give (memory only,
  * no key yet, no such lease). */
 static int proof_in(struct dl_conn *c, struct dl_str name, uint64_t token,
-		    uint64_t deadline, struct dl_proof_in *in)
+		    uint64_t deadline, struct dl_proof_in *in, char *bind)
 {
 	const char *cluster = dl_store_cluster(c->srv->store);
 	uint64_t now = dl_mono_ms();
@@ -100,6 +117,7 @@ static int proof_in(struct dl_conn *c, struct dl_str name, uint64_t token,
 		.cluster = {cluster, strlen(cluster)},
 		.name = name,
 		.owner = dl_owner_id(c->sess.owner),
+		.bind = owner_bind(c->sess.owner, bind),
 		.token = token,
 		.shared = shared,
 		.limit = limit,
@@ -115,10 +133,10 @@ static void fmt_proof(struct dl_conn *c, struct reply *r, struct dl_str name,
 		      uint64_t token, uint64_t deadline)
 {
 	const unsigned char *key = dl_store_proof_key(c->srv->store, 0);
-	char hex[DL_PROOF_HEX + 1];
+	char hex[DL_PROOF_HEX + 1], bind[2 * DL_OWNER_PROOF_LEN];
 	struct dl_proof_in in;
 
-	if (!key || proof_in(c, name, token, deadline, &in) != 0)
+	if (!key || proof_in(c, name, token, deadline, &in, bind) != 0)
 		return;
 	dl_proof_make(key, &in, hex);
 	dl_fmt_kv_str(&r->f, "proof", (struct dl_str){hex, DL_PROOF_HEX});
@@ -523,13 +541,50 @@ static void cmd_refresh(struct dl_conn *c, const struct dl_request *rq)
  * key or the one before), or whose `until` has passed by more than
  * max_clock_skew (the clocks of the daemon that made it and this one),
  * is refused as NO NOT_HOLDER, as is a claim the lock cannot take
- * (dl_locktab_reclaim). Logged: a refused proof is a forgery or a bug.
+ * (dl_locktab_reclaim). A refused proof is logged (reclaim_refused): it
+ * is a forgery, a replay, or a bug.
  */
+/* A RECLAIM refused (its proof is not ours, or its lease has ended):
+ * counted, told NO NOT_HOLDER, and logged -- the first of every
+ * DL_RECLAIM_LOG_MS, with how many before it were not, so that a flood
+ * of them cannot flood the log. */
+static void reclaim_refused(struct dl_conn *c, const struct dl_request *rq,
+			    struct dl_str owner, const char *why)
+{
+	struct dl_server *srv = c->srv;
+	struct dl_result res = {.outcome = DL_NOT_HOLDER};
+	uint64_t now = dl_mono_ms();
+	char d[DL_DURATION_TEXT_MAX];
+
+	srv->st.reclaims_refused++;
+	if (srv->reclaim_log_at &&
+	    now - srv->reclaim_log_at < DL_RECLAIM_LOG_MS) {
+		srv->reclaim_log_held++;
+	} else {
+		dl_notice("conn %llu %s: RECLAIM %.*s %llu by %.*s refused: %s"
+			  "%s%llu%s%s",
+			  (unsigned long long)c->id, c->peer, (int)rq->name.len,
+			  rq->name.p, (unsigned long long)rq->token,
+			  (int)owner.len, owner.p, why,
+			  srv->reclaim_log_held ? " (and " : "",
+			  (unsigned long long)srv->reclaim_log_held,
+			  srv->reclaim_log_held ? " more in the last " : "",
+			  srv->reclaim_log_held
+				  ? dl_format_duration(
+					    now - srv->reclaim_log_at, d)
+				  : "");
+		srv->reclaim_log_at = now;
+		srv->reclaim_log_held = 0;
+	}
+	result_reply(c, rq->name, &res, rq->tag);
+}
+
 static void cmd_reclaim(struct dl_conn *c, const struct dl_request *rq)
 {
 	const unsigned char *key = dl_store_proof_key(c->srv->store, 0);
 	const unsigned char *old = dl_store_proof_key(c->srv->store, 1);
 	const char *cluster = dl_store_cluster(c->srv->store);
+	char bind[2 * DL_OWNER_PROOF_LEN];
 	uint32_t limit = rq->has_limit ? (uint32_t)rq->limit : 1;
 	uint64_t ttl = rq->has_ttl ? rq->ttl_ms : c->srv->cfg.default_ttl_ms;
 	struct dl_proof_in in = {
@@ -557,29 +612,24 @@ static void cmd_reclaim(struct dl_conn *c, const struct dl_request *rq)
 		return;
 	}
 	in.owner = dl_owner_id(c->sess.owner);
+	in.bind = owner_bind(c->sess.owner, bind);
 	if (!dl_proof_check(key, &in, rq->proof) &&
 	    !(old && dl_proof_check(old, &in, rq->proof))) {
-		c->srv->st.reclaims_refused++;
-		dl_notice(
-			"conn %llu: RECLAIM %.*s %llu by %.*s refused: not a proof of this cluster's",
-			(unsigned long long)c->id, (int)rq->name.len,
-			rq->name.p, (unsigned long long)rq->token,
-			(int)in.owner.len, in.owner.p);
-		result_reply(c, rq->name, &res, rq->tag);
+		reclaim_refused(c, rq, in.owner,
+				"not a proof of this cluster's for this owner");
 		return;
 	}
 	if (rq->until + c->srv->cfg.max_clock_skew_ms < dl_wall_ms()) {
-		c->srv->st.reclaims_refused++;
-		dl_info("conn %llu: RECLAIM %.*s %llu refused: it ended at %llu",
-			(unsigned long long)c->id, (int)rq->name.len,
-			rq->name.p, (unsigned long long)rq->token,
-			(unsigned long long)rq->until);
-		result_reply(c, rq->name, &res, rq->tag);
+		reclaim_refused(c, rq, in.owner, "its lease has ended");
 		return;
 	}
 	err = dl_locktab_reclaim(c->srv->tab, &c->sess, rq->name, rq->token,
 				 (uint32_t)ttl, rq->shared, limit, rq->tag,
 				 &res);
+	if (err == DL_ELIMIT) {
+		limit_error(c, rq->name, rq->tag);
+		return;
+	}
 	if (err) {
 		table_error(c, err, rq->tag);
 		return;

@@ -703,10 +703,12 @@ uint64_t dl_locktab_horizon(const struct dl_locktab *t);
  * it; the caller checked its proof). While grants are closed it is linked
  * again with its token, for ttl_ms from now, in its mode and limit --
  * DL_RECLAIMED, durable -- unless the lock cannot take it: DL_NOT_HOLDER.
- * On an exclusive lock a holder with a lower token ended before this
- * lease was granted (a lock is granted only free), so it was reclaimed by
- * an owner that had let it go: it ends, its owner told (* EXPIRED
- * broken_by=reclaimed); a holder with a higher token refuses the claim.
+ * A holder that cannot hold beside it (another mode or limit, or an
+ * exclusive lease on either side) with a lower token ended before this
+ * lease was granted (a lock is granted only when that is consistent), so
+ * it was reclaimed by an owner that had let it go: it ends, its owner told
+ * (* EXPIRED broken_by=reclaimed); one with a higher token refuses the
+ * claim, as do waiters of another limit and a full lock of its mode.
  * A lease the table knows (this owner, this token) is refreshed. Grants
  * open: DL_NOT_HOLDER (whatever was not reclaimed while they were closed
  * has ended). DL_EBADARG, DL_ENOMEM, DL_ELIMIT (quotas),

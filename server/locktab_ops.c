@@ -485,6 +485,15 @@ int dl_locktab_break(struct dl_locktab *t, struct dl_str name, uint64_t token,
 	return 0;
 }
 
+/* Lease h of lk can hold beside a lease of this mode and limit. */
+static int fits(const struct dl_lock *lk, const struct dl_lease *h, int shared,
+		uint32_t limit)
+{
+	int exclusive = !shared && limit == 1;
+
+	return !exclusive && !!h->shared == !!shared && lk->limit == limit;
+}
+
 int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 		       struct dl_str name, uint64_t token, uint32_t ttl_ms,
 		       int shared, uint32_t limit, struct dl_str tag,
@@ -495,7 +504,7 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 	struct dl_lock *lk = lock_now(t, name, now);
 	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
 	struct dl_lease *h, *next;
-	int exclusive = !shared && limit == 1;
+	uint32_t beside = 0, room;
 
 	memset(res, 0, sizeof(*res));
 	if (!s->owner || ttl_ms == 0 || ttl_ms > DL_TTL_STORE_MAX ||
@@ -505,8 +514,10 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 		/* known: its holder confirms it, as a REFRESH would */
 		if (dl_locktab_refresh_warn(t, s, name, token, ttl_ms, -1,
 					    res) == 0 &&
-		    res->outcome == DL_REFRESHED)
+		    res->outcome == DL_REFRESHED) {
 			res->outcome = DL_RECLAIMED;
+			res->holds = l->count;
+		}
 		return 0;
 	}
 	res->outcome = DL_NOT_HOLDER;
@@ -514,16 +525,32 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 		return 0;
 	if (t->suspended)
 		return DL_EUNAVAILABLE;
-	if (lk && (dl__holder_of(lk, s->owner) ||
-		   (lk->holders &&
-		    (lk->limit != limit || lk->holders->shared != !!shared))))
-		return 0;
-	if (lk && exclusive) {
-		for (h = lk->holders; h; h = h->next)
-			if (h->token > token)
+	if (lk) {
+		if (dl__holder_of(lk, s->owner))
+			return 0; /* one lease of an owner per lock */
+		/* Holders that cannot hold beside this lease (another mode or
+		 * limit, or an exclusive lease on either side) ended before
+		 * the later of the two was granted -- a lock is granted only
+		 * when that leaves it consistent -- so the lower token is the
+		 * one whose owner let it go. Found from outside: a released
+		 * shared lease replayed first kept out the exclusive lease
+		 * granted after it. */
+		for (h = lk->holders; h; h = h->next) {
+			if (fits(lk, h, shared, limit))
+				beside++;
+			else if (h->token > token)
 				return 0;
-	} else if (lk && !dl__has_room(lk, shared)) {
-		return 0;
+		}
+		/* Requests queued meanwhile were let in under the lock's
+		 * limit: a lease of another one is not changed under them
+		 * (found from outside: a permit of a semaphore reclaimed past
+		 * two queued exclusive LOCKs made them permits too) */
+		if (lk->qhead && lk->limit != limit)
+			return 0;
+		/* the same mode, full: which of them ended is not known */
+		room = shared ? DL_SHARED_MAX : limit;
+		if (beside >= room)
+			return 0;
 	}
 	if (dl__account_full(s, s->owner, 0))
 		return DL_ELIMIT;
@@ -533,11 +560,13 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 		dl__lease_free(l);
 		return DL_ENOMEM;
 	}
-	for (h = exclusive ? lk->holders : NULL; h; h = next) {
+	for (h = lk->holders; h; h = next) {
 		next = h->next;
-		dl__lease_drop(t, h, (struct dl_str){by, sizeof(by) - 1});
+		if (!fits(lk, h, shared, limit))
+			dl__lease_drop(t, h,
+				       (struct dl_str){by, sizeof(by) - 1});
 	}
-	if (!lk->holders)
+	if (!lk->holders && !lk->qhead)
 		lk->limit = (uint16_t)limit;
 	dl__lease_link(t, l, lk, s->owner, token, 1, ttl_ms, now + ttl_ms, now,
 		       shared);

@@ -20,7 +20,7 @@ static size_t input(const struct dl_proof_in *in, unsigned char *buf,
 		    size_t cap)
 {
 	const struct dl_str parts[] = {in->cluster, in->name, in->owner,
-				       in->user};
+				       in->bind};
 	char nums[96];
 	size_t n = 0, i, l;
 

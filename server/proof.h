@@ -8,7 +8,8 @@
  * the first 16 bytes of HMAC-SHA256, under the keyspace's proof key (P
  * proofkey, 32 random bytes, kept by every daemon of the cluster and in
  * their state files), of the cluster id, the lock's name, the token, the
- * owner, the owner's user, the mode and limit, and `until`, the lease's
+ * owner's key (its user and id), the hash of the secret the owner is
+ * bound to (HELLO key=), the mode and limit, and `until`, the lease's
  * end on the granting daemon's wall clock. A client that still believes
  * its lease when a daemon no longer knows it (Redis went back, grants are
  * closed) sends RECLAIM with them; the daemon restores the lease only if
@@ -29,7 +30,12 @@
 
 /* What a proof covers. */
 struct dl_proof_in {
-	struct dl_str cluster, name, owner, user;
+	struct dl_str cluster, name, owner;
+	/* the owner's binding: its proof (locktab.h, Identity) in hex, empty
+	 * if it has none. Redis may forget the binding with the lease; then
+	 * whoever takes the owner id with another secret cannot use the
+	 * proof its holder was given. */
+	struct dl_str bind;
 	uint64_t token;
 	int shared;
 	uint32_t limit;

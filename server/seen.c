@@ -120,8 +120,14 @@ static void raise_vals(struct dl_seen_vals *to, const struct dl_seen_vals *v)
 	/* keys are not numbers: a file's fills what is not known */
 	if (!to->proofkey[0])
 		memcpy(to->proofkey, v->proofkey, sizeof(to->proofkey));
+	/* ... and the one before: the file's, when it is not ours; else the
+	 * one the file kept before it (found from outside: a restart dropped
+	 * the key before a change, and its proofs with it) */
 	if (!to->proofkey_old[0] && strcmp(v->proofkey, to->proofkey) != 0)
 		memcpy(to->proofkey_old, v->proofkey, sizeof(to->proofkey_old));
+	else if (!to->proofkey_old[0])
+		memcpy(to->proofkey_old, v->proofkey_old,
+		       sizeof(to->proofkey_old));
 }
 
 /* The text of a file (either version) into *f; 0, or -1 and why. */

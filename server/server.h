@@ -98,16 +98,18 @@ struct dl_server {
 
 	struct dl_conn *conns; /* every live connection */
 	size_t nconns;
-	size_t out_unread;	/* memory of their unread output (conn.h) */
-	int budget_wake;	/* it fell under the budget: resume (conn.c) */
-	struct dl_conn *writeq; /* connections with bytes to write */
-	struct dl_conn *held;	/* connections holding replies for an epoch */
-	struct dl_conn *endq;	/* connections to end in the check phase */
-	struct dl_conn *parked; /* connections with a request for the store's
-				   first link after a take-over (conn.c) */
-	uint64_t durable;	/* last committed epoch */
-	uint64_t closed_until;	/* mono ms: no new lease before (Redis went
-				   back: store_closed, server.c) */
+	size_t out_unread;	 /* memory of their unread output (conn.h) */
+	int budget_wake;	 /* it fell under the budget: resume (conn.c) */
+	struct dl_conn *writeq;	 /* connections with bytes to write */
+	struct dl_conn *held;	 /* connections holding replies for an epoch */
+	struct dl_conn *endq;	 /* connections to end in the check phase */
+	struct dl_conn *parked;	 /* connections with a request for the store's
+				    first link after a take-over (conn.c) */
+	uint64_t durable;	 /* last committed epoch */
+	uint64_t closed_until;	 /* mono ms: no new lease before (Redis went
+				    back: store_closed, server.c) */
+	uint64_t reclaim_log_at; /* mono ms: a refused RECLAIM last logged */
+	uint64_t reclaim_log_held; /* refused since, not logged (cmd.c) */
 
 	uint64_t conn_seq;
 	char nonce[17];	   /* random hex, makes default owner ids unique */

@@ -15,6 +15,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -568,5 +569,126 @@ Test(forget, a_reclaim_with_a_later_token_ends_a_replayed_one)
 	cr_assert(h_starts(l, "NO NOT_HOLDER x"), "again: \"%s\"", l);
 	h_close(a);
 	h_close(b);
+	h_daemon_kill9(&d);
+}
+
+/* dlock run holding its lock when the daemon is killed and Redis
+ * flushed: the restarted daemon closes grants; dlock's renewal is refused
+ * and libdlock reclaims the lease -- the command runs to its end and dlock
+ * exits with its status (0), not 76 (lease lost). */
+Test(forget, dlock_run_keeps_its_lease_through_a_loss)
+{
+	const char *dlock = getenv("DLOCK") ? getenv("DLOCK") : "build/dlock";
+	char port[16];
+	struct h_client *b;
+	uint64_t t0;
+	pid_t pid;
+	int st;
+
+	h_redis_start(&r, "always");
+	use_state_dir(&d, &r);
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 24h\n");
+	snprintf(port, sizeof(port), "%d", d.port);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		int fd = open("/dev/null", O_RDWR);
+
+		dup2(fd, STDIN_FILENO);
+		dup2(fd, STDOUT_FILENO);
+		execl(dlock, "dlock", "--port", port, "run", "--ttl", "3s",
+		      "job", "--", "sleep", "9", (char *)NULL);
+		_exit(127);
+	}
+	b = h_hello(d.port, "bob");
+	for (t0 = h_now_ms();
+	     strcmp(h_kv(h_call(b, "STATUS job"), "state"), "held") != 0;
+	     h_sleep_ms(50)) /* dlock run holds it */
+		cr_assert_lt(h_now_ms() - t0, 10000, "dlock run never held it");
+	h_close(b);
+	h_daemon_kill9(&d);
+	h_redis_cli(&r, "FLUSHALL");
+	h_daemon_restart(&d);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "dlock run ended with %d (76: the lease was lost)",
+		  WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st));
+	h_daemon_kill9(&d);
+}
+
+/* A proof is bound to the secret its owner proved itself with: Redis
+ * forgot the owner's binding with the lease, so another client can take
+ * the owner's id, but a proof it got hold of reclaims nothing for it. */
+Test(forget, a_proof_reclaims_only_for_the_owners_secret)
+{
+	struct h_client *a, *e;
+	struct grant g;
+	char *l;
+
+	h_redis_start(&r, "always");
+	use_state_dir(&d, &r);
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 24h\n");
+	a = h_hello(d.port, "alice");
+	grant_of(h_call(a, "LOCK x ttl=20s"), &g);
+	h_close(a);
+	forget_and_restart();
+	e = h_connect(d.port);
+	l = h_call(e, "HELLO owner=alice key=not-alices-secret-0");
+	cr_assert(h_starts(l, "OK"), "%s", l);
+	l = reclaim(e, "x", &g, "ttl=20s");
+	cr_assert(h_starts(l, "NO NOT_HOLDER x"), "another secret: \"%s\"", l);
+	l = h_call(e, "STATUS x");
+	cr_assert_str_neq(h_kv(l, "state"), "held", "%s", l);
+	h_close(e);
+	h_daemon_kill9(&d);
+}
+
+/* Permits of a semaphore are reclaimed beside each other; a permit of an
+ * earlier limit, replayed, ends when a later permit of the current limit
+ * is reclaimed (that one was granted after it ended), and is refused
+ * after it. */
+Test(forget, permits_are_reclaimed_beside_their_peers_not_another_limit)
+{
+	struct h_client *a, *b, *c;
+	struct grant ga, gb, gc;
+	char *l;
+
+	h_redis_start(&r, "always");
+	use_state_dir(&d, &r);
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 24h\n");
+	a = h_hello(d.port, "alice");
+	b = h_hello(d.port, "bob");
+	c = h_hello(d.port, "carol");
+	grant_of(h_call(c, "LOCK s ttl=30s limit=3"), &gc);
+	l = h_call(c, "UNLOCK s %llu", (unsigned long long)gc.token);
+	cr_assert(h_starts(l, "OK RELEASED"), "%s", l);
+	grant_of(h_call(a, "LOCK s ttl=30s limit=2"), &ga);
+	grant_of(h_call(b, "LOCK s ttl=30s limit=2"), &gb);
+	h_close(a);
+	h_close(b);
+	h_close(c);
+	forget_and_restart();
+	a = h_hello(d.port, "alice");
+	b = h_hello(d.port, "bob");
+	c = h_hello(d.port, "carol");
+	l = reclaim(c, "s", &gc, "ttl=30s limit=3");
+	cr_assert(h_starts(l, "OK RECLAIMED s "), "carol's replay: \"%s\"", l);
+	l = reclaim(a, "s", &ga, "ttl=30s limit=2");
+	cr_assert(h_starts(l, "OK RECLAIMED s "), "alice: \"%s\"", l);
+	l = h_read(c, 5000);
+	cr_assert(l && h_starts(l, "* EXPIRED s ") &&
+			  strstr(l, "broken_by=reclaimed"),
+		  "carol was not told: \"%s\"", l ? l : "(nothing)");
+	l = reclaim(b, "s", &gb, "ttl=30s limit=2");
+	cr_assert(h_starts(l, "OK RECLAIMED s "), "bob: \"%s\"", l);
+	l = reclaim(c, "s", &gc, "ttl=30s limit=3");
+	cr_assert(h_starts(l, "NO NOT_HOLDER s"), "carol again: \"%s\"", l);
+	l = h_call(a, "CHECK s %llu", (unsigned long long)ga.token);
+	cr_assert(h_starts(l, "OK VALID s "), "%s", l);
+	l = h_call(b, "CHECK s %llu", (unsigned long long)gb.token);
+	cr_assert(h_starts(l, "OK VALID s "), "%s", l);
+	h_close(a);
+	h_close(b);
+	h_close(c);
 	h_daemon_kill9(&d);
 }
