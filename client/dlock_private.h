@@ -182,6 +182,8 @@ struct dl__lease {
 	unsigned at_risk : 1;	 /* on_at_risk said, not confirmed since */
 	unsigned shared : 1;	 /* its mode, for a RECLAIM */
 	uint32_t limit;		 /* its lock's limit, for a RECLAIM */
+	int64_t warn, delay;	 /* its warn= and the most delay= asked, for
+				    a RECLAIM (0: none) */
 	/* the proof and end its last grant or refresh stated: what lets it
 	 * be reclaimed should Redis forget it ("" : none) */
 	char proof[DL_PROOF_LEN + 1];

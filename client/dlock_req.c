@@ -250,6 +250,14 @@ static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 			dl_fmt_word(f, "mode=shared");
 		if (q->lease->limit > 1)
 			dl_fmt_kv_u64(f, "limit", q->lease->limit);
+		/* what the lost record said: the holds this client counts,
+		 * the warning and the lock delay it asked for */
+		if (q->lease->nhandles > 1)
+			dl_fmt_kv_u64(f, "holds", (uint64_t)q->lease->nhandles);
+		if (q->lease->warn > 0 && q->lease->warn < q->ttl)
+			dl_fmt_kv_u64(f, "warn", (uint64_t)q->lease->warn);
+		if (q->lease->delay > 0)
+			dl_fmt_kv_u64(f, "delay", (uint64_t)q->lease->delay);
 		break;
 	case DL__CONFIRM:
 	case DL__REFRESH:
@@ -680,6 +688,12 @@ int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
 	 * renewed with the longer of the two TTLs (PROTOCOL.md, Semantics). */
 	if (!reentry || q->ttl > atomic_load(&l->ttl))
 		atomic_store(&l->ttl, q->ttl);
+	/* as the server keeps them: a warn= given replaces the lease's, a
+	 * delay only grows while the lease is held */
+	if (q->warn > 0)
+		l->warn = q->warn;
+	if (q->delay > l->delay)
+		l->delay = q->delay;
 	dl__lease_confirm(l, sent_at, ms);
 	h->l = l;
 	h->next = l->handles;

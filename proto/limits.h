@@ -93,6 +93,9 @@
 #define DL_LIMIT_MAX  1024
 #define DL_SHARED_MAX 1024
 
+/* Largest reentrant hold count of one lease (also RECLAIM holds=). */
+#define DL_REENTRY_MAX ((1u << 24) - 1)
+
 /* HOLDERS: the most holders and the most waiters its reply lists (the
  * header gives the full counts; more=<n> says how many were left out). */
 #define DL_HOLDERS_LIST_MAX 1000

@@ -318,6 +318,7 @@ enum {
 	OPT_DELAY = 16384,
 	OPT_PROOF = 32768,
 	OPT_UNTIL = 65536,
+	OPT_HOLDS = 131072,
 };
 
 /* The table HELP prints and the errors quote: the syntax of each verb is
@@ -402,9 +403,11 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	VERB(DL_VERB_UNWATCH, "UNWATCH", 1, 1, POS_PATTERN, 0, OPT_ID,
 	     " <name>|<prefix>* [id=<tag>]", "stop a WATCH"),
 	VERB(DL_VERB_RECLAIM, "RECLAIM", 2, 2, POS_NAME, POS_TOKEN,
-	     OPT_PROOF | OPT_UNTIL | OPT_TTL | OPT_MODE | OPT_LIMIT | OPT_ID,
+	     OPT_PROOF | OPT_UNTIL | OPT_TTL | OPT_MODE | OPT_LIMIT |
+		     OPT_HOLDS | OPT_WARN | OPT_DELAY | OPT_ID,
 	     " <name> <token> proof=<hex> until=<ms> [ttl=<duration>] "
-	     "[mode=exclusive|shared] [limit=<n>] [id=<tag>]",
+	     "[mode=exclusive|shared] [limit=<n>] [holds=<n>] "
+	     "[warn=<duration>] [delay=<duration>] [id=<tag>]",
 	     "keep a lease the server no longer knows (Redis forgot it): "
 	     "the proof and until its last grant or refresh gave"),
 };
@@ -412,7 +415,7 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 static const char *const opt_names[] = {
 	"ttl", "wait", "id",	 "owner", "limit", "after",
 	"by",  "mode", "reason", "key",	  "host",  "pid",
-	"cmd", "warn", "delay",	 "proof", "until"};
+	"cmd", "warn", "delay",	 "proof", "until", "holds"};
 
 const char *dl_verb_name(enum dl_verb v)
 {
@@ -905,6 +908,24 @@ static int opt_until(struct dl_request *req, struct dl_str val,
 	return 0;
 }
 
+/* The holds of a lease its holder counts (its reentries + 1). */
+static int opt_holds(struct dl_request *req, struct dl_str val,
+		     const char **why)
+{
+	struct why m = {req->why, 0, sizeof(req->why)};
+
+	if (dl_parse_u64(val.p, val.len, &req->holds) < 0 || req->holds == 0 ||
+	    req->holds > DL_REENTRY_MAX) {
+		why_str(&m, "holds malformed: ");
+		why_quote(&m, val.p, val.len);
+		why_str(&m, ", a number from 1 to ");
+		why_u64(&m, DL_REENTRY_MAX);
+		why_str(&m, " (the lease's holds=)");
+		return fail(why, req, DL_EBADARG, req->why);
+	}
+	return 0;
+}
+
 static int opt_by(struct dl_request *req, struct dl_str val, const char **why)
 {
 	struct why m = {req->why, 0, sizeof(req->why)};
@@ -924,7 +945,7 @@ static int opt_by(struct dl_request *req, struct dl_str val, const char **why)
 static const opt_fn opt_value[] = {
 	opt_ttl, opt_wait, opt_id,     opt_owner, opt_limit, opt_after,
 	opt_by,	 opt_mode, opt_reason, opt_key,	  opt_host,  opt_pid,
-	opt_cmd, opt_warn, opt_delay,  opt_proof, opt_until,
+	opt_cmd, opt_warn, opt_delay,  opt_proof, opt_until, opt_holds,
 };
 
 _Static_assert(sizeof(opt_value) / sizeof(opt_value[0]) ==

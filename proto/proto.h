@@ -184,12 +184,12 @@ struct dl_request {
 	unsigned has_wait : 1;
 	unsigned has_warn : 1;
 	unsigned has_delay : 1;
-	uint64_t warn_ms;    /* LOCK TRYLOCK REFRESH warn=, when has_warn
-				(0: none) */
-	uint64_t delay_ms;   /* LOCK TRYLOCK delay=, when has_delay (0: none;
-				at most DL_LOCK_DELAY_MAX_MS) */
-	struct dl_str tag;   /* id=<tag>; len 0 when absent */
-	struct dl_str owner; /* HELLO owner=; len 0 when absent */
+	uint64_t warn_ms;  /* LOCK TRYLOCK REFRESH RECLAIM warn=, when has_warn
+			      (0: none) */
+	uint64_t delay_ms; /* LOCK TRYLOCK RECLAIM delay=, when has_delay (0:
+			      none; at most DL_LOCK_DELAY_MAX_MS) */
+	struct dl_str tag; /* id=<tag>; len 0 when absent */
+	struct dl_str owner;	    /* HELLO owner=; len 0 when absent */
 	struct dl_str owner_secret; /* HELLO key=; len 0 when absent */
 	/* HELLO host= pid= cmd= (proto/desc.h): the client's description
 	 * of itself; has_desc when any of them was given */
@@ -211,6 +211,8 @@ struct dl_request {
 	unsigned has_until : 1;	 /* RECLAIM until=, when given */
 	uint64_t until;		 /* RECLAIM until= (unix ms) */
 	struct dl_str proof;	 /* RECLAIM proof= (hex); len 0 when absent */
+	uint64_t holds;		 /* RECLAIM holds= (1..DL_REENTRY_MAX), 0
+				    when absent */
 	char why[DL_WHY_MAX];	 /* the explanation of a failed parse */
 };
 

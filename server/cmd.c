@@ -386,6 +386,12 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 	case DL_GRANTED:
 	case DL_RECLAIMED:
 		line.kind = DL_LINE_GRANTED;
+		if (res->known) { /* a refresh (dl_locktab_reclaim) */
+			line.kind = DL_LINE_REFRESHED;
+			line.shorten = res->shorten;
+			line.from_deadline = res->from_deadline;
+			line.asked_ttl_ms = res->ttl_ms;
+		}
 		dl_fmt_u64(&r.f, res->token);
 		fmt_ttl(&r, &line, res->value);
 		dl_fmt_kv_u64(&r.f, "holds", res->holds);
@@ -533,21 +539,10 @@ static void cmd_refresh(struct dl_conn *c, const struct dl_request *rq)
 		result_reply(c, rq->name, &res, rq->tag);
 }
 
-/*
- * RECLAIM (docs/design.md, "Reclaim"): a holder keeps a lease the table
- * does not know -- Redis forgot it, and grants are closed until every
- * lease told before may have ended -- by showing the proof its last
- * grant or refresh gave. A proof that is not this keyspace's (under its
- * key or the one before), or whose `until` has passed by more than
- * max_clock_skew (the clocks of the daemon that made it and this one),
- * is refused as NO NOT_HOLDER, as is a claim the lock cannot take
- * (dl_locktab_reclaim). A refused proof is logged (reclaim_refused): it
- * is a forgery, a replay, or a bug.
- */
-/* A RECLAIM refused (its proof is not ours, or its lease has ended):
- * counted, told NO NOT_HOLDER, and logged -- the first of every
- * DL_RECLAIM_LOG_MS, with how many before it were not, so that a flood
- * of them cannot flood the log. */
+/* A RECLAIM refused (its proof is not ours, its lease has ended, the lock
+ * cannot take it): counted, told NO NOT_HOLDER, and logged -- the first of
+ * every DL_RECLAIM_LOG_MS, with how many before it were not, so that a flood of
+ * them cannot flood the log. */
 static void reclaim_refused(struct dl_conn *c, const struct dl_request *rq,
 			    struct dl_str owner, const char *why)
 {
@@ -579,6 +574,18 @@ static void reclaim_refused(struct dl_conn *c, const struct dl_request *rq,
 	result_reply(c, rq->name, &res, rq->tag);
 }
 
+/*
+ * RECLAIM (docs/design.md, "Reclaim"): a holder keeps a lease the table
+ * does not know -- Redis forgot it, and grants are closed until every
+ * lease told before may have ended -- by showing the proof its last
+ * grant or refresh gave. A proof that is not this keyspace's (under its
+ * key or the one before), or whose `until` has passed by more than
+ * max_clock_skew (the clocks of the daemon that made it and this one),
+ * is refused as NO NOT_HOLDER, as is a claim the lock cannot take
+ * (dl_locktab_reclaim). Every refusal is logged (reclaim_refused): a
+ * refused proof is a forgery, a replay or a bug, a refused claim a lease
+ * its holder loses.
+ */
 static void cmd_reclaim(struct dl_conn *c, const struct dl_request *rq)
 {
 	const unsigned char *key = dl_store_proof_key(c->srv->store, 0);
@@ -587,6 +594,14 @@ static void cmd_reclaim(struct dl_conn *c, const struct dl_request *rq)
 	char bind[2 * DL_OWNER_PROOF_LEN];
 	uint32_t limit = rq->has_limit ? (uint32_t)rq->limit : 1;
 	uint64_t ttl = rq->has_ttl ? rq->ttl_ms : c->srv->cfg.default_ttl_ms;
+	struct dl_acquire a = {.name = rq->name,
+			       .ttl_ms = ttl,
+			       .tag = rq->tag,
+			       .limit = limit,
+			       .shared = rq->shared,
+			       .has_warn = rq->has_warn,
+			       .warn_ms = (uint32_t)rq->warn_ms,
+			       .delay_ms = (uint32_t)rq->delay_ms};
 	struct dl_proof_in in = {
 		.cluster = {cluster, strlen(cluster)},
 		.name = rq->name,
@@ -596,6 +611,7 @@ static void cmd_reclaim(struct dl_conn *c, const struct dl_request *rq)
 		.until = rq->until,
 	};
 	struct dl_result res = {.outcome = DL_NOT_HOLDER};
+	const char *why = NULL;
 	int err;
 
 	if (!rq->proof.len || !rq->has_until) {
@@ -605,7 +621,7 @@ static void cmd_reclaim(struct dl_conn *c, const struct dl_request *rq)
 			     rq->tag);
 		return;
 	}
-	if (check_ttl(c, rq))
+	if (check_ttl(c, rq) || check_warn(c, rq, ttl))
 		return;
 	if (!c->sess.owner || !key) {
 		result_reply(c, rq->name, &res, rq->tag);
@@ -623,9 +639,9 @@ static void cmd_reclaim(struct dl_conn *c, const struct dl_request *rq)
 		reclaim_refused(c, rq, in.owner, "its lease has ended");
 		return;
 	}
-	err = dl_locktab_reclaim(c->srv->tab, &c->sess, rq->name, rq->token,
-				 (uint32_t)ttl, rq->shared, limit, rq->tag,
-				 &res);
+	err = dl_locktab_reclaim(c->srv->tab, &c->sess, &a, rq->token,
+				 rq->holds ? (uint32_t)rq->holds : 1, &res,
+				 &why);
 	if (err == DL_ELIMIT) {
 		limit_error(c, rq->name, rq->tag);
 		return;
@@ -634,7 +650,11 @@ static void cmd_reclaim(struct dl_conn *c, const struct dl_request *rq)
 		table_error(c, err, rq->tag);
 		return;
 	}
-	if (res.outcome == DL_RECLAIMED)
+	if (res.outcome == DL_NOT_HOLDER) {
+		reclaim_refused(c, rq, in.owner, why ? why : "not held");
+		return;
+	}
+	if (res.outcome == DL_RECLAIMED && !res.known)
 		dl_notice(
 			"conn %llu: RECLAIMED %.*s %llu by %.*s: its lease again, for %llu ms",
 			(unsigned long long)c->id, (int)rq->name.len,

@@ -93,9 +93,6 @@ struct dl_owner;
 struct dl_waiter;
 struct dl_account;
 
-/* Largest reentrant hold count of one lease. */
-#define DL_REENTRY_MAX ((1u << 24) - 1)
-
 /* Largest lease TTL the table stores (ms, about 49 days). */
 #define DL_TTL_STORE_MAX UINT32_MAX
 
@@ -266,6 +263,8 @@ struct dl_result {
 				 already had (dl_locktab_revoke) */
 	unsigned shorten : 1; /* REFRESHED: a shorter lease, not applied yet
 				 (dl_locktab_shorten) */
+	unsigned known : 1;   /* RECLAIMED: a lease the table knew, refreshed
+				 (the fields are a REFRESHED's) */
 	uint64_t token;
 	uint64_t value;
 	uint64_t deadline; /* GRANTED, REFRESHED: the lease's, monotonic ms */
@@ -699,25 +698,27 @@ uint64_t dl_locktab_horizon(const struct dl_locktab *t);
 
 /*
  * RECLAIM (docs/design.md, "Reclaim"): the session's owner still holds
- * lease `token` of `name`, which the table does not know (Redis forgot
+ * lease `token` of a->name, which the table does not know (Redis forgot
  * it; the caller checked its proof). While grants are closed it is linked
- * again with its token, for ttl_ms from now, in its mode and limit --
- * DL_RECLAIMED, durable -- unless the lock cannot take it: DL_NOT_HOLDER.
+ * again with its token, for a->ttl_ms from now, in its mode and limit
+ * (a->shared, a->limit), with `holds` holds, a->warn_ms, and at least the
+ * lock delay a->delay_ms -- DL_RECLAIMED, durable -- unless the lock
+ * cannot take it: DL_NOT_HOLDER.
  * A holder that cannot hold beside it (another mode or limit, or an
  * exclusive lease on either side) with a lower token ended before this
  * lease was granted (a lock is granted only when that is consistent), so
  * it was reclaimed by an owner that had let it go: it ends, its owner told
  * (* EXPIRED broken_by=reclaimed); one with a higher token refuses the
  * claim, as do waiters of another limit and a full lock of its mode.
- * A lease the table knows (this owner, this token) is refreshed. Grants
+ * A lease the table knows (this owner, this token) is refreshed (res->known:
+ * its reply is a refresh's, dl_locktab_shorten included). Grants
  * open: DL_NOT_HOLDER (whatever was not reclaimed while they were closed
- * has ended). DL_EBADARG, DL_ENOMEM, DL_ELIMIT (quotas),
- * DL_EUNAVAILABLE.
+ * has ended). *why says why a claim is DL_NOT_HOLDER (for the log).
+ * DL_EBADARG, DL_ENOMEM, DL_ELIMIT (quotas), DL_EUNAVAILABLE.
  */
 int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
-		       struct dl_str name, uint64_t token, uint32_t ttl_ms,
-		       int shared, uint32_t limit, struct dl_str tag,
-		       struct dl_result *res);
+		       const struct dl_acquire *a, uint64_t token,
+		       uint32_t holds, struct dl_result *res, const char **why);
 /* The mode and limit of lease `token` of `name`: 0, or -1 if no such
  * lease. */
 int dl_locktab_lease_mode(const struct dl_locktab *t, struct dl_str name,

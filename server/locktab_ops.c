@@ -10,6 +10,7 @@
 
 #include "server/locktab.h"
 #include "server/locktab_private.h"
+#include "server/users.h"
 
 /* ---- requests
  * ----------------------------------------------------------------------------
@@ -495,37 +496,46 @@ static int fits(const struct dl_lock *lk, const struct dl_lease *h, int shared,
 }
 
 int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
-		       struct dl_str name, uint64_t token, uint32_t ttl_ms,
-		       int shared, uint32_t limit, struct dl_str tag,
-		       struct dl_result *res)
+		       const struct dl_acquire *a, uint64_t token,
+		       uint32_t holds, struct dl_result *res, const char **why)
 {
-	static const char by[] = "reclaimed";
+	static const char by[] = DL_USER_RECLAIMED;
 	uint64_t now = dl__now_ms(t);
-	struct dl_lock *lk = lock_now(t, name, now);
+	struct dl_lock *lk = lock_now(t, a->name, now);
 	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+	uint32_t limit = a->limit ? a->limit : 1, beside = 0, room;
+	struct spares sp = {NULL, NULL};
 	struct dl_lease *h, *next;
-	uint32_t beside = 0, room;
+	int shared = a->shared;
 
 	memset(res, 0, sizeof(*res));
-	if (!s->owner || ttl_ms == 0 || ttl_ms > DL_TTL_STORE_MAX ||
-	    limit == 0 || limit > DL_LIMIT_MAX)
+	if (!s->owner || a->ttl_ms == 0 || a->ttl_ms > DL_TTL_STORE_MAX ||
+	    limit > DL_LIMIT_MAX || (shared && limit > 1) ||
+	    a->warn_ms >= a->ttl_ms || a->delay_ms > DL_LOCK_DELAY_MAX_MS ||
+	    holds == 0 || holds > DL_REENTRY_MAX)
 		return DL_EBADARG;
 	if (l) {
-		/* known: its holder confirms it, as a REFRESH would */
-		if (dl_locktab_refresh_warn(t, s, name, token, ttl_ms, -1,
-					    res) == 0 &&
+		/* known: its holder confirms it, as a REFRESH would (and its
+		 * reply is a refresh's: kept if Redis is lost meanwhile) */
+		if (dl_locktab_refresh_warn(
+			    t, s, a->name, token, (uint32_t)a->ttl_ms,
+			    a->has_warn ? (int64_t)a->warn_ms : -1, res) == 0 &&
 		    res->outcome == DL_REFRESHED) {
 			res->outcome = DL_RECLAIMED;
+			res->known = 1;
+			res->token = token;
 			res->holds = l->count;
 		}
 		return 0;
 	}
 	res->outcome = DL_NOT_HOLDER;
+	*why = "grants are open: a lease not reclaimed by then has ended";
 	if (!dl__closed(t, now))
 		return 0;
 	if (t->suspended)
 		return DL_EUNAVAILABLE;
 	if (lk) {
+		*why = "this owner holds another lease of the lock";
 		if (dl__holder_of(lk, s->owner))
 			return 0; /* one lease of an owner per lock */
 		/* Holders that cannot hold beside this lease (another mode or
@@ -535,6 +545,8 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 		 * one whose owner let it go. Found from outside: a released
 		 * shared lease replayed first kept out the exclusive lease
 		 * granted after it. */
+		*why = "a later lease that cannot hold beside it holds the "
+		       "lock";
 		for (h = lk->holders; h; h = h->next) {
 			if (fits(lk, h, shared, limit))
 				beside++;
@@ -545,19 +557,28 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 		 * limit: a lease of another one is not changed under them
 		 * (found from outside: a permit of a semaphore reclaimed past
 		 * two queued exclusive LOCKs made them permits too) */
+		*why = "requests are queued under another limit";
 		if (lk->qhead && lk->limit != limit)
 			return 0;
 		/* the same mode, full: which of them ended is not known */
+		*why = "the lock is full";
 		room = shared ? DL_SHARED_MAX : limit;
 		if (beside >= room)
 			return 0;
 	}
 	if (dl__account_full(s, s->owner, 0))
 		return DL_ELIMIT;
-	if (!(l = dl__lease_alloc(tag, s->desc)))
+	if ((a->warn_ms && !(sp.warn = dl__warn_alloc())) ||
+	    (a->delay_ms && !(sp.delay = dl__delay_alloc())) ||
+	    !(l = dl__lease_alloc(a->tag, s->desc))) {
+		free(sp.warn);
+		free(sp.delay);
 		return DL_ENOMEM;
-	if (!lk && !(lk = dl__lock_get(t, name))) {
+	}
+	if (!lk && !(lk = dl__lock_get(t, a->name))) {
 		dl__lease_free(l);
+		free(sp.warn);
+		free(sp.delay);
 		return DL_ENOMEM;
 	}
 	for (h = lk->holders; h; h = next) {
@@ -568,19 +589,29 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 	}
 	if (!lk->holders && !lk->qhead)
 		lk->limit = (uint16_t)limit;
-	dl__lease_link(t, l, lk, s->owner, token, 1, ttl_ms, now + ttl_ms, now,
-		       shared);
+	/* with the holds its holder counts (its reentries), the warning it
+	 * asked for, and at least the lock's delay it asked for: what the
+	 * lost record said (found from outside: a reclaim that dropped the
+	 * delay let the next holder in at once after this one expired) */
+	dl__lease_link(t, l, lk, s->owner, token, holds, (uint32_t)a->ttl_ms,
+		       now + a->ttl_ms, now, shared);
+	if (a->warn_ms)
+		dl__warn_set(t, l, a->warn_ms, &sp.warn);
+	dl__delay_ask(t, lk, a->delay_ms, 0, &sp.delay);
+	free(sp.warn);
+	free(sp.delay);
 	dl_locktab_raise_token(t, token);
 	t->st.reclaims++;
 	dl__mark_urgent(t, lk);
 	dl__changed(t, DL_CHANGE_GRANTED, l, lk->nholders, DL_STR_NULL);
+	*why = NULL;
 	res->outcome = DL_RECLAIMED;
 	res->durable = 1;
 	res->token = token;
-	res->value = ttl_ms;
-	res->ttl_ms = ttl_ms;
-	res->deadline = now + ttl_ms;
-	res->holds = 1;
+	res->value = a->ttl_ms;
+	res->ttl_ms = (uint32_t)a->ttl_ms;
+	res->deadline = now + a->ttl_ms;
+	res->holds = holds;
 	return 0;
 }
 

@@ -292,7 +292,8 @@ static int parse_line(struct parse *p, const char *s, size_t len)
 			   "a line starts with the user's name: 1 to %d "
 			   "letters, digits and . _ -",
 			   DL_USER_MAX);
-	if (str_eq(w[0], DL_USER_RESERVED) || str_eq(w[0], DL_USER_DEFAULT))
+	if (str_eq(w[0], DL_USER_RESERVED) || str_eq(w[0], DL_USER_DEFAULT) ||
+	    str_eq(w[0], DL_USER_RECLAIMED))
 		return bad(p, "the user name '%.*s' is reserved", (int)w[0].len,
 			   w[0].p);
 	if (p->u->n == p->cap) {

@@ -52,12 +52,15 @@
 #define DL_SECRET_TEXT	(2 * DL_SECRET_BYTES)
 
 /* Names a users file may not give: the quarantine's owner account
- * (locktab.h) and the name shown for the default user. */
-#define DL_USER_RESERVED "dlockd"
-#define DL_USER_DEFAULT	 "default"
+ * (locktab.h), the name shown for the default user, and who ended a lease
+ * a RECLAIM dropped (* EXPIRED broken_by=reclaimed; locktab_ops.c), which
+ * must not read as a user's BREAK. */
+#define DL_USER_RESERVED  "dlockd"
+#define DL_USER_DEFAULT	  "default"
+#define DL_USER_RECLAIMED "reclaimed"
 
 enum dl_right {
-	DL_RIGHT_LOCK = 0, /* LOCK TRYLOCK UNLOCK REFRESH CANCEL */
+	DL_RIGHT_LOCK = 0, /* LOCK TRYLOCK UNLOCK REFRESH RECLAIM CANCEL */
 	DL_RIGHT_READ,	   /* STATUS HOLDERS CHECK LOCKS */
 	DL_RIGHT_BREAK,	   /* BREAK */
 	DL_RIGHT_ADMIN,	   /* STATS (a right on the daemon, not on names) */

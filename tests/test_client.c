@@ -1752,15 +1752,16 @@ Test(client, lease_survives_a_daemon_kill9, .init = start_redis,
  * went back) closes grants until every lease told may have ended. The
  * client's renewal is refused NOT_HOLDER; libdlock then reclaims the lease
  * with the proof its grant gave (RECLAIM): the lease goes on, with its
- * token, past the closure, and nobody else gets it. Without reclaim the
- * lease was lost (on_lost). */
+ * token and both its holds (a reentry), past the closure, and nobody else
+ * gets it. Without reclaim the lease was lost (on_lost); reclaimed with
+ * one hold, the first unlock let the next owner in under the second. */
 Test(client, a_lease_redis_forgot_is_reclaimed, .fini = stop_all)
 {
 	static char state[H_PATH_MAX + 32];
 	struct dlock_options o;
 	struct lost s = {0};
 	dlock_client *c, *other;
-	dlock_lease *l;
+	dlock_lease *l, *l2;
 	uint64_t cur = 0, token;
 	int64_t end;
 
@@ -1773,7 +1774,9 @@ Test(client, a_lease_redis_forgot_is_reclaimed, .fini = stop_all)
 	o.arg = &s;
 	c = connect_with(&o);
 	l = must_lock(c, "k", 4000, 0);
+	l2 = must_lock(c, "k", 4000, 0);
 	token = dlock_lease_token(l);
+	cr_assert(eq(u64, dlock_lease_token(l2), token));
 	h_daemon_kill9(&d);
 	h_redis_cli(&r, "FLUSHALL");
 	h_daemon_restart(&d);
@@ -1792,6 +1795,10 @@ Test(client, a_lease_redis_forgot_is_reclaimed, .fini = stop_all)
 	}
 	cr_assert(eq(int, dlock_lease_valid(l), 1));
 	cr_assert(eq(int, dlock_unlock(c, l), 0));
+	/* the second hold still holds it */
+	cr_assert(eq(int, dlock_check(other, "k", token, NULL, &cur), 0),
+		  "after one unlock: current %llu", (unsigned long long)cur);
+	cr_assert(eq(int, dlock_unlock(c, l2), 0));
 	dlock_close(other);
 	dlock_close(c);
 }

@@ -692,3 +692,85 @@ Test(forget, permits_are_reclaimed_beside_their_peers_not_another_limit)
 	h_close(c);
 	h_daemon_kill9(&d);
 }
+
+/* A reclaim of a lease the daemon knows is a refresh: Redis hung while
+ * its reply waited is answered ERR UNAVAILABLE, and the lease stays
+ * (found from outside: it was withdrawn as a new grant would be, while
+ * its holder, told to try again, still believed it; the next in line was
+ * granted the lock). */
+Test(forget, a_reclaim_of_a_known_lease_is_never_withdrawn)
+{
+	struct h_client *a, *b, *m;
+	struct grant g;
+	char *l;
+
+	h_redis_start(&r, "always");
+	use_state_dir(&d, &r);
+	h_daemon_start_redis(&d, &r,
+			     "[persistence]\nredis_timeout = 1s\n"
+			     "[limits]\nmax_ttl = 24h\n");
+	a = h_hello(d.port, "alice");
+	b = h_hello(d.port, "bob");
+	m = h_hello(d.port, "m");
+	grant_of(h_call(a, "LOCK x ttl=60s"), &g);
+	l = h_call(b, "LOCK x ttl=60s wait=60s");
+	cr_assert(h_starts(l, "OK QUEUED x "), "bob: \"%s\"", l);
+	kill(r.pid, SIGSTOP);
+	h_send(a, "RECLAIM x %llu proof=%s until=%s ttl=60s",
+	       (unsigned long long)g.token, g.proof, g.until);
+	h_wait_available(m, 0, 1000 + 1000 + 3000);
+	l = h_read(a, 3000);
+	cr_assert(l && h_starts(l, "ERR UNAVAILABLE"), "the reclaim: \"%s\"",
+		  l ? l : "(nothing)");
+	kill(r.pid, SIGCONT);
+	h_wait_available(m, 1, 10000);
+	l = h_call(a, "CHECK x %llu", (unsigned long long)g.token);
+	cr_assert(h_starts(l, "OK VALID x "), "alice's lease: \"%s\"", l);
+	l = h_read(b, 500);
+	cr_assert_null(l, "bob was granted: \"%s\"", l);
+	h_close(a);
+	h_close(b);
+	h_close(m);
+	h_daemon_kill9(&d);
+}
+
+/* A reclaim gives the lease back as the lost record had it: the holds its
+ * holder counts (each needs its UNLOCK), its warning, and the lock's
+ * delay after it. */
+Test(forget, a_reclaim_restores_holds_warning_and_lock_delay)
+{
+	struct h_client *a, *b;
+	struct grant g;
+	char *l;
+
+	h_redis_start(&r, "always");
+	use_state_dir(&d, &r);
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 24h\n");
+	a = h_hello(d.port, "alice");
+	grant_of(h_call(a, "LOCK x ttl=20s warn=5s delay=30s"), &g);
+	grant_of(h_call(a, "LOCK x ttl=20s"), &g);
+	h_close(a);
+	forget_and_restart();
+	a = h_hello(d.port, "alice");
+	l = reclaim(a, "x", &g, "ttl=20s holds=2 warn=5s delay=30s");
+	cr_assert(h_starts(l, "OK RECLAIMED x "), "%s", l);
+	cr_assert_str_eq(h_kv(l, "holds"), "2", "%s", l);
+	l = h_call(a, "STATUS x");
+	cr_assert_str_eq(h_kv(l, "delay_ms"), "30000", "%s", l);
+	cr_assert_str_eq(h_kv(l, "count"), "2", "%s", l);
+	/* durable as the reply was sent */
+	cr_assert(strstr(h_rec_get(&r, "x"), " delay=30000") &&
+			  strstr(h_rec_get(&r, "x"), " warn=5000"),
+		  "record: \"%s\"", h_rec_get(&r, "x"));
+	l = h_call(a, "UNLOCK x %llu", (unsigned long long)g.token);
+	cr_assert(h_starts(l, "OK HELD x 1"), "one hold left: \"%s\"", l);
+	b = h_hello(d.port, "bob");
+	l = h_call(b, "CHECK x %llu", (unsigned long long)g.token);
+	cr_assert(h_starts(l, "OK VALID x "), "%s", l);
+	l = h_call(a, "RECLAIM x %llu proof=%s until=%s holds=0",
+		   (unsigned long long)g.token, g.proof, g.until);
+	cr_assert(h_starts(l, "ERR BAD_ARG"), "holds=0: \"%s\"", l);
+	h_close(a);
+	h_close(b);
+	h_daemon_kill9(&d);
+}

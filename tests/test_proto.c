@@ -279,6 +279,21 @@ Test(proto, reclaim_takes_a_proof_and_an_until)
 		  "until=5 mode=shared",
 		  &r);
 	cr_assert_eq(r.shared, 1);
+	cr_assert_eq(r.holds, 0);
+	/* what the lost record held: holds, warning, lock delay */
+	expect_ok("RECLAIM x 7 proof=0123456789abcdef0123456789abcdef "
+		  "until=5 holds=3 warn=1s delay=2s",
+		  &r);
+	cr_assert_eq(r.holds, 3);
+	cr_assert_eq(r.warn_ms, 1000);
+	cr_assert_eq(r.delay_ms, 2000);
+	expect_err("RECLAIM x 7 proof=0123456789abcdef0123456789abcdef "
+		   "until=5 holds=0",
+		   DL_EBADARG);
+	expect_err("RECLAIM x 7 proof=0123456789abcdef0123456789abcdef "
+		   "until=5 holds=16777216",
+		   DL_EBADARG);
+	expect_err("LOCK x holds=2", DL_EBADARG);
 	expect_err("RECLAIM x 7 proof=0123 until=5", DL_EBADARG);
 	expect_err("RECLAIM x 7 proof=0123456789ABCDEF0123456789abcdef until=5",
 		   DL_EBADARG);

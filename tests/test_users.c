@@ -158,6 +158,7 @@ Test(users, a_bad_line_is_an_error_with_file_and_line)
 		{"dlockd uid=1\n",
 		 "users:1: the user name 'dlockd' is reserved"},
 		{"default uid=1\n", "users:1: the user name 'default' is"},
+		{"reclaimed uid=1\n", "users:1: the user name 'reclaimed' is"},
 		{"a uid=1 admin admin\n", "users:1: admin given twice"},
 	};
 	size_t i;

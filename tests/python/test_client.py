@@ -396,14 +396,14 @@ def test_a_lease_redis_forgot_is_reclaimed_with_its_proof(redis):
     restarted daemon (its state dir says Redis went back) closes grants
     until the leases told may have ended. The client's renewal is refused
     NOT_HOLDER and it reclaims the lease with its grant's proof: the lease
-    goes on, with its token, past the closure."""
+    goes on, with its token and its lock delay, past the closure."""
     d = Daemon("--persist", "redis", "--redis", redis.url, "--log-level", "info")
     d.args += ["--state-dir", d.dir]
     d.start()
     try:
         lost = Lost()
         with client(d, on_lost=lost) as c, client(d) as other:
-            lease = c.lock("k", ttl=3)
+            lease = c.lock("k", ttl=3, delay=20)
             d.kill9()
             redis.cli("FLUSHALL")
             d.start()
@@ -416,7 +416,9 @@ def test_a_lease_redis_forgot_is_reclaimed_with_its_proof(redis):
                 assert other.check("k", lease.token) > 0
                 time.sleep(0.1)
             assert lease.valid
-            assert other.status("k").token == lease.token
+            st = other.status("k")
+            assert st.token == lease.token
+            assert st.delay == 20.0
             lease.release()
     finally:
         d.stop()

@@ -172,7 +172,7 @@ class LeaseState:
         "name", "token", "mode", "limit", "ttl", "deadline", "renew_at",
         "acquired_at", "max_hold", "renew", "refreshing", "lost", "broken_by",
         "unlocking", "released", "at_risk", "capped", "ticket", "handle",
-        "on_lost", "on_at_risk", "owned", "proof", "until",
+        "on_lost", "on_at_risk", "owned", "proof", "until", "warn", "delay",
     )  # fmt: skip
 
     def __init__(self, name: str, token: int) -> None:
@@ -202,6 +202,10 @@ class LeaseState:
         # lease be reclaimed should Redis forget it (RECLAIM, PROTOCOL.md)
         self.proof = ""
         self.until = 0
+        # what the hold asked for (LOCK warn= delay=, ms, 0: none): a
+        # RECLAIM asks for them again, as the lost record had them
+        self.warn = 0
+        self.delay = 0
 
     def live(self) -> bool:
         return self.lost is None and not self.released and not self.unlocking
@@ -729,6 +733,8 @@ class Core:
         _note_proof(ls, r)
         ls.mode = "shared" if q.shared else ("semaphore" if q.limit > 1 else "exclusive")
         ls.limit = max(q.limit, 1)
+        ls.warn = int(q.opts.get("warn") or 0)
+        ls.delay = int(q.opts.get("delay") or 0)
         # a reentry of a lease this owner still has never lowers the TTL
         # it is renewed with (PROTOCOL.md, Semantics)
         ls.ttl = q.ttl
@@ -999,6 +1005,8 @@ class Core:
         if op == "RECLAIM":
             ls = q.lease
             assert ls is not None
+            # the lost record's warning and lock delay (a client takes
+            # the holds of a name one at a time: its lease has one)
             return wire.request(
                 "RECLAIM",
                 q.name,
@@ -1008,6 +1016,8 @@ class Core:
                 ttl=int(q.ttl),
                 mode="shared" if ls.mode == "shared" else None,
                 limit=ls.limit if ls.limit > 1 else None,
+                warn=ls.warn if 0 < ls.warn < int(q.ttl) else None,
+                delay=ls.delay if ls.delay > 0 else None,
                 tag=tag,
             )
         if op in ("UNLOCK", "CHECK"):
