@@ -531,6 +531,9 @@ struct dlock_status {
 	uint32_t holders; /* how many hold it now */
 	int64_t delay_ms; /* the lock's lock-delay, 0 if none */
 	int64_t delay_left_ms; /* what is left of it while it runs, else 0 */
+	/* grants are closed for this long (Redis forgot leases that may
+	 * still be held): a free lock admits nobody until then; 0: open */
+	int64_t closed_ms;
 };
 int dlock_status(dlock_client *c, const char *name, struct dlock_status *st);
 

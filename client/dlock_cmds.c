@@ -387,6 +387,8 @@ int dl_cli_status(struct cli *cl)
 			printf(", \"delay_ms\": %" PRId64
 			       ", \"delay_left_ms\": %" PRId64,
 			       st.delay_ms, st.delay_left_ms);
+		if (st.closed_ms) /* grants closed: Redis forgot */
+			printf(", \"closed_ms\": %" PRId64, st.closed_ms);
 		fputs(", \"holders_list\": [", stdout);
 		for (i = 0, first = 1; i < m.n; i++)
 			if (!m.v[i].h.waiter) {
@@ -418,6 +420,8 @@ int dl_cli_status(struct cli *cl)
 			printf("delay_ms=%" PRId64 "\ndelay_left_ms=%" PRId64
 			       "\n",
 			       st.delay_ms, st.delay_left_ms);
+		if (st.closed_ms)
+			printf("closed_ms=%" PRId64 "\n", st.closed_ms);
 		for (i = 0; i < m.n; i++)
 			print_member(&m.v[i].h);
 	} else {
@@ -934,18 +938,18 @@ static const char *held_text(int64_t ms, char *buf, size_t n)
 	return buf;
 }
 
-/* A NO BUSY for a lock in its lock-delay (delay_left_ms=, the server's
- * last word on it): what is left of the delay, for people, in buf. 0 if
- * the reply does not say. */
-static int delay_left(char *buf, size_t n)
+/* A NO BUSY's `key`=<ms> (delay_left_ms=: a lock in its lock-delay;
+ * closed_ms=: grants closed after Redis forgot -- the server's last word
+ * on it), for people, in buf. 0 if the reply does not say. */
+static int busy_ms(const char *key, char *buf, size_t n)
 {
-	const char *p = strstr(dlock_last_error(), " delay_left_ms=");
+	const char *p = strstr(dlock_last_error(), key);
 	uint64_t ms;
 	size_t len;
 
 	if (!p)
 		return 0;
-	p += strlen(" delay_left_ms=");
+	p += strlen(key);
 	len = strcspn(p, " ");
 	if (dl_parse_u64(p, len, &ms) || ms > INT64_MAX)
 		return 0;
@@ -959,9 +963,17 @@ void dl_cli_busy_msg(const char *name, int no_permit)
 	struct dlock_holder h;
 	char what[DL_DESC_CMD_MAX + 32], held[32];
 
+	if (busy_ms(" closed_ms=", held, sizeof(held)) &&
+	    dlock_busy_holder(&h) != 0) {
+		dl_cli_msg("%s: grants are closed for %s (Redis lost leases "
+			   "that may still be held; their holders may reclaim "
+			   "them)%s",
+			   name, held, np);
+		return;
+	}
 	/* a server before descriptions, or a user who may not read it */
 	if (dlock_busy_holder(&h) != 0) {
-		if (delay_left(held, sizeof(held)))
+		if (busy_ms(" delay_left_ms=", held, sizeof(held)))
 			dl_cli_msg("%s is in its lock-delay for %s%s", name,
 				   held, np);
 		else

@@ -399,6 +399,8 @@ void dl__status_extra(const struct dl_reply *r, struct dlock_status *st)
 		st->delay_ms = (int64_t)n;
 	if (dl__kv_u64(r, "delay_left_ms", INT64_MAX, &n))
 		st->delay_left_ms = (int64_t)n;
+	if (dl__kv_u64(r, "closed_ms", INT64_MAX, &n))
+		st->closed_ms = (int64_t)n;
 }
 
 /* Room in q->stats for `need` more bytes, grown by doubling from `first`;

@@ -202,7 +202,13 @@ static void fmt_busy_holder(struct dl_conn *c, struct dl_fmt *f,
 			    struct dl_str name)
 {
 	struct dl_lock_status st;
+	const char *why;
+	uint64_t closed = dl_store_closed_ms(c->srv->store, &why);
 
+	/* busy because grants are closed (Redis went back): for how long;
+	 * the daemon's state, not the lock's, so said to anyone */
+	if (closed)
+		dl_fmt_kv_u64(f, "closed_ms", closed);
 	if (!dl_access_may(c, DL_RIGHT_READ, name))
 		return;
 	dl_locktab_status(c->srv->tab, name, &st);

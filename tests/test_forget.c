@@ -97,6 +97,22 @@ static uint64_t busy_for(struct h_client *c, const char *name)
 	return h_arg_u64(l, 1);
 }
 
+/* What `dlock --port <d's> <args>` prints (stdout and stderr) into out. */
+static void dlock_says(const char *args, char *out, size_t n)
+{
+	const char *dlock = getenv("DLOCK") ? getenv("DLOCK") : "build/dlock";
+	char cmd[512];
+	size_t got;
+	FILE *p;
+
+	snprintf(cmd, sizeof(cmd), "%s --port %d %s 2>&1", dlock, d.port, args);
+	p = popen(cmd, "r");
+	cr_assert(p, "%s", cmd);
+	got = fread(out, 1, n - 1, p);
+	out[got] = '\0';
+	pclose(p);
+}
+
 /* LOCK name with a wait: its token once granted (within wait_ms). */
 static uint64_t lock_when_open(struct h_client *c, const char *name,
 			       int wait_ms)
@@ -123,7 +139,7 @@ Test(forget, a_lost_second_of_5s_leases_closes_for_seconds_not_a_day)
 {
 	struct h_client *a, *b;
 	uint64_t t_last, busy, t0, tok_lost = 0, tok;
-	char name[32];
+	char name[32], out[2048], *l;
 	int i;
 
 	h_redis_start(&r, "everysec");
@@ -154,6 +170,14 @@ Test(forget, a_lost_second_of_5s_leases_closes_for_seconds_not_a_day)
 	busy_for(b, "never-held"); /* every lock is busy meanwhile */
 	cr_assert_gt(h_kv_u64(h_call(b, "STATUS never-held"), "closed_ms"), 0,
 		     "STATUS does not say grants are closed");
+	l = h_call(b, "TRYLOCK never-held ttl=1s");
+	cr_assert_gt(h_kv_u64(l, "closed_ms"), 0, "NO BUSY: \"%s\"", l);
+	/* and so does dlock, where an operator looks */
+	dlock_says("status never-held", out, sizeof(out));
+	cr_assert(strstr(out, "\nclosed_ms="), "dlock status: %s", out);
+	dlock_says("trylock never-held", out, sizeof(out));
+	cr_assert(strstr(out, "grants are closed for"), "dlock trylock: %s",
+		  out);
 	cr_assert(h_daemon_log_has(&d, "WENT BACK"));
 	cr_assert(h_daemon_log_has(&d, "until the lease horizon"));
 	tok = lock_when_open(b, "lost4", 20000);

@@ -49,6 +49,9 @@ class Status:
     cmd: str = ""
     delay: float = 0.0  # the lock's lock-delay, seconds (0: none)
     delay_left: float = 0.0  # what is left of it while it runs, seconds
+    # grants are closed this long (Redis forgot leases that may still be
+    # held): a free lock admits nobody until then; seconds, 0: open
+    closed: float = 0.0
 
 
 def _int(v: str | None) -> int:
@@ -88,6 +91,7 @@ def status_of(name: str, words: Reply | list[str]) -> Status:
         cmd=_text(r, "cmd"),
         delay=_int(r.kv("delay_ms")) / 1000.0,
         delay_left=_int(r.kv("delay_left_ms")) / 1000.0,
+        closed=_int(r.kv("closed_ms")) / 1000.0,
     )
 
 
