@@ -142,7 +142,8 @@ static int str_same(struct dl_str a, struct dl_str b)
 static int has_name(enum dl_verb v)
 {
 	return (v >= DL_VERB_LOCK && v <= DL_VERB_STATUS) ||
-	       v == DL_VERB_BREAK || v == DL_VERB_HOLDERS;
+	       v == DL_VERB_BREAK || v == DL_VERB_HOLDERS ||
+	       v == DL_VERB_RECLAIM;
 }
 
 /* LOCKS: its prefix, in r.name, may be absent; WATCH, UNWATCH: "*" is
@@ -156,7 +157,14 @@ static int may_have_name(enum dl_verb v)
 static int has_token(enum dl_verb v)
 {
 	return v == DL_VERB_UNLOCK || v == DL_VERB_REFRESH ||
-	       v == DL_VERB_CHECK || v == DL_VERB_BREAK;
+	       v == DL_VERB_CHECK || v == DL_VERB_BREAK || v == DL_VERB_RECLAIM;
+}
+
+/* the verbs that take or restore a lease: mode=, limit=, delay= */
+static int takes_lease(enum dl_verb v)
+{
+	return v == DL_VERB_LOCK || v == DL_VERB_TRYLOCK ||
+	       v == DL_VERB_RECLAIM;
 }
 
 /* Format r as a canonical request line; the result must parse to r. */
@@ -180,6 +188,8 @@ static void request_round_trip(const struct dl_request *r)
 	}
 	if (has_token(r->verb))
 		dl_fmt_u64(&f, r->token);
+	if (r->user.len > 0)
+		dl_fmt_str(&f, r->user);
 	if (r->arg.len > 0)
 		dl_fmt_str(&f, r->arg);
 	if (r->has_ttl)
@@ -206,6 +216,20 @@ static void request_round_trip(const struct dl_request *r)
 		dl_fmt_kv_u64(&f, "pid", r->desc_pid);
 	if (r->desc_cmd.len > 0)
 		dl_fmt_kv_str(&f, "cmd", r->desc_cmd);
+	if (r->owner_secret.len > 0)
+		dl_fmt_kv_str(&f, "key", r->owner_secret);
+	if (r->reason.len > 0)
+		dl_fmt_kv_str(&f, "reason", r->reason);
+	if (r->has_warn)
+		dl_fmt_kv_u64(&f, "warn", r->warn_ms);
+	if (r->has_delay)
+		dl_fmt_kv_u64(&f, "delay", r->delay_ms);
+	if (r->proof.len > 0)
+		dl_fmt_kv_str(&f, "proof", r->proof);
+	if (r->has_until)
+		dl_fmt_kv_u64(&f, "until", r->until);
+	if (r->holds)
+		dl_fmt_kv_u64(&f, "holds", r->holds);
 	n = dl_fmt_end(&f, r->tag);
 	CHECK(n >= 2);
 	CHECK(buf[n - 2] == '\r' && buf[n - 1] == '\n' && buf[n] == '\0');
@@ -228,6 +252,14 @@ static void request_round_trip(const struct dl_request *r)
 	CHECK(str_same(r2.desc_host, r->desc_host));
 	CHECK(str_same(r2.desc_cmd, r->desc_cmd));
 	CHECK(r2.desc_pid == r->desc_pid);
+	CHECK(str_same(r2.owner_secret, r->owner_secret));
+	CHECK(str_same(r2.user, r->user));
+	CHECK(str_same(r2.reason, r->reason));
+	CHECK(r2.has_warn == r->has_warn && r2.warn_ms == r->warn_ms);
+	CHECK(r2.has_delay == r->has_delay && r2.delay_ms == r->delay_ms);
+	CHECK(str_same(r2.proof, r->proof));
+	CHECK(r2.has_until == r->has_until && r2.until == r->until);
+	CHECK(r2.holds == r->holds);
 }
 
 static void check_request(const char *line, size_t len)
@@ -276,11 +308,51 @@ static void check_request(const char *line, size_t len)
 	if (r.has_limit && r.verb == DL_VERB_LOCKS)
 		CHECK(r.limit >= 1 && r.limit <= DL_LOCKS_PAGE_MAX);
 	else if (r.has_limit)
-		CHECK((r.verb == DL_VERB_LOCK || r.verb == DL_VERB_TRYLOCK) &&
-		      r.limit >= 1 && r.limit <= DL_LIMIT_MAX);
+		CHECK(takes_lease(r.verb) && r.limit >= 1 &&
+		      r.limit <= DL_LIMIT_MAX);
 	if (r.shared)
-		CHECK((r.verb == DL_VERB_LOCK || r.verb == DL_VERB_TRYLOCK) &&
-		      (!r.has_limit || r.limit == 1));
+		CHECK(takes_lease(r.verb) && (!r.has_limit || r.limit == 1));
+	if (r.has_delay)
+		CHECK(takes_lease(r.verb) &&
+		      r.delay_ms <= DL_LOCK_DELAY_MAX_MS);
+	else
+		CHECK(r.delay_ms == 0);
+	if (r.has_warn)
+		CHECK((takes_lease(r.verb) || r.verb == DL_VERB_REFRESH) &&
+		      (!r.has_ttl || r.warn_ms == 0 || r.warn_ms < r.ttl_ms));
+	else
+		CHECK(r.warn_ms == 0);
+	/* what only RECLAIM carries: a grant's proof, until and holds */
+	check_within(r.proof, line, len);
+	if (r.proof.len > 0) {
+		CHECK(r.verb == DL_VERB_RECLAIM && r.proof.len == DL_PROOF_LEN);
+		for (i = 0; i < r.proof.len; i++)
+			CHECK((r.proof.p[i] >= '0' && r.proof.p[i] <= '9') ||
+			      (r.proof.p[i] >= 'a' && r.proof.p[i] <= 'f'));
+	}
+	if (r.has_until)
+		CHECK(r.verb == DL_VERB_RECLAIM && r.until > 0);
+	else
+		CHECK(r.until == 0);
+	if (r.holds)
+		CHECK(r.verb == DL_VERB_RECLAIM && r.holds <= DL_REENTRY_MAX);
+	/* BREAK's audited reason, HELLO's key, AUTH's user */
+	check_within(r.reason, line, len);
+	if (r.verb == DL_VERB_BREAK)
+		CHECK(r.reason.len > 0 && r.reason.len <= DL_REASON_MAX);
+	else
+		CHECK(r.reason.len == 0);
+	for (i = 0; i < r.reason.len; i++)
+		CHECK(r.reason.p[i] > 0x20 && r.reason.p[i] < 0x7f);
+	check_within(r.owner_secret, line, len);
+	if (r.owner_secret.len > 0)
+		CHECK(r.verb == DL_VERB_HELLO &&
+		      dl_check_owner_secret(r.owner_secret.p,
+					    r.owner_secret.len) == 0);
+	check_within(r.user, line, len);
+	if (r.user.len > 0)
+		CHECK(r.verb == DL_VERB_AUTH &&
+		      dl_check_user(r.user.p, r.user.len) == 0);
 	if (r.by_waiters)
 		CHECK(r.verb == DL_VERB_LOCKS);
 	if (!has_token(r.verb))
