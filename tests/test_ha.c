@@ -886,6 +886,77 @@ Test(ha, a_deposed_active_never_writes_under_a_take_of_its_own_epoch)
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
 
+/* Found from outside: alice's lease lost with a FLUSHALL while a was
+ * killed; b took over with grants closed, and alice reclaimed it there
+ * for 40 s. a came back as a standby, b was killed, and a's take -- which
+ * loads no record while grants are closed -- kept only the closure's
+ * rest: bob was granted x with 20 s left on alice's reclaimed lease. A
+ * take during a closure keeps it until the lease horizon it knows (its
+ * looks counted b's reservation); alice reclaims again on a. */
+Test(ha, a_take_over_during_the_closure_keeps_reclaimed_leases_safe)
+{
+	static const char limits[] = "[limits]\nmax_ttl = 24h\n";
+	struct h_daemon *nodes[2] = {&a, &b};
+	char conf[H_PATH_MAX + 128], proof[64], until[32], *l;
+	struct h_client *c, *bob;
+	uint64_t tok, t_lock;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		h_daemon_write_conf(nodes[i], "");
+		snprintf(conf, sizeof(conf),
+			 "[persistence]\nstate_dir = %s\n%s", nodes[i]->dir,
+			 limits);
+		h_daemon_write_conf(nodes[i], conf);
+		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
+			       "redis", "--redis", r.url, "--node-id",
+			       i ? "b" : "a", "-l", "info", NULL);
+		if (i == 0)
+			wait_active(&a, 5000);
+	}
+	c = h_hello(a.port, "alice");
+	l = h_call(c, "LOCK x ttl=12s");
+	cr_assert(h_starts(l, "OK GRANTED x "), "%s", l);
+	t_lock = h_now_ms();
+	tok = h_arg_u64(l, 1);
+	snprintf(proof, sizeof(proof), "%s", h_kv(l, "proof"));
+	snprintf(until, sizeof(until), "%s", h_kv(l, "until"));
+	h_close(c);
+	h_sleep_ms(1200); /* b looks twice a second */
+	h_daemon_kill9(&a);
+	h_redis_cli(&r, "FLUSHALL");
+	wait_active(&b, 10000);
+	c = h_hello(b.port, "alice");
+	l = h_call(c, "RECLAIM x %llu proof=%s until=%s ttl=40s",
+		   (unsigned long long)tok, proof, until);
+	cr_assert(h_starts(l, "OK RECLAIMED x "), "on b: \"%s\"", l);
+	snprintf(proof, sizeof(proof), "%s", h_kv(l, "proof"));
+	snprintf(until, sizeof(until), "%s", h_kv(l, "until"));
+	h_close(c);
+	h_daemon_restart(&a);
+	h_sleep_ms(1200); /* a looks */
+	h_daemon_kill9(&b);
+	wait_active(&a, 10000);
+	bob = h_hello(a.port, "bob");
+	/* past b's closure (alice's 12 s lease and the margins), inside the
+	 * reclaimed lease */
+	while (h_now_ms() - t_lock < 22000) {
+		l = h_call(bob, "TRYLOCK x ttl=1s");
+		cr_assert(h_starts(l, "NO BUSY x "),
+			  "bob granted x %llu ms after alice's first grant, "
+			  "inside her reclaimed 40 s: \"%s\"",
+			  (unsigned long long)(h_now_ms() - t_lock), l);
+		h_sleep_ms(250);
+	}
+	c = h_hello(a.port, "alice");
+	l = h_call(c, "RECLAIM x %llu proof=%s until=%s ttl=40s",
+		   (unsigned long long)tok, proof, until);
+	cr_assert(h_starts(l, "OK RECLAIMED x "), "on a: \"%s\"", l);
+	h_close(c);
+	h_close(bob);
+	h_daemon_kill9(&a);
+}
+
 /* ---- clients that fail over ---------------------------------------------- */
 
 static atomic_int lost_calls;

@@ -471,6 +471,16 @@ void dl__hz_reply(struct dl_store *st, int mode, const redisReply *r,
 			st->hooks.closed(end - now, seen->v.why, st->hooks.ctx);
 		}
 	}
+	/* a take: what it finds of the horizon too (a closure in force is
+	 * kept until then, dl__hz_took) -- counted even if this daemon never
+	 * looked, and from now: too long at most */
+	if ((mode == LEAD_TAKE || mode == LEAD_START) && ok) {
+		char last[DL_HZ_VALUE_MAX] = "";
+
+		if (count_value(last, sizeof(last), r->element[7], &end, inst,
+				&n, NULL))
+			dl_seen_note_horizon(seen, end);
+	}
 	if (mode == LEAD_LOOK) {
 		if (count_value(hz->value, sizeof(hz->value), r->element[7],
 				&end, inst, &n, NULL)) {
@@ -572,6 +582,22 @@ void dl__hz_role(struct dl_store *st, int active)
 	hz->prev_send = 0;
 	hz->loss_latched = hz->loss_provable = 0;
 	hz->registered = 0;
+}
+
+void dl__hz_took(struct dl_store *st, int kept)
+{
+	struct dl_seen *seen = &st->lead.seen;
+	uint64_t now = dl_mono_ms(), h = seen->v.horizon;
+
+	if (kept || seen->v.closed <= now)
+		return;
+	if (dl_locktab_horizon(st->tab) > h)
+		h = dl_locktab_horizon(st->tab);
+	if (h > seen->v.closed)
+		dl_seen_note_closed(
+			seen, h,
+			"a take while grants were closed, without the table: "
+			"until the lease horizon (leases reclaimed meanwhile)");
 }
 
 uint64_t dl__hz_closure_left(struct dl_store *st)

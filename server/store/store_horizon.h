@@ -115,6 +115,13 @@ void dl__hz_role(struct dl_store *st, int active);
 /* This daemon's state file bounds every lease told before it started (a
  * standalone daemon's file; another's whose lead is its epoch). */
 int dl__hz_file_proves(const struct dl_store *st);
+/* A take that did not keep its table (kept 0) while grants are closed:
+ * they stay closed until the lease horizon it knows (state file, looks,
+ * P horizon), if that is later. Leases reclaimed during the closure
+ * outlive it, and the take loads no record (store_load.c): found from
+ * outside, a restart or a take-over during the closure granted a lock
+ * whose reclaimed lease had 49 s left. Their holders reclaim them again. */
+void dl__hz_took(struct dl_store *st, int kept);
 /* After a take: the closure in force (seen.v.closed) as ms left, 0 if
  * none; a new one is written to the state file at once. */
 uint64_t dl__hz_closure_left(struct dl_store *st);
