@@ -26,6 +26,9 @@
 #   RWLOCKS    read/write locks S0.. (workers take them shared two times
 #              in three) [1]
 #   SEMAPHORES semaphores P0.. of 2 permits [1]
+#   MAX_TTL    the daemons' max_ttl [24h, as conf/dlockd.conf ships it]:
+#              a closure bounded by max_ttl instead of the lease horizon
+#              stalls every lock, and is reported as a stalled closure
 #   FAULTS     the fault kinds to draw from [all of them, below]
 #   CLOCK_STEPS  "both" or "forward" [both]
 #   STALL_MS   crash_in_*: ms between stopping Redis (or its traffic) and killing
@@ -62,8 +65,8 @@
 #                   stopped and continued (SIGSTOP/SIGCONT) in a random
 #                   order, 2..6 times, each for 0..TTL+1.5 s (job control:
 #                   Ctrl-Z, fg, a hung dlock)
-# Redis that forgets (the daemons keep a state_dir; max_ttl is 5 s; after
-# a detected loss grants are closed until the lease horizon):
+# Redis that forgets (the daemons keep a state_dir; max_ttl is MAX_TTL;
+# after a detected loss grants are closed until the lease horizon):
 #   flushall        FLUSHALL under the running daemon(s)
 #   old_copy        copy Redis's AOF, wait 0.5..2.5 s, kill -9 Redis and
 #                   restart it from the copy (the last grants lost)
@@ -104,7 +107,7 @@ top=$(cd "$here/../.." && pwd)
 : "${DURATION:=60}" "${SEED:=$((RANDOM * 32768 + RANDOM))}"
 : "${WORKERS:=8}" "${RUNNERS:=2}" "${LOCKS:=3}" "${CLOCK_STEPS:=both}"
 : "${RWLOCKS:=1}" "${SEMAPHORES:=1}" "${COPYCATS:=1}"
-: "${STALL_MS:=300}"
+: "${STALL_MS:=300}" "${MAX_TTL:=24h}"
 : "${PYWORKERS:=2}" "${PYTHON:=python3}"
 : "${CLUSTER:=0}" "${REDIS_HA:=0}"
 if [ "$REDIS_HA" = 1 ] && [ "$CLUSTER" = 1 ]; then
@@ -283,7 +286,7 @@ bind = 127.0.0.1
 port = ${dports[$i]}
 [limits]
 tick = 10ms
-max_ttl = 5s
+max_ttl = $MAX_TTL
 default_ttl = 1s
 [persistence]
 redis_timeout = 500ms
@@ -655,7 +658,11 @@ wait_open() {
 		v=$("$DLOCK" $conn --server-timeout 1s stats --raw 2>/dev/null |
 			sed -n 's/^grants_closed_ms //p')
 		[ -n "$v" ] && [ "$v" = 0 ] && break
-		i=$((i + 1)); [ $i -gt 1500 ] && break
+		i=$((i + 1))
+		if [ $i -gt 1500 ]; then
+			echo "$(($(now_ms) - t0)) ${v:-?}" >> "$OUT/stalled"
+			break
+		fi
 		sleep 0.02
 	done
 	echo $(($(now_ms) - t0))
@@ -966,6 +973,9 @@ say "Redis found gone back (WENT BACK in the daemons' logs): $(cat "$OUT"/dlockd
 say "leases reclaimed after a loss (RECLAIMED in the daemons' logs): $(cat "$OUT"/dlockd*.log | grep -c 'RECLAIMED')"
 if [ -s "$OUT/closed.ms" ]; then
 	say "grants closed after a loss the daemon found: $(sort -n "$OUT/closed.ms" | tr '\n' ' ')ms (p50 $(sort -n "$OUT/closed.ms" | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}') ms, max $(sort -n "$OUT/closed.ms" | tail -1) ms)"
+fi
+if [ -s "$OUT/stalled" ]; then
+	say "STALLED closures (still closed after the wait; ms waited, grants_closed_ms left): $(tr '\n' ';' < "$OUT/stalled")"
 fi
 "$CHECK" "$OUT/hist" "$OUT/forgets"
 rc=$?

@@ -40,8 +40,9 @@
  *      never before the client's, which is counted from the request's
  *      send time). A loss for want of confirmation (3) is legitimate, and
  *      so is one across a moment in <forgets>: Redis lost the lease and
- *      no daemon had it (the server then grants nothing for max_ttl, so
- *      1. and 2. still hold).
+ *      no daemon had it (the server then grants nothing until the lease
+ *      horizon -- every lease told may have ended -- so 1. and 2. still
+ *      hold; a holder that reclaims it keeps it).
  *
  * Nothing here knows the server: it judges what clients saw.
  */
