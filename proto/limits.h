@@ -230,12 +230,17 @@
  * ERR LIMIT. Twice the million leases the benchmarks hold. */
 #define DL_DEFAULT_MAX_LOCKS 2000000
 #define DL_MAX_LOCKS_MAX     1000000000
-/* A user's quotas when its line gives none (locks=, waits=, conns=): its
- * leases plus queued LOCKs, its queued LOCKs, its connections. The
- * default user (no users file) has none: it is every client at once. */
+/* A user's quotas when its line gives none (locks=, waits=, conns=,
+ * watches=): its leases plus queued LOCKs, its queued LOCKs, its
+ * connections, its connections' watches. The default user (no users
+ * file) has none: it is every client at once. A user's watches default
+ * to a tenth of the daemon's (DL_WATCHES_MAX), so that one user cannot
+ * take them all: an attack filled the table from 400 connections in
+ * 0.2 s and every other user's WATCH was refused. */
 #define DL_DEFAULT_MAX_LOCKS_PER_USER	    100000
 #define DL_DEFAULT_MAX_WAITS_PER_USER	    100000
 #define DL_DEFAULT_MAX_CONNECTIONS_PER_USER 1000
+#define DL_DEFAULT_MAX_WATCHES_PER_USER	    (DL_WATCHES_MAX / 10)
 
 /* Lease TTL when a request gives none, and the largest one accepted. */
 #define DL_DEFAULT_TTL_MS     30000

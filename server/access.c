@@ -25,6 +25,7 @@
 #include "server/cmd.h"
 #include "server/conn.h"
 #include "server/htab.h"
+#include "server/watch.h"
 #include "server/log.h"
 #include "server/server.h"
 
@@ -198,6 +199,7 @@ static uint64_t quota(const struct dl_config *cfg, const struct dl_user *u,
 		offsetof(struct dl_config, max_locks_per_user),
 		offsetof(struct dl_config, max_waits_per_user),
 		offsetof(struct dl_config, max_connections_per_user),
+		offsetof(struct dl_config, max_watches_per_user),
 	};
 
 	if (!u->name[0])
@@ -205,6 +207,11 @@ static uint64_t quota(const struct dl_config *cfg, const struct dl_user *u,
 	if (u->quota[q])
 		return u->quota[q];
 	return *(const uint64_t *)((const char *)cfg + defaults[q]);
+}
+
+uint64_t dl_access_quota(const struct dl_conn *c, enum dl_quota q)
+{
+	return c->user ? quota(&c->srv->cfg, c->user, q) : 0;
 }
 
 static uint32_t u32(uint64_t v)
@@ -551,8 +558,9 @@ int dl_access_sweep(struct dl_conn *c, uint64_t now)
 /* ---- reload ------------------------------------------------------------- */
 
 /* End c's session: it is no longer who it proved to be. Its user's count
- * of connections is given back where it is kept from now on: the default
- * user, or the user of that name in the next table (dl_users_carry). */
+ * of connections (and of their watches) is given back where it is kept
+ * from now on: the default user, or the user of that name in the next
+ * table (dl_users_carry). */
 static void revoke_session(struct dl_conn *c, struct dl_users *next,
 			   const char *why)
 {
@@ -565,8 +573,10 @@ static void revoke_session(struct dl_conn *c, struct dl_users *next,
 	else if (next)
 		n = dl_users_find(next, (struct dl_str){c->user->name,
 							strlen(c->user->name)});
-	if (n)
+	if (n) {
 		n->rt.conns--;
+		n->rt.watches -= (uint32_t)dl_watch_conn_count(c);
+	}
 	c->user = NULL;
 	dl_cmd_bye(c, "revoked");
 	dl_conn_end(c, DL_END_GRACEFUL, "revoked");

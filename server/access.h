@@ -94,6 +94,9 @@ int dl_access_may(const struct dl_conn *c, enum dl_right r, struct dl_str name);
 int dl_access_readable(struct dl_str name, void *conn);
 /* The name of c's user ("default" for the default user). */
 const char *dl_access_user(const struct dl_conn *c);
+/* The quota `q` of c's user (its line's, else [limits] max_*_per_user),
+ * 0 when it has none (the default user; c not authenticated). */
+uint64_t dl_access_quota(const struct dl_conn *c, enum dl_quota q);
 /* The owner key of `id` for c's user into buf (DL_OWNER_KEY_MAX + 1). */
 int dl_access_owner_key(const struct dl_conn *c, struct dl_str id, char *buf,
 			struct dl_str *out);

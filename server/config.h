@@ -63,6 +63,7 @@ struct dl_config {
 	uint64_t max_locks_per_user; /* quotas of a user without its own */
 	uint64_t max_waits_per_user;
 	uint64_t max_connections_per_user;
+	uint64_t max_watches_per_user;
 	/* [persistence] */
 	uint64_t persist;	   /* enum dl_persist */
 	char *redis;		   /* URL, see dl_redis_url_parse */

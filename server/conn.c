@@ -254,8 +254,9 @@ void dl_conn_finish_end(struct dl_conn *c)
 	if (!c->ended) {
 		c->ended = 1;
 		uv_read_stop(&c->u.stream);
-		dl_access_conn_end(c);
+		/* watches first: they are given back to the user */
 		dl_watch_conn_end(c);
+		dl_access_conn_end(c);
 		dl_session_close(c->srv->tab, &c->sess);
 	}
 	if (c->closing)

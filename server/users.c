@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Largest quota a line may give (locks=, waits=, conns=). */
+/* Largest quota a line may give (locks=, waits=, conns=, watches=). */
 #define QUOTA_MAX 1000000000ULL
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -199,7 +199,8 @@ static int parse_word(struct parse *p, struct dl_str w, int i,
 		      struct dl_user *u, unsigned *seen)
 {
 	static const char *const rights[] = {"lock=", "read=", "break="};
-	static const char *const quotas[] = {"locks=", "waits=", "conns="};
+	static const char *const quotas[] = {
+		"locks=", "waits=", "conns=", "watches="};
 	struct dl_str v;
 	unsigned bit;
 	int k;
@@ -241,7 +242,8 @@ static int parse_word(struct parse *p, struct dl_str w, int i,
 	/* never quoted: it may be a secret written where its hash goes */
 	return bad(p,
 		   "word %d not understood (expected sha256:<hex>, uid=, "
-		   "lock=, read=, break=, admin, locks=, waits=, conns=)",
+		   "lock=, read=, break=, admin, locks=, waits=, conns=, "
+		   "watches=)",
 		   i + 1);
 }
 

@@ -6,7 +6,7 @@
  *
  *   <user> [sha256:<64 hex>] [uid=<n>|<login>] [lock=<prefix>[,<prefix>...]]
  *          [read=<prefix>,...] [break=<prefix>,...] [admin]
- *          [locks=<n>] [waits=<n>] [conns=<n>]
+ *          [locks=<n>] [waits=<n>] [conns=<n>] [watches=<n>]
  *
  * `#` starts a comment line; blank lines are skipped; words are separated
  * by spaces or tabs. A grant lists name prefixes; `*` alone is every name
@@ -19,8 +19,8 @@
  * the file keeps only the SHA-256 (`dlockd --new-secret` makes a secret
  * and its hash line), or, on the unix socket, by the uid of its process
  * (uid=). A line with neither cannot log in and is refused. locks=,
- * waits= and conns= are the user's quotas; absent, the configuration's
- * defaults apply ([limits] max_*_per_user).
+ * waits=, conns= and watches= are the user's quotas; absent, the
+ * configuration's defaults apply ([limits] max_*_per_user).
  *
  * This module is pure: it parses, matches and compares, and does no I/O
  * but reading the file in dl_users_load() (and resolving uid=<login>).
@@ -72,6 +72,7 @@ enum dl_quota {
 	DL_QUOTA_LOCKS = 0, /* leases held plus requests queued */
 	DL_QUOTA_WAITS,	    /* requests queued */
 	DL_QUOTA_CONNS,	    /* connections authenticated as the user */
+	DL_QUOTA_WATCHES,   /* its connections' watches (watch.c) */
 	DL_QUOTA_COUNT_
 };
 
@@ -84,6 +85,7 @@ struct dl_grant {
 /* What the daemon keeps per user while it runs (carried over reloads). */
 struct dl_user_rt {
 	uint32_t conns;		/* connections authenticated as it */
+	uint32_t watches;	/* their watches (watch.c) */
 	uint64_t locks_next_ms; /* LOCKS refused before this (cmd.c) */
 	uint64_t locks_last_us; /* what its last listing cost */
 };

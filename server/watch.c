@@ -239,6 +239,7 @@ void dl_watch_cmd(struct dl_conn *c, const struct dl_request *rq)
 	struct dl_str p = pattern(rq, pat);
 	struct dl_lock_status st;
 	struct dl_conn_watch *cw;
+	uint64_t quota, left, n, own;
 	struct dl_fmt f;
 	int rc;
 
@@ -260,10 +261,27 @@ void dl_watch_cmd(struct dl_conn *c, const struct dl_request *rq)
 	cw = c->watch;
 	if (!rq->prefix)
 		dl_locktab_status(srv->tab, rq->name, &st);
+	/* the connection's own bound, or less: what its user has left */
+	n = cw->w.n;
+	own = DL_WATCHES_PER_CONN_MAX;
+	quota = dl_access_quota(c, DL_QUOTA_WATCHES);
+	left = quota > c->user->rt.watches ? quota - c->user->rt.watches : 0;
+	if (quota && n + left < own)
+		own = n + left;
 	rc = dl_watchreg_add(srv->watch->reg, &cw->w, rq->name, rq->prefix,
-			     DL_WATCHES_PER_CONN_MAX);
+			     (uint32_t)own);
 	if (rc == DL_ELIMIT) {
-		if (cw->w.n >= DL_WATCHES_PER_CONN_MAX)
+		if (quota && c->user->rt.watches >= quota)
+			snprintf(why, sizeof(why),
+				 "limit reached: user %s has %u watches, at "
+				 "most %llu (%s)",
+				 dl_access_user(c),
+				 (unsigned)c->user->rt.watches,
+				 (unsigned long long)quota,
+				 c->user->quota[DL_QUOTA_WATCHES]
+					 ? "its watches="
+					 : "max_watches_per_user");
+		else if (cw->w.n >= DL_WATCHES_PER_CONN_MAX)
 			snprintf(why, sizeof(why),
 				 "limit reached: this connection watches %u "
 				 "names and prefixes, at most %d",
@@ -281,6 +299,7 @@ void dl_watch_cmd(struct dl_conn *c, const struct dl_request *rq)
 		dl_cmd_error(c, DL_EINTERNAL, dl_strerror(rc), rq->tag);
 		return;
 	}
+	c->user->rt.watches += (uint32_t)(cw->w.n - n);
 	dl_fmt_word(&f, "OK WATCHING");
 	dl_fmt_str(&f, p);
 	if (!rq->prefix)
@@ -298,16 +317,25 @@ void dl_unwatch_cmd(struct dl_conn *c, const struct dl_request *rq)
 		c->watch && dl_watchreg_remove(c->srv->watch->reg, &c->watch->w,
 					       rq->name, rq->prefix);
 
+	if (gone && c->user)
+		c->user->rt.watches--;
 	dl_fmt_init(&f, buf, sizeof(buf));
 	dl_fmt_word(&f, gone ? "OK UNWATCHED" : "NO NOT_WATCHING");
 	dl_fmt_str(&f, p);
 	send_line(c, &f, rq->tag);
 }
 
+size_t dl_watch_conn_count(const struct dl_conn *c)
+{
+	return c->watch ? c->watch->w.n : 0;
+}
+
 void dl_watch_conn_end(struct dl_conn *c)
 {
 	if (!c->watch)
 		return;
+	if (c->user)
+		c->user->rt.watches -= (uint32_t)c->watch->w.n;
 	if (c->srv->watch)
 		dl_watchreg_leave(c->srv->watch->reg, &c->watch->w);
 	free(c->watch);

@@ -23,6 +23,11 @@
  * (a grant persistence never recorded is followed by `withdrawn`); the
  * others go out at once, as the release they report is answered.
  *
+ * Shares. A connection has at most DL_WATCHES_PER_CONN_MAX watches, its
+ * user at most its watches= quota (access.h dl_access_quota; counted in
+ * the user's runtime fields, struct dl_user_rt), the daemon
+ * DL_WATCHES_MAX: one user cannot take every other user's watches.
+ *
  * Budget. A watcher that does not read must cost neither memory nor
  * other clients: an event is dropped, and counted, while the watcher's
  * unread output is at DL_WATCH_UNREAD_MAX (or a quarter of max_output)
@@ -64,8 +69,12 @@ void dl_watch_change(struct dl_server *srv, const struct dl_change *ch);
 /* c wrote output (conn.c, check phase) or the server's output budget
  * woke it: say how many events it missed, if it has room again. */
 void dl_watch_drained(struct dl_conn *c);
-/* c ends: its watches go (conn.c, with its session). */
+/* c ends: its watches go (conn.c, with its session, before its user's
+ * count of connections: they are given back to the user). */
 void dl_watch_conn_end(struct dl_conn *c);
+/* c's watches (its user counts them, access.c gives them back when it
+ * revokes a session). */
+size_t dl_watch_conn_count(const struct dl_conn *c);
 
 /* Watches of all connections, and events sent and dropped (STATS). */
 struct dl_watch_stats {

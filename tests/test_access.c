@@ -831,6 +831,63 @@ Test(access, a_users_quota_holds_whatever_owner_it_says)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+/* Found from outside: one user's 400 connections took the daemon's
+ * 100000 watches in 0.2 s, and every other user's WATCH was refused. A
+ * user's watches are bounded by its watches= (or max_watches_per_user),
+ * across its connections, and given back by UNWATCH, by the end of a
+ * connection and kept through a reload. */
+Test(access, one_user_cannot_take_every_watch)
+{
+	struct h_client *m1, *m2, *app, *ops;
+	char *l;
+	int i;
+
+	start_users("ops " OPS_HASH " lock=* read=* watches=20\n"
+		    "app " APP_HASH " lock=* read=* watches=2\n"
+		    "mal " CI_HASH " lock=m/ read=m/\n",
+		    "[limits]\nmax_watches_per_user = 4");
+	m1 = login("mal", CI_SECRET);
+	m2 = login("mal", CI_SECRET);
+	for (i = 0; i < 3; i++)
+		cr_assert(h_starts(h_call(m1, "WATCH m/%d", i), "OK WATCHING"));
+	cr_assert(h_starts(h_call(m2, "WATCH m/*"), "OK WATCHING"));
+	l = h_call(m2, "WATCH m/9");
+	cr_assert(h_starts(l, "ERR LIMIT "), "%s", l);
+	cr_assert(strstr(l, "user mal has 4 watches, at most 4 "
+			    "(max_watches_per_user)"),
+		  "%s", l);
+	l = h_call(m1, "WATCH m/0"); /* one it has: nothing new */
+	cr_assert(h_starts(l, "OK WATCHING m/0"), "%s", l);
+	/* the others are not counted with it */
+	ops = login("ops", OPS_SECRET);
+	for (i = 0; i < 8; i++)
+		cr_assert(
+			h_starts(h_call(ops, "WATCH m/%d", i), "OK WATCHING"));
+	app = login("app", APP_SECRET);
+	cr_assert(h_starts(h_call(app, "WATCH a"), "OK WATCHING"));
+	cr_assert(h_starts(h_call(app, "WATCH b*"), "OK WATCHING"));
+	l = h_call(app, "WATCH c");
+	cr_assert(strstr(l, "at most 2 (its watches=)"), "%s", l);
+	/* given back: by UNWATCH, by the end of a connection */
+	cr_assert(h_starts(h_call(m1, "UNWATCH m/1"), "OK UNWATCHED"));
+	cr_assert(h_starts(h_call(m2, "WATCH m/5"), "OK WATCHING"));
+	cr_assert(h_starts(h_call(m2, "WATCH m/6"), "ERR LIMIT "));
+	h_close(m2);
+	h_close(login("ops", OPS_SECRET)); /* m2's end is handled */
+	cr_assert(h_starts(h_call(m1, "WATCH m/7"), "OK WATCHING"));
+	cr_assert(h_starts(h_call(m1, "WATCH m/8"), "OK WATCHING"));
+	cr_assert(h_starts(h_call(m1, "WATCH m/9"), "ERR LIMIT "));
+	/* kept through a reload that changes nothing of mal's */
+	h_daemon_signal(&d, SIGHUP);
+	cr_assert(wait_log("reload: users file", 5000));
+	l = h_call(m1, "WATCH m/9");
+	cr_assert(strstr(l, "user mal has 4 watches"), "%s", l);
+	h_close(m1);
+	h_close(app);
+	h_close(ops);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
 /* max_locks bounds the locks of everyone together; a known name is still
  * served. */
 Test(access, max_locks_bounds_the_locks_of_all_clients)

@@ -59,7 +59,7 @@ Test(users, a_line_gives_a_secret_grants_and_quotas)
 		 "\n"
 		 "   # indented comment\n"
 		 "payments %s lock=pay/,shared/ read=* locks=10 waits=2 "
-		 "conns=3\r\n",
+		 "conns=3 watches=4\r\n",
 		 hash_of("s3cret"));
 	u = parse_ok(text);
 	cr_assert_eq(u->n, 1);
@@ -69,6 +69,7 @@ Test(users, a_line_gives_a_secret_grants_and_quotas)
 	cr_assert_eq(p->quota[DL_QUOTA_LOCKS], 10);
 	cr_assert_eq(p->quota[DL_QUOTA_WAITS], 2);
 	cr_assert_eq(p->quota[DL_QUOTA_CONNS], 3);
+	cr_assert_eq(p->quota[DL_QUOTA_WATCHES], 4);
 	cr_assert(dl_user_may(u, p, DL_RIGHT_LOCK, S("pay/x")));
 	cr_assert(dl_user_may(u, p, DL_RIGHT_LOCK, S("shared/")));
 	cr_assert_not(dl_user_may(u, p, DL_RIGHT_LOCK, S("pa")));
@@ -151,6 +152,9 @@ Test(users, a_bad_line_is_an_error_with_file_and_line)
 		{"a uid=1 lock=x lock=y\n", "users:1: lock= given twice"},
 		{"a uid=1 locks=0\n", "users:1: locks=: a number from 1"},
 		{"a uid=1 conns=x\n", "users:1: conns=: a number from 1"},
+		{"a uid=1 watches=-1\n", "users:1: watches=: a number from 1"},
+		{"a uid=1 watches=2 watches=3\n",
+		 "users:1: watches= given twice"},
 		{"a sha256:abc\n", "users:1: sha256: expected 64 hex"},
 		{"a lock=*\n", "users:1: user 'a' has neither"},
 		{"a uid=1\n\n# c\na uid=2\n", "users:4: user 'a' given twice"},
