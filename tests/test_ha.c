@@ -957,6 +957,86 @@ Test(ha, a_take_over_during_the_closure_keeps_reclaimed_leases_safe)
 	h_daemon_kill9(&a);
 }
 
+/* Found by the fault campaign with the shipped max_ttl: the standby's
+ * looks had a gap (here a SIGSTOP; there, the Redis restart that lost the
+ * writes), so it could not bound the loss it then saw under the restarted
+ * active, and its report closed every lock for 24 h. The active's own
+ * take was bounded by its state file (restarted within its leadership:
+ * nobody else can have led since), so its horizon bounds every lease
+ * told: the report closes grants only until then. */
+Test(ha, a_standby_that_cannot_bound_a_loss_closes_only_to_the_horizon)
+{
+	struct h_daemon *nodes[2] = {&a, &b};
+	char conf[H_PATH_MAX + 128], cmd[3 * H_PATH_MAX], got[512] = "", *l;
+	struct h_client *c, *bob;
+	uint64_t t_lock, t_stop;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		h_daemon_write_conf(nodes[i], "");
+		snprintf(conf, sizeof(conf),
+			 "[persistence]\nstate_dir = %s\n"
+			 "[limits]\nmax_ttl = 24h\n",
+			 nodes[i]->dir);
+		h_daemon_write_conf(nodes[i], conf);
+		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
+			       "redis", "--redis", r.url, "--node-id",
+			       i ? "b" : "a", "--leader-lease", "3s", "-l",
+			       "info", NULL);
+		if (i == 0)
+			wait_active(&a, 5000);
+	}
+	h_sleep_ms(1200); /* b looks, and is counted */
+	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
+		 r.dir);
+	cr_assert_eq(system(cmd), 0);
+	c = h_hello(a.port, "alice");
+	h_lock(c, "x", "ttl=4s"); /* lost with the copy */
+	t_lock = h_now_ms();
+	h_close(c);
+	h_daemon_signal(&b, SIGSTOP);
+	t_stop = h_now_ms();
+	h_daemon_kill9(&a);
+	h_redis_kill9(&r);
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
+		 r.dir, r.dir);
+	cr_assert_eq(system(cmd), 0);
+	h_redis_restart(&r);
+	h_daemon_restart(&a); /* within its leadership: its file proves */
+	wait_active(&a, 10000);
+	cr_assert(h_daemon_log_has(&a, "WENT BACK"));
+	while (h_now_ms() - t_stop < 3600) /* past b's leader_lease */
+		h_sleep_ms(50);
+	h_daemon_signal(&b, SIGCONT);
+	/* a new connection each time: the report makes a take again, which
+	 * closes them (* BYE not-active) */
+	while (h_now_ms() - t_lock < 30000) {
+		h_sleep_ms(200);
+		if (!(bob = h_try_connect(a.port)))
+			continue;
+		h_send(bob, "HELLO owner=bob");
+		l = h_read(bob, 5000);
+		if (l && h_starts(l, "OK HELLO")) {
+			h_send(bob, "TRYLOCK x ttl=1s");
+			l = h_read(bob, 5000);
+		}
+		snprintf(got, sizeof(got), "%s", l ? l : "(closed)");
+		h_close(bob);
+		if (h_starts(got, "OK GRANTED x "))
+			break;
+	}
+	cr_assert(h_starts(got, "OK GRANTED x "),
+		  "still closed %llu ms after a 4 s lease: \"%s\"",
+		  (unsigned long long)(h_now_ms() - t_lock), got);
+	cr_assert_geq(h_now_ms() - t_lock, 4000 - 100,
+		      "granted before alice's lost lease may have ended");
+	cr_assert(h_daemon_log_has(&a, "a standby saw Redis go back"),
+		  "b never reported the loss (see %s)", a.log);
+	h_daemon_stop(&a);
+	h_daemon_stop(&b);
+}
+
 /* ---- clients that fail over ---------------------------------------------- */
 
 static atomic_int lost_calls;
