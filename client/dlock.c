@@ -147,7 +147,7 @@ void dlock_options_init(struct dlock_options *o)
 	o->request_timeout_ms = 5000;
 	o->reconnect = 1;
 	o->renew = 1;
-	o->describe = 1;
+	o->describe = DLOCK_DESCRIBE_NAME;
 }
 
 const char *dlock_owner(const dlock_client *c)

@@ -164,6 +164,13 @@ enum dlock_lost_reason {
 typedef void (*dlock_lost_cb)(dlock_client *c, const dlock_lease *lease,
 			      enum dlock_lost_reason why, void *arg);
 
+/* What a client says of itself (dlock_options.describe). */
+enum dlock_describe {
+	DLOCK_DESCRIBE_NONE = 0, /* nothing */
+	DLOCK_DESCRIBE_NAME = 1, /* host, pid, the program's name */
+	DLOCK_DESCRIBE_FULL = 2	 /* host, pid, the whole command line */
+};
+
 /*
  * Called on the library's thread when a lease is at risk while it still
  * has time: its renewal has not been confirmed by half its TTL (the
@@ -311,26 +318,31 @@ struct dlock_options {
 	 */
 	int standby_ok;
 	/*
-	 * describe: 1 (the default): after HELLO, the client says who it
-	 * is -- host, pid and command -- and the server shows it with each
-	 * lease the client takes (STATUS, HOLDERS, LOCKS, and to whoever
-	 * finds the lock busy), to every user who may read the lock. 0:
+	 * describe: DLOCK_DESCRIBE_NAME (1, the default): after HELLO, the
+	 * client says who it is -- host, pid and the program's name -- and
+	 * the server shows it with each lease the client takes (STATUS,
+	 * HOLDERS, LOCKS, and to whoever finds the lock busy), to every
+	 * user who may read the lock. DLOCK_DESCRIBE_FULL (2): the whole
+	 * command line instead of the name. DLOCK_DESCRIBE_NONE (0):
 	 * nothing is said.
 	 *
 	 * desc_host: NULL: gethostname(). desc_pid: 0: getpid().
-	 * desc_cmd: NULL: the command line (/proc/self/cmdline, its words
-	 * joined by spaces; else program_invocation_short_name). The
-	 * texts are sent as the protocol takes them (proto/desc.h): a byte
-	 * that is not printable ASCII becomes '?', a space or '%' an
-	 * escape of 3 bytes, and they are cut to 64 (host) and 128 (cmd)
-	 * bytes so counted. "" leaves that part out.
+	 * desc_cmd: NULL: the program's name (program_invocation_short_name)
+	 * or, with DLOCK_DESCRIBE_FULL, the command line (/proc/self/cmdline,
+	 * its words joined by spaces). The texts are sent as the protocol
+	 * takes them (proto/desc.h): a byte that is not printable ASCII
+	 * becomes '?', a space or '%' an escape of 3 bytes, and they are cut
+	 * to 64 (host) and 128 (cmd) bytes so counted. "" leaves that part
+	 * out.
 	 *
 	 * A command line can carry what others should not read (a password
-	 * given as an argument): set desc_cmd, or describe to 0, for such a
-	 * program. A server that does not know descriptions (dlockd 0.3)
-	 * refuses them, and the client goes on without: nothing fails.
+	 * given as an argument): every user who may read the lock sees it,
+	 * and Redis keeps it with the lease. Ask for DLOCK_DESCRIBE_FULL
+	 * only for programs whose arguments say nothing secret. A server
+	 * that does not know descriptions (dlockd 0.3) refuses them, and the
+	 * client goes on without: nothing fails.
 	 */
-	int describe;
+	int describe; /* DLOCK_DESCRIBE_* */
 	const char *desc_host;
 	const char *desc_cmd;
 	int desc_pid;

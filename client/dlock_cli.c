@@ -50,9 +50,10 @@
 #define CONN_OPTS                                                              \
 	(OPTB(OPT_HOST) | OPTB(OPT_SERVERS) | OPTB(OPT_PORT) |                 \
 	 OPTB(OPT_SOCKET) | OPTB(OPT_PASSWORD) | OPTB(OPT_PASSWORD_FILE) |     \
-	 OPTB(OPT_OWNER) | OPTB(OPT_TLS) | OPTB(OPT_TLS_CA) |                  \
-	 OPTB(OPT_TLS_CERT) | OPTB(OPT_TLS_KEY) | OPTB(OPT_TLS_SERVER_NAME) |  \
-	 OPTB(OPT_USER) | OPTB(OPT_SECRET_FILE) | OPTB(OPT_SERVER_TIMEOUT) |   \
+	 OPTB(OPT_OWNER) | OPTB(OPT_OWNER_KEY_FILE) | OPTB(OPT_DESCRIBE) |     \
+	 OPTB(OPT_TLS) | OPTB(OPT_TLS_CA) | OPTB(OPT_TLS_CERT) |               \
+	 OPTB(OPT_TLS_KEY) | OPTB(OPT_TLS_SERVER_NAME) | OPTB(OPT_USER) |      \
+	 OPTB(OPT_SECRET_FILE) | OPTB(OPT_SERVER_TIMEOUT) |                    \
 	 OPTB(OPT_TIMEOUT) | OPTB(OPT_HELP) | OPTB(OPT_VERSION))
 
 static const struct {
@@ -88,6 +89,8 @@ static const struct {
 	[OPT_REASON] = {"reason", 1},
 	[OPT_WARN] = {"warn", 1},
 	[OPT_DELAY] = {"delay", 1},
+	[OPT_OWNER_KEY_FILE] = {"owner-key-file", 1},
+	[OPT_DESCRIBE] = {"describe", 1},
 	[OPT_HELP] = {"help", 0},
 	[OPT_VERSION] = {"version", 0},
 };
@@ -168,11 +171,18 @@ static const char conn_help[] =
 	"                      DLOCK_SECRET); on the unix socket a user\n"
 	"                      known by its uid needs none\n"
 	"  --owner ID[=KEY]    owner id and the key that proves it\n"
-	"                      (DLOCK_OWNER=ID=KEY, which ps(1) does\n"
-	"                      not show; default: random, new for each\n"
+	"                      (default: random, new for each\n"
 	"                      invocation). Without KEY the server makes\n"
 	"                      one for a new owner, and refuses an owner\n"
-	"                      in use by others\n"
+	"                      in use by others. A KEY here is masked in\n"
+	"                      ps(1) but visible until then: prefer\n"
+	"                      DLOCK_OWNER=ID=KEY or --owner-key-file\n"
+	"  --owner-key-file F  the owner's key, the first line of F\n"
+	"  --describe M        what the server shows of this command with\n"
+	"                      its lease: name (the default: run's\n"
+	"                      command name, or `dlock lock <name>`),\n"
+	"                      full (run's whole command line, which\n"
+	"                      every reader of the lock sees) or none\n"
 	"  --tls-ca FILE       TLS, trusting the CAs in FILE (PEM) for the\n"
 	"                      server's certificate (DLOCK_TLS_CA)\n"
 	"  --tls-cert FILE     client certificate (PEM), for a server that\n"
@@ -502,7 +512,52 @@ static int owner_of(struct cli *cl, const char *what, const char *v)
 			what, DL_OWNER_SECRET_MIN, DL_OWNER_SECRET_MAX);
 	snprintf(cl->owner_buf, sizeof(cl->owner_buf), "%.*s", (int)n, v);
 	cl->owner = cl->owner_buf;
-	cl->owner_key = eq ? eq + 1 : NULL;
+	cl->owner_key = NULL;
+	if (eq) {
+		snprintf(cl->owner_key_buf, sizeof(cl->owner_key_buf), "%s",
+			 eq + 1);
+		cl->owner_key = cl->owner_key_buf;
+		/* out of ps(1) from now on, as --password */
+		if (strcmp(what, "--owner") == 0)
+			memset((char *)eq + 1, '*', strlen(eq + 1));
+	}
+	return 0;
+}
+
+/* --owner-key-file: the key of the owner --owner or DLOCK_OWNER names,
+ * the first line of the file (never in argv, nor in the environment). */
+static int read_owner_key_file(struct cli *cl)
+{
+	char buf[DL_OWNER_SECRET_MAX + 3];
+	const char *path = cl->owner_key_file;
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	if (!f)
+		return dl_cli_usage_error(cl, "--owner-key-file %s: %s", path,
+					  strerror(errno));
+	if (!fgets(buf, sizeof(buf), f))
+		buf[0] = '\0';
+	fclose(f);
+	n = strcspn(buf, "\r\n");
+	buf[n] = '\0';
+	if (!cl->owner)
+		return dl_cli_usage_error(cl, "--owner-key-file needs the "
+					      "owner id: --owner ID or "
+					      "DLOCK_OWNER=ID");
+	if (cl->owner_key)
+		return dl_cli_usage_error(cl, "--owner-key-file and a key "
+					      "after '=' in the owner: give "
+					      "one");
+	if (dl_check_owner_secret(buf, n) != 0)
+		return dl_cli_usage_error(
+			cl,
+			"--owner-key-file %s: the first line is not a key (%d "
+			"to %d letters, digits, - or _)",
+			path, DL_OWNER_SECRET_MIN, DL_OWNER_SECRET_MAX);
+	memcpy(cl->owner_key_buf, buf, n + 1);
+	memset(buf, 0, sizeof(buf));
+	cl->owner_key = cl->owner_key_buf;
 	return 0;
 }
 
@@ -551,6 +606,22 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 		return 0;
 	case OPT_OWNER:
 		return owner_of(cl, "--owner", v);
+	case OPT_OWNER_KEY_FILE:
+		cl->owner_key_file = v;
+		return 0;
+	case OPT_DESCRIBE:
+		if (strcmp(v, "name") == 0)
+			cl->describe = DLOCK_DESCRIBE_NAME;
+		else if (strcmp(v, "full") == 0)
+			cl->describe = DLOCK_DESCRIBE_FULL;
+		else if (strcmp(v, "none") == 0)
+			cl->describe = DLOCK_DESCRIBE_NONE;
+		else
+			return dl_cli_usage_error(cl,
+						  "--describe: '%s' is not "
+						  "name, full or none",
+						  v);
+		return 0;
 	case OPT_TLS:
 		cl->tls = 1;
 		return 0;
@@ -766,8 +837,10 @@ static int apply_env(struct cli *cl)
 		cl->user = v;
 	}
 	if (!(cl->seen & OPTB(OPT_OWNER)) && (v = getenv("DLOCK_OWNER")) &&
-	    v[0])
-		return owner_of(cl, "DLOCK_OWNER", v);
+	    v[0] && (rc = owner_of(cl, "DLOCK_OWNER", v)) != 0)
+		return rc;
+	if (cl->owner_key_file)
+		return read_owner_key_file(cl);
 	return 0;
 }
 
@@ -973,6 +1046,7 @@ void dl_cli_conn_options(const struct cli *cl, struct dlock_options *o)
 	 * refreshes are sent again on the new connection within the
 	 * request's timeout; an unlock or a break whose outcome the drop
 	 * hid is not (a second one could undo more), and fails. */
+	o->describe = cl->describe;
 	o->desc_cmd = dl_cli_desc_cmd(cl); /* never its options */
 	o->reconnect = 1;
 	o->renew = 0;
@@ -1268,7 +1342,9 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 
 int main(int argc, char **argv)
 {
-	struct cli cl = {.ttl_ms = DEFAULT_TTL_MS, .wait_ms = DL_WAIT_INF};
+	struct cli cl = {.ttl_ms = DEFAULT_TTL_MS,
+			 .wait_ms = DL_WAIT_INF,
+			 .describe = DLOCK_DESCRIBE_NAME};
 	int done = 0, rc;
 
 	/* dlock may hold a secret, a password or an owner key, from its

@@ -112,12 +112,14 @@ enum opt_id {
 	OPT_REASON,
 	OPT_WARN,
 	OPT_DELAY,
+	OPT_OWNER_KEY_FILE,
+	OPT_DESCRIBE,
 	OPT_HELP,
 	OPT_VERSION,
 	OPT_COUNT_
 };
 
-#define OPTB(o) (1u << (o))
+#define OPTB(o) (UINT64_C(1) << (o))
 
 struct cli;
 
@@ -125,7 +127,7 @@ struct subcmd {
 	const char *name;
 	int (*fn)(struct cli *cl);
 	int npos;	   /* positional words after the command name */
-	unsigned opts;	   /* options beyond the connection options */
+	uint64_t opts;	   /* options beyond the connection options */
 	const char *usage; /* after "dlock " */
 	const char *help;  /* what it does, its options, its exit codes */
 	int pos_optional;  /* the positional words may be left out */
@@ -136,7 +138,7 @@ struct cli {
 	const char *pos[2]; /* positional words (borrowed from argv) */
 	int npos;
 	char **command;	     /* run: the command and its arguments */
-	unsigned seen;	     /* OPTB() of the options given */
+	uint64_t seen;	     /* OPTB() of the options given */
 	const char *host;    /* borrowed from argv or the environment */
 	const char *servers; /* "h1:p1,h2:p2": a cluster, NULL: host */
 	int port;
@@ -145,8 +147,11 @@ struct cli {
 	const char *user;   /* a user of the server's users file, or NULL */
 	const char *reason; /* break --reason */
 	const char *owner;  /* NULL: libdlock picks a random one */
-	const char *owner_key; /* after '=' in --owner, or NULL */
-	const char *cluster;   /* DLOCK_CLUSTER: the id to insist on, or NULL */
+	const char *owner_key; /* the owner's key (owner_key_buf), or NULL */
+	const char *owner_key_file; /* --owner-key-file, or NULL */
+	char owner_key_buf[DL_OWNER_SECRET_MAX + 1];
+	int describe; /* --describe: DLOCK_DESCRIBE_* (NAME by default) */
+	const char *cluster; /* DLOCK_CLUSTER: the id to insist on, or NULL */
 	char owner_buf[DL_OWNER_MAX + 1]; /* the id part of --owner */
 	int tls;			  /* --tls: TLS with the system's CAs */
 	const char *tls_ca, *tls_cert, *tls_key; /* PEM files, or NULL */

@@ -894,17 +894,27 @@ int dl_cli_list(struct cli *cl)
 /* ---- who holds it -------------------------------------------------------- */
 
 /* Its command, never its options (--password, --owner <id>=<key> may be
- * among them): `dlock lock x`, or for run the command it runs, which is
- * what a person looking at a busy lock wants to know. libdlock makes it
- * fit the protocol (dlock.h, options.desc_cmd). */
+ * among them): `dlock lock x`, or for run the command it runs -- its
+ * name, or with --describe full its arguments too (which may hold a
+ * secret, and every reader of the lock would see) -- which is what a
+ * person looking at a busy lock wants to know. libdlock makes it fit the
+ * protocol (dlock.h, options.desc_cmd). */
 const char *dl_cli_desc_cmd(const struct cli *cl)
 {
 	static char buf[1024];
 	size_t n = 0;
 	char *const *w;
+	const char *slash;
 	int i;
 
 	buf[0] = '\0';
+	if (cl->sub->fn == dl_cli_run && cl->command &&
+	    cl->describe != DLOCK_DESCRIBE_FULL) {
+		slash = strrchr(cl->command[0], '/');
+		snprintf(buf, sizeof(buf), "%s",
+			 slash ? slash + 1 : cl->command[0]);
+		return buf;
+	}
 	if (cl->sub->fn == dl_cli_run && cl->command) {
 		for (w = cl->command; *w && n < sizeof(buf) - 1; w++)
 			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%s",

@@ -32,7 +32,7 @@
 #define CMDLINE_READ 4096
 
 /* The command line, its arguments joined by spaces, into buf (NUL
- * terminated); "" if it cannot be read. */
+ * terminated); the program's name if it cannot be read. */
 static void command_line(char *buf, size_t cap)
 {
 	ssize_t n = 0, r;
@@ -77,10 +77,16 @@ void dl__describe(struct dlock_client *c, const struct dlock_options *o)
 	c->desc_host[n] = '\0';
 	c->desc_pid =
 		o->desc_pid > 0 ? (uint32_t)o->desc_pid : (uint32_t)getpid();
+	/* the program's name by default: its arguments may hold a secret,
+	 * and every user who may read the lock would read it */
 	s = o->desc_cmd;
-	if (!s) {
+	if (!s && o->describe == DLOCK_DESCRIBE_FULL) {
 		command_line(buf, sizeof(buf));
 		s = buf;
+	} else if (!s) {
+		s = program_invocation_short_name
+			    ? program_invocation_short_name
+			    : "";
 	}
 	n = dl_desc_encode(s, strlen(s), c->desc_cmd, DL_DESC_CMD_MAX);
 	c->desc_cmd[n] = '\0';

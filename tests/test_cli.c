@@ -2214,7 +2214,16 @@ Test(cli, dlock_describes_the_command_it_runs_never_its_options)
 	struct result r;
 	char *l;
 
-	proc_start(&p, "run", "rx", "--", "sleep", "3", NULL);
+	/* its name by default: its arguments may hold a secret */
+	proc_start(&p, "run", "rx", "--", "/bin/sleep", "3", NULL);
+	wait_held(c, "rx", 10000);
+	l = h_call(c, "STATUS rx");
+	cr_assert(eq(int, strcmp(h_kv(l, "cmd"), "sleep"), 0), "%s", l);
+	proc_result(&p, &r, QUICK_MS);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	/* its arguments too when asked */
+	proc_start(&p, "run", "rx", "--describe", "full", "--", "sleep", "3",
+		   NULL);
 	wait_held(c, "rx", 10000);
 	l = h_call(c, "STATUS rx");
 	cr_assert(eq(int, strcmp(h_kv(l, "cmd"), "sleep%203"), 0), "%s", l);
@@ -2230,6 +2239,58 @@ Test(cli, dlock_describes_the_command_it_runs_never_its_options)
 	cr_assert(has(l, h_owner_key("o1")) == 0, "the key went out: %s", l);
 	proc_result(&p, &r, QUICK_MS);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	h_close(c);
+}
+
+/* An owner's key given on the command line is out of ps(1) once dlock
+ * has read it (found from outside: `dlock --owner job=<key> run ...`
+ * showed the key in ps for the whole run); --owner-key-file keeps it out
+ * of argv and the environment altogether. */
+Test(cli, an_owner_key_stays_out_of_ps)
+{
+	char path[H_PATH_MAX + 32], cmdline[4096], key_arg[128], tok[64];
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+	struct proc p;
+	size_t n = 0, i;
+	FILE *f;
+
+	snprintf(key_arg, sizeof(key_arg), "%s", owned("ko"));
+	proc_start(&p, "run", "kx", "--owner", key_arg, "--", "sleep", "3",
+		   NULL);
+	wait_held(c, "kx", 10000);
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)p.pid);
+	f = fopen(path, "r");
+	cr_assert(f != NULL, "%s", path);
+	n = fread(cmdline, 1, sizeof(cmdline) - 1, f);
+	fclose(f);
+	for (i = 0; i < n; i++)
+		cmdline[i] = cmdline[i] ? cmdline[i] : ' ';
+	cmdline[n] = '\0';
+	cr_assert(has(cmdline, "--owner ko="), "%s", cmdline);
+	cr_assert(has(cmdline, h_owner_key("ko")) == 0, "the key shows: %s",
+		  cmdline);
+	proc_result(&p, &r, QUICK_MS);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+
+	/* the key from a file: lock in one command, unlock in another */
+	snprintf(path, sizeof(path), "%s/ko.key", d.dir);
+	f = fopen(path, "w");
+	cr_assert(f != NULL);
+	fprintf(f, "%s\n", h_owner_key("kf"));
+	fclose(f);
+	dlock(&r, "lock", "ky", "--owner", "kf", "--owner-key-file", path,
+	      "--ttl", "30s", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	snprintf(tok, sizeof(tok), "%.*s", (int)strcspn(r.out, "\n"), r.out);
+	dlock(&r, "unlock", "ky", tok, "--owner", "kf", "--owner-key-file",
+	      path, NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS ky"), "state"), "free"));
+	/* one key, not two */
+	dlock(&r, "lock", "ky", "--owner", owned("kf"), "--owner-key-file",
+	      path, NULL);
+	cr_assert(eq(int, r.status, 64), "%s", r.err);
 	h_close(c);
 }
 

@@ -806,6 +806,10 @@ def _proc_cmdline() -> str:
 
 
 def test_a_client_describes_itself_by_default(daemon):
+    """Its host, pid and program name -- never its arguments, which may
+    hold a secret (found from outside: a password given as an argument
+    showed in STATUS to every reader of the lock); describe="full" sends
+    the command line."""
     import socket
 
     with client(daemon) as c, client(daemon, describe=False) as quiet:
@@ -813,10 +817,17 @@ def test_a_client_describes_itself_by_default(daemon):
             st = quiet.status("d")
             assert st.host == socket.gethostname()[: dlockd._wire.DESC_HOST_MAX]
             assert st.pid == os.getpid()
+            assert st.cmd == dlockd._core._program_name()
+            assert st.cmd and " " not in st.cmd
+            assert st.held_for is not None and 0 <= st.held_for < 5
+    with client(daemon, describe="full") as c, client(daemon, describe=False) as quiet:
+        with c.lock("d", ttl=5):
+            st = quiet.status("d")
             assert st.cmd == dlockd._wire.desc_decode(
                 dlockd._wire.desc_encode(_proc_cmdline(), dlockd._wire.DESC_CMD_MAX)
             )
-            assert st.held_for is not None and 0 <= st.held_for < 5
+    with pytest.raises(ValueError):
+        dlockd.Client(daemon.addr, describe="everything")
         with quiet.lock("q", ttl=5):
             st = c.status("q")
             assert (st.host, st.pid, st.cmd) == ("", 0, "")

@@ -99,6 +99,17 @@ RENEW_RETRY_MIN_MS = 10  # a refused renewal is retried after max(TTL/10, this)
 ALREADY_WAITING_RETRIES = 3  # LOCK answered ALREADY_WAITING: sent again
 
 
+def _program_name() -> str:
+    """This program's name, without its arguments (which may hold a
+    secret): the script's (the package's for ``python -m``), else the
+    interpreter's."""
+    arg0 = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else ""
+    name = os.path.basename(arg0)
+    if name == "__main__.py":
+        name = os.path.basename(os.path.dirname(arg0))
+    return name or os.path.basename(sys.executable or "python")
+
+
 def _command_line() -> str:
     """This process's command line, its words joined by spaces."""
     try:
@@ -890,7 +901,12 @@ class Core:
         """The words of the describing HELLO (host, pid, cmd), as sent."""
         o = self.o
         host = o.desc_host if o.desc_host is not None else socket.gethostname()
-        cmd = o.desc_cmd if o.desc_cmd is not None else _command_line()
+        if o.desc_cmd is not None:
+            cmd = o.desc_cmd
+        elif o.describe == "full":
+            cmd = _command_line()
+        else:
+            cmd = _program_name()
         pid = o.desc_pid if o.desc_pid is not None else os.getpid()
         return {
             "host": wire.desc_encode(host, wire.DESC_HOST_MAX) or None,

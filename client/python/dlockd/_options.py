@@ -59,14 +59,24 @@ class Options:
     lost_guard_ms: float | None = None
     on_lost: Callable[..., Any] | None = None
     on_at_risk: Callable[..., Any] | None = None
-    # who the client says it is (HELLO host= pid= cmd=): False says
-    # nothing; None parts are found (the host name, the pid, the command
-    # line), "" leaves a part out
-    describe: bool = True
+    # who the client says it is (HELLO host= pid= cmd=): True (or "name")
+    # says the program's name, "full" its whole command line (which every
+    # reader of the lock sees: its arguments may hold a secret), False
+    # nothing; None parts are found (the host name, the pid, the name or
+    # command line), "" leaves a part out
+    describe: bool | str = True
     desc_host: str | None = None
     desc_pid: int | None = None
     desc_cmd: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _describe(v: Any) -> bool | str:
+    if v in ("full", "name"):
+        return "full" if v == "full" else True
+    if isinstance(v, bool):
+        return v
+    raise ValueError(f"describe: {v!r} is not True, False, 'name' or 'full'")
 
 
 def _env(environ: Mapping[str, str], name: str) -> str | None:
@@ -228,7 +238,7 @@ def build(
         lost_guard_ms=seconds("lost_guard", None),
         on_lost=kw.pop("on_lost", None),
         on_at_risk=kw.pop("on_at_risk", None),
-        describe=bool(kw.pop("describe", True)),
+        describe=_describe(kw.pop("describe", True)),
         desc_host=kw.pop("desc_host", None),
         desc_pid=kw.pop("desc_pid", None),
         desc_cmd=kw.pop("desc_cmd", None),

@@ -169,9 +169,11 @@ class Client:
     request_timeout (5 s), reconnect (True), renew (True), max_hold
     (None: renew for ever), lost_guard (max(TTL/10, 20 ms)), on_lost and
     on_at_risk (callbacks, on the client's thread: ``f(lease, reason)`` and
-    ``f(lease)``), describe (True: tell the server this process's host,
-    pid and command line, which it shows with the client's leases to whoever
-    may read the locks; False: nothing), desc_host, desc_pid, desc_cmd
+    ``f(lease)``), describe (True or "name": tell the server this process's
+    host, pid and program name, which it shows with the client's leases to
+    whoever may read the locks; "full": the whole command line instead of
+    the name -- its arguments may hold a secret; False: nothing),
+    desc_host, desc_pid, desc_cmd
     (instead of what is found). Raises Unavailable, Denied or
     ssl.SSLError when no server can be used within connect_timeout.
     """
