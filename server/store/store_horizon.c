@@ -351,7 +351,6 @@ static uint64_t bound_ms(struct dl_store *st, const char **why)
 				 : hz->registered &&
 					   now - hz->prev_send <
 						   st->cfg->leader_lease_ms;
-	st->hz.args_proved = proves;
 	if (!proves) {
 		/* the longest lease, and the longest delay after it */
 		*why = "nothing bounds the leases told before: max_ttl";
@@ -461,22 +460,6 @@ void dl__hz_reply(struct dl_store *st, int mode, const redisReply *r,
 
 	if (count_value(hz->closed_value, sizeof(hz->closed_value),
 			r->element[4], &end, inst, &n, &why)) {
-		/* a standby's report to an active whose take bounded every
-		 * lease told before it (dl__hz_took): this daemon's horizon
-		 * bounds them all, whatever the standby could not */
-		if (st->lead.active && mode == LEAD_RENEW && hz->take_proved &&
-		    strcmp(inst, st->lead.instance) != 0) {
-			uint64_t h = seen->v.horizon;
-
-			if (dl_locktab_horizon(st->tab) > h)
-				h = dl_locktab_horizon(st->tab);
-			if (end > h) {
-				end = h > now ? h : now;
-				why = "a standby saw Redis go back under this "
-				      "daemon, whose take bounds every lease: "
-				      "until the lease horizon";
-			}
-		}
 		dl_seen_note_closed(seen, end, why);
 		/* the active: a closure it did not make is a standby's
 		 * report that this daemon took a Redis that had lost what the
@@ -601,21 +584,11 @@ void dl__hz_role(struct dl_store *st, int active)
 	hz->registered = 0;
 }
 
-void dl__hz_took(struct dl_store *st, int kept, int behind)
+void dl__hz_took(struct dl_store *st, int kept)
 {
 	struct dl_seen *seen = &st->lead.seen;
 	uint64_t now = dl_mono_ms(), h = seen->v.horizon;
 
-	/* A take that found the loss itself and bounded its closure by
-	 * what it knows (bound_ms for this take) bounds every lease told
-	 * before it: with what it tells from then on, its horizon bounds
-	 * them all while it leads. A take that saw no loss proves nothing
-	 * of one (a node restarted without a state file knows nothing: the
-	 * standby's report is what tells it). A take that kept its table
-	 * goes on from the take before (whose table it keeps, loaded from
-	 * whatever Redis held then): it proves what that one did. */
-	if (!kept)
-		st->hz.take_proved = behind && st->hz.args_proved;
 	if (kept || seen->v.closed <= now)
 		return;
 	if (dl_locktab_horizon(st->tab) > h)

@@ -88,16 +88,6 @@ struct store_horizon {
 	uint64_t report_until; /* monotonic; 0: not waiting */
 	int report_found;      /* a report came: load again */
 	unsigned report_reads; /* reads of the standbys since it began */
-	/* The leadership call's closure was bounded by what this daemon
-	 * knows (bound_ms), and this daemon's last take that did not keep
-	 * its table found the loss itself and was so bounded: while it leads,
-	 * its horizon bounds every lease told, and a standby's report of a loss
-	 * it cannot bound (a gap in its looks, e.g. across the Redis restart
-	 * that lost the writes) closes grants only until then. Found by the
-	 * fault campaign with the shipped max_ttl: such a report closed every
-	 * lock for 24 h. */
-	int args_proved;
-	int take_proved;
 };
 
 /* The commit of `epoch` (store.c): 1 if it may go now -- the state file
@@ -125,16 +115,13 @@ void dl__hz_role(struct dl_store *st, int active);
 /* This daemon's state file bounds every lease told before it started (a
  * standalone daemon's file; another's whose lead is its epoch). */
 int dl__hz_file_proves(const struct dl_store *st);
-/* After each take (kept: it kept its table; behind: it found Redis went
- * back): whether what it knows bounds every lease told before
- * (take_proved), and, when it did not keep its table while grants are
- * closed:
+/* A take that did not keep its table (kept 0) while grants are closed:
  * they stay closed until the lease horizon it knows (state file, looks,
  * P horizon), if that is later. Leases reclaimed during the closure
  * outlive it, and the take loads no record (store_load.c): found from
  * outside, a restart or a take-over during the closure granted a lock
  * whose reclaimed lease had 49 s left. Their holders reclaim them again. */
-void dl__hz_took(struct dl_store *st, int kept, int behind);
+void dl__hz_took(struct dl_store *st, int kept);
 /* After a take: the closure in force (seen.v.closed) as ms left, 0 if
  * none; a new one is written to the state file at once. */
 uint64_t dl__hz_closure_left(struct dl_store *st);

@@ -577,7 +577,7 @@ int dl__lead_took(struct dl_store *st, struct lead_reply *lr, char *why,
 				? "This daemon holds its table and nobody else took over since: writing it back"
 				: "This daemon cannot vouch for any lock: no new lease is granted until every lease granted before may have ended");
 	}
-	dl__hz_took(st, lr->kept, lr->behind);
+	dl__hz_took(st, lr->kept);
 	lr->closed_ms = (int64_t)dl__hz_closure_left(st);
 	if (lr->closed_ms > 0) {
 		dl_warn("redis: grants closed for %lld ms more (%s): no new lease until every lease that may have been told before has ended",
