@@ -387,7 +387,8 @@ struct dl__lease *dl__lease_find(struct dlock_client *c, const char *name,
 int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
 		    int64_t ms, int64_t sent_at);
 /* The server confirmed the lease for ms from sent_at. */
-void dl__lease_confirm(struct dl__lease *l, int64_t sent_at, int64_t ms);
+void dl__lease_confirm(struct dlock_client *c, struct dl__lease *l,
+		       const struct dl__req *q, int64_t sent_at, int64_t ms);
 /* Mark at risk (once until confirmed again: dl__lease_confirm); on_at_risk
  * is called by the thread for each handle not lost yet, before any
  * on_lost of it. */

@@ -311,7 +311,7 @@ static int reply_refresh(struct dlock_client *c, struct dl__req *q,
 			 * go on asking for the TTL itself, or every wait
 			 * would shorten the lease a little more. */
 			atomic_store(&l->ttl, q->ttl > 0 ? q->ttl : ms);
-			dl__lease_confirm(l, q->sent_at, ms);
+			dl__lease_confirm(c, l, q, q->sent_at, ms);
 		}
 		dl__req_finish(c, q, 0);
 		return 1;

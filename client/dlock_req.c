@@ -642,13 +642,34 @@ struct dl__lease *dl__lease_find(struct dlock_client *c, const char *name,
 	return NULL;
 }
 
-void dl__lease_confirm(struct dl__lease *l, int64_t sent_at, int64_t ms)
+void dl__lease_confirm(struct dlock_client *c, struct dl__lease *l,
+		       const struct dl__req *q, int64_t sent_at, int64_t ms)
 {
+	int64_t d = sent_at + ms - dl__slack(ms), cap;
+	const struct dl__req *r;
+
 	/* The server counts the lease from when it read the request, which
 	 * is after sent_at: the deadline below is never later than the
 	 * server's, give or take its ms rounding and the difference of the
 	 * two clocks' rates, which the slack covers. */
-	atomic_store(&l->deadline, sent_at + ms - dl__slack(ms));
+	/* ... but a REFRESH of the lease written after q (c->fifo is in the
+	 * order of the writes; the server answers in it) may have shortened
+	 * it already: until its reply, the lease counts on the shorter end,
+	 * as from the moment it was written (dl__req_write). Found by the
+	 * fault campaign: a reentry to 3 s was answered while the renewal of
+	 * its 300 ms lease, written after it, was in flight; the client
+	 * counted on 3 s, closed, and the lock went to another owner 300 ms
+	 * later. */
+	for (r = c->fifo; r; r = r->next) {
+		if (r == q || r->lease != l || r->ttl <= 0 ||
+		    (r->op != DL__REFRESH && r->op != DL__RENEW &&
+		     r->op != DL__RECLAIM))
+			continue;
+		cap = r->sent_at + r->ttl - dl__slack(r->ttl);
+		if (cap < d)
+			d = cap;
+	}
+	atomic_store(&l->deadline, d);
 	l->renew_at = sent_at + atomic_load(&l->ttl) / 3;
 	l->at_risk = 0;
 }
@@ -694,7 +715,7 @@ int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
 		l->warn = q->warn;
 	if (q->delay > l->delay)
 		l->delay = q->delay;
-	dl__lease_confirm(l, sent_at, ms);
+	dl__lease_confirm(c, l, q, sent_at, ms);
 	h->l = l;
 	h->next = l->handles;
 	l->handles = h;

@@ -19,7 +19,9 @@
  * records stay true: requests on the FIFO are "sent" and those on the
  * waiting list "waiting", none of them done; every lease on the list is
  * linked, counts its handles right, and has at least as many references;
- * notify_count is the number of handles whose on_lost is due. A line the
+ * notify_count is the number of handles whose on_lost is due; a lease
+ * never counts on more than a REFRESH of it on the FIFO (written, not yet
+ * answered) may have left it (it can shorten the lease). A line the
  * client refuses (-1: the stream is out of step) ends the case, as the
  * reader would drop the connection. At the end everything is freed (LSan
  * reports a leak).
@@ -218,6 +220,14 @@ static void check_client(struct dlock_client *c)
 		CHECK(q->where == DL__SENT && !q->done, "a FIFO request");
 	for (q = c->waiting; q; q = q->next)
 		CHECK(q->where == DL__WAITING && !q->done, "a waiting request");
+	for (q = c->fifo; q; q = q->next)
+		if (q->lease && q->ttl > 0 && !q->lease->dead &&
+		    (q->op == DL__REFRESH || q->op == DL__RENEW ||
+		     q->op == DL__RECLAIM))
+			CHECK(atomic_load(&q->lease->deadline) <=
+				      q->sent_at + q->ttl - dl__slack(q->ttl),
+			      "a lease counts on more than a REFRESH in "
+			      "flight may leave it");
 	for (l = c->leases; l; l = l->next) {
 		CHECK(l->linked, "a listed lease not linked");
 		for (n = 0, h = l->handles; h; h = h->next, n++)
