@@ -57,8 +57,11 @@
  * check phase wakes them, dl_conn_budget_wake). An event that comes while
  * the sum is over the budget closes the connection with the most unread
  * output (a scan of the connections, made only then), for the events of
- * a client that never reads cannot be paused either. The budget is thus
- * exceeded by at most one reply per connection that was executing.
+ * a client that never reads cannot be paused either; so does a request
+ * of a connection with nothing unread (it cannot be paused for its own
+ * output, and one reply each from a thousand connections that never read
+ * passed the budget five times). The budget is thus exceeded by at most
+ * one reply.
  *
  * Parked input. A change read while the daemon, having just taken the
  * leadership over, is still making its link to Redis (dl_store_opening)

@@ -1034,6 +1034,58 @@ Test(server, clients_that_never_read_share_one_budget_of_unread_output)
 	cr_assert_eq(h_daemon_stop(&own), 0);
 }
 
+/* Found from outside: a connection with nothing unread ran its request
+ * however far over max_output_total the daemon was, so a thousand
+ * connections asking a big HOLDERS once each, never reading, held five
+ * times the budget. Over the budget, such a request first closes the
+ * connections with the most unread output: the sum stays within the
+ * budget and one reply, and a client that reads is served. */
+Test(server, requests_of_clients_with_nothing_unread_keep_the_budget)
+{
+	enum { N = 300, HOLDERS = 1000, BUDGET = 2 * 1024 * 1024 };
+	static struct h_client *c[N];
+	char conf[512], sock[H_PATH_MAX + 16], cmd[129], *l;
+	struct h_client *p, *o;
+	uint64_t held;
+	int i;
+
+	h_daemon_write_conf(&own, ""); /* makes own.dir */
+	snprintf(sock, sizeof(sock), "%s/dlockd.sock", own.dir);
+	snprintf(conf, sizeof(conf),
+		 "[server]\nunix_socket = %s\n"
+		 "[limits]\nmax_output_total = %d\n",
+		 sock, BUDGET);
+	own_start(conf);
+	/* a lock of a thousand described holders: a HOLDERS of ~300 KB,
+	 * more than a unix socket takes from the daemon */
+	memset(cmd, 'c', sizeof(cmd) - 1);
+	cmd[sizeof(cmd) - 1] = '\0';
+	o = h_connect(own.port);
+	for (i = 0; i < HOLDERS; i++) {
+		l = h_call(o, "HELLO owner=o%d host=h%d pid=%d cmd=%s", i, i,
+			   i + 1, cmd);
+		cr_assert(h_starts(l, "OK HELLO"), "%s", l);
+		l = h_call(o, "LOCK big mode=shared ttl=120s");
+		cr_assert(h_starts(l, "OK GRANTED big "), "%s", l);
+	}
+	p = h_connect(own.port);
+	for (i = 0; i < N; i++) {
+		c[i] = h_connect_unix(sock);
+		h_send(c[i], "HOLDERS big");
+	}
+	h_sleep_ms(1000);
+	cr_assert_str_eq(h_call(p, "PING reader"), "OK PONG reader");
+	held = h_stats_value(p, "output_buffered_bytes");
+	cr_assert_leq(held, BUDGET + BUDGET / 4, "%llu bytes held",
+		      (unsigned long long)held);
+	cr_assert_geq(h_stats_value(p, "output_budget_closes"), 1);
+	for (i = 0; i < N; i++)
+		h_close(c[i]);
+	h_close(o);
+	h_close(p);
+	cr_assert_eq(h_daemon_stop(&own), 0);
+}
+
 /* Events cannot be throttled by pausing input: a client that never reads
  * its * EXPIRED events is closed at max_output; others are served. The
  * leases are taken on c, which reads its replies; the events also go to
