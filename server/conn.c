@@ -4,9 +4,11 @@
  */
 #include "server/conn.h"
 
+#include <linux/sockios.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 
 #include "server/access.h"
 #include "server/clock.h"
@@ -238,6 +240,17 @@ int dl_conn_holding(const struct dl_conn *c)
 size_t dl_conn_unread(const struct dl_conn *c)
 {
 	return unread(c);
+}
+
+size_t dl_conn_queued(const struct dl_conn *c)
+{
+	uv_os_fd_t fd;
+	int n = 0;
+
+	if (c->closing || uv_fileno(&c->u.handle, &fd) != 0 ||
+	    ioctl(fd, SIOCOUTQ, &n) != 0 || n < 0)
+		n = 0;
+	return unread(c) + (size_t)n;
 }
 
 int dl_conn_pending(const struct dl_conn *c)

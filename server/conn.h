@@ -203,6 +203,11 @@ void dl_conn_withdraw_held(struct dl_conn *c, dl_held_fn fn);
 int dl_conn_holding(const struct dl_conn *c);
 /* Bytes of output the client has not read yet, held lines included. */
 size_t dl_conn_unread(const struct dl_conn *c);
+/* ... and what the kernel still holds of what was written (its send
+ * queue, SIOCOUTQ: a system call): where a client that does not read
+ * leaves the bytes, since a socket takes megabytes before the daemon
+ * sees anything unread. */
+size_t dl_conn_queued(const struct dl_conn *c);
 /* 1 while any output is not yet written (held lines included). */
 int dl_conn_pending(const struct dl_conn *c);
 

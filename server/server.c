@@ -671,7 +671,9 @@ static void wait_for_store(struct dl_server *srv)
 		stop_during_start(srv);
 }
 
-/* Request and idle timeouts: every connection, every DL_SWEEP_MS. */
+/* Request and idle timeouts: every connection, every DL_SWEEP_MS; and a
+ * watcher that missed events is told so once the kernel's queue to it has
+ * drained (the daemon hears nothing of that). */
 static void on_sweep(uv_timer_t *t)
 {
 	struct dl_server *srv = t->data;
@@ -683,7 +685,8 @@ static void on_sweep(uv_timer_t *t)
 	reopen_grants(srv);
 	for (c = srv->conns; c; c = next) {
 		next = c->next;
-		dl_conn_sweep(c, now);
+		if (!dl_conn_sweep(c, now))
+			dl_watch_drained(c);
 	}
 	dl_access_tick(srv, now, 0);
 }

@@ -96,7 +96,7 @@ static int room(const struct dl_conn *c, size_t len)
 {
 	const struct dl_server *srv = c->srv;
 
-	return dl_conn_unread(c) + len <= budget(c) &&
+	return dl_conn_queued(c) + len <= budget(c) &&
 	       srv->out_unread <= srv->cfg.max_output_total;
 }
 
@@ -111,7 +111,7 @@ static int overflow_notice(struct dl_conn_watch *cw)
 	struct dl_fmt f;
 	int n;
 
-	if (dl_conn_unread(c) > budget(c) / 2 ||
+	if (dl_conn_queued(c) > budget(c) / 2 ||
 	    srv->out_unread > srv->cfg.max_output_total / 4 * 3)
 		return 0;
 	dl_fmt_init(&f, buf, sizeof(buf));
