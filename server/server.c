@@ -192,6 +192,34 @@ static void step_down(struct dl_server *srv)
 	dl_notify("STATUS=standby");
 }
 
+/* Files of secrets others may read: warned of at start and at each
+ * reload (a file of the wrong mode is an operator's slip: it is used all
+ * the same, as refusing would stop a daemon that ran). password_file and
+ * redis_password_file hold secrets as they are; users_file holds their
+ * SHA-256, which a guessable secret does not survive. */
+static void secret_modes_check(const struct dl_config *cfg)
+{
+	const struct {
+		const char *what, *path;
+	} f[] = {{"password_file", cfg->password_file},
+		 {"redis_password_file", cfg->redis_password_file},
+		 {"users_file", cfg->users_file}};
+	struct stat sb;
+	size_t i;
+
+	for (i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+		if (f[i].path[0] && stat(f[i].path, &sb) == 0 &&
+		    (sb.st_mode & (S_IRWXG | S_IRWXO)))
+			dl_warn("%s %s: mode %04o lets %s read it: chmod %s",
+				f[i].what, f[i].path,
+				(unsigned)(sb.st_mode & 07777),
+				(sb.st_mode & S_IRWXO) ? "every user"
+						       : "its group",
+				(sb.st_mode & S_IRWXO)
+					? "600"
+					: "600, unless that group must");
+}
+
 /* The state file's directory (seen.h): made if it is missing (a daemon
  * started by hand, not by systemd's StateDirectory=); without one, say
  * once what this daemon will not notice. */
@@ -766,6 +794,7 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 		fatal(r == DL_ENOMEM ? DL_EXIT_OTHER : DL_EXIT_CONFIG, "%s",
 		      r == DL_ENOMEM ? "out of memory" : err);
 	state_dir_check(&srv->cfg);
+	secret_modes_check(&srv->cfg);
 	srv->store = dl_store_new(loop, &srv->cfg, srv->tab, &sh);
 	if (!srv->store)
 		fatal(DL_EXIT_OTHER, "out of memory");
@@ -940,6 +969,7 @@ void dl_server_reload(struct dl_server *srv)
 		return;
 	}
 	dl_access_reload(srv, &next);
+	secret_modes_check(&next);
 	if (dl_config_diff(&srv->cfg, &next, report_change, NULL) == 0)
 		dl_notice("reload: no change");
 	if (dl_config_apply_live(&srv->cfg, &next) != 0)

@@ -888,6 +888,39 @@ Test(access, one_user_cannot_take_every_watch)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+/* Files of secrets that others may read are warned of, at start and at
+ * each reload, with the fix; once fixed, nothing more is said. */
+Test(access, files_of_secrets_others_may_read_are_warned_of)
+{
+	char conf[H_PATH_MAX + 64];
+	const char *pw =
+		h_daemon_write_file(&d, "password", "a-password-of-20-chars\n");
+	const char *users;
+
+	cr_assert_eq(chmod(pw, 0644), 0);
+	snprintf(conf, sizeof(conf), "[server]\npassword_file = %s\n", pw);
+	h_daemon_write_conf(&d, conf);
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	cr_assert(wait_log("password_file", 5000));
+	cr_assert_eq(log_count("mode 0644 lets every user read it: chmod 600"),
+		     1);
+	cr_assert_eq(chmod(pw, 0600), 0);
+	h_daemon_signal(&d, SIGHUP);
+	cr_assert(wait_log("reload", 5000));
+	h_sleep_ms(200);
+	cr_assert_eq(log_count("lets every user read it"), 1,
+		     "warned again once fixed");
+	cr_assert_eq(h_daemon_stop(&d), 0);
+
+	users = h_daemon_write_file(&d, "users", USERS);
+	cr_assert_eq(chmod(users, 0640), 0);
+	start_users(USERS, NULL);
+	cr_assert(wait_log("mode 0640 lets its group read it: chmod 600, "
+			   "unless that group must",
+			   5000));
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
 /* max_locks bounds the locks of everyone together; a known name is still
  * served. */
 Test(access, max_locks_bounds_the_locks_of_all_clients)
