@@ -54,7 +54,13 @@
 #define DL__REDIRECT_MAX_MS 500
 #define DL__TAG_SIZE	    24		 /* "r" + 20 digits + NUL */
 #define DL__STATS_MAX	    (256 * 1024) /* bytes of a STATS body kept */
-#define DL__ERR_MAX	    DL_REPLY_MAX /* text of a NO/ERR line */
+/* Lines a reply body may announce: the most any server sends (HOLDERS:
+ * DL_HOLDERS_LIST_MAX holders and as many waiters; LOCKS a page; STATS)
+ * with room. More is a server that would keep the client reading: it is
+ * dropped. */
+#define DL__BODY_LINES_MAX                                                     \
+	(2 * DL_HOLDERS_LIST_MAX + DL_LOCKS_PAGE_MAX + DL_STATS_MAX)
+#define DL__ERR_MAX DL_REPLY_MAX /* text of a NO/ERR line */
 #define DL__WHY_MAX                                                            \
 	400 /* why one address could not be used:                              \
 	       two names and two cluster ids fit */
@@ -269,6 +275,11 @@ struct dlock_client {
 	char cluster[DL_CLUSTER_ID_LEN + 1];
 	char cluster_from[DL__SERVER_NAME_MAX];
 	int cluster_refused;
+	/* the server granted or confirmed what no server may (token 0, a
+	 * lease longer than asked, holds past DL_REENTRY_MAX): the line's
+	 * request failed with DLOCK_EPROTO and the connection is dropped
+	 * (dlock_reply.c, insane) */
+	int insane;
 
 	/* what the client says of itself (options.describe), as sent
 	 * (dlock_desc.c); nothing when all are empty, or once a server

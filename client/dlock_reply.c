@@ -123,6 +123,33 @@ static int held_elsewhere(struct dlock_client *c, struct dl__req *q,
 	return 1;
 }
 
+/* A grant or confirmation of (q->name, token) for ms, holds (0: not
+ * said) that no server may give: token 0, holds past DL_REENTRY_MAX, or a
+ * lease longer than asked -- the TTL of q, or of the lease this client
+ * holds already under that token (a reentry keeps the longer). A client
+ * must survive a hostile or broken server: such a line fails q with
+ * DLOCK_EPROTO and drops the connection (c->insane). */
+static int insane(struct dlock_client *c, const struct dl__req *q,
+		  uint64_t token, int64_t ms, uint64_t holds, int reentry)
+{
+	const struct dl__lease *l = dl__lease_find(c, q->name, token);
+	int64_t most = q->ttl;
+
+	/* a REFRESH sets the lease to its TTL; a LOCK of a lease this
+	 * client holds keeps the longer */
+	if (reentry && l && atomic_load(&l->ttl) > most)
+		most = atomic_load(&l->ttl);
+	if (token != 0 && holds <= DL_REENTRY_MAX && (most <= 0 || ms <= most))
+		return 0;
+	c->insane = 1;
+	dl__why(c, c->addr_i,
+		"it granted %s token %" PRIu64 " for %" PRId64
+		" ms with %" PRIu64 " holds, asked for %" PRId64
+		" ms: no server may, dropped",
+		q->name, token, ms, holds, most);
+	return 1;
+}
+
 /* OK GRANTED / OK REFRESHED for a LOCK or its confirmation. */
 static void granted(struct dlock_client *c, struct dl__req *q, uint64_t token,
 		    int64_t ms, const struct dl_reply *r)
@@ -169,8 +196,15 @@ static int reply_lock(struct dlock_client *c, struct dl__req *q,
 			dl__req_finish(c, q, DLOCK_EPROTO);
 			return 1;
 		}
-		if (!held_elsewhere(c, q, token, grant_holds(r)))
-			granted(c, q, token, ms, r);
+		/* another client's lease may be longer than we asked */
+		if (held_elsewhere(c, q, token, grant_holds(r)))
+			return 1;
+		if (insane(c, q, token, ms, grant_holds(r), 1)) {
+			dl__cleanup_grant(c, q->name, token);
+			dl__req_finish(c, q, DLOCK_EPROTO);
+			return 1;
+		}
+		granted(c, q, token, ms, r);
 	} else if (is(r, DL_REPLY_OK, "QUEUED")) {
 		if (q->abandoned) {
 			dl__internal(c, DL__CANCEL, q->name, 0, 0);
@@ -204,7 +238,8 @@ static int reply_confirm(struct dlock_client *c, struct dl__req *q,
 	int err;
 
 	if (is(r, DL_REPLY_OK, "REFRESHED")) {
-		if (arg_i64(r, 1, &ms) < 0) {
+		if (arg_i64(r, 1, &ms) < 0 ||
+		    insane(c, q, q->token, ms, grant_holds(r), 0)) {
 			dl__cleanup_grant(c, q->name, q->token);
 			dl__req_finish(c, q, DLOCK_EPROTO);
 			return 1;
@@ -303,6 +338,10 @@ static int reply_refresh(struct dlock_client *c, struct dl__req *q,
 		l->refreshing = 0;
 	if (((is(r, DL_REPLY_OK, "REFRESHED") && arg_i64(r, 1, &ms) == 0) ||
 	     (is(r, DL_REPLY_OK, "RECLAIMED") && arg_i64(r, 2, &ms) == 0))) {
+		if (insane(c, q, q->token, ms, 0, 0)) {
+			dl__req_finish(c, q, DLOCK_EPROTO);
+			return 1;
+		}
 		if (!l->dead && !l->unlocking)
 			dl__lease_proof(l, r);
 		if (!l->dead && !l->unlocking) {
@@ -601,6 +640,15 @@ static int on_status(struct dlock_client *c, struct dl__req *q,
 /* A reply whose n body lines follow (stats_line() keeps them). */
 static void expect_body(struct dlock_client *c, struct dl__req *q, uint64_t n)
 {
+	if (n > DL__BODY_LINES_MAX) {
+		c->insane = 1;
+		dl__why(c, c->addr_i,
+			"it announced a reply of %" PRIu64
+			" lines, more than any server sends: dropped",
+			n);
+		dl__req_finish(c, q, DLOCK_EPROTO);
+		return;
+	}
 	if (n == 0) {
 		dl__req_finish(c, q, 0);
 		return;
@@ -939,5 +987,9 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 		return 0;
 	}
 	reply(c, q, &r);
+	if (c->insane) {
+		c->insane = 0;
+		return -1; /* a server that says what none may: drop it */
+	}
 	return 0;
 }

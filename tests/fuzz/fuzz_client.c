@@ -21,7 +21,8 @@
  * linked, counts its handles right, and has at least as many references;
  * notify_count is the number of handles whose on_lost is due; a lease
  * never counts on more than a REFRESH of it on the FIFO (written, not yet
- * answered) may have left it (it can shorten the lease). A line the
+ * answered) may have left it (it can shorten the lease), nor on more than
+ * its TTL from now, whatever the server said. A line the
  * client refuses (-1: the stream is out of step) ends the case, as the
  * reader would drop the connection. At the end everything is freed (LSan
  * reports a leak).
@@ -230,6 +231,11 @@ static void check_client(struct dlock_client *c)
 			      "flight may leave it");
 	for (l = c->leases; l; l = l->next) {
 		CHECK(l->linked, "a listed lease not linked");
+		/* whatever the server says, never a lease longer than asked */
+		CHECK(l->dead || atomic_load(&l->ttl) <= 0 ||
+			      atomic_load(&l->deadline) <=
+				      dl__now() + atomic_load(&l->ttl),
+		      "a lease counts on more than its TTL");
 		for (n = 0, h = l->handles; h; h = h->next, n++)
 			notify += h->notify;
 		CHECK(n == l->nhandles, "handle count");

@@ -877,3 +877,72 @@ def test_a_hung_first_server_leaves_time_for_the_next(daemon):
             c.ping()
     finally:
         hung.close()
+
+
+class _Hooks:
+    """What a driver does for the core: here, remember what ended."""
+
+    def __init__(self) -> None:
+        self.done_reqs: list = []
+
+    def done(self, req) -> None:
+        self.done_reqs.append(req)
+
+    def lost(self, lease) -> None:
+        pass
+
+    def at_risk(self, lease) -> None:
+        pass
+
+    def turn(self, ticket) -> None:
+        pass
+
+
+def _core_up():
+    """The client's protocol state machine, connected to a server that is
+    this test: HELLO answered, nothing else sent."""
+    from dlockd import _core, _options
+
+    hooks = _Hooks()
+    core = _core.Core(_options.build("127.0.0.1:1", {"describe": False}), hooks)
+    now = _core.now_ms()
+    core.connecting()
+    core.connected(now)
+    ok = core.data_received(
+        b"OK HELLO version=0.4.0 owner=o key=0123456789abcdef0123456789abcdef"
+        b" user=default auth=none persist=none default_ttl_ms=30000"
+        b" max_ttl_ms=86400000 role=active\r\n",
+        now,
+    )
+    assert ok
+    core.out.clear()
+    return core, hooks, now
+
+
+@pytest.mark.parametrize(
+    "grant",
+    [
+        b"OK GRANTED x 7 60000 holds=1\r\n",  # 60 s for a 1 s lease
+        b"OK GRANTED x 0 900 holds=1\r\n",  # token 0
+    ],
+)
+def test_a_server_that_grants_what_none_may_is_dropped(grant):
+    """Found from outside (issue 31): a client must survive a hostile
+    server. A grant no server may give fails the request with
+    ProtocolError and drops the connection; the client never counts on
+    it. (holds= past what this client has is another process's lease of
+    the owner: given back, the request fails, as before.)"""
+    core, hooks, now = _core_up()
+    q = core.lock_request("x", 1000, 0, False, 0, now)
+    core.submit(q, now)
+    assert core.data_received(grant, now) is False
+    assert isinstance(q.error, dlockd.ProtocolError)
+    assert not [ls for ls in core.leases if ls.live()]
+
+
+def test_a_server_that_announces_an_endless_body_is_dropped():
+    core, hooks, now = _core_up()
+    q = core.simple_request("STATS")
+    core.submit(q, now)
+    assert core.data_received(b"OK STATS 999999999\r\n", now) is False
+    assert isinstance(q.error, dlockd.ProtocolError)

@@ -97,6 +97,11 @@ REDIRECT_MS = 100  # a standby named no other active: ask again after this
 GUARD_MIN_MS = 20  # default lost guard: max(TTL/10, this)
 RENEW_RETRY_MIN_MS = 10  # a refused renewal is retried after max(TTL/10, this)
 ALREADY_WAITING_RETRIES = 3  # LOCK answered ALREADY_WAITING: sent again
+# A reply body announces at most this many lines (HOLDERS lists 1000
+# holders and 1000 waiters, LOCKS a page of 1000, STATS 128); more, and
+# the server is dropped
+BODY_LINES_MAX = 2 * 1000 + 1000 + 128
+REENTRY_MAX = (1 << 24) - 1  # holds= of a lease, at most
 
 
 def _program_name() -> str:
@@ -290,6 +295,7 @@ class Core:
         self.waiting: dict[str, Req] = {}
         self.body_req: Req | None = None
         self.body_left = 0
+        self.insane = False  # a reply no server may send: drop (_line_in)
         self.seq = 0
         self.leases: list[LeaseState] = []
         self.turns: dict[str, collections.deque[Ticket]] = {}
@@ -530,6 +536,25 @@ class Core:
             self._reply(q, r, now)
         except (ValueError, IndexError):
             self._finish(q, ProtocolError(f"unexpected reply: {r.text()}"))
+        if self.insane:
+            self.insane = False
+            return False  # a server that says what none may: drop it
+        return True
+
+    def _insane(self, q: Req, token: int, ms: int, holds: int, reentry: bool) -> bool:
+        """A grant or confirmation no server may give: token 0, holds past
+        REENTRY_MAX, a lease longer than asked (a REFRESH sets its TTL; a
+        LOCK of a lease this client holds keeps the longer). The request
+        fails with ProtocolError and the connection is dropped: a client
+        must survive a hostile or broken server."""
+        most = q.ttl
+        if reentry:
+            for other in self.leases:
+                if other.name == q.name and other.token == token and other.lost is None:
+                    most = max(most, other.ttl)
+        if token != 0 and holds <= REENTRY_MAX and (most <= 0 or ms <= most):
+            return False
+        self.insane = True
         return True
 
     def _cluster_reply(self, q: Req, r: wire.Reply) -> bool:
@@ -690,8 +715,13 @@ class Core:
     def _r_lock(self, q: Req, r: wire.Reply, now: float) -> bool:
         if r.kind == "OK" and r.word == "GRANTED":
             token = r.int_arg(1)
-            if not self._held_elsewhere(q, token, _holds(r)):
-                self._granted(q, token, r.int_arg(2), q.sent_at, r)
+            if self._held_elsewhere(q, token, _holds(r)):
+                return True
+            if self._insane(q, token, r.int_arg(2), _holds(r), True):
+                self._cleanup_grant(q.name, token)
+                self._finish(q, ProtocolError(f"no server may grant this: {r.text()}"))
+                return True
+            self._granted(q, token, r.int_arg(2), q.sent_at, r)
         elif r.kind == "OK" and r.word == "QUEUED":
             if q.abandoned:
                 self._internal("CANCEL", q.name)
@@ -723,6 +753,10 @@ class Core:
 
     def _r_confirm(self, q: Req, r: wire.Reply, now: float) -> bool:
         if r.kind == "OK" and r.word == "REFRESHED":
+            if self._insane(q, q.token, r.int_arg(1), _holds(r), False):
+                self._cleanup_grant(q.name, q.token)
+                self._finish(q, ProtocolError(f"no server may confirm this: {r.text()}"))
+                return True
             self._granted(q, q.token, r.int_arg(1), q.sent_at, r)
         elif r.kind == "NO" and r.word == "NOT_HOLDER":
             if not q.abandoned and (q.wait < 0 or q.wait_end > now):
@@ -814,6 +848,9 @@ class Core:
             r.kind == "OK" and r.word == "RECLAIMED"
         ):
             ms = r.int_arg(1 if r.word == "REFRESHED" else 2)
+            if self._insane(q, ls.token, ms, 0, False):
+                self._finish(q, ProtocolError(f"no server may refresh so: {r.text()}"))
+                return True
             if ls.lost is None and not ls.unlocking and not ls.released:
                 if q.op == "REFRESH":
                     ls.ttl = q.ttl
@@ -945,6 +982,11 @@ class Core:
         n = r.int_arg(1 if q.op == "HOLDERS" else 0)
         q.header = r
         q.body = []
+        if n > BODY_LINES_MAX:
+            # more than any server sends: one that would keep us reading
+            self.insane = True
+            self._finish(q, ProtocolError(f"a reply of {n} lines: dropped"))
+            return True
         if n == 0:
             self._body_done(q)
         else:
