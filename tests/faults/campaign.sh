@@ -29,6 +29,8 @@
 #   MAX_TTL    the daemons' max_ttl [24h, as conf/dlockd.conf ships it]:
 #              a closure bounded by max_ttl instead of the lease horizon
 #              stalls every lock, and is reported as a stalled closure
+#   LOG_LEVEL  the daemons' log level [notice]; info logs each request's
+#              connection and every reclaim, for a replay
 #   FAULTS     the fault kinds to draw from [all of them, below]
 #   CLOCK_STEPS  "both" or "forward" [both]
 #   STALL_MS   crash_in_*: ms between stopping Redis (or its traffic) and killing
@@ -107,7 +109,7 @@ top=$(cd "$here/../.." && pwd)
 : "${DURATION:=60}" "${SEED:=$((RANDOM * 32768 + RANDOM))}"
 : "${WORKERS:=8}" "${RUNNERS:=2}" "${LOCKS:=3}" "${CLOCK_STEPS:=both}"
 : "${RWLOCKS:=1}" "${SEMAPHORES:=1}" "${COPYCATS:=1}"
-: "${STALL_MS:=300}" "${MAX_TTL:=24h}"
+: "${STALL_MS:=300}" "${MAX_TTL:=24h}" "${LOG_LEVEL:=notice}"
 : "${PYWORKERS:=2}" "${PYTHON:=python3}"
 : "${CLUSTER:=0}" "${REDIS_HA:=0}"
 if [ "$REDIS_HA" = 1 ] && [ "$CLUSTER" = 1 ]; then
@@ -284,6 +286,7 @@ for i in 0 1; do
 [server]
 bind = 127.0.0.1
 port = ${dports[$i]}
+log_level = $LOG_LEVEL
 [limits]
 tick = 10ms
 max_ttl = $MAX_TTL
