@@ -121,7 +121,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
-        bench bench-bound bench-watch fuzz fuzz-smoke format faults faults-short faults-selftest \
+        bench bench-bound bench-watch bench-slow-watchers fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest bench-python \
         format-check lint shape \
         bench-deadlock
@@ -666,6 +666,15 @@ WATCH_EVENTS ?= 1000000
 bench-watch:
 	$(MAKE) SAN= O=build build/tests/bench/watch
 	build/tests/bench/watch $(WATCH_EVENTS)
+
+# What watchers that never read cost everyone else (docs/security.md);
+# make bench-slow-watchers [SLOW_WATCHERS=n] [SLOW_PAIRS=n].
+SLOW_WATCHERS ?= 100
+SLOW_PAIRS ?= 20000
+bench-slow-watchers:
+	$(MAKE) SAN= O=build build/dlockd
+	DLOCKD=build/dlockd $(PYTHON) tests/bench/slowwatch.py \
+	  $(SLOW_WATCHERS) $(SLOW_PAIRS)
 
 # Password guesses per second one host gets (docs/security.md); by hand:
 # authflood <port> [connections] [seconds] [source addresses].

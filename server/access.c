@@ -496,6 +496,12 @@ int dl_access_may(const struct dl_conn *c, enum dl_right r, struct dl_str name)
 	return c->user && dl_user_may(acc(c)->users, c->user, r, name);
 }
 
+int dl_access_may_some(const struct dl_conn *c, enum dl_right r,
+		       struct dl_str prefix)
+{
+	return c->user && dl_user_may_some(acc(c)->users, c->user, r, prefix);
+}
+
 int dl_access_readable(struct dl_str name, void *conn)
 {
 	return dl_access_may(conn, DL_RIGHT_READ, name);

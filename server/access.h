@@ -90,6 +90,10 @@ int dl_access_guessing(const struct dl_conn *c);
 
 /* c may `r` on `name` (DL_RIGHT_ADMIN: on the daemon). */
 int dl_access_may(const struct dl_conn *c, enum dl_right r, struct dl_str name);
+/* c may `r` on some name under `prefix` (LOCKS: a listing with nothing
+ * to show walks nothing). */
+int dl_access_may_some(const struct dl_conn *c, enum dl_right r,
+		       struct dl_str prefix);
 /* A LOCKS filter (struct dl_list_filter): arg is the connection. */
 int dl_access_readable(struct dl_str name, void *conn);
 /* The name of c's user ("default" for the default user). */

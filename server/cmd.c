@@ -1063,7 +1063,10 @@ static void cmd_stats(struct dl_conn *c, const struct dl_request *rq)
  * order of the page (see dl_locktab_list): the locks the user may read.
  * A walk of every lock costs the loop its time: after one of T ms the
  * same user's next listing waits until 2T later (each user its own: one
- * cannot deny listings to another). */
+ * cannot deny listings to another); and a user who may read no name
+ * under the prefix is answered without a walk (found from outside: four
+ * users who could read none of 100,000 locks listed them in turn, and
+ * another user's PING p50 went from 0.02 to 4.86 ms). */
 static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 {
 	struct dl_locktab *tab = c->srv->tab;
@@ -1077,6 +1080,13 @@ static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 	char why[DL_WHY_MAX];
 	size_t i, n;
 
+	if (!dl_access_may_some(c, DL_RIGHT_READ, rq->name)) {
+		reply_begin(&r, "OK LOCKS");
+		dl_fmt_u64(&r.f, 0);
+		dl_fmt_kv_u64(&r.f, "more", 0);
+		reply_send(c, &r, rq->tag, NULL);
+		return;
+	}
 	if (t0 < rt->locks_next_ms) {
 		snprintf(
 			why, sizeof(why),

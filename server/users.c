@@ -529,6 +529,26 @@ int dl_user_may_all(const struct dl_users *u, const struct dl_user *user,
 	return dl_user_may(u, user, r, prefix);
 }
 
+int dl_user_may_some(const struct dl_users *u, const struct dl_user *user,
+		     enum dl_right r, struct dl_str prefix)
+{
+	const struct dl_grant *g;
+	struct dl_str p;
+	uint32_t i;
+
+	if (r == DL_RIGHT_ADMIN)
+		return user->admin;
+	g = &user->grant[r];
+	if (g->all)
+		return 1;
+	for (i = 0; i < g->n; i++) {
+		p = u->prefixes[g->first + i];
+		if (prefix_of(p, prefix) || prefix_of(prefix, p))
+			return 1;
+	}
+	return 0;
+}
+
 int dl_user_covers(const struct dl_users *nu, const struct dl_user *now,
 		   const struct dl_users *bu, const struct dl_user *before)
 {

@@ -140,6 +140,10 @@ int dl_user_may(const struct dl_users *u, const struct dl_user *user,
 /* u may read every name that starts with `prefix`. */
 int dl_user_may_all(const struct dl_users *u, const struct dl_user *user,
 		    enum dl_right r, struct dl_str prefix);
+/* u may `r` on some name that starts with `prefix` (a granted prefix
+ * and `prefix` are one a prefix of the other). */
+int dl_user_may_some(const struct dl_users *u, const struct dl_user *user,
+		     enum dl_right r, struct dl_str prefix);
 /* `now` (of table nu) may do all that `before` (of table bu) could:
  * every right, every prefix (same or shorter). Quotas are not rights. */
 int dl_user_covers(const struct dl_users *nu, const struct dl_user *now,

@@ -1124,6 +1124,13 @@ Test(access, listings_are_spaced_per_user)
 	l = h_call(app, "LOCKS limit=1 after=f5");
 	cr_assert(h_starts(l, "ERR LIMIT limit reached: a listing costs "),
 		  "%s", l);
+	/* a prefix under which app may read nothing walks nothing, spaced
+	 * or not (found from outside: users who could read none of 100,000
+	 * locks listed them in turn, each a walk) */
+	for (i = 0; i < 3; i++) {
+		l = h_call(app, "LOCKS ops/ limit=1000");
+		cr_assert_str_eq(l, "OK LOCKS 0 more=0");
+	}
 	l = h_call(ops, "LOCKS limit=1");
 	cr_assert(h_starts(l, "OK LOCKS 1 more=99999"),
 		  "another user is not spaced by app's listing: %s", l);

@@ -1,0 +1,100 @@
+# SPDX-License-Identifier: MIT
+"""slowwatch.py -- what watchers that never read cost everyone else.
+
+    DLOCKD=build/dlockd python3 tests/bench/slowwatch.py [watchers] [pairs]
+
+Starts a dlockd of its own (--persist none, a free port), then, side by
+side in one run: a client doing lock/unlock pairs of m/hot with nobody
+watching, and the same with `watchers` TCP connections that WATCH m/*
+and never read. Prints, for each, the pairs' cost (µs a pair, and the
+ratio to the first), the events sent and dropped (STATS), and how much
+the host's TCP memory grew (/proc/net/sockstat). A measuring tool
+(docs/security.md), not a test: it asserts nothing.
+"""
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def tcp_mem() -> int:
+    with open("/proc/net/sockstat") as f:
+        for line in f:
+            if line.startswith("TCP:"):
+                w = line.split()
+                return int(w[w.index("mem") + 1]) * os.sysconf("SC_PAGE_SIZE")
+    return 0
+
+
+def call(s: socket.socket, f, line: str) -> str:
+    s.sendall((line + "\r\n").encode())
+    return f.readline().decode().strip()
+
+
+def stats(s: socket.socket, f) -> dict:
+    head = call(s, f, "STATS")
+    out = {}
+    for _ in range(int(head.split()[2])):
+        k, v = f.readline().decode().split()[:2]
+        out[k] = v
+    return out
+
+
+def run(port: int, watchers: int, pairs: int) -> tuple:
+    ws = []
+    for _ in range(watchers):
+        w = socket.create_connection(("127.0.0.1", port))
+        wf = w.makefile("rb")
+        call(w, wf, "WATCH m/*")
+        ws.append((w, wf))
+    g = socket.create_connection(("127.0.0.1", port))
+    gf = g.makefile("rb")
+    call(g, gf, "HELLO owner=gen-%d" % watchers)
+    before, mem0, t0 = stats(g, gf), tcp_mem(), time.perf_counter()
+    for _ in range(pairs):
+        tok = call(g, gf, "LOCK m/hot ttl=10s").split()[3]
+        call(g, gf, "UNLOCK m/hot " + tok)
+    dt, mem1, after = time.perf_counter() - t0, tcp_mem(), stats(g, gf)
+    for w, _ in ws:
+        w.close()
+    g.close()
+    sent = int(after["watch_events"]) - int(before["watch_events"])
+    dropped = int(after["watch_events_dropped"]) - int(before["watch_events_dropped"])
+    return dt / pairs * 1e6, sent, dropped, (mem1 - mem0) / 1e6
+
+
+def main() -> None:
+    watchers = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+    pairs = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
+    dlockd = os.environ.get("DLOCKD", "build/dlockd")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tempfile.NamedTemporaryFile(prefix="slowwatch-", suffix=".log")
+    d = subprocess.Popen(
+        [dlockd, "--persist", "none", "-p", str(port), "-l", "warning"],
+        stdout=log, stderr=log,
+    )
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port)).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        base = run(port, 0, pairs)
+        slow = run(port, watchers, pairs)
+    finally:
+        d.terminate()
+        d.wait()
+    print(f"{'watchers that never read':>26} {'us/pair':>8} {'ratio':>6} "
+          f"{'events sent':>12} {'dropped':>10} {'TCP mem +MB':>11}")
+    for n, r in ((0, base), (watchers, slow)):
+        print(f"{n:>26} {r[0]:>8.0f} {r[0] / base[0]:>6.1f} "
+              f"{r[1]:>12} {r[2]:>10} {r[3]:>11.1f}")
+
+
+if __name__ == "__main__":
+    main()
