@@ -248,6 +248,12 @@ size_t dl_conn_unread(const struct dl_conn *c)
 	return c->held.text.len;
 }
 
+/* No kernel queue: there is no socket. */
+size_t dl_conn_queued(const struct dl_conn *c)
+{
+	return dl_conn_unread(c);
+}
+
 void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
 			  uint64_t ms, int last)
 {
