@@ -501,7 +501,9 @@ int dl_users_check(const struct dl_users *u, struct dl_str name,
 
 static int prefix_of(struct dl_str p, struct dl_str s)
 {
-	return s.len >= p.len && memcmp(s.p, p.p, p.len) == 0;
+	/* an empty string may have no bytes at all (p NULL): memcmp must
+	 * not see it */
+	return s.len >= p.len && (p.len == 0 || memcmp(s.p, p.p, p.len) == 0);
 }
 
 int dl_user_may(const struct dl_users *u, const struct dl_user *user,
