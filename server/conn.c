@@ -21,6 +21,15 @@
 /* Events piling up in one loop iteration are written out from this size
  * on, before the check phase would (the kernel may take them). */
 #define OUT_EARLY_WRITE (16 * 1024)
+/* The kernel's send buffer of a connection (SO_SNDBUF; Linux doubles it
+ * for its bookkeeping): what a client that does not read can leave in the
+ * kernel, outside max_output and max_output_total, which count only the
+ * daemon's buffers. Left to autotuning, a TCP socket takes up to
+ * tcp_wmem's 4 MB: found from outside, 150 connections asking big
+ * HOLDERS without reading held 420 MB in the kernel while the daemon
+ * stayed at its 64 MiB budget. Replies of a lock service are small; a
+ * long listing goes out at the client's pace either way. */
+#define CONN_SNDBUF (64 * 1024)
 
 static void buf_consume(struct dl_buf *b, size_t n)
 {
@@ -943,6 +952,11 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener)
 	}
 	if (is_tcp)
 		uv_tcp_nodelay(&c->u.tcp, 1);
+	{
+		int sndbuf = CONN_SNDBUF;
+
+		(void)uv_send_buffer_size(&c->u.handle, &sndbuf);
+	}
 	peer_name(c, is_tcp);
 	c->id = ++srv->conn_seq;
 	c->active_ms = uv_now(srv->loop);

@@ -45,6 +45,11 @@
  * past max_output closes the connection, so a client that never reads
  * costs a bounded amount of memory.
  *
+ * The kernel's part. What the kernel takes of a connection's output is
+ * out of these counts; its send buffer is capped (CONN_SNDBUF, 64 KiB),
+ * so that a client that does not read leaves its bytes in the daemon's
+ * buffers, where they are counted, not megabytes in the kernel's.
+ *
  * A budget for all of them. max_output bounds one connection, not the
  * sum: 200 connections pipelining without reading held 149 MB (found from
  * outside). The memory of every connection's unread output -- its
