@@ -461,20 +461,33 @@ static int parse_port(struct cli *cl, const char *from, const char *v)
 	return 0;
 }
 
+/* The first line of `path` (its end of line cut) into buf, its length
+ * into *n: 0, or the usage error naming `opt` when it cannot be read. */
+static int first_line(struct cli *cl, const char *opt, const char *path,
+		      char *buf, size_t cap, size_t *n)
+{
+	FILE *f = fopen(path, "r");
+
+	if (!f)
+		return dl_cli_usage_error(cl, "%s %s: %s", opt, path,
+					  strerror(errno));
+	if (!fgets(buf, (int)cap, f))
+		buf[0] = '\0';
+	fclose(f);
+	*n = strcspn(buf, "\r\n");
+	buf[*n] = '\0';
+	return 0;
+}
+
 static int read_password_file(struct cli *cl, const char *path)
 {
 	char buf[PASSWORD_MAX + 2];
-	FILE *f = fopen(path, "r");
 	size_t n;
+	int rc;
 
-	if (!f)
-		return dl_cli_usage_error(cl, "--password-file %s: %s", path,
-					  strerror(errno));
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = '\0';
-	fclose(f);
-	n = strcspn(buf, "\r\n");
-	buf[n] = '\0';
+	if ((rc = first_line(cl, "--password-file", path, buf, sizeof(buf),
+			     &n)) != 0)
+		return rc;
 	if (n == 0 || n > PASSWORD_MAX)
 		return dl_cli_usage_error(cl, "--password-file %s: %s", path,
 					  n ? "password too long"
@@ -530,17 +543,12 @@ static int read_owner_key_file(struct cli *cl)
 {
 	char buf[DL_OWNER_SECRET_MAX + 3];
 	const char *path = cl->owner_key_file;
-	FILE *f = fopen(path, "r");
 	size_t n;
+	int rc;
 
-	if (!f)
-		return dl_cli_usage_error(cl, "--owner-key-file %s: %s", path,
-					  strerror(errno));
-	if (!fgets(buf, sizeof(buf), f))
-		buf[0] = '\0';
-	fclose(f);
-	n = strcspn(buf, "\r\n");
-	buf[n] = '\0';
+	if ((rc = first_line(cl, "--owner-key-file", path, buf, sizeof(buf),
+			     &n)) != 0)
+		return rc;
 	if (!cl->owner)
 		return dl_cli_usage_error(cl, "--owner-key-file needs the "
 					      "owner id: --owner ID or "

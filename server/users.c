@@ -506,10 +506,13 @@ static int prefix_of(struct dl_str p, struct dl_str s)
 	return s.len >= p.len && (p.len == 0 || memcmp(s.p, p.p, p.len) == 0);
 }
 
-int dl_user_may(const struct dl_users *u, const struct dl_user *user,
-		enum dl_right r, struct dl_str name)
+/* A granted prefix of user's right r is a prefix of `name` -- or, with
+ * `under`, `name` is a prefix of it (a name under `name` is granted). */
+static int granted(const struct dl_users *u, const struct dl_user *user,
+		   enum dl_right r, struct dl_str name, int under)
 {
 	const struct dl_grant *g;
+	struct dl_str p;
 	uint32_t i;
 
 	if (r == DL_RIGHT_ADMIN)
@@ -517,10 +520,18 @@ int dl_user_may(const struct dl_users *u, const struct dl_user *user,
 	g = &user->grant[r];
 	if (g->all)
 		return 1;
-	for (i = 0; i < g->n; i++)
-		if (prefix_of(u->prefixes[g->first + i], name))
+	for (i = 0; i < g->n; i++) {
+		p = u->prefixes[g->first + i];
+		if (prefix_of(p, name) || (under && prefix_of(name, p)))
 			return 1;
+	}
 	return 0;
+}
+
+int dl_user_may(const struct dl_users *u, const struct dl_user *user,
+		enum dl_right r, struct dl_str name)
+{
+	return granted(u, user, r, name, 0);
 }
 
 int dl_user_may_all(const struct dl_users *u, const struct dl_user *user,
@@ -534,21 +545,7 @@ int dl_user_may_all(const struct dl_users *u, const struct dl_user *user,
 int dl_user_may_some(const struct dl_users *u, const struct dl_user *user,
 		     enum dl_right r, struct dl_str prefix)
 {
-	const struct dl_grant *g;
-	struct dl_str p;
-	uint32_t i;
-
-	if (r == DL_RIGHT_ADMIN)
-		return user->admin;
-	g = &user->grant[r];
-	if (g->all)
-		return 1;
-	for (i = 0; i < g->n; i++) {
-		p = u->prefixes[g->first + i];
-		if (prefix_of(p, prefix) || prefix_of(prefix, p))
-			return 1;
-	}
-	return 0;
+	return granted(u, user, r, prefix, 1);
 }
 
 int dl_user_covers(const struct dl_users *nu, const struct dl_user *now,
