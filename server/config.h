@@ -78,7 +78,7 @@ struct dl_config {
 					    AOF (store_durable.c) */
 	uint64_t allow_evicting_redis;	 /* bool: serve on a Redis whose
 					    maxmemory-policy may evict keys */
-	char *state_dir; /* where dlockd.state lives (seen.h), "" none */
+	char *state_dir; /* dlockd.<id>.state's directory (seen.h), "" none */
 	uint64_t accept_token_jump; /* bool: go on from a token mark or epoch
 				       no daemon could have written */
 	uint64_t durable_release;   /* bool: UNLOCK replies wait for Redis

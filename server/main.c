@@ -45,7 +45,7 @@ static const char usage[] =
 	"      --allow-evicting-redis  serve on a Redis whose maxmemory-policy\n"
 	"                          may evict the daemon's keys\n"
 	"      --state-dir DIR     keep what Redis was seen to hold in\n"
-	"                          DIR/dlockd.state   [$STATE_DIRECTORY]\n"
+	"                          DIR/dlockd.<id>.state [$STATE_DIRECTORY]\n"
 	"      --accept-token-jump go on from a stored token mark or epoch\n"
 	"                          no daemon could have written\n"
 	"      --tls-cert FILE     TLS on the TCP port (and the metrics page)\n"

@@ -340,8 +340,12 @@ wait "$dpid" || rc=$?
 dpid=""
 [ "$rc" = 0 ] || { cat "$dir/dlockd.log"; fail "dlockd exited $rc on SIGTERM"; }
 grep -qx 'STOPPING=1' "$dir/notify.log" || fail "dlockd did not say STOPPING=1"
-state=/var/lib/dlockd/dlockd.state
-[ -f "$state" ] || fail "no $state"
+# The state file is named after the keyspace's cluster id:
+# dlockd.<cluster id>.state, one per keyspace this daemon has served.
+set -- /var/lib/dlockd/dlockd.*.state
+[ "$#" = 1 ] && [ -f "$1" ] ||
+	fail "not one dlockd.<cluster id>.state in /var/lib/dlockd: $(ls -A /var/lib/dlockd)"
+state=$1
 perm=$(stat -c '%a %u' "$state")
 [ "$perm" = "600 $uid" ] || fail "$state is $perm, not 600 $uid"
 ok "SIGTERM: drained, STOPPING=1, exit 0; $state written (600, the daemon's user)"
