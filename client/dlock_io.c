@@ -401,17 +401,7 @@ void dl__io_hello_ok(struct dlock_client *c)
 		if (l->dead || l->unlocking || l->nhandles == 0 ||
 		    atomic_load(&l->deadline) <= now)
 			continue;
-		q = dl__req_new(DL__RENEW, l->name, 1);
-		if (!q)
-			continue;
-		q->token = l->token;
-		q->ttl = atomic_load(&l->ttl);
-		q->lease = l;
-		l->refs++;
-		if (dl__req_write(c, q) < 0)
-			dl__req_free(q);
-		else
-			l->refreshing = 1;
+		dl__lease_renew(c, l);
 	}
 	dl__watch_resume(c);
 	q = c->unsent;
@@ -700,7 +690,6 @@ static int64_t timers(struct dlock_client *c, int64_t now)
 {
 	int64_t next = DL__NEVER, ttl, lost_at, overdue;
 	struct dl__lease *l;
-	struct dl__req *q;
 
 	for (l = c->leases; l; l = l->next) {
 		if (l->dead || l->unlocking || l->nhandles == 0)
@@ -727,17 +716,7 @@ static int64_t timers(struct dlock_client *c, int64_t now)
 				next = l->renew_at;
 			continue;
 		}
-		if (!(q = dl__req_new(DL__RENEW, l->name, 1)))
-			continue;
-		q->token = l->token;
-		q->ttl = ttl;
-		q->lease = l;
-		l->refs++;
-		if (dl__req_write(c, q) < 0) {
-			dl__req_free(q);
-			continue;
-		}
-		l->refreshing = 1;
+		dl__lease_renew(c, l);
 	}
 	return next;
 }

@@ -403,6 +403,10 @@ void dl__lease_confirm(struct dlock_client *c, struct dl__lease *l,
 /* Mark at risk (once until confirmed again: dl__lease_confirm); on_at_risk
  * is called by the thread for each handle not lost yet, before any
  * on_lost of it. */
+/* Write a renewal of l now (an internal REFRESH with its TTL; the reply
+ * confirms, reclaims or loses it): 0, or an error when it could not be
+ * written. l->refreshing is set until its reply. */
+int dl__lease_renew(struct dlock_client *c, struct dl__lease *l);
 void dl__lease_risk(struct dlock_client *c, struct dl__lease *l);
 /* Mark lost; on_lost is called by the thread for each handle. */
 void dl__lease_lose(struct dlock_client *c, struct dl__lease *l,

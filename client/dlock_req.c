@@ -726,6 +726,24 @@ int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
 	return 0;
 }
 
+int dl__lease_renew(struct dlock_client *c, struct dl__lease *l)
+{
+	struct dl__req *q = dl__req_new(DL__RENEW, l->name, 1);
+
+	if (!q)
+		return DLOCK_ENOMEM;
+	q->token = l->token;
+	q->ttl = atomic_load(&l->ttl);
+	q->lease = l;
+	l->refs++;
+	if (dl__req_write(c, q) < 0) {
+		dl__req_free(q);
+		return DLOCK_ECLOSED;
+	}
+	l->refreshing = 1;
+	return 0;
+}
+
 void dl__lease_risk(struct dlock_client *c, struct dl__lease *l)
 {
 	dlock_lease *h;
