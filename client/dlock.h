@@ -471,7 +471,11 @@ int dlock_acquire(dlock_client *c, const char *name,
 /* Release one hold and free the handle -- always, whatever the outcome,
  * like free(). 0 when the server released it (or one reentrant hold of
  * it), DLOCK_ENOTHOLDER if the lease was already gone, or a transport
- * error (the lease then simply expires at the server). NULL is a no-op. */
+ * error (the lease then simply expires at the server). NULL is a no-op.
+ * A hold of a lease this client holds with other handles is given back
+ * (0) even where the server does not know the lease (Redis forgot it):
+ * the lease is then reclaimed with the holds left, or its other handles
+ * are told it is lost (on_lost). */
 int dlock_unlock(dlock_client *c, dlock_lease *l);
 
 /* Refresh now, with a new TTL (0: the lease's TTL). DLOCK_ENOTHOLDER if

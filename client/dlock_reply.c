@@ -283,11 +283,23 @@ static int reply_unlock(struct dlock_client *c, struct dl__req *q,
 		return 1;
 	}
 	err = dl__reply_error(q, r);
-	if (err == DLOCK_ENOTHOLDER) {
-		if (held && !l->dead)
+	if (err == DLOCK_ENOTHOLDER && held && !l->dead) {
+		/* One hold of a lease this client still holds, given back to
+		 * a server that does not know the lease: Redis may have
+		 * forgotten it (grants closed after a loss), and then the
+		 * lease is the holder's to reclaim, with the holds left
+		 * (nhandles: this one is given back either way). A renewal
+		 * written after this UNLOCK decides, as for any renewal
+		 * refused: reclaimed, or lost. One in flight already was
+		 * written after it (replies come in the order of the
+		 * writes). Found by the fault campaign: the library declared
+		 * the lease lost at once, while its other hold was held and
+		 * its reclaim was on its way. */
+		if (!l->refreshing && dl__lease_renew(c, l) < 0)
 			dl__lease_lose(c, l, DLOCK_LOST_REJECTED);
-		if (q->resent && q->last_hold)
-			err = 0; /* released before the connection dropped */
+		err = 0;
+	} else if (err == DLOCK_ENOTHOLDER && q->resent && q->last_hold) {
+		err = 0; /* released before the connection dropped */
 	}
 	dl__req_finish(c, q, err);
 	return 1;

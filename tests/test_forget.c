@@ -16,7 +16,9 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "client/dlock.h"
 #include "tests/harness.h"
 
 /* Bounds of what is promised, not what a fast machine gives. A closure
@@ -848,5 +851,92 @@ Test(forget, a_restart_during_the_closure_keeps_reclaimed_leases_safe)
 	busy_for(b, "x");
 	h_close(a);
 	h_close(b);
+	h_daemon_kill9(&d);
+}
+
+/* ---- libdlock through a loss -------------------------------------------- */
+
+static atomic_int lib_lost;
+
+static void on_lost_note(dlock_client *c, const dlock_lease *l,
+			 enum dlock_lost_reason why, void *arg)
+{
+	(void)c;
+	(void)l;
+	(void)arg;
+	atomic_store(&lib_lost, (int)why);
+}
+
+struct unlock_call {
+	dlock_client *c;
+	dlock_lease *l;
+	int rc;
+};
+
+static void *unlock_thread(void *arg)
+{
+	struct unlock_call *u = arg;
+
+	u->rc = dlock_unlock(u->c, u->l);
+	return NULL;
+}
+
+/* A lease held twice (a reentry), one hold given back while Redis has
+ * forgotten the lease: the server answers that UNLOCK with NOT_HOLDER,
+ * which is no news of the lease -- it is the holder's to reclaim, with
+ * the hold left. Found by the fault campaign with two daemons: the
+ * library declared the lease lost at once (on_lost, REJECTED), although
+ * its other handle was held and its reclaim already on its way. */
+Test(forget, giving_back_one_hold_of_a_forgotten_lease_keeps_the_other)
+{
+	struct dlock_options o;
+	struct dlock_lock_options lo;
+	dlock_client *c;
+	dlock_lease *l, *l2;
+	struct unlock_call u;
+	struct h_client *b;
+	pthread_t t;
+	char *line;
+
+	h_redis_start(&r, "always");
+	use_state_dir(&d, &r);
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 24h\n");
+	dlock_options_init(&o);
+	o.port = d.port;
+	o.owner = "alice";
+	o.owner_key = "alice-0123456789-key";
+	o.on_lost = on_lost_note;
+	cr_assert_eq(dlock_connect(&o, &c), 0, "%s", dlock_last_error());
+	dlock_lock_options_init(&lo);
+	lo.ttl_ms = 3000;
+	cr_assert_eq(dlock_acquire(c, "x", &lo, &l), 0);
+	cr_assert_eq(dlock_acquire(c, "x", &lo, &l2), 0);
+	/* the daemon dies, Redis forgets; the hold is given back while the
+	 * daemon is away, and goes out once it is back */
+	h_daemon_kill9(&d);
+	h_redis_cli(&r, "FLUSHALL");
+	u.c = c;
+	u.l = l2;
+	cr_assert_eq(pthread_create(&t, NULL, unlock_thread, &u), 0);
+	/* from this thread: the daemon dies with the thread that started
+	 * it (the harness's PR_SET_PDEATHSIG) */
+	h_sleep_ms(300);
+	h_daemon_restart(&d);
+	pthread_join(t, NULL);
+	cr_assert_eq(u.rc, 0, "the hold given back: %s", dlock_strerror(u.rc));
+	/* past two renewals (a third of the TTL each) */
+	h_sleep_ms(2500);
+	cr_assert_eq(atomic_load(&lib_lost), 0, "lost (reason %d)",
+		     atomic_load(&lib_lost));
+	cr_assert(dlock_lease_valid(l));
+	b = h_hello(d.port, "bob");
+	line = h_call(b, "STATUS x");
+	cr_assert_str_eq(h_kv(line, "owner"), "alice", "%s", line);
+	cr_assert_str_eq(h_kv(line, "count"), "1", "one hold left: %s", line);
+	cr_assert_eq(dlock_unlock(c, l), 0);
+	line = h_call(b, "STATUS x");
+	cr_assert_str_eq(h_kv(line, "state"), "free", "%s", line);
+	h_close(b);
+	dlock_close(c);
 	h_daemon_kill9(&d);
 }
