@@ -121,7 +121,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
-        bench bench-bound bench-watch bench-slow-watchers fuzz fuzz-smoke format faults faults-short faults-selftest \
+        bench bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest bench-python \
         format-check lint shape \
         bench-deadlock
@@ -675,6 +675,16 @@ bench-slow-watchers:
 	$(MAKE) SAN= O=build build/dlockd
 	DLOCKD=build/dlockd $(PYTHON) tests/bench/slowwatch.py \
 	  $(SLOW_WATCHERS) $(SLOW_PAIRS)
+
+# What one user's long wait chain costs another user's PINGs, with and
+# without the deadlock-check budget (docs/security.md);
+# make bench-deadlock-tenant [CHAIN_OWNERS=n] [CHAIN_SECONDS=s].
+CHAIN_OWNERS ?= 990
+CHAIN_SECONDS ?= 5
+bench-deadlock-tenant:
+	$(MAKE) SAN= O=build build/dlockd
+	DLOCKD=build/dlockd $(PYTHON) tests/bench/deadlock_tenant.py \
+	  $(CHAIN_OWNERS) $(CHAIN_SECONDS)
 
 # Password guesses per second one host gets (docs/security.md); by hand:
 # authflood <port> [connections] [seconds] [source addresses].

@@ -478,6 +478,29 @@ static int check_warn(struct dl_conn *c, const struct dl_request *rq,
 	return 0;
 }
 
+/* The budget of deadlock-check steps of c's user (struct dl_acquire's
+ * walk_budget), refilled for the time since its last use at
+ * max_deadlock_steps_per_user a second, up to that; NULL for the default
+ * user (no users file: every client at once, as for its quotas). */
+static uint32_t *walk_budget(struct dl_conn *c)
+{
+	uint64_t cap = c->srv->cfg.max_deadlock_steps_per_user;
+	uint64_t now = dl_mono_ms(), left;
+	struct dl_user_rt *rt;
+
+	if (!c->user || !c->user->name[0])
+		return NULL;
+	rt = &c->user->rt;
+	left = rt->walk_left;
+	if (!rt->walk_at_ms || now - rt->walk_at_ms >= 1000)
+		left = cap;
+	else
+		left += (now - rt->walk_at_ms) * cap / 1000;
+	rt->walk_left = (uint32_t)(left < cap ? left : cap);
+	rt->walk_at_ms = now;
+	return &rt->walk_left;
+}
+
 /* ---- handlers ----------------------------------------------------------- */
 
 static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
@@ -496,7 +519,8 @@ static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
 			       .shared = rq->shared,
 			       .has_warn = rq->has_warn,
 			       .warn_ms = (uint32_t)rq->warn_ms,
-			       .delay_ms = (uint32_t)rq->delay_ms};
+			       .delay_ms = (uint32_t)rq->delay_ms,
+			       .walk_budget = walk_budget(c)};
 
 	if (check_ttl(c, rq) || check_warn(c, rq, ttl))
 		return;

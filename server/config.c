@@ -87,6 +87,8 @@ static const struct key keys[] = {
 	 F(max_connections_per_user), 1, DL_MAX_CONNECTIONS_MAX, 1, 0},
 	{"limits", "max_watches_per_user", K_U64, F(max_watches_per_user), 1,
 	 DL_WATCHES_MAX, 1, 0},
+	{"limits", "max_deadlock_steps_per_user", K_U64,
+	 F(max_deadlock_steps_per_user), 0, DL_DEADLOCK_STEPS_MAX, 1, 0},
 	{"persistence", "persist", K_PERSIST, F(persist), 0, 0, 0, 0},
 	{"persistence", "redis", K_STR, F(redis), 0, 0, 0, 1},
 	{"persistence", "redis_password_file", K_STR, F(redis_password_file), 0,
@@ -192,6 +194,7 @@ void dl_config_defaults(struct dl_config *c)
 	c->max_locks_per_user = DL_DEFAULT_MAX_LOCKS_PER_USER;
 	c->max_waits_per_user = DL_DEFAULT_MAX_WAITS_PER_USER;
 	c->max_watches_per_user = DL_DEFAULT_MAX_WATCHES_PER_USER;
+	c->max_deadlock_steps_per_user = DL_DEFAULT_MAX_DEADLOCK_STEPS_PER_USER;
 	c->max_connections_per_user = DL_DEFAULT_MAX_CONNECTIONS_PER_USER;
 	c->persist = DL_PERSIST_REDIS;
 	c->redis = strdup("redis://127.0.0.1:6379/0");

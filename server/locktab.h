@@ -465,6 +465,10 @@ struct dl_acquire {
 	uint32_t warn_ms;  /* the lease's warning, below ttl_ms (0: none) */
 	uint32_t delay_ms; /* the lock's delay (see above): at least this;
 			      0 asks for none */
+	/* The requester's budget of deadlock-check steps, debited by the
+	 * check (below); at 0 its waits are not checked. NULL: none, each
+	 * check looks at DL_DEADLOCK_WALK_MAX at most. */
+	uint32_t *walk_budget;
 };
 
 /*
@@ -505,7 +509,10 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
  *     in the walk, nor do leases or waits past their deadline, nor a
  *     waiter whose owner holds the lock already;
  *   - the walk looks at DL_DEADLOCK_WALK_MAX holders, waiters and owners
- *     at most; past that it gives up and the request waits as before.
+ *     at most, and no more than the request's walk_budget has left (the
+ *     server gives each user one, refilled every second: one user's
+ *     checks cannot take the loop from the others); past that it gives
+ *     up and the request waits as before.
  *
  * The cycle found is kept for dl_locktab_cycle() until the next call.
  */

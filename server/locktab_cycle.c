@@ -67,7 +67,8 @@
  * make no wait look deadlocked; a claim of one is checked like a new wait,
  * at its place: its owner is back and waits.
  *
- * Cost: O(steps), steps <= DL_DEADLOCK_WALK_MAX; a wait for a lock whose
+ * Cost: O(steps), steps <= DL_DEADLOCK_WALK_MAX and the requester's
+ * budget (struct dl_acquire, walk_budget); a wait for a lock whose
  * holders wait for nothing ends the walk after a few steps.
  */
 #include <stdlib.h>
@@ -107,6 +108,7 @@ struct dl_walk {
 	uint32_t rwait[DL_DEADLOCK_WALK_MAX];	   /* rwait[rfirst[n] ..] */
 	uint32_t todo[DL_DEADLOCK_WALK_MAX];	   /* a work list */
 	uint32_t nnodes, nwaits, nedges, steps;
+	uint32_t max;	/* steps this check may take */
 	uint32_t into0; /* edges into node 0, the requester */
 	int over;	/* the budget is spent: give up */
 	uint64_t now;
@@ -133,7 +135,7 @@ void dl_locktab_deadlock_check(struct dl_locktab *t, int on)
 /* One step of the budget; 0 once it is spent. */
 static int spend(struct dl_walk *k)
 {
-	if (k->steps >= DL_DEADLOCK_WALK_MAX)
+	if (k->steps >= k->max)
 		k->over = 1;
 	else
 		k->steps++;
@@ -404,17 +406,25 @@ static void keep_cycle(struct dl_locktab *t, struct dl_walk *k, uint32_t last)
 
 int dl__deadlock_check(struct dl_locktab *t, struct dl_lock *lk,
 		       const struct dl_session *s, int shared,
-		       const struct dl_waiter *claim)
+		       const struct dl_waiter *claim, uint32_t *budget)
 {
 	struct dl_walk *k = t->walk;
-	uint32_t n, last = NONE;
+	uint32_t n, last = NONE, max = DL_DEADLOCK_WALK_MAX;
 	int edges;
 
 	if (t->no_deadlock_check)
 		return 0;
+	if (budget && *budget < max)
+		max = *budget;
+	if (max == 0) {
+		/* the requester's budget is spent: it waits unchecked */
+		t->st.walks_capped++;
+		return 0;
+	}
 	if (!k && !(k = t->walk = malloc(sizeof(*k))))
 		return 0; /* no room to look: let it wait, as before */
 	k->nnodes = k->nwaits = k->nedges = k->steps = k->into0 = 0;
+	k->max = max;
 	k->over = 0;
 	k->now = dl__now_ms(t);
 	k->claim = claim;
@@ -441,5 +451,7 @@ int dl__deadlock_check(struct dl_locktab *t, struct dl_lock *lk,
 	}
 	for (n = 0; n < k->nnodes; n++)
 		k->node[n].o->walk = 0;
+	if (budget)
+		*budget -= k->steps; /* steps <= max <= *budget */
 	return last != NONE;
 }

@@ -146,7 +146,7 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 		dl__serve(t, lk, now);
 		return 0;
 	}
-	if (dl__deadlock_check(t, lk, s, a->shared, w)) {
+	if (dl__deadlock_check(t, lk, s, a->shared, w, a->walk_budget)) {
 		/* its owner is back and asks, but may not wait: the place
 		 * goes, as for a TRYLOCK */
 		deadlock(t, res);
@@ -255,7 +255,7 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 	if (lk->nwaiters >= t->limits.max_waiters || dl__owner_full(t, o) ||
 	    dl__account_full(s, o, 1))
 		return DL_ELIMIT;
-	if (dl__deadlock_check(t, lk, s, a->shared, NULL)) {
+	if (dl__deadlock_check(t, lk, s, a->shared, NULL, a->walk_budget)) {
 		deadlock(t, res);
 		return 0;
 	}

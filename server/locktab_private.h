@@ -145,10 +145,11 @@ void dl__reap(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
 /* The deadlock check (locktab_cycle.c): 1 if session s waiting for lk
  * in `shared` mode would close a cycle (t->cycle then says which), 0 if
  * not or if the walk gave up. `claim` is the restored place in lk's queue
- * that s's owner claims, or NULL for a new wait at the tail. */
+ * that s's owner claims, or NULL for a new wait at the tail. `budget`
+ * (NULL: none) caps the walk's steps, and is debited by them. */
 int dl__deadlock_check(struct dl_locktab *t, struct dl_lock *lk,
 		       const struct dl_session *s, int shared,
-		       const struct dl_waiter *claim);
+		       const struct dl_waiter *claim, uint32_t *budget);
 void dl__walk_free(struct dl_walk *k);
 
 /* End lease l now as if it had expired (its owner is told), then serve

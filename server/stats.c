@@ -79,7 +79,7 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		 "Waits refused as closing a cycle of owners (NO DEADLOCK).",
 		 NULL, NULL, 0},
 		{"deadlock_walks_capped", t->walks_capped, C,
-		 "Deadlock checks that gave up at their step cap (the LOCK waited).",
+		 "Deadlock checks that gave up at their step cap, or were not made for a user whose budget was spent (the LOCK waited).",
 		 NULL, NULL, 0},
 		{"last_token", dl_locktab_last_token(srv->tab), G,
 		 "Last fencing token issued.", NULL, NULL, 0},

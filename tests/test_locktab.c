@@ -4146,6 +4146,52 @@ Test(locktab, a_cycle_longer_than_the_walk_can_see_is_not_refused)
 		dl_session_close(tab, &ss[i]);
 }
 
+/* A requester's budget of steps (walk_budget) caps each check and is
+ * debited by what it took; spent, the requester's waits are not checked
+ * (they wait, counted as capped walks), while a check without a budget
+ * goes on finding cycles: one user's checks cannot take the loop. */
+Test(locktab, a_spent_walk_budget_lets_waits_go_unchecked)
+{
+	struct client *a = client_new("a"), *b = client_new("b");
+	struct client *c = client_new("c"), *d = client_new("d");
+	struct dl_acquire w = {.ttl_ms = 60000, .wait_ms = DL_WAIT_INF};
+	uint32_t budget = 1000;
+	struct dl_result r;
+
+	must_grant(a, "A", 60000);
+	must_grant(b, "B", 60000);
+	/* a waits for b: a check of a few steps, paid from the budget */
+	w.name = str("B");
+	w.walk_budget = &budget;
+	EXPECT(dl_locktab_acquire(tab, &a->s, &w, &r), r, DL_QUEUED);
+	cr_assert(budget < 1000 && budget > 0, "budget left: %u", budget);
+	/* with too little left, b's wait that closes the cycle is not seen:
+	 * it waits (the walk gave up), and the budget is spent */
+	budget = 1;
+	w.name = str("A");
+	EXPECT(dl_locktab_acquire(tab, &b->s, &w, &r), r, DL_QUEUED);
+	cr_assert(eq(u32, budget, 0));
+	cr_assert(eq(u64, dl_locktab_stats(tab)->walks_capped, 1));
+	cr_assert(eq(u64, dl_locktab_stats(tab)->deadlocks, 0));
+	/* spent: no walk at all */
+	must_grant(c, "C", 60000);
+	must_grant(d, "D", 60000);
+	w.name = str("D");
+	EXPECT(dl_locktab_acquire(tab, &c->s, &w, &r), r, DL_QUEUED);
+	w.name = str("C");
+	EXPECT(dl_locktab_acquire(tab, &d->s, &w, &r), r, DL_QUEUED);
+	cr_assert(eq(u64, dl_locktab_stats(tab)->walks_capped, 3));
+	/* another requester's checks are its own: a full budget finds the
+	 * cycle */
+	budget = DL_DEADLOCK_WALK_MAX;
+	must_grant(d, "E", 60000);
+	w.name = str("E");
+	EXPECT(dl_locktab_acquire(tab, &a->s, &w, &r), r, DL_QUEUED);
+	w.name = str("A");
+	w.walk_budget = NULL;
+	EXPECT(dl_locktab_acquire(tab, &c->s, &w, &r), r, DL_DEADLOCK);
+}
+
 /* A holder asking again is served at once (a reentry): it waits for
  * nothing, itself least of all, even while it waits elsewhere. */
 Test(locktab, a_reentry_by_an_owner_that_waits_is_granted_not_a_cycle)
