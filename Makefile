@@ -121,7 +121,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
-        bench bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant fuzz fuzz-smoke format faults faults-short faults-selftest \
+        bench bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest bench-python \
         format-check lint shape \
         bench-deadlock
@@ -685,6 +685,16 @@ bench-deadlock-tenant:
 	$(MAKE) SAN= O=build build/dlockd
 	DLOCKD=build/dlockd $(PYTHON) tests/bench/deadlock_tenant.py \
 	  $(CHAIN_OWNERS) $(CHAIN_SECONDS)
+
+# What one address's TLS handshakes cost, with and without
+# max_connects_per_address (docs/security.md);
+# make bench-tls-flood [TLS_FLOOD_SECONDS=s] [TLS_FLOOD_THREADS=n].
+TLS_FLOOD_SECONDS ?= 5
+TLS_FLOOD_THREADS ?= 4
+bench-tls-flood:
+	$(MAKE) SAN= O=build build/dlockd
+	DLOCKD=build/dlockd $(PYTHON) tests/bench/tlsflood.py \
+	  $(TLS_FLOOD_SECONDS) $(TLS_FLOOD_THREADS)
 
 # Password guesses per second one host gets (docs/security.md); by hand:
 # authflood <port> [connections] [seconds] [source addresses].

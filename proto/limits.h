@@ -219,6 +219,17 @@
  * one address (unix peers excepted), so that one host cannot take those. */
 #define DL_UNAUTH_SHARE			  2
 #define DL_DEFAULT_MAX_UNAUTH_PER_ADDRESS 8
+/* New connections a second that must authenticate, from one address
+ * (unix peers excepted): a bucket of this many, refilled at this rate;
+ * one more is refused as it is accepted, before any TLS handshake. Found
+ * from outside: one address made 1,905 TLS handshakes a second, 44 % of
+ * a core, within max_unauth_per_address (it limits connections at once,
+ * not their rate). Addresses are remembered while their bucket refills,
+ * at most DL_CONNECT_ADDRS_MAX of them (past that, a new one is not
+ * limited: max_unauth_connections still is). */
+#define DL_DEFAULT_MAX_CONNECTS_PER_ADDRESS 100
+#define DL_MAX_CONNECTS_PER_ADDRESS_MAX	    1000000
+#define DL_CONNECT_ADDRS_MAX		    65536
 /* A password shorter than this on a non-loopback bind is refused, unless
  * allow_short_password = yes: online guessing is slowed down, not made
  * impossible. */

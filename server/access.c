@@ -33,9 +33,12 @@
  * others are counted, not named. */
 #define FAIL_ADDRS 64
 
-/* Unauthenticated connections from one address. */
+/* Unauthenticated connections from one address, and its bucket of new
+ * ones (max_connects_per_address): kept while either says something. */
 struct addr_count {
 	uint32_t n;
+	uint64_t credit; /* connects left, in thousandths */
+	uint64_t at_ms;	 /* uv_now when credit was counted */
 	struct dl_hnode hn;
 	char addr[]; /* hn.len bytes + NUL */
 };
@@ -51,6 +54,8 @@ struct dl_access {
 	uint64_t seed;
 	uint64_t nunauth;     /* connections not authenticated */
 	struct dl_htab addrs; /* struct addr_count, by address */
+	size_t naddrs;
+	uint64_t swept_ms; /* the last sweep of idle addresses */
 	/* the summary of failed AUTHs: an interval is open from `since`
 	 * (uv_now ms; 0: none) */
 	uint64_t since, fails, fails_other;
@@ -135,12 +140,61 @@ static int is_unix(const struct dl_conn *c)
 	return c->u.handle.type == UV_NAMED_PIPE;
 }
 
+/* ac's bucket counted at now: full after a second of rest. */
+static void refill(struct addr_count *ac, uint64_t rate, uint64_t now)
+{
+	uint64_t full = rate * 1000;
+	uint64_t credit = ac->credit + (now - ac->at_ms) * rate;
+
+	ac->credit = credit < full ? credit : full; /* rate may have changed */
+	ac->at_ms = now;
+}
+
+/* Nothing to remember of ac: no connection waits, its bucket is full. */
+static int idle(struct addr_count *ac, uint64_t rate, uint64_t now)
+{
+	if (ac->n)
+		return 0;
+	refill(ac, rate, now);
+	return ac->credit >= rate * 1000;
+}
+
+static void addr_drop(struct dl_access *a, struct addr_count *ac)
+{
+	dl_htab_remove(&a->addrs, &ac->hn);
+	free(ac);
+	a->naddrs--;
+}
+
+/* Forget the idle addresses, at most every 100 ms: O(addresses). */
+static void sweep_addrs(struct dl_access *a, uint64_t rate, uint64_t now)
+{
+	struct dl_hnode *n, *next;
+	struct addr_count *ac;
+	size_t i;
+
+	if (now - a->swept_ms < 100)
+		return;
+	a->swept_ms = now;
+	for (i = 0; i < dl_htab_slots(&a->addrs); i++)
+		for (n = *dl_htab_slot(&a->addrs, i); n; n = next) {
+			next = n->next;
+			ac = (struct addr_count *)((char *)n -
+						   offsetof(struct addr_count,
+							    hn));
+			if (idle(ac, rate, now))
+				addr_drop(a, ac);
+		}
+}
+
 /* Count c as unauthenticated; DL_ELIMIT if a cap forbids it. */
 static int unauth_add(struct dl_conn *c, const char **why)
 {
 	struct dl_access *a = acc(c);
 	const struct dl_config *cfg = &c->srv->cfg;
 	struct addr_count *ac = NULL;
+	uint64_t rate = cfg->max_connects_per_address;
+	uint64_t now = uv_now(c->srv->loop);
 	size_t len = strlen(c->addr);
 
 	if (a->nunauth >= unauth_max(cfg)) {
@@ -155,14 +209,30 @@ static int unauth_add(struct dl_conn *c, const char **why)
 			       "from this address (max_unauth_per_address)";
 			return DL_ELIMIT;
 		}
+		if (ac && rate) {
+			refill(ac, rate, now);
+			if (ac->credit < 1000) {
+				*why = "too many new connections from this "
+				       "address (max_connects_per_address a "
+				       "second)";
+				return DL_ELIMIT;
+			}
+		}
+		if (!ac && a->naddrs >= DL_CONNECT_ADDRS_MAX)
+			sweep_addrs(a, rate, now);
 		if (!ac) {
 			if (!(ac = calloc(1, sizeof(*ac) + len + 1)))
 				return DL_ELIMIT;
 			ac->hn.hash = dl_hash_bytes(a->seed, c->addr, len);
 			ac->hn.len = (uint8_t)len;
 			memcpy(ac->addr, c->addr, len);
+			ac->credit = rate * 1000;
+			ac->at_ms = now;
 			dl_htab_insert(&a->addrs, &ac->hn);
+			a->naddrs++;
 		}
+		if (ac->credit >= 1000)
+			ac->credit -= 1000;
 		ac->n++;
 	}
 	a->nunauth++;
@@ -181,10 +251,12 @@ static void unauth_remove(struct dl_conn *c)
 	a->nunauth--;
 	if (is_unix(c) || !(ac = addr_find(a, c->addr)))
 		return;
-	if (--ac->n == 0) {
-		dl_htab_remove(&a->addrs, &ac->hn);
-		free(ac);
-	}
+	--ac->n;
+	/* kept while its bucket refills; past DL_CONNECT_ADDRS_MAX
+	 * addresses, the idle ones are swept (unauth_add) */
+	if (idle(ac, c->srv->cfg.max_connects_per_address,
+		 uv_now(c->srv->loop)))
+		addr_drop(a, ac);
 }
 
 /* ---- sessions ----------------------------------------------------------- */

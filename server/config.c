@@ -79,6 +79,8 @@ static const struct key keys[] = {
 	 0, DL_MAX_CONNECTIONS_MAX, 1, 0},
 	{"limits", "max_unauth_per_address", K_U64, F(max_unauth_per_address),
 	 1, DL_MAX_CONNECTIONS_MAX, 1, 0},
+	{"limits", "max_connects_per_address", K_U64,
+	 F(max_connects_per_address), 0, DL_MAX_CONNECTS_PER_ADDRESS_MAX, 1, 0},
 	{"limits", "max_locks_per_user", K_U64, F(max_locks_per_user), 1,
 	 DL_MAX_LOCKS_MAX, 1, 0},
 	{"limits", "max_waits_per_user", K_U64, F(max_waits_per_user), 1,
@@ -191,6 +193,7 @@ void dl_config_defaults(struct dl_config *c)
 	c->max_locks = DL_DEFAULT_MAX_LOCKS;
 	c->max_unauth_connections = 0;
 	c->max_unauth_per_address = DL_DEFAULT_MAX_UNAUTH_PER_ADDRESS;
+	c->max_connects_per_address = DL_DEFAULT_MAX_CONNECTS_PER_ADDRESS;
 	c->max_locks_per_user = DL_DEFAULT_MAX_LOCKS_PER_USER;
 	c->max_waits_per_user = DL_DEFAULT_MAX_WAITS_PER_USER;
 	c->max_watches_per_user = DL_DEFAULT_MAX_WATCHES_PER_USER;

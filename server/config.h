@@ -60,6 +60,7 @@ struct dl_config {
 	uint64_t max_locks;		 /* locks at once, all clients */
 	uint64_t max_unauth_connections; /* 0: max_connections / 2 */
 	uint64_t max_unauth_per_address;
+	uint64_t max_connects_per_address; /* a second; 0: no limit */
 	uint64_t max_locks_per_user; /* quotas of a user without its own */
 	uint64_t max_waits_per_user;
 	uint64_t max_connections_per_user;

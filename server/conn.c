@@ -960,15 +960,17 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener)
 	peer_name(c, is_tcp);
 	c->id = ++srv->conn_seq;
 	c->active_ms = uv_now(srv->loop);
-	if (is_tcp && srv->tls &&
-	    dl_tls_conn_new(srv->tls, c->active_ms, &c->tls) != 0) {
-		uv_close(&c->u.handle, on_close); /* frees c and its TLS */
-		return;
-	}
-	/* who it is, if it needs to prove nothing (access.h) */
+	/* who it is, if it needs to prove nothing (access.h); a refusal
+	 * (the caps and the rate of one address) costs no TLS state */
 	if (dl_access_accept(c, &why) != 0) {
 		dl_info("conn %s refused: %s", c->peer, why);
 		refuse(c, why);
+		return;
+	}
+	if (is_tcp && srv->tls &&
+	    dl_tls_conn_new(srv->tls, c->active_ms, &c->tls) != 0) {
+		dl_access_conn_end(c);
+		uv_close(&c->u.handle, on_close); /* frees c and its TLS */
 		return;
 	}
 	dl_linebuf_init(&c->in);

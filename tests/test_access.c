@@ -1217,3 +1217,46 @@ Test(access, a_users_deadlock_checks_are_paid_from_its_budget)
 	h_close(c);
 	h_close(e);
 }
+
+/* One address's new connections that must authenticate are rate-limited
+ * (max_connects_per_address a second, a bucket of that many), refused as
+ * they are accepted, before any TLS handshake: found from outside, one
+ * address made 1,905 TLS handshakes a second (44 % of a core) within
+ * max_unauth_per_address, which limits connections at once, not their
+ * rate. Another address has a bucket of its own. */
+Test(access, new_connections_from_one_address_are_rate_limited)
+{
+	struct h_client *c;
+	uint64_t t0, took;
+	int i, ok = 0, refused = 0;
+	char *l;
+
+	start_users("app " APP_HASH " lock=* read=*\n",
+		    "[limits]\nmax_connects_per_address = 1");
+	h_sleep_ms(1100); /* the start's probe took the bucket's one */
+	t0 = h_now_ms();
+	for (i = 0; i < 10; i++) {
+		c = h_try_connect(d.port);
+		cr_assert(c, "connect %d", i);
+		h_send(c, "AUTH app %s", APP_SECRET);
+		l = h_read(c, 5000);
+		if (l && h_starts(l, "OK AUTH"))
+			ok++;
+		else if (l && strstr(l, "ERR LIMIT too many new connections "
+					"from this address "
+					"(max_connects_per_address"))
+			refused++;
+		else
+			cr_assert_fail("connect %d: \"%s\"", i, l ? l : "");
+		h_close(c);
+	}
+	took = h_now_ms() - t0;
+	/* a bucket of one, one more a second */
+	cr_assert(ok >= 1 && ok <= 2 + (int)(took / 1000),
+		  "%d accepted in %llu ms", ok, (unsigned long long)took);
+	cr_assert_eq(ok + refused, 10);
+	c = h_try_connect_from("127.0.0.2", d.port);
+	cr_assert(c);
+	cr_assert(h_starts(h_call(c, "AUTH app %s", APP_SECRET), "OK AUTH"));
+	h_close(c);
+}
