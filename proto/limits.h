@@ -185,6 +185,14 @@
  * most. */
 #define DL_DEFAULT_MAX_OUTPUT_TOTAL (64 * 1024 * 1024)
 #define DL_MAX_OUTPUT_TOTAL_MAX	    (64ULL * 1024 * 1024 * 1024)
+/* ... and of one user of the users file's connections (max_output_per_user;
+ * 0, the default: this share of max_output_total): past it, that user's
+ * connections with unread output wait, and one of its requests or events
+ * closes its connection with the most, whatever the others hold. Over
+ * the whole budget, the connection closed is one of the user holding the
+ * most. So one user's clients that never read cannot take the budget,
+ * nor have another user's connections closed for it. */
+#define DL_OUTPUT_USER_SHARE 4
 
 /* A request line begun and not ended within request_timeout closes its
  * connection (ERR LIMIT): a client dripping bytes cannot keep a slot

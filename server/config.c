@@ -64,6 +64,8 @@ static const struct key keys[] = {
 	 DL_MAX_OUTPUT_MAX, 1, 0},
 	{"limits", "max_output_total", K_U64, F(max_output_total),
 	 DL_MAX_OUTPUT_MIN, DL_MAX_OUTPUT_TOTAL_MAX, 1, 0},
+	{"limits", "max_output_per_user", K_U64, F(max_output_per_user), 0,
+	 DL_MAX_OUTPUT_TOTAL_MAX, 1, 0},
 	{"limits", "default_ttl", K_DUR, F(default_ttl_ms), 1, DL_TTL_STORE_MAX,
 	 1, 0},
 	{"limits", "max_ttl", K_DUR, F(max_ttl_ms), 1, DL_TTL_STORE_MAX, 1, 0},

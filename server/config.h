@@ -49,8 +49,9 @@ struct dl_config {
 	uint64_t max_connections;
 	uint64_t max_waiters; /* per lock */
 	uint64_t max_locks_per_owner;
-	uint64_t max_output;	   /* bytes queued per connection */
-	uint64_t max_output_total; /* ... and for all of them (conn.h) */
+	uint64_t max_output;	      /* bytes queued per connection */
+	uint64_t max_output_total;    /* ... and for all of them (conn.h) */
+	uint64_t max_output_per_user; /* ... of one user's; 0: a share */
 	uint64_t default_ttl_ms;
 	uint64_t max_ttl_ms;
 	uint64_t tick_ms;

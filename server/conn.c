@@ -119,40 +119,94 @@ static size_t held_memory(const struct dl_conn *c)
 	return c->out.cap + c->wout.cap + dl_heldq_memory(&c->held);
 }
 
-/* Bring srv->out_unread up to date with c's buffers. */
+/* The user of the users file whose share c's output counts in, or NULL
+ * (the default user is every client at once; before AUTH, nobody's). */
+static struct dl_user *sharer(const struct dl_conn *c)
+{
+	return c->user && c->user->name[0] ? c->user : NULL;
+}
+
+/* What the budget charges c's party with: its user's bytes, else its
+ * own. */
+static uint64_t party_bytes(const struct dl_conn *c)
+{
+	const struct dl_user *u = sharer(c);
+
+	return u ? u->rt.out_unread : c->counted;
+}
+
+static uint64_t user_share(const struct dl_server *srv)
+{
+	return srv->cfg.max_output_per_user
+		       ? srv->cfg.max_output_per_user
+		       : srv->cfg.max_output_total / DL_OUTPUT_USER_SHARE;
+}
+
+/* c's user holds more than its share of the budget. */
+static int user_over(const struct dl_conn *c)
+{
+	const struct dl_user *u = sharer(c);
+
+	return u && u->rt.out_unread > user_share(c->srv);
+}
+
+/* Bring srv->out_unread (and c's user's part of it) up to date with c's
+ * buffers. */
 static void account(struct dl_conn *c)
 {
 	struct dl_server *srv = c->srv;
+	struct dl_user *u = sharer(c);
 	size_t now = held_memory(c);
 	int was_over = srv->out_unread > srv->cfg.max_output_total / 4 * 3;
 
 	srv->out_unread = srv->out_unread - c->counted + now;
+	if (u)
+		u->rt.out_unread = u->rt.out_unread - c->counted + now;
 	c->counted = now;
 	if (was_over && srv->out_unread <= srv->cfg.max_output_total / 4 * 3)
 		srv->budget_wake = 1;
 }
 
-/* An event, or a request, while over the budget: the connection with the
- * most unread output is closed (its bytes stop counting at once). 0 when
- * no connection holds any. */
-static int budget_close(struct dl_server *srv)
+/* An event, or a request, while over the budget: a connection of the
+ * party (a user of the users file, else the connection alone) with the
+ * most unread output is closed, the one of them with the most (its bytes
+ * stop counting at once); with `of`, one of that user's. 0 when no
+ * connection holds any. */
+static int close_biggest(struct dl_server *srv, const struct dl_user *of)
 {
 	struct dl_conn *c, *big = NULL;
 
-	for (c = srv->conns; c; c = c->next)
-		if (c->end != DL_END_ABORT && !c->closing && c->counted > 0 &&
-		    (!big || c->counted > big->counted))
+	for (c = srv->conns; c; c = c->next) {
+		if (c->end == DL_END_ABORT || c->closing || c->counted == 0 ||
+		    (of && sharer(c) != of))
+			continue;
+		if (!big || party_bytes(c) > party_bytes(big) ||
+		    (party_bytes(c) == party_bytes(big) &&
+		     c->counted > big->counted))
 			big = c;
+	}
 	if (!big)
 		return 0;
 	srv->st.output_budget_closes++;
-	dl_notice("conn %llu %s: %zu bytes unread, the most of all while "
-		  "connections hold more than max_output_total (%llu), "
-		  "closing",
-		  (unsigned long long)big->id, big->peer, big->counted,
-		  (unsigned long long)srv->cfg.max_output_total);
+	if (of)
+		dl_notice("conn %llu %s: %zu bytes unread, the most of user "
+			  "%s's, who hold more than max_output_per_user "
+			  "(%llu), closing",
+			  (unsigned long long)big->id, big->peer, big->counted,
+			  of->name, (unsigned long long)user_share(srv));
+	else
+		dl_notice("conn %llu %s: %zu bytes unread, the most of the "
+			  "client holding the most while connections hold "
+			  "more than max_output_total (%llu), closing",
+			  (unsigned long long)big->id, big->peer, big->counted,
+			  (unsigned long long)srv->cfg.max_output_total);
 	dl_conn_end(big, DL_END_ABORT, "output budget");
 	return 1;
+}
+
+static int budget_close(struct dl_server *srv)
+{
+	return close_biggest(srv, NULL);
 }
 
 struct dl_delayed {
@@ -364,6 +418,11 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 		if (c->end == DL_END_ABORT)
 			return;
 	}
+	if (is_event(line->kind) && user_over(c)) {
+		close_biggest(srv, sharer(c));
+		if (c->end == DL_END_ABORT)
+			return;
+	}
 	if (is_event(line->kind) && unread(c) + len > srv->cfg.max_output) {
 		srv->st.output_overflows++;
 		dl_notice(
@@ -566,8 +625,13 @@ static void process_input(struct dl_conn *c)
 		while (unread(c) == 0 && over_budget(c->srv) &&
 		       budget_close(c->srv))
 			;
+		/* the same within a user's share: its clients that never
+		 * read cannot take the budget from the others */
+		while (unread(c) == 0 && user_over(c) &&
+		       close_biggest(c->srv, sharer(c)))
+			;
 		if (unread(c) > high_water(c) ||
-		    (unread(c) > 0 && over_budget(c->srv))) {
+		    (unread(c) > 0 && (over_budget(c->srv) || user_over(c)))) {
 			c->paused = 1;
 			uv_read_stop(&c->u.stream);
 			return;

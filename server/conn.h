@@ -68,6 +68,16 @@
  * passed the budget five times). The budget is thus exceeded by at most
  * one reply.
  *
+ * Shares of it. Each user of the users file has its connections' part of
+ * the sum (rt.out_unread, moved with the connection when its user
+ * changes) and may hold max_output_per_user of it (a quarter of the
+ * budget by default): past that, its connections are paused and its
+ * requests and events close its own connection with the most, as above.
+ * Over the whole budget, the connection closed is one of the user (or,
+ * for the default user and before AUTH, the connection alone) holding
+ * the most: one user's clients that never read neither take the budget
+ * nor get another user's connections closed.
+ *
  * Parked input. A change read while the daemon, having just taken the
  * leadership over, is still making its link to Redis (dl_store_opening)
  * is copied and parked (dl_conn_park): the connection reads nothing more

@@ -1260,3 +1260,83 @@ Test(access, new_connections_from_one_address_are_rate_limited)
 	cr_assert(h_starts(h_call(c, "AUTH app %s", APP_SECRET), "OK AUTH"));
 	h_close(c);
 }
+
+/* The output budget is shared fairly: one user of the users file holds at
+ * most max_output_per_user of unread output (a quarter of
+ * max_output_total by default), and past it its own biggest connection is
+ * closed, never another user's. Before, one user's clients that never
+ * read could fill the whole budget, and the connection closed to make
+ * room was the biggest of all, whoever's it was. */
+Test(access, one_users_unread_output_cannot_close_anothers)
+{
+	enum { N = 40, HOLDERS = 1000, SHARE = 1024 * 1024 };
+	static struct h_client *m[N];
+	struct h_client *o, *a[2], *ops;
+	char conf[2048], sock[H_PATH_MAX + 16], cmd[129], owner[16], *l;
+	const char *path =
+		h_daemon_write_file(&d, "users",
+				    "ops " OPS_HASH " lock=* read=* admin\n"
+				    "app " APP_HASH " lock=* read=*\n"
+				    "mal " CI_HASH " lock=* read=*\n");
+	uint64_t held;
+	int i, k, n;
+
+	snprintf(sock, sizeof(sock), "%s/dlockd.sock", d.dir);
+	snprintf(conf, sizeof(conf),
+		 "[server]\nusers_file = %s\nunix_socket = %s\n"
+		 "[limits]\nmax_output_total = %d\nmax_output_per_user = %d\n",
+		 path, sock, 4 * SHARE, SHARE);
+	h_daemon_write_conf(&d, conf);
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	/* a lock of a thousand described holders: a HOLDERS of ~300 KB,
+	 * more than a unix socket takes from the daemon */
+	memset(cmd, 'c', sizeof(cmd) - 1);
+	cmd[sizeof(cmd) - 1] = '\0';
+	o = login("ops", OPS_SECRET);
+	for (i = 0; i < HOLDERS; i++) {
+		snprintf(owner, sizeof(owner), "o%d", i);
+		l = h_call(o, "HELLO owner=%s key=%s host=h%d pid=%d cmd=%s",
+			   owner, h_owner_key(owner), i, i + 1, cmd);
+		cr_assert(h_starts(l, "OK HELLO"), "%s", l);
+		l = h_call(o, "LOCK big mode=shared ttl=120s");
+		cr_assert(h_starts(l, "OK GRANTED big "), "%s", l);
+	}
+	/* app asks twice and does not read yet: within its share */
+	for (k = 0; k < 2; k++) {
+		a[k] = h_connect_unix(sock);
+		cr_assert(h_starts(h_call(a[k], "AUTH app %s", APP_SECRET),
+				   "OK AUTH"));
+		h_send(a[k], "HOLDERS big");
+	}
+	h_sleep_ms(200);
+	/* mal asks from 40 connections and never reads */
+	for (i = 0; i < N; i++) {
+		m[i] = h_connect_unix(sock);
+		cr_assert(h_starts(h_call(m[i], "AUTH mal %s", CI_SECRET),
+				   "OK AUTH"));
+		h_send(m[i], "HOLDERS big");
+	}
+	h_sleep_ms(1000);
+	ops = login("ops", OPS_SECRET);
+	held = h_stats_value(ops, "output_buffered_bytes");
+	cr_assert_geq(h_stats_value(ops, "output_budget_closes"), 1);
+	/* mal's share, app's two replies and a reply's slack: far from the
+	 * 4 MiB mal alone filled before */
+	cr_assert_leq(held, 3 * SHARE, "%llu bytes held",
+		      (unsigned long long)held);
+	/* app's connections were not closed for mal: every line comes */
+	for (k = 0; k < 2; k++) {
+		l = h_line(a[k]);
+		cr_assert(h_starts(l, "OK HOLDERS big "), "%s", l);
+		n = (int)h_arg_u64(l, 1);
+		cr_assert_eq(n, HOLDERS, "%s", l);
+		for (i = 0; i < n; i++)
+			cr_assert(h_starts(h_line(a[k]), "holder "), "line %d",
+				  i);
+		h_close(a[k]);
+	}
+	for (i = 0; i < N; i++)
+		h_close(m[i]);
+	h_close(o);
+	h_close(ops);
+}
