@@ -20,6 +20,8 @@ static const char *conf(const char *text)
 {
 	int fd;
 
+	if (path[0])
+		unlink(path); /* the test's previous one: only one is kept */
 	snprintf(path, sizeof(path), "/tmp/dlockd-conf-XXXXXX");
 	fd = mkstemp(path);
 	cr_assert(fd >= 0);
