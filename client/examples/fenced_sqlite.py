@@ -50,7 +50,13 @@ def main() -> int:
     ap.add_argument("--port", type=int, default=int(os.environ.get("DLOCK_PORT", "7420")))
     ap.add_argument("--db")
     a = ap.parse_args()
-    path = a.db or os.path.join(tempfile.mkdtemp(prefix="dlock-fence-"), "bank.db")
+    if a.db:
+        return demo(a, a.db)
+    with tempfile.TemporaryDirectory(prefix="dlock-fence-") as d:
+        return demo(a, os.path.join(d, "bank.db"))
+
+
+def demo(a: argparse.Namespace, path: str) -> int:
     db = sqlite3.connect(path)
     with db:
         db.execute("CREATE TABLE IF NOT EXISTS account "
@@ -72,6 +78,7 @@ def main() -> int:
     balance, fence = db.execute(
         "SELECT balance, fence FROM account WHERE id = 'alice'").fetchone()
     print(f"alice: balance {balance}, last writer's token {fence}")
+    db.close()
     return 0 if ok and not late and balance == 150 else 1
 
 
