@@ -635,6 +635,7 @@ format-check:
 # over 800 lines, functions over 80, the largest structs) for review.
 lint: format-check
 	@bash tests/scripts/dead.sh
+	@bash tests/scripts/doc_paths.sh
 shape:
 	@bash tests/scripts/shape.sh
 

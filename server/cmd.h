@@ -2,10 +2,11 @@
 /*
  * cmd.h -- request dispatch: one parsed line in, one reply out.
  *
- * The only module that writes protocol text on the server side: it parses
- * a line with the codec, applies the gates (AUTH, persistence available,
- * configured limits), calls the lock table, and formats the reply or event
- * through the codec's formatter. Which replies are durable is decided by
+ * With watch.c (the WATCH verbs and their events), the only code that
+ * writes protocol text on the server side: it parses a line with the
+ * codec, applies the gates (AUTH, persistence available, configured
+ * limits), calls the lock table, and formats the reply or event through
+ * the codec's formatter. Which replies are durable is decided by
  * the lock table (dl_result.durable) and passed on to the connection.
  */
 #ifndef DL_SERVER_CMD_H

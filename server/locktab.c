@@ -6,7 +6,7 @@
  *   - locks and owners live in two chained hash tables whose nodes are
  *     embedded in the objects, the key bytes right after the node;
  *   - a lease is one 72-byte allocation holding its wheel entry (whose
- *     `expires` is the lease deadline: no second copy), a lock is 48 bytes
+ *     `expires` is the lease deadline: no second copy), a lock is 40 bytes
  *     plus its name;
  *   - the dirty set is an array of lock pointers, reserved when a lock is
  *     created (one slot per lock), so marking a lock dirty cannot fail in

@@ -38,7 +38,7 @@ done
 echo "struct dl_store: its own fields each file touches:"
 fields=$(ctags --c-kinds=m --fields=+S -o - server/store/store_private.h 2>/dev/null |
 	awk -F'\t' '$0 ~ /struct:dl_store($|\t)/ {print $1}' | sort -u)
-for f in server/store*.c; do
+for f in server/store/*.c; do
 	n=0
 	for x in $fields; do
 		grep -qE "\bst->$x\b" "$f" && n=$((n + 1))
