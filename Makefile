@@ -82,7 +82,8 @@ STORE_SRC  := $(addprefix server/store/,store.c store_load.c store_batch.c \
                 store_migrate.c store_probe.c store_resync.c store_uv.c)
 SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/proof.c \
-              server/conn.c server/held.c server/cmd.c server/server.c \
+              server/conn.c server/conn_lines.c server/held.c server/cmd.c \
+              server/server.c \
               server/notify.c server/record.c \
               server/stats.c server/metrics.c server/buf.c \
               server/htab.c server/locktab_ops.c server/locktab_cycle.c \

@@ -632,7 +632,7 @@ int dl_access_sweep(struct dl_conn *c, uint64_t now)
 	dl_info("conn %llu %s: not authenticated within %s, closing",
 		(unsigned long long)c->id, c->peer,
 		dl_format_duration(cfg->auth_timeout_ms, d));
-	dl_cmd_bye(c, "auth-timeout");
+	dl_conn_bye(c, "auth-timeout");
 	dl_conn_end(c, DL_END_GRACEFUL, "auth timeout");
 	return 1;
 }
@@ -662,7 +662,7 @@ static void revoke_session(struct dl_conn *c, struct dl_users *next,
 			n->rt.out_unread -= c->counted;
 	}
 	c->user = NULL;
-	dl_cmd_bye(c, "revoked");
+	dl_conn_bye(c, "revoked");
 	dl_conn_end(c, DL_END_GRACEFUL, "revoked");
 }
 

@@ -47,7 +47,7 @@ static void reply_send(struct dl_conn *c, struct reply *r, struct dl_str tag,
 		/* Cannot happen with the wire limits; say so rather than
 		 * send half a line. */
 		dl_error("reply did not fit in %d bytes", DL_REPLY_MAX);
-		dl_cmd_error(c, DL_EINTERNAL, "reply too long", tag);
+		dl_conn_error(c, DL_EINTERNAL, "reply too long", tag);
 		return;
 	}
 	if (line && tag.len) {
@@ -141,19 +141,6 @@ static void fmt_proof(struct dl_conn *c, struct reply *r, struct dl_str name,
 	dl_proof_make(key, &in, hex);
 	dl_fmt_kv_str(&r->f, "proof", (struct dl_str){hex, DL_PROOF_HEX});
 	dl_fmt_kv_u64(&r->f, "until", in.until);
-}
-
-void dl_cmd_error(struct dl_conn *c, int err, const char *why,
-		  struct dl_str tag)
-{
-	struct reply r;
-
-	/* counted as what the client is told: a range error is a BAD_ARG */
-	c->srv->st.errors[-dl_err_wire(err)]++;
-	reply_begin(&r, "ERR");
-	dl_fmt_word(&r.f, dl_err_word(err));
-	dl_fmt_word(&r.f, why);
-	reply_send(c, &r, tag, NULL);
 }
 
 /* An owner's key as the wire shows it: owner=<id>, then user=<name> when
@@ -331,7 +318,7 @@ static void limit_error(struct dl_conn *c, struct dl_str name,
 	else
 		snprintf(why, sizeof(why),
 			 "limit reached: fencing tokens exhausted");
-	dl_cmd_error(c, DL_ELIMIT, why, tag);
+	dl_conn_error(c, DL_ELIMIT, why, tag);
 }
 
 /* A lock-table call failed: the reply for its code. */
@@ -339,20 +326,20 @@ static void table_error(struct dl_conn *c, int err, struct dl_str tag)
 {
 	switch (err) {
 	case DL_ELIMIT:
-		dl_cmd_error(
+		dl_conn_error(
 			c, err,
 			"limit reached (waiters per lock, locks per owner or reentries)",
 			tag);
 		break;
 	case DL_EUNAVAILABLE:
-		dl_cmd_error(c, err, "persistence is down, try again", tag);
+		dl_conn_error(c, err, "persistence is down, try again", tag);
 		break;
 	case DL_EBADARG:
-		dl_cmd_error(c, err, "bad argument", tag);
+		dl_conn_error(c, err, "bad argument", tag);
 		break;
 	default:
 		dl_error("lock table: %s", dl_strerror(err));
-		dl_cmd_error(c, DL_EINTERNAL, dl_strerror(err), tag);
+		dl_conn_error(c, DL_EINTERNAL, dl_strerror(err), tag);
 	}
 }
 
@@ -451,7 +438,7 @@ static int check_ttl(struct dl_conn *c, const struct dl_request *rq)
 			 "ttl out of range: %s, at most %s (max_ttl)",
 			 dl_format_duration(rq->ttl_ms, asked),
 			 dl_format_duration(c->srv->cfg.max_ttl_ms, max));
-		dl_cmd_error(c, DL_EBADARG, why, rq->tag);
+		dl_conn_error(c, DL_EBADARG, why, rq->tag);
 		return -1;
 	}
 	return 0;
@@ -472,7 +459,7 @@ static int check_warn(struct dl_conn *c, const struct dl_request *rq,
 			"how much of the lease remains when * EXPIRING is sent",
 			dl_format_duration(rq->warn_ms, warn),
 			dl_format_duration(ttl, t));
-		dl_cmd_error(c, DL_EBADARG, why, rq->tag);
+		dl_conn_error(c, DL_EBADARG, why, rq->tag);
 		return -1;
 	}
 	return 0;
@@ -559,10 +546,10 @@ static void cmd_refresh(struct dl_conn *c, const struct dl_request *rq)
 				      &res);
 	if (err == DL_EBADARG)
 		/* the lease's warning and its TTL, one of them its own */
-		dl_cmd_error(c, err,
-			     "warn out of range: the lease's warning must be "
-			     "less than its ttl (REFRESH warn=0 drops it)",
-			     rq->tag);
+		dl_conn_error(c, err,
+			      "warn out of range: the lease's warning must be "
+			      "less than its ttl (REFRESH warn=0 drops it)",
+			      rq->tag);
 	else if (err)
 		table_error(c, err, rq->tag);
 	else
@@ -645,10 +632,10 @@ static void cmd_reclaim(struct dl_conn *c, const struct dl_request *rq)
 	int err;
 
 	if (!rq->proof.len || !rq->has_until) {
-		dl_cmd_error(c, DL_EBADARG,
-			     "RECLAIM needs proof= and until= (what the "
-			     "lease's last grant or refresh said)",
-			     rq->tag);
+		dl_conn_error(c, DL_EBADARG,
+			      "RECLAIM needs proof= and until= (what the "
+			      "lease's last grant or refresh said)",
+			      rq->tag);
 		return;
 	}
 	if (check_ttl(c, rq) || check_warn(c, rq, ttl))
@@ -887,10 +874,10 @@ static void hello_unauthenticated(struct dl_conn *c,
 	struct reply r;
 
 	if (rq->owner.len || rq->owner_secret.len || rq->has_desc) {
-		dl_cmd_error(c, DL_ENOAUTH,
-			     "AUTH first: an owner is named, and described, "
-			     "once authenticated",
-			     rq->tag);
+		dl_conn_error(c, DL_ENOAUTH,
+			      "AUTH first: an owner is named, and described, "
+			      "once authenticated",
+			      rq->tag);
 		return;
 	}
 	reply_begin(&r, "OK HELLO");
@@ -908,10 +895,10 @@ static int set_desc(struct dl_conn *c, const struct dl_request *rq)
 	int err = dl_desc_new(rq->desc_host, rq->desc_pid, rq->desc_cmd, &d);
 
 	if (err) {
-		dl_cmd_error(c, err == DL_ENOMEM ? DL_EINTERNAL : err,
-			     err == DL_ENOMEM ? "out of memory"
-					      : "bad description",
-			     rq->tag);
+		dl_conn_error(c, err == DL_ENOMEM ? DL_EINTERNAL : err,
+			      err == DL_ENOMEM ? "out of memory"
+					       : "bad description",
+			      rq->tag);
 		return -1;
 	}
 	dl_session_set_desc(&c->sess, d);
@@ -930,8 +917,8 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 		return;
 	}
 	if (rq->owner_secret.len && !rq->owner.len) {
-		dl_cmd_error(c, DL_EBADFORMAT,
-			     "key= goes with owner=", rq->tag);
+		dl_conn_error(c, DL_EBADFORMAT,
+			      "key= goes with owner=", rq->tag);
 		return;
 	}
 	if (rq->owner.len) {
@@ -947,7 +934,7 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 			return;
 		}
 		if (err == DL_EBADARG) {
-			dl_cmd_error(
+			dl_conn_error(
 				c, err,
 				"cannot change owner while waiting for a lock",
 				rq->tag);
@@ -1026,7 +1013,7 @@ static void cmd_auth(struct dl_conn *c, const struct dl_request *rq)
 		return;
 	}
 	if (err != DL_EDENIED) {
-		dl_cmd_error(c, err, why, rq->tag);
+		dl_conn_error(c, err, why, rq->tag);
 		return;
 	}
 	reply_begin(&r, "NO AUTH_FAILED");
@@ -1070,7 +1057,7 @@ static void cmd_stats(struct dl_conn *c, const struct dl_request *rq)
 	size_t i;
 
 	if (!x) {
-		dl_cmd_error(c, DL_EINTERNAL, "out of memory", rq->tag);
+		dl_conn_error(c, DL_EINTERNAL, "out of memory", rq->tag);
 		return;
 	}
 	x->n = 0;
@@ -1118,12 +1105,12 @@ static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 			(unsigned long long)(rt->locks_last_us / 1000),
 			(unsigned long long)dl_locktab_stats(tab)->locks,
 			(unsigned long long)(rt->locks_next_ms - t0));
-		dl_cmd_error(c, DL_ELIMIT, why, rq->tag);
+		dl_conn_error(c, DL_ELIMIT, why, rq->tag);
 		return;
 	}
 	page = malloc(limit * sizeof(*page));
 	if (!page) {
-		dl_cmd_error(c, DL_EINTERNAL, "out of memory", rq->tag);
+		dl_conn_error(c, DL_EINTERNAL, "out of memory", rq->tag);
 		return;
 	}
 	/* no filter when every name under the prefix is readable */
@@ -1177,9 +1164,9 @@ static void cmd_help(struct dl_conn *c, const struct dl_request *rq)
 	size_t n = 0, i;
 
 	if (rq->arg.len && (v = dl_find_verb(rq->arg)) == DL_VERB_NONE) {
-		dl_cmd_error(c, DL_EBADARG,
-			     "unknown command; HELP lists the commands",
-			     rq->tag);
+		dl_conn_error(c, DL_EBADARG,
+			      "unknown command; HELP lists the commands",
+			      rq->tag);
 		return;
 	}
 	end = v == DL_VERB_NONE ? DL_VERB_COUNT_ : v + 1;
@@ -1336,7 +1323,7 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 	if (err) {
 		dl_debug("conn %llu: bad request: %s",
 			 (unsigned long long)c->id, why);
-		dl_cmd_error(c, err, why ? why : dl_strerror(err), rq.tag);
+		dl_conn_error(c, err, why ? why : dl_strerror(err), rq.tag);
 		return;
 	}
 	if (rq.verb == DL_VERB_NONE)
@@ -1346,7 +1333,7 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 		 dl_verb_name(rq.verb), (int)rq.name.len,
 		 rq.name.p ? rq.name.p : "");
 	if (!c->authed && !(verbs[rq.verb].flags & OPEN)) {
-		dl_cmd_error(c, DL_ENOAUTH, "AUTH required", rq.tag);
+		dl_conn_error(c, DL_ENOAUTH, "AUTH required", rq.tag);
 		return;
 	}
 	if (verbs[rq.verb].right != ANYONE &&
@@ -1361,7 +1348,7 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 	}
 	if ((verbs[rq.verb].flags & ACTIVE) &&
 	    !dl_store_leading(c->srv->store)) {
-		dl_cmd_error(
+		dl_conn_error(
 			c, DL_EUNAVAILABLE,
 			"leadership not confirmed (Redis unreachable?), try again",
 			rq.tag);
@@ -1374,8 +1361,8 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 		if (dl_store_opening(c->srv->store) &&
 		    dl_conn_park(c, line, len) == 0)
 			return;
-		dl_cmd_error(c, DL_EUNAVAILABLE,
-			     "persistence is down, try again", rq.tag);
+		dl_conn_error(c, DL_EUNAVAILABLE,
+			      "persistence is down, try again", rq.tag);
 		return;
 	}
 	verbs[rq.verb].fn(c, &rq);
@@ -1502,14 +1489,4 @@ void dl_cmd_released(struct dl_conn *c, const struct dl_line *line,
 void dl_cmd_break_hold(struct dl_conn *c)
 {
 	dl_conn_withdraw_held(c, break_line);
-}
-
-void dl_cmd_bye(struct dl_conn *c, const char *reason)
-{
-	struct reply r;
-
-	reply_begin(&r, "* BYE");
-	dl_fmt_word(&r.f, reason);
-	reply_send(c, &r, DL_STR_NULL,
-		   &(struct dl_line){.kind = DL_LINE_EVENT});
 }

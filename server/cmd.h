@@ -22,10 +22,6 @@ struct dl_conn;
 /* Execute one request line (ending removed, NUL-terminated). */
 void dl_cmd_execute(struct dl_conn *c, char *line, size_t len);
 
-/* Reply "ERR <CODE> <why>" (with the request's tag, if any). */
-void dl_cmd_error(struct dl_conn *c, int err, const char *why,
-		  struct dl_str tag);
-
 /* Send a lock-table event to the connection that owns session data. */
 void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev);
 
@@ -41,8 +37,5 @@ void dl_cmd_break_hold(struct dl_conn *c);
 struct dl_line;
 void dl_cmd_released(struct dl_conn *c, const struct dl_line *line,
 		     const char *text);
-
-/* Send "* BYE <reason>". */
-void dl_cmd_bye(struct dl_conn *c, const char *reason);
 
 #endif /* DL_SERVER_CMD_H */

@@ -653,13 +653,13 @@ static void process_input(struct dl_conn *c)
 		if (r == DL_LB_LINE) {
 			dl_cmd_execute(c, line, len);
 		} else if (r == DL_LB_TOOLONG) {
-			dl_cmd_error(c, DL_ELINETOOLONG,
-				     "line longer than 1024 bytes",
-				     DL_STR_NULL);
+			dl_conn_error(c, DL_ELINETOOLONG,
+				      "line longer than 1024 bytes",
+				      DL_STR_NULL);
 		} else {
-			dl_cmd_error(c, DL_ELINETOOLONG,
-				     "no end of line in 65536 bytes, closing",
-				     DL_STR_NULL);
+			dl_conn_error(c, DL_ELINETOOLONG,
+				      "no end of line in 65536 bytes, closing",
+				      DL_STR_NULL);
 			dl_conn_end(c, DL_END_GRACEFUL, "no end of line");
 		}
 	}
@@ -846,7 +846,7 @@ int dl_conn_sweep(struct dl_conn *c, uint64_t now)
 		dl_notice(
 			"conn %llu %s: request line not ended within %s, closing",
 			(unsigned long long)c->id, c->peer, d);
-		dl_cmd_error(c, DL_ELIMIT, why, DL_STR_NULL);
+		dl_conn_error(c, DL_ELIMIT, why, DL_STR_NULL);
 		dl_conn_end(c, DL_END_GRACEFUL, "request timeout");
 		return 1;
 	}
@@ -856,7 +856,7 @@ int dl_conn_sweep(struct dl_conn *c, uint64_t now)
 		dl_notice("conn %llu %s: no request for %s, closing",
 			  (unsigned long long)c->id, c->peer,
 			  dl_format_duration(cfg->idle_timeout_ms, d));
-		dl_cmd_bye(c, "idle");
+		dl_conn_bye(c, "idle");
 		dl_conn_end(c, DL_END_GRACEFUL, "idle timeout");
 		return 1;
 	}

@@ -184,6 +184,12 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener);
  * a reply that needs no durability); the text is copied. */
 void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 		  const struct dl_line *line);
+/* Reply "ERR <CODE> <why>" (with the request's tag, if any), counted in
+ * the daemon's errors as the word the client is told. */
+void dl_conn_error(struct dl_conn *c, int err, const char *why,
+		   struct dl_str tag);
+/* Send "* BYE <reason>". */
+void dl_conn_bye(struct dl_conn *c, const char *reason);
 
 /* Execute `line` (a request that changes state) once the store's first
  * link after a take-over is up or failed (dl_store_opening), reading

@@ -1115,6 +1115,34 @@ int dl_locktab_proof_conflicts(struct dl_locktab *t, struct dl_str id,
 	return o && o->has_proof && !proof_equal(o->proof, proof);
 }
 
+/* ---- accessors ---------------------------------------------------------- */
+
+struct dl_str dl_lock_name(const struct dl_lock *lk)
+{
+	return (struct dl_str){lk->name, lk->hn.len};
+}
+
+struct dl_str dl_owner_id(const struct dl_owner *o)
+{
+	return (struct dl_str){o->id, o->hn.len};
+}
+
+struct dl_str dl_lease_tag(const struct dl_lease *l)
+{
+	const char *p = l->extra + (l->has_desc ? sizeof(struct dl_desc *) : 0);
+
+	return l->has_tag ? (struct dl_str){p, strlen(p)} : DL_STR_NULL;
+}
+
+struct dl_desc *dl_lease_desc(const struct dl_lease *l)
+{
+	struct dl_desc *d = NULL;
+
+	if (l->has_desc)
+		memcpy(&d, l->extra, sizeof(d));
+	return d;
+}
+
 const uint8_t *dl_owner_proof(const struct dl_owner *o)
 {
 	return o->has_proof ? o->proof : NULL;

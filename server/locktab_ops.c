@@ -1109,32 +1109,6 @@ const struct dl_lock *dl_locktab_find(struct dl_locktab *t, struct dl_str name)
 	return dl__lock_find(t, name);
 }
 
-struct dl_str dl_lock_name(const struct dl_lock *lk)
-{
-	return (struct dl_str){lk->name, lk->hn.len};
-}
-
-struct dl_str dl_owner_id(const struct dl_owner *o)
-{
-	return (struct dl_str){o->id, o->hn.len};
-}
-
-struct dl_str dl_lease_tag(const struct dl_lease *l)
-{
-	const char *p = l->extra + (l->has_desc ? sizeof(struct dl_desc *) : 0);
-
-	return l->has_tag ? (struct dl_str){p, strlen(p)} : DL_STR_NULL;
-}
-
-struct dl_desc *dl_lease_desc(const struct dl_lease *l)
-{
-	struct dl_desc *d = NULL;
-
-	if (l->has_desc)
-		memcpy(&d, l->extra, sizeof(d));
-	return d;
-}
-
 uint64_t dl_lease_held_ms(const struct dl_lease *l, uint64_t now)
 {
 	return now > l->granted_at ? now - l->granted_at : 0;

@@ -169,7 +169,7 @@ static void close_clients(struct dl_server *srv, const char *why)
 	for (c = srv->conns; c; c = c->next) {
 		if (c->end)
 			continue;
-		dl_cmd_bye(c, why);
+		dl_conn_bye(c, why);
 		dl_conn_end(c, DL_END_GRACEFUL, why);
 	}
 	process_ends(srv);
@@ -860,7 +860,7 @@ void dl_server_shutdown(struct dl_server *srv, const char *why)
 	close_listeners(srv);
 	for (c = srv->conns; c; c = c->next) {
 		uv_read_stop(&c->u.stream);
-		dl_cmd_bye(c, why);
+		dl_conn_bye(c, why);
 	}
 	/* Referenced: the loop must live until the drain ends, even with
 	 * no client stream left active. */

@@ -225,7 +225,7 @@ static void send_line(struct dl_conn *c, struct dl_fmt *f, struct dl_str tag)
 	if (n > 0)
 		dl_conn_send(c, f->buf, (size_t)n, NULL);
 	else
-		dl_cmd_error(c, DL_EINTERNAL, "reply too long", tag);
+		dl_conn_error(c, DL_EINTERNAL, "reply too long", tag);
 }
 
 /* "OK WATCHING <name> holders=<n>" (the lock's holders now: 0 when it is
@@ -255,7 +255,7 @@ void dl_watch_cmd(struct dl_conn *c, const struct dl_request *rq)
 	if (!c->watch && (c->watch = calloc(1, sizeof(*c->watch))) != NULL)
 		c->watch->c = c;
 	if (!c->watch) {
-		dl_cmd_error(c, DL_EINTERNAL, "out of memory", rq->tag);
+		dl_conn_error(c, DL_EINTERNAL, "out of memory", rq->tag);
 		return;
 	}
 	cw = c->watch;
@@ -292,11 +292,11 @@ void dl_watch_cmd(struct dl_conn *c, const struct dl_request *rq)
 				 "at most %d",
 				 dl_watchreg_count(srv->watch->reg),
 				 DL_WATCHES_MAX);
-		dl_cmd_error(c, DL_ELIMIT, why, rq->tag);
+		dl_conn_error(c, DL_ELIMIT, why, rq->tag);
 		return;
 	}
 	if (rc < 0) {
-		dl_cmd_error(c, DL_EINTERNAL, dl_strerror(rc), rq->tag);
+		dl_conn_error(c, DL_EINTERNAL, dl_strerror(rc), rq->tag);
 		return;
 	}
 	c->user->rt.watches += (uint32_t)(cw->w.n - n);
