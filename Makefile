@@ -94,7 +94,7 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               $(STORE_SRC)
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c client/dlock_tls.c client/dlock_watch.c \
-              client/dlock_desc.c
+              client/dlock_desc.c client/dlock_err.c
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
               test_users test_watchreg
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
@@ -158,7 +158,8 @@ $(LIBDLOCK_SO): $(LIB_PIC_OBJ)
 	  -o $@ $^ $(SSL_LIBS) -lpthread
 	ln -sf libdlock.so.$(SOVERSION) $(O)/libdlock.so
 
-$(O)/dlock: $(O)/client/dlock_cli.o $(O)/client/dlock_cmds.o \
+$(O)/dlock: $(O)/client/dlock_cli.o $(O)/client/dlock_clicore.o \
+            $(O)/client/dlock_cmds.o \
             $(O)/client/dlock_run.o $(O)/client/dlock_guard.o \
             $(O)/client/dlock_child.o $(O)/client/dlock_watchcmd.o \
             $(LIBDLOCK_A)

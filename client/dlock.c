@@ -2,13 +2,13 @@
 /*
  * dlock.c -- libdlock, the C client of dlockd (dlock.h): the public calls.
  *
- * The library is seven files around one struct dlock_client:
+ * The library is eight files around one struct dlock_client:
  * dlock.c (this file: argument checks, thread exclusion, results),
  * dlock_req.c (requests and lease records), dlock_io.c (the background
  * thread: connection, reader, timers), dlock_reply.c (replies and
- * events), dlock_tls.c (the transport), dlock_watch.c (watches) and
- * dlock_desc.c (descriptions). dlock_private.h holds the shared
- * structures.
+ * events), dlock_tls.c (the transport), dlock_watch.c (watches),
+ * dlock_desc.c (descriptions) and dlock_err.c (the thread's last error
+ * text). dlock_private.h holds the shared structures.
  *
  * Threads. One mutex, c->mu, protects the whole client. A calling thread
  * takes it, formats its request with the proto codec, appends the bytes to

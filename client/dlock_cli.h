@@ -4,8 +4,10 @@
  * Private to the command: nothing here is installed or part of libdlock.
  *
  *   dlock_cli.c   main(): the command line and the environment, help,
- *                 connecting, messages and exit codes -- what every
- *                 command shares;
+ *                 the command table;
+ *   dlock_clicore.c  what every command shares: messages and exit
+ *                 codes, connecting, retrying, acquiring, and what is
+ *                 said of a busy lock;
  *   dlock_cmds.c  the one-step commands: lock, trylock, unlock, refresh,
  *                 check, status, stats, ping;
  *   dlock_watchcmd.c  `dlock watch` and `dlock wait-free`: observers of

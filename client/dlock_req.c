@@ -499,25 +499,6 @@ static int abandon(struct dlock_client *c, struct dl__req *q)
 	return 1;
 }
 
-static _Thread_local char last_error[DL__ERR_MAX];
-
-const char *dlock_last_error(void)
-{
-	return last_error;
-}
-
-/* Every public call starts with it: the text belongs to this thread's
- * last call, never to an earlier one that happened to get an ERR. */
-void dl__last_error_clear(void)
-{
-	last_error[0] = '\0';
-}
-
-void dl__last_error_set(const char *text)
-{
-	snprintf(last_error, sizeof(last_error), "%s", text);
-}
-
 int dl__call(struct dlock_client *c, struct dl__req **qp)
 {
 	struct dl__req *q = *qp;
@@ -525,7 +506,7 @@ int dl__call(struct dlock_client *c, struct dl__req **qp)
 
 	if (err < 0) {
 		if (q->err[0])
-			snprintf(last_error, sizeof(last_error), "%s", q->err);
+			dl__last_error_set(q->err);
 		return err;
 	}
 	while (!q->done) {
@@ -537,7 +518,7 @@ int dl__call(struct dlock_client *c, struct dl__req **qp)
 		}
 	}
 	if (q->err[0])
-		snprintf(last_error, sizeof(last_error), "%s", q->err);
+		dl__last_error_set(q->err);
 	return q->rc;
 }
 
