@@ -213,6 +213,10 @@
  * (* BYE auth-timeout). 0 turns it off. */
 #define DL_DEFAULT_AUTH_TIMEOUT_MS 10000
 #define DL_AUTH_TIMEOUT_MAX_MS	   3600000
+/* A failed AUTH is answered this much later (auth_delay), to slow down
+ * guessing; at most DL_AUTH_DELAY_MAX_MS. */
+#define DL_DEFAULT_AUTH_DELAY_MS 100
+#define DL_AUTH_DELAY_MAX_MS	 10000
 /* Failed AUTHs a connection may make; the last one's reply is followed by
  * the close. A guesser pays a new connection (and its slot) every few. */
 #define DL_AUTH_FAILURES_MAX 3
@@ -287,6 +291,12 @@
 
 /* How long a waiter restored from Redis keeps its place for its owner. */
 #define DL_DEFAULT_RESTORE_GRACE_MS 5000
+#define DL_RESTORE_GRACE_MAX_MS	    3600000
+/* A Redis command not answered within redis_timeout takes persistence
+ * down (the link is dropped and made again). */
+#define DL_DEFAULT_REDIS_TIMEOUT_MS 2000
+#define DL_REDIS_TIMEOUT_MIN_MS	    10
+#define DL_REDIS_TIMEOUT_MAX_MS	    600000
 
 /* ---- persistence (Redis) ----------------------------------------------- */
 /* (The store's own tuning -- backoff, batching, re-sync, leadership

@@ -37,98 +37,117 @@ struct key {
 	uint64_t min, max; /* K_U64, K_DUR */
 	unsigned live : 1; /* SIGHUP applies it */
 	unsigned secret : 1;
+	uint64_t def;	   /* the default: every type but K_STR */
+	const char *def_s; /* ... K_STR's ("" when NULL) */
 };
 
 #define F(field) offsetof(struct dl_config, field)
 static const struct key keys[] = {
-	{"server", "bind", K_STR, F(bind), 0, 0, 0, 0},
-	{"server", "port", K_U64, F(port), 0, 65535, 0, 0},
-	{"server", "unix_socket", K_STR, F(unix_socket), 0, 0, 0, 0},
-	{"server", "password", K_STR, F(password), 0, 0, 1, 1},
-	{"server", "log_level", K_LEVEL, F(log_level), 0, 0, 1, 0},
+	{"server", "bind", K_STR, F(bind), 0, 0, 0, 0, 0, DL_DEFAULT_BIND},
+	{"server", "port", K_U64, F(port), 0, 65535, 0, 0, DL_DEFAULT_PORT,
+	 NULL},
+	{"server", "unix_socket", K_STR, F(unix_socket), 0, 0, 0, 0, 0, ""},
+	{"server", "password", K_STR, F(password), 0, 0, 1, 1, 0, ""},
+	{"server", "log_level", K_LEVEL, F(log_level), 0, 0, 1, 0,
+	 DL_LOG_NOTICE, NULL},
 	{"server", "allow_remote_without_password", K_BOOL,
-	 F(allow_remote_without_password), 0, 0, 0, 0},
-	{"server", "users_file", K_STR, F(users_file), 0, 0, 0, 0},
+	 F(allow_remote_without_password), 0, 0, 0, 0, 0, NULL},
+	{"server", "users_file", K_STR, F(users_file), 0, 0, 0, 0, 0, ""},
 	{"server", "auth_timeout", K_DUR, F(auth_timeout_ms), 0,
-	 DL_AUTH_TIMEOUT_MAX_MS, 1, 0},
-	{"server", "password_file", K_STR, F(password_file), 0, 0, 1, 0},
+	 DL_AUTH_TIMEOUT_MAX_MS, 1, 0, DL_DEFAULT_AUTH_TIMEOUT_MS, NULL},
+	{"server", "password_file", K_STR, F(password_file), 0, 0, 1, 0, 0, ""},
 	{"server", "allow_short_password", K_BOOL, F(allow_short_password), 0,
-	 0, 0, 0},
+	 0, 0, 0, 0, NULL},
 	{"limits", "max_connections", K_U64, F(max_connections), 1,
-	 DL_MAX_CONNECTIONS_MAX, 1, 0},
+	 DL_MAX_CONNECTIONS_MAX, 1, 0, DL_DEFAULT_MAX_CONNECTIONS, NULL},
 	{"limits", "max_waiters_per_lock", K_U64, F(max_waiters), 1,
-	 DL_MAX_WAITERS_MAX, 1, 0},
+	 DL_MAX_WAITERS_MAX, 1, 0, DL_DEFAULT_MAX_WAITERS, NULL},
 	{"limits", "max_locks_per_owner", K_U64, F(max_locks_per_owner), 1,
-	 DL_MAX_LOCKS_PER_OWNER_MAX, 1, 0},
+	 DL_MAX_LOCKS_PER_OWNER_MAX, 1, 0, DL_DEFAULT_MAX_LOCKS_PER_OWNER,
+	 NULL},
 	{"limits", "max_output", K_U64, F(max_output), DL_MAX_OUTPUT_MIN,
-	 DL_MAX_OUTPUT_MAX, 1, 0},
+	 DL_MAX_OUTPUT_MAX, 1, 0, DL_DEFAULT_MAX_OUTPUT, NULL},
 	{"limits", "max_output_total", K_U64, F(max_output_total),
-	 DL_MAX_OUTPUT_MIN, DL_MAX_OUTPUT_TOTAL_MAX, 1, 0},
+	 DL_MAX_OUTPUT_MIN, DL_MAX_OUTPUT_TOTAL_MAX, 1, 0,
+	 DL_DEFAULT_MAX_OUTPUT_TOTAL, NULL},
 	{"limits", "max_output_per_user", K_U64, F(max_output_per_user), 0,
-	 DL_MAX_OUTPUT_TOTAL_MAX, 1, 0},
+	 DL_MAX_OUTPUT_TOTAL_MAX, 1, 0, 0, NULL},
 	{"limits", "default_ttl", K_DUR, F(default_ttl_ms), 1, DL_TTL_STORE_MAX,
-	 1, 0},
-	{"limits", "max_ttl", K_DUR, F(max_ttl_ms), 1, DL_TTL_STORE_MAX, 1, 0},
+	 1, 0, DL_DEFAULT_TTL_MS, NULL},
+	{"limits", "max_ttl", K_DUR, F(max_ttl_ms), 1, DL_TTL_STORE_MAX, 1, 0,
+	 DL_DEFAULT_MAX_TTL_MS, NULL},
 	{"limits", "tick", K_DUR, F(tick_ms), DL_TICK_MS_MIN, DL_TICK_MS_MAX, 0,
-	 0},
-	{"limits", "auth_delay", K_DUR, F(auth_delay_ms), 0, 10000, 1, 0},
+	 0, DL_DEFAULT_TICK_MS, NULL},
+	{"limits", "auth_delay", K_DUR, F(auth_delay_ms), 0,
+	 DL_AUTH_DELAY_MAX_MS, 1, 0, DL_DEFAULT_AUTH_DELAY_MS, NULL},
 	{"limits", "request_timeout", K_DUR, F(request_timeout_ms), 0,
-	 DL_REQUEST_TIMEOUT_MAX_MS, 1, 0},
+	 DL_REQUEST_TIMEOUT_MAX_MS, 1, 0, DL_DEFAULT_REQUEST_TIMEOUT_MS, NULL},
 	{"limits", "idle_timeout", K_DUR, F(idle_timeout_ms), 0,
-	 DL_IDLE_TIMEOUT_MAX_MS, 1, 0},
-	{"limits", "max_locks", K_U64, F(max_locks), 1, DL_MAX_LOCKS_MAX, 1, 0},
+	 DL_IDLE_TIMEOUT_MAX_MS, 1, 0, DL_DEFAULT_IDLE_TIMEOUT_MS, NULL},
+	{"limits", "max_locks", K_U64, F(max_locks), 1, DL_MAX_LOCKS_MAX, 1, 0,
+	 DL_DEFAULT_MAX_LOCKS, NULL},
 	{"limits", "max_unauth_connections", K_U64, F(max_unauth_connections),
-	 0, DL_MAX_CONNECTIONS_MAX, 1, 0},
+	 0, DL_MAX_CONNECTIONS_MAX, 1, 0, 0, NULL},
 	{"limits", "max_unauth_per_address", K_U64, F(max_unauth_per_address),
-	 1, DL_MAX_CONNECTIONS_MAX, 1, 0},
+	 1, DL_MAX_CONNECTIONS_MAX, 1, 0, DL_DEFAULT_MAX_UNAUTH_PER_ADDRESS,
+	 NULL},
 	{"limits", "max_connects_per_address", K_U64,
-	 F(max_connects_per_address), 0, DL_MAX_CONNECTS_PER_ADDRESS_MAX, 1, 0},
+	 F(max_connects_per_address), 0, DL_MAX_CONNECTS_PER_ADDRESS_MAX, 1, 0,
+	 DL_DEFAULT_MAX_CONNECTS_PER_ADDRESS, NULL},
 	{"limits", "max_locks_per_user", K_U64, F(max_locks_per_user), 1,
-	 DL_MAX_LOCKS_MAX, 1, 0},
+	 DL_MAX_LOCKS_MAX, 1, 0, DL_DEFAULT_MAX_LOCKS_PER_USER, NULL},
 	{"limits", "max_waits_per_user", K_U64, F(max_waits_per_user), 1,
-	 DL_MAX_LOCKS_MAX, 1, 0},
+	 DL_MAX_LOCKS_MAX, 1, 0, DL_DEFAULT_MAX_WAITS_PER_USER, NULL},
 	{"limits", "max_connections_per_user", K_U64,
-	 F(max_connections_per_user), 1, DL_MAX_CONNECTIONS_MAX, 1, 0},
+	 F(max_connections_per_user), 1, DL_MAX_CONNECTIONS_MAX, 1, 0,
+	 DL_DEFAULT_MAX_CONNECTIONS_PER_USER, NULL},
 	{"limits", "max_watches_per_user", K_U64, F(max_watches_per_user), 1,
-	 DL_WATCHES_MAX, 1, 0},
+	 DL_WATCHES_MAX, 1, 0, DL_DEFAULT_MAX_WATCHES_PER_USER, NULL},
 	{"limits", "max_deadlock_steps_per_user", K_U64,
-	 F(max_deadlock_steps_per_user), 0, DL_DEADLOCK_STEPS_MAX, 1, 0},
-	{"persistence", "persist", K_PERSIST, F(persist), 0, 0, 0, 0},
-	{"persistence", "redis", K_STR, F(redis), 0, 0, 0, 1},
+	 F(max_deadlock_steps_per_user), 0, DL_DEADLOCK_STEPS_MAX, 1, 0,
+	 DL_DEFAULT_MAX_DEADLOCK_STEPS_PER_USER, NULL},
+	{"persistence", "persist", K_PERSIST, F(persist), 0, 0, 0, 0,
+	 DL_PERSIST_REDIS, NULL},
+	{"persistence", "redis", K_STR, F(redis), 0, 0, 0, 1, 0,
+	 "redis://127.0.0.1:6379/0"},
 	{"persistence", "redis_password_file", K_STR, F(redis_password_file), 0,
-	 0, 0, 0},
-	{"persistence", "redis_prefix", K_STR, F(redis_prefix), 0, 0, 0, 0},
-	{"persistence", "redis_timeout", K_DUR, F(redis_timeout_ms), 10, 600000,
-	 0, 0},
+	 0, 0, 0, 0, ""},
+	{"persistence", "redis_prefix", K_STR, F(redis_prefix), 0, 0, 0, 0, 0,
+	 "dlock:"},
+	{"persistence", "redis_timeout", K_DUR, F(redis_timeout_ms),
+	 DL_REDIS_TIMEOUT_MIN_MS, DL_REDIS_TIMEOUT_MAX_MS, 0, 0,
+	 DL_DEFAULT_REDIS_TIMEOUT_MS, NULL},
 	{"persistence", "min_replicas_ack", K_U64, F(min_replicas_ack), 0,
-	 DL_MIN_REPLICAS_ACK_MAX, 0, 0},
-	{"persistence", "restore_grace", K_DUR, F(restore_grace_ms), 0, 3600000,
-	 0, 0},
+	 DL_MIN_REPLICAS_ACK_MAX, 0, 0, 0, NULL},
+	{"persistence", "restore_grace", K_DUR, F(restore_grace_ms), 0,
+	 DL_RESTORE_GRACE_MAX_MS, 0, 0, DL_DEFAULT_RESTORE_GRACE_MS, NULL},
 	{"persistence", "allow_nondurable_redis", K_BOOL,
-	 F(allow_nondurable_redis), 0, 0, 0, 0},
+	 F(allow_nondurable_redis), 0, 0, 0, 0, 0, NULL},
 	{"persistence", "allow_evicting_redis", K_BOOL, F(allow_evicting_redis),
-	 0, 0, 0, 0},
-	{"persistence", "state_dir", K_STR, F(state_dir), 0, 0, 0, 0},
+	 0, 0, 0, 0, 0, NULL},
+	{"persistence", "state_dir", K_STR, F(state_dir), 0, 0, 0, 0, 0, ""},
 	{"persistence", "accept_token_jump", K_BOOL, F(accept_token_jump), 0, 0,
-	 0, 0},
+	 0, 0, 0, NULL},
 	{"persistence", "durable_release", K_BOOL, F(durable_release), 0, 0, 1,
-	 0},
-	{"metrics", "listen", K_STR, F(metrics), 0, 0, 0, 0},
+	 0, 0, NULL},
+	{"metrics", "listen", K_STR, F(metrics), 0, 0, 0, 0, 0, ""},
 	{"metrics", "allow_remote_without_tls", K_BOOL, F(metrics_allow_plain),
-	 0, 0, 0, 0},
-	{"tls", "cert", K_STR, F(tls_cert), 0, 0, 1, 0},
-	{"tls", "key", K_STR, F(tls_key), 0, 0, 1, 0},
-	{"tls", "ca", K_STR, F(tls_ca), 0, 0, 1, 0},
-	{"tls", "verify_clients", K_BOOL, F(tls_verify_clients), 0, 0, 1, 0},
+	 0, 0, 0, 0, 0, NULL},
+	{"tls", "cert", K_STR, F(tls_cert), 0, 0, 1, 0, 0, ""},
+	{"tls", "key", K_STR, F(tls_key), 0, 0, 1, 0, 0, ""},
+	{"tls", "ca", K_STR, F(tls_ca), 0, 0, 1, 0, 0, ""},
+	{"tls", "verify_clients", K_BOOL, F(tls_verify_clients), 0, 0, 1, 0, 0,
+	 NULL},
 	{"tls", "handshake_timeout", K_DUR, F(tls_handshake_timeout_ms),
-	 DL_TLS_HANDSHAKE_TIMEOUT_MIN_MS, DL_TLS_HANDSHAKE_TIMEOUT_MAX_MS, 1,
-	 0},
-	{"cluster", "node_id", K_STR, F(node_id), 0, 0, 0, 0},
-	{"cluster", "advertise", K_STR, F(advertise), 0, 0, 0, 0},
+	 DL_TLS_HANDSHAKE_TIMEOUT_MIN_MS, DL_TLS_HANDSHAKE_TIMEOUT_MAX_MS, 1, 0,
+	 DL_DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS, NULL},
+	{"cluster", "node_id", K_STR, F(node_id), 0, 0, 0, 0, 0, ""},
+	{"cluster", "advertise", K_STR, F(advertise), 0, 0, 0, 0, 0, ""},
 	{"cluster", "leader_lease", K_DUR, F(leader_lease_ms),
-	 DL_LEADER_LEASE_MIN_MS, DL_LEADER_LEASE_MAX_MS, 0, 0},
+	 DL_LEADER_LEASE_MIN_MS, DL_LEADER_LEASE_MAX_MS, 0, 0,
+	 DL_DEFAULT_LEADER_LEASE_MS, NULL},
 	{"cluster", "max_clock_skew", K_DUR, F(max_clock_skew_ms), 0,
-	 DL_MAX_CLOCK_SKEW_MAX_MS, 0, 0},
+	 DL_MAX_CLOCK_SKEW_MAX_MS, 0, 0, DL_DEFAULT_MAX_CLOCK_SKEW_MS, NULL},
 };
 #undef F
 
@@ -170,54 +189,22 @@ static int set_str(char **dst, const char *v)
 
 void dl_config_defaults(struct dl_config *c)
 {
+	size_t i;
+
 	memset(c, 0, sizeof(*c));
-	c->bind = strdup(DL_DEFAULT_BIND);
-	c->port = DL_DEFAULT_PORT;
-	c->unix_socket = strdup("");
-	c->password = strdup("");
-	c->log_level = DL_LOG_NOTICE;
-	c->max_connections = DL_DEFAULT_MAX_CONNECTIONS;
-	c->max_waiters = DL_DEFAULT_MAX_WAITERS;
-	c->max_locks_per_owner = DL_DEFAULT_MAX_LOCKS_PER_OWNER;
-	c->max_output = DL_DEFAULT_MAX_OUTPUT;
-	c->max_output_total = DL_DEFAULT_MAX_OUTPUT_TOTAL;
-	c->default_ttl_ms = DL_DEFAULT_TTL_MS;
-	c->max_ttl_ms = DL_DEFAULT_MAX_TTL_MS;
-	c->tick_ms = DL_DEFAULT_TICK_MS;
-	c->auth_delay_ms = 100;
-	c->request_timeout_ms = DL_DEFAULT_REQUEST_TIMEOUT_MS;
-	c->idle_timeout_ms = DL_DEFAULT_IDLE_TIMEOUT_MS;
-	c->users_file = strdup("");
-	c->password_file = strdup("");
-	c->redis_password_file = strdup("");
+	for (i = 0; i < NKEYS; i++) {
+		if (keys[i].type == K_STR)
+			*str_at(c, &keys[i]) =
+				strdup(keys[i].def_s ? keys[i].def_s : "");
+		else
+			*u64_at(c, &keys[i]) = keys[i].def;
+	}
 	c->redis_password = strdup("");
-	c->auth_timeout_ms = DL_DEFAULT_AUTH_TIMEOUT_MS;
-	c->max_locks = DL_DEFAULT_MAX_LOCKS;
-	c->max_unauth_connections = 0;
-	c->max_unauth_per_address = DL_DEFAULT_MAX_UNAUTH_PER_ADDRESS;
-	c->max_connects_per_address = DL_DEFAULT_MAX_CONNECTS_PER_ADDRESS;
-	c->max_locks_per_user = DL_DEFAULT_MAX_LOCKS_PER_USER;
-	c->max_waits_per_user = DL_DEFAULT_MAX_WAITS_PER_USER;
-	c->max_watches_per_user = DL_DEFAULT_MAX_WATCHES_PER_USER;
-	c->max_deadlock_steps_per_user = DL_DEFAULT_MAX_DEADLOCK_STEPS_PER_USER;
-	c->max_connections_per_user = DL_DEFAULT_MAX_CONNECTIONS_PER_USER;
-	c->persist = DL_PERSIST_REDIS;
-	c->redis = strdup("redis://127.0.0.1:6379/0");
-	c->redis_prefix = strdup("dlock:");
 	/* systemd's StateDirectory= says where (seen.h) */
-	c->state_dir = strdup(
-		getenv("STATE_DIRECTORY") ? getenv("STATE_DIRECTORY") : "");
-	c->redis_timeout_ms = 2000;
-	c->restore_grace_ms = DL_DEFAULT_RESTORE_GRACE_MS;
-	c->metrics = strdup("");
-	c->tls_cert = strdup("");
-	c->tls_key = strdup("");
-	c->tls_ca = strdup("");
-	c->tls_handshake_timeout_ms = DL_DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS;
-	c->node_id = strdup("");
-	c->advertise = strdup("");
-	c->leader_lease_ms = DL_DEFAULT_LEADER_LEASE_MS;
-	c->max_clock_skew_ms = DL_DEFAULT_MAX_CLOCK_SKEW_MS;
+	if (getenv("STATE_DIRECTORY")) {
+		free(c->state_dir);
+		c->state_dir = strdup(getenv("STATE_DIRECTORY"));
+	}
 }
 
 void dl_config_free(struct dl_config *c)
