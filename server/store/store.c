@@ -76,37 +76,6 @@
 
 /* ---- life cycle --------------------------------------------------------- */
 
-/* P rec:0 .. P rec:1023, back to back (dl__rec_key). */
-static int rec_keys_init(struct dl_store *st, const char *pfx)
-{
-	struct dl_buf b = {0};
-	uint32_t i;
-
-	for (i = 0; i < DL_STORE_BUCKETS; i++) {
-		st->keys.rec_off[i] = (uint32_t)b.len;
-		if (dl_buf_printf(&b, "%srec:%u", pfx, (unsigned)i) ||
-		    dl_buf_add(&b, "", 1)) {
-			free(b.p);
-			return DL_ENOMEM;
-		}
-	}
-	st->keys.rec_off[DL_STORE_BUCKETS] = (uint32_t)b.len;
-	st->keys.rec = b.p;
-	return 0;
-}
-
-static char *key_of(const char *prefix, const char *suffix)
-{
-	size_t p = strlen(prefix), s = strlen(suffix);
-	char *k = malloc(p + s + 1);
-
-	if (k) {
-		memcpy(k, prefix, p);
-		memcpy(k + p, suffix, s + 1);
-	}
-	return k;
-}
-
 /* The state file (seen.h) of this keyspace: chosen by the cluster id
  * Redis holds, else by the Redis's address made canonical (every address
  * its host resolves to: found from outside, an address as written missed
@@ -131,7 +100,6 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 			      const struct dl_store_hooks *hooks)
 {
 	struct dl_store *st = calloc(1, sizeof(*st));
-	const char *pfx = cfg->redis_prefix;
 
 	if (!st)
 		return NULL;
@@ -142,28 +110,11 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->epoch = 1;
 	st->redis = cfg->persist == DL_PERSIST_REDIS;
 	st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
-	st->keys.token = key_of(pfx, "token");
-	st->keys.names = key_of(pfx, "locks");
-	st->keys.fence = key_of(pfx, "fence");
-	st->keys.leader = key_of(pfx, "leader");
-	st->keys.gen = key_of(pfx, "gen");
-	st->keys.closed = key_of(pfx, "closed");
-	st->keys.horizon = key_of(pfx, "horizon");
-	st->keys.standbys = key_of(pfx, "standbys");
-	st->keys.base = key_of(pfx, "base");
-	st->keys.proofkey = key_of(pfx, "proofkey");
-	st->keys.cluster = key_of(pfx, "cluster");
-	st->keys.lock_prefix = key_of(pfx, "lock:");
-	if (!st->keys.token || !st->keys.names || !st->keys.fence ||
-	    !st->keys.leader || !st->keys.gen || !st->keys.cluster ||
-	    !st->keys.closed || !st->keys.horizon || !st->keys.standbys ||
-	    !st->keys.base || !st->keys.proofkey || !st->keys.lock_prefix ||
-	    rec_keys_init(st, pfx))
+	if (dl__keys_init(&st->keys, cfg->redis_prefix))
 		goto fail;
 	/* Without Redis there is nobody to share the table with. */
 	st->lead.active = !st->redis;
 	dl__lead_identity(st);
-	st->keys.lock_prefix_len = strlen(st->keys.lock_prefix);
 	if (st->redis && dl_redis_url_parse(cfg->redis, &st->addr) != 0)
 		goto fail;
 	seen_init(st);
@@ -193,19 +144,7 @@ void dl_store_free(struct dl_store *st)
 	dl__resync_free(st);
 	dl__wb_free(&st->writes.wb);
 	free(st->writes.val.p);
-	free(st->keys.token);
-	free(st->keys.names);
-	free(st->keys.fence);
-	free(st->keys.leader);
-	free(st->keys.gen);
-	free(st->keys.closed);
-	free(st->keys.horizon);
-	free(st->keys.standbys);
-	free(st->keys.base);
-	free(st->keys.proofkey);
-	free(st->keys.cluster);
-	free(st->keys.lock_prefix);
-	free(st->keys.rec);
+	dl__keys_free(&st->keys);
 	free(st);
 }
 

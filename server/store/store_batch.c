@@ -82,6 +82,7 @@
  * store remembers the largest it was answered (seen.h), and a take that
  * finds Redis below it knows that Redis went back (store_lead.c).
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -270,6 +271,74 @@ void dl__wb_free(struct wbatch *wb)
 	free(wb->locks);
 	free(wb->argv);
 	free(wb->lens);
+}
+
+/* ---- the keys ----------------------------------------------------------- */
+
+/* Each name of struct store_keys, after the prefix. */
+static const struct {
+	size_t off;
+	const char *suffix;
+} key_names[] = {
+	{offsetof(struct store_keys, token), "token"},
+	{offsetof(struct store_keys, fence), "fence"},
+	{offsetof(struct store_keys, leader), "leader"},
+	{offsetof(struct store_keys, gen), "gen"},
+	{offsetof(struct store_keys, closed), "closed"},
+	{offsetof(struct store_keys, horizon), "horizon"},
+	{offsetof(struct store_keys, standbys), "standbys"},
+	{offsetof(struct store_keys, base), "base"},
+	{offsetof(struct store_keys, proofkey), "proofkey"},
+	{offsetof(struct store_keys, cluster), "cluster"},
+	{offsetof(struct store_keys, names), "locks"},
+	{offsetof(struct store_keys, lock_prefix), "lock:"},
+};
+
+static char **key_at(struct store_keys *k, size_t i)
+{
+	return (char **)((char *)k + key_names[i].off);
+}
+
+int dl__keys_init(struct store_keys *k, const char *prefix)
+{
+	struct dl_buf b = {0};
+	size_t i;
+	uint32_t n;
+
+	for (i = 0; i < sizeof(key_names) / sizeof(key_names[0]); i++) {
+		b.len = 0;
+		if (dl_buf_printf(&b, "%s%s", prefix, key_names[i].suffix) ||
+		    dl_buf_add(&b, "", 1) || !(*key_at(k, i) = strdup(b.p))) {
+			free(b.p);
+			return DL_ENOMEM;
+		}
+	}
+	k->lock_prefix_len = strlen(k->lock_prefix);
+	/* P rec:0 .. P rec:1023, back to back (dl__rec_key) */
+	b.len = 0;
+	for (n = 0; n < DL_STORE_BUCKETS; n++) {
+		k->rec_off[n] = (uint32_t)b.len;
+		if (dl_buf_printf(&b, "%srec:%u", prefix, (unsigned)n) ||
+		    dl_buf_add(&b, "", 1)) {
+			free(b.p);
+			return DL_ENOMEM;
+		}
+	}
+	k->rec_off[DL_STORE_BUCKETS] = (uint32_t)b.len;
+	k->rec = b.p;
+	return 0;
+}
+
+void dl__keys_free(struct store_keys *k)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(key_names) / sizeof(key_names[0]); i++) {
+		free(*key_at(k, i));
+		*key_at(k, i) = NULL;
+	}
+	free(k->rec);
+	k->rec = NULL;
 }
 
 const char *dl__rec_key(const struct dl_store *st, uint32_t b, size_t *len)

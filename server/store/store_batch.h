@@ -138,6 +138,10 @@ extern const char dl__lua_lead[];
 int dl__plausible(struct dl_store *st, uint64_t mark, uint64_t epoch, char *why,
 		  size_t len);
 
+/* Every key of the keyspace `prefix` names (struct store_keys): 0, or
+ * DL_ENOMEM (dl__keys_free frees what was made). */
+int dl__keys_init(struct store_keys *k, const char *prefix);
+void dl__keys_free(struct store_keys *k);
 /* Bucket b's key, <prefix>rec:<b> (NUL-terminated), and its length. */
 const char *dl__rec_key(const struct dl_store *st, uint32_t b, size_t *len);
 
