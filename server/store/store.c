@@ -447,7 +447,7 @@ static void batch_pop(struct dl_store *st, struct batch *b)
 
 void dl__link_up(struct dl_store *st, const char *how)
 {
-	dl__watch_start(st);
+	dl__sentinel_subscribe(st);
 	dl_notice("redis: connected%s", how);
 	st->synced = 1;
 	st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
@@ -915,7 +915,7 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 	if (!st->lead.active) {
 		st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
 		set_link(st, LINK_UP);
-		dl__watch_start(st);
+		dl__sentinel_subscribe(st);
 		dl__lead_describe(st, who, sizeof(who));
 		dl_info("redis: connected as a standby; the active daemon is %s",
 			who);
@@ -1260,8 +1260,8 @@ static void on_tick(uv_timer_t *t)
 	case LINK_DOWN:
 		if (st->stopping)
 			break;
-		dl__watch_start(st); /* to hear that a failover ended */
-		if (now >= st->retry_at_ms && dl__watch_allows_link(st))
+		dl__sentinel_subscribe(st); /* to hear that a failover ended */
+		if (now >= st->retry_at_ms && dl__sentinel_allows_link(st))
 			link_connect(st);
 		break;
 	case LINK_CONNECTING:
@@ -1277,7 +1277,8 @@ static void on_tick(uv_timer_t *t)
 			lead_tick(st);
 		break;
 	case LINK_UP:
-		dl__watch_start(st); /* again, if the watch was lost */
+		dl__sentinel_subscribe(
+			st); /* again, if the subscription was lost */
 		if (report_wait(st))
 			break;
 		hz_due = dl__hz_tick(st);

@@ -17,7 +17,7 @@
  * that has just been demoted.
  *
  * A failover can also happen while the link works: a subscription to
- * every Sentinel (the watch, below) ends the link as soon as one
+ * every Sentinel (the subscription, below) ends the link as soon as one
  * announces a failover of our master, and keeps it down until the
  * failover is over. The next connection finds the new primary and, as
  * after any loss, rewrites the whole table to it (it may lack the last
@@ -301,7 +301,7 @@ void dl__find_cancel(struct dl_store *st)
 	free_ctx(&st->find.sac);
 }
 
-/* ---- the watch: every Sentinel's announcements ----------------------------
+/* ---- the subscription: every Sentinel's announcements -----------------
  *
  * Why every Sentinel, and why more than +switch-master. A failover is
  * announced by +switch-master only once it is over; until then the old
@@ -369,7 +369,7 @@ static int about_ours(const struct dl_store *st, const char *payload)
 	       strcmp(name, st->addr.master) == 0;
 }
 
-static void on_switch(struct dl_store *st, const struct dl_watch *w,
+static void on_switch(struct dl_store *st, const struct dl_sentinel_sub *w,
 		      const char *payload)
 {
 	char name[128], from[64], to[64], why[320];
@@ -397,7 +397,7 @@ static void on_switch(struct dl_store *st, const struct dl_watch *w,
 
 static void on_event(redisAsyncContext *c, void *reply, void *priv)
 {
-	struct dl_watch *w = priv;
+	struct dl_sentinel_sub *w = priv;
 	struct dl_store *st = w->st;
 	redisReply *r = reply;
 	const char *chan, *payload;
@@ -439,9 +439,9 @@ static void on_event(redisAsyncContext *c, void *reply, void *priv)
 	}
 }
 
-static void on_watch_connect(const redisAsyncContext *c, int status)
+static void on_sub_connect(const redisAsyncContext *c, int status)
 {
-	struct dl_watch *w = c->data;
+	struct dl_sentinel_sub *w = c->data;
 
 	if (c == w->c && status != REDIS_OK) {
 		w->c = NULL; /* hiredis frees it */
@@ -449,9 +449,9 @@ static void on_watch_connect(const redisAsyncContext *c, int status)
 	}
 }
 
-static void on_watch_disconnect(const redisAsyncContext *c, int status)
+static void on_sub_disconnect(const redisAsyncContext *c, int status)
 {
-	struct dl_watch *w = c->data;
+	struct dl_sentinel_sub *w = c->data;
 
 	(void)status;
 	if (c == w->c) {
@@ -460,14 +460,14 @@ static void on_watch_disconnect(const redisAsyncContext *c, int status)
 	}
 }
 
-static void on_watch_auth(redisAsyncContext *c, void *reply, void *priv)
+static void on_sub_auth(redisAsyncContext *c, void *reply, void *priv)
 {
 	(void)c;
 	(void)reply;
 	(void)priv; /* a refused AUTH makes the SUBSCRIBE fail: logged there */
 }
 
-static void watch_open(struct dl_watch *w, const char *ip)
+static void sub_open(struct dl_sentinel_sub *w, const char *ip)
 {
 	struct dl_store *st = w->st;
 	redisAsyncContext *c;
@@ -475,11 +475,11 @@ static void watch_open(struct dl_watch *w, const char *ip)
 
 	w->retry_at_ms = uv_now(st->loop) + DL_WATCH_RETRY_MS;
 	c = sentinel_connect(st, ip, st->addr.sentinel_port[w->i],
-			     on_watch_connect, on_watch_disconnect,
-			     on_watch_auth);
+			     on_sub_connect, on_sub_disconnect, on_sub_auth);
 	if (!c)
 		return;
-	c->data = w; /* its callbacks find the watch; sentinel_connect set st */
+	c->data = w; /* its callbacks find the subscription; sentinel_connect
+			set st */
 	w->c = c;
 	if (redisAsyncCommand(c, on_event, w, "SUBSCRIBE +switch-master") !=
 	    REDIS_OK) {
@@ -494,15 +494,15 @@ static void watch_open(struct dl_watch *w, const char *ip)
 				  end_events[k]);
 }
 
-struct watch_resolve {
+struct sub_resolve {
 	uv_getaddrinfo_t req;
-	struct dl_watch *w; /* NULL: the store stopped meanwhile */
+	struct dl_sentinel_sub *w; /* NULL: the store stopped meanwhile */
 };
 
-static void on_watch_resolved(uv_getaddrinfo_t *req, int status,
-			      struct addrinfo *res)
+static void on_sub_resolved(uv_getaddrinfo_t *req, int status,
+			    struct addrinfo *res)
 {
-	struct watch_resolve *r = req->data;
+	struct sub_resolve *r = req->data;
 	char ip[INET6_ADDRSTRLEN] = "";
 
 	if (status == 0 && res) {
@@ -518,25 +518,25 @@ static void on_watch_resolved(uv_getaddrinfo_t *req, int status,
 	if (r->w) {
 		r->w->resolving = NULL;
 		if (ip[0] && !r->w->st->stopping)
-			watch_open(r->w, ip);
+			sub_open(r->w, ip);
 	}
 	free(r);
 }
 
-void dl__watch_start(struct dl_store *st)
+void dl__sentinel_subscribe(struct dl_store *st)
 {
 	const struct dl_redis_addr *a = &st->addr;
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
 	unsigned char buf[sizeof(struct in6_addr)];
 	uint64_t now = uv_now(st->loop);
-	struct watch_resolve *r;
-	struct dl_watch *w;
+	struct sub_resolve *r;
+	struct dl_sentinel_sub *w;
 	int i;
 
 	if (!a->master || st->stopping)
 		return;
 	for (i = 0; i < a->nsentinels; i++) {
-		w = &st->find.watch[i];
+		w = &st->find.sub[i];
 		w->st = st;
 		w->i = i;
 		if (w->c || w->resolving || now < w->retry_at_ms)
@@ -544,7 +544,7 @@ void dl__watch_start(struct dl_store *st)
 		w->retry_at_ms = now + DL_WATCH_RETRY_MS;
 		if (inet_pton(AF_INET, a->sentinel_host[i], buf) == 1 ||
 		    inet_pton(AF_INET6, a->sentinel_host[i], buf) == 1) {
-			watch_open(w, a->sentinel_host[i]);
+			sub_open(w, a->sentinel_host[i]);
 			continue;
 		}
 		r = calloc(1, sizeof(*r));
@@ -552,7 +552,7 @@ void dl__watch_start(struct dl_store *st)
 			continue;
 		r->w = w;
 		r->req.data = r;
-		if (uv_getaddrinfo(st->loop, &r->req, on_watch_resolved,
+		if (uv_getaddrinfo(st->loop, &r->req, on_sub_resolved,
 				   a->sentinel_host[i], NULL, &hints) != 0) {
 			free(r);
 			continue;
@@ -562,7 +562,7 @@ void dl__watch_start(struct dl_store *st)
 }
 
 /* The link may be made now (no failover is being waited out). */
-int dl__watch_allows_link(struct dl_store *st)
+int dl__sentinel_allows_link(struct dl_store *st)
 {
 	if (!st->find.failover_hold_until)
 		return 1;
@@ -580,10 +580,10 @@ void dl__find_stop(struct dl_store *st)
 
 	dl__find_cancel(st);
 	for (i = 0; i < DL_SENTINELS_MAX; i++) {
-		struct dl_watch *w = &st->find.watch[i];
+		struct dl_sentinel_sub *w = &st->find.sub[i];
 
 		if (w->resolving) {
-			struct watch_resolve *r = w->resolving;
+			struct sub_resolve *r = w->resolving;
 
 			r->w = NULL; /* its callback frees it */
 			uv_cancel((uv_req_t *)&r->req);

@@ -17,7 +17,7 @@
 struct dl_store;
 
 /* A subscription to one Sentinel's events (store_find.c). */
-struct dl_watch {
+struct dl_sentinel_sub {
 	struct dl_store *st;
 	int i;		      /* its index in the configuration */
 	redisAsyncContext *c; /* subscribed, or connecting; NULL */
@@ -26,12 +26,12 @@ struct dl_watch {
 };
 
 /* Finding the primary (store_find.c owns it): the attempt under way, the
- * Sentinels asked and watched, and the primary they named. */
+ * Sentinels asked and subscribed to, and the primary they named. */
 struct store_find {
 	unsigned gen;		/* the current connection attempt */
 	void *resolving;	/* a uv_getaddrinfo under way, or NULL */
 	redisAsyncContext *sac; /* asking a Sentinel */
-	struct dl_watch watch[DL_SENTINELS_MAX]; /* one per Sentinel */
+	struct dl_sentinel_sub sub[DL_SENTINELS_MAX]; /* one per Sentinel */
 	uint64_t failover_hold_until; /* uv_now ms: no link before it */
 	int sentinel_i;		      /* the Sentinel to ask next */
 	int sentinel_tries;	      /* asked in this round */
@@ -47,9 +47,9 @@ void dl__find_primary(struct dl_store *st);
 void dl__find_cancel(struct dl_store *st);
 /* Subscribe to every Sentinel's failover announcements (Sentinel only;
  * idempotent, call it on every tick: lost subscriptions are made again). */
-void dl__watch_start(struct dl_store *st);
+void dl__sentinel_subscribe(struct dl_store *st);
 /* 0 while a failover announced by a Sentinel is being waited out. */
-int dl__watch_allows_link(struct dl_store *st);
+int dl__sentinel_allows_link(struct dl_store *st);
 /* Everything, at a stop. */
 void dl__find_stop(struct dl_store *st);
 /* Blocking: the primary's host and port (the loader). */
