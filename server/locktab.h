@@ -84,7 +84,7 @@
 #include <stdint.h>
 
 #include "proto/proto.h"
-#include "server/desc.h"
+#include "server/locktab_desc.h"
 #include "server/htab.h"
 #include "server/wheel.h"
 

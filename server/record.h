@@ -18,7 +18,7 @@
  *   W <ttl_ms> <wait_deadline_unix_ms|inf> <x|s> <owner> [id=<tag>]
  *
  * Version 3, a lock with a holder that described itself (HELLO host=
- * pid= cmd=, desc.h): version 2, and after a holder's owner (and its k=
+ * pid= cmd=, locktab_desc.h): version 2, and after a holder's owner (and its k=
  * and id=, below) when it was granted and what it said:
  *
  *   dlock3 limit=<n>

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * desc.c -- descriptions of holders (see desc.h): one allocation each,
- * the counted header and the text after it.
+ * locktab_desc.c -- descriptions of holders (see locktab_desc.h): one
+ * allocation each, the counted header and the text after it.
  */
-#include "server/desc.h"
+#include "server/locktab_desc.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * desc.h -- who a holder is, as its client described itself: host, pid
- * and command (HELLO host= pid= cmd=, proto/desc.h).
+ * locktab_desc.h -- who a holder is, as its client described itself:
+ * host, pid and command (HELLO host= pid= cmd=, proto/desc.h).
  *
  * A description is an immutable, reference-counted value. A connection
  * makes one for each HELLO that describes it and keeps it in its session;
@@ -17,8 +17,8 @@
  *
  * Not thread-safe (the loop's, like the lock table).
  */
-#ifndef DL_SERVER_DESC_H
-#define DL_SERVER_DESC_H
+#ifndef DL_SERVER_LOCKTAB_DESC_H
+#define DL_SERVER_LOCKTAB_DESC_H
 
 #include <stdint.h>
 
@@ -46,4 +46,4 @@ void dl_desc_unref(struct dl_desc *d);
 struct dl_str dl_desc_host(const struct dl_desc *d);
 struct dl_str dl_desc_cmd(const struct dl_desc *d);
 
-#endif /* DL_SERVER_DESC_H */
+#endif /* DL_SERVER_LOCKTAB_DESC_H */
