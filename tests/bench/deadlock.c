@@ -73,7 +73,7 @@ static void die(const char *what, int n)
  * wait. Returns the table; ss[] gets the sessions. */
 static struct dl_locktab *ring(struct dl_session *ss, int n)
 {
-	struct dl_locktab_hooks hooks = {fake_now, on_event, NULL};
+	struct dl_locktab_hooks hooks = {fake_now, on_event, NULL, NULL};
 	struct dl_locktab_limits lim = {1000000, 1000000, 0, 0};
 	struct dl_locktab *t = dl_locktab_new(&hooks, &lim, TICK, 42);
 	struct dl_acquire a = {.ttl_ms = 600000, .wait_ms = DL_WAIT_INF};
