@@ -122,7 +122,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
-        bench bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood fuzz fuzz-smoke format faults faults-short faults-selftest \
+        bench bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest bench-python \
         format-check lint shape \
         bench-deadlock
@@ -328,7 +328,7 @@ pytest: $(O)/dlockd
 # unit tests, then the whole suite under AddressSanitizer and UBSan.
 check: deps
 	$(MAKE) lint
-	$(MAKE) -j2 all
+	$(MAKE) -j2 all bench-bins
 	$(MAKE) -j2 SAN=1 test-bins
 	$(MAKE) SAN=1 TEST_JOBS=2 test-all
 	$(MAKE) pytest
@@ -698,6 +698,11 @@ bench-tls-flood:
 	$(MAKE) SAN= O=build build/dlockd
 	DLOCKD=build/dlockd $(PYTHON) tests/bench/tlsflood.py \
 	  $(TLS_FLOOD_SECONDS) $(TLS_FLOOD_THREADS)
+
+# The C benchmarks, built (not run) by make check so that they cannot rot.
+BENCH_BINS := $(addprefix $(O)/tests/bench/,bench fcall htab deadlock watch \
+                authflood outflood)
+bench-bins: $(BENCH_BINS)
 
 # Password guesses per second one host gets (docs/security.md); by hand:
 # authflood <port> [connections] [seconds] [source addresses].
