@@ -181,24 +181,36 @@ static struct dl_str str_of(const char *s)
 static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		  struct dl_fmt *f)
 {
-	static const char *const verbs[] = {
-		[DL__AUTH] = "AUTH",	       [DL__HELLO] = "HELLO",
-		[DL__LOCK] = "LOCK",	       [DL__CONFIRM] = "REFRESH",
-		[DL__UNLOCK] = "UNLOCK",       [DL__REFRESH] = "REFRESH",
-		[DL__RENEW] = "REFRESH",       [DL__CHECK] = "CHECK",
-		[DL__CANCEL] = "CANCEL",       [DL__STATUS] = "STATUS",
-		[DL__STATS] = "STATS",	       [DL__PING] = "PING",
-		[DL__UNLOCK_TOKEN] = "UNLOCK", [DL__REFRESH_TOKEN] = "REFRESH",
-		[DL__LOCKS] = "LOCKS",	       [DL__BREAK] = "BREAK",
-		[DL__HOLDERS] = "HOLDERS",     [DL__WATCH] = "WATCH",
-		[DL__UNWATCH] = "UNWATCH",     [DL__DESCRIBE] = "HELLO",
-		[DL__RECLAIM] = "RECLAIM",
+	/* the wire's verb of each operation (its name is the codec's) */
+	static const enum dl_verb verbs[] = {
+		[DL__AUTH] = DL_VERB_AUTH,
+		[DL__HELLO] = DL_VERB_HELLO,
+		[DL__LOCK] = DL_VERB_LOCK,
+		[DL__CONFIRM] = DL_VERB_REFRESH,
+		[DL__UNLOCK] = DL_VERB_UNLOCK,
+		[DL__REFRESH] = DL_VERB_REFRESH,
+		[DL__RENEW] = DL_VERB_REFRESH,
+		[DL__CHECK] = DL_VERB_CHECK,
+		[DL__CANCEL] = DL_VERB_CANCEL,
+		[DL__STATUS] = DL_VERB_STATUS,
+		[DL__STATS] = DL_VERB_STATS,
+		[DL__PING] = DL_VERB_PING,
+		[DL__UNLOCK_TOKEN] = DL_VERB_UNLOCK,
+		[DL__REFRESH_TOKEN] = DL_VERB_REFRESH,
+		[DL__LOCKS] = DL_VERB_LOCKS,
+		[DL__BREAK] = DL_VERB_BREAK,
+		[DL__HOLDERS] = DL_VERB_HOLDERS,
+		[DL__WATCH] = DL_VERB_WATCH,
+		[DL__UNWATCH] = DL_VERB_UNWATCH,
+		[DL__DESCRIBE] = DL_VERB_HELLO,
+		[DL__RECLAIM] = DL_VERB_RECLAIM,
 	};
 
 	c->seq++;
 	snprintf(q->tag, sizeof(q->tag), "r%llu", (unsigned long long)c->seq);
-	dl_fmt_word(f, q->op == DL__LOCK && q->wait == 0 ? "TRYLOCK"
-							 : verbs[q->op]);
+	dl_fmt_word(f, dl_verb_name(q->op == DL__LOCK && q->wait == 0
+					    ? DL_VERB_TRYLOCK
+					    : verbs[q->op]));
 	switch (q->op) {
 	case DL__AUTH:
 		if (c->user)
