@@ -210,6 +210,7 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 		return 0;
 	}
 
+	/* 1. The owner holds it already: a reentry, in the mode it holds. */
 	if ((l = dl__holder_of(lk, o)) != NULL) {
 		if (l->shared && !a->shared) {
 			res->outcome = DL_UPGRADE_DEADLOCK;
@@ -225,6 +226,8 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 		res->reentry = 1;
 		return granted(res, l, dl__remaining(l, now));
 	}
+	/* 2. This session waits for it already; or its owner is back for a
+	 * place a restore kept (a placeholder). */
 	if ((w = session_waiter(s, lk)) != NULL) {
 		res->outcome = DL_ALREADY_WAITING;
 		res->value = dl__waiter_position(w);
@@ -233,6 +236,7 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 	if ((w = placeholder_of(t, lk, o)) != NULL)
 		return claim_placeholder(t, s, w, a, ttl, now, sp, res);
 
+	/* 3. Room now, nobody queued, no delay running: granted. */
 	if (!lk->qhead && dl__has_room(lk, a->shared) && !barred(t, lk, now)) {
 		int full = dl__owner_full(t, o) || dl__account_full(s, o, 0) ||
 			   dl__tokens_exhausted(t);
@@ -247,11 +251,14 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 		dl__hist_add(&t->st.wait, 0);
 		return granted(res, l, ttl);
 	}
+	/* 4. Busy: a TRYLOCK is told for how long at least... */
 	if (a->wait_ms == 0) {
 		res->outcome = DL_BUSY;
 		res->value = busy_for(t, lk, a->shared, now);
 		return 0;
 	}
+	/* 5. ... a LOCK queues, within the limits, unless its wait would
+	 * close a cycle of owners. */
 	if (lk->nwaiters >= t->limits.max_waiters || dl__owner_full(t, o) ||
 	    dl__account_full(s, o, 1))
 		return DL_ELIMIT;
@@ -514,6 +521,7 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 	    a->warn_ms >= a->ttl_ms || a->delay_ms > DL_LOCK_DELAY_MAX_MS ||
 	    holds == 0 || holds > DL_REENTRY_MAX)
 		return DL_EBADARG;
+	/* 1. A lease the table knows: a refresh. */
 	if (l) {
 		/* known: its holder confirms it, as a REFRESH would (and its
 		 * reply is a refresh's: kept if Redis is lost meanwhile) */
@@ -528,6 +536,8 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 		}
 		return 0;
 	}
+	/* 2. Unknown: refused unless grants are closed after a loss and
+	 * the lock can take it back (each refusal says why). */
 	res->outcome = DL_NOT_HOLDER;
 	*why = "grants are open: a lease not reclaimed by then has ended";
 	if (!dl__closed(t, now))
@@ -566,6 +576,7 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 		if (beside >= room)
 			return 0;
 	}
+	/* 3. Restored, with its token: what cannot hold beside it goes. */
 	if (dl__account_full(s, s->owner, 0))
 		return DL_ELIMIT;
 	if ((a->warn_ms && !(sp.warn = dl__warn_alloc())) ||
