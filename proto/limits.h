@@ -178,8 +178,14 @@
  * Past it the connection is closed: a client that never reads costs at
  * most this much memory. */
 #define DL_DEFAULT_MAX_OUTPUT (1024 * 1024)
-#define DL_MAX_OUTPUT_MIN     (8 * 1024)
-#define DL_MAX_OUTPUT_MAX     (1024 * 1024 * 1024)
+/* A connection that ends (QUIT, a timeout, a revoked session) sends its
+ * last lines first; one whose client does not take them within this is
+ * closed at once, its unsent bytes dropped (a reset): found from outside,
+ * such connections were kept for ever, each holding a slot of
+ * max_connections, and one address that never read filled the daemon. */
+#define DL_END_DRAIN_MS	  2000
+#define DL_MAX_OUTPUT_MIN (8 * 1024)
+#define DL_MAX_OUTPUT_MAX (1024 * 1024 * 1024)
 /* ... and of all connections together (server/conn.h): past it, clients
  * with unread output are paused, and an event closes the one with the
  * most. */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 
 #include "server/access.h"
 #include "server/clock.h"
@@ -279,9 +280,11 @@ void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why)
 {
 	if (how <= c->end)
 		return;
-	if (!c->end)
+	if (!c->end) {
 		dl_info("conn %llu %s: closing: %s", (unsigned long long)c->id,
 			c->peer, why);
+		c->ended_ms = uv_now(c->srv->loop);
+	}
 	c->end = how;
 	account(c);
 	/* No more requests are executed, so no more bytes are read: libuv
@@ -323,6 +326,20 @@ int dl_conn_pending(const struct dl_conn *c)
 
 static void write_out(struct dl_conn *c);
 
+/* Close with a reset: what the kernel holds for the client is dropped at
+ * once (SO_LINGER 0), not kept for as long as the peer lives -- found from
+ * outside, connections closed while their client did not read stayed in
+ * the kernel as orphans of ~130 KB each, 667 MB for 5,000. */
+static void close_reset(struct dl_conn *c)
+{
+	struct linger lg = {1, 0};
+	uv_os_fd_t fd;
+
+	if (c->u.handle.type == UV_TCP && uv_fileno(&c->u.handle, &fd) == 0)
+		(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	close_now(c);
+}
+
 /* Check phase: called for every connection in the end queue until it is
  * closed. Returns with the connection either closed or still draining. */
 void dl_conn_finish_end(struct dl_conn *c)
@@ -340,7 +357,14 @@ void dl_conn_finish_end(struct dl_conn *c)
 	if (c->closing)
 		return;
 	if (c->end == DL_END_ABORT) {
-		close_now(c);
+		close_reset(c);
+		return;
+	}
+	if (uv_now(c->srv->loop) - c->ended_ms >= DL_END_DRAIN_MS) {
+		dl_info("conn %llu %s: its last output not taken within %d ms, "
+			"closing with a reset",
+			(unsigned long long)c->id, c->peer, DL_END_DRAIN_MS);
+		close_reset(c);
 		return;
 	}
 	if (c->shutting || dl_conn_pending(c))

@@ -165,7 +165,8 @@ struct dl_conn {
 	unsigned unauth_counted : 1;	/* in the unauthenticated counts */
 	unsigned end_after_delayed : 1; /* the delayed reply is the last */
 	uint64_t accepted_ms;		/* uv_now at accept */
-	size_t counted; /* its unread bytes in srv->out_unread */
+	size_t counted;	   /* its unread bytes in srv->out_unread */
+	uint64_t ended_ms; /* uv_now when it began to end (dl_conn_end) */
 	/* uv_now ms: when the unfinished request line began (0: none), and
 	 * of the last request (the connection's start before any); checked
 	 * by the server's sweep (dl_conn_sweep) */
