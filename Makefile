@@ -260,9 +260,11 @@ INTEG_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DLOCK_EXAMPLES=$(O)/examples
 integ: all $(addprefix $(O)/tests/,$(INTEG_TESTS))
 	@$(MAKE) --no-print-directory $(addprefix suite-,$(INTEG_RUNS))
 
+# Each with the shell its first line names (bash or sh).
 scripts: $(O)/dlockd $(O)/dlock
 	@set -e; for s in tests/scripts/*.sh; do echo "== $$s"; \
-	  DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock sh $$s; done
+	  case $$(head -1 $$s) in *bash*) i=bash ;; *) i=sh ;; esac; \
+	  DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock $$i $$s; done
 
 # One suite, named suite-<binary> (suite-test_server.redis: test_server
 # with persistence on, DL_TEST_PERSIST=redis): its output goes to
