@@ -372,8 +372,7 @@ static int login(struct dl_conn *c, struct dl_user *u, enum dl_auth_how how,
 	c->auth_how = how;
 	c->authed = 1;
 	u->rt.conns++;
-	if (u->name[0])
-		u->rt.out_unread += c->counted; /* its share (conn.c) */
+	dl_conn_share_move(c, NULL, u);
 	set_quota(c, cfg);
 	return 0;
 }
@@ -413,8 +412,7 @@ void dl_access_conn_end(struct dl_conn *c)
 	unauth_remove(c);
 	if (c->user) {
 		c->user->rt.conns--;
-		if (c->user->name[0])
-			c->user->rt.out_unread -= c->counted;
+		dl_conn_share_move(c, c->user, NULL);
 		c->user = NULL;
 	}
 }
@@ -658,8 +656,7 @@ static void revoke_session(struct dl_conn *c, struct dl_users *next,
 	if (n) {
 		n->rt.conns--;
 		n->rt.watches -= (uint32_t)dl_watch_conn_count(c);
-		if (n->name[0])
-			n->rt.out_unread -= c->counted;
+		dl_conn_share_move(c, n, NULL);
 	}
 	c->user = NULL;
 	dl_conn_bye(c, "revoked");

@@ -151,6 +151,15 @@ static int user_over(const struct dl_conn *c)
 	return u && u->rt.out_unread > user_share(c->srv);
 }
 
+void dl_conn_share_move(const struct dl_conn *c, struct dl_user *from,
+			struct dl_user *to)
+{
+	if (from && from->name[0])
+		from->rt.out_unread -= c->counted;
+	if (to && to->name[0])
+		to->rt.out_unread += c->counted;
+}
+
 /* Bring srv->out_unread (and c's user's part of it) up to date with c's
  * buffers. */
 static void account(struct dl_conn *c)

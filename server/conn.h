@@ -191,6 +191,11 @@ void dl_conn_error(struct dl_conn *c, int err, const char *why,
 		   struct dl_str tag);
 /* Send "* BYE <reason>". */
 void dl_conn_bye(struct dl_conn *c, const char *reason);
+/* c's user changes (access.c: a login, the end, a revoked session): its
+ * unread output leaves `from`'s share of the budget for `to`'s (either
+ * NULL; the default user has no share). */
+void dl_conn_share_move(const struct dl_conn *c, struct dl_user *from,
+			struct dl_user *to);
 
 /* Execute `line` (a request that changes state) once the store's first
  * link after a take-over is up or failed (dl_store_opening), reading

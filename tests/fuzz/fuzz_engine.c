@@ -248,6 +248,15 @@ size_t dl_conn_unread(const struct dl_conn *c)
 	return c->held.text.len;
 }
 
+/* No output budget here: nothing is counted (c->counted stays 0). */
+void dl_conn_share_move(const struct dl_conn *c, struct dl_user *from,
+			struct dl_user *to)
+{
+	(void)c;
+	(void)from;
+	(void)to;
+}
+
 /* No kernel queue: there is no socket. */
 size_t dl_conn_queued(const struct dl_conn *c)
 {
