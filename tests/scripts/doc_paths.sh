@@ -35,9 +35,10 @@ for p in $(grep -ohP '(?<![\w/.{-])(server|client|proto|tests|conf|systemd|debia
 done
 
 # 2. HACKING.md's source map against the Makefile's lists.
-built=$(make -s -p -n all 2>/dev/null |
+db=$(make -s -p -n all 2>/dev/null)
+built=$(echo "$db" |
 	awk -F' := ' '/^(PROTO_SRC|SERVER_SRC|CLIENT_SRC) := /{print $2}' | tr ' ' '\n')
-built="$built $(make -s -p -n all 2>/dev/null |
+built="$built $(echo "$db" |
 	grep -oE 'client/dlock_[a-z]+\.o|server/main\.o' | sed 's|\.o$|.c|')"
 built=$(echo $built | tr ' ' '\n' | grep '\.c$' | sort -u)
 listed=$(awk '/^## Source files/{on=1; next} /^## /{on=0} on' HACKING.md |
