@@ -672,14 +672,17 @@ bench-watch:
 	$(MAKE) SAN= O=build build/tests/bench/watch
 	build/tests/bench/watch $(WATCH_EVENTS)
 
+# A Python benchmark of tests/bench against the normal build's dlockd:
+# $(PYBENCH) <script>.py <args>.
+PYBENCH = $(MAKE) SAN= O=build build/dlockd && \
+          DLOCKD=build/dlockd $(PYTHON) tests/bench/
+
 # What watchers that never read cost everyone else (docs/security.md);
 # make bench-slow-watchers [SLOW_WATCHERS=n] [SLOW_PAIRS=n].
 SLOW_WATCHERS ?= 100
 SLOW_PAIRS ?= 20000
 bench-slow-watchers:
-	$(MAKE) SAN= O=build build/dlockd
-	DLOCKD=build/dlockd $(PYTHON) tests/bench/slowwatch.py \
-	  $(SLOW_WATCHERS) $(SLOW_PAIRS)
+	$(PYBENCH)slowwatch.py $(SLOW_WATCHERS) $(SLOW_PAIRS)
 
 # What one user's long wait chain costs another user's PINGs, with and
 # without the deadlock-check budget (docs/security.md);
@@ -687,9 +690,7 @@ bench-slow-watchers:
 CHAIN_OWNERS ?= 990
 CHAIN_SECONDS ?= 5
 bench-deadlock-tenant:
-	$(MAKE) SAN= O=build build/dlockd
-	DLOCKD=build/dlockd $(PYTHON) tests/bench/deadlock_tenant.py \
-	  $(CHAIN_OWNERS) $(CHAIN_SECONDS)
+	$(PYBENCH)deadlock_tenant.py $(CHAIN_OWNERS) $(CHAIN_SECONDS)
 
 # What one address's TLS handshakes cost, with and without
 # max_connects_per_address (docs/security.md);
@@ -697,9 +698,7 @@ bench-deadlock-tenant:
 TLS_FLOOD_SECONDS ?= 5
 TLS_FLOOD_THREADS ?= 4
 bench-tls-flood:
-	$(MAKE) SAN= O=build build/dlockd
-	DLOCKD=build/dlockd $(PYTHON) tests/bench/tlsflood.py \
-	  $(TLS_FLOOD_SECONDS) $(TLS_FLOOD_THREADS)
+	$(PYBENCH)tlsflood.py $(TLS_FLOOD_SECONDS) $(TLS_FLOOD_THREADS)
 
 # The C benchmarks, built (not run) by make check so that they cannot rot.
 BENCH_BINS := $(addprefix $(O)/tests/bench/,bench fcall htab deadlock watch \
@@ -728,9 +727,7 @@ bench:
 # The Python client against redis-py's Lock on a Redis of equal durability
 # (tests/bench/pybench.py; the table goes to build/bench/python.txt).
 bench-python:
-	$(MAKE) SAN= O=build build/dlockd
-	DLOCKD=build/dlockd $(PYTHON) tests/bench/pybench.py \
-	  --out build/bench/python.txt
+	$(PYBENCH)pybench.py --out build/bench/python.txt
 
 # What bounds the durable pairs on a small machine (docs/performance.md).
 bench-bound:

@@ -28,11 +28,12 @@ it asserts nothing.
 import hashlib
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+import benchd
 
 MAL, ALICE, OPS = "mal-secret-0123456789ab", "alice-secret-0123456789", "ops-secret-0123456789abc"
 HAMMERS = 8
@@ -67,12 +68,6 @@ def stats(c: Conn) -> dict:
     return out
 
 
-def cpu_s(pid: int) -> float:
-    with open("/proc/%d/stat" % pid) as f:
-        w = f.read().rsplit(")", 1)[1].split()
-    return (int(w[11]) + int(w[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def pings(port: int, seconds: float) -> list:
     a = Conn(port, "alice", ALICE)
     out, end = [], time.monotonic() + seconds
@@ -100,26 +95,13 @@ def hammer(port: int, i: int, stop: threading.Event, counts: list) -> None:
 
 
 def run(dlockd: str, d: str, owners: int, seconds: float, steps: int, attack: bool) -> tuple:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     conf = os.path.join(d, "dlockd-%d.conf" % steps)
     with open(conf, "w") as f:
         f.write("[server]\nusers_file = %s/users\n[limits]\n" % d)
         f.write("max_connections_per_user = 5000\nmax_unauth_per_address = 5000\n")
         f.write("max_deadlock_steps_per_user = %d\n" % steps)
-    log = open(os.path.join(d, "dlockd-%d.log" % steps), "w")
-    p = subprocess.Popen(
-        [dlockd, "-c", conf, "--persist", "none", "-p", str(port), "-l", "warning"],
-        stdout=log, stderr=log,
-    )
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port)).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+    with open(os.path.join(d, "dlockd-%d.log" % steps), "w") as log, \
+            benchd.daemon(dlockd, log, "-c", conf) as (port, p):
         chain, stop, counts, ts = [], threading.Event(), [0] * HAMMERS, []
         if attack:
             for i in range(owners):
@@ -134,9 +116,9 @@ def run(dlockd: str, d: str, owners: int, seconds: float, steps: int, attack: bo
             time.sleep(0.5)
         ops = Conn(port, "ops", OPS)
         before = int(stats(ops)["deadlock_walks_capped"])
-        c0, t0 = cpu_s(p.pid), time.monotonic()
+        c0, t0 = benchd.cpu_s(p.pid), time.monotonic()
         lat = pings(port, seconds)
-        cpu = 100.0 * (cpu_s(p.pid) - c0) / (time.monotonic() - t0)
+        cpu = 100.0 * (benchd.cpu_s(p.pid) - c0) / (time.monotonic() - t0)
         capped = int(stats(ops)["deadlock_walks_capped"]) - before
         stop.set()
         for t in ts:
@@ -144,10 +126,6 @@ def run(dlockd: str, d: str, owners: int, seconds: float, steps: int, attack: bo
         for c in chain:
             c.close()
         ops.close()
-    finally:
-        p.terminate()
-        p.wait()
-        log.close()
     p50, p99 = lat[len(lat) // 2], lat[int(len(lat) * 0.99)]
     return p50, p99, sum(counts) / (seconds + 0.5), capped, cpu
 

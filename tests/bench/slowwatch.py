@@ -13,10 +13,11 @@ the host's TCP memory grew (/proc/net/sockstat). A measuring tool
 """
 import os
 import socket
-import subprocess
 import sys
 import tempfile
 import time
+
+import benchd
 
 
 def tcp_mem() -> int:
@@ -69,26 +70,10 @@ def main() -> None:
     watchers = int(sys.argv[1]) if len(sys.argv) > 1 else 100
     pairs = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
     dlockd = os.environ.get("DLOCKD", "build/dlockd")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     log = tempfile.NamedTemporaryFile(prefix="slowwatch-", suffix=".log")
-    d = subprocess.Popen(
-        [dlockd, "--persist", "none", "-p", str(port), "-l", "warning"],
-        stdout=log, stderr=log,
-    )
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port)).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+    with benchd.daemon(dlockd, log) as (port, _):
         base = run(port, 0, pairs)
         slow = run(port, watchers, pairs)
-    finally:
-        d.terminate()
-        d.wait()
     print(f"{'watchers that never read':>26} {'us/pair':>8} {'ratio':>6} "
           f"{'events sent':>12} {'dropped':>10} {'TCP mem +MB':>11}")
     for n, r in ((0, base), (watchers, slow)):

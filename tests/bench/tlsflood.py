@@ -23,13 +23,9 @@ import tempfile
 import threading
 import time
 
+import benchd
+
 PASSWORD = "tlsflood-password-0123456789"
-
-
-def cpu_s(pid: int) -> float:
-    with open("/proc/%d/stat" % pid) as f:
-        w = f.read().rsplit(")", 1)[1].split()
-    return (int(w[11]) + int(w[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def flood(port: int, ctx: ssl.SSLContext, end: float, out: list, i: int) -> None:
@@ -45,31 +41,18 @@ def flood(port: int, ctx: ssl.SSLContext, end: float, out: list, i: int) -> None
 
 
 def run(dlockd: str, d: str, rate: int, seconds: float, threads: int) -> tuple:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     conf = os.path.join(d, "dlockd-%d.conf" % rate)
     with open(conf, "w") as f:
         f.write("[server]\npassword = %s\n" % PASSWORD)
         f.write("[limits]\nmax_connects_per_address = %d\n" % rate)
         f.write("max_unauth_per_address = 1000\n")
         f.write("[tls]\ncert = %s/server.pem\nkey = %s/server.key\n" % (d, d))
-    log = open(os.path.join(d, "dlockd-%d.log" % rate), "w")
-    p = subprocess.Popen(
-        [dlockd, "-c", conf, "--persist", "none", "-p", str(port), "-l", "warning"],
-        stdout=log, stderr=log,
-    )
     ctx = ssl.create_default_context(cafile=os.path.join(d, "server.pem"))
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port)).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+    with open(os.path.join(d, "dlockd-%d.log" % rate), "w") as log, \
+            benchd.daemon(dlockd, log, "-c", conf) as (port, p):
         time.sleep(1.1)  # the probe's connection refilled
         out = [(0, 0)] * threads
-        c0, t0 = cpu_s(p.pid), time.monotonic()
+        c0, t0 = benchd.cpu_s(p.pid), time.monotonic()
         ts = [
             threading.Thread(target=flood, args=(port, ctx, t0 + seconds, out, i))
             for i in range(threads)
@@ -78,11 +61,7 @@ def run(dlockd: str, d: str, rate: int, seconds: float, threads: int) -> tuple:
             t.start()
         for t in ts:
             t.join()
-        dt, c1 = time.monotonic() - t0, cpu_s(p.pid)
-    finally:
-        p.terminate()
-        p.wait()
-        log.close()
+        dt, c1 = time.monotonic() - t0, benchd.cpu_s(p.pid)
     done = sum(o[0] for o in out)
     refused = sum(o[1] for o in out)
     return done / dt, refused / dt, 100.0 * (c1 - c0) / dt
