@@ -1146,6 +1146,24 @@ struct h_client *h_hello_desc(int port, const char *owner, const char *desc)
 	return c;
 }
 
+void h_described_holders(struct h_client *c, const char *name, int n)
+{
+	char cmd[129], owner[32], want[300], *l;
+	int i;
+
+	memset(cmd, 'c', sizeof(cmd) - 1);
+	cmd[sizeof(cmd) - 1] = '\0';
+	snprintf(want, sizeof(want), "OK GRANTED %s ", name);
+	for (i = 0; i < n; i++) {
+		snprintf(owner, sizeof(owner), "o%d", i);
+		l = h_call(c, "HELLO owner=%s key=%s host=h%d pid=%d cmd=%s",
+			   owner, h_owner_key(owner), i, i + 1, cmd);
+		cr_assert(strncmp(l, "OK HELLO", 8) == 0, "%s", l);
+		l = h_call(c, "LOCK %s mode=shared ttl=120s", name);
+		cr_assert(strncmp(l, want, strlen(want)) == 0, "%s", l);
+	}
+}
+
 int h_has_kv(const char *line, const char *key)
 {
 	size_t n = strlen(key);

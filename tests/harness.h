@@ -251,6 +251,11 @@ struct h_client *h_hello(int port, const char *owner);
 /* The same, describing itself with `desc` (words for HELLO, e.g.
  * "host=web3 pid=42 cmd=make%20deploy"). */
 struct h_client *h_hello_desc(int port, const char *owner, const char *desc);
+/* On c, n owners o0 .. o<n-1> (with their keys), each describing itself
+ * with a command of 128 bytes, take a shared lease of `name` for 120 s:
+ * a HOLDERS of it is then ~300 KB for n = 1000, more than a socket takes
+ * from the daemon at once. */
+void h_described_holders(struct h_client *c, const char *name, int n);
 /* 1 if a reply line has the word key=<anything> (h_kv asserts it). */
 int h_has_kv(const char *line, const char *key);
 /* Poll STATUS until `name` is free (asserts it is within max_ms);

@@ -1172,6 +1172,18 @@ Test(access, a_deadlock_names_only_what_the_user_may_read)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+/* a holds x, b holds y, a waits for y: the reply to b's LOCK of x,
+ * which closes the cycle. */
+static char *close_cycle(struct h_client *a, struct h_client *b, const char *x,
+			 const char *y)
+{
+	cr_assert(h_starts(h_call(a, "LOCK %s ttl=1m", x), "OK GRANTED"));
+	cr_assert(h_starts(h_call(b, "LOCK %s ttl=1m", y), "OK GRANTED"));
+	cr_assert(
+		h_starts(h_call(a, "LOCK %s ttl=1m wait=1m", y), "OK QUEUED"));
+	return h_call(b, "LOCK %s ttl=1m wait=1m", x);
+}
+
 /* A user's deadlock checks are paid from its budget of steps a second
  * (max_deadlock_steps_per_user): spent (0 here), its waits are not
  * checked -- a cycle waits, as when a check gives up, and is counted --
@@ -1189,10 +1201,7 @@ Test(access, a_users_deadlock_checks_are_paid_from_its_budget)
 		    "[limits]\nmax_deadlock_steps_per_user = 0");
 	a = login_as("mal", CI_SECRET, "m1");
 	b = login_as("mal", CI_SECRET, "m2");
-	cr_assert(h_starts(h_call(a, "LOCK m/a ttl=1m"), "OK GRANTED"));
-	cr_assert(h_starts(h_call(b, "LOCK m/b ttl=1m"), "OK GRANTED"));
-	cr_assert(h_starts(h_call(a, "LOCK m/b ttl=1m wait=1m"), "OK QUEUED"));
-	l = h_call(b, "LOCK m/a ttl=1m wait=1m");
+	l = close_cycle(a, b, "m/a", "m/b");
 	cr_assert(h_starts(l, "OK QUEUED m/a"), "unchecked: %s", l);
 	/* both of mal's waits went unchecked */
 	cr_assert_eq(h_stats_value(login("ops", OPS_SECRET),
@@ -1207,10 +1216,7 @@ Test(access, a_users_deadlock_checks_are_paid_from_its_budget)
 		wait_log("max_deadlock_steps_per_user changed, applied", 5000));
 	c = login_as("mal", CI_SECRET, "m3");
 	e = login_as("mal", CI_SECRET, "m4");
-	cr_assert(h_starts(h_call(c, "LOCK m/c ttl=1m"), "OK GRANTED"));
-	cr_assert(h_starts(h_call(e, "LOCK m/e ttl=1m"), "OK GRANTED"));
-	cr_assert(h_starts(h_call(c, "LOCK m/e ttl=1m wait=1m"), "OK QUEUED"));
-	l = h_call(e, "LOCK m/c ttl=1m wait=1m");
+	l = close_cycle(c, e, "m/c", "m/e");
 	cr_assert(h_starts(l, "NO DEADLOCK m/c"), "%s", l);
 	h_close(a);
 	h_close(b);
@@ -1272,7 +1278,7 @@ Test(access, one_users_unread_output_cannot_close_anothers)
 	enum { N = 40, HOLDERS = 1000, SHARE = 1024 * 1024 };
 	static struct h_client *m[N];
 	struct h_client *o, *a[2], *ops;
-	char conf[2048], sock[H_PATH_MAX + 16], cmd[129], owner[16], *l;
+	char conf[2048], sock[H_PATH_MAX + 16], *l;
 	const char *path =
 		h_daemon_write_file(&d, "users",
 				    "ops " OPS_HASH " lock=* read=* admin\n"
@@ -1288,19 +1294,8 @@ Test(access, one_users_unread_output_cannot_close_anothers)
 		 path, sock, 4 * SHARE, SHARE);
 	h_daemon_write_conf(&d, conf);
 	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
-	/* a lock of a thousand described holders: a HOLDERS of ~300 KB,
-	 * more than a unix socket takes from the daemon */
-	memset(cmd, 'c', sizeof(cmd) - 1);
-	cmd[sizeof(cmd) - 1] = '\0';
 	o = login("ops", OPS_SECRET);
-	for (i = 0; i < HOLDERS; i++) {
-		snprintf(owner, sizeof(owner), "o%d", i);
-		l = h_call(o, "HELLO owner=%s key=%s host=h%d pid=%d cmd=%s",
-			   owner, h_owner_key(owner), i, i + 1, cmd);
-		cr_assert(h_starts(l, "OK HELLO"), "%s", l);
-		l = h_call(o, "LOCK big mode=shared ttl=120s");
-		cr_assert(h_starts(l, "OK GRANTED big "), "%s", l);
-	}
+	h_described_holders(o, "big", HOLDERS);
 	/* app asks twice and does not read yet: within its share */
 	for (k = 0; k < 2; k++) {
 		a[k] = h_connect_unix(sock);

@@ -1044,7 +1044,7 @@ Test(server, requests_of_clients_with_nothing_unread_keep_the_budget)
 {
 	enum { N = 300, HOLDERS = 1000, BUDGET = 2 * 1024 * 1024 };
 	static struct h_client *c[N];
-	char conf[512], sock[H_PATH_MAX + 16], cmd[129], *l;
+	char conf[512], sock[H_PATH_MAX + 16];
 	struct h_client *p, *o;
 	uint64_t held;
 	int i;
@@ -1056,18 +1056,8 @@ Test(server, requests_of_clients_with_nothing_unread_keep_the_budget)
 		 "[limits]\nmax_output_total = %d\n",
 		 sock, BUDGET);
 	own_start(conf);
-	/* a lock of a thousand described holders: a HOLDERS of ~300 KB,
-	 * more than a unix socket takes from the daemon */
-	memset(cmd, 'c', sizeof(cmd) - 1);
-	cmd[sizeof(cmd) - 1] = '\0';
 	o = h_connect(own.port);
-	for (i = 0; i < HOLDERS; i++) {
-		l = h_call(o, "HELLO owner=o%d host=h%d pid=%d cmd=%s", i, i,
-			   i + 1, cmd);
-		cr_assert(h_starts(l, "OK HELLO"), "%s", l);
-		l = h_call(o, "LOCK big mode=shared ttl=120s");
-		cr_assert(h_starts(l, "OK GRANTED big "), "%s", l);
-	}
+	h_described_holders(o, "big", HOLDERS);
 	p = h_connect(own.port);
 	for (i = 0; i < N; i++) {
 		c[i] = h_connect_unix(sock);
@@ -1114,22 +1104,13 @@ Test(server, a_client_that_does_not_read_leaves_little_in_the_kernel)
 {
 	enum { N = 20, HOLDERS = 1000 };
 	static struct h_client *c[N];
-	char cmd[129], *l;
 	struct h_client *o, *p;
 	unsigned long most;
 	int i, j;
 
 	own_start("");
-	memset(cmd, 'c', sizeof(cmd) - 1);
-	cmd[sizeof(cmd) - 1] = '\0';
 	o = h_connect(own.port);
-	for (i = 0; i < HOLDERS; i++) {
-		l = h_call(o, "HELLO owner=o%d host=h%d pid=%d cmd=%s", i, i,
-			   i + 1, cmd);
-		cr_assert(h_starts(l, "OK HELLO"), "%s", l);
-		l = h_call(o, "LOCK big mode=shared ttl=120s");
-		cr_assert(h_starts(l, "OK GRANTED big "), "%s", l);
-	}
+	h_described_holders(o, "big", HOLDERS);
 	for (i = 0; i < N; i++) {
 		c[i] = h_connect(own.port);
 		for (j = 0; j < 8; j++) /* ~1.8 MB of replies, never read */
