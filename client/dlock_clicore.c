@@ -36,15 +36,20 @@ static int is_run(const struct cli *cl)
 
 /* ---- messages ------------------------------------------------------------ */
 
+static void vmsg(const char *fmt, va_list ap)
+{
+	fputs("dlock: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
 void dl_cli_msg(const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("dlock: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vmsg(fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 }
 
 /* The exit code for a libdlock error. */
@@ -97,11 +102,9 @@ int dl_cli_usage_error(const struct cli *cl, const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("dlock: ", stderr);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vmsg(fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 	if (cl->sub)
 		fprintf(stderr, "Usage: dlock %s\n", cl->sub->usage);
 	else
