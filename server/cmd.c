@@ -507,7 +507,9 @@ static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
 			       .has_warn = rq->has_warn,
 			       .warn_ms = (uint32_t)rq->warn_ms,
 			       .delay_ms = (uint32_t)rq->delay_ms,
-			       .walk_budget = walk_budget(c)};
+			       /* a TRYLOCK never waits, so never walks: no
+				* clock read for it */
+			       .walk_budget = wait ? walk_budget(c) : NULL};
 
 	if (check_ttl(c, rq) || check_warn(c, rq, ttl))
 		return;
