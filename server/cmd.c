@@ -249,18 +249,17 @@ static int quota_error(struct dl_conn *c, char *why, size_t len)
 
 	if (!a || !u)
 		return 0;
-	used = (uint64_t)a->nleases + a->nwaiters;
+	used = (uint64_t)a->nleases + a->nwaiters + a->ndelays;
 	if (s->max_locks && used >= s->max_locks) {
 		snprintf(src, sizeof(src),
 			 u->quota[DL_QUOTA_LOCKS] ? "locks=%u on its line"
 						  : "max_locks_per_user",
 			 (unsigned)s->max_locks);
-		snprintf(
-			why, len,
-			"limit reached: user %s holds or waits for %llu locks, "
-			"at most %u (%s)",
-			dl_user_name(u), (unsigned long long)used,
-			(unsigned)s->max_locks, src);
+		snprintf(why, len,
+			 "limit reached: user %s holds, waits for or keeps "
+			 "in their delay %llu locks, at most %u (%s)",
+			 dl_user_name(u), (unsigned long long)used,
+			 (unsigned)s->max_locks, src);
 	} else if (s->max_waits && a->nwaiters >= s->max_waits) {
 		snprintf(src, sizeof(src),
 			 u->quota[DL_QUOTA_WAITS] ? "waits=%u on its line"

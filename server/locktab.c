@@ -177,7 +177,7 @@ static struct dl_account *account_get(struct dl_locktab *t, struct dl_str name)
 
 static void account_put(struct dl_locktab *t, struct dl_account *a)
 {
-	if (a->nowners)
+	if (a->nowners || a->ndelays)
 		return;
 	dl_htab_remove(&t->accounts, &a->hn);
 	free(a);
@@ -223,6 +223,12 @@ void dl__owner_put(struct dl_locktab *t, struct dl_owner *o)
 	free(o);
 }
 
+void dl__account_uncharge(struct dl_locktab *t, struct dl_account *a)
+{
+	a->ndelays--;
+	account_put(t, a);
+}
+
 int dl__owner_full(const struct dl_locktab *t, const struct dl_owner *o)
 {
 	return (uint64_t)o->nleases + o->nwaiters >=
@@ -234,7 +240,8 @@ int dl__account_full(const struct dl_session *s, const struct dl_owner *o,
 {
 	const struct dl_account *a = o->acct;
 
-	if (s->max_locks && (uint64_t)a->nleases + a->nwaiters >= s->max_locks)
+	if (s->max_locks &&
+	    (uint64_t)a->nleases + a->nwaiters + a->ndelays >= s->max_locks)
 		return 1;
 	return queue && s->max_waits && a->nwaiters >= s->max_waits;
 }
@@ -759,9 +766,11 @@ void dl__lease_end(struct dl_locktab *t, struct dl_lease *l, uint64_t now,
 {
 	struct dl_lock *lk = l->lock;
 
+	/* an end its holder did not ask for: the lock's delay (if any),
+	 * charged to the lease's account -- started before the lease goes,
+	 * which may free its owner and the account with it */
+	dl__delay_start(t, lk, now, l->owner->acct);
 	dl__lease_drop(t, l, by);
-	/* an end its holder did not ask for: the lock's delay (if any) */
-	dl__delay_start(t, lk, now);
 	dl__serve(t, lk, now);
 }
 

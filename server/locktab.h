@@ -227,6 +227,10 @@ struct dl_account {
 	uint32_t nleases;  /* leases of its owners */
 	uint32_t nwaiters; /* waiters of its owners, placeholders included */
 	uint32_t nowners;  /* owners in it */
+	uint32_t ndelays;  /* locks kept in their delay after a lease of
+			      its ended (LOCK delay=): each holds the
+			      account as an owner does, and counts
+			      against its max_locks as a lease does */
 	struct dl_hnode hn;
 	char name[]; /* hn.len bytes + NUL ("" the default account) */
 };

@@ -94,6 +94,8 @@ void dl__hist_add(struct dl_hist *h, uint64_t ms);
 struct dl_owner *dl__owner_get(struct dl_locktab *t, struct dl_str id);
 void dl__owner_put(struct dl_locktab *t, struct dl_owner *o);
 int dl__owner_full(const struct dl_locktab *t, const struct dl_owner *o);
+/* A delay charged to a is over (struct dl_account, ndelays): a may go. */
+void dl__account_uncharge(struct dl_locktab *t, struct dl_account *a);
 /* o's account is at the session's quota: for one more lease or waiter,
  * or (queue) one more waiter. */
 int dl__account_full(const struct dl_session *s, const struct dl_owner *o,
@@ -215,6 +217,9 @@ struct dl_delay {
 	unsigned kind : 3;	     /* DL__TIMED_DELAY */
 	uint32_t delay_ms;
 	struct dl_lock *lock;
+	/* the account charged while it runs (NULL: none, a delay restored
+	 * from the store): that of the lease whose end started it */
+	struct dl_account *acct;
 	struct dl__side side; /* keyed by the lock */
 };
 
@@ -225,9 +230,12 @@ struct dl_delay *dl__delay_alloc(void);
  * from dl__delay_alloc(), taken if the lock has no delay yet. */
 void dl__delay_ask(struct dl_locktab *t, struct dl_lock *lk, uint32_t ms,
 		   int fresh, struct dl_delay **spare);
-/* One of lk's leases ended without a release, now: its delay (if any)
- * runs from now (or on, if it already runs longer). */
-void dl__delay_start(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
+/* One of lk's leases, of account a, ended without a release, now: its
+ * delay (if any) runs from now (or on, if it already runs longer). A run
+ * that starts is charged to a (struct dl_account, ndelays); one that
+ * goes on stays with the account it was charged to. */
+void dl__delay_start(struct dl_locktab *t, struct dl_lock *lk, uint64_t now,
+		     struct dl_account *a);
 /* ms left of the delay lk is in, 0 if none. */
 uint64_t dl__delay_left(const struct dl_locktab *t, const struct dl_lock *lk,
 			uint64_t now);

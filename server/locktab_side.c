@@ -28,6 +28,10 @@
  * and is not empty; it goes when the lock leaves the table (lock_free).
  * Only an end the holder did not ask for starts it (dl__lease_end); a
  * release, or a grant withdrawn before its holder heard of it, does not.
+ * A running delay is charged to the account of the lease whose end
+ * started it (d->acct, the account's ndelays): a lock kept busy counts
+ * against that user's quota of locks until the delay is over, or a user
+ * could fill the table with locks nobody holds.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -216,6 +220,8 @@ void dl__delay_drop(struct dl_locktab *t, struct dl_lock *lk)
 	lk->delaying = 0;
 	if (!d)
 		return;
+	if (d->acct)
+		dl__account_uncharge(t, d->acct);
 	dl_wheel_del(&t->wheel, &d->timer);
 	dl_htab_remove(&t->delays, &d->side.hn);
 	free(d);
@@ -247,7 +253,8 @@ void dl__delay_ask(struct dl_locktab *t, struct dl_lock *lk, uint32_t ms,
 	}
 }
 
-void dl__delay_start(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
+void dl__delay_start(struct dl_locktab *t, struct dl_lock *lk, uint64_t now,
+		     struct dl_account *a)
 {
 	struct dl_delay *d = dl__delay_of(t, lk);
 	uint64_t end;
@@ -257,6 +264,10 @@ void dl__delay_start(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 	end = dl__deadline_after(now, d->delay_ms);
 	if (!lk->delaying || end > d->timer.expires)
 		dl_wheel_add(&t->wheel, &d->timer, end);
+	if (!lk->delaying && !d->acct) {
+		d->acct = a;
+		a->ndelays++;
+	}
 	dl__horizon_note(t, end);
 	lk->delaying = 1;
 	dl__mark_dirty(t, lk);
@@ -280,6 +291,10 @@ void dl__delay_fire(struct dl_locktab *t, struct dl_delay *d, uint64_t now)
 	 * record), lazily -- a crash before that restores the delay whole,
 	 * which only keeps the lock busy longer */
 	lk->delaying = 0;
+	if (d->acct) {
+		dl__account_uncharge(t, d->acct);
+		d->acct = NULL;
+	}
 	dl__mark_dirty(t, lk);
 	dl__serve(t, lk, now);
 }

@@ -15,8 +15,9 @@
 struct verify {
 	const struct dl_locktab *t;
 	uint64_t leases, waiters, locks, placeholders, timed, dirty, urgent;
-	uint64_t warns;	 /* leases with a warning */
-	uint64_t delays; /* locks with a delay */
+	uint64_t warns;	  /* leases with a warning */
+	uint64_t delays;  /* locks with a delay */
+	uint64_t charged; /* delays charged to an account */
 	uint64_t contended[DL_QUEUE_BUCKETS];
 	char *why;
 	size_t whylen;
@@ -151,6 +152,9 @@ static int verify_delay(struct verify *v, const struct dl_lock *lk)
 		return fail(v, lk, "in a delay it does not have");
 	if (d && dl_wheel_pending(&d->timer) != lk->delaying)
 		return fail(v, lk, "a delay's timer does not match its state");
+	if (d && d->acct && !lk->delaying)
+		return fail(v, lk, "a delay not running is charged");
+	v->charged += d && d->acct;
 	v->delays += d != NULL;
 	v->timed += lk->delaying;
 	return 0;
@@ -173,13 +177,13 @@ static int verify_lock(struct verify *v, const struct dl_lock *lk)
 }
 
 /* Accounts: their counts add up to their owners' (the owners' add up to
- * the table's), and none is empty. */
+ * the table's) and to the delays charged, and none is empty. */
 static int verify_accounts(struct verify *v, uint64_t owners)
 {
 	const struct dl_htab *h = &v->t->accounts;
 	const struct dl_account *a;
 	const struct dl_hnode *n;
-	uint64_t leases = 0, waiters = 0, in = 0;
+	uint64_t leases = 0, waiters = 0, in = 0, charged = 0;
 	size_t i;
 
 	for (i = 0; i < dl_htab_slots(h); i++)
@@ -190,14 +194,16 @@ static int verify_accounts(struct verify *v, uint64_t owners)
 			leases += a->nleases;
 			waiters += a->nwaiters;
 			in += a->nowners;
-			if (!a->nowners) {
+			charged += a->ndelays;
+			if (!a->nowners && !a->ndelays) {
 				snprintf(v->why, v->whylen,
-					 "account %.*s: no owner in it",
+					 "account %.*s: nothing refers to it",
 					 (int)a->hn.len, a->name);
 				return -1;
 			}
 		}
-	if (leases != v->leases || waiters != v->waiters || in != owners) {
+	if (leases != v->leases || waiters != v->waiters || in != owners ||
+	    charged != v->charged) {
 		snprintf(v->why, v->whylen, "account counts do not add up");
 		return -1;
 	}

@@ -3376,6 +3376,40 @@ Test(locktab, after_an_expiry_the_lock_admits_nobody_for_its_delay)
 	cr_assert(eq(u64, status("d").delay_left, 0));
 }
 
+/* A lock kept in its delay counts against the quota of the account whose
+ * lease ended, until the delay is over: a user cannot fill the table with
+ * locks nobody holds (LOCK ttl=1ms delay=1m in a loop). The account stays
+ * while the delay does, even with no owner left in it. */
+Test(locktab, a_lock_in_its_delay_counts_against_its_users_quota)
+{
+	struct client *a = client_new("alice=o1");
+	struct client *b = client_new("bob=o1");
+	struct dl_result r;
+	int rc;
+
+	dl_session_set_quota(&a->s, 2, 0);
+	dl_session_set_quota(&b->s, 2, 0);
+	rc = acq_delay(a, "d1", 100, 0, 5000, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	rc = acq_delay(a, "d2", 100, 0, 5000, &r);
+	EXPECT(rc, r, DL_GRANTED);
+	client_close(a); /* no owner of alice's left once the leases go */
+	advance_to(100 + 2 * TICK);
+	cr_assert(eq(u64, status("d1").delay_left > 0, 1));
+	cr_assert(eq(u64, status("d2").delay_left > 0, 1));
+	a = client_new("alice=o2");
+	dl_session_set_quota(&a->s, 2, 0);
+	rc = acq(a, "n1", 1000, 0, NULL, &r);
+	cr_assert(eq(int, rc, DL_ELIMIT), "alice's delays are two locks");
+	/* another user's quota does not pay for them */
+	must_grant(b, "n1", 1000);
+	must_grant(b, "n2", 1000);
+	advance_to(5100 + 4 * TICK);
+	cr_assert(eq(u64, status("d1").delay_left, 0));
+	rc = acq(a, "n3", 1000, 0, NULL, &r);
+	EXPECT(rc, r, DL_GRANTED);
+}
+
 /* A release by the holder frees the lock at once, delay or not; so does
  * the end of a lock without a delay. */
 Test(locktab, a_release_frees_a_lock_with_a_delay_at_once)
