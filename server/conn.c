@@ -82,6 +82,37 @@ static void parked_drop(struct dl_conn *c)
 	c->parked = NULL;
 }
 
+static void on_turn(uv_idle_t *h);
+
+/* Its turn is over (conn.h, Turns): read nothing more until the next. */
+static void yield_turn(struct dl_conn *c)
+{
+	struct dl_server *srv = c->srv;
+
+	c->yielded = 1;
+	c->ynext = NULL;
+	*srv->yielded_tail = c;
+	srv->yielded_tail = &c->ynext;
+	uv_read_stop(&c->u.stream);
+	uv_idle_start(&srv->turn_idle, on_turn);
+}
+
+static void yielded_drop(struct dl_conn *c)
+{
+	struct dl_server *srv = c->srv;
+	struct dl_conn **pp = &srv->yielded;
+
+	if (!c->yielded)
+		return;
+	c->yielded = 0;
+	while (*pp && *pp != c)
+		pp = &(*pp)->ynext;
+	if (*pp)
+		*pp = c->ynext;
+	if (srv->yielded_tail == &c->ynext)
+		srv->yielded_tail = pp;
+}
+
 static void held_list_remove(struct dl_conn *c)
 {
 	struct dl_conn **pp = &c->srv->held;
@@ -265,6 +296,7 @@ static void close_now(struct dl_conn *c)
 	held_list_remove(c);
 	delayed_cancel(c);
 	parked_drop(c);
+	yielded_drop(c);
 	account(c);
 	if (c->prev)
 		c->prev->next = c->next;
@@ -317,15 +349,23 @@ size_t dl_conn_unread(const struct dl_conn *c)
 	return unread(c);
 }
 
-size_t dl_conn_queued(const struct dl_conn *c)
+size_t dl_conn_queued(struct dl_conn *c)
 {
+	uint64_t now = uv_now(c->srv->loop);
 	uv_os_fd_t fd;
 	int n = 0;
 
-	if (c->closing || uv_fileno(&c->u.handle, &fd) != 0 ||
-	    ioctl(fd, SIOCOUTQ, &n) != 0 || n < 0)
-		n = 0;
-	return unread(c) + (size_t)n;
+	if (c->closing)
+		return unread(c);
+	if (!c->kq_valid || c->kq_ms != now) {
+		if (uv_fileno(&c->u.handle, &fd) != 0 ||
+		    ioctl(fd, SIOCOUTQ, &n) != 0 || n < 0)
+			n = 0;
+		c->kq = (size_t)n;
+		c->kq_ms = now;
+		c->kq_valid = 1;
+	}
+	return unread(c) + c->kq;
 }
 
 int dl_conn_pending(const struct dl_conn *c)
@@ -533,6 +573,7 @@ static void on_write(uv_write_t *req, int status)
 
 	c->writing = 0;
 	c->wout.len = 0;
+	c->kq_valid = 0; /* wout's bytes are the kernel's now */
 	account(c);
 	if (status < 0) {
 		if (status != UV_ECANCELED)
@@ -598,6 +639,8 @@ static void write_out(struct dl_conn *c)
 		dl_conn_end(c, DL_END_ABORT, uv_strerror(r));
 		return;
 	}
+	if (r > 0)
+		c->kq_valid = 0;
 	if ((size_t)r == c->out.len)
 		buf_consume(&c->out, (size_t)r);
 	else
@@ -640,7 +683,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 static void tls_pump(struct dl_conn *c);
 
 /* Execute the complete lines buffered, until the connection ends, its
- * input is paused by a delayed reply, or too much output is unread. */
+ * input is paused by a delayed reply, too much output is unread, or its
+ * turn is over. */
 static void process_input(struct dl_conn *c)
 {
 	enum dl_lb_result r;
@@ -649,6 +693,10 @@ static void process_input(struct dl_conn *c)
 	int lines = 0;
 
 	while (!c->end && !c->delayed && !c->parked) {
+		if (c->srv->work - c->turn_at >= DL_TURN_WORK) {
+			yield_turn(c);
+			return;
+		}
 		/* Over the budget, a connection with unread output pauses
 		 * (below); one with nothing unread would grow the sum by a
 		 * reply, and 999 of them asking a 371 KB HOLDERS each
@@ -682,6 +730,7 @@ static void process_input(struct dl_conn *c)
 			break;
 		}
 		lines++;
+		c->srv->work += DL_TURN_REQUEST;
 		c->active_ms = uv_now(c->srv->loop);
 		if (r == DL_LB_LINE) {
 			dl_cmd_execute(c, line, len);
@@ -706,15 +755,37 @@ static void read_more(struct dl_conn *c)
 {
 	uint64_t now = uv_now(c->srv->loop);
 
+	if (c->yielded)
+		return; /* its turn will come (on_turn) */
+	c->turn_at = c->srv->work;
 	if (c->partial_since)
 		c->partial_since = now;
 	c->active_ms = now;
 	process_input(c);
 	if (c->tls) /* what TLS holds already, before reading more */
 		tls_pump(c);
-	if (!c->end && !c->delayed && !c->parked && !c->paused &&
+	if (!c->end && !c->delayed && !c->parked && !c->paused && !c->yielded &&
 	    uv_read_start(&c->u.stream, on_alloc, on_read) != 0)
 		dl_conn_end(c, DL_END_ABORT, "cannot read");
+}
+
+/* The next turn of each connection that yielded, in the order they did;
+ * those that yield again wait for the next iteration. */
+static void on_turn(uv_idle_t *h)
+{
+	struct dl_server *srv = h->data;
+	struct dl_conn *c = srv->yielded, *next;
+
+	srv->yielded = NULL;
+	srv->yielded_tail = &srv->yielded;
+	for (; c; c = next) {
+		next = c->ynext;
+		c->yielded = 0;
+		if (!c->end && !c->closing && !srv->draining)
+			read_more(c);
+	}
+	if (!srv->yielded)
+		uv_idle_stop(h);
 }
 
 /* Output drained: a paused connection reads again below half the high
@@ -758,6 +829,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 	}
 	if (nread == 0)
 		return;
+	c->turn_at = c->srv->work;
 	if (c->tls) {
 		if (dl_tls_feed(c->tls, buf->base, (size_t)nread) != 0)
 			dl_conn_end(c, DL_END_ABORT, "out of memory");
@@ -816,7 +888,8 @@ static void tls_pump(struct dl_conn *c)
 	size_t avail, got;
 	int r;
 
-	while (!c->end && !c->delayed && !c->parked && !c->paused) {
+	while (!c->end && !c->delayed && !c->parked && !c->paused &&
+	       !c->yielded) {
 		space = dl_linebuf_space(&c->in, &avail);
 		r = dl_tls_read(c->tls, space, avail, &got);
 		if (r == DL_EPROTO) {
@@ -832,7 +905,9 @@ static void tls_pump(struct dl_conn *c)
 	}
 	if (dl_tls_pending(c->tls))
 		writeq_add(c);
-	if (dl_tls_peer_closed(c->tls) && !c->end)
+	/* a peer's close after its requests: once they are all done (a
+	 * connection that yielded has some left, its next turn comes here) */
+	if (dl_tls_peer_closed(c->tls) && !c->end && !c->yielded)
 		dl_conn_end(c, DL_END_GRACEFUL, "peer closed");
 }
 

@@ -342,9 +342,26 @@ static void arm_wheel(struct dl_server *srv)
 		uv_timer_start(&srv->wheel_timer, on_wheel, (uint64_t)ms, 0);
 }
 
+/* Deadlines fired between two looks at the work they made. */
+#define REAP_CHUNK 64
+
+/* At most DL_REAP_BUDGET deadlines, and at most the work of that many
+ * without watchers: a deadline costs what a request does in a turn and
+ * each event it hands to a watcher one unit more (conn.h, Turns), so an
+ * expiry that 150 watchers hear of does not cost the other clients 150
+ * times what it did. */
 static void reap(struct dl_server *srv)
 {
-	dl_locktab_run_timers(srv->tab, DL_REAP_BUDGET);
+	uint64_t start = srv->work;
+	size_t fired = 0, n;
+
+	do {
+		n = dl_locktab_run_timers(srv->tab, REAP_CHUNK);
+		fired += n;
+		srv->work += n * DL_TURN_REQUEST;
+	} while (n == REAP_CHUNK && fired < DL_REAP_BUDGET &&
+		 srv->work - start <
+			 (uint64_t)DL_REAP_BUDGET * DL_TURN_REQUEST);
 	arm_wheel(srv);
 }
 
@@ -729,6 +746,10 @@ static void init_handles(struct dl_server *srv)
 	uv_idle_init(loop, &srv->reap_idle);
 	srv->reap_idle.data = srv;
 	uv_unref((uv_handle_t *)&srv->reap_idle);
+	uv_idle_init(loop, &srv->turn_idle);
+	srv->turn_idle.data = srv;
+	uv_unref((uv_handle_t *)&srv->turn_idle);
+	srv->yielded_tail = &srv->yielded;
 	uv_timer_init(loop, &srv->drain_timer);
 	srv->drain_timer.data = srv;
 	uv_unref((uv_handle_t *)&srv->drain_timer);
@@ -901,6 +922,7 @@ static void drain_finish(struct dl_server *srv)
 	srv->tls = NULL;
 	uv_close((uv_handle_t *)&srv->wheel_timer, NULL);
 	uv_close((uv_handle_t *)&srv->reap_idle, NULL);
+	uv_close((uv_handle_t *)&srv->turn_idle, NULL);
 	uv_close((uv_handle_t *)&srv->drain_timer, NULL);
 	uv_close((uv_handle_t *)&srv->role_timer, NULL);
 	uv_close((uv_handle_t *)&srv->sweep_timer, NULL);

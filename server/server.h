@@ -105,6 +105,11 @@ struct dl_server {
 	struct dl_conn *endq;	 /* connections to end in the check phase */
 	struct dl_conn *parked;	 /* connections with a request for the store's
 				    first link after a take-over (conn.c) */
+	struct dl_conn *yielded; /* connections waiting for their next turn,
+				    in order (conn.h, Turns) */
+	struct dl_conn **yielded_tail;
+	uint64_t work;		 /* units of work done for requests (conn.h) */
+	uv_idle_t turn_idle;	 /* gives yielded connections their turns */
 	uint64_t durable;	 /* last committed epoch */
 	uint64_t closed_until;	 /* mono ms: no new lease before (Redis went
 				    back: store_closed, server.c) */

@@ -29,8 +29,12 @@ struct dl_watches {
 struct dl_conn_watch {
 	struct dl_watcher w;
 	struct dl_conn *c;
-	uint64_t dropped; /* events missed since the last notice */
+	uint64_t dropped;   /* events missed since the last notice */
+	uint64_t looked_ms; /* uv_now: when dropping, last looked at */
 };
+
+/* ms between two looks at a dropping watcher's unread output (watch.h). */
+#define WATCH_LOOK_MS 10
 
 /* A change being handed to its watchers: its line, made for the first
  * of them. */
@@ -92,7 +96,7 @@ static size_t budget(const struct dl_conn *c)
 }
 
 /* Room for `len` more bytes of events on c. */
-static int room(const struct dl_conn *c, size_t len)
+static int room(struct dl_conn *c, size_t len)
 {
 	const struct dl_server *srv = c->srv;
 
@@ -165,6 +169,18 @@ static void format_event(struct watch_event *ev)
 	ev->line.durable = ch->kind == DL_CHANGE_GRANTED;
 }
 
+/* A dropping watcher takes events again (1) if it was not looked at for
+ * WATCH_LOOK_MS and has read enough (overflow_notice). */
+static int look(struct dl_conn_watch *cw)
+{
+	uint64_t now = uv_now(cw->c->srv->loop);
+
+	if (now - cw->looked_ms < WATCH_LOOK_MS)
+		return 0;
+	cw->looked_ms = now;
+	return overflow_notice(cw);
+}
+
 static void deliver(struct dl_watcher *w, void *arg)
 {
 	struct dl_conn_watch *cw =
@@ -174,18 +190,20 @@ static void deliver(struct dl_watcher *w, void *arg)
 	struct dl_watches *ws = ev->srv->watch;
 	struct dl_conn *c = cw->c;
 
+	ev->srv->work++; /* paid by the turn of whoever made the change */
 	if (c->end)
 		return;
 	if (ev->len == 0)
 		format_event(ev);
 	if (ev->len < 0)
 		return; /* cannot happen: a name and an owner fit */
-	if ((cw->dropped && !overflow_notice(cw)) ||
-	    !room(c, (size_t)ev->len)) {
-		if (cw->dropped++ == 0)
+	if ((cw->dropped && !look(cw)) || !room(c, (size_t)ev->len)) {
+		if (cw->dropped++ == 0) {
+			cw->looked_ms = uv_now(c->srv->loop);
 			dl_info("conn %llu %s: watch events dropped: the client "
 				"does not read them",
 				(unsigned long long)c->id, c->peer);
+		}
 		ws->dropped++;
 		return;
 	}

@@ -39,7 +39,11 @@
  * then it is told "* WATCH-OVERFLOW <n>", n the events it missed, and
  * gets events again -- so the gap is exactly where the notice is. Events
  * never close a watcher's connection (the events of its own leases
- * still do, conn.h).
+ * still do, conn.h). A dropping watcher is looked at again at most every
+ * WATCH_LOOK_MS, and when its output is written (dl_watch_drained): an
+ * event then costs it a comparison, where a look is a system call
+ * (900 watchers that do not read made a lock and its release cost 321 µs
+ * of the daemon, found from outside).
  *
  * This module writes protocol text, as cmd.c does: the verbs' replies
  * and the events.

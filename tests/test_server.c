@@ -2038,3 +2038,58 @@ Test(server, a_reader_asking_to_write_is_told_it_would_deadlock)
 	cr_assert_eq(h_kv_u64(h_call(a, "STATUS rw"), "count"), 2);
 	h_close(a);
 }
+
+/* The "<key> <n>" line of a STATS reply read from c (its head first). */
+static uint64_t stats_reply_value(struct h_client *c, const char *key)
+{
+	char *l = h_read(c, 10000);
+	size_t klen = strlen(key);
+	uint64_t n, i, v = UINT64_MAX;
+
+	cr_assert(l && h_starts(l, "OK STATS "), "STATS: \"%s\"",
+		  l ? l : "(nothing)");
+	n = h_arg_u64(l, 0);
+	for (i = 0; i < n; i++) {
+		l = h_line(c);
+		if (strncmp(l, key, klen) == 0 && l[klen] == ' ')
+			v = strtoull(l + klen + 1, NULL, 10);
+	}
+	cr_assert_neq(v, UINT64_MAX, "STATS has no %s", key);
+	return v;
+}
+
+/* A client's pipeline runs in turns (conn.h, Turns): another client's
+ * request, read in the same loop iteration just after the pipeline, is
+ * executed after one turn of it, not after all of it. Found from outside:
+ * two connections pipelining 500 LOCKs each, their events fanned out to
+ * 150 watchers, made another user's PING wait 260 ms. Both arrive while
+ * the daemon is stopped, the pipeline first, so that the daemon reads
+ * them in one iteration, in that order; the STATS of the second says how
+ * many requests ran before it. */
+Test(server, a_clients_pipeline_runs_in_turns_that_let_others_in)
+{
+	enum { N = 8000 }; /* 40,000 bytes: one read */
+	static char buf[N * 5];
+	struct h_client *a = h_connect(d.port), *b = h_connect(d.port);
+	uint64_t before, ran;
+	int i;
+
+	for (i = 0; i < N; i++)
+		memcpy(buf + i * 5, "PING\n", 5);
+	before = h_stats_value(b, "commands");
+	h_daemon_signal(&d, SIGSTOP);
+	cr_assert_eq(h_send_raw(a, buf, sizeof(buf)), 0);
+	h_sleep_ms(100);
+	h_send(b, "STATS");
+	h_sleep_ms(100);
+	h_daemon_signal(&d, SIGCONT);
+	ran = stats_reply_value(b, "commands") - before;
+	/* the STATS before (counted when it ran), a turn of PINGs, the
+	 * STATS: without turns, all N PINGs ran first */
+	cr_assert_lt(ran, N / 2, "%llu requests ran before the STATS",
+		     (unsigned long long)ran);
+	for (i = 0; i < N; i++)
+		cr_assert_str_eq(h_line(a), "OK PONG");
+	h_close(a);
+	h_close(b);
+}

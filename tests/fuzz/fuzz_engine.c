@@ -258,7 +258,7 @@ void dl_conn_share_move(const struct dl_conn *c, struct dl_user *from,
 }
 
 /* No kernel queue: there is no socket. */
-size_t dl_conn_queued(const struct dl_conn *c)
+size_t dl_conn_queued(struct dl_conn *c)
 {
 	return dl_conn_unread(c);
 }
