@@ -90,7 +90,7 @@ SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/bucket.c \
               server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c \
               server/watchreg.c server/watch.c server/locktab_desc.c \
-              server/locktab_side.c \
+              server/locktab_side.c server/locktab_index.c \
               $(STORE_SRC)
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c client/dlock_tls.c client/dlock_watch.c \
@@ -108,7 +108,7 @@ CLIENT_OBJ := $(CLIENT_SRC:%.c=$(O)/%.o)
 # The lock table and what it is made of, for the unit tests.
 LOCKTAB_OBJ := $(O)/server/locktab.o $(O)/server/locktab_ops.o \
                $(O)/server/locktab_cycle.o $(O)/server/locktab_verify.o \
-               $(O)/server/locktab_side.o \
+               $(O)/server/locktab_side.o $(O)/server/locktab_index.o \
                $(O)/server/htab.o $(O)/server/wheel.o $(O)/server/locktab_desc.o
 # libdlock.so is built from position-independent copies of its objects.
 LIB_PIC_OBJ := $(patsubst %.c,$(O)/pic/%.o,$(CLIENT_SRC) $(PROTO_SRC))

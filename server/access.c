@@ -581,6 +581,13 @@ int dl_access_readable(struct dl_str name, void *conn)
 	return dl_access_may(conn, DL_RIGHT_READ, name);
 }
 
+size_t dl_access_prefixes(const struct dl_conn *c, enum dl_right r,
+			  const struct dl_str **out)
+{
+	*out = NULL;
+	return c->user ? dl_user_prefixes(acc(c)->users, c->user, r, out) : 0;
+}
+
 const char *dl_access_user(const struct dl_conn *c)
 {
 	return c->user ? dl_user_name(c->user) : "-";

@@ -94,8 +94,12 @@ int dl_access_may(const struct dl_conn *c, enum dl_right r, struct dl_str name);
  * to show walks nothing). */
 int dl_access_may_some(const struct dl_conn *c, enum dl_right r,
 		       struct dl_str prefix);
-/* A LOCKS filter (struct dl_list_filter): arg is the connection. */
+/* c may read `name` (the signature of a filter callback: arg is c). */
 int dl_access_readable(struct dl_str name, void *conn);
+/* The prefixes c may `r` on (dl_user_prefixes): a LOCKS filter for a
+ * connection that may not read every name under the prefix. */
+size_t dl_access_prefixes(const struct dl_conn *c, enum dl_right r,
+			  const struct dl_str **out);
 /* The name of c's user ("default" for the default user). */
 const char *dl_access_user(const struct dl_conn *c);
 /* The quota `q` of c's user (its line's, else [limits] max_*_per_user),

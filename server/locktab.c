@@ -287,6 +287,10 @@ struct dl_lock *dl__lock_get(struct dl_locktab *t, struct dl_str name)
 	lk->hn.len = (uint8_t)name.len;
 	lk->limit = 1;
 	memcpy(lk->name, name.p, name.len);
+	if (dl__index_insert(t, lk)) {
+		free(lk);
+		return NULL;
+	}
 	dl_htab_insert(&t->locks, &lk->hn);
 	t->st.locks++;
 	return lk;
@@ -297,9 +301,15 @@ int dl_lock_empty(const struct dl_lock *lk)
 	return !lk->holders && !lk->qhead && !lk->delaying;
 }
 
+void dl__lock_relisted(struct dl_locktab *t, struct dl_lock *lk)
+{
+	dl__index_listed(t, lk, lk->holders || lk->qhead);
+}
+
 static void lock_free(struct dl_locktab *t, struct dl_lock *lk)
 {
 	dl__delay_drop(t, lk);
+	dl__index_remove(t, lk);
 	dl_htab_remove(&t->locks, &lk->hn);
 	t->st.locks--;
 	free(lk);
@@ -391,6 +401,7 @@ void dl__lease_link(struct dl_locktab *t, struct dl_lease *l,
 	l->token = token;
 	l->granted_at = now;
 	lk->nholders++;
+	dl__lock_relisted(t, lk);
 	o->nleases++;
 	o->acct->nleases++;
 	dl_wheel_add(&t->wheel, &l->timer, deadline);
@@ -441,6 +452,7 @@ void dl__lease_remove(struct dl_locktab *t, struct dl_lease *l)
 		pp = &(*pp)->next;
 	*pp = l->next;
 	lk->nholders--;
+	dl__lock_relisted(t, lk);
 	dl_wheel_del(&t->wheel, &l->timer);
 	dl__warn_drop(t, l);
 	l->owner->nleases--;
@@ -537,6 +549,8 @@ void dl__waiter_free(struct dl_locktab *t, struct dl_waiter *w)
 		lk->qhead = w->qnext;
 		if (w->qnext)
 			w->qnext->qprev = w->qprev; /* the tail */
+		else
+			dl__lock_relisted(t, lk);
 	} else {
 		w->qprev->qnext = w->qnext;
 		(w->qnext ? w->qnext : lk->qhead)->qprev = w->qprev;
@@ -610,6 +624,7 @@ struct dl_waiter *dl__waiter_new(struct dl_locktab *t, struct dl_lock *lk,
 	} else {
 		w->qprev = w;
 		lk->qhead = w;
+		dl__lock_relisted(t, lk);
 	}
 	if (s)
 		dl__waiter_attach(w, s);
@@ -951,6 +966,7 @@ static void free_objects(struct dl_locktab *t)
 	t->owners.n = 0;
 	t->accounts.n = 0;
 	dl__side_free_all(t);
+	dl__index_free_all(t);
 }
 
 void dl_locktab_free(struct dl_locktab *t)

@@ -200,6 +200,8 @@ struct dl_lock {
 	uint32_t urgent : 1;	  /* ... with a change a held reply waits for */
 	uint32_t has_delay : 1;	  /* it has a delay (a side object) */
 	uint32_t delaying : 1;	  /* ... and is in it: grants nobody new */
+	uint32_t listed : 1;	  /* has a holder or a waiter (LOCKS shows it;
+				     counted in the index, locktab_index.c) */
 	uint16_t nholders;
 	uint16_t limit; /* holders at once: 1 (a lock), n (a semaphore) */
 	struct dl_hnode hn;
@@ -610,22 +612,24 @@ void dl_locktab_status(struct dl_locktab *t, struct dl_str name,
 void dl_locktab_lock_status(struct dl_locktab *t, const struct dl_lock *lk,
 			    struct dl_lock_status *st);
 
-/* A page of the locks for LOCKS. Order DL_LIST_BY_NAME: the names that
- * start with `prefix` and sort after `after` (byte order; len 0: from the
- * first), the first `limit` of them. DL_LIST_BY_WAITERS: the `limit`
- * locks with the prefix that have the most waiters (at least one), most
- * first, ties by name; `after` is not used. page[] receives them in order (room
- * for limit); returns how many, and *more how many more match after the page.
+/* A page of the locks for LOCKS: the locks with a holder or a waiter.
+ * Order DL_LIST_BY_NAME: the names that start with `prefix` and sort
+ * after `after` (byte order; len 0: from the first), the first `limit` of
+ * them. DL_LIST_BY_WAITERS: the `limit` locks with the prefix that have
+ * the most waiters (at least one), most first, ties by name; `after` is
+ * not used. page[] receives them in order (room for limit); returns how
+ * many, and *more how many more match after the page.
  *
- * Cost: one pass over every lock with a heap of `limit` entries,
- * O(locks x log limit) on the loop; the table keeps no ordered index (it
- * would cost memory and time on every grant for a rare request). */
+ * Cost: by name, the page's locks and a path down the index per prefix
+ * walked, O(limit + name length) whatever the table holds (the index,
+ * locktab_index.c); by waiters, one pass over the locks under the prefix
+ * with a heap of `limit` entries. 0 and *more 0 if out of memory. */
 enum dl_list_order { DL_LIST_BY_NAME, DL_LIST_BY_WAITERS };
-/* Only the locks whose name keep() accepts are listed, and counted in
- * *more (a user's listing shows only what it may read). NULL: all. */
+/* Only the names under one of `prefixes` are listed, and counted in *more
+ * (a user's listing shows only what it may read). NULL: all. */
 struct dl_list_filter {
-	int (*keep)(struct dl_str name, void *arg);
-	void *arg;
+	const struct dl_str *prefixes;
+	size_t n;
 };
 size_t dl_locktab_list(struct dl_locktab *t, enum dl_list_order order,
 		       struct dl_str prefix, struct dl_str after, size_t limit,

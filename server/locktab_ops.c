@@ -760,35 +760,40 @@ void dl_locktab_lock_status(struct dl_locktab *t, const struct dl_lock *lk,
 
 /* ---- listing ---------------------------------------------------------------
  *
- * A page is chosen in one pass: heap[] is a max-heap of the best `limit`
- * locks seen so far by `before` (its root is the worst of them, the one a
- * better lock replaces). At the end it is sorted in place: popping the root
- * to the back leaves the array in ascending order. */
+ * By name, a page is a walk of the index (locktab_index.c): the names under
+ * each prefix listed, after `after`, in order, the rest counted. By
+ * waiters, every listed lock under the prefixes goes through heap[], a
+ * max-heap of the best `limit` seen so far by `before` (its root is the
+ * worst of them, the one a better lock replaces); at the end it is sorted
+ * in place: popping the root to the back leaves the array in ascending
+ * order. */
 
 struct list_run {
-	enum dl_list_order order;
-	struct dl_str prefix, after;
-	const struct dl_list_filter *filter;
 	const struct dl_lock **heap;
 	size_t n, limit;
 	uint64_t matched;
 };
 
-static int name_cmp(const struct dl_lock *a, const struct dl_lock *b)
+static int str_cmp(struct dl_str a, struct dl_str b)
 {
-	size_t n = a->hn.len < b->hn.len ? a->hn.len : b->hn.len;
-	int c = memcmp(a->name, b->name, n);
+	size_t n = a.len < b.len ? a.len : b.len;
+	int c = memcmp(a.p, b.p, n);
 
 	if (c)
 		return c;
-	return (a->hn.len > b->hn.len) - (a->hn.len < b->hn.len);
+	return (a.len > b.len) - (a.len < b.len);
 }
 
-/* a comes before b in the page's order */
-static int before(const struct list_run *r, const struct dl_lock *a,
-		  const struct dl_lock *b)
+static int name_cmp(const struct dl_lock *a, const struct dl_lock *b)
 {
-	if (r->order == DL_LIST_BY_WAITERS && a->nwaiters != b->nwaiters)
+	return str_cmp((struct dl_str){a->name, a->hn.len},
+		       (struct dl_str){b->name, b->hn.len});
+}
+
+/* a comes before b in the page's order: most waiters, then by name */
+static int before(const struct dl_lock *a, const struct dl_lock *b)
+{
+	if (a->nwaiters != b->nwaiters)
 		return a->nwaiters > b->nwaiters;
 	return name_cmp(a, b) < 0;
 }
@@ -799,9 +804,9 @@ static void sift_down(struct list_run *r, size_t i, size_t n)
 		size_t c = 2 * i + 1, m = i;
 		const struct dl_lock *x;
 
-		if (c < n && before(r, r->heap[m], r->heap[c]))
+		if (c < n && before(r->heap[m], r->heap[c]))
 			m = c;
-		if (c + 1 < n && before(r, r->heap[m], r->heap[c + 1]))
+		if (c + 1 < n && before(r->heap[m], r->heap[c + 1]))
 			m = c + 1;
 		if (m == i)
 			return;
@@ -812,51 +817,68 @@ static void sift_down(struct list_run *r, size_t i, size_t n)
 	}
 }
 
-static int list_match(const struct list_run *r, const struct dl_lock *lk)
-{
-	size_t n;
-	int c;
-
-	if (r->prefix.len && (lk->hn.len < r->prefix.len ||
-			      memcmp(lk->name, r->prefix.p, r->prefix.len)))
-		return 0;
-	if (r->order == DL_LIST_BY_WAITERS && lk->nwaiters == 0)
-		return 0;
-	if (r->filter && !r->filter->keep((struct dl_str){lk->name, lk->hn.len},
-					  r->filter->arg))
-		return 0;
-	if (r->order == DL_LIST_BY_WAITERS || r->after.len == 0)
-		return 1;
-	n = lk->hn.len < r->after.len ? lk->hn.len : r->after.len;
-	c = memcmp(lk->name, r->after.p, n);
-	return c > 0 || (c == 0 && lk->hn.len > r->after.len);
-}
-
-static void list_cb(const struct dl_lock *lk, void *arg)
+static void waiters_cb(const struct dl_lock *lk, void *arg)
 {
 	struct list_run *r = arg;
 	size_t i;
 
-	if (!lk->holders && !lk->qhead)
-		return; /* empty, about to be freed */
-	if (!list_match(r, lk))
+	if (lk->nwaiters == 0)
 		return;
 	r->matched++;
 	if (r->n < r->limit) {
 		/* sift up */
 		i = r->n++;
 		r->heap[i] = lk;
-		while (i > 0 && before(r, r->heap[(i - 1) / 2], r->heap[i])) {
+		while (i > 0 && before(r->heap[(i - 1) / 2], r->heap[i])) {
 			const struct dl_lock *x = r->heap[i];
 
 			r->heap[i] = r->heap[(i - 1) / 2];
 			r->heap[(i - 1) / 2] = x;
 			i = (i - 1) / 2;
 		}
-	} else if (r->limit > 0 && before(r, lk, r->heap[0])) {
+	} else if (r->limit > 0 && before(lk, r->heap[0])) {
 		r->heap[0] = lk;
 		sift_down(r, 0, r->n);
 	}
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return str_cmp(*(const struct dl_str *)a, *(const struct dl_str *)b);
+}
+
+static int begins(struct dl_str s, struct dl_str prefix)
+{
+	return s.len >= prefix.len && !memcmp(s.p, prefix.p, prefix.len);
+}
+
+/* The prefixes to walk, into out[] (room for filter->n, at least 1): the
+ * names under `prefix` that are under one of the filter's, as prefixes
+ * in byte order, none under another (their subtrees are then disjoint
+ * and in order). */
+static size_t walk_prefixes(struct dl_str prefix,
+			    const struct dl_list_filter *filter,
+			    struct dl_str *out)
+{
+	size_t i, n = 0, k;
+
+	if (!filter) {
+		out[0] = prefix;
+		return 1;
+	}
+	for (i = 0; i < filter->n; i++) {
+		if (begins(prefix, filter->prefixes[i])) {
+			out[0] = prefix; /* all of it */
+			return 1;
+		}
+		if (begins(filter->prefixes[i], prefix))
+			out[n++] = filter->prefixes[i];
+	}
+	qsort(out, n, sizeof(*out), by_name);
+	for (i = k = 0; i < n; i++)
+		if (k == 0 || !begins(out[i], out[k - 1]))
+			out[k++] = out[i];
+	return k;
 }
 
 size_t dl_locktab_list(struct dl_locktab *t, enum dl_list_order order,
@@ -864,10 +886,30 @@ size_t dl_locktab_list(struct dl_locktab *t, enum dl_list_order order,
 		       const struct dl_list_filter *filter,
 		       const struct dl_lock **page, uint64_t *more)
 {
-	struct list_run r = {order, prefix, after, filter, page, 0, limit, 0};
-	size_t end;
+	struct dl_str one, *pre = &one;
+	struct list_run r = {page, 0, limit, 0};
+	struct dl_index_walk w = {.page = page, .limit = limit};
+	size_t i, np, end;
 
-	dl_locktab_foreach(t, list_cb, &r);
+	*more = 0;
+	if (filter && filter->n > 1 &&
+	    !(pre = malloc(filter->n * sizeof(*pre))))
+		return 0;
+	np = walk_prefixes(prefix, filter, pre);
+	if (order == DL_LIST_BY_NAME) {
+		for (i = 0; i < np; i++)
+			dl__index_walk(t, pre[i], after, &w);
+		if (pre != &one)
+			free(pre);
+		*more = w.more;
+		return w.n;
+	}
+	w.each = waiters_cb;
+	w.arg = &r;
+	for (i = 0; i < np; i++)
+		dl__index_walk(t, pre[i], DL_STR_NULL, &w);
+	if (pre != &one)
+		free(pre);
 	for (end = r.n; end > 1; end--) {
 		const struct dl_lock *x = page[0];
 

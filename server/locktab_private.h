@@ -49,6 +49,7 @@ struct dl_locktab {
 				  (monotonic ms): dl_locktab_horizon */
 	size_t placeholders;   /* restored waiters not yet claimed */
 	struct dl_htab locks;
+	void *idx; /* the locks by name (locktab_index.c); NULL: none */
 	struct dl_htab owners;
 	struct dl_htab accounts; /* a few: one per user with owners */
 	struct dl_htab warns;	 /* struct dl_warn, by lease (side objects) */
@@ -224,6 +225,36 @@ struct dl_delay {
 };
 
 struct dl_delay *dl__delay_alloc(void);
+
+/*
+ * The index (locktab_index.c): every lock of the table by name, in byte
+ * order, each node counting the listed locks below it (lk->listed). A
+ * lock enters it when it enters the table (DL_ENOMEM: it does not enter
+ * the table either) and leaves with it.
+ */
+int dl__index_insert(struct dl_locktab *t, struct dl_lock *lk);
+void dl__index_remove(struct dl_locktab *t, struct dl_lock *lk);
+/* lk has a holder or a waiter (listed), or neither any more. */
+void dl__index_listed(struct dl_locktab *t, struct dl_lock *lk, int listed);
+void dl__index_free_all(struct dl_locktab *t);
+/* A walk of the listed locks whose names begin with a prefix: each to
+ * each(lk, arg), in no promised order; or, each NULL, those after a name
+ * in byte order into page[] up to limit, `more` counting the others. */
+struct dl_index_walk {
+	void (*each)(const struct dl_lock *lk, void *arg);
+	void *arg;
+	const struct dl_lock **page;
+	size_t n, limit;
+	uint64_t more;
+};
+void dl__index_walk(const struct dl_locktab *t, struct dl_str prefix,
+		    struct dl_str after, struct dl_index_walk *w);
+/* What is wrong with the index of a table of `locks` locks, NULL if
+ * nothing (dl_locktab_verify). */
+const char *dl__index_check(const struct dl_locktab *t, uint64_t locks);
+/* The listed locks are those with a holder or a waiter: say so after a
+ * change of either. */
+void dl__lock_relisted(struct dl_locktab *t, struct dl_lock *lk);
 /* A request admitted or queued asked for a delay of ms: a lock that was
  * free (`fresh`: no holder, no waiter, no delay running when the request
  * came) gets exactly that (0: none), another one at least that. *spare:

@@ -252,6 +252,7 @@ int dl_locktab_verify(const struct dl_locktab *t, char *why, size_t whylen)
 {
 	struct verify v = {.t = t, .why = why, .whylen = whylen};
 	const struct dl_hnode *n;
+	const char *bad;
 	size_t i;
 
 	for (i = 0; i < dl_htab_slots(&t->locks); i++)
@@ -270,6 +271,10 @@ int dl_locktab_verify(const struct dl_locktab *t, char *why, size_t whylen)
 		snprintf(
 			why, whylen,
 			"totals do not add up (locks, leases, waiters, placeholders, dirty or urgent set, wheel, warnings, delays or contended locks)");
+		return -1;
+	}
+	if ((bad = dl__index_check(t, v.locks)) != NULL) {
+		snprintf(why, whylen, "index: %s", bad);
 		return -1;
 	}
 	return verify_owners(&v);

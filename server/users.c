@@ -542,6 +542,18 @@ int dl_user_may_all(const struct dl_users *u, const struct dl_user *user,
 	return dl_user_may(u, user, r, prefix);
 }
 
+size_t dl_user_prefixes(const struct dl_users *u, const struct dl_user *user,
+			enum dl_right r, const struct dl_str **out)
+{
+	const struct dl_grant *g = &user->grant[r];
+
+	*out = NULL;
+	if (g->all || g->n == 0)
+		return 0;
+	*out = u->prefixes + g->first;
+	return g->n;
+}
+
 int dl_user_may_some(const struct dl_users *u, const struct dl_user *user,
 		     enum dl_right r, struct dl_str prefix)
 {

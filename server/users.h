@@ -143,6 +143,10 @@ int dl_user_may(const struct dl_users *u, const struct dl_user *user,
 /* u may read every name that starts with `prefix`. */
 int dl_user_may_all(const struct dl_users *u, const struct dl_user *user,
 		    enum dl_right r, struct dl_str prefix);
+/* The prefixes of user's grant of r, into *out (valid until the users
+ * are freed); how many. 0 for a grant of every name: see dl_user_may. */
+size_t dl_user_prefixes(const struct dl_users *u, const struct dl_user *user,
+			enum dl_right r, const struct dl_str **out);
 /* u may `r` on some name that starts with `prefix` (a granted prefix
  * and `prefix` are one a prefix of the other). */
 int dl_user_may_some(const struct dl_users *u, const struct dl_user *user,

@@ -1094,9 +1094,11 @@ Test(access, the_systemd_unit_loads_credentials_and_dumps_no_core)
 
 /* ---- bounds -------------------------------------------------------------- */
 
-/* LOCKS walks every lock: after a listing of T ms the same user waits 2T
- * for its next one -- each user its own, so that one cannot deny
- * listings to another (the operator's, here). */
+/* LOCKS by=waiters walks every lock under the prefix: after a listing of
+ * T ms the same user waits 2T for its next one -- each user its own, so
+ * that one cannot deny listings to another (the operator's, here). A
+ * page by name walks only the prefixes the user may read (the table's
+ * index of names): app's, of the 100,000 locks, and not ops'. */
 Test(access, listings_are_spaced_per_user)
 {
 	enum { N = 100000, CHUNK = 1000 };
@@ -1120,8 +1122,13 @@ Test(access, listings_are_spaced_per_user)
 	app = login("app", APP_SECRET);
 	l = h_call(app, "LOCKS limit=1");
 	cr_assert(h_starts(l, "OK LOCKS 1 more=99999"), "%s", l);
-	h_line(app);
-	l = h_call(app, "LOCKS limit=1 after=f5");
+	cr_assert(h_starts(h_line(app), "app/f0 "));
+	l = h_call(app, "LOCKS limit=1 after=app/f5");
+	cr_assert(h_starts(l, "OK LOCKS 1 more="), "%s", l);
+	cr_assert(h_starts(h_line(app), "app/f50 "));
+	l = h_call(app, "LOCKS limit=1 by=waiters");
+	cr_assert_str_eq(l, "OK LOCKS 0 more=0");
+	l = h_call(app, "LOCKS limit=1 by=waiters");
 	cr_assert(h_starts(l, "ERR LIMIT limit reached: a listing costs "),
 		  "%s", l);
 	/* a prefix under which app may read nothing walks nothing, spaced

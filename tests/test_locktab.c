@@ -1777,18 +1777,14 @@ Test(locktab, a_break_tells_the_holder_who_broke_it)
 	cr_assert_str_eq(evs[nev - 1].by, "");
 }
 
-static int keep_pay(struct dl_str name, void *arg)
-{
-	(void)arg;
-	return name.len >= 4 && memcmp(name.p, "pay/", 4) == 0;
-}
-
-/* A filtered listing shows and counts only what the filter keeps. */
+/* A filtered listing shows and counts only the names under the filter's
+ * prefixes, nested ones once. */
 Test(locktab, a_listing_shows_only_what_the_filter_keeps)
 {
 	static const char *const names[] = {"ci/1", "pay/1", "pay/2", "pay/3",
 					    "zz"};
-	struct dl_list_filter f = {keep_pay, NULL};
+	static const struct dl_str pre[] = {{"pay/", 4}, {"pay/2", 5}};
+	struct dl_list_filter f = {pre, 2};
 	struct client *a = client_new("a");
 	const struct dl_lock *page[4];
 	uint64_t more = 9;
@@ -1806,6 +1802,137 @@ Test(locktab, a_listing_shows_only_what_the_filter_keeps)
 			    NULL, page, &more);
 	cr_assert_eq(n, 4);
 	cr_assert_eq(more, 1);
+}
+
+/* ---- the index against a model ----------------------------------------- */
+
+#define IX_NAMES 300
+
+static char ix_name[IX_NAMES][16];
+
+static int ix_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int ix_begins(const char *s, const char *p)
+{
+	return strncmp(s, p, strlen(p)) == 0;
+}
+
+/* One LOCKS page against the model: the names of the universe that are
+ * held or waited for, under the prefix and one of the filter's, after
+ * `after`, sorted, cut at limit. */
+static void ix_check(const char *prefix, const char *after, size_t limit,
+		     const char *const *fp, size_t fn)
+{
+	const struct dl_lock *page[IX_NAMES];
+	const char *want[IX_NAMES];
+	struct dl_str fs[4];
+	struct dl_list_filter f = {fs, fn};
+	uint64_t more;
+	size_t i, j, n, nw = 0;
+
+	for (i = 0; i < fn; i++)
+		fs[i] = str(fp[i]);
+	for (i = 0; i < IX_NAMES; i++) {
+		struct dl_lock_status st = status(ix_name[i]);
+		int kept = fp == NULL;
+
+		if (!st.held && st.waiters == 0)
+			continue;
+		if (!ix_begins(ix_name[i], prefix) ||
+		    strcmp(ix_name[i], after) <= 0)
+			continue;
+		for (j = 0; j < fn; j++)
+			kept |= ix_begins(ix_name[i], fp[j]);
+		if (kept)
+			want[nw++] = ix_name[i];
+	}
+	qsort(want, nw, sizeof(*want), ix_cmp);
+	n = dl_locktab_list(tab, DL_LIST_BY_NAME, str(prefix), str(after),
+			    limit, fp ? &f : NULL, page, &more);
+	cr_assert_eq(n, nw < limit ? nw : limit,
+		     "prefix '%s' after '%s' limit %zu: %zu listed, want %zu",
+		     prefix, after, limit, n, nw < limit ? nw : limit);
+	for (i = 0; i < n; i++)
+		cr_assert_str_eq(cstr(dl_lock_name(page[i])), want[i],
+				 "prefix '%s' after '%s': #%zu", prefix, after,
+				 i);
+	cr_assert_eq(more, nw - n, "prefix '%s' after '%s' limit %zu: more",
+		     prefix, after, limit);
+}
+
+/* Names over a small alphabet share long prefixes and begin each other:
+ * random grants, queues, releases and expiries, and after each round
+ * pages of every kind compared with the model (the teardown's
+ * dl_locktab_verify checks the tree's own invariants). */
+Test(locktab, a_listing_by_name_agrees_with_a_sorted_model)
+{
+	static const char alpha[] = "ab/";
+	struct client *a = client_new("a"), *b = client_new("b");
+	uint64_t tok[IX_NAMES] = {0};
+	unsigned seed = 20261129;
+	struct dl_result r;
+	size_t i, k, round;
+
+	for (i = 0; i < IX_NAMES; i++) {
+		size_t len = 1 + (size_t)(rand_r(&seed) % 10), j;
+
+		for (j = 0; j < len; j++)
+			ix_name[i][j] = alpha[rand_r(&seed) % 3];
+		ix_name[i][len] = '\0';
+		for (j = 0; j < i; j++) /* once each */
+			if (!strcmp(ix_name[j], ix_name[i]))
+				break;
+		if (j < i)
+			snprintf(ix_name[i], sizeof(ix_name[i]), "u%zu", i);
+	}
+	for (round = 0; round < 20; round++) {
+		for (k = 0; k < 200; k++) {
+			i = (size_t)rand_r(&seed) % IX_NAMES;
+			if (!tok[i]) {
+				if (acq(a, ix_name[i],
+					100 + (uint64_t)(rand_r(&seed) % 2000),
+					0, NULL, &r) == 0 &&
+				    r.outcome == DL_GRANTED)
+					tok[i] = r.token;
+			} else if (rand_r(&seed) % 2) {
+				(void)acq(b, ix_name[i], 1000,
+					  rand_r(&seed) % 2 ? 500 : 0, NULL,
+					  &r);
+			} else {
+				(void)dl_locktab_release(tab, &a->s,
+							 str(ix_name[i]),
+							 tok[i], &r);
+				tok[i] = 0;
+			}
+		}
+		advance(50 + (uint64_t)(rand_r(&seed) % 400));
+		for (i = 0; i < IX_NAMES; i++) /* expired: free to take */
+			if (tok[i] && !status(ix_name[i]).held)
+				tok[i] = 0;
+		for (k = 0; k < 30; k++) {
+			const char *pre = "", *fp[2];
+			char cut[16], aft[16];
+			size_t limit = k % 3 == 0   ? 1
+				       : k % 3 == 1 ? 3
+						    : IX_NAMES;
+
+			i = (size_t)rand_r(&seed) % IX_NAMES;
+			snprintf(cut, sizeof(cut), "%.*s",
+				 (int)(rand_r(&seed) % 4), ix_name[i]);
+			if (k % 2)
+				pre = cut;
+			i = (size_t)rand_r(&seed) % IX_NAMES;
+			snprintf(aft, sizeof(aft), "%.*s",
+				 (int)(rand_r(&seed) % 12), ix_name[i]);
+			ix_check(pre, k % 5 ? aft : "", limit, NULL, 0);
+			fp[0] = ix_name[rand_r(&seed) % IX_NAMES] + 1;
+			fp[1] = cut;
+			ix_check(pre, k % 5 ? aft : "", limit, fp, 2);
+		}
+	}
 }
 
 Test(locktab, zero_or_oversized_ttl_is_bad_arg_and_creates_nothing)

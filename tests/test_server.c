@@ -1740,9 +1740,10 @@ Test(server, locks_lists_pages_in_name_order_and_the_most_waited_for)
 	h_close(a);
 }
 
-/* A listing walks every lock on the loop: right after one, the next is
- * refused with the time to wait, so that listings cannot take the loop
- * from the other clients. */
+/* A page by name costs its own locks (the table's index of names): one
+ * after another is answered. A page by waiters walks every lock on the
+ * loop: right after one, the next is refused with the time to wait, so
+ * that listings cannot take the loop from the other clients. */
 Test(server, locks_listings_are_spaced_by_what_they_cost)
 {
 	enum { N = 100000, CHUNK = 1000 };
@@ -1765,8 +1766,13 @@ Test(server, locks_listings_are_spaced_by_what_they_cost)
 	free(buf);
 	l = h_call(c, "LOCKS limit=1");
 	cr_assert(h_starts(l, "OK LOCKS 1 more=99999"), "%s", l);
-	h_line(c);
+	cr_assert(h_starts(h_line(c), "f0 "));
 	l = h_call(c, "LOCKS limit=1 after=f5");
+	cr_assert(h_starts(l, "OK LOCKS 1 more="), "%s", l);
+	cr_assert(h_starts(h_line(c), "f50 "));
+	l = h_call(c, "LOCKS limit=1 by=waiters");
+	cr_assert_str_eq(l, "OK LOCKS 0 more=0");
+	l = h_call(c, "LOCKS limit=1 by=waiters");
 	cr_assert(h_starts(l, "ERR LIMIT limit reached: a listing costs "
 			      "this server "),
 		  "%s", l);
