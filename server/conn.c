@@ -1045,18 +1045,21 @@ void dl_conn_unpark_all(struct dl_server *srv)
 	}
 }
 
-static void peer_name(struct dl_conn *c, int is_tcp)
+/* c->peer and c->addr; -1 for a TCP peer already gone (reset before it
+ * was accepted: it has no address any more, and was logged as "unix"). */
+static int peer_name(struct dl_conn *c, int is_tcp)
 {
 	struct sockaddr_storage ss;
 	int len = sizeof(ss);
 	char host[48];
 
-	if (!is_tcp ||
-	    uv_tcp_getpeername(&c->u.tcp, (struct sockaddr *)&ss, &len)) {
+	if (!is_tcp) {
 		snprintf(c->peer, sizeof(c->peer), "unix");
 		snprintf(c->addr, sizeof(c->addr), "unix");
-		return;
+		return 0;
 	}
+	if (uv_tcp_getpeername(&c->u.tcp, (struct sockaddr *)&ss, &len))
+		return -1;
 	if (ss.ss_family == AF_INET6) {
 		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
 		uv_ip6_name(a, host, sizeof(host));
@@ -1069,6 +1072,7 @@ static void peer_name(struct dl_conn *c, int is_tcp)
 			 ntohs(a->sin_port));
 	}
 	snprintf(c->addr, sizeof(c->addr), "%s", host);
+	return 0;
 }
 
 static void on_reject_close(uv_handle_t *h)
@@ -1129,7 +1133,10 @@ void dl_conn_accept(struct dl_server *srv, uv_stream_t *listener)
 
 		(void)uv_send_buffer_size(&c->u.handle, &sndbuf);
 	}
-	peer_name(c, is_tcp);
+	if (peer_name(c, is_tcp) != 0) {
+		uv_close(&c->u.handle, on_reject_close);
+		return;
+	}
 	c->id = ++srv->conn_seq;
 	c->active_ms = uv_now(srv->loop);
 	/* who it is, if it needs to prove nothing (access.h); a refusal

@@ -2099,3 +2099,32 @@ Test(server, a_clients_pipeline_runs_in_turns_that_let_others_in)
 	h_close(a);
 	h_close(b);
 }
+
+/* A TCP client that resets its connection before the daemon accepts it
+ * has no address any more: it is closed at once, not taken for a unix
+ * socket peer (found from outside: such resets were logged, and counted
+ * per address, as "unix"). The daemon is stopped while 20 connect and
+ * reset, so that it accepts them after. */
+Test(server, a_connection_reset_before_its_accept_is_not_a_unix_peer)
+{
+	struct linger lg = {1, 0};
+	struct h_client *c;
+	int i, fd;
+
+	own_start("[server]\nlog_level = info\n");
+	h_daemon_signal(&own, SIGSTOP);
+	for (i = 0; i < 20; i++) {
+		c = h_connect(own.port);
+		fd = c->fd;
+		cr_assert_eq(
+			setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)),
+			0);
+		h_close(c);
+	}
+	h_daemon_signal(&own, SIGCONT);
+	c = h_connect(own.port);
+	cr_assert_str_eq(h_call(c, "PING"), "OK PONG");
+	h_close(c);
+	cr_assert(!h_daemon_log_has(&own, " unix: connected"),
+		  "a reset TCP connection was taken for a unix peer");
+}
