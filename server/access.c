@@ -52,8 +52,9 @@ struct dl_access {
 	struct dl_users *users; /* NULL: no users file */
 	struct dl_user dflt;	/* the default user */
 	uint64_t seed;
-	uint64_t nunauth;     /* connections not authenticated */
-	struct dl_htab addrs; /* struct addr_count, by address */
+	uint64_t nunauth;	       /* connections not authenticated */
+	struct dl_conn *uhead, *utail; /* ... oldest first */
+	struct dl_htab addrs;	       /* struct addr_count, by address */
 	size_t naddrs;
 	uint64_t swept_ms; /* the last sweep of idle addresses */
 	/* the summary of failed AUTHs: an interval is open from `since`
@@ -187,6 +188,35 @@ static void sweep_addrs(struct dl_access *a, uint64_t rate, uint64_t now)
 		}
 }
 
+static void unauth_remove(struct dl_conn *c);
+
+/*
+ * At max_unauth_connections a new connection takes the place of the
+ * oldest one not authenticated yet, which is closed (reset). Refusing
+ * the new one instead let one client hold every place: found from
+ * outside, 5,000 silent connections from 625 loopback addresses (8 each,
+ * under every per-address cap), renewed as auth_timeout closed them, and
+ * nobody -- admins included, unix socket included -- could connect. Now
+ * such a client must open max_unauth_connections connections in the time
+ * a real client takes to authenticate to push it out, and the per-address
+ * rate (max_connects_per_address) makes that many addresses' work.
+ */
+static void unauth_evict(struct dl_access *a, struct dl_conn *by)
+{
+	struct dl_conn *old = a->uhead;
+
+	if (!old || old == by)
+		return;
+	by->srv->st.connections_evicted++;
+	dl_info("conn %llu %s: closing, not authenticated after %llu ms: "
+		"its place goes to a new connection "
+		"(max_unauth_connections)",
+		(unsigned long long)old->id, old->peer,
+		(unsigned long long)(uv_now(by->srv->loop) - old->accepted_ms));
+	unauth_remove(old);
+	dl_conn_end(old, DL_END_ABORT, "evicted, not authenticated");
+}
+
 /* Count c as unauthenticated; DL_ELIMIT if a cap forbids it. */
 static int unauth_add(struct dl_conn *c, const char **why)
 {
@@ -197,11 +227,6 @@ static int unauth_add(struct dl_conn *c, const char **why)
 	uint64_t now = uv_now(c->srv->loop);
 	size_t len = strlen(c->addr);
 
-	if (a->nunauth >= unauth_max(cfg)) {
-		*why = "too many connections not authenticated yet "
-		       "(max_unauth_connections)";
-		return DL_ELIMIT;
-	}
 	if (!is_unix(c)) {
 		ac = addr_find(a, c->addr);
 		if (ac && ac->n >= cfg->max_unauth_per_address) {
@@ -235,8 +260,17 @@ static int unauth_add(struct dl_conn *c, const char **why)
 			ac->credit -= 1000;
 		ac->n++;
 	}
+	if (a->nunauth >= unauth_max(cfg))
+		unauth_evict(a, c);
 	a->nunauth++;
 	c->unauth_counted = 1;
+	c->unext = NULL;
+	c->uprev = a->utail;
+	if (a->utail)
+		a->utail->unext = c;
+	else
+		a->uhead = c;
+	a->utail = c;
 	return 0;
 }
 
@@ -249,6 +283,15 @@ static void unauth_remove(struct dl_conn *c)
 		return;
 	c->unauth_counted = 0;
 	a->nunauth--;
+	if (c->uprev)
+		c->uprev->unext = c->unext;
+	else
+		a->uhead = c->unext;
+	if (c->unext)
+		c->unext->uprev = c->uprev;
+	else
+		a->utail = c->uprev;
+	c->unext = c->uprev = NULL;
 	if (is_unix(c) || !(ac = addr_find(a, c->addr)))
 		return;
 	--ac->n;

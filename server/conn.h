@@ -183,6 +183,8 @@ struct dl_conn {
 	unsigned auth_how : 3; /* enum dl_auth_how */
 	unsigned auth_failures : 3;
 	unsigned unauth_counted : 1;	/* in the unauthenticated counts */
+	struct dl_conn *unext, *uprev;	/* ... and their list, oldest first
+					   (access.c) */
 	unsigned end_after_delayed : 1; /* the delayed reply is the last */
 	uint64_t accepted_ms;		/* uv_now at accept */
 	size_t counted; /* its unread bytes in srv->out_unread */

@@ -49,10 +49,12 @@ struct dl_watches;
 #define DL_EXIT_ACTIVE 6 /* another daemon is active, and no [cluster] */
 
 struct dl_server_stats {
-	uint64_t connections_total;	    /* accepted since start */
-	uint64_t connections_rejected;	    /* over max_connections */
-	uint64_t output_overflows;	    /* closed at max_output */
-	uint64_t commands;		    /* requests executed */
+	uint64_t connections_total;    /* accepted since start */
+	uint64_t connections_rejected; /* over max_connections */
+	uint64_t connections_evicted;  /* not authenticated, the oldest, for a
+					  new one at max_unauth_connections */
+	uint64_t output_overflows;     /* closed at max_output */
+	uint64_t commands;	       /* requests executed */
 	uint64_t errors[DL_ERR_COUNT_ + 1]; /* ERR replies by -code */
 	uint64_t auth_failures;
 	uint64_t request_timeouts;     /* closed: a line not ended in time */

@@ -718,6 +718,43 @@ Test(access, silent_sockets_do_not_lock_out_a_client_from_elsewhere)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+/* Silent connections from many addresses, each under the per-address
+ * cap, take every place for unauthenticated connections: a new one takes
+ * the place of the oldest, which is closed, and logs in. Found from
+ * outside: 5,000 silent connections from 625 loopback addresses, renewed
+ * as auth_timeout closed them, refused every new client (admins and the
+ * unix socket included) with "too many connections not authenticated
+ * yet". */
+Test(access, silent_sockets_from_many_addresses_give_way_to_a_new_client)
+{
+	enum { N = 12 };
+	struct h_client *silent[N], *c;
+	char src[32];
+	int i;
+
+	h_daemon_write_conf(&d, "[server]\npassword = s3cret-long-enough\n"
+				"[limits]\nmax_unauth_connections = 12\n"
+				"max_unauth_per_address = 2\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "none", NULL);
+	for (i = 0; i < N; i++) {
+		snprintf(src, sizeof(src), "127.0.3.%d", 1 + i / 2);
+		silent[i] = h_try_connect_from(src, d.port);
+		cr_assert_not_null(silent[i]);
+		cr_assert_str_eq(h_call(silent[i], "PING"), "OK PONG");
+	}
+	c = h_try_connect_from("127.0.4.1", d.port);
+	cr_assert_not_null(c);
+	cr_assert_str_eq(h_call(c, "AUTH s3cret-long-enough"), "OK AUTH");
+	cr_assert(h_wait_closed(silent[0], 2000),
+		  "the oldest silent connection is still open");
+	cr_assert_str_eq(h_call(silent[1], "PING"), "OK PONG");
+	cr_assert_eq(h_stats_value(c, "connections_evicted"), 1);
+	h_close(c);
+	for (i = 0; i < N; i++)
+		h_close(silent[i]);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
 /* A connection that does not authenticate within auth_timeout is told
  * and closed. */
 Test(access, a_connection_that_does_not_authenticate_in_time_is_closed)
