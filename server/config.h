@@ -67,6 +67,7 @@ struct dl_config {
 	uint64_t max_connections_per_user;
 	uint64_t max_watches_per_user;
 	uint64_t max_deadlock_steps_per_user; /* a second's, cmd.c */
+	uint64_t max_watch_events_per_user;   /* a second's, watch.c */
 	/* [persistence] */
 	uint64_t persist;	   /* enum dl_persist */
 	char *redis;		   /* URL, see dl_redis_url_parse */

@@ -22,7 +22,7 @@
 
 struct dl_watches {
 	struct dl_watchreg *reg;
-	uint64_t sent, dropped; /* events, for STATS */
+	uint64_t sent, dropped, capped; /* events, for STATS */
 };
 
 /* A connection's watches (dl_conn.watch). */
@@ -83,6 +83,7 @@ void dl_watch_stats(const struct dl_server *srv, struct dl_watch_stats *st)
 	st->watches = dl_watchreg_count(ws->reg);
 	st->sent = ws->sent;
 	st->dropped = ws->dropped;
+	st->capped = ws->capped;
 }
 
 /* ---- the budget --------------------------------------------------------- */
@@ -169,8 +170,34 @@ static void format_event(struct watch_event *ev)
 	ev->line.durable = ch->kind == DL_CHANGE_GRANTED;
 }
 
+/* Events c's user may still be handed now (max_watch_events_per_user):
+ * its bucket, refilled once empty for the time since it last was, up to
+ * the rate. UINT32_MAX for no budget (the default user, or 0). */
+static uint32_t events_left(struct dl_conn *c)
+{
+	uint64_t cap = c->srv->cfg.max_watch_events_per_user, now, left;
+	struct dl_user_rt *rt;
+
+	if (!cap || !c->user || !c->user->name[0])
+		return UINT32_MAX;
+	rt = &c->user->rt;
+	if (rt->events_left)
+		return rt->events_left;
+	now = uv_now(c->srv->loop);
+	if (!rt->events_at_ms || now - rt->events_at_ms >= 1000)
+		left = cap;
+	else
+		left = (now - rt->events_at_ms) * cap / 1000;
+	if (left) {
+		rt->events_left = (uint32_t)(left < cap ? left : cap);
+		rt->events_at_ms = now;
+	}
+	return rt->events_left;
+}
+
 /* A dropping watcher takes events again (1) if it was not looked at for
- * WATCH_LOOK_MS and has read enough (overflow_notice). */
+ * WATCH_LOOK_MS, its user's budget has some, and it has read enough
+ * (overflow_notice). */
 static int look(struct dl_conn_watch *cw)
 {
 	uint64_t now = uv_now(cw->c->srv->loop);
@@ -178,7 +205,7 @@ static int look(struct dl_conn_watch *cw)
 	if (now - cw->looked_ms < WATCH_LOOK_MS)
 		return 0;
 	cw->looked_ms = now;
-	return overflow_notice(cw);
+	return events_left(cw->c) && overflow_notice(cw);
 }
 
 static void deliver(struct dl_watcher *w, void *arg)
@@ -197,18 +224,25 @@ static void deliver(struct dl_watcher *w, void *arg)
 		format_event(ev);
 	if (ev->len < 0)
 		return; /* cannot happen: a name and an owner fit */
-	if ((cw->dropped && !look(cw)) || !room(c, (size_t)ev->len)) {
-		if (cw->dropped++ == 0) {
-			cw->looked_ms = uv_now(c->srv->loop);
-			dl_info("conn %llu %s: watch events dropped: the client "
-				"does not read them",
-				(unsigned long long)c->id, c->peer);
-		}
-		ws->dropped++;
-		return;
-	}
+	if (cw->dropped && !look(cw))
+		goto drop;
+	if (!events_left(c) || !room(c, (size_t)ev->len))
+		goto drop;
 	ws->sent++;
+	if (events_left(c) != UINT32_MAX)
+		c->user->rt.events_left--;
 	dl_conn_send(c, ev->buf, (size_t)ev->len, &ev->line);
+	return;
+drop:
+	if (cw->dropped++ == 0) {
+		cw->looked_ms = uv_now(c->srv->loop);
+		dl_info("conn %llu %s: watch events dropped: the client does "
+			"not read them or its user's budget is spent",
+			(unsigned long long)c->id, c->peer);
+	}
+	ws->dropped++;
+	if (!events_left(c))
+		ws->capped++; /* its user's budget is spent */
 }
 
 void dl_watch_change(struct dl_server *srv, const struct dl_change *ch)

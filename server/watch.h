@@ -87,6 +87,7 @@ size_t dl_watch_conn_count(const struct dl_conn *c);
 /* Watches of all connections, and events sent and dropped (STATS). */
 struct dl_watch_stats {
 	uint64_t watches, sent, dropped;
+	uint64_t capped; /* of the dropped: over their user's budget */
 };
 void dl_watch_stats(const struct dl_server *srv, struct dl_watch_stats *st);
 

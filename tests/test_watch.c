@@ -21,7 +21,7 @@ static struct h_daemon d;
 static struct h_redis r;
 
 /* The clients of a test, closed by its end (stop). */
-#define CLIENTS_MAX 16
+#define CLIENTS_MAX 24
 static struct h_client *clients[CLIENTS_MAX];
 static int nclients;
 
@@ -573,4 +573,59 @@ Test(watch, the_owner_of_a_users_lease_is_shown_with_its_user)
 	take(app, "LOCK %s", "app/x");
 	l = expect_event(w, "app/x", "granted", "worker-1", 0, 1);
 	cr_assert_str_eq(h_kv(l, "user"), "app", "in \"%s\"", l);
+}
+
+/* The watchers of one user are handed at most max_watch_events_per_user
+ * events a second; the rest are missed and told as any missed events
+ * (* WATCH-OVERFLOW), so each watcher still accounts for every change.
+ * Found from outside: one user's UNLOCK granted 990 shared readers, each
+ * grant an event to 990 of its own watchers, and the daemon was deaf to
+ * everyone for 270 to 500 ms every 1.1 s. */
+Test(watch, a_users_watchers_get_at_most_its_budget_of_events)
+{
+	enum { W = 10, N = 60, BUDGET = 100 };
+	struct h_client *ops, *w[W];
+	char conf[512], buf[N * 32], *l;
+	uint64_t got[W] = {0}, missed[W] = {0}, sum = 0;
+	const char *path;
+	size_t len = 0;
+	int i;
+
+	path = h_daemon_write_file(&d, "users",
+				   "ops " OPS_HASH " lock=* read=* admin\n"
+				   "app " APP_HASH " lock=app/ read=app/\n");
+	snprintf(conf, sizeof(conf),
+		 "[server]\nusers_file = %s\n[limits]\n"
+		 "max_watch_events_per_user = %d\n",
+		 path, BUDGET);
+	start(conf);
+	ops = login("ops", OPS_SECRET);
+	for (i = 0; i < W; i++) {
+		w[i] = login("app", APP_SECRET);
+		cr_assert_str_eq(h_call(w[i], "WATCH app/*"),
+				 "OK WATCHING app/*");
+	}
+	for (i = 0; i < N; i++)
+		len += (size_t)sprintf(buf + len, "LOCK app/k%d ttl=30s\n", i);
+	cr_assert_eq(h_send_raw(ops, buf, len), 0);
+	for (i = 0; i < N; i++)
+		cr_assert(h_starts(h_line(ops), "OK GRANTED app/k"));
+	for (i = 0; i < W; i++) {
+		while (got[i] + missed[i] < N && (l = h_read(w[i], 5000))) {
+			if (h_starts(l, "* WATCH-OVERFLOW "))
+				missed[i] += strtoull(l + 17, NULL, 10);
+			else if (h_starts(l, "* WATCH app/k"))
+				got[i]++;
+		}
+		cr_assert_eq(got[i] + missed[i], N,
+			     "watcher %d: %llu events, %llu missed", i,
+			     (unsigned long long)got[i],
+			     (unsigned long long)missed[i]);
+		sum += got[i];
+	}
+	/* the budget, and what a second refills of it while this ran */
+	cr_assert_leq(sum, 2 * BUDGET, "%llu events handed out",
+		      (unsigned long long)sum);
+	cr_assert_geq(h_stats_value(ops, "watch_events_capped"),
+		      W * N - 2 * BUDGET);
 }
