@@ -47,8 +47,11 @@
 
 /* An output buffer keeps this much room once everything in it is gone
  * (conn.c's buffers and the held text): a connection that is busy again
- * does not reallocate, one that spikes gives the memory back. */
-#define DL_OUT_KEEP (64 * 1024)
+ * does not reallocate, one that spikes gives the memory back. It is out
+ * of every count of unread output (a connection's fixed cost, three
+ * buffers at most), so it is small: 1,000 connections of one user that
+ * each once sent a long listing keep 48 MB at most. */
+#define DL_OUT_KEEP (16 * 1024)
 
 /* What a line is, for the output rules (conn.h). */
 enum dl_line_kind {
