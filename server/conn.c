@@ -93,15 +93,21 @@ static void parked_drop(struct dl_conn *c)
 
 static void on_turn(uv_idle_t *h);
 
-/* Its turn is over (conn.h, Turns): read nothing more until the next. */
-static void yield_turn(struct dl_conn *c)
+/* Its turn is over (conn.h, Turns): read nothing more until the next.
+ * One that waits for its user's share (`waiting`) goes before those that
+ * had a turn, so that each of a user's connections has one in turn. */
+static void yield_turn(struct dl_conn *c, int waiting)
 {
 	struct dl_server *srv = c->srv;
+	struct dl_conn **at = waiting ? srv->ywait_tail : srv->yielded_tail;
 
 	c->yielded = 1;
-	c->ynext = NULL;
-	*srv->yielded_tail = c;
-	srv->yielded_tail = &c->ynext;
+	c->ynext = *at;
+	*at = c;
+	if (srv->yielded_tail == at)
+		srv->yielded_tail = &c->ynext;
+	if (waiting)
+		srv->ywait_tail = &c->ynext;
 	uv_read_stop(&c->u.stream);
 	uv_idle_start(&srv->turn_idle, on_turn);
 }
@@ -120,6 +126,37 @@ static void yielded_drop(struct dl_conn *c)
 		*pp = c->ynext;
 	if (srv->yielded_tail == &c->ynext)
 		srv->yielded_tail = pp;
+	if (srv->ywait_tail == &c->ynext)
+		srv->ywait_tail = pp;
+}
+
+/* The user whose turns c shares (conn.h, Turns): one of the users file;
+ * NULL for the default user and before AUTH (the connection alone). */
+static struct dl_user *turn_user(const struct dl_conn *c)
+{
+	return c->user && c->user->name[0] ? c->user : NULL;
+}
+
+/* c's user has had its share of this loop iteration. */
+static int user_turn_spent(const struct dl_conn *c)
+{
+	const struct dl_user *u = turn_user(c);
+
+	return u && u->rt.turn_iter == c->srv->iter &&
+	       u->rt.turn_work >= DL_TURN_WORK;
+}
+
+static void user_turn_charge(const struct dl_conn *c, uint64_t work)
+{
+	struct dl_user *u = turn_user(c);
+
+	if (!u)
+		return;
+	if (u->rt.turn_iter != c->srv->iter) {
+		u->rt.turn_iter = c->srv->iter;
+		u->rt.turn_work = 0;
+	}
+	u->rt.turn_work += work;
 }
 
 static void held_list_remove(struct dl_conn *c)
@@ -720,7 +757,11 @@ static void process_input(struct dl_conn *c)
 
 	while (!c->end && !c->delayed && !c->parked) {
 		if (c->srv->work - c->turn_at >= DL_TURN_WORK) {
-			yield_turn(c);
+			yield_turn(c, 0);
+			return;
+		}
+		if (user_turn_spent(c)) {
+			yield_turn(c, 1);
 			return;
 		}
 		/* Over the budget, a connection with unread output pauses
@@ -759,7 +800,10 @@ static void process_input(struct dl_conn *c)
 		c->srv->work += DL_TURN_REQUEST;
 		c->active_ms = uv_now(c->srv->loop);
 		if (r == DL_LB_LINE) {
+			uint64_t w0 = c->srv->work - DL_TURN_REQUEST;
+
 			dl_cmd_execute(c, line, len);
+			user_turn_charge(c, c->srv->work - w0);
 		} else if (r == DL_LB_TOOLONG) {
 			dl_conn_error(c, DL_ELINETOOLONG,
 				      "line longer than 1024 bytes",
@@ -804,6 +848,7 @@ static void on_turn(uv_idle_t *h)
 
 	srv->yielded = NULL;
 	srv->yielded_tail = &srv->yielded;
+	srv->ywait_tail = &srv->yielded;
 	for (; c; c = next) {
 		next = c->ynext;
 		c->yielded = 0;

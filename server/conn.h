@@ -96,7 +96,13 @@
  * yields: it stops reading, joins srv->yielded, and the server's turn
  * handle (an idle handle, so the loop polls without blocking in between)
  * gives it its next turn, after every other connection's I/O of that
- * iteration (dl_conn_turns).
+ * iteration (on_turn). The connections of one user of the users file
+ * share one turn's work per loop iteration (srv->iter, the user's
+ * rt.turn_work): past it, another of them yields before its first
+ * request, and waits ahead of those that had a turn, so that each has
+ * one in turn -- 50 connections of one user pipelining long listings
+ * were 50 turns ahead of another user's PING. The default user (no users
+ * file) and connections before AUTH have no such share.
  *
  * TLS. A connection on the TCP port of a daemon with a certificate has a
  * TLS state (tls.h) between its stream and the rest: ciphertext read is

@@ -446,7 +446,10 @@ static void flush_phase(struct dl_server *srv)
 
 static void on_check(uv_check_t *h)
 {
-	flush_phase(h->data);
+	struct dl_server *srv = h->data;
+
+	srv->iter++; /* a user's share of turns is per iteration (conn.h) */
+	flush_phase(srv);
 }
 
 static void on_prepare(uv_prepare_t *h)
@@ -750,6 +753,7 @@ static void init_handles(struct dl_server *srv)
 	srv->turn_idle.data = srv;
 	uv_unref((uv_handle_t *)&srv->turn_idle);
 	srv->yielded_tail = &srv->yielded;
+	srv->ywait_tail = &srv->yielded;
 	uv_timer_init(loop, &srv->drain_timer);
 	srv->drain_timer.data = srv;
 	uv_unref((uv_handle_t *)&srv->drain_timer);

@@ -110,6 +110,9 @@ struct dl_server {
 	struct dl_conn *yielded; /* connections waiting for their next turn,
 				    in order (conn.h, Turns) */
 	struct dl_conn **yielded_tail;
+	struct dl_conn **ywait_tail; /* ... the end of those that wait for
+					their user's share, first */
+	uint64_t iter;		     /* loop iterations (the check phase) */
 	uint64_t work;		 /* units of work done for requests (conn.h) */
 	uv_idle_t turn_idle;	 /* gives yielded connections their turns */
 	uint64_t durable;	 /* last committed epoch */

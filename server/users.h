@@ -91,6 +91,8 @@ struct dl_user_rt {
 	uint64_t out_unread;	/* its connections' in srv->out_unread */
 	uint32_t walk_left;	/* deadlock-check steps it may spend */
 	uint64_t walk_at_ms;	/* when that was last refilled (cmd.c) */
+	uint64_t turn_iter;	/* the loop iteration of turn_work (conn.c) */
+	uint64_t turn_work;	/* the work of its requests in it */
 	uint32_t events_left;	/* watch events its watchers may be handed */
 	uint64_t events_at_ms;	/* when that was last refilled (watch.c) */
 };
