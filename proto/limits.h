@@ -305,6 +305,9 @@
 #define DL_TICK_MS_MIN	   1
 #define DL_TICK_MS_MAX	   1000
 
+/* Connections accepted per loop iteration and listener (server.c). */
+#define DL_ACCEPTS_PER_ITER 64
+
 /* Deadlines reaped per loop iteration before the loop serves I/O again. */
 #define DL_REAP_BUDGET 10000
 

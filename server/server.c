@@ -459,15 +459,49 @@ static void on_prepare(uv_prepare_t *h)
 
 /* ---- listeners ---------------------------------------------------------- */
 
+/*
+ * At most DL_ACCEPTS_PER_ITER connections are accepted per loop iteration
+ * and listener: found from outside, a burst of 5,000 connects was accepted
+ * in one go and kept every client waiting 106 ms. A connection left
+ * unaccepted stays in the kernel's backlog, and libuv stops watching its
+ * listener until uv_accept() is called: the accept idle handle calls it
+ * at the next iteration, after the other clients' I/O.
+ */
+static void on_accept_idle(uv_idle_t *h);
+
 static void on_connection(uv_stream_t *listener, int status)
 {
 	struct dl_server *srv = listener->data;
+	unsigned bit = listener == (uv_stream_t *)&srv->tcp ? 1 : 2;
 
 	if (status < 0) {
 		dl_warn("accept: %s", uv_strerror(status));
 		return;
 	}
+	if (srv->accept_iter != srv->iter) {
+		srv->accept_iter = srv->iter;
+		srv->accepts[0] = srv->accepts[1] = 0;
+	}
+	if (srv->accepts[bit - 1] >= DL_ACCEPTS_PER_ITER) {
+		srv->accept_wait |= bit;
+		uv_idle_start(&srv->accept_idle, on_accept_idle);
+		return;
+	}
+	srv->accepts[bit - 1]++;
 	dl_conn_accept(srv, listener);
+}
+
+static void on_accept_idle(uv_idle_t *h)
+{
+	struct dl_server *srv = h->data;
+	unsigned wait = srv->accept_wait;
+
+	srv->accept_wait = 0;
+	uv_idle_stop(h);
+	if ((wait & 1) && !uv_is_closing((uv_handle_t *)&srv->tcp))
+		on_connection((uv_stream_t *)&srv->tcp, 0);
+	if ((wait & 2) && !uv_is_closing((uv_handle_t *)&srv->unix_listener))
+		on_connection((uv_stream_t *)&srv->unix_listener, 0);
 }
 
 static void listen_tcp(struct dl_server *srv)
@@ -752,6 +786,9 @@ static void init_handles(struct dl_server *srv)
 	uv_idle_init(loop, &srv->turn_idle);
 	srv->turn_idle.data = srv;
 	uv_unref((uv_handle_t *)&srv->turn_idle);
+	uv_idle_init(loop, &srv->accept_idle);
+	srv->accept_idle.data = srv;
+	uv_unref((uv_handle_t *)&srv->accept_idle);
 	srv->yielded_tail = &srv->yielded;
 	srv->ywait_tail = &srv->yielded;
 	uv_timer_init(loop, &srv->drain_timer);
@@ -927,6 +964,7 @@ static void drain_finish(struct dl_server *srv)
 	uv_close((uv_handle_t *)&srv->wheel_timer, NULL);
 	uv_close((uv_handle_t *)&srv->reap_idle, NULL);
 	uv_close((uv_handle_t *)&srv->turn_idle, NULL);
+	uv_close((uv_handle_t *)&srv->accept_idle, NULL);
 	uv_close((uv_handle_t *)&srv->drain_timer, NULL);
 	uv_close((uv_handle_t *)&srv->role_timer, NULL);
 	uv_close((uv_handle_t *)&srv->sweep_timer, NULL);

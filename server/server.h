@@ -113,6 +113,11 @@ struct dl_server {
 	struct dl_conn **ywait_tail; /* ... the end of those that wait for
 					their user's share, first */
 	uint64_t iter;		     /* loop iterations (the check phase) */
+	uint64_t accept_iter; /* the iteration accepts[] counts (server.c) */
+	unsigned accepts[2];  /* accepted in it: TCP, unix socket */
+	unsigned accept_wait; /* listeners with one left for the next: 1 TCP,
+				 2 unix socket */
+	uv_idle_t accept_idle;
 	uint64_t work;		 /* units of work done for requests (conn.h) */
 	uv_idle_t turn_idle;	 /* gives yielded connections their turns */
 	uint64_t durable;	 /* last committed epoch */

@@ -2193,3 +2193,40 @@ Test(server, connections_closed_over_the_budget_give_their_memory_back)
 		h_close(slow[i]);
 	h_close(c);
 }
+
+/* A burst of connects is accepted DL_ACCEPTS_PER_ITER per loop iteration,
+ * the connected clients served in between: found from outside, 5,000
+ * connects accepted in one go kept every client waiting 106 ms. 300
+ * connect while the daemon is stopped, then a connected client asks
+ * STATS: it is answered before all of them are accepted. */
+Test(server, a_burst_of_connects_is_accepted_a_slice_per_iteration)
+{
+	enum { N = 300 };
+	static struct h_client *burst[N];
+	struct h_client *c = h_connect(d.port);
+	uint64_t before, seen = 0;
+	char *l;
+	int i, j;
+
+	before = h_stats_value(c, "connections_total");
+	h_daemon_signal(&d, SIGSTOP);
+	for (i = 0; i < N; i++)
+		burst[i] = h_connect(d.port); /* the kernel's backlog */
+	h_sleep_ms(100);
+	h_send(c, "STATS");
+	h_sleep_ms(100);
+	h_daemon_signal(&d, SIGCONT);
+	l = h_read(c, 10000);
+	cr_assert(l && h_starts(l, "OK STATS "), "%s", l ? l : "(nothing)");
+	for (j = (int)h_arg_u64(l, 0); j > 0; j--) {
+		l = h_line(c);
+		if (h_starts(l, "connections_total "))
+			seen = strtoull(l + 18, NULL, 10) - before;
+	}
+	cr_assert_lt(seen, N, "all %d were accepted before the STATS", N);
+	for (i = 0; i < N; i++) {
+		cr_assert_str_eq(h_call(burst[i], "PING"), "OK PONG");
+		h_close(burst[i]);
+	}
+	h_close(c);
+}
