@@ -1003,7 +1003,9 @@ int dl_conn_sweep(struct dl_conn *c, uint64_t now)
 	 * slot by pipelining without reading */
 	if (dl_access_sweep(c, now))
 		return 1;
-	if (c->paused || c->delayed || c->parked)
+	/* a connection the server holds back (its output, a delayed reply,
+	 * the store, its turn) is not the one that is slow */
+	if (c->paused || c->delayed || c->parked || c->yielded)
 		return 0;
 	if (c->tls && !c->tls_open &&
 	    now - dl_tls_since(c->tls) >= cfg->tls_handshake_timeout_ms) {
