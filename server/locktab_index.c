@@ -200,7 +200,8 @@ static void *subtree(const struct dl_locktab *t, struct dl_str prefix)
 	while (is_node(p)) /* below, the names share the prefix's bytes */
 		p = node(p)->child[0];
 	any = p;
-	if (any->hn.len < prefix.len || memcmp(any->name, prefix.p, prefix.len))
+	if (prefix.len && (any->hn.len < prefix.len ||
+			   memcmp(any->name, prefix.p, prefix.len)))
 		return NULL;
 	return top;
 }

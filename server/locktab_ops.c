@@ -777,7 +777,7 @@ struct list_run {
 static int str_cmp(struct dl_str a, struct dl_str b)
 {
 	size_t n = a.len < b.len ? a.len : b.len;
-	int c = memcmp(a.p, b.p, n);
+	int c = n ? memcmp(a.p, b.p, n) : 0;
 
 	if (c)
 		return c;
@@ -849,7 +849,9 @@ static int by_name(const void *a, const void *b)
 
 static int begins(struct dl_str s, struct dl_str prefix)
 {
-	return s.len >= prefix.len && !memcmp(s.p, prefix.p, prefix.len);
+	/* no memcmp of a null prefix (len 0, p NULL): undefined */
+	return prefix.len == 0 ||
+	       (s.len >= prefix.len && !memcmp(s.p, prefix.p, prefix.len));
 }
 
 /* The prefixes to walk, into out[] (room for filter->n, at least 1): the
