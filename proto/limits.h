@@ -125,11 +125,14 @@
  * counts: at most DL_REPLY_MAX bytes. */
 #define DL_LOCKS_PAGE_MAX     1000
 #define DL_LOCKS_PAGE_DEFAULT 100
-/* A listing walks every lock on the event loop (about 70 ms per million
- * locks on a small VM). After a walk of T, the next LOCKS of any client
- * is refused (ERR LIMIT, with the time to wait) for this many times T:
- * listings take at most 1 / (1 + this) of the loop, whoever asks. */
+/* A listing by waiters walks the locks under its prefix on the event loop
+ * (by name, the index makes a page cost its own locks). After a listing
+ * of T, the next LOCKS of the same user is refused (ERR LIMIT, with the
+ * time to wait) for this many times T: one user's walks take at most
+ * 1 / (1 + this) of the loop. A walk under DL_LOCKS_GAP_MIN_US (a few
+ * thousand locks), or a page by name, spaces nothing. */
 #define DL_LOCKS_GAP_FACTOR 2
+#define DL_LOCKS_GAP_MIN_US 100
 
 /* ---- WATCH (server/watch.c) ------------------------------------------- */
 

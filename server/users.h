@@ -86,7 +86,7 @@ struct dl_grant {
 struct dl_user_rt {
 	uint32_t conns;		/* connections authenticated as it */
 	uint32_t watches;	/* their watches (watch.c) */
-	uint64_t locks_next_ms; /* LOCKS refused before this (cmd.c) */
+	uint64_t locks_next_us; /* LOCKS refused before this (cmd.c) */
 	uint64_t locks_last_us; /* what its last listing cost */
 	uint64_t out_unread;	/* its connections' in srv->out_unread */
 	uint32_t walk_left;	/* deadlock-check steps it may spend */
