@@ -229,6 +229,14 @@
 /* Failed AUTHs a connection may make; the last one's reply is followed by
  * the close. A guesser pays a new connection (and its slot) every few. */
 #define DL_AUTH_FAILURES_MAX 3
+/* Requests a connection may make before it authenticates (HELLO, HELP,
+ * PING, a failed AUTH...): one more is refused and the connection closed.
+ * A client logs in with one or two; found from outside, 1,000 connections
+ * that never logged in and pipelined PINGs each had a turn of the loop,
+ * and another user's PING p50 went from 0.05 to 75 ms. With this bound,
+ * and at most DL_ACCEPTS_PER_ITER new connections a loop iteration, they
+ * cost at most that many times this many requests an iteration. */
+#define DL_UNAUTH_REQUESTS_MAX 32
 /* Failed AUTHs are logged as one summary line per this interval. */
 #define DL_AUTH_LOG_MS 10000
 /* Refused RECLAIMs (a forged or stale proof) are logged one per this
@@ -308,8 +316,12 @@
 #define DL_TICK_MS_MIN	   1
 #define DL_TICK_MS_MAX	   1000
 
-/* Connections accepted per loop iteration and listener (server.c). */
+/* Connections accepted per loop iteration and listener (server.c); the
+ * others wait in the kernel's backlog, of this many (the kernel caps it
+ * at net.core.somaxconn): a connect that finds it full is dropped and
+ * retried by the client a second later. */
 #define DL_ACCEPTS_PER_ITER 64
+#define DL_LISTEN_BACKLOG   4096
 
 /* Deadlines reaped per loop iteration before the loop serves I/O again. */
 #define DL_REAP_BUDGET 10000

@@ -1336,6 +1336,17 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 	int err;
 
 	err = dl_parse_request(line, len, &rq, &why);
+	if (!c->authed && ++c->unauth_requests > DL_UNAUTH_REQUESTS_MAX) {
+		char text[DL_WHY_MAX];
+
+		snprintf(text, sizeof(text),
+			 "limit reached: %d requests before AUTH, closing",
+			 DL_UNAUTH_REQUESTS_MAX);
+		dl_conn_error(c, DL_ELIMIT, text, err ? DL_STR_NULL : rq.tag);
+		dl_conn_end(c, DL_END_GRACEFUL,
+			    "too many requests before AUTH");
+		return;
+	}
 	if (err) {
 		dl_debug("conn %llu: bad request: %s",
 			 (unsigned long long)c->id, why);

@@ -192,6 +192,7 @@ struct dl_conn {
 	struct dl_user *user;  /* NULL until authenticated */
 	unsigned auth_how : 3; /* enum dl_auth_how */
 	unsigned auth_failures : 3;
+	uint8_t unauth_requests; /* made before AUTH (DL_UNAUTH_REQUESTS_MAX) */
 	unsigned unauth_counted : 1;	/* in the unauthenticated counts */
 	struct dl_conn *unext, *uprev;	/* ... and their list, oldest first
 					   (access.c) */

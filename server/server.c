@@ -523,7 +523,8 @@ static void listen_tcp(struct dl_server *srv)
 	srv->tcp_on = 1;
 	r = uv_tcp_bind(&srv->tcp, ai->ai_addr, 0);
 	if (r == 0)
-		r = uv_listen((uv_stream_t *)&srv->tcp, 511, on_connection);
+		r = uv_listen((uv_stream_t *)&srv->tcp, DL_LISTEN_BACKLOG,
+			      on_connection);
 	freeaddrinfo(ai);
 	if (r != 0)
 		fatal(DL_EXIT_LISTEN, "cannot listen on %s:%s: %s", cfg->bind,
@@ -548,8 +549,8 @@ static void listen_unix(struct dl_server *srv)
 	if (r == 0) {
 		if (chmod(path, 0660) != 0)
 			dl_warn("chmod %s: %s", path, strerror(errno));
-		r = uv_listen((uv_stream_t *)&srv->unix_listener, 511,
-			      on_connection);
+		r = uv_listen((uv_stream_t *)&srv->unix_listener,
+			      DL_LISTEN_BACKLOG, on_connection);
 	}
 	if (r != 0)
 		fatal(DL_EXIT_LISTEN, "cannot listen on %s: %s", path,
