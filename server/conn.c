@@ -130,35 +130,6 @@ static void yielded_drop(struct dl_conn *c)
 		srv->ywait_tail = pp;
 }
 
-/* The user whose turns c shares (conn.h, Turns): one of the users file;
- * NULL for the default user and before AUTH (the connection alone). */
-static struct dl_user *turn_user(const struct dl_conn *c)
-{
-	return c->user && c->user->name[0] ? c->user : NULL;
-}
-
-/* c's user has had its share of this loop iteration. */
-static int user_turn_spent(const struct dl_conn *c)
-{
-	const struct dl_user *u = turn_user(c);
-
-	return u && u->rt.turn_iter == c->srv->iter &&
-	       u->rt.turn_work >= DL_TURN_WORK;
-}
-
-static void user_turn_charge(const struct dl_conn *c, uint64_t work)
-{
-	struct dl_user *u = turn_user(c);
-
-	if (!u)
-		return;
-	if (u->rt.turn_iter != c->srv->iter) {
-		u->rt.turn_iter = c->srv->iter;
-		u->rt.turn_work = 0;
-	}
-	u->rt.turn_work += work;
-}
-
 static void held_list_remove(struct dl_conn *c)
 {
 	struct dl_conn **pp = &c->srv->held;
@@ -202,6 +173,29 @@ static size_t held_memory(const struct dl_conn *c)
 static struct dl_user *sharer(const struct dl_conn *c)
 {
 	return c->user && c->user->name[0] ? c->user : NULL;
+}
+
+/* c's user has had its share of this loop iteration (conn.h, Turns: a
+ * user of the users file, as for its share of the output budget). */
+static int user_turn_spent(const struct dl_conn *c)
+{
+	const struct dl_user *u = sharer(c);
+
+	return u && u->rt.turn_iter == c->srv->iter &&
+	       u->rt.turn_work >= DL_TURN_WORK;
+}
+
+static void user_turn_charge(const struct dl_conn *c, uint64_t work)
+{
+	struct dl_user *u = sharer(c);
+
+	if (!u)
+		return;
+	if (u->rt.turn_iter != c->srv->iter) {
+		u->rt.turn_iter = c->srv->iter;
+		u->rt.turn_work = 0;
+	}
+	u->rt.turn_work += work;
 }
 
 /* What the budget charges c's party with: its user's bytes, else its

@@ -774,42 +774,41 @@ static void on_sweep(uv_timer_t *t)
 	dl_access_tick(srv, now, 0);
 }
 
+/* A handle of the server's own, just initialized: it points back at srv,
+ * and does not keep the loop alive (the listeners and connections do). */
+static void own_handle(struct dl_server *srv, uv_handle_t *h)
+{
+	h->data = srv;
+	uv_unref(h);
+}
+
 static void init_handles(struct dl_server *srv)
 {
 	uv_loop_t *loop = srv->loop;
 
 	uv_timer_init(loop, &srv->wheel_timer);
-	srv->wheel_timer.data = srv;
-	uv_unref((uv_handle_t *)&srv->wheel_timer);
+	own_handle(srv, (uv_handle_t *)&srv->wheel_timer);
 	uv_idle_init(loop, &srv->reap_idle);
-	srv->reap_idle.data = srv;
-	uv_unref((uv_handle_t *)&srv->reap_idle);
+	own_handle(srv, (uv_handle_t *)&srv->reap_idle);
 	uv_idle_init(loop, &srv->turn_idle);
-	srv->turn_idle.data = srv;
-	uv_unref((uv_handle_t *)&srv->turn_idle);
+	own_handle(srv, (uv_handle_t *)&srv->turn_idle);
 	uv_idle_init(loop, &srv->accept_idle);
-	srv->accept_idle.data = srv;
-	uv_unref((uv_handle_t *)&srv->accept_idle);
+	own_handle(srv, (uv_handle_t *)&srv->accept_idle);
 	srv->yielded_tail = &srv->yielded;
 	srv->ywait_tail = &srv->yielded;
 	uv_timer_init(loop, &srv->drain_timer);
-	srv->drain_timer.data = srv;
-	uv_unref((uv_handle_t *)&srv->drain_timer);
+	own_handle(srv, (uv_handle_t *)&srv->drain_timer);
 	uv_timer_init(loop, &srv->role_timer);
-	srv->role_timer.data = srv;
-	uv_unref((uv_handle_t *)&srv->role_timer);
+	own_handle(srv, (uv_handle_t *)&srv->role_timer);
 	uv_timer_init(loop, &srv->sweep_timer);
-	srv->sweep_timer.data = srv;
+	own_handle(srv, (uv_handle_t *)&srv->sweep_timer);
 	uv_timer_start(&srv->sweep_timer, on_sweep, DL_SWEEP_MS, DL_SWEEP_MS);
-	uv_unref((uv_handle_t *)&srv->sweep_timer);
 	uv_check_init(loop, &srv->check);
-	srv->check.data = srv;
+	own_handle(srv, (uv_handle_t *)&srv->check);
 	uv_check_start(&srv->check, on_check);
-	uv_unref((uv_handle_t *)&srv->check);
 	uv_prepare_init(loop, &srv->prepare);
-	srv->prepare.data = srv;
+	own_handle(srv, (uv_handle_t *)&srv->prepare);
 	uv_prepare_start(&srv->prepare, on_prepare);
-	uv_unref((uv_handle_t *)&srv->prepare);
 	start_signal(srv, &srv->sig_term, SIGTERM);
 	start_signal(srv, &srv->sig_int, SIGINT);
 	start_signal(srv, &srv->sig_hup, SIGHUP);
