@@ -1214,14 +1214,15 @@ uint64_t h_wait_available(struct h_client *c, uint64_t want, int max_ms)
 	return h_wait_stat(c, "store_available", want, max_ms);
 }
 
-uint64_t h_stats_value(struct h_client *c, const char *key)
+uint64_t h_stats_reply(struct h_client *c, const char *key, int timeout_ms)
 {
-	char *l = h_call(c, "STATS");
+	char *l = h_read(c, timeout_ms);
 	uint64_t n, i, v = 0;
 	size_t klen = strlen(key);
 	int found = 0;
 
-	cr_assert(strncmp(l, "OK STATS ", 9) == 0, "STATS: \"%s\"", l);
+	cr_assert(l && strncmp(l, "OK STATS ", 9) == 0, "STATS: \"%s\"",
+		  l ? l : "(nothing)");
 	n = h_arg_u64(l, 0);
 	for (i = 0; i < n; i++) {
 		l = h_line(c);
@@ -1234,6 +1235,12 @@ uint64_t h_stats_value(struct h_client *c, const char *key)
 	}
 	cr_assert(found, "STATS has no %s", key);
 	return v;
+}
+
+uint64_t h_stats_value(struct h_client *c, const char *key)
+{
+	h_send(c, "STATS");
+	return h_stats_reply(c, key, 5000);
 }
 
 int h_redis_wait(const struct h_redis *r, const char *cmd, const char *needle,

@@ -272,6 +272,9 @@ uint64_t h_wait_available(struct h_client *c, uint64_t want, int max_ms);
 /* One value of STATS on c (reads the whole framed reply; asserts that the
  * key exists). */
 uint64_t h_stats_value(struct h_client *c, const char *key);
+/* The same, of a STATS already sent on c, its reply read within
+ * timeout_ms (a test that stopped the daemon meanwhile). */
+uint64_t h_stats_reply(struct h_client *c, const char *key, int timeout_ms);
 /* Poll `redis-cli <cmd>` until its output contains `needle` (want 1) or
  * does not (want 0); returns 1 if that happened within timeout_ms. */
 int h_redis_wait(const struct h_redis *r, const char *cmd, const char *needle,

@@ -1430,8 +1430,7 @@ Test(access, one_users_connections_share_a_turn_per_iteration)
 	enum { K = 10, N = 2000 };
 	static char buf[N * 5];
 	struct h_client *a[K], *b;
-	uint64_t before, ran = 0;
-	char *l;
+	uint64_t before, ran;
 	int i, j;
 
 	start_users(USERS, NULL);
@@ -1448,13 +1447,7 @@ Test(access, one_users_connections_share_a_turn_per_iteration)
 	h_send(b, "STATS");
 	h_sleep_ms(100);
 	h_daemon_signal(&d, SIGCONT);
-	l = h_read(b, 10000);
-	cr_assert(l && h_starts(l, "OK STATS "), "%s", l ? l : "(nothing)");
-	for (j = (int)h_arg_u64(l, 0); j > 0; j--) {
-		l = h_line(b);
-		if (h_starts(l, "commands "))
-			ran = strtoull(l + 9, NULL, 10) - before;
-	}
+	ran = h_stats_reply(b, "commands", 10000) - before;
 	/* a turn of the first user's (256) and the STATS: without a share
 	 * per user, a turn of each of its ten connections ran first */
 	cr_assert_lt(ran, 3 * 256, "%llu requests ran before the STATS",

@@ -2045,25 +2045,6 @@ Test(server, a_reader_asking_to_write_is_told_it_would_deadlock)
 	h_close(a);
 }
 
-/* The "<key> <n>" line of a STATS reply read from c (its head first). */
-static uint64_t stats_reply_value(struct h_client *c, const char *key)
-{
-	char *l = h_read(c, 10000);
-	size_t klen = strlen(key);
-	uint64_t n, i, v = UINT64_MAX;
-
-	cr_assert(l && h_starts(l, "OK STATS "), "STATS: \"%s\"",
-		  l ? l : "(nothing)");
-	n = h_arg_u64(l, 0);
-	for (i = 0; i < n; i++) {
-		l = h_line(c);
-		if (strncmp(l, key, klen) == 0 && l[klen] == ' ')
-			v = strtoull(l + klen + 1, NULL, 10);
-	}
-	cr_assert_neq(v, UINT64_MAX, "STATS has no %s", key);
-	return v;
-}
-
 /* A client's pipeline runs in turns (conn.h, Turns): another client's
  * request, read in the same loop iteration just after the pipeline, is
  * executed after one turn of it, not after all of it. Found from outside:
@@ -2089,7 +2070,7 @@ Test(server, a_clients_pipeline_runs_in_turns_that_let_others_in)
 	h_send(b, "STATS");
 	h_sleep_ms(100);
 	h_daemon_signal(&d, SIGCONT);
-	ran = stats_reply_value(b, "commands") - before;
+	ran = h_stats_reply(b, "commands", 10000) - before;
 	/* the STATS before (counted when it ran), a turn of PINGs, the
 	 * STATS: without turns, all N PINGs ran first */
 	cr_assert_lt(ran, N / 2, "%llu requests ran before the STATS",
@@ -2204,9 +2185,8 @@ Test(server, a_burst_of_connects_is_accepted_a_slice_per_iteration)
 	enum { N = 300 };
 	static struct h_client *burst[N];
 	struct h_client *c = h_connect(d.port);
-	uint64_t before, seen = 0;
-	char *l;
-	int i, j;
+	uint64_t before, seen;
+	int i;
 
 	before = h_stats_value(c, "connections_total");
 	h_daemon_signal(&d, SIGSTOP);
@@ -2216,13 +2196,7 @@ Test(server, a_burst_of_connects_is_accepted_a_slice_per_iteration)
 	h_send(c, "STATS");
 	h_sleep_ms(100);
 	h_daemon_signal(&d, SIGCONT);
-	l = h_read(c, 10000);
-	cr_assert(l && h_starts(l, "OK STATS "), "%s", l ? l : "(nothing)");
-	for (j = (int)h_arg_u64(l, 0); j > 0; j--) {
-		l = h_line(c);
-		if (h_starts(l, "connections_total "))
-			seen = strtoull(l + 18, NULL, 10) - before;
-	}
+	seen = h_stats_reply(c, "connections_total", 10000) - before;
 	cr_assert_lt(seen, N, "all %d were accepted before the STATS", N);
 	for (i = 0; i < N; i++) {
 		cr_assert_str_eq(h_call(burst[i], "PING"), "OK PONG");
