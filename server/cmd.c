@@ -910,6 +910,8 @@ static int set_desc(struct dl_conn *c, const struct dl_request *rq)
 static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 {
 	const struct dl_config *cfg = &c->srv->cfg;
+	char kbuf[DL_OWNER_KEY_MAX + 1];
+	struct dl_str k, named = {NULL, 0};
 	struct reply r;
 	int err;
 
@@ -922,7 +924,19 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 			      "key= goes with owner=", rq->tag);
 		return;
 	}
-	if (rq->owner.len) {
+	if (rq->owner.len && !dl_store_active(c->srv->store)) {
+		/* A standby binds no owner: it acts for nobody (its sessions
+		 * end at a take-over), and an id bound here refused the same
+		 * client back a moment later, before this daemon saw its
+		 * first connection end. The id is checked, and said back
+		 * without a key. */
+		err = dl_access_owner_key(c, rq->owner, kbuf, &k);
+		if (err) {
+			table_error(c, err, rq->tag);
+			return;
+		}
+		named = rq->owner;
+	} else if (rq->owner.len) {
 		err = dl_access_prove_owner(c, rq->owner, rq->owner_secret);
 		if (err == DL_EDENIED) {
 			/* "NO DENIED <id> need=key": the owner is someone's */
@@ -951,8 +965,9 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 	reply_begin(&r, "OK HELLO");
 	dl_fmt_kv_str(&r.f, "version", DL_STR_LIT(DL_VERSION));
 	dl_fmt_kv_str(&r.f, "owner",
-		      dl_owner_key_id(dl_session_owner(&c->sess)));
-	if (c->owner_secret[0])
+		      named.len ? named
+				: dl_owner_key_id(dl_session_owner(&c->sess)));
+	if (c->owner_secret[0] && !named.len)
 		dl_fmt_kv_str(&r.f, "key",
 			      (struct dl_str){c->owner_secret,
 					      strlen(c->owner_secret)});

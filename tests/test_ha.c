@@ -1746,6 +1746,55 @@ Test(ha, one_shot_dlock_commands_ride_through_a_takeover)
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
 
+/* A standby binds no owner id: it acts for nobody, and an id bound there
+ * refused the same client a moment later (found in CI: `dlock lock
+ * --wait` exited 77, "owner ? is in use"). The client had dropped the
+ * standby on its HELLO answer, found the active it named refused (killed),
+ * and was back at the standby, HELLO owner=<its id> again, before the
+ * standby saw its first connection end. Here the first connection stays
+ * open, so the window never closes. */
+Test(ha, a_standby_binds_no_owner_a_client_comes_back_with)
+{
+	struct dlock_options o;
+	struct h_client *first, *again;
+	char list[64], *l;
+	dlock_client *c;
+	int rc;
+
+	start_node(&a, "a", "4s");
+	start_node(&b, "b", "4s");
+	first = h_connect(b.port);
+	l = h_call(first, "HELLO owner=w1");
+	cr_assert(h_starts(l, "OK HELLO ") &&
+			  strcmp(h_kv(l, "role"), "standby") == 0,
+		  "%s", l);
+	cr_assert(strcmp(h_kv(l, "owner"), "w1") == 0, "%s", l);
+	cr_assert(!h_has_kv(l, "key"), "a standby hands out no key: %s", l);
+	again = h_connect(b.port);
+	l = h_call(again, "HELLO owner=w1");
+	cr_assert(h_starts(l, "OK HELLO "), "%s", l);
+	h_close(again);
+	/* the id is still checked as the active checks it */
+	again = h_connect(b.port);
+	l = h_call(again, "HELLO owner=%0*d", DL_OWNER_MAX + 1, 0);
+	cr_assert(h_starts(l, "ERR "), "%s", l);
+	h_close(again);
+
+	/* libdlock, the standby first in its list */
+	snprintf(list, sizeof(list), "127.0.0.1:%d,127.0.0.1:%d", b.port,
+		 a.port);
+	dlock_options_init(&o);
+	o.servers = list;
+	o.owner = "w1";
+	rc = dlock_connect(&o, &c);
+	cr_assert_eq(rc, 0, "dlock_connect: %s (%s)", dlock_strerror(rc),
+		     dlock_last_error());
+	cr_assert_eq(dlock_ping(c), 0);
+	dlock_close(c);
+	h_close(first);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
 struct connecting {
 	const char *servers;
 	int rc;
