@@ -78,7 +78,7 @@ ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 PROTO_SRC  := proto/proto.c proto/desc.c
 STORE_SRC  := $(addprefix server/store/,store.c store_load.c store_batch.c \
-                store_lead.c store_horizon.c store_cluster.c store_find.c store_durable.c \
+                store_lead.c store_horizon.c store_attest.c store_cluster.c store_find.c store_durable.c \
                 store_migrate.c store_probe.c store_resync.c store_uv.c)
 SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
               server/proof.c \

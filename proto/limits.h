@@ -362,6 +362,8 @@
 /* A node id and an advertised address: no spaces, at most these bytes. */
 #define DL_NODE_ID_MAX	 64
 #define DL_ADVERTISE_MAX 200
+/* Node ids in [cluster] peers: the other daemons of one keyspace. */
+#define DL_PEERS_MAX 8
 
 /* ---- the metrics endpoint --------------------------------------------- */
 

@@ -146,6 +146,7 @@ static const struct key keys[] = {
 	 DL_DEFAULT_TLS_HANDSHAKE_TIMEOUT_MS, NULL},
 	{"cluster", "node_id", K_STR, F(node_id), 0, 0, 0, 0, 0, ""},
 	{"cluster", "advertise", K_STR, F(advertise), 0, 0, 0, 0, 0, ""},
+	{"cluster", "peers", K_STR, F(peers), 0, 0, 0, 0, 0, ""},
 	{"cluster", "leader_lease", K_DUR, F(leader_lease_ms),
 	 DL_LEADER_LEASE_MIN_MS, DL_LEADER_LEASE_MAX_MS, 0, 0,
 	 DL_DEFAULT_LEADER_LEASE_MS, NULL},
@@ -425,6 +426,59 @@ static int node_id_ok(const char *s)
 	return 1;
 }
 
+/* [cluster] peers: node ids, blank or comma separated, at most
+ * DL_PEERS_MAX, none twice and none this daemon's own; only with a
+ * node_id (a standalone daemon has no peers). */
+static int check_peers(const struct dl_config *c, char *err, size_t errlen)
+{
+	char ids[DL_PEERS_MAX][DL_NODE_ID_MAX + 1];
+	const char *p = c->peers;
+	int n = 0, i;
+	size_t len;
+
+	for (;;) {
+		p += strspn(p, " ,\t");
+		if (!*p)
+			break;
+		len = strcspn(p, " ,\t");
+		if (n == DL_PEERS_MAX || len > DL_NODE_ID_MAX) {
+			seterr(err, errlen,
+			       "[cluster] peers: at most %d node ids of at most %d bytes",
+			       DL_PEERS_MAX, DL_NODE_ID_MAX);
+			return DL_EBADARG;
+		}
+		memcpy(ids[n], p, len);
+		ids[n][len] = '\0';
+		p += len;
+		if (!node_id_ok(ids[n])) {
+			seterr(err, errlen,
+			       "[cluster] peers: %s is not a node id (letters, digits and . _ - :)",
+			       ids[n]);
+			return DL_EBADARG;
+		}
+		for (i = 0; i < n; i++)
+			if (strcmp(ids[i], ids[n]) == 0) {
+				seterr(err, errlen,
+				       "[cluster] peers: %s is named twice",
+				       ids[n]);
+				return DL_EBADARG;
+			}
+		if (strcmp(ids[n], c->node_id) == 0) {
+			seterr(err, errlen,
+			       "[cluster] peers: %s is this daemon's own node_id; name the other nodes",
+			       ids[n]);
+			return DL_EBADARG;
+		}
+		n++;
+	}
+	if (n && !c->node_id[0]) {
+		seterr(err, errlen,
+		       "[cluster] peers needs node_id: a daemon without one is standalone, and has no peers");
+		return DL_EBADARG;
+	}
+	return 0;
+}
+
 /* [tls] keys go together; the metrics page leaves loopback only over TLS
  * (it tells how busy which locks are), unless the operator says so. The
  * files themselves are read by tls.c (start-up, --check-config, SIGHUP). */
@@ -498,6 +552,8 @@ static int check(const struct dl_config *c, char *err, size_t errlen)
 		       DL_NODE_ID_MAX);
 		return DL_EBADARG;
 	}
+	if (check_peers(c, err, errlen) != 0)
+		return DL_EBADARG;
 	if (c->advertise[0] &&
 	    (strlen(c->advertise) > DL_ADVERTISE_MAX ||
 	     strpbrk(c->advertise, " \t") ||

@@ -100,6 +100,8 @@ struct dl_config {
 	/* [cluster]: a node id makes this daemon a cluster member, which
 	 * becomes a standby while another holds the leadership */
 	char *node_id;	 /* "" standalone */
+	char *peers;	 /* the other nodes' ids, blank or comma separated
+			    ("" none: no attestation, store_attest.c) */
 	char *advertise; /* host:port clients should use, "" derived */
 	uint64_t leader_lease_ms;
 	/* how far apart the nodes' wall clocks may be (store_load.c) */

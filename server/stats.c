@@ -186,6 +186,12 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		{"redis_went_back", s->went_back, C,
 		 "Takes of the leadership that found Redis holding less than this daemon saw it hold (lost writes: FLUSHALL, eviction, an older AOF, a promoted replica that missed them).",
 		 NULL, NULL, 0},
+		{"peers_attested", s->attests_proved, C,
+		 "Lapses of this daemon's leadership after which every peer ([cluster] peers) vouched that nobody led meanwhile: the table was kept.",
+		 NULL, NULL, 0},
+		{"peers_unattested", s->attests_failed, C,
+		 "Lapses after which a peer could not vouch (silent, or it may have led): the table was dropped.",
+		 NULL, NULL, 0},
 		{"grants_closed_ms",
 		 srv->closed_until > dl_mono_ms()
 			 ? srv->closed_until - dl_mono_ms()

@@ -147,6 +147,26 @@ Test(config, bad_values_are_rejected_with_the_reason)
 	expect_err("[persistence]\nredis = http://x\n", "bad URL");
 }
 
+/* [cluster] peers: other nodes' ids, with a node_id of one's own. */
+Test(config, peers_name_other_nodes)
+{
+	struct dl_config c;
+	char err[256];
+
+	expect_err("[cluster]\npeers = b\n", "peers needs node_id");
+	expect_err("[cluster]\nnode_id = a\npeers = b a\n",
+		   "a is this daemon's own node_id");
+	expect_err("[cluster]\nnode_id = a\npeers = b,b\n", "b is named twice");
+	expect_err("[cluster]\nnode_id = a\npeers = b c/d\n",
+		   "c/d is not a node id");
+	expect_err("[cluster]\nnode_id = a\npeers = b c d e f g h i j\n",
+		   "at most 8 node ids");
+	cr_assert_eq(load(&c, "[cluster]\nnode_id = a\npeers = b, c\n", err), 0,
+		     "%s", err);
+	cr_assert_str_eq(c.peers, "b, c");
+	dl_config_free(&c);
+}
+
 /* Every duration key, not only default_ttl, refuses "30" with the file
  * and line: the keys are those --check-config prints in ms, so a key added
  * later is checked too. */

@@ -811,6 +811,96 @@ Test(ha, a_lapsed_active_never_keeps_its_table_on_a_copy_of_its_own_epoch)
 	h_daemon_stop(&b);
 }
 
+/* Nodes that name each other ([cluster] peers) can prove that nobody led
+ * while an active's leadership lapsed: Redis down longer than the lease,
+ * and back from a copy taken before alice's lock. a asks its peer, b
+ * answers (it kept looking all along, so it knows it took nothing), and a
+ * takes the leadership again with its table kept: alice keeps x and her
+ * connection, grants do not close, and x is written back. Before, a
+ * dropped alice's lease and closed grants (for as long as it could
+ * bound). A b that does not answer (paused) proves nothing: a keeps the
+ * old way. */
+static void attest_round(int b_paused)
+{
+	struct h_daemon *nodes[2] = {&a, &b};
+	char conf[H_PATH_MAX + 160], cmd[3 * H_PATH_MAX], *l;
+	struct h_client *alice, *c;
+	uint64_t tok, t0;
+	int i, granted = 0;
+
+	for (i = 0; i < 2; i++) {
+		h_daemon_write_conf(nodes[i], "");
+		snprintf(conf, sizeof(conf),
+			 "[persistence]\nstate_dir = %s\n"
+			 "[limits]\nmax_ttl = 60s\n"
+			 "[cluster]\nnode_id = %s\npeers = %s\n",
+			 nodes[i]->dir, i ? "b" : "a", i ? "a" : "b");
+		h_daemon_write_conf(nodes[i], conf);
+		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
+			       "redis", "--redis", r.url, "--leader-lease",
+			       "2s", "-l", "info", NULL);
+		if (i == 0)
+			wait_active(&a, 5000);
+	}
+	h_sleep_ms(1500); /* b has looked */
+	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
+		 r.dir);
+	cr_assert_eq(system(cmd), 0);
+	alice = h_hello(a.port, "alice");
+	tok = h_lock(alice, "x", "ttl=60s"); /* the copy lacks it */
+	h_redis_kill9(&r);
+	if (b_paused)
+		h_daemon_signal(&b, SIGSTOP);
+	h_sleep_ms(3000); /* past a's leadership */
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
+		 r.dir, r.dir);
+	cr_assert_eq(system(cmd), 0);
+	h_redis_restart(&r);
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 10000 && !granted;
+	     h_sleep_ms(200)) {
+		c = h_try_connect(a.port);
+		if (!c)
+			continue;
+		l = h_call(c, "TRYLOCK y ttl=1s");
+		granted = h_starts(l, "OK GRANTED y ");
+		h_close(c);
+	}
+	cr_assert(h_daemon_log_has(&a, "WENT BACK"));
+	if (b_paused) {
+		cr_assert(!granted, "a granted y, unproved");
+		cr_assert(h_daemon_log_has(&a, "peers cannot attest"));
+		cr_assert(h_daemon_log_has(&a, "no answer within"));
+		h_daemon_signal(&b, SIGCONT);
+		h_close(alice);
+		return;
+	}
+	cr_assert(granted, "a never granted after the loss");
+	cr_assert(h_daemon_log_has(&a, "peers attest"));
+	l = h_call(alice, "STATUS x");
+	cr_assert(h_starts(l, "OK STATUS x ") &&
+			  strcmp(h_kv(l, "state"), "held") == 0 &&
+			  h_kv_u64(l, "token") == tok,
+		  "alice's x after the loss: %s", l);
+	l = h_call(alice, "REFRESH x %llu ttl=60s", (unsigned long long)tok);
+	cr_assert(h_starts(l, "OK REFRESHED x"), "%s", l);
+	cr_assert(strlen(h_rec_get(&r, "x")) > 2, "x not written back");
+	cr_assert(!h_daemon_log_has(&b, "took over"));
+	h_close(alice);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+Test(ha, a_lapsed_active_whose_peers_attest_keeps_its_table)
+{
+	attest_round(0);
+}
+
+Test(ha, a_silent_peer_proves_nothing)
+{
+	attest_round(1);
+}
+
 /* The active's renewal found another daemon's record on a Redis that went
  * back: FLUSHALL, then a daemon with no state file (nothing tells it that
  * Redis forgot) took the leadership, at epoch 1 again. The active said

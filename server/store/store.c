@@ -27,7 +27,7 @@
  * why a crash at any point loses no lease).
  *
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
- * dirty set into one batch: an FCALL of dlock_apply_v9 with each lock in
+ * dirty set into one batch: an FCALL of dlock_apply_v10 with each lock in
  * its final state, and the token mark when due (store_batch.c). Its reply
  * commits the epoch. Each batch is one round trip, and only one is in
  * flight: what changes meanwhile waits for its reply and goes as the next
@@ -44,7 +44,7 @@
  * CONNECTING sends AUTH, SELECT, FUNCTION LOAD REPLACE (the library is
  * the daemon's, so a Redis restarted empty or upgraded gets it back) and
  * the leadership's take, which raises P fence. SYNCING rewrites the full
- * state: every bucket is replaced whole (dlock_replace_v9: DEL, then HSET
+ * state: every bucket is replaced whole (dlock_replace_v10: DEL, then HSET
  * of the table's locks in it; a bucket without locks is deleted), a few
  * buckets per call, so that a lock of the table is never missing from
  * Redis, not even between two calls, and a record of a lock that ended
@@ -115,6 +115,8 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	/* Without Redis there is nobody to share the table with. */
 	st->lead.active = !st->redis;
 	dl__lead_identity(st);
+	if (dl__attest_init(st))
+		goto fail;
 	if (st->redis && dl_redis_url_parse(cfg->redis, &st->addr) != 0)
 		goto fail;
 	seen_init(st);
@@ -325,6 +327,7 @@ void dl__link_fail(struct dl_store *st, const char *why)
 	st->writes.token_mark =
 		0; /* its batches may be lost: see store_batch.c */
 	st->lead.busy = 0;
+	dl__attest_reset(st);
 	dl__hz_link_lost(st);
 	st->replicas_short = 0; /* the next link re-syncs, and WAITs */
 	st->st.failures++;
@@ -492,6 +495,12 @@ static int lapse_wait(struct dl_store *st, const struct lead_reply *lr)
 {
 	uint64_t now = dl_mono_ms();
 
+	if (dl__attest_defers(st)) {
+		/* this standby answered a lapsed active's challenge: the
+		 * active may be about to keep its table (store_attest.c) */
+		st->lead.next_ms = now + DL_LEADER_LOOK_MS;
+		return 1;
+	}
 	if (!lr->behind) {
 		st->lead.lapse_wait_until = 0;
 		return 0;
@@ -906,6 +915,7 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		link_refused(st, "leadership", dl__store_reply_error(r));
 		return;
 	}
+	dl__attest_reset(st); /* the take presented its proof, if any */
 	if (dl__lead_reply(st, st->lead.active ? LEAD_TAKE : LEAD_LOOK, r,
 			   st->lead.sent_ms, &lr) != 0) {
 		dl__link_fail(st,
@@ -1087,9 +1097,16 @@ static void on_cluster(redisAsyncContext *ac, void *reply, void *priv)
 	if (dl__cluster_found(st, reply, why, sizeof(why)))
 		dl__link_fail(st,
 			      "cluster mismatch: not serving this keyspace");
+	else if (dl__attest_begin(st))
+		; /* the take waits for the peers (store_attest.c) */
 	else if (send_lead(st, st->lead.active ? LEAD_TAKE : LEAD_LOOK,
 			   on_take))
 		dl__link_fail(st, "cannot queue a command");
+}
+
+int dl__store_take(struct dl_store *st)
+{
+	return send_lead(st, st->lead.active ? LEAD_TAKE : LEAD_LOOK, on_take);
 }
 
 static int send_rest(struct dl_store *st)
@@ -1275,6 +1292,8 @@ static void on_tick(uv_timer_t *t)
 			dl__link_fail(st, "timed out connecting");
 		else if (st->link == LINK_SYNCING)
 			lead_tick(st);
+		else
+			dl__attest_tick(st);
 		break;
 	case LINK_UP:
 		dl__sentinel_subscribe(

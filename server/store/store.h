@@ -99,6 +99,9 @@ struct dl_store_stats {
 	uint64_t went_back; /* takes that found Redis behind what was seen */
 	uint64_t standbys_dropped; /* standbys no longer counted for the
 				      horizon: they stopped looking */
+	uint64_t attests_proved;   /* lapses after which every peer vouched
+				      that nobody led: the table kept */
+	uint64_t attests_failed;   /* ... after which one could not */
 };
 
 /* The store borrows cfg, loop and tab for its life. */

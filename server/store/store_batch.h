@@ -61,19 +61,22 @@ struct bucket_index {
 
 /* The keyspace's Redis keys, named once from the prefix (store.c). */
 struct store_keys {
-	char *token;	/* <prefix>token */
-	char *fence;	/* <prefix>fence */
-	char *leader;	/* <prefix>leader */
-	char *gen;	/* <prefix>gen: the write generation (seen.h) */
-	char *closed;	/* <prefix>closed: no grants while it lives
-			   (store_horizon.c) */
-	char *horizon;	/* <prefix>horizon: the active's reservation */
-	char *standbys; /* <prefix>standbys: what each standby counted */
-	char *base;	/* <prefix>base: what Redis held at the last take */
-	char *proofkey; /* <prefix>proofkey: the grants' proofs' key */
-	char *cluster;	/* <prefix>cluster: the id (store_cluster.c) */
-	char *rec;	/* <prefix>rec:0 NUL <prefix>rec:1 NUL ...: the
-			   buckets of layout 2 (dl__rec_key) */
+	char *token;	 /* <prefix>token */
+	char *fence;	 /* <prefix>fence */
+	char *leader;	 /* <prefix>leader */
+	char *gen;	 /* <prefix>gen: the write generation (seen.h) */
+	char *closed;	 /* <prefix>closed: no grants while it lives
+			    (store_horizon.c) */
+	char *horizon;	 /* <prefix>horizon: the active's reservation */
+	char *standbys;	 /* <prefix>standbys: what each standby counted */
+	char *base;	 /* <prefix>base: what Redis held at the last take */
+	char *proofkey;	 /* <prefix>proofkey: the grants' proofs' key */
+	char *challenge; /* <prefix>challenge: a lapsed active asks its peers
+			    (store_attest.c) */
+	char *answers;	 /* <prefix>answers: the peers' answers */
+	char *cluster;	 /* <prefix>cluster: the id (store_cluster.c) */
+	char *rec;	 /* <prefix>rec:0 NUL <prefix>rec:1 NUL ...: the
+			    buckets of layout 2 (dl__rec_key) */
 	uint32_t rec_off[DL_STORE_BUCKETS + 1]; /* bucket b's key at
 						   rec + rec_off[b] */
 	/* Layout 1, read only to migrate from it (store_load.c). */
@@ -97,10 +100,10 @@ const char *dl__store_library(void);
 extern const char dl__lua_lead[];
 /* Room for the library's text (about 7 KB). */
 #define DL_STORE_LIBRARY_MAX 16384
-#define DL_STORE_LIBRARY     "dlock_v9"
-#define DL_STORE_APPLY_FN    "dlock_apply_v9"
-#define DL_STORE_REPLACE_FN  "dlock_replace_v9"
-#define DL_STORE_LEAD_FN     "dlock_lead_v9"
+#define DL_STORE_LIBRARY     "dlock_v10"
+#define DL_STORE_APPLY_FN    "dlock_apply_v10"
+#define DL_STORE_REPLACE_FN  "dlock_replace_v10"
+#define DL_STORE_LEAD_FN     "dlock_lead_v10"
 
 /* The store layout this build writes (store.c): its number ends the
  * writer fence, "<epoch>/2" (store_lead.c says why). */

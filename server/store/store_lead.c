@@ -12,7 +12,7 @@
  *             write (store_batch.c), so that only the connection that
  *             took the leadership last can change anything.
  *
- * Both are changed only by the function dlock_lead_v9 (its source is
+ * Both are changed only by the function dlock_lead_v10 (its source is
  * dl__lua_lead below; store_batch.c puts the library together),
  * atomically, in one of four modes:
  *
@@ -104,7 +104,7 @@ static const char *const mode_names[] = {
 	[LEAD_START] = "start", [LEAD_RESIGN] = "resign",
 };
 
-/* The leadership function, dlock_lead_v9, in the library that
+/* The leadership function, dlock_lead_v10, in the library that
  * store_batch.c puts together (dl__store_library); it uses the library's
  * LAYOUT and EPOCH_MAX. What its modes do is at the top of this file. */
 /* clang-format off */
@@ -116,7 +116,7 @@ const char dl__lua_lead[] =
 	"    string.match(s, '^(%d+)/' .. LAYOUT .. '$'))\n"
 	"end\n"
 	"-- keys: leader, fence, gen, token, closed, horizon, standbys, base,\n"
-	"-- proofkey\n"
+	"-- proofkey, challenge, answers\n"
 	"-- args: mode, mine, node, addr, lease, instance, seen epoch,\n"
 	"-- seen gen, hold (the closure '<inst> <n> <ms> <why>' a take sets if\n"
 	"-- it finds Redis went back and keeps no table; '' none), held (1:\n"
@@ -125,12 +125,21 @@ const char dl__lua_lead[] =
 	"-- '<inst> <n> <ms>'), echo ('<inst>:<n>' of the horizon a standby\n"
 	"-- counted), drop (standbys the active stopped counting), known (the\n"
 	"-- instance a standby last saw lead), proofkey (a take writes it if\n"
-	"-- Redis has none: server/proof.h)\n"
+	"-- Redis has none: server/proof.h), proof (a take: the nonce of the\n"
+	"-- challenge its peers answered, store_attest.c; '' none), attest (a\n"
+	"-- look: '<epoch> <since>', this node's answer to a challenge)\n"
 	"local function lead(keys, args)\n"
 	"  local mode, node, inst = args[1], args[3], args[6]\n"
 	"  local mine = epoch_of(args[2])\n"
 	"  local seen_e, seen_g = tonumber(args[7]) or 0, tonumber(args[8]) or 0\n"
 	"  local held = args[10] == '1'\n"
+	"  local challenge = redis.call('GET', keys[10])\n"
+	"  -- the peers answered this process's challenge, which still stands:\n"
+	"  -- nobody led since its leadership lapsed (store_attest.c)\n"
+	"  if args[17] ~= '' and challenge and\n"
+	"      string.sub(challenge, 1, #args[17] + 1) == args[17] .. ' ' then\n"
+	"    held = true\n"
+	"  end\n"
 	"  local cur = redis.call('GET', keys[1])\n"
 	"  local fence = epoch_of(redis.call('GET', keys[2]) or '0')\n"
 	"  if not mine or not fence then\n"
@@ -167,7 +176,7 @@ const char dl__lua_lead[] =
 	"    return {ok, v, k, gen, redis.call('GET', keys[5]) or '', behind,\n"
 	"      redis.call('GET', keys[4]) or '',\n"
 	"      redis.call('GET', keys[6]) or '', redis.call('HGETALL', keys[7]),\n"
-	"      redis.call('GET', keys[9]) or ''}\n"
+	"      redis.call('GET', keys[9]) or '', challenge or ''}\n"
 	"  end\n"
 	"  local this = cur and hinst == inst\n"
 	"  local ours = this and epoch == mine and fence == mine\n"
@@ -192,6 +201,14 @@ const char dl__lua_lead[] =
 	"    end\n"
 	"    -- what this standby knows of the horizon, and that it looks:\n"
 	"    -- the active counts it until it stops looking (store_horizon.c)\n"
+	"    -- a challenge stands: this node answers it, from what it kept\n"
+	"    -- outside Redis (store_attest.c)\n"
+	"    local nonce = challenge and string.match(challenge, '^(%x+) ')\n"
+	"    if nonce then\n"
+	"      redis.call('HSET', keys[11], node, nonce .. ' ' .. args[18])\n"
+	"      redis.call('PEXPIRE', keys[11],\n"
+	"        math.max(redis.call('PTTL', keys[10]), 1))\n"
+	"    end\n"
 	"    local was = redis.call('HGET', keys[7], node)\n"
 	"    if was or redis.call('HLEN', keys[7]) < STANDBYS_MAX then\n"
 	"      local n = was and tonumber(string.match(was, ' (%d+)$')) or 0\n"
@@ -236,6 +253,7 @@ const char dl__lua_lead[] =
 	"    if behind == 1 and kept == 0 then close_for(args[9]) end\n"
 	"    close_for(args[11])\n"
 	"    if args[16] ~= '' then redis.call('SET', keys[9], args[16], 'NX') end\n"
+	"    if args[17] ~= '' then redis.call('DEL', keys[10], keys[11]) end\n"
 	"    -- above anything seen: Redis is ahead of every observer again\n"
 	"    -- the base of this process's first take (a standby's look)\n"
 	"    if not string.find(redis.call('GET', keys[8]) or '', inst .. ' ',\n"
@@ -349,7 +367,7 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 #define ARG(p) (argv[k] = (p), lens[k] = strlen(argv[k]), k++)
 	ARG("FCALL");
 	ARG(DL_STORE_LEAD_FN);
-	ARG("9");
+	ARG("11");
 	ARG(st->keys.leader);
 	ARG(st->keys.fence);
 	ARG(st->keys.gen);
@@ -359,6 +377,8 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 	ARG(st->keys.standbys);
 	ARG(st->keys.base);
 	ARG(st->keys.proofkey);
+	ARG(st->keys.challenge);
+	ARG(st->keys.answers);
 	ARG(mode_names[mode]);
 	ARG(mine && mine[0] ? mine : "0");
 	ARG(st->lead.node);
@@ -376,6 +396,8 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 	ARG(st->lead.leader_inst);
 	ARG(mode == LEAD_TAKE || mode == LEAD_START ? st->lead.seen.v.proofkey
 						    : "");
+	ARG(mode == LEAD_TAKE ? dl__attest_proof(st) : "");
+	ARG(mode == LEAD_LOOK ? dl__attest_answer(st) : "");
 #undef ARG
 	return k;
 }
@@ -447,7 +469,7 @@ int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
 	memset(out, 0, sizeof(*out));
 	out->saw_epoch = st->lead.seen.v.epoch;
 	out->saw_gen = st->lead.seen.v.gen;
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 10)
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 11)
 		return DL_EPROTO;
 	e0 = r->element[0];
 	e1 = r->element[1];
@@ -460,7 +482,8 @@ int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
 	    r->element[6]->type != REDIS_REPLY_STRING ||
 	    r->element[7]->type != REDIS_REPLY_STRING ||
 	    r->element[8]->type != REDIS_REPLY_ARRAY ||
-	    r->element[9]->type != REDIS_REPLY_STRING)
+	    r->element[9]->type != REDIS_REPLY_STRING ||
+	    r->element[10]->type != REDIS_REPLY_STRING)
 		return DL_EPROTO;
 	proof_key_seen(st, r->element[9]);
 	out->gen = r->element[3]->integer > 0 ? (uint64_t)r->element[3]->integer
@@ -494,6 +517,8 @@ int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
 		snprintf(st->lead.leader.addr, sizeof(st->lead.leader.addr),
 			 "%s", st->lead.self_addr);
 		st->lead.leader.until_ms = dl__lead_until(st, sent_ms);
+		if (mode == LEAD_TAKE || mode == LEAD_START)
+			dl__attest_saw(st, out->epoch, 1);
 		/* a restart before then knows nobody took over (seen.h) */
 		if (mode != LEAD_RESIGN)
 			dl_seen_note_leading(&st->lead.seen,
@@ -508,6 +533,12 @@ int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
 	 * (a report of a loss names any other: the look's function) */
 	if (!out->behind && e1->len > 0)
 		memcpy(st->lead.leader_inst, inst, sizeof(inst));
+	/* what its answer to a lapsed active's challenge says, and whether
+	 * one stands (store_attest.c) */
+	if (!out->behind && e1->len > 0)
+		dl__attest_saw(st, st->lead.leader.epoch, 0);
+	if (mode == LEAD_LOOK)
+		dl__attest_challenge_seen(st, r->element[10]);
 	out->pttl = e2->integer;
 	st->lead.leader.until_ms =
 		dl_mono_ms() + (e2->integer > 0 ? (uint64_t)e2->integer : 0);

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * store_private.h -- what the store's files share (store.c, store_batch.c,
- * store_cluster.c, store_durable.c, store_find.c, store_horizon.c,
- * store_lead.c, store_load.c, store_migrate.c, store_resync.c): struct
- * dl_store and the
- * link's calls that the other files make (dl__*). Not an interface for
- * anything else.
+ * store_private.h -- what the store's files share (store.c,
+ * store_attest.c, store_batch.c, store_cluster.c, store_durable.c,
+ * store_find.c, store_horizon.c, store_lead.c, store_load.c,
+ * store_migrate.c, store_resync.c): struct dl_store and the link's calls
+ * that the other files make (dl__*). Not an interface for anything
+ * else.
  *
  * The struct is the link to Redis (store.c: the connection, its state,
  * the queue of awaited replies, the timers) and one part per concern,
@@ -13,8 +13,9 @@
  * write scratch (store_batch.h), the re-sync (store_resync.h), the
  * leadership and what Redis was seen to hold (store_lead.h), finding the
  * primary (store_find.h), Redis's durability (store_durable.h), the lease
- * horizon and the closure (store_horizon.h). A file
- * writes its own part; others read it, or call the part's dl__ functions.
+ * horizon and the closure (store_horizon.h), the peers' attestation
+ * (store_attest.h). A file writes its own part; others read it, or call
+ * the part's dl__ functions.
  */
 #ifndef DL_SERVER_STORE_PRIVATE_H
 #define DL_SERVER_STORE_PRIVATE_H
@@ -25,6 +26,7 @@
 #include "server/bucket.h"
 #include "server/record.h"
 #include "server/store/store.h"
+#include "server/store/store_attest.h"
 #include "server/store/store_batch.h"
 #include "server/store/store_durable.h"
 #include "server/store/store_find.h"
@@ -108,6 +110,7 @@ struct dl_store {
 	struct store_find find;	    /* store_find.h */
 	struct store_durable dur;   /* store_durable.h */
 	struct store_horizon hz;    /* store_horizon.h */
+	struct store_attest attest; /* store_attest.h */
 };
 
 /* ---- store.c, for store_find.c ---- */
@@ -136,6 +139,12 @@ void dl__commit(struct dl_store *st, uint64_t epoch);
 /* A renewal of the leadership now, unless one awaits its reply (whose
  * handler sends the next when due). */
 void dl__lead_send(struct dl_store *st);
+
+/* ---- store.c, for store_attest.c ---- */
+
+/* Take the leadership on the link now (the handshake's last step). 0 or
+ * DL_EUNAVAILABLE: the link is to be failed. */
+int dl__store_take(struct dl_store *st);
 
 /* ---- store_cluster.c: the cluster id ---- */
 

@@ -38,6 +38,8 @@
 #   OUT        directory for histories and logs [a new /tmp directory]
 #   CLUSTER    1: two dlockd (nodes a and b, leadership lease 1 s) that
 #              fail over; clients know both [0]
+#   PEERS      with CLUSTER: 1 names each node the other's peer ([cluster]
+#              peers: a lapsed active asks the other whether it led) [1]
 #   REDIS_HA   1: Redis is a primary with two replicas and three Sentinels
 #              (quorum 2, down after 1 s); dlockd finds the primary through
 #              them and waits for one replica (min_replicas_ack = 1) [0]
@@ -111,7 +113,7 @@ top=$(cd "$here/../.." && pwd)
 : "${RWLOCKS:=1}" "${SEMAPHORES:=1}" "${COPYCATS:=1}"
 : "${STALL_MS:=300}" "${MAX_TTL:=24h}" "${LOG_LEVEL:=notice}"
 : "${PYWORKERS:=2}" "${PYTHON:=python3}"
-: "${CLUSTER:=0}" "${REDIS_HA:=0}"
+: "${CLUSTER:=0}" "${REDIS_HA:=0}" "${PEERS:=1}"
 if [ "$REDIS_HA" = 1 ] && [ "$CLUSTER" = 1 ]; then
 	: "${FAULTS:=failover_redis kill9_dlockd kill9_standby stop_active partition_active clock_step kill_worker kill_run flushall forget_while_down forget_paused during_takeover lossy_failover jobctl_run}"
 elif [ "$REDIS_HA" = 1 ]; then
@@ -299,6 +301,8 @@ EOF
 	[ "$REDIS_HA" = 1 ] && printf 'min_replicas_ack = 1\n' >> "$OUT/dlockd$i.conf"
 	[ "$nodes" = 2 ] && printf '[cluster]\nnode_id = %s\nleader_lease = 1s\n' \
 		"${names[$i]}" >> "$OUT/dlockd$i.conf"
+	[ "$nodes" = 2 ] && [ "$PEERS" = 1 ] &&
+		printf 'peers = %s\n' "${names[$((1 - i))]}" >> "$OUT/dlockd$i.conf"
 done
 
 dlockd_start() {    # [node] [clock offset for libfaketime, e.g. +30s]

@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * store_attest.h -- the store's attestation part (store_attest.c): an
+ * active whose leadership lapsed asks its peers whether anyone led
+ * meanwhile, and a standby answers from what it kept outside Redis.
+ */
+#ifndef DL_SERVER_STORE_ATTEST_H
+#define DL_SERVER_STORE_ATTEST_H
+
+#include <hiredis/hiredis.h>
+#include <stdint.h>
+
+#include "proto/limits.h"
+
+struct dl_store;
+
+/* How often a lapsed active reads its peers' answers. */
+#define DL_ATTEST_POLL_MS 100
+
+enum attest_round {
+	ATTEST_NONE,   /* no challenge of this process stands */
+	ATTEST_ASKING, /* answers awaited (the link is CONNECTING) */
+	ATTEST_PROVED, /* every peer vouched: the take presents the nonce */
+};
+
+struct store_attest {
+	char peers[DL_PEERS_MAX][DL_NODE_ID_MAX + 1]; /* [cluster] peers */
+	int npeers;
+	/* As a lapsed active, the challenger. */
+	enum attest_round round;
+	char nonce[17];	   /* this round's, hex */
+	uint64_t epoch;	   /* the epoch challenged: this daemon's last */
+	uint64_t until_ms; /* monotonic: answers awaited until then */
+	uint64_t poll_at;  /* monotonic: the next read of the answers */
+	int polling;	   /* a read of the answers awaits its reply */
+	/* As a standby (any node that looks): what its answer says. */
+	uint64_t since;	      /* the first epoch this process saw held or
+				 took (0: none yet) */
+	uint64_t saw_max;     /* the highest epoch it saw held */
+	uint64_t defer_until; /* monotonic: it takes no leadership before
+				 then (a challenge stands) */
+	char answer[48];      /* "<epoch> <since>" for the look */
+	char set_arg[64];     /* the challenge's text */
+	char px_arg[24];      /* its life, ms */
+};
+
+/* [cluster] peers into st->attest. 0, or DL_EBADARG (config.c checked
+ * them: not expected). */
+int dl__attest_init(struct dl_store *st);
+/* The link is connected and the cluster id read: 1 if this daemon is an
+ * active whose leadership lapsed and has peers to ask (a round begins:
+ * the take waits for it), else 0 (take at once). */
+int dl__attest_begin(struct dl_store *st);
+/* Every store tick while CONNECTING: read the answers, or give up. */
+void dl__attest_tick(struct dl_store *st);
+/* The round is over (the take answered, or the link failed). */
+void dl__attest_reset(struct dl_store *st);
+/* The leadership function's arguments: a take's proof (the nonce, or
+ * ""), a look's answer ("<epoch> <since>"). */
+const char *dl__attest_proof(const struct dl_store *st);
+const char *dl__attest_answer(struct dl_store *st);
+/* A reply of the leadership function: the epoch held (took: by this
+ * daemon), and the challenge that stands ("" none). */
+void dl__attest_saw(struct dl_store *st, uint64_t epoch, int took);
+void dl__attest_challenge_seen(struct dl_store *st, const redisReply *e);
+/* 1 while this standby must not take the leadership: it answered a
+ * challenge that may still stand. */
+int dl__attest_defers(const struct dl_store *st);
+
+#endif /* DL_SERVER_STORE_ATTEST_H */
