@@ -901,6 +901,71 @@ Test(ha, a_silent_peer_proves_nothing)
 	attest_round(1);
 }
 
+/* Two actives lapse at once: a, paused past its leadership while b took
+ * over, comes back as Redis goes down for longer than b's lease. Each
+ * asks the other; a answers b's challenge (it took nothing after b's
+ * epoch) and b refuses a's (it took a later one). b keeps its table and
+ * bob keeps his connection; a waits out the challenge it vouched for and
+ * is deposed. Before, neither answered the other (both were in their
+ * rounds), and b dropped its table and every client. */
+Test(ha, of_two_lapsed_actives_the_later_keeps_its_table)
+{
+	struct h_daemon *nodes[2] = {&a, &b};
+	char conf[H_PATH_MAX + 160], *l;
+	struct h_client *bob, *c;
+	uint64_t tok, t0;
+	int i, granted = 0;
+
+	for (i = 0; i < 2; i++) {
+		h_daemon_write_conf(nodes[i], "");
+		snprintf(conf, sizeof(conf),
+			 "[persistence]\nstate_dir = %s\n"
+			 "[limits]\nmax_ttl = 60s\n"
+			 "[cluster]\nnode_id = %s\npeers = %s\n",
+			 nodes[i]->dir, i ? "b" : "a", i ? "a" : "b");
+		h_daemon_write_conf(nodes[i], conf);
+		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
+			       "redis", "--redis", r.url, "--leader-lease",
+			       "2s", "-l", "info", NULL);
+		if (i == 0)
+			wait_active(&a, 5000);
+	}
+	h_daemon_signal(&a, SIGSTOP);
+	wait_active(&b, 10000);
+	bob = h_hello(b.port, "bob");
+	tok = h_lock(bob, "x", "ttl=60s");
+	h_redis_kill9(&r);
+	h_daemon_signal(&a, SIGCONT);
+	h_sleep_ms(3000); /* past both leaderships */
+	h_redis_restart(&r);
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 10000 && !granted;
+	     h_sleep_ms(200)) {
+		c = h_try_connect(b.port);
+		if (!c)
+			continue;
+		l = h_call(c, "TRYLOCK y ttl=1s");
+		granted = h_starts(l, "OK GRANTED y ");
+		h_close(c);
+	}
+	cr_assert(granted, "b never granted after the outage");
+	cr_assert(h_daemon_log_has(&b, "peers attest"));
+	cr_assert(h_daemon_log_has(&a, "peers cannot attest"));
+	l = h_call(bob, "STATUS x");
+	cr_assert(h_starts(l, "OK STATUS x ") &&
+			  strcmp(h_kv(l, "state"), "held") == 0 &&
+			  h_kv_u64(l, "token") == tok,
+		  "bob's x after the outage: %s", l);
+	/* a waits out the challenge it vouched for, then meets b's lead */
+	for (t0 = h_now_ms(); strcmp(role_of(&a, NULL, 0), "standby") != 0;
+	     h_sleep_ms(100))
+		cr_assert(h_now_ms() - t0 < 15000, "a never stepped down");
+	l = h_call(bob, "STATUS x");
+	cr_assert(strcmp(h_kv(l, "state"), "held") == 0, "%s", l);
+	h_close(bob);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
 /* The active's renewal found another daemon's record on a Redis that went
  * back: FLUSHALL, then a daemon with no state file (nothing tells it that
  * Redis forgot) took the leadership, at epoch 1 again. The active said

@@ -14,40 +14,48 @@
  * cut off from the same Redis too. The daemons that could have led are
  * known to the operator: `[cluster] peers` names them, on every node.
  *
- * The round. The lapsed active writes a challenge, P challenge = "<nonce>
- * <epoch> <node>" (a fresh random nonce, the epoch it last held), with a
- * life of DL_STANDBY_REPORT_MS plus one leader_lease, then reads P answers
- * every DL_ATTEST_POLL_MS for DL_STANDBY_REPORT_MS at most. Each node's
- * look (the leadership function, store_lead.c) answers a challenge that
- * stands: HSET P answers <node> "<nonce> <max> <since>", from what the
- * node kept outside Redis:
+ * The round. The lapsed active writes its challenge, HSET P challenge
+ * <node> "<nonce> <epoch>" (a fresh random nonce, the epoch it last held;
+ * the hash lives DL_STANDBY_REPORT_MS plus one leader_lease), then reads
+ * P answers every DL_ATTEST_POLL_MS for DL_STANDBY_REPORT_MS at most.
+ * Every node answers every challenge of another that stands, HSET P
+ * answers "<nonce>:<node>" "<took> <saw> <since>", from what it kept outside
+ * Redis -- a standby in each look (the leadership function, store_lead.c),
+ * another lapsed active in its own round (two actives, when one was
+ * paused past a take-over: each must hear from the other):
  *
- *   max    the highest epoch it took (its state file's lead, and this
- *          process's takes) or saw held by anyone in a look;
+ *   took   the highest epoch it took (its state file's lead, and this
+ *          process's takes);
+ *   saw    the highest epoch it saw held in a look (this process);
  *   since  from which epoch on its knowledge of its own takes is whole:
  *          0 when its state file existed before this process (the file
- *          records every take made from its directory, made durable
- *          before the take serves), else the first epoch this process saw
- *          held or took (it was alive since, and remembers), or "-" when
- *          it has seen none (it started during the lapse: its previous
- *          run may have led).
+ *          records every take made from its directory, durable before
+ *          the take serves), else the first epoch this process saw held
+ *          or took (it was alive since, and remembers), or "-" when it
+ *          has seen none (it started during the lapse: its previous run
+ *          may have led).
  *
- * A peer vouches when its answer carries this round's nonce, max is not
- * above the challenged epoch and since is not above it either. When every
- * peer vouches, the take presents the nonce (`proof`), and the function
- * counts it as held -- only while that very challenge still stands in
- * Redis, so a Redis that went back again since the answers (losing the
- * challenge) proves nothing -- and the table is kept and written back,
- * clients and all, as a standalone daemon's is. Any refusal, a node
- * answering that peers does not name (a daemon the operator forgot: it
- * may have led), or silence past the wait, and the take goes on as
- * before: the table is dropped, grants closed for what can be bounded.
+ * A peer vouches when its answer to this round's nonce has took below the
+ * challenged epoch, and saw and since not above it. (Below, not at: an
+ * epoch alone does not name one taker -- after Redis forgot a take,
+ * another node may take the same epoch again -- and a peer that took the
+ * challenged epoch itself led in it.) When every peer vouches, the take
+ * presents the nonce (`proof`), and the function counts it as held --
+ * only while that very challenge still stands in Redis, so a Redis that
+ * went back again since the answers (losing the challenge) proves nothing
+ * -- and the table is kept and written back, clients and all, as a
+ * standalone daemon's is. Any refusal, an answer to this round from a
+ * node that peers does not name (a daemon the operator forgot: it may
+ * have led), or silence past the wait, and the take goes on as before:
+ * the table is dropped, grants closed for what can be bounded.
  *
- * A node that answered defers any take of its own for the challenge's
- * life and one more lease (dl__attest_defers), so that it cannot lead
- * between its answer and the challenger's take: the challenger's take
- * checks the challenge is still there, and the challenge outlives none of
- * the answers' deferrals.
+ * A node that vouched for a challenge takes no leadership (a standby's
+ * take-over, a lapsed active's take) while it may still stand: for the
+ * challenge's life and one more lease from each look or read that saw it
+ * (dl__attest_defers). So it cannot lead between its answer and the
+ * challenger's take, which checks that its challenge still stands. One
+ * whose answer refuses needs not wait: that challenger cannot prove
+ * anything with it.
  *
  * What it assumes: `peers` lists every other daemon that can take the
  * leadership of this keyspace (docs/ha.md). A daemon it does not list
@@ -92,7 +100,101 @@ static uint64_t fence_epoch(const struct dl_store *st)
 	return strtoull(st->fence, NULL, 10);
 }
 
-static void on_set(redisAsyncContext *ac, void *reply, void *priv)
+/* An answer "<took> <saw> <since>" vouches that nobody it speaks for led
+ * since `epoch`: 1, or 0 and why. */
+static int vouch(const char *who, const char *ans, uint64_t epoch, char *why,
+		 size_t len)
+{
+	unsigned long long took, saw;
+	char since[24];
+
+	if (sscanf(ans, "%llu %llu %23s", &took, &saw, since) != 3) {
+		snprintf(why, len, "%s answered what is not an answer", who);
+		return 0;
+	}
+	if (took >= epoch || saw > epoch) {
+		snprintf(why, len, "%s %s epoch %llu", who,
+			 took >= epoch ? "took" : "saw another hold",
+			 took >= epoch ? took : saw);
+		return 0;
+	}
+	if (strcmp(since, "-") == 0 || strtoull(since, NULL, 10) > epoch) {
+		snprintf(
+			why, len,
+			"%s cannot vouch for what it did before it started (no state file, and it saw no leadership at or before epoch %" PRIu64
+			")",
+			who, epoch);
+		return 0;
+	}
+	return 1;
+}
+
+static int vouches(struct dl_store *st, uint64_t epoch)
+{
+	char why[200];
+
+	return vouch("", dl__attest_answer(st), epoch, why, sizeof(why));
+}
+
+/* The challenges standing (HGETALL P challenge): arm the deferral for
+ * each this node vouches for; with `answer`, also answer each (a lapsed
+ * active in its round: a standby answers in its look). 0, or
+ * DL_EUNAVAILABLE (the link is to be failed). */
+static int challenges(struct dl_store *st, const redisReply *chs, int answer)
+{
+	struct store_attest *a = &st->attest;
+	const char *argv[4];
+	size_t lens[4], j;
+	char v[80], nonce[17];
+	unsigned long long epoch;
+	int any = 0;
+
+	if (!chs || chs->type != REDIS_REPLY_ARRAY)
+		return 0;
+	for (j = 0; j + 1 < chs->elements; j += 2) {
+		const redisReply *k = chs->element[j], *e = chs->element[j + 1];
+
+		if (k->type != REDIS_REPLY_STRING ||
+		    e->type != REDIS_REPLY_STRING || e->len >= sizeof(v) ||
+		    (k->len == strlen(st->lead.node) &&
+		     memcmp(k->str, st->lead.node, k->len) == 0))
+			continue;
+		memcpy(v, e->str, e->len);
+		v[e->len] = '\0';
+		if (sscanf(v, "%16s %llu", nonce, &epoch) != 2)
+			continue;
+		if (vouches(st, epoch))
+			a->defer_until = dl_mono_ms() + DL_STANDBY_REPORT_MS +
+					 2 * st->cfg->leader_lease_ms;
+		if (!answer)
+			continue;
+		snprintf(a->field, sizeof(a->field), "%s:%.20s", nonce,
+			 st->lead.node);
+		argv[0] = "HSET";
+		argv[1] = st->keys.answers;
+		argv[2] = a->field;
+		argv[3] = dl__attest_answer(st);
+		for (int i = 0; i < 4; i++)
+			lens[i] = strlen(argv[i]);
+		if (redisAsyncCommandArgv(st->ac, NULL, NULL, 4, argv, lens) !=
+		    REDIS_OK)
+			return DL_EUNAVAILABLE;
+		any = 1;
+	}
+	if (any) {
+		argv[0] = "PEXPIRE";
+		argv[1] = st->keys.answers;
+		argv[2] = a->px_arg;
+		for (int i = 0; i < 3; i++)
+			lens[i] = strlen(argv[i]);
+		if (redisAsyncCommandArgv(st->ac, NULL, NULL, 3, argv, lens) !=
+		    REDIS_OK)
+			return DL_EUNAVAILABLE;
+	}
+	return 0;
+}
+
+static void on_written(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct dl_store *st = priv;
 
@@ -100,15 +202,16 @@ static void on_set(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	st->last_reply_ms = uv_now(st->loop);
 	if (dl__store_reply_error(reply))
-		dl__link_fail(st, "challenge: SET failed");
+		dl__link_fail(st, "challenge: not written");
 }
 
 int dl__attest_begin(struct dl_store *st)
 {
 	struct store_attest *a = &st->attest;
-	const char *argv[6];
-	size_t lens[6];
+	const char *argv[4];
+	size_t lens[4];
 	uint64_t rnd, now = dl_mono_ms();
+	int i;
 
 	if (!st->lead.active || !a->npeers || !fence_epoch(st) ||
 	    now < st->lead.leader.until_ms)
@@ -117,18 +220,24 @@ int dl__attest_begin(struct dl_store *st)
 		return 0; /* no proof without a nonce nobody can guess */
 	snprintf(a->nonce, sizeof(a->nonce), "%016" PRIx64, rnd);
 	a->epoch = fence_epoch(st);
-	snprintf(a->set_arg, sizeof(a->set_arg), "%s %" PRIu64 " %.24s",
-		 a->nonce, a->epoch, st->lead.node);
+	snprintf(a->set_arg, sizeof(a->set_arg), "%s %" PRIu64, a->nonce,
+		 a->epoch);
 	snprintf(a->px_arg, sizeof(a->px_arg), "%" PRIu64,
 		 (uint64_t)DL_STANDBY_REPORT_MS + st->cfg->leader_lease_ms);
-	argv[0] = "SET";
+	argv[0] = "HSET";
 	argv[1] = st->keys.challenge;
-	argv[2] = a->set_arg;
-	argv[3] = "PX";
-	argv[4] = a->px_arg;
-	for (int i = 0; i < 5; i++)
+	argv[2] = st->lead.node;
+	argv[3] = a->set_arg;
+	for (i = 0; i < 4; i++)
 		lens[i] = strlen(argv[i]);
-	if (redisAsyncCommandArgv(st->ac, on_set, st, 5, argv, lens) !=
+	if (redisAsyncCommandArgv(st->ac, on_written, st, 4, argv, lens) !=
+	    REDIS_OK)
+		return 0;
+	argv[0] = "PEXPIRE";
+	argv[2] = a->px_arg;
+	for (i = 0; i < 3; i++)
+		lens[i] = strlen(argv[i]);
+	if (redisAsyncCommandArgv(st->ac, on_written, st, 3, argv, lens) !=
 	    REDIS_OK)
 		return 0;
 	a->round = ATTEST_ASKING;
@@ -150,37 +259,24 @@ static int is_peer(const struct store_attest *a, const char *s, size_t n)
 	return 0;
 }
 
-/* Peer p's answer v: 1 it vouches, 0 none of this round yet, -1 it does
- * not (why says so). */
+/* Peer p's answer v: 1 it vouches, -1 it does not (why says so). */
 static int judge(const struct store_attest *a, const char *peer,
 		 const redisReply *v, char *why, size_t len)
 {
-	char buf[80], nonce[17], since[24];
-	unsigned long long max, s;
+	char buf[80], who[8 + DL_NODE_ID_MAX];
 
-	if (!v || v->type != REDIS_REPLY_STRING || v->len >= sizeof(buf))
-		return 0;
+	snprintf(who, sizeof(who), "peer %s", peer);
+	if (v->type != REDIS_REPLY_STRING || v->len >= sizeof(buf)) {
+		snprintf(why, len, "%s answered what is not an answer", who);
+		return -1;
+	}
 	memcpy(buf, v->str, v->len);
 	buf[v->len] = '\0';
-	if (sscanf(buf, "%16s %llu %23s", nonce, &max, since) != 3 ||
-	    strcmp(nonce, a->nonce) != 0)
-		return 0;
-	if (max > a->epoch) {
-		snprintf(why, len, "peer %s took or saw epoch %llu", peer, max);
-		return -1;
-	}
-	if (strcmp(since, "-") == 0 ||
-	    (s = strtoull(since, NULL, 10)) > a->epoch) {
-		snprintf(
-			why, len,
-			"peer %s cannot vouch for what it did before it started (no state file, and it saw no leadership since epoch %" PRIu64
-			")",
-			peer, a->epoch);
-		return -1;
-	}
-	return 1;
+	return vouch(who, buf, a->epoch, why, len) ? 1 : -1;
 }
 
+/* The round's outcome: the take now, or (refused, silent) once no
+ * challenge this node vouched for may stand. */
 static void decide(struct dl_store *st, int ok, const char *why)
 {
 	struct store_attest *a = &st->attest;
@@ -193,80 +289,96 @@ static void decide(struct dl_store *st, int ok, const char *why)
 			": taking the leadership again with the table kept",
 			a->epoch);
 	} else {
-		a->round = ATTEST_NONE;
+		a->round = ATTEST_BLIND;
 		st->st.attests_failed++;
 		dl_warn("redis: peers cannot attest that nobody led since epoch %" PRIu64
 			": %s; taking the leadership without the table",
 			a->epoch, why);
 	}
-	if (dl__store_take(st))
-		dl__link_fail(st, "cannot queue a command");
 }
 
+/* HGETALL P answers: fields "<nonce>:<node>". */
 static void on_answers(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct dl_store *st = priv;
 	struct store_attest *a = &st->attest;
 	const redisReply *r = reply;
 	char why[256] = "";
-	int i, vouched = 0, v;
-	size_t j;
+	size_t j, nl = strlen(a->nonce);
+	int i, vouched = 0;
 
 	if (!r || ac != st->ac)
 		return;
 	st->last_reply_ms = uv_now(st->loop);
-	a->polling = 0;
+	a->polling--;
 	if (a->round != ATTEST_ASKING)
 		return;
 	if (r->type != REDIS_REPLY_ARRAY || r->elements % 2) {
 		dl__link_fail(st, "challenge: not an answer of HGETALL");
 		return;
 	}
+	for (i = 0; i < a->npeers; i++) {
+		for (j = 0; j + 1 < r->elements; j += 2) {
+			const redisReply *k = r->element[j];
+
+			if (k->type == REDIS_REPLY_STRING && k->len > nl &&
+			    memcmp(k->str, a->nonce, nl) == 0 &&
+			    k->str[nl] == ':' &&
+			    strcmp(k->str + nl + 1, a->peers[i]) == 0)
+				break;
+		}
+		if (j + 1 >= r->elements)
+			continue; /* not yet */
+		if (judge(a, a->peers[i], r->element[j + 1], why, sizeof(why)) <
+		    0) {
+			decide(st, 0, why);
+			return;
+		}
+		vouched++;
+	}
 	for (j = 0; j + 1 < r->elements; j += 2) {
 		const redisReply *k = r->element[j];
 
-		if (k->type == REDIS_REPLY_STRING &&
-		    !is_peer(a, k->str, k->len) &&
-		    (k->len != strlen(st->lead.node) ||
-		     memcmp(k->str, st->lead.node, k->len) != 0)) {
+		if (k->type == REDIS_REPLY_STRING && k->len > nl &&
+		    memcmp(k->str, a->nonce, nl) == 0 && k->str[nl] == ':' &&
+		    !is_peer(a, k->str + nl + 1, k->len - nl - 1)) {
 			snprintf(
 				why, sizeof(why),
-				"node %.*s answered, and [cluster] peers does not name it (it may have led unseen: list every node)",
-				(int)(k->len > 64 ? 64 : k->len), k->str);
+				"node %.64s answered, and [cluster] peers does not name it (it may have led unseen: list every node)",
+				k->str + nl + 1);
 			decide(st, 0, why);
 			return;
 		}
-	}
-	for (i = 0; i < a->npeers; i++) {
-		const redisReply *ans = NULL;
-
-		for (j = 0; j + 1 < r->elements; j += 2)
-			if (r->element[j]->type == REDIS_REPLY_STRING &&
-			    strcmp(r->element[j]->str, a->peers[i]) == 0)
-				ans = r->element[j + 1];
-		v = judge(a, a->peers[i], ans, why, sizeof(why));
-		if (v < 0) {
-			decide(st, 0, why);
-			return;
-		}
-		vouched += v;
 	}
 	if (vouched == a->npeers)
 		decide(st, 1, "");
 }
 
+/* HGETALL P challenge, in a round: the others' challenges, answered. */
+static void on_challenges(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+
+	if (!reply || ac != st->ac)
+		return;
+	st->last_reply_ms = uv_now(st->loop);
+	st->attest.polling--;
+	if (challenges(st, reply, 1))
+		dl__link_fail(st, "cannot queue a command");
+}
+
 void dl__attest_tick(struct dl_store *st)
 {
 	struct store_attest *a = &st->attest;
-	static const char *argv[2] = {"HGETALL", NULL};
+	const char *argv[2] = {"HGETALL", NULL};
 	size_t lens[2] = {7, 0};
 	char why[160];
 	uint64_t now = dl_mono_ms();
 	int i;
 
-	if (a->round != ATTEST_ASKING || !st->ac || a->polling)
+	if (a->round == ATTEST_NONE || !st->ac || a->polling)
 		return;
-	if (now >= a->until_ms) {
+	if (a->round == ATTEST_ASKING && now >= a->until_ms) {
 		snprintf(why, sizeof(why), "no answer within %d ms from peer",
 			 DL_STANDBY_REPORT_MS);
 		for (i = 0; i < a->npeers; i++)
@@ -275,11 +387,26 @@ void dl__attest_tick(struct dl_store *st)
 		snprintf(why + strlen(why), sizeof(why) - strlen(why),
 			 " (or not from all)");
 		decide(st, 0, why);
+	}
+	if (a->round == ATTEST_PROVED ||
+	    (a->round == ATTEST_BLIND && !dl__attest_defers(st))) {
+		if (dl__store_take(st))
+			dl__link_fail(st, "cannot queue a command");
 		return;
 	}
 	if (now < a->poll_at)
 		return;
 	a->poll_at = now + DL_ATTEST_POLL_MS;
+	argv[1] = st->keys.challenge;
+	lens[1] = strlen(argv[1]);
+	if (redisAsyncCommandArgv(st->ac, on_challenges, st, 2, argv, lens) !=
+	    REDIS_OK) {
+		dl__link_fail(st, "cannot queue a command");
+		return;
+	}
+	a->polling++;
+	if (a->round != ATTEST_ASKING)
+		return; /* waiting out a challenge it vouched for */
 	argv[1] = st->keys.answers;
 	lens[1] = strlen(argv[1]);
 	if (redisAsyncCommandArgv(st->ac, on_answers, st, 2, argv, lens) !=
@@ -287,7 +414,7 @@ void dl__attest_tick(struct dl_store *st)
 		dl__link_fail(st, "cannot queue a command");
 		return;
 	}
-	a->polling = 1;
+	a->polling++;
 }
 
 void dl__attest_reset(struct dl_store *st)
@@ -305,15 +432,17 @@ const char *dl__attest_answer(struct dl_store *st)
 {
 	struct store_attest *a = &st->attest;
 	const struct dl_seen *s = &st->lead.seen;
-	uint64_t max = s->v.lead > a->saw_max ? s->v.lead : a->saw_max;
+	uint64_t took = s->v.lead > a->took ? s->v.lead : a->took;
+	char since[24] = "0";
 
-	if (s->has_file && !s->failed && !s->removed)
-		snprintf(a->answer, sizeof(a->answer), "%" PRIu64 " 0", max);
-	else if (a->since)
-		snprintf(a->answer, sizeof(a->answer), "%" PRIu64 " %" PRIu64,
-			 max, a->since);
-	else
-		snprintf(a->answer, sizeof(a->answer), "%" PRIu64 " -", max);
+	if (!(s->has_file && !s->failed && !s->removed)) {
+		if (a->since)
+			snprintf(since, sizeof(since), "%" PRIu64, a->since);
+		else
+			strcpy(since, "-");
+	}
+	snprintf(a->answer, sizeof(a->answer), "%" PRIu64 " %" PRIu64 " %s",
+		 took, a->saw_max, since);
 	return a->answer;
 }
 
@@ -321,20 +450,19 @@ void dl__attest_saw(struct dl_store *st, uint64_t epoch, int took)
 {
 	struct store_attest *a = &st->attest;
 
-	(void)took;
 	if (!epoch)
 		return;
 	if (!a->since)
 		a->since = epoch;
-	if (epoch > a->saw_max)
+	if (took && epoch > a->took)
+		a->took = epoch;
+	if (!took && epoch > a->saw_max)
 		a->saw_max = epoch;
 }
 
-void dl__attest_challenge_seen(struct dl_store *st, const redisReply *e)
+void dl__attest_challenges(struct dl_store *st, const redisReply *chs)
 {
-	if (e->type == REDIS_REPLY_STRING && e->len > 0)
-		st->attest.defer_until = dl_mono_ms() + DL_STANDBY_REPORT_MS +
-					 2 * st->cfg->leader_lease_ms;
+	(void)challenges(st, chs, 0);
 }
 
 int dl__attest_defers(const struct dl_store *st)

@@ -20,6 +20,8 @@ struct dl_store;
 enum attest_round {
 	ATTEST_NONE,   /* no challenge of this process stands */
 	ATTEST_ASKING, /* answers awaited (the link is CONNECTING) */
+	ATTEST_BLIND,  /* not every peer vouched: the take waits only for
+			  the challenges this node vouched for to end */
 	ATTEST_PROVED, /* every peer vouched: the take presents the nonce */
 };
 
@@ -32,16 +34,19 @@ struct store_attest {
 	uint64_t epoch;	   /* the epoch challenged: this daemon's last */
 	uint64_t until_ms; /* monotonic: answers awaited until then */
 	uint64_t poll_at;  /* monotonic: the next read of the answers */
-	int polling;	   /* a read of the answers awaits its reply */
+	int polling;	   /* reads of the answers and the challenges await
+			      their replies (0, 1 or 2) */
 	/* As a standby (any node that looks): what its answer says. */
 	uint64_t since;	      /* the first epoch this process saw held or
 				 took (0: none yet) */
-	uint64_t saw_max;     /* the highest epoch it saw held */
+	uint64_t took;	      /* the highest epoch this process took */
+	uint64_t saw_max;     /* the highest epoch it saw held by another */
 	uint64_t defer_until; /* monotonic: it takes no leadership before
 				 then (a challenge stands) */
-	char answer[48];      /* "<epoch> <since>" for the look */
+	char answer[72];      /* "<took> <saw> <since>" for the look */
 	char set_arg[64];     /* the challenge's text */
 	char px_arg[24];      /* its life, ms */
+	char field[40];	      /* "<nonce>:<node>", an answer's field */
 };
 
 /* [cluster] peers into st->attest. 0, or DL_EBADARG (config.c checked
@@ -56,14 +61,15 @@ void dl__attest_tick(struct dl_store *st);
 /* The round is over (the take answered, or the link failed). */
 void dl__attest_reset(struct dl_store *st);
 /* The leadership function's arguments: a take's proof (the nonce, or
- * ""), a look's answer ("<epoch> <since>"). */
+ * ""), a look's answer ("<took> <saw> <since>"). */
 const char *dl__attest_proof(const struct dl_store *st);
 const char *dl__attest_answer(struct dl_store *st);
-/* A reply of the leadership function: the epoch held (took: by this
- * daemon), and the challenge that stands ("" none). */
+/* A reply of the leadership function: an epoch held (on a Redis that
+ * did not go back) or taken by this daemon, and the challenges that stand
+ * (HGETALL P challenge). */
 void dl__attest_saw(struct dl_store *st, uint64_t epoch, int took);
-void dl__attest_challenge_seen(struct dl_store *st, const redisReply *e);
-/* 1 while this standby must not take the leadership: it answered a
+void dl__attest_challenges(struct dl_store *st, const redisReply *chs);
+/* 1 while this node must not take the leadership: it vouched for a
  * challenge that may still stand. */
 int dl__attest_defers(const struct dl_store *st);
 

@@ -127,17 +127,22 @@ const char dl__lua_lead[] =
 	"-- instance a standby last saw lead), proofkey (a take writes it if\n"
 	"-- Redis has none: server/proof.h), proof (a take: the nonce of the\n"
 	"-- challenge its peers answered, store_attest.c; '' none), attest (a\n"
-	"-- look: '<epoch> <since>', this node's answer to a challenge)\n"
+	"-- look: '<took> <saw> <since>', this node's answer to challenges)\n"
 	"local function lead(keys, args)\n"
 	"  local mode, node, inst = args[1], args[3], args[6]\n"
 	"  local mine = epoch_of(args[2])\n"
 	"  local seen_e, seen_g = tonumber(args[7]) or 0, tonumber(args[8]) or 0\n"
 	"  local held = args[10] == '1'\n"
-	"  local challenge = redis.call('GET', keys[10])\n"
+	"  -- challenges of lapsed actives: node -> '<nonce> <epoch>'\n"
+	"  local chs = redis.call('HGETALL', keys[10])\n"
 	"  -- the peers answered this process's challenge, which still stands:\n"
 	"  -- nobody led since its leadership lapsed (store_attest.c)\n"
-	"  if args[17] ~= '' and challenge and\n"
-	"      string.sub(challenge, 1, #args[17] + 1) == args[17] .. ' ' then\n"
+	"  local mych\n"
+	"  for i = 1, #chs, 2 do\n"
+	"    if chs[i] == node then mych = chs[i + 1] end\n"
+	"  end\n"
+	"  if args[17] ~= '' and mych and\n"
+	"      string.sub(mych, 1, #args[17] + 1) == args[17] .. ' ' then\n"
 	"    held = true\n"
 	"  end\n"
 	"  local cur = redis.call('GET', keys[1])\n"
@@ -176,7 +181,7 @@ const char dl__lua_lead[] =
 	"    return {ok, v, k, gen, redis.call('GET', keys[5]) or '', behind,\n"
 	"      redis.call('GET', keys[4]) or '',\n"
 	"      redis.call('GET', keys[6]) or '', redis.call('HGETALL', keys[7]),\n"
-	"      redis.call('GET', keys[9]) or '', challenge or ''}\n"
+	"      redis.call('GET', keys[9]) or '', chs}\n"
 	"  end\n"
 	"  local this = cur and hinst == inst\n"
 	"  local ours = this and epoch == mine and fence == mine\n"
@@ -201,11 +206,15 @@ const char dl__lua_lead[] =
 	"    end\n"
 	"    -- what this standby knows of the horizon, and that it looks:\n"
 	"    -- the active counts it until it stops looking (store_horizon.c)\n"
-	"    -- a challenge stands: this node answers it, from what it kept\n"
+	"    -- challenges stand: this node answers each, from what it kept\n"
 	"    -- outside Redis (store_attest.c)\n"
-	"    local nonce = challenge and string.match(challenge, '^(%x+) ')\n"
-	"    if nonce then\n"
-	"      redis.call('HSET', keys[11], node, nonce .. ' ' .. args[18])\n"
+	"    for i = 1, #chs, 2 do\n"
+	"      local nonce = string.match(chs[i + 1], '^(%x+) ')\n"
+	"      if chs[i] ~= node and nonce then\n"
+	"        redis.call('HSET', keys[11], nonce .. ':' .. node, args[18])\n"
+	"      end\n"
+	"    end\n"
+	"    if #chs > 0 then\n"
 	"      redis.call('PEXPIRE', keys[11],\n"
 	"        math.max(redis.call('PTTL', keys[10]), 1))\n"
 	"    end\n"
@@ -253,7 +262,7 @@ const char dl__lua_lead[] =
 	"    if behind == 1 and kept == 0 then close_for(args[9]) end\n"
 	"    close_for(args[11])\n"
 	"    if args[16] ~= '' then redis.call('SET', keys[9], args[16], 'NX') end\n"
-	"    if args[17] ~= '' then redis.call('DEL', keys[10], keys[11]) end\n"
+	"    if args[17] ~= '' then redis.call('HDEL', keys[10], node) end\n"
 	"    -- above anything seen: Redis is ahead of every observer again\n"
 	"    -- the base of this process's first take (a standby's look)\n"
 	"    if not string.find(redis.call('GET', keys[8]) or '', inst .. ' ',\n"
@@ -483,7 +492,7 @@ int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
 	    r->element[7]->type != REDIS_REPLY_STRING ||
 	    r->element[8]->type != REDIS_REPLY_ARRAY ||
 	    r->element[9]->type != REDIS_REPLY_STRING ||
-	    r->element[10]->type != REDIS_REPLY_STRING)
+	    r->element[10]->type != REDIS_REPLY_ARRAY)
 		return DL_EPROTO;
 	proof_key_seen(st, r->element[9]);
 	out->gen = r->element[3]->integer > 0 ? (uint64_t)r->element[3]->integer
@@ -538,7 +547,7 @@ int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
 	if (!out->behind && e1->len > 0)
 		dl__attest_saw(st, st->lead.leader.epoch, 0);
 	if (mode == LEAD_LOOK)
-		dl__attest_challenge_seen(st, r->element[10]);
+		dl__attest_challenges(st, r->element[10]);
 	out->pttl = e2->integer;
 	st->lead.leader.until_ms =
 		dl_mono_ms() + (e2->integer > 0 ? (uint64_t)e2->integer : 0);
