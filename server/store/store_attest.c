@@ -376,7 +376,8 @@ void dl__attest_tick(struct dl_store *st)
 	uint64_t now = dl_mono_ms();
 	int i;
 
-	if (a->round == ATTEST_NONE || !st->ac || a->polling)
+	if (a->round == ATTEST_NONE || a->round == ATTEST_TAKING || !st->ac ||
+	    a->polling)
 		return;
 	if (a->round == ATTEST_ASKING && now >= a->until_ms) {
 		snprintf(why, sizeof(why), "no answer within %d ms from peer",
@@ -390,8 +391,12 @@ void dl__attest_tick(struct dl_store *st)
 	}
 	if (a->round == ATTEST_PROVED ||
 	    (a->round == ATTEST_BLIND && !dl__attest_defers(st))) {
+		/* one take: a second, sent before the first's reply, would
+		 * present a proof the first consumed, and drop the table */
 		if (dl__store_take(st))
 			dl__link_fail(st, "cannot queue a command");
+		else
+			a->round = ATTEST_TAKING;
 		return;
 	}
 	if (now < a->poll_at)

@@ -23,6 +23,7 @@ enum attest_round {
 	ATTEST_BLIND,  /* not every peer vouched: the take waits only for
 			  the challenges this node vouched for to end */
 	ATTEST_PROVED, /* every peer vouched: the take presents the nonce */
+	ATTEST_TAKING, /* the take is sent: its reply ends the round */
 };
 
 struct store_attest {
