@@ -911,6 +911,10 @@ Test(ha, a_silent_peer_proves_nothing)
 Test(ha, of_two_lapsed_actives_the_later_keeps_its_table)
 {
 	struct h_daemon *nodes[2] = {&a, &b};
+	/* ids longer than 20 bytes: an answer's field once cut them */
+	static const char *const ids[2] = {
+		"a-node-whose-id-is-longer-than-twenty-bytes",
+		"b-node-whose-id-is-longer-than-twenty-bytes"};
 	char conf[H_PATH_MAX + 160], *l;
 	struct h_client *bob, *c;
 	uint64_t tok, t0;
@@ -922,7 +926,7 @@ Test(ha, of_two_lapsed_actives_the_later_keeps_its_table)
 			 "[persistence]\nstate_dir = %s\n"
 			 "[limits]\nmax_ttl = 60s\n"
 			 "[cluster]\nnode_id = %s\npeers = %s\n",
-			 nodes[i]->dir, i ? "b" : "a", i ? "a" : "b");
+			 nodes[i]->dir, ids[i], ids[1 - i]);
 		h_daemon_write_conf(nodes[i], conf);
 		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
 			       "redis", "--redis", r.url, "--leader-lease",

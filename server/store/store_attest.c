@@ -168,7 +168,7 @@ static int challenges(struct dl_store *st, const redisReply *chs, int answer)
 					 2 * st->cfg->leader_lease_ms;
 		if (!answer)
 			continue;
-		snprintf(a->field, sizeof(a->field), "%s:%.20s", nonce,
+		snprintf(a->field, sizeof(a->field), "%s:%s", nonce,
 			 st->lead.node);
 		argv[0] = "HSET";
 		argv[1] = st->keys.answers;

@@ -47,7 +47,8 @@ struct store_attest {
 	char answer[72];      /* "<took> <saw> <since>" for the look */
 	char set_arg[64];     /* the challenge's text */
 	char px_arg[24];      /* its life, ms */
-	char field[40];	      /* "<nonce>:<node>", an answer's field */
+	char field[17 + 1 + DL_NODE_ID_MAX +
+		   1]; /* "<nonce>:<node>", an answer's field */
 };
 
 /* [cluster] peers into st->attest. 0, or DL_EBADARG (config.c checked
