@@ -1865,9 +1865,10 @@ Test(persist, the_daemon_runs_as_a_redis_acl_user_with_the_documented_rights)
 }
 
 /* The same rights serve a cluster: a standby's looks, the peers'
- * attestation after a lapse (Redis down longer than the lease: the active
- * asks, the standby answers), and a take-over. Before, the look's HGET
- * was missing from the documented rights. */
+ * attestation after a lapse (Redis down longer than the lease, and back
+ * from an older copy: the active asks, the standby answers), and a
+ * take-over. Before, the look's HGET was missing from the documented
+ * rights. */
 static struct h_daemon d2;
 
 static void fini_two(void)
@@ -1880,7 +1881,7 @@ Test(persist, a_cluster_runs_as_the_acl_user_with_the_documented_rights,
      .fini = fini_two)
 {
 	struct h_daemon *nodes[2] = {&d, &d2};
-	char url[H_PATH_MAX + 64], conf[2048];
+	char url[H_PATH_MAX + 64], conf[2048], cmd[3 * H_PATH_MAX];
 	struct h_client *c;
 	uint64_t t0;
 	int i;
@@ -1894,16 +1895,25 @@ Test(persist, a_cluster_runs_as_the_acl_user_with_the_documented_rights,
 		snprintf(conf, sizeof(conf),
 			 "[persistence]\npersist = redis\nredis = %s\n"
 			 "state_dir = %s\n[cluster]\nnode_id = %s\n"
-			 "peers = %s\nleader_lease = 1s\n",
+			 "peers = %s\nleader_lease = 2s\n",
 			 url, nodes[i]->dir, i ? "b" : "a", i ? "a" : "b");
 		h_daemon_write_conf(nodes[i], conf);
 		h_daemon_start(nodes[i], "-c", nodes[i]->conf, NULL);
 	}
+	h_sleep_ms(1000); /* the standby looks */
+	/* Redis comes back without the lock (the standby then waits a lease
+	 * for the active to write its table back, rather than take over) */
+	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
+		 r.dir);
+	cr_assert_eq(system(cmd), 0);
 	c = h_hello(d.port, "a");
 	h_lock(c, "acl", "ttl=30s");
-	h_sleep_ms(1000); /* the standby looks */
 	h_redis_kill9(&r);
-	h_sleep_ms(2000); /* past the leadership */
+	h_sleep_ms(3000); /* past the leadership */
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
+		 r.dir, r.dir);
+	cr_assert_eq(system(cmd), 0);
 	h_redis_restart(&r);
 	/* the user, not kept by Redis (no aclfile): made again */
 	cr_assert_str_eq(h_redis_cli(&r, DLOCKD_ACL), "OK\n");
