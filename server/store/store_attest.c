@@ -15,47 +15,48 @@
  * known to the operator: `[cluster] peers` names them, on every node.
  *
  * The round. The lapsed active writes its challenge, HSET P challenge
- * <node> "<nonce> <epoch>" (a fresh random nonce, the epoch it last held;
- * the hash lives DL_STANDBY_REPORT_MS plus one leader_lease), then reads
- * P answers every DL_ATTEST_POLL_MS for DL_STANDBY_REPORT_MS at most.
- * Every node answers every challenge of another that stands, HSET P
- * answers "<nonce>:<node>" "<took> <saw> <since>", from what it kept outside
- * Redis -- a standby in each look (the leadership function, store_lead.c),
- * another lapsed active in its own round (two actives, when one was
- * paused past a take-over: each must hear from the other):
+ * <node> "<nonce> <epoch> <instance>" (a fresh random nonce, the epoch it
+ * last held, its process's instance; the hash lives DL_STANDBY_REPORT_MS
+ * plus one leader_lease), then reads P answers every DL_ATTEST_POLL_MS
+ * for DL_STANDBY_REPORT_MS at most. Every node answers every challenge of
+ * another that stands, HSET P answers "<nonce>:<node>" "<instance>
+ * <epoch> <took>", from what this process saw itself -- a standby in each
+ * look (the leadership function, store_lead.c), another lapsed active in
+ * its own round (two actives, when one was paused past a take-over):
  *
- *   took   the highest epoch it took (its state file's lead, and this
- *          process's takes);
- *   saw    the highest epoch it saw held in a look (this process);
- *   since  from which epoch on its knowledge of its own takes is whole:
- *          0 when its state file existed before this process (the file
- *          records every take made from its directory, durable before
- *          the take serves), else the first epoch this process saw held
- *          or took (it was alive since, and remembers), or "-" when it
- *          has seen none (it started during the lapse: its previous run
- *          may have led).
+ *   instance, epoch  the last leadership record of another process it
+ *          saw in a look, on a Redis that had not gone back;
+ *   took   1 if this process took the leadership since it saw that.
  *
- * A peer vouches when its answer to this round's nonce has took below the
- * challenged epoch, and saw and since not above it. (Below, not at: an
- * epoch alone does not name one taker -- after Redis forgot a take,
- * another node may take the same epoch again -- and a peer that took the
- * challenged epoch itself led in it.) When every peer vouches, the take
- * presents the nonce (`proof`), and the function counts it as held --
- * only while that very challenge still stands in Redis, so a Redis that
- * went back again since the answers (losing the challenge) proves nothing
- * -- and the table is kept and written back, clients and all, as a
- * standalone daemon's is. Any refusal, an answer to this round from a
- * node that peers does not name (a daemon the operator forgot: it may
- * have led), or silence past the wait, and the take goes on as before:
- * the table is dropped, grants closed for what can be bounded.
+ * A peer vouches when it names the challenger's own instance and epoch
+ * and took nothing since: the last leader it saw was the challenger, in
+ * the challenged term, and from then on it led nothing. Numbers alone
+ * cannot say it: once Redis went back, epochs are handed out again from
+ * the restored fence, so a take made after the challenger's lapse may
+ * carry a smaller epoch than the challenger's (found from outside: a
+ * restarted peer vouched "took 4 < 5" for a take of its previous run at
+ * 7, and the challenger kept a table it granted over). And a peer's
+ * memory is only its process's: a restarted peer, which cannot have seen
+ * the challenger hold the challenged epoch (its leadership lapsed), never
+ * vouches -- its previous run may have led.
+ *
+ * When every peer vouches, the take presents the nonce (`proof`), and the
+ * function counts it as held only while that very challenge still stands:
+ * every take deletes the challenges, so one made by anyone since the
+ * answers -- a peer restarted meanwhile, which takes at start without
+ * looking -- voids the proof, and so does a Redis that went back again
+ * and lost the challenge. The table is then kept and written back,
+ * clients and all, as a standalone daemon's is. Any refusal, an answer to
+ * this round from a node that peers does not name (a daemon the operator
+ * forgot: it may have led), or silence past the wait, and the take goes
+ * on as before: the table is dropped, grants closed for what can be
+ * bounded.
  *
  * A node that vouched for a challenge takes no leadership (a standby's
  * take-over, a lapsed active's take) while it may still stand: for the
  * challenge's life and one more lease from each look or read that saw it
- * (dl__attest_defers). So it cannot lead between its answer and the
- * challenger's take, which checks that its challenge still stands. One
- * whose answer refuses needs not wait: that challenger cannot prove
- * anything with it.
+ * (dl__attest_defers). A take of it would void the proof anyway; the
+ * deferral lets the challenger's take come first.
  *
  * What it assumes: `peers` lists every other daemon that can take the
  * leadership of this keyspace (docs/ha.md). A daemon it does not list
@@ -100,40 +101,38 @@ static uint64_t fence_epoch(const struct dl_store *st)
 	return strtoull(st->fence, NULL, 10);
 }
 
-/* An answer "<took> <saw> <since>" vouches that nobody it speaks for led
- * since `epoch`: 1, or 0 and why. */
-static int vouch(const char *who, const char *ans, uint64_t epoch, char *why,
-		 size_t len)
+/* An answer "<instance> <epoch> <took>" vouches that nobody led after
+ * the challenger's process `inst` held `epoch`: 1, or 0 and why. */
+static int vouch(const char *who, const char *ans, const char *inst,
+		 uint64_t epoch, char *why, size_t len)
 {
-	unsigned long long took, saw;
-	char since[24];
+	unsigned long long e;
+	char i[24];
+	int took;
 
-	if (sscanf(ans, "%llu %llu %23s", &took, &saw, since) != 3) {
+	if (sscanf(ans, "%23s %llu %d", i, &e, &took) != 3) {
 		snprintf(why, len, "%s answered what is not an answer", who);
 		return 0;
 	}
-	if (took >= epoch || saw > epoch) {
-		snprintf(why, len, "%s %s epoch %llu", who,
-			 took >= epoch ? "took" : "saw another hold",
-			 took >= epoch ? took : saw);
-		return 0;
-	}
-	if (strcmp(since, "-") == 0 || strtoull(since, NULL, 10) > epoch) {
+	if (strcmp(i, inst) != 0 || e != epoch) {
 		snprintf(
 			why, len,
-			"%s cannot vouch for what it did before it started (no state file, and it saw no leadership at or before epoch %" PRIu64
-			")",
-			who, epoch);
+			"%s last saw another leadership (%s at epoch %llu), or none, in this run",
+			who, i, e);
+		return 0;
+	}
+	if (took) {
+		snprintf(why, len, "%s took the leadership since", who);
 		return 0;
 	}
 	return 1;
 }
 
-static int vouches(struct dl_store *st, uint64_t epoch)
+static int vouches(struct dl_store *st, const char *inst, uint64_t epoch)
 {
 	char why[200];
 
-	return vouch("", dl__attest_answer(st), epoch, why, sizeof(why));
+	return vouch("", dl__attest_answer(st), inst, epoch, why, sizeof(why));
 }
 
 /* The challenges standing (HGETALL P challenge): arm the deferral for
@@ -145,7 +144,7 @@ static int challenges(struct dl_store *st, const redisReply *chs, int answer)
 	struct store_attest *a = &st->attest;
 	const char *argv[4];
 	size_t lens[4], j;
-	char v[80], nonce[17];
+	char v[80], nonce[17], inst[17];
 	unsigned long long epoch;
 	int any = 0;
 
@@ -161,9 +160,9 @@ static int challenges(struct dl_store *st, const redisReply *chs, int answer)
 			continue;
 		memcpy(v, e->str, e->len);
 		v[e->len] = '\0';
-		if (sscanf(v, "%16s %llu", nonce, &epoch) != 2)
+		if (sscanf(v, "%16s %llu %16s", nonce, &epoch, inst) != 3)
 			continue;
-		if (vouches(st, epoch))
+		if (vouches(st, inst, epoch))
 			a->defer_until = dl_mono_ms() + DL_STANDBY_REPORT_MS +
 					 2 * st->cfg->leader_lease_ms;
 		if (!answer)
@@ -220,8 +219,9 @@ int dl__attest_begin(struct dl_store *st)
 		return 0; /* no proof without a nonce nobody can guess */
 	snprintf(a->nonce, sizeof(a->nonce), "%016" PRIx64, rnd);
 	a->epoch = fence_epoch(st);
-	snprintf(a->set_arg, sizeof(a->set_arg), "%s %" PRIu64, a->nonce,
-		 a->epoch);
+	memcpy(a->instance, st->lead.instance, sizeof(a->instance));
+	snprintf(a->set_arg, sizeof(a->set_arg), "%s %" PRIu64 " %s", a->nonce,
+		 a->epoch, st->lead.instance);
 	snprintf(a->px_arg, sizeof(a->px_arg), "%" PRIu64,
 		 (uint64_t)DL_STANDBY_REPORT_MS + st->cfg->leader_lease_ms);
 	argv[0] = "HSET";
@@ -272,7 +272,7 @@ static int judge(const struct store_attest *a, const char *peer,
 	}
 	memcpy(buf, v->str, v->len);
 	buf[v->len] = '\0';
-	return vouch(who, buf, a->epoch, why, len) ? 1 : -1;
+	return vouch(who, buf, a->instance, a->epoch, why, len) ? 1 : -1;
 }
 
 /* The round's outcome: the take now, or (refused, silent) once no
@@ -436,33 +436,27 @@ const char *dl__attest_proof(const struct dl_store *st)
 const char *dl__attest_answer(struct dl_store *st)
 {
 	struct store_attest *a = &st->attest;
-	const struct dl_seen *s = &st->lead.seen;
-	uint64_t took = s->v.lead > a->took ? s->v.lead : a->took;
-	char since[24] = "0";
 
-	if (!(s->has_file && !s->failed && !s->removed)) {
-		if (a->since)
-			snprintf(since, sizeof(since), "%" PRIu64, a->since);
-		else
-			strcpy(since, "-");
-	}
-	snprintf(a->answer, sizeof(a->answer), "%" PRIu64 " %" PRIu64 " %s",
-		 took, a->saw_max, since);
+	snprintf(a->answer, sizeof(a->answer), "%s %" PRIu64 " %d",
+		 a->seen_inst[0] ? a->seen_inst : "-", a->seen_epoch,
+		 a->took_since);
 	return a->answer;
 }
 
-void dl__attest_saw(struct dl_store *st, uint64_t epoch, int took)
+void dl__attest_saw(struct dl_store *st, const char *inst, uint64_t epoch)
 {
 	struct store_attest *a = &st->attest;
 
-	if (!epoch)
+	if (!epoch || !inst[0])
 		return;
-	if (!a->since)
-		a->since = epoch;
-	if (took && epoch > a->took)
-		a->took = epoch;
-	if (!took && epoch > a->saw_max)
-		a->saw_max = epoch;
+	snprintf(a->seen_inst, sizeof(a->seen_inst), "%s", inst);
+	a->seen_epoch = epoch;
+	a->took_since = 0;
+}
+
+void dl__attest_took(struct dl_store *st)
+{
+	st->attest.took_since = 1;
 }
 
 void dl__attest_challenges(struct dl_store *st, const redisReply *chs)

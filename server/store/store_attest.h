@@ -32,19 +32,19 @@ struct store_attest {
 	/* As a lapsed active, the challenger. */
 	enum attest_round round;
 	char nonce[17];	   /* this round's, hex */
+	char instance[17]; /* this process's (the challenge names it) */
 	uint64_t epoch;	   /* the epoch challenged: this daemon's last */
 	uint64_t until_ms; /* monotonic: answers awaited until then */
 	uint64_t poll_at;  /* monotonic: the next read of the answers */
 	int polling;	   /* reads of the answers and the challenges await
 			      their replies (0, 1 or 2) */
-	/* As a standby (any node that looks): what its answer says. */
-	uint64_t since;	      /* the first epoch this process saw held or
-				 took (0: none yet) */
-	uint64_t took;	      /* the highest epoch this process took */
-	uint64_t saw_max;     /* the highest epoch it saw held by another */
+	/* As any node that answers: what this process saw itself. */
+	char seen_inst[17];   /* the last leader's instance it saw ("" none) */
+	uint64_t seen_epoch;  /* ... and its epoch */
+	int took_since;	      /* it took the leadership since */
 	uint64_t defer_until; /* monotonic: it takes no leadership before
 				 then (a challenge stands) */
-	char answer[72];      /* "<took> <saw> <since>" for the look */
+	char answer[64];      /* "<instance> <epoch> <took>" for the look */
 	char set_arg[64];     /* the challenge's text */
 	char px_arg[24];      /* its life, ms */
 	char field[17 + 1 + DL_NODE_ID_MAX +
@@ -63,13 +63,14 @@ void dl__attest_tick(struct dl_store *st);
 /* The round is over (the take answered, or the link failed). */
 void dl__attest_reset(struct dl_store *st);
 /* The leadership function's arguments: a take's proof (the nonce, or
- * ""), a look's answer ("<took> <saw> <since>"). */
+ * ""), a look's answer ("<instance> <epoch> <took>"). */
 const char *dl__attest_proof(const struct dl_store *st);
 const char *dl__attest_answer(struct dl_store *st);
-/* A reply of the leadership function: an epoch held (on a Redis that
- * did not go back) or taken by this daemon, and the challenges that stand
- * (HGETALL P challenge). */
-void dl__attest_saw(struct dl_store *st, uint64_t epoch, int took);
+/* A reply of the leadership function: the record of another process
+ * (instance, epoch) a look saw on a Redis that did not go back; a take by
+ * this daemon; the challenges that stand (HGETALL P challenge). */
+void dl__attest_saw(struct dl_store *st, const char *inst, uint64_t epoch);
+void dl__attest_took(struct dl_store *st);
 void dl__attest_challenges(struct dl_store *st, const redisReply *chs);
 /* 1 while this node must not take the leadership: it vouched for a
  * challenge that may still stand. */

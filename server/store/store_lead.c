@@ -127,7 +127,7 @@ const char dl__lua_lead[] =
 	"-- instance a standby last saw lead), proofkey (a take writes it if\n"
 	"-- Redis has none: server/proof.h), proof (a take: the nonce of the\n"
 	"-- challenge its peers answered, store_attest.c; '' none), attest (a\n"
-	"-- look: '<took> <saw> <since>', this node's answer to challenges)\n"
+	"-- look: '<instance> <epoch> <took>', this node's answer to challenges)\n"
 	"local function lead(keys, args)\n"
 	"  local mode, node, inst = args[1], args[3], args[6]\n"
 	"  local mine = epoch_of(args[2])\n"
@@ -262,7 +262,9 @@ const char dl__lua_lead[] =
 	"    if behind == 1 and kept == 0 then close_for(args[9]) end\n"
 	"    close_for(args[11])\n"
 	"    if args[16] ~= '' then redis.call('SET', keys[9], args[16], 'NX') end\n"
-	"    if args[17] ~= '' then redis.call('HDEL', keys[10], node) end\n"
+	"    -- a take voids every challenge that stands: a challenger proved\n"
+	"    -- nobody led before its take, not that nobody will\n"
+	"    redis.call('DEL', keys[10])\n"
 	"    -- above anything seen: Redis is ahead of every observer again\n"
 	"    -- the base of this process's first take (a standby's look)\n"
 	"    if not string.find(redis.call('GET', keys[8]) or '', inst .. ' ',\n"
@@ -527,7 +529,7 @@ int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
 			 "%s", st->lead.self_addr);
 		st->lead.leader.until_ms = dl__lead_until(st, sent_ms);
 		if (mode == LEAD_TAKE || mode == LEAD_START)
-			dl__attest_saw(st, out->epoch, 1);
+			dl__attest_took(st);
 		/* a restart before then knows nobody took over (seen.h) */
 		if (mode != LEAD_RESIGN)
 			dl_seen_note_leading(&st->lead.seen,
@@ -545,7 +547,7 @@ int dl__lead_reply(struct dl_store *st, enum lead_mode mode,
 	/* what its answer to a lapsed active's challenge says, and whether
 	 * one stands (store_attest.c) */
 	if (!out->behind && e1->len > 0)
-		dl__attest_saw(st, st->lead.leader.epoch, 0);
+		dl__attest_saw(st, inst, st->lead.leader.epoch);
 	if (mode == LEAD_LOOK)
 		dl__attest_challenges(st, r->element[10]);
 	out->pttl = e2->integer;
