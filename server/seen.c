@@ -107,8 +107,10 @@ static void raise_vals(struct dl_seen_vals *to, const struct dl_seen_vals *v)
 		to->gen = v->gen;
 	if (v->mark > to->mark)
 		to->mark = v->mark;
-	if (v->lead > to->lead)
+	if (v->lead > to->lead || (v->lead == to->lead && !to->leadinst)) {
 		to->lead = v->lead;
+		to->leadinst = v->leadinst;
+	}
 	if (v->horizon > to->horizon)
 		to->horizon = v->horizon;
 	if (v->leading > to->leading)
@@ -211,6 +213,8 @@ static int parse(char *text, struct file *f, char *why, size_t whylen)
 			f->v.mark = v;
 		} else if (strcmp(line, "lead") == 0) {
 			f->v.lead = v;
+		} else if (strcmp(line, "leadinst") == 0) {
+			f->v.leadinst = v;
 		} else if (strcmp(line, "horizon") == 0) {
 			horizon = v;
 		} else if (strcmp(line, "leading") == 0) {
@@ -601,11 +605,13 @@ void dl_seen_note_mark(struct dl_seen *s, uint64_t mark)
 		s->v.mark = mark;
 }
 
-void dl_seen_note_lead(struct dl_seen *s, uint64_t epoch)
+void dl_seen_note_lead(struct dl_seen *s, uint64_t epoch, uint64_t inst)
 {
 	dl_seen_note(s, epoch, 0);
-	if (epoch > s->v.lead)
+	if (epoch > s->v.lead) {
 		s->v.lead = epoch;
+		s->v.leadinst = inst;
+	}
 }
 
 void dl_seen_note_horizon(struct dl_seen *s, uint64_t end)
@@ -687,12 +693,13 @@ static int write_file(struct dl_seen *s, int sync)
 		text, sizeof(text),
 		SEEN_MAGIC
 		"\nredis %s\nkeyspace %s\n%s%s%sepoch %llu\n"
-		"gen %llu\nmark %llu\nlead %llu\nboot %s %llu\n"
+		"gen %llu\nmark %llu\nlead %llu\nleadinst %llu\nboot %s %llu\n"
 		"horizon %llu\nleading %llu\nclosed %llu %s\n%s%s%s%s%s",
 		s->where, s->keyspace, cluster[0] ? "cluster " : "", cluster,
 		cluster[0] ? "\n" : "", (unsigned long long)s->v.epoch,
 		(unsigned long long)s->v.gen, (unsigned long long)s->v.mark,
-		(unsigned long long)s->v.lead, dl__seen_boot_id(),
+		(unsigned long long)s->v.lead,
+		(unsigned long long)s->v.leadinst, dl__seen_boot_id(),
 		(unsigned long long)dl__seen_boottime_ms(),
 		(unsigned long long)left_of(s->v.horizon, now),
 		(unsigned long long)left_of(s->v.leading, now),

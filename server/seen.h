@@ -29,6 +29,9 @@
  *
  *   mark     the largest token mark seen or sent: tokens never go below
  *            it, whatever Redis lost (store_load.c);
+ *   leadinst the process (its instance, store_lead.c) that took it: a
+ *            restart asks its peers whether anyone led after that
+ *            process held that epoch (store_attest.c);
  *   lead     the largest epoch a daemon writing this file took itself:
  *            when it equals `epoch`, nobody else took the leadership
  *            after the last take made from this file's directory, so
@@ -66,6 +69,7 @@
  *   gen <n>
  *   mark <n>
  *   lead <n>
+ *   leadinst <n>
  *   boot <boot id> <CLOCK_BOOTTIME ms>
  *   horizon <ms remaining>
  *   leading <ms remaining>
@@ -122,10 +126,12 @@
 
 struct dl_seen_vals {
 	uint64_t epoch, gen, mark, lead;
-	uint64_t horizon; /* monotonic end (0: none) */
-	uint64_t leading; /* the end of this daemon's leadership as last
-			     confirmed (monotonic; 0: not leading) */
-	uint64_t closed;  /* monotonic end (0: none) */
+	uint64_t leadinst; /* the instance (store_lead.c, a 64-bit random
+			      number) of the process that took `lead` */
+	uint64_t horizon;  /* monotonic end (0: none) */
+	uint64_t leading;  /* the end of this daemon's leadership as last
+			      confirmed (monotonic; 0: not leading) */
+	uint64_t closed;   /* monotonic end (0: none) */
 	char why[DL_SEEN_WHY_MAX];
 	char cluster[DL_CLUSTER_ID_LEN + 1]; /* "" : not known */
 	/* the keyspace's proof key (proof.h), hex, and the one before it
@@ -182,8 +188,8 @@ void dl_seen_note_cluster(struct dl_seen *s, const char *id);
 /* Raise what was seen (0: nothing new of that one). */
 void dl_seen_note(struct dl_seen *s, uint64_t epoch, uint64_t gen);
 void dl_seen_note_mark(struct dl_seen *s, uint64_t mark);
-/* This daemon took the leadership at `epoch`. */
-void dl_seen_note_lead(struct dl_seen *s, uint64_t epoch);
+/* This daemon's process `inst` took the leadership at `epoch`. */
+void dl_seen_note_lead(struct dl_seen *s, uint64_t epoch, uint64_t inst);
 /* The horizon reaches the monotonic `end`. */
 void dl_seen_note_horizon(struct dl_seen *s, uint64_t end);
 /* The proof key Redis holds (hex): the one this daemon knows from now on

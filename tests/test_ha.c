@@ -1029,6 +1029,70 @@ Test(ha, a_peer_restarted_after_redis_went_back_cannot_vouch)
 	h_daemon_stop(&b);
 }
 
+/* A node killed with Redis, restarted after its leadership would have
+ * lapsed, on a Redis back from a copy without alice's lease: its state
+ * file names its own last take, but the lapse means another may have led
+ * since, so it bounded nothing and closed grants for max_ttl. Its peer,
+ * which kept looking, vouches that nobody led: the file's horizon bounds
+ * the closure (alice's 60 s lease, not max_ttl's 10 minutes). */
+Test(ha, a_restart_whose_peers_attest_closes_only_until_its_horizon)
+{
+	struct h_daemon *nodes[2] = {&a, &b};
+	char conf[H_PATH_MAX + 160], cmd[3 * H_PATH_MAX], *l;
+	struct h_client *alice, *c;
+	uint64_t t0, ms = 0;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		h_daemon_write_conf(nodes[i], "");
+		snprintf(conf, sizeof(conf),
+			 "[persistence]\nstate_dir = %s\n"
+			 "[limits]\nmax_ttl = 10m\n"
+			 "[cluster]\nnode_id = %s\npeers = %s\n",
+			 nodes[i]->dir, i ? "b" : "a", i ? "a" : "b");
+		h_daemon_write_conf(nodes[i], conf);
+		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
+			       "redis", "--redis", r.url, "--leader-lease",
+			       "2s", "-l", "info", NULL);
+		if (i == 0)
+			wait_active(&a, 5000);
+	}
+	h_sleep_ms(1500); /* b has looked */
+	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
+		 r.dir);
+	cr_assert_eq(system(cmd), 0);
+	alice = h_hello(a.port, "alice");
+	h_lock(alice, "x", "ttl=60s"); /* the copy lacks it */
+	h_close(alice);
+	h_sleep_ms(300); /* a's state file has alice's horizon */
+	h_daemon_kill9(&a);
+	h_redis_kill9(&r);
+	h_sleep_ms(3000); /* past a's leadership */
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
+		 r.dir, r.dir);
+	cr_assert_eq(system(cmd), 0);
+	h_daemon_restart_nowait(&a);
+	h_redis_restart(&r);
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 15000 && !ms; h_sleep_ms(200)) {
+		c = h_try_connect(a.port);
+		if (!c)
+			continue;
+		l = h_call(c, "TRYLOCK y ttl=1s");
+		cr_assert(!h_starts(l, "OK GRANTED"),
+			  "y granted within alice's lease: %s", l);
+		if (h_starts(l, "NO BUSY y "))
+			ms = h_kv_u64(l, "closed_ms");
+		h_close(c);
+	}
+	cr_assert(h_daemon_log_has(&a, "peers attest"));
+	cr_assert(ms > 0 && ms <= 70000,
+		  "closed for %llu ms: not bounded by alice's 60 s lease",
+		  (unsigned long long)ms);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
 /* The active's renewal found another daemon's record on a Redis that went
  * back: FLUSHALL, then a daemon with no state file (nothing tells it that
  * Redis forgot) took the leadership, at epoch 1 again. The active said

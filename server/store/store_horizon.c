@@ -327,7 +327,8 @@ int dl__hz_tick(struct dl_store *st)
 int dl__hz_file_proves(const struct dl_store *st)
 {
 	return standalone(st) ? st->lead.seen.has_file
-			      : dl_seen_file_proves(&st->lead.seen);
+			      : dl_seen_file_proves(&st->lead.seen) ||
+					st->attest.file_proved;
 }
 
 /* How long a take that finds Redis went back, and keeps no table, closes

@@ -607,7 +607,8 @@ int dl__lead_took(struct dl_store *st, struct lead_reply *lr, char *why,
 
 	if (dl__plausible(st, lr->mark, lr->epoch, why, len))
 		return DL_EBADARG;
-	dl_seen_note_lead(&st->lead.seen, lr->epoch);
+	dl_seen_note_lead(&st->lead.seen, lr->epoch,
+			  strtoull(st->lead.instance, NULL, 16));
 	dl_seen_note_mark(&st->lead.seen, lr->mark);
 	if (lr->behind) {
 		st->st.went_back++;
