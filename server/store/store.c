@@ -966,6 +966,10 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		dl__link_fail(st, who);
 		return;
 	}
+	/* the take (its epoch and this process: lead, leadinst) in the state
+	 * file before anything is served under it: a restart asks its peers
+	 * about that take (store_attest.c) */
+	(void)dl_seen_save(&st->lead.seen, dl_mono_ms(), 1);
 	if (dl__cluster_claim(st)) {
 		dl__link_fail(st, "cannot queue a command");
 		return;

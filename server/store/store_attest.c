@@ -475,6 +475,18 @@ int dl__attest_restart(struct load_ctx *x)
 	if (!a->npeers || !s->has_file || !s->file.lead || !s->file.leadinst ||
 	    s->file.lead != s->file.epoch || s->file.leading > t0)
 		return 0; /* nothing to prove, or the file proves it */
+	/* another daemon leads: this one will be its standby, and that one
+	 * answers nothing while it leads */
+	argv[0] = "EXISTS";
+	argv[1] = st->keys.leader;
+	lens[0] = 6;
+	lens[1] = strlen(argv[1]);
+	if (!(r = dl__load_run(x, &rc, 0, 2, argv, lens)))
+		return rc;
+	i = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+	freeReplyObject(r);
+	if (i)
+		return 0;
 	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
 		return 0;
 	/* the challenge names the process that took the file's lead: the
