@@ -1093,6 +1093,69 @@ Test(ha, a_restart_whose_peers_attest_closes_only_until_its_horizon)
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
 
+/* A process that ever led never vouches: b takes over while a is paused,
+ * is paused in turn while a takes back, and comes back as a's standby; a
+ * then lapses (Redis down past its lease) and asks b. b's last look saw
+ * a's record, but what b sees after its own take need not have happened
+ * after it (found from outside: Redis restored from an older copy, where
+ * b led and granted, then from a newer one holding a's record: b vouched,
+ * and a granted x again, with a lower token). So b refuses; before, it
+ * vouched. */
+Test(ha, a_peer_that_led_in_its_run_never_vouches)
+{
+	struct h_daemon *nodes[2] = {&a, &b};
+	char conf[H_PATH_MAX + 160], cmd[3 * H_PATH_MAX];
+	struct h_client *c;
+	uint64_t t0;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		h_daemon_write_conf(nodes[i], "");
+		snprintf(conf, sizeof(conf),
+			 "[persistence]\nstate_dir = %s\n"
+			 "[limits]\nmax_ttl = 60s\n"
+			 "[cluster]\nnode_id = %s\npeers = %s\n",
+			 nodes[i]->dir, i ? "b" : "a", i ? "a" : "b");
+		h_daemon_write_conf(nodes[i], conf);
+		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
+			       "redis", "--redis", r.url, "--leader-lease",
+			       "2s", "-l", "info", NULL);
+		if (i == 0)
+			wait_active(&a, 5000);
+	}
+	h_daemon_signal(&a, SIGSTOP);
+	wait_active(&b, 10000);
+	h_daemon_signal(&b, SIGSTOP);
+	h_daemon_signal(&a, SIGCONT);
+	h_sleep_ms(5000); /* a is deposed, then takes over from b */
+	wait_active(&a, 15000);
+	h_daemon_signal(&b, SIGCONT);
+	for (t0 = h_now_ms(); strcmp(role_of(&b, NULL, 0), "standby") != 0;
+	     h_sleep_ms(100))
+		cr_assert(h_now_ms() - t0 < 15000, "b never stepped down");
+	h_sleep_ms(1500); /* b looks, and sees a */
+	/* Redis comes back behind (b then waits for a rather than take) */
+	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
+		 r.dir);
+	cr_assert_eq(system(cmd), 0);
+	c = h_hello(a.port, "c");
+	h_lock(c, "w", "ttl=5s");
+	h_close(c);
+	h_sleep_ms(1000); /* b sees more than the copy holds */
+	h_redis_kill9(&r);
+	h_sleep_ms(3000); /* past a's leadership */
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
+		 r.dir, r.dir);
+	cr_assert_eq(system(cmd), 0);
+	h_redis_restart(&r);
+	/* (a's first round, while b was paused, had no answer) */
+	cr_assert(h_daemon_log_wait(&a, "peer b took the leadership", 10000),
+		  "b vouched, or was not asked");
+	cr_assert_eq(h_daemon_stop(&a), 0);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
 /* The active's renewal found another daemon's record on a Redis that went
  * back: FLUSHALL, then a daemon with no state file (nothing tells it that
  * Redis forgot) took the leadership, at epoch 1 again. The active said

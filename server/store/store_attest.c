@@ -26,11 +26,14 @@
  *
  *   instance, epoch  the last leadership record of another process it
  *          saw in a look, on a Redis that had not gone back;
- *   took   1 if this process took the leadership since it saw that.
+ *   took   1 if this process ever took the leadership: the order in
+ *          which it saw things is not the order in which they happened
+ *          when Redis came back from two different copies in turn, so a
+ *          process that led never vouches.
  *
  * A peer vouches when it names the challenger's own instance and epoch
- * and took nothing since: the last leader it saw was the challenger, in
- * the challenged term, and from then on it led nothing. Numbers alone
+ * and its process never led: the last leader it saw was the challenger,
+ * in the challenged term, and it led nothing itself. Numbers alone
  * cannot say it: once Redis went back, epochs are handed out again from
  * the restored fence, so a take made after the challenger's lapse may
  * carry a smaller epoch than the challenger's (found from outside: a
@@ -587,7 +590,11 @@ void dl__attest_saw(struct dl_store *st, const char *inst, uint64_t epoch)
 		return;
 	snprintf(a->seen_inst, sizeof(a->seen_inst), "%s", inst);
 	a->seen_epoch = epoch;
-	a->took_since = 0;
+	/* took_since stays: what this process sees after its own take need
+	 * not have happened after it (found from outside: Redis restored
+	 * from an older copy, this node took over and granted there, then
+	 * from a newer one holding the challenger's record -- seen later,
+	 * held earlier). A process that ever led never vouches. */
 }
 
 void dl__attest_took(struct dl_store *st)

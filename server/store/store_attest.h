@@ -42,7 +42,7 @@ struct store_attest {
 	/* As any node that answers: what this process saw itself. */
 	char seen_inst[17];   /* the last leader's instance it saw ("" none) */
 	uint64_t seen_epoch;  /* ... and its epoch */
-	int took_since;	      /* it took the leadership since */
+	int took_since;	      /* it took the leadership, ever */
 	uint64_t defer_until; /* monotonic: it takes no leadership before
 				 then (a challenge stands) */
 	char answer[64];      /* "<instance> <epoch> <took>" for the look */
