@@ -301,6 +301,34 @@ static void decide(struct dl_store *st, int ok, const char *why)
 	}
 }
 
+/* Every peer's answer to this round in the HGETALL reply r: 1 all vouch,
+ * 0 not all answered yet, -1 one refuses (why). */
+static int all_vouch(const struct store_attest *a, const redisReply *r,
+		     char *why, size_t len)
+{
+	size_t j, nl = strlen(a->nonce);
+	int i, n = 0;
+
+	if (r->type != REDIS_REPLY_ARRAY)
+		return 0;
+	for (i = 0; i < a->npeers; i++)
+		for (j = 0; j + 1 < r->elements; j += 2) {
+			const redisReply *k = r->element[j];
+
+			if (k->type != REDIS_REPLY_STRING || k->len <= nl ||
+			    memcmp(k->str, a->nonce, nl) != 0 ||
+			    k->str[nl] != ':' ||
+			    strcmp(k->str + nl + 1, a->peers[i]) != 0)
+				continue;
+			if (judge(a, a->peers[i], r->element[j + 1], why, len) <
+			    0)
+				return -1;
+			n++;
+			break;
+		}
+	return n == a->npeers;
+}
+
 /* HGETALL P answers: fields "<nonce>:<node>". */
 static void on_answers(redisAsyncContext *ac, void *reply, void *priv)
 {
@@ -309,7 +337,7 @@ static void on_answers(redisAsyncContext *ac, void *reply, void *priv)
 	const redisReply *r = reply;
 	char why[256] = "";
 	size_t j, nl = strlen(a->nonce);
-	int i, vouched = 0;
+	int v;
 
 	if (!r || ac != st->ac)
 		return;
@@ -321,24 +349,9 @@ static void on_answers(redisAsyncContext *ac, void *reply, void *priv)
 		dl__link_fail(st, "challenge: not an answer of HGETALL");
 		return;
 	}
-	for (i = 0; i < a->npeers; i++) {
-		for (j = 0; j + 1 < r->elements; j += 2) {
-			const redisReply *k = r->element[j];
-
-			if (k->type == REDIS_REPLY_STRING && k->len > nl &&
-			    memcmp(k->str, a->nonce, nl) == 0 &&
-			    k->str[nl] == ':' &&
-			    strcmp(k->str + nl + 1, a->peers[i]) == 0)
-				break;
-		}
-		if (j + 1 >= r->elements)
-			continue; /* not yet */
-		if (judge(a, a->peers[i], r->element[j + 1], why, sizeof(why)) <
-		    0) {
-			decide(st, 0, why);
-			return;
-		}
-		vouched++;
+	if ((v = all_vouch(a, r, why, sizeof(why))) < 0) {
+		decide(st, 0, why);
+		return;
 	}
 	for (j = 0; j + 1 < r->elements; j += 2) {
 		const redisReply *k = r->element[j];
@@ -354,7 +367,7 @@ static void on_answers(redisAsyncContext *ac, void *reply, void *priv)
 			return;
 		}
 	}
-	if (vouched == a->npeers)
+	if (v > 0)
 		decide(st, 1, "");
 }
 
@@ -433,34 +446,6 @@ void dl__attest_reset(struct dl_store *st)
 }
 
 /* ---- a restart whose state file would bound the closure ------------- */
-
-/* Every peer's answer to this round in the HGETALL reply r: 1 all vouch,
- * 0 not all answered yet, -1 one refuses (why). */
-static int all_vouch(const struct store_attest *a, const redisReply *r,
-		     char *why, size_t len)
-{
-	size_t j, nl = strlen(a->nonce);
-	int i, n = 0;
-
-	if (r->type != REDIS_REPLY_ARRAY)
-		return 0;
-	for (i = 0; i < a->npeers; i++)
-		for (j = 0; j + 1 < r->elements; j += 2) {
-			const redisReply *k = r->element[j];
-
-			if (k->type != REDIS_REPLY_STRING || k->len <= nl ||
-			    memcmp(k->str, a->nonce, nl) != 0 ||
-			    k->str[nl] != ':' ||
-			    strcmp(k->str + nl + 1, a->peers[i]) != 0)
-				continue;
-			if (judge(a, a->peers[i], r->element[j + 1], why, len) <
-			    0)
-				return -1;
-			n++;
-			break;
-		}
-	return n == a->npeers;
-}
 
 int dl__attest_restart(struct load_ctx *x)
 {
