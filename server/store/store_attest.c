@@ -562,8 +562,7 @@ const char *dl__attest_answer(struct dl_store *st)
 	struct store_attest *a = &st->attest;
 
 	snprintf(a->answer, sizeof(a->answer), "%s %" PRIu64 " %d",
-		 a->seen_inst[0] ? a->seen_inst : "-", a->seen_epoch,
-		 a->took_since);
+		 a->seen_inst[0] ? a->seen_inst : "-", a->seen_epoch, a->took);
 	return a->answer;
 }
 
@@ -575,7 +574,7 @@ void dl__attest_saw(struct dl_store *st, const char *inst, uint64_t epoch)
 		return;
 	snprintf(a->seen_inst, sizeof(a->seen_inst), "%s", inst);
 	a->seen_epoch = epoch;
-	/* took_since stays: what this process sees after its own take need
+	/* took stays: what this process sees after its own take need
 	 * not have happened after it (found from outside: Redis restored
 	 * from an older copy, this node took over and granted there, then
 	 * from a newer one holding the challenger's record -- seen later,
@@ -584,7 +583,7 @@ void dl__attest_saw(struct dl_store *st, const char *inst, uint64_t epoch)
 
 void dl__attest_took(struct dl_store *st)
 {
-	st->attest.took_since = 1;
+	st->attest.took = 1;
 }
 
 void dl__attest_challenges(struct dl_store *st, const redisReply *chs)

@@ -2,7 +2,7 @@
 /*
  * store_attest.h -- the store's attestation part (store_attest.c): an
  * active whose leadership lapsed asks its peers whether anyone led
- * meanwhile, and a standby answers from what it kept outside Redis.
+ * meanwhile, and every other node answers from what its process saw.
  */
 #ifndef DL_SERVER_STORE_ATTEST_H
 #define DL_SERVER_STORE_ATTEST_H
@@ -42,7 +42,7 @@ struct store_attest {
 	/* As any node that answers: what this process saw itself. */
 	char seen_inst[17];   /* the last leader's instance it saw ("" none) */
 	uint64_t seen_epoch;  /* ... and its epoch */
-	int took_since;	      /* it took the leadership, ever */
+	int took;	      /* it took the leadership, ever */
 	uint64_t defer_until; /* monotonic: it takes no leadership before
 				 then (a challenge stands) */
 	char answer[64];      /* "<instance> <epoch> <took>" for the look */
