@@ -61,10 +61,15 @@
  * (dl__attest_defers). A take of it would void the proof anyway; the
  * deferral lets the challenger's take come first.
  *
- * What it assumes: `peers` lists every other daemon that can take the
- * leadership of this keyspace (docs/ha.md). A daemon it does not list
- * that leads and loses its take with Redis between two looks of every
- * peer is not seen.
+ * A restart asks the same before its first take, for the process that
+ * took its state file's last epoch (seen.h keeps its instance): when the
+ * peers vouch, the file's horizon bounds the closure after a loss
+ * (dl__attest_restart).
+ *
+ * What it assumes (docs/design.md, "The peers' attestation"): `peers`
+ * lists every other daemon that can take the leadership of this keyspace,
+ * and node ids are unique. A daemon it does not list that leads and loses
+ * its take with Redis between two looks of every peer is not seen.
  *
  * Owns nothing but st->attest.
  */
