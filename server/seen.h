@@ -29,9 +29,9 @@
  *
  *   mark     the largest token mark seen or sent: tokens never go below
  *            it, whatever Redis lost (store_load.c);
- *   leadinst the process (its instance, store_lead.c) that took it: a
- *            restart asks its peers whether anyone led after that
- *            process held that epoch (store_attest.c);
+ *   leadinst the process (its instance, store_lead.c) that took it:
+ *            what a restart would ask its peers about (docs/design.md,
+ *            "The peers' attestation": not asked yet);
  *   lead     the largest epoch a daemon writing this file took itself:
  *            when it equals `epoch`, nobody else took the leadership
  *            after the last take made from this file's directory, so

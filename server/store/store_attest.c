@@ -61,11 +61,6 @@
  * (dl__attest_defers). A take of it would void the proof anyway; the
  * deferral lets the challenger's take come first.
  *
- * A restart asks the same before its first take, for the process that
- * took its state file's last epoch (seen.h keeps its instance): when the
- * peers vouch, the file's horizon bounds the closure after a loss
- * (dl__attest_restart).
- *
  * What it assumes (docs/design.md, "The peers' attestation"): `peers`
  * lists every other daemon that can take the leadership of this keyspace,
  * and node ids are unique. A daemon it does not list that leads and loses
@@ -78,7 +73,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <unistd.h>
 
 #include "server/clock.h"
 #include "server/log.h"
@@ -448,113 +442,6 @@ void dl__attest_reset(struct dl_store *st)
 {
 	st->attest.round = ATTEST_NONE;
 	st->attest.polling = 0;
-}
-
-/* ---- a restart whose state file would bound the closure ------------- */
-
-int dl__attest_restart(struct load_ctx *x)
-{
-	struct dl_store *st = x->st;
-	struct store_attest *a = &st->attest;
-	const struct dl_seen *s = &st->lead.seen;
-	const char *argv[4];
-	size_t lens[4];
-	char why[256] = "no answer within 2000 ms from every peer";
-	uint64_t rnd, t0 = dl_mono_ms();
-	redisReply *r;
-	int i, rc = 0, v = 0;
-
-	a->file_proved = 0;
-	if (!a->npeers || !s->has_file || !s->file.lead || !s->file.leadinst ||
-	    s->file.lead != s->file.epoch || s->file.leading > t0)
-		return 0; /* nothing to prove, or the file proves it */
-	/* another daemon leads: this one will be its standby, and that one
-	 * answers nothing while it leads */
-	argv[0] = "EXISTS";
-	argv[1] = st->keys.leader;
-	lens[0] = 6;
-	lens[1] = strlen(argv[1]);
-	if (!(r = dl__load_run(x, &rc, 0, 2, argv, lens)))
-		return rc;
-	i = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
-	freeReplyObject(r);
-	if (i)
-		return 0;
-	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
-		return 0;
-	/* the challenge names the process that took the file's lead: the
-	 * peers saw it hold that epoch, or they cannot vouch */
-	snprintf(a->nonce, sizeof(a->nonce), "%016" PRIx64, rnd);
-	snprintf(a->instance, sizeof(a->instance), "%016" PRIx64,
-		 s->file.leadinst);
-	a->epoch = s->file.lead;
-	snprintf(a->set_arg, sizeof(a->set_arg), "%s %" PRIu64 " %s", a->nonce,
-		 a->epoch, a->instance);
-	snprintf(a->px_arg, sizeof(a->px_arg), "%" PRIu64,
-		 (uint64_t)DL_STANDBY_REPORT_MS + st->cfg->leader_lease_ms);
-	dl_notice(
-		"redis: asking the peers whether anyone led after this node's last take (epoch %" PRIu64
-		", before this restart), so that its state file bounds what was told before",
-		a->epoch);
-	argv[0] = "HSET";
-	argv[1] = st->keys.challenge;
-	argv[2] = st->lead.node;
-	argv[3] = a->set_arg;
-	for (i = 0; i < 4; i++)
-		lens[i] = strlen(argv[i]);
-	if (!(r = dl__load_run(x, &rc, 0, 4, argv, lens)))
-		return rc;
-	freeReplyObject(r);
-	argv[0] = "PEXPIRE";
-	argv[2] = a->px_arg;
-	for (i = 0; i < 3; i++)
-		lens[i] = strlen(argv[i]);
-	if (!(r = dl__load_run(x, &rc, 0, 3, argv, lens)))
-		return rc;
-	freeReplyObject(r);
-	argv[0] = "HGETALL";
-	argv[1] = st->keys.answers;
-	lens[0] = 7;
-	lens[1] = strlen(argv[1]);
-	while (v == 0 && dl_mono_ms() - t0 < DL_STANDBY_REPORT_MS) {
-		usleep(DL_ATTEST_POLL_MS * 1000);
-		if (!(r = dl__load_run(x, &rc, 0, 2, argv, lens)))
-			return rc;
-		v = all_vouch(a, r, why, sizeof(why));
-		freeReplyObject(r);
-	}
-	if (v > 0) {
-		a->file_proved = 1;
-		st->st.attests_proved++;
-		dl_notice(
-			"redis: peers attest that nobody led since epoch %" PRIu64
-			": this node's state file bounds what was told before",
-			a->epoch);
-	} else {
-		st->st.attests_failed++;
-		dl_warn("redis: peers cannot attest that nobody led since epoch %" PRIu64
-			": %s; the state file bounds nothing",
-			a->epoch, why);
-	}
-	return 0;
-}
-
-int dl__attest_stood(const struct dl_store *st, const redisReply *chs)
-{
-	const struct store_attest *a = &st->attest;
-	char want[80];
-	size_t j;
-
-	snprintf(want, sizeof(want), "%s ", a->nonce);
-	if (chs->type != REDIS_REPLY_ARRAY)
-		return 0;
-	for (j = 0; j + 1 < chs->elements; j += 2)
-		if (chs->element[j]->type == REDIS_REPLY_STRING &&
-		    strcmp(chs->element[j]->str, st->lead.node) == 0 &&
-		    chs->element[j + 1]->type == REDIS_REPLY_STRING &&
-		    strncmp(chs->element[j + 1]->str, want, strlen(want)) == 0)
-			return 1;
-	return 0;
 }
 
 const char *dl__attest_proof(const struct dl_store *st)

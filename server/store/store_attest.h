@@ -13,7 +13,6 @@
 #include "proto/limits.h"
 
 struct dl_store;
-struct load_ctx;
 
 /* How often a lapsed active reads its peers' answers. */
 #define DL_ATTEST_POLL_MS 100
@@ -50,8 +49,6 @@ struct store_attest {
 	char px_arg[24];      /* its life, ms */
 	/* "<nonce>:<node>", an answer's field */
 	char field[17 + 1 + DL_NODE_ID_MAX + 1];
-	int file_proved; /* a restart: the peers vouched that nobody led
-			    after the state file's lead (dl__attest_restart) */
 };
 
 /* [cluster] peers into st->attest. 0, or DL_EBADARG (config.c checked
@@ -63,16 +60,6 @@ int dl__attest_init(struct dl_store *st);
 int dl__attest_begin(struct dl_store *st);
 /* Every store tick while CONNECTING: read the answers, or give up. */
 void dl__attest_tick(struct dl_store *st);
-/* A restart of a node whose state file names its own last take (lead is
- * the file's epoch, and the process that took it) but whose leadership
- * lapsed since: ask the peers (blocking, before the load's take) whether
- * anyone led after that process held that epoch; when all vouch, the file
- * bounds what was told before (st->attest.file_proved,
- * dl__hz_file_proves). 0, or the load's error (Redis unreachable). */
-int dl__attest_restart(struct load_ctx *x);
-/* The take's reply (HGETALL P challenge before the take): 1 if this
- * round's challenge still stood, so no take came after the answers. */
-int dl__attest_stood(const struct dl_store *st, const redisReply *chs);
 /* The round is over (the take answered, or the link failed). */
 void dl__attest_reset(struct dl_store *st);
 /* The leadership function's arguments: a take's proof (the nonce, or

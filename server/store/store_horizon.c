@@ -327,8 +327,7 @@ int dl__hz_tick(struct dl_store *st)
 int dl__hz_file_proves(const struct dl_store *st)
 {
 	return standalone(st) ? st->lead.seen.has_file
-			      : dl_seen_file_proves(&st->lead.seen) ||
-					st->attest.file_proved;
+			      : dl_seen_file_proves(&st->lead.seen);
 }
 
 /* How long a take that finds Redis went back, and keeps no table, closes

@@ -245,17 +245,6 @@ static int take_lead(struct load_ctx *x, int start, char *fence, size_t len)
 	if (!(r = dl__load_run(x, &rc, 0, argc, argv, lens)))
 		return rc;
 	rc = dl__lead_reply(st, start ? LEAD_START : LEAD_TAKE, r, sent, &lr);
-	/* the peers' proof holds only if no take came after their answers:
-	 * every take deletes the challenges (store_attest.c); a load that
-	 * finds its challenge gone starts again, with a new round */
-	if (rc == 0 && lr.ok && st->attest.file_proved &&
-	    !dl__attest_stood(st, r->element[10])) {
-		freeReplyObject(r);
-		st->attest.file_proved = 0;
-		return dl__load_err(
-			x, DL_EUNAVAILABLE,
-			"another take came after the peers vouched: asking again");
-	}
 	freeReplyObject(r);
 	if (rc)
 		return dl__load_err(
@@ -809,7 +798,6 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 	x->fence = fence;
 	st->writes.token_mark = 0; /* a new connection (store_batch.c) */
 	if ((rc = connect_redis(x)) || (rc = dl__cluster_load_read(x)) ||
-	    (rc = dl__attest_restart(x)) ||
 	    (rc = take_lead(x, start, fence, sizeof(fence))) ||
 	    (rc = dl__cluster_load_claim(x)) || (rc = read_token(x, &stored)))
 		return rc;
@@ -883,7 +871,6 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, int start, char *err,
 	if (start && st->cfg->node_id[0] && x.closed_ms <= 0 &&
 	    !dl__hz_file_proves(st))
 		st->hz.report_until = dl_mono_ms() + DL_STANDBY_REPORT_MS;
-	st->attest.file_proved = 0; /* it proved this take's bound only */
 	st->st.takeovers++;
 	(void)dl_seen_save(&st->lead.seen, dl_mono_ms(), 1);
 	dl_notice(
