@@ -967,8 +967,8 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	/* the take (its epoch and this process: lead, leadinst) in the state
-	 * file before anything is served under it: a restart asks its peers
-	 * about that take (store_attest.c) */
+	 * file before anything is served under it, as the load's take is: a
+	 * kill -9 within the file's save period lost it (seen.h) */
 	(void)dl_seen_save(&st->lead.seen, dl_mono_ms(), 1);
 	if (dl__cluster_claim(st)) {
 		dl__link_fail(st, "cannot queue a command");
