@@ -868,13 +868,16 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 		dl_warn("persist = none: locks live in memory only; a restart loses every lease and queue");
 	wait_for_store(srv);
 
+	/* The metrics page first: a client that finds the lock port open
+	 * finds the page open too (found in CI: a scrape right after the
+	 * port answered was refused, the page's listen not yet made). */
+	if ((r = dl_metrics_start(srv, &srv->metrics)) != 0)
+		fatal(DL_EXIT_LISTEN, "cannot serve metrics on %s: %s",
+		      srv->cfg.metrics, uv_strerror(r));
 	if (srv->cfg.port)
 		listen_tcp(srv);
 	if (srv->cfg.unix_socket[0])
 		listen_unix(srv);
-	if ((r = dl_metrics_start(srv, &srv->metrics)) != 0)
-		fatal(DL_EXIT_LISTEN, "cannot serve metrics on %s: %s",
-		      srv->cfg.metrics, uv_strerror(r));
 	start_watchdog(srv);
 	arm_wheel(srv);
 	dl_notice("dlockd %s ready (persist=%s, %s, last token %llu)",
