@@ -550,6 +550,8 @@ Test(layout, a_resync_of_one_crowded_bucket_ends, .timeout = 300)
 	h_redis_cli(&r, "CLIENT KILL TYPE normal");
 	h_wait_available(m, 1, 60000);
 	cr_assert(h_daemon_log_has(&d, "120000 locks re-synced"));
+	if (h_stats_value(m, "store_failures") != 1)
+		h_daemon_print_log(&d); /* which call timed out, and when */
 	cr_assert_eq(h_stats_value(m, "store_failures"), 1,
 		     "the re-sync was timed out and began again");
 	cr_assert_eq(atoi(h_redis_cli(&r, "HLEN dlock:rec:7")), CROWD);

@@ -1234,6 +1234,25 @@ static uint64_t reply_allowance_ms(const struct dl_store *st)
 		       : 0;
 }
 
+/* How long Redis has owed the link an answer at loop time `now`, while
+ * the link comes up: since its last reply, or since the oldest call
+ * awaited was sent if that came later. The daemon's own time formatting
+ * a call is not Redis's silence (a re-sync's call of 120,000 records
+ * took the loop a while to format under load before it was sent, and was
+ * timed out although Redis answered within the allowance: found by CI).
+ * The send time is read from the precise clock, the loop's from the
+ * coarse one, which may be a few ms behind: no wrap below zero. */
+static uint64_t silent_ms(const struct dl_store *st, uint64_t now)
+{
+	uint64_t since = st->last_reply_ms > st->link_since_ms
+				 ? st->last_reply_ms
+				 : st->link_since_ms;
+
+	if (st->head && st->head->sent_us / 1000 > since)
+		since = st->head->sent_us / 1000;
+	return now > since ? now - since : 0;
+}
+
 /* A restarted active's wait for the standbys' reports (store_load.c):
  * it reads their closures every DL_HORIZON_POLL_MS; a report loads the
  * table again, with grants closed (its records are of a Redis that went
@@ -1289,9 +1308,7 @@ static void on_tick(uv_timer_t *t)
 	case LINK_SYNCING:
 		/* A re-sync of a big table may take a while; only silence
 		 * counts against it. It keeps the leadership meanwhile. */
-		if (now - (st->last_reply_ms > st->link_since_ms
-				   ? st->last_reply_ms
-				   : st->link_since_ms) >
+		if (silent_ms(st, now) >
 		    st->cfg->redis_timeout_ms + reply_allowance_ms(st))
 			dl__link_fail(st, "timed out connecting");
 		else if (st->link == LINK_SYNCING)
