@@ -161,8 +161,13 @@ class Worker:
         changed = False
         if random.randrange(4) == 0:
             before = lease.deadline
+            new_ttl = random.choice([0.02, 0.15, 0.3, 0.8, 2.0, 3.0])
+            # recorded before it is sent: a refresh that shortens the
+            # lease ends it from the server's receipt (worker.c)
+            if now_ms() + new_ttl * 1000 < before * 1000:
+                record(f"R {name} {lease.token} {int(now_ms() + new_ttl * 1000)}")
             try:
-                lease.refresh(random.choice([0.02, 0.15, 0.3, 0.8, 2.0, 3.0]))
+                lease.refresh(new_ttl)
             except dlockd.DlockError:
                 pass
             changed = True

@@ -146,7 +146,7 @@ static dlock_lease *change_ttl(dlock_client *c, const char *name,
 {
 	static const int64_t ttls[] = {20, 150, 300, 800, 2000, 3000};
 	dlock_lease *l2 = NULL;
-	int64_t before = dlock_lease_deadline(l);
+	int64_t before = dlock_lease_deadline(l), ttl;
 
 	*changed = 0;
 	switch (rand() % 4) {
@@ -157,7 +157,21 @@ static dlock_lease *change_ttl(dlock_client *c, const char *name,
 			l2 = NULL;
 		break;
 	case 1:
-		dlock_refresh(c, l, pick(ttls, 6));
+		ttl = pick(ttls, 6);
+		/* Recorded before it is sent, as every act: a REFRESH that
+		 * shortens the lease ends it at the server from its receipt,
+		 * and the library counts on the shorter end from the moment
+		 * it sends it. A worker killed before the reply's record left
+		 * a history holding the lease to its first deadline, and the
+		 * checker saw two holders where the server had freed the lock
+		 * 20 ms after the REFRESH (two-daemon campaign, seed
+		 * 20261129). dlock_now_ms() + ttl, read before the send, is
+		 * no later than the server's end, and the record after the
+		 * reply brings the library's own deadline. */
+		if (dlock_now_ms() + ttl < before)
+			record("R %s %" PRIu64 " %" PRId64, name,
+			       dlock_lease_token(l), dlock_now_ms() + ttl);
+		dlock_refresh(c, l, ttl);
 		break;
 	default:
 		return NULL;
