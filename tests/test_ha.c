@@ -102,6 +102,33 @@ static uint64_t wait_active(const struct h_daemon *d, int max_ms)
 	return took;
 }
 
+/* Nodes a and b of ids[0] and ids[1], each naming the other in
+ * [cluster] peers, each with a state_dir, max_ttl 60 s and 2 s leases; a
+ * is active when it returns, b started after it. */
+static const char *const ab[2] = {"a", "b"};
+
+static void start_peers(const char *const ids[2])
+{
+	struct h_daemon *nodes[2] = {&a, &b};
+	char conf[H_PATH_MAX + 400];
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		h_daemon_write_conf(nodes[i], "");
+		snprintf(conf, sizeof(conf),
+			 "[persistence]\nstate_dir = %s\n"
+			 "[limits]\nmax_ttl = 60s\n"
+			 "[cluster]\nnode_id = %s\npeers = %s\n",
+			 nodes[i]->dir, ids[i], ids[1 - i]);
+		h_daemon_write_conf(nodes[i], conf);
+		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
+			       "redis", "--redis", r.url, "--leader-lease",
+			       "2s", "-l", "info", NULL);
+		if (i == 0)
+			wait_active(&a, 5000);
+	}
+}
+
 /* Read c until it closes (or 10 s pass): no line may grant anything; 1
  * if a * BYE not-active naming `active` came. */
 static int no_grant_until_closed(struct h_client *c, const char *active)
@@ -822,26 +849,12 @@ Test(ha, a_lapsed_active_never_keeps_its_table_on_a_copy_of_its_own_epoch)
  * old way. */
 static void attest_round(int b_paused)
 {
-	struct h_daemon *nodes[2] = {&a, &b};
-	char conf[H_PATH_MAX + 160], cmd[3 * H_PATH_MAX], *l;
+	char cmd[3 * H_PATH_MAX], *l;
 	struct h_client *alice, *c;
 	uint64_t tok, t0;
-	int i, granted = 0;
+	int granted = 0;
 
-	for (i = 0; i < 2; i++) {
-		h_daemon_write_conf(nodes[i], "");
-		snprintf(conf, sizeof(conf),
-			 "[persistence]\nstate_dir = %s\n"
-			 "[limits]\nmax_ttl = 60s\n"
-			 "[cluster]\nnode_id = %s\npeers = %s\n",
-			 nodes[i]->dir, i ? "b" : "a", i ? "a" : "b");
-		h_daemon_write_conf(nodes[i], conf);
-		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
-			       "redis", "--redis", r.url, "--leader-lease",
-			       "2s", "-l", "info", NULL);
-		if (i == 0)
-			wait_active(&a, 5000);
-	}
+	start_peers(ab);
 	h_sleep_ms(1500); /* b has looked */
 	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
 		 r.dir);
@@ -916,24 +929,11 @@ Test(ha, of_two_lapsed_actives_neither_vouches_for_the_other)
 	static const char *const ids[2] = {
 		"a-node-whose-id-is-longer-than-twenty-bytes",
 		"b-node-whose-id-is-longer-than-twenty-bytes"};
-	char conf[H_PATH_MAX + 160], want[160];
+	char want[160];
 	struct h_client *bob;
 	int i;
 
-	for (i = 0; i < 2; i++) {
-		h_daemon_write_conf(nodes[i], "");
-		snprintf(conf, sizeof(conf),
-			 "[persistence]\nstate_dir = %s\n"
-			 "[limits]\nmax_ttl = 60s\n"
-			 "[cluster]\nnode_id = %s\npeers = %s\n",
-			 nodes[i]->dir, ids[i], ids[1 - i]);
-		h_daemon_write_conf(nodes[i], conf);
-		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
-			       "redis", "--redis", r.url, "--leader-lease",
-			       "2s", "-l", "info", NULL);
-		if (i == 0)
-			wait_active(&a, 5000);
-	}
+	start_peers(ids);
 	h_daemon_signal(&a, SIGSTOP);
 	wait_active(&b, 10000);
 	bob = h_hello(b.port, "bob");
@@ -1039,26 +1039,11 @@ Test(ha, a_peer_restarted_after_redis_went_back_cannot_vouch)
  * vouched. */
 Test(ha, a_peer_that_led_in_its_run_never_vouches)
 {
-	struct h_daemon *nodes[2] = {&a, &b};
-	char conf[H_PATH_MAX + 160], cmd[3 * H_PATH_MAX];
+	char cmd[3 * H_PATH_MAX];
 	struct h_client *c;
 	uint64_t t0;
-	int i;
 
-	for (i = 0; i < 2; i++) {
-		h_daemon_write_conf(nodes[i], "");
-		snprintf(conf, sizeof(conf),
-			 "[persistence]\nstate_dir = %s\n"
-			 "[limits]\nmax_ttl = 60s\n"
-			 "[cluster]\nnode_id = %s\npeers = %s\n",
-			 nodes[i]->dir, i ? "b" : "a", i ? "a" : "b");
-		h_daemon_write_conf(nodes[i], conf);
-		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
-			       "redis", "--redis", r.url, "--leader-lease",
-			       "2s", "-l", "info", NULL);
-		if (i == 0)
-			wait_active(&a, 5000);
-	}
+	start_peers(ab);
 	h_daemon_signal(&a, SIGSTOP);
 	wait_active(&b, 10000);
 	h_daemon_signal(&b, SIGSTOP);
