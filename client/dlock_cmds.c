@@ -563,6 +563,7 @@ static const struct stat_row {
 	{"redis_went_back", "Persistence", "Redis went back", SF_NUM},
 	{"peers_attested", "Persistence", "lapses the peers vouched for",
 	 SF_NUM},
+	{"peers_bounded", "Persistence", "lapses they bounded", SF_NUM},
 	{"peers_unattested", "Persistence", "lapses they could not", SF_NUM},
 	{"grants_closed_ms", "Persistence", "grants closed for", SF_MS},
 	{"grants_closed_bound", "Persistence", "grants closed", SF_CLOSED},

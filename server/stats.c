@@ -189,8 +189,11 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		{"peers_attested", s->attests_proved, C,
 		 "Lapses of this daemon's leadership after which every peer ([cluster] peers) vouched that nobody led meanwhile: the table was kept.",
 		 NULL, NULL, 0},
+		{"peers_bounded", s->attests_bounded, C,
+		 "Lapses after which a peer could not vouch (it led, or saw another lead), but every peer bounded the leases it told: the table was dropped, and a closure after a loss lasted no longer than those leases.",
+		 NULL, NULL, 0},
 		{"peers_unattested", s->attests_failed, C,
-		 "Lapses after which a peer could not vouch (silent, or it may have led): the table was dropped.",
+		 "Lapses after which a peer could neither vouch nor bound what it told (silent, or restarted since): the table was dropped, and a closure after a loss lasted max_ttl.",
 		 NULL, NULL, 0},
 		{"grants_closed_ms",
 		 srv->closed_until > dl_mono_ms()

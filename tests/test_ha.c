@@ -1077,6 +1077,74 @@ Test(ha, a_peer_that_led_in_its_run_never_vouches)
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
 
+/* A peer that led bounds what it told. a is paused; b takes over and
+ * grants bob x for 20 s; b is paused too, and Redis comes back from a copy
+ * taken before b's take: it holds all a saw, and nothing of b's. Both
+ * lapse and ask each other: neither vouches (each led), but each answers
+ * how long the leases it told may be believed, and has run since before
+ * the other's lapse. So whoever takes closes grants until bob's x has
+ * ended, even a, which finds Redis holding all it saw: before, a took
+ * without a closure and granted x at once (two holders), and b, finding
+ * Redis behind, closed for max_ttl and its lock-delay (two minutes
+ * here). Now grants reopen once the leases the peers told have ended. */
+Test(ha, a_peer_that_led_bounds_the_closure_by_what_it_told)
+{
+	struct h_daemon *nodes[2] = {&a, &b};
+	char cmd[3 * H_PATH_MAX], *l;
+	struct h_client *bob, *c;
+	uint64_t t0, until, y = 0;
+	int i;
+
+	start_peers(ab);
+	h_sleep_ms(1500); /* b has looked */
+	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
+		 r.dir);
+	cr_assert_eq(system(cmd), 0);
+	h_daemon_signal(&a, SIGSTOP);
+	wait_active(&b, 10000);
+	bob = h_hello(b.port, "bob");
+	until = h_now_ms() + 20000; /* bob's lease ends no sooner */
+	h_lock(bob, "x", "ttl=20s");
+	h_daemon_signal(&b, SIGSTOP);
+	h_sleep_ms(2500); /* past b's leadership */
+	h_redis_kill9(&r);
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
+		 r.dir, r.dir);
+	cr_assert_eq(system(cmd), 0);
+	h_redis_restart(&r);
+	h_daemon_signal(&a, SIGCONT);
+	h_daemon_signal(&b, SIGCONT);
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 60000; h_sleep_ms(200)) {
+		for (i = 0; i < 2; i++) {
+			c = h_try_connect(nodes[i]->port);
+			if (!c)
+				continue;
+			l = h_call(c, "TRYLOCK x ttl=1s");
+			cr_assert(!h_starts(l, "OK GRANTED") ||
+					  h_now_ms() >= until,
+				  "x granted while bob holds it: %s", l);
+			l = h_call(c, "TRYLOCK y ttl=1s");
+			if (!y && h_starts(l, "OK GRANTED y "))
+				y = h_now_ms();
+			h_close(c);
+		}
+		if (y && h_now_ms() > until + 1000)
+			break;
+	}
+	if (!y) {
+		h_daemon_print_log(&a);
+		h_daemon_print_log(&b);
+	}
+	cr_assert(y, "grants closed for a minute: for max_ttl");
+	cr_assert(y >= until - 20000, "y granted at once");
+	cr_assert(h_daemon_log_has(&a, "every lease they told ends within") ||
+		  h_daemon_log_has(&b, "every lease they told ends within"));
+	h_close(bob);
+	cr_assert_eq(h_daemon_stop(&a), 0);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
 /* The active's renewal found another daemon's record on a Redis that went
  * back: FLUSHALL, then a daemon with no state file (nothing tells it that
  * Redis forgot) took the leadership, at epoch 1 again. The active said

@@ -27,7 +27,7 @@
  * why a crash at any point loses no lease).
  *
  * Writes. Once per loop iteration dl_store_flush() drains the lock table's
- * dirty set into one batch: an FCALL of dlock_apply_v10 with each lock in
+ * dirty set into one batch: an FCALL of dlock_apply_v11 with each lock in
  * its final state, and the token mark when due (store_batch.c). Its reply
  * commits the epoch. Each batch is one round trip, and only one is in
  * flight: what changes meanwhile waits for its reply and goes as the next
@@ -44,7 +44,7 @@
  * CONNECTING sends AUTH, SELECT, FUNCTION LOAD REPLACE (the library is
  * the daemon's, so a Redis restarted empty or upgraded gets it back) and
  * the leadership's take, which raises P fence. SYNCING rewrites the full
- * state: every bucket is replaced whole (dlock_replace_v10: DEL, then HSET
+ * state: every bucket is replaced whole (dlock_replace_v11: DEL, then HSET
  * of the table's locks in it; a bucket without locks is deleted), a few
  * buckets per call, so that a lock of the table is never missing from
  * Redis, not even between two calls, and a record of a lock that ended

@@ -101,7 +101,10 @@ struct dl_store_stats {
 				      horizon: they stopped looking */
 	uint64_t attests_proved;   /* lapses after which every peer vouched
 				      that nobody led: the table kept */
-	uint64_t attests_failed;   /* ... after which one could not */
+	uint64_t attests_bounded;  /* ... after which one could not, but
+				      every peer bounded what it told: the
+				      table dropped, the closure bounded */
+	uint64_t attests_failed;   /* ... after which one bounded nothing */
 };
 
 /* The store borrows cfg, loop and tab for its life. */

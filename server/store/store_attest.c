@@ -20,16 +20,19 @@
  * plus one leader_lease), then reads P answers every DL_ATTEST_POLL_MS
  * for DL_STANDBY_REPORT_MS at most. Every node answers every challenge of
  * another that stands, HSET P answers "<nonce>:<node>" "<instance>
- * <epoch> <took>", from what this process saw itself -- a standby in each
- * look (the leadership function, store_lead.c), another lapsed active in
- * its own round (two actives, when one was paused past a take-over):
+ * <epoch> <took> <bound> <age>", from what this process saw and told
+ * itself -- a standby in each look (the leadership function,
+ * store_lead.c), another lapsed active in its own round (two actives,
+ * when one was paused past a take-over):
  *
  *   instance, epoch  the last leadership record of another process it
  *          saw in a look, on a Redis that had not gone back;
  *   took   1 if this process ever took the leadership: the order in
  *          which it saw things is not the order in which they happened
  *          when Redis came back from two different copies in turn, so a
- *          process that led never vouches.
+ *          process that led never vouches;
+ *   bound, age  ms until the latest lease this process told (or a
+ *          closure it knows) ends, and ms since it started (bounds()).
  *
  * A peer vouches when it names the challenger's own instance and epoch
  * and its process never led: the last leader it saw was the challenger,
@@ -54,6 +57,15 @@
  * forgot: it may have led), or silence past the wait, and the take goes
  * on as before: the table is dropped, grants closed for what can be
  * bounded.
+ *
+ * A peer that does not vouch may still bound (ATTEST_BOUNDED): when every
+ * peer answered, each vouching or with a process older than the lapse,
+ * every lease told since the lapse ends by the latest of their bounds.
+ * The take then drops the table, presents the nonce, and closes grants
+ * until that end (store_horizon.c bound_ms, bounded_args) -- even if
+ * Redis holds all this daemon saw, since a peer's take may be what Redis
+ * lost; a take since the answers voids the bound in the function, which
+ * closes for max_ttl instead.
  *
  * A node that vouched for a challenge takes no leadership (a standby's
  * take-over, a lapsed active's take) while it may still stand: for the
@@ -85,6 +97,7 @@ int dl__attest_init(struct dl_store *st)
 	size_t n;
 
 	a->npeers = 0;
+	a->started_ms = dl_mono_ms();
 	for (;;) {
 		p += strspn(p, " ,\t");
 		if (!*p)
@@ -128,6 +141,44 @@ static int vouch(const char *who, const char *ans, const char *inst,
 		snprintf(why, len, "%s took the leadership since", who);
 		return 0;
 	}
+	return 1;
+}
+
+/* An answer that does not vouch may still bound what its node told
+ * while the challenger's leadership lapsed: its last two words say how
+ * long the latest lease its process knows of may still be believed (its
+ * own reservations, the horizons it read, a closure in force) and how
+ * long that process has run. If it ran since before the lapse (since_ms:
+ * no other node can have taken over before then), no earlier process of
+ * that node can have led since, and every lease the node told since ends
+ * by then. Both are durations, counted from the challenger's read (the
+ * answer was written before: it can only count too long), so no clock of
+ * another machine is compared with this one. 1 and *end, or 0 and why
+ * (appended). */
+static int bounds(const char *ans, uint64_t since_ms, uint64_t *end, char *why,
+		  size_t len)
+{
+	unsigned long long e, left, age;
+	uint64_t now = dl_mono_ms(),
+		 lapsed = now > since_ms ? now - since_ms : 0;
+	size_t n = strlen(why);
+	char i[24];
+	int took;
+
+	if (sscanf(ans, "%23s %llu %d %llu %llu", i, &e, &took, &left, &age) !=
+	    5) {
+		snprintf(why + n, len - n,
+			 ", and its answer bounds nothing (an older version)");
+		return 0;
+	}
+	if (age < lapsed) {
+		snprintf(
+			why + n, len - n,
+			", and its process has run %llu ms, less than the %llu ms since this daemon's leadership may have lapsed: an earlier one may have led unseen",
+			age, (unsigned long long)lapsed);
+		return 0;
+	}
+	*end = now + left;
 	return 1;
 }
 
@@ -222,6 +273,14 @@ int dl__attest_begin(struct dl_store *st)
 		return 0; /* no proof without a nonce nobody can guess */
 	snprintf(a->nonce, sizeof(a->nonce), "%016" PRIx64, rnd);
 	a->epoch = fence_epoch(st);
+	/* its leadership counted from its last renewal's send, less the
+	 * margin (dl__lead_until): a whole lease before the end it counted
+	 * is no later than that send, and nobody took over before it */
+	a->since_ms =
+		st->lead.leader.until_ms > st->cfg->leader_lease_ms
+			? st->lead.leader.until_ms - st->cfg->leader_lease_ms
+			: 0;
+	a->bound_until = 0;
 	memcpy(a->instance, st->lead.instance, sizeof(a->instance));
 	snprintf(a->set_arg, sizeof(a->set_arg), "%s %" PRIu64 " %s", a->nonce,
 		 a->epoch, st->lead.instance);
@@ -262,37 +321,55 @@ static int is_peer(const struct store_attest *a, const char *s, size_t n)
 	return 0;
 }
 
-/* Peer p's answer v: 1 it vouches, -1 it does not (why says so). */
-static int judge(const struct store_attest *a, const char *peer,
-		 const redisReply *v, char *why, size_t len)
+/* Peer p's answer v: ATTEST_PROVED it vouches, ATTEST_BOUNDED it does
+ * not but bounds what its node told (*end raised to its end), else
+ * ATTEST_BLIND (why says so, in each of the last two). */
+static enum attest_round judge(const struct store_attest *a, const char *peer,
+			       const redisReply *v, uint64_t *end, char *why,
+			       size_t len)
 {
-	char buf[80], who[8 + DL_NODE_ID_MAX];
+	char buf[sizeof(a->answer)], who[8 + DL_NODE_ID_MAX];
+	uint64_t e;
 
 	snprintf(who, sizeof(who), "peer %s", peer);
 	if (v->type != REDIS_REPLY_STRING || v->len >= sizeof(buf)) {
 		snprintf(why, len, "%s answered what is not an answer", who);
-		return -1;
+		return ATTEST_BLIND;
 	}
 	memcpy(buf, v->str, v->len);
 	buf[v->len] = '\0';
-	return vouch(who, buf, a->instance, a->epoch, why, len) ? 1 : -1;
+	if (vouch(who, buf, a->instance, a->epoch, why, len))
+		return ATTEST_PROVED;
+	if (!bounds(buf, a->since_ms, &e, why, len))
+		return ATTEST_BLIND;
+	if (e > *end)
+		*end = e;
+	return ATTEST_BOUNDED;
 }
 
-/* The round's outcome: the take now, or (refused, silent) once no
- * challenge this node vouched for may stand. */
-static void decide(struct dl_store *st, int ok, const char *why)
+/* The round's outcome (PROVED, BOUNDED with the end `end`, or BLIND):
+ * the take now, or once no challenge this node vouched for may stand. */
+static void decide(struct dl_store *st, enum attest_round how, uint64_t end,
+		   const char *why)
 {
 	struct store_attest *a = &st->attest;
+	uint64_t now = dl_mono_ms();
 
-	if (ok) {
-		a->round = ATTEST_PROVED;
+	a->round = how;
+	if (how == ATTEST_PROVED) {
 		st->st.attests_proved++;
 		dl_notice(
 			"redis: peers attest that nobody led since epoch %" PRIu64
 			": taking the leadership again with the table kept",
 			a->epoch);
+	} else if (how == ATTEST_BOUNDED) {
+		a->bound_until = end;
+		st->st.attests_bounded++;
+		dl_warn("redis: peers cannot attest that nobody led since epoch %" PRIu64
+			": %s; but every lease they told ends within %" PRIu64
+			" ms: taking the leadership without the table, grants closed no longer than that if Redis went back",
+			a->epoch, why, end > now ? end - now : 0);
 	} else {
-		a->round = ATTEST_BLIND;
 		st->st.attests_failed++;
 		dl_warn("redis: peers cannot attest that nobody led since epoch %" PRIu64
 			": %s; taking the leadership without the table",
@@ -300,16 +377,21 @@ static void decide(struct dl_store *st, int ok, const char *why)
 	}
 }
 
-/* Every peer's answer to this round in the HGETALL reply r: 1 all vouch,
- * 0 not all answered yet, -1 one refuses (why). */
-static int all_vouch(const struct store_attest *a, const redisReply *r,
-		     char *why, size_t len)
+/* Every peer's answer to this round in the HGETALL reply r (judge):
+ * ATTEST_PROVED all vouch, ATTEST_BOUNDED all vouch or bound (*end the
+ * latest end, why the first that did not vouch), ATTEST_BLIND one bounds
+ * nothing (why), ATTEST_ASKING not all answered yet. */
+static enum attest_round tally(const struct store_attest *a,
+			       const redisReply *r, uint64_t *end, char *why,
+			       size_t len)
 {
 	size_t j, nl = strlen(a->nonce);
+	enum attest_round v, all = ATTEST_PROVED;
+	char w[256];
 	int i, n = 0;
 
 	if (r->type != REDIS_REPLY_ARRAY)
-		return 0;
+		return ATTEST_ASKING;
 	for (i = 0; i < a->npeers; i++)
 		for (j = 0; j + 1 < r->elements; j += 2) {
 			const redisReply *k = r->element[j];
@@ -319,13 +401,21 @@ static int all_vouch(const struct store_attest *a, const redisReply *r,
 			    k->str[nl] != ':' ||
 			    strcmp(k->str + nl + 1, a->peers[i]) != 0)
 				continue;
-			if (judge(a, a->peers[i], r->element[j + 1], why, len) <
-			    0)
-				return -1;
+			w[0] = '\0';
+			v = judge(a, a->peers[i], r->element[j + 1], end, w,
+				  sizeof(w));
+			if (v != ATTEST_PROVED && all == ATTEST_PROVED)
+				snprintf(why, len, "%s", w);
+			if (v == ATTEST_BLIND) {
+				snprintf(why, len, "%s", w);
+				return ATTEST_BLIND;
+			}
+			if (v == ATTEST_BOUNDED)
+				all = ATTEST_BOUNDED;
 			n++;
 			break;
 		}
-	return n == a->npeers;
+	return n == a->npeers ? all : ATTEST_ASKING;
 }
 
 /* HGETALL P answers: fields "<nonce>:<node>". */
@@ -336,7 +426,8 @@ static void on_answers(redisAsyncContext *ac, void *reply, void *priv)
 	const redisReply *r = reply;
 	char why[256] = "";
 	size_t j, nl = strlen(a->nonce);
-	int v;
+	enum attest_round v;
+	uint64_t end = 0;
 
 	if (!r || ac != st->ac)
 		return;
@@ -348,8 +439,8 @@ static void on_answers(redisAsyncContext *ac, void *reply, void *priv)
 		dl__link_fail(st, "challenge: not an answer of HGETALL");
 		return;
 	}
-	if ((v = all_vouch(a, r, why, sizeof(why))) < 0) {
-		decide(st, 0, why);
+	if ((v = tally(a, r, &end, why, sizeof(why))) == ATTEST_BLIND) {
+		decide(st, ATTEST_BLIND, 0, why);
 		return;
 	}
 	for (j = 0; j + 1 < r->elements; j += 2) {
@@ -362,12 +453,12 @@ static void on_answers(redisAsyncContext *ac, void *reply, void *priv)
 				why, sizeof(why),
 				"node %.64s answered, and [cluster] peers does not name it (it may have led unseen: list every node)",
 				k->str + nl + 1);
-			decide(st, 0, why);
+			decide(st, ATTEST_BLIND, 0, why);
 			return;
 		}
 	}
-	if (v > 0)
-		decide(st, 1, "");
+	if (v != ATTEST_ASKING)
+		decide(st, v, end, why);
 }
 
 /* HGETALL P challenge, in a round: the others' challenges, answered. */
@@ -403,10 +494,11 @@ void dl__attest_tick(struct dl_store *st)
 				 "%s %s", i ? "," : "", a->peers[i]);
 		snprintf(why + strlen(why), sizeof(why) - strlen(why),
 			 " (or not from all)");
-		decide(st, 0, why);
+		decide(st, ATTEST_BLIND, 0, why);
 	}
 	if (a->round == ATTEST_PROVED ||
-	    (a->round == ATTEST_BLIND && !dl__attest_defers(st))) {
+	    ((a->round == ATTEST_BLIND || a->round == ATTEST_BOUNDED) &&
+	     !dl__attest_defers(st))) {
 		/* one take: a second, sent before the first's reply, would
 		 * present a proof the first consumed, and drop the table */
 		if (dl__store_take(st))
@@ -446,15 +538,38 @@ void dl__attest_reset(struct dl_store *st)
 
 const char *dl__attest_proof(const struct dl_store *st)
 {
-	return st->attest.round == ATTEST_PROVED ? st->attest.nonce : "";
+	return st->attest.round == ATTEST_PROVED ||
+			       st->attest.round == ATTEST_BOUNDED
+		       ? st->attest.nonce
+		       : "";
 }
 
+uint64_t dl__attest_bound(const struct dl_store *st)
+{
+	return st->attest.round == ATTEST_BOUNDED ? st->attest.bound_until : 0;
+}
+
+/* The bound (bounds()): the latest end of a lease this process told or
+ * knows unbounded -- its own reservations (store_horizon.c: no lease it
+ * told ends later), its table's horizon, a closure in force -- in ms from
+ * now, and how long this process has run. Not the horizons it read of
+ * other processes: their leases are their nodes' to bound (every node
+ * answers), and one 24 h lease among them would close every bounded
+ * lapse for a day. */
 const char *dl__attest_answer(struct dl_store *st)
 {
 	struct store_attest *a = &st->attest;
+	const struct dl_seen *seen = &st->lead.seen;
+	uint64_t now = dl_mono_ms(), end = st->hz.reserved_max;
 
-	snprintf(a->answer, sizeof(a->answer), "%s %" PRIu64 " %d",
-		 a->seen_inst[0] ? a->seen_inst : "-", a->seen_epoch, a->took);
+	if (seen->v.closed > end)
+		end = seen->v.closed;
+	if (dl_locktab_horizon(st->tab) > end)
+		end = dl_locktab_horizon(st->tab);
+	snprintf(a->answer, sizeof(a->answer),
+		 "%s %" PRIu64 " %d %" PRIu64 " %" PRIu64,
+		 a->seen_inst[0] ? a->seen_inst : "-", a->seen_epoch, a->took,
+		 end > now ? end - now : 0, now - a->started_ms);
 	return a->answer;
 }
 

@@ -18,12 +18,17 @@ struct dl_store;
 #define DL_ATTEST_POLL_MS 100
 
 enum attest_round {
-	ATTEST_NONE,   /* no challenge of this process stands */
-	ATTEST_ASKING, /* answers awaited (the link is CONNECTING) */
-	ATTEST_BLIND,  /* not every peer vouched: the take waits only for
-			  the challenges this node vouched for to end */
-	ATTEST_PROVED, /* every peer vouched: the take presents the nonce */
-	ATTEST_TAKING, /* the take is sent: its reply ends the round */
+	ATTEST_NONE,	/* no challenge of this process stands */
+	ATTEST_ASKING,	/* answers awaited (the link is CONNECTING) */
+	ATTEST_BLIND,	/* not every peer vouched or bounded: the take waits
+			   only for the challenges this node vouched for to
+			   end */
+	ATTEST_BOUNDED, /* every peer answered, and what those that did not
+			   vouch told bounds the leases told meanwhile: the
+			   take (as BLIND's) presents the nonce for that
+			   bound */
+	ATTEST_PROVED,	/* every peer vouched: the take presents the nonce */
+	ATTEST_TAKING,	/* the take is sent: its reply ends the round */
 };
 
 struct store_attest {
@@ -31,20 +36,27 @@ struct store_attest {
 	int npeers;
 	/* As a lapsed active, the challenger. */
 	enum attest_round round;
-	char nonce[17];	   /* this round's, hex */
-	char instance[17]; /* this process's (the challenge names it) */
-	uint64_t epoch;	   /* the epoch challenged: this daemon's last */
-	uint64_t until_ms; /* monotonic: answers awaited until then */
-	uint64_t poll_at;  /* monotonic: the next read of the answers */
-	int polling;	   /* reads of the answers and the challenges await
-			      their replies (0, 1 or 2) */
+	char nonce[17];	      /* this round's, hex */
+	char instance[17];    /* this process's (the challenge names it) */
+	uint64_t epoch;	      /* the epoch challenged: this daemon's last */
+	uint64_t since_ms;    /* monotonic: no other node can have taken the
+				 leadership before then (its last renewal's
+				 send, or earlier) */
+	uint64_t bound_until; /* monotonic: BOUNDED, the end of every lease
+				 the peers told (0: none) */
+	uint64_t until_ms;    /* monotonic: answers awaited until then */
+	uint64_t poll_at;     /* monotonic: the next read of the answers */
+	int polling;	      /* reads of the answers and the challenges await
+				 their replies (0, 1 or 2) */
 	/* As any node that answers: what this process saw itself. */
 	char seen_inst[17];   /* the last leader's instance it saw ("" none) */
 	uint64_t seen_epoch;  /* ... and its epoch */
 	int took;	      /* it took the leadership, ever */
+	uint64_t started_ms;  /* monotonic: this process's start */
 	uint64_t defer_until; /* monotonic: it takes no leadership before
 				 then (a challenge stands) */
-	char answer[64];      /* "<instance> <epoch> <took>" for the look */
+	char answer[96];      /* "<instance> <epoch> <took> <bound> <age>"
+				 for the look */
 	char set_arg[64];     /* the challenge's text */
 	char px_arg[24];      /* its life, ms */
 	/* "<nonce>:<node>", an answer's field */
@@ -63,8 +75,12 @@ void dl__attest_tick(struct dl_store *st);
 /* The round is over (the take answered, or the link failed). */
 void dl__attest_reset(struct dl_store *st);
 /* The leadership function's arguments: a take's proof (the nonce, or
- * ""), a look's answer ("<instance> <epoch> <took>"). */
+ * ""), a look's answer ("<instance> <epoch> <took> <bound> <age>"). */
 const char *dl__attest_proof(const struct dl_store *st);
+/* The monotonic end of every lease the peers told while this daemon's
+ * leadership lapsed, when their answers bound it (ATTEST_BOUNDED), else
+ * 0: the take's closure, if Redis went back (store_horizon.c). */
+uint64_t dl__attest_bound(const struct dl_store *st);
 const char *dl__attest_answer(struct dl_store *st);
 /* A reply of the leadership function: the record of another process
  * (instance, epoch) a look saw on a Redis that did not go back; a take by

@@ -32,7 +32,7 @@
  * hashes, <prefix>rec:<b>, b the name's bucket (bucket.h). Each write is
  * one FCALL, atomic as MULTI/EXEC was, in one round trip:
  *
- *   FCALL dlock_apply_v10 <4 + n> <fence key> <token key> <gen key>
+ *   FCALL dlock_apply_v11 <4 + n> <fence key> <token key> <gen key>
  *         <leader key> <bucket key of lock 1> .. <bucket key of lock n>
  *         <fence> <token mark or ""> <instance>
  *         (<op> <name> <record>) x n
@@ -48,7 +48,7 @@
  * once (the dirty set holds a lock once), so the order of its writes
  * does not matter.
  *
- *   FCALL dlock_replace_v10 <4 + k> <fence key> <token key> <gen key>
+ *   FCALL dlock_replace_v11 <4 + k> <fence key> <token key> <gen key>
  *         <leader key> <key 1> .. <key k>
  *         <fence> <token mark or ""> <instance>
  *         (<count> (<name> <record>) x count) x k
@@ -106,7 +106,7 @@
 
 /* The library's name carries the version of its functions' contract
  * (arguments, key layout, records): any change to the code below must
- * come with new names (dlock_v10, dlock_apply_v10, ...). Every daemon loads
+ * come with new names (dlock_v11, dlock_apply_v11, ...). Every daemon loads
  * its library with FUNCTION LOAD REPLACE at each connection, so two builds
  * that shared a name on one Redis would keep replacing each other's
  * functions; builds of different versions load side by side. */

@@ -100,10 +100,10 @@ const char *dl__store_library(void);
 extern const char dl__lua_lead[];
 /* Room for the library's text (about 7 KB). */
 #define DL_STORE_LIBRARY_MAX 16384
-#define DL_STORE_LIBRARY     "dlock_v10"
-#define DL_STORE_APPLY_FN    "dlock_apply_v10"
-#define DL_STORE_REPLACE_FN  "dlock_replace_v10"
-#define DL_STORE_LEAD_FN     "dlock_lead_v10"
+#define DL_STORE_LIBRARY     "dlock_v11"
+#define DL_STORE_APPLY_FN    "dlock_apply_v11"
+#define DL_STORE_REPLACE_FN  "dlock_replace_v11"
+#define DL_STORE_LEAD_FN     "dlock_lead_v11"
 
 /* The store layout this build writes (store.c): its number ends the
  * writer fence, "<epoch>/2" (store_lead.c says why). */

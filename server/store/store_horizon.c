@@ -39,7 +39,9 @@
  * after the last take made from its directory): the same; a standby
  * whose look before the one that found the loss came less than a
  * leader_lease earlier, and was counted (so the active cannot have
- * dropped it): what it counted; anybody else: max_ttl.
+ * dropped it): what it counted; an active whose leadership lapsed, when
+ * its peers' answers bound what they told (store_attest.c): its own
+ * horizon and theirs; anybody else: max_ttl.
  */
 #include "server/store/store_horizon.h"
 
@@ -135,6 +137,8 @@ static int raise_start(struct dl_store *st)
 	hz->pend_until = r;
 	hz->pend_acked = 0;
 	hz->reserved = hz->pend_until;
+	if (r > hz->reserved_max)
+		hz->reserved_max = r;
 	hz->poll_at = 0;
 	return 0;
 }
@@ -336,13 +340,24 @@ static uint64_t bound_ms(struct dl_store *st, const char **why)
 {
 	const struct store_horizon *hz = &st->hz;
 	const struct dl_seen *seen = &st->lead.seen;
-	uint64_t now = dl_mono_ms(), h = seen->v.horizon;
+	uint64_t now = dl_mono_ms(), h = seen->v.horizon,
+		 peers = dl__attest_bound(st);
 	int proves;
 
 	if (dl_locktab_horizon(st->tab) > h)
 		h = dl_locktab_horizon(st->tab);
+	/* its leadership lapsed: another may have led, unless its peers'
+	 * answers bound what they told meanwhile (store_attest.c); the
+	 * take then presents the round's nonce, and a take since the
+	 * answers voids the bound for void_arg's max_ttl */
+	if (st->lead.active && peers) {
+		if (peers > h)
+			h = peers;
+		*why = "until the lease horizon its peers' answers bound";
+		goto bounded;
+	}
 	if (st->lead.active)
-		proves = 0; /* its leadership lapsed: another may have led */
+		proves = 0;
 	else if (standalone(st) || !hz->prev_send)
 		proves = dl__hz_file_proves(st);
 	else
@@ -357,6 +372,7 @@ static uint64_t bound_ms(struct dl_store *st, const char **why)
 		return st->cfg->max_ttl_ms + DL_LOCK_DELAY_MAX_MS;
 	}
 	*why = "until the lease horizon";
+bounded:
 #ifdef DL_PLANT_SHORT_CLOSE
 	/* A planted bug for the fault campaign's self-test (tests/faults):
 	 * grants reopen at a tenth of the horizon, before leases told before
@@ -368,6 +384,30 @@ static uint64_t bound_ms(struct dl_store *st, const char **why)
 
 /* ---- the leadership call's arguments and reply ------------------------- */
 
+/* A take after its peers bounded what they told (store_attest.c): the
+ * leadership function closes grants even if Redis holds all this daemon
+ * saw -- a peer led, or saw another lead, and Redis may have lost that
+ * take unseen -- for as long as the peers' leases may be believed;
+ * for max_ttl if a take since their answers voided them. */
+static void bounded_args(struct dl_store *st)
+{
+	struct store_horizon *hz = &st->hz;
+	uint64_t now = dl_mono_ms(), end = dl__attest_bound(st);
+
+	snprintf(
+		hz->void_arg, sizeof(hz->void_arg),
+		"%s %llu %llu another daemon may have led: a take since its peers answered voids their bound: max_ttl",
+		st->lead.instance, (unsigned long long)++hz->closes,
+		(unsigned long long)(st->cfg->max_ttl_ms +
+				     DL_LOCK_DELAY_MAX_MS));
+	if (end > now)
+		snprintf(
+			hz->peers_arg, sizeof(hz->peers_arg),
+			"%s %llu %llu another daemon may have led: until the end of every lease its peers told",
+			st->lead.instance, (unsigned long long)++hz->closes,
+			(unsigned long long)(end - now));
+}
+
 void dl__hz_args(struct dl_store *st, int mode)
 {
 	struct store_horizon *hz = &st->hz;
@@ -378,6 +418,7 @@ void dl__hz_args(struct dl_store *st, int mode)
 	unsigned i;
 
 	hz->hold_arg[0] = hz->keep_arg[0] = hz->raise_arg[0] = '\0';
+	hz->void_arg[0] = hz->peers_arg[0] = '\0';
 	hz->drop_arg[0] = '\0';
 	snprintf(hz->echo_arg, sizeof(hz->echo_arg), "%s",
 		 hz->echo[0] ? hz->echo : "-");
@@ -409,6 +450,8 @@ void dl__hz_args(struct dl_store *st, int mode)
 				 st->lead.instance,
 				 (unsigned long long)++hz->closes,
 				 (unsigned long long)ms, why);
+		if (mode == LEAD_TAKE && dl__attest_bound(st))
+			bounded_args(st);
 		return;
 	}
 	/* a renewal: the raise in making, the standbys no longer counted */

@@ -51,19 +51,27 @@ struct hz_standby {
 
 struct store_horizon {
 	/* The active: its reservation. */
-	uint64_t n;	     /* raises made by this process */
-	uint64_t reserved;   /* monotonic end of the last raise made */
-	uint64_t usable;     /* ... of the last one durable everywhere */
-	uint64_t pend_n;     /* a raise not yet durable everywhere */
-	uint64_t pend_until; /* its end */
-	uint64_t sent_n;     /* the raise the renew in flight carries */
-	int pend_acked;	     /* Redis has pend_n */
-	uint64_t pending;    /* an epoch whose commit waits (0: none) */
-	uint64_t poll_at;    /* monotonic: the next read while waiting */
+	uint64_t n;	       /* raises made by this process */
+	uint64_t reserved;     /* monotonic end of the last raise made */
+	uint64_t reserved_max; /* ... of the latest this process ever made:
+				  no lease it told ends later (its answer to
+				  a lapsed peer's challenge, store_attest.c) */
+	uint64_t usable;       /* ... of the last one durable everywhere */
+	uint64_t pend_n;       /* a raise not yet durable everywhere */
+	uint64_t pend_until;   /* its end */
+	uint64_t sent_n;       /* the raise the renew in flight carries */
+	int pend_acked;	       /* Redis has pend_n */
+	uint64_t pending;      /* an epoch whose commit waits (0: none) */
+	uint64_t poll_at;      /* monotonic: the next read while waiting */
 	struct hz_standby sby[DL_STANDBYS_MAX];
 	unsigned nsby;
 	/* The leadership function's arguments (dl__hz_args). */
 	char hold_arg[DL_HZ_VALUE_MAX];
+	/* A take whose closure the peers' answers bounded: the closure if a
+	 * take since voided them (max_ttl), and the one if Redis did not go
+	 * back (the peers' leases only: the table's are in Redis). */
+	char void_arg[DL_HZ_VALUE_MAX];
+	char peers_arg[DL_HZ_VALUE_MAX];
 	char keep_arg[DL_HZ_VALUE_MAX];
 	char raise_arg[64];
 	char echo_arg[40];

@@ -12,7 +12,7 @@
  *             write (store_batch.c), so that only the connection that
  *             took the leadership last can change anything.
  *
- * Both are changed only by the function dlock_lead_v10 (its source is
+ * Both are changed only by the function dlock_lead_v11 (its source is
  * dl__lua_lead below; store_batch.c puts the library together),
  * atomically, in one of four modes:
  *
@@ -104,7 +104,7 @@ static const char *const mode_names[] = {
 	[LEAD_START] = "start", [LEAD_RESIGN] = "resign",
 };
 
-/* The leadership function, dlock_lead_v10, in the library that
+/* The leadership function, dlock_lead_v11, in the library that
  * store_batch.c puts together (dl__store_library); it uses the library's
  * LAYOUT and EPOCH_MAX. What its modes do is at the top of this file. */
 /* clang-format off */
@@ -127,12 +127,17 @@ const char dl__lua_lead[] =
 	"-- instance a standby last saw lead), proofkey (a take writes it if\n"
 	"-- Redis has none: server/proof.h), proof (a take: the nonce of the\n"
 	"-- challenge its peers answered, store_attest.c; '' none), attest (a\n"
-	"-- look: '<instance> <epoch> <took>', this node's answer to challenges)\n"
+	"-- look: '<instance> <epoch> <took> <bound> <age>', this node's answer\n"
+	"-- to challenges), void and peers (a take whose closure the peers'\n"
+	"-- answers to its challenge bound: the closure if that challenge no\n"
+	"-- longer stands, and the one if Redis is not behind; '' '': the proof\n"
+	"-- is of a leadership that never lapsed)\n"
 	"local function lead(keys, args)\n"
 	"  local mode, node, inst = args[1], args[3], args[6]\n"
 	"  local mine = epoch_of(args[2])\n"
 	"  local seen_e, seen_g = tonumber(args[7]) or 0, tonumber(args[8]) or 0\n"
 	"  local held = args[10] == '1'\n"
+	"  local hold = args[9]\n"
 	"  -- challenges of lapsed actives: node -> '<nonce> <epoch> <inst>'\n"
 	"  local chs = redis.call('HGETALL', keys[10])\n"
 	"  -- one without a life (its PEXPIRE lost with the link) is no\n"
@@ -144,10 +149,10 @@ const char dl__lua_lead[] =
 	"  for i = 1, #chs, 2 do\n"
 	"    if chs[i] == node then mych = chs[i + 1] end\n"
 	"  end\n"
-	"  if args[17] ~= '' and mych and\n"
-	"      string.sub(mych, 1, #args[17] + 1) == args[17] .. ' ' then\n"
-	"    held = true\n"
-	"  end\n"
+	"  local stands = args[17] ~= '' and mych and\n"
+	"    string.sub(mych, 1, #args[17] + 1) == args[17] .. ' '\n"
+	"  local bounded = args[19] ~= ''\n"
+	"  if stands and not bounded then held = true end\n"
 	"  local cur = redis.call('GET', keys[1])\n"
 	"  local fence = epoch_of(redis.call('GET', keys[2]) or '0')\n"
 	"  if not mine or not fence then\n"
@@ -262,7 +267,18 @@ const char dl__lua_lead[] =
 	"    end\n"
 	"    -- went back, and the taker has no table to write it back from:\n"
 	"    -- nobody grants until every lease that may exist has ended\n"
-	"    if behind == 1 and kept == 0 then close_for(args[9]) end\n"
+	"    if bounded and kept == 0 then\n"
+	"      -- a peer led or saw another lead since this daemon's lapse, and\n"
+	"      -- Redis may have lost that take unseen: closed, behind or not,\n"
+	"      -- until the leases the peers told have ended -- those they told\n"
+	"      -- before their answers: a take since (the challenge is gone) may\n"
+	"      -- have told more (store_attest.c)\n"
+	"      if not stands then hold = args[19]\n"
+	"      elseif behind == 0 then hold = args[20] end\n"
+	"      close_for(hold)\n"
+	"    elseif behind == 1 and kept == 0 then\n"
+	"      close_for(hold)\n"
+	"    end\n"
 	"    close_for(args[11])\n"
 	"    if args[16] ~= '' then redis.call('SET', keys[9], args[16], 'NX') end\n"
 	"    -- a take voids every challenge that stands: a challenger proved\n"
@@ -412,6 +428,8 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 						    : "");
 	ARG(mode == LEAD_TAKE ? dl__attest_proof(st) : "");
 	ARG(mode == LEAD_LOOK ? dl__attest_answer(st) : "");
+	ARG(mode == LEAD_TAKE ? st->hz.void_arg : "");
+	ARG(mode == LEAD_TAKE ? st->hz.peers_arg : "");
 #undef ARG
 	return k;
 }

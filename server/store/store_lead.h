@@ -61,7 +61,7 @@ struct lead_reply {
 	uint64_t saw_epoch, saw_gen; /* st->seen before this reply */
 };
 
-#define LEAD_ARGC 32 /* FCALL, its name, numkeys, 11 keys, 18 arguments */
+#define LEAD_ARGC 34 /* FCALL, its name, numkeys, 11 keys, 20 arguments */
 /* Node id and address of this daemon (config, or derived). */
 void dl__lead_identity(struct dl_store *st);
 /* The FCALL of the leadership function in `mode`, for the fence `mine`

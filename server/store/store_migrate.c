@@ -19,7 +19,7 @@
  * leadership meanwhile is refused, and fails its load):
  *
  *   1. every bucket of layout 2 is replaced by the table's locks in it
- *      (dlock_replace_v10: DEL, then HSET; a bucket without locks is only
+ *      (dlock_replace_v11: DEL, then HSET; a bucket without locks is only
  *      deleted), whole buckets, DL_STORE_RESYNC_CHUNK records per call. A
  *      migration that crashed earlier may have left buckets behind: each
  *      one is deleted by this step, none is trusted;

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fcall.c -- what the fence costs in Redis: the same batches of lock
- * changes applied by dlockd's function (FCALL dlock_apply_v10: the writer
+ * changes applied by dlockd's function (FCALL dlock_apply_v11: the writer
  * fence and the leadership record checked, then the records, fields of their
  * bucket hashes in store layout 2) and by the MULTI/EXEC transaction of the
  * same writes without a fence (HSET/HDEL of each record in its bucket, SET of
@@ -100,7 +100,7 @@ static void append_batch(enum method m, unsigned long long b)
 		snprintf(nk, sizeof(nk), "%d", 4 + nlocks);
 #define ARG(s, n) (argv[k] = (s), lens[k] = (n), k++)
 		ARG("FCALL", 5);
-		ARG("dlock_apply_v10", 15);
+		ARG("dlock_apply_v11", 15);
 		ARG(nk, strlen(nk));
 		ARG("bench:fence", 11);
 		ARG("bench:token", 11);

@@ -748,7 +748,7 @@ report() {
 			"$(med pm $c stat_store_latency_us_avg)"
 	done
 	echo "The fence's cost in Redis (tests/bench/fcall: the same batches of lock"
-	echo "changes, grants and releases alternating, applied by FCALL dlock_apply_v10"
+	echo "changes, grants and releases alternating, applied by FCALL dlock_apply_v11"
 	echo "-- fence checked, records HSET/HDEL in their buckets; the token mark only when due, as"
 	echo "dlockd sends it -- by the same function given a token in every batch"
 	echo "(GET + SET of the token key: what version 3 did), and by MULTI, the same"
