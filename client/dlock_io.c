@@ -382,6 +382,8 @@ static void connected(struct dlock_client *c, int64_t now)
 	c->state = DL__GREETING;
 	dl_linebuf_init(&c->lb);
 	c->out_off = c->out_len = 0;
+	c->crossing = 0;
+	c->input_more = 0;
 	if (c->password)
 		greet(c, DL__AUTH);
 	greet(c, DL__HELLO);
@@ -647,14 +649,25 @@ static void disconnect(struct dlock_client *c)
 
 /* ---- input --------------------------------------------------------------- */
 
+/* At most DL__READ_TURN reads per wake, then the thread goes round its
+ * loop (timers, callbacks) and releases c->mu in poll(): a server that
+ * never stops sending -- a stream of events, none a reply -- held it
+ * for good, and a dlock_lock() of 3 s had not returned after 40 s (found
+ * from outside). */
 static void input(struct dlock_client *c)
 {
 	enum dl_lb_result res;
 	char *space, *line;
 	size_t avail, len;
 	ssize_t n;
+	int reads = 0;
 
+	c->input_more = 0;
 	for (;;) {
+		if (reads++ == DL__READ_TURN) {
+			c->input_more = 1;
+			return;
+		}
 		space = dl_linebuf_space(&c->lb, &avail);
 		n = dl__io_read(c, space, avail);
 		if (n < 0 && errno == EINTR)
@@ -832,6 +845,8 @@ void *dl__thread_main(void *arg)
 			break;
 		if (c->notify_count > 0 || c->risk_count > 0)
 			continue;
+		if (c->input_more && c->fd >= 0)
+			next = now; /* poll only to let the callers in */
 
 		p[0] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
 		p[1] = (struct pollfd){.fd = c->timer, .events = POLLIN};
@@ -855,14 +870,15 @@ void *dl__thread_main(void *arg)
 		pthread_mutex_unlock(&c->mu);
 		n = sleep_until(c, p, c->fd >= 0 ? 3 : 2, next);
 		pthread_mutex_lock(&c->mu);
-		if (n <= 0 || c->closing)
+		if (c->closing || (n <= 0 && !c->input_more))
 			continue;
 		if (p[0].revents)
 			while (read(c->wake[0], buf, sizeof(buf)) > 0)
 				;
 		if (p[1].revents)
 			(void)!read(c->timer, buf, sizeof(buf));
-		if (c->fd < 0 || p[2].fd != c->fd || !p[2].revents)
+		if (c->fd < 0 || p[2].fd != c->fd ||
+		    (!p[2].revents && !c->input_more))
 			continue;
 		if (c->state == DL__CONNECTING) {
 			if (connect_result(c->fd) == 0)
@@ -877,7 +893,8 @@ void *dl__thread_main(void *arg)
 		}
 		if (p[2].revents & POLLOUT)
 			dl__flush(c);
-		if (p[2].revents & (POLLIN | POLLHUP | POLLERR))
+		if ((p[2].revents & (POLLIN | POLLHUP | POLLERR)) ||
+		    c->input_more)
 			input(c);
 	}
 	pthread_mutex_unlock(&c->mu);

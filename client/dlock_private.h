@@ -38,13 +38,15 @@
 #define DL__RENEW_RETRY_MIN_MS 10
 /* Waits on a condition variable last at most this (dl__cond_wait): after
  * a suspend, a request's timeout is seen this late at most. */
-#define DL__CLOCK_STEP_MS   250
-#define DL__NEVER	    INT64_MAX /* a deadline that never comes */
-#define DL__BACKOFF_MIN_MS  50	      /* first pause between reconnects */
-#define DL__BACKOFF_MAX_MS  1000      /* the pause doubles up to this */
-#define DL__GUARD_MIN_MS    20	/* default lost guard: max(TTL/10, this) */
-#define DL__ADDRS_MAX	    16	/* resolved addresses kept for reconnects */
-#define DL__SERVER_NAME_MAX 262 /* "host:port" of one of options.servers */
+#define DL__CLOCK_STEP_MS 250
+#define DL__NEVER	  INT64_MAX /* a deadline that never comes */
+/* Reads of the socket per wake of the thread (dlock_io.c input). */
+#define DL__READ_TURN	    16
+#define DL__BACKOFF_MIN_MS  50	 /* first pause between reconnects */
+#define DL__BACKOFF_MAX_MS  1000 /* the pause doubles up to this */
+#define DL__GUARD_MIN_MS    20	 /* default lost guard: max(TTL/10, this) */
+#define DL__ADDRS_MAX	    16	 /* resolved addresses kept for reconnects */
+#define DL__SERVER_NAME_MAX 262	 /* "host:port" of one of options.servers */
 /* A standby said where the active is, and it is where the client just
  * was (or nowhere known), or no server of options.servers serves: try
  * again after this, doubled each time up to DL__REDIRECT_MAX_MS (a
@@ -280,6 +282,16 @@ struct dlock_client {
 	 * request failed with DLOCK_EPROTO and the connection is dropped
 	 * (dlock_reply.c, insane) */
 	int insane;
+	/* waits of this connection given up (their CANCEL sent) whose grant
+	 * may still cross it: a "* GRANTED" nobody waits for is given back
+	 * only while some may; past that the server grants what nobody
+	 * asked, and is dropped (found from outside: a server streaming
+	 * unsolicited grants had the client queue an UNLOCK for each, 77 MB
+	 * in seconds). Zeroed by each new connection. */
+	uint64_t crossing;
+	/* input() stopped at DL__READ_TURN with more to read: the thread
+	 * reads again before it sleeps */
+	int input_more;
 
 	/* what the client says of itself (options.describe), as sent
 	 * (dlock_desc.c); nothing when all are empty, or once a server

@@ -150,6 +150,28 @@ static int insane(struct dlock_client *c, const struct dl__req *q,
 	return 1;
 }
 
+/* A grant, a confirmation or a wait's end for q's lock must name it, and
+ * a holds= it gives must count at least this hold: 0, or 1 and the server
+ * is dropped (c->insane; found from outside: "OK GRANTED zzz" answering
+ * LOCK k was taken for a lease of k, "holds=0" believed, and "* TIMEOUT
+ * other" ended the wait for k). */
+static int not_of(struct dlock_client *c, const struct dl__req *q,
+		  const struct dl_reply *r)
+{
+	struct dl_str v;
+
+	if (r->argc >= 1 && r->argv[0].len == strlen(q->name) &&
+	    memcmp(r->argv[0].p, q->name, r->argv[0].len) == 0 &&
+	    (dl_reply_kv(r, "holds", &v) < 0 || grant_holds(r) > 0))
+		return 0;
+	c->insane = 1;
+	dl__why(c, c->addr_i,
+		"it answered a request for %s with \"%.*s\" (another lock, or holds=0): no server may, dropped",
+		q->name, (int)(r->argc ? r->argv[0].len : 0),
+		r->argc ? r->argv[0].p : "");
+	return 1;
+}
+
 /* OK GRANTED / OK REFRESHED for a LOCK or its confirmation. */
 static void granted(struct dlock_client *c, struct dl__req *q, uint64_t token,
 		    int64_t ms, const struct dl_reply *r)
@@ -192,7 +214,8 @@ static int reply_lock(struct dlock_client *c, struct dl__req *q,
 	int err;
 
 	if (is(r, DL_REPLY_OK, "GRANTED")) {
-		if (dl_reply_u64(r, 1, &token) < 0 || arg_i64(r, 2, &ms) < 0) {
+		if (dl_reply_u64(r, 1, &token) < 0 || arg_i64(r, 2, &ms) < 0 ||
+		    not_of(c, q, r)) {
 			dl__req_finish(c, q, DLOCK_EPROTO);
 			return 1;
 		}
@@ -207,6 +230,7 @@ static int reply_lock(struct dlock_client *c, struct dl__req *q,
 		granted(c, q, token, ms, r);
 	} else if (is(r, DL_REPLY_OK, "QUEUED")) {
 		if (q->abandoned) {
+			c->crossing++; /* its grant may cross the CANCEL */
 			dl__internal(c, DL__CANCEL, q->name, 0, 0);
 			dl__req_finish(c, q, DLOCK_ETIMEDOUT);
 			return 1;
@@ -238,7 +262,7 @@ static int reply_confirm(struct dlock_client *c, struct dl__req *q,
 	int err;
 
 	if (is(r, DL_REPLY_OK, "REFRESHED")) {
-		if (arg_i64(r, 1, &ms) < 0 ||
+		if (arg_i64(r, 1, &ms) < 0 || not_of(c, q, r) ||
 		    insane(c, q, q->token, ms, grant_holds(r), 0)) {
 			dl__cleanup_grant(c, q->name, q->token);
 			dl__req_finish(c, q, DLOCK_EPROTO);
@@ -816,12 +840,26 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 			return;
 		holds = grant_holds(r);
 		if (!(q = waiting_take(c, r->tag))) {
-			/* nobody waits: give it back, exactly one hold if the
-			 * lease is another client's too (held_elsewhere) */
+			/* nobody waits: a grant that crossed the CANCEL of a
+			 * wait given up, or one nobody asked for */
+			if (!c->crossing) {
+				c->insane = 1;
+				dl__why(c, c->addr_i,
+					"it granted %s, which nobody waits for: dropped",
+					name);
+				return;
+			}
+			c->crossing--;
+			/* give it back, exactly one hold if the lease is
+			 * another client's too (held_elsewhere) */
 			if (holds > own_holds(c, name, token) + 1)
 				dl__internal(c, DL__UNLOCK, name, token, 0);
 			else
 				dl__cleanup_grant(c, name, token);
+			return;
+		}
+		if (not_of(c, q, r)) {
+			dl__req_finish(c, q, DLOCK_EPROTO);
 			return;
 		}
 		if (held_elsewhere(c, q, token, holds))
@@ -838,7 +876,9 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 		}
 	} else if (is(r, DL_REPLY_EVENT, "TIMEOUT")) {
 		if ((q = waiting_take(c, r->tag)) != NULL)
-			dl__req_finish(c, q, DLOCK_ETIMEDOUT);
+			dl__req_finish(c, q,
+				       not_of(c, q, r) ? DLOCK_EPROTO
+						       : DLOCK_ETIMEDOUT);
 	} else if (is(r, DL_REPLY_EVENT, "EXPIRED")) {
 		if (dl_reply_u64(r, 1, &token) < 0)
 			return;
@@ -972,6 +1012,10 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 		return -1;
 	if (r.kind == DL_REPLY_EVENT) {
 		event(c, &r);
+		if (c->insane) {
+			c->insane = 0;
+			return -1; /* as for a reply, below */
+		}
 		return 0;
 	}
 	if (!(q = c->fifo))

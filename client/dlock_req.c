@@ -491,8 +491,10 @@ static int abandon(struct dlock_client *c, struct dl__req *q)
 		dl__list_remove(&c->waiting, NULL, q);
 		/* leave the queue; a grant that crosses the CANCEL comes as a
 		 * "* GRANTED" nobody waits for and is released */
-		if (c->state == DL__UP)
+		if (c->state == DL__UP) {
+			c->crossing++; /* dlock_private.h */
 			dl__internal(c, DL__CANCEL, q->name, 0, 0);
+		}
 		break;
 	case DL__SENT:
 		/* Its reply will be cleaned up. It stops excluding the other

@@ -1147,8 +1147,16 @@ int dl_parse_reply(const char *line, size_t len, struct dl_reply *r)
 	int n = 0;
 
 	memset(r, 0, sizeof(*r));
-	if (len > 0 && memchr(line, '\0', len))
-		return DL_EPROTO;
+	/* a server says nothing but printable ASCII and blanks (what it
+	 * quotes of a client is made so): another control byte -- a bare
+	 * CR hiding a second line in the first, a NUL -- or a byte above
+	 * 0x7e is not a reply (found from outside: such lines were
+	 * believed) */
+	for (i = 0; i < len; i++)
+		if (((unsigned char)line[i] < 0x20 && line[i] != '\t') ||
+		    (unsigned char)line[i] > 0x7e)
+			return DL_EPROTO;
+	i = 0;
 	first = next_word(line, len, &i);
 	if (first.len == 2 && memcmp(first.p, "OK", 2) == 0)
 		r->kind = DL_REPLY_OK;

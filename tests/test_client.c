@@ -2383,3 +2383,225 @@ Test(client, a_busy_trylock_names_the_holder, .init = start_none,
 	dlock_close(a);
 	dlock_close(b);
 }
+
+/* ---- a hostile server ---------------------------------------------------- */
+
+/* A server that answers HELLO as dlockd does, then each LOCK by its
+ * scenario (found from outside, issue 31): what libdlock must not
+ * believe, nor be held by. It counts the connections made to it and the
+ * UNLOCKs it is sent. */
+struct hostile {
+	int lfd, port;
+	const char *scenario;
+	pthread_t thread;
+	atomic_int conns, unlocks;
+};
+
+static const char hostile_hello[] =
+	"OK HELLO version=0.4.0 owner=h key=0123456789abcdef0123456789abcdef "
+	"user=default auth=none persist=none durability=none max_line=1024 "
+	"max_name=255 max_tag=32 max_owner=64 default_ttl_ms=30000 "
+	"max_ttl_ms=86400000 max_waiters=10000 max_locks_per_owner=100000 "
+	"max_connections=10000 max_output=1048576 max_output_total=67108864 "
+	"tick_ms=10 role=active node=x active=127.0.0.1:1 epoch=1 cluster=-";
+
+static int hostile_send(int fd, const char *s)
+{
+	size_t n = strlen(s), off = 0;
+	ssize_t w;
+
+	while (off < n) {
+		w = send(fd, s + off, n - off, MSG_NOSIGNAL);
+		if (w <= 0)
+			return -1;
+		off += (size_t)w;
+	}
+	return 0;
+}
+
+/* What LOCK <name> ... id=<tag> gets, by scenario: -1 once the client
+ * went. */
+static int hostile_lock(struct hostile *h, int fd, const char *tag)
+{
+	char line[512], flood[64 * 40];
+	int i;
+
+	if (strcmp(h->scenario, "events") == 0) {
+		/* events without end, never the reply */
+		flood[0] = '\0';
+		for (i = 0; i < 64; i++)
+			strcat(flood, "* EXPIRING k 5 1\r\n");
+		while (hostile_send(fd, flood) == 0)
+			;
+		return -1;
+	}
+	if (strcmp(h->scenario, "unsolicited") == 0) {
+		for (i = 0; i < 1000; i++) {
+			snprintf(line, sizeof(line),
+				 "* GRANTED other%d 7 1000 holds=1\r\n", i);
+			if (hostile_send(fd, line))
+				return -1;
+		}
+		return 0;
+	}
+	if (strcmp(h->scenario, "wrongname") == 0)
+		snprintf(line, sizeof(line),
+			 "OK GRANTED zzz 7 1000 holds=1 id=%s\r\n", tag);
+	else if (strcmp(h->scenario, "holds0") == 0)
+		snprintf(line, sizeof(line),
+			 "OK GRANTED k 7 1000 holds=0 id=%s\r\n", tag);
+	else if (strcmp(h->scenario, "timeout-other") == 0)
+		snprintf(line, sizeof(line),
+			 "OK QUEUED k 1 id=%s\r\n* TIMEOUT other id=%s\r\n",
+			 tag, tag);
+	else /* a bare CR hides a longer grant in the line */
+		snprintf(line, sizeof(line),
+			 "OK GRANTED k 7 1000 holds=1\rOK GRANTED k 7 99999999 "
+			 "holds=1 id=%s\r\n",
+			 tag);
+	return hostile_send(fd, line);
+}
+
+static void hostile_serve(struct hostile *h, int fd)
+{
+	char buf[4096], *nl, *tag, reply[600];
+	size_t len = 0;
+	ssize_t n;
+
+	for (;;) {
+		n = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+		if (n <= 0)
+			return;
+		len += (size_t)n;
+		buf[len] = '\0';
+		while ((nl = strchr(buf, '\n'))) {
+			*nl = '\0';
+			tag = strstr(buf, " id=");
+			tag = tag ? tag + 4 : (char *)"";
+			tag[strcspn(tag, " \r")] = '\0';
+			if (strncmp(buf, "HELLO", 5) == 0)
+				snprintf(reply, sizeof(reply), "%s id=%s\r\n",
+					 hostile_hello, tag);
+			else if (strncmp(buf, "LOCK", 4) == 0)
+				reply[0] = '\0';
+			else if (strncmp(buf, "UNLOCK", 6) == 0)
+				snprintf(reply, sizeof(reply),
+					 "NO NOT_HOLDER x id=%s\r\n", tag);
+			else
+				snprintf(reply, sizeof(reply),
+					 "OK PONG id=%s\r\n", tag);
+			h->unlocks += strncmp(buf, "UNLOCK", 6) == 0;
+			if (strncmp(buf, "LOCK", 4) == 0
+				    ? hostile_lock(h, fd, tag) < 0
+				    : hostile_send(fd, reply) < 0)
+				return;
+			len -= (size_t)(nl + 1 - buf);
+			memmove(buf, nl + 1, len + 1);
+		}
+	}
+}
+
+static void *hostile_main(void *arg)
+{
+	struct hostile *h = arg;
+	int fd;
+
+	while ((fd = accept(h->lfd, NULL, NULL)) >= 0) {
+		h->conns++;
+		hostile_serve(h, fd);
+		close(fd);
+	}
+	return NULL;
+}
+
+static void hostile_start(struct hostile *h, const char *scenario)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET};
+	socklen_t len = sizeof(sa);
+
+	memset(h, 0, sizeof(*h));
+	h->scenario = scenario;
+	h->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(eq(int, bind(h->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0));
+	cr_assert(eq(int, listen(h->lfd, 8), 0));
+	getsockname(h->lfd, (struct sockaddr *)&sa, &len);
+	h->port = ntohs(sa.sin_port);
+	cr_assert(
+		eq(int, pthread_create(&h->thread, NULL, hostile_main, h), 0));
+}
+
+static void hostile_stop(struct hostile *h)
+{
+	shutdown(h->lfd, SHUT_RDWR);
+	close(h->lfd);
+	pthread_join(h->thread, NULL);
+}
+
+/* dlock_lock(k, wait) against the scenario's server: its result. */
+static int hostile_lock_rc(struct hostile *h, const char *scenario,
+			   int64_t wait_ms)
+{
+	struct dlock_options o;
+	dlock_client *c = NULL;
+	dlock_lease *l = NULL;
+	int rc;
+
+	hostile_start(h, scenario);
+	dlock_options_init(&o);
+	o.port = h->port;
+	o.request_timeout_ms = 500;
+	cr_assert(eq(int, dlock_connect(&o, &c), 0), "%s", dlock_last_error());
+	rc = dlock_lock(c, "k", 1000, wait_ms, &l);
+	if (rc == 0)
+		dlock_unlock(c, l);
+	dlock_close(c);
+	hostile_stop(h);
+	return rc;
+}
+
+/* A server that never stops sending (events, none a reply) held the
+ * client's thread on its lock: a dlock_lock() of 3 s had not returned
+ * after 40 s. It returns when its wait is over. */
+Test(client, a_wait_ends_while_the_server_streams_events, .timeout = 30)
+{
+	struct hostile h;
+
+	cr_assert(
+		eq(int, hostile_lock_rc(&h, "events", 1000), DLOCK_ETIMEDOUT));
+}
+
+/* Grants nobody asked for ("* GRANTED" for no wait of this client, no
+ * wait given up) are not given back one UNLOCK each -- 77 MB of them in
+ * seconds, queued to a server that never read them: the server is
+ * dropped at the first. */
+Test(client, a_server_granting_what_nobody_asked_is_dropped, .timeout = 30)
+{
+	struct hostile h;
+
+	cr_assert(ne(int, hostile_lock_rc(&h, "unsolicited", 500), 0));
+	cr_assert(eq(int, h.unlocks, 0), "%d UNLOCKs for grants unasked",
+		  (int)h.unlocks);
+}
+
+/* A grant of another lock, of no hold, or a wait's end for another lock:
+ * no server says so, the request fails and the server is dropped. A line
+ * with a bare CR in it is no line: the connection is dropped, made again,
+ * and the wait runs out. */
+Test(client, a_grant_or_end_of_another_lock_is_not_believed, .timeout = 60)
+{
+	static const struct {
+		const char *scenario;
+		int rc;
+	} cases[] = {{"wrongname", DLOCK_EPROTO},
+		     {"holds0", DLOCK_EPROTO},
+		     {"timeout-other", DLOCK_EPROTO},
+		     {"bare-cr", DLOCK_ETIMEDOUT}};
+	struct hostile h;
+	size_t i;
+
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		cr_assert(eq(int, hostile_lock_rc(&h, cases[i].scenario, 300),
+			     cases[i].rc),
+			  "%s", cases[i].scenario);
+}

@@ -946,3 +946,44 @@ def test_a_server_that_announces_an_endless_body_is_dropped():
     core.submit(q, now)
     assert core.data_received(b"OK STATS 999999999\r\n", now) is False
     assert isinstance(q.error, dlockd.ProtocolError)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        b"OK GRANTED zzz 7 900 holds=1 id={tag}\r\n",  # another lock
+        b"OK GRANTED x 7 900 holds=0 id={tag}\r\n",  # no hold
+        b"OK GRANTED x 99999999999999999999999 900 holds=1 id={tag}\r\n",
+        b"OK QUEUED x 1 id={tag}\r\n* TIMEOUT other id={tag}\r\n",
+    ],
+)
+def test_a_grant_or_end_of_another_lock_is_not_believed(lines):
+    """Found from outside (issue 31): a grant of another lock, of no
+    hold, with a token past 64 bits, or a wait's end for another lock
+    was believed. The request fails with ProtocolError, the connection
+    is dropped."""
+    core, hooks, now = _core_up()
+    q = core.lock_request("x", 1000, 5000, False, 0, now)
+    core.submit(q, now)
+    assert core.data_received(lines.replace(b"{tag}", q.tag.encode()), now) is False
+    assert isinstance(q.error, dlockd.ProtocolError)
+    assert not [ls for ls in core.leases if ls.live()]
+
+
+def test_grants_nobody_asked_for_drop_the_server():
+    """A server streaming "* GRANTED" of locks nobody waits for had the
+    client queue an UNLOCK for each; only a grant that may have crossed
+    the CANCEL of a wait given up is given back."""
+    core, hooks, now = _core_up()
+    core.out.clear()
+    assert core.data_received(b"* GRANTED other 7 1000 holds=1\r\n", now) is False
+    assert b"UNLOCK" not in bytes(core.out)
+
+
+def test_a_line_with_a_bare_cr_is_not_a_reply():
+    core, hooks, now = _core_up()
+    q = core.lock_request("x", 1000, 0, False, 0, now)
+    core.submit(q, now)
+    line = f"OK GRANTED x 7 900 holds=1\rOK GRANTED x 7 99999 id={q.tag}\r\n"
+    assert core.data_received(line.encode(), now) is False
+    assert not [ls for ls in core.leases if ls.live()]

@@ -296,6 +296,10 @@ class Core:
         self.body_req: Req | None = None
         self.body_left = 0
         self.insane = False  # a reply no server may send: drop (_line_in)
+        # waits of this connection given up (their CANCEL sent) whose
+        # grant may still cross it: a "* GRANTED" nobody waits for is
+        # given back only while some may (_event)
+        self.crossing = 0
         self.seq = 0
         self.leases: list[LeaseState] = []
         self.turns: dict[str, collections.deque[Ticket]] = {}
@@ -355,6 +359,7 @@ class Core:
         )
         self.lines.reset()
         self.out.clear()
+        self.crossing = 0  # the waits given up went with the last one
         if self.o.password:
             self._internal("AUTH")
         self._internal("HELLO")
@@ -519,7 +524,13 @@ class Core:
         if r is None:
             return False
         if r.kind == "*":
-            self._event(r, now)
+            try:
+                self._event(r, now)
+            except (ValueError, IndexError):
+                return False  # not an event any server sends
+            if self.insane:
+                self.insane = False
+                return False  # as for a reply, below
             return True
         if not self.fifo:
             return False  # a reply to nothing
@@ -552,7 +563,18 @@ class Core:
             for other in self.leases:
                 if other.name == q.name and other.token == token and other.lost is None:
                     most = max(most, other.ttl)
-        if token != 0 and holds <= REENTRY_MAX and (most <= 0 or ms <= most):
+        if 0 < token < 1 << 64 and holds <= REENTRY_MAX and (most <= 0 or ms <= most):
+            return False
+        self.insane = True
+        return True
+
+    def _not_of(self, q: Req, r: wire.Reply) -> bool:
+        """A grant, confirmation or wait's end for q's lock must name it,
+        and a holds= it gives must count at least this hold; else the
+        server is dropped (found from outside: "OK GRANTED zzz" answering
+        LOCK k was taken for k, holds=0 believed, "* TIMEOUT other" ended
+        the wait for k)."""
+        if r.args and r.args[0] == q.name and (r.kv("holds") is None or _holds(r) > 0):
             return False
         self.insane = True
         return True
@@ -626,12 +648,22 @@ class Core:
             holds = _holds(r)
             q = self.waiting.pop(r.tag, None) if r.tag else None
             if q is None:
-                # nobody waits for it: give it back, exactly one hold if
-                # the lease is another client's too (_held_elsewhere)
+                # nobody waits: a grant that crossed the CANCEL of a wait
+                # given up, or one nobody asked for (a server streaming
+                # those had an UNLOCK queued for each: dropped)
+                if not self.crossing:
+                    self.insane = True
+                    return
+                self.crossing -= 1
+                # give it back, exactly one hold if the lease is another
+                # client's too (_held_elsewhere)
                 if holds > self._own_holds(name, token) + 1:
                     self._internal("UNLOCK", name, token)
                 else:
                     self._cleanup_grant(name, token)
+                return
+            if self._not_of(q, r):
+                self._finish(q, ProtocolError(f"no server may grant this: {r.text()}"))
                 return
             if self._held_elsewhere(q, token, holds):
                 return
@@ -643,7 +675,9 @@ class Core:
             self._write(q, now)
         elif r.word == "TIMEOUT":
             q = self.waiting.pop(r.tag, None) if r.tag else None
-            if q is not None:
+            if q is not None and self._not_of(q, r):
+                self._finish(q, ProtocolError(f"no server may end this wait so: {r.text()}"))
+            elif q is not None:
                 self._finish(q, LockTimeout(f"waited in vain for {name}"))
         elif r.word == "EXPIRED":
             token = r.int_arg(1)
@@ -715,6 +749,9 @@ class Core:
     def _r_lock(self, q: Req, r: wire.Reply, now: float) -> bool:
         if r.kind == "OK" and r.word == "GRANTED":
             token = r.int_arg(1)
+            if self._not_of(q, r):
+                self._finish(q, ProtocolError(f"no server may grant this: {r.text()}"))
+                return True
             if self._held_elsewhere(q, token, _holds(r)):
                 return True
             if self._insane(q, token, r.int_arg(2), _holds(r), True):
@@ -724,6 +761,7 @@ class Core:
             self._granted(q, token, r.int_arg(2), q.sent_at, r)
         elif r.kind == "OK" and r.word == "QUEUED":
             if q.abandoned:
+                self.crossing += 1  # its grant may cross the CANCEL
                 self._internal("CANCEL", q.name)
                 self._finish(q, LockTimeout("given up"))
                 return True
@@ -753,7 +791,7 @@ class Core:
 
     def _r_confirm(self, q: Req, r: wire.Reply, now: float) -> bool:
         if r.kind == "OK" and r.word == "REFRESHED":
-            if self._insane(q, q.token, r.int_arg(1), _holds(r), False):
+            if self._not_of(q, r) or self._insane(q, q.token, r.int_arg(1), _holds(r), False):
                 self._cleanup_grant(q.name, q.token)
                 self._finish(q, ProtocolError(f"no server may confirm this: {r.text()}"))
                 return True
@@ -1194,6 +1232,7 @@ class Core:
             # leave the queue; a grant that crosses the CANCEL comes as a
             # "* GRANTED" nobody waits for, and is released
             if self.state == UP:
+                self.crossing += 1  # its grant may cross the CANCEL
                 self._internal("CANCEL", q.name)
         elif q.where == SENT:
             q.abandoned = True  # its reply will be cleaned up

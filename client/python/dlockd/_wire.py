@@ -195,7 +195,11 @@ _KINDS = ("OK", "NO", "ERR", "*")
 
 
 def parse(line: str) -> Reply | None:
-    """A reply or event line, or None if it is not protocol."""
+    """A reply or event line, or None if it is not protocol: a server says
+    nothing but printable ASCII and blanks (a bare CR hid a second line in
+    the first, found from outside)."""
+    if not line.replace("\t", " ").isprintable():
+        return None
     words = line.split()
     if len(words) < 2 or words[0] not in _KINDS:
         return None
