@@ -460,146 +460,6 @@ void dl__link_up(struct dl_store *st, const char *how)
 	commit(st, st->epoch - 1);
 }
 
-/* This daemon is not the active one any more: another holds the
- * leadership, or took it and wrote meanwhile. Changes stop at once (the
- * link goes, and with it every write in flight: they would be fenced),
- * and the server steps down (hook). */
-static void depose(struct dl_store *st, enum dl_store_role_event ev,
-		   const char *how)
-{
-	char who[320];
-
-	dl__lead_describe(st, who, sizeof(who));
-	dl_error("redis: leadership lost (%s); the active daemon is %s", how,
-		 who);
-	dl__link_fail(st, "leadership lost");
-	st->lead.active = 0;
-	dl_seen_note_leading(&st->lead.seen, 0);
-	dl__hz_role(st, 0);
-	st->synced = 0;
-	st->st.depositions++;
-	st->hooks.role(ev, st->hooks.ctx);
-}
-
-/* When to look at the leadership again: right after the holder's lease
- * would end, at most a third of a lease from now. */
-static void next_look(struct dl_store *st, const struct lead_reply *lr);
-
-/* A standby found the leadership free on a Redis that went back (the
- * active's record gone with what it wrote): the active, if it lives,
- * still holds its table and takes the leadership again to write it back
- * within its renewal period. A standby that took over first would have
- * nothing to vouch for (grants closed for max_ttl) and would depose it.
- * So it waits one leadership lease first; 1 while it waits. */
-static int lapse_wait(struct dl_store *st, const struct lead_reply *lr)
-{
-	uint64_t now = dl_mono_ms();
-
-	if (dl__attest_defers(st)) {
-		/* this standby answered a lapsed active's challenge: the
-		 * active may be about to keep its table (store_attest.c) */
-		st->lead.next_ms = now + DL_LEADER_LOOK_MS;
-		return 1;
-	}
-	if (!lr->behind) {
-		st->lead.lapse_wait_until = 0;
-		return 0;
-	}
-	if (!st->lead.lapse_wait_until) {
-		st->lead.lapse_wait_until = now + st->cfg->leader_lease_ms;
-		dl_error(
-			"redis: WENT BACK: no leadership record, and less than this daemon saw (epoch %llu, write generation %llu); waiting %llu ms for the active daemon to write its table back before taking over",
-			(unsigned long long)st->lead.seen.v.epoch,
-			(unsigned long long)st->lead.seen.v.gen,
-			(unsigned long long)st->cfg->leader_lease_ms);
-	}
-	if (now >= st->lead.lapse_wait_until)
-		return 0;
-	st->lead.next_ms = now + DL_LEADER_LOOK_MS;
-	return 1;
-}
-
-/* A renewal's or a look's reply. */
-static void on_lead(struct dl_store *st, enum batch_kind kind,
-		    const redisReply *r, uint64_t sent_ms)
-{
-	struct lead_reply lr;
-	char who[320];
-
-	st->lead.busy = 0;
-	if (dl__lead_reply(st, kind == BATCH_RENEW ? LEAD_RENEW : LEAD_LOOK, r,
-			   sent_ms, &lr) != 0) {
-		dl__link_fail(st,
-			      "leadership: not a reply of " DL_STORE_LEAD_FN);
-		return;
-	}
-	if (kind == BATCH_RENEW) {
-		if (lr.lagged) {
-			/* Its record or fence is gone and nobody took over
-			 * since: Redis forgot. Not deposed: the next link
-			 * takes the leadership again with the table kept and
-			 * writes it back (store_lead.c). */
-			dl_error(
-				"redis: WENT BACK: this daemon's leadership record or fence is gone, and nobody took over since; taking it again to write the table back");
-			dl__link_fail(st, "Redis went back");
-			return;
-		}
-		if (lr.behind && !lr.ok) {
-			/* Redis went back, and the record is another's (a
-			 * daemon that took over, maybe with this daemon's own
-			 * epoch) or gone while this daemon's leadership
-			 * lapsed: nothing says nobody took over. The next
-			 * link's take decides (store_lead.c); until then this
-			 * daemon's leadership is not confirmed. */
-			dl__lead_describe(st, who, sizeof(who));
-			dl_error(
-				"redis: WENT BACK: it holds less than this daemon saw, and the leadership is not this daemon's (it is %s); taking it again if it is free, keeping the table only if this daemon's leadership never lapsed",
-				who);
-			st->lead.leader.until_ms = 0;
-			dl__link_fail(st, "Redis went back");
-			return;
-		}
-		if (!lr.ok) {
-			depose(st, DL_STORE_DEPOSED,
-			       "the renewal found another epoch");
-			return;
-		}
-		st->st.renewals++;
-		st->lead.next_ms = sent_ms + st->cfg->leader_lease_ms / 3;
-		if (dl__hz_tick(st))
-			dl__lead_send(st); /* the standbys' answers */
-		return;
-	}
-	if (!st->lead.leader.epoch && lapse_wait(st, &lr))
-		return;
-	if (!st->lead.leader.epoch) {
-		st->lead.next_ms = dl_mono_ms() + st->cfg->leader_lease_ms / 3;
-		st->hooks.role(DL_STORE_LAPSED, st->hooks.ctx);
-		return;
-	}
-	st->lead.lapse_wait_until = 0;
-	next_look(st, &lr);
-}
-
-/* When to look next: next_look's time, or at once to pass a new horizon
- * back (store_horizon.c). */
-static void next_look(struct dl_store *st, const struct lead_reply *lr)
-{
-	uint64_t third = st->cfg->leader_lease_ms / 3;
-
-	if (third > DL_LEADER_LOOK_MS)
-		third = DL_LEADER_LOOK_MS;
-	if (st->hz.relook) {
-		st->hz.relook = 0;
-		st->lead.next_ms = dl_mono_ms();
-		return;
-	}
-	st->lead.next_ms =
-		dl_mono_ms() + (lr->pttl > 0 && (uint64_t)lr->pttl < third
-					? (uint64_t)lr->pttl + 1
-					: third);
-}
-
 /* min_replicas_ack: WAIT <n> <half of redis_timeout> after a batch. */
 int dl__send_wait(struct dl_store *st, enum batch_kind kind, uint64_t epoch)
 {
@@ -682,7 +542,7 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 		if (dl__resync_pump(st))
 			dl__link_fail(st, "re-sync failed");
 	} else if (kind == BATCH_RENEW || kind == BATCH_LOOK) {
-		on_lead(st, kind, reply, sent_ms);
+		dl__lead_on_reply(st, kind, reply, sent_ms);
 	} else if (kind == BATCH_WAIT || kind == BATCH_RESYNC_WAIT) {
 		on_wait(st, kind, epoch, reply);
 	} else if (st->cfg->min_replicas_ack &&
@@ -929,7 +789,7 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 		dl__lead_describe(st, who, sizeof(who));
 		dl_info("redis: connected as a standby; the active daemon is %s",
 			who);
-		if (!st->lead.leader.epoch && lapse_wait(st, &lr)) {
+		if (!st->lead.leader.epoch && dl__lead_lapse_wait(st, &lr)) {
 			/* found by the fault campaign: the look of a new link
 			 * took over a Redis restarted from an older copy at
 			 * once, and deposed the active that was writing its
@@ -940,12 +800,13 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 			st->hooks.role(DL_STORE_LAPSED, st->hooks.ctx);
 		} else {
 			st->lead.lapse_wait_until = 0;
-			next_look(st, &lr);
+			dl__lead_next_look(st, &lr);
 		}
 		return;
 	}
 	if (!lr.ok) {
-		depose(st, DL_STORE_DEPOSED, "another daemon holds it");
+		dl__lead_depose(st, DL_STORE_DEPOSED,
+				"another daemon holds it");
 		return;
 	}
 	if (!lr.kept) {
@@ -958,8 +819,9 @@ static void on_take(redisAsyncContext *ac, void *reply, void *priv)
 				(unsigned long long)lr.saw_epoch,
 				(unsigned long long)lr.saw_gen);
 		}
-		depose(st, DL_STORE_STALE,
-		       "its table is not kept: another daemon may have written meanwhile");
+		dl__lead_depose(
+			st, DL_STORE_STALE,
+			"its table is not kept: another daemon may have written meanwhile");
 		return;
 	}
 	if (dl__lead_took(st, &lr, who, sizeof(who))) {
@@ -1173,53 +1035,6 @@ static void link_connect(struct dl_store *st)
 	dl__find_primary(st);
 }
 
-/* The leadership's turn on the link: renew it (the active) or look at it
- * (a standby) when due, one request at a time. */
-static void lead_tick(struct dl_store *st)
-{
-	if (dl__hz_tick(st) || dl_mono_ms() >= st->lead.next_ms)
-		dl__lead_send(st);
-}
-
-void dl__lead_send(struct dl_store *st)
-{
-	const char *argv[LEAD_ARGC];
-	size_t lens[LEAD_ARGC];
-	int argc;
-
-	if (st->lead.busy || !st->ac ||
-	    (st->link != LINK_UP && st->link != LINK_SYNCING))
-		return;
-	argc = dl__lead_argv(st, st->lead.active ? LEAD_RENEW : LEAD_LOOK,
-			     st->fence, argv, lens);
-	if (dl__batch_send(st, st->lead.active ? BATCH_RENEW : BATCH_LOOK, 0,
-			   argc, argv, lens)) {
-		dl__link_fail(st, "cannot queue a command");
-		return;
-	}
-	st->lead.busy = 1;
-	/* A standby that does not know the cluster id yet (the active had
-	 * not written it when this link came up) asks with each look. */
-	if (!st->lead.active && !st->lead.seen.v.cluster[0] &&
-	    dl__cluster_send_get(st, NULL)) {
-		dl__link_fail(st, "cannot queue a command");
-		return;
-	}
-	if (dl_mono_ms() >= st->dur.next_check_ms) {
-		/* Redis's persistence and eviction, again: a CONFIG SET while
-		 * the daemon runs (store_durable.c) */
-		static const char *const cfg_argv[] = {
-			"CONFIG", "GET", "appendonly", "maxmemory-policy",
-			"appendfsync"};
-		static const size_t cfg_lens[] = {6, 3, 10, 16, 11};
-
-		st->dur.next_check_ms = dl_mono_ms() + DL_STORE_CONFIG_MS;
-		if (dl__batch_send(st, BATCH_CONFIG, 0, 5,
-				   (const char **)cfg_argv, cfg_lens))
-			dl__link_fail(st, "cannot queue a command");
-	}
-}
-
 /* How much longer than redis_timeout Redis may take to answer the oldest
  * call of a re-sync awaited: a whole bucket goes in one call, and a call
  * of many records takes it longer (found from outside: a call of 10^6
@@ -1264,8 +1079,8 @@ static int report_wait(struct dl_store *st)
 	if (hz->report_found) {
 		hz->report_found = 0;
 		hz->report_until = 0;
-		depose(st, DL_STORE_STALE,
-		       "a standby saw Redis go back: loading again");
+		dl__lead_depose(st, DL_STORE_STALE,
+				"a standby saw Redis go back: loading again");
 		return 1;
 	}
 	if (!hz->report_until)
@@ -1312,7 +1127,7 @@ static void on_tick(uv_timer_t *t)
 		    st->cfg->redis_timeout_ms + reply_allowance_ms(st))
 			dl__link_fail(st, "timed out connecting");
 		else if (st->link == LINK_SYNCING)
-			lead_tick(st);
+			dl__lead_tick(st);
 		else
 			dl__attest_tick(st);
 		break;

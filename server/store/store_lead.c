@@ -88,6 +88,13 @@
  * DL_LEADER_MARGIN_PCT percent less than the lease (Redis starts the
  * expiry later, when it runs the renewal); past that moment it refuses
  * changes until a take confirms it again (store.c).
+ *
+ * The timing is here too, at the end: when to renew or look
+ * (dl__lead_tick, dl__lead_next_look), what a renewal's or a look's reply
+ * does (dl__lead_on_reply: renewed, deposed, Redis went back, a standby
+ * waiting for the active to write its table back), and stepping down
+ * (dl__lead_depose). store.c's link calls them; the take's reply stays
+ * there, as the last step of bringing a link up. Owns st->lead.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -666,4 +673,189 @@ int dl__lead_describe(const struct dl_store *st, char *buf, size_t len)
 		l->node, l->addr, (unsigned long long)l->epoch,
 		(unsigned long long)(l->until_ms > now ? l->until_ms - now
 						       : 0));
+}
+
+/* ---- the leadership's timing on the link (store.c calls these) ---------- */
+
+/* This daemon is not the active one any more: another holds the
+ * leadership, or took it and wrote meanwhile. Changes stop at once (the
+ * link goes, and with it every write in flight: they would be fenced),
+ * and the server steps down (hook). */
+void dl__lead_depose(struct dl_store *st, enum dl_store_role_event ev,
+		     const char *how)
+{
+	char who[320];
+
+	dl__lead_describe(st, who, sizeof(who));
+	dl_error("redis: leadership lost (%s); the active daemon is %s", how,
+		 who);
+	dl__link_fail(st, "leadership lost");
+	st->lead.active = 0;
+	dl_seen_note_leading(&st->lead.seen, 0);
+	dl__hz_role(st, 0);
+	st->synced = 0;
+	st->st.depositions++;
+	st->hooks.role(ev, st->hooks.ctx);
+}
+
+/* A standby found the leadership free on a Redis that went back (the
+ * active's record gone with what it wrote): the active, if it lives,
+ * still holds its table and takes the leadership again to write it back
+ * within its renewal period. A standby that took over first would have
+ * nothing to vouch for (grants closed for max_ttl) and would depose it.
+ * So it waits one leadership lease first; 1 while it waits. */
+int dl__lead_lapse_wait(struct dl_store *st, const struct lead_reply *lr)
+{
+	uint64_t now = dl_mono_ms();
+
+	if (dl__attest_defers(st)) {
+		/* this standby answered a lapsed active's challenge: the
+		 * active may be about to keep its table (store_attest.c) */
+		st->lead.next_ms = now + DL_LEADER_LOOK_MS;
+		return 1;
+	}
+	if (!lr->behind) {
+		st->lead.lapse_wait_until = 0;
+		return 0;
+	}
+	if (!st->lead.lapse_wait_until) {
+		st->lead.lapse_wait_until = now + st->cfg->leader_lease_ms;
+		dl_error(
+			"redis: WENT BACK: no leadership record, and less than this daemon saw (epoch %llu, write generation %llu); waiting %llu ms for the active daemon to write its table back before taking over",
+			(unsigned long long)st->lead.seen.v.epoch,
+			(unsigned long long)st->lead.seen.v.gen,
+			(unsigned long long)st->cfg->leader_lease_ms);
+	}
+	if (now >= st->lead.lapse_wait_until)
+		return 0;
+	st->lead.next_ms = now + DL_LEADER_LOOK_MS;
+	return 1;
+}
+
+/* A renewal's or a look's reply. */
+void dl__lead_on_reply(struct dl_store *st, enum batch_kind kind,
+		       const redisReply *r, uint64_t sent_ms)
+{
+	struct lead_reply lr;
+	char who[320];
+
+	st->lead.busy = 0;
+	if (dl__lead_reply(st, kind == BATCH_RENEW ? LEAD_RENEW : LEAD_LOOK, r,
+			   sent_ms, &lr) != 0) {
+		dl__link_fail(st,
+			      "leadership: not a reply of " DL_STORE_LEAD_FN);
+		return;
+	}
+	if (kind == BATCH_RENEW) {
+		if (lr.lagged) {
+			/* Its record or fence is gone and nobody took over
+			 * since: Redis forgot. Not deposed: the next link
+			 * takes the leadership again with the table kept and
+			 * writes it back (store_lead.c). */
+			dl_error(
+				"redis: WENT BACK: this daemon's leadership record or fence is gone, and nobody took over since; taking it again to write the table back");
+			dl__link_fail(st, "Redis went back");
+			return;
+		}
+		if (lr.behind && !lr.ok) {
+			/* Redis went back, and the record is another's (a
+			 * daemon that took over, maybe with this daemon's own
+			 * epoch) or gone while this daemon's leadership
+			 * lapsed: nothing says nobody took over. The next
+			 * link's take decides (store_lead.c); until then this
+			 * daemon's leadership is not confirmed. */
+			dl__lead_describe(st, who, sizeof(who));
+			dl_error(
+				"redis: WENT BACK: it holds less than this daemon saw, and the leadership is not this daemon's (it is %s); taking it again if it is free, keeping the table only if this daemon's leadership never lapsed",
+				who);
+			st->lead.leader.until_ms = 0;
+			dl__link_fail(st, "Redis went back");
+			return;
+		}
+		if (!lr.ok) {
+			dl__lead_depose(st, DL_STORE_DEPOSED,
+					"the renewal found another epoch");
+			return;
+		}
+		st->st.renewals++;
+		st->lead.next_ms = sent_ms + st->cfg->leader_lease_ms / 3;
+		if (dl__hz_tick(st))
+			dl__lead_send(st); /* the standbys' answers */
+		return;
+	}
+	if (!st->lead.leader.epoch && dl__lead_lapse_wait(st, &lr))
+		return;
+	if (!st->lead.leader.epoch) {
+		st->lead.next_ms = dl_mono_ms() + st->cfg->leader_lease_ms / 3;
+		st->hooks.role(DL_STORE_LAPSED, st->hooks.ctx);
+		return;
+	}
+	st->lead.lapse_wait_until = 0;
+	dl__lead_next_look(st, &lr);
+}
+
+/* When to look next: next_look's time, or at once to pass a new horizon
+ * back (store_horizon.c). */
+void dl__lead_next_look(struct dl_store *st, const struct lead_reply *lr)
+{
+	uint64_t third = st->cfg->leader_lease_ms / 3;
+
+	if (third > DL_LEADER_LOOK_MS)
+		third = DL_LEADER_LOOK_MS;
+	if (st->hz.relook) {
+		st->hz.relook = 0;
+		st->lead.next_ms = dl_mono_ms();
+		return;
+	}
+	st->lead.next_ms =
+		dl_mono_ms() + (lr->pttl > 0 && (uint64_t)lr->pttl < third
+					? (uint64_t)lr->pttl + 1
+					: third);
+}
+
+/* The leadership's turn on the link: renew it (the active) or look at it
+ * (a standby) when due, one request at a time. */
+void dl__lead_tick(struct dl_store *st)
+{
+	if (dl__hz_tick(st) || dl_mono_ms() >= st->lead.next_ms)
+		dl__lead_send(st);
+}
+
+void dl__lead_send(struct dl_store *st)
+{
+	const char *argv[LEAD_ARGC];
+	size_t lens[LEAD_ARGC];
+	int argc;
+
+	if (st->lead.busy || !st->ac ||
+	    (st->link != LINK_UP && st->link != LINK_SYNCING))
+		return;
+	argc = dl__lead_argv(st, st->lead.active ? LEAD_RENEW : LEAD_LOOK,
+			     st->fence, argv, lens);
+	if (dl__batch_send(st, st->lead.active ? BATCH_RENEW : BATCH_LOOK, 0,
+			   argc, argv, lens)) {
+		dl__link_fail(st, "cannot queue a command");
+		return;
+	}
+	st->lead.busy = 1;
+	/* A standby that does not know the cluster id yet (the active had
+	 * not written it when this link came up) asks with each look. */
+	if (!st->lead.active && !st->lead.seen.v.cluster[0] &&
+	    dl__cluster_send_get(st, NULL)) {
+		dl__link_fail(st, "cannot queue a command");
+		return;
+	}
+	if (dl_mono_ms() >= st->dur.next_check_ms) {
+		/* Redis's persistence and eviction, again: a CONFIG SET while
+		 * the daemon runs (store_durable.c) */
+		static const char *const cfg_argv[] = {
+			"CONFIG", "GET", "appendonly", "maxmemory-policy",
+			"appendfsync"};
+		static const size_t cfg_lens[] = {6, 3, 10, 16, 11};
+
+		st->dur.next_check_ms = dl_mono_ms() + DL_STORE_CONFIG_MS;
+		if (dl__batch_send(st, BATCH_CONFIG, 0, 5,
+				   (const char **)cfg_argv, cfg_lens))
+			dl__link_fail(st, "cannot queue a command");
+	}
 }

@@ -140,6 +140,26 @@ void dl__commit(struct dl_store *st, uint64_t epoch);
  * handler sends the next when due). */
 void dl__lead_send(struct dl_store *st);
 
+/* ---- store_lead.c: the leadership's timing on the link ---- */
+
+/* This daemon is not the active one any more: the link fails, the server steps
+ * down (hook) with `ev`, and the log says `how` and who leads. */
+void dl__lead_depose(struct dl_store *st, enum dl_store_role_event ev,
+		     const char *how);
+/* A renewal's or a look's reply (batch kind BATCH_RENEW or BATCH_LOOK). */
+void dl__lead_on_reply(struct dl_store *st, enum batch_kind kind,
+		       const redisReply *r, uint64_t sent_ms);
+/* When to look at the leadership again: right after the holder's lease
+ * would end, at most a third of a lease from now, or at once to pass a
+ * new horizon back (store_horizon.c). */
+void dl__lead_next_look(struct dl_store *st, const struct lead_reply *lr);
+/* The leadership's turn on the link: renew it (the active) or look at it
+ * (a standby) when due, one request at a time. */
+void dl__lead_tick(struct dl_store *st);
+/* A standby that found the leadership free on a Redis that went back
+ * waits one lease for the active to write its table back (or while it
+ * vouched for a lapsed active's challenge): 1 while it waits. */
+int dl__lead_lapse_wait(struct dl_store *st, const struct lead_reply *lr);
 /* ---- store.c, for store_attest.c ---- */
 
 /* Take the leadership on the link now (the handshake's last step). 0 or
