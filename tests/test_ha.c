@@ -2014,14 +2014,20 @@ static FILE *dlock_begin(const char *fmt, ...)
 	return p;
 }
 
-/* Its exit status (-1 if it did not exit), what it said in out. */
+/* Its exit status (-1 if it did not exit), what it said in out (the
+ * first cap - 1 bytes; the rest is read and dropped: closed early, the
+ * pipe killed a dlock that said more, as `dlock stats` came to, with
+ * SIGPIPE). */
 static int dlock_end(FILE *p, char *out, size_t cap)
 {
+	char rest[512];
 	int st;
 
 	out[0] = '\0';
 	while (fgets(out + strlen(out), (int)(cap - strlen(out)), p) &&
 	       strlen(out) < cap - 1)
+		;
+	while (fgets(rest, sizeof(rest), p))
 		;
 	st = pclose(p);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
