@@ -1125,7 +1125,9 @@ static void on_tick(uv_timer_t *t)
 		 * counts against it. It keeps the leadership meanwhile. */
 		if (silent_ms(st, now) >
 		    st->cfg->redis_timeout_ms + reply_allowance_ms(st))
-			dl__link_fail(st, "timed out connecting");
+			dl__link_fail(st, st->link == LINK_SYNCING
+						  ? "timed out re-syncing"
+						  : "timed out connecting");
 		else if (st->link == LINK_SYNCING)
 			dl__lead_tick(st);
 		else
