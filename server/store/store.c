@@ -1124,11 +1124,20 @@ static void on_tick(uv_timer_t *t)
 		/* A re-sync of a big table may take a while; only silence
 		 * counts against it. It keeps the leadership meanwhile. */
 		if (silent_ms(st, now) >
-		    st->cfg->redis_timeout_ms + reply_allowance_ms(st))
-			dl__link_fail(st, st->link == LINK_SYNCING
-						  ? "timed out re-syncing"
-						  : "timed out connecting");
-		else if (st->link == LINK_SYNCING)
+		    st->cfg->redis_timeout_ms + reply_allowance_ms(st)) {
+			char why[160];
+
+			snprintf(
+				why, sizeof(why),
+				"timed out %s (no reply for %llu ms to a call of %zu records, %llu ms allowed)",
+				st->link == LINK_SYNCING ? "re-syncing"
+							 : "connecting",
+				(unsigned long long)silent_ms(st, now),
+				st->head ? st->head->records : (size_t)0,
+				(unsigned long long)(st->cfg->redis_timeout_ms +
+						     reply_allowance_ms(st)));
+			dl__link_fail(st, why);
+		} else if (st->link == LINK_SYNCING)
 			dl__lead_tick(st);
 		else
 			dl__attest_tick(st);

@@ -63,8 +63,11 @@
 /* A whole bucket goes in one re-sync call, however many records it has:
  * names chosen to fall into one bucket make a call of 10^6 records, which
  * took Redis 2-2.8 s. Its reply is given redis_timeout plus this much per
- * record (10 s for 10^6), so that the re-sync ends (server/store/store.c). */
-#define DL_STORE_RECORD_US 10
+ * record (30 s for 10^6), so that the re-sync ends (server/store/store.c).
+ * 10 us was too little for a Redis sharing its cores: 120,000 records took
+ * 1,423 ms with two other processes spinning on a 2-core machine. Only a
+ * silence while SYNCING, when changes are refused anyway. */
+#define DL_STORE_RECORD_US 30
 
 /* Leadership (docs/design.md, "Leadership and fencing"). The active
  * daemon holds a lease in Redis, renews it every third of it, and counts
