@@ -211,6 +211,10 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    # past the run and a grace, a worker still blocked (a wait forever on
+    # a lock closed for max_ttl) ends, leaving its history true (worker.c)
+    signal.signal(signal.SIGALRM, lambda sig, frame: os._exit(0))
+    signal.alarm(int(sys.argv[8]) // 1000 + 30)
     hist = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
     Worker(sys.argv[2:]).run()
     return 0
