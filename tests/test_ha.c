@@ -1039,7 +1039,7 @@ Test(ha, a_peer_restarted_after_redis_went_back_cannot_vouch)
  * vouched. */
 Test(ha, a_peer_that_led_in_its_run_never_vouches)
 {
-	char cmd[3 * H_PATH_MAX];
+	char cmd[3 * H_PATH_MAX], *l;
 	struct h_client *c;
 	uint64_t t0;
 
@@ -1060,7 +1060,11 @@ Test(ha, a_peer_that_led_in_its_run_never_vouches)
 		 r.dir);
 	cr_assert_eq(system(cmd), 0);
 	c = h_hello(a.port, "c");
-	h_lock(c, "w", "ttl=5s");
+	/* granted, or queued: a's first round had no answer from the paused
+	 * b, which had led, and closed grants; a waiter is written too */
+	l = h_call(c, "LOCK w ttl=5s wait=5s");
+	cr_assert(h_starts(l, "OK GRANTED w ") || h_starts(l, "OK QUEUED w "),
+		  "%s", l);
 	h_close(c);
 	h_sleep_ms(1000); /* b sees more than the copy holds */
 	h_redis_kill9(&r);
@@ -1143,6 +1147,56 @@ Test(ha, a_peer_that_led_bounds_the_closure_by_what_it_told)
 	h_close(bob);
 	cr_assert_eq(h_daemon_stop(&a), 0);
 	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
+/* A silent peer may have led. a is paused; b takes over and grants bob x
+ * for 40 s; b is paused too, and Redis comes back from a copy taken before
+ * b's take, which holds all a saw. a's leadership lapsed, b does not
+ * answer: before, a took without closing anything (Redis was not behind
+ * what it saw) and granted x again, 7 s into bob's lease (found from
+ * outside). Now the round that bounds nothing closes grants for max_ttl,
+ * behind or not. */
+Test(ha, a_silent_peer_that_may_have_led_closes_grants)
+{
+	char cmd[3 * H_PATH_MAX], *l;
+	struct h_client *bob, *c;
+	uint64_t t0, until;
+	int served = 0;
+
+	start_peers(ab);
+	h_sleep_ms(1500); /* b has looked */
+	h_daemon_signal(&a, SIGSTOP);
+	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
+		 r.dir);
+	cr_assert_eq(system(cmd), 0);
+	wait_active(&b, 10000);
+	bob = h_hello(b.port, "bob");
+	until = h_now_ms() + 40000; /* bob's lease ends no sooner */
+	h_lock(bob, "x", "ttl=40s");
+	h_daemon_signal(&b, SIGSTOP);
+	h_redis_kill9(&r);
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
+		 r.dir, r.dir);
+	cr_assert_eq(system(cmd), 0);
+	h_redis_restart(&r);
+	h_daemon_signal(&a, SIGCONT);
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 10000; h_sleep_ms(200)) {
+		c = h_try_connect(a.port);
+		if (!c)
+			continue;
+		l = h_call(c, "TRYLOCK x ttl=1s");
+		cr_assert(!h_starts(l, "OK GRANTED") || h_now_ms() >= until,
+			  "x granted while bob holds it: %s", l);
+		served += h_starts(l, "NO BUSY x ");
+		h_close(c);
+	}
+	cr_assert(served > 0, "a never served");
+	cr_assert(h_daemon_log_has(&a, "no answer within"));
+	h_daemon_signal(&b, SIGCONT);
+	h_close(bob);
+	h_daemon_stop(&a);
+	h_daemon_stop(&b);
 }
 
 /* The active's renewal found another daemon's record on a Redis that went

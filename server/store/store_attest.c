@@ -65,7 +65,10 @@
  * until that end (store_horizon.c bound_ms, bounded_args) -- even if
  * Redis holds all this daemon saw, since a peer's take may be what Redis
  * lost; a take since the answers voids the bound in the function, which
- * closes for max_ttl instead.
+ * closes for max_ttl instead. Its tokens resume above the largest mark
+ * the answers name. A round that bounds nothing (ATTEST_BLIND: a peer
+ * silent, restarted since the lapse, or not named) closes for max_ttl,
+ * behind or not, for the same reason.
  *
  * A node that vouched for a challenge takes no leadership (a standby's
  * take-over, a lapsed active's take) while it may still stand: for the
@@ -154,19 +157,22 @@ static int vouch(const char *who, const char *ans, const char *inst,
  * by then. Both are durations, counted from the challenger's read (the
  * answer was written before: it can only count too long), so no clock of
  * another machine is compared with this one. 1 and *end, or 0 and why
- * (appended). */
-static int bounds(const char *ans, uint64_t since_ms, uint64_t *end, char *why,
-		  size_t len)
+ * (appended). Its last word, the largest token its process issued or saw,
+ * goes into *mark: the take's tokens resume above it (a peer whose clock
+ * ran 60 s ahead had issued tokens above this daemon's floor of clock
+ * plus max_clock_skew: found from outside). */
+static int bounds(const char *ans, uint64_t since_ms, uint64_t *end,
+		  uint64_t *mark, char *why, size_t len)
 {
-	unsigned long long e, left, age;
+	unsigned long long e, left, age, m;
 	uint64_t now = dl_mono_ms(),
 		 lapsed = now > since_ms ? now - since_ms : 0;
 	size_t n = strlen(why);
 	char i[24];
 	int took;
 
-	if (sscanf(ans, "%23s %llu %d %llu %llu", i, &e, &took, &left, &age) !=
-	    5) {
+	if (sscanf(ans, "%23s %llu %d %llu %llu %llu", i, &e, &took, &left,
+		   &age, &m) != 6) {
 		snprintf(why + n, len - n,
 			 ", and its answer bounds nothing (an older version)");
 		return 0;
@@ -179,6 +185,7 @@ static int bounds(const char *ans, uint64_t since_ms, uint64_t *end, char *why,
 		return 0;
 	}
 	*end = now + left;
+	*mark = m;
 	return 1;
 }
 
@@ -281,6 +288,7 @@ int dl__attest_begin(struct dl_store *st)
 			? st->lead.leader.until_ms - st->cfg->leader_lease_ms
 			: 0;
 	a->bound_until = 0;
+	a->peers_mark = 0;
 	memcpy(a->instance, st->lead.instance, sizeof(a->instance));
 	snprintf(a->set_arg, sizeof(a->set_arg), "%s %" PRIu64 " %s", a->nonce,
 		 a->epoch, st->lead.instance);
@@ -325,11 +333,11 @@ static int is_peer(const struct store_attest *a, const char *s, size_t n)
  * not but bounds what its node told (*end raised to its end), else
  * ATTEST_BLIND (why says so, in each of the last two). */
 static enum attest_round judge(const struct store_attest *a, const char *peer,
-			       const redisReply *v, uint64_t *end, char *why,
-			       size_t len)
+			       const redisReply *v, uint64_t *end,
+			       uint64_t *mark, char *why, size_t len)
 {
 	char buf[sizeof(a->answer)], who[8 + DL_NODE_ID_MAX];
-	uint64_t e;
+	uint64_t e, m;
 
 	snprintf(who, sizeof(who), "peer %s", peer);
 	if (v->type != REDIS_REPLY_STRING || v->len >= sizeof(buf)) {
@@ -340,10 +348,12 @@ static enum attest_round judge(const struct store_attest *a, const char *peer,
 	buf[v->len] = '\0';
 	if (vouch(who, buf, a->instance, a->epoch, why, len))
 		return ATTEST_PROVED;
-	if (!bounds(buf, a->since_ms, &e, why, len))
+	if (!bounds(buf, a->since_ms, &e, &m, why, len))
 		return ATTEST_BLIND;
 	if (e > *end)
 		*end = e;
+	if (m > *mark)
+		*mark = m;
 	return ATTEST_BOUNDED;
 }
 
@@ -365,6 +375,12 @@ static void decide(struct dl_store *st, enum attest_round how, uint64_t end,
 	} else if (how == ATTEST_BOUNDED) {
 		a->bound_until = end;
 		st->st.attests_bounded++;
+		/* tokens go on above the peers' (the load after the take
+		 * resumes above the marks this daemon knows), unless the
+		 * mark is implausible (dl__plausible's ceiling) */
+		if (a->peers_mark <=
+		    (dl_wall_ms() + DL_TOKEN_AHEAD_MAX_MS) * DL_TOKEN_PER_MS)
+			dl_seen_note_mark(&st->lead.seen, a->peers_mark);
 		dl_warn("redis: peers cannot attest that nobody led since epoch %" PRIu64
 			": %s; but every lease they told ends within %" PRIu64
 			" ms: taking the leadership without the table, grants closed no longer than that if Redis went back",
@@ -372,7 +388,7 @@ static void decide(struct dl_store *st, enum attest_round how, uint64_t end,
 	} else {
 		st->st.attests_failed++;
 		dl_warn("redis: peers cannot attest that nobody led since epoch %" PRIu64
-			": %s; taking the leadership without the table",
+			": %s; taking the leadership without the table, grants closed for max_ttl even if Redis holds all this daemon saw (a peer may have led, and Redis lost that take)",
 			a->epoch, why);
 	}
 }
@@ -382,8 +398,8 @@ static void decide(struct dl_store *st, enum attest_round how, uint64_t end,
  * latest end, why the first that did not vouch), ATTEST_BLIND one bounds
  * nothing (why), ATTEST_ASKING not all answered yet. */
 static enum attest_round tally(const struct store_attest *a,
-			       const redisReply *r, uint64_t *end, char *why,
-			       size_t len)
+			       const redisReply *r, uint64_t *end,
+			       uint64_t *mark, char *why, size_t len)
 {
 	size_t j, nl = strlen(a->nonce);
 	enum attest_round v, all = ATTEST_PROVED;
@@ -402,8 +418,8 @@ static enum attest_round tally(const struct store_attest *a,
 			    strcmp(k->str + nl + 1, a->peers[i]) != 0)
 				continue;
 			w[0] = '\0';
-			v = judge(a, a->peers[i], r->element[j + 1], end, w,
-				  sizeof(w));
+			v = judge(a, a->peers[i], r->element[j + 1], end, mark,
+				  w, sizeof(w));
 			if (v != ATTEST_PROVED && all == ATTEST_PROVED)
 				snprintf(why, len, "%s", w);
 			if (v == ATTEST_BLIND) {
@@ -427,7 +443,7 @@ static void on_answers(redisAsyncContext *ac, void *reply, void *priv)
 	char why[256] = "";
 	size_t j, nl = strlen(a->nonce);
 	enum attest_round v;
-	uint64_t end = 0;
+	uint64_t end = 0, mark = 0;
 
 	if (!r || ac != st->ac)
 		return;
@@ -439,7 +455,7 @@ static void on_answers(redisAsyncContext *ac, void *reply, void *priv)
 		dl__link_fail(st, "challenge: not an answer of HGETALL");
 		return;
 	}
-	if ((v = tally(a, r, &end, why, sizeof(why))) == ATTEST_BLIND) {
+	if ((v = tally(a, r, &end, &mark, why, sizeof(why))) == ATTEST_BLIND) {
 		decide(st, ATTEST_BLIND, 0, why);
 		return;
 	}
@@ -457,6 +473,8 @@ static void on_answers(redisAsyncContext *ac, void *reply, void *priv)
 			return;
 		}
 	}
+	if (v == ATTEST_BOUNDED)
+		a->peers_mark = mark;
 	if (v != ATTEST_ASKING)
 		decide(st, v, end, why);
 }
@@ -539,9 +557,15 @@ void dl__attest_reset(struct dl_store *st)
 const char *dl__attest_proof(const struct dl_store *st)
 {
 	return st->attest.round == ATTEST_PROVED ||
-			       st->attest.round == ATTEST_BOUNDED
+			       st->attest.round == ATTEST_BOUNDED ||
+			       st->attest.round == ATTEST_BLIND
 		       ? st->attest.nonce
 		       : "";
+}
+
+int dl__attest_blind(const struct dl_store *st)
+{
+	return st->attest.round == ATTEST_BLIND;
 }
 
 uint64_t dl__attest_bound(const struct dl_store *st)
@@ -560,16 +584,19 @@ const char *dl__attest_answer(struct dl_store *st)
 {
 	struct store_attest *a = &st->attest;
 	const struct dl_seen *seen = &st->lead.seen;
-	uint64_t now = dl_mono_ms(), end = st->hz.reserved_max;
+	uint64_t now = dl_mono_ms(), end = st->hz.reserved_max, mark;
 
 	if (seen->v.closed > end)
 		end = seen->v.closed;
 	if (dl_locktab_horizon(st->tab) > end)
 		end = dl_locktab_horizon(st->tab);
+	mark = dl_locktab_last_token(st->tab);
+	if (seen->v.mark > mark)
+		mark = seen->v.mark;
 	snprintf(a->answer, sizeof(a->answer),
-		 "%s %" PRIu64 " %d %" PRIu64 " %" PRIu64,
+		 "%s %" PRIu64 " %d %" PRIu64 " %" PRIu64 " %" PRIu64,
 		 a->seen_inst[0] ? a->seen_inst : "-", a->seen_epoch, a->took,
-		 end > now ? end - now : 0, now - a->started_ms);
+		 end > now ? end - now : 0, now - a->started_ms, mark);
 	return a->answer;
 }
 

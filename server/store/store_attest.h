@@ -44,6 +44,8 @@ struct store_attest {
 				 send, or earlier) */
 	uint64_t bound_until; /* monotonic: BOUNDED, the end of every lease
 				 the peers told (0: none) */
+	uint64_t peers_mark;  /* the largest token mark the peers' answers
+				 name (0: none) */
 	uint64_t until_ms;    /* monotonic: answers awaited until then */
 	uint64_t poll_at;     /* monotonic: the next read of the answers */
 	int polling;	      /* reads of the answers and the challenges await
@@ -55,10 +57,10 @@ struct store_attest {
 	uint64_t started_ms;  /* monotonic: this process's start */
 	uint64_t defer_until; /* monotonic: it takes no leadership before
 				 then (a challenge stands) */
-	char answer[96];      /* "<instance> <epoch> <took> <bound> <age>"
-				 for the look */
-	char set_arg[64];     /* the challenge's text */
-	char px_arg[24];      /* its life, ms */
+	char answer[128]; /* "<instance> <epoch> <took> <bound> <age> <mark>"
+			     for the look */
+	char set_arg[64]; /* the challenge's text */
+	char px_arg[24];  /* its life, ms */
 	/* "<nonce>:<node>", an answer's field */
 	char field[17 + 1 + DL_NODE_ID_MAX + 1];
 };
@@ -75,12 +77,16 @@ void dl__attest_tick(struct dl_store *st);
 /* The round is over (the take answered, or the link failed). */
 void dl__attest_reset(struct dl_store *st);
 /* The leadership function's arguments: a take's proof (the nonce, or
- * ""), a look's answer ("<instance> <epoch> <took> <bound> <age>"). */
+ * ""), a look's answer ("<instance> <epoch> <took> <bound> <age>
+ * <mark>"). */
 const char *dl__attest_proof(const struct dl_store *st);
 /* The monotonic end of every lease the peers told while this daemon's
  * leadership lapsed, when their answers bound it (ATTEST_BOUNDED), else
  * 0: the take's closure, if Redis went back (store_horizon.c). */
 uint64_t dl__attest_bound(const struct dl_store *st);
+/* 1 if the round ended without a proof or a bound (ATTEST_BLIND): a peer
+ * may have led unseen, and the take closes for max_ttl, behind or not. */
+int dl__attest_blind(const struct dl_store *st);
 const char *dl__attest_answer(struct dl_store *st);
 /* A reply of the leadership function: the record of another process
  * (instance, epoch) a look saw on a Redis that did not go back; a take by

@@ -388,18 +388,31 @@ bounded:
  * leadership function closes grants even if Redis holds all this daemon
  * saw -- a peer led, or saw another lead, and Redis may have lost that
  * take unseen -- for as long as the peers' leases may be believed;
- * for max_ttl if a take since their answers voided them. */
+ * for max_ttl if a take since their answers voided them. So does a take
+ * after a round that bounded nothing (a peer silent, or restarted since
+ * the lapse), for max_ttl: found from outside, b took over while a was
+ * paused, granted x for 40 s, then was stopped while Redis came back
+ * from a copy from before its take; a, holding all it had seen, closed
+ * nothing and granted x again. */
 static void bounded_args(struct dl_store *st)
 {
 	struct store_horizon *hz = &st->hz;
-	uint64_t now = dl_mono_ms(), end = dl__attest_bound(st);
+	uint64_t now = dl_mono_ms(), end = dl__attest_bound(st),
+		 max = st->cfg->max_ttl_ms + DL_LOCK_DELAY_MAX_MS;
 
 	snprintf(
 		hz->void_arg, sizeof(hz->void_arg),
 		"%s %llu %llu another daemon may have led: a take since its peers answered voids their bound: max_ttl",
 		st->lead.instance, (unsigned long long)++hz->closes,
-		(unsigned long long)(st->cfg->max_ttl_ms +
-				     DL_LOCK_DELAY_MAX_MS));
+		(unsigned long long)max);
+	if (dl__attest_blind(st)) {
+		snprintf(
+			hz->peers_arg, sizeof(hz->peers_arg),
+			"%s %llu %llu another daemon may have led: a peer did not answer, or cannot bound what it told: max_ttl",
+			st->lead.instance, (unsigned long long)++hz->closes,
+			(unsigned long long)max);
+		return;
+	}
 	if (end > now)
 		snprintf(
 			hz->peers_arg, sizeof(hz->peers_arg),
@@ -450,7 +463,8 @@ void dl__hz_args(struct dl_store *st, int mode)
 				 st->lead.instance,
 				 (unsigned long long)++hz->closes,
 				 (unsigned long long)ms, why);
-		if (mode == LEAD_TAKE && dl__attest_bound(st))
+		if (mode == LEAD_TAKE &&
+		    (dl__attest_bound(st) || dl__attest_blind(st)))
 			bounded_args(st);
 		return;
 	}
