@@ -70,11 +70,14 @@
  * silent, restarted since the lapse, or not named) closes for max_ttl,
  * behind or not, for the same reason.
  *
- * A node that vouched for a challenge takes no leadership (a standby's
+ * A node that answered a challenge takes no leadership (a standby's
  * take-over, a lapsed active's take) while it may still stand: for the
  * challenge's life and one more lease from each look or read that saw it
- * (dl__attest_defers). A take of it would void the proof anyway; the
- * deferral lets the challenger's take come first.
+ * (dl__attest_defers; challenges() says why every answer, and which of two
+ * lapsed actives defers). A take of it would void the proof, if Redis
+ * keeps the void; the deferral lets the challenger's take come first, and
+ * the challenger presents its nonce only within the challenge's life on
+ * its own clock (valid_until), a lease before the deferrals end.
  *
  * What it assumes (docs/design.md, "The peers' attestation"): `peers`
  * lists every other daemon that can take the leadership of this keyspace,
@@ -189,17 +192,27 @@ static int bounds(const char *ans, uint64_t since_ms, uint64_t *end,
 	return 1;
 }
 
-static int vouches(struct dl_store *st, const char *inst, uint64_t epoch)
+/* The node id (s, n) sorts before `id`. */
+static int sorts_first(const char *s, size_t n, const char *id)
 {
-	char why[200];
+	size_t l = strlen(id);
+	int c = memcmp(s, id, n < l ? n : l);
 
-	return vouch("", dl__attest_answer(st), inst, epoch, why, sizeof(why));
+	return c < 0 || (c == 0 && n < l);
 }
 
 /* The challenges standing (HGETALL P challenge): arm the deferral for
- * each this node vouches for; with `answer`, also answer each (a lapsed
- * active in its round: a standby answers in its look). 0, or
- * DL_EUNAVAILABLE (the link is to be failed). */
+ * each (below); with `answer`, also answer each (a lapsed active in its
+ * round: a standby answers in its look). 0, or DL_EUNAVAILABLE (the link
+ * is to be failed).
+ *
+ * A node that answered a challenge takes nothing while it may stand,
+ * whatever it answered: a take of its after a bounding answer, lost with
+ * Redis while the challenge and answers came back (a replica a moment
+ * behind, promoted), let the challenger's proof stand, and its bound did
+ * not cover what the take granted (found from outside: two holders). A
+ * lapsed active in its own round defers only to a challenger whose node
+ * id sorts first, so that of two lapsed actives one takes in time. */
 static int challenges(struct dl_store *st, const redisReply *chs, int answer)
 {
 	struct store_attest *a = &st->attest;
@@ -223,7 +236,8 @@ static int challenges(struct dl_store *st, const redisReply *chs, int answer)
 		v[e->len] = '\0';
 		if (sscanf(v, "%16s %llu %16s", nonce, &epoch, inst) != 3)
 			continue;
-		if (vouches(st, inst, epoch))
+		if (a->round == ATTEST_NONE ||
+		    sorts_first(k->str, k->len, st->lead.node))
 			a->defer_until = dl_mono_ms() + DL_STANDBY_REPORT_MS +
 					 2 * st->cfg->leader_lease_ms;
 		if (!answer)
@@ -312,6 +326,7 @@ int dl__attest_begin(struct dl_store *st)
 		return 0;
 	a->round = ATTEST_ASKING;
 	a->until_ms = now + DL_STANDBY_REPORT_MS;
+	a->valid_until = now + DL_STANDBY_REPORT_MS + st->cfg->leader_lease_ms;
 	a->poll_at = now + DL_ATTEST_POLL_MS;
 	a->polling = 0;
 	dl_notice(
@@ -513,6 +528,18 @@ void dl__attest_tick(struct dl_store *st)
 		snprintf(why + strlen(why), sizeof(why) - strlen(why),
 			 " (or not from all)");
 		decide(st, ATTEST_BLIND, 0, why);
+	}
+	if ((a->round == ATTEST_PROVED || a->round == ATTEST_BOUNDED) &&
+	    now >= a->valid_until) {
+		/* Past the challenge's life on this clock (this daemon was
+		 * paused, or deferred to another's challenge): the peers that
+		 * answered defer only that long, plus a lease, so one may have
+		 * taken since, and a Redis that lost that take may still show
+		 * the challenge (found from outside). */
+		dl_warn("redis: the round for epoch %" PRIu64
+			" outlived its challenge: taking as if no peer had answered",
+			a->epoch);
+		a->round = ATTEST_BLIND;
 	}
 	if (a->round == ATTEST_PROVED ||
 	    ((a->round == ATTEST_BLIND || a->round == ATTEST_BOUNDED) &&

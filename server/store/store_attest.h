@@ -47,6 +47,10 @@ struct store_attest {
 	uint64_t peers_mark;  /* the largest token mark the peers' answers
 				 name (0: none) */
 	uint64_t until_ms;    /* monotonic: answers awaited until then */
+	uint64_t valid_until; /* monotonic: the challenge's life on this
+				 clock; a proof or bound is presented only
+				 before then (the peers defer a lease
+				 longer) */
 	uint64_t poll_at;     /* monotonic: the next read of the answers */
 	int polling;	      /* reads of the answers and the challenges await
 				 their replies (0, 1 or 2) */
