@@ -2477,8 +2477,12 @@ static void hostile_serve(struct hostile *h, int fd)
 		while ((nl = strchr(buf, '\n'))) {
 			*nl = '\0';
 			tag = strstr(buf, " id=");
-			tag = tag ? tag + 4 : (char *)"";
-			tag[strcspn(tag, " \r")] = '\0';
+			if (tag) {
+				tag += 4;
+				tag[strcspn(tag, " \r")] = '\0';
+			} else {
+				tag = nl; /* the line's end: no tag */
+			}
 			if (strncmp(buf, "HELLO", 5) == 0)
 				snprintf(reply, sizeof(reply), "%s id=%s\r\n",
 					 hostile_hello, tag);
