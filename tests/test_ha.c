@@ -102,6 +102,27 @@ static uint64_t wait_active(const struct h_daemon *d, int max_ms)
 	return took;
 }
 
+/* Redis's AOF copied aside now (aof_copy), and put back in place of the
+ * current one (aof_put_back, Redis down): Redis then comes back without
+ * the writes made in between. */
+static void aof_cmd(const char *fmt)
+{
+	char cmd[3 * H_PATH_MAX];
+
+	snprintf(cmd, sizeof(cmd), fmt, r.dir, r.dir, r.dir);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+static void aof_copy(void)
+{
+	aof_cmd("cp -a %s/appendonlydir %s/old");
+}
+
+static void aof_put_back(void)
+{
+	aof_cmd("rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir");
+}
+
 /* Nodes a and b of ids[0] and ids[1], each naming the other in
  * [cluster] peers, each with a state_dir, max_ttl 60 s and 2 s leases; a
  * is active when it returns, b started after it. */
@@ -574,7 +595,7 @@ Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
 {
 	static const char conf[] = "[limits]\nmax_ttl = 6s\ndefault_ttl = 1s\n";
 	struct h_client *c1, *c2, *c3;
-	char cmd[3 * H_PATH_MAX], *l;
+	char *l;
 	uint64_t e0, t2, t3;
 
 	h_daemon_write_conf(&a, conf);
@@ -588,9 +609,7 @@ Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
 	wait_active(&a, 5000);
 	c1 = h_hello(a.port, "c1");
 	h_lock(c1, "x1", "ttl=3s");
-	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
-		 r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_copy();
 	e0 = epoch_of(&a);
 	h_redis_cli(&r, "CLIENT KILL TYPE normal");
 	wait_active(&a, 5000);
@@ -602,10 +621,7 @@ Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
 
 	h_daemon_signal(&a, SIGSTOP);
 	h_redis_kill9(&r);
-	snprintf(cmd, sizeof(cmd),
-		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
-		 r.dir, r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_put_back();
 	h_redis_restart(&r);
 	wait_active(&b, 15000);
 	cr_assert(h_daemon_log_has(&b, "WENT BACK"));
@@ -665,7 +681,7 @@ Test(ha, a_retake_never_overwrites_what_a_standby_wrote_on_a_redis_gone_back)
 Test(ha, a_restarted_active_cannot_hide_a_loss_a_standby_saw)
 {
 	static const char conf[] = "[limits]\nmax_ttl = 24h\n";
-	char cmd[3 * H_PATH_MAX], *l;
+	char *l;
 	struct h_client *c;
 	uint64_t t0;
 
@@ -676,19 +692,14 @@ Test(ha, a_restarted_active_cannot_hide_a_loss_a_standby_saw)
 	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis", r.url,
 		       "--node-id", "b", NULL);
 	wait_active(&a, 5000);
-	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
-		 r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_copy();
 	c = h_hello(a.port, "alice");
 	h_lock(c, "x", "ttl=60s");
 	h_close(c);
 	h_sleep_ms(1200); /* b looks twice a second */
 	h_daemon_kill9(&a);
 	h_redis_kill9(&r);
-	snprintf(cmd, sizeof(cmd),
-		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
-		 r.dir, r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_put_back();
 	h_redis_restart(&r);
 	h_daemon_restart(&a);
 	t0 = h_now_ms();
@@ -786,7 +797,7 @@ Test(ha, a_lapsed_active_never_keeps_its_table_on_a_copy_of_its_own_epoch)
 {
 	static const char conf[] = "[limits]\nmax_ttl = 6s\ndefault_ttl = 1s\n";
 	struct h_client *c1, *c2, *c3;
-	char cmd[3 * H_PATH_MAX], *l;
+	char *l;
 	uint64_t e0, t0;
 	int busy = 0;
 
@@ -800,9 +811,7 @@ Test(ha, a_lapsed_active_never_keeps_its_table_on_a_copy_of_its_own_epoch)
 		       NULL);
 	wait_active(&a, 5000);
 	e0 = epoch_of(&a);
-	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
-		 r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_copy();
 	c1 = h_hello(a.port, "c1");
 	h_lock(c1, "w", "ttl=6s"); /* a sees more than the copy holds */
 	cr_assert_eq(epoch_of(&a), e0, "a took again after the copy");
@@ -814,10 +823,7 @@ Test(ha, a_lapsed_active_never_keeps_its_table_on_a_copy_of_its_own_epoch)
 	h_lock(c2, "x", "ttl=6s");
 	h_daemon_signal(&b, SIGSTOP);
 	h_redis_kill9(&r);
-	snprintf(cmd, sizeof(cmd),
-		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
-		 r.dir, r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_put_back();
 	h_redis_restart(&r);
 	h_daemon_signal(&a, SIGCONT);
 	for (t0 = h_now_ms(); h_now_ms() - t0 < 4000; h_sleep_ms(100)) {
@@ -849,26 +855,21 @@ Test(ha, a_lapsed_active_never_keeps_its_table_on_a_copy_of_its_own_epoch)
  * old way. */
 static void attest_round(int b_paused)
 {
-	char cmd[3 * H_PATH_MAX], *l;
+	char *l;
 	struct h_client *alice, *c;
 	uint64_t tok, t0;
 	int granted = 0;
 
 	start_peers(ab);
 	h_sleep_ms(1500); /* b has looked */
-	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
-		 r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_copy();
 	alice = h_hello(a.port, "alice");
 	tok = h_lock(alice, "x", "ttl=60s"); /* the copy lacks it */
 	h_redis_kill9(&r);
 	if (b_paused)
 		h_daemon_signal(&b, SIGSTOP);
 	h_sleep_ms(3000); /* past a's leadership */
-	snprintf(cmd, sizeof(cmd),
-		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
-		 r.dir, r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_put_back();
 	h_redis_restart(&r);
 	for (t0 = h_now_ms(); h_now_ms() - t0 < 10000 && !granted;
 	     h_sleep_ms(200)) {
@@ -970,7 +971,7 @@ Test(ha, of_two_lapsed_actives_neither_vouches_for_the_other)
  * cannot vouch. */
 Test(ha, a_peer_restarted_after_redis_went_back_cannot_vouch)
 {
-	char conf[H_PATH_MAX + 160], cmd[3 * H_PATH_MAX], *l;
+	char conf[H_PATH_MAX + 160], *l;
 	struct h_client *bob, *c;
 	uint64_t t0;
 	int i;
@@ -986,9 +987,7 @@ Test(ha, a_peer_restarted_after_redis_went_back_cannot_vouch)
 	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis", r.url,
 		       "--leader-lease", "2s", "-l", "info", NULL);
 	wait_active(&a, 5000);
-	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
-		 r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_copy();
 	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis", r.url,
 		       "--leader-lease", "2s", "-l", "info", NULL);
 	for (i = 0; i < 3; i++) {
@@ -1001,10 +1000,7 @@ Test(ha, a_peer_restarted_after_redis_went_back_cannot_vouch)
 	h_lock(bob, "x", "ttl=60s");
 	h_daemon_kill9(&b);
 	h_redis_kill9(&r);
-	snprintf(cmd, sizeof(cmd),
-		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
-		 r.dir, r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_put_back();
 	h_redis_restart(&r);
 	h_daemon_restart(&b);
 	wait_active(&b, 10000);
@@ -1039,7 +1035,7 @@ Test(ha, a_peer_restarted_after_redis_went_back_cannot_vouch)
  * vouched. */
 Test(ha, a_peer_that_led_in_its_run_never_vouches)
 {
-	char cmd[3 * H_PATH_MAX], *l;
+	char *l;
 	struct h_client *c;
 	uint64_t t0;
 
@@ -1056,9 +1052,7 @@ Test(ha, a_peer_that_led_in_its_run_never_vouches)
 		cr_assert(h_now_ms() - t0 < 15000, "b never stepped down");
 	h_sleep_ms(1500); /* b looks, and sees a */
 	/* Redis comes back behind (b then waits for a rather than take) */
-	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
-		 r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_copy();
 	c = h_hello(a.port, "c");
 	/* granted, or queued: a's first round had no answer from the paused
 	 * b, which had led, and closed grants; a waiter is written too */
@@ -1069,10 +1063,7 @@ Test(ha, a_peer_that_led_in_its_run_never_vouches)
 	h_sleep_ms(1000); /* b sees more than the copy holds */
 	h_redis_kill9(&r);
 	h_sleep_ms(3000); /* past a's leadership */
-	snprintf(cmd, sizeof(cmd),
-		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
-		 r.dir, r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_put_back();
 	h_redis_restart(&r);
 	/* (a's first round, while b was paused, had no answer) */
 	cr_assert(h_daemon_log_wait(&a, "peer b took the leadership", 10000),
@@ -1094,16 +1085,14 @@ Test(ha, a_peer_that_led_in_its_run_never_vouches)
 Test(ha, a_peer_that_led_bounds_the_closure_by_what_it_told)
 {
 	struct h_daemon *nodes[2] = {&a, &b};
-	char cmd[3 * H_PATH_MAX], *l;
+	char *l;
 	struct h_client *bob, *c;
 	uint64_t t0, until, y = 0;
 	int i;
 
 	start_peers(ab);
 	h_sleep_ms(1500); /* b has looked */
-	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
-		 r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_copy();
 	h_daemon_signal(&a, SIGSTOP);
 	wait_active(&b, 10000);
 	bob = h_hello(b.port, "bob");
@@ -1112,10 +1101,7 @@ Test(ha, a_peer_that_led_bounds_the_closure_by_what_it_told)
 	h_daemon_signal(&b, SIGSTOP);
 	h_sleep_ms(2500); /* past b's leadership */
 	h_redis_kill9(&r);
-	snprintf(cmd, sizeof(cmd),
-		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
-		 r.dir, r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_put_back();
 	h_redis_restart(&r);
 	h_daemon_signal(&a, SIGCONT);
 	h_daemon_signal(&b, SIGCONT);
@@ -1158,7 +1144,7 @@ Test(ha, a_peer_that_led_bounds_the_closure_by_what_it_told)
  * behind or not. */
 Test(ha, a_silent_peer_that_may_have_led_closes_grants)
 {
-	char cmd[3 * H_PATH_MAX], *l;
+	char *l;
 	struct h_client *bob, *c;
 	uint64_t t0, until;
 	int served = 0;
@@ -1166,19 +1152,14 @@ Test(ha, a_silent_peer_that_may_have_led_closes_grants)
 	start_peers(ab);
 	h_sleep_ms(1500); /* b has looked */
 	h_daemon_signal(&a, SIGSTOP);
-	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
-		 r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_copy();
 	wait_active(&b, 10000);
 	bob = h_hello(b.port, "bob");
 	until = h_now_ms() + 40000; /* bob's lease ends no sooner */
 	h_lock(bob, "x", "ttl=40s");
 	h_daemon_signal(&b, SIGSTOP);
 	h_redis_kill9(&r);
-	snprintf(cmd, sizeof(cmd),
-		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
-		 r.dir, r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_put_back();
 	h_redis_restart(&r);
 	h_daemon_signal(&a, SIGCONT);
 	for (t0 = h_now_ms(); h_now_ms() - t0 < 10000; h_sleep_ms(200)) {
@@ -1372,7 +1353,7 @@ Test(ha, a_report_outlives_a_proved_take_after_a_blind_one)
 {
 	struct h_daemon *nodes[3] = {&a, &b, &cn};
 	const char *ids[3] = {"a", "b", "c"};
-	char conf[H_PATH_MAX + 128], cmd[3 * H_PATH_MAX], got[512] = "", *l;
+	char conf[H_PATH_MAX + 128], got[512] = "", *l;
 	struct h_client *c, *bob;
 	uint64_t t_lock, t0;
 	int i, granted = 0;
@@ -1391,9 +1372,7 @@ Test(ha, a_report_outlives_a_proved_take_after_a_blind_one)
 	wait_active(&a, 5000);
 	h_sleep_ms(500);
 	/* the copy: before c ever looked (P standbys has no c) */
-	snprintf(cmd, sizeof(cmd), "cp -a %s/appendonlydir %s/old", r.dir,
-		 r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_copy();
 	h_daemon_start(&cn, "-c", cn.conf, "--persist", "redis", "--redis",
 		       r.url, "--node-id", ids[2], "--leader-lease", "3s", "-l",
 		       "info", NULL);
@@ -1407,10 +1386,7 @@ Test(ha, a_report_outlives_a_proved_take_after_a_blind_one)
 	h_daemon_signal(&cn, SIGSTOP);
 	h_daemon_kill9(&a);
 	h_redis_kill9(&r);
-	snprintf(cmd, sizeof(cmd),
-		 "rm -rf %s/appendonlydir && mv %s/old %s/appendonlydir", r.dir,
-		 r.dir, r.dir);
-	cr_assert_eq(system(cmd), 0);
+	aof_put_back();
 	h_redis_restart(&r);
 	/* b: a new node (empty state dir) takes the copy; nothing tells it */
 	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis", r.url,
