@@ -119,20 +119,21 @@ redisReply *dl__load_run(struct load_ctx *x, int *rc, int fatal_errors,
 	return r;
 }
 
-#define RUN(x, rc, fatal, ...)                                                 \
-	run_v((x), (rc), (fatal), (const char *[]){__VA_ARGS__, NULL})
-
-/* dl__load_run() with NUL-terminated string arguments. */
-static redisReply *run_v(struct load_ctx *x, int *rc, int fatal_errors,
-			 const char **argv)
+redisReply *dl__load_runv(struct load_ctx *x, int *rc, int fatal_errors,
+			  const char **argv)
 {
-	size_t lens[8];
+	size_t lens[DL__LOAD_ARGS_MAX];
 	int n;
 
 	for (n = 0; argv[n]; n++)
-		lens[n] = strlen(argv[n]);
+		if (n == DL__LOAD_ARGS_MAX)
+			abort(); /* a call with more words: a build error */
+		else
+			lens[n] = strlen(argv[n]);
 	return dl__load_run(x, rc, fatal_errors, n, argv, lens);
 }
+
+#define RUN DL__LOAD_RUN
 
 /* What an acknowledged grant survives (store_durable.c): without AOF,
  * and without allow_nondurable_redis, or with a maxmemory-policy that

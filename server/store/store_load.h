@@ -51,6 +51,13 @@ int dl__load_err(struct load_ctx *x, int rc, const char *fmt, ...)
  * a configuration problem, DL_EBADARG; else DL_EUNAVAILABLE). */
 redisReply *dl__load_run(struct load_ctx *x, int *rc, int fatal_errors,
 			 int argc, const char **argv, const size_t *lens);
+/* dl__load_run() with NUL-terminated string arguments, through
+ * DL__LOAD_RUN(x, &rc, fatal_errors, "GET", key). */
+#define DL__LOAD_ARGS_MAX 8
+redisReply *dl__load_runv(struct load_ctx *x, int *rc, int fatal_errors,
+			  const char **argv);
+#define DL__LOAD_RUN(x, rc, fatal, ...)                                        \
+	dl__load_runv((x), (rc), (fatal), (const char *[]){__VA_ARGS__, NULL})
 /* Renew the leadership if a third of its lease has passed since it was
  * last confirmed (nothing may be in flight on x->c). */
 int dl__load_keep_lead(struct load_ctx *x);

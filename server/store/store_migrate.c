@@ -61,18 +61,7 @@
 #include "server/log.h"
 #include "server/store/store_private.h"
 
-#define RUN(x, rc, ...) run_v((x), (rc), (const char *[]){__VA_ARGS__, NULL})
-
-/* dl__load_run() with NUL-terminated string arguments. */
-static redisReply *run_v(struct load_ctx *x, int *rc, const char **argv)
-{
-	size_t lens[8];
-	int n;
-
-	for (n = 0; argv[n]; n++)
-		lens[n] = strlen(argv[n]);
-	return dl__load_run(x, rc, 0, n, argv, lens);
-}
+#define RUN(x, rc, ...) DL__LOAD_RUN((x), (rc), 0, __VA_ARGS__)
 
 /* The names of the locks of layout 1. */
 struct layout1 {
