@@ -1180,6 +1180,88 @@ Test(ha, a_silent_peer_that_may_have_led_closes_grants)
 	h_daemon_stop(&b);
 }
 
+/* A node restarted with an emptied state_dir (a replaced machine) while
+ * Redis came back from a copy taken before the active's last grant, long
+ * enough after that nobody led. Found from outside: b took at once and
+ * granted x again 2.8 s into alice's 40 s lease. The active that saw the
+ * loss was no standby Redis lists, so the restart's wait for reports
+ * missed it. Now a start that proves nothing asks its peers first (the
+ * restart round). Of the two, the node whose id sorts first goes first:
+ * if it is the restarted one, the active's answer bounds the closure by
+ * alice's lease (`bounded`, and y is granted once that has ended); if it
+ * is the active, the restarted node answers (a process too young to
+ * bound anything) and lets it take, closing for max_ttl. Returns when y
+ * was granted (0: not within `watch_ms`). */
+static uint64_t restart_with_an_emptied_state_dir(const char *const ids[2],
+						  int watch_ms)
+{
+	struct h_daemon *nodes[2] = {&a, &b};
+	char cmd[2 * H_PATH_MAX], *l;
+	struct h_client *alice, *c;
+	uint64_t t0, until, y = 0;
+	int i, served = 0;
+
+	start_peers(ids);
+	h_sleep_ms(1500); /* b has looked */
+	aof_copy();
+	alice = h_hello(a.port, "alice");
+	until = h_now_ms() + 40000; /* alice's lease ends no sooner */
+	h_lock(alice, "x", "ttl=40s");
+	h_daemon_kill9(&b);
+	snprintf(cmd, sizeof(cmd), "rm -f %s/dlockd*state* %s/dlockd.lock",
+		 b.dir, b.dir);
+	cr_assert_eq(system(cmd), 0);
+	h_redis_kill9(&r);
+	aof_put_back();
+	h_sleep_ms(2500); /* a's leadership and the copy's record end */
+	h_daemon_restart_nowait(&b); /* it waits for Redis */
+	h_redis_restart(&r);
+	for (t0 = h_now_ms(); h_now_ms() - t0 < (uint64_t)watch_ms;
+	     h_sleep_ms(200)) {
+		for (i = 0; i < 2; i++) {
+			c = h_try_connect(nodes[i]->port);
+			if (!c)
+				continue;
+			l = h_call(c, "TRYLOCK x ttl=1s");
+			cr_assert(!h_starts(l, "OK GRANTED") ||
+					  h_now_ms() >= until,
+				  "x granted while alice holds it: %s", l);
+			served += h_starts(l, "NO BUSY x ");
+			l = h_call(c, "TRYLOCK y ttl=1s");
+			if (!y && h_starts(l, "OK GRANTED y "))
+				y = h_now_ms();
+			h_close(c);
+		}
+		if (y)
+			break;
+	}
+	cr_assert(served > 0, "nobody served");
+	cr_assert(!y || y >= until - 1000, "y granted in alice's lease");
+	if (y)
+		cr_log_info("y granted %llu ms after alice's 40 s lease began",
+			    (unsigned long long)(y - (until - 40000)));
+	h_close(alice);
+	h_daemon_kill9(&a);
+	h_daemon_kill9(&b);
+	return y;
+}
+
+Test(ha, a_restart_with_an_emptied_state_dir_lets_a_lapsed_active_go_first)
+{
+	cr_assert_eq(
+		restart_with_an_emptied_state_dir(ab, 12000), 0,
+		"grants reopened, though the restarted node bounds nothing");
+}
+
+Test(ha, a_restart_with_an_emptied_state_dir_is_bounded_by_its_peers)
+{
+	static const char *const ba[2] = {"b", "a"};
+
+	cr_assert_neq(restart_with_an_emptied_state_dir(ba, 55000), 0,
+		      "grants closed for max_ttl");
+	cr_assert(h_daemon_log_has(&b, "every peer answered"));
+}
+
 /* The active's renewal found another daemon's record on a Redis that went
  * back: FLUSHALL, then a daemon with no state file (nothing tells it that
  * Redis forgot) took the leadership, at epoch 1 again. The active said

@@ -91,6 +91,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
 #include "server/clock.h"
 #include "server/log.h"
@@ -655,4 +656,285 @@ void dl__attest_challenges(struct dl_store *st, const redisReply *chs)
 int dl__attest_defers(const struct dl_store *st)
 {
 	return dl_mono_ms() < st->attest.defer_until;
+}
+
+/* ---- the restart round ------------------------------------------------ */
+
+/* The leadership record "<epoch> <node> <addr> <instance>" names another
+ * node than this one (none: 0). */
+static int led_by_another(const struct dl_store *st, const redisReply *r)
+{
+	size_t n = strlen(st->lead.node);
+	const char *node;
+
+	if (r->type != REDIS_REPLY_STRING ||
+	    !(node = memchr(r->str, ' ', r->len)))
+		return 0;
+	node++;
+	return (size_t)(r->str + r->len - node) <= n ||
+	       memcmp(node, st->lead.node, n) != 0 || node[n] != ' ';
+}
+
+/* The others' challenges (HGETALL P challenge), answered from what this
+ * process saw (nothing: it has just started, and so never vouches and,
+ * being younger than any lapse, bounds nothing). 1 if one of a node that
+ * sorts first stands: this node defers to it (challenges()). */
+static int restart_answers(struct load_ctx *x, const redisReply *chs, int *rc)
+{
+	struct dl_store *st = x->st;
+	struct store_attest *a = &st->attest;
+	char v[80], nonce[17], inst[17];
+	unsigned long long epoch;
+	int first = 0;
+	redisReply *r;
+	size_t j;
+
+	for (j = 0; chs->type == REDIS_REPLY_ARRAY && j + 1 < chs->elements;
+	     j += 2) {
+		const redisReply *k = chs->element[j], *e = chs->element[j + 1];
+
+		if (k->type != REDIS_REPLY_STRING ||
+		    e->type != REDIS_REPLY_STRING || e->len >= sizeof(v) ||
+		    (k->len == strlen(st->lead.node) &&
+		     memcmp(k->str, st->lead.node, k->len) == 0))
+			continue;
+		memcpy(v, e->str, e->len);
+		v[e->len] = '\0';
+		if (sscanf(v, "%16s %llu %16s", nonce, &epoch, inst) != 3)
+			continue;
+		snprintf(a->field, sizeof(a->field), "%s:%s", nonce,
+			 st->lead.node);
+		if (!(r = DL__LOAD_RUN(x, rc, 0, "HSET", st->keys.answers,
+				       a->field, dl__attest_answer(st))))
+			return -1;
+		freeReplyObject(r);
+		if (!(r = DL__LOAD_RUN(x, rc, 0, "PEXPIRE", st->keys.answers,
+				       a->px_arg)))
+			return -1;
+		freeReplyObject(r);
+		if (sorts_first(k->str, k->len, st->lead.node)) {
+			a->defer_until = dl_mono_ms() + DL_STANDBY_REPORT_MS +
+					 2 * st->cfg->leader_lease_ms;
+			first = 1;
+		}
+	}
+	return first;
+}
+
+/* The peers' answers to this restart's challenge (HGETALL P answers):
+ * 1 when every peer answered, with *end the latest end of a lease they
+ * told and *mark their largest token; 0 not yet; -1 an answer that
+ * bounds nothing (an older version), in why. */
+static int restart_tally(const struct store_attest *a, const redisReply *r,
+			 uint64_t *end, uint64_t *mark, char *why, size_t len)
+{
+	size_t j, nl = strlen(a->nonce);
+	unsigned long long e, left, age, m;
+	char i[24], buf[sizeof(a->answer)];
+	int p, n = 0, took;
+
+	for (p = 0; p < a->npeers; p++)
+		for (j = 0; r->type == REDIS_REPLY_ARRAY && j + 1 < r->elements;
+		     j += 2) {
+			const redisReply *k = r->element[j],
+					 *v = r->element[j + 1];
+
+			if (k->type != REDIS_REPLY_STRING || k->len <= nl ||
+			    memcmp(k->str, a->nonce, nl) != 0 ||
+			    k->str[nl] != ':' ||
+			    strcmp(k->str + nl + 1, a->peers[p]) != 0)
+				continue;
+			if (v->type != REDIS_REPLY_STRING ||
+			    v->len >= sizeof(buf))
+				goto nothing;
+			memcpy(buf, v->str, v->len);
+			buf[v->len] = '\0';
+			if (sscanf(buf, "%23s %llu %d %llu %llu %llu", i, &e,
+				   &took, &left, &age, &m) != 6)
+				goto nothing;
+			if (dl_mono_ms() + left > *end)
+				*end = dl_mono_ms() + left;
+			if (m > *mark)
+				*mark = m;
+			n++;
+			break;
+		nothing:
+			snprintf(
+				why, len,
+				"peer %s's answer bounds nothing (an older version?)",
+				a->peers[p]);
+			return -1;
+		}
+	return n == a->npeers;
+}
+
+static int restart_done(struct load_ctx *x, int rc)
+{
+	struct dl_store *st = x->st;
+	redisReply *r;
+	int rc2 = 0;
+
+	/* the take deletes it; a start that does not take leaves nobody
+	 * deferring to it */
+	if (st->attest.round == ATTEST_NONE &&
+	    (r = DL__LOAD_RUN(x, &rc2, 0, "HDEL", st->keys.challenge,
+			      st->lead.node)))
+		freeReplyObject(r);
+	return rc;
+}
+
+/* The restart's challenge, written: 0, 1 if no nonce could be drawn (no
+ * round), or an error of the connection. */
+static int restart_ask(struct load_ctx *x)
+{
+	struct dl_store *st = x->st;
+	struct store_attest *a = &st->attest;
+	redisReply *r;
+	uint64_t rnd;
+	int rc = 0;
+
+	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
+		return 1;
+	snprintf(a->nonce, sizeof(a->nonce), "%016" PRIx64, rnd);
+	memcpy(a->instance, st->lead.instance, sizeof(a->instance));
+	a->epoch = 0;
+	snprintf(a->set_arg, sizeof(a->set_arg), "%s 0 %s", a->nonce,
+		 st->lead.instance);
+	snprintf(a->px_arg, sizeof(a->px_arg), "%" PRIu64,
+		 (uint64_t)DL_STANDBY_REPORT_MS + st->cfg->leader_lease_ms);
+	if (!(r = DL__LOAD_RUN(x, &rc, 0, "HSET", st->keys.challenge,
+			       st->lead.node, a->set_arg)))
+		return rc;
+	freeReplyObject(r);
+	if (!(r = DL__LOAD_RUN(x, &rc, 0, "PEXPIRE", st->keys.challenge,
+			       a->px_arg)))
+		return restart_done(x, rc);
+	freeReplyObject(r);
+	a->until_ms = dl_mono_ms() + DL_STANDBY_REPORT_MS;
+	return 0;
+}
+
+enum restart_read {
+	READ_WAIT,    /* not every peer answered yet */
+	READ_BOUNDED, /* every peer answered: *end, *mark */
+	READ_NOTHING, /* an answer bounds nothing, or silence past the wait */
+	READ_LEADS,   /* another node took meanwhile */
+	READ_DEFER,   /* a lapsed peer that sorts first asks */
+	READ_FAILED,  /* the connection: *rc */
+};
+
+/* One read of the round: the others' challenges (answered), the
+ * leadership, the answers. */
+static enum restart_read restart_read(struct load_ctx *x, uint64_t *end,
+				      uint64_t *mark, char *why, size_t len,
+				      int *rc)
+{
+	struct dl_store *st = x->st;
+	redisReply *r;
+	int v;
+
+	if (!(r = DL__LOAD_RUN(x, rc, 0, "HGETALL", st->keys.challenge)))
+		return READ_FAILED;
+	v = restart_answers(x, r, rc);
+	freeReplyObject(r);
+	if (v)
+		return v < 0 ? READ_FAILED : READ_DEFER;
+	if (!(r = DL__LOAD_RUN(x, rc, 0, "GET", st->keys.leader)))
+		return READ_FAILED;
+	v = led_by_another(st, r);
+	freeReplyObject(r);
+	if (v)
+		return READ_LEADS;
+	if (!(r = DL__LOAD_RUN(x, rc, 0, "HGETALL", st->keys.answers)))
+		return READ_FAILED;
+	*end = *mark = 0;
+	v = restart_tally(&st->attest, r, end, mark, why, len);
+	freeReplyObject(r);
+	if (v)
+		return v < 0 ? READ_NOTHING : READ_BOUNDED;
+	if (dl_mono_ms() < st->attest.until_ms)
+		return READ_WAIT;
+	snprintf(why, len, "not every peer answered within %d ms",
+		 DL_STANDBY_REPORT_MS);
+	return READ_NOTHING;
+}
+
+/* Every peer answered: the take presents the nonce for the bound. */
+static void restart_bounded(struct dl_store *st, uint64_t end, uint64_t mark)
+{
+	struct store_attest *a = &st->attest;
+	uint64_t now = dl_mono_ms();
+
+	a->round = ATTEST_BOUNDED;
+	a->bound_until = end;
+	a->peers_mark = mark;
+	st->st.attests_bounded++;
+	if (mark <= (dl_wall_ms() + DL_TOKEN_AHEAD_MAX_MS) * DL_TOKEN_PER_MS)
+		dl_seen_note_mark(&st->lead.seen, mark);
+	if (end > now)
+		dl_notice(
+			"redis: every peer answered; the leases they told end within %" PRIu64
+			" ms: taking the leadership, grants closed until then (a peer may have led, and Redis lost that take)",
+			end - now);
+	else
+		dl_notice(
+			"redis: every peer answered, and none told a lease that may still be believed: taking the leadership");
+}
+
+int dl__attest_restart(struct load_ctx *x)
+{
+	struct dl_store *st = x->st;
+	struct store_attest *a = &st->attest;
+	struct timespec nap = {0, DL_ATTEST_POLL_MS * 1000000L};
+	uint64_t end, mark, now = dl_mono_ms();
+	enum restart_read v;
+	char why[160] = "";
+	redisReply *r;
+	int rc = 0, other;
+
+	a->round = ATTEST_NONE;
+	/* a process that took already is not starting: a load again after
+	 * a loss (store.c, DL_STORE_STALE) goes on as before */
+	if (!a->npeers || !st->cfg->node_id[0] || a->took ||
+	    dl__hz_file_proves(st))
+		return 0;
+	if (!(r = DL__LOAD_RUN(x, &rc, 0, "GET", st->keys.leader)))
+		return rc;
+	other = led_by_another(st, r);
+	freeReplyObject(r);
+	if (other)
+		return 0; /* the take finds it held: this daemon is a standby */
+	if (now < a->defer_until)
+		return dl__load_err(
+			x, DL_EUNAVAILABLE,
+			"a lapsed peer asks whether anyone led: letting it take first (%llu ms more at most)",
+			(unsigned long long)(a->defer_until - now));
+	if ((rc = restart_ask(x)) != 0)
+		return rc < 0 ? rc : 0;
+	dl_notice(
+		"redis: nobody leads, and this start cannot prove what was told before it: asking its peers what they told");
+	while ((v = restart_read(x, &end, &mark, why, sizeof(why), &rc)) ==
+	       READ_WAIT)
+		nanosleep(&nap, NULL);
+	switch (v) {
+	case READ_BOUNDED:
+		restart_bounded(st, end, mark);
+		return 0;
+	case READ_NOTHING:
+		/* as before the round: a loss only a silent peer saw is not
+		 * known (docs/design.md) */
+		dl_warn("redis: %s: taking as a start that proves nothing (a loss that peer saw is not known)",
+			why);
+		return restart_done(x, 0);
+	case READ_DEFER:
+		return restart_done(
+			x,
+			dl__load_err(
+				x, DL_EUNAVAILABLE,
+				"a lapsed peer whose node id sorts first asks whether anyone led: letting it take first"));
+	case READ_LEADS:
+		return restart_done(x, 0);
+	default:
+		return restart_done(x, rc);
+	}
 }

@@ -13,6 +13,7 @@
 #include "proto/limits.h"
 
 struct dl_store;
+struct load_ctx;
 
 /* How often a lapsed active reads its peers' answers. */
 #define DL_ATTEST_POLL_MS 100
@@ -76,6 +77,15 @@ int dl__attest_init(struct dl_store *st);
  * active whose leadership lapsed and has peers to ask (a round begins:
  * the take waits for it), else 0 (take at once). */
 int dl__attest_begin(struct dl_store *st);
+/* The restart round (store_load.c, before a start's take, on its blocking
+ * connection): a start of a node with peers that nobody leads, and whose
+ * state file proves nothing, asks its peers what they told, for
+ * DL_STANDBY_REPORT_MS at most. Every peer answering bounds the take's
+ * closure (ATTEST_BOUNDED: the take presents the nonce, as a lapsed
+ * active's does); a silent one leaves the take as it was. 0, or an error
+ * of the connection, or DL_EUNAVAILABLE while a lapsed peer whose node id
+ * sorts first asks (the start tries again). */
+int dl__attest_restart(struct load_ctx *x);
 /* Every store tick while CONNECTING: read the answers, or give up. */
 void dl__attest_tick(struct dl_store *st);
 /* The round is over (the take answered, or the link failed). */

@@ -463,8 +463,7 @@ void dl__hz_args(struct dl_store *st, int mode)
 				 st->lead.instance,
 				 (unsigned long long)++hz->closes,
 				 (unsigned long long)ms, why);
-		if (mode == LEAD_TAKE &&
-		    (dl__attest_bound(st) || dl__attest_blind(st)))
+		if (dl__attest_bound(st) || dl__attest_blind(st))
 			bounded_args(st);
 		return;
 	}

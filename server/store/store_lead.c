@@ -433,10 +433,11 @@ int dl__lead_argv(struct dl_store *st, enum lead_mode mode, const char *mine,
 	ARG(st->lead.leader_inst);
 	ARG(mode == LEAD_TAKE || mode == LEAD_START ? st->lead.seen.v.proofkey
 						    : "");
-	ARG(mode == LEAD_TAKE ? dl__attest_proof(st) : "");
+	ARG(mode == LEAD_TAKE || mode == LEAD_START ? dl__attest_proof(st)
+						    : "");
 	ARG(mode == LEAD_LOOK ? dl__attest_answer(st) : "");
-	ARG(mode == LEAD_TAKE ? st->hz.void_arg : "");
-	ARG(mode == LEAD_TAKE ? st->hz.peers_arg : "");
+	ARG(mode == LEAD_TAKE || mode == LEAD_START ? st->hz.void_arg : "");
+	ARG(mode == LEAD_TAKE || mode == LEAD_START ? st->hz.peers_arg : "");
 #undef ARG
 	return k;
 }

@@ -799,6 +799,7 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 	x->fence = fence;
 	st->writes.token_mark = 0; /* a new connection (store_batch.c) */
 	if ((rc = connect_redis(x)) || (rc = dl__cluster_load_read(x)) ||
+	    (start && (rc = dl__attest_restart(x))) ||
 	    (rc = take_lead(x, start, fence, sizeof(fence))) ||
 	    (rc = dl__cluster_load_claim(x)) || (rc = read_token(x, &stored)))
 		return rc;
@@ -850,6 +851,8 @@ int dl_store_load(struct dl_store *st, uint64_t unix_ms, int start, char *err,
 		return 0;
 	}
 	rc = load(&x, unix_ms, start);
+	if (start)
+		dl__attest_reset(st); /* the take presented its proof, if any */
 	redisFree(x.c);
 	dl__layout1_free(&x);
 	free(x.changed_names.p);
