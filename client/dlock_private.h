@@ -70,34 +70,57 @@
 
 /* ---- requests ------------------------------------------------------------ */
 
+/*
+ * Every operation of libdlock, in one table: its name (DL__<op>), the
+ * verb it sends, the function that writes its arguments (dlock_req.c)
+ * and the one that reads its reply (dlock_reply.c). Each file expands
+ * the columns it owns. Adding a client call: a row here and those two
+ * functions (HACKING.md, "Adding a client call").
+ *
+ *   LOCK           LOCK, or TRYLOCK when wait is 0
+ *   CONFIRM        REFRESH after a "* GRANTED": starts the deadline
+ *   REFRESH        dlock_refresh()
+ *   UNLOCK_TOKEN   dlock_unlock_token(): no lease record
+ *   REFRESH_TOKEN  dlock_refresh_token(): no lease record; ttl 0 is sent
+ *                  as no ttl= (the server's last TTL)
+ *   RENEW          the background renewal of a lease
+ *   LOCKS          name: the prefix; after, limit, by_waiters
+ *   HOLDERS        the body is kept like LOCKS's; status from the header
+ *   WATCH          name: the pattern; internal: again, after a reconnect
+ *                  (dlock_watch.c)
+ *   DESCRIBE       HELLO host= pid= cmd= after the HELLO of the owner: its
+ *                  refusal (a server that does not know them) fails
+ *                  nothing
+ *   RECLAIM        a renewal refused NOT_HOLDER, asked again with the
+ *                  lease's proof: Redis forgot it (dlock_reply.c)
+ */
+#define DL__OPS(X)                                                             \
+	X(AUTH, AUTH, args_auth, on_ok)                                        \
+	X(HELLO, HELLO, args_hello, on_hello)                                  \
+	X(LOCK, LOCK, args_lock, reply_lock)                                   \
+	X(CONFIRM, REFRESH, args_refresh, reply_confirm)                       \
+	X(UNLOCK, UNLOCK, args_token, reply_unlock)                            \
+	X(REFRESH, REFRESH, args_refresh, reply_refresh)                       \
+	X(UNLOCK_TOKEN, UNLOCK, args_token, on_unlock_token)                   \
+	X(REFRESH_TOKEN, REFRESH, args_refresh_token, on_refresh_token)        \
+	X(RENEW, REFRESH, args_refresh, reply_refresh)                         \
+	X(CHECK, CHECK, args_token, on_check)                                  \
+	X(CANCEL, CANCEL, args_name, on_ok)                                    \
+	X(STATUS, STATUS, args_name, on_status)                                \
+	X(STATS, STATS, args_none, on_stats)                                   \
+	X(PING, PING, args_none, on_ok)                                        \
+	X(LOCKS, LOCKS, args_locks, on_locks)                                  \
+	X(BREAK, BREAK, args_break, on_break)                                  \
+	X(HOLDERS, HOLDERS, args_name, on_holders)                             \
+	X(WATCH, WATCH, args_name, dl__watch_reply)                            \
+	X(UNWATCH, UNWATCH, args_name, dl__watch_reply)                        \
+	X(DESCRIBE, HELLO, args_describe, on_describe)                         \
+	X(RECLAIM, RECLAIM, args_reclaim, reply_refresh)
+
 enum dl__op {
-	DL__AUTH,
-	DL__HELLO,
-	DL__LOCK,    /* LOCK, or TRYLOCK when wait is 0 */
-	DL__CONFIRM, /* REFRESH after a "* GRANTED": starts the deadline */
-	DL__UNLOCK,
-	DL__REFRESH,	   /* dlock_refresh() */
-	DL__UNLOCK_TOKEN,  /* dlock_unlock_token(): no lease record */
-	DL__REFRESH_TOKEN, /* dlock_refresh_token(): no lease record; ttl 0
-			      is sent as no ttl= (the server's last TTL) */
-	DL__RENEW,	   /* the background renewal of a lease */
-	DL__CHECK,
-	DL__CANCEL,
-	DL__STATUS,
-	DL__STATS,
-	DL__PING,
-	DL__LOCKS, /* name: the prefix; after, limit, by_waiters */
-	DL__BREAK,
-	DL__HOLDERS, /* the body is kept like LOCKS's; status from the
-			header */
-	DL__WATCH,   /* name: the pattern; internal: again, after a
-			reconnect (dlock_watch.c) */
-	DL__UNWATCH,
-	DL__DESCRIBE, /* HELLO host= pid= cmd= after the HELLO of the owner:
-			 its refusal (a server that does not know them)
-			 fails nothing */
-	DL__RECLAIM,  /* a renewal refused NOT_HOLDER, asked again with the
-			 lease's proof: Redis forgot it (dlock_reply.c) */
+#define DL__OP_ENUM(op, verb, args, reply) DL__##op,
+	DL__OPS(DL__OP_ENUM)
+#undef DL__OP_ENUM
 };
 
 /* Where a request is; it is on at most one list. */

@@ -756,28 +756,11 @@ static int on_ok(struct dlock_client *c, struct dl__req *q,
 	return 1;
 }
 
+/* The reply column of DL__OPS (dlock_private.h). */
 static const reply_fn replies[] = {
-	[DL__AUTH] = on_ok,
-	[DL__HELLO] = on_hello,
-	[DL__LOCK] = reply_lock,
-	[DL__CONFIRM] = reply_confirm,
-	[DL__UNLOCK] = reply_unlock,
-	[DL__REFRESH] = reply_refresh,
-	[DL__UNLOCK_TOKEN] = on_unlock_token,
-	[DL__REFRESH_TOKEN] = on_refresh_token,
-	[DL__RENEW] = reply_refresh,
-	[DL__RECLAIM] = reply_refresh,
-	[DL__CHECK] = on_check,
-	[DL__CANCEL] = on_ok,
-	[DL__STATUS] = on_status,
-	[DL__STATS] = on_stats,
-	[DL__PING] = on_ok,
-	[DL__LOCKS] = on_locks,
-	[DL__BREAK] = on_break,
-	[DL__HOLDERS] = on_holders,
-	[DL__WATCH] = dl__watch_reply,
-	[DL__UNWATCH] = dl__watch_reply,
-	[DL__DESCRIBE] = on_describe,
+#define X(op, verb, args, reply) [DL__##op] = reply,
+	DL__OPS(X)
+#undef X
 };
 
 static void reply(struct dlock_client *c, struct dl__req *q,

@@ -177,145 +177,178 @@ static struct dl_str str_of(const char *s)
 	return (struct dl_str){s, strlen(s)};
 }
 
+/* ---- each operation's arguments (the args column of DL__OPS) ----------- */
+
+typedef void args_fn(struct dlock_client *c, struct dl__req *q, int64_t now,
+		     struct dl_fmt *f);
+
+static void args_auth(struct dlock_client *c, struct dl__req *q, int64_t now,
+		      struct dl_fmt *f)
+{
+	(void)q, (void)now;
+	if (c->user)
+		dl_fmt_word(f, c->user);
+	dl_fmt_word(f, c->password);
+}
+
+static void args_hello(struct dlock_client *c, struct dl__req *q, int64_t now,
+		       struct dl_fmt *f)
+{
+	(void)q, (void)now;
+	dl_fmt_kv_str(f, "owner", str_of(c->owner));
+	if (c->owner_key[0])
+		dl_fmt_kv_str(f, "key", str_of(c->owner_key));
+}
+
+static void args_describe(struct dlock_client *c, struct dl__req *q,
+			  int64_t now, struct dl_fmt *f)
+{
+	(void)q, (void)now;
+	if (c->desc_host[0])
+		dl_fmt_kv_str(f, "host", str_of(c->desc_host));
+	if (c->desc_pid)
+		dl_fmt_kv_u64(f, "pid", c->desc_pid);
+	if (c->desc_cmd[0])
+		dl_fmt_kv_str(f, "cmd", str_of(c->desc_cmd));
+}
+
+static void args_lock(struct dlock_client *c, struct dl__req *q, int64_t now,
+		      struct dl_fmt *f)
+{
+	(void)c;
+	dl_fmt_word(f, q->name);
+	dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
+	if (q->wait < 0) {
+		dl_fmt_kv_str(f, "wait", DL_STR_LIT("inf"));
+	} else if (q->wait > 0) {
+		if (q->wait_end == DL__NEVER)
+			q->wait_end = now + q->wait;
+		dl_fmt_kv_u64(
+			f, "wait",
+			(uint64_t)(q->wait_end > now ? q->wait_end - now : 1));
+	}
+	if (q->shared)
+		dl_fmt_word(f, "mode=shared");
+	if (q->limit > 1)
+		dl_fmt_kv_u64(f, "limit", q->limit);
+	if (q->warn > 0)
+		dl_fmt_kv_u64(f, "warn", (uint64_t)q->warn);
+	if (q->delay > 0)
+		dl_fmt_kv_u64(f, "delay", (uint64_t)q->delay);
+}
+
+static void args_reclaim(struct dlock_client *c, struct dl__req *q, int64_t now,
+			 struct dl_fmt *f)
+{
+	const struct dl__lease *l = q->lease;
+
+	(void)c, (void)now;
+	dl_fmt_word(f, q->name);
+	dl_fmt_u64(f, q->token);
+	dl_fmt_kv_str(f, "proof", str_of(l->proof));
+	dl_fmt_kv_u64(f, "until", l->until);
+	dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
+	if (l->shared)
+		dl_fmt_word(f, "mode=shared");
+	if (l->limit > 1)
+		dl_fmt_kv_u64(f, "limit", l->limit);
+	/* what the lost record said: the holds this client counts, the
+	 * warning and the lock delay it asked for */
+	if (l->nhandles > 1)
+		dl_fmt_kv_u64(f, "holds", (uint64_t)l->nhandles);
+	if (l->warn > 0 && l->warn < q->ttl)
+		dl_fmt_kv_u64(f, "warn", (uint64_t)l->warn);
+	if (l->delay > 0)
+		dl_fmt_kv_u64(f, "delay", (uint64_t)l->delay);
+}
+
+/* CONFIRM, REFRESH, RENEW */
+static void args_refresh(struct dlock_client *c, struct dl__req *q, int64_t now,
+			 struct dl_fmt *f)
+{
+	(void)c, (void)now;
+	dl_fmt_word(f, q->name);
+	dl_fmt_u64(f, q->token);
+	dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
+}
+
+static void args_refresh_token(struct dlock_client *c, struct dl__req *q,
+			       int64_t now, struct dl_fmt *f)
+{
+	(void)c, (void)now;
+	dl_fmt_word(f, q->name);
+	dl_fmt_u64(f, q->token);
+	if (q->ttl > 0)
+		dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
+}
+
+/* UNLOCK, UNLOCK_TOKEN, CHECK */
+static void args_token(struct dlock_client *c, struct dl__req *q, int64_t now,
+		       struct dl_fmt *f)
+{
+	(void)c, (void)now;
+	dl_fmt_word(f, q->name);
+	dl_fmt_u64(f, q->token);
+}
+
+static void args_break(struct dlock_client *c, struct dl__req *q, int64_t now,
+		       struct dl_fmt *f)
+{
+	(void)c, (void)now;
+	dl_fmt_word(f, q->name);
+	dl_fmt_u64(f, q->token);
+	dl_fmt_kv_str(f, "reason", str_of(q->after));
+}
+
+/* CANCEL, STATUS, HOLDERS, WATCH, UNWATCH */
+static void args_name(struct dlock_client *c, struct dl__req *q, int64_t now,
+		      struct dl_fmt *f)
+{
+	(void)c, (void)now;
+	dl_fmt_word(f, q->name);
+}
+
+static void args_none(struct dlock_client *c, struct dl__req *q, int64_t now,
+		      struct dl_fmt *f)
+{
+	(void)c, (void)q, (void)now, (void)f;
+}
+
+static void args_locks(struct dlock_client *c, struct dl__req *q, int64_t now,
+		       struct dl_fmt *f)
+{
+	(void)c, (void)now;
+	if (q->name[0])
+		dl_fmt_word(f, q->name);
+	if (q->limit)
+		dl_fmt_kv_u64(f, "limit", q->limit);
+	if (q->after[0])
+		dl_fmt_kv_str(f, "after", str_of(q->after));
+	if (q->by_waiters)
+		dl_fmt_word(f, "by=waiters");
+}
+
+/* The verb and args columns of DL__OPS (dlock_private.h); the verb's
+ * name is the codec's (dl_verb_name). */
+static const struct {
+	enum dl_verb verb;
+	args_fn *args;
+} ops[] = {
+#define X(op, verb, args, reply) [DL__##op] = {DL_VERB_##verb, args},
+	DL__OPS(X)
+#undef X
+};
+
 /* The request's line, with a new tag. */
 static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		  struct dl_fmt *f)
 {
-	/* the wire's verb of each operation (its name is the codec's) */
-	static const enum dl_verb verbs[] = {
-		[DL__AUTH] = DL_VERB_AUTH,
-		[DL__HELLO] = DL_VERB_HELLO,
-		[DL__LOCK] = DL_VERB_LOCK,
-		[DL__CONFIRM] = DL_VERB_REFRESH,
-		[DL__UNLOCK] = DL_VERB_UNLOCK,
-		[DL__REFRESH] = DL_VERB_REFRESH,
-		[DL__RENEW] = DL_VERB_REFRESH,
-		[DL__CHECK] = DL_VERB_CHECK,
-		[DL__CANCEL] = DL_VERB_CANCEL,
-		[DL__STATUS] = DL_VERB_STATUS,
-		[DL__STATS] = DL_VERB_STATS,
-		[DL__PING] = DL_VERB_PING,
-		[DL__UNLOCK_TOKEN] = DL_VERB_UNLOCK,
-		[DL__REFRESH_TOKEN] = DL_VERB_REFRESH,
-		[DL__LOCKS] = DL_VERB_LOCKS,
-		[DL__BREAK] = DL_VERB_BREAK,
-		[DL__HOLDERS] = DL_VERB_HOLDERS,
-		[DL__WATCH] = DL_VERB_WATCH,
-		[DL__UNWATCH] = DL_VERB_UNWATCH,
-		[DL__DESCRIBE] = DL_VERB_HELLO,
-		[DL__RECLAIM] = DL_VERB_RECLAIM,
-	};
-
 	c->seq++;
 	snprintf(q->tag, sizeof(q->tag), "r%llu", (unsigned long long)c->seq);
 	dl_fmt_word(f, dl_verb_name(q->op == DL__LOCK && q->wait == 0
 					    ? DL_VERB_TRYLOCK
-					    : verbs[q->op]));
-	switch (q->op) {
-	case DL__AUTH:
-		if (c->user)
-			dl_fmt_word(f, c->user);
-		dl_fmt_word(f, c->password);
-		break;
-	case DL__HELLO:
-		dl_fmt_kv_str(f, "owner", str_of(c->owner));
-		if (c->owner_key[0])
-			dl_fmt_kv_str(f, "key", str_of(c->owner_key));
-		break;
-	case DL__DESCRIBE:
-		if (c->desc_host[0])
-			dl_fmt_kv_str(f, "host", str_of(c->desc_host));
-		if (c->desc_pid)
-			dl_fmt_kv_u64(f, "pid", c->desc_pid);
-		if (c->desc_cmd[0])
-			dl_fmt_kv_str(f, "cmd", str_of(c->desc_cmd));
-		break;
-	case DL__LOCK:
-		dl_fmt_word(f, q->name);
-		dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
-		if (q->wait < 0) {
-			dl_fmt_kv_str(f, "wait", DL_STR_LIT("inf"));
-		} else if (q->wait > 0) {
-			if (q->wait_end == DL__NEVER)
-				q->wait_end = now + q->wait;
-			dl_fmt_kv_u64(f, "wait",
-				      (uint64_t)(q->wait_end > now
-							 ? q->wait_end - now
-							 : 1));
-		}
-		if (q->shared)
-			dl_fmt_word(f, "mode=shared");
-		if (q->limit > 1)
-			dl_fmt_kv_u64(f, "limit", q->limit);
-		if (q->warn > 0)
-			dl_fmt_kv_u64(f, "warn", (uint64_t)q->warn);
-		if (q->delay > 0)
-			dl_fmt_kv_u64(f, "delay", (uint64_t)q->delay);
-		break;
-	case DL__RECLAIM:
-		dl_fmt_word(f, q->name);
-		dl_fmt_u64(f, q->token);
-		dl_fmt_kv_str(f, "proof", str_of(q->lease->proof));
-		dl_fmt_kv_u64(f, "until", q->lease->until);
-		dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
-		if (q->lease->shared)
-			dl_fmt_word(f, "mode=shared");
-		if (q->lease->limit > 1)
-			dl_fmt_kv_u64(f, "limit", q->lease->limit);
-		/* what the lost record said: the holds this client counts,
-		 * the warning and the lock delay it asked for */
-		if (q->lease->nhandles > 1)
-			dl_fmt_kv_u64(f, "holds", (uint64_t)q->lease->nhandles);
-		if (q->lease->warn > 0 && q->lease->warn < q->ttl)
-			dl_fmt_kv_u64(f, "warn", (uint64_t)q->lease->warn);
-		if (q->lease->delay > 0)
-			dl_fmt_kv_u64(f, "delay", (uint64_t)q->lease->delay);
-		break;
-	case DL__CONFIRM:
-	case DL__REFRESH:
-	case DL__RENEW:
-		dl_fmt_word(f, q->name);
-		dl_fmt_u64(f, q->token);
-		dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
-		break;
-	case DL__REFRESH_TOKEN:
-		dl_fmt_word(f, q->name);
-		dl_fmt_u64(f, q->token);
-		if (q->ttl > 0)
-			dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
-		break;
-	case DL__UNLOCK:
-	case DL__UNLOCK_TOKEN:
-	case DL__CHECK:
-		dl_fmt_word(f, q->name);
-		dl_fmt_u64(f, q->token);
-		break;
-	case DL__BREAK:
-		dl_fmt_word(f, q->name);
-		dl_fmt_u64(f, q->token);
-		dl_fmt_kv_str(f, "reason", str_of(q->after));
-		break;
-	case DL__CANCEL:
-	case DL__STATUS:
-	case DL__HOLDERS:
-	case DL__WATCH:
-	case DL__UNWATCH:
-		dl_fmt_word(f, q->name);
-		break;
-	case DL__STATS:
-	case DL__PING:
-		break;
-	case DL__LOCKS:
-		if (q->name[0])
-			dl_fmt_word(f, q->name);
-		if (q->limit)
-			dl_fmt_kv_u64(f, "limit", q->limit);
-		if (q->after[0])
-			dl_fmt_kv_str(f, "after", str_of(q->after));
-		if (q->by_waiters)
-			dl_fmt_word(f, "by=waiters");
-		break;
-	}
+					    : ops[q->op].verb));
+	ops[q->op].args(c, q, now, f);
 	return dl_fmt_end(f, str_of(q->tag));
 }
 
