@@ -164,7 +164,7 @@ const char *dlock_owner_key(const dlock_client *c)
 
 const char *dlock_server_role(const dlock_client *c)
 {
-	switch (c ? atomic_load(&((dlock_client *)c)->role)
+	switch (c ? atomic_load(&((dlock_client *)c)->hello.role)
 		  : DL__ROLE_UNKNOWN) {
 	case DL__ROLE_ACTIVE:
 		return "active";
@@ -177,7 +177,7 @@ const char *dlock_server_role(const dlock_client *c)
 
 const char *dlock_cluster(const dlock_client *c)
 {
-	return c ? c->cluster : "";
+	return c ? c->hello.cluster : "";
 }
 
 /* A calling thread enters (takes c->mu) and leaves (releases it). */
@@ -311,7 +311,7 @@ static void client_free(struct dlock_client *c)
 	struct dl__lease *l, *ln;
 	dlock_lease *h, *hn;
 
-	for (l = c->leases; l; l = ln) {
+	for (l = c->ls.leases; l; l = ln) {
 		ln = l->next;
 		for (h = l->handles; h; h = hn) {
 			hn = h->next;
@@ -320,7 +320,7 @@ static void client_free(struct dlock_client *c)
 		free(l);
 	}
 	dl__io_close(c);
-	dl__tls_free(c->tls);
+	dl__tls_free(c->conn.tls);
 	if (c->wake[0] >= 0)
 		close(c->wake[0]);
 	if (c->wake[1] >= 0)
@@ -328,15 +328,15 @@ static void client_free(struct dlock_client *c)
 	if (c->timer >= 0)
 		close(c->timer);
 	dl__watch_free(c);
-	pthread_cond_destroy(&c->watch_cv);
+	pthread_cond_destroy(&c->w.cv);
 	pthread_cond_destroy(&c->idle_cv);
 	pthread_mutex_destroy(&c->mu);
-	free(c->out);
+	free(c->conn.out);
 	free(c->host);
 	free(c->unix_path);
 	free(c->password);
 	free(c->user);
-	free(c->servers);
+	free(c->addr.servers);
 	free(c);
 }
 
@@ -348,19 +348,19 @@ void dlock_close(dlock_client *c)
 		return;
 	pthread_mutex_lock(&c->mu);
 	c->closing = 1;
-	if (c->stats_req) {
-		c->stats_req->next = NULL;
-		cancel_list(c, c->stats_req, DLOCK_ECANCELED);
-		c->stats_req = NULL;
+	if (c->rq.stats_req) {
+		c->rq.stats_req->next = NULL;
+		cancel_list(c, c->rq.stats_req, DLOCK_ECANCELED);
+		c->rq.stats_req = NULL;
 	}
-	cancel_list(c, c->fifo, DLOCK_ECANCELED);
-	cancel_list(c, c->unsent, DLOCK_ECANCELED);
-	cancel_list(c, c->waiting, DLOCK_ECANCELED);
-	c->fifo = c->fifo_tail = c->unsent = c->unsent_tail = NULL;
-	c->waiting = NULL;
+	cancel_list(c, c->rq.fifo, DLOCK_ECANCELED);
+	cancel_list(c, c->rq.unsent, DLOCK_ECANCELED);
+	cancel_list(c, c->rq.waiting, DLOCK_ECANCELED);
+	c->rq.fifo = c->rq.fifo_tail = c->rq.unsent = c->rq.unsent_tail = NULL;
+	c->rq.waiting = NULL;
 	for (w = c->lwait; w; w = w->next)
 		pthread_cond_signal(&w->cv);
-	pthread_cond_broadcast(&c->watch_cv);
+	pthread_cond_broadcast(&c->w.cv);
 	pthread_mutex_unlock(&c->mu);
 	if (c->thread_started) {
 		dl__wake(c);
@@ -398,7 +398,7 @@ static int handshake(struct dlock_client *c, int64_t deadline)
 	q->deadline = deadline;
 	err = dl__call(c, &q);
 	dl__req_free(q);
-	if (err == 0 && c->auth_required)
+	if (err == 0 && c->hello.auth_required)
 		err = DLOCK_EAUTH;
 	/* who we are: a refusal fails nothing (dlock_desc.c) */
 	if (err == 0 && dl__describing(c)) {
@@ -410,10 +410,10 @@ static int handshake(struct dlock_client *c, int64_t deadline)
 		err = dl__call(c, &q);
 		dl__req_free(q);
 	}
-	c->initial = 0;
+	c->conn.initial = 0;
 out:
 	if (err == DLOCK_ETIMEDOUT)
-		dl__why(c, c->addr_i,
+		dl__why(c, c->addr.addr_i,
 			"accepted the connection but did not "
 			"answer in time");
 	pthread_mutex_unlock(&c->mu);
@@ -445,34 +445,34 @@ static int redirect(struct dlock_client *c, int64_t deadline)
 	int hint, from, err, named;
 
 	pthread_mutex_lock(&c->mu);
-	hint = c->hint_i;
-	from = c->addr_i;
-	if (!c->standby || c->state != DL__DEAD) {
+	hint = c->addr.hint_i;
+	from = c->addr.addr_i;
+	if (!c->addr.standby || c->conn.state != DL__DEAD) {
 		pthread_mutex_unlock(&c->mu);
 		return 0;
 	}
-	if (c->cluster_refused >= c->naddrs) {
+	if (c->hello.cluster_refused >= c->addr.naddrs) {
 		pthread_mutex_unlock(&c->mu);
 		return DLOCK_ECLUSTER; /* every server: another cluster */
 	}
-	c->standby = 0;
-	c->hint_i = -1;
+	c->addr.standby = 0;
+	c->addr.hint_i = -1;
 	named = hint >= 0 && hint != from;
-	c->addr_i = named ? hint : (from + 1) % c->naddrs;
-	if (named && c->redirect_pause == 0) {
-		c->redirect_pause = DL__REDIRECT_MS;
+	c->addr.addr_i = named ? hint : (from + 1) % c->addr.naddrs;
+	if (named && c->addr.redirect_pause == 0) {
+		c->addr.redirect_pause = DL__REDIRECT_MS;
 	} else {
 		pthread_mutex_unlock(&c->mu);
-		pause_before_asking_again(&c->redirect_pause, deadline);
+		pause_before_asking_again(&c->addr.redirect_pause, deadline);
 		pthread_mutex_lock(&c->mu);
 	}
 	/* The thread sleeps while the state is DEAD; the connect is made
 	 * under the lock, as nothing else runs yet. */
 	if ((err = dl__connect_sync(c, deadline)) == 0) {
-		c->state = DL__UP;
-		c->initial = 1;
-		dl_linebuf_init(&c->lb);
-		c->out_off = c->out_len = 0;
+		c->conn.state = DL__UP;
+		c->conn.initial = 1;
+		dl_linebuf_init(&c->conn.lb);
+		c->conn.out_off = c->conn.out_len = 0;
 	}
 	pthread_mutex_unlock(&c->mu);
 	if (err < 0)
@@ -514,20 +514,20 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 	*naddrs = 1;
 	if (!(c = calloc(1, sizeof(*c))))
 		return DLOCK_ENOMEM;
-	c->fd = c->wake[0] = c->wake[1] = -1;
+	c->conn.fd = c->wake[0] = c->wake[1] = -1;
 	/* without it (an old kernel), the thread sleeps in steps */
 	c->timer = timerfd_create(CLOCK_BOOTTIME, TFD_NONBLOCK | TFD_CLOEXEC);
 	pthread_mutex_init(&c->mu, NULL);
 	dl__cond_init(&c->idle_cv);
-	dl__cond_init(&c->watch_cv);
+	dl__cond_init(&c->w.cv);
 	c->opt = *o;
 	c->host = dup_or_null(o->host ? o->host : DL__DEFAULT_HOST, &fail);
 	c->unix_path = dup_or_null(o->unix_path, &fail);
 	c->password = dup_or_null(o->password, &fail);
 	c->user = dup_or_null(o->user, &fail);
-	c->servers = dup_or_null(o->servers, &fail);
-	c->opt.servers = c->servers;
-	c->failed_i = c->hint_i = -1;
+	c->addr.servers = dup_or_null(o->servers, &fail);
+	c->opt.servers = c->addr.servers;
+	c->addr.failed_i = c->addr.hint_i = -1;
 	c->opt.host = c->host;
 	c->opt.unix_path = c->unix_path;
 	c->opt.password = c->password;
@@ -543,36 +543,37 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 	dl__describe(c, o);
 	c->opt.desc_host = c->opt.desc_cmd = NULL; /* borrowed: not kept */
 	if (o->cluster)
-		snprintf(c->cluster, sizeof(c->cluster), "%s", o->cluster);
-	c->opt.cluster = o->cluster ? c->cluster : NULL;
-	c->default_ttl = DL_DEFAULT_TTL_MS;
-	c->backoff = DL__BACKOFF_MIN_MS;
-	dl_linebuf_init(&c->lb);
+		snprintf(c->hello.cluster, sizeof(c->hello.cluster), "%s",
+			 o->cluster);
+	c->opt.cluster = o->cluster ? c->hello.cluster : NULL;
+	c->hello.default_ttl = DL_DEFAULT_TTL_MS;
+	c->conn.backoff = DL__BACKOFF_MIN_MS;
+	dl_linebuf_init(&c->conn.lb);
 	if (fail || (!c->host && !c->unix_path) ||
 	    pipe2(c->wake, O_NONBLOCK | O_CLOEXEC) < 0) {
 		client_free(c);
 		return DLOCK_ENOMEM;
 	}
 	err = dl__resolve(c);
-	*naddrs = c->naddrs; /* 0: no name resolves */
+	*naddrs = c->addr.naddrs; /* 0: no name resolves */
 	if (err < 0 || (err = dl__tls_new(c, o)) < 0)
 		return connect_failed(c, err);
-	c->addr_i = first % c->naddrs;
-	if (c->naddrs > tried + 1)
+	c->addr.addr_i = first % c->addr.naddrs;
+	if (c->addr.naddrs > tried + 1)
 		hs_deadline = dl__now() +
-			      (deadline - dl__now()) / (c->naddrs - tried);
+			      (deadline - dl__now()) / (c->addr.naddrs - tried);
 	if ((err = dl__connect_sync(c, deadline)) < 0)
 		return connect_failed(c, err);
-	*at = c->addr_i;
-	c->state = DL__UP;
-	c->initial = 1;
+	*at = c->addr.addr_i;
+	c->conn.state = DL__UP;
+	c->conn.initial = 1;
 	if (pthread_create(&c->thread, NULL, dl__thread_main, c) != 0) {
 		client_free(c);
 		return DLOCK_ENOMEM;
 	}
 	c->thread_started = 1;
 	while ((err = handshake(c, hs_deadline)) < 0) {
-		*at = c->addr_i;
+		*at = c->addr.addr_i;
 		if ((r = redirect(c, deadline)) <= 0)
 			return connect_failed(c, r < 0 ? r : err);
 	}
@@ -632,7 +633,7 @@ static int name_busy(const struct dlock_client *c, const char *name,
 {
 	const struct dl__lease *l;
 
-	for (l = c->leases; l; l = l->next) {
+	for (l = c->ls.leases; l; l = l->next) {
 		if (strcmp(l->name, name) != 0)
 			continue;
 		if (l->unlocking ||
@@ -666,7 +667,7 @@ static int wait_turn(struct dlock_client *c, const char *name, int64_t wait_ms,
 	const struct dl__lease *l;
 	int err = 0;
 
-	for (l = c->leases; l; l = l->next)
+	for (l = c->ls.leases; l; l = l->next)
 		if (l->nhandles > 0 && !l->unlocking &&
 		    pthread_equal(l->holder, self) &&
 		    strcmp(l->name, name) == 0)
@@ -702,10 +703,10 @@ static int wait_turn(struct dlock_client *c, const char *name, int64_t wait_ms,
 static void acq_add(struct dlock_client *c, struct dl__req *q)
 {
 	q->aprev = NULL;
-	q->anext = c->acquiring;
-	if (c->acquiring)
-		c->acquiring->aprev = q;
-	c->acquiring = q;
+	q->anext = c->rq.acquiring;
+	if (c->rq.acquiring)
+		c->rq.acquiring->aprev = q;
+	c->rq.acquiring = q;
 	q->in_acq = 1;
 }
 
@@ -762,7 +763,7 @@ int dlock_acquire(dlock_client *c, const char *name,
 		goto out;
 	}
 	now = dl__now();
-	q->ttl = ttl_ms ? ttl_ms : c->default_ttl;
+	q->ttl = ttl_ms ? ttl_ms : c->hello.default_ttl;
 	q->shared = o->mode == DLOCK_SHARED;
 	q->limit = o->limit;
 	q->warn = o->warn_ms;
@@ -806,15 +807,15 @@ int dlock_unlock(dlock_client *c, dlock_lease *h)
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err; /* dlock_close frees the handle */
-	while (c->cb_handle == h)
+	while (c->ls.cb_handle == h)
 		pthread_cond_wait(&c->idle_cv, &c->mu);
 	if (h->notify) {
 		h->notify = 0;
-		c->notify_count--;
+		c->ls.notify_count--;
 	}
 	if (h->risk_notify) {
 		h->risk_notify = 0;
-		c->risk_count--;
+		c->ls.risk_count--;
 	}
 	l = h->l;
 	for (pp = &l->handles; *pp && *pp != h; pp = &(*pp)->next)

@@ -62,8 +62,8 @@ void dl__describe(struct dlock_client *c, const struct dlock_options *o)
 	const char *s;
 	size_t n;
 
-	c->desc_host[0] = c->desc_cmd[0] = '\0';
-	c->desc_pid = 0;
+	c->desc.host[0] = c->desc.cmd[0] = '\0';
+	c->desc.pid = 0;
 	if (!o->describe)
 		return;
 	s = o->desc_host;
@@ -73,9 +73,9 @@ void dl__describe(struct dlock_client *c, const struct dlock_options *o)
 		buf[sizeof(buf) - 1] = '\0';
 		s = buf;
 	}
-	n = dl_desc_encode(s, strlen(s), c->desc_host, DL_DESC_HOST_MAX);
-	c->desc_host[n] = '\0';
-	c->desc_pid =
+	n = dl_desc_encode(s, strlen(s), c->desc.host, DL_DESC_HOST_MAX);
+	c->desc.host[n] = '\0';
+	c->desc.pid =
 		o->desc_pid > 0 ? (uint32_t)o->desc_pid : (uint32_t)getpid();
 	/* the program's name by default: its arguments may hold a secret,
 	 * and every user who may read the lock would read it */
@@ -88,14 +88,14 @@ void dl__describe(struct dlock_client *c, const struct dlock_options *o)
 			    ? program_invocation_short_name
 			    : "";
 	}
-	n = dl_desc_encode(s, strlen(s), c->desc_cmd, DL_DESC_CMD_MAX);
-	c->desc_cmd[n] = '\0';
+	n = dl_desc_encode(s, strlen(s), c->desc.cmd, DL_DESC_CMD_MAX);
+	c->desc.cmd[n] = '\0';
 }
 
 int dl__describing(const struct dlock_client *c)
 {
-	return !c->desc_refused &&
-	       (c->desc_host[0] || c->desc_pid || c->desc_cmd[0]);
+	return !c->desc.refused &&
+	       (c->desc.host[0] || c->desc.pid || c->desc.cmd[0]);
 }
 
 int dl__holder_word(struct dlock_holder *h, const char *key, char *value)

@@ -76,9 +76,9 @@ void dl__why(struct dlock_client *c, int i, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(c->why[i], sizeof(c->why[i]), fmt, ap);
+	vsnprintf(c->addr.why[i], sizeof(c->addr.why[i]), fmt, ap);
 	va_end(ap);
-	lower_first(c->why[i]);
+	lower_first(c->addr.why[i]);
 }
 
 static void why_errno(struct dlock_client *c, int i, int e)
@@ -94,12 +94,12 @@ void dl__why_report(const struct dlock_client *c)
 	size_t n;
 	int i;
 
-	snprintf(out, sizeof(out), "%s", c->unresolved);
-	for (i = 0; i < c->naddrs; i++) {
-		if (!c->why[i][0])
+	snprintf(out, sizeof(out), "%s", c->addr.unresolved);
+	for (i = 0; i < c->addr.naddrs; i++) {
+		if (!c->addr.why[i][0])
 			continue;
-		snprintf(one, sizeof(one), "%s%s%s", c->names[i],
-			 c->names[i][0] ? ": " : "", c->why[i]);
+		snprintf(one, sizeof(one), "%s%s%s", c->addr.names[i],
+			 c->addr.names[i][0] ? ": " : "", c->addr.why[i]);
 		if (strstr(out, one))
 			continue; /* one name's IPv4 and IPv6 addresses */
 		n = strlen(out);
@@ -116,12 +116,12 @@ void dl__why_report(const struct dlock_client *c)
 static void note_unresolved(struct dlock_client *c, const char *name, int gai)
 {
 	char text[DL__WHY_MAX];
-	size_t n = strlen(c->unresolved);
+	size_t n = strlen(c->addr.unresolved);
 
 	snprintf(text, sizeof(text), "%s",
 		 gai == EAI_SYSTEM ? strerror(errno) : gai_strerror(gai));
 	lower_first(text);
-	snprintf(c->unresolved + n, sizeof(c->unresolved) - n,
+	snprintf(c->addr.unresolved + n, sizeof(c->addr.unresolved) - n,
 		 "%s%s%scannot resolve the host name: %s", n ? "; " : "", name,
 		 name[0] ? ": " : "", text);
 }
@@ -140,13 +140,15 @@ static int resolve_one(struct dlock_client *c, const char *host,
 		note_unresolved(c, name, rc);
 		return DLOCK_ECONNECT;
 	}
-	for (ai = res; ai && c->naddrs < DL__ADDRS_MAX; ai = ai->ai_next) {
-		if (ai->ai_addrlen > sizeof(c->addrs[0]))
+	for (ai = res; ai && c->addr.naddrs < DL__ADDRS_MAX; ai = ai->ai_next) {
+		if (ai->ai_addrlen > sizeof(c->addr.addrs[0]))
 			continue;
-		memcpy(&c->addrs[c->naddrs], ai->ai_addr, ai->ai_addrlen);
-		c->addrlens[c->naddrs] = ai->ai_addrlen;
-		snprintf(c->names[c->naddrs], sizeof(c->names[0]), "%s", name);
-		c->naddrs++;
+		memcpy(&c->addr.addrs[c->addr.naddrs], ai->ai_addr,
+		       ai->ai_addrlen);
+		c->addr.addrlens[c->addr.naddrs] = ai->ai_addrlen;
+		snprintf(c->addr.names[c->addr.naddrs],
+			 sizeof(c->addr.names[0]), "%s", name);
+		c->addr.naddrs++;
 	}
 	freeaddrinfo(res);
 	return 0;
@@ -157,7 +159,7 @@ static int resolve_one(struct dlock_client *c, const char *host,
 static int resolve_servers(struct dlock_client *c)
 {
 	char entry[DL__SERVER_NAME_MAX], host[DL__SERVER_NAME_MAX], *colon;
-	const char *p = c->servers, *end;
+	const char *p = c->addr.servers, *end;
 	size_t n;
 	int count = 0;
 
@@ -180,43 +182,45 @@ static int resolve_servers(struct dlock_client *c)
 		resolve_one(c, host, colon + 1, entry);
 		p = end ? end + 1 : p + n;
 	}
-	return c->naddrs > 0 ? 0 : DLOCK_ECONNECT;
+	return c->addr.naddrs > 0 ? 0 : DLOCK_ECONNECT;
 }
 
 int dl__resolve(struct dlock_client *c)
 {
 	char port[16];
 
-	c->naddrs = 0;
-	c->hint_i = -1;
-	if (c->servers)
+	c->addr.naddrs = 0;
+	c->addr.hint_i = -1;
+	if (c->addr.servers)
 		return resolve_servers(c);
 	if (c->unix_path) {
-		struct sockaddr_un *un = (struct sockaddr_un *)&c->addrs[0];
+		struct sockaddr_un *un =
+			(struct sockaddr_un *)&c->addr.addrs[0];
 
 		if (strlen(c->unix_path) >= sizeof(un->sun_path))
 			return DLOCK_EINVAL;
 		memset(un, 0, sizeof(*un));
 		un->sun_family = AF_UNIX;
 		memcpy(un->sun_path, c->unix_path, strlen(c->unix_path));
-		c->addrlens[0] = sizeof(*un);
-		c->naddrs = 1;
+		c->addr.addrlens[0] = sizeof(*un);
+		c->addr.naddrs = 1;
 		return 0;
 	}
 	snprintf(port, sizeof(port), "%d", c->opt.port);
 	resolve_one(c, c->host, port, "");
-	return c->naddrs > 0 ? 0 : DLOCK_ECONNECT;
+	return c->addr.naddrs > 0 ? 0 : DLOCK_ECONNECT;
 }
 
 void dl__hint(struct dlock_client *c, struct dl_str active)
 {
 	int i;
 
-	c->hint_i = -1;
-	for (i = 0; i < c->naddrs; i++)
-		if (c->names[i][0] && strlen(c->names[i]) == active.len &&
-		    memcmp(c->names[i], active.p, active.len) == 0) {
-			c->hint_i = i;
+	c->addr.hint_i = -1;
+	for (i = 0; i < c->addr.naddrs; i++)
+		if (c->addr.names[i][0] &&
+		    strlen(c->addr.names[i]) == active.len &&
+		    memcmp(c->addr.names[i], active.p, active.len) == 0) {
+			c->addr.hint_i = i;
 			return;
 		}
 }
@@ -225,7 +229,7 @@ void dl__hint(struct dlock_client *c, struct dl_str active)
  * says why); *done says the connect already completed. */
 static int connect_start(struct dlock_client *c, int i, int *done)
 {
-	const struct sockaddr *sa = (const struct sockaddr *)&c->addrs[i];
+	const struct sockaddr *sa = (const struct sockaddr *)&c->addr.addrs[i];
 	int fd = socket(sa->sa_family,
 			SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	int one = 1, e;
@@ -235,7 +239,7 @@ static int connect_start(struct dlock_client *c, int i, int *done)
 		return -1;
 	if (sa->sa_family != AF_UNIX)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	if (connect(fd, sa, c->addrlens[i]) == 0) {
+	if (connect(fd, sa, c->addr.addrlens[i]) == 0) {
 		*done = 1;
 		return fd;
 	}
@@ -258,7 +262,7 @@ static int connect_result(int fd)
 	return err;
 }
 
-/* Wait for the TLS handshake on c->fd until deadline (the caller's
+/* Wait for the TLS handshake on c->conn.fd until deadline (the caller's
  * thread: dlock_connect). Why it failed goes to dlock_last_error(). */
 static int tls_sync(struct dlock_client *c, int i, int64_t deadline)
 {
@@ -268,7 +272,7 @@ static int tls_sync(struct dlock_client *c, int i, int64_t deadline)
 	if ((r = dl__tls_begin(c, i)) < 0)
 		goto out;
 	while ((r = dl__tls_handshake(c)) == 1) {
-		struct pollfd p = {.fd = c->fd, .events = POLLIN};
+		struct pollfd p = {.fd = c->conn.fd, .events = POLLIN};
 
 		if (dl__io_pending(c))
 			p.events |= POLLOUT;
@@ -290,10 +294,10 @@ int dl__connect_sync(struct dlock_client *c, int64_t deadline)
 {
 	int k, i, fd, done, r, e, err = DLOCK_ECONNECT;
 
-	for (k = 0; k < c->naddrs; k++) {
+	for (k = 0; k < c->addr.naddrs; k++) {
 		if (dl__now() >= deadline)
 			return err; /* the reasons of the last tries stay */
-		i = (c->addr_i + k) % c->naddrs;
+		i = (c->addr.addr_i + k) % c->addr.naddrs;
 		if ((fd = connect_start(c, i, &done)) < 0)
 			why_errno(c, i, errno);
 		while (fd >= 0 && !done) {
@@ -323,10 +327,10 @@ int dl__connect_sync(struct dlock_client *c, int64_t deadline)
 		}
 		if (fd < 0)
 			continue;
-		c->why[i][0] = '\0';
-		c->fd = fd;
-		c->addr_i = i;
-		if (!c->tls || (r = tls_sync(c, i, deadline)) == 0)
+		c->addr.why[i][0] = '\0';
+		c->conn.fd = fd;
+		c->addr.addr_i = i;
+		if (!c->conn.tls || (r = tls_sync(c, i, deadline)) == 0)
 			return 0;
 		/* a server that fails TLS: the next one may not */
 		dl__why(c, i, "%s",
@@ -345,13 +349,13 @@ int dl__connect_sync(struct dlock_client *c, int64_t deadline)
 static void attempt_failed(struct dlock_client *c, int64_t now)
 {
 	dl__io_close(c);
-	c->state = DL__DOWN;
-	c->failed_i = c->addr_i;
-	c->addr_i = (c->addr_i + 1) % c->naddrs;
-	c->reconnect_at = now + c->backoff;
-	c->backoff *= 2;
-	if (c->backoff > DL__BACKOFF_MAX_MS)
-		c->backoff = DL__BACKOFF_MAX_MS;
+	c->conn.state = DL__DOWN;
+	c->addr.failed_i = c->addr.addr_i;
+	c->addr.addr_i = (c->addr.addr_i + 1) % c->addr.naddrs;
+	c->conn.reconnect_at = now + c->conn.backoff;
+	c->conn.backoff *= 2;
+	if (c->conn.backoff > DL__BACKOFF_MAX_MS)
+		c->conn.backoff = DL__BACKOFF_MAX_MS;
 }
 
 /* Write (or fail) a request kept over a reconnect. */
@@ -379,11 +383,11 @@ static void greet(struct dlock_client *c, enum dl__op op)
 static void connected(struct dlock_client *c, int64_t now)
 {
 	(void)now;
-	c->state = DL__GREETING;
-	dl_linebuf_init(&c->lb);
-	c->out_off = c->out_len = 0;
-	c->crossing = 0;
-	c->input_more = 0;
+	c->conn.state = DL__GREETING;
+	dl_linebuf_init(&c->conn.lb);
+	c->conn.out_off = c->conn.out_len = 0;
+	c->conn.crossing = 0;
+	c->conn.input_more = 0;
 	if (c->password)
 		greet(c, DL__AUTH);
 	greet(c, DL__HELLO);
@@ -395,19 +399,19 @@ void dl__io_hello_ok(struct dlock_client *c)
 	struct dl__req *q, *next;
 	int64_t now = dl__now();
 
-	c->state = DL__UP;
+	c->conn.state = DL__UP;
 	/* who it is, for the owner HELLO just proved */
 	if (dl__describing(c))
 		dl__internal(c, DL__DESCRIBE, NULL, 0, 0);
-	for (l = c->leases; l; l = l->next) {
+	for (l = c->ls.leases; l; l = l->next) {
 		if (l->dead || l->unlocking || l->nhandles == 0 ||
 		    atomic_load(&l->deadline) <= now)
 			continue;
 		dl__lease_renew(c, l);
 	}
 	dl__watch_resume(c);
-	q = c->unsent;
-	c->unsent = c->unsent_tail = NULL;
+	q = c->rq.unsent;
+	c->rq.unsent = c->rq.unsent_tail = NULL;
 	for (; q; q = next) {
 		next = q->next;
 		q->next = NULL;
@@ -429,33 +433,33 @@ static void tls_step(struct dlock_client *c, int64_t now)
 /* The socket is connected: TLS first, if the client speaks it. */
 static void transport_up(struct dlock_client *c, int64_t now)
 {
-	if (!c->tls) {
+	if (!c->conn.tls) {
 		connected(c, now);
 		return;
 	}
-	if (dl__tls_begin(c, c->addr_i) < 0) {
+	if (dl__tls_begin(c, c->addr.addr_i) < 0) {
 		attempt_failed(c, now);
 		return;
 	}
-	c->state = DL__HANDSHAKE;
+	c->conn.state = DL__HANDSHAKE;
 	tls_step(c, now);
 }
 
 static void start_connect(struct dlock_client *c, int64_t now)
 {
-	int done, fd = connect_start(c, c->addr_i, &done);
+	int done, fd = connect_start(c, c->addr.addr_i, &done);
 
 	if (fd < 0) {
 		attempt_failed(c, now);
 		return;
 	}
-	c->fd = fd;
-	c->connect_deadline = now + c->opt.connect_timeout_ms;
+	c->conn.fd = fd;
+	c->conn.connect_deadline = now + c->opt.connect_timeout_ms;
 	if (done) {
 		transport_up(c, now);
 		return;
 	}
-	c->state = DL__CONNECTING;
+	c->conn.state = DL__CONNECTING;
 }
 
 /* The error of a request that a drop ends: during dlock_connect's own
@@ -464,7 +468,7 @@ static void start_connect(struct dlock_client *c, int64_t now)
  * the handshake is done), later the connection closed. */
 static int drop_error(const struct dlock_client *c, struct dl__req *q)
 {
-	if (!c->initial)
+	if (!c->conn.initial)
 		return DLOCK_ECLOSED;
 	if (dl__tls_failed(c)) {
 		snprintf(q->err, sizeof(q->err), "%s", dl__tls_error(c));
@@ -502,11 +506,11 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 		dl__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
-	if (c->initial || !c->opt.reconnect) {
+	if (c->conn.initial || !c->opt.reconnect) {
 		dl__req_finish(c, q, drop_error(c, q));
 		return 0;
 	}
-	if (c->standby) {
+	if (c->addr.standby) {
 		/* A standby executes nothing: whatever it was, send it
 		 * again to the active. */
 		if (q->op == DL__AUTH || q->op == DL__HELLO ||
@@ -542,8 +546,8 @@ static void fail_unsent(struct dlock_client *c, int err, const char *why)
 {
 	struct dl__req *q, *next;
 
-	q = c->unsent;
-	c->unsent = c->unsent_tail = NULL;
+	q = c->rq.unsent;
+	c->rq.unsent = c->rq.unsent_tail = NULL;
 	for (; q; q = next) {
 		next = q->next;
 		q->next = NULL;
@@ -576,75 +580,78 @@ static void disconnect(struct dlock_client *c)
 	struct dl__req *q, *next;
 	int64_t now = dl__now();
 
-	if (c->initial && !c->standby && !c->why[c->addr_i][0])
-		dl__why(c, c->addr_i, "%s",
+	if (c->conn.initial && !c->addr.standby &&
+	    !c->addr.why[c->addr.addr_i][0])
+		dl__why(c, c->addr.addr_i, "%s",
 			dl__tls_failed(c) ? dl__tls_error(c)
 					  : "closed the connection");
 	dl__io_close(c);
-	c->wfail = 0;
-	c->out_off = c->out_len = 0;
-	dl_linebuf_init(&c->lb);
+	c->conn.wfail = 0;
+	c->conn.out_off = c->conn.out_len = 0;
+	dl_linebuf_init(&c->conn.lb);
 
 	/* in the order they were sent: a STATS being read, the FIFO, then
 	 * the queued LOCKs; those kept go before anything queued meanwhile
 	 * (nothing, normally) */
-	stats = c->stats_req;
-	fifo = c->fifo;
-	waiting = c->waiting;
-	c->stats_req = NULL;
-	c->stats_left = 0;
-	c->fifo = c->fifo_tail = c->waiting = NULL;
+	stats = c->rq.stats_req;
+	fifo = c->rq.fifo;
+	waiting = c->rq.waiting;
+	c->rq.stats_req = NULL;
+	c->rq.stats_left = 0;
+	c->rq.fifo = c->rq.fifo_tail = c->rq.waiting = NULL;
 	if (stats) {
 		stats->next = NULL;
 		sort_dropped(c, stats, &kept, &tail);
 	}
 	sort_dropped(c, fifo, &kept, &tail);
 	sort_dropped(c, waiting, &kept, &tail);
-	dl__list_prepend(&c->unsent, &c->unsent_tail, kept, tail);
-	if (c->cluster_refused >= c->naddrs)
-		fail_unsent(c, DLOCK_ECLUSTER, c->why[c->addr_i]);
-	if (c->initial || !c->opt.reconnect || c->closing) {
-		c->state = DL__DEAD;
-		for (q = c->unsent; q; q = next) {
+	dl__list_prepend(&c->rq.unsent, &c->rq.unsent_tail, kept, tail);
+	if (c->hello.cluster_refused >= c->addr.naddrs)
+		fail_unsent(c, DLOCK_ECLUSTER, c->addr.why[c->addr.addr_i]);
+	if (c->conn.initial || !c->opt.reconnect || c->closing) {
+		c->conn.state = DL__DEAD;
+		for (q = c->rq.unsent; q; q = next) {
 			next = q->next;
 			dl__req_finish(c, q, drop_error(c, q));
 		}
-		c->unsent = c->unsent_tail = NULL;
+		c->rq.unsent = c->rq.unsent_tail = NULL;
 		return;
 	}
-	c->state = DL__DOWN;
-	c->reconnect_at = now; /* at once; then with backoff */
-	if (c->refused) {
+	c->conn.state = DL__DOWN;
+	c->conn.reconnect_at = now; /* at once; then with backoff */
+	if (c->conn.refused) {
 		/* its owner is someone else's here for now: a pause, as
 		 * after a failed attempt, not a loop of refusals */
-		c->refused = 0;
-		c->reconnect_at = now + c->backoff;
-		c->backoff *= 2;
-		if (c->backoff > DL__BACKOFF_MAX_MS)
-			c->backoff = DL__BACKOFF_MAX_MS;
+		c->conn.refused = 0;
+		c->conn.reconnect_at = now + c->conn.backoff;
+		c->conn.backoff *= 2;
+		if (c->conn.backoff > DL__BACKOFF_MAX_MS)
+			c->conn.backoff = DL__BACKOFF_MAX_MS;
 	}
-	if (c->standby) {
+	if (c->addr.standby) {
 		/* To the active the standby named, at once; to the next
 		 * server after a pause when it named itself, the address
 		 * that just failed, or nobody. */
-		if (c->hint_i >= 0 && c->hint_i != c->addr_i &&
-		    c->hint_i != c->failed_i) {
-			c->addr_i = c->hint_i;
-		} else if (c->hint_i >= 0 && c->hint_i == c->failed_i) {
+		if (c->addr.hint_i >= 0 && c->addr.hint_i != c->addr.addr_i &&
+		    c->addr.hint_i != c->addr.failed_i) {
+			c->addr.addr_i = c->addr.hint_i;
+		} else if (c->addr.hint_i >= 0 &&
+			   c->addr.hint_i == c->addr.failed_i) {
 			/* The active it names did not answer: it is down,
 			 * and this standby may take over soon. Ask it
 			 * again, then try that active once more. */
-			c->failed_i = -1;
-			c->reconnect_at = now + DL__REDIRECT_MS;
+			c->addr.failed_i = -1;
+			c->conn.reconnect_at = now + DL__REDIRECT_MS;
 		} else {
-			c->addr_i = (c->addr_i + 1) % c->naddrs;
-			c->reconnect_at = now + DL__REDIRECT_MS;
+			c->addr.addr_i = (c->addr.addr_i + 1) % c->addr.naddrs;
+			c->conn.reconnect_at = now + DL__REDIRECT_MS;
 		}
-	} else if (c->hint_i >= 0) {
-		c->addr_i = c->hint_i; /* * BYE not-active said where */
+	} else if (c->addr.hint_i >= 0) {
+		c->addr.addr_i =
+			c->addr.hint_i; /* * BYE not-active said where */
 	}
-	c->standby = 0;
-	c->hint_i = -1;
+	c->addr.standby = 0;
+	c->addr.hint_i = -1;
 }
 
 /* ---- input --------------------------------------------------------------- */
@@ -662,13 +669,13 @@ static void input(struct dlock_client *c)
 	ssize_t n;
 	int reads = 0;
 
-	c->input_more = 0;
+	c->conn.input_more = 0;
 	for (;;) {
 		if (reads++ == DL__READ_TURN) {
-			c->input_more = 1;
+			c->conn.input_more = 1;
 			return;
 		}
-		space = dl_linebuf_space(&c->lb, &avail);
+		space = dl_linebuf_space(&c->conn.lb, &avail);
 		n = dl__io_read(c, space, avail);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -678,8 +685,8 @@ static void input(struct dlock_client *c)
 			disconnect(c);
 			return;
 		}
-		dl_linebuf_commit(&c->lb, (size_t)n);
-		while ((res = dl_linebuf_next(&c->lb, &line, &len)) !=
+		dl_linebuf_commit(&c->conn.lb, (size_t)n);
+		while ((res = dl_linebuf_next(&c->conn.lb, &line, &len)) !=
 		       DL_LB_NONE) {
 			if (res != DL_LB_LINE ||
 			    dl__line_in(c, line, len) < 0) {
@@ -688,7 +695,7 @@ static void input(struct dlock_client *c)
 			}
 		}
 		/* TLS may hold more than the socket shows: read to EAGAIN */
-		if ((size_t)n < avail && !c->tls)
+		if ((size_t)n < avail && !c->conn.tls)
 			return;
 	}
 }
@@ -704,7 +711,7 @@ static int64_t timers(struct dlock_client *c, int64_t now)
 	int64_t next = DL__NEVER, ttl, lost_at, overdue;
 	struct dl__lease *l;
 
-	for (l = c->leases; l; l = l->next) {
+	for (l = c->ls.leases; l; l = l->next) {
 		if (l->dead || l->unlocking || l->nhandles == 0)
 			continue;
 		ttl = atomic_load(&l->ttl);
@@ -722,7 +729,7 @@ static int64_t timers(struct dlock_client *c, int64_t now)
 			dl__lease_risk(c, l);
 		else if (!l->at_risk && overdue < next)
 			next = overdue;
-		if (l->refreshing || c->state != DL__UP)
+		if (l->refreshing || c->conn.state != DL__UP)
 			continue;
 		if (now < l->renew_at) {
 			if (l->renew_at < next)
@@ -741,23 +748,23 @@ static void deliver_risk(struct dlock_client *c)
 	struct dl__lease *l;
 	dlock_lease *h;
 
-	while (c->risk_count > 0 && !c->closing) {
-		for (l = c->leases, h = NULL; l && !h; l = l->next)
+	while (c->ls.risk_count > 0 && !c->closing) {
+		for (l = c->ls.leases, h = NULL; l && !h; l = l->next)
 			for (h = l->handles; h && !h->risk_notify; h = h->next)
 				;
 		if (!h) {
-			c->risk_count = 0;
+			c->ls.risk_count = 0;
 			return;
 		}
 		h->risk_notify = 0;
-		c->risk_count--;
+		c->ls.risk_count--;
 		if (!c->opt.on_at_risk)
 			continue;
-		c->cb_handle = h;
+		c->ls.cb_handle = h;
 		pthread_mutex_unlock(&c->mu);
 		c->opt.on_at_risk(c, h, c->opt.arg);
 		pthread_mutex_lock(&c->mu);
-		c->cb_handle = NULL;
+		c->ls.cb_handle = NULL;
 		pthread_cond_broadcast(&c->idle_cv);
 	}
 }
@@ -768,23 +775,23 @@ static void deliver_lost(struct dlock_client *c)
 	struct dl__lease *l;
 	dlock_lease *h;
 
-	while (c->notify_count > 0 && !c->closing) {
-		for (l = c->leases, h = NULL; l && !h; l = l->next)
+	while (c->ls.notify_count > 0 && !c->closing) {
+		for (l = c->ls.leases, h = NULL; l && !h; l = l->next)
 			for (h = l->handles; h && !h->notify; h = h->next)
 				;
 		if (!h) {
-			c->notify_count = 0;
+			c->ls.notify_count = 0;
 			return;
 		}
 		h->notify = 0;
-		c->notify_count--;
+		c->ls.notify_count--;
 		if (!c->opt.on_lost)
 			continue;
-		c->cb_handle = h;
+		c->ls.cb_handle = h;
 		pthread_mutex_unlock(&c->mu);
 		c->opt.on_lost(c, h, h->why, c->opt.arg);
 		pthread_mutex_lock(&c->mu);
-		c->cb_handle = NULL;
+		c->ls.cb_handle = NULL;
 		pthread_cond_broadcast(&c->idle_cv);
 	}
 }
@@ -827,74 +834,78 @@ void *dl__thread_main(void *arg)
 	pthread_mutex_lock(&c->mu);
 	while (!c->closing) {
 		now = dl__now();
-		if (c->state == DL__DOWN && now >= c->reconnect_at)
+		if (c->conn.state == DL__DOWN && now >= c->conn.reconnect_at)
 			start_connect(c, now);
-		if ((c->state == DL__CONNECTING || c->state == DL__HANDSHAKE) &&
-		    now >= c->connect_deadline)
+		if ((c->conn.state == DL__CONNECTING ||
+		     c->conn.state == DL__HANDSHAKE) &&
+		    now >= c->conn.connect_deadline)
 			attempt_failed(c, now);
-		if (c->state == DL__GREETING && now >= c->connect_deadline) {
-			c->refused = 1; /* no answer: the next attempt waits */
+		if (c->conn.state == DL__GREETING &&
+		    now >= c->conn.connect_deadline) {
+			c->conn.refused =
+				1; /* no answer: the next attempt waits */
 			disconnect(c);
 		}
-		if (c->wfail)
+		if (c->conn.wfail)
 			disconnect(c);
 		next = timers(c, now);
 		deliver_risk(c);
 		deliver_lost(c);
 		if (c->closing)
 			break;
-		if (c->notify_count > 0 || c->risk_count > 0)
+		if (c->ls.notify_count > 0 || c->ls.risk_count > 0)
 			continue;
-		if (c->input_more && c->fd >= 0)
+		if (c->conn.input_more && c->conn.fd >= 0)
 			next = now; /* poll only to let the callers in */
 
 		p[0] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
 		p[1] = (struct pollfd){.fd = c->timer, .events = POLLIN};
-		p[2] = (struct pollfd){.fd = c->fd, .events = 0};
-		if (c->state == DL__DOWN && c->reconnect_at < next)
-			next = c->reconnect_at;
-		if (c->state == DL__CONNECTING) {
+		p[2] = (struct pollfd){.fd = c->conn.fd, .events = 0};
+		if (c->conn.state == DL__DOWN && c->conn.reconnect_at < next)
+			next = c->conn.reconnect_at;
+		if (c->conn.state == DL__CONNECTING) {
 			p[2].events = POLLOUT;
-			if (c->connect_deadline < next)
-				next = c->connect_deadline;
-		} else if (c->state == DL__HANDSHAKE ||
-			   c->state == DL__GREETING || c->state == DL__UP) {
+			if (c->conn.connect_deadline < next)
+				next = c->conn.connect_deadline;
+		} else if (c->conn.state == DL__HANDSHAKE ||
+			   c->conn.state == DL__GREETING ||
+			   c->conn.state == DL__UP) {
 			p[2].events = POLLIN;
 			if (dl__io_pending(c))
 				p[2].events |= POLLOUT;
-			if ((c->state == DL__HANDSHAKE ||
-			     c->state == DL__GREETING) &&
-			    c->connect_deadline < next)
-				next = c->connect_deadline;
+			if ((c->conn.state == DL__HANDSHAKE ||
+			     c->conn.state == DL__GREETING) &&
+			    c->conn.connect_deadline < next)
+				next = c->conn.connect_deadline;
 		}
 		pthread_mutex_unlock(&c->mu);
-		n = sleep_until(c, p, c->fd >= 0 ? 3 : 2, next);
+		n = sleep_until(c, p, c->conn.fd >= 0 ? 3 : 2, next);
 		pthread_mutex_lock(&c->mu);
-		if (c->closing || (n <= 0 && !c->input_more))
+		if (c->closing || (n <= 0 && !c->conn.input_more))
 			continue;
 		if (p[0].revents)
 			while (read(c->wake[0], buf, sizeof(buf)) > 0)
 				;
 		if (p[1].revents)
 			(void)!read(c->timer, buf, sizeof(buf));
-		if (c->fd < 0 || p[2].fd != c->fd ||
-		    (!p[2].revents && !c->input_more))
+		if (c->conn.fd < 0 || p[2].fd != c->conn.fd ||
+		    (!p[2].revents && !c->conn.input_more))
 			continue;
-		if (c->state == DL__CONNECTING) {
-			if (connect_result(c->fd) == 0)
+		if (c->conn.state == DL__CONNECTING) {
+			if (connect_result(c->conn.fd) == 0)
 				transport_up(c, dl__now());
 			else
 				attempt_failed(c, dl__now());
 			continue;
 		}
-		if (c->state == DL__HANDSHAKE) {
+		if (c->conn.state == DL__HANDSHAKE) {
 			tls_step(c, dl__now());
 			continue;
 		}
 		if (p[2].revents & POLLOUT)
 			dl__flush(c);
 		if ((p[2].revents & (POLLIN | POLLHUP | POLLERR)) ||
-		    c->input_more)
+		    c->conn.input_more)
 			input(c);
 	}
 	pthread_mutex_unlock(&c->mu);

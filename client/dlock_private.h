@@ -254,20 +254,16 @@ enum dl__state {
 	DL__DEAD,	/* closed for good (reconnect off, or closing) */
 };
 
-struct dlock_client {
-	pthread_mutex_t mu;
-	struct dl__lwait *lwait; /* threads waiting for a name, FIFO */
-	pthread_cond_t idle_cv;	 /* callers left; a callback returned */
-	pthread_t thread;
-	int thread_started;
-	int wake[2]; /* self-pipe: [0] polled by the thread */
-	int timer;   /* the thread's CLOCK_BOOTTIME timerfd, or -1 */
+/*
+ * The client, in parts (each a struct below, named by the member that
+ * holds it): where it connects (addr), what the current connection is
+ * (conn), what the server said in HELLO (hello), what the client says of
+ * itself (desc), the requests (rq), the leases (ls) and the watches (w).
+ * The thread and the callers share all of it under mu.
+ */
 
-	/* options (immutable after dlock_connect) */
-	struct dlock_options opt; /* strings point to the copies below */
-	char *host, *unix_path, *password, *user;
-	char owner[DL_OWNER_MAX + 1];
-	char owner_key[DL_OWNER_SECRET_MAX + 1]; /* "" until the server says */
+/* Where to connect: the addresses, and fail-over among them. */
+struct dl__addrs {
 	struct sockaddr_storage addrs[DL__ADDRS_MAX];
 	socklen_t addrlens[DL__ADDRS_MAX];
 	/* options.servers: the entry each address came from ("" without) */
@@ -288,18 +284,20 @@ struct dlock_client {
 	 * thread's dlock_last_error() when it fails (dl__why_report). */
 	char why[DL__ADDRS_MAX][DL__WHY_MAX];
 	char unresolved[DL__WHY_MAX];
+};
 
-	/* learnt from HELLO */
-	int64_t default_ttl;
-	int auth_required;
-	atomic_int role; /* enum dl__role: dlock_server_role() */
-	/* The cluster id the client holds to (options.cluster, or the
-	 * first a server named: "" until then), the server it came from
-	 * ("" for the option), and how many HELLOs in a row named
-	 * another: at naddrs, requests fail with DLOCK_ECLUSTER. */
-	char cluster[DL_CLUSTER_ID_LEN + 1];
-	char cluster_from[DL__SERVER_NAME_MAX];
-	int cluster_refused;
+/* The connection (the thread's, under mu). */
+struct dl__conn {
+	int fd;
+	struct dl__tls *tls; /* NULL: plaintext (dlock_tls.c) */
+	enum dl__state state;
+	int initial; /* dlock_connect's own handshake is running */
+	int wfail;   /* a write failed: the thread must disconnect */
+	int refused; /* a reconnect's HELLO was refused: pause first */
+	int64_t reconnect_at, connect_deadline, backoff;
+	struct dl_linebuf lb;
+	char *out; /* bytes written but not yet taken by the kernel */
+	size_t out_off, out_len, out_cap;
 	/* the server granted or confirmed what no server may (token 0, a
 	 * lease longer than asked, holds past DL_REENTRY_MAX): the line's
 	 * request failed with DLOCK_EPROTO and the connection is dropped
@@ -315,29 +313,34 @@ struct dlock_client {
 	/* input() stopped at DL__READ_TURN with more to read: the thread
 	 * reads again before it sleeps */
 	int input_more;
+};
 
-	/* what the client says of itself (options.describe), as sent
-	 * (dlock_desc.c); nothing when all are empty, or once a server
-	 * refused it */
-	char desc_host[DL_DESC_HOST_MAX + 1];
-	char desc_cmd[DL_DESC_CMD_MAX + 1];
-	uint32_t desc_pid;
-	int desc_refused;
+/* Learnt from HELLO. */
+struct dl__hello {
+	int64_t default_ttl;
+	int auth_required;
+	atomic_int role; /* enum dl__role: dlock_server_role() */
+	/* The cluster id the client holds to (options.cluster, or the
+	 * first a server named: "" until then), the server it came from
+	 * ("" for the option), and how many HELLOs in a row named
+	 * another: at naddrs, requests fail with DLOCK_ECLUSTER. */
+	char cluster[DL_CLUSTER_ID_LEN + 1];
+	char cluster_from[DL__SERVER_NAME_MAX];
+	int cluster_refused;
+};
 
-	/* connection (the thread's, under mu) */
-	int fd;
-	struct dl__tls *tls; /* NULL: plaintext (dlock_tls.c) */
-	enum dl__state state;
-	int initial; /* dlock_connect's own handshake is running */
-	int closing; /* dlock_close has begun */
-	int wfail;   /* a write failed: the thread must disconnect */
-	int refused; /* a reconnect's HELLO was refused: pause first */
-	int64_t reconnect_at, connect_deadline, backoff;
-	struct dl_linebuf lb;
-	char *out; /* bytes written but not yet taken by the kernel */
-	size_t out_off, out_len, out_cap;
+/* What the client says of itself (options.describe), as sent
+ * (dlock_desc.c); nothing when all are empty, or once a server refused
+ * it. */
+struct dl__describe {
+	char host[DL_DESC_HOST_MAX + 1];
+	char cmd[DL_DESC_CMD_MAX + 1];
+	uint32_t pid;
+	int refused;
+};
 
-	/* requests */
+/* The requests, each on at most one list (enum dl__where). */
+struct dl__reqs {
 	struct dl__req *fifo, *fifo_tail;     /* sent, in order */
 	struct dl__req *unsent, *unsent_tail; /* to write on connect */
 	struct dl__req *waiting;	      /* QUEUED LOCKs */
@@ -345,20 +348,49 @@ struct dlock_client {
 	struct dl__req *stats_req;	      /* reading a STATS body */
 	uint64_t stats_left;		      /* its lines still to come */
 	uint64_t seq;			      /* tags: "r<seq>" */
+};
 
-	/* leases */
+/* The leases (dlock_req.c). */
+struct dl__leases {
 	struct dl__lease *leases;
 	int notify_count;	      /* handles with notify set */
 	int risk_count;		      /* handles with risk_notify set */
 	const dlock_lease *cb_handle; /* in on_lost or on_at_risk now */
-	int ncallers;		      /* threads inside public calls */
+};
 
-	/* watches (dlock_watch.c) */
+/* The watches (dlock_watch.c). */
+struct dl__watches {
 	struct dl__watch *watches;    /* what the server was asked */
 	struct dl__wev *wq, *wq_tail; /* events not yet taken */
 	size_t wq_n;		      /* how many */
-	uint64_t w_missed;	      /* dropped since the last notice */
-	pthread_cond_t watch_cv;      /* an event came; closing */
+	uint64_t missed;	      /* dropped since the last notice */
+	pthread_cond_t cv;	      /* an event came; closing */
+};
+
+struct dlock_client {
+	pthread_mutex_t mu;
+	struct dl__lwait *lwait; /* threads waiting for a name, FIFO */
+	pthread_cond_t idle_cv;	 /* callers left; a callback returned */
+	pthread_t thread;
+	int thread_started;
+	int wake[2];  /* self-pipe: [0] polled by the thread */
+	int timer;    /* the thread's CLOCK_BOOTTIME timerfd, or -1 */
+	int closing;  /* dlock_close has begun */
+	int ncallers; /* threads inside public calls */
+
+	/* options (immutable after dlock_connect) */
+	struct dlock_options opt; /* strings point to the copies below */
+	char *host, *unix_path, *password, *user;
+	char owner[DL_OWNER_MAX + 1];
+	char owner_key[DL_OWNER_SECRET_MAX + 1]; /* "" until the server says */
+
+	struct dl__addrs addr;
+	struct dl__conn conn;
+	struct dl__hello hello;
+	struct dl__describe desc;
+	struct dl__reqs rq;
+	struct dl__leases ls;
+	struct dl__watches w;
 };
 
 /* ---- dlock_req.c --------------------------------------------------------- */

@@ -89,7 +89,7 @@ static uint64_t own_holds(struct dlock_client *c, const char *name,
 	const struct dl__req *q;
 	uint64_t n = l ? (uint64_t)l->nhandles : 0;
 
-	for (q = c->fifo; q; q = q->next)
+	for (q = c->rq.fifo; q; q = q->next)
 		if ((q->op == DL__UNLOCK || q->op == DL__CONFIRM) &&
 		    q->token == token && strcmp(q->name, name) == 0)
 			n++;
@@ -128,7 +128,7 @@ static int held_elsewhere(struct dlock_client *c, struct dl__req *q,
  * lease longer than asked -- the TTL of q, or of the lease this client
  * holds already under that token (a reentry keeps the longer). A client
  * must survive a hostile or broken server: such a line fails q with
- * DLOCK_EPROTO and drops the connection (c->insane). */
+ * DLOCK_EPROTO and drops the connection (c->conn.insane). */
 static int insane(struct dlock_client *c, const struct dl__req *q,
 		  uint64_t token, int64_t ms, uint64_t holds, int reentry)
 {
@@ -141,8 +141,8 @@ static int insane(struct dlock_client *c, const struct dl__req *q,
 		most = atomic_load(&l->ttl);
 	if (token != 0 && holds <= DL_REENTRY_MAX && (most <= 0 || ms <= most))
 		return 0;
-	c->insane = 1;
-	dl__why(c, c->addr_i,
+	c->conn.insane = 1;
+	dl__why(c, c->addr.addr_i,
 		"it granted %s token %" PRIu64 " for %" PRId64
 		" ms with %" PRIu64 " holds, asked for %" PRId64
 		" ms: no server may, dropped",
@@ -152,7 +152,7 @@ static int insane(struct dlock_client *c, const struct dl__req *q,
 
 /* A grant, a confirmation or a wait's end for q's lock must name it, and
  * a holds= it gives must count at least this hold: 0, or 1 and the server
- * is dropped (c->insane; found from outside: "OK GRANTED zzz" answering
+ * is dropped (c->conn.insane; found from outside: "OK GRANTED zzz" answering
  * LOCK k was taken for a lease of k, "holds=0" believed, and "* TIMEOUT
  * other" ended the wait for k). */
 static int not_of(struct dlock_client *c, const struct dl__req *q,
@@ -164,8 +164,8 @@ static int not_of(struct dlock_client *c, const struct dl__req *q,
 	    memcmp(r->argv[0].p, q->name, r->argv[0].len) == 0 &&
 	    (dl_reply_kv(r, "holds", &v) < 0 || grant_holds(r) > 0))
 		return 0;
-	c->insane = 1;
-	dl__why(c, c->addr_i,
+	c->conn.insane = 1;
+	dl__why(c, c->addr.addr_i,
 		"it answered a request for %s with \"%.*s\" (another lock, or holds=0): no server may, dropped",
 		q->name, (int)(r->argc ? r->argv[0].len : 0),
 		r->argc ? r->argv[0].p : "");
@@ -230,14 +230,14 @@ static int reply_lock(struct dlock_client *c, struct dl__req *q,
 		granted(c, q, token, ms, r);
 	} else if (is(r, DL_REPLY_OK, "QUEUED")) {
 		if (q->abandoned) {
-			c->crossing++; /* its grant may cross the CANCEL */
+			c->conn.crossing++; /* its grant may cross the CANCEL */
 			dl__internal(c, DL__CANCEL, q->name, 0, 0);
 			dl__req_finish(c, q, DLOCK_ETIMEDOUT);
 			return 1;
 		}
 		q->where = DL__WAITING;
-		q->next = c->waiting;
-		c->waiting = q;
+		q->next = c->rq.waiting;
+		c->rq.waiting = q;
 		q->deadline = q->wait < 0 ? DL__NEVER : q->wait_end;
 		if (q->deadline != DL__NEVER)
 			q->deadline += c->opt.request_timeout_ms;
@@ -501,7 +501,7 @@ static int stats_room(struct dl__req *q, size_t need, size_t first)
  * LOCKS body, kept whole ("line\0"). */
 static void stats_line(struct dlock_client *c, const char *line, size_t len)
 {
-	struct dl__req *q = c->stats_req;
+	struct dl__req *q = c->rq.stats_req;
 	const char *sp = memchr(line, ' ', len);
 	size_t need = len + 2;
 
@@ -526,8 +526,8 @@ static void stats_line(struct dlock_client *c, const char *line, size_t len)
 		q->stats_len += len + 1;
 		q->stats_n++;
 	}
-	if (--c->stats_left == 0) {
-		c->stats_req = NULL;
+	if (--c->rq.stats_left == 0) {
+		c->rq.stats_req = NULL;
 		dl__req_finish(c, q, 0);
 	}
 }
@@ -596,7 +596,7 @@ static int on_hello(struct dlock_client *c, struct dl__req *q,
 	if (dl_reply_kv(r, "default_ttl_ms", &v) == 0 &&
 	    dl_parse_u64(v.p, v.len, &n) == 0 && n > 0 &&
 	    n <= DL_DURATION_MAX_MS)
-		c->default_ttl = (int64_t)n;
+		c->hello.default_ttl = (int64_t)n;
 	/* the secret of our owner, to present on every reconnect */
 	if (dl_reply_kv(r, "key", &v) == 0 &&
 	    dl_check_owner_secret(v.p, v.len) == 0) {
@@ -607,20 +607,21 @@ static int on_hello(struct dlock_client *c, struct dl__req *q,
 	 * (since 0.3) tells no owner to an unauthenticated connection; a
 	 * user without a secret may be known by its uid (unix socket), and
 	 * then has an owner */
-	c->auth_required = dl_reply_kv(r, "auth", &v) == 0 && v.len == 8 &&
-			   memcmp(v.p, "required", 8) == 0 &&
-			   (dl_reply_kv(r, "owner", &v) != 0 ||
-			    (!c->password && !c->user));
+	c->hello.auth_required = dl_reply_kv(r, "auth", &v) == 0 &&
+				 v.len == 8 &&
+				 memcmp(v.p, "required", 8) == 0 &&
+				 (dl_reply_kv(r, "owner", &v) != 0 ||
+				  (!c->password && !c->user));
 	if (dl_reply_kv(r, "role", &v) == 0 && v.len == 7 &&
 	    memcmp(v.p, "standby", 7) == 0)
-		atomic_store(&c->role, DL__ROLE_STANDBY);
+		atomic_store(&c->hello.role, DL__ROLE_STANDBY);
 	else if (dl_reply_kv(r, "role", &v) == 0 && v.len == 6 &&
 		 memcmp(v.p, "active", 6) == 0)
-		atomic_store(&c->role, DL__ROLE_ACTIVE);
+		atomic_store(&c->hello.role, DL__ROLE_ACTIVE);
 	else
-		atomic_store(&c->role, DL__ROLE_UNKNOWN);
-	c->backoff = DL__BACKOFF_MIN_MS; /* a good connection */
-	c->failed_i = -1;
+		atomic_store(&c->hello.role, DL__ROLE_UNKNOWN);
+	c->conn.backoff = DL__BACKOFF_MIN_MS; /* a good connection */
+	c->addr.failed_i = -1;
 	dl__req_finish(c, q, 0);
 	return 1;
 }
@@ -631,7 +632,7 @@ static int on_describe(struct dlock_client *c, struct dl__req *q,
 		       const struct dl_reply *r)
 {
 	if (r->kind != DL_REPLY_OK)
-		c->desc_refused = 1;
+		c->desc.refused = 1;
 	dl__req_finish(c, q, 0);
 	return 1;
 }
@@ -677,8 +678,8 @@ static int on_status(struct dlock_client *c, struct dl__req *q,
 static void expect_body(struct dlock_client *c, struct dl__req *q, uint64_t n)
 {
 	if (n > DL__BODY_LINES_MAX) {
-		c->insane = 1;
-		dl__why(c, c->addr_i,
+		c->conn.insane = 1;
+		dl__why(c, c->addr.addr_i,
 			"it announced a reply of %" PRIu64
 			" lines, more than any server sends: dropped",
 			n);
@@ -689,8 +690,8 @@ static void expect_body(struct dlock_client *c, struct dl__req *q, uint64_t n)
 		dl__req_finish(c, q, 0);
 		return;
 	}
-	c->stats_req = q;
-	c->stats_left = n;
+	c->rq.stats_req = q;
+	c->rq.stats_left = n;
 }
 
 /* OK HOLDERS <name> <n> holders= waiters= mode= limit= more= */
@@ -781,13 +782,13 @@ static struct dl__req *waiting_take(struct dlock_client *c, struct dl_str tag)
 
 	if (tag.len == 0)
 		return NULL;
-	for (q = c->waiting; q; prev = q, q = q->next) {
+	for (q = c->rq.waiting; q; prev = q, q = q->next) {
 		if (strlen(q->tag) != tag.len || memcmp(q->tag, tag.p, tag.len))
 			continue;
 		if (prev)
 			prev->next = q->next;
 		else
-			c->waiting = q->next;
+			c->rq.waiting = q->next;
 		q->next = NULL;
 		q->where = DL__NOWHERE;
 		return q;
@@ -825,14 +826,14 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 		if (!(q = waiting_take(c, r->tag))) {
 			/* nobody waits: a grant that crossed the CANCEL of a
 			 * wait given up, or one nobody asked for */
-			if (!c->crossing) {
-				c->insane = 1;
-				dl__why(c, c->addr_i,
+			if (!c->conn.crossing) {
+				c->conn.insane = 1;
+				dl__why(c, c->addr.addr_i,
 					"it granted %s, which nobody waits for: dropped",
 					name);
 				return;
 			}
-			c->crossing--;
+			c->conn.crossing--;
 			/* give it back, exactly one hold if the lease is
 			 * another client's too (held_elsewhere) */
 			if (holds > own_holds(c, name, token) + 1)
@@ -909,21 +910,21 @@ static int standby_reply(struct dlock_client *c, const struct dl__req *q,
 	} else {
 		return 0;
 	}
-	c->standby = 1;
+	c->addr.standby = 1;
 	dl__hint(c, v);
 	if (v.len && !(v.len == 1 && v.p[0] == '-'))
-		dl__why(c, c->addr_i, "a standby (the active: %.*s)",
+		dl__why(c, c->addr.addr_i, "a standby (the active: %.*s)",
 			(int)v.len, v.p);
 	else
-		dl__why(c, c->addr_i, "a standby, and no active is known");
+		dl__why(c, c->addr.addr_i, "a standby, and no active is known");
 	return 1;
 }
 
 /* Who the client is connected to, for a message. */
 static const char *here(const struct dlock_client *c, char *buf, size_t len)
 {
-	if (c->names[c->addr_i][0])
-		return c->names[c->addr_i];
+	if (c->addr.names[c->addr.addr_i][0])
+		return c->addr.names[c->addr.addr_i];
 	if (c->opt.unix_path)
 		return c->opt.unix_path;
 	snprintf(buf, len, "%s:%d", c->opt.host ? c->opt.host : "?",
@@ -952,33 +953,35 @@ static int cluster_reply(struct dlock_client *c, const struct dl__req *q,
 	    dl_reply_kv(r, "cluster", &v) != 0 || (v.len == 1 && v.p[0] == '-'))
 		return 0; /* 0.3 and before, or a standby that does not know */
 	at = here(c, buf, sizeof(buf));
-	if (!c->cluster[0] && v.len == DL_CLUSTER_ID_LEN) {
-		memcpy(c->cluster, v.p, v.len);
-		c->cluster[v.len] = '\0';
-		snprintf(c->cluster_from, sizeof(c->cluster_from), "%s", at);
+	if (!c->hello.cluster[0] && v.len == DL_CLUSTER_ID_LEN) {
+		memcpy(c->hello.cluster, v.p, v.len);
+		c->hello.cluster[v.len] = '\0';
+		snprintf(c->hello.cluster_from, sizeof(c->hello.cluster_from),
+			 "%s", at);
 	}
 	if (!c->opt.cluster && v.len == DL_CLUSTER_ID_LEN &&
-	    strcmp(at, c->cluster_from) == 0) {
-		memcpy(c->cluster, v.p, v.len);
-		c->cluster[v.len] = '\0';
+	    strcmp(at, c->hello.cluster_from) == 0) {
+		memcpy(c->hello.cluster, v.p, v.len);
+		c->hello.cluster[v.len] = '\0';
 	}
-	if (v.len == strlen(c->cluster) &&
-	    memcmp(v.p, c->cluster, v.len) == 0) {
-		c->cluster_refused = 0;
+	if (v.len == strlen(c->hello.cluster) &&
+	    memcmp(v.p, c->hello.cluster, v.len) == 0) {
+		c->hello.cluster_refused = 0;
 		return 0;
 	}
-	c->cluster_refused++;
-	c->standby = 1; /* to the next server */
-	c->hint_i = -1;
-	if (c->cluster_from[0])
-		dl__why(c, c->addr_i,
+	c->hello.cluster_refused++;
+	c->addr.standby = 1; /* to the next server */
+	c->addr.hint_i = -1;
+	if (c->hello.cluster_from[0])
+		dl__why(c, c->addr.addr_i,
 			"servers %s and %s are two clusters (ids %s, %.*s): check their redis URL, db and prefix",
-			c->cluster_from, at, c->cluster,
+			c->hello.cluster_from, at, c->hello.cluster,
 			(int)(v.len > 64 ? 64 : v.len), v.p);
 	else
-		dl__why(c, c->addr_i,
+		dl__why(c, c->addr.addr_i,
 			"server %s is of cluster %.*s, not %s (the cluster asked for): check its redis URL, db and prefix",
-			at, (int)(v.len > 64 ? 64 : v.len), v.p, c->cluster);
+			at, (int)(v.len > 64 ? 64 : v.len), v.p,
+			c->hello.cluster);
 	return 1;
 }
 
@@ -987,7 +990,7 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 	struct dl_reply r;
 	struct dl__req *q;
 
-	if (c->stats_req) {
+	if (c->rq.stats_req) {
 		stats_line(c, line, len);
 		return 0;
 	}
@@ -995,13 +998,13 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 		return -1;
 	if (r.kind == DL_REPLY_EVENT) {
 		event(c, &r);
-		if (c->insane) {
-			c->insane = 0;
+		if (c->conn.insane) {
+			c->conn.insane = 0;
 			return -1; /* as for a reply, below */
 		}
 		return 0;
 	}
-	if (!(q = c->fifo))
+	if (!(q = c->rq.fifo))
 		return -1; /* a reply to nothing */
 	if (r.tag.len &&
 	    (strlen(q->tag) != r.tag.len || memcmp(q->tag, r.tag.p, r.tag.len)))
@@ -1010,15 +1013,15 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 		return -1; /* to the active: drop, reconnect there */
 	if (cluster_reply(c, q, &r))
 		return -1; /* another cluster: drop, to the next */
-	dl__list_pop(&c->fifo, &c->fifo_tail); /* q, the oldest */
-	if (q->op == DL__HELLO && c->state == DL__GREETING) {
+	dl__list_pop(&c->rq.fifo, &c->rq.fifo_tail); /* q, the oldest */
+	if (q->op == DL__HELLO && c->conn.state == DL__GREETING) {
 		/* a reconnect's: nothing else was sent behind it (dlock_io.c)
 		 */
 		if (r.kind != DL_REPLY_OK) {
 			/* NO DENIED <owner> need=key: the owner's id is
 			 * another client's here; drop, try again later */
 			dl__req_finish(c, q, dl__reply_error(q, &r));
-			c->refused = 1;
+			c->conn.refused = 1;
 			return -1;
 		}
 		reply(c, q, &r);
@@ -1026,8 +1029,8 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 		return 0;
 	}
 	reply(c, q, &r);
-	if (c->insane) {
-		c->insane = 0;
+	if (c->conn.insane) {
+		c->conn.insane = 0;
 		return -1; /* a server that says what none may: drop it */
 	}
 	return 0;

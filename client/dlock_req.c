@@ -4,7 +4,7 @@
  *
  * A request is formatted with the proto codec (dl_fmt_*) at the moment it
  * is written, so that a LOCK written again after a reconnect carries the
- * wait that remains and a fresh id= tag. Written bytes go to c->out and
+ * wait that remains and a fresh id= tag. Written bytes go to c->conn.out and
  * are pushed to the non-blocking socket at once by the writing thread;
  * what the kernel does not take is left for the background thread, which
  * polls for POLLOUT. No thread ever blocks in send() holding the lock.
@@ -129,46 +129,47 @@ void dl__flush(struct dlock_client *c)
 {
 	ssize_t n;
 
-	if (c->tls) {
+	if (c->conn.tls) {
 		dl__tls_flush(c);
 		return;
 	}
-	while (c->fd >= 0 && c->out_off < c->out_len) {
-		n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+	while (c->conn.fd >= 0 && c->conn.out_off < c->conn.out_len) {
+		n = send(c->conn.fd, c->conn.out + c->conn.out_off,
+			 c->conn.out_len - c->conn.out_off,
 			 MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n > 0) {
-			c->out_off += (size_t)n;
+			c->conn.out_off += (size_t)n;
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			break;
-		c->wfail = 1; /* the thread sees it and disconnects */
+		c->conn.wfail = 1; /* the thread sees it and disconnects */
 		break;
 	}
-	if (c->out_off == c->out_len)
-		c->out_off = c->out_len = 0;
+	if (c->conn.out_off == c->conn.out_len)
+		c->conn.out_off = c->conn.out_len = 0;
 }
 
 static int out_append(struct dlock_client *c, const char *p, size_t n)
 {
-	if (c->out_off > 0 && c->out_off == c->out_len)
-		c->out_off = c->out_len = 0;
-	if (c->out_len + n > c->out_cap) {
-		size_t cap = c->out_cap ? c->out_cap : 4096;
+	if (c->conn.out_off > 0 && c->conn.out_off == c->conn.out_len)
+		c->conn.out_off = c->conn.out_len = 0;
+	if (c->conn.out_len + n > c->conn.out_cap) {
+		size_t cap = c->conn.out_cap ? c->conn.out_cap : 4096;
 		char *np;
 
-		while (cap < c->out_len + n)
+		while (cap < c->conn.out_len + n)
 			cap *= 2;
-		np = realloc(c->out, cap);
+		np = realloc(c->conn.out, cap);
 		if (!np)
 			return DLOCK_ENOMEM;
-		c->out = np;
-		c->out_cap = cap;
+		c->conn.out = np;
+		c->conn.out_cap = cap;
 	}
-	memcpy(c->out + c->out_len, p, n);
-	c->out_len += n;
+	memcpy(c->conn.out + c->conn.out_len, p, n);
+	c->conn.out_len += n;
 	return 0;
 }
 
@@ -204,12 +205,12 @@ static void args_describe(struct dlock_client *c, struct dl__req *q,
 			  int64_t now, struct dl_fmt *f)
 {
 	(void)q, (void)now;
-	if (c->desc_host[0])
-		dl_fmt_kv_str(f, "host", str_of(c->desc_host));
-	if (c->desc_pid)
-		dl_fmt_kv_u64(f, "pid", c->desc_pid);
-	if (c->desc_cmd[0])
-		dl_fmt_kv_str(f, "cmd", str_of(c->desc_cmd));
+	if (c->desc.host[0])
+		dl_fmt_kv_str(f, "host", str_of(c->desc.host));
+	if (c->desc.pid)
+		dl_fmt_kv_u64(f, "pid", c->desc.pid);
+	if (c->desc.cmd[0])
+		dl_fmt_kv_str(f, "cmd", str_of(c->desc.cmd));
 }
 
 static void args_lock(struct dlock_client *c, struct dl__req *q, int64_t now,
@@ -343,8 +344,9 @@ static const struct {
 static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
 		  struct dl_fmt *f)
 {
-	c->seq++;
-	snprintf(q->tag, sizeof(q->tag), "r%llu", (unsigned long long)c->seq);
+	c->rq.seq++;
+	snprintf(q->tag, sizeof(q->tag), "r%llu",
+		 (unsigned long long)c->rq.seq);
 	dl_fmt_word(f, dl_verb_name(q->op == DL__LOCK && q->wait == 0
 					    ? DL_VERB_TRYLOCK
 					    : ops[q->op].verb));
@@ -376,9 +378,9 @@ int dl__req_write(struct dlock_client *c, struct dl__req *q)
 	    now + q->ttl - dl__slack(q->ttl) < atomic_load(&q->lease->deadline))
 		atomic_store(&q->lease->deadline,
 			     now + q->ttl - dl__slack(q->ttl));
-	dl__list_append(&c->fifo, &c->fifo_tail, q);
+	dl__list_append(&c->rq.fifo, &c->rq.fifo_tail, q);
 	dl__flush(c);
-	if (dl__io_pending(c) || c->wfail)
+	if (dl__io_pending(c) || c->conn.wfail)
 		dl__wake(c); /* the thread polls for POLLOUT, or disconnects */
 	return 0;
 }
@@ -386,14 +388,14 @@ int dl__req_write(struct dlock_client *c, struct dl__req *q)
 static void unsent_push(struct dlock_client *c, struct dl__req *q)
 {
 	q->where = DL__UNSENT;
-	dl__list_append(&c->unsent, &c->unsent_tail, q);
+	dl__list_append(&c->rq.unsent, &c->rq.unsent_tail, q);
 }
 
 int dl__req_submit(struct dlock_client *c, struct dl__req *q)
 {
 	if (c->closing)
 		return DLOCK_ECANCELED;
-	switch (c->state) {
+	switch (c->conn.state) {
 	case DL__UP:
 		return dl__req_write(c, q);
 	case DL__DOWN:
@@ -407,7 +409,7 @@ int dl__req_submit(struct dlock_client *c, struct dl__req *q)
 		 * connection before this request was written (a TLS 1.3
 		 * server refuses a client certificate after the client's
 		 * side of the handshake is done) */
-		if (c->initial && dl__tls_failed(c)) {
+		if (c->conn.initial && dl__tls_failed(c)) {
 			snprintf(q->err, sizeof(q->err), "%s",
 				 dl__tls_error(c));
 			return DLOCK_ETLS;
@@ -423,7 +425,7 @@ void dl__acq_remove(struct dlock_client *c, struct dl__req *q)
 	if (q->aprev)
 		q->aprev->anext = q->anext;
 	else
-		c->acquiring = q->anext;
+		c->rq.acquiring = q->anext;
 	if (q->anext)
 		q->anext->aprev = q->aprev;
 	q->anext = q->aprev = NULL;
@@ -447,7 +449,7 @@ int dl__name_acquiring(const struct dlock_client *c, const char *name)
 {
 	const struct dl__req *q;
 
-	for (q = c->acquiring; q; q = q->anext)
+	for (q = c->rq.acquiring; q; q = q->anext)
 		if (strcmp(q->name, name) == 0)
 			return 1;
 	return 0;
@@ -518,14 +520,14 @@ static int abandon(struct dlock_client *c, struct dl__req *q)
 			q->internal = 1;
 			return 0;
 		}
-		dl__list_remove(&c->unsent, &c->unsent_tail, q);
+		dl__list_remove(&c->rq.unsent, &c->rq.unsent_tail, q);
 		break;
 	case DL__WAITING:
-		dl__list_remove(&c->waiting, NULL, q);
+		dl__list_remove(&c->rq.waiting, NULL, q);
 		/* leave the queue; a grant that crosses the CANCEL comes as a
 		 * "* GRANTED" nobody waits for and is released */
-		if (c->state == DL__UP) {
-			c->crossing++; /* dlock_private.h */
+		if (c->conn.state == DL__UP) {
+			c->conn.crossing++; /* dlock_private.h */
 			dl__internal(c, DL__CANCEL, q->name, 0, 0);
 		}
 		break;
@@ -592,10 +594,10 @@ void dl__internal(struct dlock_client *c, enum dl__op op, const char *name,
 		return; /* the lease expires at the server */
 	q->token = token;
 	q->last_hold = last_hold ? 1 : 0;
-	if (c->state == DL__UP) {
+	if (c->conn.state == DL__UP) {
 		if (dl__req_write(c, q) < 0)
 			dl__req_free(q);
-	} else if (op == DL__UNLOCK && c->state != DL__DEAD) {
+	} else if (op == DL__UNLOCK && c->conn.state != DL__DEAD) {
 		unsent_push(c, q);
 	} else {
 		dl__req_free(q);
@@ -664,7 +666,7 @@ struct dl__lease *dl__lease_find(struct dlock_client *c, const char *name,
 {
 	struct dl__lease *l;
 
-	for (l = c->leases; l; l = l->next)
+	for (l = c->ls.leases; l; l = l->next)
 		if (l->token == token && strcmp(l->name, name) == 0)
 			return l;
 	return NULL;
@@ -680,7 +682,7 @@ void dl__lease_confirm(struct dlock_client *c, struct dl__lease *l,
 	 * is after sent_at: the deadline below is never later than the
 	 * server's, give or take its ms rounding and the difference of the
 	 * two clocks' rates, which the slack covers. */
-	/* ... but a REFRESH of the lease written after q (c->fifo is in the
+	/* ... but a REFRESH of the lease written after q (c->rq.fifo is in the
 	 * order of the writes; the server answers in it) may have shortened
 	 * it already: until its reply, the lease counts on the shorter end,
 	 * as from the moment it was written (dl__req_write). Found by the
@@ -688,7 +690,7 @@ void dl__lease_confirm(struct dlock_client *c, struct dl__lease *l,
 	 * its 300 ms lease, written after it, was in flight; the client
 	 * counted on 3 s, closed, and the lock went to another owner 300 ms
 	 * later. */
-	for (r = c->fifo; r; r = r->next) {
+	for (r = c->rq.fifo; r; r = r->next) {
 		if (r == q || r->lease != l || r->ttl <= 0 ||
 		    (r->op != DL__REFRESH && r->op != DL__RENEW &&
 		     r->op != DL__RECLAIM))
@@ -722,10 +724,10 @@ int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
 		l->limit = q->limit ? q->limit : 1;
 		l->refs = 1; /* the list's */
 		l->linked = 1;
-		l->next = c->leases;
-		if (c->leases)
-			c->leases->prev = l;
-		c->leases = l;
+		l->next = c->ls.leases;
+		if (c->ls.leases)
+			c->ls.leases->prev = l;
+		c->ls.leases = l;
 	}
 	if (l->dead && !l->unlocking) {
 		/* a lease we had given up on was still there: the server
@@ -783,7 +785,7 @@ void dl__lease_risk(struct dlock_client *c, struct dl__lease *l)
 		if (atomic_load(&h->lost) || h->risk_notify)
 			continue;
 		h->risk_notify = 1;
-		c->risk_count++;
+		c->ls.risk_count++;
 	}
 }
 
@@ -799,7 +801,7 @@ void dl__lease_lose(struct dlock_client *c, struct dl__lease *l,
 		h->why = why;
 		atomic_store(&h->lost, 1);
 		h->notify = 1;
-		c->notify_count++;
+		c->ls.notify_count++;
 	}
 }
 
@@ -810,7 +812,7 @@ void dl__lease_unlink(struct dlock_client *c, struct dl__lease *l)
 	if (l->prev)
 		l->prev->next = l->next;
 	else
-		c->leases = l->next;
+		c->ls.leases = l->next;
 	if (l->next)
 		l->next->prev = l->prev;
 	l->next = l->prev = NULL;

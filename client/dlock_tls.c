@@ -116,7 +116,7 @@ int dl__tls_new(struct dlock_client *c, const struct dlock_options *o)
 	struct dl__tls *t;
 	int err;
 
-	c->tls = NULL;
+	c->conn.tls = NULL;
 	if (!(o->tls || (o->tls_ca && o->tls_ca[0]) ||
 	      (o->tls_cert && o->tls_cert[0])) ||
 	    (o->unix_path && !o->servers))
@@ -139,7 +139,7 @@ int dl__tls_new(struct dlock_client *c, const struct dlock_options *o)
 		dl__tls_free(t);
 		return err;
 	}
-	c->tls = t;
+	c->conn.tls = t;
 	return 0;
 }
 
@@ -164,15 +164,15 @@ static void peer_host(const struct dlock_client *c, int i, char *buf,
 	const char *e, *colon;
 	size_t n;
 
-	if (c->tls->server_name) {
-		snprintf(buf, len, "%s", c->tls->server_name);
+	if (c->conn.tls->server_name) {
+		snprintf(buf, len, "%s", c->conn.tls->server_name);
 		return;
 	}
-	if (!c->servers) {
+	if (!c->addr.servers) {
 		snprintf(buf, len, "%s", c->host);
 		return;
 	}
-	e = c->names[i];
+	e = c->addr.names[i];
 	colon = strrchr(e, ':');
 	n = colon ? (size_t)(colon - e) : strlen(e);
 	if (n >= 2 && e[0] == '[' && e[n - 1] == ']') {
@@ -191,7 +191,7 @@ static int is_ip(const char *s)
 
 int dl__tls_begin(struct dlock_client *c, int i)
 {
-	struct dl__tls *t = c->tls;
+	struct dl__tls *t = c->conn.tls;
 	char host[DL__SERVER_NAME_MAX];
 
 	SSL_free(t->ssl);
@@ -254,12 +254,12 @@ static int take(struct dl__tls *t)
  * failed. */
 static int send_out(struct dlock_client *c)
 {
-	struct dl__tls *t = c->tls;
+	struct dl__tls *t = c->conn.tls;
 	ssize_t n;
 
 	while (t->out_off < t->out_len) {
-		n = send(c->fd, t->out + t->out_off, t->out_len - t->out_off,
-			 MSG_NOSIGNAL | MSG_DONTWAIT);
+		n = send(c->conn.fd, t->out + t->out_off,
+			 t->out_len - t->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n > 0) {
 			t->out_off += (size_t)n;
 			continue;
@@ -282,7 +282,7 @@ static int pull(struct dlock_client *c)
 	ssize_t n;
 
 	for (;;) {
-		n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+		n = recv(c->conn.fd, buf, sizeof(buf), MSG_DONTWAIT);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -292,7 +292,7 @@ static int pull(struct dlock_client *c)
 				errno = ECONNRESET;
 			return -1;
 		}
-		if (BIO_write(c->tls->rbio, buf, (int)n) != (int)n) {
+		if (BIO_write(c->conn.tls->rbio, buf, (int)n) != (int)n) {
 			errno = ENOMEM;
 			return -1;
 		}
@@ -302,7 +302,7 @@ static int pull(struct dlock_client *c)
 
 int dl__tls_handshake(struct dlock_client *c)
 {
-	struct dl__tls *t = c->tls;
+	struct dl__tls *t = c->conn.tls;
 	int r, e;
 
 	for (;;) {
@@ -336,30 +336,30 @@ int dl__tls_handshake(struct dlock_client *c)
 
 int dl__tls_failed(const struct dlock_client *c)
 {
-	return c->tls && c->tls->failed;
+	return c->conn.tls && c->conn.tls->failed;
 }
 
 const char *dl__tls_error(const struct dlock_client *c)
 {
-	return c->tls ? c->tls->err : "";
+	return c->conn.tls ? c->conn.tls->err : "";
 }
 
 /* ---- the transport ------------------------------------------------------ */
 
 ssize_t dl__io_read(struct dlock_client *c, char *buf, size_t n)
 {
-	struct dl__tls *t = c->tls;
+	struct dl__tls *t = c->conn.tls;
 	size_t got = 0;
 	int r, e;
 
 	if (!t)
-		return read(c->fd, buf, n);
+		return read(c->conn.fd, buf, n);
 	for (;;) {
 		ERR_clear_error();
 		r = SSL_read_ex(t->ssl, buf, n, &got);
 		/* an alert or a key update may want an answer */
 		if (take(t) < 0 || send_out(c) < 0)
-			c->wfail = 1;
+			c->conn.wfail = 1;
 		if (r == 1)
 			return (ssize_t)got;
 		e = SSL_get_error(t->ssl, r);
@@ -381,39 +381,40 @@ ssize_t dl__io_read(struct dlock_client *c, char *buf, size_t n)
 
 void dl__tls_flush(struct dlock_client *c)
 {
-	struct dl__tls *t = c->tls;
+	struct dl__tls *t = c->conn.tls;
 	size_t done = 0;
 
-	if (c->fd < 0 || !t->ssl)
+	if (c->conn.fd < 0 || !t->ssl)
 		return;
-	if (t->open && c->out_off < c->out_len) {
+	if (t->open && c->conn.out_off < c->conn.out_len) {
 		ERR_clear_error();
-		if (SSL_write_ex(t->ssl, c->out + c->out_off,
-				 c->out_len - c->out_off, &done) != 1) {
+		if (SSL_write_ex(t->ssl, c->conn.out + c->conn.out_off,
+				 c->conn.out_len - c->conn.out_off,
+				 &done) != 1) {
 			set_err(t, "write");
 			t->failed = 1;
-			c->wfail = 1;
+			c->conn.wfail = 1;
 			return;
 		}
-		c->out_off = c->out_len = 0;
+		c->conn.out_off = c->conn.out_len = 0;
 	}
 	if (take(t) < 0 || send_out(c) < 0)
-		c->wfail = 1; /* the thread sees it and disconnects */
+		c->conn.wfail = 1; /* the thread sees it and disconnects */
 }
 
 int dl__io_pending(const struct dlock_client *c)
 {
-	return c->out_len > c->out_off ||
-	       (c->tls && c->tls->out_len > c->tls->out_off);
+	return c->conn.out_len > c->conn.out_off ||
+	       (c->conn.tls && c->conn.tls->out_len > c->conn.tls->out_off);
 }
 
 void dl__io_close(struct dlock_client *c)
 {
-	struct dl__tls *t = c->tls;
+	struct dl__tls *t = c->conn.tls;
 
 	if (t && t->ssl) {
 		/* a goodbye if the kernel takes it now; no wait for theirs */
-		if (t->open && !t->failed && c->fd >= 0) {
+		if (t->open && !t->failed && c->conn.fd >= 0) {
 			ERR_clear_error();
 			SSL_shutdown(t->ssl);
 			if (take(t) == 0)
@@ -425,7 +426,7 @@ void dl__io_close(struct dlock_client *c)
 		t->open = 0;
 		t->out_off = t->out_len = 0;
 	}
-	if (c->fd >= 0)
-		close(c->fd);
-	c->fd = -1;
+	if (c->conn.fd >= 0)
+		close(c->conn.fd);
+	c->conn.fd = -1;
 }

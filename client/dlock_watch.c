@@ -2,9 +2,9 @@
 /*
  * dlock_watch.c -- libdlock's watches (dlock.h, "watching").
  *
- * Owns the client's list of watched patterns (c->watches: what the server
+ * Owns the client's list of watched patterns (c->w.watches: what the server
  * answered OK WATCHING to, in that order) and the queue of events not yet
- * taken (c->wq). Both are under c->mu like the rest of the client.
+ * taken (c->w.wq). Both are under c->mu like the rest of the client.
  *
  * A pattern is on the list from its OK WATCHING until dlock_unwatch() (or
  * a refusal after a reconnect): that is what the server watches for this
@@ -15,7 +15,7 @@
  *
  * Events are kept only while a listed pattern matches their lock: one of
  * a pattern just unwatched is dropped. The queue holds at most
- * DLOCK_WATCH_QUEUE_MAX; past that events are counted (c->w_missed) and
+ * DLOCK_WATCH_QUEUE_MAX; past that events are counted (c->w.missed) and
  * an OVERFLOW event stands where they were missing, as the server does
  * for a connection that does not read.
  */
@@ -62,7 +62,7 @@ static struct dl__watch *watch_find(struct dlock_client *c, const char *pat,
 {
 	struct dl__watch **pp, *w;
 
-	for (pp = &c->watches; (w = *pp) != NULL; pp = &w->next)
+	for (pp = &c->w.watches; (w = *pp) != NULL; pp = &w->next)
 		if (strcmp(w->pat, pat) == 0) {
 			if (link)
 				*link = pp;
@@ -76,7 +76,7 @@ static int watched(const struct dlock_client *c, struct dl_str name)
 {
 	const struct dl__watch *w;
 
-	for (w = c->watches; w; w = w->next) {
+	for (w = c->w.watches; w; w = w->next) {
 		if (w->prefix ? name.len >= w->len &&
 					!memcmp(name.p, w->pat, w->len)
 			      : name.len == w->len &&
@@ -90,10 +90,10 @@ static int watched(const struct dlock_client *c, struct dl_str name)
 static void push(struct dlock_client *c, const struct dlock_watch_event *ev)
 {
 	struct dl__wev *e;
-	int notice = c->w_missed > 0;
+	int notice = c->w.missed > 0;
 
-	if (c->wq_n + (size_t)notice >= DLOCK_WATCH_QUEUE_MAX) {
-		c->w_missed +=
+	if (c->w.wq_n + (size_t)notice >= DLOCK_WATCH_QUEUE_MAX) {
+		c->w.missed +=
 			ev->kind == DLOCK_WATCH_OVERFLOW ? ev->missed : 1;
 		return;
 	}
@@ -102,24 +102,24 @@ static void push(struct dlock_client *c, const struct dlock_watch_event *ev)
 
 		memset(&o, 0, sizeof(o));
 		o.kind = DLOCK_WATCH_OVERFLOW;
-		o.missed = c->w_missed;
-		c->w_missed = 0;
+		o.missed = c->w.missed;
+		c->w.missed = 0;
 		push(c, &o);
 	}
 	if (!(e = malloc(sizeof(*e)))) {
-		c->w_missed +=
+		c->w.missed +=
 			ev->kind == DLOCK_WATCH_OVERFLOW ? ev->missed : 1;
 		return;
 	}
 	e->ev = *ev;
 	e->next = NULL;
-	if (c->wq_tail)
-		c->wq_tail->next = e;
+	if (c->w.wq_tail)
+		c->w.wq_tail->next = e;
 	else
-		c->wq = e;
-	c->wq_tail = e;
-	c->wq_n++;
-	pthread_cond_broadcast(&c->watch_cv);
+		c->w.wq = e;
+	c->w.wq_tail = e;
+	c->w.wq_n++;
+	pthread_cond_broadcast(&c->w.cv);
 }
 
 /* "* WATCH <name> <what> <owner> <token> holders=<n> [user=<u>]
@@ -187,7 +187,7 @@ static int list_add(struct dlock_client *c, const char *pat)
 	memcpy(w->pat, pat, len + 1);
 	w->prefix = len > 0 && pat[len - 1] == '*';
 	w->len = len - (size_t)w->prefix;
-	for (pp = &c->watches; *pp; pp = &(*pp)->next)
+	for (pp = &c->w.watches; *pp; pp = &(*pp)->next)
 		; /* at the end: watched again in the same order */
 	*pp = w;
 	return 0;
@@ -252,7 +252,7 @@ void dl__watch_resume(struct dlock_client *c)
 	struct dl__watch *w;
 	struct dl__req *q;
 
-	for (w = c->watches; w; w = w->next) {
+	for (w = c->w.watches; w; w = w->next) {
 		if (!(q = dl__req_new(DL__WATCH, w->pat, 1)))
 			continue;
 		if (dl__req_write(c, q) < 0)
@@ -265,16 +265,16 @@ void dl__watch_free(struct dlock_client *c)
 	struct dl__watch *w;
 	struct dl__wev *e;
 
-	while ((w = c->watches) != NULL) {
-		c->watches = w->next;
+	while ((w = c->w.watches) != NULL) {
+		c->w.watches = w->next;
 		free(w);
 	}
-	while ((e = c->wq) != NULL) {
-		c->wq = e->next;
+	while ((e = c->w.wq) != NULL) {
+		c->w.wq = e->next;
 		free(e);
 	}
-	c->wq_tail = NULL;
-	c->wq_n = 0;
+	c->w.wq_tail = NULL;
+	c->w.wq_n = 0;
 }
 
 /* ---- the public calls ---------------------------------------------------- */
@@ -334,26 +334,25 @@ int dlock_watch_next(dlock_client *c, struct dlock_watch_event *ev,
 	if ((err = dl__enter(c)) < 0)
 		return err;
 	deadline = wait_ms < 0 ? DL__NEVER : dl__now() + wait_ms;
-	while (!c->wq && !c->w_missed && !c->closing) {
-		if (dl__cond_wait(&c->watch_cv, &c->mu, deadline) ==
-			    ETIMEDOUT &&
+	while (!c->w.wq && !c->w.missed && !c->closing) {
+		if (dl__cond_wait(&c->w.cv, &c->mu, deadline) == ETIMEDOUT &&
 		    dl__now() >= deadline)
 			break;
 	}
 	if (c->closing) {
 		err = DLOCK_ECANCELED;
-	} else if ((e = c->wq) != NULL) {
-		c->wq = e->next;
-		if (!c->wq)
-			c->wq_tail = NULL;
-		c->wq_n--;
+	} else if ((e = c->w.wq) != NULL) {
+		c->w.wq = e->next;
+		if (!c->w.wq)
+			c->w.wq_tail = NULL;
+		c->w.wq_n--;
 		*ev = e->ev;
 		free(e);
-	} else if (c->w_missed) {
+	} else if (c->w.missed) {
 		memset(ev, 0, sizeof(*ev));
 		ev->kind = DLOCK_WATCH_OVERFLOW;
-		ev->missed = c->w_missed;
-		c->w_missed = 0;
+		ev->missed = c->w.missed;
+		c->w.missed = 0;
 	} else {
 		err = DLOCK_ETIMEDOUT;
 	}

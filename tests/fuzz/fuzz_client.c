@@ -98,13 +98,13 @@ static struct dlock_client *client_new(void)
 	dlock_options_init(&c->opt);
 	c->opt.owner = c->owner;
 	snprintf(c->owner, sizeof(c->owner), "fz");
-	c->fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
-	CHECK(c->fd >= 0 && pipe2(c->wake, O_NONBLOCK | O_CLOEXEC) == 0,
+	c->conn.fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	CHECK(c->conn.fd >= 0 && pipe2(c->wake, O_NONBLOCK | O_CLOEXEC) == 0,
 	      "set-up");
 	c->timer = -1;
-	c->state = DL__UP;
-	c->default_ttl = 30000;
-	dl_linebuf_init(&c->lb);
+	c->conn.state = DL__UP;
+	c->hello.default_ttl = 30000;
+	dl_linebuf_init(&c->conn.lb);
 	return c;
 }
 
@@ -179,7 +179,7 @@ static size_t line_of(struct dlock_client *c, struct input *in, char *buf,
 		"* TIMEOUT",	  "* EXPIRED",
 		"* BYE shutdown", "k v"};
 	unsigned k = next(in), i = next(in) % NLEASE;
-	const char *tag = c->fifo ? c->fifo->tag : "r1";
+	const char *tag = c->rq.fifo ? c->rq.fifo->tag : "r1";
 	char holds[16] = "";
 	size_t n = 0;
 
@@ -217,11 +217,11 @@ static void check_client(struct dlock_client *c)
 	dlock_lease *h;
 	int n, notify = 0;
 
-	for (q = c->fifo; q; q = q->next)
+	for (q = c->rq.fifo; q; q = q->next)
 		CHECK(q->where == DL__SENT && !q->done, "a FIFO request");
-	for (q = c->waiting; q; q = q->next)
+	for (q = c->rq.waiting; q; q = q->next)
 		CHECK(q->where == DL__WAITING && !q->done, "a waiting request");
-	for (q = c->fifo; q; q = q->next)
+	for (q = c->rq.fifo; q; q = q->next)
 		if (q->lease && q->ttl > 0 && !q->lease->dead &&
 		    (q->op == DL__REFRESH || q->op == DL__RENEW ||
 		     q->op == DL__RECLAIM))
@@ -229,7 +229,7 @@ static void check_client(struct dlock_client *c)
 				      q->sent_at + q->ttl - dl__slack(q->ttl),
 			      "a lease counts on more than a REFRESH in "
 			      "flight may leave it");
-	for (l = c->leases; l; l = l->next) {
+	for (l = c->ls.leases; l; l = l->next) {
 		CHECK(l->linked, "a listed lease not linked");
 		/* whatever the server says, never a lease longer than asked */
 		CHECK(l->dead || atomic_load(&l->ttl) <= 0 ||
@@ -241,7 +241,7 @@ static void check_client(struct dlock_client *c)
 		CHECK(n == l->nhandles, "handle count");
 		CHECK(l->refs >= l->nhandles + 1, "lease references");
 	}
-	CHECK(notify == c->notify_count, "notify count");
+	CHECK(notify == c->ls.notify_count, "notify count");
 }
 
 static void free_list(struct dl__req *q)
@@ -263,13 +263,13 @@ static void client_free(struct dlock_client *c)
 	size_t i;
 
 	harvest();
-	free_list(c->fifo);
-	free_list(c->waiting);
-	free_list(c->unsent);
-	if (c->stats_req)
-		dl__req_free(c->stats_req);
+	free_list(c->rq.fifo);
+	free_list(c->rq.waiting);
+	free_list(c->rq.unsent);
+	if (c->rq.stats_req)
+		dl__req_free(c->rq.stats_req);
 	ncalls = 0; /* those not done were on the lists */
-	for (l = c->leases; l; l = l->next)
+	for (l = c->ls.leases; l; l = l->next)
 		keep_record(l);
 	for (i = 0; i < nrecords; i++) {
 		for (h = records[i]->handles; h; h = hn) {
@@ -279,12 +279,12 @@ static void client_free(struct dlock_client *c)
 		free(records[i]);
 	}
 	nrecords = 0;
-	close(c->fd);
+	close(c->conn.fd);
 	close(c->wake[0]);
 	close(c->wake[1]);
 	pthread_cond_destroy(&c->idle_cv);
 	pthread_mutex_destroy(&c->mu);
-	free(c->out);
+	free(c->conn.out);
 	free(c);
 }
 
