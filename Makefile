@@ -77,21 +77,21 @@ ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 # ---- sources ---------------------------------------------------------------
 
 PROTO_SRC  := proto/proto.c proto/desc.c
+# The lock table (server/locktab/): test_locktab links it on its own.
+LOCKTAB_SRC := $(addprefix server/locktab/,locktab.c locktab_ops.c \
+                 locktab_cycle.c locktab_verify.c locktab_side.c \
+                 locktab_index.c locktab_desc.c htab.c wheel.c)
+# The store (server/store/): Redis, and what is kept outside it.
 STORE_SRC  := $(addprefix server/store/,store.c store_load.c store_batch.c \
-                store_lead.c store_horizon.c store_attest.c store_cluster.c store_find.c store_durable.c \
-                store_migrate.c store_probe.c store_resync.c store_uv.c)
-SERVER_SRC := server/wheel.c server/locktab.c server/log.c server/config.c \
-              server/proof.c \
+                store_lead.c store_horizon.c store_attest.c store_cluster.c \
+                store_find.c store_durable.c store_migrate.c store_probe.c \
+                store_resync.c store_uv.c record.c bucket.c seen.c)
+SERVER_SRC := server/log.c server/config.c server/proof.c \
               server/conn.c server/conn_lines.c server/held.c server/cmd.c \
-              server/server.c \
-              server/notify.c server/record.c \
-              server/stats.c server/metrics.c server/buf.c \
-              server/htab.c server/locktab_ops.c server/locktab_cycle.c \
-              server/bucket.c \
-              server/locktab_verify.c server/seen.c server/tls.c server/users.c server/access.c \
-              server/watchreg.c server/watch.c server/locktab_desc.c \
-              server/locktab_side.c server/locktab_index.c \
-              $(STORE_SRC)
+              server/server.c server/notify.c server/stats.c \
+              server/metrics.c server/buf.c server/tls.c server/users.c \
+              server/access.c server/watchreg.c server/watch.c \
+              $(LOCKTAB_SRC) $(STORE_SRC)
 CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
               client/dlock_reply.c client/dlock_tls.c client/dlock_watch.c \
               client/dlock_desc.c client/dlock_err.c
@@ -106,10 +106,7 @@ PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(O)/%.o)
 # The lock table and what it is made of, for the unit tests.
-LOCKTAB_OBJ := $(O)/server/locktab.o $(O)/server/locktab_ops.o \
-               $(O)/server/locktab_cycle.o $(O)/server/locktab_verify.o \
-               $(O)/server/locktab_side.o $(O)/server/locktab_index.o \
-               $(O)/server/htab.o $(O)/server/wheel.o $(O)/server/locktab_desc.o
+LOCKTAB_OBJ := $(LOCKTAB_SRC:%.c=$(O)/%.o)
 # libdlock.so is built from position-independent copies of its objects.
 LIB_PIC_OBJ := $(patsubst %.c,$(O)/pic/%.o,$(CLIENT_SRC) $(PROTO_SRC))
 LIBDLOCK_A  := $(O)/libdlock.a
@@ -118,7 +115,7 @@ LIBDLOCK_SO := $(O)/libdlock.so.$(SOVERSION)
 TEST_BINS  := $(addprefix $(O)/tests/,$(UNIT_TESTS) $(INTEG_TESTS))
 # What an integration test links besides itself: the harness reads the
 # daemon's keys with the store's own bucket function.
-HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/bucket.o
+HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/store/bucket.o
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
@@ -177,12 +174,12 @@ $(O)/examples/stock: $(O)/client/examples/stock.o $(LIBDLOCK_A)
 
 $(O)/tests/test_proto: $(O)/tests/test_proto.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
-$(O)/tests/test_wheel: $(O)/tests/test_wheel.o $(O)/server/wheel.o
+$(O)/tests/test_wheel: $(O)/tests/test_wheel.o $(O)/server/locktab/wheel.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
-$(O)/tests/test_htab: $(O)/tests/test_htab.o $(O)/server/htab.o
+$(O)/tests/test_htab: $(O)/tests/test_htab.o $(O)/server/locktab/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_watchreg: $(O)/tests/test_watchreg.o $(O)/server/watchreg.o \
-                          $(O)/server/htab.o
+                          $(O)/server/locktab/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_locktab: $(O)/tests/test_locktab.o $(LOCKTAB_OBJ) \
                          $(PROTO_OBJ)
@@ -190,8 +187,8 @@ $(O)/tests/test_locktab: $(O)/tests/test_locktab.o $(LOCKTAB_OBJ) \
 $(O)/tests/test_config: $(O)/tests/test_config.o $(O)/server/config.o \
                         $(O)/server/log.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) $(CRIT_LIBS)
-$(O)/tests/test_record: $(O)/tests/test_record.o $(O)/server/record.o \
-                        $(O)/server/buf.o $(O)/server/bucket.o \
+$(O)/tests/test_record: $(O)/tests/test_record.o $(O)/server/store/record.o \
+                        $(O)/server/buf.o $(O)/server/store/bucket.o \
                         $(LOCKTAB_OBJ) $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_users: $(O)/tests/test_users.o $(O)/server/users.o \
@@ -626,8 +623,8 @@ clean:
 
 # The C sources as .clang-format says (clang-format 14, make deps); make
 # check fails on any difference, and make format applies it.
-FORMAT_SRC = proto/*.[ch] server/*.[ch] server/store/*.[ch] client/*.[ch] \
-             tests/*.[ch] tests/*/*.[ch]
+FORMAT_SRC = proto/*.[ch] server/*.[ch] server/locktab/*.[ch] \
+             server/store/*.[ch] client/*.[ch] tests/*.[ch] tests/*/*.[ch]
 format:
 	clang-format -i $(FORMAT_SRC)
 format-check:
@@ -652,10 +649,10 @@ shape:
 $(O)/tests/bench/bench: $(O)/tests/bench/bench.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS)
 
-$(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/bucket.o
+$(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/store/bucket.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS)
 
-$(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/htab.o
+$(O)/tests/bench/htab: $(O)/tests/bench/htab.o $(O)/server/locktab/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 
 # What the deadlock check costs a LOCK that would wait (docs/performance.md).
@@ -665,7 +662,7 @@ $(O)/tests/bench/deadlock: $(O)/tests/bench/deadlock.o $(LOCKTAB_OBJ) $(PROTO_OB
 # What a lock change costs to find its watchers (docs/performance.md);
 # make bench-watch [WATCH_EVENTS=n].
 $(O)/tests/bench/watch: $(O)/tests/bench/watch.o $(O)/server/watchreg.o \
-                        $(O)/server/htab.o
+                        $(O)/server/locktab/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^
 WATCH_EVENTS ?= 1000000
 bench-watch:

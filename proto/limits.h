@@ -155,7 +155,7 @@
 /* ---- tokens ----------------------------------------------------------- */
 
 /* Fencing tokens are unix_ms * DL_TOKEN_PER_MS + sequence: see the comment
- * on dl_token_floor() in server/locktab.h for why. 10^6 tokens per ms
+ * on dl_token_floor() in server/locktab/locktab.h for why. 10^6 tokens per ms
  * outruns any grant rate, and u64 lasts until the year 2554. */
 #define DL_TOKEN_PER_MS 1000000ULL
 
@@ -281,7 +281,7 @@
 #define DL_DEFAULT_MAX_WAITS_PER_USER	    100000
 #define DL_DEFAULT_MAX_CONNECTIONS_PER_USER 1000
 #define DL_DEFAULT_MAX_WATCHES_PER_USER	    (DL_WATCHES_MAX / 10)
-/* Steps of deadlock checks (server/locktab.h: the holders, waiters and
+/* Steps of deadlock checks (server/locktab/locktab.h: the holders, waiters and
  * owners a check looks at) one user of the users file may spend in a
  * second: a bucket of this many, refilled at this rate. A check looks at
  * DL_DEADLOCK_WALK_MAX (4096) at most, in under 50 us, so one user's

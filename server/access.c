@@ -24,7 +24,7 @@
 #include "server/clock.h"
 #include "server/cmd.h"
 #include "server/conn.h"
-#include "server/htab.h"
+#include "server/locktab/htab.h"
 #include "server/watch.h"
 #include "server/log.h"
 #include "server/server.h"

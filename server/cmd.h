@@ -15,7 +15,7 @@
 #include <stddef.h>
 
 #include "proto/proto.h"
-#include "server/locktab.h"
+#include "server/locktab/locktab.h"
 
 struct dl_conn;
 

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "proto/proto.h"
-#include "server/locktab.h"
+#include "server/locktab/locktab.h"
 #include "server/log.h"
 
 enum ktype { K_STR, K_U64, K_DUR, K_BOOL, K_LEVEL, K_PERSIST };

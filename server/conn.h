@@ -125,7 +125,7 @@
 #include "proto/proto.h"
 #include "server/buf.h"
 #include "server/held.h"
-#include "server/locktab.h"
+#include "server/locktab/locktab.h"
 #include "server/tls.h"
 
 /* Units of work a connection's turn may take (Turns above), and what a

@@ -43,7 +43,7 @@
 #include <stdint.h>
 
 #include "server/buf.h"
-#include "server/locktab.h"
+#include "server/locktab/locktab.h"
 
 /* An output buffer keeps this much room once everything in it is gone
  * (conn.c's buffers and the held text): a connection that is busy again

@@ -30,7 +30,7 @@
 
 #include "proto/proto.h"
 #include "server/config.h"
-#include "server/locktab.h"
+#include "server/locktab/locktab.h"
 #include "server/store/store.h"
 
 struct dl_conn;

@@ -54,7 +54,7 @@
 #include <stdint.h>
 
 #include "proto/proto.h"
-#include "server/locktab.h"
+#include "server/locktab/locktab.h"
 
 struct dl_server;
 struct dl_conn;

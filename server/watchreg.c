@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/htab.h"
+#include "server/locktab/htab.h"
 
 #define LEN_WORDS ((DL_NAME_MAX + 1 + 63) / 64)
 

@@ -4,7 +4,7 @@
  */
 #include "tests/harness.h"
 
-#include "server/bucket.h"
+#include "server/store/bucket.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

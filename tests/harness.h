@@ -283,7 +283,7 @@ int h_redis_wait(const struct h_redis *r, const char *cmd, const char *needle,
 /* ---- the daemon's keys in Redis (layout 2, server/store/store.c) ---- */
 
 /* The bucket of lock `name` under the default prefix, "dlock:rec:<b>"
- * (server/bucket.h's function; static buffer, valid until the next
+ * (server/store/bucket.h's function; static buffer, valid until the next
  * call). */
 const char *h_rec_key(const char *name);
 /* "<verb> dlock:rec:<b> <name>": a redis-cli command on the record of lock

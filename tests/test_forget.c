@@ -212,8 +212,8 @@ Test(forget, a_lost_refresh_closes_until_the_refreshed_lease_may_end)
 	cr_assert(h_starts(l, "OK REFRESHED x "), "%s", l);
 	/* the state file catches up with the refresh's write (it lags by
 	 * DL_SEEN_SAVE_MS: a loss younger than that is not seen at a restart,
-	 * server/seen.h). Without this the restart saw the loss only when the
-	 * copy was older than a write the file had saved already, and a
+	 * server/store/seen.h). Without this the restart saw the loss only when
+	 * the copy was older than a write the file had saved already, and a
 	 * clean-clone run under load found none (closed 1969 ms for a 15 s
 	 * lease) */
 	h_sleep_ms(300);

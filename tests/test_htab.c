@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_htab.c -- unit tests of the intrusive hash table (server/htab.c),
- * above all of its incremental growth: lookups, inserts and removes stay
- * right while two bucket arrays coexist, no insert moves more than its
- * share of buckets, and a walk sees every node exactly once.
+ * test_htab.c -- unit tests of the intrusive hash table
+ * (server/locktab/htab.c), above all of its incremental growth: lookups,
+ * inserts and removes stay right while two bucket arrays coexist, no insert
+ * moves more than its share of buckets, and a walk sees every node exactly
+ * once.
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
@@ -13,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/htab.h"
+#include "server/locktab/htab.h"
 
 /* A node with its key right after it, as locks and owners have it. */
 struct item {

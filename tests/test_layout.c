@@ -11,7 +11,7 @@
  *
  * Layout 1, as the tests write it: P lock:<name> = the record, and the
  * set P locks of the names. Layout 2: P rec:<b> = { name: record },
- * b = FNV-1a 32 of the name mod 1024 (h_rec_key, server/bucket.h).
+ * b = FNV-1a 32 of the name mod 1024 (h_rec_key, server/store/bucket.h).
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -21,7 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "server/bucket.h"
+#include "server/store/bucket.h"
 #include "tests/harness.h"
 
 static struct h_redis r;

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_locktab.c -- unit tests of the lock table (server/locktab.c).
+ * test_locktab.c -- unit tests of the lock table (server/locktab/locktab.c).
  *
- * Expectations come from server/locktab.h, docs/design.md ("Semantics")
+ * Expectations come from server/locktab/locktab.h, docs/design.md ("Semantics")
  * and proto/PROTOCOL.md, not from the implementation. Each test names the
  * behaviour it proves.
  *
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/locktab.h"
+#include "server/locktab/locktab.h"
 
 /* ---- harness ------------------------------------------------------------- */
 

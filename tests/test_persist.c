@@ -12,12 +12,11 @@
  * "not before" with EARLY_MS of slack and "within" with generous LATE_MS,
  * enough for AddressSanitizer on a busy two-core box.
  *
- * Key layout read back with redis-cli (server/store/store.c, server/record.h):
- *   dlock:token        a mark at or above every token issued, at most
- *                      TOKEN_RESERVE above the last (store_batch.c)
- *   dlock:rec:<b>      a hash: field <name>, the record "dlock1\nH <token>
- *                      <deadline> <count> <ttl> <owner>\nW <ttl>
- *                      <deadline|inf> <owner>..." (h_rec_cmd finds b)
+ * Key layout read back with redis-cli (server/store/store.c,
+ * server/store/record.h): dlock:token        a mark at or above every token
+ * issued, at most TOKEN_RESERVE above the last (store_batch.c) dlock:rec:<b> a
+ * hash: field <name>, the record "dlock1\nH <token> <deadline> <count> <ttl>
+ * <owner>\nW <ttl> <deadline|inf> <owner>..." (h_rec_cmd finds b)
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>

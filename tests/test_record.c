@@ -1,15 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_record.c -- the Redis record of a lock, both ways (server/record.h).
+ * test_record.c -- the Redis record of a lock, both ways
+ * (server/store/record.h).
  */
 #include <criterion/criterion.h>
 #include <criterion/new/assert.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "server/bucket.h"
-#include "server/locktab.h"
-#include "server/record.h"
+#include "server/store/bucket.h"
+#include "server/locktab/locktab.h"
+#include "server/store/record.h"
 
 static uint64_t clock_ms = 5000;
 

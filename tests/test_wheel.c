@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/wheel.h"
+#include "server/locktab/wheel.h"
 
 /* Ticks per slot of levels 1, 2, 3, and ticks the whole wheel holds. */
 #define L1_SPAN	  ((uint64_t)1 << 8)

@@ -33,7 +33,7 @@
 
 #include "proto/limits.h"
 #include "server/config.h"
-#include "server/locktab.h"
+#include "server/locktab/locktab.h"
 
 struct dl_store;
 

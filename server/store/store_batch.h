@@ -12,9 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "server/bucket.h"
+#include "server/store/bucket.h"
 #include "server/buf.h"
-#include "server/locktab.h"
+#include "server/locktab/locktab.h"
 #include "server/store/store_tuning.h"
 
 struct dl_store;

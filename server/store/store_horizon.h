@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "server/config.h"
-#include "server/seen.h"
+#include "server/store/seen.h"
 
 struct dl_store;
 

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "server/config.h"
-#include "server/seen.h"
+#include "server/store/seen.h"
 #include "server/store/store.h"
 
 struct dl_store;

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "server/buf.h"
-#include "server/locktab.h"
+#include "server/locktab/locktab.h"
 
 struct dl_store;
 

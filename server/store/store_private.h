@@ -23,8 +23,8 @@
 #include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
-#include "server/bucket.h"
-#include "server/record.h"
+#include "server/store/bucket.h"
+#include "server/store/record.h"
 #include "server/store/store.h"
 #include "server/store/store_attest.h"
 #include "server/store/store_batch.h"

@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "server/locktab.h"
+#include "server/locktab/locktab.h"
 
 #define TICK 10
 /* The longest chain and ring the walk sees whole: each owner costs it

@@ -13,7 +13,7 @@
  * when due (once per DL_TOKEN_RESERVE grants, so not in a run), and with
  * a token in every batch (GET and SET of the token key, what version 3
  * of the function did), to show what reserving the mark ahead saves.
- * Lock names are L0, L1, ...; their buckets are server/bucket.h's, so a
+ * Lock names are L0, L1, ...; their buckets are server/store/bucket.h's, so a
  * batch shares buckets as dlockd's would.
  *
  * The function library must be loaded (run.sh lets a dlockd load it). A
@@ -33,7 +33,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "server/bucket.h"
+#include "server/store/bucket.h"
 
 #define DL_DEPTH   4
 #define MAX_LOCKS  10000

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * htab.c -- make bench: the longest single insert while the lock table's
- * hash grows to N entries, as dlockd does it (server/htab.c: incremental
- * growth) and as it did before (a one-shot rehash inside the insert that
- * crossed a load of 1, reproduced here with dl_htab_resize()). An insert
+ * hash grows to N entries, as dlockd does it (server/locktab/htab.c:
+ * incremental growth) and as it did before (a one-shot rehash inside the insert
+ * that crossed a load of 1, reproduced here with dl_htab_resize()). An insert
  * runs on the daemon's only loop: its longest is the longest pause a
  * growing table imposes on every client.
  *
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "server/htab.h"
+#include "server/locktab/htab.h"
 
 struct item {
 	struct dl_hnode hn;

@@ -9,8 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server/locktab.h"
-#include "server/locktab_private.h"
+#include "server/locktab/locktab.h"
+#include "server/locktab/locktab_private.h"
 
 struct verify {
 	const struct dl_locktab *t;

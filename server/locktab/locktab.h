@@ -84,9 +84,9 @@
 #include <stdint.h>
 
 #include "proto/proto.h"
-#include "server/locktab_desc.h"
-#include "server/htab.h"
-#include "server/wheel.h"
+#include "server/locktab/locktab_desc.h"
+#include "server/locktab/htab.h"
+#include "server/locktab/wheel.h"
 
 struct dl_locktab;
 struct dl_owner;

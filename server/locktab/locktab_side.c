@@ -37,8 +37,8 @@
 #include <string.h>
 
 #include "proto/proto.h"
-#include "server/locktab.h"
-#include "server/locktab_private.h"
+#include "server/locktab/locktab.h"
+#include "server/locktab/locktab_private.h"
 
 _Static_assert(offsetof(struct dl__side, key) == sizeof(struct dl_hnode),
 	       "a side object's key must follow its hash node");

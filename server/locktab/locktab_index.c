@@ -31,8 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/locktab.h"
-#include "server/locktab_private.h"
+#include "server/locktab/locktab.h"
+#include "server/locktab/locktab_private.h"
 
 struct dl__cb {
 	void *child[2];	   /* tagged: see above */

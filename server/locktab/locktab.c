@@ -20,8 +20,8 @@
  * the operation changes anything, so an operation either happens entirely
  * or returns DL_ENOMEM having changed nothing.
  */
-#include "server/locktab.h"
-#include "server/locktab_private.h"
+#include "server/locktab/locktab.h"
+#include "server/locktab/locktab_private.h"
 
 #include <assert.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * locktab_desc.c -- descriptions of holders (see locktab_desc.h): one
  * allocation each, the counted header and the text after it.
  */
-#include "server/locktab_desc.h"
+#include "server/locktab/locktab_desc.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,8 +8,8 @@
 #ifndef DL_SERVER_LOCKTAB_PRIVATE_H
 #define DL_SERVER_LOCKTAB_PRIVATE_H
 
-#include "server/htab.h"
-#include "server/locktab.h"
+#include "server/locktab/htab.h"
+#include "server/locktab/locktab.h"
 
 enum {
 	DL__TIMED_LEASE = 1,

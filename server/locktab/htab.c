@@ -2,7 +2,7 @@
 /*
  * htab.c -- intrusive chained hash tables (see htab.h).
  */
-#include "server/htab.h"
+#include "server/locktab/htab.h"
 
 #include <assert.h>
 #include <stdint.h>

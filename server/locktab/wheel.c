@@ -45,7 +45,7 @@
  * re-arming itself cannot loop forever. Callbacks must not call
  * dl_wheel_run().
  */
-#include "server/wheel.h"
+#include "server/locktab/wheel.h"
 
 #include <stdint.h>
 

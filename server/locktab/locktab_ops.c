@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/locktab.h"
-#include "server/locktab_private.h"
+#include "server/locktab/locktab.h"
+#include "server/locktab/locktab_private.h"
 #include "server/users.h"
 
 /* ---- requests

@@ -2,7 +2,7 @@
 /*
  * bucket.c -- a lock name's bucket in store layout 2 (see bucket.h).
  */
-#include "server/bucket.h"
+#include "server/store/bucket.h"
 
 uint32_t dl_fnv1a32(const void *p, size_t len)
 {

@@ -103,7 +103,7 @@
 
 #include "proto/proto.h"
 #include "server/buf.h"
-#include "server/locktab.h"
+#include "server/locktab/locktab.h"
 
 #define DL_RECORD_MAGIC	 "dlock1"
 #define DL_RECORD_MAGIC2 "dlock2"

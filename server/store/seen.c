@@ -2,7 +2,7 @@
 /*
  * seen.c -- what this daemon knows of a keyspace outside Redis (seen.h).
  */
-#include "server/seen.h"
+#include "server/store/seen.h"
 
 #include <dirent.h>
 #include <errno.h>

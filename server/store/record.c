@@ -7,7 +7,7 @@
  * granted twice. The loader logs it with its key and holds the lock as
  * busy for as long as any lease may last (store_load.c, quarantine).
  */
-#include "server/record.h"
+#include "server/store/record.h"
 
 #include <stdlib.h>
 #include <string.h>
