@@ -92,9 +92,14 @@ SERVER_SRC := server/log.c server/config.c server/proof.c \
               server/metrics.c server/buf.c server/tls.c server/users.c \
               server/access.c server/watchreg.c server/watch.c \
               $(LOCKTAB_SRC) $(STORE_SRC)
-CLIENT_SRC := client/dlock.c client/dlock_io.c client/dlock_req.c \
-              client/dlock_reply.c client/dlock_tls.c client/dlock_watch.c \
-              client/dlock_desc.c client/dlock_err.c
+# libdlock (client/lib/): the library, and its public header dlock.h.
+CLIENT_SRC := $(addprefix client/lib/,dlock.c dlock_io.c dlock_req.c \
+                dlock_reply.c dlock_tls.c dlock_watch.c dlock_desc.c \
+                dlock_err.c)
+# The dlock command (client/cli/), on libdlock.
+CLI_SRC    := $(addprefix client/cli/,dlock_cli.c dlock_clicore.c \
+                dlock_cmds.c dlock_run.c dlock_guard.c dlock_child.c \
+                dlock_watchcmd.c)
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
               test_users test_watchreg
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
@@ -155,16 +160,12 @@ $(LIBDLOCK_SO): $(LIB_PIC_OBJ)
 	  -o $@ $^ $(SSL_LIBS) -lpthread
 	ln -sf libdlock.so.$(SOVERSION) $(O)/libdlock.so
 
-$(O)/dlock: $(O)/client/dlock_cli.o $(O)/client/dlock_clicore.o \
-            $(O)/client/dlock_cmds.o \
-            $(O)/client/dlock_run.o $(O)/client/dlock_guard.o \
-            $(O)/client/dlock_child.o $(O)/client/dlock_watchcmd.o \
-            $(LIBDLOCK_A)
+$(O)/dlock: $(CLI_SRC:%.c=$(O)/%.o) $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS) -lpthread
 
 # The example includes <dlock.h> as a program built against an installed
 # libdlock-dev does (its copy is in /usr/share/doc/libdlock-dev/examples).
-$(O)/client/examples/stock.o: CPPFLAGS += -Iclient
+$(O)/client/examples/stock.o: CPPFLAGS += -Iclient/lib
 $(O)/examples/stock: $(O)/client/examples/stock.o $(LIBDLOCK_A)
 	@mkdir -p $(@D)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS) -lpthread
@@ -509,7 +510,7 @@ faults-selftest: $(FAULT_BINS)
 
 # ---- install ----------------------------------------------------------------
 
-MAN_PAGES := client/dlock.1 server/dlockd.conf.5 server/dlockd.8
+MAN_PAGES := client/cli/dlock.1 server/dlockd.conf.5 server/dlockd.8
 # The documents README.md lists, installed as docs/ beside it so that its
 # links hold in the doc directory too.
 DOC_PAGES := docs/guide.md docs/operations.md docs/security.md docs/ha.md \
@@ -531,11 +532,11 @@ install: all
 	install -m 644 $(LIBDLOCK_A) $(DESTDIR)$(LIBDIR)/libdlock.a
 	install -m 755 $(LIBDLOCK_SO) $(DESTDIR)$(LIBDIR)/libdlock.so.$(SOVERSION)
 	ln -sf libdlock.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libdlock.so
-	install -m 644 client/dlock.h $(DESTDIR)$(INCLUDEDIR)/dlock.h
+	install -m 644 client/lib/dlock.h $(DESTDIR)$(INCLUDEDIR)/dlock.h
 	sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|' \
 	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|; s|@VERSION@|$(VERSION)|' \
-	    client/dlock.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/dlock.pc
-	install -m 644 client/dlock.1 $(DESTDIR)$(MANDIR)/man1/dlock.1
+	    client/lib/dlock.pc.in > $(DESTDIR)$(LIBDIR)/pkgconfig/dlock.pc
+	install -m 644 client/cli/dlock.1 $(DESTDIR)$(MANDIR)/man1/dlock.1
 	install -m 644 server/dlockd.conf.5 $(DESTDIR)$(MANDIR)/man5/dlockd.conf.5
 	install -m 644 server/dlockd.8 $(DESTDIR)$(MANDIR)/man8/dlockd.8
 	install -m 644 README.md $(DESTDIR)$(DOCDIR)/README.md
@@ -624,7 +625,8 @@ clean:
 # The C sources as .clang-format says (clang-format 14, make deps); make
 # check fails on any difference, and make format applies it.
 FORMAT_SRC = proto/*.[ch] server/*.[ch] server/locktab/*.[ch] \
-             server/store/*.[ch] client/*.[ch] tests/*.[ch] tests/*/*.[ch]
+             server/store/*.[ch] client/lib/*.[ch] client/cli/*.[ch] \
+             tests/*.[ch] tests/*/*.[ch]
 format:
 	clang-format -i $(FORMAT_SRC)
 format-check:

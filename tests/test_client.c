@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "client/dlock.h"
+#include "client/lib/dlock.h"
 #include "proto/desc.h"
 #include "tests/harness.h"
 

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "client/dlock.h"
+#include "client/lib/dlock.h"
 #include "tests/harness.h"
 
 #define SCENARIOS_MAX  64  /* scenarios in the file */

@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "client/dlock.h"
+#include "client/lib/dlock.h"
 #include "tests/harness.h"
 
 /* Bounds of what is promised, not what a fast machine gives. A closure

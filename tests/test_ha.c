@@ -23,7 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/dlock.h"
+#include "client/lib/dlock.h"
 #include "tests/harness.h"
 
 static struct h_redis r;

@@ -27,7 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "client/dlock.h"
+#include "client/lib/dlock.h"
 #include "tests/harness.h"
 
 static struct h_daemon d, d2;

@@ -43,7 +43,7 @@ import dlockd  # noqa: E402
 
 PERMITS = 2  # the limit of the semaphores P0..: every worker asks the same
 
-# libdlock's codes, for E records (client/dlock.h)
+# libdlock's codes, for E records (client/lib/dlock.h)
 RC = [
     (dlockd.LimitMismatch, -16),
     (dlockd.UpgradeDeadlock, -17),

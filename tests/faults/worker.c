@@ -62,7 +62,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/dlock.h"
+#include "client/lib/dlock.h"
 
 /* The limit of the semaphores P0..: every worker asks the same. */
 #define PERMITS 2

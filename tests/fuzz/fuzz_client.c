@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_client.c -- libFuzzer target: libdlock's handling of what the
- * server says (client/dlock_reply.c, dl__line_in), on a client built in
+ * server says (client/lib/dlock_reply.c, dl__line_in), on a client built in
  * memory: no thread, a connection to /dev/null (writes of clean-ups and
  * renewals go nowhere).
  *
@@ -33,7 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client/dlock_private.h"
+#include "client/lib/dlock_private.h"
 #include "tests/fuzz/fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

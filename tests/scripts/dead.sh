@@ -7,7 +7,7 @@ set -u
 cd "$(dirname "$0")/../.."
 dead=0
 for n in $(grep -hoE '^#define [A-Z_][A-Z0-9_]+' server/*.[ch] server/locktab/*.[ch] \
-		server/store/*.[ch] client/*.[ch] proto/*.[ch] | awk '{print $2}' | sort -u); do
+		server/store/*.[ch] client/lib/*.[ch] client/cli/*.[ch] proto/*.[ch] | awk '{print $2}' | sort -u); do
 	uses=$(grep -rw --include='*.[ch]' "$n" server client proto tests |
 		grep -vc "#define $n\b")
 	if [ "$uses" = 0 ]; then

@@ -5,7 +5,7 @@
 # files name it. Prints; never fails: the numbers are for review.
 set -u
 cd "$(dirname "$0")/../.."
-src=$(ls server/*.[ch] server/locktab/*.[ch] server/store/*.[ch] client/*.[ch] proto/*.[ch] 2>/dev/null)
+src=$(ls server/*.[ch] server/locktab/*.[ch] server/store/*.[ch] client/lib/*.[ch] client/cli/*.[ch] proto/*.[ch] 2>/dev/null)
 
 echo "files over 800 lines:"
 wc -l $src | awk '$2 != "total" && $1 > 800 {printf "  %5d %s\n", $1, $2}' | sort -rn

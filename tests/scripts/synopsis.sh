@@ -6,7 +6,7 @@
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
 dlock=${DLOCK:-$top/build/dlock}
-page=$top/client/dlock.1
+page=$top/client/cli/dlock.1
 fail() { echo "synopsis.sh: FAIL: $*" >&2; exit 1; }
 [ -x "$dlock" ] || fail "no $dlock (make all)"
 

@@ -20,9 +20,9 @@ check() { # what, the version it says
 	fi
 }
 
-check client/dlock.h "$(sed -n 's/^#define DLOCK_VERSION "\(.*\)"/\1/p' client/dlock.h)"
+check client/lib/dlock.h "$(sed -n 's/^#define DLOCK_VERSION "\(.*\)"/\1/p' client/lib/dlock.h)"
 
-for m in client/dlock.1 server/dlockd.8 server/dlockd.conf.5; do
+for m in client/cli/dlock.1 server/dlockd.8 server/dlockd.conf.5; do
 	check "$m" "$(sed -n '1s/^\.TH .* "dlockd* \([^"]*\)".*/\1/p' "$m")"
 done
 

@@ -12,7 +12,7 @@
 ``Client`` runs one background thread per client (reads, renewals,
 reconnects); ``AsyncClient`` does the same on an asyncio event loop. Both
 drive one protocol state machine that knows no sockets, so they behave
-alike, and like libdlock (``client/dlock.h``): leases counted from the
+alike, and like libdlock (``client/lib/dlock.h``): leases counted from the
 moment their request was sent, renewed every TTL/3 and declared lost
 before the server could grant them again; reconnects to the same owner
 with its key, with leases confirmed and waits queued again; fail-over

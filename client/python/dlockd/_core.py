@@ -9,7 +9,7 @@ at risk, a turn given). Everything here runs under the driver's exclusion:
 one lock (Client) or one event loop (AsyncClient).
 
 What it owns, and its invariants -- the contract of libdlock
-(``client/dlock.h``), which the conformance suite holds both to:
+(``client/lib/dlock.h``), which the conformance suite holds both to:
 
 - Requests. One FIFO of requests written and not yet answered (the server
   answers in order; every line carries an ``id=`` tag that must match),
@@ -90,7 +90,7 @@ from ._errors import (
 from ._types import Holders, LocksPage, LostReason, busy_holder_of, holder_of, status_of
 
 NEVER = math.inf
-# Timings (ms), as libdlock's (client/dlock_private.h).
+# Timings (ms), as libdlock's (client/lib/dlock_private.h).
 BACKOFF_MIN_MS = 50  # first pause between reconnects; doubles ...
 BACKOFF_MAX_MS = 1000  # ... up to this
 REDIRECT_MS = 100  # a standby named no other active: ask again after this

@@ -8,7 +8,7 @@
  */
 #include <stdio.h>
 
-#include "client/dlock_private.h"
+#include "client/lib/dlock_private.h"
 
 static _Thread_local char last_error[DL__ERR_MAX];
 

@@ -19,7 +19,7 @@
  * an OVERFLOW event stands where they were missing, as the server does
  * for a connection that does not read.
  */
-#include "client/dlock_private.h"
+#include "client/lib/dlock_private.h"
 
 #include <errno.h>
 #include <stdio.h>

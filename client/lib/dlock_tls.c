@@ -26,7 +26,7 @@
  * DNS name against its DNS SANs. A unix socket never uses TLS (dlockd's
  * unix socket is plaintext, protected by its file mode).
  */
-#include "client/dlock_private.h"
+#include "client/lib/dlock_private.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

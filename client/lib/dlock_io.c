@@ -45,7 +45,7 @@
  * connect: the client waits for its id as it waits for a server that is
  * down, and its leases' guards say when it is too late.
  */
-#include "client/dlock_private.h"
+#include "client/lib/dlock_private.h"
 
 #include <ctype.h>
 #include <errno.h>

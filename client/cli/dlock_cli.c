@@ -27,7 +27,7 @@
 #include <sys/prctl.h>
 #include <time.h>
 
-#include "client/dlock_cli.h"
+#include "client/cli/dlock_cli.h"
 #include "proto/proto.h"
 
 #ifndef DL_VERSION

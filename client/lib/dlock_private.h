@@ -28,7 +28,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-#include "client/dlock.h"
+#include "client/lib/dlock.h"
 #include "proto/limits.h"
 #include "proto/proto.h"
 

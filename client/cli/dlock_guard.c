@@ -82,7 +82,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client/dlock_cli.h"
+#include "client/cli/dlock_cli.h"
 
 /* The longest the guard sleeps (see the clock, above). */
 #define GUARD_STEP_MS 100

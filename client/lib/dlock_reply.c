@@ -18,7 +18,7 @@
  * dlock_unlock_token() and dlock_refresh_token() concern leases without a
  * record and touch none: their replies only carry an outcome.
  */
-#include "client/dlock_private.h"
+#include "client/lib/dlock_private.h"
 
 #include <inttypes.h>
 #include <stdio.h>

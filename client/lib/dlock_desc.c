@@ -16,7 +16,7 @@
  * here in place for the application. dlock_busy_holder() reads the
  * thread's last NO BUSY, kept as its dlock_last_error().
  */
-#include "client/dlock_private.h"
+#include "client/lib/dlock_private.h"
 
 #include <errno.h>
 #include <fcntl.h>

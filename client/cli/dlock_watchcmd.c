@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client/dlock_cli.h"
+#include "client/cli/dlock_cli.h"
 
 /* `dlock watch` stops after a signal within this (its wait for events
  * is this long at most). */

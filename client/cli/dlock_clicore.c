@@ -25,7 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "client/dlock_cli.h"
+#include "client/cli/dlock_cli.h"
 #include "proto/proto.h"
 
 /* `dlock run`: the command line's subcommand (its table is dlock_cli.c's). */

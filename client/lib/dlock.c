@@ -83,7 +83,7 @@
  * process took. Those two make no lease record: the lease stays the other
  * process's to renew, and on_lost never hears of it.
  */
-#include "client/dlock_private.h"
+#include "client/lib/dlock_private.h"
 
 #include <errno.h>
 #include <fcntl.h>

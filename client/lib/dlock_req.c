@@ -11,7 +11,7 @@
  *
  * Every function here runs with c->mu held.
  */
-#include "client/dlock_private.h"
+#include "client/lib/dlock_private.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -27,7 +27,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "client/dlock_cli.h"
+#include "client/cli/dlock_cli.h"
 #include "proto/desc.h"
 #include "proto/proto.h"
 

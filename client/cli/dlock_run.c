@@ -76,7 +76,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "client/dlock_cli.h"
+#include "client/cli/dlock_cli.h"
 
 /* ---- limits ------------------------------------------------------------ */
 

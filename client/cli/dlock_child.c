@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client/dlock_cli.h"
+#include "client/cli/dlock_cli.h"
 
 void dl_cli_strv_free(char **v)
 {

@@ -21,7 +21,7 @@
  *
  * A command is a function that takes the parsed command line and returns
  * the process's exit code (the table below, which dlock(1) documents). It
- * reaches the server only through libdlock (client/dlock.h): the protocol
+ * reaches the server only through libdlock (client/lib/dlock.h): the protocol
  * codec (proto/proto.h) reads command-line values -- durations, names,
  * tokens -- so that they mean what they mean on the wire, but the command
  * never formats a request or reads a reply itself.
@@ -37,7 +37,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "client/dlock.h"
+#include "client/lib/dlock.h"
 #include "proto/limits.h"
 
 /* ---- exit codes (dlock(1), EXIT STATUS; values from sysexits.h) ---------- */
