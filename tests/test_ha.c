@@ -1262,6 +1262,55 @@ Test(ha, a_restart_with_an_emptied_state_dir_is_bounded_by_its_peers)
 	cr_assert(h_daemon_log_has(&b, "every peer answered"));
 }
 
+/* Found from outside: a killed and restarted with an emptied state_dir,
+ * Redis back from a copy taken before alice's lease of x; standby b, which
+ * had watched that lease's horizon, answered a's restart round "told
+ * nothing" and was paused before a look could report the loss: x was
+ * granted again 7 s into alice's 40 s lease. An answer now also says what
+ * its node knows of (the horizons its looks read, its state file), and
+ * the round closes until then. */
+Test(ha, a_restart_round_counts_the_leases_a_peer_knows_of)
+{
+	char cmd[2 * H_PATH_MAX], *l;
+	struct h_client *alice, *c;
+	uint64_t t0, until;
+	int served = 0;
+
+	start_peers(ab);
+	h_sleep_ms(1500); /* b has looked */
+	aof_copy();
+	alice = h_hello(a.port, "alice");
+	until = h_now_ms() + 40000; /* alice's lease ends no sooner */
+	h_lock(alice, "x", "ttl=40s");
+	h_sleep_ms(1200); /* b looks twice a second: it read the horizon */
+	h_daemon_kill9(&a);
+	snprintf(cmd, sizeof(cmd), "rm -f %s/dlockd*state* %s/dlockd.lock",
+		 a.dir, a.dir);
+	cr_assert_eq(system(cmd), 0);
+	h_redis_kill9(&r);
+	aof_put_back();
+	h_redis_restart(&r);
+	h_daemon_restart_nowait(&a);
+	cr_assert(h_redis_wait(&r, "HKEYS dlock:answers", ":b", 1, 10000),
+		  "b never answered a's round");
+	h_daemon_signal(&b, SIGSTOP); /* it reports nothing more */
+	for (t0 = h_now_ms(); h_now_ms() - t0 < 10000; h_sleep_ms(200)) {
+		c = h_try_connect(a.port);
+		if (!c)
+			continue;
+		l = h_call(c, "TRYLOCK x ttl=1s");
+		cr_assert(!h_starts(l, "OK GRANTED") || h_now_ms() >= until,
+			  "x granted while alice holds it: %s", l);
+		served += h_starts(l, "NO BUSY x ");
+		h_close(c);
+	}
+	cr_assert(served > 0, "a never served");
+	h_daemon_signal(&b, SIGCONT);
+	h_close(alice);
+	h_daemon_kill9(&a);
+	h_daemon_kill9(&b);
+}
+
 /* The active's renewal found another daemon's record on a Redis that went
  * back: FLUSHALL, then a daemon with no state file (nothing tells it that
  * Redis forgot) took the leadership, at epoch 1 again. The active said

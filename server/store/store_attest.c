@@ -607,24 +607,33 @@ uint64_t dl__attest_bound(const struct dl_store *st)
  * now, and how long this process has run. Not the horizons it read of
  * other processes: their leases are their nodes' to bound (every node
  * answers), and one 24 h lease among them would close every bounded
- * lapse for a day. */
+ * lapse for a day. Those come in the last word, `known`: the latest end
+ * of any lease this node knows of -- the bound, the horizons its looks
+ * read, and what its state file kept of an earlier process -- for a
+ * restart round (dl__attest_restart): the restarted node knows nothing,
+ * and a peer that answers and is then paused cannot report a loss
+ * later (found from outside: a standby that watched alice's 40 s lease
+ * answered 0, was paused, and x was granted again 7 s into it). */
 const char *dl__attest_answer(struct dl_store *st)
 {
 	struct store_attest *a = &st->attest;
 	const struct dl_seen *seen = &st->lead.seen;
-	uint64_t now = dl_mono_ms(), end = st->hz.reserved_max, mark;
+	uint64_t now = dl_mono_ms(), end = st->hz.reserved_max, mark, known;
 
 	if (seen->v.closed > end)
 		end = seen->v.closed;
 	if (dl_locktab_horizon(st->tab) > end)
 		end = dl_locktab_horizon(st->tab);
+	known = seen->v.horizon > end ? seen->v.horizon : end;
 	mark = dl_locktab_last_token(st->tab);
 	if (seen->v.mark > mark)
 		mark = seen->v.mark;
 	snprintf(a->answer, sizeof(a->answer),
-		 "%s %" PRIu64 " %d %" PRIu64 " %" PRIu64 " %" PRIu64,
+		 "%s %" PRIu64 " %d %" PRIu64 " %" PRIu64 " %" PRIu64
+		 " %" PRIu64,
 		 a->seen_inst[0] ? a->seen_inst : "-", a->seen_epoch, a->took,
-		 end > now ? end - now : 0, now - a->started_ms, mark);
+		 end > now ? end - now : 0, now - a->started_ms, mark,
+		 known > now ? known - now : 0);
 	return a->answer;
 }
 
@@ -723,13 +732,15 @@ static int restart_answers(struct load_ctx *x, const redisReply *chs, int *rc)
 
 /* The peers' answers to this restart's challenge (HGETALL P answers):
  * 1 when every peer answered, with *end the latest end of a lease they
- * told and *mark their largest token; 0 not yet; -1 an answer that
- * bounds nothing (an older version), in why. */
+ * know of (`known`, dl__attest_answer: what they told, read in their
+ * looks, or kept in their state files) and *mark their largest token; 0
+ * not yet; -1 an answer that bounds nothing (an older version), in
+ * why. */
 static int restart_tally(const struct store_attest *a, const redisReply *r,
 			 uint64_t *end, uint64_t *mark, char *why, size_t len)
 {
 	size_t j, nl = strlen(a->nonce);
-	unsigned long long e, left, age, m;
+	unsigned long long e, left, age, m, known;
 	char i[24], buf[sizeof(a->answer)];
 	int p, n = 0, took;
 
@@ -749,11 +760,11 @@ static int restart_tally(const struct store_attest *a, const redisReply *r,
 				goto nothing;
 			memcpy(buf, v->str, v->len);
 			buf[v->len] = '\0';
-			if (sscanf(buf, "%23s %llu %d %llu %llu %llu", i, &e,
-				   &took, &left, &age, &m) != 6)
+			if (sscanf(buf, "%23s %llu %d %llu %llu %llu %llu", i,
+				   &e, &took, &left, &age, &m, &known) != 7)
 				goto nothing;
-			if (dl_mono_ms() + left > *end)
-				*end = dl_mono_ms() + left;
+			if (dl_mono_ms() + known > *end)
+				*end = dl_mono_ms() + known;
 			if (m > *mark)
 				*mark = m;
 			n++;
@@ -873,12 +884,12 @@ static void restart_bounded(struct dl_store *st, uint64_t end, uint64_t mark)
 		dl_seen_note_mark(&st->lead.seen, mark);
 	if (end > now)
 		dl_notice(
-			"redis: every peer answered; the leases they told end within %" PRIu64
-			" ms: taking the leadership, grants closed until then (a peer may have led, and Redis lost that take)",
+			"redis: every peer answered; the leases they know of end within %" PRIu64
+			" ms: taking the leadership, grants closed until then (Redis may have lost them)",
 			end - now);
 	else
 		dl_notice(
-			"redis: every peer answered, and none told a lease that may still be believed: taking the leadership");
+			"redis: every peer answered, and none knows of a lease that may still be believed: taking the leadership");
 }
 
 int dl__attest_restart(struct load_ctx *x)

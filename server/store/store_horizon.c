@@ -416,7 +416,7 @@ static void bounded_args(struct dl_store *st)
 	if (end > now)
 		snprintf(
 			hz->peers_arg, sizeof(hz->peers_arg),
-			"%s %llu %llu another daemon may have led: until the end of every lease its peers told",
+			"%s %llu %llu another daemon may have led: until the end of every lease its peers told or know of",
 			st->lead.instance, (unsigned long long)++hz->closes,
 			(unsigned long long)(end - now));
 }
