@@ -362,10 +362,15 @@ wait_store() {
 gen=0
 worker_start() {    # slot
 	gen=$((gen + 1))
-	local h=127.0.0.1
+	local h=127.0.0.1 left=$((DURATION * 1000))
 	[ "$nodes" = 2 ] && h=$servers
+	# a replacement runs what is left of the campaign, not a whole one
+	# (found: one started late under a day-long closure outlived the
+	# campaign by 20 minutes, waiting in LOCK)
+	[ -n "${t_end:-}" ] && left=$((t_end - $(now_ms)))
+	[ "$left" -lt 0 ] && left=0
 	"$WORKER" lock "$OUT/hist/w$1.$gen.hist" "$h" "$dport" \
-		"w$1.$gen" "$LOCKS:$RWLOCKS:$SEMAPHORES" $((SEED + gen)) $(((DURATION + 120) * 1000)) \
+		"w$1.$gen" "$LOCKS:$RWLOCKS:$SEMAPHORES" $((SEED + gen)) $((left + 120000)) \
 		2>> "$OUT/workers.log" &
 	worker_pid[$1]=$!
 	[ "$1" = 0 ] && echo "w0.$gen" > "$OUT/owner0"
