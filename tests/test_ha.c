@@ -1188,7 +1188,7 @@ Test(ha, a_silent_peer_that_may_have_led_closes_grants)
  * missed it. Now a start that proves nothing asks its peers first (the
  * restart round). Of the two, the node whose id sorts first goes first:
  * if it is the restarted one, the active's answer bounds the closure by
- * alice's lease (`bounded`, and y is granted once that has ended); if it
+ * alice's lease (here 20 s: y is granted once it has ended); if it
  * is the active, the restarted node answers (a process too young to
  * bound anything) and lets it take, closing for max_ttl. Returns when y
  * was granted (0: not within `watch_ms`). */
@@ -1205,8 +1205,8 @@ static uint64_t restart_with_an_emptied_state_dir(const char *const ids[2],
 	h_sleep_ms(1500); /* b has looked */
 	aof_copy();
 	alice = h_hello(a.port, "alice");
-	until = h_now_ms() + 40000; /* alice's lease ends no sooner */
-	h_lock(alice, "x", "ttl=40s");
+	until = h_now_ms() + 20000; /* alice's lease ends no sooner */
+	h_lock(alice, "x", "ttl=20s");
 	h_daemon_kill9(&b);
 	snprintf(cmd, sizeof(cmd), "rm -f %s/dlockd*state* %s/dlockd.lock",
 		 b.dir, b.dir);
@@ -1238,8 +1238,8 @@ static uint64_t restart_with_an_emptied_state_dir(const char *const ids[2],
 	cr_assert(served > 0, "nobody served");
 	cr_assert(!y || y >= until - 1000, "y granted in alice's lease");
 	if (y)
-		cr_log_info("y granted %llu ms after alice's 40 s lease began",
-			    (unsigned long long)(y - (until - 40000)));
+		cr_log_info("y granted %llu ms after alice's 20 s lease began",
+			    (unsigned long long)(y - (until - 20000)));
 	h_close(alice);
 	h_daemon_kill9(&a);
 	h_daemon_kill9(&b);
@@ -1257,7 +1257,7 @@ Test(ha, a_restart_with_an_emptied_state_dir_is_bounded_by_its_peers)
 {
 	static const char *const ba[2] = {"b", "a"};
 
-	cr_assert_neq(restart_with_an_emptied_state_dir(ba, 55000), 0,
+	cr_assert_neq(restart_with_an_emptied_state_dir(ba, 35000), 0,
 		      "grants closed for max_ttl");
 	cr_assert(h_daemon_log_has(&b, "every peer answered"));
 }
