@@ -10,6 +10,7 @@
  * which the longest reply fits.
  */
 #include "server/cmd.h"
+#include "server/cmd_private.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,20 +25,15 @@
 #include "server/stats.h"
 #include "server/watch.h"
 
-struct reply {
-	struct dl_fmt f;
-	char buf[DL_REPLY_MAX];
-};
-
-static struct dl_fmt *reply_begin(struct reply *r, const char *head)
+struct dl_fmt *dl__cmd_reply_begin(struct reply *r, const char *head)
 {
 	dl_fmt_init(&r->f, r->buf, sizeof(r->buf));
 	dl_fmt_word(&r->f, head);
 	return &r->f;
 }
 
-static void reply_send(struct dl_conn *c, struct reply *r, struct dl_str tag,
-		       const struct dl_line *line)
+void dl__cmd_reply_send(struct dl_conn *c, struct reply *r, struct dl_str tag,
+			const struct dl_line *line)
 {
 	size_t tag_at = r->f.len + 4; /* after " id=" (dl_fmt_end) */
 	struct dl_line with_tag;
@@ -146,7 +142,7 @@ static void fmt_proof(struct dl_conn *c, struct reply *r, struct dl_str name,
 /* An owner's key as the wire shows it: owner=<id>, then user=<name> when
  * the owner is a user's of the users file (the default user's owners,
  * and the quarantine's, are shown as they are). */
-static void fmt_owner(struct dl_fmt *f, int kv, struct dl_str key)
+void dl__cmd_fmt_owner(struct dl_fmt *f, int kv, struct dl_str key)
 {
 	struct dl_str user = dl_owner_key_account(key), id = key;
 
@@ -168,7 +164,7 @@ static void fmt_owner(struct dl_fmt *f, int kv, struct dl_str key)
 /* What a holder said of itself (HELLO host= pid= cmd=), each part only
  * when said: the text as it came, checked printable without space
  * (proto/desc.h), so it needs no quoting here. */
-static void fmt_desc(struct dl_fmt *f, const struct dl_desc *d)
+void dl__cmd_fmt_desc(struct dl_fmt *f, const struct dl_desc *d)
 {
 	if (!d)
 		return;
@@ -200,9 +196,9 @@ static void fmt_busy_holder(struct dl_conn *c, struct dl_fmt *f,
 		return;
 	dl_locktab_status(c->srv->tab, name, &st);
 	if (st.held) {
-		fmt_owner(f, 1, st.owner);
+		dl__cmd_fmt_owner(f, 1, st.owner);
 		dl_fmt_kv_u64(f, "held_ms", st.held_ms);
-		fmt_desc(f, st.desc);
+		dl__cmd_fmt_desc(f, st.desc);
 	}
 	/* busy for its lock-delay: how long that still lasts */
 	if (st.delay_left)
@@ -225,7 +221,7 @@ static void fmt_cycle(struct dl_fmt *f, struct dl_conn *c)
 	for (i = 1; i < cy->shown; i++) {
 		after = dl_access_readable(cy->hop[i].lock, c);
 		if (before || after)
-			fmt_owner(f, 0, cy->hop[i].owner);
+			dl__cmd_fmt_owner(f, 0, cy->hop[i].owner);
 		else
 			dl_fmt_word(f, "-");
 		if (after)
@@ -372,7 +368,7 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 			       .owner_gen = c->sess.owner_gen};
 	struct reply r;
 
-	reply_begin(&r, heads[res->outcome]);
+	dl__cmd_reply_begin(&r, heads[res->outcome]);
 	fmt_name(&r, &line, name);
 	switch (res->outcome) {
 	case DL_GRANTED:
@@ -424,7 +420,7 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 	default:
 		break;
 	}
-	reply_send(c, &r, tag, &line);
+	dl__cmd_reply_send(c, &r, tag, &line);
 }
 
 static int check_ttl(struct dl_conn *c, const struct dl_request *rq)
@@ -727,124 +723,6 @@ static void cmd_cancel(struct dl_conn *c, const struct dl_request *rq)
 	result_reply(c, rq->name, &res, rq->tag);
 }
 
-/* The mode a lock is held in: "exclusive", "shared", "semaphore" (the
- * holders of a lock with limit > 1 each hold a permit), "-" when free. */
-static struct dl_str status_mode(const struct dl_lock_status *st)
-{
-	if (!st->held)
-		return DL_STR_LIT("-");
-	if (st->limit > 1)
-		return DL_STR_LIT("semaphore");
-	return st->shared ? DL_STR_LIT("shared") : DL_STR_LIT("exclusive");
-}
-
-static void cmd_status(struct dl_conn *c, const struct dl_request *rq)
-{
-	struct dl_lock_status st;
-	struct reply r;
-	const char *why;
-	uint64_t closed;
-
-	dl_locktab_status(c->srv->tab, rq->name, &st);
-	reply_begin(&r, "OK STATUS");
-	dl_fmt_str(&r.f, rq->name);
-	dl_fmt_word(&r.f, st.held ? "state=held" : "state=free");
-	dl_fmt_kv_u64(&r.f, "token", st.token);
-	dl_fmt_kv_u64(&r.f, "ttl_ms", st.remaining);
-	dl_fmt_kv_u64(&r.f, "count", st.count);
-	fmt_owner(&r.f, 1, st.held ? st.owner : DL_STR_NULL);
-	dl_fmt_kv_u64(&r.f, "waiters", st.waiters);
-	dl_fmt_kv_str(&r.f, "mode", status_mode(&st));
-	dl_fmt_kv_u64(&r.f, "limit", st.limit);
-	dl_fmt_kv_u64(&r.f, "holders", st.holders);
-	dl_fmt_kv_u64(&r.f, "held_ms", st.held_ms);
-	fmt_desc(&r.f, st.desc);
-	/* the lock's delay, and what is left of it if it runs */
-	dl_fmt_kv_u64(&r.f, "delay_ms", st.delay_ms);
-	dl_fmt_kv_u64(&r.f, "delay_left_ms", st.delay_left);
-	/* a free lock nobody may take yet: grants are closed after Redis
-	 * went back (docs/design.md) */
-	closed = dl_store_closed_ms(c->srv->store, &why);
-	if (closed)
-		dl_fmt_kv_u64(&r.f, "closed_ms", closed);
-	reply_send(c, &r, rq->tag, NULL);
-}
-
-/* HOLDERS: "OK HOLDERS <name> holders=<h> waiters=<w> mode=<m> limit=<n>
- * more=<k>", then one line per holder in grant order
- *   holder <owner> token=<t> ttl_ms=<ms> count=<c> mode=<m> held_ms=<ms>
- *          [host=<h>] [pid=<p>] [cmd=<c>]
- * then one per waiter in queue order
- *   waiter <owner> position=<p> wait_ms=<ms>|inf mode=<m> [restored]
- *          [host=<h>] [pid=<p>] [cmd=<c>]
- * at most DL_HOLDERS_LIST_MAX of each; more= counts those left out. */
-struct member_lines {
-	struct dl_conn *c;
-	uint32_t holders, waiters; /* listed so far */
-	uint64_t more;
-};
-
-static void member_line(const struct dl_member *m, void *arg)
-{
-	struct member_lines *x = arg;
-	struct reply r;
-
-	if ((m->waiter ? x->waiters : x->holders) >= DL_HOLDERS_LIST_MAX) {
-		x->more++;
-		return;
-	}
-	if (m->waiter)
-		x->waiters++;
-	else
-		x->holders++;
-	reply_begin(&r, m->waiter ? "waiter" : "holder");
-	fmt_owner(&r.f, 0, m->owner);
-	if (m->waiter) {
-		dl_fmt_kv_u64(&r.f, "position", m->position);
-		if (m->remaining == UINT64_MAX)
-			dl_fmt_word(&r.f, "wait_ms=inf");
-		else
-			dl_fmt_kv_u64(&r.f, "wait_ms", m->remaining);
-	} else {
-		dl_fmt_kv_u64(&r.f, "token", m->token);
-		dl_fmt_kv_u64(&r.f, "ttl_ms", m->remaining);
-		dl_fmt_kv_u64(&r.f, "count", m->count);
-	}
-	dl_fmt_word(&r.f, m->shared ? "mode=shared" : "mode=exclusive");
-	if (!m->waiter)
-		dl_fmt_kv_u64(&r.f, "held_ms", m->held_ms);
-	if (m->placeholder)
-		dl_fmt_word(&r.f, "restored");
-	fmt_desc(&r.f, m->desc);
-	reply_send(x->c, &r, DL_STR_NULL, NULL);
-}
-
-static void cmd_holders(struct dl_conn *c, const struct dl_request *rq)
-{
-	struct member_lines x = {c, 0, 0, 0};
-	struct dl_lock_status st;
-	struct reply r;
-	uint32_t listed;
-
-	dl_locktab_status(c->srv->tab, rq->name, &st);
-	listed = (st.holders < DL_HOLDERS_LIST_MAX ? st.holders
-						   : DL_HOLDERS_LIST_MAX) +
-		 (st.waiters < DL_HOLDERS_LIST_MAX ? st.waiters
-						   : DL_HOLDERS_LIST_MAX);
-	reply_begin(&r, "OK HOLDERS");
-	dl_fmt_str(&r.f, rq->name);
-	dl_fmt_u64(&r.f, listed);
-	dl_fmt_kv_u64(&r.f, "holders", st.holders);
-	dl_fmt_kv_u64(&r.f, "waiters", st.waiters);
-	dl_fmt_kv_str(&r.f, "mode", status_mode(&st));
-	dl_fmt_kv_u64(&r.f, "limit", st.limit);
-	dl_fmt_kv_u64(&r.f, "more", st.holders + st.waiters - listed);
-	reply_send(c, &r, rq->tag, NULL);
-	/* dl_locktab_status reaped the lock; the walk does not reap, so
-	 * it lists exactly the lines the header counts */
-	dl_locktab_members(c->srv->tab, rq->name, member_line, &x);
-}
-
 /* The active's address, "-" when none is known (dl_store_active_addr). */
 static struct dl_str active_addr(const struct dl_server *srv)
 {
@@ -861,10 +739,10 @@ static void not_active(struct dl_conn *c, struct dl_str tag)
 	struct reply r;
 
 	c->srv->st.errors[-DL_ENOTACTIVE]++;
-	reply_begin(&r, "ERR NOT_ACTIVE");
+	dl__cmd_reply_begin(&r, "ERR NOT_ACTIVE");
 	dl_fmt_kv_str(&r.f, "active", active_addr(c->srv));
 	dl_fmt_word(&r.f, "this dlockd is a standby; ask the active one");
-	reply_send(c, &r, tag, NULL);
+	dl__cmd_reply_send(c, &r, tag, NULL);
 }
 
 /* Before AUTH (when AUTH is needed), HELLO tells nothing about the
@@ -881,10 +759,10 @@ static void hello_unauthenticated(struct dl_conn *c,
 			      rq->tag);
 		return;
 	}
-	reply_begin(&r, "OK HELLO");
+	dl__cmd_reply_begin(&r, "OK HELLO");
 	dl_fmt_kv_str(&r.f, "version", DL_STR_LIT(DL_VERSION));
 	dl_fmt_kv_str(&r.f, "auth", DL_STR_LIT("required"));
-	reply_send(c, &r, rq->tag, NULL);
+	dl__cmd_reply_send(c, &r, rq->tag, NULL);
 }
 
 /* HELLO host= pid= cmd=: the connection's description from now on (the
@@ -942,10 +820,10 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 			/* "NO DENIED <id> need=key": the owner is someone's */
 			c->srv->st.errors[-DL_EDENIED]++;
 			c->srv->st.owner_denials++;
-			reply_begin(&r, "NO DENIED");
+			dl__cmd_reply_begin(&r, "NO DENIED");
 			dl_fmt_str(&r.f, rq->owner);
 			dl_fmt_word(&r.f, "need=key");
-			reply_send(c, &r, rq->tag, NULL);
+			dl__cmd_reply_send(c, &r, rq->tag, NULL);
 			return;
 		}
 		if (err == DL_EBADARG) {
@@ -962,7 +840,7 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 	}
 	if (rq->has_desc && set_desc(c, rq))
 		return;
-	reply_begin(&r, "OK HELLO");
+	dl__cmd_reply_begin(&r, "OK HELLO");
 	dl_fmt_kv_str(&r.f, "version", DL_STR_LIT(DL_VERSION));
 	dl_fmt_kv_str(&r.f, "owner",
 		      named.len ? named
@@ -1010,7 +888,7 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 	dl_fmt_kv_str(&r.f, "cluster",
 		      (struct dl_str){dl_store_cluster(c->srv->store),
 				      strlen(dl_store_cluster(c->srv->store))});
-	reply_send(c, &r, rq->tag, NULL);
+	dl__cmd_reply_send(c, &r, rq->tag, NULL);
 }
 
 /* AUTH: access.c decides (secrets compared in constant time). A failure
@@ -1022,17 +900,17 @@ static void cmd_auth(struct dl_conn *c, const struct dl_request *rq)
 	int n, err = dl_access_auth(c, rq->user, rq->arg, why, sizeof(why));
 
 	if (err == 0) {
-		reply_begin(&r, "OK AUTH");
+		dl__cmd_reply_begin(&r, "OK AUTH");
 		if (rq->user.len)
 			dl_fmt_kv_str(&r.f, "user", rq->user);
-		reply_send(c, &r, rq->tag, NULL);
+		dl__cmd_reply_send(c, &r, rq->tag, NULL);
 		return;
 	}
 	if (err != DL_EDENIED) {
 		dl_conn_error(c, err, why, rq->tag);
 		return;
 	}
-	reply_begin(&r, "NO AUTH_FAILED");
+	dl__cmd_reply_begin(&r, "NO AUTH_FAILED");
 	n = dl_fmt_end(&r.f, rq->tag);
 	if (n > 0)
 		dl_conn_send_delayed(c, r.buf, (size_t)n,
@@ -1040,248 +918,22 @@ static void cmd_auth(struct dl_conn *c, const struct dl_request *rq)
 				     dl_access_guessing(c));
 }
 
-/* STATS lines are collected first: the header carries their count. */
-struct stat_lines {
-	size_t n;
-	char line[DL_STATS_MAX][DL_STATS_LINE_MAX];
-	int len[DL_STATS_MAX];
-};
-
-static void stat_line(const struct dl_stat *s, void *arg)
-{
-	struct stat_lines *x = arg;
-	char key[64];
-	struct dl_fmt f;
-	int n;
-
-	if (x->n == DL_STATS_MAX)
-		return;
-	snprintf(key, sizeof(key), "%s%s%s", s->name, s->label ? "_" : "",
-		 s->label ? s->label : "");
-	dl_fmt_init(&f, x->line[x->n], DL_STATS_LINE_MAX);
-	dl_fmt_word(&f, key);
-	dl_fmt_u64(&f, s->value);
-	n = dl_fmt_end(&f, DL_STR_NULL);
-	if (n > 0)
-		x->len[x->n++] = n;
-}
-
-static void cmd_stats(struct dl_conn *c, const struct dl_request *rq)
-{
-	struct stat_lines *x = malloc(sizeof(*x));
-	struct reply r;
-	size_t i;
-
-	if (!x) {
-		dl_conn_error(c, DL_EINTERNAL, "out of memory", rq->tag);
-		return;
-	}
-	x->n = 0;
-	dl_stats_collect(c->srv, stat_line, x);
-	reply_begin(&r, "OK STATS");
-	dl_fmt_u64(&r.f, x->n);
-	reply_send(c, &r, rq->tag, NULL);
-	for (i = 0; i < x->n; i++)
-		dl_conn_send(c, x->line[i], (size_t)x->len[i], NULL);
-	free(x);
-}
-
-/* LOCKS: "OK LOCKS <n> more=<m>", then n lines, one per lock, in the
- * order of the page (see dl_locktab_list): the locks the user may read,
- * walked under the prefixes it may read only. A page by name costs its
- * locks (the table's index); one by waiters a walk of the locks under the
- * prefix, which costs the loop its time: after a listing of T ms the same
- * user's next one waits until 2T later (each user its own: one cannot
- * deny listings to another); and a user who may read no name under the
- * prefix is answered without a walk (found from outside: four users who
- * could read none of 100,000 locks listed them in turn, and another
- * user's PING p50 went from 0.02 to 4.86 ms). */
-static void cmd_locks(struct dl_conn *c, const struct dl_request *rq)
-{
-	struct dl_locktab *tab = c->srv->tab;
-	size_t limit = rq->has_limit ? rq->limit : DL_LOCKS_PAGE_DEFAULT;
-	struct dl_list_filter keep;
-	struct dl_user_rt *rt = &c->user->rt;
-	int all;
-	const struct dl_lock **page;
-	struct dl_lock_status st;
-	struct reply r;
-	uint64_t more, t0_us = dl_mono_us(), took_us;
-	char why[DL_WHY_MAX];
-	size_t i, n;
-
-	if (!dl_access_may_some(c, DL_RIGHT_READ, rq->name)) {
-		reply_begin(&r, "OK LOCKS");
-		dl_fmt_u64(&r.f, 0);
-		dl_fmt_kv_u64(&r.f, "more", 0);
-		reply_send(c, &r, rq->tag, NULL);
-		return;
-	}
-	if (t0_us < rt->locks_next_us) {
-		snprintf(
-			why, sizeof(why),
-			"limit reached: a listing costs this server %llu.%03llu ms (%llu locks); the next one in %llu ms",
-			(unsigned long long)(rt->locks_last_us / 1000),
-			(unsigned long long)(rt->locks_last_us % 1000),
-			(unsigned long long)dl_locktab_stats(tab)->locks,
-			(unsigned long long)((rt->locks_next_us - t0_us + 999) /
-					     1000));
-		dl_conn_error(c, DL_ELIMIT, why, rq->tag);
-		return;
-	}
-	page = malloc(limit * sizeof(*page));
-	if (!page) {
-		dl_conn_error(c, DL_EINTERNAL, "out of memory", rq->tag);
-		return;
-	}
-	/* no filter when every name under the prefix is readable; else the
-	 * prefixes the user may read */
-	all = dl_access_may(c, DL_RIGHT_READ, rq->name);
-	if (!all)
-		keep.n = dl_access_prefixes(c, DL_RIGHT_READ, &keep.prefixes);
-	n = dl_locktab_list(
-		tab, rq->by_waiters ? DL_LIST_BY_WAITERS : DL_LIST_BY_NAME,
-		rq->name, rq->after, limit, all ? NULL : &keep, page, &more);
-	took_us = dl_mono_us() - t0_us;
-	/* only a walk (by waiters) spaces the next listing: a page by name
-	 * costs its own locks, bounded by DL_LOCKS_PAGE_MAX, whatever the
-	 * table holds. In microseconds: an index walk of 100,000 locks took
-	 * under one ms and, rounded to 0, spaced nothing. */
-	if (rq->by_waiters) {
-		rt->locks_last_us = took_us;
-		rt->locks_next_us =
-			took_us < DL_LOCKS_GAP_MIN_US
-				? 0
-				: dl_mono_us() + DL_LOCKS_GAP_FACTOR * took_us;
-	}
-	reply_begin(&r, "OK LOCKS");
-	dl_fmt_u64(&r.f, n);
-	dl_fmt_kv_u64(&r.f, "more", more);
-	reply_send(c, &r, rq->tag, NULL);
-	for (i = 0; i < n; i++) {
-		dl_locktab_lock_status(tab, page[i], &st);
-		dl_fmt_init(&r.f, r.buf, sizeof(r.buf));
-		dl_fmt_str(&r.f,
-			   (struct dl_str){page[i]->name, page[i]->hn.len});
-		dl_fmt_word(&r.f, st.held ? "state=held" : "state=free");
-		dl_fmt_kv_str(&r.f, "mode", status_mode(&st));
-		fmt_owner(&r.f, 1, st.held ? st.owner : DL_STR_NULL);
-		dl_fmt_kv_u64(&r.f, "token", st.token);
-		dl_fmt_kv_u64(&r.f, "ttl_ms", st.remaining);
-		dl_fmt_kv_u64(&r.f, "count", st.count);
-		dl_fmt_kv_u64(&r.f, "holders", st.holders);
-		dl_fmt_kv_u64(&r.f, "waiters", st.waiters);
-		dl_fmt_kv_u64(&r.f, "limit", st.limit);
-		dl_fmt_kv_u64(&r.f, "held_ms", st.held_ms);
-		fmt_desc(&r.f, st.desc);
-		reply_send(c, &r, DL_STR_NULL, NULL);
-	}
-	free(page);
-}
-
-/* HELP: "OK HELP <n>", then n lines of text: every verb's syntax and
- * how durations are written, or one verb's syntax, what it does and its
- * options with this server's limits. */
-#define HELP_NOTES 9
-
-static void cmd_help(struct dl_conn *c, const struct dl_request *rq)
-{
-	const struct dl_config *cfg = &c->srv->cfg;
-	char note[HELP_NOTES][DL_REPLY_MAX / 4];
-	char d1[DL_DURATION_TEXT_MAX], d2[DL_DURATION_TEXT_MAX];
-	enum dl_verb v = DL_VERB_NONE, first = DL_VERB_NONE + 1, end;
-	const char *u;
-	struct reply r;
-	size_t n = 0, i;
-
-	if (rq->arg.len && (v = dl_find_verb(rq->arg)) == DL_VERB_NONE) {
-		dl_conn_error(c, DL_EBADARG,
-			      "unknown command; HELP lists the commands",
-			      rq->tag);
-		return;
-	}
-	end = v == DL_VERB_NONE ? DL_VERB_COUNT_ : v + 1;
-	if (v != DL_VERB_NONE)
-		first = v;
-	u = v == DL_VERB_NONE ? " ttl= wait= mode= limit=" : dl_verb_usage(v);
-	if (v != DL_VERB_NONE)
-		snprintf(note[n++], sizeof(note[0]), "%s", dl_verb_summary(v));
-	if (strstr(u, "ttl="))
-		snprintf(note[n++], sizeof(note[0]),
-			 "ttl: the lease, a duration: 500ms, 30s, 2m, 1h (a "
-			 "bare number is ms); default %s, at most %s",
-			 dl_format_duration(cfg->default_ttl_ms, d1),
-			 dl_format_duration(cfg->max_ttl_ms, d2));
-	if (strstr(u, "wait="))
-		snprintf(note[n++], sizeof(note[0]),
-			 "wait: how long to queue, a duration or inf (the "
-			 "default); TRYLOCK does not queue");
-	if (strstr(u, "mode="))
-		snprintf(note[n++], sizeof(note[0]),
-			 "mode: exclusive (the default), the only holder; or "
-			 "shared, with other shared holders; first come, "
-			 "first served across both");
-	if (strstr(u, "limit=") && v != DL_VERB_LOCKS)
-		snprintf(note[n++], sizeof(note[0]),
-			 "limit (LOCK, TRYLOCK): holders at once, 1 (a lock, "
-			 "the default) to %d (a semaphore); set by the "
-			 "request that finds the lock free, another one is "
-			 "NO LIMIT_MISMATCH",
-			 DL_LIMIT_MAX);
-	if (strstr(u, "warn="))
-		snprintf(note[n++], sizeof(note[0]),
-			 "warn: how much of the lease remains when * EXPIRING "
-			 "<name> <token> <ms> is sent, unless refreshed "
-			 "before; below the ttl, 0 for none (REFRESH keeps the "
-			 "lease's warning without one)");
-	if (strstr(u, "delay="))
-		snprintf(
-			note[n++], sizeof(note[0]),
-			"delay: the lock's lock-delay, at most %s: after a "
-			"lease ends without UNLOCK (it expires, or is broken), "
-			"nobody gets the lock for that long; waiters keep "
-			"their place",
-			dl_format_duration(DL_LOCK_DELAY_MAX_MS, d1));
-	if (strstr(u, "limit=") && (v == DL_VERB_LOCKS || v == DL_VERB_NONE))
-		snprintf(note[n++], sizeof(note[0]),
-			 "limit (LOCKS): locks per page, 1 to %d (default "
-			 "%d); after=<the page's last name> for the next page",
-			 DL_LOCKS_PAGE_MAX, DL_LOCKS_PAGE_DEFAULT);
-	if (v == DL_VERB_NONE)
-		snprintf(note[n++], sizeof(note[0]),
-			 "HELP <command> for one; the protocol: PROTOCOL.md "
-			 "(man dlockd)");
-	reply_begin(&r, "OK HELP");
-	dl_fmt_u64(&r.f, (uint64_t)(end - first) + n);
-	reply_send(c, &r, rq->tag, NULL);
-	for (i = first; i < end; i++) {
-		dl_fmt_init(&r.f, r.buf, sizeof(r.buf));
-		dl_fmt_word(&r.f, dl_verb_usage((enum dl_verb)i));
-		reply_send(c, &r, DL_STR_NULL, NULL);
-	}
-	for (i = 0; i < n; i++) {
-		dl_fmt_init(&r.f, r.buf, sizeof(r.buf));
-		dl_fmt_word(&r.f, note[i]);
-		reply_send(c, &r, DL_STR_NULL, NULL);
-	}
-}
-
 static void cmd_ping(struct dl_conn *c, const struct dl_request *rq)
 {
 	struct reply r;
 
-	reply_begin(&r, "OK PONG");
+	dl__cmd_reply_begin(&r, "OK PONG");
 	if (rq->arg.len)
 		dl_fmt_str(&r.f, rq->arg);
-	reply_send(c, &r, rq->tag, NULL);
+	dl__cmd_reply_send(c, &r, rq->tag, NULL);
 }
 
 static void cmd_quit(struct dl_conn *c, const struct dl_request *rq)
 {
 	struct reply r;
 
-	reply_begin(&r, "OK BYE");
-	reply_send(c, &r, rq->tag, NULL);
+	dl__cmd_reply_begin(&r, "OK BYE");
+	dl__cmd_reply_send(c, &r, rq->tag, NULL);
 	dl_conn_end(c, DL_END_GRACEFUL, "QUIT");
 }
 
@@ -1311,16 +963,16 @@ static const struct {
 	[DL_VERB_RECLAIM] = {cmd_reclaim, CHANGES | ACTIVE, LOCK_R},
 	[DL_VERB_CHECK] = {cmd_check, ACTIVE, READ_R},
 	[DL_VERB_CANCEL] = {cmd_cancel, ACTIVE, LOCK_R},
-	[DL_VERB_STATUS] = {cmd_status, ACTIVE, READ_R},
+	[DL_VERB_STATUS] = {dl__cmd_status, ACTIVE, READ_R},
 	[DL_VERB_HELLO] = {cmd_hello, OPEN, ANYONE},
 	[DL_VERB_AUTH] = {cmd_auth, OPEN, ANYONE},
-	[DL_VERB_STATS] = {cmd_stats, 0, DL_RIGHT_ADMIN},
+	[DL_VERB_STATS] = {dl__cmd_stats, 0, DL_RIGHT_ADMIN},
 	[DL_VERB_PING] = {cmd_ping, OPEN, ANYONE},
 	[DL_VERB_QUIT] = {cmd_quit, OPEN, ANYONE},
-	[DL_VERB_LOCKS] = {cmd_locks, ACTIVE, ANYONE},
-	[DL_VERB_HELP] = {cmd_help, OPEN, ANYONE},
+	[DL_VERB_LOCKS] = {dl__cmd_locks, ACTIVE, ANYONE},
+	[DL_VERB_HELP] = {dl__cmd_help, OPEN, ANYONE},
 	[DL_VERB_BREAK] = {cmd_break, CHANGES | ACTIVE, DL_RIGHT_BREAK},
-	[DL_VERB_HOLDERS] = {cmd_holders, ACTIVE, READ_R},
+	[DL_VERB_HOLDERS] = {dl__cmd_holders, ACTIVE, READ_R},
 	/* WATCH checks the read right itself, on a name or a prefix */
 	[DL_VERB_WATCH] = {dl_watch_cmd, ACTIVE, ANYONE},
 	[DL_VERB_UNWATCH] = {dl_unwatch_cmd, ACTIVE, ANYONE},
@@ -1335,13 +987,13 @@ static void denied(struct dl_conn *c, enum dl_right right, struct dl_str name,
 	struct reply r;
 
 	c->srv->st.errors[-DL_EDENIED]++;
-	reply_begin(&r, "NO DENIED");
+	dl__cmd_reply_begin(&r, "NO DENIED");
 	if (right == DL_RIGHT_ADMIN || !name.len)
 		dl_fmt_word(&r.f, "-");
 	else
 		dl_fmt_str(&r.f, name);
 	dl_fmt_word(&r.f, needs[right]);
-	reply_send(c, &r, tag, NULL);
+	dl__cmd_reply_send(c, &r, tag, NULL);
 }
 
 void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
@@ -1432,7 +1084,7 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 			       .owner_gen = c->sess.owner_gen};
 	struct reply r;
 
-	reply_begin(&r, heads[ev->type]);
+	dl__cmd_reply_begin(&r, heads[ev->type]);
 	fmt_name(&r, &line, ev->name);
 	if (ev->type == DL_EVENT_GRANTED) {
 		line.kind = DL_LINE_GRANTED_EVENT;
@@ -1449,7 +1101,7 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 		dl_fmt_u64(&r.f, ev->token);
 		fmt_ttl(&r, &line, ev->ttl_ms);
 	}
-	reply_send(c, &r, ev->tag, &line);
+	dl__cmd_reply_send(c, &r, ev->tag, &line);
 }
 
 /*
