@@ -2,7 +2,8 @@
 /*
  * cmd.h -- request dispatch: one parsed line in, one reply out.
  *
- * With watch.c (the WATCH verbs and their events), the only code that
+ * With cmd_info.c (the verbs that only read) and watch.c (the WATCH verbs
+ * and their events), the only code that
  * writes protocol text on the server side: it parses a line with the
  * codec, applies the gates (AUTH, persistence available, configured
  * limits), calls the lock table, and formats the reply or event through
