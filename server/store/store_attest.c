@@ -619,6 +619,7 @@ const char *dl__attest_answer(struct dl_store *st)
 	struct store_attest *a = &st->attest;
 	const struct dl_seen *seen = &st->lead.seen;
 	uint64_t now = dl_mono_ms(), end = st->hz.reserved_max, mark, known;
+	int n, v;
 
 	if (seen->v.closed > end)
 		end = seen->v.closed;
@@ -628,12 +629,20 @@ const char *dl__attest_answer(struct dl_store *st)
 	mark = dl_locktab_last_token(st->tab);
 	if (seen->v.mark > mark)
 		mark = seen->v.mark;
-	snprintf(a->answer, sizeof(a->answer),
-		 "%s %" PRIu64 " %d %" PRIu64 " %" PRIu64 " %" PRIu64
-		 " %" PRIu64,
-		 a->seen_inst[0] ? a->seen_inst : "-", a->seen_epoch, a->took,
-		 end > now ? end - now : 0, now - a->started_ms, mark,
-		 known > now ? known - now : 0);
+	n = snprintf(a->answer, sizeof(a->answer),
+		     "%s %" PRIu64 " %d %" PRIu64 " %" PRIu64 " %" PRIu64,
+		     a->seen_inst[0] ? a->seen_inst : "-", a->seen_epoch,
+		     a->took, end > now ? end - now : 0, now - a->started_ms,
+		     mark);
+	/* "-": it knows nothing; "?": it may have missed leases told
+	 * (dl__hz_vouches) */
+	v = dl__hz_vouches(st);
+	if (n > 0 && (size_t)n < sizeof(a->answer) && v > 0)
+		snprintf(a->answer + n, sizeof(a->answer) - (size_t)n,
+			 " %" PRIu64, known > now ? known - now : 0);
+	else if (n > 0 && (size_t)n < sizeof(a->answer))
+		snprintf(a->answer + n, sizeof(a->answer) - (size_t)n, " %s",
+			 v < 0 ? "?" : "-");
 	return a->answer;
 }
 
@@ -737,11 +746,12 @@ static int restart_answers(struct load_ctx *x, const redisReply *chs, int *rc)
  * not yet; -1 an answer that bounds nothing (an older version), in
  * why. */
 static int restart_tally(const struct store_attest *a, const redisReply *r,
-			 uint64_t *end, uint64_t *mark, char *why, size_t len)
+			 uint64_t max_ms, uint64_t *end, uint64_t *mark,
+			 char *why, size_t len)
 {
 	size_t j, nl = strlen(a->nonce);
 	unsigned long long e, left, age, m, known;
-	char i[24], buf[sizeof(a->answer)];
+	char i[24], kw[24], buf[sizeof(a->answer)];
 	int p, n = 0, took;
 
 	for (p = 0; p < a->npeers; p++)
@@ -760,9 +770,22 @@ static int restart_tally(const struct store_attest *a, const redisReply *r,
 				goto nothing;
 			memcpy(buf, v->str, v->len);
 			buf[v->len] = '\0';
-			if (sscanf(buf, "%23s %llu %d %llu %llu %llu %llu", i,
-				   &e, &took, &left, &age, &m, &known) != 7)
+			if (sscanf(buf, "%23s %llu %d %llu %llu %llu %23s", i,
+				   &e, &took, &left, &age, &m, kw) != 7)
 				goto nothing;
+			if (strcmp(kw, "-") == 0) {
+				snprintf(
+					why, len,
+					"peer %s knows nothing of the leases told (it has not looked since it started)",
+					a->peers[p]);
+				return -1;
+			}
+			/* "?": a standby that was counted, then had a gap in
+			 * its looks: leases may have been told that nobody
+			 * alive knows of (found from outside: x granted again
+			 * 4 s into a 40 s lease told while it was paused) */
+			known = strcmp(kw, "?") == 0 ? max_ms
+						     : strtoull(kw, NULL, 10);
 			if (dl_mono_ms() + known > *end)
 				*end = dl_mono_ms() + known;
 			if (m > *mark)
@@ -859,7 +882,9 @@ static enum restart_read restart_read(struct load_ctx *x, uint64_t *end,
 	if (!(r = DL__LOAD_RUN(x, rc, 0, "HGETALL", st->keys.answers)))
 		return READ_FAILED;
 	*end = *mark = 0;
-	v = restart_tally(&st->attest, r, end, mark, why, len);
+	v = restart_tally(&st->attest, r,
+			  st->cfg->max_ttl_ms + DL_LOCK_DELAY_MAX_MS, end, mark,
+			  why, len);
 	freeReplyObject(r);
 	if (v)
 		return v < 0 ? READ_NOTHING : READ_BOUNDED;

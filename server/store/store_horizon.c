@@ -328,6 +328,22 @@ int dl__hz_tick(struct dl_store *st)
 
 /* ---- the bound of a closure -------------------------------------------- */
 
+int dl__hz_vouches(const struct dl_store *st)
+{
+	int gap;
+
+	if (st->lead.active)
+		return 1; /* what it told: its reservations, its table */
+	if (standalone(st) || !st->hz.prev_send)
+		return dl__hz_file_proves(st) ? 1 : 0;
+	/* and no gap up to now: the answer rides on the look that ends one,
+	 * before its reply is read */
+	gap = dl_mono_ms() - st->hz.prev_send >= st->cfg->leader_lease_ms;
+	if (st->hz.vouches && !gap)
+		return 1;
+	return st->hz.missed || st->hz.vouches ? -1 : 0;
+}
+
 int dl__hz_file_proves(const struct dl_store *st)
 {
 	return standalone(st) ? st->lead.seen.has_file
@@ -568,6 +584,25 @@ void dl__hz_reply(struct dl_store *st, int mode, const redisReply *r,
 			hz->loss_provable = was;
 		} else if (!behind) {
 			hz->loss_latched = 0;
+		}
+		/* what its answers may vouch for (dl__hz_vouches): counted by
+		 * an active it saw lead, with no gap since -- a gap lets the
+		 * active tell leases past what it knows, and a horizon read
+		 * after one may be of a Redis that went back (found from
+		 * outside: a standby paused past the active's count answered
+		 * a restart round "known 0", and x was granted again 4 s
+		 * into a 40 s lease) */
+		if (!(hz->prev_send &&
+		      now - hz->prev_send < st->cfg->leader_lease_ms) ||
+		    (hz->loss_latched && !hz->loss_provable)) {
+			/* counted before: it knows it may have missed some */
+			hz->missed |= hz->vouches;
+			hz->vouches = 0;
+		} else if (hz->registered &&
+			   r->element[1]->type == REDIS_REPLY_STRING &&
+			   r->element[1]->len > 0) {
+			hz->vouches = 1;
+			hz->missed = 0;
 		}
 		hz->prev_send = sent_ms;
 		return;

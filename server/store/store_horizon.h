@@ -82,6 +82,9 @@ struct store_horizon {
 	char echo[40];			    /* "<inst>:<n>" of value */
 	uint64_t prev_send;		    /* the previous look's send time */
 	int registered;			    /* its field was in P standbys */
+	int vouches;	   /* counted by an active it saw lead, no gap since
+			      (dl__hz_vouches) */
+	int missed;	   /* ... and then a gap: it may have missed leases */
 	int loss_latched;  /* a look found Redis went back ... */
 	int loss_provable; /* ... and its knowledge bounds that */
 	uint64_t closes;   /* closure values made (their n) */
@@ -120,6 +123,13 @@ int dl__hz_reports_in(const struct dl_store *st);
 void dl__hz_link_lost(struct dl_store *st);
 /* This daemon became the active, or stopped being it. */
 void dl__hz_role(struct dl_store *st, int active);
+/* What this node knows of the leases told covers every one that may
+ * still be believed (its answer's `known`, store_attest.c): 1 for the
+ * active's own; a standby's counted by an active it saw lead with no gap
+ * in its looks since; a process that has not looked yet, its state
+ * file's if that proves. -1: a standby that was counted and then had a
+ * gap -- it knows it may have missed leases; 0: it knows nothing. */
+int dl__hz_vouches(const struct dl_store *st);
 /* This daemon's state file bounds every lease told before it started (a
  * standalone daemon's file; another's whose lead is its epoch). */
 int dl__hz_file_proves(const struct dl_store *st);
