@@ -704,21 +704,23 @@ Test(ha, a_restarted_active_cannot_hide_a_loss_a_standby_saw)
 	h_daemon_restart(&a);
 	t0 = h_now_ms();
 	for (;;) {
-		c = h_try_connect(a.port);
-		if (c) {
-			h_send(c, "HELLO owner=bob");
-			l = h_read(c, 5000);
-			if (l && h_starts(l, "OK HELLO") &&
-			    strcmp(h_kv(l, "role"), "active") == 0)
-				break;
-			h_close(c);
-		}
 		cr_assert_lt(h_now_ms() - t0, 20000, "a never served");
-		h_sleep_ms(50);
-	}
-	while ((l = h_call(c, "TRYLOCK x ttl=5s")) &&
-	       h_starts(l, "ERR UNAVAILABLE")) {
-		cr_assert_lt(h_now_ms() - t0, 20000, "a never available");
+		c = h_try_connect(a.port);
+		if (!c) {
+			h_sleep_ms(50);
+			continue;
+		}
+		h_send(c, "HELLO owner=bob");
+		l = h_read(c, 5000);
+		if (l && h_starts(l, "OK HELLO") &&
+		    strcmp(h_kv(l, "role"), "active") == 0 &&
+		    (l = h_call(c, "TRYLOCK x ttl=5s")) &&
+		    !h_starts(l, "ERR UNAVAILABLE") && !h_starts(l, "* BYE"))
+			break;
+		/* not serving yet; or b's report made it load again, and its
+		 * clients were told * BYE (found in a clean-clone make check
+		 * beside a campaign: the test read the BYE as a reply) */
+		h_close(c);
 		h_sleep_ms(50);
 	}
 	if (!h_starts(l, "NO BUSY x ")) {
