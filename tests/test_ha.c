@@ -150,6 +150,17 @@ static void start_peers(const char *const ids[2])
 	}
 }
 
+/* A node's state_dir emptied, as on a replaced machine (its state_dir
+ * is its own directory: start_peers). */
+static void empty_state_dir(const struct h_daemon *d)
+{
+	char cmd[2 * H_PATH_MAX];
+
+	snprintf(cmd, sizeof(cmd), "rm -f %s/dlockd*state* %s/dlockd.lock",
+		 d->dir, d->dir);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
 /* Read c until it closes (or 10 s pass): no line may grant anything; 1
  * if a * BYE not-active naming `active` came. */
 static int no_grant_until_closed(struct h_client *c, const char *active)
@@ -1198,7 +1209,7 @@ static uint64_t restart_with_an_emptied_state_dir(const char *const ids[2],
 						  int watch_ms)
 {
 	struct h_daemon *nodes[2] = {&a, &b};
-	char cmd[2 * H_PATH_MAX], *l;
+	char *l;
 	struct h_client *alice, *c;
 	uint64_t t0, until, y = 0;
 	int i, served = 0;
@@ -1210,9 +1221,7 @@ static uint64_t restart_with_an_emptied_state_dir(const char *const ids[2],
 	until = h_now_ms() + 20000; /* alice's lease ends no sooner */
 	h_lock(alice, "x", "ttl=20s");
 	h_daemon_kill9(&b);
-	snprintf(cmd, sizeof(cmd), "rm -f %s/dlockd*state* %s/dlockd.lock",
-		 b.dir, b.dir);
-	cr_assert_eq(system(cmd), 0);
+	empty_state_dir(&b);
 	h_redis_kill9(&r);
 	aof_put_back();
 	h_sleep_ms(2500); /* a's leadership and the copy's record end */
@@ -1273,7 +1282,7 @@ Test(ha, a_restart_with_an_emptied_state_dir_is_bounded_by_its_peers)
  * the round closes until then. */
 Test(ha, a_restart_round_counts_the_leases_a_peer_knows_of)
 {
-	char cmd[2 * H_PATH_MAX], *l;
+	char *l;
 	struct h_client *alice, *c;
 	uint64_t t0, until;
 	int served = 0;
@@ -1286,9 +1295,7 @@ Test(ha, a_restart_round_counts_the_leases_a_peer_knows_of)
 	h_lock(alice, "x", "ttl=40s");
 	h_sleep_ms(1200); /* b looks twice a second: it read the horizon */
 	h_daemon_kill9(&a);
-	snprintf(cmd, sizeof(cmd), "rm -f %s/dlockd*state* %s/dlockd.lock",
-		 a.dir, a.dir);
-	cr_assert_eq(system(cmd), 0);
+	empty_state_dir(&a);
 	h_redis_kill9(&r);
 	aof_put_back();
 	h_redis_restart(&r);

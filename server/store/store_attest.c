@@ -202,6 +202,24 @@ static int sorts_first(const char *s, size_t n, const char *id)
 	return c < 0 || (c == 0 && n < l);
 }
 
+/* A field k, value e of P challenge: another node's challenge, "<nonce>
+ * <epoch> <instance>"? 1 and its nonce, else 0. */
+static int other_challenge(const struct dl_store *st, const redisReply *k,
+			   const redisReply *e, char nonce[17])
+{
+	char v[80], inst[17];
+	unsigned long long epoch;
+
+	if (k->type != REDIS_REPLY_STRING || e->type != REDIS_REPLY_STRING ||
+	    e->len >= sizeof(v) ||
+	    (k->len == strlen(st->lead.node) &&
+	     memcmp(k->str, st->lead.node, k->len) == 0))
+		return 0;
+	memcpy(v, e->str, e->len);
+	v[e->len] = '\0';
+	return sscanf(v, "%16s %llu %16s", nonce, &epoch, inst) == 3;
+}
+
 /* The challenges standing (HGETALL P challenge): arm the deferral for
  * each (below); with `answer`, also answer each (a lapsed active in its
  * round: a standby answers in its look). 0, or DL_EUNAVAILABLE (the link
@@ -219,8 +237,7 @@ static int challenges(struct dl_store *st, const redisReply *chs, int answer)
 	struct store_attest *a = &st->attest;
 	const char *argv[4];
 	size_t lens[4], j;
-	char v[80], nonce[17], inst[17];
-	unsigned long long epoch;
+	char nonce[17];
 	int any = 0;
 
 	if (!chs || chs->type != REDIS_REPLY_ARRAY)
@@ -228,14 +245,7 @@ static int challenges(struct dl_store *st, const redisReply *chs, int answer)
 	for (j = 0; j + 1 < chs->elements; j += 2) {
 		const redisReply *k = chs->element[j], *e = chs->element[j + 1];
 
-		if (k->type != REDIS_REPLY_STRING ||
-		    e->type != REDIS_REPLY_STRING || e->len >= sizeof(v) ||
-		    (k->len == strlen(st->lead.node) &&
-		     memcmp(k->str, st->lead.node, k->len) == 0))
-			continue;
-		memcpy(v, e->str, e->len);
-		v[e->len] = '\0';
-		if (sscanf(v, "%16s %llu %16s", nonce, &epoch, inst) != 3)
+		if (!other_challenge(st, k, e, nonce))
 			continue;
 		if (a->round == ATTEST_NONE ||
 		    sorts_first(k->str, k->len, st->lead.node))
@@ -701,8 +711,7 @@ static int restart_answers(struct load_ctx *x, const redisReply *chs, int *rc)
 {
 	struct dl_store *st = x->st;
 	struct store_attest *a = &st->attest;
-	char v[80], nonce[17], inst[17];
-	unsigned long long epoch;
+	char nonce[17];
 	int first = 0;
 	redisReply *r;
 	size_t j;
@@ -711,14 +720,7 @@ static int restart_answers(struct load_ctx *x, const redisReply *chs, int *rc)
 	     j += 2) {
 		const redisReply *k = chs->element[j], *e = chs->element[j + 1];
 
-		if (k->type != REDIS_REPLY_STRING ||
-		    e->type != REDIS_REPLY_STRING || e->len >= sizeof(v) ||
-		    (k->len == strlen(st->lead.node) &&
-		     memcmp(k->str, st->lead.node, k->len) == 0))
-			continue;
-		memcpy(v, e->str, e->len);
-		v[e->len] = '\0';
-		if (sscanf(v, "%16s %llu %16s", nonce, &epoch, inst) != 3)
+		if (!other_challenge(st, k, e, nonce))
 			continue;
 		snprintf(a->field, sizeof(a->field), "%s:%s", nonce,
 			 st->lead.node);
