@@ -1482,6 +1482,62 @@ Test(ha, a_take_over_during_the_closure_keeps_reclaimed_leases_safe)
 	h_daemon_kill9(&a);
 }
 
+/* Found from outside: Redis lost its last writes with the active (a power
+ * cut of their machine, appendfsync everysec), and its copy was newer
+ * than the standby's last look: b's take-over found Redis holding all it
+ * had seen, loaded it, and granted x again 2.7 s into alice's 40 s lease.
+ * A Redis whose run_id changed since a standby last looked may have lost
+ * writes the standby never saw: until the active renews there, a
+ * take-over closes grants until the horizon the standby counted (x's
+ * lease: a raise for w covered it), not for max_ttl. */
+Test(ha, a_take_over_after_a_loss_newer_than_the_last_look_closes_grants)
+{
+	struct h_client *alice, *c;
+	uint64_t until, t0, y = 0;
+	char *l;
+	int served = 0;
+
+	start_peers(ab);
+	alice = h_hello(a.port, "alice");
+	h_lock(alice, "w", "ttl=10s"); /* a raise b passes back */
+	h_sleep_ms(1000);	       /* b looked since */
+	aof_copy();
+	until = h_now_ms() + 10000;
+	h_lock(alice, "x", "ttl=10s"); /* inside the reservation: no raise */
+	h_daemon_kill9(&a);
+	h_redis_kill9(&r);
+	aof_put_back();
+	h_redis_restart(&r);
+	for (t0 = h_now_ms(); !y && h_now_ms() - t0 < 30000; h_sleep_ms(200)) {
+		if (!(c = h_try_connect(b.port)))
+			continue;
+		h_send(c, "HELLO owner=bob");
+		l = h_read(c, 5000);
+		if (l && h_starts(l, "OK HELLO") &&
+		    strcmp(h_kv(l, "role"), "active") == 0) {
+			l = h_call(c, "TRYLOCK x ttl=1s");
+			if (h_starts(l, "OK GRANTED") && h_now_ms() < until) {
+				h_daemon_print_log(&b);
+				cr_assert_fail(
+					"bob granted x in alice's lease: "
+					"\"%s\"",
+					l);
+			}
+			served += h_starts(l, "NO BUSY x ");
+			l = h_call(c, "TRYLOCK y ttl=1s");
+			if (h_starts(l, "OK GRANTED y "))
+				y = h_now_ms();
+		}
+		h_close(c);
+	}
+	cr_assert(served > 0, "b never served");
+	cr_assert(y, "grants still closed 30 s on: max_ttl, not the horizon");
+	cr_log_info("y granted %llu ms after alice's 10 s lease of x began",
+		    (unsigned long long)(y - (until - 10000)));
+	h_close(alice);
+	h_daemon_kill9(&b);
+}
+
 /* Found by review, against a cap later reverted: a node that took over
  * blind (it never saw alice's lost lease; the only witness c was paused)
  * later restarts within its leadership after a second loss. Its take is

@@ -1929,6 +1929,8 @@ Test(persist, a_cluster_runs_as_the_acl_user_with_the_documented_rights,
 			break;
 		if (c)
 			h_close(c);
+		if (h_now_ms() - t0 >= 10000)
+			h_daemon_print_log(&d2);
 		cr_assert(h_now_ms() - t0 < 10000, "b never took over");
 	}
 	h_close(c);

@@ -119,6 +119,9 @@ static void raise_vals(struct dl_seen_vals *to, const struct dl_seen_vals *v)
 		to->closed = v->closed;
 		memcpy(to->why, v->why, sizeof(to->why));
 	}
+	/* nor is a Redis process: this daemon's latest stands */
+	if (!to->run)
+		to->run = v->run;
 	/* keys are not numbers: a file's fills what is not known */
 	if (!to->proofkey[0])
 		memcpy(to->proofkey, v->proofkey, sizeof(to->proofkey));
@@ -219,6 +222,8 @@ static int parse(char *text, struct file *f, char *why, size_t whylen)
 			horizon = v;
 		} else if (strcmp(line, "leading") == 0) {
 			leading = v;
+		} else if (strcmp(line, "run") == 0) {
+			f->v.run = v;
 		}
 	}
 	if (!f->version) {
@@ -614,6 +619,12 @@ void dl_seen_note_lead(struct dl_seen *s, uint64_t epoch, uint64_t inst)
 	}
 }
 
+void dl_seen_note_run(struct dl_seen *s, uint64_t run)
+{
+	if (run)
+		s->v.run = run;
+}
+
 void dl_seen_note_horizon(struct dl_seen *s, uint64_t end)
 {
 	if (end > s->v.horizon)
@@ -694,7 +705,8 @@ static int write_file(struct dl_seen *s, int sync)
 		SEEN_MAGIC
 		"\nredis %s\nkeyspace %s\n%s%s%sepoch %llu\n"
 		"gen %llu\nmark %llu\nlead %llu\nleadinst %llu\nboot %s %llu\n"
-		"horizon %llu\nleading %llu\nclosed %llu %s\n%s%s%s%s%s",
+		"horizon %llu\nleading %llu\nclosed %llu %s\nrun %llu\n"
+		"%s%s%s%s%s",
 		s->where, s->keyspace, cluster[0] ? "cluster " : "", cluster,
 		cluster[0] ? "\n" : "", (unsigned long long)s->v.epoch,
 		(unsigned long long)s->v.gen, (unsigned long long)s->v.mark,
@@ -704,6 +716,7 @@ static int write_file(struct dl_seen *s, int sync)
 		(unsigned long long)left_of(s->v.horizon, now),
 		(unsigned long long)left_of(s->v.leading, now),
 		(unsigned long long)left_of(s->v.closed, now), s->v.why,
+		(unsigned long long)s->v.run,
 		s->v.proofkey[0] ? "proofkey " : "", s->v.proofkey,
 		s->v.proofkey_old[0] ? " " : "", s->v.proofkey_old,
 		s->v.proofkey[0] ? "\n" : "");
@@ -733,7 +746,7 @@ static int changed(const struct dl_seen *s)
 	return s->v.epoch != s->saved.epoch || s->v.mark != s->saved.mark ||
 	       s->v.lead != s->saved.lead || s->v.horizon != s->saved.horizon ||
 	       s->v.leading != s->saved.leading ||
-	       s->v.closed != s->saved.closed ||
+	       s->v.closed != s->saved.closed || s->v.run != s->saved.run ||
 	       strcmp(s->v.cluster, s->saved.cluster) != 0 ||
 	       strcmp(s->v.proofkey, s->saved.proofkey) != 0;
 }

@@ -45,6 +45,10 @@
  *            boot before that end knows nobody else can have taken over
  *            since, so its horizon bounds every lease told;
  *   closed   the end of a closure in force, and why;
+ *   run      the Redis process this daemon last knew (its run_id, the
+ *            first 16 hex digits as a number; 0: not known): a restart
+ *            that finds another cannot take `gen` for all Redis held
+ *            (store_horizon.c, dl__hz_redis_run);
  *   proofkey the keyspace's proof key (proof.h), and the one before it:
  *            the file is the daemon's and 0600, in a 0700 directory.
  *
@@ -74,6 +78,7 @@
  *   horizon <ms remaining>
  *   leading <ms remaining>
  *   closed <ms remaining> <why>
+ *   run <n>
  *   proofkey <64 hex digits> [<the one before>]
  *
  * Which file is this keyspace's is decided when Redis's cluster id is
@@ -111,7 +116,10 @@
 /* The longest the file lags what the daemon saw of the generation (the
  * rest is written at once). A Redis that went back by less than this
  * (plus a store tick) while the daemon crashed is not noticed at its
- * restart. Found by the fault campaign at 1000 ms: Redis restarted from a
+ * restart by the generation: only by its `run` (a restarted Redis is
+ * another process: store_horizon.c, dl__hz_redis_run; found from outside,
+ * a restart granted x again 0.1 s into a 5 s lease lost that way). Found
+ * by the fault campaign at 1000 ms: Redis restarted from a
  * copy of its AOF taken a second before the daemon's kill -9 was not
  * noticed, and a released lease came back with its token, below one
  * issued after it. A write of a few hundred bytes, an fsync and a rename
@@ -132,6 +140,7 @@ struct dl_seen_vals {
 	uint64_t leading;  /* the end of this daemon's leadership as last
 			      confirmed (monotonic; 0: not leading) */
 	uint64_t closed;   /* monotonic end (0: none) */
+	uint64_t run;	   /* the Redis process last known (0: none) */
 	char why[DL_SEEN_WHY_MAX];
 	char cluster[DL_CLUSTER_ID_LEN + 1]; /* "" : not known */
 	/* the keyspace's proof key (proof.h), hex, and the one before it
@@ -190,6 +199,8 @@ void dl_seen_note(struct dl_seen *s, uint64_t epoch, uint64_t gen);
 void dl_seen_note_mark(struct dl_seen *s, uint64_t mark);
 /* This daemon's process `inst` took the leadership at `epoch`. */
 void dl_seen_note_lead(struct dl_seen *s, uint64_t epoch, uint64_t inst);
+/* The Redis process (dl__run_id_of) this daemon knows from now on. */
+void dl_seen_note_run(struct dl_seen *s, uint64_t run);
 /* The horizon reaches the monotonic `end`. */
 void dl_seen_note_horizon(struct dl_seen *s, uint64_t end);
 /* The proof key Redis holds (hex): the one this daemon knows from now on

@@ -458,6 +458,7 @@ void dl__link_up(struct dl_store *st, const char *how)
 	/* Every epoch closed so far is in Redis: the load or the re-sync
 	 * wrote the whole table. */
 	commit(st, st->epoch - 1);
+	dl__hz_took_on_run(st);
 }
 
 /* min_replicas_ack: WAIT <n> <half of redis_timeout> after a batch. */
@@ -710,8 +711,9 @@ static void on_role(redisAsyncContext *ac, void *reply, void *priv)
 	dl__link_fail(st, why);
 }
 
-/* INFO persistence, then CONFIG GET appendfsync (store_durable.c): kept
- * until the second reply decides. */
+/* INFO server persistence, then CONFIG GET appendfsync (store_durable.c):
+ * kept until the second reply decides; which Redis process this is
+ * (store_horizon.c). */
 static void on_info(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct dl_store *st = priv;
@@ -722,9 +724,11 @@ static void on_info(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	st->last_reply_ms = uv_now(st->loop);
 	if (r->type == REDIS_REPLY_ERROR) {
-		link_refused(st, "INFO persistence", r->str);
+		link_refused(st, "INFO", r->str);
 		return;
 	}
+	if (r->type == REDIS_REPLY_STRING)
+		dl__hz_redis_run(st, dl__run_id_of(r->str));
 	aof = r->type == REDIS_REPLY_STRING ? strstr(r->str, "aof_enabled:")
 					    : NULL;
 	if (aof && strstr(r->str, "loading:1"))
@@ -927,11 +931,13 @@ static int send_handshake(struct dl_store *st)
 		return DL_EUNAVAILABLE;
 	/* What a grant acknowledged on this primary survives. */
 	argv[0] = "INFO";
-	argv[1] = "persistence";
+	argv[1] = "server";
+	argv[2] = "persistence";
 	lens[0] = 4;
-	lens[1] = 11;
+	lens[1] = 6;
+	lens[2] = 11;
 	st->dur.aof_info[0] = '\0';
-	if (send_argv(st, on_info, st, 2, argv, lens))
+	if (send_argv(st, on_info, st, 3, argv, lens))
 		return DL_EUNAVAILABLE;
 	argv[0] = "CONFIG";
 	argv[1] = "GET";

@@ -292,6 +292,7 @@ static const struct {
 	{offsetof(struct store_keys, challenge), "challenge"},
 	{offsetof(struct store_keys, answers), "answers"},
 	{offsetof(struct store_keys, cluster), "cluster"},
+	{offsetof(struct store_keys, run), "run"},
 	{offsetof(struct store_keys, names), "locks"},
 	{offsetof(struct store_keys, lock_prefix), "lock:"},
 };

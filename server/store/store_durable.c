@@ -7,7 +7,8 @@
  * (the loader's at start and at a take-over, the link's after every
  * reconnect and fail-over):
  *
- *   INFO persistence         aof_enabled:1 or 0
+ *   INFO server persistence  aof_enabled:1 or 0 (and run_id: which
+ *                            Redis process this is, store_horizon.c)
  *   CONFIG GET appendfsync   always, everysec or no (CONFIG may have been
  *                            renamed away: the policy is then unknown)
  *
@@ -45,6 +46,26 @@ const char *dl_durability_name(int d)
 	};
 
 	return d >= 0 && d <= DL_DUR_ALWAYS ? names[d] : "unknown";
+}
+
+uint64_t dl__run_id_of(const char *info)
+{
+	const char *p = info ? strstr(info, "run_id:") : NULL;
+	uint64_t v = 0;
+	int i, d;
+
+	if (!p)
+		return 0;
+	for (p += 7, i = 0; i < 16; i++, p++) {
+		if (*p >= '0' && *p <= '9')
+			d = *p - '0';
+		else if (*p >= 'a' && *p <= 'f')
+			d = *p - 'a' + 10;
+		else
+			return 0;
+		v = v << 4 | (uint64_t)d;
+	}
+	return v ? v : 1;
 }
 
 /* What an acknowledged grant survives, for the log. */

@@ -437,6 +437,123 @@ static void bounded_args(struct dl_store *st)
 			(unsigned long long)(end - now));
 }
 
+/* ---- a Redis process this daemon never saw ---------------------------- */
+
+/* A standby counts the horizon and notes Redis's generation in its looks,
+ * and a restart finds them in its state file (saved at most every
+ * DL_SEEN_SAVE_MS while only the generation grows): what it saw lags what
+ * the active wrote by a look, or by a save. A Redis that lost the writes
+ * made since -- restarted from an AOF that missed its last second with the
+ * active's machine, a replica promoted without them -- holds at least what
+ * it saw: the take finds nothing gone back, loads the table, and grants a
+ * lease it lost again (found from outside: x granted again 2.7 s into
+ * alice's 40 s lease after a take-over). Such a Redis is another process:
+ * its run_id changed. Until a daemon took the leadership there -- every
+ * take writes P run, the process it was made on (dl__hz_took_on_run),
+ * and a take either knows all it wrote (the active's link) or closes as
+ * below -- a take by this daemon closes grants for what it can bound
+ * (bound_ms: the horizon it counted, its state file's, or max_ttl),
+ * whether Redis went back or not. A standby reads P run with each look
+ * while unsure. The active never is: what it saw is what it wrote. */
+void dl__hz_redis_run(struct dl_store *st, uint64_t run)
+{
+	struct store_horizon *hz = &st->hz;
+	struct dl_seen *seen = &st->lead.seen;
+
+	if (!run)
+		return; /* INFO refused: not known, as before this check */
+	if (seen->v.run && seen->v.run != run && !st->lead.active &&
+	    !hz->unsure) {
+		hz->unsure = 1;
+		dl_notice(
+			"redis: another Redis process than this daemon last saw (its run_id changed: a restart, or a replica promoted); it may lack writes made since: until a daemon takes the leadership there (dlock:run), a take by this one closes grants until the lease horizon it knows");
+	}
+	dl_seen_note_run(seen, run);
+}
+
+void dl__hz_run_value(const struct dl_store *st, char out[17])
+{
+	snprintf(out, 17, "%016llx", (unsigned long long)st->lead.seen.v.run);
+}
+
+void dl__hz_took_on_run(struct dl_store *st)
+{
+	char v[17];
+	const char *argv[] = {"SET", st->keys.run, v};
+	size_t lens[] = {3, strlen(st->keys.run), 16};
+
+	if (!st->lead.seen.v.run)
+		return;
+	dl__hz_run_value(st, v);
+	/* no reply needed: a standby that does not read it stays unsure */
+	(void)redisAsyncCommandArgv(st->ac, NULL, NULL, 3, argv, lens);
+}
+
+static void on_run(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+	const redisReply *r = reply;
+	char v[17];
+
+	if (!r || ac != st->ac || !st->hz.unsure ||
+	    r->type != REDIS_REPLY_STRING)
+		return;
+	dl__hz_run_value(st, v);
+	if (r->len == 16 && memcmp(r->str, v, 16) == 0) {
+		st->hz.unsure = 0;
+		dl_info("redis: a daemon took the leadership on the Redis process this daemon now reaches: a take-over is as before");
+	}
+}
+
+int dl__hz_unsure_send(struct dl_store *st)
+{
+	const char *argv[] = {"GET", st->keys.run};
+	size_t lens[] = {3, strlen(st->keys.run)};
+
+	if (!st->hz.unsure || st->lead.active)
+		return 0;
+	return redisAsyncCommandArgv(st->ac, on_run, st, 2, argv, lens) ==
+			       REDIS_OK
+		       ? 0
+		       : DL_EUNAVAILABLE;
+}
+
+/* arg, a closure's value "<inst> <n> <ms> <why>" ('' none): at least ms,
+ * for why. */
+static void widen(struct dl_store *st, char *arg, size_t len, uint64_t ms,
+		  const char *why)
+{
+	uint64_t n, have;
+	char inst[17];
+
+	if (arg[0] &&
+	    parse_value(arg, strlen(arg), inst, &n, &have, NULL) == 0 &&
+	    have >= ms)
+		return;
+	snprintf(arg, len, "%s %llu %llu %s", st->lead.instance,
+		 (unsigned long long)++st->hz.closes, (unsigned long long)ms,
+		 why);
+}
+
+/* A take while unsure: the closure goes in the arguments the function
+ * closes with whether Redis went back or not (void and peers). */
+static void unsure_args(struct dl_store *st)
+{
+	struct store_horizon *hz = &st->hz;
+	char why[DL_SEEN_WHY_MAX];
+	const char *ground;
+	uint64_t ms = bound_ms(st, &ground);
+
+	if (!ms)
+		return;
+	snprintf(
+		why, sizeof(why),
+		"Redis is another process than this daemon saw, and may lack writes made since: %s",
+		ground);
+	widen(st, hz->void_arg, sizeof(hz->void_arg), ms, why);
+	widen(st, hz->peers_arg, sizeof(hz->peers_arg), ms, why);
+}
+
 void dl__hz_args(struct dl_store *st, int mode)
 {
 	struct store_horizon *hz = &st->hz;
@@ -481,6 +598,8 @@ void dl__hz_args(struct dl_store *st, int mode)
 				 (unsigned long long)ms, why);
 		if (dl__attest_bound(st) || dl__attest_blind(st))
 			bounded_args(st);
+		if (hz->unsure && !st->lead.active)
+			unsure_args(st);
 		return;
 	}
 	/* a renewal: the raise in making, the standbys no longer counted */
@@ -650,6 +769,8 @@ void dl__hz_role(struct dl_store *st, int active)
 	uint64_t now = dl_mono_ms();
 	unsigned i;
 
+	if (active)
+		hz->unsure = 0; /* its take closed for it (unsure_args) */
 	hz->usable = hz->reserved = 0;
 	hz->pend_n = hz->sent_n = 0;
 	hz->pend_acked = 0;

@@ -99,6 +99,10 @@ struct store_horizon {
 	uint64_t report_until; /* monotonic; 0: not waiting */
 	int report_found;      /* a report came: load again */
 	unsigned report_reads; /* reads of the standbys since it began */
+	/* Not the active: Redis is another process than this daemon last
+	 * knew, and nobody has taken the leadership there since
+	 * (dl__hz_redis_run). */
+	int unsure;
 };
 
 /* The commit of `epoch` (store.c): 1 if it may go now -- the state file
@@ -121,6 +125,17 @@ void dl__hz_reply(struct dl_store *st, int mode, const redisReply *r,
 int dl__hz_reports_in(const struct dl_store *st);
 /* The link is gone: a raise in flight is not known to have landed. */
 void dl__hz_link_lost(struct dl_store *st);
+/* A connection (the link's, or the loader's) reached the Redis process
+ * `run` (dl__run_id_of; 0: not known). */
+void dl__hz_redis_run(struct dl_store *st, uint64_t run);
+/* The active's link wrote its whole table after its take: P run says on
+ * which Redis process (the loader writes it too, store_load.c). */
+void dl__hz_took_on_run(struct dl_store *st);
+/* P run's value for this daemon's Redis process: "%016llx". */
+void dl__hz_run_value(const struct dl_store *st, char out[17]);
+/* With a standby's look while it is unsure: read P run. 0, or
+ * DL_EUNAVAILABLE (not queued). */
+int dl__hz_unsure_send(struct dl_store *st);
 /* This daemon became the active, or stopped being it. */
 void dl__hz_role(struct dl_store *st, int active);
 /* What this node knows of the leases told covers every one that may

@@ -839,6 +839,10 @@ void dl__lead_send(struct dl_store *st)
 		return;
 	}
 	st->lead.busy = 1;
+	if (dl__hz_unsure_send(st)) {
+		dl__link_fail(st, "cannot queue a command");
+		return;
+	}
 	/* A standby that does not know the cluster id yet (the active had
 	 * not written it when this link came up) asks with each look. */
 	if (!st->lead.active && !st->lead.seen.v.cluster[0] &&

@@ -145,8 +145,11 @@ static int check_durable(struct load_ctx *x)
 	char why[200];
 	int rc = 0, d;
 
-	if (!(info = RUN(x, &rc, 0, "INFO", "persistence")))
+	if (!(info = RUN(x, &rc, 0, "INFO", "server", "persistence")))
 		return rc;
+	/* compared once the state file is bound (load) */
+	x->run = dl__run_id_of(info->type == REDIS_REPLY_STRING ? info->str
+								: NULL);
 	/* CONFIG may be renamed away: an error is an unknown policy */
 	fsync = redisCommand(x->c, "CONFIG GET appendfsync maxmemory-policy");
 	if (!fsync && x->c->err) {
@@ -789,6 +792,24 @@ static void resume_tokens(struct load_ctx *x, uint64_t redis_mark,
 					       : stored + DL_TOKEN_JUMP);
 }
 
+/* The take is whole in Redis (its table written back, or grants closed
+ * in P closed): P run names the Redis process it was made on, for the
+ * standbys that reconnected to it (store_horizon.c, dl__hz_redis_run). A
+ * failure leaves them unsure, which only closes longer. */
+static void note_run(struct load_ctx *x)
+{
+	struct dl_store *st = x->st;
+	redisReply *r;
+	char v[17];
+	int rc = 0;
+
+	if (!st->lead.seen.v.run)
+		return;
+	dl__hz_run_value(st, v);
+	if ((r = RUN(x, &rc, 0, "SET", st->keys.run, v)))
+		freeReplyObject(r);
+}
+
 static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 {
 	struct dl_store *st = x->st;
@@ -798,8 +819,11 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 
 	x->fence = fence;
 	st->writes.token_mark = 0; /* a new connection (store_batch.c) */
-	if ((rc = connect_redis(x)) || (rc = dl__cluster_load_read(x)) ||
-	    (start && (rc = dl__attest_restart(x))) ||
+	if ((rc = connect_redis(x)) || (rc = dl__cluster_load_read(x)))
+		return rc;
+	/* with the state file bound: what a restart knew of Redis is there */
+	dl__hz_redis_run(st, x->run);
+	if ((start && (rc = dl__attest_restart(x))) ||
 	    (rc = take_lead(x, start, fence, sizeof(fence))) ||
 	    (rc = dl__cluster_load_claim(x)) || (rc = read_token(x, &stored)))
 		return rc;
@@ -817,6 +841,7 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 		resume_tokens(x, stored, unix_ms);
 		snprintf(st->fence, sizeof(st->fence), "%s", fence);
 		st->lead.leader.until_ms = dl__lead_until(st, x->lead_sent);
+		note_run(x);
 		return 0;
 	}
 	if ((rc = dl__layout1_find(x)))
@@ -833,6 +858,7 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 	 * as nobody else can have written. */
 	snprintf(st->fence, sizeof(st->fence), "%s", fence);
 	st->lead.leader.until_ms = dl__lead_until(st, x->lead_sent);
+	note_run(x);
 	return 0;
 }
 

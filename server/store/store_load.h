@@ -40,6 +40,7 @@ struct load_ctx {
 			       back): its records are not loaded */
 	uint64_t lead_sent; /* when the leadership was last confirmed */
 	int behind;	    /* the take found Redis went back */
+	uint64_t run;	    /* Redis's process (dl__run_id_of; 0: not known) */
 	struct layout1 *l1; /* Redis is in layout 1: its names, to migrate */
 };
 
