@@ -455,25 +455,42 @@ static void bounded_args(struct dl_store *st)
  * (bound_ms: the horizon it counted, its state file's, or max_ttl),
  * whether Redis went back or not. A standby reads P run with each look
  * while unsure. The active never is: what it saw is what it wrote. */
+static void sure(struct dl_store *st)
+{
+	st->hz.unsure = 0;
+	dl_seen_note_run(&st->lead.seen, st->hz.run);
+}
+
 void dl__hz_redis_run(struct dl_store *st, uint64_t run)
 {
 	struct store_horizon *hz = &st->hz;
-	struct dl_seen *seen = &st->lead.seen;
+	uint64_t known = st->lead.seen.v.run;
 
 	if (!run)
 		return; /* INFO refused: not known, as before this check */
-	if (seen->v.run && seen->v.run != run && !st->lead.active &&
-	    !hz->unsure) {
-		hz->unsure = 1;
-		dl_notice(
-			"redis: another Redis process than this daemon last saw (its run_id changed: a restart, or a replica promoted); it may lack writes made since: until a daemon takes the leadership there (dlock:run), a take by this one closes grants until the lease horizon it knows");
+	hz->run = run;
+	if (st->lead.active || !known || known == run) {
+		sure(st);
+		return;
 	}
-	dl_seen_note_run(seen, run);
+	if (hz->unsure)
+		return;
+	hz->unsure = 1;
+	/* what it counted is a bound only if it was counted up to now: the
+	 * looks before this connection, on the Redis that is gone (found
+	 * from outside: a standby paused past its count bounded the closure
+	 * by the horizon it knew before the pause, and x was granted again
+	 * 4.9 s into a 40 s lease) */
+	hz->unsure_vouched = dl__hz_vouches(st) > 0;
+	dl_notice(
+		"redis: another Redis process than this daemon last knew (its run_id changed: a restart, or a replica promoted); it may lack writes made since: until a daemon takes the leadership there (dlock:run), a take by this one closes grants until %s",
+		hz->unsure_vouched ? "the lease horizon it counted"
+				   : "max_ttl (it may have missed leases)");
 }
 
 void dl__hz_run_value(const struct dl_store *st, char out[17])
 {
-	snprintf(out, 17, "%016llx", (unsigned long long)st->lead.seen.v.run);
+	snprintf(out, 17, "%016llx", (unsigned long long)st->hz.run);
 }
 
 void dl__hz_took_on_run(struct dl_store *st)
@@ -482,7 +499,7 @@ void dl__hz_took_on_run(struct dl_store *st)
 	const char *argv[] = {"SET", st->keys.run, v};
 	size_t lens[] = {3, strlen(st->keys.run), 16};
 
-	if (!st->lead.seen.v.run)
+	if (!st->hz.run)
 		return;
 	dl__hz_run_value(st, v);
 	/* no reply needed: a standby that does not read it stays unsure */
@@ -500,7 +517,7 @@ static void on_run(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	dl__hz_run_value(st, v);
 	if (r->len == 16 && memcmp(r->str, v, 16) == 0) {
-		st->hz.unsure = 0;
+		sure(st);
 		dl_info("redis: a daemon took the leadership on the Redis process this daemon now reaches: a take-over is as before");
 	}
 }
@@ -536,19 +553,32 @@ static void widen(struct dl_store *st, char *arg, size_t len, uint64_t ms,
 }
 
 /* A take while unsure: the closure goes in the arguments the function
- * closes with whether Redis went back or not (void and peers). */
+ * closes with whether Redis went back or not (void and peers). A
+ * restart round that bounded, or found nothing to bound with, decided
+ * already (bounded_args): its peers' answers cover what they counted. */
 static void unsure_args(struct dl_store *st)
 {
 	struct store_horizon *hz = &st->hz;
 	char why[DL_SEEN_WHY_MAX];
 	const char *ground;
-	uint64_t ms = bound_ms(st, &ground);
+	uint64_t ms, now = dl_mono_ms(), h = st->lead.seen.v.horizon;
 
+	if (dl__attest_bound(st) || dl__attest_blind(st))
+		return;
+	if (dl_locktab_horizon(st->tab) > h)
+		h = dl_locktab_horizon(st->tab);
+	if (hz->unsure_vouched) {
+		ground = "until the lease horizon it counted";
+		ms = h > now ? h - now : 0;
+	} else {
+		ground = "nothing bounds the leases told before: max_ttl";
+		ms = st->cfg->max_ttl_ms + DL_LOCK_DELAY_MAX_MS;
+	}
 	if (!ms)
 		return;
 	snprintf(
 		why, sizeof(why),
-		"Redis is another process than this daemon saw, and may lack writes made since: %s",
+		"Redis is another process than this daemon knew, and may lack writes made since: %s",
 		ground);
 	widen(st, hz->void_arg, sizeof(hz->void_arg), ms, why);
 	widen(st, hz->peers_arg, sizeof(hz->peers_arg), ms, why);
@@ -770,7 +800,7 @@ void dl__hz_role(struct dl_store *st, int active)
 	unsigned i;
 
 	if (active)
-		hz->unsure = 0; /* its take closed for it (unsure_args) */
+		sure(st); /* its take closed for it (unsure_args) */
 	hz->usable = hz->reserved = 0;
 	hz->pend_n = hz->sent_n = 0;
 	hz->pend_acked = 0;

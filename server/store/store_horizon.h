@@ -99,10 +99,18 @@ struct store_horizon {
 	uint64_t report_until; /* monotonic; 0: not waiting */
 	int report_found;      /* a report came: load again */
 	unsigned report_reads; /* reads of the standbys since it began */
-	/* Not the active: Redis is another process than this daemon last
-	 * knew, and nobody has taken the leadership there since
-	 * (dl__hz_redis_run). */
+	/* The Redis process the last connection reached (dl__run_id_of;
+	 * 0: not known). The state file's `run` stays the last one this
+	 * daemon was sure of until it is sure of this one. */
+	uint64_t run;
+	/* Not the active: Redis is another process than this daemon was
+	 * sure of, and nobody has taken the leadership there since
+	 * (dl__hz_redis_run) ... */
 	int unsure;
+	/* ... and when it found that, it had looked without a gap since an
+	 * active counted it (dl__hz_vouches): what it counted bounds every
+	 * lease told; else nothing does. */
+	int unsure_vouched;
 };
 
 /* The commit of `epoch` (store.c): 1 if it may go now -- the state file

@@ -803,7 +803,7 @@ static void note_run(struct load_ctx *x)
 	char v[17];
 	int rc = 0;
 
-	if (!st->lead.seen.v.run)
+	if (!st->hz.run)
 		return;
 	dl__hz_run_value(st, v);
 	if ((r = RUN(x, &rc, 0, "SET", st->keys.run, v)))
