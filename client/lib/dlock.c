@@ -40,7 +40,7 @@
  *     caller gives up (timeout), the background thread frees it when its
  *     reply arrives, and cleans up after it: a LOCK granted to nobody is
  *     UNLOCKed, a queued one CANCELled.
- *   - a lease record (struct dl__lease) is reference-counted: the list,
+ *   - a lease record (struct dlock__lease) is reference-counted: the list,
  *     each handle, each request in flight about it.
  *
  * Locks and threads of one client. The server knows one owner per client,
@@ -94,8 +94,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#define DL__OWNER_PREFIX "dlock-"
-#define DL__PASSWORD_MAX 512 /* AUTH <secret> must fit a request line */
+#define DLOCK__OWNER_PREFIX "dlock-"
+#define DLOCK__PASSWORD_MAX 512 /* AUTH <secret> must fit a request line */
 
 /* ---- small things -------------------------------------------------------- */
 
@@ -137,13 +137,13 @@ const char *dlock_strerror(int err)
 
 int64_t dlock_now_ms(void)
 {
-	return dl__now();
+	return dlock__now();
 }
 
 void dlock_options_init(struct dlock_options *o)
 {
 	memset(o, 0, sizeof(*o));
-	o->host = DL__DEFAULT_HOST;
+	o->host = DLOCK__DEFAULT_HOST;
 	o->port = DL_DEFAULT_PORT;
 	o->connect_timeout_ms = 2000;
 	o->request_timeout_ms = 5000;
@@ -165,10 +165,10 @@ const char *dlock_owner_key(const dlock_client *c)
 const char *dlock_server_role(const dlock_client *c)
 {
 	switch (c ? atomic_load(&((dlock_client *)c)->hello.role)
-		  : DL__ROLE_UNKNOWN) {
-	case DL__ROLE_ACTIVE:
+		  : DLOCK__ROLE_UNKNOWN) {
+	case DLOCK__ROLE_ACTIVE:
 		return "active";
-	case DL__ROLE_STANDBY:
+	case DLOCK__ROLE_STANDBY:
 		return "standby";
 	default:
 		return "";
@@ -199,12 +199,12 @@ static void leave(struct dlock_client *c)
 	pthread_mutex_unlock(&c->mu);
 }
 
-int dl__enter(struct dlock_client *c)
+int dlock__enter(struct dlock_client *c)
 {
 	return enter(c);
 }
 
-void dl__leave(struct dlock_client *c)
+void dlock__leave(struct dlock_client *c)
 {
 	leave(c);
 }
@@ -249,7 +249,7 @@ static int check_options(const struct dlock_options *o)
 	if (o->desc_pid < 0)
 		return DLOCK_EINVAL;
 	if (o->password) {
-		if (strlen(o->password) > DL__PASSWORD_MAX)
+		if (strlen(o->password) > DLOCK__PASSWORD_MAX)
 			return DLOCK_EINVAL;
 		for (p = o->password; *p; p++) {
 			unsigned char ch = (unsigned char)*p;
@@ -269,13 +269,13 @@ static void random_owner(char *out, size_t n)
 	size_t i;
 
 	if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
-		uint64_t x = (uint64_t)dl__now() * 0x9e3779b97f4a7c15u ^
+		uint64_t x = (uint64_t)dlock__now() * 0x9e3779b97f4a7c15u ^
 			     (uint64_t)getpid() ^ (uint64_t)(uintptr_t)out;
 
 		for (i = 0; i < sizeof(b); i++, x >>= 8)
 			b[i] = (unsigned char)x;
 	}
-	p += snprintf(out, n, "%s", DL__OWNER_PREFIX);
+	p += snprintf(out, n, "%s", DLOCK__OWNER_PREFIX);
 	for (i = 0; i < sizeof(b); i++) {
 		*p++ = hex[b[i] >> 4];
 		*p++ = hex[b[i] & 15];
@@ -295,20 +295,20 @@ static char *dup_or_null(const char *s, int *fail)
 }
 
 /* Free the requests still held by the client: callers get `err`. */
-static void cancel_list(struct dlock_client *c, struct dl__req *q, int err)
+static void cancel_list(struct dlock_client *c, struct dlock__req *q, int err)
 {
-	struct dl__req *next;
+	struct dlock__req *next;
 
 	for (; q; q = next) {
 		next = q->next;
 		q->next = NULL;
-		dl__req_finish(c, q, err);
+		dlock__req_finish(c, q, err);
 	}
 }
 
 static void client_free(struct dlock_client *c)
 {
-	struct dl__lease *l, *ln;
+	struct dlock__lease *l, *ln;
 	dlock_lease *h, *hn;
 
 	for (l = c->ls.leases; l; l = ln) {
@@ -319,15 +319,15 @@ static void client_free(struct dlock_client *c)
 		}
 		free(l);
 	}
-	dl__io_close(c);
-	dl__tls_free(c->conn.tls);
+	dlock__io_close(c);
+	dlock__tls_free(c->conn.tls);
 	if (c->wake[0] >= 0)
 		close(c->wake[0]);
 	if (c->wake[1] >= 0)
 		close(c->wake[1]);
 	if (c->timer >= 0)
 		close(c->timer);
-	dl__watch_free(c);
+	dlock__watch_free(c);
 	pthread_cond_destroy(&c->w.cv);
 	pthread_cond_destroy(&c->idle_cv);
 	pthread_mutex_destroy(&c->mu);
@@ -342,7 +342,7 @@ static void client_free(struct dlock_client *c)
 
 void dlock_close(dlock_client *c)
 {
-	struct dl__lwait *w;
+	struct dlock__lwait *w;
 
 	if (!c)
 		return;
@@ -363,7 +363,7 @@ void dlock_close(dlock_client *c)
 	pthread_cond_broadcast(&c->w.cv);
 	pthread_mutex_unlock(&c->mu);
 	if (c->thread_started) {
-		dl__wake(c);
+		dlock__wake(c);
 		pthread_join(c->thread, NULL);
 	}
 	pthread_mutex_lock(&c->mu);
@@ -376,59 +376,60 @@ void dlock_close(dlock_client *c)
 /* AUTH and HELLO on the first connection, within the connect timeout. */
 static int handshake(struct dlock_client *c, int64_t deadline)
 {
-	struct dl__req *q;
+	struct dlock__req *q;
 	int err = 0;
 
 	pthread_mutex_lock(&c->mu);
 	if (c->password) {
-		if (!(q = dl__req_new(DL__AUTH, NULL, 0))) {
+		if (!(q = dlock__req_new(DLOCK__AUTH, NULL, 0))) {
 			err = DLOCK_ENOMEM;
 			goto out;
 		}
 		q->deadline = deadline;
-		err = dl__call(c, &q);
-		dl__req_free(q);
+		err = dlock__call(c, &q);
+		dlock__req_free(q);
 		if (err < 0)
 			goto out;
 	}
-	if (!(q = dl__req_new(DL__HELLO, NULL, 0))) {
+	if (!(q = dlock__req_new(DLOCK__HELLO, NULL, 0))) {
 		err = DLOCK_ENOMEM;
 		goto out;
 	}
 	q->deadline = deadline;
-	err = dl__call(c, &q);
-	dl__req_free(q);
+	err = dlock__call(c, &q);
+	dlock__req_free(q);
 	if (err == 0 && c->hello.auth_required)
 		err = DLOCK_EAUTH;
 	/* who we are: a refusal fails nothing (dlock_desc.c) */
-	if (err == 0 && dl__describing(c)) {
-		if (!(q = dl__req_new(DL__DESCRIBE, NULL, 0))) {
+	if (err == 0 && dlock__describing(c)) {
+		if (!(q = dlock__req_new(DLOCK__DESCRIBE, NULL, 0))) {
 			err = DLOCK_ENOMEM;
 			goto out;
 		}
 		q->deadline = deadline;
-		err = dl__call(c, &q);
-		dl__req_free(q);
+		err = dlock__call(c, &q);
+		dlock__req_free(q);
 	}
 	c->conn.initial = 0;
 out:
 	if (err == DLOCK_ETIMEDOUT)
-		dl__why(c, c->addr.addr_i,
-			"accepted the connection but did not "
-			"answer in time");
+		dlock__why(c, c->addr.addr_i,
+			   "accepted the connection but did not "
+			   "answer in time");
 	pthread_mutex_unlock(&c->mu);
 	return err == DLOCK_ETIMEDOUT ? DLOCK_ECONNECT : err;
 }
 
-/* Sleep *pause ms (DL__REDIRECT_MS if 0), never past deadline; the next
- * pause is twice as long, up to DL__REDIRECT_MAX_MS. */
+/* Sleep *pause ms (DLOCK__REDIRECT_MS if 0), never past deadline; the next
+ * pause is twice as long, up to DLOCK__REDIRECT_MAX_MS. */
 static void pause_before_asking_again(int64_t *pause, int64_t deadline)
 {
-	int64_t ms = *pause ? *pause : DL__REDIRECT_MS;
+	int64_t ms = *pause ? *pause : DLOCK__REDIRECT_MS;
 
-	*pause = ms * 2 < DL__REDIRECT_MAX_MS ? ms * 2 : DL__REDIRECT_MAX_MS;
-	if (ms > deadline - dl__now())
-		ms = deadline - dl__now();
+	*pause = ms * 2 < DLOCK__REDIRECT_MAX_MS ? ms * 2
+						 : DLOCK__REDIRECT_MAX_MS;
+	if (ms > deadline - dlock__now())
+		ms = deadline - dlock__now();
 	if (ms > 0)
 		usleep((useconds_t)ms * 1000);
 }
@@ -447,7 +448,7 @@ static int redirect(struct dlock_client *c, int64_t deadline)
 	pthread_mutex_lock(&c->mu);
 	hint = c->addr.hint_i;
 	from = c->addr.addr_i;
-	if (!c->addr.standby || c->conn.state != DL__DEAD) {
+	if (!c->addr.standby || c->conn.state != DLOCK__DEAD) {
 		pthread_mutex_unlock(&c->mu);
 		return 0;
 	}
@@ -460,7 +461,7 @@ static int redirect(struct dlock_client *c, int64_t deadline)
 	named = hint >= 0 && hint != from;
 	c->addr.addr_i = named ? hint : (from + 1) % c->addr.naddrs;
 	if (named && c->addr.redirect_pause == 0) {
-		c->addr.redirect_pause = DL__REDIRECT_MS;
+		c->addr.redirect_pause = DLOCK__REDIRECT_MS;
 	} else {
 		pthread_mutex_unlock(&c->mu);
 		pause_before_asking_again(&c->addr.redirect_pause, deadline);
@@ -468,8 +469,8 @@ static int redirect(struct dlock_client *c, int64_t deadline)
 	}
 	/* The thread sleeps while the state is DEAD; the connect is made
 	 * under the lock, as nothing else runs yet. */
-	if ((err = dl__connect_sync(c, deadline)) == 0) {
-		c->conn.state = DL__UP;
+	if ((err = dlock__connect_sync(c, deadline)) == 0) {
+		c->conn.state = DLOCK__UP;
 		c->conn.initial = 1;
 		dl_linebuf_init(&c->conn.lb);
 		c->conn.out_off = c->conn.out_len = 0;
@@ -477,7 +478,7 @@ static int redirect(struct dlock_client *c, int64_t deadline)
 	pthread_mutex_unlock(&c->mu);
 	if (err < 0)
 		return err;
-	dl__wake(c);
+	dlock__wake(c);
 	return 1;
 }
 
@@ -487,7 +488,7 @@ static int connect_failed(struct dlock_client *c, int err)
 {
 	if (err == DLOCK_ECONNECT || err == DLOCK_ECLUSTER) {
 		pthread_mutex_lock(&c->mu);
-		dl__why_report(c);
+		dlock__why_report(c);
 		pthread_mutex_unlock(&c->mu);
 	}
 	if (c->thread_started)
@@ -518,10 +519,10 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 	/* without it (an old kernel), the thread sleeps in steps */
 	c->timer = timerfd_create(CLOCK_BOOTTIME, TFD_NONBLOCK | TFD_CLOEXEC);
 	pthread_mutex_init(&c->mu, NULL);
-	dl__cond_init(&c->idle_cv);
-	dl__cond_init(&c->w.cv);
+	dlock__cond_init(&c->idle_cv);
+	dlock__cond_init(&c->w.cv);
 	c->opt = *o;
-	c->host = dup_or_null(o->host ? o->host : DL__DEFAULT_HOST, &fail);
+	c->host = dup_or_null(o->host ? o->host : DLOCK__DEFAULT_HOST, &fail);
 	c->unix_path = dup_or_null(o->unix_path, &fail);
 	c->password = dup_or_null(o->password, &fail);
 	c->user = dup_or_null(o->user, &fail);
@@ -540,34 +541,34 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 	if (o->owner_key)
 		snprintf(c->owner_key, sizeof(c->owner_key), "%s",
 			 o->owner_key);
-	dl__describe(c, o);
+	dlock__describe(c, o);
 	c->opt.desc_host = c->opt.desc_cmd = NULL; /* borrowed: not kept */
 	if (o->cluster)
 		snprintf(c->hello.cluster, sizeof(c->hello.cluster), "%s",
 			 o->cluster);
 	c->opt.cluster = o->cluster ? c->hello.cluster : NULL;
 	c->hello.default_ttl = DL_DEFAULT_TTL_MS;
-	c->conn.backoff = DL__BACKOFF_MIN_MS;
+	c->conn.backoff = DLOCK__BACKOFF_MIN_MS;
 	dl_linebuf_init(&c->conn.lb);
 	if (fail || (!c->host && !c->unix_path) ||
 	    pipe2(c->wake, O_NONBLOCK | O_CLOEXEC) < 0) {
 		client_free(c);
 		return DLOCK_ENOMEM;
 	}
-	err = dl__resolve(c);
+	err = dlock__resolve(c);
 	*naddrs = c->addr.naddrs; /* 0: no name resolves */
-	if (err < 0 || (err = dl__tls_new(c, o)) < 0)
+	if (err < 0 || (err = dlock__tls_new(c, o)) < 0)
 		return connect_failed(c, err);
 	c->addr.addr_i = first % c->addr.naddrs;
 	if (c->addr.naddrs > tried + 1)
-		hs_deadline = dl__now() +
-			      (deadline - dl__now()) / (c->addr.naddrs - tried);
-	if ((err = dl__connect_sync(c, deadline)) < 0)
+		hs_deadline = dlock__now() + (deadline - dlock__now()) /
+						     (c->addr.naddrs - tried);
+	if ((err = dlock__connect_sync(c, deadline)) < 0)
 		return connect_failed(c, err);
 	*at = c->addr.addr_i;
-	c->conn.state = DL__UP;
+	c->conn.state = DLOCK__UP;
 	c->conn.initial = 1;
-	if (pthread_create(&c->thread, NULL, dl__thread_main, c) != 0) {
+	if (pthread_create(&c->thread, NULL, dlock__thread_main, c) != 0) {
 		client_free(c);
 		return DLOCK_ENOMEM;
 	}
@@ -587,7 +588,7 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 	int64_t deadline, pause = 0;
 	int err, at, n, tried = 0, first = 0;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (!out)
 		return DLOCK_EINVAL;
 	*out = NULL;
@@ -597,19 +598,19 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 	}
 	if ((err = check_options(o)) < 0)
 		return err;
-	deadline = dl__now() + o->connect_timeout_ms;
+	deadline = dlock__now() + o->connect_timeout_ms;
 	/* A server that accepts the connection and never answers (stopped,
 	 * hung) must not use up the whole connect timeout when others are
 	 * listed: each server's handshake gets an equal share of the time
 	 * left, and one that times out is passed over for the next. A
-	 * refused connection costs nothing (dl__connect_sync goes on).
+	 * refused connection costs nothing (dlock__connect_sync goes on).
 	 * When no server of a cluster serves (all refuse, or the standbys
 	 * name an active that does not answer), a take-over is under way:
 	 * the list is tried again after a pause, while time is left. One
 	 * server that refuses is an answer: it is given at once. */
 	for (;;) {
 		err = connect_from(o, first, tried, deadline, &at, &n, out);
-		if (err != DLOCK_ECONNECT || n == 0 || dl__now() >= deadline)
+		if (err != DLOCK_ECONNECT || n == 0 || dlock__now() >= deadline)
 			return err;
 		if (at >= 0 && ++tried < n) {
 			first = at + 1;
@@ -618,7 +619,7 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 		if (!o->servers)
 			return err;
 		pause_before_asking_again(&pause, deadline);
-		if (dl__now() >= deadline)
+		if (dlock__now() >= deadline)
 			return err; /* dlock_last_error(): the last try's */
 		first = tried = 0;
 	}
@@ -631,7 +632,7 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 static int name_busy(const struct dlock_client *c, const char *name,
 		     pthread_t self)
 {
-	const struct dl__lease *l;
+	const struct dlock__lease *l;
 
 	for (l = c->ls.leases; l; l = l->next) {
 		if (strcmp(l->name, name) != 0)
@@ -640,14 +641,14 @@ static int name_busy(const struct dlock_client *c, const char *name,
 		    (l->nhandles > 0 && !pthread_equal(l->holder, self)))
 			return 1;
 	}
-	return dl__name_acquiring(c, name);
+	return dlock__name_acquiring(c, name);
 }
 
 /* Another thread waits for `name` ahead of w (FIFO among local waiters). */
 static int queued_ahead(const struct dlock_client *c, const char *name,
-			const struct dl__lwait *w)
+			const struct dlock__lwait *w)
 {
-	const struct dl__lwait *p;
+	const struct dlock__lwait *p;
 
 	for (p = c->lwait; p && p != w; p = p->next)
 		if (strcmp(p->name, name) == 0)
@@ -658,13 +659,13 @@ static int queued_ahead(const struct dlock_client *c, const char *name,
 /* Wait, in arrival order, until no other thread of the client holds or
  * acquires `name`: 0, DLOCK_EBUSY (wait_ms 0), DLOCK_ETIMEDOUT or
  * DLOCK_ECANCELED. Only the first waiter for a name is woken when it
- * frees (dl__name_wake): no herd. */
+ * frees (dlock__name_wake): no herd. */
 static int wait_turn(struct dlock_client *c, const char *name, int64_t wait_ms,
 		     int64_t wait_end)
 {
 	pthread_t self = pthread_self();
-	struct dl__lwait me = {.name = name}, **pp;
-	const struct dl__lease *l;
+	struct dlock__lwait me = {.name = name}, **pp;
+	const struct dlock__lease *l;
 	int err = 0;
 
 	for (l = c->ls.leases; l; l = l->next)
@@ -676,7 +677,7 @@ static int wait_turn(struct dlock_client *c, const char *name, int64_t wait_ms,
 		return 0;
 	if (wait_ms == 0)
 		return DLOCK_EBUSY;
-	dl__cond_init(&me.cv);
+	dlock__cond_init(&me.cv);
 	for (pp = &c->lwait; *pp; pp = &(*pp)->next)
 		;
 	*pp = &me;
@@ -685,8 +686,8 @@ static int wait_turn(struct dlock_client *c, const char *name, int64_t wait_ms,
 			err = DLOCK_ECANCELED;
 			break;
 		}
-		if (dl__cond_wait(&me.cv, &c->mu, wait_end) == ETIMEDOUT &&
-		    dl__now() >= wait_end) {
+		if (dlock__cond_wait(&me.cv, &c->mu, wait_end) == ETIMEDOUT &&
+		    dlock__now() >= wait_end) {
 			err = DLOCK_ETIMEDOUT;
 			break;
 		}
@@ -696,11 +697,11 @@ static int wait_turn(struct dlock_client *c, const char *name, int64_t wait_ms,
 	*pp = me.next;
 	pthread_cond_destroy(&me.cv);
 	if (err && !name_busy(c, name, self))
-		dl__name_wake(c, name); /* pass on a turn we may have had */
+		dlock__name_wake(c, name); /* pass on a turn we may have had */
 	return err;
 }
 
-static void acq_add(struct dlock_client *c, struct dl__req *q)
+static void acq_add(struct dlock_client *c, struct dlock__req *q)
 {
 	q->aprev = NULL;
 	q->anext = c->rq.acquiring;
@@ -732,11 +733,11 @@ int dlock_acquire(dlock_client *c, const char *name,
 		  const struct dlock_lock_options *o, dlock_lease **out)
 {
 	pthread_t self = pthread_self();
-	struct dl__req *q;
+	struct dlock__req *q;
 	int64_t now, wait_end, ttl_ms, wait_ms;
 	int err;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (out)
 		*out = NULL;
 	if (!c || !out || !o || bad_name(name))
@@ -753,16 +754,16 @@ int dlock_acquire(dlock_client *c, const char *name,
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
-	now = dl__now();
-	wait_end = wait_ms < 0 ? DL__NEVER : now + wait_ms;
+	now = dlock__now();
+	wait_end = wait_ms < 0 ? DLOCK__NEVER : now + wait_ms;
 	if ((err = wait_turn(c, name, wait_ms, wait_end)) < 0)
 		goto out;
-	if (!(q = dl__req_new(DL__LOCK, name, 0))) {
-		dl__name_wake(c, name); /* our turn, unused */
+	if (!(q = dlock__req_new(DLOCK__LOCK, name, 0))) {
+		dlock__name_wake(c, name); /* our turn, unused */
 		err = DLOCK_ENOMEM;
 		goto out;
 	}
-	now = dl__now();
+	now = dlock__now();
 	q->ttl = ttl_ms ? ttl_ms : c->hello.default_ttl;
 	q->shared = o->mode == DLOCK_SHARED;
 	q->limit = o->limit;
@@ -775,12 +776,12 @@ int dlock_acquire(dlock_client *c, const char *name,
 	q->thread = self;
 	q->deadline = now + c->opt.request_timeout_ms;
 	acq_add(c, q);
-	err = dl__call(c, &q);
+	err = dlock__call(c, &q);
 	if (q) {
 		if (err == 0)
 			*out = q->handle;
-		dl__acq_remove(c, q);
-		dl__req_free(q);
+		dlock__acq_remove(c, q);
+		dlock__req_free(q);
 	}
 out:
 	leave(c);
@@ -795,12 +796,12 @@ int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,
 
 int dlock_unlock(dlock_client *c, dlock_lease *h)
 {
-	struct dl__lease *l;
-	struct dl__req *q;
+	struct dlock__lease *l;
+	struct dlock__req *q;
 	dlock_lease **pp;
 	int err, last;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (!h)
 		return 0;
 	if (!c)
@@ -826,21 +827,21 @@ int dlock_unlock(dlock_client *c, dlock_lease *h)
 	last = l->nhandles == 0;
 	if (last)
 		l->unlocking = 1; /* no renewal, no guard; others still wait */
-	if (!(q = dl__req_new(DL__UNLOCK, l->name, 0))) {
+	if (!(q = dlock__req_new(DLOCK__UNLOCK, l->name, 0))) {
 		err = DLOCK_ENOMEM;
 	} else {
 		q->token = l->token;
 		q->last_hold = last ? 1 : 0;
-		q->deadline = dl__now() + c->opt.request_timeout_ms;
-		err = dl__call(c, &q);
-		dl__req_free(q);
+		q->deadline = dlock__now() + c->opt.request_timeout_ms;
+		err = dlock__call(c, &q);
+		dlock__req_free(q);
 	}
 	if (last) {
 		l->unlocking = 0;
 		l->dead = 1;
-		dl__lease_unlink(c, l);
+		dlock__lease_unlink(c, l);
 	}
-	dl__lease_unref(l); /* the handle's */
+	dlock__lease_unref(l); /* the handle's */
 	free(h);
 	leave(c);
 	return err;
@@ -848,11 +849,11 @@ int dlock_unlock(dlock_client *c, dlock_lease *h)
 
 int dlock_refresh(dlock_client *c, dlock_lease *h, int64_t ttl_ms)
 {
-	struct dl__lease *l;
-	struct dl__req *q;
+	struct dlock__lease *l;
+	struct dlock__req *q;
 	int err;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (!c || !h || bad_ms(ttl_ms))
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
@@ -860,16 +861,16 @@ int dlock_refresh(dlock_client *c, dlock_lease *h, int64_t ttl_ms)
 	l = h->l;
 	if (atomic_load(&h->lost)) {
 		err = DLOCK_ELOST;
-	} else if (!(q = dl__req_new(DL__REFRESH, l->name, 0))) {
+	} else if (!(q = dlock__req_new(DLOCK__REFRESH, l->name, 0))) {
 		err = DLOCK_ENOMEM;
 	} else {
 		q->token = l->token;
 		q->ttl = ttl_ms ? ttl_ms : atomic_load(&l->ttl);
 		q->lease = l;
 		l->refs++;
-		q->deadline = dl__now() + c->opt.request_timeout_ms;
-		err = dl__call(c, &q);
-		dl__req_free(q);
+		q->deadline = dlock__now() + c->opt.request_timeout_ms;
+		err = dlock__call(c, &q);
+		dlock__req_free(q);
 	}
 	leave(c);
 	return err;
@@ -879,54 +880,54 @@ int dlock_refresh(dlock_client *c, dlock_lease *h, int64_t ttl_ms)
 
 /* A request about `name` (or none): made, sent, waited for. The caller
  * frees *qp if it is not NULL. */
-static int ask(struct dlock_client *c, enum dl__op op, const char *name,
-	       uint64_t token, struct dl__req **qp)
+static int ask(struct dlock_client *c, enum dlock__op op, const char *name,
+	       uint64_t token, struct dlock__req **qp)
 {
-	struct dl__req *q = dl__req_new(op, name, 0);
+	struct dlock__req *q = dlock__req_new(op, name, 0);
 
 	*qp = q;
 	if (!q)
 		return DLOCK_ENOMEM;
 	q->token = token;
-	q->deadline = dl__now() + c->opt.request_timeout_ms;
-	return dl__call(c, qp);
+	q->deadline = dlock__now() + c->opt.request_timeout_ms;
+	return dlock__call(c, qp);
 }
 
 int dlock_check(dlock_client *c, const char *name, uint64_t token,
 		int64_t *remaining_ms, uint64_t *current)
 {
-	struct dl__req *q;
+	struct dlock__req *q;
 	int err;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (!c || bad_name(name))
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
-	err = ask(c, DL__CHECK, name, token, &q);
+	err = ask(c, DLOCK__CHECK, name, token, &q);
 	if (q && err == 0 && remaining_ms)
 		*remaining_ms = (int64_t)q->r_value;
 	if (q && err == DLOCK_ESTALE && current)
 		*current = q->r_value;
-	dl__req_free(q);
+	dlock__req_free(q);
 	leave(c);
 	return err;
 }
 
 int dlock_status(dlock_client *c, const char *name, struct dlock_status *st)
 {
-	struct dl__req *q;
+	struct dlock__req *q;
 	int err;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (!c || !st || bad_name(name))
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
-	err = ask(c, DL__STATUS, name, 0, &q);
+	err = ask(c, DLOCK__STATUS, name, 0, &q);
 	if (q && err == 0)
 		*st = q->status;
-	dl__req_free(q);
+	dlock__req_free(q);
 	leave(c);
 	return err;
 }
@@ -938,18 +939,18 @@ int dlock_break(dlock_client *c, const char *name, uint64_t token,
 	(void)name;
 	(void)token;
 	(void)current;
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	return DLOCK_EINVAL; /* a BREAK says why: dlock_break_reason() */
 }
 
 int dlock_break_reason(dlock_client *c, const char *name, uint64_t token,
 		       const char *reason, uint64_t *current)
 {
-	struct dl__req *q;
+	struct dlock__req *q;
 	int err;
 	size_t i, n = reason ? strlen(reason) : 0;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (!c || bad_name(name) || n == 0 || n > DL_REASON_MAX)
 		return DLOCK_EINVAL;
 	for (i = 0; i < n; i++)
@@ -958,33 +959,33 @@ int dlock_break_reason(dlock_client *c, const char *name, uint64_t token,
 			return DLOCK_EINVAL; /* one word on the wire */
 	if ((err = enter(c)) < 0)
 		return err;
-	if (!(q = dl__req_new(DL__BREAK, name, 0))) {
+	if (!(q = dlock__req_new(DLOCK__BREAK, name, 0))) {
 		leave(c);
 		return DLOCK_ENOMEM;
 	}
 	memcpy(q->after, reason, n + 1);
 	q->token = token;
-	q->deadline = dl__now() + c->opt.request_timeout_ms;
-	err = dl__call(c, &q);
+	q->deadline = dlock__now() + c->opt.request_timeout_ms;
+	err = dlock__call(c, &q);
 	if (q && err == DLOCK_ESTALE && current)
 		*current = q->r_value;
-	dl__req_free(q);
+	dlock__req_free(q);
 	leave(c);
 	return err;
 }
 
 int dlock_ping(dlock_client *c)
 {
-	struct dl__req *q;
+	struct dlock__req *q;
 	int err;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (!c)
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
-	err = ask(c, DL__PING, NULL, 0, &q);
-	dl__req_free(q);
+	err = ask(c, DLOCK__PING, NULL, 0, &q);
+	dlock__req_free(q);
 	leave(c);
 	return err;
 }
@@ -993,17 +994,17 @@ int dlock_stats(dlock_client *c,
 		void (*cb)(const char *key, const char *value, void *arg),
 		void *arg)
 {
-	struct dl__req *q;
+	struct dlock__req *q;
 	const char *p;
 	uint64_t i;
 	int err;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (!c || !cb)
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
-	err = ask(c, DL__STATS, NULL, 0, &q);
+	err = ask(c, DLOCK__STATS, NULL, 0, &q);
 	leave(c);
 	if (!q)
 		return err;
@@ -1014,7 +1015,7 @@ int dlock_stats(dlock_client *c,
 		cb(p, v, arg);
 		p = v + strlen(v) + 1;
 	}
-	dl__req_free(q);
+	dlock__req_free(q);
 	return err;
 }
 
@@ -1059,17 +1060,17 @@ static int locks_line(char *line, const char **name, struct dlock_status *st)
 		   memcmp(v.p, "held", 4) == 0;
 	kv_copy(&r, "owner", st->owner, sizeof(st->owner));
 	kv_copy(&r, "mode", st->mode, sizeof(st->mode));
-	if (dl__kv_u64(&r, "token", UINT64_MAX, &n))
+	if (dlock__kv_u64(&r, "token", UINT64_MAX, &n))
 		st->token = n;
-	if (dl__kv_u64(&r, "ttl_ms", INT64_MAX, &n))
+	if (dlock__kv_u64(&r, "ttl_ms", INT64_MAX, &n))
 		st->ttl_ms = (int64_t)n;
-	if (dl__kv_u64(&r, "count", UINT32_MAX, &n))
+	if (dlock__kv_u64(&r, "count", UINT32_MAX, &n))
 		st->count = (uint32_t)n;
-	if (dl__kv_u64(&r, "waiters", UINT32_MAX, &n))
+	if (dlock__kv_u64(&r, "waiters", UINT32_MAX, &n))
 		st->waiters = (uint32_t)n;
-	if (dl__kv_u64(&r, "holders", UINT32_MAX, &n))
+	if (dlock__kv_u64(&r, "holders", UINT32_MAX, &n))
 		st->holders = (uint32_t)n;
-	if (dl__kv_u64(&r, "limit", UINT32_MAX, &n))
+	if (dlock__kv_u64(&r, "limit", UINT32_MAX, &n))
 		st->limit = (uint32_t)n;
 	*name = own_str(line, r.word);
 	return 0;
@@ -1082,20 +1083,21 @@ int dlock_locks(dlock_client *c, const char *prefix, const char *after,
 		void *arg, uint64_t *more)
 {
 	struct dlock_status st;
-	struct dl__req *q;
+	struct dlock__req *q;
 	const char *name;
 	char *p;
 	uint64_t i;
 	int err;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (!c || !cb || (prefix && prefix[0] && bad_name(prefix)) ||
 	    (after && after[0] && (bad_name(after) || by_waiters)) ||
 	    limit > DL_LOCKS_PAGE_MAX)
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
-	q = dl__req_new(DL__LOCKS, prefix && prefix[0] ? prefix : NULL, 0);
+	q = dlock__req_new(DLOCK__LOCKS, prefix && prefix[0] ? prefix : NULL,
+			   0);
 	if (!q) {
 		leave(c);
 		return DLOCK_ENOMEM;
@@ -1104,8 +1106,8 @@ int dlock_locks(dlock_client *c, const char *prefix, const char *after,
 		snprintf(q->after, sizeof(q->after), "%s", after);
 	q->limit = limit;
 	q->by_waiters = by_waiters != 0;
-	q->deadline = dl__now() + c->opt.request_timeout_ms;
-	err = dl__call(c, &q);
+	q->deadline = dlock__now() + c->opt.request_timeout_ms;
+	err = dlock__call(c, &q);
 	leave(c);
 	if (!q)
 		return err;
@@ -1119,7 +1121,7 @@ int dlock_locks(dlock_client *c, const char *prefix, const char *after,
 			cb(name, &st, arg);
 		p += len + 1;
 	}
-	dl__req_free(q);
+	dlock__req_free(q);
 	return err;
 }
 
@@ -1154,20 +1156,20 @@ static int holders_line(char *line, struct dlock_holder *h)
 	if (dl_reply_kv(&r, "wait_ms", &v) == 0 && v.len == 3 &&
 	    memcmp(v.p, "inf", 3) == 0)
 		h->wait_ms = -1;
-	else if (dl__kv_u64(&r, "wait_ms", INT64_MAX, &n))
+	else if (dlock__kv_u64(&r, "wait_ms", INT64_MAX, &n))
 		h->wait_ms = (int64_t)n;
-	if (dl__kv_u64(&r, "token", UINT64_MAX, &n))
+	if (dlock__kv_u64(&r, "token", UINT64_MAX, &n))
 		h->token = n;
-	if (dl__kv_u64(&r, "ttl_ms", INT64_MAX, &n))
+	if (dlock__kv_u64(&r, "ttl_ms", INT64_MAX, &n))
 		h->ttl_ms = (int64_t)n;
-	if (dl__kv_u64(&r, "count", UINT32_MAX, &n))
+	if (dlock__kv_u64(&r, "count", UINT32_MAX, &n))
 		h->count = (uint32_t)n;
-	if (dl__kv_u64(&r, "position", UINT32_MAX, &n))
+	if (dlock__kv_u64(&r, "position", UINT32_MAX, &n))
 		h->position = (uint32_t)n;
 	/* the strings last: ending them in place cuts the line */
 	for (i = 0; i < sizeof(desc) / sizeof(desc[0]); i++)
 		if (dl_reply_kv(&r, desc[i], &v) == 0)
-			dl__holder_word(h, desc[i], own_str(line, v));
+			dlock__holder_word(h, desc[i], own_str(line, v));
 	h->owner = own_str(line, r.argv[0]);
 	return 0;
 }
@@ -1177,22 +1179,22 @@ int dlock_holders(dlock_client *c, const char *name,
 		  void *arg, struct dlock_status *st, uint64_t *more)
 {
 	struct dlock_holder h;
-	struct dl__req *q;
+	struct dlock__req *q;
 	char *p;
 	uint64_t i;
 	int err;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (!c || !cb || bad_name(name))
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
-	if (!(q = dl__req_new(DL__HOLDERS, name, 0))) {
+	if (!(q = dlock__req_new(DLOCK__HOLDERS, name, 0))) {
 		leave(c);
 		return DLOCK_ENOMEM;
 	}
-	q->deadline = dl__now() + c->opt.request_timeout_ms;
-	err = dl__call(c, &q);
+	q->deadline = dlock__now() + c->opt.request_timeout_ms;
+	err = dlock__call(c, &q);
 	leave(c);
 	if (!q)
 		return err;
@@ -1208,7 +1210,7 @@ int dlock_holders(dlock_client *c, const char *name,
 			cb(&h, arg);
 		p += len + 1;
 	}
-	dl__req_free(q);
+	dlock__req_free(q);
 	return err;
 }
 
@@ -1226,21 +1228,21 @@ int dlock_holders(dlock_client *c, const char *name,
 int dlock_unlock_token(dlock_client *c, const char *name, uint64_t token,
 		       uint32_t *holds_left)
 {
-	struct dl__req *q = NULL;
+	struct dlock__req *q = NULL;
 	int err;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (!c || bad_name(name))
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
-	if (dl__lease_find(c, name, token))
+	if (dlock__lease_find(c, name, token))
 		err = DLOCK_EINVAL;
 	else
-		err = ask(c, DL__UNLOCK_TOKEN, name, token, &q);
+		err = ask(c, DLOCK__UNLOCK_TOKEN, name, token, &q);
 	if (q && err == 0 && holds_left)
 		*holds_left = (uint32_t)q->r_value;
-	dl__req_free(q);
+	dlock__req_free(q);
 	leave(c);
 	return err;
 }
@@ -1248,26 +1250,26 @@ int dlock_unlock_token(dlock_client *c, const char *name, uint64_t token,
 int dlock_refresh_token(dlock_client *c, const char *name, uint64_t token,
 			int64_t ttl_ms, int64_t *granted_ttl_ms)
 {
-	struct dl__req *q;
+	struct dlock__req *q;
 	int err;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (!c || bad_name(name) || bad_ms(ttl_ms))
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
-	if (dl__lease_find(c, name, token)) {
+	if (dlock__lease_find(c, name, token)) {
 		err = DLOCK_EINVAL;
-	} else if (!(q = dl__req_new(DL__REFRESH_TOKEN, name, 0))) {
+	} else if (!(q = dlock__req_new(DLOCK__REFRESH_TOKEN, name, 0))) {
 		err = DLOCK_ENOMEM;
 	} else {
 		q->token = token;
 		q->ttl = ttl_ms; /* 0: no ttl=, the lease's last TTL */
-		q->deadline = dl__now() + c->opt.request_timeout_ms;
-		err = dl__call(c, &q);
+		q->deadline = dlock__now() + c->opt.request_timeout_ms;
+		err = dlock__call(c, &q);
 		if (q && err == 0 && granted_ttl_ms)
 			*granted_ttl_ms = (int64_t)q->r_value;
-		dl__req_free(q);
+		dlock__req_free(q);
 	}
 	leave(c);
 	return err;
@@ -1299,5 +1301,5 @@ int dlock_lease_valid(const dlock_lease *h)
 {
 	if (!h || atomic_load(&((dlock_lease *)h)->lost))
 		return 0;
-	return dl__now() < atomic_load(&h->l->deadline);
+	return dlock__now() < atomic_load(&h->l->deadline);
 }

@@ -56,7 +56,7 @@ static void command_line(char *buf, size_t cap)
 		snprintf(buf, cap, "%s", program_invocation_short_name);
 }
 
-void dl__describe(struct dlock_client *c, const struct dlock_options *o)
+void dlock__describe(struct dlock_client *c, const struct dlock_options *o)
 {
 	char buf[CMDLINE_READ];
 	const char *s;
@@ -92,13 +92,13 @@ void dl__describe(struct dlock_client *c, const struct dlock_options *o)
 	c->desc.cmd[n] = '\0';
 }
 
-int dl__describing(const struct dlock_client *c)
+int dlock__describing(const struct dlock_client *c)
 {
 	return !c->desc.refused &&
 	       (c->desc.host[0] || c->desc.pid || c->desc.cmd[0]);
 }
 
-int dl__holder_word(struct dlock_holder *h, const char *key, char *value)
+int dlock__holder_word(struct dlock_holder *h, const char *key, char *value)
 {
 	uint64_t v;
 
@@ -127,7 +127,7 @@ int dl__holder_word(struct dlock_holder *h, const char *key, char *value)
 int dlock_busy_holder(struct dlock_holder *h)
 {
 	/* the thread's last NO BUSY, taken apart here */
-	static _Thread_local char line[DL__ERR_MAX];
+	static _Thread_local char line[DLOCK__ERR_MAX];
 	char *w, *save = NULL, *eq;
 	int i;
 
@@ -156,7 +156,7 @@ int dlock_busy_holder(struct dlock_holder *h)
 		if (strcmp(w, "owner") == 0)
 			h->owner = eq;
 		else
-			dl__holder_word(h, w, eq);
+			dlock__holder_word(h, w, eq);
 	}
 	return h->owner ? 0 : DLOCK_EINVAL;
 }

@@ -10,7 +10,7 @@
 
 #include "client/lib/dlock_private.h"
 
-static _Thread_local char last_error[DL__ERR_MAX];
+static _Thread_local char last_error[DLOCK__ERR_MAX];
 
 const char *dlock_last_error(void)
 {
@@ -19,12 +19,12 @@ const char *dlock_last_error(void)
 
 /* Every public call starts with it: the text belongs to this thread's
  * last call, never to an earlier one that happened to get an ERR. */
-void dl__last_error_clear(void)
+void dlock__last_error_clear(void)
 {
 	last_error[0] = '\0';
 }
 
-void dl__last_error_set(const char *text)
+void dlock__last_error_set(const char *text)
 {
 	snprintf(last_error, sizeof(last_error), "%s", text);
 }

@@ -9,7 +9,7 @@
  * in progress. Around poll() it holds c->mu, and it releases it only in
  * poll() and while calling on_at_risk and on_lost.
  *
- * Lines: dl_linebuf splits them and dl__line_in (dlock_reply.c) handles
+ * Lines: dl_linebuf splits them and dlock__line_in (dlock_reply.c) handles
  * each; a line it cannot place (not protocol, a reply to nothing, a tag out
  * of step) drops the connection, which is then made again.
  *
@@ -31,7 +31,7 @@
  * options.owner in dlock.h for why that gives back only this client's
  * holds).
  * The new connection starts with AUTH and HELLO owner=<same owner>
- * key=<its key> (state DL__GREETING), and only once HELLO is answered OK
+ * key=<its key> (state DLOCK__GREETING), and only once HELLO is answered OK
  * by a server of the client's cluster (dlock_reply.c, cluster_reply)
  * sends a REFRESH of every lease still within its local deadline, a WATCH
  * of every watched pattern (dlock_watch.c), then the requests kept and
@@ -71,7 +71,7 @@ static void lower_first(char *s)
 		s[0] = (char)tolower((unsigned char)s[0]);
 }
 
-void dl__why(struct dlock_client *c, int i, const char *fmt, ...)
+void dlock__why(struct dlock_client *c, int i, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -85,12 +85,13 @@ static void why_errno(struct dlock_client *c, int i, int e)
 {
 	char buf[128];
 
-	dl__why(c, i, "%s", strerror_r(e, buf, sizeof(buf)));
+	dlock__why(c, i, "%s", strerror_r(e, buf, sizeof(buf)));
 }
 
-void dl__why_report(const struct dlock_client *c)
+void dlock__why_report(const struct dlock_client *c)
 {
-	char out[DL__ERR_MAX], one[DL__SERVER_NAME_MAX + DL__WHY_MAX + 2];
+	char out[DLOCK__ERR_MAX],
+		one[DLOCK__SERVER_NAME_MAX + DLOCK__WHY_MAX + 2];
 	size_t n;
 	int i;
 
@@ -106,7 +107,7 @@ void dl__why_report(const struct dlock_client *c)
 		snprintf(out + n, sizeof(out) - n, "%s%s", n ? "; " : "", one);
 	}
 	if (out[0])
-		dl__last_error_set(out);
+		dlock__last_error_set(out);
 }
 
 /* ---- addresses and connecting -------------------------------------------- */
@@ -115,7 +116,7 @@ void dl__why_report(const struct dlock_client *c)
  * the one host of the options). */
 static void note_unresolved(struct dlock_client *c, const char *name, int gai)
 {
-	char text[DL__WHY_MAX];
+	char text[DLOCK__WHY_MAX];
 	size_t n = strlen(c->addr.unresolved);
 
 	snprintf(text, sizeof(text), "%s",
@@ -140,7 +141,8 @@ static int resolve_one(struct dlock_client *c, const char *host,
 		note_unresolved(c, name, rc);
 		return DLOCK_ECONNECT;
 	}
-	for (ai = res; ai && c->addr.naddrs < DL__ADDRS_MAX; ai = ai->ai_next) {
+	for (ai = res; ai && c->addr.naddrs < DLOCK__ADDRS_MAX;
+	     ai = ai->ai_next) {
 		if (ai->ai_addrlen > sizeof(c->addr.addrs[0]))
 			continue;
 		memcpy(&c->addr.addrs[c->addr.naddrs], ai->ai_addr,
@@ -158,7 +160,8 @@ static int resolve_one(struct dlock_client *c, const char *host,
  * that does not resolve now is skipped (the others may be enough). */
 static int resolve_servers(struct dlock_client *c)
 {
-	char entry[DL__SERVER_NAME_MAX], host[DL__SERVER_NAME_MAX], *colon;
+	char entry[DLOCK__SERVER_NAME_MAX], host[DLOCK__SERVER_NAME_MAX],
+		*colon;
 	const char *p = c->addr.servers, *end;
 	size_t n;
 	int count = 0;
@@ -185,7 +188,7 @@ static int resolve_servers(struct dlock_client *c)
 	return c->addr.naddrs > 0 ? 0 : DLOCK_ECONNECT;
 }
 
-int dl__resolve(struct dlock_client *c)
+int dlock__resolve(struct dlock_client *c)
 {
 	char port[16];
 
@@ -211,7 +214,7 @@ int dl__resolve(struct dlock_client *c)
 	return c->addr.naddrs > 0 ? 0 : DLOCK_ECONNECT;
 }
 
-void dl__hint(struct dlock_client *c, struct dl_str active)
+void dlock__hint(struct dlock_client *c, struct dl_str active)
 {
 	int i;
 
@@ -269,15 +272,16 @@ static int tls_sync(struct dlock_client *c, int i, int64_t deadline)
 	int64_t left;
 	int r;
 
-	if ((r = dl__tls_begin(c, i)) < 0)
+	if ((r = dlock__tls_begin(c, i)) < 0)
 		goto out;
-	while ((r = dl__tls_handshake(c)) == 1) {
+	while ((r = dlock__tls_handshake(c)) == 1) {
 		struct pollfd p = {.fd = c->conn.fd, .events = POLLIN};
 
-		if (dl__io_pending(c))
+		if (dlock__io_pending(c))
 			p.events |= POLLOUT;
-		if ((left = deadline - dl__now()) <= 0) {
-			dl__last_error_set("TLS: handshake not done in time");
+		if ((left = deadline - dlock__now()) <= 0) {
+			dlock__last_error_set(
+				"TLS: handshake not done in time");
 			return DLOCK_ECONNECT;
 		}
 		if (poll(&p, 1, (int)(left > 60000 ? 60000 : left)) < 0 &&
@@ -285,30 +289,30 @@ static int tls_sync(struct dlock_client *c, int i, int64_t deadline)
 			return DLOCK_ECONNECT;
 	}
 out:
-	if (r < 0 && dl__tls_failed(c))
-		dl__last_error_set(dl__tls_error(c));
+	if (r < 0 && dlock__tls_failed(c))
+		dlock__last_error_set(dlock__tls_error(c));
 	return r;
 }
 
-int dl__connect_sync(struct dlock_client *c, int64_t deadline)
+int dlock__connect_sync(struct dlock_client *c, int64_t deadline)
 {
 	int k, i, fd, done, r, e, err = DLOCK_ECONNECT;
 
 	for (k = 0; k < c->addr.naddrs; k++) {
-		if (dl__now() >= deadline)
+		if (dlock__now() >= deadline)
 			return err; /* the reasons of the last tries stay */
 		i = (c->addr.addr_i + k) % c->addr.naddrs;
 		if ((fd = connect_start(c, i, &done)) < 0)
 			why_errno(c, i, errno);
 		while (fd >= 0 && !done) {
 			struct pollfd p = {.fd = fd, .events = POLLOUT};
-			int64_t left = deadline - dl__now();
+			int64_t left = deadline - dlock__now();
 
 			if (left <= 0) {
 				close(fd);
-				dl__why(c, i,
-					"no answer to the connection "
-					"attempt in time");
+				dlock__why(c, i,
+					   "no answer to the connection "
+					   "attempt in time");
 				return err; /* out of time */
 			}
 			r = poll(&p, 1, (int)(left > 60000 ? 60000 : left));
@@ -333,12 +337,13 @@ int dl__connect_sync(struct dlock_client *c, int64_t deadline)
 		if (!c->conn.tls || (r = tls_sync(c, i, deadline)) == 0)
 			return 0;
 		/* a server that fails TLS: the next one may not */
-		dl__why(c, i, "%s",
-			dl__tls_failed(c) ? dl__tls_error(c)
-					  : "TLS: handshake not done in time");
-		dl__io_close(c);
+		dlock__why(c, i, "%s",
+			   dlock__tls_failed(c)
+				   ? dlock__tls_error(c)
+				   : "TLS: handshake not done in time");
+		dlock__io_close(c);
 		err = r;
-		if (deadline <= dl__now())
+		if (deadline <= dlock__now())
 			return err;
 	}
 	return err;
@@ -348,68 +353,68 @@ int dl__connect_sync(struct dlock_client *c, int64_t deadline)
 
 static void attempt_failed(struct dlock_client *c, int64_t now)
 {
-	dl__io_close(c);
-	c->conn.state = DL__DOWN;
+	dlock__io_close(c);
+	c->conn.state = DLOCK__DOWN;
 	c->addr.failed_i = c->addr.addr_i;
 	c->addr.addr_i = (c->addr.addr_i + 1) % c->addr.naddrs;
 	c->conn.reconnect_at = now + c->conn.backoff;
 	c->conn.backoff *= 2;
-	if (c->conn.backoff > DL__BACKOFF_MAX_MS)
-		c->conn.backoff = DL__BACKOFF_MAX_MS;
+	if (c->conn.backoff > DLOCK__BACKOFF_MAX_MS)
+		c->conn.backoff = DLOCK__BACKOFF_MAX_MS;
 }
 
 /* Write (or fail) a request kept over a reconnect. */
-static void rewrite(struct dlock_client *c, struct dl__req *q, int64_t now)
+static void rewrite(struct dlock_client *c, struct dlock__req *q, int64_t now)
 {
 	int err;
 
-	if (q->op == DL__LOCK && q->wait > 0 && q->wait_end <= now) {
-		dl__req_finish(c, q, DLOCK_ETIMEDOUT);
+	if (q->op == DLOCK__LOCK && q->wait > 0 && q->wait_end <= now) {
+		dlock__req_finish(c, q, DLOCK_ETIMEDOUT);
 		return;
 	}
-	if ((err = dl__req_write(c, q)) < 0)
-		dl__req_finish(c, q, err);
+	if ((err = dlock__req_write(c, q)) < 0)
+		dlock__req_finish(c, q, err);
 }
 
 /* Write one of the connection's own requests (AUTH, HELLO). */
-static void greet(struct dlock_client *c, enum dl__op op)
+static void greet(struct dlock_client *c, enum dlock__op op)
 {
-	struct dl__req *q = dl__req_new(op, NULL, 1);
+	struct dlock__req *q = dlock__req_new(op, NULL, 1);
 
-	if (q && dl__req_write(c, q) < 0)
-		dl__req_free(q);
+	if (q && dlock__req_write(c, q) < 0)
+		dlock__req_free(q);
 }
 
 static void connected(struct dlock_client *c, int64_t now)
 {
 	(void)now;
-	c->conn.state = DL__GREETING;
+	c->conn.state = DLOCK__GREETING;
 	dl_linebuf_init(&c->conn.lb);
 	c->conn.out_off = c->conn.out_len = 0;
 	c->conn.crossing = 0;
 	c->conn.input_more = 0;
 	if (c->password)
-		greet(c, DL__AUTH);
-	greet(c, DL__HELLO);
+		greet(c, DLOCK__AUTH);
+	greet(c, DLOCK__HELLO);
 }
 
-void dl__io_hello_ok(struct dlock_client *c)
+void dlock__io_hello_ok(struct dlock_client *c)
 {
-	struct dl__lease *l;
-	struct dl__req *q, *next;
-	int64_t now = dl__now();
+	struct dlock__lease *l;
+	struct dlock__req *q, *next;
+	int64_t now = dlock__now();
 
-	c->conn.state = DL__UP;
+	c->conn.state = DLOCK__UP;
 	/* who it is, for the owner HELLO just proved */
-	if (dl__describing(c))
-		dl__internal(c, DL__DESCRIBE, NULL, 0, 0);
+	if (dlock__describing(c))
+		dlock__internal(c, DLOCK__DESCRIBE, NULL, 0, 0);
 	for (l = c->ls.leases; l; l = l->next) {
 		if (l->dead || l->unlocking || l->nhandles == 0 ||
 		    atomic_load(&l->deadline) <= now)
 			continue;
-		dl__lease_renew(c, l);
+		dlock__lease_renew(c, l);
 	}
-	dl__watch_resume(c);
+	dlock__watch_resume(c);
 	q = c->rq.unsent;
 	c->rq.unsent = c->rq.unsent_tail = NULL;
 	for (; q; q = next) {
@@ -422,7 +427,7 @@ void dl__io_hello_ok(struct dlock_client *c)
 /* One step of the TLS handshake (state HANDSHAKE); connected once done. */
 static void tls_step(struct dlock_client *c, int64_t now)
 {
-	int r = dl__tls_handshake(c);
+	int r = dlock__tls_handshake(c);
 
 	if (r == 0)
 		connected(c, now);
@@ -437,11 +442,11 @@ static void transport_up(struct dlock_client *c, int64_t now)
 		connected(c, now);
 		return;
 	}
-	if (dl__tls_begin(c, c->addr.addr_i) < 0) {
+	if (dlock__tls_begin(c, c->addr.addr_i) < 0) {
 		attempt_failed(c, now);
 		return;
 	}
-	c->conn.state = DL__HANDSHAKE;
+	c->conn.state = DLOCK__HANDSHAKE;
 	tls_step(c, now);
 }
 
@@ -459,19 +464,19 @@ static void start_connect(struct dlock_client *c, int64_t now)
 		transport_up(c, now);
 		return;
 	}
-	c->conn.state = DL__CONNECTING;
+	c->conn.state = DLOCK__CONNECTING;
 }
 
 /* The error of a request that a drop ends: during dlock_connect's own
  * handshake the connect failed (with TLS's reason if TLS broke it: a
  * TLS 1.3 server refuses a client certificate after the client's side of
  * the handshake is done), later the connection closed. */
-static int drop_error(const struct dlock_client *c, struct dl__req *q)
+static int drop_error(const struct dlock_client *c, struct dlock__req *q)
 {
 	if (!c->conn.initial)
 		return DLOCK_ECLOSED;
-	if (dl__tls_failed(c)) {
-		snprintf(q->err, sizeof(q->err), "%s", dl__tls_error(c));
+	if (dlock__tls_failed(c)) {
+		snprintf(q->err, sizeof(q->err), "%s", dlock__tls_error(c));
 		return DLOCK_ETLS;
 	}
 	return DLOCK_ECONNECT;
@@ -479,43 +484,43 @@ static int drop_error(const struct dlock_client *c, struct dl__req *q)
 
 /* What becomes of a request whose reply was lost with the connection:
  * 1 to write it again, 0 when it was finished here. */
-static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
+static int keep_over_drop(struct dlock_client *c, struct dlock__req *q)
 {
 	if (q->internal) {
 		switch (q->op) {
-		case DL__RENEW:
+		case DLOCK__RENEW:
 			q->lease->refreshing = 0;
 			break;
-		case DL__UNLOCK:
+		case DLOCK__UNLOCK:
 			if (q->last_hold)
 				return 1;
 			break;
 		default:
 			break;
 		}
-		dl__req_free(q);
+		dlock__req_free(q);
 		return 0;
 	}
 	if (q->abandoned) {
-		if (q->op == DL__UNLOCK && q->last_hold) {
+		if (q->op == DLOCK__UNLOCK && q->last_hold) {
 			q->abandoned = 0;
 			q->internal = 1; /* still release it */
 			pthread_cond_destroy(&q->cv);
 			return 1;
 		}
-		dl__req_finish(c, q, DLOCK_ECLOSED);
+		dlock__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
 	if (c->conn.initial || !c->opt.reconnect) {
-		dl__req_finish(c, q, drop_error(c, q));
+		dlock__req_finish(c, q, drop_error(c, q));
 		return 0;
 	}
 	if (c->addr.standby) {
 		/* A standby executes nothing: whatever it was, send it
 		 * again to the active. */
-		if (q->op == DL__AUTH || q->op == DL__HELLO ||
-		    q->op == DL__DESCRIBE) {
-			dl__req_finish(c, q, DLOCK_ECLOSED);
+		if (q->op == DLOCK__AUTH || q->op == DLOCK__HELLO ||
+		    q->op == DLOCK__DESCRIBE) {
+			dlock__req_finish(c, q, DLOCK_ECLOSED);
 			return 0;
 		}
 		q->resent = 1;
@@ -523,16 +528,18 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
 	}
 	/* not sent again: done once, a second one would answer that there
 	 * is nothing left (BREAK: STALE) for a request that did its job */
-	if ((q->op == DL__UNLOCK && !q->last_hold) ||
-	    q->op == DL__UNLOCK_TOKEN || q->op == DL__BREAK) {
-		dl__req_finish(c, q, DLOCK_ECLOSED);
+	if ((q->op == DLOCK__UNLOCK && !q->last_hold) ||
+	    q->op == DLOCK__UNLOCK_TOKEN || q->op == DLOCK__BREAK) {
+		dlock__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
-	if (q->op == DL__AUTH || q->op == DL__HELLO || q->op == DL__DESCRIBE) {
-		dl__req_finish(c, q, DLOCK_ECLOSED);
+	if (q->op == DLOCK__AUTH || q->op == DLOCK__HELLO ||
+	    q->op == DLOCK__DESCRIBE) {
+		dlock__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
-	if (q->op == DL__STATS || q->op == DL__LOCKS || q->op == DL__HOLDERS) {
+	if (q->op == DLOCK__STATS || q->op == DLOCK__LOCKS ||
+	    q->op == DLOCK__HOLDERS) {
 		q->stats_len = 0;
 		q->stats_n = 0;
 	}
@@ -544,7 +551,7 @@ static int keep_over_drop(struct dlock_client *c, struct dl__req *q)
  * sent fails now, rather than wait for one that never comes. */
 static void fail_unsent(struct dlock_client *c, int err, const char *why)
 {
-	struct dl__req *q, *next;
+	struct dlock__req *q, *next;
 
 	q = c->rq.unsent;
 	c->rq.unsent = c->rq.unsent_tail = NULL;
@@ -552,40 +559,40 @@ static void fail_unsent(struct dlock_client *c, int err, const char *why)
 		next = q->next;
 		q->next = NULL;
 		snprintf(q->err, sizeof(q->err), "%s", why);
-		dl__req_finish(c, q, err);
+		dlock__req_finish(c, q, err);
 	}
 }
 
 /* The requests of `list` (linked) whose replies were lost: those to
  * write again are appended to kept, the others finished. */
-static void sort_dropped(struct dlock_client *c, struct dl__req *list,
-			 struct dl__req **kept, struct dl__req **tail)
+static void sort_dropped(struct dlock_client *c, struct dlock__req *list,
+			 struct dlock__req **kept, struct dlock__req **tail)
 {
-	struct dl__req *q, *next;
+	struct dlock__req *q, *next;
 
 	for (q = list; q; q = next) {
 		next = q->next;
 		q->next = NULL;
-		q->where = DL__NOWHERE;
+		q->where = DLOCK__NOWHERE;
 		if (!keep_over_drop(c, q))
 			continue;
-		q->where = DL__UNSENT;
-		dl__list_append(kept, tail, q);
+		q->where = DLOCK__UNSENT;
+		dlock__list_append(kept, tail, q);
 	}
 }
 
 static void disconnect(struct dlock_client *c)
 {
-	struct dl__req *kept = NULL, *tail = NULL, *stats, *fifo, *waiting;
-	struct dl__req *q, *next;
-	int64_t now = dl__now();
+	struct dlock__req *kept = NULL, *tail = NULL, *stats, *fifo, *waiting;
+	struct dlock__req *q, *next;
+	int64_t now = dlock__now();
 
 	if (c->conn.initial && !c->addr.standby &&
 	    !c->addr.why[c->addr.addr_i][0])
-		dl__why(c, c->addr.addr_i, "%s",
-			dl__tls_failed(c) ? dl__tls_error(c)
-					  : "closed the connection");
-	dl__io_close(c);
+		dlock__why(c, c->addr.addr_i, "%s",
+			   dlock__tls_failed(c) ? dlock__tls_error(c)
+						: "closed the connection");
+	dlock__io_close(c);
 	c->conn.wfail = 0;
 	c->conn.out_off = c->conn.out_len = 0;
 	dl_linebuf_init(&c->conn.lb);
@@ -605,19 +612,19 @@ static void disconnect(struct dlock_client *c)
 	}
 	sort_dropped(c, fifo, &kept, &tail);
 	sort_dropped(c, waiting, &kept, &tail);
-	dl__list_prepend(&c->rq.unsent, &c->rq.unsent_tail, kept, tail);
+	dlock__list_prepend(&c->rq.unsent, &c->rq.unsent_tail, kept, tail);
 	if (c->hello.cluster_refused >= c->addr.naddrs)
 		fail_unsent(c, DLOCK_ECLUSTER, c->addr.why[c->addr.addr_i]);
 	if (c->conn.initial || !c->opt.reconnect || c->closing) {
-		c->conn.state = DL__DEAD;
+		c->conn.state = DLOCK__DEAD;
 		for (q = c->rq.unsent; q; q = next) {
 			next = q->next;
-			dl__req_finish(c, q, drop_error(c, q));
+			dlock__req_finish(c, q, drop_error(c, q));
 		}
 		c->rq.unsent = c->rq.unsent_tail = NULL;
 		return;
 	}
-	c->conn.state = DL__DOWN;
+	c->conn.state = DLOCK__DOWN;
 	c->conn.reconnect_at = now; /* at once; then with backoff */
 	if (c->conn.refused) {
 		/* its owner is someone else's here for now: a pause, as
@@ -625,8 +632,8 @@ static void disconnect(struct dlock_client *c)
 		c->conn.refused = 0;
 		c->conn.reconnect_at = now + c->conn.backoff;
 		c->conn.backoff *= 2;
-		if (c->conn.backoff > DL__BACKOFF_MAX_MS)
-			c->conn.backoff = DL__BACKOFF_MAX_MS;
+		if (c->conn.backoff > DLOCK__BACKOFF_MAX_MS)
+			c->conn.backoff = DLOCK__BACKOFF_MAX_MS;
 	}
 	if (c->addr.standby) {
 		/* To the active the standby named, at once; to the next
@@ -641,10 +648,10 @@ static void disconnect(struct dlock_client *c)
 			 * and this standby may take over soon. Ask it
 			 * again, then try that active once more. */
 			c->addr.failed_i = -1;
-			c->conn.reconnect_at = now + DL__REDIRECT_MS;
+			c->conn.reconnect_at = now + DLOCK__REDIRECT_MS;
 		} else {
 			c->addr.addr_i = (c->addr.addr_i + 1) % c->addr.naddrs;
-			c->conn.reconnect_at = now + DL__REDIRECT_MS;
+			c->conn.reconnect_at = now + DLOCK__REDIRECT_MS;
 		}
 	} else if (c->addr.hint_i >= 0) {
 		c->addr.addr_i =
@@ -656,7 +663,7 @@ static void disconnect(struct dlock_client *c)
 
 /* ---- input --------------------------------------------------------------- */
 
-/* At most DL__READ_TURN reads per wake, then the thread goes round its
+/* At most DLOCK__READ_TURN reads per wake, then the thread goes round its
  * loop (timers, callbacks) and releases c->mu in poll(): a server that
  * never stops sending -- a stream of events, none a reply -- held it
  * for good, and a dlock_lock() of 3 s had not returned after 40 s (found
@@ -671,12 +678,12 @@ static void input(struct dlock_client *c)
 
 	c->conn.input_more = 0;
 	for (;;) {
-		if (reads++ == DL__READ_TURN) {
+		if (reads++ == DLOCK__READ_TURN) {
 			c->conn.input_more = 1;
 			return;
 		}
 		space = dl_linebuf_space(&c->conn.lb, &avail);
-		n = dl__io_read(c, space, avail);
+		n = dlock__io_read(c, space, avail);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -689,7 +696,7 @@ static void input(struct dlock_client *c)
 		while ((res = dl_linebuf_next(&c->conn.lb, &line, &len)) !=
 		       DL_LB_NONE) {
 			if (res != DL_LB_LINE ||
-			    dl__line_in(c, line, len) < 0) {
+			    dlock__line_in(c, line, len) < 0) {
 				disconnect(c);
 				return;
 			}
@@ -708,16 +715,16 @@ static void input(struct dlock_client *c)
  * there is something to do. */
 static int64_t timers(struct dlock_client *c, int64_t now)
 {
-	int64_t next = DL__NEVER, ttl, lost_at, overdue;
-	struct dl__lease *l;
+	int64_t next = DLOCK__NEVER, ttl, lost_at, overdue;
+	struct dlock__lease *l;
 
 	for (l = c->ls.leases; l; l = l->next) {
 		if (l->dead || l->unlocking || l->nhandles == 0)
 			continue;
 		ttl = atomic_load(&l->ttl);
-		lost_at = atomic_load(&l->deadline) - dl__guard(c, ttl);
+		lost_at = atomic_load(&l->deadline) - dlock__guard(c, ttl);
 		if (now >= lost_at) {
-			dl__lease_lose(c, l, DLOCK_LOST_UNCONFIRMED);
+			dlock__lease_lose(c, l, DLOCK_LOST_UNCONFIRMED);
 			continue;
 		}
 		if (lost_at < next)
@@ -726,17 +733,17 @@ static int64_t timers(struct dlock_client *c, int64_t now)
 			continue;
 		overdue = l->renew_at + ttl / 6;
 		if (!l->at_risk && now >= overdue)
-			dl__lease_risk(c, l);
+			dlock__lease_risk(c, l);
 		else if (!l->at_risk && overdue < next)
 			next = overdue;
-		if (l->refreshing || c->conn.state != DL__UP)
+		if (l->refreshing || c->conn.state != DLOCK__UP)
 			continue;
 		if (now < l->renew_at) {
 			if (l->renew_at < next)
 				next = l->renew_at;
 			continue;
 		}
-		dl__lease_renew(c, l);
+		dlock__lease_renew(c, l);
 	}
 	return next;
 }
@@ -745,7 +752,7 @@ static int64_t timers(struct dlock_client *c, int64_t now)
  * (before deliver_lost: a handle hears of the risk before the loss). */
 static void deliver_risk(struct dlock_client *c)
 {
-	struct dl__lease *l;
+	struct dlock__lease *l;
 	dlock_lease *h;
 
 	while (c->ls.risk_count > 0 && !c->closing) {
@@ -772,7 +779,7 @@ static void deliver_risk(struct dlock_client *c)
 /* Call on_lost for every handle that awaits it, without the lock. */
 static void deliver_lost(struct dlock_client *c)
 {
-	struct dl__lease *l;
+	struct dlock__lease *l;
 	dlock_lease *h;
 
 	while (c->ls.notify_count > 0 && !c->closing) {
@@ -798,17 +805,17 @@ static void deliver_lost(struct dlock_client *c)
 
 /* ---- the loop ------------------------------------------------------------ */
 
-/* Sleep until `next` (dl__now() ms, DL__NEVER) or an fd is ready. The
+/* Sleep until `next` (dlock__now() ms, DLOCK__NEVER) or an fd is ready. The
  * timer is a CLOCK_BOOTTIME timerfd, so a lease's guard fires on time
  * even across a suspend (poll's own timeout runs on a clock that stops);
- * without one, poll is cut in steps of DL__CLOCK_STEP_MS. */
+ * without one, poll is cut in steps of DLOCK__CLOCK_STEP_MS. */
 static int sleep_until(struct dlock_client *c, struct pollfd *p, int nfds,
 		       int64_t next)
 {
 	struct itimerspec its = {{0, 0}, {0, 0}};
-	int64_t now = dl__now(), t;
+	int64_t now = dlock__now(), t;
 
-	t = next == DL__NEVER ? -1 : next > now ? next - now : 0;
+	t = next == DLOCK__NEVER ? -1 : next > now ? next - now : 0;
 	if (t > 60000)
 		t = 60000;
 	if (c->timer >= 0 && t > 0) {
@@ -817,13 +824,13 @@ static int sleep_until(struct dlock_client *c, struct pollfd *p, int nfds,
 		if (t < 60000 && timerfd_settime(c->timer, TFD_TIMER_ABSTIME,
 						 &its, NULL) == 0)
 			t = -1;
-	} else if (c->timer < 0 && (t < 0 || t > DL__CLOCK_STEP_MS)) {
-		t = DL__CLOCK_STEP_MS;
+	} else if (c->timer < 0 && (t < 0 || t > DLOCK__CLOCK_STEP_MS)) {
+		t = DLOCK__CLOCK_STEP_MS;
 	}
 	return poll(p, (nfds_t)nfds, (int)t);
 }
 
-void *dl__thread_main(void *arg)
+void *dlock__thread_main(void *arg)
 {
 	struct dlock_client *c = arg;
 	struct pollfd p[3];
@@ -833,14 +840,14 @@ void *dl__thread_main(void *arg)
 
 	pthread_mutex_lock(&c->mu);
 	while (!c->closing) {
-		now = dl__now();
-		if (c->conn.state == DL__DOWN && now >= c->conn.reconnect_at)
+		now = dlock__now();
+		if (c->conn.state == DLOCK__DOWN && now >= c->conn.reconnect_at)
 			start_connect(c, now);
-		if ((c->conn.state == DL__CONNECTING ||
-		     c->conn.state == DL__HANDSHAKE) &&
+		if ((c->conn.state == DLOCK__CONNECTING ||
+		     c->conn.state == DLOCK__HANDSHAKE) &&
 		    now >= c->conn.connect_deadline)
 			attempt_failed(c, now);
-		if (c->conn.state == DL__GREETING &&
+		if (c->conn.state == DLOCK__GREETING &&
 		    now >= c->conn.connect_deadline) {
 			c->conn.refused =
 				1; /* no answer: the next attempt waits */
@@ -861,20 +868,20 @@ void *dl__thread_main(void *arg)
 		p[0] = (struct pollfd){.fd = c->wake[0], .events = POLLIN};
 		p[1] = (struct pollfd){.fd = c->timer, .events = POLLIN};
 		p[2] = (struct pollfd){.fd = c->conn.fd, .events = 0};
-		if (c->conn.state == DL__DOWN && c->conn.reconnect_at < next)
+		if (c->conn.state == DLOCK__DOWN && c->conn.reconnect_at < next)
 			next = c->conn.reconnect_at;
-		if (c->conn.state == DL__CONNECTING) {
+		if (c->conn.state == DLOCK__CONNECTING) {
 			p[2].events = POLLOUT;
 			if (c->conn.connect_deadline < next)
 				next = c->conn.connect_deadline;
-		} else if (c->conn.state == DL__HANDSHAKE ||
-			   c->conn.state == DL__GREETING ||
-			   c->conn.state == DL__UP) {
+		} else if (c->conn.state == DLOCK__HANDSHAKE ||
+			   c->conn.state == DLOCK__GREETING ||
+			   c->conn.state == DLOCK__UP) {
 			p[2].events = POLLIN;
-			if (dl__io_pending(c))
+			if (dlock__io_pending(c))
 				p[2].events |= POLLOUT;
-			if ((c->conn.state == DL__HANDSHAKE ||
-			     c->conn.state == DL__GREETING) &&
+			if ((c->conn.state == DLOCK__HANDSHAKE ||
+			     c->conn.state == DLOCK__GREETING) &&
 			    c->conn.connect_deadline < next)
 				next = c->conn.connect_deadline;
 		}
@@ -891,19 +898,19 @@ void *dl__thread_main(void *arg)
 		if (c->conn.fd < 0 || p[2].fd != c->conn.fd ||
 		    (!p[2].revents && !c->conn.input_more))
 			continue;
-		if (c->conn.state == DL__CONNECTING) {
+		if (c->conn.state == DLOCK__CONNECTING) {
 			if (connect_result(c->conn.fd) == 0)
-				transport_up(c, dl__now());
+				transport_up(c, dlock__now());
 			else
-				attempt_failed(c, dl__now());
+				attempt_failed(c, dlock__now());
 			continue;
 		}
-		if (c->conn.state == DL__HANDSHAKE) {
-			tls_step(c, dl__now());
+		if (c->conn.state == DLOCK__HANDSHAKE) {
+			tls_step(c, dlock__now());
 			continue;
 		}
 		if (p[2].revents & POLLOUT)
-			dl__flush(c);
+			dlock__flush(c);
 		if ((p[2].revents & (POLLIN | POLLHUP | POLLERR)) ||
 		    c->conn.input_more)
 			input(c);

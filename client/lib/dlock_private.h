@@ -34,44 +34,44 @@
 
 /* ---- limits and timings -------------------------------------------------- */
 
-/* A failed renewal is retried after max(TTL/10, DL__RENEW_RETRY_MIN_MS). */
-#define DL__RENEW_RETRY_MIN_MS 10
-/* Waits on a condition variable last at most this (dl__cond_wait): after
+/* A failed renewal is retried after max(TTL/10, DLOCK__RENEW_RETRY_MIN_MS). */
+#define DLOCK__RENEW_RETRY_MIN_MS 10
+/* Waits on a condition variable last at most this (dlock__cond_wait): after
  * a suspend, a request's timeout is seen this late at most. */
-#define DL__CLOCK_STEP_MS 250
-#define DL__NEVER	  INT64_MAX /* a deadline that never comes */
+#define DLOCK__CLOCK_STEP_MS 250
+#define DLOCK__NEVER	     INT64_MAX /* a deadline that never comes */
 /* Reads of the socket per wake of the thread (dlock_io.c input). */
-#define DL__READ_TURN	    16
-#define DL__BACKOFF_MIN_MS  50	 /* first pause between reconnects */
-#define DL__BACKOFF_MAX_MS  1000 /* the pause doubles up to this */
-#define DL__GUARD_MIN_MS    20	 /* default lost guard: max(TTL/10, this) */
-#define DL__ADDRS_MAX	    16	 /* resolved addresses kept for reconnects */
-#define DL__SERVER_NAME_MAX 262	 /* "host:port" of one of options.servers */
+#define DLOCK__READ_TURN       16
+#define DLOCK__BACKOFF_MIN_MS  50   /* first pause between reconnects */
+#define DLOCK__BACKOFF_MAX_MS  1000 /* the pause doubles up to this */
+#define DLOCK__GUARD_MIN_MS    20   /* default lost guard: max(TTL/10, this) */
+#define DLOCK__ADDRS_MAX       16   /* resolved addresses kept for reconnects */
+#define DLOCK__SERVER_NAME_MAX 262  /* "host:port" of one of options.servers */
 /* A standby said where the active is, and it is where the client just
  * was (or nowhere known), or no server of options.servers serves: try
- * again after this, doubled each time up to DL__REDIRECT_MAX_MS (a
+ * again after this, doubled each time up to DLOCK__REDIRECT_MAX_MS (a
  * take-over is under way; asking in a tight loop only loads the
  * daemons). */
-#define DL__REDIRECT_MS	    100
-#define DL__REDIRECT_MAX_MS 500
-#define DL__TAG_SIZE	    24		 /* "r" + 20 digits + NUL */
-#define DL__STATS_MAX	    (256 * 1024) /* bytes of a STATS body kept */
+#define DLOCK__REDIRECT_MS     100
+#define DLOCK__REDIRECT_MAX_MS 500
+#define DLOCK__TAG_SIZE	       24	    /* "r" + 20 digits + NUL */
+#define DLOCK__STATS_MAX       (256 * 1024) /* bytes of a STATS body kept */
 /* Lines a reply body may announce: the most any server sends (HOLDERS:
  * DL_HOLDERS_LIST_MAX holders and as many waiters; LOCKS a page; STATS)
  * with room. More is a server that would keep the client reading: it is
  * dropped. */
-#define DL__BODY_LINES_MAX                                                     \
+#define DLOCK__BODY_LINES_MAX                                                  \
 	(2 * DL_HOLDERS_LIST_MAX + DL_LOCKS_PAGE_MAX + DL_STATS_MAX)
-#define DL__ERR_MAX DL_REPLY_MAX /* text of a NO/ERR line */
-#define DL__WHY_MAX                                                            \
+#define DLOCK__ERR_MAX DL_REPLY_MAX /* text of a NO/ERR line */
+#define DLOCK__WHY_MAX                                                         \
 	400 /* why one address could not be used:                              \
 	       two names and two cluster ids fit */
-#define DL__DEFAULT_HOST "127.0.0.1"
+#define DLOCK__DEFAULT_HOST "127.0.0.1"
 
 /* ---- requests ------------------------------------------------------------ */
 
 /*
- * Every operation of libdlock, in one table: its name (DL__<op>), the
+ * Every operation of libdlock, in one table: its name (DLOCK__<op>), the
  * verb it sends, the function that writes its arguments (dlock_req.c)
  * and the one that reads its reply (dlock_reply.c). Each file expands
  * the columns it owns. Adding a client call: a row here and those two
@@ -94,7 +94,7 @@
  *   RECLAIM        a renewal refused NOT_HOLDER, asked again with the
  *                  lease's proof: Redis forgot it (dlock_reply.c)
  */
-#define DL__OPS(X)                                                             \
+#define DLOCK__OPS(X)                                                          \
 	X(AUTH, AUTH, args_auth, on_ok)                                        \
 	X(HELLO, HELLO, args_hello, on_hello)                                  \
 	X(LOCK, LOCK, args_lock, reply_lock)                                   \
@@ -112,27 +112,27 @@
 	X(LOCKS, LOCKS, args_locks, on_locks)                                  \
 	X(BREAK, BREAK, args_break, on_break)                                  \
 	X(HOLDERS, HOLDERS, args_name, on_holders)                             \
-	X(WATCH, WATCH, args_name, dl__watch_reply)                            \
-	X(UNWATCH, UNWATCH, args_name, dl__watch_reply)                        \
+	X(WATCH, WATCH, args_name, dlock__watch_reply)                         \
+	X(UNWATCH, UNWATCH, args_name, dlock__watch_reply)                     \
 	X(DESCRIBE, HELLO, args_describe, on_describe)                         \
 	X(RECLAIM, RECLAIM, args_reclaim, reply_refresh)
 
-enum dl__op {
-#define DL__OP_ENUM(op, verb, args, reply) DL__##op,
-	DL__OPS(DL__OP_ENUM)
-#undef DL__OP_ENUM
+enum dlock__op {
+#define DLOCK__OP_ENUM(op, verb, args, reply) DLOCK__##op,
+	DLOCK__OPS(DLOCK__OP_ENUM)
+#undef DLOCK__OP_ENUM
 };
 
 /* Where a request is; it is on at most one list. */
-enum dl__where {
-	DL__NOWHERE,
-	DL__UNSENT,  /* c->unsent: waits for a connection */
-	DL__SENT,    /* c->fifo (or c->stats_req): waits for its reply */
-	DL__WAITING, /* c->waiting: a LOCK answered QUEUED, waits for its
+enum dlock__where {
+	DLOCK__NOWHERE,
+	DLOCK__UNSENT,	/* c->unsent: waits for a connection */
+	DLOCK__SENT,	/* c->fifo (or c->stats_req): waits for its reply */
+	DLOCK__WAITING, /* c->waiting: a LOCK answered QUEUED, waits for its
 			event */
 };
 
-struct dl__lease;
+struct dlock__lease;
 
 /*
  * One request, from the call that makes it until its outcome is known.
@@ -142,20 +142,20 @@ struct dl__lease;
  * handshakes, clean-ups) is freed by the background thread when its reply
  * comes, or by a disconnect.
  */
-struct dl__req {
-	struct dl__req *next;	       /* on its list (see where) */
-	struct dl__req *anext, *aprev; /* c->acquiring (LOCK calls) */
-	enum dl__op op;
-	enum dl__where where;
-	unsigned internal : 1;	/* nobody waits for it */
-	unsigned abandoned : 1; /* the caller gave up; outcome to clean up */
-	unsigned in_acq : 1;	/* on c->acquiring */
-	unsigned resent : 1;	/* written again after a reconnect */
-	unsigned last_hold : 1; /* UNLOCK of a lease's last handle: a HELD
-				   reply means holds we lost track of */
-	unsigned done : 1;	/* rc is final */
-	unsigned retries : 2;	/* LOCK: ALREADY_WAITING answers */
-	char tag[DL__TAG_SIZE]; /* id= of the last write */
+struct dlock__req {
+	struct dlock__req *next;	  /* on its list (see where) */
+	struct dlock__req *anext, *aprev; /* c->acquiring (LOCK calls) */
+	enum dlock__op op;
+	enum dlock__where where;
+	unsigned internal : 1;	   /* nobody waits for it */
+	unsigned abandoned : 1;	   /* the caller gave up; outcome to clean up */
+	unsigned in_acq : 1;	   /* on c->acquiring */
+	unsigned resent : 1;	   /* written again after a reconnect */
+	unsigned last_hold : 1;	   /* UNLOCK of a lease's last handle: a HELD
+				      reply means holds we lost track of */
+	unsigned done : 1;	   /* rc is final */
+	unsigned retries : 2;	   /* LOCK: ALREADY_WAITING answers */
+	char tag[DLOCK__TAG_SIZE]; /* id= of the last write */
 	char name[DL_NAME_MAX + 1];
 	uint64_t token;	   /* of UNLOCK REFRESH CHECK CONFIRM; LOCK's result */
 	int64_t ttl;	   /* ms, explicit (0 resolved to the server default) */
@@ -163,12 +163,12 @@ struct dl__req {
 	int64_t warn;	   /* LOCK: warn= ms, 0 for none */
 	int64_t delay;	   /* LOCK: delay= ms, 0 for none */
 	int64_t wait_end;  /* LOCK: monotonic end of the wait, from the first
-			      write; DL__NEVER for forever */
+			      write; DLOCK__NEVER for forever */
 	int64_t sent_at;   /* monotonic ms of the last write */
-	int64_t deadline;  /* the caller gives up then (DL__NEVER: never) */
+	int64_t deadline;  /* the caller gives up then (DLOCK__NEVER: never) */
 	pthread_t thread;  /* LOCK: the calling thread */
 	pthread_cond_t cv; /* signalled when done or deadline changes */
-	struct dl__lease *lease; /* UNLOCK REFRESH RENEW: a reference */
+	struct dlock__lease *lease; /* UNLOCK REFRESH RENEW: a reference */
 	int rc;
 	uint64_t r_value;    /* CHECK remaining, STALE current, UNLOCK_TOKEN
 				holds left, REFRESH_TOKEN granted ttl */
@@ -183,8 +183,8 @@ struct dl__req {
 	char after[DL_NAME_MAX + 1];
 	uint32_t limit;
 	unsigned by_waiters : 1;
-	unsigned shared : 1;   /* LOCK: mode=shared */
-	char err[DL__ERR_MAX]; /* the NO/ERR line, "" if none */
+	unsigned shared : 1;	  /* LOCK: mode=shared */
+	char err[DLOCK__ERR_MAX]; /* the NO/ERR line, "" if none */
 };
 
 /* ---- leases -------------------------------------------------------------- */
@@ -195,8 +195,8 @@ struct dl__req {
  * Freed when unlinked from c->leases and `refs` drops to 0 (refs counts
  * the list, handles and requests pointing at it).
  */
-struct dl__lease {
-	struct dl__lease *next, *prev; /* c->leases */
+struct dlock__lease {
+	struct dlock__lease *next, *prev; /* c->leases */
 	char name[DL_NAME_MAX + 1];
 	uint64_t token;
 	_Atomic int64_t deadline; /* local deadline, monotonic ms */
@@ -223,9 +223,9 @@ struct dl__lease {
 
 /* The public handle: one hold of a lease. */
 struct dlock_lease {
-	struct dl__lease *l; /* immutable */
-	dlock_lease *next;   /* on l->handles */
-	atomic_int lost;     /* on_lost was (or is about to be) called */
+	struct dlock__lease *l; /* immutable */
+	dlock_lease *next;	/* on l->handles */
+	atomic_int lost;	/* on_lost was (or is about to be) called */
 	enum dlock_lost_reason why;
 	unsigned notify : 1;	  /* on_lost still to be called */
 	unsigned risk_notify : 1; /* on_at_risk still to be called */
@@ -233,8 +233,8 @@ struct dlock_lease {
 
 /* A thread waiting for a name that another thread of the client holds or
  * is acquiring (on c->lwait, in arrival order; on its caller's stack). */
-struct dl__lwait {
-	struct dl__lwait *next;
+struct dlock__lwait {
+	struct dlock__lwait *next;
 	const char *name;
 	pthread_cond_t cv; /* signalled when it may be its turn */
 };
@@ -242,16 +242,20 @@ struct dl__lwait {
 /* ---- the client ---------------------------------------------------------- */
 
 /* The daemon's role= in HELLO. */
-enum dl__role { DL__ROLE_UNKNOWN, DL__ROLE_ACTIVE, DL__ROLE_STANDBY };
+enum dlock__role {
+	DLOCK__ROLE_UNKNOWN,
+	DLOCK__ROLE_ACTIVE,
+	DLOCK__ROLE_STANDBY
+};
 
-enum dl__state {
-	DL__DOWN,	/* not connected; next attempt at reconnect_at */
-	DL__CONNECTING, /* a non-blocking connect is in progress */
-	DL__HANDSHAKE,	/* connected; the TLS handshake is in progress */
-	DL__GREETING,	/* a reconnect: AUTH and HELLO sent, the rest waits
-			   (unsent) until HELLO is answered OK */
-	DL__UP,		/* connected: requests are written at once */
-	DL__DEAD,	/* closed for good (reconnect off, or closing) */
+enum dlock__state {
+	DLOCK__DOWN,	   /* not connected; next attempt at reconnect_at */
+	DLOCK__CONNECTING, /* a non-blocking connect is in progress */
+	DLOCK__HANDSHAKE,  /* connected; the TLS handshake is in progress */
+	DLOCK__GREETING,   /* a reconnect: AUTH and HELLO sent, the rest waits
+		      (unsent) until HELLO is answered OK */
+	DLOCK__UP,	   /* connected: requests are written at once */
+	DLOCK__DEAD,	   /* closed for good (reconnect off, or closing) */
 };
 
 /*
@@ -263,11 +267,11 @@ enum dl__state {
  */
 
 /* Where to connect: the addresses, and fail-over among them. */
-struct dl__addrs {
-	struct sockaddr_storage addrs[DL__ADDRS_MAX];
-	socklen_t addrlens[DL__ADDRS_MAX];
+struct dlock__addrs {
+	struct sockaddr_storage addrs[DLOCK__ADDRS_MAX];
+	socklen_t addrlens[DLOCK__ADDRS_MAX];
 	/* options.servers: the entry each address came from ("" without) */
-	char names[DL__ADDRS_MAX][DL__SERVER_NAME_MAX];
+	char names[DLOCK__ADDRS_MAX][DLOCK__SERVER_NAME_MAX];
 	char *servers;
 	int naddrs;
 	int addr_i; /* the address to try next */
@@ -281,16 +285,16 @@ struct dl__addrs {
 	int failed_i; /* the address whose connect failed last, or -1 */
 	/* Why dlock_connect could not use each address ("" when it was
 	 * not tried, or served), and the names that did not resolve: the
-	 * thread's dlock_last_error() when it fails (dl__why_report). */
-	char why[DL__ADDRS_MAX][DL__WHY_MAX];
-	char unresolved[DL__WHY_MAX];
+	 * thread's dlock_last_error() when it fails (dlock__why_report). */
+	char why[DLOCK__ADDRS_MAX][DLOCK__WHY_MAX];
+	char unresolved[DLOCK__WHY_MAX];
 };
 
 /* The connection (the thread's, under mu). */
-struct dl__conn {
+struct dlock__conn {
 	int fd;
-	struct dl__tls *tls; /* NULL: plaintext (dlock_tls.c) */
-	enum dl__state state;
+	struct dlock__tls *tls; /* NULL: plaintext (dlock_tls.c) */
+	enum dlock__state state;
 	int initial; /* dlock_connect's own handshake is running */
 	int wfail;   /* a write failed: the thread must disconnect */
 	int refused; /* a reconnect's HELLO was refused: pause first */
@@ -310,67 +314,67 @@ struct dl__conn {
 	 * unsolicited grants had the client queue an UNLOCK for each, 77 MB
 	 * in seconds). Zeroed by each new connection. */
 	uint64_t crossing;
-	/* input() stopped at DL__READ_TURN with more to read: the thread
+	/* input() stopped at DLOCK__READ_TURN with more to read: the thread
 	 * reads again before it sleeps */
 	int input_more;
 };
 
 /* Learnt from HELLO. */
-struct dl__hello {
+struct dlock__hello {
 	int64_t default_ttl;
 	int auth_required;
-	atomic_int role; /* enum dl__role: dlock_server_role() */
+	atomic_int role; /* enum dlock__role: dlock_server_role() */
 	/* The cluster id the client holds to (options.cluster, or the
 	 * first a server named: "" until then), the server it came from
 	 * ("" for the option), and how many HELLOs in a row named
 	 * another: at naddrs, requests fail with DLOCK_ECLUSTER. */
 	char cluster[DL_CLUSTER_ID_LEN + 1];
-	char cluster_from[DL__SERVER_NAME_MAX];
+	char cluster_from[DLOCK__SERVER_NAME_MAX];
 	int cluster_refused;
 };
 
 /* What the client says of itself (options.describe), as sent
  * (dlock_desc.c); nothing when all are empty, or once a server refused
  * it. */
-struct dl__describe {
+struct dlock__describe {
 	char host[DL_DESC_HOST_MAX + 1];
 	char cmd[DL_DESC_CMD_MAX + 1];
 	uint32_t pid;
 	int refused;
 };
 
-/* The requests, each on at most one list (enum dl__where). */
-struct dl__reqs {
-	struct dl__req *fifo, *fifo_tail;     /* sent, in order */
-	struct dl__req *unsent, *unsent_tail; /* to write on connect */
-	struct dl__req *waiting;	      /* QUEUED LOCKs */
-	struct dl__req *acquiring;	      /* LOCK calls in flight */
-	struct dl__req *stats_req;	      /* reading a STATS body */
-	uint64_t stats_left;		      /* its lines still to come */
-	uint64_t seq;			      /* tags: "r<seq>" */
+/* The requests, each on at most one list (enum dlock__where). */
+struct dlock__reqs {
+	struct dlock__req *fifo, *fifo_tail;	 /* sent, in order */
+	struct dlock__req *unsent, *unsent_tail; /* to write on connect */
+	struct dlock__req *waiting;		 /* QUEUED LOCKs */
+	struct dlock__req *acquiring;		 /* LOCK calls in flight */
+	struct dlock__req *stats_req;		 /* reading a STATS body */
+	uint64_t stats_left;			 /* its lines still to come */
+	uint64_t seq;				 /* tags: "r<seq>" */
 };
 
 /* The leases (dlock_req.c). */
-struct dl__leases {
-	struct dl__lease *leases;
+struct dlock__leases {
+	struct dlock__lease *leases;
 	int notify_count;	      /* handles with notify set */
 	int risk_count;		      /* handles with risk_notify set */
 	const dlock_lease *cb_handle; /* in on_lost or on_at_risk now */
 };
 
 /* The watches (dlock_watch.c). */
-struct dl__watches {
-	struct dl__watch *watches;    /* what the server was asked */
-	struct dl__wev *wq, *wq_tail; /* events not yet taken */
-	size_t wq_n;		      /* how many */
-	uint64_t missed;	      /* dropped since the last notice */
-	pthread_cond_t cv;	      /* an event came; closing */
+struct dlock__watches {
+	struct dlock__watch *watches;	 /* what the server was asked */
+	struct dlock__wev *wq, *wq_tail; /* events not yet taken */
+	size_t wq_n;			 /* how many */
+	uint64_t missed;		 /* dropped since the last notice */
+	pthread_cond_t cv;		 /* an event came; closing */
 };
 
 struct dlock_client {
 	pthread_mutex_t mu;
-	struct dl__lwait *lwait; /* threads waiting for a name, FIFO */
-	pthread_cond_t idle_cv;	 /* callers left; a callback returned */
+	struct dlock__lwait *lwait; /* threads waiting for a name, FIFO */
+	pthread_cond_t idle_cv;	    /* callers left; a callback returned */
 	pthread_t thread;
 	int thread_started;
 	int wake[2];  /* self-pipe: [0] polled by the thread */
@@ -384,193 +388,196 @@ struct dlock_client {
 	char owner[DL_OWNER_MAX + 1];
 	char owner_key[DL_OWNER_SECRET_MAX + 1]; /* "" until the server says */
 
-	struct dl__addrs addr;
-	struct dl__conn conn;
-	struct dl__hello hello;
-	struct dl__describe desc;
-	struct dl__reqs rq;
-	struct dl__leases ls;
-	struct dl__watches w;
+	struct dlock__addrs addr;
+	struct dlock__conn conn;
+	struct dlock__hello hello;
+	struct dlock__describe desc;
+	struct dlock__reqs rq;
+	struct dlock__leases ls;
+	struct dlock__watches w;
 };
 
 /* ---- dlock_req.c --------------------------------------------------------- */
 
-int64_t dl__now(void);
+int64_t dlock__now(void);
 /* The margin taken off a granted TTL: the server's ms rounding and the
  * difference of clock rates (2 ms + 1 per mille). */
-int64_t dl__slack(int64_t ttl_ms);
+int64_t dlock__slack(int64_t ttl_ms);
 /* The lost guard of a lease of this TTL. */
-int64_t dl__guard(const struct dlock_client *c, int64_t ttl_ms);
-void dl__wake(struct dlock_client *c);
-void dl__cond_init(pthread_cond_t *cv);
-/* Wait on cv until deadline (DL__NEVER: no limit); 0, or ETIMEDOUT. */
-int dl__cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline);
+int64_t dlock__guard(const struct dlock_client *c, int64_t ttl_ms);
+void dlock__wake(struct dlock_client *c);
+void dlock__cond_init(pthread_cond_t *cv);
+/* Wait on cv until deadline (DLOCK__NEVER: no limit); 0, or ETIMEDOUT. */
+int dlock__cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline);
 
-struct dl__req *dl__req_new(enum dl__op op, const char *name, int internal);
-void dl__req_free(struct dl__req *q);
+struct dlock__req *dlock__req_new(enum dlock__op op, const char *name,
+				  int internal);
+void dlock__req_free(struct dlock__req *q);
 
 /* Request lists (c->fifo, c->unsent, c->waiting, a disconnect's): singly
  * linked through next, with a tail pointer where the list keeps one
  * (NULL for c->waiting's, in pop and remove). */
-void dl__list_append(struct dl__req **head, struct dl__req **tail,
-		     struct dl__req *q);
+void dlock__list_append(struct dlock__req **head, struct dlock__req **tail,
+			struct dlock__req *q);
 /* The first request, unlinked, or NULL. */
-struct dl__req *dl__list_pop(struct dl__req **head, struct dl__req **tail);
+struct dlock__req *dlock__list_pop(struct dlock__req **head,
+				   struct dlock__req **tail);
 /* Put the linked run first..last in front of the list. */
-void dl__list_prepend(struct dl__req **head, struct dl__req **tail,
-		      struct dl__req *first, struct dl__req *last);
+void dlock__list_prepend(struct dlock__req **head, struct dlock__req **tail,
+			 struct dlock__req *first, struct dlock__req *last);
 /* Unlink q if it is on the list. */
-void dl__list_remove(struct dl__req **head, struct dl__req **tail,
-		     struct dl__req *q);
+void dlock__list_remove(struct dlock__req **head, struct dlock__req **tail,
+			struct dlock__req *q);
 /* Forget the thread's last server error (at the start of each call). */
-void dl__last_error_clear(void);
+void dlock__last_error_clear(void);
 /* Set it (a client-side failure the caller should read about: TLS). */
-void dl__last_error_set(const char *text);
+void dlock__last_error_set(const char *text);
 /* Format q, queue its bytes and put it on the FIFO (connection UP). */
-int dl__req_write(struct dlock_client *c, struct dl__req *q);
+int dlock__req_write(struct dlock_client *c, struct dlock__req *q);
 /* Write if UP, else keep for the reconnect; a caller's call: errors
  * DLOCK_ECANCELED, DLOCK_ECLOSED, DLOCK_ENOMEM. */
-int dl__req_submit(struct dlock_client *c, struct dl__req *q);
+int dlock__req_submit(struct dlock_client *c, struct dlock__req *q);
 /* Submit and wait for the outcome. On timeout the request is given up
  * and *qp set to NULL (no longer the caller's). The NO/ERR text goes to
  * the thread's dlock_last_error(). */
-int dl__call(struct dlock_client *c, struct dl__req **qp);
+int dlock__call(struct dlock_client *c, struct dlock__req **qp);
 /* The outcome is known: wake the caller, or free an orphan. */
-void dl__req_finish(struct dlock_client *c, struct dl__req *q, int rc);
+void dlock__req_finish(struct dlock_client *c, struct dlock__req *q, int rc);
 /* Fire and forget (clean-ups): UNLOCK of a grant nobody wants, CANCEL. */
-void dl__internal(struct dlock_client *c, enum dl__op op, const char *name,
-		  uint64_t token, int last_hold);
-void dl__acq_remove(struct dlock_client *c, struct dl__req *q);
+void dlock__internal(struct dlock_client *c, enum dlock__op op,
+		     const char *name, uint64_t token, int last_hold);
+void dlock__acq_remove(struct dlock_client *c, struct dlock__req *q);
 /* `name` may be free now: wake the first thread waiting for it. */
-void dl__name_wake(struct dlock_client *c, const char *name);
-int dl__name_acquiring(const struct dlock_client *c, const char *name);
-void dl__flush(struct dlock_client *c);
+void dlock__name_wake(struct dlock_client *c, const char *name);
+int dlock__name_acquiring(const struct dlock_client *c, const char *name);
+void dlock__flush(struct dlock_client *c);
 
 /* key=<u64> of a reply or body line: 1 with *out set when it is there, a
  * number and at most max; else 0. */
-int dl__kv_u64(const struct dl_reply *r, const char *key, uint64_t max,
-	       uint64_t *out);
+int dlock__kv_u64(const struct dl_reply *r, const char *key, uint64_t max,
+		  uint64_t *out);
 /* Keep the proof= and until= a reply gave lease l (none: kept as was). */
-void dl__lease_proof(struct dl__lease *l, const struct dl_reply *r);
+void dlock__lease_proof(struct dlock__lease *l, const struct dl_reply *r);
 
 /* STATUS and HOLDERS fields mode= limit= holders= waiters=. */
-void dl__status_extra(const struct dl_reply *r, struct dlock_status *st);
+void dlock__status_extra(const struct dl_reply *r, struct dlock_status *st);
 /* The DLOCK_E* code of a NO/ERR reply (and its text kept in q->err). */
-int dl__reply_error(struct dl__req *q, const struct dl_reply *r);
+int dlock__reply_error(struct dlock__req *q, const struct dl_reply *r);
 
-struct dl__lease *dl__lease_find(struct dlock_client *c, const char *name,
-				 uint64_t token);
+struct dlock__lease *dlock__lease_find(struct dlock_client *c, const char *name,
+				       uint64_t token);
 /* A grant of (q->name, token) confirmed by a request sent at sent_at with
  * `ms` of lease left: a new handle for q's caller (q->handle). */
-int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
-		    int64_t ms, int64_t sent_at);
+int dlock__lease_grant(struct dlock_client *c, struct dlock__req *q,
+		       uint64_t token, int64_t ms, int64_t sent_at);
 /* The server confirmed the lease for ms from sent_at. */
-void dl__lease_confirm(struct dlock_client *c, struct dl__lease *l,
-		       const struct dl__req *q, int64_t sent_at, int64_t ms);
-/* Mark at risk (once until confirmed again: dl__lease_confirm); on_at_risk
+void dlock__lease_confirm(struct dlock_client *c, struct dlock__lease *l,
+			  const struct dlock__req *q, int64_t sent_at,
+			  int64_t ms);
+/* Mark at risk (once until confirmed again: dlock__lease_confirm); on_at_risk
  * is called by the thread for each handle not lost yet, before any
  * on_lost of it. */
 /* Write a renewal of l now (an internal REFRESH with its TTL; the reply
  * confirms, reclaims or loses it): 0, or an error when it could not be
  * written. l->refreshing is set until its reply. */
-int dl__lease_renew(struct dlock_client *c, struct dl__lease *l);
-void dl__lease_risk(struct dlock_client *c, struct dl__lease *l);
+int dlock__lease_renew(struct dlock_client *c, struct dlock__lease *l);
+void dlock__lease_risk(struct dlock_client *c, struct dlock__lease *l);
 /* Mark lost; on_lost is called by the thread for each handle. */
-void dl__lease_lose(struct dlock_client *c, struct dl__lease *l,
-		    enum dlock_lost_reason why);
-void dl__lease_unlink(struct dlock_client *c, struct dl__lease *l);
-void dl__lease_unref(struct dl__lease *l);
+void dlock__lease_lose(struct dlock_client *c, struct dlock__lease *l,
+		       enum dlock_lost_reason why);
+void dlock__lease_unlink(struct dlock_client *c, struct dlock__lease *l);
+void dlock__lease_unref(struct dlock__lease *l);
 /* Release a grant nobody wants: undo one hold, or the whole lease. */
-void dl__cleanup_grant(struct dlock_client *c, const char *name,
-		       uint64_t token);
+void dlock__cleanup_grant(struct dlock_client *c, const char *name,
+			  uint64_t token);
 
 /* ---- dlock_io.c ---------------------------------------------------------- */
 
 /* Resolve the options' address into c->addrs. */
-int dl__resolve(struct dlock_client *c);
+int dlock__resolve(struct dlock_client *c);
 /* Blocking connect for dlock_connect(), bounded by deadline, trying the
  * addresses from c->addr_i on; sets c->fd and c->addr_i. */
-int dl__connect_sync(struct dlock_client *c, int64_t deadline);
+int dlock__connect_sync(struct dlock_client *c, int64_t deadline);
 /* The address to go to for "active=<host:port>" (a standby's word):
  * c->hint_i. */
-void dl__hint(struct dlock_client *c, struct dl_str active);
+void dlock__hint(struct dlock_client *c, struct dl_str active);
 /* Why address i could not be used (c->why[i]). */
-void dl__why(struct dlock_client *c, int i, const char *fmt, ...)
+void dlock__why(struct dlock_client *c, int i, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* dlock_connect failed with DLOCK_ECONNECT: the thread's
  * dlock_last_error() says why, address by address (with options.servers,
  * each prefixed by its entry). */
-void dl__why_report(const struct dlock_client *c);
-void *dl__thread_main(void *arg);
-/* A reconnect's HELLO was answered OK (state DL__GREETING): the connection
+void dlock__why_report(const struct dlock_client *c);
+void *dlock__thread_main(void *arg);
+/* A reconnect's HELLO was answered OK (state DLOCK__GREETING): the connection
  * is UP, and what waited for it is sent (dlock_io.c). */
-void dl__io_hello_ok(struct dlock_client *c);
+void dlock__io_hello_ok(struct dlock_client *c);
 
 /* ---- dlock_reply.c ------------------------------------------------------- */
 
 /* One line from the server; -1 when the stream is not what we expect
  * (the caller drops the connection). */
-int dl__line_in(struct dlock_client *c, char *line, size_t len);
+int dlock__line_in(struct dlock_client *c, char *line, size_t len);
 
 /* ---- dlock.c ------------------------------------------------------------- */
 
 /* A public call begins (takes c->mu; DLOCK_ECANCELED once closing) and
  * ends (gives it back). */
-int dl__enter(struct dlock_client *c);
-void dl__leave(struct dlock_client *c);
+int dlock__enter(struct dlock_client *c);
+void dlock__leave(struct dlock_client *c);
 
 /* ---- dlock_watch.c ------------------------------------------------------ */
 
-/* The reply to a DL__WATCH or DL__UNWATCH request (a reply handler of
+/* The reply to a DLOCK__WATCH or DLOCK__UNWATCH request (a reply handler of
  * dlock_reply.c: it takes every reply, returns 1). */
-int dl__watch_reply(struct dlock_client *c, struct dl__req *q,
-		    const struct dl_reply *r);
+int dlock__watch_reply(struct dlock_client *c, struct dlock__req *q,
+		       const struct dl_reply *r);
 /* A "* WATCH" or "* WATCH-OVERFLOW" event; 0 if r is neither. */
-int dl__watch_event(struct dlock_client *c, const struct dl_reply *r);
-/* A new connection: watch again (an internal DL__WATCH for each). */
-void dl__watch_resume(struct dlock_client *c);
+int dlock__watch_event(struct dlock_client *c, const struct dl_reply *r);
+/* A new connection: watch again (an internal DLOCK__WATCH for each). */
+void dlock__watch_resume(struct dlock_client *c);
 /* Free the watches and the events (client_free). */
-void dl__watch_free(struct dlock_client *c);
+void dlock__watch_free(struct dlock_client *c);
 
 /* ---- dlock_desc.c -------------------------------------------------------- */
 
 /* The client's description from the options (options.describe): into
  * c->desc_*, encoded as sent; the options' strings are not kept. */
-void dl__describe(struct dlock_client *c, const struct dlock_options *o);
+void dlock__describe(struct dlock_client *c, const struct dlock_options *o);
 /* 1 when there is something to say (and no server refused it). */
-int dl__describing(const struct dlock_client *c);
+int dlock__describing(const struct dlock_client *c);
 /* A word of a holder line or a NO BUSY, key=value, that describes a
  * holder (host=, pid=, cmd=, held_ms=, user=): into h, decoded in place
  * in `value` (it points into a line the caller keeps). 1 if it was one. */
-int dl__holder_word(struct dlock_holder *h, const char *key, char *value);
+int dlock__holder_word(struct dlock_holder *h, const char *key, char *value);
 
 /* ---- dlock_tls.c --------------------------------------------------------- */
 
-struct dl__tls;
+struct dlock__tls;
 /* c->tls from the options: NULL when no TLS is asked for (options.tls,
  * tls_ca, tls_cert) or a unix socket is used. DLOCK_ETLS (a file that does
  * not load; why in the thread's dlock_last_error()), DLOCK_ENOMEM. */
-int dl__tls_new(struct dlock_client *c, const struct dlock_options *o);
-void dl__tls_free(struct dl__tls *t); /* NULL is a no-op */
+int dlock__tls_new(struct dlock_client *c, const struct dlock_options *o);
+void dlock__tls_free(struct dlock__tls *t); /* NULL is a no-op */
 /* TLS on the new connection c->fd to address i: the name to verify is
  * set. DLOCK_ENOMEM, DLOCK_ETLS. */
-int dl__tls_begin(struct dlock_client *c, int i);
-/* Advance the handshake: 0 done, 1 not yet (poll for dl__io_events()),
- * DLOCK_ETLS (why: dl__tls_error()). */
-int dl__tls_handshake(struct dlock_client *c);
+int dlock__tls_begin(struct dlock_client *c, int i);
+/* Advance the handshake: 0 done, 1 not yet (poll for dlock__io_events()),
+ * DLOCK_ETLS (why: dlock__tls_error()). */
+int dlock__tls_handshake(struct dlock_client *c);
 /* 1 once TLS broke the connection (handshake, certificate, a bad record);
- * dl__tls_error() says why until the next dl__tls_begin(). */
-int dl__tls_failed(const struct dlock_client *c);
-const char *dl__tls_error(const struct dlock_client *c);
+ * dlock__tls_error() says why until the next dlock__tls_begin(). */
+int dlock__tls_failed(const struct dlock_client *c);
+const char *dlock__tls_error(const struct dlock_client *c);
 
 /* The transport, plain or TLS. Plaintext in, like read(2): -1 with errno
  * EAGAIN when nothing more now, EPROTO on a TLS error. */
-ssize_t dl__io_read(struct dlock_client *c, char *buf, size_t n);
-/* dl__flush() with TLS: c->out sealed, the ciphertext sent. */
-void dl__tls_flush(struct dlock_client *c);
+ssize_t dlock__io_read(struct dlock_client *c, char *buf, size_t n);
+/* dlock__flush() with TLS: c->out sealed, the ciphertext sent. */
+void dlock__tls_flush(struct dlock_client *c);
 /* 1 while bytes wait for the socket (plaintext, or TLS records). */
-int dl__io_pending(const struct dlock_client *c);
+int dlock__io_pending(const struct dlock_client *c);
 /* Close c->fd (after a TLS goodbye, if the kernel takes it at once). */
-void dl__io_close(struct dlock_client *c);
+void dlock__io_close(struct dlock_client *c);
 
 #endif /* DL_CLIENT_DLOCK_PRIVATE_H */

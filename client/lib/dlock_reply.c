@@ -9,7 +9,7 @@
  * mismatch means the stream is out of step and the reader drops the
  * connection. The n lines after "OK STATS n" are the STATS body.
  *
- * Replies complete requests (dl__req_finish) and keep the lease records
+ * Replies complete requests (dlock__req_finish) and keep the lease records
  * true: a grant makes a handle, a confirmation moves the local deadline,
  * NO NOT_HOLDER and * EXPIRED lose the lease; a failed renewal and
  * * EXPIRING put it at risk. What a request given up by
@@ -53,15 +53,16 @@ static int is(const struct dl_reply *r, enum dl_reply_kind kind,
  * declared lost by the next timer pass while dlock_acquire() said
  * success: the caller would act as the holder of a lease it was told,
  * one instant later, it does not have. */
-static int too_late(struct dlock_client *c, const struct dl__req *q,
+static int too_late(struct dlock_client *c, const struct dlock__req *q,
 		    uint64_t token, int64_t ms)
 {
-	const struct dl__lease *l = dl__lease_find(c, q->name, token);
+	const struct dlock__lease *l = dlock__lease_find(c, q->name, token);
 	int64_t ttl = q->ttl;
 
 	if (l && atomic_load(&l->ttl) > ttl)
 		ttl = atomic_load(&l->ttl); /* a reentry keeps the longer */
-	return dl__now() >= q->sent_at + ms - dl__slack(ms) - dl__guard(c, ttl);
+	return dlock__now() >=
+	       q->sent_at + ms - dlock__slack(ms) - dlock__guard(c, ttl);
 }
 
 /* holds= of a GRANTED line: the lease's holds with this one, or 0 when
@@ -85,12 +86,12 @@ static uint64_t grant_holds(const struct dl_reply *r)
 static uint64_t own_holds(struct dlock_client *c, const char *name,
 			  uint64_t token)
 {
-	const struct dl__lease *l = dl__lease_find(c, name, token);
-	const struct dl__req *q;
+	const struct dlock__lease *l = dlock__lease_find(c, name, token);
+	const struct dlock__req *q;
 	uint64_t n = l ? (uint64_t)l->nhandles : 0;
 
 	for (q = c->rq.fifo; q; q = q->next)
-		if ((q->op == DL__UNLOCK || q->op == DL__CONFIRM) &&
+		if ((q->op == DLOCK__UNLOCK || q->op == DLOCK__CONFIRM) &&
 		    q->token == token && strcmp(q->name, name) == 0)
 			n++;
 	return n;
@@ -105,21 +106,21 @@ static uint64_t own_holds(struct dlock_client *c, const char *name,
  * itself, it would only grant again. A lost reply's hold that a LOCK sent
  * again after a reconnect re-entered looks the same and is refused too;
  * it ends at its TTL. Returns 1 when refused (q is finished). */
-static int held_elsewhere(struct dlock_client *c, struct dl__req *q,
+static int held_elsewhere(struct dlock_client *c, struct dlock__req *q,
 			  uint64_t token, uint64_t holds)
 {
 	uint64_t mine;
 
 	if (holds == 0 || holds <= (mine = own_holds(c, q->name, token)) + 1)
 		return 0;
-	dl__internal(c, DL__UNLOCK, q->name, token, 0);
+	dlock__internal(c, DLOCK__UNLOCK, q->name, token, 0);
 	snprintf(q->err, sizeof(q->err),
 		 "%s is held by owner %s in another process: its lease %" PRIu64
 		 " has %" PRIu64 " holds, %" PRIu64
 		 " of them this client's; the new one was given back",
 		 q->name, c->owner, token, holds, mine + 1);
-	dl__req_finish(c, q,
-		       q->abandoned ? DLOCK_ETIMEDOUT : DLOCK_EHELDBYOWNER);
+	dlock__req_finish(c, q,
+			  q->abandoned ? DLOCK_ETIMEDOUT : DLOCK_EHELDBYOWNER);
 	return 1;
 }
 
@@ -129,10 +130,10 @@ static int held_elsewhere(struct dlock_client *c, struct dl__req *q,
  * holds already under that token (a reentry keeps the longer). A client
  * must survive a hostile or broken server: such a line fails q with
  * DLOCK_EPROTO and drops the connection (c->conn.insane). */
-static int insane(struct dlock_client *c, const struct dl__req *q,
+static int insane(struct dlock_client *c, const struct dlock__req *q,
 		  uint64_t token, int64_t ms, uint64_t holds, int reentry)
 {
-	const struct dl__lease *l = dl__lease_find(c, q->name, token);
+	const struct dlock__lease *l = dlock__lease_find(c, q->name, token);
 	int64_t most = q->ttl;
 
 	/* a REFRESH sets the lease to its TTL; a LOCK of a lease this
@@ -142,11 +143,11 @@ static int insane(struct dlock_client *c, const struct dl__req *q,
 	if (token != 0 && holds <= DL_REENTRY_MAX && (most <= 0 || ms <= most))
 		return 0;
 	c->conn.insane = 1;
-	dl__why(c, c->addr.addr_i,
-		"it granted %s token %" PRIu64 " for %" PRId64
-		" ms with %" PRIu64 " holds, asked for %" PRId64
-		" ms: no server may, dropped",
-		q->name, token, ms, holds, most);
+	dlock__why(c, c->addr.addr_i,
+		   "it granted %s token %" PRIu64 " for %" PRId64
+		   " ms with %" PRIu64 " holds, asked for %" PRId64
+		   " ms: no server may, dropped",
+		   q->name, token, ms, holds, most);
 	return 1;
 }
 
@@ -155,7 +156,7 @@ static int insane(struct dlock_client *c, const struct dl__req *q,
  * is dropped (c->conn.insane; found from outside: "OK GRANTED zzz" answering
  * LOCK k was taken for a lease of k, "holds=0" believed, and "* TIMEOUT
  * other" ended the wait for k). */
-static int not_of(struct dlock_client *c, const struct dl__req *q,
+static int not_of(struct dlock_client *c, const struct dlock__req *q,
 		  const struct dl_reply *r)
 {
 	struct dl_str v;
@@ -165,7 +166,8 @@ static int not_of(struct dlock_client *c, const struct dl__req *q,
 	    (dl_reply_kv(r, "holds", &v) < 0 || grant_holds(r) > 0))
 		return 0;
 	c->conn.insane = 1;
-	dl__why(c, c->addr.addr_i,
+	dlock__why(
+		c, c->addr.addr_i,
 		"it answered a request for %s with \"%.*s\" (another lock, or holds=0): no server may, dropped",
 		q->name, (int)(r->argc ? r->argv[0].len : 0),
 		r->argc ? r->argv[0].p : "");
@@ -173,40 +175,41 @@ static int not_of(struct dlock_client *c, const struct dl__req *q,
 }
 
 /* OK GRANTED / OK REFRESHED for a LOCK or its confirmation. */
-static void granted(struct dlock_client *c, struct dl__req *q, uint64_t token,
-		    int64_t ms, const struct dl_reply *r)
+static void granted(struct dlock_client *c, struct dlock__req *q,
+		    uint64_t token, int64_t ms, const struct dl_reply *r)
 {
-	struct dl__lease *l;
+	struct dlock__lease *l;
 	int err;
 
 	if (q->abandoned) {
-		dl__cleanup_grant(c, q->name, token);
-		dl__req_finish(c, q, DLOCK_ETIMEDOUT);
+		dlock__cleanup_grant(c, q->name, token);
+		dlock__req_finish(c, q, DLOCK_ETIMEDOUT);
 		return;
 	}
 	if (too_late(c, q, token, ms)) {
 		/* give it back; ask again while the wait lasts (the server
 		 * grants it anew, counted from the new request) */
-		dl__cleanup_grant(c, q->name, token);
-		if (q->wait < 0 || (q->wait > 0 && q->wait_end > dl__now())) {
-			q->op = DL__LOCK;
-			q->deadline = dl__now() + c->opt.request_timeout_ms;
-			if ((err = dl__req_write(c, q)) < 0)
-				dl__req_finish(c, q, err);
+		dlock__cleanup_grant(c, q->name, token);
+		if (q->wait < 0 ||
+		    (q->wait > 0 && q->wait_end > dlock__now())) {
+			q->op = DLOCK__LOCK;
+			q->deadline = dlock__now() + c->opt.request_timeout_ms;
+			if ((err = dlock__req_write(c, q)) < 0)
+				dlock__req_finish(c, q, err);
 			return;
 		}
-		dl__req_finish(c, q, DLOCK_ETIMEDOUT);
+		dlock__req_finish(c, q, DLOCK_ETIMEDOUT);
 		return;
 	}
-	err = dl__lease_grant(c, q, token, ms, q->sent_at);
+	err = dlock__lease_grant(c, q, token, ms, q->sent_at);
 	if (err < 0)
-		dl__cleanup_grant(c, q->name, token);
-	else if ((l = dl__lease_find(c, q->name, token)) != NULL)
-		dl__lease_proof(l, r);
-	dl__req_finish(c, q, err);
+		dlock__cleanup_grant(c, q->name, token);
+	else if ((l = dlock__lease_find(c, q->name, token)) != NULL)
+		dlock__lease_proof(l, r);
+	dlock__req_finish(c, q, err);
 }
 
-static int reply_lock(struct dlock_client *c, struct dl__req *q,
+static int reply_lock(struct dlock_client *c, struct dlock__req *q,
 		      const struct dl_reply *r)
 {
 	uint64_t token;
@@ -216,30 +219,30 @@ static int reply_lock(struct dlock_client *c, struct dl__req *q,
 	if (is(r, DL_REPLY_OK, "GRANTED")) {
 		if (dl_reply_u64(r, 1, &token) < 0 || arg_i64(r, 2, &ms) < 0 ||
 		    not_of(c, q, r)) {
-			dl__req_finish(c, q, DLOCK_EPROTO);
+			dlock__req_finish(c, q, DLOCK_EPROTO);
 			return 1;
 		}
 		/* another client's lease may be longer than we asked */
 		if (held_elsewhere(c, q, token, grant_holds(r)))
 			return 1;
 		if (insane(c, q, token, ms, grant_holds(r), 1)) {
-			dl__cleanup_grant(c, q->name, token);
-			dl__req_finish(c, q, DLOCK_EPROTO);
+			dlock__cleanup_grant(c, q->name, token);
+			dlock__req_finish(c, q, DLOCK_EPROTO);
 			return 1;
 		}
 		granted(c, q, token, ms, r);
 	} else if (is(r, DL_REPLY_OK, "QUEUED")) {
 		if (q->abandoned) {
 			c->conn.crossing++; /* its grant may cross the CANCEL */
-			dl__internal(c, DL__CANCEL, q->name, 0, 0);
-			dl__req_finish(c, q, DLOCK_ETIMEDOUT);
+			dlock__internal(c, DLOCK__CANCEL, q->name, 0, 0);
+			dlock__req_finish(c, q, DLOCK_ETIMEDOUT);
 			return 1;
 		}
-		q->where = DL__WAITING;
+		q->where = DLOCK__WAITING;
 		q->next = c->rq.waiting;
 		c->rq.waiting = q;
-		q->deadline = q->wait < 0 ? DL__NEVER : q->wait_end;
-		if (q->deadline != DL__NEVER)
+		q->deadline = q->wait < 0 ? DLOCK__NEVER : q->wait_end;
+		if (q->deadline != DLOCK__NEVER)
 			q->deadline += c->opt.request_timeout_ms;
 		pthread_cond_signal(&q->cv);
 	} else if (is(r, DL_REPLY_NO, "ALREADY_WAITING") && !q->abandoned &&
@@ -247,66 +250,66 @@ static int reply_lock(struct dlock_client *c, struct dl__req *q,
 		/* a LOCK of ours that was given up still waits: the CANCEL
 		 * of its clean-up went out before this reply came in */
 		q->retries++;
-		if ((err = dl__req_write(c, q)) < 0)
-			dl__req_finish(c, q, err);
+		if ((err = dlock__req_write(c, q)) < 0)
+			dlock__req_finish(c, q, err);
 	} else {
-		dl__req_finish(c, q, dl__reply_error(q, r));
+		dlock__req_finish(c, q, dlock__reply_error(q, r));
 	}
 	return 1;
 }
 
-static int reply_confirm(struct dlock_client *c, struct dl__req *q,
+static int reply_confirm(struct dlock_client *c, struct dlock__req *q,
 			 const struct dl_reply *r)
 {
-	int64_t ms, now = dl__now();
+	int64_t ms, now = dlock__now();
 	int err;
 
 	if (is(r, DL_REPLY_OK, "REFRESHED")) {
 		if (arg_i64(r, 1, &ms) < 0 || not_of(c, q, r) ||
 		    insane(c, q, q->token, ms, grant_holds(r), 0)) {
-			dl__cleanup_grant(c, q->name, q->token);
-			dl__req_finish(c, q, DLOCK_EPROTO);
+			dlock__cleanup_grant(c, q->name, q->token);
+			dlock__req_finish(c, q, DLOCK_EPROTO);
 			return 1;
 		}
 		granted(c, q, q->token, ms, r);
 	} else if (is(r, DL_REPLY_NO, "NOT_HOLDER") && !q->abandoned &&
 		   (q->wait < 0 || q->wait_end > now)) {
 		/* expired before we could confirm it: queue again */
-		q->op = DL__LOCK;
-		if ((err = dl__req_write(c, q)) < 0)
-			dl__req_finish(c, q, err);
+		q->op = DLOCK__LOCK;
+		if ((err = dlock__req_write(c, q)) < 0)
+			dlock__req_finish(c, q, err);
 	} else if (is(r, DL_REPLY_NO, "NOT_HOLDER")) {
-		dl__req_finish(c, q, DLOCK_ETIMEDOUT);
+		dlock__req_finish(c, q, DLOCK_ETIMEDOUT);
 	} else {
-		err = dl__reply_error(q, r);
-		dl__cleanup_grant(c, q->name, q->token);
-		dl__req_finish(c, q, err);
+		err = dlock__reply_error(q, r);
+		dlock__cleanup_grant(c, q->name, q->token);
+		dlock__req_finish(c, q, err);
 	}
 	return 1;
 }
 
-static int reply_unlock(struct dlock_client *c, struct dl__req *q,
+static int reply_unlock(struct dlock_client *c, struct dlock__req *q,
 			const struct dl_reply *r)
 {
-	struct dl__lease *l = dl__lease_find(c, q->name, q->token);
+	struct dlock__lease *l = dlock__lease_find(c, q->name, q->token);
 	int held = l && l->nhandles > 0 && !l->unlocking;
 	int err;
 
 	if (is(r, DL_REPLY_OK, "HELD") && q->last_hold && !held &&
-	    !dl__name_acquiring(c, q->name)) {
+	    !dlock__name_acquiring(c, q->name)) {
 		/* holds we lost track of (a LOCK sent again after a
 		 * reconnect was granted twice): give them back */
-		if ((err = dl__req_write(c, q)) < 0)
-			dl__req_finish(c, q, err);
+		if ((err = dlock__req_write(c, q)) < 0)
+			dlock__req_finish(c, q, err);
 		return 1;
 	}
 	if (is(r, DL_REPLY_OK, "RELEASED") || is(r, DL_REPLY_OK, "HELD")) {
 		if (held && is(r, DL_REPLY_OK, "RELEASED"))
-			dl__lease_lose(c, l, DLOCK_LOST_REJECTED);
-		dl__req_finish(c, q, 0);
+			dlock__lease_lose(c, l, DLOCK_LOST_REJECTED);
+		dlock__req_finish(c, q, 0);
 		return 1;
 	}
-	err = dl__reply_error(q, r);
+	err = dlock__reply_error(q, r);
 	if (err == DLOCK_ENOTHOLDER && held && !l->dead) {
 		/* One hold of a lease this client still holds, given back to
 		 * a server that does not know the lease: Redis may have
@@ -319,23 +322,23 @@ static int reply_unlock(struct dlock_client *c, struct dl__req *q,
 		 * writes). Found by the fault campaign: the library declared
 		 * the lease lost at once, while its other hold was held and
 		 * its reclaim was on its way. */
-		if (!l->refreshing && dl__lease_renew(c, l) < 0)
-			dl__lease_lose(c, l, DLOCK_LOST_REJECTED);
+		if (!l->refreshing && dlock__lease_renew(c, l) < 0)
+			dlock__lease_lose(c, l, DLOCK_LOST_REJECTED);
 		err = 0;
 	} else if (err == DLOCK_ENOTHOLDER && q->resent && q->last_hold) {
 		err = 0; /* released before the connection dropped */
 	}
-	dl__req_finish(c, q, err);
+	dlock__req_finish(c, q, err);
 	return 1;
 }
 
-void dl__lease_proof(struct dl__lease *l, const struct dl_reply *r)
+void dlock__lease_proof(struct dlock__lease *l, const struct dl_reply *r)
 {
 	struct dl_str p;
 	uint64_t until = 0;
 
 	if (dl_reply_kv(r, "proof", &p) != 0 || p.len != DL_PROOF_LEN ||
-	    !dl__kv_u64(r, "until", UINT64_MAX, &until) || !until)
+	    !dlock__kv_u64(r, "until", UINT64_MAX, &until) || !until)
 		return;
 	memcpy(l->proof, p.p, DL_PROOF_LEN);
 	l->proof[DL_PROOF_LEN] = '\0';
@@ -347,73 +350,74 @@ void dl__lease_proof(struct dl__lease *l, const struct dl_reply *r)
  * asked for again with the proof its last grant or refresh gave (RECLAIM,
  * PROTOCOL.md): 1 if that went out, 0 if the lease is lost. Only while
  * this client still counts on it, and once per renewal. */
-static int reclaim(struct dlock_client *c, struct dl__req *q)
+static int reclaim(struct dlock_client *c, struct dlock__req *q)
 {
-	struct dl__lease *l = q->lease;
+	struct dlock__lease *l = q->lease;
 
-	if (q->op != DL__RENEW || !l->proof[0] || l->dead || l->unlocking ||
-	    l->nhandles == 0 || atomic_load(&l->deadline) <= dl__now())
+	if (q->op != DLOCK__RENEW || !l->proof[0] || l->dead || l->unlocking ||
+	    l->nhandles == 0 || atomic_load(&l->deadline) <= dlock__now())
 		return 0;
-	q->op = DL__RECLAIM;
-	if (dl__req_write(c, q) < 0) {
-		q->op = DL__RENEW;
+	q->op = DLOCK__RECLAIM;
+	if (dlock__req_write(c, q) < 0) {
+		q->op = DLOCK__RENEW;
 		return 0;
 	}
 	l->refreshing = 1;
 	return 1;
 }
 
-static int reply_refresh(struct dlock_client *c, struct dl__req *q,
+static int reply_refresh(struct dlock_client *c, struct dlock__req *q,
 			 const struct dl_reply *r)
 {
-	struct dl__lease *l = q->lease;
+	struct dlock__lease *l = q->lease;
 	int64_t ms;
 	int err;
 
-	if (q->op == DL__RENEW || q->op == DL__RECLAIM)
+	if (q->op == DLOCK__RENEW || q->op == DLOCK__RECLAIM)
 		l->refreshing = 0;
 	if (((is(r, DL_REPLY_OK, "REFRESHED") && arg_i64(r, 1, &ms) == 0) ||
 	     (is(r, DL_REPLY_OK, "RECLAIMED") && arg_i64(r, 2, &ms) == 0))) {
 		if (insane(c, q, q->token, ms, 0, 0)) {
-			dl__req_finish(c, q, DLOCK_EPROTO);
+			dlock__req_finish(c, q, DLOCK_EPROTO);
 			return 1;
 		}
 		if (!l->dead && !l->unlocking)
-			dl__lease_proof(l, r);
+			dlock__lease_proof(l, r);
 		if (!l->dead && !l->unlocking) {
 			/* ms is what remains as the reply is sent, less than
 			 * the TTL by the time it waited for Redis: renewals
 			 * go on asking for the TTL itself, or every wait
 			 * would shorten the lease a little more. */
 			atomic_store(&l->ttl, q->ttl > 0 ? q->ttl : ms);
-			dl__lease_confirm(c, l, q, q->sent_at, ms);
+			dlock__lease_confirm(c, l, q, q->sent_at, ms);
 		}
-		dl__req_finish(c, q, 0);
+		dlock__req_finish(c, q, 0);
 		return 1;
 	}
-	err = dl__reply_error(q, r);
+	err = dlock__reply_error(q, r);
 	if (err == DLOCK_ENOTHOLDER && reclaim(c, q))
 		return 1;
 	if (err == DLOCK_ENOTHOLDER) {
 		if (!l->dead && !l->unlocking && l->nhandles > 0)
-			dl__lease_lose(c, l, DLOCK_LOST_REJECTED);
-	} else if (q->op == DL__RENEW || q->op == DL__RECLAIM) {
+			dlock__lease_lose(c, l, DLOCK_LOST_REJECTED);
+	} else if (q->op == DLOCK__RENEW || q->op == DLOCK__RECLAIM) {
 		/* UNAVAILABLE and the like: try again soon; the guard says
 		 * when it is too late, and the application hears of the
 		 * risk now */
 		int64_t retry = atomic_load(&l->ttl) / 10;
 
-		l->renew_at = dl__now() + (retry > DL__RENEW_RETRY_MIN_MS
-						   ? retry
-						   : DL__RENEW_RETRY_MIN_MS);
-		dl__lease_risk(c, l);
+		l->renew_at =
+			dlock__now() + (retry > DLOCK__RENEW_RETRY_MIN_MS
+						? retry
+						: DLOCK__RENEW_RETRY_MIN_MS);
+		dlock__lease_risk(c, l);
 	}
-	dl__req_finish(c, q, err);
+	dlock__req_finish(c, q, err);
 	return 1;
 }
 
-int dl__kv_u64(const struct dl_reply *r, const char *key, uint64_t max,
-	       uint64_t *out)
+int dlock__kv_u64(const struct dl_reply *r, const char *key, uint64_t max,
+		  uint64_t *out)
 {
 	struct dl_str v;
 	uint64_t n;
@@ -425,7 +429,7 @@ int dl__kv_u64(const struct dl_reply *r, const char *key, uint64_t max,
 	return 1;
 }
 
-static void reply_status(struct dl__req *q, const struct dl_reply *r)
+static void reply_status(struct dlock__req *q, const struct dl_reply *r)
 {
 	struct dl_str state, owner;
 	struct dlock_status *st = &q->status;
@@ -437,22 +441,22 @@ static void reply_status(struct dl__req *q, const struct dl_reply *r)
 		return;
 	}
 	st->held = state.len == 4 && memcmp(state.p, "held", 4) == 0;
-	if (dl__kv_u64(r, "token", UINT64_MAX, &n))
+	if (dlock__kv_u64(r, "token", UINT64_MAX, &n))
 		st->token = n;
-	if (dl__kv_u64(r, "ttl_ms", INT64_MAX, &n))
+	if (dlock__kv_u64(r, "ttl_ms", INT64_MAX, &n))
 		st->ttl_ms = (int64_t)n;
-	if (dl__kv_u64(r, "count", UINT32_MAX, &n))
+	if (dlock__kv_u64(r, "count", UINT32_MAX, &n))
 		st->count = (uint32_t)n;
-	if (dl__kv_u64(r, "waiters", UINT32_MAX, &n))
+	if (dlock__kv_u64(r, "waiters", UINT32_MAX, &n))
 		st->waiters = (uint32_t)n;
 	if (st->held && dl_reply_kv(r, "owner", &owner) == 0 &&
 	    owner.len < sizeof(st->owner))
 		memcpy(st->owner, owner.p, owner.len);
-	dl__status_extra(r, st);
+	dlock__status_extra(r, st);
 	q->rc = 0;
 }
 
-void dl__status_extra(const struct dl_reply *r, struct dlock_status *st)
+void dlock__status_extra(const struct dl_reply *r, struct dlock_status *st)
 {
 	struct dl_str v;
 	uint64_t n;
@@ -463,24 +467,24 @@ void dl__status_extra(const struct dl_reply *r, struct dlock_status *st)
 		memcpy(st->mode, v.p, v.len);
 		st->mode[v.len] = '\0';
 	}
-	if (dl__kv_u64(r, "limit", UINT32_MAX, &n) && n >= 1)
+	if (dlock__kv_u64(r, "limit", UINT32_MAX, &n) && n >= 1)
 		st->limit = (uint32_t)n;
-	if (dl__kv_u64(r, "holders", UINT32_MAX, &n))
+	if (dlock__kv_u64(r, "holders", UINT32_MAX, &n))
 		st->holders = (uint32_t)n;
-	if (dl__kv_u64(r, "waiters", UINT32_MAX, &n))
+	if (dlock__kv_u64(r, "waiters", UINT32_MAX, &n))
 		st->waiters = (uint32_t)n;
 	/* STATUS only; a server without lock-delays leaves them 0 */
-	if (dl__kv_u64(r, "delay_ms", INT64_MAX, &n))
+	if (dlock__kv_u64(r, "delay_ms", INT64_MAX, &n))
 		st->delay_ms = (int64_t)n;
-	if (dl__kv_u64(r, "delay_left_ms", INT64_MAX, &n))
+	if (dlock__kv_u64(r, "delay_left_ms", INT64_MAX, &n))
 		st->delay_left_ms = (int64_t)n;
-	if (dl__kv_u64(r, "closed_ms", INT64_MAX, &n))
+	if (dlock__kv_u64(r, "closed_ms", INT64_MAX, &n))
 		st->closed_ms = (int64_t)n;
 }
 
 /* Room in q->stats for `need` more bytes, grown by doubling from `first`;
  * 0 when it cannot grow (the line is then left out). */
-static int stats_room(struct dl__req *q, size_t need, size_t first)
+static int stats_room(struct dlock__req *q, size_t need, size_t first)
 {
 	size_t cap;
 	char *p;
@@ -501,12 +505,12 @@ static int stats_room(struct dl__req *q, size_t need, size_t first)
  * LOCKS body, kept whole ("line\0"). */
 static void stats_line(struct dlock_client *c, const char *line, size_t len)
 {
-	struct dl__req *q = c->rq.stats_req;
+	struct dlock__req *q = c->rq.stats_req;
 	const char *sp = memchr(line, ' ', len);
 	size_t need = len + 2;
 
-	if ((q->op == DL__LOCKS || q->op == DL__HOLDERS) && sp &&
-	    q->stats_len + need <= DL__STATS_MAX) {
+	if ((q->op == DLOCK__LOCKS || q->op == DLOCK__HOLDERS) && sp &&
+	    q->stats_len + need <= DLOCK__STATS_MAX) {
 		if (stats_room(q, need, 4096)) {
 			memcpy(q->stats + q->stats_len, line, len);
 			q->stats[q->stats_len + len] = '\0';
@@ -515,7 +519,7 @@ static void stats_line(struct dlock_client *c, const char *line, size_t len)
 		}
 		sp = NULL; /* kept */
 	}
-	if (sp && q->stats_len + need <= DL__STATS_MAX &&
+	if (sp && q->stats_len + need <= DLOCK__STATS_MAX &&
 	    stats_room(q, need, 2048)) {
 		size_t k = (size_t)(sp - line);
 
@@ -528,7 +532,7 @@ static void stats_line(struct dlock_client *c, const char *line, size_t len)
 	}
 	if (--c->rq.stats_left == 0) {
 		c->rq.stats_req = NULL;
-		dl__req_finish(c, q, 0);
+		dlock__req_finish(c, q, 0);
 	}
 }
 
@@ -539,37 +543,37 @@ static void stats_line(struct dlock_client *c, const char *line, size_t len)
  * others above, which take every reply, are handlers too). It finishes q and
  * returns 1, or returns 0 when the reply is not one it takes (a NO, an
  * ERR, or an OK of another word): reply() then fails q with the error
- * the reply names (dl__reply_error). The table below maps each request
+ * the reply names (dlock__reply_error). The table below maps each request
  * type to its handler, as server/cmd.c maps verbs.
  */
-typedef int (*reply_fn)(struct dlock_client *c, struct dl__req *q,
+typedef int (*reply_fn)(struct dlock_client *c, struct dlock__req *q,
 			const struct dl_reply *r);
 
 /* dlock_unlock_token(): no lease record to keep true, just the outcome
  * (the holds left). */
-static int on_unlock_token(struct dlock_client *c, struct dl__req *q,
+static int on_unlock_token(struct dlock_client *c, struct dlock__req *q,
 			   const struct dl_reply *r)
 {
 	uint64_t n;
 
 	if (is(r, DL_REPLY_OK, "RELEASED")) {
 		q->r_value = 0;
-		dl__req_finish(c, q, 0);
+		dlock__req_finish(c, q, 0);
 		return 1;
 	}
 	if (!is(r, DL_REPLY_OK, "HELD"))
 		return 0;
 	if (dl_reply_u64(r, 1, &n) < 0 || n == 0 || n > UINT32_MAX) {
-		dl__req_finish(c, q, DLOCK_EPROTO);
+		dlock__req_finish(c, q, DLOCK_EPROTO);
 		return 1;
 	}
 	q->r_value = n;
-	dl__req_finish(c, q, 0);
+	dlock__req_finish(c, q, 0);
 	return 1;
 }
 
 /* dlock_refresh_token(): the TTL granted. */
-static int on_refresh_token(struct dlock_client *c, struct dl__req *q,
+static int on_refresh_token(struct dlock_client *c, struct dlock__req *q,
 			    const struct dl_reply *r)
 {
 	int64_t ms;
@@ -577,15 +581,15 @@ static int on_refresh_token(struct dlock_client *c, struct dl__req *q,
 	if (!is(r, DL_REPLY_OK, "REFRESHED"))
 		return 0;
 	if (arg_i64(r, 1, &ms) < 0) {
-		dl__req_finish(c, q, DLOCK_EPROTO);
+		dlock__req_finish(c, q, DLOCK_EPROTO);
 		return 1;
 	}
 	q->r_value = (uint64_t)ms;
-	dl__req_finish(c, q, 0);
+	dlock__req_finish(c, q, 0);
 	return 1;
 }
 
-static int on_hello(struct dlock_client *c, struct dl__req *q,
+static int on_hello(struct dlock_client *c, struct dlock__req *q,
 		    const struct dl_reply *r)
 {
 	struct dl_str v;
@@ -614,37 +618,37 @@ static int on_hello(struct dlock_client *c, struct dl__req *q,
 				  (!c->password && !c->user));
 	if (dl_reply_kv(r, "role", &v) == 0 && v.len == 7 &&
 	    memcmp(v.p, "standby", 7) == 0)
-		atomic_store(&c->hello.role, DL__ROLE_STANDBY);
+		atomic_store(&c->hello.role, DLOCK__ROLE_STANDBY);
 	else if (dl_reply_kv(r, "role", &v) == 0 && v.len == 6 &&
 		 memcmp(v.p, "active", 6) == 0)
-		atomic_store(&c->hello.role, DL__ROLE_ACTIVE);
+		atomic_store(&c->hello.role, DLOCK__ROLE_ACTIVE);
 	else
-		atomic_store(&c->hello.role, DL__ROLE_UNKNOWN);
-	c->conn.backoff = DL__BACKOFF_MIN_MS; /* a good connection */
+		atomic_store(&c->hello.role, DLOCK__ROLE_UNKNOWN);
+	c->conn.backoff = DLOCK__BACKOFF_MIN_MS; /* a good connection */
 	c->addr.failed_i = -1;
-	dl__req_finish(c, q, 0);
+	dlock__req_finish(c, q, 0);
 	return 1;
 }
 
 /* A server that does not know descriptions (dlockd 0.3) refuses them:
  * say nothing more, fail nothing. */
-static int on_describe(struct dlock_client *c, struct dl__req *q,
+static int on_describe(struct dlock_client *c, struct dlock__req *q,
 		       const struct dl_reply *r)
 {
 	if (r->kind != DL_REPLY_OK)
 		c->desc.refused = 1;
-	dl__req_finish(c, q, 0);
+	dlock__req_finish(c, q, 0);
 	return 1;
 }
 
-static int on_check(struct dlock_client *c, struct dl__req *q,
+static int on_check(struct dlock_client *c, struct dlock__req *q,
 		    const struct dl_reply *r)
 {
 	int64_t ms;
 
 	if (is(r, DL_REPLY_OK, "VALID") && arg_i64(r, 2, &ms) == 0) {
 		q->r_value = (uint64_t)ms;
-		dl__req_finish(c, q, 0);
+		dlock__req_finish(c, q, 0);
 		return 1;
 	}
 	if (is(r, DL_REPLY_NO, "STALE"))
@@ -652,11 +656,11 @@ static int on_check(struct dlock_client *c, struct dl__req *q,
 	return 0;
 }
 
-static int on_break(struct dlock_client *c, struct dl__req *q,
+static int on_break(struct dlock_client *c, struct dlock__req *q,
 		    const struct dl_reply *r)
 {
 	if (is(r, DL_REPLY_OK, "BROKEN")) {
-		dl__req_finish(c, q, 0);
+		dlock__req_finish(c, q, 0);
 		return 1;
 	}
 	if (is(r, DL_REPLY_NO, "STALE"))
@@ -664,30 +668,31 @@ static int on_break(struct dlock_client *c, struct dl__req *q,
 	return 0;
 }
 
-static int on_status(struct dlock_client *c, struct dl__req *q,
+static int on_status(struct dlock_client *c, struct dlock__req *q,
 		     const struct dl_reply *r)
 {
 	if (!is(r, DL_REPLY_OK, "STATUS"))
 		return 0;
 	reply_status(q, r);
-	dl__req_finish(c, q, q->rc);
+	dlock__req_finish(c, q, q->rc);
 	return 1;
 }
 
 /* A reply whose n body lines follow (stats_line() keeps them). */
-static void expect_body(struct dlock_client *c, struct dl__req *q, uint64_t n)
+static void expect_body(struct dlock_client *c, struct dlock__req *q,
+			uint64_t n)
 {
-	if (n > DL__BODY_LINES_MAX) {
+	if (n > DLOCK__BODY_LINES_MAX) {
 		c->conn.insane = 1;
-		dl__why(c, c->addr.addr_i,
-			"it announced a reply of %" PRIu64
-			" lines, more than any server sends: dropped",
-			n);
-		dl__req_finish(c, q, DLOCK_EPROTO);
+		dlock__why(c, c->addr.addr_i,
+			   "it announced a reply of %" PRIu64
+			   " lines, more than any server sends: dropped",
+			   n);
+		dlock__req_finish(c, q, DLOCK_EPROTO);
 		return;
 	}
 	if (n == 0) {
-		dl__req_finish(c, q, 0);
+		dlock__req_finish(c, q, 0);
 		return;
 	}
 	c->rq.stats_req = q;
@@ -695,7 +700,7 @@ static void expect_body(struct dlock_client *c, struct dl__req *q, uint64_t n)
 }
 
 /* OK HOLDERS <name> <n> holders= waiters= mode= limit= more= */
-static int on_holders(struct dlock_client *c, struct dl__req *q,
+static int on_holders(struct dlock_client *c, struct dlock__req *q,
 		      const struct dl_reply *r)
 {
 	struct dl_str v;
@@ -704,18 +709,18 @@ static int on_holders(struct dlock_client *c, struct dl__req *q,
 	if (!is(r, DL_REPLY_OK, "HOLDERS"))
 		return 0;
 	memset(&q->status, 0, sizeof(q->status));
-	dl__status_extra(r, &q->status);
+	dlock__status_extra(r, &q->status);
 	q->status.held = q->status.holders > 0;
 	if (dl_reply_u64(r, 1, &n) < 0 || dl_reply_kv(r, "more", &v) < 0 ||
 	    dl_parse_u64(v.p, v.len, &q->r_value) < 0)
-		dl__req_finish(c, q, DLOCK_EPROTO);
+		dlock__req_finish(c, q, DLOCK_EPROTO);
 	else
 		expect_body(c, q, n);
 	return 1;
 }
 
 /* OK LOCKS <n> more=<m> */
-static int on_locks(struct dlock_client *c, struct dl__req *q,
+static int on_locks(struct dlock_client *c, struct dlock__req *q,
 		    const struct dl_reply *r)
 {
 	struct dl_str v;
@@ -726,14 +731,14 @@ static int on_locks(struct dlock_client *c, struct dl__req *q,
 	if (dl_reply_kv(r, "more", &v) < 0 ||
 	    dl_parse_u64(v.p, v.len, &q->r_value) < 0 ||
 	    dl_reply_u64(r, 0, &n) < 0)
-		dl__req_finish(c, q, DLOCK_EPROTO);
+		dlock__req_finish(c, q, DLOCK_EPROTO);
 	else
 		expect_body(c, q, n);
 	return 1;
 }
 
 /* OK STATS <n> */
-static int on_stats(struct dlock_client *c, struct dl__req *q,
+static int on_stats(struct dlock_client *c, struct dlock__req *q,
 		    const struct dl_reply *r)
 {
 	uint64_t n;
@@ -741,44 +746,45 @@ static int on_stats(struct dlock_client *c, struct dl__req *q,
 	if (!is(r, DL_REPLY_OK, "STATS"))
 		return 0;
 	if (dl_reply_u64(r, 0, &n) < 0)
-		dl__req_finish(c, q, DLOCK_EPROTO);
+		dlock__req_finish(c, q, DLOCK_EPROTO);
 	else
 		expect_body(c, q, n);
 	return 1;
 }
 
 /* AUTH, PING, CANCEL: any OK. */
-static int on_ok(struct dlock_client *c, struct dl__req *q,
+static int on_ok(struct dlock_client *c, struct dlock__req *q,
 		 const struct dl_reply *r)
 {
 	if (r->kind != DL_REPLY_OK)
 		return 0;
-	dl__req_finish(c, q, 0);
+	dlock__req_finish(c, q, 0);
 	return 1;
 }
 
-/* The reply column of DL__OPS (dlock_private.h). */
+/* The reply column of DLOCK__OPS (dlock_private.h). */
 static const reply_fn replies[] = {
-#define X(op, verb, args, reply) [DL__##op] = reply,
-	DL__OPS(X)
+#define X(op, verb, args, reply) [DLOCK__##op] = reply,
+	DLOCK__OPS(X)
 #undef X
 };
 
-static void reply(struct dlock_client *c, struct dl__req *q,
+static void reply(struct dlock_client *c, struct dlock__req *q,
 		  const struct dl_reply *r)
 {
 	if ((size_t)q->op < sizeof(replies) / sizeof(replies[0]) &&
 	    replies[q->op] && replies[q->op](c, q, r))
 		return;
 	/* NO or ERR (an unexpected OK word is DLOCK_EPROTO) */
-	dl__req_finish(c, q, dl__reply_error(q, r));
+	dlock__req_finish(c, q, dlock__reply_error(q, r));
 }
 
 /* ---- events -------------------------------------------------------------- */
 
-static struct dl__req *waiting_take(struct dlock_client *c, struct dl_str tag)
+static struct dlock__req *waiting_take(struct dlock_client *c,
+				       struct dl_str tag)
 {
-	struct dl__req *q, *prev = NULL;
+	struct dlock__req *q, *prev = NULL;
 
 	if (tag.len == 0)
 		return NULL;
@@ -790,7 +796,7 @@ static struct dl__req *waiting_take(struct dlock_client *c, struct dl_str tag)
 		else
 			c->rq.waiting = q->next;
 		q->next = NULL;
-		q->where = DL__NOWHERE;
+		q->where = DLOCK__NOWHERE;
 		return q;
 	}
 	return NULL;
@@ -799,8 +805,8 @@ static struct dl__req *waiting_take(struct dlock_client *c, struct dl_str tag)
 static void event(struct dlock_client *c, const struct dl_reply *r)
 {
 	char name[DL_NAME_MAX + 1];
-	struct dl__req *q;
-	struct dl__lease *l;
+	struct dlock__req *q;
+	struct dlock__lease *l;
 	uint64_t token, holds;
 	int err;
 
@@ -810,10 +816,10 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 		/* not-active: the server stepped down and names the
 		 * active; the reconnect goes there. */
 		if (dl_reply_kv(r, "active", &v) == 0)
-			dl__hint(c, v);
+			dlock__hint(c, v);
 		return;
 	}
-	if (dl__watch_event(c, r))
+	if (dlock__watch_event(c, r))
 		return;
 	if (r->argc < 1 || r->argv[0].len > DL_NAME_MAX)
 		return; /* something newer than us */
@@ -828,7 +834,8 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 			 * wait given up, or one nobody asked for */
 			if (!c->conn.crossing) {
 				c->conn.insane = 1;
-				dl__why(c, c->addr.addr_i,
+				dlock__why(
+					c, c->addr.addr_i,
 					"it granted %s, which nobody waits for: dropped",
 					name);
 				return;
@@ -837,13 +844,14 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 			/* give it back, exactly one hold if the lease is
 			 * another client's too (held_elsewhere) */
 			if (holds > own_holds(c, name, token) + 1)
-				dl__internal(c, DL__UNLOCK, name, token, 0);
+				dlock__internal(c, DLOCK__UNLOCK, name, token,
+						0);
 			else
-				dl__cleanup_grant(c, name, token);
+				dlock__cleanup_grant(c, name, token);
 			return;
 		}
 		if (not_of(c, q, r)) {
-			dl__req_finish(c, q, DLOCK_EPROTO);
+			dlock__req_finish(c, q, DLOCK_EPROTO);
 			return;
 		}
 		if (held_elsewhere(c, q, token, holds))
@@ -852,36 +860,36 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 		 * line reached us: confirm with a REFRESH and count the local
 		 * deadline from when that was sent. */
 		q->token = token;
-		q->op = DL__CONFIRM;
-		q->deadline = dl__now() + c->opt.request_timeout_ms;
-		if ((err = dl__req_write(c, q)) < 0) {
-			dl__cleanup_grant(c, name, token);
-			dl__req_finish(c, q, err);
+		q->op = DLOCK__CONFIRM;
+		q->deadline = dlock__now() + c->opt.request_timeout_ms;
+		if ((err = dlock__req_write(c, q)) < 0) {
+			dlock__cleanup_grant(c, name, token);
+			dlock__req_finish(c, q, err);
 		}
 	} else if (is(r, DL_REPLY_EVENT, "TIMEOUT")) {
 		if ((q = waiting_take(c, r->tag)) != NULL)
-			dl__req_finish(c, q,
-				       not_of(c, q, r) ? DLOCK_EPROTO
-						       : DLOCK_ETIMEDOUT);
+			dlock__req_finish(c, q,
+					  not_of(c, q, r) ? DLOCK_EPROTO
+							  : DLOCK_ETIMEDOUT);
 	} else if (is(r, DL_REPLY_EVENT, "EXPIRED")) {
 		if (dl_reply_u64(r, 1, &token) < 0)
 			return;
-		l = dl__lease_find(c, name, token);
+		l = dlock__lease_find(c, name, token);
 		if (l && !l->dead && !l->unlocking && l->nhandles > 0)
-			dl__lease_lose(c, l, DLOCK_LOST_EXPIRED);
+			dlock__lease_lose(c, l, DLOCK_LOST_EXPIRED);
 	} else if (is(r, DL_REPLY_EVENT, "EXPIRING")) {
 		/* the lease's warning (LOCK warn=): not refreshed in time */
 		if (dl_reply_u64(r, 1, &token) < 0)
 			return;
-		if ((l = dl__lease_find(c, name, token)) != NULL)
-			dl__lease_risk(c, l);
+		if ((l = dlock__lease_find(c, name, token)) != NULL)
+			dlock__lease_risk(c, l);
 	}
 }
 
 /* A standby's answer (its HELLO, or ERR NOT_ACTIVE): note where the
  * active is; the connection is dropped and nothing sent on it counts
  * (unless options.standby_ok: then it is an answer like any other). */
-static int standby_reply(struct dlock_client *c, const struct dl__req *q,
+static int standby_reply(struct dlock_client *c, const struct dlock__req *q,
 			 const struct dl_reply *r)
 {
 	struct dl_str v;
@@ -902,7 +910,7 @@ static int standby_reply(struct dlock_client *c, const struct dl__req *q,
 		} else {
 			v.len = 0;
 		}
-	} else if (q->op == DL__HELLO && r->kind == DL_REPLY_OK &&
+	} else if (q->op == DLOCK__HELLO && r->kind == DL_REPLY_OK &&
 		   dl_reply_kv(r, "role", &v) == 0 && v.len == 7 &&
 		   memcmp(v.p, "standby", 7) == 0) {
 		if (dl_reply_kv(r, "active", &v) != 0)
@@ -911,12 +919,13 @@ static int standby_reply(struct dlock_client *c, const struct dl__req *q,
 		return 0;
 	}
 	c->addr.standby = 1;
-	dl__hint(c, v);
+	dlock__hint(c, v);
 	if (v.len && !(v.len == 1 && v.p[0] == '-'))
-		dl__why(c, c->addr.addr_i, "a standby (the active: %.*s)",
-			(int)v.len, v.p);
+		dlock__why(c, c->addr.addr_i, "a standby (the active: %.*s)",
+			   (int)v.len, v.p);
 	else
-		dl__why(c, c->addr.addr_i, "a standby, and no active is known");
+		dlock__why(c, c->addr.addr_i,
+			   "a standby, and no active is known");
 	return 1;
 }
 
@@ -935,21 +944,21 @@ static const char *here(const struct dlock_client *c, char *buf, size_t len)
 /* HELLO names the server's cluster: the first id met is the client's
  * (unless options.cluster set it); a server that names another is of
  * another lock table, and is refused like a standby, before anything
- * else is sent to it (on a reconnect the client is in state DL__GREETING:
- * nothing was sent behind HELLO, and dl__io_hello_ok runs only once this
+ * else is sent to it (on a reconnect the client is in state DLOCK__GREETING:
+ * nothing was sent behind HELLO, and dlock__io_hello_ok runs only once this
  * check has passed). But the server the id was learnt from, naming a new
  * one, restarted as another lock table (a memory-only daemon, a new
  * keyspace): there is no other table to fail over to, and the leases it
  * does not know are refused there (REFRESH: NOT_HOLDER); its new id is
  * the client's. 1: refused. */
-static int cluster_reply(struct dlock_client *c, const struct dl__req *q,
+static int cluster_reply(struct dlock_client *c, const struct dlock__req *q,
 			 const struct dl_reply *r)
 {
-	char buf[DL__SERVER_NAME_MAX];
+	char buf[DLOCK__SERVER_NAME_MAX];
 	const char *at;
 	struct dl_str v;
 
-	if (q->op != DL__HELLO || r->kind != DL_REPLY_OK ||
+	if (q->op != DLOCK__HELLO || r->kind != DL_REPLY_OK ||
 	    dl_reply_kv(r, "cluster", &v) != 0 || (v.len == 1 && v.p[0] == '-'))
 		return 0; /* 0.3 and before, or a standby that does not know */
 	at = here(c, buf, sizeof(buf));
@@ -973,22 +982,24 @@ static int cluster_reply(struct dlock_client *c, const struct dl__req *q,
 	c->addr.standby = 1; /* to the next server */
 	c->addr.hint_i = -1;
 	if (c->hello.cluster_from[0])
-		dl__why(c, c->addr.addr_i,
+		dlock__why(
+			c, c->addr.addr_i,
 			"servers %s and %s are two clusters (ids %s, %.*s): check their redis URL, db and prefix",
 			c->hello.cluster_from, at, c->hello.cluster,
 			(int)(v.len > 64 ? 64 : v.len), v.p);
 	else
-		dl__why(c, c->addr.addr_i,
+		dlock__why(
+			c, c->addr.addr_i,
 			"server %s is of cluster %.*s, not %s (the cluster asked for): check its redis URL, db and prefix",
 			at, (int)(v.len > 64 ? 64 : v.len), v.p,
 			c->hello.cluster);
 	return 1;
 }
 
-int dl__line_in(struct dlock_client *c, char *line, size_t len)
+int dlock__line_in(struct dlock_client *c, char *line, size_t len)
 {
 	struct dl_reply r;
-	struct dl__req *q;
+	struct dlock__req *q;
 
 	if (c->rq.stats_req) {
 		stats_line(c, line, len);
@@ -1013,19 +1024,19 @@ int dl__line_in(struct dlock_client *c, char *line, size_t len)
 		return -1; /* to the active: drop, reconnect there */
 	if (cluster_reply(c, q, &r))
 		return -1; /* another cluster: drop, to the next */
-	dl__list_pop(&c->rq.fifo, &c->rq.fifo_tail); /* q, the oldest */
-	if (q->op == DL__HELLO && c->conn.state == DL__GREETING) {
+	dlock__list_pop(&c->rq.fifo, &c->rq.fifo_tail); /* q, the oldest */
+	if (q->op == DLOCK__HELLO && c->conn.state == DLOCK__GREETING) {
 		/* a reconnect's: nothing else was sent behind it (dlock_io.c)
 		 */
 		if (r.kind != DL_REPLY_OK) {
 			/* NO DENIED <owner> need=key: the owner's id is
 			 * another client's here; drop, try again later */
-			dl__req_finish(c, q, dl__reply_error(q, &r));
+			dlock__req_finish(c, q, dlock__reply_error(q, &r));
 			c->conn.refused = 1;
 			return -1;
 		}
 		reply(c, q, &r);
-		dl__io_hello_ok(c);
+		dlock__io_hello_ok(c);
 		return 0;
 	}
 	reply(c, q, &r);

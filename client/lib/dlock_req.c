@@ -24,7 +24,7 @@
 
 /* CLOCK_BOOTTIME: unlike CLOCK_MONOTONIC it goes on while the machine is
  * suspended, as the server's clock and the lease do. */
-int64_t dl__now(void)
+int64_t dlock__now(void)
 {
 	struct timespec ts;
 
@@ -32,21 +32,21 @@ int64_t dl__now(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int64_t dl__slack(int64_t ttl_ms)
+int64_t dlock__slack(int64_t ttl_ms)
 {
 	return 2 + ttl_ms / 1000;
 }
 
-int64_t dl__guard(const struct dlock_client *c, int64_t ttl_ms)
+int64_t dlock__guard(const struct dlock_client *c, int64_t ttl_ms)
 {
 	int64_t g = ttl_ms / 10;
 
 	if (c->opt.lost_guard_ms > 0)
 		return c->opt.lost_guard_ms;
-	return g > DL__GUARD_MIN_MS ? g : DL__GUARD_MIN_MS;
+	return g > DLOCK__GUARD_MIN_MS ? g : DLOCK__GUARD_MIN_MS;
 }
 
-void dl__cond_init(pthread_cond_t *cv)
+void dlock__cond_init(pthread_cond_t *cv)
 {
 	pthread_condattr_t a;
 
@@ -58,32 +58,32 @@ void dl__cond_init(pthread_cond_t *cv)
 
 /* glibc's condition variables wait on CLOCK_REALTIME or CLOCK_MONOTONIC
  * only, and the latter stops during a suspend: wait in steps of at most
- * DL__CLOCK_STEP_MS on it, and judge the deadline on dl__now(). A step
+ * DLOCK__CLOCK_STEP_MS on it, and judge the deadline on dlock__now(). A step
  * that ends early returns 0, like a spurious wake-up: callers loop. */
-int dl__cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline)
+int dlock__cond_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline)
 {
 	struct timespec ts;
 	int64_t left, ns;
 	int rc;
 
-	if (deadline == DL__NEVER)
+	if (deadline == DLOCK__NEVER)
 		return pthread_cond_wait(cv, mu);
-	left = deadline - dl__now();
+	left = deadline - dlock__now();
 	if (left <= 0)
 		return ETIMEDOUT;
-	if (left > DL__CLOCK_STEP_MS)
-		left = DL__CLOCK_STEP_MS;
+	if (left > DLOCK__CLOCK_STEP_MS)
+		left = DLOCK__CLOCK_STEP_MS;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	ns = ts.tv_nsec + (left % 1000) * 1000000;
 	ts.tv_sec += (time_t)(left / 1000 + ns / 1000000000);
 	ts.tv_nsec = (long)(ns % 1000000000);
 	rc = pthread_cond_timedwait(cv, mu, &ts);
-	if (rc == ETIMEDOUT && dl__now() < deadline)
+	if (rc == ETIMEDOUT && dlock__now() < deadline)
 		return 0;
 	return rc;
 }
 
-void dl__wake(struct dlock_client *c)
+void dlock__wake(struct dlock_client *c)
 {
 	char b = 1;
 	ssize_t n;
@@ -96,41 +96,42 @@ void dl__wake(struct dlock_client *c)
 
 /* ---- requests ------------------------------------------------------------ */
 
-struct dl__req *dl__req_new(enum dl__op op, const char *name, int internal)
+struct dlock__req *dlock__req_new(enum dlock__op op, const char *name,
+				  int internal)
 {
-	struct dl__req *q = calloc(1, sizeof(*q));
+	struct dlock__req *q = calloc(1, sizeof(*q));
 
 	if (!q)
 		return NULL;
 	q->op = op;
 	q->internal = internal ? 1 : 0;
-	q->deadline = DL__NEVER;
-	q->wait_end = DL__NEVER;
+	q->deadline = DLOCK__NEVER;
+	q->wait_end = DLOCK__NEVER;
 	if (name)
 		snprintf(q->name, sizeof(q->name), "%s", name);
 	if (!internal)
-		dl__cond_init(&q->cv);
+		dlock__cond_init(&q->cv);
 	return q;
 }
 
-void dl__req_free(struct dl__req *q)
+void dlock__req_free(struct dlock__req *q)
 {
 	if (!q)
 		return;
 	if (q->lease)
-		dl__lease_unref(q->lease);
+		dlock__lease_unref(q->lease);
 	if (!q->internal)
 		pthread_cond_destroy(&q->cv);
 	free(q->stats);
 	free(q);
 }
 
-void dl__flush(struct dlock_client *c)
+void dlock__flush(struct dlock_client *c)
 {
 	ssize_t n;
 
 	if (c->conn.tls) {
-		dl__tls_flush(c);
+		dlock__tls_flush(c);
 		return;
 	}
 	while (c->conn.fd >= 0 && c->conn.out_off < c->conn.out_len) {
@@ -178,12 +179,13 @@ static struct dl_str str_of(const char *s)
 	return (struct dl_str){s, strlen(s)};
 }
 
-/* ---- each operation's arguments (the args column of DL__OPS) ----------- */
+/* ---- each operation's arguments (the args column of DLOCK__OPS) -----------
+ */
 
-typedef void args_fn(struct dlock_client *c, struct dl__req *q, int64_t now,
+typedef void args_fn(struct dlock_client *c, struct dlock__req *q, int64_t now,
 		     struct dl_fmt *f);
 
-static void args_auth(struct dlock_client *c, struct dl__req *q, int64_t now,
+static void args_auth(struct dlock_client *c, struct dlock__req *q, int64_t now,
 		      struct dl_fmt *f)
 {
 	(void)q, (void)now;
@@ -192,8 +194,8 @@ static void args_auth(struct dlock_client *c, struct dl__req *q, int64_t now,
 	dl_fmt_word(f, c->password);
 }
 
-static void args_hello(struct dlock_client *c, struct dl__req *q, int64_t now,
-		       struct dl_fmt *f)
+static void args_hello(struct dlock_client *c, struct dlock__req *q,
+		       int64_t now, struct dl_fmt *f)
 {
 	(void)q, (void)now;
 	dl_fmt_kv_str(f, "owner", str_of(c->owner));
@@ -201,7 +203,7 @@ static void args_hello(struct dlock_client *c, struct dl__req *q, int64_t now,
 		dl_fmt_kv_str(f, "key", str_of(c->owner_key));
 }
 
-static void args_describe(struct dlock_client *c, struct dl__req *q,
+static void args_describe(struct dlock_client *c, struct dlock__req *q,
 			  int64_t now, struct dl_fmt *f)
 {
 	(void)q, (void)now;
@@ -213,7 +215,7 @@ static void args_describe(struct dlock_client *c, struct dl__req *q,
 		dl_fmt_kv_str(f, "cmd", str_of(c->desc.cmd));
 }
 
-static void args_lock(struct dlock_client *c, struct dl__req *q, int64_t now,
+static void args_lock(struct dlock_client *c, struct dlock__req *q, int64_t now,
 		      struct dl_fmt *f)
 {
 	(void)c;
@@ -222,7 +224,7 @@ static void args_lock(struct dlock_client *c, struct dl__req *q, int64_t now,
 	if (q->wait < 0) {
 		dl_fmt_kv_str(f, "wait", DL_STR_LIT("inf"));
 	} else if (q->wait > 0) {
-		if (q->wait_end == DL__NEVER)
+		if (q->wait_end == DLOCK__NEVER)
 			q->wait_end = now + q->wait;
 		dl_fmt_kv_u64(
 			f, "wait",
@@ -238,10 +240,10 @@ static void args_lock(struct dlock_client *c, struct dl__req *q, int64_t now,
 		dl_fmt_kv_u64(f, "delay", (uint64_t)q->delay);
 }
 
-static void args_reclaim(struct dlock_client *c, struct dl__req *q, int64_t now,
-			 struct dl_fmt *f)
+static void args_reclaim(struct dlock_client *c, struct dlock__req *q,
+			 int64_t now, struct dl_fmt *f)
 {
-	const struct dl__lease *l = q->lease;
+	const struct dlock__lease *l = q->lease;
 
 	(void)c, (void)now;
 	dl_fmt_word(f, q->name);
@@ -264,8 +266,8 @@ static void args_reclaim(struct dlock_client *c, struct dl__req *q, int64_t now,
 }
 
 /* CONFIRM, REFRESH, RENEW */
-static void args_refresh(struct dlock_client *c, struct dl__req *q, int64_t now,
-			 struct dl_fmt *f)
+static void args_refresh(struct dlock_client *c, struct dlock__req *q,
+			 int64_t now, struct dl_fmt *f)
 {
 	(void)c, (void)now;
 	dl_fmt_word(f, q->name);
@@ -273,7 +275,7 @@ static void args_refresh(struct dlock_client *c, struct dl__req *q, int64_t now,
 	dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
 }
 
-static void args_refresh_token(struct dlock_client *c, struct dl__req *q,
+static void args_refresh_token(struct dlock_client *c, struct dlock__req *q,
 			       int64_t now, struct dl_fmt *f)
 {
 	(void)c, (void)now;
@@ -284,16 +286,16 @@ static void args_refresh_token(struct dlock_client *c, struct dl__req *q,
 }
 
 /* UNLOCK, UNLOCK_TOKEN, CHECK */
-static void args_token(struct dlock_client *c, struct dl__req *q, int64_t now,
-		       struct dl_fmt *f)
+static void args_token(struct dlock_client *c, struct dlock__req *q,
+		       int64_t now, struct dl_fmt *f)
 {
 	(void)c, (void)now;
 	dl_fmt_word(f, q->name);
 	dl_fmt_u64(f, q->token);
 }
 
-static void args_break(struct dlock_client *c, struct dl__req *q, int64_t now,
-		       struct dl_fmt *f)
+static void args_break(struct dlock_client *c, struct dlock__req *q,
+		       int64_t now, struct dl_fmt *f)
 {
 	(void)c, (void)now;
 	dl_fmt_word(f, q->name);
@@ -302,21 +304,21 @@ static void args_break(struct dlock_client *c, struct dl__req *q, int64_t now,
 }
 
 /* CANCEL, STATUS, HOLDERS, WATCH, UNWATCH */
-static void args_name(struct dlock_client *c, struct dl__req *q, int64_t now,
+static void args_name(struct dlock_client *c, struct dlock__req *q, int64_t now,
 		      struct dl_fmt *f)
 {
 	(void)c, (void)now;
 	dl_fmt_word(f, q->name);
 }
 
-static void args_none(struct dlock_client *c, struct dl__req *q, int64_t now,
+static void args_none(struct dlock_client *c, struct dlock__req *q, int64_t now,
 		      struct dl_fmt *f)
 {
 	(void)c, (void)q, (void)now, (void)f;
 }
 
-static void args_locks(struct dlock_client *c, struct dl__req *q, int64_t now,
-		       struct dl_fmt *f)
+static void args_locks(struct dlock_client *c, struct dlock__req *q,
+		       int64_t now, struct dl_fmt *f)
 {
 	(void)c, (void)now;
 	if (q->name[0])
@@ -329,36 +331,36 @@ static void args_locks(struct dlock_client *c, struct dl__req *q, int64_t now,
 		dl_fmt_word(f, "by=waiters");
 }
 
-/* The verb and args columns of DL__OPS (dlock_private.h); the verb's
+/* The verb and args columns of DLOCK__OPS (dlock_private.h); the verb's
  * name is the codec's (dl_verb_name). */
 static const struct {
 	enum dl_verb verb;
 	args_fn *args;
 } ops[] = {
-#define X(op, verb, args, reply) [DL__##op] = {DL_VERB_##verb, args},
-	DL__OPS(X)
+#define X(op, verb, args, reply) [DLOCK__##op] = {DL_VERB_##verb, args},
+	DLOCK__OPS(X)
 #undef X
 };
 
 /* The request's line, with a new tag. */
-static int format(struct dlock_client *c, struct dl__req *q, int64_t now,
+static int format(struct dlock_client *c, struct dlock__req *q, int64_t now,
 		  struct dl_fmt *f)
 {
 	c->rq.seq++;
 	snprintf(q->tag, sizeof(q->tag), "r%llu",
 		 (unsigned long long)c->rq.seq);
-	dl_fmt_word(f, dl_verb_name(q->op == DL__LOCK && q->wait == 0
+	dl_fmt_word(f, dl_verb_name(q->op == DLOCK__LOCK && q->wait == 0
 					    ? DL_VERB_TRYLOCK
 					    : ops[q->op].verb));
 	ops[q->op].args(c, q, now, f);
 	return dl_fmt_end(f, str_of(q->tag));
 }
 
-int dl__req_write(struct dlock_client *c, struct dl__req *q)
+int dlock__req_write(struct dlock_client *c, struct dlock__req *q)
 {
 	char line[DL_LINE_MAX + 8];
 	struct dl_fmt f;
-	int64_t now = dl__now();
+	int64_t now = dlock__now();
 	int n, err;
 
 	dl_fmt_init(&f, line, sizeof(line));
@@ -368,40 +370,42 @@ int dl__req_write(struct dlock_client *c, struct dl__req *q)
 	if ((err = out_append(c, line, (size_t)n)) < 0)
 		return err;
 	q->sent_at = now;
-	q->where = DL__SENT;
+	q->where = DLOCK__SENT;
 	/* A REFRESH that shortens the lease may take effect even if its
 	 * reply never arrives (a server that crashed after recording it):
 	 * the lease counts on the shorter deadline from the moment it is sent
 	 * (PROTOCOL.md, REFRESH). */
-	if ((q->op == DL__REFRESH || q->op == DL__RENEW) && q->lease &&
+	if ((q->op == DLOCK__REFRESH || q->op == DLOCK__RENEW) && q->lease &&
 	    q->ttl > 0 &&
-	    now + q->ttl - dl__slack(q->ttl) < atomic_load(&q->lease->deadline))
+	    now + q->ttl - dlock__slack(q->ttl) <
+		    atomic_load(&q->lease->deadline))
 		atomic_store(&q->lease->deadline,
-			     now + q->ttl - dl__slack(q->ttl));
-	dl__list_append(&c->rq.fifo, &c->rq.fifo_tail, q);
-	dl__flush(c);
-	if (dl__io_pending(c) || c->conn.wfail)
-		dl__wake(c); /* the thread polls for POLLOUT, or disconnects */
+			     now + q->ttl - dlock__slack(q->ttl));
+	dlock__list_append(&c->rq.fifo, &c->rq.fifo_tail, q);
+	dlock__flush(c);
+	if (dlock__io_pending(c) || c->conn.wfail)
+		dlock__wake(
+			c); /* the thread polls for POLLOUT, or disconnects */
 	return 0;
 }
 
-static void unsent_push(struct dlock_client *c, struct dl__req *q)
+static void unsent_push(struct dlock_client *c, struct dlock__req *q)
 {
-	q->where = DL__UNSENT;
-	dl__list_append(&c->rq.unsent, &c->rq.unsent_tail, q);
+	q->where = DLOCK__UNSENT;
+	dlock__list_append(&c->rq.unsent, &c->rq.unsent_tail, q);
 }
 
-int dl__req_submit(struct dlock_client *c, struct dl__req *q)
+int dlock__req_submit(struct dlock_client *c, struct dlock__req *q)
 {
 	if (c->closing)
 		return DLOCK_ECANCELED;
 	switch (c->conn.state) {
-	case DL__UP:
-		return dl__req_write(c, q);
-	case DL__DOWN:
-	case DL__CONNECTING:
-	case DL__HANDSHAKE:
-	case DL__GREETING: /* sent once HELLO is answered OK */
+	case DLOCK__UP:
+		return dlock__req_write(c, q);
+	case DLOCK__DOWN:
+	case DLOCK__CONNECTING:
+	case DLOCK__HANDSHAKE:
+	case DLOCK__GREETING: /* sent once HELLO is answered OK */
 		unsent_push(c, q);
 		return 0;
 	default:
@@ -409,16 +413,16 @@ int dl__req_submit(struct dlock_client *c, struct dl__req *q)
 		 * connection before this request was written (a TLS 1.3
 		 * server refuses a client certificate after the client's
 		 * side of the handshake is done) */
-		if (c->conn.initial && dl__tls_failed(c)) {
+		if (c->conn.initial && dlock__tls_failed(c)) {
 			snprintf(q->err, sizeof(q->err), "%s",
-				 dl__tls_error(c));
+				 dlock__tls_error(c));
 			return DLOCK_ETLS;
 		}
 		return DLOCK_ECLOSED;
 	}
 }
 
-void dl__acq_remove(struct dlock_client *c, struct dl__req *q)
+void dlock__acq_remove(struct dlock_client *c, struct dlock__req *q)
 {
 	if (!q->in_acq)
 		return;
@@ -430,12 +434,12 @@ void dl__acq_remove(struct dlock_client *c, struct dl__req *q)
 		q->anext->aprev = q->aprev;
 	q->anext = q->aprev = NULL;
 	q->in_acq = 0;
-	dl__name_wake(c, q->name);
+	dlock__name_wake(c, q->name);
 }
 
-void dl__name_wake(struct dlock_client *c, const char *name)
+void dlock__name_wake(struct dlock_client *c, const char *name)
 {
-	struct dl__lwait *w;
+	struct dlock__lwait *w;
 
 	for (w = c->lwait; w; w = w->next) {
 		if (strcmp(w->name, name) == 0) {
@@ -445,9 +449,9 @@ void dl__name_wake(struct dlock_client *c, const char *name)
 	}
 }
 
-int dl__name_acquiring(const struct dlock_client *c, const char *name)
+int dlock__name_acquiring(const struct dlock_client *c, const char *name)
 {
-	const struct dl__req *q;
+	const struct dlock__req *q;
 
 	for (q = c->rq.acquiring; q; q = q->anext)
 		if (strcmp(q->name, name) == 0)
@@ -455,8 +459,8 @@ int dl__name_acquiring(const struct dlock_client *c, const char *name)
 	return 0;
 }
 
-void dl__list_append(struct dl__req **head, struct dl__req **tail,
-		     struct dl__req *q)
+void dlock__list_append(struct dlock__req **head, struct dlock__req **tail,
+			struct dlock__req *q)
 {
 	q->next = NULL;
 	if (*tail)
@@ -466,9 +470,10 @@ void dl__list_append(struct dl__req **head, struct dl__req **tail,
 	*tail = q;
 }
 
-struct dl__req *dl__list_pop(struct dl__req **head, struct dl__req **tail)
+struct dlock__req *dlock__list_pop(struct dlock__req **head,
+				   struct dlock__req **tail)
 {
-	struct dl__req *q = *head;
+	struct dlock__req *q = *head;
 
 	if (!q)
 		return NULL;
@@ -479,8 +484,8 @@ struct dl__req *dl__list_pop(struct dl__req **head, struct dl__req **tail)
 	return q;
 }
 
-void dl__list_prepend(struct dl__req **head, struct dl__req **tail,
-		      struct dl__req *first, struct dl__req *last)
+void dlock__list_prepend(struct dlock__req **head, struct dlock__req **tail,
+			 struct dlock__req *first, struct dlock__req *last)
 {
 	if (!first)
 		return;
@@ -490,10 +495,10 @@ void dl__list_prepend(struct dl__req **head, struct dl__req **tail,
 	*head = first;
 }
 
-void dl__list_remove(struct dl__req **head, struct dl__req **tail,
-		     struct dl__req *q)
+void dlock__list_remove(struct dlock__req **head, struct dlock__req **tail,
+			struct dlock__req *q)
 {
-	struct dl__req *p, *prev = NULL;
+	struct dlock__req *p, *prev = NULL;
 
 	for (p = *head; p && p != q; p = p->next)
 		prev = p;
@@ -510,74 +515,75 @@ void dl__list_remove(struct dl__req **head, struct dl__req **tail,
 
 /* The caller stops waiting for q (timeout). Returns 1 if q was freed
  * here, 0 if the background thread now owns it. */
-static int abandon(struct dlock_client *c, struct dl__req *q)
+static int abandon(struct dlock_client *c, struct dlock__req *q)
 {
 	switch (q->where) {
-	case DL__UNSENT:
-		if (q->op == DL__UNLOCK && q->last_hold) {
+	case DLOCK__UNSENT:
+		if (q->op == DLOCK__UNLOCK && q->last_hold) {
 			/* still release the lease once connected */
 			pthread_cond_destroy(&q->cv);
 			q->internal = 1;
 			return 0;
 		}
-		dl__list_remove(&c->rq.unsent, &c->rq.unsent_tail, q);
+		dlock__list_remove(&c->rq.unsent, &c->rq.unsent_tail, q);
 		break;
-	case DL__WAITING:
-		dl__list_remove(&c->rq.waiting, NULL, q);
+	case DLOCK__WAITING:
+		dlock__list_remove(&c->rq.waiting, NULL, q);
 		/* leave the queue; a grant that crosses the CANCEL comes as a
 		 * "* GRANTED" nobody waits for and is released */
-		if (c->conn.state == DL__UP) {
+		if (c->conn.state == DLOCK__UP) {
 			c->conn.crossing++; /* dlock_private.h */
-			dl__internal(c, DL__CANCEL, q->name, 0, 0);
+			dlock__internal(c, DLOCK__CANCEL, q->name, 0, 0);
 		}
 		break;
-	case DL__SENT:
+	case DLOCK__SENT:
 		/* Its reply will be cleaned up. It stops excluding the other
 		 * threads now: a LOCK they send meanwhile is granted as a
 		 * reentry of whatever this one gets (which the clean-up
 		 * undoes), or meets its queued self: ALREADY_WAITING, sent
 		 * again behind the clean-up's CANCEL. */
 		q->abandoned = 1;
-		dl__acq_remove(c, q);
+		dlock__acq_remove(c, q);
 		return 0;
-	case DL__NOWHERE:
+	case DLOCK__NOWHERE:
 		break;
 	}
-	dl__acq_remove(c, q);
-	dl__req_free(q);
+	dlock__acq_remove(c, q);
+	dlock__req_free(q);
 	return 1;
 }
 
-int dl__call(struct dlock_client *c, struct dl__req **qp)
+int dlock__call(struct dlock_client *c, struct dlock__req **qp)
 {
-	struct dl__req *q = *qp;
-	int err = dl__req_submit(c, q);
+	struct dlock__req *q = *qp;
+	int err = dlock__req_submit(c, q);
 
 	if (err < 0) {
 		if (q->err[0])
-			dl__last_error_set(q->err);
+			dlock__last_error_set(q->err);
 		return err;
 	}
 	while (!q->done) {
-		if (dl__cond_wait(&q->cv, &c->mu, q->deadline) == ETIMEDOUT &&
-		    !q->done && dl__now() >= q->deadline) {
+		if (dlock__cond_wait(&q->cv, &c->mu, q->deadline) ==
+			    ETIMEDOUT &&
+		    !q->done && dlock__now() >= q->deadline) {
 			abandon(c, q);
 			*qp = NULL;
 			return DLOCK_ETIMEDOUT;
 		}
 	}
 	if (q->err[0])
-		dl__last_error_set(q->err);
+		dlock__last_error_set(q->err);
 	return q->rc;
 }
 
-void dl__req_finish(struct dlock_client *c, struct dl__req *q, int rc)
+void dlock__req_finish(struct dlock_client *c, struct dlock__req *q, int rc)
 {
-	q->where = DL__NOWHERE;
-	if (q->op == DL__LOCK || q->op == DL__CONFIRM)
-		dl__acq_remove(c, q);
+	q->where = DLOCK__NOWHERE;
+	if (q->op == DLOCK__LOCK || q->op == DLOCK__CONFIRM)
+		dlock__acq_remove(c, q);
 	if (q->internal || q->abandoned) {
-		dl__req_free(q);
+		dlock__req_free(q);
 		return;
 	}
 	q->rc = rc;
@@ -585,22 +591,22 @@ void dl__req_finish(struct dlock_client *c, struct dl__req *q, int rc)
 	pthread_cond_signal(&q->cv);
 }
 
-void dl__internal(struct dlock_client *c, enum dl__op op, const char *name,
-		  uint64_t token, int last_hold)
+void dlock__internal(struct dlock_client *c, enum dlock__op op,
+		     const char *name, uint64_t token, int last_hold)
 {
-	struct dl__req *q = dl__req_new(op, name, 1);
+	struct dlock__req *q = dlock__req_new(op, name, 1);
 
 	if (!q)
 		return; /* the lease expires at the server */
 	q->token = token;
 	q->last_hold = last_hold ? 1 : 0;
-	if (c->conn.state == DL__UP) {
-		if (dl__req_write(c, q) < 0)
-			dl__req_free(q);
-	} else if (op == DL__UNLOCK && c->conn.state != DL__DEAD) {
+	if (c->conn.state == DLOCK__UP) {
+		if (dlock__req_write(c, q) < 0)
+			dlock__req_free(q);
+	} else if (op == DLOCK__UNLOCK && c->conn.state != DLOCK__DEAD) {
 		unsent_push(c, q);
 	} else {
-		dl__req_free(q);
+		dlock__req_free(q);
 	}
 }
 
@@ -613,7 +619,7 @@ static int word_is(struct dl_str w, const char *s)
 	return w.len == n && memcmp(w.p, s, n) == 0;
 }
 
-int dl__reply_error(struct dl__req *q, const struct dl_reply *r)
+int dlock__reply_error(struct dlock__req *q, const struct dl_reply *r)
 {
 	struct word_err {
 		const char *word;
@@ -661,10 +667,10 @@ int dl__reply_error(struct dl__req *q, const struct dl_reply *r)
 
 /* ---- leases -------------------------------------------------------------- */
 
-struct dl__lease *dl__lease_find(struct dlock_client *c, const char *name,
-				 uint64_t token)
+struct dlock__lease *dlock__lease_find(struct dlock_client *c, const char *name,
+				       uint64_t token)
 {
-	struct dl__lease *l;
+	struct dlock__lease *l;
 
 	for (l = c->ls.leases; l; l = l->next)
 		if (l->token == token && strcmp(l->name, name) == 0)
@@ -672,11 +678,12 @@ struct dl__lease *dl__lease_find(struct dlock_client *c, const char *name,
 	return NULL;
 }
 
-void dl__lease_confirm(struct dlock_client *c, struct dl__lease *l,
-		       const struct dl__req *q, int64_t sent_at, int64_t ms)
+void dlock__lease_confirm(struct dlock_client *c, struct dlock__lease *l,
+			  const struct dlock__req *q, int64_t sent_at,
+			  int64_t ms)
 {
-	int64_t d = sent_at + ms - dl__slack(ms), cap;
-	const struct dl__req *r;
+	int64_t d = sent_at + ms - dlock__slack(ms), cap;
+	const struct dlock__req *r;
 
 	/* The server counts the lease from when it read the request, which
 	 * is after sent_at: the deadline below is never later than the
@@ -685,17 +692,17 @@ void dl__lease_confirm(struct dlock_client *c, struct dl__lease *l,
 	/* ... but a REFRESH of the lease written after q (c->rq.fifo is in the
 	 * order of the writes; the server answers in it) may have shortened
 	 * it already: until its reply, the lease counts on the shorter end,
-	 * as from the moment it was written (dl__req_write). Found by the
+	 * as from the moment it was written (dlock__req_write). Found by the
 	 * fault campaign: a reentry to 3 s was answered while the renewal of
 	 * its 300 ms lease, written after it, was in flight; the client
 	 * counted on 3 s, closed, and the lock went to another owner 300 ms
 	 * later. */
 	for (r = c->rq.fifo; r; r = r->next) {
 		if (r == q || r->lease != l || r->ttl <= 0 ||
-		    (r->op != DL__REFRESH && r->op != DL__RENEW &&
-		     r->op != DL__RECLAIM))
+		    (r->op != DLOCK__REFRESH && r->op != DLOCK__RENEW &&
+		     r->op != DLOCK__RECLAIM))
 			continue;
-		cap = r->sent_at + r->ttl - dl__slack(r->ttl);
+		cap = r->sent_at + r->ttl - dlock__slack(r->ttl);
 		if (cap < d)
 			d = cap;
 	}
@@ -704,10 +711,10 @@ void dl__lease_confirm(struct dlock_client *c, struct dl__lease *l,
 	l->at_risk = 0;
 }
 
-int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
-		    int64_t ms, int64_t sent_at)
+int dlock__lease_grant(struct dlock_client *c, struct dlock__req *q,
+		       uint64_t token, int64_t ms, int64_t sent_at)
 {
-	struct dl__lease *l = dl__lease_find(c, q->name, token);
+	struct dlock__lease *l = dlock__lease_find(c, q->name, token);
 	dlock_lease *h = calloc(1, sizeof(*h));
 	int reentry = l != NULL;
 
@@ -745,7 +752,7 @@ int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
 		l->warn = q->warn;
 	if (q->delay > l->delay)
 		l->delay = q->delay;
-	dl__lease_confirm(c, l, q, sent_at, ms);
+	dlock__lease_confirm(c, l, q, sent_at, ms);
 	h->l = l;
 	h->next = l->handles;
 	l->handles = h;
@@ -756,9 +763,9 @@ int dl__lease_grant(struct dlock_client *c, struct dl__req *q, uint64_t token,
 	return 0;
 }
 
-int dl__lease_renew(struct dlock_client *c, struct dl__lease *l)
+int dlock__lease_renew(struct dlock_client *c, struct dlock__lease *l)
 {
-	struct dl__req *q = dl__req_new(DL__RENEW, l->name, 1);
+	struct dlock__req *q = dlock__req_new(DLOCK__RENEW, l->name, 1);
 
 	if (!q)
 		return DLOCK_ENOMEM;
@@ -766,15 +773,15 @@ int dl__lease_renew(struct dlock_client *c, struct dl__lease *l)
 	q->ttl = atomic_load(&l->ttl);
 	q->lease = l;
 	l->refs++;
-	if (dl__req_write(c, q) < 0) {
-		dl__req_free(q);
+	if (dlock__req_write(c, q) < 0) {
+		dlock__req_free(q);
 		return DLOCK_ECLOSED;
 	}
 	l->refreshing = 1;
 	return 0;
 }
 
-void dl__lease_risk(struct dlock_client *c, struct dl__lease *l)
+void dlock__lease_risk(struct dlock_client *c, struct dlock__lease *l)
 {
 	dlock_lease *h;
 
@@ -789,8 +796,8 @@ void dl__lease_risk(struct dlock_client *c, struct dl__lease *l)
 	}
 }
 
-void dl__lease_lose(struct dlock_client *c, struct dl__lease *l,
-		    enum dlock_lost_reason why)
+void dlock__lease_lose(struct dlock_client *c, struct dlock__lease *l,
+		       enum dlock_lost_reason why)
 {
 	dlock_lease *h;
 
@@ -805,7 +812,7 @@ void dl__lease_lose(struct dlock_client *c, struct dl__lease *l,
 	}
 }
 
-void dl__lease_unlink(struct dlock_client *c, struct dl__lease *l)
+void dlock__lease_unlink(struct dlock_client *c, struct dlock__lease *l)
 {
 	if (!l->linked)
 		return;
@@ -817,21 +824,22 @@ void dl__lease_unlink(struct dlock_client *c, struct dl__lease *l)
 		l->next->prev = l->prev;
 	l->next = l->prev = NULL;
 	l->linked = 0;
-	dl__name_wake(c, l->name);
-	dl__lease_unref(l);
+	dlock__name_wake(c, l->name);
+	dlock__lease_unref(l);
 }
 
-void dl__lease_unref(struct dl__lease *l)
+void dlock__lease_unref(struct dlock__lease *l)
 {
 	if (--l->refs == 0)
 		free(l);
 }
 
-void dl__cleanup_grant(struct dlock_client *c, const char *name, uint64_t token)
+void dlock__cleanup_grant(struct dlock_client *c, const char *name,
+			  uint64_t token)
 {
-	struct dl__lease *l = dl__lease_find(c, name, token);
+	struct dlock__lease *l = dlock__lease_find(c, name, token);
 
 	/* A hold on a lease we keep is undone by one UNLOCK; a lease of its
 	 * own is released entirely (last_hold: UNLOCK until RELEASED). */
-	dl__internal(c, DL__UNLOCK, name, token, !(l && l->nhandles > 0));
+	dlock__internal(c, DLOCK__UNLOCK, name, token, !(l && l->nhandles > 0));
 }

@@ -6,7 +6,7 @@
  * options, immutable afterwards) and the TLS state of its one connection
  * at a time (an SSL object, two memory BIOs, the ciphertext the kernel has
  * not taken yet). Everything here runs under c->mu, like the rest of the
- * connection: calling threads write (dl__flush), the background thread
+ * connection: calling threads write (dlock__flush), the background thread
  * reads, handshakes and closes; OpenSSL's error queue is per thread and is
  * cleared before each call.
  *
@@ -17,7 +17,7 @@
  * same non-blocking socket and poll() as without TLS; OpenSSL only turns
  * plaintext into records and back. A memory BIO never fills, so SSL_write
  * takes a whole buffer at once; what the kernel does not take waits in
- * t->out and the thread polls for POLLOUT (dl__io_pending).
+ * t->out and the thread polls for POLLOUT (dlock__io_pending).
  *
  * Verification is on unless options.tls_no_verify: the server's chain
  * against options.tls_ca (else the system's store), and its name -- the
@@ -41,22 +41,22 @@
 #include <unistd.h>
 
 /* Ciphertext read from the socket in one recv(): a TLS record and a bit. */
-#define DL__TLS_RECV 17408
+#define DLOCK__TLS_RECV 17408
 
-struct dl__tls {
+struct dlock__tls {
 	SSL_CTX *ctx;	   /* from the options; immutable */
 	char *server_name; /* options.tls_server_name, or NULL */
 	SSL *ssl;	   /* this connection's; NULL between connections */
 	BIO *rbio, *wbio;  /* ciphertext in, out; owned by ssl */
 	char *out;	   /* ciphertext the kernel has not taken */
 	size_t out_off, out_len, out_cap;
-	int open;	       /* the handshake is done */
-	int failed;	       /* TLS broke the connection: err says why */
-	char err[DL__ERR_MAX]; /* "" or why */
+	int open;		  /* the handshake is done */
+	int failed;		  /* TLS broke the connection: err says why */
+	char err[DLOCK__ERR_MAX]; /* "" or why */
 };
 
 /* "TLS: <what>: <OpenSSL's reason>[: <verification result>]" */
-static void set_err(struct dl__tls *t, const char *what)
+static void set_err(struct dlock__tls *t, const char *what)
 {
 	unsigned long e = ERR_peek_last_error();
 	const char *r = e ? ERR_reason_error_string(e) : NULL;
@@ -74,7 +74,7 @@ static void set_err(struct dl__tls *t, const char *what)
 
 /* ---- the context -------------------------------------------------------- */
 
-static int ctx_load(struct dl__tls *t, const struct dlock_options *o)
+static int ctx_load(struct dlock__tls *t, const struct dlock_options *o)
 {
 	SSL_CTX *ctx = t->ctx;
 
@@ -111,9 +111,9 @@ static int ctx_load(struct dl__tls *t, const struct dlock_options *o)
 	return 0;
 }
 
-int dl__tls_new(struct dlock_client *c, const struct dlock_options *o)
+int dlock__tls_new(struct dlock_client *c, const struct dlock_options *o)
 {
-	struct dl__tls *t;
+	struct dlock__tls *t;
 	int err;
 
 	c->conn.tls = NULL;
@@ -127,23 +127,23 @@ int dl__tls_new(struct dlock_client *c, const struct dlock_options *o)
 	t->ctx = SSL_CTX_new(TLS_client_method());
 	if (o->tls_server_name && o->tls_server_name[0] &&
 	    !(t->server_name = strdup(o->tls_server_name))) {
-		dl__tls_free(t);
+		dlock__tls_free(t);
 		return DLOCK_ENOMEM;
 	}
 	if (!t->ctx) {
-		dl__tls_free(t);
+		dlock__tls_free(t);
 		return DLOCK_ENOMEM;
 	}
 	if ((err = ctx_load(t, o)) < 0) {
-		dl__last_error_set(t->err);
-		dl__tls_free(t);
+		dlock__last_error_set(t->err);
+		dlock__tls_free(t);
 		return err;
 	}
 	c->conn.tls = t;
 	return 0;
 }
 
-void dl__tls_free(struct dl__tls *t)
+void dlock__tls_free(struct dlock__tls *t)
 {
 	if (!t)
 		return;
@@ -189,10 +189,10 @@ static int is_ip(const char *s)
 	return inet_pton(AF_INET, s, a) == 1 || inet_pton(AF_INET6, s, a) == 1;
 }
 
-int dl__tls_begin(struct dlock_client *c, int i)
+int dlock__tls_begin(struct dlock_client *c, int i)
 {
-	struct dl__tls *t = c->conn.tls;
-	char host[DL__SERVER_NAME_MAX];
+	struct dlock__tls *t = c->conn.tls;
+	char host[DLOCK__SERVER_NAME_MAX];
 
 	SSL_free(t->ssl);
 	t->ssl = NULL;
@@ -228,7 +228,7 @@ int dl__tls_begin(struct dlock_client *c, int i)
 }
 
 /* Move what OpenSSL wrote into t->out. */
-static int take(struct dl__tls *t)
+static int take(struct dlock__tls *t)
 {
 	size_t n = BIO_ctrl_pending(t->wbio), cap;
 	char *p;
@@ -254,7 +254,7 @@ static int take(struct dl__tls *t)
  * failed. */
 static int send_out(struct dlock_client *c)
 {
-	struct dl__tls *t = c->conn.tls;
+	struct dlock__tls *t = c->conn.tls;
 	ssize_t n;
 
 	while (t->out_off < t->out_len) {
@@ -278,7 +278,7 @@ static int send_out(struct dlock_client *c)
  * (EAGAIN), -1 on end of file or an error (errno). */
 static int pull(struct dlock_client *c)
 {
-	char buf[DL__TLS_RECV];
+	char buf[DLOCK__TLS_RECV];
 	ssize_t n;
 
 	for (;;) {
@@ -300,9 +300,9 @@ static int pull(struct dlock_client *c)
 	}
 }
 
-int dl__tls_handshake(struct dlock_client *c)
+int dlock__tls_handshake(struct dlock_client *c)
 {
-	struct dl__tls *t = c->conn.tls;
+	struct dlock__tls *t = c->conn.tls;
 	int r, e;
 
 	for (;;) {
@@ -334,21 +334,21 @@ int dl__tls_handshake(struct dlock_client *c)
 	}
 }
 
-int dl__tls_failed(const struct dlock_client *c)
+int dlock__tls_failed(const struct dlock_client *c)
 {
 	return c->conn.tls && c->conn.tls->failed;
 }
 
-const char *dl__tls_error(const struct dlock_client *c)
+const char *dlock__tls_error(const struct dlock_client *c)
 {
 	return c->conn.tls ? c->conn.tls->err : "";
 }
 
 /* ---- the transport ------------------------------------------------------ */
 
-ssize_t dl__io_read(struct dlock_client *c, char *buf, size_t n)
+ssize_t dlock__io_read(struct dlock_client *c, char *buf, size_t n)
 {
-	struct dl__tls *t = c->conn.tls;
+	struct dlock__tls *t = c->conn.tls;
 	size_t got = 0;
 	int r, e;
 
@@ -379,9 +379,9 @@ ssize_t dl__io_read(struct dlock_client *c, char *buf, size_t n)
 	}
 }
 
-void dl__tls_flush(struct dlock_client *c)
+void dlock__tls_flush(struct dlock_client *c)
 {
-	struct dl__tls *t = c->conn.tls;
+	struct dlock__tls *t = c->conn.tls;
 	size_t done = 0;
 
 	if (c->conn.fd < 0 || !t->ssl)
@@ -402,15 +402,15 @@ void dl__tls_flush(struct dlock_client *c)
 		c->conn.wfail = 1; /* the thread sees it and disconnects */
 }
 
-int dl__io_pending(const struct dlock_client *c)
+int dlock__io_pending(const struct dlock_client *c)
 {
 	return c->conn.out_len > c->conn.out_off ||
 	       (c->conn.tls && c->conn.tls->out_len > c->conn.tls->out_off);
 }
 
-void dl__io_close(struct dlock_client *c)
+void dlock__io_close(struct dlock_client *c)
 {
-	struct dl__tls *t = c->conn.tls;
+	struct dlock__tls *t = c->conn.tls;
 
 	if (t && t->ssl) {
 		/* a goodbye if the kernel takes it now; no wait for theirs */

@@ -9,7 +9,7 @@
  * A pattern is on the list from its OK WATCHING until dlock_unwatch() (or
  * a refusal after a reconnect): that is what the server watches for this
  * client while connected, so on every new connection the thread asks for
- * each again (dl__watch_resume, after HELLO), and each answer is queued
+ * each again (dlock__watch_resume, after HELLO), and each answer is queued
  * as a RESUMED event -- the only place where events may have gone unseen
  * without an OVERFLOW, which is why it is an event at all.
  *
@@ -27,16 +27,16 @@
 #include <string.h>
 
 /* A watched pattern. */
-struct dl__watch {
-	struct dl__watch *next;
+struct dlock__watch {
+	struct dlock__watch *next;
 	size_t len; /* of the name or prefix (the '*' not counted) */
 	int prefix;
 	char pat[DL_NAME_MAX + 1]; /* as given (a prefix with its star) */
 };
 
 /* A queued event. */
-struct dl__wev {
-	struct dl__wev *next;
+struct dlock__wev {
+	struct dlock__wev *next;
 	struct dlock_watch_event ev;
 };
 
@@ -57,10 +57,10 @@ static void copy_str(char *dst, size_t cap, struct dl_str s)
 	dst[n] = '\0';
 }
 
-static struct dl__watch *watch_find(struct dlock_client *c, const char *pat,
-				    struct dl__watch ***link)
+static struct dlock__watch *watch_find(struct dlock_client *c, const char *pat,
+				       struct dlock__watch ***link)
 {
-	struct dl__watch **pp, *w;
+	struct dlock__watch **pp, *w;
 
 	for (pp = &c->w.watches; (w = *pp) != NULL; pp = &w->next)
 		if (strcmp(w->pat, pat) == 0) {
@@ -74,7 +74,7 @@ static struct dl__watch *watch_find(struct dlock_client *c, const char *pat,
 /* A listed pattern matches `name`. */
 static int watched(const struct dlock_client *c, struct dl_str name)
 {
-	const struct dl__watch *w;
+	const struct dlock__watch *w;
 
 	for (w = c->w.watches; w; w = w->next) {
 		if (w->prefix ? name.len >= w->len &&
@@ -89,7 +89,7 @@ static int watched(const struct dlock_client *c, struct dl_str name)
 /* Append ev, or count it missed; an OVERFLOW goes first if some were. */
 static void push(struct dlock_client *c, const struct dlock_watch_event *ev)
 {
-	struct dl__wev *e;
+	struct dlock__wev *e;
 	int notice = c->w.missed > 0;
 
 	if (c->w.wq_n + (size_t)notice >= DLOCK_WATCH_QUEUE_MAX) {
@@ -124,7 +124,7 @@ static void push(struct dlock_client *c, const struct dlock_watch_event *ev)
 
 /* "* WATCH <name> <what> <owner> <token> holders=<n> [user=<u>]
  * [broken_by=<u>]", or "* WATCH-OVERFLOW <n>". */
-int dl__watch_event(struct dlock_client *c, const struct dl_reply *r)
+int dlock__watch_event(struct dlock_client *c, const struct dl_reply *r)
 {
 	struct dlock_watch_event ev;
 	struct dl_str v;
@@ -177,7 +177,7 @@ static int64_t reply_holders(const struct dl_reply *r)
 
 static int list_add(struct dlock_client *c, const char *pat)
 {
-	struct dl__watch *w, **pp;
+	struct dlock__watch *w, **pp;
 	size_t len = strlen(pat);
 
 	if (watch_find(c, pat, NULL))
@@ -195,7 +195,7 @@ static int list_add(struct dlock_client *c, const char *pat)
 
 static void list_remove(struct dlock_client *c, const char *pat)
 {
-	struct dl__watch **pp, *w = watch_find(c, pat, &pp);
+	struct dlock__watch **pp, *w = watch_find(c, pat, &pp);
 
 	if (w) {
 		*pp = w->next;
@@ -203,23 +203,23 @@ static void list_remove(struct dlock_client *c, const char *pat)
 	}
 }
 
-int dl__watch_reply(struct dlock_client *c, struct dl__req *q,
-		    const struct dl_reply *r)
+int dlock__watch_reply(struct dlock_client *c, struct dlock__req *q,
+		       const struct dl_reply *r)
 {
 	struct dlock_watch_event ev;
 	int err = 0;
 
-	if (q->op == DL__UNWATCH) {
+	if (q->op == DLOCK__UNWATCH) {
 		/* NO NOT_WATCHING: it was not watched -- unless this is
 		 * the UNWATCH sent again after a reconnect, on a connection
 		 * that never watched it */
 		if (r->kind == DL_REPLY_OK && r->word.len == 9 &&
 		    !memcmp(r->word.p, "UNWATCHED", 9))
 			err = 0;
-		else if ((err = dl__reply_error(q, r)) == DLOCK_ESERVER &&
+		else if ((err = dlock__reply_error(q, r)) == DLOCK_ESERVER &&
 			 r->kind == DL_REPLY_NO)
 			err = q->resent ? 0 : DLOCK_EINVAL;
-		dl__req_finish(c, q, err);
+		dlock__req_finish(c, q, err);
 		return 1;
 	}
 	if (r->kind == DL_REPLY_OK && r->word.len == 8 &&
@@ -227,7 +227,7 @@ int dl__watch_reply(struct dlock_client *c, struct dl__req *q,
 		q->r_value = (uint64_t)reply_holders(r);
 		err = q->internal ? 0 : list_add(c, q->name);
 	} else {
-		err = dl__reply_error(q, r);
+		err = dlock__reply_error(q, r);
 	}
 	if (q->internal) {
 		/* watching again after a reconnect: say how it went */
@@ -243,27 +243,27 @@ int dl__watch_reply(struct dlock_client *c, struct dl__req *q,
 		}
 		push(c, &ev);
 	}
-	dl__req_finish(c, q, err);
+	dlock__req_finish(c, q, err);
 	return 1;
 }
 
-void dl__watch_resume(struct dlock_client *c)
+void dlock__watch_resume(struct dlock_client *c)
 {
-	struct dl__watch *w;
-	struct dl__req *q;
+	struct dlock__watch *w;
+	struct dlock__req *q;
 
 	for (w = c->w.watches; w; w = w->next) {
-		if (!(q = dl__req_new(DL__WATCH, w->pat, 1)))
+		if (!(q = dlock__req_new(DLOCK__WATCH, w->pat, 1)))
 			continue;
-		if (dl__req_write(c, q) < 0)
-			dl__req_free(q);
+		if (dlock__req_write(c, q) < 0)
+			dlock__req_free(q);
 	}
 }
 
-void dl__watch_free(struct dlock_client *c)
+void dlock__watch_free(struct dlock_client *c)
 {
-	struct dl__watch *w;
-	struct dl__wev *e;
+	struct dlock__watch *w;
+	struct dlock__wev *e;
 
 	while ((w = c->w.watches) != NULL) {
 		c->w.watches = w->next;
@@ -285,58 +285,58 @@ static int bad_pattern(const char *pat)
 	return !pat || dl_check_name(pat, strlen(pat)) < 0;
 }
 
-static int call(struct dlock_client *c, enum dl__op op, const char *pat,
+static int call(struct dlock_client *c, enum dlock__op op, const char *pat,
 		int64_t *holders)
 {
-	struct dl__req *q;
+	struct dlock__req *q;
 	int err;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (!c || bad_pattern(pat))
 		return DLOCK_EINVAL;
-	if ((err = dl__enter(c)) < 0)
+	if ((err = dlock__enter(c)) < 0)
 		return err;
-	if (op == DL__UNWATCH)
+	if (op == DLOCK__UNWATCH)
 		list_remove(c, pat);
-	if (!(q = dl__req_new(op, pat, 0))) {
-		dl__leave(c);
+	if (!(q = dlock__req_new(op, pat, 0))) {
+		dlock__leave(c);
 		return DLOCK_ENOMEM;
 	}
-	q->deadline = dl__now() + c->opt.request_timeout_ms;
-	err = dl__call(c, &q);
+	q->deadline = dlock__now() + c->opt.request_timeout_ms;
+	err = dlock__call(c, &q);
 	if (q && err == 0 && holders)
 		*holders = (int64_t)q->r_value;
-	dl__req_free(q);
-	dl__leave(c);
+	dlock__req_free(q);
+	dlock__leave(c);
 	return err;
 }
 
 int dlock_watch(dlock_client *c, const char *pattern, int64_t *holders)
 {
-	return call(c, DL__WATCH, pattern, holders);
+	return call(c, DLOCK__WATCH, pattern, holders);
 }
 
 int dlock_unwatch(dlock_client *c, const char *pattern)
 {
-	return call(c, DL__UNWATCH, pattern, NULL);
+	return call(c, DLOCK__UNWATCH, pattern, NULL);
 }
 
 int dlock_watch_next(dlock_client *c, struct dlock_watch_event *ev,
 		     int64_t wait_ms)
 {
 	int64_t deadline;
-	struct dl__wev *e;
+	struct dlock__wev *e;
 	int err;
 
-	dl__last_error_clear();
+	dlock__last_error_clear();
 	if (!c || !ev || wait_ms < DLOCK_WAIT_FOREVER)
 		return DLOCK_EINVAL;
-	if ((err = dl__enter(c)) < 0)
+	if ((err = dlock__enter(c)) < 0)
 		return err;
-	deadline = wait_ms < 0 ? DL__NEVER : dl__now() + wait_ms;
+	deadline = wait_ms < 0 ? DLOCK__NEVER : dlock__now() + wait_ms;
 	while (!c->w.wq && !c->w.missed && !c->closing) {
-		if (dl__cond_wait(&c->w.cv, &c->mu, deadline) == ETIMEDOUT &&
-		    dl__now() >= deadline)
+		if (dlock__cond_wait(&c->w.cv, &c->mu, deadline) == ETIMEDOUT &&
+		    dlock__now() >= deadline)
 			break;
 	}
 	if (c->closing) {
@@ -356,6 +356,6 @@ int dlock_watch_next(dlock_client *c, struct dlock_watch_event *ev,
 	} else {
 		err = DLOCK_ETIMEDOUT;
 	}
-	dl__leave(c);
+	dlock__leave(c);
 	return err;
 }

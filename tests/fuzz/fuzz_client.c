@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_client.c -- libFuzzer target: libdlock's handling of what the
- * server says (client/lib/dlock_reply.c, dl__line_in), on a client built in
+ * server says (client/lib/dlock_reply.c, dlock__line_in), on a client built in
  * memory: no thread, a connection to /dev/null (writes of clean-ups and
  * renewals go nowhere).
  *
@@ -55,12 +55,12 @@ static uint64_t tokens[NLEASE] = {
 
 /* The fuzzer is the callers: the requests it waits for (freed once done,
  * their handles kept) and every lease record a handle of it points at. */
-static struct dl__req *calls[NKEEP];
+static struct dlock__req *calls[NKEEP];
 static size_t ncalls;
-static struct dl__lease *records[NKEEP * 2];
+static struct dlock__lease *records[NKEEP * 2];
 static size_t nrecords;
 
-static void keep_record(struct dl__lease *l)
+static void keep_record(struct dlock__lease *l)
 {
 	size_t i;
 
@@ -83,7 +83,7 @@ static void harvest(void)
 		}
 		if (calls[i]->rc == 0 && calls[i]->handle)
 			keep_record(calls[i]->handle->l);
-		dl__req_free(calls[i]);
+		dlock__req_free(calls[i]);
 	}
 	ncalls = k;
 }
@@ -94,7 +94,7 @@ static struct dlock_client *client_new(void)
 
 	CHECK(c, "out of memory");
 	pthread_mutex_init(&c->mu, NULL);
-	dl__cond_init(&c->idle_cv);
+	dlock__cond_init(&c->idle_cv);
 	dlock_options_init(&c->opt);
 	c->opt.owner = c->owner;
 	snprintf(c->owner, sizeof(c->owner), "fz");
@@ -102,7 +102,7 @@ static struct dlock_client *client_new(void)
 	CHECK(c->conn.fd >= 0 && pipe2(c->wake, O_NONBLOCK | O_CLOEXEC) == 0,
 	      "set-up");
 	c->timer = -1;
-	c->conn.state = DL__UP;
+	c->conn.state = DLOCK__UP;
 	c->hello.default_ttl = 30000;
 	dl_linebuf_init(&c->conn.lb);
 	return c;
@@ -111,14 +111,15 @@ static struct dlock_client *client_new(void)
 /* A lease of `name` with `holds` handles, as grants to a caller make it. */
 static void lease_new(struct dlock_client *c, int i, int holds)
 {
-	struct dl__req *q = dl__req_new(DL__LOCK, names[i], 0);
+	struct dlock__req *q = dlock__req_new(DLOCK__LOCK, names[i], 0);
 
 	CHECK(q, "out of memory");
 	q->ttl = 3000;
 	while (holds-- > 0)
-		CHECK(dl__lease_grant(c, q, tokens[i], 3000, dl__now()) == 0,
+		CHECK(dlock__lease_grant(c, q, tokens[i], 3000, dlock__now()) ==
+			      0,
 		      "grant");
-	dl__req_free(q);
+	dlock__req_free(q);
 }
 
 /* Put a request on the FIFO: internal (renewals, clean-ups), given up by
@@ -127,37 +128,41 @@ static void lease_new(struct dlock_client *c, int i, int holds)
  * handle). */
 static void request(struct dlock_client *c, struct input *in)
 {
-	static const enum dl__op ops[] = {
-		DL__LOCK,	   DL__LOCK,  DL__LOCK,	 DL__UNLOCK,
-		DL__REFRESH,	   DL__RENEW, DL__CHECK, DL__CANCEL,
-		DL__STATUS,	   DL__STATS, DL__PING,	 DL__UNLOCK_TOKEN,
-		DL__REFRESH_TOKEN, DL__LOCKS, DL__BREAK};
-	enum dl__op op = ops[next(in) % (sizeof(ops) / sizeof(ops[0]))];
+	static const enum dlock__op ops[] = {
+		DLOCK__LOCK,	      DLOCK__LOCK,    DLOCK__LOCK,
+		DLOCK__UNLOCK,	      DLOCK__REFRESH, DLOCK__RENEW,
+		DLOCK__CHECK,	      DLOCK__CANCEL,  DLOCK__STATUS,
+		DLOCK__STATS,	      DLOCK__PING,    DLOCK__UNLOCK_TOKEN,
+		DLOCK__REFRESH_TOKEN, DLOCK__LOCKS,   DLOCK__BREAK};
+	enum dlock__op op = ops[next(in) % (sizeof(ops) / sizeof(ops[0]))];
 	int i = (int)(next(in) % NLEASE), internal;
-	struct dl__lease *l = dl__lease_find(c, names[i], tokens[i]);
-	struct dl__req *q;
+	struct dlock__lease *l = dlock__lease_find(c, names[i], tokens[i]);
+	struct dlock__req *q;
 
-	int caller = op == DL__LOCK && next(in) % 2 && ncalls < NKEEP;
+	int caller = op == DLOCK__LOCK && next(in) % 2 && ncalls < NKEEP;
 
-	internal = op == DL__RENEW || op == DL__CANCEL;
-	if ((op == DL__UNLOCK || op == DL__REFRESH || op == DL__RENEW) && !l)
-		op = DL__PING; /* these need a lease record */
-	if (!(q = dl__req_new(op, names[i], internal)))
+	internal = op == DLOCK__RENEW || op == DLOCK__CANCEL;
+	if ((op == DLOCK__UNLOCK || op == DLOCK__REFRESH ||
+	     op == DLOCK__RENEW) &&
+	    !l)
+		op = DLOCK__PING; /* these need a lease record */
+	if (!(q = dlock__req_new(op, names[i], internal)))
 		return;
 	q->abandoned = !internal && !caller;
 	q->token = tokens[i];
 	q->ttl = (int64_t)(next(in) % 4) * 1000;
 	q->wait = next(in) % 2 ? -1 : 500;
-	q->wait_end = q->wait < 0 ? DL__NEVER : dl__now() + q->wait;
+	q->wait_end = q->wait < 0 ? DLOCK__NEVER : dlock__now() + q->wait;
 	q->last_hold = next(in) % 2;
-	if (l && (op == DL__UNLOCK || op == DL__REFRESH || op == DL__RENEW)) {
+	if (l && (op == DLOCK__UNLOCK || op == DLOCK__REFRESH ||
+		  op == DLOCK__RENEW)) {
 		q->lease = l;
 		l->refs++;
-		if (op == DL__RENEW)
+		if (op == DLOCK__RENEW)
 			l->refreshing = 1;
 	}
-	if (dl__req_write(c, q) != 0)
-		dl__req_free(q);
+	if (dlock__req_write(c, q) != 0)
+		dlock__req_free(q);
 	else if (caller)
 		calls[ncalls++] = q;
 }
@@ -212,21 +217,23 @@ static size_t line_of(struct dlock_client *c, struct input *in, char *buf,
 /* The client's records are true (see the top comment). */
 static void check_client(struct dlock_client *c)
 {
-	struct dl__req *q;
-	struct dl__lease *l;
+	struct dlock__req *q;
+	struct dlock__lease *l;
 	dlock_lease *h;
 	int n, notify = 0;
 
 	for (q = c->rq.fifo; q; q = q->next)
-		CHECK(q->where == DL__SENT && !q->done, "a FIFO request");
+		CHECK(q->where == DLOCK__SENT && !q->done, "a FIFO request");
 	for (q = c->rq.waiting; q; q = q->next)
-		CHECK(q->where == DL__WAITING && !q->done, "a waiting request");
+		CHECK(q->where == DLOCK__WAITING && !q->done,
+		      "a waiting request");
 	for (q = c->rq.fifo; q; q = q->next)
 		if (q->lease && q->ttl > 0 && !q->lease->dead &&
-		    (q->op == DL__REFRESH || q->op == DL__RENEW ||
-		     q->op == DL__RECLAIM))
+		    (q->op == DLOCK__REFRESH || q->op == DLOCK__RENEW ||
+		     q->op == DLOCK__RECLAIM))
 			CHECK(atomic_load(&q->lease->deadline) <=
-				      q->sent_at + q->ttl - dl__slack(q->ttl),
+				      q->sent_at + q->ttl -
+					      dlock__slack(q->ttl),
 			      "a lease counts on more than a REFRESH in "
 			      "flight may leave it");
 	for (l = c->ls.leases; l; l = l->next) {
@@ -234,7 +241,7 @@ static void check_client(struct dlock_client *c)
 		/* whatever the server says, never a lease longer than asked */
 		CHECK(l->dead || atomic_load(&l->ttl) <= 0 ||
 			      atomic_load(&l->deadline) <=
-				      dl__now() + atomic_load(&l->ttl),
+				      dlock__now() + atomic_load(&l->ttl),
 		      "a lease counts on more than its TTL");
 		for (n = 0, h = l->handles; h; h = h->next, n++)
 			notify += h->notify;
@@ -244,13 +251,13 @@ static void check_client(struct dlock_client *c)
 	CHECK(notify == c->ls.notify_count, "notify count");
 }
 
-static void free_list(struct dl__req *q)
+static void free_list(struct dlock__req *q)
 {
-	struct dl__req *n;
+	struct dlock__req *n;
 
 	for (; q; q = n) {
 		n = q->next;
-		dl__req_free(q);
+		dlock__req_free(q);
 	}
 }
 
@@ -258,7 +265,7 @@ static void free_list(struct dl__req *q)
  * hold references to them). */
 static void client_free(struct dlock_client *c)
 {
-	struct dl__lease *l;
+	struct dlock__lease *l;
 	dlock_lease *h, *hn;
 	size_t i;
 
@@ -267,7 +274,7 @@ static void client_free(struct dlock_client *c)
 	free_list(c->rq.waiting);
 	free_list(c->rq.unsent);
 	if (c->rq.stats_req)
-		dl__req_free(c->rq.stats_req);
+		dlock__req_free(c->rq.stats_req);
 	ncalls = 0; /* those not done were on the lists */
 	for (l = c->ls.leases; l; l = l->next)
 		keep_record(l);
@@ -297,7 +304,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	for (i = 0; i < NLEASE; i++) {
 		lease_new(c, (int)i, 1 + (int)(i % 2));
-		keep_record(dl__lease_find(c, names[i], tokens[i]));
+		keep_record(dlock__lease_find(c, names[i], tokens[i]));
 	}
 	for (i = 0; i < 6; i++)
 		request(c, &in);
@@ -306,7 +313,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (next(&in) % 4 == 0)
 			request(c, &in);
 		len = line_of(c, &in, line, sizeof(line));
-		if (dl__line_in(c, line, len) < 0)
+		if (dlock__line_in(c, line, len) < 0)
 			break; /* the reader drops the connection */
 		check_client(c);
 		harvest();
