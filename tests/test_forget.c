@@ -234,6 +234,60 @@ Test(forget, a_loss_newer_than_the_state_file_still_closes)
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
 
+/* Found from outside: Redis made a replica of a server started from an
+ * older copy of its data, resynced, then promoted again -- what a
+ * Sentinel fail-over and fail-back does to the old primary -- is the same
+ * process (its run_id did not change) with older data: the restart took
+ * it for the Redis it knew and granted x again 0.3 s into a 40 s lease.
+ * Its replication id changed: it is another Redis to the daemon. (The
+ * resync takes seconds: 15 s leases.) */
+Test(forget, a_primary_resynced_from_an_older_copy_is_another_redis)
+{
+	struct h_client *a, *b;
+	uint64_t t_x, tok_x, tok;
+	char cmd[4 * H_PATH_MAX], *l;
+
+	h_redis_start(&r, "everysec");
+	use_state_dir(&d, &r);
+	h_daemon_start_redis(&d, &r, "[limits]\nmax_ttl = 24h\n");
+	a = h_hello(d.port, "alice");
+	h_lock(a, "w", "ttl=15s");
+	copy_aof(&r);
+	t_x = h_now_ms();
+	tok_x = h_lock(a, "x", "ttl=15s");
+	h_daemon_kill9(&d);
+	h_close(a);
+	/* r2: the older copy */
+	h_redis_start(&r2, "always");
+	h_redis_stop(&r2);
+	snprintf(cmd, sizeof(cmd),
+		 "rm -rf %s/appendonlydir && cp -a %s/old %s/appendonlydir",
+		 r2.dir, r.dir, r2.dir);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	h_redis_restart(&r2);
+	snprintf(cmd, sizeof(cmd), "REPLICAOF 127.0.0.1 %d", r2.port);
+	h_redis_cli(&r, cmd);
+	cr_assert(h_redis_wait(&r, "INFO replication", "master_link_status:up",
+			       1, 20000),
+		  "r never synced from r2");
+	h_redis_cli(&r, "REPLICAOF NO ONE");
+	h_daemon_restart(&d);
+	b = h_hello(d.port, "bob");
+	while (h_now_ms() - t_x < 12000) {
+		l = h_call(b, "TRYLOCK x ttl=1s");
+		if (!h_starts(l, "NO BUSY x "))
+			h_daemon_print_log(&d);
+		cr_assert(h_starts(l, "NO BUSY x "),
+			  "x granted %llu ms into alice's 15 s lease: \"%s\"",
+			  (unsigned long long)(h_now_ms() - t_x), l);
+		h_sleep_ms(100);
+	}
+	tok = lock_when_open(b, "x", 20000);
+	cr_assert_gt(tok, tok_x, "a token went back");
+	h_close(b);
+	cr_assert_eq(h_daemon_stop(&d), 0);
+}
+
 /* A 2 s lease refreshed to 15 s, and the refresh lost with the power cut:
  * the closure covers the refreshed lease, which its holder believes. */
 Test(forget, a_lost_refresh_closes_until_the_refreshed_lease_may_end)

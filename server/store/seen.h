@@ -45,10 +45,10 @@
  *            boot before that end knows nobody else can have taken over
  *            since, so its horizon bounds every lease told;
  *   closed   the end of a closure in force, and why;
- *   run      the Redis process this daemon last knew (its run_id, the
- *            first 16 hex digits as a number; 0: not known): a restart
- *            that finds another cannot take `gen` for all Redis held
- *            (store_horizon.c, dl__hz_redis_run);
+ *   run      the last Redis process this daemon was sure of (its run_id
+ *            and replication id: dl__run_id_of; 0: not known): a
+ *            restart that finds another cannot take `gen` for all Redis
+ *            held (store_horizon.c, dl__hz_redis_run);
  *   proofkey the keyspace's proof key (proof.h), and the one before it:
  *            the file is the daemon's and 0600, in a 0700 directory.
  *

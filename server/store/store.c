@@ -711,9 +711,9 @@ static void on_role(redisAsyncContext *ac, void *reply, void *priv)
 	dl__link_fail(st, why);
 }
 
-/* INFO server persistence, then CONFIG GET appendfsync (store_durable.c):
- * kept until the second reply decides; which Redis process this is
- * (store_horizon.c). */
+/* INFO server persistence replication, then CONFIG GET appendfsync
+ * (store_durable.c): kept until the second reply decides; which Redis
+ * process this is, and which history (store_horizon.c). */
 static void on_info(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct dl_store *st = priv;
@@ -933,11 +933,13 @@ static int send_handshake(struct dl_store *st)
 	argv[0] = "INFO";
 	argv[1] = "server";
 	argv[2] = "persistence";
+	argv[3] = "replication";
 	lens[0] = 4;
 	lens[1] = 6;
 	lens[2] = 11;
+	lens[3] = 11;
 	st->dur.aof_info[0] = '\0';
-	if (send_argv(st, on_info, st, 3, argv, lens))
+	if (send_argv(st, on_info, st, 4, argv, lens))
 		return DL_EUNAVAILABLE;
 	argv[0] = "CONFIG";
 	argv[1] = "GET";

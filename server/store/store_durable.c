@@ -7,8 +7,10 @@
  * (the loader's at start and at a take-over, the link's after every
  * reconnect and fail-over):
  *
- *   INFO server persistence  aof_enabled:1 or 0 (and run_id: which
- *                            Redis process this is, store_horizon.c)
+ *   INFO server persistence replication
+ *                            aof_enabled:1 or 0 (and run_id and
+ *                            master_replid: which Redis process this is,
+ *                            and which history, store_horizon.c)
  *   CONFIG GET appendfsync   always, everysec or no (CONFIG may have been
  *                            renamed away: the policy is then unknown)
  *
@@ -48,15 +50,16 @@ const char *dl_durability_name(int d)
 	return d >= 0 && d <= DL_DUR_ALWAYS ? names[d] : "unknown";
 }
 
-uint64_t dl__run_id_of(const char *info)
+/* The first 16 hex digits after `key` in INFO's text, or 0. */
+static uint64_t hex16_after(const char *info, const char *key)
 {
-	const char *p = info ? strstr(info, "run_id:") : NULL;
+	const char *p = info ? strstr(info, key) : NULL;
 	uint64_t v = 0;
 	int i, d;
 
 	if (!p)
 		return 0;
-	for (p += 7, i = 0; i < 16; i++, p++) {
+	for (p += strlen(key), i = 0; i < 16; i++, p++) {
 		if (*p >= '0' && *p <= '9')
 			d = *p - '0';
 		else if (*p >= 'a' && *p <= 'f')
@@ -65,6 +68,19 @@ uint64_t dl__run_id_of(const char *info)
 			return 0;
 		v = v << 4 | (uint64_t)d;
 	}
+	return v;
+}
+
+uint64_t dl__run_id_of(const char *info)
+{
+	uint64_t run = hex16_after(info, "run_id:"), v;
+
+	if (!run)
+		return 0;
+	/* a process demoted to a replica, resynced from an older copy and
+	 * promoted again keeps its run_id, not its replication id (found
+	 * from outside: x granted again 2.3 s into a 40 s lease) */
+	v = run ^ hex16_after(info, "\nmaster_replid:");
 	return v ? v : 1;
 }
 

@@ -36,9 +36,12 @@ struct store_durable {
 /* The level from INFO persistence's text and CONFIG GET appendfsync's
  * reply (NULL or an error: unknown policy). */
 int dl__durability_of(const char *info, const redisReply *fsync);
-/* The Redis process that wrote INFO's text: its run_id (INFO server),
- * the first 16 hex digits as a number (never 0), or 0 if it does not
- * say. A restart, or another server (a promoted replica), has another. */
+/* The Redis process that wrote INFO's text, and the history of its
+ * data: its run_id (INFO server) and its master_replid (INFO
+ * replication), the first 16 hex digits of each, combined (never 0), or
+ * 0 if it does not say. A restart, another server (a promoted replica),
+ * or the same process resynced as a replica and promoted again has
+ * another. */
 uint64_t dl__run_id_of(const char *info);
 /* Record it (logged when it changes). DL_EBADARG with why when the daemon
  * must not serve on it (no AOF, not allowed), DL_EUNAVAILABLE when it is

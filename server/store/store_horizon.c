@@ -446,15 +446,24 @@ static void bounded_args(struct dl_store *st)
  * made since -- restarted from an AOF that missed its last second with the
  * active's machine, a replica promoted without them -- holds at least what
  * it saw: the take finds nothing gone back, loads the table, and grants a
- * lease it lost again (found from outside: x granted again 2.7 s into
- * alice's 40 s lease after a take-over). Such a Redis is another process:
- * its run_id changed. Until a daemon took the leadership there -- every
- * take writes P run, the process it was made on (dl__hz_took_on_run),
- * and a take either knows all it wrote (the active's link) or closes as
- * below -- a take by this daemon closes grants for what it can bound
- * (bound_ms: the horizon it counted, its state file's, or max_ttl),
- * whether Redis went back or not. A standby reads P run with each look
- * while unsure. The active never is: what it saw is what it wrote. */
+ * lease it lost again (x granted again 2.7 s into alice's 40 s lease after
+ * a take-over, 0.1 s into a 5 s lease after a restart). Such a Redis is
+ * another process (its run_id changed), or has another history: a
+ * primary resynced as a replica of a server with older data and promoted
+ * again keeps its run_id, not its replication id (dl__run_id_of; found
+ * from outside).
+ *
+ * A daemon that is not the active and reaches such a Redis is unsure
+ * until a daemon took the leadership there: every take writes P run, the
+ * process it was made on, once its table or closure is whole there
+ * (dl__hz_took_on_run, and the loader), and a take either knows all it
+ * wrote (the active's own link) or closes for what it cannot know. An
+ * unsure take closes whether Redis went back or not (unsure_args): until
+ * the horizon it counted if it had looked without a gap up to the new
+ * Redis, else for max_ttl. A standby reads P run with each look while
+ * unsure. The state file's `run` is the last process the daemon was sure
+ * of: a restart while unsure is unsure too (found from outside). The
+ * active never is: what it saw is what it wrote. */
 static void sure(struct dl_store *st)
 {
 	st->hz.unsure = 0;
@@ -483,7 +492,7 @@ void dl__hz_redis_run(struct dl_store *st, uint64_t run)
 	 * 4.9 s into a 40 s lease) */
 	hz->unsure_vouched = dl__hz_vouches(st) > 0;
 	dl_notice(
-		"redis: another Redis process than this daemon last knew (its run_id changed: a restart, or a replica promoted); it may lack writes made since: until a daemon takes the leadership there (dlock:run), a take by this one closes grants until %s",
+		"redis: another Redis process than this daemon last knew (its run_id or replication id changed: a restart, a replica promoted, or a primary resynced); it may lack writes made since: until a daemon takes the leadership there (dlock:run), a take by this one closes grants until %s",
 		hz->unsure_vouched ? "the lease horizon it counted"
 				   : "max_ttl (it may have missed leases)");
 }

@@ -145,7 +145,8 @@ static int check_durable(struct load_ctx *x)
 	char why[200];
 	int rc = 0, d;
 
-	if (!(info = RUN(x, &rc, 0, "INFO", "server", "persistence")))
+	if (!(info = RUN(x, &rc, 0, "INFO", "server", "persistence",
+			 "replication")))
 		return rc;
 	/* compared once the state file is bound (load) */
 	x->run = dl__run_id_of(info->type == REDIS_REPLY_STRING ? info->str
