@@ -7,6 +7,7 @@
 #include "server/store/bucket.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -205,6 +206,62 @@ static void print_file(const char *path)
 
 /* 1 when redis answers PING with +PONG, or (loading_ok) with anything,
  * -LOADING included. */
+/* 1 if process `pid` holds a socket listening on TCP `port` (in its own
+ * network namespace: /proc/<pid>/net/tcp). With suites run several tests
+ * at a time, a port h_free_port handed out may be taken by another test
+ * before this one's server binds it (or while it restarts): a connection
+ * that answers is then another test's server, and the test goes on
+ * against it (found under make check: --check-config reported another
+ * test's Redis). */
+static int pid_listens(pid_t pid, int port)
+{
+	static const char *const tables[] = {"tcp", "tcp6"};
+	char path[64], line[512], link[64], want[64];
+	unsigned long inodes[16], ino;
+	unsigned lport, st;
+	size_t n = 0, i, t;
+	struct dirent *e;
+	DIR *dir;
+	FILE *f;
+
+	for (t = 0; t < 2; t++) {
+		snprintf(path, sizeof(path), "/proc/%d/net/%s", (int)pid,
+			 tables[t]);
+		if (!(f = fopen(path, "r")))
+			continue;
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line,
+				   " %*d: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x "
+				   "%x %*s %*s %*s %*s %*s %lu",
+				   &lport, &st, &ino) == 3 &&
+			    (int)lport == port && st == 0x0A &&
+			    n < sizeof(inodes) / sizeof(inodes[0]))
+				inodes[n++] = ino;
+		fclose(f);
+	}
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	if (!n || !(dir = opendir(path)))
+		return 0;
+	while ((e = readdir(dir)) != NULL) {
+		char fdpath[sizeof(path) + sizeof(e->d_name) + 2];
+		ssize_t l;
+
+		snprintf(fdpath, sizeof(fdpath), "%s/%s", path, e->d_name);
+		if ((l = readlink(fdpath, link, sizeof(link) - 1)) <= 0)
+			continue;
+		link[l] = '\0';
+		for (i = 0; i < n; i++) {
+			snprintf(want, sizeof(want), "socket:[%lu]", inodes[i]);
+			if (strcmp(link, want) == 0) {
+				closedir(dir);
+				return 1;
+			}
+		}
+	}
+	closedir(dir);
+	return 0;
+}
+
 static int redis_answers(const struct h_redis *r, int loading_ok)
 {
 	char buf[16];
@@ -267,7 +324,8 @@ static void redis_spawn(struct h_redis *r, const char *fsync)
 	snprintf(port, sizeof(port), "%d", r->port);
 	snprintf(log, sizeof(log), "%s/redis.log", r->dir);
 	r->pid = spawn(argv, log);
-	while (!redis_answers(r, r->loading_ok)) {
+	while (!redis_answers(r, r->loading_ok) ||
+	       (!r->netns && !pid_listens(r->pid, r->port))) {
 		if (h_now_ms() > end || wait_exit(r->pid, 0) >= 0) {
 			print_file(log);
 			cr_assert_fail("redis-server did not start");
@@ -483,7 +541,8 @@ int h_daemon_listening(struct h_daemon *d, int timeout_ms)
 		fd = tcp_connect(d->port);
 		if (fd >= 0) {
 			close(fd);
-			return 1;
+			if (pid_listens(d->pid, d->port))
+				return 1;
 		}
 		st = wait_exit(d->pid, 0);
 		if (st >= 0) {
