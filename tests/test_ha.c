@@ -1665,6 +1665,67 @@ Test(ha, a_standby_restarted_while_unsure_stays_unsure)
 	h_daemon_kill9(&b);
 }
 
+/* Issue 30's power cut, on a cluster: Redis loses its last writes, and
+ * every process restarts. a's state file no longer proves that nobody
+ * took over (its leadership had lapsed when it came back), and b, just
+ * started, knows nothing it looked at: the restart round bounded nothing
+ * and grants closed for max_ttl (86460000 ms with the shipped
+ * configuration). A peer now also answers how long the leases its own
+ * node told may last, from its state file; a restart whose own file
+ * survived needs only that, and closes until alice's lease ends. */
+Test(ha, a_cluster_restarted_after_a_power_cut_closes_for_its_leases)
+{
+	struct h_daemon *nodes[2] = {&a, &b};
+	struct h_client *alice, *c;
+	uint64_t until, t0, y = 0;
+	char *l;
+	int i, served = 0;
+
+	start_peers(ab);
+	alice = h_hello(a.port, "alice");
+	h_lock(alice, "w", "ttl=10s");
+	h_sleep_ms(1000); /* b looked */
+	aof_copy();
+	until = h_now_ms() + 10000;
+	h_lock(alice, "x", "ttl=10s");
+	h_daemon_kill9(&a);
+	h_daemon_kill9(&b);
+	h_redis_kill9(&r);
+	aof_put_back();
+	h_sleep_ms(2500); /* past a's leadership: its file proves nothing */
+	h_redis_restart(&r);
+	h_daemon_restart_nowait(&a);
+	h_daemon_restart_nowait(&b);
+	for (t0 = h_now_ms(); !y && h_now_ms() - t0 < 40000; h_sleep_ms(200))
+		for (i = 0; i < 2; i++) {
+			if (!(c = h_try_connect(nodes[i]->port)))
+				continue;
+			l = h_call(c, "TRYLOCK x ttl=1s");
+			if (h_starts(l, "OK GRANTED") && h_now_ms() < until) {
+				h_daemon_print_log(nodes[i]);
+				cr_assert_fail("x granted in alice's lease: "
+					       "\"%s\"",
+					       l);
+			}
+			served += h_starts(l, "NO BUSY x ");
+			l = h_call(c, "TRYLOCK y ttl=1s");
+			if (h_starts(l, "OK GRANTED y "))
+				y = h_now_ms();
+			h_close(c);
+		}
+	cr_assert(served > 0, "nobody served");
+	if (!y) {
+		h_daemon_print_log(&a);
+		h_daemon_print_log(&b);
+	}
+	cr_assert(y, "grants still closed 40 s on: max_ttl, not the leases");
+	cr_log_info("y granted %llu ms after alice's 10 s lease of x began",
+		    (unsigned long long)(y - (until - 10000)));
+	h_close(alice);
+	h_daemon_kill9(&a);
+	h_daemon_kill9(&b);
+}
+
 /* Found by review, against a cap later reverted: a node that took over
  * blind (it never saw alice's lost lease; the only witness c was paused)
  * later restarts within its leadership after a second loss. Its take is

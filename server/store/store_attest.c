@@ -624,6 +624,13 @@ uint64_t dl__attest_bound(const struct dl_store *st)
  * and a peer that answers and is then paused cannot report a loss
  * later (found from outside: a standby that watched alice's 40 s lease
  * answered 0, was paused, and x was granted again 7 s into it). */
+static int own_known(const struct dl_store *st)
+{
+	return st->lead.seen.has_file ||
+	       dl_mono_ms() - st->attest.started_ms >=
+		       st->cfg->max_ttl_ms + DL_LOCK_DELAY_MAX_MS;
+}
+
 const char *dl__attest_answer(struct dl_store *st)
 {
 	struct store_attest *a = &st->attest;
@@ -648,11 +655,20 @@ const char *dl__attest_answer(struct dl_store *st)
 	 * (dl__hz_vouches) */
 	v = dl__hz_vouches(st);
 	if (n > 0 && (size_t)n < sizeof(a->answer) && v > 0)
+		n += snprintf(a->answer + n, sizeof(a->answer) - (size_t)n,
+			      " %" PRIu64, known > now ? known - now : 0);
+	else if (n > 0 && (size_t)n < sizeof(a->answer))
+		n += snprintf(a->answer + n, sizeof(a->answer) - (size_t)n,
+			      " %s", v < 0 ? "?" : "-");
+	/* `own`: the leases any process of this node told, when it knows
+	 * them all -- its state file existed when it started (every lease
+	 * is told after a reservation durable there), or it has run longer
+	 * than any lease of an earlier process may last (own_known) */
+	if (n > 0 && (size_t)n < sizeof(a->answer) && own_known(st))
 		snprintf(a->answer + n, sizeof(a->answer) - (size_t)n,
 			 " %" PRIu64, known > now ? known - now : 0);
 	else if (n > 0 && (size_t)n < sizeof(a->answer))
-		snprintf(a->answer + n, sizeof(a->answer) - (size_t)n, " %s",
-			 v < 0 ? "?" : "-");
+		snprintf(a->answer + n, sizeof(a->answer) - (size_t)n, " -");
 	return a->answer;
 }
 
@@ -746,15 +762,20 @@ static int restart_answers(struct load_ctx *x, const redisReply *chs, int *rc)
  * know of (`known`, dl__attest_answer: what they told, read in their
  * looks, or kept in their state files) and *mark their largest token; 0
  * not yet; -1 an answer that bounds nothing (an older version), in
- * why. */
+ * why. A restart whose own state file existed (`own_file`: the leases of
+ * its node's earlier processes end by its horizon) needs of each peer
+ * only what its own node told (`own`, the 8th word): a whole cluster
+ * restarted after a power cut, every peer just started and so knowing
+ * nothing it looked at, bounds its closure so (it closed for max_ttl:
+ * 24 h with the shipped configuration). */
 static int restart_tally(const struct store_attest *a, const redisReply *r,
-			 uint64_t max_ms, uint64_t *end, uint64_t *mark,
-			 char *why, size_t len)
+			 int own_file, uint64_t max_ms, uint64_t *end,
+			 uint64_t *mark, char *why, size_t len)
 {
 	size_t j, nl = strlen(a->nonce);
 	unsigned long long e, left, age, m, known;
-	char i[24], kw[24], buf[sizeof(a->answer)];
-	int p, n = 0, took;
+	char i[24], kw[24], ow[24], buf[sizeof(a->answer)];
+	int p, n = 0, took, words;
 
 	for (p = 0; p < a->npeers; p++)
 		for (j = 0; r->type == REDIS_REPLY_ARRAY && j + 1 < r->elements;
@@ -772,22 +793,30 @@ static int restart_tally(const struct store_attest *a, const redisReply *r,
 				goto nothing;
 			memcpy(buf, v->str, v->len);
 			buf[v->len] = '\0';
-			if (sscanf(buf, "%23s %llu %d %llu %llu %llu %23s", i,
-				   &e, &took, &left, &age, &m, kw) != 7)
+			words = sscanf(buf,
+				       "%23s %llu %d %llu %llu %llu %23s %23s",
+				       i, &e, &took, &left, &age, &m, kw, ow);
+			if (words < 7)
 				goto nothing;
-			if (strcmp(kw, "-") == 0) {
+			if (own_file && words == 8 && ow[0] >= '0' &&
+			    ow[0] <= '9') {
+				known = strtoull(ow, NULL, 10);
+			} else if (strcmp(kw, "-") == 0) {
 				snprintf(
 					why, len,
 					"peer %s knows nothing of the leases told (it has not looked since it started)",
 					a->peers[p]);
 				return -1;
+			} else {
+				/* "?": a standby that was counted, then had a
+				 * gap in its looks: leases may have been told
+				 * that nobody alive knows of (found from
+				 * outside: x granted again 4 s into a 40 s
+				 * lease told while it was paused) */
+				known = strcmp(kw, "?") == 0
+						? max_ms
+						: strtoull(kw, NULL, 10);
 			}
-			/* "?": a standby that was counted, then had a gap in
-			 * its looks: leases may have been told that nobody
-			 * alive knows of (found from outside: x granted again
-			 * 4 s into a 40 s lease told while it was paused) */
-			known = strcmp(kw, "?") == 0 ? max_ms
-						     : strtoull(kw, NULL, 10);
 			if (dl_mono_ms() + known > *end)
 				*end = dl_mono_ms() + known;
 			if (m > *mark)
@@ -884,7 +913,7 @@ static enum restart_read restart_read(struct load_ctx *x, uint64_t *end,
 	if (!(r = DL__LOAD_RUN(x, rc, 0, "HGETALL", st->keys.answers)))
 		return READ_FAILED;
 	*end = *mark = 0;
-	v = restart_tally(&st->attest, r,
+	v = restart_tally(&st->attest, r, st->lead.seen.has_file,
 			  st->cfg->max_ttl_ms + DL_LOCK_DELAY_MAX_MS, end, mark,
 			  why, len);
 	freeReplyObject(r);

@@ -62,10 +62,10 @@ struct store_attest {
 	uint64_t started_ms;  /* monotonic: this process's start */
 	uint64_t defer_until; /* monotonic: it takes no leadership before
 				 then (a challenge stands) */
-	char answer[128]; /* "<instance> <epoch> <took> <bound> <age> <mark>"
-			     for the look */
-	char set_arg[64]; /* the challenge's text */
-	char px_arg[24];  /* its life, ms */
+	char answer[192];     /* "<instance> <epoch> <took> <bound> <age> <mark>
+				 <known> <own>" for the look */
+	char set_arg[64];     /* the challenge's text */
+	char px_arg[24];      /* its life, ms */
 	/* "<nonce>:<node>", an answer's field */
 	char field[17 + 1 + DL_NODE_ID_MAX + 1];
 };

@@ -362,11 +362,13 @@ static uint64_t bound_ms(struct dl_store *st, const char **why)
 
 	if (dl_locktab_horizon(st->tab) > h)
 		h = dl_locktab_horizon(st->tab);
-	/* its leadership lapsed: another may have led, unless its peers'
-	 * answers bound what they told meanwhile (store_attest.c); the
-	 * take then presents the round's nonce, and a take since the
-	 * answers voids the bound for void_arg's max_ttl */
-	if (st->lead.active && peers) {
+	/* its leadership lapsed, or it starts: another may have led, unless
+	 * its peers' answers bound what they told meanwhile
+	 * (store_attest.c); the take then presents the round's nonce, and
+	 * a take since the answers voids the bound for void_arg's max_ttl.
+	 * A start bounded so closes until then on a Redis that went back
+	 * too, with its own file's horizon (h): it closed for max_ttl */
+	if (peers) {
 		if (peers > h)
 			h = peers;
 		*why = "until the lease horizon its peers' answers bound";
