@@ -339,7 +339,7 @@ check: deps
 	$(MAKE) lint
 	$(MAKE) -j2 all bench-bins
 	$(MAKE) -j2 SAN=1 test-bins
-	$(MAKE) SAN=1 TEST_JOBS=2 INTEG_JOBS=3 test-all
+	$(MAKE) SAN=1 TEST_JOBS=3 INTEG_JOBS=3 test-all
 	$(MAKE) pytest
 	$(MAKE) faults-short
 	$(MAKE) fuzz-smoke
