@@ -1549,6 +1549,40 @@ Test(ha, a_take_over_after_a_loss_newer_than_the_last_look_closes_grants)
 	h_daemon_kill9(&b);
 }
 
+/* As bob, every 200 ms until `stop` (h_now_ms), each of `n` daemons
+ * (b alone, or a and b) is asked for x: none grants it before `until`,
+ * the end of alice's lease. Returns how many answers were NO BUSY x. */
+static int x_stays_busy(struct h_daemon *first, int n, uint64_t until,
+			uint64_t stop)
+{
+	struct h_daemon *nodes[2] = {first, first == &a ? &b : NULL};
+	struct h_client *c;
+	int i, served = 0;
+	char *l;
+
+	for (; h_now_ms() < stop; h_sleep_ms(200))
+		for (i = 0; i < n; i++) {
+			if (!(c = h_try_connect(nodes[i]->port)))
+				continue;
+			h_send(c, "HELLO owner=bob");
+			l = h_read(c, 5000);
+			if (l && h_starts(l, "OK HELLO")) {
+				l = h_call(c, "TRYLOCK x ttl=1s");
+				if (h_starts(l, "OK GRANTED") &&
+				    h_now_ms() < until)
+					h_daemon_print_log(nodes[i]);
+				cr_assert(!h_starts(l, "OK GRANTED") ||
+						  h_now_ms() >= until,
+					  "bob granted x in alice's lease: "
+					  "\"%s\"",
+					  l);
+				served += h_starts(l, "NO BUSY x ");
+			}
+			h_close(c);
+		}
+	return served;
+}
+
 /* Found from outside: b was paused past the active's count of it (2 x
  * leader_lease), and alice was granted x for 40 s beyond any horizon b
  * had read; a was killed and Redis came back from a copy taken during the
@@ -1558,10 +1592,8 @@ Test(ha, a_take_over_after_a_loss_newer_than_the_last_look_closes_grants)
  * gap: it closes for max_ttl. */
 Test(ha, an_unsure_standby_with_a_gap_bounds_nothing)
 {
-	struct h_client *alice, *c;
+	struct h_client *alice;
 	uint64_t until;
-	char *l;
-	int served = 0;
 
 	start_peers(ab);
 	alice = h_hello(a.port, "alice");
@@ -1577,25 +1609,8 @@ Test(ha, an_unsure_standby_with_a_gap_bounds_nothing)
 	aof_put_back();
 	h_redis_restart(&r);
 	h_daemon_signal(&b, SIGCONT);
-	while (h_now_ms() < until - 15000) {
-		if ((c = h_try_connect(b.port))) {
-			h_send(c, "HELLO owner=bob");
-			l = h_read(c, 5000);
-			if (l && h_starts(l, "OK HELLO")) {
-				l = h_call(c, "TRYLOCK x ttl=1s");
-				if (h_starts(l, "OK GRANTED"))
-					h_daemon_print_log(&b);
-				cr_assert(!h_starts(l, "OK GRANTED"),
-					  "bob granted x in alice's lease: "
-					  "\"%s\"",
-					  l);
-				served += h_starts(l, "NO BUSY x ");
-			}
-			h_close(c);
-		}
-		h_sleep_ms(200);
-	}
-	cr_assert(served > 0, "b never served");
+	cr_assert(x_stays_busy(&b, 1, until, until - 15000) > 0,
+		  "b never served");
 	h_close(alice);
 	h_daemon_kill9(&b);
 }
@@ -1610,10 +1625,8 @@ Test(ha, an_unsure_standby_with_a_gap_bounds_nothing)
  * is dead). */
 Test(ha, a_standby_restarted_while_unsure_stays_unsure)
 {
-	struct h_client *alice, *c;
+	struct h_client *alice;
 	uint64_t until;
-	char *l;
-	int served = 0;
 
 	start_peers(ab);
 	/* enough keys for Redis to load for seconds (test_faults.c) */
@@ -1644,25 +1657,8 @@ Test(ha, a_standby_restarted_while_unsure_stays_unsure)
 	h_daemon_kill9(&b);
 	cr_assert(h_redis_wait(&r, "PING", "PONG", 1, 60000));
 	h_daemon_restart(&b);
-	while (h_now_ms() < until - 25000) {
-		if ((c = h_try_connect(b.port))) {
-			h_send(c, "HELLO owner=bob");
-			l = h_read(c, 5000);
-			if (l && h_starts(l, "OK HELLO")) {
-				l = h_call(c, "TRYLOCK x ttl=1s");
-				if (h_starts(l, "OK GRANTED"))
-					h_daemon_print_log(&b);
-				cr_assert(!h_starts(l, "OK GRANTED"),
-					  "bob granted x in alice's lease: "
-					  "\"%s\"",
-					  l);
-				served += h_starts(l, "NO BUSY x ");
-			}
-			h_close(c);
-		}
-		h_sleep_ms(200);
-	}
-	cr_assert(served > 0, "b never served");
+	cr_assert(x_stays_busy(&b, 1, until, until - 25000) > 0,
+		  "b never served");
 	h_close(alice);
 	h_daemon_kill9(&b);
 }
@@ -1763,12 +1759,9 @@ static long long state_mtime(const struct h_daemon *d)
  * bound includes the restarting node's own state file. */
 Test(ha, a_restart_round_bounds_by_its_own_file_too)
 {
-	struct h_daemon *nodes[2] = {&a, &b};
-	struct h_client *alice, *c;
+	struct h_client *alice;
 	uint64_t until, t0;
 	long long m0;
-	char *l;
-	int i, served = 0;
 
 	start_peers(ab);
 	h_sleep_ms(1000);
@@ -1791,21 +1784,8 @@ Test(ha, a_restart_round_bounds_by_its_own_file_too)
 	h_daemon_restart_nowait(&b);
 	h_sleep_ms(300);
 	h_daemon_restart_nowait(&a);
-	for (t0 = h_now_ms(); h_now_ms() - t0 < 10000; h_sleep_ms(200))
-		for (i = 0; i < 2; i++) {
-			if (!(c = h_try_connect(nodes[i]->port)))
-				continue;
-			l = h_call(c, "TRYLOCK x ttl=1s");
-			if (h_starts(l, "OK GRANTED") && h_now_ms() < until) {
-				h_daemon_print_log(nodes[i]);
-				cr_assert_fail("x granted in alice's lease: "
-					       "\"%s\"",
-					       l);
-			}
-			served += h_starts(l, "NO BUSY x ");
-			h_close(c);
-		}
-	cr_assert(served > 0, "nobody served");
+	cr_assert(x_stays_busy(&a, 2, until, h_now_ms() + 10000) > 0,
+		  "nobody served");
 	h_close(alice);
 	h_daemon_kill9(&a);
 	h_daemon_kill9(&b);
