@@ -767,7 +767,17 @@ static int restart_answers(struct load_ctx *x, const redisReply *chs, int *rc)
  * only what its own node told (`own`, the 8th word): a whole cluster
  * restarted after a power cut, every peer just started and so knowing
  * nothing it looked at, bounds its closure so (it closed for max_ttl:
- * 24 h with the shipped configuration). */
+ * 24 h with the shipped configuration).
+ *
+ * A restart without a state file has no such bound for its own node: an
+ * earlier process of it may have led and told leases that only a peer's
+ * looks knew of. So a peer that answers `known` "-" while its `own` shows
+ * that the cluster ran before (its node kept a state file, or it ran long)
+ * leaves the start nothing to bound its own node's leases with: -2, in
+ * why (found from outside: a whole cluster cut off its power, Redis back
+ * without alice's lease, one node's state_dir emptied; that node took
+ * first, knowing nothing, and x was granted again 1.9-5 s into her 40 s
+ * lease, 10 runs of 16). *mark is the largest token of every answer. */
 static int restart_tally(const struct store_attest *a, const redisReply *r,
 			 int own_file, uint64_t max_ms, uint64_t *end,
 			 uint64_t *mark, char *why, size_t len)
@@ -775,7 +785,7 @@ static int restart_tally(const struct store_attest *a, const redisReply *r,
 	size_t j, nl = strlen(a->nonce);
 	unsigned long long e, left, age, m, known;
 	char i[24], kw[24], ow[24], buf[sizeof(a->answer)];
-	int p, n = 0, took, words;
+	int p, n = 0, took, words, own, ran = 0, blank = 0;
 
 	for (p = 0; p < a->npeers; p++)
 		for (j = 0; r->type == REDIS_REPLY_ARRAY && j + 1 < r->elements;
@@ -798,15 +808,23 @@ static int restart_tally(const struct store_attest *a, const redisReply *r,
 				       i, &e, &took, &left, &age, &m, kw, ow);
 			if (words < 7)
 				goto nothing;
-			if (own_file && words == 8 && ow[0] >= '0' &&
-			    ow[0] <= '9') {
+			if (m > *mark)
+				*mark = m;
+			own = words == 8 && ow[0] >= '0' && ow[0] <= '9';
+			ran |= own;
+			n++;
+			if (own_file && own) {
 				known = strtoull(ow, NULL, 10);
 			} else if (strcmp(kw, "-") == 0) {
-				snprintf(
-					why, len,
-					"peer %s knows nothing of the leases told (it has not looked since it started)",
-					a->peers[p]);
-				return -1;
+				if (!blank)
+					snprintf(
+						why, len,
+						"peer %s knows nothing of the leases told (it has not looked since it started)",
+						a->peers[p]);
+				if (own_file)
+					return -1;
+				blank = 1;
+				break;
 			} else {
 				/* "?": a standby that was counted, then had a
 				 * gap in its looks: leases may have been told
@@ -819,9 +837,6 @@ static int restart_tally(const struct store_attest *a, const redisReply *r,
 			}
 			if (dl_mono_ms() + known > *end)
 				*end = dl_mono_ms() + known;
-			if (m > *mark)
-				*mark = m;
-			n++;
 			break;
 		nothing:
 			snprintf(
@@ -830,6 +845,10 @@ static int restart_tally(const struct store_attest *a, const redisReply *r,
 				a->peers[p]);
 			return -1;
 		}
+	/* a start without its file waits for every answer: a later one
+	 * may show that the cluster ran before */
+	if (blank)
+		return ran ? -2 : n == a->npeers ? -1 : 0;
 	return n == a->npeers;
 }
 
@@ -883,10 +902,107 @@ enum restart_read {
 	READ_WAIT,    /* not every peer answered yet */
 	READ_BOUNDED, /* every peer answered: *end, *mark */
 	READ_NOTHING, /* an answer bounds nothing, or silence past the wait */
+	READ_BLIND,   /* no state file, the cluster ran before, and Redis
+		       * restarted since the last take: nothing bounds what
+		       * this node's earlier processes told */
+	READ_KEPT,    /* no state file, on the Redis process of the last
+		       * take: nothing told since was lost */
+	READ_AWAIT,   /* no state file, Redis restarted since the last
+		       * take, and a peer silent: try again */
 	READ_LEADS,   /* another node took meanwhile */
 	READ_DEFER,   /* a lapsed peer that sorts first asks */
 	READ_FAILED,  /* the connection: *rc */
 };
+
+enum since_take {
+	SINCE_FAILED,	 /* the connection: *rc */
+	SINCE_KEPT,	 /* Redis is the process the last take was made on */
+	SINCE_UNLED,	 /* nobody ever led this keyspace (or it was flushed) */
+	SINCE_RESTARTED, /* another process, or no take recorded */
+};
+
+/* What became of Redis since the last take, for a start without its
+ * state file. P run is the process every take was made on, written once
+ * its table or closure is whole there: when it names this connection's
+ * process (its run_id and replication id, which change with a restart, a
+ * promotion or a resync), Redis lost nothing told since, and its
+ * leases and closures are there to load. A FLUSHALL takes P run with it,
+ * and P fence, which every take raises. */
+static enum since_take since_take(struct load_ctx *x, int *rc)
+{
+	struct dl_store *st = x->st;
+	redisReply *r;
+	char v[17];
+	int same, led;
+
+	if (!(r = DL__LOAD_RUN(x, rc, 0, "GET", st->keys.run)))
+		return SINCE_FAILED;
+	dl__hz_run_value(st, v);
+	same = st->hz.run && r->type == REDIS_REPLY_STRING && r->len == 16 &&
+	       memcmp(r->str, v, 16) == 0;
+	freeReplyObject(r);
+	if (same)
+		return SINCE_KEPT;
+	if (!(r = DL__LOAD_RUN(x, rc, 0, "GET", st->keys.fence)))
+		return SINCE_FAILED;
+	led = r->type == REDIS_REPLY_STRING;
+	freeReplyObject(r);
+	return led ? SINCE_RESTARTED : SINCE_UNLED;
+}
+
+/* A start without its state file, in a cluster that ran before
+ * (restart_tally's -2): READ_KEPT on the Redis process of the last take,
+ * else READ_BLIND. */
+static enum restart_read restart_ran(struct load_ctx *x, int *rc)
+{
+	switch (since_take(x, rc)) {
+	case SINCE_FAILED:
+		return READ_FAILED;
+	case SINCE_KEPT:
+		return READ_KEPT;
+	default:
+		return READ_BLIND;
+	}
+}
+
+/* Not every peer answered within the wait. A start with its state file,
+ * or on a keyspace nobody led (a cluster's first start, one node after
+ * the other), goes on as a start that proves nothing: READ_NOTHING. One
+ * without, on the Redis process of the last take, lost nothing:
+ * READ_KEPT. One without, on a Redis that restarted since, cannot know
+ * what its own node's earlier process told, nor what the silent peer
+ * did: it tries again for DL_RESTART_AWAIT_MS (READ_AWAIT), then takes
+ * with grants closed for max_ttl (READ_BLIND). Found by a test: a lapsed
+ * active slow to reconnect to the restarted Redis answered after the
+ * start's 2 s, and the start, emptied, granted x again in alice's
+ * lease. */
+static enum restart_read restart_silent(struct load_ctx *x, char *why,
+					size_t len, int *rc)
+{
+	struct dl_store *st = x->st;
+	uint64_t now = dl_mono_ms();
+	size_t n = strlen(why);
+
+	if (st->lead.seen.has_file)
+		return READ_NOTHING;
+	switch (since_take(x, rc)) {
+	case SINCE_FAILED:
+		return READ_FAILED;
+	case SINCE_KEPT:
+		return READ_KEPT;
+	case SINCE_UNLED:
+		return READ_NOTHING;
+	default:
+		break;
+	}
+	if (!st->attest.await_since)
+		st->attest.await_since = now;
+	if (now - st->attest.await_since < DL_RESTART_AWAIT_MS)
+		return READ_AWAIT;
+	snprintf(why + n, len - n, " in %d s of tries",
+		 DL_RESTART_AWAIT_MS / 1000);
+	return READ_BLIND;
+}
 
 /* One read of the round: the others' challenges (answered), the
  * leadership, the answers. */
@@ -917,13 +1033,15 @@ static enum restart_read restart_read(struct load_ctx *x, uint64_t *end,
 			  st->cfg->max_ttl_ms + DL_LOCK_DELAY_MAX_MS, end, mark,
 			  why, len);
 	freeReplyObject(r);
+	if (v == -2)
+		return restart_ran(x, rc);
 	if (v)
 		return v < 0 ? READ_NOTHING : READ_BOUNDED;
 	if (dl_mono_ms() < st->attest.until_ms)
 		return READ_WAIT;
 	snprintf(why, len, "not every peer answered within %d ms",
 		 DL_STANDBY_REPORT_MS);
-	return READ_NOTHING;
+	return restart_silent(x, why, len, rc);
 }
 
 /* Every peer answered: the take presents the nonce for the bound. */
@@ -961,9 +1079,9 @@ int dl__attest_restart(struct load_ctx *x)
 	struct dl_store *st = x->st;
 	struct store_attest *a = &st->attest;
 	struct timespec nap = {0, DL_ATTEST_POLL_MS * 1000000L};
-	uint64_t end, mark, now = dl_mono_ms();
+	uint64_t end = 0, mark = 0, now = dl_mono_ms();
 	enum restart_read v;
-	char why[160] = "";
+	char why[256] = "";
 	redisReply *r;
 	int rc = 0, other;
 
@@ -991,10 +1109,36 @@ int dl__attest_restart(struct load_ctx *x)
 	while ((v = restart_read(x, &end, &mark, why, sizeof(why), &rc)) ==
 	       READ_WAIT)
 		nanosleep(&nap, NULL);
+	if (v != READ_AWAIT && v != READ_FAILED)
+		a->await_since = 0;
 	switch (v) {
 	case READ_BOUNDED:
 		restart_bounded(st, end, mark);
 		return 0;
+	case READ_BLIND:
+		a->round = ATTEST_BLIND;
+		st->st.attests_failed++;
+		if (mark <=
+		    (dl_wall_ms() + DL_TOKEN_AHEAD_MAX_MS) * DL_TOKEN_PER_MS)
+			dl_seen_note_mark(&st->lead.seen, mark);
+		dl_warn("redis: this daemon has no state file, Redis is not the process the last take was made on (it may lack writes), and %s: nothing bounds the leases an earlier process of this node told: taking the leadership, grants closed for max_ttl (keep each node's state_dir; start a replaced node while its peers run)",
+			why);
+		return 0;
+	case READ_AWAIT:
+		return restart_done(
+			x,
+			dl__load_err(
+				x, DL_EUNAVAILABLE,
+				"this daemon has no state file and Redis restarted since the last take: only its peers know what this node told before, and %s; asking again (for %llu s more at most, then grants close for max_ttl)",
+				why,
+				(unsigned long long)(a->await_since +
+						     DL_RESTART_AWAIT_MS -
+						     dl_mono_ms()) /
+					1000));
+	case READ_KEPT:
+		dl_notice(
+			"redis: this daemon has no state file, but Redis is the process the last take was made on: it lost nothing told since; taking the leadership");
+		return restart_done(x, 0);
 	case READ_NOTHING:
 		/* as before the round: a loss only a silent peer saw is not
 		 * known (docs/design.md) */

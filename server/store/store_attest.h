@@ -17,6 +17,10 @@ struct load_ctx;
 
 /* How often a lapsed active reads its peers' answers. */
 #define DL_ATTEST_POLL_MS 100
+/* How long a start without its state file, on a Redis that restarted
+ * since the last take, waits for a silent peer before it takes with
+ * grants closed for max_ttl (store_attest.c, restart_silent). */
+#define DL_RESTART_AWAIT_MS 60000
 
 enum attest_round {
 	ATTEST_NONE,	/* no challenge of this process stands */
@@ -62,6 +66,8 @@ struct store_attest {
 	uint64_t started_ms;  /* monotonic: this process's start */
 	uint64_t defer_until; /* monotonic: it takes no leadership before
 				 then (a challenge stands) */
+	uint64_t await_since; /* monotonic: a start without its state file
+				 first waited for a silent peer (0: not) */
 	char answer[192];     /* "<instance> <epoch> <took> <bound> <age> <mark>
 				 <known> <own>" for the look */
 	char set_arg[64];     /* the challenge's text */
@@ -82,9 +88,13 @@ int dl__attest_begin(struct dl_store *st);
  * state file proves nothing, asks its peers what they told, for
  * DL_STANDBY_REPORT_MS at most. Every peer answering bounds the take's
  * closure (ATTEST_BOUNDED: the take presents the nonce, as a lapsed
- * active's does); a silent one leaves the take as it was. 0, or an error
- * of the connection, or DL_EUNAVAILABLE while a lapsed peer whose node id
- * sorts first asks (the start tries again). */
+ * active's does); a silent one leaves the take as it was, except for a
+ * start without a state file on a Redis that is not the process of the
+ * last take, which closes for max_ttl (ATTEST_BLIND) when the answers show
+ * that its node ran before, and waits for a silent peer (DL_EUNAVAILABLE)
+ * up to DL_RESTART_AWAIT_MS. 0, or an error of the connection, or
+ * DL_EUNAVAILABLE while a lapsed peer whose node id sorts first asks, or
+ * a silent one is awaited (the start tries again). */
 int dl__attest_restart(struct load_ctx *x);
 /* Every store tick while CONNECTING: read the answers, or give up. */
 void dl__attest_tick(struct dl_store *st);

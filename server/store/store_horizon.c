@@ -426,7 +426,7 @@ static void bounded_args(struct dl_store *st)
 	if (dl__attest_blind(st)) {
 		snprintf(
 			hz->peers_arg, sizeof(hz->peers_arg),
-			"%s %llu %llu another daemon may have led: a peer did not answer, or cannot bound what it told: max_ttl",
+			"%s %llu %llu another daemon may have led: a peer did not answer, or nothing bounds what it or this node told: max_ttl",
 			st->lead.instance, (unsigned long long)++hz->closes,
 			(unsigned long long)max);
 		return;
