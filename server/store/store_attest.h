@@ -2,7 +2,8 @@
 /*
  * store_attest.h -- the store's attestation part (store_attest.c): an
  * active whose leadership lapsed asks its peers whether anyone led
- * meanwhile, and every other node answers from what its process saw.
+ * meanwhile, and every other node answers from what its process saw;
+ * a start that proves nothing asks them what they told (store_restart.c).
  */
 #ifndef DL_SERVER_STORE_ATTEST_H
 #define DL_SERVER_STORE_ATTEST_H
@@ -19,7 +20,7 @@ struct load_ctx;
 #define DL_ATTEST_POLL_MS 100
 /* How long a start without its state file, on a Redis that restarted
  * since the last take, waits for a silent peer before it takes with
- * grants closed for max_ttl (store_attest.c, restart_silent). */
+ * grants closed for max_ttl (store_restart.c, restart_silent). */
 #define DL_RESTART_AWAIT_MS 60000
 
 enum attest_round {
@@ -96,6 +97,13 @@ int dl__attest_begin(struct dl_store *st);
  * DL_EUNAVAILABLE while a lapsed peer whose node id sorts first asks, or
  * a silent one is awaited (the start tries again). */
 int dl__attest_restart(struct load_ctx *x);
+/* The node id (s, n) sorts before `id`: of two nodes that ask, the one
+ * that sorts first takes first. */
+int dl__attest_sorts_first(const char *s, size_t n, const char *id);
+/* A field k, value e of P challenge: another node's challenge, "<nonce>
+ * <epoch> <instance>"? 1 and its nonce, else 0. */
+int dl__attest_other_challenge(const struct dl_store *st, const redisReply *k,
+			       const redisReply *e, char nonce[17]);
 /* Every store tick while CONNECTING: read the answers, or give up. */
 void dl__attest_tick(struct dl_store *st);
 /* The round is over (the take answered, or the link failed). */
