@@ -88,6 +88,10 @@
 #                   Redis
 #   during_takeover (CLUSTER) kill -9 the active and, while the standby
 #                   takes over, FLUSHALL, kill -9 the standby, or SIGSTOP it
+#   replaced_node   (CLUSTER) a power cut of the whole cluster: kill -9 both
+#                   daemons, Redis back from an older copy or kept, one
+#                   node's state_dir emptied (a replaced disk); that node
+#                   starts first, the other 0..3 s later
 #   lossy_failover  (REDIS_HA) SIGSTOP a replica, kill -9 the primary and
 #                   the other replica a second later, resume the stopped
 #                   one: Sentinel promotes a replica that missed writes
@@ -119,7 +123,7 @@ if [ "$REDIS_HA" = 1 ] && [ "$CLUSTER" = 1 ]; then
 elif [ "$REDIS_HA" = 1 ]; then
 	: "${FAULTS:=failover_redis kill9_dlockd clock_step stop_dlockd kill_worker kill_run flushall forget_while_down forget_paused lossy_failover jobctl_run}"
 elif [ "$CLUSTER" = 1 ]; then
-	: "${FAULTS:=kill9_dlockd kill9_standby stop_active partition_active clock_step crash_in_stall crash_in_partition kill9_redis stop_redis partition kill_worker kill_run flushall old_copy forget_while_down forget_paused during_resync during_takeover jobctl_run}"
+	: "${FAULTS:=kill9_dlockd kill9_standby stop_active partition_active clock_step crash_in_stall crash_in_partition kill9_redis stop_redis partition kill_worker kill_run flushall old_copy forget_while_down forget_paused during_resync during_takeover replaced_node jobctl_run}"
 else
 	: "${FAULTS:=kill9_dlockd clock_step stop_dlockd crash_in_stall crash_in_partition kill9_redis stop_redis slow_redis partition partition_conn kill_worker kill_run flushall old_copy empty_redis forget_while_down forget_paused evict during_resync jobctl_run}"
 fi
@@ -793,6 +797,36 @@ f_during_takeover() {
 	esac
 	dlockd_start $target
 	note during_takeover "second fault $k"; recovered during_takeover "$(wait_store)"
+}
+# Nothing bounds what the emptied node's earlier process told, but its
+# peer's state file and Redis's record of the last take: no lease told
+# before may be granted again while it may be believed (check.c).
+f_replaced_node() {
+	local e o ms closed how late
+	[ "$nodes" = 2 ] && [ "$REDIS_HA" != 1 ] || return
+	rnd 2; e=$R; o=$((1 - e))
+	rnd 2
+	if [ $R = 0 ]; then
+		how=old_copy
+		rm -rf "$OUT/redis/snap"
+		cp -a "$OUT/redis/appendonlydir" "$OUT/redis/snap"
+		pause_ms 1000; kill_dlockd 0; kill_dlockd 1; forget_begin
+		kill_redis; rm -rf "$OUT/redis/appendonlydir"
+		mv "$OUT/redis/snap" "$OUT/redis/appendonlydir"; redis_start
+		forget_end
+	else
+		how=kept
+		kill_dlockd 0; kill_dlockd 1
+	fi
+	rm -f "$OUT/state$e"/dlockd*state* "$OUT/state$e/dlockd.lock"
+	dlockd_start $e
+	rnd 3000; late=$R; pause_ms $late
+	dlockd_start $o
+	ms=$(wait_store)
+	closed=$(wait_open)
+	note replaced_node "node $e emptied, Redis $how, node $o ${late}ms later, closed ${closed}ms"
+	recovered replaced_node "$ms"
+	echo "$closed" >> "$OUT/closed.ms"
 }
 f_lossy_failover() {
 	local p i k a b ms np t0
