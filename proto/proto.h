@@ -249,6 +249,10 @@ struct dl_reply {
 			       text of ERR and of PONG) */
 };
 
+/* The next word of s[*i..len) (words are split on runs of spaces and
+ * tabs), *i moved past it; len 0 at the end. */
+struct dl_str dl_next_word(const char *s, size_t len, size_t *i);
+
 /* Split a reply or event line (ending removed). DL_EPROTO when it is not
  * one. A trailing " id=<tag>" is the echoed tag. */
 int dl_parse_reply(const char *line, size_t len, struct dl_reply *r);

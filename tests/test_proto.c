@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_proto.c -- unit tests of the wire codec (proto/proto.c).
+ * test_proto.c -- unit tests of the wire codec (proto/proto.c,
+ * proto/proto_reply.c).
  *
  * Each test names the behaviour it proves. Requests are parsed from
  * literal lines; the line splitter is driven through its real interface
