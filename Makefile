@@ -78,7 +78,7 @@ ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 PROTO_SRC  := proto/proto.c proto/proto_reply.c proto/desc.c
 # The lock table (server/locktab/): test_locktab links it on its own.
-LOCKTAB_SRC := $(addprefix server/locktab/,locktab.c locktab_ops.c \
+LOCKTAB_SRC := $(addprefix server/locktab/,locktab.c locktab_wait.c locktab_ops.c \
                  locktab_cycle.c locktab_verify.c locktab_side.c \
                  locktab_index.c locktab_desc.c htab.c wheel.c)
 # The store (server/store/): Redis, and what is kept outside it.
