@@ -94,7 +94,7 @@ SERVER_SRC := server/log.c server/config.c server/proof.c \
               server/access.c server/watchreg.c server/watch.c \
               $(LOCKTAB_SRC) $(STORE_SRC)
 # libdlock (client/lib/): the library, and its public header dlock.h.
-CLIENT_SRC := $(addprefix client/lib/,dlock.c dlock_io.c dlock_req.c \
+CLIENT_SRC := $(addprefix client/lib/,dlock.c dlock_ask.c dlock_io.c dlock_req.c \
                 dlock_reply.c dlock_tls.c dlock_watch.c dlock_desc.c \
                 dlock_err.c)
 # The dlock command (client/cli/), on libdlock.

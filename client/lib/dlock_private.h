@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -525,6 +526,18 @@ int dlock__line_in(struct dlock_client *c, char *line, size_t len);
  * ends (gives it back). */
 int dlock__enter(struct dlock_client *c);
 void dlock__leave(struct dlock_client *c);
+
+/* A call's arguments: a lock name the server would refuse, a duration
+ * out of the protocol's range. */
+static inline int dlock__bad_name(const char *name)
+{
+	return !name || dl_check_name(name, strlen(name)) < 0;
+}
+
+static inline int dlock__bad_ms(int64_t ms)
+{
+	return ms < 0 || (uint64_t)ms > DL_DURATION_MAX_MS;
+}
 
 /* ---- dlock_watch.c ------------------------------------------------------ */
 
