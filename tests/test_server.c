@@ -989,15 +989,23 @@ Test(server, client_that_pipelines_without_reading_is_slowed_not_cut)
  * 200 connections pipelining HELP without reading (on the unix socket,
  * whose buffers the kernel does not grow) are paused once the memory of
  * their unread output passes the budget, while a client that reads is
- * served; and they get every reply once they read. */
+ * served; and they get their replies in order once they read. A request
+ * read from a connection whose replies the kernel still took (nothing
+ * unread in the daemon) while over the budget closes the connection with
+ * the most unread output instead (requests_of_clients_with_nothing_
+ * unread_keep_the_budget): how many depends on the order in which the
+ * daemon first reads them (this asserted none were, and failed every run
+ * on a machine where the clients' sends raced the daemon's first reads:
+ * 191 of 200 were closed), so a send may find its connection closed. */
 Test(server, clients_that_never_read_share_one_budget_of_unread_output)
 {
 	enum { N = 200, BUDGET = 2 * 1024 * 1024, CHUNK = 60000 };
 	static struct h_client *c[N];
 	char conf[512], sock[H_PATH_MAX + 16], *buf = malloc(CHUNK), *l;
+	static int closed[N];
 	struct h_client *p;
-	uint64_t held;
-	int i, round;
+	uint64_t held, closes;
+	int i, round, n = 0, served = 0;
 
 	cr_assert_not_null(buf);
 	for (i = 0; i + 6 <= CHUNK; i += 6)
@@ -1014,7 +1022,9 @@ Test(server, clients_that_never_read_share_one_budget_of_unread_output)
 		c[i] = h_connect_unix(sock);
 	for (round = 0; round < 3; round++)
 		for (i = 0; i < N; i++)
-			cr_assert_geq(h_send_within(c[i], buf, CHUNK, 2), 0);
+			if (!closed[i] &&
+			    h_send_within(c[i], buf, CHUNK, 2) < 0)
+				closed[i] = ++n;
 	h_sleep_ms(500);
 	l = h_call(p, "PING reader");
 	cr_assert_str_eq(l, "OK PONG reader");
@@ -1025,8 +1035,21 @@ Test(server, clients_that_never_read_share_one_budget_of_unread_output)
 	cr_assert_geq(held, BUDGET / 2, "the budget was not reached: %llu",
 		      (unsigned long long)held);
 	cr_assert_eq(h_stats_value(p, "output_overflows"), 0);
-	/* reading, they get their replies in order */
-	cr_assert(h_starts(h_line(c[0]), "OK HELP "));
+	/* reading, they get their replies in order, but for those closed
+	 * meanwhile (a unix peer closed with requests unread is reset: its
+	 * replies are gone) */
+	for (i = 0; i < N; i++) {
+		l = closed[i] ? NULL : h_read(c[i], 5000);
+		served += l && h_starts(l, "OK HELP ");
+	}
+	closes = h_stats_value(p, "output_budget_closes");
+	cr_log_info("%d of %d served, %llu closed for the budget (%d while "
+		    "sending)",
+		    served, N, (unsigned long long)closes, n);
+	cr_assert_geq(served + closes, (uint64_t)N,
+		      "%d served, %llu closed for the budget", served,
+		      (unsigned long long)closes);
+	cr_assert_gt(served, 0);
 	for (i = 0; i < N; i++)
 		h_close(c[i]);
 	h_close(p);
