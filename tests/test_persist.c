@@ -653,6 +653,31 @@ static void resume_redis_without(struct h_client *m, const char *name)
 		  "a withdrawn grant is in redis: \"%s\"", h_rec_get(&r, name));
 }
 
+/* Found from outside: a try to reach Redis while it was down (a refused
+ * connect) waited for redis_timeout instead of failing at once -- the
+ * libuv poll callback returned on the error and hiredis never heard of
+ * it -- so a Redis back after 1 s was reached redis_timeout later, past a
+ * cluster's leadership lease. With redis_timeout = 10s the daemon now
+ * reaches it within its reconnect backoff (1 s at most). */
+Test(persist, a_restarted_redis_is_reached_before_redis_timeout)
+{
+	struct h_client *m;
+	uint64_t el;
+
+	start("always", "[persistence]\nredis_timeout = 10s\n"
+			"[cluster]\nleader_lease = 60s\n");
+	m = h_hello(d.port, "m");
+	h_redis_kill9(&r);
+	h_wait_available(m, 0, 12000);
+	h_sleep_ms(1000); /* its tries meet a closed port */
+	h_redis_restart(&r);
+	el = h_wait_available(m, 1, 5000);
+	cr_log_info("Redis reached %llu ms after it came back",
+		    (unsigned long long)el);
+	h_close(m);
+	stop_clean();
+}
+
 /* A hung Redis (SIGSTOP) is noticed by redis_timeout. A grant made just
  * before is never sent before Redis has it: it is withdrawn when the link
  * is declared lost (ERR UNAVAILABLE), so the request waits redis_timeout,

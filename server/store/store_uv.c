@@ -26,8 +26,18 @@ static void on_poll(uv_poll_t *h, int status, int events)
 {
 	struct uvctx *u = h->data;
 
-	if (status != 0)
-		return; /* hiredis sees the error on its next read or write */
+	if (status != 0) {
+		/* An error on the fd (a refused connect, a reset): libuv has
+		 * stopped the handle and reports no events. hiredis finds the
+		 * error in the read or write it was waiting for, and fails
+		 * the context now. Returning here (as hiredis 0.14's own
+		 * adapter does) left each try made while Redis was down to
+		 * the link's timeout: a Redis restarted in 1 s was reached
+		 * 2 s later, past a 2 s leadership lease (found from
+		 * outside). */
+		events = u->events;
+		u->events = 0;
+	}
 	if (u->ac && (events & UV_READABLE))
 		redisAsyncHandleRead(u->ac);
 	if (u->ac && (events & UV_WRITABLE))
