@@ -1589,12 +1589,50 @@ static int x_stays_busy(struct h_daemon *first, int n, uint64_t until,
 	return served;
 }
 
+/* Redis's keys, dumped one file each with what remained of their expiry
+ * (keys_dump), and put back into the running Redis as a backup tool
+ * restores them: FLUSHALL, then RESTORE each with that expiry
+ * (keys_put_back). Its run_id and replication id stay. */
+static void keys_cmd(const char *fmt)
+{
+	char cmd[4 * H_PATH_MAX];
+
+	snprintf(cmd, sizeof(cmd), fmt, r.dir, r.dir, r.host, r.port, r.host,
+		 r.port, r.host, r.port);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+static void keys_dump(void)
+{
+	keys_cmd(
+		"mkdir -p %s/dump && cd %s/dump && "
+		"for k in $(redis-cli -h %s -p %d --scan); do "
+		"redis-cli -h %s -p %d --raw DUMP \"$k\" | head -c -1 > \"$k\" && "
+		"redis-cli -h %s -p %d PTTL \"$k\" > \"$k.pttl\" || exit 1; "
+		"done");
+}
+
+static void keys_put_back(void)
+{
+	cr_assert(h_starts(h_redis_cli(&r, "FLUSHALL"), "OK"));
+	keys_cmd("test -d %s/dump && cd %s/dump && "
+		 "for k in $(ls | grep -v pttl); do t=$(cat \"$k.pttl\"); "
+		 "[ \"$t\" -gt 0 ] || t=0; "
+		 "[ \"$(redis-cli -h %s -p %d -x RESTORE \"$k\" $t < \"$k\")\" "
+		 "= OK ] || exit 1; done");
+}
+
+enum outage {
+	REDIS_KEPT,	/* Redis runs on, untouched */
+	REDIS_OLDER,	/* Redis restarted from an older AOF (a power cut) */
+	REDIS_RESTORED, /* an older backup put back into the running Redis */
+};
+
 /* A cluster of a (node "b") and b (node "a"), alice holding x for
  * `ttl_s` from a: both nodes killed, and b's state_dir emptied (a
- * replaced disk). With `loss`, Redis comes back from a copy taken before
- * alice's lease (a power cut that lost its last writes). Returns when
- * alice's lease ends. */
-static uint64_t emptied_after_an_outage(int ttl_s, int loss)
+ * replaced disk). Redis as `how` says; its copy or backup is from before
+ * alice's lease. Returns when alice's lease ends. */
+static uint64_t emptied_after_an_outage(int ttl_s, enum outage how)
 {
 	static const char *const ba[2] = {"b", "a"};
 	struct h_client *alice;
@@ -1605,19 +1643,24 @@ static uint64_t emptied_after_an_outage(int ttl_s, int loss)
 	alice = h_hello(a.port, "alice");
 	h_lock(alice, "w", "ttl=10s");
 	h_sleep_ms(1000); /* b looked */
-	aof_copy();
+	if (how == REDIS_OLDER)
+		aof_copy();
+	if (how == REDIS_RESTORED)
+		keys_dump();
 	snprintf(ttl, sizeof(ttl), "ttl=%ds", ttl_s);
 	until = h_now_ms() + (uint64_t)ttl_s * 1000;
 	h_lock(alice, "x", ttl);
 	h_daemon_kill9(&a);
 	h_daemon_kill9(&b);
-	if (loss) {
+	if (how == REDIS_OLDER) {
 		h_redis_kill9(&r);
 		aof_put_back();
 	}
+	if (how == REDIS_RESTORED)
+		keys_put_back();
 	empty_state_dir(&b);
 	h_sleep_ms(2500); /* past a's leadership: its file proves nothing */
-	if (loss)
+	if (how == REDIS_OLDER)
 		h_redis_restart(&r);
 	h_close(alice);
 	return until;
@@ -1633,7 +1676,7 @@ static uint64_t emptied_after_an_outage(int ttl_s, int loss)
  * for max_ttl. */
 Test(ha, a_node_without_its_state_file_after_a_power_cut_closes)
 {
-	uint64_t until = emptied_after_an_outage(20, 1);
+	uint64_t until = emptied_after_an_outage(20, REDIS_OLDER);
 
 	h_daemon_restart_nowait(&b);
 	h_sleep_ms(300); /* b's challenge stands: a lets it take first */
@@ -1652,7 +1695,7 @@ Test(ha, a_node_without_its_state_file_after_a_power_cut_closes)
  * a peer is silent, and serves nothing meanwhile. */
 Test(ha, a_node_without_its_state_file_waits_for_a_silent_peer)
 {
-	uint64_t until = emptied_after_an_outage(15, 1);
+	uint64_t until = emptied_after_an_outage(15, REDIS_OLDER);
 	struct h_client *c;
 
 	h_daemon_restart_nowait(&b);
@@ -1672,7 +1715,7 @@ Test(ha, a_node_without_its_state_file_waits_for_a_silent_peer)
  * after max_ttl. */
 Test(ha, a_node_without_its_state_file_on_the_same_redis_takes_as_before)
 {
-	uint64_t t0, until = emptied_after_an_outage(30, 0), y = 0;
+	uint64_t t0, until = emptied_after_an_outage(30, REDIS_KEPT), y = 0;
 	struct h_daemon *nodes[2] = {&a, &b};
 	struct h_client *c;
 	char *l;
@@ -1701,6 +1744,28 @@ Test(ha, a_node_without_its_state_file_on_the_same_redis_takes_as_before)
 	cr_assert(y, "grants still closed 15 s after the restart");
 	cr_assert(h_daemon_log_has(&b, "lost nothing told since"),
 		  "b did not take");
+	h_daemon_kill9(&a);
+	h_daemon_kill9(&b);
+}
+
+/* Found from outside: a backup put back into the running Redis (FLUSHALL,
+ * then RESTORE of each key) while every daemon was down keeps Redis's
+ * run_id and replication id, and the backup's P run named that very
+ * process: the node without its state file took as before, and x was
+ * granted again in alice's lease. P run also counts how often the
+ * process's data was replaced in place, and that count has grown. */
+Test(ha, a_node_without_its_state_file_after_a_backup_put_back_closes)
+{
+	uint64_t until = emptied_after_an_outage(20, REDIS_RESTORED);
+
+	h_daemon_restart_nowait(&b);
+	h_sleep_ms(300); /* b's challenge stands: a lets it take first */
+	h_daemon_restart_nowait(&a);
+	cr_assert(x_stays_busy(&a, 2, until, until) > 0, "nobody served");
+	if (!h_daemon_log_has(&b, "its data was replaced since"))
+		h_daemon_print_log(&b);
+	cr_assert(h_daemon_log_has(&b, "its data was replaced since"),
+		  "b did not take, or took as before");
 	h_daemon_kill9(&a);
 	h_daemon_kill9(&b);
 }

@@ -711,7 +711,7 @@ static void on_role(redisAsyncContext *ac, void *reply, void *priv)
 	dl__link_fail(st, why);
 }
 
-/* INFO server persistence replication, then CONFIG GET appendfsync
+/* INFO server persistence replication commandstats, then CONFIG GET appendfsync
  * (store_durable.c): kept until the second reply decides; which Redis
  * process this is, and which history (store_horizon.c). */
 static void on_info(redisAsyncContext *ac, void *reply, void *priv)
@@ -728,7 +728,8 @@ static void on_info(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	if (r->type == REDIS_REPLY_STRING)
-		dl__hz_redis_run(st, dl__run_id_of(r->str));
+		dl__hz_redis_run(st, dl__run_id_of(r->str),
+				 dl__meddled_of(r->str));
 	aof = r->type == REDIS_REPLY_STRING ? strstr(r->str, "aof_enabled:")
 					    : NULL;
 	if (aof && strstr(r->str, "loading:1"))
@@ -900,8 +901,8 @@ static int send_lead(struct dl_store *st, enum lead_mode mode,
 static int send_handshake(struct dl_store *st)
 {
 	const struct dl_redis_addr *a = &st->addr;
-	const char *argv[4];
-	size_t lens[4];
+	const char *argv[5];
+	size_t lens[5];
 	char db[24];
 
 	if (a->password) {
@@ -934,12 +935,14 @@ static int send_handshake(struct dl_store *st)
 	argv[1] = "server";
 	argv[2] = "persistence";
 	argv[3] = "replication";
+	argv[4] = "commandstats";
 	lens[0] = 4;
 	lens[1] = 6;
 	lens[2] = 11;
 	lens[3] = 11;
+	lens[4] = 12;
 	st->dur.aof_info[0] = '\0';
-	if (send_argv(st, on_info, st, 4, argv, lens))
+	if (send_argv(st, on_info, st, 5, argv, lens))
 		return DL_EUNAVAILABLE;
 	argv[0] = "CONFIG";
 	argv[1] = "GET";

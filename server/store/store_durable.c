@@ -84,6 +84,28 @@ uint64_t dl__run_id_of(const char *info)
 	return v ? v : 1;
 }
 
+uint64_t dl__meddled_of(const char *info)
+{
+	static const char *const cmds[] = {
+		"flushall",	  "flushdb", "restore",
+		"restore-asking", "swapdb",  "debug",
+	};
+	char key[48];
+	const char *p;
+	uint64_t n = 0, v;
+	size_t i;
+
+	for (i = 0; info && i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		snprintf(key, sizeof(key), "\ncmdstat_%s:calls=", cmds[i]);
+		if (!(p = strstr(info, key)))
+			continue;
+		for (p += strlen(key), v = 0; *p >= '0' && *p <= '9'; p++)
+			v = v * 10 + (uint64_t)(*p - '0');
+		n += v;
+	}
+	return n;
+}
+
 /* What an acknowledged grant survives, for the log. */
 static const char *means(int d)
 {

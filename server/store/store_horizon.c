@@ -472,7 +472,7 @@ static void sure(struct dl_store *st)
 	dl_seen_note_run(&st->lead.seen, st->hz.run);
 }
 
-void dl__hz_redis_run(struct dl_store *st, uint64_t run)
+void dl__hz_redis_run(struct dl_store *st, uint64_t run, uint64_t meddled)
 {
 	struct store_horizon *hz = &st->hz;
 	uint64_t known = st->lead.seen.v.run;
@@ -480,6 +480,7 @@ void dl__hz_redis_run(struct dl_store *st, uint64_t run)
 	if (!run)
 		return; /* INFO refused: not known, as before this check */
 	hz->run = run;
+	hz->meddled = meddled;
 	if (st->lead.active || !known || known == run) {
 		sure(st);
 		return;
@@ -499,20 +500,40 @@ void dl__hz_redis_run(struct dl_store *st, uint64_t run)
 				   : "max_ttl (it may have missed leases)");
 }
 
-void dl__hz_run_value(const struct dl_store *st, char out[17])
+void dl__hz_run_value(const struct dl_store *st, char out[DL_HZ_RUN_TEXT])
 {
-	snprintf(out, 17, "%016llx", (unsigned long long)st->hz.run);
+	snprintf(out, DL_HZ_RUN_TEXT, "%016llx %llu",
+		 (unsigned long long)st->hz.run,
+		 (unsigned long long)st->hz.meddled);
+}
+
+int dl__hz_same_run(const struct dl_store *st, const char *v, size_t len,
+		    int meddled)
+{
+	char mine[DL_HZ_RUN_TEXT];
+	size_t n;
+
+	if (!st->hz.run || len < 16)
+		return 0;
+	dl__hz_run_value(st, mine);
+	if (memcmp(v, mine, 16) != 0)
+		return 0;
+	if (!meddled)
+		return len == 16 || v[16] == ' ';
+	n = strlen(mine);
+	return len == n && memcmp(v, mine, n) == 0;
 }
 
 void dl__hz_took_on_run(struct dl_store *st)
 {
-	char v[17];
+	char v[DL_HZ_RUN_TEXT];
 	const char *argv[] = {"SET", st->keys.run, v};
-	size_t lens[] = {3, strlen(st->keys.run), 16};
+	size_t lens[] = {3, strlen(st->keys.run), 0};
 
 	if (!st->hz.run)
 		return;
 	dl__hz_run_value(st, v);
+	lens[2] = strlen(v);
 	/* no reply needed: a standby that does not read it stays unsure */
 	(void)redisAsyncCommandArgv(st->ac, NULL, NULL, 3, argv, lens);
 }
@@ -521,13 +542,11 @@ static void on_run(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct dl_store *st = priv;
 	const redisReply *r = reply;
-	char v[17];
 
 	if (!r || ac != st->ac || !st->hz.unsure ||
 	    r->type != REDIS_REPLY_STRING)
 		return;
-	dl__hz_run_value(st, v);
-	if (r->len == 16 && memcmp(r->str, v, 16) == 0) {
+	if (dl__hz_same_run(st, r->str, r->len, 0)) {
 		sure(st);
 		dl_info("redis: a daemon took the leadership on the Redis process this daemon now reaches: a take-over is as before");
 	}

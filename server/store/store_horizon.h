@@ -103,6 +103,9 @@ struct store_horizon {
 	 * 0: not known). The state file's `run` stays the last one this
 	 * daemon was sure of until it is sure of this one. */
 	uint64_t run;
+	/* ... and how often its data was replaced in place by then
+	 * (dl__meddled_of): P run records it with the process. */
+	uint64_t meddled;
 	/* Not the active: Redis is another process than this daemon was
 	 * sure of, and nobody has taken the leadership there since
 	 * (dl__hz_redis_run) ... */
@@ -134,13 +137,23 @@ int dl__hz_reports_in(const struct dl_store *st);
 /* The link is gone: a raise in flight is not known to have landed. */
 void dl__hz_link_lost(struct dl_store *st);
 /* A connection (the link's, or the loader's) reached the Redis process
- * `run` (dl__run_id_of; 0: not known). */
-void dl__hz_redis_run(struct dl_store *st, uint64_t run);
+ * `run` (dl__run_id_of; 0: not known), whose data was replaced in place
+ * `meddled` times by then (dl__meddled_of). */
+void dl__hz_redis_run(struct dl_store *st, uint64_t run, uint64_t meddled);
 /* The active's link wrote its whole table after its take: P run says on
  * which Redis process (the loader writes it too, store_load.c). */
 void dl__hz_took_on_run(struct dl_store *st);
-/* P run's value for this daemon's Redis process: "%016llx". */
-void dl__hz_run_value(const struct dl_store *st, char out[17]);
+/* P run's value for this daemon's Redis process: "%016llx %llu", the
+ * process (dl__run_id_of) and how often its data had been replaced in
+ * place (dl__meddled_of). A reader of the process alone compares the
+ * first 16 characters (dl__hz_same_run). */
+#define DL_HZ_RUN_TEXT 40
+void dl__hz_run_value(const struct dl_store *st, char out[DL_HZ_RUN_TEXT]);
+/* P run's value v (len bytes) names the process this daemon reaches
+ * (with `meddled`: and no replacement of its data since it was
+ * written; a value of a daemon before the count never says so). */
+int dl__hz_same_run(const struct dl_store *st, const char *v, size_t len,
+		    int meddled);
 /* With a standby's look while it is unsure: read P run. 0, or
  * DL_EUNAVAILABLE (not queued). */
 int dl__hz_unsure_send(struct dl_store *st);

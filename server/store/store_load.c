@@ -146,11 +146,13 @@ static int check_durable(struct load_ctx *x)
 	int rc = 0, d;
 
 	if (!(info = RUN(x, &rc, 0, "INFO", "server", "persistence",
-			 "replication")))
+			 "replication", "commandstats")))
 		return rc;
 	/* compared once the state file is bound (load) */
 	x->run = dl__run_id_of(info->type == REDIS_REPLY_STRING ? info->str
 								: NULL);
+	x->meddled = dl__meddled_of(info->type == REDIS_REPLY_STRING ? info->str
+								     : NULL);
 	/* CONFIG may be renamed away: an error is an unknown policy */
 	fsync = redisCommand(x->c, "CONFIG GET appendfsync maxmemory-policy");
 	if (!fsync && x->c->err) {
@@ -801,7 +803,7 @@ static void note_run(struct load_ctx *x)
 {
 	struct dl_store *st = x->st;
 	redisReply *r;
-	char v[17];
+	char v[DL_HZ_RUN_TEXT];
 	int rc = 0;
 
 	if (!st->hz.run)
@@ -823,7 +825,7 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 	if ((rc = connect_redis(x)) || (rc = dl__cluster_load_read(x)))
 		return rc;
 	/* with the state file bound: what a restart knew of Redis is there */
-	dl__hz_redis_run(st, x->run);
+	dl__hz_redis_run(st, x->run, x->meddled);
 	if ((start && (rc = dl__attest_restart(x))) ||
 	    (rc = take_lead(x, start, fence, sizeof(fence))) ||
 	    (rc = dl__cluster_load_claim(x)) || (rc = read_token(x, &stored)))

@@ -41,6 +41,7 @@ struct load_ctx {
 	uint64_t lead_sent; /* when the leadership was last confirmed */
 	int behind;	    /* the take found Redis went back */
 	uint64_t run;	    /* Redis's process (dl__run_id_of; 0: not known) */
+	uint64_t meddled; /* ... its data replaced in place (dl__meddled_of) */
 	struct layout1 *l1; /* Redis is in layout 1: its names, to migrate */
 };
 

@@ -260,30 +260,35 @@ enum restart_read {
 
 enum since_take {
 	SINCE_FAILED,	 /* the connection: *rc */
-	SINCE_KEPT,	 /* Redis is the process the last take was made on */
+	SINCE_KEPT,	 /* Redis is the process the last take was made on,
+			    its data never replaced since */
 	SINCE_UNLED,	 /* nobody ever led this keyspace (or it was flushed) */
-	SINCE_RESTARTED, /* another process, or no take recorded */
+	SINCE_RESTARTED, /* another process, data replaced in place, or no
+			    take recorded */
 };
 
 /* What became of Redis since the last take, for a start without its
  * state file. P run is the process every take was made on, written once
- * its table or closure is whole there: when it names this connection's
- * process (its run_id and replication id, which change with a restart, a
- * promotion or a resync), Redis lost nothing told since, and its
- * leases and closures are there to load. A FLUSHALL takes P run with it,
- * and P fence, which every take raises. */
+ * its table or closure is whole there, and how often that process's data
+ * had been replaced in place then (dl__meddled_of). When it names this
+ * connection's process (its run_id and replication id, which change with
+ * a restart, a promotion or a resync) and the same count, Redis lost
+ * nothing told since, and its leases and closures are there to load. A
+ * backup put back into the running process (FLUSHALL and RESTORE, DEBUG
+ * LOADAOF) brings an older P run of the very process, but the count has
+ * grown (found from outside: a backup restored so while every daemon was
+ * down, the emptied node took as before and granted x again). A FLUSHALL
+ * alone takes P run with it, and P fence, which every take raises. */
 static enum since_take since_take(struct load_ctx *x, int *rc)
 {
 	struct dl_store *st = x->st;
 	redisReply *r;
-	char v[17];
 	int same, led;
 
 	if (!(r = DL__LOAD_RUN(x, rc, 0, "GET", st->keys.run)))
 		return SINCE_FAILED;
-	dl__hz_run_value(st, v);
-	same = st->hz.run && r->type == REDIS_REPLY_STRING && r->len == 16 &&
-	       memcmp(r->str, v, 16) == 0;
+	same = r->type == REDIS_REPLY_STRING &&
+	       dl__hz_same_run(st, r->str, r->len, 1);
 	freeReplyObject(r);
 	if (same)
 		return SINCE_KEPT;
@@ -465,7 +470,7 @@ int dl__attest_restart(struct load_ctx *x)
 		if (mark <=
 		    (dl_wall_ms() + DL_TOKEN_AHEAD_MAX_MS) * DL_TOKEN_PER_MS)
 			dl_seen_note_mark(&st->lead.seen, mark);
-		dl_warn("redis: this daemon has no state file, Redis is not the process the last take was made on (it may lack writes), and %s: nothing bounds the leases an earlier process of this node told: taking the leadership, grants closed for max_ttl (keep each node's state_dir; start a replaced node while its peers run)",
+		dl_warn("redis: this daemon has no state file, Redis is not the process the last take was made on or its data was replaced since (it may lack writes), and %s: nothing bounds the leases an earlier process of this node told: taking the leadership, grants closed for max_ttl (keep each node's state_dir; start a replaced node while its peers run)",
 			why);
 		return 0;
 	case READ_AWAIT:
@@ -473,7 +478,7 @@ int dl__attest_restart(struct load_ctx *x)
 			x,
 			dl__load_err(
 				x, DL_EUNAVAILABLE,
-				"this daemon has no state file and Redis restarted since the last take: only its peers know what this node told before, and %s; asking again (for %llu s more at most, then grants close for max_ttl)",
+				"this daemon has no state file, and Redis restarted or had its data replaced since the last take: only its peers know what this node told before, and %s; asking again (for %llu s more at most, then grants close for max_ttl)",
 				why,
 				(unsigned long long)(a->await_since +
 						     DL_RESTART_AWAIT_MS -
@@ -481,7 +486,7 @@ int dl__attest_restart(struct load_ctx *x)
 					1000));
 	case READ_KEPT:
 		dl_notice(
-			"redis: this daemon has no state file, but Redis is the process the last take was made on: it lost nothing told since; taking the leadership");
+			"redis: this daemon has no state file, but Redis is the process the last take was made on, its data never replaced since: it lost nothing told since; taking the leadership");
 		return restart_done(x, 0);
 	case READ_NOTHING:
 		/* as before the round: a loss only a silent peer saw is not
