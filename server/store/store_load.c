@@ -77,16 +77,6 @@ static struct dl_str field_at(redisReply *const *e, size_t n, size_t j)
 		       : DL_STR_NULL;
 }
 
-int dl__load_err(struct load_ctx *x, int rc, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(x->err, x->errlen, fmt, ap);
-	va_end(ap);
-	return rc;
-}
-
 int dl__load_add_name(struct dl_buf *b, struct dl_str name)
 {
 	if (dl_buf_add(b, name.p, name.len) || dl_buf_add(b, "", 1))
@@ -94,44 +84,7 @@ int dl__load_add_name(struct dl_buf *b, struct dl_str name)
 	return 0;
 }
 
-/* ---- commands ----------------------------------------------------------- */
-
-redisReply *dl__load_run(struct load_ctx *x, int *rc, int fatal_errors,
-			 int argc, const char **argv, const size_t *lens)
-{
-	redisReply *r = redisCommandArgv(x->c, argc, argv, lens);
-	const char *e;
-
-	if (!r) {
-		*rc = dl__load_err(x, DL_EUNAVAILABLE, "%s: %s", argv[0],
-				   x->c->errstr[0] ? x->c->errstr : "no reply");
-		return NULL;
-	}
-	if ((e = dl__store_reply_error(r)) != NULL) {
-		*rc = dl__load_err(x,
-				   fatal_errors && !dl__store_not_ready(e)
-					   ? DL_EBADARG
-					   : DL_EUNAVAILABLE,
-				   "%s: %s", argv[0], e);
-		freeReplyObject(r);
-		return NULL;
-	}
-	return r;
-}
-
-redisReply *dl__load_runv(struct load_ctx *x, int *rc, int fatal_errors,
-			  const char **argv)
-{
-	size_t lens[DL__LOAD_ARGS_MAX];
-	int n;
-
-	for (n = 0; argv[n]; n++)
-		if (n == DL__LOAD_ARGS_MAX)
-			abort(); /* a call with more words: a build error */
-		else
-			lens[n] = strlen(argv[n]);
-	return dl__load_run(x, rc, fatal_errors, n, argv, lens);
-}
+/* ---- commands (one call: store_call.c) --------------------------------- */
 
 #define RUN DL__LOAD_RUN
 

@@ -45,6 +45,8 @@ struct load_ctx {
 	struct layout1 *l1; /* Redis is in layout 1: its names, to migrate */
 };
 
+/* ---- store_call.c: one call on x->c ---- */
+
 /* Say why the attempt fails (into x->err); returns rc. */
 int dl__load_err(struct load_ctx *x, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * store_private.h -- what the store's files share (store.c,
- * store_attest.c, store_batch.c, store_cluster.c, store_durable.c,
- * store_find.c, store_horizon.c, store_lead.c, store_load.c,
- * store_migrate.c, store_restart.c, store_resync.c): struct dl_store
- * and the link's calls that the other files make (dl__*). Not an
- * interface for anything else.
+ * store_attest.c, store_batch.c, store_call.c, store_cluster.c,
+ * store_durable.c, store_find.c, store_horizon.c, store_lead.c,
+ * store_load.c, store_migrate.c, store_restart.c, store_resync.c):
+ * struct dl_store and the link's calls that the other files make
+ * (dl__*). Not an interface for anything else.
  *
  * The struct is the link to Redis (store.c: the connection, its state,
  * the queue of awaited replies, the timers) and one part per concern,
