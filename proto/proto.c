@@ -35,7 +35,6 @@
 #include "proto/proto.h"
 
 #include <assert.h>
-#include <limits.h>
 #include <stddef.h>
 #include <string.h>
 

@@ -91,7 +91,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 
 #include "server/clock.h"
 #include "server/log.h"

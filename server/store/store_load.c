@@ -47,7 +47,6 @@
  * the load fails as not ready, saying which key, and waits for an
  * operator to remove it.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
