@@ -1709,6 +1709,33 @@ Test(ha, a_node_without_its_state_file_waits_for_a_silent_peer)
 	h_daemon_kill9(&b);
 }
 
+/* Found by review: an answer of an older version (seven words, no `own`)
+ * left a start without its state file taking as one that proves nothing,
+ * as in a rolling upgrade where the other nodes still run the older
+ * version. Such an answer says the cluster ran before: the take closes.
+ * The test answers b's challenge itself, as node "b" of an older
+ * version. */
+Test(ha, a_node_without_its_state_file_counts_an_older_answer)
+{
+	uint64_t t0, until = emptied_after_an_outage(20, REDIS_OLDER);
+	char cmd[160], nonce[17] = "";
+	const char *v;
+
+	h_daemon_restart_nowait(&b);
+	for (t0 = h_now_ms(); !nonce[0]; h_sleep_ms(20)) {
+		cr_assert(h_now_ms() - t0 < 10000, "b asked nobody");
+		v = h_redis_cli(&r, "HGET dlock:challenge a");
+		if (strlen(v) > 16 && strchr(v, ' ') == v + 16)
+			memcpy(nonce, v, 16);
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "HSET dlock:answers %s:b \"- 0 0 0 100000 0 -\"", nonce);
+	h_redis_cli(&r, cmd);
+	cr_assert(x_stays_busy(&b, 1, until, until) > 0, "b never served");
+	cr_assert(h_daemon_log_has(&b, "has no state file, Redis is not"),
+		  "b took as a start that proves nothing");
+	h_daemon_kill9(&b);
+}
 /* With Redis kept running: it is the process the last take was made on
  * (P run), so it lost nothing told since, and the node without its state
  * file takes as before -- alice's lease loaded, y granted at once, not

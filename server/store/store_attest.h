@@ -91,9 +91,10 @@ int dl__attest_begin(struct dl_store *st);
  * closure (ATTEST_BOUNDED: the take presents the nonce, as a lapsed
  * active's does); a silent one leaves the take as it was, except for a
  * start without a state file on a Redis that is not the process of the
- * last take, which closes for max_ttl (ATTEST_BLIND) when the answers show
- * that its node ran before, and waits for a silent peer (DL_EUNAVAILABLE)
- * up to DL_RESTART_AWAIT_MS. 0, or an error of the connection, or
+ * last take, or whose data was replaced in place since, which closes for
+ * max_ttl (ATTEST_BLIND) when the answers show that its node ran before,
+ * and waits for a silent peer (DL_EUNAVAILABLE: rounds again) up to
+ * DL_RESTART_AWAIT_MS. 0, or an error of the connection, or
  * DL_EUNAVAILABLE while a lapsed peer whose node id sorts first asks, or
  * a silent one is awaited (the start tries again). */
 int dl__attest_restart(struct load_ctx *x);

@@ -43,11 +43,14 @@ int dl__durability_of(const char *info, const redisReply *fsync);
  * or the same process resynced as a replica and promoted again has
  * another. */
 uint64_t dl__run_id_of(const char *info);
-/* How many commands that replace or empty a keyspace's data in place --
- * FLUSHALL, FLUSHDB, RESTORE, SWAPDB, DEBUG (RELOAD, LOADAOF) -- this
- * Redis process has run (INFO commandstats: their calls, summed), or 0:
- * a backup put back into a running Redis keeps its run_id and its
- * replication id, not this count (store_restart.c, since_take). */
+/* How many commands that may replace or empty data in place -- FLUSHALL,
+ * FLUSHDB, RESTORE, SWAPDB, DEBUG -- this Redis process has run (INFO
+ * commandstats: their calls, summed), or 0: a backup put back into a
+ * running Redis keeps its run_id and its replication id, not this count
+ * (store_restart.c, since_take). Every call counts, on any database and
+ * whatever the subcommand (DEBUG SLEEP too): each only makes a start
+ * without a state file wait and close, never take. CONFIG RESETSTAT sets
+ * the count back: a restore followed by a reset is not seen. */
 uint64_t dl__meddled_of(const char *info);
 /* Record it (logged when it changes). DL_EBADARG with why when the daemon
  * must not serve on it (no AOF, not allowed), DL_EUNAVAILABLE when it is

@@ -115,13 +115,16 @@ static int restart_answers(struct load_ctx *x, const redisReply *chs, int *rc)
  *
  * A restart without a state file has no such bound for its own node: an
  * earlier process of it may have led and told leases that only a peer's
- * looks knew of. So a peer that answers `known` "-" while its `own` shows
- * that the cluster ran before (its node kept a state file, or it ran long)
- * leaves the start nothing to bound its own node's leases with: -2, in
- * why (found from outside: a whole cluster cut off its power, Redis back
- * without alice's lease, one node's state_dir emptied; that node took
- * first, knowing nothing, and x was granted again 1.9-5 s into her 40 s
- * lease, 10 runs of 16). *mark is the largest token of every answer. */
+ * looks knew of. So when a peer answers `known` "-" and any answer shows
+ * that the cluster ran before -- a peer's numeric `own` (its node kept a
+ * state file, or it ran long), or an answer of an older version, without
+ * `own` (a rolling upgrade: found by review) -- the start has nothing to
+ * bound its own node's leases with: -2, in why (found from outside: a
+ * whole cluster cut off its power, Redis back without alice's lease, one
+ * node's state_dir emptied; that node took first, knowing nothing, and x
+ * was granted again 1.9-5 s into her 40 s lease, 10 runs of 16). An
+ * answer that bounds nothing at all gives such a start -2 too. *mark is
+ * the largest token of every answer. */
 static int restart_tally(const struct store_attest *a, const redisReply *r,
 			 int own_file, uint64_t max_ms, uint64_t *end,
 			 uint64_t *mark, char *why, size_t len)
@@ -155,7 +158,7 @@ static int restart_tally(const struct store_attest *a, const redisReply *r,
 			if (m > *mark)
 				*mark = m;
 			own = words == 8 && ow[0] >= '0' && ow[0] <= '9';
-			ran |= own;
+			ran |= own || words == 7;
 			n++;
 			if (own_file && own) {
 				known = strtoull(ow, NULL, 10);
@@ -187,7 +190,7 @@ static int restart_tally(const struct store_attest *a, const redisReply *r,
 				why, len,
 				"peer %s's answer bounds nothing (an older version?)",
 				a->peers[p]);
-			return -1;
+			return own_file ? -1 : -2;
 		}
 	/* a start without its file waits for every answer: a later one
 	 * may show that the cluster ran before */
@@ -444,8 +447,10 @@ int dl__attest_restart(struct load_ctx *x)
 		return rc;
 	other = led_by_another(st, r);
 	freeReplyObject(r);
-	if (other)
+	if (other) {
+		a->await_since = 0;
 		return 0; /* the take finds it held: this daemon is a standby */
+	}
 	if (now < a->defer_until)
 		return dl__load_err(
 			x, DL_EUNAVAILABLE,
@@ -474,16 +479,19 @@ int dl__attest_restart(struct load_ctx *x)
 			why);
 		return 0;
 	case READ_AWAIT:
+		now = dl_mono_ms();
 		return restart_done(
 			x,
 			dl__load_err(
 				x, DL_EUNAVAILABLE,
 				"this daemon has no state file, and Redis restarted or had its data replaced since the last take: only its peers know what this node told before, and %s; asking again (for %llu s more at most, then grants close for max_ttl)",
 				why,
-				(unsigned long long)(a->await_since +
-						     DL_RESTART_AWAIT_MS -
-						     dl_mono_ms()) /
-					1000));
+				(unsigned long long)(a->await_since + DL_RESTART_AWAIT_MS >
+								     now
+							     ? (a->await_since +
+								DL_RESTART_AWAIT_MS -
+								now) / 1000
+							     : 0)));
 	case READ_KEPT:
 		dl_notice(
 			"redis: this daemon has no state file, but Redis is the process the last take was made on, its data never replaced since: it lost nothing told since; taking the leadership");
