@@ -1666,6 +1666,31 @@ static uint64_t emptied_after_an_outage(int ttl_s, enum outage how)
 	return until;
 }
 
+/* b, emptied, restarted first, then a: b's challenge stands, and a lets
+ * it take first. */
+static void restart_emptied_first(void)
+{
+	h_daemon_restart_nowait(&b);
+	h_sleep_ms(300);
+	h_daemon_restart_nowait(&a);
+}
+
+/* After `how`, b restarted first: x stays busy through alice's lease,
+ * and b's take says `said` (it closed). */
+static void emptied_start_closes(enum outage how, const char *said)
+{
+	uint64_t until = emptied_after_an_outage(20, how);
+
+	restart_emptied_first();
+	cr_assert(x_stays_busy(&a, 2, until, until) > 0, "nobody served");
+	if (!h_daemon_log_has(&b, said))
+		h_daemon_print_log(&b);
+	cr_assert(h_daemon_log_has(&b, said),
+		  "b did not take, or took as before");
+	h_daemon_kill9(&a);
+	h_daemon_kill9(&b);
+}
+
 /* Found from outside: the power of a whole cluster cut, Redis back from a
  * copy taken before alice's lease of x, and one node's state_dir emptied.
  * That node, whose id sorts first, took first: its peer, just started,
@@ -1676,17 +1701,8 @@ static uint64_t emptied_after_an_outage(int ttl_s, enum outage how)
  * for max_ttl. */
 Test(ha, a_node_without_its_state_file_after_a_power_cut_closes)
 {
-	uint64_t until = emptied_after_an_outage(20, REDIS_OLDER);
-
-	h_daemon_restart_nowait(&b);
-	h_sleep_ms(300); /* b's challenge stands: a lets it take first */
-	h_daemon_restart_nowait(&a);
-	cr_assert(x_stays_busy(&a, 2, until, until) > 0, "nobody served");
-	cr_assert(h_daemon_log_has(
-			  &b, "has no state file, Redis is not the process"),
-		  "b did not take, or took as before");
-	h_daemon_kill9(&a);
-	h_daemon_kill9(&b);
+	emptied_start_closes(REDIS_OLDER,
+			     "has no state file, Redis is not the process");
 }
 
 /* The same with the peer down: found by a test, a lapsed active slow to
@@ -1748,9 +1764,7 @@ Test(ha, a_node_without_its_state_file_on_the_same_redis_takes_as_before)
 	char *l;
 	int i;
 
-	h_daemon_restart_nowait(&b);
-	h_sleep_ms(300);
-	h_daemon_restart_nowait(&a);
+	restart_emptied_first();
 	for (t0 = h_now_ms(); !y && h_now_ms() - t0 < 15000; h_sleep_ms(200))
 		for (i = 0; i < 2 && !y; i++) {
 			if (!(c = h_try_connect(nodes[i]->port)))
@@ -1783,18 +1797,7 @@ Test(ha, a_node_without_its_state_file_on_the_same_redis_takes_as_before)
  * process's data was replaced in place, and that count has grown. */
 Test(ha, a_node_without_its_state_file_after_a_backup_put_back_closes)
 {
-	uint64_t until = emptied_after_an_outage(20, REDIS_RESTORED);
-
-	h_daemon_restart_nowait(&b);
-	h_sleep_ms(300); /* b's challenge stands: a lets it take first */
-	h_daemon_restart_nowait(&a);
-	cr_assert(x_stays_busy(&a, 2, until, until) > 0, "nobody served");
-	if (!h_daemon_log_has(&b, "its data was replaced since"))
-		h_daemon_print_log(&b);
-	cr_assert(h_daemon_log_has(&b, "its data was replaced since"),
-		  "b did not take, or took as before");
-	h_daemon_kill9(&a);
-	h_daemon_kill9(&b);
+	emptied_start_closes(REDIS_RESTORED, "its data was replaced since");
 }
 
 /* Found from outside: b was paused past the active's count of it (2 x

@@ -716,6 +716,17 @@ f_empty_redis() {
 # time after it, once the forgetting command has returned.
 forget_begin() { forget_from=$("$WORKER" now); }
 forget_end() { echo "$forget_from $("$WORKER" now)" >> "$OUT/forgets"; }
+# Redis back from a copy of its AOF taken a second before "$@" (the
+# daemons' end) runs: what was written in that second is forgotten, with
+# no daemon holding its table (the window noted, check.c).
+forget_older_copy() {
+	rm -rf "$OUT/redis/snap"
+	cp -a "$OUT/redis/appendonlydir" "$OUT/redis/snap"
+	pause_ms 1000; "$@"; forget_begin
+	kill_redis; rm -rf "$OUT/redis/appendonlydir"
+	mv "$OUT/redis/snap" "$OUT/redis/appendonlydir"; redis_start
+	forget_end
+}
 f_forget_while_down() {
 	local how ms closed
 	rnd 2; pick_active
@@ -724,12 +735,7 @@ f_forget_while_down() {
 		kill_dlockd; forget_begin; pcli FLUSHALL >/dev/null; forget_end
 	else
 		how=old_copy
-		rm -rf "$OUT/redis/snap"
-		cp -a "$OUT/redis/appendonlydir" "$OUT/redis/snap"
-		pause_ms 1000; kill_dlockd; forget_begin
-		kill_redis; rm -rf "$OUT/redis/appendonlydir"
-		mv "$OUT/redis/snap" "$OUT/redis/appendonlydir"; redis_start
-		forget_end
+		forget_older_copy kill_dlockd
 	fi
 	dlockd_start $target
 	ms=$(wait_store)
@@ -798,6 +804,7 @@ f_during_takeover() {
 	dlockd_start $target
 	note during_takeover "second fault $k"; recovered during_takeover "$(wait_store)"
 }
+kill_both() { kill_dlockd 0; kill_dlockd 1; }
 # Nothing bounds what the emptied node's earlier process told, but its
 # peer's state file and Redis's record of the last take: no lease told
 # before may be granted again while it may be believed (check.c).
@@ -808,15 +815,10 @@ f_replaced_node() {
 	rnd 2
 	if [ $R = 0 ]; then
 		how=old_copy
-		rm -rf "$OUT/redis/snap"
-		cp -a "$OUT/redis/appendonlydir" "$OUT/redis/snap"
-		pause_ms 1000; kill_dlockd 0; kill_dlockd 1; forget_begin
-		kill_redis; rm -rf "$OUT/redis/appendonlydir"
-		mv "$OUT/redis/snap" "$OUT/redis/appendonlydir"; redis_start
-		forget_end
+		forget_older_copy kill_both
 	else
 		how=kept
-		kill_dlockd 0; kill_dlockd 1
+		kill_both
 	fi
 	rm -f "$OUT/state$e"/dlockd*state* "$OUT/state$e/dlockd.lock"
 	dlockd_start $e
