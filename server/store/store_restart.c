@@ -478,20 +478,18 @@ int dl__attest_restart(struct load_ctx *x)
 		dl_warn("redis: this daemon has no state file, Redis is not the process the last take was made on or its data was replaced since (it may lack writes), and %s: nothing bounds the leases an earlier process of this node told: taking the leadership, grants closed for max_ttl (keep each node's state_dir; start a replaced node while its peers run)",
 			why);
 		return 0;
-	case READ_AWAIT:
-		now = dl_mono_ms();
+	case READ_AWAIT: {
+		uint64_t left = a->await_since + DL_RESTART_AWAIT_MS,
+			 t = dl_mono_ms();
+
+		left = left > t ? left - t : 0;
 		return restart_done(
 			x,
 			dl__load_err(
 				x, DL_EUNAVAILABLE,
 				"this daemon has no state file, and Redis restarted or had its data replaced since the last take: only its peers know what this node told before, and %s; asking again (for %llu s more at most, then grants close for max_ttl)",
-				why,
-				(unsigned long long)(a->await_since + DL_RESTART_AWAIT_MS >
-								     now
-							     ? (a->await_since +
-								DL_RESTART_AWAIT_MS -
-								now) / 1000
-							     : 0)));
+				why, (unsigned long long)(left / 1000)));
+	}
 	case READ_KEPT:
 		dl_notice(
 			"redis: this daemon has no state file, but Redis is the process the last take was made on, its data never replaced since: it lost nothing told since; taking the leadership");
