@@ -741,6 +741,19 @@ static int wait_stopped(pid_t pid, int stopped, int timeout_ms)
 	return 1;
 }
 
+/* 1 once pid sleeps (state S) within timeout_ms. */
+static int wait_asleep(pid_t pid, int timeout_ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)timeout_ms;
+
+	while (proc_state(pid, NULL) != 'S') {
+		if (h_now_ms() > end)
+			return 0;
+		h_sleep_ms(5);
+	}
+	return 1;
+}
+
 /* A `dlock run` whose command writes its pid, then a mark every 20 ms,
  * in perl (essential in Debian) rather than a shell loop: it does not
  * fork. A stop (Ctrl-Z) that comes while a shell is in vfork() stops the
@@ -974,6 +987,13 @@ Test(cli, run_on_a_terminal_mirrors_the_command_stop_only_while_it_lasts)
 		  "dlock stayed stopped while its command runs: %s",
 		  job_states(&j));
 	cr_assert(wait_stopped(j.guard, 0, 5000), "the guard stays stopped");
+	/* Until dlock has told the guard it runs again (R), the guard takes a
+	 * stop of dlock for the mirrored one and continues it: the stop below
+	 * must come after. dlock tells R before it sleeps, and the guard,
+	 * woken by it, reads it before it sleeps again. (CI once stopped dlock
+	 * in that instant: the guard continued it and the lease lived on.) */
+	cr_assert(wait_asleep(j.dlock, 5000) && wait_asleep(j.guard, 5000),
+		  "%s", job_states(&j));
 	cr_assert(STR_EQ(h_call(c, "LOCK tt wait=15s"), "OK QUEUED tt 1"));
 	kill(j.dlock, SIGSTOP);
 	expect_gone_at_grant(c, &j);

@@ -65,7 +65,10 @@
  * then SIGKILL, which needs nothing). When it stops the tree on its own
  * clock it tells dlock (L), which then exits 76, the lease lost, rather than
  * with the killed command's 128 + N. Not covered: a guard stopped by a
- * debugger (ptrace), which SIGCONT does not resume.
+ * debugger (ptrace), which SIGCONT does not resume; and a stop of dlock in
+ * the instant between its continuation and its R, which the guard takes
+ * for the mirrored one and undoes (dlock then runs on and renews: the
+ * lease stays fenced).
  */
 #include <dirent.h>
 #include <errno.h>
