@@ -247,7 +247,7 @@ static void state_dir_check(const struct dl_config *cfg)
 static void take_over(struct dl_server *srv, int start)
 {
 	uint64_t t0 = dl_mono_ms();
-	char err[256];
+	char err[DL_STORE_ERR_MAX];
 	int r;
 
 	if (srv->draining || dl_store_active(srv->store))
@@ -675,7 +675,7 @@ static void stop_during_start(struct dl_server *srv)
  * that waits for Redis longer than TimeoutStartSec). */
 static void still_starting(const char *why)
 {
-	char msg[320];
+	char msg[DL_STORE_ERR_MAX + 64];
 
 	snprintf(msg, sizeof(msg),
 		 "EXTEND_TIMEOUT_USEC=%llu\nSTATUS=waiting for redis: %s",
@@ -695,7 +695,7 @@ static void load_state(struct dl_server *srv)
 {
 	uint64_t backoff = DL_STORE_BACKOFF_MIN_MS, since = dl_mono_ms();
 	uint64_t logged = 0;
-	char err[256];
+	char err[DL_STORE_ERR_MAX];
 	int r;
 
 	for (;;) {

@@ -127,7 +127,12 @@ static void aof_put_back(void)
 
 /* Nodes a and b of ids[0] and ids[1], each naming the other in
  * [cluster] peers, each with a state_dir, max_ttl 60 s and 2 s leases; a
- * is active when it returns, b started after it. */
+ * is active when it returns, b its standby. They start together, as a
+ * cluster's first start must: a node without its state file on a Redis
+ * that holds no take waits for its peers (they know whether the cluster
+ * ran). The node whose id sorts first takes (the other defers to its
+ * challenge); when that is b, b is killed, a takes over, and b comes
+ * back as its standby. */
 static const char *const ab[2] = {"a", "b"};
 
 static void start_peers_lease(const char *const ids[2], const char *lease)
@@ -144,12 +149,19 @@ static void start_peers_lease(const char *const ids[2], const char *lease)
 			 "[cluster]\nnode_id = %s\npeers = %s\n",
 			 nodes[i]->dir, ids[i], ids[1 - i]);
 		h_daemon_write_conf(nodes[i], conf);
-		h_daemon_start(nodes[i], "-c", nodes[i]->conf, "--persist",
-			       "redis", "--redis", r.url, "--leader-lease",
-			       lease, "-l", "info", NULL);
-		if (i == 0)
-			wait_active(&a, 5000);
+		h_daemon_start_nowait(nodes[i], "-c", nodes[i]->conf,
+				      "--persist", "redis", "--redis", r.url,
+				      "--leader-lease", lease, "-l", "info",
+				      NULL);
 	}
+	if (strcmp(ids[0], ids[1]) < 0) {
+		wait_active(&a, 10000);
+		return;
+	}
+	wait_active(&b, 10000);
+	h_daemon_kill9(&b);
+	wait_active(&a, 15000);
+	h_daemon_restart(&b);
 }
 
 static void start_peers(const char *const ids[2])
@@ -166,6 +178,25 @@ static void empty_state_dir(const struct h_daemon *d)
 	snprintf(cmd, sizeof(cmd), "rm -f %s/dlockd*state* %s/dlockd.lock",
 		 d->dir, d->dir);
 	cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+/* The nonce of node `asker`'s challenge, once one stands (10 s at
+ * most). */
+static void challenge_nonce(const char *asker, char nonce[17])
+{
+	char cmd[64];
+	uint64_t t0;
+	const char *v;
+
+	snprintf(cmd, sizeof(cmd), "HGET dlock:challenge %s", asker);
+	for (t0 = h_now_ms(), nonce[0] = '\0'; !nonce[0]; h_sleep_ms(20)) {
+		cr_assert(h_now_ms() - t0 < 10000, "%s asked nobody", asker);
+		v = h_redis_cli(&r, cmd);
+		if (strlen(v) > 16 && strchr(v, ' ') == v + 16) {
+			memcpy(nonce, v, 16);
+			nonce[16] = '\0';
+		}
+	}
 }
 
 /* Read c until it closes (or 10 s pass): no line may grant anything; 1
@@ -1007,12 +1038,15 @@ Test(ha, a_peer_restarted_after_redis_went_back_cannot_vouch)
 	h_daemon_write_conf(&a, conf);
 	h_daemon_write_conf(&b, "[limits]\nmax_ttl = 60s\n"
 				"[cluster]\nnode_id = b\npeers = a\n");
-	h_daemon_start(&a, "-c", a.conf, "--persist", "redis", "--redis", r.url,
-		       "--leader-lease", "2s", "-l", "info", NULL);
-	wait_active(&a, 5000);
+	/* started together: a first start waits for its peers */
+	h_daemon_start_nowait(&a, "-c", a.conf, "--persist", "redis", "--redis",
+			      r.url, "--leader-lease", "2s", "-l", "info",
+			      NULL);
+	h_daemon_start_nowait(&b, "-c", b.conf, "--persist", "redis", "--redis",
+			      r.url, "--leader-lease", "2s", "-l", "info",
+			      NULL);
+	wait_active(&a, 10000);
 	aof_copy();
-	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis", r.url,
-		       "--leader-lease", "2s", "-l", "info", NULL);
 	for (i = 0; i < 3; i++) {
 		h_redis_cli(&r, "CLIENT KILL TYPE normal");
 		h_sleep_ms(800);
@@ -1295,7 +1329,7 @@ Test(ha, a_restart_with_an_emptied_state_dir_is_bounded_by_its_peers)
  * the round closes until then. */
 Test(ha, a_restart_round_counts_the_leases_a_peer_knows_of)
 {
-	char *l;
+	char *l, nonce[17], want[32];
 	struct h_client *alice, *c;
 	uint64_t t0, until;
 	int served = 0;
@@ -1313,7 +1347,10 @@ Test(ha, a_restart_round_counts_the_leases_a_peer_knows_of)
 	aof_put_back();
 	h_redis_restart(&r);
 	h_daemon_restart_nowait(&a);
-	cr_assert(h_redis_wait(&r, "HKEYS dlock:answers", ":b", 1, 10000),
+	/* this round's answer: the cluster's first start left others */
+	challenge_nonce("a", nonce);
+	snprintf(want, sizeof(want), "%s:b", nonce);
+	cr_assert(h_redis_wait(&r, "HKEYS dlock:answers", want, 1, 10000),
 		  "b never answered a's round");
 	h_daemon_signal(&b, SIGSTOP); /* it reports nothing more */
 	for (t0 = h_now_ms(); h_now_ms() - t0 < 10000; h_sleep_ms(200)) {
@@ -1626,6 +1663,7 @@ enum outage {
 	REDIS_KEPT,	/* Redis runs on, untouched */
 	REDIS_OLDER,	/* Redis restarted from an older AOF (a power cut) */
 	REDIS_RESTORED, /* an older backup put back into the running Redis */
+	REDIS_FLUSHED,	/* FLUSHALL: the running Redis holds nothing */
 };
 
 /* A cluster of a (node "b") and b (node "a"), alice holding x for
@@ -1658,6 +1696,8 @@ static uint64_t emptied_after_an_outage(int ttl_s, enum outage how)
 	}
 	if (how == REDIS_RESTORED)
 		keys_put_back();
+	if (how == REDIS_FLUSHED)
+		cr_assert(h_starts(h_redis_cli(&r, "FLUSHALL"), "OK"));
 	empty_state_dir(&b);
 	h_sleep_ms(2500); /* past a's leadership: its file proves nothing */
 	if (how == REDIS_OLDER)
@@ -1725,6 +1765,63 @@ Test(ha, a_node_without_its_state_file_waits_for_a_silent_peer)
 	h_daemon_kill9(&b);
 }
 
+/* Found from outside: every node down, Redis flushed, and the node whose
+ * state_dir was emptied started first, its peer 25 s later. Redis held no
+ * take, as at a cluster's first start, and it took at once: x was granted
+ * again in alice's lease, 4 of 4 runs. It now waits for its peer, whose
+ * answer shows that the cluster ran. */
+Test(ha, a_node_without_its_state_file_on_a_flushed_redis_waits_for_a_peer)
+{
+	uint64_t until = emptied_after_an_outage(20, REDIS_FLUSHED);
+	struct h_client *c;
+
+	h_daemon_restart_nowait(&b);
+	h_sleep_ms(5000);
+	c = h_try_connect(b.port);
+	cr_assert(c == NULL, "b serves, its peer silent");
+	cr_assert(h_daemon_log_has(&b, "Redis holds no take"));
+	h_daemon_restart_nowait(&a);
+	cr_assert(x_stays_busy(&a, 2, until, until) > 0, "nobody served");
+	cr_assert(h_daemon_log_has(&b, "has no state file, Redis is not"),
+		  "b took as a first start");
+	h_daemon_kill9(&a);
+	h_daemon_kill9(&b);
+}
+
+/* A cluster's first start, one node at a time: the first waits for its
+ * peer (it cannot tell a first start from a Redis that lost everything),
+ * and takes once the peer answers that it knows of nothing. */
+Test(ha, a_first_start_waits_for_its_peer)
+{
+	char conf[1024];
+	struct h_daemon *nodes[2] = {&a, &b};
+	struct h_client *c;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		h_daemon_write_conf(nodes[i], "");
+		snprintf(conf, sizeof(conf),
+			 "[persistence]\nstate_dir = %s\n"
+			 "[cluster]\nnode_id = %s\npeers = %s\n",
+			 nodes[i]->dir, i ? "b" : "a", i ? "a" : "b");
+		h_daemon_write_conf(nodes[i], conf);
+	}
+	h_daemon_start_nowait(&a, "-c", a.conf, "--persist", "redis", "--redis",
+			      r.url, "--leader-lease", "2s", "-l", "info",
+			      NULL);
+	h_sleep_ms(4000);
+	c = h_try_connect(a.port);
+	cr_assert(c == NULL, "a serves, its peer silent");
+	cr_assert(h_daemon_log_has(&a, "taking as a first start"));
+	h_daemon_start(&b, "-c", b.conf, "--persist", "redis", "--redis", r.url,
+		       "--leader-lease", "2s", "-l", "info", NULL);
+	wait_active(&a, 15000);
+	c = h_hello(a.port, "alice");
+	h_lock(c, "x", "ttl=5s");
+	h_close(c);
+	cr_assert_str_eq(role_of(&b, NULL, 0), "standby");
+}
+
 /* Found by review: an answer of an older version (seven words, no `own`)
  * left a start without its state file taking as one that proves nothing,
  * as in a rolling upgrade where the other nodes still run the older
@@ -1733,17 +1830,11 @@ Test(ha, a_node_without_its_state_file_waits_for_a_silent_peer)
  * version. */
 Test(ha, a_node_without_its_state_file_counts_an_older_answer)
 {
-	uint64_t t0, until = emptied_after_an_outage(20, REDIS_OLDER);
-	char cmd[160], nonce[17] = "";
-	const char *v;
+	uint64_t until = emptied_after_an_outage(20, REDIS_OLDER);
+	char cmd[160], nonce[17];
 
 	h_daemon_restart_nowait(&b);
-	for (t0 = h_now_ms(); !nonce[0]; h_sleep_ms(20)) {
-		cr_assert(h_now_ms() - t0 < 10000, "b asked nobody");
-		v = h_redis_cli(&r, "HGET dlock:challenge a");
-		if (strlen(v) > 16 && strchr(v, ' ') == v + 16)
-			memcpy(nonce, v, 16);
-	}
+	challenge_nonce("a", nonce);
 	snprintf(cmd, sizeof(cmd),
 		 "HSET dlock:answers %s:b \"- 0 0 0 100000 0 -\"", nonce);
 	h_redis_cli(&r, cmd);

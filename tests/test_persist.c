@@ -1922,8 +1922,12 @@ Test(persist, a_cluster_runs_as_the_acl_user_with_the_documented_rights,
 			 "peers = %s\nleader_lease = 2s\n",
 			 url, nodes[i]->dir, i ? "b" : "a", i ? "a" : "b");
 		h_daemon_write_conf(nodes[i], conf);
-		h_daemon_start(nodes[i], "-c", nodes[i]->conf, NULL);
+		/* together: a first start waits for its peers */
+		h_daemon_start_nowait(nodes[i], "-c", nodes[i]->conf, NULL);
 	}
+	for (i = 0; i < 2; i++)
+		cr_assert(h_daemon_listening(nodes[i], 15000),
+			  "dlockd did not start");
 	h_sleep_ms(1000); /* the standby looks */
 	/* Redis comes back without the lock (the standby then waits a lease
 	 * for the active to write its table back, rather than take over) */

@@ -120,7 +120,8 @@ void dl_store_free(struct dl_store *st);
  * the active one), DL_ENOTACTIVE (another holds the leadership:
  * dl_store_leader() says who), DL_EUNAVAILABLE (Redis not reachable or
  * not ready: try again) or another error (configuration). `err` explains
- * a failure. */
+ * a failure, in DL_STORE_ERR_MAX bytes. */
+#define DL_STORE_ERR_MAX 512
 int dl_store_load(struct dl_store *st, uint64_t unix_ms, int start, char *err,
 		  size_t errlen);
 

@@ -69,6 +69,7 @@ struct store_attest {
 				 then (a challenge stands) */
 	uint64_t await_since; /* monotonic: a start without its state file
 				 first waited for a silent peer (0: not) */
+	int await_unled;      /* ... on a keyspace that holds no take */
 	char answer[192];     /* "<instance> <epoch> <took> <bound> <age> <mark>
 				 <known> <own>" for the look */
 	char set_arg[64];     /* the challenge's text */
@@ -94,7 +95,9 @@ int dl__attest_begin(struct dl_store *st);
  * last take, or whose data was replaced in place since, which closes for
  * max_ttl (ATTEST_BLIND) when the answers show that its node ran before,
  * and waits for a silent peer (DL_EUNAVAILABLE: rounds again) up to
- * DL_RESTART_AWAIT_MS. 0, or an error of the connection, or
+ * DL_RESTART_AWAIT_MS -- on a keyspace that holds no take too (a first
+ * start, or a Redis that lost everything), which then takes as a first
+ * start. 0, or an error of the connection, or
  * DL_EUNAVAILABLE while a lapsed peer whose node id sorts first asks, or
  * a silent one is awaited (the start tries again). */
 int dl__attest_restart(struct load_ctx *x);

@@ -25,7 +25,8 @@
  *          (P run) takes as before; else closes for max_ttl when an answer
  *          shows that its node ran before, and waits for a silent peer up
  *          to DL_RESTART_AWAIT_MS (since_take, restart_ran,
- *          restart_silent);
+ *          restart_silent) -- on a Redis that holds no take too, then
+ *          takes as a first start;
  *   otherwise                       as a start that proves nothing, with
  *          a warning.
  *
@@ -224,9 +225,16 @@ static int restart_ask(struct load_ctx *x)
 	uint64_t rnd;
 	int rc = 0;
 
-	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
-		return 1;
-	snprintf(a->nonce, sizeof(a->nonce), "%016" PRIx64, rnd);
+	/* a start that awaits a silent peer asks again with the same nonce:
+	 * an answer that came between its rounds still counts (a peer
+	 * started meanwhile answers once, then defers to a node whose id
+	 * sorts first, and asks nothing for seconds) */
+	if (!a->await_since || !a->nonce[0]) {
+		if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) !=
+		    (ssize_t)sizeof(rnd))
+			return 1;
+		snprintf(a->nonce, sizeof(a->nonce), "%016" PRIx64, rnd);
+	}
 	memcpy(a->instance, st->lead.instance, sizeof(a->instance));
 	a->epoch = 0;
 	snprintf(a->set_arg, sizeof(a->set_arg), "%s 0 %s", a->nonce,
@@ -254,8 +262,9 @@ enum restart_read {
 		       * this node's earlier processes told */
 	READ_KEPT,    /* no state file, on the Redis process of the last
 		       * take: nothing told since was lost */
-	READ_AWAIT,   /* no state file, Redis restarted since the last
-		       * take, and a peer silent: try again */
+	READ_AWAIT,   /* no state file, Redis not the process of the last
+		       * take (or holding none), and a peer silent: try
+		       * again */
 	READ_LEADS,   /* another node took meanwhile */
 	READ_DEFER,   /* a lapsed peer that sorts first asks */
 	READ_FAILED,  /* the connection: *rc */
@@ -317,17 +326,25 @@ static enum restart_read restart_ran(struct load_ctx *x, int *rc)
 	}
 }
 
-/* Not every peer answered within the wait. A start with its state file,
- * or on a keyspace nobody led (a cluster's first start, one node after
- * the other), goes on as a start that proves nothing: READ_NOTHING. One
- * without, on the Redis process of the last take, lost nothing:
- * READ_KEPT. One without, on a Redis that restarted since, cannot know
- * what its own node's earlier process told, nor what the silent peer
- * did: it tries again for DL_RESTART_AWAIT_MS (READ_AWAIT), then takes
- * with grants closed for max_ttl (READ_BLIND). Found by a test: a lapsed
- * active slow to reconnect to the restarted Redis answered after the
- * start's 2 s, and the start, emptied, granted x again in alice's
- * lease. */
+/* Not every peer answered within the wait. A start with its state file
+ * goes on as a start that proves nothing: READ_NOTHING. One without, on
+ * the Redis process of the last take, lost nothing: READ_KEPT. One
+ * without, on a Redis that restarted since, cannot know what its own
+ * node's earlier process told, nor what the silent peer did: it tries
+ * again for DL_RESTART_AWAIT_MS (READ_AWAIT), then takes with grants
+ * closed for max_ttl (READ_BLIND). Found by a test: a lapsed active slow
+ * to reconnect to the restarted Redis answered after the start's 2 s,
+ * and the start, emptied, granted x again in alice's lease.
+ *
+ * One without, on a keyspace that holds no take at all, is a cluster's
+ * first start -- or a start on a Redis that lost everything (a FLUSHALL,
+ * an empty data directory), whose peers, with their state files, would
+ * answer that the cluster ran. It too waits for them up to
+ * DL_RESTART_AWAIT_MS, then takes as a first start: READ_NOTHING (found
+ * from outside: every node down, Redis flushed, the emptied node started
+ * first and its peers 25 s later; it took at once and granted x again in
+ * alice's lease, 4 of 4 runs). A cluster whose nodes start together
+ * loses nothing: every peer answers within the round. */
 static enum restart_read restart_silent(struct load_ctx *x, char *why,
 					size_t len, int *rc)
 {
@@ -343,8 +360,10 @@ static enum restart_read restart_silent(struct load_ctx *x, char *why,
 	case SINCE_KEPT:
 		return READ_KEPT;
 	case SINCE_UNLED:
-		return READ_NOTHING;
+		st->attest.await_unled = 1;
+		break;
 	default:
+		st->attest.await_unled = 0;
 		break;
 	}
 	if (!st->attest.await_since)
@@ -353,7 +372,7 @@ static enum restart_read restart_silent(struct load_ctx *x, char *why,
 		return READ_AWAIT;
 	snprintf(why + n, len - n, " in %d s of tries",
 		 DL_RESTART_AWAIT_MS / 1000);
-	return READ_BLIND;
+	return st->attest.await_unled ? READ_NOTHING : READ_BLIND;
 }
 
 /* One read of the round: the others' challenges (answered), the
@@ -487,8 +506,13 @@ int dl__attest_restart(struct load_ctx *x)
 			x,
 			dl__load_err(
 				x, DL_EUNAVAILABLE,
-				"this daemon has no state file, and Redis restarted or had its data replaced since the last take: only its peers know what this node told before, and %s; asking again (for %llu s more at most, then grants close for max_ttl)",
-				why, (unsigned long long)(left / 1000)));
+				"this daemon has no state file, and Redis %s: only its peers know what this node told before, and %s; asking again (for %llu s more at most, then %s)",
+				a->await_unled
+					? "holds no take (a cluster's first start, or Redis lost its data)"
+					: "restarted or had its data replaced since the last take",
+				why, (unsigned long long)(left / 1000),
+				a->await_unled ? "taking as a first start"
+					       : "grants close for max_ttl"));
 	}
 	case READ_KEPT:
 		dl_notice(

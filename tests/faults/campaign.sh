@@ -89,9 +89,10 @@
 #   during_takeover (CLUSTER) kill -9 the active and, while the standby
 #                   takes over, FLUSHALL, kill -9 the standby, or SIGSTOP it
 #   replaced_node   (CLUSTER) a power cut of the whole cluster: kill -9 both
-#                   daemons, Redis back from an older copy or kept, one
-#                   node's state_dir emptied (a replaced disk); that node
-#                   starts first, the other 0..3 s later
+#                   daemons, Redis back from an older copy, kept, or
+#                   flushed, one node's state_dir emptied (a replaced
+#                   disk); that node starts first, the other 0..3 s later
+#                   (0..30 s after a flush: the emptied node waits for it)
 #   lossy_failover  (REDIS_HA) SIGSTOP a replica, kill -9 the primary and
 #                   the other replica a second later, resume the stopped
 #                   one: Sentinel promotes a replica that missed writes
@@ -812,17 +813,16 @@ f_replaced_node() {
 	local e o ms closed how late
 	[ "$nodes" = 2 ] && [ "$REDIS_HA" != 1 ] || return
 	rnd 2; e=$R; o=$((1 - e))
-	rnd 2
-	if [ $R = 0 ]; then
-		how=old_copy
-		forget_older_copy kill_both
-	else
-		how=kept
-		kill_both
-	fi
+	rnd 3
+	case $R in
+	0) how=old_copy; forget_older_copy kill_both ;;
+	1) how=kept; kill_both ;;
+	*) how=flushed; kill_both; forget_begin; pcli FLUSHALL >/dev/null; forget_end ;;
+	esac
 	rm -f "$OUT/state$e"/dlockd*state* "$OUT/state$e/dlockd.lock"
 	dlockd_start $e
-	rnd 3000; late=$R; pause_ms $late
+	if [ $how = flushed ]; then rnd 30000; else rnd 3000; fi
+	late=$R; pause_ms $late
 	dlockd_start $o
 	ms=$(wait_store)
 	closed=$(wait_open)
@@ -957,12 +957,12 @@ else
 	rcli EVAL "for i=1,20000 do redis.call('SET','pad:'..i,'x') end" 0 >/dev/null
 	rcli BGREWRITEAOF >/dev/null
 fi
+# A cluster's nodes start together: a first start waits for its peers
+# (it cannot tell a first start from a Redis that lost everything).
 dlockd_start 0
+[ "$nodes" = 2 ] && dlockd_start 1
 [ "$(wait_dlockd)" -lt 30000 ] || die "dlockd does not start (see $OUT/dlockd0.log)"
-if [ "$nodes" = 2 ]; then
-	dlockd_start 1
-	sleep 0.5
-fi
+[ "$nodes" = 2 ] && sleep 0.5
 for i in $(seq 0 $((WORKERS - 1))); do worker_start "$i"; done
 for i in $(seq 0 $((PYWORKERS - 1))); do pyworker_start "$i"; done
 for i in $(seq 0 $((RUNNERS - 1))); do
