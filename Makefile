@@ -82,7 +82,8 @@ LOCKTAB_SRC := $(addprefix server/locktab/,locktab.c locktab_wait.c locktab_ops.
                  locktab_cycle.c locktab_verify.c locktab_side.c \
                  locktab_index.c locktab_desc.c htab.c wheel.c)
 # The store (server/store/): Redis, and what is kept outside it.
-STORE_SRC  := $(addprefix server/store/,store.c store_load.c store_call.c \
+STORE_SRC  := $(addprefix server/store/,store.c store_link.c store_load.c \
+                store_call.c \
                 store_batch.c store_lead.c store_horizon.c store_attest.c \
                 store_restart.c store_cluster.c \
                 store_find.c store_durable.c store_migrate.c store_probe.c \

@@ -113,16 +113,23 @@ struct dl_store {
 	struct store_attest attest; /* store_attest.h */
 };
 
-/* ---- store.c, for store_find.c ---- */
+/* ---- store_link.c: the link, for store.c and store_find.c ---- */
 
-/* Lose the link (see store.c). */
+/* Lose the link (see store_link.c). */
 void dl__link_fail(struct dl_store *st, const char *why);
+/* A new connection: CONNECTING, and the primary found first
+ * (store_find.c), which then opens it. */
+void dl__link_connect(struct dl_store *st);
 /* Connect to ip:port (NULL: the unix socket) and start the handshake. */
 void dl__link_open(struct dl_store *st, const char *ip, int port);
+/* Send the leadership's command in `mode` (store_lead.c builds it), its
+ * reply to fn. 0, or an error: the link is to be failed. */
+int dl__link_send_lead(struct dl_store *st, enum lead_mode mode,
+		       redisCallbackFn *fn);
 
-/* ---- store.c, for store_resync.c ---- */
+/* ---- store_link.c, for store_resync.c ---- */
 
-/* Send a command whose reply ends a batch of `kind` (store.c). 0, or
+/* Send a command whose reply ends a batch of `kind` (store_link.c). 0, or
  * DL_ENOMEM / DL_EUNAVAILABLE: the link is to be failed. */
 int dl__batch_send(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
 		   int argc, const char **argv, const size_t *lens);
@@ -131,7 +138,7 @@ int dl__send_wait(struct dl_store *st, enum batch_kind kind, uint64_t epoch);
 /* The link is up: changes are accepted, the epochs so far committed. */
 void dl__link_up(struct dl_store *st, const char *how);
 
-/* ---- store.c, for store_horizon.c ---- */
+/* ---- store_link.c, for store_horizon.c ---- */
 
 /* Every epoch up to `epoch` is durable (if the horizon is: the gate is
  * asked again). */
@@ -160,7 +167,7 @@ void dl__lead_tick(struct dl_store *st);
  * waits one lease for the active to write its table back (or while it
  * vouched for a lapsed active's challenge): 1 while it waits. */
 int dl__lead_lapse_wait(struct dl_store *st, const struct lead_reply *lr);
-/* ---- store.c, for store_attest.c ---- */
+/* ---- store_link.c, for store_attest.c ---- */
 
 /* Take the leadership on the link now (the handshake's last step). 0 or
  * DL_EUNAVAILABLE: the link is to be failed. */
