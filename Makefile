@@ -89,7 +89,7 @@ STORE_SRC  := $(addprefix server/store/,store.c store_link.c store_load.c \
                 store_find.c store_durable.c store_migrate.c store_probe.c \
                 store_resync.c store_uv.c record.c bucket.c seen.c)
 SERVER_SRC := server/log.c server/config.c server/proof.c \
-              server/conn.c server/conn_lines.c server/held.c server/cmd.c \
+              server/conn.c server/conn_budget.c server/conn_lines.c server/held.c server/cmd.c \
               server/cmd_info.c server/cmd_reply.c \
               server/server.c server/notify.c server/stats.c \
               server/metrics.c server/buf.c server/tls.c server/users.c \

@@ -14,6 +14,7 @@
 #include "server/access.h"
 #include "server/clock.h"
 #include "server/cmd.h"
+#include "server/conn_budget.h"
 #include "server/log.h"
 #include "server/server.h"
 #include "server/watch.h"
@@ -142,112 +143,6 @@ static void held_list_remove(struct dl_conn *c)
 	c->in_held = 0;
 }
 
-/* Bytes the client has not read yet, held ones included (with TLS, the
- * ciphertext it has not taken yet too). */
-static size_t unread(const struct dl_conn *c)
-{
-	return c->out.len + c->wout.len + c->held.text.len +
-	       (c->tls ? dl_tls_pending(c->tls) : 0);
-}
-
-/* The budget of all connections' unread output (conn.h). */
-static int over_budget(const struct dl_server *srv)
-{
-	return srv->out_unread > srv->cfg.max_output_total;
-}
-
-/* The memory c's unread output takes: its buffers as allocated (twice
- * their bytes, at worst), while it has any. Buffers a connection keeps
- * once everything is written (DL_OUT_KEEP) are not counted: they are its
- * fixed cost, like its input buffer. A connection being thrown away
- * counts nothing: its bytes are never sent. */
-static size_t held_memory(const struct dl_conn *c)
-{
-	if (c->end == DL_END_ABORT || c->closing || unread(c) == 0)
-		return 0;
-	return c->out.cap + c->wout.cap + dl_heldq_memory(&c->held);
-}
-
-/* The user of the users file whose share c's output counts in, or NULL
- * (the default user is every client at once; before AUTH, nobody's). */
-static struct dl_user *sharer(const struct dl_conn *c)
-{
-	return c->user && c->user->name[0] ? c->user : NULL;
-}
-
-/* c's user has had its share of this loop iteration (conn.h, Turns: a
- * user of the users file, as for its share of the output budget). */
-static int user_turn_spent(const struct dl_conn *c)
-{
-	const struct dl_user *u = sharer(c);
-
-	return u && u->rt.turn_iter == c->srv->iter &&
-	       u->rt.turn_work >= DL_TURN_WORK;
-}
-
-static void user_turn_charge(const struct dl_conn *c, uint64_t work)
-{
-	struct dl_user *u = sharer(c);
-
-	if (!u)
-		return;
-	if (u->rt.turn_iter != c->srv->iter) {
-		u->rt.turn_iter = c->srv->iter;
-		u->rt.turn_work = 0;
-	}
-	u->rt.turn_work += work;
-}
-
-/* What the budget charges c's party with: its user's bytes, else its
- * own. */
-static uint64_t party_bytes(const struct dl_conn *c)
-{
-	const struct dl_user *u = sharer(c);
-
-	return u ? u->rt.out_unread : c->counted;
-}
-
-static uint64_t user_share(const struct dl_server *srv)
-{
-	return srv->cfg.max_output_per_user
-		       ? srv->cfg.max_output_per_user
-		       : srv->cfg.max_output_total / DL_OUTPUT_USER_SHARE;
-}
-
-/* c's user holds more than its share of the budget. */
-static int user_over(const struct dl_conn *c)
-{
-	const struct dl_user *u = sharer(c);
-
-	return u && u->rt.out_unread > user_share(c->srv);
-}
-
-void dl_conn_share_move(const struct dl_conn *c, struct dl_user *from,
-			struct dl_user *to)
-{
-	if (from && from->name[0])
-		from->rt.out_unread -= c->counted;
-	if (to && to->name[0])
-		to->rt.out_unread += c->counted;
-}
-
-/* Bring srv->out_unread (and c's user's part of it) up to date with c's
- * buffers. */
-static void account(struct dl_conn *c)
-{
-	struct dl_server *srv = c->srv;
-	struct dl_user *u = sharer(c);
-	size_t now = held_memory(c);
-	int was_over = srv->out_unread > srv->cfg.max_output_total / 4 * 3;
-
-	srv->out_unread = srv->out_unread - c->counted + now;
-	if (u)
-		u->rt.out_unread = u->rt.out_unread - c->counted + now;
-	c->counted = now;
-	if (was_over && srv->out_unread <= srv->cfg.max_output_total / 4 * 3)
-		srv->budget_wake = 1;
-}
-
 /* An event, or a request, while over the budget: a connection of the
  * party (a user of the users file, else the connection alone) with the
  * most unread output is closed, the one of them with the most (its bytes
@@ -255,32 +150,10 @@ static void account(struct dl_conn *c)
  * connection holds any. */
 static int close_biggest(struct dl_server *srv, const struct dl_user *of)
 {
-	struct dl_conn *c, *big = NULL;
+	struct dl_conn *big = dl__conn_biggest(srv, of);
 
-	for (c = srv->conns; c; c = c->next) {
-		if (c->end == DL_END_ABORT || c->closing || c->counted == 0 ||
-		    (of && sharer(c) != of))
-			continue;
-		if (!big || party_bytes(c) > party_bytes(big) ||
-		    (party_bytes(c) == party_bytes(big) &&
-		     c->counted > big->counted))
-			big = c;
-	}
 	if (!big)
 		return 0;
-	srv->st.output_budget_closes++;
-	if (of)
-		dl_notice("conn %llu %s: %zu bytes unread, the most of user "
-			  "%s's, who hold more than max_output_per_user "
-			  "(%llu), closing",
-			  (unsigned long long)big->id, big->peer, big->counted,
-			  of->name, (unsigned long long)user_share(srv));
-	else
-		dl_notice("conn %llu %s: %zu bytes unread, the most of the "
-			  "client holding the most while connections hold "
-			  "more than max_output_total (%llu), closing",
-			  (unsigned long long)big->id, big->peer, big->counted,
-			  (unsigned long long)srv->cfg.max_output_total);
 	dl_conn_end(big, DL_END_ABORT, "output budget");
 	return 1;
 }
@@ -337,7 +210,7 @@ static void close_now(struct dl_conn *c)
 	delayed_cancel(c);
 	parked_drop(c);
 	yielded_drop(c);
-	account(c);
+	dl__conn_account(c);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -382,7 +255,7 @@ void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why)
 			c->wout = (struct dl_buf){0};
 		}
 	}
-	account(c);
+	dl__conn_account(c);
 	/* No more requests are executed, so no more bytes are read: libuv
 	 * would otherwise keep filling the input buffer nobody drains. */
 	if (!c->closing)
@@ -399,11 +272,6 @@ int dl_conn_holding(const struct dl_conn *c)
 	return c->held.n > 0;
 }
 
-size_t dl_conn_unread(const struct dl_conn *c)
-{
-	return unread(c);
-}
-
 size_t dl_conn_queued(struct dl_conn *c)
 {
 	uint64_t now = uv_now(c->srv->loop);
@@ -411,7 +279,7 @@ size_t dl_conn_queued(struct dl_conn *c)
 	int n = 0;
 
 	if (c->closing)
-		return unread(c);
+		return dl_conn_unread(c);
 	if (!c->kq_valid || c->kq_ms != now) {
 		if (uv_fileno(&c->u.handle, &fd) != 0 ||
 		    ioctl(fd, SIOCOUTQ, &n) != 0 || n < 0)
@@ -420,12 +288,12 @@ size_t dl_conn_queued(struct dl_conn *c)
 		c->kq_ms = now;
 		c->kq_valid = 1;
 	}
-	return unread(c) + c->kq;
+	return dl_conn_unread(c) + c->kq;
 }
 
 int dl_conn_pending(const struct dl_conn *c)
 {
-	return unread(c) > 0 || c->writing || c->delayed;
+	return dl_conn_unread(c) > 0 || c->writing || c->delayed;
 }
 
 static void write_out(struct dl_conn *c);
@@ -542,17 +410,18 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 	 * unread, not for what one loop iteration produces. */
 	if (is_event(line->kind) && c->out.len >= OUT_EARLY_WRITE)
 		write_out(c);
-	if (is_event(line->kind) && over_budget(srv)) {
+	if (is_event(line->kind) && dl__conn_over_budget(srv)) {
 		budget_close(srv);
 		if (c->end == DL_END_ABORT)
 			return;
 	}
-	if (is_event(line->kind) && user_over(c)) {
-		close_biggest(srv, sharer(c));
+	if (is_event(line->kind) && dl__conn_user_over(c)) {
+		close_biggest(srv, dl__conn_sharer(c));
 		if (c->end == DL_END_ABORT)
 			return;
 	}
-	if (is_event(line->kind) && unread(c) + len > srv->cfg.max_output) {
+	if (is_event(line->kind) &&
+	    dl_conn_unread(c) + len > srv->cfg.max_output) {
 		srv->st.output_overflows++;
 		dl_notice(
 			"conn %llu %s: output limit of %llu bytes reached by events, closing (client not reading)",
@@ -569,7 +438,7 @@ void dl_conn_send(struct dl_conn *c, const char *text, size_t len,
 		dl_conn_end(c, DL_END_ABORT, "out of memory");
 		return;
 	}
-	account(c);
+	dl__conn_account(c);
 	if (!c->held.n)
 		writeq_add(c);
 }
@@ -594,7 +463,7 @@ void dl_conn_send_held(struct dl_conn *c, uint64_t durable)
 	dl_heldq_drop(&c->held, i);
 	if (i)
 		writeq_add(c);
-	account(c);
+	dl__conn_account(c);
 }
 
 /* A withdrawn line (or its replacement) to the writable output. */
@@ -618,7 +487,7 @@ void dl_conn_withdraw_held(struct dl_conn *c, dl_held_fn fn)
 	 * that caused it, and cannot move the lines under the walk. */
 	dl_heldq_withdraw(&c->held, c, fn, out_line, c);
 	writeq_add(c);
-	account(c);
+	dl__conn_account(c);
 }
 
 static void resume_input(struct dl_conn *c);
@@ -631,7 +500,7 @@ static void on_write(uv_write_t *req, int status)
 	c->wout.len = 0;
 	buf_trim(c, &c->wout); /* a big listing's buffer is not kept */
 	c->kq_valid = 0;       /* wout's bytes are the kernel's now */
-	account(c);
+	dl__conn_account(c);
 	if (status < 0) {
 		if (status != UV_ECANCELED)
 			dl_conn_end(c, DL_END_ABORT, uv_strerror(status));
@@ -702,7 +571,7 @@ static void write_out(struct dl_conn *c)
 		buf_consume(c, &c->out, (size_t)r);
 	else
 		write_rest(c, (size_t)r); /* the kernel is full */
-	account(c);
+	dl__conn_account(c);
 }
 
 void dl_conn_flush(struct dl_conn *c)
@@ -754,7 +623,7 @@ static void process_input(struct dl_conn *c)
 			yield_turn(c, 0);
 			return;
 		}
-		if (user_turn_spent(c)) {
+		if (dl__conn_turn_spent(c)) {
 			yield_turn(c, 1);
 			return;
 		}
@@ -764,16 +633,17 @@ static void process_input(struct dl_conn *c)
 		 * without reading held five times max_output_total (found
 		 * from outside): the slowest readers go first, as for an
 		 * event. */
-		while (unread(c) == 0 && over_budget(c->srv) &&
+		while (dl_conn_unread(c) == 0 && dl__conn_over_budget(c->srv) &&
 		       budget_close(c->srv))
 			;
 		/* the same within a user's share: its clients that never
 		 * read cannot take the budget from the others */
-		while (unread(c) == 0 && user_over(c) &&
-		       close_biggest(c->srv, sharer(c)))
+		while (dl_conn_unread(c) == 0 && dl__conn_user_over(c) &&
+		       close_biggest(c->srv, dl__conn_sharer(c)))
 			;
-		if (unread(c) > high_water(c) ||
-		    (unread(c) > 0 && (over_budget(c->srv) || user_over(c)))) {
+		if (dl_conn_unread(c) > high_water(c) ||
+		    (dl_conn_unread(c) > 0 &&
+		     (dl__conn_over_budget(c->srv) || dl__conn_user_over(c)))) {
 			c->paused = 1;
 			uv_read_stop(&c->u.stream);
 			return;
@@ -797,7 +667,7 @@ static void process_input(struct dl_conn *c)
 			uint64_t w0 = c->srv->work - DL_TURN_REQUEST;
 
 			dl_cmd_execute(c, line, len);
-			user_turn_charge(c, c->srv->work - w0);
+			dl__conn_turn_charge(c, c->srv->work - w0);
 		} else if (r == DL_LB_TOOLONG) {
 			dl_conn_error(c, DL_ELINETOOLONG,
 				      "line longer than 1024 bytes",
@@ -859,9 +729,9 @@ static void resume_input(struct dl_conn *c)
 {
 	struct dl_server *srv = c->srv;
 
-	if (!c->paused || unread(c) > high_water(c) / 2 || c->end ||
+	if (!c->paused || dl_conn_unread(c) > high_water(c) / 2 || c->end ||
 	    srv->draining ||
-	    (unread(c) > 0 &&
+	    (dl_conn_unread(c) > 0 &&
 	     srv->out_unread > srv->cfg.max_output_total / 4 * 3))
 		return;
 	c->paused = 0;
