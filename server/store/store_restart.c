@@ -415,6 +415,25 @@ static enum restart_read restart_read(struct load_ctx *x, uint64_t *end,
 	return restart_silent(x, why, len, rc);
 }
 
+/* A silent peer awaited (READ_AWAIT): the start fails as not ready, and
+ * the message says why and for how much longer. */
+static int restart_await(struct load_ctx *x, const char *why)
+{
+	const struct store_attest *a = &x->st->attest;
+	uint64_t left = a->await_since + DL_RESTART_AWAIT_MS, t = dl_mono_ms();
+
+	left = left > t ? left - t : 0;
+	return dl__load_err(
+		x, DL_EUNAVAILABLE,
+		"this daemon has no state file, and Redis %s: only its peers know what this node told before, and %s; asking again (for %llu s more at most, then %s)",
+		a->await_unled
+			? "holds no take (a cluster's first start, or Redis lost its data)"
+			: "restarted or had its data replaced since the last take",
+		why, (unsigned long long)(left / 1000),
+		a->await_unled ? "taking as a first start"
+			       : "grants close for max_ttl");
+}
+
 /* Every peer answered: the take presents the nonce for the bound. */
 static void restart_bounded(struct dl_store *st, uint64_t end, uint64_t mark)
 {
@@ -497,23 +516,8 @@ int dl__attest_restart(struct load_ctx *x)
 		dl_warn("redis: this daemon has no state file, Redis is not the process the last take was made on or its data was replaced since (it may lack writes), and %s: nothing bounds the leases an earlier process of this node told: taking the leadership, grants closed for max_ttl (keep each node's state_dir; start a replaced node while its peers run)",
 			why);
 		return 0;
-	case READ_AWAIT: {
-		uint64_t left = a->await_since + DL_RESTART_AWAIT_MS,
-			 t = dl_mono_ms();
-
-		left = left > t ? left - t : 0;
-		return restart_done(
-			x,
-			dl__load_err(
-				x, DL_EUNAVAILABLE,
-				"this daemon has no state file, and Redis %s: only its peers know what this node told before, and %s; asking again (for %llu s more at most, then %s)",
-				a->await_unled
-					? "holds no take (a cluster's first start, or Redis lost its data)"
-					: "restarted or had its data replaced since the last take",
-				why, (unsigned long long)(left / 1000),
-				a->await_unled ? "taking as a first start"
-					       : "grants close for max_ttl"));
-	}
+	case READ_AWAIT:
+		return restart_done(x, restart_await(x, why));
 	case READ_KEPT:
 		dl_notice(
 			"redis: this daemon has no state file, but Redis is the process the last take was made on, its data never replaced since: it lost nothing told since; taking the leadership");
