@@ -134,6 +134,9 @@ static void aof_put_back(void)
  * challenge); when that is b, b is killed, a takes over, and b comes
  * back as its standby. */
 static const char *const ab[2] = {"a", "b"};
+/* Their max_ttl (a test that needs a lease longer than a minute sets it
+ * first: each test is a process of its own). */
+static const char *peers_max_ttl = "60s";
 
 static void start_peers_lease(const char *const ids[2], const char *lease)
 {
@@ -145,9 +148,9 @@ static void start_peers_lease(const char *const ids[2], const char *lease)
 		h_daemon_write_conf(nodes[i], "");
 		snprintf(conf, sizeof(conf),
 			 "[persistence]\nstate_dir = %s\n"
-			 "[limits]\nmax_ttl = 60s\n"
+			 "[limits]\nmax_ttl = %s\n"
 			 "[cluster]\nnode_id = %s\npeers = %s\n",
-			 nodes[i]->dir, ids[i], ids[1 - i]);
+			 nodes[i]->dir, peers_max_ttl, ids[i], ids[1 - i]);
 		h_daemon_write_conf(nodes[i], conf);
 		h_daemon_start_nowait(nodes[i], "-c", nodes[i]->conf,
 				      "--persist", "redis", "--redis", r.url,
@@ -1788,6 +1791,28 @@ Test(ha, a_node_without_its_state_file_on_a_flushed_redis_waits_for_a_peer)
 	h_daemon_kill9(&b);
 }
 
+/* Found from outside: an emptied node waiting for its silent peer on a
+ * Redis restarted from an older copy (its wait ends in a closure for
+ * max_ttl), and Redis flushed meanwhile. The next round found no take
+ * recorded, the wait ended in a first start's take, and x was granted
+ * again 64 s into alice's 120 s lease (3 of 3 runs). The cluster id it
+ * read before the flush still says that a cluster ran there. */
+Test(ha, a_flush_while_an_emptied_node_waits_still_closes, .timeout = 180)
+{
+	uint64_t until;
+
+	peers_max_ttl = "300s";
+	until = emptied_after_an_outage(80, REDIS_OLDER);
+	h_daemon_restart_nowait(&b);
+	cr_assert(h_daemon_log_wait(&b, "asking again", 15000),
+		  "b does not wait for its peer");
+	cr_assert(h_starts(h_redis_cli(&r, "FLUSHALL"), "OK"));
+	cr_assert(x_stays_busy(&b, 1, until, until) > 0, "b never served");
+	cr_assert(h_daemon_log_has(&b, "grants closed for max_ttl"),
+		  "b took as a first start");
+	h_daemon_kill9(&b);
+}
+
 /* A cluster's first start, one node at a time: the first waits for its
  * peer (it cannot tell a first start from a Redis that lost everything),
  * and takes once the peer answers that it knows of nothing. */
@@ -1888,7 +1913,8 @@ Test(ha, a_node_without_its_state_file_on_the_same_redis_takes_as_before)
  * process's data was replaced in place, and that count has grown. */
 Test(ha, a_node_without_its_state_file_after_a_backup_put_back_closes)
 {
-	emptied_start_closes(REDIS_RESTORED, "its data was replaced since");
+	emptied_start_closes(REDIS_RESTORED,
+			     "its data was replaced or flushed since");
 }
 
 /* Found from outside: b was paused past the active's count of it (2 x

@@ -274,7 +274,9 @@ enum since_take {
 	SINCE_FAILED,	 /* the connection: *rc */
 	SINCE_KEPT,	 /* Redis is the process the last take was made on,
 			    its data never replaced since */
-	SINCE_UNLED,	 /* nobody ever led this keyspace (or it was flushed) */
+	SINCE_UNLED,	 /* no take recorded, and no cluster id seen by this
+			    process: a first start (or a flush before it
+			    looked) */
 	SINCE_RESTARTED, /* another process, data replaced in place, or no
 			    take recorded */
 };
@@ -308,6 +310,14 @@ static enum since_take since_take(struct load_ctx *x, int *rc)
 		return SINCE_FAILED;
 	led = r->type == REDIS_REPLY_STRING;
 	freeReplyObject(r);
+	/* A cluster id this process read from Redis (a start without its
+	 * state file knows none otherwise: the take claims one after the
+	 * round) says a cluster ran there too, even once the keyspace is
+	 * flushed: found from outside, a FLUSHALL while an emptied node
+	 * waited for its silent peer turned the wait's end from a closure
+	 * for max_ttl into a first start's take, and x was granted again
+	 * 64 s into alice's 120 s lease (3 of 3 runs). */
+	led |= st->lead.seen.v.cluster[0] != 0;
 	return led ? SINCE_RESTARTED : SINCE_UNLED;
 }
 
@@ -492,12 +502,13 @@ int dl__attest_restart(struct load_ctx *x)
 	if (now < a->defer_until)
 		return dl__load_err(
 			x, DL_EUNAVAILABLE,
-			"a lapsed peer asks whether anyone led: letting it take first (%llu ms more at most)",
+			"a peer whose node id sorts first asks whether anyone led (a lapsed active, or a start): letting it take first (%llu ms more at most)",
 			(unsigned long long)(a->defer_until - now));
 	if ((rc = restart_ask(x)) != 0)
 		return rc < 0 ? rc : 0;
-	dl_notice(
-		"redis: nobody leads, and this start cannot prove what was told before it: asking its peers what they told");
+	if (!a->await_since) /* not again at each round of a wait */
+		dl_notice(
+			"redis: nobody leads, and this start cannot prove what was told before it: asking its peers what they told");
 	while ((v = restart_read(x, &end, &mark, why, sizeof(why), &rc)) ==
 	       READ_WAIT)
 		nanosleep(&nap, NULL);
@@ -513,7 +524,7 @@ int dl__attest_restart(struct load_ctx *x)
 		if (mark <=
 		    (dl_wall_ms() + DL_TOKEN_AHEAD_MAX_MS) * DL_TOKEN_PER_MS)
 			dl_seen_note_mark(&st->lead.seen, mark);
-		dl_warn("redis: this daemon has no state file, Redis is not the process the last take was made on or its data was replaced since (it may lack writes), and %s: nothing bounds the leases an earlier process of this node told: taking the leadership, grants closed for max_ttl (keep each node's state_dir; start a replaced node while its peers run)",
+		dl_warn("redis: this daemon has no state file, Redis is not the process the last take was made on, or its data was replaced or flushed since (it may lack writes), and %s: nothing bounds the leases an earlier process of this node told: taking the leadership, grants closed for max_ttl (keep each node's state_dir; start a replaced node while its peers run)",
 			why);
 		return 0;
 	case READ_AWAIT:
@@ -533,7 +544,7 @@ int dl__attest_restart(struct load_ctx *x)
 			x,
 			dl__load_err(
 				x, DL_EUNAVAILABLE,
-				"a lapsed peer whose node id sorts first asks whether anyone led: letting it take first"));
+				"a peer whose node id sorts first asks whether anyone led (a lapsed active, or a start): letting it take first"));
 	case READ_LEADS:
 		return restart_done(x, 0);
 	default:
