@@ -1772,10 +1772,10 @@ Test(ha, a_node_without_its_state_file_waits_for_a_silent_peer)
  * state_dir was emptied started first, its peer 25 s later. Redis held no
  * take, as at a cluster's first start, and it took at once: x was granted
  * again in alice's lease, 4 of 4 runs. It now waits for its peer, whose
- * answer shows that the cluster ran. */
+ * answer shows that the cluster ran, and names the cluster's id. */
 Test(ha, a_node_without_its_state_file_on_a_flushed_redis_waits_for_a_peer)
 {
-	uint64_t until = emptied_after_an_outage(20, REDIS_FLUSHED);
+	uint64_t t0, until = emptied_after_an_outage(20, REDIS_FLUSHED);
 	struct h_client *c;
 
 	h_daemon_restart_nowait(&b);
@@ -1787,6 +1787,16 @@ Test(ha, a_node_without_its_state_file_on_a_flushed_redis_waits_for_a_peer)
 	cr_assert(x_stays_busy(&a, 2, until, until) > 0, "nobody served");
 	cr_assert(h_daemon_log_has(&b, "has no state file, Redis is not"),
 		  "b took as a first start");
+	/* and b took the cluster id a named, not a new one that a's state
+	 * file refuses (found by the campaign: a never served again) */
+	cr_assert(h_daemon_log_has(&b, "the one its peers named"));
+	for (t0 = h_now_ms(); strcmp(role_of(&a, NULL, 0), "standby") != 0;
+	     h_sleep_ms(100)) {
+		if (h_now_ms() - t0 >= 10000)
+			h_daemon_print_log(&a);
+		cr_assert(h_now_ms() - t0 < 10000, "a is no standby of b");
+	}
+	cr_assert(!h_daemon_log_has(&a, "CLUSTER MISMATCH"));
 	h_daemon_kill9(&a);
 	h_daemon_kill9(&b);
 }

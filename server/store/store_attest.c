@@ -664,10 +664,16 @@ const char *dl__attest_answer(struct dl_store *st)
 	 * is told after a reservation durable there), or it has run longer
 	 * than any lease of an earlier process may last (own_known) */
 	if (n > 0 && (size_t)n < sizeof(a->answer) && own_known(st))
-		snprintf(a->answer + n, sizeof(a->answer) - (size_t)n,
-			 " %" PRIu64, known > now ? known - now : 0);
+		n += snprintf(a->answer + n, sizeof(a->answer) - (size_t)n,
+			      " %" PRIu64, known > now ? known - now : 0);
 	else if (n > 0 && (size_t)n < sizeof(a->answer))
-		snprintf(a->answer + n, sizeof(a->answer) - (size_t)n, " -");
+		n += snprintf(a->answer + n, sizeof(a->answer) - (size_t)n,
+			      " -");
+	/* `cluster`: the id this node knows ("-": none), for a start that
+	 * finds Redis without one (store_restart.c) */
+	if (n > 0 && (size_t)n < sizeof(a->answer))
+		snprintf(a->answer + n, sizeof(a->answer) - (size_t)n, " %s",
+			 seen->v.cluster[0] ? seen->v.cluster : "-");
 	return a->answer;
 }
 

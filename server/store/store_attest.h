@@ -70,10 +70,15 @@ struct store_attest {
 	uint64_t await_since; /* monotonic: a start without its state file
 				 first waited for a silent peer (0: not) */
 	int await_unled;      /* ... on a keyspace that holds no take */
-	char answer[192];     /* "<instance> <epoch> <took> <bound> <age> <mark>
-				 <known> <own>" for the look */
-	char set_arg[64];     /* the challenge's text */
-	char px_arg[24];      /* its life, ms */
+	/* The cluster id every answering peer named in the restart round
+	 * ("": none, or they differ): a start that knows none, on a Redis
+	 * that lost it, takes it (dl__attest_restart). */
+	char peers_cluster[DL_CLUSTER_ID_LEN + 1];
+	int peers_cluster_split; /* two peers named two ids */
+	char answer[256]; /* "<instance> <epoch> <took> <bound> <age> <mark>
+			     <known> <own> <cluster>" for the look */
+	char set_arg[64]; /* the challenge's text */
+	char px_arg[24];  /* its life, ms */
 	/* "<nonce>:<node>", an answer's field */
 	char field[17 + 1 + DL_NODE_ID_MAX + 1];
 };

@@ -47,8 +47,7 @@ const char *dl_store_cluster(const struct dl_store *st)
 	return st->lead.seen.v.cluster[0] ? st->lead.seen.v.cluster : "-";
 }
 
-/* 1 if s is a cluster id a daemon could have written. */
-static int valid_id(const char *s, size_t len)
+int dl__cluster_id_valid(const char *s, size_t len)
 {
 	size_t i;
 
@@ -102,7 +101,7 @@ int dl__cluster_found(struct dl_store *st, const redisReply *r, char *why,
 		snprintf(why, len, "%s: not a string", st->keys.cluster);
 		return DL_EBADARG;
 	}
-	if (!valid_id(r->str, r->len)) {
+	if (!dl__cluster_id_valid(r->str, r->len)) {
 		snprintf(why, len, "%s holds %.40s%s: not a cluster id",
 			 st->keys.cluster, r->str, r->len > 40 ? "..." : "");
 		dl_error("redis: %s", why);

@@ -7,8 +7,9 @@
  * struct dl_store and the link's calls that the other files make
  * (dl__*). Not an interface for anything else.
  *
- * The struct is the link to Redis (store.c: the connection, its state,
- * the queue of awaited replies, the timers) and one part per concern,
+ * The struct is the link to Redis (store_link.c: the connection, its
+ * state, the queue of awaited replies; store.c: the timers) and one part
+ * per concern,
  * each declared and owned by its file's header: the key names and the
  * write scratch (store_batch.h), the re-sync (store_resync.h), the
  * leadership and what Redis was seen to hold (store_lead.h), finding the
@@ -177,6 +178,8 @@ int dl__store_take(struct dl_store *st);
 
 /* persist = none: a random id for this process. 0 or an error. */
 int dl__cluster_init(struct dl_store *st);
+/* 1 if s (len bytes) is a cluster id a daemon could have written. */
+int dl__cluster_id_valid(const char *s, size_t len);
 /* The reply to a GET (or SET NX GET) of the id: nil (absent, noted),
  * the id this daemon knows, or one it adopts when it knows none; 0. Any
  * other: DL_EBADARG, logged, with why. */

@@ -102,6 +102,18 @@ static int restart_answers(struct load_ctx *x, const redisReply *chs, int *rc)
 	return first;
 }
 
+/* A peer's answer names the cluster id it knows (its 9th word, "-" for
+ * none): kept when every peer that names one names the same. */
+static void restart_peer_cluster(struct store_attest *a, const char *id)
+{
+	if (!dl__cluster_id_valid(id, strlen(id)))
+		return;
+	if (!a->peers_cluster[0])
+		memcpy(a->peers_cluster, id, DL_CLUSTER_ID_LEN + 1);
+	else if (strcmp(a->peers_cluster, id) != 0)
+		a->peers_cluster_split = 1;
+}
+
 /* The peers' answers to this restart's challenge (HGETALL P answers):
  * 1 when every peer answered, with *end the latest end of a lease they
  * know of (`known`, dl__attest_answer: what they told, read in their
@@ -126,13 +138,14 @@ static int restart_answers(struct load_ctx *x, const redisReply *chs, int *rc)
  * was granted again 1.9-5 s into her 40 s lease, 10 runs of 16). An
  * answer that bounds nothing at all gives such a start -2 too. *mark is
  * the largest token of every answer. */
-static int restart_tally(const struct store_attest *a, const redisReply *r,
+static int restart_tally(struct store_attest *a, const redisReply *r,
 			 int own_file, uint64_t max_ms, uint64_t *end,
 			 uint64_t *mark, char *why, size_t len)
 {
 	size_t j, nl = strlen(a->nonce);
 	unsigned long long e, left, age, m, known;
-	char i[24], kw[24], ow[24], buf[sizeof(a->answer)];
+	char i[24], kw[24], ow[24], cl[DL_CLUSTER_ID_LEN + 2],
+		buf[sizeof(a->answer)];
 	int p, n = 0, took, words, own, ran = 0, blank = 0;
 
 	for (p = 0; p < a->npeers; p++)
@@ -151,14 +164,17 @@ static int restart_tally(const struct store_attest *a, const redisReply *r,
 				goto nothing;
 			memcpy(buf, v->str, v->len);
 			buf[v->len] = '\0';
-			words = sscanf(buf,
-				       "%23s %llu %d %llu %llu %llu %23s %23s",
-				       i, &e, &took, &left, &age, &m, kw, ow);
+			words = sscanf(
+				buf,
+				"%23s %llu %d %llu %llu %llu %23s %23s %33s", i,
+				&e, &took, &left, &age, &m, kw, ow, cl);
 			if (words < 7)
 				goto nothing;
+			if (words == 9)
+				restart_peer_cluster(a, cl);
 			if (m > *mark)
 				*mark = m;
-			own = words == 8 && ow[0] >= '0' && ow[0] <= '9';
+			own = words >= 8 && ow[0] >= '0' && ow[0] <= '9';
 			ran |= own || words == 7;
 			n++;
 			if (own_file && own) {
@@ -410,6 +426,8 @@ static enum restart_read restart_read(struct load_ctx *x, uint64_t *end,
 	if (!(r = DL__LOAD_RUN(x, rc, 0, "HGETALL", st->keys.answers)))
 		return READ_FAILED;
 	*end = *mark = 0;
+	st->attest.peers_cluster[0] = '\0';
+	st->attest.peers_cluster_split = 0;
 	v = restart_tally(&st->attest, r, st->lead.seen.has_file,
 			  st->cfg->max_ttl_ms + DL_LOCK_DELAY_MAX_MS, end, mark,
 			  why, len);
@@ -442,6 +460,27 @@ static int restart_await(struct load_ctx *x, const char *why)
 		why, (unsigned long long)(left / 1000),
 		a->await_unled ? "taking as a first start"
 			       : "grants close for max_ttl");
+}
+
+/* A take after answers that show the cluster ran, on a Redis that lost
+ * its id, by a start that knows none (no state file): the id its peers
+ * named, so that they (whose state files know it) and the clients that
+ * met it keep the cluster whole -- the take closes grants for what may
+ * have been told. It made a new one, which every peer then refused as
+ * another cluster's until an operator removed its state file (found by
+ * the fault campaign: Redis flushed under a replaced node, the other
+ * node never served again). */
+static void restart_adopt_cluster(struct dl_store *st)
+{
+	const struct store_attest *a = &st->attest;
+
+	if (!st->cluster_absent || st->lead.seen.v.cluster[0] ||
+	    !a->peers_cluster[0] || a->peers_cluster_split)
+		return;
+	dl_notice(
+		"redis: Redis holds no cluster id, nor does this daemon know one: taking %s, the one its peers named",
+		a->peers_cluster);
+	dl_seen_note_cluster(&st->lead.seen, a->peers_cluster);
 }
 
 /* Every peer answered: the take presents the nonce for the bound. */
@@ -517,8 +556,10 @@ int dl__attest_restart(struct load_ctx *x)
 	switch (v) {
 	case READ_BOUNDED:
 		restart_bounded(st, end, mark);
+		restart_adopt_cluster(st);
 		return 0;
 	case READ_BLIND:
+		restart_adopt_cluster(st);
 		a->round = ATTEST_BLIND;
 		st->st.attests_failed++;
 		if (mark <=
