@@ -345,7 +345,9 @@ wait_dlockd() {
 	t0=$(now_ms)
 	until "$DLOCK" $conn --server-timeout 1s ping >/dev/null 2>&1; do
 		i=$((i + 1))
-		if [ $i -gt 1500 ]; then echo 30000; return; fi
+		if [ $i -gt 1500 ] || [ $(($(now_ms) - t0)) -gt 30000 ]; then
+			echo 30000; return
+		fi
 		sleep 0.02
 	done
 	echo $(($(now_ms) - t0))
@@ -358,7 +360,9 @@ wait_store() {
 	until "$DLOCK" $conn --server-timeout 1s stats --raw 2>/dev/null |
 			grep -q '^store_available 1'; do
 		i=$((i + 1))
-		if [ $i -gt 1500 ]; then echo 30000; return; fi
+		if [ $i -gt 1500 ] || [ $(($(now_ms) - t0)) -gt 30000 ]; then
+			echo 30000; return
+		fi
 		sleep 0.02
 	done
 	echo $(($(now_ms) - t0))
