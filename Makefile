@@ -128,7 +128,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/store/bucket.o
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
         bench bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
-        faults-check-test deb deb-test sdist wheel pytest bench-python \
+        faults-check-test deb deb-test sdist wheel pytest gotest bench-python \
         format-check lint shape \
         bench-deadlock
 all: $(O)/dlockd $(LIBDLOCK_A) $(LIBDLOCK_SO) $(O)/dlock \
@@ -335,6 +335,18 @@ PYTHON ?= /usr/bin/python3
 pytest: $(O)/dlockd
 	DLOCKD=$(O)/dlockd $(PYTHON) -m pytest -q tests/python
 
+# The Go client (client/go): go vet, then its tests under the race
+# detector against this build's dlockd. Debian's Go (golang-go, in
+# DEB_PKGS), offline (no module is fetched: it uses the standard library
+# only), its caches under $(O).
+GO ?= go
+GO_ENV = cd client/go && HOME=$(abspath $(O))/go/home \
+  GOCACHE=$(abspath $(O))/go/cache GOPATH=$(abspath $(O))/go/path \
+  GOFLAGS=-mod=mod GOPROXY=off
+gotest: $(O)/dlockd
+	$(GO_ENV) $(GO) vet ./...
+	$(GO_ENV) DLOCKD=$(abspath $(O)/dlockd) $(GO) test -race -count=1 ./...
+
 # The front door for CI and for people: packages, a normal build with its
 # unit tests, then the whole suite under AddressSanitizer and UBSan.
 check: deps
@@ -343,6 +355,7 @@ check: deps
 	$(MAKE) -j2 SAN=1 test-bins
 	$(MAKE) SAN=1 TEST_JOBS=3 INTEG_JOBS=3 test-all
 	$(MAKE) pytest
+	$(MAKE) gotest
 	$(MAKE) faults-short
 	$(MAKE) fuzz-smoke
 
@@ -357,7 +370,7 @@ DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
             build-essential dpkg-dev debhelper fakeroot lintian \
             dh-python python3 python3-all python3-setuptools python3-build \
             python3-wheel pybuild-plugin-pyproject python3-pytest \
-            python3-pytest-asyncio python3-redis
+            python3-pytest-asyncio python3-redis golang-go
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -648,6 +661,9 @@ format-check:
 # use (tests/scripts/dead.sh). make shape prints the code's shape (files
 # over 800 lines, functions over 80, the largest structs) for review.
 lint: format-check
+	@command -v gofmt >/dev/null || { echo "lint: no gofmt (make deps)"; exit 1; }
+	@out=$$(gofmt -l client/go); test -z "$$out" || \
+	  { echo "gofmt: $$out (run gofmt -w client/go)"; exit 1; }
 	@bash tests/scripts/dead.sh
 	@bash tests/scripts/doc_paths.sh
 shape:

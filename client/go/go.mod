@@ -1,0 +1,3 @@
+module dlockd
+
+go 1.19
