@@ -33,7 +33,11 @@
  *     on_take), so the id survives what the table survives;
  *   - only a daemon that holds the leadership writes the id; a standby
  *     that does not know it yet asks again with each look, and says
- *     cluster=- until it knows.
+ *     cluster=- until it knows;
+ *   - a start that knows no id (no state file), on a Redis that lost it,
+ *     takes the one its peers name in their answers when its restart
+ *     round bounds or closes (store_restart.c): they and their clients
+ *     trust that id, and the take's closure covers what was lost.
  */
 #include <stdio.h>
 #include <string.h>
