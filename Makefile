@@ -428,7 +428,8 @@ FUZZ_SECONDS ?= 60
 FUZZ_SMOKE_SECONDS ?= 10
 FUZZ_CC = clang -std=c11 -D_GNU_SOURCE -I. -g -O1 \
           -fsanitize=fuzzer,address,undefined -DDL_VERSION=\"$(VERSION)\"
-FUZZ_ENGINE_SRC := $(filter-out server/conn.c server/server.c server/tls.c \
+FUZZ_ENGINE_SRC := $(filter-out server/conn.c server/conn_budget.c \
+                     server/server.c server/tls.c \
                      server/metrics.c server/notify.c,$(SERVER_SRC)) \
                    $(PROTO_SRC)
 FUZZ_TARGETS := fuzz_proto fuzz_engine fuzz_client

@@ -8,7 +8,8 @@
  * log.c, watch.c and watchreg.c (the lock table's change hook goes to
  * dl_watch_change(), as in server.c), the store in persist=none mode (store*.c,
  * record.c, buf.c) and the codec, and the held-line queue (held.c) with its TTL
- * rewrite. Not linked: conn.c and server.c (sockets, the loop). In their place
+ * rewrite. Not linked: conn.c, conn_budget.c and server.c (sockets, the
+ * output budget, the loop). In their place
  * this file implements the part of server/conn.h that cmd.c calls, on the same
  * queue and with the same contract: a durable line and every line after
  * it on the same connection are held until the store commits (the epoch
