@@ -1824,6 +1824,41 @@ Test(ha, a_flush_while_an_emptied_node_waits_still_closes, .timeout = 180)
 	h_daemon_kill9(&b);
 }
 
+/* Found from outside: both nodes' state_dirs emptied, Redis restarted
+ * (b's wait would end in a closure) and flushed while b waited; then a,
+ * whose id sorts first, started. b's answer was blank for both words,
+ * and a took as a first start: x was granted again 20-25 s into alice's
+ * 120 s lease, 3 of 3 runs. But the answer named the cluster id, which
+ * only a node that led writes: a peer that knows one knows the cluster
+ * ran, and a closes, taking that id. */
+Test(ha, a_peer_that_knows_the_cluster_id_says_the_cluster_ran)
+{
+	struct h_client *alice;
+	uint64_t until;
+
+	start_peers(ab);
+	alice = h_hello(a.port, "alice");
+	until = h_now_ms() + 40000;
+	h_lock(alice, "x", "ttl=40s");
+	h_close(alice);
+	h_daemon_kill9(&a);
+	h_daemon_kill9(&b);
+	empty_state_dir(&a);
+	empty_state_dir(&b);
+	h_sleep_ms(2500); /* past a's leadership */
+	h_redis_kill9(&r);
+	h_redis_restart(&r);
+	h_daemon_restart_nowait(&b);
+	cr_assert(h_daemon_log_wait(&b, "asking again", 15000),
+		  "b does not wait for its peer");
+	cr_assert(h_starts(h_redis_cli(&r, "FLUSHALL"), "OK"));
+	h_daemon_restart_nowait(&a);
+	cr_assert(x_stays_busy(&a, 2, until, until) > 0, "nobody served");
+	cr_assert(h_daemon_log_has(&a, "the one its peers named"));
+	h_daemon_kill9(&a);
+	h_daemon_kill9(&b);
+}
+
 /* A cluster's first start, one node at a time: the first waits for its
  * peer (it cannot tell a first start from a Redis that lost everything),
  * and takes once the peer answers that it knows of nothing. */

@@ -74,7 +74,8 @@ struct store_attest {
 	 * ("": none, or they differ): a start that knows none, on a Redis
 	 * that lost it, takes it (dl__attest_restart). */
 	char peers_cluster[DL_CLUSTER_ID_LEN + 1];
-	int peers_cluster_split; /* two peers named two ids */
+	char peers_cluster_other[DL_CLUSTER_ID_LEN + 1]; /* another, named
+							    too ("": none) */
 	char answer[256]; /* "<instance> <epoch> <took> <bound> <age> <mark>
 			     <known> <own> <cluster>" for the look */
 	char set_arg[64]; /* the challenge's text */

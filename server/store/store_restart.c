@@ -103,15 +103,22 @@ static int restart_answers(struct load_ctx *x, const redisReply *chs, int *rc)
 }
 
 /* A peer's answer names the cluster id it knows (its 9th word, "-" for
- * none): kept when every peer that names one names the same. */
-static void restart_peer_cluster(struct store_attest *a, const char *id)
+ * none): kept when every peer that names one names the same, the other
+ * kept too for the log. 1 if it names one: only a node that led writes
+ * an id, so a peer that knows one knows that the cluster ran (found
+ * from outside: both nodes' state_dirs emptied, Redis flushed while b
+ * waited for a; a, whose id sorts first, tallied b's blank answer as a
+ * first start's, took without closing, and granted x again 20-25 s into
+ * alice's 120 s lease, 3 of 3 runs -- b's answer named the id). */
+static int restart_peer_cluster(struct store_attest *a, const char *id)
 {
 	if (!dl__cluster_id_valid(id, strlen(id)))
-		return;
+		return 0;
 	if (!a->peers_cluster[0])
 		memcpy(a->peers_cluster, id, DL_CLUSTER_ID_LEN + 1);
 	else if (strcmp(a->peers_cluster, id) != 0)
-		a->peers_cluster_split = 1;
+		memcpy(a->peers_cluster_other, id, DL_CLUSTER_ID_LEN + 1);
+	return 1;
 }
 
 /* The peers' answers to this restart's challenge (HGETALL P answers):
@@ -170,12 +177,11 @@ static int restart_tally(struct store_attest *a, const redisReply *r,
 				&e, &took, &left, &age, &m, kw, ow, cl);
 			if (words < 7)
 				goto nothing;
-			if (words == 9)
-				restart_peer_cluster(a, cl);
 			if (m > *mark)
 				*mark = m;
 			own = words >= 8 && ow[0] >= '0' && ow[0] <= '9';
-			ran |= own || words == 7;
+			ran |= own || words == 7 ||
+			       (words == 9 && restart_peer_cluster(a, cl));
 			n++;
 			if (own_file && own) {
 				known = strtoull(ow, NULL, 10);
@@ -427,7 +433,7 @@ static enum restart_read restart_read(struct load_ctx *x, uint64_t *end,
 		return READ_FAILED;
 	*end = *mark = 0;
 	st->attest.peers_cluster[0] = '\0';
-	st->attest.peers_cluster_split = 0;
+	st->attest.peers_cluster_other[0] = '\0';
 	v = restart_tally(&st->attest, r, st->lead.seen.has_file,
 			  st->cfg->max_ttl_ms + DL_LOCK_DELAY_MAX_MS, end, mark,
 			  why, len);
@@ -475,8 +481,13 @@ static void restart_adopt_cluster(struct dl_store *st)
 	const struct store_attest *a = &st->attest;
 
 	if (!st->cluster_absent || st->lead.seen.v.cluster[0] ||
-	    !a->peers_cluster[0] || a->peers_cluster_split)
+	    !a->peers_cluster[0])
 		return;
+	if (a->peers_cluster_other[0]) {
+		dl_warn("redis: Redis holds no cluster id, nor does this daemon know one, and its peers name two (%s and %s): making a new one, which they will refuse (is a peer's state file of another cluster?)",
+			a->peers_cluster, a->peers_cluster_other);
+		return;
+	}
 	dl_notice(
 		"redis: Redis holds no cluster id, nor does this daemon know one: taking %s, the one its peers named",
 		a->peers_cluster);
@@ -571,6 +582,7 @@ int dl__attest_restart(struct load_ctx *x)
 	case READ_AWAIT:
 		return restart_done(x, restart_await(x, why));
 	case READ_KEPT:
+		restart_adopt_cluster(st);
 		dl_notice(
 			"redis: this daemon has no state file, but Redis is the process the last take was made on, its data never replaced since: it lost nothing told since; taking the leadership");
 		return restart_done(x, 0);
