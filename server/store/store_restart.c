@@ -153,7 +153,7 @@ static int restart_tally(struct store_attest *a, const redisReply *r,
 	unsigned long long e, left, age, m, known;
 	char i[24], kw[24], ow[24], cl[DL_CLUSTER_ID_LEN + 2],
 		buf[sizeof(a->answer)];
-	int p, n = 0, took, words, own, ran = 0, blank = 0;
+	int p, n = 0, took, words, own, named, ran = 0, blank = 0;
 
 	for (p = 0; p < a->npeers; p++)
 		for (j = 0; r->type == REDIS_REPLY_ARRAY && j + 1 < r->elements;
@@ -180,8 +180,8 @@ static int restart_tally(struct store_attest *a, const redisReply *r,
 			if (m > *mark)
 				*mark = m;
 			own = words >= 8 && ow[0] >= '0' && ow[0] <= '9';
-			ran |= own || words == 7 ||
-			       (words == 9 && restart_peer_cluster(a, cl));
+			named = words == 9 && restart_peer_cluster(a, cl);
+			ran |= own || words == 7 || named;
 			n++;
 			if (own_file && own) {
 				known = strtoull(ow, NULL, 10);
