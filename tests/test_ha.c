@@ -1859,6 +1859,50 @@ Test(ha, a_peer_that_knows_the_cluster_id_says_the_cluster_ran)
 	h_daemon_kill9(&b);
 }
 
+/* Found from outside: nodes without state_dir, Redis back from a copy
+ * taken before alice's lease of x, and without P cluster (deleted here;
+ * a copy from before the id was written has none). Every answer was
+ * blank and named no id, and a took as a first start: x was granted
+ * again 2.4-2.7 s into alice's 40 s lease, 6 of 6 runs. Redis's fence
+ * says that the cluster ran: the take closes for max_ttl. */
+Test(ha, a_cluster_without_state_dirs_closes_on_a_redis_that_went_back)
+{
+	struct h_daemon *nodes[2] = {&a, &b};
+	struct h_client *alice;
+	uint64_t until;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		h_daemon_write_conf(nodes[i],
+				    i ? "[limits]\nmax_ttl = 60s\n[cluster]\n"
+					"node_id = b\npeers = a\n"
+				      : "[limits]\nmax_ttl = 60s\n[cluster]\n"
+					"node_id = a\npeers = b\n");
+		h_daemon_start_nowait(nodes[i], "-c", nodes[i]->conf,
+				      "--persist", "redis", "--redis", r.url,
+				      "--leader-lease", "2s", "-l", "info",
+				      NULL);
+	}
+	wait_active(&a, 10000);
+	h_sleep_ms(1000); /* b looked */
+	aof_copy();
+	alice = h_hello(a.port, "alice");
+	until = h_now_ms() + 40000;
+	h_lock(alice, "x", "ttl=40s");
+	h_close(alice);
+	h_daemon_kill9(&a);
+	h_daemon_kill9(&b);
+	h_redis_kill9(&r);
+	aof_put_back();
+	h_redis_restart(&r);
+	h_redis_cli(&r, "DEL dlock:cluster");
+	h_daemon_restart_nowait(&a);
+	h_daemon_restart_nowait(&b);
+	cr_assert(x_stays_busy(&a, 2, until, until) > 0, "nobody served");
+	h_daemon_kill9(&a);
+	h_daemon_kill9(&b);
+}
+
 /* A cluster's first start, one node at a time: the first waits for its
  * peer (it cannot tell a first start from a Redis that lost everything),
  * and takes once the peer answers that it knows of nothing. */
