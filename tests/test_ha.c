@@ -1824,6 +1824,20 @@ Test(ha, a_flush_while_an_emptied_node_waits_still_closes, .timeout = 180)
 	h_daemon_kill9(&b);
 }
 
+/* alice takes x for 40 s from a, the active; then both nodes are killed.
+ * Returns when her lease ends. */
+static uint64_t alice_holds_x_then_both_die(void)
+{
+	struct h_client *alice = h_hello(a.port, "alice");
+	uint64_t until = h_now_ms() + 40000;
+
+	h_lock(alice, "x", "ttl=40s");
+	h_close(alice);
+	h_daemon_kill9(&a);
+	h_daemon_kill9(&b);
+	return until;
+}
+
 /* Found from outside: both nodes' state_dirs emptied, Redis restarted
  * (b's wait would end in a closure) and flushed while b waited; then a,
  * whose id sorts first, started. b's answer was blank for both words,
@@ -1833,16 +1847,10 @@ Test(ha, a_flush_while_an_emptied_node_waits_still_closes, .timeout = 180)
  * ran, and a closes, taking that id. */
 Test(ha, a_peer_that_knows_the_cluster_id_says_the_cluster_ran)
 {
-	struct h_client *alice;
 	uint64_t until;
 
 	start_peers(ab);
-	alice = h_hello(a.port, "alice");
-	until = h_now_ms() + 40000;
-	h_lock(alice, "x", "ttl=40s");
-	h_close(alice);
-	h_daemon_kill9(&a);
-	h_daemon_kill9(&b);
+	until = alice_holds_x_then_both_die();
 	empty_state_dir(&a);
 	empty_state_dir(&b);
 	h_sleep_ms(2500); /* past a's leadership */
@@ -1868,7 +1876,6 @@ Test(ha, a_peer_that_knows_the_cluster_id_says_the_cluster_ran)
 Test(ha, a_cluster_without_state_dirs_closes_on_a_redis_that_went_back)
 {
 	struct h_daemon *nodes[2] = {&a, &b};
-	struct h_client *alice;
 	uint64_t until;
 	int i;
 
@@ -1886,12 +1893,7 @@ Test(ha, a_cluster_without_state_dirs_closes_on_a_redis_that_went_back)
 	wait_active(&a, 10000);
 	h_sleep_ms(1000); /* b looked */
 	aof_copy();
-	alice = h_hello(a.port, "alice");
-	until = h_now_ms() + 40000;
-	h_lock(alice, "x", "ttl=40s");
-	h_close(alice);
-	h_daemon_kill9(&a);
-	h_daemon_kill9(&b);
+	until = alice_holds_x_then_both_die();
 	h_redis_kill9(&r);
 	aof_put_back();
 	h_redis_restart(&r);
