@@ -74,6 +74,7 @@ type req struct {
 	waitEnd   float64 // LOCK: end of the wait, from the first write
 	shared    bool
 	limit     int
+	reason    string // BREAK
 	renew     bool
 	internal  bool // nobody waits for it
 	abandoned bool // the caller gave up; clean up the outcome

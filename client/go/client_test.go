@@ -144,9 +144,23 @@ func TestBreakLosesLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := raw(t, d.addr, fmt.Sprintf("BREAK breakme %d reason=test", l.Token()))
-	if !strings.HasPrefix(got[0], "OK BROKEN") {
-		t.Fatalf("BREAK: %s", got[0])
+	op := dial(t, d.addr)
+	for _, bad := range []string{"", "two words", strings.Repeat("r", reasonMax+1)} {
+		if err := op.Break(ctx, "breakme", l.Token(), bad); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("Break reason %q: %v, want ErrInvalid", bad, err)
+		}
+	}
+	if err := op.Check(ctx, "breakme", l.Token()); err != nil {
+		t.Fatalf("Check of the holder's token: %v", err)
+	}
+	if err := op.Break(ctx, "breakme", l.Token()+1, "test"); !errors.Is(err, ErrLost) {
+		t.Fatalf("Break of a token that holds nothing: %v, want ErrLost", err)
+	}
+	if err := op.Break(ctx, "breakme", l.Token(), "test"); err != nil {
+		t.Fatalf("Break: %v", err)
+	}
+	if err := op.Check(ctx, "breakme", l.Token()); !errors.Is(err, ErrLost) {
+		t.Fatalf("Check after the break: %v, want ErrLost", err)
 	}
 	select {
 	case <-l.Done():

@@ -160,6 +160,12 @@ func (c *Client) keepOverDrop(q *req) bool {
 		c.finish(q, newErr(ErrConnectionLost, "the connection closed"), nil)
 		return false
 	}
+	if q.op == "BREAK" && !c.standby {
+		// written, not answered: it may have broken the lease, and a
+		// BREAK written again would say STALE of its own work
+		c.finish(q, newErr(ErrConnectionLost, "the connection closed; the outcome is unknown"), nil)
+		return false
+	}
 	if q.op == "UNLOCK" && !q.lastHold && !c.standby {
 		c.finish(q, newErr(ErrConnectionLost, "the connection closed; the outcome is unknown"), nil)
 		return false
@@ -430,6 +436,14 @@ func (c *Client) reply(q *req, r *reply, now float64) {
 		handled = c.rUnlock(q, r, now)
 	case "REFRESH", "RENEW", "RECLAIM":
 		handled = c.rRefresh(q, r, now)
+	case "BREAK":
+		if r.kind == "OK" && r.word == "BROKEN" {
+			c.finish(q, nil, nil)
+			handled = true
+		} else if r.kind == "NO" && r.word == "STALE" {
+			c.finish(q, &Error{Kind: ErrLost, Code: r.word, Text: r.text(), Msg: "the token holds nothing of " + q.name}, nil)
+			handled = true
+		}
 	case "CHECK":
 		if r.kind == "OK" && r.word == "VALID" {
 			n, _ := r.uarg(2)
@@ -863,6 +877,8 @@ func (c *Client) format(q *req, now float64) string {
 		return ln.String(q.tag)
 	case "UNLOCK", "CHECK":
 		return newLine(q.op, q.name, strconv.FormatUint(q.token, 10)).String(q.tag)
+	case "BREAK":
+		return newLine("BREAK", q.name, strconv.FormatUint(q.token, 10)).kv("reason", q.reason).String(q.tag)
 	case "CANCEL", "STATUS", "HOLDERS", "WATCH", "UNWATCH":
 		return newLine(q.op, q.name).String(q.tag)
 	case "REWATCH":

@@ -72,6 +72,7 @@ type Error struct {
 	Msg      string
 	Holder   *Holder    // ErrBusy: who holds the lock, when the server said
 	Limit    int        // ErrLimitMismatch: the lock's limit
+	Owners   int        // ErrDeadlock: how many owners the cycle has (this client's too)
 	Reason   LostReason // ErrLost from Lease.Err
 	BrokenBy string     // ErrLost, LostExpired by a BREAK: the user who broke it
 }
@@ -134,6 +135,9 @@ func errorOf(r *reply) *Error {
 	e := &Error{Kind: kind, Code: r.word, Text: r.text()}
 	if kind == ErrLimitMismatch && len(r.args) >= 2 {
 		e.Limit = atoi(r.args[1])
+	}
+	if kind == ErrDeadlock && len(r.args) >= 2 {
+		e.Owners = atoi(r.args[1])
 	}
 	if kind == ErrBusy {
 		e.Holder = busyHolderOf(r)

@@ -362,6 +362,43 @@ func (c *Client) Holders(ctx context.Context, name string) (Holders, error) {
 	return res.(Holders), nil
 }
 
+// Check asks the server whether token holds the lock name now: nil if
+// it does, an error of kind ErrLost (Code "STALE") if it does not. It is
+// the fence check of a resource that was handed a token by a holder (the
+// holder itself may call Lease.Check).
+func (c *Client) Check(ctx context.Context, name string, token uint64) error {
+	if err := checkName(name, "lock name"); err != nil {
+		return err
+	}
+	_, err := c.call(ctx, func(now float64) (*req, error) {
+		return &req{op: "CHECK", name: name, token: token}, nil
+	})
+	return err
+}
+
+// Break ends the lease of name whose token is token, whoever holds it:
+// an operator's tool for a holder that is gone or stuck (it needs the
+// break right on the name when the server has a users file). reason is
+// one word (a ticket, or why), logged by the server and told to the
+// holder's connections as broken_by. The next waiter is granted the
+// lock with a larger token. An error of kind ErrLost (Code "STALE") when
+// token holds nothing (the lock moved on, or is free); ErrDenied without
+// the right. A connection lost after the BREAK was written fails with
+// ErrConnectionLost: the lease may or may not have been broken (Status
+// tells).
+func (c *Client) Break(ctx context.Context, name string, token uint64, reason string) error {
+	if err := checkName(name, "lock name"); err != nil {
+		return err
+	}
+	if len(reason) > reasonMax || !printableWord(reason) {
+		return newErr(ErrInvalid, fmt.Sprintf("bad reason %q: 1-%d printable ASCII characters, no space", reason, reasonMax))
+	}
+	_, err := c.call(ctx, func(now float64) (*req, error) {
+		return &req{op: "BREAK", name: name, token: token, reason: reason}, nil
+	})
+	return err
+}
+
 // Ping asks the server for a PONG.
 func (c *Client) Ping(ctx context.Context) error {
 	_, err := c.call(ctx, func(now float64) (*req, error) { return &req{op: "PING"}, nil })

@@ -12,6 +12,7 @@ import (
 // Limits of the protocol (proto/limits.h).
 const (
 	nameMax       = 255
+	reasonMax     = 128 // a BREAK's reason= (DL_REASON_MAX)
 	ownerMax      = 64
 	keyMin        = 16
 	keyMax        = 64
