@@ -340,9 +340,10 @@ pytest: $(O)/dlockd
 # DEB_PKGS), offline (no module is fetched: it uses the standard library
 # only), its caches under $(O).
 GO ?= go
-GO_ENV = cd client/go && HOME=$(abspath $(O))/go/home \
+GO_CACHE_ENV = HOME=$(abspath $(O))/go/home \
   GOCACHE=$(abspath $(O))/go/cache GOPATH=$(abspath $(O))/go/path \
   GOFLAGS=-mod=mod GOPROXY=off
+GO_ENV = cd client/go && $(GO_CACHE_ENV)
 gotest: $(O)/dlockd
 	$(GO_ENV) $(GO) vet ./...
 	$(GO_ENV) DLOCKD=$(abspath $(O)/dlockd) $(GO) test -race -count=1 ./...
@@ -468,9 +469,18 @@ $(O)/faults/check: tests/faults/check.c
 	@mkdir -p $(@D)
 	$(CC) $(CPPFLAGS) $(ALL_CFLAGS) $(ALL_LDFLAGS) -o $@ $<
 
-FAULT_BINS = $(O)/dlockd $(O)/dlock $(O)/faults/worker $(O)/faults/check
+# The Go client's worker (tests/faults/goworker: its own module, on
+# client/go by a replace), built offline as gotest builds.
+$(O)/faults/goworker: tests/faults/goworker/main.go tests/faults/goworker/go.mod \
+                      $(wildcard client/go/*.go)
+	@mkdir -p $(@D)
+	cd tests/faults/goworker && $(GO_CACHE_ENV) $(GO) build -o $(abspath $@) .
+
+FAULT_BINS = $(O)/dlockd $(O)/dlock $(O)/faults/worker $(O)/faults/check \
+             $(O)/faults/goworker
 FAULT_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock WORKER=$(O)/faults/worker \
-            CHECK=$(O)/faults/check PYTHON=$(PYTHON)
+            CHECK=$(O)/faults/check PYTHON=$(PYTHON) \
+            GOWORKER=$(O)/faults/goworker
 
 # The checker judged on hand-written histories (tests/faults/fixtures).
 faults-check-test: $(O)/faults/check
@@ -663,8 +673,8 @@ format-check:
 # over 800 lines, functions over 80, the largest structs) for review.
 lint: format-check
 	@command -v gofmt >/dev/null || { echo "lint: no gofmt (make deps)"; exit 1; }
-	@out=$$(gofmt -l client/go); test -z "$$out" || \
-	  { echo "gofmt: $$out (run gofmt -w client/go)"; exit 1; }
+	@out=$$(gofmt -l client/go tests/faults/goworker); test -z "$$out" || \
+	  { echo "gofmt: $$out (run gofmt -w on it)"; exit 1; }
 	@bash tests/scripts/dead.sh
 	@bash tests/scripts/doc_paths.sh
 shape:

@@ -18,6 +18,10 @@
 #   WORKERS    lock workers [8]     RUNNERS  dlock run loops [2]
 #   PYWORKERS  lock workers on the Python client (pyworker.py, run by
 #              $PYTHON [python3]), judged as the others [2]
+#   DLOCKD_PYTHON_CLIENT  the Python client pyworker.py imports
+#              [client/python of the tree pyworker.py is in]
+#   GOWORKERS  lock workers on the Go client ($GOWORKER [build/faults/
+#              goworker], tests/faults/goworker), judged as the others [2]
 #   COPYCATS   workers that say worker 0's owner id without its key,
 #              through libdlock and by hand in turn (worker raw) [1]
 #   WORKER_TTLS  the TTLs of the workers' grants, ms [300,800,2000]; the
@@ -118,6 +122,7 @@ top=$(cd "$here/../.." && pwd)
 : "${RWLOCKS:=1}" "${SEMAPHORES:=1}" "${COPYCATS:=1}"
 : "${STALL_MS:=300}" "${MAX_TTL:=24h}" "${LOG_LEVEL:=notice}"
 : "${PYWORKERS:=2}" "${PYTHON:=python3}"
+: "${GOWORKERS:=2}" "${GOWORKER:=$top/build/faults/goworker}"
 : "${CLUSTER:=0}" "${REDIS_HA:=0}" "${PEERS:=1}"
 if [ "$REDIS_HA" = 1 ] && [ "$CLUSTER" = 1 ]; then
 	: "${FAULTS:=failover_redis kill9_dlockd kill9_standby stop_active partition_active clock_step kill_worker kill_run flushall forget_while_down forget_paused during_takeover lossy_failover jobctl_run}"
@@ -147,6 +152,8 @@ pause_ms() { [ "$1" -gt 0 ] || return 0; sleep "$(printf '%d.%03d' $(($1 / 1000)
 for b in "$DLOCKD" "$DLOCK" "$WORKER" "$CHECK"; do
 	[ -x "$b" ] || { say "missing $b (make faults builds it)"; exit 2; }
 done
+[ "$GOWORKERS" = 0 ] || [ -x "$GOWORKER" ] \
+	|| { say "missing $GOWORKER (make faults builds it; GOWORKERS=0 runs without)"; exit 2; }
 command -v redis-server >/dev/null || { say "redis-server is needed"; exit 2; }
 have_script=$(command -v script)  # jobctl_run on a terminal (util-linux)
 
@@ -388,14 +395,25 @@ worker_start() {    # slot
 # The Python client's workers (pyworker.py: the same records as worker.c,
 # for the same checker), in slots of their own; the nemesis's draws do
 # not count them, so a seed replays the same faults with or without.
-declare -a py_pid
+declare -a lang_pid  # the Python, Go (and Java) clients' workers
 pyworker_start() {  # slot
 	local h=127.0.0.1
 	[ "$nodes" = 2 ] && h=$servers
 	"$PYTHON" "$here/pyworker.py" lock "$OUT/hist/p$1.hist" "$h" "$dport" \
 		"p$1" "$LOCKS:$RWLOCKS:$SEMAPHORES" $((SEED + 5000 + $1)) $(((DURATION + 120) * 1000)) \
 		2>> "$OUT/pyworkers.log" &
-	py_pid[$1]=$!
+	lang_pid[$1]=$!
+}
+
+# The Go client's workers (tests/faults/goworker: the same arguments and
+# records), in slots of their own, not counted by the nemesis either.
+goworker_start() {  # slot
+	local h=127.0.0.1
+	[ "$nodes" = 2 ] && h=$servers
+	"$GOWORKER" lock "$OUT/hist/g$1.hist" "$h" "$dport" \
+		"g$1" "$LOCKS:$RWLOCKS:$SEMAPHORES" $((SEED + 6000 + $1)) $(((DURATION + 120) * 1000)) \
+		2>> "$OUT/goworkers.log" &
+	lang_pid[$((PYWORKERS + $1))]=$!
 }
 
 # Copycats: workers that say the owner id of worker slot 0 without its
@@ -435,7 +453,7 @@ runner() {          # slot
 cleanup() {
 	[ -n "$ns" ] && ip netns exec "$ns" nft flush chain inet dlf in 2>/dev/null
 	for p in $redis_pid ${hpid[*]:-} $dlockd_pid; do kill -CONT "$p" 2>/dev/null; done
-	for p in "${worker_pid[@]}" "${run_pid[@]}" "${py_pid[@]}"; do kill -9 "$p" 2>/dev/null; done
+	for p in "${worker_pid[@]}" "${run_pid[@]}" "${lang_pid[@]}"; do kill -9 "$p" 2>/dev/null; done
 	pkill -9 -f "dlock $conn run" 2>/dev/null
 	pkill -9 -f "$OUT/hist/r" 2>/dev/null
 	pkill -9 -f "$OUT/hist/c" 2>/dev/null
@@ -969,6 +987,7 @@ dlockd_start 0
 [ "$nodes" = 2 ] && sleep 0.5
 for i in $(seq 0 $((WORKERS - 1))); do worker_start "$i"; done
 for i in $(seq 0 $((PYWORKERS - 1))); do pyworker_start "$i"; done
+for i in $(seq 0 $((GOWORKERS - 1))); do goworker_start "$i"; done
 for i in $(seq 0 $((RUNNERS - 1))); do
 	runner "$i" 2>/dev/null & run_pid[$i]=$!
 done
@@ -1000,8 +1019,16 @@ done
 wait_store > /dev/null
 sleep 2
 touch "$OUT/stop-runners"
-for p in "${worker_pid[@]}" "${py_pid[@]}"; do kill -TERM "$p" 2>/dev/null; done
-for p in "${worker_pid[@]}" "${run_pid[@]}" "${py_pid[@]}"; do wait "$p" 2>/dev/null; done
+for p in "${worker_pid[@]}" "${lang_pid[@]}"; do kill -TERM "$p" 2>/dev/null; done
+for p in "${worker_pid[@]}" "${run_pid[@]}" "${lang_pid[@]}"; do wait "$p" 2>/dev/null; done
+# A client's workers that recorded nothing did not run (a missing
+# module, a bad path): a campaign without them proves less than it says.
+for k in "p:$PYWORKERS:pyworkers" "g:$GOWORKERS:goworkers"; do
+	IFS=: read -r p n log <<< "$k"
+	for i in $(seq 0 $((n - 1))); do
+		[ -s "$OUT/hist/$p$i.hist" ] || die "worker $p$i recorded nothing (see $OUT/$log.log)"
+	done
+done
 # Commands of killed `dlock run`s that were never stopped run out by
 # themselves (at most 3 s); their records are part of the history.
 sleep 3

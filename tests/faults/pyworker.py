@@ -37,7 +37,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
+# the client of this tree, or the one named (a campaign run from a copy)
+sys.path.insert(0, os.environ.get("DLOCKD_PYTHON_CLIENT",
+                                  os.path.join(HERE, "..", "..", "client", "python")))
 
 import dlockd  # noqa: E402
 
