@@ -127,7 +127,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/store/bucket.o
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
-        bench bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
+        bench bench-clients bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest gotest bench-python \
         format-check lint shape \
         bench-deadlock
@@ -673,7 +673,8 @@ format-check:
 # over 800 lines, functions over 80, the largest structs) for review.
 lint: format-check
 	@command -v gofmt >/dev/null || { echo "lint: no gofmt (make deps)"; exit 1; }
-	@out=$$(gofmt -l client/go tests/faults/goworker); test -z "$$out" || \
+	@out=$$(gofmt -l client/go tests/faults/goworker tests/bench/gobench); \
+	  test -z "$$out" || \
 	  { echo "gofmt: $$out (run gofmt -w on it)"; exit 1; }
 	@bash tests/scripts/dead.sh
 	@bash tests/scripts/doc_paths.sh
@@ -688,6 +689,14 @@ shape:
 # or O say; the table goes to build/bench/results.txt.
 $(O)/tests/bench/bench: $(O)/tests/bench/bench.o $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS)
+
+# The client libraries' drivers of make bench-clients (tests/bench/clients.py).
+$(O)/tests/bench/clientbench: $(O)/tests/bench/clientbench.o $(LIBDLOCK_A)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS) -lpthread
+$(O)/tests/bench/gobench: tests/bench/gobench/main.go tests/bench/gobench/go.mod \
+                          $(wildcard client/go/*.go)
+	@mkdir -p $(@D)
+	cd tests/bench/gobench && $(GO_CACHE_ENV) $(GO) build -o $(abspath $@) .
 
 $(O)/tests/bench/fcall: $(O)/tests/bench/fcall.o $(O)/server/store/bucket.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS)
@@ -739,7 +748,7 @@ bench-tls-flood:
 
 # The C benchmarks, built (not run) by make check so that they cannot rot.
 BENCH_BINS := $(addprefix $(O)/tests/bench/,bench fcall htab deadlock watch \
-                authflood outflood)
+                authflood outflood clientbench gobench)
 bench-bins: $(BENCH_BINS)
 
 # Password guesses per second one host gets (docs/security.md); by hand:
@@ -760,6 +769,17 @@ bench:
 	  OUT=build/bench \
 	  sh tests/bench/run.sh
 	@[ -n "$(BENCH_ONLY)" ] || $(MAKE) --no-print-directory bench-python
+	@[ -n "$(BENCH_ONLY)" ] || $(MAKE) --no-print-directory bench-clients
+
+# The client libraries side by side on one daemon: pairs/s and contended
+# hand-offs through libdlock, Go (and Java) (tests/bench/clients.py; the
+# table goes to build/bench/clients.txt).
+bench-clients:
+	$(MAKE) SAN= O=build all build/tests/bench/clientbench \
+	  build/tests/bench/gobench
+	DLOCKD=build/dlockd CLIENTBENCH=build/tests/bench/clientbench \
+	  GOBENCH=build/tests/bench/gobench \
+	  $(PYTHON) tests/bench/clients.py --out build/bench/clients.txt
 
 # The Python client against redis-py's Lock on a Redis of equal durability
 # (tests/bench/pybench.py; the table goes to build/bench/python.txt).
