@@ -127,7 +127,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/store/bucket.o
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
-        bench bench-clients bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
+        java javatest bench bench-clients bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest gotest bench-python \
         format-check lint shape \
         bench-deadlock
@@ -348,6 +348,12 @@ gotest: $(O)/dlockd
 	$(GO_ENV) $(GO) vet ./...
 	$(GO_ENV) DLOCKD=$(abspath $(O)/dlockd) $(GO) test -race -count=1 ./...
 
+# The Java client (client/java, its rules in client/java/java.mk): make
+# java builds $(O)/java/dlockd.jar with Debian's JDK (javac --release 17,
+# no warning), make javatest runs its JUnit 5 tests (Debian's junit5)
+# against this build's dlockd.
+include client/java/java.mk
+
 # The front door for CI and for people: packages, a normal build with its
 # unit tests, then the whole suite under AddressSanitizer and UBSan.
 check: deps
@@ -357,6 +363,7 @@ check: deps
 	$(MAKE) SAN=1 TEST_JOBS=3 INTEG_JOBS=3 test-all
 	$(MAKE) pytest
 	$(MAKE) gotest
+	$(MAKE) javatest
 	$(MAKE) faults-short
 	$(MAKE) fuzz-smoke
 
@@ -371,7 +378,8 @@ DEB_PKGS := gcc make pkg-config libuv1-dev libhiredis-dev libinih-dev \
             build-essential dpkg-dev debhelper fakeroot lintian \
             dh-python python3 python3-all python3-setuptools python3-build \
             python3-wheel pybuild-plugin-pyproject python3-pytest \
-            python3-pytest-asyncio python3-redis golang-go
+            python3-pytest-asyncio python3-redis golang-go \
+            default-jdk-headless junit5
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \

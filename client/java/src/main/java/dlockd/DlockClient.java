@@ -1,0 +1,622 @@
+package dlockd;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.function.BiConsumer;
+import java.util.function.Consumer;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.SSLSocketFactory;
+
+/**
+ * A client of dlockd: a connection to the active daemon of a list, with the threads that read it, renew the leases
+ * and reconnect. Thread-safe.
+ *
+ * <pre>{@code
+ * try (DlockClient client = DlockClient.builder().servers("10.0.0.1:7420,10.0.0.2:7420").owner("restock").build();
+ *      Lease lease = client.lock("stock", Duration.ofSeconds(30), Duration.ofMinutes(1))) {
+ *     lease.onLost(e -> worker.stop());
+ *     restock(lease.token());
+ * }
+ * }</pre>
+ *
+ * <p><b>Fail-over.</b> Give every daemon of the cluster. When the connection drops, or the server says
+ * {@code ERR NOT_ACTIVE} / {@code * BYE not-active active=...}, or a standby answers {@code HELLO}, the client
+ * reconnects (to the active named, if it is in the list, else the next server, with a backoff of 50 ms doubling to
+ * 1 s), says {@code AUTH} and {@code HELLO} with the same owner id and key, and once a server of its cluster answered
+ * it confirms each lease still within its deadline ({@code REFRESH}, or {@code RECLAIM} with the lease's proof when the
+ * server does not know it) and sends its waiting {@code LOCK}s again. A lease it cannot confirm before its local
+ * deadline less the guard is lost. Leases shorter than about twice the take-over time cannot survive one.
+ *
+ * <p><b>Turns.</b> Within one client the holds of one name are taken one at a time: a second {@code lock} of a name
+ * the client holds waits for its release (the server would grant it as a reentry of the same lease), and
+ * {@code tryLock} fails with {@link BusyException}.
+ *
+ * <p><b>Threads.</b> A manager thread ({@code dlockd-manager-N}) owns the protocol state and schedules renewals, a
+ * reader and a writer thread serve each connection, a dialer thread each attempt to connect, and a callback thread
+ * ({@code dlockd-callbacks-N}) runs listeners and completes the futures the client hands out. {@link #close()} ends
+ * them all. No lock is held around I/O.
+ */
+public final class DlockClient implements AutoCloseable {
+    private final Engine e;
+
+    private DlockClient(Engine e) {
+        this.e = e;
+    }
+
+    /** @return a builder whose defaults come from the DLOCK_* environment */
+    public static Builder builder() {
+        return new Builder(System.getenv());
+    }
+
+    /**
+     * Connects with the DLOCK_* environment.
+     *
+     * @return the client
+     */
+    public static DlockClient connect() {
+        return builder().build();
+    }
+
+    /**
+     * Connects to a list of servers, the rest from the DLOCK_* environment.
+     *
+     * @param servers "host:port,host:port" (at most 8; port 7420 when left out; '/path' a unix socket)
+     * @return the client
+     */
+    public static DlockClient connect(String servers) {
+        return builder().servers(servers).build();
+    }
+
+    /**
+     * How to connect. Defaults come from the environment the {@code dlock} command reads: {@code DLOCK_SERVERS}, else
+     * {@code DLOCK_SOCKET}, else {@code DLOCK_HOST}/{@code DLOCK_PORT}, else 127.0.0.1:7420; {@code DLOCK_SECRET} or
+     * {@code DLOCK_PASSWORD}, {@code DLOCK_USER}, {@code DLOCK_OWNER} ({@code id} or {@code id=key}),
+     * {@code DLOCK_CLUSTER}, {@code DLOCK_TLS} (on unless empty or 0), {@code DLOCK_TLS_CA}, {@code DLOCK_TLS_CERT},
+     * {@code DLOCK_TLS_KEY}, {@code DLOCK_TLS_SERVER_NAME}. The builder's settings override them.
+     */
+    public static final class Builder {
+        private final Map<String, String> env;
+        private final List<Consumer<Config>> sets = new ArrayList<>();
+
+        Builder(Map<String, String> env) {
+            this.env = env;
+        }
+
+        /**
+         * @param servers "host:port,host:port" (at most 8; an IPv6 host in brackets; port 7420 when left out; an entry
+         *     starting with '/' or 'unix:' is a unix socket)
+         * @return this builder
+         */
+        public Builder servers(String servers) {
+            List<Config.Address> a = Config.parseServers(servers);
+            sets.add(c -> c.addrs = a);
+            return this;
+        }
+
+        /**
+         * @param id the owner id said in HELLO ("id", or "id=key" as DLOCK_OWNER takes it); default: a random id for
+         *     the client's life. Clients that say one id with its key are one owner to the server.
+         * @return this builder
+         */
+        public Builder owner(String id) {
+            sets.add(c -> c.setOwner(id));
+            return this;
+        }
+
+        /**
+         * @param key the secret that proves the owner id (16 to 64 letters, digits, - or _); default: the one the
+         *     server makes, presented on every reconnect ({@link DlockClient#ownerKey()})
+         * @return this builder
+         */
+        public Builder ownerKey(String key) {
+            sets.add(c -> c.key = key);
+            return this;
+        }
+
+        /**
+         * Authenticates as a user of the server's users file ({@code AUTH <user> <secret>}).
+         *
+         * @param name the user
+         * @param secret its secret
+         * @return this builder
+         */
+        public Builder user(String name, String secret) {
+            sets.add(c -> {
+                c.user = name;
+                c.password = secret;
+            });
+            return this;
+        }
+
+        /**
+         * Authenticates with the server's one password ({@code AUTH <password>}).
+         *
+         * @param password the password
+         * @return this builder
+         */
+        public Builder password(String password) {
+            sets.add(c -> {
+                c.user = "";
+                c.password = password;
+            });
+            return this;
+        }
+
+        /**
+         * Speaks TLS (1.2 or 1.3) on TCP, verifying the server's certificate and that it names the host connected to
+         * (or {@link #tlsServerName}). Not used on a unix socket.
+         *
+         * @param factory the socket factory (e.g. {@code sslContext.getSocketFactory()}, or {@link Pem#socketFactory})
+         * @return this builder
+         */
+        public Builder tls(SSLSocketFactory factory) {
+            sets.add(c -> c.tls = factory);
+            return this;
+        }
+
+        /**
+         * @param ctx the SSL context to speak TLS with (see {@link #tls(SSLSocketFactory)})
+         * @return this builder
+         */
+        public Builder tls(SSLContext ctx) {
+            return tls(ctx.getSocketFactory());
+        }
+
+        /**
+         * @param ctx the SSL context
+         * @param serverName the name the server's certificate must carry (also sent as SNI)
+         * @return this builder
+         */
+        public Builder tls(SSLContext ctx, String serverName) {
+            return tls(ctx.getSocketFactory()).tlsServerName(serverName);
+        }
+
+        /**
+         * @param serverName the name the server's certificate must carry, instead of each server's host
+         * @return this builder
+         */
+        public Builder tlsServerName(String serverName) {
+            sets.add(c -> c.tlsServerName = serverName == null ? "" : serverName);
+            return this;
+        }
+
+        /**
+         * @param d bounds {@link #build()} and each attempt to connect (2 s by default); while no server answered yet,
+         *     each of n servers gets 1/n of it
+         * @return this builder
+         */
+        public Builder connectTimeout(Duration d) {
+            sets.add(c -> c.connectTimeout = d);
+            return this;
+        }
+
+        /**
+         * @param d how long a reply may take (5 s by default; a lock's wait in the queue is not counted): a later one
+         *     fails the call with {@link LockTimeoutException}
+         * @return this builder
+         */
+        public Builder serverTimeout(Duration d) {
+            sets.add(c -> c.serverTimeout = d);
+            return this;
+        }
+
+        /**
+         * @param id the cluster id every server must name (32 hex digits, HELLO's cluster=); default: DLOCK_CLUSTER,
+         *     else the first a server names
+         * @return this builder
+         */
+        public Builder cluster(String id) {
+            sets.add(c -> c.cluster = id);
+            return this;
+        }
+
+        /**
+         * @param on whether to say who the client is (host name, pid, main class), which the server shows with its
+         *     leases (on by default)
+         * @return this builder
+         */
+        public Builder describe(boolean on) {
+            sets.add(c -> c.describe = on);
+            return this;
+        }
+
+        /**
+         * @param d the lost guard: a lease not confirmed until its local deadline less d is lost; default
+         *     max(TTL/10, 20 ms)
+         * @return this builder
+         */
+        public Builder lostGuard(Duration d) {
+            sets.add(c -> c.lostGuard = d);
+            return this;
+        }
+
+        /**
+         * @param listener called on a client thread for every lease of the client that is lost (after the lease's own
+         *     listeners)
+         * @return this builder
+         */
+        public Builder onLost(BiConsumer<Lease, LeaseLostException> listener) {
+            sets.add(c -> c.onLost = listener);
+            return this;
+        }
+
+        /**
+         * @param listener called on a client thread each time a lease of the client becomes at risk
+         * @return this builder
+         */
+        public Builder onAtRisk(Consumer<Lease> listener) {
+            sets.add(c -> c.onAtRisk = listener);
+            return this;
+        }
+
+        /**
+         * Connects: returns once a server of the list that is the active daemon of the client's cluster answered
+         * {@code HELLO}.
+         *
+         * @return the client
+         * @throws UnavailableException when no server could be used within the connect timeout (naming why)
+         * @throws DeniedException at once when AUTH or HELLO is refused (a wrong secret, an owner id bound to another
+         *     key)
+         * @throws ClusterMismatchException when every server names another cluster
+         * @throws IllegalArgumentException for a bad setting
+         */
+        public DlockClient build() {
+            Config cfg = Config.fromEnv(env);
+            for (Consumer<Config> s : sets) s.accept(cfg);
+            cfg.validate();
+            Engine e = new Engine(cfg);
+            boolean interrupted = false;
+            long end = System.nanoTime() + cfg.connectTimeout.toNanos();
+            while (true) {
+                try {
+                    e.readyF.get(Math.max(0, end - System.nanoTime()), TimeUnit.NANOSECONDS);
+                    break;
+                } catch (InterruptedException x) {
+                    interrupted = true;
+                } catch (java.util.concurrent.TimeoutException | java.util.concurrent.ExecutionException x) {
+                    break;
+                }
+            }
+            boolean[] ok = new boolean[1];
+            DlockException[] fatal = new DlockException[1];
+            String[] why = new String[1];
+            e.exec(() -> {
+                ok[0] = e.ready;
+                fatal[0] = e.fatal;
+                why[0] = e.lastError;
+            });
+            if (interrupted) Thread.currentThread().interrupt();
+            if (!ok[0]) {
+                e.close();
+                if (fatal[0] != null) throw fatal[0];
+                throw DlockException.of(DlockException.Kind.UNAVAILABLE,
+                        "cannot connect to dlockd" + (why[0] == null || why[0].isEmpty() ? "" : ": " + why[0]));
+            }
+            return new DlockClient(e);
+        }
+    }
+
+    // ---- locking ------------------------------------------------------------------------
+
+    /**
+     * Acquires name exclusively, waiting in the server's queue.
+     *
+     * @param name the lock (1-255 printable ASCII characters, no space or '=')
+     * @param ttl the lease's TTL (null: the server's default, 30 s)
+     * @param wait the longest wait (null: until granted; zero: try once)
+     * @return the lease, renewed in the background
+     * @throws LockTimeoutException when the wait ran out
+     * @throws BusyException with a zero wait when the lock is busy
+     * @throws DlockInterruptedException when the thread was interrupted (the wait is cancelled at the server)
+     */
+    public Lease lock(String name, Duration ttl, Duration wait) {
+        LockOptions o = LockOptions.DEFAULT.waitFor(wait);
+        if (ttl != null) o = o.withTtl(ttl);
+        return lock(name, o);
+    }
+
+    /**
+     * Acquires name exclusively with the server's TTL, waiting until granted.
+     *
+     * @param name the lock
+     * @return the lease
+     */
+    public Lease lock(String name) {
+        return lock(name, LockOptions.DEFAULT);
+    }
+
+    /**
+     * Acquires name as the options say, waiting in the server's queue until granted, until the options' wait runs out
+     * ({@link LockTimeoutException}), or until the thread is interrupted ({@link DlockInterruptedException}: the wait
+     * is cancelled at the server, and a grant that crossed the cancel is given back).
+     *
+     * @param name the lock
+     * @param opts TTL, wait, mode, renewal
+     * @return the lease
+     * @throws BusyException with a zero wait when the lock is busy
+     * @throws LockTimeoutException when the wait ran out, or no reply came within the server timeout
+     * @throws DlockException of the other kinds as the server refused: {@link DeadlockException},
+     *     {@link UpgradeDeadlockException}, {@link LimitMismatchException}, {@link HeldByOwnerException},
+     *     {@link DeniedException}, {@link UnavailableException}, {@link LimitException}
+     */
+    public Lease lock(String name, LockOptions opts) {
+        return (Lease) e.await(acquire(name, opts, false, new CompletableFuture<>()));
+    }
+
+    /** As {@link #lock(String, LockOptions)}, but an interrupt does not stop the wait (the flag is kept). */
+    Lease lockUninterruptibly(String name, LockOptions opts) {
+        return (Lease) e.awaitUninterruptibly(acquire(name, opts, false, new CompletableFuture<>()));
+    }
+
+    /**
+     * Acquires name now if it can be, else throws {@link BusyException} (whose {@link BusyException#holder()} names
+     * the holder when the server says).
+     *
+     * @param name the lock
+     * @param ttl the lease's TTL (null: the server's default)
+     * @return the lease
+     */
+    public Lease tryLock(String name, Duration ttl) {
+        LockOptions o = LockOptions.DEFAULT;
+        if (ttl != null) o = o.withTtl(ttl);
+        return tryLock(name, o);
+    }
+
+    /**
+     * As {@link #tryLock(String, Duration)}, with the options' TTL, mode and renewal (their wait is ignored).
+     *
+     * @param name the lock
+     * @param opts the options
+     * @return the lease
+     * @throws BusyException when the lock is busy
+     */
+    public Lease tryLock(String name, LockOptions opts) {
+        return lock(name, opts.waitFor(Duration.ZERO));
+    }
+
+    /**
+     * Acquires name without blocking the caller. Cancelling the future (before it completes) gives the request up: the
+     * wait is cancelled at the server and a grant that crossed the cancel is given back. The future completes on a
+     * client thread; cancelling a dependent stage does not cancel the request.
+     *
+     * @param name the lock
+     * @param opts TTL, wait, mode, renewal
+     * @return the lease, to come; failed with the exceptions of {@link #lock(String, LockOptions)}
+     */
+    public CompletableFuture<Lease> lockAsync(String name, LockOptions opts) {
+        LeaseFuture f = new LeaseFuture(e);
+        acquire(name, opts, true, f);
+        return f;
+    }
+
+    /** A future whose cancel gives the lock request up. */
+    private static final class LeaseFuture extends CompletableFuture<Lease> {
+        private final Engine e;
+
+        LeaseFuture(Engine e) {
+            this.e = e;
+        }
+
+        @Override
+        public boolean cancel(boolean mayInterruptIfRunning) {
+            boolean r = super.cancel(mayInterruptIfRunning);
+            if (r) e.abandon(objectFuture(this), DlockException.of(DlockException.Kind.INTERRUPTED, "cancelled"));
+            return r;
+        }
+
+        @Override
+        public <U> CompletableFuture<U> newIncompleteFuture() {
+            return new CompletableFuture<>();
+        }
+    }
+
+    @SuppressWarnings("unchecked")
+    static CompletableFuture<Object> objectFuture(CompletableFuture<?> f) {
+        return (CompletableFuture<Object>) f;
+    }
+
+    private CompletableFuture<Object> acquire(String name, LockOptions o, boolean exposed, CompletableFuture<?> f) {
+        Wire.checkName(name, "lock name");
+        if (o == null) o = LockOptions.DEFAULT;
+        final LockOptions lc = o;
+        final double start = Engine.nowMs();
+        final double waitMs = lc.wait == null ? -1 : lc.wait.toNanos() / 1e6;
+        CompletableFuture<Object> fo = objectFuture(f);
+        return e.submitCall(now -> {
+            Engine.Req q = new Engine.Req("LOCK", name);
+            q.start = start;
+            q.wait = waitMs;
+            q.shared = lc.shared;
+            q.limit = lc.limit;
+            q.renew = lc.renew;
+            q.ttl = lc.ttl == null ? e.defaultTTL : Wire.durMs(lc.ttl);
+            Engine.Ticket t = e.takeTurn(name);
+            if (!t.head) {
+                if (waitMs == 0) {
+                    e.giveTurn(t);
+                    throw new BusyException(null, null, name + " is held by this client", null);
+                }
+                q.ticket = t;
+                q.where = Engine.Where.TURN;
+                t.waiter = q;
+            } else {
+                q.ticket = t;
+                if (waitMs > 0) q.wait = Math.max(start + waitMs - now, 1);
+                q.start = now;
+            }
+            return q;
+        }, exposed, fo);
+    }
+
+    // ---- looking ------------------------------------------------------------------------
+
+    /**
+     * @param name the lock
+     * @return the lock as the server sees it (its first holder)
+     */
+    public Status status(String name) {
+        Wire.checkName(name, "lock name");
+        return (Status) e.await(e.submitCall(now -> new Engine.Req("STATUS", name), false, new CompletableFuture<>()));
+    }
+
+    /**
+     * @param name the lock
+     * @return every holder and waiter of the lock
+     */
+    public Holders holders(String name) {
+        Wire.checkName(name, "lock name");
+        return (Holders) e.await(e.submitCall(now -> new Engine.Req("HOLDERS", name), false, new CompletableFuture<>()));
+    }
+
+    /**
+     * Asks the server whether token holds the lock name now: the fence check of a resource that was handed a token by
+     * a holder (the holder itself may call {@link Lease#check()}).
+     *
+     * @param name the lock
+     * @param token the token (unsigned 64-bit)
+     * @throws LeaseLostException (code {@code "STALE"}) if it does not
+     */
+    public void check(String name, long token) {
+        Wire.checkName(name, "lock name");
+        e.await(e.submitCall(now -> {
+            Engine.Req q = new Engine.Req("CHECK", name);
+            q.token = token;
+            return q;
+        }, false));
+    }
+
+    /**
+     * Ends the lease of name whose token is token, whoever holds it: an operator's tool for a holder that is gone or
+     * stuck (it needs the break right on the name when the server has a users file). The reason (one word: a ticket,
+     * or why) is logged by the server and told to the holder's connections as {@code broken_by}; the next waiter is
+     * granted the lock with a larger token.
+     *
+     * @param name the lock
+     * @param token the lease's token (from {@link #status} or {@link #holders})
+     * @param reason 1-128 printable ASCII characters, no space
+     * @throws LeaseLostException (code {@code "STALE"}) when token holds nothing (the lock moved on, or is free)
+     * @throws DeniedException without the right
+     * @throws ConnectionLostException when the connection was lost after the BREAK was written: the lease may or may
+     *     not have been broken ({@link #status} tells)
+     */
+    public void breakLease(String name, long token, String reason) {
+        Wire.checkName(name, "lock name");
+        if (reason == null || reason.length() > Wire.REASON_MAX || !Wire.printableWord(reason)) {
+            throw new IllegalArgumentException("bad reason '" + reason + "': 1-" + Wire.REASON_MAX + " printable ASCII characters, no space");
+        }
+        e.await(e.submitCall(now -> {
+            Engine.Req q = new Engine.Req("BREAK", name);
+            q.token = token;
+            q.reason = reason;
+            return q;
+        }, false));
+    }
+
+    /** Asks the server for a PONG. */
+    public void ping() {
+        e.await(e.submitCall(now -> new Engine.Req("PING", ""), false, new CompletableFuture<>()));
+    }
+
+    /**
+     * Watches locks one does not hold: every change of their holders, whoever made it, until the watch or the client
+     * is closed. After a reconnect or a fail-over the client watches again and queues a
+     * {@link WatchEvent.Kind#RESUMED} event for each pattern (what changed meanwhile was not seen), or
+     * {@link WatchEvent.Kind#REFUSED}.
+     *
+     * @param patterns lock names, or prefixes followed by '*' ("*" alone: every lock)
+     * @return the watch, to read events from and close
+     */
+    public Watch watch(String... patterns) {
+        if (patterns.length == 0) throw new IllegalArgumentException("watch: no pattern");
+        for (String p : patterns) Wire.checkPattern(p);
+        Watch w = new Watch(e, List.of(patterns));
+        List<CompletableFuture<Object>> fs = new ArrayList<>();
+        if (!e.exec(() -> {
+            e.watches.add(w);
+            for (String p : patterns) {
+                CompletableFuture<Object> f = new CompletableFuture<>();
+                fs.add(f);
+                e.submitCall(now -> {
+                    Engine.Req q = new Engine.Req("WATCH", p);
+                    q.watch = w;
+                    return q;
+                }, false, f);
+            }
+        })) {
+            throw DlockException.of(DlockException.Kind.CLOSED, "the client is closed");
+        }
+        RuntimeException first = null;
+        for (CompletableFuture<Object> f : fs) {
+            try {
+                e.await(f);
+            } catch (RuntimeException x) {
+                if (first == null) first = x;
+            }
+        }
+        if (first != null) {
+            e.exec(() -> e.unwatch(w));
+            throw first;
+        }
+        e.exec(() -> w.active = true);
+        return w;
+    }
+
+    // ---- the Lock adapter -----------------------------------------------------------------
+
+    /**
+     * @param name the lock
+     * @param ttl the TTL of each hold (null: the server's default)
+     * @return a {@link java.util.concurrent.locks.Lock} over name
+     */
+    public DlockLock newLock(String name, Duration ttl) {
+        return newLock(name, ttl == null ? LockOptions.DEFAULT : LockOptions.ttl(ttl));
+    }
+
+    /**
+     * @param name the lock
+     * @param opts the options of each hold (their wait is the Lock method's)
+     * @return a {@link java.util.concurrent.locks.Lock} over name
+     */
+    public DlockLock newLock(String name, LockOptions opts) {
+        Wire.checkName(name, "lock name");
+        return new DlockLock(this, name, opts);
+    }
+
+    // ---- the client ---------------------------------------------------------------------
+
+    /** @return the owner id the client says in HELLO */
+    public String owner() {
+        return e.owner;
+    }
+
+    /**
+     * @return the secret that proves the owner id (given, or the server's). Another process given owner(id + "=" +
+     *     key) acts as the same owner: handle it as a password.
+     */
+    public String ownerKey() {
+        return e.publicKey();
+    }
+
+    /** @return the cluster id the client holds to (pinned, or the first a server named); "" while none did */
+    public String clusterId() {
+        return e.publicCluster();
+    }
+
+    /**
+     * Stops the client: pending calls fail with {@link ClientClosedException}, the connection is closed, and every
+     * thread of the client has ended when this returns. Leases still held are <b>not released</b> (they end at the
+     * server by their TTL); they are reported lost ({@link LostReason#CLIENT_CLOSED}). Watches end.
+     */
+    @Override
+    public void close() {
+        e.close();
+    }
+
+    Engine engine() {
+        return e;
+    }
+}

@@ -1,0 +1,396 @@
+package dlockd;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Consumer;
+
+/**
+ * One hold of a lock, granted by {@link DlockClient#lock}. Close it (try-with-resources) to release it.
+ *
+ * <p><b>Renewal and the local deadline.</b> Unless taken with {@link LockOptions#noRenew()}, the client renews the
+ * lease in the background every third of its TTL. It keeps a <em>local deadline</em> for it, counted from the moment
+ * the request that granted or last confirmed it was <em>sent</em> (never from when the reply came), so that it never
+ * believes in a lease longer than the server does. A renewal not confirmed by half the TTL makes the lease
+ * {@linkplain #atRisk() at risk}.
+ *
+ * <p><b>Lost.</b> A lease is lost when the server ended it ({@code * EXPIRED}, or a {@code BREAK}), refused a renewal
+ * ({@code NOT_HOLDER}), or it could not be confirmed before its local deadline less a guard (max(TTL/10, 20 ms) by
+ * default). The loss is reported at once, on a client thread, before that local deadline -- so before the server
+ * could grant the lock to anyone else: {@link #onLost} listeners run, {@link #lost()} completes. Closing the client
+ * loses its leases too ({@link LostReason#CLIENT_CLOSED}), but does not release them at the server: they end there by
+ * their TTL.
+ *
+ * <p><b>Before acting</b> on what the lock protects, call {@link #isValid()} (it reads the clock itself, so it turns
+ * false in time even if no client thread ran) and pass {@link #token()} along to the resource.
+ *
+ * <p>Thread-safe.
+ */
+public final class Lease implements AutoCloseable {
+    /** How the lease holds its lock. */
+    public enum Mode {
+        /** Alone (a mutex, or a writer). */
+        EXCLUSIVE,
+        /** With other shared holders (a reader). */
+        SHARED,
+        /** One of the lock's permits. */
+        SEMAPHORE
+    }
+
+    final Engine c;
+    final String name;
+    final long token;
+    final Mode mode;
+    final int limit;
+
+    // owned by the manager thread
+    double ttl;
+    double deadlineM;
+    double renewAt;
+    boolean renew;
+    boolean refreshing;
+    boolean unlocking;
+    boolean released;
+    boolean atRiskM;
+    LostReason lostM = LostReason.NOT_LOST;
+    String proof = "";
+    long until;
+    Engine.Ticket ticket;
+    double lostAtM;
+
+    // the public view, under mu
+    private final ReentrantLock mu = new ReentrantLock();
+    private LeaseLostException err;
+    private boolean atRisk;
+    private boolean riskTold;
+    private double deadline;
+    private double lostAt;
+    private boolean ended;
+    private final List<Consumer<LeaseLostException>> lostListeners = new ArrayList<>();
+    private final List<Consumer<Lease>> riskListeners = new ArrayList<>();
+    private final CompletableFuture<LeaseLostException> lostF = new CompletableFuture<>();
+
+    Lease(Engine c, String name, long token, Mode mode, int limit) {
+        this.c = c;
+        this.name = name;
+        this.token = token;
+        this.mode = mode;
+        this.limit = limit;
+    }
+
+    boolean live() {
+        return lostM == LostReason.NOT_LOST && !released && !unlocking;
+    }
+
+    void noteProof(Wire.Reply r) {
+        String p = r.kvs("proof"), u = r.kvs("until");
+        if (p.length() == 32 && !u.isEmpty()) {
+            long n = Wire.atou(u);
+            if (n > 0) {
+                proof = p;
+                until = n;
+            }
+        }
+    }
+
+    /** Sets the local deadline (the guard is the lease's TTL's: set ttl first). */
+    void setDeadline(double d, boolean risk) {
+        deadlineM = d;
+        lostAtM = d - c.guardMs(ttl);
+        boolean tell = false;
+        List<Consumer<Lease>> ls = null;
+        mu.lock();
+        try {
+            deadline = d;
+            atRisk = risk;
+            lostAt = lostAtM;
+            if (!risk) {
+                riskTold = false;
+            } else if (!riskTold && err == null && !ended) {
+                riskTold = true;
+                tell = true;
+                ls = new ArrayList<>(riskListeners);
+            }
+        } finally {
+            mu.unlock();
+        }
+        if (tell) {
+            List<Consumer<Lease>> fls = ls;
+            c.callback(() -> {
+                for (Consumer<Lease> x : fls) x.accept(this);
+                if (c.cfg.onAtRisk != null) c.cfg.onAtRisk.accept(this);
+            });
+        }
+    }
+
+    void setEnded() {
+        mu.lock();
+        ended = true;
+        mu.unlock();
+    }
+
+    /** Records why the lease was lost (an unconfirmed loss seen first is kept) and tells the listeners. */
+    void setLost(LeaseLostException e) {
+        LeaseLostException told;
+        List<Consumer<LeaseLostException>> ls;
+        mu.lock();
+        try {
+            if (err == null) err = e;
+            told = err;
+            ls = new ArrayList<>(lostListeners);
+            lostListeners.clear();
+        } finally {
+            mu.unlock();
+        }
+        c.callback(() -> {
+            lostF.complete(told);
+            for (Consumer<LeaseLostException> x : ls) x.accept(told);
+            if (c.cfg.onLost != null) c.cfg.onLost.accept(this, told);
+        });
+    }
+
+    private boolean lostLocked(double now) {
+        if (err != null) return true;
+        if (!ended && now >= lostAt) {
+            err = new LeaseLostException(null, null, name + " (token " + Wire.u64(token)
+                    + "): it could not be confirmed before its local deadline", LostReason.UNCONFIRMED, null);
+            return true;
+        }
+        return false;
+    }
+
+    /** @return the lock's name */
+    public String name() {
+        return name;
+    }
+
+    /**
+     * The fencing token: larger than every token granted before it, for any lock. It is an unsigned 64-bit number on
+     * the wire; servers make it {@code unix_ms * 10^6 + sequence}, which fits a positive {@code long} until the year
+     * 2262. Compare tokens with {@link Long#compareUnsigned} and print them with {@link Long#toUnsignedString} to be
+     * exact for any value.
+     *
+     * @return the lease's fencing token
+     */
+    public long token() {
+        return token;
+    }
+
+    /** @return how the lease holds its lock */
+    public Mode mode() {
+        return mode;
+    }
+
+    /**
+     * True while the lease is held: not lost, not released, and the clock before its local deadline less the guard.
+     * Check it right before acting on the protected resource: it does not depend on any client thread having run.
+     *
+     * @return whether the lease may be acted on now
+     */
+    public boolean isValid() {
+        mu.lock();
+        try {
+            return !ended && !lostLocked(Engine.nowMs());
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /**
+     * True while a renewal is overdue (not confirmed by half the TTL: the server or network is slow or gone, or the
+     * server answered UNAVAILABLE) or the server warned that the lease is about to end; false again once a renewal is
+     * confirmed.
+     *
+     * @return whether the lease is at risk
+     */
+    public boolean atRisk() {
+        mu.lock();
+        try {
+            return atRisk && !lostLocked(Engine.nowMs());
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /**
+     * What the client counts of the lease: its local deadline less now (zero once lost or past the deadline less the
+     * guard). The server's count is never shorter.
+     *
+     * @return the time left
+     */
+    public Duration remaining() {
+        mu.lock();
+        try {
+            if (lostLocked(Engine.nowMs())) return Duration.ZERO;
+            double d = deadline - Engine.nowMs();
+            return d <= 0 ? Duration.ZERO : Duration.ofNanos((long) (d * 1e6));
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /**
+     * @return why the lease was lost; {@link LostReason#NOT_LOST} while held or after a release. Once the local
+     *     deadline less the guard has passed it is {@link LostReason#UNCONFIRMED} even if no listener ran yet.
+     */
+    public LostReason lostReason() {
+        LeaseLostException e = lostCause();
+        return e == null ? LostReason.NOT_LOST : e.reason();
+    }
+
+    /** @return the loss, or null while the lease is held (and after a release: a release is no loss) */
+    public LeaseLostException lostCause() {
+        mu.lock();
+        try {
+            return lostLocked(Engine.nowMs()) ? err : null;
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /**
+     * A future completed (on a client thread) when the lease is lost -- before its local deadline -- or the client is
+     * closed. It is not completed by {@link #unlock()}.
+     *
+     * @return the loss, to come
+     */
+    public CompletableFuture<LeaseLostException> lost() {
+        return lostF.copy();
+    }
+
+    /**
+     * Calls the listener, on a client thread, when the lease is lost (at once if it was lost already). Keep it short:
+     * listeners of one client run one at a time. Typically it stops the work the lease protects.
+     *
+     * @param listener receives the loss
+     * @return this lease
+     */
+    public Lease onLost(Consumer<LeaseLostException> listener) {
+        LeaseLostException now;
+        mu.lock();
+        try {
+            now = err;
+            if (now == null) lostListeners.add(listener);
+        } finally {
+            mu.unlock();
+        }
+        if (now != null) c.callback(() -> listener.accept(now));
+        return this;
+    }
+
+    /**
+     * Calls the listener, on a client thread, each time the lease becomes at risk (see {@link #atRisk()}).
+     *
+     * @param listener receives this lease
+     * @return this lease
+     */
+    public Lease onAtRisk(Consumer<Lease> listener) {
+        mu.lock();
+        try {
+            riskListeners.add(listener);
+        } finally {
+            mu.unlock();
+        }
+        return this;
+    }
+
+    /**
+     * Asks the server whether the token still holds the lock.
+     *
+     * @throws LeaseLostException (code {@code "STALE"}) if it does not; {@link DlockException#serverLine()} names the
+     *     current holder's token
+     */
+    public void check() {
+        c.await(c.submitCall(now -> {
+            Engine.Req q = new Engine.Req("CHECK", name);
+            q.token = token;
+            return q;
+        }, false));
+    }
+
+    /**
+     * Extends the lease now to ttl (null: its TTL). A shorter TTL shortens it, counted from the moment the request is
+     * sent. Later renewals use that TTL.
+     *
+     * @param ttl the new TTL, or null
+     * @throws LeaseLostException if the lease is gone
+     * @throws NotHolderException if it was released
+     */
+    public void refresh(Duration ttl) {
+        if (ttl != null && (ttl.isNegative() || ttl.isZero())) throw new IllegalArgumentException("ttl " + ttl + ": must be positive");
+        c.await(c.submitCall(now -> {
+            if (lostM != LostReason.NOT_LOST) {
+                LeaseLostException e = lostCause();
+                throw e != null ? e : DlockException.of(DlockException.Kind.LOST, name + " is lost");
+            }
+            if (released || unlocking) throw DlockException.of(DlockException.Kind.NOT_HOLDER, "the lease of " + name + " is released");
+            Engine.Req q = new Engine.Req("REFRESH", name);
+            q.token = token;
+            q.ttl = ttl == null ? this.ttl : Wire.durMs(ttl);
+            q.lease = this;
+            return q;
+        }, false));
+    }
+
+    /**
+     * Gives the hold back. Once sent, the UNLOCK is sent again after a reconnect until the server answers it. The lease
+     * is not valid from the call on, whatever the outcome.
+     *
+     * @throws NotHolderException if the server no longer had the lease (it expired or was broken), or it was released
+     *     already
+     * @throws UnconfirmedException if the server did not answer within the server timeout: the release goes on being
+     *     sent, and the lock ends by its TTL at the latest
+     */
+    public void unlock() {
+        try {
+            c.await(c.submitCall(now -> {
+                if (released || unlocking) throw DlockException.of(DlockException.Kind.NOT_HOLDER, "the lease of " + name + " is released already");
+                unlocking = true;
+                setEnded();
+                Engine.Req q = new Engine.Req("UNLOCK", name);
+                q.token = token;
+                q.lease = this;
+                q.lastHold = true;
+                q.hook = () -> c.released(this);
+                return q;
+            }, false));
+        } catch (NotHolderException e) {
+            if ("NOT_HOLDER".equals(e.code())) {
+                c.exec(() -> {
+                    if (lostM == LostReason.NOT_LOST) c.lose(this, LostReason.REJECTED, "");
+                });
+            }
+            throw e;
+        } catch (LockTimeoutException e) {
+            throw new UnconfirmedException(name + ": " + e.getMessage());
+        }
+    }
+
+    /**
+     * Releases the lease, for try-with-resources: {@link #unlock()}, except that a lease already lost, released, or
+     * of a closed client is no error (nothing is left to release).
+     *
+     * @throws UnconfirmedException as {@link #unlock()}
+     */
+    @Override
+    public void close() {
+        mu.lock();
+        try {
+            if (ended) return;
+        } finally {
+            mu.unlock();
+        }
+        try {
+            unlock();
+        } catch (NotHolderException | ClientClosedException e) {
+            // lost or released before: nothing to give back
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "Lease[" + name + ", token " + Wire.u64(token) + ", " + mode + (isValid() ? "" : ", not valid") + "]";
+    }
+}

@@ -1,0 +1,100 @@
+package dlockd;
+
+import java.time.Duration;
+
+/**
+ * How to take a lock: TTL, wait, mode, renewal. Immutable; each method returns a new instance.
+ *
+ * <pre>{@code
+ * LockOptions.ttl(Duration.ofSeconds(30)).waitFor(Duration.ofMinutes(1)).shared()
+ * }</pre>
+ *
+ * <p>Defaults: the server's TTL (30 s), wait forever (for {@code lock}), exclusive, renewed in the background.
+ */
+public final class LockOptions {
+    /** The defaults. */
+    public static final LockOptions DEFAULT = new LockOptions(null, null, false, 0, true);
+
+    final Duration ttl; // null: the server's default
+    final Duration wait; // null: forever
+    final boolean shared;
+    final int limit; // 0: a plain lock
+    final boolean renew;
+
+    private LockOptions(Duration ttl, Duration wait, boolean shared, int limit, boolean renew) {
+        this.ttl = ttl;
+        this.wait = wait;
+        this.shared = shared;
+        this.limit = limit;
+        this.renew = renew;
+    }
+
+    /** @return the defaults */
+    public static LockOptions defaults() {
+        return DEFAULT;
+    }
+
+    /**
+     * @param ttl the lease's length (positive)
+     * @return the defaults with this TTL
+     */
+    public static LockOptions ttl(Duration ttl) {
+        return DEFAULT.withTtl(ttl);
+    }
+
+    /**
+     * @param d the lease's length, positive; at most the server's {@code max_ttl}
+     * @return these options with this TTL
+     */
+    public LockOptions withTtl(Duration d) {
+        if (d == null || d.isNegative() || d.isZero()) throw new IllegalArgumentException("ttl " + d + ": must be positive");
+        return new LockOptions(d, wait, shared, limit, renew);
+    }
+
+    /**
+     * How long to wait in the server's queue: {@code null} (the default) waits until granted, zero tries once
+     * (as {@code tryLock}); a negative duration is taken as zero.
+     *
+     * @param d the longest wait, or null for forever
+     * @return these options with this wait
+     */
+    public LockOptions waitFor(Duration d) {
+        if (d != null && d.isNegative()) d = Duration.ZERO;
+        return new LockOptions(ttl, d, shared, limit, renew);
+    }
+
+    /** @return these options waiting until granted */
+    public LockOptions waitForever() {
+        return new LockOptions(ttl, null, shared, limit, renew);
+    }
+
+    /** @return these options taking the lock shared with other shared holders (a reader) */
+    public LockOptions shared() {
+        if (limit > 1) throw new IllegalArgumentException("shared() and limit() do not mix: a semaphore's holders are all alike");
+        return new LockOptions(ttl, wait, true, limit, renew);
+    }
+
+    /**
+     * Takes the lock as one of n permits: a semaphore. The limit belongs to the lock: while it is held or waited for
+     * with another limit, the request fails with {@link LimitMismatchException}.
+     *
+     * @param n 2 to 1024
+     * @return these options with this limit
+     */
+    public LockOptions limit(int n) {
+        if (n < 2 || n > Wire.LIMIT_MAX) throw new IllegalArgumentException("limit(" + n + "): 2 to " + Wire.LIMIT_MAX);
+        if (shared) throw new IllegalArgumentException("shared() and limit() do not mix: a semaphore's holders are all alike");
+        return new LockOptions(ttl, wait, shared, n, renew);
+    }
+
+    /** @return these options leaving the lease to run out at its TTL unless {@link Lease#refresh} is called */
+    public LockOptions noRenew() {
+        return new LockOptions(ttl, wait, shared, limit, false);
+    }
+
+    @Override
+    public String toString() {
+        return "LockOptions[ttl=" + ttl + ", wait=" + (wait == null ? "forever" : wait) + ", shared=" + shared
+                + ", limit=" + limit + ", renew=" + renew + "]";
+    }
+}
