@@ -263,6 +263,23 @@ static void dlock(struct result *r, ...)
 	proc_result(&p, r, QUICK_MS);
 }
 
+/* Run "dlock <args>" (words split by the shell) with its stdout on a
+ * terminal of its own (script(1)); its output, the terminal's, in r->out. */
+static void on_a_terminal(struct result *r, const char *args)
+{
+	char cmd[1024];
+	size_t n;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "/usr/bin/script -qec '%s %s' /dev/null",
+		 dlock_path(), args);
+	f = popen(cmd, "r");
+	cr_assert(f != NULL);
+	n = fread(r->out, 1, sizeof(r->out) - 1, f);
+	r->out[n] = '\0';
+	r->status = pclose(f);
+}
+
 /* The contents of a file the command writes, once it has a full line
  * (static buffer); asserts it appears within timeout_ms. */
 static const char *wait_line(const char *path, int timeout_ms)
@@ -2257,6 +2274,12 @@ Test(cli, dlock_describes_the_command_it_runs_never_its_options)
 	cr_assert(eq(int, strcmp(h_kv(l, "cmd"), "dlock%20lock%20ly"), 0), "%s",
 		  l);
 	cr_assert(has(l, h_owner_key("o1")) == 0, "the key went out: %s", l);
+	/* a script reads the wire's one word; a person on a terminal reads
+	 * what was said, quoted as a shell would */
+	dlock(&r, "status", "ly", NULL);
+	cr_assert(has(r.out, " cmd=dlock%20lock%20ly\n"), "%s", r.out);
+	on_a_terminal(&r, "status ly");
+	cr_assert(has(r.out, " cmd='dlock lock ly'"), "%s", r.out);
 	proc_result(&p, &r, QUICK_MS);
 	cr_assert(eq(int, r.status, 0), "%s", r.err);
 	h_close(c);

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "client/cli/dlock_cli.h"
 #include "proto/desc.h"
@@ -272,12 +273,47 @@ static void member_cb(const struct dlock_holder *h, void *arg)
 	e->h.cmd = e->cmd;
 }
 
+/* A description's text for a person (stdout a terminal): as it is,
+ * single-quoted as a shell would quote it when it has a space or a quote.
+ * The server's descriptions are printable ASCII only (proto/desc.h), so
+ * nothing here can drive the terminal. */
+static void print_quoted(const char *key, const char *s)
+{
+	printf(" %s=", key);
+	if (!s[strcspn(s, " '\"\\$`")]) {
+		fputs(s, stdout);
+		return;
+	}
+	putchar('\'');
+	for (; *s; s++)
+		if (*s == '\'')
+			fputs("'\\''", stdout);
+		else
+			putchar(*s);
+	putchar('\'');
+}
+
 /* Who it is, in the text view: key=value words as the wire has them (a
- * space is %20), so that each value stays one word for scripts. */
+ * space is %20), so that each value stays one word for scripts; on a
+ * terminal, as it was said, quoted (print_quoted). */
 static void print_desc(const struct dlock_holder *h)
 {
 	char v[DL_DESC_CMD_MAX + 1];
 	size_t n;
+
+	if (isatty(STDOUT_FILENO)) {
+		if (!h->waiter && h->held_ms >= 0)
+			printf(" held_ms=%" PRId64, h->held_ms);
+		if (h->user[0])
+			printf(" user=%s", h->user);
+		if (h->host[0])
+			print_quoted("host", h->host);
+		if (h->pid)
+			printf(" pid=%" PRIu32, h->pid);
+		if (h->cmd[0])
+			print_quoted("cmd", h->cmd);
+		return;
+	}
 
 	if (!h->waiter && h->held_ms >= 0)
 		printf(" held_ms=%" PRId64, h->held_ms);
