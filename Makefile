@@ -402,6 +402,9 @@ deps:
 # drains; the trap then stops Redis) with its data under run/ (git-ignored),
 # reached over a unix socket; dlockd in the foreground on 127.0.0.1:7420.
 RUN_DIR := $(CURDIR)/run
+# make run PORT=7421: dlockd on another port (the private Redis listens
+# on a unix socket only, so two trees' make run do not clash there).
+PORT = 7420
 run: deps
 	$(MAKE) all
 	@mkdir -p $(RUN_DIR)/redis; sock=$(RUN_DIR)/redis.sock; rm -f $$sock; \
@@ -412,10 +415,10 @@ run: deps
 	  if [ $$i -gt 200 ]; then echo "make run: redis-server did not" \
 	    "start, see run/redis.log"; exit 1; fi; done; \
 	echo "make run: redis-server pid $$rpid on $$sock (data in run/redis)"; \
-	echo "make run: dlockd on 127.0.0.1:7420 -- try: nc 127.0.0.1 7420;" \
+	echo "make run: dlockd on 127.0.0.1:$(PORT) -- try: nc 127.0.0.1 $(PORT);" \
 	  "Ctrl-C stops both"; \
 	$(O)/dlockd -c conf/dlockd.conf --redis unix://$$sock \
-	  --state-dir $(RUN_DIR)
+	  --state-dir $(RUN_DIR) --port $(PORT)
 
 # The highly available setup on one machine (conf/run-ha.sh): Redis with
 # two replicas and three Sentinels, two dlockd (active and standby).
