@@ -2285,6 +2285,28 @@ Test(cli, dlock_describes_the_command_it_runs_never_its_options)
 	h_close(c);
 }
 
+/* A command whose lease was broken is stopped with a message that says
+ * who broke it, not that it expired (a newcomer's trial read "it expired
+ * at the server" and looked for a clock problem). */
+Test(cli, run_says_who_broke_its_lease)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+	struct proc p;
+	char *l, tok[32];
+
+	proc_start(&p, "run", "brk", "--ttl", "30s", "--", "sleep", "30", NULL);
+	wait_held(c, "brk", 10000);
+	l = h_call(c, "STATUS brk");
+	snprintf(tok, sizeof(tok), "%s", h_kv(l, "token"));
+	dlock(&r, "break", "brk", tok, "--reason", "INC-9", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	proc_result(&p, &r, 20000);
+	cr_assert(eq(int, r.status, EX_LOST), "%s", r.err);
+	cr_assert(has(r.err, "lost (it was broken by "), "%s", r.err);
+	h_close(c);
+}
+
 /* An owner's key given on the command line is out of ps(1) once dlock
  * has read it (found from outside: `dlock --owner job=<key> run ...`
  * showed the key in ps for the whole run); --owner-key-file keeps it out

@@ -99,9 +99,10 @@ static dlock_lease *must_lock(dlock_client *c, const char *name, int64_t ttl,
 struct lost {
 	atomic_int n;
 	int why;
-	int64_t at;	  /* dlock_now_ms() in the callback */
-	int64_t deadline; /* dlock_lease_deadline() in the callback */
-	int valid;	  /* dlock_lease_valid() in the callback */
+	int64_t at;	    /* dlock_now_ms() in the callback */
+	int64_t deadline;   /* dlock_lease_deadline() in the callback */
+	int valid;	    /* dlock_lease_valid() in the callback */
+	char broken_by[40]; /* dlock_lease_broken_by() in the callback */
 };
 
 static void on_lost(dlock_client *c, const dlock_lease *l,
@@ -110,6 +111,8 @@ static void on_lost(dlock_client *c, const dlock_lease *l,
 	struct lost *s = arg;
 
 	(void)c;
+	snprintf(s->broken_by, sizeof(s->broken_by), "%s",
+		 dlock_lease_broken_by(l));
 	s->at = dlock_now_ms();
 	s->deadline = dlock_lease_deadline(l);
 	s->why = (int)why;
@@ -586,6 +589,35 @@ Test(client, refresh_token_extends_a_lease_that_nobody_then_renews,
 	h_close(proc);
 	dlock_close(c);
 	dlock_close(stranger);
+}
+
+/* A lease ended by BREAK is lost as EXPIRED, and says who broke it;
+ * before its loss it names nobody. */
+Test(client, a_broken_lease_says_who_broke_it, .init = start_none,
+     .fini = stop_all)
+{
+	struct dlock_options o;
+	struct lost s = {0};
+	struct h_client *op = h_connect(d.port);
+	dlock_client *c;
+	dlock_lease *l;
+
+	opts(&o);
+	o.on_lost = on_lost;
+	o.arg = &s;
+	c = connect_with(&o);
+	cr_assert(eq(int, dlock_lock(c, "bb", 30000, 0, &l), 0));
+	cr_assert(dlock_lease_broken_by(l)[0] == '\0');
+	cr_assert(h_starts(h_call(op, "BREAK bb %" PRIu64 " reason=INC-3",
+				  dlock_lease_token(l)),
+			   "OK BROKEN bb "));
+	cr_assert(eq(int, wait_lost(&s, 5000), 1));
+	cr_assert(eq(int, s.why, DLOCK_LOST_EXPIRED));
+	cr_assert(s.broken_by[0] != '\0', "no broken_by in on_lost");
+	cr_assert(strcmp(dlock_lease_broken_by(l), s.broken_by) == 0);
+	dlock_unlock(c, l);
+	dlock_close(c);
+	h_close(op);
 }
 
 Test(client, token_calls_refuse_a_lease_the_client_has_handles_for,

@@ -304,8 +304,13 @@ static void start_stopping(struct runner *r, int why)
 	r->lost = 1;
 	r->stopping = 1;
 	r->kill_at = at;
-	dl_cli_msg("lease on %s lost (%s): stopping the command", r->cl->pos[0],
-		   lost_text(why));
+	if (why == DLOCK_LOST_EXPIRED && dlock_lease_broken_by(r->l)[0])
+		dl_cli_msg("lease on %s lost (it was broken by %s, dlock "
+			   "break): stopping the command",
+			   r->cl->pos[0], dlock_lease_broken_by(r->l));
+	else
+		dl_cli_msg("lease on %s lost (%s): stopping the command",
+			   r->cl->pos[0], lost_text(why));
 	tell_guard(r, 'S', r->kill_at);
 	kill(r->pid, SIGCONT); /* a stopped guard acts on it at once; it
 				  continues the command after SIGTERM */

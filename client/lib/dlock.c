@@ -890,6 +890,13 @@ int64_t dlock_lease_deadline(const dlock_lease *h)
 	return h ? atomic_load(&h->l->deadline) : 0;
 }
 
+const char *dlock_lease_broken_by(const dlock_lease *h)
+{
+	if (!h || !atomic_load(&((dlock_lease *)h)->lost))
+		return "";
+	return h->l->broken_by;
+}
+
 int dlock_lease_valid(const dlock_lease *h)
 {
 	if (!h || atomic_load(&((dlock_lease *)h)->lost))

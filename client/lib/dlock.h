@@ -713,6 +713,11 @@ int64_t dlock_lease_ttl(const dlock_lease *l); /* TTL renewals ask for */
 int64_t dlock_lease_deadline(const dlock_lease *l);
 /* 1 while held and not lost and the local deadline is ahead. */
 int dlock_lease_valid(const dlock_lease *l);
+/* A lease lost as DLOCK_LOST_EXPIRED because someone ended it with BREAK
+ * (dlock break) rather than by its TTL: the user who broke it (the
+ * server's user name; "default" without a users file). "" otherwise, and
+ * before the loss. */
+const char *dlock_lease_broken_by(const dlock_lease *l);
 
 /* Milliseconds on CLOCK_BOOTTIME (the clock of dlock_lease_deadline). */
 int64_t dlock_now_ms(void);

@@ -220,6 +220,9 @@ struct dlock__lease {
 	 * be reclaimed should Redis forget it ("" : none) */
 	char proof[DL_PROOF_LEN + 1];
 	uint64_t until;
+	/* the user whose BREAK ended it ("": none), written by the client's
+	 * thread before the handles are marked lost, read after */
+	char broken_by[DL_USER_MAX + 1];
 };
 
 /* The public handle: one hold of a lease. */

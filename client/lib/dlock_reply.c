@@ -875,8 +875,15 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 		if (dl_reply_u64(r, 1, &token) < 0)
 			return;
 		l = dlock__lease_find(c, name, token);
-		if (l && !l->dead && !l->unlocking && l->nhandles > 0)
+		if (l && !l->dead && !l->unlocking && l->nhandles > 0) {
+			struct dl_str by;
+
+			if (dl_reply_kv(r, "broken_by", &by) == 0 &&
+			    by.len < sizeof(l->broken_by))
+				snprintf(l->broken_by, sizeof(l->broken_by),
+					 "%.*s", (int)by.len, by.p);
 			dlock__lease_lose(c, l, DLOCK_LOST_EXPIRED);
+		}
 	} else if (is(r, DL_REPLY_EVENT, "EXPIRING")) {
 		/* the lease's warning (LOCK warn=): not refreshed in time */
 		if (dl_reply_u64(r, 1, &token) < 0)
