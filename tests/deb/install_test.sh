@@ -31,6 +31,7 @@ arch=$(dpkg --print-architecture)
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 pkgs="dlockd dlock libdlock0 libdlock-dev"
 [ -f "$out/python3-dlockd_${version}_all.deb" ] && pkgs="$pkgs python3-dlockd"
+[ -f "$out/libdlockd-java_${version}_all.deb" ] && pkgs="$pkgs libdlockd-java"
 
 passed=0
 step() { echo "deb-test: $*"; }
@@ -60,7 +61,7 @@ done
 debs=""
 for p in $pkgs; do
 	a=$arch
-	[ "$p" = python3-dlockd ] && a=all
+	case $p in python3-dlockd | libdlockd-java) a=all ;; esac
 	f="$out/${p}_${version}_$a.deb"
 	[ -f "$f" ] || fail "no $f (make deb first)"
 	debs="$debs $f"
@@ -332,6 +333,17 @@ else
 		python3 "$top/tests/deb/lock.py" 2>&1) ||
 		fail "python3 lock.py: $pyout"
 	ok "python3: import dlockd ($(cd / && python3 -c 'import dlockd; print(dlockd.__file__)')), $pyout"
+fi
+
+if [ -n "${pkgs##*libdlockd-java*}" ]; then
+	step "libdlockd-java was not built (the nojava profile): skipped"
+else
+	[ -f /usr/share/java/dlockd.jar ] || fail "no /usr/share/java/dlockd.jar"
+	# the source launcher compiles and runs Lock.java in one step
+	jout=$(cd / && DLOCK_TEST_PASSWORD="$password" DLOCK_TEST_PORT="$port" \
+		java -cp /usr/share/java/dlockd.jar "$top/tests/deb/Lock.java" 2>&1) ||
+		fail "java Lock.java: $jout"
+	ok "java: /usr/share/java/dlockd.jar, $jout"
 fi
 
 kill -TERM "$dpid"
