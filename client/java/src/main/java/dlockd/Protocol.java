@@ -1,0 +1,746 @@
+package dlockd;
+
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+
+/**
+ * The connection's life and what the server says, after the Go client's core.go (its connections, input, events and
+ * replies): the middle of {@link Engine} ({@code Core <- Protocol <- Engine}, one object).
+ *
+ * <p>Owns: the fail-over and handshake state (which server to try next and when, standby and cluster refusals, what
+ * HELLO said: the default TTL, whether the client was ever ready or met a fatal refusal) and the input state (a reply
+ * body being read, a reply no server may send); and the code over it: a connection that is up ({@link #connected}),
+ * failed or lost (fail-over, keeping requests over a drop), the session once HELLO is answered, and every line read:
+ * events ({@code * GRANTED}, {@code * EXPIRED}, ...) and the replies to each request.
+ *
+ * <p>Threads: everything here runs on the manager thread (see {@link Engine}) and its fields are the manager's
+ * alone; {@link Engine} calls {@link #connected}, {@link #connectFailed}, {@link #connectionLost} and
+ * {@link #lineIn}. It never blocks on the network. What it needs from the threads is {@link #signalReady}.
+ */
+abstract sealed class Protocol extends Core permits Engine {
+    static final double BACKOFF_MIN_MS = 50, BACKOFF_MAX_MS = 1000, REDIRECT_MS = 100;
+    static final double RENEW_RETRY_MIN_MS = 10;
+    static final int ALREADY_WAITING_RETRIES = 3;
+
+    // owned by the manager thread
+    double defaultTTL = Wire.DEFAULT_TTL_MS; // the server's, said in HELLO
+    boolean ready; // a session was had once (build() returns the client)
+    DlockException fatal; // a refusal that ends build() at once
+    Req bodyReq; // the request whose reply body is being read
+    int bodyLeft; // its lines still to come
+    final int naddrs;
+    int hint = -1; // the index of the active a standby or a BYE named (-1: none)
+    int failedI = -1; // the server that failed last
+    boolean standby; // this connection's server is not the active of our cluster
+    double reconnectAt;
+    double backoff = BACKOFF_MIN_MS;
+    boolean descRefused; // the server refused DESCRIBE: not asked again
+    int clusterRefused; // servers one after the other that named another cluster
+    String clusterWhy = "";
+    boolean insane; // the line just handled is one no server may send: drop the connection
+    int crossedGrants; // grants that crossed the CANCEL of a wait given up, given back (for tests)
+
+    Protocol(Config cfg) {
+        super(cfg);
+        this.naddrs = cfg.addrs.size();
+    }
+
+    /** Tells build() that the client is ready, or failed for good ({@link #fatal}). */
+    abstract void signalReady();
+
+    // ---- connections ---------------------------------------------------------------------
+
+    void connectFailed(double now, String why, boolean isFatal) {
+        state = St.DOWN;
+        if (why != null && !why.isEmpty()) lastError = here() + ": " + why;
+        if (isFatal && !ready && naddrs == 1) {
+            fatal = DlockException.of(DlockException.Kind.UNAVAILABLE, lastError);
+            signalReady();
+        }
+        failedI = addrI;
+        addrI = (addrI + 1) % naddrs;
+        reconnectAt = now + backoff;
+        backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+    }
+
+    /** The transport is up: say who we are, and nothing else until HELLO is answered by a server of our cluster. */
+    void connected(double now) {
+        state = St.UP;
+        sessionOK = false;
+        dropWanted = false;
+        double t = connectTimeoutMs();
+        if (!ready && naddrs > 1) t /= naddrs;
+        helloBy = now + t;
+        out.setLength(0);
+        crossing = 0;
+        if (!cfg.password.isEmpty()) internal("AUTH", "", 0, false);
+        internal("HELLO", "", 0, false);
+    }
+
+    /** HELLO was answered OK: describe, confirm the leases within their deadline, send what was kept, watch again. */
+    private void session(double now) {
+        if (cfg.describe && !descRefused) internal("DESCRIBE", "", 0, false);
+        for (Lease l : new ArrayList<>(leases)) {
+            if (l.live() && l.deadlineM > now) renewLease(l, now);
+        }
+        List<Req> kept = unsent;
+        unsent = new ArrayList<>();
+        for (Req q : kept) {
+            q.where = Where.NOWHERE;
+            if (q.op.equals("LOCK") && q.wait > 0 && q.waitEnd <= now) {
+                finish(q, DlockException.of(DlockException.Kind.TIMEOUT, "the wait ran out while reconnecting"), null);
+            } else {
+                write(q, now);
+            }
+        }
+        rewatch();
+    }
+
+    void connectionLost(double now) {
+        if (state == St.DEAD) return;
+        out.setLength(0);
+        List<Req> pending = new ArrayList<>();
+        if (bodyReq != null) {
+            pending.add(bodyReq);
+            bodyReq = null;
+        }
+        pending.addAll(fifo);
+        List<Req> ws = new ArrayList<>(waiting.values());
+        ws.sort(Comparator.comparingInt(q -> q.seq));
+        pending.addAll(ws);
+        fifo.clear();
+        waiting = new HashMap<>();
+        List<Req> kept = new ArrayList<>();
+        for (Req q : pending) {
+            if (keepOverDrop(q)) {
+                q.where = Where.UNSENT;
+                kept.add(q);
+            }
+        }
+        kept.addAll(unsent);
+        unsent = kept;
+        if (clusterRefused >= naddrs) {
+            for (Req q : unsent) finish(q, DlockException.of(DlockException.Kind.CLUSTER_MISMATCH, clusterWhy), null);
+            unsent = new ArrayList<>();
+        }
+        if (closing || (!ready && fatal != null)) {
+            die(DlockException.of(DlockException.Kind.CONNECTION_LOST, "the connection closed"));
+            return;
+        }
+        state = St.DOWN;
+        reconnectAt = now;
+        if (!standby && !sessionOK) {
+            connectFailed(now, "", false); // closed before it said who we are: as a failed connect
+        } else if (standby) {
+            if (hint >= 0 && hint != addrI && hint != failedI) {
+                addrI = hint;
+            } else if (hint >= 0 && hint == failedI) {
+                failedI = -1; // the active it names did not answer: ask again
+                reconnectAt = now + REDIRECT_MS;
+            } else {
+                addrI = (addrI + 1) % naddrs;
+                reconnectAt = now + REDIRECT_MS;
+            }
+        } else if (hint >= 0) {
+            addrI = hint; // * BYE not-active said where
+        }
+        sessionOK = false;
+        standby = false;
+        hint = -1;
+    }
+
+    /** True to write q again on the next connection. */
+    private boolean keepOverDrop(Req q) {
+        if (q.internal) {
+            if ((q.op.equals("RENEW") || q.op.equals("RECLAIM")) && q.lease != null) q.lease.refreshing = false;
+            return q.op.equals("UNLOCK") && q.lastHold;
+        }
+        if (q.abandoned || q.finished) {
+            if (q.op.equals("UNLOCK") && q.lastHold) {
+                q.internal = true; // still release it
+                return true;
+            }
+            finish(q, DlockException.of(DlockException.Kind.CONNECTION_LOST, "the connection closed"), null);
+            return false;
+        }
+        if (q.op.equals("BREAK") && !standby) {
+            // written, not answered: it may have broken the lease, and a BREAK written again would say STALE of its own work
+            finish(q, DlockException.of(DlockException.Kind.CONNECTION_LOST, "the connection closed; the outcome is unknown"), null);
+            return false;
+        }
+        if (q.op.equals("UNLOCK") && !q.lastHold && !standby) {
+            finish(q, DlockException.of(DlockException.Kind.CONNECTION_LOST, "the connection closed; the outcome is unknown"), null);
+            return false;
+        }
+        q.body = null;
+        q.resent = true;
+        return true;
+    }
+
+    private void die(DlockException err) {
+        state = St.DEAD;
+        for (Req q : new ArrayList<>(unsent)) finish(q, err, null);
+        unsent = new ArrayList<>();
+    }
+
+    // ---- input ---------------------------------------------------------------------------
+
+    /** Handles one line; false when the connection must be dropped. */
+    boolean lineIn(String s, double now) {
+        Req bq = bodyReq;
+        if (bq != null) {
+            bq.body.add(s);
+            if (--bodyLeft == 0) {
+                bodyReq = null;
+                bodyDone(bq);
+            }
+            return true;
+        }
+        Wire.Reply r = Wire.parseReply(s);
+        if (r == null) {
+            lastError = here() + ": not the dlockd protocol: " + Wire.trunc(s);
+            return false;
+        }
+        if (r.kind.equals("*")) {
+            event(r, now);
+            if (insane) {
+                insane = false;
+                return false;
+            }
+            return true;
+        }
+        Req q = fifo.peekFirst();
+        if (q == null) return false; // a reply to nothing
+        if (!r.tag.isEmpty() && !r.tag.equals(q.tag)) return false;
+        if (standbyReply(q, r) || clusterReply(q, r)) return false;
+        fifo.pollFirst();
+        q.where = Where.NOWHERE;
+        reply(q, r, now);
+        if (insane) {
+            insane = false;
+            return false;
+        }
+        return true;
+    }
+
+    private boolean standbyReply(Req q, Wire.Reply r) {
+        String active;
+        if (r.is("ERR", "NOT_ACTIVE")) {
+            String a0 = r.arg(0);
+            active = a0 != null && a0.startsWith("active=") ? a0.substring(7) : "";
+        } else if (q.op.equals("HELLO") && r.kind.equals("OK") && r.kvs("role").equals("standby")) {
+            active = r.kvs("active");
+        } else {
+            return false;
+        }
+        standby = true;
+        lastError = here() + ": a standby (the active: " + active + ")";
+        setHint(active);
+        return true;
+    }
+
+    private void setHint(String active) {
+        hint = -1;
+        for (int i = 0; i < cfg.addrs.size(); i++) {
+            String n = cfg.addrs.get(i).name;
+            if (!n.isEmpty() && n.equals(active)) {
+                hint = i;
+                return;
+            }
+        }
+    }
+
+    /** The first cluster id met is the client's; a server that names another is refused like a standby. */
+    private boolean clusterReply(Req q, Wire.Reply r) {
+        if (!q.op.equals("HELLO") || !r.kind.equals("OK")) return false;
+        String cid = r.kvs("cluster");
+        if (cid.isEmpty() || cid.equals("-")) return false;
+        String h = here();
+        if (cluster.isEmpty() && cid.length() == 32) {
+            setCluster(cid, h);
+        } else if (cfg.cluster.isEmpty() && cid.length() == 32 && h.equals(clusterFrom)) {
+            setCluster(cid, h); // the server the id came from restarted as another lock table
+        }
+        if (cid.equals(cluster)) {
+            clusterRefused = 0;
+            return false;
+        }
+        clusterRefused++;
+        standby = true;
+        hint = -1;
+        if (!clusterFrom.isEmpty()) {
+            clusterWhy = "servers " + clusterFrom + " and " + h + " are two clusters (ids " + cluster + ", " + cid
+                    + "): check their redis URL, db and prefix";
+        } else {
+            clusterWhy = "server " + h + " is of cluster " + cid + ", not " + cluster
+                    + " (the cluster asked for): check its redis URL, db and prefix";
+        }
+        lastError = clusterWhy;
+        if (clusterRefused >= naddrs && !ready) {
+            fatal = DlockException.of(DlockException.Kind.CLUSTER_MISMATCH, clusterWhy);
+            signalReady();
+        }
+        return true;
+    }
+
+    private static int holdsOf(Wire.Reply r) {
+        return Wire.atoi(r.kvs("holds"));
+    }
+
+    /** A grant, confirmation or wait's end for q's lock must name it, and a holds= must count at least this hold. */
+    private boolean notOf(Req q, Wire.Reply r) {
+        if (q.name.equals(r.arg(0))) {
+            if (r.kv("holds") == null || holdsOf(r) > 0) return false;
+        }
+        insane = true;
+        return true;
+    }
+
+    private void event(Wire.Reply r, double now) {
+        if (r.word.equals("BYE")) {
+            String a = r.kvs("active");
+            if (!a.isEmpty()) setHint(a);
+            lastError = here() + ": " + r.text();
+            return;
+        }
+        if (r.word.equals("WATCH-OVERFLOW")) {
+            int n = Wire.atoi(r.arg(0));
+            for (Watch x : watches) x.deliver(WatchEvent.of(WatchEvent.Kind.OVERFLOW, "", n));
+            return;
+        }
+        if (r.args.isEmpty()) return; // something newer than us
+        String name = r.args.get(0);
+        switch (r.word) {
+            case "GRANTED": {
+                Long token = r.uarg(1);
+                if (token == null || token == 0) {
+                    insane = true;
+                    return;
+                }
+                int holds = holdsOf(r);
+                Req q = waiting.get(r.tag);
+                if (r.tag.isEmpty() || q == null) {
+                    // nobody waits: a grant that crossed the CANCEL of a wait given up
+                    if (crossing == 0) {
+                        insane = true;
+                        return;
+                    }
+                    crossing--;
+                    crossedGrants++;
+                    if (holds > ownHolds(name, token) + 1) internal("UNLOCK", name, token, false);
+                    else cleanupGrant(name, token);
+                    return;
+                }
+                waiting.remove(r.tag);
+                if (notOf(q, r)) {
+                    finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may grant this: " + r.text()), null);
+                    return;
+                }
+                if (heldElsewhere(q, token, holds)) return;
+                // The TTL began when the server granted it, before this line reached us: confirm, count from then.
+                q.token = token;
+                q.op = "CONFIRM";
+                setReqDeadline(q, now + serverTimeoutMs());
+                write(q, now);
+                break;
+            }
+            case "TIMEOUT": {
+                Req q = waiting.get(r.tag);
+                if (r.tag.isEmpty() || q == null) return;
+                waiting.remove(r.tag);
+                if (notOf(q, r)) {
+                    finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may end this wait so: " + r.text()), null);
+                    return;
+                }
+                finish(q, DlockException.of(DlockException.Kind.TIMEOUT, "waited in vain for " + name), null);
+                break;
+            }
+            case "EXPIRED": {
+                long token = Wire.atou(r.arg(1));
+                for (Lease l : new ArrayList<>(leases)) {
+                    if (l.name.equals(name) && l.token == token && l.live()) lose(l, LostReason.EXPIRED, r.kvs("broken_by"));
+                }
+                break;
+            }
+            case "EXPIRING": {
+                long token = Wire.atou(r.arg(1));
+                for (Lease l : leases) if (l.name.equals(name) && l.token == token) risk(l);
+                break;
+            }
+            case "WATCH": {
+                if (r.args.size() < 4) return;
+                WatchEvent ev = new WatchEvent(WatchEvent.kindOf(r.args.get(1)), name, r.args.get(2), r.kvs("user"),
+                        Wire.atou(r.args.get(3)), Wire.atoi(r.kvs("holders")), r.kvs("broken_by"), 0);
+                for (Watch x : watches) if (x.matches(name)) x.deliver(ev);
+                break;
+            }
+            default:
+                break;
+        }
+    }
+
+    // ---- replies -------------------------------------------------------------------------
+
+    private void reply(Req q, Wire.Reply r, double now) {
+        boolean handled = false;
+        switch (q.op) {
+            case "LOCK":
+                handled = rLock(q, r, now);
+                break;
+            case "CONFIRM":
+                handled = rConfirm(q, r, now);
+                break;
+            case "UNLOCK":
+                handled = rUnlock(q, r, now);
+                break;
+            case "REFRESH": case "RENEW": case "RECLAIM":
+                handled = rRefresh(q, r, now);
+                break;
+            case "BREAK":
+                if (r.is("OK", "BROKEN")) {
+                    finish(q, null, null);
+                    handled = true;
+                } else if (r.is("NO", "STALE")) {
+                    finish(q, new LeaseLostException(r.word, r.text(), "the token holds nothing of " + q.name, LostReason.NOT_LOST, null), null);
+                    handled = true;
+                }
+                break;
+            case "CHECK":
+                if (r.is("OK", "VALID")) {
+                    Long n = r.uarg(2);
+                    finish(q, null, n == null ? 0L : n);
+                    handled = true;
+                } else if (r.is("NO", "STALE")) {
+                    finish(q, new LeaseLostException(r.word, r.text(), "the token does not hold " + q.name, LostReason.NOT_LOST, null), null);
+                    handled = true;
+                }
+                break;
+            case "HELLO":
+                handled = rHello(q, r, now);
+                break;
+            case "DESCRIBE":
+                if (!r.kind.equals("OK")) descRefused = true; // a server of 0.3: nothing more is said
+                finish(q, null, null);
+                handled = true;
+                break;
+            case "AUTH":
+                if (!r.kind.equals("OK")) {
+                    DlockException err = DlockException.ofReply(r);
+                    if (!ready) {
+                        fatal = err;
+                        signalReady();
+                    }
+                    lastError = here() + ": " + r.text();
+                    dropWanted = true;
+                    finish(q, err, null);
+                } else {
+                    finish(q, null, null);
+                }
+                handled = true;
+                break;
+            case "STATUS":
+                if (r.is("OK", "STATUS")) {
+                    finish(q, null, Status.of(q.name, r));
+                    handled = true;
+                }
+                break;
+            case "HOLDERS":
+                handled = rBody(q, r);
+                break;
+            case "WATCH": case "REWATCH":
+                handled = rWatch(q, r);
+                break;
+            case "PING": case "CANCEL": case "UNWATCH":
+                if (r.kind.equals("OK")) {
+                    finish(q, null, null);
+                    handled = true;
+                }
+                break;
+            default:
+                break;
+        }
+        if (handled) return;
+        if (r.kind.equals("OK")) finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "unexpected reply: " + r.text()), null);
+        else finish(q, DlockException.ofReply(r), null);
+    }
+
+    /** The holds of lease (name, token) this client had at the server when it executed the request being answered. */
+    private int ownHolds(String name, long token) {
+        int n = 0;
+        for (Lease l : leases) if (l.name.equals(name) && l.token == token && !l.released && !l.unlocking) n++;
+        for (Req q : fifo) {
+            if ((q.op.equals("UNLOCK") || q.op.equals("CONFIRM")) && q.name.equals(name) && q.token == token) n++;
+        }
+        return n;
+    }
+
+    /** A grant with more holds than this client's and this one is another process's of the owner too: give it back. */
+    private boolean heldElsewhere(Req q, long token, int holds) {
+        int mine = ownHolds(q.name, token);
+        if (holds <= mine + 1) return false;
+        internal("UNLOCK", q.name, token, false);
+        if (q.abandoned) {
+            finish(q, DlockException.of(DlockException.Kind.TIMEOUT, "given up"), null);
+            return true;
+        }
+        finish(q, DlockException.of(DlockException.Kind.HELD_BY_OWNER, q.name + " is held by owner " + owner
+                + " in another process: its lease " + Wire.u64(token) + " has " + holds + " holds, " + (mine + 1)
+                + " of them this client's; the new one was given back"), null);
+        return true;
+    }
+
+    private double mostTTL(Req q, long token) {
+        double most = q.ttl;
+        for (Lease l : leases) {
+            if (l.name.equals(q.name) && l.token == token && l.lostM == LostReason.NOT_LOST && l.ttl > most) most = l.ttl;
+        }
+        return most;
+    }
+
+    private boolean rLock(Req q, Wire.Reply r, double now) {
+        if (r.is("OK", "GRANTED")) {
+            Long token = r.uarg(1);
+            Long ms = r.uarg(2);
+            if (notOf(q, r) || token == null || token == 0) {
+                insane = true;
+                finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may grant this: " + r.text()), null);
+                return true;
+            }
+            if (heldElsewhere(q, token, holdsOf(r))) return true;
+            if (ms == null || ms < 0 || ms > mostTTL(q, token)) {
+                insane = true;
+                cleanupGrant(q.name, token);
+                finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may grant this: " + r.text()), null);
+                return true;
+            }
+            granted(q, token, ms, q.sentAt, r);
+        } else if (r.is("OK", "QUEUED")) {
+            if (q.abandoned || q.finished) {
+                crossing++; // its grant may cross the CANCEL
+                internal("CANCEL", q.name, 0, false);
+                return true;
+            }
+            q.where = Where.WAITING;
+            waiting.put(q.tag, q);
+            setReqDeadline(q, q.wait >= 0 ? q.waitEnd + serverTimeoutMs() : NEVER);
+        } else if (r.is("NO", "ALREADY_WAITING") && !q.abandoned && q.retries < ALREADY_WAITING_RETRIES) {
+            // a LOCK of ours that was given up still waits: the CANCEL of its clean-up went out before this reply
+            q.retries++;
+            write(q, now);
+        } else {
+            return false;
+        }
+        return true;
+    }
+
+    private boolean rConfirm(Req q, Wire.Reply r, double now) {
+        if (r.is("OK", "REFRESHED")) {
+            Long ms = r.uarg(1);
+            if (notOf(q, r) || ms == null || ms > q.ttl) {
+                insane = true;
+                cleanupGrant(q.name, q.token);
+                finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may confirm this: " + r.text()), null);
+                return true;
+            }
+            granted(q, q.token, ms, q.sentAt, r);
+        } else if (r.is("NO", "NOT_HOLDER")) {
+            if (!q.abandoned && !q.finished && (q.wait < 0 || q.waitEnd > now)) {
+                q.op = "LOCK"; // expired before we could confirm it: again
+                write(q, now);
+            } else {
+                finish(q, DlockException.of(DlockException.Kind.TIMEOUT, "the grant expired before it was confirmed"), null);
+            }
+        } else {
+            cleanupGrant(q.name, q.token);
+            finish(q, DlockException.ofReply(r), null);
+        }
+        return true;
+    }
+
+    private void granted(Req q, long token, double ms, double sentAt, Wire.Reply r) {
+        if (q.abandoned || q.finished) {
+            cleanupGrant(q.name, token);
+            finish(q, DlockException.of(DlockException.Kind.TIMEOUT, "given up"), null);
+            return;
+        }
+        Lease.Mode mode = q.shared ? Lease.Mode.SHARED : q.limit > 1 ? Lease.Mode.SEMAPHORE : Lease.Mode.EXCLUSIVE;
+        // Engine is the one subclass (sealed)
+        Lease l = new Lease((Engine) this, q.name, token, mode, Math.max(q.limit, 1));
+        l.noteProof(r);
+        l.ttl = q.ttl;
+        l.renew = q.renew;
+        confirmLease(l, q, sentAt, ms);
+        double now = nowMs();
+        if (now >= l.deadlineM - guardMs(l.ttl)) {
+            // The reply came so late that the lease is inside its lost guard: give it back; ask again while the wait lasts.
+            cleanupGrant(q.name, token);
+            if (q.wait < 0 || (q.wait > 0 && q.waitEnd > now)) {
+                q.op = "LOCK";
+                setReqDeadline(q, now + serverTimeoutMs());
+                write(q, now);
+            } else {
+                finish(q, DlockException.of(DlockException.Kind.TIMEOUT, "granted too late to be used"), null);
+            }
+            return;
+        }
+        l.ticket = q.ticket;
+        leases.add(l);
+        finish(q, null, l);
+    }
+
+    private boolean rUnlock(Req q, Wire.Reply r, double now) {
+        Lease l = q.lease;
+        boolean quiet = true;
+        ArrayDeque<Ticket> dq = turns.get(q.name);
+        if (dq != null && !dq.isEmpty() && (l == null || l.ticket != dq.peekFirst())) quiet = false;
+        if (r.is("OK", "HELD") && q.lastHold && quiet && q.retries < Wire.REENTRY_MAX) {
+            // holds we lost track of (a LOCK sent again after a reconnect was granted twice): give them back
+            q.retries++;
+            write(q, now);
+        } else if (r.kind.equals("OK") && (r.word.equals("RELEASED") || r.word.equals("HELD"))) {
+            finish(q, null, null);
+        } else if (r.is("NO", "NOT_HOLDER")) {
+            if (q.resent && q.lastHold) finish(q, null, null); // released before the drop
+            else finish(q, DlockException.ofReply(r), null);
+        } else {
+            return false;
+        }
+        return true;
+    }
+
+    private boolean rRefresh(Req q, Wire.Reply r, double now) {
+        Lease l = q.lease;
+        if (q.op.equals("RENEW") || q.op.equals("RECLAIM")) l.refreshing = false;
+        if (r.kind.equals("OK") && (r.word.equals("REFRESHED") || r.word.equals("RECLAIMED"))) {
+            Long ms = r.uarg(r.word.equals("RECLAIMED") ? 2 : 1);
+            if (ms == null || ms > q.ttl) {
+                insane = true;
+                finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may refresh so: " + r.text()), null);
+                return true;
+            }
+            if (l.live()) {
+                if (q.op.equals("REFRESH")) l.ttl = q.ttl;
+                l.noteProof(r);
+                confirmLease(l, q, q.sentAt, ms);
+            }
+            finish(q, null, ms);
+            return true;
+        }
+        if (r.is("NO", "NOT_HOLDER") && q.op.equals("RENEW") && !l.proof.isEmpty() && l.live() && l.deadlineM > now) {
+            // the server does not know the lease: if Redis forgot it, ask for it again with its proof
+            q.op = "RECLAIM";
+            l.refreshing = true;
+            write(q, now);
+            return true;
+        }
+        if (r.is("NO", "NOT_HOLDER")) {
+            if (l.live()) lose(l, LostReason.REJECTED, "");
+            finish(q, new LeaseLostException(r.word, r.text(), null, LostReason.REJECTED, null), null);
+            return true;
+        }
+        if ((q.op.equals("RENEW") || q.op.equals("RECLAIM")) && l.live()) {
+            // UNAVAILABLE and the like: try again soon; the guard says when it is too late
+            l.renewAt = now + Math.max(l.ttl / 10, RENEW_RETRY_MIN_MS);
+            risk(l);
+        }
+        return false;
+    }
+
+    private boolean rHello(Req q, Wire.Reply r, double now) {
+        if (!r.kind.equals("OK")) {
+            // refused (NO DENIED <id> need=key): on a reconnect, acting as another owner would be worse than not at all
+            DlockException err = DlockException.ofReply(r);
+            lastError = here() + ": " + r.text();
+            if (!ready) {
+                fatal = err;
+                signalReady();
+            }
+            finish(q, err, null);
+            dropWanted = true;
+            return true;
+        }
+        int dt = Wire.atoi(r.kvs("default_ttl_ms"));
+        if (dt > 0) defaultTTL = dt;
+        String k = r.kvs("key");
+        if (!k.isEmpty()) setKey(k);
+        if (r.kv("owner") == null && r.kvs("auth").equals("required")) {
+            DlockException err = DlockException.of(DlockException.Kind.DENIED, "the server requires AUTH: give a password, or a user and its secret");
+            if (!ready) {
+                fatal = err;
+                signalReady();
+            }
+            lastError = err.getMessage();
+            finish(q, err, null);
+            dropWanted = true;
+            return true;
+        }
+        backoff = BACKOFF_MIN_MS;
+        failedI = -1;
+        sessionOK = true;
+        ready = true;
+        signalReady();
+        finish(q, null, null);
+        session(now);
+        return true;
+    }
+
+    private boolean rBody(Req q, Wire.Reply r) {
+        if (!r.kind.equals("OK") || !r.word.equals(q.op)) return false;
+        Long n = r.uarg(1);
+        q.header = r;
+        q.body = new ArrayList<>();
+        if (n == null || n > Wire.BODY_LINES_MAX) {
+            insane = true;
+            finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "unexpected reply: " + r.text()), null);
+            return true;
+        }
+        if (n == 0) {
+            bodyDone(q);
+        } else {
+            bodyReq = q;
+            bodyLeft = (int) (long) n;
+            q.where = Where.SENT;
+        }
+        return true;
+    }
+
+    private void bodyDone(Req q) {
+        Status st = Status.of(q.name, q.header);
+        List<Holder> hs = new ArrayList<>(), ws = new ArrayList<>();
+        for (String s : q.body) {
+            Holder x = Holder.of(s);
+            if (x == null) {
+                finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "unexpected line: " + Wire.trunc(s)), null);
+                return;
+            }
+            (x.waiter() ? ws : hs).add(x);
+        }
+        st = st.withFirst(hs.isEmpty() ? null : hs.get(0), st.holders() > 0);
+        finish(q, null, new Holders(st, List.copyOf(hs), List.copyOf(ws), Wire.atoi(q.header.kvs("more"))));
+    }
+
+    private boolean rWatch(Req q, Wire.Reply r) {
+        boolean ok = r.is("OK", "WATCHING");
+        if (q.op.equals("WATCH")) {
+            if (!ok) return false; // the error ends the call
+            finish(q, null, null);
+            return true;
+        }
+        for (Watch x : new ArrayList<>(watches)) {
+            if (!x.active || !x.has(q.name)) continue;
+            if (ok) {
+                x.deliver(WatchEvent.of(WatchEvent.Kind.RESUMED, q.name, 0));
+                continue;
+            }
+            x.deliver(WatchEvent.of(WatchEvent.Kind.REFUSED, q.name, 0));
+            for (Iterator<String> it = x.patterns.iterator(); it.hasNext();) if (it.next().equals(q.name)) it.remove();
+            if (x.patterns.isEmpty()) unwatch(x);
+        }
+        finish(q, null, null);
+        return true;
+    }
+}
