@@ -78,7 +78,10 @@ def rc_of(e: BaseException) -> int:
 
 
 def on_lost(lease: dlockd.Lease, why: dlockd.LostReason) -> None:
-    # on the client's thread, at once
+    # on the client's thread, at once; a lease the worker closed its
+    # client on (left held) is no loss (goworker too)
+    if why == dlockd.LostReason.CLOSED:
+        return
     reason = {dlockd.LostReason.EXPIRED: 1, dlockd.LostReason.REJECTED: 2}.get(why, 3)
     record(f"L {lease.name} {lease.token} {reason} {int(lease.deadline * 1000)}")
 
@@ -180,7 +183,7 @@ class Worker:
         if k < self.nl and changed and random.randrange(3) == 0:
             # leave it held, as `dlock lock` does: nobody renews it, and
             # its interval lasts until the deadline it was told
-            self.c.close()
+            self.c.close(release=False)
             self.c = None
             self.next_owner()
             self.connect()

@@ -16,10 +16,17 @@ alike, and like libdlock (``client/lib/dlock.h``): leases counted from the
 moment their request was sent, renewed every TTL/3 and declared lost
 before the server could grant them again; reconnects to the same owner
 with its key, with leases confirmed and waits queued again; fail-over
-across a list of daemons. Durations are seconds (floats), tokens ints.
+across a list of daemons. Durations are seconds (floats) or
+``datetime.timedelta``, tokens ints.
+
+A lease lost while held is logged at once (logger ``"dlockd"``, WARNING),
+and the ``with`` block of the lease ends with LockLost; in asyncio the
+``async with`` block is cancelled at the loss. ``close()`` gives back the
+leases still held (``close(release=False)`` keeps them). ``watch()``
+gives the changes of locks one does not hold, as an iterator.
 """
 
-from ._async import AsyncClient, AsyncLease, AsyncRWLock, AsyncSemaphore
+from ._async import AsyncClient, AsyncLease, AsyncRWLock, AsyncSemaphore, AsyncWatch
 from ._errors import (
     ConnectionLost,
     Deadlock,
@@ -36,8 +43,8 @@ from ._errors import (
     ClusterMismatch,
     UpgradeDeadlock,
 )
-from ._sync import Client, Lease, RWLock, Semaphore
-from ._types import Holder, Holders, LocksPage, LostReason, Status
+from ._sync import Client, Lease, RWLock, Semaphore, Watch
+from ._types import Holder, Holders, LocksPage, LostReason, Status, WatchEvent
 
 __version__ = "0.4.0"
 
@@ -46,6 +53,7 @@ __all__ = [
     "AsyncLease",
     "AsyncRWLock",
     "AsyncSemaphore",
+    "AsyncWatch",
     "Client",
     "ConnectionLost",
     "Deadlock",
@@ -69,5 +77,7 @@ __all__ = [
     "Unavailable",
     "ClusterMismatch",
     "UpgradeDeadlock",
+    "Watch",
+    "WatchEvent",
     "__version__",
 ]

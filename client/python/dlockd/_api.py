@@ -4,6 +4,7 @@ read-only view, the client registry that fork() walks."""
 
 from __future__ import annotations
 
+import logging
 import os
 import weakref
 from dataclasses import dataclass
@@ -11,7 +12,10 @@ from typing import Any, Callable
 
 from . import _wire as wire
 from ._core import LeaseState, now_ms
-from ._types import LostReason
+from ._errors import LockLost
+from ._types import LostReason, lost_why
+
+log = logging.getLogger("dlockd")
 
 MODES = ("exclusive", "shared")
 # The longest lock-delay the server takes (LOCK delay=, DL_LOCK_DELAY_MAX_MS).
@@ -30,18 +34,42 @@ class LockArgs:
     opts: dict[str, Any]
 
 
+def wait_of(wait: Any, blocking: Any, blocking_timeout: Any, timeout: Any) -> Any:
+    """``wait`` from redis-py's ``blocking``/``blocking_timeout`` (which
+    map one to one: ``blocking=False`` is ``wait=0``, ``blocking_timeout=t``
+    is ``wait=t``, ``blocking=True`` alone waits for ever); redis-py's
+    ``timeout`` (a lease's length there) is refused, naming dlockd's
+    ``ttl``."""
+    if timeout is not _UNSET:
+        raise TypeError(
+            "dlockd: lock() has no timeout=: the lease's length is ttl= (seconds), "
+            "how long to wait for the lock is wait= (None: for ever, 0: try once)"
+        )
+    if blocking is _UNSET and blocking_timeout is _UNSET:
+        return wait
+    if wait is not None:
+        raise TypeError("dlockd: give wait= or blocking=/blocking_timeout=, not both")
+    if blocking is False:
+        if blocking_timeout not in (_UNSET, None):
+            raise TypeError("dlockd: blocking=False does not wait: no blocking_timeout=")
+        return 0
+    if blocking not in (_UNSET, True):
+        raise TypeError(f"blocking is True or False, not {blocking!r}")
+    return None if blocking_timeout is _UNSET else blocking_timeout
+
+
 def lock_args(
     name: str,
-    ttl: float | None,
-    wait: float | None,
+    ttl: wire.Seconds | None,
+    wait: wire.Seconds | None,
     mode: str,
     limit: int | None,
     max_hold: Any,
     renew: Any,
     on_lost: Callable[..., Any] | None,
     on_at_risk: Callable[..., Any] | None,
-    warn: float | None = None,
-    delay: float | None = None,
+    warn: wire.Seconds | None = None,
+    delay: wire.Seconds | None = None,
 ) -> LockArgs:
     wire.check_name(name)
     ttl_ms = float(wire.ms_of(ttl, "ttl")) if ttl is not None else None
@@ -91,6 +119,38 @@ class _Unset:
 _UNSET: Any = _Unset()
 
 
+def lost_error(ls: LeaseState, cancelled: bool = False) -> LockLost:
+    """The LockLost that ends a block whose lease was lost: its message
+    says why ("broken by alice", "expired at the server", ...)."""
+    why = lost_why(ls.lost, ls.broken_by)
+    what = f"the lease of {ls.name!r} (token {ls.token}) was lost"
+    if cancelled:
+        msg = f"{what}: {why}; the block was cancelled"
+    else:
+        msg = f"{what} before the end of the block: {why}"
+    err = LockLost(msg)
+    err.name, err.token, err.reason, err.broken_by = ls.name, ls.token, ls.lost, ls.broken_by
+    return err
+
+
+def log_lost(ls: LeaseState) -> None:
+    """Say a loss on the "dlockd" logger (WARNING), as it happens."""
+    log.warning(
+        "lost the lease of %r (token %d): %s",
+        ls.name,
+        ls.token,
+        lost_why(ls.lost, ls.broken_by),
+    )
+
+
+REDIS_ACQUIRE = (
+    "dlockd: c.lock() acquires at once and returns the held lease; there is no "
+    "acquire(): for acquire(blocking=False) use c.lock(name, wait=0) (LockTimeout "
+    "if busy), for blocking_timeout=t use c.lock(name, wait=t) (or "
+    "c.lock(name, blocking=False) / c.lock(name, blocking_timeout=t))"
+)
+
+
 class LeaseView:
     """The read-only part of a lease, for both faces."""
 
@@ -135,10 +195,22 @@ class LeaseView:
         return self._ls.broken_by
 
     @property
+    def broken(self) -> bool:
+        """True once a ``BREAK`` (by ``broken_by``) ended the lease."""
+        return self._ls.lost is LostReason.EXPIRED and bool(self._ls.broken_by)
+
+    @property
     def owned(self) -> bool:
         """False in a child process after fork(): the lease is the
-        parent's, and this process neither renews nor releases it."""
+        parent's, and this process neither renews nor releases it.
+        (redis-py's ``lock.owned()`` is ``lease.valid`` here: no round
+        trip; ``check()`` asks the server.)"""
         return self._ls.owned
+
+    def acquire(self, *args: Any, **kw: Any) -> Any:
+        """Not here: redis-py's habit. ``c.lock()`` already acquired this
+        lease; TypeError naming dlockd's form."""
+        raise TypeError(REDIS_ACQUIRE)
 
     @property
     def valid(self) -> bool:

@@ -24,15 +24,16 @@ import inspect
 import os
 import socket
 import ssl
-from typing import Any, Callable, Generator
+from typing import Any, AsyncIterator, Callable, Generator
 
 from . import _api
 from . import _options
 from ._api import _UNSET, LeaseView, lock_args
-from ._core import CONNECTING, DEAD, DOWN, NEVER, UP, Core, LeaseState, Req, Ticket, now_ms
+from ._core import DEAD, DOWN, NEVER, UP, Core, LeaseState, Req, Ticket, WatchState, now_ms
 from ._errors import ConnectionLost, DlockError, LockLost, LockTimeout, Unavailable
-from ._sync import CLOCK_STEP, _locks_extra
-from ._types import Holders, LocksPage, LostReason, Status
+from ._sync import CLOCK_STEP, CLOSE_RELEASE_MS, REFUSED, _locks_extra
+from ._types import Holders, LocksPage, LostReason, Status, WatchEvent, lost_why
+from ._wire import Seconds
 
 
 class AsyncLease(LeaseView):
@@ -40,7 +41,10 @@ class AsyncLease(LeaseView):
 
     ``lost`` is an asyncio.Event set when the lease is lost; ``async with``
     a lease releases it at the end of the block and raises LockLost if it
-    was lost meanwhile.
+    was lost meanwhile. ``async with c.lock(...)`` also cancels its task
+    at the loss (``cancel_on_loss``, on by default there), so the block
+    stops where it is and ends with LockLost. A loss is logged at once
+    (logger ``"dlockd"``, WARNING).
     """
 
     def __init__(self, client: AsyncClient, ls: LeaseState) -> None:
@@ -56,14 +60,30 @@ class AsyncLease(LeaseView):
         c = self._client
         return float(await c._call(c._core.simple_request("CHECK", self.name, self.token)))
 
-    async def refresh(self, ttl: float | None = None) -> float:
+    async def refresh(self, ttl: Seconds | None = None) -> float:
         """Extend the lease now to ``ttl`` seconds (default: its TTL);
         returns the TTL granted. LockLost if it is gone."""
         c = self._client
         ttl_ms = float(_api.wire.ms_of(ttl, "ttl")) if ttl is not None else None
         if self._ls.lost is not None or self._ls.released:
-            raise LockLost(f"the lease of {self.name!r} is {'lost' if self._ls.lost else 'released'}")
+            why = lost_why(self._ls.lost, self._ls.broken_by) if self._ls.lost else ""
+            raise LockLost(
+                f"the lease of {self.name!r} is " + (f"lost: {why}" if why else "released")
+            )
         return float(await c._call(c._core.refresh_request(self._ls, ttl_ms, now_ms())))
+
+    async def extend(self, additional_time: Seconds, replace_ttl: bool = False) -> float:
+        """redis-py's ``extend``: refresh now so that ``additional_time``
+        more seconds remain than the lease has left (``replace_ttl``:
+        exactly that). The new length is what renewals ask for from then
+        on. Returns the TTL granted; LockLost if the lease is gone."""
+        add = _api.wire.seconds_of(additional_time, "additional_time")
+        return await self.refresh(add if replace_ttl else self.remaining() + add)
+
+    async def locked(self) -> bool:
+        """redis-py's ``await lock.locked()``: whether anyone holds the
+        lock now (the server says)."""
+        return (await self._client.status(self.name)).held
 
     async def release(self) -> None:
         """Give the hold back. Cancellation-safe: a task cancelled here
@@ -108,15 +128,9 @@ async def _exit(lease: AsyncLease, et: Any, ev: Any) -> None:
         task = asyncio.current_task()
         if task is not None and hasattr(task, "uncancel"):
             task.uncancel()
-        raise LockLost(
-            f"the lease of {lease.name!r} (token {lease.token}) was lost: "
-            f"{lease._ls.lost.name if lease._ls.lost else 'lost'}; the block was cancelled"
-        ) from ev
+        raise _api.lost_error(lease._ls, cancelled=True) from ev
     if et is None and lease._ls.lost is not None:
-        raise LockLost(
-            f"the lease of {lease.name!r} (token {lease.token}) was lost "
-            f"before the end of the block: {lease._ls.lost.name}"
-        )
+        raise _api.lost_error(lease._ls)
 
 
 class _Acquire(collections.abc.Coroutine):  # type: ignore[type-arg]
@@ -124,7 +138,9 @@ class _Acquire(collections.abc.Coroutine):  # type: ignore[type-arg]
     for the lease, or use it in ``async with`` (which releases at the
     end)."""
 
-    def __init__(self, client: AsyncClient, args: _api.LockArgs, cancel_on_loss: bool) -> None:
+    def __init__(
+        self, client: AsyncClient, args: _api.LockArgs, cancel_on_loss: bool | None
+    ) -> None:
         self._c = client
         self._a = args
         self._cancel_on_loss = cancel_on_loss
@@ -149,16 +165,19 @@ class _Acquire(collections.abc.Coroutine):  # type: ignore[type-arg]
         if self._coro is not None:
             self._coro.close()
 
-    async def _acquire(self) -> AsyncLease:
+    async def _acquire(self, scoped: bool = False) -> AsyncLease:
         lease = await self._c._acquire(self._a)
-        if self._cancel_on_loss:
+        cancel = self._cancel_on_loss
+        if cancel is None:
+            cancel = scoped  # the default: within ``async with`` only
+        if cancel:
             lease._cancel = asyncio.current_task()
             if lease._ls.lost is not None:
                 self._c.lost(lease._ls)
         return lease
 
     async def __aenter__(self) -> AsyncLease:
-        self._lease = await self._acquire()
+        self._lease = await self._acquire(scoped=True)
         return self._lease
 
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
@@ -173,10 +192,10 @@ class AsyncRWLock:
         self._c = client
         self.name = _api.wire.check_name(name)
 
-    def read(self, ttl: float | None = None, wait: float | None = None, **kw: Any) -> _Acquire:
+    def read(self, ttl: Seconds | None = None, wait: Seconds | None = None, **kw: Any) -> _Acquire:
         return self._c.lock(self.name, ttl, wait, mode="shared", **kw)
 
-    def write(self, ttl: float | None = None, wait: float | None = None, **kw: Any) -> _Acquire:
+    def write(self, ttl: Seconds | None = None, wait: Seconds | None = None, **kw: Any) -> _Acquire:
         return self._c.lock(self.name, ttl, wait, **kw)
 
 
@@ -188,7 +207,9 @@ class AsyncSemaphore:
         self.name = _api.wire.check_name(name)
         self.n = n
 
-    def acquire(self, ttl: float | None = None, wait: float | None = None, **kw: Any) -> _Acquire:
+    def acquire(
+        self, ttl: Seconds | None = None, wait: Seconds | None = None, **kw: Any
+    ) -> _Acquire:
         return self._c.lock(self.name, ttl, wait, limit=self.n, **kw)
 
 
@@ -217,12 +238,121 @@ class _Wait:
         self.timer: asyncio.TimerHandle | None = None
 
 
+class AsyncWatch:
+    """What ``AsyncClient.watch()`` returns: ``async for ev in
+    c.watch("jobs/*")`` (ends when the watch or the client is closed;
+    leaving the loop closes the watch), ``w = await c.watch(...)`` (the
+    watch answered, then ``await w.get(timeout)``), or ``async with
+    c.watch(...) as w``. ``close()`` stops watching."""
+
+    def __init__(self, client: AsyncClient, patterns: list[str]) -> None:
+        self._c = client
+        self._patterns = patterns
+        self._w: WatchState | None = None
+        self._closed = False
+
+    @property
+    def patterns(self) -> list[str]:
+        return list(self._w.patterns if self._w is not None else self._patterns)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or (self._w is not None and self._w.closed)
+
+    async def start(self) -> AsyncWatch:
+        """Send the WATCHes and await their answers (once; awaiting the
+        watch, ``async with`` and ``async for`` do it): Denied,
+        LimitReached, Unavailable."""
+        if self._w is not None:
+            return self
+        if self._closed:
+            raise ConnectionLost("the watch is closed")
+        c = self._c
+        await c._ensure_connected()
+        c._usable()
+        w = c._core.watch_open(self._patterns)
+        w.waker = asyncio.Event()
+        self._w = w
+        try:
+            for p in w.patterns:
+                await c._call(c._core.watch_request(p, now_ms()))
+        except BaseException:
+            self.close()
+            raise
+        c._core.watch_started(w)
+        return self
+
+    def __await__(self) -> Generator[Any, None, AsyncWatch]:
+        return self.start().__await__()
+
+    async def get(self, timeout: Seconds | None = None) -> WatchEvent | None:
+        """The next event, waiting up to ``timeout`` seconds (None: until
+        one comes); None when the time ran out, or once the watch ended
+        and its last events were taken."""
+        w = self._w if self._w is not None else (await self.start())._w
+        assert w is not None
+        t = None if timeout is None else _api.wire.seconds_of(timeout, "timeout")
+        end = NEVER if t is None else now_ms() + t * 1000.0
+        while True:
+            ev = self._c._core.watch_take(w)
+            if ev is not None or w.closed:
+                return ev
+            w.waker.clear()
+            left = end - now_ms()
+            if left <= 0:
+                return None
+            try:
+                await asyncio.wait_for(w.waker.wait(), min(left / 1000.0, CLOCK_STEP))
+            except asyncio.TimeoutError:
+                pass
+
+    async def _events(self) -> AsyncIterator[WatchEvent]:
+        try:
+            while True:
+                ev = await self.get()
+                if ev is None:
+                    return
+                yield ev
+        finally:
+            self.close()
+
+    def __aiter__(self) -> AsyncIterator[WatchEvent]:
+        return self._events()
+
+    def close(self) -> None:
+        """Stop watching (UNWATCH what no other watch of the client
+        watches); the iteration ends."""
+        self._closed = True
+        w = self._w
+        if w is None:
+            return
+        c = self._c
+        if not w.closed and not c._core.forked:
+            c._core.watch_close(w)
+            c._flush()
+        w.closed = True
+        w.waker.set()
+
+    async def __aenter__(self) -> AsyncWatch:
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<AsyncWatch {' '.join(self.patterns)}{' closed' if self.closed else ''}>"
+
+
 class AsyncClient:
     """The asyncio face of the client: the same arguments as
-    :class:`dlockd.Client`; ``await c.connect()`` (or ``async with
-    AsyncClient(...) as c``) connects, ``await c.close()`` closes. The
-    callbacks (on_lost, on_at_risk) run on the loop; one that returns an
-    awaitable is run as a task."""
+    :class:`dlockd.Client`. It connects on first use (as redis-py's
+    asyncio client does), or explicitly with ``await c.connect()`` or
+    ``async with AsyncClient(...) as c``; a first connect that fails
+    raises (Unavailable, ...) and the next use tries again. ``await
+    c.close()`` (and the end of ``async with``) gives back the leases
+    still held, unless ``close(release=False)``. The callbacks (on_lost,
+    on_at_risk) run on the loop; one that returns an awaitable is run as
+    a task."""
 
     def __init__(self, servers: str | list[str] | None = None, **kw: Any) -> None:
         self._o = _options.build(servers, kw)
@@ -236,14 +366,42 @@ class AsyncClient:
         self._tls_error: Exception | None = None
         self._tls_fails = 0
         self._pid = os.getpid()
+        self._connecting: asyncio.Future[None] | None = None
+        self._addrs0 = self._o.addresses  # as given, resolved at each first connect
+        self._user_closed = False
         _api.register(self)
+
+    async def _ensure_connected(self) -> bool:
+        """Connect on first use; concurrent first uses share one connect
+        (and its outcome). True if this call waited for it."""
+        if self._core.closing:
+            return False
+        if self._connecting is None:
+            if self._loop is not None:
+                return False  # connected (or reconnecting on its own)
+            self._connecting = asyncio.ensure_future(self._connect_first())
+        fut = self._connecting
+        try:
+            await asyncio.shield(fut)
+        finally:
+            if fut.done() and self._connecting is fut:
+                self._connecting = None
+        return True
 
     async def connect(self) -> AsyncClient:
         """Connect (the first server that is active) within
-        connect_timeout. Raises Unavailable, Denied or ssl.SSLError."""
+        connect_timeout. Raises Unavailable, Denied or ssl.SSLError; the
+        client may then be used (or connected) again. Not needed: the
+        first call connects."""
+        if self._core.closing:
+            raise ConnectionLost("the client is closed")
+        await self._ensure_connected()
+        return self
+
+    async def _connect_first(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._o.addresses = await self._loop.run_in_executor(
-            None, _options.resolve, self._o.addresses
+            None, _options.resolve, self._addrs0
         )
         if not self._o.addresses:
             raise Unavailable("no server address resolves")
@@ -259,11 +417,36 @@ class AsyncClient:
         if not self._core.ready:
             why = self._core.last_error
             fatal = self._core.fatal
-            await self.close()
-            if isinstance(self._tls_error, ssl.SSLError):
-                raise self._tls_error
+            tls_error = self._tls_error
+            self._reset()
+            if isinstance(tls_error, ssl.SSLError):
+                raise tls_error
             raise fatal or Unavailable("cannot connect to dlockd" + (f": {why}" if why else ""))
-        return self
+
+    def _reset(self) -> None:
+        """A first connect failed: back to a client never connected (a
+        new core: nothing was granted, nothing waits), so that the next
+        use tries again."""
+        old = self._core
+        old.close()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._connect_task is not None:
+            self._connect_task.cancel()
+        if self._proto is not None and self._proto.transport is not None:
+            self._proto.transport.close()
+        self._core = Core(self._o, self)
+        self._o.addresses = self._addrs0
+        if self._user_closed:
+            self._core.close()  # close() came meanwhile: it stays closed
+        self._loop = None
+        self._proto = None
+        self._timer = None
+        self._timer_at = NEVER
+        self._connect_task = None
+        self._ready = None
+        self._tls_error = None
+        self._tls_fails = 0
 
     async def __aenter__(self) -> AsyncClient:
         return await self.connect()
@@ -286,25 +469,42 @@ class AsyncClient:
     def lock(
         self,
         name: str,
-        ttl: float | None = None,
-        wait: float | None = None,
+        ttl: Seconds | None = None,
+        wait: Seconds | None = None,
         *,
         mode: str = "exclusive",
         limit: int | None = None,
-        max_hold: float | None = _UNSET,
+        max_hold: Seconds | None = _UNSET,
         renew: bool = _UNSET,
         on_lost: Callable[..., Any] | None = None,
         on_at_risk: Callable[..., Any] | None = None,
-        cancel_on_loss: bool = False,
-        warn: float | None = None,
-        delay: float | None = None,
+        cancel_on_loss: bool | None = None,
+        warn: Seconds | None = None,
+        delay: Seconds | None = None,
+        blocking: bool = _UNSET,
+        blocking_timeout: Seconds | None = _UNSET,
+        timeout: Any = _UNSET,
     ) -> _Acquire:
         """As :meth:`dlockd.Client.lock`: ``lease = await c.lock(...)`` or
-        ``async with c.lock(...) as lease``. With ``cancel_on_loss`` the
-        task that acquired is cancelled when the lease is lost; inside
-        ``async with`` the block then ends with LockLost."""
+        ``async with c.lock(...) as lease``. ``cancel_on_loss``: the task
+        that acquired is cancelled when the lease is lost, and an ``async
+        with`` block then ends with LockLost. By default (None) it is on
+        within ``async with c.lock(...)`` and off for a plain ``await``
+        (whose lease outlives any block: watch ``lease.lost`` or pass
+        ``on_lost``); True or False says it for both."""
+        wait = _api.wait_of(wait, blocking, blocking_timeout, timeout)
         a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay)
         return _Acquire(self, a, cancel_on_loss)
+
+    def watch(self, *patterns: str) -> AsyncWatch:
+        """As :meth:`dlockd.Client.watch`: ``async for ev in
+        c.watch("jobs/*")``, or ``w = await c.watch(...)`` then ``await
+        w.get()``, or ``async with c.watch(...) as w``."""
+        if not patterns:
+            raise ValueError("watch: give at least one pattern")
+        for p in patterns:
+            _api.wire.check_name(p, "pattern")
+        return AsyncWatch(self, list(dict.fromkeys(patterns)))
 
     def rwlock(self, name: str) -> AsyncRWLock:
         return AsyncRWLock(self, name)
@@ -346,12 +546,49 @@ class AsyncClient:
         _api.wire.check_word(reason, "reason", _api.wire.REASON_MAX)
         await self._call(self._core.simple_request("BREAK", name, int(token), reason=reason))
 
-    async def close(self) -> None:
-        """Close the connection; leases still held are not released."""
+    async def close(self, release: bool = True) -> None:
+        """Give back the leases still held (each UNLOCK awaited for at most
+        a second, never longer than request_timeout: a server down or slow
+        is left to end them by their TTL), end the watches, close the
+        connection. ``release=False`` keeps the leases held until their
+        TTL runs out."""
+        self._user_closed = True
         if os.getpid() != self._pid or self._core.closing:
             return
-        self._core.close()
-        for ls in self._core.leases:
+        core = self._core
+        waits: list[_Wait] = []
+        qs: list[Req] = []
+        if release and self._loop is not None and core.state == UP and core.session_ok:
+            now = now_ms()
+            for ls in list(core.leases):
+                if not ls.live() or not ls.owned:
+                    continue
+                q = core.release_request(ls, now)
+                if q is None:
+                    continue
+                w = _Wait(self._loop.create_future())
+                q.waker = w
+                core.submit(q, now)
+                waits.append(w)
+                qs.append(q)
+            self._flush()
+            if waits:
+                bound = min(CLOSE_RELEASE_MS, self._o.request_timeout_ms) / 1000.0
+                await asyncio.wait([w.fut for w in waits], timeout=bound)
+            if core.closing:
+                return
+        for q in qs:
+            if not q.done:
+                core.abandon(q)
+        core.close()
+        for q in qs:
+            if q.lease is not None:
+                if q.done and q.error is None:
+                    core.released(q.lease)
+                q.lease.unlocking = False
+                if q.lease.handle is not None:
+                    q.lease.handle.lost.set()
+        for ls in core.leases:
             if ls.handle is not None:
                 ls.handle.lost.set()
         if self._timer is not None:
@@ -371,9 +608,10 @@ class AsyncClient:
         if self._core.forked or os.getpid() != self._pid:
             raise ConnectionLost("this client belongs to the process that made it (fork)")
         if self._core.closing or self._loop is None:
-            raise ConnectionLost("the client is closed" if self._loop else "not connected")
+            raise ConnectionLost("the client is closed" if self._core.closing else "not connected")
 
     async def _acquire(self, a: _api.LockArgs) -> AsyncLease:
+        await self._ensure_connected()
         self._usable()
         assert self._loop is not None
         start = now_ms()
@@ -420,6 +658,8 @@ class AsyncClient:
         """Submit q and await its outcome until q.deadline. A cancelled
         caller gives q up, unless `shield` (a release: it goes on);
         `finish` runs however the request ends."""
+        if await self._ensure_connected():  # the first call connects
+            q.deadline = now_ms() + self._o.request_timeout_ms
         try:
             self._usable()
         except DlockError:
@@ -485,12 +725,17 @@ class AsyncClient:
         if lease is None:
             return
         lease.lost.set()
+        _api.log_lost(ls)
         if lease._cancel is not None and not lease._cancel.done():
             lease._cancelled_by_loss = True
             lease._cancel.cancel(f"the lease of {ls.name!r} was lost")
         for cb in (ls.on_lost, self._o.on_lost):
             if cb is not None:
                 self._callback(cb, lease, ls.lost)
+
+    def watch_event(self, w: WatchState) -> None:
+        if w.waker is not None:
+            w.waker.set()
 
     def at_risk(self, ls: LeaseState) -> None:
         if ls.handle is None:
@@ -577,7 +822,9 @@ class AsyncClient:
                 sock.close()
             self._connect_task = None
             why = f"{a.name}: {'connect timed out' if isinstance(e, asyncio.TimeoutError) else e}"
-            self._core.connect_failed(now_ms(), why)
+            refused = isinstance(e, OSError) and e.errno in REFUSED
+            self._core.connect_failed(now_ms(), why, refused)
+            self._note_ready()
             if isinstance(e, ssl.SSLError) and not self._core.ready:
                 self._tls_error = e
                 self._tls_fails += 1

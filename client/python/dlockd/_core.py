@@ -85,9 +85,18 @@ from ._errors import (
     LockTimeout,
     NotHolder,
     ProtocolError,
+    Unavailable,
     error_of,
 )
-from ._types import Holders, LocksPage, LostReason, busy_holder_of, holder_of, status_of
+from ._types import (
+    Holders,
+    LocksPage,
+    LostReason,
+    WatchEvent,
+    busy_holder_of,
+    holder_of,
+    status_of,
+)
 
 NEVER = math.inf
 # Timings (ms), as libdlock's (client/lib/dlock_private.h).
@@ -97,6 +106,9 @@ REDIRECT_MS = 100  # a standby named no other active: ask again after this
 GUARD_MIN_MS = 20  # default lost guard: max(TTL/10, this)
 RENEW_RETRY_MIN_MS = 10  # a refused renewal is retried after max(TTL/10, this)
 ALREADY_WAITING_RETRIES = 3  # LOCK answered ALREADY_WAITING: sent again
+# Before the first session: rounds of the servers list all refused
+# (ECONNREFUSED) before the connect fails, without waiting for its timeout
+REFUSED_ROUNDS = 2
 # A reply body announces at most this many lines (HOLDERS lists 1000
 # holders and 1000 waiters, LOCKS a page of 1000, STATS 128); more, and
 # the server is dropped
@@ -168,6 +180,49 @@ class Hooks(Protocol):
     def at_risk(self, lease: LeaseState) -> None: ...  # deliver on_at_risk
 
     def turn(self, ticket: Ticket) -> None: ...  # ticket.ready became true
+
+    def watch_event(self, w: WatchState) -> None: ...  # w has an event, or ended
+
+
+WATCH_QUEUE_MAX = 4096  # events a watch keeps unread; past that, OVERFLOW
+
+
+def pattern_matches(pattern: str, name: str) -> bool:
+    """A WATCH pattern: a name, or a prefix followed by '*' ("*": all)."""
+    if pattern.endswith("*"):
+        return name.startswith(pattern[:-1])
+    return pattern == name
+
+
+class WatchState:
+    """The core's record of one watch (``Client.watch()``): its patterns
+    and the events that wait for its reader."""
+
+    __slots__ = ("patterns", "active", "closed", "events", "missed", "waker")
+
+    def __init__(self, patterns: list[str]) -> None:
+        self.patterns = list(patterns)
+        self.active = False  # its WATCHes were answered: watch again after a reconnect
+        self.closed = False
+        self.events: collections.deque[WatchEvent] = collections.deque()
+        self.missed = 0  # events not kept (the queue was full)
+        self.waker: Any = None  # the driver's
+
+    def matches(self, name: str) -> bool:
+        return any(pattern_matches(p, name) for p in self.patterns)
+
+    def put(self, ev: WatchEvent) -> None:
+        """Keep ev for the reader; a full queue counts it missed, and an
+        "overflow" event says how many once there is room."""
+        if self.closed:
+            return
+        if self.missed and len(self.events) < WATCH_QUEUE_MAX:
+            self.events.append(WatchEvent("", "overflow", missed=self.missed))
+            self.missed = 0
+        if len(self.events) < WATCH_QUEUE_MAX:
+            self.events.append(ev)
+        else:
+            self.missed += 1
 
 
 class Ticket:
@@ -302,6 +357,7 @@ class Core:
         self.crossing = 0
         self.seq = 0
         self.leases: list[LeaseState] = []
+        self.watches: list[WatchState] = []
         self.turns: dict[str, collections.deque[Ticket]] = {}
         # fail-over over opts.addresses
         self.naddrs = len(opts.addresses)
@@ -312,6 +368,7 @@ class Core:
         self.reconnect_at = 0.0
         self.backoff = float(BACKOFF_MIN_MS)
         self.last_error = ""  # why the last connection attempt failed
+        self.refused = 0  # attempts refused in a row before the first session
         self.session_ok = False  # this connection's HELLO succeeded
         self.drop_wanted = False  # a reply asked to drop the connection
         self.desc_refused = False  # a server refused the description
@@ -331,13 +388,35 @@ class Core:
         self.state = CONNECTING
         return self.addr_i
 
-    def connect_failed(self, now: float, why: str = "") -> None:
-        """The attempt failed (refused, timed out, TLS)."""
+    def connect_failed(self, now: float, why: str = "", refused: bool = False) -> None:
+        """The attempt failed (refused, timed out, TLS). ``refused``: the
+        peer's system answered at once that nothing listens there
+        (ECONNREFUSED, a unix socket that is not there). Before the first
+        session, every server refusing twice in a row (a quick second
+        round, for a daemon that was just restarting) ends the connect
+        with Unavailable at once rather than at connect_timeout, as the
+        ``dlock`` command does; what is slow to answer still gets the
+        whole timeout."""
         self.state = DOWN
         self.last_error = why or self.last_error
         self.failed_i = self.addr_i
         self.addr_i = (self.addr_i + 1) % self.naddrs
         self.reconnect_at = now + self.backoff
+        if refused and not self.ready:
+            self.refused += 1
+            if self.refused % self.naddrs:
+                self.reconnect_at = now  # the next server of this round, now
+                return
+            if self.refused >= REFUSED_ROUNDS * self.naddrs and self.fatal is None:
+                self.fatal = Unavailable(
+                    "cannot connect to dlockd: every server refused the connection"
+                    + (f" ({self.last_error})" if self.last_error else "")
+                )
+                self._die(self.fatal)
+                return
+            self.reconnect_at = now + BACKOFF_MIN_MS
+            return
+        self.refused = 0
         self.backoff = min(self.backoff * 2, BACKOFF_MAX_MS)
 
     def connected(self, now: float) -> None:
@@ -373,6 +452,14 @@ class Core:
         for ls in self.leases:
             if ls.live() and ls.owned and ls.deadline > now:
                 self._renew(ls, now)
+        seen: set[str] = set()
+        for w in self.watches:
+            if not w.active:
+                continue
+            for p in w.patterns:
+                if p not in seen:
+                    seen.add(p)
+                    self._internal("REWATCH", p)
         kept, self.unsent = self.unsent, collections.deque()
         for q in kept:
             q.where = NOWHERE
@@ -465,10 +552,13 @@ class Core:
         self.state = DEAD
         while self.unsent:
             self._finish(self.unsent.popleft(), err)
+        for w in list(self.watches):
+            self.watch_close(w)  # no connection will bring their events
 
     def close(self) -> None:
         """The client closes: every request ends with ConnectionLost; the
-        leases are not released (they end at the server by their TTL)."""
+        leases still held are lost (CLOSED). Their UNLOCKs, if the driver
+        gives them back, were sent before (``close(release=True)``)."""
         self.closing = True
         err = ConnectionLost("the client is closed")
         if self.body_req is not None:
@@ -482,10 +572,12 @@ class Core:
         self.state = DEAD
         for ls in self.leases:
             if ls.lost is None and not ls.released:
-                ls.lost = LostReason.UNCONFIRMED
+                ls.lost = LostReason.CLOSED
         for dq in list(self.turns.values()):
             for t in list(dq):
                 self.give_turn(t)
+        for w in list(self.watches):
+            self.watch_close(w)
 
     def after_fork(self) -> None:
         """In a child process: the leases are the parent's. Nothing is
@@ -685,6 +777,28 @@ class Core:
                 if ls.name == name and ls.token == token and ls.live():
                     ls.broken_by = r.kv("broken_by") or ""
                     self._lose(ls, LostReason.EXPIRED)
+        elif r.word == "WATCH":
+            # * WATCH <name> <what> <owner> <token> holders=<n> [user=] [broken_by=]
+            ev = WatchEvent(
+                name,
+                r.args[1],
+                owner=r.args[2],
+                token=r.int_arg(3),
+                holders=int(r.kv("holders") or 0),
+                user=r.kv("user") or "",
+                broken_by=r.kv("broken_by") or "",
+            )
+            for w in self.watches:
+                if w.matches(name):
+                    w.put(ev)
+                    self.hooks.watch_event(w)
+        elif r.word == "WATCH-OVERFLOW":
+            # the server dropped events of this connection: whose, it
+            # does not say
+            n = r.int_arg(0)
+            for w in self.watches:
+                w.put(WatchEvent("", "overflow", missed=n))
+                self.hooks.watch_event(w)
         elif r.word == "EXPIRING":
             # the lease's warning (LOCK warn=): not refreshed in time
             token = r.int_arg(1)
@@ -1033,6 +1147,75 @@ class Core:
             q.where = SENT
         return True
 
+    def _r_watch(self, q: Req, r: wire.Reply, now: float) -> bool:
+        """WATCH (a caller's: its outcome) and REWATCH (after a reconnect:
+        each watch of the pattern is told it is watched again, or that it
+        was refused and is gone)."""
+        ok = r.kind == "OK" and r.word == "WATCHING"
+        holders = r.kv("holders")
+        n = int(holders) if holders is not None and holders.isdigit() else -1
+        if q.op == "WATCH":
+            if not ok:
+                return False  # the error ends the call
+            self._finish(q, None, n)
+            return True
+        for w in list(self.watches):
+            if not w.active or q.name not in w.patterns:
+                continue
+            if ok:
+                w.put(WatchEvent(q.name, "resumed", holders=n))
+            else:
+                w.put(WatchEvent(q.name, "refused", error=r.text()))
+                w.patterns.remove(q.name)
+            self.hooks.watch_event(w)
+            if not w.patterns:
+                self.watch_close(w)
+        self._finish(q, None, ok)
+        return True
+
+    def _r_unwatch(self, q: Req, r: wire.Reply, now: float) -> bool:
+        self._finish(q, None, r.kind == "OK")
+        return True
+
+    # ---- watches (the driver's callers) --------------------------------
+
+    def watch_open(self, patterns: list[str]) -> WatchState:
+        """A new watch; each of its patterns is then asked for with a
+        watch_request(), and once all are answered, watch_started()."""
+        w = WatchState(patterns)
+        self.watches.append(w)
+        return w
+
+    def watch_request(self, pattern: str, now: float) -> Req:
+        q = Req("WATCH", pattern)
+        q.deadline = now + self.o.request_timeout_ms
+        return q
+
+    def watch_started(self, w: WatchState) -> None:
+        w.active = not w.closed
+
+    def watch_take(self, w: WatchState) -> WatchEvent | None:
+        """The next event of w, or None when none waits."""
+        if w.missed and len(w.events) < WATCH_QUEUE_MAX:
+            w.events.append(WatchEvent("", "overflow", missed=w.missed))
+            w.missed = 0
+        return w.events.popleft() if w.events else None
+
+    def watch_close(self, w: WatchState) -> None:
+        """End w: UNWATCH what no other watch watches; its reader is woken
+        (and sees the events still kept, then the end)."""
+        if w in self.watches:
+            self.watches.remove(w)
+        if w.closed:
+            return
+        w.closed = True
+        for p in w.patterns:
+            if any(p in o.patterns for o in self.watches):
+                continue
+            if self.state == UP and self.session_ok and not self.forked:
+                self._internal("UNWATCH", p)
+        self.hooks.watch_event(w)
+
     def _body_done(self, q: Req) -> None:
         r = q.header
         assert r is not None
@@ -1120,6 +1303,8 @@ class Core:
             return wire.request(op, q.name, str(q.token), tag=tag)
         if op == "BREAK":
             return wire.request(op, q.name, str(q.token), reason=q.extra["reason"], tag=tag)
+        if op in ("WATCH", "REWATCH", "UNWATCH"):
+            return wire.request("UNWATCH" if op == "UNWATCH" else "WATCH", q.name, tag=tag)
         if op in ("CANCEL", "STATUS", "HOLDERS"):
             return wire.request(op, q.name, tag=tag)
         if op == "LOCKS":
@@ -1425,4 +1610,7 @@ _REPLIES: dict[str, Callable[[Core, Req, wire.Reply, float], bool]] = {
     "STATS": Core._r_body,
     "LOCKS": Core._r_body,
     "HOLDERS": Core._r_body,
+    "WATCH": Core._r_watch,
+    "REWATCH": Core._r_watch,
+    "UNWATCH": Core._r_unwatch,
 }

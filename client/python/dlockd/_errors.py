@@ -61,7 +61,19 @@ class HeldByOwner(LockTimeout):
 
 class LockLost(DlockError):
     """The lease is gone: it expired, was broken, was refused a refresh, or
-    could not be confirmed before its local deadline."""
+    could not be confirmed before its local deadline.
+
+    Raised at the end of a ``with`` (``async with``) block whose lease was
+    lost meanwhile, with ``name``, ``token``, ``reason`` (a
+    :class:`~dlockd.LostReason`) and ``broken_by`` (the user whose
+    ``BREAK`` ended it, else ""); the message says why ("broken by
+    alice", "expired at the server", ...). From a server's reply (``NO
+    STALE``, ``NO NOT_HOLDER``) those are left empty."""
+
+    name: str = ""
+    token: int = 0
+    reason = None  # LostReason | None
+    broken_by: str = ""
 
 
 class NotHolder(DlockError):

@@ -25,7 +25,7 @@ import selectors
 import socket
 import ssl
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from . import _api
 from . import _options
@@ -40,13 +40,21 @@ from ._core import (
     LeaseState,
     Req,
     Ticket,
+    WatchState,
     now_ms,
 )
 from ._errors import ConnectionLost, DlockError, LockLost, LockTimeout, Unavailable
-from ._types import Holders, LocksPage, Status
+from ._types import Holders, LocksPage, Status, WatchEvent, lost_why
+from ._wire import Seconds
 
 CLOCK_STEP = 0.25  # s: the longest sleep (a suspend is noticed this late)
 READ_SIZE = 65536
+# close(): how long the UNLOCKs of the leases still held may take (ms; at
+# most request_timeout); a server that does not answer by then is left
+# to end them by their TTL
+CLOSE_RELEASE_MS = 1000.0
+# errno values of a connect that nothing listens to: refused at once
+REFUSED = (errno.ECONNREFUSED, errno.ENOENT)
 
 
 class Lease(LeaseView):
@@ -54,7 +62,11 @@ class Lease(LeaseView):
 
     ``lost`` is a threading.Event set when the lease is lost; ``with`` a
     lease releases it at the end of the block, and raises LockLost if it
-    was lost meanwhile (the block may have run unprotected).
+    was lost meanwhile (the block may have run unprotected). A loss is
+    also logged at once (logger ``"dlockd"``, WARNING). Python cannot stop
+    a thread from outside: code that must not go on unprotected checks
+    ``lease.valid`` (or ``lease.lost.is_set()``) between steps, waits on
+    ``lease.lost``, or passes ``on_lost=`` to ``lock()``.
     """
 
     def __init__(self, client: Client, ls: LeaseState) -> None:
@@ -68,7 +80,7 @@ class Lease(LeaseView):
         q = self._client._call(self._client._core.simple_request("CHECK", self.name, self.token))
         return float(q)
 
-    def refresh(self, ttl: float | None = None) -> float:
+    def refresh(self, ttl: Seconds | None = None) -> float:
         """Extend the lease now, to ``ttl`` seconds (default: its TTL); a
         shorter TTL shortens it. Returns the TTL granted. LockLost if the
         lease is gone."""
@@ -76,9 +88,26 @@ class Lease(LeaseView):
         ttl_ms = float(_api.wire.ms_of(ttl, "ttl")) if ttl is not None else None
         with c._mu:
             if self._ls.lost is not None or self._ls.released:
-                raise LockLost(f"the lease of {self.name!r} is {'lost' if self._ls.lost else 'released'}")
+                why = lost_why(self._ls.lost, self._ls.broken_by) if self._ls.lost else ""
+                raise LockLost(
+                    f"the lease of {self.name!r} is " + (f"lost: {why}" if why else "released")
+                )
             q = c._core.refresh_request(self._ls, ttl_ms, now_ms())
         return float(c._call(q))
+
+    def extend(self, additional_time: Seconds, replace_ttl: bool = False) -> float:
+        """redis-py's ``extend``: refresh the lease now so that
+        ``additional_time`` more seconds remain than it has left
+        (``replace_ttl``: so that exactly ``additional_time`` remain). The
+        new length is the TTL renewals ask for from then on. Returns the
+        TTL granted; LockLost if the lease is gone."""
+        add = _api.wire.seconds_of(additional_time, "additional_time")
+        return self.refresh(add if replace_ttl else self.remaining() + add)
+
+    def locked(self) -> bool:
+        """redis-py's ``locked()``: whether anyone holds the lock now (the
+        server says); whether this lease does is ``valid``."""
+        return self._client.status(self.name).held
 
     def release(self) -> None:
         """Give the hold back. Cancellation-safe: once sent, the UNLOCK is
@@ -120,10 +149,7 @@ class Lease(LeaseView):
             if et is None and self._ls.lost is None:
                 raise
         if et is None and self._ls.lost is not None:
-            raise LockLost(
-                f"the lease of {self.name!r} (token {self.token}) was lost "
-                f"before the end of the block: {self._ls.lost.name}"
-            )
+            raise _api.lost_error(self._ls)
 
 
 class RWLock:
@@ -134,10 +160,10 @@ class RWLock:
         self._c = client
         self.name = _api.wire.check_name(name)
 
-    def read(self, ttl: float | None = None, wait: float | None = None, **kw: Any) -> Lease:
+    def read(self, ttl: Seconds | None = None, wait: Seconds | None = None, **kw: Any) -> Lease:
         return self._c.lock(self.name, ttl, wait, mode="shared", **kw)
 
-    def write(self, ttl: float | None = None, wait: float | None = None, **kw: Any) -> Lease:
+    def write(self, ttl: Seconds | None = None, wait: Seconds | None = None, **kw: Any) -> Lease:
         return self._c.lock(self.name, ttl, wait, **kw)
 
 
@@ -150,8 +176,79 @@ class Semaphore:
         self.name = _api.wire.check_name(name)
         self.n = n
 
-    def acquire(self, ttl: float | None = None, wait: float | None = None, **kw: Any) -> Lease:
+    def acquire(self, ttl: Seconds | None = None, wait: Seconds | None = None, **kw: Any) -> Lease:
         return self._c.lock(self.name, ttl, wait, limit=self.n, **kw)
+
+
+class Watch:
+    """What ``Client.watch()`` returns: iterate it for the events
+    (``for ev in c.watch("jobs/*")``: blocks for each, ends when the
+    watch or the client is closed; leaving the loop closes the watch), or
+    take them one at a time with ``get(timeout)``. ``close()`` (or the
+    end of a ``with`` block) stops watching."""
+
+    def __init__(self, client: Client, w: WatchState) -> None:
+        self._c = client
+        self._w = w
+
+    @property
+    def patterns(self) -> list[str]:
+        """What is watched (a pattern the server refused after a
+        reconnect is no longer)."""
+        return list(self._w.patterns)
+
+    @property
+    def closed(self) -> bool:
+        """True once the watch ended (closed, the client closed)."""
+        return self._w.closed
+
+    def get(self, timeout: Seconds | None = None) -> WatchEvent | None:
+        """The next event, waiting up to ``timeout`` seconds (None: until
+        one comes); None when the time ran out, or once the watch ended
+        and its last events were taken."""
+        c, w = self._c, self._w
+        t = None if timeout is None else _api.wire.seconds_of(timeout, "timeout")
+        end = NEVER if t is None else now_ms() + t * 1000.0
+        while True:
+            with c._mu:
+                ev = c._core.watch_take(w)
+                if ev is not None or w.closed:
+                    return ev
+                w.waker.clear()
+            left = end - now_ms()
+            if left <= 0:
+                return None
+            w.waker.wait(min(left / 1000.0, CLOCK_STEP))
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        try:
+            while True:
+                ev = self.get()
+                if ev is None:
+                    return
+                yield ev
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop watching (UNWATCH what no other watch of the client
+        watches); the iteration ends."""
+        c = self._c
+        with c._mu:
+            if not self._w.closed and not c._core.forked:
+                c._core.watch_close(self._w)
+                c._flush()
+            self._w.closed = True
+        self._w.waker.set()
+
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Watch {' '.join(self._w.patterns)}{' closed' if self._w.closed else ''}>"
 
 
 class Client:
@@ -165,7 +262,9 @@ class Client:
     Keyword arguments: host, port, socket (a unix socket path), password
     (the server's one password), user and secret (a user of its users
     file), owner and owner_key, tls (True, or an ssl.SSLContext), tls_ca,
-    tls_cert, tls_key, tls_server_name, connect_timeout (2 s),
+    tls_cert, tls_key, tls_server_name, connect_timeout (2 s; a server
+    that refuses the connection is given up at once: when every one of
+    the list does, twice, Unavailable comes in milliseconds),
     request_timeout (5 s), reconnect (True), renew (True), max_hold
     (None: renew for ever), lost_guard (max(TTL/10, 20 ms)), on_lost and
     on_at_risk (callbacks, on the client's thread: ``f(lease, reason)`` and
@@ -174,8 +273,13 @@ class Client:
     whoever may read the locks; "full": the whole command line instead of
     the name -- its arguments may hold a secret; False: nothing),
     desc_host, desc_pid, desc_cmd
-    (instead of what is found). Raises Unavailable, Denied or
-    ssl.SSLError when no server can be used within connect_timeout.
+    (instead of what is found). Durations are seconds or
+    ``datetime.timedelta``. Raises Unavailable, Denied or ssl.SSLError
+    when no server can be used within connect_timeout.
+
+    ``close()`` (and the end of ``with Client(...)``) gives back the
+    leases still held; ``close(release=False)`` leaves them to end by
+    their TTL.
     """
 
     def __init__(self, servers: str | list[str] | None = None, **kw: Any) -> None:
@@ -243,17 +347,20 @@ class Client:
     def lock(
         self,
         name: str,
-        ttl: float | None = None,
-        wait: float | None = None,
+        ttl: Seconds | None = None,
+        wait: Seconds | None = None,
         *,
         mode: str = "exclusive",
         limit: int | None = None,
-        max_hold: float | None = _UNSET,
+        max_hold: Seconds | None = _UNSET,
         renew: bool = _UNSET,
         on_lost: Callable[..., Any] | None = None,
         on_at_risk: Callable[..., Any] | None = None,
-        warn: float | None = None,
-        delay: float | None = None,
+        warn: Seconds | None = None,
+        delay: Seconds | None = None,
+        blocking: bool = _UNSET,
+        blocking_timeout: Seconds | None = _UNSET,
+        timeout: Any = _UNSET,
     ) -> Lease:
         """Acquire `name` for a lease of `ttl` seconds (None: the server's
         default), waiting up to `wait` seconds (None: for ever; 0: try
@@ -270,7 +377,14 @@ class Client:
         it (``delay``, ``delay_left``). Raises LockTimeout (Deadlock when
         waiting would close a cycle of owners; HeldByOwner, at once, if
         another process of this owner holds the lock), LimitMismatch,
-        UpgradeDeadlock, Denied, Unavailable, ConnectionLost."""
+        UpgradeDeadlock, Denied, Unavailable, ConnectionLost.
+
+        redis-py's ``blocking=False`` is ``wait=0`` and
+        ``blocking_timeout=t`` is ``wait=t`` (either raises LockTimeout
+        rather than returning False); its ``timeout=`` (the lease's
+        length) is ``ttl=`` here, and refused with a TypeError saying so.
+        Durations are seconds or ``datetime.timedelta``."""
+        wait = _api.wait_of(wait, blocking, blocking_timeout, timeout)
         a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay)
         start = now_ms()
         wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
@@ -354,15 +468,88 @@ class Client:
         _api.wire.check_word(reason, "reason", _api.wire.REASON_MAX)
         self._call(self._core.simple_request("BREAK", name, int(token), reason=reason))
 
-    def close(self) -> None:
-        """Stop the thread and close the connection. Leases still held are
-        not released: they end at the server by their TTL."""
+    def watch(self, *patterns: str) -> Watch:
+        """Watch locks one does not hold: every change of the holders of
+        a lock a pattern matches (a name, or a prefix followed by ``*``;
+        ``"*"``: every lock), whoever made it, as :class:`WatchEvent`
+        values. ``for ev in c.watch("jobs/*"):`` blocks for each event and
+        ends when the client closes, the watch is closed, or the loop
+        ends (``break``: the watch is closed with it). The watch is
+        answered before this returns: Denied (no read right),
+        LimitReached (256 watches a connection), Unavailable. After a
+        reconnect the client watches again (a ``resumed`` event per
+        pattern; ``refused`` if the server no longer lets it)."""
+        if not patterns:
+            raise ValueError("watch: give at least one pattern")
+        for p in patterns:
+            _api.wire.check_name(p, "pattern")
+        with self._mu:
+            self._usable()
+            w = self._core.watch_open(list(dict.fromkeys(patterns)))
+            w.waker = threading.Event()
+        watch = Watch(self, w)
+        try:
+            for p in w.patterns:
+                with self._mu:
+                    q = self._core.watch_request(p, now_ms())
+                self._call(q)
+        except BaseException:
+            watch.close()
+            raise
+        with self._mu:
+            self._core.watch_started(w)
+        return watch
+
+    def close(self, release: bool = True) -> None:
+        """Give back the leases still held (each UNLOCK sent at once and
+        awaited for at most a second, never longer than request_timeout:
+        a server that is down or slow is left to end them by their TTL),
+        end the watches, stop the thread and close the connection.
+        ``release=False`` keeps the leases held until their TTL runs out
+        (for a process that hands them over, or to test a crash). Either
+        way a ``with`` block of a lease still open then ends with
+        LockLost (reason ``CLOSED``)."""
         if os.getpid() != self._pid:
             return
+        qs: list[Req] = []
         with self._mu:
             if self._core.closing:
                 return
+            if release and self._core.state == UP and self._core.session_ok:
+                now = now_ms()
+                for ls in list(self._core.leases):
+                    if not ls.live() or not ls.owned:
+                        continue
+                    q = self._core.release_request(ls, now)
+                    if q is None:
+                        continue
+                    q.waker = threading.Event()
+                    q.deadline = now + min(CLOSE_RELEASE_MS, self._o.request_timeout_ms)
+                    self._core.submit(q, now)
+                    qs.append(q)
+                self._flush()
+        if qs and self._thread is not threading.current_thread():
+            for q in qs:
+                while not q.done:
+                    left = q.deadline - now_ms()
+                    if left <= 0:
+                        break
+                    q.waker.wait(min(left / 1000.0, CLOCK_STEP))
+        with self._mu:
+            if self._core.closing:
+                return
+            for q in qs:
+                if not q.done:
+                    self._core.abandon(q)
             self._core.close()
+            for q in qs:
+                if q.lease is not None:
+                    if q.done and q.error is None:
+                        self._core.released(q.lease)
+                    q.lease.unlocking = False
+            for q in qs:
+                if q.lease is not None and q.lease.handle is not None:
+                    q.lease.handle.lost.set()
             for ls in self._core.leases:
                 if ls.handle is not None:
                     ls.handle.lost.set()
@@ -462,9 +649,14 @@ class Client:
         if lease is None:
             return
         lease.lost.set()
+        self._callbacks.append((_api.log_lost, (ls,)))
         for cb in (ls.on_lost, self._o.on_lost):
             if cb is not None:
                 self._callbacks.append((cb, (lease, ls.lost)))
+
+    def watch_event(self, w: WatchState) -> None:
+        if w.waker is not None:
+            w.waker.set()
 
     def at_risk(self, ls: LeaseState) -> None:
         lease = ls.handle
@@ -542,7 +734,8 @@ class Client:
             pass
         except OSError as e:
             s.close()
-            self._core.connect_failed(now, f"{a.name}: {e.strerror or e}")
+            self._core.connect_failed(now, f"{a.name}: {e.strerror or e}", e.errno in REFUSED)
+            self._notify_ready()
             return
         self._sock = s
         self._connect_deadline = now + self._o.connect_timeout_ms
@@ -553,7 +746,8 @@ class Client:
         assert s is not None
         err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
-            self._fail_attempt(now, f"{self._addr().name}: {os.strerror(err)}")
+            why = f"{self._addr().name}: {os.strerror(err)}"
+            self._fail_attempt(now, why, refused=err in REFUSED)
             return
         ctx = self._o.ssl_context
         if ctx is None:
@@ -603,9 +797,12 @@ class Client:
     def _addr(self) -> _options.Address:
         return self._o.addresses[self._core.addr_i]
 
-    def _fail_attempt(self, now: float, why: str, exc: Exception | None = None) -> None:
+    def _fail_attempt(
+        self, now: float, why: str, exc: Exception | None = None, refused: bool = False
+    ) -> None:
         self._close_sock()
-        self._core.connect_failed(now, why)
+        self._core.connect_failed(now, why, refused)
+        self._notify_ready()
         if isinstance(exc, ssl.SSLError) and not self._core.ready:
             # TLS refused on the first connection (a certificate or name
             # that does not verify): tell the caller once every server

@@ -15,7 +15,10 @@ class LostReason(enum.Enum):
 
     EXPIRED = 1
     """The server ended it: ``* EXPIRED`` (its TTL ran out, or a ``BREAK``:
-    then ``Lease.broken_by`` names who broke it)."""
+    then ``Lease.broken_by`` names who broke it, and ``Lease.broken`` is
+    True; messages and the log say "broken by <user>"). One reason for
+    both, as libdlock's and the Go client's, and the conformance
+    scenarios, have it."""
     REJECTED = 2
     """A refresh or release was answered ``NO NOT_HOLDER``."""
     UNCONFIRMED = 3
@@ -23,6 +26,25 @@ class LostReason(enum.Enum):
     the network did not answer in time)."""
     MAX_HOLD = 4
     """Renewal stopped at ``max_hold`` and the lease ran out."""
+    CLOSED = 5
+    """The client was closed while the lease was held (its UNLOCK was
+    sent first, unless ``close(release=False)``). ``on_lost`` is not
+    called for it."""
+
+
+def lost_why(reason: LostReason | None, broken_by: str = "") -> str:
+    """Why a lease was lost, for people: "broken by alice", "expired at
+    the server", ..."""
+    if reason is LostReason.EXPIRED and broken_by:
+        return f"broken by {broken_by}"
+    return {
+        LostReason.EXPIRED: "expired at the server (not refreshed in time)",
+        LostReason.REJECTED: "the server no longer had it (NOT_HOLDER)",
+        LostReason.UNCONFIRMED: "not confirmed before its local deadline "
+        "(the server or the network did not answer in time)",
+        LostReason.MAX_HOLD: "max_hold reached: renewal stopped and it ran out",
+        LostReason.CLOSED: "the client was closed",
+    }.get(reason, "lost") if reason is not None else "lost"
 
 
 @dataclass(frozen=True)
@@ -177,3 +199,33 @@ class LocksPage:
 
     locks: list[Status]
     more: int = 0
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """News of a watched lock (``Client.watch()``). ``what``:
+
+    - ``granted`` (a new lease; a reentry is none), ``released`` (its last
+      hold), ``expired``, ``broken`` (``broken_by``: the user of the
+      ``BREAK``), ``withdrawn`` (a grant Redis never recorded, taken
+      back): ``name`` is the lock, ``owner``, ``token`` and ``user`` the
+      lease's, ``holders`` what the lock has after the change;
+    - ``overflow``: ``missed`` events were lost (the reader was too slow,
+      here or at the server); ``name`` is "";
+    - ``resumed``: after a reconnect, ``name`` (the pattern) is watched
+      again -- what changed meanwhile was not seen; ``holders`` is the
+      lock's now (-1 for a prefix);
+    - ``refused``: after a reconnect, watching ``name`` (the pattern)
+      again was refused (``error``: the server's line); the pattern is no
+      longer watched, and a watch left with none ends.
+    """
+
+    name: str
+    what: str
+    owner: str = ""
+    token: int = 0
+    holders: int = 0
+    user: str = ""
+    broken_by: str = ""
+    missed: int = 0
+    error: str = ""

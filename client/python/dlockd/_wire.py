@@ -9,8 +9,13 @@ are formatted by :func:`request`. Limits and value syntaxes are those of
 
 from __future__ import annotations
 
+import datetime
 import re
 from dataclasses import dataclass, field
+from typing import Union
+
+# A duration: seconds (an int or a float) or a datetime.timedelta.
+Seconds = Union[float, datetime.timedelta]
 
 # Limits of the protocol (proto/limits.h).
 LINE_MAX = 1024  # a request line, its ending not counted
@@ -130,10 +135,22 @@ def desc_decode(value: str) -> str:
     return "".join(out)
 
 
-def ms_of(seconds: float, what: str, minimum: int = 1) -> int:
-    """Seconds (a float) as whole milliseconds for the wire."""
+def seconds_of(value: Seconds, what: str) -> float:
+    """A duration as seconds: a number, or a ``datetime.timedelta``."""
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} is a number of seconds or a timedelta, not {value!r}")
+    return value
+
+
+def ms_of(seconds: Seconds, what: str, minimum: int = 1) -> int:
+    """Seconds (a float, or a ``datetime.timedelta``) as whole
+    milliseconds for the wire."""
+    if isinstance(seconds, datetime.timedelta):
+        seconds = seconds.total_seconds()
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise TypeError(f"{what} is a number of seconds, not {seconds!r}")
+        raise TypeError(f"{what} is a number of seconds or a timedelta, not {seconds!r}")
     if seconds != seconds or seconds < 0:
         raise ValueError(f"{what} must be a number of seconds >= 0")
     ms = int(round(seconds * 1000))
