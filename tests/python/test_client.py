@@ -146,6 +146,10 @@ def test_status_holders_and_locks_describe_the_lock(daemon):
         assert [h.owner for h in hs.holders] == ["alice"] and hs.holders[0].token == lease.token
         assert [(w.owner, w.position) for w in hs.waiters] == [("bob", 1)]
         assert 0 < hs.waiters[0].wait <= 2
+        # the status a HOLDERS gives is the first holder's, as STATUS's
+        assert (hs.status.held, hs.status.token, hs.status.owner, hs.status.count) == (
+            True, lease.token, "alice", 1)
+        assert 0 < hs.status.ttl <= 5
         t.join()
         page = c.locks("inv/")
         assert [s.name for s in page.locks] == ["inv/1"] and page.more == 0

@@ -1233,6 +1233,13 @@ class Core:
                 st = status_of(q.name, r)
                 st = dataclasses.replace(st, held=st.holders > 0)
                 hs = [holder_of(ln) for ln in q.body]
+                first = next((h for h in hs if not h.waiter), None)
+                if first is not None:
+                    # the status names the first holder, as STATUS does
+                    st = dataclasses.replace(
+                        st, token=first.token, ttl=first.ttl, count=first.count,
+                        owner=first.owner, user=first.user, held_for=first.held_for,
+                        host=first.host, pid=first.pid, cmd=first.cmd)
                 self._finish(
                     q,
                     None,
