@@ -487,11 +487,18 @@ $(O)/faults/goworker: tests/faults/goworker/main.go tests/faults/goworker/go.mod
 	@mkdir -p $(@D)
 	cd tests/faults/goworker && $(GO_CACHE_ENV) $(GO) build -o $(abspath $@) .
 
+# The Java client's worker (tests/faults/javaworker): a class directory,
+# run as java -cp $(O)/java/dlockd.jar:$@ JavaWorker lock ...
+$(O)/faults/javaworker: tests/faults/javaworker/JavaWorker.java $(JAVA_OUT)/dlockd.jar
+	rm -rf $@ && mkdir -p $@
+	$(JAVAC) $(JAVAC_FLAGS) -cp $(JAVA_OUT)/dlockd.jar -d $@ $<
+
 FAULT_BINS = $(O)/dlockd $(O)/dlock $(O)/faults/worker $(O)/faults/check \
-             $(O)/faults/goworker
+             $(O)/faults/goworker $(O)/faults/javaworker
 FAULT_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock WORKER=$(O)/faults/worker \
             CHECK=$(O)/faults/check PYTHON=$(PYTHON) \
-            GOWORKER=$(O)/faults/goworker
+            GOWORKER=$(O)/faults/goworker JAVA=$(JAVA) \
+            JAVAWORKER=$(O)/faults/javaworker DLOCKD_JAR=$(O)/java/dlockd.jar
 
 # The checker judged on hand-written histories (tests/faults/fixtures).
 faults-check-test: $(O)/faults/check
@@ -704,6 +711,9 @@ $(O)/tests/bench/bench: $(O)/tests/bench/bench.o $(PROTO_OBJ)
 # The client libraries' drivers of make bench-clients (tests/bench/clients.py).
 $(O)/tests/bench/clientbench: $(O)/tests/bench/clientbench.o $(LIBDLOCK_A)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(SSL_LIBS) -lpthread
+$(O)/tests/bench/javabench: tests/bench/javabench/JavaBench.java $(JAVA_OUT)/dlockd.jar
+	rm -rf $@ && mkdir -p $@
+	$(JAVAC) $(JAVAC_FLAGS) -cp $(JAVA_OUT)/dlockd.jar -d $@ $<
 $(O)/tests/bench/gobench: tests/bench/gobench/main.go tests/bench/gobench/go.mod \
                           $(wildcard client/go/*.go)
 	@mkdir -p $(@D)
@@ -759,7 +769,7 @@ bench-tls-flood:
 
 # The C benchmarks, built (not run) by make check so that they cannot rot.
 BENCH_BINS := $(addprefix $(O)/tests/bench/,bench fcall htab deadlock watch \
-                authflood outflood clientbench gobench)
+                authflood outflood clientbench gobench javabench)
 bench-bins: $(BENCH_BINS)
 
 # Password guesses per second one host gets (docs/security.md); by hand:
@@ -787,9 +797,10 @@ bench:
 # table goes to build/bench/clients.txt).
 bench-clients:
 	$(MAKE) SAN= O=build all build/tests/bench/clientbench \
-	  build/tests/bench/gobench
+	  build/tests/bench/gobench build/tests/bench/javabench
 	DLOCKD=build/dlockd CLIENTBENCH=build/tests/bench/clientbench \
 	  GOBENCH=build/tests/bench/gobench \
+	  JAVABENCH="$(JAVA) -cp build/java/dlockd.jar:build/tests/bench/javabench JavaBench" \
 	  $(PYTHON) tests/bench/clients.py --out build/bench/clients.txt
 
 # The Python client against redis-py's Lock on a Redis of equal durability

@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -84,7 +85,7 @@ def main() -> int:
     if os.environ.get("JAVABENCH"):
         drivers.append(("Java", os.environ["JAVABENCH"].split()))
     for name, cmd in drivers:
-        if not os.access(cmd[0], os.X_OK):
+        if not os.access(shutil.which(cmd[0]) or cmd[0], os.X_OK):
             print(f"clients.py: {name}: {cmd[0]} is missing (make bench-clients builds it)",
                   file=sys.stderr)
             return 1

@@ -22,6 +22,10 @@
 #              [client/python of the tree pyworker.py is in]
 #   GOWORKERS  lock workers on the Go client ($GOWORKER [build/faults/
 #              goworker], tests/faults/goworker), judged as the others [2]
+#   JAVAWORKERS  lock workers on the Java client (JavaWorker, in the
+#              class directory $JAVAWORKER [build/faults/javaworker], on
+#              $DLOCKD_JAR [build/java/dlockd.jar], run by $JAVA [java];
+#              tests/faults/javaworker), judged as the others [2]
 #   COPYCATS   workers that say worker 0's owner id without its key,
 #              through libdlock and by hand in turn (worker raw) [1]
 #   WORKER_TTLS  the TTLs of the workers' grants, ms [300,800,2000]; the
@@ -123,6 +127,8 @@ top=$(cd "$here/../.." && pwd)
 : "${STALL_MS:=300}" "${MAX_TTL:=24h}" "${LOG_LEVEL:=notice}"
 : "${PYWORKERS:=2}" "${PYTHON:=python3}"
 : "${GOWORKERS:=2}" "${GOWORKER:=$top/build/faults/goworker}"
+: "${JAVAWORKERS:=2}" "${JAVA:=java}" "${JAVAWORKER:=$top/build/faults/javaworker}"
+: "${DLOCKD_JAR:=$top/build/java/dlockd.jar}"
 : "${CLUSTER:=0}" "${REDIS_HA:=0}" "${PEERS:=1}"
 if [ "$REDIS_HA" = 1 ] && [ "$CLUSTER" = 1 ]; then
 	: "${FAULTS:=failover_redis kill9_dlockd kill9_standby stop_active partition_active clock_step kill_worker kill_run flushall forget_while_down forget_paused during_takeover lossy_failover jobctl_run}"
@@ -154,6 +160,8 @@ for b in "$DLOCKD" "$DLOCK" "$WORKER" "$CHECK"; do
 done
 [ "$GOWORKERS" = 0 ] || [ -x "$GOWORKER" ] \
 	|| { say "missing $GOWORKER (make faults builds it; GOWORKERS=0 runs without)"; exit 2; }
+[ "$JAVAWORKERS" = 0 ] || { [ -f "$JAVAWORKER/JavaWorker.class" ] && [ -f "$DLOCKD_JAR" ]; } \
+	|| { say "missing $JAVAWORKER/JavaWorker.class or $DLOCKD_JAR (make faults builds them; JAVAWORKERS=0 runs without)"; exit 2; }
 command -v redis-server >/dev/null || { say "redis-server is needed"; exit 2; }
 have_script=$(command -v script)  # jobctl_run on a terminal (util-linux)
 
@@ -395,7 +403,7 @@ worker_start() {    # slot
 # The Python client's workers (pyworker.py: the same records as worker.c,
 # for the same checker), in slots of their own; the nemesis's draws do
 # not count them, so a seed replays the same faults with or without.
-declare -a lang_pid  # the Python, Go (and Java) clients' workers
+declare -a lang_pid  # the Python, Go and Java clients' workers
 pyworker_start() {  # slot
 	local h=127.0.0.1
 	[ "$nodes" = 2 ] && h=$servers
@@ -414,6 +422,17 @@ goworker_start() {  # slot
 		"g$1" "$LOCKS:$RWLOCKS:$SEMAPHORES" $((SEED + 6000 + $1)) $(((DURATION + 120) * 1000)) \
 		2>> "$OUT/goworkers.log" &
 	lang_pid[$((PYWORKERS + $1))]=$!
+}
+
+# The Java client's workers (tests/faults/javaworker), the same again;
+# their histories are v<slot> ("j" is jobctl_run's).
+javaworker_start() {  # slot
+	local h=127.0.0.1
+	[ "$nodes" = 2 ] && h=$servers
+	"$JAVA" -cp "$DLOCKD_JAR:$JAVAWORKER" JavaWorker lock "$OUT/hist/v$1.hist" "$h" "$dport" \
+		"v$1" "$LOCKS:$RWLOCKS:$SEMAPHORES" $((SEED + 7000 + $1)) $(((DURATION + 120) * 1000)) \
+		2>> "$OUT/javaworkers.log" &
+	lang_pid[$((PYWORKERS + GOWORKERS + $1))]=$!
 }
 
 # Copycats: workers that say the owner id of worker slot 0 without its
@@ -988,6 +1007,7 @@ dlockd_start 0
 for i in $(seq 0 $((WORKERS - 1))); do worker_start "$i"; done
 for i in $(seq 0 $((PYWORKERS - 1))); do pyworker_start "$i"; done
 for i in $(seq 0 $((GOWORKERS - 1))); do goworker_start "$i"; done
+for i in $(seq 0 $((JAVAWORKERS - 1))); do javaworker_start "$i"; done
 for i in $(seq 0 $((RUNNERS - 1))); do
 	runner "$i" 2>/dev/null & run_pid[$i]=$!
 done
@@ -1023,7 +1043,7 @@ for p in "${worker_pid[@]}" "${lang_pid[@]}"; do kill -TERM "$p" 2>/dev/null; do
 for p in "${worker_pid[@]}" "${run_pid[@]}" "${lang_pid[@]}"; do wait "$p" 2>/dev/null; done
 # A client's workers that recorded nothing did not run (a missing
 # module, a bad path): a campaign without them proves less than it says.
-for k in "p:$PYWORKERS:pyworkers" "g:$GOWORKERS:goworkers"; do
+for k in "p:$PYWORKERS:pyworkers" "g:$GOWORKERS:goworkers" "v:$JAVAWORKERS:javaworkers"; do
 	IFS=: read -r p n log <<< "$k"
 	for i in $(seq 0 $((n - 1))); do
 		[ -s "$OUT/hist/$p$i.hist" ] || die "worker $p$i recorded nothing (see $OUT/$log.log)"
