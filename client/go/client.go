@@ -328,9 +328,16 @@ func (c *Client) execAlways(f func()) bool {
 // the manager cleans up what it still brings (a grant is released, a wait
 // cancelled); an outcome that came first is returned.
 func (c *Client) call(ctx context.Context, build func(now float64) (*req, error)) (interface{}, error) {
+	return c.callFrom(ctx, ctx, build)
+}
+
+// callFrom is call whose request is submitted while submitCtx lasts and
+// waited for while ctx does: Unlock submits whatever its ctx says (a
+// context ended already must not leave the lease held and renewed).
+func (c *Client) callFrom(submitCtx, ctx context.Context, build func(now float64) (*req, error)) (interface{}, error) {
 	var q *req
 	var berr error
-	if err := c.exec(ctx, func() {
+	if err := c.exec(submitCtx, func() {
 		now := nowMs()
 		q, berr = build(now)
 		if q != nil {

@@ -481,3 +481,29 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		return runtime.NumGoroutine() <= before
 	})
 }
+
+// Unlock with a context that has ended still gives the lease back (found
+// from outside: half such calls did nothing, and the lease stayed held
+// and renewed for ever).
+func TestUnlockWithAnEndedContextStillReleases(t *testing.T) {
+	d := startDlockd(t)
+	ctx := ctxT(t, 60*time.Second)
+	c := dial(t, d.addr)
+	dead, cancel := context.WithCancel(ctx)
+	cancel()
+	for i := 0; i < 20; i++ {
+		name := fmt.Sprintf("uc%d", i)
+		l, err := c.Lock(ctx, name, TTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = l.Unlock(dead) // nil, or the context's error
+		if l.Valid() {
+			t.Fatalf("%s: still valid after Unlock", name)
+		}
+		eventually(t, 5*time.Second, name+" free at the server", func() bool {
+			st, err := c.Status(ctx, name)
+			return err == nil && !st.Held
+		})
+	}
+}

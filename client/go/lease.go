@@ -219,7 +219,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 // returns success there; this client says so.) The lease is not valid
 // from the call on, whatever the outcome.
 func (l *Lease) Unlock(ctx context.Context) error {
-	_, err := l.c.call(ctx, func(now float64) (*req, error) {
+	_, err := l.c.callFrom(context.Background(), ctx, func(now float64) (*req, error) {
 		if l.released || l.unlocking {
 			return nil, newErr(ErrNotHolder, "the lease of "+l.name+" is released already")
 		}
