@@ -184,6 +184,7 @@ type Client struct {
 	lastError      string
 	sessionOK      bool
 	dropWanted     bool
+	stalled        bool // the drop wanted is for a server that stopped answering
 	descRefused    bool
 	helloBy        float64
 	cluster        string

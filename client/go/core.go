@@ -43,6 +43,7 @@ func (c *Client) connected(now float64) {
 	c.state = stUp
 	c.sessionOK = false
 	c.dropWanted = false
+	c.stalled = false
 	t := c.connectTimeoutMs()
 	if !c.ready && c.naddrs > 1 {
 		t /= float64(c.naddrs)
@@ -138,7 +139,12 @@ func (c *Client) connectionLost(now float64) {
 		}
 	case c.hint >= 0:
 		c.addrI = c.hint // * BYE not-active said where
+	case c.stalled:
+		// it stopped answering: the next server first (a standby that
+		// took over, or one that names the active)
+		c.addrI = (c.addrI + 1) % c.naddrs
 	}
+	c.stalled = false
 	c.sessionOK = false
 	c.standby = false
 	c.hint = -1
@@ -1151,6 +1157,21 @@ func (c *Client) tick(now float64) float64 {
 			c.dropWanted = true
 		} else {
 			next = math.Min(next, c.helloBy)
+		}
+	}
+	if c.state == stUp && c.sessionOK && c.bodyReq == nil && len(c.fifo) > 0 {
+		// A server that stops answering (stopped, hung, a path that
+		// drops its replies) is left for the next of the list: the
+		// oldest request written and not answered within ServerTimeout
+		// drops the connection. A LOCK's wait in the queue does not
+		// count (its OK QUEUED moved it to c.waiting), nor do HELLO's
+		// (helloBy).
+		if due := c.fifo[0].sentAt + c.serverTimeoutMs(); now >= due {
+			c.lastError = c.here() + ": no reply within the server timeout"
+			c.dropWanted = true
+			c.stalled = true
+		} else {
+			next = math.Min(next, due)
 		}
 	}
 	for _, l := range append([]*Lease(nil), c.leases...) {

@@ -204,3 +204,39 @@ func TestDeposedActiveSaysBye(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A client whose active daemon stops answering (stopped, hung) goes to
+// the standby that takes over, and keeps its lease there (found from
+// outside: the client stayed on the stopped daemon for ever, its calls
+// timing out, its lease lost at its deadline).
+func TestAStoppedActiveIsLeftForTheStandby(t *testing.T) {
+	cl := startCluster(t)
+	ctx := ctxT(t, 120*time.Second)
+	c, err := Dial(ctx, cl.servers, ServerTimeout(time.Second), ConnectTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	l, err := c.Lock(ctx, "st", TTL(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.a.signal(syscall.SIGSTOP) // left stopped; the cleanup's SIGKILL ends it
+	eventually(t, 30*time.Second, "node b active", func() bool { return role(cl.b.addr) == "active" })
+	eventually(t, 20*time.Second, "the client answered by node b", func() bool {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		return c.Ping(pctx) == nil
+	})
+	if !l.Valid() || l.Err() != nil {
+		t.Fatalf("the lease did not survive: valid %v, err %v", l.Valid(), l.Err())
+	}
+	b := dial(t, cl.b.addr)
+	st, err := b.Status(ctx, "st")
+	if err != nil || !st.Held || st.Token != l.Token() {
+		t.Fatalf("node b: %+v, %v; want held with token %d", st, err, l.Token())
+	}
+	if err := l.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
