@@ -2426,6 +2426,51 @@ Test(ha, libdlock_clients_follow_a_failover)
 	cr_assert_eq(h_daemon_stop(&b), 0);
 }
 
+/* A stopped active (SIGSTOP: hung, not dead; its port still accepts) is
+ * left by a libdlock client for the standby that takes over, and the
+ * lease lives on there (found from outside: the clients stayed on the
+ * stopped daemon for good, their calls timing out, their leases lost at
+ * their deadlines). */
+Test(ha, libdlock_clients_leave_a_stopped_active, .timeout = 120)
+{
+	struct dlock_options o;
+	struct dlock_status st;
+	dlock_client *c;
+	dlock_lease *l;
+	uint64_t token;
+	int rc, i;
+
+	start_node(&a, "a", "1s");
+	start_node(&b, "b", "1s");
+	atomic_store(&lost_calls, 0);
+	dlock_options_init(&o);
+	snprintf(servers, sizeof(servers), "127.0.0.1:%d,127.0.0.1:%d", a.port,
+		 b.port);
+	o.servers = servers;
+	o.owner = "s1";
+	o.on_lost = count_lost;
+	o.request_timeout_ms = 1500;
+	cr_assert_eq(dlock_connect(&o, &c), 0, "%s", dlock_last_error());
+	cr_assert_eq(dlock_lock(c, "L9", 20000, 0, &l), 0);
+	token = dlock_lease_token(l);
+
+	kill(a.pid, SIGSTOP); /* left stopped: the kill below ends it */
+	wait_active(&b, 15000);
+	for (i = 0; (rc = dlock_ping(c)) != 0 && i < 20; i++)
+		h_sleep_ms(500);
+	cr_assert_eq(rc, 0, "the client is not answered: %s",
+		     dlock_strerror(rc));
+	cr_assert(dlock_lease_valid(l), "the lease was lost");
+	cr_assert_eq(dlock_status(c, "L9", &st), 0);
+	cr_assert(st.held && st.token == token, "held %d token %llu", st.held,
+		  (unsigned long long)st.token);
+	cr_assert_eq(dlock_unlock(c, l), 0);
+	dlock_close(c);
+	cr_assert_eq(atomic_load(&lost_calls), 0, "on_lost was called");
+	h_daemon_kill9(&a);
+	cr_assert_eq(h_daemon_stop(&b), 0);
+}
+
 /* Cut off from Redis past its leadership (80% of the lease), a daemon
  * answers nothing about locks: a standby elsewhere may have taken over,
  * and what it remembers may be stale. */

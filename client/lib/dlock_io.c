@@ -661,6 +661,28 @@ static void disconnect(struct dlock_client *c)
 	c->addr.hint_i = -1;
 }
 
+/* A server that stops answering (stopped, hung, a path that drops its
+ * replies) is left for the next of the list: the oldest request written
+ * and not answered within request_timeout_ms drops the connection, and
+ * the next attempt goes to the next server (a standby that took over, or
+ * one that names the active). A LOCK's wait in the queue does not count
+ * (its OK QUEUED moved it to c->rq.waiting), nor does the greeting's
+ * (connect_deadline), nor a STATS body being read. Found from outside:
+ * with the active daemon SIGSTOPped, the clients stayed on it for good
+ * -- calls timing out, leases lost at their deadlines -- while the
+ * standby had taken over. 1 when the connection is to be dropped. */
+static int stalled(struct dlock_client *c, int64_t now)
+{
+	if (c->conn.state != DLOCK__UP || !c->rq.fifo || c->rq.stats_req ||
+	    now < c->rq.fifo->sent_at + c->opt.request_timeout_ms)
+		return 0;
+	dlock__why(c, c->addr.addr_i, "no reply within %d ms",
+		   c->opt.request_timeout_ms);
+	c->addr.failed_i = c->addr.addr_i;
+	c->addr.addr_i = (c->addr.addr_i + 1) % c->addr.naddrs;
+	return 1;
+}
+
 /* ---- input --------------------------------------------------------------- */
 
 /* At most DLOCK__READ_TURN reads per wake, then the thread goes round its
@@ -855,6 +877,8 @@ void *dlock__thread_main(void *arg)
 		}
 		if (c->conn.wfail)
 			disconnect(c);
+		if (stalled(c, now))
+			disconnect(c);
 		next = timers(c, now);
 		deliver_risk(c);
 		deliver_lost(c);
@@ -884,6 +908,12 @@ void *dlock__thread_main(void *arg)
 			     c->conn.state == DLOCK__GREETING) &&
 			    c->conn.connect_deadline < next)
 				next = c->conn.connect_deadline;
+			if (c->conn.state == DLOCK__UP && c->rq.fifo &&
+			    !c->rq.stats_req &&
+			    c->rq.fifo->sent_at + c->opt.request_timeout_ms <
+				    next)
+				next = c->rq.fifo->sent_at +
+				       c->opt.request_timeout_ms;
 		}
 		pthread_mutex_unlock(&c->mu);
 		n = sleep_until(c, p, c->conn.fd >= 0 ? 3 : 2, next);
