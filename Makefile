@@ -332,8 +332,8 @@ test-all: test-bins
 # scenarios' Python runner, against this build's dlockd. Debian's Python:
 # the packages below (DEB_PKGS) install pytest there.
 PYTHON ?= /usr/bin/python3
-pytest: $(O)/dlockd
-	DLOCKD=$(O)/dlockd $(PYTHON) -m pytest -q tests/python
+pytest: $(O)/dlockd $(O)/dlock
+	DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock $(PYTHON) -m pytest -q tests/python
 
 # The Go client (client/go): go vet, then its tests under the race
 # detector against this build's dlockd. Debian's Go (golang-go, in
