@@ -737,6 +737,34 @@ def test_clients_follow_a_takeover_between_two_daemons(redis):
         b.cleanup()
 
 
+def test_a_stopped_active_is_left_for_the_standby(redis):
+    # SIGSTOP: hung, not dead (its port still accepts). Found from outside
+    # in the Go client: the clients stayed on it for good.
+    a = Daemon("--persist", "redis", "--redis", redis.url, "--node-id", "a",
+               "--leader-lease", "1s").start()
+    b = Daemon("--persist", "redis", "--redis", redis.url, "--node-id", "b",
+               "--leader-lease", "1s").start()
+    lost = Lost()
+    try:
+        with dlockd.Client(f"{a.addr},{b.addr}", on_lost=lost, request_timeout=1.5) as c:
+            lease = c.lock("st", ttl=20)
+            a.signal(signal.SIGSTOP)  # left stopped; the cleanup ends it
+
+            def answered() -> bool:
+                try:
+                    c.ping()
+                    return True
+                except dlockd.DlockError:
+                    return False
+            assert wait_until(answered, 30)
+            assert lease.valid and not lost.calls
+            assert c.status("st").token == lease.token
+            lease.release()
+    finally:
+        a.cleanup()
+        b.cleanup()
+
+
 def test_a_server_of_another_cluster_in_the_list_is_refused(redis):
     # node b's URL names db 1: another keyspace, another lock table
     a = Daemon("--persist", "redis", "--redis", redis.url, "--node-id", "a",

@@ -371,6 +371,7 @@ class Core:
         self.refused = 0  # attempts refused in a row before the first session
         self.session_ok = False  # this connection's HELLO succeeded
         self.drop_wanted = False  # a reply asked to drop the connection
+        self.stalled = False  # ... because the server stopped answering
         self.desc_refused = False  # a server refused the description
         self.hello_by = NEVER  # this connection's HELLO must be answered by then
         # The cluster id held to (the option, or the first a server
@@ -428,6 +429,7 @@ class Core:
         self.state = UP
         self.session_ok = False
         self.drop_wanted = False
+        self.stalled = False
         # A listed server that accepts and never answers (stopped, hung)
         # gets its share of connect_timeout, not all of it: the next is
         # asked in time.
@@ -515,6 +517,11 @@ class Core:
                 self.reconnect_at = now + REDIRECT_MS
         elif self.hint >= 0:
             self.addr_i = self.hint  # * BYE not-active said where
+        elif self.stalled:
+            # it stopped answering: the next server first (a standby
+            # that took over, or one that names the active)
+            self.addr_i = (self.addr_i + 1) % self.naddrs
+        self.stalled = False
         self.standby = False
         self.hint = -1
 
@@ -1566,6 +1573,20 @@ class Core:
                 self.drop_wanted = True
             else:
                 nxt = min(nxt, self.hello_by)
+        if self.state == UP and self.session_ok and self.body_req is None and self.fifo:
+            # A server that stops answering (stopped, hung, a path that
+            # drops its replies) is left for the next of the list: the
+            # oldest request written and not answered within
+            # request_timeout drops the connection. A LOCK's wait in the
+            # queue does not count (its OK QUEUED moved it to waiting),
+            # nor does HELLO's (hello_by). As libdlock and the Go client.
+            due = self.fifo[0].sent_at + self.o.request_timeout_ms
+            if now >= due:
+                self.last_error = "no reply within the request timeout"
+                self.drop_wanted = True
+                self.stalled = True
+            else:
+                nxt = min(nxt, due)
         for ls in list(self.leases):
             if not ls.live():
                 continue
