@@ -34,7 +34,8 @@ import (
 // Timings (ms), as libdlock's and the Python client's.
 const (
 	backoffMinMs          = 50   // first pause between reconnects; doubles ...
-	backoffMaxMs          = 1000 // ... up to this
+	backoffMaxMs          = 1000 // ... up to this, until a session lasts
+	sessionSteadyMs       = 1000 // a session this old resets the backoff
 	redirectMs            = 100  // a standby named no other active: ask again after this
 	guardMinMs            = 20   // default lost guard: max(TTL/10, this)
 	renewRetryMinMs       = 10   // a refused renewal is retried after max(TTL/10, this)
@@ -92,6 +93,8 @@ type req struct {
 	hi        int     // its place in Client.timed + 1 (0: none)
 	header    *reply
 	body      []string
+	bodyBytes int
+	heldLeft  int // UNLOCK: the holds the last OK HELD said remain (-1: none said)
 
 	finished bool
 	done     chan struct{} // closed when finished (nil: internal)
@@ -181,6 +184,7 @@ type Client struct {
 	standby        bool
 	reconnectAt    float64
 	backoff        float64
+	sessionAt      float64 // when HELLO was last answered OK
 	lastError      string
 	sessionOK      bool
 	dropWanted     bool

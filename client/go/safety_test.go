@@ -15,6 +15,7 @@
 package dlockd
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -493,4 +494,122 @@ func TestReaderKeepsBytesReadWithAnError(t *testing.T) {
 	if m := <-c.inbox; !errors.Is(m.err, io.EOF) {
 		t.Fatalf("then %q %v, want io.EOF", m.line, m.err)
 	}
+}
+
+// holdProxy forwards a client's connections to addr; armed, it keeps
+// back the first REFRESH a client sends (and signals held), and cut()
+// closes every connection it carries.
+type holdProxy struct {
+	t     *testing.T
+	ln    net.Listener
+	addr  string
+	mu    sync.Mutex
+	armed bool
+	held  chan struct{}
+	conns []net.Conn
+}
+
+func startHoldProxy(t *testing.T, to string) *holdProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &holdProxy{t: t, ln: ln, addr: ln.Addr().String(), held: make(chan struct{}, 1)}
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	go func() {
+		for {
+			cc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			sc, err := net.Dial("tcp", to)
+			if err != nil {
+				cc.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, cc, sc)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(cc, sc); cc.Close() }()
+			go func() {
+				r := bufio.NewReader(cc)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						sc.Close()
+						return
+					}
+					p.mu.Lock()
+					hold := p.armed && strings.HasPrefix(line, "REFRESH ")
+					if hold {
+						p.armed = false
+					}
+					p.mu.Unlock()
+					if hold {
+						p.held <- struct{}{}
+						continue
+					}
+					if _, err := sc.Write([]byte(line)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return p
+}
+
+func (p *holdProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// A wait given up while the grant's confirmation is on its way, then the
+// connection lost: the hold the server granted is given back after the
+// reconnect (found from outside: it stayed held for its TTL).
+func TestAGrantCrossingAGiveUpIsReleasedOverADrop(t *testing.T) {
+	d := startDlockd(t)
+	ctx := ctxT(t, 60*time.Second)
+	b := dial(t, d.addr)
+	p := startHoldProxy(t, d.addr)
+	w := dial(t, p.addr)
+	lb, err := b.Lock(ctx, "z", TTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.Lock(wctx, "z", TTL(30*time.Second))
+		done <- err
+	}()
+	eventually(t, 10*time.Second, "w queued", func() bool {
+		st, err := b.Status(ctx, "z")
+		return err == nil && st.Waiters == 1
+	})
+	p.mu.Lock()
+	p.armed = true
+	p.mu.Unlock()
+	if err := lb.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.held: // w was granted z; its confirmation is kept back
+	case <-time.After(10 * time.Second):
+		t.Fatal("no confirmation of the grant")
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the given-up Lock returned a lease")
+	}
+	p.cut()
+	eventually(t, 10*time.Second, "z free again", func() bool {
+		st, err := b.Status(ctx, "z")
+		return err == nil && !st.Held
+	})
 }

@@ -24,6 +24,7 @@ const (
 	defaultPort   = 7420
 	defaultTTLMs  = 30000
 	bodyLinesMax  = 2*1000 + 1000 + 128
+	bodyBytesMax  = 4 << 20 // a HOLDERS body: its lines are a few hundred bytes
 	reentryMax    = 1<<24 - 1
 )
 
