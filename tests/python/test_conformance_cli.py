@@ -33,11 +33,9 @@ import time
 
 import pytest
 
-from procs import DLOCKD, TOP, Daemon, Redis
+from procs import DLOCKD, Daemon, Redis
+from test_conformance import opts, scenarios  # the file's reading, shared
 
-FILE = os.environ.get(
-    "DL_CONFORMANCE", os.path.join(TOP, "tests", "conformance", "scenarios.txt")
-)
 DLOCK = os.environ.get("DLOCK", os.path.join(os.path.dirname(DLOCKD), "dlock"))
 STATUS_POLL = 2.0  # s: a status step is polled this long
 CMD_TIMEOUT = 30.0  # s: no dlock of a scenario runs longer
@@ -45,23 +43,6 @@ CMD_TIMEOUT = 30.0  # s: no dlock of a scenario runs longer
 # exit statuses of dlock(1)
 EX_OK, EX_REFUSED, EX_MISMATCH, EX_UNAVAILABLE = 0, 1, 65, 69
 EX_TEMPFAIL, EX_NOPERM, EX_DEADLOCK = 75, 77, 79
-
-
-def scenarios() -> list[tuple[str, list[tuple[int, str]]]]:
-    out: list[tuple[str, list[tuple[int, str]]]] = []
-    with open(FILE) as f:
-        for no, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            if line.startswith("scenario "):
-                out.append((line.split()[1], []))
-            out[-1][1].append((no, line))
-    return out
-
-
-def opts(words: list[str]) -> dict[str, str]:
-    return dict(w.split("=", 1) for w in words if "=" in w)
 
 
 # ---- which scenarios apply (static: from the text only) -------------------
