@@ -25,10 +25,11 @@ import java.util.concurrent.locks.ReentrantLock;
  * the output buffer, submitting, deadlines, giving up and finishing requests, turns, lease renewal and loss
  * ({@link #tick}), watching again.
  *
- * <p>Threads: everything here runs on the manager thread (see {@link Engine}) and its fields are the manager's alone,
- * but for {@link #nowMs} (any thread, under its own lock) and {@link #publicKey}/{@link #publicCluster} (any thread,
- * under pubMu). It never blocks on the network: lines written go to {@link #out}, which {@link Engine} hands to the
- * connection's writer thread. What it needs from the threads is {@link #callback} and {@link #exec}.
+ * <p>Threads: everything here runs under the client's lock ({@link Engine#mu}, on whichever thread holds it) and its
+ * fields are guarded by it, but for {@link #nowMs} (any thread, lock-free) and {@link #publicKey}/{@link #publicCluster}
+ * (any thread, under pubMu). It never blocks on the network: lines written go to {@link #out}, which {@link Engine}
+ * writes out without blocking. What it needs from the threads is {@link #callback}, {@link #exec}, {@link #complete}
+ * and {@link #wakeAt}.
  */
 abstract sealed class Core permits Protocol {
     static final double GUARD_MIN_MS = 20;
@@ -38,30 +39,37 @@ abstract sealed class Core permits Protocol {
 
     enum Where { NOWHERE, UNSENT, SENT, WAITING, TURN }
 
-    private static final ReentrantLock CLOCK_MU = new ReentrantLock();
-    private static long lastWall = System.currentTimeMillis();
-    private static long lastMono = System.nanoTime();
-    private static double suspendedMs;
     static final double SUSPEND_MIN_MS = 250;
+    /** How long a snapshot of the clocks is compared against before a newer one is taken (ms). */
+    static final double CLOCK_SNAP_MS = 100;
+
+    /** The clocks as last compared: monotonic ns, wall ms, and the suspended time counted until then. */
+    private record Snap(long mono, long wall, double suspended) { }
+
+    private static final java.util.concurrent.atomic.AtomicReference<Snap> SNAP =
+            new java.util.concurrent.atomic.AtomicReference<>(new Snap(System.nanoTime(), System.currentTimeMillis(), 0));
 
     /**
      * The client's clock (ms): the monotonic clock, plus the time the machine was suspended. Java has no
      * CLOCK_BOOTTIME (which the Go client reads): the monotonic clock stops during a suspend while the server's and a
-     * lease's time go on. So a wall clock that moved SUSPEND_MIN_MS or more past the monotonic one between two reads
-     * is taken for a suspend and counted as time passed -- also when it was a step of the wall clock, which only makes
-     * leases end early (fail-safe).
+     * lease's time go on. So a wall clock that moved SUSPEND_MIN_MS or more past the monotonic one since the last
+     * snapshot of both is taken for a suspend and counted as time passed -- also when it was a step of the wall clock,
+     * which only makes leases end early (fail-safe). Lock-free: a snapshot is taken at most every CLOCK_SNAP_MS (a
+     * slewed wall clock never adds up to a suspend), and at once when a suspend is counted.
      */
     static double nowMs() {
-        CLOCK_MU.lock();
-        try {
+        while (true) {
+            Snap s = SNAP.get();
             long mono = System.nanoTime(), wall = System.currentTimeMillis();
-            double gap = (wall - lastWall) - (mono - lastMono) / 1e6;
-            if (gap >= SUSPEND_MIN_MS) suspendedMs += gap;
-            lastWall = wall;
-            lastMono = mono;
-            return mono / 1e6 + suspendedMs;
-        } finally {
-            CLOCK_MU.unlock();
+            double monoMs = (mono - s.mono) / 1e6;
+            double gap = (wall - s.wall) - monoMs;
+            if (gap >= SUSPEND_MIN_MS) {
+                Snap n = new Snap(mono, wall, s.suspended + gap);
+                if (!SNAP.compareAndSet(s, n)) continue;
+                return mono / 1e6 + n.suspended;
+            }
+            if (monoMs >= CLOCK_SNAP_MS) SNAP.compareAndSet(s, new Snap(mono, wall, s.suspended));
+            return mono / 1e6 + s.suspended;
         }
     }
 
@@ -77,6 +85,7 @@ abstract sealed class Core permits Protocol {
         double ttl, wait, waitEnd = NEVER, start;
         boolean shared, renew, internal, abandoned, resent, lastHold, exposed;
         int limit, retries, seq;
+        int lockWrites; // how often the LOCK was written: each may have made one hold
         String tag = "";
         double sentAt;
         Where where = Where.NOWHERE;
@@ -89,6 +98,7 @@ abstract sealed class Core permits Protocol {
         List<String> body;
         boolean finished;
         CompletableFuture<Object> done;
+        Thread caller; // the thread that waits for done (unparked when it completes), or null
         Runnable hook;
 
         Req(String op, String name) {
@@ -111,7 +121,7 @@ abstract sealed class Core permits Protocol {
     final Config cfg;
     final String owner;
 
-    // owned by the manager thread
+    // guarded by the client's lock (Engine.mu)
     String key; // the owner's secret said in HELLO (given, or the server's)
     St state = St.DOWN; // the connection's
     boolean closing; // shutdown ran: no new request
@@ -127,12 +137,12 @@ abstract sealed class Core permits Protocol {
     int addrI; // the server in use or being dialed (here())
     String lastError = "";
     boolean sessionOK; // HELLO was answered OK on this connection
-    boolean dropWanted; // drop the connection at the next turn of the manager's loop
+    boolean dropWanted; // drop the connection once the work under the lock is done
     double helloBy; // HELLO must be answered by then
     String cluster; // the cluster id held to ("" until a server names one)
     String clusterFrom = ""; // the server that named it
     final List<Watch> watches = new ArrayList<>();
-    /** The request of each pending future (manager thread only): to give it up. */
+    /** The request of each pending future: to give it up. */
     final Map<CompletableFuture<Object>, Req> reqOf = new java.util.IdentityHashMap<>();
 
     // shared: the published copies of key and cluster, read by callers
@@ -156,11 +166,17 @@ abstract sealed class Core permits Protocol {
         this.pubCluster = cluster;
     }
 
-    /** Runs user code off the manager thread (on the callback thread). */
+    /** Runs user code off the client's lock (on the callback thread). */
     abstract void callback(Runnable r);
 
-    /** Runs f on the manager thread; false if the client is closed. */
+    /** Runs f under the client's lock; false if the client is closed. */
     abstract boolean exec(Runnable f);
+
+    /** Completes a future no user code depends on, once the client's lock is let go. */
+    abstract void complete(CompletableFuture<Object> f, DlockException err, Object result, Thread caller);
+
+    /** Something is due at t (Core.nowMs): the manager thread looks then at the latest. */
+    abstract void wakeAt(double t);
 
     double serverTimeoutMs() {
         return cfg.serverTimeout.toNanos() / 1e6;
@@ -299,6 +315,7 @@ abstract sealed class Core permits Protocol {
         out.append(format(q, now));
         q.sentAt = now;
         q.where = Where.SENT;
+        if (q.op.equals("LOCK")) q.lockWrites++;
         // A REFRESH that shortens the lease may take effect even if its reply never comes: count on it from now.
         Lease l = q.lease;
         if ((q.op.equals("REFRESH") || q.op.equals("RENEW")) && l != null && q.ttl > 0) {
@@ -365,6 +382,7 @@ abstract sealed class Core permits Protocol {
         if (!q.internal && !q.finished && d != NEVER) {
             timed.add(q);
             q.timed = true;
+            wakeAt(d);
         }
     }
 
@@ -422,8 +440,7 @@ abstract sealed class Core permits Protocol {
         if (f == null) return;
         reqOf.remove(f);
         if (!q.exposed) {
-            if (err != null) f.completeExceptionally(err);
-            else f.complete(result);
+            complete(f, err, result, q.caller); // once the lock is let go
             return;
         }
         // a future the caller sees: its dependents must not run on this thread

@@ -35,10 +35,12 @@ import javax.net.ssl.SSLSocketFactory;
  * the client holds waits for its release (the server would grant it as a reentry of the same lease), and
  * {@code tryLock} fails with {@link BusyException}.
  *
- * <p><b>Threads.</b> A manager thread ({@code dlockd-manager-N}) owns the protocol state and schedules renewals, a
- * reader and a writer thread serve each connection, a dialer thread each attempt to connect, and a callback thread
- * ({@code dlockd-callbacks-N}) runs listeners and completes the futures the client hands out. {@link #close()} ends
- * them all. No lock is held around I/O.
+ * <p><b>Threads.</b> One lock guards the protocol state; a caller writes its request itself (non-blocking) and, on a
+ * connection without TLS, reads the reply itself while no other thread reads. A manager thread
+ * ({@code dlockd-manager-N}) schedules renewals, lost guards, reconnects and timeouts; a reader thread serves each
+ * connection while no caller reads (a writer thread too with TLS), a dialer thread each attempt to connect, and a
+ * callback thread ({@code dlockd-callbacks-N}) runs listeners and completes the futures the client hands out.
+ * {@link #close()} ends them all. No lock is held around blocking I/O.
  */
 public final class DlockClient implements AutoCloseable {
     private final Engine e;

@@ -45,7 +45,7 @@ public final class Lease implements AutoCloseable {
     final Mode mode;
     final int limit;
 
-    // owned by the manager thread
+    // guarded by the client's lock (Engine.mu)
     double ttl;
     double deadlineM;
     double renewAt;
@@ -59,6 +59,7 @@ public final class Lease implements AutoCloseable {
     long until;
     Engine.Ticket ticket;
     double lostAtM;
+    int lockWrites = 1; // how often its LOCK was written: the holds it may have made (bounds UNLOCK's resends)
 
     // the public view, under mu
     private final ReentrantLock mu = new ReentrantLock();
@@ -99,6 +100,7 @@ public final class Lease implements AutoCloseable {
     void setDeadline(double d, boolean risk) {
         deadlineM = d;
         lostAtM = d - c.guardMs(ttl);
+        c.wakeAt(renew ? Math.min(lostAtM, renewAt) : lostAtM);
         boolean tell = false;
         List<Consumer<Lease>> ls = null;
         mu.lock();

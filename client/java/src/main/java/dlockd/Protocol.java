@@ -17,8 +17,8 @@ import java.util.List;
  * failed or lost (fail-over, keeping requests over a drop), the session once HELLO is answered, and every line read:
  * events ({@code * GRANTED}, {@code * EXPIRED}, ...) and the replies to each request.
  *
- * <p>Threads: everything here runs on the manager thread (see {@link Engine}) and its fields are the manager's
- * alone; {@link Engine} calls {@link #connected}, {@link #connectFailed}, {@link #connectionLost} and
+ * <p>Threads: everything here runs under the client's lock (see {@link Engine}) and its fields are guarded by it;
+ * {@link Engine} calls {@link #connected}, {@link #connectFailed}, {@link #connectionLost} and
  * {@link #lineIn}. It never blocks on the network. What it needs from the threads is {@link #signalReady}.
  */
 abstract sealed class Protocol extends Core permits Engine {
@@ -26,7 +26,7 @@ abstract sealed class Protocol extends Core permits Engine {
     static final double RENEW_RETRY_MIN_MS = 10;
     static final int ALREADY_WAITING_RETRIES = 3;
 
-    // owned by the manager thread
+    // guarded by the client's lock
     double defaultTTL = Wire.DEFAULT_TTL_MS; // the server's, said in HELLO
     boolean ready; // a session was had once (build() returns the client)
     DlockException fatal; // a refusal that ends build() at once
@@ -43,6 +43,12 @@ abstract sealed class Protocol extends Core permits Engine {
     String clusterWhy = "";
     boolean insane; // the line just handled is one no server may send: drop the connection
     int crossedGrants; // grants that crossed the CANCEL of a wait given up, given back (for tests)
+    double sessionAt; // when HELLO was answered OK on this connection
+    boolean answered; // a request other than the handshake was answered on this connection
+    long bodyBytes; // the bytes of the body being read
+    static final long BODY_BYTES_MAX = 4L << 20; // a reply body larger than this is a protocol error
+    static final double SESSION_OK_MS = 1000; // a session that lasted this long resets the reconnect backoff
+    static final int UNLOCK_HELD_MARGIN = 2; // resends of a last UNLOCK answered HELD beyond the holds we may have made
 
     Protocol(Config cfg) {
         super(cfg);
@@ -77,6 +83,7 @@ abstract sealed class Protocol extends Core permits Engine {
         helloBy = now + t;
         out.setLength(0);
         crossing = 0;
+        answered = false;
         if (!cfg.password.isEmpty()) internal("AUTH", "", 0, false);
         internal("HELLO", "", 0, false);
     }
@@ -133,6 +140,15 @@ abstract sealed class Protocol extends Core permits Engine {
         }
         state = St.DOWN;
         reconnectAt = now;
+        if (sessionOK && !standby) {
+            if (answered || now - sessionAt >= SESSION_OK_MS) {
+                backoff = BACKOFF_MIN_MS; // a session that worked: reconnect at once
+            } else {
+                // HELLO answered, then nothing that worked (a bad line, a close): no storm of reconnects
+                reconnectAt = now + backoff;
+                backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+            }
+        }
         if (!standby && !sessionOK) {
             connectFailed(now, "", false); // closed before it said who we are: as a failed connect
         } else if (standby) {
@@ -164,6 +180,18 @@ abstract sealed class Protocol extends Core permits Engine {
                 q.internal = true; // still release it
                 return true;
             }
+            if (q.op.equals("CONFIRM") && q.token != 0 && !liveLease(q.name, q.token)) {
+                // a grant given up while its confirmation was in flight: the hold is ours, give it back once connected
+                q.op = "UNLOCK";
+                q.internal = true;
+                q.lastHold = true;
+                q.lease = null;
+                q.ttl = 0;
+                q.retries = 0;
+                q.body = null;
+                q.resent = true;
+                return true;
+            }
             finish(q, DlockException.of(DlockException.Kind.CONNECTION_LOST, "the connection closed"), null);
             return false;
         }
@@ -181,6 +209,11 @@ abstract sealed class Protocol extends Core permits Engine {
         return true;
     }
 
+    private boolean liveLease(String name, long token) {
+        for (Lease l : leases) if (l.name.equals(name) && l.token == token && l.live()) return true;
+        return false;
+    }
+
     private void die(DlockException err) {
         state = St.DEAD;
         for (Req q : new ArrayList<>(unsent)) finish(q, err, null);
@@ -193,6 +226,13 @@ abstract sealed class Protocol extends Core permits Engine {
     boolean lineIn(String s, double now) {
         Req bq = bodyReq;
         if (bq != null) {
+            bodyBytes += s.length() + 1;
+            if (bodyBytes > BODY_BYTES_MAX) {
+                bodyReq = null;
+                lastError = here() + ": a reply body larger than " + BODY_BYTES_MAX + " bytes";
+                finish(bq, DlockException.of(DlockException.Kind.PROTOCOL, "a reply body larger than the protocol allows"), null);
+                return false;
+            }
             bq.body.add(s);
             if (--bodyLeft == 0) {
                 bodyReq = null;
@@ -219,6 +259,7 @@ abstract sealed class Protocol extends Core permits Engine {
         if (standbyReply(q, r) || clusterReply(q, r)) return false;
         fifo.pollFirst();
         q.where = Where.NOWHERE;
+        if (!q.op.equals("HELLO") && !q.op.equals("AUTH") && !q.op.equals("DESCRIBE")) answered = true;
         reply(q, r, now);
         if (insane) {
             insane = false;
@@ -518,6 +559,9 @@ abstract sealed class Protocol extends Core permits Engine {
                 return true;
             }
             granted(q, token, ms, q.sentAt, r);
+        } else if (r.is("OK", "QUEUED") && q.wait == 0) {
+            insane = true; // a TRYLOCK never waits
+            finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may queue a TRYLOCK: " + r.text()), null);
         } else if (r.is("OK", "QUEUED")) {
             if (q.abandoned || q.finished) {
                 crossing++; // its grant may cross the CANCEL
@@ -573,6 +617,7 @@ abstract sealed class Protocol extends Core permits Engine {
         l.noteProof(r);
         l.ttl = q.ttl;
         l.renew = q.renew;
+        l.lockWrites = Math.max(q.lockWrites, 1);
         confirmLease(l, q, sentAt, ms);
         double now = nowMs();
         if (now >= l.deadlineM - guardMs(l.ttl)) {
@@ -597,10 +642,16 @@ abstract sealed class Protocol extends Core permits Engine {
         boolean quiet = true;
         ArrayDeque<Ticket> dq = turns.get(q.name);
         if (dq != null && !dq.isEmpty() && (l == null || l.ticket != dq.peekFirst())) quiet = false;
-        if (r.is("OK", "HELD") && q.lastHold && quiet && q.retries < Wire.REENTRY_MAX) {
+        // at most the holds this client may have made (each write of its LOCK one), and a margin
+        int most = (l != null ? l.lockWrites - 1 : 0) + UNLOCK_HELD_MARGIN;
+        if (r.is("OK", "HELD") && q.lastHold && quiet && q.retries < Math.min(most, Wire.REENTRY_MAX)) {
             // holds we lost track of (a LOCK sent again after a reconnect was granted twice): give them back
             q.retries++;
             write(q, now);
+        } else if (r.is("OK", "HELD") && q.lastHold && quiet) {
+            // still held after every hold we may have made was given back: the server's count is not ours to trust
+            finish(q, new UnconfirmedException(q.name + ": still held after " + (q.retries + 1)
+                    + " UNLOCKs; the lock ends by its TTL at the latest"), null);
         } else if (r.kind.equals("OK") && (r.word.equals("RELEASED") || r.word.equals("HELD"))) {
             finish(q, null, null);
         } else if (r.is("NO", "NOT_HOLDER")) {
@@ -645,6 +696,7 @@ abstract sealed class Protocol extends Core permits Engine {
         if ((q.op.equals("RENEW") || q.op.equals("RECLAIM")) && l.live()) {
             // UNAVAILABLE and the like: try again soon; the guard says when it is too late
             l.renewAt = now + Math.max(l.ttl / 10, RENEW_RETRY_MIN_MS);
+            wakeAt(l.renewAt);
             risk(l);
         }
         return false;
@@ -678,9 +730,9 @@ abstract sealed class Protocol extends Core permits Engine {
             dropWanted = true;
             return true;
         }
-        backoff = BACKOFF_MIN_MS;
         failedI = -1;
         sessionOK = true;
+        sessionAt = now;
         ready = true;
         signalReady();
         finish(q, null, null);
@@ -703,6 +755,7 @@ abstract sealed class Protocol extends Core permits Engine {
         } else {
             bodyReq = q;
             bodyLeft = (int) (long) n;
+            bodyBytes = 0;
             q.where = Where.SENT;
         }
         return true;

@@ -16,10 +16,10 @@ public final class Watch implements AutoCloseable {
     private static final WatchEvent END = WatchEvent.of(WatchEvent.Kind.OTHER, "", 0);
 
     private final Engine c;
-    final List<String> patterns; // manager thread
-    boolean active; // manager thread: watch again after a reconnect
-    private int missed; // manager thread
-    private boolean ended; // manager thread
+    final List<String> patterns; // under the client's lock
+    boolean active; // under the client's lock: watch again after a reconnect
+    private int missed; // under the client's lock
+    private boolean ended; // under the client's lock
     private final LinkedBlockingQueue<WatchEvent> q = new LinkedBlockingQueue<>();
     private volatile boolean over;
 
@@ -39,7 +39,7 @@ public final class Watch implements AutoCloseable {
         return patterns.contains(p);
     }
 
-    /** Never blocks the manager: a full queue counts the event missed, told by an OVERFLOW once there is room. */
+    /** Never blocks under the client's lock: a full queue counts the event missed, told by an OVERFLOW once there is room. */
     void deliver(WatchEvent ev) {
         if (ended) return;
         if (missed > 0) {

@@ -154,8 +154,11 @@ final class Wire {
 
         /** The value of key=, or null. */
         String kv(String key) {
-            String p = key + "=";
-            for (String a : args) if (a.startsWith(p)) return a.substring(p.length());
+            int k = key.length();
+            for (int i = 0, n = args.size(); i < n; i++) {
+                String a = args.get(i);
+                if (a.length() > k && a.charAt(k) == '=' && a.startsWith(key)) return a.substring(k + 1);
+            }
             return null;
         }
 
@@ -197,26 +200,42 @@ final class Wire {
         return out;
     }
 
-    /** Parses a reply or event line; null if it is not protocol. */
+    /** Parses a reply or event line; null if it is not protocol (one pass: fields split, characters checked). */
     static Reply parseReply(String s) {
-        for (int i = 0; i < s.length(); i++) {
+        int n = s.length();
+        String kind = null, word = null;
+        List<String> args = new ArrayList<>(6);
+        int i = 0;
+        while (i < n) {
             char c = s.charAt(i);
-            if ((c < ' ' || c > '~') && c != '\t') return null;
+            if (c == ' ' || c == '\t') {
+                i++;
+                continue;
+            }
+            int j = i;
+            for (; j < n; j++) {
+                c = s.charAt(j);
+                if (c == ' ' || c == '\t') break;
+                if (c < ' ' || c > '~') return null;
+            }
+            String f = s.substring(i, j);
+            if (kind == null) kind = f;
+            else if (word == null) word = f;
+            else args.add(f);
+            i = j;
         }
-        List<String> w = fields(s);
-        if (w.size() < 2) return null;
-        switch (w.get(0)) {
+        if (word == null) return null;
+        switch (kind) {
             case "OK": case "NO": case "ERR": case "*":
                 break;
             default:
                 return null;
         }
-        List<String> args = new ArrayList<>(w.subList(2, w.size()));
         String tag = "";
         if (!args.isEmpty() && args.get(args.size() - 1).startsWith("id=")) {
             tag = args.remove(args.size() - 1).substring(3);
         }
-        return new Reply(w.get(0), w.get(1), args, tag);
+        return new Reply(kind, word, args, tag);
     }
 
     /** An unsigned decimal u64 (as a long's bits), or null. */
