@@ -18,6 +18,8 @@
 #   make bench-bound  what bounds the durable pairs on a small machine
 #   make bench-watch  what a lock change costs to find its watchers
 #   make bench-python the Python client against redis-py's Lock
+#   make bench-clients the client libraries side by side on one daemon
+#   make bench-etcd   dlockd against etcd's lock service (needs etcd-server)
 #   make pytest     the Python client's tests (tests/python), against the
 #                   build's dlockd and real redis-servers
 #   make SAN=1 ...  any target with the sanitizers on (objects in build/san)
@@ -127,7 +129,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/store/bucket.o
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
-        java javatest bench bench-clients bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
+        java javatest bench bench-clients bench-etcd bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest gotest bench-python \
         format-check lint shape \
         bench-deadlock
@@ -691,7 +693,8 @@ format-check:
 # over 800 lines, functions over 80, the largest structs) for review.
 lint: format-check
 	@command -v gofmt >/dev/null || { echo "lint: no gofmt (make deps)"; exit 1; }
-	@out=$$(gofmt -l client/go tests/faults/goworker tests/bench/gobench); \
+	@out=$$(gofmt -l client/go tests/faults/goworker tests/bench/gobench \
+	  tests/bench/etcdbench); \
 	  test -z "$$out" || \
 	  { echo "gofmt: $$out (run gofmt -w on it)"; exit 1; }
 	@bash tests/scripts/dead.sh
@@ -714,6 +717,21 @@ $(O)/tests/bench/clientbench: $(O)/tests/bench/clientbench.o $(LIBDLOCK_A)
 $(O)/tests/bench/javabench: tests/bench/javabench/JavaBench.java $(JAVA_OUT)/dlockd.jar
 	rm -rf $@ && mkdir -p $@
 	$(JAVAC) $(JAVAC_FLAGS) -cp $(JAVA_OUT)/dlockd.jar -d $@ $<
+# dlockd against etcd's lock service (v3lock) at equal durability, by its
+# JSON gateway and by gRPC (tests/bench/etcd.py; the table goes to
+# build/bench/etcd.txt). Needs Debian's etcd-server, which make deps does
+# not install: it is for this comparison only.
+$(O)/tests/bench/etcdbench: tests/bench/etcdbench/main.go tests/bench/etcdbench/go.mod
+	@mkdir -p $(@D)
+	cd tests/bench/etcdbench && $(GO_CACHE_ENV) $(GO) build -o $(abspath $@) .
+bench-etcd:
+	@command -v etcd >/dev/null || \
+	  { echo "bench-etcd: no etcd (apt-get install etcd-server)"; exit 1; }
+	$(MAKE) SAN= O=build all build/tests/bench/clientbench \
+	  build/tests/bench/gobench build/tests/bench/etcdbench
+	DLOCKD=build/dlockd CLIENTBENCH=build/tests/bench/clientbench \
+	  GOBENCH=build/tests/bench/gobench ETCDBENCH=build/tests/bench/etcdbench \
+	  $(PYTHON) tests/bench/etcd.py --out build/bench/etcd.txt
 $(O)/tests/bench/gobench: tests/bench/gobench/main.go tests/bench/gobench/go.mod \
                           $(wildcard client/go/*.go)
 	@mkdir -p $(@D)
@@ -769,7 +787,8 @@ bench-tls-flood:
 
 # The C benchmarks, built (not run) by make check so that they cannot rot.
 BENCH_BINS := $(addprefix $(O)/tests/bench/,bench fcall htab deadlock watch \
-                authflood outflood clientbench gobench javabench)
+                authflood outflood clientbench gobench javabench \
+                etcdbench)
 bench-bins: $(BENCH_BINS)
 
 # Password guesses per second one host gets (docs/security.md); by hand:

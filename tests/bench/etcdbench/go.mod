@@ -1,0 +1,3 @@
+module dlockd-etcdbench
+
+go 1.19
