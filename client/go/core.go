@@ -153,7 +153,9 @@ func (c *Client) connectionLost(now float64) {
 		c.addrI = c.hint // * BYE not-active said where
 	case c.stalled:
 		// it stopped answering: the next server first (a standby that
-		// took over, or one that names the active)
+		// took over, or one that names the active: not this one again
+		// at once)
+		c.failedI = c.addrI
 		c.addrI = (c.addrI + 1) % c.naddrs
 	}
 	c.stalled = false
@@ -1208,9 +1210,11 @@ func (c *Client) tick(now float64) float64 {
 			next = math.Min(next, c.helloBy)
 		}
 	}
-	if c.state == stUp && c.sessionOK && c.bodyReq == nil && len(c.fifo) > 0 {
+	if c.naddrs > 1 && c.state == stUp && c.sessionOK && c.bodyReq == nil && len(c.fifo) > 0 {
 		// A server that stops answering (stopped, hung, a path that
-		// drops its replies) is left for the next of the list: the
+		// drops its replies) is left for the next of the list (with one
+		// server there is nowhere to go, and a drop would only lose the
+		// replies of what it may still carry out, as libdlock): the
 		// oldest request written and not answered within ServerTimeout
 		// drops the connection. A LOCK's wait in the queue does not
 		// count (its OK QUEUED moved it to c.waiting), nor do HELLO's

@@ -251,8 +251,9 @@ struct dlock_options {
 				   it, for the next */
 	int request_timeout_ms; /* 5000: a reply later than this is
 				   DLOCK_ETIMEDOUT (the lock wait itself is
-				   not counted), and the server is left:
-				   the connection is dropped and the next
+				   not counted), and with more than one
+				   server the server is left: the
+				   connection is dropped and the next
 				   server of the list tried (a stopped or
 				   hung active fails over as a dead one) */
 	int reconnect;		/* 1: reconnect after a drop (backoff up to

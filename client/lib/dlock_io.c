@@ -662,8 +662,11 @@ static void disconnect(struct dlock_client *c)
 }
 
 /* A server that stops answering (stopped, hung, a path that drops its
- * replies) is left for the next of the list: the oldest request written
- * and not answered within request_timeout_ms drops the connection, and
+ * replies) is left for the next of a list of servers (with one there is
+ * nowhere to go, and a drop would only lose the replies of requests the
+ * server may still carry out, such as a given-up lock's grant, which
+ * then outlives the connection as a hold nobody knows): the oldest request
+ * written and not answered within request_timeout_ms drops the connection, and
  * the next attempt goes to the next server (a standby that took over, or
  * one that names the active). A LOCK's wait in the queue does not count
  * (its OK QUEUED moved it to c->rq.waiting), nor does the greeting's
@@ -673,7 +676,8 @@ static void disconnect(struct dlock_client *c)
  * standby had taken over. 1 when the connection is to be dropped. */
 static int stalled(struct dlock_client *c, int64_t now)
 {
-	if (c->conn.state != DLOCK__UP || !c->rq.fifo || c->rq.stats_req ||
+	if (c->addr.naddrs < 2 || c->conn.state != DLOCK__UP || !c->rq.fifo ||
+	    c->rq.stats_req ||
 	    now < c->rq.fifo->sent_at + c->opt.request_timeout_ms)
 		return 0;
 	dlock__why(c, c->addr.addr_i, "no reply within %d ms",
@@ -908,8 +912,8 @@ void *dlock__thread_main(void *arg)
 			     c->conn.state == DLOCK__GREETING) &&
 			    c->conn.connect_deadline < next)
 				next = c->conn.connect_deadline;
-			if (c->conn.state == DLOCK__UP && c->rq.fifo &&
-			    !c->rq.stats_req &&
+			if (c->addr.naddrs > 1 && c->conn.state == DLOCK__UP &&
+			    c->rq.fifo && !c->rq.stats_req &&
 			    c->rq.fifo->sent_at + c->opt.request_timeout_ms <
 				    next)
 				next = c->rq.fifo->sent_at +

@@ -519,7 +519,9 @@ class Core:
             self.addr_i = self.hint  # * BYE not-active said where
         elif self.stalled:
             # it stopped answering: the next server first (a standby
-            # that took over, or one that names the active)
+            # that took over, or one that names the active: not this one
+            # again at once)
+            self.failed_i = self.addr_i
             self.addr_i = (self.addr_i + 1) % self.naddrs
         self.stalled = False
         self.standby = False
@@ -1573,9 +1575,12 @@ class Core:
                 self.drop_wanted = True
             else:
                 nxt = min(nxt, self.hello_by)
-        if self.state == UP and self.session_ok and self.body_req is None and self.fifo:
+        if (self.naddrs > 1 and self.state == UP and self.session_ok
+                and self.body_req is None and self.fifo):
             # A server that stops answering (stopped, hung, a path that
-            # drops its replies) is left for the next of the list: the
+            # drops its replies) is left for the next of the list (with one
+            # server there is nowhere to go: a drop would only lose the
+            # replies of what it may still carry out): the
             # oldest request written and not answered within
             # request_timeout drops the connection. A LOCK's wait in the
             # queue does not count (its OK QUEUED moved it to waiting),

@@ -265,9 +265,10 @@ class Client:
     tls_cert, tls_key, tls_server_name, connect_timeout (2 s; a server
     that refuses the connection is given up at once: when every one of
     the list does, twice, Unavailable comes in milliseconds),
-    request_timeout (5 s: a reply later is LockTimeout, and the server is
-    left for the next of the list -- a stopped or hung active fails over
-    as a dead one), reconnect (True), renew (True), max_hold
+    request_timeout (5 s: a reply later is LockTimeout, and with more than
+    one server the server is left for the next of the list -- a stopped
+    or hung active fails over as a dead one), reconnect (True), renew
+    (True), max_hold
     (None: renew for ever), lost_guard (max(TTL/10, 20 ms)), on_lost and
     on_at_risk (callbacks, on the client's thread: ``f(lease, reason)`` and
     ``f(lease)``), describe (True or "name": tell the server this process's

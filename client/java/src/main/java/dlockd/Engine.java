@@ -171,7 +171,7 @@ final class Engine extends Protocol {
         if (state == St.DOWN && !closing) wakeAt(reconnectAt);
         else if (state == St.UP && !sessionOK) wakeAt(helloBy);
         Req h = fifo.peekFirst();
-        if (h != null) wakeAt(h.sentAt + unansweredMs());
+        if (h != null && naddrs > 1) wakeAt(h.sentAt + unansweredMs());
         if (conn != null && conn.writingSince() != NEVER) wakeAt(conn.writingSince() + blockedMs());
     }
 
@@ -493,11 +493,15 @@ final class Engine extends Protocol {
                 }
                 if (ws != NEVER) next = Math.min(next, ws + blockedMs());
                 Req h = fifo.peekFirst();
-                if (h != null && sessionOK) {
+                if (h != null && sessionOK && naddrs > 1) {
                     if (now - h.sentAt > unansweredMs()) {
-                        // a hung server, or a path that black-holes replies: connect again (to the next server)
+                        // a hung server, or a path that black-holes replies: connect again, to the next server (with
+                        // one there is nowhere to go, and a drop would only lose the replies of what it may still
+                        // carry out, as libdlock)
                         lastError = here() + ": no reply to " + (h.op.equals("CONFIRM") || h.op.equals("RENEW") ? "REFRESH" : h.op)
                                 + " in " + Math.round(now - h.sentAt) + " ms";
+                        failedI = addrI;
+                        addrI = (addrI + 1) % naddrs;
                         drop(now);
                         continue;
                     }
