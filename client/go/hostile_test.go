@@ -194,3 +194,68 @@ func TestASessionThatEndsAtOnceBacksOff(t *testing.T) {
 		t.Fatalf("%d connections in 2 s to a server that closes after HELLO", n)
 	}
 }
+
+// A wait given up, then a LOCK of the same name with a shorter TTL: the
+// server grants the second as a reentry of the first's grant, which the
+// client is giving back, with the longer TTL left (holds=2). That is a
+// grant, not a broken server (found from outside: the connection was
+// dropped as insane, 29 times in 200).
+func TestAReentryOfAGivenUpGrantKeepsItsLongerTTL(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	first := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		r := bufio.NewReader(c)
+		var tag1 string
+		for {
+			s, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			w := strings.Fields(s)
+			tag := strings.TrimPrefix(w[len(w)-1], "id=")
+			switch w[0] {
+			case "HELLO":
+				fmt.Fprintf(c, "OK HELLO version=0.4.0 owner=fake key=fake-key-0123456789 user=default auth=none role=active cluster=- id=%s\r\n", tag)
+			case "LOCK":
+				if tag1 == "" {
+					tag1 = tag // answered with the second, in order
+					close(first)
+					continue
+				}
+				fmt.Fprintf(c, "OK GRANTED n 7 10000 holds=1 id=%s\r\nOK GRANTED n 7 9990 holds=2 id=%s\r\n", tag1, tag)
+			case "UNLOCK":
+				fmt.Fprintf(c, "OK HELD n 1 id=%s\r\n", tag)
+			case "REFRESH":
+				fmt.Fprintf(c, "OK REFRESHED n 9990 id=%s\r\n", tag)
+			default:
+				fmt.Fprintf(c, "OK %s id=%s\r\n", w[0], tag)
+			}
+		}
+	}()
+	c := hostileDial(t, ln.Addr().String())
+	ctx := ctxT(t, 10*time.Second)
+	gone, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { _, err := c.Lock(gone, "n", TTL(10*time.Second)); done <- err }()
+	<-first
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("the given-up Lock returned a lease")
+	}
+	l, err := c.Lock(ctx, "n", TTL(time.Second))
+	if err != nil {
+		t.Fatalf("the reentry was refused: %v", err)
+	}
+	if l.Token() != 7 || !l.Valid() {
+		t.Fatalf("token %d valid %v", l.Token(), l.Valid())
+	}
+}

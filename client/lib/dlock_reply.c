@@ -137,9 +137,15 @@ static int insane(struct dlock_client *c, const struct dlock__req *q,
 	int64_t most = q->ttl;
 
 	/* a REFRESH sets the lease to its TTL; a LOCK of a lease this
-	 * client holds keeps the longer */
+	 * client holds keeps the longer, and so does any reentry (holds
+	 * 2 or more): the other hold may be one this client gave up and
+	 * is giving back (found from outside: a wait cancelled, then a
+	 * LOCK with a shorter TTL, was taken for a broken server) --
+	 * counted from the send with the TTL it states, it is safe */
 	if (reentry && l && atomic_load(&l->ttl) > most)
 		most = atomic_load(&l->ttl);
+	if (reentry && holds >= 2)
+		most = (int64_t)DL_DURATION_MAX_MS;
 	if (token != 0 && holds <= DL_REENTRY_MAX && (most <= 0 || ms <= most))
 		return 0;
 	c->conn.insane = 1;

@@ -664,6 +664,11 @@ class Core:
             for other in self.leases:
                 if other.name == q.name and other.token == token and other.lost is None:
                     most = max(most, other.ttl)
+        if reentry and holds >= 2:
+            # any reentry keeps the longer: its other hold may be one this
+            # client gave up and is giving back; counted from the send
+            # with the TTL it states, it is safe
+            most = max(most, wire.DURATION_MAX_MS)
         if 0 < token < 1 << 64 and holds <= REENTRY_MAX and (most <= 0 or ms <= most):
             return False
         self.insane = True

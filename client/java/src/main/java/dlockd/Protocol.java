@@ -552,7 +552,10 @@ abstract sealed class Protocol extends Core permits Engine {
                 return true;
             }
             if (heldElsewhere(q, token, holdsOf(r))) return true;
-            if (ms == null || ms < 0 || ms > mostTTL(q, token)) {
+            // any reentry (holds 2 or more) keeps the longer: its other hold may be one this client gave up and is
+            // giving back (a wait cancelled, then a LOCK with a shorter TTL); counted from the send with the TTL it
+            // states, it is safe
+            if (ms == null || ms < 0 || (holdsOf(r) < 2 && ms > mostTTL(q, token)) || ms > Wire.DURATION_MAX_MS) {
                 insane = true;
                 cleanupGrant(q.name, token);
                 finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may grant this: " + r.text()), null);
