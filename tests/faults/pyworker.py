@@ -188,8 +188,12 @@ class Worker:
             self.next_owner()
             self.connect()
             return
-        if hold(lease, ttl * 1000 * random.choice([0, 1, 2, 6]) / 4):
-            record(f"U {name} {lease.token}")
+        # U before the release, held to the end or not: a lease no longer
+        # valid is given back too, and its L record, written by the
+        # client's thread, may come after the release let the next holder
+        # in (worker.c)
+        hold(lease, ttl * 1000 * random.choice([0, 1, 2, 6]) / 4)
+        record(f"U {name} {lease.token}")
         try:
             lease.release()
         except dlockd.DlockError:

@@ -273,9 +273,11 @@ func (w *worker) oneLock() {
 		return
 	}
 	holdMs := int64(ttl/time.Millisecond) * int64([]int{0, 1, 2, 6}[w.rnd.Intn(4)]) / 4
-	if hold(h, holdMs) {
-		record("U %s %d", name, l.Token())
-	}
+	// U before the release, held to the end or not: a lease no longer
+	// valid is given back too, and its L record, written by the loss
+	// watch, may come after the release let the next holder in (worker.c)
+	hold(h, holdMs)
+	record("U %s %d", name, l.Token())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = l.Unlock(ctx)
 	cancel()
