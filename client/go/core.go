@@ -580,11 +580,7 @@ func (c *Client) heldElsewhere(q *req, token uint64, holds int) bool {
 }
 
 // mostTTL: the longest a grant of q may say: q's TTL, or the TTL of a
-// lease of this client it re-enters (a reentry keeps the longer). Any
-// reentry (holds 2 or more) may say more: its other hold may be one
-// this client gave up and is giving back (found from outside: a wait
-// cancelled, then a LOCK with a shorter TTL, was taken for a broken
-// server); counted from the send with the TTL it states, it is safe.
+// lease of this client it re-enters (a reentry keeps the longer).
 func (c *Client) mostTTL(q *req, token uint64) float64 {
 	most := q.ttl
 	for _, l := range c.leases {
@@ -611,7 +607,15 @@ func (c *Client) rLock(q *req, r *reply, now float64) bool {
 		if c.heldElsewhere(q, token, holdsOf(r)) {
 			return true
 		}
-		if !ok2 || (holdsOf(r) < 2 && float64(ms) > c.mostTTL(q, token)) || ms > durationMaxMs {
+		// Any reentry (holds 2 or more) keeps the longer deadline: its
+		// other hold may be one this client gave up and is giving back
+		// (found from outside: a wait cancelled, then a LOCK with a
+		// shorter TTL, was taken for a broken server). Counted with the
+		// TTL asked, the lease never counts on more than that.
+		if most := c.mostTTL(q, token); ok2 && holdsOf(r) >= 2 && float64(ms) > most {
+			ms = uint64(most)
+		}
+		if !ok2 || float64(ms) > c.mostTTL(q, token) {
 			c.insane = true
 			c.cleanupGrant(q.name, token)
 			c.finish(q, newErr(ErrProtocol, "no server may grant this: "+r.text()), nil)

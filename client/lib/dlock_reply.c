@@ -137,15 +137,9 @@ static int insane(struct dlock_client *c, const struct dlock__req *q,
 	int64_t most = q->ttl;
 
 	/* a REFRESH sets the lease to its TTL; a LOCK of a lease this
-	 * client holds keeps the longer, and so does any reentry (holds
-	 * 2 or more): the other hold may be one this client gave up and
-	 * is giving back (found from outside: a wait cancelled, then a
-	 * LOCK with a shorter TTL, was taken for a broken server) --
-	 * counted from the send with the TTL it states, it is safe */
+	 * client holds keeps the longer */
 	if (reentry && l && atomic_load(&l->ttl) > most)
 		most = atomic_load(&l->ttl);
-	if (reentry && holds >= 2)
-		most = (int64_t)DL_DURATION_MAX_MS;
 	if (token != 0 && holds <= DL_REENTRY_MAX && (most <= 0 || ms <= most))
 		return 0;
 	c->conn.insane = 1;
@@ -231,6 +225,23 @@ static int reply_lock(struct dlock_client *c, struct dlock__req *q,
 		/* another client's lease may be longer than we asked */
 		if (held_elsewhere(c, q, token, grant_holds(r)))
 			return 1;
+		/* Any reentry (holds 2 or more) keeps the longer deadline:
+		 * its other hold may be one this client gave up and is giving
+		 * back (found from outside: a wait cancelled, then a LOCK with
+		 * a shorter TTL, was taken for a broken server and the
+		 * connection dropped). Counted with the TTL asked, the lease
+		 * never counts on more than it asked, whatever a server says.
+		 */
+		if (grant_holds(r) >= 2 && q->ttl > 0 && ms > q->ttl) {
+			const struct dlock__lease *l =
+				dlock__lease_find(c, q->name, token);
+			int64_t most = l && atomic_load(&l->ttl) > q->ttl
+					       ? atomic_load(&l->ttl)
+					       : q->ttl;
+
+			if (ms > most)
+				ms = most;
+		}
 		if (insane(c, q, token, ms, grant_holds(r), 1)) {
 			dlock__cleanup_grant(c, q->name, token);
 			dlock__req_finish(c, q, DLOCK_EPROTO);

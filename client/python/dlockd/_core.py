@@ -664,11 +664,6 @@ class Core:
             for other in self.leases:
                 if other.name == q.name and other.token == token and other.lost is None:
                     most = max(most, other.ttl)
-        if reentry and holds >= 2:
-            # any reentry keeps the longer: its other hold may be one this
-            # client gave up and is giving back; counted from the send
-            # with the TTL it states, it is safe
-            most = max(most, wire.DURATION_MAX_MS)
         if 0 < token < 1 << 64 and holds <= REENTRY_MAX and (most <= 0 or ms <= most):
             return False
         self.insane = True
@@ -882,11 +877,20 @@ class Core:
                 return True
             if self._held_elsewhere(q, token, _holds(r)):
                 return True
-            if self._insane(q, token, r.int_arg(2), _holds(r), True):
+            ms = r.int_arg(2)
+            most = max([q.ttl] + [ls.ttl for ls in self.leases if ls.name == q.name
+                                  and ls.token == token and ls.lost is None])
+            if _holds(r) >= 2 and 0 < most < ms:
+                # any reentry keeps the longer deadline: its other hold may
+                # be one this client gave up and is giving back (a wait
+                # cancelled, then a LOCK with a shorter TTL); counted with
+                # the TTL asked, it never counts on more than that
+                ms = int(most)
+            if self._insane(q, token, ms, _holds(r), True):
                 self._cleanup_grant(q.name, token)
                 self._finish(q, ProtocolError(f"no server may grant this: {r.text()}"))
                 return True
-            self._granted(q, token, r.int_arg(2), q.sent_at, r)
+            self._granted(q, token, ms, q.sent_at, r)
         elif r.kind == "OK" and r.word == "QUEUED":
             if q.abandoned:
                 self.crossing += 1  # its grant may cross the CANCEL

@@ -553,9 +553,10 @@ abstract sealed class Protocol extends Core permits Engine {
             }
             if (heldElsewhere(q, token, holdsOf(r))) return true;
             // any reentry (holds 2 or more) keeps the longer: its other hold may be one this client gave up and is
-            // giving back (a wait cancelled, then a LOCK with a shorter TTL); counted from the send with the TTL it
-            // states, it is safe
-            if (ms == null || ms < 0 || (holdsOf(r) < 2 && ms > mostTTL(q, token)) || ms > Wire.DURATION_MAX_MS) {
+            // giving back (a wait cancelled, then a LOCK with a shorter TTL); counted with the TTL asked, the lease
+            // never counts on more than that, whatever a server says
+            if (ms != null && holdsOf(r) >= 2 && ms > mostTTL(q, token)) ms = (long) mostTTL(q, token);
+            if (ms == null || ms < 0 || ms > mostTTL(q, token)) {
                 insane = true;
                 cleanupGrant(q.name, token);
                 finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may grant this: " + r.text()), null);
