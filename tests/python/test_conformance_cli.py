@@ -27,13 +27,13 @@ import json
 import os
 import re
 import secrets
-import signal
 import subprocess
 import time
 
 import pytest
 
 from procs import DLOCKD, Daemon, Redis
+from test_conformance import Run as LibRun  # its daemon steps, shared
 from test_conformance import opts, scenarios  # the file's reading, shared
 
 DLOCK = os.environ.get("DLOCK", os.path.join(os.path.dirname(DLOCKD), "dlock"))
@@ -175,24 +175,12 @@ class Run:
     # ---- steps ---------------------------------------------------------
 
     def daemon(self, what: str) -> None:
+        # the daemon steps as the library runner takes them (its self.d,
+        # self.r and fail()), then this runner's dlock environment
+        LibRun.daemon(self, what)  # type: ignore[arg-type]
         if what in ("none", "redis"):
-            if what == "none":
-                self.d = Daemon("--persist", "none").start()
-            else:
-                self.r = Redis("always")
-                self.d = Daemon("--persist", "redis", "--redis", self.r.url).start()
             self.env = {k: v for k, v in os.environ.items() if not k.startswith("DLOCK_")}
             self.env.update(DLOCK_HOST="127.0.0.1", DLOCK_PORT=str(self.d.port))
-        elif what == "kill9":
-            self.d.kill9()
-        elif what == "restart":
-            self.d.restart()
-        elif what == "pause":
-            self.d.signal(signal.SIGSTOP)
-        elif what == "resume":
-            self.d.signal(signal.SIGCONT)
-        else:
-            self.fail(f"unknown daemon step {what}")
 
     def client(self, words: list[str]) -> None:
         o = opts(words)
