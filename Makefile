@@ -110,7 +110,7 @@ UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_reco
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls test_access \
                test_conformance test_describe test_deadlock test_watch \
-               test_lease_end test_forget
+               test_lease_end test_forget test_coord
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -247,6 +247,9 @@ $(O)/tests/test_cli: $(O)/tests/test_cli.o $(HARNESS_OBJ) \
 $(O)/tests/test_watch: $(O)/tests/test_watch.o $(HARNESS_OBJ) \
                        $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_coord: $(O)/tests/test_coord.o $(HARNESS_OBJ) \
+                       $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 
 # Criterion forks one process per test; -j1 keeps integration tests (which
 # start daemons on their own ports) from crowding the two cores.
@@ -257,7 +260,8 @@ unit: $(addprefix $(O)/tests/,$(UNIT_TESTS))
 
 # Suites that run twice, with persistence off and on (suite-<name>.redis):
 # the same behaviour is required of both.
-REDIS_TOO := test_server test_describe test_watch test_lease_end
+REDIS_TOO := test_server test_describe test_watch test_lease_end \
+             test_coord
 INTEG_RUNS := $(INTEG_TESTS) $(addsuffix .redis,$(REDIS_TOO))
 INTEG_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DLOCK_EXAMPLES=$(O)/examples \
             LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp
@@ -322,7 +326,8 @@ ALL_SUITES := test_ha test_persist test_forget test_faults test_cli \
               test_access test_tls test_server.redis \
               test_server test_describe.redis test_describe test_deadlock \
               test_watch.redis test_watch test_ops test_conformance \
-              test_lease_end.redis test_lease_end $(UNIT_TESTS)
+              test_lease_end.redis test_lease_end test_coord.redis \
+              test_coord $(UNIT_TESTS)
 test-bins: all $(TEST_BINS)
 test-all: test-bins
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) \

@@ -69,9 +69,9 @@
 #define DL_DESC_CMD_MAX	 128
 #define DL_DESC_PID_MAX	 2147483647
 /* Words in one request line, verb included. The longest valid request,
- * LOCK <name> ttl= wait= mode= limit= warn= delay= id=, has nine (HELLO
- * with all of owner= key= host= pid= cmd= id=, seven). */
-#define DL_ARGS_MAX 9
+ * LOCK <name> ttl= wait= mode= limit= warn= delay= req= notify= id=, has
+ * eleven (HELLO with all of owner= key= host= pid= cmd= id=, seven). */
+#define DL_ARGS_MAX 11
 
 /* The longest lock-delay (LOCK delay=): nobody is granted a lock for that
  * long after a holder's lease ended without a release (an expiry, a

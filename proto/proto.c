@@ -301,6 +301,8 @@ enum {
 	OPT_PROOF = 32768,
 	OPT_UNTIL = 65536,
 	OPT_HOLDS = 131072,
+	OPT_REQ = 262144,
+	OPT_NOTIFY = 524288,
 };
 
 /* The table HELP prints and the errors quote: the syntax of each verb is
@@ -323,15 +325,17 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	[DL_VERB_NONE] = {"", 0, 0, 0, {0, 0}, 0, "", ""},
 	VERB(DL_VERB_LOCK, "LOCK", 1, 1, POS_NAME, 0,
 	     OPT_TTL | OPT_WAIT | OPT_MODE | OPT_LIMIT | OPT_WARN | OPT_DELAY |
-		     OPT_ID,
+		     OPT_REQ | OPT_NOTIFY | OPT_ID,
 	     " <name> [ttl=<duration>] [wait=<duration>|inf] "
 	     "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
-	     "[delay=<duration>] [id=<tag>]",
+	     "[delay=<duration>] [req=<n>] [notify=waiters] [id=<tag>]",
 	     "take a lease, or queue for it (OK QUEUED, then * GRANTED)"),
 	VERB(DL_VERB_TRYLOCK, "TRYLOCK", 1, 1, POS_NAME, 0,
-	     OPT_TTL | OPT_MODE | OPT_LIMIT | OPT_WARN | OPT_DELAY | OPT_ID,
+	     OPT_TTL | OPT_MODE | OPT_LIMIT | OPT_WARN | OPT_DELAY | OPT_REQ |
+		     OPT_NOTIFY | OPT_ID,
 	     " <name> [ttl=<duration>] [mode=exclusive|shared] [limit=<n>] "
-	     "[warn=<duration>] [delay=<duration>] [id=<tag>]",
+	     "[warn=<duration>] [delay=<duration>] [req=<n>] "
+	     "[notify=waiters] [id=<tag>]",
 	     "take a lease now or answer NO BUSY"),
 	VERB(DL_VERB_UNLOCK, "UNLOCK", 2, 2, POS_NAME, POS_TOKEN, OPT_ID,
 	     " <name> <token> [id=<tag>]", "release a lease you hold"),
@@ -395,9 +399,9 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 };
 
 static const char *const opt_names[] = {
-	"ttl", "wait", "id",	 "owner", "limit", "after",
-	"by",  "mode", "reason", "key",	  "host",  "pid",
-	"cmd", "warn", "delay",	 "proof", "until", "holds"};
+	"ttl",	 "wait",   "id",    "owner", "limit", "after", "by",
+	"mode",	 "reason", "key",   "host",  "pid",   "cmd",   "warn",
+	"delay", "proof",  "until", "holds", "req",   "notify"};
 
 const char *dl_verb_name(enum dl_verb v)
 {
@@ -907,6 +911,39 @@ static int opt_holds(struct dl_request *req, struct dl_str val,
 	return 0;
 }
 
+/* A request id (LOCK, TRYLOCK): the same number on a request sent again
+ * after a drop, so that the grant it may have had is found (locktab.h). */
+static int opt_req(struct dl_request *req, struct dl_str val, const char **why)
+{
+	struct why m = {req->why, 0, sizeof(req->why)};
+
+	if (dl_parse_u64(val.p, val.len, &req->req) < 0 || req->req == 0) {
+		why_str(&m, "req malformed: ");
+		why_quote(&m, val.p, val.len);
+		why_str(&m,
+			", a number from 1 to 18446744073709551615 (one per "
+			"request, the same when it is sent again)");
+		return fail(why, req, DL_EBADARG, req->why);
+	}
+	return 0;
+}
+
+/* notify=waiters: the holder is told when others wait (* WAITING) */
+static int opt_notify(struct dl_request *req, struct dl_str val,
+		      const char **why)
+{
+	struct why m = {req->why, 0, sizeof(req->why)};
+
+	if (!ci_eq(val.p, val.len, "WAITERS", 7)) {
+		why_str(&m, "notify malformed: ");
+		why_quote(&m, val.p, val.len);
+		why_str(&m, ", takes waiters");
+		return fail(why, req, DL_EBADARG, req->why);
+	}
+	req->notify_waiters = 1;
+	return 0;
+}
+
 static int opt_by(struct dl_request *req, struct dl_str val, const char **why)
 {
 	struct why m = {req->why, 0, sizeof(req->why)};
@@ -924,9 +961,10 @@ static int opt_by(struct dl_request *req, struct dl_str val, const char **why)
 
 /* In opt_names[] order: option 1 << i is opt_value[i]. */
 static const opt_fn opt_value[] = {
-	opt_ttl, opt_wait, opt_id,     opt_owner, opt_limit, opt_after,
-	opt_by,	 opt_mode, opt_reason, opt_key,	  opt_host,  opt_pid,
-	opt_cmd, opt_warn, opt_delay,  opt_proof, opt_until, opt_holds,
+	opt_ttl,   opt_wait,  opt_id,	 opt_owner,  opt_limit,
+	opt_after, opt_by,    opt_mode,	 opt_reason, opt_key,
+	opt_host,  opt_pid,   opt_cmd,	 opt_warn,   opt_delay,
+	opt_proof, opt_until, opt_holds, opt_req,    opt_notify,
 };
 
 _Static_assert(sizeof(opt_value) / sizeof(opt_value[0]) ==

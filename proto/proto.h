@@ -213,7 +213,10 @@ struct dl_request {
 	struct dl_str proof;	 /* RECLAIM proof= (hex); len 0 when absent */
 	uint64_t holds;		 /* RECLAIM holds= (1..DL_REENTRY_MAX), 0
 				    when absent */
-	char why[DL_WHY_MAX];	 /* the explanation of a failed parse */
+	uint64_t req;		 /* LOCK TRYLOCK req= (a request id), 0 when
+				    absent */
+	unsigned notify_waiters : 1; /* LOCK TRYLOCK notify=waiters */
+	char why[DL_WHY_MAX];	     /* the explanation of a failed parse */
 };
 
 /* Parse one request line (line ending already removed; the line may

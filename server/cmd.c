@@ -294,6 +294,7 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 	};
 	struct dl_line line = {.durable = res->durable,
 			       .reentry = res->reentry,
+			       .retry = res->retry,
 			       .token = res->token,
 			       .deadline = res->deadline,
 			       .owner_gen = c->sess.owner_gen};
@@ -433,6 +434,8 @@ static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
 			       .has_warn = rq->has_warn,
 			       .warn_ms = (uint32_t)rq->warn_ms,
 			       .delay_ms = (uint32_t)rq->delay_ms,
+			       .req = rq->req,
+			       .notify = rq->notify_waiters,
 			       /* a TRYLOCK never waits, so never walks: no
 				* clock read for it */
 			       .walk_budget = wait ? walk_budget(c) : NULL};
@@ -446,6 +449,9 @@ static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
 		table_error(c, err, rq->tag);
 	else
 		result_reply(c, rq->name, &res, rq->tag);
+	/* news of waiters for the lease just granted, after its grant */
+	if (!err && res.tell)
+		dl_locktab_tell_waiting(srv->tab, rq->name, res.token);
 }
 
 static void cmd_unlock(struct dl_conn *c, const struct dl_request *rq)
@@ -1000,10 +1006,13 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 		[DL_EVENT_TIMEOUT] = "* TIMEOUT",
 		[DL_EVENT_EXPIRED] = "* EXPIRED",
 		[DL_EVENT_EXPIRING] = "* EXPIRING",
+		[DL_EVENT_WAITING] = "* WAITING",
 	};
 	struct dl_line line = {.kind = DL_LINE_EVENT,
 			       .durable = ev->durable,
 			       .reentry = ev->reentry,
+			       .notify = ev->notify,
+			       .req = ev->req,
 			       .token = ev->token,
 			       .deadline = ev->deadline,
 			       .wait_deadline = ev->wait_deadline,
@@ -1031,6 +1040,9 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 		/* what remains, rewritten if the line waits (conn.h) */
 		dl_fmt_u64(&r.f, ev->token);
 		fmt_ttl(&r, &line, ev->ttl_ms);
+	} else if (ev->type == DL_EVENT_WAITING) {
+		dl_fmt_u64(&r.f, ev->holds);
+		dl_fmt_kv_u64(&r.f, "token", ev->token);
 	}
 	dl__cmd_reply_send(c, &r, ev->tag, &line);
 }
@@ -1066,6 +1078,8 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 		return DL_HELD_KEEP;
 	if (line->kind != DL_LINE_REFRESHED) {
 		struct dl_requeue rq = {.owner_gen = line->owner_gen,
+					.req = line->req,
+					.notify = line->notify,
 					.ttl_ms = line->asked_ttl_ms,
 					.warn_ms = line->warn_ms,
 					.has_warn = line->has_warn,
@@ -1075,7 +1089,10 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 					.limit = line->limit};
 
 		err = dl_locktab_revoke(
-			c->srv->tab, &c->sess, name, line->token, line->reentry,
+			c->srv->tab, &c->sess, name, line->token,
+			line->retry	? DL_REVOKE_RETRY
+			: line->reentry ? DL_REVOKE_REENTRY
+					: DL_REVOKE_NEW,
 			line->kind == DL_LINE_GRANTED_EVENT ? &rq : NULL);
 		if (line->kind == DL_LINE_GRANTED_EVENT && err == 0)
 			return 0; /* waiting again */

@@ -336,6 +336,16 @@ void dl__cmd_help(struct dl_conn *c, const struct dl_request *rq)
 			"nobody gets the lock for that long; waiters keep "
 			"their place",
 			dl_format_duration(DL_LOCK_DELAY_MAX_MS, d1));
+	if (strstr(u, "req="))
+		snprintf(note[n++], sizeof(note[0]),
+			 "req: a number of your own for this request, sent "
+			 "again with it after a drop: a grant it had is given "
+			 "back (same token and holds), not taken twice");
+	if (strstr(u, "notify="))
+		snprintf(note[n++], sizeof(note[0]),
+			 "notify=waiters: * WAITING <name> <n> when others "
+			 "queue behind your lease (at its grant if some do; "
+			 "then as the queue doubles, or a second later)");
 	if (strstr(u, "limit=") && (v == DL_VERB_LOCKS || v == DL_VERB_NONE))
 		snprintf(note[n++], sizeof(note[0]),
 			 "limit (LOCKS): locks per page, 1 to %d (default "

@@ -71,6 +71,9 @@ struct dl_line {
 	unsigned reentry : 1;  /* GRANTED*: a reentry (dl_locktab_revoke) */
 	unsigned shorten : 1;  /* REFRESHED: applied when sent (below) */
 	unsigned has_warn : 1; /* GRANTED_EVENT: the waiter asked warn= */
+	unsigned retry : 1;    /* GRANTED*: a retry's grant (req=): no hold
+				  to withdraw */
+	unsigned notify : 1;   /* GRANTED_EVENT: it asked notify=waiters */
 	uint16_t limit;	       /* GRANTED_EVENT: the lock's limit */
 	uint8_t ttl_len;       /* the TTL field: its length ... */
 	uint16_t ttl_off;      /* ... and offset in the line */
@@ -86,6 +89,7 @@ struct dl_line {
 	uint64_t deadline;     /* the lease's deadline, monotonic ms */
 	uint64_t wait_deadline; /* GRANTED_EVENT: the waiter's */
 	uint64_t from_deadline; /* REFRESHED with shorten: the lease's before */
+	uint64_t req;		/* GRANTED_EVENT: the waiter's req= */
 };
 
 /* A held line: its description, its epoch, its bytes in the queue's text. */

@@ -52,6 +52,7 @@ struct rec {
 	char tag[DL_TAG_MAX + 1];
 	size_t tag_len;
 	char by[DL_USER_MAX + 1]; /* EXPIRED by BREAK: who broke it */
+	uint32_t holds;		  /* GRANTED: holds; WAITING: waiters */
 	struct dl_session *sess;
 	void *data;
 };
@@ -100,6 +101,7 @@ static void on_event(struct dl_session *s, const struct dl_event *ev, void *ctx)
 	r->ttl = ev->ttl_ms;
 	r->wait_deadline = ev->wait_deadline;
 	r->asked_ttl_ms = ev->asked_ttl_ms;
+	r->holds = ev->holds;
 	r->tag_len = ev->tag.len;
 	if (ev->tag.len <= DL_TAG_MAX && ev->tag.len > 0)
 		memcpy(r->tag, ev->tag.p, ev->tag.len);
@@ -2249,7 +2251,7 @@ Test(locktab, reset_leaves_an_empty_consistent_table)
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("x"), str("al"), 77, 2,
 					      1000, T0 + 1000, DL_STR_NULL, 0,
-					      1, NULL, 0),
+					      1, NULL, 0, 0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_waiter(tab, str("x"), str("bo"), 1000,
@@ -3135,24 +3137,24 @@ Test(locktab, restore_keeps_modes_and_limits_and_refuses_what_cannot_be)
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("rw"), str("a"), 10, 1,
 					      1000, d, DL_STR_NULL, 1, 1, NULL,
-					      0),
+					      0, 0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("rw"), str("b"), 11, 1,
 					      1000, d, DL_STR_NULL, 1, 1, NULL,
-					      0),
+					      0, 0),
 		     0));
 	/* a second reader with a token already held (a damaged record) */
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("rw"), str("d"), 11, 1,
 					      1000, d, DL_STR_NULL, 1, 1, NULL,
-					      0),
+					      0, 0),
 		     DL_EBADARG));
 	/* modes mixed, a limit unlike the lock's, shared in a semaphore */
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("rw"), str("c"), 12, 1,
 					      1000, d, DL_STR_NULL, 0, 1, NULL,
-					      0),
+					      0, 0),
 		     DL_EBADARG));
 	cr_assert(
 		eq(int,
@@ -3162,23 +3164,23 @@ Test(locktab, restore_keeps_modes_and_limits_and_refuses_what_cannot_be)
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("p"), str("a"), 13, 1,
 					      1000, d, DL_STR_NULL, 1, 2, NULL,
-					      0),
+					      0, 0),
 		     DL_EBADARG));
 	/* a semaphore: no more holders than its limit */
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("p"), str("a"), 14, 1,
 					      1000, d, DL_STR_NULL, 0, 2, NULL,
-					      0),
+					      0, 0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("p"), str("b"), 15, 1,
 					      1000, d, DL_STR_NULL, 0, 2, NULL,
-					      0),
+					      0, 0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("p"), str("c"), 16, 1,
 					      1000, d, DL_STR_NULL, 0, 2, NULL,
-					      0),
+					      0, 0),
 		     DL_EBADARG));
 	cr_assert(eq(u32, status("rw").holders, 2));
 	cr_assert(eq(int, status("rw").shared, 1));
@@ -3878,11 +3880,12 @@ Test(locktab, a_lease_keeps_the_description_of_its_grant)
 	EXPECT(acq(client_new("c"), "y", 1000, 0, NULL, &r), r, DL_BUSY);
 	/* restored: the description it is given, held 5 s already */
 	d1 = desc_of("db1", 9, "");
-	cr_assert(eq(int,
-		     dl_locktab_restore_lease(tab, str("r"), str("d"), 1 << 30,
-					      1, 1000, clock_ms + 1000,
-					      DL_STR_LIT("t"), 0, 1, d1, 5000),
-		     0));
+	cr_assert(
+		eq(int,
+		   dl_locktab_restore_lease(tab, str("r"), str("d"), 1 << 30, 1,
+					    1000, clock_ms + 1000,
+					    DL_STR_LIT("t"), 0, 1, d1, 5000, 0),
+		   0));
 	dl_desc_unref(d1);
 	advance(10);
 	st = status("r");
@@ -4042,7 +4045,7 @@ Test(locktab, a_reader_joining_readers_waits_for_none_of_them)
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("S"), str("r1"), 5, 1,
 					      60000, d, DL_STR_NULL, 1, 1, NULL,
-					      0),
+					      0, 0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_waiter(tab, str("S"), str("z"), 3000,
@@ -4148,12 +4151,12 @@ Test(locktab, a_semaphore_with_a_free_permit_is_in_no_cycle)
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("P"), str("a"), 5, 1,
 					      60000, d, DL_STR_NULL, 0, 3, NULL,
-					      0),
+					      0, 0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("P"), str("c"), 6, 1,
 					      60000, d, DL_STR_NULL, 0, 3, NULL,
-					      0),
+					      0, 0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_waiter(tab, str("P"), str("z"), 3000,
@@ -4194,12 +4197,12 @@ Test(locktab, a_restored_place_closes_no_cycle_until_its_owner_claims_it)
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("A"), str("a"), 5, 1,
 					      60000, d, DL_STR_NULL, 0, 1, NULL,
-					      0),
+					      0, 0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_lease(tab, str("B"), str("b"), 6, 1,
 					      60000, d, DL_STR_NULL, 0, 1, NULL,
-					      0),
+					      0, 0),
 		     0));
 	cr_assert(eq(int,
 		     dl_locktab_restore_waiter(tab, str("B"), str("a"), 60000,
@@ -4372,4 +4375,277 @@ Test(locktab, a_reentry_by_an_owner_that_waits_is_granted_not_a_cycle)
 	cr_assert(eq(u64, dl_locktab_stats(tab)->deadlocks, 0));
 	/* the cycle itself is still one */
 	must_deadlock(b, "A", EX, 1, 2);
+}
+
+/* ---- request ids (req=) and news of waiters (notify=waiters) ----------- */
+
+static int acq_req(struct client *c, const char *name, uint64_t ttl,
+		   uint64_t wait, uint64_t req, int notify, struct dl_result *r)
+{
+	struct dl_acquire a = {.name = str(name),
+			       .ttl_ms = ttl,
+			       .wait_ms = wait,
+			       .req = req,
+			       .notify = (uint8_t)notify};
+
+	return dl_locktab_acquire(tab, &c->s, &a, r);
+}
+
+/* The last event of a type to client c, or NULL. */
+static const struct rec *find_ev(enum dl_event_type type,
+				 const struct client *c)
+{
+	size_t i;
+
+	for (i = nev < REC_MAX ? nev : REC_MAX; i > 0; i--)
+		if (evs[i - 1].type == type && evs[i - 1].sess == &c->s)
+			return &evs[i - 1];
+	return NULL;
+}
+
+Test(locktab, a_request_sent_again_gets_its_own_grant_back)
+{
+	struct client *a1 = client_new("a"), *a2 = client_new("a");
+	struct dl_result r;
+	uint64_t tok;
+
+	EXPECT(acq_req(a1, "x", 5000, 0, 7, 0, &r), r, DL_GRANTED);
+	tok = r.token;
+	cr_assert(eq(u32, r.holds, 1));
+	cr_assert_not(r.retry);
+	/* the reply was lost with a1's connection: sent again, from a2 */
+	EXPECT(acq_req(a2, "x", 5000, DL_WAIT_INF, 7, 0, &r), r, DL_GRANTED);
+	cr_assert(r.retry);
+	cr_assert_not(r.reentry);
+	cr_assert(r.durable, "told only once Redis has it, as a grant");
+	cr_assert(eq(u64, r.token, tok));
+	cr_assert(eq(u32, r.holds, 1), "no hold added");
+	cr_assert(eq(u64, dl_locktab_stats(tab)->retries, 1));
+	/* another request of the owner is a reentry, as always */
+	EXPECT(acq_req(a2, "x", 5000, 0, 8, 0, &r), r, DL_GRANTED);
+	cr_assert(r.reentry && !r.retry);
+	cr_assert(eq(u32, r.holds, 2));
+	/* the id kept is the last one: 8 again is its retry, 7 a reentry */
+	EXPECT(acq_req(a2, "x", 5000, 0, 8, 0, &r), r, DL_GRANTED);
+	cr_assert(r.retry && r.holds == 2);
+	EXPECT(acq_req(a2, "x", 5000, 0, 7, 0, &r), r, DL_GRANTED);
+	cr_assert(r.reentry && r.holds == 3);
+	/* and three releases free it */
+	EXPECT(rel(a2, "x", tok, &r), r, DL_HELD);
+	EXPECT(rel(a2, "x", tok, &r), r, DL_HELD);
+	EXPECT(rel(a2, "x", tok, &r), r, DL_RELEASED);
+}
+
+Test(locktab, a_request_id_is_its_owners_only)
+{
+	struct client *a = client_new("a"), *b = client_new("b");
+	struct dl_result r;
+
+	must_grant(a, "x", 5000);
+	EXPECT(acq_req(a, "y", 5000, 0, 7, 0, &r), r, DL_GRANTED);
+	/* b's request 7 is b's: busy, not a's grant */
+	EXPECT(acq_req(b, "y", 5000, 0, 7, 0, &r), r, DL_BUSY);
+	/* a lease granted without an id has none to match */
+	EXPECT(acq_req(a, "x", 5000, 0, 7, 0, &r), r, DL_GRANTED);
+	cr_assert(r.reentry && !r.retry);
+}
+
+Test(locktab, a_retry_extends_the_lease_as_a_reentry_does)
+{
+	struct client *a = client_new("a");
+	struct dl_result r;
+
+	EXPECT(acq_req(a, "x", 1000, 0, 3, 0, &r), r, DL_GRANTED);
+	advance(600);
+	EXPECT(acq_req(a, "x", 1000, 0, 3, 0, &r), r, DL_GRANTED);
+	cr_assert(r.retry);
+	/* counted from the retry: its client counts from its new send */
+	cr_assert(ge(u64, r.value, 990), "%" PRIu64, r.value);
+	advance(800);
+	cr_assert(status("x").held, "still held 1400 ms after the grant");
+}
+
+Test(locktab, a_retry_finds_a_lease_restored_with_its_id)
+{
+	struct client *a = client_new("a");
+	struct dl_result r;
+
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("x"), str("a"), 42, 1,
+					      1000, clock_ms + 300, DL_STR_NULL,
+					      0, 1, NULL, 0, 9),
+		     0));
+	/* a reentry of a restored lease does not extend it ... */
+	EXPECT(acq_req(a, "x", 1000, 0, 10, 0, &r), r, DL_GRANTED);
+	cr_assert(r.reentry && r.value <= 300);
+	/* ... but the id of its last reentry is now 10, and shows a holder
+	 * that knows the lease: extended */
+	EXPECT(acq_req(a, "x", 1000, 0, 10, 0, &r), r, DL_GRANTED);
+	cr_assert(r.retry && r.token == 42);
+	cr_assert(ge(u64, r.value, 990), "%" PRIu64, r.value);
+}
+
+Test(locktab, a_restored_lease_keeps_the_id_of_its_grant)
+{
+	struct client *a = client_new("a");
+	struct dl_result r;
+
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("x"), str("a"), 42, 1,
+					      1000, clock_ms + 300, DL_STR_NULL,
+					      0, 1, NULL, 0, 9),
+		     0));
+	EXPECT(acq_req(a, "x", 1000, 0, 9, 0, &r), r, DL_GRANTED);
+	cr_assert(r.retry && r.token == 42 && r.holds == 1);
+	cr_assert(ge(u64, r.value, 990), "%" PRIu64, r.value);
+}
+
+Test(locktab, a_request_sent_again_takes_over_its_wait_in_its_place)
+{
+	struct client *b = client_new("b"), *c = client_new("c");
+	struct client *a1 = client_new("a"), *a2 = client_new("a");
+	struct client *d = client_new("d");
+	struct dl_result r;
+	uint64_t tb, tc;
+	const struct rec *g;
+
+	tb = must_grant(b, "x", 60000);
+	must_queue(c, "x", 60000, DL_WAIT_INF, NULL);
+	EXPECT(acq_req(a1, "x", 60000, DL_WAIT_INF, 5, 0, &r), r, DL_QUEUED);
+	cr_assert(eq(u64, r.value, 2));
+	must_queue(d, "x", 60000, DL_WAIT_INF, NULL);
+	/* a1's connection is given up for dead: the same request from a2
+	 * keeps the place */
+	EXPECT(acq_req(a2, "x", 60000, DL_WAIT_INF, 5, 0, &r), r, DL_QUEUED);
+	cr_assert(eq(u64, r.value, 2));
+	cr_assert(eq(u32, status("x").waiters, 3));
+	EXPECT(cancel(a1, "x", &r), r, DL_NOT_QUEUED);
+	/* another request of a2 is already waiting */
+	EXPECT(acq_req(a2, "x", 60000, DL_WAIT_INF, 6, 0, &r), r,
+	       DL_ALREADY_WAITING);
+	must_release(b, "x", tb);
+	tc = find_ev(DL_EVENT_GRANTED, c)->token;
+	must_release(c, "x", tc);
+	g = find_ev(DL_EVENT_GRANTED, a2);
+	cr_assert_not_null(g, "a2 is granted in a1's place");
+	cr_assert_null(find_ev(DL_EVENT_GRANTED, a1));
+	cr_assert_null(find_ev(DL_EVENT_GRANTED, d));
+	/* and the grant keeps the id: a2's request again is its grant */
+	EXPECT(acq_req(a2, "x", 60000, 0, 5, 0, &r), r, DL_GRANTED);
+	cr_assert(r.retry && r.token == g->token);
+}
+
+Test(locktab, a_withdrawn_retry_gives_back_no_hold)
+{
+	struct client *a = client_new("a");
+	struct dl_result r;
+	uint64_t tok;
+
+	EXPECT(acq_req(a, "x", 5000, 0, 3, 0, &r), r, DL_GRANTED);
+	tok = r.token;
+	EXPECT(acq_req(a, "x", 5000, 0, 3, 0, &r), r, DL_GRANTED);
+	cr_assert(r.retry);
+	cr_assert(eq(int,
+		     dl_locktab_revoke(tab, &a->s, str("x"), tok,
+				       DL_REVOKE_RETRY, NULL),
+		     0));
+	cr_assert(status("x").held);
+	cr_assert(eq(u32, status("x").count, 1));
+	must_release(a, "x", tok);
+}
+
+Test(locktab, a_holder_that_asked_hears_of_waiters_as_the_queue_doubles)
+{
+	struct client *h = client_new("h"), *w[6];
+	struct dl_result r;
+	const struct rec *e;
+	char id[8];
+	int i;
+
+	EXPECT(acq_req(h, "x", 60000, 0, 0, 1, &r), r, DL_GRANTED);
+	cr_assert_not(r.tell, "nobody waits");
+	cr_assert_null(find_ev(DL_EVENT_WAITING, h));
+	for (i = 0; i < 6; i++) {
+		snprintf(id, sizeof(id), "w%d", i);
+		w[i] = client_new(id);
+	}
+	must_queue(w[0], "x", 1000, DL_WAIT_INF, NULL);
+	e = find_ev(DL_EVENT_WAITING, h);
+	cr_assert_not_null(e);
+	cr_assert(eq(u32, e->holds, 1));
+	cr_assert(eq(u64, e->token, r.token));
+	cr_assert(eq(int, strcmp(e->name, "x"), 0));
+	must_queue(w[1], "x", 1000, DL_WAIT_INF, NULL); /* 2: doubled */
+	cr_assert(eq(u32, find_ev(DL_EVENT_WAITING, h)->holds, 2));
+	must_queue(w[2], "x", 1000, DL_WAIT_INF, NULL); /* 3: quiet */
+	cr_assert(eq(u32, find_ev(DL_EVENT_WAITING, h)->holds, 2));
+	must_queue(w[3], "x", 1000, DL_WAIT_INF, NULL); /* 4: doubled */
+	cr_assert(eq(u32, find_ev(DL_EVENT_WAITING, h)->holds, 4));
+	cr_assert(eq(sz, count_ev(DL_EVENT_WAITING, h), 3));
+	must_queue(w[4], "x", 1000, DL_WAIT_INF, NULL); /* 5: quiet */
+	cr_assert(eq(sz, count_ev(DL_EVENT_WAITING, h), 3));
+	advance(1000);
+	must_queue(w[5], "x", 1000, DL_WAIT_INF, NULL); /* a second later */
+	cr_assert(eq(sz, count_ev(DL_EVENT_WAITING, h), 4));
+	cr_assert(eq(u32, find_ev(DL_EVENT_WAITING, h)->holds, 6));
+	/* waiters hear nothing of it; nor does a holder that did not ask */
+	for (i = 0; i < 6; i++)
+		cr_assert_null(find_ev(DL_EVENT_WAITING, w[i]));
+}
+
+Test(locktab, a_holder_that_did_not_ask_hears_nothing)
+{
+	struct client *h = client_new("h"), *w = client_new("w");
+	struct dl_result r;
+
+	EXPECT(acq_req(h, "x", 60000, 0, 0, 0, &r), r, DL_GRANTED);
+	EXPECT(acq_req(w, "x", 60000, DL_WAIT_INF, 0, 1, &r), r, DL_QUEUED);
+	cr_assert(eq(sz, count_ev(DL_EVENT_WAITING, NULL), 0));
+}
+
+Test(locktab, a_waiter_granted_behind_others_hears_of_them_after_its_grant)
+{
+	struct client *g = client_new("g"), *w1 = client_new("w1");
+	struct client *w2 = client_new("w2");
+	struct dl_result r;
+	uint64_t tg = must_grant(g, "x", 60000);
+	size_t i, gi = SIZE_MAX, wi = SIZE_MAX;
+
+	EXPECT(acq_req(w1, "x", 60000, DL_WAIT_INF, 0, 1, &r), r, DL_QUEUED);
+	must_queue(w2, "x", 60000, DL_WAIT_INF, NULL);
+	must_release(g, "x", tg);
+	for (i = 0; i < nev; i++) {
+		if (evs[i].sess != &w1->s)
+			continue;
+		if (evs[i].type == DL_EVENT_GRANTED)
+			gi = i;
+		if (evs[i].type == DL_EVENT_WAITING)
+			wi = i;
+	}
+	cr_assert(lt(sz, gi, nev), "w1 granted");
+	cr_assert(lt(sz, wi, nev), "w1 told of w2");
+	cr_assert(lt(sz, gi, wi), "after its grant");
+	cr_assert(eq(u32, evs[wi].holds, 1));
+}
+
+Test(locktab, a_grant_by_reply_is_told_of_waiters_once_the_reply_is_out)
+{
+	struct client *h = client_new("h"), *w = client_new("w");
+	struct client *h2 = client_new("h");
+	struct dl_result r;
+	uint64_t th = must_grant(h, "x", 60000);
+
+	must_queue(w, "x", 60000, DL_WAIT_INF, NULL);
+	/* a reentry that asks: the news waits for its reply */
+	EXPECT(acq_req(h, "x", 60000, 0, 0, 1, &r), r, DL_GRANTED);
+	cr_assert(r.tell);
+	cr_assert(eq(sz, count_ev(DL_EVENT_WAITING, NULL), 0));
+	dl_locktab_tell_waiting(tab, str("x"), th);
+	/* every session of the owner hears it, as of * EXPIRING */
+	cr_assert_not_null(find_ev(DL_EVENT_WAITING, h));
+	cr_assert_not_null(find_ev(DL_EVENT_WAITING, h2));
+	cr_assert(eq(u32, find_ev(DL_EVENT_WAITING, h)->holds, 1));
+	/* it goes with the lease */
+	EXPECT(rel(h, "x", th, &r), r, DL_HELD);
+	must_release(h, "x", th);
 }

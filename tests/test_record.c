@@ -152,6 +152,11 @@ Test(record, malformed_records_are_rejected_not_half_read)
 		"dlock3 limit=1\nH 1 2 1 30 x a warn=0", /* a warning of 0 */
 		"dlock3 limit=1\nH 1 2 1 30 x a warn=5 warn=6",	  /* twice */
 		"dlock3 limit=1\nH 1 2 1 30 x a warn=4294967296", /* > u32 */
+		"dlock3 limit=1\nH 1 2 1 30 x a req=0",	      /* an id of 0 */
+		"dlock3 limit=1\nH 1 2 1 30 x a req=x",	      /* not a number */
+		"dlock3 limit=1\nH 1 2 1 30 x a req=1 req=2", /* twice */
+		"dlock3 limit=1\nH 1 2 1 30 x a notify=all",  /* not waiters */
+		"dlock1\nH 1 2 1 30 a req=5",		      /* v1 has none */
 		"dlock1 delay=5",	       /* v1 has no delay */
 		"dlock2 limit=1 delay=5",      /* nor v2: a version 4's */
 		"dlock3 limit=1 delay=5",      /* nor v3 */
@@ -299,15 +304,15 @@ Test(record, owners_keep_their_user_and_plain_owners_still_read)
 	cr_assert(eq(int, dl_record_parse(old, strlen(old), collect, &x, &why),
 		     0));
 	cr_assert(strcmp(x.owners[0], "worker-1") == 0);
-	cr_assert(
-		eq(int,
-		   dl_locktab_restore_lease(t, S("old"), x.it[0].owner, 7, 1,
-					    30, 99, DL_STR_NULL, 0, 1, NULL, 0),
-		   0));
 	cr_assert(eq(int,
-		     dl_locktab_restore_lease(t, S("new"),
-					      S("payments=worker-1"), 8, 1, 30,
-					      99, DL_STR_NULL, 0, 1, NULL, 0),
+		     dl_locktab_restore_lease(t, S("old"), x.it[0].owner, 7, 1,
+					      30, 99, DL_STR_NULL, 0, 1, NULL,
+					      0, 0),
+		     0));
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(
+			     t, S("new"), S("payments=worker-1"), 8, 1, 30, 99,
+			     DL_STR_NULL, 0, 1, NULL, 0, 0),
 		     0));
 	free(buf.p);
 	dl_session_close(t, &a);
@@ -393,6 +398,49 @@ Test(record, a_lease_warning_round_trips_on_its_holder_line)
 	cr_assert(memmem(buf.p, buf.len, "warn=", 5) == NULL && buf.len > 9 &&
 			  memcmp(buf.p, "dlock1\nH ", 9) == 0,
 		  "record: \"%.*s\"", (int)buf.len, buf.p);
+	free(buf.p);
+	dl_session_close(t, &a);
+	dl_session_close(t, &b);
+	dl_locktab_free(t);
+}
+
+/* A lease's request id and its news of waiters are words of its holder's
+ * line in version 3: read back as written, and gone with them. */
+Test(record, a_request_id_and_news_of_waiters_round_trip)
+{
+	struct dl_locktab *t = new_tab();
+	struct dl_session a, b;
+	struct dl_result res;
+	struct dl_buf buf = {0};
+	struct items x = {0};
+	const char *why = NULL;
+	struct dl_acquire w = {.name = S("stock"),
+			       .ttl_ms = 30000,
+			       .req = 18446744073709551615ULL,
+			       .notify = 1};
+
+	dl_session_init(t, &a, S("alice"), NULL);
+	dl_session_init(t, &b, S("bob"), NULL);
+	cr_assert(eq(int, dl_locktab_acquire(t, &a, &w, &res), 0));
+	acquire(t, &b, 2000, DL_WAIT_INF, DL_STR_NULL, &res);
+	cr_assert(
+		eq(int,
+		   dl_record_format(t, dl_locktab_find(t, S("stock")), 0, &buf),
+		   0));
+	cr_assert(buf.len > 17 && memcmp(buf.p, "dlock3 limit=1\nH ", 17) == 0,
+		  "record: \"%.*s\"", (int)buf.len, buf.p);
+	cr_assert(memmem(buf.p, buf.len,
+			 " x alice req=18446744073709551615 notify=waiters "
+			 "since=",
+			 55) != NULL,
+		  "record: \"%.*s\"", (int)buf.len, buf.p);
+	cr_assert(
+		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
+	cr_assert(eq(int, x.n, 2));
+	cr_assert(eq(u64, x.it[0].req, 18446744073709551615ULL));
+	cr_assert(eq(int, x.it[0].notify, 1));
+	cr_assert(eq(u64, x.it[1].req, 0));
+	cr_assert(eq(int, x.it[1].notify, 0));
 	free(buf.p);
 	dl_session_close(t, &a);
 	dl_session_close(t, &b);

@@ -355,11 +355,12 @@ _Static_assert(sizeof(void *) != 8 || sizeof(struct dl_lock) <= 40,
 /* Allocate a lease (not yet linked): the fallible half of a grant. The
  * description and the tag, when there are, are stored after it
  * (locktab.h, Memory). */
-struct dl_lease *dl__lease_alloc(struct dl_str tag, struct dl_desc *desc)
+struct dl_lease *dl__lease_alloc(struct dl_str tag, struct dl_desc *desc,
+				 uint64_t req)
 {
-	size_t dn = desc ? sizeof(desc) : 0;
+	size_t dn = desc ? sizeof(desc) : 0, rn = req ? sizeof(req) : 0;
 	struct dl_lease *l =
-		calloc(1, sizeof(*l) + dn + (tag.len ? tag.len + 1 : 0));
+		calloc(1, sizeof(*l) + dn + rn + (tag.len ? tag.len + 1 : 0));
 
 	if (!l)
 		return NULL;
@@ -368,10 +369,14 @@ struct dl_lease *dl__lease_alloc(struct dl_str tag, struct dl_desc *desc)
 		dl_desc_ref(desc);
 		memcpy(l->extra, &desc, sizeof(desc));
 	}
+	if (req) {
+		l->has_req = 1;
+		memcpy(l->extra + dn, &req, sizeof(req));
+	}
 	if (tag.len) {
 		l->has_tag = 1;
-		memcpy(l->extra + dn, tag.p, tag.len);
-		l->extra[dn + tag.len] = '\0';
+		memcpy(l->extra + dn + rn, tag.p, tag.len);
+		l->extra[dn + rn + tag.len] = '\0';
 	}
 	return l;
 }
@@ -456,6 +461,9 @@ void dl__lease_remove(struct dl_locktab *t, struct dl_lease *l)
 	dl__lock_relisted(t, lk);
 	dl_wheel_del(&t->wheel, &l->timer);
 	dl__warn_drop(t, l);
+	dl__notify_drop(t, l);
+	if (!lk->holders)
+		lk->notify = 0;
 	l->owner->nleases--;
 	l->owner->acct->nleases--;
 	dl__owner_put(t, l->owner);
@@ -484,13 +492,19 @@ void dl__lease_reenter(struct dl_locktab *t, struct dl_lease *l, uint32_t ttl,
 		       uint64_t now)
 {
 	l->count++;
+	t->st.reentries++;
 	if (l->restored) {
 		/* maybe a lost grant's, that only its TTL may end
 		 * (dl_locktab_restore_lease) */
-		t->st.reentries++;
 		dl__mark_urgent(t, l->lock);
 		return;
 	}
+	dl__lease_extend(t, l, ttl, now);
+}
+
+void dl__lease_extend(struct dl_locktab *t, struct dl_lease *l, uint32_t ttl,
+		      uint64_t now)
+{
 #ifdef DL_PLANT_REENTRY_SHRINK
 	/* A planted bug for the fault campaign's self-test (tests/faults):
 	 * the TTL of the last reentry, shorter or not, as dlockd once did.
@@ -505,7 +519,6 @@ void dl__lease_reenter(struct dl_locktab *t, struct dl_lease *l, uint32_t ttl,
 		dl__horizon_lease(t, l);
 		dl__warn_arm(t, l);
 	}
-	t->st.reentries++;
 	dl__mark_urgent(t, l->lock);
 }
 
@@ -655,12 +668,13 @@ struct dl_locktab *dl_locktab_new(const struct dl_locktab_hooks *hooks,
 	t->seed = hash_seed;
 	if (dl_htab_init(&t->locks) || dl_htab_init(&t->owners) ||
 	    dl_htab_init(&t->accounts) || dl_htab_init(&t->warns) ||
-	    dl_htab_init(&t->delays)) {
+	    dl_htab_init(&t->delays) || dl_htab_init(&t->notifies)) {
 		dl_htab_free(&t->locks);
 		dl_htab_free(&t->owners);
 		dl_htab_free(&t->accounts);
 		dl_htab_free(&t->warns);
 		dl_htab_free(&t->delays);
+		dl_htab_free(&t->notifies);
 		free(t);
 		return NULL;
 	}
@@ -733,6 +747,7 @@ void dl_locktab_free(struct dl_locktab *t)
 	dl_htab_free(&t->accounts);
 	dl_htab_free(&t->warns);
 	dl_htab_free(&t->delays);
+	dl_htab_free(&t->notifies);
 	free(t->dirty);
 	dl__walk_free(t->walk);
 	free(t);
@@ -906,11 +921,32 @@ struct dl_str dl_owner_id(const struct dl_owner *o)
 	return (struct dl_str){o->id, o->hn.len};
 }
 
+/* Where the request id is in extra[] (locktab.h), and then the tag. */
+static size_t req_off(const struct dl_lease *l)
+{
+	return l->has_desc ? sizeof(struct dl_desc *) : 0;
+}
+
 struct dl_str dl_lease_tag(const struct dl_lease *l)
 {
-	const char *p = l->extra + (l->has_desc ? sizeof(struct dl_desc *) : 0);
+	const char *p = l->extra + req_off(l) + (l->has_req ? 8 : 0);
 
 	return l->has_tag ? (struct dl_str){p, strlen(p)} : DL_STR_NULL;
+}
+
+uint64_t dl_lease_req(const struct dl_lease *l)
+{
+	uint64_t r = 0;
+
+	if (l->has_req)
+		memcpy(&r, l->extra + req_off(l), sizeof(r));
+	return r;
+}
+
+void dl__lease_set_req(struct dl_lease *l, uint64_t req)
+{
+	if (l->has_req && req)
+		memcpy(l->extra + req_off(l), &req, sizeof(req));
 }
 
 struct dl_desc *dl_lease_desc(const struct dl_lease *l)

@@ -148,7 +148,8 @@ struct dl_str dl_owner_key_id(struct dl_str key);
  */
 struct dl_lease {
 	struct dl_wheel_entry timer; /* fires at the deadline */
-	unsigned kind : 3;	     /* DL__TIMED_LEASE */
+	unsigned kind : 2;	     /* DL__TIMED_LEASE */
+	unsigned has_req : 1;	     /* extra[] holds a request id */
 	unsigned shared : 1;	     /* mode=shared */
 	unsigned has_tag : 1;	     /* extra[] holds a tag */
 	unsigned has_desc : 1;	     /* extra[] holds a description */
@@ -165,17 +166,20 @@ struct dl_lease {
 	uint64_t granted_at; /* monotonic ms: the hold time (STATUS, the
 				histogram) */
 	/* has_desc: a struct dl_desc * (a reference, its holder's: read it
-	 * with dl_lease_desc), then has_tag: the id= of the granting
-	 * request, NUL-terminated (read it with dl_lease_tag). Neither: no
-	 * bytes here. */
+	 * with dl_lease_desc), then has_req: the req= of the grant or
+	 * reentry that last carried one, 8 bytes, unaligned (read it with
+	 * dl_lease_req; a reentry overwrites it), then has_tag: the id= of
+	 * the granting request, NUL-terminated (read it with dl_lease_tag).
+	 * None: no bytes here. */
 	char extra[];
 };
 
 struct dl_waiter {
 	struct dl_wheel_entry timer; /* wait deadline; idle when wait=inf */
-	unsigned kind : 3;	     /* DL__TIMED_WAITER */
+	unsigned kind : 2;	     /* DL__TIMED_WAITER */
 	unsigned shared : 1;	     /* asks for mode=shared */
 	unsigned has_warn : 1;	     /* asks for warn_ms (0: none) */
+	unsigned notify : 1;	     /* asks for notify=waiters */
 	unsigned tag_len : 8;
 	uint32_t ttl_ms;  /* TTL of the lease it asks for */
 	uint32_t warn_ms; /* the warning it asks for (has_warn) */
@@ -189,6 +193,7 @@ struct dl_waiter {
 	uint64_t wait_deadline;		 /* monotonic ms, UINT64_MAX for inf */
 	uint64_t queued_at; /* monotonic ms, for the wait histogram */
 	uint64_t served;    /* put back: the token of its withdrawn grant */
+	uint64_t req;	    /* its request's req=, 0: none */
 	char tag[DL_TAG_MAX];
 };
 
@@ -200,6 +205,9 @@ struct dl_lock {
 	uint32_t urgent : 1;	  /* ... with a change a held reply waits for */
 	uint32_t has_delay : 1;	  /* it has a delay (a side object) */
 	uint32_t delaying : 1;	  /* ... and is in it: grants nobody new */
+	uint32_t notify : 1;	  /* a holder of it may have asked to be told
+				     of waiters (a side object): none when it
+				     has no holder */
 	uint32_t listed : 1;	  /* has a holder or a waiter (LOCKS shows it;
 				     counted in the index, locktab_index.c) */
 	uint16_t nholders;
@@ -271,6 +279,12 @@ struct dl_result {
 				 (dl_locktab_shorten) */
 	unsigned known : 1;   /* RECLAIMED: a lease the table knew, refreshed
 				 (the fields are a REFRESHED's) */
+	unsigned retry : 1;   /* GRANTED: a request granted before (its req=
+				 is the lease's): no hold was added */
+	unsigned tell : 1;    /* GRANTED: the lease asked to be told of
+				 waiters and has some: the caller calls
+				 dl_locktab_tell_waiting() once the reply is
+				 sent */
 	uint64_t token;
 	uint64_t value;
 	uint64_t deadline; /* GRANTED, REFRESHED: the lease's, monotonic ms */
@@ -285,6 +299,8 @@ enum dl_event_type {
 	DL_EVENT_EXPIRED,  /* token */
 	DL_EVENT_EXPIRING, /* token, ttl_ms (what remains), deadline: a
 			      lease's warning (LOCK warn=) */
+	DL_EVENT_WAITING,  /* token, holds = the waiters: others wait for
+			      a lease that asked (LOCK notify=waiters) */
 };
 
 struct dl_event {
@@ -292,7 +308,9 @@ struct dl_event {
 	unsigned durable : 1; /* as in dl_result */
 	unsigned shared : 1;  /* GRANTED: the mode the waiter asked for */
 	unsigned reentry : 1; /* GRANTED: as in dl_result */
+	unsigned notify : 1;  /* GRANTED: the waiter asked notify=waiters */
 	uint32_t limit;	      /* GRANTED: the lock's (dl_locktab_revoke) */
+	uint64_t req;	      /* GRANTED: the waiter's req= (revoke) */
 	struct dl_str name;   /* borrowed for the duration of the hook */
 	uint64_t token;
 	uint64_t ttl_ms;
@@ -371,6 +389,8 @@ struct dl_locktab_stats {
 	uint64_t grants, reentries, releases, expiries, timeouts, refreshes,
 		cancels, revokes, breaks;
 	uint64_t reclaims;     /* leases linked again by RECLAIM */
+	uint64_t retries;      /* requests sent again (req=) that found their
+				  grant or their wait */
 	uint64_t deadlocks;    /* waits refused: DL_DEADLOCK */
 	uint64_t walks_capped; /* deadlock checks that gave up at the cap */
 	struct dl_hist wait;   /* LOCK to grant, per grant (0 if at once) */
@@ -471,6 +491,8 @@ struct dl_acquire {
 	uint32_t warn_ms;  /* the lease's warning, below ttl_ms (0: none) */
 	uint32_t delay_ms; /* the lock's delay (see above): at least this;
 			      0 asks for none */
+	uint64_t req;	   /* a request id (req=), 0: none; see below */
+	uint8_t notify;	   /* notify=waiters: tell the holder of waiters */
 	/* The requester's budget of deadlock-check steps, debited by the
 	 * check (below); at 0 its waits are not checked. NULL: none, each
 	 * check looks at DL_DEADLOCK_WALK_MAX at most. */
@@ -480,7 +502,8 @@ struct dl_acquire {
 /*
  * LOCK/TRYLOCK. An owner that holds the lock already gets its own lease
  * again (a reentry: one more hold, same token; a warn= given replaces the
- * lease's warning, none keeps it), in the mode it holds:
+ * lease's warning, none keeps it; notify asks it to be told of waiters
+ * from then on), in the mode it holds:
  * an exclusive holder asking for shared re-enters its exclusive lease
  * (there is no downgrade in place); a shared holder asking for exclusive
  * is refused with DL_UPGRADE_DEADLOCK (it would wait for itself).
@@ -494,6 +517,45 @@ struct dl_acquire {
  */
 int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		       const struct dl_acquire *a, struct dl_result *res);
+
+/*
+ * Request ids (LOCK ... req=<n>). A client gives each acquire its own id
+ * and sends the same one when it sends the request again after a drop or
+ * a fail-over, not knowing whether the first was granted. A lease keeps
+ * the id of the grant or reentry that last carried one (stored with it,
+ * record.h), so that:
+ *
+ *   - a request whose id is the lease's, from its owner, was granted
+ *     already: it gets that grant back (DL_GRANTED with `retry`, the
+ *     lease's holds as they are -- no hold added -- and the lease
+ *     extended to at least its TTL, as a reentry's; a restored lease
+ *     too: the id shows a holder who knows it), not one more hold
+ *     that its client would take for another process's;
+ *   - a request whose id is that of a wait of its owner on another
+ *     session (a connection its client gave up for dead, not closed
+ *     yet) takes that wait over, in its place in the queue: the old
+ *     session hears nothing more of it.
+ *
+ * Only the last id is kept: a retry of an earlier reentry of the same
+ * lease is a new reentry. A lease granted without an id keeps none, and
+ * a reentry with one then cannot store it (the lease has no room for
+ * it): its retry is a new reentry too.
+ *
+ * Told that others wait (LOCK ... notify=waiters, Linux DLM's blocking
+ * callback): a lease that asked gets DL_EVENT_WAITING, on every session
+ * of its owner, with the number of waiters of its lock, when it is
+ * granted while some wait (for a grant made by a reply, once the reply is
+ * out: res->tell) and when a request queues behind it -- if it was never
+ * told, if the queue has doubled since it was last told, or if that was
+ * a second ago or more. So a queue growing to n tells it about log2(n)
+ * times, plus once a second at most: one client's queued requests cannot
+ * flood another's connection. A reentry with notify asks it for a lease
+ * that did not; nothing takes it away but the lease's end.
+ */
+/* A lease granted by a reply with res->tell: the reply is out, so its
+ * owner may now be told of the waiters (DL_EVENT_WAITING). */
+void dl_locktab_tell_waiting(struct dl_locktab *t, struct dl_str name,
+			     uint64_t token);
 
 /*
  * Deadlocks. A LOCK that would wait (a new wait, or a restored place its
@@ -784,7 +846,12 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 			     struct dl_str owner, uint64_t token,
 			     uint32_t count, uint32_t ttl_ms, uint64_t deadline,
 			     struct dl_str tag, int shared, uint32_t limit,
-			     struct dl_desc *desc, uint64_t held_ms);
+			     struct dl_desc *desc, uint64_t held_ms,
+			     uint64_t req);
+/* The restored lease `token` of `name` asked to be told of waiters
+ * (notify=waiters). DL_EBADARG if there is no such lease; DL_ENOMEM. */
+int dl_locktab_restore_notify(struct dl_locktab *t, struct dl_str name,
+			      uint64_t token);
 /* The restored lock `name` has a delay of delay_ms (at most
  * DL_LOCK_DELAY_MAX_MS), and with `running` is in it for that long from
  * now (its record said a delay was running: it is honoured whole from
@@ -833,6 +900,8 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
  */
 struct dl_requeue {
 	uint32_t owner_gen; /* s->owner_gen when it was granted */
+	uint64_t req;	    /* its req=, 0: none */
+	uint8_t notify;	    /* it asked notify=waiters */
 	uint32_t ttl_ms;
 	uint32_t warn_ms; /* the warning asked for, if has_warn */
 	uint8_t has_warn;
@@ -841,6 +910,11 @@ struct dl_requeue {
 	uint8_t shared;
 	uint32_t limit;
 };
+#define DL_REVOKE_NEW	  0 /* the grant made the lease */
+#define DL_REVOKE_REENTRY 1 /* it added a hold to a lease */
+#define DL_REVOKE_RETRY                                                        \
+	2 /* it gave a request its grant back (req=): no                       \
+	     hold to give back */
 int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 		      struct dl_str name, uint64_t token, int reentry,
 		      const struct dl_requeue *requeue);
@@ -900,6 +974,11 @@ int dl_lock_empty(const struct dl_lock *lk);
 struct dl_str dl_owner_id(const struct dl_owner *o);
 /* The id= tag a lease was granted with (empty: none). */
 struct dl_str dl_lease_tag(const struct dl_lease *l);
+/* The req= of its last grant or reentry that carried one (0: none). */
+uint64_t dl_lease_req(const struct dl_lease *l);
+/* 1 if a lease of t asked to be told of waiters (notify=waiters). */
+int dl_locktab_lease_notify(const struct dl_locktab *t,
+			    const struct dl_lease *l);
 /* The warning of a lease of t (LOCK warn=), 0 if none. */
 uint32_t dl_locktab_lease_warn(const struct dl_locktab *t,
 			       const struct dl_lease *l);

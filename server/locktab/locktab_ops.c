@@ -103,9 +103,71 @@ static int granted(struct dl_result *res, const struct dl_lease *l,
 /* Side objects a request may need, allocated before anything changes so
  * that a grant never fails half-way. */
 struct spares {
-	struct dl_warn *warn;	/* the lease's warning */
-	struct dl_delay *delay; /* the lock's delay */
+	struct dl_warn *warn;	  /* the lease's warning */
+	struct dl_delay *delay;	  /* the lock's delay */
+	struct dl_notify *notify; /* its news of waiters */
 };
+
+/* A lease this request was granted or re-entered: what the request asks
+ * of it beside the hold (a warning, news of waiters) and its id. */
+static void lease_asks(struct dl_locktab *t, struct dl_lease *l,
+		       const struct dl_acquire *a, struct spares *sp)
+{
+	if (a->has_warn)
+		dl__warn_set(t, l, a->warn_ms, &sp->warn);
+	if (a->notify)
+		dl__notify_set(t, l, &sp->notify);
+	dl__lease_set_req(l, a->req);
+	t->replying = l;
+}
+
+/* A wait of o for lk, on another session, made by request `req`: a
+ * connection its client gave up for dead and sent the request again
+ * from another (locktab.h, Request ids). */
+static struct dl_waiter *retried_wait(const struct dl_lock *lk,
+				      const struct dl_owner *o,
+				      const struct dl_session *s, uint64_t req)
+{
+	struct dl_waiter *w;
+
+	if (!req)
+		return NULL;
+	for (w = lk->qhead; w; w = w->qnext)
+		if (w->owner == o && w->sess && w->sess != s && w->req == req)
+			return w;
+	return NULL;
+}
+
+/* s takes over w, its owner's wait on another session: the same place,
+ * with what the request asks now. */
+static int take_wait(struct dl_locktab *t, struct dl_session *s,
+		     struct dl_waiter *w, const struct dl_acquire *a,
+		     uint32_t ttl, uint64_t now, struct dl_result *res)
+{
+	struct dl_session *old = w->sess;
+
+	if (w->sprev)
+		w->sprev->snext = w->snext;
+	else
+		old->waiters = w->snext;
+	if (w->snext)
+		w->snext->sprev = w->sprev;
+	dl__waiter_attach(w, s);
+	dl__waiter_set(w, ttl, a->tag);
+	w->has_warn = a->has_warn ? 1 : 0;
+	w->warn_ms = a->warn_ms;
+	w->notify = a->notify ? 1 : 0;
+	w->wait_deadline = dl__deadline_after(now, a->wait_ms);
+	if (w->wait_deadline == UINT64_MAX)
+		dl_wheel_del(&t->wheel, &w->timer);
+	else
+		dl_wheel_add(&t->wheel, &w->timer, w->wait_deadline);
+	t->st.retries++;
+	dl__mark_dirty(t, w->lock);
+	res->outcome = DL_QUEUED;
+	res->value = dl__waiter_position(w);
+	return 0;
+}
 
 /* The wait would close a cycle (dl__deadlock_check said so). */
 static void deadlock(struct dl_locktab *t, struct dl_result *res)
@@ -128,12 +190,12 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 	    !barred(t, lk, now)) {
 		if (dl__tokens_exhausted(t))
 			return DL_ELIMIT;
-		if (!(l = dl__lease_alloc(a->tag, s->desc)))
+		if (!(l = dl__lease_alloc(a->tag, s->desc, a->req)))
 			return DL_ENOMEM;
 		dl__hist_add(&t->st.wait, 0);
 		dl__waiter_free(t, w);
 		dl__lease_grant(t, l, lk, s->owner, ttl, now, a->shared);
-		dl__warn_set(t, l, a->warn_ms, &sp->warn);
+		lease_asks(t, l, a, sp);
 		dl__delay_ask(t, lk, a->delay_ms, 0, &sp->delay);
 		/* shared waiters right behind it may come in with it */
 		dl__serve(t, lk, now);
@@ -160,6 +222,8 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 	w->shared = a->shared ? 1 : 0;
 	w->has_warn = a->has_warn ? 1 : 0;
 	w->warn_ms = a->warn_ms;
+	w->req = a->req;
+	w->notify = a->notify ? 1 : 0;
 	w->wait_deadline = dl__deadline_after(now, a->wait_ms);
 	if (w->wait_deadline == UINT64_MAX)
 		dl_wheel_del(&t->wheel, &w->timer);
@@ -210,8 +274,20 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 		return 0;
 	}
 
-	/* 1. The owner holds it already: a reentry, in the mode it holds. */
+	/* 1. The owner holds it already: this very request, granted before
+	 * (its id is the lease's: its grant again, no hold added); or a
+	 * reentry, in the mode it holds. */
 	if ((l = dl__holder_of(lk, o)) != NULL) {
+		if (a->req && dl_lease_req(l) == a->req) {
+			l->restored = 0; /* its holder knows it */
+			dl__lease_extend(t, l, ttl, now);
+			lease_asks(t, l, a, sp);
+			dl__delay_ask(t, lk, a->delay_ms, 0, &sp->delay);
+			dl__notify_holders(t, lk, now, 1);
+			t->st.retries++;
+			res->retry = 1;
+			return granted(res, l, dl__remaining(l, now));
+		}
 		if (l->shared && !a->shared) {
 			res->outcome = DL_UPGRADE_DEADLOCK;
 			res->token = l->token;
@@ -220,9 +296,9 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 		if (l->count >= DL_REENTRY_MAX)
 			return DL_ELIMIT;
 		dl__lease_reenter(t, l, ttl, now);
-		if (a->has_warn)
-			dl__warn_set(t, l, a->warn_ms, &sp->warn);
+		lease_asks(t, l, a, sp);
 		dl__delay_ask(t, lk, a->delay_ms, 0, &sp->delay);
+		dl__notify_holders(t, lk, now, 1);
 		res->reentry = 1;
 		return granted(res, l, dl__remaining(l, now));
 	}
@@ -233,6 +309,8 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 		res->value = dl__waiter_position(w);
 		return 0;
 	}
+	if ((w = retried_wait(lk, o, s, a->req)) != NULL)
+		return take_wait(t, s, w, a, ttl, now, res);
 	if ((w = placeholder_of(t, lk, o)) != NULL)
 		return claim_placeholder(t, s, w, a, ttl, now, sp, res);
 
@@ -241,12 +319,12 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 		int full = dl__owner_full(t, o) || dl__account_full(s, o, 0) ||
 			   dl__tokens_exhausted(t);
 
-		if (full || !(l = dl__lease_alloc(a->tag, s->desc))) {
+		if (full || !(l = dl__lease_alloc(a->tag, s->desc, a->req))) {
 			dl__lock_drop_if_unused(t, lk);
 			return full ? DL_ELIMIT : DL_ENOMEM;
 		}
 		dl__lease_grant(t, l, lk, o, ttl, now, a->shared);
-		dl__warn_set(t, l, a->warn_ms, &sp->warn);
+		lease_asks(t, l, a, sp);
 		dl__delay_ask(t, lk, a->delay_ms, fresh, &sp->delay);
 		dl__hist_add(&t->st.wait, 0);
 		return granted(res, l, ttl);
@@ -273,7 +351,10 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 		return DL_ENOMEM;
 	w->has_warn = a->has_warn ? 1 : 0;
 	w->warn_ms = a->warn_ms;
+	w->req = a->req;
+	w->notify = a->notify ? 1 : 0;
 	dl__delay_ask(t, lk, a->delay_ms, fresh, &sp->delay);
+	dl__notify_holders(t, lk, now, 0);
 	res->outcome = DL_QUEUED;
 	res->value = lk->nwaiters;
 	return 0;
@@ -283,7 +364,7 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		       const struct dl_acquire *a, struct dl_result *res)
 {
 	uint32_t limit = a->limit ? a->limit : 1;
-	struct spares sp = {NULL, NULL};
+	struct spares sp = {NULL, NULL, NULL};
 	int err;
 
 	memset(res, 0, sizeof(*res));
@@ -298,13 +379,22 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 	if (t->suspended)
 		return DL_EUNAVAILABLE;
 	if ((a->warn_ms && !(sp.warn = dl__warn_alloc())) ||
-	    (a->delay_ms && !(sp.delay = dl__delay_alloc()))) {
+	    (a->delay_ms && !(sp.delay = dl__delay_alloc())) ||
+	    (a->notify && !(sp.notify = dl__notify_alloc()))) {
 		free(sp.warn);
+		free(sp.delay);
 		return DL_ENOMEM;
 	}
+	t->replying = NULL;
+	t->reply_tell = 0;
 	err = acquire(t, s, a, &sp, res);
+	if (err == 0 && res->outcome == DL_GRANTED && t->reply_tell)
+		res->tell = 1;
+	t->replying = NULL;
+	t->reply_tell = 0;
 	free(sp.warn);
 	free(sp.delay);
+	free(sp.notify);
 	return err;
 }
 
@@ -511,7 +601,7 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 	struct dl_lock *lk = lock_now(t, a->name, now);
 	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
 	uint32_t limit = a->limit ? a->limit : 1, beside = 0, room;
-	struct spares sp = {NULL, NULL};
+	struct spares sp = {NULL, NULL, NULL};
 	struct dl_lease *h, *next;
 	int shared = a->shared;
 
@@ -581,7 +671,7 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 		return DL_ELIMIT;
 	if ((a->warn_ms && !(sp.warn = dl__warn_alloc())) ||
 	    (a->delay_ms && !(sp.delay = dl__delay_alloc())) ||
-	    !(l = dl__lease_alloc(a->tag, s->desc))) {
+	    !(l = dl__lease_alloc(a->tag, s->desc, 0))) {
 		free(sp.warn);
 		free(sp.delay);
 		return DL_ENOMEM;
@@ -948,7 +1038,8 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 			     struct dl_str owner, uint64_t token,
 			     uint32_t count, uint32_t ttl_ms, uint64_t deadline,
 			     struct dl_str tag, int shared, uint32_t limit,
-			     struct dl_desc *desc, uint64_t held_ms)
+			     struct dl_desc *desc, uint64_t held_ms,
+			     uint64_t req)
 {
 	struct dl_lock *lk;
 	struct dl_owner *o;
@@ -965,7 +1056,7 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 		return DL_EBADARG;
 	}
 	if (!(o = dl__owner_get(t, owner)) ||
-	    !(l = dl__lease_alloc(tag, desc))) {
+	    !(l = dl__lease_alloc(tag, desc, req))) {
 		if (o)
 			dl__owner_put(t, o);
 		dl__lock_drop_if_unused(t, lk);
@@ -988,6 +1079,22 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 		       held_ms < now ? now - held_ms : 0, shared);
 	l->restored = 1;
 	dl_locktab_raise_token(t, token);
+	return 0;
+}
+
+int dl_locktab_restore_notify(struct dl_locktab *t, struct dl_str name,
+			      uint64_t token)
+{
+	struct dl_lock *lk = dl__lock_find(t, name);
+	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+	struct dl_notify *n;
+
+	if (!l)
+		return DL_EBADARG;
+	if (!(n = dl__notify_alloc()))
+		return DL_ENOMEM;
+	dl__notify_set(t, l, &n);
+	free(n);
 	return 0;
 }
 
@@ -1060,7 +1167,7 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 	struct dl_waiter *w;
 	uint32_t lim;
 
-	if (l) {
+	if (l && reentry != DL_REVOKE_RETRY) {
 		t->st.revokes++;
 		if (reentry) {
 			/* never the lease itself (locktab.h) */
@@ -1106,6 +1213,8 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 	}
 	w->has_warn = requeue->has_warn ? 1 : 0;
 	w->warn_ms = requeue->warn_ms;
+	w->req = requeue->req;
+	w->notify = requeue->notify ? 1 : 0;
 	dl__waiter_requeue(lk, w, token);
 	return 0;
 }
@@ -1128,7 +1237,7 @@ int dl_locktab_quarantine(struct dl_locktab *t, struct dl_str name,
 		return 0;
 	}
 	if (!(o = dl__owner_get(t, id)) ||
-	    !(l = dl__lease_alloc(DL_STR_NULL, NULL))) {
+	    !(l = dl__lease_alloc(DL_STR_NULL, NULL, 0))) {
 		if (o)
 			dl__owner_put(t, o);
 		dl__lock_drop_if_unused(t, lk);

@@ -12,17 +12,17 @@
 #include "server/locktab/locktab.h"
 
 enum {
-	DL__TIMED_LEASE = 1,
-	DL__TIMED_WAITER = 2,
-	DL__TIMED_WARN = 3,
-	DL__TIMED_DELAY = 4,
+	DL__TIMED_LEASE = 0, /* two bits (struct dl_lease) */
+	DL__TIMED_WAITER = 1,
+	DL__TIMED_WARN = 2,
+	DL__TIMED_DELAY = 3,
 };
 
 /* What leases, waiters and side objects with a timer have in common, for
  * the timer callback. */
 struct dl_timed {
 	struct dl_wheel_entry timer;
-	unsigned kind : 3;
+	unsigned kind : 2;
 };
 
 /*
@@ -54,7 +54,12 @@ struct dl_locktab {
 	struct dl_htab accounts; /* a few: one per user with owners */
 	struct dl_htab warns;	 /* struct dl_warn, by lease (side objects) */
 	struct dl_htab delays;	 /* struct dl_delay, by lock (side objects) */
-	struct dl_lock **dirty;	 /* capacity >= number of locks */
+	struct dl_htab notifies; /* struct dl_notify, by lease (side objects) */
+	/* a grant made by the request being executed: its own news of
+	 * waiters waits for its reply (dl_locktab_tell_waiting) */
+	const struct dl_lease *replying;
+	int reply_tell;		/* ... and it has some */
+	struct dl_lock **dirty; /* capacity >= number of locks */
 	size_t ndirty;
 	size_t dirty_cap;
 	size_t nurgent;	 /* dirty locks with lk->urgent */
@@ -107,9 +112,14 @@ void dl__lock_drop_if_unused(struct dl_locktab *t, struct dl_lock *lk);
 struct dl_lease *dl__holder_of(const struct dl_lock *lk,
 			       const struct dl_owner *o);
 struct dl_lease *dl__holder_by_token(const struct dl_lock *lk, uint64_t token);
-/* A lease not yet linked, with its tag and its holder's description (a
- * reference is taken; NULL: none). */
-struct dl_lease *dl__lease_alloc(struct dl_str tag, struct dl_desc *desc);
+/* A lease not yet linked, with its tag, its holder's description (a
+ * reference is taken; NULL: none) and its request id (0: none, and no
+ * room for one). */
+struct dl_lease *dl__lease_alloc(struct dl_str tag, struct dl_desc *desc,
+				 uint64_t req);
+/* A grant or reentry with request id req (0: none): the lease keeps it,
+ * if it has room (dl__lease_alloc). */
+void dl__lease_set_req(struct dl_lease *l, uint64_t req);
 /* Free a lease that is not (or no longer) linked. */
 void dl__lease_free(struct dl_lease *l);
 /* Attach the allocated lease l to lk as a holder for owner o, with the
@@ -128,6 +138,9 @@ int dl__has_room(const struct dl_lock *lk, int shared);
 void dl__lease_remove(struct dl_locktab *t, struct dl_lease *l);
 void dl__lease_reenter(struct dl_locktab *t, struct dl_lease *l, uint32_t ttl,
 		       uint64_t now);
+/* l lasts at least ttl from now (a reentry's, a retry's), made durable. */
+void dl__lease_extend(struct dl_locktab *t, struct dl_lease *l, uint32_t ttl,
+		      uint64_t now);
 uint64_t dl__deadline_after(uint64_t now, uint64_t ms);
 int dl__tokens_exhausted(const struct dl_locktab *t);
 uint64_t dl__remaining(const struct dl_lease *l, uint64_t now);
@@ -184,7 +197,7 @@ void dl__side_insert(const struct dl_locktab *t, struct dl_htab *h,
  */
 struct dl_warn {
 	struct dl_wheel_entry timer; /* at the lease's deadline - warn_ms */
-	unsigned kind : 3;	     /* DL__TIMED_WARN */
+	unsigned kind : 2;	     /* DL__TIMED_WARN */
 	uint32_t warn_ms;
 	struct dl_lease *lease;
 	struct dl__side side; /* keyed by the lease */
@@ -205,6 +218,33 @@ void dl__warn_drop(struct dl_locktab *t, struct dl_lease *l);
 uint32_t dl__warn_ms(const struct dl_locktab *t, const struct dl_lease *l);
 /* The warning's timer fired: tell the owner. */
 void dl__warn_fire(struct dl_locktab *t, struct dl_warn *w, uint64_t now);
+
+/*
+ * Being told of waiters (LOCK notify=waiters, locktab.h): struct
+ * dl_notify, one per lease that asked, found only on locks with
+ * lk->notify (set when one is added, cleared when the lock has no
+ * holder). It keeps what the lease was last told, for the rule of
+ * dl__notify_holders.
+ */
+struct dl_notify {
+	struct dl_lease *lease;
+	uint32_t told;	      /* the waiters it was last told of, 0: never */
+	uint64_t told_at;     /* monotonic ms, when */
+	struct dl__side side; /* keyed by the lease */
+};
+struct dl_notify *dl__notify_alloc(void);
+/* l asks to be told (taking *spare if it has no object yet). */
+void dl__notify_set(struct dl_locktab *t, struct dl_lease *l,
+		    struct dl_notify **spare);
+struct dl_notify *dl__notify_of(const struct dl_locktab *t,
+				const struct dl_lease *l);
+/* l ends: its object goes with it. */
+void dl__notify_drop(struct dl_locktab *t, struct dl_lease *l);
+/* Waiters came (a request queued, or a grant left some behind): tell
+ * each holder of lk that asked, by the rule of locktab.h; `fresh` tells
+ * only the ones never told (after a grant). */
+void dl__notify_holders(struct dl_locktab *t, struct dl_lock *lk, uint64_t now,
+			int fresh);
 /*
  * A lock's delay (LOCK delay=, locktab.h): after one of its leases ends
  * without a release (dl__lease_end: an expiry, a BREAK), nobody new is
@@ -215,7 +255,7 @@ void dl__warn_fire(struct dl_locktab *t, struct dl_warn *w, uint64_t now);
  */
 struct dl_delay {
 	struct dl_wheel_entry timer; /* the end of the delay it is in */
-	unsigned kind : 3;	     /* DL__TIMED_DELAY */
+	unsigned kind : 2;	     /* DL__TIMED_DELAY */
 	uint32_t delay_ms;
 	struct dl_lock *lock;
 	/* the account charged while it runs (NULL: none, a delay restored

@@ -32,6 +32,12 @@
  * started it (d->acct, the account's ndelays): a lock kept busy counts
  * against that user's quota of locks until the delay is over, or a user
  * could fill the table with locks nobody holds.
+ *
+ * Being told of waiters (LOCK ... notify=waiters): struct dl_notify, one
+ * per lease that asked, with what it was last told. Invariants: one is
+ * in t->notifies only while its lease holds, and only on a lock with
+ * lk->notify (so a lock without it looks nothing up); it goes when the
+ * lease goes (dl__lease_remove).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +94,8 @@ void dl__side_free_all(struct dl_locktab *t)
 				     offsetof(struct dl__side, hn));
 	free_side(&t->delays, offsetof(struct dl_delay, side) +
 				      offsetof(struct dl__side, hn));
+	free_side(&t->notifies, offsetof(struct dl_notify, side) +
+					offsetof(struct dl__side, hn));
 }
 
 /* ---- warnings ----------------------------------------------------------- */
@@ -345,4 +353,112 @@ int dl_locktab_restore_delay(struct dl_locktab *t, struct dl_str name,
 		lk->delaying = 1;
 	}
 	return 0;
+}
+
+/* ---- being told of waiters ---------------------------------------------- */
+
+/* At most one news of waiters a second per lease, past the doublings of
+ * the queue (locktab.h): what one client's queued requests can make
+ * another's connection read. */
+#define NOTIFY_QUIET_MS 1000
+
+struct dl_notify *dl__notify_of(const struct dl_locktab *t,
+				const struct dl_lease *l)
+{
+	struct dl__side *sd;
+
+	if (!l->lock->notify || !(sd = dl__side_find(t, &t->notifies, l)))
+		return NULL;
+	return (struct dl_notify *)((char *)sd -
+				    offsetof(struct dl_notify, side));
+}
+
+struct dl_notify *dl__notify_alloc(void)
+{
+	return calloc(1, sizeof(struct dl_notify));
+}
+
+void dl__notify_set(struct dl_locktab *t, struct dl_lease *l,
+		    struct dl_notify **spare)
+{
+	struct dl_notify *n;
+
+	if (dl__notify_of(t, l) || !*spare)
+		return;
+	n = *spare;
+	*spare = NULL;
+	n->lease = l;
+	dl__side_insert(t, &t->notifies, &n->side, l);
+	l->lock->notify = 1;
+	dl__mark_dirty(t, l->lock); /* its record says so */
+}
+
+void dl__notify_drop(struct dl_locktab *t, struct dl_lease *l)
+{
+	struct dl_notify *n = dl__notify_of(t, l);
+
+	if (!n)
+		return;
+	dl_htab_remove(&t->notifies, &n->side.hn);
+	free(n);
+}
+
+int dl_locktab_lease_notify(const struct dl_locktab *t,
+			    const struct dl_lease *l)
+{
+	return dl__notify_of(t, l) != NULL;
+}
+
+/* Tell n's lease (and every session of its owner) how many wait. */
+static void notify_tell(struct dl_locktab *t, struct dl_notify *n, uint64_t now)
+{
+	struct dl_lease *l = n->lease;
+	struct dl_session *s;
+	struct dl_event ev;
+
+	n->told = l->lock->nwaiters;
+	n->told_at = now;
+	for (s = l->owner->sessions; s; s = s->onext) {
+		memset(&ev, 0, sizeof(ev));
+		ev.type = DL_EVENT_WAITING;
+		ev.token = l->token;
+		ev.holds = n->told;
+		ev.tag = dl_lease_tag(l);
+		dl__emit_ev(t, s, &ev, l->lock);
+	}
+}
+
+void dl__notify_holders(struct dl_locktab *t, struct dl_lock *lk, uint64_t now,
+			int fresh)
+{
+	uint32_t waiters = lk->nwaiters;
+	struct dl_notify *n;
+	struct dl_lease *l;
+
+	if (!lk->notify || !waiters)
+		return;
+	for (l = lk->holders; l; l = l->next) {
+		if (!(n = dl__notify_of(t, l)))
+			continue;
+		if (n->told && (fresh || (waiters < 2 * (uint64_t)n->told &&
+					  now - n->told_at < NOTIFY_QUIET_MS)))
+			continue;
+		if (l == t->replying) {
+			/* its grant's reply is not out yet: after it */
+			t->reply_tell = 1;
+			continue;
+		}
+		notify_tell(t, n, now);
+	}
+}
+
+void dl_locktab_tell_waiting(struct dl_locktab *t, struct dl_str name,
+			     uint64_t token)
+{
+	struct dl_lock *lk = dl__lock_find(t, name);
+	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+	struct dl_notify *n = l ? dl__notify_of(t, l) : NULL;
+
+	if (n && lk->nwaiters)
+		notify_tell(t, n, dl__now_ms(t));
 }

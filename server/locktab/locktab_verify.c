@@ -15,9 +15,10 @@
 struct verify {
 	const struct dl_locktab *t;
 	uint64_t leases, waiters, locks, placeholders, timed, dirty, urgent;
-	uint64_t warns;	  /* leases with a warning */
-	uint64_t delays;  /* locks with a delay */
-	uint64_t charged; /* delays charged to an account */
+	uint64_t warns;	   /* leases with a warning */
+	uint64_t notifies; /* leases told of waiters */
+	uint64_t delays;   /* locks with a delay */
+	uint64_t charged;  /* delays charged to an account */
 	uint64_t contended[DL_QUEUE_BUCKETS];
 	char *why;
 	size_t whylen;
@@ -51,6 +52,27 @@ static int verify_warn(struct verify *v, const struct dl_lease *l)
 	return 0;
 }
 
+/* A lease's news of waiters (locktab_side.c): its own, on a lock that
+ * says it may have some. The lookup is by address, so it is made
+ * whatever lk->notify says: one on a lock without it would never be
+ * found, nor freed with its lease. */
+static int verify_notify(struct verify *v, const struct dl_lease *l)
+{
+	const struct dl__side *sd = dl__side_find(v->t, &v->t->notifies, l);
+	const struct dl_notify *n =
+		sd ? (const struct dl_notify *)((const char *)sd -
+						offsetof(struct dl_notify,
+							 side))
+		   : NULL;
+
+	if (!n)
+		return 0;
+	if (n->lease != l || !l->lock->notify)
+		return fail(v, l->lock, "news of waiters not its lease's");
+	v->notifies++;
+	return 0;
+}
+
 static int verify_holders(struct verify *v, const struct dl_lock *lk)
 {
 	const struct dl_lease *l, *m;
@@ -73,10 +95,12 @@ static int verify_holders(struct verify *v, const struct dl_lock *lk)
 					    "two leases of one owner or token");
 		if (l->shared != lk->holders->shared)
 			return fail(v, lk, "holders of both modes at once");
-		if (verify_warn(v, l))
+		if (verify_warn(v, l) || verify_notify(v, l))
 			return -1;
 		v->timed++;
 	}
+	if (!lk->holders && lk->notify)
+		return fail(v, lk, "news of waiters on a lock nobody holds");
 	if (lk->limit < 1 ||
 	    (lk->holders && lk->holders->shared && lk->limit != 1))
 		return fail(v, lk,
@@ -266,7 +290,7 @@ int dl_locktab_verify(const struct dl_locktab *t, char *why, size_t whylen)
 	    v.waiters != t->st.waiters || v.placeholders != t->placeholders ||
 	    v.dirty != t->ndirty || v.urgent != t->nurgent ||
 	    v.timed != dl_wheel_count(&t->wheel) || v.warns != t->warns.n ||
-	    v.delays != t->delays.n ||
+	    v.delays != t->delays.n || v.notifies != t->notifies.n ||
 	    memcmp(v.contended, t->st.contended, sizeof(v.contended)) != 0) {
 		snprintf(
 			why, whylen,

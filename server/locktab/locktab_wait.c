@@ -203,14 +203,15 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 	struct dl_session *s;
 	struct dl_event ev;
 	struct dl_warn *spare;
+	struct dl_notify *nspare;
 	char tag[DL_TAG_MAX];
-	int nomem;
+	int nomem, served = 0;
 
 	while (!t->suspended && (w = lk->qhead) != NULL && w->sess) {
 		l = dl__holder_of(lk, w->owner);
 		if (!l && (!dl__has_room(lk, w->shared) || dl__closed(t, now) ||
 			   dl__delay_left(t, lk, now)))
-			return;
+			break;
 		s = w->sess;
 		memset(&ev, 0, sizeof(ev));
 		ev.asked_ttl_ms = w->ttl_ms;
@@ -223,21 +224,27 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 		ev.limit = lk->limit;
 		ev.asked_warn = w->has_warn;
 		ev.asked_warn_ms = w->warn_ms;
-		/* a warning to add is allocated first (failure atomicity) */
+		ev.req = w->req;
+		ev.notify = w->notify;
+		/* side objects to add are allocated first (failure
+		 * atomicity) */
 		spare = NULL;
-		nomem = w->has_warn && w->warn_ms && !(l && l->has_warn) &&
-			!(spare = dl__warn_alloc());
+		nspare = NULL;
+		nomem = (w->has_warn && w->warn_ms && !(l && l->has_warn) &&
+			 !(spare = dl__warn_alloc())) ||
+			(w->notify && !(nspare = dl__notify_alloc()));
 		if (!nomem && l && l->count < DL_REENTRY_MAX &&
 		    !(l->shared && !w->shared)) {
 			dl__lease_reenter(t, l, w->ttl_ms, now);
 			ev.reentry = 1;
 		} else if (!nomem && !l && !dl__tokens_exhausted(t) &&
-			   (l = dl__lease_alloc(waiter_tag(w), s->desc)) !=
-				   NULL) {
+			   (l = dl__lease_alloc(waiter_tag(w), s->desc,
+						w->req)) != NULL) {
 			dl__lease_grant(t, l, lk, w->owner, w->ttl_ms, now,
 					w->shared);
 		} else {
 			free(spare);
+			free(nspare);
 			/* The owner took the lock through another session
 			 * while this request waited, and a reentry would go
 			 * past DL_REENTRY_MAX or upgrade its shared lease
@@ -254,7 +261,12 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 		if (w->has_warn)
 			dl__warn_set(t, l, w->warn_ms, &spare);
 		free(spare);
+		if (w->notify)
+			dl__notify_set(t, l, &nspare);
+		free(nspare);
+		dl__lease_set_req(l, w->req);
 		dl__waiter_free(t, w);
+		served = 1;
 		ev.type = DL_EVENT_GRANTED;
 		ev.durable = 1;
 		ev.token = l->token;
@@ -263,4 +275,8 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 		ev.holds = l->count;
 		dl__emit_ev(t, s, &ev, lk);
 	}
+	/* the ones just granted that asked hear of those left behind, after
+	 * their * GRANTED */
+	if (served)
+		dl__notify_holders(t, lk, now, 1);
 }

@@ -14,9 +14,10 @@
 
 #include "proto/desc.h"
 
-/* Words on one H or W line: the seven of version 2, k=, id=, the five of
- * version 3 (warn=, since=, host=, pid=, cmd=), and room for what a later
- * version adds (record.h). A line with more is unreadable. */
+/* Words on one H or W line: the seven of version 2, k=, id=, the seven
+ * of version 3 (warn=, req=, notify=, since=, host=, pid=, cmd=), and
+ * room for what a later version adds (record.h). A line with more is
+ * unreadable. */
 #define WORDS_MAX 24
 
 static void add_u64(struct dl_buf *b, uint64_t v)
@@ -41,7 +42,9 @@ static uint64_t to_wall(uint64_t mono, int64_t off)
  * tag, separators; and a description with its since=. */
 #define LINE_ROOM                                                              \
 	(2 + 4 * 21 + 2 + DL_OWNER_KEY_MAX + 3 + 2 * DL_OWNER_PROOF_LEN + 6 +  \
-	 21 + 4 + DL_TAG_MAX + 2 + DESC_ROOM)
+	 21 + 4 + DL_TAG_MAX + 2 + DESC_ROOM + REQ_ROOM)
+/* " req=<u64> notify=waiters" */
+#define REQ_ROOM  (5 + 20 + 15)
 #define DESC_ROOM (7 + 20 + 6 + DL_DESC_HOST_MAX + 5 + 10 + 5 + DL_DESC_CMD_MAX)
 
 /* Version 1 can say it: an exclusive lock, nobody shared, no delay. */
@@ -68,13 +71,15 @@ static uint32_t line_warn(const struct dl_locktab *t, const struct dl_lease *l)
 	return warn < l->ttl_ms ? warn : 0;
 }
 
-/* Version 3 is needed: a holder described itself, or has a warning. */
+/* Version 3 is needed: a holder described itself, has a warning, a
+ * request id or asked to be told of waiters. */
 static int keyed(const struct dl_locktab *t, const struct dl_lock *lk)
 {
 	const struct dl_lease *l;
 
 	for (l = lk->holders; l; l = l->next)
-		if (l->has_desc || line_warn(t, l))
+		if (l->has_desc || line_warn(t, l) || dl_lease_req(l) ||
+		    dl_locktab_lease_notify(t, l))
 			return 1;
 	return 0;
 }
@@ -179,6 +184,12 @@ int dl_record_format(const struct dl_locktab *t, const struct dl_lock *lk,
 			add_str(b, " warn=", 6);
 			add_u64(b, warn);
 		}
+		if (v3 && dl_lease_req(l)) {
+			add_str(b, " req=", 5);
+			add_u64(b, dl_lease_req(l));
+		}
+		if (v3 && dl_locktab_lease_notify(t, l))
+			add_str(b, " notify=waiters", 15);
 		tg = dl_lease_tag(l);
 		if (tg.len) {
 			add_str(b, " id=", 4);
@@ -293,6 +304,17 @@ static int extra_v3(struct dl_str w, struct dl_record_item *it)
 				       it->warn_ms > UINT32_MAX
 			       ? -1
 			       : 0;
+	if (it->kind == 'H' && kv_of(w, "req", &v))
+		return it->req || dl_parse_u64(v.p, v.len, &it->req) ||
+				       it->req == 0
+			       ? -1
+			       : 0;
+	if (it->kind == 'H' && kv_of(w, "notify", &v)) {
+		if (it->notify || v.len != 7 || memcmp(v.p, "waiters", 7))
+			return -1;
+		it->notify = 1;
+		return 0;
+	}
 	if (kv_of(w, "since", &v))
 		return it->since || dl_parse_u64(v.p, v.len, &it->since) ||
 				       it->since == 0

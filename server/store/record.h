@@ -53,6 +53,14 @@
  * daemon that does not know warn= skips it (below): the lease is kept,
  * safely, and only its warning is lost.
  *
+ * A holder's line in version 3 may also say req=<n>, the request id of
+ * the lease's last grant or reentry that carried one (LOCK req=), so that
+ * a request sent again to the next daemon after a take-over finds its
+ * grant; and notify=waiters when the lease asked to be told of waiters.
+ * A daemon that skips them keeps the lease, safely: a retry is then a
+ * reentry, which the clients give back, and the holder hears of no
+ * waiter.
+ *
  * Version 4, a lock with a delay (LOCK delay=): version 3, its first line
  * then saying the delay, and "running" when the lock was in it (the
  * record of a lock with neither holder nor waiter lives for that):
@@ -134,6 +142,8 @@ struct dl_record_item {
 	uint32_t pid;
 	uint64_t since;
 	uint64_t warn_ms; /* H: warn=, 0 when absent */
+	uint64_t req;	  /* H: req=, 0 when absent */
+	uint8_t notify;	  /* H: notify=waiters */
 };
 
 /* Parse a record, calling cb for each item in order (a D item, if the

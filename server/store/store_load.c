@@ -363,13 +363,16 @@ static int load_lease(struct load_ctx *x, const struct dl_record_item *it)
 	r = dl_locktab_restore_lease(x->st->tab, x->name, it->owner, it->token,
 				     (uint32_t)it->count, (uint32_t)it->ttl_ms,
 				     restored_deadline(x, it), it->tag,
-				     it->shared, it->limit, d, held);
+				     it->shared, it->limit, d, held, it->req);
 	dl_desc_unref(d);
 	x->leases += r == 0;
 	/* its warning too: a restored lease warns as it did */
 	if (r == 0 && it->warn_ms)
 		r = dl_locktab_restore_warn(x->st->tab, x->name, it->token,
 					    (uint32_t)it->warn_ms);
+	/* and is told of waiters, if it asked */
+	if (r == 0 && it->notify)
+		r = dl_locktab_restore_notify(x->st->tab, x->name, it->token);
 	return r ? r : bind_proof(x->st->tab, it);
 }
 

@@ -437,6 +437,14 @@ static size_t grammar(struct input *in, char *line, size_t cap)
 					   " ttl=50", " ttl=1s", " ttl=0"};
 	static const char *const waits[] = {"", " wait=0", " wait=5",
 					    " wait=50", " wait=inf"};
+	/* request ids (a few, so that they meet again) and news of
+	 * waiters */
+	static const char *const extras[] = {"",
+					     "",
+					     " req=1",
+					     " req=2",
+					     " notify=waiters",
+					     " req=1 notify=waiters"};
 	static const char *const owners[] = {"o1", "o2", "o3"};
 	/* who the client says it is: its leases carry it (records v3) */
 	static const char *const descs[] = {
@@ -448,14 +456,14 @@ static size_t grammar(struct input *in, char *line, size_t cap)
 	const char *tag = next(in) % 4 == 0 ? " id=t" : "";
 
 	if (strcmp(verb, "LOCK") == 0 || strcmp(verb, "TRYLOCK") == 0)
-		return (size_t)snprintf(line, cap, "%s %s%s%s%s%s", verb, name,
-					pick(in, ttls, 6),
+		return (size_t)snprintf(line, cap, "%s %s%s%s%s%s%s", verb,
+					name, pick(in, ttls, 6),
 					verb[0] == 'L' ? pick(in, waits, 5)
 						       : "",
 					name == names[2]   ? pick(in, modes, 3)
 					: name == names[3] ? pick(in, limits, 5)
 							   : "",
-					tag);
+					pick(in, extras, 6), tag);
 	if (strcmp(verb, "UNLOCK") == 0 || strcmp(verb, "REFRESH") == 0)
 		touch(token);
 	if (strcmp(verb, "UNLOCK") == 0 || strcmp(verb, "CHECK") == 0)

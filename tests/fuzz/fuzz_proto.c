@@ -230,6 +230,10 @@ static void request_round_trip(const struct dl_request *r)
 		dl_fmt_kv_u64(&f, "until", r->until);
 	if (r->holds)
 		dl_fmt_kv_u64(&f, "holds", r->holds);
+	if (r->req)
+		dl_fmt_kv_u64(&f, "req", r->req);
+	if (r->notify_waiters)
+		dl_fmt_word(&f, "notify=waiters");
 	n = dl_fmt_end(&f, r->tag);
 	CHECK(n >= 2);
 	CHECK(buf[n - 2] == '\r' && buf[n - 1] == '\n' && buf[n] == '\0');
@@ -260,6 +264,8 @@ static void request_round_trip(const struct dl_request *r)
 	CHECK(str_same(r2.proof, r->proof));
 	CHECK(r2.has_until == r->has_until && r2.until == r->until);
 	CHECK(r2.holds == r->holds);
+	CHECK(r2.req == r->req);
+	CHECK(r2.notify_waiters == r->notify_waiters);
 }
 
 static void check_request(const char *line, size_t len)
