@@ -2641,3 +2641,217 @@ Test(client, a_grant_or_end_of_another_lock_is_not_believed, .timeout = 60)
 			     cases[i].rc),
 			  "%s", cases[i].scenario);
 }
+
+/* ---- a LOCK sent again after a drop; news of waiters ----------------------
+ */
+
+/*
+ * A forwarding proxy between one client and the daemon, that can lose what
+ * the daemon says (down_lost) and cut the connection (cut): a LOCK whose
+ * reply a drop lost, as a client sees it. Each new connection is
+ * forwarded whole again.
+ */
+struct proxy {
+	int lfd, port, upstream;
+	atomic_int down_lost, cut, stop;
+	pthread_t th;
+};
+
+static int proxy_pump(int from, int to, int lose)
+{
+	char buf[4096];
+	ssize_t n = read(from, buf, sizeof(buf));
+
+	if (n <= 0)
+		return -1;
+	if (!lose && write(to, buf, (size_t)n) != n)
+		return -1;
+	return 0;
+}
+
+static void *proxy_main(void *arg)
+{
+	struct proxy *p = arg;
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+
+	while (!atomic_load(&p->stop)) {
+		struct pollfd pf[2] = {{.fd = p->lfd, .events = POLLIN}};
+		int cfd, sfd;
+
+		if (poll(pf, 1, 50) <= 0)
+			continue;
+		if ((cfd = accept(p->lfd, NULL, NULL)) < 0)
+			continue;
+		sfd = socket(AF_INET, SOCK_STREAM, 0);
+		a.sin_port = htons((uint16_t)p->upstream);
+		if (connect(sfd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+			close(cfd);
+			close(sfd);
+			continue;
+		}
+		atomic_store(&p->cut, 0);
+		for (;;) {
+			pf[0] = (struct pollfd){.fd = cfd, .events = POLLIN};
+			pf[1] = (struct pollfd){.fd = sfd, .events = POLLIN};
+			if (atomic_load(&p->stop) || atomic_load(&p->cut))
+				break;
+			if (poll(pf, 2, 20) <= 0)
+				continue;
+			if ((pf[0].revents & (POLLIN | POLLHUP)) &&
+			    proxy_pump(cfd, sfd, 0))
+				break;
+			if ((pf[1].revents & (POLLIN | POLLHUP)) &&
+			    proxy_pump(sfd, cfd, atomic_load(&p->down_lost)))
+				break;
+		}
+		close(cfd);
+		close(sfd);
+	}
+	return NULL;
+}
+
+static void proxy_start(struct proxy *p, int upstream)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int one = 1;
+
+	memset(p, 0, sizeof(*p));
+	p->upstream = upstream;
+	p->lfd = socket(AF_INET, SOCK_STREAM, 0);
+	setsockopt(p->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	cr_assert(eq(int, bind(p->lfd, (struct sockaddr *)&a, sizeof(a)), 0));
+	cr_assert(eq(int, listen(p->lfd, 8), 0));
+	getsockname(p->lfd, (struct sockaddr *)&a, &len);
+	p->port = ntohs(a.sin_port);
+	cr_assert(eq(int, pthread_create(&p->th, NULL, proxy_main, p), 0));
+}
+
+static void proxy_stop(struct proxy *p)
+{
+	atomic_store(&p->stop, 1);
+	pthread_join(p->th, NULL);
+	close(p->lfd);
+}
+
+struct lock_call {
+	dlock_client *c;
+	const char *name;
+	dlock_lease *l;
+	int rc;
+};
+
+static void *lock_call_main(void *arg)
+{
+	struct lock_call *k = arg;
+
+	k->rc = dlock_lock(k->c, k->name, 10000, 8000, &k->l);
+	return NULL;
+}
+
+/* Before request ids, the LOCK sent again after the drop found the hold
+ * its lost reply told of, was granted as a reentry (holds=2), and failed
+ * with DLOCK_EHELDBYOWNER while that hold kept the lock busy for a TTL.
+ * Now it gets its grant back: one hold, one unlock frees the lock. */
+Test(client, a_lock_whose_reply_a_drop_lost_gets_its_grant_back,
+     .init = start_none, .fini = stop_all)
+{
+	struct dlock_options o;
+	struct proxy p;
+	struct lock_call k = {.name = "rq"};
+	struct h_client *raw = h_hello(d.port, "other");
+	pthread_t th;
+	char *l;
+	int i;
+
+	proxy_start(&p, d.port);
+	opts(&o);
+	o.port = p.port;
+	o.owner = "req-owner";
+	k.c = connect_with(&o);
+	atomic_store(&p.down_lost, 1);
+	cr_assert(eq(int, pthread_create(&th, NULL, lock_call_main, &k), 0));
+	/* granted at the server, the reply lost on the way */
+	for (i = 0; i < 500; i++) {
+		l = h_call(raw, "STATUS rq");
+		if (strstr(l, "state=held"))
+			break;
+		h_sleep_ms(5);
+	}
+	cr_assert(strstr(l, "state=held") != NULL, "%s", l);
+	atomic_store(&p.down_lost, 0);
+	atomic_store(&p.cut, 1);
+	pthread_join(th, NULL);
+	cr_assert(eq(int, k.rc, 0), "dlock_lock: %s (%s)", dlock_strerror(k.rc),
+		  dlock_last_error());
+	l = h_call(raw, "STATUS rq");
+	cr_assert(eq(u64, h_kv_u64(l, "token"), dlock_lease_token(k.l)), "%s",
+		  l);
+	cr_assert(eq(u64, h_kv_u64(l, "count"), 1), "%s", l);
+	cr_assert(eq(int, dlock_unlock(k.c, k.l), 0));
+	l = h_call(raw, "TRYLOCK rq");
+	cr_assert(h_starts(l, "OK GRANTED rq "), "freed by one unlock: %s", l);
+	dlock_close(k.c);
+	h_close(raw);
+	proxy_stop(&p);
+}
+
+struct contended {
+	atomic_int n;
+	atomic_uint waiters;
+};
+
+static void contended_cb(dlock_client *c, const dlock_lease *l,
+			 uint32_t waiters, void *arg)
+{
+	struct contended *s = arg;
+
+	(void)c;
+	atomic_store(&s->waiters, waiters);
+	if (dlock_lease_waiters(l) != waiters)
+		atomic_store(&s->waiters, 0); /* seen as a failure below */
+	atomic_fetch_add(&s->n, 1);
+}
+
+Test(client, a_holder_that_asked_is_told_when_others_wait, .init = start_none,
+     .fini = stop_all)
+{
+	struct dlock_options o;
+	struct dlock_lock_options lo;
+	struct contended s = {0};
+	struct h_client *w1 = h_hello(d.port, "w1"),
+			*w2 = h_hello(d.port, "w2");
+	dlock_client *c, *plain;
+	dlock_lease *l, *q;
+
+	opts(&o);
+	o.on_contended = contended_cb;
+	o.arg = &s;
+	c = connect_with(&o);
+	dlock_lock_options_init(&lo);
+	lo.ttl_ms = 30000;
+	lo.notify_waiters = 1;
+	cr_assert(eq(int, dlock_acquire(c, "cache", &lo, &l), 0));
+	cr_assert(eq(u32, dlock_lease_waiters(l), 0));
+	cr_assert_str_eq(h_call(w1, "LOCK cache"), "OK QUEUED cache 1");
+	cr_assert(eq(int, wait_count(&s.n, 1, 5000), 1));
+	cr_assert(eq(u32, atomic_load(&s.waiters), 1));
+	cr_assert_str_eq(h_call(w2, "LOCK cache"), "OK QUEUED cache 2");
+	cr_assert(eq(int, wait_count(&s.n, 2, 5000), 2));
+	cr_assert(eq(u32, dlock_lease_waiters(l), 2));
+	/* a lease that did not ask hears nothing */
+	plain = client();
+	q = must_lock(plain, "plain", 30000, 0);
+	cr_assert_str_eq(h_call(w1, "LOCK plain"), "OK QUEUED plain 1");
+	h_sleep_ms(100);
+	cr_assert(eq(u32, dlock_lease_waiters(q), 0));
+	cr_assert(eq(int, atomic_load(&s.n), 2));
+	dlock_unlock(c, l);
+	dlock_unlock(plain, q);
+	dlock_close(plain);
+	dlock_close(c);
+	h_close(w1);
+	h_close(w2);
+}

@@ -45,6 +45,14 @@ struct var_lease {
 	int64_t at, deadline; /* on_lost's moment and the lease's deadline */
 };
 
+/* What on_contended said, by handle: it may come before the scenario
+ * names the lease (a * WAITING right after a waiter's * GRANTED). */
+#define TOLD_MAX 32
+struct told {
+	const dlock_lease *l;
+	uint32_t waiters;
+};
+
 struct var_client {
 	char id[16];
 	dlock_client *c;
@@ -69,7 +77,9 @@ static struct {
 	int nleases;
 	struct job jobs[JOBS_MAX];
 	int njobs;
-	pthread_mutex_t mu; /* leases[], against on_lost */
+	struct told told[TOLD_MAX];
+	int ntold;
+	pthread_mutex_t mu; /* leases[] and told[], against the callbacks */
 	const char *scenario;
 	int lineno;
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -172,6 +182,37 @@ static void on_lost(dlock_client *c, const dlock_lease *l,
 	pthread_mutex_unlock(&S.mu);
 }
 
+static void on_contended(dlock_client *c, const dlock_lease *l,
+			 uint32_t waiters, void *arg)
+{
+	int i;
+
+	(void)c;
+	(void)arg;
+	pthread_mutex_lock(&S.mu);
+	for (i = 0; i < S.ntold && S.told[i].l != l; i++)
+		;
+	if (i < TOLD_MAX) {
+		S.told[i].l = l;
+		S.told[i].waiters = waiters;
+		S.ntold += i == S.ntold;
+	}
+	pthread_mutex_unlock(&S.mu);
+}
+
+static uint32_t told_of(const dlock_lease *l)
+{
+	uint32_t n = 0;
+	int i;
+
+	pthread_mutex_lock(&S.mu);
+	for (i = 0; i < S.ntold; i++)
+		if (S.told[i].l == l)
+			n = S.told[i].waiters;
+	pthread_mutex_unlock(&S.mu);
+	return n;
+}
+
 static void bind_lease(const char *id, int client, dlock_lease *l)
 {
 	struct var_lease *v;
@@ -224,6 +265,7 @@ static void step_client(char **w, int n)
 	o.owner = opt(w, n, "owner");
 	o.owner_key = opt(w, n, "key");
 	o.on_lost = on_lost;
+	o.on_contended = on_contended;
 	if ((v = opt(w, n, "renew")))
 		o.renew = atoi(v);
 	vc = &S.clients[S.nclients];
@@ -256,6 +298,8 @@ static void lock_options(char **w, int n, struct dlock_lock_options *lo)
 						    : DLOCK_EXCLUSIVE;
 	if ((v = opt(w, n, "limit")))
 		lo->limit = (uint32_t)atoi(v);
+	if ((v = opt(w, n, "notify")))
+		lo->notify_waiters = strcmp(v, "waiters") == 0;
 }
 
 static const char *lock_word(int rc)
@@ -468,6 +512,25 @@ static void step_lost(char **w, int n)
 		     (long long)v->at, (long long)v->deadline);
 }
 
+/* contended <L> <n> within <ms>: on_contended said n for L, and the
+ * lease says so too. */
+static void step_contended(char **w, int n)
+{
+	struct var_lease *v = lease_of(w[1]);
+	unsigned want = (unsigned)atoi(w[2]);
+	const char *within = n > 4 && strcmp(w[3], "within") == 0 ? w[4] : "0";
+	uint64_t end = h_now_ms() + (uint64_t)atoll(within);
+
+	while (told_of(v->l) != want && h_now_ms() < end)
+		h_sleep_ms(5);
+	if (told_of(v->l) != want)
+		fail("%s: on_contended said %u, expected %u within %s ms",
+		     v->id, told_of(v->l), want, within);
+	if (dlock_lease_waiters(v->l) != want)
+		fail("%s: dlock_lease_waiters %u, expected %u", v->id,
+		     dlock_lease_waiters(v->l), want);
+}
+
 static void run_line(char *line)
 {
 	char *w[WORDS_MAX + 1], **want = NULL, *arrow;
@@ -500,6 +563,8 @@ static void run_line(char *line)
 			fail("%s is not valid", w[1]);
 	} else if (strcmp(w[0], "lost") == 0)
 		step_lost(w, n);
+	else if (strcmp(w[0], "contended") == 0)
+		step_contended(w, n);
 	else if (strcmp(w[0], "order") == 0) {
 		if (!(lease_of(w[1])->token < lease_of(w[3])->token))
 			fail("%s's token is not below %s's", w[1], w[3]);

@@ -568,6 +568,7 @@ static const struct stat_row {
 	{"revokes", "Locks", "grants withdrawn", SF_NUM},
 	{"deadlocks", "Locks", "refused: would deadlock", SF_NUM},
 	{"deadlock_walks_capped", "Locks", "deadlock checks capped", SF_NUM},
+	{"retries", "Locks", "requests sent again", SF_NUM},
 	{"last_token", "Locks", "last token", SF_NUM},
 	{"wait_ms_count", "Locks", "grants timed", SF_NUM},
 	{"wait_ms_sum", "Locks", "total wait", SF_MS},

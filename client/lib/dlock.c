@@ -252,6 +252,19 @@ static int check_options(const struct dlock_options *o)
 	return 0;
 }
 
+/* 64 random bits, never 0: an acquire's request id (LOCK req=), the same
+ * on every write of it, so that one sent again after a drop finds its
+ * grant (dlock.h). */
+static uint64_t request_id(const void *salt)
+{
+	uint64_t x;
+
+	if (getrandom(&x, sizeof(x), 0) != (ssize_t)sizeof(x))
+		x = (uint64_t)dlock__now() * 0x9e3779b97f4a7c15u ^
+		    (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)salt;
+	return x ? x : 1;
+}
+
 static void random_owner(char *out, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
@@ -761,6 +774,8 @@ int dlock_acquire(dlock_client *c, const char *name,
 	q->limit = o->limit;
 	q->warn = o->warn_ms;
 	q->delay = o->delay_ms;
+	q->notify = o->notify_waiters ? 1 : 0;
+	q->reqid = request_id(q);
 	if (wait_ms <= 0)
 		q->wait = wait_ms < 0 ? -1 : 0;
 	else
@@ -809,6 +824,10 @@ int dlock_unlock(dlock_client *c, dlock_lease *h)
 	if (h->risk_notify) {
 		h->risk_notify = 0;
 		c->ls.risk_count--;
+	}
+	if (h->contended_notify) {
+		h->contended_notify = 0;
+		c->ls.contended_count--;
 	}
 	l = h->l;
 	for (pp = &l->handles; *pp && *pp != h; pp = &(*pp)->next)
@@ -895,6 +914,11 @@ const char *dlock_lease_broken_by(const dlock_lease *h)
 	if (!h || !atomic_load(&((dlock_lease *)h)->lost))
 		return "";
 	return h->l->broken_by;
+}
+
+uint32_t dlock_lease_waiters(const dlock_lease *h)
+{
+	return h ? atomic_load(&h->l->waiters) : 0;
 }
 
 int dlock_lease_valid(const dlock_lease *h)

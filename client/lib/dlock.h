@@ -186,6 +186,21 @@ enum dlock_describe {
 typedef void (*dlock_at_risk_cb)(dlock_client *c, const dlock_lease *lease,
 				 void *arg);
 
+/*
+ * Called on the library's thread when the server says that others wait
+ * for a lease that asked to be told (dlock_lock_options.notify_waiters):
+ * `waiters` requests are queued for its lock. Sent once the lease is
+ * granted if some wait, then as the queue doubles or a second later (the
+ * server's pace, LOCK notify=waiters in PROTOCOL.md): a holder that can
+ * let go early -- a cache written back, a batch stopped between items --
+ * does so. Nothing is said when the queue shrinks. The same rules as
+ * on_lost: return quickly, no libdlock calls on the same client; `arg`
+ * is options.arg. dlock_lease_waiters() reads the last count from any
+ * thread, for a holder that polls rather than be called.
+ */
+typedef void (*dlock_contended_cb)(dlock_client *c, const dlock_lease *lease,
+				   uint32_t waiters, void *arg);
+
 struct dlock_options {
 	const char *host;      /* "127.0.0.1" */
 	int port;	       /* 7420 */
@@ -367,6 +382,7 @@ struct dlock_options {
 	 * leases it does not know are refused there (on_lost, REJECTED).
 	 */
 	const char *cluster;
+	dlock_contended_cb on_contended; /* NULL: none */
 };
 
 #define DLOCK_SERVERS_MAX 8
@@ -455,6 +471,16 @@ int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,
  *          to nobody for n ms, waiters keeping their place; an unlock
  *          frees it at once. Set by the request that finds the lock
  *          free, raised by later ones. Above 60000: DLOCK_EINVAL.
+ *   notify_waiters  1: the server says when others wait for the lease
+ *          (options.on_contended is called, dlock_lease_waiters() says
+ *          how many), so that the holder can let go early.
+ *
+ * A LOCK whose reply a drop or a fail-over lost is sent again after the
+ * reconnect; with a server of 0.4.0 or later it carries the acquire's
+ * request id (LOCK req=, 64 random bits per dlock_acquire()), so that the
+ * server gives it the grant it had, or its place in the queue, rather
+ * than one more hold (which would fail it with DLOCK_EHELDBYOWNER while
+ * the hold it lost kept the lock busy).
  */
 enum dlock_mode { DLOCK_EXCLUSIVE = 0, DLOCK_SHARED = 1 };
 
@@ -462,10 +488,13 @@ struct dlock_lock_options {
 	int64_t ttl_ms;	 /* 0: the server's default */
 	int64_t wait_ms; /* DLOCK_WAIT_FOREVER (the default); 0: try once */
 	enum dlock_mode mode;
-	uint32_t limit;	  /* 0 or 1: a lock; n > 1: a semaphore of n */
-	int64_t warn_ms;  /* 0: none; else below the TTL (LOCK warn=) */
-	int64_t delay_ms; /* 0: none; else the lock's lock-delay, at most
-			     60000 (LOCK delay=) */
+	uint32_t limit;	    /* 0 or 1: a lock; n > 1: a semaphore of n */
+	int64_t warn_ms;    /* 0: none; else below the TTL (LOCK warn=) */
+	int64_t delay_ms;   /* 0: none; else the lock's lock-delay, at most
+			       60000 (LOCK delay=) */
+	int notify_waiters; /* 1: be told when others wait for the lease
+			       (options.on_contended, dlock_lease_waiters;
+			       LOCK notify=waiters) */
 };
 
 void dlock_lock_options_init(struct dlock_lock_options *o);
@@ -722,6 +751,11 @@ int dlock_lease_valid(const dlock_lease *l);
  * server's user name; "default" without a users file). "" otherwise, and
  * before the loss. */
 const char *dlock_lease_broken_by(const dlock_lease *l);
+/* How many requests the server last said wait for the lease (asked with
+ * dlock_lock_options.notify_waiters; options.on_contended): 0 before it
+ * said any. Not lowered when the queue shrinks (the server does not say
+ * so). */
+uint32_t dlock_lease_waiters(const dlock_lease *l);
 
 /* Milliseconds on CLOCK_BOOTTIME (the clock of dlock_lease_deadline). */
 int64_t dlock_now_ms(void);

@@ -802,6 +802,35 @@ static void deliver_risk(struct dlock_client *c)
 	}
 }
 
+/* Call on_contended for every handle that awaits it, without the lock. */
+static void deliver_contended(struct dlock_client *c)
+{
+	struct dlock__lease *l;
+	dlock_lease *h;
+
+	while (c->ls.contended_count > 0 && !c->closing) {
+		for (l = c->ls.leases, h = NULL; l && !h; l = l->next)
+			for (h = l->handles; h && !h->contended_notify;
+			     h = h->next)
+				;
+		if (!h) {
+			c->ls.contended_count = 0;
+			return;
+		}
+		h->contended_notify = 0;
+		c->ls.contended_count--;
+		if (!c->opt.on_contended)
+			continue;
+		c->ls.cb_handle = h;
+		pthread_mutex_unlock(&c->mu);
+		c->opt.on_contended(c, h, atomic_load(&h->l->waiters),
+				    c->opt.arg);
+		pthread_mutex_lock(&c->mu);
+		c->ls.cb_handle = NULL;
+		pthread_cond_broadcast(&c->idle_cv);
+	}
+}
+
 /* Call on_lost for every handle that awaits it, without the lock. */
 static void deliver_lost(struct dlock_client *c)
 {
@@ -884,11 +913,13 @@ void *dlock__thread_main(void *arg)
 		if (stalled(c, now))
 			disconnect(c);
 		next = timers(c, now);
+		deliver_contended(c);
 		deliver_risk(c);
 		deliver_lost(c);
 		if (c->closing)
 			break;
-		if (c->ls.notify_count > 0 || c->ls.risk_count > 0)
+		if (c->ls.notify_count > 0 || c->ls.risk_count > 0 ||
+		    c->ls.contended_count > 0)
 			continue;
 		if (c->conn.input_more && c->conn.fd >= 0)
 			next = now; /* poll only to let the callers in */

@@ -163,6 +163,9 @@ struct dlock__req {
 	int64_t wait;	   /* LOCK: ms as asked, -1 forever */
 	int64_t warn;	   /* LOCK: warn= ms, 0 for none */
 	int64_t delay;	   /* LOCK: delay= ms, 0 for none */
+	uint64_t reqid;	   /* LOCK: req=, the same on every write */
+	uint32_t waiters;  /* CONFIRM: * WAITING said so before the lease
+			      was made (dlock__lease_waiting) */
 	int64_t wait_end;  /* LOCK: monotonic end of the wait, from the first
 			      write; DLOCK__NEVER for forever */
 	int64_t sent_at;   /* monotonic ms of the last write */
@@ -185,6 +188,7 @@ struct dlock__req {
 	uint32_t limit;
 	unsigned by_waiters : 1;
 	unsigned shared : 1;	  /* LOCK: mode=shared */
+	unsigned notify : 1;	  /* LOCK: notify=waiters */
 	char err[DLOCK__ERR_MAX]; /* the NO/ERR line, "" if none */
 };
 
@@ -223,6 +227,8 @@ struct dlock__lease {
 	/* the user whose BREAK ended it ("": none), written by the client's
 	 * thread before the handles are marked lost, read after */
 	char broken_by[DL_USER_MAX + 1];
+	/* the waiters the server last said (* WAITING), 0: none said */
+	_Atomic uint32_t waiters;
 };
 
 /* The public handle: one hold of a lease. */
@@ -231,8 +237,9 @@ struct dlock_lease {
 	dlock_lease *next;	/* on l->handles */
 	atomic_int lost;	/* on_lost was (or is about to be) called */
 	enum dlock_lost_reason why;
-	unsigned notify : 1;	  /* on_lost still to be called */
-	unsigned risk_notify : 1; /* on_at_risk still to be called */
+	unsigned notify : 1;	       /* on_lost still to be called */
+	unsigned risk_notify : 1;      /* on_at_risk still to be called */
+	unsigned contended_notify : 1; /* on_contended still to be called */
 };
 
 /* A thread waiting for a name that another thread of the client holds or
@@ -335,6 +342,9 @@ struct dlock__hello {
 	char cluster[DL_CLUSTER_ID_LEN + 1];
 	char cluster_from[DLOCK__SERVER_NAME_MAX];
 	int cluster_refused;
+	/* the server takes request ids (LOCK req=): 0.4.0 or later, as its
+	 * HELLO on this connection said */
+	int takes_req;
 };
 
 /* What the client says of itself (options.describe), as sent
@@ -363,6 +373,7 @@ struct dlock__leases {
 	struct dlock__lease *leases;
 	int notify_count;	      /* handles with notify set */
 	int risk_count;		      /* handles with risk_notify set */
+	int contended_count;	      /* handles with contended_notify set */
 	const dlock_lease *cb_handle; /* in on_lost or on_at_risk now */
 };
 
@@ -486,6 +497,10 @@ void dlock__lease_confirm(struct dlock_client *c, struct dlock__lease *l,
  * written. l->refreshing is set until its reply. */
 int dlock__lease_renew(struct dlock_client *c, struct dlock__lease *l);
 void dlock__lease_risk(struct dlock_client *c, struct dlock__lease *l);
+/* The server said `waiters` wait for l (* WAITING): note it, and have
+ * on_contended called for each of its handles. */
+void dlock__lease_waiting(struct dlock_client *c, struct dlock__lease *l,
+			  uint32_t waiters);
 /* Mark lost; on_lost is called by the thread for each handle. */
 void dlock__lease_lose(struct dlock_client *c, struct dlock__lease *l,
 		       enum dlock_lost_reason why);

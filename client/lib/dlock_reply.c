@@ -202,10 +202,13 @@ static void granted(struct dlock_client *c, struct dlock__req *q,
 		return;
 	}
 	err = dlock__lease_grant(c, q, token, ms, q->sent_at);
-	if (err < 0)
+	if (err < 0) {
 		dlock__cleanup_grant(c, q->name, token);
-	else if ((l = dlock__lease_find(c, q->name, token)) != NULL)
+	} else if ((l = dlock__lease_find(c, q->name, token)) != NULL) {
 		dlock__lease_proof(l, r);
+		if (q->waiters) /* told while its grant was confirmed */
+			dlock__lease_waiting(c, l, q->waiters);
+	}
 	dlock__req_finish(c, q, err);
 }
 
@@ -606,6 +609,25 @@ static int on_refresh_token(struct dlock_client *c, struct dlock__req *q,
 	return 1;
 }
 
+/* HELLO's version= is 0.4.0 or later: the server takes request ids (LOCK
+ * req=); a server of 0.3 would refuse every LOCK that carried one. */
+static int takes_req(const struct dl_reply *r)
+{
+	struct dl_str v;
+	uint64_t major = 0, minor = 0;
+	size_t i = 0;
+
+	if (dl_reply_kv(r, "version", &v) < 0)
+		return 0;
+	while (i < v.len && v.p[i] >= '0' && v.p[i] <= '9' && major < 1000)
+		major = major * 10 + (uint64_t)(v.p[i++] - '0');
+	if (i == 0 || i >= v.len || v.p[i++] != '.')
+		return 0;
+	while (i < v.len && v.p[i] >= '0' && v.p[i] <= '9' && minor < 1000)
+		minor = minor * 10 + (uint64_t)(v.p[i++] - '0');
+	return major > 0 || minor >= 4;
+}
+
 static int on_hello(struct dlock_client *c, struct dlock__req *q,
 		    const struct dl_reply *r)
 {
@@ -641,6 +663,7 @@ static int on_hello(struct dlock_client *c, struct dlock__req *q,
 		atomic_store(&c->hello.role, DLOCK__ROLE_ACTIVE);
 	else
 		atomic_store(&c->hello.role, DLOCK__ROLE_UNKNOWN);
+	c->hello.takes_req = takes_req(r);
 	c->conn.backoff = DLOCK__BACKOFF_MIN_MS; /* a good connection */
 	c->addr.failed_i = -1;
 	dlock__req_finish(c, q, 0);
@@ -907,6 +930,27 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 			return;
 		if ((l = dlock__lease_find(c, name, token)) != NULL)
 			dlock__lease_risk(c, l);
+	} else if (is(r, DL_REPLY_EVENT, "WAITING")) {
+		/* others wait (LOCK notify=waiters): * WAITING <name> <n>
+		 * token=<t>; one for a lease we do not hold (given back
+		 * meanwhile) is nothing */
+		uint64_t n;
+
+		if (dl_reply_u64(r, 1, &n) < 0 ||
+		    !dlock__kv_u64(r, "token", UINT64_MAX, &token) || n == 0)
+			return;
+		if (n > UINT32_MAX)
+			n = UINT32_MAX;
+		if ((l = dlock__lease_find(c, name, token)) != NULL) {
+			dlock__lease_waiting(c, l, (uint32_t)n);
+			return;
+		}
+		/* a waiter's grant, told right after its * GRANTED: the
+		 * lease is ours once its CONFIRM is answered */
+		for (q = c->rq.fifo; q; q = q->next)
+			if (q->op == DLOCK__CONFIRM && q->token == token &&
+			    strcmp(q->name, name) == 0)
+				q->waiters = (uint32_t)n;
 	}
 }
 

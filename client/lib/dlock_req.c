@@ -218,7 +218,6 @@ static void args_describe(struct dlock_client *c, struct dlock__req *q,
 static void args_lock(struct dlock_client *c, struct dlock__req *q, int64_t now,
 		      struct dl_fmt *f)
 {
-	(void)c;
 	dl_fmt_word(f, q->name);
 	dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
 	if (q->wait < 0) {
@@ -238,6 +237,10 @@ static void args_lock(struct dlock_client *c, struct dlock__req *q, int64_t now,
 		dl_fmt_kv_u64(f, "warn", (uint64_t)q->warn);
 	if (q->delay > 0)
 		dl_fmt_kv_u64(f, "delay", (uint64_t)q->delay);
+	if (q->reqid && c->hello.takes_req)
+		dl_fmt_kv_u64(f, "req", q->reqid);
+	if (q->notify)
+		dl_fmt_word(f, "notify=waiters");
 }
 
 static void args_reclaim(struct dlock_client *c, struct dlock__req *q,
@@ -793,6 +796,22 @@ void dlock__lease_risk(struct dlock_client *c, struct dlock__lease *l)
 			continue;
 		h->risk_notify = 1;
 		c->ls.risk_count++;
+	}
+}
+
+void dlock__lease_waiting(struct dlock_client *c, struct dlock__lease *l,
+			  uint32_t waiters)
+{
+	dlock_lease *h;
+
+	if (l->dead || l->unlocking || l->nhandles == 0)
+		return;
+	atomic_store(&l->waiters, waiters);
+	for (h = l->handles; h; h = h->next) {
+		if (atomic_load(&h->lost) || h->contended_notify)
+			continue;
+		h->contended_notify = 1;
+		c->ls.contended_count++;
 	}
 }
 
