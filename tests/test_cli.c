@@ -2384,3 +2384,39 @@ Test(cli, lock_that_would_deadlock_exits_79_and_prints_the_cycle)
 	cr_assert(STR_EQ(r.err, want), "%s", r.err);
 	h_close(pa);
 }
+
+/* run --signal-when-waited: the command hears that others queue, and a
+ * job that can stop early lets them in. */
+Test(cli, run_signals_the_command_when_others_wait)
+{
+	struct h_client *w = h_hello(d.port, "waiter");
+	struct proc p;
+	struct result r;
+	char script[512];
+	const char *l;
+
+	snprintf(script, sizeof(script),
+		 "trap 'echo waited > %s; exit 0' USR1; echo up > %s; "
+		 "while :; do sleep 0.02; done",
+		 in_dir("waited"), in_dir("up"));
+	proc_start(&p, "run", "shared-job", "--ttl", "10s",
+		   "--signal-when-waited", "usr1", "--", "sh", "-c", script,
+		   NULL);
+	wait_line(in_dir("up"), QUICK_MS);
+	cr_assert(not(file_exists(in_dir("waited"))));
+	cr_assert_str_eq(h_call(w, "LOCK shared-job ttl=5s"),
+			 "OK QUEUED shared-job 1");
+	l = wait_line(in_dir("waited"), QUICK_MS);
+	cr_assert_str_eq(l, "waited\n");
+	proc_result(&p, &r, QUICK_MS);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(strstr(r.err, "1 waiting for shared-job: sending the "
+				"command SIGUSR1") != NULL,
+		  "%s", r.err);
+	/* released at the command's exit: the waiter has it */
+	h_expect_prefix(w, "* GRANTED shared-job ");
+	dlock(&r, "run", "x", "--signal-when-waited", "SIGNOPE", "--", "true",
+	      NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	h_close(w);
+}

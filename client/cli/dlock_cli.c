@@ -20,6 +20,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,6 +86,7 @@ static const struct {
 	[OPT_DELAY] = {"delay", 1},
 	[OPT_OWNER_KEY_FILE] = {"owner-key-file", 1},
 	[OPT_DESCRIBE] = {"describe", 1},
+	[OPT_WAITED_SIGNAL] = {"signal-when-waited", 1},
 	[OPT_HELP] = {"help", 0},
 	[OPT_VERSION] = {"version", 0},
 };
@@ -160,10 +162,10 @@ static const struct subcmd subcmds[] = {
 	{"run", dl_cli_run, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_GRACE) |
 		 OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_SHARED) | OPTB(OPT_LIMIT) |
-		 OPTB(OPT_DELAY),
+		 OPTB(OPT_DELAY) | OPTB(OPT_WAITED_SIGNAL),
 	 "run <name> [--ttl D] [--wait D|inf] [--shared|--limit N] "
-	 "[--delay D] [--grace D] [--timeout D] [-E N] [--] <command> "
-	 "[args...]",
+	 "[--delay D] [--grace D] [--timeout D] [-E N] "
+	 "[--signal-when-waited SIG] [--] <command> [args...]",
 	 "Take the lock (waiting up to --wait, default inf), run the command\n"
 	 "in a process group of its own with DLOCK_NAME, DLOCK_TOKEN (the\n"
 	 "fencing token) and DLOCK_OWNER in its environment, renew the lease\n"
@@ -181,7 +183,11 @@ static const struct subcmd subcmds[] = {
 	 "reader); without, alone (a writer); first come, first served\n"
 	 "across both. --limit N: a semaphore, N holders at once, each with\n"
 	 "its own token; every user of the name must give the same N.\n"
-	 "--delay D: the lock's lock-delay, as for lock.\n",
+	 "--delay D: the lock's lock-delay, as for lock.\n"
+	 "--signal-when-waited SIG (USR1, USR2, HUP, INT, TERM or a number):\n"
+	 "send SIG to the command when others queue for the lock (when it\n"
+	 "is granted if some wait, then as the queue doubles or a second\n"
+	 "later), so that a job that can stop early lets them in.\n",
 	 0},
 	{"lock", dl_cli_lock, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_CONFLICT_EXIT) |
@@ -349,6 +355,27 @@ static int bare_number(const char *v)
 {
 	return v[0] && strspn(v, "0123456789") == strlen(v) &&
 	       strspn(v, "0") != strlen(v);
+}
+
+/* A signal by name (USR1, SIGUSR1; any case) or number; 0 if none. */
+static int signal_of(const char *v)
+{
+	static const struct {
+		const char *name;
+		int sig;
+	} names[] = {{"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP},
+		     {"INT", SIGINT},	{"TERM", SIGTERM}, {"QUIT", SIGQUIT}};
+	uint64_t n;
+	size_t i;
+
+	if (strncasecmp(v, "SIG", 3) == 0)
+		v += 3;
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcasecmp(v, names[i].name) == 0)
+			return names[i].sig;
+	if (dl_parse_u64(v, strlen(v), &n) == 0 && n > 0 && n < (uint64_t)NSIG)
+		return (int)n;
+	return 0;
 }
 
 static int parse_dur(struct cli *cl, const char *opt, const char *v,
@@ -632,6 +659,14 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 		return 0;
 	case OPT_SHARED:
 		cl->shared = 1;
+		return 0;
+	case OPT_WAITED_SIGNAL:
+		if ((cl->waited_signal = signal_of(v)) == 0)
+			return dl_cli_usage_error(
+				cl,
+				"--signal-when-waited: '%s' is not a signal "
+				"(USR1, USR2, HUP, INT, TERM or a number)",
+				v);
 		return 0;
 	default:
 		return 0;

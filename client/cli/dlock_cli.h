@@ -116,6 +116,7 @@ enum opt_id {
 	OPT_DELAY,
 	OPT_OWNER_KEY_FILE,
 	OPT_DESCRIBE,
+	OPT_WAITED_SIGNAL,
 	OPT_HELP,
 	OPT_VERSION,
 	OPT_COUNT_
@@ -166,6 +167,8 @@ struct cli {
 	uint64_t wait_ms;  /* DL_WAIT_INF for inf */
 	uint64_t warn_ms;  /* lock --warn: 0 for none */
 	uint64_t delay_ms; /* lock, run --delay: 0 for none */
+	int waited_signal; /* run --signal-when-waited: the signal the
+			      command gets when others wait (0: none) */
 	uint64_t grace_ms;
 	int raw;
 	int json;	   /* --json: one JSON object on stdout */

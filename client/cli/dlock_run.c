@@ -112,6 +112,7 @@ static int wake_fd[2] = {-1, -1}; /* the self-pipe */
 static volatile sig_atomic_t sig_pending[NSIG];
 static atomic_int lost_reason;		   /* 0, or a dlock_lost_reason */
 static atomic_int risks;		   /* on_at_risk calls */
+static atomic_int waited;		   /* on_contended calls */
 static struct sigaction orig_action[NSIG]; /* dispositions at start */
 
 static void wake(void)
@@ -146,6 +147,17 @@ static void on_at_risk(dlock_client *c, const dlock_lease *l, void *arg)
 	(void)l;
 	(void)arg;
 	atomic_fetch_add(&risks, 1);
+	wake();
+}
+
+static void on_contended(dlock_client *c, const dlock_lease *l,
+			 uint32_t waiters, void *arg)
+{
+	(void)c;
+	(void)l;
+	(void)waiters;
+	(void)arg;
+	atomic_fetch_add(&waited, 1);
 	wake();
 }
 
@@ -533,7 +545,7 @@ static void supervise(struct runner *r)
 			      {.events = POLLIN}};
 	int64_t now, t;
 	char buf[64];
-	int why, told = 0;
+	int why, told = 0, signalled = 0;
 
 	for (;;) {
 		while (read(wake_fd[0], buf, sizeof(buf)) > 0)
@@ -557,6 +569,20 @@ static void supervise(struct runner *r)
 				   "command is stopped if the lease ends)",
 				   r->cl->pos[0]);
 		told = atomic_load(&risks);
+		/* others wait (--signal-when-waited): the command may let
+		 * them in early */
+		if (signalled < atomic_load(&waited) && !r->stopping &&
+		    !r->exited) {
+			dl_cli_msg("%u waiting for %s: sending the command "
+				   "SIG%s",
+				   (unsigned)dlock_lease_waiters(r->l),
+				   r->cl->pos[0],
+				   sigabbrev_np(r->cl->waited_signal)
+					   ? sigabbrev_np(r->cl->waited_signal)
+					   : "?");
+			killpg(r->pid, r->cl->waited_signal);
+		}
+		signalled = atomic_load(&waited);
 		if (!r->lost && !r->exited &&
 		    (why || !dlock_lease_valid(r->l) || now >= fallback_at(r)))
 			start_stopping(r, why);
@@ -630,6 +656,8 @@ static int take_lock(struct runner *r)
 	o.lost_guard_ms = (int)r->guard_ms;
 	o.on_lost = on_lost;
 	o.on_at_risk = on_at_risk;
+	if (cl->waited_signal)
+		o.on_contended = on_contended;
 	block_signals(&old);
 	rc = dl_cli_connect(cl, &o, &r->c);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
