@@ -75,6 +75,9 @@ type req struct {
 	waitEnd   float64 // LOCK: end of the wait, from the first write
 	shared    bool
 	limit     int
+	reqID     uint64 // LOCK: the acquire's request id (req=), the same on every write
+	notify    bool   // LOCK: notify=waiters
+	waiters   int    // CONFIRM: a * WAITING told before the lease was made
 	reason    string // BREAK
 	renew     bool
 	internal  bool // nobody waits for it
@@ -190,6 +193,7 @@ type Client struct {
 	dropWanted     bool
 	stalled        bool // the drop wanted is for a server that stopped answering
 	descRefused    bool
+	takesReq       bool // this connection's HELLO said 0.4.0 or later: LOCK req=
 	helloBy        float64
 	cluster        string
 	clusterFrom    string
@@ -212,6 +216,11 @@ type Client struct {
 	pubMu      sync.Mutex
 	pubKey     string
 	pubCluster string
+
+	// news of waiters for OnContended, handed to its goroutine
+	newsMu   sync.Mutex
+	news     []*Lease
+	newsWake chan struct{} // cap 1
 }
 
 // Dial connects to the first server of the list ("host:port,host:port";
@@ -252,6 +261,11 @@ func Dial(ctx context.Context, servers string, opts ...Option) (*Client, error) 
 	c.dialCtx, c.cancel = context.WithCancel(context.Background())
 	c.wg.Add(1)
 	go c.run()
+	if cfg.onContended != nil {
+		c.newsWake = make(chan struct{}, 1)
+		c.wg.Add(1)
+		go c.tellContended()
+	}
 	t := time.NewTimer(cfg.connectTimeout)
 	defer t.Stop()
 	select {
@@ -727,6 +741,66 @@ func (c *Client) describeLine() *line {
 		l.kv("cmd", descEncode(filepath.Base(os.Args[0]), descCmdMax))
 	}
 	return l
+}
+
+// contended: the server said that n requests wait for lease l (* WAITING):
+// the lease says n from now on, and OnContended is told, on its own
+// goroutine (once for news that comes while a call for l is pending).
+// The manager never waits for OnContended.
+func (c *Client) contended(l *Lease, n int) {
+	l.mu.Lock()
+	l.waiters = n
+	tell := c.newsWake != nil && !l.newsPending
+	l.newsPending = l.newsPending || tell
+	l.mu.Unlock()
+	if !tell {
+		return
+	}
+	c.newsMu.Lock()
+	c.news = append(c.news, l)
+	c.newsMu.Unlock()
+	select {
+	case c.newsWake <- struct{}{}:
+	default:
+	}
+}
+
+// tellContended is the goroutine that calls OnContended, one call at a
+// time, with the latest count of each lease that has news, until the
+// client is closed.
+func (c *Client) tellContended() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.newsWake:
+		case <-c.quit:
+			return
+		}
+		for {
+			select {
+			case <-c.quit:
+				return
+			default:
+			}
+			c.newsMu.Lock()
+			if len(c.news) == 0 {
+				c.newsMu.Unlock()
+				break
+			}
+			l := c.news[0]
+			c.news[0] = nil
+			c.news = c.news[1:]
+			c.newsMu.Unlock()
+			l.mu.Lock()
+			n := l.waiters
+			l.newsPending = false
+			held := !l.ended && !l.lostLocked(nowMs())
+			l.mu.Unlock()
+			if held {
+				c.cfg.onContended(l, n)
+			}
+		}
+	}
 }
 
 // sortBySeq orders requests as they were written.

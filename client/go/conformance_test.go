@@ -80,7 +80,7 @@ func TestConformance(t *testing.T) {
 			t.Parallel() // each on a daemon of its own
 			r := &run{t: t, name: sc.name, clients: map[string]*scenClient{},
 				leases: map[string]*Lease{}, jobs: map[string]*job{}, lost: map[*Lease]lossSeen{},
-				stop: make(chan struct{})}
+				told: map[*Lease]int{}, stop: make(chan struct{})}
 			defer r.close()
 			for _, l := range sc.lines {
 				r.no = l.no
@@ -120,6 +120,7 @@ type run struct {
 	jobs    map[string]*job
 	mu      sync.Mutex
 	lost    map[*Lease]lossSeen
+	told    map[*Lease]int // what OnContended said last, by lease: it may come before the scenario names the lease
 	watched sync.WaitGroup
 	stop    chan struct{}
 }
@@ -203,7 +204,7 @@ func (r *run) client(words []string) {
 	if v, ok := o["key"]; ok {
 		co = append(co, OwnerKey(v))
 	}
-	co = append(co, ConnectTimeout(10*time.Second), ServerTimeout(10*time.Second))
+	co = append(co, ConnectTimeout(10*time.Second), ServerTimeout(10*time.Second), OnContended(r.onContended))
 	c, err := Dial(r.ctx(), r.d.addr, co...)
 	if o["expect"] == "denied" {
 		if err == nil {
@@ -236,6 +237,9 @@ func (r *run) lockOpts(sc *scenClient, words []string) (string, []LockOption) {
 	if v, ok := o["limit"]; ok {
 		n, _ := strconv.Atoi(v)
 		lo = append(lo, Limit(n))
+	}
+	if o["notify"] == "waiters" {
+		lo = append(lo, NotifyWaiters())
 	}
 	if !sc.renew {
 		lo = append(lo, NoRenew())
@@ -462,6 +466,38 @@ func (r *run) lostStep(words []string) {
 	}
 }
 
+func (r *run) onContended(l *Lease, waiters int) {
+	r.mu.Lock()
+	r.told[l] = waiters
+	r.mu.Unlock()
+}
+
+func (r *run) toldOf(l *Lease) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.told[l]
+}
+
+// contendedStep: contended <L> <n> within <ms>: OnContended said n for
+// L, and the lease says so too.
+func (r *run) contendedStep(words []string) {
+	l := r.lease(words[1])
+	want, _ := strconv.Atoi(words[2])
+	within := time.Duration(0)
+	if len(words) > 4 && words[3] == "within" {
+		within = scenMs(words[4])
+	}
+	for end := time.Now().Add(within); r.toldOf(l) != want && time.Now().Before(end); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got := r.toldOf(l); got != want {
+		r.fail("%s: OnContended said %d, expected %d within %v", words[1], got, want, within)
+	}
+	if got := l.Waiters(); got != want {
+		r.fail("%s: Waiters() %d, expected %d", words[1], got, want)
+	}
+}
+
 func (r *run) line(text string) {
 	left, right, _ := strings.Cut(text, " -> ")
 	words, want := strings.Fields(left), strings.Fields(right)
@@ -479,6 +515,8 @@ func (r *run) line(text string) {
 		}
 	case "lost":
 		r.lostStep(words)
+	case "contended":
+		r.contendedStep(words)
 	case "order":
 		if !(r.lease(words[1]).Token() < r.lease(words[3]).Token()) {
 			r.fail("%s's token is not below %s's", words[1], words[3])

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 )
 
 func slackMs(ttl float64) float64 { return 2 + ttl/1000 }
@@ -42,6 +43,7 @@ func (c *Client) connectFailed(now float64, why string, fatal bool) {
 func (c *Client) connected(now float64) {
 	c.state = stUp
 	c.sessionOK = false
+	c.takesReq = false
 	c.dropWanted = false
 	c.stalled = false
 	t := c.connectTimeoutMs()
@@ -445,6 +447,35 @@ func (c *Client) event(r *reply, now float64) {
 				c.risk(l)
 			}
 		}
+	case "WAITING":
+		// others wait (LOCK notify=waiters): * WAITING <name> <n>
+		// token=<t>; one for a lease we do not hold (given back
+		// meanwhile) is nothing
+		n, ok := r.uarg(1)
+		token := atou(r.kvs("token"))
+		if !ok || n == 0 || token == 0 {
+			return
+		}
+		if n > math.MaxInt32 {
+			n = math.MaxInt32
+		}
+		found := false
+		for _, l := range c.leases {
+			if l.name == name && l.token == token && l.live() {
+				c.contended(l, int(n))
+				found = true
+			}
+		}
+		if found {
+			return
+		}
+		// a waiter's grant, told right after its * GRANTED: the lease
+		// is made when its CONFIRM is answered
+		for _, q := range c.fifo {
+			if q.op == "CONFIRM" && q.name == name && q.token == token {
+				q.waiters = int(n)
+			}
+		}
 	case "WATCH":
 		if len(r.args) < 4 {
 			return
@@ -665,6 +696,7 @@ func (c *Client) rConfirm(q *req, r *reply, now float64) bool {
 	case r.kind == "NO" && r.word == "NOT_HOLDER":
 		if !q.abandoned && !q.finished && (q.wait < 0 || q.waitEnd > now) {
 			q.op = "LOCK" // expired before we could confirm it: again
+			q.waiters = 0
 			c.write(q, now)
 		} else {
 			c.finish(q, newErr(ErrTimeout, "the grant expired before it was confirmed"), nil)
@@ -707,6 +739,7 @@ func (c *Client) granted(q *req, token uint64, ms, sentAt float64, r *reply) {
 		c.cleanupGrant(q.name, token)
 		if q.wait < 0 || (q.wait > 0 && q.waitEnd > now) {
 			q.op = "LOCK"
+			q.waiters = 0
 			c.setReqDeadline(q, now+c.serverTimeoutMs())
 			c.write(q, now)
 		} else {
@@ -716,6 +749,9 @@ func (c *Client) granted(q *req, token uint64, ms, sentAt float64, r *reply) {
 	}
 	l.ticket = q.ticket
 	c.leases = append(c.leases, l)
+	if q.waiters > 0 {
+		c.contended(l, q.waiters) // told while its grant was confirmed
+	}
 	c.finish(q, nil, l)
 }
 
@@ -824,6 +860,7 @@ func (c *Client) rHello(q *req, r *reply, now float64) bool {
 	if k := r.kvs("key"); k != "" {
 		c.setKey(k)
 	}
+	c.takesReq = takesReq(r.kvs("version"))
 	if _, ok := r.kv("owner"); !ok && r.kvs("auth") == "required" {
 		err := newErr(ErrDenied, "the server requires AUTH: give a password, or a user and its secret")
 		if !c.ready {
@@ -843,6 +880,20 @@ func (c *Client) rHello(q *req, r *reply, now float64) bool {
 	c.finish(q, nil, nil)
 	c.session(now)
 	return true
+}
+
+// takesReq: a HELLO's version= is 0.4.0 or later, so the server takes
+// request ids (LOCK req=); a server of 0.3 would refuse every LOCK that
+// carried one. Decided for each connection, by its HELLO.
+func takesReq(version string) bool {
+	major, rest, ok := strings.Cut(version, ".")
+	if !ok {
+		return false
+	}
+	minor, _, _ := strings.Cut(rest, ".")
+	x, err1 := strconv.ParseUint(major, 10, 32)
+	y, err2 := strconv.ParseUint(minor, 10, 32)
+	return err1 == nil && err2 == nil && (x > 0 || y >= 4)
 }
 
 func (c *Client) rBody(q *req, r *reply) bool {
@@ -925,6 +976,12 @@ func (c *Client) format(q *req, now float64) string {
 		}
 		if q.limit > 1 {
 			l.kv("limit", strconv.Itoa(q.limit))
+		}
+		if q.reqID != 0 && c.takesReq {
+			l.kv("req", strconv.FormatUint(q.reqID, 10))
+		}
+		if q.notify {
+			l.kv("notify", "waiters")
 		}
 		return l.String(q.tag)
 	case "CONFIRM", "RENEW", "REFRESH":

@@ -13,7 +13,13 @@
 // connection or a fail-over (ERR NOT_ACTIVE, * BYE not-active) the client
 // reconnects with the same owner id and key, confirms its leases with
 // REFRESH (RECLAIM when Redis forgot them) and sends its waiting LOCKs
-// again; a lease it cannot confirm in time is lost.
+// again, each with the request id its acquire drew (req=), so that a LOCK
+// whose reply was lost with the connection gets the grant it was given;
+// a lease it cannot confirm in time is lost.
+//
+// A lease taken with NotifyWaiters hears when others wait for its lock
+// (* WAITING): Lease.Waiters says how many, and the OnContended function
+// is called, for a holder that can let go early.
 //
 // Standard library only.
 package dlockd

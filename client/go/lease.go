@@ -5,9 +5,13 @@ package dlockd
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,6 +60,9 @@ type Lease struct {
 	lostAt   float64 // deadline less the guard
 	ended    bool    // Unlock was called
 	done     chan struct{}
+
+	waiters     int  // the last * WAITING's count (NotifyWaiters)
+	newsPending bool // queued for OnContended, not told yet
 }
 
 func (l *Lease) live() bool { return l.lostM == NotLost && !l.released && !l.unlocking }
@@ -179,6 +186,17 @@ func (l *Lease) Remaining() time.Duration {
 	return time.Duration(d * float64(time.Millisecond))
 }
 
+// Waiters is how many requests wait for the lock, as the server last
+// said for a lease taken with NotifyWaiters (* WAITING); 0 before it
+// said anything. The server tells
+// when the queue grows (see OnContended), never when it shrinks: it
+// is the count last told, not the queue now (Status says that).
+func (l *Lease) Waiters() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.waiters
+}
+
 // Check asks the server whether the lease's token still holds the lock:
 // nil if it does, an error of kind ErrLost (Code "STALE") if it does not.
 func (l *Lease) Check(ctx context.Context) error {
@@ -252,7 +270,16 @@ func (l *Lease) Unlock(ctx context.Context) error {
 
 // Lock acquires name, waiting in the server's queue until it is granted,
 // the Wait option's time runs out (ErrTimeout) or ctx ends (the wait is
-// cancelled at the server). Options: TTL, Wait, Shared, Limit, NoRenew.
+// cancelled at the server). Options: TTL, Wait, Shared, Limit,
+// NotifyWaiters, NoRenew.
+//
+// Every write of the acquire's LOCK -- the first and any sent again after
+// a reconnect or a fail-over, when the reply was lost with the
+// connection -- carries the same request id (req=, 64 random bits drawn
+// when the call starts; only to a server of 0.4.0 or later, as its HELLO
+// says), so that a server that granted the lock before the drop answers
+// the LOCK sent again with that grant rather than with a second hold.
+//
 // Errors: ErrBusy (Wait(0)), ErrTimeout, ErrDeadlock, ErrHeldByOwner,
 // ErrLimitMismatch, ErrUpgradeDeadlock, ErrDenied, ErrUnavailable, ErrLimit.
 func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Lease, error) {
@@ -280,6 +307,7 @@ func (c *Client) acquire(ctx context.Context, name string, try bool, opts []Lock
 		return nil, newErr(ErrInvalid, "Shared and Limit do not mix: a semaphore's holders are all alike")
 	}
 	start := nowMs()
+	reqID := requestID()
 	waitMs := -1.0
 	switch {
 	case try:
@@ -318,7 +346,8 @@ func (c *Client) acquire(ctx context.Context, name string, try bool, opts []Lock
 		}
 	}
 	res, err := c.call(ctx, func(now float64) (*req, error) {
-		q := &req{op: "LOCK", name: name, wait: waitMs, waitEnd: never, shared: lc.shared, limit: lc.limit, renew: lc.renew, ticket: t}
+		q := &req{op: "LOCK", name: name, wait: waitMs, waitEnd: never, shared: lc.shared, limit: lc.limit, renew: lc.renew, ticket: t,
+			reqID: reqID, notify: lc.notify}
 		if waitMs > 0 {
 			q.wait = start + waitMs - now
 			if q.wait < 1 {
@@ -336,6 +365,22 @@ func (c *Client) acquire(ctx context.Context, name string, try bool, opts []Lock
 		return nil, err
 	}
 	return res.(*Lease), nil
+}
+
+var reqSeq uint64
+
+// requestID is an acquire's request id: 64 random bits, never 0.
+func requestID() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		// no randomness from the system: the clock and a count, mixed
+		x := uint64(time.Now().UnixNano())*0x9e3779b97f4a7c15 ^ uint64(os.Getpid())<<32 ^ atomic.AddUint64(&reqSeq, 1)
+		binary.LittleEndian.PutUint64(b[:], x)
+	}
+	if x := binary.LittleEndian.Uint64(b[:]); x != 0 {
+		return x
+	}
+	return 1
 }
 
 // Status describes the lock as the server sees it (its first holder).

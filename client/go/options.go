@@ -44,6 +44,7 @@ type config struct {
 	serverTimeout  time.Duration
 	describe       bool
 	lostGuard      time.Duration
+	onContended    func(l *Lease, waiters int)
 	err            error
 }
 
@@ -100,6 +101,28 @@ func Describe(on bool) Option { return func(c *config) { c.describe = on } }
 // LostGuard: a lease not confirmed until now + d is lost (Done closed).
 // Default max(TTL/10, 20ms).
 func LostGuard(d time.Duration) Option { return func(c *config) { c.lostGuard = d } }
+
+// OnContended sets the function told that others wait for a lease that
+// asked to be told (NotifyWaiters): waiters requests wait for its lock.
+// The server says so when the lease is granted while some wait, then
+// when a request queues behind it if the queue has doubled since the
+// lease was last told or a second or more has passed (about log2(n)
+// times for a queue that grows to n, plus once a second at most);
+// nothing is said when the queue shrinks. It is for a holder that can
+// let go early -- a cache written back, a batch stopped between items.
+//
+// f runs on a goroutine of the client's own, one call at a time, never
+// on the one that handles the server's replies and events nor with any
+// lock of the client held: it may call the client (Unlock the lease,
+// say), and its time delays no renewal. News
+// for a lease whose call has not run yet is not queued behind it: f is
+// called once, with the latest count. It is not called for a lease
+// unlocked or lost, nor once the client is closed. Close waits for a
+// call running to return: f must not call Close. Lease.Waiters reads
+// the latest count, for code that polls instead.
+func OnContended(f func(l *Lease, waiters int)) Option {
+	return func(c *config) { c.onContended = f }
+}
 
 func env(name string) string { return os.Getenv(name) }
 
@@ -271,6 +294,7 @@ type lockConfig struct {
 	shared bool
 	limit  int
 	renew  bool
+	notify bool
 	err    error
 }
 
@@ -314,6 +338,13 @@ func Limit(n int) LockOption {
 		c.limit = n
 	}
 }
+
+// NotifyWaiters asks the server to tell the client when others wait
+// for the lease (LOCK notify=waiters): OnContended is called and
+// Lease.Waiters says how many. The request goes with the lease: a lease
+// restored after a daemon's restart or a take-over is told again. A
+// server before 0.4.0 refuses it (ErrServer, code BAD_ARG).
+func NotifyWaiters() LockOption { return func(c *lockConfig) { c.notify = true } }
 
 // NoRenew leaves the lease to run out at its TTL unless Refresh is called
 // (by default it is renewed in the background every TTL/3).

@@ -497,14 +497,16 @@ func TestReaderKeepsBytesReadWithAnError(t *testing.T) {
 }
 
 // holdProxy forwards a client's connections to addr; armed, it keeps
-// back the first REFRESH a client sends (and signals held), and cut()
-// closes every connection it carries.
+// back the first REFRESH a client sends (and signals held); muted, it
+// discards what the server sends (setMute); and cut() closes every
+// connection it carries.
 type holdProxy struct {
 	t     *testing.T
 	ln    net.Listener
 	addr  string
 	mu    sync.Mutex
 	armed bool
+	muted bool
 	held  chan struct{}
 	conns []net.Conn
 }
@@ -530,7 +532,24 @@ func startHoldProxy(t *testing.T, to string) *holdProxy {
 			p.mu.Lock()
 			p.conns = append(p.conns, cc, sc)
 			p.mu.Unlock()
-			go func() { _, _ = io.Copy(cc, sc); cc.Close() }()
+			go func() {
+				defer cc.Close()
+				b := make([]byte, 32768)
+				for {
+					n, err := sc.Read(b)
+					p.mu.Lock()
+					muted := p.muted
+					p.mu.Unlock()
+					if n > 0 && !muted {
+						if _, werr := cc.Write(b[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
 			go func() {
 				r := bufio.NewReader(cc)
 				for {
@@ -557,6 +576,13 @@ func startHoldProxy(t *testing.T, to string) *holdProxy {
 		}
 	}()
 	return p
+}
+
+// setMute: on, what the server sends from now on is discarded.
+func (p *holdProxy) setMute(on bool) {
+	p.mu.Lock()
+	p.muted = on
+	p.mu.Unlock()
 }
 
 func (p *holdProxy) cut() {
