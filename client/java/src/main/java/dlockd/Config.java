@@ -6,6 +6,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.function.BiConsumer;
 import java.util.function.Consumer;
+import java.util.function.ObjIntConsumer;
 import javax.net.ssl.SSLSocketFactory;
 
 /** The client's configuration: the DLOCK_* environment first, then the builder's settings. */
@@ -39,6 +40,7 @@ final class Config {
     Duration lostGuard;
     BiConsumer<Lease, LeaseLostException> onLost;
     Consumer<Lease> onAtRisk;
+    ObjIntConsumer<Lease> onContended;
 
     static String env(Map<String, String> env, String k) {
         String v = env.get(k);

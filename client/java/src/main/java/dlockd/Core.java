@@ -86,6 +86,9 @@ abstract sealed class Core permits Protocol {
         boolean shared, renew, internal, abandoned, resent, lastHold, exposed;
         int limit, retries, seq;
         int lockWrites; // how often the LOCK was written: each may have made one hold
+        long reqId; // LOCK: the acquire's request id (req=, unsigned, never 0), the same on every write of it
+        boolean notify; // LOCK: notify=waiters
+        int waiters; // CONFIRM: what a * WAITING said of its grant before the lease was made
         String tag = "";
         double sentAt;
         Where where = Where.NOWHERE;
@@ -137,6 +140,7 @@ abstract sealed class Core permits Protocol {
     int addrI; // the server in use or being dialed (here())
     String lastError = "";
     boolean sessionOK; // HELLO was answered OK on this connection
+    boolean takesReq; // this connection's HELLO said version 0.4.0 or later: LOCK takes req=
     boolean dropWanted; // drop the connection once the work under the lock is done
     double helloBy; // HELLO must be answered by then
     String cluster; // the cluster id held to ("" until a server names one)
@@ -252,6 +256,9 @@ abstract sealed class Core permits Protocol {
                 }
                 if (q.shared) l.kv("mode", "shared");
                 if (q.limit > 1) l.kv("limit", String.valueOf(q.limit));
+                // the same id on every write of this acquire, to a server that takes it (a 0.3 one refuses it)
+                if (q.reqId != 0 && takesReq) l.kv("req", Long.toUnsignedString(q.reqId));
+                if (q.notify) l.kv("notify", "waiters");
                 return l.build(q.tag);
             }
             case "CONFIRM": case "RENEW": case "REFRESH":

@@ -1,5 +1,6 @@
 package dlockd;
 
+import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -8,6 +9,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BiConsumer;
 import java.util.function.Consumer;
+import java.util.function.ObjIntConsumer;
 import javax.net.ssl.SSLContext;
 import javax.net.ssl.SSLSocketFactory;
 
@@ -30,6 +32,13 @@ import javax.net.ssl.SSLSocketFactory;
  * it confirms each lease still within its deadline ({@code REFRESH}, or {@code RECLAIM} with the lease's proof when the
  * server does not know it) and sends its waiting {@code LOCK}s again. A lease it cannot confirm before its local
  * deadline less the guard is lost. Leases shorter than about twice the take-over time cannot survive one.
+ *
+ * <p><b>Request ids.</b> Each acquire ({@code lock}, {@code tryLock}, {@code lockAsync}) draws a random 64-bit
+ * request id (never 0) and sends it ({@code req=}) on every write of its {@code LOCK} -- the first, and each one sent
+ * again after a reconnect or a fail-over -- to a server whose {@code HELLO} on that connection said version 0.4.0 or
+ * later. A {@code LOCK} whose reply a drop lost, sent again, then gets the grant it already had (the same token, no
+ * hold added) or its place in the queue, rather than one more hold that this client would have to give back
+ * ({@link HeldByOwnerException}) while the lost one kept the lock busy until its TTL.
  *
  * <p><b>Turns.</b> Within one client the holds of one name are taken one at a time: a second {@code lock} of a name
  * the client holds waits for its release (the server would grant it as a reentry of the same lease), and
@@ -256,6 +265,18 @@ public final class DlockClient implements AutoCloseable {
         }
 
         /**
+         * @param listener called on a client thread each time the server says that others wait for a lease of the
+         *     client taken with {@link LockOptions#notifyWaiters()}, with the lease and how many requests wait (after
+         *     the lease's own {@link Lease#onContended} listeners). It may come before the lease is handed out: a
+         *     waiter's grant is told of the requests behind it at once.
+         * @return this builder
+         */
+        public Builder onContended(ObjIntConsumer<Lease> listener) {
+            sets.add(c -> c.onContended = listener);
+            return this;
+        }
+
+        /**
          * Connects: returns once a server of the list that is the active daemon of the client's cluster answered
          * {@code HELLO}.
          *
@@ -337,7 +358,7 @@ public final class DlockClient implements AutoCloseable {
      * is cancelled at the server, and a grant that crossed the cancel is given back).
      *
      * @param name the lock
-     * @param opts TTL, wait, mode, renewal
+     * @param opts TTL, wait, mode, renewal, news of waiters ({@link LockOptions#notifyWaiters()})
      * @return the lease
      * @throws BusyException with a zero wait when the lock is busy
      * @throws LockTimeoutException when the wait ran out, or no reply came within the server timeout
@@ -386,7 +407,7 @@ public final class DlockClient implements AutoCloseable {
      * client thread; cancelling a dependent stage does not cancel the request.
      *
      * @param name the lock
-     * @param opts TTL, wait, mode, renewal
+     * @param opts TTL, wait, mode, renewal, news of waiters ({@link LockOptions#notifyWaiters()})
      * @return the lease, to come; failed with the exceptions of {@link #lock(String, LockOptions)}
      */
     public CompletableFuture<Lease> lockAsync(String name, LockOptions opts) {
@@ -421,15 +442,29 @@ public final class DlockClient implements AutoCloseable {
         return (CompletableFuture<Object>) f;
     }
 
+    private static final SecureRandom IDS = new SecureRandom();
+
+    /** An acquire's request id: 64 random bits, never 0 (LOCK req=, sent unsigned; the same on every write). */
+    static long requestId() {
+        long x;
+        do {
+            x = IDS.nextLong();
+        } while (x == 0);
+        return x;
+    }
+
     private CompletableFuture<Object> acquire(String name, LockOptions o, boolean exposed, CompletableFuture<?> f) {
         Wire.checkName(name, "lock name");
         if (o == null) o = LockOptions.DEFAULT;
         final LockOptions lc = o;
         final double start = Engine.nowMs();
         final double waitMs = lc.wait == null ? -1 : lc.wait.toNanos() / 1e6;
+        final long reqId = requestId();
         CompletableFuture<Object> fo = objectFuture(f);
         return e.submitCall(now -> {
             Engine.Req q = new Engine.Req("LOCK", name);
+            q.reqId = reqId;
+            q.notify = lc.notifyWaiters;
             q.start = start;
             q.wait = waitMs;
             q.shared = lc.shared;

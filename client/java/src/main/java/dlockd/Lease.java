@@ -6,6 +6,7 @@ import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Consumer;
+import java.util.function.IntConsumer;
 
 /**
  * One hold of a lock, granted by {@link DlockClient#lock}. Close it (try-with-resources) to release it.
@@ -22,6 +23,10 @@ import java.util.function.Consumer;
  * could grant the lock to anyone else: {@link #onLost} listeners run, {@link #lost()} completes. Closing the client
  * loses its leases too ({@link LostReason#CLIENT_CLOSED}), but does not release them at the server: they end there by
  * their TTL.
+ *
+ * <p><b>Others waiting.</b> A lease taken with {@link LockOptions#notifyWaiters()} is told by the server how many
+ * requests wait for its lock ({@code * WAITING}): {@link #onContended} listeners run, {@link #waiters()} says the
+ * count. A holder that can let go early does so.
  *
  * <p><b>Before acting</b> on what the lock protects, call {@link #isValid()} (it reads the clock itself, so it turns
  * false in time even if no client thread ran) and pass {@link #token()} along to the resource.
@@ -71,6 +76,8 @@ public final class Lease implements AutoCloseable {
     private boolean ended;
     private final List<Consumer<LeaseLostException>> lostListeners = new ArrayList<>();
     private final List<Consumer<Lease>> riskListeners = new ArrayList<>();
+    private final List<IntConsumer> contendedListeners = new ArrayList<>();
+    private int waiters; // what the server last said waits for the lease (* WAITING), 0 before
     private final CompletableFuture<LeaseLostException> lostF = new CompletableFuture<>();
 
     Lease(Engine c, String name, long token, Mode mode, int limit) {
@@ -124,6 +131,25 @@ public final class Lease implements AutoCloseable {
                 for (Consumer<Lease> x : fls) x.accept(this);
                 if (c.cfg.onAtRisk != null) c.cfg.onAtRisk.accept(this);
             });
+        }
+    }
+
+    /**
+     * The server said that n requests wait for the lease (* WAITING): records it and tells the listeners, in the
+     * order the news came (queued while mu is held, run on the callback thread without any lock of the client).
+     */
+    void setWaiting(int n) {
+        mu.lock();
+        try {
+            if (err != null || ended) return;
+            waiters = n;
+            List<IntConsumer> ls = new ArrayList<>(contendedListeners);
+            c.callback(() -> {
+                for (IntConsumer x : ls) x.accept(n);
+                if (c.cfg.onContended != null) c.cfg.onContended.accept(this, n);
+            });
+        } finally {
+            mu.unlock();
         }
     }
 
@@ -292,6 +318,44 @@ public final class Lease implements AutoCloseable {
         mu.lock();
         try {
             riskListeners.add(listener);
+        } finally {
+            mu.unlock();
+        }
+        return this;
+    }
+
+    /**
+     * How many requests wait for the lease's lock, as the server last said ({@code * WAITING}; asked with
+     * {@link LockOptions#notifyWaiters()}): 0 before it said any. The server says so when the lease is granted while
+     * some wait and as the queue grows (when it doubled, or a second later), never when it shrinks: the count is not
+     * lowered as waiters leave. For a holder that polls rather than listen.
+     *
+     * @return the waiters last told of, or 0
+     */
+    public int waiters() {
+        mu.lock();
+        try {
+            return waiters;
+        } finally {
+            mu.unlock();
+        }
+    }
+
+    /**
+     * Calls the listener, on a client thread, each time the server says that others wait for the lease (see
+     * {@link LockOptions#notifyWaiters()}), with how many requests wait; at once if it said so already (a waiter's
+     * grant is told of the requests behind it before the lease is handed out). Keep it short: listeners of one client
+     * run one at a time, and never with a lock of the client held. Typically it lets the lock go early.
+     *
+     * @param listener receives the number of waiting requests (at least 1)
+     * @return this lease
+     */
+    public Lease onContended(IntConsumer listener) {
+        mu.lock();
+        try {
+            contendedListeners.add(listener);
+            int n = waiters;
+            if (n > 0 && err == null && !ended) c.callback(() -> listener.accept(n));
         } finally {
             mu.unlock();
         }

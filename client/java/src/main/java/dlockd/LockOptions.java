@@ -3,30 +3,33 @@ package dlockd;
 import java.time.Duration;
 
 /**
- * How to take a lock: TTL, wait, mode, renewal. Immutable; each method returns a new instance.
+ * How to take a lock: TTL, wait, mode, renewal, news of waiters. Immutable; each method returns a new instance.
  *
  * <pre>{@code
  * LockOptions.ttl(Duration.ofSeconds(30)).waitFor(Duration.ofMinutes(1)).shared()
  * }</pre>
  *
- * <p>Defaults: the server's TTL (30 s), wait forever (for {@code lock}), exclusive, renewed in the background.
+ * <p>Defaults: the server's TTL (30 s), wait forever (for {@code lock}), exclusive, renewed in the background, not
+ * told of waiters.
  */
 public final class LockOptions {
     /** The defaults. */
-    public static final LockOptions DEFAULT = new LockOptions(null, null, false, 0, true);
+    public static final LockOptions DEFAULT = new LockOptions(null, null, false, 0, true, false);
 
     final Duration ttl; // null: the server's default
     final Duration wait; // null: forever
     final boolean shared;
     final int limit; // 0: a plain lock
     final boolean renew;
+    final boolean notifyWaiters;
 
-    private LockOptions(Duration ttl, Duration wait, boolean shared, int limit, boolean renew) {
+    private LockOptions(Duration ttl, Duration wait, boolean shared, int limit, boolean renew, boolean notifyWaiters) {
         this.ttl = ttl;
         this.wait = wait;
         this.shared = shared;
         this.limit = limit;
         this.renew = renew;
+        this.notifyWaiters = notifyWaiters;
     }
 
     /** @return the defaults */
@@ -48,7 +51,7 @@ public final class LockOptions {
      */
     public LockOptions withTtl(Duration d) {
         if (d == null || d.isNegative() || d.isZero()) throw new IllegalArgumentException("ttl " + d + ": must be positive");
-        return new LockOptions(d, wait, shared, limit, renew);
+        return new LockOptions(d, wait, shared, limit, renew, notifyWaiters);
     }
 
     /**
@@ -60,18 +63,18 @@ public final class LockOptions {
      */
     public LockOptions waitFor(Duration d) {
         if (d != null && d.isNegative()) d = Duration.ZERO;
-        return new LockOptions(ttl, d, shared, limit, renew);
+        return new LockOptions(ttl, d, shared, limit, renew, notifyWaiters);
     }
 
     /** @return these options waiting until granted */
     public LockOptions waitForever() {
-        return new LockOptions(ttl, null, shared, limit, renew);
+        return new LockOptions(ttl, null, shared, limit, renew, notifyWaiters);
     }
 
     /** @return these options taking the lock shared with other shared holders (a reader) */
     public LockOptions shared() {
         if (limit > 1) throw new IllegalArgumentException("shared() and limit() do not mix: a semaphore's holders are all alike");
-        return new LockOptions(ttl, wait, true, limit, renew);
+        return new LockOptions(ttl, wait, true, limit, renew, notifyWaiters);
     }
 
     /**
@@ -84,17 +87,33 @@ public final class LockOptions {
     public LockOptions limit(int n) {
         if (n < 2 || n > Wire.LIMIT_MAX) throw new IllegalArgumentException("limit(" + n + "): 2 to " + Wire.LIMIT_MAX);
         if (shared) throw new IllegalArgumentException("shared() and limit() do not mix: a semaphore's holders are all alike");
-        return new LockOptions(ttl, wait, shared, n, renew);
+        return new LockOptions(ttl, wait, shared, n, renew, notifyWaiters);
     }
 
     /** @return these options leaving the lease to run out at its TTL unless {@link Lease#refresh} is called */
     public LockOptions noRenew() {
-        return new LockOptions(ttl, wait, shared, limit, false);
+        return new LockOptions(ttl, wait, shared, limit, false, notifyWaiters);
+    }
+
+    /**
+     * Asks to be told that others wait for the lease (the request carries {@code notify=waiters}; Linux DLM's blocking
+     * callback): the server says how many requests wait for the lock ({@code * WAITING <name> <n> token=<token>}) when
+     * the lease is granted while some wait, and when a request queues behind it -- if the lease was never told, if the
+     * queue has doubled since it was last told, or if that was a second ago or more (so a queue that grows to n tells
+     * it about log2(n) times, plus once a second at most). Nothing is said when the queue shrinks. Each time,
+     * {@link Lease#onContended} listeners and the client's {@link DlockClient.Builder#onContended} listener are called
+     * and {@link Lease#waiters()} says the count. For a holder that can let go early: a cache that can be written back,
+     * a batch that can stop between items. {@code TRYLOCK}s never wait, and are never counted.
+     *
+     * @return these options asking for news of waiters
+     */
+    public LockOptions notifyWaiters() {
+        return new LockOptions(ttl, wait, shared, limit, renew, true);
     }
 
     @Override
     public String toString() {
         return "LockOptions[ttl=" + ttl + ", wait=" + (wait == null ? "forever" : wait) + ", shared=" + shared
-                + ", limit=" + limit + ", renew=" + renew + "]";
+                + ", limit=" + limit + ", renew=" + renew + ", notifyWaiters=" + notifyWaiters + "]";
     }
 }

@@ -77,6 +77,7 @@ abstract sealed class Protocol extends Core permits Engine {
     void connected(double now) {
         state = St.UP;
         sessionOK = false;
+        takesReq = false; // until this connection's HELLO says its version
         dropWanted = false;
         double t = connectTimeoutMs();
         if (!ready && naddrs > 1) t /= naddrs;
@@ -385,6 +386,7 @@ abstract sealed class Protocol extends Core permits Engine {
                 // The TTL began when the server granted it, before this line reached us: confirm, count from then.
                 q.token = token;
                 q.op = "CONFIRM";
+                q.waiters = 0; // a * WAITING for this grant may come before the reply: kept here (event WAITING)
                 setReqDeadline(q, now + serverTimeoutMs());
                 write(q, now);
                 break;
@@ -410,6 +412,28 @@ abstract sealed class Protocol extends Core permits Engine {
             case "EXPIRING": {
                 long token = Wire.atou(r.arg(1));
                 for (Lease l : leases) if (l.name.equals(name) && l.token == token) risk(l);
+                break;
+            }
+            case "WAITING": {
+                // * WAITING <name> <n> token=<t>: n requests wait for a lease that asked (LOCK notify=waiters)
+                Long n = r.uarg(1);
+                Long token = Wire.parseU64(r.kv("token"));
+                if (n == null || n == 0 || token == null || token == 0) return;
+                int w = n < 0 || n > Integer.MAX_VALUE ? Integer.MAX_VALUE : (int) (long) n;
+                boolean found = false;
+                for (Lease l : leases) {
+                    if (l.name.equals(name) && l.token == token) {
+                        found = true;
+                        if (l.live()) l.setWaiting(w);
+                    }
+                }
+                if (found) return;
+                // a waiter's grant: the server tells right after its * GRANTED, before the CONFIRM is answered and
+                // the lease made; keep the count on the CONFIRM for the lease (granted). One for a lease we do not
+                // hold (given back meanwhile) is nothing.
+                for (Req q : fifo) {
+                    if (q.op.equals("CONFIRM") && q.token == token && q.name.equals(name)) q.waiters = w;
+                }
                 break;
             }
             case "WATCH": {
@@ -638,6 +662,7 @@ abstract sealed class Protocol extends Core permits Engine {
         }
         l.ticket = q.ticket;
         leases.add(l);
+        if (q.op.equals("CONFIRM") && q.waiters > 0) l.setWaiting(q.waiters); // told while its grant was confirmed
         finish(q, null, l);
     }
 
@@ -734,6 +759,7 @@ abstract sealed class Protocol extends Core permits Engine {
             dropWanted = true;
             return true;
         }
+        takesReq = Wire.takesReq(r.kv("version")); // decided per connection: the next server may be older
         failedI = -1;
         sessionOK = true;
         sessionAt = now;

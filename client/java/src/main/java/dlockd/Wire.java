@@ -249,6 +249,22 @@ final class Wire {
         }
     }
 
+    /**
+     * Whether a server of this version (HELLO's {@code version=X.Y.Z}) takes request ids ({@code LOCK req=}): 0.4.0
+     * or later, X > 0 or Y >= 4. A server of 0.3 refuses the option; no version is taken for an old one.
+     */
+    static boolean takesReq(String version) {
+        if (version == null) return false;
+        int i = 0, n = version.length();
+        long major = 0, minor = 0;
+        while (i < n && version.charAt(i) >= '0' && version.charAt(i) <= '9' && major < 1000) major = major * 10 + (version.charAt(i++) - '0');
+        if (i == 0 || i >= n || version.charAt(i++) != '.') return false;
+        int j = i;
+        while (i < n && version.charAt(i) >= '0' && version.charAt(i) <= '9' && minor < 1000) minor = minor * 10 + (version.charAt(i++) - '0');
+        if (i == j) return false;
+        return major > 0 || minor >= 4;
+    }
+
     static int atoi(String s) {
         if (s == null) return 0;
         try {

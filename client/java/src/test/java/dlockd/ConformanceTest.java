@@ -37,6 +37,10 @@ import org.junit.jupiter.api.TestFactory;
  * millisecond: deadline = (the clock read just BEFORE remaining()) + remaining -- never later than the client's own
  * deadline, so the check is never weaker than comparing with the client's field. The last sample before the loss is
  * taken (a renewal confirmed after it only moves the true deadline later).
+ *
+ * <p>"contended L n within ms": the client's {@link DlockClient.Builder#onContended} listener said n for L's lease,
+ * and {@link Lease#waiters()} says n. What the listener said is kept by lease object, not by the scenario's name: a
+ * waiter's grant is told of the requests behind it before its lease is handed out (and bound to L at its join).
  */
 class ConformanceTest {
     static final Duration STATUS_POLL = Duration.ofSeconds(2); // a status step is polled this long
@@ -151,6 +155,7 @@ class ConformanceTest {
         final Map<String, Lease> leases = new HashMap<>();
         final Map<String, CompletableFuture<Lease>> jobs = new HashMap<>();
         final Map<Lease, Watched> watched = new ConcurrentHashMap<>();
+        final Map<Lease, Integer> told = new ConcurrentHashMap<>(); // what onContended said last, by lease
         volatile boolean stop;
         final Thread sampler;
 
@@ -259,7 +264,7 @@ class ConformanceTest {
         void client(String[] words) {
             Map<String, String> o = opts(words, 2);
             DlockClient.Builder b = DlockClient.builder().servers(d.addr).connectTimeout(Duration.ofSeconds(10))
-                    .serverTimeout(Duration.ofSeconds(10));
+                    .serverTimeout(Duration.ofSeconds(10)).onContended(told::put);
             if (o.containsKey("owner")) b.owner(o.get("owner"));
             if (o.containsKey("key")) b.ownerKey(o.get("key"));
             DlockClient c;
@@ -288,6 +293,7 @@ class ConformanceTest {
             lo = w == null || w.equals("inf") ? lo.waitForever() : lo.waitFor(ms(w));
             if ("shared".equals(o.get("mode"))) lo = lo.shared();
             if (o.containsKey("limit")) lo = lo.limit(Integer.parseInt(o.get("limit")));
+            if ("waiters".equals(o.get("notify"))) lo = lo.notifyWaiters();
             if (!sc.renew()) lo = lo.noRenew();
             return lo;
         }
@@ -479,6 +485,18 @@ class ConformanceTest {
             }
         }
 
+        /** contended L n within ms: the client's listener said n for L, within ms, and the lease says n. */
+        void contendedStep(String[] words) {
+            Lease l = lease(words[1]);
+            int want = Integer.parseInt(words[2]);
+            long within = words.length > 4 && words[3].equals("within") ? Long.parseLong(words[4]) : 0;
+            long end = System.nanoTime() + within * 1_000_000;
+            while (told.getOrDefault(l, 0) != want && System.nanoTime() < end) Daemons.sleep(5);
+            int got = told.getOrDefault(l, 0);
+            if (got != want) fail(words[1] + ": onContended said " + got + ", expected " + want + " within " + within + " ms");
+            if (l.waiters() != want) fail(words[1] + ": waiters() " + l.waiters() + ", expected " + want);
+        }
+
         void line(String text) {
             String left = text, right = "";
             int arrow = text.indexOf(" -> ");
@@ -505,6 +523,9 @@ class ConformanceTest {
                     break;
                 case "lost":
                     lostStep(words);
+                    break;
+                case "contended":
+                    contendedStep(words);
                     break;
                 case "order":
                     if (Long.compareUnsigned(lease(words[1]).token(), lease(words[3]).token()) >= 0) {
