@@ -934,6 +934,9 @@ class _Hooks:
     def at_risk(self, lease) -> None:
         pass
 
+    def contended(self, lease) -> None:
+        pass
+
     def turn(self, ticket) -> None:
         pass
 

@@ -60,12 +60,18 @@ class Run:
         self.leases: dict[str, Var] = {}
         self.jobs: dict[str, tuple[threading.Thread, list[Any]]] = {}
         self.lost: dict[int, tuple[LostReason, float, float]] = {}  # id(lease)
+        # what on_contended said last, by id(lease): it may come before
+        # the scenario binds the lease (a waiter's grant, joined later)
+        self.told: dict[int, int] = {}
 
     def fail(self, what: str) -> None:
         pytest.fail(f"{self.name}, line {self.no}: {what}", pytrace=False)
 
     def on_lost(self, lease: dlockd.Lease, why: LostReason) -> None:
         self.lost[id(lease)] = (why, boottime(), lease.deadline)
+
+    def on_contended(self, lease: dlockd.Lease, waiters: int) -> None:
+        self.told[id(lease)] = waiters
 
     # ---- steps ---------------------------------------------------------
 
@@ -88,7 +94,7 @@ class Run:
 
     def client(self, words: list[str]) -> None:
         o = opts(words)
-        kw: dict[str, Any] = {"on_lost": self.on_lost}
+        kw: dict[str, Any] = {"on_lost": self.on_lost, "on_contended": self.on_contended}
         if "owner" in o:
             kw["owner"] = o["owner"]
         if "key" in o:
@@ -118,6 +124,8 @@ class Run:
             kw["mode"] = o["mode"]
         if "limit" in o:
             kw["limit"] = int(o["limit"])
+        if o.get("notify") == "waiters":
+            kw["notify_waiters"] = True
         return words[0], kw
 
     @staticmethod
@@ -237,6 +245,21 @@ class Run:
         if at >= deadline:
             self.fail(f"{words[1]}: on_lost at {at}, not before its deadline {deadline}")
 
+    def contended_step(self, words: list[str]) -> None:
+        """contended <L> <n> within <ms>: on_contended said n for L, and
+        the lease says so too."""
+        v = self.leases[words[1]]
+        want = int(words[2])
+        within = int(words[4]) / 1000 if len(words) > 4 and words[3] == "within" else 0
+        end = time.monotonic() + within
+        while self.told.get(id(v.lease)) != want and time.monotonic() < end:
+            time.sleep(0.005)
+        if self.told.get(id(v.lease)) != want:
+            self.fail(f"{words[1]}: on_contended said {self.told.get(id(v.lease))}, "
+                      f"expected {want} within {within} s")
+        if v.lease.waiters != want:
+            self.fail(f"{words[1]}: lease.waiters {v.lease.waiters}, expected {want}")
+
     def line(self, text: str) -> None:
         left, arrow, right = text.partition(" -> ")
         words, want = left.split(), right.split()
@@ -254,6 +277,8 @@ class Run:
                 self.fail(f"{words[1]} is not valid")
         elif head == "lost":
             self.lost_step(words)
+        elif head == "contended":
+            self.contended_step(words)
         elif head == "order":
             if not self.leases[words[1]].token < self.leases[words[3]].token:
                 self.fail(f"{words[1]}'s token is not below {words[3]}'s")

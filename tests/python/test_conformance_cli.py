@@ -16,6 +16,11 @@ one does not apply (skipped, with why, decided from the file's text when
 the tests are collected, never from a run):
   valid <L>, lost <L> ...   the state and the on_lost of a library's
                             lease handle; dlock keeps no handle
+  contended <L> ...         a library's on_contended and the count its
+                            lease handle keeps; dlock keeps no handle
+  a lock with notify=...    news of waiters (* WAITING) goes to a
+                            library's lease handle: a dlock that took the
+                            lock has exited, nobody is there to be told
   a renewing client's lease that the scenario keeps past half its
                             TTL (sleeps, and waits expected to run out):
                             dlock lock does not renew
@@ -51,6 +56,13 @@ NO_CLI_STEP = {
     "valid": "'valid <L>' asks a library's lease handle; dlock keeps none",
     "lost": "'lost <L>' waits for a library's on_lost; dlock keeps no lease "
             "handle (dlock lock leaves the lease unrenewed by design)",
+    "contended": "'contended <L>' waits for a library's on_contended and asks "
+                 "its lease handle; dlock keeps none",
+}
+# lock options whose effect goes to a library's lease handle
+NO_CLI_OPTION = {
+    "notify": "'notify=' asks for news of waiters (* WAITING), told to a "
+              "library's lease handle; dlock lock exits once granted",
 }
 
 
@@ -61,6 +73,9 @@ def not_applicable(lines: list[tuple[int, str]]) -> str | None:
         head = text.split()[0]
         if head in NO_CLI_STEP:
             why.append(f"line {no}: {NO_CLI_STEP[head]}")
+        for k in opts(text.partition(" -> ")[0].split()):
+            if k in NO_CLI_OPTION:
+                why.append(f"line {no}: {NO_CLI_OPTION[k]}")
     # a lease of a renewing client, kept past half its TTL (the other half
     # a margin for the steps' own time: dlock's, a daemon's restart): the
     # library renews it, dlock lock does not. Time is the sleeps, and the
@@ -213,6 +228,9 @@ class Run:
             self.fail(f"mode={o['mode']}: dlock has no such mode")
         if "limit" in o:
             a += ["--limit", o["limit"]]
+        for k in NO_CLI_OPTION:
+            if k in o:  # not_applicable() skips these scenarios
+                self.fail(f"{k}={o[k]}: {NO_CLI_OPTION[k]}")
         return a
 
     def bind_owner(self, c: Client) -> subprocess.Popen[str]:

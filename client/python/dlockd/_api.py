@@ -70,6 +70,7 @@ def lock_args(
     on_at_risk: Callable[..., Any] | None,
     warn: wire.Seconds | None = None,
     delay: wire.Seconds | None = None,
+    notify_waiters: bool = False,
 ) -> LockArgs:
     wire.check_name(name)
     ttl_ms = float(wire.ms_of(ttl, "ttl")) if ttl is not None else None
@@ -108,6 +109,11 @@ def lock_args(
             raise ValueError("delay out of range: at most 60 seconds (a lock's delay)")
         if delay_ms:
             opts["delay"] = delay_ms
+    if not isinstance(notify_waiters, bool):
+        raise TypeError(f"notify_waiters is True or False, not {notify_waiters!r}")
+    if notify_waiters:
+        # LOCK notify=waiters: the server's "* WAITING" when others wait
+        opts["notify_waiters"] = True
     return LockArgs(name, ttl_ms, wait_ms, mode == "shared", n, opts)
 
 
@@ -198,6 +204,15 @@ class LeaseView:
     def broken(self) -> bool:
         """True once a ``BREAK`` (by ``broken_by``) ended the lease."""
         return self._ls.lost is LostReason.EXPIRED and bool(self._ls.broken_by)
+
+    @property
+    def waiters(self) -> int:
+        """How many requests wait for the lock, as the server last said
+        (``* WAITING``, for a lease acquired with ``notify_waiters=True``):
+        0 before it said anything. Not lowered when the queue shrinks (the
+        server says nothing then); for a holder that polls rather than be
+        called (``on_contended``)."""
+        return self._ls.waiters
 
     @property
     def owned(self) -> bool:

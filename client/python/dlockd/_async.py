@@ -351,8 +351,8 @@ class AsyncClient:
     raises (Unavailable, ...) and the next use tries again. ``await
     c.close()`` (and the end of ``async with``) gives back the leases
     still held, unless ``close(release=False)``. The callbacks (on_lost,
-    on_at_risk) run on the loop; one that returns an awaitable is run as
-    a task."""
+    on_at_risk, on_contended) run on the loop; one that returns an
+    awaitable is run as a task."""
 
     def __init__(self, servers: str | list[str] | None = None, **kw: Any) -> None:
         self._o = _options.build(servers, kw)
@@ -481,6 +481,7 @@ class AsyncClient:
         cancel_on_loss: bool | None = None,
         warn: Seconds | None = None,
         delay: Seconds | None = None,
+        notify_waiters: bool = False,
         blocking: bool = _UNSET,
         blocking_timeout: Seconds | None = _UNSET,
         timeout: Any = _UNSET,
@@ -491,9 +492,15 @@ class AsyncClient:
         with`` block then ends with LockLost. By default (None) it is on
         within ``async with c.lock(...)`` and off for a plain ``await``
         (whose lease outlives any block: watch ``lease.lost`` or pass
-        ``on_lost``); True or False says it for both."""
+        ``on_lost``); True or False says it for both. ``notify_waiters``:
+        the client's ``on_contended(lease, waiters)`` is called (on the
+        loop) when the server says others wait for the lease, and
+        ``lease.waiters`` says the last count."""
         wait = _api.wait_of(wait, blocking, blocking_timeout, timeout)
-        a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay)
+        a = lock_args(
+            name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay,
+            notify_waiters,
+        )
         return _Acquire(self, a, cancel_on_loss)
 
     def watch(self, *patterns: str) -> AsyncWatch:
@@ -634,6 +641,8 @@ class AsyncClient:
         ls.handle = lease
         if ls.lost is not None:
             self.lost(ls)
+        elif ls.contended_due:  # others wait, said before it had a handle
+            self.contended(ls)
         self._schedule()
         return lease
 
@@ -743,6 +752,12 @@ class AsyncClient:
         for cb in (ls.on_at_risk, self._o.on_at_risk):
             if cb is not None:
                 self._callback(cb, ls.handle)
+
+    def contended(self, ls: LeaseState) -> None:
+        ls.contended_due = False
+        if ls.handle is None or self._o.on_contended is None:
+            return
+        self._callback(self._o.on_contended, ls.handle, ls.waiters)
 
     def _callback(self, cb: Callable[..., Any], *args: Any) -> None:
         def run() -> None:

@@ -68,6 +68,7 @@ import collections
 import dataclasses
 import math
 import os
+import re
 import secrets
 import socket
 import sys
@@ -157,6 +158,21 @@ def _holds(r: wire.Reply) -> int:
     return int(v) if v is not None and v.isdigit() else 0
 
 
+def request_id() -> int:
+    """An acquire's request id (LOCK req=): 64 random bits, never 0."""
+    while True:
+        n = secrets.randbits(64)
+        if n:
+            return n
+
+
+def takes_req(version: str | None) -> bool:
+    """HELLO's version= is 0.4.0 or later: the server takes request ids
+    (LOCK req=); one of 0.3 refuses the option."""
+    m = re.match(r"([0-9]+)\.([0-9]+)", version or "")
+    return m is not None and (int(m.group(1)) > 0 or int(m.group(2)) >= 4)
+
+
 def slack_ms(ttl_ms: float) -> float:
     """What is taken off a granted TTL: the server's ms rounding and the
     difference of clock rates (2 ms + 1 per mille)."""
@@ -178,6 +194,8 @@ class Hooks(Protocol):
     def lost(self, lease: LeaseState) -> None: ...  # deliver on_lost
 
     def at_risk(self, lease: LeaseState) -> None: ...  # deliver on_at_risk
+
+    def contended(self, lease: LeaseState) -> None: ...  # deliver on_contended
 
     def turn(self, ticket: Ticket) -> None: ...  # ticket.ready became true
 
@@ -244,6 +262,7 @@ class LeaseState:
         "acquired_at", "max_hold", "renew", "refreshing", "lost", "broken_by",
         "unlocking", "released", "at_risk", "capped", "ticket", "handle",
         "on_lost", "on_at_risk", "owned", "proof", "until", "warn", "delay",
+        "waiters", "contended_due",
     )  # fmt: skip
 
     def __init__(self, name: str, token: int) -> None:
@@ -277,6 +296,11 @@ class LeaseState:
         # RECLAIM asks for them again, as the lost record had them
         self.warn = 0
         self.delay = 0
+        # the last "* WAITING" of the lease (LOCK notify=waiters): how many
+        # requests wait for its lock (0: none said); contended_due: one
+        # came before the application had a handle to be told with
+        self.waiters = 0
+        self.contended_due = False
 
     def live(self) -> bool:
         return self.lost is None and not self.released and not self.unlocking
@@ -297,7 +321,7 @@ class Req:
         "op", "name", "token", "ttl", "wait", "wait_end", "shared", "limit",
         "extra", "internal", "abandoned", "resent", "last_hold", "retries",
         "tag", "sent_at", "where", "lease", "deadline", "body", "header",
-        "done", "result", "error", "waker", "opts",
+        "done", "result", "error", "waker", "opts", "reqid", "waiters",
     )  # fmt: skip
 
     def __init__(self, op: str, name: str = "", internal: bool = False) -> None:
@@ -327,6 +351,12 @@ class Req:
         self.error: DlockError | None = None
         self.waker: Any = None  # the driver's
         self.opts: dict[str, Any] = {}  # LOCK: lease options
+        # LOCK: the acquire's request id (req=), the same on every write
+        # of it, so that one sent again after a drop finds its grant
+        self.reqid = 0
+        # CONFIRM: a "* WAITING" for the grant being confirmed (it comes
+        # before the reply that makes the lease): given to the lease
+        self.waiters = 0
 
 
 class Core:
@@ -370,6 +400,9 @@ class Core:
         self.last_error = ""  # why the last connection attempt failed
         self.refused = 0  # attempts refused in a row before the first session
         self.session_ok = False  # this connection's HELLO succeeded
+        # this connection's server takes request ids (LOCK req=): its
+        # HELLO said version 0.4.0 or later (a 0.3 server refuses them)
+        self.takes_req = False
         self.drop_wanted = False  # a reply asked to drop the connection
         self.stalled = False  # ... because the server stopped answering
         self.desc_refused = False  # a server refused the description
@@ -428,6 +461,7 @@ class Core:
         refuse it."""
         self.state = UP
         self.session_ok = False
+        self.takes_req = False
         self.drop_wanted = False
         self.stalled = False
         # A listed server that accepts and never answers (stopped, hung)
@@ -772,6 +806,7 @@ class Core:
             # reached us: confirm it, and count from the confirmation.
             q.token = token
             q.op = "CONFIRM"
+            q.waiters = 0
             q.deadline = now + self.o.request_timeout_ms
             self._write(q, now)
         elif r.word == "TIMEOUT":
@@ -814,6 +849,27 @@ class Core:
             for ls in self.leases:
                 if ls.name == name and ls.token == token:
                     self._risk(ls)
+        elif r.word == "WAITING":
+            # others wait (LOCK notify=waiters): * WAITING <name> <n>
+            # token=<t>; one for a lease this client does not hold (given
+            # back meanwhile) is nothing
+            n = r.int_arg(1)
+            tok = r.kv("token")
+            if n <= 0 or tok is None or not tok.isdigit():
+                return
+            token = int(tok)
+            told = False
+            for ls in self.leases:
+                if ls.name == name and ls.token == token and ls.live():
+                    told = True
+                    self._contended(ls, n)
+            if told:
+                return
+            # a waiter's grant, told right after its "* GRANTED": the
+            # lease is made when its CONFIRM is answered
+            for q in self.fifo:
+                if q.op == "CONFIRM" and q.name == name and q.token == token:
+                    q.waiters = n
 
     # ---- replies -------------------------------------------------------
 
@@ -981,6 +1037,8 @@ class Core:
         ls.on_at_risk = o.get("on_at_risk")
         ls.ticket = o.get("ticket")
         self.leases.append(ls)
+        if q.waiters:  # told while its grant was being confirmed
+            self._contended(ls, q.waiters)
         self._finish(q, None, ls)
 
     def _r_unlock(self, q: Req, r: wire.Reply, now: float) -> bool:
@@ -1088,6 +1146,7 @@ class Core:
             self._finish(q, err)
             self.drop_wanted = True
             return True
+        self.takes_req = takes_req(r.kv("version"))
         self.backoff = float(BACKOFF_MIN_MS)
         self.failed_i = -1
         self.session_ok = True
@@ -1302,6 +1361,8 @@ class Core:
                 limit=q.limit if q.limit > 1 else None,
                 warn=int(q.opts["warn"]) if q.opts.get("warn") else None,
                 delay=int(q.opts["delay"]) if q.opts.get("delay") else None,
+                req=q.reqid if q.reqid and self.takes_req else None,
+                notify="waiters" if q.opts.get("notify_waiters") else None,
                 tag=tag,
             )
         if op in ("CONFIRM", "RENEW", "REFRESH"):
@@ -1465,6 +1526,7 @@ class Core:
         q.shared = shared
         q.limit = limit
         q.deadline = now + self.o.request_timeout_ms
+        q.reqid = request_id()
         return q
 
     def release_request(self, ls: LeaseState, now: float) -> Req | None:
@@ -1559,6 +1621,18 @@ class Core:
             ls.ticket = None
         if ls.owned:
             self.hooks.lost(ls)
+
+    def _contended(self, ls: LeaseState, n: int) -> None:
+        """n requests wait for ls's lock: keep the count, tell the
+        application (the driver keeps it for a lease it has not handed out
+        yet: contended_due)."""
+        ls.waiters = n
+        if not ls.owned:
+            return
+        if ls.handle is None:
+            ls.contended_due = True  # the driver tells it with the handle
+        else:
+            self.hooks.contended(ls)
 
     def _risk(self, ls: LeaseState) -> None:
         if not ls.at_risk and ls.live():

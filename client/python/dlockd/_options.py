@@ -59,6 +59,9 @@ class Options:
     lost_guard_ms: float | None = None
     on_lost: Callable[..., Any] | None = None
     on_at_risk: Callable[..., Any] | None = None
+    # f(lease, waiters): others wait for a lease that asked to be told
+    # (lock(notify_waiters=True), the server's "* WAITING")
+    on_contended: Callable[..., Any] | None = None
     # who the client says it is (HELLO host= pid= cmd=): True (or "name")
     # says the program's name, "full" its whole command line (which every
     # reader of the lock sees: its arguments may hold a secret), False
@@ -238,6 +241,7 @@ def build(
         lost_guard_ms=seconds("lost_guard", None),
         on_lost=kw.pop("on_lost", None),
         on_at_risk=kw.pop("on_at_risk", None),
+        on_contended=kw.pop("on_contended", None),
         describe=_describe(kw.pop("describe", True)),
         desc_host=kw.pop("desc_host", None),
         desc_pid=kw.pop("desc_pid", None),

@@ -13,7 +13,7 @@ One lock (``_mu``) guards the core and the socket: a calling thread takes
 it to submit its request and write it at once (no thread hop on the way
 out), then waits on its request's own Event; the thread takes it around
 everything but the selector and the application's callbacks, which it
-runs (on_lost, on_at_risk) without it.
+runs (on_lost, on_at_risk, on_contended) without it.
 """
 
 from __future__ import annotations
@@ -269,12 +269,15 @@ class Client:
     one server the server is left for the next of the list -- a stopped
     or hung active fails over as a dead one), reconnect (True), renew
     (True), max_hold
-    (None: renew for ever), lost_guard (max(TTL/10, 20 ms)), on_lost and
-    on_at_risk (callbacks, on the client's thread: ``f(lease, reason)`` and
-    ``f(lease)``), describe (True or "name": tell the server this process's
-    host, pid and program name, which it shows with the client's leases to
-    whoever may read the locks; "full": the whole command line instead of
-    the name -- its arguments may hold a secret; False: nothing),
+    (None: renew for ever), lost_guard (max(TTL/10, 20 ms)), on_lost,
+    on_at_risk and on_contended (callbacks, on the client's thread:
+    ``f(lease, reason)``, ``f(lease)`` and ``f(lease, waiters)`` -- the
+    last when the server says that ``waiters`` requests wait for a lease
+    acquired with ``notify_waiters=True``), describe (True or "name":
+    tell the server this process's host, pid and program name, which it
+    shows with the client's leases to whoever may read the locks; "full":
+    the whole command line instead of the name -- its arguments may hold
+    a secret; False: nothing),
     desc_host, desc_pid, desc_cmd
     (instead of what is found). Durations are seconds or
     ``datetime.timedelta``. Raises Unavailable, Denied or ssl.SSLError
@@ -361,6 +364,7 @@ class Client:
         on_at_risk: Callable[..., Any] | None = None,
         warn: Seconds | None = None,
         delay: Seconds | None = None,
+        notify_waiters: bool = False,
         blocking: bool = _UNSET,
         blocking_timeout: Seconds | None = _UNSET,
         timeout: Any = _UNSET,
@@ -377,7 +381,19 @@ class Client:
         broken), the server grants it to nobody for that long, waiters
         keeping their place; a release frees it at once. Set by the request
         that finds the lock free, raised by later ones; ``status()`` shows
-        it (``delay``, ``delay_left``). Raises LockTimeout (Deadlock when
+        it (``delay``, ``delay_left``). ``notify_waiters``: be told that
+        others wait (``LOCK ... notify=waiters``) -- when the lease is
+        granted while some wait, and when a request queues behind it (the
+        first time, when the queue has doubled since, or a second after
+        the last time: about log2(n) times for a queue of n, once a second
+        at most); the client's ``on_contended(lease, waiters)`` is called
+        and ``lease.waiters`` says the last count. Nothing is said when
+        the queue shrinks. For a holder that can let go early (a cache
+        written back, a batch stopped between items). Every acquire sends
+        a request id of its own (``req=``, to a server of 0.4.0 or later),
+        the same when its LOCK is sent again after a drop or a fail-over:
+        a grant whose reply was lost is then given back to it, not taken
+        for another process's hold. Raises LockTimeout (Deadlock when
         waiting would close a cycle of owners; HeldByOwner, at once, if
         another process of this owner holds the lock), LimitMismatch,
         UpgradeDeadlock, Denied, Unavailable, ConnectionLost.
@@ -388,7 +404,10 @@ class Client:
         length) is ``ttl=`` here, and refused with a TypeError saying so.
         Durations are seconds or ``datetime.timedelta``."""
         wait = _api.wait_of(wait, blocking, blocking_timeout, timeout)
-        a = lock_args(name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay)
+        a = lock_args(
+            name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay,
+            notify_waiters,
+        )
         start = now_ms()
         wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
         with self._mu:
@@ -416,6 +435,9 @@ class Client:
             ls.handle = lease
             if ls.lost is not None:  # lost before we had a handle
                 self.lost(ls)
+            elif ls.contended_due:  # others wait, said before we had one
+                self.contended(ls)
+                self._wake()  # the thread runs the callback
         # (the thread that read the grant set its timers after it)
         return lease
 
@@ -668,6 +690,13 @@ class Client:
         for cb in (ls.on_at_risk, self._o.on_at_risk):
             if cb is not None:
                 self._callbacks.append((cb, (lease,)))
+
+    def contended(self, ls: LeaseState) -> None:
+        lease = ls.handle
+        ls.contended_due = False
+        if lease is None or self._o.on_contended is None:
+            return
+        self._callbacks.append((self._o.on_contended, (lease, ls.waiters)))
 
     # ---- the thread ----------------------------------------------------
 
