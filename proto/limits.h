@@ -69,9 +69,16 @@
 #define DL_DESC_CMD_MAX	 128
 #define DL_DESC_PID_MAX	 2147483647
 /* Words in one request line, verb included. The longest valid request,
- * LOCK <name> ttl= wait= mode= limit= warn= delay= req= notify= id=, has
- * eleven (HELLO with all of owner= key= host= pid= cmd= id=, seven). */
-#define DL_ARGS_MAX 11
+ * LOCK <name> ttl= wait= mode= limit= warn= delay= req= notify= value=
+ * id=, has twelve (HELLO with all of owner= key= host= pid= cmd= id=,
+ * seven). */
+#define DL_ARGS_MAX 12
+
+/* A lease's value (LOCK, REFRESH value=): what its holder says of its
+ * lease to whoever looks at the lock -- an elected leader's address --
+ * a text value as a description's (proto/desc.h), at most this many bytes
+ * as sent. */
+#define DL_VALUE_MAX 128
 
 /* The longest lock-delay (LOCK delay=): nobody is granted a lock for that
  * long after a holder's lease ended without a release (an expiry, a

@@ -303,6 +303,7 @@ enum {
 	OPT_HOLDS = 131072,
 	OPT_REQ = 262144,
 	OPT_NOTIFY = 524288,
+	OPT_VALUE = 1048576,
 };
 
 /* The table HELP prints and the errors quote: the syntax of each verb is
@@ -325,23 +326,25 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	[DL_VERB_NONE] = {"", 0, 0, 0, {0, 0}, 0, "", ""},
 	VERB(DL_VERB_LOCK, "LOCK", 1, 1, POS_NAME, 0,
 	     OPT_TTL | OPT_WAIT | OPT_MODE | OPT_LIMIT | OPT_WARN | OPT_DELAY |
-		     OPT_REQ | OPT_NOTIFY | OPT_ID,
+		     OPT_REQ | OPT_NOTIFY | OPT_VALUE | OPT_ID,
 	     " <name> [ttl=<duration>] [wait=<duration>|inf] "
 	     "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
-	     "[delay=<duration>] [req=<n>] [notify=waiters] [id=<tag>]",
+	     "[delay=<duration>] [req=<n>] [notify=waiters] [value=<text>] "
+	     "[id=<tag>]",
 	     "take a lease, or queue for it (OK QUEUED, then * GRANTED)"),
 	VERB(DL_VERB_TRYLOCK, "TRYLOCK", 1, 1, POS_NAME, 0,
 	     OPT_TTL | OPT_MODE | OPT_LIMIT | OPT_WARN | OPT_DELAY | OPT_REQ |
-		     OPT_NOTIFY | OPT_ID,
+		     OPT_NOTIFY | OPT_VALUE | OPT_ID,
 	     " <name> [ttl=<duration>] [mode=exclusive|shared] [limit=<n>] "
 	     "[warn=<duration>] [delay=<duration>] [req=<n>] "
-	     "[notify=waiters] [id=<tag>]",
+	     "[notify=waiters] [value=<text>] [id=<tag>]",
 	     "take a lease now or answer NO BUSY"),
 	VERB(DL_VERB_UNLOCK, "UNLOCK", 2, 2, POS_NAME, POS_TOKEN, OPT_ID,
 	     " <name> <token> [id=<tag>]", "release a lease you hold"),
 	VERB(DL_VERB_REFRESH, "REFRESH", 2, 2, POS_NAME, POS_TOKEN,
-	     OPT_TTL | OPT_WARN | OPT_ID,
-	     " <name> <token> [ttl=<duration>] [warn=<duration>] [id=<tag>]",
+	     OPT_TTL | OPT_WARN | OPT_VALUE | OPT_ID,
+	     " <name> <token> [ttl=<duration>] [warn=<duration>] "
+	     "[value=<text>] [id=<tag>]",
 	     "extend a lease you hold"),
 	VERB(DL_VERB_CHECK, "CHECK", 2, 2, POS_NAME, POS_TOKEN, OPT_ID,
 	     " <name> <token> [id=<tag>]",
@@ -390,18 +393,18 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	     " <name>|<prefix>* [id=<tag>]", "stop a WATCH"),
 	VERB(DL_VERB_RECLAIM, "RECLAIM", 2, 2, POS_NAME, POS_TOKEN,
 	     OPT_PROOF | OPT_UNTIL | OPT_TTL | OPT_MODE | OPT_LIMIT |
-		     OPT_HOLDS | OPT_WARN | OPT_DELAY | OPT_ID,
+		     OPT_HOLDS | OPT_WARN | OPT_DELAY | OPT_VALUE | OPT_ID,
 	     " <name> <token> proof=<hex> until=<ms> [ttl=<duration>] "
 	     "[mode=exclusive|shared] [limit=<n>] [holds=<n>] "
-	     "[warn=<duration>] [delay=<duration>] [id=<tag>]",
+	     "[warn=<duration>] [delay=<duration>] [value=<text>] [id=<tag>]",
 	     "keep a lease the server no longer knows (Redis forgot it): "
 	     "the proof and until its last grant or refresh gave"),
 };
 
 static const char *const opt_names[] = {
-	"ttl",	 "wait",   "id",    "owner", "limit", "after", "by",
-	"mode",	 "reason", "key",   "host",  "pid",   "cmd",   "warn",
-	"delay", "proof",  "until", "holds", "req",   "notify"};
+	"ttl",	 "wait",   "id",    "owner", "limit", "after",	"by",
+	"mode",	 "reason", "key",   "host",  "pid",   "cmd",	"warn",
+	"delay", "proof",  "until", "holds", "req",   "notify", "value"};
 
 const char *dl_verb_name(enum dl_verb v)
 {
@@ -828,6 +831,18 @@ static int opt_cmd(struct dl_request *req, struct dl_str val, const char **why)
 	return opt_desc(req, val, why, "cmd", DL_DESC_CMD_MAX, &req->desc_cmd);
 }
 
+/* value=: the lease's, shown with it (a text value, as a description) */
+static int opt_lease_value(struct dl_request *req, struct dl_str val,
+			   const char **why)
+{
+	int err = dl_desc_check(val.p, val.len, DL_VALUE_MAX);
+
+	if (err < 0)
+		return fail_desc(why, req, err, "value", val, DL_VALUE_MAX);
+	req->value = val;
+	return 0;
+}
+
 static int opt_pid(struct dl_request *req, struct dl_str val, const char **why)
 {
 	uint64_t pid;
@@ -961,10 +976,10 @@ static int opt_by(struct dl_request *req, struct dl_str val, const char **why)
 
 /* In opt_names[] order: option 1 << i is opt_value[i]. */
 static const opt_fn opt_value[] = {
-	opt_ttl,   opt_wait,  opt_id,	 opt_owner,  opt_limit,
-	opt_after, opt_by,    opt_mode,	 opt_reason, opt_key,
-	opt_host,  opt_pid,   opt_cmd,	 opt_warn,   opt_delay,
-	opt_proof, opt_until, opt_holds, opt_req,    opt_notify,
+	opt_ttl, opt_wait,   opt_id,	      opt_owner, opt_limit, opt_after,
+	opt_by,	 opt_mode,   opt_reason,      opt_key,	 opt_host,  opt_pid,
+	opt_cmd, opt_warn,   opt_delay,	      opt_proof, opt_until, opt_holds,
+	opt_req, opt_notify, opt_lease_value,
 };
 
 _Static_assert(sizeof(opt_value) / sizeof(opt_value[0]) ==

@@ -216,7 +216,9 @@ struct dl_request {
 	uint64_t req;		 /* LOCK TRYLOCK req= (a request id), 0 when
 				    absent */
 	unsigned notify_waiters : 1; /* LOCK TRYLOCK notify=waiters */
-	char why[DL_WHY_MAX];	     /* the explanation of a failed parse */
+	struct dl_str value;  /* LOCK TRYLOCK REFRESH RECLAIM value= (a text
+				 value, proto/desc.h); len 0 when absent */
+	char why[DL_WHY_MAX]; /* the explanation of a failed parse */
 };
 
 /* Parse one request line (line ending already removed; the line may

@@ -436,6 +436,7 @@ static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
 			       .delay_ms = (uint32_t)rq->delay_ms,
 			       .req = rq->req,
 			       .notify = rq->notify_waiters,
+			       .value = rq->value,
 			       /* a TRYLOCK never waits, so never walks: no
 				* clock read for it */
 			       .walk_budget = wait ? walk_budget(c) : NULL};
@@ -466,6 +467,16 @@ static void cmd_unlock(struct dl_conn *c, const struct dl_request *rq)
 		result_reply(c, rq->name, &res, rq->tag);
 }
 
+/* REFRESH value=: the lease, refreshed, says this value from now on (its
+ * watchers are told); what the refresh answered stands. */
+static int value_of(struct dl_conn *c, const struct dl_request *rq)
+{
+	struct dl_result res;
+
+	return dl_locktab_set_value(c->srv->tab, &c->sess, rq->name, rq->token,
+				    rq->value, &res);
+}
+
 static void cmd_refresh(struct dl_conn *c, const struct dl_request *rq)
 {
 	struct dl_result res;
@@ -485,6 +496,9 @@ static void cmd_refresh(struct dl_conn *c, const struct dl_request *rq)
 			      "less than its ttl (REFRESH warn=0 drops it)",
 			      rq->tag);
 	else if (err)
+		table_error(c, err, rq->tag);
+	else if (rq->value.len && res.outcome == DL_REFRESHED &&
+		 (err = value_of(c, rq)) != 0)
 		table_error(c, err, rq->tag);
 	else
 		result_reply(c, rq->name, &res, rq->tag);
@@ -552,7 +566,8 @@ static void cmd_reclaim(struct dl_conn *c, const struct dl_request *rq)
 			       .shared = rq->shared,
 			       .has_warn = rq->has_warn,
 			       .warn_ms = (uint32_t)rq->warn_ms,
-			       .delay_ms = (uint32_t)rq->delay_ms};
+			       .delay_ms = (uint32_t)rq->delay_ms,
+			       .value = rq->value};
 	struct dl_proof_in in = {
 		.cluster = {cluster, strlen(cluster)},
 		.name = rq->name,

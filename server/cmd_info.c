@@ -56,6 +56,10 @@ void dl__cmd_status(struct dl_conn *c, const struct dl_request *rq)
 	closed = dl_store_closed_ms(c->srv->store, &why);
 	if (closed)
 		dl_fmt_kv_u64(&r.f, "closed_ms", closed);
+	/* what the first holder says of its lease (an elected leader's
+	 * address): last, it is the longest */
+	if (st.value.len)
+		dl_fmt_kv_str(&r.f, "value", st.value);
 	dl__cmd_reply_send(c, &r, rq->tag, NULL);
 }
 
@@ -105,6 +109,8 @@ static void member_line(const struct dl_member *m, void *arg)
 	if (m->placeholder)
 		dl_fmt_word(&r.f, "restored");
 	dl__cmd_fmt_desc(&r.f, m->desc);
+	if (m->value.len)
+		dl_fmt_kv_str(&r.f, "value", m->value);
 	dl__cmd_reply_send(x->c, &r, DL_STR_NULL, NULL);
 }
 
@@ -276,7 +282,10 @@ void dl__cmd_locks(struct dl_conn *c, const struct dl_request *rq)
 /* HELP: "OK HELP <n>", then n lines of text: every verb's syntax and
  * how durations are written, or one verb's syntax, what it does and its
  * options with this server's limits. */
-#define HELP_NOTES 9
+#define HELP_NOTES 12 /* LOCK has 10: what it does and 9 options */
+/* The next note's room: the last one is written over rather than past
+ * the array, should an option be added and this bound not. */
+#define NOTE (note[n < HELP_NOTES ? n++ : HELP_NOTES - 1])
 
 void dl__cmd_help(struct dl_conn *c, const struct dl_request *rq)
 {
@@ -299,60 +308,66 @@ void dl__cmd_help(struct dl_conn *c, const struct dl_request *rq)
 		first = v;
 	u = v == DL_VERB_NONE ? " ttl= wait= mode= limit=" : dl_verb_usage(v);
 	if (v != DL_VERB_NONE)
-		snprintf(note[n++], sizeof(note[0]), "%s", dl_verb_summary(v));
+		snprintf(NOTE, sizeof(note[0]), "%s", dl_verb_summary(v));
 	if (strstr(u, "ttl="))
-		snprintf(note[n++], sizeof(note[0]),
+		snprintf(NOTE, sizeof(note[0]),
 			 "ttl: the lease, a duration: 500ms, 30s, 2m, 1h (a "
 			 "bare number is ms); default %s, at most %s",
 			 dl_format_duration(cfg->default_ttl_ms, d1),
 			 dl_format_duration(cfg->max_ttl_ms, d2));
 	if (strstr(u, "wait="))
-		snprintf(note[n++], sizeof(note[0]),
+		snprintf(NOTE, sizeof(note[0]),
 			 "wait: how long to queue, a duration or inf (the "
 			 "default); TRYLOCK does not queue");
 	if (strstr(u, "mode="))
-		snprintf(note[n++], sizeof(note[0]),
+		snprintf(NOTE, sizeof(note[0]),
 			 "mode: exclusive (the default), the only holder; or "
 			 "shared, with other shared holders; first come, "
 			 "first served across both");
 	if (strstr(u, "limit=") && v != DL_VERB_LOCKS)
-		snprintf(note[n++], sizeof(note[0]),
+		snprintf(NOTE, sizeof(note[0]),
 			 "limit (LOCK, TRYLOCK): holders at once, 1 (a lock, "
 			 "the default) to %d (a semaphore); set by the "
 			 "request that finds the lock free, another one is "
 			 "NO LIMIT_MISMATCH",
 			 DL_LIMIT_MAX);
 	if (strstr(u, "warn="))
-		snprintf(note[n++], sizeof(note[0]),
+		snprintf(NOTE, sizeof(note[0]),
 			 "warn: how much of the lease remains when * EXPIRING "
 			 "<name> <token> <ms> is sent, unless refreshed "
 			 "before; below the ttl, 0 for none (REFRESH keeps the "
 			 "lease's warning without one)");
 	if (strstr(u, "delay="))
 		snprintf(
-			note[n++], sizeof(note[0]),
+			NOTE, sizeof(note[0]),
 			"delay: the lock's lock-delay, at most %s: after a "
 			"lease ends without UNLOCK (it expires, or is broken), "
 			"nobody gets the lock for that long; waiters keep "
 			"their place",
 			dl_format_duration(DL_LOCK_DELAY_MAX_MS, d1));
 	if (strstr(u, "req="))
-		snprintf(note[n++], sizeof(note[0]),
+		snprintf(NOTE, sizeof(note[0]),
 			 "req: a number of your own for this request, sent "
 			 "again with it after a drop: a grant it had is given "
 			 "back (same token and holds), not taken twice");
+	if (strstr(u, "value="))
+		snprintf(NOTE, sizeof(note[0]),
+			 "value: what the lease says to whoever looks at the "
+			 "lock (STATUS, WATCH), up to %d bytes of text: an "
+			 "elected leader's address",
+			 DL_VALUE_MAX);
 	if (strstr(u, "notify="))
-		snprintf(note[n++], sizeof(note[0]),
+		snprintf(NOTE, sizeof(note[0]),
 			 "notify=waiters: * WAITING <name> <n> when others "
 			 "queue behind your lease (at its grant if some do; "
 			 "then as the queue doubles, or a second later)");
 	if (strstr(u, "limit=") && (v == DL_VERB_LOCKS || v == DL_VERB_NONE))
-		snprintf(note[n++], sizeof(note[0]),
+		snprintf(NOTE, sizeof(note[0]),
 			 "limit (LOCKS): locks per page, 1 to %d (default "
 			 "%d); after=<the page's last name> for the next page",
 			 DL_LOCKS_PAGE_MAX, DL_LOCKS_PAGE_DEFAULT);
 	if (v == DL_VERB_NONE)
-		snprintf(note[n++], sizeof(note[0]),
+		snprintf(NOTE, sizeof(note[0]),
 			 "HELP <command> for one; the protocol: PROTOCOL.md "
 			 "(man dlockd)");
 	dl__cmd_reply_begin(&r, "OK HELP");

@@ -49,7 +49,7 @@ struct watch_event {
 static const char *const kinds[] = {
 	[DL_CHANGE_GRANTED] = "granted",     [DL_CHANGE_RELEASED] = "released",
 	[DL_CHANGE_EXPIRED] = "expired",     [DL_CHANGE_BROKEN] = "broken",
-	[DL_CHANGE_WITHDRAWN] = "withdrawn",
+	[DL_CHANGE_WITHDRAWN] = "withdrawn", [DL_CHANGE_VALUE] = "value",
 };
 
 int dl_watch_init(struct dl_server *srv, uint64_t seed)
@@ -164,10 +164,14 @@ static void format_event(struct watch_event *ev)
 		dl_fmt_kv_str(&f, "user", user);
 	if (ch->by.len)
 		dl_fmt_kv_str(&f, "broken_by", ch->by);
+	if (ch->value.len)
+		dl_fmt_kv_str(&f, "value", ch->value);
 	ev->len = dl_fmt_end(&f, DL_STR_NULL);
 	ev->line.kind = DL_LINE_EVENT;
-	/* a grant is news once Redis has it, as for its holder */
-	ev->line.durable = ch->kind == DL_CHANGE_GRANTED;
+	/* a grant, or a new value, is news once Redis has it, as for its
+	 * holder */
+	ev->line.durable =
+		ch->kind == DL_CHANGE_GRANTED || ch->kind == DL_CHANGE_VALUE;
 }
 
 /* Events c's user may still be handed now (max_watch_events_per_user):

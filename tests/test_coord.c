@@ -226,3 +226,80 @@ Test(coord, a_request_id_and_news_of_waiters_survive_a_kill9)
 	h_close(a2);
 	h_close(w);
 }
+
+/* ---- values: an election's leader and what it says --------------------- */
+
+Test(coord, a_leader_says_its_value_and_its_followers_see_it_change)
+{
+	struct h_client *a = h_hello(d.port, "a"), *b = h_hello(d.port, "b");
+	struct h_client *w = h_hello(d.port, "w");
+	uint64_t ta, tb;
+	char want[200], *l;
+
+	cr_assert_str_eq(h_call(w, "WATCH leader"),
+			 "OK WATCHING leader holders=0");
+	ta = h_lock(a, "leader", "ttl=30s value=10.0.0.1:80");
+	snprintf(want, sizeof(want),
+		 "* WATCH leader granted a %llu holders=1 value=10.0.0.1:80",
+		 (unsigned long long)ta);
+	h_expect(w, "%s", want);
+	l = h_call(w, "STATUS leader");
+	cr_assert_str_eq(h_kv(l, "value"), "10.0.0.1:80");
+	/* a follower queues with the value it will say */
+	cr_assert_str_eq(h_call(b, "LOCK leader ttl=30s value=10.0.0.2:80"),
+			 "OK QUEUED leader 1");
+	/* the leader proclaims another value */
+	l = h_call(a, "REFRESH leader %llu value=10.0.0.9:80",
+		   (unsigned long long)ta);
+	cr_assert(h_starts(l, "OK REFRESHED leader "), "%s", l);
+	snprintf(want, sizeof(want),
+		 "* WATCH leader value a %llu holders=1 value=10.0.0.9:80",
+		 (unsigned long long)ta);
+	h_expect(w, "%s", want);
+	l = h_call(w, "HOLDERS leader");
+	cr_assert(h_starts(l, "OK HOLDERS leader 2 "), "%s", l);
+	l = h_line(w);
+	cr_assert(strstr(l, " value=10.0.0.9:80") != NULL, "%s", l);
+	h_line(w); /* the waiter */
+	/* it resigns: the next is leader, with its own value */
+	h_call(a, "UNLOCK leader %llu", (unsigned long long)ta);
+	h_expect_prefix(w, "* WATCH leader released a ");
+	l = h_expect_prefix(b, "* GRANTED leader ");
+	tb = h_arg_u64(l, 1);
+	cr_assert_gt(tb, ta, "the term grows");
+	snprintf(want, sizeof(want),
+		 "* WATCH leader granted b %llu holders=1 value=10.0.0.2:80",
+		 (unsigned long long)tb);
+	h_expect(w, "%s", want);
+	/* another owner cannot change it */
+	l = h_call(a, "REFRESH leader %llu value=me", (unsigned long long)tb);
+	cr_assert_str_eq(l, "NO NOT_HOLDER leader");
+	l = h_call(a, "LOCK x value=a%%0Ab");
+	cr_assert(h_starts(l, "ERR BAD_ARG value "), "%s", l);
+	h_close(a);
+	h_close(b);
+	h_close(w);
+}
+
+Test(coord, a_leaders_value_survives_a_kill9)
+{
+	struct h_client *a, *c;
+	uint64_t tok;
+	char *l;
+
+	if (!h_suite_redis())
+		cr_skip_test("needs Redis (DL_TEST_PERSIST=redis)");
+	a = h_hello(d.port, "a");
+	tok = h_lock(a, "leader", "ttl=30s value=host-a:7000");
+	l = h_call(a, "REFRESH leader %llu value=host-a:7001",
+		   (unsigned long long)tok);
+	cr_assert(h_starts(l, "OK REFRESHED leader "), "%s", l);
+	h_daemon_kill9(&d);
+	h_close(a);
+	h_daemon_restart(&d);
+	c = h_hello(d.port, "c");
+	l = h_call(c, "STATUS leader");
+	cr_assert_eq(h_kv_u64(l, "token"), tok, "%s", l);
+	cr_assert_str_eq(h_kv(l, "value"), "host-a:7001");
+	h_close(c);
+}

@@ -4649,3 +4649,122 @@ Test(locktab, a_grant_by_reply_is_told_of_waiters_once_the_reply_is_out)
 	EXPECT(rel(h, "x", th, &r), r, DL_HELD);
 	must_release(h, "x", th);
 }
+
+/* ---- values (LOCK, REFRESH value=) --------------------------------------- */
+
+static struct dl_change vchanges[16];
+static char vchange_values[16][DL_VALUE_MAX + 1];
+static int nvchanges;
+
+static void on_vchange(const struct dl_change *ch, void *ctx)
+{
+	(void)ctx;
+	if (nvchanges >= 16)
+		return;
+	vchanges[nvchanges] = *ch;
+	memcpy(vchange_values[nvchanges], ch->value.p, ch->value.len);
+	vchange_values[nvchanges][ch->value.len] = '\0';
+	nvchanges++;
+}
+
+static int acq_value(struct client *c, const char *name, uint64_t wait,
+		     const char *value, struct dl_result *r)
+{
+	struct dl_acquire a = {.name = str(name),
+			       .ttl_ms = 60000,
+			       .wait_ms = wait,
+			       .value = value ? str(value) : DL_STR_NULL};
+
+	return dl_locktab_acquire(tab, &c->s, &a, r);
+}
+
+/* A lease's value is shown with it, given at its grant (a waiter's too,
+ * kept while it waits), replaced by a reentry or set_value (watchers
+ * told), and gone with it. */
+Test(locktab, a_lease_says_its_value_to_whoever_looks)
+{
+	struct dl_locktab_hooks hooks = {fake_now, on_event, NULL, on_vchange};
+	struct dl_locktab_limits lim = {LIM_WAIT, LIM_OWNER, 0, 0};
+	struct client *a, *b;
+	struct dl_result r;
+	struct dl_lock_status st;
+	uint64_t ta;
+
+	dl_locktab_free(tab);
+	tab = dl_locktab_new(&hooks, &lim, TICK, 0x5eed1234abcdULL);
+	nvchanges = 0;
+	a = client_new("a");
+	b = client_new("b");
+	EXPECT(acq_value(a, "leader", 0, "10.0.0.1:80", &r), r, DL_GRANTED);
+	ta = r.token;
+	st = status("leader");
+	cr_assert(eq(int, strncmp(st.value.p, "10.0.0.1:80", 11), 0));
+	cr_assert(eq(sz, st.value.len, 11));
+	cr_assert(eq(int, nvchanges, 1));
+	cr_assert(eq(int, (int)vchanges[0].kind, (int)DL_CHANGE_GRANTED));
+	cr_assert(eq(int, strcmp(vchange_values[0], "10.0.0.1:80"), 0));
+	/* a waiter's value waits with it */
+	EXPECT(acq_value(b, "leader", DL_WAIT_INF, "10.0.0.2:80", &r), r,
+	       DL_QUEUED);
+	/* the holder proclaims another: watchers are told */
+	EXPECT(dl_locktab_set_value(tab, &a->s, str("leader"), ta,
+				    str("10.0.0.9:80"), &r),
+	       r, DL_REFRESHED);
+	cr_assert(r.durable);
+	cr_assert(eq(int, nvchanges, 2));
+	cr_assert(eq(int, (int)vchanges[1].kind, (int)DL_CHANGE_VALUE));
+	cr_assert(eq(int, strcmp(vchange_values[1], "10.0.0.9:80"), 0));
+	/* the same value again is no change */
+	EXPECT(dl_locktab_set_value(tab, &a->s, str("leader"), ta,
+				    str("10.0.0.9:80"), &r),
+	       r, DL_REFRESHED);
+	cr_assert(eq(int, nvchanges, 2));
+	/* only its owner may, with its token */
+	EXPECT(dl_locktab_set_value(tab, &b->s, str("leader"), ta, str("x"),
+				    &r),
+	       r, DL_NOT_HOLDER);
+	/* the waiter, granted, says its own */
+	must_release(a, "leader", ta);
+	st = status("leader");
+	cr_assert(eq(int, strncmp(st.value.p, "10.0.0.2:80", 11), 0));
+	cr_assert(eq(int, strcmp(vchange_values[nvchanges - 1], "10.0.0.2:80"),
+		     0));
+	/* a reentry with another replaces it */
+	EXPECT(acq_value(b, "leader", 0, "10.0.0.3:80", &r), r, DL_GRANTED);
+	cr_assert(eq(int, (int)vchanges[nvchanges - 1].kind,
+		     (int)DL_CHANGE_VALUE));
+	cr_assert(eq(int, strcmp(vchange_values[nvchanges - 1], "10.0.0.3:80"),
+		     0));
+	/* and without, keeps it */
+	EXPECT(acq_value(b, "leader", 0, NULL, &r), r, DL_GRANTED);
+	st = status("leader");
+	cr_assert(eq(int, strncmp(st.value.p, "10.0.0.3:80", 11), 0));
+}
+
+Test(locktab, a_withdrawn_grant_gives_its_waiter_back_its_value)
+{
+	struct client *g = client_new("g"), *w = client_new("w");
+	struct dl_result r;
+	struct dl_requeue rq;
+	uint64_t tg = must_grant(g, "x", 60000), tw;
+	struct dl_lock_status st;
+
+	EXPECT(acq_value(w, "x", DL_WAIT_INF, "me", &r), r, DL_QUEUED);
+	must_release(g, "x", tg);
+	tw = find_ev(DL_EVENT_GRANTED, w)->token;
+	memset(&rq, 0, sizeof(rq));
+	rq.owner_gen = w->s.owner_gen;
+	rq.ttl_ms = 60000;
+	rq.wait_deadline = UINT64_MAX;
+	dl_locktab_suspend_grants(tab, 1);
+	cr_assert(eq(
+		int,
+		dl_locktab_revoke(tab, &w->s, str("x"), tw, DL_REVOKE_NEW, &rq),
+		0));
+	cr_assert(eq(u32, status("x").waiters, 1));
+	dl_locktab_suspend_grants(tab, 0);
+	st = status("x");
+	cr_assert(st.held);
+	cr_assert(eq(sz, st.value.len, 2));
+	cr_assert(eq(int, strncmp(st.value.p, "me", 2), 0));
+}

@@ -749,22 +749,27 @@ Test(proto, too_many_words_is_bad_arg)
 {
 	struct dl_request r;
 
-	/* more than eleven words is refused before the verb is looked at */
-	expect_err("FOO 1 2 3 4 5 6 7 8 9 10 11", DL_EBADARG);
+	/* more than twelve words is refused before the verb is looked at */
+	expect_err("FOO 1 2 3 4 5 6 7 8 9 10 11 12", DL_EBADARG);
 	expect_err("PING a b c d e f g", DL_EBADARG);
 	expect_err("LOCK a b", DL_EBADARG);
 	expect_err("UNLOCK a 1 2", DL_EBADARG);
-	expect_err("FOO 1 2 3 4 5 6 7 8 9 10", DL_EUNKNOWNCMD);
+	expect_err("FOO 1 2 3 4 5 6 7 8 9 10 11", DL_EUNKNOWNCMD);
 	expect_ok("REFRESH a 1 ttl=5 id=x", &r);
 	/* the longest request there is */
 	expect_ok("LOCK a ttl=1 wait=1 mode=exclusive limit=1 warn=0 "
-		  "delay=1 req=18446744073709551615 notify=WAITERS id=x",
+		  "delay=1 req=18446744073709551615 notify=WAITERS "
+		  "value=10.0.0.7:8080 id=x",
 		  &r);
+	cr_assert_eq(r.value.len, 13);
 	cr_assert_eq(r.req, UINT64_MAX);
 	cr_assert(r.notify_waiters);
 	expect_ok("TRYLOCK a req=7 notify=waiters", &r);
 	cr_assert_eq(r.req, 7);
 	expect_err("UNLOCK a 1 req=7", DL_EBADARG);
+	expect_err("LOCK a value=a%0Ab", DL_EBADARG); /* a line break */
+	expect_ok("REFRESH a 1 value=leader%20one", &r);
+	cr_assert_eq(r.value.len, 12);
 }
 
 Test(proto, first_error_from_the_left_wins)
@@ -802,12 +807,13 @@ Test(proto, errors_say_what_and_how)
 		 "missing the lock name; usage: LOCK <name> [ttl=<duration>] "
 		 "[wait=<duration>|inf] [mode=exclusive|shared] [limit=<n>] "
 		 "[warn=<duration>] [delay=<duration>] [req=<n>] "
-		 "[notify=waiters] [id=<tag>]"},
+		 "[notify=waiters] [value=<text>] [id=<tag>]"},
 		{"LOCK foo timeout=5s", DL_EBADARG,
 		 "unknown option: 'timeout'; usage: LOCK <name> "
 		 "[ttl=<duration>] [wait=<duration>|inf] "
 		 "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
-		 "[delay=<duration>] [req=<n>] [notify=waiters] [id=<tag>]"},
+		 "[delay=<duration>] [req=<n>] [notify=waiters] "
+		 "[value=<text>] [id=<tag>]"},
 		{"LOCK foo ttl=10x", DL_EBADARG,
 		 "ttl malformed: '10x', takes a duration: a number and a unit, "
 		 "ms (default), s, m or h, e.g. 30s"},
@@ -840,14 +846,16 @@ Test(proto, errors_say_what_and_how)
 		 "option given twice: 'ttl'; usage: LOCK <name> "
 		 "[ttl=<duration>] [wait=<duration>|inf] "
 		 "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
-		 "[delay=<duration>] [req=<n>] [notify=waiters] [id=<tag>]"},
+		 "[delay=<duration>] [req=<n>] [notify=waiters] "
+		 "[value=<text>] [id=<tag>]"},
 		{"LOCK a ttl=", DL_EBADARG,
 		 "option without a value: 'ttl'; usage: LOCK <name> "
 		 "[ttl=<duration>] [wait=<duration>|inf] "
 		 "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
-		 "[delay=<duration>] [req=<n>] [notify=waiters] [id=<tag>]"},
-		{"FOO 1 2 3 4 5 6 7 8 9 10 11", DL_EBADARG,
-		 "too many words, a request has at most 11"},
+		 "[delay=<duration>] [req=<n>] [notify=waiters] "
+		 "[value=<text>] [id=<tag>]"},
+		{"FOO 1 2 3 4 5 6 7 8 9 10 11 12", DL_EBADARG,
+		 "too many words, a request has at most 12"},
 		{"LOCK a req=0", DL_EBADARG,
 		 "req malformed: '0', a number from 1 to 18446744073709551615 "
 		 "(one per request, the same when it is sent again)"},

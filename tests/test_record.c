@@ -156,7 +156,9 @@ Test(record, malformed_records_are_rejected_not_half_read)
 		"dlock3 limit=1\nH 1 2 1 30 x a req=x",	      /* not a number */
 		"dlock3 limit=1\nH 1 2 1 30 x a req=1 req=2", /* twice */
 		"dlock3 limit=1\nH 1 2 1 30 x a notify=all",  /* not waiters */
-		"dlock1\nH 1 2 1 30 a req=5",		      /* v1 has none */
+		"dlock3 limit=1\nH 1 2 1 30 x a value=a%0Ab", /* a line break */
+		"dlock3 limit=1\nH 1 2 1 30 x a value=a value=b", /* twice */
+		"dlock1\nH 1 2 1 30 a req=5",  /* v1 has none */
 		"dlock1 delay=5",	       /* v1 has no delay */
 		"dlock2 limit=1 delay=5",      /* nor v2: a version 4's */
 		"dlock3 limit=1 delay=5",      /* nor v3 */
@@ -417,7 +419,8 @@ Test(record, a_request_id_and_news_of_waiters_round_trip)
 	struct dl_acquire w = {.name = S("stock"),
 			       .ttl_ms = 30000,
 			       .req = 18446744073709551615ULL,
-			       .notify = 1};
+			       .notify = 1,
+			       .value = S("10.0.0.1:80%20a")};
 
 	dl_session_init(t, &a, S("alice"), NULL);
 	dl_session_init(t, &b, S("bob"), NULL);
@@ -431,14 +434,16 @@ Test(record, a_request_id_and_news_of_waiters_round_trip)
 		  "record: \"%.*s\"", (int)buf.len, buf.p);
 	cr_assert(memmem(buf.p, buf.len,
 			 " x alice req=18446744073709551615 notify=waiters "
-			 "since=",
-			 55) != NULL,
+			 "value=10.0.0.1:80%20a since=",
+			 77) != NULL,
 		  "record: \"%.*s\"", (int)buf.len, buf.p);
 	cr_assert(
 		eq(int, dl_record_parse(buf.p, buf.len, collect, &x, &why), 0));
 	cr_assert(eq(int, x.n, 2));
 	cr_assert(eq(u64, x.it[0].req, 18446744073709551615ULL));
 	cr_assert(eq(int, x.it[0].notify, 1));
+	cr_assert(eq(sz, x.it[0].value.len, 15));
+	cr_assert(eq(int, memcmp(x.it[0].value.p, "10.0.0.1:80%20a", 15), 0));
 	cr_assert(eq(u64, x.it[1].req, 0));
 	cr_assert(eq(int, x.it[1].notify, 0));
 	free(buf.p);

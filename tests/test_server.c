@@ -1624,10 +1624,11 @@ Test(server, help_lists_every_command_and_explains_one)
 	cr_assert_str_eq(h_call(c, "PING x"), "OK PONG x");
 
 	l = h_call(c, "HELP lock id=h1");
-	cr_assert_str_eq(l, "OK HELP 10 id=h1");
+	cr_assert_str_eq(l, "OK HELP 11 id=h1");
 	h_expect(c, "LOCK <name> [ttl=<duration>] [wait=<duration>|inf] "
 		    "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
-		    "[delay=<duration>] [req=<n>] [notify=waiters] [id=<tag>]");
+		    "[delay=<duration>] [req=<n>] [notify=waiters] "
+		    "[value=<text>] [id=<tag>]");
 	h_expect(c, "take a lease, or queue for it (OK QUEUED, then * "
 		    "GRANTED)");
 	h_expect(c, "ttl: the lease, a duration: 500ms, 30s, 2m, 1h (a bare "
@@ -1638,6 +1639,7 @@ Test(server, help_lists_every_command_and_explains_one)
 	h_expect_prefix(c, "warn: how much of the lease remains when ");
 	h_expect_prefix(c, "delay: the lock's lock-delay, at most 1m: ");
 	h_expect_prefix(c, "req: a number of your own for this request");
+	h_expect_prefix(c, "value: what the lease says to whoever looks");
 	h_expect_prefix(c, "notify=waiters: * WAITING <name> <n> when ");
 	cr_assert_str_eq(
 		h_call(c, "HELP frobnicate"),

@@ -87,7 +87,8 @@ void dl__changed(struct dl_locktab *t, enum dl_change_kind kind,
 			       .owner = {l->owner->id, l->owner->hn.len},
 			       .token = l->token,
 			       .holders = holders,
-			       .by = by};
+			       .by = by,
+			       .value = dl_locktab_lease_value(t, l)};
 
 	if (t->hooks.change)
 		t->hooks.change(&ch, t->hooks.ctx);
@@ -437,10 +438,11 @@ uint64_t dl_locktab_horizon(const struct dl_locktab *t)
 
 void dl__lease_grant(struct dl_locktab *t, struct dl_lease *l,
 		     struct dl_lock *lk, struct dl_owner *o, uint32_t ttl,
-		     uint64_t now, int shared)
+		     uint64_t now, int shared, struct dl_value **value)
 {
 	dl__lease_link(t, l, lk, o, ++t->last_token, 1, ttl, now + ttl, now,
 		       shared);
+	dl__value_give(t, l, value);
 	t->st.grants++;
 	dl__mark_urgent(t, lk);
 	dl__changed(t, DL_CHANGE_GRANTED, l, lk->nholders, DL_STR_NULL);
@@ -462,8 +464,9 @@ void dl__lease_remove(struct dl_locktab *t, struct dl_lease *l)
 	dl_wheel_del(&t->wheel, &l->timer);
 	dl__warn_drop(t, l);
 	dl__notify_drop(t, l);
+	free(dl__value_take(t, l));
 	if (!lk->holders)
-		lk->notify = 0;
+		lk->notify = lk->valued = 0;
 	l->owner->nleases--;
 	l->owner->acct->nleases--;
 	dl__owner_put(t, l->owner);
@@ -668,13 +671,15 @@ struct dl_locktab *dl_locktab_new(const struct dl_locktab_hooks *hooks,
 	t->seed = hash_seed;
 	if (dl_htab_init(&t->locks) || dl_htab_init(&t->owners) ||
 	    dl_htab_init(&t->accounts) || dl_htab_init(&t->warns) ||
-	    dl_htab_init(&t->delays) || dl_htab_init(&t->notifies)) {
+	    dl_htab_init(&t->delays) || dl_htab_init(&t->notifies) ||
+	    dl_htab_init(&t->values)) {
 		dl_htab_free(&t->locks);
 		dl_htab_free(&t->owners);
 		dl_htab_free(&t->accounts);
 		dl_htab_free(&t->warns);
 		dl_htab_free(&t->delays);
 		dl_htab_free(&t->notifies);
+		dl_htab_free(&t->values);
 		free(t);
 		return NULL;
 	}
@@ -748,6 +753,7 @@ void dl_locktab_free(struct dl_locktab *t)
 	dl_htab_free(&t->warns);
 	dl_htab_free(&t->delays);
 	dl_htab_free(&t->notifies);
+	dl_htab_free(&t->values);
 	free(t->dirty);
 	dl__walk_free(t->walk);
 	free(t);

@@ -191,9 +191,11 @@ struct dl_waiter {
 					    head's is the tail) */
 	struct dl_waiter *snext, *sprev; /* the session's waiters */
 	uint64_t wait_deadline;		 /* monotonic ms, UINT64_MAX for inf */
-	uint64_t queued_at; /* monotonic ms, for the wait histogram */
-	uint64_t served;    /* put back: the token of its withdrawn grant */
-	uint64_t req;	    /* its request's req=, 0: none */
+	uint64_t queued_at;	/* monotonic ms, for the wait histogram */
+	uint64_t served;	/* put back: the token of its withdrawn grant */
+	uint64_t req;		/* its request's req=, 0: none */
+	struct dl_value *value; /* the value its lease is to have (its own,
+				   given to the lease at the grant); NULL */
 	char tag[DL_TAG_MAX];
 };
 
@@ -208,6 +210,8 @@ struct dl_lock {
 	uint32_t notify : 1;	  /* a holder of it may have asked to be told
 				     of waiters (a side object): none when it
 				     has no holder */
+	uint32_t valued : 1;	  /* a holder of it may have a value (a side
+				     object): none when it has no holder */
 	uint32_t listed : 1;	  /* has a holder or a waiter (LOCKS shows it;
 				     counted in the index, locktab_index.c) */
 	uint16_t nholders;
@@ -333,6 +337,8 @@ enum dl_change_kind {
 	DL_CHANGE_BROKEN,    /* BREAK ended it */
 	DL_CHANGE_WITHDRAWN, /* a grant persistence never recorded was taken
 				back (dl_locktab_revoke) */
+	DL_CHANGE_VALUE,     /* a lease's value changed (a REFRESH or a
+				reentry with value=) */
 };
 
 struct dl_change {
@@ -343,6 +349,7 @@ struct dl_change {
 	uint32_t holders;    /* the lock's holders once the change is made
 				(before any waiter it lets in is served) */
 	struct dl_str by;    /* BROKEN: who broke it (borrowed) */
+	struct dl_str value; /* the lease's value, len 0: none (borrowed) */
 };
 
 struct dl_lock_status {
@@ -360,6 +367,8 @@ struct dl_lock_status {
 	uint32_t limit;	     /* 1 for a free lock */
 	uint32_t delay_ms;   /* the lock's delay, 0 if none */
 	uint64_t delay_left; /* ms left of it, if the lock is in it */
+	struct dl_str value; /* first holder's value, len 0: none (borrowed
+				until the table changes) */
 };
 
 /* Latency histograms: bucket i counts values <= dl_hist_bounds_ms[i]; the
@@ -485,14 +494,16 @@ struct dl_acquire {
 	uint64_t ttl_ms;
 	uint64_t wait_ms; /* 0 tries once, DL_WAIT_INF waits forever */
 	struct dl_str tag;
-	uint32_t limit;	   /* holders at once; 0 means 1 */
-	uint8_t shared;	   /* mode=shared (limit 1 only) */
-	uint8_t has_warn;  /* warn= was given: */
-	uint32_t warn_ms;  /* the lease's warning, below ttl_ms (0: none) */
-	uint32_t delay_ms; /* the lock's delay (see above): at least this;
-			      0 asks for none */
-	uint64_t req;	   /* a request id (req=), 0: none; see below */
-	uint8_t notify;	   /* notify=waiters: tell the holder of waiters */
+	uint32_t limit;	     /* holders at once; 0 means 1 */
+	uint8_t shared;	     /* mode=shared (limit 1 only) */
+	uint8_t has_warn;    /* warn= was given: */
+	uint32_t warn_ms;    /* the lease's warning, below ttl_ms (0: none) */
+	uint32_t delay_ms;   /* the lock's delay (see above): at least this;
+				0 asks for none */
+	uint64_t req;	     /* a request id (req=), 0: none; see below */
+	uint8_t notify;	     /* notify=waiters: tell the holder of waiters */
+	struct dl_str value; /* value=: the lease's value (len 0: none; a
+				reentry without one keeps the lease's) */
 	/* The requester's budget of deadlock-check steps, debited by the
 	 * check (below); at 0 its waits are not checked. NULL: none, each
 	 * check looks at DL_DEADLOCK_WALK_MAX at most. */
@@ -552,6 +563,20 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
  * flood another's connection. A reentry with notify asks it for a lease
  * that did not; nothing takes it away but the lease's end.
  */
+/*
+ * Values (LOCK, REFRESH ... value=<text>): what a holder says of its
+ * lease to whoever looks at the lock (STATUS, HOLDERS, WATCH events): an
+ * elected leader's address, for its followers. A grant or reentry with
+ * one gives it to the lease (replacing the one it had), REFRESH value=
+ * changes it; the change is a DL_CHANGE_VALUE for watchers. Stored with
+ * the lease (record.h). dl_locktab_set_value: REFRESH's part; the lease
+ * of this owner with this token gets the value. DL_NOT_HOLDER if there
+ * is none; DL_EUNAVAILABLE, DL_EBADARG (too long), DL_ENOMEM.
+ */
+int dl_locktab_set_value(struct dl_locktab *t, struct dl_session *s,
+			 struct dl_str name, uint64_t token,
+			 struct dl_str value, struct dl_result *res);
+
 /* A lease granted by a reply with res->tell: the reply is out, so its
  * owner may now be told of the waiters (DL_EVENT_WAITING). */
 void dl_locktab_tell_waiting(struct dl_locktab *t, struct dl_str name,
@@ -848,6 +873,11 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 			     struct dl_str tag, int shared, uint32_t limit,
 			     struct dl_desc *desc, uint64_t held_ms,
 			     uint64_t req);
+/* The restored lease `token` of `name` has the value `value` (a valid
+ * text value, proto/desc.h). DL_EBADARG if there is no such lease or the
+ * value is not valid; DL_ENOMEM. */
+int dl_locktab_restore_value(struct dl_locktab *t, struct dl_str name,
+			     uint64_t token, struct dl_str value);
 /* The restored lease `token` of `name` asked to be told of waiters
  * (notify=waiters). DL_EBADARG if there is no such lease; DL_ENOMEM. */
 int dl_locktab_restore_notify(struct dl_locktab *t, struct dl_str name,
@@ -960,6 +990,7 @@ struct dl_member {
 	const struct dl_desc *desc; /* holder: its lease's description;
 				       waiter: its session's (none for a
 				       placeholder); NULL: none */
+	struct dl_str value;	    /* holder: its value, len 0: none */
 };
 int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
 		       void (*cb)(const struct dl_member *m, void *arg),
@@ -976,6 +1007,9 @@ struct dl_str dl_owner_id(const struct dl_owner *o);
 struct dl_str dl_lease_tag(const struct dl_lease *l);
 /* The req= of its last grant or reentry that carried one (0: none). */
 uint64_t dl_lease_req(const struct dl_lease *l);
+/* The value of a lease of t (LOCK, REFRESH value=), len 0: none. */
+struct dl_str dl_locktab_lease_value(const struct dl_locktab *t,
+				     const struct dl_lease *l);
 /* 1 if a lease of t asked to be told of waiters (notify=waiters). */
 int dl_locktab_lease_notify(const struct dl_locktab *t,
 			    const struct dl_lease *l);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/desc.h"
 #include "server/locktab/locktab.h"
 #include "server/locktab/locktab_private.h"
 #include "server/users.h"
@@ -106,6 +107,7 @@ struct spares {
 	struct dl_warn *warn;	  /* the lease's warning */
 	struct dl_delay *delay;	  /* the lock's delay */
 	struct dl_notify *notify; /* its news of waiters */
+	struct dl_value *value;	  /* its value */
 };
 
 /* A lease this request was granted or re-entered: what the request asks
@@ -117,8 +119,21 @@ static void lease_asks(struct dl_locktab *t, struct dl_lease *l,
 		dl__warn_set(t, l, a->warn_ms, &sp->warn);
 	if (a->notify)
 		dl__notify_set(t, l, &sp->notify);
+	if (dl__value_give(t, l, &sp->value))
+		dl__changed(t, DL_CHANGE_VALUE, l, l->lock->nholders,
+			    DL_STR_NULL);
 	dl__lease_set_req(l, a->req);
 	t->replying = l;
+}
+
+/* w, a waiter, is to give its lease the value of *spare, if any. */
+static void waiter_value(struct dl_waiter *w, struct dl_value **spare)
+{
+	if (!*spare)
+		return;
+	free(w->value);
+	w->value = *spare;
+	*spare = NULL;
 }
 
 /* A wait of o for lk, on another session, made by request `req`: a
@@ -142,7 +157,8 @@ static struct dl_waiter *retried_wait(const struct dl_lock *lk,
  * with what the request asks now. */
 static int take_wait(struct dl_locktab *t, struct dl_session *s,
 		     struct dl_waiter *w, const struct dl_acquire *a,
-		     uint32_t ttl, uint64_t now, struct dl_result *res)
+		     uint32_t ttl, uint64_t now, struct spares *sp,
+		     struct dl_result *res)
 {
 	struct dl_session *old = w->sess;
 
@@ -157,6 +173,7 @@ static int take_wait(struct dl_locktab *t, struct dl_session *s,
 	w->has_warn = a->has_warn ? 1 : 0;
 	w->warn_ms = a->warn_ms;
 	w->notify = a->notify ? 1 : 0;
+	waiter_value(w, &sp->value);
 	w->wait_deadline = dl__deadline_after(now, a->wait_ms);
 	if (w->wait_deadline == UINT64_MAX)
 		dl_wheel_del(&t->wheel, &w->timer);
@@ -194,7 +211,8 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 			return DL_ENOMEM;
 		dl__hist_add(&t->st.wait, 0);
 		dl__waiter_free(t, w);
-		dl__lease_grant(t, l, lk, s->owner, ttl, now, a->shared);
+		dl__lease_grant(t, l, lk, s->owner, ttl, now, a->shared,
+				&sp->value);
 		lease_asks(t, l, a, sp);
 		dl__delay_ask(t, lk, a->delay_ms, 0, &sp->delay);
 		/* shared waiters right behind it may come in with it */
@@ -224,6 +242,7 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 	w->warn_ms = a->warn_ms;
 	w->req = a->req;
 	w->notify = a->notify ? 1 : 0;
+	waiter_value(w, &sp->value);
 	w->wait_deadline = dl__deadline_after(now, a->wait_ms);
 	if (w->wait_deadline == UINT64_MAX)
 		dl_wheel_del(&t->wheel, &w->timer);
@@ -310,7 +329,7 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 		return 0;
 	}
 	if ((w = retried_wait(lk, o, s, a->req)) != NULL)
-		return take_wait(t, s, w, a, ttl, now, res);
+		return take_wait(t, s, w, a, ttl, now, sp, res);
 	if ((w = placeholder_of(t, lk, o)) != NULL)
 		return claim_placeholder(t, s, w, a, ttl, now, sp, res);
 
@@ -323,7 +342,7 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 			dl__lock_drop_if_unused(t, lk);
 			return full ? DL_ELIMIT : DL_ENOMEM;
 		}
-		dl__lease_grant(t, l, lk, o, ttl, now, a->shared);
+		dl__lease_grant(t, l, lk, o, ttl, now, a->shared, &sp->value);
 		lease_asks(t, l, a, sp);
 		dl__delay_ask(t, lk, a->delay_ms, fresh, &sp->delay);
 		dl__hist_add(&t->st.wait, 0);
@@ -353,6 +372,7 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 	w->warn_ms = a->warn_ms;
 	w->req = a->req;
 	w->notify = a->notify ? 1 : 0;
+	waiter_value(w, &sp->value);
 	dl__delay_ask(t, lk, a->delay_ms, fresh, &sp->delay);
 	dl__notify_holders(t, lk, now, 0);
 	res->outcome = DL_QUEUED;
@@ -364,11 +384,12 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		       const struct dl_acquire *a, struct dl_result *res)
 {
 	uint32_t limit = a->limit ? a->limit : 1;
-	struct spares sp = {NULL, NULL, NULL};
-	int err;
+	struct spares sp = {NULL, NULL, NULL, NULL};
+	int err, nomem = 0;
 
 	memset(res, 0, sizeof(*res));
-	if (a->ttl_ms == 0 || a->ttl_ms > DL_TTL_STORE_MAX)
+	if (a->ttl_ms == 0 || a->ttl_ms > DL_TTL_STORE_MAX ||
+	    a->value.len > DL_VALUE_MAX)
 		return DL_EBADARG;
 	if (a->tag.len > DL_TAG_MAX || limit > DL_LIMIT_MAX ||
 	    (a->shared && limit > 1))
@@ -380,9 +401,11 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 		return DL_EUNAVAILABLE;
 	if ((a->warn_ms && !(sp.warn = dl__warn_alloc())) ||
 	    (a->delay_ms && !(sp.delay = dl__delay_alloc())) ||
-	    (a->notify && !(sp.notify = dl__notify_alloc()))) {
+	    (a->notify && !(sp.notify = dl__notify_alloc())) ||
+	    (sp.value = dl__value_new(a->value, &nomem), nomem)) {
 		free(sp.warn);
 		free(sp.delay);
+		free(sp.notify);
 		return DL_ENOMEM;
 	}
 	t->replying = NULL;
@@ -395,6 +418,7 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 	free(sp.warn);
 	free(sp.delay);
 	free(sp.notify);
+	free(sp.value);
 	return err;
 }
 
@@ -601,15 +625,15 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 	struct dl_lock *lk = lock_now(t, a->name, now);
 	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
 	uint32_t limit = a->limit ? a->limit : 1, beside = 0, room;
-	struct spares sp = {NULL, NULL, NULL};
+	struct spares sp = {NULL, NULL, NULL, NULL};
 	struct dl_lease *h, *next;
-	int shared = a->shared;
+	int shared = a->shared, nomem = 0;
 
 	memset(res, 0, sizeof(*res));
 	if (!s->owner || a->ttl_ms == 0 || a->ttl_ms > DL_TTL_STORE_MAX ||
 	    limit > DL_LIMIT_MAX || (shared && limit > 1) ||
 	    a->warn_ms >= a->ttl_ms || a->delay_ms > DL_LOCK_DELAY_MAX_MS ||
-	    holds == 0 || holds > DL_REENTRY_MAX)
+	    holds == 0 || holds > DL_REENTRY_MAX || a->value.len > DL_VALUE_MAX)
 		return DL_EBADARG;
 	/* 1. A lease the table knows: a refresh. */
 	if (l) {
@@ -671,15 +695,18 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 		return DL_ELIMIT;
 	if ((a->warn_ms && !(sp.warn = dl__warn_alloc())) ||
 	    (a->delay_ms && !(sp.delay = dl__delay_alloc())) ||
+	    (sp.value = dl__value_new(a->value, &nomem), nomem) ||
 	    !(l = dl__lease_alloc(a->tag, s->desc, 0))) {
 		free(sp.warn);
 		free(sp.delay);
+		free(sp.value);
 		return DL_ENOMEM;
 	}
 	if (!lk && !(lk = dl__lock_get(t, a->name))) {
 		dl__lease_free(l);
 		free(sp.warn);
 		free(sp.delay);
+		free(sp.value);
 		return DL_ENOMEM;
 	}
 	for (h = lk->holders; h; h = next) {
@@ -698,6 +725,7 @@ int dl_locktab_reclaim(struct dl_locktab *t, struct dl_session *s,
 		       now + a->ttl_ms, now, shared);
 	if (a->warn_ms)
 		dl__warn_set(t, l, a->warn_ms, &sp.warn);
+	dl__value_give(t, l, &sp.value);
 	dl__delay_ask(t, lk, a->delay_ms, 0, &sp.delay);
 	free(sp.warn);
 	free(sp.delay);
@@ -757,8 +785,8 @@ int dl_locktab_cancel(struct dl_locktab *t, struct dl_session *s,
 	return 0;
 }
 
-static void lock_status(const struct dl_lock *lk, uint64_t now,
-			struct dl_lock_status *st)
+static void lock_status(const struct dl_locktab *t, const struct dl_lock *lk,
+			uint64_t now, struct dl_lock_status *st)
 {
 	const struct dl_lease *l = lk->holders;
 
@@ -775,6 +803,7 @@ static void lock_status(const struct dl_lock *lk, uint64_t now,
 		st->count = l->count;
 		st->owner = dl_owner_id(l->owner);
 		st->desc = dl_lease_desc(l);
+		st->value = dl_locktab_lease_value(t, l);
 		st->held_ms = dl_lease_held_ms(l, now);
 	}
 }
@@ -789,7 +818,7 @@ void dl_locktab_status(struct dl_locktab *t, struct dl_str name,
 	st->limit = 1;
 	if (!lk)
 		return;
-	lock_status(lk, now, st);
+	lock_status(t, lk, now, st);
 	st->delay_ms = dl_locktab_lock_delay(t, lk, NULL);
 	st->delay_left = dl__delay_left(t, lk, now);
 }
@@ -819,6 +848,7 @@ int dl_locktab_members(struct dl_locktab *t, struct dl_str name,
 		m.count = l->count;
 		m.held_ms = dl_lease_held_ms(l, now);
 		m.desc = dl_lease_desc(l);
+		m.value = dl_locktab_lease_value(t, l);
 		cb(&m, arg);
 	}
 	for (w = lk->qhead; w; w = w->qnext) {
@@ -843,7 +873,7 @@ void dl_locktab_lock_status(struct dl_locktab *t, const struct dl_lock *lk,
 	uint64_t now = dl__now_ms(t);
 
 	memset(st, 0, sizeof(*st));
-	lock_status(lk, now, st);
+	lock_status(t, lk, now, st);
 	st->delay_ms = dl_locktab_lock_delay(t, lk, NULL);
 	st->delay_left = dl__delay_left(t, lk, now);
 }
@@ -1082,6 +1112,52 @@ int dl_locktab_restore_lease(struct dl_locktab *t, struct dl_str name,
 	return 0;
 }
 
+int dl_locktab_restore_value(struct dl_locktab *t, struct dl_str name,
+			     uint64_t token, struct dl_str value)
+{
+	struct dl_lock *lk = dl__lock_find(t, name);
+	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+	struct dl_value *v;
+	int nomem = 0;
+
+	if (!l || dl_desc_check(value.p, value.len, DL_VALUE_MAX))
+		return DL_EBADARG;
+	if (!(v = dl__value_new(value, &nomem)))
+		return DL_ENOMEM;
+	dl__value_give(t, l, &v);
+	return 0;
+}
+
+int dl_locktab_set_value(struct dl_locktab *t, struct dl_session *s,
+			 struct dl_str name, uint64_t token,
+			 struct dl_str value, struct dl_result *res)
+{
+	uint64_t now = dl__now_ms(t);
+	struct dl_lock *lk = lock_now(t, name, now);
+	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+	struct dl_value *v;
+	int nomem = 0;
+
+	memset(res, 0, sizeof(*res));
+	if (!value.len || value.len > DL_VALUE_MAX)
+		return DL_EBADARG;
+	if (!l || l->owner != s->owner) {
+		res->outcome = DL_NOT_HOLDER;
+		return 0;
+	}
+	if (t->suspended)
+		return DL_EUNAVAILABLE;
+	if (!(v = dl__value_new(value, &nomem)))
+		return DL_ENOMEM;
+	if (dl__value_give(t, l, &v))
+		dl__changed(t, DL_CHANGE_VALUE, l, lk->nholders, DL_STR_NULL);
+	dl__mark_urgent(t, lk);
+	res->outcome = DL_REFRESHED;
+	res->durable = 1;
+	res->token = token;
+	return 0;
+}
+
 int dl_locktab_restore_notify(struct dl_locktab *t, struct dl_str name,
 			      uint64_t token)
 {
@@ -1157,31 +1233,17 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
 	return 0;
 }
 
-int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
-		      struct dl_str name, uint64_t token, int reentry,
-		      const struct dl_requeue *requeue)
+/* dl_locktab_revoke's second half: the session waits again where it was
+ * served, with the lease's value (taken from it: *v, or NULL; *v is NULL
+ * once the waiter has it). */
+static int requeue_waiter(struct dl_locktab *t, struct dl_session *s,
+			  struct dl_str name, uint64_t token,
+			  const struct dl_requeue *requeue, struct dl_value **v)
 {
-	uint64_t now = dl__now_ms(t);
-	struct dl_lock *lk = dl__lock_find(t, name);
-	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+	struct dl_lock *lk;
 	struct dl_waiter *w;
 	uint32_t lim;
 
-	if (l && reentry != DL_REVOKE_RETRY) {
-		t->st.revokes++;
-		if (reentry) {
-			/* never the lease itself (locktab.h) */
-			if (l->count > 1) {
-				l->count--;
-				dl__mark_dirty(t, lk);
-			}
-		} else {
-			dl__changed(t, DL_CHANGE_WITHDRAWN, l,
-				    lk->nholders - 1u, DL_STR_NULL);
-			dl__lease_remove(t, l);
-			dl__serve(t, lk, now);
-		}
-	}
 	/* A closed session waits for nothing: its client left while the
 	 * grant waited for Redis, and the withdrawal is all there is to do
 	 * (found from outside: it was queued again with no owner, and the
@@ -1215,8 +1277,42 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 	w->warn_ms = requeue->warn_ms;
 	w->req = requeue->req;
 	w->notify = requeue->notify ? 1 : 0;
+	w->value = *v;
+	*v = NULL;
 	dl__waiter_requeue(lk, w, token);
 	return 0;
+}
+
+int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
+		      struct dl_str name, uint64_t token, int reentry,
+		      const struct dl_requeue *requeue)
+{
+	uint64_t now = dl__now_ms(t);
+	struct dl_lock *lk = dl__lock_find(t, name);
+	struct dl_lease *l = lk ? dl__holder_by_token(lk, token) : NULL;
+	struct dl_value *v = NULL;
+	int err;
+
+	if (l && reentry != DL_REVOKE_RETRY) {
+		t->st.revokes++;
+		if (reentry) {
+			/* never the lease itself (locktab.h) */
+			if (l->count > 1) {
+				l->count--;
+				dl__mark_dirty(t, lk);
+			}
+		} else {
+			dl__changed(t, DL_CHANGE_WITHDRAWN, l,
+				    lk->nholders - 1u, DL_STR_NULL);
+			/* its value goes with the waiter put back */
+			v = dl__value_take(t, l);
+			dl__lease_remove(t, l);
+			dl__serve(t, lk, now);
+		}
+	}
+	err = requeue_waiter(t, s, name, token, requeue, &v);
+	free(v);
+	return err;
 }
 
 int dl_locktab_quarantine(struct dl_locktab *t, struct dl_str name,

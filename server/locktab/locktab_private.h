@@ -55,6 +55,7 @@ struct dl_locktab {
 	struct dl_htab warns;	 /* struct dl_warn, by lease (side objects) */
 	struct dl_htab delays;	 /* struct dl_delay, by lock (side objects) */
 	struct dl_htab notifies; /* struct dl_notify, by lease (side objects) */
+	struct dl_htab values;	 /* struct dl_value, by lease (side objects) */
 	/* a grant made by the request being executed: its own news of
 	 * waiters waits for its reply (dl_locktab_tell_waiting) */
 	const struct dl_lease *replying;
@@ -129,10 +130,12 @@ void dl__lease_link(struct dl_locktab *t, struct dl_lease *l,
 		    struct dl_lock *lk, struct dl_owner *o, uint64_t token,
 		    uint32_t count, uint32_t ttl, uint64_t deadline,
 		    uint64_t now, int shared);
-/* A new grant: a lease with the next token, counted and marked dirty. */
+/* A new grant: a lease with the next token, counted and marked dirty;
+ * with the value *value (taken; NULL or *value NULL: none) before its
+ * watchers hear of it. */
 void dl__lease_grant(struct dl_locktab *t, struct dl_lease *l,
 		     struct dl_lock *lk, struct dl_owner *o, uint32_t ttl,
-		     uint64_t now, int shared);
+		     uint64_t now, int shared, struct dl_value **value);
 /* lk can take one more holder of this mode (reentries aside). */
 int dl__has_room(const struct dl_lock *lk, int shared);
 void dl__lease_remove(struct dl_locktab *t, struct dl_lease *l);
@@ -233,6 +236,27 @@ struct dl_notify {
 	struct dl__side side; /* keyed by the lease */
 };
 struct dl_notify *dl__notify_alloc(void);
+
+/* A lease's value (LOCK, REFRESH value=, locktab.h): struct dl_value,
+ * one per lease that has one, found only on locks with lk->valued. */
+struct dl_value {
+	struct dl_lease *lease;
+	uint8_t len;
+	char v[DL_VALUE_MAX];
+	struct dl__side side; /* keyed by the lease */
+};
+/* A value not given to a lease yet (NULL for len 0, or out of memory:
+ * *nomem set). */
+struct dl_value *dl__value_new(struct dl_str v, int *nomem);
+/* l, linked, gets *v (taken; *v NULL: nothing changes); the value it had
+ * is freed. 1 if l's value changed. */
+int dl__value_give(struct dl_locktab *t, struct dl_lease *l,
+		   struct dl_value **v);
+struct dl_value *dl__value_of(const struct dl_locktab *t,
+			      const struct dl_lease *l);
+/* l's value, taken from it (NULL: none): it goes on to a waiter put
+ * back (dl_locktab_revoke). */
+struct dl_value *dl__value_take(struct dl_locktab *t, struct dl_lease *l);
 /* l asks to be told (taking *spare if it has no object yet). */
 void dl__notify_set(struct dl_locktab *t, struct dl_lease *l,
 		    struct dl_notify **spare);

@@ -38,6 +38,11 @@
  * in t->notifies only while its lease holds, and only on a lock with
  * lk->notify (so a lock without it looks nothing up); it goes when the
  * lease goes (dl__lease_remove).
+ *
+ * Values (LOCK, REFRESH ... value=): struct dl_value, one per lease that
+ * has one. Invariants as news of waiters': only on a lock with
+ * lk->valued, gone with the lease; a waiter may own one (w->value) that
+ * is given to its lease at the grant, so that a grant never allocates.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -96,6 +101,8 @@ void dl__side_free_all(struct dl_locktab *t)
 				      offsetof(struct dl__side, hn));
 	free_side(&t->notifies, offsetof(struct dl_notify, side) +
 					offsetof(struct dl__side, hn));
+	free_side(&t->values, offsetof(struct dl_value, side) +
+				      offsetof(struct dl__side, hn));
 }
 
 /* ---- warnings ----------------------------------------------------------- */
@@ -461,4 +468,69 @@ void dl_locktab_tell_waiting(struct dl_locktab *t, struct dl_str name,
 
 	if (n && lk->nwaiters)
 		notify_tell(t, n, dl__now_ms(t));
+}
+
+/* ---- values ---------------------------------------------------------------
+ */
+
+struct dl_value *dl__value_new(struct dl_str v, int *nomem)
+{
+	struct dl_value *x;
+
+	if (!v.len || v.len > DL_VALUE_MAX)
+		return NULL;
+	if (!(x = calloc(1, sizeof(*x)))) {
+		*nomem = 1;
+		return NULL;
+	}
+	x->len = (uint8_t)v.len;
+	memcpy(x->v, v.p, v.len);
+	return x;
+}
+
+struct dl_value *dl__value_of(const struct dl_locktab *t,
+			      const struct dl_lease *l)
+{
+	struct dl__side *sd;
+
+	if (!l->lock->valued || !(sd = dl__side_find(t, &t->values, l)))
+		return NULL;
+	return (struct dl_value *)((char *)sd -
+				   offsetof(struct dl_value, side));
+}
+
+struct dl_value *dl__value_take(struct dl_locktab *t, struct dl_lease *l)
+{
+	struct dl_value *x = dl__value_of(t, l);
+
+	if (x)
+		dl_htab_remove(&t->values, &x->side.hn);
+	return x;
+}
+
+int dl__value_give(struct dl_locktab *t, struct dl_lease *l,
+		   struct dl_value **v)
+{
+	struct dl_value *old, *x = v ? *v : NULL;
+	int same;
+
+	if (!x)
+		return 0;
+	*v = NULL;
+	old = dl__value_take(t, l);
+	same = old && old->len == x->len && !memcmp(old->v, x->v, x->len);
+	free(old);
+	x->lease = l;
+	dl__side_insert(t, &t->values, &x->side, l);
+	l->lock->valued = 1;
+	dl__mark_dirty(t, l->lock); /* its record says it */
+	return !same;
+}
+
+struct dl_str dl_locktab_lease_value(const struct dl_locktab *t,
+				     const struct dl_lease *l)
+{
+	const struct dl_value *x = dl__value_of(t, l);
+
+	return x ? (struct dl_str){x->v, x->len} : DL_STR_NULL;
 }

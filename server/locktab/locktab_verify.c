@@ -17,6 +17,7 @@ struct verify {
 	uint64_t leases, waiters, locks, placeholders, timed, dirty, urgent;
 	uint64_t warns;	   /* leases with a warning */
 	uint64_t notifies; /* leases told of waiters */
+	uint64_t values;   /* leases with a value */
 	uint64_t delays;   /* locks with a delay */
 	uint64_t charged;  /* delays charged to an account */
 	uint64_t contended[DL_QUEUE_BUCKETS];
@@ -73,6 +74,25 @@ static int verify_notify(struct verify *v, const struct dl_lease *l)
 	return 0;
 }
 
+/* A lease's value: its own, on a lock that says it may have some (the
+ * lookup by address whatever lk->valued says, as for news of waiters). */
+static int verify_value(struct verify *v, const struct dl_lease *l)
+{
+	const struct dl__side *sd = dl__side_find(v->t, &v->t->values, l);
+	const struct dl_value *x =
+		sd ? (const struct dl_value *)((const char *)sd -
+					       offsetof(struct dl_value, side))
+		   : NULL;
+
+	if (!x)
+		return 0;
+	if (x->lease != l || !l->lock->valued || x->len == 0 ||
+	    x->len > DL_VALUE_MAX)
+		return fail(v, l->lock, "a value not its lease's");
+	v->values++;
+	return 0;
+}
+
 static int verify_holders(struct verify *v, const struct dl_lock *lk)
 {
 	const struct dl_lease *l, *m;
@@ -95,12 +115,14 @@ static int verify_holders(struct verify *v, const struct dl_lock *lk)
 					    "two leases of one owner or token");
 		if (l->shared != lk->holders->shared)
 			return fail(v, lk, "holders of both modes at once");
-		if (verify_warn(v, l) || verify_notify(v, l))
+		if (verify_warn(v, l) || verify_notify(v, l) ||
+		    verify_value(v, l))
 			return -1;
 		v->timed++;
 	}
-	if (!lk->holders && lk->notify)
-		return fail(v, lk, "news of waiters on a lock nobody holds");
+	if (!lk->holders && (lk->notify || lk->valued))
+		return fail(v, lk,
+			    "news of waiters or values on a lock nobody holds");
 	if (lk->limit < 1 ||
 	    (lk->holders && lk->holders->shared && lk->limit != 1))
 		return fail(v, lk,
@@ -291,6 +313,7 @@ int dl_locktab_verify(const struct dl_locktab *t, char *why, size_t whylen)
 	    v.dirty != t->ndirty || v.urgent != t->nurgent ||
 	    v.timed != dl_wheel_count(&t->wheel) || v.warns != t->warns.n ||
 	    v.delays != t->delays.n || v.notifies != t->notifies.n ||
+	    v.values != t->values.n ||
 	    memcmp(v.contended, t->st.contended, sizeof(v.contended)) != 0) {
 		snprintf(
 			why, whylen,

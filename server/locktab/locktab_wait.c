@@ -56,6 +56,7 @@ void dl__waiter_free(struct dl_locktab *t, struct dl_waiter *w)
 	} else {
 		t->placeholders--;
 	}
+	free(w->value);
 	dl_wheel_del(&t->wheel, &w->timer);
 	t->st.contended[dl_queue_bucket(lk->nwaiters)]--;
 	lk->nwaiters--;
@@ -241,7 +242,7 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 			   (l = dl__lease_alloc(waiter_tag(w), s->desc,
 						w->req)) != NULL) {
 			dl__lease_grant(t, l, lk, w->owner, w->ttl_ms, now,
-					w->shared);
+					w->shared, &w->value);
 		} else {
 			free(spare);
 			free(nspare);
@@ -264,6 +265,10 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 		if (w->notify)
 			dl__notify_set(t, l, &nspare);
 		free(nspare);
+		/* a reentry's value replaces the lease's */
+		if (dl__value_give(t, l, &w->value))
+			dl__changed(t, DL_CHANGE_VALUE, l, lk->nholders,
+				    DL_STR_NULL);
 		dl__lease_set_req(l, w->req);
 		dl__waiter_free(t, w);
 		served = 1;

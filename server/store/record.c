@@ -43,8 +43,8 @@ static uint64_t to_wall(uint64_t mono, int64_t off)
 #define LINE_ROOM                                                              \
 	(2 + 4 * 21 + 2 + DL_OWNER_KEY_MAX + 3 + 2 * DL_OWNER_PROOF_LEN + 6 +  \
 	 21 + 4 + DL_TAG_MAX + 2 + DESC_ROOM + REQ_ROOM)
-/* " req=<u64> notify=waiters" */
-#define REQ_ROOM  (5 + 20 + 15)
+/* " req=<u64> notify=waiters value=<text>" */
+#define REQ_ROOM  (5 + 20 + 15 + 7 + DL_VALUE_MAX)
 #define DESC_ROOM (7 + 20 + 6 + DL_DESC_HOST_MAX + 5 + 10 + 5 + DL_DESC_CMD_MAX)
 
 /* Version 1 can say it: an exclusive lock, nobody shared, no delay. */
@@ -79,7 +79,8 @@ static int keyed(const struct dl_locktab *t, const struct dl_lock *lk)
 
 	for (l = lk->holders; l; l = l->next)
 		if (l->has_desc || line_warn(t, l) || dl_lease_req(l) ||
-		    dl_locktab_lease_notify(t, l))
+		    dl_locktab_lease_notify(t, l) ||
+		    dl_locktab_lease_value(t, l).len)
 			return 1;
 	return 0;
 }
@@ -141,7 +142,7 @@ int dl_record_format(const struct dl_locktab *t, const struct dl_lock *lk,
 {
 	const struct dl_lease *l;
 	const struct dl_waiter *w;
-	struct dl_str o, tg;
+	struct dl_str o, tg, val;
 	uint32_t warn, delay = dl_locktab_lock_delay(t, lk, NULL);
 	int v4 = delay != 0, v3 = v4 || keyed(t, lk), v2 = v3 || !plain(lk);
 
@@ -190,6 +191,10 @@ int dl_record_format(const struct dl_locktab *t, const struct dl_lock *lk,
 		}
 		if (v3 && dl_locktab_lease_notify(t, l))
 			add_str(b, " notify=waiters", 15);
+		if (v3 && (val = dl_locktab_lease_value(t, l)).len) {
+			add_str(b, " value=", 7);
+			add_str(b, val.p, val.len);
+		}
 		tg = dl_lease_tag(l);
 		if (tg.len) {
 			add_str(b, " id=", 4);
@@ -309,6 +314,12 @@ static int extra_v3(struct dl_str w, struct dl_record_item *it)
 				       it->req == 0
 			       ? -1
 			       : 0;
+	if (it->kind == 'H' && kv_of(w, "value", &v)) {
+		if (it->value.len || dl_desc_check(v.p, v.len, DL_VALUE_MAX))
+			return -1;
+		it->value = v;
+		return 0;
+	}
 	if (it->kind == 'H' && kv_of(w, "notify", &v)) {
 		if (it->notify || v.len != 7 || memcmp(v.p, "waiters", 7))
 			return -1;

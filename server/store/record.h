@@ -56,7 +56,9 @@
  * A holder's line in version 3 may also say req=<n>, the request id of
  * the lease's last grant or reentry that carried one (LOCK req=), so that
  * a request sent again to the next daemon after a take-over finds its
- * grant; and notify=waiters when the lease asked to be told of waiters.
+ * grant; notify=waiters when the lease asked to be told of waiters; and
+ * value=<text>, the lease's value (LOCK value=: an elected leader's
+ * address, shown to its followers).
  * A daemon that skips them keeps the lease, safely: a retry is then a
  * reentry, which the clients give back, and the holder hears of no
  * waiter.
@@ -141,9 +143,10 @@ struct dl_record_item {
 	struct dl_str host, cmd;
 	uint32_t pid;
 	uint64_t since;
-	uint64_t warn_ms; /* H: warn=, 0 when absent */
-	uint64_t req;	  /* H: req=, 0 when absent */
-	uint8_t notify;	  /* H: notify=waiters */
+	uint64_t warn_ms;    /* H: warn=, 0 when absent */
+	uint64_t req;	     /* H: req=, 0 when absent */
+	uint8_t notify;	     /* H: notify=waiters */
+	struct dl_str value; /* H: value= (len 0: none) */
 };
 
 /* Parse a record, calling cb for each item in order (a D item, if the

@@ -370,6 +370,10 @@ static int load_lease(struct load_ctx *x, const struct dl_record_item *it)
 	if (r == 0 && it->warn_ms)
 		r = dl_locktab_restore_warn(x->st->tab, x->name, it->token,
 					    (uint32_t)it->warn_ms);
+	/* says what it said */
+	if (r == 0 && it->value.len)
+		r = dl_locktab_restore_value(x->st->tab, x->name, it->token,
+					     it->value);
 	/* and is told of waiters, if it asked */
 	if (r == 0 && it->notify)
 		r = dl_locktab_restore_notify(x->st->tab, x->name, it->token);

@@ -444,7 +444,9 @@ static size_t grammar(struct input *in, char *line, size_t cap)
 					     " req=1",
 					     " req=2",
 					     " notify=waiters",
-					     " req=1 notify=waiters"};
+					     " req=1 notify=waiters",
+					     " value=a",
+					     " value=b%20c notify=waiters"};
 	static const char *const owners[] = {"o1", "o2", "o3"};
 	/* who the client says it is: its leases carry it (records v3) */
 	static const char *const descs[] = {
@@ -463,16 +465,18 @@ static size_t grammar(struct input *in, char *line, size_t cap)
 					name == names[2]   ? pick(in, modes, 3)
 					: name == names[3] ? pick(in, limits, 5)
 							   : "",
-					pick(in, extras, 6), tag);
+					pick(in, extras, 8), tag);
 	if (strcmp(verb, "UNLOCK") == 0 || strcmp(verb, "REFRESH") == 0)
 		touch(token);
 	if (strcmp(verb, "UNLOCK") == 0 || strcmp(verb, "CHECK") == 0)
 		return (size_t)snprintf(line, cap, "%s %s %llu%s", verb, name,
 					(unsigned long long)token, tag);
 	if (strcmp(verb, "REFRESH") == 0)
-		return (size_t)snprintf(line, cap, "REFRESH %s %llu%s%s", name,
-					(unsigned long long)token,
-					pick(in, ttls, 6), tag);
+		return (size_t)snprintf(line, cap, "REFRESH %s %llu%s%s%s",
+					name, (unsigned long long)token,
+					pick(in, ttls, 6),
+					next(in) % 4 == 0 ? " value=v" : "",
+					tag);
 	if (strcmp(verb, "HELLO") == 0)
 		return (size_t)snprintf(line, cap, "HELLO owner=%s%s%s",
 					pick(in, owners, 3), pick(in, descs, 4),

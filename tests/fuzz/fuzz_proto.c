@@ -234,6 +234,8 @@ static void request_round_trip(const struct dl_request *r)
 		dl_fmt_kv_u64(&f, "req", r->req);
 	if (r->notify_waiters)
 		dl_fmt_word(&f, "notify=waiters");
+	if (r->value.len > 0)
+		dl_fmt_kv_str(&f, "value", r->value);
 	n = dl_fmt_end(&f, r->tag);
 	CHECK(n >= 2);
 	CHECK(buf[n - 2] == '\r' && buf[n - 1] == '\n' && buf[n] == '\0');
@@ -266,6 +268,7 @@ static void request_round_trip(const struct dl_request *r)
 	CHECK(r2.holds == r->holds);
 	CHECK(r2.req == r->req);
 	CHECK(r2.notify_waiters == r->notify_waiters);
+	CHECK(str_same(r2.value, r->value));
 }
 
 static void check_request(const char *line, size_t len)
