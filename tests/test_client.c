@@ -2855,3 +2855,86 @@ Test(client, a_holder_that_asked_is_told_when_others_wait, .init = start_none,
 	h_close(w1);
 	h_close(w2);
 }
+
+/* ---- elections ------------------------------------------------------------
+ */
+
+struct candidate {
+	dlock_client *c;
+	const char *value;
+	dlock_lease *l;
+	int rc;
+};
+
+static void *candidate_main(void *arg)
+{
+	struct candidate *k = arg;
+	struct dlock_lock_options lo;
+
+	dlock_lock_options_init(&lo);
+	lo.ttl_ms = 10000;
+	lo.wait_ms = 10000;
+	lo.value = k->value;
+	k->rc = dlock_acquire(k->c, "elect", &lo, &k->l);
+	return NULL;
+}
+
+static void next_watch(dlock_client *c, struct dlock_watch_event *ev,
+		       enum dlock_watch_kind kind)
+{
+	int rc = dlock_watch_next(c, ev, 5000);
+
+	cr_assert(eq(int, rc, 0), "watch: %s", dlock_strerror(rc));
+	cr_assert(eq(int, (int)ev->kind, (int)kind), "kind %d, want %d",
+		  (int)ev->kind, (int)kind);
+}
+
+/* A candidate is leader with its value; its follower reads it, hears it
+ * proclaim another (a space and all), and hears the next leader, with a
+ * higher term, once it resigns. */
+Test(client, an_election_is_held_followed_and_handed_over, .init = start_redis,
+     .fini = stop_all)
+{
+	struct candidate a = {.value = "host-a:7000"},
+			 b = {.value = "host-b:7000"};
+	struct dlock_watch_event ev;
+	struct dlock_status st;
+	dlock_client *o = client();
+	pthread_t th;
+	uint64_t term;
+
+	a.c = client();
+	b.c = client();
+	cr_assert(eq(int, dlock_watch(o, "elect", NULL), 0));
+	candidate_main(&a);
+	cr_assert(eq(int, a.rc, 0));
+	term = dlock_lease_token(a.l);
+	next_watch(o, &ev, DLOCK_WATCH_GRANTED);
+	assert_str(ev.value, "host-a:7000");
+	cr_assert(eq(int, dlock_status(o, "elect", &st), 0));
+	assert_str(st.value, "host-a:7000");
+	cr_assert(eq(u64, st.token, term));
+	cr_assert(eq(int, pthread_create(&th, NULL, candidate_main, &b), 0));
+	wait_waiters(o, "elect", 1);
+	/* the leader says another value: its followers hear it */
+	cr_assert(eq(int, dlock_proclaim(a.c, a.l, "host-a:7001 primary"), 0));
+	next_watch(o, &ev, DLOCK_WATCH_VALUE);
+	assert_str(ev.value, "host-a:7001 primary");
+	cr_assert(eq(u64, ev.token, term));
+	cr_assert(eq(int, dlock_status(o, "elect", &st), 0));
+	assert_str(st.value, "host-a:7001 primary");
+	/* it resigns: the next candidate leads, in a later term */
+	cr_assert(eq(int, dlock_unlock(a.c, a.l), 0));
+	next_watch(o, &ev, DLOCK_WATCH_RELEASED);
+	pthread_join(th, NULL);
+	cr_assert(eq(int, b.rc, 0));
+	cr_assert(gt(u64, dlock_lease_token(b.l), term));
+	next_watch(o, &ev, DLOCK_WATCH_GRANTED);
+	assert_str(ev.value, "host-b:7000");
+	cr_assert(eq(u64, ev.token, dlock_lease_token(b.l)));
+	cr_assert(eq(int, dlock_proclaim(b.c, b.l, ""), DLOCK_EINVAL));
+	dlock_unlock(b.c, b.l);
+	dlock_close(a.c);
+	dlock_close(b.c);
+	dlock_close(o);
+}

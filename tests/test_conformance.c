@@ -300,6 +300,7 @@ static void lock_options(char **w, int n, struct dlock_lock_options *lo)
 		lo->limit = (uint32_t)atoi(v);
 	if ((v = opt(w, n, "notify")))
 		lo->notify_waiters = strcmp(v, "waiters") == 0;
+	lo->value = opt(w, n, "value");
 }
 
 static const char *lock_word(int rc)
@@ -370,9 +371,10 @@ static int status_matches(int client, char **want, int nwant, char *seen,
 		return 0;
 	}
 	snprintf(seen, len,
-		 "%s token=%llu waiters=%u holders=%u mode=%s limit=%u",
+		 "%s token=%llu waiters=%u holders=%u mode=%s limit=%u "
+		 "value=%s",
 		 st.held ? "held" : "free", (unsigned long long)st.token,
-		 st.waiters, st.holders, st.mode, st.limit);
+		 st.waiters, st.holders, st.mode, st.limit, st.value);
 	if (strcmp(want[0], st.held ? "held" : "free") != 0)
 		return 0;
 	for (i = 1; i < nwant; i++) {
@@ -392,6 +394,9 @@ static int status_matches(int client, char **want, int nwant, char *seen,
 				return 0;
 		} else if (strncmp(want[i], "mode=", 5) == 0) {
 			if (strcmp(st.mode, eq + 1) != 0)
+				return 0;
+		} else if (strncmp(want[i], "value=", 6) == 0) {
+			if (strcmp(st.value, eq + 1) != 0)
 				return 0;
 		}
 	}
@@ -442,6 +447,16 @@ static void step_verb(int client, char **w, int n, char **want, int nwant)
 				   : dlock_strerror(rc),
 			   want[0]) != 0)
 			fail("refresh: %s, expected %s", dlock_strerror(rc),
+			     want[0]);
+	} else if (strcmp(verb, "proclaim") == 0) {
+		v = lease_of(w[2]);
+		rc = dlock_proclaim(c, v->l, w[3]);
+		if (strcmp(rc == 0 ? "ok"
+			   : rc == DLOCK_ENOTHOLDER || rc == DLOCK_ELOST
+				   ? "lost"
+				   : dlock_strerror(rc),
+			   want[0]) != 0)
+			fail("proclaim: %s, expected %s", dlock_strerror(rc),
 			     want[0]);
 	} else if (strcmp(verb, "check") == 0 || strcmp(verb, "break") == 0) {
 		v = lease_of(w[3]);

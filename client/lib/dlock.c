@@ -85,6 +85,7 @@
  * process's to renew, and on_lost never hears of it.
  */
 #include "client/lib/dlock_private.h"
+#include "proto/desc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -776,6 +777,9 @@ int dlock_acquire(dlock_client *c, const char *name,
 	q->delay = o->delay_ms;
 	q->notify = o->notify_waiters ? 1 : 0;
 	q->reqid = request_id(q);
+	if (o->value && o->value[0])
+		q->value[dl_desc_encode(o->value, strlen(o->value), q->value,
+					DL_VALUE_MAX)] = '\0';
 	if (wait_ms <= 0)
 		q->wait = wait_ms < 0 ? -1 : 0;
 	else
@@ -877,6 +881,39 @@ int dlock_refresh(dlock_client *c, dlock_lease *h, int64_t ttl_ms)
 	} else {
 		q->token = l->token;
 		q->ttl = ttl_ms ? ttl_ms : atomic_load(&l->ttl);
+		q->lease = l;
+		l->refs++;
+		q->deadline = dlock__now() + c->opt.request_timeout_ms;
+		err = dlock__call(c, &q);
+		dlock__req_free(q);
+	}
+	leave(c);
+	return err;
+}
+
+_Static_assert(DLOCK_VALUE_MAX == DL_VALUE_MAX, "dlock.h's value limit");
+
+int dlock_proclaim(dlock_client *c, dlock_lease *h, const char *value)
+{
+	struct dlock__lease *l;
+	struct dlock__req *q;
+	int err;
+
+	dlock__last_error_clear();
+	if (!c || !h || !value || !value[0])
+		return DLOCK_EINVAL;
+	if ((err = enter(c)) < 0)
+		return err;
+	l = h->l;
+	if (atomic_load(&h->lost)) {
+		err = DLOCK_ELOST;
+	} else if (!(q = dlock__req_new(DLOCK__REFRESH, l->name, 0))) {
+		err = DLOCK_ENOMEM;
+	} else {
+		q->token = l->token;
+		q->ttl = atomic_load(&l->ttl);
+		q->value[dl_desc_encode(value, strlen(value), q->value,
+					DL_VALUE_MAX)] = '\0';
 		q->lease = l;
 		l->refs++;
 		q->deadline = dlock__now() + c->opt.request_timeout_ms;

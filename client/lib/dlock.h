@@ -482,6 +482,10 @@ int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,
  * than one more hold (which would fail it with DLOCK_EHELDBYOWNER while
  * the hold it lost kept the lock busy).
  */
+/* The longest value a lease may say (dlock_lock_options.value), in bytes
+ * as sent: a space or '%' takes three ("%20"). */
+#define DLOCK_VALUE_MAX 128
+
 enum dlock_mode { DLOCK_EXCLUSIVE = 0, DLOCK_SHARED = 1 };
 
 struct dlock_lock_options {
@@ -495,11 +499,36 @@ struct dlock_lock_options {
 	int notify_waiters; /* 1: be told when others wait for the lease
 			       (options.on_contended, dlock_lease_waiters;
 			       LOCK notify=waiters) */
+	const char *value;  /* NULL: none; else what the lease says to whoever
+			       looks at the lock (an elected leader's
+			       address): see Elections below */
 };
 
 void dlock_lock_options_init(struct dlock_lock_options *o);
 int dlock_acquire(dlock_client *c, const char *name,
 		  const struct dlock_lock_options *o, dlock_lease **out);
+
+/*
+ * Elections. An election is a lock: candidates take it with
+ * dlock_acquire() and lo.value set to what their followers should know
+ * (an address), waiting as long as they are willing to stand; the holder
+ * is the leader, its lease's token the term (strictly growing: give it to
+ * what the leader writes to, which then refuses an older leader), and
+ * its lease is its leadership -- renewed by the library, lost as any
+ * lease is (on_lost, before another can be elected). Resigning is
+ * dlock_unlock(). Followers read the leader with dlock_status() (owner,
+ * token, value) and follow it with dlock_watch(): DLOCK_WATCH_GRANTED
+ * names a new leader and its value, DLOCK_WATCH_VALUE a new value of the
+ * same one, RELEASED, EXPIRED and BROKEN the end of a term.
+ *
+ * dlock_proclaim: the leader says a new value (REFRESH value=), which its
+ * followers are told of; the lease is refreshed too. 0, DLOCK_ENOTHOLDER
+ * (the lease is gone: no longer leader), DLOCK_ELOST, DLOCK_EINVAL (value
+ * NULL or empty), transport errors. A value is sent as a text value:
+ * printable ASCII, a space as %20, anything else as '?', cut at
+ * DLOCK_VALUE_MAX bytes; followers get it decoded.
+ */
+int dlock_proclaim(dlock_client *c, dlock_lease *l, const char *value);
 
 /* Release one hold and free the handle -- always, whatever the outcome,
  * like free(). 0 when the server released it (or one reentrant hold of
@@ -583,6 +612,9 @@ struct dlock_status {
 	/* grants are closed for this long (Redis forgot leases that may
 	 * still be held): a free lock admits nobody until then; 0: open */
 	int64_t closed_ms;
+	/* the first holder's value (LOCK value=: an elected leader's),
+	 * decoded; "" when none */
+	char value[DLOCK_VALUE_MAX + 1];
 };
 int dlock_status(dlock_client *c, const char *name, struct dlock_status *st);
 
@@ -603,9 +635,10 @@ struct dlock_holder {
 	const char *host;
 	uint32_t pid;
 	const char *cmd;
-	int64_t held_ms;  /* holder: how long it has held; -1: not said (a
-			     server before descriptions) */
-	const char *user; /* the owner's user (users file), "" if none */
+	int64_t held_ms;   /* holder: how long it has held; -1: not said (a
+			      server before descriptions) */
+	const char *user;  /* the owner's user (users file), "" if none */
+	const char *value; /* holder: its lease's value, decoded ("" none) */
 };
 
 /* Every holder of `name` in grant order, then every waiter in queue order
@@ -706,6 +739,8 @@ enum dlock_watch_kind {
 				    watched again */
 	DLOCK_WATCH_REFUSED,	 /* reconnected: watching `name` (the
 				    pattern) again failed with `error` */
+	DLOCK_WATCH_VALUE,	 /* the lease's holder gave it a new value
+				    (dlock_proclaim) */
 };
 
 struct dlock_watch_event {
@@ -719,6 +754,9 @@ struct dlock_watch_event {
 			       RESUMED: now (-1 for a prefix) */
 	uint64_t missed;    /* OVERFLOW */
 	int error;	    /* REFUSED: a DLOCK_E* code */
+	/* the lease's value (LOCK value=), decoded: "" when none; VALUE: the
+	 * new one */
+	char value[DLOCK_VALUE_MAX + 1];
 };
 
 /* Watch `pattern`. *holders (if not NULL) receives the lock's holders as

@@ -269,8 +269,8 @@ int dlock_locks(dlock_client *c, const char *prefix, const char *after,
  * [user= host= pid= cmd=]" */
 static int holders_line(char *line, struct dlock_holder *h)
 {
-	static const char *const desc[] = {"user", "host", "pid", "cmd",
-					   "held_ms"};
+	static const char *const desc[] = {"user", "host",    "pid",
+					   "cmd",  "held_ms", "value"};
 	struct dl_reply r;
 	struct dl_str v;
 	uint64_t n;
@@ -278,7 +278,7 @@ static int holders_line(char *line, struct dlock_holder *h)
 	int k;
 
 	memset(h, 0, sizeof(*h));
-	h->host = h->cmd = h->user = "";
+	h->host = h->cmd = h->user = h->value = "";
 	h->held_ms = -1;
 	if (dl_parse_body(line, strlen(line), &r) < 0 || r.argc < 1)
 		return DLOCK_EPROTO;

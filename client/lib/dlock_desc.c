@@ -118,6 +118,9 @@ int dlock__holder_word(struct dlock_holder *h, const char *key, char *value)
 			h->held_ms = (int64_t)v;
 	} else if (strcmp(key, "user") == 0) {
 		h->user = value;
+	} else if (strcmp(key, "value") == 0) {
+		dl_desc_decode(value, strlen(value), value, strlen(value) + 1);
+		h->value = value;
 	} else {
 		return 0;
 	}

@@ -158,14 +158,16 @@ struct dlock__req {
 	unsigned retries : 2;	   /* LOCK: ALREADY_WAITING answers */
 	char tag[DLOCK__TAG_SIZE]; /* id= of the last write */
 	char name[DL_NAME_MAX + 1];
-	uint64_t token;	   /* of UNLOCK REFRESH CHECK CONFIRM; LOCK's result */
-	int64_t ttl;	   /* ms, explicit (0 resolved to the server default) */
-	int64_t wait;	   /* LOCK: ms as asked, -1 forever */
-	int64_t warn;	   /* LOCK: warn= ms, 0 for none */
-	int64_t delay;	   /* LOCK: delay= ms, 0 for none */
-	uint64_t reqid;	   /* LOCK: req=, the same on every write */
-	uint32_t waiters;  /* CONFIRM: * WAITING said so before the lease
-			      was made (dlock__lease_waiting) */
+	uint64_t token;	  /* of UNLOCK REFRESH CHECK CONFIRM; LOCK's result */
+	int64_t ttl;	  /* ms, explicit (0 resolved to the server default) */
+	int64_t wait;	  /* LOCK: ms as asked, -1 forever */
+	int64_t warn;	  /* LOCK: warn= ms, 0 for none */
+	int64_t delay;	  /* LOCK: delay= ms, 0 for none */
+	uint64_t reqid;	  /* LOCK: req=, the same on every write */
+	uint32_t waiters; /* CONFIRM: * WAITING said so before the lease
+			     was made (dlock__lease_waiting) */
+	char value[DL_VALUE_MAX + 1]; /* LOCK, REFRESH: value=, as sent
+					 (encoded); "" for none */
 	int64_t wait_end;  /* LOCK: monotonic end of the wait, from the first
 			      write; DLOCK__NEVER for forever */
 	int64_t sent_at;   /* monotonic ms of the last write */
@@ -229,6 +231,8 @@ struct dlock__lease {
 	char broken_by[DL_USER_MAX + 1];
 	/* the waiters the server last said (* WAITING), 0: none said */
 	_Atomic uint32_t waiters;
+	/* its value as sent (LOCK, REFRESH value=), for a RECLAIM; "" */
+	char value[DL_VALUE_MAX + 1];
 };
 
 /* The public handle: one hold of a lease. */

@@ -19,6 +19,7 @@
  * record and touch none: their replies only carry an outcome.
  */
 #include "client/lib/dlock_private.h"
+#include "proto/desc.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -403,6 +404,9 @@ static int reply_refresh(struct dlock_client *c, struct dlock__req *q,
 		}
 		if (!l->dead && !l->unlocking)
 			dlock__lease_proof(l, r);
+		/* a new value (dlock_proclaim): the server has it */
+		if (q->value[0] && q->op == DLOCK__REFRESH)
+			memcpy(l->value, q->value, sizeof(l->value));
 		if (!l->dead && !l->unlocking) {
 			/* ms is what remains as the reply is sent, less than
 			 * the TTL by the time it waited for Redis: renewals
@@ -500,6 +504,8 @@ void dlock__status_extra(const struct dl_reply *r, struct dlock_status *st)
 		st->delay_left_ms = (int64_t)n;
 	if (dlock__kv_u64(r, "closed_ms", INT64_MAX, &n))
 		st->closed_ms = (int64_t)n;
+	if (dl_reply_kv(r, "value", &v) == 0 && v.len <= DL_VALUE_MAX)
+		dl_desc_decode(v.p, v.len, st->value, sizeof(st->value));
 }
 
 /* Room in q->stats for `need` more bytes, grown by doubling from `first`;

@@ -241,6 +241,8 @@ static void args_lock(struct dlock_client *c, struct dlock__req *q, int64_t now,
 		dl_fmt_kv_u64(f, "req", q->reqid);
 	if (q->notify)
 		dl_fmt_word(f, "notify=waiters");
+	if (q->value[0])
+		dl_fmt_kv_str(f, "value", str_of(q->value));
 }
 
 static void args_reclaim(struct dlock_client *c, struct dlock__req *q,
@@ -266,6 +268,8 @@ static void args_reclaim(struct dlock_client *c, struct dlock__req *q,
 		dl_fmt_kv_u64(f, "warn", (uint64_t)l->warn);
 	if (l->delay > 0)
 		dl_fmt_kv_u64(f, "delay", (uint64_t)l->delay);
+	if (l->value[0])
+		dl_fmt_kv_str(f, "value", str_of(l->value));
 }
 
 /* CONFIRM, REFRESH, RENEW */
@@ -276,6 +280,8 @@ static void args_refresh(struct dlock_client *c, struct dlock__req *q,
 	dl_fmt_word(f, q->name);
 	dl_fmt_u64(f, q->token);
 	dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
+	if (q->value[0])
+		dl_fmt_kv_str(f, "value", str_of(q->value));
 }
 
 static void args_refresh_token(struct dlock_client *c, struct dlock__req *q,
@@ -755,6 +761,8 @@ int dlock__lease_grant(struct dlock_client *c, struct dlock__req *q,
 		l->warn = q->warn;
 	if (q->delay > l->delay)
 		l->delay = q->delay;
+	if (q->value[0]) /* a reentry's replaces it, as the server's */
+		memcpy(l->value, q->value, sizeof(l->value));
 	dlock__lease_confirm(c, l, q, sent_at, ms);
 	h->l = l;
 	h->next = l->handles;

@@ -20,6 +20,7 @@
  * for a connection that does not read.
  */
 #include "client/lib/dlock_private.h"
+#include "proto/desc.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -46,6 +47,7 @@ static const char *const kind_words[] = {
 	[DLOCK_WATCH_EXPIRED] = "expired",
 	[DLOCK_WATCH_BROKEN] = "broken",
 	[DLOCK_WATCH_WITHDRAWN] = "withdrawn",
+	[DLOCK_WATCH_VALUE] = "value",
 };
 
 static void copy_str(char *dst, size_t cap, struct dl_str s)
@@ -159,6 +161,8 @@ int dlock__watch_event(struct dlock_client *c, const struct dl_reply *r)
 		copy_str(ev.user, sizeof(ev.user), v);
 	if (dl_reply_kv(r, "broken_by", &v) == 0)
 		copy_str(ev.broken_by, sizeof(ev.broken_by), v);
+	if (dl_reply_kv(r, "value", &v) == 0 && v.len <= DL_VALUE_MAX)
+		dl_desc_decode(v.p, v.len, ev.value, sizeof(ev.value));
 	push(c, &ev);
 	return 1;
 }
