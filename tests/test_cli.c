@@ -2420,3 +2420,47 @@ Test(cli, run_signals_the_command_when_others_wait)
 	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
 	h_close(w);
 }
+
+/* elect: a command runs while leader, its value is what followers read;
+ * when it ends, the next candidate leads, in a later term. */
+Test(cli, elect_runs_the_command_while_leader_and_leader_prints_its_value)
+{
+	struct proc a, b;
+	struct result r;
+	char sa[512], sb[512];
+	uint64_t ta, tb;
+
+	snprintf(sa, sizeof(sa),
+		 "echo $DLOCK_TOKEN > %s; while [ ! -e %s ]; do sleep 0.02; "
+		 "done",
+		 in_dir("term-a"), in_dir("stop-a"));
+	snprintf(sb, sizeof(sb), "echo $DLOCK_TOKEN > %s", in_dir("term-b"));
+	proc_start(&a, "elect", "grp", "--value", "host-a:7000 main", "--",
+		   "sh", "-c", sa, NULL);
+	ta = strtoull(wait_line(in_dir("term-a"), QUICK_MS), NULL, 10);
+	cr_assert(gt(u64, ta, 0));
+	dlock(&r, "leader", "grp", NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert_str_eq(r.out, "host-a:7000 main\n");
+	dlock(&r, "status", "grp", NULL);
+	cr_assert(strstr(r.out, "\nvalue=host-a:7000%20main\n") != NULL, "%s",
+		  r.out);
+	proc_start(&b, "elect", "grp", "--value", "host-b:7000", "--wait",
+		   "10s", "--", "sh", "-c", sb, NULL);
+	h_sleep_ms(200);
+	cr_assert(not(file_exists(in_dir("term-b"))), "one leader at a time");
+	/* the leader's command ends: it resigns */
+	fclose(fopen(in_dir("stop-a"), "w"));
+	proc_result(&a, &r, QUICK_MS);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	tb = strtoull(wait_line(in_dir("term-b"), QUICK_MS), NULL, 10);
+	cr_assert(gt(u64, tb, ta), "a later term");
+	proc_result(&b, &r, QUICK_MS);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	dlock(&r, "leader", "grp", "--json", NULL);
+	cr_assert(eq(int, r.status, 1), "nobody leads now: %s", r.out);
+	cr_assert(strstr(r.out, "\"leader\": null") != NULL, "%s", r.out);
+	dlock(&r, "elect", "grp", "--", "true", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	cr_assert(strstr(r.err, "elect needs --value") != NULL, "%s", r.err);
+}

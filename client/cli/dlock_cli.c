@@ -87,6 +87,7 @@ static const struct {
 	[OPT_OWNER_KEY_FILE] = {"owner-key-file", 1},
 	[OPT_DESCRIBE] = {"describe", 1},
 	[OPT_WAITED_SIGNAL] = {"signal-when-waited", 1},
+	[OPT_VALUE] = {"value", 1},
 	[OPT_HELP] = {"help", 0},
 	[OPT_VERSION] = {"version", 0},
 };
@@ -162,10 +163,10 @@ static const struct subcmd subcmds[] = {
 	{"run", dl_cli_run, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_GRACE) |
 		 OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_SHARED) | OPTB(OPT_LIMIT) |
-		 OPTB(OPT_DELAY) | OPTB(OPT_WAITED_SIGNAL),
+		 OPTB(OPT_DELAY) | OPTB(OPT_WAITED_SIGNAL) | OPTB(OPT_VALUE),
 	 "run <name> [--ttl D] [--wait D|inf] [--shared|--limit N] "
 	 "[--delay D] [--grace D] [--timeout D] [-E N] "
-	 "[--signal-when-waited SIG] [--] <command> [args...]",
+	 "[--signal-when-waited SIG] [--value V] [--] <command> [args...]",
 	 "Take the lock (waiting up to --wait, default inf), run the command\n"
 	 "in a process group of its own with DLOCK_NAME, DLOCK_TOKEN (the\n"
 	 "fencing token) and DLOCK_OWNER in its environment, renew the lease\n"
@@ -187,14 +188,37 @@ static const struct subcmd subcmds[] = {
 	 "--signal-when-waited SIG (USR1, USR2, HUP, INT, TERM or a number):\n"
 	 "send SIG to the command when others queue for the lock (when it\n"
 	 "is granted if some wait, then as the queue doubles or a second\n"
-	 "later), so that a job that can stop early lets them in.\n",
+	 "later), so that a job that can stop early lets them in.\n"
+	 "--value V: what the lease says to whoever looks at the lock\n"
+	 "(status, watch): see elect.\n",
+	 0},
+	{"elect", dl_cli_run, 1,
+	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_GRACE) |
+		 OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_VALUE) |
+		 OPTB(OPT_WAITED_SIGNAL),
+	 "elect <name> --value V [--ttl D] [--wait D|inf] [--grace D] "
+	 "[--timeout D] [-E N] [--] <command> [args...]",
+	 "Stand in the election <name>, waiting up to --wait (default inf)\n"
+	 "to be its leader, then run the command while leader, as run does:\n"
+	 "DLOCK_TOKEN is the term (it grows with every leader: give it to\n"
+	 "what the leader writes to), the leadership is renewed while the\n"
+	 "command runs and ends with it; if it is lost, the command is\n"
+	 "stopped before another can be elected and dlock exits 76. --value\n"
+	 "V (required, up to 128 bytes): what the leader says to its\n"
+	 "followers, e.g. its address; `dlock leader <name>` prints it,\n"
+	 "`dlock watch <name>` follows it.\n",
+	 0},
+	{"leader", dl_cli_leader, 1, OPTB(OPT_JSON), "leader <name> [--json]",
+	 "Print the value of the election's leader (what it gave --value)\n"
+	 "and exit 0; exit 1 if it has none (nobody leads). --json: one\n"
+	 "object with name, leader (its owner), term (its token) and value.\n",
 	 0},
 	{"lock", dl_cli_lock, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_CONFLICT_EXIT) |
 		 OPTB(OPT_SHARED) | OPTB(OPT_LIMIT) | OPTB(OPT_WARN) |
-		 OPTB(OPT_DELAY),
+		 OPTB(OPT_DELAY) | OPTB(OPT_VALUE),
 	 "lock <name> [--ttl D] [--wait D|inf] [--shared|--limit N] "
-	 "[--warn D] [--delay D] [-E N]",
+	 "[--warn D] [--delay D] [--value V] [-E N]",
 	 "Take the lock (waiting up to --wait, default inf), print its\n"
 	 "fencing token and exit. The lease is NOT renewed: it ends when its\n"
 	 "TTL (--ttl, default 30s) runs out, unless `dlock unlock` or\n"
@@ -660,6 +684,12 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 	case OPT_SHARED:
 		cl->shared = 1;
 		return 0;
+	case OPT_VALUE:
+		if (!v[0] || strlen(v) > DL_VALUE_MAX)
+			return dl_cli_usage_error(cl, "--value: 1 to %d bytes",
+						  DL_VALUE_MAX);
+		cl->value = v;
+		return 0;
 	case OPT_WAITED_SIGNAL:
 		if ((cl->waited_signal = signal_of(v)) == 0)
 			return dl_cli_usage_error(
@@ -913,6 +943,10 @@ static int parse_args(struct cli *cl, int argc, char **argv, int *done)
 							: "token");
 	if (cl->sub->fn == dl_cli_run && (!cl->command || !cl->command[0]))
 		return dl_cli_usage_error(cl, "missing the command to run");
+	if (strcmp(cl->sub->name, "elect") == 0 && !cl->value)
+		return dl_cli_usage_error(
+			cl, "elect needs --value: what the leader says to its "
+			    "followers (its address, say)");
 	old_spellings(cl);
 	if (cl->limit > DL_LIMIT_MAX)
 		return dl_cli_usage_error(

@@ -117,6 +117,7 @@ enum opt_id {
 	OPT_OWNER_KEY_FILE,
 	OPT_DESCRIBE,
 	OPT_WAITED_SIGNAL,
+	OPT_VALUE,
 	OPT_HELP,
 	OPT_VERSION,
 	OPT_COUNT_
@@ -169,6 +170,8 @@ struct cli {
 	uint64_t delay_ms; /* lock, run --delay: 0 for none */
 	int waited_signal; /* run --signal-when-waited: the signal the
 			      command gets when others wait (0: none) */
+	const char *value; /* lock, run, elect --value: the lease's value
+			      (NULL: none) */
 	uint64_t grace_ms;
 	int raw;
 	int json;	   /* --json: one JSON object on stdout */
@@ -253,6 +256,7 @@ int dl_cli_unlock(struct cli *cl);
 int dl_cli_refresh(struct cli *cl);
 int dl_cli_check(struct cli *cl);
 int dl_cli_status(struct cli *cl);
+int dl_cli_leader(struct cli *cl);
 int dl_cli_stats(struct cli *cl);
 int dl_cli_list(struct cli *cl);
 int dl_cli_break(struct cli *cl);

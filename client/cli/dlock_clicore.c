@@ -420,6 +420,7 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 	lo.warn_ms = (int64_t)cl->warn_ms;
 	lo.delay_ms = (int64_t)cl->delay_ms;
 	lo.notify_waiters = cl->waited_signal != 0;
+	lo.value = cl->value;
 	dl_cli_retry_init(&retry, cl, wait > 0 ? t0 + wait : 0);
 	while ((rc = dlock_acquire(c, name, &lo, l)) != 0 &&
 	       dl_cli_retry(&retry, rc)) {

@@ -386,6 +386,55 @@ static void print_member(const struct dlock_holder *h)
 	putchar('\n');
 }
 
+/* A value as the wire says it (one word: a space is %20), between pre
+ * and post. */
+static void print_value(const char *pre, const char *v, const char *post)
+{
+	char w[DL_VALUE_MAX + 1];
+
+	w[dl_desc_encode(v, strlen(v), w, DL_VALUE_MAX)] = '\0';
+	printf("%s%s%s", pre, w, post);
+}
+
+int dl_cli_leader(struct cli *cl)
+{
+	struct dlock_status st;
+	struct dl_cli_retry retry;
+	dlock_client *c;
+	int rc;
+
+	if ((rc = dl_cli_simple_connect(cl, &c)) != 0)
+		return rc;
+	dl_cli_retry_init(&retry, cl, 0);
+	while ((rc = dlock_status(c, cl->pos[0], &st)) != 0 &&
+	       dl_cli_retry(&retry, rc))
+		;
+	dlock_close(c);
+	if (rc != 0)
+		return dl_cli_fail(rc, "leader");
+	if (cl->json) {
+		fputs("{\"name\": ", stdout);
+		dl_cli_json_str(stdout, cl->pos[0]);
+		fputs(", \"leader\": ", stdout);
+		dl_cli_json_str_or_null(stdout, st.held ? st.owner : "");
+		if (st.held)
+			printf(", \"term\": \"%" PRIu64 "\"", st.token);
+		else
+			fputs(", \"term\": null", stdout);
+		fputs(", \"value\": ", stdout);
+		dl_cli_json_str_or_null(stdout, st.held ? st.value : "");
+		fputs("}\n", stdout);
+	} else if (st.held) {
+		printf("%s\n", st.value);
+	}
+	if (!st.held) {
+		if (!cl->json)
+			dl_cli_msg("%s has no leader", cl->pos[0]);
+		return 1;
+	}
+	return 0;
+}
+
 int dl_cli_status(struct cli *cl)
 {
 	struct members m = {0};
@@ -425,6 +474,10 @@ int dl_cli_status(struct cli *cl)
 			       st.delay_ms, st.delay_left_ms);
 		if (st.closed_ms) /* grants closed: Redis forgot */
 			printf(", \"closed_ms\": %" PRId64, st.closed_ms);
+		if (st.value[0]) { /* the first holder's: a leader's */
+			fputs(", \"value\": ", stdout);
+			dl_cli_json_str(stdout, st.value);
+		}
 		fputs(", \"holders_list\": [", stdout);
 		for (i = 0, first = 1; i < m.n; i++)
 			if (!m.v[i].h.waiter) {
@@ -458,6 +511,8 @@ int dl_cli_status(struct cli *cl)
 			       st.delay_ms, st.delay_left_ms);
 		if (st.closed_ms)
 			printf("closed_ms=%" PRId64 "\n", st.closed_ms);
+		if (st.value[0])
+			print_value("value=", st.value, "\n");
 		for (i = 0; i < m.n; i++)
 			print_member(&m.v[i].h);
 	} else {

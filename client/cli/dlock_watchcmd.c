@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "client/cli/dlock_cli.h"
+#include "proto/desc.h"
 
 /* `dlock watch` stops after a signal within this (its wait for events
  * is this long at most). */
@@ -40,6 +41,7 @@ static const char *const kinds[] = {
 	[DLOCK_WATCH_OVERFLOW] = "overflow",
 	[DLOCK_WATCH_RESUMED] = "resumed",
 	[DLOCK_WATCH_REFUSED] = "refused",
+	[DLOCK_WATCH_VALUE] = "value",
 };
 
 /* One event on stdout: "<what> <name> <owner> <token> holders=<n>
@@ -77,6 +79,10 @@ static void print_event(const struct dlock_watch_event *ev, int json)
 			fputs(", \"broken_by\": ", stdout);
 			dl_cli_json_str(stdout, ev->broken_by);
 		}
+		if (ev->value[0]) {
+			fputs(", \"value\": ", stdout);
+			dl_cli_json_str(stdout, ev->value);
+		}
 		fputs("}\n", stdout);
 		return;
 	}
@@ -97,6 +103,13 @@ static void print_event(const struct dlock_watch_event *ev, int json)
 		printf(" user=%s", ev->user);
 	if (ev->broken_by[0])
 		printf(" broken_by=%s", ev->broken_by);
+	if (ev->value[0]) { /* one word, as the wire says it */
+		char w[DLOCK_VALUE_MAX + 1];
+
+		w[dl_desc_encode(ev->value, strlen(ev->value), w,
+				 DLOCK_VALUE_MAX)] = '\0';
+		printf(" value=%s", w);
+	}
 	putchar('\n');
 }
 
