@@ -89,6 +89,7 @@ abstract sealed class Core permits Protocol {
         long reqId; // LOCK: the acquire's request id (req=, unsigned, never 0), the same on every write of it
         boolean notify; // LOCK: notify=waiters
         int waiters; // CONFIRM: what a * WAITING said of its grant before the lease was made
+        String value = ""; // LOCK: the lease's value; REFRESH: a proclaim's new one (encoded as sent; "": none)
         String tag = "";
         double sentAt;
         Where where = Where.NOWHERE;
@@ -259,16 +260,22 @@ abstract sealed class Core permits Protocol {
                 // the same id on every write of this acquire, to a server that takes it (a 0.3 one refuses it)
                 if (q.reqId != 0 && takesReq) l.kv("req", Long.toUnsignedString(q.reqId));
                 if (q.notify) l.kv("notify", "waiters");
+                l.kv("value", q.value);
                 return l.build(q.tag);
             }
-            case "CONFIRM": case "RENEW": case "REFRESH":
-                return new Wire.Line("REFRESH", q.name, Wire.u64(q.token)).kv("ttl", String.valueOf((long) q.ttl)).build(q.tag);
+            case "CONFIRM": case "RENEW": case "REFRESH": {
+                Wire.Line l = new Wire.Line("REFRESH", q.name, Wire.u64(q.token)).kv("ttl", String.valueOf((long) q.ttl));
+                // a proclaim's value; a CONFIRM's grant has the LOCK's already
+                if (q.op.equals("REFRESH")) l.kv("value", q.value);
+                return l.build(q.tag);
+            }
             case "RECLAIM": {
                 Lease l = q.lease;
                 Wire.Line ln = new Wire.Line("RECLAIM", q.name, Wire.u64(q.token)).kv("proof", l.proof)
                         .kv("until", String.valueOf(l.until)).kv("ttl", String.valueOf((long) q.ttl));
                 if (l.mode == Lease.Mode.SHARED) ln.kv("mode", "shared");
                 if (l.limit > 1) ln.kv("limit", String.valueOf(l.limit));
+                ln.kv("value", l.value); // what the lost record held
                 return ln.build(q.tag);
             }
             case "UNLOCK": case "CHECK":

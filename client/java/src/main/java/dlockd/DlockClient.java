@@ -358,7 +358,8 @@ public final class DlockClient implements AutoCloseable {
      * is cancelled at the server, and a grant that crossed the cancel is given back).
      *
      * @param name the lock
-     * @param opts TTL, wait, mode, renewal, news of waiters ({@link LockOptions#notifyWaiters()})
+     * @param opts TTL, wait, mode, renewal, news of waiters ({@link LockOptions#notifyWaiters()}), the lease's value
+     *     ({@link LockOptions#value(String)})
      * @return the lease
      * @throws BusyException with a zero wait when the lock is busy
      * @throws LockTimeoutException when the wait ran out, or no reply came within the server timeout
@@ -407,7 +408,8 @@ public final class DlockClient implements AutoCloseable {
      * client thread; cancelling a dependent stage does not cancel the request.
      *
      * @param name the lock
-     * @param opts TTL, wait, mode, renewal, news of waiters ({@link LockOptions#notifyWaiters()})
+     * @param opts TTL, wait, mode, renewal, news of waiters ({@link LockOptions#notifyWaiters()}), the lease's value
+     *     ({@link LockOptions#value(String)})
      * @return the lease, to come; failed with the exceptions of {@link #lock(String, LockOptions)}
      */
     public CompletableFuture<Lease> lockAsync(String name, LockOptions opts) {
@@ -460,11 +462,13 @@ public final class DlockClient implements AutoCloseable {
         final double start = Engine.nowMs();
         final double waitMs = lc.wait == null ? -1 : lc.wait.toNanos() / 1e6;
         final long reqId = requestId();
+        final String value = Wire.descEncode(lc.value, Wire.VALUE_MAX);
         CompletableFuture<Object> fo = objectFuture(f);
         return e.submitCall(now -> {
             Engine.Req q = new Engine.Req("LOCK", name);
             q.reqId = reqId;
             q.notify = lc.notifyWaiters;
+            q.value = value;
             q.start = start;
             q.wait = waitMs;
             q.shared = lc.shared;
@@ -559,8 +563,8 @@ public final class DlockClient implements AutoCloseable {
     }
 
     /**
-     * Watches locks one does not hold: every change of their holders, whoever made it, until the watch or the client
-     * is closed. After a reconnect or a fail-over the client watches again and queues a
+     * Watches locks one does not hold: every change of their holders or of a holder's value, whoever made it, until
+     * the watch or the client is closed. After a reconnect or a fail-over the client watches again and queues a
      * {@link WatchEvent.Kind#RESUMED} event for each pattern (what changed meanwhile was not seen), or
      * {@link WatchEvent.Kind#REFUSED}.
      *

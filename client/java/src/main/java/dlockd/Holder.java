@@ -20,9 +20,11 @@ import java.util.List;
  * @param host what it said of its machine, or ""
  * @param pid its process id, 0 when not said
  * @param cmd its command, or ""
+ * @param value a holder's value ({@link LockOptions#value(String)}), decoded; "" when it has none, and for a waiter
  */
 public record Holder(String owner, String user, boolean waiter, String mode, long token, Duration ttl, int count,
-        int position, Duration waitLeft, boolean restored, Duration heldFor, String host, int pid, String cmd) {
+        int position, Duration waitLeft, boolean restored, Duration heldFor, String host, int pid, String cmd,
+        String value) {
 
     static Holder of(String s) {
         List<String> w = Wire.fields(s);
@@ -35,7 +37,8 @@ public record Holder(String owner, String user, boolean waiter, String mode, lon
         return new Holder(w.get(1), r.kvs("user"), w.get(0).equals("waiter"), mode, Wire.atou(r.kvs("token")),
                 Status.ms(r.kvs("ttl_ms")), Wire.atoi(r.kvs("count")), Wire.atoi(r.kvs("position")), wait,
                 w.subList(2, w.size()).contains("restored"), Status.ms(r.kvs("held_ms")),
-                Wire.descDecode(r.kvs("host")), Wire.atoi(r.kvs("pid")), Wire.descDecode(r.kvs("cmd")));
+                Wire.descDecode(r.kvs("host")), Wire.atoi(r.kvs("pid")), Wire.descDecode(r.kvs("cmd")),
+                Wire.valueDecode(r.kv("value")));
     }
 
     static Holder ofBusy(Wire.Reply r) {
@@ -43,6 +46,6 @@ public record Holder(String owner, String user, boolean waiter, String mode, lon
         if (owner == null) return null;
         return new Holder(owner, r.kvs("user"), false, "", 0, Status.ms(r.arg(1)), 0, 0, Duration.ZERO, false,
                 Status.ms(r.kvs("held_ms")), Wire.descDecode(r.kvs("host")), Wire.atoi(r.kvs("pid")),
-                Wire.descDecode(r.kvs("cmd")));
+                Wire.descDecode(r.kvs("cmd")), Wire.valueDecode(r.kv("value")));
     }
 }

@@ -28,6 +28,10 @@ import java.util.function.IntConsumer;
  * requests wait for its lock ({@code * WAITING}): {@link #onContended} listeners run, {@link #waiters()} says the
  * count. A holder that can let go early does so.
  *
+ * <p><b>Elections.</b> A lease taken with {@link LockOptions#value(String)} says that value to whoever looks at its
+ * lock ({@link Status#value()}, {@link WatchEvent#value()}): held on an election's lock, it is the leadership, and
+ * {@link #token()} the term. {@link #proclaim} says another value; {@link #unlock()} resigns.
+ *
  * <p><b>Before acting</b> on what the lock protects, call {@link #isValid()} (it reads the clock itself, so it turns
  * false in time even if no client thread ran) and pass {@link #token()} along to the resource.
  *
@@ -65,6 +69,7 @@ public final class Lease implements AutoCloseable {
     Engine.Ticket ticket;
     double lostAtM;
     int lockWrites = 1; // how often its LOCK was written: the holds it may have made (bounds UNLOCK's resends)
+    String value = ""; // its value as sent (LOCK value=, then each proclaim the server took): a RECLAIM says it
 
     // the public view, under mu
     private final ReentrantLock mu = new ReentrantLock();
@@ -386,6 +391,29 @@ public final class Lease implements AutoCloseable {
      */
     public void refresh(Duration ttl) {
         if (ttl != null && (ttl.isNegative() || ttl.isZero())) throw new IllegalArgumentException("ttl " + ttl + ": must be positive");
+        refresh(ttl, "");
+    }
+
+    /**
+     * Gives the lease a new value (see {@link LockOptions#value(String)}): an elected leader says where its followers
+     * should now go. The lock's watchers are told ({@link WatchEvent.Kind#VALUE}) once the server has it, and
+     * {@link DlockClient#status} shows it. The lease is refreshed too, for its TTL, as {@link #refresh} does
+     * ({@code REFRESH <name> <token> ttl=<its TTL> value=<text>}). The value is sent as a text value (printable
+     * ASCII, a space as {@code %20}, any other byte '?', at most 128 bytes as sent) and kept by the lease.
+     *
+     * @param value the new value, not empty
+     * @throws IllegalArgumentException if the value is null or empty (nothing is sent)
+     * @throws LeaseLostException if the lease is gone: the server answered {@code NOT_HOLDER} (the leader lost its
+     *     lease, and the lease is lost) or it was lost before
+     * @throws NotHolderException if it was released
+     */
+    public void proclaim(String value) {
+        if (value == null || value.isEmpty()) throw new IllegalArgumentException("proclaim: the value is empty");
+        refresh(null, Wire.descEncode(value, Wire.VALUE_MAX));
+    }
+
+    /** REFRESH, with ttl (null: the lease's TTL) and a new value (encoded; "": none). */
+    private void refresh(Duration ttl, String value) {
         c.await(c.submitCall(now -> {
             if (lostM != LostReason.NOT_LOST) {
                 LeaseLostException e = lostCause();
@@ -395,6 +423,7 @@ public final class Lease implements AutoCloseable {
             Engine.Req q = new Engine.Req("REFRESH", name);
             q.token = token;
             q.ttl = ttl == null ? this.ttl : Wire.durMs(ttl);
+            q.value = value;
             q.lease = this;
             return q;
         }, false));

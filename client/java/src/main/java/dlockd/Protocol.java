@@ -439,7 +439,8 @@ abstract sealed class Protocol extends Core permits Engine {
             case "WATCH": {
                 if (r.args.size() < 4) return;
                 WatchEvent ev = new WatchEvent(WatchEvent.kindOf(r.args.get(1)), name, r.args.get(2), r.kvs("user"),
-                        Wire.atou(r.args.get(3)), Wire.atoi(r.kvs("holders")), r.kvs("broken_by"), 0);
+                        Wire.atou(r.args.get(3)), Wire.atoi(r.kvs("holders")), r.kvs("broken_by"), 0,
+                        Wire.valueDecode(r.kv("value")));
                 for (Watch x : watches) if (x.matches(name)) x.deliver(ev);
                 break;
             }
@@ -646,6 +647,7 @@ abstract sealed class Protocol extends Core permits Engine {
         l.ttl = q.ttl;
         l.renew = q.renew;
         l.lockWrites = Math.max(q.lockWrites, 1);
+        l.value = q.value;
         confirmLease(l, q, sentAt, ms);
         double now = nowMs();
         if (now >= l.deadlineM - guardMs(l.ttl)) {
@@ -702,6 +704,7 @@ abstract sealed class Protocol extends Core permits Engine {
                 finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may refresh so: " + r.text()), null);
                 return true;
             }
+            if (q.op.equals("REFRESH") && !q.value.isEmpty()) l.value = q.value; // a proclaim: the server has it
             if (l.live()) {
                 if (q.op.equals("REFRESH")) l.ttl = q.ttl;
                 l.noteProof(r);

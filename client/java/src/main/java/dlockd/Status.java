@@ -24,10 +24,12 @@ import java.time.Duration;
  * @param delay the lock's lock-delay (0: none)
  * @param delayLeft what is left of the delay while it runs
  * @param closed how long grants stay closed (the server's Redis forgot leases), 0 normally
+ * @param value the first holder's value ({@link LockOptions#value(String)}: an elected leader's), decoded; "" when it
+ *     has none
  */
 public record Status(String name, boolean held, long token, Duration ttl, int count, String owner, String user,
         int waiters, String mode, int limit, int holders, Duration heldFor, String host, int pid, String cmd,
-        Duration delay, Duration delayLeft, Duration closed) {
+        Duration delay, Duration delayLeft, Duration closed, String value) {
 
     static Duration ms(String v) {
         return Duration.ofMillis(Wire.atoi(v));
@@ -43,13 +45,13 @@ public record Status(String name, boolean held, long token, Duration ttl, int co
                 Wire.atoi(r.kvs("count")), owner, r.kvs("user"), Wire.atoi(r.kvs("waiters")), mode, limit,
                 Wire.atoi(r.kvs("holders")), ms(r.kvs("held_ms")), Wire.descDecode(r.kvs("host")),
                 Wire.atoi(r.kvs("pid")), Wire.descDecode(r.kvs("cmd")), ms(r.kvs("delay_ms")),
-                ms(r.kvs("delay_left_ms")), ms(r.kvs("closed_ms")));
+                ms(r.kvs("delay_left_ms")), ms(r.kvs("closed_ms")), Wire.valueDecode(r.kv("value")));
     }
 
     Status withFirst(Holder f, boolean isHeld) {
         if (f == null) return new Status(name, isHeld, token, ttl, count, owner, user, waiters, mode, limit, holders,
-                heldFor, host, pid, cmd, delay, delayLeft, closed);
+                heldFor, host, pid, cmd, delay, delayLeft, closed, value);
         return new Status(name, isHeld, f.token(), f.ttl(), f.count(), f.owner(), f.user(), waiters, mode, limit,
-                holders, f.heldFor(), f.host(), f.pid(), f.cmd(), delay, delayLeft, closed);
+                holders, f.heldFor(), f.host(), f.pid(), f.cmd(), delay, delayLeft, closed, f.value());
     }
 }

@@ -14,6 +14,8 @@ final class Wire {
     static final int KEY_MAX = 64;
     static final int DESC_HOST_MAX = 64;
     static final int DESC_CMD_MAX = 128;
+    /** A lease's value (LOCK/REFRESH value=), in bytes as sent: a space or '%' takes three (DL_VALUE_MAX). */
+    static final int VALUE_MAX = 128;
     static final int LIMIT_MAX = 1024;
     static final long DURATION_MAX_MS = 1_000_000_000_000L;
     /** A line from the server longer than this (without its LF) is a protocol error. */
@@ -80,19 +82,28 @@ final class Wire {
         if (!ok) throw new IllegalArgumentException("bad cluster id '" + id + "': 32 hex digits");
     }
 
-    /** A description's text as HELLO sends it: printable ASCII kept, space and '%' escaped, anything else '?'; cut at max, never inside an escape. */
+    /**
+     * A text value as it is sent (a description's, HELLO host= and cmd=, or a lease's value=; proto/desc.c
+     * dl_desc_encode): of the text's UTF-8 bytes, printable ASCII is kept, a space and '%' are escaped (%20, %25), any
+     * other byte is '?'; cut at max bytes, never inside an escape.
+     */
     static String descEncode(String text, int max) {
         StringBuilder b = new StringBuilder();
-        for (int i = 0; i < text.length(); i++) {
-            char c = text.charAt(i);
+        for (byte x : text.getBytes(java.nio.charset.StandardCharsets.UTF_8)) {
+            int c = x & 0xff;
             String e;
-            if (c == ' ' || c == '%') e = String.format("%%%02X", (int) c);
-            else if (c >= '!' && c <= '~') e = String.valueOf(c);
+            if (c == ' ' || c == '%') e = String.format("%%%02X", c);
+            else if (c >= '!' && c <= '~') e = String.valueOf((char) c);
             else e = "?";
             if (b.length() + e.length() > max) break;
             b.append(e);
         }
         return b.toString();
+    }
+
+    /** A lease's value as the server says it (value=), decoded; "" when absent or longer than a value may be. */
+    static String valueDecode(String v) {
+        return v == null || v.length() > VALUE_MAX ? "" : descDecode(v);
     }
 
     /** What a description's value says, for people. */

@@ -294,6 +294,7 @@ class ConformanceTest {
             if ("shared".equals(o.get("mode"))) lo = lo.shared();
             if (o.containsKey("limit")) lo = lo.limit(Integer.parseInt(o.get("limit")));
             if ("waiters".equals(o.get("notify"))) lo = lo.notifyWaiters();
+            if (o.containsKey("value")) lo = lo.value(o.get("value"));
             if (!sc.renew()) lo = lo.noRenew();
             return lo;
         }
@@ -398,6 +399,21 @@ class ConformanceTest {
                     expect("refresh", got, want);
                     break;
                 }
+                case "proclaim": { // <c> proclaim <L> <word>
+                    if (words.length < 4) fail("proclaim: <L> <word>");
+                    String got = "ok";
+                    try {
+                        lease(words[2]).proclaim(words[3]);
+                        Watched w = watched.get(lease(words[2]));
+                        if (w != null) sampleNow(w); // the deadline its refresh set, at once
+                    } catch (LeaseLostException e) {
+                        got = "lost";
+                    } catch (DlockException e) {
+                        got = e.toString();
+                    }
+                    expect("proclaim", got, want);
+                    break;
+                }
                 case "check":
                 case "break": {
                     long tok = lease(words[3]).token();
@@ -449,6 +465,7 @@ class ConformanceTest {
                     case "holders": got = String.valueOf(st.holders()); break;
                     case "mode": got = st.mode(); break;
                     case "limit": got = String.valueOf(st.limit()); break;
+                    case "value": got = st.value(); break;
                     default: fail("status: unknown field " + k);
                 }
                 if (!v.equals(got)) return false;

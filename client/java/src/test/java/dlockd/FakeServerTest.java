@@ -122,6 +122,29 @@ class FakeServerTest {
     }
 
     @Test
+    void aValueIsSentAsATextValue() throws Exception {
+        try (Fake f = new Fake((n, l) -> {
+            if (l.startsWith("LOCK e ")) return "OK GRANTED e 5 9000 holds=1";
+            if (l.startsWith("REFRESH e 5 ")) return "OK REFRESHED e 9000";
+            if (l.startsWith("UNLOCK e 5")) return "OK RELEASED e";
+            return null;
+        }); DlockClient c = Daemons.client(f.addr()).build()) {
+            // printable ASCII kept, ' ' and '%' escaped, any other byte (of UTF-8) '?'
+            Lease l = c.lock("e", LockOptions.ttl(Duration.ofSeconds(10)).value("a b%c\u00e9"));
+            assertTrue(f.seen.stream().anyMatch(x -> x.startsWith("1 LOCK e ") && x.contains(" value=a%20b%25c?? ")), f.seen.toString());
+            // cut at 128 bytes as sent, never inside an escape: 42 escapes (126), not a 43rd
+            l.proclaim(" ".repeat(50) + "z");
+            String v = " value=" + "%20".repeat(42) + " id=";
+            assertTrue(f.seen.stream().anyMatch(x -> x.startsWith("1 REFRESH e 5 ttl=10000") && x.contains(v)), f.seen.toString());
+            long sent = f.seen.stream().filter(x -> x.contains(" value=")).count();
+            assertThrows(IllegalArgumentException.class, () -> l.proclaim(""));
+            l.refresh(null); // after it, in order: had it sent anything, it would be seen by now
+            assertEquals(sent, f.seen.stream().filter(x -> x.contains(" value=")).count(), "nothing sent");
+            l.unlock();
+        }
+    }
+
+    @Test
     void noReplyInTimeIsATimeout() throws Exception {
         try (Fake f = new Fake((n, l) -> l.startsWith("STATUS") ? "-" : null);
              DlockClient c = Daemons.client(f.addr()).serverTimeout(Duration.ofMillis(300)).build()) {
