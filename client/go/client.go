@@ -77,6 +77,7 @@ type req struct {
 	limit     int
 	reqID     uint64 // LOCK: the acquire's request id (req=), the same on every write
 	notify    bool   // LOCK: notify=waiters
+	value     string // LOCK (and its CONFIRM): the lease's value; REFRESH: a new one (Proclaim); as sent
 	waiters   int    // CONFIRM: a * WAITING told before the lease was made
 	reason    string // BREAK
 	renew     bool

@@ -241,6 +241,9 @@ func (r *run) lockOpts(sc *scenClient, words []string) (string, []LockOption) {
 	if o["notify"] == "waiters" {
 		lo = append(lo, NotifyWaiters())
 	}
+	if v, ok := o["value"]; ok {
+		lo = append(lo, Value(v))
+	}
 	if !sc.renew {
 		lo = append(lo, NoRenew())
 	}
@@ -357,6 +360,17 @@ func (r *run) verb(sc *scenClient, words, want []string) {
 			got = err.Error()
 		}
 		expect("refresh", got)
+	case "proclaim": // <c> proclaim <L> <word>: a leader's new value
+		if len(words) < 4 {
+			r.fail("proclaim: no value")
+		}
+		got := "ok"
+		if err := r.lease(words[2]).Proclaim(r.ctx(), words[3]); errors.Is(err, ErrLost) || errors.Is(err, ErrNotHolder) {
+			got = "lost"
+		} else if err != nil {
+			got = err.Error()
+		}
+		expect("proclaim", got)
 	case "check", "break":
 		tok := r.lease(words[3]).Token()
 		got := map[string]string{"check": "valid", "break": "ok"}[words[1]]
@@ -414,6 +428,8 @@ func (r *run) statusMatches(st Status, want []string) bool {
 			got = st.Mode
 		case "limit":
 			got = strconv.Itoa(st.Limit)
+		case "value":
+			got = st.Value
 		default:
 			r.fail("status: unknown field %s", k)
 		}

@@ -480,14 +480,19 @@ func (c *Client) event(r *reply, now float64) {
 		if len(r.args) < 4 {
 			return
 		}
+		kind := EventKind(r.args[1])
+		if !serverKinds[kind] {
+			return // a <what> of a later version: ignored
+		}
 		ev := Event{
-			Kind:     EventKind(r.args[1]),
+			Kind:     kind,
 			Name:     name,
 			Owner:    r.args[2],
 			Token:    atou(r.args[3]),
 			Holders:  atoi(r.kvs("holders")),
 			User:     r.kvs("user"),
 			BrokenBy: r.kvs("broken_by"),
+			Value:    descDecode(r.kvs("value")),
 		}
 		for _, w := range c.watches {
 			if w.matches(name) {
@@ -728,6 +733,7 @@ func (c *Client) granted(q *req, token uint64, ms, sentAt float64, r *reply) {
 	}
 	l.noteProof(r)
 	l.ttl = q.ttl
+	l.value = q.value
 	l.renew = q.renew
 	l.acquiredAt = sentAt
 	c.confirmLease(l, q, sentAt, ms)
@@ -809,6 +815,9 @@ func (c *Client) rRefresh(q *req, r *reply, now float64) bool {
 		if l.live() {
 			if q.op == "REFRESH" {
 				l.ttl = q.ttl
+			}
+			if q.op == "REFRESH" && q.value != "" {
+				l.value = q.value // Proclaim: the server has it
 			}
 			l.noteProof(r)
 			c.confirmLease(l, q, q.sentAt, float64(ms))
@@ -937,6 +946,7 @@ func (c *Client) bodyDone(q *req) {
 		f := h.Holders[0]
 		h.Status.Token, h.Status.TTL, h.Status.Count, h.Status.Owner, h.Status.User = f.Token, f.TTL, f.Count, f.Owner, f.User
 		h.Status.HeldFor, h.Status.Host, h.Status.PID, h.Status.Cmd = f.HeldFor, f.Host, f.PID, f.Cmd
+		h.Status.Value = f.Value
 	}
 	c.finish(q, nil, h)
 }
@@ -983,9 +993,12 @@ func (c *Client) format(q *req, now float64) string {
 		if q.notify {
 			l.kv("notify", "waiters")
 		}
-		return l.String(q.tag)
+		return l.kv("value", q.value).String(q.tag)
 	case "CONFIRM", "RENEW", "REFRESH":
-		return newLine("REFRESH", q.name, strconv.FormatUint(q.token, 10)).kv("ttl", itoa(int64(q.ttl))).String(q.tag)
+		// a CONFIRM says the acquire's value again (as libdlock's), a
+		// REFRESH of Proclaim the new one; a RENEW none (the lease keeps it)
+		return newLine("REFRESH", q.name, strconv.FormatUint(q.token, 10)).kv("ttl", itoa(int64(q.ttl))).
+			kv("value", q.value).String(q.tag)
 	case "RECLAIM":
 		l := q.lease
 		ln := newLine("RECLAIM", q.name, strconv.FormatUint(q.token, 10)).
@@ -996,7 +1009,7 @@ func (c *Client) format(q *req, now float64) string {
 		if l.limit > 1 {
 			ln.kv("limit", strconv.Itoa(l.limit))
 		}
-		return ln.String(q.tag)
+		return ln.kv("value", l.value).String(q.tag)
 	case "UNLOCK", "CHECK":
 		return newLine(q.op, q.name, strconv.FormatUint(q.token, 10)).String(q.tag)
 	case "BREAK":

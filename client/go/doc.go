@@ -21,5 +21,11 @@
 // (* WAITING): Lease.Waiters says how many, and the OnContended function
 // is called, for a holder that can let go early.
 //
+// An election is held on a lock: candidates Lock it with a Value (what
+// their followers should know), the holder is the leader and its Token
+// the term; Lease.Proclaim says a new value, Unlock resigns, and
+// followers read Status.Value and Watch for Events (EventGranted,
+// EventValue) carrying it.
+//
 // Standard library only.
 package dlockd

@@ -49,6 +49,7 @@ type Lease struct {
 	lostM      LostReason
 	proof      string
 	until      int64
+	value      string // what it says (Value, Proclaim), as sent: a RECLAIM says it again
 	ticket     *ticket
 
 	lostAtM float64 // deadlineM less the guard: lost from then on
@@ -226,6 +227,31 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 	return err
 }
 
+// Proclaim gives the lease a new value (Value): an elected leader says
+// another address, say, and the followers that Watch the lock are told
+// (an Event of kind EventValue, with the lease's token). It is a Refresh
+// too (REFRESH ... value=, with the lease's TTL): the lease is extended,
+// and later renewals and a RECLAIM keep the new value. The value is sent
+// as Value sends it. An error of kind ErrLost if the lease is gone (the
+// leader lost its leadership), ErrNotHolder once unlocked, ErrInvalid
+// for an empty value (nothing is sent).
+func (l *Lease) Proclaim(ctx context.Context, value string) error {
+	if value == "" {
+		return newErr(ErrInvalid, "Proclaim: an empty value")
+	}
+	enc := descEncode(value, valueMax)
+	_, err := l.c.call(ctx, func(now float64) (*req, error) {
+		if l.lostM != NotLost {
+			return nil, l.Err()
+		}
+		if l.released || l.unlocking {
+			return nil, newErr(ErrNotHolder, "the lease of "+l.name+" is released")
+		}
+		return &req{op: "REFRESH", name: l.name, token: l.token, ttl: l.ttl, lease: l, value: enc}, nil
+	})
+	return err
+}
+
 // Unlock gives the hold back. Once sent, the UNLOCK is sent again after a
 // reconnect until the server answers it, even if ctx ends first. An error
 // of kind ErrNotHolder if the server no longer had the lease (it expired
@@ -271,7 +297,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 // Lock acquires name, waiting in the server's queue until it is granted,
 // the Wait option's time runs out (ErrTimeout) or ctx ends (the wait is
 // cancelled at the server). Options: TTL, Wait, Shared, Limit,
-// NotifyWaiters, NoRenew.
+// NotifyWaiters, Value, NoRenew.
 //
 // Every write of the acquire's LOCK -- the first and any sent again after
 // a reconnect or a fail-over, when the reply was lost with the
@@ -347,7 +373,7 @@ func (c *Client) acquire(ctx context.Context, name string, try bool, opts []Lock
 	}
 	res, err := c.call(ctx, func(now float64) (*req, error) {
 		q := &req{op: "LOCK", name: name, wait: waitMs, waitEnd: never, shared: lc.shared, limit: lc.limit, renew: lc.renew, ticket: t,
-			reqID: reqID, notify: lc.notify}
+			reqID: reqID, notify: lc.notify, value: lc.value}
 		if waitMs > 0 {
 			q.wait = start + waitMs - now
 			if q.wait < 1 {

@@ -295,6 +295,7 @@ type lockConfig struct {
 	limit  int
 	renew  bool
 	notify bool
+	value  string // as sent (descEncode); "": none
 	err    error
 }
 
@@ -345,6 +346,20 @@ func Limit(n int) LockOption {
 // restored after a daemon's restart or a take-over is told again. A
 // server before 0.4.0 refuses it (ErrServer, code BAD_ARG).
 func NotifyWaiters() LockOption { return func(c *lockConfig) { c.notify = true } }
+
+// Value is what the lease says to whoever looks at the lock (LOCK
+// value=): an elected leader's address, say. It is how an election is
+// held on a lock: candidates Lock its name with their Value, the holder
+// is the leader and its Token the term; followers read it with Status
+// and Watch (see Lease.Proclaim). It is sent as a text value: printable
+// ASCII kept, a space or '%' as %20 or %25, any other byte as '?', cut
+// at 128 bytes as sent (never inside an escape); Status and Watch give
+// it back decoded. A waiter's value waits with it and is the lease's
+// once granted; the lease keeps it (a RECLAIM sends it again). "" is
+// none. A server without elections refuses it (ErrServer, code BAD_ARG).
+func Value(v string) LockOption {
+	return func(c *lockConfig) { c.value = descEncode(v, valueMax) }
+}
 
 // NoRenew leaves the lease to run out at its TTL unless Refresh is called
 // (by default it is renewed in the background every TTL/3).

@@ -29,6 +29,7 @@ type Status struct {
 	Delay     time.Duration // the lock's lock-delay (0: none)
 	DelayLeft time.Duration // what is left of it while it runs
 	Closed    time.Duration // grants are closed this long (Redis forgot leases)
+	Value     string        // the first holder's value (Value, Proclaim: an elected leader's), decoded; "" when none
 }
 
 // Holder is a holder or a waiter of a lock (HOLDERS).
@@ -47,6 +48,7 @@ type Holder struct {
 	Host     string
 	PID      int
 	Cmd      string
+	Value    string // holder: its lease's value, decoded ("" when none)
 }
 
 // Holders is every holder (in grant order) and waiter (in queue order) of
@@ -67,13 +69,20 @@ const (
 	EventExpired   EventKind = "expired"   // it was not refreshed in time
 	EventBroken    EventKind = "broken"    // a BREAK ended it (BrokenBy)
 	EventWithdrawn EventKind = "withdrawn" // a grant Redis never recorded, taken back
+	EventValue     EventKind = "value"     // the lease's holder gave it a new Value (Proclaim); Token is the lease's
 	EventOverflow  EventKind = "overflow"  // Missed events were lost (the server's or this client's queue was full)
 	EventResumed   EventKind = "resumed"   // after a reconnect or fail-over, Name (the pattern) is watched again; what changed meanwhile was not seen
 	EventRefused   EventKind = "refused"   // after a reconnect, watching Name (the pattern) was refused: the watch is over
 )
 
+// serverKinds are the <what>s of a * WATCH this client knows: another
+// (a later server's) is ignored, as PROTOCOL.md asks.
+var serverKinds = map[EventKind]bool{EventGranted: true, EventReleased: true, EventExpired: true,
+	EventBroken: true, EventWithdrawn: true, EventValue: true}
+
 // Event is news of a watched lock: a lease of Name was granted, released,
-// expired, broken or withdrawn, leaving Holders holders.
+// expired, broken or withdrawn, leaving Holders holders, or its holder
+// gave it a new value.
 type Event struct {
 	Kind     EventKind
 	Name     string
@@ -82,7 +91,8 @@ type Event struct {
 	Token    uint64
 	Holders  int
 	BrokenBy string
-	Missed   int // EventOverflow
+	Value    string // the lease's value, decoded ("" when none): a granted election's new leader's; EventValue: the new one
+	Missed   int    // EventOverflow
 }
 
 func ms(v string) time.Duration { return time.Duration(atoi(v)) * time.Millisecond }
@@ -118,6 +128,7 @@ func statusOf(name string, r *reply) Status {
 		Delay:     ms(r.kvs("delay_ms")),
 		DelayLeft: ms(r.kvs("delay_left_ms")),
 		Closed:    ms(r.kvs("closed_ms")),
+		Value:     descDecode(r.kvs("value")),
 	}
 }
 
@@ -140,6 +151,7 @@ func holderOf(s string) (Holder, bool) {
 		Host:     descDecode(r.kvs("host")),
 		PID:      atoi(r.kvs("pid")),
 		Cmd:      descDecode(r.kvs("cmd")),
+		Value:    descDecode(r.kvs("value")),
 	}
 	if h.Mode == "" {
 		h.Mode = "exclusive"

@@ -18,6 +18,7 @@ const (
 	keyMax        = 64
 	descHostMax   = 64
 	descCmdMax    = 128
+	valueMax      = 128 // a lease's value= as sent (DL_VALUE_MAX)
 	limitMax      = 1024
 	durationMaxMs = 1_000_000_000_000
 	replyLineMax  = 65536
