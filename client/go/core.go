@@ -785,8 +785,11 @@ func (c *Client) rUnlock(q *req, r *reply, now float64) bool {
 	case r.kind == "OK" && (r.word == "RELEASED" || r.word == "HELD"):
 		c.finish(q, nil, nil)
 	case r.kind == "NO" && r.word == "NOT_HOLDER":
-		if q.resent && q.lastHold {
-			c.finish(q, nil, nil) // released before the drop
+		if q.lastHold && (q.resent || q.retries > 0) {
+			// released before the drop; or, giving back holds we
+			// lost track of, by another client of our owner giving
+			// back its own (a race, not an error): gone, as asked
+			c.finish(q, nil, nil)
 		} else {
 			c.finish(q, errorOf(r), nil)
 		}

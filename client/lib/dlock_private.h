@@ -155,7 +155,8 @@ struct dlock__req {
 	unsigned last_hold : 1;	   /* UNLOCK of a lease's last handle: a HELD
 				      reply means holds we lost track of */
 	unsigned done : 1;	   /* rc is final */
-	unsigned retries : 2;	   /* LOCK: ALREADY_WAITING answers */
+	unsigned retries : 2;	   /* LOCK: ALREADY_WAITING answers; UNLOCK:
+				      sent again for holds lost track of */
 	char tag[DLOCK__TAG_SIZE]; /* id= of the last write */
 	char name[DL_NAME_MAX + 1];
 	uint64_t token;	  /* of UNLOCK REFRESH CHECK CONFIRM; LOCK's result */

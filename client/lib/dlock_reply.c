@@ -319,7 +319,11 @@ static int reply_unlock(struct dlock_client *c, struct dlock__req *q,
 	if (is(r, DL_REPLY_OK, "HELD") && q->last_hold && !held &&
 	    !dlock__name_acquiring(c, q->name)) {
 		/* holds we lost track of (a LOCK sent again after a
-		 * reconnect was granted twice): give them back */
+		 * reconnect was granted twice, or another client of our
+		 * owner's hold that it has not given back yet): give them
+		 * back */
+		if (q->retries < 3)
+			q->retries++;
 		if ((err = dlock__req_write(c, q)) < 0)
 			dlock__req_finish(c, q, err);
 		return 1;
@@ -346,8 +350,13 @@ static int reply_unlock(struct dlock_client *c, struct dlock__req *q,
 		if (!l->refreshing && dlock__lease_renew(c, l) < 0)
 			dlock__lease_lose(c, l, DLOCK_LOST_REJECTED);
 		err = 0;
-	} else if (err == DLOCK_ENOTHOLDER && q->resent && q->last_hold) {
-		err = 0; /* released before the connection dropped */
+	} else if (err == DLOCK_ENOTHOLDER && q->last_hold &&
+		   (q->resent || q->retries)) {
+		/* released before the connection dropped; or, giving back
+		 * holds we lost track of, by another client of our owner
+		 * giving back its own first (a race: the lease is gone, as
+		 * asked) */
+		err = 0;
 	}
 	dlock__req_finish(c, q, err);
 	return 1;

@@ -686,7 +686,9 @@ abstract sealed class Protocol extends Core permits Engine {
         } else if (r.kind.equals("OK") && (r.word.equals("RELEASED") || r.word.equals("HELD"))) {
             finish(q, null, null);
         } else if (r.is("NO", "NOT_HOLDER")) {
-            if (q.resent && q.lastHold) finish(q, null, null); // released before the drop
+            // released before the drop; or, giving back holds we lost track of, by another
+            // client of our owner giving back its own first (a race: gone, as asked)
+            if (q.lastHold && (q.resent || q.retries > 0)) finish(q, null, null);
             else finish(q, DlockException.ofReply(r), null);
         } else {
             return false;
