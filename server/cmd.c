@@ -1056,6 +1056,7 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 		dl_fmt_u64(&r.f, ev->token);
 		fmt_ttl(&r, &line, ev->ttl_ms);
 	} else if (ev->type == DL_EVENT_WAITING) {
+		line.waiting = 1;
 		dl_fmt_u64(&r.f, ev->holds);
 		dl_fmt_kv_u64(&r.f, "token", ev->token);
 	}
@@ -1087,6 +1088,22 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 	int n, err;
 
 	(void)len;
+	/* News of waiters: maybe for a grant withdrawn on this connection
+	 * or another one, later in this walk (found from outside: a waiter
+	 * heard of waiters for a grant taken back, never told). Dropped,
+	 * and told again once every withdrawal is done, if its lease is
+	 * still there (server.c, break_holds). */
+	if (line->waiting) {
+		struct dl_server *srv = c->srv;
+
+		if (srv->nretell < DL_RETELL_MAX) {
+			srv->retell[srv->nretell].len = (uint8_t)name.len;
+			memcpy(srv->retell[srv->nretell].name, name.p,
+			       name.len);
+			srv->retell[srv->nretell++].token = line->token;
+		}
+		return 0;
+	}
 	if (line->kind != DL_LINE_GRANTED &&
 	    line->kind != DL_LINE_GRANTED_EVENT &&
 	    line->kind != DL_LINE_REFRESHED)

@@ -74,6 +74,8 @@ struct dl_line {
 	unsigned retry : 1;    /* GRANTED*: a retry's grant (req=): no hold
 				  to withdraw */
 	unsigned notify : 1;   /* GRANTED_EVENT: it asked notify=waiters */
+	unsigned waiting : 1;  /* * WAITING: dropped if its lease is gone
+				  when the line is withdrawn */
 	uint16_t limit;	       /* GRANTED_EVENT: the lock's limit */
 	uint8_t ttl_len;       /* the TTL field: its length ... */
 	uint16_t ttl_off;      /* ... and offset in the line */

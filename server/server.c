@@ -99,11 +99,23 @@ static void break_holds(struct dl_server *srv)
 {
 	struct dl_conn *c;
 
+	unsigned i;
+
+	srv->nretell = 0;
 	while ((c = srv->held) != NULL) {
 		srv->held = c->hnext;
 		c->in_held = 0;
 		dl_cmd_break_hold(c);
 	}
+	/* the news of waiters dropped above, for the leases still held */
+	for (i = 0; i < srv->nretell; i++)
+		if (i == 0 || srv->retell[i].token != srv->retell[i - 1].token)
+			dl_locktab_tell_waiting(
+				srv->tab,
+				(struct dl_str){srv->retell[i].name,
+						srv->retell[i].len},
+				srv->retell[i].token);
+	srv->nretell = 0;
 }
 
 static void store_availability(int up, void *ctx)

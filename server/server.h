@@ -68,6 +68,8 @@ struct dl_server_stats {
 					  the cluster's, or ended */
 };
 
+#define DL_RETELL_MAX 64
+
 struct dl_server {
 	uv_loop_t *loop;
 	struct dl_config cfg;
@@ -125,6 +127,17 @@ struct dl_server {
 				    back: store_closed, server.c) */
 	uint64_t reclaim_log_at; /* mono ms: a refused RECLAIM last logged */
 	uint64_t reclaim_log_held; /* refused since, not logged (cmd.c) */
+	/* News of waiters held when persistence was lost (cmd.c,
+	 * break_line): dropped with the held lines, whatever grant they were
+	 * about, and told again once every connection's grants that never
+	 * became durable are withdrawn -- to the leases still there. Past
+	 * DL_RETELL_MAX, a lease hears at its next waiter. */
+	struct {
+		uint8_t len;
+		char name[DL_NAME_MAX];
+		uint64_t token;
+	} retell[DL_RETELL_MAX];
+	unsigned nretell;
 
 	uint64_t conn_seq;
 	char nonce[17];	   /* random hex, makes default owner ids unique */

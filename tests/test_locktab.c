@@ -4768,3 +4768,145 @@ Test(locktab, a_withdrawn_grant_gives_its_waiter_back_its_value)
 	cr_assert(eq(sz, st.value.len, 2));
 	cr_assert(eq(int, strncmp(st.value.p, "me", 2), 0));
 }
+
+/* ---- request ids, from outside ------------------------------------------- */
+
+/* A reentry whose grant is withdrawn (Redis lost before it was recorded)
+ * is not one the lease made: sent again with its id, it is a reentry to
+ * make -- one more hold -- not a retry answered with none added, which
+ * let the lock go one UNLOCK early. */
+Test(locktab, a_withdrawn_reentry_leaves_no_id_to_retry)
+{
+	struct client *a = client_new("a"), *b = client_new("b");
+	struct dl_result r;
+	uint64_t tok;
+
+	EXPECT(acq_req(a, "x", 60000, 0, 5, 0, &r), r, DL_GRANTED);
+	tok = r.token;
+	must_queue(b, "x", 60000, DL_WAIT_INF, NULL);
+	EXPECT(acq_req(a, "x", 60000, 0, 6, 0, &r), r, DL_GRANTED);
+	cr_assert(r.reentry && r.holds == 2);
+	cr_assert(eq(int,
+		     dl_locktab_revoke(tab, &a->s, str("x"), tok,
+				       DL_REVOKE_REENTRY, NULL),
+		     0));
+	cr_assert(eq(u32, status("x").count, 1));
+	EXPECT(acq_req(a, "x", 60000, 0, 6, 0, &r), r, DL_GRANTED);
+	cr_assert(r.reentry && !r.retry && r.holds == 2, "holds %u", r.holds);
+	EXPECT(rel(a, "x", tok, &r), r, DL_HELD);
+	cr_assert_null(find_ev(DL_EVENT_GRANTED, b), "b waits");
+	must_release(a, "x", tok);
+}
+
+/* An id is one request, in its mode: a shared wait or lease is not an
+ * exclusive request's, which gets what an exclusive request gets. */
+Test(locktab, a_request_id_names_a_request_in_its_mode)
+{
+	struct client *h = client_new("h"), *a1 = client_new("a");
+	struct client *a2 = client_new("a"), *r1 = client_new("r");
+	struct dl_result r;
+
+	must_grant(h, "x", 60000);
+	EXPECT(acq_mode(a1, "x", 60000, DL_WAIT_INF, 1, 0, &r), r, DL_QUEUED);
+	/* (the shared wait above had no id: give it one) */
+	EXPECT(cancel(a1, "x", &r), r, DL_CANCELLED);
+	{
+		struct dl_acquire q = {.name = str("x"),
+				       .ttl_ms = 60000,
+				       .wait_ms = DL_WAIT_INF,
+				       .shared = 1,
+				       .req = 7};
+		cr_assert(eq(int, dl_locktab_acquire(tab, &a1->s, &q, &r), 0));
+		cr_assert(eq(int, (int)r.outcome, (int)DL_QUEUED));
+	}
+	must_queue(r1, "x", 60000, DL_WAIT_INF, NULL);
+	/* the exclusive request with the shared wait's id is its own */
+	EXPECT(acq_req(a2, "x", 60000, DL_WAIT_INF, 7, 0, &r), r, DL_QUEUED);
+	cr_assert(eq(u64, r.value, 3), "a new wait, at the tail");
+	cr_assert(eq(u32, status("x").waiters, 3));
+	/* a shared lease's id asked exclusive: the upgrade is refused */
+	{
+		struct client *s1 = client_new("s");
+		struct dl_acquire q = {.name = str("y"),
+				       .ttl_ms = 60000,
+				       .shared = 1,
+				       .req = 5};
+
+		cr_assert(eq(int, dl_locktab_acquire(tab, &s1->s, &q, &r), 0));
+		cr_assert(eq(int, (int)r.outcome, (int)DL_GRANTED));
+		q.shared = 0;
+		cr_assert(eq(int, dl_locktab_acquire(tab, &s1->s, &q, &r), 0));
+		cr_assert(eq(int, (int)r.outcome, (int)DL_UPGRADE_DEADLOCK));
+	}
+}
+
+/* A TRYLOCK with the id of its owner's wait is a TRYLOCK: busy, and the
+ * wait stays where it was, on its session. */
+Test(locktab, a_trylock_never_takes_a_wait_over)
+{
+	struct client *h = client_new("h"), *a1 = client_new("a");
+	struct client *a2 = client_new("a");
+	struct dl_result r;
+	uint64_t th = must_grant(h, "x", 60000);
+
+	EXPECT(acq_req(a1, "x", 60000, DL_WAIT_INF, 9, 0, &r), r, DL_QUEUED);
+	EXPECT(acq_req(a2, "x", 60000, 0, 9, 0, &r), r, DL_BUSY);
+	must_release(h, "x", th);
+	cr_assert_not_null(find_ev(DL_EVENT_GRANTED, a1));
+	cr_assert_null(find_ev(DL_EVENT_TIMEOUT, a1));
+}
+
+/* The id of a wait, sent again while its owner holds the lock through
+ * another request: the wait is taken over (a future reentry), not a
+ * reentry made now beside it -- which left the old wait to be granted
+ * later, two grants for one id. */
+Test(locktab, a_wait_sent_again_is_its_wait_even_while_its_owner_holds)
+{
+	struct client *a1 = client_new("a"), *b = client_new("b");
+	struct client *a2 = client_new("a"), *a3 = client_new("a");
+	struct client *h = client_new("h");
+	struct dl_result r;
+	uint64_t th = must_grant(h, "x", 60000), ta;
+
+	EXPECT(acq_req(a1, "x", 60000, DL_WAIT_INF, 7, 0, &r), r, DL_QUEUED);
+	must_queue(b, "x", 60000, DL_WAIT_INF, NULL);
+	EXPECT(acq_req(a2, "x", 60000, DL_WAIT_INF, 8, 0, &r), r, DL_QUEUED);
+	must_release(h, "x", th);
+	ta = find_ev(DL_EVENT_GRANTED, a1)->token;
+	/* a2 given up for dead: its request again, from a3 */
+	EXPECT(acq_req(a3, "x", 60000, DL_WAIT_INF, 8, 0, &r), r, DL_QUEUED);
+	cr_assert(eq(u64, r.value, 2));
+	cr_assert(eq(u32, status("x").count, 1));
+	cr_assert(eq(u32, status("x").waiters, 2));
+	EXPECT(cancel(a2, "x", &r), r, DL_NOT_QUEUED);
+	must_release(a1, "x", ta);
+	/* b, then the owner again, through a3 only */
+	must_release(b, "x", find_ev(DL_EVENT_GRANTED, b)->token);
+	cr_assert_not_null(find_ev(DL_EVENT_GRANTED, a3));
+	cr_assert_null(find_ev(DL_EVENT_GRANTED, a2));
+}
+
+/* A restored lease that asked for news of waiters hears of its owner's
+ * waiters coming back for their places. */
+Test(locktab, a_restored_lease_hears_of_a_waiter_claiming_its_place)
+{
+	struct client *h, *w;
+	struct dl_result r;
+
+	cr_assert(eq(int,
+		     dl_locktab_restore_lease(tab, str("x"), str("h"), 42, 1,
+					      60000, clock_ms + 60000,
+					      DL_STR_NULL, 0, 1, NULL, 0, 0),
+		     0));
+	cr_assert(eq(int, dl_locktab_restore_notify(tab, str("x"), 42), 0));
+	cr_assert(eq(int,
+		     dl_locktab_restore_waiter(tab, str("x"), str("w"), 60000,
+					       UINT64_MAX, clock_ms + 5000,
+					       DL_STR_NULL, 0, 1),
+		     0));
+	h = client_new("h");
+	w = client_new("w");
+	EXPECT(acq(w, "x", 60000, DL_WAIT_INF, NULL, &r), r, DL_QUEUED);
+	cr_assert_not_null(find_ev(DL_EVENT_WAITING, h));
+	cr_assert(eq(u32, find_ev(DL_EVENT_WAITING, h)->holds, 1));
+}

@@ -2459,3 +2459,51 @@ Test(persist, a_version_2_record_loads_and_is_rewritten_as_version_3)
 	h_close(s);
 	stop_clean();
 }
+
+/* News of waiters waits for its grant to be durable, on every connection
+ * of the owner, and goes with a grant that is withdrawn (found from
+ * outside: another connection of the holder heard of waiters for a grant
+ * Redis had not recorded, and a waiter heard of them for a grant that was
+ * then taken back, never told). */
+Test(persist, news_of_waiters_never_precedes_a_durable_grant)
+{
+	struct h_client *g, *h, *h2, *w, *m;
+	uint64_t tg, th;
+	char *l;
+
+	start("always", "[persistence]\nredis_timeout = 1s\n");
+	g = h_hello(d.port, "g");
+	h = h_hello(d.port, "h");
+	h2 = h_hello(d.port, "h");
+	w = h_hello(d.port, "w");
+	m = h_hello(d.port, "m");
+	tg = h_lock(g, "x", "ttl=60s");
+	cr_assert_str_eq(h_call(h, "LOCK x ttl=60s notify=waiters"),
+			 "OK QUEUED x 1");
+	cr_assert_str_eq(h_call(w, "LOCK x ttl=60s"), "OK QUEUED x 2");
+	kill(r.pid, SIGSTOP);
+	/* the grant to h waits for Redis, and so does its news */
+	h_send(g, "UNLOCK x %llu", (unsigned long long)tg);
+	h_expect_silence(h2, 500);
+	/* Redis is declared lost: the grant is withdrawn, its news too */
+	h_wait_available(m, 0, 1000 + 1000 + 3000);
+	h_expect_silence(h2, 300);
+	resume_redis_without(m, "never-such-a-lock");
+	/* granted again, durably: then, and only then, the news */
+	l = h_expect_prefix(h, "* GRANTED x ");
+	th = h_arg_u64(l, 1);
+	l = h_read(h, 3000);
+	cr_assert(l != NULL && h_starts(l, "* WAITING x 1 "), "%s",
+		  l ? l : "(nothing)");
+	cr_assert_eq(h_kv_u64(l, "token"), th, "%s", l);
+	l = h_read(h2, 3000);
+	cr_assert(l != NULL && h_starts(l, "* WAITING x 1 "), "%s",
+		  l ? l : "(nothing)");
+	cr_assert_eq(h_kv_u64(l, "token"), th, "%s", l);
+	h_close(g);
+	h_close(h);
+	h_close(h2);
+	h_close(w);
+	h_close(m);
+	stop_clean();
+}

@@ -955,6 +955,14 @@ void dl__lease_set_req(struct dl_lease *l, uint64_t req)
 		memcpy(l->extra + req_off(l), &req, sizeof(req));
 }
 
+void dl__lease_forget_req(struct dl_lease *l)
+{
+	uint64_t none = 0;
+
+	if (l->has_req)
+		memcpy(l->extra + req_off(l), &none, sizeof(none));
+}
+
 struct dl_desc *dl_lease_desc(const struct dl_lease *l)
 {
 	struct dl_desc *d = NULL;

@@ -136,19 +136,24 @@ static void waiter_value(struct dl_waiter *w, struct dl_value **spare)
 	*spare = NULL;
 }
 
-/* A wait of o for lk, on another session, made by request `req`: a
- * connection its client gave up for dead and sent the request again
- * from another (locktab.h, Request ids). */
+/* A wait of o for lk, on another session, made by this request (its id,
+ * in its mode): a connection its client gave up for dead and sent the
+ * request again from another (locktab.h, Request ids). Only a request
+ * that waits takes a wait over: a TRYLOCK with the id is a TRYLOCK
+ * (found from outside: it answered OK QUEUED, then * TIMEOUT, and the
+ * wait it took was gone). */
 static struct dl_waiter *retried_wait(const struct dl_lock *lk,
 				      const struct dl_owner *o,
-				      const struct dl_session *s, uint64_t req)
+				      const struct dl_session *s,
+				      const struct dl_acquire *a)
 {
 	struct dl_waiter *w;
 
-	if (!req)
+	if (!a->req || !a->wait_ms)
 		return NULL;
 	for (w = lk->qhead; w; w = w->qnext)
-		if (w->owner == o && w->sess && w->sess != s && w->req == req)
+		if (w->owner == o && w->sess && w->sess != s &&
+		    w->req == a->req && w->shared == (a->shared ? 1 : 0))
 			return w;
 	return NULL;
 }
@@ -250,6 +255,9 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 		dl_wheel_add(&t->wheel, &w->timer, w->wait_deadline);
 	dl__delay_ask(t, lk, a->delay_ms, 0, &sp->delay);
 	dl__mark_dirty(t, lk);
+	/* its owner is back and waits: a restored holder that asked hears
+	 * of it (it was told nothing since the restore) */
+	dl__notify_holders(t, lk, now, 0);
 	res->outcome = DL_QUEUED;
 	res->value = dl__waiter_position(w);
 	return 0;
@@ -293,11 +301,19 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 		return 0;
 	}
 
-	/* 1. The owner holds it already: this very request, granted before
-	 * (its id is the lease's: its grant again, no hold added); or a
-	 * reentry, in the mode it holds. */
+	/* 1. This very request, sent again: its wait on another session
+	 * (before the owner's lease: the owner may have been granted the
+	 * lock through another request meanwhile, and this one, a future
+	 * reentry, still waits -- found from outside: it was answered as a
+	 * reentry, and the wait left behind was granted later too) ... */
+	if (!session_waiter(s, lk) && (w = retried_wait(lk, o, s, a)) != NULL)
+		return take_wait(t, s, w, a, ttl, now, sp, res);
+	/* ... or its grant (its id is the lease's, in the lease's mode or a
+	 * weaker one: its grant again, no hold added); or, the owner
+	 * holding it already, a reentry, in the mode it holds. */
 	if ((l = dl__holder_of(lk, o)) != NULL) {
-		if (a->req && dl_lease_req(l) == a->req) {
+		if (a->req && dl_lease_req(l) == a->req &&
+		    !(l->shared && !a->shared)) {
 			l->restored = 0; /* its holder knows it */
 			dl__lease_extend(t, l, ttl, now);
 			lease_asks(t, l, a, sp);
@@ -328,8 +344,6 @@ static int acquire(struct dl_locktab *t, struct dl_session *s,
 		res->value = dl__waiter_position(w);
 		return 0;
 	}
-	if ((w = retried_wait(lk, o, s, a->req)) != NULL)
-		return take_wait(t, s, w, a, ttl, now, sp, res);
 	if ((w = placeholder_of(t, lk, o)) != NULL)
 		return claim_placeholder(t, s, w, a, ttl, now, sp, res);
 
@@ -1301,6 +1315,12 @@ int dl_locktab_revoke(struct dl_locktab *t, struct dl_session *s,
 				l->count--;
 				dl__mark_dirty(t, lk);
 			}
+			/* nor the id of that reentry: sent again, it is a
+			 * reentry to make, not one made (found from outside:
+			 * it was answered with no hold added, and the lock
+			 * was released one UNLOCK early) */
+			dl__lease_forget_req(l);
+			dl__mark_dirty(t, lk);
 		} else {
 			dl__changed(t, DL_CHANGE_WITHDRAWN, l,
 				    lk->nholders - 1u, DL_STR_NULL);

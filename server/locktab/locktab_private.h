@@ -118,9 +118,11 @@ struct dl_lease *dl__holder_by_token(const struct dl_lock *lk, uint64_t token);
  * room for one). */
 struct dl_lease *dl__lease_alloc(struct dl_str tag, struct dl_desc *desc,
 				 uint64_t req);
-/* A grant or reentry with request id req (0: none): the lease keeps it,
- * if it has room (dl__lease_alloc). */
+/* A grant or reentry with request id req (0: none, the lease keeps the
+ * one it has): the lease keeps it, if it has room (dl__lease_alloc). */
 void dl__lease_set_req(struct dl_lease *l, uint64_t req);
+/* The lease keeps no request id (its last reentry was withdrawn). */
+void dl__lease_forget_req(struct dl_lease *l);
 /* Free a lease that is not (or no longer) linked. */
 void dl__lease_free(struct dl_lease *l);
 /* Attach the allocated lease l to lk as a holder for owner o, with the

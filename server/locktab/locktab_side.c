@@ -428,6 +428,10 @@ static void notify_tell(struct dl_locktab *t, struct dl_notify *n, uint64_t now)
 	for (s = l->owner->sessions; s; s = s->onext) {
 		memset(&ev, 0, sizeof(ev));
 		ev.type = DL_EVENT_WAITING;
+		/* after its grant is durable, as the grant's own line (found
+		 * from outside: the owner's other connections heard of
+		 * waiters for a grant Redis had not recorded yet) */
+		ev.durable = 1;
 		ev.token = l->token;
 		ev.holds = n->told;
 		ev.tag = dl_lease_tag(l);
