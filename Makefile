@@ -129,7 +129,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/store/bucket.o
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
-        java javatest bench bench-clients bench-etcd bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
+        java javatest bench bench-clients bench-election bench-etcd bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest gotest bench-python \
         format-check lint shape \
         bench-deadlock
@@ -815,6 +815,12 @@ bench:
 	  sh tests/bench/run.sh
 	@[ -n "$(BENCH_ONLY)" ] || $(MAKE) --no-print-directory bench-python
 	@[ -n "$(BENCH_ONLY)" ] || $(MAKE) --no-print-directory bench-clients
+
+# How long an election hands over (tests/bench/election.py): a leader's
+# resign and its kill -9, at the default TTL (30s) and at 5s.
+bench-election:
+	$(MAKE) SAN= O=build all
+	DLOCKD=build/dlockd DLOCK=build/dlock python3 tests/bench/election.py
 
 # The client libraries side by side on one daemon: pairs/s and contended
 # hand-offs through libdlock, Go (and Java) (tests/bench/clients.py; the
