@@ -165,3 +165,35 @@ async def test_async_a_busy_lock_names_its_holder_also_after_a_restart(rdaemon):
         st = await b.status("d")
         assert (st.host, st.pid, st.cmd) == ("web3", 4242, "make deploy")
         await lease.release()
+
+
+async def test_async_an_election_is_held_followed_and_handed_over(daemon):
+    async with dlockd.AsyncClient(daemon.addr, owner="cand-a") as a, \
+            dlockd.AsyncClient(daemon.addr, owner="cand-b") as b, \
+            dlockd.AsyncClient(daemon.addr) as obs:
+        lead = await a.lock("elect", ttl=10, value="host-a:7000")
+        second = asyncio.create_task(b.lock("elect", ttl=10, value="host-b:7002"))
+        assert await wait_for(lambda: _waiters(obs, "elect", 1), 2)
+        st = await obs.status("elect")
+        assert (st.owner, st.token, st.value) == ("cand-a", lead.token, "host-a:7000")
+        async with obs.watch("elect") as w:
+            await lead.proclaim("host-a:7001 primary")
+            assert lead.value == "host-a:7001 primary"
+            ev = await w.get(2)
+            assert ev is not None
+            assert (ev.what, ev.token, ev.value) == ("value", lead.token, "host-a:7001 primary")
+            with pytest.raises(ValueError):
+                await lead.proclaim("")
+            await lead.release()  # resign
+            ev = await w.get(2)
+            assert ev is not None and (ev.what, ev.token) == ("released", lead.token)
+            nxt = await asyncio.wait_for(second, 5)
+            ev = await w.get(2)
+            assert ev is not None
+            assert (ev.what, ev.owner, ev.token, ev.value) == (
+                "granted", "cand-b", nxt.token, "host-b:7002")
+            assert nxt.token > lead.token
+        assert (await obs.status("elect")).value == "host-b:7002"
+        with pytest.raises(dlockd.LockLost):
+            await lead.proclaim("too late")
+        await nxt.release()

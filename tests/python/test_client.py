@@ -378,6 +378,92 @@ def test_refresh_of_a_lease_the_server_ended_is_lock_lost(daemon):
             lease.refresh()
 
 
+# ---- elections -----------------------------------------------------------------
+
+
+def test_an_election_is_held_followed_and_handed_over(daemon):
+    """An election is a lock (PROTOCOL.md, LOCK's value): a candidate
+    leads with a value, a second waits with its own; a follower reads the
+    leader (status, holders) and follows it (watch): a new value of the
+    same term (a ``value`` event, decoded), the end of the term, the next
+    leader with its value and a larger term. As libdlock's
+    (tests/test_client.c an_election_is_held_followed_and_handed_over)."""
+    with client(daemon, owner="cand-a") as a, client(daemon, owner="cand-b") as b, \
+            client(daemon) as obs:
+        lead = a.lock("elect/sched", ttl=10, value="host-a:7000")
+        assert lead.value == "host-a:7000"
+        box: list = []
+        t = threading.Thread(
+            target=lambda: box.append(b.lock("elect/sched", ttl=10, value="host-b:7002")))
+        t.start()
+        assert wait_until(lambda: obs.status("elect/sched").waiters == 1, 2)
+        st = obs.status("elect/sched")
+        assert (st.owner, st.token, st.value) == ("cand-a", lead.token, "host-a:7000")
+        hs = obs.holders("elect/sched")
+        assert [h.value for h in hs.holders] == ["host-a:7000"]
+        assert hs.status.value == "host-a:7000"
+        with obs.watch("elect/sched") as w:
+            lead.proclaim("host-a:7001 primary")
+            assert lead.value == "host-a:7001 primary" and lead.valid
+            ev = w.get(2)
+            assert ev is not None
+            assert (ev.what, ev.owner, ev.token, ev.value) == (
+                "value", "cand-a", lead.token, "host-a:7001 primary")
+            assert obs.status("elect/sched").value == "host-a:7001 primary"
+            lead.release()  # resign
+            ev = w.get(2)
+            assert ev is not None
+            assert (ev.what, ev.owner, ev.token) == ("released", "cand-a", lead.token)
+            assert ev.value == "host-a:7001 primary"
+            ev = w.get(5)
+            t.join(5)
+            assert box, "the second candidate was not elected"
+            nxt = box[0]
+            assert ev is not None
+            assert (ev.what, ev.owner, ev.token, ev.value) == (
+                "granted", "cand-b", nxt.token, "host-b:7002")
+            assert nxt.token > lead.token  # a later term
+        st = obs.status("elect/sched")
+        assert (st.owner, st.token, st.value) == ("cand-b", nxt.token, "host-b:7002")
+        # a leader that resigned proclaims nothing
+        with pytest.raises(dlockd.LockLost):
+            lead.proclaim("too late")
+        nxt.release()
+        assert obs.status("elect/sched").value == ""
+
+
+def test_a_value_is_encoded_and_cut_as_a_text_value(daemon):
+    """A value is sent as a text value (a space %20, '%' %25, any other
+    character '?', at most 128 bytes as sent, never cut inside an
+    escape) and read back decoded; an empty proclaim is refused before
+    anything is sent."""
+    with client(daemon) as c, client(daemon) as obs:
+        with c.lock("v", ttl=5, value="50% of\tx") as lease:
+            assert obs.status("v").value == "50% of?x"
+            assert lease.value == "50% of?x"
+            with pytest.raises(ValueError):
+                lease.proclaim("")
+            with pytest.raises(TypeError):
+                lease.proclaim(7)  # type: ignore[arg-type]
+            assert obs.status("v").value == "50% of?x"
+            lease.proclaim("x" * 126 + " y")  # the escape does not fit: cut before it
+            assert obs.status("v").value == "x" * 126 == lease.value
+        with c.lock("v", ttl=5, value="") as lease:  # "": none, as libdlock's
+            assert obs.status("v").value == "" and lease.value == ""
+            assert obs.holders("v").holders[0].value == ""
+        with pytest.raises(TypeError):
+            c.lock("v", value=b"bytes")  # type: ignore[arg-type]
+
+
+def test_a_leader_whose_lease_ended_is_told_by_its_proclaim(daemon):
+    with client(daemon, renew=False, lost_guard=0.001) as c, client(daemon) as op:
+        lease = c.lock("n", ttl=10, value="me")
+        op.break_lease("n", lease.token, reason="x")
+        assert lease.lost.wait(2)
+        with pytest.raises(dlockd.LockLost):
+            lease.proclaim("still me")
+
+
 # ---- persistence, restarts, Redis ------------------------------------------------
 
 
@@ -403,14 +489,16 @@ def test_a_lease_redis_forgot_is_reclaimed_with_its_proof(redis):
     restarted daemon (its state dir says Redis went back) closes grants
     until the leases told may have ended. The client's renewal is refused
     NOT_HOLDER and it reclaims the lease with its grant's proof: the lease
-    goes on, with its token and its lock delay, past the closure."""
+    goes on, with its token, its lock delay and its value (the last one
+    proclaimed), past the closure."""
     d = Daemon("--persist", "redis", "--redis", redis.url, "--log-level", "info")
     d.args += ["--state-dir", d.dir]
     d.start()
     try:
         lost = Lost()
         with client(d, on_lost=lost) as c, client(d) as other:
-            lease = c.lock("k", ttl=3, delay=20)
+            lease = c.lock("k", ttl=3, delay=20, value="first")
+            lease.proclaim("node a:7001")  # the value a RECLAIM says again
             d.kill9()
             redis.cli("FLUSHALL")
             d.start()
@@ -426,6 +514,7 @@ def test_a_lease_redis_forgot_is_reclaimed_with_its_proof(redis):
             st = other.status("k")
             assert st.token == lease.token
             assert st.delay == 20.0
+            assert st.value == "node a:7001"
             lease.release()
     finally:
         d.stop()

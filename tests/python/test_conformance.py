@@ -126,6 +126,8 @@ class Run:
             kw["limit"] = int(o["limit"])
         if o.get("notify") == "waiters":
             kw["notify_waiters"] = True
+        if "value" in o:
+            kw["value"] = o["value"]
         return words[0], kw
 
     @staticmethod
@@ -194,6 +196,15 @@ class Run:
                 got = "lost"
             if got != want[0]:
                 self.fail(f"refresh: {got}, expected {want[0]}")
+        elif verb == "proclaim":
+            # <c> proclaim <L> <word>: the lease's holder gives it a new value
+            got = "ok"
+            try:
+                self.leases[words[2]].lease.proclaim(words[3])
+            except dlockd.LockLost:
+                got = "lost"
+            if got != want[0]:
+                self.fail(f"proclaim: {got}, expected {want[0]}")
         elif verb in ("check", "break"):
             tok = self.leases[words[3]].token
             got = "valid" if verb == "check" else "ok"

@@ -18,6 +18,9 @@ the tests are collected, never from a run):
                             lease handle; dlock keeps no handle
   contended <L> ...         a library's on_contended and the count its
                             lease handle keeps; dlock keeps no handle
+  <c> proclaim <L> <word>   a new value for a held lease (a library's
+                            proclaim: REFRESH value=); dlock has no such
+                            command (dlock elect says its value once)
   a lock with notify=...    news of waiters (* WAITING) goes to a
                             library's lease handle: a dlock that took the
                             lock has exited, nobody is there to be told
@@ -59,6 +62,11 @@ NO_CLI_STEP = {
     "contended": "'contended <L>' waits for a library's on_contended and asks "
                  "its lease handle; dlock keeps none",
 }
+# verbs of a client (<c> <verb> ...) that dlock has no command for
+NO_CLI_VERB = {
+    "proclaim": "'proclaim <L>' gives a held lease a new value (a library's "
+                "proclaim, REFRESH value=); dlock has no command for it",
+}
 # lock options whose effect goes to a library's lease handle
 NO_CLI_OPTION = {
     "notify": "'notify=' asks for news of waiters (* WAITING), told to a "
@@ -70,9 +78,12 @@ def not_applicable(lines: list[tuple[int, str]]) -> str | None:
     """Why the scenario cannot be run by a command-line client, or None."""
     why: list[str] = []
     for no, text in lines:
-        head = text.split()[0]
+        words = text.split()
+        head = words[0]
         if head in NO_CLI_STEP:
             why.append(f"line {no}: {NO_CLI_STEP[head]}")
+        if len(words) > 1 and words[1] in NO_CLI_VERB:
+            why.append(f"line {no}: {NO_CLI_VERB[words[1]]}")
         for k in opts(text.partition(" -> ")[0].split()):
             if k in NO_CLI_OPTION:
                 why.append(f"line {no}: {NO_CLI_OPTION[k]}")
@@ -214,7 +225,8 @@ class Run:
         self.clients[words[1]] = c
 
     def lock_args(self, words: list[str]) -> list[str]:
-        """`<name> [ttl=] [wait=] [mode=] [limit=]` as dlock's arguments."""
+        """`<name> [ttl=] [wait=] [mode=] [limit=] [value=]` as dlock's
+        arguments."""
         o = opts(words)
         wait = o.get("wait")
         a = ["trylock" if wait == "0" else "lock", words[0]]
@@ -228,6 +240,8 @@ class Run:
             self.fail(f"mode={o['mode']}: dlock has no such mode")
         if "limit" in o:
             a += ["--limit", o["limit"]]
+        if "value" in o:
+            a += ["--value", o["value"]]
         for k in NO_CLI_OPTION:
             if k in o:  # not_applicable() skips these scenarios
                 self.fail(f"{k}={o[k]}: {NO_CLI_OPTION[k]}")
@@ -310,6 +324,8 @@ class Run:
             got = {EX_OK: "ok", EX_REFUSED: "notholder" if verb == "release" else "lost"}
             if got.get(d.rc, str(d)) != want[0]:
                 self.fail(f"{verb}: {got.get(d.rc, str(d))} ({d}), expected {want[0]}")
+        elif verb in NO_CLI_VERB:  # not_applicable() skips these scenarios
+            self.fail(NO_CLI_VERB[verb])
         elif verb in ("check", "break"):
             a = [verb, words[2], str(self.tokens[words[3]])]
             if verb == "break":
@@ -343,6 +359,11 @@ class Run:
             k, eq, v = w.partition("=")
             if not eq:
                 if int(st.get("token") or 0) != self.tokens[w]:
+                    return False
+            elif k == "value":
+                # the first holder's value, decoded (--json; the text
+                # output's "value=" line says it encoded); absent: none
+                if (st.get("value") or "") != v:
                     return False
             elif str(st.get(k)) != v:
                 return False

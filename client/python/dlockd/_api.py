@@ -71,6 +71,7 @@ def lock_args(
     warn: wire.Seconds | None = None,
     delay: wire.Seconds | None = None,
     notify_waiters: bool = False,
+    value: str | None = None,
 ) -> LockArgs:
     wire.check_name(name)
     ttl_ms = float(wire.ms_of(ttl, "ttl")) if ttl is not None else None
@@ -114,7 +115,22 @@ def lock_args(
     if notify_waiters:
         # LOCK notify=waiters: the server's "* WAITING" when others wait
         opts["notify_waiters"] = True
+    if value is not None:
+        if not isinstance(value, str):
+            raise TypeError(f"value is a str, not {value!r}")
+        if value:  # "": none, as libdlock's lo.value
+            opts["value"] = wire.desc_encode(value, wire.VALUE_MAX)
     return LockArgs(name, ttl_ms, wait_ms, mode == "shared", n, opts)
+
+
+def value_arg(value: str) -> str:
+    """A proclaimed value as it is sent (a text value, at most VALUE_MAX
+    bytes: see ``wire.desc_encode``); an empty one is refused."""
+    if not isinstance(value, str):
+        raise TypeError(f"value is a str, not {value!r}")
+    if not value:
+        raise ValueError("proclaim: the value is empty (resigning is release())")
+    return wire.desc_encode(value, wire.VALUE_MAX)
 
 
 class _Unset:
@@ -213,6 +229,14 @@ class LeaseView:
         server says nothing then); for a holder that polls rather than be
         called (``on_contended``)."""
         return self._ls.waiters
+
+    @property
+    def value(self) -> str:
+        """The lease's value (``lock(value=)``, then ``proclaim()``): what
+        it says to whoever looks at the lock, as they read it (decoded:
+        a character that is not printable ASCII is '?', and it is cut at
+        128 bytes as sent); "" when it has none."""
+        return wire.desc_decode(self._ls.value)
 
     @property
     def owned(self) -> bool:

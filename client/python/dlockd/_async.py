@@ -72,6 +72,19 @@ class AsyncLease(LeaseView):
             )
         return float(await c._call(c._core.refresh_request(self._ls, ttl_ms, now_ms())))
 
+    async def proclaim(self, value: str) -> None:
+        """As :meth:`dlockd.Lease.proclaim`: the lease's new value (a
+        REFRESH for its TTL with value=). ValueError for an empty value;
+        LockLost if the lease is gone."""
+        c = self._client
+        v = _api.value_arg(value)
+        if self._ls.lost is not None or self._ls.released:
+            why = lost_why(self._ls.lost, self._ls.broken_by) if self._ls.lost else ""
+            raise LockLost(
+                f"the lease of {self.name!r} is " + (f"lost: {why}" if why else "released")
+            )
+        await c._call(c._core.proclaim_request(self._ls, v, now_ms()))
+
     async def extend(self, additional_time: Seconds, replace_ttl: bool = False) -> float:
         """redis-py's ``extend``: refresh now so that ``additional_time``
         more seconds remain than the lease has left (``replace_ttl``:
@@ -482,6 +495,7 @@ class AsyncClient:
         warn: Seconds | None = None,
         delay: Seconds | None = None,
         notify_waiters: bool = False,
+        value: str | None = None,
         blocking: bool = _UNSET,
         blocking_timeout: Seconds | None = _UNSET,
         timeout: Any = _UNSET,
@@ -495,11 +509,13 @@ class AsyncClient:
         ``on_lost``); True or False says it for both. ``notify_waiters``:
         the client's ``on_contended(lease, waiters)`` is called (on the
         loop) when the server says others wait for the lease, and
-        ``lease.waiters`` says the last count."""
+        ``lease.waiters`` says the last count. ``value``: what the lease
+        says to whoever looks at the lock (an elected leader's address;
+        ``await lease.proclaim(v)`` changes it)."""
         wait = _api.wait_of(wait, blocking, blocking_timeout, timeout)
         a = lock_args(
             name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay,
-            notify_waiters,
+            notify_waiters, value,
         )
         return _Acquire(self, a, cancel_on_loss)
 

@@ -262,7 +262,7 @@ class LeaseState:
         "acquired_at", "max_hold", "renew", "refreshing", "lost", "broken_by",
         "unlocking", "released", "at_risk", "capped", "ticket", "handle",
         "on_lost", "on_at_risk", "owned", "proof", "until", "warn", "delay",
-        "waiters", "contended_due",
+        "waiters", "contended_due", "value",
     )  # fmt: skip
 
     def __init__(self, name: str, token: int) -> None:
@@ -301,6 +301,10 @@ class LeaseState:
         # came before the application had a handle to be told with
         self.waiters = 0
         self.contended_due = False
+        # what the lease says to whoever looks at the lock (LOCK value=,
+        # then REFRESH value=: an elected leader's), as sent (encoded);
+        # "" none. A RECLAIM says it again, as the lost record had it.
+        self.value = ""
 
     def live(self) -> bool:
         return self.lost is None and not self.released and not self.unlocking
@@ -822,7 +826,11 @@ class Core:
                     ls.broken_by = r.kv("broken_by") or ""
                     self._lose(ls, LostReason.EXPIRED)
         elif r.word == "WATCH":
-            # * WATCH <name> <what> <owner> <token> holders=<n> [user=] [broken_by=]
+            # * WATCH <name> <what> <owner> <token> holders=<n> [user=]
+            # [broken_by=] [value=]; <what> "value": the holder gave its
+            # lease a new value. One this client does not know is passed
+            # on as it came.
+            value = r.kv("value")
             ev = WatchEvent(
                 name,
                 r.args[1],
@@ -831,6 +839,7 @@ class Core:
                 holders=int(r.kv("holders") or 0),
                 user=r.kv("user") or "",
                 broken_by=r.kv("broken_by") or "",
+                value=wire.desc_decode(value) if value else "",
             )
             for w in self.watches:
                 if w.matches(name):
@@ -1006,6 +1015,17 @@ class Core:
         ls.limit = max(q.limit, 1)
         ls.warn = int(q.opts.get("warn") or 0)
         ls.delay = int(q.opts.get("delay") or 0)
+        # a reentry with a value replaces the lease's (every hold of it
+        # says the server's one), one without keeps it
+        if q.opts.get("value"):
+            ls.value = q.opts["value"]
+            self._say_value(q.name, token, ls.value)
+        else:
+            ls.value = next(
+                (o.value for o in self.leases
+                 if o.name == q.name and o.token == token and o.lost is None),
+                "",
+            )
         # a reentry of a lease this owner still has never lowers the TTL
         # it is renewed with (PROTOCOL.md, Semantics)
         ls.ttl = q.ttl
@@ -1053,15 +1073,20 @@ class Core:
         quiet = not dq or (ls is not None and ls.ticket is not None and dq[0] is ls.ticket)
         if r.kind == "OK" and r.word == "HELD" and q.last_hold and not others and quiet:
             # holds we lost track of (a LOCK sent again after a reconnect
-            # was granted twice): give them back
+            # was granted twice, or another client of our owner's hold
+            # not given back yet): give them back
+            q.retries += 1
             self._write(q, now)
             return True
         if r.kind == "OK" and r.word in ("RELEASED", "HELD"):
             self._finish(q, None, True)
             return True
         if r.kind == "NO" and r.word == "NOT_HOLDER":
-            if q.resent and q.last_hold:
-                self._finish(q, None, True)  # released before the drop
+            if q.last_hold and (q.resent or q.retries):
+                # released before the drop; or, giving back holds we lost
+                # track of, by another client of our owner giving back
+                # its own first (a race: gone, as asked)
+                self._finish(q, None, True)
             else:
                 self._finish(q, NotHolder(r.text(), text=r.text(), code=r.word))
             return True
@@ -1084,6 +1109,9 @@ class Core:
                     ls.ttl = q.ttl
                 _note_proof(ls, r)
                 self._confirm(ls, q, q.sent_at, ms)
+            if q.op == "REFRESH" and q.extra.get("value"):
+                # a proclaim: the server has the lease's new value
+                self._say_value(q.name, q.token, q.extra["value"])
             self._finish(q, None, ms / 1000.0)
             return True
         if (
@@ -1112,6 +1140,13 @@ class Core:
             ls.renew_at = now + max(ls.ttl / 10.0, RENEW_RETRY_MIN_MS)
             self._risk(ls)
         return False
+
+    def _say_value(self, name: str, token: int, value: str) -> None:
+        """Lease (name, token) says value now: every hold of it keeps it
+        (for a RECLAIM, and lease.value)."""
+        for o in self.leases:
+            if o.name == name and o.token == token:
+                o.value = value
 
     def _r_check(self, q: Req, r: wire.Reply, now: float) -> bool:
         if r.kind == "OK" and r.word == "VALID":
@@ -1316,7 +1351,8 @@ class Core:
                     st = dataclasses.replace(
                         st, token=first.token, ttl=first.ttl, count=first.count,
                         owner=first.owner, user=first.user, held_for=first.held_for,
-                        host=first.host, pid=first.pid, cmd=first.cmd)
+                        host=first.host, pid=first.pid, cmd=first.cmd,
+                        value=first.value)
                 self._finish(
                     q,
                     None,
@@ -1363,14 +1399,19 @@ class Core:
                 delay=int(q.opts["delay"]) if q.opts.get("delay") else None,
                 req=q.reqid if q.reqid and self.takes_req else None,
                 notify="waiters" if q.opts.get("notify_waiters") else None,
+                value=q.opts.get("value") or None,
                 tag=tag,
             )
         if op in ("CONFIRM", "RENEW", "REFRESH"):
-            return wire.request("REFRESH", q.name, str(q.token), ttl=int(q.ttl), tag=tag)
+            # a proclaim is a REFRESH with the lease's new value
+            value = q.extra.get("value") if op == "REFRESH" else None
+            return wire.request(
+                "REFRESH", q.name, str(q.token), ttl=int(q.ttl), value=value or None, tag=tag
+            )
         if op == "RECLAIM":
             ls = q.lease
             assert ls is not None
-            # the lost record's warning and lock delay (a client takes
+            # the lost record's warning, lock delay and value (a client takes
             # the holds of a name one at a time: its lease has one)
             return wire.request(
                 "RECLAIM",
@@ -1383,6 +1424,7 @@ class Core:
                 limit=ls.limit if ls.limit > 1 else None,
                 warn=ls.warn if 0 < ls.warn < int(q.ttl) else None,
                 delay=ls.delay if ls.delay > 0 else None,
+                value=ls.value or None,
                 tag=tag,
             )
         if op in ("UNLOCK", "CHECK"):
@@ -1563,6 +1605,14 @@ class Core:
         q.ttl = ttl_ms if ttl_ms else ls.ttl
         q.lease = ls
         q.deadline = now + self.o.request_timeout_ms
+        return q
+
+    def proclaim_request(self, ls: LeaseState, value: str, now: float) -> Req:
+        """A proclaim (the lease's new value, encoded): a REFRESH of the
+        lease for its TTL with value=; its success refreshes the lease as
+        a refresh does and makes value the lease's (_r_refresh)."""
+        q = self.refresh_request(ls, None, now)
+        q.extra = {"value": value}
         return q
 
     def simple_request(self, op: str, name: str = "", token: int = 0, **extra: Any) -> Req:

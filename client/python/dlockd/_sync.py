@@ -95,6 +95,25 @@ class Lease(LeaseView):
             q = c._core.refresh_request(self._ls, ttl_ms, now_ms())
         return float(c._call(q))
 
+    def proclaim(self, value: str) -> None:
+        """Give the lease a new value (an elected leader's new address):
+        ``REFRESH ... value=``, which refreshes the lease for its TTL too.
+        Whoever watches the lock is told (a ``value`` event), and
+        ``status()`` shows it. The value is sent as a text value (see
+        ``lock(value=)``). ValueError for an empty value (nothing is
+        sent; resigning is ``release()``); LockLost if the lease is gone
+        -- a leader that is no longer one."""
+        c = self._client
+        v = _api.value_arg(value)
+        with c._mu:
+            if self._ls.lost is not None or self._ls.released:
+                why = lost_why(self._ls.lost, self._ls.broken_by) if self._ls.lost else ""
+                raise LockLost(
+                    f"the lease of {self.name!r} is " + (f"lost: {why}" if why else "released")
+                )
+            q = c._core.proclaim_request(self._ls, v, now_ms())
+        c._call(q)
+
     def extend(self, additional_time: Seconds, replace_ttl: bool = False) -> float:
         """redis-py's ``extend``: refresh the lease now so that
         ``additional_time`` more seconds remain than it has left
@@ -365,6 +384,7 @@ class Client:
         warn: Seconds | None = None,
         delay: Seconds | None = None,
         notify_waiters: bool = False,
+        value: str | None = None,
         blocking: bool = _UNSET,
         blocking_timeout: Seconds | None = _UNSET,
         timeout: Any = _UNSET,
@@ -389,7 +409,17 @@ class Client:
         at most); the client's ``on_contended(lease, waiters)`` is called
         and ``lease.waiters`` says the last count. Nothing is said when
         the queue shrinks. For a holder that can let go early (a cache
-        written back, a batch stopped between items). Every acquire sends
+        written back, a batch stopped between items). ``value``: what the
+        lease says to whoever looks at the lock (``status().value``,
+        ``holders()``, watch events) -- an election is held so:
+        candidates lock its name with their value (the address followers
+        should use) and wait as long as they stand; the holder leads,
+        its token is the term, ``lease.proclaim(v)`` gives a new value,
+        ``release()`` resigns. Sent as a text value: printable ASCII, a
+        space or '%' escaped (``%20``, ``%25``), any other character as
+        '?', cut at 128 bytes as sent (never inside an escape); None or
+        "": none. A reentry with a value replaces the lease's, one
+        without keeps it; the lease keeps it for a RECLAIM. Every acquire sends
         a request id of its own (``req=``, to a server of 0.4.0 or later),
         the same when its LOCK is sent again after a drop or a fail-over:
         a grant whose reply was lost is then given back to it, not taken
@@ -406,7 +436,7 @@ class Client:
         wait = _api.wait_of(wait, blocking, blocking_timeout, timeout)
         a = lock_args(
             name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay,
-            notify_waiters,
+            notify_waiters, value,
         )
         start = now_ms()
         wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms

@@ -74,6 +74,9 @@ class Status:
     # grants are closed this long (Redis forgot leases that may still be
     # held): a free lock admits nobody until then; seconds, 0: open
     closed: float = 0.0
+    # the first holder's value (``lock(value=)``: an elected leader's,
+    # its address), decoded; "" when it has none
+    value: str = ""
 
 
 def _int(v: str | None) -> int:
@@ -114,6 +117,7 @@ def status_of(name: str, words: Reply | list[str]) -> Status:
         delay=_int(r.kv("delay_ms")) / 1000.0,
         delay_left=_int(r.kv("delay_left_ms")) / 1000.0,
         closed=_int(r.kv("closed_ms")) / 1000.0,
+        value=_text(r, "value"),
     )
 
 
@@ -135,6 +139,7 @@ class Holder:
     host: str = ""  # who it said it is (HELLO host= pid= cmd=)
     pid: int = 0
     cmd: str = ""
+    value: str = ""  # holder: its lease's value, decoded ("" none)
 
 
 def holder_of(line: str) -> Holder:
@@ -158,6 +163,7 @@ def holder_of(line: str) -> Holder:
         host=_text(r, "host"),
         pid=_int(r.kv("pid")),
         cmd=_text(r, "cmd"),
+        value=_text(r, "value"),
     )
 
 
@@ -208,8 +214,14 @@ class WatchEvent:
     - ``granted`` (a new lease; a reentry is none), ``released`` (its last
       hold), ``expired``, ``broken`` (``broken_by``: the user of the
       ``BREAK``), ``withdrawn`` (a grant Redis never recorded, taken
-      back): ``name`` is the lock, ``owner``, ``token`` and ``user`` the
-      lease's, ``holders`` what the lock has after the change;
+      back), ``value`` (the lease's holder gave it a new value:
+      ``lease.proclaim()``, or a reentry with another): ``name`` is the
+      lock, ``owner``, ``token``, ``user`` and ``value`` the lease's
+      (``value`` decoded, "" when it has none; for ``value``, the new
+      one), ``holders`` what the lock has after the change. In an
+      election ``granted`` names a new leader (its term is ``token``),
+      ``value`` a new value of the same leader, and ``released``,
+      ``expired``, ``broken`` and ``withdrawn`` the end of a term;
     - ``overflow``: ``missed`` events were lost (the reader was too slow,
       here or at the server); ``name`` is "";
     - ``resumed``: after a reconnect, ``name`` (the pattern) is watched
@@ -218,6 +230,9 @@ class WatchEvent:
     - ``refused``: after a reconnect, watching ``name`` (the pattern)
       again was refused (``error``: the server's line); the pattern is no
       longer watched, and a watch left with none ends.
+
+    A ``what`` not listed here (a later server's) is passed on as it
+    came: a reader ignores what it does not know.
     """
 
     name: str
@@ -229,3 +244,4 @@ class WatchEvent:
     broken_by: str = ""
     missed: int = 0
     error: str = ""
+    value: str = ""

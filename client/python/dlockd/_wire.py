@@ -25,6 +25,7 @@ KEY_MIN, KEY_MAX = 16, 64  # an owner key a client brings
 REASON_MAX = 128  # BREAK reason=
 DESC_HOST_MAX, DESC_CMD_MAX = 64, 128  # HELLO host=, cmd= (bytes as sent)
 DESC_PID_MAX = 2147483647  # HELLO pid=
+VALUE_MAX = 128  # a lease's value (LOCK, REFRESH value=), bytes as sent
 LIMIT_MAX = 1024  # holders of one lock (limit=)
 DURATION_MAX_MS = 10**12  # the largest duration the server reads
 PAGE_MAX = 1000  # LOCKS limit=
@@ -98,12 +99,14 @@ _HEXDIGITS = "0123456789abcdefABCDEF"
 
 
 def desc_encode(text: str, maxlen: int) -> str:
-    """A description's text as HELLO sends it (proto/desc.h): printable
-    ASCII kept, a space or '%' escaped (%20, %25), anything else '?';
-    cut to maxlen bytes, never inside an escape."""
+    """A text value as it is sent (proto/desc.h; HELLO's host= and cmd=, a
+    lease's value=): printable ASCII kept, a space or '%' escaped (%20,
+    %25), any other byte of its UTF-8 '?' (one per byte, as libdlock and
+    the Go and Java clients do); cut to maxlen bytes, never inside an
+    escape."""
     out: list[str] = []
     n = 0
-    for ch in text:
+    for ch in text.encode("utf-8", "replace").decode("latin-1"):
         if ch in (" ", "%"):
             e = "%" + _HEX[ord(ch) >> 4] + _HEX[ord(ch) & 15]
         elif "!" <= ch <= "~":
@@ -118,8 +121,8 @@ def desc_encode(text: str, maxlen: int) -> str:
 
 
 def desc_decode(value: str) -> str:
-    """What a description's value says, for people: escapes decoded,
-    anything not printable ASCII shown as '?'."""
+    """What a text value (a description, a lease's value) says: escapes
+    decoded, anything not printable ASCII shown as '?'."""
     out: list[str] = []
     i = 0
     while i < len(value):
