@@ -68,11 +68,11 @@
 #define DL_DESC_HOST_MAX 64
 #define DL_DESC_CMD_MAX	 128
 #define DL_DESC_PID_MAX	 2147483647
-/* Words in one request line, verb included. The longest valid request,
- * LOCK <name> ttl= wait= mode= limit= warn= delay= req= notify= value=
- * id=, has twelve (HELLO with all of owner= key= host= pid= cmd= id=,
- * seven). */
-#define DL_ARGS_MAX 12
+/* Words in one request line, verb included. The longest valid requests
+ * have thirteen: RECLAIM <name> <token> proof= until= ttl= mode= limit=
+ * holds= warn= delay= value= id= (LOCK <name> with all it takes, twelve;
+ * HELLO with all of owner= key= host= pid= cmd= id=, seven). */
+#define DL_ARGS_MAX 13
 
 /* A lease's value (LOCK, REFRESH value=): what its holder says of its
  * lease to whoever looks at the lock -- an elected leader's address --

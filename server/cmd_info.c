@@ -357,10 +357,11 @@ void dl__cmd_help(struct dl_conn *c, const struct dl_request *rq)
 			 "elected leader's address",
 			 DL_VALUE_MAX);
 	if (strstr(u, "notify="))
-		snprintf(NOTE, sizeof(note[0]),
-			 "notify=waiters: * WAITING <name> <n> when others "
-			 "queue behind your lease (at its grant if some do; "
-			 "then as the queue doubles, or a second later)");
+		snprintf(
+			NOTE, sizeof(note[0]),
+			"notify=waiters: * WAITING <name> <n> token=<t> when others "
+			"queue behind your lease (at its grant if some do; "
+			"then as the queue doubles, or a second later)");
 	if (strstr(u, "limit=") && (v == DL_VERB_LOCKS || v == DL_VERB_NONE))
 		snprintf(NOTE, sizeof(note[0]),
 			 "limit (LOCKS): locks per page, 1 to %d (default "

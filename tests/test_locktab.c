@@ -4910,3 +4910,43 @@ Test(locktab, a_restored_lease_hears_of_a_waiter_claiming_its_place)
 	cr_assert_not_null(find_ev(DL_EVENT_WAITING, h));
 	cr_assert(eq(u32, find_ev(DL_EVENT_WAITING, h)->holds, 1));
 }
+
+/* A hold given back (UNLOCK answered HELD) may be the one the lease's
+ * last id made: that request, sent again, is a reentry, never a retry
+ * answered with no hold added (found by review: a client giving a late
+ * grant back and asking again with the same id). */
+Test(locktab, a_hold_given_back_leaves_no_id_to_retry)
+{
+	struct client *a1 = client_new("a"), *a2 = client_new("a");
+	struct dl_result r;
+	uint64_t tok;
+
+	EXPECT(acq_req(a1, "u", 60000, 0, 5, 0, &r), r, DL_GRANTED);
+	tok = r.token;
+	EXPECT(acq_req(a2, "u", 60000, 0, 0, 0, &r), r, DL_GRANTED);
+	cr_assert(r.holds == 2);
+	EXPECT(rel(a1, "u", tok, &r), r, DL_HELD);
+	EXPECT(acq_req(a1, "u", 60000, 0, 5, 0, &r), r, DL_GRANTED);
+	cr_assert(r.reentry && !r.retry && r.holds == 2, "holds %u", r.holds);
+}
+
+/* A place a restart kept, claimed and granted at once with others
+ * behind it: a lease that asked hears of them, after its reply. */
+Test(locktab, a_claimed_place_granted_with_waiters_behind_is_told)
+{
+	struct client *a, *w;
+	struct dl_result r;
+
+	cr_assert(eq(int,
+		     dl_locktab_restore_waiter(tab, str("x"), str("a"), 60000,
+					       UINT64_MAX, clock_ms + 5000,
+					       DL_STR_NULL, 0, 1),
+		     0));
+	a = client_new("a");
+	w = client_new("w");
+	must_queue(w, "x", 60000, DL_WAIT_INF, NULL);
+	EXPECT(acq_req(a, "x", 60000, DL_WAIT_INF, 0, 1, &r), r, DL_GRANTED);
+	cr_assert(r.tell, "told once its reply is out");
+	dl_locktab_tell_waiting(tab, str("x"), r.token);
+	cr_assert_not_null(find_ev(DL_EVENT_WAITING, a));
+}

@@ -749,12 +749,17 @@ Test(proto, too_many_words_is_bad_arg)
 {
 	struct dl_request r;
 
-	/* more than twelve words is refused before the verb is looked at */
-	expect_err("FOO 1 2 3 4 5 6 7 8 9 10 11 12", DL_EBADARG);
+	/* more than thirteen words is refused before the verb is looked at */
+	expect_err("FOO 1 2 3 4 5 6 7 8 9 10 11 12 13", DL_EBADARG);
 	expect_err("PING a b c d e f g", DL_EBADARG);
 	expect_err("LOCK a b", DL_EBADARG);
 	expect_err("UNLOCK a 1 2", DL_EBADARG);
-	expect_err("FOO 1 2 3 4 5 6 7 8 9 10 11", DL_EUNKNOWNCMD);
+	expect_err("FOO 1 2 3 4 5 6 7 8 9 10 11 12", DL_EUNKNOWNCMD);
+	/* the longest: a RECLAIM with everything it takes */
+	expect_ok("RECLAIM a 7 proof=00112233445566778899aabbccddeeff "
+		  "until=1 ttl=1 mode=exclusive limit=2 holds=2 warn=0 "
+		  "delay=1 value=v id=x",
+		  &r);
 	expect_ok("REFRESH a 1 ttl=5 id=x", &r);
 	/* the longest request there is */
 	expect_ok("LOCK a ttl=1 wait=1 mode=exclusive limit=1 warn=0 "
@@ -854,8 +859,8 @@ Test(proto, errors_say_what_and_how)
 		 "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
 		 "[delay=<duration>] [req=<n>] [notify=waiters] "
 		 "[value=<text>] [id=<tag>]"},
-		{"FOO 1 2 3 4 5 6 7 8 9 10 11 12", DL_EBADARG,
-		 "too many words, a request has at most 12"},
+		{"FOO 1 2 3 4 5 6 7 8 9 10 11 12 13", DL_EBADARG,
+		 "too many words, a request has at most 13"},
 		{"LOCK a req=0", DL_EBADARG,
 		 "req malformed: '0', a number from 1 to 18446744073709551615 "
 		 "(one per request, the same when it is sent again)"},

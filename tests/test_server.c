@@ -1640,7 +1640,8 @@ Test(server, help_lists_every_command_and_explains_one)
 	h_expect_prefix(c, "delay: the lock's lock-delay, at most 1m: ");
 	h_expect_prefix(c, "req: a number of your own for this request");
 	h_expect_prefix(c, "value: what the lease says to whoever looks");
-	h_expect_prefix(c, "notify=waiters: * WAITING <name> <n> when ");
+	h_expect_prefix(c, "notify=waiters: * WAITING <name> <n> token=<t> "
+			   "when ");
 	cr_assert_str_eq(
 		h_call(c, "HELP frobnicate"),
 		"ERR BAD_ARG unknown command; HELP lists the commands");

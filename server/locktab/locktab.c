@@ -715,6 +715,7 @@ static void free_objects(struct dl_locktab *t)
 			}
 			for (w = lk->qhead; w; w = wn) {
 				wn = w->qnext;
+				free(w->value);
 				free(w);
 			}
 			free(lk);

@@ -222,6 +222,9 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 		dl__delay_ask(t, lk, a->delay_ms, 0, &sp->delay);
 		/* shared waiters right behind it may come in with it */
 		dl__serve(t, lk, now);
+		/* and if others wait behind, it hears of them after its
+		 * reply */
+		dl__notify_holders(t, lk, now, 1);
 		return granted(res, l, ttl);
 	}
 	if (a->wait_ms == 0) {
@@ -471,6 +474,11 @@ int dl_locktab_release(struct dl_locktab *t, struct dl_session *s,
 	res->token = token;
 	if (l->count > 1) {
 		l->count--;
+		/* the hold its last id made may be the one given back: sent
+		 * again, that request is a reentry to make, never a retry
+		 * answered with none added (found by review: a client that
+		 * gives a grant back and asks again with its id) */
+		dl__lease_forget_req(l);
 		res->outcome = DL_HELD;
 		res->value = l->count;
 	} else {
@@ -1138,7 +1146,7 @@ int dl_locktab_restore_value(struct dl_locktab *t, struct dl_str name,
 		return DL_EBADARG;
 	if (!(v = dl__value_new(value, &nomem)))
 		return DL_ENOMEM;
-	dl__value_give(t, l, &v);
+	dl__value_restore(t, l, &v);
 	return 0;
 }
 
@@ -1183,7 +1191,7 @@ int dl_locktab_restore_notify(struct dl_locktab *t, struct dl_str name,
 		return DL_EBADARG;
 	if (!(n = dl__notify_alloc()))
 		return DL_ENOMEM;
-	dl__notify_set(t, l, &n);
+	dl__notify_restore(t, l, &n);
 	free(n);
 	return 0;
 }

@@ -256,6 +256,9 @@ int dl__value_give(struct dl_locktab *t, struct dl_lease *l,
 		   struct dl_value **v);
 struct dl_value *dl__value_of(const struct dl_locktab *t,
 			      const struct dl_lease *l);
+/* dl__value_give for a lease restored from its record (not dirty). */
+void dl__value_restore(struct dl_locktab *t, struct dl_lease *l,
+		       struct dl_value **v);
 /* l's value, taken from it (NULL: none): it goes on to a waiter put
  * back (dl_locktab_revoke). */
 struct dl_value *dl__value_take(struct dl_locktab *t, struct dl_lease *l);
@@ -264,6 +267,10 @@ void dl__notify_set(struct dl_locktab *t, struct dl_lease *l,
 		    struct dl_notify **spare);
 struct dl_notify *dl__notify_of(const struct dl_locktab *t,
 				const struct dl_lease *l);
+/* The same for a lease restored from its record: the record says it
+ * already, so the lock is not made dirty. */
+void dl__notify_restore(struct dl_locktab *t, struct dl_lease *l,
+			struct dl_notify **spare);
 /* l ends: its object goes with it. */
 void dl__notify_drop(struct dl_locktab *t, struct dl_lease *l);
 /* Waiters came (a request queued, or a grant left some behind): tell

@@ -385,19 +385,33 @@ struct dl_notify *dl__notify_alloc(void)
 	return calloc(1, sizeof(struct dl_notify));
 }
 
-void dl__notify_set(struct dl_locktab *t, struct dl_lease *l,
-		    struct dl_notify **spare)
+/* l asks for news of waiters (taking *spare); 1 if it did not before. */
+static int notify_attach(struct dl_locktab *t, struct dl_lease *l,
+			 struct dl_notify **spare)
 {
 	struct dl_notify *n;
 
 	if (dl__notify_of(t, l) || !*spare)
-		return;
+		return 0;
 	n = *spare;
 	*spare = NULL;
 	n->lease = l;
 	dl__side_insert(t, &t->notifies, &n->side, l);
 	l->lock->notify = 1;
-	dl__mark_dirty(t, l->lock); /* its record says so */
+	return 1;
+}
+
+void dl__notify_set(struct dl_locktab *t, struct dl_lease *l,
+		    struct dl_notify **spare)
+{
+	if (notify_attach(t, l, spare))
+		dl__mark_dirty(t, l->lock); /* its record says so */
+}
+
+void dl__notify_restore(struct dl_locktab *t, struct dl_lease *l,
+			struct dl_notify **spare)
+{
+	notify_attach(t, l, spare); /* what Redis holds: not dirty */
 }
 
 void dl__notify_drop(struct dl_locktab *t, struct dl_lease *l)
@@ -512,14 +526,15 @@ struct dl_value *dl__value_take(struct dl_locktab *t, struct dl_lease *l)
 	return x;
 }
 
-int dl__value_give(struct dl_locktab *t, struct dl_lease *l,
-		   struct dl_value **v)
+/* l gets *v (taken): 1 if its value changed, -1 if *v was NULL. */
+static int value_attach(struct dl_locktab *t, struct dl_lease *l,
+			struct dl_value **v)
 {
 	struct dl_value *old, *x = v ? *v : NULL;
 	int same;
 
 	if (!x)
-		return 0;
+		return -1;
 	*v = NULL;
 	old = dl__value_take(t, l);
 	same = old && old->len == x->len && !memcmp(old->v, x->v, x->len);
@@ -527,8 +542,24 @@ int dl__value_give(struct dl_locktab *t, struct dl_lease *l,
 	x->lease = l;
 	dl__side_insert(t, &t->values, &x->side, l);
 	l->lock->valued = 1;
-	dl__mark_dirty(t, l->lock); /* its record says it */
 	return !same;
+}
+
+int dl__value_give(struct dl_locktab *t, struct dl_lease *l,
+		   struct dl_value **v)
+{
+	int changed = value_attach(t, l, v);
+
+	if (changed < 0)
+		return 0;
+	dl__mark_dirty(t, l->lock); /* its record says it */
+	return changed;
+}
+
+void dl__value_restore(struct dl_locktab *t, struct dl_lease *l,
+		       struct dl_value **v)
+{
+	value_attach(t, l, v); /* what Redis holds: not dirty */
 }
 
 struct dl_str dl_locktab_lease_value(const struct dl_locktab *t,
