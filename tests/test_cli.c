@@ -2464,3 +2464,40 @@ Test(cli, elect_runs_the_command_while_leader_and_leader_prints_its_value)
 	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
 	cr_assert(strstr(r.err, "elect needs --value") != NULL, "%s", r.err);
 }
+
+/* Others waited already when the lock was granted: the command is told
+ * in DLOCK_WAITERS, not by a signal it could get before it sets its trap
+ * (found by review: the signal killed it at start); a signal run does
+ * not pass on (the guard's) is refused. */
+Test(cli, run_tells_the_command_of_waiters_there_at_its_start)
+{
+	struct h_client *h = h_hello(d.port, "first"), *w;
+	struct proc p;
+	struct result r;
+	char script[512];
+	uint64_t th = h_lock(h, "busy-job", "ttl=30s");
+
+	w = h_hello(d.port, "waiter");
+	snprintf(script, sizeof(script),
+		 "echo $DLOCK_WAITERS > %s; sleep 0.3; echo done > %s",
+		 in_dir("waiters"), in_dir("done"));
+	proc_start(&p, "run", "busy-job", "--ttl", "10s",
+		   "--signal-when-waited", "USR1", "--", "sh", "-c", script,
+		   NULL);
+	/* p queues first, then another behind it */
+	h_sleep_ms(200);
+	cr_assert_str_eq(h_call(w, "LOCK busy-job ttl=5s"),
+			 "OK QUEUED busy-job 2");
+	h_call(h, "UNLOCK busy-job %llu", (unsigned long long)th);
+	cr_assert_str_eq(wait_line(in_dir("waiters"), QUICK_MS), "1\n");
+	proc_result(&p, &r, QUICK_MS);
+	cr_assert(eq(int, r.status, 0), "not killed by a signal: %d %s",
+		  r.status, r.err);
+	cr_assert_str_eq(wait_line(in_dir("done"), QUICK_MS), "done\n");
+	dlock(&r, "run", "x", "--signal-when-waited", "26", "--", "true", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	dlock(&r, "run", "x", "--value", "", "--", "true", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	h_close(h);
+	h_close(w);
+}

@@ -70,7 +70,7 @@ char **dl_cli_child_env(const struct cli *cl, const char *owner, uint64_t token)
 
 	while (environ[n])
 		n++;
-	v = calloc(n + 6, sizeof(*v));
+	v = calloc(n + 7, sizeof(*v));
 	if (!v)
 		return NULL;
 	for (i = 0; i < n; i++)
@@ -79,6 +79,11 @@ char **dl_cli_child_env(const struct cli *cl, const char *owner, uint64_t token)
 	if (!(v[k++] = str_printf("DLOCK_NAME=%s", cl->pos[0])) ||
 	    !(v[k++] = str_printf("DLOCK_TOKEN=%" PRIu64, token)) ||
 	    !(v[k++] = str_printf("DLOCK_OWNER=%s", owner)))
+		goto nomem;
+	/* how many waited when it started: news after that is a signal */
+	if (cl->waited_signal &&
+	    !(v[k++] = str_printf("DLOCK_WAITERS=%u",
+				  (unsigned)cl->waiters_at_start)))
 		goto nomem;
 	if (cl->servers) {
 		if (!(v[k++] = str_printf("DLOCK_SERVERS=%s", cl->servers)))

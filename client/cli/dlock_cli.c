@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "client/cli/dlock_cli.h"
+#include "proto/desc.h"
 #include "proto/proto.h"
 
 #ifndef DL_VERSION
@@ -185,10 +186,11 @@ static const struct subcmd subcmds[] = {
 	 "across both. --limit N: a semaphore, N holders at once, each with\n"
 	 "its own token; every user of the name must give the same N.\n"
 	 "--delay D: the lock's lock-delay, as for lock.\n"
-	 "--signal-when-waited SIG (USR1, USR2, HUP, INT, TERM or a number):\n"
-	 "send SIG to the command when others queue for the lock (when it\n"
-	 "is granted if some wait, then as the queue doubles or a second\n"
-	 "later), so that a job that can stop early lets them in.\n"
+	 "--signal-when-waited SIG (USR1, USR2, HUP, INT, TERM, QUIT):\n"
+	 "send SIG to the command when others queue for the lock while it\n"
+	 "runs (as the queue doubles, or a second later), so that a job\n"
+	 "that can stop early lets them in; DLOCK_WAITERS in its\n"
+	 "environment says how many waited when it started.\n"
 	 "--value V: what the lease says to whoever looks at the lock\n"
 	 "(status, watch): see elect.\n",
 	 0},
@@ -197,7 +199,8 @@ static const struct subcmd subcmds[] = {
 		 OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_VALUE) |
 		 OPTB(OPT_WAITED_SIGNAL),
 	 "elect <name> --value V [--ttl D] [--wait D|inf] [--grace D] "
-	 "[--timeout D] [-E N] [--] <command> [args...]",
+	 "[--timeout D] [-E N] [--signal-when-waited SIG] [--] <command> "
+	 "[args...]",
 	 "Stand in the election <name>, waiting up to --wait (default inf)\n"
 	 "to be its leader, then run the command while leader, as run does:\n"
 	 "DLOCK_TOKEN is the term (it grows with every leader: give it to\n"
@@ -381,7 +384,10 @@ static int bare_number(const char *v)
 	       strspn(v, "0") != strlen(v);
 }
 
-/* A signal by name (USR1, SIGUSR1; any case) or number; 0 if none. */
+/* A signal run passes on to its command by name (USR1, SIGUSR1; any
+ * case) or number; 0 if none. Only those: the guard, leader of the
+ * command's process group, is spared them and no other (found by
+ * review: --signal-when-waited 26 killed the guard). */
 static int signal_of(const char *v)
 {
 	static const struct {
@@ -389,16 +395,17 @@ static int signal_of(const char *v)
 		int sig;
 	} names[] = {{"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP},
 		     {"INT", SIGINT},	{"TERM", SIGTERM}, {"QUIT", SIGQUIT}};
-	uint64_t n;
+	uint64_t n = 0;
 	size_t i;
 
 	if (strncasecmp(v, "SIG", 3) == 0)
 		v += 3;
+	if (dl_parse_u64(v, strlen(v), &n) != 0)
+		n = 0;
 	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (strcasecmp(v, names[i].name) == 0)
+		if (strcasecmp(v, names[i].name) == 0 ||
+		    n == (uint64_t)names[i].sig)
 			return names[i].sig;
-	if (dl_parse_u64(v, strlen(v), &n) == 0 && n > 0 && n < (uint64_t)NSIG)
-		return (int)n;
 	return 0;
 }
 
@@ -540,6 +547,7 @@ static int read_owner_key_file(struct cli *cl)
 
 static int set_option(struct cli *cl, enum opt_id id, char *v)
 {
+	char enc[DL_VALUE_MAX + 4];
 	uint64_t ms;
 	int rc;
 
@@ -685,17 +693,23 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 		cl->shared = 1;
 		return 0;
 	case OPT_VALUE:
-		if (!v[0] || strlen(v) > DL_VALUE_MAX)
-			return dl_cli_usage_error(cl, "--value: 1 to %d bytes",
-						  DL_VALUE_MAX);
+		/* as sent: a space is three bytes (%20) */
+		if (!v[0] || dl_desc_encode(v, strlen(v), enc, sizeof(enc)) >
+				     DL_VALUE_MAX)
+			return dl_cli_usage_error(
+				cl,
+				"--value: 1 to %d bytes as sent (a space or "
+				"%% takes three)",
+				DL_VALUE_MAX);
 		cl->value = v;
 		return 0;
 	case OPT_WAITED_SIGNAL:
 		if ((cl->waited_signal = signal_of(v)) == 0)
 			return dl_cli_usage_error(
 				cl,
-				"--signal-when-waited: '%s' is not a signal "
-				"(USR1, USR2, HUP, INT, TERM or a number)",
+				"--signal-when-waited: '%s' is not one of "
+				"USR1, USR2, HUP, INT, TERM, QUIT (or their "
+				"numbers)",
 				v);
 		return 0;
 	default:

@@ -172,6 +172,8 @@ struct cli {
 			      command gets when others wait (0: none) */
 	const char *value; /* lock, run, elect --value: the lease's value
 			      (NULL: none) */
+	uint32_t waiters_at_start; /* run --signal-when-waited: what the
+				      command is told in DLOCK_WAITERS */
 	uint64_t grace_ms;
 	int raw;
 	int json;	   /* --json: one JSON object on stdout */

@@ -110,9 +110,11 @@ static const int touched_signals[] = {SIGTERM, SIGINT,	SIGHUP,	 SIGQUIT,
 
 static int wake_fd[2] = {-1, -1}; /* the self-pipe */
 static volatile sig_atomic_t sig_pending[NSIG];
-static atomic_int lost_reason;		   /* 0, or a dlock_lost_reason */
-static atomic_int risks;		   /* on_at_risk calls */
-static atomic_int waited;		   /* on_contended calls */
+static atomic_int lost_reason; /* 0, or a dlock_lost_reason */
+static atomic_int risks;       /* on_at_risk calls */
+static atomic_int waited;      /* on_contended calls */
+static int waited_base;	       /* ... before the command started: the news its
+				  DLOCK_WAITERS says (no signal for them) */
 static struct sigaction orig_action[NSIG]; /* dispositions at start */
 
 static void wake(void)
@@ -545,7 +547,7 @@ static void supervise(struct runner *r)
 			      {.events = POLLIN}};
 	int64_t now, t;
 	char buf[64];
-	int why, told = 0, signalled = 0;
+	int why, told = 0, signalled = waited_base, news;
 
 	for (;;) {
 		while (read(wake_fd[0], buf, sizeof(buf)) > 0)
@@ -571,8 +573,8 @@ static void supervise(struct runner *r)
 		told = atomic_load(&risks);
 		/* others wait (--signal-when-waited): the command may let
 		 * them in early */
-		if (signalled < atomic_load(&waited) && !r->stopping &&
-		    !r->exited) {
+		news = atomic_load(&waited);
+		if (signalled < news && !r->stopping && !r->exited) {
 			dl_cli_msg("%u waiting for %s: sending the command "
 				   "SIG%s",
 				   (unsigned)dlock_lease_waiters(r->l),
@@ -582,7 +584,7 @@ static void supervise(struct runner *r)
 					   : "?");
 			killpg(r->pid, r->cl->waited_signal);
 		}
-		signalled = atomic_load(&waited);
+		signalled = news;
 		if (!r->lost && !r->exited &&
 		    (why || !dlock_lease_valid(r->l) || now >= fallback_at(r)))
 			start_stopping(r, why);
@@ -762,6 +764,15 @@ int dl_cli_run(struct cli *cl)
 		goto out;
 	}
 	install_handlers();
+	/* --signal-when-waited: the news of waiters that came with the grant
+	 * (sent right behind it: a round trip brings it in) goes to the
+	 * command in DLOCK_WAITERS, not as a signal it could get before its
+	 * handler is set (found by review: it killed the command at start) */
+	if (cl->waited_signal) {
+		dlock_ping(r.c);
+		cl->waiters_at_start = dlock_lease_waiters(r.l);
+		waited_base = atomic_load(&waited);
+	}
 	/* An interactive shell's foreground job: give the command the
 	 * terminal, as the shell would have. */
 	if (isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp())

@@ -256,7 +256,7 @@ static int check_options(const struct dlock_options *o)
 /* 64 random bits, never 0: an acquire's request id (LOCK req=), the same
  * on every write of it, so that one sent again after a drop finds its
  * grant (dlock.h). */
-static uint64_t request_id(const void *salt)
+uint64_t dlock__request_id(const void *salt)
 {
 	uint64_t x;
 
@@ -776,7 +776,7 @@ int dlock_acquire(dlock_client *c, const char *name,
 	q->warn = o->warn_ms;
 	q->delay = o->delay_ms;
 	q->notify = o->notify_waiters ? 1 : 0;
-	q->reqid = request_id(q);
+	q->reqid = dlock__request_id(q);
 	if (o->value && o->value[0])
 		q->value[dl_desc_encode(o->value, strlen(o->value), q->value,
 					DL_VALUE_MAX)] = '\0';

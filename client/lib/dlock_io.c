@@ -25,11 +25,13 @@
  * too (NOT_HOLDER then means it was released before the drop); an UNLOCK of
  * a reentrant hold is not (a second one could release the lease), nor one
  * by token (dlock_unlock_token: it may be one hold of several), and fails
- * with DLOCK_ECLOSED. A LOCK whose GRANTED was lost and is sent again is
- * granted as a reentry: the hold it counts too many is given back when the
- * lease's last handle is unlocked (UNLOCK answered HELD: unlock again; see
- * options.owner in dlock.h for why that gives back only this client's
- * holds).
+ * with DLOCK_ECLOSED. A LOCK whose GRANTED was lost is sent again with its
+ * request id (req=, to a server of 0.4.0 or later), and the server gives
+ * it the grant it made, or its place in the queue. To a server without
+ * request ids it is granted as a reentry: the hold it counts too many is
+ * given back when the lease's last handle is unlocked (UNLOCK answered
+ * HELD: unlock again; see options.owner in dlock.h for why that gives back
+ * only this client's holds).
  * The new connection starts with AUTH and HELLO owner=<same owner>
  * key=<its key> (state DLOCK__GREETING), and only once HELLO is answered OK
  * by a server of the client's cluster (dlock_reply.c, cluster_reply)
@@ -819,7 +821,7 @@ static void deliver_contended(struct dlock_client *c)
 		}
 		h->contended_notify = 0;
 		c->ls.contended_count--;
-		if (!c->opt.on_contended)
+		if (!c->opt.on_contended || atomic_load(&h->lost))
 			continue;
 		c->ls.cb_handle = h;
 		pthread_mutex_unlock(&c->mu);

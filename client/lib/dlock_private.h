@@ -502,6 +502,8 @@ void dlock__lease_confirm(struct dlock_client *c, struct dlock__lease *l,
  * written. l->refreshing is set until its reply. */
 int dlock__lease_renew(struct dlock_client *c, struct dlock__lease *l);
 void dlock__lease_risk(struct dlock_client *c, struct dlock__lease *l);
+/* A new acquire's request id (LOCK req=): 64 random bits, never 0. */
+uint64_t dlock__request_id(const void *salt);
 /* The server said `waiters` wait for l (* WAITING): note it, and have
  * on_contended called for each of its handles. */
 void dlock__lease_waiting(struct dlock_client *c, struct dlock__lease *l,

@@ -194,6 +194,11 @@ static void granted(struct dlock_client *c, struct dlock__req *q,
 		if (q->wait < 0 ||
 		    (q->wait > 0 && q->wait_end > dlock__now())) {
 			q->op = DLOCK__LOCK;
+			/* a new request, with an id of its own: the one given
+			 * back must not be found as its grant (found by
+			 * review) */
+			q->reqid = dlock__request_id(q);
+			q->waiters = 0;
 			q->deadline = dlock__now() + c->opt.request_timeout_ms;
 			if ((err = dlock__req_write(c, q)) < 0)
 				dlock__req_finish(c, q, err);
@@ -295,8 +300,11 @@ static int reply_confirm(struct dlock_client *c, struct dlock__req *q,
 		granted(c, q, q->token, ms, r);
 	} else if (is(r, DL_REPLY_NO, "NOT_HOLDER") && !q->abandoned &&
 		   (q->wait < 0 || q->wait_end > now)) {
-		/* expired before we could confirm it: queue again */
+		/* expired before we could confirm it: queue again, a new
+		 * request */
 		q->op = DLOCK__LOCK;
+		q->reqid = dlock__request_id(q);
+		q->waiters = 0;
 		if ((err = dlock__req_write(c, q)) < 0)
 			dlock__req_finish(c, q, err);
 	} else if (is(r, DL_REPLY_NO, "NOT_HOLDER")) {
