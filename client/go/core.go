@@ -702,6 +702,7 @@ func (c *Client) rConfirm(q *req, r *reply, now float64) bool {
 		if !q.abandoned && !q.finished && (q.wait < 0 || q.waitEnd > now) {
 			q.op = "LOCK" // expired before we could confirm it: again
 			q.waiters = 0
+			q.reqID = requestID() // a new request (see below)
 			c.write(q, now)
 		} else {
 			c.finish(q, newErr(ErrTimeout, "the grant expired before it was confirmed"), nil)
@@ -746,6 +747,9 @@ func (c *Client) granted(q *req, token uint64, ms, sentAt float64, r *reply) {
 		if q.wait < 0 || (q.wait > 0 && q.waitEnd > now) {
 			q.op = "LOCK"
 			q.waiters = 0
+			// a new request, with an id of its own: the grant given
+			// back must not be found as its own
+			q.reqID = requestID()
 			c.setReqDeadline(q, now+c.serverTimeoutMs())
 			c.write(q, now)
 		} else {

@@ -996,6 +996,7 @@ class Core:
         elif r.kind == "NO" and r.word == "NOT_HOLDER":
             if not q.abandoned and (q.wait < 0 or q.wait_end > now):
                 q.op = "LOCK"  # expired before we could confirm it: again
+                q.reqid = request_id()  # a new request (see below)
                 self._write(q, now)
             else:
                 self._finish(q, LockTimeout("the grant expired before it was confirmed"))
@@ -1044,6 +1045,9 @@ class Core:
             self._cleanup_grant(q.name, token)
             if q.wait < 0 or (q.wait > 0 and q.wait_end > now):
                 q.op = "LOCK"
+                # a new request, with an id of its own: the grant given
+                # back must not be found as its own
+                q.reqid = request_id()
                 q.deadline = now + self.o.request_timeout_ms
                 self._write(q, now)
             else:

@@ -623,6 +623,7 @@ abstract sealed class Protocol extends Core permits Engine {
         } else if (r.is("NO", "NOT_HOLDER")) {
             if (!q.abandoned && !q.finished && (q.wait < 0 || q.waitEnd > now)) {
                 q.op = "LOCK"; // expired before we could confirm it: again
+                q.reqId = DlockClient.requestId(); // a new request (see below)
                 write(q, now);
             } else {
                 finish(q, DlockException.of(DlockException.Kind.TIMEOUT, "the grant expired before it was confirmed"), null);
@@ -655,6 +656,8 @@ abstract sealed class Protocol extends Core permits Engine {
             cleanupGrant(q.name, token);
             if (q.wait < 0 || (q.wait > 0 && q.waitEnd > now)) {
                 q.op = "LOCK";
+                // a new request, with an id of its own: the grant given back must not be found as its own
+                q.reqId = DlockClient.requestId();
                 setReqDeadline(q, now + serverTimeoutMs());
                 write(q, now);
             } else {
