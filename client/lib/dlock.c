@@ -862,15 +862,15 @@ int dlock_unlock(dlock_client *c, dlock_lease *h)
 	return err;
 }
 
-int dlock_refresh(dlock_client *c, dlock_lease *h, int64_t ttl_ms)
+/* REFRESH of h's lease for ttl_ms (0: its TTL), with a new value (NULL:
+ * none): dlock_refresh and dlock_proclaim. */
+static int refresh(dlock_client *c, dlock_lease *h, int64_t ttl_ms,
+		   const char *value)
 {
 	struct dlock__lease *l;
 	struct dlock__req *q;
 	int err;
 
-	dlock__last_error_clear();
-	if (!c || !h || dlock__bad_ms(ttl_ms))
-		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
 	l = h->l;
@@ -881,6 +881,9 @@ int dlock_refresh(dlock_client *c, dlock_lease *h, int64_t ttl_ms)
 	} else {
 		q->token = l->token;
 		q->ttl = ttl_ms ? ttl_ms : atomic_load(&l->ttl);
+		if (value)
+			q->value[dl_desc_encode(value, strlen(value), q->value,
+						DL_VALUE_MAX)] = '\0';
 		q->lease = l;
 		l->refs++;
 		q->deadline = dlock__now() + c->opt.request_timeout_ms;
@@ -891,37 +894,22 @@ int dlock_refresh(dlock_client *c, dlock_lease *h, int64_t ttl_ms)
 	return err;
 }
 
+int dlock_refresh(dlock_client *c, dlock_lease *h, int64_t ttl_ms)
+{
+	dlock__last_error_clear();
+	if (!c || !h || dlock__bad_ms(ttl_ms))
+		return DLOCK_EINVAL;
+	return refresh(c, h, ttl_ms, NULL);
+}
+
 _Static_assert(DLOCK_VALUE_MAX == DL_VALUE_MAX, "dlock.h's value limit");
 
 int dlock_proclaim(dlock_client *c, dlock_lease *h, const char *value)
 {
-	struct dlock__lease *l;
-	struct dlock__req *q;
-	int err;
-
 	dlock__last_error_clear();
 	if (!c || !h || !value || !value[0])
 		return DLOCK_EINVAL;
-	if ((err = enter(c)) < 0)
-		return err;
-	l = h->l;
-	if (atomic_load(&h->lost)) {
-		err = DLOCK_ELOST;
-	} else if (!(q = dlock__req_new(DLOCK__REFRESH, l->name, 0))) {
-		err = DLOCK_ENOMEM;
-	} else {
-		q->token = l->token;
-		q->ttl = atomic_load(&l->ttl);
-		q->value[dl_desc_encode(value, strlen(value), q->value,
-					DL_VALUE_MAX)] = '\0';
-		q->lease = l;
-		l->refs++;
-		q->deadline = dlock__now() + c->opt.request_timeout_ms;
-		err = dlock__call(c, &q);
-		dlock__req_free(q);
-	}
-	leave(c);
-	return err;
+	return refresh(c, h, 0, value);
 }
 
 /* ---- lease handles ------------------------------------------------------- */

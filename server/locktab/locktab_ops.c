@@ -158,6 +158,27 @@ static struct dl_waiter *retried_wait(const struct dl_lock *lk,
 	return NULL;
 }
 
+/* w, a wait its owner's session s asks for again (a place taken over or
+ * claimed), waits on s with what request a asks now: its TTL, tag,
+ * warning, news of waiters, value, and a wait counted from now. */
+static void waiter_asks(struct dl_locktab *t, struct dl_session *s,
+			struct dl_waiter *w, const struct dl_acquire *a,
+			uint32_t ttl, uint64_t now, struct spares *sp)
+{
+	dl__waiter_attach(w, s);
+	dl__waiter_set(w, ttl, a->tag);
+	w->has_warn = a->has_warn ? 1 : 0;
+	w->warn_ms = a->warn_ms;
+	w->req = a->req;
+	w->notify = a->notify ? 1 : 0;
+	waiter_value(w, &sp->value);
+	w->wait_deadline = dl__deadline_after(now, a->wait_ms);
+	if (w->wait_deadline == UINT64_MAX)
+		dl_wheel_del(&t->wheel, &w->timer);
+	else
+		dl_wheel_add(&t->wheel, &w->timer, w->wait_deadline);
+}
+
 /* s takes over w, its owner's wait on another session: the same place,
  * with what the request asks now. */
 static int take_wait(struct dl_locktab *t, struct dl_session *s,
@@ -173,17 +194,7 @@ static int take_wait(struct dl_locktab *t, struct dl_session *s,
 		old->waiters = w->snext;
 	if (w->snext)
 		w->snext->sprev = w->sprev;
-	dl__waiter_attach(w, s);
-	dl__waiter_set(w, ttl, a->tag);
-	w->has_warn = a->has_warn ? 1 : 0;
-	w->warn_ms = a->warn_ms;
-	w->notify = a->notify ? 1 : 0;
-	waiter_value(w, &sp->value);
-	w->wait_deadline = dl__deadline_after(now, a->wait_ms);
-	if (w->wait_deadline == UINT64_MAX)
-		dl_wheel_del(&t->wheel, &w->timer);
-	else
-		dl_wheel_add(&t->wheel, &w->timer, w->wait_deadline);
+	waiter_asks(t, s, w, a, ttl, now, sp);
 	t->st.retries++;
 	dl__mark_dirty(t, w->lock);
 	res->outcome = DL_QUEUED;
@@ -243,19 +254,8 @@ static int claim_placeholder(struct dl_locktab *t, struct dl_session *s,
 		return 0;
 	}
 	t->placeholders--;
-	dl__waiter_attach(w, s);
-	dl__waiter_set(w, ttl, a->tag);
+	waiter_asks(t, s, w, a, ttl, now, sp);
 	w->shared = a->shared ? 1 : 0;
-	w->has_warn = a->has_warn ? 1 : 0;
-	w->warn_ms = a->warn_ms;
-	w->req = a->req;
-	w->notify = a->notify ? 1 : 0;
-	waiter_value(w, &sp->value);
-	w->wait_deadline = dl__deadline_after(now, a->wait_ms);
-	if (w->wait_deadline == UINT64_MAX)
-		dl_wheel_del(&t->wheel, &w->timer);
-	else
-		dl_wheel_add(&t->wheel, &w->timer, w->wait_deadline);
 	dl__delay_ask(t, lk, a->delay_ms, 0, &sp->delay);
 	dl__mark_dirty(t, lk);
 	/* its owner is back and waits: a restored holder that asked hears
