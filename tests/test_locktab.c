@@ -4689,6 +4689,7 @@ Test(locktab, a_lease_says_its_value_to_whoever_looks)
 	struct dl_result r;
 	struct dl_lock_status st;
 	uint64_t ta;
+	int n;
 
 	dl_locktab_free(tab);
 	tab = dl_locktab_new(&hooks, &lim, TICK, 0x5eed1234abcdULL);
@@ -4729,16 +4730,14 @@ Test(locktab, a_lease_says_its_value_to_whoever_looks)
 	cr_assert(eq(int, strncmp(st.value.p, "10.0.0.2:80", 11), 0));
 	cr_assert(eq(int, strcmp(vchange_values[nvchanges - 1], "10.0.0.2:80"),
 		     0));
-	/* a reentry with another replaces it */
+	/* a reentry with another leaves it: it may be another process
+	 * of the owner, which its client refuses (found from outside: a
+	 * refused candidate's value replaced the leader's) */
+	n = nvchanges;
 	EXPECT(acq_value(b, "leader", 0, "10.0.0.3:80", &r), r, DL_GRANTED);
-	cr_assert(eq(int, (int)vchanges[nvchanges - 1].kind,
-		     (int)DL_CHANGE_VALUE));
-	cr_assert(eq(int, strcmp(vchange_values[nvchanges - 1], "10.0.0.3:80"),
-		     0));
-	/* and without, keeps it */
-	EXPECT(acq_value(b, "leader", 0, NULL, &r), r, DL_GRANTED);
+	cr_assert(eq(int, nvchanges, n));
 	st = status("leader");
-	cr_assert(eq(int, strncmp(st.value.p, "10.0.0.3:80", 11), 0));
+	cr_assert(eq(int, strncmp(st.value.p, "10.0.0.2:80", 11), 0));
 }
 
 Test(locktab, a_withdrawn_grant_gives_its_waiter_back_its_value)

@@ -566,9 +566,11 @@ int dl_locktab_acquire(struct dl_locktab *t, struct dl_session *s,
 /*
  * Values (LOCK, REFRESH ... value=<text>): what a holder says of its
  * lease to whoever looks at the lock (STATUS, HOLDERS, WATCH events): an
- * elected leader's address, for its followers. A grant or reentry with
- * one gives it to the lease (replacing the one it had), REFRESH value=
- * changes it; the change is a DL_CHANGE_VALUE for watchers. Stored with
+ * elected leader's address, for its followers. A grant with one gives it
+ * to the new lease (a reentry, or a retry, leaves the lease's as it is:
+ * it may be another process's of the same owner, refused by its client),
+ * REFRESH value= changes it; the change is a DL_CHANGE_VALUE for
+ * watchers. Stored with
  * the lease (record.h). dl_locktab_set_value: REFRESH's part; the lease
  * of this owner with this token gets the value. DL_NOT_HOLDER if there
  * is none; DL_EUNAVAILABLE, DL_EBADARG (too long), DL_ENOMEM.

@@ -111,7 +111,12 @@ struct spares {
 };
 
 /* A lease this request was granted or re-entered: what the request asks
- * of it beside the hold (a warning, news of waiters) and its id. */
+ * of it beside the hold (a warning, news of waiters) and its id. Not a
+ * value: a new lease has it from its grant, and a reentry leaves the
+ * lease's as it is -- another process of the owner, whose reentry its
+ * client gives back as not its own, must not change what the leader
+ * says (found from outside: a refused candidate's value replaced the
+ * leader's); REFRESH value= changes it. */
 static void lease_asks(struct dl_locktab *t, struct dl_lease *l,
 		       const struct dl_acquire *a, struct spares *sp)
 {
@@ -119,9 +124,6 @@ static void lease_asks(struct dl_locktab *t, struct dl_lease *l,
 		dl__warn_set(t, l, a->warn_ms, &sp->warn);
 	if (a->notify)
 		dl__notify_set(t, l, &sp->notify);
-	if (dl__value_give(t, l, &sp->value))
-		dl__changed(t, DL_CHANGE_VALUE, l, l->lock->nholders,
-			    DL_STR_NULL);
 	dl__lease_set_req(l, a->req);
 	t->replying = l;
 }

@@ -265,10 +265,8 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 		if (w->notify)
 			dl__notify_set(t, l, &nspare);
 		free(nspare);
-		/* a reentry's value replaces the lease's */
-		if (dl__value_give(t, l, &w->value))
-			dl__changed(t, DL_CHANGE_VALUE, l, lk->nholders,
-				    DL_STR_NULL);
+		/* a reentry leaves the lease's value as it is (lease_asks,
+		 * locktab_ops.c); the waiter's goes with it */
 		dl__lease_set_req(l, w->req);
 		dl__waiter_free(t, w);
 		served = 1;
