@@ -2501,3 +2501,23 @@ Test(cli, run_tells_the_command_of_waiters_there_at_its_start)
 	h_close(h);
 	h_close(w);
 }
+
+/* --value is sent as a follower reads it back, or refused: a tab or
+ * UTF-8 was sent as '?' with exit 0 (found from outside); and an option
+ * past the 32nd was taken by every command (refresh --value did
+ * nothing, exit 0). */
+Test(cli, a_value_is_sent_exactly_or_refused)
+{
+	struct result r;
+
+	dlock(&r, "lock", "v", "--value", "a\tb", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	dlock(&r, "lock", "v", "--value", "caf\xc3\xa9", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	dlock(&r, "refresh", "v", "1", "--value", "x", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	cr_assert(strstr(r.err, "--value does not apply to 'refresh'") != NULL,
+		  "%s", r.err);
+	dlock(&r, "status", "v", "--signal-when-waited", "USR1", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+}

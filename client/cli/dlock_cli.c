@@ -549,6 +549,7 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 {
 	char enc[DL_VALUE_MAX + 4];
 	uint64_t ms;
+	size_t len;
 	int rc;
 
 	cl->seen |= OPTB(id);
@@ -693,6 +694,15 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 		cl->shared = 1;
 		return 0;
 	case OPT_VALUE:
+		/* what a follower is to read back exactly: printable ASCII
+		 * and spaces only, never a byte made '?' (found from
+		 * outside: a tab and UTF-8 were sent mangled, exit 0) */
+		for (len = 0; v[len]; len++)
+			if (v[len] < ' ' || v[len] > '~')
+				return dl_cli_usage_error(
+					cl,
+					"--value: printable ASCII and spaces "
+					"only (it is sent as it is read back)");
 		/* as sent: a space is three bytes (%20) */
 		if (!v[0] || dl_desc_encode(v, strlen(v), enc, sizeof(enc)) >
 				     DL_VALUE_MAX)
@@ -879,7 +889,7 @@ static void old_spellings(struct cli *cl)
 static int parse_args(struct cli *cl, int argc, char **argv, int *done)
 {
 	int i, rc, only_pos = 0, run;
-	unsigned bad;
+	uint64_t bad;
 
 	for (i = 1; i < argc; i++) {
 		char *a = argv[i];

@@ -761,7 +761,8 @@ int dlock__lease_grant(struct dlock_client *c, struct dlock__req *q,
 		l->warn = q->warn;
 	if (q->delay > l->delay)
 		l->delay = q->delay;
-	if (q->value[0]) /* a reentry's replaces it, as the server's */
+	if (!reentry) /* a new lease's value; a reentry keeps the lease's,
+			 as the server does */
 		memcpy(l->value, q->value, sizeof(l->value));
 	dlock__lease_confirm(c, l, q, sent_at, ms);
 	h->l = l;

@@ -1016,17 +1016,12 @@ class Core:
         ls.limit = max(q.limit, 1)
         ls.warn = int(q.opts.get("warn") or 0)
         ls.delay = int(q.opts.get("delay") or 0)
-        # a reentry with a value replaces the lease's (every hold of it
-        # says the server's one), one without keeps it
-        if q.opts.get("value"):
-            ls.value = q.opts["value"]
-            self._say_value(q.name, token, ls.value)
-        else:
-            ls.value = next(
-                (o.value for o in self.leases
-                 if o.name == q.name and o.token == token and o.lost is None),
-                "",
-            )
+        # a new lease says the value it was granted with; a reentry keeps
+        # the lease's, as the server does (it may be another process's of
+        # this owner: that must not change what the leader says)
+        held = [o for o in self.leases
+                if o.name == q.name and o.token == token and o.lost is None]
+        ls.value = held[0].value if held else (q.opts.get("value") or "")
         # a reentry of a lease this owner still has never lowers the TTL
         # it is renewed with (PROTOCOL.md, Semantics)
         ls.ttl = q.ttl
