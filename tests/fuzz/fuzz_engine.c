@@ -472,11 +472,10 @@ static size_t grammar(struct input *in, char *line, size_t cap)
 		return (size_t)snprintf(line, cap, "%s %s %llu%s", verb, name,
 					(unsigned long long)token, tag);
 	if (strcmp(verb, "REFRESH") == 0)
-		return (size_t)snprintf(line, cap, "REFRESH %s %llu%s%s%s",
-					name, (unsigned long long)token,
-					pick(in, ttls, 6),
-					next(in) % 4 == 0 ? " value=v" : "",
-					tag);
+		return (size_t)snprintf(
+			line, cap, "REFRESH %s %llu%s%s%s", name,
+			(unsigned long long)token, pick(in, ttls, 6),
+			next(in) % 4 == 0 ? " value=v" : "", tag);
 	if (strcmp(verb, "HELLO") == 0)
 		return (size_t)snprintf(line, cap, "HELLO owner=%s%s%s",
 					pick(in, owners, 3), pick(in, descs, 4),
