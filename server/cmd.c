@@ -1047,6 +1047,11 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 		fmt_ttl(&r, &line, ev->ttl_ms);
 		dl_fmt_kv_u64(&r.f, "holds", ev->holds);
 		fmt_proof(c, &r, ev->name, ev->token, ev->deadline);
+		if (ev->value.len) { /* said, and kept for a withdrawal */
+			line.value_off = (uint16_t)(r.f.len + 7);
+			line.value_len = (uint8_t)ev->value.len;
+			dl_fmt_kv_str(&r.f, "value", ev->value);
+		}
 	} else if (ev->type == DL_EVENT_EXPIRED) {
 		dl_fmt_u64(&r.f, ev->token);
 		if (ev->by.len)
@@ -1109,16 +1114,20 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 	    line->kind != DL_LINE_REFRESHED)
 		return DL_HELD_KEEP;
 	if (line->kind != DL_LINE_REFRESHED) {
-		struct dl_requeue rq = {.owner_gen = line->owner_gen,
-					.req = line->req,
-					.notify = line->notify,
-					.ttl_ms = line->asked_ttl_ms,
-					.warn_ms = line->warn_ms,
-					.has_warn = line->has_warn,
-					.wait_deadline = line->wait_deadline,
-					.tag = tag,
-					.shared = line->shared,
-					.limit = line->limit};
+		struct dl_requeue rq = {
+			.owner_gen = line->owner_gen,
+			.req = line->req,
+			.notify = line->notify,
+			.value = {line->value_len ? text + line->value_off
+						  : NULL,
+				  line->value_len},
+			.ttl_ms = line->asked_ttl_ms,
+			.warn_ms = line->warn_ms,
+			.has_warn = line->has_warn,
+			.wait_deadline = line->wait_deadline,
+			.tag = tag,
+			.shared = line->shared,
+			.limit = line->limit};
 
 		err = dl_locktab_revoke(
 			c->srv->tab, &c->sess, name, line->token,

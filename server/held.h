@@ -92,6 +92,9 @@ struct dl_line {
 	uint64_t wait_deadline; /* GRANTED_EVENT: the waiter's */
 	uint64_t from_deadline; /* REFRESHED with shorten: the lease's before */
 	uint64_t req;		/* GRANTED_EVENT: the waiter's req= */
+	uint16_t value_off;	/* GRANTED_EVENT: its value= in the line: its
+				   offset ... */
+	uint8_t value_len;	/* ... and length (0: none) */
 };
 
 /* A held line: its description, its epoch, its bytes in the queue's text. */

@@ -4949,3 +4949,41 @@ Test(locktab, a_claimed_place_granted_with_waiters_behind_is_told)
 	dl_locktab_tell_waiting(tab, str("x"), r.token);
 	cr_assert_not_null(find_ev(DL_EVENT_WAITING, a));
 }
+
+/* A waiter whose grant is withdrawn after its lease ended (expired while
+ * Redis was away) waits again with the value its grant's line states,
+ * and is granted again with it (found by the fault campaign: granted
+ * again with none). */
+Test(locktab, a_waiter_put_back_after_its_lease_ended_keeps_its_value)
+{
+	struct client *g = client_new("g"), *w = client_new("w");
+	struct dl_result r;
+	struct dl_requeue rq;
+	uint64_t tg = must_grant(g, "x", 60000), tw;
+	struct dl_lock_status st;
+	struct dl_acquire a = {.name = str("x"),
+			       .ttl_ms = 100,
+			       .wait_ms = DL_WAIT_INF,
+			       .value = str("me")};
+
+	cr_assert(eq(int, dl_locktab_acquire(tab, &w->s, &a, &r), 0));
+	must_release(g, "x", tg);
+	tw = find_ev(DL_EVENT_GRANTED, w)->token;
+	dl_locktab_suspend_grants(tab, 1);
+	advance(200); /* its 100 ms lease ends meanwhile */
+	cr_assert_not(status("x").held);
+	memset(&rq, 0, sizeof(rq));
+	rq.owner_gen = w->s.owner_gen;
+	rq.ttl_ms = 100;
+	rq.wait_deadline = UINT64_MAX;
+	rq.value = str("me");
+	cr_assert(eq(
+		int,
+		dl_locktab_revoke(tab, &w->s, str("x"), tw, DL_REVOKE_NEW, &rq),
+		0));
+	dl_locktab_suspend_grants(tab, 0);
+	st = status("x");
+	cr_assert(st.held);
+	cr_assert(eq(sz, st.value.len, 2));
+	cr_assert(eq(int, strncmp(st.value.p, "me", 2), 0));
+}

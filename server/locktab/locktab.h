@@ -315,6 +315,9 @@ struct dl_event {
 	unsigned notify : 1;  /* GRANTED: the waiter asked notify=waiters */
 	uint32_t limit;	      /* GRANTED: the lock's (dl_locktab_revoke) */
 	uint64_t req;	      /* GRANTED: the waiter's req= (revoke) */
+	struct dl_str value;  /* GRANTED: the new lease's value, len 0: none
+				 (said in the event, and given back to the
+				 waiter if the grant is withdrawn: revoke) */
 	struct dl_str name;   /* borrowed for the duration of the hook */
 	uint64_t token;
 	uint64_t ttl_ms;
@@ -931,9 +934,12 @@ int dl_locktab_restore_waiter(struct dl_locktab *t, struct dl_str name,
  * granted to this session, under the owner it had then.
  */
 struct dl_requeue {
-	uint32_t owner_gen; /* s->owner_gen when it was granted */
-	uint64_t req;	    /* its req=, 0: none */
-	uint8_t notify;	    /* it asked notify=waiters */
+	uint32_t owner_gen;  /* s->owner_gen when it was granted */
+	uint64_t req;	     /* its req=, 0: none */
+	uint8_t notify;	     /* it asked notify=waiters */
+	struct dl_str value; /* the value it gave its lease (len 0: none):
+				the waiter waits with it again, also when
+				the lease has ended meanwhile */
 	uint32_t ttl_ms;
 	uint32_t warn_ms; /* the warning asked for, if has_warn */
 	uint8_t has_warn;

@@ -1276,6 +1276,14 @@ static int requeue_waiter(struct dl_locktab *t, struct dl_session *s,
 		return 0;
 	if (requeue->owner_gen != s->owner_gen)
 		return DL_EBADARG; /* it waited as another owner */
+	/* its lease ended meanwhile (expired while Redis was away): the
+	 * value it was granted with comes from the grant's line (found by
+	 * the fault campaign: the waiter was granted again with none) */
+	if (!*v && requeue->value.len) {
+		int nomem = 0;
+
+		*v = dl__value_new(requeue->value, &nomem);
+	}
 	if (!(lk = dl__lock_get(t, name)))
 		return DL_ENOMEM;
 	if (session_waiter(s, lk))

@@ -276,6 +276,8 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 		ev.ttl_ms = dl__remaining(l, now);
 		ev.deadline = l->timer.expires;
 		ev.holds = l->count;
+		if (!ev.reentry)
+			ev.value = dl_locktab_lease_value(t, l);
 		dl__emit_ev(t, s, &ev, lk);
 	}
 	/* the ones just granted that asked hear of those left behind, after
