@@ -527,7 +527,10 @@ faults-short: $(FAULT_BINS) faults-check-test
 # before Redis has them, to restore leases by the wall clock, to let a
 # reentry shrink a lease's TTL, to take a Redis that went back for the
 # truth, or to let a client claim an owner id without its key; dlock
-# whose guard stops with the command and stays stopped.
+# whose guard stops with the command and stays stopped. The shared id is
+# caught where worker 0 holds what a copycat asks for: its run keeps every
+# worker on L0 (elections drew a quarter of them away, and it went
+# uncaught at seeds 1 and 3).
 faults-selftest: $(FAULT_BINS)
 	$(MAKE) O=build/plant-ack CFLAGS=-DDL_PLANT_ACK_EARLY build/plant-ack/dlockd
 	$(MAKE) O=build/plant-wall CFLAGS=-DDL_PLANT_WALL_RESTORE \
@@ -560,7 +563,7 @@ faults-selftest: $(FAULT_BINS)
 	$(MAKE) O=build/plant-owner CFLAGS=-DDL_PLANT_SHARED_OWNER \
 	  build/plant-owner/dlockd
 	$(FAULT_ENV) DLOCKD=build/plant-owner/dlockd DURATION=30 SEED=1 \
-	  LOCKS=1 RWLOCKS=0 SEMAPHORES=0 FAULTS="kill_worker" \
+	  LOCKS=1 RWLOCKS=0 SEMAPHORES=0 ELECTIONS=0 FAULTS="kill_worker" \
 	  bash tests/faults/campaign.sh; \
 	  test $$? = 1 || { echo "faults-selftest: a shared owner id not caught"; exit 1; }
 	$(FAULT_ENV) DLOCK=build/plant-jobctl/dlock DURATION=60 SEED=2 \

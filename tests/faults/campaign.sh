@@ -34,6 +34,12 @@
 #   RWLOCKS    read/write locks S0.. (workers take them shared two times
 #              in three) [1]
 #   SEMAPHORES semaphores P0.. of 2 permits [1]
+#   ELECTIONS  elections E0.. (locks with a value: LOCK value=), one
+#              acquisition in four of the C lock workers (worker.c; the
+#              Python, Go and Java workers take none) [2]
+#   OBSERVERS  followers of the elections (worker observe: they watch
+#              E* and read STATUS, and record every value they are told),
+#              none without elections [1]
 #   MAX_TTL    the daemons' max_ttl [24h, as conf/dlockd.conf ships it]:
 #              a closure bounded by max_ttl instead of the lease horizon
 #              stalls every lock, and is reported as a stalled closure
@@ -105,7 +111,8 @@
 #                   the other replica a second later, resume the stopped
 #                   one: Sentinel promotes a replica that missed writes
 # The lock workers also re-enter their locks and refresh them with other
-# TTLs, shorter and longer than the lease's (worker.c).
+# TTLs, shorter and longer than the lease's, lead elections (proclaiming
+# new values), and ask to be told of waiters one time in three (worker.c).
 # With CLUSTER=1 the dlockd faults hit the active daemon (the standby
 # takes over, and the old one comes back as a standby), and:
 #   kill9_standby   kill -9 the standby, restart it
@@ -124,6 +131,8 @@ top=$(cd "$here/../.." && pwd)
 : "${DURATION:=60}" "${SEED:=$((RANDOM * 32768 + RANDOM))}"
 : "${WORKERS:=8}" "${RUNNERS:=2}" "${LOCKS:=3}" "${CLOCK_STEPS:=both}"
 : "${RWLOCKS:=1}" "${SEMAPHORES:=1}" "${COPYCATS:=1}"
+: "${ELECTIONS:=2}" "${OBSERVERS:=1}"
+[ "$ELECTIONS" = 0 ] && OBSERVERS=0
 : "${STALL_MS:=300}" "${MAX_TTL:=24h}" "${LOG_LEVEL:=notice}"
 : "${PYWORKERS:=2}" "${PYTHON:=python3}"
 : "${GOWORKERS:=2}" "${GOWORKER:=$top/build/faults/goworker}"
@@ -394,7 +403,7 @@ worker_start() {    # slot
 	[ -n "${t_end:-}" ] && left=$((t_end - $(now_ms)))
 	[ "$left" -lt 0 ] && left=0
 	"$WORKER" lock "$OUT/hist/w$1.$gen.hist" "$h" "$dport" \
-		"w$1.$gen" "$LOCKS:$RWLOCKS:$SEMAPHORES" $((SEED + gen)) $((left + 120000)) \
+		"w$1.$gen" "$LOCKS:$RWLOCKS:$SEMAPHORES:$ELECTIONS" $((SEED + gen)) $((left + 120000)) \
 		2>> "$OUT/workers.log" &
 	worker_pid[$1]=$!
 	[ "$1" = 0 ] && echo "w0.$gen" > "$OUT/owner0"
@@ -435,6 +444,18 @@ javaworker_start() {  # slot
 	lang_pid[$((PYWORKERS + GOWORKERS + $1))]=$!
 }
 
+# Followers of the elections (worker observe), after the other clients'
+# workers in lang_pid; not counted by the nemesis either. Their histories
+# are o<slot>: an owner that holds nothing.
+observer_start() {  # slot
+	local h=127.0.0.1
+	[ "$nodes" = 2 ] && h=$servers
+	"$WORKER" observe "$OUT/hist/o$1.hist" "$h" "$dport" "o$1" \
+		"$LOCKS:$RWLOCKS:$SEMAPHORES:$ELECTIONS" $((SEED + 8000 + $1)) \
+		$(((DURATION + 120) * 1000)) 2>> "$OUT/observers.log" &
+	lang_pid[$((PYWORKERS + GOWORKERS + JAVAWORKERS + $1))]=$!
+}
+
 # Copycats: workers that say the owner id of worker slot 0 without its
 # key, as two hosts given one DLOCK_OWNER would. The server must refuse
 # them while that owner lives (they retry); a copycat let in would share
@@ -450,7 +471,7 @@ copycat() {         # slot
 		n=$((n + 1))
 		how=lock; [ $((n % 2)) = 1 ] && [ "$LOCKS" -gt 0 ] && how=raw
 		"$WORKER" $how "$OUT/hist/c$1.$n.hist" "$h" "$dport" \
-			"$(cat "$OUT/owner0")" "$LOCKS:$RWLOCKS:$SEMAPHORES" \
+			"$(cat "$OUT/owner0")" "$LOCKS:$RWLOCKS:$SEMAPHORES:$ELECTIONS" \
 			$((SEED + 1000 * $1 + n)) 5000 2>> "$OUT/workers.log"
 	done
 }
@@ -983,7 +1004,7 @@ f_jobctl_run() {
 
 # ---- the campaign -------------------------------------------------------------
 
-say "seed $SEED, ${DURATION} s, $WORKERS workers, $RUNNERS dlock-run loops, locks L0..L$((LOCKS - 1)) + $RWLOCKS read/write + $SEMAPHORES semaphores, $nodes dlockd, out $OUT"
+say "seed $SEED, ${DURATION} s, $WORKERS workers, $RUNNERS dlock-run loops, locks L0..L$((LOCKS - 1)) + $RWLOCKS read/write + $SEMAPHORES semaphores + $ELECTIONS elections ($OBSERVERS observers), $nodes dlockd, out $OUT"
 say "replay: SEED=$SEED DURATION=$DURATION make faults"
 if [ "$REDIS_HA" = 1 ]; then
 	redis_ha_start 0
@@ -1008,6 +1029,7 @@ for i in $(seq 0 $((WORKERS - 1))); do worker_start "$i"; done
 for i in $(seq 0 $((PYWORKERS - 1))); do pyworker_start "$i"; done
 for i in $(seq 0 $((GOWORKERS - 1))); do goworker_start "$i"; done
 for i in $(seq 0 $((JAVAWORKERS - 1))); do javaworker_start "$i"; done
+for i in $(seq 0 $((OBSERVERS - 1))); do observer_start "$i"; done
 for i in $(seq 0 $((RUNNERS - 1))); do
 	runner "$i" 2>/dev/null & run_pid[$i]=$!
 done
@@ -1043,7 +1065,7 @@ for p in "${worker_pid[@]}" "${lang_pid[@]}"; do kill -TERM "$p" 2>/dev/null; do
 for p in "${worker_pid[@]}" "${run_pid[@]}" "${lang_pid[@]}"; do wait "$p" 2>/dev/null; done
 # A client's workers that recorded nothing did not run (a missing
 # module, a bad path): a campaign without them proves less than it says.
-for k in "p:$PYWORKERS:pyworkers" "g:$GOWORKERS:goworkers" "v:$JAVAWORKERS:javaworkers"; do
+for k in "p:$PYWORKERS:pyworkers" "g:$GOWORKERS:goworkers" "v:$JAVAWORKERS:javaworkers" "o:$OBSERVERS:observers"; do
 	IFS=: read -r p n log <<< "$k"
 	for i in $(seq 0 $((n - 1))); do
 		[ -s "$OUT/hist/$p$i.hist" ] || die "worker $p$i recorded nothing (see $OUT/$log.log)"

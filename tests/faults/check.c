@@ -43,6 +43,31 @@
  *      no daemon had it (the server then grants nothing until the lease
  *      horizon -- every lease told may have ended -- so 1. and 2. still
  *      hold; a holder that reclaims it keeps it).
+ *   4. elections (locks E0.., PROTOCOL.md's LOCK value=): a term is a
+ *      lease of an exclusive lock, so 1. and 2. judge terms as any
+ *      grants (a G each); and a follower is never told a value its
+ *      leader did not say for that term. Each observation `O lock token
+ *      value` (a watch event, a STATUS read) must match a value some
+ *      worker said (V) for that lock, no later than it was observed;
+ *      where someone was granted that token on that lock (G), the value
+ *      must be one that owner said for that token -- with its proclaim
+ *      (V lock token value), or with the LOCK that brought the G (V
+ *      lock 0 value, bound to the next G of the lock in its file) or
+ *      that never told it its token (an E after it, or the worker died:
+ *      such a value may show with any token but another owner's). A
+ *      reentry's value (V lock token value r) must never show for the
+ *      lease it re-entered (a reentry leaves the value as it is), only
+ *      as one never learnt (the reentry made a new lease). A token
+ *      granted to nobody that shows a value (a grant whose reply was
+ *      lost, a lease reclaimed under a new token) may show any value
+ *      said for that lock. An election lease always has a value, so a
+ *      grant, value or STATUS with none ("-") is one no leader said;
+ *   5. news of waiters: `W lock token n` goes only to the owner granted
+ *      that token on that lock (its G, before or after: the library's
+ *      thread writes W, the worker's G), with n >= 1. A W whose G was
+ *      never written is the worker's death between the two only if the
+ *      worker wrote nothing after it; where another owner has the G it
+ *      is always a violation.
  *
  * Nothing here knows the server: it judges what clients saw.
  */
@@ -71,7 +96,60 @@ struct hist {
 	size_t n, cap;
 	size_t records, grants, lost_by_server, lost_unconfirmed, failed, alive,
 		violations, lost_forgotten;
+	size_t told_by[4];	/* O records: g, v, e, s */
+	size_t news_unrecorded; /* W of a grant its worker died before
+				   writing */
 };
+
+/* ---- elections and news of waiters (4. and 5.) ------------------------ */
+
+#define VALUE_MAX_ 160
+
+/* A value a worker said for an election's lease (V). */
+struct said {
+	char lock[NAME_MAX_], owner[NAME_MAX_], value[VALUE_MAX_];
+	uint64_t token; /* 0: the term it was said for was never learnt */
+	int64_t t;
+	int pending; /* token 0, its LOCK not yet answered (G or E) */
+	int reentry; /* V ... r: a reentry of lease `token` said it, which
+			must leave that lease's value as it is */
+};
+/* What an observer was told (O). */
+struct told {
+	char lock[NAME_MAX_], value[VALUE_MAX_], holder[NAME_MAX_],
+		observer[NAME_MAX_];
+	uint64_t token;
+	int64_t t;
+	char how;
+};
+/* News of waiters (W). */
+struct news {
+	char lock[NAME_MAX_], owner[NAME_MAX_];
+	uint64_t token;
+	int64_t n, t;
+	size_t seq;  /* records of its file before it */
+	int went_on; /* its worker's thread wrote after it (G R U E V) */
+};
+
+static struct said *said;
+static struct told *told;
+static struct news *news;
+static size_t nsaid, ntold, nnews, capsaid, captold, capnews;
+/* the current file: its records so far, the last one its worker's thread
+ * wrote, where its V and W begin */
+static size_t file_seq, worker_seq, said_from, news_from;
+
+static void *grow(void *v, size_t *cap, size_t n, size_t size)
+{
+	if (n < *cap)
+		return v;
+	*cap = *cap ? *cap * 2 : 256;
+	if (!(v = realloc(v, *cap * size))) {
+		perror("realloc");
+		exit(2);
+	}
+	return v;
+}
 
 static struct span *span_new(struct hist *h)
 {
@@ -196,8 +274,64 @@ static void record(struct hist *h, size_t from, const char *owner,
 	if (n < 3)
 		return;
 	h->records++;
+	file_seq++;
+	if (strchr("GRUEV", kind))
+		worker_seq = file_seq;
 	switch (kind) {
+	case 'V': {
+		struct said *v;
+
+		said = grow(said, &capsaid, nsaid, sizeof(*said));
+		v = memset(&said[nsaid++], 0, sizeof(*v));
+		snprintf(v->lock, sizeof(v->lock), "%s", lock);
+		snprintf(v->owner, sizeof(v->owner), "%s", owner);
+		if (sscanf(line, "%*d %*c %*s %*u %159s %15s", v->value,
+			   mode) == 2 &&
+		    mode[0] == 'r')
+			v->reentry = 1;
+		v->token = token;
+		v->t = t;
+		v->pending = token == 0;
+		break;
+	}
+	case 'O': {
+		struct told *o;
+
+		told = grow(told, &captold, ntold, sizeof(*told));
+		o = memset(&told[ntold++], 0, sizeof(*o));
+		snprintf(o->lock, sizeof(o->lock), "%s", lock);
+		snprintf(o->observer, sizeof(o->observer), "%s", owner);
+		sscanf(line, "%*d %*c %*s %*u %159s %c %63s", o->value, &o->how,
+		       o->holder);
+		o->token = token;
+		o->t = t;
+		h->told_by[o->how == 'g'   ? 0
+			   : o->how == 'v' ? 1
+			   : o->how == 'e' ? 2
+					   : 3]++;
+		break;
+	}
+	case 'W': {
+		struct news *w;
+
+		news = grow(news, &capnews, nnews, sizeof(*news));
+		w = memset(&news[nnews++], 0, sizeof(*w));
+		snprintf(w->lock, sizeof(w->lock), "%s", lock);
+		snprintf(w->owner, sizeof(w->owner), "%s", owner);
+		w->token = token;
+		w->n = n >= 5 ? d : 0;
+		w->t = t;
+		w->seq = file_seq;
+		break;
+	}
 	case 'G':
+		/* the term of the values its LOCK said (V lock 0) */
+		for (size_t i = said_from; i < nsaid; i++)
+			if (said[i].pending &&
+			    strcmp(said[i].lock, lock) == 0) {
+				said[i].token = token;
+				said[i].pending = 0;
+			}
 		s = span_new(h);
 		snprintf(s->lock, sizeof(s->lock), "%s", lock);
 		snprintf(s->owner, sizeof(s->owner), "%s", owner);
@@ -277,6 +411,11 @@ static void record(struct hist *h, size_t from, const char *owner,
 		break;
 	case 'E':
 		h->failed++;
+		/* its LOCK did not grant: the term it said its value for,
+		 * if the server granted one, was never learnt */
+		for (size_t i = said_from; i < nsaid; i++)
+			if (said[i].pending && strcmp(said[i].lock, lock) == 0)
+				said[i].pending = 0;
 		break;
 	}
 }
@@ -288,6 +427,9 @@ static void read_file(struct hist *h, const char *dir, const char *file)
 	FILE *f;
 
 	nearly = 0;
+	file_seq = worker_seq = 0;
+	said_from = nsaid;
+	news_from = nnews;
 	snprintf(path, sizeof(path), "%s/%s", dir, file);
 	snprintf(owner, sizeof(owner), "%.*s", (int)len, file);
 	if (!(f = fopen(path, "r"))) {
@@ -297,6 +439,10 @@ static void read_file(struct hist *h, const char *dir, const char *file)
 	while (fgets(line, sizeof(line), f))
 		record(h, from, owner, line);
 	fclose(f);
+	for (size_t i = news_from; i < nnews; i++)
+		news[i].went_on = worker_seq > news[i].seq;
+	for (size_t i = said_from; i < nsaid; i++)
+		said[i].pending = 0; /* the worker died in its LOCK */
 }
 
 static int by_lock_then_start(const void *a, const void *b)
@@ -425,6 +571,233 @@ static void check_tokens(struct hist *h)
 	free(p);
 }
 
+/* ---- 4. and 5. ------------------------------------------------------------
+ */
+
+static int by_lock_then_token(const void *a, const void *b)
+{
+	const struct span *x = *(const struct span *const *)a;
+	const struct span *y = *(const struct span *const *)b;
+	int c = strcmp(x->lock, y->lock);
+
+	if (c)
+		return c;
+	return x->token < y->token ? -1 : x->token > y->token;
+}
+
+static int by_lock_then_value(const void *a, const void *b)
+{
+	const struct said *x = *(const struct said *const *)a;
+	const struct said *y = *(const struct said *const *)b;
+	int c = strcmp(x->lock, y->lock);
+
+	return c ? c : strcmp(x->value, y->value);
+}
+
+/* The grants (G) of token on lock: *n of them from the returned index of
+ * g, which is sorted by lock then token. */
+static size_t grants_of(struct span **g, size_t k, const char *lock,
+			uint64_t token, size_t *n)
+{
+	size_t lo = 0, hi = k, i;
+	int c;
+
+	while (lo < hi) {
+		i = (lo + hi) / 2;
+		c = strcmp(g[i]->lock, lock);
+		if (c < 0 || (c == 0 && g[i]->token < token))
+			lo = i + 1;
+		else
+			hi = i;
+	}
+	for (i = lo;
+	     i < k && g[i]->token == token && strcmp(g[i]->lock, lock) == 0;
+	     i++)
+		;
+	*n = i - lo;
+	return lo;
+}
+
+/* The values said (V) of lock equal to value, as grants_of. */
+static size_t said_of(struct said **v, size_t k, const char *lock,
+		      const char *value, size_t *n)
+{
+	size_t lo = 0, hi = k, i;
+	int c;
+
+	while (lo < hi) {
+		i = (lo + hi) / 2;
+		c = strcmp(v[i]->lock, lock);
+		if (c < 0 || (c == 0 && strcmp(v[i]->value, value) < 0))
+			lo = i + 1;
+		else
+			hi = i;
+	}
+	for (i = lo; i < k && strcmp(v[i]->value, value) == 0 &&
+		     strcmp(v[i]->lock, lock) == 0;
+	     i++)
+		;
+	*n = i - lo;
+	return lo;
+}
+
+static void print_told(const struct told *o)
+{
+	printf("  told:  %s at %" PRId64 " (%s): %s token %" PRIu64
+	       " of %s says %s\n",
+	       o->observer, o->t,
+	       o->how == 'g'   ? "granted"
+	       : o->how == 'v' ? "new value"
+	       : o->how == 'e' ? "its end"
+			       : "status",
+	       o->lock, o->token, o->holder, o->value);
+}
+
+/* 4. every value a follower was told is one the term's leader said. */
+static void check_told(struct hist *h, struct span **g, size_t ng)
+{
+	struct said **v = malloc(nsaid * sizeof(*v) + 1);
+	size_t i, j, k, a, na, b, nb;
+
+	for (i = 0; i < nsaid; i++)
+		v[i] = &said[i];
+	qsort(v, nsaid, sizeof(*v), by_lock_then_value);
+	for (i = 0; i < ntold; i++) {
+		const struct told *o = &told[i];
+		const struct said *late = NULL, *other = NULL, *kept = NULL;
+		int ok = 0;
+
+		a = grants_of(g, ng, o->lock, o->token, &na);
+		if (strcmp(o->value, "-") == 0) {
+			violation(h, "a lease of election %s with no value",
+				  o->lock);
+			print_told(o);
+			continue;
+		}
+		b = said_of(v, nsaid, o->lock, o->value, &nb);
+		for (j = b; j < b + nb && !ok; j++) {
+			/* a reentry's: never its lease's; perhaps a new
+			 * lease's, whose term its worker never learnt */
+			uint64_t tok = v[j]->reentry ? 0 : v[j]->token;
+
+			if (v[j]->t > o->t) {
+				late = v[j];
+				continue;
+			}
+			if (v[j]->reentry && v[j]->token == o->token) {
+				kept = v[j];
+				continue;
+			}
+			if (na == 0) { /* a term nobody learnt it had */
+				ok = 1;
+				break;
+			}
+			for (k = a; k < a + na && !ok; k++)
+				ok = strcmp(g[k]->owner, v[j]->owner) == 0 &&
+				     (tok == o->token || tok == 0);
+			if (!ok)
+				other = v[j];
+		}
+		if (ok)
+			continue;
+		if (kept)
+			violation(h,
+				  "a reentry changed the value of election %s "
+				  "(a reentry leaves it as it is)",
+				  o->lock);
+		else if (other)
+			violation(h,
+				  "a value of election %s that its leader did "
+				  "not say for the term",
+				  o->lock);
+		else if (late)
+			violation(h,
+				  "a value of election %s told before it was "
+				  "said",
+				  o->lock);
+		else
+			violation(h, "a value of election %s nobody said",
+				  o->lock);
+		print_told(o);
+		if (na)
+			print_span("term  ", g[a]);
+		if (kept || other || late) {
+			const struct said *w = kept    ? kept
+					       : other ? other
+						       : late;
+
+			printf("  said:  %s at %" PRId64 " for ", w->owner,
+			       w->t);
+			if (w->reentry)
+				printf("a reentry of token %" PRIu64 "\n",
+				       w->token);
+			else if (w->token)
+				printf("token %" PRIu64 "\n", w->token);
+			else
+				printf("a term it never learnt\n");
+		}
+	}
+	free(v);
+}
+
+/* 5. news of waiters goes to the lease's owner only. */
+static void check_news(struct hist *h, struct span **g, size_t ng)
+{
+	size_t i, k, a, na;
+
+	for (i = 0; i < nnews; i++) {
+		const struct news *w = &news[i];
+		const struct span *mine = NULL, *theirs = NULL;
+
+		if (w->n < 1)
+			violation(h,
+				  "%s told %" PRId64 " requests wait for %s "
+				  "token %" PRIu64,
+				  w->owner, w->n, w->lock, w->token);
+		a = grants_of(g, ng, w->lock, w->token, &na);
+		for (k = a; k < a + na; k++) {
+			if (strcmp(g[k]->owner, w->owner) == 0)
+				mine = g[k];
+			else
+				theirs = g[k];
+		}
+		if (mine)
+			continue;
+		if (theirs) {
+			violation(h,
+				  "news of waiters for another owner's lease "
+				  "of %s",
+				  w->lock);
+			printf("  told:  %s at %" PRId64 ": %" PRId64
+			       " wait for token %" PRIu64 "\n",
+			       w->owner, w->t, w->n, w->token);
+			print_span("lease ", theirs);
+		} else if (w->went_on) {
+			violation(h,
+				  "%s told of waiters for %s token %" PRIu64
+				  " at %" PRId64 ", a lease it was never "
+				  "granted",
+				  w->owner, w->lock, w->token, w->t);
+		} else {
+			h->news_unrecorded++;
+		}
+	}
+}
+
+static void check_elections(struct hist *h)
+{
+	struct span **g = malloc(h->n * sizeof(*g) + 1);
+	size_t i, k = 0;
+
+	for (i = 0; i < h->n; i++)
+		if (!h->v[i].run)
+			g[k++] = &h->v[i];
+	qsort(g, k, sizeof(*g), by_lock_then_token);
+	check_told(h, g, k);
+	check_news(h, g, k);
+	free(g);
+}
+
 int main(int argc, char **argv)
 {
 	struct hist h = {0};
@@ -444,6 +817,7 @@ int main(int argc, char **argv)
 		    strcmp(e->d_name + strlen(e->d_name) - 5, ".hist") == 0)
 			read_file(&h, argv[1], e->d_name);
 	closedir(d);
+	check_elections(&h);
 	check_tokens(&h);
 	qsort(h.v, h.n, sizeof(*h.v), by_lock_then_start);
 	for (from = 0, i = 1; i <= h.n; i++)
@@ -457,11 +831,26 @@ int main(int argc, char **argv)
 	       h.records, h.grants, h.failed,
 	       h.lost_by_server + h.lost_unconfirmed, h.lost_by_server,
 	       h.lost_unconfirmed, h.alive);
+	{
+		size_t unlearnt = 0;
+
+		for (i = 0; i < nsaid; i++)
+			unlearnt += said[i].token == 0;
+		printf("elections: %zu values said (V; %zu for a term never "
+		       "learnt), %zu observed (O: %zu grants, %zu new values, "
+		       "%zu ends, %zu status reads); news of waiters: %zu (W; "
+		       "%zu of a grant its worker died before recording)\n",
+		       nsaid, unlearnt, ntold, h.told_by[0], h.told_by[1],
+		       h.told_by[2], h.told_by[3], nnews, h.news_unrecorded);
+	}
 	if (nforgets)
 		printf("%zu leases lost with Redis's memory (%zu times it was made to forget with no daemon holding its table)\n",
 		       h.lost_forgotten, nforgets);
 	printf("violations: %zu\n", h.violations);
 	free(h.v);
 	free(forgets);
+	free(said);
+	free(told);
+	free(news);
 	return h.violations ? 1 : 0;
 }

@@ -10,9 +10,23 @@
  *       TTL (shorter or longer), leaves some held as `dlock lock` does
  *       (the client goes; the same owner comes back as a new client),
  *       and writes what it sees to the history
- *       file <hist>. <locks> is "<l>[:<s>:<p>]": exclusive locks
+ *       file <hist>. <locks> is "<l>[:<s>:<p>[:<e>]]": exclusive locks
  *       L0..L<l-1>; read/write locks S0..S<s-1>, taken shared two times
  *       in three, else exclusive; semaphores P0..P<p-1> of PERMITS;
+ *       elections E0..E<e-1> (PROTOCOL.md, LOCK value=), one
+ *       acquisition in four when there are some: taken exclusive with a
+ *       value of their own ("<file>-<n>", <file> the history's name:
+ *       unique to the acquisition), and while it leads the worker
+ *       proclaims new ones (dlock_proclaim), and re-enters with new ones
+ *       (which must not change the lease's).
+ *       One acquisition in three, of any lock, asks to be told of
+ *       waiters (notify_waiters; options.on_contended records them);
+ *   worker observe <hist> <host> <port> <owner> <locks> <seed> <ms>
+ *       a follower of the elections of <locks>: watches E* (dlock_watch,
+ *       watched again by the library after each reconnect, and by the
+ *       observer after a refusal) and records every lease and value it
+ *       is told of (O), and reads a random election's STATUS every
+ *       ~200 ms (O too); it takes no lock;
  *   worker raw   <hist> <host> <port> <owner> <locks> <seed> <ms>
  *       the same on the exclusive locks, speaking the protocol itself as
  *       a client in another language or `nc` would: TRYLOCK, hold for a
@@ -43,6 +57,26 @@
  *                                (1 expired, 2 rejected, 3 unconfirmed)
  *   A lock token                 a dlock run command is running
  *   E lock rc                    a LOCK that did not grant (rc: DLOCK_E*)
+ *   V lock token value [r]       about to say `value` for the lease:
+ *                                token 0 before a LOCK value= (the
+ *                                token is the next G's of that lock in
+ *                                the file; after an E, or none, never
+ *                                learnt), else before a dlock_proclaim;
+ *                                with r, before a reentry of lease
+ *                                `token` with that value, which must
+ *                                leave the lease's as it is (only a new
+ *                                lease, granted where the server had
+ *                                lost this one, may show it)
+ *   W lock token n               the library says n requests wait for
+ *                                the lease (on_contended, on the
+ *                                library's thread: it may come before
+ *                                its G)
+ *   O lock token value how owner an observer was told that the lease
+ *                                `token` of `owner` says `value` ("-":
+ *                                none); how: g (* WATCH granted), v
+ *                                (value), e (released, expired, broken,
+ *                                withdrawn: only with a value), s (a
+ *                                STATUS read)
  *
  * Every worker is its own owner (a distinct id), holding one lease at a
  * time; the checker takes the file name as the owner.
@@ -73,13 +107,15 @@ static volatile sig_atomic_t stop;
 static void record(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void record(const char *fmt, ...)
 {
-	char line[256];
+	char line[512];
 	int n = snprintf(line, sizeof(line), "%" PRId64 " ", dlock_now_ms());
 	va_list ap;
 
 	va_start(ap, fmt);
 	n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
 	va_end(ap);
+	if (n > (int)sizeof(line) - 2) /* cut (an O record's long value) */
+		n = (int)sizeof(line) - 2;
 	line[n++] = '\n';
 	(void)!write(hist, line, (size_t)n);
 }
@@ -118,16 +154,81 @@ static void on_lost(dlock_client *c, const dlock_lease *l,
 	       dlock_lease_token(l), (int)why, dlock_lease_deadline(l));
 }
 
+/* On the library's thread too: news of waiters for a lease that asked
+ * (notify_waiters). record() is one write(2) of a line built on the
+ * stack, as on_lost's; the worker changes `hist` only after dlock_close()
+ * has joined this thread (next_owner). */
+static void on_contended(dlock_client *c, const dlock_lease *l,
+			 uint32_t waiters, void *arg)
+{
+	(void)c;
+	(void)arg;
+	record("W %s %" PRIu64 " %" PRIu32, dlock_lease_name(l),
+	       dlock_lease_token(l), waiters);
+}
+
+/* The history's path and the owner id: the file name is the owner
+ * (check.c), "<path>.hist" and "<owner>", then "<path>~<n>.hist" and
+ * "<owner>~<n>" after each lease left held. */
+static char hist_base[4096], owner_base[64], owner_now[80];
+static int owner_n;
+
+/* A value no one else says: "<file>-<n>", <file> the history's name (the
+ * owner's, but a copycat's is its own) and n counted by this process. */
+static void new_value(char *v, size_t cap)
+{
+	static unsigned said;
+	const char *b = strrchr(hist_base, '/');
+
+	b = b ? b + 1 : hist_base;
+	if (owner_n)
+		snprintf(v, cap, "%.60s~%d-%u", b, owner_n, ++said);
+	else
+		snprintf(v, cap, "%.60s-%u", b, ++said);
+}
+
 static int64_t pick(const int64_t *v, size_t n)
 {
 	return v[(size_t)rand() % n];
 }
 
-/* Hold the lease for about `ms`, noting each renewal; returns 1 if it is
- * still valid at the end. */
-static int hold(dlock_lease *l, int64_t ms)
+/* The draws of elections and news of waiters, 0..n-1: a generator of
+ * their own (seeded from <seed> too), so that a spec without elections
+ * draws the rest as it did before them (the planted shared owner id of
+ * make faults-selftest is caught on its seed's schedule). */
+static unsigned new_seed;
+
+static int draw(int n)
 {
-	int64_t end = dlock_now_ms() + ms, seen = dlock_lease_deadline(l), d;
+	return (int)(rand_r(&new_seed) % (unsigned)n);
+}
+
+/* The leader says a new value: recorded (V) before it is sent. The
+ * proclaim is a REFRESH with the lease's TTL, which may end the lease
+ * earlier than the deadline the library counts on now (a reentry's
+ * longer TTL): that end is recorded first, as change_ttl's REFRESH. */
+static void proclaim(dlock_client *c, dlock_lease *l)
+{
+	char v[DLOCK_VALUE_MAX + 1];
+	int64_t at = dlock_now_ms() + dlock_lease_ttl(l);
+
+	new_value(v, sizeof(v));
+	if (at < dlock_lease_deadline(l))
+		record("R %s %" PRIu64 " %" PRId64, dlock_lease_name(l),
+		       dlock_lease_token(l), at);
+	record("V %s %" PRIu64 " %s", dlock_lease_name(l), dlock_lease_token(l),
+	       v);
+	dlock_proclaim(c, l, v);
+}
+
+/* Hold the lease for about `ms`, noting each renewal, and proclaiming
+ * `proclaims` new values at even steps (an election's leader); returns 1
+ * if it is still valid at the end. */
+static int hold(dlock_client *c, dlock_lease *l, int64_t ms, int proclaims)
+{
+	int64_t start = dlock_now_ms(), end = start + ms,
+		seen = dlock_lease_deadline(l), d;
+	int done = 0;
 
 	while (!stop && dlock_now_ms() < end) {
 		/* the deadline first, also of a lease that just ended: the
@@ -140,6 +241,13 @@ static int hold(dlock_lease *l, int64_t ms)
 		}
 		if (!dlock_lease_valid(l))
 			return 0;
+		if (done < proclaims &&
+		    dlock_now_ms() >=
+			    start + ms * (done + 1) / (proclaims + 1)) {
+			done++;
+			proclaim(c, l);
+			continue; /* its deadline, at once */
+		}
 		sleep_ms(10);
 	}
 	return dlock_lease_valid(l);
@@ -155,6 +263,7 @@ static dlock_lease *change_ttl(dlock_client *c, const char *name,
 			       int *changed)
 {
 	static const int64_t ttls[] = {20, 150, 300, 800, 2000, 3000};
+	static char value[DLOCK_VALUE_MAX + 1];
 	dlock_lease *l2 = NULL;
 	int64_t before = dlock_lease_deadline(l), ttl;
 
@@ -163,6 +272,17 @@ static dlock_lease *change_ttl(dlock_client *c, const char *name,
 	case 0:
 		lo->ttl_ms = pick(ttls, 6);
 		lo->wait_ms = 0;
+		if (lo->value) {
+			/* an election's reentry with a value of its own,
+			 * which must leave the lease's as it is (PROTOCOL.md,
+			 * LOCK value=): only a new lease may show it, one the
+			 * reentry was granted where the server no longer had
+			 * this one */
+			new_value(value, sizeof(value));
+			lo->value = value;
+			record("V %s %" PRIu64 " %s r", name,
+			       dlock_lease_token(l), value);
+		}
 		if (dlock_acquire(c, name, lo, &l2) != 0)
 			l2 = NULL;
 		break;
@@ -200,14 +320,21 @@ static dlock_lease *change_ttl(dlock_client *c, const char *name,
 }
 
 struct names {
-	int l, s, p; /* exclusive, read/write, semaphores */
+	int l, s, p, e; /* exclusive, read/write, semaphores, elections */
 };
 
-/* The history's path and the owner id: the file name is the owner
- * (check.c), "<path>.hist" and "<owner>", then "<path>~<n>.hist" and
- * "<owner>~<n>" after each lease left held. */
-static char hist_base[4096], owner_base[64], owner_now[80];
-static int owner_n;
+/* <locks>: "<l>[:<s>:<p>[:<e>]]"; 0 and a message if it is not one. */
+static int read_names(const char *spec, struct names *nm)
+{
+	nm->l = nm->s = nm->p = nm->e = 0;
+	if (sscanf(spec, "%d:%d:%d:%d", &nm->l, &nm->s, &nm->p, &nm->e) < 1 ||
+	    nm->l < 0 || nm->s < 0 || nm->p < 0 || nm->e < 0 ||
+	    nm->l + nm->s + nm->p + nm->e < 1) {
+		fprintf(stderr, "worker: <locks> is <l>[:<s>:<p>[:<e>]]\n");
+		return 0;
+	}
+	return 1;
+}
 
 static void next_owner(struct dlock_options *o)
 {
@@ -269,13 +396,22 @@ static void one_lock(dlock_client **cp, const struct dlock_options *o,
 	int64_t ttl = pick(grant_ttls, ngrant_ttls), wait = pick(waits, 4);
 	struct dlock_lock_options lo;
 	dlock_lease *l = NULL, *l2;
-	char name[16], mode[16] = "x";
-	int changed, rc, k = rand() % (nm->l + nm->s + nm->p);
+	char name[16], mode[16] = "x", value[DLOCK_VALUE_MAX + 1];
+	int changed, rc, k, others = nm->l + nm->s + nm->p, proclaims = 0;
+	/* an election one time in four, when there are some */
+	int election = nm->e > 0 && (others == 0 || draw(4) == 0);
 
+	k = election ? 0 : rand() % others;
 	dlock_lock_options_init(&lo);
 	lo.ttl_ms = ttl;
 	lo.wait_ms = wait;
-	if (k < nm->l) {
+	lo.notify_waiters = draw(3) == 0; /* news of waiters (W) */
+	if (election) {
+		snprintf(name, sizeof(name), "E%d", draw(nm->e));
+		new_value(value, sizeof(value));
+		lo.value = value;
+		proclaims = draw(3);
+	} else if (k < nm->l) {
 		snprintf(name, sizeof(name), "L%d", k);
 	} else if (k < nm->l + nm->s) {
 		snprintf(name, sizeof(name), "S%d", k - nm->l);
@@ -288,6 +424,10 @@ static void one_lock(dlock_client **cp, const struct dlock_options *o,
 		lo.limit = PERMITS;
 		snprintf(mode, sizeof(mode), "p%d", PERMITS);
 	}
+	/* the value before the LOCK that says it: its token is the next G's
+	 * of this lock in this file (check.c) */
+	if (election)
+		record("V %s 0 %s", name, value);
 	rc = dlock_acquire(c, name, &lo, &l);
 	if (rc != 0) {
 		record("E %s %d", name, rc);
@@ -298,8 +438,9 @@ static void one_lock(dlock_client **cp, const struct dlock_options *o,
 	record("G %s %" PRIu64 " %" PRId64 " %s", name, dlock_lease_token(l),
 	       dlock_lease_deadline(l), mode);
 	l2 = change_ttl(c, name, &lo, l, &changed);
-	if (k < nm->l && changed && rand() % 3 == 0) {
-		/* Leave it held, as `dlock lock` does: the client goes and
+	if ((election || k < nm->l) && changed && rand() % 3 == 0) {
+		/* Leave it held, as `dlock lock` does (a leader that goes
+		 * without resigning): the client goes and
 		 * nobody renews; the lease lasts its TTL at the server, and
 		 * its interval stays open until the deadline it was told.
 		 * The worker goes on as another owner, with a history of its
@@ -322,45 +463,141 @@ static void one_lock(dlock_client **cp, const struct dlock_options *o,
 	 * library's thread, may come after the release let the next holder
 	 * in (found with the Java worker: a violation of the records, not
 	 * of the lock) */
-	hold(l, ttl * quarters[(size_t)rand() % 4] / 4);
+	hold(c, l, ttl * quarters[(size_t)rand() % 4] / 4, proclaims);
 	record("U %s %" PRIu64, name, dlock_lease_token(l));
 	if (l2)
 		dlock_unlock(c, l2);
 	dlock_unlock(c, l);
 }
 
+/* The client's options of `worker lock` and `worker observe` (argv from
+ * <hist>), its seed, and the end of its run, with an alarm past it. */
+static int64_t client_setup(char **argv, struct dlock_options *o)
+{
+	dlock_options_init(o);
+	if (strchr(argv[1], ':'))
+		o->servers = argv[1]; /* a cluster: h:p,h:p */
+	else
+		o->host = argv[1];
+	o->port = atoi(argv[2]);
+	o->owner = argv[3];
+	snprintf(owner_base, sizeof(owner_base), "%s", argv[3]);
+	snprintf(hist_base, sizeof(hist_base), "%.*s",
+		 (int)(strlen(argv[0]) > 5 ? strlen(argv[0]) - 5 : 0), argv[0]);
+	o->request_timeout_ms = 3000;
+	srand((unsigned)strtoul(argv[5], NULL, 10));
+	new_seed = (unsigned)strtoul(argv[5], NULL, 10) ^ 0x5eed;
+	signal(SIGALRM, on_alarm);
+	alarm((unsigned)(atoll(argv[6]) / 1000 + 30));
+	return dlock_now_ms() + atoll(argv[6]);
+}
+
 static int run_locks(char **argv)
 {
 	struct dlock_options o;
 	dlock_client *c = NULL;
-	struct names nm = {0, 0, 0};
+	struct names nm;
 	int64_t end;
 
-	if (sscanf(argv[4], "%d:%d:%d", &nm.l, &nm.s, &nm.p) < 1 || nm.l < 0 ||
-	    nm.s < 0 || nm.p < 0 || nm.l + nm.s + nm.p < 1) {
-		fprintf(stderr, "worker: <locks> is <l>[:<s>:<p>]\n");
+	if (!read_names(argv[4], &nm))
 		return 64;
-	}
-	dlock_options_init(&o);
-	if (strchr(argv[1], ':'))
-		o.servers = argv[1]; /* a cluster: h:p,h:p */
-	else
-		o.host = argv[1];
-	o.port = atoi(argv[2]);
-	o.owner = argv[3];
-	snprintf(owner_base, sizeof(owner_base), "%s", argv[3]);
-	snprintf(hist_base, sizeof(hist_base), "%.*s",
-		 (int)(strlen(argv[0]) > 5 ? strlen(argv[0]) - 5 : 0), argv[0]);
+	end = client_setup(argv, &o);
 	o.on_lost = on_lost;
-	o.request_timeout_ms = 3000;
-	srand((unsigned)strtoul(argv[5], NULL, 10));
+	o.on_contended = on_contended;
 	read_ttls();
-	end = dlock_now_ms() + atoll(argv[6]);
-	signal(SIGALRM, on_alarm);
-	alarm((unsigned)(atoll(argv[6]) / 1000 + 30));
 	connect_retry(&o, &c);
 	while (!stop && c && dlock_now_ms() < end)
 		one_lock(&c, &o, &nm);
+	dlock_close(c);
+	return 0;
+}
+
+/* ---- worker observe: a follower of the elections ---------------------------
+ */
+
+/* What the observer was told of lease `token` of `lock`: an O record. */
+static void observed(const char *lock, uint64_t token, const char *value,
+		     char how, const char *owner)
+{
+	record("O %s %" PRIu64 " %s %c %s", lock, token, value[0] ? value : "-",
+	       how, owner[0] ? owner : "-");
+}
+
+static int run_observe(char **argv)
+{
+	struct dlock_options o;
+	struct dlock_watch_event ev;
+	struct dlock_status st;
+	dlock_client *c = NULL;
+	struct names nm;
+	int64_t end, next_status = 0;
+	int watching = 0, rc;
+	char name[16];
+
+	if (!read_names(argv[4], &nm))
+		return 64;
+	if (nm.e < 1) {
+		fprintf(stderr, "worker observe: <locks> has no elections\n");
+		return 64;
+	}
+	end = client_setup(argv, &o);
+	connect_retry(&o, &c);
+	while (!stop && c && dlock_now_ms() < end) {
+		/* the first watch, or again after a reconnect refused it;
+		 * the library watches again after every other reconnect */
+		if (!watching) {
+			rc = dlock_watch(c, "E*", NULL);
+			if (rc != 0) {
+				record("E E* %d", rc);
+				sleep_ms(200);
+				continue;
+			}
+			watching = 1;
+		}
+		rc = dlock_watch_next(c, &ev, 50);
+		if (rc == DLOCK_ECANCELED)
+			break;
+		if (rc == 0 && ev.name[0] == 'E') {
+			switch (ev.kind) {
+			case DLOCK_WATCH_GRANTED:
+				observed(ev.name, ev.token, ev.value, 'g',
+					 ev.owner);
+				break;
+			case DLOCK_WATCH_VALUE:
+				observed(ev.name, ev.token, ev.value, 'v',
+					 ev.owner);
+				break;
+			case DLOCK_WATCH_RELEASED:
+			case DLOCK_WATCH_EXPIRED:
+			case DLOCK_WATCH_BROKEN:
+			case DLOCK_WATCH_WITHDRAWN:
+				if (ev.value[0])
+					observed(ev.name, ev.token, ev.value,
+						 'e', ev.owner);
+				break;
+			case DLOCK_WATCH_REFUSED:
+				record("E E* %d", ev.error);
+				watching = 0;
+				break;
+			case DLOCK_WATCH_OVERFLOW:
+				fprintf(stderr,
+					"worker observe: %" PRIu64
+					" watch events missed\n",
+					ev.missed);
+				break;
+			default:
+				break;
+			}
+		}
+		if (dlock_now_ms() >= next_status) {
+			/* a follower that asks rather than listens */
+			snprintf(name, sizeof(name), "E%d", rand() % nm.e);
+			if (dlock_status(c, name, &st) == 0 && st.held)
+				observed(name, st.token, st.value, 's',
+					 st.owner);
+			next_status = dlock_now_ms() + 100 + rand() % 200;
+		}
+	}
 	dlock_close(c);
 	return 0;
 }
@@ -568,12 +805,15 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc < 3 ||
-	    ((strcmp(argv[1], "lock") == 0 || strcmp(argv[1], "raw") == 0) &&
+	    ((strcmp(argv[1], "lock") == 0 || strcmp(argv[1], "raw") == 0 ||
+	      strcmp(argv[1], "observe") == 0) &&
 	     argc != 9) ||
 	    (strcmp(argv[1], "child") == 0 && argc != 4)) {
 		fprintf(stderr, "usage: worker lock <hist> <host> <port> "
 				"<owner> <locks> <seed> <ms>\n"
 				"       worker raw <hist> <host> <port> "
+				"<owner> <locks> <seed> <ms>\n"
+				"       worker observe <hist> <host> <port> "
 				"<owner> <locks> <seed> <ms>\n"
 				"       worker child <hist> <ms>\n"
 				"       worker now\n");
@@ -591,5 +831,7 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	if (strcmp(argv[1], "raw") == 0)
 		return run_raw(argv + 2);
+	if (strcmp(argv[1], "observe") == 0)
+		return run_observe(argv + 2);
 	return run_locks(argv + 2);
 }
