@@ -149,14 +149,19 @@ static struct dl_waiter *retried_wait(const struct dl_lock *lk,
 				      const struct dl_session *s,
 				      const struct dl_acquire *a)
 {
+	const struct dl_session *os;
 	struct dl_waiter *w;
 
-	if (!a->req || !a->wait_ms)
+	/* Every LOCK of the clients carries an id: the owner's other
+	 * sessions' waits are looked at (few, mostly none), never the
+	 * lock's queue (up to max_waiters_per_lock long). */
+	if (!a->req || !a->wait_ms || !o->nwaiters)
 		return NULL;
-	for (w = lk->qhead; w; w = w->qnext)
-		if (w->owner == o && w->sess && w->sess != s &&
-		    w->req == a->req && w->shared == (a->shared ? 1 : 0))
-			return w;
+	for (os = o->sessions; os; os = os->onext)
+		for (w = os != s ? os->waiters : NULL; w; w = w->snext)
+			if (w->lock == lk && w->req == a->req &&
+			    w->shared == (a->shared ? 1 : 0))
+				return w;
 	return NULL;
 }
 
