@@ -48,20 +48,49 @@ void h_sleep_ms(int ms)
 
 /* ---- processes ---------------------------------------------------------- */
 
+/* A port from [H_PORT_LO, H_PORT_LO + H_PORT_SPAN), below the kernel's
+ * ephemeral range (32768 and up): a port from that range, handed out by
+ * bind(0), may become the local port of some process's outgoing
+ * connection while its server is down for a restart, and the server then
+ * cannot bind it again (CI: a Redis restarted from an older AOF "did not
+ * start"). Random per process, since criterion forks each test from one
+ * parent; a port something holds now is skipped. */
+#define H_PORT_LO 20000
+#define H_PORT_SPAN 12000
+
 int h_free_port(void)
 {
+	static pid_t seeded;
+	static uint64_t x;
 	struct sockaddr_in sa = {.sin_family = AF_INET};
-	socklen_t len = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	int port;
+	struct timespec ts;
+	int fd, i, port;
 
-	cr_assert(fd >= 0, "socket: %s", strerror(errno));
+	if (seeded != getpid()) {
+		seeded = getpid();
+		clock_gettime(CLOCK_REALTIME, &ts);
+		x = (uint64_t)seeded * 0x9e3779b97f4a7c15ULL ^
+		    (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32);
+		x |= 1;
+	}
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert(bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0);
-	cr_assert(getsockname(fd, (struct sockaddr *)&sa, &len) == 0);
-	port = ntohs(sa.sin_port);
-	close(fd);
-	return port;
+	for (i = 0; i < 1000; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		port = H_PORT_LO + (int)(x % H_PORT_SPAN);
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+		cr_assert(fd >= 0, "socket: %s", strerror(errno));
+		sa.sin_port = htons((uint16_t)port);
+		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(fd);
+			return port;
+		}
+		close(fd);
+	}
+	cr_assert_fail("no free port in [%d, %d)", H_PORT_LO,
+		       H_PORT_LO + H_PORT_SPAN);
+	return -1;
 }
 
 static void make_dir(char *dir, const char *what)

@@ -7,11 +7,13 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math/rand"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,14 +37,29 @@ func dlockdBin(t *testing.T) string {
 }
 
 // freePort asks the kernel for a free loopback port.
+// freePort returns a port from below the kernel's ephemeral range (32768
+// and up): a port Listen(":0") hands out may become the local port of
+// another process's outgoing connection while its server restarts, which
+// then cannot bind it again.
+// Go 1.19's global source starts at the same seed in every process.
+var portRand = rand.New(rand.NewSource(time.Now().UnixNano() ^ int64(os.Getpid())<<32))
+var portMu sync.Mutex
+
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for i := 0; i < 1000; i++ {
+		portMu.Lock()
+		port := 20000 + portRand.Intn(12000)
+		portMu.Unlock()
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port")
+	return 0
 }
 
 type proc struct {

@@ -11,6 +11,7 @@ benchmark use the same helpers.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,10 +22,23 @@ TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 DLOCKD = os.environ.get("DLOCKD", os.path.join(TOP, "build", "dlockd"))
 
 
+# Ports come from below the kernel's ephemeral range (32768 and up): a
+# port bind(0) hands out may become the local port of another process's
+# outgoing connection while its server restarts, which then cannot bind it.
+PORT_LO, PORT_SPAN = 20000, 12000
+_rng = random.Random()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    for _ in range(1000):
+        port = PORT_LO + _rng.randrange(PORT_SPAN)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port")
 
 
 def wait_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> bool:
