@@ -226,15 +226,22 @@ static void read_standbys(struct dl_store *st, const redisReply *a, int raised)
 	const char *v, *sp;
 	unsigned i;
 	size_t j;
+	int own;
 
 	for (i = 0; i < hz->nsby; i++)
 		hz->sby[i].present = 0;
-	for (j = 0; a->type == REDIS_REPLY_ARRAY && j + 1 < a->elements;
+	for (j = 0, own = 0; a->type == REDIS_REPLY_ARRAY && j + 1 < a->elements;
 	     j += 2) {
 		if (a->element[j]->type != REDIS_REPLY_STRING ||
-		    a->element[j]->len > DL_NODE_ID_MAX ||
-		    strcmp(a->element[j]->str, st->lead.node) == 0)
-			continue; /* this node, from when it was a standby */
+		    a->element[j]->len > DL_NODE_ID_MAX)
+			continue;
+		if (strcmp(a->element[j]->str, st->lead.node) == 0) {
+			/* this node, from when it was a standby: gone with
+			 * the next renewal, or the next active waits for it
+			 * once this one is dead */
+			own = 1;
+			continue;
+		}
 		v = str_of(a->element[j + 1]);
 		if (!(sp = strrchr(v, ' ')) ||
 		    dl_parse_u64(sp + 1, strlen(sp + 1), &count))
@@ -279,6 +286,7 @@ static void read_standbys(struct dl_store *st, const redisReply *a, int raised)
 		if (!hz->sby[i].present && !hz->sby[i].dropped &&
 		    !knows(st, hz->sby[i].echo, hz->pend_n))
 			hz->sby[i].wait_n = hz->pend_n;
+	hz->own_field = own;
 }
 
 int dl__hz_tick(struct dl_store *st)
@@ -677,6 +685,46 @@ void dl__hz_args(struct dl_store *st, int mode)
 			n += (size_t)snprintf(hz->drop_arg + n,
 					      sizeof(hz->drop_arg) - n, "%s%s",
 					      n ? " " : "", hz->sby[i].inst);
+	if (hz->own_field && n + DL_NODE_ID_MAX + 2 < sizeof(hz->drop_arg))
+		snprintf(hz->drop_arg + n, sizeof(hz->drop_arg) - n, "%s%s",
+			 n ? " " : "", st->lead.node);
+}
+
+/* A standby's look read P standbys (`a`): the other standbys, each with
+ * its looks and when this node saw that count move (first seen: now). */
+static void read_peers(struct dl_store *st, const redisReply *a, uint64_t now)
+{
+	struct store_horizon *hz = &st->hz;
+	struct hz_peer was[DL_STANDBYS_MAX];
+	unsigned nwas = hz->npeers, i;
+	uint64_t count;
+	const char *v, *sp;
+	size_t j;
+
+	memcpy(was, hz->peers, sizeof(was));
+	hz->npeers = 0;
+	for (j = 0; a->type == REDIS_REPLY_ARRAY && j + 1 < a->elements;
+	     j += 2) {
+		struct hz_peer *p;
+
+		if (a->element[j]->type != REDIS_REPLY_STRING ||
+		    a->element[j]->len > DL_NODE_ID_MAX ||
+		    strcmp(a->element[j]->str, st->lead.node) == 0 ||
+		    hz->npeers == DL_STANDBYS_MAX)
+			continue;
+		v = str_of(a->element[j + 1]);
+		if (!(sp = strrchr(v, ' ')) ||
+		    dl_parse_u64(sp + 1, strlen(sp + 1), &count))
+			count = UINT64_MAX; /* unreadable: a look each time */
+		p = &hz->peers[hz->npeers++];
+		snprintf(p->inst, sizeof(p->inst), "%s", a->element[j]->str);
+		p->count = count;
+		p->changed = now;
+		for (i = 0; i < nwas; i++)
+			if (strcmp(was[i].inst, p->inst) == 0 &&
+			    was[i].count == count && count != UINT64_MAX)
+				p->changed = was[i].changed;
+	}
 }
 
 /* A value of P horizon or P closed not counted before: its end from now
@@ -745,19 +793,12 @@ void dl__hz_reply(struct dl_store *st, int mode, const redisReply *r,
 		was = hz->registered && hz->prev_send &&
 		      now - hz->prev_send < st->cfg->leader_lease_ms;
 		hz->registered = 0;
-		hz->npeers = 0;
+		read_peers(st, a, now);
 		for (j = 0; a->type == REDIS_REPLY_ARRAY && j < a->elements;
-		     j += 2) {
-			if (a->element[j]->type != REDIS_REPLY_STRING ||
-			    a->element[j]->len > DL_NODE_ID_MAX)
-				continue;
-			if (strcmp(a->element[j]->str, st->lead.node) == 0)
+		     j += 2)
+			if (a->element[j]->type == REDIS_REPLY_STRING &&
+			    strcmp(a->element[j]->str, st->lead.node) == 0)
 				hz->registered = 1;
-			else if (hz->npeers < DL_STANDBYS_MAX)
-				snprintf(hz->peers[hz->npeers++],
-					 sizeof(hz->peers[0]), "%s",
-					 a->element[j]->str);
-		}
 		if (behind && !hz->loss_latched) {
 			hz->loss_latched = 1;
 			hz->loss_provable = was;
@@ -846,10 +887,14 @@ void dl__hz_role(struct dl_store *st, int active)
 		struct hz_standby *s = &hz->sby[hz->nsby++];
 
 		memset(s, 0, sizeof(*s));
-		memcpy(s->inst, hz->peers[i], sizeof(s->inst));
-		s->changed = now;
-		s->count = UINT64_MAX; /* its first read counts as a look */
+		memcpy(s->inst, hz->peers[i].inst, sizeof(s->inst));
+		/* as long as this node has seen it not look (a Redis that
+		 * went back shows another count: that counts as a look) */
+		s->changed = hz->peers[i].changed;
+		s->count = hz->peers[i].count;
 	}
+	hz->own_field = 0;
+	(void)now;
 	hz->npeers = 0;
 	hz->prev_send = 0;
 	hz->loss_latched = hz->loss_provable = 0;

@@ -88,10 +88,20 @@ struct store_horizon {
 	int loss_latched;  /* a look found Redis went back ... */
 	int loss_provable; /* ... and its knowledge bounds that */
 	uint64_t closes;   /* closure values made (their n) */
-	/* a standby: the other standbys its last look listed, for the
-	 * count it starts with if it becomes the active (dl__hz_role) */
-	char peers[DL_STANDBYS_MAX][DL_NODE_ID_MAX + 1];
+	/* a standby: the other standbys its last look listed, with their
+	 * looks and when it saw that count move, for those it starts with
+	 * if it becomes the active (dl__hz_role): one that has not looked
+	 * for drop_ms is not waited for (found from outside: the field of
+	 * a dead former active, left from its own standby days, held every
+	 * change 4 s after each later fail-over) */
+	struct hz_peer {
+		char inst[DL_NODE_ID_MAX + 1];
+		uint64_t count;
+		uint64_t changed; /* monotonic */
+	} peers[DL_STANDBYS_MAX];
 	unsigned npeers;
+	int own_field; /* the active: its field, from when it was a standby,
+			  is still in P standbys (the next renewal drops it) */
 	int relook; /* look again at once: a new value to
 		       pass back */
 	/* A restarted active that can prove nothing waits for the standbys
