@@ -92,7 +92,7 @@ STORE_SRC  := $(addprefix server/store/,store.c store_link.c store_load.c \
                 store_resync.c store_uv.c record.c bucket.c seen.c)
 SERVER_SRC := server/log.c server/config.c server/proof.c \
               server/conn.c server/conn_budget.c server/conn_lines.c server/held.c server/cmd.c \
-              server/cmd_info.c server/cmd_reply.c \
+              server/cmd_info.c server/cmd_reply.c server/cmd_multi.c \
               server/server.c server/notify.c server/stats.c \
               server/metrics.c server/buf.c server/tls.c server/users.c \
               server/access.c server/watchreg.c server/watch.c \
@@ -110,7 +110,7 @@ UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_reco
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls test_access \
                test_conformance test_describe test_deadlock test_watch \
-               test_lease_end test_forget test_coord
+               test_lease_end test_forget test_coord test_multi
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -250,6 +250,9 @@ $(O)/tests/test_watch: $(O)/tests/test_watch.o $(HARNESS_OBJ) \
 $(O)/tests/test_coord: $(O)/tests/test_coord.o $(HARNESS_OBJ) \
                        $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+$(O)/tests/test_multi: $(O)/tests/test_multi.o $(HARNESS_OBJ) \
+                       $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
 
 # Criterion forks one process per test; -j1 keeps integration tests (which
 # start daemons on their own ports) from crowding the two cores.
@@ -261,7 +264,7 @@ unit: $(addprefix $(O)/tests/,$(UNIT_TESTS))
 # Suites that run twice, with persistence off and on (suite-<name>.redis):
 # the same behaviour is required of both.
 REDIS_TOO := test_server test_describe test_watch test_lease_end \
-             test_coord
+             test_coord test_multi
 INTEG_RUNS := $(INTEG_TESTS) $(addsuffix .redis,$(REDIS_TOO))
 INTEG_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DLOCK_EXAMPLES=$(O)/examples \
             LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp
@@ -327,7 +330,7 @@ ALL_SUITES := test_ha test_persist test_forget test_faults test_cli \
               test_server test_describe.redis test_describe test_deadlock \
               test_watch.redis test_watch test_ops test_conformance \
               test_lease_end.redis test_lease_end test_coord.redis \
-              test_coord $(UNIT_TESTS)
+              test_coord test_multi.redis test_multi $(UNIT_TESTS)
 test-bins: all $(TEST_BINS)
 test-all: test-bins
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) \

@@ -68,11 +68,14 @@
 #define DL_DESC_HOST_MAX 64
 #define DL_DESC_CMD_MAX	 128
 #define DL_DESC_PID_MAX	 2147483647
+/* Names of one multi-lock (LOCK <name> <name> ...): the locks one
+ * request takes at once, all or none. */
+#define DL_MULTI_MAX 64
 /* Words in one request line, verb included. The longest valid requests
- * have thirteen: RECLAIM <name> <token> proof= until= ttl= mode= limit=
- * holds= warn= delay= value= id= (LOCK <name> with all it takes, twelve;
- * HELLO with all of owner= key= host= pid= cmd= id=, seven). */
-#define DL_ARGS_MAX 13
+ * are multi-locks: LOCK, DL_MULTI_MAX names, ttl= wait= req= id= (69).
+ * Otherwise RECLAIM <name> <token> proof= until= ttl= mode= limit= holds=
+ * warn= delay= value= id= (thirteen; HELLO with all it takes, seven). */
+#define DL_ARGS_MAX (DL_MULTI_MAX + 5)
 
 /* A lease's value (LOCK, REFRESH value=): what its holder says of its
  * lease to whoever looks at the lock -- an elected leader's address --

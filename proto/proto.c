@@ -327,18 +327,19 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	VERB(DL_VERB_LOCK, "LOCK", 1, 1, POS_NAME, 0,
 	     OPT_TTL | OPT_WAIT | OPT_MODE | OPT_LIMIT | OPT_WARN | OPT_DELAY |
 		     OPT_REQ | OPT_NOTIFY | OPT_VALUE | OPT_ID,
-	     " <name> [ttl=<duration>] [wait=<duration>|inf] "
+	     " <name> [<name> ...] [ttl=<duration>] [wait=<duration>|inf] "
 	     "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
 	     "[delay=<duration>] [req=<n>] [notify=waiters] [value=<text>] "
 	     "[id=<tag>]",
-	     "take a lease, or queue for it (OK QUEUED, then * GRANTED)"),
+	     "take a lease, or queue for it (OK QUEUED, then * GRANTED); "
+	     "several names: all or none (OK LOCKED)"),
 	VERB(DL_VERB_TRYLOCK, "TRYLOCK", 1, 1, POS_NAME, 0,
 	     OPT_TTL | OPT_MODE | OPT_LIMIT | OPT_WARN | OPT_DELAY | OPT_REQ |
 		     OPT_NOTIFY | OPT_VALUE | OPT_ID,
-	     " <name> [ttl=<duration>] [mode=exclusive|shared] [limit=<n>] "
-	     "[warn=<duration>] [delay=<duration>] [req=<n>] "
+	     " <name> [<name> ...] [ttl=<duration>] [mode=exclusive|shared] "
+	     "[limit=<n>] [warn=<duration>] [delay=<duration>] [req=<n>] "
 	     "[notify=waiters] [value=<text>] [id=<tag>]",
-	     "take a lease now or answer NO BUSY"),
+	     "take a lease now or answer NO BUSY; several names: all or none"),
 	VERB(DL_VERB_UNLOCK, "UNLOCK", 2, 2, POS_NAME, POS_TOKEN, OPT_ID,
 	     " <name> <token> [id=<tag>]", "release a lease you hold"),
 	VERB(DL_VERB_REFRESH, "REFRESH", 2, 2, POS_NAME, POS_TOKEN,
@@ -1087,6 +1088,40 @@ static const char *const pos_names[] = {
 	[POS_PATTERN] = "missing the lock name, or a prefix and '*'",
 };
 
+/* What a multi-lock may ask besides its names. */
+#define MULTI_OPTS (OPT_TTL | OPT_WAIT | OPT_REQ | OPT_ID)
+
+/* One more name of a multi-lock (LOCK <name> <name> ...): valid, and not
+ * one given before. */
+static int parse_more(struct dl_str w, struct dl_request *req, const char **why)
+{
+	unsigned i;
+	int err;
+
+	if (req->nnames == 0)
+		req->nnames = 1;
+	if (req->nnames == DL_MULTI_MAX)
+		return fail(why, req, DL_EBADARG,
+			    "too many names: a multi-lock takes at most " XSTR(
+				    DL_MULTI_MAX));
+	err = dl_check_name(w.p, w.len);
+	if (err < 0)
+		return fail_word(why, req, err, "name", w, DL_NAME_MAX);
+	for (i = 0; i < req->nnames; i++) {
+		struct dl_str o = i ? req->more[i - 1] : req->name;
+
+		if (o.len == w.len && memcmp(o.p, w.p, w.len) == 0) {
+			struct why m = {req->why, 0, sizeof(req->why)};
+
+			why_str(&m, "name given twice: ");
+			why_quote(&m, w.p, w.len);
+			return fail(why, req, DL_EBADARG, req->why);
+		}
+	}
+	req->more[req->nnames++ - 1] = w;
+	return 0;
+}
+
 int dl_parse_request(const char *line, size_t len, struct dl_request *req,
 		     const char **why)
 {
@@ -1127,6 +1162,9 @@ int dl_parse_request(const char *line, size_t len, struct dl_request *req,
 
 		if (eq && !(req->verb == DL_VERB_AUTH && i == 1)) {
 			err = parse_option(w, eq, def, &seen, req, why);
+		} else if (npos >= 1 && (req->verb == DL_VERB_LOCK ||
+					 req->verb == DL_VERB_TRYLOCK)) {
+			err = parse_more(w, req, why); /* a multi-lock */
 		} else if (npos >= def->max_pos) {
 			err = fail_usage(why, req, DL_EBADARG, def,
 					 "one argument too many:", w);
@@ -1163,6 +1201,11 @@ int dl_parse_request(const char *line, size_t len, struct dl_request *req,
 				  "missing reason=<text> (why the lease is "
 				  "broken: it is audited)",
 				  DL_STR_NULL);
+	if (req->nnames > 1 && (seen & ~MULTI_OPTS))
+		return fail(why, req, DL_EBADARG,
+			    "several names take ttl=, wait=, req= and id= "
+			    "only: a multi-lock takes every lock exclusive, "
+			    "as it finds it");
 	if (req->verb == DL_VERB_TRYLOCK) {
 		req->wait_ms = 0;
 		req->has_wait = 1;

@@ -218,7 +218,12 @@ struct dl_request {
 	unsigned notify_waiters : 1; /* LOCK TRYLOCK notify=waiters */
 	struct dl_str value;  /* LOCK TRYLOCK REFRESH RECLAIM value= (a text
 				 value, proto/desc.h); len 0 when absent */
+	uint8_t nnames;	      /* LOCK TRYLOCK: 0 for a single lock (name);
+				 2..DL_MULTI_MAX for a multi-lock, whose names are
+				 name, then more[0 .. nnames - 2] */
 	char why[DL_WHY_MAX]; /* the explanation of a failed parse */
+	/* not cleared by the parser: read only below nnames */
+	struct dl_str more[DL_MULTI_MAX - 1];
 };
 
 /* Parse one request line (line ending already removed; the line may

@@ -355,6 +355,43 @@ static void result_reply(struct dl_conn *c, struct dl_str name,
 	dl__cmd_reply_send(c, &r, tag, &line);
 }
 
+/* For cmd_multi.c (cmd_private.h): the pieces of a grant's reply. */
+void dl__cmd_fmt_name(struct reply *r, struct dl_line *line, struct dl_str name)
+{
+	fmt_name(r, line, name);
+}
+
+void dl__cmd_fmt_ttl(struct reply *r, struct dl_line *line, uint64_t ttl)
+{
+	fmt_ttl(r, line, ttl);
+}
+
+void dl__cmd_fmt_proof(struct dl_conn *c, struct reply *r, struct dl_str name,
+		       uint64_t token, uint64_t deadline)
+{
+	fmt_proof(c, r, name, token, deadline);
+}
+
+void dl__cmd_fmt_cycle(struct dl_fmt *f, struct dl_conn *c)
+{
+	fmt_cycle(f, c);
+}
+
+void dl__cmd_result_reply(struct dl_conn *c, struct dl_str name,
+			  const struct dl_result *res, struct dl_str tag)
+{
+	result_reply(c, name, res, tag);
+}
+
+void dl__cmd_table_error(struct dl_conn *c, int err, struct dl_str name,
+			 struct dl_str tag)
+{
+	if (err == DL_ELIMIT)
+		limit_error(c, name, tag);
+	else
+		table_error(c, err, tag);
+}
+
 static int check_ttl(struct dl_conn *c, const struct dl_request *rq)
 {
 	char asked[DL_DURATION_TEXT_MAX], max[DL_DURATION_TEXT_MAX];
@@ -415,6 +452,16 @@ static uint32_t *walk_budget(struct dl_conn *c)
 	return &rt->walk_left;
 }
 
+uint32_t *dl__cmd_walk_budget(struct dl_conn *c)
+{
+	return walk_budget(c);
+}
+
+int dl__cmd_check_ttl(struct dl_conn *c, const struct dl_request *rq)
+{
+	return check_ttl(c, rq);
+}
+
 /* ---- handlers ----------------------------------------------------------- */
 
 static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
@@ -441,6 +488,10 @@ static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
 				* clock read for it */
 			       .walk_budget = wait ? walk_budget(c) : NULL};
 
+	if (rq->nnames > 1) {
+		dl__cmd_multi_lock(c, rq);
+		return;
+	}
 	if (check_ttl(c, rq) || check_warn(c, rq, ttl))
 		return;
 	err = dl_locktab_acquire(srv->tab, &c->sess, &a, &res);
@@ -671,6 +722,8 @@ static void cmd_cancel(struct dl_conn *c, const struct dl_request *rq)
 {
 	struct dl_result res;
 
+	if (dl__cmd_multi_cancel(c, rq))
+		return;
 	dl_locktab_cancel(c->srv->tab, &c->sess, rq->name, &res);
 	result_reply(c, rq->name, &res, rq->tag);
 }
@@ -752,6 +805,14 @@ static void cmd_hello(struct dl_conn *c, const struct dl_request *rq)
 	if (rq->owner_secret.len && !rq->owner.len) {
 		dl_conn_error(c, DL_EBADFORMAT,
 			      "key= goes with owner=", rq->tag);
+		return;
+	}
+	if (rq->owner.len && c->multi) {
+		/* between two of its steps it waits for nothing, but what
+		 * it took is its owner's */
+		dl_conn_error(c, DL_EBADARG,
+			      "cannot change owner while waiting for a lock",
+			      rq->tag);
 		return;
 	}
 	if (rq->owner.len && !dl_store_active(c->srv->store)) {
@@ -1039,6 +1100,8 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 			       .owner_gen = c->sess.owner_gen};
 	struct reply r;
 
+	if (c->multi && dl__cmd_multi_event(c, ev))
+		return; /* a step of a multi-lock: not the client's yet */
 	dl__cmd_reply_begin(&r, heads[ev->type]);
 	fmt_name(&r, &line, ev->name);
 	if (ev->type == DL_EVENT_GRANTED) {
@@ -1093,6 +1156,8 @@ static size_t break_line(struct dl_conn *c, const struct dl_line *line,
 	int n, err;
 
 	(void)len;
+	if (line->multi || line->member)
+		return dl__cmd_multi_break(c, line, name, tag, buf);
 	/* News of waiters: maybe for a grant withdrawn on this connection
 	 * or another one, later in this walk (found from outside: a waiter
 	 * heard of waiters for a grant taken back, never told). Dropped,

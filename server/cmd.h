@@ -39,4 +39,12 @@ struct dl_line;
 void dl_cmd_released(struct dl_conn *c, const struct dl_line *line,
 		     const char *text);
 
+/* Multi-locks (cmd_multi.c): the server's handles made; the steps that
+ * events made due, run at the flush point; a connection that ends gives
+ * back what its multi-lock in progress took. */
+struct dl_server;
+void dl_cmd_multi_init(struct dl_server *srv);
+void dl_cmd_multi_run(struct dl_server *srv);
+void dl_cmd_multi_end(struct dl_conn *c);
+
 #endif /* DL_SERVER_CMD_H */

@@ -324,6 +324,7 @@ void dl_conn_finish_end(struct dl_conn *c)
 		/* watches first: they are given back to the user */
 		dl_watch_conn_end(c);
 		dl_access_conn_end(c);
+		dl_cmd_multi_end(c); /* before its session: what it took */
 		dl_session_close(c->srv->tab, &c->sess);
 	}
 	if (c->closing)

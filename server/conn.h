@@ -182,6 +182,8 @@ struct dl_conn {
 	unsigned tls_open : 1;	 /* the TLS handshake is done (and logged) */
 	struct dl_tls_conn *tls; /* NULL: plain (unix socket, no [tls]) */
 	struct dl_conn_watch *watch; /* its WATCHes (watch.h); NULL: none */
+	struct dl_multi *multi;	     /* its multi-lock in progress
+					(cmd_multi.c); NULL: none */
 	/* for logs: "127.0.0.1:5000" or "unix"; with a verified client
 	 * certificate, " cert=<its name>" (dl_tls_peer_name) after it */
 	char peer[64 + 6 + DL_TLS_NAME_MAX];

@@ -76,6 +76,10 @@ struct dl_line {
 	unsigned notify : 1;   /* GRANTED_EVENT: it asked notify=waiters */
 	unsigned waiting : 1;  /* * WAITING: dropped if its lease is gone
 				  when the line is withdrawn */
+	unsigned multi : 1;    /* OK LOCKED / * LOCKED: a multi-lock's
+				  header (withdrawn: cmd_multi.c) */
+	unsigned member : 1;   /* one of its granted lines: its lease ends
+				  if withdrawn (with retry: kept) */
 	uint16_t limit;	       /* GRANTED_EVENT: the lock's limit */
 	uint8_t ttl_len;       /* the TTL field: its length ... */
 	uint16_t ttl_off;      /* ... and offset in the line */

@@ -440,6 +440,7 @@ static void flush_phase(struct dl_server *srv)
 	 * next one may be granted), and writing can end a connection or
 	 * finish one that was draining: repeat until both settle. */
 	for (round = 0; round < 4; round++) {
+		dl_cmd_multi_run(srv); /* steps its events made due */
 		closed = process_ends(srv);
 		if (round > 0 && !closed && !srv->writeq)
 			break;
@@ -815,6 +816,8 @@ static void init_handles(struct dl_server *srv)
 	uv_timer_init(loop, &srv->sweep_timer);
 	own_handle(srv, (uv_handle_t *)&srv->sweep_timer);
 	uv_timer_start(&srv->sweep_timer, on_sweep, DL_SWEEP_MS, DL_SWEEP_MS);
+	dl_cmd_multi_init(srv);
+	own_handle(srv, (uv_handle_t *)&srv->multi_timer);
 	uv_check_init(loop, &srv->check);
 	own_handle(srv, (uv_handle_t *)&srv->check);
 	uv_check_start(&srv->check, on_check);
@@ -983,6 +986,7 @@ static void drain_finish(struct dl_server *srv)
 	uv_close((uv_handle_t *)&srv->drain_timer, NULL);
 	uv_close((uv_handle_t *)&srv->role_timer, NULL);
 	uv_close((uv_handle_t *)&srv->sweep_timer, NULL);
+	uv_close((uv_handle_t *)&srv->multi_timer, NULL);
 	uv_close((uv_handle_t *)&srv->watchdog, NULL);
 	uv_close((uv_handle_t *)&srv->check, NULL);
 	uv_close((uv_handle_t *)&srv->prepare, NULL);

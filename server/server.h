@@ -66,9 +66,12 @@ struct dl_server_stats {
 	uint64_t output_budget_closes; /* closed: over max_output_total */
 	uint64_t reclaims_refused;     /* RECLAIMs with a proof that is not
 					  the cluster's, or ended */
+	uint64_t multi_locks;	       /* multi-locks granted (cmd_multi.c) */
 };
 
 #define DL_RETELL_MAX 64
+
+struct dl_multi;
 
 struct dl_server {
 	uv_loop_t *loop;
@@ -90,7 +93,11 @@ struct dl_server {
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t drain_timer; /* bounds a shutdown's wait for Redis */
 	uv_timer_t sweep_timer; /* request and idle timeouts (conn.c) */
-	uv_timer_t role_timer;	/* acts on what the store learned (server.c) */
+	/* multi-locks in progress, those with a step to run, and the timer
+	 * that keeps their leases alive while they wait (cmd_multi.c) */
+	struct dl_multi *multis, *multi_todo;
+	uv_timer_t multi_timer;
+	uv_timer_t role_timer; /* acts on what the store learned (server.c) */
 	enum dl_store_role_event role_event;
 	uv_timer_t watchdog; /* sd_notify WATCHDOG=1, when asked */
 	struct dl_metrics *metrics;

@@ -2507,3 +2507,50 @@ Test(persist, news_of_waiters_never_precedes_a_durable_grant)
 	h_close(m);
 	stop_clean();
 }
+
+/* A multi-lock's block (OK LOCKED, * LOCKED and its granted lines) goes
+ * out once Redis has every grant of it. Redis lost first: every lease of
+ * it ends and the header's place says so -- ERR UNAVAILABLE for a reply,
+ * * FAILED for an event -- and none of its lines goes out. */
+Test(persist, a_multi_lock_is_told_once_durable_or_withdrawn_whole)
+{
+	struct h_client *a, *b, *m;
+	uint64_t ty;
+	char *l;
+
+	start("always", "[persistence]\nredis_timeout = 1s\n");
+	a = h_hello(d.port, "a");
+	b = h_hello(d.port, "b");
+	m = h_hello(d.port, "m");
+	/* the reply */
+	kill(r.pid, SIGSTOP);
+	h_send(a, "LOCK x y ttl=60s");
+	h_expect_silence(a, 500);
+	h_wait_available(m, 0, 1000 + 1000 + 3000);
+	l = h_line(a);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE persistence went down"), "%s",
+		  l);
+	h_expect_silence(a, 200);
+	resume_redis_without(m, "x");
+	resume_redis_without(m, "y");
+	h_expect_status(m, "x", "free", 0, NULL, 0);
+	h_expect_status(m, "y", "free", 0, NULL, 0);
+	/* the event: x taken durably, y granted while Redis is stopped */
+	ty = h_lock(b, "y", "ttl=60s");
+	cr_assert_str_eq(h_call(a, "LOCK x y ttl=60s"), "OK QUEUED x 1 at=y");
+	kill(r.pid, SIGSTOP);
+	h_send(b, "UNLOCK y %llu", (unsigned long long)ty);
+	h_expect_silence(a, 500);
+	h_wait_available(m, 0, 1000 + 1000 + 3000);
+	l = h_line(a);
+	cr_assert(h_starts(l, "* FAILED x UNAVAILABLE x persistence went down"),
+		  "%s", l);
+	h_expect_silence(a, 200);
+	resume_redis_without(m, "y");
+	h_expect_status(m, "x", "free", 0, NULL, 0);
+	h_expect_status(m, "y", "free", 0, NULL, 0);
+	h_close(a);
+	h_close(b);
+	h_close(m);
+	stop_clean();
+}
