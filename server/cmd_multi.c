@@ -527,6 +527,8 @@ static void arm_renewals(struct dl_server *srv)
 	uint64_t now = dl_mono_ms(), next = UINT64_MAX, due;
 	struct dl_multi *m;
 
+	if (!srv->multi_timer.loop)
+		return; /* no loop (the engine fuzzer): nothing renews */
 	for (m = srv->multis; m; m = m->next) {
 		if (m->state != M_WAITING || !m->i)
 			continue;

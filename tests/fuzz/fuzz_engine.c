@@ -191,6 +191,11 @@ static void deliver(struct fconn *f, const char *text, size_t len,
 	      "an unparsable line: %.*s", (int)len, text);
 	if (r.word.len == 7 && memcmp(r.word.p, "GRANTED", 7) == 0)
 		check_grant(&r, line);
+	/* a multi-lock's block: its granted lines follow, whole */
+	if (r.word.len == 6 && memcmp(r.word.p, "LOCKED", 6) == 0)
+		CHECK(dl_reply_u64(&r, 1, &f->stats_left) == 0 &&
+			      f->stats_left >= 2,
+		      "LOCKED count");
 	if (r.kind == DL_REPLY_EVENT)
 		return;
 	f->answered++;
@@ -365,6 +370,7 @@ static void conn_close(struct fconn *f)
 		return;
 	dl_access_conn_end(&f->c);
 	dl_watch_conn_end(&f->c);
+	dl_cmd_multi_end(&f->c);
 	dl_session_close(srv.tab, &f->c.sess);
 	f->open = 0;
 }
@@ -453,10 +459,20 @@ static size_t grammar(struct input *in, char *line, size_t cap)
 		"", " host=web3 pid=4242 cmd=make%20deploy", " cmd=x%25",
 		" host=h%0A"};
 	const char *verb = pick(in, verbs, sizeof(verbs) / sizeof(verbs[0]));
-	const char *name = names[next(in) % NLOCKS];
+	size_t ni = next(in) % NLOCKS;
+	const char *name = names[ni];
 	uint64_t token = ntokens ? tokens[next(in) % ntokens] : next(in);
 	const char *tag = next(in) % 4 == 0 ? " id=t" : "";
 
+	/* several locks at once (cmd_multi.c), now and then */
+	if ((strcmp(verb, "LOCK") == 0 || strcmp(verb, "TRYLOCK") == 0) &&
+	    next(in) % 4 == 0)
+		return (size_t)snprintf(
+			line, cap, "%s %s %s%s%s%s%s%s", verb, name,
+			names[(next(in) % 3 + 1 + ni) % NLOCKS],
+			next(in) % 2 ? " n0" : "", pick(in, ttls, 6),
+			verb[0] == 'L' ? pick(in, waits, 5) : "",
+			next(in) % 3 == 0 ? " req=1" : "", tag);
 	if (strcmp(verb, "LOCK") == 0 || strcmp(verb, "TRYLOCK") == 0)
 		return (size_t)snprintf(line, cap, "%s %s%s%s%s%s%s", verb,
 					name, pick(in, ttls, 6),
@@ -601,6 +617,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	world_open();
 	while (in.n > 0) {
 		step(&in);
+		dl_cmd_multi_run(&srv); /* as the flush point does */
 		check_world();
 	}
 	dl_store_flush(srv.store, 1);
