@@ -129,7 +129,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/store/bucket.o
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
-        java javatest bench bench-clients bench-election bench-etcd bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
+        java javatest bench bench-clients bench-election bench-multilock bench-etcd bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest gotest bench-python \
         format-check lint shape \
         bench-deadlock
@@ -827,6 +827,13 @@ bench:
 bench-election:
 	$(MAKE) SAN= O=build all
 	DLOCKD=build/dlockd DLOCK=build/dlock python3 tests/bench/election.py
+
+# Several locks at once (LOCK a b ...) against as many LOCKs and the
+# Redis recipe's SET NX one after the other, k = 2, 8, 64
+# (tests/bench/multilock.py).
+bench-multilock:
+	$(MAKE) SAN= O=build all
+	DLOCKD=build/dlockd python3 tests/bench/multilock.py
 
 # The client libraries side by side on one daemon: pairs/s and contended
 # hand-offs through libdlock, Go (and Java) (tests/bench/clients.py; the

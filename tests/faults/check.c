@@ -68,6 +68,11 @@
  *      never written is the worker's death between the two only if the
  *      worker wrote nothing after it; where another owner has the G it
  *      is always a violation.
+ *   6. multi-locks (LOCK a b ...): their leases are G records like any,
+ *      judged by 1. and 2. against every other holder; a block the
+ *      worker did not receive whole (B: fewer lines than its header
+ *      said, or a line that is not a grant) is a violation -- a client
+ *      must get all of its locks or none.
  *
  * Nothing here knows the server: it judges what clients saw.
  */
@@ -99,6 +104,7 @@ struct hist {
 	size_t told_by[4];	/* O records: g, v, e, s */
 	size_t news_unrecorded; /* W of a grant its worker died before
 				   writing */
+	size_t multis;		/* M records: multi-lock blocks */
 };
 
 /* ---- elections and news of waiters (4. and 5.) ------------------------ */
@@ -408,6 +414,16 @@ static void record(struct hist *h, size_t from, const char *owner,
 		s->token = token;
 		s->start = s->end = t;
 		s->run = 1;
+		break;
+	case 'M':
+		h->multis++;
+		break;
+	case 'B':
+		violation(
+			h,
+			"%s: a multi-lock block of %s not whole (line %" PRIu64
+			")",
+			owner, lock, token);
 		break;
 	case 'E':
 		h->failed++;
@@ -843,6 +859,7 @@ int main(int argc, char **argv)
 		       nsaid, unlearnt, ntold, h.told_by[0], h.told_by[1],
 		       h.told_by[2], h.told_by[3], nnews, h.news_unrecorded);
 	}
+	printf("multi-locks: %zu blocks received whole (M)\n", h.multis);
 	if (nforgets)
 		printf("%zu leases lost with Redis's memory (%zu times it was made to forget with no daemon holding its table)\n",
 		       h.lost_forgotten, nforgets);

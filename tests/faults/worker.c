@@ -33,7 +33,11 @@
  *       part of the TTL, UNLOCK; no renewals, and it believes every
  *       grant, holds= or not (libdlock gives back a grant that another
  *       process of its owner id holds, which would hide an id the server
- *       let two processes share: the campaign's copycats);
+ *       let two processes share: the campaign's copycats). One
+ *       acquisition in three (with two locks or more) is a multi-lock
+ *       of two or three of them (LOCK a b [c], PROTOCOL.md), tried or
+ *       waited for up to a second: its block is recorded (M, then a G
+ *       per lock), held, and each lease released;
  *   worker now
  *       prints dlock_now_ms(), the histories' clock (for the campaign's
  *       notes of when Redis was made to forget);
@@ -71,6 +75,13 @@
  *                                the lease (on_contended, on the
  *                                library's thread: it may come before
  *                                its G)
+ *   M first n                    a multi-lock's block: the n G
+ *                                that follow are its leases (an event
+ *                                block's, each refreshed first: its
+ *                                deadline counted from that send)
+ *   B first i                    a multi-lock's block that was not
+ *                                whole: line i was missing or not a
+ *                                grant (the checker's violation)
  *   O lock token value how owner an observer was told that the lease
  *                                `token` of `owner` says `value` ("-":
  *                                none); how: g (* WATCH granted), v
@@ -709,6 +720,8 @@ static int raw_ask(struct raw *r, char *reply, size_t cap, const char *fmt, ...)
 	return raw_line(r, reply, cap);
 }
 
+static int raw_multi(struct raw *r, int locks, int64_t ttl);
+
 /* One session: HELLO as <owner> with no key, then TRYLOCK, hold, UNLOCK
  * until the end or a failure. */
 static void raw_session(struct raw *r, const char *owner, int locks,
@@ -727,8 +740,13 @@ static void raw_session(struct raw *r, const char *owner, int locks,
 		return;
 	}
 	while (!stop && dlock_now_ms() < end) {
-		snprintf(name, sizeof(name), "L%d", rand() % locks);
 		ttl = pick(grant_ttls, ngrant_ttls);
+		if (locks >= 2 && rand() % 3 == 0) {
+			if (raw_multi(r, locks, ttl) < 0)
+				return;
+			continue;
+		}
+		snprintf(name, sizeof(name), "L%d", rand() % locks);
 		sent = dlock_now_ms();
 		if (raw_ask(r, reply, sizeof(reply),
 			    "TRYLOCK %s ttl=%" PRId64 "\r\n", name, ttl) < 0)
@@ -751,6 +769,126 @@ static void raw_session(struct raw *r, const char *owner, int locks,
 			    "UNLOCK %s %" PRIu64 "\r\n", name, token) < 0)
 			return;
 	}
+}
+
+/* The next line, events included, within ms; -1 on a failure. */
+static int raw_any(struct raw *r, char *out, size_t cap, int64_t ms)
+{
+	int64_t end = dlock_now_ms() + ms, left;
+	struct pollfd pf = {.fd = r->fd, .events = POLLIN};
+	char *nl;
+	ssize_t n;
+	size_t k, m;
+
+	for (;;) {
+		if ((nl = memchr(r->buf, '\n', r->len)) != NULL) {
+			k = (size_t)(nl - r->buf);
+			m = k && r->buf[k - 1] == '\r' ? k - 1 : k;
+			if (m >= cap)
+				m = cap - 1;
+			memcpy(out, r->buf, m);
+			out[m] = '\0';
+			memmove(r->buf, nl + 1, r->len - k - 1);
+			r->len -= k + 1;
+			return 0;
+		}
+		left = end - dlock_now_ms();
+		if (r->len == sizeof(r->buf) || stop || left <= 0 ||
+		    poll(&pf, 1, (int)left) <= 0)
+			return -1;
+		n = read(r->fd, r->buf + r->len, sizeof(r->buf) - r->len);
+		if (n <= 0)
+			return -1;
+		r->len += (size_t)n;
+	}
+}
+
+/* A multi-lock of 2 or 3 of L0..L<locks-1>: -1 when the connection is
+ * to be given up. */
+static int raw_multi(struct raw *r, int locks, int64_t ttl)
+{
+	char reply[1024], first[16], got[64], names[3][64];
+	char line[128];
+	uint64_t token[3];
+	int64_t sent, ms, deadline[3],
+		wait = rand() % 2 ? 0 : 300 + rand() % 700;
+	int k = locks >= 3 && rand() % 2 ? 3 : 2, n, i, j, event = 0;
+
+	for (i = 0; i < k; i++) {
+	again:
+		snprintf(names[i], sizeof(names[i]), "L%d", rand() % locks);
+		for (j = 0; j < i; j++)
+			if (strcmp(names[i], names[j]) == 0)
+				goto again;
+	}
+	n = snprintf(line, sizeof(line), "LOCK");
+	for (i = 0; i < k; i++)
+		n += snprintf(line + n, sizeof(line) - (size_t)n, " %s",
+			      names[i]);
+	sent = dlock_now_ms();
+	if (raw_ask(r, reply, sizeof(reply),
+		    "%s ttl=%" PRId64 " wait=%" PRId64 "ms\r\n", line, ttl,
+		    wait) < 0)
+		return -1;
+	if (strncmp(reply, "OK QUEUED ", 10) == 0) {
+		/* its end: * LOCKED, * TIMEOUT or * FAILED (no other event
+		 * comes to this connection) */
+		if (raw_any(r, reply, sizeof(reply), wait + 3000) < 0)
+			return -1;
+		event = 1;
+	}
+	if (sscanf(reply, event ? "* LOCKED %15s %d" : "OK LOCKED %15s %d",
+		   first, &n) != 2) {
+		if (strncmp(reply, "NO ", 3) != 0 && strncmp(reply, "* ", 2))
+			return -1; /* a standby, Redis away: another server */
+		record("E %s %d", names[0], DLOCK_EBUSY);
+		return 0;
+	}
+	if (n != k) {
+		record("B %s %d", first, n);
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		if (raw_any(r, reply, sizeof(reply), 3000) < 0 ||
+		    sscanf(reply, "granted %63s %" SCNu64 " %" SCNd64, got,
+			   &token[i], &ms) != 3) {
+			record("B %s %d", first, i);
+			return -1;
+		}
+		snprintf(names[i], sizeof(names[i]), "%s", got);
+		deadline[i] = sent + ms - 2 - ms / 1000;
+	}
+	/* an event's grants: counted from a refresh's send, as libdlock
+	 * confirms a * GRANTED */
+	for (i = 0; event && i < n; i++) {
+		sent = dlock_now_ms();
+		if (raw_ask(r, reply, sizeof(reply),
+			    "REFRESH %s %" PRIu64 " ttl=%" PRId64 "\r\n",
+			    names[i], token[i], ttl) < 0)
+			return -1;
+		if (sscanf(reply, "OK REFRESHED %63s %" SCNd64, got, &ms) !=
+		    2) {
+			deadline[i] = 0; /* lost meanwhile: never believed */
+			continue;
+		}
+		deadline[i] = sent + ms - 2 - ms / 1000;
+	}
+	record("M %s %d", first, n);
+	for (i = 0; i < n; i++)
+		if (deadline[i])
+			record("G %s %" PRIu64 " %" PRId64 " x", names[i],
+			       token[i], deadline[i]);
+	sleep_ms(ttl * (rand() % 3) / 4);
+	for (i = 0; i < n; i++) {
+		if (!deadline[i])
+			continue;
+		record("U %s %" PRIu64, names[i], token[i]);
+		if (raw_ask(r, reply, sizeof(reply),
+			    "UNLOCK %s %" PRIu64 "\r\n", names[i],
+			    token[i]) < 0)
+			return -1;
+	}
+	return 0;
 }
 
 static int run_raw(char **argv)
