@@ -55,7 +55,7 @@ void h_sleep_ms(int ms)
  * cannot bind it again (CI: a Redis restarted from an older AOF "did not
  * start"). Random per process, since criterion forks each test from one
  * parent; a port something holds now is skipped. */
-#define H_PORT_LO 20000
+#define H_PORT_LO   20000
 #define H_PORT_SPAN 12000
 
 int h_free_port(void)

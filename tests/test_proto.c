@@ -674,7 +674,7 @@ Test(proto, unknown_or_disallowed_option_is_bad_arg)
 	expect_err("LOCK a =1", DL_EBADARG);
 	expect_err("LOCK a owner=me", DL_EBADARG);
 	expect_err("HELLO ttl=5", DL_EBADARG);
-	expect_err("LOCK a ttl", DL_EBADARG); /* a second positional */
+	expect_err("UNLOCK a 1 ttl", DL_EBADARG); /* a third positional */
 }
 
 Test(proto, duplicate_option_is_bad_arg)
@@ -749,12 +749,34 @@ Test(proto, too_many_words_is_bad_arg)
 {
 	struct dl_request r;
 
-	/* more than thirteen words is refused before the verb is looked at */
-	expect_err("FOO 1 2 3 4 5 6 7 8 9 10 11 12 13", DL_EBADARG);
+	char line[DL_LINE_MAX];
+	size_t n;
+	int i;
+
+	/* more than DL_ARGS_MAX words (a multi-lock's most: LOCK, 64 names
+	 * and four options) is refused before the verb is looked at */
+	n = (size_t)snprintf(line, sizeof(line), "FOO");
+	for (i = 1; i < DL_ARGS_MAX; i++)
+		n += (size_t)snprintf(line + n, sizeof(line) - n, " %d", i);
+	expect_err(line, DL_EUNKNOWNCMD);
+	snprintf(line + n, sizeof(line) - n, " x");
+	expect_err(line, DL_EBADARG);
 	expect_err("PING a b c d e f g", DL_EBADARG);
-	expect_err("LOCK a b", DL_EBADARG);
 	expect_err("UNLOCK a 1 2", DL_EBADARG);
-	expect_err("FOO 1 2 3 4 5 6 7 8 9 10 11 12", DL_EUNKNOWNCMD);
+	/* several names: a multi-lock, up to DL_MULTI_MAX */
+	expect_ok("LOCK a b", &r);
+	cr_assert_eq(r.nnames, 2);
+	cr_assert(r.more[0].len == 1 && r.more[0].p[0] == 'b');
+	n = (size_t)snprintf(line, sizeof(line), "LOCK");
+	for (i = 0; i < DL_MULTI_MAX; i++)
+		n += (size_t)snprintf(line + n, sizeof(line) - n, " n%d", i);
+	snprintf(line + n, sizeof(line) - n, " ttl=1 wait=1 req=9 id=x");
+	expect_ok(line, &r);
+	cr_assert_eq(r.nnames, DL_MULTI_MAX);
+	snprintf(line + n, sizeof(line) - n, " n%d", DL_MULTI_MAX);
+	expect_err(line, DL_EBADARG);
+	expect_ok("LOCK a", &r);
+	cr_assert_eq(r.nnames, 0, "one name: a single lock");
 	/* the longest: a RECLAIM with everything it takes */
 	expect_ok("RECLAIM a 7 proof=00112233445566778899aabbccddeeff "
 		  "until=1 ttl=1 mode=exclusive limit=2 holds=2 warn=0 "
@@ -809,13 +831,14 @@ Test(proto, errors_say_what_and_how)
 		const char *why;
 	} cases[] = {
 		{"LOCK", DL_EBADFORMAT,
-		 "missing the lock name; usage: LOCK <name> [ttl=<duration>] "
+		 "missing the lock name; usage: LOCK <name> [<name> ...] "
+		 "[ttl=<duration>] "
 		 "[wait=<duration>|inf] [mode=exclusive|shared] [limit=<n>] "
 		 "[warn=<duration>] [delay=<duration>] [req=<n>] "
 		 "[notify=waiters] [value=<text>] [id=<tag>]"},
 		{"LOCK foo timeout=5s", DL_EBADARG,
 		 "unknown option: 'timeout'; usage: LOCK <name> "
-		 "[ttl=<duration>] [wait=<duration>|inf] "
+		 "[<name> ...] [ttl=<duration>] [wait=<duration>|inf] "
 		 "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
 		 "[delay=<duration>] [req=<n>] [notify=waiters] "
 		 "[value=<text>] [id=<tag>]"},
@@ -849,18 +872,20 @@ Test(proto, errors_say_what_and_how)
 		 "one argument too many: 'b'; usage: PING [<word>] [id=<tag>]"},
 		{"LOCK a ttl=1s ttl=2s", DL_EBADARG,
 		 "option given twice: 'ttl'; usage: LOCK <name> "
-		 "[ttl=<duration>] [wait=<duration>|inf] "
+		 "[<name> ...] [ttl=<duration>] [wait=<duration>|inf] "
 		 "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
 		 "[delay=<duration>] [req=<n>] [notify=waiters] "
 		 "[value=<text>] [id=<tag>]"},
 		{"LOCK a ttl=", DL_EBADARG,
 		 "option without a value: 'ttl'; usage: LOCK <name> "
-		 "[ttl=<duration>] [wait=<duration>|inf] "
+		 "[<name> ...] [ttl=<duration>] [wait=<duration>|inf] "
 		 "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
 		 "[delay=<duration>] [req=<n>] [notify=waiters] "
 		 "[value=<text>] [id=<tag>]"},
-		{"FOO 1 2 3 4 5 6 7 8 9 10 11 12 13", DL_EBADARG,
-		 "too many words, a request has at most 13"},
+		{"LOCK a b mode=shared", DL_EBADARG,
+		 "several names take ttl=, wait=, req= and id= only: a "
+		 "multi-lock takes every lock exclusive, as it finds it"},
+		{"LOCK a b a", DL_EBADARG, "name given twice: 'a'"},
 		{"LOCK a req=0", DL_EBADARG,
 		 "req malformed: '0', a number from 1 to 18446744073709551615 "
 		 "(one per request, the same when it is sent again)"},
@@ -945,17 +970,10 @@ Test(proto, why_quotes_safely_and_never_the_secret)
 Test(proto, error_texts_parse_as_replies)
 {
 	static const char *const lines[] = {
-		"LOCK",
-		"LOCK a ttl=1x",
-		"LOCK a wait=x",
-		"LOCKS limit=x",
-		"LOCK a b c d",
-		"FOO",
-		"HELLO owner=\x01",
-		"LOCK a ttl=0",
-		"REFRESH a",
-		"LOCKS by=x",
-		"LOCKS after=a by=waiters",
+		"LOCK",		 "LOCK a ttl=1x",    "LOCK a wait=x",
+		"LOCKS limit=x", "LOCK a b c a",     "LOCK a b value=v",
+		"FOO",		 "HELLO owner=\x01", "LOCK a ttl=0",
+		"REFRESH a",	 "LOCKS by=x",	     "LOCKS after=a by=waiters",
 	};
 	size_t i;
 
@@ -1026,7 +1044,7 @@ Test(proto, tag_is_echoed_on_errors)
 		{"LOCK id=abc", DL_EBADFORMAT},
 		{"LOCK a ttl=0 id=abc", DL_EBADARG},
 		{"LOCK a wait=x ID=abc", DL_EBADARG},
-		{"LOCK a b c d e f g h id=abc", DL_EBADARG},
+		{"LOCK a b c d e f g h a id=abc", DL_EBADARG},
 		{"id=abc", DL_EUNKNOWNCMD},
 		{"PING id=abc id=other", DL_EBADARG},
 	};
