@@ -230,8 +230,8 @@ static void read_standbys(struct dl_store *st, const redisReply *a, int raised)
 
 	for (i = 0; i < hz->nsby; i++)
 		hz->sby[i].present = 0;
-	for (j = 0, own = 0; a->type == REDIS_REPLY_ARRAY && j + 1 < a->elements;
-	     j += 2) {
+	for (j = 0, own = 0;
+	     a->type == REDIS_REPLY_ARRAY && j + 1 < a->elements; j += 2) {
 		if (a->element[j]->type != REDIS_REPLY_STRING ||
 		    a->element[j]->len > DL_NODE_ID_MAX)
 			continue;

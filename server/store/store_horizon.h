@@ -102,8 +102,8 @@ struct store_horizon {
 	unsigned npeers;
 	int own_field; /* the active: its field, from when it was a standby,
 			  is still in P standbys (the next renewal drops it) */
-	int relook; /* look again at once: a new value to
-		       pass back */
+	int relook;    /* look again at once: a new value to
+			  pass back */
 	/* A restarted active that can prove nothing waits for the standbys
 	 * to report a loss they saw (store_load.c). */
 	uint64_t report_until; /* monotonic; 0: not waiting */
