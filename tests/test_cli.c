@@ -1253,6 +1253,70 @@ Test(cli, lock_prints_the_token_and_only_its_owner_unlocks_it)
 	h_close(c);
 }
 
+/* lock a b c: all at once or none, one "<name> <token>" line each in the
+ * order given; ordinary leases, each unlocked by its own token. */
+Test(cli, lock_of_several_names_takes_all_or_none)
+{
+	struct h_client *c = h_connect(d.port);
+	struct result r;
+	char n1[64], n2[64], tok[32];
+	uint64_t t1, t2;
+	const char *line;
+
+	/* one of them busy: none taken, the busy one named */
+	cr_assert(h_starts(h_call(c, "LOCK mb ttl=10000"), "OK GRANTED"));
+	dlock(&r, "trylock", "mc", "mb", "--owner", owned("alice"), NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(has(r.err, "mb is held by"), "%s", r.err);
+	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS mc"), "state"), "free"));
+	dlock(&r, "lock", "mc", "mb", "--wait", "200ms", "--owner",
+	      owned("alice"), NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(has(r.err, "timed out waiting for"), "%s", r.err);
+	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS mc"), "state"), "free"));
+	cr_assert(
+		h_starts(h_call(c, "UNLOCK mb %" PRIu64,
+				to_u64(h_kv(h_call(c, "STATUS mb"), "token"))),
+			 "OK RELEASED"));
+
+	dlock(&r, "lock", "mc", "mb", "--ttl", "10s", "--owner", owned("alice"),
+	      NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(eq(int,
+		     sscanf(r.out, "%63s %" SCNu64 "\n%63s %" SCNu64, n1, &t1,
+			    n2, &t2),
+		     4),
+		  "%s", r.out);
+	cr_assert(STR_EQ(n1, "mc"));
+	cr_assert(STR_EQ(n2, "mb"));
+	line = h_call(c, "STATUS mb");
+	cr_assert(STR_EQ(h_kv(line, "owner"), "alice"));
+	cr_assert(eq(u64, to_u64(h_kv(line, "token")), t2));
+	/* the owner holds them: a second is refused */
+	dlock(&r, "trylock", "mb", "md", "--owner", owned("alice"), NULL);
+	cr_assert(eq(int, r.status, EX_TEMPFAIL), "%s", r.err);
+	cr_assert(has(r.err, "mb is already held by owner alice"), "%s", r.err);
+	snprintf(tok, sizeof(tok), "%" PRIu64, t1);
+	dlock(&r, "unlock", "mc", tok, "--owner", owned("alice"), NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	snprintf(tok, sizeof(tok), "%" PRIu64, t2);
+	dlock(&r, "unlock", "mb", tok, "--owner", owned("alice"), NULL);
+	cr_assert(eq(int, r.status, 0), "%s", r.err);
+	cr_assert(STR_EQ(h_kv(h_call(c, "STATUS mb"), "state"), "free"));
+
+	/* what does not go with several names */
+	dlock(&r, "lock", "ma", "ma", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	dlock(&r, "lock", "ma", "mb", "--shared", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	cr_assert(has(r.err, "--shared is for one lock"), "%s", r.err);
+	dlock(&r, "lock", "ma", "m b", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	dlock(&r, "unlock", "ma", "1", "2", NULL);
+	cr_assert(eq(int, r.status, EX_USAGE), "%s", r.err);
+	h_close(c);
+}
+
 /* lock --warn D: the lease warns its owner's connections (* EXPIRING)
  * when D of it remain; a warning not below the TTL is a usage error. */
 Test(cli, lock_warn_asks_the_server_to_warn_before_the_end)

@@ -2938,3 +2938,302 @@ Test(client, an_election_is_held_followed_and_handed_over, .init = start_redis,
 	dlock_close(b.c);
 	dlock_close(o);
 }
+
+/* ---- several locks at once ----------------------------------------------- */
+
+struct all_call {
+	dlock_client *c;
+	const char *const *names;
+	size_t n;
+	struct dlock_lock_all_options o;
+	dlock_lease *out[DLOCK_MULTI_MAX];
+	int rc;
+};
+
+static void *all_main(void *arg)
+{
+	struct all_call *k = arg;
+
+	k->rc = dlock_acquire_all(k->c, k->names, k->n, &k->o, k->out);
+	return NULL;
+}
+
+static int all_rc(dlock_client *c, const char *const *names, size_t n,
+		  int64_t ttl, int64_t wait, dlock_lease **out)
+{
+	struct dlock_lock_all_options o;
+
+	dlock_lock_all_options_init(&o);
+	o.ttl_ms = ttl;
+	o.wait_ms = wait;
+	return dlock_acquire_all(c, names, n, &o, out);
+}
+
+/* Granted all at once, one lease per name in the caller's order (the
+ * server's is byte order), each renewed like a single lease and
+ * released one by one or all together. */
+Test(client, several_locks_are_taken_at_once_and_renewed, .init = start_none,
+     .fini = stop_all)
+{
+	static const char *const names[] = {"mc", "ma", "mb"};
+	dlock_client *a = client(), *b = client();
+	dlock_lease *out[3] = {NULL, NULL, NULL}, *l = NULL;
+	struct dlock_status st;
+	size_t i;
+
+	cr_assert(eq(int, all_rc(a, names, 3, 600, 0, out), 0), "%s",
+		  dlock_last_error());
+	for (i = 0; i < 3; i++) {
+		cr_assert(out[i] != NULL);
+		assert_str(dlock_lease_name(out[i]), names[i]);
+		cr_assert(eq(int, dlock_status(b, names[i], &st), 0));
+		cr_assert(st.held && st.token == dlock_lease_token(out[i]));
+		cr_assert(eq(int, dlock_trylock(b, names[i], 1000, &l),
+			     DLOCK_EBUSY));
+	}
+	h_sleep_ms(1200); /* two TTLs: renewed */
+	for (i = 0; i < 3; i++)
+		cr_assert(eq(int, dlock_lease_valid(out[i]), 1), "%s",
+			  names[i]);
+	cr_assert(eq(int, dlock_unlock(a, out[1]), 0));
+	out[1] = NULL;
+	cr_assert(eq(int, dlock_status(b, "ma", &st), 0));
+	cr_assert(eq(int, st.held, 0));
+	cr_assert(eq(int, dlock_release_all(a, out, 3), 0));
+	cr_assert(out[0] == NULL && out[2] == NULL);
+	for (i = 0; i < 3; i++) {
+		cr_assert(eq(int, dlock_status(b, names[i], &st), 0));
+		cr_assert(eq(int, st.held, 0), "%s", names[i]);
+	}
+	dlock_close(a);
+	dlock_close(b);
+}
+
+/* A multi-lock that waits holds the names before the busy one, gets all
+ * once it is freed, and counts each lease from its confirmation. */
+Test(client, a_waiting_multi_lock_is_granted_all_when_freed, .init = start_none,
+     .fini = stop_all)
+{
+	static const char *const names[] = {"wb", "wa"};
+	dlock_client *a = client(), *b = client();
+	dlock_lease *l = must_lock(a, "wb", 5000, 0);
+	struct all_call k = {.c = b, .names = names, .n = 2};
+	struct dlock_status st;
+	pthread_t t;
+	int64_t sent;
+
+	dlock_lock_all_options_init(&k.o);
+	k.o.ttl_ms = 5000;
+	cr_assert(eq(int, pthread_create(&t, NULL, all_main, &k), 0));
+	wait_waiters(a, "wb", 1);
+	cr_assert(eq(int, dlock_status(a, "wa", &st), 0));
+	assert_str(st.owner, dlock_owner(b)); /* taken first, held */
+	sent = dlock_now_ms();
+	cr_assert(eq(int, dlock_unlock(a, l), 0));
+	pthread_join(t, NULL);
+	cr_assert(eq(int, k.rc, 0), "%s", dlock_strerror(k.rc));
+	assert_str(dlock_lease_name(k.out[0]), "wb");
+	assert_str(dlock_lease_name(k.out[1]), "wa");
+	cr_assert(eq(int, dlock_lease_valid(k.out[0]), 1));
+	cr_assert(ge(i64, dlock_lease_deadline(k.out[0]), sent + 5000 - 100));
+	cr_assert(ge(i64, dlock_lease_deadline(k.out[1]), sent + 5000 - 100));
+	cr_assert(eq(int, dlock_release_all(b, k.out, 2), 0));
+	dlock_close(a);
+	dlock_close(b);
+}
+
+/* How a multi-lock fails: nothing held, each outcome its code. */
+Test(client, a_multi_lock_fails_whole, .init = start_none, .fini = stop_all)
+{
+	static const char *const names[] = {"fa", "fb", "fc"};
+	static const char *const twice[] = {"fa", "fb", "fa"};
+	const char *many[DLOCK_MULTI_MAX + 1], *bad[] = {"fa", "f b"};
+	static char bufs[DLOCK_MULTI_MAX + 1][8], longs[8][200];
+	const char *toolong[8];
+	dlock_client *a = client(), *b = client();
+	dlock_lease *l = must_lock(a, "fb", 5000, 0), *out[DLOCK_MULTI_MAX + 1];
+	struct dlock_status st;
+	int64_t t0;
+	size_t i;
+
+	cr_assert(eq(int, all_rc(b, names, 3, 5000, 0, out), DLOCK_EBUSY));
+	cr_assert(out[0] == NULL && out[1] == NULL && out[2] == NULL);
+	t0 = dlock_now_ms();
+	cr_assert(
+		eq(int, all_rc(b, names, 3, 5000, 200, out), DLOCK_ETIMEDOUT));
+	cr_assert(ge(i64, dlock_now_ms() - t0, 190));
+	cr_assert(eq(int, dlock_status(b, "fa", &st), 0));
+	cr_assert(eq(int, st.held, 0)); /* given back */
+	/* the owner holds one already: no reentry */
+	cr_assert(
+		eq(int, all_rc(a, names, 3, 5000, 0, out), DLOCK_EHELDBYOWNER));
+	cr_assert(strstr(dlock_last_error(), "ALREADY_HELD") != NULL, "%s",
+		  dlock_last_error());
+	cr_assert(eq(int, dlock_status(b, "fa", &st), 0));
+	cr_assert(eq(int, st.held, 0));
+	/* refused before anything is sent */
+	cr_assert(eq(int, all_rc(a, twice, 3, 5000, 0, out), DLOCK_EINVAL));
+	cr_assert(eq(int, all_rc(a, bad, 2, 5000, 0, out), DLOCK_EINVAL));
+	cr_assert(eq(int, all_rc(a, names, 0, 5000, 0, out), DLOCK_EINVAL));
+	cr_assert(eq(int, all_rc(a, names, 3, -1, 0, out), DLOCK_EINVAL));
+	cr_assert(eq(int, all_rc(NULL, names, 3, 5000, 0, out), DLOCK_EINVAL));
+	cr_assert(eq(int, all_rc(a, names, 3, 5000, 0, NULL), DLOCK_EINVAL));
+	for (i = 0; i <= DLOCK_MULTI_MAX; i++) {
+		snprintf(bufs[i], sizeof(bufs[i]), "n%zu", i);
+		many[i] = bufs[i];
+	}
+	cr_assert(eq(int, all_rc(a, many, DLOCK_MULTI_MAX + 1, 5000, 0, out),
+		     DLOCK_EINVAL));
+	for (i = 0; i < 8; i++) {
+		memset(longs[i], 'a' + (int)i, sizeof(longs[i]) - 1);
+		toolong[i] = longs[i];
+	}
+	cr_assert(eq(int, all_rc(a, toolong, 8, 5000, 0, out), DLOCK_EINVAL));
+	/* DLOCK_MULTI_MAX short names fit */
+	cr_assert(eq(int, all_rc(a, many, DLOCK_MULTI_MAX, 5000, 0, out), 0),
+		  "%s", dlock_last_error());
+	cr_assert(eq(int, dlock_release_all(a, out, DLOCK_MULTI_MAX), 0));
+	/* one name is the ordinary lock (a reentry, then) */
+	cr_assert(eq(int, all_rc(a, names + 1, 1, 5000, 0, out), 0));
+	cr_assert(eq(u64, dlock_lease_token(out[0]), dlock_lease_token(l)));
+	cr_assert(eq(int, dlock_release_all(a, out, 1), 0));
+	cr_assert(eq(int, dlock_unlock(a, l), 0));
+	cr_assert(eq(int, dlock_release_all(a, NULL, 0), 0));
+	dlock_close(a);
+	dlock_close(b);
+}
+
+/* Threads of one client: a multi-lock waits for a name another thread
+ * holds, and for the client's other multi-lock (one per connection). */
+Test(client, threads_of_one_client_take_turns_for_multi_locks,
+     .init = start_none, .fini = stop_all)
+{
+	static const char *const n1[] = {"ta", "tb"}, *const n2[] = {"tc",
+								     "td"};
+	dlock_client *a = client(), *c = client();
+	dlock_lease *l = must_lock(a, "tb", 5000, 0), *x = NULL, *out[2];
+	struct all_call k1 = {.c = c, .names = n1, .n = 2},
+			k2 = {.c = c, .names = n2, .n = 2};
+	pthread_t t1, t2;
+
+	dlock_lock_all_options_init(&k1.o);
+	dlock_lock_all_options_init(&k2.o);
+	cr_assert(eq(int, pthread_create(&t1, NULL, all_main, &k1), 0));
+	wait_waiters(a, "tb", 1);
+	/* the second waits for the first to end, then is granted */
+	cr_assert(eq(int, pthread_create(&t2, NULL, all_main, &k2), 0));
+	h_sleep_ms(200);
+	cr_assert(eq(int, dlock_unlock(a, l), 0));
+	pthread_join(t1, NULL);
+	pthread_join(t2, NULL);
+	cr_assert(eq(int, k1.rc, 0), "%s", dlock_strerror(k1.rc));
+	cr_assert(eq(int, k2.rc, 0), "%s", dlock_strerror(k2.rc));
+	/* another thread of c may not have ta: a local wait */
+	cr_assert(eq(int, dlock_trylock(c, "ta", 5000, &x), DLOCK_EBUSY));
+	cr_assert(eq(int, all_rc(c, n1, 2, 5000, 0, out), DLOCK_EBUSY));
+	cr_assert(eq(int, dlock_release_all(c, k1.out, 2), 0));
+	cr_assert(eq(int, dlock_release_all(c, k2.out, 2), 0));
+	dlock_close(a);
+	dlock_close(c);
+}
+
+struct all_drop_call {
+	dlock_client *c;
+	dlock_lease *out[2];
+	int rc;
+};
+
+static void *all_drop_main(void *arg)
+{
+	static const char *const names[] = {"rb", "ra"};
+	struct all_drop_call *k = arg;
+
+	k->rc = all_rc(k->c, names, 2, 10000, 8000, k->out);
+	return NULL;
+}
+
+/* The multi-lock's request id: sent again after a drop that lost its
+ * OK LOCKED, it gets back the leases it was granted (one hold each). */
+Test(client, a_multi_lock_whose_reply_a_drop_lost_gets_its_grants_back,
+     .init = start_none, .fini = stop_all)
+{
+	struct dlock_options o;
+	struct proxy p;
+	struct all_drop_call k = {0};
+	struct h_client *raw = h_hello(d.port, "other");
+	pthread_t th;
+	char *l;
+	int i;
+
+	proxy_start(&p, d.port);
+	opts(&o);
+	o.port = p.port;
+	o.owner = "req-multi";
+	k.c = connect_with(&o);
+	atomic_store(&p.down_lost, 1);
+	cr_assert(eq(int, pthread_create(&th, NULL, all_drop_main, &k), 0));
+	for (i = 0; i < 500; i++) {
+		l = h_call(raw, "STATUS rb");
+		if (strstr(l, "state=held"))
+			break;
+		h_sleep_ms(5);
+	}
+	cr_assert(strstr(l, "state=held") != NULL, "%s", l);
+	atomic_store(&p.down_lost, 0);
+	atomic_store(&p.cut, 1);
+	pthread_join(th, NULL);
+	cr_assert(eq(int, k.rc, 0), "%s (%s)", dlock_strerror(k.rc),
+		  dlock_last_error());
+	l = h_call(raw, "STATUS rb");
+	cr_assert(eq(u64, h_kv_u64(l, "token"), dlock_lease_token(k.out[0])),
+		  "%s", l);
+	cr_assert(eq(u64, h_kv_u64(l, "count"), 1), "%s", l);
+	l = h_call(raw, "STATUS ra");
+	cr_assert(eq(u64, h_kv_u64(l, "count"), 1), "%s", l);
+	cr_assert(eq(int, dlock_release_all(k.c, k.out, 2), 0));
+	l = h_call(raw, "TRYLOCK ra rb");
+	cr_assert(h_starts(l, "OK LOCKED ra 2"), "freed: %s", l);
+	dlock_close(k.c);
+	h_close(raw);
+	proxy_stop(&p);
+}
+
+/* Poll STATUS until `name` is free (asserts it is within 5 s). */
+static void wait_free(dlock_client *c, const char *name)
+{
+	int64_t end = dlock_now_ms() + 5000;
+	struct dlock_status st;
+
+	for (;;) {
+		cr_assert(eq(int, dlock_status(c, name, &st), 0));
+		if (!st.held)
+			return;
+		cr_assert(lt(i64, dlock_now_ms(), end), "%s still held by %s",
+			  name, st.owner);
+		h_sleep_ms(5);
+	}
+}
+
+/* A waiter that the client closes under: woken, and the server gives
+ * back what it had taken. */
+Test(client, close_wakes_a_waiting_multi_lock, .init = start_none,
+     .fini = stop_all)
+{
+	static const char *const names[] = {"ca", "cb"};
+	dlock_client *a = client(), *b = client();
+	dlock_lease *l = must_lock(a, "cb", 5000, 0), *x = NULL;
+	struct all_call k = {.c = b, .names = names, .n = 2};
+	pthread_t t;
+
+	dlock_lock_all_options_init(&k.o);
+	cr_assert(eq(int, pthread_create(&t, NULL, all_main, &k), 0));
+	wait_waiters(a, "cb", 1);
+	dlock_close(b);
+	pthread_join(t, NULL);
+	cr_assert(eq(int, k.rc, DLOCK_ECANCELED));
+	wait_free(a, "ca"); /* once the server has seen the close */
+	x = must_lock(a, "ca", 5000, 0);
+	cr_assert(eq(int, dlock_unlock(a, x), 0));
+	cr_assert(eq(int, dlock_unlock(a, l), 0));
+	dlock_close(a);
+}

@@ -33,6 +33,7 @@
 #define CLIENTS_MAX    8
 #define LEASES_MAX     16
 #define JOBS_MAX       8
+#define ALL_MAX	       8    /* names of one lockall step */
 #define STATUS_POLL_MS 2000 /* a status step is polled this long */
 
 struct var_lease {
@@ -58,6 +59,15 @@ struct var_client {
 	dlock_client *c;
 };
 
+/* A lockall step's names, in byte order (as its leases are bound). */
+struct all {
+	char buf[LINE_LEN];
+	const char *names[ALL_MAX];
+	size_t n;
+	struct dlock_lock_all_options o;
+	dlock_lease *out[ALL_MAX];
+};
+
 struct job {
 	char id[16];
 	pthread_t th;
@@ -66,6 +76,8 @@ struct job {
 	struct dlock_lock_options lo;
 	int rc;
 	dlock_lease *l;
+	int multi; /* a lockall: `all` */
+	struct all all;
 };
 
 static struct {
@@ -356,8 +368,63 @@ static void *job_main(void *arg)
 {
 	struct job *j = arg;
 
-	j->rc = dlock_acquire(S.clients[j->client].c, j->name, &j->lo, &j->l);
+	if (j->multi)
+		j->rc = dlock_acquire_all(S.clients[j->client].c, j->all.names,
+					  j->all.n, &j->all.o, j->all.out);
+	else
+		j->rc = dlock_acquire(S.clients[j->client].c, j->name, &j->lo,
+				      &j->l);
 	return NULL;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* lockall <name>,<name>,... [ttl=] [wait=]: w[0] is the names. The names
+ * are sorted: out[i] is then the lease of the i-th in byte order. */
+static void all_options(char **w, int n, struct all *a)
+{
+	const char *v;
+	char *save = NULL, *t;
+
+	memset(a, 0, sizeof(*a));
+	snprintf(a->buf, sizeof(a->buf), "%s", w[0]);
+	for (t = strtok_r(a->buf, ",", &save); t && a->n < ALL_MAX;
+	     t = strtok_r(NULL, ",", &save))
+		a->names[a->n++] = t;
+	qsort(a->names, a->n, sizeof(a->names[0]), cmp_str);
+	dlock_lock_all_options_init(&a->o);
+	if ((v = opt(w, n, "ttl")))
+		a->o.ttl_ms = atoll(v);
+	if ((v = opt(w, n, "wait")))
+		a->o.wait_ms =
+			strcmp(v, "inf") == 0 ? DLOCK_WAIT_FOREVER : atoll(v);
+}
+
+/* The outcome of a lockall, against `want` ("all L1 L2", "busy", ...). */
+static void all_outcome(int client, int rc, struct all *a, char **want,
+			int nwant)
+{
+	size_t i;
+
+	if (rc == 0) {
+		if (strcmp(want[0], "all") != 0 || nwant != (int)a->n + 1)
+			fail("lockall: all granted, expected %s", want[0]);
+		for (i = 0; i < a->n; i++) {
+			if (!a->out[i] ||
+			    strcmp(dlock_lease_name(a->out[i]), a->names[i]))
+				fail("lockall: lease %zu is not %s's", i,
+				     a->names[i]);
+			bind_lease(want[i + 1], client, a->out[i]);
+		}
+		return;
+	}
+	for (i = 0; i < a->n; i++)
+		if (a->out[i])
+			fail("lockall failed but left a lease");
+	lock_outcome(client, rc, NULL, want, nwant);
 }
 
 static int status_matches(int client, char **want, int nwant, char *seen,
@@ -418,12 +485,21 @@ static void step_verb(int client, char **w, int n, char **want, int nwant)
 		lock_options(w, n, &lo);
 		rc = dlock_acquire(c, w[2], &lo, &l);
 		lock_outcome(client, rc, l, want, nwant);
+	} else if (strcmp(verb, "lockall") == 0) {
+		static struct all a;
+
+		all_options(w + 2, n - 2, &a);
+		rc = dlock_acquire_all(c, a.names, a.n, &a.o, a.out);
+		all_outcome(client, rc, &a, want, nwant);
 	} else if (strcmp(verb, "spawn") == 0) {
 		struct job *j = &S.jobs[S.njobs++];
 
 		snprintf(j->id, sizeof(j->id), "%s", w[2]);
 		snprintf(j->name, sizeof(j->name), "%s", w[4]);
 		j->client = client;
+		j->multi = strcmp(w[3], "lockall") == 0;
+		if (j->multi)
+			all_options(w + 4, n - 4, &j->all);
 		lock_options(w + 2, n - 2, &j->lo);
 		cr_assert(pthread_create(&j->th, NULL, job_main, j) == 0);
 	} else if (strcmp(verb, "release") == 0) {
@@ -592,7 +668,10 @@ static void run_line(char *line)
 		if (!j)
 			fail("no job %s", w[1]);
 		pthread_join(j->th, NULL);
-		lock_outcome(j->client, j->rc, j->l, want, nwant);
+		if (j->multi)
+			all_outcome(j->client, j->rc, &j->all, want, nwant);
+		else
+			lock_outcome(j->client, j->rc, j->l, want, nwant);
 	} else
 		step_verb(client_of(w[0]), w, n, want, nwant);
 }

@@ -220,8 +220,8 @@ static const struct subcmd subcmds[] = {
 	 OPTB(OPT_TTL) | OPTB(OPT_WAIT) | OPTB(OPT_CONFLICT_EXIT) |
 		 OPTB(OPT_SHARED) | OPTB(OPT_LIMIT) | OPTB(OPT_WARN) |
 		 OPTB(OPT_DELAY) | OPTB(OPT_VALUE),
-	 "lock <name> [--ttl D] [--wait D|inf] [--shared|--limit N] "
-	 "[--warn D] [--delay D] [--value V] [-E N]",
+	 "lock <name> [<name>...] [--ttl D] [--wait D|inf] "
+	 "[--shared|--limit N] [--warn D] [--delay D] [--value V] [-E N]",
 	 "Take the lock (waiting up to --wait, default inf), print its\n"
 	 "fencing token and exit. The lease is NOT renewed: it ends when its\n"
 	 "TTL (--ttl, default 30s) runs out, unless `dlock unlock` or\n"
@@ -233,15 +233,18 @@ static const struct subcmd subcmds[] = {
 	 "the lease remain unrefreshed (D below the TTL). --delay D (at\n"
 	 "most 1m): the lock's lock-delay: after a lease of it ends without\n"
 	 "an unlock (it expired or was broken), nobody gets it for D;\n"
-	 "waiters keep their place.\n",
+	 "waiters keep their place. Several names (at most 64): all the\n"
+	 "locks at once or none, each exclusive with a lease of its own,\n"
+	 "printed \"<name> <token>\" one a line in the order given (only\n"
+	 "--ttl, --wait and -E go with several).\n",
 	 0},
 	{"trylock", dl_cli_lock, 1,
 	 OPTB(OPT_TTL) | OPTB(OPT_CONFLICT_EXIT) | OPTB(OPT_SHARED) |
 		 OPTB(OPT_LIMIT) | OPTB(OPT_WARN) | OPTB(OPT_DELAY),
-	 "trylock <name> [--ttl D] [--shared|--limit N] [--warn D] "
-	 "[--delay D] [-E N]",
+	 "trylock <name> [<name>...] [--ttl D] [--shared|--limit N] "
+	 "[--warn D] [--delay D] [-E N]",
 	 "As `dlock lock --wait 0`: take the lock if it is free, else exit\n"
-	 "75 at once (N with -E).\n",
+	 "75 at once (N with -E). Several names: all if all are free.\n",
 	 0},
 	{"unlock", dl_cli_unlock, 2, 0, "unlock <name> <token>",
 	 "Release one hold of the lease <token> of <name>. Only its owner\n"
@@ -884,6 +887,44 @@ static void old_spellings(struct cli *cl)
 	}
 }
 
+/* lock a b c: the names after the first are lock names too, each once;
+ * only --ttl, --wait and -E go with several (every lock is taken
+ * exclusive, all or none). 0, or EXIT_USAGE. */
+static int check_more(const struct cli *cl)
+{
+	const uint64_t single = OPTB(OPT_SHARED) | OPTB(OPT_LIMIT) |
+				OPTB(OPT_WARN) | OPTB(OPT_DELAY) |
+				OPTB(OPT_VALUE);
+	int i, j;
+
+	if (cl->nmore == 0)
+		return 0;
+	for (i = 0; i < OPT_COUNT_; i++)
+		if (cl->seen & single & OPTB(i))
+			return dl_cli_usage_error(
+				cl,
+				"--%s is for one lock: several are taken "
+				"exclusive, with --ttl and --wait only",
+				options[i].name);
+	for (i = 0; i < cl->nmore; i++) {
+		if (dl_check_name(cl->more[i], strlen(cl->more[i])) != 0)
+			return dl_cli_usage_error(
+				cl,
+				"bad lock name '%s' (1-%d printable bytes, "
+				"no space or '=')",
+				cl->more[i], DL_NAME_MAX);
+		if (strcmp(cl->more[i], cl->pos[0]) == 0)
+			return dl_cli_usage_error(cl, "lock name '%s' twice",
+						  cl->more[i]);
+		for (j = 0; j < i; j++)
+			if (strcmp(cl->more[i], cl->more[j]) == 0)
+				return dl_cli_usage_error(
+					cl, "lock name '%s' twice",
+					cl->more[i]);
+	}
+	return 0;
+}
+
 /* Returns 0 to go on, or an exit code (help and version are exit 0, with
  * *done set). */
 static int parse_args(struct cli *cl, int argc, char **argv, int *done)
@@ -930,6 +971,16 @@ static int parse_args(struct cli *cl, int argc, char **argv, int *done)
 			if (!(cl->sub = find_sub(a)))
 				return dl_cli_usage_error(
 					cl, "unknown command '%s'", a);
+			continue;
+		}
+		if (cl->npos >= cl->sub->npos && cl->sub->fn == dl_cli_lock &&
+		    cl->npos == 1) {
+			/* lock a b c: several locks at once */
+			if (cl->nmore >= DL_MULTI_MAX - 1)
+				return dl_cli_usage_error(
+					cl, "at most %d lock names at once",
+					DL_MULTI_MAX);
+			cl->more[cl->nmore++] = a;
 			continue;
 		}
 		if (cl->npos >= cl->sub->npos)
@@ -986,6 +1037,8 @@ static int parse_args(struct cli *cl, int argc, char **argv, int *done)
 			"bad lock name '%s' (1-%d printable bytes, "
 			"no space or '=')",
 			cl->pos[0], DL_NAME_MAX);
+	if ((rc = check_more(cl)) != 0)
+		return rc;
 	return apply_env(cl);
 }
 

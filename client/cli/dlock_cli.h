@@ -141,6 +141,10 @@ struct cli {
 	const struct subcmd *sub;
 	const char *pos[2]; /* positional words (borrowed from argv) */
 	int npos;
+	/* lock, trylock: the names after the first (several locks at once,
+	 * all or none), borrowed from argv */
+	const char *more[DL_MULTI_MAX - 1];
+	int nmore;
 	char **command;	     /* run: the command and its arguments */
 	uint64_t seen;	     /* OPTB() of the options given */
 	const char *host;    /* borrowed from argv or the environment */
@@ -250,6 +254,13 @@ int dl_cli_retry(struct dl_cli_retry *r, int err);
  * code. On success *l is the caller's lease handle. */
 int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 		   uint64_t wait_ms, dlock_lease **l);
+
+/* Take the n locks of `names` at once, all or none (dlock_acquire_all),
+ * with cl's --ttl, waiting wait_ms; report why not. 0, or an exit code.
+ * On success out[i] is the lease of names[i]. */
+int dl_cli_acquire_all(dlock_client *c, const struct cli *cl,
+		       const char *const names[], size_t n, uint64_t wait_ms,
+		       dlock_lease *out[]);
 
 /* ---- the commands (dlock_cmds.c, dlock_run.c): return an exit code ------- */
 

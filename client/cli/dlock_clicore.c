@@ -401,37 +401,13 @@ static void cycle_text(char *buf, size_t len, char count[24], const char *me,
 		snprintf(buf + n, len - n, " -> %s", me);
 }
 
-int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
-		   uint64_t wait_ms, dlock_lease **l)
+/* Why an acquire of `name` failed with rc (wait: the wait asked, ms or
+ * DLOCK_WAIT_FOREVER, from t0): said on stderr; its exit code. */
+static int acquire_failed(dlock_client *c, const struct cli *cl,
+			  const char *name, int rc, int64_t wait, int64_t t0)
 {
-	int64_t t0 = dlock_now_ms();
-	int64_t wait =
-		wait_ms == DL_WAIT_INF ? DLOCK_WAIT_FOREVER : (int64_t)wait_ms;
-	struct dlock_lock_options lo;
-	struct dl_cli_retry retry;
-	char what[300];
-	int rc;
+	char what[DL_NAME_MAX + 64];
 
-	dlock_lock_options_init(&lo);
-	lo.ttl_ms = (int64_t)cl->ttl_ms;
-	lo.wait_ms = wait;
-	lo.mode = cl->shared ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
-	lo.limit = (uint32_t)cl->limit;
-	lo.warn_ms = (int64_t)cl->warn_ms;
-	lo.delay_ms = (int64_t)cl->delay_ms;
-	lo.notify_waiters = cl->waited_signal != 0;
-	lo.value = cl->value;
-	dl_cli_retry_init(&retry, cl, wait > 0 ? t0 + wait : 0);
-	while ((rc = dlock_acquire(c, name, &lo, l)) != 0 &&
-	       dl_cli_retry(&retry, rc)) {
-		/* what is left of the wait (past its end, a last try) */
-		if (wait > 0)
-			lo.wait_ms = t0 + wait > dlock_now_ms()
-					     ? t0 + wait - dlock_now_ms()
-					     : 0;
-	}
-	if (rc == 0)
-		return 0;
 	if (rc == DLOCK_EBUSY && wait > 0) {
 		dl_cli_msg("timed out waiting for %s", name);
 		return EXIT_TEMPFAIL;
@@ -481,6 +457,72 @@ int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
 	}
 	snprintf(what, sizeof(what), "cannot lock %s", name);
 	return dl_cli_fail(rc, what);
+}
+
+int dl_cli_acquire(dlock_client *c, const struct cli *cl, const char *name,
+		   uint64_t wait_ms, dlock_lease **l)
+{
+	int64_t t0 = dlock_now_ms();
+	int64_t wait =
+		wait_ms == DL_WAIT_INF ? DLOCK_WAIT_FOREVER : (int64_t)wait_ms;
+	struct dlock_lock_options lo;
+	struct dl_cli_retry retry;
+	int rc;
+
+	dlock_lock_options_init(&lo);
+	lo.ttl_ms = (int64_t)cl->ttl_ms;
+	lo.wait_ms = wait;
+	lo.mode = cl->shared ? DLOCK_SHARED : DLOCK_EXCLUSIVE;
+	lo.limit = (uint32_t)cl->limit;
+	lo.warn_ms = (int64_t)cl->warn_ms;
+	lo.delay_ms = (int64_t)cl->delay_ms;
+	lo.notify_waiters = cl->waited_signal != 0;
+	lo.value = cl->value;
+	dl_cli_retry_init(&retry, cl, wait > 0 ? t0 + wait : 0);
+	while ((rc = dlock_acquire(c, name, &lo, l)) != 0 &&
+	       dl_cli_retry(&retry, rc)) {
+		/* what is left of the wait (past its end, a last try) */
+		if (wait > 0)
+			lo.wait_ms = t0 + wait > dlock_now_ms()
+					     ? t0 + wait - dlock_now_ms()
+					     : 0;
+	}
+	if (rc == 0)
+		return 0;
+	return acquire_failed(c, cl, name, rc, wait, t0);
+}
+
+int dl_cli_acquire_all(dlock_client *c, const struct cli *cl,
+		       const char *const names[], size_t n, uint64_t wait_ms,
+		       dlock_lease *out[])
+{
+	int64_t t0 = dlock_now_ms();
+	int64_t wait =
+		wait_ms == DL_WAIT_INF ? DLOCK_WAIT_FOREVER : (int64_t)wait_ms;
+	struct dlock_lock_all_options o;
+	struct dl_cli_retry retry;
+	char name[DL_NAME_MAX + 1];
+	int rc;
+
+	dlock_lock_all_options_init(&o);
+	o.ttl_ms = (int64_t)cl->ttl_ms;
+	o.wait_ms = wait;
+	dl_cli_retry_init(&retry, cl, wait > 0 ? t0 + wait : 0);
+	while ((rc = dlock_acquire_all(c, names, n, &o, out)) != 0 &&
+	       dl_cli_retry(&retry, rc)) {
+		if (wait > 0)
+			o.wait_ms = t0 + wait > dlock_now_ms()
+					    ? t0 + wait - dlock_now_ms()
+					    : 0;
+	}
+	if (rc == 0)
+		return 0;
+	/* the lock that refused ("NO BUSY b ...", "NO ALREADY_HELD b 7",
+	 * "NO DEADLOCK b 2 ...") when the server named one, else the first */
+	if (sscanf(dlock_last_error(), "%*s %*s %255s", name) != 1 ||
+	    dl_check_name(name, strlen(name)) != 0)
+		snprintf(name, sizeof(name), "%s", names[0]);
+	return acquire_failed(c, cl, name, rc, wait, t0);
 }
 
 /* ---- what a command says of a lock ------------------------------------- */

@@ -34,6 +34,46 @@
 
 /* ---- lock, trylock ------------------------------------------------------- */
 
+/* lock a b c: all at once or none (dlock_acquire_all), one line "<name>
+ * <token>" per lock, in the order given. */
+static int lock_all(struct cli *cl, uint64_t wait)
+{
+	const char *names[DL_MULTI_MAX];
+	dlock_lease *out[DL_MULTI_MAX];
+	struct dlock_options o;
+	dlock_client *c;
+	size_t i, n = 0;
+	int rc;
+
+	names[n++] = cl->pos[0];
+	for (i = 0; i < (size_t)cl->nmore; i++)
+		names[n++] = cl->more[i];
+	dl_cli_conn_options(cl, &o);
+	o.reconnect = wait != 0; /* as for one lock, below */
+	if ((rc = dl_cli_connect(cl, &o, &c)) != 0)
+		return rc;
+	if ((rc = dl_cli_acquire_all(c, cl, names, n, wait, out)) == 0) {
+		for (i = 0; i < n; i++)
+			printf("%s %" PRIu64 "\n", names[i],
+			       dlock_lease_token(out[i]));
+		if (!cl->owner_key)
+			dl_cli_msg("%zu locks are held by owner %s for %" PRId64
+				   " ms (not renewed); release each with: "
+				   "DLOCK_OWNER=%s=%s dlock unlock <name> "
+				   "<token>",
+				   n, dlock_owner(c), dlock_lease_ttl(out[0]),
+				   dlock_owner(c), dlock_owner_key(c));
+		if (fflush(stdout) != 0) {
+			dl_cli_msg("writing the tokens: %s", strerror(errno));
+			rc = EXIT_SOFTWARE;
+		}
+	}
+	dlock_close(c); /* leaves the leases held: they expire at the server */
+	if (rc == EXIT_TEMPFAIL && (cl->seen & OPTB(OPT_CONFLICT_EXIT)))
+		rc = cl->conflict_exit;
+	return rc;
+}
+
 int dl_cli_lock(struct cli *cl)
 {
 	const char *name = cl->pos[0];
@@ -50,6 +90,8 @@ int dl_cli_lock(struct cli *cl)
 					  "lease's --ttl (%s)",
 					  dl_format_duration(cl->warn_ms, w),
 					  dl_format_duration(cl->ttl_ms, t));
+	if (cl->nmore > 0)
+		return lock_all(cl, wait);
 	dl_cli_conn_options(cl, &o);
 	/* A waiter keeps its place across drops; a TRYLOCK is not sent
 	 * again (one whose grant a drop hid would be granted again as a
@@ -621,6 +663,7 @@ static const struct stat_row {
 	{"refreshes", "Locks", "refreshes", SF_NUM},
 	{"cancels", "Locks", "cancels", SF_NUM},
 	{"revokes", "Locks", "grants withdrawn", SF_NUM},
+	{"multi_locks", "Locks", "multi-locks granted", SF_NUM},
 	{"deadlocks", "Locks", "refused: would deadlock", SF_NUM},
 	{"deadlock_walks_capped", "Locks", "deadlock checks capped", SF_NUM},
 	{"retries", "Locks", "requests sent again", SF_NUM},

@@ -805,6 +805,194 @@ int dlock_trylock(dlock_client *c, const char *name, int64_t ttl_ms,
 	return dlock_lock(c, name, ttl_ms, 0, out);
 }
 
+/* ---- several locks at once ----------------------------------------------- */
+
+void dlock_lock_all_options_init(struct dlock_lock_all_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->wait_ms = DLOCK_WAIT_FOREVER;
+}
+
+/* The calling thread may send a multi-lock of these names now: it holds
+ * none of them through another thread, none is being acquired by another
+ * thread, and no other multi-lock of the client is in progress (the
+ * server takes one per connection; the name "" stands for that turn,
+ * dlock__name_acquiring). */
+static int turn_free(const struct dlock_client *c, const char *name,
+		     pthread_t self)
+{
+	const struct dlock__lease *l;
+
+	for (l = c->ls.leases; l; l = l->next)
+		if (l->nhandles > 0 && !l->unlocking &&
+		    pthread_equal(l->holder, self) &&
+		    strcmp(l->name, name) == 0)
+			return 1; /* ours: the server answers ALREADY_HELD */
+	return !name_busy(c, name, self) && !queued_ahead(c, name, NULL);
+}
+
+/* Wait until every name and the client's multi-lock turn are free for
+ * this thread (wait_turn on each, again until one pass waits for none). */
+static int wait_turns(struct dlock_client *c, const struct dlock__multi *m,
+		      int64_t wait_ms, int64_t wait_end)
+{
+	pthread_t self = pthread_self();
+	int i, waited, err;
+
+	do {
+		waited = 0;
+		for (i = -1; i < m->n; i++) {
+			const char *name = i < 0 ? "" : m->names[i];
+
+			if (turn_free(c, name, self))
+				continue;
+			waited = 1;
+			if ((err = wait_turn(c, name, wait_ms, wait_end)) < 0)
+				return err;
+		}
+	} while (waited);
+	return 0;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	const char *const *x = a, *const *y = b;
+
+	return strcmp(*x, *y);
+}
+
+/* The names, checked (2..DLOCK_MULTI_MAX, valid, distinct), into m in
+ * byte order, with the caller's index of each; and the LOCK line must
+ * fit the protocol's with the longest ttl= wait= req= id=. */
+static int multi_names(struct dlock__multi *m, const char *const names[],
+		       size_t n)
+{
+	const char *sorted[DLOCK_MULTI_MAX];
+	size_t i, j, line = sizeof("TRYLOCK") - 1;
+
+	if (n < 2 || n > DLOCK_MULTI_MAX)
+		return DLOCK_EINVAL;
+	for (i = 0; i < n; i++) {
+		if (dlock__bad_name(names[i]))
+			return DLOCK_EINVAL;
+		sorted[i] = names[i];
+		line += 1 + strlen(names[i]);
+	}
+	/* " ttl=" " wait=" " req=" " id=r" and their numbers */
+	if (line + 5 + 20 + 6 + 20 + 5 + 20 + 5 + 20 > DL_LINE_MAX)
+		return DLOCK_EINVAL;
+	qsort(sorted, n, sizeof(sorted[0]), cmp_name);
+	for (i = 0; i < n; i++) {
+		if (i > 0 && strcmp(sorted[i - 1], sorted[i]) == 0)
+			return DLOCK_EINVAL; /* a name twice */
+		snprintf(m->names[i], sizeof(m->names[i]), "%s", sorted[i]);
+		for (j = 0; j < n; j++)
+			if (names[j] == sorted[i])
+				m->idx[i] = (int)j;
+	}
+	m->n = (int)n;
+	return 0;
+}
+
+_Static_assert(DLOCK_MULTI_MAX == DL_MULTI_MAX, "dlock.h's multi-lock bound");
+
+int dlock_acquire_all(dlock_client *c, const char *const names[], size_t n,
+		      const struct dlock_lock_all_options *o,
+		      dlock_lease *out[])
+{
+	struct dlock__multi *m;
+	struct dlock__req *q;
+	int64_t now, wait_end, ttl_ms, wait_ms;
+	size_t i;
+	int err;
+
+	dlock__last_error_clear();
+	for (i = 0; out && i < n && i <= DLOCK_MULTI_MAX; i++)
+		out[i] = NULL;
+	if (!c || !out || !o || !names || n == 0)
+		return DLOCK_EINVAL;
+	ttl_ms = o->ttl_ms;
+	wait_ms = o->wait_ms;
+	if (dlock__bad_ms(ttl_ms) ||
+	    (wait_ms != DLOCK_WAIT_FOREVER && dlock__bad_ms(wait_ms)))
+		return DLOCK_EINVAL;
+	if (n == 1) {
+		/* one name is the ordinary LOCK */
+		struct dlock_lock_options lo;
+
+		dlock_lock_options_init(&lo);
+		lo.ttl_ms = ttl_ms;
+		lo.wait_ms = wait_ms;
+		return dlock_acquire(c, names[0], &lo, &out[0]);
+	}
+	if (!(m = calloc(1, sizeof(*m))))
+		return DLOCK_ENOMEM;
+	if ((err = multi_names(m, names, n)) < 0) {
+		free(m);
+		return err;
+	}
+	if ((err = enter(c)) < 0) {
+		free(m);
+		return err;
+	}
+	now = dlock__now();
+	wait_end = wait_ms < 0 ? DLOCK__NEVER : now + wait_ms;
+	if ((err = wait_turns(c, m, wait_ms, wait_end)) < 0) {
+		free(m);
+		goto out;
+	}
+	if (!(q = dlock__req_new(DLOCK__LOCKALL, m->names[0], 0))) {
+		free(m);
+		err = DLOCK_ENOMEM;
+		goto out;
+	}
+	q->multi = m;
+	now = dlock__now();
+	q->ttl = ttl_ms ? ttl_ms : c->hello.default_ttl;
+	q->reqid = dlock__request_id(q);
+	if (wait_ms <= 0)
+		q->wait = wait_ms < 0 ? -1 : 0;
+	else
+		q->wait = wait_end > now ? wait_end - now : 1;
+	q->thread = pthread_self();
+	q->deadline = now + c->opt.request_timeout_ms;
+	acq_add(c, q);
+	err = dlock__call(c, &q);
+	if (q) {
+		if (err == 0)
+			for (i = 0; i < n; i++)
+				out[m->idx[i]] = m->handles[i];
+		dlock__acq_remove(c, q);
+		dlock__req_free(q);
+	}
+out:
+	leave(c);
+	return err;
+}
+
+int dlock_release_all(dlock_client *c, dlock_lease *leases[], size_t n)
+{
+	char why[DLOCK__ERR_MAX] = "";
+	size_t i;
+	int err, first = 0;
+
+	dlock__last_error_clear();
+	if (!c || (!leases && n > 0))
+		return DLOCK_EINVAL;
+	for (i = 0; i < n; i++) {
+		if (!leases[i])
+			continue;
+		err = dlock_unlock(c, leases[i]);
+		leases[i] = NULL;
+		if (err < 0 && first == 0) {
+			first = err;
+			snprintf(why, sizeof(why), "%s", dlock_last_error());
+		}
+	}
+	dlock__last_error_set(why); /* the first failure's */
+	return first;
+}
+
 int dlock_unlock(dlock_client *c, dlock_lease *h)
 {
 	struct dlock__lease *l;

@@ -509,6 +509,66 @@ int dlock_acquire(dlock_client *c, const char *name,
 		  const struct dlock_lock_options *o, dlock_lease **out);
 
 /*
+ * Several locks at once. dlock_acquire_all() takes the n locks of
+ * `names` in one request (LOCK a b c ...), all or none: on success out[i]
+ * is the lease of names[i], for each i; on failure out[] is all NULL and
+ * none is held. Each lock is taken exclusive, as by dlock_lock(), with
+ * its own lease, token, TTL (o->ttl_ms, the same for all) and renewal:
+ * ordinary leases, given back one by one with dlock_unlock(), or all
+ * with dlock_release_all().
+ *
+ * The server takes the names in byte order (strcmp), each in its own
+ * FIFO queue, holding those it has while it waits for the next -- so
+ * that two multi-locks never wait for each other in a cycle -- for up to
+ * o->wait_ms (0: try once, DLOCK_WAIT_FOREVER); while it waits, the
+ * locks it took are held by this owner (dlock_status shows them) and
+ * kept alive by the server, and they are given back if the wait fails,
+ * runs out, is given up or the connection closes. The caller hears only
+ * the end.
+ *
+ *   names  2 to DLOCK_MULTI_MAX distinct lock names (the request line
+ *          is still at most 1024 bytes: DLOCK_EINVAL when they do not
+ *          fit); one name is dlock_acquire() of an exclusive lock.
+ *
+ * Errors: DLOCK_EBUSY (wait 0: not all free), DLOCK_ETIMEDOUT (the wait
+ * ran out), DLOCK_ECYCLE (a wait would close a cycle of owners, at once
+ * or later: dlock_last_error() reads "NO DEADLOCK <name> <n> ..." as for
+ * a single lock), DLOCK_EHELDBYOWNER (this owner holds one of the names
+ * already: a multi-lock takes new leases only, it never re-enters),
+ * DLOCK_ELOST (a lock it had taken was broken while it waited),
+ * DLOCK_EMISMATCH (a name is a semaphore or shared), DLOCK_ELIMIT,
+ * DLOCK_EUNAVAILABLE, DLOCK_EINVAL, transport errors. A failure the
+ * server tells once the wait has begun (* FAILED) gives in
+ * dlock_last_error() the line a single LOCK of the failing name would
+ * have got.
+ *
+ * As dlock_acquire(): threads of one client exclude each other locally
+ * (a thread waits, within its wait, while another holds or acquires one
+ * of the names; and a client sends one multi-lock at a time, the
+ * server's bound per connection); the request carries one request id
+ * (req=, to a server of 0.4.0 or later) for all its leases, so that one
+ * sent again after a drop or a fail-over gets back what it was granted;
+ * a wait given up sends CANCEL of the first name in byte order, and a
+ * grant that crosses it is given back.
+ */
+#define DLOCK_MULTI_MAX 64
+
+struct dlock_lock_all_options {
+	int64_t ttl_ms;	 /* 0: the server's default */
+	int64_t wait_ms; /* DLOCK_WAIT_FOREVER (the default); 0: try once */
+};
+
+void dlock_lock_all_options_init(struct dlock_lock_all_options *o);
+int dlock_acquire_all(dlock_client *c, const char *const names[], size_t n,
+		      const struct dlock_lock_all_options *o,
+		      dlock_lease *out[]);
+/* dlock_unlock() each of the n handles (NULL ones are skipped), and set
+ * each to NULL: all are freed, whatever the outcome. 0, or the first
+ * error (dlock_last_error() says its text); the others are still given
+ * back. */
+int dlock_release_all(dlock_client *c, dlock_lease *leases[], size_t n);
+
+/*
  * Elections. An election is a lock: candidates take it with
  * dlock_acquire() and lo.value set to what their followers should know
  * (an address), waiting as long as they are willing to stand; the holder

@@ -370,7 +370,8 @@ static void rewrite(struct dlock_client *c, struct dlock__req *q, int64_t now)
 {
 	int err;
 
-	if (q->op == DLOCK__LOCK && q->wait > 0 && q->wait_end <= now) {
+	if ((q->op == DLOCK__LOCK || q->op == DLOCK__LOCKALL) && q->wait > 0 &&
+	    q->wait_end <= now) {
 		dlock__req_finish(c, q, DLOCK_ETIMEDOUT);
 		return;
 	}
@@ -540,8 +541,10 @@ static int keep_over_drop(struct dlock_client *c, struct dlock__req *q)
 		dlock__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
+	/* a body cut by the drop is read again whole (a multi-lock sent
+	 * again with its request id gets back the grants it had) */
 	if (q->op == DLOCK__STATS || q->op == DLOCK__LOCKS ||
-	    q->op == DLOCK__HOLDERS) {
+	    q->op == DLOCK__HOLDERS || q->op == DLOCK__LOCKALL) {
 		q->stats_len = 0;
 		q->stats_n = 0;
 	}
@@ -595,6 +598,9 @@ static void disconnect(struct dlock_client *c)
 			   dlock__tls_failed(c) ? dlock__tls_error(c)
 						: "closed the connection");
 	dlock__io_close(c);
+	/* not UP while the requests are sorted: what a request ended here
+	 * gives back (a multi-lock's grants) waits for the next connection */
+	c->conn.state = DLOCK__DOWN;
 	c->conn.wfail = 0;
 	c->conn.out_off = c->conn.out_len = 0;
 	dl_linebuf_init(&c->conn.lb);

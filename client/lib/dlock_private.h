@@ -94,6 +94,14 @@
  *                  nothing
  *   RECLAIM        a renewal refused NOT_HOLDER, asked again with the
  *                  lease's proof: Redis forgot it (dlock_reply.c)
+ *   LOCKALL        LOCK of several names (dlock_acquire_all), or TRYLOCK
+ *                  when wait is 0: q->multi; q->name is the first name in
+ *                  byte order, the multi-lock's name in replies and
+ *                  events; its grants come as a body (OK LOCKED n, or
+ *                  * LOCKED n)
+ *   MCONFIRM       REFRESH of each grant of a "* LOCKED", one after the
+ *                  other (q->multi->ci): starts each lease's deadline, as
+ *                  CONFIRM does for a "* GRANTED"
  */
 #define DLOCK__OPS(X)                                                          \
 	X(AUTH, AUTH, args_auth, on_ok)                                        \
@@ -116,7 +124,9 @@
 	X(WATCH, WATCH, args_name, dlock__watch_reply)                         \
 	X(UNWATCH, UNWATCH, args_name, dlock__watch_reply)                     \
 	X(DESCRIBE, HELLO, args_describe, on_describe)                         \
-	X(RECLAIM, RECLAIM, args_reclaim, reply_refresh)
+	X(RECLAIM, RECLAIM, args_reclaim, reply_refresh)                       \
+	X(LOCKALL, LOCK, args_lockall, reply_lockall)                          \
+	X(MCONFIRM, REFRESH, args_mconfirm, reply_mconfirm)
 
 enum dlock__op {
 #define DLOCK__OP_ENUM(op, verb, args, reply) DLOCK__##op,
@@ -134,6 +144,30 @@ enum dlock__where {
 };
 
 struct dlock__lease;
+
+/*
+ * What a multi-lock (LOCKALL) asks and gets: its names in byte order, and
+ * for each its grant once the body of OK LOCKED / * LOCKED is read. The
+ * grants are the request's until `handed` (lease records and handles
+ * made for the caller): a request that ends otherwise gives them back
+ * (dlock__req_finish).
+ */
+struct dlock__multi {
+	int n;
+	int ngrants;		 /* grants read (0: none held) */
+	int ci;			 /* MCONFIRM: the grant being confirmed */
+	unsigned from_event : 1; /* * LOCKED: the grants need confirming */
+	unsigned absorb : 1;	 /* a * LOCKED nobody waits for: give back */
+	unsigned handed : 1;	 /* handles made: the caller's */
+	int idx[DL_MULTI_MAX];	 /* the caller's index of each name */
+	char names[DL_MULTI_MAX][DL_NAME_MAX + 1];
+	uint64_t tokens[DL_MULTI_MAX];
+	int64_t ms[DL_MULTI_MAX];   /* what the grant (or confirm) left */
+	int64_t sent[DL_MULTI_MAX]; /* counted from (monotonic ms) */
+	char proof[DL_MULTI_MAX][DL_PROOF_LEN + 1];
+	uint64_t until[DL_MULTI_MAX];
+	dlock_lease *handles[DL_MULTI_MAX];
+};
 
 /*
  * One request, from the call that makes it until its outcome is known.
@@ -190,9 +224,10 @@ struct dlock__req {
 	char after[DL_NAME_MAX + 1];
 	uint32_t limit;
 	unsigned by_waiters : 1;
-	unsigned shared : 1;	  /* LOCK: mode=shared */
-	unsigned notify : 1;	  /* LOCK: notify=waiters */
-	char err[DLOCK__ERR_MAX]; /* the NO/ERR line, "" if none */
+	unsigned shared : 1;	    /* LOCK: mode=shared */
+	unsigned notify : 1;	    /* LOCK: notify=waiters */
+	char err[DLOCK__ERR_MAX];   /* the NO/ERR line, "" if none */
+	struct dlock__multi *multi; /* LOCKALL, MCONFIRM; freed with q */
 };
 
 /* ---- leases -------------------------------------------------------------- */
@@ -516,6 +551,13 @@ void dlock__lease_unref(struct dlock__lease *l);
 /* Release a grant nobody wants: undo one hold, or the whole lease. */
 void dlock__cleanup_grant(struct dlock_client *c, const char *name,
 			  uint64_t token);
+/* Give back the grants a multi-lock holds and no handle stands for (an
+ * UNLOCK each); none are left. */
+void dlock__multi_giveback(struct dlock_client *c, struct dlock__req *q);
+/* The DLOCK_E* code of "* FAILED <first> <WORD> <rest...>", and in q->err
+ * the line a single LOCK of the failing name would have got ("NO
+ * DEADLOCK c 2 bob b"). */
+int dlock__failed_error(struct dlock__req *q, const struct dl_reply *r);
 
 /* ---- dlock_io.c ---------------------------------------------------------- */
 

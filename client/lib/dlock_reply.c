@@ -218,6 +218,26 @@ static void granted(struct dlock_client *c, struct dlock__req *q,
 	dlock__req_finish(c, q, err);
 }
 
+/* OK QUEUED for a LOCK (or a multi-lock): it waits for its event; one
+ * given up leaves the queue (CANCEL of its name, the first for a
+ * multi-lock). */
+static void queued(struct dlock_client *c, struct dlock__req *q)
+{
+	if (q->abandoned) {
+		c->conn.crossing++; /* its grant may cross the CANCEL */
+		dlock__internal(c, DLOCK__CANCEL, q->name, 0, 0);
+		dlock__req_finish(c, q, DLOCK_ETIMEDOUT);
+		return;
+	}
+	q->where = DLOCK__WAITING;
+	q->next = c->rq.waiting;
+	c->rq.waiting = q;
+	q->deadline = q->wait < 0 ? DLOCK__NEVER : q->wait_end;
+	if (q->deadline != DLOCK__NEVER)
+		q->deadline += c->opt.request_timeout_ms;
+	pthread_cond_signal(&q->cv);
+}
+
 static int reply_lock(struct dlock_client *c, struct dlock__req *q,
 		      const struct dl_reply *r)
 {
@@ -258,19 +278,7 @@ static int reply_lock(struct dlock_client *c, struct dlock__req *q,
 		}
 		granted(c, q, token, ms, r);
 	} else if (is(r, DL_REPLY_OK, "QUEUED")) {
-		if (q->abandoned) {
-			c->conn.crossing++; /* its grant may cross the CANCEL */
-			dlock__internal(c, DLOCK__CANCEL, q->name, 0, 0);
-			dlock__req_finish(c, q, DLOCK_ETIMEDOUT);
-			return 1;
-		}
-		q->where = DLOCK__WAITING;
-		q->next = c->rq.waiting;
-		c->rq.waiting = q;
-		q->deadline = q->wait < 0 ? DLOCK__NEVER : q->wait_end;
-		if (q->deadline != DLOCK__NEVER)
-			q->deadline += c->opt.request_timeout_ms;
-		pthread_cond_signal(&q->cv);
+		queued(c, q);
 	} else if (is(r, DL_REPLY_NO, "ALREADY_WAITING") && !q->abandoned &&
 		   q->retries < 3) {
 		/* a LOCK of ours that was given up still waits: the CANCEL
@@ -544,16 +552,19 @@ static int stats_room(struct dlock__req *q, size_t need, size_t first)
 	return 1;
 }
 
+static void lockall_body(struct dlock_client *c, struct dlock__req *q);
+
 /* A line of a STATS body, "key value", kept as "key\0value\0"; or of a
- * LOCKS body, kept whole ("line\0"). */
+ * LOCKS, HOLDERS or multi-lock's body, kept whole ("line\0"). */
 static void stats_line(struct dlock_client *c, const char *line, size_t len)
 {
 	struct dlock__req *q = c->rq.stats_req;
 	const char *sp = memchr(line, ' ', len);
 	size_t need = len + 2;
 
-	if ((q->op == DLOCK__LOCKS || q->op == DLOCK__HOLDERS) && sp &&
-	    q->stats_len + need <= DLOCK__STATS_MAX) {
+	if ((q->op == DLOCK__LOCKS || q->op == DLOCK__HOLDERS ||
+	     q->op == DLOCK__LOCKALL) &&
+	    sp && q->stats_len + need <= DLOCK__STATS_MAX) {
 		if (stats_room(q, need, 4096)) {
 			memcpy(q->stats + q->stats_len, line, len);
 			q->stats[q->stats_len + len] = '\0';
@@ -575,7 +586,10 @@ static void stats_line(struct dlock_client *c, const char *line, size_t len)
 	}
 	if (--c->rq.stats_left == 0) {
 		c->rq.stats_req = NULL;
-		dlock__req_finish(c, q, 0);
+		if (q->op == DLOCK__LOCKALL)
+			lockall_body(c, q);
+		else
+			dlock__req_finish(c, q, 0);
 	}
 }
 
@@ -825,6 +839,310 @@ static int on_ok(struct dlock_client *c, struct dlock__req *q,
 	return 1;
 }
 
+/* ---- multi-locks -------------------------------------------------------- */
+
+/*
+ * A multi-lock (dlock_acquire_all) is one LOCKALL request: OK LOCKED
+ * <first> <n> and its n body lines grant every name at once, counted
+ * from when the request was sent; OK QUEUED makes it wait like a LOCK,
+ * and its end is an event: * LOCKED with the same body (then each grant
+ * is confirmed with a REFRESH, MCONFIRM, one after the other, as a "*
+ * GRANTED" is), * TIMEOUT, or * FAILED <first> <what a LOCK would have
+ * been answered>. Its grants stay the request's until the caller has
+ * their handles: any other end gives them back (dlock__req_finish).
+ */
+
+static int str_is(struct dl_str w, const char *s)
+{
+	return w.len == strlen(s) && memcmp(w.p, s, w.len) == 0;
+}
+
+static int wait_left(const struct dlock__req *q)
+{
+	return q->wait < 0 || (q->wait > 0 && q->wait_end > dlock__now());
+}
+
+/* The grants came too late, or one ended before it was confirmed: give
+ * them back and ask again while the wait lasts, as a new request (the
+ * grants given back must not be found as its own). */
+static void lockall_again(struct dlock_client *c, struct dlock__req *q)
+{
+	int err;
+
+	dlock__multi_giveback(c, q);
+	if (!wait_left(q) || q->abandoned) {
+		dlock__req_finish(c, q, DLOCK_ETIMEDOUT);
+		return;
+	}
+	q->op = DLOCK__LOCKALL;
+	q->reqid = dlock__request_id(q);
+	q->multi->from_event = 0;
+	q->multi->ci = 0;
+	q->deadline = dlock__now() + c->opt.request_timeout_ms;
+	if ((err = dlock__req_write(c, q)) < 0)
+		dlock__req_finish(c, q, err);
+}
+
+static void multi_proof(struct dlock__multi *m, int i, const struct dl_reply *r)
+{
+	struct dl_str p;
+	uint64_t until = 0;
+
+	if (dl_reply_kv(r, "proof", &p) != 0 || p.len != DL_PROOF_LEN ||
+	    !dlock__kv_u64(r, "until", UINT64_MAX, &until) || !until)
+		return;
+	memcpy(m->proof[i], p.p, DL_PROOF_LEN);
+	m->proof[i][DL_PROOF_LEN] = '\0';
+	m->until[i] = until;
+}
+
+/* Undo a handle lockall_done made (out of memory for the next). */
+static void handle_drop(struct dlock_client *c, dlock_lease *h)
+{
+	struct dlock__lease *l = h->l;
+	dlock_lease **pp;
+
+	for (pp = &l->handles; *pp && *pp != h; pp = &(*pp)->next)
+		;
+	if (*pp)
+		*pp = h->next;
+	if (--l->nhandles == 0) {
+		l->dead = 1;
+		dlock__lease_unlink(c, l);
+	}
+	dlock__lease_unref(l);
+	free(h);
+}
+
+/* Every grant is known, with the moment it counts from: the caller's
+ * lease records and handles, or given back. */
+static void lockall_done(struct dlock_client *c, struct dlock__req *q)
+{
+	struct dlock__multi *m = q->multi;
+	int64_t now = dlock__now();
+	int i, j, err = 0;
+
+	if (q->abandoned || m->absorb) {
+		dlock__req_finish(c, q, DLOCK_ETIMEDOUT); /* gives back */
+		return;
+	}
+	for (i = 0; i < m->n; i++) {
+		if (now >= m->sent[i] + m->ms[i] - dlock__slack(m->ms[i]) -
+				   dlock__guard(c, q->ttl)) {
+			lockall_again(c, q); /* too late: see too_late() */
+			return;
+		}
+	}
+	for (i = 0; i < m->n && err == 0; i++) {
+		/* dlock__lease_grant makes the lease of q->name */
+		snprintf(q->name, sizeof(q->name), "%s", m->names[i]);
+		err = dlock__lease_grant(c, q, m->tokens[i], m->ms[i],
+					 m->sent[i]);
+		if (err == 0) {
+			m->handles[i] = q->handle;
+			if (m->proof[i][0]) {
+				memcpy(q->handle->l->proof, m->proof[i],
+				       sizeof(m->proof[i]));
+				q->handle->l->until = m->until[i];
+			}
+		}
+	}
+	snprintf(q->name, sizeof(q->name), "%s", m->names[0]);
+	q->handle = NULL;
+	if (err < 0) {
+		for (j = 0; j < i - 1; j++)
+			handle_drop(c, m->handles[j]);
+		dlock__req_finish(c, q, err); /* gives them back */
+		return;
+	}
+	m->handed = 1;
+	dlock__req_finish(c, q, 0);
+}
+
+/* The server said what no server may of a multi-lock: drop it. */
+static void lockall_insane(struct dlock_client *c, struct dlock__req *q,
+			   const char *what)
+{
+	c->conn.insane = 1;
+	dlock__why(c, c->addr.addr_i,
+		   "it answered the multi-lock of %s with %s: no server may, "
+		   "dropped",
+		   q->name, what);
+	dlock__req_finish(c, q, DLOCK_EPROTO);
+}
+
+/* The n lines of OK LOCKED or * LOCKED are in q->stats: "granted <name>
+ * <token> <ttl_ms> holds=1 [proof= until=]", in byte order of the
+ * names. */
+static void lockall_body(struct dlock_client *c, struct dlock__req *q)
+{
+	struct dlock__multi *m = q->multi;
+	const char *p = q->stats;
+	struct dl_reply r;
+	struct dl_str v;
+	uint64_t token;
+	int64_t ms;
+	size_t k;
+	int i, err;
+
+	if (q->stats_n != (uint64_t)m->n) {
+		lockall_insane(c, q, "a body that is not its grants");
+		return;
+	}
+	for (i = 0; i < m->n; i++, p += k + 1) {
+		k = strlen(p);
+		if (dl_parse_body(p, k, &r) < 0 || !str_is(r.word, "granted") ||
+		    r.argc < 3 || r.argv[0].len > DL_NAME_MAX ||
+		    dl_reply_u64(&r, 1, &token) < 0 || token == 0 ||
+		    arg_i64(&r, 2, &ms) < 0 || (q->ttl > 0 && ms > q->ttl) ||
+		    (dl_reply_kv(&r, "holds", &v) == 0 && grant_holds(&r) != 1))
+			break;
+		if (m->absorb) {
+			memcpy(m->names[i], r.argv[0].p, r.argv[0].len);
+			m->names[i][r.argv[0].len] = '\0';
+		} else if (!str_is(r.argv[0], m->names[i])) {
+			break;
+		}
+		m->tokens[i] = token;
+		m->ms[i] = ms;
+		m->sent[i] = q->sent_at;
+		m->proof[i][0] = '\0';
+		multi_proof(m, i, &r);
+		m->ngrants = i + 1;
+	}
+	q->stats_len = 0;
+	q->stats_n = 0;
+	if (i < m->n) {
+		lockall_insane(c, q, "a grant it did not ask for");
+		return;
+	}
+	if (!m->from_event || q->abandoned || m->absorb) {
+		lockall_done(c, q);
+		return;
+	}
+	/* * LOCKED: the TTLs started before the event reached us */
+	m->ci = 0;
+	q->op = DLOCK__MCONFIRM;
+	q->deadline = dlock__now() + c->opt.request_timeout_ms;
+	if ((err = dlock__req_write(c, q)) < 0)
+		dlock__req_finish(c, q, err);
+}
+
+static int reply_lockall(struct dlock_client *c, struct dlock__req *q,
+			 const struct dl_reply *r)
+{
+	uint64_t n;
+	int err;
+
+	if (is(r, DL_REPLY_OK, "LOCKED")) {
+		if (dl_reply_u64(r, 1, &n) < 0 || n != (uint64_t)q->multi->n ||
+		    not_of(c, q, r)) {
+			lockall_insane(c, q, "another count or name");
+			return 1;
+		}
+		q->multi->from_event = 0;
+		expect_body(c, q, n);
+	} else if (is(r, DL_REPLY_OK, "QUEUED")) {
+		queued(c, q);
+	} else if (!q->abandoned && q->retries < 3 &&
+		   (is(r, DL_REPLY_NO, "ALREADY_WAITING") ||
+		    (is(r, DL_REPLY_ERR, "LIMIT") &&
+		     memmem(r->rest.p, r->rest.len, "multi-lock", 10)))) {
+		/* a multi-lock of ours that was given up still waits: the
+		 * CANCEL of its clean-up went out before this reply came in
+		 * (the client sends one multi-lock at a time) */
+		q->retries++;
+		if ((err = dlock__req_write(c, q)) < 0)
+			dlock__req_finish(c, q, err);
+	} else {
+		dlock__req_finish(c, q, dlock__reply_error(q, r));
+	}
+	return 1;
+}
+
+static int reply_mconfirm(struct dlock_client *c, struct dlock__req *q,
+			  const struct dl_reply *r)
+{
+	struct dlock__multi *m = q->multi;
+	int64_t ms;
+	int err;
+
+	if (is(r, DL_REPLY_OK, "REFRESHED")) {
+		if (arg_i64(r, 1, &ms) < 0 || r->argc < 1 ||
+		    !str_is(r->argv[0], m->names[m->ci]) ||
+		    (q->ttl > 0 && ms > q->ttl)) {
+			lockall_insane(c, q, "a confirmation of another lease");
+			return 1;
+		}
+		m->ms[m->ci] = ms;
+		m->sent[m->ci] = q->sent_at;
+		multi_proof(m, m->ci, r);
+		if (q->abandoned) {
+			dlock__req_finish(c, q, DLOCK_ETIMEDOUT);
+		} else if (++m->ci < m->n) {
+			if ((err = dlock__req_write(c, q)) < 0)
+				dlock__req_finish(c, q, err);
+		} else {
+			lockall_done(c, q);
+		}
+	} else if (is(r, DL_REPLY_NO, "NOT_HOLDER")) {
+		/* one expired before we could confirm it: all back, and
+		 * queue again */
+		lockall_again(c, q);
+	} else {
+		dlock__req_finish(c, q, dlock__reply_error(q, r));
+	}
+	return 1;
+}
+
+/* * LOCKED <first> <n>: the n grant lines follow (lockall_body). One
+ * nobody waits for crossed the CANCEL of a multi-lock given up: its body
+ * is read by an internal request that gives the grants back. */
+static struct dlock__req *waiting_take(struct dlock_client *c,
+				       struct dl_str tag);
+
+static void lockall_event(struct dlock_client *c, const struct dl_reply *r,
+			  const char *name)
+{
+	struct dlock__req *q = waiting_take(c, r->tag);
+	uint64_t n;
+
+	if (dl_reply_u64(r, 1, &n) < 0 || n < 2 || n > DL_MULTI_MAX ||
+	    (q && (!q->multi || n != (uint64_t)q->multi->n))) {
+		c->conn.insane = 1;
+		dlock__why(c, c->addr.addr_i,
+			   "it granted the multi-lock of %s with a count "
+			   "not its own: dropped",
+			   name);
+		if (q)
+			dlock__req_finish(c, q, DLOCK_EPROTO);
+		return;
+	}
+	if (!q) {
+		if (!c->conn.crossing ||
+		    !(q = dlock__req_new(DLOCK__LOCKALL, name, 1)) ||
+		    !(q->multi = calloc(1, sizeof(*q->multi)))) {
+			dlock__req_free(q);
+			c->conn.insane = 1;
+			dlock__why(c, c->addr.addr_i,
+				   "it granted %s, which nobody waits for: "
+				   "dropped",
+				   name);
+			return;
+		}
+		c->conn.crossing--;
+		q->multi->n = (int)n;
+		q->multi->absorb = 1;
+	} else if (not_of(c, q, r)) {
+		dlock__req_finish(c, q, DLOCK_EPROTO);
+		return;
+	}
+	q->multi->from_event = 1;
+	q->where = DLOCK__SENT; /* a caller that gives up now: abandoned */
+	c->rq.stats_req = q;
+	c->rq.stats_left = n;
+}
+
 /* The reply column of DLOCK__OPS (dlock_private.h). */
 static const reply_fn replies[] = {
 #define X(op, verb, args, reply) [DLOCK__##op] = reply,
@@ -934,6 +1252,15 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 			dlock__req_finish(c, q,
 					  not_of(c, q, r) ? DLOCK_EPROTO
 							  : DLOCK_ETIMEDOUT);
+	} else if (is(r, DL_REPLY_EVENT, "LOCKED")) {
+		lockall_event(c, r, name);
+	} else if (is(r, DL_REPLY_EVENT, "FAILED")) {
+		/* a multi-lock ended without its locks, none held */
+		if ((q = waiting_take(c, r->tag)) != NULL)
+			dlock__req_finish(c, q,
+					  not_of(c, q, r) || !q->multi
+						  ? DLOCK_EPROTO
+						  : dlock__failed_error(q, r));
 	} else if (is(r, DL_REPLY_EVENT, "EXPIRED")) {
 		if (dl_reply_u64(r, 1, &token) < 0)
 			return;
@@ -1094,6 +1421,10 @@ int dlock__line_in(struct dlock_client *c, char *line, size_t len)
 
 	if (c->rq.stats_req) {
 		stats_line(c, line, len);
+		if (c->conn.insane) {
+			c->conn.insane = 0;
+			return -1; /* a multi-lock's body no server may send */
+		}
 		return 0;
 	}
 	if (dl_parse_reply(line, len, &r) < 0)

@@ -123,6 +123,7 @@ void dlock__req_free(struct dlock__req *q)
 	if (!q->internal)
 		pthread_cond_destroy(&q->cv);
 	free(q->stats);
+	free(q->multi);
 	free(q);
 }
 
@@ -245,6 +246,41 @@ static void args_lock(struct dlock_client *c, struct dlock__req *q, int64_t now,
 		dl_fmt_kv_str(f, "value", str_of(q->value));
 }
 
+/* LOCK <name> <name> ... of a multi-lock: only ttl= wait= req= go with
+ * several names (every lock is taken exclusive). */
+static void args_lockall(struct dlock_client *c, struct dlock__req *q,
+			 int64_t now, struct dl_fmt *f)
+{
+	int i;
+
+	for (i = 0; i < q->multi->n; i++)
+		dl_fmt_word(f, q->multi->names[i]);
+	dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
+	if (q->wait < 0) {
+		dl_fmt_kv_str(f, "wait", DL_STR_LIT("inf"));
+	} else if (q->wait > 0) {
+		if (q->wait_end == DLOCK__NEVER)
+			q->wait_end = now + q->wait;
+		dl_fmt_kv_u64(
+			f, "wait",
+			(uint64_t)(q->wait_end > now ? q->wait_end - now : 1));
+	}
+	if (q->reqid && c->hello.takes_req)
+		dl_fmt_kv_u64(f, "req", q->reqid);
+}
+
+/* REFRESH of the multi-lock's grant being confirmed (MCONFIRM). */
+static void args_mconfirm(struct dlock_client *c, struct dlock__req *q,
+			  int64_t now, struct dl_fmt *f)
+{
+	const struct dlock__multi *m = q->multi;
+
+	(void)c, (void)now;
+	dl_fmt_word(f, m->names[m->ci]);
+	dl_fmt_u64(f, m->tokens[m->ci]);
+	dl_fmt_kv_u64(f, "ttl", (uint64_t)q->ttl);
+}
+
 static void args_reclaim(struct dlock_client *c, struct dlock__req *q,
 			 int64_t now, struct dl_fmt *f)
 {
@@ -358,7 +394,9 @@ static int format(struct dlock_client *c, struct dlock__req *q, int64_t now,
 	c->rq.seq++;
 	snprintf(q->tag, sizeof(q->tag), "r%llu",
 		 (unsigned long long)c->rq.seq);
-	dl_fmt_word(f, dl_verb_name(q->op == DLOCK__LOCK && q->wait == 0
+	dl_fmt_word(f, dl_verb_name((q->op == DLOCK__LOCK ||
+				     q->op == DLOCK__LOCKALL) &&
+						    q->wait == 0
 					    ? DL_VERB_TRYLOCK
 					    : ops[q->op].verb));
 	ops[q->op].args(c, q, now, f);
@@ -443,7 +481,15 @@ void dlock__acq_remove(struct dlock_client *c, struct dlock__req *q)
 		q->anext->aprev = q->aprev;
 	q->anext = q->aprev = NULL;
 	q->in_acq = 0;
-	dlock__name_wake(c, q->name);
+	if (q->multi) {
+		int i;
+
+		for (i = 0; i < q->multi->n; i++)
+			dlock__name_wake(c, q->multi->names[i]);
+		dlock__name_wake(c, ""); /* the multi-lock turn */
+	} else {
+		dlock__name_wake(c, q->name);
+	}
 }
 
 void dlock__name_wake(struct dlock_client *c, const char *name)
@@ -462,9 +508,18 @@ int dlock__name_acquiring(const struct dlock_client *c, const char *name)
 {
 	const struct dlock__req *q;
 
-	for (q = c->rq.acquiring; q; q = q->anext)
-		if (strcmp(q->name, name) == 0)
+	int i;
+
+	for (q = c->rq.acquiring; q; q = q->anext) {
+		if (q->multi && !name[0])
+			return 1; /* the client's multi-lock turn: one at a time
+				   */
+		if (!q->multi && strcmp(q->name, name) == 0)
 			return 1;
+		for (i = 0; q->multi && i < q->multi->n; i++)
+			if (strcmp(q->multi->names[i], name) == 0)
+				return 1;
+	}
 	return 0;
 }
 
@@ -589,8 +644,13 @@ int dlock__call(struct dlock_client *c, struct dlock__req **qp)
 void dlock__req_finish(struct dlock_client *c, struct dlock__req *q, int rc)
 {
 	q->where = DLOCK__NOWHERE;
-	if (q->op == DLOCK__LOCK || q->op == DLOCK__CONFIRM)
+	if (q->op == DLOCK__LOCK || q->op == DLOCK__CONFIRM ||
+	    q->op == DLOCK__LOCKALL || q->op == DLOCK__MCONFIRM)
 		dlock__acq_remove(c, q);
+	/* a multi-lock's grants that no caller will have */
+	if (q->multi && !q->multi->handed &&
+	    (rc < 0 || q->internal || q->abandoned))
+		dlock__multi_giveback(c, q);
 	if (q->internal || q->abandoned) {
 		dlock__req_free(q);
 		return;
@@ -628,33 +688,50 @@ static int word_is(struct dl_str w, const char *s)
 	return w.len == n && memcmp(w.p, s, n) == 0;
 }
 
+struct word_err {
+	const char *word;
+	int err;
+};
+
+static const struct word_err no_map[] = {
+	{"BUSY", DLOCK_EBUSY},
+	{"NOT_HOLDER", DLOCK_ENOTHOLDER},
+	{"STALE", DLOCK_ESTALE},
+	{"AUTH_FAILED", DLOCK_EAUTH},
+	{"LIMIT_MISMATCH", DLOCK_EMISMATCH},
+	{"UPGRADE_DEADLOCK", DLOCK_EDEADLK},
+	{"DEADLOCK", DLOCK_ECYCLE},
+	{"DENIED", DLOCK_EDENIED},
+	/* a multi-lock takes new leases only: the owner holds one */
+	{"ALREADY_HELD", DLOCK_EHELDBYOWNER},
+};
+static const struct word_err err_map[] = {
+	{"NOAUTH", DLOCK_EAUTH},
+	{"UNAVAILABLE", DLOCK_EUNAVAILABLE},
+	/* A standby: the request was not executed; try the active
+	 * (dlock_error() shows its address). */
+	{"NOT_ACTIVE", DLOCK_EUNAVAILABLE},
+	{"LIMIT", DLOCK_ELIMIT},
+	{"BAD_ARG", DLOCK_EINVAL},
+	{"BAD_FORMAT", DLOCK_EINVAL},
+};
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The code of `word` in map (n entries), or 0. */
+static int map_word(const struct word_err *map, size_t n, struct dl_str word)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (word_is(word, map[i].word))
+			return map[i].err;
+	return 0;
+}
+
 int dlock__reply_error(struct dlock__req *q, const struct dl_reply *r)
 {
-	struct word_err {
-		const char *word;
-		int err;
-	};
-	static const struct word_err no_map[] = {
-		{"BUSY", DLOCK_EBUSY},
-		{"NOT_HOLDER", DLOCK_ENOTHOLDER},
-		{"STALE", DLOCK_ESTALE},
-		{"AUTH_FAILED", DLOCK_EAUTH},
-		{"LIMIT_MISMATCH", DLOCK_EMISMATCH},
-		{"UPGRADE_DEADLOCK", DLOCK_EDEADLK},
-		{"DEADLOCK", DLOCK_ECYCLE},
-		{"DENIED", DLOCK_EDENIED},
-	};
-	static const struct word_err err_map[] = {
-		{"NOAUTH", DLOCK_EAUTH},
-		{"UNAVAILABLE", DLOCK_EUNAVAILABLE},
-		/* A standby: the request was not executed; try the active
-		 * (dlock_error() shows its address). */
-		{"NOT_ACTIVE", DLOCK_EUNAVAILABLE},
-		{"LIMIT", DLOCK_ELIMIT},
-		{"BAD_ARG", DLOCK_EINVAL},
-		{"BAD_FORMAT", DLOCK_EINVAL},
-	};
-	size_t i;
+	int err;
 
 	if (r->kind != DL_REPLY_NO && r->kind != DL_REPLY_ERR)
 		return DLOCK_EPROTO;
@@ -662,16 +739,34 @@ int dlock__reply_error(struct dlock__req *q, const struct dl_reply *r)
 		 r->kind == DL_REPLY_NO ? "NO" : "ERR", (int)r->word.len,
 		 r->word.p, r->rest.len ? " " : "", (int)r->rest.len,
 		 r->rest.p);
-	if (r->kind == DL_REPLY_NO) {
-		for (i = 0; i < sizeof(no_map) / sizeof(no_map[0]); i++)
-			if (word_is(r->word, no_map[i].word))
-				return no_map[i].err;
-		return DLOCK_ESERVER;
+	err = r->kind == DL_REPLY_NO
+		      ? map_word(no_map, N_OF(no_map), r->word)
+		      : map_word(err_map, N_OF(err_map), r->word);
+	return err ? err : DLOCK_ESERVER;
+}
+
+int dlock__failed_error(struct dlock__req *q, const struct dl_reply *r)
+{
+	struct dl_str word = r->argc >= 2 ? r->argv[1] : (struct dl_str){"", 0};
+	const char *rest = word.len ? word.p + word.len : "";
+	size_t rest_len = 0;
+	int err, no = 1;
+
+	/* what follows the word, up to the end of rest (the tag is not in
+	 * it) */
+	if (word.len)
+		rest_len = (size_t)(r->rest.p + r->rest.len - rest);
+	if ((err = map_word(no_map, N_OF(no_map), word)) == 0) {
+		if ((err = map_word(err_map, N_OF(err_map), word)) != 0)
+			no = 0;
+		else if (word_is(word, "EXPIRED"))
+			err = DLOCK_ELOST; /* a lock it had was broken */
+		else
+			err = DLOCK_ESERVER;
 	}
-	for (i = 0; i < sizeof(err_map) / sizeof(err_map[0]); i++)
-		if (word_is(r->word, err_map[i].word))
-			return err_map[i].err;
-	return DLOCK_ESERVER;
+	snprintf(q->err, sizeof(q->err), "%s %.*s%.*s", no ? "NO" : "ERR",
+		 (int)word.len, word.p, (int)rest_len, rest);
+	return err;
 }
 
 /* ---- leases -------------------------------------------------------------- */
@@ -860,6 +955,16 @@ void dlock__lease_unref(struct dlock__lease *l)
 {
 	if (--l->refs == 0)
 		free(l);
+}
+
+void dlock__multi_giveback(struct dlock_client *c, struct dlock__req *q)
+{
+	struct dlock__multi *m = q->multi;
+	int i;
+
+	for (i = 0; i < m->ngrants; i++)
+		dlock__cleanup_grant(c, m->names[i], m->tokens[i]);
+	m->ngrants = 0;
 }
 
 void dlock__cleanup_grant(struct dlock_client *c, const char *name,

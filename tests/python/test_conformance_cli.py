@@ -8,8 +8,9 @@ dlock it runs (--owner id=key); each step is one dlock invocation, its
 outcome read from the exit status (dlock(1), EXIT STATUS) and, where one
 status stands for several outcomes (75: busy, timed out, held by the
 owner, no upgrade), from the message. "lock" is `dlock lock`/`trylock`,
-which exits leaving the lease held and unrenewed; "spawn" a `dlock lock`
-in the background, "join" its exit.
+which exits leaving the lease held and unrenewed; "lockall" the same with
+several names (`dlock lock a b c`, one "<name> <token>" line each);
+"spawn" a `dlock lock` in the background, "join" its exit.
 
 Some steps have no meaning for a command-line client, and a scenario with
 one does not apply (skipped, with why, decided from the file's text when
@@ -27,6 +28,11 @@ the tests are collected, never from a run):
   a renewing client's lease that the scenario keeps past half its
                             TTL (sleeps, and waits expected to run out):
                             dlock lock does not renew
+  a cycle expected of a client with owner= and no key
+                            its id is kept bound by a `dlock watch` that
+                            stays (Run.bind_owner), a connection of the
+                            owner that does not wait: the owner is then
+                            in no cycle (PROTOCOL.md, Deadlocks)
 """
 
 from __future__ import annotations
@@ -77,9 +83,18 @@ NO_CLI_OPTION = {
 def not_applicable(lines: list[tuple[int, str]]) -> str | None:
     """Why the scenario cannot be run by a command-line client, or None."""
     why: list[str] = []
+    bound: set[str] = set()  # clients kept present by a dlock watch
     for no, text in lines:
         words = text.split()
         head = words[0]
+        o = opts(text.partition(" -> ")[0].split())
+        if head == "client" and "owner" in o and "key" not in o:
+            bound.add(words[1])
+        want = text.partition(" -> ")[2].split()
+        if want[:1] == ["cycle"] and bound:
+            why.append(f"line {no}: a cycle of owners kept present by a "
+                       f"`dlock watch` ({', '.join(sorted(bound))}), which does "
+                       f"not wait: such an owner is in no cycle")
         if head in NO_CLI_STEP:
             why.append(f"line {no}: {NO_CLI_STEP[head]}")
         if len(words) > 1 and words[1] in NO_CLI_VERB:
@@ -178,6 +193,7 @@ class Run:
         self.clients: dict[str, Client] = {}
         self.tokens: dict[str, int] = {}
         self.jobs: dict[str, subprocess.Popen[str]] = {}
+        self.job_names: dict[str, list[str]] = {}  # a lockall job's names
         self.present: list[subprocess.Popen[str]] = []
 
     def fail(self, what: str) -> None:
@@ -229,7 +245,8 @@ class Run:
         arguments."""
         o = opts(words)
         wait = o.get("wait")
-        a = ["trylock" if wait == "0" else "lock", words[0]]
+        # lockall's "a,b,c": several names, one dlock lock
+        a = ["trylock" if wait == "0" else "lock", *words[0].split(",")]
         if "ttl" in o:
             a += ["--ttl", f"{int(o['ttl'])}ms"]
         if wait is not None and wait != "0":
@@ -291,10 +308,20 @@ class Run:
         return {EX_MISMATCH: "mismatch", EX_DEADLOCK: "cycle", EX_NOPERM: "denied",
                 EX_UNAVAILABLE: "unavailable"}.get(d.rc, f"exit {d.rc}")
 
-    def lock_outcome(self, d: Done, want: list[str]) -> None:
+    def lock_outcome(self, d: Done, want: list[str],
+                     names: list[str] | None = None) -> None:
         got = self.lock_word(d)
+        if names is not None and got == "granted":
+            got = "all"
         if got != want[0]:
             self.fail(f"lock: {got} ({d}), expected {want[0]}")
+        if got == "all":
+            # "<name> <token>" lines; the leases bound in byte order
+            lines = dict(line.split() for line in d.out.splitlines())
+            if sorted(lines) != sorted(names or []) or len(want) != len(lines) + 1:
+                self.fail(f"lockall: printed {d.out!r}, expected {names}")
+            for lv, name in zip(want[1:], sorted(names or [])):
+                self.tokens[lv] = int(lines[name])
         if got == "granted":
             lines = d.out.split()
             if len(lines) != 1 or not lines[0].isdigit():
@@ -309,7 +336,12 @@ class Run:
         verb = words[1]
         if verb == "lock":
             self.lock_outcome(self.dlock(c, *self.lock_args(words[2:])), want)
+        elif verb == "lockall":
+            self.lock_outcome(self.dlock(c, *self.lock_args(words[2:])), want,
+                              words[2].split(","))
         elif verb == "spawn":
+            if words[3] == "lockall":
+                self.job_names[words[2]] = words[4].split(",")
             a = self.argv(c, *self.lock_args(words[4:]))
             self.jobs[words[2]] = subprocess.Popen(
                 a, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -393,7 +425,8 @@ class Run:
                 p.kill()
                 p.communicate()
                 self.fail(f"job {words[1]} did not end in {CMD_TIMEOUT} s")
-            self.lock_outcome(Done(p.args, p.returncode, out, err), want)  # type: ignore[arg-type]
+            self.lock_outcome(Done(p.args, p.returncode, out, err), want,  # type: ignore[arg-type]
+                              self.job_names.get(words[1]))
         elif head in self.clients:
             self.verb(self.clients[head], words, want)
         else:
@@ -421,6 +454,9 @@ def lock_names(lines: list[tuple[int, str]]) -> dict[str, str]:
             jobs[w[2]] = w[4]
         if want[:1] == ["granted"] and len(want) > 1:
             out[want[1]] = jobs.get(w[1], "") if w[0] == "join" else w[2]
+        if want[:1] == ["all"]:  # lockall: bound in byte order of the names
+            names = jobs.get(w[1], "") if w[0] == "join" else w[2]
+            out.update(zip(want[1:], sorted(names.split(","))))
     return out
 
 
