@@ -131,6 +131,29 @@ class Run:
         return words[0], kw
 
     @staticmethod
+    def lock_all_kw(words: list[str]) -> tuple[list[str], dict[str, Any]]:
+        """lockall <name>,<name>,... [ttl=<ms>] [wait=<ms>|inf]"""
+        _, kw = Run.lock_kw(words)
+        return words[0].split(","), kw
+
+    def lock_all_outcome(self, leases: dlockd.Leases | None, err: BaseException | None,
+                         want: list[str]) -> None:
+        """-> all <L1> <L2> ... (bound in byte order of the names), or
+        what lock expects of a lock not got"""
+        if err is None and want[0] == "all":
+            assert leases is not None
+            if len(leases) != len(want) - 1:
+                self.fail(f"lockall: {len(leases)} leases, expected {len(want) - 1}")
+            for v, lease in zip(want[1:], leases):
+                self.leases[v] = Var(lease)
+            return
+        got = "all" if err is None else self.lock_word(err)
+        if got != want[0]:
+            self.fail(f"lockall: {got} ({err}), expected {want[0]}")
+        if isinstance(err, dlockd.Deadlock) and (len(want) < 2 or err.owners != int(want[1])):
+            self.fail(f"cycle: {err.text!r}, expected {want[1:]} owners")
+
+    @staticmethod
     def lock_word(e: BaseException | None) -> str:
         if e is None:
             return "granted"
@@ -166,13 +189,26 @@ class Run:
             except dlockd.DlockError as e:
                 err = e
             self.lock_outcome(lease, err, want)
+        elif verb == "lockall":
+            names, kw = self.lock_all_kw(words[2:])
+            leases, err = None, None
+            try:
+                leases = c.lock_all(names, **kw)
+            except dlockd.DlockError as e:
+                err = e
+            self.lock_all_outcome(leases, err, want)
         elif verb == "spawn":
-            name, kw = self.lock_kw(words[4:])
-            box: list[Any] = [None, None]
+            # <c> spawn <job> lock ... | lockall ...; box[2]: which
+            many = words[3] == "lockall"
+            box: list[Any] = [None, None, many]
+            if many:
+                names, kw = self.lock_all_kw(words[4:])
+            else:
+                name, kw = self.lock_kw(words[4:])
 
             def job() -> None:
                 try:
-                    box[0] = c.lock(name, **kw)
+                    box[0] = c.lock_all(names, **kw) if many else c.lock(name, **kw)
                 except dlockd.DlockError as e:
                     box[1] = e
 
@@ -296,7 +332,10 @@ class Run:
         elif head == "join":
             t, box = self.jobs[words[1]]
             t.join(30)
-            self.lock_outcome(box[0], box[1], want)
+            if box[2]:
+                self.lock_all_outcome(box[0], box[1], want)
+            else:
+                self.lock_outcome(box[0], box[1], want)
         elif head in self.clients:
             self.verb(self.clients[head], words, want)
         else:

@@ -24,9 +24,17 @@ and the ``with`` block of the lease ends with LockLost; in asyncio the
 ``async with`` block is cancelled at the loss. ``close()`` gives back the
 leases still held (``close(release=False)`` keeps them). ``watch()``
 gives the changes of locks one does not hold, as an iterator.
+``lock_all()`` acquires several locks at once, all or none (``Leases``).
 """
 
-from ._async import AsyncClient, AsyncLease, AsyncRWLock, AsyncSemaphore, AsyncWatch
+from ._async import (
+    AsyncClient,
+    AsyncLease,
+    AsyncLeases,
+    AsyncRWLock,
+    AsyncSemaphore,
+    AsyncWatch,
+)
 from ._errors import (
     ConnectionLost,
     Deadlock,
@@ -43,7 +51,7 @@ from ._errors import (
     ClusterMismatch,
     UpgradeDeadlock,
 )
-from ._sync import Client, Lease, RWLock, Semaphore, Watch
+from ._sync import Client, Lease, Leases, RWLock, Semaphore, Watch
 from ._types import Holder, Holders, LocksPage, LostReason, Status, WatchEvent
 
 __version__ = "0.4.0"
@@ -51,6 +59,7 @@ __version__ = "0.4.0"
 __all__ = [
     "AsyncClient",
     "AsyncLease",
+    "AsyncLeases",
     "AsyncRWLock",
     "AsyncSemaphore",
     "AsyncWatch",
@@ -63,6 +72,7 @@ __all__ = [
     "Holder",
     "Holders",
     "Lease",
+    "Leases",
     "LimitMismatch",
     "LimitReached",
     "LockLost",

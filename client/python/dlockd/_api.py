@@ -8,7 +8,7 @@ import logging
 import os
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence, overload
 
 from . import _wire as wire
 from ._core import LeaseState, now_ms
@@ -121,6 +121,54 @@ def lock_args(
         if value:  # "": none, as libdlock's lo.value
             opts["value"] = wire.desc_encode(value, wire.VALUE_MAX)
     return LockArgs(name, ttl_ms, wait_ms, mode == "shared", n, opts)
+
+
+@dataclass
+class LockAllArgs:
+    """A multi-lock request, checked and in wire units: the names in byte
+    order (the server's, which takes them so; the first names the
+    multi-lock in its replies)."""
+
+    names: list[str]
+    ttl_ms: float | None
+    wait_ms: float
+    opts: dict[str, Any]
+
+
+# What a multi-lock's line holds besides its names, at most: " ttl=" and
+# " wait=" of 13 digits, " req=" of 20, " id=p" and a 10-digit sequence
+MULTI_OPTS_MAX = 96
+
+
+def lock_all_args(
+    names: Any,
+    ttl: wire.Seconds | None,
+    wait: wire.Seconds | None,
+    max_hold: Any,
+    renew: Any,
+    on_lost: Callable[..., Any] | None,
+    on_at_risk: Callable[..., Any] | None,
+) -> LockAllArgs:
+    """lock_all()'s arguments: 1 to MULTI_MAX distinct names (one is the
+    ordinary lock), whose request line fits the protocol's 1024 bytes."""
+    if isinstance(names, (str, bytes)):
+        raise TypeError("lock_all takes a list of names, not one name (that is lock())")
+    names = list(names)
+    for name in names:
+        wire.check_name(name)
+    if not 1 <= len(names) <= wire.MULTI_MAX:
+        raise ValueError(f"lock_all: 1 to {wire.MULTI_MAX} names, not {len(names)}")
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"lock_all: a name given twice: {' '.join(twice)}")
+    if len("LOCK " + " ".join(names)) + MULTI_OPTS_MAX > wire.LINE_MAX:
+        raise ValueError(
+            f"lock_all: the names are too long for one request line "
+            f"({wire.LINE_MAX} bytes with its options)"
+        )
+    a = lock_args(names[0], ttl, wait, "exclusive", None, max_hold, renew, on_lost, on_at_risk)
+    # byte order: the names are ASCII, whose str order is memcmp's
+    return LockAllArgs(sorted(names), a.ttl_ms, a.wait_ms, a.opts)
 
 
 def value_arg(value: str) -> str:
@@ -267,6 +315,61 @@ class LeaseView:
     def __repr__(self) -> str:
         state = "lost" if self._ls.lost else ("released" if self._ls.released else "held")
         return f"<Lease {self.name!r} token={self.token} {self.mode} {state}>"
+
+
+class LeasesView(Sequence[Any]):
+    """The read-only part of a multi-lock's leases, for both faces: a
+    sequence of leases in the byte order of their names, also indexed by
+    name (``leases["orders/42"]``)."""
+
+    _leases: list[Any]
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._leases)
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Any]: ...
+
+    @overload
+    def __getitem__(self, i: str) -> Any: ...
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, str):
+            for lease in self._leases:
+                if lease.name == i:
+                    return lease
+            raise KeyError(i)
+        return self._leases[i]
+
+    @property
+    def names(self) -> list[str]:
+        """The locks' names, in byte order."""
+        return [lease.name for lease in self._leases]
+
+    @property
+    def tokens(self) -> list[int]:
+        """The leases' fencing tokens, in the order of the names."""
+        return [lease.token for lease in self._leases]
+
+    @property
+    def valid(self) -> bool:
+        """True while every lease is (``Lease.valid``)."""
+        return all(lease.valid for lease in self._leases)
+
+    def first_lost(self) -> Any:
+        """The first lease (in the order of the names) that was lost, or
+        None."""
+        return next((lease for lease in self._leases if lease._ls.lost is not None), None)
+
+    def __repr__(self) -> str:
+        inner = ", ".join(repr(lease) for lease in self._leases)
+        return f"<Leases [{inner}]>"
 
 
 # Every live client, for the fork handler: a child must not renew or

@@ -28,9 +28,16 @@ from typing import Any, AsyncIterator, Callable, Generator
 
 from . import _api
 from . import _options
-from ._api import _UNSET, LeaseView, lock_args
+from ._api import _UNSET, LeasesView, LeaseView, lock_all_args, lock_args
 from ._core import DEAD, DOWN, NEVER, UP, Core, LeaseState, Req, Ticket, WatchState, now_ms
-from ._errors import ConnectionLost, DlockError, LockLost, LockTimeout, Unavailable
+from ._errors import (
+    ConnectionLost,
+    DlockError,
+    HeldByOwner,
+    LockLost,
+    LockTimeout,
+    Unavailable,
+)
 from ._sync import CLOCK_STEP, CLOSE_RELEASE_MS, REFUSED, _locks_extra
 from ._types import Holders, LocksPage, LostReason, Status, WatchEvent, lost_why
 from ._wire import Seconds
@@ -196,6 +203,117 @@ class _Acquire(collections.abc.Coroutine):  # type: ignore[type-arg]
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         assert self._lease is not None
         await _exit(self._lease, et, ev)
+
+
+class AsyncLeases(LeasesView):
+    """The leases of a multi-lock, as ``await AsyncClient.lock_all()``
+    returns them: a sequence of :class:`AsyncLease` in the byte order of
+    the names (also ``leases[name]``), each an ordinary lease.
+    ``await leases.release()`` gives them all back; ``async with
+    c.lock_all(...) as leases`` releases them at the end of the block,
+    which is cancelled when one of them is lost (``cancel_on_loss``) and
+    ends with LockLost."""
+
+    def __init__(self, leases: list[AsyncLease]) -> None:
+        self._leases = leases
+
+    async def release(self) -> None:
+        """Release every lease (in the order of the names), all of them
+        even if one fails; then raises the first error."""
+        first: DlockError | None = None
+        for lease in self._leases:
+            try:
+                await lease.release()
+            except DlockError as e:
+                first = first or e
+        if first is not None:
+            raise first
+
+    async def __aenter__(self) -> AsyncLeases:
+        return self
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        await _exit_all(self, et, ev)
+
+
+async def _exit_all(leases: AsyncLeases, et: Any, ev: Any) -> None:
+    """The end of an ``async with`` of a multi-lock's leases: release
+    them all; a cancellation that a loss caused becomes LockLost."""
+    by_loss = 0
+    for lease in leases:
+        lease._cancel = None
+        by_loss += lease._cancelled_by_loss
+    owned = [lease for lease in leases if lease._ls.owned]
+    try:
+        await AsyncLeases(owned).release()
+    except LockLost:
+        pass
+    except DlockError:
+        if et is None and leases.first_lost() is None:
+            raise
+    lost = leases.first_lost()
+    if by_loss and et is not None and issubclass(et, asyncio.CancelledError):
+        task = asyncio.current_task()
+        if task is not None and hasattr(task, "uncancel"):
+            for _ in range(by_loss):
+                task.uncancel()
+        raise _api.lost_error(lost._ls, cancelled=True) from ev
+    if et is None and lost is not None and lost._ls.owned:
+        raise _api.lost_error(lost._ls)
+
+
+class _AcquireAll(collections.abc.Coroutine):  # type: ignore[type-arg]
+    """What ``AsyncClient.lock_all()`` returns: await it for the leases,
+    or use it in ``async with`` (which releases them all at the end)."""
+
+    def __init__(
+        self, client: AsyncClient, args: _api.LockAllArgs, cancel_on_loss: bool | None
+    ) -> None:
+        self._c = client
+        self._a = args
+        self._cancel_on_loss = cancel_on_loss
+        self._leases: AsyncLeases | None = None
+        self._coro: Any = None
+
+    def _inner(self) -> Any:
+        if self._coro is None:
+            self._coro = self._acquire()
+        return self._coro
+
+    def __await__(self) -> Generator[Any, None, AsyncLeases]:
+        return self._inner().__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._inner().send(value)
+
+    def throw(self, *exc: Any) -> Any:
+        return self._inner().throw(*exc)
+
+    def close(self) -> None:
+        if self._coro is not None:
+            self._coro.close()
+
+    async def _acquire(self, scoped: bool = False) -> AsyncLeases:
+        leases = await self._c._acquire_all(self._a)
+        cancel = self._cancel_on_loss
+        if cancel is None:
+            cancel = scoped  # the default: within ``async with`` only
+        if cancel:
+            task = asyncio.current_task()
+            for lease in leases:
+                lease._cancel = task
+            for lease in leases:
+                if lease._ls.lost is not None:
+                    self._c.lost(lease._ls)
+        return leases
+
+    async def __aenter__(self) -> AsyncLeases:
+        self._leases = await self._acquire(scoped=True)
+        return self._leases
+
+    async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
+        assert self._leases is not None
+        await _exit_all(self._leases, et, ev)
 
 
 class AsyncRWLock:
@@ -519,6 +637,28 @@ class AsyncClient:
         )
         return _Acquire(self, a, cancel_on_loss)
 
+    def lock_all(
+        self,
+        names: list[str],
+        ttl: Seconds | None = None,
+        wait: Seconds | None = None,
+        *,
+        max_hold: Seconds | None = _UNSET,
+        renew: bool = _UNSET,
+        on_lost: Callable[..., Any] | None = None,
+        on_at_risk: Callable[..., Any] | None = None,
+        cancel_on_loss: bool | None = None,
+    ) -> _AcquireAll:
+        """As :meth:`dlockd.Client.lock_all`: several locks at once, all or
+        none -- ``leases = await c.lock_all([...])`` or ``async with
+        c.lock_all([...]) as leases`` (:class:`AsyncLeases`, one
+        :class:`AsyncLease` per name in byte order). A task cancelled
+        while it waits gives the multi-lock up (``CANCEL <first>``:
+        nothing is held). ``cancel_on_loss`` as for ``lock()``: the loss
+        of any of the leases cancels the task."""
+        a = lock_all_args(names, ttl, wait, max_hold, renew, on_lost, on_at_risk)
+        return _AcquireAll(self, a, cancel_on_loss)
+
     def watch(self, *patterns: str) -> AsyncWatch:
         """As :meth:`dlockd.Client.watch`: ``async for ev in
         c.watch("jobs/*")``, or ``w = await c.watch(...)`` then ``await
@@ -661,6 +801,66 @@ class AsyncClient:
             self.contended(ls)
         self._schedule()
         return lease
+
+    async def _acquire_all(self, a: _api.LockAllArgs) -> AsyncLeases:
+        if len(a.names) == 1:
+            one = _api.LockArgs(a.names[0], a.ttl_ms, a.wait_ms, False, 0, a.opts)
+            return AsyncLeases([await self._acquire(one)])
+        await self._ensure_connected()
+        self._usable()
+        assert self._loop is not None
+        start = now_ms()
+        wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
+        ts = [self._core.take_turn(n) for n in a.names]
+        granted = False
+        try:
+            await self._wait_turns(ts, a.wait_ms, wait_end)
+            now = now_ms()
+            wait_ms = a.wait_ms if a.wait_ms <= 0 else max(wait_end - now, 1.0)
+            q = self._core.lockall_request(a.names, a.ttl_ms, wait_ms, now)
+            q.opts = dict(a.opts, tickets={t.name: t for t in ts})
+            lss: list[LeaseState] = await self._call(q)
+            granted = True
+        finally:
+            if not granted:
+                for t in ts:
+                    self._core.give_turn(t)
+        leases = [AsyncLease(self, ls) for ls in lss]
+        for ls, lease in zip(lss, leases):
+            ls.handle = lease
+            if ls.lost is not None:
+                self.lost(ls)
+        self._schedule()
+        return AsyncLeases(leases)
+
+    async def _wait_turns(self, ts: list[Ticket], wait_ms: float, wait_end: float) -> None:
+        """As Client._wait_turns: every name's turn within the wait;
+        HeldByOwner for a name a lease of this client holds."""
+        assert self._loop is not None
+        while True:
+            for t in ts:
+                held = self._core.holding(t.name)
+                if held is not None:
+                    raise HeldByOwner(
+                        f"{t.name} is held by this client (lease {held.token}): "
+                        "a multi-lock takes new leases only",
+                        code="ALREADY_HELD",
+                    )
+            waiting = [t for t in ts if not t.ready]
+            if not waiting:
+                return
+            left = wait_end - now_ms()
+            if wait_ms == 0 or left <= 0:
+                raise LockTimeout(f"{waiting[0].name!r} is held by another lease of this client")
+            if self._core.closing:
+                raise ConnectionLost("the client is closed")
+            fut = self._loop.create_future()
+            for t in waiting:
+                t.waker = fut
+            try:
+                await asyncio.wait_for(fut, min(left / 1000.0, CLOCK_STEP))
+            except asyncio.TimeoutError:
+                pass
 
     async def _wait_turn(self, t: Ticket, wait_ms: float, wait_end: float) -> None:
         assert self._loop is not None

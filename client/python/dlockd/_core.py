@@ -60,6 +60,16 @@ What it owns, and its invariants -- the contract of libdlock
   (``role=standby``), ``ERR NOT_ACTIVE`` and ``* BYE not-active`` name the
   active daemon: the next connection goes there, and what a standby
   refused is sent again whatever it was (it executed nothing).
+- Multi-locks. ``LOCK <name> <name> ...`` (a ``LOCKALL`` request here,
+  named by its first name in byte order) is answered with a block: a
+  header and a line per lease (``OK LOCKED``, or ``* LOCKED`` after
+  ``OK QUEUED``), read as a reply body. A server takes one multi-lock at
+  a time per connection: the client sends one at a time (``multi``), the
+  others wait here (HELD_BACK) within their wait. A grant that comes as
+  an event is confirmed by sending the request again with its request
+  id, which the server answers with the same grants, each lasting its
+  TTL from then; the leases count from that write. The leases are
+  ordinary leases from then on, each with its own turn.
 """
 
 from __future__ import annotations
@@ -88,6 +98,7 @@ from ._errors import (
     ProtocolError,
     Unavailable,
     error_of,
+    failed_error,
 )
 from ._types import (
     Holders,
@@ -183,6 +194,7 @@ def slack_ms(ttl_ms: float) -> float:
 DOWN, CONNECTING, UP, DEAD = "down", "connecting", "up", "dead"
 # Where a request is.
 NOWHERE, UNSENT, SENT, WAITING = 0, 1, 2, 3
+HELD_BACK = 4  # a multi-lock behind the one in progress (Core.multi)
 
 
 class Hooks(Protocol):
@@ -337,7 +349,7 @@ class Req:
         self.wait_end = NEVER  # LOCK: end of the wait, from the first write
         self.shared = False
         self.limit = 0
-        self.extra: dict[str, Any] = {}  # LOCKS page, BREAK reason
+        self.extra: dict[str, Any] = {}  # LOCKS page, BREAK reason, LOCKALL names
         self.internal = internal  # nobody waits for it
         self.abandoned = False  # the caller gave up; clean up the outcome
         self.resent = False  # written again after a reconnect
@@ -390,6 +402,10 @@ class Core:
         # given back only while some may (_event)
         self.crossing = 0
         self.seq = 0
+        # the multi-lock being acquired (a server takes one at a time per
+        # connection: ERR LIMIT), and those held back behind it
+        self.multi: Req | None = None
+        self.multi_queue: collections.deque[Req] = collections.deque()
         self.leases: list[LeaseState] = []
         self.watches: list[WatchState] = []
         self.turns: dict[str, collections.deque[Ticket]] = {}
@@ -503,7 +519,7 @@ class Core:
         kept, self.unsent = self.unsent, collections.deque()
         for q in kept:
             q.where = NOWHERE
-            if q.op == "LOCK" and q.wait > 0 and q.wait_end <= now:
+            if q.op in ("LOCK", "LOCKALL") and q.wait > 0 and q.wait_end <= now:
                 self._finish(q, LockTimeout("the wait ran out while reconnecting"))
             else:
                 self._write(q, now)
@@ -611,7 +627,8 @@ class Core:
         if self.body_req is not None:
             self._finish(self.body_req, err)
             self.body_req = None
-        for q in [*self.fifo, *self.waiting.values(), *self.unsent]:
+        held_back, self.multi_queue = list(self.multi_queue), collections.deque()
+        for q in [*self.fifo, *self.waiting.values(), *self.unsent, *held_back]:
             self._finish(q, err)
         self.fifo.clear()
         self.waiting.clear()
@@ -658,6 +675,9 @@ class Core:
             if self.body_left == 0:
                 self.body_req = None
                 self._body_done(q)
+                if self.insane:
+                    self.insane = False
+                    return False  # a block no server may send (_lockall_body)
             return True
         r = wire.parse(line)
         if r is None:
@@ -801,7 +821,8 @@ class Core:
                 else:
                     self._cleanup_grant(name, token)
                 return
-            if self._not_of(q, r):
+            if q.op == "LOCKALL" or self._not_of(q, r):
+                self.insane = True
                 self._finish(q, ProtocolError(f"no server may grant this: {r.text()}"))
                 return
             if self._held_elsewhere(q, token, holds):
@@ -819,6 +840,37 @@ class Core:
                 self._finish(q, ProtocolError(f"no server may end this wait so: {r.text()}"))
             elif q is not None:
                 self._finish(q, LockTimeout(f"waited in vain for {name}"))
+        elif r.word == "LOCKED":
+            # * LOCKED <first> <n>, then n lines: a multi-lock's wait ended
+            # with every lock granted
+            n = r.int_arg(1)
+            q = self.waiting.pop(r.tag, None) if r.tag else None
+            if q is None:
+                # nobody waits: it crossed the CANCEL of a wait given up
+                # (else a server streaming grants: dropped); read the
+                # block, give the leases back
+                if not self.crossing or not 2 <= n <= wire.MULTI_MAX:
+                    self.insane = True
+                    return
+                self.crossing -= 1
+                q = Req("LOCKALL", name, internal=True)
+                q.abandoned = True
+            elif q.op != "LOCKALL" or name != q.name or n != len(q.extra["names"]):
+                self.insane = True
+                self._finish(q, ProtocolError(f"no server may grant this: {r.text()}"))
+                return
+            self._read_block(q, r, n)
+        elif r.word == "FAILED":
+            # * FAILED <first> <WORD> <rest>: a multi-lock's wait ended
+            # without the locks, nothing held
+            q = self.waiting.pop(r.tag, None) if r.tag else None
+            if q is None:
+                return  # a wait given up: its CANCEL crossed this
+            if q.op != "LOCKALL" or name != q.name or len(r.args) < 2:
+                self.insane = True
+                self._finish(q, ProtocolError(f"no server may end this wait so: {r.text()}"))
+                return
+            self._finish(q, failed_error(r.args[1:]))
         elif r.word == "EXPIRED":
             token = r.int_arg(1)
             for ls in self.leases:
@@ -985,6 +1037,125 @@ class Core:
         else:
             return False
         return True
+
+    def _r_lockall(self, q: Req, r: wire.Reply, now: float) -> bool:
+        """A multi-lock's reply: OK LOCKED (a block of n grants), or what a
+        single LOCK is answered (QUEUED, BUSY, ALREADY_WAITING; the rest
+        is an error: DEADLOCK, ALREADY_HELD, LIMIT, UNAVAILABLE, ...)."""
+        if r.kind == "OK" and r.word == "LOCKED":
+            n = r.int_arg(1)
+            if r.args[0] != q.name or n != len(q.extra["names"]):
+                self.insane = True
+                self._finish(q, ProtocolError(f"no server may grant this: {r.text()}"))
+                return True
+            self._read_block(q, r, n)
+            return True
+        if r.kind == "OK" and r.word == "GRANTED":
+            self.insane = True  # a single grant for a multi-lock
+            self._finish(q, ProtocolError(f"no server may grant this: {r.text()}"))
+            return True
+        return self._r_lock(q, r, now)
+
+    def _read_block(self, q: Req, header: wire.Reply, n: int) -> None:
+        """The n lines of a multi-lock's grants follow (a reply's or an
+        event's): read them as q's body (_lockall_body)."""
+        q.header = header
+        q.body = []
+        q.where = SENT  # a drop meanwhile sends it again (its req= finds them)
+        self.body_req = q
+        self.body_left = n
+
+    def _lockall_body(self, q: Req) -> None:
+        """A multi-lock's block is read: its lines are the grants, in the
+        byte order of the names (``granted <name> <token> <ttl_ms>
+        holds=1 [proof= until=]``). One no server may send fails q with
+        ProtocolError, gives back what it could name, and drops the
+        server. From an event (``* LOCKED``, after the wait), the grants
+        are confirmed by sending the request again with its id: the
+        server answers OK LOCKED with the same leases, lasting their TTL
+        from then."""
+        header = q.header
+        assert header is not None
+        names = q.extra.get("names")
+        grants: list[tuple[str, int, int, wire.Reply]] = []
+        bad = False
+        for i, line in enumerate(q.body):
+            words = line.split()
+            g = wire.Reply("OK", "GRANTED", words[1:], "", line)
+            try:
+                token, ms = g.int_arg(1), g.int_arg(2)
+            except (ValueError, IndexError):
+                bad = True
+                continue
+            if not 0 < token < 1 << 64:
+                bad = True
+                continue
+            grants.append((g.args[0], token, ms, g))
+            if (
+                words[0] != "granted"
+                or (names is not None and g.args[0] != names[i])
+                or _holds(g) > 1
+                or g.kv("holds") is not None and _holds(g) < 1
+                or (q.ttl > 0 and ms > q.ttl)
+            ):
+                bad = True
+        if bad or q.internal:
+            for name, token, _, _ in grants:
+                self._cleanup_grant(name, token)
+            if bad:
+                self.insane = True
+                self._finish(q, ProtocolError(f"no server may grant this: {header.text()}"))
+            return
+        now = now_ms()
+        if header.kind == "*" and not q.abandoned:
+            if self.takes_req and q.reqid:
+                q.deadline = now + self.o.request_timeout_ms
+                self._write(q, now)  # the confirmation: OK LOCKED again
+                return
+            # no request id (no server of multi-locks takes none): count
+            # from the request's write, before any of the grants
+        self._granted_all(q, grants, q.sent_at)
+
+    def _granted_all(
+        self, q: Req, grants: list[tuple[str, int, int, wire.Reply]], sent_at: float
+    ) -> None:
+        """A multi-lock's grants, counted from sent_at: the leases, or,
+        when q was given up or the grants came too late to be used, given
+        back (asked again while the wait lasts, as a single lock's)."""
+        if q.abandoned:
+            for name, token, _, _ in grants:
+                self._cleanup_grant(name, token)
+            self._finish(q, LockTimeout("given up"))
+            return
+        made: list[LeaseState] = []
+        for name, token, ms, g in grants:
+            ls = LeaseState(name, token)
+            _note_proof(ls, g)
+            ls.ttl = q.ttl
+            ls.acquired_at = sent_at
+            ls.confirm(sent_at, ms)
+            made.append(ls)
+        now = now_ms()
+        if any(now >= ls.deadline - self.guard_ms(ls.ttl) for ls in made):
+            for ls in made:
+                self._cleanup_grant(ls.name, ls.token)
+            if q.wait < 0 or (q.wait > 0 and q.wait_end > now):
+                q.reqid = request_id()  # a new request: not the grants given back
+                q.deadline = now + self.o.request_timeout_ms
+                self._write(q, now)
+            else:
+                self._finish(q, LockTimeout("granted too late to be used"))
+            return
+        o = q.opts
+        tickets = o.get("tickets") or {}
+        for ls in made:
+            ls.renew = o.get("renew", self.o.renew)
+            ls.max_hold = o.get("max_hold", self.o.max_hold_ms)
+            ls.on_lost = o.get("on_lost")
+            ls.on_at_risk = o.get("on_at_risk")
+            ls.ticket = tickets.get(ls.name)
+        self.leases.extend(made)
+        self._finish(q, None, made)
 
     def _r_confirm(self, q: Req, r: wire.Reply, now: float) -> bool:
         if r.kind == "OK" and r.word == "REFRESHED":
@@ -1330,6 +1501,9 @@ class Core:
     def _body_done(self, q: Req) -> None:
         r = q.header
         assert r is not None
+        if q.op == "LOCKALL":
+            self._lockall_body(q)
+            return
         try:
             if q.op == "STATS":
                 stats = {}
@@ -1399,6 +1573,23 @@ class Core:
                 req=q.reqid if q.reqid and self.takes_req else None,
                 notify="waiters" if q.opts.get("notify_waiters") else None,
                 value=q.opts.get("value") or None,
+                tag=tag,
+            )
+        if op == "LOCKALL":
+            if q.wait < 0:
+                wait_all: str | None = "inf"
+            elif q.wait == 0:
+                wait_all = None
+            else:
+                if q.wait_end == NEVER:
+                    q.wait_end = now + q.wait
+                wait_all = str(max(int(q.wait_end - now), 1))
+            return wire.request(
+                "TRYLOCK" if q.wait == 0 else "LOCK",
+                *q.extra["names"],
+                ttl=int(q.ttl),
+                wait=wait_all,
+                req=q.reqid if q.reqid and self.takes_req else None,
                 tag=tag,
             )
         if op in ("CONFIRM", "RENEW", "REFRESH"):
@@ -1522,17 +1713,50 @@ class Core:
             if self.forked:
                 msg = "this client belongs to the process that made it (fork)"
             self._finish(q, ConnectionLost(msg))
+        elif q.op == "LOCKALL" and self.multi is not None and self.multi is not q:
+            # one at a time: this one goes when the one before has ended,
+            # within its wait (a try: within request_timeout; tick())
+            q.where = HELD_BACK
+            if q.wait == 0:
+                q.extra["held_until"] = now + self.o.request_timeout_ms
+            else:
+                q.extra["held_until"] = q.wait_end  # NEVER for a wait for ever
+            q.deadline = q.extra["held_until"] + self.o.request_timeout_ms
+            self.multi_queue.append(q)
         elif self.state == UP and self.session_ok:
+            if q.op == "LOCKALL":
+                self.multi = q
             self._write(q, now)
         else:
+            if q.op == "LOCKALL":
+                self.multi = q
             q.where = UNSENT
             self.unsent.append(q)
+
+    def _multi_done(self, q: Req) -> None:
+        """q has ended: if it was the multi-lock in progress, the next one
+        held back goes (or ends, its wait over)."""
+        if q is not self.multi:
+            return
+        self.multi = None
+        while self.multi_queue and self.multi is None:
+            nxt = self.multi_queue.popleft()
+            nxt.where = NOWHERE
+            now = now_ms()
+            if nxt.extra["held_until"] <= now:
+                self._finish(nxt, LockTimeout("the wait ran out behind another multi-lock"))
+                continue
+            nxt.deadline = now + self.o.request_timeout_ms
+            self.submit(nxt, now)
 
     def abandon(self, q: Req) -> None:
         """The caller stops waiting for q (timeout, cancellation)."""
         if q.done:
             return
-        if q.where == UNSENT:
+        if q.where == HELD_BACK:
+            self.multi_queue.remove(q)
+            q.where = NOWHERE
+        elif q.where == UNSENT:
             if q.op == "UNLOCK" and q.last_hold:
                 q.internal = True  # still release the lease once connected
                 return
@@ -1551,6 +1775,7 @@ class Core:
             return
         q.done = True
         q.error = LockTimeout("given up")
+        self._multi_done(q)
 
     def lock_request(
         self,
@@ -1569,6 +1794,31 @@ class Core:
         q.deadline = now + self.o.request_timeout_ms
         q.reqid = request_id()
         return q
+
+    def lockall_request(
+        self, names: list[str], ttl_ms: float | None, wait_ms: float, now: float
+    ) -> Req:
+        """A multi-lock of `names` (2 to MULTI_MAX, distinct, in byte
+        order): one LOCK naming them all, exclusive, all granted or none
+        held. Its outcome is the list of LeaseStates, in the same order."""
+        q = Req("LOCKALL", names[0])
+        q.extra = {"names": list(names)}
+        q.ttl = ttl_ms if ttl_ms else self.default_ttl
+        q.wait = wait_ms
+        if wait_ms > 0:
+            q.wait_end = now + wait_ms  # a wait held back here counts too
+        q.deadline = now + self.o.request_timeout_ms
+        q.reqid = request_id()
+        return q
+
+    def holding(self, name: str) -> LeaseState | None:
+        """A lease of `name` this client holds (live, not being
+        released): a multi-lock of the name would be refused
+        (ALREADY_HELD), whatever its wait."""
+        for ls in self.leases:
+            if ls.name == name and ls.live() and ls.owned:
+                return ls
+        return None
 
     def release_request(self, ls: LeaseState, now: float) -> Req | None:
         """The UNLOCK of one hold; None when nothing is to be sent (a lease
@@ -1628,6 +1878,7 @@ class Core:
         q.done = True
         q.error = err
         q.result = result
+        self._multi_done(q)
         if q.internal or q.abandoned:
             return
         self.hooks.done(q)
@@ -1724,6 +1975,12 @@ class Core:
                 self.stalled = True
             else:
                 nxt = min(nxt, due)
+        for q in list(self.multi_queue):
+            if now >= q.extra["held_until"]:
+                self.multi_queue.remove(q)
+                self._finish(q, LockTimeout("the wait ran out behind another multi-lock"))
+            else:
+                nxt = min(nxt, q.extra["held_until"])
         for ls in list(self.leases):
             if not ls.live():
                 continue
@@ -1759,6 +2016,7 @@ class Core:
 
 _REPLIES: dict[str, Callable[[Core, Req, wire.Reply, float], bool]] = {
     "LOCK": Core._r_lock,
+    "LOCKALL": Core._r_lockall,
     "CONFIRM": Core._r_confirm,
     "UNLOCK": Core._r_unlock,
     "REFRESH": Core._r_refresh,

@@ -56,7 +56,13 @@ class HeldByOwner(LockTimeout):
     owner id and its key, such as an exported ``DLOCK_OWNER``) holds the
     lock. The server granted it as a reentry of that process's lease; the
     client gave the hold back at once, whatever ``wait`` (the server never
-    queues an owner behind itself). ``code`` is ``HELD_BY_OWNER``."""
+    queues an owner behind itself). ``code`` is ``HELD_BY_OWNER``.
+
+    Also a multi-lock (``lock_all``) refused because its owner -- this
+    client, or another process of the owner -- holds one of its names
+    already: a multi-lock takes new leases only (``NO ALREADY_HELD <name>
+    <token>``, or this client's own lease found before anything is
+    sent), at once whatever ``wait``. ``code`` is then ``ALREADY_HELD``."""
 
 
 class LockLost(DlockError):
@@ -170,6 +176,7 @@ _NO_CODES: dict[str, type[DlockError]] = {
     "LIMIT_MISMATCH": LimitMismatch,
     "UPGRADE_DEADLOCK": UpgradeDeadlock,
     "DEADLOCK": Deadlock,
+    "ALREADY_HELD": HeldByOwner,
 }
 _ERR_CODES: dict[str, type[DlockError]] = {
     "NOAUTH": Denied,
@@ -177,6 +184,35 @@ _ERR_CODES: dict[str, type[DlockError]] = {
     "NOT_ACTIVE": Unavailable,
     "LIMIT": LimitReached,
 }
+
+
+# The code words of ERR replies (the others are NO's): how a multi-lock's
+# "* FAILED" is read back into the reply a single LOCK would have had.
+_ERR_WORDS = frozenset(_ERR_CODES) | {
+    "BAD_ARG", "BAD_FORMAT", "LINE_TOO_LONG", "UNKNOWN_COMMAND",
+}  # fmt: skip
+
+
+def failed_error(words: list[str]) -> DlockError:
+    """The exception of a multi-lock's ``* FAILED <first> <WORD> <rest>``
+    (words: ``<WORD> <rest>``, the tag taken off): the one a single LOCK
+    of the failing name answered ``NO``/``ERR <WORD> <rest>`` raises
+    (Deadlock, Unavailable, ...). ``EXPIRED <name>``: a lock it had taken
+    ended while it waited for the others (broken, or its TTL ran out with
+    the server unable to keep it): a LockTimeout of code ``EXPIRED``;
+    nothing is held either way."""
+    code = words[0] if words else ""
+    kind = "ERR" if code in _ERR_WORDS else "NO"
+    text = " ".join([kind, *words])
+    if code == "EXPIRED":
+        name = words[1] if len(words) > 1 else "?"
+        return LockTimeout(
+            f"the multi-lock failed: its lease of {name} ended while it waited "
+            "for the others; nothing is held",
+            text=text,
+            code=code,
+        )
+    return error_of(kind, code, text)
 
 
 def error_of(kind: str, code: str, text: str) -> DlockError:

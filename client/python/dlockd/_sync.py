@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 
 from . import _api
 from . import _options
-from ._api import _UNSET, LeaseView, lock_args
+from ._api import _UNSET, LeasesView, LeaseView, lock_all_args, lock_args
 from ._core import (
     CONNECTING,
     DEAD,
@@ -43,7 +43,14 @@ from ._core import (
     WatchState,
     now_ms,
 )
-from ._errors import ConnectionLost, DlockError, LockLost, LockTimeout, Unavailable
+from ._errors import (
+    ConnectionLost,
+    DlockError,
+    HeldByOwner,
+    LockLost,
+    LockTimeout,
+    Unavailable,
+)
 from ._types import Holders, LocksPage, Status, WatchEvent, lost_why
 from ._wire import Seconds
 
@@ -169,6 +176,51 @@ class Lease(LeaseView):
                 raise
         if et is None and self._ls.lost is not None:
             raise _api.lost_error(self._ls)
+
+
+class Leases(LeasesView):
+    """The leases of a multi-lock, as ``Client.lock_all()`` returns them:
+    a sequence of :class:`Lease` in the byte order of the names (also
+    ``leases[name]``). Each is an ordinary lease -- its own token,
+    renewed by the client, lost and released on its own. ``release()``
+    gives them all back; ``with`` the leases releases them all at the
+    end of the block, and raises LockLost if one was lost meanwhile."""
+
+    def __init__(self, leases: list[Lease]) -> None:
+        self._leases = leases
+
+    @property
+    def lost(self) -> list[threading.Event]:
+        """Each lease's ``lost`` event, in the order of the names."""
+        return [lease.lost for lease in self._leases]
+
+    def release(self) -> None:
+        """Release every lease (an UNLOCK each, in the order of the
+        names), all of them even if one fails; then raises the first
+        error (NotHolder: the server no longer had that lease)."""
+        first: DlockError | None = None
+        for lease in self._leases:
+            try:
+                lease.release()
+            except DlockError as e:
+                first = first or e
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> Leases:
+        return self
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        try:
+            self.release()
+        except LockLost:
+            pass
+        except DlockError:
+            if et is None and self.first_lost() is None:
+                raise
+        lost = self.first_lost()
+        if et is None and lost is not None and lost._ls.owned:
+            raise _api.lost_error(lost._ls)
 
 
 class RWLock:
@@ -471,6 +523,84 @@ class Client:
         # (the thread that read the grant set its timers after it)
         return lease
 
+    def lock_all(
+        self,
+        names: list[str],
+        ttl: Seconds | None = None,
+        wait: Seconds | None = None,
+        *,
+        max_hold: Seconds | None = _UNSET,
+        renew: bool = _UNSET,
+        on_lost: Callable[..., Any] | None = None,
+        on_at_risk: Callable[..., Any] | None = None,
+    ) -> Leases:
+        """Acquire several locks at once, all or none: one request names
+        them all (``LOCK a b c``, dlockd 0.4.0), each taken exclusive for
+        a lease of `ttl` seconds, waiting up to `wait` seconds (None: for
+        ever; 0: try once) for the last of them. Returns :class:`Leases`,
+        one ordinary :class:`Lease` per name in byte order of the names
+        -- each renewed, lost (``on_lost``) and released on its own;
+        ``leases.release()`` or the end of ``with c.lock_all(...) as
+        leases`` gives them all back.
+
+        The server takes the names in byte order, each in its own FIFO
+        queue, holding those it has while it waits for the next (so two
+        multi-locks never wait for each other in a cycle); the caller
+        hears only the end: all granted, or none held (those it took are
+        given back when it fails, times out or is given up). 1 to 64
+        distinct names (one is ``lock(name)``), the request line within
+        1024 bytes (ValueError otherwise, nothing sent). A multi-lock
+        takes new leases only: a name this client (or another process of
+        its owner) holds already raises HeldByOwner (code
+        ``ALREADY_HELD``) at once, whatever the wait. A server takes one
+        multi-lock at a time per connection: those of other threads of
+        this client wait their turn here, within their wait. The acquire
+        sends a request id of its own (``req=``, as ``lock()``), so that a
+        multi-lock sent again after a drop or a fail-over gets back the
+        leases it was granted.
+
+        Raises LockTimeout (``code`` ``BUSY`` for a try that found one
+        held; ``EXPIRED`` when a lock it had taken ended while it waited
+        for the others), Deadlock (waiting for one of them would close a
+        cycle of owners), HeldByOwner, LimitMismatch (one is a
+        semaphore), LimitReached, Denied, Unavailable, ConnectionLost."""
+        a = lock_all_args(names, ttl, wait, max_hold, renew, on_lost, on_at_risk)
+        if len(a.names) == 1:
+            return Leases([self.lock(
+                a.names[0], ttl, wait, max_hold=max_hold, renew=renew, on_lost=on_lost,
+                on_at_risk=on_at_risk,
+            )])  # fmt: skip
+        start = now_ms()
+        wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
+        waker = threading.Event()
+        with self._mu:
+            self._usable()
+            ts = [self._core.take_turn(n) for n in a.names]
+            for t in ts:
+                t.waker = waker
+        granted = False
+        try:
+            self._wait_turns(ts, waker, a.wait_ms, wait_end)
+            with self._mu:
+                now = now_ms()
+                wait_ms = a.wait_ms if a.wait_ms <= 0 else max(wait_end - now, 1.0)
+                q = self._core.lockall_request(a.names, a.ttl_ms, wait_ms, now)
+                q.opts = dict(a.opts, tickets={t.name: t for t in ts})
+            lss: list[LeaseState] = self._call(q)
+            granted = True
+        finally:
+            if not granted:
+                with self._mu:
+                    for t in ts:
+                        self._core.give_turn(t)  # the leases keep them otherwise
+        leases = [Lease(self, ls) for ls in lss]
+        with self._mu:
+            for ls, lease in zip(lss, leases):
+                ls.handle = lease
+                if ls.lost is not None:  # lost before we had a handle
+                    self.lost(ls)
+        return Leases(leases)
+
     def rwlock(self, name: str) -> RWLock:
         """A read/write lock: ``.read()`` shared, ``.write()`` exclusive."""
         return RWLock(self, name)
@@ -688,6 +818,35 @@ class Client:
                 if not t.ready:
                     self._core.give_turn(t)
             raise
+
+    def _wait_turns(
+        self, ts: list[Ticket], waker: threading.Event, wait_ms: float, wait_end: float
+    ) -> None:
+        """A multi-lock's turns: every name's, within the wait; one of the
+        names held by a lease of this client is HeldByOwner at once (the
+        server would refuse it: ALREADY_HELD)."""
+        while True:
+            with self._mu:
+                waker.clear()
+                if self._core.closing:
+                    raise ConnectionLost("the client is closed")
+                for t in ts:
+                    held = self._core.holding(t.name)
+                    if held is not None:
+                        raise HeldByOwner(
+                            f"{t.name} is held by this client (lease {held.token}): "
+                            "a multi-lock takes new leases only",
+                            code="ALREADY_HELD",
+                        )
+                waiting = [t for t in ts if not t.ready]
+                if not waiting:
+                    return
+                left = wait_end - now_ms()
+                if wait_ms == 0 or left <= 0:
+                    raise LockTimeout(
+                        f"{waiting[0].name!r} is held by another lease of this client"
+                    )
+            waker.wait(min(left / 1000.0, CLOCK_STEP))
 
     # ---- the core's hooks (called with _mu held) ------------------------
 

@@ -29,6 +29,7 @@ VALUE_MAX = 128  # a lease's value (LOCK, REFRESH value=), bytes as sent
 LIMIT_MAX = 1024  # holders of one lock (limit=)
 DURATION_MAX_MS = 10**12  # the largest duration the server reads
 PAGE_MAX = 1000  # LOCKS limit=
+MULTI_MAX = 64  # names of one multi-lock (LOCK <name> <name> ..., DL_MULTI_MAX)
 REPLY_LINE_MAX = 65536  # a server line longer than this is not protocol
 DEFAULT_PORT = 7420
 DEFAULT_TTL_MS = 30000
