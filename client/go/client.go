@@ -75,11 +75,13 @@ type req struct {
 	waitEnd   float64 // LOCK: end of the wait, from the first write
 	shared    bool
 	limit     int
-	reqID     uint64 // LOCK: the acquire's request id (req=), the same on every write
-	notify    bool   // LOCK: notify=waiters
-	value     string // LOCK (and its CONFIRM): the lease's value; REFRESH: a new one (Proclaim); as sent
-	waiters   int    // CONFIRM: a * WAITING told before the lease was made
-	reason    string // BREAK
+	reqID     uint64    // LOCK, MLOCK: the acquire's request id (req=), the same on every write
+	names     []string  // MLOCK (a multi-lock): its names in byte order (name: the first)
+	tickets   []*ticket // MLOCK: the turn on each of names
+	notify    bool      // LOCK: notify=waiters
+	value     string    // LOCK (and its CONFIRM): the lease's value; REFRESH: a new one (Proclaim); as sent
+	waiters   int       // CONFIRM: a * WAITING told before the lease was made
+	reason    string    // BREAK
 	renew     bool
 	internal  bool // nobody waits for it
 	abandoned bool // the caller gave up; clean up the outcome
@@ -203,6 +205,8 @@ type Client struct {
 	insane         bool
 	watches        []*watch
 
+	multiTurn chan struct{} // cap 1: taken by the multi-lock in progress (one per connection)
+
 	calls     chan func()
 	inbox     chan inMsg
 	stop      chan struct{}
@@ -252,6 +256,7 @@ func Dial(ctx context.Context, servers string, opts ...Option) (*Client, error) 
 		stop:       make(chan struct{}),
 		quit:       make(chan struct{}),
 		readyCh:    make(chan struct{}),
+		multiTurn:  make(chan struct{}, 1),
 	}
 	if c.owner == "" {
 		var b [8]byte

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,9 +97,11 @@ type scenClient struct {
 }
 
 type job struct {
-	done  chan struct{}
-	lease *Lease
-	err   error
+	done   chan struct{}
+	all    bool     // lockall: leases, bound in byte order of the names
+	lease  *Lease   // lock
+	leases []*Lease // lockall
+	err    error
 }
 
 // lossSeen: when Done was closed, and the lease's local deadline then.
@@ -314,6 +317,32 @@ func (r *run) lockOutcome(l *Lease, err error, want []string) {
 	}
 }
 
+// lockAllOpts: <name>,<name>,... [ttl=<ms>] [wait=<ms>|inf]
+func (r *run) lockAllOpts(sc *scenClient, words []string) ([]string, []LockOption) {
+	name, lo := r.lockOpts(sc, words)
+	return strings.Split(name, ","), lo
+}
+
+// lockAllOutcome: all <L1> <L2> ... binds the leases in byte order of
+// their names (LockAll returns them in the order asked).
+func (r *run) lockAllOutcome(ls []*Lease, err error, want []string) {
+	if err != nil {
+		r.lockOutcome(nil, err, want)
+		return
+	}
+	if len(want) == 0 || want[0] != "all" {
+		r.fail("lockall: all %d granted, expected %v", len(ls), want)
+	}
+	sorted := append([]*Lease(nil), ls...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name() < sorted[j].Name() })
+	if len(want)-1 != len(sorted) {
+		r.fail("lockall: %d leases, expected %v", len(sorted), want)
+	}
+	for i, l := range sorted {
+		r.granted(want[i+1], l)
+	}
+}
+
 func (r *run) lease(v string) *Lease {
 	l, ok := r.leases[v]
 	if !ok {
@@ -334,14 +363,29 @@ func (r *run) verb(sc *scenClient, words, want []string) {
 		name, lo := r.lockOpts(sc, words[2:])
 		l, err := c.Lock(r.ctx(), name, lo...)
 		r.lockOutcome(l, err, want)
-	case "spawn": // <c> spawn <job> lock <name> ...
-		name, lo := r.lockOpts(sc, words[4:])
-		j := &job{done: make(chan struct{})}
+	case "lockall":
+		names, lo := r.lockAllOpts(sc, words[2:])
+		ls, err := c.LockAll(r.ctx(), names, lo...)
+		r.lockAllOutcome(ls, err, want)
+	case "spawn": // <c> spawn <job> lock <name> ... | lockall <names> ...
+		if len(words) < 5 {
+			r.fail("spawn: <job> lock|lockall <name> ...")
+		}
+		j := &job{done: make(chan struct{}), all: words[3] == "lockall"}
 		ctx := r.ctx()
-		go func() {
-			defer close(j.done)
-			j.lease, j.err = c.Lock(ctx, name, lo...)
-		}()
+		if j.all {
+			names, lo := r.lockAllOpts(sc, words[4:])
+			go func() {
+				defer close(j.done)
+				j.leases, j.err = c.LockAll(ctx, names, lo...)
+			}()
+		} else {
+			name, lo := r.lockOpts(sc, words[4:])
+			go func() {
+				defer close(j.done)
+				j.lease, j.err = c.Lock(ctx, name, lo...)
+			}()
+		}
 		r.jobs[words[2]] = j
 	case "release":
 		got := "ok"
@@ -547,7 +591,11 @@ func (r *run) line(text string) {
 		case <-time.After(stepMax):
 			r.fail("job %s still waits", words[1])
 		}
-		r.lockOutcome(j.lease, j.err, want)
+		if j.all {
+			r.lockAllOutcome(j.leases, j.err, want)
+		} else {
+			r.lockOutcome(j.lease, j.err, want)
+		}
 	default:
 		sc, ok := r.clients[head]
 		if !ok {

@@ -75,7 +75,7 @@ func (c *Client) session(now float64) {
 	c.unsent = nil
 	for _, q := range kept {
 		q.where = nowhere
-		if q.op == "LOCK" && q.wait > 0 && q.waitEnd <= now {
+		if (q.op == "LOCK" || q.op == "MLOCK") && q.wait > 0 && q.waitEnd <= now {
 			c.finish(q, newErr(ErrTimeout, "the wait ran out while reconnecting"), nil)
 		} else {
 			c.write(q, now)
@@ -422,6 +422,10 @@ func (c *Client) event(r *reply, now float64) {
 		q.op = "CONFIRM"
 		c.setReqDeadline(q, now+c.serverTimeoutMs())
 		c.write(q, now)
+	case "LOCKED":
+		c.eventLocked(r) // a multi-lock's grant
+	case "FAILED":
+		c.eventFailed(r) // a multi-lock's end without its locks
 	case "TIMEOUT":
 		q := c.waiting[r.tag]
 		if r.tag == "" || q == nil {
@@ -509,6 +513,8 @@ func (c *Client) reply(q *req, r *reply, now float64) {
 	switch q.op {
 	case "LOCK":
 		handled = c.rLock(q, r, now)
+	case "MLOCK":
+		handled = c.rLockAll(q, r, now)
 	case "CONFIRM":
 		handled = c.rConfirm(q, r, now)
 	case "UNLOCK":
@@ -935,6 +941,10 @@ func (c *Client) rBody(q *req, r *reply) bool {
 }
 
 func (c *Client) bodyDone(q *req) {
+	if q.op == "MLOCK" {
+		c.multiBodyDone(q)
+		return
+	}
 	h := Holders{Status: statusOf(q.name, q.header), More: atoi(q.header.kvs("more"))}
 	h.Status.Held = h.Status.Holders > 0
 	for _, s := range q.body {
@@ -980,14 +990,7 @@ func (c *Client) format(q *req, now float64) string {
 			verb = "TRYLOCK"
 		}
 		l := newLine(verb, q.name).kv("ttl", itoa(int64(q.ttl)))
-		if q.wait < 0 {
-			l.kv("wait", "inf")
-		} else if q.wait > 0 {
-			if q.waitEnd == never || q.waitEnd == 0 {
-				q.waitEnd = now + q.wait
-			}
-			l.kv("wait", itoa(int64(math.Max(q.waitEnd-now, 1))))
-		}
+		c.waitKV(l, q, now)
 		if q.shared {
 			l.kv("mode", "shared")
 		}
@@ -1001,6 +1004,8 @@ func (c *Client) format(q *req, now float64) string {
 			l.kv("notify", "waiters")
 		}
 		return l.kv("value", q.value).String(q.tag)
+	case "MLOCK":
+		return c.formatMulti(q, now)
 	case "CONFIRM", "RENEW", "REFRESH":
 		// a CONFIRM says the acquire's value again (as libdlock's), a
 		// REFRESH of Proclaim the new one; a RENEW none (the lease keeps it)
@@ -1027,6 +1032,19 @@ func (c *Client) format(q *req, now float64) string {
 		return newLine("WATCH", q.name).String(q.tag)
 	}
 	return newLine(q.op).String(q.tag) // PING
+}
+
+// waitKV says a LOCK's wait= (none for a try): what is left of it, from
+// its first write on.
+func (c *Client) waitKV(l *line, q *req, now float64) {
+	if q.wait < 0 {
+		l.kv("wait", "inf")
+	} else if q.wait > 0 {
+		if q.waitEnd == never || q.waitEnd == 0 {
+			q.waitEnd = now + q.wait
+		}
+		l.kv("wait", itoa(int64(math.Max(q.waitEnd-now, 1))))
+	}
 }
 
 // confirmLease: the server confirmed ms of lease for a request written at

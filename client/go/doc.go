@@ -17,6 +17,11 @@
 // whose reply was lost with the connection gets the grant it was given;
 // a lease it cannot confirm in time is lost.
 //
+// LockAll takes several locks at once, all or none (LOCK a b c ...):
+// the server takes them in byte order of the names and answers when it
+// has them all; each is an ordinary Lease, and UnlockAll releases them
+// together.
+//
 // A lease taken with NotifyWaiters hears when others wait for its lock
 // (* WAITING): Lease.Waiters says how many, and the OnContended function
 // is called, for a holder that can let go early.

@@ -21,7 +21,7 @@ var (
 	ErrDenied          = errors.New("dlockd: denied")                                // NO DENIED, NO AUTH_FAILED, ERR NOAUTH
 	ErrClosed          = errors.New("dlockd: client closed")                         // Close was called
 	ErrConnectionLost  = errors.New("dlockd: connection lost, outcome unknown")      // a request that may not be sent twice
-	ErrHeldByOwner     = errors.New("dlockd: held by this owner in another process") // holds= said the lease is another client's too
+	ErrHeldByOwner     = errors.New("dlockd: held by this owner in another process") // holds= said the lease is another client's too; NO ALREADY_HELD (LockAll)
 	ErrLimitMismatch   = errors.New("dlockd: the lock lives with another limit")     // NO LIMIT_MISMATCH
 	ErrUpgradeDeadlock = errors.New("dlockd: exclusive asked by a shared holder")    // NO UPGRADE_DEADLOCK
 	ErrDeadlock        = errors.New("dlockd: waiting would deadlock")                // NO DEADLOCK
@@ -121,6 +121,8 @@ func errorOf(r *reply) *Error {
 			kind = ErrUpgradeDeadlock
 		case "DEADLOCK":
 			kind = ErrDeadlock
+		case "ALREADY_HELD":
+			kind = ErrHeldByOwner // a multi-lock takes new leases only
 		}
 	} else {
 		switch r.word {

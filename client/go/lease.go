@@ -1,4 +1,5 @@
-// lease.go: Lock, TryLock and the Lease they return (Token, Done, Err,
+// lease.go: Lock, TryLock and the Lease they return (LockAll's too:
+// multi.go) (Token, Done, Err,
 // AtRisk, Check, Refresh, Unlock), and Status and Holders.
 
 package dlockd

@@ -299,7 +299,8 @@ type lockConfig struct {
 	err    error
 }
 
-// A LockOption configures Lock and TryLock.
+// A LockOption configures Lock and TryLock (and LockAll, TryLockAll:
+// TTL, Wait and NoRenew only).
 type LockOption func(*lockConfig)
 
 // TTL is the lease's length (default: the server's, 30s).
