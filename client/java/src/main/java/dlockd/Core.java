@@ -104,10 +104,37 @@ abstract sealed class Core permits Protocol {
         CompletableFuture<Object> done;
         Thread caller; // the thread that waits for done (unparked when it completes), or null
         Runnable hook;
+        // a multi-lock (DlockClient.lockAll): its names in byte order (name is the first), its turns in that order;
+        // the grants of its * LOCKED being confirmed, and how many confirmations are still to come. With one name
+        // it is an ordinary LOCK whose lease is handed out as Leases.
+        List<String> names;
+        List<Ticket> tickets;
+        List<Grant> grants;
+        int pending;
+        Req parent; // MCONFIRM: the multi-lock whose grant it confirms
+        Grant grant; // MCONFIRM: that grant
 
         Req(String op, String name) {
             this.op = op;
             this.name = name;
+        }
+    }
+
+    /** One lease of a multi-lock's grant (a body line {@code granted <name> <token> <ttl_ms> holds=1 ...}). */
+    static final class Grant {
+        final String name;
+        final long token;
+        final Wire.Reply line; // the body line, as a GRANTED reply (its proof=, until=)
+        double ms, sentAt; // what the server said remains, of the request written at sentAt
+        Wire.Reply confirm; // the REFRESHED that confirmed it, if it came as an event
+        boolean expired; // its confirmation was answered NOT_HOLDER
+        DlockException err; // its confirmation failed so
+
+        Grant(String name, long token, double ms, Wire.Reply line) {
+            this.name = name;
+            this.token = token;
+            this.ms = ms;
+            this.line = line;
         }
     }
 
@@ -248,7 +275,8 @@ abstract sealed class Core permits Protocol {
             case "DESCRIBE":
                 return describeLine().build(q.tag);
             case "LOCK": {
-                Wire.Line l = new Wire.Line(q.wait == 0 ? "TRYLOCK" : "LOCK", q.name).kv("ttl", String.valueOf((long) q.ttl));
+                String[] ns = q.names != null && q.names.size() > 1 ? q.names.toArray(new String[0]) : new String[] {q.name};
+                Wire.Line l = new Wire.Line(q.wait == 0 ? "TRYLOCK" : "LOCK", ns).kv("ttl", String.valueOf((long) q.ttl));
                 if (q.wait < 0) {
                     l.kv("wait", "inf");
                 } else if (q.wait > 0) {
@@ -263,7 +291,7 @@ abstract sealed class Core permits Protocol {
                 l.kv("value", q.value);
                 return l.build(q.tag);
             }
-            case "CONFIRM": case "RENEW": case "REFRESH": {
+            case "CONFIRM": case "MCONFIRM": case "RENEW": case "REFRESH": {
                 Wire.Line l = new Wire.Line("REFRESH", q.name, Wire.u64(q.token)).kv("ttl", String.valueOf((long) q.ttl));
                 // a proclaim's value; a CONFIRM's grant has the LOCK's already
                 if (q.op.equals("REFRESH")) l.kv("value", q.value);
@@ -426,6 +454,7 @@ abstract sealed class Core permits Protocol {
                 break;
             case TURN:
                 if (q.ticket != null) q.ticket.waiter = null;
+                if (q.tickets != null) for (Ticket t : q.tickets) if (t.waiter == q) t.waiter = null;
                 break;
             default:
                 break;
@@ -446,6 +475,11 @@ abstract sealed class Core permits Protocol {
             giveTurn(q.ticket);
             q.ticket = null;
         }
+        if (q.tickets != null && !(result instanceof Leases)) {
+            List<Ticket> ts = q.tickets;
+            q.tickets = null;
+            for (Ticket t : ts) giveTurn(t);
+        }
         if (q.hook != null) {
             q.hook.run();
             q.hook = null;
@@ -461,14 +495,17 @@ abstract sealed class Core permits Protocol {
         callback(() -> {
             if (err != null) {
                 f.completeExceptionally(err);
-            } else if (!f.complete(result) && result instanceof Lease) {
-                Lease l = (Lease) result; // cancelled meanwhile: give the grant back
+            } else if (!f.complete(result) && (result instanceof Lease || result instanceof Leases)) {
+                // cancelled meanwhile: give the grants back
+                List<Lease> ls = result instanceof Lease ? List.of((Lease) result) : ((Leases) result).list();
                 exec(() -> {
-                    if (!l.released && !l.unlocking) {
-                        l.unlocking = true;
-                        l.setEnded();
-                        released(l);
-                        internal("UNLOCK", l.name, l.token, true);
+                    for (Lease l : ls) {
+                        if (!l.released && !l.unlocking) {
+                            l.unlocking = true;
+                            l.setEnded();
+                            released(l);
+                            internal("UNLOCK", l.name, l.token, true);
+                        }
                     }
                 });
             }
@@ -483,6 +520,12 @@ abstract sealed class Core permits Protocol {
         dq.addLast(t);
         if (dq.size() == 1) t.head = true;
         return t;
+    }
+
+    /** Whether this client holds a live lease of name (its turn on the name). */
+    boolean holdsLive(String name) {
+        for (Lease l : leases) if (l.name.equals(name) && l.live()) return true;
+        return false;
     }
 
     void giveTurn(Ticket t) {
@@ -500,7 +543,9 @@ abstract sealed class Core permits Protocol {
             h.head = true;
             Req q = h.waiter;
             h.waiter = null;
-            if (q != null && !q.finished) {
+            boolean all = true; // a multi-lock goes once it has every turn
+            if (q != null && q.tickets != null) for (Ticket x : q.tickets) all &= x.head;
+            if (q != null && all && !q.finished) {
                 double now = nowMs();
                 if (q.wait > 0) {
                     q.wait = Math.max(q.start + q.wait - now, 1);

@@ -3,6 +3,7 @@ package dlockd;
 import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -33,7 +34,8 @@ import javax.net.ssl.SSLSocketFactory;
  * server does not know it) and sends its waiting {@code LOCK}s again. A lease it cannot confirm before its local
  * deadline less the guard is lost. Leases shorter than about twice the take-over time cannot survive one.
  *
- * <p><b>Request ids.</b> Each acquire ({@code lock}, {@code tryLock}, {@code lockAsync}) draws a random 64-bit
+ * <p><b>Request ids.</b> Each acquire ({@code lock}, {@code tryLock}, {@code lockAsync}, and each multi-lock of
+ * {@code lockAll}, {@code tryLockAll}, {@code lockAllAsync}) draws a random 64-bit
  * request id (never 0) and sends it ({@code req=}) on every write of its {@code LOCK} -- the first, and each one sent
  * again after a reconnect or a fail-over -- to a server whose {@code HELLO} on that connection said version 0.4.0 or
  * later. A {@code LOCK} whose reply a drop lost, sent again, then gets the grant it already had (the same token, no
@@ -42,7 +44,8 @@ import javax.net.ssl.SSLSocketFactory;
  *
  * <p><b>Turns.</b> Within one client the holds of one name are taken one at a time: a second {@code lock} of a name
  * the client holds waits for its release (the server would grant it as a reentry of the same lease), and
- * {@code tryLock} fails with {@link BusyException}.
+ * {@code tryLock} fails with {@link BusyException}. A multi-lock ({@link #lockAll}) takes its turn on every name at
+ * once; a name the client holds fails it at once ({@link HeldByOwnerException}: a multi-lock takes new leases only).
  *
  * <p><b>Threads.</b> One lock guards the protocol state; a caller writes its request itself (non-blocking) and, on a
  * connection without TLS, reads the reply itself while no other thread reads. A manager thread
@@ -413,16 +416,16 @@ public final class DlockClient implements AutoCloseable {
      * @return the lease, to come; failed with the exceptions of {@link #lock(String, LockOptions)}
      */
     public CompletableFuture<Lease> lockAsync(String name, LockOptions opts) {
-        LeaseFuture f = new LeaseFuture(e);
+        AcquireFuture<Lease> f = new AcquireFuture<>(e);
         acquire(name, opts, true, f);
         return f;
     }
 
     /** A future whose cancel gives the lock request up. */
-    private static final class LeaseFuture extends CompletableFuture<Lease> {
+    private static final class AcquireFuture<T> extends CompletableFuture<T> {
         private final Engine e;
 
-        LeaseFuture(Engine e) {
+        AcquireFuture(Engine e) {
             this.e = e;
         }
 
@@ -457,6 +460,16 @@ public final class DlockClient implements AutoCloseable {
 
     private CompletableFuture<Object> acquire(String name, LockOptions o, boolean exposed, CompletableFuture<?> f) {
         Wire.checkName(name, "lock name");
+        return acquire(List.of(name), false, o, exposed, f);
+    }
+
+    /**
+     * The acquire of names (one, or a multi-lock's in byte order, all: handed out as {@link Leases}), after its turn on
+     * each name within this client.
+     */
+    private CompletableFuture<Object> acquire(List<String> names, boolean all, LockOptions o, boolean exposed,
+            CompletableFuture<?> f) {
+        final String name = names.get(0);
         if (o == null) o = LockOptions.DEFAULT;
         final LockOptions lc = o;
         final double start = Engine.nowMs();
@@ -465,6 +478,13 @@ public final class DlockClient implements AutoCloseable {
         final String value = Wire.descEncode(lc.value, Wire.VALUE_MAX);
         CompletableFuture<Object> fo = objectFuture(f);
         return e.submitCall(now -> {
+            if (all) {
+                for (String n : names) {
+                    if (e.holdsLive(n)) {
+                        throw new HeldByOwnerException(n + " is held by this client: a multi-lock takes new leases only");
+                    }
+                }
+            }
             Engine.Req q = new Engine.Req("LOCK", name);
             q.reqId = reqId;
             q.notify = lc.notifyWaiters;
@@ -475,22 +495,154 @@ public final class DlockClient implements AutoCloseable {
             q.limit = lc.limit;
             q.renew = lc.renew;
             q.ttl = lc.ttl == null ? e.defaultTTL : Wire.durMs(lc.ttl);
-            Engine.Ticket t = e.takeTurn(name);
-            if (!t.head) {
-                if (waitMs == 0) {
-                    e.giveTurn(t);
-                    throw new BusyException(null, null, name + " is held by this client", null);
-                }
-                q.ticket = t;
-                q.where = Engine.Where.TURN;
-                t.waiter = q;
+            List<Engine.Ticket> ts = new ArrayList<>();
+            Engine.Ticket busy = null;
+            for (String n : names) {
+                Engine.Ticket t = e.takeTurn(n);
+                ts.add(t);
+                if (!t.head && busy == null) busy = t;
+            }
+            if (all) {
+                q.names = names;
+                q.tickets = ts;
             } else {
-                q.ticket = t;
+                q.ticket = ts.get(0);
+            }
+            if (busy != null) {
+                if (waitMs == 0) {
+                    q.ticket = null;
+                    q.tickets = null;
+                    for (Engine.Ticket t : ts) e.giveTurn(t);
+                    throw new BusyException(null, null, busy.name + " is held by this client", null);
+                }
+                q.where = Engine.Where.TURN;
+                for (Engine.Ticket t : ts) if (!t.head) t.waiter = q;
+            } else {
                 if (waitMs > 0) q.wait = Math.max(start + waitMs - now, 1);
                 q.start = now;
             }
             return q;
         }, exposed, fo);
+    }
+
+    // ---- several locks at once ------------------------------------------------------------
+
+    /** The most bytes the options of a multi-lock's line take: ttl= and wait= (13 digits), req= (20), id=j (10). */
+    static final int MULTI_OPTS_MAX = (" ttl=".length() + 13) + (" wait=".length() + 13) + (" req=".length() + 20)
+            + (" id=j".length() + 10);
+
+    /**
+     * A multi-lock's names, checked, in byte order: 1 to 64 distinct lock names whose request line fits the
+     * protocol's 1024 bytes.
+     */
+    static List<String> multiNames(Collection<String> names) {
+        if (names == null || names.isEmpty()) throw new IllegalArgumentException("lockAll: no lock name");
+        if (names.size() > Wire.MULTI_MAX) {
+            throw new IllegalArgumentException("lockAll: " + names.size() + " names, at most " + Wire.MULTI_MAX);
+        }
+        List<String> s = new ArrayList<>(names);
+        long len = "TRYLOCK".length() + MULTI_OPTS_MAX;
+        for (String n : s) {
+            Wire.checkName(n, "lock name");
+            len += 1 + n.length();
+        }
+        s.sort(null); // byte order: the names are ASCII, whose String order is memcmp's (shorter first on a tie)
+        for (int i = 1; i < s.size(); i++) {
+            if (s.get(i).equals(s.get(i - 1))) throw new IllegalArgumentException("lockAll: '" + s.get(i) + "' named twice");
+        }
+        if (len > Wire.REQUEST_LINE_MAX) {
+            throw new IllegalArgumentException("lockAll: the names take " + len + " bytes of a request line with its options, at most "
+                    + Wire.REQUEST_LINE_MAX);
+        }
+        return List.copyOf(s);
+    }
+
+    private CompletableFuture<Object> acquireAll(Collection<String> names, LockOptions o, boolean exposed, CompletableFuture<?> f) {
+        List<String> ns = multiNames(names);
+        if (o != null && (o.shared || o.limit > 1 || o.notifyWaiters || !o.value.isEmpty())) {
+            throw new IllegalArgumentException("lockAll takes the options' TTL, wait and renewal only (every lock is taken"
+                    + " exclusive, without notifyWaiters or a value): " + o);
+        }
+        return acquire(ns, true, o, exposed, f);
+    }
+
+    /**
+     * Acquires several locks at once, all or none ({@code LOCK a b c ...}): every lock exclusive, each a lease of its
+     * own. The server takes the names in byte order, each in its own FIFO queue, holding those it has while it waits
+     * for the next (so two multi-locks never wait for each other in a cycle; against single locks each wait goes
+     * through the server's deadlock check), and answers once it has them all, or has given back those it took. While
+     * it waits, the locks taken are held by this client's owner (a {@link #status} shows them held).
+     *
+     * <p>The leases are ordinary leases: renewed in the background (unless {@link LockOptions#noRenew()}), lost,
+     * refreshed, checked and unlocked one by one; {@link Leases#unlockAll()} or {@link Leases#close()} gives them all
+     * back. The acquire draws one request id for the multi-lock, as {@link #lock(String, LockOptions)} does, and a
+     * multi-lock sent again after a drop or a fail-over gets back the leases it was granted, or its wait. One name is
+     * an ordinary lock, its lease handed out as {@code Leases} of one.
+     *
+     * <p>A name this client holds a lease of fails the call at once with {@link HeldByOwnerException}, as the server
+     * refuses a name the owner holds ({@code NO ALREADY_HELD}, e.g. held by another client of the same owner): a
+     * multi-lock takes new leases only, never a reentry. A name another call of this client is acquiring or releasing
+     * waits for its turn, as {@code lock} does. The server runs one multi-lock at a time per connection: another
+     * {@code lockAll} of this client while one waits fails with {@link LimitException}.
+     *
+     * @param names 1 to 64 distinct lock names, in any order (their line at most 1024 bytes)
+     * @param opts the TTL of every lease, the wait (null: until granted; zero: try once), renewal; a shared mode, a
+     *     limit, {@link LockOptions#notifyWaiters()} or a value are refused ({@link IllegalArgumentException})
+     * @return the leases, in byte order of the names
+     * @throws BusyException with a zero wait when a lock is busy (nothing is held)
+     * @throws LockTimeoutException when the wait ran out (nothing is held), or no reply came within the server timeout
+     * @throws DeadlockException when waiting would close a cycle of owners waiting for each other (at once, or while
+     *     it waited: {@code * FAILED <first> DEADLOCK ...})
+     * @throws HeldByOwnerException when the owner holds one of the names already
+     * @throws DlockInterruptedException when the thread was interrupted: the wait is cancelled at the server
+     *     ({@code CANCEL <first>}), and what it took is given back
+     * @throws DlockException of the other kinds as the server refused or failed it, at once or while it waited
+     *     ({@link UnavailableException}, {@link LimitMismatchException}, {@link LimitException},
+     *     {@link DeniedException}; code {@code "EXPIRED"} when a lock it had taken was broken meanwhile)
+     */
+    public Leases lockAll(Collection<String> names, LockOptions opts) {
+        return (Leases) e.await(acquireAll(names, opts, false, new CompletableFuture<>()));
+    }
+
+    /**
+     * As {@link #lockAll(Collection, LockOptions)} with a TTL and a wait.
+     *
+     * @param names 1 to 64 distinct lock names
+     * @param ttl the TTL of every lease (null: the server's default, 30 s)
+     * @param wait the longest wait (null: until granted; zero: try once)
+     * @return the leases, in byte order of the names
+     */
+    public Leases lockAll(Collection<String> names, Duration ttl, Duration wait) {
+        LockOptions o = LockOptions.DEFAULT.waitFor(wait);
+        if (ttl != null) o = o.withTtl(ttl);
+        return lockAll(names, o);
+    }
+
+    /**
+     * Acquires every name now if all can be had ({@code TRYLOCK a b ...}), else throws {@link BusyException} (naming
+     * the first busy lock's holder when the server says); nothing is held then.
+     *
+     * @param names 1 to 64 distinct lock names
+     * @param opts the options (their wait is ignored)
+     * @return the leases, in byte order of the names
+     */
+    public Leases tryLockAll(Collection<String> names, LockOptions opts) {
+        return lockAll(names, (opts == null ? LockOptions.DEFAULT : opts).waitFor(Duration.ZERO));
+    }
+
+    /**
+     * As {@link #lockAll(Collection, LockOptions)} without blocking the caller. Cancelling the future (before it
+     * completes) gives the request up: the wait is cancelled at the server ({@code CANCEL <first>}, which gives back
+     * what it took), and grants that crossed the cancel are given back. The future completes on a client thread.
+     *
+     * @param names 1 to 64 distinct lock names
+     * @param opts TTL, wait, renewal
+     * @return the leases, to come; failed with the exceptions of {@link #lockAll(Collection, LockOptions)}
+     */
+    public CompletableFuture<Leases> lockAllAsync(Collection<String> names, LockOptions opts) {
+        AcquireFuture<Leases> f = new AcquireFuture<>(e);
+        acquireAll(names, opts, true, f);
+        return f;
     }
 
     // ---- looking ------------------------------------------------------------------------

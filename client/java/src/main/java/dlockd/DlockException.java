@@ -34,7 +34,10 @@ public class DlockException extends RuntimeException {
         CLOSED,
         /** The connection closed under a request that may not be sent twice: {@link ConnectionLostException}. */
         CONNECTION_LOST,
-        /** The lease is held by the same owner in another process: {@link HeldByOwnerException}. */
+        /**
+         * The lease is held by the same owner in another process, or a multi-lock names a lock its owner holds
+         * ({@code NO ALREADY_HELD}): {@link HeldByOwnerException}.
+         */
         HELD_BY_OWNER,
         /** {@code NO LIMIT_MISMATCH}: {@link LimitMismatchException}. */
         LIMIT_MISMATCH,
@@ -108,7 +111,7 @@ public class DlockException extends RuntimeException {
             case DENIED: return new DeniedException(code, line, msg);
             case CLOSED: return new ClientClosedException(msg);
             case CONNECTION_LOST: return new ConnectionLostException(msg);
-            case HELD_BY_OWNER: return new HeldByOwnerException(msg);
+            case HELD_BY_OWNER: return new HeldByOwnerException(code, line, msg);
             case LIMIT_MISMATCH: return new LimitMismatchException(code, line, msg, 0);
             case UPGRADE_DEADLOCK: return new UpgradeDeadlockException(code, line, msg);
             case DEADLOCK: return new DeadlockException(code, line, msg, 0);
@@ -126,9 +129,33 @@ public class DlockException extends RuntimeException {
 
     /** The exception of a NO or ERR reply. */
     static DlockException ofReply(Wire.Reply r) {
+        return ofWord(r.kind.equals("NO"), r.word, r.args, r.text());
+    }
+
+    /**
+     * The exception of {@code * FAILED <first> <WORD> <rest...>}: a multi-lock that waited ended without its locks,
+     * as a single LOCK of the failing name would have been answered {@code NO <WORD> <rest>} or
+     * {@code ERR <WORD> <rest>} (DEADLOCK: {@link DeadlockException}; UNAVAILABLE: {@link UnavailableException};
+     * EXPIRED, a lock it had taken was ended meanwhile: a plain {@code DlockException} of code {@code "EXPIRED"}).
+     */
+    static DlockException ofFailed(Wire.Reply r) {
+        String word = r.args.get(1);
+        boolean no;
+        switch (word) {
+            case "UNAVAILABLE": case "NOT_ACTIVE": case "LIMIT": case "NOAUTH": case "INTERNAL":
+                no = false;
+                break;
+            default:
+                no = true;
+        }
+        return ofWord(no, word, r.args.subList(2, r.args.size()), r.text());
+    }
+
+    /** The exception of a NO (no) or ERR refusal with this code word and these values (the line: for people). */
+    private static DlockException ofWord(boolean no, String word, java.util.List<String> args, String line) {
         Kind kind = Kind.SERVER;
-        if (r.kind.equals("NO")) {
-            switch (r.word) {
+        if (no) {
+            switch (word) {
                 case "BUSY": kind = Kind.BUSY; break;
                 case "NOT_HOLDER": kind = Kind.NOT_HOLDER; break;
                 case "STALE": kind = Kind.LOST; break;
@@ -136,21 +163,22 @@ public class DlockException extends RuntimeException {
                 case "LIMIT_MISMATCH": kind = Kind.LIMIT_MISMATCH; break;
                 case "UPGRADE_DEADLOCK": kind = Kind.UPGRADE_DEADLOCK; break;
                 case "DEADLOCK": kind = Kind.DEADLOCK; break;
+                case "ALREADY_HELD": kind = Kind.HELD_BY_OWNER; break;
                 default: break;
             }
         } else {
-            switch (r.word) {
+            switch (word) {
                 case "NOAUTH": kind = Kind.DENIED; break;
                 case "UNAVAILABLE": case "NOT_ACTIVE": kind = Kind.UNAVAILABLE; break;
                 case "LIMIT": kind = Kind.LIMIT; break;
                 default: break;
             }
         }
-        String line = r.text();
-        if (kind == Kind.LIMIT_MISMATCH) return new LimitMismatchException(r.word, line, null, Wire.atoi(r.arg(1)));
-        if (kind == Kind.BUSY) return new BusyException(r.word, line, null, Holder.ofBusy(r));
-        if (kind == Kind.LOST) return new LeaseLostException(r.word, line, null, LostReason.NOT_LOST, null);
-        if (kind == Kind.DEADLOCK) return new DeadlockException(r.word, line, null, Wire.atoi(r.arg(1)));
-        return of(kind, r.word, line, null);
+        String a1 = args.size() > 1 ? args.get(1) : null;
+        if (kind == Kind.LIMIT_MISMATCH) return new LimitMismatchException(word, line, null, Wire.atoi(a1));
+        if (kind == Kind.BUSY) return new BusyException(word, line, null, Holder.ofBusy(new Wire.Reply("NO", word, args, "")));
+        if (kind == Kind.LOST) return new LeaseLostException(word, line, null, LostReason.NOT_LOST, null);
+        if (kind == Kind.DEADLOCK) return new DeadlockException(word, line, null, Wire.atoi(a1));
+        return of(kind, word, line, null);
     }
 }

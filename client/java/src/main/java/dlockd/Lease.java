@@ -439,18 +439,28 @@ public final class Lease implements AutoCloseable {
      *     sent, and the lock ends by its TTL at the latest
      */
     public void unlock() {
+        awaitUnlock(startUnlock());
+    }
+
+    /** Sends the UNLOCK (without waiting for its reply: {@link Leases#unlockAll()} sends them all first). */
+    CompletableFuture<Object> startUnlock() {
+        return c.submitCall(now -> {
+            if (released || unlocking) throw DlockException.of(DlockException.Kind.NOT_HOLDER, "the lease of " + name + " is released already");
+            unlocking = true;
+            setEnded();
+            Engine.Req q = new Engine.Req("UNLOCK", name);
+            q.token = token;
+            q.lease = this;
+            q.lastHold = true;
+            q.hook = () -> c.released(this);
+            return q;
+        }, false);
+    }
+
+    /** Waits for the UNLOCK startUnlock sent: the outcome of {@link #unlock()}. */
+    void awaitUnlock(CompletableFuture<Object> f) {
         try {
-            c.await(c.submitCall(now -> {
-                if (released || unlocking) throw DlockException.of(DlockException.Kind.NOT_HOLDER, "the lease of " + name + " is released already");
-                unlocking = true;
-                setEnded();
-                Engine.Req q = new Engine.Req("UNLOCK", name);
-                q.token = token;
-                q.lease = this;
-                q.lastHold = true;
-                q.hook = () -> c.released(this);
-                return q;
-            }, false));
+            c.await(f);
         } catch (NotHolderException e) {
             if ("NOT_HOLDER".equals(e.code())) {
                 c.exec(() -> {
@@ -471,14 +481,25 @@ public final class Lease implements AutoCloseable {
      */
     @Override
     public void close() {
+        CompletableFuture<Object> f = startClose();
+        if (f != null) awaitClose(f);
+    }
+
+    /** The UNLOCK of close(), sent; null when nothing is left to release. */
+    CompletableFuture<Object> startClose() {
         mu.lock();
         try {
-            if (ended) return;
+            if (ended) return null;
         } finally {
             mu.unlock();
         }
+        return startUnlock();
+    }
+
+    /** Waits for the UNLOCK startClose sent: the outcome of {@link #close()}. */
+    void awaitClose(CompletableFuture<Object> f) {
         try {
-            unlock();
+            awaitUnlock(f);
         } catch (NotHolderException | ClientClosedException e) {
             // lost or released before: nothing to give back
         }

@@ -196,6 +196,15 @@ abstract sealed class Protocol extends Core permits Engine {
             finish(q, DlockException.of(DlockException.Kind.CONNECTION_LOST, "the connection closed"), null);
             return false;
         }
+        if (q.op.equals("MCONFIRM") && q.parent.finished) {
+            // the confirmation of a grant whose multi-lock was given up: the lease is ours, give it back once connected
+            q.op = "UNLOCK";
+            q.internal = true;
+            q.lastHold = true;
+            q.ttl = 0;
+            q.resent = true;
+            return true;
+        }
         if (q.op.equals("BREAK") && !standby) {
             // written, not answered: it may have broken the lease, and a BREAK written again would say STALE of its own work
             finish(q, DlockException.of(DlockException.Kind.CONNECTION_LOST, "the connection closed; the outcome is unknown"), null);
@@ -237,7 +246,12 @@ abstract sealed class Protocol extends Core permits Engine {
             bq.body.add(s);
             if (--bodyLeft == 0) {
                 bodyReq = null;
-                bodyDone(bq);
+                if (bq.op.equals("LOCK") || bq.op.equals("LOCKED")) lockedDone(bq, now);
+                else bodyDone(bq);
+                if (insane) {
+                    insane = false;
+                    return false;
+                }
             }
             return true;
         }
@@ -378,7 +392,8 @@ abstract sealed class Protocol extends Core permits Engine {
                     return;
                 }
                 waiting.remove(r.tag);
-                if (notOf(q, r)) {
+                if (multi(q) || notOf(q, r)) {
+                    insane = true;
                     finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may grant this: " + r.text()), null);
                     return;
                 }
@@ -389,6 +404,50 @@ abstract sealed class Protocol extends Core permits Engine {
                 q.waiters = 0; // a * WAITING for this grant may come before the reply: kept here (event WAITING)
                 setReqDeadline(q, now + serverTimeoutMs());
                 write(q, now);
+                break;
+            }
+            case "LOCKED": {
+                // * LOCKED <first> <n>, then n lines: a multi-lock that waited has every lock
+                Long n = r.uarg(1);
+                if (n == null || n < 1 || n > Wire.MULTI_MAX) {
+                    insane = true;
+                    return;
+                }
+                Req q = r.tag.isEmpty() ? null : waiting.get(r.tag);
+                if (q == null) {
+                    // nobody waits: grants that crossed the CANCEL of a wait given up; read them, and give them back
+                    if (crossing == 0) {
+                        insane = true;
+                        return;
+                    }
+                    crossing--;
+                    crossedGrants++;
+                    Req d = new Req("LOCKED", name);
+                    d.internal = true;
+                    readBody(d, r, n);
+                    return;
+                }
+                waiting.remove(r.tag);
+                if (!multi(q) || !q.name.equals(name) || n != q.names.size()) {
+                    insane = true;
+                    finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may grant this: " + r.text()), null);
+                    return;
+                }
+                q.where = Where.SENT;
+                readBody(q, r, n);
+                break;
+            }
+            case "FAILED": {
+                // * FAILED <first> <WORD> <rest...>: a multi-lock that waited ended without its locks, nothing held
+                Req q = waiting.get(r.tag);
+                if (r.tag.isEmpty() || q == null) return;
+                waiting.remove(r.tag);
+                if (!multi(q) || !q.name.equals(name) || r.args.size() < 2) {
+                    insane = true;
+                    finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may end this wait so: " + r.text()), null);
+                    return;
+                }
+                finish(q, DlockException.ofFailed(r), null);
                 break;
             }
             case "TIMEOUT": {
@@ -459,6 +518,9 @@ abstract sealed class Protocol extends Core permits Engine {
                 break;
             case "CONFIRM":
                 handled = rConfirm(q, r, now);
+                break;
+            case "MCONFIRM":
+                handled = rMConfirm(q, r);
                 break;
             case "UNLOCK":
                 handled = rUnlock(q, r, now);
@@ -567,12 +629,28 @@ abstract sealed class Protocol extends Core permits Engine {
         return most;
     }
 
+    /** Whether q is a multi-lock of several names (LOCK a b ...). */
+    static boolean multi(Req q) {
+        return q.names != null && q.names.size() > 1;
+    }
+
     private boolean rLock(Req q, Wire.Reply r, double now) {
-        if (r.is("OK", "GRANTED")) {
+        if (r.is("OK", "LOCKED")) {
+            // OK LOCKED <first> <n>, then n lines: a multi-lock granted at once
+            Long n = r.uarg(1);
+            if (!multi(q) || !q.name.equals(r.arg(0)) || n == null || n != q.names.size()) {
+                insane = true;
+                finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may grant this: " + r.text()), null);
+                return true;
+            }
+            q.where = Where.SENT;
+            readBody(q, r, n);
+        } else if (r.is("OK", "GRANTED")) {
             Long token = r.uarg(1);
             Long ms = r.uarg(2);
-            if (notOf(q, r) || token == null || token == 0) {
+            if (multi(q) || notOf(q, r) || token == null || token == 0) {
                 insane = true;
+                if (multi(q) && token != null && token != 0) cleanupGrant(r.arg(0), token);
                 finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may grant this: " + r.text()), null);
                 return true;
             }
@@ -666,9 +744,172 @@ abstract sealed class Protocol extends Core permits Engine {
             return;
         }
         l.ticket = q.ticket;
+        if (q.tickets != null) {
+            l.ticket = q.tickets.get(0); // lockAll of one name: an ordinary LOCK, its lease handed out as Leases
+            q.tickets = null;
+        }
         leases.add(l);
         if (q.op.equals("CONFIRM") && q.waiters > 0) l.setWaiting(q.waiters); // told while its grant was confirmed
-        finish(q, null, l);
+        finish(q, null, q.names != null ? new Leases(List.of(l)) : l);
+    }
+
+    // ---- multi-locks (LOCK a b ...) ---------------------------------------------------------
+
+    /** Reads the n lines after header r (OK LOCKED, * LOCKED) into q's body. */
+    private void readBody(Req q, Wire.Reply r, long n) {
+        q.header = r;
+        q.body = new ArrayList<>();
+        bodyReq = q;
+        bodyLeft = (int) n;
+        bodyBytes = 0;
+    }
+
+    /**
+     * The n lines of an OK LOCKED (a reply) or a * LOCKED (an event) are read: each must grant q's name of its place
+     * (byte order) a new lease within the TTL asked. A reply's leases count from the LOCK's write; an event's are
+     * confirmed first (REFRESH each, as a single * GRANTED is), then handed out. Grants nobody wants are given back.
+     */
+    private void lockedDone(Req q, double now) {
+        List<Grant> gs = new ArrayList<>();
+        boolean bad = false;
+        for (int i = 0; i < q.body.size(); i++) {
+            List<String> f = Wire.fields(q.body.get(i));
+            Wire.Reply g = f.size() >= 4 && f.get(0).equals("granted")
+                    ? new Wire.Reply("OK", "GRANTED", new ArrayList<>(f.subList(1, f.size())), "") : null;
+            Long token = g == null ? null : g.uarg(1);
+            Long ms = g == null ? null : g.uarg(2);
+            if (g == null || token == null || token == 0) {
+                bad = true;
+                continue;
+            }
+            gs.add(new Grant(g.arg(0), token, ms == null ? -1 : ms, g));
+            if (q.names == null) continue; // crossed a CANCEL: given back below
+            if (!g.arg(0).equals(q.names.get(i)) || ms == null || ms > q.ttl || (g.kv("holds") != null && holdsOf(g) != 1)) {
+                bad = true;
+            }
+        }
+        if (q.op.equals("LOCKED")) {
+            for (Grant g : gs) cleanupGrant(g.name, g.token);
+            return;
+        }
+        if (bad || gs.size() != q.names.size()) {
+            insane = true;
+            for (Grant g : gs) cleanupGrant(g.name, g.token);
+            finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "no server may grant this: " + q.header.text()), null);
+            return;
+        }
+        if (q.abandoned || q.finished) {
+            for (Grant g : gs) cleanupGrant(g.name, g.token);
+            finish(q, DlockException.of(DlockException.Kind.TIMEOUT, "given up"), null);
+            return;
+        }
+        if (q.header.kind.equals("OK")) {
+            for (Grant g : gs) g.sentAt = q.sentAt;
+            multiGranted(q, gs, now);
+            return;
+        }
+        // The TTLs began when the server granted them, before the event reached us: confirm each, count from then.
+        q.where = Where.NOWHERE;
+        q.grants = gs;
+        q.pending = gs.size();
+        setReqDeadline(q, now + serverTimeoutMs());
+        for (Grant g : gs) {
+            Req c = new Req("MCONFIRM", g.name);
+            c.token = g.token;
+            c.ttl = q.ttl;
+            c.parent = q;
+            c.grant = g;
+            write(c, now);
+        }
+    }
+
+    /** The confirmation of one lease of a multi-lock granted by an event; the last one decides. */
+    private boolean rMConfirm(Req c, Wire.Reply r) {
+        Grant g = c.grant;
+        if (r.is("OK", "REFRESHED")) {
+            Long ms = r.uarg(1);
+            if (!c.name.equals(r.arg(0)) || ms == null || ms > c.ttl) {
+                insane = true;
+                g.err = DlockException.of(DlockException.Kind.PROTOCOL, "no server may confirm this: " + r.text());
+            } else {
+                g.ms = ms;
+                g.sentAt = c.sentAt;
+                g.confirm = r;
+            }
+        } else if (r.is("NO", "NOT_HOLDER")) {
+            g.expired = true;
+        } else {
+            g.err = DlockException.ofReply(r);
+        }
+        finish(c, null, null);
+        Req p = c.parent;
+        if (--p.pending == 0) confirmedAll(p, nowMs());
+        return true;
+    }
+
+    private void confirmedAll(Req q, double now) {
+        List<Grant> gs = q.grants;
+        q.grants = null;
+        if (gs == null) return;
+        DlockException err = null;
+        boolean expired = false;
+        for (Grant g : gs) {
+            if (g.expired) expired = true;
+            else if (g.err != null && err == null) err = g.err;
+        }
+        if (!q.finished && err == null && !expired) {
+            multiGranted(q, gs, now);
+            return;
+        }
+        for (Grant g : gs) if (!g.expired) cleanupGrant(g.name, g.token);
+        if (q.finished) return;
+        if (err != null) finish(q, err, null);
+        else relock(q, now, "a grant expired before it was confirmed");
+    }
+
+    /** The grants given back, asks again while the wait lasts: a new request, whose id finds nothing of the old one. */
+    private void relock(Req q, double now, String why) {
+        if (q.wait < 0 || (q.wait > 0 && q.waitEnd > now)) {
+            q.reqId = DlockClient.requestId();
+            setReqDeadline(q, now + serverTimeoutMs());
+            write(q, now);
+        } else {
+            finish(q, DlockException.of(DlockException.Kind.TIMEOUT, why), null);
+        }
+    }
+
+    /** Hands out the leases of a multi-lock, each confirmed for g.ms from g.sentAt. */
+    private void multiGranted(Req q, List<Grant> gs, double now) {
+        if (q.abandoned || q.finished) {
+            for (Grant g : gs) cleanupGrant(g.name, g.token);
+            finish(q, DlockException.of(DlockException.Kind.TIMEOUT, "given up"), null);
+            return;
+        }
+        List<Lease> ls = new ArrayList<>();
+        boolean late = false;
+        for (Grant g : gs) {
+            Lease l = new Lease((Engine) this, g.name, g.token, Lease.Mode.EXCLUSIVE, 1);
+            l.noteProof(g.line);
+            if (g.confirm != null) l.noteProof(g.confirm);
+            l.ttl = q.ttl;
+            l.renew = q.renew;
+            l.lockWrites = Math.max(q.lockWrites, 1);
+            confirmLease(l, q, g.sentAt, g.ms);
+            if (now >= l.deadlineM - guardMs(l.ttl)) late = true;
+            ls.add(l);
+        }
+        if (late) {
+            // so late that a lease is inside its lost guard: give them all back; ask again while the wait lasts
+            for (Grant g : gs) cleanupGrant(g.name, g.token);
+            relock(q, now, "granted too late to be used");
+            return;
+        }
+        for (int i = 0; i < ls.size(); i++) {
+            ls.get(i).ticket = q.tickets.get(i);
+            leases.add(ls.get(i));
+        }
+        q.tickets = null;
+        finish(q, null, new Leases(List.copyOf(ls)));
     }
 
     private boolean rUnlock(Req q, Wire.Reply r, double now) {

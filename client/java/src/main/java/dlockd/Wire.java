@@ -25,6 +25,10 @@ final class Wire {
     static final int BODY_LINES_MAX = 2 * 1000 + 1000 + 128;
     static final int REENTRY_MAX = (1 << 24) - 1;
     static final int SERVERS_MAX = 8;
+    /** The most names of one multi-lock (LOCK a b ...; DL_MULTI_MAX). */
+    static final int MULTI_MAX = 64;
+    /** A request line's most bytes, its line ending not counted. */
+    static final int REQUEST_LINE_MAX = 1024;
 
     static boolean printableWord(String s) {
         if (s == null || s.isEmpty()) return false;

@@ -153,7 +153,7 @@ class ConformanceTest {
         List<String> dargs = List.of();
         final Map<String, SClient> clients = new HashMap<>();
         final Map<String, Lease> leases = new HashMap<>();
-        final Map<String, CompletableFuture<Lease>> jobs = new HashMap<>();
+        final Map<String, CompletableFuture<?>> jobs = new HashMap<>(); // of a Lease (lock) or Leases (lockall)
         final Map<Lease, Watched> watched = new ConcurrentHashMap<>();
         final Map<Lease, Integer> told = new ConcurrentHashMap<>(); // what onContended said last, by lease
         volatile boolean stop;
@@ -326,15 +326,24 @@ class ConformanceTest {
             });
         }
 
-        void lockOutcome(Lease l, Throwable err, String[] want) {
-            String got = lockWord(err);
+        /** The outcome of a lock (a Lease) or a lockall (Leases: "all L1 L2 ...", bound in byte order of the names). */
+        void lockOutcome(Object res, Throwable err, String[] want) {
+            String got = res instanceof Leases ? "all" : lockWord(err);
             if (want.length == 0 || !got.equals(want[0])) {
-                if (l != null) l.close();
+                if (res instanceof Lease) ((Lease) res).close();
+                if (res instanceof Leases) ((Leases) res).close();
                 fail("lock: " + got + (err != null ? " (" + err + ")" : "") + ", expected " + String.join(" ", want));
             }
-            if (l != null) {
+            if (res instanceof Lease) {
                 if (want.length < 2) fail("lock: granted, and no lease variable to name it");
-                granted(want[1], l);
+                granted(want[1], (Lease) res);
+            }
+            if (res instanceof Leases) {
+                List<Lease> ls = ((Leases) res).list();
+                if (want.length != ls.size() + 1) {
+                    fail("lockall: " + ls.size() + " leases " + ls + ", expected " + String.join(" ", want));
+                }
+                for (int i = 0; i < ls.size(); i++) granted(want[i + 1], ls.get(i));
             }
             if (err instanceof DeadlockException) {
                 int n = ((DeadlockException) err).owners();
@@ -368,9 +377,21 @@ class ConformanceTest {
                     lockOutcome(l, err, want);
                     break;
                 }
-                case "spawn": // <c> spawn <job> lock <name> ...
-                    if (words.length < 5 || !words[3].equals("lock")) fail("spawn: only lock");
-                    jobs.put(words[2], c.lockAsync(words[4], lockOpts(s, words, 5)));
+                case "lockall": { // <c> lockall <name>,<name>,... [ttl=] [wait=]
+                    Leases ls = null;
+                    Throwable err = null;
+                    try {
+                        ls = c.lockAll(List.of(words[2].split(",")), lockOpts(s, words, 3));
+                    } catch (DlockException e) {
+                        err = e;
+                    }
+                    lockOutcome(ls, err, want);
+                    break;
+                }
+                case "spawn": // <c> spawn <job> lock|lockall <name>[,<name>...] ...
+                    if (words.length < 5 || !(words[3].equals("lock") || words[3].equals("lockall"))) fail("spawn: only lock and lockall");
+                    if (words[3].equals("lock")) jobs.put(words[2], c.lockAsync(words[4], lockOpts(s, words, 5)));
+                    else jobs.put(words[2], c.lockAllAsync(List.of(words[4].split(",")), lockOpts(s, words, 5)));
                     break;
                 case "release": {
                     String got = "ok";
@@ -550,9 +571,9 @@ class ConformanceTest {
                     }
                     break;
                 case "join": {
-                    CompletableFuture<Lease> j = jobs.get(words[1]);
+                    CompletableFuture<?> j = jobs.get(words[1]);
                     if (j == null) fail("no job " + words[1]);
-                    Lease l = null;
+                    Object l = null;
                     Throwable err = null;
                     try {
                         l = j.get(STEP_MAX_MS, TimeUnit.MILLISECONDS);
@@ -578,7 +599,7 @@ class ConformanceTest {
         @Override
         public void close() {
             if (d != null) d.signal("CONT"); // a paused daemon lets its clients go
-            for (CompletableFuture<Lease> j : jobs.values()) j.cancel(true);
+            for (CompletableFuture<?> j : jobs.values()) j.cancel(true);
             for (SClient s : clients.values()) s.c().close();
             stop = true;
             sampler.interrupt();
