@@ -61,6 +61,7 @@ struct dl_multi {
 	struct dl_multi *next, *prev; /* srv->multis */
 	struct dl_multi *tnext;	      /* srv->multi_todo */
 	unsigned on_todo : 1;
+	unsigned queued : 1;  /* a waiter of it is in name i's queue */
 	unsigned durable : 1; /* a grant or refresh of it was durable */
 	unsigned state : 3;   /* enum multi_state */
 	uint8_t n, i;	      /* names; the next one to take */
@@ -136,6 +137,13 @@ static void give_back(struct dl_multi *m)
 	struct dl_result res;
 	unsigned j;
 
+	/* and its wait, still queued when it ends otherwise (found from
+	 * outside: after a BREAK of a lease it took, the wait stayed, and
+	 * was granted later to a client told that nothing was held) */
+	if (m->queued)
+		dl_locktab_cancel(c->srv->tab, &c->sess, name_of(m, m->i),
+				  &res);
+	m->queued = 0;
 	for (j = 0; j < m->i; j++)
 		(void)dl_locktab_release(c->srv->tab, &c->sess, name_of(m, j),
 					 m->token[j], &res);
@@ -190,6 +198,11 @@ static void granted_all(struct dl_multi *m, int replying)
 	int err;
 
 	for (j = 0; j + 1 < m->n; j++) {
+		/* taken just now (all at once, or renewed a moment ago): a
+		 * refresh would only cost a write. One that ended since is
+		 * known by its event (M_LOST), before this runs. */
+		if (m->deadline[j] + m->ttl_ms / 10 >= now + m->ttl_ms)
+			continue;
 		err = dl_locktab_refresh(c->srv->tab, &c->sess, name_of(m, j),
 					 m->token[j], m->ttl_ms, &res);
 		if (err || res.outcome != DL_REFRESHED) {
@@ -243,6 +256,45 @@ static void granted_all(struct dl_multi *m, int replying)
 	multi_free(m);
 }
 
+/* The owner of c holds `name` (a lease not overdue), other than one of
+ * this request's own grants asked again (its req=): *token says which.
+ * Checked before the acquire, which would re-enter it -- and extend it
+ * to this request's TTL (found from outside: a refused multi-lock of
+ * ttl=24h left a 2 s lease with a day to live). */
+static int held_by_owner(struct dl_conn *c, struct dl_str name, uint64_t req,
+			 uint64_t *token)
+{
+	const struct dl_lock *lk = dl_locktab_find(c->srv->tab, name);
+	const struct dl_lease *l;
+
+	for (l = lk ? lk->holders : NULL; l; l = l->next)
+		if (l->owner == c->sess.owner) {
+			if ((req && dl_lease_req(l) == req) ||
+			    !dl_locktab_remaining(c->srv->tab, name, l->token))
+				return 0;
+			*token = l->token;
+			return 1;
+		}
+	return 0;
+}
+
+static void refuse_held(struct dl_multi *m, struct dl_str name, uint64_t token,
+			int replying)
+{
+	struct reply r;
+
+	give_back(m);
+	if (!replying) {
+		end_event(m, "ALREADY_HELD", name, 0, 0);
+		return;
+	}
+	dl__cmd_reply_begin(&r, "NO ALREADY_HELD");
+	dl_fmt_str(&r.f, name);
+	dl_fmt_u64(&r.f, token);
+	dl__cmd_reply_send(m->c, &r, tag_of(m), NULL);
+	multi_free(m);
+}
+
 /* Take the names from m->i on, until one must wait or all are taken.
  * `replying`: the LOCK is being answered (its reply says how it went);
  * otherwise it was answered OK QUEUED and an event says it. */
@@ -255,7 +307,7 @@ static void step(struct dl_multi *m, int replying)
 	int err;
 
 	while (m->i < m->n) {
-		uint64_t now = dl_mono_ms();
+		uint64_t now = dl_mono_ms(), held;
 		struct dl_str name = name_of(m, m->i);
 		struct dl_acquire a = {.name = name,
 				       .ttl_ms = m->ttl_ms,
@@ -265,24 +317,20 @@ static void step(struct dl_multi *m, int replying)
 				       .req = m->req,
 				       .walk_budget = dl__cmd_walk_budget(c)};
 
+		if (held_by_owner(c, name, m->req, &held)) {
+			refuse_held(m, name, held, replying);
+			return;
+		}
 		err = dl_locktab_acquire(srv->tab, &c->sess, &a, &res);
 		if (!err && res.outcome == DL_GRANTED && res.reentry &&
 		    !res.retry) {
-			/* its owner held it: give the hold back */
+			/* its owner held it after all (not seen above): give
+			 * the hold back */
 			uint64_t token = res.token;
 
 			(void)dl_locktab_release(srv->tab, &c->sess, name,
 						 token, &res);
-			give_back(m);
-			if (replying) {
-				dl__cmd_reply_begin(&r, "NO ALREADY_HELD");
-				dl_fmt_str(&r.f, name);
-				dl_fmt_u64(&r.f, token);
-				dl__cmd_reply_send(c, &r, tag_of(m), NULL);
-				multi_free(m);
-			} else {
-				end_event(m, "ALREADY_HELD", name, 0, 0);
-			}
+			refuse_held(m, name, token, replying);
 			return;
 		}
 		if (!err && res.outcome == DL_GRANTED) {
@@ -296,6 +344,7 @@ static void step(struct dl_multi *m, int replying)
 		}
 		if (!err && res.outcome == DL_QUEUED) {
 			m->state = M_WAITING;
+			m->queued = 1;
 			arm_renewals(srv);
 			if (!replying)
 				return;
@@ -343,10 +392,64 @@ static void step(struct dl_multi *m, int replying)
 	granted_all(m, replying);
 }
 
+/* The same request (its owner, req= and names) sent again on another
+ * connection, while the first still waits there: the new one takes over
+ * its leases (retries) and its wait (the table moves a wait sent again),
+ * and the old one ends, its client told nothing more -- as a single
+ * LOCK's wait taken over (found from outside: the old connection kept a
+ * multi-lock that could never end, and refused every later one). */
+static struct dl_conn *supersede(struct dl_multi *m, char *waited,
+				 size_t *waited_len)
+{
+	struct dl_multi *o;
+	struct dl_conn *oc;
+	unsigned j;
+
+	*waited_len = 0;
+	if (!m->req)
+		return NULL;
+	for (o = m->c->srv->multis; o; o = o->next) {
+		if (o == m || o->req != m->req || o->n != m->n ||
+		    o->c->sess.owner != m->c->sess.owner)
+			continue;
+		for (j = 0; j < m->n; j++)
+			if (!str_eq(name_of(o, j), name_of(m, j)))
+				break;
+		if (j == m->n) {
+			oc = o->c;
+			if (o->queued) {
+				*waited_len = o->len[o->i];
+				memcpy(waited, name_of(o, o->i).p, *waited_len);
+			}
+			multi_free(o); /* its leases and wait are m's now */
+			return oc;
+		}
+	}
+	return NULL;
+}
+
+/* ... and if m did not take that wait over (it ended first), it leaves
+ * the old connection's queue: nobody waits there any more. */
+static void superseded_wait(struct dl_conn *oc, const char *waited, size_t len)
+{
+	struct dl_str name = {waited, len};
+	struct dl_waiter *w;
+	struct dl_result res;
+
+	for (w = oc->sess.waiters; w; w = w->snext)
+		if (str_eq(dl_lock_name(w->lock), name)) {
+			dl_locktab_cancel(oc->srv->tab, &oc->sess, name, &res);
+			return;
+		}
+}
+
 void dl__cmd_multi_lock(struct dl_conn *c, const struct dl_request *rq)
 {
 	struct dl_server *srv = c->srv;
 	struct dl_str names[DL_MULTI_MAX];
+	char waited[DL_NAME_MAX];
+	size_t waited_len;
+	struct dl_conn *oc;
 	struct dl_multi *m;
 	size_t at = 0;
 	unsigned j;
@@ -388,7 +491,19 @@ void dl__cmd_multi_lock(struct dl_conn *c, const struct dl_request *rq)
 		m->next->prev = m;
 	srv->multis = m;
 	c->multi = m;
+	/* a name its owner holds refuses it before anything is taken */
+	for (j = 0; j < m->n; j++) {
+		uint64_t held;
+
+		if (held_by_owner(c, name_of(m, j), m->req, &held)) {
+			refuse_held(m, name_of(m, j), held, 1);
+			return;
+		}
+	}
+	oc = supersede(m, waited, &waited_len);
 	step(m, 1);
+	if (oc && waited_len && !oc->multi)
+		superseded_wait(oc, waited, waited_len);
 }
 
 int dl__cmd_multi_cancel(struct dl_conn *c, const struct dl_request *rq)
@@ -397,14 +512,28 @@ int dl__cmd_multi_cancel(struct dl_conn *c, const struct dl_request *rq)
 	struct dl_result res;
 	struct reply r;
 
-	if (!m || !str_eq(rq->name, name_of(m, 0)))
+	if (!m)
 		return 0;
+	memset(&res, 0, sizeof(res));
+	if (!str_eq(rq->name, name_of(m, 0))) {
+		unsigned j;
+
+		/* another of its names: its wait is the multi-lock's, which
+		 * only CANCEL <first> ends (found from outside: a CANCEL of
+		 * the name it waited for left it holding the others, for
+		 * ever) */
+		for (j = 1; j < m->n; j++)
+			if (str_eq(rq->name, name_of(m, j))) {
+				res.outcome = DL_NOT_QUEUED;
+				dl__cmd_result_reply(c, rq->name, &res,
+						     rq->tag);
+				return 1;
+			}
+		return 0;
+	}
 	/* a wait still queued leaves its queue; a wait granted is counted
 	 * in m->i already (dl__cmd_multi_event), and goes back with the
 	 * rest */
-	if (m->state == M_WAITING && m->i < m->n)
-		dl_locktab_cancel(c->srv->tab, &c->sess, name_of(m, m->i),
-				  &res);
 	give_back(m);
 	multi_free(m);
 	dl__cmd_reply_begin(&r, "OK CANCELLED");
@@ -430,8 +559,11 @@ int dl__cmd_multi_event(struct dl_conn *c, const struct dl_event *ev)
 	struct dl_multi *m = c->multi;
 	unsigned j;
 
-	if (m->state == M_WAITING && m->i < m->n &&
+	if (m->state == M_WAITING && m->queued && m->i < m->n &&
 	    str_eq(ev->name, name_of(m, m->i))) {
+		if (ev->type == DL_EVENT_GRANTED ||
+		    ev->type == DL_EVENT_TIMEOUT)
+			m->queued = 0; /* its waiter is gone */
 		if (ev->type == DL_EVENT_GRANTED) {
 			m->token[m->i] = ev->token;
 			m->deadline[m->i] = ev->deadline;

@@ -350,3 +350,97 @@ Test(multi, a_multi_lock_goes_on_after_a_kill9_with_its_id)
 	unlock_all(a, xy, 2, tok);
 	h_close(a);
 }
+
+/* Found from outside: a BREAK of a lease the multi-lock took ended it
+ * (* FAILED ... EXPIRED), but its wait stayed queued, and was granted
+ * later to a client told that nothing was held. */
+Test(multi, a_broken_lease_ends_it_and_its_wait_leaves_the_queue)
+{
+	struct h_client *a = h_hello(d.port, "alice");
+	struct h_client *b = h_hello(d.port, "bob");
+	struct h_client *o = h_hello(d.port, "oscar");
+	uint64_t t3 = h_lock(a, "g3", "ttl=30s"), t1;
+	const char *l;
+
+	cr_assert_str_eq(h_call(b, "LOCK g1 g3 ttl=5s"),
+			 "OK QUEUED g1 1 at=g3");
+	l = h_expect_status(o, "g1", "held", 0, "bob", 0);
+	t1 = h_kv_u64(l, "token");
+	cr_assert(h_starts(h_call(o, "BREAK g1 %" PRIu64 " reason=test", t1),
+			   "OK BROKEN"));
+	h_expect(b, "* FAILED g1 EXPIRED g1");
+	h_expect_status(o, "g3", "held", t3, "alice", 0);
+	cr_assert(h_starts(h_call(a, "UNLOCK g3 %" PRIu64, t3), "OK RELEASED"));
+	h_expect_silence(b, 300);
+	expect_free(o, "g3");
+	h_close(a);
+	h_close(b);
+	h_close(o);
+}
+
+/* Found from outside: CANCEL of the name it waited for (not its first)
+ * cancelled that wait alone, and the multi-lock held the others for
+ * ever. Only CANCEL <first> ends it. */
+Test(multi, only_a_cancel_of_its_first_name_ends_it)
+{
+	struct h_client *a = h_hello(d.port, "alice");
+	struct h_client *b = h_hello(d.port, "bob");
+
+	h_lock(a, "k3", "ttl=30s");
+	cr_assert_str_eq(h_call(b, "LOCK k1 k3 ttl=1s"),
+			 "OK QUEUED k1 1 at=k3");
+	cr_assert_str_eq(h_call(b, "CANCEL k3"), "NO NOT_QUEUED k3");
+	h_expect_status(a, "k3", "held", 0, "alice", 1);
+	cr_assert_str_eq(h_call(b, "CANCEL k1"), "OK CANCELLED k1");
+	expect_free(a, "k1");
+	h_expect_status(a, "k3", "held", 0, "alice", 0);
+	h_close(a);
+	h_close(b);
+}
+
+/* Found from outside: a multi-lock refused because its owner held one of
+ * the names had re-entered that lease first, extending it to its own
+ * TTL (a 2 s lease had a day to live). */
+Test(multi, a_refusal_leaves_the_held_lease_as_it_was)
+{
+	struct h_client *a = h_hello(d.port, "alice");
+	uint64_t tx = h_lock(a, "xa", "ttl=2s");
+	const char *l;
+
+	l = h_call(a, "LOCK xb xa ttl=24h");
+	cr_assert(h_starts(l, "NO ALREADY_HELD xa "), "\"%s\"", l);
+	l = h_expect_status(a, "xa", "held", tx, "alice", 0);
+	cr_assert_leq(h_kv_u64(l, "ttl_ms"), 2000, "\"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "count"), 1, "\"%s\"", l);
+	expect_free(a, "xb");
+	h_close(a);
+}
+
+/* Found from outside: the same request (owner, req=, names) sent on a
+ * second connection while the first still waited took the leases and
+ * the wait over, and the first connection kept a multi-lock that never
+ * ended and refused every later one. It ends, told nothing more, as a
+ * single LOCK's wait taken over. */
+Test(multi, the_same_request_on_another_connection_takes_it_over)
+{
+	static const char *const sab[] = {"sa", "sc"};
+	struct h_client *a = h_hello(d.port, "alice");
+	struct h_client *b1 = h_hello(d.port, "bob");
+	struct h_client *b2 = h_hello(d.port, "bob");
+	uint64_t tc = h_lock(a, "sc", "ttl=30s"), tok[2];
+
+	cr_assert_str_eq(h_call(b1, "LOCK sa sc req=9 ttl=30s"),
+			 "OK QUEUED sa 1 at=sc");
+	cr_assert_str_eq(h_call(b2, "LOCK sa sc req=9 ttl=30s"),
+			 "OK QUEUED sa 1 at=sc");
+	h_expect_status(a, "sc", "held", tc, "alice", 1);
+	cr_assert(h_starts(h_call(a, "UNLOCK sc %" PRIu64, tc), "OK RELEASED"));
+	h_expect(b2, "* LOCKED sa 2");
+	read_block(b2, sab, 2, tok, NULL);
+	h_expect_silence(b1, 200);
+	/* the first connection is free for another */
+	cr_assert(h_starts(h_call(b1, "LOCK ta tb"), "OK LOCKED ta 2"));
+	h_close(a);
+	h_close(b1);
+	h_close(b2);
+}
