@@ -28,6 +28,8 @@
 #              tests/faults/javaworker), judged as the others [2]
 #   COPYCATS   workers that say worker 0's owner id without its key,
 #              through libdlock and by hand in turn (worker raw) [1]
+#   MULTIS     multi-lock workers (worker multi: LOCK of two or three of
+#              L0.., by hand), each a new owner every 10 s [1]
 #   WORKER_TTLS  the TTLs of the workers' grants, ms [300,800,2000]; the
 #              self-test's 5000 makes a lease left held outlive a restart
 #   LOCKS      lock names L0.. [3]
@@ -130,7 +132,7 @@ top=$(cd "$here/../.." && pwd)
 : "${WORKER:=$top/build/faults/worker}" "${CHECK:=$top/build/faults/check}"
 : "${DURATION:=60}" "${SEED:=$((RANDOM * 32768 + RANDOM))}"
 : "${WORKERS:=8}" "${RUNNERS:=2}" "${LOCKS:=3}" "${CLOCK_STEPS:=both}"
-: "${RWLOCKS:=1}" "${SEMAPHORES:=1}" "${COPYCATS:=1}"
+: "${RWLOCKS:=1}" "${SEMAPHORES:=1}" "${COPYCATS:=1}" "${MULTIS:=1}"
 : "${ELECTIONS:=2}" "${OBSERVERS:=1}"
 [ "$ELECTIONS" = 0 ] && OBSERVERS=0
 : "${STALL_MS:=300}" "${MAX_TTL:=24h}" "${LOG_LEVEL:=notice}"
@@ -473,6 +475,20 @@ copycat() {         # slot
 		"$WORKER" $how "$OUT/hist/c$1.$n.hist" "$h" "$dport" \
 			"$(cat "$OUT/owner0")" "$LOCKS:$RWLOCKS:$SEMAPHORES:$ELECTIONS" \
 			$((SEED + 1000 * $1 + n)) 5000 2>> "$OUT/workers.log"
+	done
+}
+
+# Multi-locks (worker multi): LOCK a b [c] of the exclusive locks,
+# tried or waited for, held, released, by hand; a new owner each run.
+multi() {           # slot
+	local n=0 h=127.0.0.1
+	[ "$nodes" = 2 ] && h=$servers
+	[ "$LOCKS" -ge 2 ] || return 0
+	while [ ! -e "$OUT/stop-runners" ]; do
+		n=$((n + 1))
+		"$WORKER" multi "$OUT/hist/m$1.$n.hist" "$h" "$dport" \
+			"m$1.$n" "$LOCKS:$RWLOCKS:$SEMAPHORES:$ELECTIONS" \
+			$((SEED + 9000 + 100 * $1 + n)) 10000 2>> "$OUT/workers.log"
 	done
 }
 
@@ -1035,6 +1051,9 @@ for i in $(seq 0 $((RUNNERS - 1))); do
 done
 for i in $(seq 1 "$COPYCATS"); do
 	copycat "$i" 2>/dev/null & run_pid[$((RUNNERS + i))]=$!
+done
+for i in $(seq 1 "$MULTIS"); do
+	multi "$i" 2>/dev/null & run_pid[$((RUNNERS + COPYCATS + i))]=$!
 done
 
 read -r -a kinds <<< "$FAULTS"

@@ -38,6 +38,8 @@
  *       of two or three of them (LOCK a b [c], PROTOCOL.md), tried or
  *       waited for up to a second: its block is recorded (M, then a G
  *       per lock), held, and each lease released;
+ *   worker multi <hist> <host> <port> <owner> <locks> <seed> <ms>
+ *       the same, a multi-lock every time;
  *   worker now
  *       prints dlock_now_ms(), the histories' clock (for the campaign's
  *       notes of when Redis was made to forget);
@@ -114,6 +116,8 @@
 
 static int hist = -1;
 static volatile sig_atomic_t stop;
+static int multi_every = 3; /* worker raw: a multi-lock one time in so
+			       many (worker multi: 1) */
 
 static void record(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void record(const char *fmt, ...)
@@ -741,7 +745,7 @@ static void raw_session(struct raw *r, const char *owner, int locks,
 	}
 	while (!stop && dlock_now_ms() < end) {
 		ttl = pick(grant_ttls, ngrant_ttls);
-		if (locks >= 2 && rand() % 3 == 0) {
+		if (locks >= 2 && rand() % multi_every == 0) {
 			if (raw_multi(r, locks, ttl) < 0)
 				return;
 			continue;
@@ -944,12 +948,15 @@ int main(int argc, char **argv)
 	}
 	if (argc < 3 ||
 	    ((strcmp(argv[1], "lock") == 0 || strcmp(argv[1], "raw") == 0 ||
+	      strcmp(argv[1], "multi") == 0 ||
 	      strcmp(argv[1], "observe") == 0) &&
 	     argc != 9) ||
 	    (strcmp(argv[1], "child") == 0 && argc != 4)) {
 		fprintf(stderr, "usage: worker lock <hist> <host> <port> "
 				"<owner> <locks> <seed> <ms>\n"
 				"       worker raw <hist> <host> <port> "
+				"<owner> <locks> <seed> <ms>\n"
+				"       worker multi <hist> <host> <port> "
 				"<owner> <locks> <seed> <ms>\n"
 				"       worker observe <hist> <host> <port> "
 				"<owner> <locks> <seed> <ms>\n"
@@ -967,7 +974,9 @@ int main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
-	if (strcmp(argv[1], "raw") == 0)
+	if (strcmp(argv[1], "multi") == 0)
+		multi_every = 1;
+	if (strcmp(argv[1], "raw") == 0 || strcmp(argv[1], "multi") == 0)
 		return run_raw(argv + 2);
 	if (strcmp(argv[1], "observe") == 0)
 		return run_observe(argv + 2);
