@@ -492,6 +492,13 @@ static void cmd_lock(struct dl_conn *c, const struct dl_request *rq)
 		dl__cmd_multi_lock(c, rq);
 		return;
 	}
+	if (rq->req && dl__cmd_multi_req_in_use(c, rq->req)) {
+		dl_conn_error(c, DL_EBADARG,
+			      "req= of a multi-lock of this owner in progress: "
+			      "an id is one request's",
+			      rq->tag);
+		return;
+	}
 	if (check_ttl(c, rq) || check_warn(c, rq, ttl))
 		return;
 	err = dl_locktab_acquire(srv->tab, &c->sess, &a, &res);
@@ -992,8 +999,8 @@ static const struct {
 };
 
 /* "NO DENIED <name> need=<right>" ("-" for a right on the daemon). */
-static void denied(struct dl_conn *c, enum dl_right right, struct dl_str name,
-		   struct dl_str tag)
+void dl__cmd_denied(struct dl_conn *c, enum dl_right right, struct dl_str name,
+		    struct dl_str tag)
 {
 	static const char *const needs[] = {"need=lock", "need=read",
 					    "need=break", "need=admin"};
@@ -1045,7 +1052,7 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 	}
 	if (verbs[rq.verb].right != ANYONE &&
 	    !dl_access_may(c, verbs[rq.verb].right, rq.name)) {
-		denied(c, verbs[rq.verb].right, rq.name, rq.tag);
+		dl__cmd_denied(c, verbs[rq.verb].right, rq.name, rq.tag);
 		return;
 	}
 	if ((verbs[rq.verb].flags & ACTIVE) &&

@@ -443,6 +443,38 @@ static void superseded_wait(struct dl_conn *oc, const char *waited, size_t len)
 		}
 }
 
+/* req, of c's owner, is the id of a multi-lock in progress other than
+ * this one sent again (the same names, from another connection: it takes
+ * that one over, supersede). Its leases answer a request with their id
+ * as a retry, and its wait is taken over by one: a single LOCK, or a
+ * multi-lock of other names, with it would share leases that the first
+ * gives back when it ends (found by review: the first then never ended,
+ * its wait taken). names: sorted; n 0 for a single LOCK. */
+static int req_in_use(struct dl_conn *c, uint64_t req,
+		      const struct dl_str *names, unsigned n)
+{
+	const struct dl_multi *o;
+	unsigned j;
+
+	if (!req)
+		return 0;
+	for (o = c->srv->multis; o; o = o->next) {
+		if (o->req != req || o->c->sess.owner != c->sess.owner)
+			continue;
+		if (o->c == c || o->n != n)
+			return 1;
+		for (j = 0; j < n; j++)
+			if (!str_eq(name_of(o, j), names[j]))
+				return 1;
+	}
+	return 0;
+}
+
+int dl__cmd_multi_req_in_use(struct dl_conn *c, uint64_t req)
+{
+	return c->srv->multis && req_in_use(c, req, NULL, 0);
+}
+
 void dl__cmd_multi_lock(struct dl_conn *c, const struct dl_request *rq)
 {
 	struct dl_server *srv = c->srv;
@@ -462,14 +494,28 @@ void dl__cmd_multi_lock(struct dl_conn *c, const struct dl_request *rq)
 	}
 	if (dl__cmd_check_ttl(c, rq))
 		return;
-	if (!(m = calloc(1, sizeof(*m)))) {
-		dl_conn_error(c, DL_EINTERNAL, "out of memory", rq->tag);
-		return;
-	}
 	names[0] = rq->name;
 	for (j = 1; j < rq->nnames; j++)
 		names[j] = rq->more[j - 1];
 	qsort(names, rq->nnames, sizeof(names[0]), by_name);
+	/* every name, not the first alone (found by review: a user with
+	 * lock= on pay/ took secret/x as a second name) */
+	for (j = 0; j < rq->nnames; j++)
+		if (!dl_access_may(c, DL_RIGHT_LOCK, names[j])) {
+			dl__cmd_denied(c, DL_RIGHT_LOCK, names[j], rq->tag);
+			return;
+		}
+	if (req_in_use(c, rq->req, names, rq->nnames)) {
+		dl_conn_error(c, DL_EBADARG,
+			      "req= of a multi-lock of this owner in progress "
+			      "with other names: an id is one request's",
+			      rq->tag);
+		return;
+	}
+	if (!(m = calloc(1, sizeof(*m)))) {
+		dl_conn_error(c, DL_EINTERNAL, "out of memory", rq->tag);
+		return;
+	}
 	for (j = 0; j < rq->nnames; j++) {
 		/* they came in one line: they fit in one */
 		memcpy(m->names + at, names[j].p, names[j].len);
@@ -559,6 +605,18 @@ int dl__cmd_multi_event(struct dl_conn *c, const struct dl_event *ev)
 	struct dl_multi *m = c->multi;
 	unsigned j;
 
+	/* its wait's end, whatever else happened meanwhile (found by
+	 * review: a grant that came after a BREAK of a lease it took, in the
+	 * same turn, went to the client, and the lease stayed) */
+	if (m->queued && m->i < m->n && str_eq(ev->name, name_of(m, m->i)) &&
+	    (ev->type == DL_EVENT_GRANTED || ev->type == DL_EVENT_TIMEOUT) &&
+	    m->state != M_WAITING) {
+		m->queued = 0;
+		if (ev->type == DL_EVENT_GRANTED)
+			m->token[m->i++] =
+				ev->token; /* given back with the rest */
+		return 1;
+	}
 	if (m->state == M_WAITING && m->queued && m->i < m->n &&
 	    str_eq(ev->name, name_of(m, m->i))) {
 		if (ev->type == DL_EVENT_GRANTED ||
@@ -628,6 +686,19 @@ void dl_cmd_multi_run(struct dl_server *srv)
 
 /* ---- keeping the leases taken alive while it waits ----------------------- */
 
+/* A waiting multi-lock's leases are refreshed at a third of their TTL,
+ * and no more often than this: a TTL of a few ms would make the timer
+ * spin and write a refresh each turn (found by review). A lease with a
+ * TTL under three times this may end while the multi-lock waits: it
+ * fails, * FAILED ... EXPIRED. */
+#define DL_MULTI_RENEW_MIN_MS 100
+
+static uint64_t renew_every(const struct dl_multi *m)
+{
+	return m->ttl_ms / 3 > DL_MULTI_RENEW_MIN_MS ? m->ttl_ms / 3
+						     : DL_MULTI_RENEW_MIN_MS;
+}
+
 static void on_renew(uv_timer_t *h)
 {
 	struct dl_server *srv = h->data;
@@ -638,7 +709,7 @@ static void on_renew(uv_timer_t *h)
 
 	for (m = srv->multis; m; m = m->next) {
 		if (m->state != M_WAITING || !m->i ||
-		    now - m->renewed_at < m->ttl_ms / 3)
+		    now - m->renewed_at < renew_every(m))
 			continue;
 		m->renewed_at = now;
 		for (j = 0; j < m->i; j++)
@@ -664,7 +735,7 @@ static void arm_renewals(struct dl_server *srv)
 	for (m = srv->multis; m; m = m->next) {
 		if (m->state != M_WAITING || !m->i)
 			continue;
-		due = m->renewed_at + m->ttl_ms / 3;
+		due = m->renewed_at + renew_every(m);
 		if (due < next)
 			next = due;
 	}

@@ -9,6 +9,7 @@
 #define DL_SERVER_CMD_PRIVATE_H
 
 #include "proto/proto.h"
+#include "server/access.h"
 #include "server/conn.h"
 #include "server/locktab/locktab.h"
 
@@ -42,10 +43,16 @@ void dl__cmd_result_reply(struct dl_conn *c, struct dl_str name,
 void dl__cmd_table_error(struct dl_conn *c, int err, struct dl_str name,
 			 struct dl_str tag);
 uint32_t *dl__cmd_walk_budget(struct dl_conn *c);
+/* NO DENIED <name> need=<right>. */
+void dl__cmd_denied(struct dl_conn *c, enum dl_right right, struct dl_str name,
+		    struct dl_str tag);
 int dl__cmd_check_ttl(struct dl_conn *c, const struct dl_request *rq);
 
 /* cmd_multi.c: several locks at once (LOCK <name> <name> ...). */
 void dl__cmd_multi_lock(struct dl_conn *c, const struct dl_request *rq);
+/* 1 if req= is that of a multi-lock of c's owner in progress: a single
+ * LOCK with it is refused (cmd_multi.c, req_in_use). */
+int dl__cmd_multi_req_in_use(struct dl_conn *c, uint64_t req);
 /* CANCEL of the multi-lock in progress (its first name): 1 if it was. */
 int dl__cmd_multi_cancel(struct dl_conn *c, const struct dl_request *rq);
 /* An event for c while its multi-lock is in progress: 1 if it was one of

@@ -1464,3 +1464,26 @@ Test(access, one_users_connections_share_a_turn_per_iteration)
 	h_close(b);
 	cr_assert_eq(h_daemon_stop(&d), 0);
 }
+
+/* Found by review: a multi-lock's rights were checked on its first name
+ * alone, so app (lock=app/) took secret/x as a second name. Every name
+ * is checked, before anything is taken. */
+Test(access, a_multi_lock_needs_the_right_on_every_name)
+{
+	struct h_client *app, *ops;
+
+	start_users(USERS, NULL);
+	app = login_as("app", APP_SECRET, "a1");
+	ops = login_as("ops", OPS_SECRET, "o1");
+	cr_assert_str_eq(h_call(app, "LOCK app/a secret/x"),
+			 "NO DENIED secret/x need=lock");
+	cr_assert_str_eq(h_call(app, "LOCK zz app/b"),
+			 "NO DENIED zz need=lock");
+	h_expect_status(ops, "app/a", "free", 0, NULL, 0);
+	h_expect_status(ops, "app/b", "free", 0, NULL, 0);
+	h_expect_status(ops, "secret/x", "free", 0, NULL, 0);
+	cr_assert(
+		h_starts(h_call(app, "LOCK app/a app/b"), "OK LOCKED app/a 2"));
+	h_close(app);
+	h_close(ops);
+}

@@ -130,9 +130,9 @@ Test(multi, a_wait_keeps_what_it_took_alive_until_all_are_granted)
 			 "OK QUEUED x 1 at=y");
 	l = h_call(b, "TRYLOCK x");
 	cr_assert(h_starts(l, "NO BUSY x "), "\"%s\"", l);
-	h_sleep_ms(2500); /* past x's TTL: the server renews it */
+	/* past x's TTL, nothing said: the server renews it */
+	h_expect_silence(a, 2500);
 	h_expect_held(b, "x", "alice", 0);
-	h_expect_silence(a, 10);
 	cr_assert(h_starts(h_call(b, "UNLOCK y %" PRIu64, ty), "OK RELEASED"));
 	h_expect(a, "* LOCKED x 2");
 	read_block(a, n2, 2, tok, ttl);
@@ -147,12 +147,15 @@ Test(multi, a_wait_that_runs_out_gives_back_what_it_took)
 {
 	struct h_client *a = h_hello(d.port, "alice");
 	struct h_client *b = h_hello(d.port, "bob");
+	const char *l;
 
 	h_lock(b, "y", "ttl=30s");
-	cr_assert_str_eq(h_call(a, "LOCK x y wait=300ms id=w"),
+	cr_assert_str_eq(h_call(a, "LOCK x y wait=2s id=w"),
 			 "OK QUEUED x 1 at=y id=w");
 	h_expect_held(b, "x", "alice", 0);
-	h_expect(a, "* TIMEOUT x id=w");
+	l = h_read(a, 10000);
+	cr_assert(l && strcmp(l, "* TIMEOUT x id=w") == 0, "\"%s\"",
+		  l ? l : "(nothing)");
 	expect_free(b, "x");
 	h_expect_status(b, "y", "held", 0, "bob", 0);
 	h_close(a);
@@ -334,9 +337,11 @@ Test(multi, a_multi_lock_goes_on_after_a_kill9_with_its_id)
 			 "OK QUEUED x 1 at=y");
 	l = h_expect_status(b, "x", "held", 0, "alice", 0);
 	tx0 = h_kv_u64(l, "token");
+	/* killed with the connection open: a close it saw first would give
+	 * x back (found by review) */
+	h_daemon_kill9(&d);
 	h_close(a);
 	h_close(b);
-	h_daemon_kill9(&d);
 	h_daemon_restart(&d);
 	a = h_hello(d.port, "alice");
 	l = h_call(a, "LOCK x y ttl=30s req=7");
@@ -443,4 +448,77 @@ Test(multi, the_same_request_on_another_connection_takes_it_over)
 	h_close(a);
 	h_close(b1);
 	h_close(b2);
+}
+
+/* Found by review: a grant of its wait that came in the same turn as the
+ * BREAK of a lease it took (one write: BREAK, then the UNLOCK that lets
+ * it in) went to the client as a * GRANTED, and the lease stayed. */
+Test(multi, a_grant_after_a_break_in_the_same_turn_is_given_back_too)
+{
+	struct h_client *a = h_hello(d.port, "alice");
+	struct h_client *b = h_hello(d.port, "bob");
+	struct h_client *o = h_hello(d.port, "oscar");
+	uint64_t ty = h_lock(b, "y", "ttl=30s"), tx;
+	const char *l;
+
+	cr_assert_str_eq(h_call(a, "LOCK x y ttl=60s"), "OK QUEUED x 1 at=y");
+	l = h_expect_status(o, "x", "held", 0, "alice", 0);
+	tx = h_kv_u64(l, "token");
+	h_send(b, "BREAK x %" PRIu64 " reason=test\r\nUNLOCK y %" PRIu64, tx,
+	       ty);
+	cr_assert(h_starts(h_line(b), "OK BROKEN"));
+	cr_assert(h_starts(h_line(b), "OK RELEASED"));
+	h_expect(a, "* FAILED x EXPIRED x");
+	h_expect_silence(a, 200);
+	expect_free(o, "x");
+	expect_free(o, "y");
+	h_close(a);
+	h_close(b);
+	h_close(o);
+}
+
+/* Found by review: a single LOCK (or another multi-lock) of the owner
+ * with the req= of a multi-lock in progress took its wait over, and the
+ * multi-lock never ended. An id is one request's: refused. */
+Test(multi, the_id_of_a_multi_lock_in_progress_is_its_own)
+{
+	struct h_client *a = h_hello(d.port, "alice");
+	struct h_client *b1 = h_hello(d.port, "bob");
+	struct h_client *b2 = h_hello(d.port, "bob");
+	const char *l;
+
+	h_lock(a, "sb", "ttl=30s");
+	cr_assert_str_eq(h_call(b1, "LOCK sa sb req=5"),
+			 "OK QUEUED sa 1 at=sb");
+	l = h_call(b2, "LOCK sb req=5");
+	cr_assert(h_starts(l, "ERR BAD_ARG req= of a multi-lock"), "\"%s\"", l);
+	l = h_call(b2, "LOCK sa sc sb req=5");
+	cr_assert(h_starts(l, "ERR BAD_ARG req= of a multi-lock"), "\"%s\"", l);
+	h_expect_status(a, "sb", "held", 0, "alice", 1);
+	cr_assert_str_eq(h_call(b1, "CANCEL sa"), "OK CANCELLED sa");
+	expect_free(a, "sa");
+	h_close(a);
+	h_close(b1);
+	h_close(b2);
+}
+
+/* Found by review: a TTL of a few ms made the renewal timer spin (and
+ * write a refresh each turn). Renewals come at most every 100 ms, so
+ * such a lease ends while it waits, and the multi-lock with it. */
+Test(multi, a_lease_too_short_to_renew_ends_the_multi_lock)
+{
+	struct h_client *a = h_hello(d.port, "alice");
+	struct h_client *b = h_hello(d.port, "bob");
+	const char *l;
+
+	h_lock(b, "rb", "ttl=30s");
+	cr_assert_str_eq(h_call(a, "LOCK ra rb ttl=30ms"),
+			 "OK QUEUED ra 1 at=rb");
+	l = h_read(a, 5000);
+	cr_assert(l && strcmp(l, "* FAILED ra EXPIRED ra") == 0, "\"%s\"",
+		  l ? l : "(nothing)");
+	expect_free(b, "ra");
+	h_expect_status(b, "rb", "held", 0, "bob", 0);
+	h_close(a);
+	h_close(b);
 }

@@ -765,7 +765,7 @@ Test(server, malformed_numbers_are_bad_arg_and_missing_arguments_bad_format)
 		{"LOCK a wait=-1", "ERR BAD_ARG "},
 		{"LOCK a color=red", "ERR BAD_ARG "},
 		{"LOCK a ttl=1s ttl=2s", "ERR BAD_ARG "},
-		{"LOCK a b", "ERR BAD_ARG "},
+		{"LOCK a b a", "ERR BAD_ARG "}, /* a multi-lock: a name twice */
 		{"TRYLOCK a wait=5", "ERR BAD_ARG "},
 		{"REFRESH a 1 ttl=0", "ERR BAD_ARG "},
 		{"HELLO owner=", "ERR BAD_ARG "},
@@ -1625,12 +1625,13 @@ Test(server, help_lists_every_command_and_explains_one)
 
 	l = h_call(c, "HELP lock id=h1");
 	cr_assert_str_eq(l, "OK HELP 11 id=h1");
-	h_expect(c, "LOCK <name> [ttl=<duration>] [wait=<duration>|inf] "
+	h_expect(c, "LOCK <name> [<name> ...] [ttl=<duration>] "
+		    "[wait=<duration>|inf] "
 		    "[mode=exclusive|shared] [limit=<n>] [warn=<duration>] "
 		    "[delay=<duration>] [req=<n>] [notify=waiters] "
 		    "[value=<text>] [id=<tag>]");
 	h_expect(c, "take a lease, or queue for it (OK QUEUED, then * "
-		    "GRANTED)");
+		    "GRANTED); several names: all or none (OK LOCKED)");
 	h_expect(c, "ttl: the lease, a duration: 500ms, 30s, 2m, 1h (a bare "
 		    "number is ms); default 30s, at most 24h");
 	h_expect_prefix(c, "wait: ");
