@@ -153,7 +153,36 @@ async def _exit(lease: AsyncLease, et: Any, ev: Any) -> None:
         raise _api.lost_error(lease._ls)
 
 
-class _Acquire(collections.abc.Coroutine):  # type: ignore[type-arg]
+class _Pending(collections.abc.Coroutine):  # type: ignore[type-arg]
+    """An acquire that runs when first awaited (or sent to, as a task
+    does): the coroutine protocol over ``_acquire()``, which each kind
+    of acquire defines."""
+
+    _coro: Any = None
+
+    def _acquire(self, scoped: bool = False) -> Any:
+        raise NotImplementedError
+
+    def _inner(self) -> Any:
+        if self._coro is None:
+            self._coro = self._acquire()
+        return self._coro
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self._inner().__await__()
+
+    def send(self, value: Any) -> Any:
+        return self._inner().send(value)
+
+    def throw(self, *exc: Any) -> Any:
+        return self._inner().throw(*exc)
+
+    def close(self) -> None:
+        if self._coro is not None:
+            self._coro.close()
+
+
+class _Acquire(_Pending):
     """What ``AsyncClient.lock()`` returns: await it (or make it a task)
     for the lease, or use it in ``async with`` (which releases at the
     end)."""
@@ -166,24 +195,6 @@ class _Acquire(collections.abc.Coroutine):  # type: ignore[type-arg]
         self._cancel_on_loss = cancel_on_loss
         self._lease: AsyncLease | None = None
         self._coro: Any = None
-
-    def _inner(self) -> Any:
-        if self._coro is None:
-            self._coro = self._acquire()
-        return self._coro
-
-    def __await__(self) -> Generator[Any, None, AsyncLease]:
-        return self._inner().__await__()
-
-    def send(self, value: Any) -> Any:
-        return self._inner().send(value)
-
-    def throw(self, *exc: Any) -> Any:
-        return self._inner().throw(*exc)
-
-    def close(self) -> None:
-        if self._coro is not None:
-            self._coro.close()
 
     async def _acquire(self, scoped: bool = False) -> AsyncLease:
         lease = await self._c._acquire(self._a)
@@ -262,7 +273,7 @@ async def _exit_all(leases: AsyncLeases, et: Any, ev: Any) -> None:
         raise _api.lost_error(lost._ls)
 
 
-class _AcquireAll(collections.abc.Coroutine):  # type: ignore[type-arg]
+class _AcquireAll(_Pending):
     """What ``AsyncClient.lock_all()`` returns: await it for the leases,
     or use it in ``async with`` (which releases them all at the end)."""
 
@@ -274,24 +285,6 @@ class _AcquireAll(collections.abc.Coroutine):  # type: ignore[type-arg]
         self._cancel_on_loss = cancel_on_loss
         self._leases: AsyncLeases | None = None
         self._coro: Any = None
-
-    def _inner(self) -> Any:
-        if self._coro is None:
-            self._coro = self._acquire()
-        return self._coro
-
-    def __await__(self) -> Generator[Any, None, AsyncLeases]:
-        return self._inner().__await__()
-
-    def send(self, value: Any) -> Any:
-        return self._inner().send(value)
-
-    def throw(self, *exc: Any) -> Any:
-        return self._inner().throw(*exc)
-
-    def close(self) -> None:
-        if self._coro is not None:
-            self._coro.close()
 
     async def _acquire(self, scoped: bool = False) -> AsyncLeases:
         leases = await self._c._acquire_all(self._a)
