@@ -375,16 +375,7 @@ func (c *Client) acquire(ctx context.Context, name string, try bool, opts []Lock
 	res, err := c.call(ctx, func(now float64) (*req, error) {
 		q := &req{op: "LOCK", name: name, wait: waitMs, waitEnd: never, shared: lc.shared, limit: lc.limit, renew: lc.renew, ticket: t,
 			reqID: reqID, notify: lc.notify, value: lc.value}
-		if waitMs > 0 {
-			q.wait = start + waitMs - now
-			if q.wait < 1 {
-				q.wait = 1
-			}
-		}
-		q.ttl = c.defaultTTL
-		if lc.hasTTL {
-			q.ttl = float64(durMs(lc.ttl))
-		}
+		c.waitAndTTL(q, lc, start, now)
 		return q, nil
 	})
 	if err != nil {
@@ -475,4 +466,20 @@ func (c *Client) Break(ctx context.Context, name string, token uint64, reason st
 func (c *Client) Ping(ctx context.Context) error {
 	_, err := c.call(ctx, func(now float64) (*req, error) { return &req{op: "PING"}, nil })
 	return err
+}
+
+// waitAndTTL sets q's wait, what is left of waitMs (>= 1 ms) counted
+// from start, and its TTL, lc's or the client's default: a LOCK's and a
+// multi-lock's, each time the request is (re)sent at now.
+func (c *Client) waitAndTTL(q *req, lc lockConfig, start, now float64) {
+	if q.wait > 0 {
+		q.wait = start + q.wait - now
+		if q.wait < 1 {
+			q.wait = 1
+		}
+	}
+	q.ttl = c.defaultTTL
+	if lc.hasTTL {
+		q.ttl = float64(durMs(lc.ttl))
+	}
 }

@@ -200,16 +200,7 @@ func (c *Client) acquireAll(ctx context.Context, names []string, try bool, opts 
 	res, err := c.call(ctx, func(now float64) (*req, error) {
 		q := &req{op: "MLOCK", name: sorted[0], names: sorted, wait: waitMs, waitEnd: never, renew: lc.renew,
 			tickets: ts, reqID: reqID}
-		if waitMs > 0 {
-			q.wait = start + waitMs - now
-			if q.wait < 1 {
-				q.wait = 1
-			}
-		}
-		q.ttl = c.defaultTTL
-		if lc.hasTTL {
-			q.ttl = float64(durMs(lc.ttl))
-		}
+		c.waitAndTTL(q, lc, start, now)
 		return q, nil
 	})
 	if err != nil {
