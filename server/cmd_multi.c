@@ -183,6 +183,17 @@ static void end_event(struct dl_multi *m, const char *word, struct dl_str at,
 	multi_free(m);
 }
 
+/* The holds of lease `token` of `name`: 1 for a lease it took; a retry's
+ * (req=) as they are, as a single LOCK's retry says them (another client
+ * of the owner may have re-entered it). */
+static uint64_t holds_of(struct dl_conn *c, struct dl_str name, uint64_t token)
+{
+	struct dl_lock_status st;
+
+	dl_locktab_status(c->srv->tab, name, &st);
+	return st.held && st.token == token && st.count ? st.count : 1;
+}
+
 /* Every name taken: refresh the earlier leases to the TTL asked, then
  * the block. */
 static void granted_all(struct dl_multi *m, int replying)
@@ -247,7 +258,8 @@ static void granted_all(struct dl_multi *m, int replying)
 		dl__cmd_fmt_ttl(&r, &line,
 				m->deadline[j] > now ? m->deadline[j] - now
 						     : 0);
-		dl_fmt_kv_u64(&r.f, "holds", 1);
+		dl_fmt_kv_u64(&r.f, "holds",
+			      holds_of(c, name_of(m, j), m->token[j]));
 		dl__cmd_fmt_proof(c, &r, name_of(m, j), m->token[j],
 				  m->deadline[j]);
 		dl__cmd_reply_send(c, &r, DL_STR_NULL, &line);
@@ -362,11 +374,14 @@ static void step(struct dl_multi *m, int replying)
 		}
 		/* refused: nothing may be kept */
 		if (replying) {
-			give_back(m);
+			/* said first: a quota's reply counts what the owner
+			 * holds, these leases included (found from outside:
+			 * given back first, it said "tokens exhausted") */
 			if (err)
 				dl__cmd_table_error(c, err, name, tag_of(m));
 			else
 				dl__cmd_result_reply(c, name, &res, tag_of(m));
+			give_back(m);
 			multi_free(m);
 		} else if (err) {
 			end_event(m, dl_err_word(err), name, err, 0);

@@ -1487,3 +1487,23 @@ Test(access, a_multi_lock_needs_the_right_on_every_name)
 	h_close(app);
 	h_close(ops);
 }
+
+/* Found from outside: a multi-lock over a user's quota was told "fencing
+ * tokens exhausted": what it took was given back before the reply
+ * counted it. The reply names the quota, as a single LOCK's does. */
+Test(access, a_multi_lock_over_a_quota_names_the_quota)
+{
+	struct h_client *app;
+	const char *l;
+
+	start_users("app " APP_HASH " lock=app/ read=app/ locks=2\n", NULL);
+	app = login_as("app", APP_SECRET, "a1");
+	l = h_call(app, "LOCK app/a app/b app/c");
+	cr_assert(h_starts(l, "ERR LIMIT limit reached: user app holds"),
+		  "\"%s\"", l);
+	cr_assert(strstr(l, "locks=2") != NULL, "\"%s\"", l);
+	h_expect_status(app, "app/a", "free", 0, NULL, 0);
+	cr_assert(
+		h_starts(h_call(app, "LOCK app/a app/b"), "OK LOCKED app/a 2"));
+	h_close(app);
+}

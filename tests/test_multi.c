@@ -522,3 +522,34 @@ Test(multi, a_lease_too_short_to_renew_ends_the_multi_lock)
 	h_close(a);
 	h_close(b);
 }
+
+/* Found from outside: a multi-lock's retry said holds=1 of a lease
+ * another client of its owner had re-entered; a single LOCK's retry says
+ * the holds as they are (the clients tell a shared lease by them). */
+Test(multi, a_retry_says_the_holds_as_they_are)
+{
+	struct h_client *a1 = h_hello(d.port, "alice");
+	struct h_client *a2 = h_hello(d.port, "alice");
+	char name[64];
+	uint64_t t, ms, holds;
+	char *l;
+
+	cr_assert_str_eq(h_call(a1, "LOCK hq2 hq3 req=6"), "OK LOCKED hq2 2");
+	h_line(a1);
+	h_line(a1);
+	l = h_call(a2, "LOCK hq3");
+	cr_assert(h_starts(l, "OK GRANTED hq3 "), "\"%s\"", l);
+	cr_assert_eq(h_kv_u64(l, "holds"), 2);
+	cr_assert_str_eq(h_call(a1, "LOCK hq2 hq3 req=6"), "OK LOCKED hq2 2");
+	l = h_line(a1);
+	cr_assert(strstr(l, " holds=1") != NULL, "\"%s\"", l);
+	l = h_line(a1);
+	cr_assert(sscanf(l,
+			 "granted %63s %" SCNu64 " %" SCNu64 " holds=%" SCNu64,
+			 name, &t, &ms, &holds) == 4,
+		  "\"%s\"", l);
+	cr_assert_str_eq(name, "hq3");
+	cr_assert_eq(holds, 2, "\"%s\"", l);
+	h_close(a1);
+	h_close(a2);
+}
