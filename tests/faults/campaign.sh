@@ -29,7 +29,7 @@
 #   COPYCATS   workers that say worker 0's owner id without its key,
 #              through libdlock and by hand in turn (worker raw) [1]
 #   MULTIS     multi-lock workers (worker multi: LOCK of two or three of
-#              L0.., by hand), each a new owner every 10 s [1]
+#              L0.. and M0..M3, by hand), each a new owner every 10 s [2]
 #   WORKER_TTLS  the TTLs of the workers' grants, ms [300,800,2000]; the
 #              self-test's 5000 makes a lease left held outlive a restart
 #   LOCKS      lock names L0.. [3]
@@ -132,7 +132,7 @@ top=$(cd "$here/../.." && pwd)
 : "${WORKER:=$top/build/faults/worker}" "${CHECK:=$top/build/faults/check}"
 : "${DURATION:=60}" "${SEED:=$((RANDOM * 32768 + RANDOM))}"
 : "${WORKERS:=8}" "${RUNNERS:=2}" "${LOCKS:=3}" "${CLOCK_STEPS:=both}"
-: "${RWLOCKS:=1}" "${SEMAPHORES:=1}" "${COPYCATS:=1}" "${MULTIS:=1}"
+: "${RWLOCKS:=1}" "${SEMAPHORES:=1}" "${COPYCATS:=1}" "${MULTIS:=2}"
 : "${ELECTIONS:=2}" "${OBSERVERS:=1}"
 [ "$ELECTIONS" = 0 ] && OBSERVERS=0
 : "${STALL_MS:=300}" "${MAX_TTL:=24h}" "${LOG_LEVEL:=notice}"
@@ -483,7 +483,6 @@ copycat() {         # slot
 multi() {           # slot
 	local n=0 h=127.0.0.1
 	[ "$nodes" = 2 ] && h=$servers
-	[ "$LOCKS" -ge 2 ] || return 0
 	while [ ! -e "$OUT/stop-runners" ]; do
 		n=$((n + 1))
 		"$WORKER" multi "$OUT/hist/m$1.$n.hist" "$h" "$dport" \

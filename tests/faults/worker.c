@@ -34,10 +34,10 @@
  *       grant, holds= or not (libdlock gives back a grant that another
  *       process of its owner id holds, which would hide an id the server
  *       let two processes share: the campaign's copycats). One
- *       acquisition in three (with two locks or more) is a multi-lock
- *       of two or three of them (LOCK a b [c], PROTOCOL.md), tried or
- *       waited for up to a second: its block is recorded (M, then a G
- *       per lock), held, and each lease released;
+ *       acquisition in three is a multi-lock of two or three of them
+ *       and of M0..M3, locks only multi-locks take (LOCK a b [c],
+ *       PROTOCOL.md), tried or waited for up to 4 s: its block is
+ *       recorded (M, then a G per lock), held, and each lease released;
  *   worker multi <hist> <host> <port> <owner> <locks> <seed> <ms>
  *       the same, a multi-lock every time;
  *   worker now
@@ -118,6 +118,8 @@ static int hist = -1;
 static volatile sig_atomic_t stop;
 static int multi_every = 3; /* worker raw: a multi-lock one time in so
 			       many (worker multi: 1) */
+/* Locks only multi-locks take, M0..M<n-1>, beside L0.. */
+#define MULTI_NAMES 4
 
 static void record(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void record(const char *fmt, ...)
@@ -745,7 +747,7 @@ static void raw_session(struct raw *r, const char *owner, int locks,
 	}
 	while (!stop && dlock_now_ms() < end) {
 		ttl = pick(grant_ttls, ngrant_ttls);
-		if (locks >= 2 && rand() % multi_every == 0) {
+		if (rand() % multi_every == 0) {
 			if (raw_multi(r, locks, ttl) < 0)
 				return;
 			continue;
@@ -815,12 +817,21 @@ static int raw_multi(struct raw *r, int locks, int64_t ttl)
 	char line[128];
 	uint64_t token[3];
 	int64_t sent, ms, deadline[3],
-		wait = rand() % 2 ? 0 : 300 + rand() % 700;
-	int k = locks >= 3 && rand() % 2 ? 3 : 2, n, i, j, event = 0;
+		wait = rand() % 4 == 0 ? 0 : 1000 + rand() % 3000;
+	int k = rand() % 2 ? 3 : 2, n, i, j, event = 0, pick;
 
+	/* from the exclusive locks the other workers take too, and a few
+	 * only multi-locks take (M0..): the lock workers keep L0.. queued
+	 * (found: in the campaign every multi-lock of L names alone timed
+	 * out) */
 	for (i = 0; i < k; i++) {
 	again:
-		snprintf(names[i], sizeof(names[i]), "L%d", rand() % locks);
+		pick = rand() % (locks + MULTI_NAMES);
+		if (pick < locks)
+			snprintf(names[i], sizeof(names[i]), "L%d", pick);
+		else
+			snprintf(names[i], sizeof(names[i]), "M%d",
+				 pick - locks);
 		for (j = 0; j < i; j++)
 			if (strcmp(names[i], names[j]) == 0)
 				goto again;
