@@ -129,7 +129,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/store/bucket.o
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
-        java javatest bench bench-clients bench-election bench-multilock bench-etcd bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
+        java javatest bench bench-clients bench-election bench-multilock bench-failover bench-etcd bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest gotest bench-python \
         format-check lint shape \
         bench-deadlock
@@ -827,6 +827,12 @@ bench:
 bench-election:
 	$(MAKE) SAN= O=build all
 	DLOCKD=build/dlockd DLOCK=build/dlock python3 tests/bench/election.py
+
+# Fail-overs in a row: how soon each new active answers its first
+# TRYLOCK (tests/bench/failover.py).
+bench-failover:
+	$(MAKE) SAN= O=build all
+	DLOCKD=build/dlockd python3 tests/bench/failover.py
 
 # Several locks at once (LOCK a b ...) against as many LOCKs and the
 # Redis recipe's SET NX one after the other, k = 2, 8, 64
