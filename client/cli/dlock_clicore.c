@@ -518,8 +518,11 @@ int dl_cli_acquire_all(dlock_client *c, const struct cli *cl,
 	if (rc == 0)
 		return 0;
 	/* the lock that refused ("NO BUSY b ...", "NO ALREADY_HELD b 7",
-	 * "NO DEADLOCK b 2 ...") when the server named one, else the first */
-	if (sscanf(dlock_last_error(), "%*s %*s %255s", name) != 1 ||
+	 * "NO DEADLOCK b 2 ...") when the server named one, else the first
+	 * (an ERR names none: "ERR UNAVAILABLE persistence ..." is about no
+	 * lock "persistence", found by review) */
+	if (strncmp(dlock_last_error(), "NO ", 3) != 0 ||
+	    sscanf(dlock_last_error(), "%*s %*s %255s", name) != 1 ||
 	    dl_check_name(name, strlen(name)) != 0)
 		snprintf(name, sizeof(name), "%s", names[0]);
 	return acquire_failed(c, cl, name, rc, wait, t0);

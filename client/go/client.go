@@ -75,13 +75,14 @@ type req struct {
 	waitEnd   float64 // LOCK: end of the wait, from the first write
 	shared    bool
 	limit     int
-	reqID     uint64    // LOCK, MLOCK: the acquire's request id (req=), the same on every write
-	names     []string  // MLOCK (a multi-lock): its names in byte order (name: the first)
-	tickets   []*ticket // MLOCK: the turn on each of names
-	notify    bool      // LOCK: notify=waiters
-	value     string    // LOCK (and its CONFIRM): the lease's value; REFRESH: a new one (Proclaim); as sent
-	waiters   int       // CONFIRM: a * WAITING told before the lease was made
-	reason    string    // BREAK
+	reqID     uint64       // LOCK, MLOCK: the acquire's request id (req=), the same on every write
+	names     []string     // MLOCK (a multi-lock): its names in byte order (name: the first)
+	grants    []multiGrant // MLOCK: told by * LOCKED, until the confirmation says them (given back if abandoned unsent)
+	tickets   []*ticket    // MLOCK: the turn on each of names
+	notify    bool         // LOCK: notify=waiters
+	value     string       // LOCK (and its CONFIRM): the lease's value; REFRESH: a new one (Proclaim); as sent
+	waiters   int          // CONFIRM: a * WAITING told before the lease was made
+	reason    string       // BREAK
 	renew     bool
 	internal  bool // nobody waits for it
 	abandoned bool // the caller gave up; clean up the outcome

@@ -1186,6 +1186,13 @@ func (c *Client) abandon(q *req, err error) {
 		} else {
 			c.unsent = removeReq(c.unsent, q)
 			q.where = nowhere
+			// a multi-lock's grants read before a drop, their
+			// confirmation unsent: given back, the UNLOCKs kept for
+			// the next connection (found by review: they were held
+			// until their TTL)
+			for _, g := range q.grants {
+				c.cleanupGrant(g.name, g.token)
+			}
 		}
 	case waiting:
 		delete(c.waiting, q.tag)

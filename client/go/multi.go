@@ -334,6 +334,7 @@ func (c *Client) multiBodyDone(q *req) {
 		return
 	}
 	if q.header.kind == "*" {
+		q.grants = gs
 		c.setReqDeadline(q, now+c.serverTimeoutMs())
 		c.write(q, now)
 		return

@@ -1080,6 +1080,10 @@ static int reply_mconfirm(struct dlock_client *c, struct dlock__req *q,
 		if (q->abandoned) {
 			dlock__req_finish(c, q, DLOCK_ETIMEDOUT);
 		} else if (++m->ci < m->n) {
+			/* each confirm has the request timeout of its own:
+			 * one for the chain gave up on 64 names at an 80 ms
+			 * round trip, a wait=inf included (found by review) */
+			q->deadline = dlock__now() + c->opt.request_timeout_ms;
 			if ((err = dlock__req_write(c, q)) < 0)
 				dlock__req_finish(c, q, err);
 		} else {

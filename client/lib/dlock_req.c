@@ -590,6 +590,12 @@ static int abandon(struct dlock_client *c, struct dlock__req *q)
 			return 0;
 		}
 		dlock__list_remove(&c->rq.unsent, &c->rq.unsent_tail, q);
+		/* a multi-lock's grants read before a drop (its confirms
+		 * unsent): given back, their UNLOCKs kept for the next
+		 * connection (found by review: they were dropped, and the
+		 * leases held until their TTL) */
+		if (q->multi && !q->multi->handed && q->multi->ngrants)
+			dlock__multi_giveback(c, q);
 		break;
 	case DLOCK__WAITING:
 		dlock__list_remove(&c->rq.waiting, NULL, q);

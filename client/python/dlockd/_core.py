@@ -1110,6 +1110,9 @@ class Core:
         if header.kind == "*" and not q.abandoned:
             if self.takes_req and q.reqid:
                 q.deadline = now + self.o.request_timeout_ms
+                # known to hold, until the confirmation says it: given
+                # back if q is given up unsent after a drop (abandon)
+                q.extra["grants"] = [(name, token) for name, token, _, _ in grants]
                 self._write(q, now)  # the confirmation: OK LOCKED again
                 return
             # no request id (no server of multi-locks takes none): count
@@ -1762,6 +1765,12 @@ class Core:
                 return
             self.unsent.remove(q)
             q.where = NOWHERE
+            # a multi-lock's grants read before a drop, their
+            # confirmation unsent: given back, the UNLOCKs kept for the
+            # next connection (found by review: they were held until
+            # their TTL)
+            for name, token in q.extra.get("grants", ()):
+                self._cleanup_grant(name, token)
         elif q.where == WAITING:
             self.waiting.pop(q.tag, None)
             q.where = NOWHERE
