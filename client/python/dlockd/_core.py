@@ -162,6 +162,19 @@ def _note_proof(ls: "LeaseState", r: wire.Reply) -> None:
         ls.proof, ls.until = proof, int(until)
 
 
+def _wait_word(q: Req, now: float) -> str | None:
+    """The wait= of a LOCK's (or a multi-lock's) write at now: "inf",
+    none for a try (TRYLOCK), else what is left of the wait, counted
+    from its first write (>= 1 ms)."""
+    if q.wait < 0:
+        return "inf"
+    if q.wait == 0:
+        return None
+    if q.wait_end == NEVER:
+        q.wait_end = now + q.wait
+    return str(max(int(q.wait_end - now), 1))
+
+
 def _holds(r: wire.Reply) -> int:
     """holds= of a GRANTED line: the lease's holds with this one, or 0 when
     the server does not say (one from before it did)."""
@@ -1556,14 +1569,7 @@ class Core:
         if op == "DESCRIBE":
             return wire.request("HELLO", tag=tag, **self._describe())
         if op == "LOCK":
-            if q.wait < 0:
-                wait: str | None = "inf"
-            elif q.wait == 0:
-                wait = None
-            else:
-                if q.wait_end == NEVER:
-                    q.wait_end = now + q.wait
-                wait = str(max(int(q.wait_end - now), 1))
+            wait = _wait_word(q, now)
             return wire.request(
                 "TRYLOCK" if q.wait == 0 else "LOCK",
                 q.name,
@@ -1579,14 +1585,7 @@ class Core:
                 tag=tag,
             )
         if op == "LOCKALL":
-            if q.wait < 0:
-                wait_all: str | None = "inf"
-            elif q.wait == 0:
-                wait_all = None
-            else:
-                if q.wait_end == NEVER:
-                    q.wait_end = now + q.wait
-                wait_all = str(max(int(q.wait_end - now), 1))
+            wait_all = _wait_word(q, now)
             return wire.request(
                 "TRYLOCK" if q.wait == 0 else "LOCK",
                 *q.extra["names"],
