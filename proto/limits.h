@@ -358,8 +358,8 @@
 /* [persistence] min_replicas_ack: at most this many replicas waited for. */
 #define DL_MIN_REPLICAS_ACK_MAX 16
 
-/* sentinel:// URLs: at most this many Sentinels, 26379 when no port. */
-#define DL_SENTINELS_MAX 8
+/* sentinel:// URLs: at most this many Sentinels (26379 when no port). */
+#define DL_SEEDS_MAX 8
 
 /* A Sentinel announced a failover of our primary (+try-failover and the
  * states after it, +odown): the link is dropped and no new one is made

@@ -849,8 +849,8 @@ void dl_redis_addr_free(struct dl_redis_addr *a)
 	free(a->user);
 	free(a->master);
 	free(a->sentinel_password);
-	for (i = 0; i < a->nsentinels; i++)
-		free(a->sentinel_host[i]);
+	for (i = 0; i < a->nseeds; i++)
+		free(a->seed_host[i]);
 	memset(a, 0, sizeof(*a));
 }
 
@@ -916,7 +916,7 @@ static int parse_sentinel(const char *p, size_t n, struct dl_redis_addr *a)
 	size_t hlen = n;
 	int port = DL_SENTINEL_DEFAULT_PORT;
 
-	if (n == 0 || a->nsentinels == DL_SENTINELS_MAX)
+	if (n == 0 || a->nseeds == DL_SEEDS_MAX)
 		return DL_EBADARG;
 	if (p[0] == '[') {
 		close = memchr(p, ']', n);
@@ -937,10 +937,10 @@ static int parse_sentinel(const char *p, size_t n, struct dl_redis_addr *a)
 	     parse_int(colon + 1, (size_t)(p + n - colon - 1), 65535, &port)) ||
 	    port == 0)
 		return DL_EBADARG;
-	a->sentinel_host[a->nsentinels] = strndup(h, hlen);
-	if (!a->sentinel_host[a->nsentinels])
+	a->seed_host[a->nseeds] = strndup(h, hlen);
+	if (!a->seed_host[a->nseeds])
 		return DL_ENOMEM;
-	a->sentinel_port[a->nsentinels++] = port;
+	a->seed_port[a->nseeds++] = port;
 	return 0;
 }
 

@@ -167,9 +167,9 @@ struct dl_redis_addr {
 	int db;
 	char *master; /* Sentinel's name of the primary; NULL: no Sentinel */
 	char *sentinel_password;
-	int nsentinels;
-	char *sentinel_host[DL_SENTINELS_MAX];
-	int sentinel_port[DL_SENTINELS_MAX];
+	int nseeds; /* the Sentinels, in the order they are asked */
+	char *seed_host[DL_SEEDS_MAX];
+	int seed_port[DL_SEEDS_MAX];
 };
 int dl_redis_url_parse(const char *url, struct dl_redis_addr *a);
 void dl_redis_addr_free(struct dl_redis_addr *a);

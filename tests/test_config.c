@@ -348,13 +348,13 @@ Test(config, sentinel_urls)
 				      "5000/mymaster?db=2&password=rp",
 				      &a),
 		   0));
-	cr_assert(eq(int, a.nsentinels, 3));
-	cr_assert_str_eq(a.sentinel_host[0], "10.0.0.1");
-	cr_assert(eq(int, a.sentinel_port[0], 26380));
-	cr_assert_str_eq(a.sentinel_host[1], "h2");
-	cr_assert(eq(int, a.sentinel_port[1], DL_SENTINEL_DEFAULT_PORT));
-	cr_assert_str_eq(a.sentinel_host[2], "::1");
-	cr_assert(eq(int, a.sentinel_port[2], 5000));
+	cr_assert(eq(int, a.nseeds, 3));
+	cr_assert_str_eq(a.seed_host[0], "10.0.0.1");
+	cr_assert(eq(int, a.seed_port[0], 26380));
+	cr_assert_str_eq(a.seed_host[1], "h2");
+	cr_assert(eq(int, a.seed_port[1], DL_SENTINEL_DEFAULT_PORT));
+	cr_assert_str_eq(a.seed_host[2], "::1");
+	cr_assert(eq(int, a.seed_port[2], 5000));
 	cr_assert_str_eq(a.master, "mymaster");
 	cr_assert_str_eq(a.sentinel_password, "sp");
 	cr_assert_str_eq(a.password, "rp");
@@ -363,7 +363,7 @@ Test(config, sentinel_urls)
 	dl_redis_addr_free(&a);
 
 	cr_assert(eq(int, dl_redis_url_parse("sentinel://h/m", &a), 0));
-	cr_assert(eq(int, a.nsentinels, 1));
+	cr_assert(eq(int, a.nseeds, 1));
 	cr_assert_null(a.sentinel_password);
 	cr_assert_null(a.password);
 	dl_redis_addr_free(&a);

@@ -259,17 +259,17 @@ static void next_sentinel(struct dl_store *st, const char *why)
 	const struct dl_redis_addr *a = &st->addr;
 	int i = st->find.sentinel_i;
 
-	dl_info("redis: Sentinel %s:%d: %s", a->sentinel_host[i],
-		a->sentinel_port[i], why);
+	dl_info("redis: Sentinel %s:%d: %s", a->seed_host[i], a->seed_port[i],
+		why);
 	free_ctx(&st->find.sac);
-	st->find.sentinel_i = (i + 1) % a->nsentinels;
-	if (++st->find.sentinel_tries >= a->nsentinels) {
+	st->find.sentinel_i = (i + 1) % a->nseeds;
+	if (++st->find.sentinel_tries >= a->nseeds) {
 		st->find.sentinel_tries = 0;
 		dl__link_fail(st, "no Sentinel named the primary");
 		return;
 	}
 	i = st->find.sentinel_i;
-	resolve(st, a->sentinel_host[i], a->sentinel_port[i], 1);
+	resolve(st, a->seed_host[i], a->seed_port[i], 1);
 }
 
 void dl__find_primary(struct dl_store *st)
@@ -279,7 +279,7 @@ void dl__find_primary(struct dl_store *st)
 
 	st->find.gen++;
 	if (a->master) {
-		resolve(st, a->sentinel_host[i], a->sentinel_port[i], 1);
+		resolve(st, a->seed_host[i], a->seed_port[i], 1);
 	} else if (a->path) {
 		dl__link_open(st, NULL, 0);
 	} else {
@@ -381,8 +381,8 @@ static void on_switch(struct dl_store *st, const struct dl_sentinel_sub *w,
 		return;
 	if (st->find.failover_hold_until)
 		dl_notice("redis: Sentinel %s:%d: the failover of %s is over",
-			  st->addr.sentinel_host[w->i],
-			  st->addr.sentinel_port[w->i], name);
+			  st->addr.seed_host[w->i], st->addr.seed_port[w->i],
+			  name);
 	st->find.failover_hold_until = 0;
 	/* every Sentinel says it: once on the new primary, stay */
 	if (st->link != LINK_DOWN && tport == st->find.primary_port &&
@@ -420,8 +420,8 @@ static void on_event(redisAsyncContext *c, void *reply, void *priv)
 		if (!st->find.failover_hold_until) {
 			st->st.failover_holds++;
 			dl_warn("redis: Sentinel %s:%d: %s %s: a failover of the primary is under way; no writes and no replies until it ends",
-				st->addr.sentinel_host[w->i],
-				st->addr.sentinel_port[w->i], chan, payload);
+				st->addr.seed_host[w->i],
+				st->addr.seed_port[w->i], chan, payload);
 		}
 		st->find.failover_hold_until =
 			uv_now(st->loop) + DL_FAILOVER_HOLD_MS;
@@ -433,8 +433,8 @@ static void on_event(redisAsyncContext *c, void *reply, void *priv)
 		if (!about_ours(st, payload) || !st->find.failover_hold_until)
 			return;
 		dl_notice("redis: Sentinel %s:%d: %s: the failover of %s ended",
-			  st->addr.sentinel_host[w->i],
-			  st->addr.sentinel_port[w->i], chan, st->addr.master);
+			  st->addr.seed_host[w->i], st->addr.seed_port[w->i],
+			  chan, st->addr.master);
 		st->find.failover_hold_until = 0;
 	}
 }
@@ -474,8 +474,8 @@ static void sub_open(struct dl_sentinel_sub *w, const char *ip)
 	size_t k;
 
 	w->retry_at_ms = uv_now(st->loop) + DL_WATCH_RETRY_MS;
-	c = sentinel_connect(st, ip, st->addr.sentinel_port[w->i],
-			     on_sub_connect, on_sub_disconnect, on_sub_auth);
+	c = sentinel_connect(st, ip, st->addr.seed_port[w->i], on_sub_connect,
+			     on_sub_disconnect, on_sub_auth);
 	if (!c)
 		return;
 	c->data = w; /* its callbacks find the subscription; sentinel_connect
@@ -535,16 +535,16 @@ void dl__sentinel_subscribe(struct dl_store *st)
 
 	if (!a->master || st->stopping)
 		return;
-	for (i = 0; i < a->nsentinels; i++) {
+	for (i = 0; i < a->nseeds; i++) {
 		w = &st->find.sub[i];
 		w->st = st;
 		w->i = i;
 		if (w->c || w->resolving || now < w->retry_at_ms)
 			continue;
 		w->retry_at_ms = now + DL_WATCH_RETRY_MS;
-		if (inet_pton(AF_INET, a->sentinel_host[i], buf) == 1 ||
-		    inet_pton(AF_INET6, a->sentinel_host[i], buf) == 1) {
-			sub_open(w, a->sentinel_host[i]);
+		if (inet_pton(AF_INET, a->seed_host[i], buf) == 1 ||
+		    inet_pton(AF_INET6, a->seed_host[i], buf) == 1) {
+			sub_open(w, a->seed_host[i]);
 			continue;
 		}
 		r = calloc(1, sizeof(*r));
@@ -553,7 +553,7 @@ void dl__sentinel_subscribe(struct dl_store *st)
 		r->w = w;
 		r->req.data = r;
 		if (uv_getaddrinfo(st->loop, &r->req, on_sub_resolved,
-				   a->sentinel_host[i], NULL, &hints) != 0) {
+				   a->seed_host[i], NULL, &hints) != 0) {
 			free(r);
 			continue;
 		}
@@ -579,7 +579,7 @@ void dl__find_stop(struct dl_store *st)
 	int i;
 
 	dl__find_cancel(st);
-	for (i = 0; i < DL_SENTINELS_MAX; i++) {
+	for (i = 0; i < DL_SEEDS_MAX; i++) {
 		struct dl_sentinel_sub *w = &st->find.sub[i];
 
 		if (w->resolving) {
@@ -612,13 +612,13 @@ int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
 		return 0;
 	}
 	snprintf(err, errlen, "no Sentinel answered");
-	for (k = 0; k < a->nsentinels; k++) {
-		i = (st->find.sentinel_i + k) % a->nsentinels;
-		c = redisConnectWithTimeout(a->sentinel_host[i],
-					    a->sentinel_port[i], tv);
+	for (k = 0; k < a->nseeds; k++) {
+		i = (st->find.sentinel_i + k) % a->nseeds;
+		c = redisConnectWithTimeout(a->seed_host[i], a->seed_port[i],
+					    tv);
 		if (!c || c->err) {
 			snprintf(err, errlen, "Sentinel %s:%d: %s",
-				 a->sentinel_host[i], a->sentinel_port[i],
+				 a->seed_host[i], a->seed_port[i],
 				 c ? c->errstr : "out of memory");
 			redisFree(c);
 			continue;
@@ -644,7 +644,7 @@ int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
 		snprintf(
 			err, errlen,
 			"Sentinel %s:%d: SENTINEL get-master-addr-by-name %s: %s",
-			a->sentinel_host[i], a->sentinel_port[i], a->master,
+			a->seed_host[i], a->seed_port[i], a->master,
 			!r			       ? c->errstr
 			: r->type == REDIS_REPLY_ERROR ? r->str
 						       : "unknown master");

@@ -31,7 +31,7 @@ struct store_find {
 	unsigned gen;		/* the current connection attempt */
 	void *resolving;	/* a uv_getaddrinfo under way, or NULL */
 	redisAsyncContext *sac; /* asking a Sentinel */
-	struct dl_sentinel_sub sub[DL_SENTINELS_MAX]; /* one per Sentinel */
+	struct dl_sentinel_sub sub[DL_SEEDS_MAX]; /* one per Sentinel */
 	uint64_t failover_hold_until; /* uv_now ms: no link before it */
 	int sentinel_i;		      /* the Sentinel to ask next */
 	int sentinel_tries;	      /* asked in this round */
