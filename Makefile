@@ -78,7 +78,7 @@ ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # ---- sources ---------------------------------------------------------------
 
-PROTO_SRC  := proto/proto.c proto/proto_reply.c proto/desc.c
+PROTO_SRC  := proto/proto.c proto/proto_reply.c proto/desc.c proto/slot.c
 # The lock table (server/locktab/): test_locktab links it on its own.
 LOCKTAB_SRC := $(addprefix server/locktab/,locktab.c locktab_wait.c locktab_ops.c \
                  locktab_cycle.c locktab_verify.c locktab_side.c \

@@ -358,8 +358,10 @@
 /* [persistence] min_replicas_ack: at most this many replicas waited for. */
 #define DL_MIN_REPLICAS_ACK_MAX 16
 
-/* sentinel:// URLs: at most this many Sentinels (26379 when no port). */
-#define DL_SEEDS_MAX 8
+/* sentinel:// and redis-cluster:// URLs: at most this many Sentinels
+ * (26379 when no port) or cluster nodes (6379). */
+#define DL_SEEDS_MAX	      8
+#define DL_REDIS_DEFAULT_PORT 6379
 
 /* A Sentinel announced a failover of our primary (+try-failover and the
  * states after it, +odown): the link is dropped and no new one is made

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "proto/proto.h"
+#include "proto/slot.h"
 #include "server/locktab/locktab.h"
 #include "server/log.h"
 
@@ -517,7 +518,8 @@ static int check(const struct dl_config *c, char *err, size_t errlen)
 {
 	struct dl_redis_addr a;
 	char host[256];
-	int port;
+	size_t off, taglen;
+	int port, tagged;
 
 	if (c->default_ttl_ms > c->max_ttl_ms) {
 		seterr(err, errlen,
@@ -534,7 +536,16 @@ static int check(const struct dl_config *c, char *err, size_t errlen)
 	if (c->persist == DL_PERSIST_REDIS) {
 		if (dl_redis_url_parse(c->redis, &a) != 0) {
 			seterr(err, errlen,
-			       "redis: bad URL (expected redis://[:password@]host[:port][/db], unix:///path.sock or sentinel://[:password@]host:port,host:port/master)");
+			       "redis: bad URL (expected redis://[:password@]host[:port][/db], unix:///path.sock, sentinel://[:password@]host:port,host:port/master or redis-cluster://[:password@]host:port,host:port)");
+			return DL_EBADARG;
+		}
+		tagged = dl_hash_tag(c->redis_prefix, strlen(c->redis_prefix),
+				     &off, &taglen);
+		if (a.cluster && !tagged) {
+			dl_redis_addr_free(&a);
+			seterr(err, errlen,
+			       "redis_prefix \"%s\" holds no hash tag: with a Redis Cluster every key of the lock table must be in one slot, so the prefix needs a {tag} (e.g. dlock:{locks}:)",
+			       c->redis_prefix);
 			return DL_EBADARG;
 		}
 		dl_redis_addr_free(&a);
@@ -909,12 +920,13 @@ static int parse_unix_url(const char *p, struct dl_redis_addr *a)
 	return parse_query(q, a);
 }
 
-/* One host[:port] of a Sentinel list ([v6]:port too). */
-static int parse_sentinel(const char *p, size_t n, struct dl_redis_addr *a)
+/* One host[:port] of a list of Sentinels or cluster nodes ([v6]:port
+ * too); `port` when it says none. */
+static int parse_seed(const char *p, size_t n, struct dl_redis_addr *a,
+		      int port)
 {
 	const char *colon = NULL, *h = p, *close;
 	size_t hlen = n;
-	int port = DL_SENTINEL_DEFAULT_PORT;
 
 	if (n == 0 || a->nseeds == DL_SEEDS_MAX)
 		return DL_EBADARG;
@@ -964,8 +976,8 @@ static int parse_sentinel_url(const char *p, struct dl_redis_addr *a)
 		return DL_EBADARG;
 	while (p < slash) {
 		comma = memchr(p, ',', (size_t)(slash - p));
-		if ((r = parse_sentinel(
-			     p, (size_t)((comma ? comma : slash) - p), a)) != 0)
+		if ((r = parse_seed(p, (size_t)((comma ? comma : slash) - p), a,
+				    DL_SENTINEL_DEFAULT_PORT)) != 0)
 			return r;
 		p = comma ? comma + 1 : slash;
 	}
@@ -980,6 +992,43 @@ static int parse_sentinel_url(const char *p, struct dl_redis_addr *a)
 	return parse_query(q, a);
 }
 
+/* [[user]:password@]host[:port][,host[:port]...][/][?user=U&password=P] */
+static int parse_cluster_url(const char *p, struct dl_redis_addr *a)
+{
+	const char *q = strchr(p, '?'), *end, *at, *colon, *comma;
+	int r;
+
+	end = q ? q : p + strlen(p);
+	if (end > p && end[-1] == '/')
+		end--;
+	if (memchr(p, '/', (size_t)(end - p)))
+		return DL_EBADARG; /* no db: a cluster has db 0 only */
+	at = memchr(p, '@', (size_t)(end - p));
+	if (at) {
+		colon = memchr(p, ':', (size_t)(at - p));
+		if (!colon)
+			return DL_EBADARG;
+		a->user = strndup_or_null(p, (size_t)(colon - p));
+		a->password =
+			strndup_or_null(colon + 1, (size_t)(at - colon - 1));
+		p = at + 1;
+	}
+	if (p == end)
+		return DL_EBADARG;
+	while (p < end) {
+		comma = memchr(p, ',', (size_t)(end - p));
+		if ((r = parse_seed(p, (size_t)((comma ? comma : end) - p), a,
+				    DL_REDIS_DEFAULT_PORT)) != 0)
+			return r;
+		p = comma ? comma + 1 : end;
+	}
+	a->cluster = 1;
+	a->port = 0;
+	if ((r = parse_query(q, a)) != 0)
+		return r;
+	return a->db ? DL_EBADARG : 0;
+}
+
 int dl_redis_url_parse(const char *url, struct dl_redis_addr *a)
 {
 	const char *p, *at, *slash, *colon, *host;
@@ -987,7 +1036,7 @@ int dl_redis_url_parse(const char *url, struct dl_redis_addr *a)
 	int r;
 
 	memset(a, 0, sizeof(*a));
-	a->port = 6379;
+	a->port = DL_REDIS_DEFAULT_PORT;
 	if (strncmp(url, "unix://", 7) == 0) {
 		r = parse_unix_url(url + 7, a);
 		if (r)
@@ -996,6 +1045,12 @@ int dl_redis_url_parse(const char *url, struct dl_redis_addr *a)
 	}
 	if (strncmp(url, "sentinel://", 11) == 0) {
 		r = parse_sentinel_url(url + 11, a);
+		if (r)
+			dl_redis_addr_free(a);
+		return r;
+	}
+	if (strncmp(url, "redis-cluster://", 16) == 0) {
+		r = parse_cluster_url(url + 16, a);
 		if (r)
 			dl_redis_addr_free(a);
 		return r;

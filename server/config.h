@@ -154,12 +154,16 @@ int dl_config_apply_live(struct dl_config *cur, const struct dl_config *next);
 void dl_config_dump(const struct dl_config *c, int fd);
 
 /* A parsed redis URL: redis://[[user]:password@]host[:port][/db],
- * unix:///path.sock[?db=N][&user=U][&password=P], or
+ * unix:///path.sock[?db=N][&user=U][&password=P],
  * sentinel://[:sentinel-password@]host[:port][,host[:port]...]/master[?db=N][&user=U][&password=P]
  * (the primary is asked of the Sentinels; host and port are then NULL
- * and 0). Strings are owned (free with dl_redis_addr_free). */
+ * and 0), or
+ * redis-cluster://[[user]:password@]host[:port][,host[:port]...][?user=U][&password=P]
+ * (a Redis Cluster: the seeds are asked which primary serves the slot of
+ * the prefix's hash tag; db 0 only). Strings are owned (free with
+ * dl_redis_addr_free). */
 struct dl_redis_addr {
-	char *host; /* NULL for unix sockets and Sentinel */
+	char *host; /* NULL for unix sockets, Sentinel and a cluster */
 	int port;
 	char *path;	/* unix socket path, NULL for TCP */
 	char *password; /* the primary's; NULL when none */
@@ -167,7 +171,8 @@ struct dl_redis_addr {
 	int db;
 	char *master; /* Sentinel's name of the primary; NULL: no Sentinel */
 	char *sentinel_password;
-	int nseeds; /* the Sentinels, in the order they are asked */
+	int cluster; /* redis-cluster://: the seeds are cluster nodes */
+	int nseeds;  /* the Sentinels or cluster nodes, asked in turn */
 	char *seed_host[DL_SEEDS_MAX];
 	int seed_port[DL_SEEDS_MAX];
 };

@@ -386,6 +386,77 @@ Test(config, sentinel_urls)
 		     DL_EBADARG));
 }
 
+Test(config, cluster_urls)
+{
+	struct dl_redis_addr a;
+
+	cr_assert(eq(int,
+		     dl_redis_url_parse("redis-cluster://app:pw@10.0.0.1:7000,"
+					"h2,[::1]:7002",
+					&a),
+		     0));
+	cr_assert(a.cluster);
+	cr_assert(eq(int, a.nseeds, 3));
+	cr_assert_str_eq(a.seed_host[0], "10.0.0.1");
+	cr_assert(eq(int, a.seed_port[0], 7000));
+	cr_assert_str_eq(a.seed_host[1], "h2");
+	cr_assert(eq(int, a.seed_port[1], DL_REDIS_DEFAULT_PORT));
+	cr_assert_str_eq(a.seed_host[2], "::1");
+	cr_assert_str_eq(a.user, "app");
+	cr_assert_str_eq(a.password, "pw");
+	cr_assert_null(a.host);
+	cr_assert_null(a.master);
+	dl_redis_addr_free(&a);
+
+	cr_assert(eq(int,
+		     dl_redis_url_parse("redis-cluster://h/?password=p", &a),
+		     0));
+	cr_assert(eq(int, a.nseeds, 1));
+	cr_assert_str_eq(a.password, "p");
+	dl_redis_addr_free(&a);
+
+	/* no node, a db (a cluster has db 0 only), an empty entry */
+	cr_assert(eq(int, dl_redis_url_parse("redis-cluster://", &a),
+		     DL_EBADARG));
+	cr_assert(eq(int, dl_redis_url_parse("redis-cluster://h/1", &a),
+		     DL_EBADARG));
+	cr_assert(eq(int, dl_redis_url_parse("redis-cluster://h?db=1", &a),
+		     DL_EBADARG));
+	cr_assert(eq(int, dl_redis_url_parse("redis-cluster://a,,b", &a),
+		     DL_EBADARG));
+	cr_assert(eq(int, dl_redis_url_parse("redis-cluster://h:0", &a),
+		     DL_EBADARG));
+}
+
+Test(config, a_cluster_needs_a_tagged_prefix)
+{
+	struct dl_config c;
+	char err[DL_CONFIG_ERR_MAX] = "";
+
+	cr_assert(eq(int,
+		     load(&c,
+			  "[persistence]\npersist = redis\n"
+			  "redis = redis-cluster://127.0.0.1:7000\n",
+			  err),
+		     DL_EBADARG));
+	cr_assert(strstr(err, "hash tag") != NULL, "%s", err);
+	cr_assert(eq(int,
+		     load(&c,
+			  "[persistence]\npersist = redis\n"
+			  "redis = redis-cluster://127.0.0.1:7000\n"
+			  "redis_prefix = dlock:{}:\n",
+			  err),
+		     DL_EBADARG));
+	cr_assert(eq(int,
+		     load(&c,
+			  "[persistence]\npersist = redis\n"
+			  "redis = redis-cluster://127.0.0.1:7000\n"
+			  "redis_prefix = dlock:{a}:\n",
+			  err),
+		     0),
+		  "%s", err);
+}
+
 Test(config, loopback_addresses)
 {
 	cr_assert(dl_addr_is_loopback("127.0.0.1"));

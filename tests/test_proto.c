@@ -18,6 +18,7 @@
 
 #include "proto/desc.h"
 #include "proto/proto.h"
+#include "proto/slot.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -1988,4 +1989,46 @@ Test(proto, encode_escapes_spaces_replaces_the_unsayable_and_cuts_whole)
 	cr_assert_str_eq(text, "a?[2Jb%0A");
 	dl_desc_decode("abcdef", 6, text, 4);
 	cr_assert_str_eq(text, "abc");
+}
+
+/* Each figure is what Redis 7.0's CLUSTER KEYSLOT answered for the key. */
+Test(proto, key_slot_is_redis_clusters)
+{
+	static const struct {
+		const char *key;
+		unsigned slot;
+	} k[] = {
+		{"123456789", 12739},
+		{"foo", 12182},
+		{"bar", 5061},
+		{"hello", 866},
+		{"somekey", 11058},
+		{"foo{hash_tag}", 2515},
+		{"{user1000}.following", 3443},
+		{"a{}b", 13694},    /* an empty tag is no tag */
+		{"{}{x}", 3257},    /* nor is a later one */
+		{"x{y}{z}", 12222}, /* the first tag counts */
+		{"{", 4092},
+		{"dlock:{orders}:lock:7", 105},
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(k) / sizeof(k[0]); i++)
+		cr_expect_eq(dl_key_slot(k[i].key, strlen(k[i].key)), k[i].slot,
+			     "%s", k[i].key);
+	cr_expect_eq(dl_key_slot("dlock:{orders}:x", 16),
+		     dl_key_slot("orders", 6));
+}
+
+Test(proto, hash_tag_is_the_first_braces_with_bytes_between)
+{
+	size_t off = 99, n = 99;
+
+	cr_assert(dl_hash_tag("a{bc}d", 6, &off, &n));
+	cr_expect_eq(off, 2);
+	cr_expect_eq(n, 2);
+	cr_expect(!dl_hash_tag("a{}b{c}", 7, &off, &n));
+	cr_expect(!dl_hash_tag("abc}", 4, &off, &n));
+	cr_expect(!dl_hash_tag("{abc", 4, &off, &n));
+	cr_expect(!dl_hash_tag("a{b}", 2, &off, &n)); /* only len bytes */
 }

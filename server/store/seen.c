@@ -283,14 +283,22 @@ static int read_file(const char *dir, const char *name, struct file *f,
 
 /* ---- where a Redis is ---------------------------------------------------- */
 
-void dl_seen_where(char *out, size_t len, const char *host, int port,
-		   const char *path, const char *master)
+void dl_seen_where(char *out, size_t len, const struct dl_redis_addr *a)
 {
+	const char *host = a->host, *path = a->path, *master = a->master;
+	int port = a->port, i;
 	struct addrinfo hints, *res = NULL, *ai;
 	char ip[64], *real;
 	size_t n = 0;
 
 	out[0] = '\0';
+	if (a->cluster) {
+		for (i = 0; i < a->nseeds && n + 80 < len; i++)
+			n += (size_t)snprintf(out + n, len - n,
+					      "%scluster:%s:%d", n ? "," : "",
+					      a->seed_host[i], a->seed_port[i]);
+		return;
+	}
 	if (master) {
 		snprintf(out, len, "sentinel:%s", master);
 		return;

@@ -111,6 +111,7 @@
 #include <stdint.h>
 
 #include "proto/limits.h"
+#include "server/config.h"
 #include "server/proof.h"
 
 /* The longest the file lags what the daemon saw of the generation (the
@@ -180,10 +181,11 @@ struct dl_seen {
 void dl_seen_init(struct dl_seen *s, const char *dir, const char *where, int db,
 		  const char *prefix);
 /* The canonical description of a Redis for the file: "unix:<real path>",
- * "sentinel:<master>", or "tcp:<addr>:<port>,..." for every address the
- * host resolves to (blocking: called once, at start). */
-void dl_seen_where(char *out, size_t len, const char *host, int port,
-		   const char *path, const char *master);
+ * "sentinel:<master>", "cluster:<host>:<port>,..." for each seed node of
+ * a Redis Cluster (a file matches when one seed is shared), or
+ * "tcp:<addr>:<port>,..." for every address the host resolves to
+ * (blocking: called once, at start). */
+void dl_seen_where(char *out, size_t len, const struct dl_redis_addr *a);
 /* Choose the keyspace's file now that Redis's cluster id is read (NULL:
  * Redis holds none) and merge what it holds into s->v; afterwards (and
  * at once, if s already knows an id) only check that Redis's id is the

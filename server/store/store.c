@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/slot.h"
 #include "server/clock.h"
 #include "server/log.h"
 #include "server/store/store_private.h"
@@ -56,8 +57,7 @@ static void seen_init(struct dl_store *st)
 		dl_seen_init(&st->lead.seen, st->cfg->state_dir, NULL, 0, "");
 		return;
 	}
-	dl_seen_where(where, sizeof(where), st->addr.host, st->addr.port,
-		      st->addr.path, st->addr.master);
+	dl_seen_where(where, sizeof(where), &st->addr);
 	dl_seen_init(&st->lead.seen, st->cfg->state_dir, where, st->addr.db,
 		     st->cfg->redis_prefix);
 }
@@ -86,6 +86,9 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 		goto fail;
 	if (st->redis && dl_redis_url_parse(cfg->redis, &st->addr) != 0)
 		goto fail;
+	/* A cluster's shard: the one serving the prefix's tag */
+	st->find.slot =
+		dl_key_slot(cfg->redis_prefix, strlen(cfg->redis_prefix));
 	seen_init(st);
 	if (dl__cluster_init(st))
 		goto fail;

@@ -244,8 +244,9 @@ const char *dl__store_reply_error(const redisReply *r)
 
 int dl__store_not_ready(const char *err)
 {
-	static const char *const words[] = {"LOADING", "BUSY", "READONLY",
-					    "MASTERDOWN", "TRYAGAIN"};
+	static const char *const words[] = {
+		"LOADING",  "BUSY",  "READONLY", "MASTERDOWN",
+		"TRYAGAIN", "MOVED", "ASK",	 "CLUSTERDOWN"};
 	size_t i, n;
 
 	for (i = 0; i < sizeof(words) / sizeof(words[0]); i++) {

@@ -195,7 +195,9 @@ int64_t dl__store_wall_offset(void);
 /* The first error in a reply (arrays searched), or NULL. */
 const char *dl__store_reply_error(const redisReply *r);
 /* 1 if an error reply means "Redis is not ready", to wait for: loading,
- * busy with a script, a replica, a master without its replicas. */
+ * busy with a script, a replica, a master without its replicas; in a
+ * cluster, a slot that moved or is moving (MOVED, ASK, TRYAGAIN: the next
+ * link asks the cluster again) or a cluster that is down. */
 int dl__store_not_ready(const char *err);
 
 #endif /* DL_SERVER_STORE_BATCH_H */

@@ -23,6 +23,21 @@
  * after any loss, rewrites the whole table to it (it may lack the last
  * writes of the old one).
  *
+ * With a redis-cluster:// URL the seeds are Redis Cluster nodes, asked
+ * in turn which primary serves the slot of the key prefix's hash tag
+ * (every key of the table is in that slot: config.c insists on the tag):
+ *
+ *   resolve node i -> connect -> [AUTH] -> CLUSTER SLOTS -> the primary
+ *   of our slot -> resolve it -> connect
+ *
+ * and asked again on every connection. A shard's fail-over or the slot's
+ * migration shows as an error on the link (MOVED, ASK, TRYAGAIN,
+ * CLUSTERDOWN, READONLY, or a primary that stops answering): the link
+ * fails, the next one asks the cluster anew, finds the new primary, and
+ * rewrites the whole table to it, as after any loss. Nothing follows a
+ * redirection without asking: a MOVED names a node, not whether that
+ * node's own view of the slot agrees, and ROLE is checked either way.
+ *
  * Every step checks that it still belongs to the current attempt
  * (st->find.gen): an attempt abandoned by a timeout or a stop leaves its
  * late callbacks nothing to do.
@@ -42,12 +57,13 @@ struct resolve {
 	struct dl_store *st;
 	unsigned gen;
 	int port;
-	int sentinel; /* resolving a Sentinel, not the primary */
+	int seed; /* resolving a Sentinel or cluster node, not the primary */
 	char host[256];
 };
 
 static void sentinel_ask(struct dl_store *st, const char *ip, int port);
-static void next_sentinel(struct dl_store *st, const char *why);
+static void next_seed(struct dl_store *st, const char *why);
+static void cluster_ask(struct dl_store *st, const char *ip, int port);
 
 /* The attempt is still the current one. */
 static int current(const struct dl_store *st, unsigned gen)
@@ -56,9 +72,12 @@ static int current(const struct dl_store *st, unsigned gen)
 	       !st->stopping;
 }
 
-static void go(struct dl_store *st, const char *ip, int port, int sentinel)
+/* Resolved: ask the seed (a Sentinel or a cluster node), or connect. */
+static void go(struct dl_store *st, const char *ip, int port, int seed)
 {
-	if (sentinel)
+	if (seed && st->addr.cluster)
+		cluster_ask(st, ip, port);
+	else if (seed)
 		sentinel_ask(st, ip, port);
 	else
 		dl__link_open(st, ip, port);
@@ -83,13 +102,13 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 	if (current(st, r->gen)) {
 		st->find.resolving = NULL;
 		if (ip[0]) {
-			go(st, ip, r->port, r->sentinel);
+			go(st, ip, r->port, r->seed);
 		} else {
 			snprintf(why, sizeof(why), "cannot resolve %s: %s",
 				 r->host,
 				 status ? uv_strerror(status) : "no address");
-			if (r->sentinel)
-				next_sentinel(st, why);
+			if (r->seed)
+				next_seed(st, why);
 			else
 				dl__link_fail(st, why);
 		}
@@ -98,8 +117,7 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
 }
 
 /* host -> an address, then go on (at once when host is one). */
-static void resolve(struct dl_store *st, const char *host, int port,
-		    int sentinel)
+static void resolve(struct dl_store *st, const char *host, int port, int seed)
 {
 	struct addrinfo hints = {.ai_socktype = SOCK_STREAM};
 	unsigned char buf[sizeof(struct in6_addr)];
@@ -108,7 +126,7 @@ static void resolve(struct dl_store *st, const char *host, int port,
 
 	if (inet_pton(AF_INET, host, buf) == 1 ||
 	    inet_pton(AF_INET6, host, buf) == 1) {
-		go(st, host, port, sentinel);
+		go(st, host, port, seed);
 		return;
 	}
 	r = calloc(1, sizeof(*r));
@@ -119,7 +137,7 @@ static void resolve(struct dl_store *st, const char *host, int port,
 	r->st = st;
 	r->gen = st->find.gen;
 	r->port = port;
-	r->sentinel = sentinel;
+	r->seed = seed;
 	snprintf(r->host, sizeof(r->host), "%s", host);
 	r->req.data = r;
 	e = uv_getaddrinfo(st->loop, &r->req, on_resolved, r->host, NULL,
@@ -171,10 +189,10 @@ static void on_master(redisAsyncContext *c, void *reply, void *priv)
 		 r->type == REDIS_REPLY_ERROR ? r->str
 		 : r->type == REDIS_REPLY_NIL ? "unknown master"
 					      : "not an address");
-	next_sentinel(st, why);
+	next_seed(st, why);
 }
 
-static void on_sentinel_auth(redisAsyncContext *c, void *reply, void *priv)
+static void on_seed_auth(redisAsyncContext *c, void *reply, void *priv)
 {
 	struct dl_store *st = priv;
 	redisReply *r = reply;
@@ -183,7 +201,7 @@ static void on_sentinel_auth(redisAsyncContext *c, void *reply, void *priv)
 	if (!r || c != st->find.sac || r->type != REDIS_REPLY_ERROR)
 		return;
 	snprintf(why, sizeof(why), "AUTH: %s", r->str);
-	next_sentinel(st, why);
+	next_seed(st, why);
 }
 
 static void on_sac_connect(const redisAsyncContext *c, int status)
@@ -193,7 +211,7 @@ static void on_sac_connect(const redisAsyncContext *c, int status)
 	if (c != st->find.sac || status == REDIS_OK)
 		return;
 	st->find.sac = NULL; /* hiredis frees it */
-	next_sentinel(st, c->errstr[0] ? c->errstr : "cannot connect");
+	next_seed(st, c->errstr[0] ? c->errstr : "cannot connect");
 }
 
 static void on_sac_disconnect(const redisAsyncContext *c, int status)
@@ -204,15 +222,14 @@ static void on_sac_disconnect(const redisAsyncContext *c, int status)
 	if (c != st->find.sac)
 		return;
 	st->find.sac = NULL;
-	next_sentinel(st, c->errstr[0] ? c->errstr : "connection closed");
+	next_seed(st, c->errstr[0] ? c->errstr : "connection closed");
 }
 
 /* AUTH and the question, on a connection of its own. */
-static redisAsyncContext *sentinel_connect(struct dl_store *st, const char *ip,
-					   int port,
-					   redisConnectCallback *on_conn,
-					   redisDisconnectCallback *on_disc,
-					   redisCallbackFn *on_auth)
+static redisAsyncContext *seed_connect(struct dl_store *st, const char *ip,
+				       int port, redisConnectCallback *on_conn,
+				       redisDisconnectCallback *on_disc,
+				       redisCallbackFn *on_auth)
 {
 	const struct dl_redis_addr *a = &st->addr;
 	redisAsyncContext *c = redisAsyncConnect(ip, port);
@@ -229,7 +246,12 @@ static redisAsyncContext *sentinel_connect(struct dl_store *st, const char *ip,
 	}
 	redisAsyncSetConnectCallback(c, on_conn);
 	redisAsyncSetDisconnectCallback(c, on_disc);
-	if (a->sentinel_password)
+	if (a->cluster && a->password && a->user)
+		redisAsyncCommand(c, on_auth, st, "AUTH %s %s", a->user,
+				  a->password);
+	else if (a->cluster && a->password)
+		redisAsyncCommand(c, on_auth, st, "AUTH %s", a->password);
+	else if (!a->cluster && a->sentinel_password)
 		redisAsyncCommand(c, on_auth, st, "AUTH %s",
 				  a->sentinel_password);
 	return c;
@@ -239,10 +261,10 @@ static void sentinel_ask(struct dl_store *st, const char *ip, int port)
 {
 	redisAsyncContext *c;
 
-	c = sentinel_connect(st, ip, port, on_sac_connect, on_sac_disconnect,
-			     on_sentinel_auth);
+	c = seed_connect(st, ip, port, on_sac_connect, on_sac_disconnect,
+			 on_seed_auth);
 	if (!c) {
-		next_sentinel(st, "cannot create a connection");
+		next_seed(st, "cannot create a connection");
 		return;
 	}
 	st->find.sac = c;
@@ -251,21 +273,111 @@ static void sentinel_ask(struct dl_store *st, const char *ip, int port)
 	if (redisAsyncCommand(c, on_master, st,
 			      "SENTINEL get-master-addr-by-name %s",
 			      st->addr.master) != REDIS_OK)
-		next_sentinel(st, "cannot queue a command");
+		next_seed(st, "cannot queue a command");
 }
 
-static void next_sentinel(struct dl_store *st, const char *why)
+/* ---- Redis Cluster: which primary serves our slot ------------------------ */
+
+/* The primary of `slot` in a CLUSTER SLOTS reply: each element is
+ * [first, last, [ip, port, id, ...], replicas...]; an empty ip is the
+ * node asked (`asked`). 0 and host, port set; -1 if no range holds it. */
+int dl__slots_primary(const redisReply *r, unsigned slot, const char *asked,
+		      char *host, size_t hostlen, int *port)
+{
+	const redisReply *e, *p;
+	size_t i;
+
+	if (!r || r->type != REDIS_REPLY_ARRAY)
+		return -1;
+	for (i = 0; i < r->elements; i++) {
+		e = r->element[i];
+		if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+		    e->element[0]->type != REDIS_REPLY_INTEGER ||
+		    e->element[1]->type != REDIS_REPLY_INTEGER ||
+		    slot < (unsigned long long)e->element[0]->integer ||
+		    slot > (unsigned long long)e->element[1]->integer)
+			continue;
+		p = e->element[2];
+		if (p->type != REDIS_REPLY_ARRAY || p->elements < 2 ||
+		    p->element[0]->type != REDIS_REPLY_STRING ||
+		    p->element[1]->type != REDIS_REPLY_INTEGER ||
+		    p->element[1]->integer <= 0 ||
+		    p->element[1]->integer > 65535 ||
+		    p->element[0]->len >= hostlen)
+			return -1;
+		if (p->element[0]->len == 0 ||
+		    strcmp(p->element[0]->str, "?") == 0)
+			snprintf(host, hostlen, "%s", asked);
+		else
+			memcpy(host, p->element[0]->str,
+			       p->element[0]->len + 1);
+		*port = (int)p->element[1]->integer;
+		return 0;
+	}
+	return -1;
+}
+
+static void on_slots(redisAsyncContext *c, void *reply, void *priv)
+{
+	struct dl_store *st = priv;
+	redisReply *r = reply;
+	char why[300];
+
+	if (!r || c != st->find.sac)
+		return;
+	st->last_reply_ms = uv_now(st->loop);
+	if (dl__slots_primary(r, st->find.slot, st->find.sentinel_ip,
+			      st->find.primary_host,
+			      sizeof(st->find.primary_host),
+			      &st->find.primary_port) == 0) {
+		st->find.sentinel_tries = 0;
+		free_ctx(&st->find.sac);
+		resolve(st, st->find.primary_host, st->find.primary_port, 0);
+		return;
+	}
+	snprintf(why, sizeof(why), "CLUSTER SLOTS: %s",
+		 r->type == REDIS_REPLY_ERROR
+			 ? r->str
+			 : "no primary serves the slot of the prefix");
+	next_seed(st, why);
+}
+
+static void cluster_ask(struct dl_store *st, const char *ip, int port)
+{
+	redisAsyncContext *c;
+
+	c = seed_connect(st, ip, port, on_sac_connect, on_sac_disconnect,
+			 on_seed_auth);
+	if (!c) {
+		next_seed(st, "cannot create a connection");
+		return;
+	}
+	st->find.sac = c;
+	snprintf(st->find.sentinel_ip, sizeof(st->find.sentinel_ip), "%s", ip);
+	st->find.sentinel_port = port;
+	if (redisAsyncCommand(c, on_slots, st, "CLUSTER SLOTS") != REDIS_OK)
+		next_seed(st, "cannot queue a command");
+}
+
+/* The seed asked could not say: ask the next, or fail the link once
+ * every one was asked in this round. */
+static void next_seed(struct dl_store *st, const char *why)
 {
 	const struct dl_redis_addr *a = &st->addr;
+	const char *what = a->cluster ? "cluster node" : "Sentinel";
 	int i = st->find.sentinel_i;
 
-	dl_info("redis: Sentinel %s:%d: %s", a->seed_host[i], a->seed_port[i],
+	dl_info("redis: %s %s:%d: %s", what, a->seed_host[i], a->seed_port[i],
 		why);
 	free_ctx(&st->find.sac);
 	st->find.sentinel_i = (i + 1) % a->nseeds;
 	if (++st->find.sentinel_tries >= a->nseeds) {
 		st->find.sentinel_tries = 0;
-		dl__link_fail(st, "no Sentinel named the primary");
+		dl__link_fail(
+			st,
+			a->cluster
+				? "no cluster node named the primary of the slot"
+				: "no Sentinel named the primary");
 		return;
 	}
 	i = st->find.sentinel_i;
@@ -278,7 +390,7 @@ void dl__find_primary(struct dl_store *st)
 	int i = st->find.sentinel_i;
 
 	st->find.gen++;
-	if (a->master) {
+	if (a->master || a->cluster) {
 		resolve(st, a->seed_host[i], a->seed_port[i], 1);
 	} else if (a->path) {
 		dl__link_open(st, NULL, 0);
@@ -474,11 +586,11 @@ static void sub_open(struct dl_sentinel_sub *w, const char *ip)
 	size_t k;
 
 	w->retry_at_ms = uv_now(st->loop) + DL_WATCH_RETRY_MS;
-	c = sentinel_connect(st, ip, st->addr.seed_port[w->i], on_sub_connect,
-			     on_sub_disconnect, on_sub_auth);
+	c = seed_connect(st, ip, st->addr.seed_port[w->i], on_sub_connect,
+			 on_sub_disconnect, on_sub_auth);
 	if (!c)
 		return;
-	c->data = w; /* its callbacks find the subscription; sentinel_connect
+	c->data = w; /* its callbacks find the subscription; seed_connect
 			set st */
 	w->c = c;
 	if (redisAsyncCommand(c, on_event, w, "SUBSCRIBE +switch-master") !=
@@ -595,6 +707,58 @@ void dl__find_stop(struct dl_store *st)
 
 /* ---- the same, blocking (the start-up load) ------------------------------ */
 
+/* Each seed in turn: CLUSTER SLOTS, the primary of our slot. */
+static int cluster_primary_sync(struct dl_store *st, char *host, size_t hostlen,
+				int *port, char *err, size_t errlen)
+{
+	const struct dl_redis_addr *a = &st->addr;
+	uint64_t t = st->cfg->redis_timeout_ms;
+	struct timeval tv = {(time_t)(t / 1000),
+			     (suseconds_t)(t % 1000) * 1000};
+	redisContext *c;
+	redisReply *r;
+	int k, i;
+
+	snprintf(err, errlen, "no cluster node answered");
+	for (k = 0; k < a->nseeds; k++) {
+		i = (st->find.sentinel_i + k) % a->nseeds;
+		c = redisConnectWithTimeout(a->seed_host[i], a->seed_port[i],
+					    tv);
+		if (!c || c->err) {
+			snprintf(err, errlen, "cluster node %s:%d: %s",
+				 a->seed_host[i], a->seed_port[i],
+				 c ? c->errstr : "out of memory");
+			redisFree(c);
+			continue;
+		}
+		redisSetTimeout(c, tv);
+		r = !a->password ? NULL
+		    : a->user	 ? redisCommand(c, "AUTH %s %s", a->user,
+						a->password)
+				 : redisCommand(c, "AUTH %s", a->password);
+		if (r)
+			freeReplyObject(r);
+		r = redisCommand(c, "CLUSTER SLOTS");
+		if (dl__slots_primary(r, st->find.slot, a->seed_host[i], host,
+				      hostlen, port) == 0) {
+			st->find.sentinel_i = i;
+			freeReplyObject(r);
+			redisFree(c);
+			return 0;
+		}
+		snprintf(err, errlen, "cluster node %s:%d: CLUSTER SLOTS: %s",
+			 a->seed_host[i], a->seed_port[i],
+			 !r ? c->errstr
+			 : r->type == REDIS_REPLY_ERROR
+				 ? r->str
+				 : "no primary serves the slot of the prefix");
+		if (r)
+			freeReplyObject(r);
+		redisFree(c);
+	}
+	return DL_EUNAVAILABLE;
+}
+
 int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
 			  int *port, char *err, size_t errlen)
 {
@@ -606,6 +770,9 @@ int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
 	redisReply *r;
 	int k, i;
 
+	if (a->cluster)
+		return cluster_primary_sync(st, host, hostlen, port, err,
+					    errlen);
 	if (!a->master) {
 		snprintf(host, hostlen, "%s", a->host ? a->host : "");
 		*port = a->port;

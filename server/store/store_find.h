@@ -26,14 +26,16 @@ struct dl_sentinel_sub {
 };
 
 /* Finding the primary (store_find.c owns it): the attempt under way, the
- * Sentinels asked and subscribed to, and the primary they named. */
+ * Sentinels (or cluster nodes) asked and subscribed to, and the primary
+ * they named. */
 struct store_find {
 	unsigned gen;		/* the current connection attempt */
 	void *resolving;	/* a uv_getaddrinfo under way, or NULL */
 	redisAsyncContext *sac; /* asking a Sentinel */
 	struct dl_sentinel_sub sub[DL_SEEDS_MAX]; /* one per Sentinel */
 	uint64_t failover_hold_until; /* uv_now ms: no link before it */
-	int sentinel_i;		      /* the Sentinel to ask next */
+	unsigned slot;		      /* a cluster: the prefix's hash slot */
+	int sentinel_i;		      /* the seed to ask next */
 	int sentinel_tries;	      /* asked in this round */
 	char sentinel_ip[64];	      /* the last one that answered */
 	int sentinel_port;
@@ -41,7 +43,8 @@ struct store_find {
 	int primary_port;
 };
 
-/* Resolve, ask Sentinel, then dl__link_open() (or dl__link_fail()). */
+/* Resolve, ask Sentinel or the cluster, then dl__link_open() (or
+ * dl__link_fail()). */
 void dl__find_primary(struct dl_store *st);
 /* Abandon the attempt under way (a link failure). */
 void dl__find_cancel(struct dl_store *st);
@@ -52,6 +55,10 @@ void dl__sentinel_subscribe(struct dl_store *st);
 int dl__sentinel_allows_link(struct dl_store *st);
 /* Everything, at a stop. */
 void dl__find_stop(struct dl_store *st);
+/* The primary of `slot` in a CLUSTER SLOTS reply (an empty ip is
+ * `asked`'s): 0, or -1 when no range of the reply holds the slot. */
+int dl__slots_primary(const redisReply *r, unsigned slot, const char *asked,
+		      char *host, size_t hostlen, int *port);
 /* Blocking: the primary's host and port (the loader). */
 int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
 			  int *port, char *err, size_t errlen);
