@@ -113,6 +113,15 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 			      const struct dl_store_hooks *hooks);
 void dl_store_free(struct dl_store *st);
 
+/* Blocking, for a thread of its own (it touches no store): the host and
+ * port of the Redis primary that serves `slot` in a cluster, that the
+ * Sentinels name, or the configured host (a unix socket: nothing to
+ * find, host ""). *seed is the seed asked first, then the one that
+ * answered. 0, or DL_EUNAVAILABLE with err set. */
+int dl_store_primary_sync(const struct dl_redis_addr *a, unsigned slot,
+			  uint64_t timeout_ms, int *seed, char *host,
+			  size_t hostlen, int *port, char *err, size_t errlen);
+
 /* Take the leadership and load leases, queues and the token high-water
  * mark into the table, blocking (nothing else runs meanwhile). `start`:
  * this process is starting, and may take over a leadership recorded

@@ -708,20 +708,18 @@ void dl__find_stop(struct dl_store *st)
 /* ---- the same, blocking (the start-up load) ------------------------------ */
 
 /* Each seed in turn: CLUSTER SLOTS, the primary of our slot. */
-static int cluster_primary_sync(struct dl_store *st, char *host, size_t hostlen,
-				int *port, char *err, size_t errlen)
+static int cluster_primary_sync(const struct dl_redis_addr *a, unsigned slot,
+				struct timeval tv, int *seed, char *host,
+				size_t hostlen, int *port, char *err,
+				size_t errlen)
 {
-	const struct dl_redis_addr *a = &st->addr;
-	uint64_t t = st->cfg->redis_timeout_ms;
-	struct timeval tv = {(time_t)(t / 1000),
-			     (suseconds_t)(t % 1000) * 1000};
 	redisContext *c;
 	redisReply *r;
 	int k, i;
 
 	snprintf(err, errlen, "no cluster node answered");
 	for (k = 0; k < a->nseeds; k++) {
-		i = (st->find.sentinel_i + k) % a->nseeds;
+		i = (*seed + k) % a->nseeds;
 		c = redisConnectWithTimeout(a->seed_host[i], a->seed_port[i],
 					    tv);
 		if (!c || c->err) {
@@ -739,9 +737,9 @@ static int cluster_primary_sync(struct dl_store *st, char *host, size_t hostlen,
 		if (r)
 			freeReplyObject(r);
 		r = redisCommand(c, "CLUSTER SLOTS");
-		if (dl__slots_primary(r, st->find.slot, a->seed_host[i], host,
-				      hostlen, port) == 0) {
-			st->find.sentinel_i = i;
+		if (dl__slots_primary(r, slot, a->seed_host[i], host, hostlen,
+				      port) == 0) {
+			*seed = i;
 			freeReplyObject(r);
 			redisFree(c);
 			return 0;
@@ -759,20 +757,19 @@ static int cluster_primary_sync(struct dl_store *st, char *host, size_t hostlen,
 	return DL_EUNAVAILABLE;
 }
 
-int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
-			  int *port, char *err, size_t errlen)
+int dl_store_primary_sync(const struct dl_redis_addr *a, unsigned slot,
+			  uint64_t timeout_ms, int *seed, char *host,
+			  size_t hostlen, int *port, char *err, size_t errlen)
 {
-	const struct dl_redis_addr *a = &st->addr;
-	uint64_t t = st->cfg->redis_timeout_ms;
-	struct timeval tv = {(time_t)(t / 1000),
-			     (suseconds_t)(t % 1000) * 1000};
+	struct timeval tv = {(time_t)(timeout_ms / 1000),
+			     (suseconds_t)(timeout_ms % 1000) * 1000};
 	redisContext *c;
 	redisReply *r;
 	int k, i;
 
 	if (a->cluster)
-		return cluster_primary_sync(st, host, hostlen, port, err,
-					    errlen);
+		return cluster_primary_sync(a, slot, tv, seed, host, hostlen,
+					    port, err, errlen);
 	if (!a->master) {
 		snprintf(host, hostlen, "%s", a->host ? a->host : "");
 		*port = a->port;
@@ -780,7 +777,7 @@ int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
 	}
 	snprintf(err, errlen, "no Sentinel answered");
 	for (k = 0; k < a->nseeds; k++) {
-		i = (st->find.sentinel_i + k) % a->nseeds;
+		i = (*seed + k) % a->nseeds;
 		c = redisConnectWithTimeout(a->seed_host[i], a->seed_port[i],
 					    tv);
 		if (!c || c->err) {
@@ -803,7 +800,7 @@ int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
 		    r->element[1]->type == REDIS_REPLY_STRING) {
 			snprintf(host, hostlen, "%s", r->element[0]->str);
 			*port = atoi(r->element[1]->str);
-			st->find.sentinel_i = i;
+			*seed = i;
 			freeReplyObject(r);
 			redisFree(c);
 			return 0;
@@ -820,4 +817,12 @@ int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
 		redisFree(c);
 	}
 	return DL_EUNAVAILABLE;
+}
+
+int dl__find_primary_sync(struct dl_store *st, char *host, size_t hostlen,
+			  int *port, char *err, size_t errlen)
+{
+	return dl_store_primary_sync(
+		&st->addr, st->find.slot, st->cfg->redis_timeout_ms,
+		&st->find.sentinel_i, host, hostlen, port, err, errlen);
 }
