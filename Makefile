@@ -110,7 +110,8 @@ UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_reco
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls test_access \
                test_conformance test_describe test_deadlock test_watch \
-               test_lease_end test_forget test_coord test_multi
+               test_lease_end test_forget test_coord test_multi \
+               test_rcluster
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -125,7 +126,10 @@ LIBDLOCK_SO := $(O)/libdlock.so.$(SOVERSION)
 TEST_BINS  := $(addprefix $(O)/tests/,$(UNIT_TESTS) $(INTEG_TESTS))
 # What an integration test links besides itself: the harness reads the
 # daemon's keys with the store's own bucket function.
-HARNESS_OBJ := $(O)/tests/harness.o $(O)/server/store/bucket.o
+HARNESS_OBJ := $(O)/tests/harness.o $(O)/tests/rcluster.o \
+               $(O)/server/store/bucket.o
+# rcluster.c asks the Redis Cluster through hiredis.
+HARNESS_LIBS := $(shell $(PKG_CONFIG) --libs hiredis 2>/dev/null)
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         install uninstall clean deps \
@@ -202,57 +206,60 @@ $(O)/tests/test_users: $(O)/tests/test_users.o $(O)/server/users.o \
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) $(CRIT_LIBS)
 $(O)/tests/test_server: $(O)/tests/test_server.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 $(O)/tests/test_describe: $(O)/tests/test_describe.o $(HARNESS_OBJ) \
                           $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 $(O)/tests/test_persist: $(O)/tests/test_persist.o $(HARNESS_OBJ) \
                          $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 $(O)/tests/test_forget: $(O)/tests/test_forget.o $(HARNESS_OBJ) \
                         $(LIBDLOCK_A)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_faults: $(O)/tests/test_faults.o $(HARNESS_OBJ) \
                         $(O)/tests/netns.o $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 $(O)/tests/test_ha: $(O)/tests/test_ha.o $(HARNESS_OBJ) \
                     $(LIBDLOCK_A)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_ops: $(O)/tests/test_ops.o $(HARNESS_OBJ) $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 $(O)/tests/test_deadlock: $(O)/tests/test_deadlock.o $(HARNESS_OBJ) \
                           $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 $(O)/tests/test_client: $(O)/tests/test_client.o $(HARNESS_OBJ) \
                         $(LIBDLOCK_A)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) $(SSL_LIBS) -lpthread
 # The conformance scenarios (tests/conformance), libdlock's runner.
 $(O)/tests/test_conformance: $(O)/tests/test_conformance.o $(HARNESS_OBJ) \
                              $(LIBDLOCK_A)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_tls: $(O)/tests/test_tls.o $(HARNESS_OBJ) $(LIBDLOCK_A)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(SSL_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) $(SSL_LIBS) -lpthread
 $(O)/tests/test_layout: $(O)/tests/test_layout.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 $(O)/tests/test_access: $(O)/tests/test_access.o $(HARNESS_OBJ) \
                         $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 $(O)/tests/test_lease_end: $(O)/tests/test_lease_end.o $(HARNESS_OBJ) \
                            $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 $(O)/tests/test_cli: $(O)/tests/test_cli.o $(HARNESS_OBJ) \
                      $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 $(O)/tests/test_watch: $(O)/tests/test_watch.o $(HARNESS_OBJ) \
                        $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 $(O)/tests/test_coord: $(O)/tests/test_coord.o $(HARNESS_OBJ) \
                        $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 $(O)/tests/test_multi: $(O)/tests/test_multi.o $(HARNESS_OBJ) \
                        $(PROTO_OBJ)
-	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) -lpthread
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
+$(O)/tests/test_rcluster: $(O)/tests/test_rcluster.o $(HARNESS_OBJ) \
+                          $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 
 # Criterion forks one process per test; -j1 keeps integration tests (which
 # start daemons on their own ports) from crowding the two cores.
@@ -330,7 +337,8 @@ ALL_SUITES := test_ha test_persist test_forget test_faults test_cli \
               test_server test_describe.redis test_describe test_deadlock \
               test_watch.redis test_watch test_ops test_conformance \
               test_lease_end.redis test_lease_end test_coord.redis \
-              test_coord test_multi.redis test_multi $(UNIT_TESTS)
+              test_coord test_multi.redis test_multi test_rcluster \
+              $(UNIT_TESTS)
 test-bins: all $(TEST_BINS)
 test-all: test-bins
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) \

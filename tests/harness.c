@@ -315,7 +315,7 @@ static int redis_answers(const struct h_redis *r, int loading_ok)
 static void redis_spawn(struct h_redis *r, const char *fsync)
 {
 	char port[16], log[H_PATH_MAX + 16];
-	const char *argv[48] = {0};
+	const char *argv[64] = {0};
 	const char *base[] = {"redis-server",
 			      "--port",
 			      port,
@@ -365,14 +365,39 @@ static void redis_spawn(struct h_redis *r, const char *fsync)
 
 static char redis_fsync[16];
 
-void h_redis_start_in(struct h_redis *r, const char *appendfsync,
-		      const char *ns, const char *host)
+/* 1 if one of r's extra arguments is `port`. */
+static int redis_port_in_extra(const struct h_redis *r, int port)
 {
+	char s[16];
+	int i;
+
+	snprintf(s, sizeof(s), "%d", port);
+	for (i = 0; i < r->nextra; i++)
+		if (strcmp(r->extra[i], s) == 0)
+			return 1;
+	return 0;
+}
+
+static void redis_start(struct h_redis *r, const char *appendfsync,
+			const char *ns, const char *host,
+			const char *const *extra, int nextra)
+{
+	int i;
+
 	memset(r, 0, sizeof(*r));
+	cr_assert(nextra >= 0 &&
+		  (size_t)nextra <= sizeof(r->extra) / sizeof(r->extra[0]));
+	for (i = 0; i < nextra; i++)
+		r->extra[r->nextra++] = extra[i];
 	make_dir(r->dir, "redis");
 	r->netns = ns;
 	snprintf(r->host, sizeof(r->host), "%s", host ? host : "127.0.0.1");
-	r->port = ns ? 6379 : h_free_port();
+	if (ns)
+		r->port = 6379;
+	else
+		do
+			r->port = h_free_port();
+		while (redis_port_in_extra(r, r->port));
 	snprintf(r->sock, sizeof(r->sock), "%s/redis.sock", r->dir);
 	snprintf(r->url, sizeof(r->url), "redis://%s:%d/0", r->host, r->port);
 	snprintf(redis_fsync, sizeof(redis_fsync), "%s",
@@ -380,9 +405,21 @@ void h_redis_start_in(struct h_redis *r, const char *appendfsync,
 	redis_spawn(r, redis_fsync);
 }
 
+void h_redis_start_in(struct h_redis *r, const char *appendfsync,
+		      const char *ns, const char *host)
+{
+	redis_start(r, appendfsync, ns, host, NULL, 0);
+}
+
 void h_redis_start(struct h_redis *r, const char *appendfsync)
 {
-	h_redis_start_in(r, appendfsync, NULL, NULL);
+	redis_start(r, appendfsync, NULL, NULL, NULL, 0);
+}
+
+void h_redis_start_with(struct h_redis *r, const char *appendfsync,
+			const char *const *extra, int nextra)
+{
+	redis_start(r, appendfsync, NULL, NULL, extra, nextra);
 }
 
 void h_redis_restart(struct h_redis *r)

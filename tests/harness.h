@@ -33,7 +33,7 @@ struct h_redis {
 	char dir[H_DIR_MAX];   /* data directory (AOF lives here) */
 	char sock[H_PATH_MAX]; /* unix socket */
 	char url[H_PATH_MAX];  /* redis://<host>:<port>/0 */
-	const char *extra[8];  /* more arguments for the next (re)start */
+	const char *extra[24]; /* more arguments for the next (re)start */
 	int nextra;
 	int loading_ok;	    /* the next (re)start returns while it loads */
 	char replicaof[16]; /* the primary's port, for a replica */
@@ -75,6 +75,12 @@ int h_free_port(void);
 /* Start redis-server with AOF on (appendfsync as given, e.g. "always" or
  * "everysec"); waits until it answers PING. */
 void h_redis_start(struct h_redis *r, const char *appendfsync);
+/* The same with `extra` arguments (nextra of them, up to 24; the strings
+ * are borrowed and must outlive r) from the first start on, restarts
+ * included; the port it picks is none of them (a port an argument names,
+ * e.g. --cluster-port's). */
+void h_redis_start_with(struct h_redis *r, const char *appendfsync,
+			const char *const *extra, int nextra);
 /* The same, in network namespace `ns` bound to `host` (see netns.h). */
 void h_redis_start_in(struct h_redis *r, const char *appendfsync,
 		      const char *ns, const char *host);
