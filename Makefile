@@ -89,14 +89,18 @@ STORE_SRC  := $(addprefix server/store/,store.c store_link.c store_load.c \
                 store_batch.c store_lead.c store_horizon.c store_attest.c \
                 store_restart.c store_cluster.c \
                 store_find.c store_durable.c store_migrate.c store_probe.c \
-                store_resync.c store_uv.c record.c bucket.c seen.c)
+                store_resync.c store_uv.c store_part.c record.c bucket.c \
+                seen.c)
+# The partitions (server/part/): the map, and this daemon's share of it.
+PART_SRC   := $(addprefix server/part/,map.c part.c)
 SERVER_SRC := server/log.c server/config.c server/proof.c \
               server/conn.c server/conn_budget.c server/conn_lines.c server/held.c server/cmd.c \
               server/cmd_info.c server/cmd_reply.c server/cmd_multi.c \
+              server/cmd_part.c \
               server/server.c server/notify.c server/stats.c \
               server/metrics.c server/buf.c server/tls.c server/users.c \
               server/access.c server/watchreg.c server/watch.c \
-              $(LOCKTAB_SRC) $(STORE_SRC)
+              $(LOCKTAB_SRC) $(STORE_SRC) $(PART_SRC)
 # libdlock (client/lib/): the library, and its public header dlock.h.
 CLIENT_SRC := $(addprefix client/lib/,dlock.c dlock_ask.c dlock_io.c dlock_req.c \
                 dlock_reply.c dlock_tls.c dlock_watch.c dlock_desc.c \
@@ -106,12 +110,12 @@ CLI_SRC    := $(addprefix client/cli/,dlock_cli.c dlock_clicore.c \
                 dlock_cmds.c dlock_run.c dlock_guard.c dlock_child.c \
                 dlock_watchcmd.c)
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
-              test_users test_watchreg
+              test_users test_watchreg test_map
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls test_access \
                test_conformance test_describe test_deadlock test_watch \
                test_lease_end test_forget test_coord test_multi \
-               test_rcluster
+               test_partition test_rcluster
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -188,6 +192,8 @@ $(O)/tests/test_wheel: $(O)/tests/test_wheel.o $(O)/server/locktab/wheel.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_htab: $(O)/tests/test_htab.o $(O)/server/locktab/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
+$(O)/tests/test_map: $(O)/tests/test_map.o $(O)/server/part/map.o $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_watchreg: $(O)/tests/test_watchreg.o $(O)/server/watchreg.o \
                           $(O)/server/locktab/htab.o
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
@@ -195,7 +201,8 @@ $(O)/tests/test_locktab: $(O)/tests/test_locktab.o $(LOCKTAB_OBJ) \
                          $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS)
 $(O)/tests/test_config: $(O)/tests/test_config.o $(O)/server/config.o \
-                        $(O)/server/log.o $(PROTO_OBJ)
+                        $(O)/server/log.o $(O)/server/part/map.o \
+                        $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(DEP_LIBS) $(CRIT_LIBS)
 $(O)/tests/test_record: $(O)/tests/test_record.o $(O)/server/store/record.o \
                         $(O)/server/buf.o $(O)/server/store/bucket.o \
@@ -256,6 +263,9 @@ $(O)/tests/test_coord: $(O)/tests/test_coord.o $(HARNESS_OBJ) \
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 $(O)/tests/test_multi: $(O)/tests/test_multi.o $(HARNESS_OBJ) \
                        $(PROTO_OBJ)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
+$(O)/tests/test_partition: $(O)/tests/test_partition.o $(HARNESS_OBJ) \
+                           $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
 $(O)/tests/test_rcluster: $(O)/tests/test_rcluster.o $(HARNESS_OBJ) \
                           $(PROTO_OBJ)
@@ -337,7 +347,8 @@ ALL_SUITES := test_ha test_persist test_forget test_faults test_cli \
               test_server test_describe.redis test_describe test_deadlock \
               test_watch.redis test_watch test_ops test_conformance \
               test_lease_end.redis test_lease_end test_coord.redis \
-              test_coord test_multi.redis test_multi test_rcluster \
+              test_coord test_multi.redis test_multi test_partition \
+              test_rcluster \
               $(UNIT_TESTS)
 test-bins: all $(TEST_BINS)
 test-all: test-bins

@@ -374,6 +374,15 @@
 /* A node id and an advertised address: no spaces, at most these bytes. */
 #define DL_NODE_ID_MAX	 64
 #define DL_ADVERTISE_MAX 200
+/* The partition's record in its keyspace (server/store/store_part.c):
+ * a map epoch, an id, a token and the slots given away. */
+#define DL_STORE_PART_MAX 65536
+/* A partitioned daemon reads the partition map this often, and gives up
+ * on a change of it asked by an admin command after this long. */
+#define DL_MAP_POLL_MS 1000
+/* PARTITION's positional words. */
+#define DL_WORDS_MAX  3
+#define DL_MAP_ASK_MS 10000
 /* Node ids in [cluster] peers: the other daemons of one keyspace. */
 #define DL_PEERS_MAX 8
 

@@ -279,6 +279,7 @@ enum pos_kind {
 	POS_TEXT,
 	POS_PREFIX,
 	POS_PATTERN, /* a name, or a prefix and '*' (WATCH) */
+	POS_WORD,    /* printable ASCII, in req->words (PARTITION) */
 };
 
 /* Options, as bits of verb_def.opts and of the "seen" set. */
@@ -313,17 +314,19 @@ struct verb_def {
 	unsigned char len;
 	unsigned char min_pos; /* positional words required */
 	unsigned char max_pos; /* positional words allowed */
-	unsigned char pos[2];  /* enum pos_kind of each */
+	unsigned char pos[3];  /* enum pos_kind of each */
 	unsigned opts;	       /* OPT_* allowed */
 	const char *usage;     /* its syntax */
 	const char *summary;   /* what it does, one line */
 };
 
 #define VERB(v, n, mn, mx, p0, p1, o, u, s)                                    \
-	[v] = {n, sizeof(n) - 1, mn, mx, {p0, p1}, o, n u, s}
+	[v] = {n, sizeof(n) - 1, mn, mx, {p0, p1, 0}, o, n u, s}
+#define VERB3(v, n, mn, mx, p0, p1, p2, o, u, s)                               \
+	[v] = {n, sizeof(n) - 1, mn, mx, {p0, p1, p2}, o, n u, s}
 
 static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
-	[DL_VERB_NONE] = {"", 0, 0, 0, {0, 0}, 0, "", ""},
+	[DL_VERB_NONE] = {"", 0, 0, 0, {0, 0, 0}, 0, "", ""},
 	VERB(DL_VERB_LOCK, "LOCK", 1, 1, POS_NAME, 0,
 	     OPT_TTL | OPT_WAIT | OPT_MODE | OPT_LIMIT | OPT_WARN | OPT_DELAY |
 		     OPT_REQ | OPT_NOTIFY | OPT_VALUE | OPT_ID,
@@ -400,6 +403,15 @@ static const struct verb_def verb_defs[DL_VERB_COUNT_] = {
 	     "[warn=<duration>] [delay=<duration>] [value=<text>] [id=<tag>]",
 	     "keep a lease the server no longer knows (Redis forgot it): "
 	     "the proof and until its last grant or refresh gave"),
+	VERB(DL_VERB_MAP, "MAP", 0, 0, 0, 0, OPT_ID, " [id=<tag>]",
+	     "the partition map: which partition serves which names, and "
+	     "where (multi-line)"),
+	VERB3(DL_VERB_PARTITION, "PARTITION", 1, 3, POS_WORD, POS_WORD,
+	      POS_WORD, OPT_ID,
+	      " INIT | MOVE <slots> <partition> | ADDRS <partition> "
+	      "<host:port,...> [id=<tag>]",
+	      "change the partition map (an admin's): create it, give "
+	      "slots to another partition, set a partition's addresses"),
 };
 
 static const char *const opt_names[] = {
@@ -1055,6 +1067,17 @@ static int parse_positional(struct dl_str w, int kind, struct dl_request *req,
 			return fail(why, req, DL_EBADARG, req->why);
 		}
 		break;
+	case POS_WORD:
+		if (!printable(w) || req->nwords == DL_WORDS_MAX) {
+			struct why m = {req->why, 0, sizeof(req->why)};
+
+			why_str(&m, "word malformed: ");
+			why_quote(&m, w.p, w.len);
+			why_str(&m, ", printable ASCII only");
+			return fail(why, req, DL_EBADARG, req->why);
+		}
+		req->words[req->nwords++] = w;
+		break;
 	case POS_TEXT:
 		/* PING's and HELP's word is echoed back: only printable
 		 * ASCII, so that a reply can never carry a CR or a control
@@ -1086,6 +1109,7 @@ static const char *const pos_names[] = {
 	[POS_TEXT] = "missing the word",
 	[POS_PREFIX] = "missing the prefix",
 	[POS_PATTERN] = "missing the lock name, or a prefix and '*'",
+	[POS_WORD] = "missing a word: INIT, MOVE or ADDRS",
 };
 
 /* What a multi-lock may ask besides its names. */

@@ -59,7 +59,9 @@
 	X(NOSPC, -12, INTERNAL, "INTERNAL", "internal",                        \
 	  "line does not fit its buffer")                                      \
 	X(RANGE, -13, BADARG, "BAD_ARG", "bad_arg", "number out of range")     \
-	X(DENIED, -14, DENIED, "DENIED", "denied", "permission denied")
+	X(DENIED, -14, DENIED, "DENIED", "denied", "permission denied")        \
+	X(MOVED, -15, MOVED, "MOVED", "moved",                                 \
+	  "the name is another partition's")
 
 #define DL__ERR_ENUM(name, value, wire, word, label, text) DL_E##name = value,
 #define DL__ERR_ONE(name, value, wire, word, label, text)  +1
@@ -154,6 +156,8 @@ enum dl_verb {
 	DL_VERB_WATCH,
 	DL_VERB_UNWATCH,
 	DL_VERB_RECLAIM,
+	DL_VERB_MAP,
+	DL_VERB_PARTITION,
 	DL_VERB_COUNT_
 };
 
@@ -216,8 +220,10 @@ struct dl_request {
 	uint64_t req;		 /* LOCK TRYLOCK req= (a request id), 0 when
 				    absent */
 	unsigned notify_waiters : 1; /* LOCK TRYLOCK notify=waiters */
-	struct dl_str value;  /* LOCK TRYLOCK REFRESH RECLAIM value= (a text
-				 value, proto/desc.h); len 0 when absent */
+	struct dl_str value; /* LOCK TRYLOCK REFRESH RECLAIM value= (a text
+				value, proto/desc.h); len 0 when absent */
+	struct dl_str words[DL_WORDS_MAX]; /* PARTITION's words */
+	uint8_t nwords;
 	uint8_t nnames;	      /* LOCK TRYLOCK: 0 for a single lock (name);
 				 2..DL_MULTI_MAX for a multi-lock, whose names are
 				 name, then more[0 .. nnames - 2] */

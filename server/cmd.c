@@ -20,6 +20,7 @@
 #include "server/clock.h"
 #include "server/conn.h"
 #include "server/log.h"
+#include "server/part/part.h"
 #include "server/proof.h"
 #include "server/server.h"
 #include "server/stats.h"
@@ -963,6 +964,7 @@ enum {
 	OPEN = 1,    /* allowed before AUTH */
 	CHANGES = 2, /* changes lock state: refused while persistence is down */
 	ACTIVE = 4,  /* reads or changes lock state: the active daemon's */
+	NAMED = 8,   /* about rq->name: the partition's that serves it */
 };
 
 /* The right a verb needs (users.h); ANYONE: any authenticated user (LOCKS
@@ -976,14 +978,14 @@ static const struct {
 	unsigned flags;
 	enum dl_right right; /* on rq->name */
 } verbs[DL_VERB_COUNT_] = {
-	[DL_VERB_LOCK] = {cmd_lock, CHANGES | ACTIVE, LOCK_R},
-	[DL_VERB_TRYLOCK] = {cmd_lock, CHANGES | ACTIVE, LOCK_R},
-	[DL_VERB_UNLOCK] = {cmd_unlock, CHANGES | ACTIVE, LOCK_R},
-	[DL_VERB_REFRESH] = {cmd_refresh, CHANGES | ACTIVE, LOCK_R},
-	[DL_VERB_RECLAIM] = {cmd_reclaim, CHANGES | ACTIVE, LOCK_R},
-	[DL_VERB_CHECK] = {cmd_check, ACTIVE, READ_R},
-	[DL_VERB_CANCEL] = {cmd_cancel, ACTIVE, LOCK_R},
-	[DL_VERB_STATUS] = {dl__cmd_status, ACTIVE, READ_R},
+	[DL_VERB_LOCK] = {cmd_lock, CHANGES | ACTIVE | NAMED, LOCK_R},
+	[DL_VERB_TRYLOCK] = {cmd_lock, CHANGES | ACTIVE | NAMED, LOCK_R},
+	[DL_VERB_UNLOCK] = {cmd_unlock, CHANGES | ACTIVE | NAMED, LOCK_R},
+	[DL_VERB_REFRESH] = {cmd_refresh, CHANGES | ACTIVE | NAMED, LOCK_R},
+	[DL_VERB_RECLAIM] = {cmd_reclaim, CHANGES | ACTIVE | NAMED, LOCK_R},
+	[DL_VERB_CHECK] = {cmd_check, ACTIVE | NAMED, READ_R},
+	[DL_VERB_CANCEL] = {cmd_cancel, ACTIVE | NAMED, LOCK_R},
+	[DL_VERB_STATUS] = {dl__cmd_status, ACTIVE | NAMED, READ_R},
 	[DL_VERB_HELLO] = {cmd_hello, OPEN, ANYONE},
 	[DL_VERB_AUTH] = {cmd_auth, OPEN, ANYONE},
 	[DL_VERB_STATS] = {dl__cmd_stats, 0, DL_RIGHT_ADMIN},
@@ -991,12 +993,42 @@ static const struct {
 	[DL_VERB_QUIT] = {cmd_quit, OPEN, ANYONE},
 	[DL_VERB_LOCKS] = {dl__cmd_locks, ACTIVE, ANYONE},
 	[DL_VERB_HELP] = {dl__cmd_help, OPEN, ANYONE},
-	[DL_VERB_BREAK] = {cmd_break, CHANGES | ACTIVE, DL_RIGHT_BREAK},
-	[DL_VERB_HOLDERS] = {dl__cmd_holders, ACTIVE, READ_R},
-	/* WATCH checks the read right itself, on a name or a prefix */
-	[DL_VERB_WATCH] = {dl_watch_cmd, ACTIVE, ANYONE},
+	[DL_VERB_BREAK] = {cmd_break, CHANGES | ACTIVE | NAMED, DL_RIGHT_BREAK},
+	[DL_VERB_HOLDERS] = {dl__cmd_holders, ACTIVE | NAMED, READ_R},
+	/* WATCH checks the read right itself, on a name or a prefix; a
+	 * prefix may span partitions: each tells of its own names */
+	[DL_VERB_WATCH] = {dl_watch_cmd, ACTIVE | NAMED, ANYONE},
 	[DL_VERB_UNWATCH] = {dl_unwatch_cmd, ACTIVE, ANYONE},
+	[DL_VERB_MAP] = {dl__cmd_map, 0, ANYONE},
+	[DL_VERB_PARTITION] = {dl__cmd_partition, ACTIVE, DL_RIGHT_ADMIN},
 };
+
+/* The partition of every name of rq (NAMED verbs): 0 to go on. A
+ * multi-lock's names must share one; a WATCH of a prefix is every
+ * partition's. */
+static int route(struct dl_conn *c, const struct dl_request *rq)
+{
+	const struct dl_map_part *first, *to;
+	enum dl_route r0;
+	int i;
+
+	if (!c->srv->part || (rq->verb == DL_VERB_WATCH && rq->prefix))
+		return 0;
+	if (rq->nnames > 1) {
+		r0 = dl_part_route(c->srv->part, rq->name, &first);
+		for (i = 0; i < rq->nnames - 1; i++)
+			if (dl_part_route(c->srv->part, rq->more[i], &to) !=
+				    r0 ||
+			    to != first) {
+				dl_conn_error(
+					c, DL_EBADARG,
+					"the names are in several partitions: a multi-lock's names must share one (put them under one {tag})",
+					rq->tag);
+				return -1;
+			}
+	}
+	return dl__cmd_route(c, rq->name, rq->tag);
+}
 
 /* "NO DENIED <name> need=<right>" ("-" for a right on the daemon). */
 void dl__cmd_denied(struct dl_conn *c, enum dl_right right, struct dl_str name,
@@ -1060,6 +1092,8 @@ void dl_cmd_execute(struct dl_conn *c, char *line, size_t len)
 		not_active(c, rq.tag);
 		return;
 	}
+	if ((verbs[rq.verb].flags & NAMED) && route(c, &rq))
+		return;
 	if ((verbs[rq.verb].flags & ACTIVE) &&
 	    !dl_store_leading(c->srv->store)) {
 		dl_conn_error(

@@ -48,6 +48,12 @@ void dl__cmd_denied(struct dl_conn *c, enum dl_right right, struct dl_str name,
 		    struct dl_str tag);
 int dl__cmd_check_ttl(struct dl_conn *c, const struct dl_request *rq);
 
+/* cmd_part.c: 0 if name is this partition's (or the daemon serves every
+ * name); else the client is answered (NO MOVED, ERR UNAVAILABLE) and -1. */
+int dl__cmd_route(struct dl_conn *c, struct dl_str name, struct dl_str tag);
+void dl__cmd_map(struct dl_conn *c, const struct dl_request *rq);
+void dl__cmd_partition(struct dl_conn *c, const struct dl_request *rq);
+
 /* cmd_multi.c: several locks at once (LOCK <name> <name> ...). */
 void dl__cmd_multi_lock(struct dl_conn *c, const struct dl_request *rq);
 /* 1 if req= is that of a multi-lock of c's owner in progress: a single

@@ -23,6 +23,7 @@
 #include "proto/proto.h"
 #include "proto/slot.h"
 #include "server/locktab/locktab.h"
+#include "server/part/map.h"
 #include "server/log.h"
 
 enum ktype { K_STR, K_U64, K_DUR, K_BOOL, K_LEVEL, K_PERSIST };
@@ -153,6 +154,7 @@ static const struct key keys[] = {
 	 DL_DEFAULT_LEADER_LEASE_MS, NULL},
 	{"cluster", "max_clock_skew", K_DUR, F(max_clock_skew_ms), 0,
 	 DL_MAX_CLOCK_SKEW_MAX_MS, 0, 0, DL_DEFAULT_MAX_CLOCK_SKEW_MS, NULL},
+	{"partition", "id", K_STR, F(partition), 0, 0, 0, 0, 0, ""},
 };
 #undef F
 
@@ -225,6 +227,8 @@ void dl_config_free(struct dl_config *c)
 		explicit_bzero(c->redis_password, strlen(c->redis_password));
 	free(c->redis_password);
 	c->redis_password = NULL;
+	free(c->store_prefix);
+	c->store_prefix = NULL;
 }
 
 static int parse_bool(const char *v, uint64_t *out)
@@ -541,7 +545,14 @@ static int check(const struct dl_config *c, char *err, size_t errlen)
 		}
 		tagged = dl_hash_tag(c->redis_prefix, strlen(c->redis_prefix),
 				     &off, &taglen);
-		if (a.cluster && !tagged) {
+		if (c->partition[0] && tagged) {
+			dl_redis_addr_free(&a);
+			seterr(err, errlen,
+			       "redis_prefix \"%s\" holds a hash tag: with [partition] id it is the base of every partition's keys, each under its own {<id>}",
+			       c->redis_prefix);
+			return DL_EBADARG;
+		}
+		if (a.cluster && !tagged && !c->partition[0]) {
 			dl_redis_addr_free(&a);
 			seterr(err, errlen,
 			       "redis_prefix \"%s\" holds no hash tag: with a Redis Cluster every key of the lock table must be in one slot, so the prefix needs a {tag} (e.g. dlock:{locks}:)",
@@ -557,6 +568,19 @@ static int check(const struct dl_config *c, char *err, size_t errlen)
 	}
 	if (check_tls(c, err, errlen) != 0)
 		return DL_EBADARG;
+	if (c->partition[0] &&
+	    (!dl_map_id_valid(c->partition, strlen(c->partition)) ||
+	     strcmp(c->partition, "map") == 0)) {
+		seterr(err, errlen,
+		       "[partition] id: 1 to %d of A-Z a-z 0-9 _ -, not \"map\"",
+		       DL_PART_ID_MAX);
+		return DL_EBADARG;
+	}
+	if (c->partition[0] && c->persist != DL_PERSIST_REDIS) {
+		seterr(err, errlen,
+		       "[partition] id needs persist = redis: the partition map is kept there");
+		return DL_EBADARG;
+	}
 	if (!node_id_ok(c->node_id)) {
 		seterr(err, errlen,
 		       "[cluster] node_id: at most %d letters, digits and . _ - :",
@@ -714,6 +738,30 @@ static int load_secrets(struct dl_config *c, char *err, size_t errlen)
 	return 0;
 }
 
+const char *dl_config_store_prefix(const struct dl_config *c)
+{
+	return c->store_prefix ? c->store_prefix : c->redis_prefix;
+}
+
+/* The prefix of the lock table's keys: redis_prefix, or for a partition
+ * <redis_prefix>{<id>}: (one slot per partition). */
+static int store_prefix(struct dl_config *c, char *err, size_t errlen)
+{
+	size_t n = strlen(c->redis_prefix) + strlen(c->partition) + 4;
+
+	free(c->store_prefix);
+	if (!(c->store_prefix = malloc(n))) {
+		seterr(err, errlen, "out of memory");
+		return DL_ENOMEM;
+	}
+	if (c->partition[0])
+		snprintf(c->store_prefix, n, "%s{%s}:", c->redis_prefix,
+			 c->partition);
+	else
+		snprintf(c->store_prefix, n, "%s", c->redis_prefix);
+	return 0;
+}
+
 int dl_config_load(struct dl_config *c, const char *path,
 		   const struct dl_override *ov, size_t nov, char *err,
 		   size_t errlen)
@@ -751,7 +799,9 @@ int dl_config_load(struct dl_config *c, const char *path,
 	}
 	if ((r = load_secrets(c, err, errlen)) != 0)
 		return r;
-	return check(c, err, errlen);
+	if ((r = check(c, err, errlen)) != 0)
+		return r;
+	return store_prefix(c, err, errlen);
 }
 
 size_t dl_config_diff(const struct dl_config *old, const struct dl_config *new,

@@ -106,6 +106,12 @@ struct dl_config {
 	uint64_t leader_lease_ms;
 	/* how far apart the nodes' wall clocks may be (store_load.c) */
 	uint64_t max_clock_skew_ms;
+	/* [partition] (server/part/part.h): this daemon serves the names
+	 * the partition map gives partition `partition` */
+	char *partition; /* "" the whole namespace, no map */
+	/* Not a key: the prefix of the lock table's keys, set by
+	 * dl_config_load: redis_prefix, or <redis_prefix>{<partition>}: */
+	char *store_prefix;
 };
 
 /* A command-line override of one key, kept for reloads. */
@@ -127,6 +133,9 @@ struct dl_override {
 #define DL_MAX_CLOCK_SKEW_MAX_MS     3600000
 
 void dl_config_defaults(struct dl_config *c);
+/* The prefix of the lock table's keys (store_prefix, or redis_prefix
+ * for a configuration that dl_config_load did not finish). */
+const char *dl_config_store_prefix(const struct dl_config *c);
 /* Defaults, then `path` (NULL: none), then the overrides; then checks
  * the whole. On failure returns DL_EBADARG and `err` says what and where
  * ("dlockd.conf:12: unknown key 'prot' in [server]"). */

@@ -619,7 +619,7 @@ static void process_input(struct dl_conn *c)
 	size_t len;
 	int lines = 0;
 
-	while (!c->end && !c->delayed && !c->parked) {
+	while (!c->end && !c->delayed && !c->parked && !c->awaiting) {
 		if (c->srv->work - c->turn_at >= DL_TURN_WORK) {
 			yield_turn(c, 0);
 			return;
@@ -699,7 +699,8 @@ static void read_more(struct dl_conn *c)
 	process_input(c);
 	if (c->tls) /* what TLS holds already, before reading more */
 		tls_pump(c);
-	if (!c->end && !c->delayed && !c->parked && !c->paused && !c->yielded &&
+	if (!c->end && !c->delayed && !c->parked && !c->awaiting &&
+	    !c->paused && !c->yielded &&
 	    uv_read_start(&c->u.stream, on_alloc, on_read) != 0)
 		dl_conn_end(c, DL_END_ABORT, "cannot read");
 }
@@ -824,8 +825,8 @@ static void tls_pump(struct dl_conn *c)
 	size_t avail, got;
 	int r;
 
-	while (!c->end && !c->delayed && !c->parked && !c->paused &&
-	       !c->yielded) {
+	while (!c->end && !c->delayed && !c->parked && !c->awaiting &&
+	       !c->paused && !c->yielded) {
 		space = dl_linebuf_space(&c->in, &avail);
 		r = dl_tls_read(c->tls, space, avail, &got);
 		if (r == DL_EPROTO) {
@@ -870,7 +871,7 @@ int dl_conn_sweep(struct dl_conn *c, uint64_t now)
 		return 1;
 	/* a connection the server holds back (its output, a delayed reply,
 	 * the store, its turn) is not the one that is slow */
-	if (c->paused || c->delayed || c->parked || c->yielded)
+	if (c->paused || c->delayed || c->parked || c->awaiting || c->yielded)
 		return 0;
 	if (c->tls && !c->tls_open &&
 	    now - dl_tls_since(c->tls) >= cfg->tls_handshake_timeout_ms) {
@@ -947,6 +948,19 @@ void dl_conn_send_delayed(struct dl_conn *c, const char *line, size_t len,
 	uv_timer_start(&d->timer, on_delayed, ms, 0);
 	c->delayed = d;
 	uv_read_stop(&c->u.stream);
+}
+
+void dl_conn_await(struct dl_conn *c)
+{
+	c->awaiting = 1;
+	uv_read_stop(&c->u.stream);
+}
+
+void dl_conn_answered(struct dl_conn *c)
+{
+	c->awaiting = 0;
+	if (!c->end && !c->srv->draining)
+		read_more(c);
 }
 
 int dl_conn_park(struct dl_conn *c, const char *line, size_t len)

@@ -170,8 +170,10 @@ struct dl_conn {
 	struct dl_delayed *delayed; /* input paused until it is sent */
 	struct dl_parked *parked;   /* input paused until it is executed */
 	unsigned authed : 1;
-	unsigned paused : 1;  /* input paused: too much output unread */
-	unsigned writing : 1; /* a uv_write is in flight */
+	unsigned paused : 1;   /* input paused: too much output unread */
+	unsigned awaiting : 1; /* input paused: a reply that waits for a
+				  change made elsewhere (dl_conn_await) */
+	unsigned writing : 1;  /* a uv_write is in flight */
 	unsigned in_writeq : 1;
 	unsigned in_held : 1;
 	unsigned in_endq : 1;
@@ -248,6 +250,12 @@ int dl_conn_park(struct dl_conn *c, const char *line, size_t len);
 /* The store's link is up or failed: execute every parked request (each
  * is answered as the store now allows) and read again. */
 void dl_conn_unpark_all(struct dl_server *srv);
+
+/* Read nothing from the connection until dl_conn_answered: the reply of
+ * the request just executed comes later (PARTITION waits for Redis), and
+ * later requests keep their order. */
+void dl_conn_await(struct dl_conn *c);
+void dl_conn_answered(struct dl_conn *c);
 
 /* Send `line` after ms, reading nothing from the connection meanwhile, so
  * that later requests keep their order (a failed AUTH is answered this

@@ -16,6 +16,7 @@
 #include "server/access.h"
 #include "server/config.h"
 #include "server/log.h"
+#include "server/part/part.h"
 #include "server/server.h"
 #include "server/store/store.h"
 #include "server/tls.h"
@@ -311,6 +312,7 @@ int main(int argc, char **argv)
 	r = uv_loop_close(loop);
 	if (r != 0)
 		dl_warn("loop closed with handles open: %s", uv_strerror(r));
+	dl_part_free(srv.part);
 	dl_store_free(srv.store);
 	dl_access_free(srv.access);
 	dl_watch_free(&srv);

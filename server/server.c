@@ -35,6 +35,7 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/notify.h"
+#include "server/part/part.h"
 #include "server/store/store_tuning.h"
 #include "server/tls.h"
 #include "server/watch.h"
@@ -875,6 +876,11 @@ void dl_server_init(struct dl_server *srv, uv_loop_t *loop)
 	srv->store = dl_store_new(loop, &srv->cfg, srv->tab, &sh);
 	if (!srv->store)
 		fatal(DL_EXIT_OTHER, "out of memory");
+	if (srv->cfg.partition[0] &&
+	    (!(srv->part =
+		       dl_part_new(loop, &srv->cfg, srv->store, srv->tab)) ||
+	     dl_part_start(srv->part) != 0))
+		fatal(DL_EXIT_OTHER, "cannot start the partition map");
 	init_handles(srv);
 	if (dl_tls_enabled(&srv->cfg))
 		start_tls(srv);
@@ -993,6 +999,7 @@ static void drain_finish(struct dl_server *srv)
 	uv_close((uv_handle_t *)&srv->sig_term, NULL);
 	uv_close((uv_handle_t *)&srv->sig_int, NULL);
 	uv_close((uv_handle_t *)&srv->sig_hup, NULL);
+	dl_part_close(srv->part);
 	dl_store_stop(srv->store, on_store_stopped, srv);
 }
 

@@ -73,6 +73,8 @@ struct dl_server_stats {
 
 struct dl_multi;
 
+struct dl_part;
+
 struct dl_server {
 	uv_loop_t *loop;
 	struct dl_config cfg;
@@ -81,6 +83,7 @@ struct dl_server {
 	size_t nov;
 	struct dl_locktab *tab;
 	struct dl_store *store;
+	struct dl_part *part;	  /* [partition] id: the map (part/part.h) */
 	struct dl_access *access; /* users, and who each connection is */
 	struct dl_watches *watch; /* WATCHes of all connections (watch.h) */
 

@@ -1098,7 +1098,7 @@ Test(proto, error_words_and_texts)
 		"NOAUTH",     "LIMIT",		 "UNAVAILABLE",	  "INTERNAL",
 		"NOT_ACTIVE", "INTERNAL",	 "INTERNAL",	  "INTERNAL",
 		"BAD_ARG", /* DL_ERANGE */
-		"DENIED",
+		"DENIED",     "MOVED",
 	};
 	int e;
 
@@ -2031,4 +2031,24 @@ Test(proto, hash_tag_is_the_first_braces_with_bytes_between)
 	cr_expect(!dl_hash_tag("abc}", 4, &off, &n));
 	cr_expect(!dl_hash_tag("{abc", 4, &off, &n));
 	cr_expect(!dl_hash_tag("a{b}", 2, &off, &n)); /* only len bytes */
+}
+
+Test(proto, map_and_partition_parse)
+{
+	struct dl_request r;
+	const char *why;
+
+	cr_assert_eq(parse("MAP id=t", &r, &why), 0);
+	cr_assert_eq(r.verb, DL_VERB_MAP);
+	cr_assert_eq(parse("MAP x", &r, &why), DL_EBADARG);
+	cr_assert_eq(parse("PARTITION MOVE 0-99,200 p1", &r, &why), 0);
+	cr_assert_eq(r.verb, DL_VERB_PARTITION);
+	cr_assert_eq(r.nwords, 3);
+	cr_assert_str_eq(cstr(r.words[1]), "0-99,200");
+	cr_assert_str_eq(cstr(r.words[2]), "p1");
+	cr_assert_eq(parse("PARTITION INIT", &r, &why), 0);
+	cr_assert_eq(r.nwords, 1);
+	cr_assert_eq(parse("PARTITION", &r, &why), DL_EBADFORMAT);
+	cr_assert_eq(parse("PARTITION a b c d", &r, &why), DL_EBADARG);
+	cr_assert_eq(parse("PARTITION MOVE \x01 p", &r, &why), DL_EBADARG);
 }

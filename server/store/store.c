@@ -59,7 +59,7 @@ static void seen_init(struct dl_store *st)
 	}
 	dl_seen_where(where, sizeof(where), &st->addr);
 	dl_seen_init(&st->lead.seen, st->cfg->state_dir, where, st->addr.db,
-		     st->cfg->redis_prefix);
+		     dl_config_store_prefix(st->cfg));
 }
 
 struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
@@ -77,7 +77,7 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	st->epoch = 1;
 	st->redis = cfg->persist == DL_PERSIST_REDIS;
 	st->backoff_ms = DL_STORE_BACKOFF_MIN_MS;
-	if (dl__keys_init(&st->keys, cfg->redis_prefix))
+	if (dl__keys_init(&st->keys, dl_config_store_prefix(cfg)))
 		goto fail;
 	/* Without Redis there is nobody to share the table with. */
 	st->lead.active = !st->redis;
@@ -87,8 +87,8 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 	if (st->redis && dl_redis_url_parse(cfg->redis, &st->addr) != 0)
 		goto fail;
 	/* A cluster's shard: the one serving the prefix's tag */
-	st->find.slot =
-		dl_key_slot(cfg->redis_prefix, strlen(cfg->redis_prefix));
+	st->find.slot = dl_key_slot(dl_config_store_prefix(cfg),
+				    strlen(dl_config_store_prefix(cfg)));
 	seen_init(st);
 	if (dl__cluster_init(st))
 		goto fail;

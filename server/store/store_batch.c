@@ -294,6 +294,7 @@ static const struct {
 	{offsetof(struct store_keys, answers), "answers"},
 	{offsetof(struct store_keys, cluster), "cluster"},
 	{offsetof(struct store_keys, run), "run"},
+	{offsetof(struct store_keys, part), "part"},
 	{offsetof(struct store_keys, names), "locks"},
 	{offsetof(struct store_keys, lock_prefix), "lock:"},
 };

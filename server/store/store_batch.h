@@ -77,6 +77,8 @@ struct store_keys {
 	char *cluster;	 /* <prefix>cluster: the id (store_cluster.c) */
 	char *run;	 /* <prefix>run: the Redis process of the last take
 			    (store_horizon.c) */
+	char *part;	 /* <prefix>part: the partition's record
+			    (store_part.c) */
 	char *rec;	 /* <prefix>rec:0 NUL <prefix>rec:1 NUL ...: the
 			    buckets of layout 2 (dl__rec_key) */
 	uint32_t rec_off[DL_STORE_BUCKETS + 1]; /* bucket b's key at

@@ -283,6 +283,9 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 	char why[256];
 
 	batch_pop(st, b);
+	if (kind == BATCH_PART)
+		dl__part_reply(st, reply && ac == st->ac &&
+					   !dl__store_reply_error(reply));
 	if (!reply || ac != st->ac)
 		return; /* the link died; link_fail has run or will */
 	if (kind == BATCH_CONFIG) {
@@ -302,7 +305,7 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	if ((kind == BATCH_EPOCH || kind == BATCH_RESYNC ||
-	     kind == BATCH_RESYNC_PART) &&
+	     kind == BATCH_RESYNC_PART || kind == BATCH_PART) &&
 	    ((redisReply *)reply)->type == REDIS_REPLY_INTEGER)
 		dl_seen_note(&st->lead.seen, 0,
 			     (uint64_t)((redisReply *)reply)->integer);

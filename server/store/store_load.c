@@ -787,7 +787,8 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 	dl__hz_redis_run(st, x->run, x->meddled);
 	if ((start && (rc = dl__attest_restart(x))) ||
 	    (rc = take_lead(x, start, fence, sizeof(fence))) ||
-	    (rc = dl__cluster_load_claim(x)) || (rc = read_token(x, &stored)))
+	    (rc = dl__cluster_load_claim(x)) || (rc = read_token(x, &stored)) ||
+	    (rc = dl__part_load(x)))
 		return rc;
 	if (x->closed_ms > 0) {
 		/* Redis went back (this take found it, or another daemon did

@@ -500,7 +500,7 @@ int dl__layout1_migrate(struct load_ctx *x)
 		return rc;
 	dl_notice(
 		"redis: migrated to store layout 2: %zu locks (of %zu names in layout 1) written to %srec:0..%u in %zu calls; %s deleted, layout 1 is no longer read",
-		locks, x->l1->n, st->cfg->redis_prefix,
+		locks, x->l1->n, dl_config_store_prefix(st->cfg),
 		(unsigned)DL_STORE_BUCKETS - 1, calls, st->keys.names);
 	calls = 0;
 	if ((rc = delete_records(x, &calls)) != 0)

@@ -49,6 +49,7 @@ enum batch_kind {
 	BATCH_WAIT,	   /* WAIT for replicas: commits its epoch */
 	BATCH_RESYNC_WAIT, /* WAIT after a re-sync: brings the link up */
 	BATCH_CONFIG,	   /* the running check of Redis's configuration */
+	BATCH_PART,	   /* the partition layer's record (store_part.c) */
 };
 
 /* One awaited reply; kept in send order, which is reply order. */
@@ -112,7 +113,21 @@ struct dl_store {
 	struct store_durable dur;   /* store_durable.h */
 	struct store_horizon hz;    /* store_horizon.h */
 	struct store_attest attest; /* store_attest.h */
+	struct {		    /* store_part.c */
+		char gone[DL_STORE_PART_MAX];	 /* as last read or written */
+		char sending[DL_STORE_PART_MAX]; /* the write under way */
+		void (*done)(int ok, void *arg); /* it, when one is */
+		void *arg;
+		unsigned gen; /* raised by each load and write */
+	} part;
 };
+
+/* ---- store_part.c ---- */
+
+/* The reply to the partition record's write (NULL reply or error: 0). */
+void dl__part_reply(struct dl_store *st, int ok);
+/* A load reads the record (a take-over learns what was given away). */
+int dl__part_load(struct load_ctx *x);
 
 /* ---- store_link.c: the link, for store.c and store_find.c ---- */
 

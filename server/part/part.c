@@ -1,0 +1,829 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * part.c -- this daemon's share of the partition map (part.h).
+ *
+ * Reading and writing the map. The map key is in its own slot, so in a
+ * Redis Cluster it may be on another shard than the lock table: it has a
+ * connection of its own, used with hiredis's blocking API on libuv's
+ * thread pool, one job at a time (a GET, or a compare-and-set). The job
+ * touches only itself, the connection, and what never changes after
+ * dl_part_new (the address, the key); the loop thread looks at the
+ * connection only when no job is under way. A failed call drops the
+ * connection; the next job finds the primary again (the store's finder,
+ * dl_store_primary_sync: CLUSTER SLOTS, Sentinel, or the one address).
+ *
+ * Every change is a compare-and-set of the whole text (an EVAL: the map
+ * is written only if Redis still holds the text the change was made
+ * from) that raises the epoch by one; a daemon adopts a map only when
+ * its epoch is above the one it knows, and writes back the one it knows
+ * when Redis holds an older one (Redis went back).
+ *
+ * Who serves a name, safely. A slot must never be served by two
+ * partitions, not even for a moment. It leaves a partition only by that
+ * partition's active (PARTITION MOVE), in this order:
+ *   1. the active stops serving the slots (requests get ERR UNAVAILABLE,
+ *      "moving"), and checks that its table holds no lock in them;
+ *   2. it writes, under its table's fence, that it gave them away at map
+ *      epoch E + 1 (store_part.c): a deposed active cannot, and a daemon
+ *      that takes the partition over reads it before it serves;
+ *   3. it writes the map E -> E + 1 with the slots given to the other
+ *      partition, and the other's token floor raised to this table's
+ *      last token.
+ * A daemon serves a slot only if the newest map it read gives it to its
+ * partition and its table's record does not give it away at a later
+ * epoch; the receiving partition serves it only from a map that says so,
+ * which is written after step 2. If the map write fails, the record
+ * keeps the slots unserved, and the active completes the write on its
+ * next read of the map. Tokens of the names that moved stay above their
+ * old ones: the receiver raises its counter to the floor before it
+ * serves them (dl_part_route).
+ *
+ * What is not done yet: moving slots that hold locks (their leases and
+ * queues would have to go along); a map that Redis forgot entirely is
+ * written back only by a daemon that knew it, and a daemon that never
+ * read a map serves nothing until one exists (PARTITION INIT creates the
+ * first).
+ */
+#include "server/part/part.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/locktab/locktab.h"
+#include "server/log.h"
+#include "server/store/store.h"
+
+/* Compare-and-set: KEYS[1] becomes ARGV[2] if it holds ARGV[1] ("" for
+ * none); 1, or the text it holds. */
+static const char cas_script[] =
+	"local cur = redis.call('GET', KEYS[1]) or ''\n"
+	"if cur == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 "
+	"end\n"
+	"return cur\n";
+
+enum job_kind { JOB_GET, JOB_CAS };
+
+struct job {
+	uv_work_t req;
+	struct dl_part *p;
+	enum job_kind kind;
+	char *old, *new; /* CAS: the text expected and the one written */
+	/* results */
+	int err; /* 0, or the call failed (why) */
+	char why[256];
+	char *text; /* the text Redis holds (GET; a refused CAS) */
+	size_t len;
+	int swapped; /* CAS: written */
+};
+
+/* What a change asked by a command is waiting for. */
+enum ask { ASK_NONE, ASK_INIT, ASK_MOVE_NOTE, ASK_MOVE_MAP, ASK_ADDRS };
+
+struct dl_part {
+	uv_loop_t *loop;
+	const struct dl_config *cfg;
+	struct dl_store *st;
+	struct dl_locktab *tab;
+	struct dl_redis_addr addr;
+	char *key;	     /* <redis_prefix>{map} */
+	unsigned slot;	     /* the key's */
+	uint64_t timeout_ms; /* redis_timeout, as at the start */
+	char id[DL_PART_ID_MAX + 1];
+	int seed;	 /* the seed to ask first (worker) */
+	redisContext *c; /* the worker's, between jobs */
+
+	uv_timer_t timer;
+	int timer_on, closing;
+	struct job *job; /* under way */
+
+	struct dl_map *map; /* the newest read; epoch 0: none */
+	char *text;	    /* its text as Redis held it */
+	uint64_t known_epoch;
+	int failing; /* the last job failed: said once */
+
+	/* the record of slots given away (store_part.c), parsed */
+	unsigned gone_gen; /* dl_store_part_gen when parsed */
+	uint64_t gone_epoch;
+	char gone_to[DL_PART_ID_MAX + 1];
+	uint64_t gone_floor;
+	uint8_t *gone;	 /* [DL_SLOTS] */
+	uint8_t *moving; /* [DL_SLOTS]: step 1 of a move under way */
+
+	/* a change asked by a command */
+	enum ask ask;
+	dl_part_done done;
+	void *arg;
+	char to[DL_PART_ID_MAX + 1];
+	char addrs[DL_PART_ADDRS_LEN];
+	uint64_t asked_ms;
+};
+
+static void next_job(struct dl_part *p);
+
+/* ---- the worker (libuv's thread pool) ----------------------------------- */
+
+static void drop(struct dl_part *p)
+{
+	redisFree(p->c);
+	p->c = NULL;
+}
+
+static int work_connect(struct dl_part *p, struct job *j)
+{
+	struct timeval tv = {(time_t)(p->timeout_ms / 1000),
+			     (suseconds_t)(p->timeout_ms % 1000) * 1000};
+	char host[256], err[256];
+	redisReply *r = NULL;
+	int port = 0;
+
+	if (p->c)
+		return 0;
+	if (!p->addr.path &&
+	    dl_store_primary_sync(&p->addr, p->slot, p->timeout_ms, &p->seed,
+				  host, sizeof(host), &port, err,
+				  sizeof(err)) != 0) {
+		snprintf(j->why, sizeof(j->why), "%s", err);
+		return -1;
+	}
+	p->c = p->addr.path ? redisConnectUnixWithTimeout(p->addr.path, tv)
+			    : redisConnectWithTimeout(host, port, tv);
+	if (!p->c || p->c->err) {
+		snprintf(j->why, sizeof(j->why), "connect: %s",
+			 p->c ? p->c->errstr : "out of memory");
+		drop(p);
+		return -1;
+	}
+	redisSetTimeout(p->c, tv);
+	if (p->addr.password)
+		r = p->addr.user
+			    ? redisCommand(p->c, "AUTH %s %s", p->addr.user,
+					   p->addr.password)
+			    : redisCommand(p->c, "AUTH %s", p->addr.password);
+	if (p->addr.password && (!r || r->type == REDIS_REPLY_ERROR))
+		goto failed;
+	freeReplyObject(r);
+	r = NULL;
+	if (!p->addr.cluster) {
+		r = redisCommand(p->c, "SELECT %d", p->addr.db);
+		if (!r || r->type == REDIS_REPLY_ERROR)
+			goto failed;
+		freeReplyObject(r);
+	}
+	return 0;
+failed:
+	snprintf(j->why, sizeof(j->why), "%s",
+		 r		   ? r->str
+		 : p->c->errstr[0] ? p->c->errstr
+				   : "no reply");
+	freeReplyObject(r);
+	drop(p);
+	return -1;
+}
+
+static void work(uv_work_t *req)
+{
+	struct job *j = req->data;
+	struct dl_part *p = j->p;
+	redisReply *r;
+
+	if (work_connect(p, j) != 0) {
+		j->err = DL_EUNAVAILABLE;
+		return;
+	}
+	r = j->kind == JOB_GET
+		    ? redisCommand(p->c, "GET %s", p->key)
+		    : redisCommand(p->c, "EVAL %s 1 %s %s %s", cas_script,
+				   p->key, j->old, j->new);
+	if (!r || r->type == REDIS_REPLY_ERROR) {
+		snprintf(j->why, sizeof(j->why), "%s",
+			 r		   ? r->str
+			 : p->c->errstr[0] ? p->c->errstr
+					   : "no reply");
+		freeReplyObject(r);
+		drop(p);
+		j->err = DL_EUNAVAILABLE;
+		return;
+	}
+	if (r->type == REDIS_REPLY_INTEGER && j->kind == JOB_CAS) {
+		j->swapped = 1;
+	} else if (r->type == REDIS_REPLY_STRING) {
+		j->text = malloc(r->len + 1);
+		if (j->text) {
+			memcpy(j->text, r->str, r->len + 1);
+			j->len = r->len;
+		} else {
+			j->err = DL_ENOMEM;
+		}
+	} else if (r->type != REDIS_REPLY_NIL) {
+		snprintf(j->why, sizeof(j->why), "unexpected reply");
+		j->err = DL_EUNAVAILABLE;
+	}
+	freeReplyObject(r);
+}
+
+/* ---- what the loop does with the answers --------------------------------- */
+
+/* Parse the record of slots given away, if it changed. */
+static void read_gone(struct dl_part *p)
+{
+	const char *s = dl_store_part_gone(p->st), *sp;
+	unsigned long long e, f;
+	char to[DL_PART_ID_MAX + 1];
+	int n = 0;
+
+	p->gone_gen = dl_store_part_gen(p->st);
+	p->gone_epoch = 0;
+	if (!s[0])
+		return;
+	if (sscanf(s, "%llu %32s %llu %n", &e, to, &f, &n) != 3 || !n ||
+	    !dl_map_id_valid(to, strlen(to))) {
+		dl_error(
+			"partition: the record of slots given away does not parse (\"%.60s\"); ignoring it",
+			s);
+		return;
+	}
+	sp = s + n;
+	memset(p->gone, 0, DL_SLOTS);
+	if (dl_slots_parse(sp, strlen(sp), p->gone) < 0) {
+		dl_error(
+			"partition: the record of slots given away names bad slots; ignoring it");
+		return;
+	}
+	p->gone_epoch = e;
+	p->gone_floor = f;
+	snprintf(p->gone_to, sizeof(p->gone_to), "%s", to);
+}
+
+static void finish(struct dl_part *p, int err, const char *text)
+{
+	dl_part_done done = p->done;
+	void *arg = p->arg;
+
+	p->ask = ASK_NONE;
+	p->done = NULL;
+	memset(p->moving, 0, DL_SLOTS);
+	if (done)
+		done(err, text, arg);
+}
+
+static int own_index(const struct dl_map *m, const struct dl_part *p)
+{
+	return dl_map_find(m, p->id, strlen(p->id));
+}
+
+static void say_map(struct dl_part *p)
+{
+	int i = own_index(p->map, p);
+	unsigned s, n = 0;
+
+	for (s = 0; i >= 0 && s < DL_SLOTS; s++)
+		n += p->map->owner[s] == (uint16_t)i;
+	dl_notice(
+		"partition %s: map epoch %llu, %u partitions; this one serves %u of %u slots",
+		p->id, (unsigned long long)p->map->epoch, p->map->n, n,
+		DL_SLOTS);
+}
+
+/* The change this daemon wants made to map m (NULL: none): the text of
+ * the map after it, epoch raised, into out. */
+static int wanted(struct dl_part *p, const struct dl_map *m, char *out,
+		  size_t cap)
+{
+	struct dl_map *n = malloc(sizeof(*n));
+	const char *self = dl_store_addr(p->st);
+	int i, t, change = 0;
+	unsigned s;
+
+	if (!n)
+		return 0;
+	memcpy(n, m, sizeof(*n));
+	if (p->ask == ASK_INIT && m->epoch == 0) {
+		/* the first map: this partition serves every slot */
+		i = dl_map_add(n, p->id, strlen(p->id));
+		for (s = 0; i >= 0 && s < DL_SLOTS; s++)
+			n->owner[s] = (uint16_t)i;
+		change = i >= 0;
+	}
+	if (m->epoch == 0 && !change) {
+		free(n);
+		return 0; /* no map: nothing to add to */
+	}
+	/* slots given away (step 3), by this table's record */
+	if (dl_store_active(p->st) && p->gone_epoch > m->epoch &&
+	    (i = own_index(n, p)) >= 0 &&
+	    (t = dl_map_add(n, p->gone_to, strlen(p->gone_to))) >= 0) {
+		for (s = 0; s < DL_SLOTS; s++)
+			if (p->gone[s] && n->owner[s] == (uint16_t)i) {
+				n->owner[s] = (uint16_t)t;
+				change = 1;
+			}
+		if (n->part[t].floor < p->gone_floor) {
+			n->part[t].floor = p->gone_floor;
+			change = 1;
+		}
+	}
+	/* this daemon's address in its partition's line */
+	i = dl_map_add(n, p->id, strlen(p->id));
+	if (i >= 0 && self[0] && self[0] != '-' &&
+	    dl_map_add_addr(n, i, self) > 0)
+		change = 1;
+	if (p->ask == ASK_ADDRS &&
+	    (i = dl_map_find(n, p->to, strlen(p->to))) >= 0 &&
+	    strcmp(n->part[i].addrs, p->addrs) != 0) {
+		snprintf(n->part[i].addrs, sizeof(n->part[i].addrs), "%s",
+			 p->addrs);
+		change = 1;
+	}
+	if (change) {
+		n->epoch = m->epoch + 1 > p->gone_epoch ? m->epoch + 1
+							: p->gone_epoch;
+		if (!dl_map_format(n, out, cap))
+			change = 0;
+	}
+	free(n);
+	return change;
+}
+
+/* A change asked by a command, against the map now known (`ours`: this
+ * daemon's write made it). */
+static void asked(struct dl_part *p, int ours)
+{
+	char reply[120];
+	unsigned s;
+	int t;
+
+	if (p->ask == ASK_INIT && p->map->epoch) {
+		snprintf(reply, sizeof(reply), "epoch=%llu",
+			 (unsigned long long)p->map->epoch);
+		if (ours)
+			finish(p, 0, reply);
+		else
+			finish(p, DL_EBADARG, "a partition map exists already");
+	} else if (p->ask == ASK_MOVE_MAP && p->gone_epoch <= p->map->epoch) {
+		/* the map went past the record's epoch: with the move made,
+		 * by this write or another daemon's, or without it */
+		t = dl_map_find(p->map, p->gone_to, strlen(p->gone_to));
+		for (s = 0; t >= 0 && s < DL_SLOTS; s++)
+			if (p->gone[s] && p->map->owner[s] != (uint16_t)t)
+				t = -1;
+		snprintf(reply, sizeof(reply), "epoch=%llu to=%s",
+			 (unsigned long long)p->map->epoch, p->gone_to);
+		if (t >= 0)
+			finish(p, 0, reply);
+		else
+			finish(p, DL_EUNAVAILABLE,
+			       "the map changed meanwhile without this move: try again");
+	}
+}
+
+static int queue(struct dl_part *p, enum job_kind kind, const char *old,
+		 const char *new)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return DL_ENOMEM;
+	j->p = p;
+	j->kind = kind;
+	j->req.data = j;
+	if (kind == JOB_CAS &&
+	    (!(j->old = strdup(old)) || !(j->new = strdup(new)))) {
+		free(j->old);
+		free(j);
+		return DL_ENOMEM;
+	}
+	p->job = j;
+	return 0;
+}
+
+static void after_work(uv_work_t *req, int status);
+
+/* Decide on the text Redis holds (NULL: none): adopt it, write back the
+ * one known, or write the change wanted. */
+static void consider(struct dl_part *p, const char *text, size_t len, int ours)
+{
+	static char out[DL_MAP_TEXT_MAX];
+	struct dl_map *m = malloc(sizeof(*m));
+	char why[200];
+
+	if (!m)
+		return;
+	dl_map_init(m);
+	if (text && dl_map_parse(m, text, len, why, sizeof(why)) != 0) {
+		dl_error(
+			"partition %s: %s holds a map that does not parse: %s; keeping epoch %llu",
+			p->id, p->key, why, (unsigned long long)p->map->epoch);
+		free(m);
+		return;
+	}
+	if (m->epoch < p->known_epoch && p->text) {
+		/* Redis went back: the newest map goes back in */
+		dl_warn("partition %s: %s holds map epoch %llu, older than %llu known here: writing it back",
+			p->id, p->key, (unsigned long long)m->epoch,
+			(unsigned long long)p->known_epoch);
+		if (queue(p, JOB_CAS, text ? text : "", p->text) == 0)
+			uv_queue_work(p->loop, &p->job->req, work, after_work);
+		free(m);
+		return;
+	}
+	if (m->epoch == p->map->epoch && m->epoch && p->text &&
+	    (strlen(p->text) != len || memcmp(p->text, text, len) != 0))
+		/* two maps of one epoch: Redis went back and another change
+		 * was made from the older one. Redis's is the one every
+		 * other daemon reads: it is taken. */
+		dl_error(
+			"partition %s: %s holds another map of epoch %llu than the one read before; taking Redis's",
+			p->id, p->key, (unsigned long long)m->epoch);
+	if (m->epoch > p->map->epoch ||
+	    (m->epoch == p->map->epoch && m->epoch && p->text &&
+	     (strlen(p->text) != len || memcmp(p->text, text, len) != 0))) {
+		memcpy(p->map, m, sizeof(*m));
+		free(p->text);
+		p->text = strndup(text, len);
+		p->known_epoch = m->epoch;
+		say_map(p);
+	}
+	free(m);
+	asked(p, ours);
+	if (wanted(p, p->map, out, sizeof(out))) {
+		if (queue(p, JOB_CAS, p->text ? p->text : "", out) == 0)
+			uv_queue_work(p->loop, &p->job->req, work, after_work);
+		return;
+	}
+	if (p->ask == ASK_ADDRS) {
+		char reply[80];
+
+		snprintf(reply, sizeof(reply), "epoch=%llu",
+			 (unsigned long long)p->map->epoch);
+		finish(p, 0, reply);
+	}
+}
+
+static void after_work(uv_work_t *req, int status)
+{
+	struct job *j = req->data;
+	struct dl_part *p = j->p;
+
+	(void)status;
+	p->job = NULL;
+	if (!p->closing) {
+		if (j->err) {
+			if (!p->failing)
+				dl_warn("partition %s: the map at %s: %s",
+					p->id, p->key, j->why);
+			p->failing = 1;
+		} else {
+			if (p->failing)
+				dl_notice("partition %s: the map is read again",
+					  p->id);
+			p->failing = 0;
+			if (j->kind == JOB_CAS && j->swapped)
+				consider(p, j->new, strlen(j->new), 1);
+			else
+				consider(p, j->text, j->len, 0);
+		}
+	}
+	free(j->old);
+	free(j->new);
+	free(j->text);
+	free(j);
+}
+
+static void next_job(struct dl_part *p)
+{
+	if (p->job || p->closing)
+		return;
+	if (queue(p, JOB_GET, NULL, NULL) == 0)
+		uv_queue_work(p->loop, &p->job->req, work, after_work);
+}
+
+static void on_tick(uv_timer_t *t)
+{
+	struct dl_part *p = t->data;
+	uint64_t now = uv_now(p->loop);
+
+	read_gone(p);
+	if (p->ask != ASK_NONE && now - p->asked_ms > DL_MAP_ASK_MS)
+		finish(p, DL_EUNAVAILABLE,
+		       p->ask == ASK_MOVE_MAP
+			       ? "the slots are given away, but the map is not written yet: this daemon goes on trying"
+			       : "the map could not be written in time, try again");
+	next_job(p);
+}
+
+/* ---- the interface ------------------------------------------------------- */
+
+struct dl_part *dl_part_new(uv_loop_t *loop, const struct dl_config *cfg,
+			    struct dl_store *st, struct dl_locktab *tab)
+{
+	struct dl_part *p = calloc(1, sizeof(*p));
+
+	if (!p)
+		return NULL;
+	p->loop = loop;
+	p->cfg = cfg;
+	p->st = st;
+	p->tab = tab;
+	snprintf(p->id, sizeof(p->id), "%s", cfg->partition);
+	p->timeout_ms = cfg->redis_timeout_ms;
+	p->key = malloc(strlen(cfg->redis_prefix) + 6);
+	if (p->key)
+		sprintf(p->key, "%s{map}", cfg->redis_prefix);
+	p->map = malloc(sizeof(*p->map));
+	p->gone = calloc(1, DL_SLOTS);
+	p->moving = calloc(1, DL_SLOTS);
+	if (!p->key || !p->map || !p->gone || !p->moving ||
+	    dl_redis_url_parse(cfg->redis, &p->addr) != 0) {
+		dl_part_free(p);
+		return NULL;
+	}
+	if (!p->addr.password && cfg->redis_password[0] &&
+	    !(p->addr.password = strdup(cfg->redis_password))) {
+		dl_part_free(p);
+		return NULL;
+	}
+	p->slot = dl_key_slot(p->key, strlen(p->key));
+	dl_map_init(p->map);
+	return p;
+}
+
+int dl_part_start(struct dl_part *p)
+{
+	int e;
+
+	if ((e = uv_timer_init(p->loop, &p->timer)) != 0)
+		return e;
+	p->timer.data = p;
+	p->timer_on = 1;
+	dl_notice("partition %s: the map is %s", p->id, p->key);
+	return uv_timer_start(&p->timer, on_tick, 0, DL_MAP_POLL_MS);
+}
+
+void dl_part_close(struct dl_part *p)
+{
+	if (!p || p->closing)
+		return;
+	p->closing = 1;
+	finish(p, DL_EUNAVAILABLE, "shutting down");
+	if (p->timer_on)
+		uv_close((uv_handle_t *)&p->timer, NULL);
+}
+
+void dl_part_free(struct dl_part *p)
+{
+	if (!p)
+		return;
+	redisFree(p->c);
+	dl_redis_addr_free(&p->addr);
+	free(p->key);
+	free(p->map);
+	free(p->text);
+	free(p->gone);
+	free(p->moving);
+	free(p);
+}
+
+enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
+			    const struct dl_map_part **to)
+{
+	unsigned slot = dl_key_slot(name.p, name.len);
+	uint16_t o = p->map->owner[slot];
+	const struct dl_map_part *mp;
+
+	*to = NULL;
+	if (p->map->epoch == 0)
+		return DL_ROUTE_UNKNOWN;
+	if (p->gone_gen != dl_store_part_gen(p->st))
+		read_gone(p); /* a load or a write since */
+	if (o == DL_MAP_NOBODY)
+		return DL_ROUTE_NOBODY;
+	mp = &p->map->part[o];
+	if (strcmp(mp->id, p->id) != 0) {
+		*to = mp;
+		return DL_ROUTE_AWAY;
+	}
+	if (p->moving[slot] || (p->gone_epoch > p->map->epoch && p->gone[slot]))
+		return DL_ROUTE_MOVING;
+	if (dl_locktab_last_token(p->tab) < mp->floor)
+		dl_locktab_raise_token(p->tab, mp->floor);
+	return DL_ROUTE_HERE;
+}
+
+const struct dl_map *dl_part_map(const struct dl_part *p)
+{
+	return p->map;
+}
+
+const char *dl_part_id(const struct dl_part *p)
+{
+	return p->id;
+}
+
+static int ask(struct dl_part *p, enum ask a, dl_part_done done, void *arg,
+	       char *why, size_t whylen)
+{
+	if (p->ask != ASK_NONE) {
+		snprintf(why, whylen,
+			 "limit reached: a change of the map is under way");
+		return DL_ELIMIT;
+	}
+	p->ask = a;
+	p->done = done;
+	p->arg = arg;
+	p->asked_ms = uv_now(p->loop);
+	next_job(p);
+	return 0;
+}
+
+int dl_part_init_map(struct dl_part *p, dl_part_done done, void *arg, char *why,
+		     size_t whylen)
+{
+	if (p->map->epoch) {
+		snprintf(why, whylen,
+			 "a partition map exists already (epoch %llu)",
+			 (unsigned long long)p->map->epoch);
+		return DL_EBADARG;
+	}
+	return ask(p, ASK_INIT, done, arg, why, whylen);
+}
+
+int dl_part_set_addrs(struct dl_part *p, const char *id, size_t idlen,
+		      const char *addrs, size_t len, dl_part_done done,
+		      void *arg, char *why, size_t whylen)
+{
+	struct dl_map *m;
+	char list[DL_PART_ADDRS_LEN + 1];
+	int i, r;
+
+	if (!p->map->epoch || (i = dl_map_find(p->map, id, idlen)) < 0) {
+		snprintf(why, whylen, "no partition %.*s in the map",
+			 (int)(idlen > 40 ? 40 : idlen), id);
+		return DL_EBADARG;
+	}
+	if (len >= sizeof(list)) {
+		snprintf(why, whylen, "too many addresses");
+		return DL_EBADARG;
+	}
+	/* each address valid, at most DL_PART_ADDRS_MAX: checked on a copy */
+	if (!(m = malloc(sizeof(*m))))
+		return DL_ENOMEM;
+	memcpy(m, p->map, sizeof(*m));
+	m->part[i].addrs[0] = '\0';
+	memcpy(list, addrs, len);
+	list[len] = '\0';
+	r = 0;
+	if (!(len == 1 && addrs[0] == '-')) {
+		char *save = NULL, *a;
+
+		for (a = strtok_r(list, ",", &save); a && r >= 0;
+		     a = strtok_r(NULL, ",", &save))
+			r = dl_map_add_addr(m, i, a);
+	}
+	if (r < 0) {
+		free(m);
+		snprintf(why, whylen,
+			 "addresses: up to %d host:port, comma separated, or -",
+			 DL_PART_ADDRS_MAX);
+		return DL_EBADARG;
+	}
+	snprintf(p->to, sizeof(p->to), "%s", m->part[i].id);
+	snprintf(p->addrs, sizeof(p->addrs), "%s", m->part[i].addrs);
+	free(m);
+	return ask(p, ASK_ADDRS, done, arg, why, whylen);
+}
+
+/* Step 2 answered. */
+static void on_noted(int ok, void *arg)
+{
+	struct dl_part *p = arg;
+
+	if (p->ask != ASK_MOVE_NOTE)
+		return;
+	if (!ok) {
+		finish(p, DL_EUNAVAILABLE,
+		       "the slots could not be given away: persistence went down, try again");
+		return;
+	}
+	read_gone(p);
+	memset(p->moving, 0, DL_SLOTS); /* the record keeps them unserved */
+	p->ask = ASK_MOVE_MAP;
+	next_job(p);
+}
+
+struct busy {
+	const uint8_t *set;
+	size_t n;
+	char first[DL_NAME_MAX + 1];
+};
+
+static void busy_cb(const struct dl_lock *lk, void *arg)
+{
+	struct busy *b = arg;
+
+	if ((!lk->listed && !lk->delaying) ||
+	    !b->set[dl_key_slot(lk->name, lk->hn.len)])
+		return;
+	if (!b->n++)
+		snprintf(b->first, sizeof(b->first), "%.*s", (int)lk->hn.len,
+			 lk->name);
+}
+
+int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
+		 size_t tolen, dl_part_done done, void *arg, char *why,
+		 size_t whylen)
+{
+	static char gone[DL_STORE_PART_MAX];
+	struct dl_map *m;
+	struct busy b = {.set = set};
+	size_t cursor = 0, n;
+	int i, r;
+	unsigned s;
+
+	if (!dl_map_id_valid(to, tolen)) {
+		snprintf(why, whylen, "bad partition id");
+		return DL_EBADARG;
+	}
+	if (p->ask != ASK_NONE) {
+		snprintf(why, whylen,
+			 "limit reached: a change of the map is under way");
+		return DL_ELIMIT;
+	}
+	if (!p->map->epoch || (i = own_index(p->map, p)) < 0) {
+		snprintf(why, whylen,
+			 "this daemon knows no map that names its partition");
+		return DL_EBADARG;
+	}
+	for (s = 0; s < DL_SLOTS; s++)
+		if (set[s] && (p->map->owner[s] != (uint16_t)i ||
+			       (p->gone_epoch > p->map->epoch && p->gone[s]))) {
+			snprintf(
+				why, whylen,
+				"slot %u is not this partition's (map epoch %llu)",
+				s, (unsigned long long)p->map->epoch);
+			return DL_EBADARG;
+		}
+	if (tolen == strlen(p->id) && memcmp(to, p->id, tolen) == 0) {
+		snprintf(why, whylen, "the slots are this partition's already");
+		return DL_EBADARG;
+	}
+	/* step 1: nothing of them served from now on, none held */
+	memcpy(p->moving, set, DL_SLOTS);
+	dl_locktab_pin(p->tab, 1);
+	while (!dl_locktab_walk(p->tab, &cursor, 4096, busy_cb, &b))
+		;
+	dl_locktab_pin(p->tab, 0);
+	if (b.n) {
+		memset(p->moving, 0, DL_SLOTS);
+		snprintf(
+			why, whylen,
+			"%zu locks are held, waited for or in their delay in those slots (%s is one): moving slots with locks is not supported yet",
+			b.n, b.first);
+		return DL_EBADARG;
+	}
+	/* step 2: the record, under the fence */
+	if (!(m = malloc(sizeof(*m)))) {
+		memset(p->moving, 0, DL_SLOTS);
+		return DL_ENOMEM;
+	}
+	dl_map_init(m);
+	i = dl_map_add(m, "x", 1);
+	for (s = 0; s < DL_SLOTS; s++)
+		if (set[s])
+			m->owner[s] = (uint16_t)i;
+	n = (size_t)snprintf(gone, sizeof(gone), "%llu %.*s %llu ",
+			     (unsigned long long)p->map->epoch + 1, (int)tolen,
+			     to,
+			     (unsigned long long)dl_locktab_last_token(p->tab));
+	r = dl_map_ranges(m, i, gone + n, sizeof(gone) - n);
+	free(m);
+	if (r != 0) {
+		memset(p->moving, 0, DL_SLOTS);
+		snprintf(why, whylen, "too many ranges of slots at once");
+		return DL_EBADARG;
+	}
+	if ((r = dl_store_part_write(p->st, gone, on_noted, p)) != 0) {
+		memset(p->moving, 0, DL_SLOTS);
+		snprintf(why, whylen, "persistence is down, try again");
+		return r;
+	}
+	p->ask = ASK_MOVE_NOTE;
+	p->done = done;
+	p->arg = arg;
+	p->asked_ms = uv_now(p->loop);
+	return 0;
+}
+
+int dl_part_busy(const struct dl_part *p)
+{
+	return p->ask != ASK_NONE;
+}
+
+void dl_part_forget(struct dl_part *p, void *arg)
+{
+	if (p && p->arg == arg) {
+		p->done = NULL;
+		p->arg = NULL;
+	}
+}

@@ -1,0 +1,389 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_partition.c -- a namespace split into partitions (server/part/),
+ * over the wire, with real daemons of three partitions on one real Redis
+ * (the map and every partition's keys; a Redis Cluster is test_rcluster's):
+ *
+ *   - the map is made by PARTITION INIT, names every daemon, and is the
+ *     same for all of them;
+ *   - a name is served by the partition the map gives its slot, others
+ *     answer NO MOVED <partition> <addrs> <epoch>;
+ *   - PARTITION MOVE gives slots away only when none of their names
+ *     holds a lock, and the receiver's tokens stay above the giver's;
+ *   - slots recorded as given away stay unserved by the giver's next
+ *     active even when the map does not say so yet, and it completes
+ *     the map;
+ *   - a map that Redis lost or took back is written back.
+ */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "proto/slot.h"
+#include "tests/harness.h"
+
+#define NPARTS 3
+
+static struct h_redis r;
+static struct h_daemon d[NPARTS];
+
+static void start_part(int i)
+{
+	char conf[256];
+
+	snprintf(conf, sizeof(conf),
+		 "[persistence]\nredis_prefix = t:\n[partition]\nid = p%d\n",
+		 i);
+	h_daemon_start_redis(&d[i], &r, conf);
+}
+
+static void start(void)
+{
+	int i;
+
+	h_redis_start(&r, "always");
+	for (i = 0; i < NPARTS; i++)
+		start_part(i);
+}
+
+static void stop(void)
+{
+	int i;
+
+	for (i = 0; i < NPARTS; i++)
+		h_daemon_cleanup(&d[i]);
+	h_redis_cleanup(&r);
+}
+
+TestSuite(partition, .init = start, .fini = stop, .timeout = 90);
+
+/* The map daemon i serves, once its epoch is at least `epoch` and it
+ * holds `needle` (NULL: anything): the text of MAP's reply, lines joined
+ * by '\n'. Fails after 15 s. */
+static const char *map_of(int i, uint64_t epoch, const char *needle)
+{
+	static char text[8192];
+	struct h_client *c = h_connect(d[i].port);
+	uint64_t end = h_now_ms() + 15000, e = 0, n, k;
+	size_t len;
+	char *l;
+
+	for (;;) {
+		l = h_call(c, "MAP");
+		cr_assert(h_starts(l, "OK MAP "), "%s", l);
+		e = h_arg_u64(l, 0);
+		n = h_arg_u64(l, 1);
+		len = (size_t)snprintf(text, sizeof(text), "%s", l);
+		for (k = 0; k < n; k++)
+			len += (size_t)snprintf(text + len, sizeof(text) - len,
+						"\n%s", h_line(c));
+		if (e >= epoch && (!needle || strstr(text, needle)))
+			break;
+		cr_assert(h_now_ms() < end,
+			  "daemon %d: no map of epoch %" PRIu64
+			  " with \"%s\"; the last:\n%s",
+			  i, epoch, needle ? needle : "", text);
+		h_sleep_ms(50);
+	}
+	h_close(c);
+	return text;
+}
+
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* "part p<i> addrs=127.0.0.1:<port>" */
+static const char *part_line(int i)
+{
+	static char s[80];
+
+	snprintf(s, sizeof(s), "part p%d addrs=127.0.0.1:%d ", i, d[i].port);
+	return s;
+}
+
+/* PARTITION INIT on p0, then every daemon knows a map naming all. */
+static void init_map(void)
+{
+	struct h_client *c = h_connect(d[0].port);
+	int i, k;
+
+	cr_assert_str_eq(h_call(c, "PARTITION INIT"), "OK PARTITION epoch=1");
+	h_close(c);
+	for (i = 0; i < NPARTS; i++)
+		for (k = 0; k < NPARTS; k++)
+			map_of(i, 1, part_line(k));
+}
+
+/* A name whose slot is `slot`: "n<k>" for the first k that lands there. */
+static const char *name_in(unsigned slot)
+{
+	static char name[32];
+	unsigned k;
+
+	for (k = 0;; k++) {
+		snprintf(name, sizeof(name), "n%u", k);
+		if (dl_key_slot(name, strlen(name)) == slot)
+			return name;
+	}
+}
+
+/* A name whose slot is in [lo, hi]. */
+static const char *name_between(unsigned lo, unsigned hi)
+{
+	static char name[32];
+	unsigned k, s;
+
+	for (k = 0;; k++) {
+		snprintf(name, sizeof(name), "m%u", k);
+		s = dl_key_slot(name, strlen(name));
+		if (s >= lo && s <= hi)
+			return name;
+	}
+}
+
+/* The epoch of map_of's text ("OK MAP <epoch> <n>\n..."). */
+static uint64_t epoch_of(const char *map)
+{
+	return strtoull(map + strlen("OK MAP "), NULL, 10);
+}
+
+Test(partition, nothing_is_served_before_the_map_exists)
+{
+	struct h_client *c = h_connect(d[1].port);
+
+	h_sleep_ms(300); /* its first read of the map is done */
+	cr_assert_str_eq(h_call(c, "MAP"), "OK MAP 0 0");
+	cr_assert(h_starts(h_call(c, "TRYLOCK x"),
+			   "ERR UNAVAILABLE the partition map is not read yet"),
+		  "%s", c->line);
+	cr_assert(h_starts(h_call(c, "PARTITION MOVE 1 p0"), "ERR BAD_ARG"),
+		  "%s", c->line);
+	h_close(c);
+}
+
+Test(partition, init_makes_one_map_that_names_every_daemon)
+{
+	struct h_client *c;
+	const char *m;
+
+	init_map();
+	m = map_of(2, 1, "slots p0 0-16383");
+	cr_assert(strstr(m, "slots p1 -") && strstr(m, "slots p2 -"), "%s", m);
+	c = h_connect(d[1].port);
+	cr_assert(h_starts(h_call(c, "PARTITION INIT"),
+			   "ERR BAD_ARG a partition map exists already"),
+		  "%s", c->line);
+	h_close(c);
+	/* the map in Redis is the one served */
+	cr_assert(strstr(h_redis_cli(&r, "GET 't:{map}'"), "dlock-map 1\n"),
+		  "%s", h_redis_cli(&r, "GET 't:{map}'"));
+}
+
+/* "OK PARTITION epoch=<e> to=<p>": e */
+static uint64_t moved(struct h_client *c, const char *slots, const char *to)
+{
+	char *l = h_call(c, "PARTITION MOVE %s %s", slots, to);
+	char want[64];
+
+	cr_assert(h_starts(l, "OK PARTITION epoch="), "%s", l);
+	snprintf(want, sizeof(want), " to=%s", to);
+	cr_assert(strstr(l, want) != NULL, "%s", l);
+	return h_kv_u64(l, "epoch");
+}
+
+Test(partition, a_name_is_served_by_its_partition_only)
+{
+	struct h_client *c0, *c1, *c2;
+	char want[160];
+	uint64_t e, t0, t1;
+	const char *in1, *in0;
+	char cmd[128];
+
+	/* p0's tokens an hour ahead of the clock (a mark Redis holds, as a
+	 * clock stepped back would leave): p1's own would be below them */
+	h_daemon_kill9(&d[0]);
+	snprintf(cmd, sizeof(cmd), "SET 't:{p0}:token' %" PRIu64,
+		 (wall_ms() + 3600000) * 1000000);
+	h_redis_cli(&r, cmd);
+	h_daemon_restart(&d[0]);
+	init_map();
+	c0 = h_connect(d[0].port);
+	t0 = h_lock(c0, "warm", "ttl=10s");
+	cr_assert(t0 > (wall_ms() + 3000000) * 1000000, "%" PRIu64, t0);
+	e = moved(c0, "5461-10922", "p1");
+	map_of(1, e, "slots p1 5461-10922");
+	map_of(2, e, "slots p1 5461-10922");
+	in1 = name_between(5461, 10922);
+	c1 = h_connect(d[1].port);
+	c2 = h_connect(d[2].port);
+	/* p0 and p2 send the client to p1, with the map's epoch */
+	snprintf(want, sizeof(want), "NO MOVED p1 127.0.0.1:%d %" PRIu64,
+		 d[1].port, e);
+	cr_assert_str_eq(h_call(c0, "TRYLOCK %s", in1), want);
+	cr_assert_str_eq(h_call(c2, "STATUS %s", in1), want);
+	cr_assert_str_eq(h_call(c2, "UNLOCK %s 5", in1), want);
+	/* p1 grants it, above every token p0 gave (its floor) */
+	t1 = h_lock(c1, in1, "ttl=10s");
+	cr_assert(t1 > t0, "p1 granted %" PRIu64 ", p0 had %" PRIu64, t1, t0);
+	/* and p0 still serves the rest; p1 sends those to p0 */
+	in0 = name_between(0, 5460);
+	h_lock(c0, in0, "ttl=10s");
+	snprintf(want, sizeof(want), "NO MOVED p0 127.0.0.1:%d %" PRIu64,
+		 d[0].port, e);
+	cr_assert_str_eq(h_call(c1, "TRYLOCK %s", in0), want);
+	/* a WATCH of a prefix is every partition's own */
+	cr_assert(h_starts(h_call(c2, "WATCH m*"), "OK WATCHING"), "%s",
+		  c2->line);
+	h_close(c0);
+	h_close(c1);
+	h_close(c2);
+}
+
+Test(partition, a_multi_lock_stays_in_one_partition)
+{
+	struct h_client *c0;
+	const char *a = name_between(0, 5460);
+	char a_copy[32], *l;
+
+	init_map();
+	c0 = h_connect(d[0].port);
+	moved(c0, "5461-16383", "p1");
+	snprintf(a_copy, sizeof(a_copy), "%s", a);
+	l = h_call(c0, "LOCK %s %s ttl=5s", a_copy, name_between(5461, 16383));
+	cr_assert(h_starts(l, "ERR BAD_ARG the names are in several "
+			      "partitions"),
+		  "%s", l);
+	/* names under one tag share a slot, so a partition */
+	l = h_call(c0, "LOCK {%s}.a {%s}.b ttl=5s", a_copy, a_copy);
+	cr_assert(h_starts(l, "OK LOCKED"), "%s", l);
+	h_close(c0);
+}
+
+Test(partition, slots_that_hold_a_lock_do_not_move)
+{
+	struct h_client *c0, *c1;
+	const char *n = name_in(3300);
+	char name[32], *l;
+	uint64_t tok, e;
+
+	init_map();
+	snprintf(name, sizeof(name), "%s", n);
+	c0 = h_connect(d[0].port);
+	tok = h_lock(c0, name, "ttl=10s");
+	l = h_call(c0, "PARTITION MOVE 3000-3400 p2");
+	cr_assert(h_starts(l, "ERR BAD_ARG 1 locks are held"), "%s", l);
+	cr_assert(strstr(l, name) != NULL, "%s", l);
+	/* still p0's, and served */
+	cr_assert(h_starts(h_call(c0, "STATUS %s", name), "OK STATUS"), "%s",
+		  c0->line);
+	/* a queue holds it too */
+	c1 = h_connect(d[0].port);
+	h_send(c1, "LOCK %s ttl=10s wait=10s", name);
+	cr_assert(h_starts(h_line(c1), "OK QUEUED"), "%s", c1->line);
+	l = h_call(c0, "UNLOCK %s %" PRIu64, name, tok);
+	cr_assert(h_starts(l, "OK RELEASED"), "%s", l);
+	cr_assert(h_starts(h_line(c1), "* GRANTED"), "%s", c1->line);
+	h_close(c1); /* its lease outlives the connection (its TTL) */
+	c1 = h_connect(d[0].port);
+	l = h_call(c1, "PARTITION MOVE 3300 p2");
+	cr_assert(h_starts(l, "ERR BAD_ARG 1 locks are held"), "%s", l);
+	h_close(c1);
+	/* another slot moves */
+	e = moved(c0, "3301", "p2");
+	map_of(2, e, "slots p2 3301");
+	h_close(c0);
+}
+
+Test(partition, not_this_partitions_slots_are_refused)
+{
+	struct h_client *c1;
+	char *l;
+
+	init_map();
+	c1 = h_connect(d[1].port);
+	l = h_call(c1, "PARTITION MOVE 1-2 p2");
+	cr_assert(h_starts(l, "ERR BAD_ARG slot 1 is not this partition's"),
+		  "%s", l);
+	l = h_call(c1, "PARTITION MOVE 1-2 p/x");
+	cr_assert(h_starts(l, "ERR BAD_ARG bad partition id"), "%s", l);
+	l = h_call(c1, "PARTITION MOVE 9-2 p2");
+	cr_assert(h_starts(l, "ERR BAD_ARG slots:"), "%s", l);
+	l = h_call(c1, "PARTITION SPLIT");
+	cr_assert(h_starts(l, "ERR BAD_ARG PARTITION INIT"), "%s", l);
+	h_close(c1);
+}
+
+/* The record of slots given away is written before the map: a daemon
+ * killed in between leaves the record alone. Its next start must not
+ * serve those slots, and writes the map itself. */
+Test(partition, slots_given_away_stay_away_after_a_restart)
+{
+	struct h_client *c0, *c2;
+	const char *m;
+	char cmd[160], want[128], name[32];
+	uint64_t e;
+
+	init_map();
+	m = map_of(0, 3, part_line(2));
+	e = epoch_of(m);
+	snprintf(name, sizeof(name), "%s", name_between(0, 99));
+	h_daemon_kill9(&d[0]);
+	snprintf(cmd, sizeof(cmd),
+		 "HSET 't:{p0}:part' gone '%" PRIu64 " p2 123 0-99'", e + 1);
+	cr_assert_str_eq(h_redis_cli(&r, cmd), "1\n");
+	h_daemon_restart(&d[0]);
+	m = map_of(0, e + 1, "slots p2 0-99");
+	c0 = h_connect(d[0].port);
+	snprintf(want, sizeof(want), "NO MOVED p2 127.0.0.1:%d ", d[2].port);
+	cr_assert(h_starts(h_call(c0, "TRYLOCK %s", name), want), "%s",
+		  c0->line);
+	c2 = h_connect(d[2].port);
+	map_of(2, e + 1, "slots p2 0-99");
+	h_lock(c2, name, "ttl=5s");
+	h_close(c0);
+	h_close(c2);
+}
+
+Test(partition, a_map_redis_lost_is_written_back)
+{
+	const char *m;
+	uint64_t e;
+
+	init_map();
+	m = map_of(0, 3, part_line(2));
+	e = epoch_of(m);
+	cr_assert_str_eq(h_redis_cli(&r, "DEL 't:{map}'"), "1\n");
+	/* a daemon that knew the map puts it back */
+	map_of(1, e, part_line(2));
+	{
+		uint64_t end = h_now_ms() + 10000;
+
+		while (!strstr(h_redis_cli(&r, "GET 't:{map}'"), "dlock-map")) {
+			cr_assert(h_now_ms() < end, "the map was not written "
+						    "back");
+			h_sleep_ms(50);
+		}
+	}
+	/* an older one too */
+	h_redis_cli(&r, "SET 't:{map}' \"$(printf 'dlock-map 1\\nepoch "
+			"1\\n')\"");
+	{
+		uint64_t end = h_now_ms() + 10000;
+		char want[32];
+
+		snprintf(want, sizeof(want), "epoch %" PRIu64, e);
+		while (!strstr(h_redis_cli(&r, "GET 't:{map}'"), want)) {
+			cr_assert(h_now_ms() < end, "not written back: %s",
+				  h_redis_cli(&r, "GET 't:{map}'"));
+			h_sleep_ms(50);
+		}
+	}
+}
