@@ -136,6 +136,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/tests/rcluster.o \
 HARNESS_LIBS := $(shell $(PKG_CONFIG) --libs hiredis 2>/dev/null)
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
+        run-cluster \
         install uninstall clean deps \
         java javatest bench bench-clients bench-election bench-multilock bench-failover bench-etcd bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest gotest bench-python \
@@ -454,6 +455,13 @@ run: deps
 run-ha: deps
 	$(MAKE) all
 	BUILD=$(CURDIR)/$(O) bash conf/run-ha.sh
+
+# A partitioned service on one machine (conf/run-cluster.sh): a Redis
+# Cluster of 3 primaries and 3 replicas, 3 partitions each with an
+# active and a standby dlockd.
+run-cluster: deps
+	$(MAKE) all
+	BUILD=$(CURDIR)/$(O) bash conf/run-cluster.sh
 
 # Coverage-guided fuzzing (clang's libFuzzer), three targets:
 #   fuzz_proto   the wire codec;
