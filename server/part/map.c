@@ -234,6 +234,9 @@ static int parse_part(struct dl_map *m, const char *s, const char *end,
 		if (n > 6 && memcmp(w, "floor=", 6) == 0) {
 			if (dl_parse_u64(w + 6, n - 6, &m->part[i].floor))
 				return bad(why, whylen, line, "bad floor");
+		} else if (n > 5 && memcmp(w, "gave=", 5) == 0) {
+			if (dl_parse_u64(w + 5, n - 5, &m->part[i].gave))
+				return bad(why, whylen, line, "bad gave");
 		}
 		/* other key=value words: a later version's, ignored */
 	}
@@ -299,9 +302,16 @@ size_t dl_map_format(const struct dl_map *m, char *out, size_t cap)
 		if (dl_map_ranges(m, (int)i, out + n, cap - n) != 0)
 			return 0;
 		n += strlen(out + n);
-		w = snprintf(out + n, cap - n, " %s floor=%llu\n",
+		w = snprintf(out + n, cap - n, " %s floor=%llu",
 			     m->part[i].addrs[0] ? m->part[i].addrs : "-",
 			     (unsigned long long)m->part[i].floor);
+		if (w < 0 || (size_t)w >= cap - n)
+			return 0;
+		n += (size_t)w;
+		w = m->part[i].gave
+			    ? snprintf(out + n, cap - n, " gave=%llu\n",
+				       (unsigned long long)m->part[i].gave)
+			    : snprintf(out + n, cap - n, "\n");
 		if (w < 0 || (size_t)w >= cap - n)
 			return 0;
 		n += (size_t)w;

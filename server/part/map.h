@@ -17,10 +17,12 @@
  *   part p2 - - floor=0
  *
  * one line per partition: its id, its slots ("-": none), the addresses
- * of its daemons as clients reach them ("-": none known yet), and the
- * floor of its tokens (a partition given names grants tokens above the
- * tokens the names had where they came from). A slot named by no line
- * belongs to no partition: names in it are served by nobody.
+ * of its daemons as clients reach them ("-": none known yet), the floor
+ * of its tokens (a partition given names grants tokens above the tokens
+ * the names had where they came from), and, once it gave slots away, how
+ * many moves it gave them by (gave=<n>: its record of move n is in the
+ * map, part.c). A slot named by no line belongs to no partition: names in
+ * it are served by nobody.
  */
 #ifndef DL_SERVER_PART_MAP_H
 #define DL_SERVER_PART_MAP_H
@@ -49,6 +51,7 @@ struct dl_map_part {
 	char id[DL_PART_ID_MAX + 1];
 	char addrs[DL_PART_ADDRS_LEN]; /* "a,b", "" when none */
 	uint64_t floor;
+	uint64_t gave; /* the moves this partition gave slots by, in the map */
 };
 
 struct dl_map {

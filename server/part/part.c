@@ -23,20 +23,24 @@
  * partition's active (PARTITION MOVE), in this order:
  *   1. the active stops serving the slots (requests get ERR UNAVAILABLE,
  *      "moving"), and checks that its table holds no lock in them;
- *   2. it writes, under its table's fence, that it gave them away at map
- *      epoch E + 1 (store_part.c): a deposed active cannot, and a daemon
- *      that takes the partition over reads it before it serves;
- *   3. it writes the map E -> E + 1 with the slots given to the other
- *      partition, and the other's token floor raised to this table's
- *      last token.
+ *   2. it writes, under its table's fence, that move n gives them away
+ *      (store_part.c: "<n> <to> <floor> <slots>", n one more than the
+ *      map's gave= of the partition): a deposed active cannot, and a
+ *      daemon that takes the partition over reads it before it serves;
+ *   3. it writes the map with the slots given to the other partition, its
+ *      own gave= raised to n, and the other's token floor raised to this
+ *      table's last token.
+ * Move n is "pending" while the map's gave= of the partition is below n.
  * A daemon serves a slot only if the newest map it read gives it to its
- * partition and its table's record does not give it away at a later
- * epoch; the receiving partition serves it only from a map that says so,
- * which is written after step 2. If the map write fails, the record
- * keeps the slots unserved, and the active completes the write on its
- * next read of the map. Tokens of the names that moved stay above their
- * old ones: the receiver raises its counter to the floor before it
- * serves them (dl_part_route).
+ * partition and no pending move of its table's record gives it away; the
+ * receiving partition serves it only from a map that says so, which is
+ * written after step 2. If the map write fails, or another change of the
+ * map gets in first, the record keeps the slots unserved, and the active
+ * writes the move again from the map it reads next. A move completed and
+ * then undone (the slots given back later) is not mistaken for a pending
+ * one: gave= only grows. Tokens of the names that moved stay above their
+ * old ones: the receiver raises its counter to the floor before it serves
+ * them (dl_part_route).
  *
  * What is not done yet: moving slots that hold locks (their leases and
  * queues would have to go along); a map that Redis forgot entirely is
@@ -105,7 +109,7 @@ struct dl_part {
 
 	/* the record of slots given away (store_part.c), parsed */
 	unsigned gone_gen; /* dl_store_part_gen when parsed */
-	uint64_t gone_epoch;
+	uint64_t gone_n;   /* the move's number (0: no record) */
 	char gone_to[DL_PART_ID_MAX + 1];
 	uint64_t gone_floor;
 	uint8_t *gone;	 /* [DL_SLOTS] */
@@ -234,7 +238,7 @@ static void read_gone(struct dl_part *p)
 	int n = 0;
 
 	p->gone_gen = dl_store_part_gen(p->st);
-	p->gone_epoch = 0;
+	p->gone_n = 0;
 	if (!s[0])
 		return;
 	if (sscanf(s, "%llu %32s %llu %n", &e, to, &f, &n) != 3 || !n ||
@@ -251,7 +255,7 @@ static void read_gone(struct dl_part *p)
 			"partition: the record of slots given away names bad slots; ignoring it");
 		return;
 	}
-	p->gone_epoch = e;
+	p->gone_n = e;
 	p->gone_floor = f;
 	snprintf(p->gone_to, sizeof(p->gone_to), "%s", to);
 }
@@ -271,6 +275,18 @@ static void finish(struct dl_part *p, int err, const char *text)
 static int own_index(const struct dl_map *m, const struct dl_part *p)
 {
 	return dl_map_find(m, p->id, strlen(p->id));
+}
+
+/* The record's move is not in map m yet (m's gave= of this partition is
+ * below its number). */
+static int pending(const struct dl_part *p, const struct dl_map *m)
+{
+	int i;
+
+	if (!p->gone_n || !m->epoch)
+		return 0;
+	i = own_index(m, p);
+	return i < 0 || m->part[i].gave < p->gone_n;
 }
 
 static void say_map(struct dl_part *p)
@@ -311,18 +327,16 @@ static int wanted(struct dl_part *p, const struct dl_map *m, char *out,
 		return 0; /* no map: nothing to add to */
 	}
 	/* slots given away (step 3), by this table's record */
-	if (dl_store_active(p->st) && p->gone_epoch > m->epoch &&
-	    (i = own_index(n, p)) >= 0 &&
+	if (dl_store_active(p->st) && pending(p, m) &&
+	    (i = dl_map_add(n, p->id, strlen(p->id))) >= 0 &&
 	    (t = dl_map_add(n, p->gone_to, strlen(p->gone_to))) >= 0) {
 		for (s = 0; s < DL_SLOTS; s++)
-			if (p->gone[s] && n->owner[s] == (uint16_t)i) {
+			if (p->gone[s] && n->owner[s] == (uint16_t)i)
 				n->owner[s] = (uint16_t)t;
-				change = 1;
-			}
-		if (n->part[t].floor < p->gone_floor) {
+		if (n->part[t].floor < p->gone_floor)
 			n->part[t].floor = p->gone_floor;
-			change = 1;
-		}
+		n->part[i].gave = p->gone_n;
+		change = 1;
 	}
 	/* this daemon's address in its partition's line */
 	i = dl_map_add(n, p->id, strlen(p->id));
@@ -337,8 +351,7 @@ static int wanted(struct dl_part *p, const struct dl_map *m, char *out,
 		change = 1;
 	}
 	if (change) {
-		n->epoch = m->epoch + 1 > p->gone_epoch ? m->epoch + 1
-							: p->gone_epoch;
+		n->epoch = m->epoch + 1;
 		if (!dl_map_format(n, out, cap))
 			change = 0;
 	}
@@ -351,8 +364,6 @@ static int wanted(struct dl_part *p, const struct dl_map *m, char *out,
 static void asked(struct dl_part *p, int ours)
 {
 	char reply[120];
-	unsigned s;
-	int t;
 
 	if (p->ask == ASK_INIT && p->map->epoch) {
 		snprintf(reply, sizeof(reply), "epoch=%llu",
@@ -361,20 +372,12 @@ static void asked(struct dl_part *p, int ours)
 			finish(p, 0, reply);
 		else
 			finish(p, DL_EBADARG, "a partition map exists already");
-	} else if (p->ask == ASK_MOVE_MAP && p->gone_epoch <= p->map->epoch) {
-		/* the map went past the record's epoch: with the move made,
-		 * by this write or another daemon's, or without it */
-		t = dl_map_find(p->map, p->gone_to, strlen(p->gone_to));
-		for (s = 0; t >= 0 && s < DL_SLOTS; s++)
-			if (p->gone[s] && p->map->owner[s] != (uint16_t)t)
-				t = -1;
+	} else if (p->ask == ASK_MOVE_MAP && !pending(p, p->map)) {
+		/* the move is in the map: this write, or one that completed
+		 * it (another active of the partition) */
 		snprintf(reply, sizeof(reply), "epoch=%llu to=%s",
 			 (unsigned long long)p->map->epoch, p->gone_to);
-		if (t >= 0)
-			finish(p, 0, reply);
-		else
-			finish(p, DL_EUNAVAILABLE,
-			       "the map changed meanwhile without this move: try again");
+		finish(p, 0, reply);
 	}
 }
 
@@ -604,7 +607,7 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 		*to = mp;
 		return DL_ROUTE_AWAY;
 	}
-	if (p->moving[slot] || (p->gone_epoch > p->map->epoch && p->gone[slot]))
+	if (p->moving[slot] || (p->gone[slot] && pending(p, p->map)))
 		return DL_ROUTE_MOVING;
 	if (dl_locktab_last_token(p->tab) < mp->floor)
 		dl_locktab_raise_token(p->tab, mp->floor);
@@ -737,6 +740,7 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 	static char gone[DL_STORE_PART_MAX];
 	struct dl_map *m;
 	struct busy b = {.set = set};
+	uint64_t move_n;
 	size_t cursor = 0, n;
 	int i, r;
 	unsigned s;
@@ -756,8 +760,7 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 		return DL_EBADARG;
 	}
 	for (s = 0; s < DL_SLOTS; s++)
-		if (set[s] && (p->map->owner[s] != (uint16_t)i ||
-			       (p->gone_epoch > p->map->epoch && p->gone[s]))) {
+		if (set[s] && p->map->owner[s] != (uint16_t)i) {
 			snprintf(
 				why, whylen,
 				"slot %u is not this partition's (map epoch %llu)",
@@ -767,6 +770,15 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 	if (tolen == strlen(p->id) && memcmp(to, p->id, tolen) == 0) {
 		snprintf(why, whylen, "the slots are this partition's already");
 		return DL_EBADARG;
+	}
+	if (p->gone_gen != dl_store_part_gen(p->st))
+		read_gone(p);
+	if (pending(p, p->map)) {
+		snprintf(
+			why, whylen,
+			"limit reached: move %llu of this partition is not in the map yet",
+			(unsigned long long)p->gone_n);
+		return DL_ELIMIT;
 	}
 	/* step 1: nothing of them served from now on, none held */
 	memcpy(p->moving, set, DL_SLOTS);
@@ -782,7 +794,11 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 			b.n, b.first);
 		return DL_EBADARG;
 	}
-	/* step 2: the record, under the fence */
+	/* step 2: the record, under the fence: move n, one past every move
+	 * the map or the record knows */
+	move_n = (p->map->part[i].gave > p->gone_n ? p->map->part[i].gave
+						   : p->gone_n) +
+		 1;
 	if (!(m = malloc(sizeof(*m)))) {
 		memset(p->moving, 0, DL_SLOTS);
 		return DL_ENOMEM;
@@ -793,8 +809,7 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 		if (set[s])
 			m->owner[s] = (uint16_t)i;
 	n = (size_t)snprintf(gone, sizeof(gone), "%llu %.*s %llu ",
-			     (unsigned long long)p->map->epoch + 1, (int)tolen,
-			     to,
+			     (unsigned long long)move_n, (int)tolen, to,
 			     (unsigned long long)dl_locktab_last_token(p->tab));
 	r = dl_map_ranges(m, i, gone + n, sizeof(gone) - n);
 	free(m);
