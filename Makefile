@@ -138,7 +138,7 @@ HARNESS_LIBS := $(shell $(PKG_CONFIG) --libs hiredis 2>/dev/null)
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         run-cluster \
         install uninstall clean deps \
-        java javatest bench bench-clients bench-election bench-multilock bench-failover bench-etcd bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
+        java javatest bench bench-clients bench-election bench-multilock bench-partitions bench-failover bench-etcd bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest gotest bench-python \
         format-check lint shape \
         bench-deadlock
@@ -883,6 +883,12 @@ bench-clients:
 # (tests/bench/pybench.py; the table goes to build/bench/python.txt).
 bench-python:
 	$(PYBENCH)pybench.py --out build/bench/python.txt
+
+# What partitions cost and buy, on a Redis Cluster (docs/performance.md).
+bench-partitions:
+	$(MAKE) SAN= O=build all build/tests/bench/bench
+	DLOCKD=build/dlockd BENCH=build/tests/bench/bench \
+	  bash tests/bench/partitions.sh
 
 # What bounds the durable pairs on a small machine (docs/performance.md).
 bench-bound:

@@ -37,7 +37,7 @@ ask() { # port request: the first line of the answer
 	printf '%s\n' "$2" >&3
 	read -r -t 5 line <&3
 	exec 3>&-
-	echo "$line"
+	echo "${line%$'\r'}"
 }
 wait_up() {
 	local i=0

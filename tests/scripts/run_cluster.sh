@@ -10,8 +10,9 @@
 #
 # Node i listens on port RC_BASE_PORT+i (default 7100) and its cluster bus
 # on RC_BASE_PORT+100+i, with its data, nodes.conf and log in <dir>/node<i>
-# (AOF, fsync always; node timeout 1 s). The first <primaries> nodes are
-# primaries with the slots split evenly, the rest their replicas, as
+# (AOF with appendfsync RC_FSYNC, default always; node timeout 1 s). The
+# first <primaries> nodes are primaries with the slots split evenly, the
+# rest their replicas, as
 # `redis-cli --cluster create` arranges them (it wants 3 primaries or
 # more; for fewer, the script does by hand what it would). Once every node
 # says cluster_state:ok, the seed list (127.0.0.1:7100,127.0.0.1:7101,...)
@@ -21,6 +22,7 @@
 set -u
 
 BASE=${RC_BASE_PORT:-7100}
+FSYNC=${RC_FSYNC:-always} # appendfsync of every node
 
 say() { echo "run_cluster.sh: $*" >&2; }
 # A start that fails stops the nodes it started.
@@ -128,7 +130,7 @@ start() {
 		mkdir -p "$dir/node$i"
 		redis-server --port $port --bind 127.0.0.1 \
 			--dir "$dir/node$i" --daemonize no --save "" \
-			--appendonly yes --appendfsync always \
+			--appendonly yes --appendfsync "$FSYNC" \
 			--cluster-enabled yes --cluster-config-file nodes.conf \
 			--cluster-node-timeout 1000 \
 			--cluster-port $((BASE + 100 + i)) \
