@@ -3,10 +3,10 @@
  * store_part.c -- what the partition layer (server/part/) keeps in the
  * lock table's own keyspace, under the table's fence:
  *
- *   P part  hash; field "gone": "<map epoch> <partition> <floor> <slots>"
+ *   P part  hash; field "gone": "<n> <partition> <floor> <slots>"
  *
- * the slots this partition gives away, written before the partition map
- * says so (part.c tells why that order). A write through
+ * the slots this partition's move n gives away, written before the
+ * partition map says so (part.c tells why that order). A write through
  * dlock_apply_v11 (store_batch.c) with the fence, so a deposed active
  * cannot write it, and in the link's pipeline behind every batch sent
  * before it; read by every load, so a daemon that takes over knows what
