@@ -526,6 +526,35 @@ Test(locktab, grant_after_raise_token_takes_the_next_token)
 	must_release(a, "b", x + 2);
 }
 
+/* A partition's table gives tokens of its own class modulo the stride:
+ * two partitions never give one token, and each one's still grow. */
+Test(locktab, a_token_stride_gives_one_class_and_still_grows)
+{
+	struct client *a = client_new("alice");
+	uint64_t x = dl_token_floor(0, 1700000000000ULL), t1, t2, t3;
+
+	dl_locktab_raise_token(tab, x);
+	dl_locktab_token_stride(tab, 64, 5);
+	t1 = must_grant(a, "a", 1000);
+	t2 = must_grant(a, "b", 1000);
+	cr_assert(eq(u64, t1 % 64, 5));
+	cr_assert(eq(u64, t2 % 64, 5));
+	cr_assert(t1 > x && t1 - x <= 64, "%llu after %llu",
+		  (unsigned long long)t1, (unsigned long long)x);
+	cr_assert(eq(u64, t2, t1 + 64));
+	/* a raise past the class: the next of the class above it */
+	dl_locktab_raise_token(tab, t2 + 3);
+	t3 = must_grant(a, "c", 1000);
+	cr_assert(eq(u64, t3, t2 + 64));
+	/* no stride: one by one again */
+	dl_locktab_token_stride(tab, 0, 0);
+	cr_assert(eq(u64, must_grant(a, "d", 1000), t3 + 1));
+	must_release(a, "a", t1);
+	must_release(a, "b", t2);
+	must_release(a, "c", t3);
+	must_release(a, "d", t3 + 1);
+}
+
 Test(locktab, tokens_never_wrap_around_after_the_largest_token)
 {
 	struct client *a = client_new("alice");

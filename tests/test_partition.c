@@ -233,6 +233,8 @@ Test(partition, a_name_is_served_by_its_partition_only)
 	/* p1 grants it, above every token p0 gave (its floor) */
 	t1 = h_lock(c1, in1, "ttl=10s");
 	cr_assert(t1 > t0, "p1 granted %" PRIu64 ", p0 had %" PRIu64, t1, t0);
+	/* and never one p0 gives: each partition its own class mod 64 */
+	cr_assert(t0 % 64 != t1 % 64, "%" PRIu64 " and %" PRIu64, t0, t1);
 	/* and p0 still serves the rest; p1 sends those to p0 */
 	in0 = name_between(0, 5460);
 	h_lock(c0, in0, "ttl=10s");

@@ -440,7 +440,7 @@ void dl__lease_grant(struct dl_locktab *t, struct dl_lease *l,
 		     struct dl_lock *lk, struct dl_owner *o, uint32_t ttl,
 		     uint64_t now, int shared, struct dl_value **value)
 {
-	dl__lease_link(t, l, lk, o, ++t->last_token, 1, ttl, now + ttl, now,
+	dl__lease_link(t, l, lk, o, dl__token_next(t), 1, ttl, now + ttl, now,
 		       shared);
 	dl__value_give(t, l, value);
 	t->st.grants++;
@@ -536,7 +536,24 @@ uint64_t dl__deadline_after(uint64_t now, uint64_t ms)
  * token must never wrap to an old value. */
 int dl__tokens_exhausted(const struct dl_locktab *t)
 {
-	return t->last_token == UINT64_MAX;
+	return t->token_mod ? t->last_token >= UINT64_MAX - t->token_mod
+			    : t->last_token == UINT64_MAX;
+}
+
+uint64_t dl__token_next(struct dl_locktab *t)
+{
+	uint64_t x = t->last_token + 1;
+
+	if (t->token_mod)
+		x += (t->token_res + t->token_mod - x % t->token_mod) %
+		     t->token_mod;
+	return t->last_token = x;
+}
+
+void dl_locktab_token_stride(struct dl_locktab *t, uint64_t mod, uint64_t res)
+{
+	t->token_mod = mod;
+	t->token_res = mod ? res % mod : 0;
 }
 
 uint64_t dl__remaining(const struct dl_lease *l, uint64_t now)

@@ -844,6 +844,11 @@ int dl_locktab_lease_mode(const struct dl_locktab *t, struct dl_str name,
  */
 uint64_t dl_token_floor(uint64_t stored_last, uint64_t unix_ms);
 void dl_locktab_raise_token(struct dl_locktab *t, uint64_t last);
+/* From now on every token this table gives is = res modulo mod (mod 0:
+ * any, the default). A partitioned namespace's tables give disjoint
+ * tokens this way (mod DL_PARTS_MAX, res the partition's place in the
+ * map): a token names one lease of the whole namespace. */
+void dl_locktab_token_stride(struct dl_locktab *t, uint64_t mod, uint64_t res);
 uint64_t dl_locktab_last_token(const struct dl_locktab *t);
 
 /* A hint before restoring `name` (dl_htab_prefetch): a loader that knows

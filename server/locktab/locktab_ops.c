@@ -1382,7 +1382,7 @@ int dl_locktab_quarantine(struct dl_locktab *t, struct dl_str name,
 		dl__lock_drop_if_unused(t, lk);
 		return DL_ENOMEM;
 	}
-	dl__lease_link(t, l, lk, o, ++t->last_token, 1, ttl_ms, deadline,
+	dl__lease_link(t, l, lk, o, dl__token_next(t), 1, ttl_ms, deadline,
 		       dl__now_ms(t), 0);
 	return 0;
 }

@@ -42,6 +42,9 @@ struct dl_locktab {
 	struct dl_locktab_limits limits;
 	uint64_t seed;
 	uint64_t last_token;
+	/* tokens this table gives are = token_res modulo token_mod (0: any):
+	 * partitions of one namespace give disjoint ones (part.c) */
+	uint64_t token_mod, token_res;
 	int suspended;	       /* grants suspended (store down) */
 	uint64_t closed_until; /* no new lease before (monotonic ms):
 				  dl_locktab_close_grants */
@@ -148,6 +151,9 @@ void dl__lease_extend(struct dl_locktab *t, struct dl_lease *l, uint32_t ttl,
 		      uint64_t now);
 uint64_t dl__deadline_after(uint64_t now, uint64_t ms);
 int dl__tokens_exhausted(const struct dl_locktab *t);
+/* The next token to give (last_token raised to it): the smallest above
+ * last_token in this table's residue class. */
+uint64_t dl__token_next(struct dl_locktab *t);
 uint64_t dl__remaining(const struct dl_lease *l, uint64_t now);
 uint64_t dl__waiter_position(const struct dl_waiter *w);
 void dl__waiter_free(struct dl_locktab *t, struct dl_waiter *w);

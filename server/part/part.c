@@ -292,6 +292,11 @@ static int pending(const struct dl_part *p, const struct dl_map *m)
 static void say_map(struct dl_part *p)
 {
 	int i = own_index(p->map, p);
+
+	/* tokens of this partition: its own class modulo DL_PARTS_MAX (its
+	 * place in the map, which never changes: lines are only added) */
+	if (i >= 0)
+		dl_locktab_token_stride(p->tab, DL_PARTS_MAX, (uint64_t)i);
 	unsigned s, n = 0;
 
 	for (s = 0; i >= 0 && s < DL_SLOTS; s++)
