@@ -316,6 +316,16 @@ Test(partition, not_this_partitions_slots_are_refused)
 		  "%s", l);
 	l = h_call(c1, "PARTITION MOVE 1-2 p/x");
 	cr_assert(h_starts(l, "ERR BAD_ARG bad partition id"), "%s", l);
+	/* to a partition no daemon has added to the map: nobody would
+	 * answer for its names */
+	{
+		struct h_client *c0 = h_connect(d[0].port);
+
+		l = h_call(c0, "PARTITION MOVE 5462 p9");
+		cr_assert(h_starts(l, "ERR BAD_ARG no partition p9 in the map"),
+			  "%s", l);
+		h_close(c0);
+	}
 	l = h_call(c1, "PARTITION MOVE 9-2 p2");
 	cr_assert(h_starts(l, "ERR BAD_ARG slots:"), "%s", l);
 	l = h_call(c1, "PARTITION SPLIT");

@@ -776,6 +776,14 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 		snprintf(why, whylen, "the slots are this partition's already");
 		return DL_EBADARG;
 	}
+	if (dl_map_find(p->map, to, tolen) < 0) {
+		/* its names would be sent where nobody answers */
+		snprintf(
+			why, whylen,
+			"no partition %.*s in the map: start its daemons first (each adds itself)",
+			(int)tolen, to);
+		return DL_EBADARG;
+	}
 	if (p->gone_gen != dl_store_part_gen(p->st))
 		read_gone(p);
 	if (pending(p, p->map)) {
