@@ -78,10 +78,17 @@ done
 
 # The map: made once (a restart keeps the one in Redis), then p0 gives
 # p1 and p2 their thirds.
+in_map() { # port partition: the daemon's map names the partition
+	local i=0
+	until printf 'MAP\n' | timeout 2 nc -q 1 127.0.0.1 "$1" | grep -q "^part $2 "; do
+		i=$((i + 1))
+		[ $i -gt 100 ] && return 1
+		sleep 0.1
+	done
+}
 if ask 7400 "PARTITION INIT" | grep -q '^OK'; then
-	sleep 1.5 # every daemon adds its address to the map
-	ask 7400 "PARTITION MOVE 5461-10922 p1"
-	ask 7400 "PARTITION MOVE 10923-16383 p2"
+	in_map 7400 p1 && ask 7400 "PARTITION MOVE 5461-10922 p1"
+	in_map 7400 p2 && ask 7400 "PARTITION MOVE 10923-16383 p2"
 fi
 echo "make run-cluster: Redis Cluster $seeds"
 echo "make run-cluster: p0 on 127.0.0.1:7400 (+ standby 7401), p1 on 7410 (7411), p2 on 7420 (7421)"

@@ -211,8 +211,15 @@ for n in 1 2 3; do
 	base=${ports[2]}
 	[ "$(ask "$base" 'PARTITION INIT')" = "OK PARTITION epoch=1" ] ||
 		die "PARTITION INIT failed (n=$n)"
-	sleep 1.5 # every daemon puts itself in the map
 	for k in $(seq 1 $((n - 1))); do
+		# every daemon puts itself in the map
+		i=0
+		until printf 'MAP\n' | timeout 2 nc -q 1 127.0.0.1 "$base" |
+			grep -q "^part ${ids[$k]} "; do
+			i=$((i + 1))
+			[ $i -gt 100 ] && die "${ids[$k]} is not in the map"
+			sleep 0.1
+		done
 		r=$(ask "$base" "PARTITION MOVE $(first_slot "$k")-$(last_slot "$k") ${ids[$k]}")
 		case "$r" in OK*) ;; *) die "PARTITION MOVE: $r" ;; esac
 	done
