@@ -19,8 +19,10 @@
 #include "server/part/part.h"
 #include "server/server.h"
 
-/* A range of slots per line of MAP's reply at most this long. */
-#define SLOTS_LINE_MAX (DL_REPLY_MAX - 128)
+/* The slots of a line of MAP's reply: at most this many bytes, so that
+ * the line fits in what every client reads (DL_LINE_MAX; its reader
+ * drops a longer line as too long). */
+#define SLOTS_LINE_MAX (DL_LINE_MAX - 64)
 
 int dl__cmd_route(struct dl_conn *c, struct dl_str name, struct dl_str tag)
 {
@@ -61,6 +63,29 @@ int dl__cmd_route(struct dl_conn *c, struct dl_str name, struct dl_str tag)
 	return -1;
 }
 
+/* The next slice of a partition's ranges (at most SLOTS_LINE_MAX bytes,
+ * cut at a comma) from *at: its length, its start in *from, *at moved
+ * past it and its comma; 0 at the end. The count of MAP's lines and the lines
+ * themselves are cut by this one function (found from outside: counted apart, a
+ * text of exactly twice the line's length announced one line less than
+ * it sent). */
+static size_t slice(const char *ranges, size_t len, size_t *at, size_t *from)
+{
+	size_t cut;
+
+	*from = *at;
+	if (*from >= len)
+		return 0;
+	cut = len - *from > SLOTS_LINE_MAX ? *from + SLOTS_LINE_MAX : len;
+	while (cut > *from && cut < len && ranges[cut] != ',')
+		cut--;
+	if (cut == *from) /* no comma: cannot be, a range is 11 bytes */
+		cut = len - *from > SLOTS_LINE_MAX ? *from + SLOTS_LINE_MAX
+						   : len;
+	*at = cut + 1;
+	return cut - *from;
+}
+
 /* OK MAP <epoch> <lines>, then per partition
  *   part <id> addrs=<host:port,...|-> floor=<n>
  *   slots <id> <ranges>          (as many as its ranges need)
@@ -70,7 +95,7 @@ void dl__cmd_map(struct dl_conn *c, const struct dl_request *rq)
 	static char ranges[DL_MAP_TEXT_MAX];
 	const struct dl_map *m;
 	struct reply r;
-	size_t lines = 0, i, len, at, cut;
+	size_t lines = 0, i, len, at, from, n;
 
 	if (!c->srv->part) {
 		dl__cmd_reply_begin(&r, "OK MAP");
@@ -87,7 +112,8 @@ void dl__cmd_map(struct dl_conn *c, const struct dl_request *rq)
 		if (dl_map_ranges(m, (int)i, ranges, sizeof(ranges)) != 0)
 			continue;
 		len = strlen(ranges);
-		lines += (len + SLOTS_LINE_MAX - 1) / SLOTS_LINE_MAX;
+		for (at = 0; slice(ranges, len, &at, &from);)
+			lines++;
 	}
 	dl__cmd_reply_begin(&r, "OK MAP");
 	dl_fmt_u64(&r.f, m->epoch);
@@ -108,17 +134,11 @@ void dl__cmd_map(struct dl_conn *c, const struct dl_request *rq)
 		if (dl_map_ranges(m, (int)i, ranges, sizeof(ranges)) != 0)
 			continue;
 		len = strlen(ranges);
-		for (at = 0; at < len; at = cut + 1) {
-			/* a slice ends at a comma */
-			cut = len - at > SLOTS_LINE_MAX ? at + SLOTS_LINE_MAX
-							: len;
-			while (cut < len && ranges[cut] != ',')
-				cut--;
+		for (at = 0; (n = slice(ranges, len, &at, &from)) != 0;) {
 			dl_fmt_init(&r.f, r.buf, sizeof(r.buf));
 			dl_fmt_word(&r.f, "slots");
 			dl_fmt_word(&r.f, m->part[i].id);
-			dl_fmt_str(&r.f,
-				   (struct dl_str){ranges + at, cut - at});
+			dl_fmt_str(&r.f, (struct dl_str){ranges + from, n});
 			dl__cmd_reply_send(c, &r, DL_STR_NULL, NULL);
 		}
 	}

@@ -399,3 +399,44 @@ Test(partition, a_map_redis_lost_is_written_back)
 		}
 	}
 }
+
+/* A partition's slots that take several lines of MAP: the count in its
+ * first line is the number of lines that follow (found from outside: a
+ * text of exactly twice a line's length was announced one line short,
+ * and a client took the last line for a stray reply), and every line is
+ * one a client reads (at most DL_LINE_MAX bytes: the harness, as
+ * libdlock, drops a longer one). */
+Test(partition, map_announces_every_line_it_sends)
+{
+	struct h_client *c0;
+	char cmd[1024], *l;
+	size_t n;
+	uint64_t lines, k;
+	int s, batch;
+
+	init_map();
+	c0 = h_connect(d[0].port);
+	/* every 4th slot from 1, 100 a request: p0's text is 3840 bytes */
+	for (s = 1; s < 1757; s += 4 * batch) {
+		n = (size_t)snprintf(cmd, sizeof(cmd), "PARTITION MOVE ");
+		for (batch = 0; batch < 100 && s + 4 * batch < 1757; batch++)
+			n += (size_t)snprintf(cmd + n, sizeof(cmd) - n, "%s%d",
+					      batch ? "," : "", s + 4 * batch);
+		snprintf(cmd + n, sizeof(cmd) - n, " p1");
+		l = h_call(c0, "%s", cmd);
+		cr_assert(h_starts(l, "OK PARTITION"), "%s", l);
+	}
+	h_send(c0, "MAP");
+	h_send(c0, "PING after");
+	l = h_line(c0);
+	cr_assert(h_starts(l, "OK MAP "), "%s", l);
+	lines = h_arg_u64(l, 1);
+	cr_assert(lines > 6, "%s", l);
+	for (k = 0; k < lines; k++) {
+		l = h_line(c0);
+		cr_assert(h_starts(l, "part ") || h_starts(l, "slots "),
+			  "line %llu: %s", (unsigned long long)k, l);
+	}
+	cr_assert_str_eq(h_line(c0), "OK PONG after");
+	h_close(c0);
+}

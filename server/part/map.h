@@ -37,8 +37,10 @@
 #define DL_PART_ID_MAX 32
 /* Partitions in one map. */
 #define DL_PARTS_MAX 64
-/* Addresses of one partition's daemons, each host:port. */
-#define DL_PART_ADDRS_MAX 6
+/* Addresses of one partition's daemons, each host:port: four of
+ * DL_ADVERTISE_MAX bytes keep MAP's and NO MOVED's lines under
+ * DL_LINE_MAX, what every client reads. */
+#define DL_PART_ADDRS_MAX 4
 #define DL_PART_ADDRS_LEN (DL_PART_ADDRS_MAX * (DL_ADVERTISE_MAX + 1))
 /* The map's text: every slot in its own range still fits. */
 #define DL_MAP_TEXT_MAX (256 * 1024)
