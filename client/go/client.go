@@ -28,6 +28,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -184,6 +185,7 @@ type Client struct {
 	seq            int
 	leases         []*Lease
 	turns          map[string][]*ticket
+	addrs          []address // the servers list (a leg's: its partition's, changed by a new map)
 	naddrs         int
 	addrI          int
 	hint           int
@@ -223,6 +225,14 @@ type Client struct {
 	pubKey     string
 	pubCluster string
 
+	// partitions (partition.go): the router of a client whose first
+	// server said a partition map (nil: one lock table, as before), and
+	// leg: this client is one partition's, made by a router
+	rt       atomic.Pointer[router]
+	rtMu     sync.Mutex // making the router after a MOVED; and rtClosed
+	rtClosed bool       // Close was called: no router is made any more
+	leg      bool
+
 	// news of waiters for OnContended, handed to its goroutine
 	newsMu   sync.Mutex
 	news     []*Lease
@@ -235,11 +245,37 @@ type Client struct {
 // server could be used within ConnectTimeout (ErrUnavailable, naming why),
 // when AUTH or HELLO is refused (ErrDenied), or when every server names
 // another cluster (ErrClusterMismatch).
+//
+// Once connected it asks the server for its partition map (MAP). A
+// server without partitions (or one too old to know MAP) makes the
+// client what it always was. A partitioned one makes it a router over
+// the partitions: see "Partitions" in the package documentation.
 func Dial(ctx context.Context, servers string, opts ...Option) (*Client, error) {
 	cfg, err := build(servers, opts)
 	if err != nil {
 		return nil, err
 	}
+	c, err := dialConfig(ctx, cfg, false)
+	if err != nil {
+		return nil, err
+	}
+	// The mode is decided here: a map of epoch 0, a refusal (a server
+	// before partitions) or no answer leaves the client unpartitioned
+	// (a MOVED later makes it a router after all: routed).
+	m, err := c.readMap(ctx)
+	if ctx.Err() != nil {
+		c.Close()
+		return nil, ctx.Err()
+	}
+	if err == nil && m.epoch > 0 {
+		c.rt.Store(newRouter(c, m))
+	}
+	return c, nil
+}
+
+// dialConfig makes a client of cfg and waits until it is connected (see
+// Dial); leg: one partition's client of a router.
+func dialConfig(ctx context.Context, cfg *config, leg bool) (*Client, error) {
 	c := &Client{
 		cfg:        cfg,
 		owner:      cfg.owner,
@@ -247,6 +283,7 @@ func Dial(ctx context.Context, servers string, opts ...Option) (*Client, error) 
 		defaultTTL: defaultTTLMs,
 		waiting:    map[string]*req{},
 		turns:      map[string][]*ticket{},
+		addrs:      cfg.addrs,
 		naddrs:     len(cfg.addrs),
 		hint:       -1,
 		failedI:    -1,
@@ -258,6 +295,7 @@ func Dial(ctx context.Context, servers string, opts ...Option) (*Client, error) 
 		quit:       make(chan struct{}),
 		readyCh:    make(chan struct{}),
 		multiTurn:  make(chan struct{}, 1),
+		leg:        leg,
 	}
 	if c.owner == "" {
 		var b [8]byte
@@ -305,7 +343,17 @@ func Dial(ctx context.Context, servers string, opts ...Option) (*Client, error) 
 // it returns. Leases still held are not released (they end at the server
 // by their TTL); their Done channels are closed (LostClosed). Watch
 // channels are closed.
+//
+// A partitioned client closes every partition's client too (leases
+// taken through them alike).
 func (c *Client) Close() error {
+	c.rtMu.Lock()
+	c.rtClosed = true
+	rt := c.rt.Load()
+	c.rtMu.Unlock()
+	if rt != nil {
+		rt.close()
+	}
 	c.stopOnce.Do(func() { close(c.stop) })
 	c.wg.Wait()
 	return nil
@@ -316,7 +364,8 @@ func (c *Client) Owner() string { return c.owner }
 
 // OwnerKey is the secret that proves the owner id (given, or the
 // server's). Another process given Owner(id + "=" + key) acts as the
-// same owner: handle it as a password.
+// same owner: handle it as a password. Of a partitioned service it is
+// the owner's key in every partition (the first connection's).
 func (c *Client) OwnerKey() string {
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
@@ -324,7 +373,8 @@ func (c *Client) OwnerKey() string {
 }
 
 // ClusterID is the cluster id the client holds to (the Cluster option, or
-// the first a server named); "" while none did.
+// the first a server named); "" while none did. Of a partitioned service:
+// the first connection's partition's.
 func (c *Client) ClusterID() string {
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
@@ -508,7 +558,7 @@ func (m inMsg) fatal() bool {
 func (c *Client) startConnect(now float64) {
 	c.state = stConnecting
 	c.gen++
-	a := c.cfg.addrs[c.addrI]
+	a := c.addrs[c.addrI]
 	timeout := c.connectTimeoutMs()
 	if !c.ready && c.naddrs > 1 {
 		timeout /= float64(c.naddrs)
@@ -684,7 +734,7 @@ func (c *Client) drop(now float64) {
 }
 
 func (c *Client) here() string {
-	return c.cfg.addrs[c.addrI].name
+	return c.addrs[c.addrI].name
 }
 
 func (c *Client) shutdown() {

@@ -301,7 +301,7 @@ func (c *Client) standbyReply(q *req, r *reply) bool {
 
 func (c *Client) setHint(active string) {
 	c.hint = -1
-	for i, a := range c.cfg.addrs {
+	for i, a := range c.addrs {
 		if a.name != "" && a.name == active {
 			c.hint = i
 			return
@@ -567,6 +567,8 @@ func (c *Client) reply(q *req, r *reply, now float64) {
 		}
 	case "HOLDERS":
 		handled = c.rBody(q, r)
+	case "MAP":
+		handled = c.rMap(q, r)
 	case "WATCH", "REWATCH":
 		handled = c.rWatch(q, r)
 	case "PING", "CANCEL", "UNWATCH":
@@ -941,8 +943,17 @@ func (c *Client) rBody(q *req, r *reply) bool {
 }
 
 func (c *Client) bodyDone(q *req) {
-	if q.op == "MLOCK" {
+	switch q.op {
+	case "MLOCK":
 		c.multiBodyDone(q)
+		return
+	case "MAP":
+		m, err := parseMap(q.header, q.body)
+		if err != nil {
+			c.finish(q, err, nil)
+		} else {
+			c.finish(q, nil, m)
+		}
 		return
 	}
 	h := Holders{Status: statusOf(q.name, q.header), More: atoi(q.header.kvs("more"))}
@@ -1031,7 +1042,7 @@ func (c *Client) format(q *req, now float64) string {
 	case "REWATCH":
 		return newLine("WATCH", q.name).String(q.tag)
 	}
-	return newLine(q.op).String(q.tag) // PING
+	return newLine(q.op).String(q.tag) // PING, MAP
 }
 
 // waitKV says a LOCK's wait= (none for a try): what is left of it, from

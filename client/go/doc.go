@@ -32,5 +32,14 @@
 // followers read Status.Value and Watch for Events (EventGranted,
 // EventValue) carrying it.
 //
+// Partitions: Dial asks its server for the partition map (MAP). A
+// service split into partitions makes the Client a router over one
+// ordinary client per partition, dialed on first use: each call about a
+// name goes to the client of the name's partition (LockAll: of its first
+// name), a Lease stays with the client that granted it, calls without a
+// name (Ping, a Watch of a prefix) go to the first connection's daemon,
+// and a NO MOVED is followed (the map read again when it is newer), 3
+// times at most, then ErrMoved. Without partitions nothing changes.
+//
 // Standard library only.
 package dlockd

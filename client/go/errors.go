@@ -29,6 +29,7 @@ var (
 	ErrProtocol        = errors.New("dlockd: protocol error")                        // the server said what no server may
 	ErrServer          = errors.New("dlockd: server error")                          // any other NO or ERR
 	ErrInvalid         = errors.New("dlockd: invalid argument")                      // a bad option, name or pattern, refused before anything is sent
+	ErrMoved           = errors.New("dlockd: served by another partition")           // NO MOVED, still after the redirects a partitioned client follows
 
 	// ErrUnconfirmed is Unlock's error when the server did not answer
 	// within ServerTimeout: the release was sent (or will be, once
@@ -75,6 +76,13 @@ type Error struct {
 	Owners   int        // ErrDeadlock: how many owners the cycle has (this client's too)
 	Reason   LostReason // ErrLost from Lease.Err
 	BrokenBy string     // ErrLost, LostExpired by a BREAK: the user who broke it
+
+	// ErrMoved (NO MOVED <partition> <addrs> <epoch>): the partition
+	// that serves the name, its daemons' addresses ("" when none is
+	// known) and the epoch of the map that says so
+	Partition string
+	Addrs     string
+	MapEpoch  uint64
 }
 
 func (e *Error) Error() string {
@@ -123,6 +131,8 @@ func errorOf(r *reply) *Error {
 			kind = ErrDeadlock
 		case "ALREADY_HELD":
 			kind = ErrHeldByOwner // a multi-lock takes new leases only
+		case "MOVED":
+			kind = ErrMoved
 		}
 	} else {
 		switch r.word {
@@ -143,6 +153,12 @@ func errorOf(r *reply) *Error {
 	}
 	if kind == ErrBusy {
 		e.Holder = busyHolderOf(r)
+	}
+	if kind == ErrMoved && len(r.args) >= 3 {
+		e.Partition, e.Addrs, e.MapEpoch = r.args[0], r.args[1], atou(r.args[2])
+		if e.Addrs == "-" {
+			e.Addrs = ""
+		}
 	}
 	return e
 }

@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// fakeServer answers HELLO as an active dlockd would, and every other
+// fakeServer answers HELLO (and MAP) as an active dlockd would, and every other
 // request line with what answer returns for it (its words, the id= tag
 // taken off); lines are sent with the request's tag.
 type fakeServer struct {
@@ -59,6 +59,8 @@ func startFake(t *testing.T, answer func(words []string) []string) *fakeServer {
 						out = []string{"OK HELLO version=0.4.0 owner=fake key=fake-key-0123456789 user=default auth=none role=active cluster=-"}
 					case words[0] == "DESCRIBE", words[0] == "AUTH":
 						out = []string{"OK " + words[0]}
+					case words[0] == "MAP":
+						out = []string{"OK MAP 0 0"} // not partitioned
 					default:
 						if words[0] == "UNLOCK" {
 							f.unlocks.Add(1)

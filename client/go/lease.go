@@ -310,13 +310,23 @@ func (l *Lease) Unlock(ctx context.Context) error {
 // Errors: ErrBusy (Wait(0)), ErrTimeout, ErrDeadlock, ErrHeldByOwner,
 // ErrLimitMismatch, ErrUpgradeDeadlock, ErrDenied, ErrUnavailable, ErrLimit.
 func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Lease, error) {
-	return c.acquire(ctx, name, false, opts)
+	var l *Lease
+	err := c.routed(ctx, name, func(x *Client) (err error) {
+		l, err = x.acquire(ctx, name, false, opts)
+		return err
+	})
+	return l, err
 }
 
 // TryLock acquires name if it can be now; ErrBusy (an *Error whose Holder
 // names who holds it, when the server says) if not.
 func (c *Client) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lease, error) {
-	return c.acquire(ctx, name, true, opts)
+	var l *Lease
+	err := c.routed(ctx, name, func(x *Client) (err error) {
+		l, err = x.acquire(ctx, name, true, opts)
+		return err
+	})
+	return l, err
 }
 
 func (c *Client) acquire(ctx context.Context, name string, try bool, opts []LockOption) (*Lease, error) {
@@ -403,6 +413,15 @@ func requestID() uint64 {
 
 // Status describes the lock as the server sees it (its first holder).
 func (c *Client) Status(ctx context.Context, name string) (Status, error) {
+	var st Status
+	err := c.routed(ctx, name, func(x *Client) (err error) {
+		st, err = x.status(ctx, name)
+		return err
+	})
+	return st, err
+}
+
+func (c *Client) status(ctx context.Context, name string) (Status, error) {
 	if err := checkName(name, "lock name"); err != nil {
 		return Status{}, err
 	}
@@ -415,6 +434,15 @@ func (c *Client) Status(ctx context.Context, name string) (Status, error) {
 
 // Holders lists every holder and waiter of the lock.
 func (c *Client) Holders(ctx context.Context, name string) (Holders, error) {
+	var h Holders
+	err := c.routed(ctx, name, func(x *Client) (err error) {
+		h, err = x.holders(ctx, name)
+		return err
+	})
+	return h, err
+}
+
+func (c *Client) holders(ctx context.Context, name string) (Holders, error) {
 	if err := checkName(name, "lock name"); err != nil {
 		return Holders{}, err
 	}
@@ -430,6 +458,10 @@ func (c *Client) Holders(ctx context.Context, name string) (Holders, error) {
 // the fence check of a resource that was handed a token by a holder (the
 // holder itself may call Lease.Check).
 func (c *Client) Check(ctx context.Context, name string, token uint64) error {
+	return c.routed(ctx, name, func(x *Client) error { return x.check(ctx, name, token) })
+}
+
+func (c *Client) check(ctx context.Context, name string, token uint64) error {
 	if err := checkName(name, "lock name"); err != nil {
 		return err
 	}
@@ -450,6 +482,13 @@ func (c *Client) Check(ctx context.Context, name string, token uint64) error {
 // ErrConnectionLost: the lease may or may not have been broken (Status
 // tells).
 func (c *Client) Break(ctx context.Context, name string, token uint64, reason string) error {
+	if len(reason) > reasonMax || !printableWord(reason) {
+		return newErr(ErrInvalid, fmt.Sprintf("bad reason %q: 1-%d printable ASCII characters, no space", reason, reasonMax))
+	}
+	return c.routed(ctx, name, func(x *Client) error { return x.breakLease(ctx, name, token, reason) })
+}
+
+func (c *Client) breakLease(ctx context.Context, name string, token uint64, reason string) error {
 	if err := checkName(name, "lock name"); err != nil {
 		return err
 	}
@@ -462,7 +501,8 @@ func (c *Client) Break(ctx context.Context, name string, token uint64, reason st
 	return err
 }
 
-// Ping asks the server for a PONG.
+// Ping asks the server for a PONG (of a partitioned service: the
+// first connection's daemon, one partition's).
 func (c *Client) Ping(ctx context.Context) error {
 	_, err := c.call(ctx, func(now float64) (*req, error) { return &req{op: "PING"}, nil })
 	return err

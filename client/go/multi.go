@@ -58,7 +58,7 @@ const (
 // recorded), ErrServer (Code says: EXPIRED when a lock it had taken was
 // broken while it waited for the next).
 func (c *Client) LockAll(ctx context.Context, names []string, opts ...LockOption) ([]*Lease, error) {
-	return c.acquireAll(ctx, names, false, opts)
+	return c.routedAll(ctx, names, false, opts)
 }
 
 // TryLockAll acquires every lock of names if all can be had now (TRYLOCK
@@ -67,7 +67,22 @@ func (c *Client) LockAll(ctx context.Context, names []string, opts ...LockOption
 // it fails with ErrLimit, at once, while a LockAll of the same Client
 // waits.
 func (c *Client) TryLockAll(ctx context.Context, names []string, opts ...LockOption) ([]*Lease, error) {
-	return c.acquireAll(ctx, names, true, opts)
+	return c.routedAll(ctx, names, true, opts)
+}
+
+// routedAll: a multi-lock goes to the partition of its first name (of a
+// partitioned service: the names must share it, ErrServer with Code
+// BAD_ARG otherwise: put them under one {tag}).
+func (c *Client) routedAll(ctx context.Context, names []string, try bool, opts []LockOption) ([]*Lease, error) {
+	if len(names) == 0 {
+		return c.acquireAll(ctx, names, try, opts) // refused
+	}
+	var ls []*Lease
+	err := c.routed(ctx, names[0], func(x *Client) (err error) {
+		ls, err = x.acquireAll(ctx, names, try, opts)
+		return err
+	})
+	return ls, err
 }
 
 // UnlockAll releases every lease of leases (nil ones skipped), the

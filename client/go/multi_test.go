@@ -18,7 +18,7 @@ import (
 
 // script is a fake server whose requests (their words, the id= tag taken
 // off) are handed to a function that answers with send, now or later
-// (events); HELLO, DESCRIBE and AUTH are answered as a dlockd would.
+// (events); HELLO, DESCRIBE, AUTH and MAP are answered as a dlockd would.
 type script struct {
 	addr  string
 	mu    sync.Mutex
@@ -73,6 +73,9 @@ func startScript(t *testing.T, answer func(words []string, tag string, send func
 						continue
 					case "DESCRIBE", "AUTH":
 						send("OK " + words[0] + " id=" + tag)
+						continue
+					case "MAP":
+						send("OK MAP 0 0 id=" + tag) // not partitioned
 						continue
 					}
 					s.mu.Lock()

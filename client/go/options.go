@@ -92,6 +92,9 @@ func ServerTimeout(d time.Duration) Option { return func(c *config) { c.serverTi
 
 // Cluster pins the cluster id (32 hex digits, HELLO's cluster=) every
 // server must name. Default: DLOCK_CLUSTER, else the first a server names.
+// Of a partitioned service (each partition a cluster of its own) it pins
+// the first connection's; each partition's client holds to the first
+// id its daemons name.
 func Cluster(id string) Option { return func(c *config) { c.cluster = id } }
 
 // Describe says (true, the default) or not who the client is: the host

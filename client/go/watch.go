@@ -6,6 +6,7 @@ package dlockd
 import (
 	"context"
 	"strings"
+	"sync"
 )
 
 // watch is one Watch call: its patterns and its channel.
@@ -78,7 +79,102 @@ func (w *watch) has(p string) bool {
 // client watches again and sends an EventResumed for each pattern (what
 // changed meanwhile was not seen), or EventRefused. A reader too slow for
 // the channel (1024 events) misses events, told by an EventOverflow.
+//
+// Of a partitioned service, a name is watched at its partition's daemon
+// and a prefix at the first connection's: it tells of that partition's
+// names only. After a reconnect, a name whose partition changed
+// meanwhile is refused (EventRefused).
 func (c *Client) Watch(ctx context.Context, patterns ...string) (<-chan Event, error) {
+	rt := c.rt.Load()
+	if rt == nil {
+		return c.watch(ctx, patterns...)
+	}
+	if len(patterns) == 0 {
+		return nil, newErr(ErrInvalid, "Watch: no pattern")
+	}
+	var prefixes, names []string
+	for _, p := range patterns {
+		if err := checkPattern(p); err != nil {
+			return nil, err
+		}
+		if strings.HasSuffix(p, "*") {
+			prefixes = append(prefixes, p)
+		} else {
+			names = append(names, p)
+		}
+	}
+	if len(names) == 0 {
+		return c.watch(ctx, prefixes...)
+	}
+	if len(prefixes) == 0 && len(names) == 1 {
+		var ch <-chan Event
+		err := c.routed(ctx, names[0], func(x *Client) (err error) {
+			ch, err = x.watch(ctx, names[0])
+			return err
+		})
+		return ch, err
+	}
+	// several daemons: a watch on each, their events on one channel
+	wctx, cancel := context.WithCancel(ctx)
+	var srcs []<-chan Event
+	fail := func(err error) (<-chan Event, error) {
+		cancel() // the watches made end
+		return nil, err
+	}
+	if len(prefixes) > 0 {
+		ch, err := c.watch(wctx, prefixes...)
+		if err != nil {
+			return fail(err)
+		}
+		srcs = append(srcs, ch)
+	}
+	for _, n := range names {
+		var ch <-chan Event
+		err := c.routed(wctx, n, func(x *Client) (err error) {
+			ch, err = x.watch(wctx, n)
+			return err
+		})
+		if err != nil {
+			return fail(err)
+		}
+		srcs = append(srcs, ch)
+	}
+	out := make(chan Event, watchQueue)
+	var fw sync.WaitGroup
+	fw.Add(len(srcs))
+	forward := func(src <-chan Event) {
+		defer c.wg.Done()
+		defer fw.Done()
+		for ev := range src {
+			select {
+			case out <- ev:
+			case <-wctx.Done():
+				return
+			case <-c.quit:
+				return
+			}
+		}
+	}
+	// counted in c.wg on the manager goroutine (see watch)
+	if !c.execAlways(func() {
+		c.wg.Add(len(srcs) + 1)
+		for _, src := range srcs {
+			go forward(src)
+		}
+		go func() {
+			defer c.wg.Done()
+			fw.Wait()
+			cancel()
+			close(out)
+		}()
+	}) {
+		return fail(newErr(ErrClosed, ""))
+	}
+	return out, nil
+}
+
+// watch is Watch on this client's own connection.
+func (c *Client) watch(ctx context.Context, patterns ...string) (<-chan Event, error) {
 	if len(patterns) == 0 {
 		return nil, newErr(ErrInvalid, "Watch: no pattern")
 	}
