@@ -42,6 +42,27 @@ final class Config {
     Consumer<Lease> onAtRisk;
     ObjIntConsumer<Lease> onContended;
 
+    /** A copy (the settings are shared: listeners, the socket factory). */
+    Config copy() {
+        Config c = new Config();
+        c.addrs = addrs;
+        c.password = password;
+        c.user = user;
+        c.owner = owner;
+        c.key = key;
+        c.cluster = cluster;
+        c.tls = tls;
+        c.tlsServerName = tlsServerName;
+        c.connectTimeout = connectTimeout;
+        c.serverTimeout = serverTimeout;
+        c.describe = describe;
+        c.lostGuard = lostGuard;
+        c.onLost = onLost;
+        c.onAtRisk = onAtRisk;
+        c.onContended = onContended;
+        return c;
+    }
+
     static String env(Map<String, String> env, String k) {
         String v = env.get(k);
         return v == null ? "" : v;

@@ -499,17 +499,20 @@ abstract sealed class Core permits Protocol {
                 // cancelled meanwhile: give the grants back
                 List<Lease> ls = result instanceof Lease ? List.of((Lease) result) : ((Leases) result).list();
                 exec(() -> {
-                    for (Lease l : ls) {
-                        if (!l.released && !l.unlocking) {
-                            l.unlocking = true;
-                            l.setEnded();
-                            released(l);
-                            internal("UNLOCK", l.name, l.token, true);
-                        }
-                    }
+                    for (Lease l : ls) giveBack(l);
                 });
             }
         });
+    }
+
+    /** Releases a lease handed to nobody (its future was cancelled meanwhile). */
+    void giveBack(Lease l) {
+        if (!l.released && !l.unlocking) {
+            l.unlocking = true;
+            l.setEnded();
+            released(l);
+            internal("UNLOCK", l.name, l.token, true);
+        }
     }
 
     // ---- turns ---------------------------------------------------------------------------

@@ -47,6 +47,15 @@ import javax.net.ssl.SSLSocketFactory;
  * {@code tryLock} fails with {@link BusyException}. A multi-lock ({@link #lockAll}) takes its turn on every name at
  * once; a name the client holds fails it at once ({@link HeldByOwnerException}: a multi-lock takes new leases only).
  *
+ * <p><b>Partitions.</b> {@link Builder#build()} asks the first server for the partition map ({@code MAP}) once. An
+ * unpartitioned service (epoch 0, or no map said) is used as above, over one connection. A partitioned one makes the
+ * client a router over one ordinary client per partition, made on first use with the same settings, owner id and key:
+ * a call about a name goes to the partition that serves the name's {@link #slot slot}, a multi-lock to its first
+ * name's (its names must share a partition: one {@code {tag}}), and the leases stay bound to the connection that
+ * granted them. A {@code NO MOVED} is followed (the map read again when it is newer), at most 3 times per call, then
+ * {@link MovedException}. Calls without a name ({@link #ping}, {@link #clusterId}, a watch of a prefix) go to the first
+ * connection and tell of its partition only. Closing the client closes every partition's connection.
+ *
  * <p><b>Threads.</b> One lock guards the protocol state; a caller writes its request itself (non-blocking) and, on a
  * connection without TLS, reads the reply itself while no other thread reads. A manager thread
  * ({@code dlockd-manager-N}) schedules renewals, lost guards, reconnects and timeouts; a reader thread serves each
@@ -55,10 +64,12 @@ import javax.net.ssl.SSLSocketFactory;
  * {@link #close()} ends them all. No lock is held around blocking I/O.
  */
 public final class DlockClient implements AutoCloseable {
-    private final Engine e;
+    private final Engine e; // the first connection
+    private final Router router; // a partitioned service: the legs; null: every call goes to e
 
-    private DlockClient(Engine e) {
+    private DlockClient(Engine e, Router router) {
         this.e = e;
+        this.router = router;
     }
 
     /** @return a builder whose defaults come from the DLOCK_* environment */
@@ -294,36 +305,98 @@ public final class DlockClient implements AutoCloseable {
             Config cfg = Config.fromEnv(env);
             for (Consumer<Config> s : sets) s.accept(cfg);
             cfg.validate();
-            Engine e = new Engine(cfg);
-            boolean interrupted = false;
-            long end = System.nanoTime() + cfg.connectTimeout.toNanos();
-            while (true) {
-                try {
-                    e.readyF.get(Math.max(0, end - System.nanoTime()), TimeUnit.NANOSECONDS);
-                    break;
-                } catch (InterruptedException x) {
-                    interrupted = true;
-                } catch (java.util.concurrent.TimeoutException | java.util.concurrent.ExecutionException x) {
-                    break;
-                }
-            }
-            boolean[] ok = new boolean[1];
-            DlockException[] fatal = new DlockException[1];
-            String[] why = new String[1];
-            e.exec(() -> {
-                ok[0] = e.ready;
-                fatal[0] = e.fatal;
-                why[0] = e.lastError;
-            });
-            if (interrupted) Thread.currentThread().interrupt();
-            if (!ok[0]) {
-                e.close();
-                if (fatal[0] != null) throw fatal[0];
-                throw DlockException.of(DlockException.Kind.UNAVAILABLE,
-                        "cannot connect to dlockd" + (why[0] == null || why[0].isEmpty() ? "" : ": " + why[0]));
-            }
-            return new DlockClient(e);
+            return discover(cfg, open(cfg));
         }
+    }
+
+    /**
+     * An ordinary client of cfg's servers (a single cluster: the first connection, or a partition's leg), connected.
+     *
+     * @return the client
+     * @throws DlockException as {@link Builder#build()}: unavailable, denied, another cluster
+     */
+    static DlockClient open(Config cfg) {
+        Engine e = new Engine(cfg);
+        boolean interrupted = false;
+        long end = System.nanoTime() + cfg.connectTimeout.toNanos();
+        while (true) {
+            try {
+                e.readyF.get(Math.max(0, end - System.nanoTime()), TimeUnit.NANOSECONDS);
+                break;
+            } catch (InterruptedException x) {
+                interrupted = true;
+            } catch (java.util.concurrent.TimeoutException | java.util.concurrent.ExecutionException x) {
+                break;
+            }
+        }
+        boolean[] ok = new boolean[1];
+        DlockException[] fatal = new DlockException[1];
+        String[] why = new String[1];
+        e.exec(() -> {
+            ok[0] = e.ready;
+            fatal[0] = e.fatal;
+            why[0] = e.lastError;
+        });
+        if (interrupted) Thread.currentThread().interrupt();
+        if (!ok[0]) {
+            e.close();
+            if (fatal[0] != null) throw fatal[0];
+            throw DlockException.of(DlockException.Kind.UNAVAILABLE,
+                    "cannot connect to dlockd" + (why[0] == null || why[0].isEmpty() ? "" : ": " + why[0]));
+        }
+        return new DlockClient(e, null);
+    }
+
+    /** How often build() asks MAP again when the connection closed before the answer. */
+    static final int MAP_TRIES = 3;
+
+    /**
+     * Asks the first connection's daemon for the partition map ({@code MAP}), once: a map of epoch above 0 makes c a
+     * router over one client per partition. Epoch 0 -- and a daemon that says no map at all (one before partitions
+     * answers {@code ERR UNKNOWN_COMMAND}; or an error, or no answer within the server timeout) -- leaves c as it is,
+     * as before partitions: one connection that serves every name. A connection lost before the answer asks the next.
+     */
+    private static DlockClient discover(Config cfg, DlockClient c) {
+        PartitionMap m = null;
+        for (int i = 0; i < MAP_TRIES && m == null; i++) {
+            try {
+                m = c.readMap();
+            } catch (ConnectionLostException x) {
+                // the session ended under it: ask the next
+            } catch (DlockException x) {
+                break; // no map said: not partitioned
+            }
+        }
+        if (m == null || m.epoch == 0) return c;
+        return new DlockClient(c.e, new Router(cfg, c, m));
+    }
+
+    /** The partition map as the first connection's daemon (or this leg's) knows it now ({@code MAP}). */
+    PartitionMap readMap() {
+        return (PartitionMap) e.awaitUninterruptibly(e.submitCall(now -> new Engine.Req("MAP", ""), false, new CompletableFuture<>()));
+    }
+
+    /** @return the epoch of the partition map the client routes by; 0: the service is not partitioned */
+    long mapEpoch() {
+        return router == null ? 0 : router.map().epoch;
+    }
+
+    Router router() {
+        return router;
+    }
+
+    /**
+     * The hash slot of a lock name, which decides the partition that serves it on a partitioned service: Redis
+     * Cluster's ({@code CRC16/XMODEM} of the name modulo 16384), or of its tag when it has one -- what is between the
+     * first '{' and the first '}' after it, if anything is. So {@code {order:42}:pay} and {@code {order:42}:ship} are
+     * served by one partition, and may be taken by one {@link #lockAll}.
+     *
+     * @param name a lock name
+     * @return its slot, 0 to 16383
+     */
+    public static int slot(String name) {
+        Wire.checkName(name, "lock name");
+        return Slots.of(name);
     }
 
     // ---- locking ------------------------------------------------------------------------
@@ -371,11 +444,19 @@ public final class DlockClient implements AutoCloseable {
      *     {@link DeniedException}, {@link UnavailableException}, {@link LimitException}
      */
     public Lease lock(String name, LockOptions opts) {
+        if (router != null) {
+            Wire.checkName(name, "lock name");
+            return router.call(name, c -> c.lock(name, opts));
+        }
         return (Lease) e.await(acquire(name, opts, false, new CompletableFuture<>()));
     }
 
     /** As {@link #lock(String, LockOptions)}, but an interrupt does not stop the wait (the flag is kept). */
     Lease lockUninterruptibly(String name, LockOptions opts) {
+        if (router != null) {
+            Wire.checkName(name, "lock name");
+            return router.call(name, c -> c.lockUninterruptibly(name, opts));
+        }
         return (Lease) e.awaitUninterruptibly(acquire(name, opts, false, new CompletableFuture<>()));
     }
 
@@ -416,6 +497,10 @@ public final class DlockClient implements AutoCloseable {
      * @return the lease, to come; failed with the exceptions of {@link #lock(String, LockOptions)}
      */
     public CompletableFuture<Lease> lockAsync(String name, LockOptions opts) {
+        if (router != null) {
+            Wire.checkName(name, "lock name");
+            return router.callAsync(name, c -> c.lockAsync(name, opts));
+        }
         AcquireFuture<Lease> f = new AcquireFuture<>(e);
         acquire(name, opts, true, f);
         return f;
@@ -558,12 +643,17 @@ public final class DlockClient implements AutoCloseable {
     }
 
     private CompletableFuture<Object> acquireAll(Collection<String> names, LockOptions o, boolean exposed, CompletableFuture<?> f) {
+        return acquire(checkAll(names, o), true, o, exposed, f);
+    }
+
+    /** A multi-lock's names, checked, in byte order, and its options checked. */
+    private static List<String> checkAll(Collection<String> names, LockOptions o) {
         List<String> ns = multiNames(names);
         if (o != null && (o.shared || o.limit > 1 || o.notifyWaiters || !o.value.isEmpty())) {
             throw new IllegalArgumentException("lockAll takes the options' TTL, wait and renewal only (every lock is taken"
                     + " exclusive, without notifyWaiters or a value): " + o);
         }
-        return acquire(ns, true, o, exposed, f);
+        return ns;
     }
 
     /**
@@ -601,6 +691,10 @@ public final class DlockClient implements AutoCloseable {
      *     {@link DeniedException}; code {@code "EXPIRED"} when a lock it had taken was broken meanwhile)
      */
     public Leases lockAll(Collection<String> names, LockOptions opts) {
+        if (router != null) {
+            String first = checkAll(names, opts).get(0); // the server's name of it: its partition is every name's
+            return router.call(first, c -> c.lockAll(names, opts));
+        }
         return (Leases) e.await(acquireAll(names, opts, false, new CompletableFuture<>()));
     }
 
@@ -640,6 +734,10 @@ public final class DlockClient implements AutoCloseable {
      * @return the leases, to come; failed with the exceptions of {@link #lockAll(Collection, LockOptions)}
      */
     public CompletableFuture<Leases> lockAllAsync(Collection<String> names, LockOptions opts) {
+        if (router != null) {
+            String first = checkAll(names, opts).get(0);
+            return router.callAsync(first, c -> c.lockAllAsync(names, opts));
+        }
         AcquireFuture<Leases> f = new AcquireFuture<>(e);
         acquireAll(names, opts, true, f);
         return f;
@@ -653,6 +751,7 @@ public final class DlockClient implements AutoCloseable {
      */
     public Status status(String name) {
         Wire.checkName(name, "lock name");
+        if (router != null) return router.call(name, c -> c.status(name));
         return (Status) e.await(e.submitCall(now -> new Engine.Req("STATUS", name), false, new CompletableFuture<>()));
     }
 
@@ -662,6 +761,7 @@ public final class DlockClient implements AutoCloseable {
      */
     public Holders holders(String name) {
         Wire.checkName(name, "lock name");
+        if (router != null) return router.call(name, c -> c.holders(name));
         return (Holders) e.await(e.submitCall(now -> new Engine.Req("HOLDERS", name), false, new CompletableFuture<>()));
     }
 
@@ -675,6 +775,13 @@ public final class DlockClient implements AutoCloseable {
      */
     public void check(String name, long token) {
         Wire.checkName(name, "lock name");
+        if (router != null) {
+            router.call(name, c -> {
+                c.check(name, token);
+                return null;
+            });
+            return;
+        }
         e.await(e.submitCall(now -> {
             Engine.Req q = new Engine.Req("CHECK", name);
             q.token = token;
@@ -701,6 +808,13 @@ public final class DlockClient implements AutoCloseable {
         if (reason == null || reason.length() > Wire.REASON_MAX || !Wire.printableWord(reason)) {
             throw new IllegalArgumentException("bad reason '" + reason + "': 1-" + Wire.REASON_MAX + " printable ASCII characters, no space");
         }
+        if (router != null) {
+            router.call(name, c -> {
+                c.breakLease(name, token, reason);
+                return null;
+            });
+            return;
+        }
         e.await(e.submitCall(now -> {
             Engine.Req q = new Engine.Req("BREAK", name);
             q.token = token;
@@ -726,7 +840,13 @@ public final class DlockClient implements AutoCloseable {
     public Watch watch(String... patterns) {
         if (patterns.length == 0) throw new IllegalArgumentException("watch: no pattern");
         for (String p : patterns) Wire.checkPattern(p);
-        Watch w = new Watch(e, List.of(patterns));
+        if (router != null) return router.watch(List.of(patterns));
+        return watchInto(null, List.of(patterns));
+    }
+
+    /** Watches patterns on this client's connection; the events go to sink when it is not null (w is its part). */
+    Watch watchInto(Watch sink, List<String> patterns) {
+        Watch w = new Watch(e, sink, patterns);
         List<CompletableFuture<Object>> fs = new ArrayList<>();
         if (!e.exec(() -> {
             e.watches.add(w);
@@ -794,7 +914,10 @@ public final class DlockClient implements AutoCloseable {
         return e.publicKey();
     }
 
-    /** @return the cluster id the client holds to (pinned, or the first a server named); "" while none did */
+    /**
+     * @return the cluster id the client holds to (pinned, or the first a server named); "" while none did. On a
+     *     partitioned service: the first connection's partition's
+     */
     public String clusterId() {
         return e.publicCluster();
     }
@@ -806,7 +929,8 @@ public final class DlockClient implements AutoCloseable {
      */
     @Override
     public void close() {
-        e.close();
+        if (router != null) router.close();
+        else e.close();
     }
 
     Engine engine() {

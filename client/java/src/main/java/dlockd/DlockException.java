@@ -54,7 +54,12 @@ public class DlockException extends RuntimeException {
         /** An unlock that was sent but not confirmed in time: {@link UnconfirmedException}. */
         UNCONFIRMED,
         /** The calling thread was interrupted while it waited: {@link DlockInterruptedException}. */
-        INTERRUPTED
+        INTERRUPTED,
+        /**
+         * {@code NO MOVED}: another partition serves the name, and the client gave up following it:
+         * {@link MovedException}.
+         */
+        MOVED
     }
 
     /** The kind. */
@@ -119,6 +124,7 @@ public class DlockException extends RuntimeException {
             case PROTOCOL: return new DlockProtocolException(msg);
             case UNCONFIRMED: return new UnconfirmedException(msg);
             case INTERRUPTED: return new DlockInterruptedException(msg);
+            case MOVED: return new MovedException(code, line, msg, null, null, 0);
             default: return new DlockException(kind, code, line, msg);
         }
     }
@@ -164,6 +170,7 @@ public class DlockException extends RuntimeException {
                 case "UPGRADE_DEADLOCK": kind = Kind.UPGRADE_DEADLOCK; break;
                 case "DEADLOCK": kind = Kind.DEADLOCK; break;
                 case "ALREADY_HELD": kind = Kind.HELD_BY_OWNER; break;
+                case "MOVED": return MovedException.of(word, line, args);
                 default: break;
             }
         } else {

@@ -187,6 +187,23 @@ final class Engine extends Protocol {
 
     // ---- calls from other threads -------------------------------------------------------
 
+    /**
+     * Gives the client a new list of servers (a partition's daemons, as a newer map says them): the server in use keeps its
+     * place if it is in the list; the next connect tries the list from there.
+     */
+    void setServers(List<Config.Address> a) {
+        exec(() -> {
+            String cur = here();
+            cfg.addrs = List.copyOf(a);
+            naddrs = cfg.addrs.size();
+            addrI = 0;
+            for (int i = 0; i < naddrs; i++) if (cfg.addrs.get(i).name.equals(cur)) addrI = i;
+            hint = -1;
+            failedI = -1;
+            clusterRefused = 0;
+        });
+    }
+
     /** Runs f under the client's lock, on this thread; false if the client is closed. */
     @Override
     boolean exec(Runnable f) {

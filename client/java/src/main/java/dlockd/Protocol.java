@@ -32,7 +32,7 @@ abstract sealed class Protocol extends Core permits Engine {
     DlockException fatal; // a refusal that ends build() at once
     Req bodyReq; // the request whose reply body is being read
     int bodyLeft; // its lines still to come
-    final int naddrs;
+    int naddrs; // cfg.addrs.size(), changed by Engine.setServers
     int hint = -1; // the index of the active a standby or a BYE named (-1: none)
     int failedI = -1; // the server that failed last
     boolean standby; // this connection's server is not the active of our cluster
@@ -204,6 +204,11 @@ abstract sealed class Protocol extends Core permits Engine {
             q.ttl = 0;
             q.resent = true;
             return true;
+        }
+        if (q.op.equals("MAP")) {
+            // asked once per session: whoever asked asks the next one if it still wants to know
+            finish(q, DlockException.of(DlockException.Kind.CONNECTION_LOST, "the connection closed before MAP was answered"), null);
+            return false;
         }
         if (q.op.equals("BREAK") && !standby) {
             // written, not answered: it may have broken the lease, and a BREAK written again would say STALE of its own work
@@ -576,7 +581,7 @@ abstract sealed class Protocol extends Core permits Engine {
                     handled = true;
                 }
                 break;
-            case "HOLDERS":
+            case "HOLDERS": case "MAP":
                 handled = rBody(q, r);
                 break;
             case "WATCH": case "REWATCH":
@@ -1041,6 +1046,17 @@ abstract sealed class Protocol extends Core permits Engine {
     }
 
     private void bodyDone(Req q) {
+        if (q.op.equals("MAP")) {
+            PartitionMap m;
+            try {
+                m = PartitionMap.parse(q.header, q.body);
+            } catch (IllegalArgumentException e) {
+                finish(q, DlockException.of(DlockException.Kind.PROTOCOL, "not a partition map: " + e.getMessage()), null);
+                return;
+            }
+            finish(q, null, m);
+            return;
+        }
         Status st = Status.of(q.name, q.header);
         List<Holder> hs = new ArrayList<>(), ws = new ArrayList<>();
         for (String s : q.body) {
