@@ -25,6 +25,9 @@ and the ``with`` block of the lease ends with LockLost; in asyncio the
 leases still held (``close(release=False)`` keeps them). ``watch()``
 gives the changes of locks one does not hold, as an iterator.
 ``lock_all()`` acquires several locks at once, all or none (``Leases``).
+A partitioned service (``MAP`` at the first connect) is routed: each name
+to its partition's daemons, following ``MOVED`` (``Moved`` when it
+cannot), with one ordinary client per partition underneath.
 """
 
 from ._async import (
@@ -45,6 +48,7 @@ from ._errors import (
     LimitReached,
     LockLost,
     LockTimeout,
+    Moved,
     NotHolder,
     ProtocolError,
     Unavailable,
@@ -79,6 +83,7 @@ __all__ = [
     "LockTimeout",
     "LocksPage",
     "LostReason",
+    "Moved",
     "NotHolder",
     "ProtocolError",
     "RWLock",

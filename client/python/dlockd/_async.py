@@ -28,6 +28,7 @@ from typing import Any, AsyncIterator, Callable, Generator
 
 from . import _api
 from . import _options
+from . import _route
 from ._api import _UNSET, LeasesView, LeaseView, lock_all_args, lock_args
 from ._core import DEAD, DOWN, NEVER, UP, Core, LeaseState, Req, Ticket, WatchState, now_ms
 from ._errors import (
@@ -36,6 +37,7 @@ from ._errors import (
     HeldByOwner,
     LockLost,
     LockTimeout,
+    Moved,
     Unavailable,
 )
 from ._sync import CLOCK_STEP, CLOSE_RELEASE_MS, REFUSED, _locks_extra
@@ -367,30 +369,82 @@ class AsyncWatch:
     c.watch("jobs/*")`` (ends when the watch or the client is closed;
     leaving the loop closes the watch), ``w = await c.watch(...)`` (the
     watch answered, then ``await w.get(timeout)``), or ``async with
-    c.watch(...) as w``. ``close()`` stops watching."""
+    c.watch(...) as w``. ``close()`` stops watching.
+
+    Of a partitioned service, a name is watched at its partition's
+    daemon and a prefix at the first connection's (that partition's
+    locks only); a watch of several is one on each, their events read
+    as one (in order per daemon)."""
 
     def __init__(self, client: AsyncClient, patterns: list[str]) -> None:
         self._c = client
         self._patterns = patterns
         self._w: WatchState | None = None
         self._closed = False
+        # a partitioned service's watch over several daemons: a watch on
+        # each, which tell this one of their events (_waker)
+        self._subs: list[AsyncWatch] | None = None
+        self._waker: asyncio.Event | None = None
+        self._next = 0
 
     @property
     def patterns(self) -> list[str]:
+        if self._subs is not None:
+            return [p for sub in self._subs for p in sub.patterns]
         return list(self._w.patterns if self._w is not None else self._patterns)
 
     @property
     def closed(self) -> bool:
+        if self._subs is not None:
+            return self._closed or all(sub.closed for sub in self._subs)
         return self._closed or (self._w is not None and self._w.closed)
 
     async def start(self) -> AsyncWatch:
         """Send the WATCHes and await their answers (once; awaiting the
         watch, ``async with`` and ``async for`` do it): Denied,
         LimitReached, Unavailable."""
-        if self._w is not None:
+        if self._w is not None or self._subs is not None:
             return self
         if self._closed:
             raise ConnectionLost("the watch is closed")
+        c = self._c
+        await c._ensure_connected()
+        if c._router is None:
+            return await self._start_here()
+        # a partitioned service: a name at its partition, prefixes on the
+        # first connection
+        prefixes, names = _route.watch_split(self._patterns)
+        if not names:
+            return await self._start_here()
+        if not prefixes and len(names) == 1:
+
+            async def on(leg: AsyncClient) -> AsyncWatch:
+                self._c, self._w, self._closed = leg, None, False
+                return await self._start_here()
+
+            return await c._aroute(names[0], on)
+        subs: list[AsyncWatch] = []
+        try:
+            if prefixes:
+                subs.append(AsyncWatch(c, prefixes))
+                await subs[-1]._start_here()
+            for n in names:
+                subs.append(AsyncWatch(c, [n]))
+                await subs[-1].start()
+        except BaseException:
+            for sub in subs:
+                sub.close()
+            raise
+        self._waker = asyncio.Event()
+        for sub in subs:
+            assert sub._w is not None
+            sub._w.waker = self._waker
+        self._subs = subs
+        if self._closed:  # closed meanwhile
+            self.close()
+        return self
+
+    async def _start_here(self) -> AsyncWatch:
         c = self._c
         await c._ensure_connected()
         c._usable()
@@ -413,7 +467,11 @@ class AsyncWatch:
         """The next event, waiting up to ``timeout`` seconds (None: until
         one comes); None when the time ran out, or once the watch ended
         and its last events were taken."""
-        w = self._w if self._w is not None else (await self.start())._w
+        if self._w is None and self._subs is None:
+            await self.start()
+        if self._subs is not None:
+            return await self._get_merged(timeout)
+        w = self._w
         assert w is not None
         t = None if timeout is None else _api.wire.seconds_of(timeout, "timeout")
         end = NEVER if t is None else now_ms() + t * 1000.0
@@ -427,6 +485,33 @@ class AsyncWatch:
                 return None
             try:
                 await asyncio.wait_for(w.waker.wait(), min(left / 1000.0, CLOCK_STEP))
+            except asyncio.TimeoutError:
+                pass
+
+    async def _get_merged(self, timeout: Seconds | None) -> WatchEvent | None:
+        subs, waker = self._subs, self._waker
+        assert subs is not None and waker is not None
+        t = None if timeout is None else _api.wire.seconds_of(timeout, "timeout")
+        end = NEVER if t is None else now_ms() + t * 1000.0
+        n = len(subs)
+        while True:
+            waker.clear()
+            ended = 0
+            for k in range(n):
+                sub = subs[(self._next + k) % n]
+                assert sub._w is not None
+                ev = sub._c._core.watch_take(sub._w)
+                ended += sub._w.closed
+                if ev is not None:
+                    self._next = (self._next + k + 1) % n
+                    return ev
+            if ended == n:
+                return None
+            left = end - now_ms()
+            if left <= 0:
+                return None
+            try:
+                await asyncio.wait_for(waker.wait(), min(left / 1000.0, CLOCK_STEP))
             except asyncio.TimeoutError:
                 pass
 
@@ -447,6 +532,12 @@ class AsyncWatch:
         """Stop watching (UNWATCH what no other watch of the client
         watches); the iteration ends."""
         self._closed = True
+        if self._subs is not None:
+            for sub in self._subs:
+                sub.close()
+            if self._waker is not None:
+                self._waker.set()
+            return
         w = self._w
         if w is None:
             return
@@ -476,10 +567,28 @@ class AsyncClient:
     c.close()`` (and the end of ``async with``) gives back the leases
     still held, unless ``close(release=False)``. The callbacks (on_lost,
     on_at_risk, on_contended) run on the loop; one that returns an
-    awaitable is run as a task."""
+    awaitable is run as a task.
 
-    def __init__(self, servers: str | list[str] | None = None, **kw: Any) -> None:
-        self._o = _options.build(servers, kw)
+    A partitioned service: as :class:`dlockd.Client` -- the map is read at
+    the first connect, the calls about names go to a client of their
+    partition (an AsyncClient made on first use, connected by that
+    use), MOVED is followed, the calls without a name stay on the first
+    connection (its partition only)."""
+
+    def __init__(
+        self,
+        servers: str | list[str] | None = None,
+        *,
+        _leg: _options.Options | None = None,
+        **kw: Any,
+    ) -> None:
+        # _leg: the options of a partition's client (a router's leg): no
+        # MAP of its own
+        self._o = _leg if _leg is not None else _options.build(servers, kw)
+        self._is_leg = _leg is not None
+        self._router: _route.Routes | None = None
+        self._legs: dict[str, AsyncClient] = {}  # partition id -> its client
+        self._rclosed = False
         self._core = Core(self._o, self)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._proto: _Proto | None = None
@@ -546,6 +655,23 @@ class AsyncClient:
             if isinstance(tls_error, ssl.SSLError):
                 raise tls_error
             raise fatal or Unavailable("cannot connect to dlockd" + (f": {why}" if why else ""))
+        if not self._is_leg:
+            await self._discover()
+
+    async def _discover(self) -> None:
+        """The first connect is made: read the partition map once (see
+        Client._discover). A failure is the first connect's."""
+        try:
+            m = _route.map_reply(await self._read_map(first=True))
+        except DlockError as e:
+            if e.code == "UNKNOWN_COMMAND":
+                return  # a daemon older than partitions: it serves every name
+            self._reset()
+            if isinstance(e, LockTimeout):
+                raise Unavailable(f"no answer to MAP: {e}") from None
+            raise
+        if m is not None:
+            self._router = _route.Routes(m, now_ms())
 
     def _reset(self) -> None:
         """A first connect failed: back to a client never connected (a
@@ -589,6 +715,17 @@ class AsyncClient:
     @property
     def cluster(self) -> str:
         return self._core.cluster
+
+    @property
+    def partitioned(self) -> bool:
+        """True once the first connect found a partitioned service."""
+        return self._router is not None
+
+    @property
+    def map_epoch(self) -> int:
+        """The epoch of the newest partition map read (0: not
+        partitioned, or not connected yet)."""
+        return self._router.epoch if self._router is not None else 0
 
     def lock(
         self,
@@ -670,14 +807,20 @@ class AsyncClient:
 
     async def check(self, name: str, token: int) -> float:
         _api.wire.check_name(name)
+        if await self._routing():
+            return await self._aroute(name, lambda leg: leg.check(name, token))
         return float(await self._call(self._core.simple_request("CHECK", name, int(token))))
 
     async def status(self, name: str) -> Status:
         _api.wire.check_name(name)
+        if await self._routing():
+            return await self._aroute(name, lambda leg: leg.status(name))
         return await self._call(self._core.simple_request("STATUS", name))
 
     async def holders(self, name: str) -> Holders:
         _api.wire.check_name(name)
+        if await self._routing():
+            return await self._aroute(name, lambda leg: leg.holders(name))
         return await self._call(self._core.simple_request("HOLDERS", name))
 
     async def locks(
@@ -700,6 +843,8 @@ class AsyncClient:
     async def break_lease(self, name: str, token: int, reason: str) -> None:
         _api.wire.check_name(name)
         _api.wire.check_word(reason, "reason", _api.wire.REASON_MAX)
+        if await self._routing():
+            return await self._aroute(name, lambda leg: leg.break_lease(name, token, reason))
         await self._call(self._core.simple_request("BREAK", name, int(token), reason=reason))
 
     async def close(self, release: bool = True) -> None:
@@ -711,6 +856,10 @@ class AsyncClient:
         self._user_closed = True
         if os.getpid() != self._pid or self._core.closing:
             return
+        self._rclosed = True
+        legs, self._legs = list(self._legs.values()), {}
+        if legs:
+            await asyncio.gather(*(leg.close(release) for leg in legs), return_exceptions=True)
         core = self._core
         waits: list[_Wait] = []
         qs: list[Req] = []
@@ -758,6 +907,122 @@ class AsyncClient:
         if self._ready is not None and not self._ready.done():
             self._ready.set_result(None)
 
+    # ---- routing (a partitioned service) ----------------------------------
+
+    async def _routing(self) -> bool:
+        """Connected (the first call connects): True if the calls about
+        names are routed."""
+        await self._ensure_connected()
+        return self._router is not None
+
+    async def _read_map(self, first: bool = False) -> Any:
+        """MAP on this client's connection: (epoch, lines)."""
+        return await self._call(self._core.simple_request("MAP"), first=first)
+
+    async def _reread(self, via: AsyncClient) -> None:
+        """As Client._reread: the map through `via`, kept if newer; the
+        legs whose partition moved get the new addresses."""
+        rt = self._router
+        if rt is None:
+            return
+        rt.read_at = now_ms()  # a failure too: at most once a second (_reread_for)
+        try:
+            m = _route.map_reply(await via._read_map())
+        except DlockError:
+            return
+        if m is None:
+            return
+        changed = rt.adopt(m, now_ms())
+        for pid, addrs in changed.items():
+            leg = self._legs.get(pid)
+            if leg is not None:
+                await leg._set_servers(addrs)
+
+    async def _reread_for(self, pid: str) -> tuple[str, ...]:
+        """Partition pid's addresses, the map read again through the first
+        connection if the last read is a second old."""
+        rt = self._router
+        assert rt is not None
+        if now_ms() - rt.read_at >= _route.MAP_REREAD_MS:
+            await self._reread(self)
+        return rt.addrs_of(pid)
+
+    async def _set_servers(self, addrs: tuple[str, ...]) -> None:
+        """A leg's partition has other daemons now: its next connection
+        (or first connect) goes to them."""
+        try:
+            parsed = _options.parse_servers(",".join(addrs[: _options.SERVERS_MAX]))
+        except ValueError:
+            return
+        self._addrs0 = parsed
+        if self._loop is None:
+            return  # resolved at the first connect
+        new = await self._loop.run_in_executor(None, _options.resolve, parsed)
+        if not new or self._loop is None:
+            return
+        core = self._core
+        self._o.addresses = new
+        core.naddrs = len(new)
+        core.addr_i %= len(new)
+        core.hint = core.failed_i = -1
+
+    async def _leg_of(self, pid: str, name: str) -> AsyncClient:
+        """The client of partition pid, made on first use (it connects
+        with the call it is made for)."""
+        rt = self._router
+        assert rt is not None
+        if self._rclosed:
+            raise ConnectionLost("the client is closed")
+        leg = self._legs.get(pid)
+        if leg is not None:
+            return leg
+        addrs = rt.addrs_of(pid) or await self._reread_for(pid)
+        if not addrs:
+            raise _route.no_address(name, pid)
+        if self._rclosed:
+            raise ConnectionLost("the client is closed")
+        leg = self._legs.get(pid)  # made meanwhile
+        if leg is None:
+            o = _route.leg_options(self._o, addrs, self._core.owner, self._core.key)
+            leg = self._legs[pid] = AsyncClient(_leg=o)
+        return leg
+
+    async def _aroute(self, name: str, call: Callable[[AsyncClient], Any]) -> Any:
+        """await call(leg) on the client of the partition that serves
+        `name`, following MOVED (at most MOVED_MAX redirects, then Moved);
+        a leg whose first connect fails has the map read again (at most
+        once a second) and tries its partition's new addresses once."""
+        self._usable()
+        rt = self._router
+        assert rt is not None
+        pid = rt.target(name)
+        if pid is None:
+            await self._reread_for("")
+            pid = rt.target(name)
+            if pid is None:
+                raise _route.no_partition(name, rt.map)
+        moves = 0
+        retried = False
+        while True:
+            leg = await self._leg_of(pid, name)
+            try:
+                return await call(leg)
+            except Moved as e:
+                moves += 1
+                if moves > _route.MOVED_MAX:
+                    raise _route.too_many(name, e) from None
+                if e.epoch > rt.epoch:
+                    await self._reread(leg)  # the daemon that said it knows that map
+                pid = rt.redirect(e, name, pid)
+            except Unavailable:
+                if retried or leg._core.ready or leg._loop is not None:
+                    raise
+                retried = True
+                addrs = rt.addrs_of(pid)
+                again = await self._reread_for(pid)
+                if not again or again == addrs:
+                    raise
+
     # ---- acquiring and calls ---------------------------------------------
 
     def _usable(self) -> None:
@@ -768,6 +1033,8 @@ class AsyncClient:
 
     async def _acquire(self, a: _api.LockArgs) -> AsyncLease:
         await self._ensure_connected()
+        if self._router is not None:
+            return await self._aroute(a.name, lambda leg: leg._acquire(a))
         self._usable()
         assert self._loop is not None
         start = now_ms()
@@ -800,6 +1067,10 @@ class AsyncClient:
             one = _api.LockArgs(a.names[0], a.ttl_ms, a.wait_ms, False, 0, a.opts)
             return AsyncLeases([await self._acquire(one)])
         await self._ensure_connected()
+        if self._router is not None:
+            # the partition of the first name (byte order); names of
+            # several partitions are refused by the server (BAD_ARG)
+            return await self._aroute(a.names[0], lambda leg: leg._acquire_all(a))
         self._usable()
         assert self._loop is not None
         start = now_ms()
@@ -871,12 +1142,17 @@ class AsyncClient:
                 pass
 
     async def _call(
-        self, q: Req, finish: Callable[[], None] | None = None, shield: bool = False
+        self,
+        q: Req,
+        finish: Callable[[], None] | None = None,
+        shield: bool = False,
+        first: bool = False,
     ) -> Any:
         """Submit q and await its outcome until q.deadline. A cancelled
         caller gives q up, unless `shield` (a release: it goes on);
-        `finish` runs however the request ends."""
-        if await self._ensure_connected():  # the first call connects
+        `finish` runs however the request ends. `first`: a request of the
+        first connect itself (MAP), which does not wait for it."""
+        if not first and await self._ensure_connected():  # the first call connects
             q.deadline = now_ms() + self._o.request_timeout_ms
         try:
             self._usable()

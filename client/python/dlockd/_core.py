@@ -1426,10 +1426,11 @@ class Core:
         return False
 
     def _r_body(self, q: Req, r: wire.Reply, now: float) -> bool:
-        """STATS, LOCKS, HOLDERS: a header saying how many lines follow."""
+        """STATS, LOCKS, HOLDERS, MAP: a header saying how many lines
+        follow."""
         if r.kind != "OK" or r.word != q.op:
             return False
-        n = r.int_arg(1 if q.op == "HOLDERS" else 0)
+        n = r.int_arg(1 if q.op in ("HOLDERS", "MAP") else 0)
         q.header = r
         q.body = []
         if n > BODY_LINES_MAX:
@@ -1521,7 +1522,11 @@ class Core:
             self._lockall_body(q)
             return
         try:
-            if q.op == "STATS":
+            if q.op == "MAP":
+                # OK MAP <epoch> <n>: the epoch and the lines, read by
+                # the router (_route.parse_map)
+                self._finish(q, None, (r.int_arg(0), list(q.body)))
+            elif q.op == "STATS":
                 stats = {}
                 for line in q.body:
                     k, _, v = line.partition(" ")
@@ -1638,7 +1643,7 @@ class Core:
                 by="waiters" if e.get("by_waiters") else None,
                 tag=tag,
             )
-        return wire.request(op, tag=tag)  # STATS, PING
+        return wire.request(op, tag=tag)  # STATS, PING, MAP
 
     def _confirm(self, ls: LeaseState, q: Req, sent_at: float, ms: float) -> None:
         """ls.confirm(), but a REFRESH of the lease written after q (the
@@ -2041,6 +2046,7 @@ _REPLIES: dict[str, Callable[[Core, Req, wire.Reply, float], bool]] = {
     "STATS": Core._r_body,
     "LOCKS": Core._r_body,
     "HOLDERS": Core._r_body,
+    "MAP": Core._r_body,
     "WATCH": Core._r_watch,
     "REWATCH": Core._r_watch,
     "UNWATCH": Core._r_unwatch,

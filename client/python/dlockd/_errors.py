@@ -18,6 +18,7 @@ __all__ = [
     "NotHolder",
     "Unavailable",
     "ClusterMismatch",
+    "Moved",
     "Denied",
     "ConnectionLost",
     "LimitMismatch",
@@ -100,6 +101,32 @@ class ClusterMismatch(Unavailable):
     and ids."""
 
 
+class Moved(Unavailable):
+    """Another partition serves the name, and following the redirects
+    did not reach it: the server answered ``NO MOVED <partition>
+    <host:port,...>|- <map-epoch>`` more times in a row than the client
+    follows (3), or named a partition whose daemons the map gives no
+    address. A client of a partitioned service follows each ``MOVED``
+    on its own (reading the map again when it is newer), so this is
+    seen only while the map changes faster than it can follow, or the
+    daemons disagree about it for a moment: an Unavailable, to retry.
+    ``code`` is ``MOVED``; ``partition``, ``addrs`` (a list of
+    "host:port") and ``epoch`` are the last redirect's."""
+
+    partition: str = ""
+    addrs: tuple[str, ...] = ()
+    epoch: int = 0
+
+
+def _parse_moved(err: Moved, words: list[str]) -> None:
+    # NO MOVED <partition> <host:port,...>|- <map-epoch> [id=..]
+    pos = [w for w in words[2:] if "=" not in w]
+    if len(pos) >= 3 and pos[2].isdigit():
+        err.partition = pos[0]
+        err.addrs = tuple(a for a in pos[1].split(",") if a and pos[1] != "-")
+        err.epoch = int(pos[2])
+
+
 class Denied(DlockError):
     """Refused for who we are: a failed ``AUTH``, a missing right
     (``NO DENIED <name> need=<right>``), or an owner id bound to another
@@ -177,6 +204,7 @@ _NO_CODES: dict[str, type[DlockError]] = {
     "UPGRADE_DEADLOCK": UpgradeDeadlock,
     "DEADLOCK": Deadlock,
     "ALREADY_HELD": HeldByOwner,
+    "MOVED": Moved,
 }
 _ERR_CODES: dict[str, type[DlockError]] = {
     "NOAUTH": Denied,
@@ -226,4 +254,6 @@ def error_of(kind: str, code: str, text: str) -> DlockError:
             err.limit = int(words[3])
     elif isinstance(err, Deadlock):
         _parse_cycle(err, text.split())
+    elif isinstance(err, Moved):
+        _parse_moved(err, text.split())
     return err

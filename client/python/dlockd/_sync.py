@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator
 
 from . import _api
 from . import _options
+from . import _route
 from ._api import _UNSET, LeasesView, LeaseView, lock_all_args, lock_args
 from ._core import (
     CONNECTING,
@@ -49,6 +50,7 @@ from ._errors import (
     HeldByOwner,
     LockLost,
     LockTimeout,
+    Moved,
     Unavailable,
 )
 from ._types import Holders, LocksPage, Status, WatchEvent, lost_why
@@ -322,6 +324,59 @@ class Watch:
         return f"<Watch {' '.join(self._w.patterns)}{' closed' if self._w.closed else ''}>"
 
 
+class _Watches(Watch):
+    """A watch of a partitioned service over several daemons: one Watch
+    on each (the prefixes' on the first connection, each name's at its
+    partition), whose events are read as one stream -- in order per
+    daemon, in no order across them. Ends when all of them have."""
+
+    def __init__(self, subs: list[Watch]) -> None:
+        self._subs = subs
+        self._next = 0
+        self._waker = threading.Event()
+        for sub in subs:  # each tells this one of its events
+            with sub._c._mu:
+                sub._w.waker = self._waker
+
+    @property
+    def patterns(self) -> list[str]:
+        return [p for sub in self._subs for p in sub.patterns]
+
+    @property
+    def closed(self) -> bool:
+        return all(sub.closed for sub in self._subs)
+
+    def get(self, timeout: Seconds | None = None) -> WatchEvent | None:
+        t = None if timeout is None else _api.wire.seconds_of(timeout, "timeout")
+        end = NEVER if t is None else now_ms() + t * 1000.0
+        n = len(self._subs)
+        while True:
+            self._waker.clear()
+            ended = 0
+            for k in range(n):
+                sub = self._subs[(self._next + k) % n]
+                with sub._c._mu:
+                    ev = sub._c._core.watch_take(sub._w)
+                    ended += sub._w.closed
+                if ev is not None:
+                    self._next = (self._next + k + 1) % n
+                    return ev
+            if ended == n:
+                return None
+            left = end - now_ms()
+            if left <= 0:
+                return None
+            self._waker.wait(min(left / 1000.0, CLOCK_STEP))
+
+    def close(self) -> None:
+        for sub in self._subs:
+            sub.close()
+        self._waker.set()
+
+    def __repr__(self) -> str:
+        return f"<Watch {' '.join(self.patterns)}{' closed' if self.closed else ''}>"
+
+
 class Client:
     """A connection to dlockd (or to the first of a list of daemons that
     is active) and the thread that reads it, renews the leases and
@@ -357,10 +412,40 @@ class Client:
     ``close()`` (and the end of ``with Client(...)``) gives back the
     leases still held; ``close(release=False)`` leaves them to end by
     their TTL.
+
+    A partitioned service (PROTOCOL.md, "Partitions"): the client reads
+    the partition map (``MAP``) once, at its first connect, from the
+    servers it is given (any daemon of the service will do). A daemon
+    that serves every name (epoch 0, or one older than partitions) leaves
+    the client as it always was. Otherwise the client routes: each call
+    about a name (lock, lock_all -- whose names must share a partition:
+    put them under one ``{tag}`` --, check, status, holders, break_lease,
+    watch of exact names) goes to a client of its own for the name's
+    partition, made on first use with the same options and owner, whose
+    servers are that partition's daemons in the map; its leases stay
+    with it (refresh, release, renewal, fail-over: each partition is an
+    ordinary service). A ``MOVED`` answer is followed (the map read again
+    when it is newer) up to three times, then Moved. The calls without a
+    name (ping, stats, locks, watch of a prefix) go to the first
+    connection as before: they show that daemon's partition only.
+    ``partitioned`` and ``map_epoch`` say which it is.
     """
 
-    def __init__(self, servers: str | list[str] | None = None, **kw: Any) -> None:
-        self._o = _options.build(servers, kw)
+    def __init__(
+        self,
+        servers: str | list[str] | None = None,
+        *,
+        _leg: _options.Options | None = None,
+        **kw: Any,
+    ) -> None:
+        # _leg: the options of a partition's client (a router's leg,
+        # _route.leg_options): no MAP of its own
+        self._o = _leg if _leg is not None else _options.build(servers, kw)
+        self._router: _route.Routes | None = None
+        self._legs: dict[str, Client] = {}  # partition id -> its client
+        self._making: dict[str, threading.Lock] = {}  # one leg made at a time
+        self._rmu = threading.Lock()  # guards the router, _legs, _rclosed
+        self._rclosed = False
         self._o.addresses = _options.resolve(self._o.addresses)
         if not self._o.addresses:
             raise Unavailable("no server address resolves")
@@ -400,8 +485,23 @@ class Client:
             raise fatal or Unavailable(
                 "cannot connect to dlockd" + (f": {why}" if why else "")
             )
+        if _leg is None:
+            self._discover()
 
     # ---- the public calls ----------------------------------------------
+
+    @property
+    def partitioned(self) -> bool:
+        """True when the service is partitioned (its ``MAP`` said an epoch
+        above 0 at the first connect): the calls about names are routed
+        to their partitions' daemons."""
+        return self._router is not None
+
+    @property
+    def map_epoch(self) -> int:
+        """The epoch of the newest partition map the client read (0: not
+        partitioned)."""
+        return self._router.epoch if self._router is not None else 0
 
     @property
     def owner(self) -> str:
@@ -485,11 +585,17 @@ class Client:
         rather than returning False); its ``timeout=`` (the lease's
         length) is ``ttl=`` here, and refused with a TypeError saying so.
         Durations are seconds or ``datetime.timedelta``."""
-        wait = _api.wait_of(wait, blocking, blocking_timeout, timeout)
+        w = _api.wait_of(wait, blocking, blocking_timeout, timeout)
         a = lock_args(
-            name, ttl, wait, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay,
+            name, ttl, w, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay,
             notify_waiters, value,
         )
+        if self._router is not None:
+            return self._routed(name, lambda leg: leg.lock(
+                name, ttl, w, mode=mode, limit=limit, max_hold=max_hold, renew=renew,
+                on_lost=on_lost, on_at_risk=on_at_risk, warn=warn, delay=delay,
+                notify_waiters=notify_waiters, value=value,
+            ))  # fmt: skip
         start = now_ms()
         wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
         with self._mu:
@@ -565,6 +671,14 @@ class Client:
         cycle of owners), HeldByOwner, LimitMismatch (one is a
         semaphore), LimitReached, Denied, Unavailable, ConnectionLost."""
         a = lock_all_args(names, ttl, wait, max_hold, renew, on_lost, on_at_risk)
+        if self._router is not None:
+            # the partition of the first name (in byte order, as the
+            # server names a multi-lock); names of several partitions
+            # are refused by the server (BAD_ARG)
+            return self._routed(a.names[0], lambda leg: leg.lock_all(
+                a.names, ttl, wait, max_hold=max_hold, renew=renew, on_lost=on_lost,
+                on_at_risk=on_at_risk,
+            ))  # fmt: skip
         if len(a.names) == 1:
             return Leases([self.lock(
                 a.names[0], ttl, wait, max_hold=max_hold, renew=renew, on_lost=on_lost,
@@ -614,16 +728,22 @@ class Client:
         seconds its lease has left at the server; LockLost if it does not
         (``err.text`` names the current token)."""
         _api.wire.check_name(name)
+        if self._router is not None:
+            return self._routed(name, lambda leg: leg.check(name, token))
         return float(self._call(self._core.simple_request("CHECK", name, int(token))))
 
     def status(self, name: str) -> Status:
         """The lock as the server sees it (its first holder)."""
         _api.wire.check_name(name)
+        if self._router is not None:
+            return self._routed(name, lambda leg: leg.status(name))
         return self._call(self._core.simple_request("STATUS", name))
 
     def holders(self, name: str) -> Holders:
         """Every holder and waiter of `name`."""
         _api.wire.check_name(name)
+        if self._router is not None:
+            return self._routed(name, lambda leg: leg.holders(name))
         return self._call(self._core.simple_request("HOLDERS", name))
 
     def locks(
@@ -634,12 +754,14 @@ class Client:
         limit: int | None = None,
         by_waiters: bool = False,
     ) -> LocksPage:
-        """One page of the server's locks (see PROTOCOL.md, LOCKS)."""
+        """One page of the server's locks (see PROTOCOL.md, LOCKS); of a
+        partitioned service, those of the first connection's partition."""
         e = _locks_extra(prefix, after, limit, by_waiters)
         return self._call(self._core.simple_request("LOCKS", **e))
 
     def stats(self) -> dict[str, str]:
-        """The server's STATS (needs the admin right with a users file)."""
+        """The server's STATS (needs the admin right with a users file); of a
+        partitioned service, the first connection's daemon's."""
         return self._call(self._core.simple_request("STATS"))
 
     def ping(self) -> None:
@@ -651,6 +773,8 @@ class Client:
         LockLost if `token` holds nothing."""
         _api.wire.check_name(name)
         _api.wire.check_word(reason, "reason", _api.wire.REASON_MAX)
+        if self._router is not None:
+            return self._routed(name, lambda leg: leg.break_lease(name, token, reason))
         self._call(self._core.simple_request("BREAK", name, int(token), reason=reason))
 
     def watch(self, *patterns: str) -> Watch:
@@ -663,11 +787,36 @@ class Client:
         answered before this returns: Denied (no read right),
         LimitReached (256 watches a connection), Unavailable. After a
         reconnect the client watches again (a ``resumed`` event per
-        pattern; ``refused`` if the server no longer lets it)."""
+        pattern; ``refused`` if the server no longer lets it).
+
+        Of a partitioned service, a name is watched at its partition's
+        daemon and a prefix at the first connection's (it sees that
+        partition's locks only); a watch of several of them is one
+        watch on each, their events read as one."""
         if not patterns:
             raise ValueError("watch: give at least one pattern")
         for p in patterns:
             _api.wire.check_name(p, "pattern")
+        if self._router is not None:
+            prefixes, names = _route.watch_split(dict.fromkeys(patterns))
+            if names and not prefixes and len(names) == 1:
+                return self._routed(names[0], lambda leg: leg.watch(names[0]))
+            if names:
+                subs: list[Watch] = []
+                try:
+                    if prefixes:
+                        subs.append(self._watch_here(prefixes))
+                    for n in names:
+                        subs.append(self._routed(n, lambda leg: leg.watch(n)))
+                except BaseException:
+                    for w in subs:
+                        w.close()
+                    raise
+                return _Watches(subs)
+        return self._watch_here(list(patterns))
+
+    def _watch_here(self, patterns: list[str]) -> Watch:
+        """watch() on this client's own connection."""
         with self._mu:
             self._usable()
             w = self._core.watch_open(list(dict.fromkeys(patterns)))
@@ -693,9 +842,15 @@ class Client:
         ``release=False`` keeps the leases held until their TTL runs out
         (for a process that hands them over, or to test a crash). Either
         way a ``with`` block of a lease still open then ends with
-        LockLost (reason ``CLOSED``)."""
+        LockLost (reason ``CLOSED``). A partitioned service's client
+        closes the client of each partition so."""
         if os.getpid() != self._pid:
             return
+        with self._rmu:
+            self._rclosed = True
+            legs, self._legs = list(self._legs.values()), {}
+        for leg in legs:
+            leg.close(release)
         qs: list[Req] = []
         with self._mu:
             if self._core.closing:
@@ -747,6 +902,143 @@ class Client:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    # ---- routing (a partitioned service) ----------------------------------
+
+    def _discover(self) -> None:
+        """The first connect is made: read the partition map once. Epoch
+        0 (or a daemon that does not know MAP) leaves the client as it
+        always was; otherwise it routes."""
+        try:
+            m = _route.map_reply(self._read_map())
+        except DlockError as e:
+            if e.code == "UNKNOWN_COMMAND":
+                return  # a daemon older than partitions: it serves every name
+            self.close(release=False)
+            if isinstance(e, LockTimeout):
+                raise Unavailable(f"no answer to MAP: {e}") from None
+            raise
+        if m is not None:
+            self._router = _route.Routes(m, now_ms())
+
+    def _read_map(self) -> Any:
+        """MAP on this client's connection: (epoch, lines)."""
+        return self._call(self._core.simple_request("MAP"))
+
+    def _reread(self, via: Client) -> None:
+        """Read the map through `via` (a leg, or this client's own
+        connection) and keep it if it is newer; legs whose partition's
+        addresses changed get the new list. A failure keeps the map."""
+        rt = self._router
+        if rt is None:
+            return
+        rt.read_at = now_ms()  # a failure too: at most once a second (_reread_for)
+        try:
+            m = _route.map_reply(via._read_map())
+        except DlockError:
+            return
+        if m is None:
+            return
+        with self._rmu:
+            changed = rt.adopt(m, now_ms())
+            legs = [(self._legs[p], a) for p, a in changed.items() if p in self._legs]
+        for leg, addrs in legs:
+            leg._set_servers(addrs)
+
+    def _set_servers(self, addrs: tuple[str, ...]) -> None:
+        """A leg's partition has other daemons now: its next connection
+        goes to them (the one up, if any, is kept while it lasts)."""
+        try:
+            new = _options.resolve(
+                _options.parse_servers(",".join(addrs[: _options.SERVERS_MAX]))
+            )
+        except ValueError:
+            return
+        if not new:
+            return
+        with self._mu:
+            core = self._core
+            self._o.addresses = new
+            core.naddrs = len(new)
+            core.addr_i %= len(new)
+            core.hint = core.failed_i = -1
+
+    def _leg_of(self, pid: str, name: str) -> Client:
+        """The client of partition pid, made on first use (its connect
+        within connect_timeout: Unavailable otherwise, and the map is read
+        again, at most once a second, in case it moved)."""
+        rt = self._router
+        assert rt is not None
+        with self._rmu:
+            if self._rclosed:
+                raise ConnectionLost("the client is closed")
+            leg = self._legs.get(pid)
+            if leg is not None:
+                return leg
+            making = self._making.setdefault(pid, threading.Lock())
+        with making:
+            with self._rmu:
+                leg = self._legs.get(pid)
+                if leg is not None:
+                    return leg
+                addrs = rt.addrs_of(pid)
+            if not addrs:
+                addrs = self._reread_for(pid)
+                if not addrs:
+                    raise _route.no_address(name, pid)
+            try:
+                leg = self._new_leg(addrs)
+            except Unavailable:
+                again = self._reread_for(pid)
+                if not again or again == addrs:
+                    raise
+                leg = self._new_leg(again)
+            with self._rmu:
+                if not self._rclosed:
+                    self._legs[pid] = leg
+                    return leg
+            leg.close()
+            raise ConnectionLost("the client is closed")
+
+    def _new_leg(self, addrs: tuple[str, ...]) -> Client:
+        o = _route.leg_options(self._o, addrs, self._core.owner, self._core.key)
+        return Client(_leg=o)
+
+    def _reread_for(self, pid: str) -> tuple[str, ...]:
+        """Partition pid's addresses after reading the map again through
+        this client's connection, if the last read is a second old."""
+        rt = self._router
+        assert rt is not None
+        if now_ms() - rt.read_at >= _route.MAP_REREAD_MS:
+            self._reread(self)
+        with self._rmu:
+            return rt.addrs_of(pid)
+
+    def _routed(self, name: str, call: Callable[[Client], Any]) -> Any:
+        """call(leg) on the client of the partition that serves `name`,
+        following MOVED (at most MOVED_MAX redirects, then Moved)."""
+        self._usable()
+        rt = self._router
+        assert rt is not None
+        pid = rt.target(name)
+        if pid is None:
+            self._reread_for("")
+            pid = rt.target(name)
+            if pid is None:
+                raise _route.no_partition(name, rt.map)
+        moves = 0
+        while True:
+            leg = self._leg_of(pid, name)
+            try:
+                return call(leg)
+            except Moved as e:
+                moves += 1
+                if moves > _route.MOVED_MAX:
+                    raise _route.too_many(name, e) from None
+                if e.epoch > rt.epoch:
+                    self._reread(leg)  # the daemon that said it knows that map
+                with self._rmu:
+                    pid = rt.redirect(e, name, pid)
 
     # ---- calls and waiting ---------------------------------------------
 
@@ -1134,6 +1426,8 @@ class Client:
         """In the child: the parent's lock may be held by a thread that does
         not exist here; the leases are not ours."""
         self._mu = threading.Lock()
+        self._rmu = threading.Lock()
+        self._making = {}
         self._core.after_fork()
         if self._sock is not None:
             try:
