@@ -288,6 +288,18 @@ int dl_conn_park(struct dl_conn *c, const char *line, size_t len)
 	return DL_ENOMEM;
 }
 
+/* The world's daemon serves no partition: PARTITION is refused before
+ * anything is awaited. */
+void dl_conn_await(struct dl_conn *c)
+{
+	c->awaiting = 1;
+}
+
+void dl_conn_answered(struct dl_conn *c)
+{
+	c->awaiting = 0;
+}
+
 void dl_conn_end(struct dl_conn *c, enum dl_conn_end how, const char *why)
 {
 	struct fconn *f = fconn_of(c);
