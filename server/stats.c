@@ -8,6 +8,7 @@
 
 #include "proto/proto.h"
 #include "server/clock.h"
+#include "server/part/part.h"
 #include "server/server.h"
 #include "server/watch.h"
 
@@ -163,6 +164,14 @@ void dl_stats_collect(struct dl_server *srv, dl_stat_fn fn, void *arg)
 		{"role_active", (uint64_t)dl_store_active(srv->store), G,
 		 "1 if this daemon is the active one, 0 a standby.", NULL, NULL,
 		 0},
+		{"partition_map_epoch",
+		 srv->part ? dl_part_map(srv->part)->epoch : 0, G,
+		 "Epoch of the partition map this daemon last read (0: none, or no [partition] id).",
+		 NULL, NULL, 0},
+		{"partition_slots",
+		 srv->part ? dl_part_slots(srv->part) : DL_SLOTS, G,
+		 "Hash slots of the names this daemon's partition serves (16384 without partitions).",
+		 NULL, NULL, 0},
 		{"leader_epoch", l->epoch, G,
 		 "Epoch of the active daemon's leadership (0: none known).",
 		 NULL, NULL, 0},

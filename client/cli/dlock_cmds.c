@@ -622,6 +622,8 @@ static const struct stat_row {
 	{"role_active", "Server", "role", SF_ROLE},
 	{"commands", "Server", "commands", SF_NUM},
 	{"leader_epoch", "Cluster", "leadership epoch", SF_NUM},
+	{"partition_map_epoch", "Cluster", "partition map epoch", SF_NUM},
+	{"partition_slots", "Cluster", "partition's slots", SF_NUM},
 	{"leader_lease_left_ms", "Cluster", "leadership left", SF_MS},
 	{"leader_renewals", "Cluster", "renewals", SF_NUM},
 	{"leader_takeovers", "Cluster", "take-overs", SF_NUM},

@@ -629,6 +629,16 @@ const char *dl_part_id(const struct dl_part *p)
 	return p->id;
 }
 
+unsigned dl_part_slots(const struct dl_part *p)
+{
+	int i = own_index(p->map, p);
+	unsigned s, n = 0;
+
+	for (s = 0; i >= 0 && s < DL_SLOTS; s++)
+		n += p->map->owner[s] == (uint16_t)i;
+	return n;
+}
+
 static int ask(struct dl_part *p, enum ask a, dl_part_done done, void *arg,
 	       char *why, size_t whylen)
 {
