@@ -87,9 +87,14 @@ def move(ds: list[Daemon], slots: str, src: int, dst: int) -> int:
 
 
 class Service:
-    def __init__(self) -> None:
+    """The three daemons; the map made (INIT, then the two MOVEs) unless
+    mapped=False (then make_map() does it: the daemons say MAP 0 0
+    until then)."""
+
+    def __init__(self, mapped: bool = True) -> None:
         self.redis = Redis("always")
         self.ds: list[Daemon] = []
+        self.epoch = 0
         for i in range(NPARTS):
             conf = (
                 "[persistence]\npersist = redis\n"
@@ -97,6 +102,10 @@ class Service:
                 f"[partition]\nid = p{i}\n"
             )
             self.ds.append(Daemon(conf=conf).start())
+        if mapped:
+            self.make_map()
+
+    def make_map(self) -> None:
         p0 = self.ds[0]
         assert raw(p0.port, "PARTITION INIT") == ["OK PARTITION epoch=1"]
         # each daemon adds its address to the map on its own
@@ -320,12 +329,15 @@ def test_a_watch_of_a_name_is_its_partitions(svc):
 class Scripted:
     """A daemon of a partitioned service gone wrong: its map gives every
     slot to partition px (itself), and it answers each request about a
-    name NO MOVED px <itself> 1."""
+    name NO MOVED px <itself> 1. maps: the epochs its successive MAPs
+    say (the last one again after them; 0: OK MAP 0 0, no map read yet)."""
 
-    def __init__(self) -> None:
+    def __init__(self, maps: tuple[int, ...] = (1,)) -> None:
         self.port = free_port()
         self.ls = socket.create_server(("127.0.0.1", self.port))
         self.ls.settimeout(0.1)
+        self.maps = list(maps)
+        self.map_reads = 0
         self.moved = 0
         self.stopped = False
         self.t = threading.Thread(target=self._accept, daemon=True)
@@ -352,8 +364,10 @@ class Scripted:
                     out = [f"OK HELLO version=0.4.0 owner=o key={'0' * 32} role=active "
                            f"cluster={'a' * 32} {tag}"]  # fmt: skip
                 elif verb == "MAP":
-                    out = [f"OK MAP 1 2 {tag}", f"part px addrs={me} floor=0",
-                           "slots px 0-16383"]  # fmt: skip
+                    epoch = self.maps[min(self.map_reads, len(self.maps) - 1)]
+                    self.map_reads += 1
+                    out = [f"OK MAP {epoch} 2 {tag}", f"part px addrs={me} floor=0",
+                           "slots px 0-16383"] if epoch else [f"OK MAP 0 0 {tag}"]  # fmt: skip
                 elif verb == "PING":
                     out = [f"OK PONG {tag}"]
                 else:
@@ -383,6 +397,92 @@ def test_a_name_moved_too_many_times_is_moved_error():
                 c.status(BAR)
     finally:
         d.stop()
+
+
+def test_a_moved_makes_a_client_that_found_no_map_read_it_again():
+    # MAP said 0 at the connect, then the daemon says MOVED: MAP is read
+    # again (epoch 1 now), the client routes, and the call is redirected
+    # within the same bound (the first MOVED counts)
+    d = Scripted(maps=(0, 1))
+    try:
+        with dlockd.Client(f"127.0.0.1:{d.port}", describe=False) as c:
+            assert not c.partitioned and c.map_epoch == 0 and d.map_reads == 1
+            with pytest.raises(dlockd.Moved) as e:
+                c.lock(FOO, ttl=5, wait=0)
+            assert e.value.code == "MOVED" and "moved 4 times" in str(e.value)
+            assert c.partitioned and c.map_epoch == 1 and d.map_reads == 2
+            assert d.moved == 1 + _route.MOVED_MAX
+    finally:
+        d.stop()
+    # a daemon that still says no map: the MOVED is the caller's, as the
+    # server said it, and the client stays as it was
+    d = Scripted(maps=(0,))
+    try:
+        with dlockd.Client(f"127.0.0.1:{d.port}", describe=False) as c:
+            with pytest.raises(dlockd.Moved) as e:
+                c.status(BAR)
+            assert (e.value.partition, e.value.epoch) == ("px", 1)
+            assert not c.partitioned and d.map_reads == 2 and d.moved == 1
+    finally:
+        d.stop()
+
+
+def test_a_client_connected_before_the_map_is_made_routes_after_a_moved():
+    # the daemons are partitioned but have no map yet: MAP says 0 0, so
+    # the clients connected now find no map ...
+    late = Service(mapped=False)
+    ds = late.ds
+    clients: list[dlockd.Client] = []
+    try:
+        for _ in range(3):
+            clients.append(dlockd.Client(ds[0].addr))
+        c, looker, watcher = clients
+        assert raw(ds[0].port, "MAP") == ["OK MAP 0 0"]
+        assert not c.partitioned and c.map_epoch == 0
+
+        async def run() -> None:
+            async with dlockd.AsyncClient(ds[0].addr) as ac:
+                assert not ac.partitioned
+                # ... then the map is made and the slots moved
+                await asyncio.to_thread(late.make_map)
+                assert not ac.partitioned
+                async with ac.lock(FOO, ttl=5) as lease:  # p0 says MOVED
+                    assert ac.partitioned and ac.map_epoch >= late.epoch
+                    assert where(ds, FOO) == ["moved", "moved", "held"]
+                    assert (await ac.status(FOO)).token == lease.token
+                assert where(ds, FOO)[2] == "free"
+                assert "p2" in ac._legs
+
+        asyncio.run(run())
+        assert not c.partitioned  # nothing polls
+        # a name of another partition: MOVED, the map read again, the
+        # lock taken on its partition's daemon
+        with c.lock(QUX, ttl=5) as lease:
+            assert c.partitioned and c.map_epoch >= late.epoch
+            assert where(ds, QUX) == ["moved", "held", "moved"]
+            assert c.status(QUX).token == lease.token
+            assert 1.5 < lease.refresh(2) <= 2
+            # a call about a name without a lock, from another such client
+            st = looker.status(QUX)
+            assert looker.partitioned and st.held and st.token == lease.token
+        assert where(ds, QUX)[1] == "free"
+        # every partition's names, the first connection's own too
+        for name, i in ((BAR, 0), (FOO, 2)):
+            with c.lock(name, ttl=5):
+                want = ["moved"] * NPARTS
+                want[i] = "held"
+                assert where(ds, name) == want, name
+        assert sorted(c._legs) == ["p0", "p1", "p2"]
+        # a watch of a name
+        with watcher.watch(FOO) as w:
+            assert watcher.partitioned and w._c is watcher._legs["p2"]
+            with c.lock(FOO, ttl=5):
+                ev = w.get(5)
+                assert ev is not None and ev.name == FOO and ev.what == "granted"
+    finally:
+        for x in clients:
+            x.close()
+        late.cleanup()
 
 
 # ---- the asyncio client ---------------------------------------------------
@@ -453,6 +553,24 @@ def test_async_moved_is_followed_after_the_map_changes(svc):
                 await asyncio.to_thread(move, ds, str(s), 1, 2)
 
     asyncio.run(run())
+
+
+def test_async_a_moved_makes_a_client_that_found_no_map_read_it_again():
+    d = Scripted(maps=(0, 1))
+
+    async def run() -> None:
+        async with dlockd.AsyncClient(f"127.0.0.1:{d.port}", describe=False) as c:
+            assert not c.partitioned
+            with pytest.raises(dlockd.Moved) as e:
+                await c.lock(FOO, ttl=5, wait=0)
+            assert "moved 4 times" in str(e.value)
+            assert c.partitioned and c.map_epoch == 1 and d.map_reads == 2
+            assert d.moved == 1 + _route.MOVED_MAX
+
+    try:
+        asyncio.run(run())
+    finally:
+        d.stop()
 
 
 def test_async_a_name_moved_too_many_times_is_moved_error():

@@ -409,8 +409,16 @@ class AsyncWatch:
             raise ConnectionLost("the watch is closed")
         c = self._c
         await c._ensure_connected()
+        first: Moved | None = None
         if c._router is None:
-            return await self._start_here()
+            try:
+                return await self._start_here()
+            except Moved as e:
+                # a name of another partition: the service is partitioned
+                if not await c._promote():
+                    raise
+                first = e
+                self._c, self._w, self._closed = c, None, False
         # a partitioned service: a name at its partition, prefixes on the
         # first connection
         prefixes, names = _route.watch_split(self._patterns)
@@ -422,7 +430,7 @@ class AsyncWatch:
                 self._c, self._w, self._closed = leg, None, False
                 return await self._start_here()
 
-            return await c._aroute(names[0], on)
+            return await c._aroute(names[0], on, first)
         subs: list[AsyncWatch] = []
         try:
             if prefixes:
@@ -570,7 +578,8 @@ class AsyncClient:
     awaitable is run as a task.
 
     A partitioned service: as :class:`dlockd.Client` -- the map is read at
-    the first connect, the calls about names go to a client of their
+    the first connect (and again on a MOVED while it said no map), the
+    calls about names go to a client of their
     partition (an AsyncClient made on first use, connected by that
     use), MOVED is followed, the calls without a name stay on the first
     connection (its partition only)."""
@@ -718,7 +727,8 @@ class AsyncClient:
 
     @property
     def partitioned(self) -> bool:
-        """True once the first connect found a partitioned service."""
+        """True once the first connect (or a MOVED after it) found a
+        partitioned service."""
         return self._router is not None
 
     @property
@@ -807,21 +817,27 @@ class AsyncClient:
 
     async def check(self, name: str, token: int) -> float:
         _api.wire.check_name(name)
-        if await self._routing():
-            return await self._aroute(name, lambda leg: leg.check(name, token))
-        return float(await self._call(self._core.simple_request("CHECK", name, int(token))))
+
+        async def here() -> float:
+            return float(await self._call(self._core.simple_request("CHECK", name, int(token))))
+
+        return await self._by_name(name, here, lambda leg: leg.check(name, token))
 
     async def status(self, name: str) -> Status:
         _api.wire.check_name(name)
-        if await self._routing():
-            return await self._aroute(name, lambda leg: leg.status(name))
-        return await self._call(self._core.simple_request("STATUS", name))
+        return await self._by_name(
+            name,
+            lambda: self._call(self._core.simple_request("STATUS", name)),
+            lambda leg: leg.status(name),
+        )
 
     async def holders(self, name: str) -> Holders:
         _api.wire.check_name(name)
-        if await self._routing():
-            return await self._aroute(name, lambda leg: leg.holders(name))
-        return await self._call(self._core.simple_request("HOLDERS", name))
+        return await self._by_name(
+            name,
+            lambda: self._call(self._core.simple_request("HOLDERS", name)),
+            lambda leg: leg.holders(name),
+        )
 
     async def locks(
         self,
@@ -843,9 +859,11 @@ class AsyncClient:
     async def break_lease(self, name: str, token: int, reason: str) -> None:
         _api.wire.check_name(name)
         _api.wire.check_word(reason, "reason", _api.wire.REASON_MAX)
-        if await self._routing():
-            return await self._aroute(name, lambda leg: leg.break_lease(name, token, reason))
-        await self._call(self._core.simple_request("BREAK", name, int(token), reason=reason))
+        await self._by_name(
+            name,
+            lambda: self._call(self._core.simple_request("BREAK", name, int(token), reason=reason)),
+            lambda leg: leg.break_lease(name, token, reason),
+        )
 
     async def close(self, release: bool = True) -> None:
         """Give back the leases still held (each UNLOCK awaited for at most
@@ -919,6 +937,42 @@ class AsyncClient:
         """MAP on this client's connection: (epoch, lines)."""
         return await self._call(self._core.simple_request("MAP"), first=first)
 
+    async def _promote(self) -> bool:
+        """As Client._promote: a call of the unpartitioned client was
+        answered MOVED; MAP read again, an epoch above 0 makes the client
+        a router from now on. True if it routes; False for a leg, or
+        while the daemon still says no map."""
+        if self._is_leg:
+            return False
+        if self._router is not None:
+            return True  # made by another call meanwhile
+        try:
+            m = _route.map_reply(await self._read_map())
+        except DlockError:
+            return False
+        if m is None or self._rclosed:
+            return False
+        if self._router is None:
+            self._router = _route.Routes(m, now_ms())
+        return True
+
+    async def _by_name(
+        self, name: str, here: Callable[[], Any], call: Callable[[AsyncClient], Any]
+    ) -> Any:
+        """A call about `name` (the first call connects): await here() on
+        this client's connection while it is unpartitioned (a MOVED
+        answer may make it a router: _promote), else await call(leg) on
+        the client of the name's partition."""
+        first: Moved | None = None
+        if not await self._routing():
+            try:
+                return await here()
+            except Moved as e:
+                if not await self._promote():
+                    raise
+                first = e
+        return await self._aroute(name, call, first)
+
     async def _reread(self, via: AsyncClient) -> None:
         """As Client._reread: the map through `via`, kept if newer; the
         legs whose partition moved get the new addresses."""
@@ -987,21 +1041,31 @@ class AsyncClient:
             leg = self._legs[pid] = AsyncClient(_leg=o)
         return leg
 
-    async def _aroute(self, name: str, call: Callable[[AsyncClient], Any]) -> Any:
+    async def _aroute(
+        self, name: str, call: Callable[[AsyncClient], Any], first: Moved | None = None
+    ) -> Any:
         """await call(leg) on the client of the partition that serves
         `name`, following MOVED (at most MOVED_MAX redirects, then Moved);
         a leg whose first connect fails has the map read again (at most
-        once a second) and tries its partition's new addresses once."""
+        once a second) and tries its partition's new addresses once.
+        first: the MOVED this client's own connection answered the call
+        while it was unpartitioned (_promote): the first redirect."""
         self._usable()
         rt = self._router
         assert rt is not None
-        pid = rt.target(name)
-        if pid is None:
-            await self._reread_for("")
+        moves = 0
+        if first is not None:
+            moves = 1
+            if first.epoch > rt.epoch:
+                await self._reread(self)  # the daemon that said it knows that map
+            pid = rt.redirect(first, name, "")
+        else:
             pid = rt.target(name)
             if pid is None:
-                raise _route.no_partition(name, rt.map)
-        moves = 0
+                await self._reread_for("")
+                pid = rt.target(name)
+                if pid is None:
+                    raise _route.no_partition(name, rt.map)
         retried = False
         while True:
             leg = await self._leg_of(pid, name)
@@ -1033,8 +1097,18 @@ class AsyncClient:
 
     async def _acquire(self, a: _api.LockArgs) -> AsyncLease:
         await self._ensure_connected()
-        if self._router is not None:
-            return await self._aroute(a.name, lambda leg: leg._acquire(a))
+        first: Moved | None = None
+        if self._router is None:
+            try:
+                return await self._acquire_here(a)
+            except Moved as e:
+                if not await self._promote():
+                    raise
+                first = e
+        return await self._aroute(a.name, lambda leg: leg._acquire(a), first)
+
+    async def _acquire_here(self, a: _api.LockArgs) -> AsyncLease:
+        """_acquire on this client's own connection."""
         self._usable()
         assert self._loop is not None
         start = now_ms()
@@ -1067,10 +1141,20 @@ class AsyncClient:
             one = _api.LockArgs(a.names[0], a.ttl_ms, a.wait_ms, False, 0, a.opts)
             return AsyncLeases([await self._acquire(one)])
         await self._ensure_connected()
-        if self._router is not None:
-            # the partition of the first name (byte order); names of
-            # several partitions are refused by the server (BAD_ARG)
-            return await self._aroute(a.names[0], lambda leg: leg._acquire_all(a))
+        first: Moved | None = None
+        if self._router is None:
+            try:
+                return await self._acquire_all_here(a)
+            except Moved as e:
+                if not await self._promote():
+                    raise
+                first = e
+        # the partition of the first name (byte order); names of several
+        # partitions are refused by the server (BAD_ARG)
+        return await self._aroute(a.names[0], lambda leg: leg._acquire_all(a), first)
+
+    async def _acquire_all_here(self, a: _api.LockAllArgs) -> AsyncLeases:
+        """_acquire_all of several names on this client's own connection."""
         self._usable()
         assert self._loop is not None
         start = now_ms()

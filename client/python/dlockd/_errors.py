@@ -110,6 +110,9 @@ class Moved(Unavailable):
     on its own (reading the map again when it is newer), so this is
     seen only while the map changes faster than it can follow, or the
     daemons disagree about it for a moment: an Unavailable, to retry.
+    (A client that found no map at its first connect reads ``MAP`` again
+    on a ``MOVED``, and routes if there is one now; while there is none,
+    the ``MOVED`` is raised as the server said it.)
     ``code`` is ``MOVED``; ``partition``, ``addrs`` (a list of
     "host:port") and ``epoch`` are the last redirect's."""
 

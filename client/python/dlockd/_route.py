@@ -20,6 +20,13 @@ said it) and the call sent where the new map says; an older or equal
 one sends it to the partition named. At most MOVED_MAX redirects per
 call, then :class:`~dlockd.Moved`. Nothing polls the map otherwise.
 
+A partitioned daemon that has not read its map yet (just started) says
+epoch 0 as well. So a client that found no map is not unpartitioned for
+good: the first ``MOVED`` one of its calls about a name gets has it read
+``MAP`` again, and an epoch above 0 makes it a router from then on (the
+call sent on through the router as that MOVED's redirect, within the
+same MOVED_MAX).
+
 No I/O here: the faces (``_sync``, ``_async``) make the calls.
 """
 

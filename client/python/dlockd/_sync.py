@@ -417,7 +417,11 @@ class Client:
     the partition map (``MAP``) once, at its first connect, from the
     servers it is given (any daemon of the service will do). A daemon
     that serves every name (epoch 0, or one older than partitions) leaves
-    the client as it always was. Otherwise the client routes: each call
+    the client as it always was -- until a call about a name is answered
+    ``MOVED`` (a partitioned daemon that had not read its map yet says
+    epoch 0 too): the client then reads the map again and, if it now
+    says an epoch above 0, routes from then on, the call sent on as any
+    redirect. Otherwise the client routes: each call
     about a name (lock, lock_all -- whose names must share a partition:
     put them under one ``{tag}`` --, check, status, holders, break_lease,
     watch of exact names) goes to a client of its own for the name's
@@ -441,6 +445,7 @@ class Client:
         # _leg: the options of a partition's client (a router's leg,
         # _route.leg_options): no MAP of its own
         self._o = _leg if _leg is not None else _options.build(servers, kw)
+        self._is_leg = _leg is not None
         self._router: _route.Routes | None = None
         self._legs: dict[str, Client] = {}  # partition id -> its client
         self._making: dict[str, threading.Lock] = {}  # one leg made at a time
@@ -493,8 +498,8 @@ class Client:
     @property
     def partitioned(self) -> bool:
         """True when the service is partitioned (its ``MAP`` said an epoch
-        above 0 at the first connect): the calls about names are routed
-        to their partitions' daemons."""
+        above 0 at the first connect, or after a ``MOVED``): the calls
+        about names are routed to their partitions' daemons."""
         return self._router is not None
 
     @property
@@ -590,12 +595,22 @@ class Client:
             name, ttl, w, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay,
             notify_waiters, value,
         )
-        if self._router is not None:
-            return self._routed(name, lambda leg: leg.lock(
-                name, ttl, w, mode=mode, limit=limit, max_hold=max_hold, renew=renew,
-                on_lost=on_lost, on_at_risk=on_at_risk, warn=warn, delay=delay,
-                notify_waiters=notify_waiters, value=value,
-            ))  # fmt: skip
+        first: Moved | None = None
+        if self._router is None:
+            try:
+                return self._lock_here(a)
+            except Moved as e:
+                if not self._promote():
+                    raise
+                first = e
+        return self._routed(name, lambda leg: leg.lock(
+            name, ttl, w, mode=mode, limit=limit, max_hold=max_hold, renew=renew,
+            on_lost=on_lost, on_at_risk=on_at_risk, warn=warn, delay=delay,
+            notify_waiters=notify_waiters, value=value,
+        ), first)  # fmt: skip
+
+    def _lock_here(self, a: _api.LockArgs) -> Lease:
+        """lock() on this client's own connection."""
         start = now_ms()
         wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
         with self._mu:
@@ -671,19 +686,27 @@ class Client:
         cycle of owners), HeldByOwner, LimitMismatch (one is a
         semaphore), LimitReached, Denied, Unavailable, ConnectionLost."""
         a = lock_all_args(names, ttl, wait, max_hold, renew, on_lost, on_at_risk)
-        if self._router is not None:
-            # the partition of the first name (in byte order, as the
-            # server names a multi-lock); names of several partitions
-            # are refused by the server (BAD_ARG)
-            return self._routed(a.names[0], lambda leg: leg.lock_all(
-                a.names, ttl, wait, max_hold=max_hold, renew=renew, on_lost=on_lost,
-                on_at_risk=on_at_risk,
-            ))  # fmt: skip
-        if len(a.names) == 1:
-            return Leases([self.lock(
-                a.names[0], ttl, wait, max_hold=max_hold, renew=renew, on_lost=on_lost,
-                on_at_risk=on_at_risk,
-            )])  # fmt: skip
+        first: Moved | None = None
+        if self._router is None:
+            try:
+                if len(a.names) == 1:
+                    one = _api.LockArgs(a.names[0], a.ttl_ms, a.wait_ms, False, 0, a.opts)
+                    return Leases([self._lock_here(one)])
+                return self._lock_all_here(a)
+            except Moved as e:
+                if not self._promote():
+                    raise
+                first = e
+        # the partition of the first name (in byte order, as the server
+        # names a multi-lock); names of several partitions are refused
+        # by the server (BAD_ARG)
+        return self._routed(a.names[0], lambda leg: leg.lock_all(
+            a.names, ttl, wait, max_hold=max_hold, renew=renew, on_lost=on_lost,
+            on_at_risk=on_at_risk,
+        ), first)  # fmt: skip
+
+    def _lock_all_here(self, a: _api.LockAllArgs) -> Leases:
+        """lock_all() of several names on this client's own connection."""
         start = now_ms()
         wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
         waker = threading.Event()
@@ -728,23 +751,29 @@ class Client:
         seconds its lease has left at the server; LockLost if it does not
         (``err.text`` names the current token)."""
         _api.wire.check_name(name)
-        if self._router is not None:
-            return self._routed(name, lambda leg: leg.check(name, token))
-        return float(self._call(self._core.simple_request("CHECK", name, int(token))))
+        return self._by_name(
+            name,
+            lambda: float(self._call(self._core.simple_request("CHECK", name, int(token)))),
+            lambda leg: leg.check(name, token),
+        )
 
     def status(self, name: str) -> Status:
         """The lock as the server sees it (its first holder)."""
         _api.wire.check_name(name)
-        if self._router is not None:
-            return self._routed(name, lambda leg: leg.status(name))
-        return self._call(self._core.simple_request("STATUS", name))
+        return self._by_name(
+            name,
+            lambda: self._call(self._core.simple_request("STATUS", name)),
+            lambda leg: leg.status(name),
+        )
 
     def holders(self, name: str) -> Holders:
         """Every holder and waiter of `name`."""
         _api.wire.check_name(name)
-        if self._router is not None:
-            return self._routed(name, lambda leg: leg.holders(name))
-        return self._call(self._core.simple_request("HOLDERS", name))
+        return self._by_name(
+            name,
+            lambda: self._call(self._core.simple_request("HOLDERS", name)),
+            lambda leg: leg.holders(name),
+        )
 
     def locks(
         self,
@@ -773,9 +802,11 @@ class Client:
         LockLost if `token` holds nothing."""
         _api.wire.check_name(name)
         _api.wire.check_word(reason, "reason", _api.wire.REASON_MAX)
-        if self._router is not None:
-            return self._routed(name, lambda leg: leg.break_lease(name, token, reason))
-        self._call(self._core.simple_request("BREAK", name, int(token), reason=reason))
+        self._by_name(
+            name,
+            lambda: self._call(self._core.simple_request("BREAK", name, int(token), reason=reason)),
+            lambda leg: leg.break_lease(name, token, reason),
+        )
 
     def watch(self, *patterns: str) -> Watch:
         """Watch locks one does not hold: every change of the holders of
@@ -797,10 +828,19 @@ class Client:
             raise ValueError("watch: give at least one pattern")
         for p in patterns:
             _api.wire.check_name(p, "pattern")
+        first: Moved | None = None
+        if self._router is None:
+            try:
+                return self._watch_here(list(patterns))
+            except Moved as e:
+                # a name of another partition: the service is partitioned
+                if not self._promote():
+                    raise
+                first = e
         if self._router is not None:
             prefixes, names = _route.watch_split(dict.fromkeys(patterns))
             if names and not prefixes and len(names) == 1:
-                return self._routed(names[0], lambda leg: leg.watch(names[0]))
+                return self._routed(names[0], lambda leg: leg.watch(names[0]), first)
             if names:
                 subs: list[Watch] = []
                 try:
@@ -925,6 +965,45 @@ class Client:
         """MAP on this client's connection: (epoch, lines)."""
         return self._call(self._core.simple_request("MAP"))
 
+    def _promote(self) -> bool:
+        """A call of the unpartitioned client was answered MOVED: the
+        daemon the first MAP found unpartitioned is a partitioned one
+        that had not read its map yet (it says ``OK MAP 0 0`` then), or
+        was not answered. Read MAP again: an epoch above 0 makes the
+        client a router from now on. True if it routes (the call is then
+        sent on through the router); False for a leg (its router follows
+        the MOVED) or while the daemon still says no map."""
+        if self._is_leg:
+            return False
+        if self._router is not None:
+            return True  # made by another call meanwhile
+        try:
+            m = _route.map_reply(self._read_map())
+        except DlockError:
+            return False
+        if m is None:
+            return False
+        with self._rmu:
+            if self._rclosed:
+                return False
+            if self._router is None:
+                self._router = _route.Routes(m, now_ms())
+        return True
+
+    def _by_name(self, name: str, here: Callable[[], Any], call: Callable[[Client], Any]) -> Any:
+        """A call about `name`: here() on this client's connection while
+        it is unpartitioned (a MOVED answer may make it a router:
+        _promote), else call(leg) on the client of the name's partition."""
+        first: Moved | None = None
+        if self._router is None:
+            try:
+                return here()
+            except Moved as e:
+                if not self._promote():
+                    raise
+                first = e
+        return self._routed(name, call, first)
+
     def _reread(self, via: Client) -> None:
         """Read the map through `via` (a leg, or this client's own
         connection) and keep it if it is newer; legs whose partition's
@@ -1014,19 +1093,28 @@ class Client:
         with self._rmu:
             return rt.addrs_of(pid)
 
-    def _routed(self, name: str, call: Callable[[Client], Any]) -> Any:
+    def _routed(self, name: str, call: Callable[[Client], Any], first: Moved | None = None) -> Any:
         """call(leg) on the client of the partition that serves `name`,
-        following MOVED (at most MOVED_MAX redirects, then Moved)."""
+        following MOVED (at most MOVED_MAX redirects, then Moved). first:
+        the MOVED this client's own connection answered the call while
+        it was unpartitioned (_promote): the first redirect."""
         self._usable()
         rt = self._router
         assert rt is not None
-        pid = rt.target(name)
-        if pid is None:
-            self._reread_for("")
+        moves = 0
+        if first is not None:
+            moves = 1
+            if first.epoch > rt.epoch:
+                self._reread(self)  # the daemon that said it knows that map
+            with self._rmu:
+                pid = rt.redirect(first, name, "")
+        else:
             pid = rt.target(name)
             if pid is None:
-                raise _route.no_partition(name, rt.map)
-        moves = 0
+                self._reread_for("")
+                pid = rt.target(name)
+                if pid is None:
+                    raise _route.no_partition(name, rt.map)
         while True:
             leg = self._leg_of(pid, name)
             try:
