@@ -10,7 +10,9 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BiConsumer;
 import java.util.function.Consumer;
+import java.util.function.Function;
 import java.util.function.ObjIntConsumer;
+import java.util.function.Supplier;
 import javax.net.ssl.SSLContext;
 import javax.net.ssl.SSLSocketFactory;
 
@@ -53,8 +55,11 @@ import javax.net.ssl.SSLSocketFactory;
  * a call about a name goes to the partition that serves the name's {@link #slot slot}, a multi-lock to its first
  * name's (its names must share a partition: one {@code {tag}}), and the leases stay bound to the connection that
  * granted them. A {@code NO MOVED} is followed (the map read again when it is newer), at most 3 times per call, then
- * {@link MovedException}. Calls without a name ({@link #ping}, {@link #clusterId}, a watch of a prefix) go to the first
- * connection and tell of its partition only. Closing the client closes every partition's connection.
+ * {@link MovedException}. A partitioned daemon that has not read its map yet (just started) says no map either: so a
+ * {@code NO MOVED} answered to the unpartitioned client has it ask {@code MAP} again, and a map then makes it a router
+ * from then on (the call sent on as that MOVED's redirect, within the same 3). Calls without a name ({@link #ping},
+ * {@link #clusterId}, a watch of a prefix) go to the first connection and tell of its partition only. Closing the
+ * client closes every partition's connection.
  *
  * <p><b>Threads.</b> One lock guards the protocol state; a caller writes its request itself (non-blocking) and, on a
  * connection without TLS, reads the reply itself while no other thread reads. A manager thread
@@ -65,11 +70,20 @@ import javax.net.ssl.SSLSocketFactory;
  */
 public final class DlockClient implements AutoCloseable {
     private final Engine e; // the first connection
-    private final Router router; // a partitioned service: the legs; null: every call goes to e
+    private volatile Router router; // a partitioned service: the legs; null: every call goes to e
+    /**
+     * The settings of the client build() made, while it is unpartitioned: a MOVED has it read MAP again and become a
+     * router ({@link #promote}). Null for the client build() made a router at once, and for a router's first
+     * connection and its legs (which never route: their router follows the MOVED).
+     */
+    private final Config base;
+    private final Object routeMu = new Object(); // guards router's making and closed
+    private boolean closed;
 
-    private DlockClient(Engine e, Router router) {
+    private DlockClient(Engine e, Router router, Config base) {
         this.e = e;
         this.router = router;
+        this.base = base;
     }
 
     /** @return a builder whose defaults come from the DLOCK_* environment */
@@ -344,7 +358,7 @@ public final class DlockClient implements AutoCloseable {
             throw DlockException.of(DlockException.Kind.UNAVAILABLE,
                     "cannot connect to dlockd" + (why[0] == null || why[0].isEmpty() ? "" : ": " + why[0]));
         }
-        return new DlockClient(e, null);
+        return new DlockClient(e, null, null);
     }
 
     /** How often build() asks MAP again when the connection closed before the answer. */
@@ -354,7 +368,8 @@ public final class DlockClient implements AutoCloseable {
      * Asks the first connection's daemon for the partition map ({@code MAP}), once: a map of epoch above 0 makes c a
      * router over one client per partition. Epoch 0 -- and a daemon that says no map at all (one before partitions
      * answers {@code ERR UNKNOWN_COMMAND}; or an error, or no answer within the server timeout) -- leaves c as it is,
-     * as before partitions: one connection that serves every name. A connection lost before the answer asks the next.
+     * as before partitions: one connection that serves every name, until a call about a name is answered
+     * {@code NO MOVED} ({@link #promote}). A connection lost before the answer asks the next.
      */
     private static DlockClient discover(Config cfg, DlockClient c) {
         PartitionMap m = null;
@@ -367,8 +382,63 @@ public final class DlockClient implements AutoCloseable {
                 break; // no map said: not partitioned
             }
         }
-        if (m == null || m.epoch == 0) return c;
-        return new DlockClient(c.e, new Router(cfg, c, m));
+        if (m == null || m.epoch == 0) return new DlockClient(c.e, null, cfg);
+        return new DlockClient(c.e, new Router(cfg, c, m), null);
+    }
+
+    /**
+     * A call of this unpartitioned client was answered m ({@code NO MOVED}): the daemon its first {@code MAP} found
+     * unpartitioned is a partitioned one that had not read its map yet (it says {@code OK MAP 0 0} then), or that
+     * {@code MAP} was not answered. Asks {@code MAP} again: a map (epoch above 0) makes the client a router from now
+     * on, which the call is then sent on through ({@link Router#callAfter}).
+     *
+     * @return the router
+     * @throws MovedException m, when the client cannot route: a router's leg or first connection (the router follows
+     *     the MOVED), or the daemon still says no map (or does not answer)
+     */
+    Router promote(MovedException m) {
+        Router r = router;
+        if (r != null) return r; // made by another call meanwhile
+        if (base == null) throw m;
+        PartitionMap pm;
+        try {
+            pm = readMap();
+        } catch (DlockException x) {
+            throw m;
+        }
+        r = routeBy(pm);
+        if (r == null) throw m;
+        return r;
+    }
+
+    /** As {@link #promote}, without blocking: the router, or null when the client cannot route. */
+    private CompletableFuture<Router> promoteAsync() {
+        Router r = router;
+        if (r != null || base == null) return CompletableFuture.completedFuture(r);
+        CompletableFuture<Object> f = e.submitCall(now -> new Engine.Req("MAP", ""), true, new CompletableFuture<>());
+        return f.handle((v, x) -> x == null && v instanceof PartitionMap ? routeBy((PartitionMap) v) : router);
+    }
+
+    /** The router of map m (made now, over this client's connection, unless there is one): null for no map. */
+    private Router routeBy(PartitionMap m) {
+        if (m == null || m.epoch == 0) return null;
+        synchronized (routeMu) {
+            if (router == null && !closed) router = new Router(base, new DlockClient(e, null, null), m);
+            return router;
+        }
+    }
+
+    /**
+     * The acquire future of an unpartitioned client made by build(): a MOVED answer has the client ask MAP again
+     * ({@link #promoteAsync}) and, when it routes now, the acquire sent on through the router into f; else f fails
+     * with the MOVED.
+     */
+    private <T> void followMoved(AcquireFuture<T> f, String name, Function<DlockClient, CompletableFuture<T>> op) {
+        if (base == null) return;
+        f.onMoved = m -> promoteAsync().whenComplete((r, x) -> {
+            if (r == null) f.completeExceptionally(m);
+            else r.callAsyncAfter(f, name, m, op);
+        });
     }
 
     /** The partition map as the first connection's daemon (or this leg's) knows it now ({@code MAP}). */
@@ -378,7 +448,8 @@ public final class DlockClient implements AutoCloseable {
 
     /** @return the epoch of the partition map the client routes by; 0: the service is not partitioned */
     long mapEpoch() {
-        return router == null ? 0 : router.map().epoch;
+        Router r = router;
+        return r == null ? 0 : r.map().epoch;
     }
 
     Router router() {
@@ -444,20 +515,30 @@ public final class DlockClient implements AutoCloseable {
      *     {@link DeniedException}, {@link UnavailableException}, {@link LimitException}
      */
     public Lease lock(String name, LockOptions opts) {
-        if (router != null) {
-            Wire.checkName(name, "lock name");
-            return router.call(name, c -> c.lock(name, opts));
+        Router r = router;
+        if (r == null) {
+            try {
+                return (Lease) e.await(acquire(name, opts, false, new CompletableFuture<>()));
+            } catch (MovedException m) {
+                return promote(m).callAfter(name, m, c -> c.lock(name, opts));
+            }
         }
-        return (Lease) e.await(acquire(name, opts, false, new CompletableFuture<>()));
+        Wire.checkName(name, "lock name");
+        return r.call(name, c -> c.lock(name, opts));
     }
 
     /** As {@link #lock(String, LockOptions)}, but an interrupt does not stop the wait (the flag is kept). */
     Lease lockUninterruptibly(String name, LockOptions opts) {
-        if (router != null) {
-            Wire.checkName(name, "lock name");
-            return router.call(name, c -> c.lockUninterruptibly(name, opts));
+        Router r = router;
+        if (r == null) {
+            try {
+                return (Lease) e.awaitUninterruptibly(acquire(name, opts, false, new CompletableFuture<>()));
+            } catch (MovedException m) {
+                return promote(m).callAfter(name, m, c -> c.lockUninterruptibly(name, opts));
+            }
         }
-        return (Lease) e.awaitUninterruptibly(acquire(name, opts, false, new CompletableFuture<>()));
+        Wire.checkName(name, "lock name");
+        return r.call(name, c -> c.lockUninterruptibly(name, opts));
     }
 
     /**
@@ -497,21 +578,44 @@ public final class DlockClient implements AutoCloseable {
      * @return the lease, to come; failed with the exceptions of {@link #lock(String, LockOptions)}
      */
     public CompletableFuture<Lease> lockAsync(String name, LockOptions opts) {
-        if (router != null) {
+        Router r = router;
+        if (r != null) {
             Wire.checkName(name, "lock name");
-            return router.callAsync(name, c -> c.lockAsync(name, opts));
+            return r.callAsync(name, c -> c.lockAsync(name, opts));
         }
         AcquireFuture<Lease> f = new AcquireFuture<>(e);
+        followMoved(f, name, c -> c.lockAsync(name, opts));
         acquire(name, opts, true, f);
         return f;
     }
 
-    /** A future whose cancel gives the lock request up. */
-    private static final class AcquireFuture<T> extends CompletableFuture<T> {
+    /**
+     * A future whose cancel gives the lock request up (and, once a MOVED sent it on through the router the client
+     * became, the routed attempt under way: {@link Router.Routed}).
+     */
+    private static final class AcquireFuture<T> extends Router.Routed<T> {
         private final Engine e;
+        /** What a MOVED answer does instead of failing the future (once), when the client may become a router. */
+        volatile Consumer<MovedException> onMoved;
 
         AcquireFuture(Engine e) {
             this.e = e;
+        }
+
+        @Override
+        public boolean completeExceptionally(Throwable x) {
+            Consumer<MovedException> m = onMoved;
+            if (m != null && x instanceof MovedException && !isDone()) {
+                synchronized (this) {
+                    m = onMoved;
+                    onMoved = null;
+                }
+                if (m != null) {
+                    m.accept((MovedException) x);
+                    return false; // not yet: the call is sent on
+                }
+            }
+            return super.completeExceptionally(x);
         }
 
         @Override
@@ -691,11 +795,17 @@ public final class DlockClient implements AutoCloseable {
      *     {@link DeniedException}; code {@code "EXPIRED"} when a lock it had taken was broken meanwhile)
      */
     public Leases lockAll(Collection<String> names, LockOptions opts) {
-        if (router != null) {
-            String first = checkAll(names, opts).get(0); // the server's name of it: its partition is every name's
-            return router.call(first, c -> c.lockAll(names, opts));
+        Router r = router;
+        if (r == null) {
+            try {
+                return (Leases) e.await(acquireAll(names, opts, false, new CompletableFuture<>()));
+            } catch (MovedException m) {
+                r = promote(m);
+                return r.callAfter(checkAll(names, opts).get(0), m, c -> c.lockAll(names, opts));
+            }
         }
-        return (Leases) e.await(acquireAll(names, opts, false, new CompletableFuture<>()));
+        String first = checkAll(names, opts).get(0); // the server's name of it: its partition is every name's
+        return r.call(first, c -> c.lockAll(names, opts));
     }
 
     /**
@@ -734,11 +844,21 @@ public final class DlockClient implements AutoCloseable {
      * @return the leases, to come; failed with the exceptions of {@link #lockAll(Collection, LockOptions)}
      */
     public CompletableFuture<Leases> lockAllAsync(Collection<String> names, LockOptions opts) {
-        if (router != null) {
+        Router r = router;
+        if (r != null) {
             String first = checkAll(names, opts).get(0);
-            return router.callAsync(first, c -> c.lockAllAsync(names, opts));
+            return r.callAsync(first, c -> c.lockAllAsync(names, opts));
         }
         AcquireFuture<Leases> f = new AcquireFuture<>(e);
+        if (base != null) {
+            List<String> ns;
+            try {
+                ns = checkAll(names, opts);
+            } catch (RuntimeException x) {
+                ns = null; // acquireAll fails f with it
+            }
+            if (ns != null) followMoved(f, ns.get(0), c -> c.lockAllAsync(names, opts));
+        }
         acquireAll(names, opts, true, f);
         return f;
     }
@@ -751,8 +871,8 @@ public final class DlockClient implements AutoCloseable {
      */
     public Status status(String name) {
         Wire.checkName(name, "lock name");
-        if (router != null) return router.call(name, c -> c.status(name));
-        return (Status) e.await(e.submitCall(now -> new Engine.Req("STATUS", name), false, new CompletableFuture<>()));
+        return byName(name, () -> (Status) e.await(e.submitCall(now -> new Engine.Req("STATUS", name), false,
+                new CompletableFuture<>())), c -> c.status(name));
     }
 
     /**
@@ -761,8 +881,8 @@ public final class DlockClient implements AutoCloseable {
      */
     public Holders holders(String name) {
         Wire.checkName(name, "lock name");
-        if (router != null) return router.call(name, c -> c.holders(name));
-        return (Holders) e.await(e.submitCall(now -> new Engine.Req("HOLDERS", name), false, new CompletableFuture<>()));
+        return byName(name, () -> (Holders) e.await(e.submitCall(now -> new Engine.Req("HOLDERS", name), false,
+                new CompletableFuture<>())), c -> c.holders(name));
     }
 
     /**
@@ -775,18 +895,14 @@ public final class DlockClient implements AutoCloseable {
      */
     public void check(String name, long token) {
         Wire.checkName(name, "lock name");
-        if (router != null) {
-            router.call(name, c -> {
-                c.check(name, token);
-                return null;
-            });
-            return;
-        }
-        e.await(e.submitCall(now -> {
+        byName(name, () -> e.await(e.submitCall(now -> {
             Engine.Req q = new Engine.Req("CHECK", name);
             q.token = token;
             return q;
-        }, false));
+        }, false)), c -> {
+            c.check(name, token);
+            return null;
+        });
     }
 
     /**
@@ -808,19 +924,31 @@ public final class DlockClient implements AutoCloseable {
         if (reason == null || reason.length() > Wire.REASON_MAX || !Wire.printableWord(reason)) {
             throw new IllegalArgumentException("bad reason '" + reason + "': 1-" + Wire.REASON_MAX + " printable ASCII characters, no space");
         }
-        if (router != null) {
-            router.call(name, c -> {
-                c.breakLease(name, token, reason);
-                return null;
-            });
-            return;
-        }
-        e.await(e.submitCall(now -> {
+        byName(name, () -> e.await(e.submitCall(now -> {
             Engine.Req q = new Engine.Req("BREAK", name);
             q.token = token;
             q.reason = reason;
             return q;
-        }, false));
+        }, false)), c -> {
+            c.breakLease(name, token, reason);
+            return null;
+        });
+    }
+
+    /**
+     * A call about name: here on this client's connection while it is unpartitioned (a MOVED may make it a router:
+     * {@link #promote}), else op on the leg of the name's partition.
+     */
+    private <T> T byName(String name, Supplier<T> here, Function<DlockClient, T> op) {
+        Router r = router;
+        if (r == null) {
+            try {
+                return here.get();
+            } catch (MovedException m) {
+                return promote(m).callAfter(name, m, op);
+            }
+        }
+        return r.call(name, op);
     }
 
     /** Asks the server for a PONG. */
@@ -840,8 +968,17 @@ public final class DlockClient implements AutoCloseable {
     public Watch watch(String... patterns) {
         if (patterns.length == 0) throw new IllegalArgumentException("watch: no pattern");
         for (String p : patterns) Wire.checkPattern(p);
-        if (router != null) return router.watch(List.of(patterns));
-        return watchInto(null, List.of(patterns));
+        Router r = router;
+        if (r == null) {
+            try {
+                return watchInto(null, List.of(patterns));
+            } catch (MovedException m) {
+                // a name of another partition: the service is partitioned
+                r = promote(m);
+                if (patterns.length == 1) return r.callAfter(patterns[0], m, c -> c.watchInto(null, List.of(patterns)));
+            }
+        }
+        return r.watch(List.of(patterns));
     }
 
     /** Watches patterns on this client's connection; the events go to sink when it is not null (w is its part). */
@@ -929,7 +1066,12 @@ public final class DlockClient implements AutoCloseable {
      */
     @Override
     public void close() {
-        if (router != null) router.close();
+        Router r;
+        synchronized (routeMu) {
+            closed = true;
+            r = router;
+        }
+        if (r != null) r.close();
         else e.close();
     }
 

@@ -6,7 +6,9 @@ import java.util.List;
  * Another partition serves the name ({@code NO MOVED <partition> <host:port,...>|- <map-epoch>}): the request was not
  * executed. A client that found the service partitioned when it connected follows a {@code MOVED} itself (it reads
  * the partition map again, or goes where the server says) and throws this only when a call was sent on more than 3
- * times in a row; a client of an unpartitioned service throws it as the server said it.
+ * times in a row. A client whose first {@code MAP} said no map (a partitioned daemon that had not read its map yet says
+ * so too) asks {@code MAP} again on a {@code NO MOVED}, and routes from then on if there is a map now; while there is
+ * none, it throws this as the server said it.
  */
 public class MovedException extends DlockException {
     private static final long serialVersionUID = 1L;

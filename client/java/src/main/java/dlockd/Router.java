@@ -17,7 +17,8 @@ import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Function;
 
 /**
- * A client of a partitioned service ({@code MAP} said an epoch above 0 when it first connected): a router over one
+ * A client of a partitioned service ({@code MAP} said an epoch above 0 when it first connected, or when it was asked
+ * again after a {@code NO MOVED}: {@link DlockClient#promote}): a router over one
  * ordinary client per partition, its <em>legs</em>. The client's first connection ({@link #home}) stays for what names
  * no lock ({@code PING}, a watch of prefixes); every call about a name goes to the leg of the partition that serves the
  * name's slot, made on first use with the builder's settings (the owner id and key of the first connection, no pinned
@@ -259,8 +260,20 @@ final class Router {
 
     /** Runs op on the leg of name, following MOVED. */
     <T> T call(String name, Function<DlockClient, T> op) {
-        String[] to = null;
-        for (int redirects = 0;; redirects++) {
+        return call(name, op, null, 0);
+    }
+
+    /**
+     * Sends on a call about name that the first connection answered first while the client was not a router yet (its
+     * first {@code MAP} said no map: {@link DlockClient#promote}): first is the call's first redirect, counted in the
+     * {@value #MAX_REDIRECTS}.
+     */
+    <T> T callAfter(String name, MovedException first, Function<DlockClient, T> op) {
+        return call(name, op, redirect(first, home), 1);
+    }
+
+    private <T> T call(String name, Function<DlockClient, T> op, String[] to, int redirects) {
+        for (;; redirects++) {
             DlockClient c = to == null ? legOf(name) : leg(to[0], to[1]);
             try {
                 return op.apply(c);
@@ -271,8 +284,11 @@ final class Router {
         }
     }
 
-    /** A routed call's future: cancelling it cancels the attempt under way. */
-    private static final class Routed<T> extends CompletableFuture<T> {
+    /**
+     * A routed call's future: cancelling it cancels the attempt under way. (An unpartitioned client's acquire future is
+     * one too, for the MOVED that makes the client a router: {@link #callAsyncAfter}.)
+     */
+    static class Routed<T> extends CompletableFuture<T> {
         volatile CompletableFuture<T> cur;
 
         @Override
@@ -302,6 +318,16 @@ final class Router {
         if (c != null) attempt(out, name, c, null, 0, op);
         else run(out, () -> attempt(out, name, null, null, 0, op));
         return out;
+    }
+
+    /**
+     * Sends on, into out, an asynchronous call about name that the first connection answered first while the client
+     * was not a router yet ({@link DlockClient#promote}): first is its first redirect, counted in the
+     * {@value #MAX_REDIRECTS}. On a thread of the router's (the map may be read again, a leg made).
+     */
+    <T> void callAsyncAfter(Routed<T> out, String name, MovedException first,
+            Function<DlockClient, CompletableFuture<T>> op) {
+        run(out, () -> attempt(out, name, null, redirect(first, home), 1, op));
     }
 
     private <T> void attempt(Routed<T> out, String name, DlockClient leg, String[] to, int redirects,

@@ -52,6 +52,11 @@ class PartitionTest {
 
     /** A daemon of partition id on the test's redis-server, listening. */
     Daemons.Proc part(String id) {
+        return part(ds, redis, id);
+    }
+
+    /** A daemon of partition id on redis, listening (one of ds's). */
+    static Daemons.Proc part(Daemons ds, Daemons.Proc redis, String id) {
         Path sd = ds.dir.resolve("state-" + id);
         try {
             Files.createDirectories(sd);
@@ -123,10 +128,15 @@ class PartitionTest {
 
     /** name's lease lives on d with this token, and the other daemons send it to d's partition. */
     void heldOn(Daemons.Proc d, String name, long token) {
+        heldOn(List.of(p0, p1, p2), d, name, token);
+    }
+
+    /** As {@link #heldOn(Daemons.Proc, String, long)}, of the service of the daemons all. */
+    static void heldOn(List<Daemons.Proc> all, Daemons.Proc d, String name, long token) {
         String s = status(d, name);
         assertEquals("held", kv(s, "state"), s);
         assertEquals(Long.toUnsignedString(token), kv(s, "token"), s);
-        for (Daemons.Proc o : List.of(p0, p1, p2)) {
+        for (Daemons.Proc o : all) {
             if (o == d) continue;
             String m = status(o, name);
             String[] w = m.split(" ");
@@ -142,16 +152,25 @@ class PartitionTest {
         p0 = part("p0");
         p1 = part("p1");
         p2 = part("p2");
-        String r = Daemons.raw(p0.addr, "PARTITION INIT").get(0);
+        makeMap(p0, p1, p2);
+    }
+
+    /**
+     * PARTITION INIT on q0 (of p0), then slots 5461-10922 to q1 (p1) and 10923-16383 to q2 (p2), every daemon reading
+     * the last map; its epoch.
+     */
+    static long makeMap(Daemons.Proc q0, Daemons.Proc q1, Daemons.Proc q2) {
+        String r = Daemons.raw(q0.addr, "PARTITION INIT").get(0);
         assertEquals("OK PARTITION epoch=1", r);
         Daemons.eventually(SETTLE, "every partition in p0's map with its address", () -> {
-            String m = String.join("\n", map(p0.addr));
-            return m.contains("part p0 addrs=" + p0.addr + " ") && m.contains("part p1 addrs=" + p1.addr + " ")
-                    && m.contains("part p2 addrs=" + p2.addr + " ");
+            String m = String.join("\n", map(q0.addr));
+            return m.contains("part p0 addrs=" + q0.addr + " ") && m.contains("part p1 addrs=" + q1.addr + " ")
+                    && m.contains("part p2 addrs=" + q2.addr + " ");
         });
-        move(p0, "5461-10922", "p1");
-        long e = move(p0, "10923-16383", "p2");
-        waitEpoch(e, p0, p1, p2);
+        move(q0, "5461-10922", "p1");
+        long e = move(q0, "10923-16383", "p2");
+        waitEpoch(e, q0, q1, q2);
+        return e;
     }
 
     @AfterAll
@@ -395,6 +414,136 @@ class PartitionTest {
                 ExecutionException y = assertThrows(ExecutionException.class, () -> c.lockAsync("y", TTL).get(10, TimeUnit.SECONDS));
                 assertTrue(y.getCause() instanceof MovedException, y.toString());
                 assertEquals(4, f.seen.stream().filter(s -> s.contains(" LOCK y ")).count(), f.seen.toString());
+            }
+        }
+    }
+    /**
+     * A fake daemon whose first MAP says no map (a partitioned daemon that has not read its map yet) and the next ones
+     * a map of every slot to itself, and that answers every LOCK and STATUS with MOVED to itself.
+     */
+    static FakeServerTest.Fake noMapYet(java.util.concurrent.atomic.AtomicReference<String> at, int mapsOfEpoch0,
+            java.util.concurrent.atomic.AtomicInteger maps) throws IOException {
+        return new FakeServerTest.Fake((n, l) -> {
+            String tag = RobustnessTest.tagOf(l);
+            if (l.startsWith("MAP")) {
+                if (maps.incrementAndGet() <= mapsOfEpoch0) return "OK MAP 0 0 id=" + tag;
+                return "OK MAP 2 2 id=" + tag + "\r\npart p0 addrs=" + at.get() + " floor=0\r\nslots p0 0-16383";
+            }
+            if (l.startsWith("LOCK ") || l.startsWith("TRYLOCK ") || l.startsWith("STATUS ")) {
+                return "NO MOVED p0 " + at.get() + " 2 id=" + tag;
+            }
+            return null;
+        });
+    }
+
+    @Test
+    @Order(7)
+    void aMovedMakesAClientThatFoundNoMapReadItAgain() throws Exception {
+        java.util.concurrent.atomic.AtomicReference<String> at = new java.util.concurrent.atomic.AtomicReference<>();
+        java.util.concurrent.atomic.AtomicInteger maps = new java.util.concurrent.atomic.AtomicInteger();
+        // MAP 0 at build(), then MOVED: MAP read again (a map now), the client routes, the call redirected within the
+        // same bound (the first MOVED counts): 4 LOCKs in all
+        try (FakeServerTest.Fake f = noMapYet(at, 1, maps)) {
+            at.set(f.addr());
+            try (DlockClient c = Daemons.client(f.addr()).build()) {
+                assertNull(c.router());
+                assertEquals(1, maps.get());
+                MovedException x = assertThrows(MovedException.class, () -> c.lock("x", TTL));
+                assertTrue(x.getMessage().contains("4 times"), x.getMessage());
+                assertNotNull(c.router(), "a router now");
+                assertEquals(2, c.mapEpoch());
+                assertEquals(2, maps.get());
+                assertEquals(4, f.seen.stream().filter(s -> s.contains(" LOCK x ")).count(), f.seen.toString());
+            }
+        }
+        // the same of an asynchronous lock
+        maps.set(0);
+        try (FakeServerTest.Fake f = noMapYet(at, 1, maps)) {
+            at.set(f.addr());
+            try (DlockClient c = Daemons.client(f.addr()).build()) {
+                assertNull(c.router());
+                ExecutionException y = assertThrows(ExecutionException.class,
+                        () -> c.lockAsync("y", TTL).get(20, TimeUnit.SECONDS));
+                assertTrue(y.getCause() instanceof MovedException && y.getCause().getMessage().contains("4 times"),
+                        y.toString());
+                assertNotNull(c.router(), "a router now");
+                assertEquals(4, f.seen.stream().filter(s -> s.contains(" LOCK y ")).count(), f.seen.toString());
+            }
+        }
+        // a daemon that still says no map: the MOVED is the caller's, as the server said it; the client stays as it was
+        maps.set(0);
+        try (FakeServerTest.Fake f = noMapYet(at, Integer.MAX_VALUE, maps)) {
+            at.set(f.addr());
+            try (DlockClient c = Daemons.client(f.addr()).build()) {
+                MovedException x = assertThrows(MovedException.class, () -> c.status("z"));
+                assertEquals("p0", x.partition());
+                assertEquals(2, x.mapEpoch());
+                assertNull(c.router());
+                assertEquals(2, maps.get(), "MAP asked again once");
+                assertEquals(1, f.seen.stream().filter(s -> s.contains(" STATUS z")).count(), f.seen.toString());
+                ExecutionException y = assertThrows(ExecutionException.class,
+                        () -> c.lockAsync("y", TTL).get(20, TimeUnit.SECONDS));
+                assertTrue(y.getCause() instanceof MovedException, y.toString());
+                assertNull(c.router());
+            }
+        }
+    }
+
+    /**
+     * Clients built while the partitioned daemons have no map yet (MAP says 0 0, as an unpartitioned daemon's): once
+     * the map is made and the slots moved, a call about another partition's name is told MOVED, the client reads MAP
+     * again, routes from then on, and the lease is on the right daemon.
+     */
+    @Test
+    @Order(8)
+    void aClientBuiltBeforeTheMapIsMadeRoutesAfterAMoved() throws Exception {
+        try (Daemons d = new Daemons()) {
+            Daemons.Proc r = d.redis();
+            Daemons.Proc q0 = part(d, r, "p0"), q1 = part(d, r, "p1"), q2 = part(d, r, "p2");
+            List<Daemons.Proc> all = List.of(q0, q1, q2);
+            assertEquals("OK MAP 0 0", map(q0.addr).get(0));
+            try (DlockClient c = Daemons.client(q0.addr).build();
+                    DlockClient a = Daemons.client(q0.addr).build();
+                    DlockClient w = Daemons.client(q0.addr).build()) {
+                assertNull(c.router());
+                assertEquals(0, c.mapEpoch());
+                long e = makeMap(q0, q1, q2);
+                assertNull(c.router(), "nothing polls");
+                // qux is p1's: p0 says MOVED
+                Lease l = c.lock("qux", TTL);
+                assertNotNull(c.router(), "a router now");
+                assertTrue(c.mapEpoch() >= e, "routed by the map of epoch " + c.mapEpoch());
+                heldOn(all, q1, "qux", l.token());
+                assertTrue(l.c == c.router().legs().get("p1").engine(), "qux's lease is p1's leg's");
+                assertEquals(l.token(), c.status("qux").token());
+                l.refresh(Duration.ofSeconds(20));
+                assertTrue(Long.parseLong(kv(status(q1, "qux"), "ttl_ms")) > 10000, "refreshed on p1");
+                l.unlock();
+                assertEquals("free", kv(status(q1, "qux"), "state"));
+                // every partition's names, the first connection's own too
+                for (Map.Entry<String, Daemons.Proc> x : Map.of("bar", q0, "foo", q2).entrySet()) {
+                    Lease y = c.lock(x.getKey(), TTL);
+                    heldOn(all, x.getValue(), x.getKey(), y.token());
+                    y.unlock();
+                }
+                assertEquals(Set.of("p0", "p1", "p2"), c.router().legs().keySet());
+                // an asynchronous lock of another such client: the same
+                assertNull(a.router());
+                Lease la = a.lockAsync("foo", TTL).get(20, TimeUnit.SECONDS);
+                assertNotNull(a.router(), "a router now");
+                heldOn(all, q2, "foo", la.token());
+                la.unlock();
+                // a watch of a name
+                assertNull(w.router());
+                try (Watch wt = w.watch("qux")) {
+                    assertNotNull(w.router(), "a router now");
+                    Lease q = c.lock("qux", TTL);
+                    WatchEvent ev = wt.poll(Duration.ofSeconds(10));
+                    assertNotNull(ev, "an event of qux from p1");
+                    assertEquals("qux", ev.name());
+                    assertEquals(WatchEvent.Kind.GRANTED, ev.kind());
+                    q.unlock();
+                }
             }
         }
     }
