@@ -104,18 +104,18 @@ SERVER_SRC := server/log.c server/config.c server/proof.c \
 # libdlock (client/lib/): the library, and its public header dlock.h.
 CLIENT_SRC := $(addprefix client/lib/,dlock.c dlock_ask.c dlock_io.c dlock_req.c \
                 dlock_reply.c dlock_tls.c dlock_watch.c dlock_desc.c \
-                dlock_err.c)
+                dlock_err.c dlock_route.c)
 # The dlock command (client/cli/), on libdlock.
 CLI_SRC    := $(addprefix client/cli/,dlock_cli.c dlock_clicore.c \
                 dlock_cmds.c dlock_run.c dlock_guard.c dlock_child.c \
-                dlock_watchcmd.c)
+                dlock_watchcmd.c dlock_admin.c)
 UNIT_TESTS := test_proto test_wheel test_htab test_locktab test_config test_record \
               test_users test_watchreg test_map
 INTEG_TESTS := test_server test_persist test_faults test_ha test_ops \
                test_client test_cli test_layout test_tls test_access \
                test_conformance test_describe test_deadlock test_watch \
                test_lease_end test_forget test_coord test_multi \
-               test_partition test_rcluster
+               test_partition test_rcluster test_route
 
 PROTO_OBJ  := $(PROTO_SRC:%.c=$(O)/%.o)
 SERVER_OBJ := $(SERVER_SRC:%.c=$(O)/%.o)
@@ -271,6 +271,9 @@ $(O)/tests/test_partition: $(O)/tests/test_partition.o $(HARNESS_OBJ) \
 $(O)/tests/test_rcluster: $(O)/tests/test_rcluster.o $(HARNESS_OBJ) \
                           $(PROTO_OBJ)
 	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) -lpthread
+# libdlock and dlock against a partitioned service.
+$(O)/tests/test_route: $(O)/tests/test_route.o $(HARNESS_OBJ) $(LIBDLOCK_A)
+	$(CC) $(ALL_LDFLAGS) -o $@ $^ $(CRIT_LIBS) $(HARNESS_LIBS) $(SSL_LIBS) -lpthread
 
 # Criterion forks one process per test; -j1 keeps integration tests (which
 # start daemons on their own ports) from crowding the two cores.
@@ -349,7 +352,7 @@ ALL_SUITES := test_ha test_persist test_forget test_faults test_cli \
               test_watch.redis test_watch test_ops test_conformance \
               test_lease_end.redis test_lease_end test_coord.redis \
               test_coord test_multi.redis test_multi test_partition \
-              test_rcluster \
+              test_rcluster test_route \
               $(UNIT_TESTS)
 test-bins: all $(TEST_BINS)
 test-all: test-bins

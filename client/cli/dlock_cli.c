@@ -144,7 +144,8 @@ static const char exit_help[] =
 	"  1    refused: not the holder (unlock, refresh), stale (check)\n"
 	"  64   usage error\n"
 	"  65   the lock is in use with another --limit\n"
-	"  69   cannot reach the server, or it cannot persist (UNAVAILABLE)\n"
+	"  69   cannot reach the server, or it cannot persist (UNAVAILABLE),\n"
+	"       or a partitioned service kept sending the name on (MOVED)\n"
 	"  70   internal or unexpected error\n"
 	"  75   could not get the lock: busy with --wait 0, the wait timed\n"
 	"       out, a server limit was reached, or this owner id holds it\n"
@@ -335,6 +336,24 @@ static const struct subcmd subcmds[] = {
 	 "fail-over. --timeout D: exit 75 if it is still held after D\n"
 	 "(default: wait for ever).\n",
 	 0},
+	{"admin", dl_cli_admin, 4, OPTB(OPT_JSON),
+	 "admin map [--json] | partition init | partition move <slots> "
+	 "<partition> | partition addrs <partition> <host:port,...>",
+	 "A partitioned service (its names split among partitions, each\n"
+	 "its own daemons): `map` prints the partition map the daemon\n"
+	 "knows, epoch=<e> then a line per partition, `<id> addrs=<h:p,...>\n"
+	 "floor=<token> slots=<ranges>` (- for none); --json: one object,\n"
+	 "{\"epoch\": e, \"partitions\": [{\"id\": .., \"addrs\": [..],\n"
+	 "\"floor\": \"<digits>\", \"slots\": ..}]}; epoch 0: not partitioned.\n"
+	 "`partition init`: the first map, the daemon's partition serving\n"
+	 "every slot. `partition move <slots> <partition>` (0-99,200,...):\n"
+	 "give the slots to that partition (added to the map if new); sent\n"
+	 "to the active daemon of the partition that has them, by the map;\n"
+	 "refused while a lock is held in them. `partition addrs <partition>\n"
+	 "<host:port,...>`: where clients find that partition's daemons.\n"
+	 "Each prints the server's words, epoch=<e> [to=<partition>]. Need\n"
+	 "the admin right.\n",
+	 1},
 };
 
 #define NSUBCMDS (sizeof(subcmds) / sizeof(subcmds[0]))

@@ -12,6 +12,8 @@
  *                 check, status, stats, ping;
  *   dlock_watchcmd.c  `dlock watch` and `dlock wait-free`: observers of
  *                 locks (libdlock's watches);
+ *   dlock_admin.c `dlock admin`: a partitioned service's map, and its
+ *                 changes;
  *   dlock_run.c   `dlock run`: the command's process, signals, and what
  *                 happens when the lease is lost;
  *   dlock_guard.c the guard process between dlock and the command: the
@@ -49,7 +51,9 @@ enum {
 	EXIT_MISMATCH = 65,	/* EX_DATAERR: the lock is in use with another
 				   --limit (LIMIT_MISMATCH) */
 	EXIT_UNAVAILABLE = 69,	/* EX_UNAVAILABLE: cannot reach the server, or
-				   its persistence is down */
+				   its persistence is down, or a partitioned
+				   service kept sending the name elsewhere
+				   (MOVED) */
 	EXIT_SOFTWARE = 70,	/* EX_SOFTWARE: anything else */
 	EXIT_TEMPFAIL = 75,	/* EX_TEMPFAIL: lock busy, wait timed out */
 	EXIT_LOST = 76,		/* run: the lease was lost, command stopped */
@@ -139,7 +143,8 @@ struct subcmd {
 
 struct cli {
 	const struct subcmd *sub;
-	const char *pos[2]; /* positional words (borrowed from argv) */
+	const char *pos[4]; /* positional words (borrowed from argv; admin
+			       takes four) */
 	int npos;
 	/* lock, trylock: the names after the first (several locks at once,
 	 * all or none), borrowed from argv */
@@ -292,6 +297,7 @@ int dl_cli_ping(struct cli *cl);
 int dl_cli_run(struct cli *cl);
 int dl_cli_watch(struct cli *cl);     /* dlock_watchcmd.c */
 int dl_cli_wait_free(struct cli *cl); /* dlock_watchcmd.c */
+int dl_cli_admin(struct cli *cl);     /* dlock_admin.c */
 
 /* ---- dlock_guard.c: the guard of `dlock run` ---------------------------- */
 

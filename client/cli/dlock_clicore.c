@@ -72,6 +72,7 @@ static int exit_for(int err)
 	case DLOCK_ECLOSED:
 	case DLOCK_EUNAVAILABLE:
 	case DLOCK_ETLS:
+	case DLOCK_EMOVED:
 		return EXIT_UNAVAILABLE;
 	case DLOCK_EDENIED:
 	case DLOCK_EAUTH:
@@ -151,7 +152,9 @@ int dl_cli_retry(struct dl_cli_retry *r, int err)
 	int64_t now = dlock_now_ms(), ms;
 	struct timespec ts;
 
-	if (err != DLOCK_EUNAVAILABLE)
+	/* MOVED again and again: a partition map that is changing, as
+	 * passing as UNAVAILABLE */
+	if (err != DLOCK_EUNAVAILABLE && err != DLOCK_EMOVED)
 		return 0;
 	if (r->until == 0)
 		r->until = now + r->patience_ms > r->wait_end
@@ -302,7 +305,9 @@ int dl_cli_connect(const struct cli *cl, const struct dlock_options *o,
 	char what[400];
 	int rc = dlock_connect(o, c);
 
-	if (rc == 0 && check_cluster(o, *c) != 0) {
+	/* a partitioned service's list may name daemons of every partition,
+	 * each partition a cluster of its own */
+	if (rc == 0 && dlock_map_epoch(*c) == 0 && check_cluster(o, *c) != 0) {
 		dlock_close(*c);
 		*c = NULL;
 		return EXIT_CLUSTER; /* check_cluster said why */

@@ -2,14 +2,16 @@
 /*
  * dlock.c -- libdlock, the C client of dlockd (dlock.h): the public calls.
  *
- * The library is nine files around one struct dlock_client:
+ * The library is ten files around one struct dlock_client:
  * dlock.c (this file: argument checks, thread exclusion, results),
  * dlock_ask.c (the calls that ask rather than lock, and those on a lease
  * by its name and token), dlock_req.c (requests and lease records), dlock_io.c
  * (the background thread: connection, reader, timers), dlock_reply.c (replies
  * and events), dlock_tls.c (the transport), dlock_watch.c (watches),
- * dlock_desc.c (descriptions) and dlock_err.c (the thread's last error
- * text). dlock_private.h holds the shared structures.
+ * dlock_desc.c (descriptions), dlock_err.c (the thread's last error
+ * text) and dlock_route.c (a partitioned service: a client of each
+ * partition, and the calls routed to them). dlock_private.h holds the
+ * shared structures.
  *
  * Threads. One mutex, c->mu, protects the whole client. A calling thread
  * takes it, formats its request with the proto codec, appends the bytes to
@@ -130,6 +132,8 @@ const char *dlock_strerror(int err)
 		"held by this owner in another process (a shared owner "
 		"id): not granted",
 		"the server is of another cluster (another lock table)",
+		"the name's partition could not be found: moved again and "
+		"again (the partition map is changing)",
 	};
 
 	if (err <= 0 && -err < (int)(sizeof(texts) / sizeof(texts[0])))
@@ -209,6 +213,29 @@ int dlock__enter(struct dlock_client *c)
 void dlock__leave(struct dlock_client *c)
 {
 	leave(c);
+}
+
+int dlock__hold(struct dlock_client *c)
+{
+	int err = enter(c);
+
+	if (err == 0)
+		pthread_mutex_unlock(&c->mu);
+	return err;
+}
+
+void dlock__unhold(struct dlock_client *c)
+{
+	pthread_mutex_lock(&c->mu);
+	leave(c);
+}
+
+struct dlock_client *dlock__lease_client(struct dlock_client *c,
+					 const dlock_lease *h)
+{
+	if (c && h && h->l->c && h->l->c != c && h->l->c->parent == c)
+		return h->l->c;
+	return c;
 }
 
 /* ---- connect and close --------------------------------------------------- */
@@ -342,15 +369,17 @@ static void client_free(struct dlock_client *c)
 	free(c->password);
 	free(c->user);
 	free(c->addr.servers);
+	free(c->tls_ca);
+	free(c->tls_cert);
+	free(c->tls_key);
+	free(c->tls_server_name);
 	free(c);
 }
 
-void dlock_close(dlock_client *c)
+void dlock__cancel(struct dlock_client *c)
 {
 	struct dlock__lwait *w;
 
-	if (!c)
-		return;
 	pthread_mutex_lock(&c->mu);
 	c->closing = 1;
 	if (c->rq.stats_req) {
@@ -367,6 +396,17 @@ void dlock_close(dlock_client *c)
 		pthread_cond_signal(&w->cv);
 	pthread_cond_broadcast(&c->w.cv);
 	pthread_mutex_unlock(&c->mu);
+}
+
+void dlock_close(dlock_client *c)
+{
+	if (!c)
+		return;
+	dlock__cancel(c);
+	/* the legs first: their callers (routed calls) leave with
+	 * DLOCK_ECANCELED, and their threads stop sending watch events
+	 * here */
+	dlock__router_close(c);
 	if (c->thread_started) {
 		dlock__wake(c);
 		pthread_join(c->thread, NULL);
@@ -375,6 +415,7 @@ void dlock_close(dlock_client *c)
 	while (c->ncallers > 0)
 		pthread_cond_wait(&c->idle_cv, &c->mu);
 	pthread_mutex_unlock(&c->mu);
+	dlock__router_free(c);
 	client_free(c);
 }
 
@@ -487,6 +528,23 @@ static int redirect(struct dlock_client *c, int64_t deadline)
 	return 1;
 }
 
+/* A leg says what its router says of itself; a client that may become
+ * a router keeps the names of the TLS files, which dlock_connect only
+ * borrowed, for the legs it makes later. */
+static void keep_for_legs(struct dlock_client *c, const struct dlock_options *o,
+			  struct dlock_client *parent, int *fail)
+{
+	if (parent) {
+		c->desc = parent->desc;
+		c->parent = parent;
+		return;
+	}
+	c->tls_ca = dup_or_null(o->tls_ca, fail);
+	c->tls_cert = dup_or_null(o->tls_cert, fail);
+	c->tls_key = dup_or_null(o->tls_key, fail);
+	c->tls_server_name = dup_or_null(o->tls_server_name, fail);
+}
+
 /* connect_from gives up on c: the thread's dlock_last_error() says why
  * it could not connect, and c is freed (closed, once its thread runs). */
 static int connect_failed(struct dlock_client *c, int err)
@@ -508,7 +566,8 @@ static int connect_failed(struct dlock_client *c, int err)
  * the time left, when servers are left to try after this one (`tried`
  * were before it). *at is the server the handshake was tried on, *naddrs
  * how many addresses there are. */
-static int connect_from(const struct dlock_options *o, int first, int tried,
+static int connect_from(const struct dlock_options *o,
+			struct dlock_client *parent, int first, int tried,
 			int64_t deadline, int *at, int *naddrs,
 			dlock_client **out)
 {
@@ -548,6 +607,7 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 			 o->owner_key);
 	dlock__describe(c, o);
 	c->opt.desc_host = c->opt.desc_cmd = NULL; /* borrowed: not kept */
+	keep_for_legs(c, o, parent, &fail);
 	if (o->cluster)
 		snprintf(c->hello.cluster, sizeof(c->hello.cluster), "%s",
 			 o->cluster);
@@ -587,20 +647,13 @@ static int connect_from(const struct dlock_options *o, int first, int tried,
 	return 0;
 }
 
-int dlock_connect(const struct dlock_options *o, dlock_client **out)
+/* dlock_connect of a client, or of a leg of router `parent`. */
+static int connect_opts(const struct dlock_options *o,
+			struct dlock_client *parent, dlock_client **out)
 {
-	struct dlock_options def;
 	int64_t deadline, pause = 0;
 	int err, at, n, tried = 0, first = 0;
 
-	dlock__last_error_clear();
-	if (!out)
-		return DLOCK_EINVAL;
-	*out = NULL;
-	if (!o) {
-		dlock_options_init(&def);
-		o = &def;
-	}
 	if ((err = check_options(o)) < 0)
 		return err;
 	deadline = dlock__now() + o->connect_timeout_ms;
@@ -614,7 +667,8 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 	 * the list is tried again after a pause, while time is left. One
 	 * server that refuses is an answer: it is given at once. */
 	for (;;) {
-		err = connect_from(o, first, tried, deadline, &at, &n, out);
+		err = connect_from(o, parent, first, tried, deadline, &at, &n,
+				   out);
 		if (err != DLOCK_ECONNECT || n == 0 || dlock__now() >= deadline)
 			return err;
 		if (at >= 0 && ++tried < n) {
@@ -628,6 +682,52 @@ int dlock_connect(const struct dlock_options *o, dlock_client **out)
 			return err; /* dlock_last_error(): the last try's */
 		first = tried = 0;
 	}
+}
+
+int dlock_connect(const struct dlock_options *o, dlock_client **out)
+{
+	struct dlock_options def;
+	int err;
+
+	dlock__last_error_clear();
+	if (!out)
+		return DLOCK_EINVAL;
+	*out = NULL;
+	if (!o) {
+		dlock_options_init(&def);
+		o = &def;
+	}
+	if ((err = connect_opts(o, NULL, out)) < 0)
+		return err;
+	/* a partitioned service: this client routes (dlock_route.c) */
+	dlock__router_start(*out);
+	dlock__last_error_clear();
+	return 0;
+}
+
+int dlock__leg_connect(struct dlock_client *c, const char *servers,
+		       struct dlock_client **out)
+{
+	char key[DL_OWNER_SECRET_MAX + 1];
+	struct dlock_options o = c->opt;
+
+	pthread_mutex_lock(&c->mu);
+	snprintf(key, sizeof(key), "%s", c->owner_key);
+	pthread_mutex_unlock(&c->mu);
+	o.servers = servers;
+	o.unix_path = NULL;
+	o.owner = c->owner;
+	/* the key the first connection proved or was given: one owner in
+	 * every partition */
+	o.owner_key = key[0] ? key : NULL;
+	o.cluster = NULL; /* each partition is a cluster of its own */
+	o.tls_ca = c->tls_ca;
+	o.tls_cert = c->tls_cert;
+	o.tls_key = c->tls_key;
+	o.tls_server_name = c->tls_server_name;
+	o.desc_host = o.desc_cmd = NULL; /* the router's is copied */
+	*out = NULL;
+	return connect_opts(&o, c, out);
 }
 
 /* ---- locking ------------------------------------------------------------- */
@@ -734,8 +834,8 @@ int dlock_lock(dlock_client *c, const char *name, int64_t ttl_ms,
 	return dlock_acquire(c, name, &o, out);
 }
 
-int dlock_acquire(dlock_client *c, const char *name,
-		  const struct dlock_lock_options *o, dlock_lease **out)
+static int acquire_at(dlock_client *c, const char *name,
+		      const struct dlock_lock_options *o, dlock_lease **out)
 {
 	pthread_t self = pthread_self();
 	struct dlock__req *q;
@@ -796,6 +896,17 @@ int dlock_acquire(dlock_client *c, const char *name,
 	}
 out:
 	leave(c);
+	return err;
+}
+
+int dlock_acquire(dlock_client *c, const char *name,
+		  const struct dlock_lock_options *o, dlock_lease **out)
+{
+	struct dlock__hop hop = {0};
+	int err;
+
+	while (dlock__route(c, name, &hop, &err))
+		err = acquire_at(hop.leg, name, o, out);
 	return err;
 }
 
@@ -896,9 +1007,9 @@ static int multi_names(struct dlock__multi *m, const char *const names[],
 
 _Static_assert(DLOCK_MULTI_MAX == DL_MULTI_MAX, "dlock.h's multi-lock bound");
 
-int dlock_acquire_all(dlock_client *c, const char *const names[], size_t n,
-		      const struct dlock_lock_all_options *o,
-		      dlock_lease *out[])
+static int acquire_all_at(dlock_client *c, const char *const names[], size_t n,
+			  const struct dlock_lock_all_options *o,
+			  dlock_lease *out[])
 {
 	struct dlock__multi *m;
 	struct dlock__req *q;
@@ -923,7 +1034,7 @@ int dlock_acquire_all(dlock_client *c, const char *const names[], size_t n,
 		dlock_lock_options_init(&lo);
 		lo.ttl_ms = ttl_ms;
 		lo.wait_ms = wait_ms;
-		return dlock_acquire(c, names[0], &lo, &out[0]);
+		return acquire_at(c, names[0], &lo, &out[0]);
 	}
 	if (!(m = calloc(1, sizeof(*m))))
 		return DLOCK_ENOMEM;
@@ -970,6 +1081,21 @@ out:
 	return err;
 }
 
+/* A multi-lock goes to the partition of its first name: its names must
+ * share one (the server refuses others, ERR BAD_ARG). */
+int dlock_acquire_all(dlock_client *c, const char *const names[], size_t n,
+		      const struct dlock_lock_all_options *o,
+		      dlock_lease *out[])
+{
+	struct dlock__hop hop = {0};
+	const char *first = names && n > 0 ? names[0] : NULL;
+	int err;
+
+	while (dlock__route(c, first, &hop, &err))
+		err = acquire_all_at(hop.leg, names, n, o, out);
+	return err;
+}
+
 int dlock_release_all(dlock_client *c, dlock_lease *leases[], size_t n)
 {
 	char why[DLOCK__ERR_MAX] = "";
@@ -1005,6 +1131,7 @@ int dlock_unlock(dlock_client *c, dlock_lease *h)
 		return 0;
 	if (!c)
 		return DLOCK_EINVAL;
+	c = dlock__lease_client(c, h); /* a router's: its leg's */
 	if ((err = enter(c)) < 0)
 		return err; /* dlock_close frees the handle */
 	while (c->ls.cb_handle == h)
@@ -1087,7 +1214,7 @@ int dlock_refresh(dlock_client *c, dlock_lease *h, int64_t ttl_ms)
 	dlock__last_error_clear();
 	if (!c || !h || dlock__bad_ms(ttl_ms))
 		return DLOCK_EINVAL;
-	return refresh(c, h, ttl_ms, NULL);
+	return refresh(dlock__lease_client(c, h), h, ttl_ms, NULL);
 }
 
 _Static_assert(DLOCK_VALUE_MAX == DL_VALUE_MAX, "dlock.h's value limit");
@@ -1097,7 +1224,7 @@ int dlock_proclaim(dlock_client *c, dlock_lease *h, const char *value)
 	dlock__last_error_clear();
 	if (!c || !h || !value || !value[0])
 		return DLOCK_EINVAL;
-	return refresh(c, h, 0, value);
+	return refresh(dlock__lease_client(c, h), h, 0, value);
 }
 
 /* ---- lease handles ------------------------------------------------------- */

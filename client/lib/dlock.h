@@ -54,6 +54,15 @@
  * act on a lease of the client's owner id by (name, token), without a
  * handle: one that another process with the same owner id took.
  *
+ * Partitions. A dlockd service may split its lock names into partitions,
+ * each its own cluster of daemons (PROTOCOL.md, Partitions). The client
+ * finds out when it first connects (MAP), and then routes: each call
+ * about a name goes to the daemons of the name's partition, through a
+ * client of its own (a *leg*: connected on first use, with the same
+ * options, owner id and key), and follows the service when the map
+ * changes. See "partitions" below. Against a daemon that is not
+ * partitioned, nothing changes.
+ *
  * Errors are negative DLOCK_E* codes; dlock_strerror() describes them, and
  * dlock_last_error() gives the server's text of the last ERR reply seen by
  * the calling thread, or why dlock_connect() could not connect.
@@ -132,6 +141,12 @@ enum {
 				     sent to them. dlock_last_error() names
 				     both: check the daemons' Redis URL, db
 				     and prefix */
+	DLOCK_EMOVED = -23,	  /* a partitioned service (see Partitions)
+				     sent the call on to another partition
+				     more than 3 times (the map keeps
+				     changing): nothing was done;
+				     dlock_last_error() is the last NO MOVED.
+				     Try again */
 };
 
 const char *dlock_strerror(int err);
@@ -156,10 +171,11 @@ enum dlock_lost_reason {
 
 /*
  * Called on the library's thread when a lease is lost, at most once per
- * lease, before its local deadline. It must return quickly and must not
- * call libdlock functions on the same client (signal the application
- * instead: set a flag, write to a pipe, kill a child process). `lease`
- * stays valid until the application calls dlock_unlock() on it.
+ * lease, before its local deadline. `c` is the client the application
+ * made (also when a partition's connection holds the lease). It must return
+ * quickly and must not call libdlock functions on the same client (signal the
+ * application instead: set a flag, write to a pipe, kill a child process).
+ * `lease` stays valid until the application calls dlock_unlock() on it.
  */
 typedef void (*dlock_lost_cb)(dlock_client *c, const dlock_lease *lease,
 			      enum dlock_lost_reason why, void *arg);
@@ -380,6 +396,9 @@ struct dlock_options {
 	 * restarted memory-only, or on another keyspace) gives the client
 	 * its new id: there is no other table to fail over to, and the
 	 * leases it does not know are refused there (on_lost, REJECTED).
+	 * Each partition of a partitioned service is a cluster of its own:
+	 * the option holds the first connection only, and each partition's
+	 * connection holds to the first id its servers name.
 	 */
 	const char *cluster;
 	dlock_contended_cb on_contended; /* NULL: none */
@@ -398,12 +417,16 @@ void dlock_options_init(struct dlock_options *o);
  * *out is a client to free with dlock_close(). */
 int dlock_connect(const struct dlock_options *o, dlock_client **out);
 
-/* Stop renewing, close the connection, join the thread, free the client.
+/* Stop renewing, close the connection (and each partition's: see
+ * Partitions), join the thread, free the client.
  * Leases still held are not released (they expire at the server); their
  * handles are freed: the application must not use them afterwards.
  * dlock_close(NULL) is a no-op. Not to be called from on_lost. */
 void dlock_close(dlock_client *c);
 
+/* Of a partitioned service (Partitions), these four and dlock_ping(),
+ * dlock_stats(), dlock_locks() and dlock_watch() of a prefix are about
+ * the client's first connection: one partition's daemon. */
 /* The owner id (valid for the client's life). */
 const char *dlock_owner(const dlock_client *c);
 /* The secret that proves it (options.owner_key, or the one the server
@@ -857,6 +880,79 @@ uint32_t dlock_lease_waiters(const dlock_lease *l);
 
 /* Milliseconds on CLOCK_BOOTTIME (the clock of dlock_lease_deadline). */
 int64_t dlock_now_ms(void);
+
+/* ---- partitions -----------------------------------------------------------
+ *
+ * A partitioned service (PROTOCOL.md, Partitions) serves each lock name
+ * from one partition: a cluster of daemons with its own lock table,
+ * tokens and cluster id, chosen by the name's slot (Redis Cluster's hash
+ * slot of the name, or of its {tag}: "{order:42}:pay" and
+ * "{order:42}:ship" are in one slot). dlock_connect() asks the daemon it
+ * reached for the partition map (MAP); a map of epoch > 0 makes the
+ * client a router:
+ *
+ *  - each call about a name -- dlock_lock(), dlock_acquire(),
+ *    dlock_trylock(), dlock_check(), dlock_status(), dlock_holders(),
+ *    dlock_break_reason(), dlock_unlock_token(), dlock_refresh_token(),
+ *    dlock_watch() and dlock_unwatch() of a name -- is sent to the
+ *    daemons of its partition, through a connection of the client's
+ *    own for that partition (made on first use, from the addresses the
+ *    map gives, with the client's options, owner id and key; it renews,
+ *    reconnects and fails over as the client would). A multi-lock goes
+ *    to the partition of its first name: its names must share one
+ *    (DLOCK_EINVAL otherwise, the server's BAD_ARG: put them under one
+ *    {tag}). A lease stays with the connection that took it:
+ *    dlock_unlock(), dlock_refresh() and dlock_proclaim() go there. The
+ *    callbacks get the client the application made.
+ *  - when the map changes, a daemon answers a name it no longer serves
+ *    with MOVED: the client reads the map again, or goes where it says,
+ *    and sends the call there, at most 3 times (then DLOCK_EMOVED).
+ *  - the calls without a name (dlock_ping(), dlock_stats(), dlock_locks(),
+ *    dlock_watch() of a prefix, dlock_server_role(), dlock_cluster()) are
+ *    the first connection's: they show that partition only.
+ *  - a partition whose connection cannot be made fails the call as
+ *    dlock_connect() would (DLOCK_ECONNECT, DLOCK_ETLS, ...; a map that
+ *    names no daemon of it: DLOCK_EUNAVAILABLE), and has the map read
+ *    again (at most once a second) for the next call. A call made while
+ *    dlock_close() runs may end with DLOCK_ECANCELED, as ever.
+ *
+ * A daemon that is not partitioned says epoch 0 (an older one does not
+ * know MAP): the client is then exactly what it always was.
+ */
+
+/* The epoch of the map the client routes by; 0: it does not route (not
+ * partitioned). */
+uint64_t dlock_map_epoch(const dlock_client *c);
+
+/* One partition of a map, as dlock_map() gives it (the strings live for
+ * the callback). */
+struct dlock_map_part {
+	const char *id;	   /* the partition's id ([partition] id) */
+	const char *addrs; /* its daemons, "host:port,..."; "" while none
+			      is known */
+	uint64_t floor;	   /* its tokens are above this */
+	const char *slots; /* its slots, "0-5460,10923"; "" for none */
+};
+
+/* The map as the daemon of the client's first connection knows it
+ * (MAP): *epoch (if not NULL; 0: not partitioned, no partition), and cb
+ * once per partition, in the server's order, on the calling thread. */
+int dlock_map(dlock_client *c, uint64_t *epoch,
+	      void (*cb)(const struct dlock_map_part *p, void *arg), void *arg);
+
+/* An administrator's change of the map, sent to the client's first
+ * connection (PARTITION <command>, PROTOCOL.md): "INIT", "MOVE <slots>
+ * <partition>" (to the active daemon of the partition that has the
+ * slots) or "ADDRS <partition> <host:port,...>|-". Needs the admin
+ * right. 0 and the server's words ("epoch=3 to=p1") in reply (if not
+ * NULL, cut to reply_len), or an error: DLOCK_EINVAL (a command that is
+ * not 1 to 3 words, or the server's BAD_ARG: no such partition, slots
+ * not its own, locks held in them...), DLOCK_ELIMIT (another change is
+ * under way), DLOCK_EUNAVAILABLE, DLOCK_EDENIED, transport errors. The
+ * server may take up to 10 s to answer; the command is not sent again
+ * after a drop. */
+int dlock_partition(dlock_client *c, const char *command, char *reply,
+		    size_t reply_len);
 
 #if defined(__GNUC__)
 #pragma GCC visibility pop

@@ -32,8 +32,8 @@ static int ask(struct dlock_client *c, enum dlock__op op, const char *name,
 	return dlock__call(c, qp);
 }
 
-int dlock_check(dlock_client *c, const char *name, uint64_t token,
-		int64_t *remaining_ms, uint64_t *current)
+static int check_at(dlock_client *c, const char *name, uint64_t token,
+		    int64_t *remaining_ms, uint64_t *current)
 {
 	struct dlock__req *q;
 	int err;
@@ -53,7 +53,18 @@ int dlock_check(dlock_client *c, const char *name, uint64_t token,
 	return err;
 }
 
-int dlock_status(dlock_client *c, const char *name, struct dlock_status *st)
+int dlock_check(dlock_client *c, const char *name, uint64_t token,
+		int64_t *remaining_ms, uint64_t *current)
+{
+	struct dlock__hop hop = {0};
+	int err;
+
+	while (dlock__route(c, name, &hop, &err))
+		err = check_at(hop.leg, name, token, remaining_ms, current);
+	return err;
+}
+
+static int status_at(dlock_client *c, const char *name, struct dlock_status *st)
 {
 	struct dlock__req *q;
 	int err;
@@ -71,6 +82,16 @@ int dlock_status(dlock_client *c, const char *name, struct dlock_status *st)
 	return err;
 }
 
+int dlock_status(dlock_client *c, const char *name, struct dlock_status *st)
+{
+	struct dlock__hop hop = {0};
+	int err;
+
+	while (dlock__route(c, name, &hop, &err))
+		err = status_at(hop.leg, name, st);
+	return err;
+}
+
 int dlock_break(dlock_client *c, const char *name, uint64_t token,
 		uint64_t *current)
 {
@@ -82,8 +103,8 @@ int dlock_break(dlock_client *c, const char *name, uint64_t token,
 	return DLOCK_EINVAL; /* a BREAK says why: dlock_break_reason() */
 }
 
-int dlock_break_reason(dlock_client *c, const char *name, uint64_t token,
-		       const char *reason, uint64_t *current)
+static int break_at(dlock_client *c, const char *name, uint64_t token,
+		    const char *reason, uint64_t *current)
 {
 	struct dlock__req *q;
 	int err;
@@ -110,6 +131,17 @@ int dlock_break_reason(dlock_client *c, const char *name, uint64_t token,
 		*current = q->r_value;
 	dlock__req_free(q);
 	dlock__leave(c);
+	return err;
+}
+
+int dlock_break_reason(dlock_client *c, const char *name, uint64_t token,
+		       const char *reason, uint64_t *current)
+{
+	struct dlock__hop hop = {0};
+	int err;
+
+	while (dlock__route(c, name, &hop, &err))
+		err = break_at(hop.leg, name, token, reason, current);
 	return err;
 }
 
@@ -313,9 +345,9 @@ static int holders_line(char *line, struct dlock_holder *h)
 	return 0;
 }
 
-int dlock_holders(dlock_client *c, const char *name,
-		  void (*cb)(const struct dlock_holder *h, void *arg),
-		  void *arg, struct dlock_status *st, uint64_t *more)
+static int holders_at(dlock_client *c, const char *name,
+		      void (*cb)(const struct dlock_holder *h, void *arg),
+		      void *arg, struct dlock_status *st, uint64_t *more)
 {
 	struct dlock_holder h;
 	struct dlock__req *q;
@@ -353,6 +385,18 @@ int dlock_holders(dlock_client *c, const char *name,
 	return err;
 }
 
+int dlock_holders(dlock_client *c, const char *name,
+		  void (*cb)(const struct dlock_holder *h, void *arg),
+		  void *arg, struct dlock_status *st, uint64_t *more)
+{
+	struct dlock__hop hop = {0};
+	int err;
+
+	while (dlock__route(c, name, &hop, &err))
+		err = holders_at(hop.leg, name, cb, arg, st, more);
+	return err;
+}
+
 /* ---- leases by (name, token) --------------------------------------------- */
 
 /*
@@ -364,8 +408,8 @@ int dlock_holders(dlock_client *c, const char *name,
  * handles' back would make the record lie (a released lease still renewed,
  * a refresh undone by the next renewal's TTL).
  */
-int dlock_unlock_token(dlock_client *c, const char *name, uint64_t token,
-		       uint32_t *holds_left)
+static int unlock_token_at(dlock_client *c, const char *name, uint64_t token,
+			   uint32_t *holds_left)
 {
 	struct dlock__req *q = NULL;
 	int err;
@@ -386,8 +430,19 @@ int dlock_unlock_token(dlock_client *c, const char *name, uint64_t token,
 	return err;
 }
 
-int dlock_refresh_token(dlock_client *c, const char *name, uint64_t token,
-			int64_t ttl_ms, int64_t *granted_ttl_ms)
+int dlock_unlock_token(dlock_client *c, const char *name, uint64_t token,
+		       uint32_t *holds_left)
+{
+	struct dlock__hop hop = {0};
+	int err;
+
+	while (dlock__route(c, name, &hop, &err))
+		err = unlock_token_at(hop.leg, name, token, holds_left);
+	return err;
+}
+
+static int refresh_token_at(dlock_client *c, const char *name, uint64_t token,
+			    int64_t ttl_ms, int64_t *granted_ttl_ms)
 {
 	struct dlock__req *q;
 	int err;
@@ -411,5 +466,17 @@ int dlock_refresh_token(dlock_client *c, const char *name, uint64_t token,
 		dlock__req_free(q);
 	}
 	dlock__leave(c);
+	return err;
+}
+
+int dlock_refresh_token(dlock_client *c, const char *name, uint64_t token,
+			int64_t ttl_ms, int64_t *granted_ttl_ms)
+{
+	struct dlock__hop hop = {0};
+	int err;
+
+	while (dlock__route(c, name, &hop, &err))
+		err = refresh_token_at(hop.leg, name, token, ttl_ms,
+				       granted_ttl_ms);
 	return err;
 }

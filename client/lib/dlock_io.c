@@ -216,6 +216,48 @@ int dlock__resolve(struct dlock_client *c)
 	return c->addr.naddrs > 0 ? 0 : DLOCK_ECONNECT;
 }
 
+int dlock__readdress(struct dlock_client *c, const char *servers)
+{
+	struct dlock_client *t = calloc(1, sizeof(*t));
+	char cur[DLOCK__SERVER_NAME_MAX];
+	char *old = NULL;
+	int err = DLOCK_ENOMEM, i;
+
+	/* resolved apart, in a scratch client: names are looked up without
+	 * c->mu, and a list that does not resolve changes nothing */
+	if (t && (t->addr.servers = strdup(servers)) != NULL)
+		err = dlock__resolve(t);
+	if (err == 0) {
+		pthread_mutex_lock(&c->mu);
+		snprintf(cur, sizeof(cur), "%s", c->addr.names[c->addr.addr_i]);
+		memcpy(c->addr.addrs, t->addr.addrs, sizeof(c->addr.addrs));
+		memcpy(c->addr.addrlens, t->addr.addrlens,
+		       sizeof(c->addr.addrlens));
+		memcpy(c->addr.names, t->addr.names, sizeof(c->addr.names));
+		c->addr.naddrs = t->addr.naddrs;
+		old = c->addr.servers;
+		c->addr.servers = t->addr.servers;
+		c->opt.servers = c->addr.servers;
+		t->addr.servers = NULL;
+		/* the server it is on, if still listed, is where it goes on */
+		c->addr.addr_i = 0;
+		for (i = 0; i < c->addr.naddrs; i++)
+			if (strcmp(c->addr.names[i], cur) == 0) {
+				c->addr.addr_i = i;
+				break;
+			}
+		c->addr.hint_i = c->addr.failed_i = -1;
+		memset(c->addr.why, 0, sizeof(c->addr.why));
+		c->addr.unresolved[0] = '\0';
+		pthread_mutex_unlock(&c->mu);
+	}
+	free(old);
+	if (t)
+		free(t->addr.servers);
+	free(t);
+	return err;
+}
+
 void dlock__hint(struct dlock_client *c, struct dl_str active)
 {
 	int i;
@@ -532,7 +574,8 @@ static int keep_over_drop(struct dlock_client *c, struct dlock__req *q)
 	/* not sent again: done once, a second one would answer that there
 	 * is nothing left (BREAK: STALE) for a request that did its job */
 	if ((q->op == DLOCK__UNLOCK && !q->last_hold) ||
-	    q->op == DLOCK__UNLOCK_TOKEN || q->op == DLOCK__BREAK) {
+	    q->op == DLOCK__UNLOCK_TOKEN || q->op == DLOCK__BREAK ||
+	    q->op == DLOCK__PARTITION) {
 		dlock__req_finish(c, q, DLOCK_ECLOSED);
 		return 0;
 	}
@@ -544,7 +587,8 @@ static int keep_over_drop(struct dlock_client *c, struct dlock__req *q)
 	/* a body cut by the drop is read again whole (a multi-lock sent
 	 * again with its request id gets back the grants it had) */
 	if (q->op == DLOCK__STATS || q->op == DLOCK__LOCKS ||
-	    q->op == DLOCK__HOLDERS || q->op == DLOCK__LOCKALL) {
+	    q->op == DLOCK__HOLDERS || q->op == DLOCK__LOCKALL ||
+	    q->op == DLOCK__MAP) {
 		q->stats_len = 0;
 		q->stats_n = 0;
 	}
@@ -803,7 +847,7 @@ static void deliver_risk(struct dlock_client *c)
 			continue;
 		c->ls.cb_handle = h;
 		pthread_mutex_unlock(&c->mu);
-		c->opt.on_at_risk(c, h, c->opt.arg);
+		c->opt.on_at_risk(c->parent ? c->parent : c, h, c->opt.arg);
 		pthread_mutex_lock(&c->mu);
 		c->ls.cb_handle = NULL;
 		pthread_cond_broadcast(&c->idle_cv);
@@ -831,8 +875,8 @@ static void deliver_contended(struct dlock_client *c)
 			continue;
 		c->ls.cb_handle = h;
 		pthread_mutex_unlock(&c->mu);
-		c->opt.on_contended(c, h, atomic_load(&h->l->waiters),
-				    c->opt.arg);
+		c->opt.on_contended(c->parent ? c->parent : c, h,
+				    atomic_load(&h->l->waiters), c->opt.arg);
 		pthread_mutex_lock(&c->mu);
 		c->ls.cb_handle = NULL;
 		pthread_cond_broadcast(&c->idle_cv);
@@ -859,7 +903,8 @@ static void deliver_lost(struct dlock_client *c)
 			continue;
 		c->ls.cb_handle = h;
 		pthread_mutex_unlock(&c->mu);
-		c->opt.on_lost(c, h, h->why, c->opt.arg);
+		c->opt.on_lost(c->parent ? c->parent : c, h, h->why,
+			       c->opt.arg);
 		pthread_mutex_lock(&c->mu);
 		c->ls.cb_handle = NULL;
 		pthread_cond_broadcast(&c->idle_cv);

@@ -13,6 +13,8 @@
  *   dlock_watch.c  watches: their events, and watching again after a
  *                reconnect.
  *   dlock_desc.c who the client says it is, and who a holder said it is.
+ *   dlock_route.c  a partitioned service: the map, a leg (an ordinary
+ *                client) per partition, calls routed by name, MOVED.
  *
  * Everything below is protected by dlock_client.mu, except what is marked
  * atomic (read by the lease accessors without the lock, also from on_lost)
@@ -55,8 +57,9 @@
  * daemons). */
 #define DLOCK__REDIRECT_MS     100
 #define DLOCK__REDIRECT_MAX_MS 500
-#define DLOCK__TAG_SIZE	       24	    /* "r" + 20 digits + NUL */
-#define DLOCK__STATS_MAX       (256 * 1024) /* bytes of a STATS body kept */
+#define DLOCK__TAG_SIZE	       24	     /* "r" + 20 digits + NUL */
+#define DLOCK__STATS_MAX       (256 * 1024)  /* bytes of a STATS body kept */
+#define DLOCK__MAP_MAX	       (1024 * 1024) /* of a MAP body: every slot */
 /* Lines a reply body may announce: the most any server sends (HOLDERS:
  * DL_HOLDERS_LIST_MAX holders and as many waiters; LOCKS a page; STATS)
  * with room. More is a server that would keep the client reading: it is
@@ -102,6 +105,11 @@
  *   MCONFIRM       REFRESH of each grant of a "* LOCKED", one after the
  *                  other (q->multi->ci): starts each lease's deadline, as
  *                  CONFIRM does for a "* GRANTED"
+ *   MAP            the partition map: its body lines kept whole in
+ *                  q->stats, the epoch in r_value (dlock_route.c)
+ *   PARTITION      an admin's change of the map: its words in q->stats
+ *                  ("w\0w\0", stats_n of them); the reply's words after
+ *                  OK PARTITION into q->after
  */
 #define DLOCK__OPS(X)                                                          \
 	X(AUTH, AUTH, args_auth, on_ok)                                        \
@@ -126,7 +134,9 @@
 	X(DESCRIBE, HELLO, args_describe, on_describe)                         \
 	X(RECLAIM, RECLAIM, args_reclaim, reply_refresh)                       \
 	X(LOCKALL, LOCK, args_lockall, reply_lockall)                          \
-	X(MCONFIRM, REFRESH, args_mconfirm, reply_mconfirm)
+	X(MCONFIRM, REFRESH, args_mconfirm, reply_mconfirm)                    \
+	X(MAP, MAP, args_none, on_map)                                         \
+	X(PARTITION, PARTITION, args_partition, on_partition)
 
 enum dlock__op {
 #define DLOCK__OP_ENUM(op, verb, args, reply) DLOCK__##op,
@@ -144,6 +154,7 @@ enum dlock__where {
 };
 
 struct dlock__lease;
+struct dlock__router; /* dlock_route.c */
 
 /*
  * What a multi-lock (LOCKALL) asks and gets: its names in byte order, and
@@ -240,6 +251,9 @@ struct dlock__req {
  */
 struct dlock__lease {
 	struct dlock__lease *next, *prev; /* c->leases */
+	/* the client that holds it (immutable): a router's leases live in
+	 * its legs, and dlock_unlock() on the router goes to this one */
+	struct dlock_client *c;
 	char name[DL_NAME_MAX + 1];
 	uint64_t token;
 	_Atomic int64_t deadline; /* local deadline, monotonic ms */
@@ -450,6 +464,18 @@ struct dlock_client {
 	struct dlock__reqs rq;
 	struct dlock__leases ls;
 	struct dlock__watches w;
+
+	/* Partitions (dlock_route.c). A client whose first connection read
+	 * a map (MAP epoch > 0) routes each call about a name to a leg: an
+	 * ordinary client of that name's partition, made by it (parent set;
+	 * on the router's list of legs through leg_next). rt is set once
+	 * (NULL: not partitioned, every call is this client's own) and read
+	 * without mu. The legs' options that dlock_connect() only borrowed:
+	 * copies (a leg is made later). */
+	struct dlock__router *_Atomic rt;
+	struct dlock_client *parent;
+	struct dlock_client *leg_next;
+	char *tls_ca, *tls_cert, *tls_key, *tls_server_name;
 };
 
 /* ---- dlock_req.c --------------------------------------------------------- */
@@ -605,6 +631,62 @@ static inline int dlock__bad_ms(int64_t ms)
 {
 	return ms < 0 || (uint64_t)ms > DL_DURATION_MAX_MS;
 }
+
+/* dlock_close's first step: closing set, every call waiting in c woken
+ * with DLOCK_ECANCELED, nothing freed (again: no effect). */
+void dlock__cancel(struct dlock_client *c);
+/* A thread inside a call of c that is not in c->mu (a call routed to a
+ * leg): dlock_close() waits for it. DLOCK_ECANCELED once closing. */
+int dlock__hold(struct dlock_client *c);
+void dlock__unhold(struct dlock_client *c);
+/* A leg of router c: an ordinary client of `servers` with c's options,
+ * owner and key, its description, and c as its parent. */
+int dlock__leg_connect(struct dlock_client *c, const char *servers,
+		       struct dlock_client **out);
+/* The client a call about lease handle h goes to: the leg that holds it
+ * when c is its router, else c. */
+struct dlock_client *dlock__lease_client(struct dlock_client *c,
+					 const dlock_lease *h);
+
+/* ---- dlock_route.c ------------------------------------------------------- */
+
+/*
+ * A routed call is a loop (dlock.c, dlock_ask.c, dlock_watch.c):
+ *
+ *     struct dlock__hop hop = {0};
+ *     while (dlock__route(c, name, &hop, &err))
+ *             err = call_at(hop.leg, ...);
+ *     return err;
+ *
+ * dlock__route picks the client to send to (c itself when it is not
+ * partitioned, or for a name no partition of its map serves), follows a
+ * MOVED the last try got (reading MAP again, or going to the partition it
+ * names; at most DLOCK__MOVES_MAX), and returns 0 with *err final.
+ */
+#define DLOCK__MOVES_MAX 3
+struct dlock__hop {
+	struct dlock_client *leg; /* the client of this try; NULL: none yet */
+	int to;			  /* partition a MOVED named, -1: the map's */
+	int moves;		  /* MOVED answers followed */
+	int held;		  /* dlock__hold(c) was taken */
+	int counted;		  /* leg is a leg, counted in the router's
+				     users until the next dlock__route */
+};
+int dlock__route(struct dlock_client *c, const char *name,
+		 struct dlock__hop *hop, int *err);
+/* dlock_connect: read MAP on c's first connection; a map of epoch > 0
+ * makes c a router (an error, or epoch 0, leaves it as it is). */
+void dlock__router_start(struct dlock_client *c);
+/* dlock_close: no new leg, every leg closed (before c's own thread
+ * stops); then, once no caller is left, the router freed. */
+void dlock__router_close(struct dlock_client *c);
+void dlock__router_free(struct dlock_client *c);
+
+/* ---- dlock_io.c (legs) --------------------------------------------------- */
+
+/* Give leg c a new server list (the map changed its partition's
+ * addresses): resolved first, then swapped in; the connection stays. */
+int dlock__readdress(struct dlock_client *c, const char *servers);
 
 /* ---- dlock_watch.c ------------------------------------------------------ */
 

@@ -561,10 +561,11 @@ static void stats_line(struct dlock_client *c, const char *line, size_t len)
 	struct dlock__req *q = c->rq.stats_req;
 	const char *sp = memchr(line, ' ', len);
 	size_t need = len + 2;
+	size_t most = q->op == DLOCK__MAP ? DLOCK__MAP_MAX : DLOCK__STATS_MAX;
 
 	if ((q->op == DLOCK__LOCKS || q->op == DLOCK__HOLDERS ||
-	     q->op == DLOCK__LOCKALL) &&
-	    sp && q->stats_len + need <= DLOCK__STATS_MAX) {
+	     q->op == DLOCK__LOCKALL || q->op == DLOCK__MAP) &&
+	    sp && q->stats_len + need <= most) {
 		if (stats_room(q, need, 4096)) {
 			memcpy(q->stats + q->stats_len, line, len);
 			q->stats[q->stats_len + len] = '\0';
@@ -826,6 +827,36 @@ static int on_stats(struct dlock_client *c, struct dlock__req *q,
 		dlock__req_finish(c, q, DLOCK_EPROTO);
 	else
 		expect_body(c, q, n);
+	return 1;
+}
+
+/* OK MAP <epoch> <n>: the epoch, then n body lines (part, slots) */
+static int on_map(struct dlock_client *c, struct dlock__req *q,
+		  const struct dl_reply *r)
+{
+	uint64_t n;
+
+	if (!is(r, DL_REPLY_OK, "MAP"))
+		return 0;
+	if (dl_reply_u64(r, 0, &q->r_value) < 0 || dl_reply_u64(r, 1, &n) < 0)
+		dlock__req_finish(c, q, DLOCK_EPROTO);
+	else
+		expect_body(c, q, n);
+	return 1;
+}
+
+/* OK PARTITION epoch=<e> [to=<partition>]: the words, for the caller */
+static int on_partition(struct dlock_client *c, struct dlock__req *q,
+			const struct dl_reply *r)
+{
+	size_t n = r->rest.len < sizeof(q->after) - 1 ? r->rest.len
+						      : sizeof(q->after) - 1;
+
+	if (!is(r, DL_REPLY_OK, "PARTITION"))
+		return 0;
+	memcpy(q->after, r->rest.p, n);
+	q->after[n] = '\0';
+	dlock__req_finish(c, q, 0);
 	return 1;
 }
 

@@ -362,6 +362,18 @@ static void args_none(struct dlock_client *c, struct dlock__req *q, int64_t now,
 	(void)c, (void)q, (void)now, (void)f;
 }
 
+/* PARTITION <words>: q->stats holds them, "w\0w\0" (dlock_partition) */
+static void args_partition(struct dlock_client *c, struct dlock__req *q,
+			   int64_t now, struct dl_fmt *f)
+{
+	const char *w = q->stats;
+	uint64_t i;
+
+	(void)c, (void)now;
+	for (i = 0; w && i < q->stats_n; i++, w += strlen(w) + 1)
+		dl_fmt_word(f, w);
+}
+
 static void args_locks(struct dlock_client *c, struct dlock__req *q,
 		       int64_t now, struct dl_fmt *f)
 {
@@ -710,6 +722,9 @@ static const struct word_err no_map[] = {
 	{"DENIED", DLOCK_EDENIED},
 	/* a multi-lock takes new leases only: the owner holds one */
 	{"ALREADY_HELD", DLOCK_EHELDBYOWNER},
+	/* another partition serves the name: not executed (a router
+	 * follows it, dlock_route.c) */
+	{"MOVED", DLOCK_EMOVED},
 };
 static const struct word_err err_map[] = {
 	{"NOAUTH", DLOCK_EAUTH},
@@ -836,6 +851,7 @@ int dlock__lease_grant(struct dlock_client *c, struct dlock__req *q,
 			return DLOCK_ENOMEM;
 		}
 		snprintf(l->name, sizeof(l->name), "%s", q->name);
+		l->c = c;
 		l->token = token;
 		l->shared = q->shared;
 		l->limit = q->limit ? q->limit : 1;

@@ -88,11 +88,20 @@ static int watched(const struct dlock_client *c, struct dl_str name)
 	return 0;
 }
 
-/* Append ev, or count it missed; an OVERFLOW goes first if some were. */
+/* Append ev, or count it missed; an OVERFLOW goes first if some were.
+ * A leg's events go to its router's queue, where dlock_watch_next()
+ * takes them (c->mu, then the router's: never the other way round). */
 static void push(struct dlock_client *c, const struct dlock_watch_event *ev)
 {
 	struct dlock__wev *e;
 	int notice = c->w.missed > 0;
+
+	if (c->parent) {
+		pthread_mutex_lock(&c->parent->mu);
+		push(c->parent, ev);
+		pthread_mutex_unlock(&c->parent->mu);
+		return;
+	}
 
 	if (c->w.wq_n + (size_t)notice >= DLOCK_WATCH_QUEUE_MAX) {
 		c->w.missed +=
@@ -289,8 +298,8 @@ static int bad_pattern(const char *pat)
 	return !pat || dl_check_name(pat, strlen(pat)) < 0;
 }
 
-static int call(struct dlock_client *c, enum dlock__op op, const char *pat,
-		int64_t *holders)
+static int call_at(struct dlock_client *c, enum dlock__op op, const char *pat,
+		   int64_t *holders)
 {
 	struct dlock__req *q;
 	int err;
@@ -312,6 +321,20 @@ static int call(struct dlock_client *c, enum dlock__op op, const char *pat,
 		*holders = (int64_t)q->r_value;
 	dlock__req_free(q);
 	dlock__leave(c);
+	return err;
+}
+
+/* A lock's name is routed to its partition (its events come to this
+ * client's queue); a prefix is the first connection's partition's. */
+static int call(struct dlock_client *c, enum dlock__op op, const char *pat,
+		int64_t *holders)
+{
+	struct dlock__hop hop = {0};
+	size_t n = pat ? strlen(pat) : 0;
+	int err;
+
+	while (dlock__route(c, n && pat[n - 1] != '*' ? pat : NULL, &hop, &err))
+		err = call_at(hop.leg, op, pat, holders);
 	return err;
 }
 
