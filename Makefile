@@ -138,7 +138,7 @@ HARNESS_LIBS := $(shell $(PKG_CONFIG) --libs hiredis 2>/dev/null)
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
         run-cluster \
         install uninstall clean deps \
-        java javatest bench bench-clients bench-election bench-multilock bench-partitions bench-failover bench-etcd bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-short faults-selftest \
+        java javatest bench bench-clients bench-election bench-multilock bench-partitions bench-failover bench-etcd bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-parts faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest gotest bench-python \
         format-check lint shape \
         bench-deadlock
@@ -550,6 +550,16 @@ faults: deps
 	$(MAKE) $(FAULT_BINS)
 	$(FAULT_ENV) DURATION=$$(($(FAULT_MINUTES) * 60)) \
 	  bash tests/faults/campaign.sh
+
+# The campaign on a partitioned service (tests/faults/campaign_parts.sh):
+# a Redis Cluster of 3 primaries and 3 replicas, 3 partitions of an
+# active and a standby; shard fail-overs, slot migrations and partition
+# moves under load. make faults-parts FAULT_MINUTES=15 [SEED=n].
+faults-parts: deps
+	$(MAKE) $(O)/dlockd $(O)/dlock $(O)/faults/worker $(O)/faults/check
+	DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock WORKER=$(O)/faults/worker \
+	  CHECK=$(O)/faults/check DURATION=$$(($(FAULT_MINUTES) * 60)) \
+	  bash tests/faults/campaign_parts.sh
 
 # Under a minute, for make check: a fixed seed, then a random one (printed).
 faults-short: $(FAULT_BINS) faults-check-test
