@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "server/clock.h"
 #include "server/cmd.h"
 #include "server/cmd_private.h"
 #include "server/conn.h"
@@ -209,6 +210,17 @@ void dl__cmd_partition(struct dl_conn *c, const struct dl_request *rq)
 		memcpy(asking.tag, rq->tag.p, asking.taglen);
 	if (word_is(w0, "INIT") && rq->nwords == 1) {
 		err = dl_part_init_map(p, on_done, &asking, why, sizeof(why));
+	} else if (word_is(w0, "MOVE") && rq->nwords == 3 &&
+		   c->srv->closed_until > dl_mono_ms()) {
+		/* found from outside: with grants closed after Redis went
+		 * back, the table holds none of the leases Redis lost, so
+		 * "no lock in those slots" proved nothing, and the slots'
+		 * names went to a partition that granted them again */
+		dl_conn_error(
+			c, DL_EUNAVAILABLE,
+			"grants are closed (Redis went back): this partition's table may lack leases of those slots; move them once grants reopen",
+			rq->tag);
+		return;
 	} else if (word_is(w0, "MOVE") && rq->nwords == 3) {
 		memset(set, 0, sizeof(set));
 		if (dl_slots_parse(rq->words[1].p, rq->words[1].len, set) <=

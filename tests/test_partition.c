@@ -16,6 +16,7 @@
  *   - a map that Redis lost or took back is written back.
  */
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -439,4 +440,207 @@ Test(partition, map_announces_every_line_it_sends)
 	}
 	cr_assert_str_eq(h_line(c0), "OK PONG after");
 	h_close(c0);
+}
+
+/* ---- a partition of two daemons ------------------------------------------
+ *
+ * p0 an active and a standby (nodes a and b, peers, state dirs, 2 s
+ * leadership), p1 one daemon, on one Redis. */
+
+static struct h_daemon pa, pb, p1d;
+
+static void ha_start(void)
+{
+	struct h_daemon *nodes[2] = {&pa, &pb};
+	char conf[H_PATH_MAX + 300];
+	int i;
+
+	h_redis_start(&r, "always");
+	for (i = 0; i < 2; i++) {
+		h_daemon_write_conf(nodes[i], "");
+		snprintf(conf, sizeof(conf),
+			 "[persistence]\nredis_prefix = t:\nstate_dir = %s\n"
+			 "[limits]\nmax_ttl = 60s\n"
+			 "[cluster]\nnode_id = %s\npeers = %s\n"
+			 "[partition]\nid = p0\n",
+			 nodes[i]->dir, i ? "b" : "a", i ? "a" : "b");
+		h_daemon_write_conf(nodes[i], conf);
+		h_daemon_start_nowait(nodes[i], "-c", nodes[i]->conf,
+				      "--persist", "redis", "--redis", r.url,
+				      "--leader-lease", "2s", NULL);
+	}
+	h_daemon_start_redis(&p1d, &r,
+			     "[persistence]\nredis_prefix = t:\n"
+			     "[partition]\nid = p1\n");
+}
+
+static void ha_stop(void)
+{
+	kill(pa.pid, SIGCONT);
+	kill(pb.pid, SIGCONT);
+	h_daemon_cleanup(&pa);
+	h_daemon_cleanup(&pb);
+	h_daemon_cleanup(&p1d);
+	h_redis_cleanup(&r);
+}
+
+TestSuite(partition_ha, .init = ha_start, .fini = ha_stop, .timeout = 120);
+
+/* The node of p0 that is active (within 30 s). */
+static struct h_daemon *p0_active(void)
+{
+	uint64_t end = h_now_ms() + 30000;
+	struct h_daemon *nodes[2] = {&pa, &pb};
+	struct h_client *c;
+	int i, yes;
+
+	for (;;) {
+		for (i = 0; i < 2; i++) {
+			if (!h_daemon_alive(nodes[i]) ||
+			    !(c = h_try_connect(nodes[i]->port)))
+				continue;
+			yes = strstr(h_call(c, "HELLO"), " role=active ") !=
+			      NULL;
+			h_close(c);
+			if (yes)
+				return nodes[i];
+		}
+		cr_assert(h_now_ms() < end, "no active node of p0");
+		h_sleep_ms(50);
+	}
+}
+
+/* The map made on p0's active, p1 in it: that daemon. */
+static struct h_daemon *ha_map(void)
+{
+	struct h_daemon *a = p0_active();
+	struct h_client *c = h_connect(a->port);
+	uint64_t end = h_now_ms() + 15000;
+	char want[64];
+	int n, k, found;
+	char *l;
+
+	cr_assert_str_eq(h_call(c, "PARTITION INIT"), "OK PARTITION epoch=1");
+	snprintf(want, sizeof(want), "part p1 addrs=127.0.0.1:%d ", p1d.port);
+	for (found = 0; !found;) {
+		l = h_call(c, "MAP");
+		n = (int)h_arg_u64(l, 1);
+		for (k = 0; k < n; k++)
+			found |= h_starts(h_line(c), want);
+		cr_assert(found || h_now_ms() < end, "p1 is not in the map");
+		if (!found)
+			h_sleep_ms(50);
+	}
+	h_close(c);
+	return a;
+}
+
+/* Found from outside: a standby paused across two moves took over while
+ * the map could not be read, and served the first move's slot from the
+ * map it knew (the partition's record holds the last move only): its
+ * grant's token was the one p1 had given. A daemon now reads the map
+ * after each load before it serves. */
+Test(partition_ha, a_take_over_reads_the_map_before_it_serves)
+{
+	struct h_daemon *a = ha_map(), *b = a == &pa ? &pb : &pa;
+	struct h_client *c, *c1;
+	char n1[32], text[4096], cmd[H_PATH_MAX + 64], *l;
+	const char *got;
+
+	snprintf(n1, sizeof(n1), "%s", name_in(2121));
+	h_daemon_signal(b, SIGSTOP);
+	c = h_connect(a->port);
+	moved(c, "2121", "p1");
+	moved(c, "14378", "p1");
+	h_close(c);
+	c1 = h_connect(p1d.port);
+	{
+		uint64_t end = h_now_ms() + 10000;
+
+		while (!h_starts(h_call(c1, "TRYLOCK %s ttl=60s", n1),
+				 "OK GRANTED")) {
+			cr_assert(h_now_ms() < end, "p1: %s", c1->line);
+			h_sleep_ms(50);
+		}
+	}
+	/* the map unreadable (a hash where the text was), p0's active gone,
+	 * the standby back */
+	got = h_redis_cli(&r, "GET 't:{map}'");
+	snprintf(text, sizeof(text), "%s", got);
+	h_redis_cli(&r, "DEL 't:{map}'");
+	h_redis_cli(&r, "HSET 't:{map}' broken yes");
+	h_daemon_kill9(a);
+	h_daemon_signal(b, SIGCONT);
+	cr_assert(p0_active() == b);
+	c = h_connect(b->port);
+	l = h_call(c, "TRYLOCK %s ttl=60s", n1);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE the partition map is not read "
+			      "yet"),
+		  "%s", l);
+	/* the map back (through a file: it holds newlines): the new active
+	 * sends the name to p1 */
+	h_redis_cli(&r, "DEL 't:{map}'");
+	{
+		char path[H_PATH_MAX + 16];
+		FILE *f;
+
+		snprintf(path, sizeof(path), "%s/map.txt", b->dir);
+		f = fopen(path, "w");
+		cr_assert(f != NULL);
+		fwrite(text, 1, strlen(text) - 1, f); /* redis-cli's newline */
+		fclose(f);
+		snprintf(cmd, sizeof(cmd), "-x SET 't:{map}' < %s", path);
+		h_redis_cli(&r, cmd);
+	}
+	{
+		uint64_t end = h_now_ms() + 10000;
+
+		while (!h_starts(l = h_call(c, "TRYLOCK %s ttl=60s", n1),
+				 "NO MOVED p1 ")) {
+			cr_assert(h_now_ms() < end, "%s", l);
+			h_sleep_ms(50);
+		}
+	}
+	h_close(c);
+	h_close(c1);
+}
+
+/* Found from outside: while p0's grants were closed after Redis lost
+ * its table, its table held none of the lost leases, a move of their
+ * slots passed the "no lock" check, and p1 granted a name whose lease
+ * p0 had acknowledged. A move now waits until grants reopen. */
+Test(partition_ha, a_move_waits_while_grants_are_closed)
+{
+	struct h_daemon *a = ha_map(), *b = a == &pa ? &pb : &pa;
+	struct h_client *c;
+	char n0[32], cmd[64], *l;
+	unsigned s;
+
+	snprintf(n0, sizeof(n0), "%s", name_between(0, 5460));
+	s = dl_key_slot(n0, strlen(n0));
+	c = h_connect(a->port);
+	h_lock(c, n0, "ttl=30s");
+	h_close(c);
+	h_daemon_kill9(a);
+	h_daemon_kill9(b);
+	/* Redis forgets p0's table */
+	h_redis_cli(&r, "EVAL \"for _, k in ipairs(redis.call('KEYS', "
+			"'t:{p0}:*')) do redis.call('DEL', k) end\" 0");
+	h_daemon_restart_nowait(a);
+	h_daemon_restart_nowait(b);
+	a = p0_active();
+	c = h_connect(a->port);
+	{
+		uint64_t end = h_now_ms() + 15000;
+
+		while (!h_starts(l = h_call(c, "TRYLOCK %s", n0), "NO BUSY")) {
+			cr_assert(h_now_ms() < end, "%s", l);
+			h_sleep_ms(50);
+		}
+	}
+	cr_assert(strstr(l, "closed_ms=") != NULL, "%s", l);
+	snprintf(cmd, sizeof(cmd), "PARTITION MOVE %u p1", s);
+	l = h_call(c, "%s", cmd);
+	cr_assert(h_starts(l, "ERR UNAVAILABLE grants are closed"), "%s", l);
+	h_close(c);
 }

@@ -73,6 +73,7 @@ struct job {
 	uv_work_t req;
 	struct dl_part *p;
 	enum job_kind kind;
+	unsigned loads;	 /* the store's loads when it was queued */
 	char *old, *new; /* CAS: the text expected and the one written */
 	/* results */
 	int err; /* 0, or the call failed (why) */
@@ -105,7 +106,8 @@ struct dl_part {
 	struct dl_map *map; /* the newest read; epoch 0: none */
 	char *text;	    /* its text as Redis held it */
 	uint64_t known_epoch;
-	int failing; /* the last job failed: said once */
+	int failing;	/* the last job failed: said once */
+	unsigned fresh; /* the store's loads a map read came after */
 
 	/* the record of slots given away (store_part.c), parsed */
 	unsigned gone_gen; /* dl_store_part_gen when parsed */
@@ -395,6 +397,7 @@ static int queue(struct dl_part *p, enum job_kind kind, const char *old,
 		return DL_ENOMEM;
 	j->p = p;
 	j->kind = kind;
+	j->loads = dl_store_part_loads(p->st);
 	j->req.data = j;
 	if (kind == JOB_CAS &&
 	    (!(j->old = strdup(old)) || !(j->new = strdup(new)))) {
@@ -487,6 +490,7 @@ static void after_work(uv_work_t *req, int status)
 				dl_notice("partition %s: the map is read again",
 					  p->id);
 			p->failing = 0;
+			p->fresh = j->loads;
 			if (j->kind == JOB_CAS && j->swapped)
 				consider(p, j->new, strlen(j->new), 1);
 			else
@@ -601,8 +605,15 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 	const struct dl_map_part *mp;
 
 	*to = NULL;
-	if (p->map->epoch == 0)
+	/* a map read since this daemon's last load (a start, a take-over):
+	 * the map it knew may be older than moves its predecessor made
+	 * (found from outside: a standby paused across two moves took over
+	 * while the map's shard was down, and served the first move's slot
+	 * from its old map; the record holds the last move only) */
+	if (p->map->epoch == 0 || p->fresh != dl_store_part_loads(p->st)) {
+		next_job(p); /* read it now rather than at the next tick */
 		return DL_ROUTE_UNKNOWN;
+	}
 	if (p->gone_gen != dl_store_part_gen(p->st))
 		read_gone(p); /* a load or a write since */
 	if (o == DL_MAP_NOBODY)

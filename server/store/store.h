@@ -118,6 +118,9 @@ void dl_store_free(struct dl_store *st);
 const char *dl_store_part_gone(const struct dl_store *st);
 /* Raised whenever it may have changed (a load, a write). */
 unsigned dl_store_part_gen(const struct dl_store *st);
+/* Raised by each load (a start, a take-over): the partition layer then
+ * reads the map again before it serves. */
+unsigned dl_store_part_loads(const struct dl_store *st);
 /* Write it, fenced, behind every batch sent so far: done(1) once Redis
  * holds it, done(0) if it was refused or the link failed. DL_EUNAVAILABLE
  * when not the active with its link up, or a write is under way. */

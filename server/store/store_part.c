@@ -31,6 +31,11 @@ unsigned dl_store_part_gen(const struct dl_store *st)
 	return st->part.gen;
 }
 
+unsigned dl_store_part_loads(const struct dl_store *st)
+{
+	return st->part.loads;
+}
+
 int dl_store_part_write(struct dl_store *st, const char *gone,
 			void (*done)(int ok, void *arg), void *arg)
 {
@@ -89,6 +94,7 @@ int dl__part_load(struct load_ctx *x)
 
 	st->part.gone[0] = '\0';
 	st->part.gen++;
+	st->part.loads++;
 	if (!(r = DL__LOAD_RUN(x, &rc, 0, "HGET", st->keys.part, "gone")))
 		return rc;
 	if (r->type == REDIS_REPLY_STRING && r->len < sizeof(st->part.gone))

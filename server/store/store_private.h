@@ -118,7 +118,8 @@ struct dl_store {
 		char sending[DL_STORE_PART_MAX]; /* the write under way */
 		void (*done)(int ok, void *arg); /* it, when one is */
 		void *arg;
-		unsigned gen; /* raised by each load and write */
+		unsigned gen;	/* raised by each load and write */
+		unsigned loads; /* raised by each load */
 	} part;
 };
 
