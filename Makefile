@@ -286,7 +286,8 @@ unit: $(addprefix $(O)/tests/,$(UNIT_TESTS))
 # the same behaviour is required of both.
 REDIS_TOO := test_server test_describe test_watch test_lease_end \
              test_coord test_multi
-INTEG_RUNS := $(INTEG_TESTS) $(addsuffix .redis,$(REDIS_TOO))
+INTEG_RUNS := $(INTEG_TESTS) $(addsuffix .redis,$(REDIS_TOO)) \
+              test_conformance.parts
 INTEG_ENV = DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DLOCK_EXAMPLES=$(O)/examples \
             LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp
 integ: all $(addprefix $(O)/tests/,$(INTEG_TESTS))
@@ -299,7 +300,8 @@ scripts: $(O)/dlockd $(O)/dlock
 	  DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock $$i $$s; done
 
 # One suite, named suite-<binary> (suite-test_server.redis: test_server
-# with persistence on, DL_TEST_PERSIST=redis): its output goes to
+# with persistence on, DL_TEST_PERSIST=redis; suite-test_conformance.parts:
+# the scenarios on a partitioned service): its output goes to
 # $(O)/tests/<suite>.log and is shown when it fails; otherwise its summary
 # and how long it took. Unit suites run CRIT_ARGS tests at a time. Each
 # integration test starts its own Redis and daemons on ports of its own;
@@ -310,12 +312,14 @@ scripts: $(O)/dlockd $(O)/dlock
 # the CPU: a PING after 400 connections' worth of output waited more
 # than 5 s beside five other tests).
 INTEG_JOBS ?= 1
-WAITING_SUITES := test_ha test_persist test_forget test_cli test_client
+WAITING_SUITES := test_ha test_persist test_forget test_cli test_client \
+                  test_conformance.parts
 suite-%:
 	@t=$*; set --; case $$t in *.redis) t=$${t%.redis}; \
-	  set -- DL_TEST_PERSIST=redis;; esac; \
+	  set -- DL_TEST_PERSIST=redis;; *.parts) t=$${t%.parts}; \
+	  set -- DL_CONFORMANCE_PARTS=1;; esac; \
 	case " $(UNIT_TESTS) " in *" $$t "*) j="$(CRIT_ARGS)";; \
-	  *) case " $(WAITING_SUITES) " in *" $$t "*) \
+	  *) case " $(WAITING_SUITES) " in *" $$t "* | *" $* "*) \
 	    j="--jobs $(INTEG_JOBS)";; *) j="--jobs 1";; esac;; esac; \
 	start=$$(date +%s); \
 	if env "$$@" $(INTEG_ENV) $(O)/tests/$$t $$j > $(O)/tests/$*.log 2>&1; \
@@ -350,6 +354,7 @@ ALL_SUITES := test_ha test_persist test_forget test_faults test_cli \
               test_access test_tls test_server.redis \
               test_server test_describe.redis test_describe test_deadlock \
               test_watch.redis test_watch test_ops test_conformance \
+              test_conformance.parts \
               test_lease_end.redis test_lease_end test_coord.redis \
               test_coord test_multi.redis test_multi test_partition \
               test_rcluster test_route \

@@ -12,6 +12,17 @@
  * the first step whose outcome differs, naming the scenario, the line
  * and what was seen. Background locks ("spawn") run on threads of their
  * own. $DL_CONFORMANCE overrides the file's path.
+ *
+ * With DL_CONFORMANCE_PARTS=1 (make check's test_conformance.parts) every
+ * scenario runs on a partitioned service instead: a redis-server and
+ * three daemons of partitions p0, p1 and p2, the map giving p0 the slots
+ * below 5461, p1 those below 10923, p2 the rest. The clients know p0's
+ * daemon only, and every name of a scenario is put under one tag whose
+ * slot is p1's or p2's (by the scenario's index): each of its calls goes
+ * through the map and NO MOVED to the partition that serves it, and a
+ * multi-lock's names share it. "daemon none" starts the same service
+ * (partitions need Redis); "daemon kill9", "restart", "pause" and
+ * "resume" act on every daemon.
  */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -24,6 +35,7 @@
 #include <string.h>
 
 #include "client/lib/dlock.h"
+#include "proto/slot.h"
 #include "tests/harness.h"
 
 #define SCENARIOS_MAX  64  /* scenarios in the file */
@@ -80,8 +92,13 @@ struct job {
 	struct all all;
 };
 
+#define PARTS 3 /* the partitioned service's partitions */
+
 static struct {
-	struct h_daemon d;
+	struct h_daemon d;	       /* p0's with DL_CONFORMANCE_PARTS */
+	struct h_daemon dp[PARTS - 1]; /* p1's and p2's */
+	int parts;		       /* DL_CONFORMANCE_PARTS */
+	char tag[16];		       /* "{c<k>}": the names' tag, or "" */
 	struct h_redis r;
 	struct var_client clients[CLIENTS_MAX];
 	int nclients;
@@ -561,9 +578,111 @@ static void step_verb(int client, char **w, int n, char **want, int nwant)
 	}
 }
 
+/* The partitioned service (DL_CONFORMANCE_PARTS): Redis, three daemons,
+ * the map made, the names' partition told by every daemon's map. */
+static void parts_start(int index)
+{
+	struct h_client *c;
+	char conf[160], want[64], *l;
+	int i, k, tries;
+	unsigned lo = index % 2 ? 10923 : 5461, hi = index % 2 ? 16383 : 10922;
+
+	h_redis_start(&S.r, "always");
+	for (i = 0; i < PARTS; i++) {
+		struct h_daemon *d = i ? &S.dp[i - 1] : &S.d;
+
+		snprintf(conf, sizeof(conf),
+			 "[persistence]\nredis_prefix = c:\n"
+			 "[partition]\nid = p%d\n",
+			 i);
+		h_daemon_start_redis(d, &S.r, conf);
+	}
+	c = h_connect(S.d.port);
+	cr_assert_str_eq(h_call(c, "PARTITION INIT"), "OK PARTITION epoch=1");
+	for (i = 1; i < PARTS; i++) {
+		/* its daemon puts it in the map within a second */
+		snprintf(want, sizeof(want), "part p%d ", i);
+		for (tries = 0;; tries++) {
+			int n, found = 0;
+
+			l = h_call(c, "MAP");
+			n = (int)h_arg_u64(l, 1);
+			for (k = 0; k < n; k++)
+				found |= h_starts(h_line(c), want);
+			if (found)
+				break;
+			cr_assert(tries < 300, "p%d not in the map", i);
+			h_sleep_ms(20);
+		}
+		l = h_call(c, "PARTITION MOVE %u-%u p%d",
+			   i == 1 ? 5461u : 10923u, i == 1 ? 10922u : 16383u,
+			   i);
+		cr_assert(h_starts(l, "OK PARTITION"), "%s", l);
+	}
+	h_close(c);
+	/* the scenario's tag, on p1 or p2 */
+	for (k = 0;; k++) {
+		char t[16];
+
+		snprintf(t, sizeof(t), "c%d", k);
+		if (dl_key_slot(t, strlen(t)) >= lo &&
+		    dl_key_slot(t, strlen(t)) <= hi)
+			break;
+	}
+	snprintf(S.tag, sizeof(S.tag), "{c%d}", k);
+	/* every daemon serves from the new map (read every second) */
+	for (i = 0; i < PARTS; i++) {
+		struct h_daemon *d = i ? &S.dp[i - 1] : &S.d;
+		int target = index % 2 ? 2 : 1;
+
+		c = h_connect(d->port);
+		for (tries = 0;; tries++) {
+			l = h_call(c, "STATUS %sprobe", S.tag);
+			if (i == target ? h_starts(l, "OK STATUS")
+					: h_starts(l, "NO MOVED"))
+				break;
+			cr_assert(tries < 300, "p%d: %s", i, l);
+			h_sleep_ms(20);
+		}
+		h_close(c);
+	}
+}
+
+static void parts_each(void (*fn)(struct h_daemon *d))
+{
+	int i;
+
+	fn(&S.d);
+	for (i = 0; S.parts && i < PARTS - 1; i++)
+		fn(&S.dp[i]);
+}
+
+static void stop_one(struct h_daemon *d)
+{
+	h_daemon_signal(d, SIGSTOP);
+}
+
+static void cont_one(struct h_daemon *d)
+{
+	h_daemon_signal(d, SIGCONT);
+}
+
+static int scenario_index;
+
 static void step_daemon(const char *what)
 {
-	if (strcmp(what, "kill9") == 0)
+	if (S.parts && strcmp(what, "kill9") == 0)
+		parts_each(h_daemon_kill9);
+	else if (S.parts && strcmp(what, "restart") == 0)
+		parts_each(h_daemon_restart);
+	else if (S.parts && strcmp(what, "pause") == 0)
+		parts_each(stop_one);
+	else if (S.parts && strcmp(what, "resume") == 0)
+		parts_each(cont_one);
+	else if (S.parts &&
+		 (strcmp(what, "none") == 0 || strcmp(what, "redis") == 0))
+		parts_start(scenario_index);
+	else if (strcmp(what, "kill9") == 0)
 		h_daemon_kill9(&S.d);
 	else if (strcmp(what, "restart") == 0)
 		h_daemon_restart(&S.d);
@@ -622,6 +741,49 @@ static void step_contended(char **w, int n)
 		     dlock_lease_waiters(v->l), want);
 }
 
+/* Under the partitioned service's tag: a name (and each of a lockall's
+ * list), in place of the scenario's. */
+static char *tagged(const char *name)
+{
+	static char pool[WORDS_MAX][LINE_LEN];
+	static int next;
+	char *out = pool[next++ % WORDS_MAX], *o = out;
+	const char *p = name, *comma;
+	size_t left = LINE_LEN;
+	int w;
+
+	do {
+		comma = strchr(p, ',');
+		w = snprintf(o, left, "%s%s%.*s", o == out ? "" : ",", S.tag,
+			     (int)(comma ? (size_t)(comma - p) : strlen(p)), p);
+		if (w < 0 || (size_t)w >= left)
+			fail("name too long under the tag: %s", name);
+		o += w;
+		left -= (size_t)w;
+		p = comma ? comma + 1 : NULL;
+	} while (p);
+	return out;
+}
+
+/* The words that are names: <c> lock|lockall|status|check|break <name>,
+ * <c> spawn <job> lock|lockall <name>. */
+static void tag_names(char **w, int n)
+{
+	static const char *const verbs[] = {"lock", "lockall", "status",
+					    "check", "break"};
+	size_t i;
+
+	if (n >= 5 && strcmp(w[1], "spawn") == 0) {
+		w[4] = tagged(w[4]);
+		return;
+	}
+	for (i = 0; n >= 3 && i < sizeof(verbs) / sizeof(verbs[0]); i++)
+		if (strcmp(w[1], verbs[i]) == 0) {
+			w[2] = tagged(w[2]);
+			return;
+		}
+}
+
 static void run_line(char *line)
 {
 	char *w[WORDS_MAX + 1], **want = NULL, *arrow;
@@ -643,6 +805,8 @@ static void run_line(char *line)
 		return;
 	if (strcmp(w[0], "scenario") == 0)
 		return;
+	if (S.tag[0])
+		tag_names(w, n);
 	if (strcmp(w[0], "daemon") == 0)
 		step_daemon(w[1]);
 	else if (strcmp(w[0], "client") == 0)
@@ -686,6 +850,13 @@ static void cleanup(void)
 		kill(S.d.pid, SIGCONT);
 	h_daemon_stop(&S.d);
 	h_daemon_cleanup(&S.d);
+	for (i = 0; i < PARTS - 1; i++) {
+		if (S.dp[i].pid > 0)
+			kill(S.dp[i].pid, SIGCONT);
+		if (S.dp[i].pid > 0)
+			h_daemon_stop(&S.dp[i]);
+		h_daemon_cleanup(&S.dp[i]);
+	}
 	if (S.r.pid)
 		h_redis_cleanup(&S.r);
 }
@@ -711,6 +882,9 @@ ParameterizedTest(int *index, conformance, scenario, .timeout = 60,
 
 	cr_assert(load(*index, lines, nos, &n) == 0, "no scenario %d in %s",
 		  *index, path());
+	S.parts = getenv("DL_CONFORMANCE_PARTS") &&
+		  strcmp(getenv("DL_CONFORMANCE_PARTS"), "1") == 0;
+	scenario_index = *index;
 	snprintf(name, sizeof(name), "%.200s", lines[0] + 9);
 	S.scenario = name;
 	for (i = 0; i < n; i++) {
