@@ -377,6 +377,8 @@
 /* The partition's record in its keyspace (server/store/store_part.c):
  * a map epoch, an id, a token and the slots given away. */
 #define DL_STORE_PART_MAX 65536
+/* ... and its copy of the partition map (DL_MAP_TEXT_MAX, part/map.h). */
+#define DL_MAP_COPY_MAX (256 * 1024)
 /* A partitioned daemon reads the partition map this often, and gives up
  * on a change of it asked by an admin command after this long. */
 #define DL_MAP_POLL_MS 1000

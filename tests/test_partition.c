@@ -442,6 +442,59 @@ Test(partition, map_announces_every_line_it_sends)
 	h_close(c0);
 }
 
+/* Found from outside: the map lost while every daemon was down, and an
+ * operator's PARTITION INIT gave p0 the slots of a lease p1 held. Each
+ * partition's active keeps a copy of the map in its keyspace, and a
+ * start that finds none in Redis writes its copy back. */
+Test(partition, a_map_lost_while_all_were_down_comes_back_from_a_copy)
+{
+	struct h_client *c0, *c1;
+	char want[80], *l;
+	uint64_t e;
+	int i;
+
+	init_map();
+	c0 = h_connect(d[0].port);
+	e = moved(c0, "5461-10922", "p1");
+	h_close(c0);
+	map_of(1, e, "slots p1 5461-10922");
+	c1 = h_connect(d[1].port);
+	h_lock(c1, "qux", "ttl=60s"); /* slot 9995: p1's */
+	h_close(c1);
+	/* every active's copy is of that map (written within a second) */
+	snprintf(want, sizeof(want), "epoch %" PRIu64, e);
+	for (i = 0; i < NPARTS; i++) {
+		char cmd[64];
+		uint64_t end = h_now_ms() + 10000;
+
+		snprintf(cmd, sizeof(cmd), "HGET 't:{p%d}:part' map", i);
+		while (!strstr(h_redis_cli(&r, cmd), want)) {
+			cr_assert(h_now_ms() < end, "p%d's copy: %s", i,
+				  h_redis_cli(&r, cmd));
+			h_sleep_ms(50);
+		}
+	}
+	for (i = 0; i < NPARTS; i++)
+		h_daemon_kill9(&d[i]);
+	cr_assert_str_eq(h_redis_cli(&r, "DEL 't:{map}'"), "1\n");
+	for (i = 0; i < NPARTS; i++)
+		h_daemon_restart(&d[i]);
+	c0 = h_connect(d[0].port);
+	l = h_call(c0, "PARTITION INIT");
+	cr_assert(h_starts(l, "ERR BAD_ARG a partition map exists already"),
+		  "%s", l);
+	snprintf(want, sizeof(want), "NO MOVED p1 127.0.0.1:%d ", d[1].port);
+	{
+		uint64_t end = h_now_ms() + 10000;
+
+		while (!h_starts(l = h_call(c0, "TRYLOCK qux"), want)) {
+			cr_assert(h_now_ms() < end, "%s", l);
+			h_sleep_ms(50);
+		}
+	}
+	h_close(c0);
+}
+
 /* ---- a partition of two daemons ------------------------------------------
  *
  * p0 an active and a standby (nodes a and b, peers, state dirs, 2 s

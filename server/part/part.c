@@ -106,8 +106,12 @@ struct dl_part {
 	struct dl_map *map; /* the newest read; epoch 0: none */
 	char *text;	    /* its text as Redis held it */
 	uint64_t known_epoch;
-	int failing;	/* the last job failed: said once */
-	unsigned fresh; /* the store's loads a map read came after */
+	int failing;	       /* the last job failed: said once */
+	unsigned fresh;	       /* the store's loads a map read came after */
+	unsigned copy_loads;   /* the store's loads its copy was read at */
+	uint64_t copy_epoch;   /* the epoch of the copy in the keyspace */
+	int copying;	       /* a write of the copy is under way */
+	uint64_t pending_copy; /* ... of this epoch */
 
 	/* the record of slots given away (store_part.c), parsed */
 	unsigned gone_gen; /* dl_store_part_gen when parsed */
@@ -411,6 +415,62 @@ static int queue(struct dl_part *p, enum job_kind kind, const char *old,
 
 static void after_work(uv_work_t *req, int status);
 
+/* After a load (a start, a take-over): the copy of the map the
+ * partition's keyspace holds is known, if newer than the one in memory.
+ * Served from only after a read of the map (dl_part_route), and written
+ * back if Redis lost the map (consider). A copy lags the map at worst:
+ * its gave= below a pending move keeps that move's slots unserved, and
+ * slots received after it are not served until the map says so. */
+static void load_seen(struct dl_part *p)
+{
+	const char *copy = dl_store_part_map(p->st);
+	struct dl_map *m;
+	char why[200];
+
+	if (p->copy_loads == dl_store_part_loads(p->st))
+		return;
+	p->copy_loads = dl_store_part_loads(p->st);
+	if (!copy[0] || !(m = malloc(sizeof(*m))))
+		return;
+	if (dl_map_parse(m, copy, strlen(copy), why, sizeof(why)) != 0) {
+		dl_error(
+			"partition %s: the copy of the map in its keyspace does not parse: %s",
+			p->id, why);
+	} else {
+		p->copy_epoch = m->epoch;
+		if (m->epoch > p->map->epoch) {
+			memcpy(p->map, m, sizeof(*m));
+			free(p->text);
+			p->text = strdup(copy);
+			p->known_epoch = m->epoch;
+			dl_notice(
+				"partition %s: the copy of map epoch %llu from its keyspace",
+				p->id, (unsigned long long)m->epoch);
+		}
+	}
+	free(m);
+}
+
+static void on_copied(int ok, void *arg)
+{
+	struct dl_part *p = arg;
+
+	p->copying = 0;
+	if (ok)
+		p->copy_epoch = p->pending_copy;
+}
+
+/* The active keeps a copy of the newest map in its keyspace. */
+static void copy_map(struct dl_part *p)
+{
+	if (p->copying || p->ask != ASK_NONE || !p->text ||
+	    p->map->epoch <= p->copy_epoch || !dl_store_active(p->st))
+		return;
+	p->pending_copy = p->map->epoch;
+	if (dl_store_part_write(p->st, DL_PART_MAP, p->text, on_copied, p) == 0)
+		p->copying = 1;
+}
+
 /* Decide on the text Redis holds (NULL: none): adopt it, write back the
  * one known, or write the change wanted. */
 static void consider(struct dl_part *p, const char *text, size_t len, int ours)
@@ -517,6 +577,8 @@ static void on_tick(uv_timer_t *t)
 	uint64_t now = uv_now(p->loop);
 
 	read_gone(p);
+	load_seen(p);
+	copy_map(p);
 	if (p->ask != ASK_NONE && now - p->asked_ms > DL_MAP_ASK_MS)
 		finish(p, DL_EUNAVAILABLE,
 		       p->ask == ASK_MOVE_MAP
@@ -610,6 +672,7 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 	 * (found from outside: a standby paused across two moves took over
 	 * while the map's shard was down, and served the first move's slot
 	 * from its old map; the record holds the last move only) */
+	load_seen(p);
 	if (p->map->epoch == 0 || p->fresh != dl_store_part_loads(p->st)) {
 		next_job(p); /* read it now rather than at the next tick */
 		return DL_ROUTE_UNKNOWN;
@@ -807,6 +870,12 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 	}
 	if (p->gone_gen != dl_store_part_gen(p->st))
 		read_gone(p);
+	if (p->copying) {
+		snprintf(
+			why, whylen,
+			"limit reached: the map's copy is being written, try again");
+		return DL_ELIMIT;
+	}
 	if (pending(p, p->map)) {
 		snprintf(
 			why, whylen,
@@ -852,7 +921,8 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 		snprintf(why, whylen, "too many ranges of slots at once");
 		return DL_EBADARG;
 	}
-	if ((r = dl_store_part_write(p->st, gone, on_noted, p)) != 0) {
+	if ((r = dl_store_part_write(p->st, DL_PART_GONE, gone, on_noted, p)) !=
+	    0) {
 		memset(p->moving, 0, DL_SLOTS);
 		snprintf(why, whylen, "persistence is down, try again");
 		return r;

@@ -117,6 +117,7 @@ void dl_store_free(struct dl_store *st)
 	dl__wb_free(&st->writes.wb);
 	free(st->writes.val.p);
 	dl__keys_free(&st->keys);
+	dl__part_free(st);
 	free(st);
 }
 

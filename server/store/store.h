@@ -114,18 +114,23 @@ struct dl_store *dl_store_new(uv_loop_t *loop, const struct dl_config *cfg,
 void dl_store_free(struct dl_store *st);
 
 /* The partition's record (store_part.c): the slots it gave away, as the
- * partition layer wrote it ("" none), as of the last load or write. */
+ * partition layer wrote it ("" none), and its copy of the partition map
+ * ("" none), as of the last load or write. */
 const char *dl_store_part_gone(const struct dl_store *st);
-/* Raised whenever it may have changed (a load, a write). */
+const char *dl_store_part_map(const struct dl_store *st);
+/* Raised whenever the record may have changed (a load, a write). */
 unsigned dl_store_part_gen(const struct dl_store *st);
 /* Raised by each load (a start, a take-over): the partition layer then
  * reads the map again before it serves. */
 unsigned dl_store_part_loads(const struct dl_store *st);
-/* Write it, fenced, behind every batch sent so far: done(1) once Redis
- * holds it, done(0) if it was refused or the link failed. DL_EUNAVAILABLE
- * when not the active with its link up, or a write is under way. */
-int dl_store_part_write(struct dl_store *st, const char *gone,
-			void (*done)(int ok, void *arg), void *arg);
+enum dl_part_field { DL_PART_GONE, DL_PART_MAP };
+/* Write one field of it, fenced, behind every batch sent so far:
+ * done(1) once Redis holds it, done(0) if it was refused or the link
+ * failed. DL_EUNAVAILABLE when not the active with its link up, or a
+ * write is under way. */
+int dl_store_part_write(struct dl_store *st, enum dl_part_field field,
+			const char *value, void (*done)(int ok, void *arg),
+			void *arg);
 
 /* Blocking, for a thread of its own (it touches no store): the host and
  * port of the Redis primary that serves `slot` in a cluster, that the

@@ -115,7 +115,9 @@ struct dl_store {
 	struct store_attest attest; /* store_attest.h */
 	struct {		    /* store_part.c */
 		char gone[DL_STORE_PART_MAX];	 /* as last read or written */
-		char sending[DL_STORE_PART_MAX]; /* the write under way */
+		char *map;			 /* the map's copy, or NULL */
+		char *sending;			 /* the write under way */
+		enum dl_part_field field;	 /* ... of this field */
 		void (*done)(int ok, void *arg); /* it, when one is */
 		void *arg;
 		unsigned gen;	/* raised by each load and write */
@@ -129,6 +131,8 @@ struct dl_store {
 void dl__part_reply(struct dl_store *st, int ok);
 /* A load reads the record (a take-over learns what was given away). */
 int dl__part_load(struct load_ctx *x);
+/* At the store's end. */
+void dl__part_free(struct dl_store *st);
 
 /* ---- store_link.c: the link, for store.c and store_find.c ---- */
 
