@@ -112,6 +112,8 @@ Test(map, add_and_addresses)
 	cr_assert(eq(int, dl_map_add_addr(m, i, "h:1"), 0));
 	cr_assert(eq(int, dl_map_add_addr(m, i, "h"), -1));
 	cr_assert(eq(int, dl_map_add_addr(m, i, "h:1,h:2"), -1));
+	cr_assert(eq(int, dl_map_add_addr(m, i, "a:1:2"), -1));
+	cr_assert(eq(int, dl_map_add_addr(m, i, "::1:2"), -1));
 	for (k = 2; k <= DL_PART_ADDRS_MAX; k++) {
 		snprintf(a, sizeof(a), "h:%d", k);
 		cr_assert(eq(int, dl_map_add_addr(m, i, a), 1));
@@ -122,5 +124,15 @@ Test(map, add_and_addresses)
 		cr_assert(eq(int, dl_map_add(m, a, strlen(a)), k));
 	}
 	cr_assert(eq(int, dl_map_add(m, "full", 4), -1));
+	free(m);
+}
+
+Test(map, a_v6_address_is_bracketed)
+{
+	struct dl_map *m = map_of("dlock-map 1\nepoch 1\n", 0);
+	int i = dl_map_add(m, "p", 1);
+
+	cr_assert(eq(int, dl_map_add_addr(m, i, "[::1]:7400"), 1));
+	cr_assert(eq(int, dl_map_add_addr(m, i, "[::1:7400"), -1));
 	free(m);
 }

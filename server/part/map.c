@@ -71,8 +71,13 @@ static int addr_valid(const char *a, size_t len)
 		if (a[i] == ':')
 			colon = a + i;
 	}
-	return colon && colon > a &&
-	       dl_parse_u64(colon + 1, (size_t)(a + len - colon - 1), &port) ==
+	if (!colon || colon == a)
+		return 0;
+	/* a host with a ':' is an IPv6 address, bracketed: [::1]:7400 */
+	if (memchr(a, ':', (size_t)(colon - a)) &&
+	    !(a[0] == '[' && colon[-1] == ']'))
+		return 0;
+	return dl_parse_u64(colon + 1, (size_t)(a + len - colon - 1), &port) ==
 		       0 &&
 	       port > 0 && port < 65536;
 }

@@ -112,6 +112,7 @@ struct dl_part {
 	uint64_t copy_epoch;   /* the epoch of the copy in the keyspace */
 	int copying;	       /* a write of the copy is under way */
 	uint64_t pending_copy; /* ... of this epoch */
+	int full_said;	       /* the map was full: said once */
 
 	/* the record of slots given away (store_part.c), parsed */
 	unsigned gone_gen; /* dl_store_part_gen when parsed */
@@ -351,6 +352,12 @@ static int wanted(struct dl_part *p, const struct dl_map *m, char *out,
 	}
 	/* this daemon's address in its partition's line */
 	i = dl_map_add(n, p->id, strlen(p->id));
+	if (i < 0 && !p->full_said) {
+		dl_error(
+			"partition %s: the map names %d partitions already, its most: this one is not added, and serves nothing",
+			p->id, DL_PARTS_MAX);
+		p->full_said = 1;
+	}
 	if (i >= 0 && self[0] && self[0] != '-' &&
 	    dl_map_add_addr(n, i, self) > 0)
 		change = 1;
