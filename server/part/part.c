@@ -141,6 +141,18 @@ static void drop(struct dl_part *p)
 	p->c = NULL;
 }
 
+/* A call failed (r: its error reply, or NULL): why, and the connection
+ * dropped (the next job finds the primary again). */
+static void failed(struct dl_part *p, struct job *j, redisReply *r)
+{
+	snprintf(j->why, sizeof(j->why), "%s",
+		 r		   ? r->str
+		 : p->c->errstr[0] ? p->c->errstr
+				   : "no reply");
+	freeReplyObject(r);
+	drop(p);
+}
+
 static int work_connect(struct dl_part *p, struct job *j)
 {
 	struct timeval tv = {(time_t)(p->timeout_ms / 1000),
@@ -173,23 +185,18 @@ static int work_connect(struct dl_part *p, struct job *j)
 					   p->addr.password)
 			    : redisCommand(p->c, "AUTH %s", p->addr.password);
 	if (p->addr.password && (!r || r->type == REDIS_REPLY_ERROR))
-		goto failed;
+		goto fail;
 	freeReplyObject(r);
 	r = NULL;
 	if (!p->addr.cluster) {
 		r = redisCommand(p->c, "SELECT %d", p->addr.db);
 		if (!r || r->type == REDIS_REPLY_ERROR)
-			goto failed;
+			goto fail;
 		freeReplyObject(r);
 	}
 	return 0;
-failed:
-	snprintf(j->why, sizeof(j->why), "%s",
-		 r		   ? r->str
-		 : p->c->errstr[0] ? p->c->errstr
-				   : "no reply");
-	freeReplyObject(r);
-	drop(p);
+fail:
+	failed(p, j, r);
 	return -1;
 }
 
@@ -208,12 +215,7 @@ static void work(uv_work_t *req)
 		    : redisCommand(p->c, "EVAL %s 1 %s %s %s", cas_script,
 				   p->key, j->old, j->new);
 	if (!r || r->type == REDIS_REPLY_ERROR) {
-		snprintf(j->why, sizeof(j->why), "%s",
-			 r		   ? r->str
-			 : p->c->errstr[0] ? p->c->errstr
-					   : "no reply");
-		freeReplyObject(r);
-		drop(p);
+		failed(p, j, r);
 		j->err = DL_EUNAVAILABLE;
 		return;
 	}

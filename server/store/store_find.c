@@ -61,9 +61,9 @@ struct resolve {
 	char host[256];
 };
 
-static void sentinel_ask(struct dl_store *st, const char *ip, int port);
+static void seed_ask(struct dl_store *st, const char *ip, int port);
 static void next_seed(struct dl_store *st, const char *why);
-static void cluster_ask(struct dl_store *st, const char *ip, int port);
+static void on_slots(redisAsyncContext *c, void *reply, void *priv);
 
 /* The attempt is still the current one. */
 static int current(const struct dl_store *st, unsigned gen)
@@ -75,10 +75,8 @@ static int current(const struct dl_store *st, unsigned gen)
 /* Resolved: ask the seed (a Sentinel or a cluster node), or connect. */
 static void go(struct dl_store *st, const char *ip, int port, int seed)
 {
-	if (seed && st->addr.cluster)
-		cluster_ask(st, ip, port);
-	else if (seed)
-		sentinel_ask(st, ip, port);
+	if (seed)
+		seed_ask(st, ip, port);
 	else
 		dl__link_open(st, ip, port);
 }
@@ -257,9 +255,12 @@ static redisAsyncContext *seed_connect(struct dl_store *st, const char *ip,
 	return c;
 }
 
-static void sentinel_ask(struct dl_store *st, const char *ip, int port)
+/* Ask seed ip:port which primary to connect to: a Sentinel, of the
+ * master's address; a cluster node, of the slots' primaries. */
+static void seed_ask(struct dl_store *st, const char *ip, int port)
 {
 	redisAsyncContext *c;
+	int r;
 
 	c = seed_connect(st, ip, port, on_sac_connect, on_sac_disconnect,
 			 on_seed_auth);
@@ -270,9 +271,12 @@ static void sentinel_ask(struct dl_store *st, const char *ip, int port)
 	st->find.sac = c;
 	snprintf(st->find.sentinel_ip, sizeof(st->find.sentinel_ip), "%s", ip);
 	st->find.sentinel_port = port;
-	if (redisAsyncCommand(c, on_master, st,
-			      "SENTINEL get-master-addr-by-name %s",
-			      st->addr.master) != REDIS_OK)
+	r = st->addr.cluster
+		    ? redisAsyncCommand(c, on_slots, st, "CLUSTER SLOTS")
+		    : redisAsyncCommand(c, on_master, st,
+					"SENTINEL get-master-addr-by-name %s",
+					st->addr.master);
+	if (r != REDIS_OK)
 		next_seed(st, "cannot queue a command");
 }
 
@@ -340,23 +344,6 @@ static void on_slots(redisAsyncContext *c, void *reply, void *priv)
 			 ? r->str
 			 : "no primary serves the slot of the prefix");
 	next_seed(st, why);
-}
-
-static void cluster_ask(struct dl_store *st, const char *ip, int port)
-{
-	redisAsyncContext *c;
-
-	c = seed_connect(st, ip, port, on_sac_connect, on_sac_disconnect,
-			 on_seed_auth);
-	if (!c) {
-		next_seed(st, "cannot create a connection");
-		return;
-	}
-	st->find.sac = c;
-	snprintf(st->find.sentinel_ip, sizeof(st->find.sentinel_ip), "%s", ip);
-	st->find.sentinel_port = port;
-	if (redisAsyncCommand(c, on_slots, st, "CLUSTER SLOTS") != REDIS_OK)
-		next_seed(st, "cannot queue a command");
 }
 
 /* The seed asked could not say: ask the next, or fail the link once
