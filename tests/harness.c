@@ -780,6 +780,47 @@ void h_daemon_start_redis(struct h_daemon *d, const struct h_redis *r,
 		       r->url, NULL);
 }
 
+void h_part_start(struct h_daemon *d, const struct h_redis *r,
+		  const char *prefix, const char *id, const char *more)
+{
+	char conf[1024];
+
+	snprintf(conf, sizeof(conf),
+		 "[persistence]\nredis_prefix = %s\n%s\n[partition]\nid = %s\n",
+		 prefix, more ? more : "", id);
+	h_daemon_start_redis(d, r, conf);
+}
+
+const char *h_map_wait(int port, uint64_t epoch, const char *needle)
+{
+	static char text[8192];
+	struct h_client *c = h_connect(port);
+	uint64_t end = h_now_ms() + 15000, e, n, k;
+	size_t len;
+	char *l;
+
+	for (;;) {
+		l = h_call(c, "MAP");
+		cr_assert(h_starts(l, "OK MAP "), "%s", l);
+		e = h_arg_u64(l, 0);
+		n = h_arg_u64(l, 1);
+		len = (size_t)snprintf(text, sizeof(text), "%s", l);
+		for (k = 0; k < n && len < sizeof(text); k++)
+			len += (size_t)snprintf(text + len, sizeof(text) - len,
+						"\n%s", h_line(c));
+		if (e >= epoch && (!needle || strstr(text, needle)))
+			break;
+		cr_assert(h_now_ms() < end,
+			  "port %d: no map of epoch %llu with \"%s\"; the "
+			  "last:\n%s",
+			  port, (unsigned long long)epoch, needle ? needle : "",
+			  text);
+		h_sleep_ms(50);
+	}
+	h_close(c);
+	return text;
+}
+
 int h_starts(const char *s, const char *prefix)
 {
 	return strncmp(s, prefix, strlen(prefix)) == 0;

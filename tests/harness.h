@@ -138,6 +138,16 @@ const char *h_daemon_write_file(struct h_daemon *d, const char *name,
  * on r, which runs. */
 void h_daemon_start_redis(struct h_daemon *d, const struct h_redis *r,
 			  const char *conf);
+/* A daemon of partition `id` on Redis r, its keys under prefix (the
+ * partition map <prefix>{map}): [partition] id, and `more` (NULL: none)
+ * of its configuration. */
+void h_part_start(struct h_daemon *d, const struct h_redis *r,
+		  const char *prefix, const char *id, const char *more);
+/* MAP of the daemon on port once its epoch is at least `epoch` and its
+ * text holds `needle` (NULL: anything): the reply's lines joined by
+ * '\n' (static). Fails after 15 s. */
+const char *h_map_wait(int port, uint64_t epoch, const char *needle);
+
 /* 1 if the daemon's log contains `needle`. */
 int h_daemon_log_has(const struct h_daemon *d, const char *needle);
 /* 1 once the daemon's log contains `needle`, within timeout_ms (0 if not

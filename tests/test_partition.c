@@ -33,12 +33,10 @@ static struct h_daemon d[NPARTS];
 
 static void start_part(int i)
 {
-	char conf[256];
+	char id[8];
 
-	snprintf(conf, sizeof(conf),
-		 "[persistence]\nredis_prefix = t:\n[partition]\nid = p%d\n",
-		 i);
-	h_daemon_start_redis(&d[i], &r, conf);
+	snprintf(id, sizeof(id), "p%d", i);
+	h_part_start(&d[i], &r, "t:", id, NULL);
 }
 
 static void start(void)
@@ -61,36 +59,10 @@ static void stop(void)
 
 TestSuite(partition, .init = start, .fini = stop, .timeout = 90);
 
-/* The map daemon i serves, once its epoch is at least `epoch` and it
- * holds `needle` (NULL: anything): the text of MAP's reply, lines joined
- * by '\n'. Fails after 15 s. */
+/* The map daemon i serves (h_map_wait). */
 static const char *map_of(int i, uint64_t epoch, const char *needle)
 {
-	static char text[8192];
-	struct h_client *c = h_connect(d[i].port);
-	uint64_t end = h_now_ms() + 15000, e = 0, n, k;
-	size_t len;
-	char *l;
-
-	for (;;) {
-		l = h_call(c, "MAP");
-		cr_assert(h_starts(l, "OK MAP "), "%s", l);
-		e = h_arg_u64(l, 0);
-		n = h_arg_u64(l, 1);
-		len = (size_t)snprintf(text, sizeof(text), "%s", l);
-		for (k = 0; k < n; k++)
-			len += (size_t)snprintf(text + len, sizeof(text) - len,
-						"\n%s", h_line(c));
-		if (e >= epoch && (!needle || strstr(text, needle)))
-			break;
-		cr_assert(h_now_ms() < end,
-			  "daemon %d: no map of epoch %" PRIu64
-			  " with \"%s\"; the last:\n%s",
-			  i, epoch, needle ? needle : "", text);
-		h_sleep_ms(50);
-	}
-	h_close(c);
-	return text;
+	return h_map_wait(d[i].port, epoch, needle);
 }
 
 static uint64_t wall_ms(void)
