@@ -274,6 +274,7 @@ f_kill9_primary() {
 	k=$(primary_of "$s")
 	[ -n "$k" ] || return
 	kill -9 "${rpid[$k]}" 2>/dev/null
+	wait "${rpid[$k]}" 2>/dev/null # a node of ours: reaped quietly
 	rnd 2000; pause_ms $((1000 + R))
 	rnode_restart "$k"
 	note kill9_primary "node $k (slot $s)"
