@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "server/buf.h"
 #include "server/clock.h"
 #include "server/cmd.h"
 #include "server/cmd_private.h"
@@ -87,39 +88,41 @@ static size_t slice(const char *ranges, size_t len, size_t *at, size_t *from)
 	return cut - *from;
 }
 
-/* OK MAP <epoch> <lines>, then per partition
+/* MAP's lines after its first, for one map: made once per epoch (found
+ * from outside: four clients pipelining MAP of a fragmented map, each
+ * answer its ranges formatted anew, held another client's TRYLOCK for
+ * 558 ms). */
+static struct {
+	const struct dl_part *part;
+	uint64_t epoch;
+	struct dl_buf body; /* the lines, each with its CRLF */
+	size_t lines;
+} cache;
+
+static int body_line(struct reply *r)
+{
+	int n = dl_fmt_end(&r->f, DL_STR_NULL);
+
+	if (n < 0 || dl_buf_add(&cache.body, r->buf, (size_t)n) != 0)
+		return -1;
+	cache.lines++;
+	return 0;
+}
+
+/* Per partition
  *   part <id> addrs=<host:port,...|-> floor=<n>
  *   slots <id> <ranges>          (as many as its ranges need)
  */
-void dl__cmd_map(struct dl_conn *c, const struct dl_request *rq)
+static int cache_build(const struct dl_part *p)
 {
 	static char ranges[DL_MAP_TEXT_MAX];
-	const struct dl_map *m;
+	const struct dl_map *m = dl_part_map(p);
 	struct reply r;
-	size_t lines = 0, i, len, at, from, n;
+	size_t i, len, at, from, n;
 
-	if (!c->srv->part) {
-		dl__cmd_reply_begin(&r, "OK MAP");
-		dl_fmt_u64(&r.f, 0);
-		dl_fmt_u64(&r.f, 0);
-		dl__cmd_reply_send(c, &r, rq->tag, NULL);
-		return;
-	}
-	m = dl_part_map(c->srv->part);
-	/* count the lines first: one per partition, one per slice of its
-	 * ranges */
-	for (i = 0; i < m->n; i++) {
-		lines++;
-		if (dl_map_ranges(m, (int)i, ranges, sizeof(ranges)) != 0)
-			continue;
-		len = strlen(ranges);
-		for (at = 0; slice(ranges, len, &at, &from);)
-			lines++;
-	}
-	dl__cmd_reply_begin(&r, "OK MAP");
-	dl_fmt_u64(&r.f, m->epoch);
-	dl_fmt_u64(&r.f, lines);
-	dl__cmd_reply_send(c, &r, rq->tag, NULL);
+	cache.body.len = 0;
+	cache.lines = 0;
+	cache.part = NULL;
 	for (i = 0; i < m->n; i++) {
 		dl_fmt_init(&r.f, r.buf, sizeof(r.buf));
 		dl_fmt_word(&r.f, "part");
@@ -131,7 +134,8 @@ void dl__cmd_map(struct dl_conn *c, const struct dl_request *rq)
 						  strlen(m->part[i].addrs)}
 				: DL_STR_LIT("-"));
 		dl_fmt_kv_u64(&r.f, "floor", m->part[i].floor);
-		dl__cmd_reply_send(c, &r, DL_STR_NULL, NULL);
+		if (body_line(&r) != 0)
+			return -1;
 		if (dl_map_ranges(m, (int)i, ranges, sizeof(ranges)) != 0)
 			continue;
 		len = strlen(ranges);
@@ -140,9 +144,32 @@ void dl__cmd_map(struct dl_conn *c, const struct dl_request *rq)
 			dl_fmt_word(&r.f, "slots");
 			dl_fmt_word(&r.f, m->part[i].id);
 			dl_fmt_str(&r.f, (struct dl_str){ranges + from, n});
-			dl__cmd_reply_send(c, &r, DL_STR_NULL, NULL);
+			if (body_line(&r) != 0)
+				return -1;
 		}
 	}
+	cache.part = p;
+	cache.epoch = m->epoch;
+	return 0;
+}
+
+/* OK MAP <epoch> <lines>, then the lines (cache_build). */
+void dl__cmd_map(struct dl_conn *c, const struct dl_request *rq)
+{
+	const struct dl_part *p = c->srv->part;
+	struct reply r;
+
+	if (p && (cache.part != p || cache.epoch != dl_part_map(p)->epoch) &&
+	    cache_build(p) != 0) {
+		dl_conn_error(c, DL_EINTERNAL, "out of memory", rq->tag);
+		return;
+	}
+	dl__cmd_reply_begin(&r, "OK MAP");
+	dl_fmt_u64(&r.f, p ? dl_part_map(p)->epoch : 0);
+	dl_fmt_u64(&r.f, p ? cache.lines : 0);
+	dl__cmd_reply_send(c, &r, rq->tag, NULL);
+	if (p && cache.body.len)
+		dl_conn_send(c, cache.body.p, cache.body.len, NULL);
 }
 
 /* The connection waiting for a change of the map, told when it is made;

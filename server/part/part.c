@@ -298,22 +298,56 @@ static int pending(const struct dl_part *p, const struct dl_map *m)
 	return i < 0 || m->part[i].gave < p->gone_n;
 }
 
+/* Locks of the table in slots a map does not give this partition. */
+struct strays {
+	const struct dl_map *m;
+	int self;
+	size_t n;
+	char first[DL_NAME_MAX + 1];
+};
+
+static void stray_cb(const struct dl_lock *lk, void *arg)
+{
+	struct strays *x = arg;
+
+	if ((!lk->listed && !lk->delaying) ||
+	    x->m->owner[dl_key_slot(lk->name, lk->hn.len)] == (uint16_t)x->self)
+		return;
+	if (!x->n++)
+		snprintf(x->first, sizeof(x->first), "%.*s", (int)lk->hn.len,
+			 lk->name);
+}
+
 static void say_map(struct dl_part *p)
 {
 	int i = own_index(p->map, p);
+	struct strays x = {.m = p->map, .self = i};
+	size_t cursor = 0;
+	unsigned s, n = 0;
 
 	/* tokens of this partition: its own class modulo DL_PARTS_MAX (its
 	 * place in the map, which never changes: lines are only added) */
 	if (i >= 0)
 		dl_locktab_token_stride(p->tab, DL_PARTS_MAX, (uint64_t)i);
-	unsigned s, n = 0;
-
 	for (s = 0; i >= 0 && s < DL_SLOTS; s++)
 		n += p->map->owner[s] == (uint16_t)i;
 	dl_notice(
 		"partition %s: map epoch %llu, %u partitions; this one serves %u of %u slots",
 		p->id, (unsigned long long)p->map->epoch, p->map->n, n,
 		DL_SLOTS);
+	/* A move takes no slot that holds a lock: a map that does is one
+	 * written by hand, or one Redis and the copies lost (found from
+	 * outside: both deleted by hand, an older map written back, and two
+	 * partitions granted one name). Said loudly: the leases stay, and
+	 * whoever holds them may be told another partition serves them. */
+	dl_locktab_pin(p->tab, 1);
+	while (!dl_locktab_walk(p->tab, &cursor, 4096, stray_cb, &x))
+		;
+	dl_locktab_pin(p->tab, 0);
+	if (x.n)
+		dl_error(
+			"partition %s: map epoch %llu gives other partitions the slots of %zu locks this table holds or queues (%s is one): a map changed by hand, or lost with this partition's copy? Those names may now be granted twice",
+			p->id, (unsigned long long)p->map->epoch, x.n, x.first);
 }
 
 /* The change this daemon wants made to map m (NULL: none): the text of
