@@ -467,6 +467,79 @@ Test(partition, a_map_lost_while_all_were_down_comes_back_from_a_copy)
 	h_close(c0);
 }
 
+/* The place of partition `id` in the map's text (map_of's): its token
+ * class. */
+static int place_of(const char *map, const char *id)
+{
+	char want[16];
+	const char *l;
+	int k = 0;
+
+	snprintf(want, sizeof(want), "part %s ", id);
+	for (l = strstr(map, "\npart "); l; l = strstr(l + 1, "\npart ")) {
+		if (strncmp(l + 1, want, strlen(want)) == 0)
+			return k;
+		k++;
+	}
+	cr_assert_fail("no %s in %s", id, map);
+	return -1;
+}
+
+/* Found in review: a restart took the map from its partition's copy,
+ * then read the same map from Redis and did not adopt it again, so its
+ * tokens lost their partition's class. */
+Test(partition, a_restarted_partition_keeps_its_token_class)
+{
+	struct h_client *c0, *c1;
+	const char *m;
+	char want[32], cmd[64], name[32];
+	uint64_t e, t1, t2;
+	int k;
+
+	init_map();
+	c0 = h_connect(d[0].port);
+	e = moved(c0, "5461-10922", "p1");
+	h_close(c0);
+	m = map_of(1, e, "slots p1 5461-10922");
+	k = place_of(m, "p1");
+	snprintf(name, sizeof(name), "%s", name_between(5461, 10922));
+	c1 = h_connect(d[1].port);
+	t1 = h_lock(c1, name, "ttl=5s");
+	cr_assert_eq((int)(t1 % 64), k, "%" PRIu64, t1);
+	h_close(c1);
+	/* p1's copy of that map, then a restart that reads it */
+	snprintf(want, sizeof(want), "epoch %" PRIu64, e);
+	snprintf(cmd, sizeof(cmd), "HGET 't:{p1}:part' map");
+	{
+		uint64_t end = h_now_ms() + 10000;
+
+		while (!strstr(h_redis_cli(&r, cmd), want)) {
+			cr_assert(h_now_ms() < end, "%s", h_redis_cli(&r, cmd));
+			h_sleep_ms(50);
+		}
+	}
+	h_daemon_kill9(&d[1]);
+	h_daemon_restart(&d[1]);
+	c1 = h_connect(d[1].port);
+	{
+		uint64_t end = h_now_ms() + 10000;
+		char *l;
+
+		while (!h_starts(l = h_call(c1, "LOCK %sb ttl=5s", name),
+				 "OK GRANTED")) {
+			cr_assert(h_now_ms() < end, "%s", l);
+			h_sleep_ms(50);
+		}
+		t2 = h_arg_u64(l, 1);
+	}
+	cr_assert_eq((int)(t2 % 64), k, "%" PRIu64, t2);
+	/* and the next (a first token after a restart may fall in the
+	 * class by chance: the clock's part is a multiple of 64) */
+	t2 = h_lock(c1, "{qux}c", "ttl=5s");
+	cr_assert_eq((int)(t2 % 64), k, "%" PRIu64, t2);
+	h_close(c1);
+}
+
 /* ---- a partition of two daemons ------------------------------------------
  *
  * p0 an active and a standby (nodes a and b, peers, state dirs, 2 s

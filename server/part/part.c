@@ -489,6 +489,10 @@ static void load_seen(struct dl_part *p)
 			dl_notice(
 				"partition %s: the copy of map epoch %llu from its keyspace",
 				p->id, (unsigned long long)m->epoch);
+			/* its token class too: the map read next may be this
+			 * one, then not adopted again (found in review: a
+			 * restart granted tokens of no class) */
+			say_map(p);
 		}
 	}
 	free(m);
