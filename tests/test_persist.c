@@ -1857,7 +1857,8 @@ Test(persist, a_token_mark_or_epoch_no_daemon_wrote_is_refused_unless_accepted)
 	"'ACL' 'SETUSER' 'dlockd' 'on' '>acl-secret-for-tests' "               \
 	"'~dlock:*' 'resetchannels' '-@all' '+auth' '+hello' "                 \
 	"'+ping' '+select' '+role' '+info' '+config|get' "                     \
-	"'+client|setname' '+function|load' '+fcall' '+wait' '+get' "          \
+	"'+client|setname' '+function|load' '+fcall' '+eval' "                 \
+	"'+cluster|slots' '+wait' '+get' "                                     \
 	"'+exists' '+hlen' '+hget' '+hgetall' '+mget' '+type' '+smembers' "    \
 	"'+scan' '+persist' '+set' '+del' '+hset' '+hdel' '+incr' "            \
 	"'+pexpire' '+pttl'"
@@ -1884,6 +1885,52 @@ Test(persist, the_daemon_runs_as_a_redis_acl_user_with_the_documented_rights)
 	cr_assert(h_starts(l, "OK GRANTED other "), "\"%s\"", l);
 	h_close(c);
 	cr_assert(strstr(h_redis_cli(&r, "ACL LOG"), "fcall") == NULL,
+		  "refused: %s", h_redis_cli(&r, "ACL LOG"));
+	stop_clean();
+}
+
+/* The same rights serve partitions: the map's compare-and-set (EVAL),
+ * the partition's record and copy (found by make check: the load's
+ * HMGET was not among them). */
+Test(persist, a_partition_runs_as_the_acl_user_with_the_documented_rights,
+     .fini = fini)
+{
+	char url[H_PATH_MAX + 64], *l;
+	struct h_client *c;
+
+	h_redis_start(&r, "always");
+	cr_assert_str_eq(h_redis_cli(&r, DLOCKD_ACL), "OK\n");
+	snprintf(url, sizeof(url),
+		 "redis://dlockd:acl-secret-for-tests@127.0.0.1:%d/0", r.port);
+	h_daemon_write_conf(&d, "[partition]\nid = p0\n");
+	h_daemon_start(&d, "-c", d.conf, "--persist", "redis", "--redis", url,
+		       NULL);
+	c = h_connect(d.port);
+	cr_assert_str_eq(h_call(c, "PARTITION INIT"), "OK PARTITION epoch=1");
+	{
+		uint64_t end = h_now_ms() + 10000;
+
+		while (!h_starts(l = h_call(c, "TRYLOCK acl ttl=1s"),
+				 "OK GRANTED acl ")) {
+			cr_assert(h_now_ms() < end, "%s", l);
+			h_sleep_ms(50);
+		}
+	}
+	h_close(c);
+	h_daemon_kill9(&d);
+	h_daemon_restart(&d);
+	c = h_connect(d.port);
+	{
+		uint64_t end = h_now_ms() + 10000;
+
+		while (!h_starts(l = h_call(c, "TRYLOCK acl2 ttl=1s"),
+				 "OK GRANTED acl2 ")) {
+			cr_assert(h_now_ms() < end, "%s", l);
+			h_sleep_ms(50);
+		}
+	}
+	h_close(c);
+	cr_assert(strstr(h_redis_cli(&r, "ACL LOG"), "dlockd") == NULL,
 		  "refused: %s", h_redis_cli(&r, "ACL LOG"));
 	stop_clean();
 }
