@@ -694,54 +694,61 @@ void dl__find_stop(struct dl_store *st)
 
 /* ---- the same, blocking (the start-up load) ------------------------------ */
 
-/* Each seed in turn: CLUSTER SLOTS, the primary of our slot. */
-static int cluster_primary_sync(const struct dl_redis_addr *a, unsigned slot,
-				struct timeval tv, int *seed, char *host,
-				size_t hostlen, int *port, char *err,
-				size_t errlen)
+/* Seed i's answer: 0 and host, port set, or -1 with err set. */
+static int ask_seed_sync(const struct dl_redis_addr *a, int i, unsigned slot,
+			 struct timeval tv, char *host, size_t hostlen,
+			 int *port, char *err, size_t errlen)
 {
+	const char *what = a->cluster ? "cluster node" : "Sentinel";
 	redisContext *c;
-	redisReply *r;
-	int k, i;
+	redisReply *r = NULL;
+	int ok = -1;
 
-	snprintf(err, errlen, "no cluster node answered");
-	for (k = 0; k < a->nseeds; k++) {
-		i = (*seed + k) % a->nseeds;
-		c = redisConnectWithTimeout(a->seed_host[i], a->seed_port[i],
-					    tv);
-		if (!c || c->err) {
-			snprintf(err, errlen, "cluster node %s:%d: %s",
-				 a->seed_host[i], a->seed_port[i],
-				 c ? c->errstr : "out of memory");
-			redisFree(c);
-			continue;
-		}
-		redisSetTimeout(c, tv);
-		r = !a->password ? NULL
-		    : a->user	 ? redisCommand(c, "AUTH %s %s", a->user,
-						a->password)
-				 : redisCommand(c, "AUTH %s", a->password);
-		if (r)
-			freeReplyObject(r);
-		r = redisCommand(c, "CLUSTER SLOTS");
-		if (dl__slots_primary(r, slot, a->seed_host[i], host, hostlen,
-				      port) == 0) {
-			*seed = i;
-			freeReplyObject(r);
-			redisFree(c);
-			return 0;
-		}
-		snprintf(err, errlen, "cluster node %s:%d: CLUSTER SLOTS: %s",
-			 a->seed_host[i], a->seed_port[i],
-			 !r ? c->errstr
-			 : r->type == REDIS_REPLY_ERROR
-				 ? r->str
-				 : "no primary serves the slot of the prefix");
-		if (r)
-			freeReplyObject(r);
+	c = redisConnectWithTimeout(a->seed_host[i], a->seed_port[i], tv);
+	if (!c || c->err) {
+		snprintf(err, errlen, "%s %s:%d: %s", what, a->seed_host[i],
+			 a->seed_port[i], c ? c->errstr : "out of memory");
 		redisFree(c);
+		return -1;
 	}
-	return DL_EUNAVAILABLE;
+	redisSetTimeout(c, tv);
+	/* a cluster node knows the primary's user; a Sentinel has its own
+	 * password */
+	if (a->cluster && a->password)
+		r = a->user ? redisCommand(c, "AUTH %s %s", a->user,
+					   a->password)
+			    : redisCommand(c, "AUTH %s", a->password);
+	else if (!a->cluster && a->sentinel_password)
+		r = redisCommand(c, "AUTH %s", a->sentinel_password);
+	freeReplyObject(r);
+	if (a->cluster) {
+		r = redisCommand(c, "CLUSTER SLOTS");
+		ok = dl__slots_primary(r, slot, a->seed_host[i], host, hostlen,
+				       port);
+	} else {
+		r = redisCommand(c, "SENTINEL get-master-addr-by-name %s",
+				 a->master);
+		if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+		    r->element[0]->type == REDIS_REPLY_STRING &&
+		    r->element[1]->type == REDIS_REPLY_STRING) {
+			snprintf(host, hostlen, "%s", r->element[0]->str);
+			*port = atoi(r->element[1]->str);
+			ok = 0;
+		}
+	}
+	if (ok != 0)
+		snprintf(err, errlen, "%s %s:%d: %s: %s", what, a->seed_host[i],
+			 a->seed_port[i],
+			 a->cluster ? "CLUSTER SLOTS"
+				    : "SENTINEL get-master-addr-by-name",
+			 !r				? c->errstr
+			 : r->type == REDIS_REPLY_ERROR ? r->str
+			 : a->cluster
+				 ? "no primary serves the slot of the prefix"
+				 : "unknown master");
+	freeReplyObject(r);
+	redisFree(c);
+	return ok;
 }
 
 int dl_store_primary_sync(const struct dl_redis_addr *a, unsigned slot,
@@ -750,58 +757,22 @@ int dl_store_primary_sync(const struct dl_redis_addr *a, unsigned slot,
 {
 	struct timeval tv = {(time_t)(timeout_ms / 1000),
 			     (suseconds_t)(timeout_ms % 1000) * 1000};
-	redisContext *c;
-	redisReply *r;
 	int k, i;
 
-	if (a->cluster)
-		return cluster_primary_sync(a, slot, tv, seed, host, hostlen,
-					    port, err, errlen);
-	if (!a->master) {
+	if (!a->master && !a->cluster) {
 		snprintf(host, hostlen, "%s", a->host ? a->host : "");
 		*port = a->port;
 		return 0;
 	}
-	snprintf(err, errlen, "no Sentinel answered");
+	snprintf(err, errlen, "no %s answered",
+		 a->cluster ? "cluster node" : "Sentinel");
 	for (k = 0; k < a->nseeds; k++) {
 		i = (*seed + k) % a->nseeds;
-		c = redisConnectWithTimeout(a->seed_host[i], a->seed_port[i],
-					    tv);
-		if (!c || c->err) {
-			snprintf(err, errlen, "Sentinel %s:%d: %s",
-				 a->seed_host[i], a->seed_port[i],
-				 c ? c->errstr : "out of memory");
-			redisFree(c);
-			continue;
-		}
-		redisSetTimeout(c, tv);
-		r = a->sentinel_password
-			    ? redisCommand(c, "AUTH %s", a->sentinel_password)
-			    : NULL;
-		if (r)
-			freeReplyObject(r);
-		r = redisCommand(c, "SENTINEL get-master-addr-by-name %s",
-				 a->master);
-		if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-		    r->element[0]->type == REDIS_REPLY_STRING &&
-		    r->element[1]->type == REDIS_REPLY_STRING) {
-			snprintf(host, hostlen, "%s", r->element[0]->str);
-			*port = atoi(r->element[1]->str);
+		if (ask_seed_sync(a, i, slot, tv, host, hostlen, port, err,
+				  errlen) == 0) {
 			*seed = i;
-			freeReplyObject(r);
-			redisFree(c);
 			return 0;
 		}
-		snprintf(
-			err, errlen,
-			"Sentinel %s:%d: SENTINEL get-master-addr-by-name %s: %s",
-			a->seed_host[i], a->seed_port[i], a->master,
-			!r			       ? c->errstr
-			: r->type == REDIS_REPLY_ERROR ? r->str
-						       : "unknown master");
-		if (r)
-			freeReplyObject(r);
-		redisFree(c);
 	}
 	return DL_EUNAVAILABLE;
 }
