@@ -45,6 +45,7 @@
 #include "server/clock.h"
 #include "server/conn.h"
 #include "server/log.h"
+#include "server/part/part.h"
 #include "server/server.h"
 
 enum multi_state {
@@ -307,6 +308,15 @@ static void refuse_held(struct dl_multi *m, struct dl_str name, uint64_t token,
 	multi_free(m);
 }
 
+/* The name is this daemon's partition's now (or there are none). */
+static int here(struct dl_server *srv, struct dl_str name)
+{
+	const struct dl_map_part *to;
+
+	return !srv->part ||
+	       dl_part_route(srv->part, name, &to) == DL_ROUTE_HERE;
+}
+
 /* Take the names from m->i on, until one must wait or all are taken.
  * `replying`: the LOCK is being answered (its reply says how it went);
  * otherwise it was answered OK QUEUED and an event says it. */
@@ -331,6 +341,24 @@ static void step(struct dl_multi *m, int replying)
 
 		if (held_by_owner(c, name, m->req, &held)) {
 			refuse_held(m, name, held, replying);
+			return;
+		}
+		if (!here(srv, name)) {
+			/* found in review: the names after the one waited for
+			 * are in no queue yet, so a PARTITION MOVE of their
+			 * slots found no lock there; taken now, a name the
+			 * other partition serves would have two holders */
+			if (replying) {
+				dl_conn_error(
+					c, DL_EUNAVAILABLE,
+					"a name's slot moved to another partition, try again",
+					tag_of(m));
+				give_back(m);
+				multi_free(m);
+			} else {
+				end_event(m, "UNAVAILABLE", name,
+					  DL_EUNAVAILABLE, 0);
+			}
 			return;
 		}
 		err = dl_locktab_acquire(srv->tab, &c->sess, &a, &res);

@@ -94,7 +94,7 @@ static size_t slice(const char *ranges, size_t len, size_t *at, size_t *from)
  * 558 ms). */
 static struct {
 	const struct dl_part *part;
-	uint64_t epoch;
+	unsigned gen;	    /* dl_part_map_gen: a new map, even of one epoch */
 	struct dl_buf body; /* the lines, each with its CRLF */
 	size_t lines;
 } cache;
@@ -149,7 +149,7 @@ static int cache_build(const struct dl_part *p)
 		}
 	}
 	cache.part = p;
-	cache.epoch = m->epoch;
+	cache.gen = dl_part_map_gen(p);
 	return 0;
 }
 
@@ -159,7 +159,7 @@ void dl__cmd_map(struct dl_conn *c, const struct dl_request *rq)
 	const struct dl_part *p = c->srv->part;
 	struct reply r;
 
-	if (p && (cache.part != p || cache.epoch != dl_part_map(p)->epoch) &&
+	if (p && (cache.part != p || cache.gen != dl_part_map_gen(p)) &&
 	    cache_build(p) != 0) {
 		dl_conn_error(c, DL_EINTERNAL, "out of memory", rq->tag);
 		return;

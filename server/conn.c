@@ -959,8 +959,11 @@ void dl_conn_await(struct dl_conn *c)
 void dl_conn_answered(struct dl_conn *c)
 {
 	c->awaiting = 0;
-	if (!c->end && !c->srv->draining)
-		read_more(c);
+	/* its next requests on a later turn, not inside the callback that
+	 * answered (found in review: a PARTITION pipelined behind another
+	 * ran inside the map's job callback, and two jobs ran at once) */
+	if (!c->end && !c->closing && !c->srv->draining && !c->yielded)
+		yield_turn(c, 0);
 }
 
 int dl_conn_park(struct dl_conn *c, const char *line, size_t len)

@@ -467,6 +467,63 @@ Test(partition, a_map_lost_while_all_were_down_comes_back_from_a_copy)
 	h_close(c0);
 }
 
+/* Found in review: a PARTITION pipelined behind another ran inside the
+ * callback that answered the first, which then queued a second job on
+ * the map's one connection. Each is answered in order, each change made. */
+Test(partition, pipelined_partition_requests_are_answered_in_order)
+{
+	struct h_client *c = h_connect(d[0].port);
+	char *l;
+
+	h_send(c, "PARTITION INIT id=1");
+	h_send(c, "PARTITION ADDRS p0 127.0.0.1:%d,127.0.0.1:7 id=2",
+	       d[0].port);
+	h_send(c, "PING three");
+	l = h_line(c);
+	cr_assert_str_eq(l, "OK PARTITION epoch=1 id=1");
+	l = h_line(c);
+	cr_assert(h_starts(l, "OK PARTITION epoch=") && strstr(l, " id=2"),
+		  "%s", l);
+	cr_assert_str_eq(h_line(c), "OK PONG three");
+	h_close(c);
+	map_of(0, 1, ",127.0.0.1:7 ");
+}
+
+/* Found in review: a multi-lock waiting for its first name had the later
+ * names in no queue yet, so a PARTITION MOVE of a later name's slot found
+ * no lock there; when the wait ended, the multi-lock took that name on
+ * the partition that had given it away. */
+Test(partition, a_multi_lock_does_not_take_a_name_moved_while_it_waited)
+{
+	struct h_client *o, *w, *c1;
+	const char *m;
+	char *l;
+	uint64_t t, e;
+
+	init_map();
+	o = h_connect(d[0].port);
+	w = h_connect(d[0].port);
+	t = h_lock(o, "bar", "ttl=30s");	      /* slot 5061 */
+	h_send(w, "LOCK bar hello ttl=30s wait=20s"); /* hello: slot 866 */
+	l = h_line(w);
+	cr_assert(h_starts(l, "OK QUEUED bar "), "%s", l);
+	e = moved(o, "866", "p1");
+	m = map_of(1, e, "slots p1 866");
+	(void)m;
+	l = h_call(o, "UNLOCK bar %" PRIu64, t);
+	cr_assert(h_starts(l, "OK RELEASED"), "%s", l);
+	l = h_line(w);
+	cr_assert(h_starts(l, "* FAILED bar UNAVAILABLE hello"), "%s", l);
+	/* nothing of it kept, and hello is p1's to grant */
+	cr_assert(h_starts(h_call(o, "STATUS bar"), "OK STATUS bar state=free"),
+		  "%s", o->line);
+	c1 = h_connect(d[1].port);
+	h_lock(c1, "hello", "ttl=5s");
+	h_close(c1);
+	h_close(o);
+	h_close(w);
+}
+
 /* The place of partition `id` in the map's text (map_of's): its token
  * class. */
 static int place_of(const char *map, const char *id)

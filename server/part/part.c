@@ -113,6 +113,8 @@ struct dl_part {
 	int copying;	       /* a write of the copy is under way */
 	uint64_t pending_copy; /* ... of this epoch */
 	int full_said;	       /* the map was full: said once */
+	int note_again;	       /* a move's record to send again */
+	unsigned gen;	       /* raised by each map adopted (MAP's cache) */
 
 	/* the record of slots given away (store_part.c), parsed */
 	unsigned gone_gen; /* dl_store_part_gen when parsed */
@@ -132,6 +134,11 @@ struct dl_part {
 };
 
 static void next_job(struct dl_part *p);
+static void on_noted(int ok, void *arg);
+
+/* The record of the move under way (one at a time), sent again until
+ * Redis is known to hold it. */
+static char move_record[DL_STORE_PART_MAX];
 
 /* ---- the worker (libuv's thread pool) ----------------------------------- */
 
@@ -221,6 +228,8 @@ static void work(uv_work_t *req)
 	}
 	if (r->type == REDIS_REPLY_INTEGER && j->kind == JOB_CAS) {
 		j->swapped = 1;
+	} else if (r->type == REDIS_REPLY_STRING && r->len == 0) {
+		/* a refused CAS on a missing key: none */
 	} else if (r->type == REDIS_REPLY_STRING) {
 		j->text = malloc(r->len + 1);
 		if (j->text) {
@@ -269,16 +278,26 @@ static void read_gone(struct dl_part *p)
 	snprintf(p->gone_to, sizeof(p->gone_to), "%s", to);
 }
 
-static void finish(struct dl_part *p, int err, const char *text)
+/* Tell the command's connection how it went (once). */
+static void answer(struct dl_part *p, int err, const char *text)
 {
 	dl_part_done done = p->done;
 	void *arg = p->arg;
 
-	p->ask = ASK_NONE;
 	p->done = NULL;
-	memset(p->moving, 0, DL_SLOTS);
 	if (done)
 		done(err, text, arg);
+}
+
+/* The change asked is over. A move's slots stay unserved (p->moving)
+ * until its record is known written, which on_noted says: never cleared
+ * here (found in review: a record whose reply the link lost, or that
+ * outlived the answer's time limit, still landed, and a later load
+ * completed the move after the slots had been served again). */
+static void finish(struct dl_part *p, int err, const char *text)
+{
+	p->ask = ASK_NONE;
+	answer(p, err, text);
 }
 
 static int own_index(const struct dl_map *m, const struct dl_part *p)
@@ -325,6 +344,7 @@ static void say_map(struct dl_part *p)
 	size_t cursor = 0;
 	unsigned s, n = 0;
 
+	p->gen++;
 	/* tokens of this partition: its own class modulo DL_PARTS_MAX (its
 	 * place in the map, which never changes: lines are only added) */
 	if (i >= 0)
@@ -381,8 +401,12 @@ static int wanted(struct dl_part *p, const struct dl_map *m, char *out,
 		for (s = 0; s < DL_SLOTS; s++)
 			if (p->gone[s] && n->owner[s] == (uint16_t)i)
 				n->owner[s] = (uint16_t)t;
+		/* the giver's last token, should it have granted since the
+		 * record: the receiver's tokens stay above (defensive) */
 		if (n->part[t].floor < p->gone_floor)
 			n->part[t].floor = p->gone_floor;
+		if (n->part[t].floor < dl_locktab_last_token(p->tab))
+			n->part[t].floor = dl_locktab_last_token(p->tab);
 		n->part[i].gave = p->gone_n;
 		change = 1;
 	}
@@ -438,9 +462,11 @@ static void asked(struct dl_part *p, int ours)
 static int queue(struct dl_part *p, enum job_kind kind, const char *old,
 		 const char *new)
 {
-	struct job *j = calloc(1, sizeof(*j));
+	struct job *j;
 
-	if (!j)
+	if (p->job) /* one at a time: the worker's connection is one */
+		return DL_ELIMIT;
+	if (!(j = calloc(1, sizeof(*j))))
 		return DL_ENOMEM;
 	j->p = p;
 	j->kind = kind;
@@ -520,7 +546,8 @@ static void copy_map(struct dl_part *p)
 
 /* Decide on the text Redis holds (NULL: none): adopt it, write back the
  * one known, or write the change wanted. */
-static void consider(struct dl_part *p, const char *text, size_t len, int ours)
+static void consider(struct dl_part *p, const char *text, size_t len, int ours,
+		     unsigned loads)
 {
 	static char out[DL_MAP_TEXT_MAX];
 	struct dl_map *m = malloc(sizeof(*m));
@@ -564,6 +591,11 @@ static void consider(struct dl_part *p, const char *text, size_t len, int ours)
 		say_map(p);
 	}
 	free(m);
+	/* served from since this read: Redis holds this map or an older
+	 * one of equal epoch (found in review: marked fresh by a read that
+	 * found an older map, a restart served from its newer copy while
+	 * the others read the older one until the write-back) */
+	p->fresh = loads;
 	asked(p, ours);
 	if (wanted(p, p->map, out, sizeof(out))) {
 		if (queue(p, JOB_CAS, p->text ? p->text : "", out) == 0)
@@ -597,11 +629,11 @@ static void after_work(uv_work_t *req, int status)
 				dl_notice("partition %s: the map is read again",
 					  p->id);
 			p->failing = 0;
-			p->fresh = j->loads;
 			if (j->kind == JOB_CAS && j->swapped)
-				consider(p, j->new, strlen(j->new), 1);
+				consider(p, j->new, strlen(j->new), 1,
+					 j->loads);
 			else
-				consider(p, j->text, j->len, 0);
+				consider(p, j->text, j->len, 0, j->loads);
 		}
 	}
 	free(j->old);
@@ -626,11 +658,18 @@ static void on_tick(uv_timer_t *t)
 	read_gone(p);
 	load_seen(p);
 	copy_map(p);
-	if (p->ask != ASK_NONE && now - p->asked_ms > DL_MAP_ASK_MS)
+	if (p->ask == ASK_MOVE_NOTE && p->note_again &&
+	    dl_store_part_write(p->st, DL_PART_GONE, move_record, on_noted,
+				p) == 0)
+		p->note_again = 0;
+	if (p->ask == ASK_MOVE_NOTE || p->ask == ASK_MOVE_MAP) {
+		if (p->done && now - p->asked_ms > DL_MAP_ASK_MS)
+			answer(p, DL_EUNAVAILABLE,
+			       "the move is under way: this daemon completes it, and MAP will show it");
+	} else if (p->ask != ASK_NONE && now - p->asked_ms > DL_MAP_ASK_MS) {
 		finish(p, DL_EUNAVAILABLE,
-		       p->ask == ASK_MOVE_MAP
-			       ? "the slots are given away, but the map is not written yet: this daemon goes on trying"
-			       : "the map could not be written in time, try again");
+		       "the map could not be written in time, try again");
+	}
 	next_job(p);
 }
 
@@ -710,8 +749,8 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 			    const struct dl_map_part **to)
 {
 	unsigned slot = dl_key_slot(name.p, name.len);
-	uint16_t o = p->map->owner[slot];
 	const struct dl_map_part *mp;
+	uint16_t o;
 
 	*to = NULL;
 	/* a map read since this daemon's last load (a start, a take-over):
@@ -724,6 +763,7 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 		next_job(p); /* read it now rather than at the next tick */
 		return DL_ROUTE_UNKNOWN;
 	}
+	o = p->map->owner[slot]; /* after load_seen: the map it may adopt */
 	if (p->gone_gen != dl_store_part_gen(p->st))
 		read_gone(p); /* a load or a write since */
 	if (o == DL_MAP_NOBODY)
@@ -748,6 +788,11 @@ const struct dl_map *dl_part_map(const struct dl_part *p)
 const char *dl_part_id(const struct dl_part *p)
 {
 	return p->id;
+}
+
+unsigned dl_part_map_gen(const struct dl_part *p)
+{
+	return p->gen;
 }
 
 unsigned dl_part_slots(const struct dl_part *p)
@@ -841,8 +886,9 @@ static void on_noted(int ok, void *arg)
 	if (p->ask != ASK_MOVE_NOTE)
 		return;
 	if (!ok) {
-		finish(p, DL_EUNAVAILABLE,
-		       "the slots could not be given away: persistence went down, try again");
+		/* written or not, nobody knows: the slots stay unserved and
+		 * the same record goes again (a write of it is idempotent) */
+		p->note_again = 1;
 		return;
 	}
 	read_gone(p);
@@ -873,7 +919,7 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 		 size_t tolen, dl_part_done done, void *arg, char *why,
 		 size_t whylen)
 {
-	static char gone[DL_STORE_PART_MAX];
+	char *gone = move_record;
 	struct dl_map *m;
 	struct busy b = {.set = set};
 	uint64_t move_n;
@@ -958,10 +1004,10 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 	for (s = 0; s < DL_SLOTS; s++)
 		if (set[s])
 			m->owner[s] = (uint16_t)i;
-	n = (size_t)snprintf(gone, sizeof(gone), "%llu %.*s %llu ",
+	n = (size_t)snprintf(gone, sizeof(move_record), "%llu %.*s %llu ",
 			     (unsigned long long)move_n, (int)tolen, to,
 			     (unsigned long long)dl_locktab_last_token(p->tab));
-	r = dl_map_ranges(m, i, gone + n, sizeof(gone) - n);
+	r = dl_map_ranges(m, i, gone + n, sizeof(move_record) - n);
 	free(m);
 	if (r != 0) {
 		memset(p->moving, 0, DL_SLOTS);

@@ -56,6 +56,8 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 /* The map as this daemon knows it (epoch 0: none read yet). */
 const struct dl_map *dl_part_map(const struct dl_part *p);
 const char *dl_part_id(const struct dl_part *p);
+/* Raised each time the map in memory changes (MAP's reply cache). */
+unsigned dl_part_map_gen(const struct dl_part *p);
 /* The slots the map gives this daemon's partition (STATS). */
 unsigned dl_part_slots(const struct dl_part *p);
 
