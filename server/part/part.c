@@ -1031,11 +1031,3 @@ int dl_part_busy(const struct dl_part *p)
 {
 	return p->ask != ASK_NONE;
 }
-
-void dl_part_forget(struct dl_part *p, void *arg)
-{
-	if (p && p->arg == arg) {
-		p->done = NULL;
-		p->arg = NULL;
-	}
-}

@@ -63,8 +63,8 @@ unsigned dl_part_slots(const struct dl_part *p);
 
 /* A change of the map asked by an admin command: done(0, text) with the
  * reply's text, or done(err, why). One at a time (DL_ELIMIT otherwise,
- * with why set). The caller may cancel it (its connection went) with
- * dl_part_forget(p, arg). */
+ * with why set). The caller finds its connection again by itself (one
+ * that went is told nothing). */
 typedef void (*dl_part_done)(int err, const char *text, void *arg);
 
 /* PARTITION INIT: create the map, this partition serving every slot, if
@@ -81,7 +81,6 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 int dl_part_set_addrs(struct dl_part *p, const char *id, size_t idlen,
 		      const char *addrs, size_t len, dl_part_done done,
 		      void *arg, char *why, size_t whylen);
-void dl_part_forget(struct dl_part *p, void *arg);
 /* A change asked by a command is under way. */
 int dl_part_busy(const struct dl_part *p);
 
