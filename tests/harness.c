@@ -791,6 +791,27 @@ void h_part_start(struct h_daemon *d, const struct h_redis *r,
 	h_daemon_start_redis(d, r, conf);
 }
 
+void h_parts_start(struct h_daemon *d, int n, struct h_redis *r)
+{
+	char id[16];
+	int i;
+
+	h_redis_start(r, "always");
+	for (i = 0; i < n; i++) {
+		snprintf(id, sizeof(id), "p%d", i);
+		h_part_start(&d[i], r, "t:", id, NULL);
+	}
+}
+
+void h_parts_stop(struct h_daemon *d, int n, struct h_redis *r)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		h_daemon_cleanup(&d[i]);
+	h_redis_cleanup(r);
+}
+
 const char *h_map_wait(int port, uint64_t epoch, const char *needle)
 {
 	static char text[8192];

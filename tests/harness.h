@@ -143,6 +143,10 @@ void h_daemon_start_redis(struct h_daemon *d, const struct h_redis *r,
  * of its configuration. */
 void h_part_start(struct h_daemon *d, const struct h_redis *r,
 		  const char *prefix, const char *id, const char *more);
+/* Redis r and n daemons of partitions p0..p<n-1> on it (h_part_start,
+ * prefix t:); h_parts_stop stops them all. */
+void h_parts_start(struct h_daemon *d, int n, struct h_redis *r);
+void h_parts_stop(struct h_daemon *d, int n, struct h_redis *r);
 /* MAP of the daemon on port once its epoch is at least `epoch` and its
  * text holds `needle` (NULL: anything): the reply's lines joined by
  * '\n' (static). Fails after 15 s. */

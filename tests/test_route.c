@@ -39,30 +39,14 @@
 static struct h_redis r;
 static struct h_daemon d[NPARTS];
 
-static void start_part(int i)
-{
-	char id[8];
-
-	snprintf(id, sizeof(id), "p%d", i);
-	h_part_start(&d[i], &r, "t:", id, NULL);
-}
-
 static void start(void)
 {
-	int i;
-
-	h_redis_start(&r, "always");
-	for (i = 0; i < NPARTS; i++)
-		start_part(i);
+	h_parts_start(d, NPARTS, &r);
 }
 
 static void stop(void)
 {
-	int i;
-
-	for (i = 0; i < NPARTS; i++)
-		h_daemon_cleanup(&d[i]);
-	h_redis_cleanup(&r);
+	h_parts_stop(d, NPARTS, &r);
 }
 
 TestSuite(route, .init = start, .fini = stop, .timeout = 90);

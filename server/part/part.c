@@ -115,6 +115,7 @@ struct dl_part {
 	int full_said;	       /* the map was full: said once */
 	int note_again;	       /* a move's record to send again */
 	unsigned gen;	       /* raised by each map adopted (MAP's cache) */
+	int self;	       /* this partition's line in the map, or -1 */
 
 	/* the record of slots given away (store_part.c), parsed */
 	unsigned gone_gen; /* dl_store_part_gen when parsed */
@@ -345,6 +346,7 @@ static void say_map(struct dl_part *p)
 	unsigned s, n = 0;
 
 	p->gen++;
+	p->self = i; /* the route's compare, per request */
 	/* tokens of this partition: its own class modulo DL_PARTS_MAX (its
 	 * place in the map, which never changes: lines are only added) */
 	if (i >= 0)
@@ -710,6 +712,7 @@ struct dl_part *dl_part_new(uv_loop_t *loop, const struct dl_config *cfg,
 	}
 	p->slot = dl_key_slot(p->key, strlen(p->key));
 	dl_map_init(p->map);
+	p->self = -1;
 	return p;
 }
 
@@ -773,7 +776,7 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 	if (o == DL_MAP_NOBODY)
 		return DL_ROUTE_NOBODY;
 	mp = &p->map->part[o];
-	if (strcmp(mp->id, p->id) != 0) {
+	if (o != p->self) {
 		*to = mp;
 		return DL_ROUTE_AWAY;
 	}
