@@ -82,7 +82,7 @@ PROTO_SRC  := proto/proto.c proto/proto_reply.c proto/desc.c proto/slot.c
 # The lock table (server/locktab/): test_locktab links it on its own.
 LOCKTAB_SRC := $(addprefix server/locktab/,locktab.c locktab_wait.c locktab_ops.c \
                  locktab_cycle.c locktab_verify.c locktab_side.c \
-                 locktab_index.c locktab_desc.c htab.c wheel.c)
+                 locktab_move.c locktab_index.c locktab_desc.c htab.c wheel.c)
 # The store (server/store/): Redis, and what is kept outside it.
 STORE_SRC  := $(addprefix server/store/,store.c store_link.c store_load.c \
                 store_call.c \

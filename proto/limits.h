@@ -377,6 +377,11 @@
 /* The partition's record in its keyspace (server/store/store_part.c):
  * a map epoch, an id, a token and the slots given away. */
 #define DL_STORE_PART_MAX 65536
+/* A PARTITION MOVE carries the locks of its slots: at most this many,
+ * in at most this many bytes of records (store_part.c); a move of more
+ * is refused (move fewer slots at once). */
+#define DL_MOVE_LOCKS_MAX 100000
+#define DL_MOVE_TEXT_MAX  (64u * 1024 * 1024)
 /* ... and its copy of the partition map (DL_MAP_TEXT_MAX, part/map.h). */
 #define DL_MAP_COPY_MAX (256 * 1024)
 /* A partitioned daemon reads the partition map this often, and gives up

@@ -1124,6 +1124,7 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 		[DL_EVENT_EXPIRED] = "* EXPIRED",
 		[DL_EVENT_EXPIRING] = "* EXPIRING",
 		[DL_EVENT_WAITING] = "* WAITING",
+		[DL_EVENT_MOVED] = "* MOVED",
 	};
 	struct dl_line line = {.kind = DL_LINE_EVENT,
 			       .durable = ev->durable,
@@ -1168,6 +1169,8 @@ void dl_cmd_event(struct dl_conn *c, const struct dl_event *ev)
 		line.waiting = 1;
 		dl_fmt_u64(&r.f, ev->holds);
 		dl_fmt_kv_u64(&r.f, "token", ev->token);
+	} else if (ev->type == DL_EVENT_MOVED) {
+		dl__cmd_fmt_moved(c, &r.f, ev->name);
 	}
 	dl__cmd_reply_send(c, &r, ev->tag, &line);
 }

@@ -55,6 +55,8 @@ enum multi_state {
 	M_LOST,	   /* a lease it took ended (broken, expired) */
 	M_HELD,	   /* its wait was granted as a reentry: its owner came
 		      to hold the lock meanwhile */
+	M_MOVED,   /* the name it waited for went to another partition
+		      (PARTITION MOVE; its place waits there) */
 };
 
 struct dl_multi {
@@ -652,7 +654,8 @@ int dl__cmd_multi_event(struct dl_conn *c, const struct dl_event *ev)
 	 * review: a grant that came after a BREAK of a lease it took, in the
 	 * same turn, went to the client, and the lease stayed) */
 	if (m->queued && m->i < m->n && str_eq(ev->name, name_of(m, m->i)) &&
-	    (ev->type == DL_EVENT_GRANTED || ev->type == DL_EVENT_TIMEOUT) &&
+	    (ev->type == DL_EVENT_GRANTED || ev->type == DL_EVENT_TIMEOUT ||
+	     ev->type == DL_EVENT_MOVED) &&
 	    m->state != M_WAITING) {
 		m->queued = 0;
 		if (ev->type == DL_EVENT_GRANTED)
@@ -663,7 +666,7 @@ int dl__cmd_multi_event(struct dl_conn *c, const struct dl_event *ev)
 	if (m->state == M_WAITING && m->queued && m->i < m->n &&
 	    str_eq(ev->name, name_of(m, m->i))) {
 		if (ev->type == DL_EVENT_GRANTED ||
-		    ev->type == DL_EVENT_TIMEOUT)
+		    ev->type == DL_EVENT_TIMEOUT || ev->type == DL_EVENT_MOVED)
 			m->queued = 0; /* its waiter is gone */
 		if (ev->type == DL_EVENT_GRANTED) {
 			m->token[m->i] = ev->token;
@@ -684,6 +687,10 @@ int dl__cmd_multi_event(struct dl_conn *c, const struct dl_event *ev)
 		}
 		if (ev->type == DL_EVENT_TIMEOUT) {
 			todo(m, M_TIMEOUT);
+			return 1;
+		}
+		if (ev->type == DL_EVENT_MOVED) {
+			todo(m, M_MOVED);
 			return 1;
 		}
 	}
@@ -720,6 +727,9 @@ void dl_cmd_multi_run(struct dl_server *srv)
 			break;
 		case M_HELD:
 			end_event(m, "ALREADY_HELD", name_of(m, m->lost), 0, 0);
+			break;
+		case M_MOVED:
+			end_event(m, "MOVED", name_of(m, m->i), 0, 0);
 			break;
 		default:
 			break;

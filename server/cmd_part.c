@@ -26,6 +26,30 @@
  * drops a longer line as too long). */
 #define SLOTS_LINE_MAX (DL_LINE_MAX - 64)
 
+/* "<partition> <host:port,...>|- <map-epoch>" of MOVED. */
+static void fmt_to(struct dl_conn *c, struct dl_fmt *f,
+		   const struct dl_map_part *to)
+{
+	dl_fmt_word(f, to->id);
+	dl_fmt_word(f, to->addrs[0] ? to->addrs : "-");
+	dl_fmt_u64(f, dl_part_map(c->srv->part)->epoch);
+}
+
+void dl__cmd_fmt_moved(struct dl_conn *c, struct dl_fmt *f, struct dl_str name)
+{
+	const struct dl_map_part *to = NULL;
+
+	/* the event comes once the map gives the name away (part.c) */
+	if (c->srv->part &&
+	    dl_part_route(c->srv->part, name, &to) == DL_ROUTE_AWAY && to) {
+		fmt_to(c, f, to);
+		return;
+	}
+	dl_fmt_word(f, "-");
+	dl_fmt_word(f, "-");
+	dl_fmt_u64(f, c->srv->part ? dl_part_map(c->srv->part)->epoch : 0);
+}
+
 int dl__cmd_route(struct dl_conn *c, struct dl_str name, struct dl_str tag)
 {
 	const struct dl_map_part *to;
@@ -40,9 +64,7 @@ int dl__cmd_route(struct dl_conn *c, struct dl_str name, struct dl_str tag)
 	case DL_ROUTE_AWAY:
 		c->srv->st.errors[-DL_EMOVED]++;
 		dl__cmd_reply_begin(&r, "NO MOVED");
-		dl_fmt_word(&r.f, to->id);
-		dl_fmt_word(&r.f, to->addrs[0] ? to->addrs : "-");
-		dl_fmt_u64(&r.f, dl_part_map(c->srv->part)->epoch);
+		fmt_to(c, &r.f, to);
 		dl__cmd_reply_send(c, &r, tag, NULL);
 		return -1;
 	case DL_ROUTE_NOBODY:
@@ -55,6 +77,12 @@ int dl__cmd_route(struct dl_conn *c, struct dl_str name, struct dl_str tag)
 		snprintf(why, sizeof(why),
 			 "slot %u is moving to another partition, try again",
 			 dl_key_slot(name.p, name.len));
+		break;
+	case DL_ROUTE_IMPORTING:
+		snprintf(
+			why, sizeof(why),
+			"slot %u is arriving from another partition with its locks, try again",
+			dl_key_slot(name.p, name.len));
 		break;
 	default:
 		snprintf(why, sizeof(why),

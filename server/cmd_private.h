@@ -51,6 +51,8 @@ int dl__cmd_check_ttl(struct dl_conn *c, const struct dl_request *rq);
 /* cmd_part.c: 0 if name is this partition's (or the daemon serves every
  * name); else the client is answered (NO MOVED, ERR UNAVAILABLE) and -1. */
 int dl__cmd_route(struct dl_conn *c, struct dl_str name, struct dl_str tag);
+/* The words after "* MOVED <name>": where `name` went (cmd_part.c). */
+void dl__cmd_fmt_moved(struct dl_conn *c, struct dl_fmt *f, struct dl_str name);
 void dl__cmd_map(struct dl_conn *c, const struct dl_request *rq);
 void dl__cmd_partition(struct dl_conn *c, const struct dl_request *rq);
 

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/slot.h"
 #include "server/locktab/locktab.h"
 
 /* ---- harness ------------------------------------------------------------- */
@@ -5015,4 +5016,73 @@ Test(locktab, a_waiter_put_back_after_its_lease_ended_keeps_its_value)
 	cr_assert(st.held);
 	cr_assert(eq(sz, st.value.len, 2));
 	cr_assert(eq(int, strncmp(st.value.p, "me", 2), 0));
+}
+
+/* ---- locks leaving for another partition (locktab_move.c) ---------------- */
+
+static uint8_t frozen_slots[DL_SLOTS];
+
+Test(locktab, a_frozen_slot_serves_no_waiter_until_thawed)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	uint64_t tok = must_grant(a, "job", 1000);
+	char why[256];
+
+	must_queue(b, "job", 1000, DL_WAIT_INF, NULL);
+	memset(frozen_slots, 0, sizeof(frozen_slots));
+	frozen_slots[dl_key_slot("job", 3)] = 1;
+	dl_locktab_freeze(tab, frozen_slots);
+	nev = 0;
+	/* a release lessens the lock: it happens; nobody is served */
+	must_release(a, "job", tok);
+	cr_assert(eq(sz, nev, 0), "a frozen queue must not be served");
+	cr_assert(eq(int, status("job").held, 0));
+	cr_assert(eq(u32, status("job").waiters, 1));
+	cr_assert(eq(int, dl_locktab_verify(tab, why, sizeof(why)), 0), "%s",
+		  why);
+	/* another slot is served as ever */
+	tok = must_grant(a, "other", 1000);
+	must_queue(b, "other", 1000, DL_WAIT_INF, NULL);
+	must_release(a, "other", tok);
+	cr_assert(eq(sz, nev, 1));
+	cr_assert(eq(int, evs[0].type, DL_EVENT_GRANTED));
+	/* thawed: the head is served */
+	nev = 0;
+	dl_locktab_freeze(tab, NULL);
+	cr_assert(eq(sz, nev, 1));
+	cr_assert(eq(int, evs[0].type, DL_EVENT_GRANTED));
+	cr_assert_str_eq(evs[0].name, "job");
+}
+
+Test(locktab, an_extracted_lock_tells_its_waiters_and_leaves_empty)
+{
+	struct client *a = client_new("alice");
+	struct client *b = client_new("bob");
+	struct client *c = client_new("carol");
+	struct drained d;
+	uint64_t tok = must_grant(a, "job", 1000);
+
+	must_queue(b, "job", 1000, DL_WAIT_INF, NULL);
+	must_queue(c, "job", 1000, 5000, NULL);
+	drain(&d);
+	nev = 0;
+	cr_assert(eq(int, dl_locktab_extract(tab, str("job")), 1));
+	/* the holder hears nothing (its lease lives elsewhere); each waiter
+	 * is told, in queue order */
+	cr_assert(eq(sz, nev, 2));
+	cr_assert(eq(int, evs[0].type, DL_EVENT_MOVED));
+	cr_assert(eq(ptr, evs[0].sess, &b->s));
+	cr_assert(eq(int, evs[1].type, DL_EVENT_MOVED));
+	cr_assert(eq(ptr, evs[1].sess, &c->s));
+	cr_assert(eq(int, status("job").held, 0));
+	cr_assert(eq(u32, status("job").waiters, 0));
+	/* dirty and empty: the drain deletes its record */
+	cr_assert(eq(sz, drain(&d), 1));
+	cr_assert_str_eq(d.names[0], "job");
+	cr_assert(eq(int, d.held[0], 0));
+	cr_assert(eq(u32, d.waiters[0], 0));
+	/* nothing of it stays: its token is refused, a new lease is new */
+	cr_assert(eq(int, dl_locktab_extract(tab, str("job")), 0));
+	cr_assert_gt(must_grant(c, "job", 1000), tok);
 }

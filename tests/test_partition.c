@@ -8,8 +8,9 @@
  *     same for all of them;
  *   - a name is served by the partition the map gives its slot, others
  *     answer NO MOVED <partition> <addrs> <epoch>;
- *   - PARTITION MOVE gives slots away only when none of their names
- *     holds a lock, and the receiver's tokens stay above the giver's;
+ *   - PARTITION MOVE gives slots away with the locks of their names:
+ *     leases keep their tokens, waiters their places, at the receiver,
+ *     whose tokens stay above the giver's;
  *   - slots recorded as given away stay unserved by the giver's next
  *     active even when the map does not say so yet, and it completes
  *     the map;
@@ -226,39 +227,121 @@ Test(partition, a_multi_lock_stays_in_one_partition)
 	h_close(c0);
 }
 
-Test(partition, slots_that_hold_a_lock_do_not_move)
+/* h_call until the answer is not ERR UNAVAILABLE (the receiver of a
+ * move imports its locks first, for a moment): that answer. */
+static char *call_served(struct h_client *c, const char *cmd)
 {
-	struct h_client *c0, *c1;
+	char *l;
+	int i;
+
+	for (i = 0; i < 200; i++) {
+		l = h_call(c, "%s", cmd);
+		if (!h_starts(l, "ERR UNAVAILABLE"))
+			return l;
+		h_sleep_ms(50);
+	}
+	cr_assert_fail("%s: still %s", cmd, l);
+	return NULL;
+}
+
+Test(partition, a_move_carries_the_leases_and_queues_of_its_slots)
+{
+	struct h_client *a0, *b0, *a2, *b2, *c2;
 	const char *n = name_in(3300);
-	char name[32], *l;
-	uint64_t tok, e;
+	char name[32], cmd[96], want[96], *l;
+	uint64_t tok, tok2, e;
 
 	init_map();
 	snprintf(name, sizeof(name), "%s", n);
-	c0 = h_connect(d[0].port);
-	tok = h_lock(c0, name, "ttl=10s");
-	l = h_call(c0, "PARTITION MOVE 3000-3400 p2");
-	cr_assert(h_starts(l, "ERR BAD_ARG 1 locks are held"), "%s", l);
-	cr_assert(strstr(l, name) != NULL, "%s", l);
-	/* still p0's, and served */
-	cr_assert(h_starts(h_call(c0, "STATUS %s", name), "OK STATUS"), "%s",
-		  c0->line);
-	/* a queue holds it too */
-	c1 = h_connect(d[0].port);
-	h_send(c1, "LOCK %s ttl=10s wait=10s", name);
-	cr_assert(h_starts(h_line(c1), "OK QUEUED"), "%s", c1->line);
-	l = h_call(c0, "UNLOCK %s %" PRIu64, name, tok);
+	a0 = h_hello(d[0].port, "alice");
+	b0 = h_hello(d[0].port, "bob");
+	tok = h_lock(a0, name, "ttl=20s");
+	h_send(b0, "LOCK %s ttl=20s wait=30s", name);
+	cr_assert(h_starts(h_line(b0), "OK QUEUED"), "%s", b0->line);
+	/* the slot moves, with its lease and its queue */
+	l = h_call(a0, "PARTITION MOVE 3000-3400 p2");
+	cr_assert(h_starts(l, "OK PARTITION epoch="), "%s", l);
+	cr_assert(strstr(l, " to=p2 locks=1") != NULL, "%s", l);
+	e = h_kv_u64(l, "epoch");
+	/* the waiter is told where its place went */
+	snprintf(want, sizeof(want), "* MOVED %s p2 127.0.0.1:%d ", name,
+		 d[2].port);
+	cr_assert(h_starts(h_line(b0), want), "%s", b0->line);
+	/* the giver sends every request about it there */
+	l = h_call(a0, "REFRESH %s %" PRIu64, name, tok);
+	cr_assert(h_starts(l, "NO MOVED p2 "), "%s", l);
+	map_of(2, e, "slots p2 3000-3400");
+	/* the receiver has the lease: its holder refreshes it there, with
+	 * its token; nobody else gets it */
+	a2 = h_hello(d[2].port, "alice");
+	snprintf(cmd, sizeof(cmd), "REFRESH %s %" PRIu64 " ttl=20s", name, tok);
+	l = call_served(a2, cmd);
+	cr_assert(h_starts(l, "OK REFRESHED"), "%s", l);
+	c2 = h_hello(d[2].port, "carol");
+	l = h_call(c2, "TRYLOCK %s ttl=5s", name);
+	cr_assert(h_starts(l, "NO BUSY"), "%s", l);
+	/* the waiter's owner claims its place, ahead of carol */
+	h_send(c2, "LOCK %s ttl=5s wait=30s", name);
+	cr_assert(h_starts(h_line(c2), "OK QUEUED"), "%s", c2->line);
+	b2 = h_hello(d[2].port, "bob");
+	h_send(b2, "LOCK %s ttl=20s wait=30s", name);
+	l = h_line(b2);
+	cr_assert(h_starts(l, "OK QUEUED"), "%s", l);
+	cr_assert(strstr(l, " 1") != NULL, "bob's place is first: %s", l);
+	/* released at the receiver: bob, then carol, tokens above */
+	l = h_call(a2, "UNLOCK %s %" PRIu64, name, tok);
 	cr_assert(h_starts(l, "OK RELEASED"), "%s", l);
-	cr_assert(h_starts(h_line(c1), "* GRANTED"), "%s", c1->line);
-	h_close(c1); /* its lease outlives the connection (its TTL) */
-	c1 = h_connect(d[0].port);
-	l = h_call(c1, "PARTITION MOVE 3300 p2");
-	cr_assert(h_starts(l, "ERR BAD_ARG 1 locks are held"), "%s", l);
-	h_close(c1);
-	/* another slot moves */
-	e = moved(c0, "3301", "p2");
-	map_of(2, e, "slots p2 3301");
-	h_close(c0);
+	l = h_line(b2);
+	cr_assert(h_starts(l, "* GRANTED"), "%s", l);
+	snprintf(want, sizeof(want), "* GRANTED %s ", name);
+	tok2 = strtoull(l + strlen(want), NULL, 10);
+	cr_assert_gt(tok2, tok, "%s", l);
+	l = h_call(b2, "UNLOCK %s %" PRIu64, name, tok2);
+	cr_assert(h_starts(l, "OK RELEASED"), "%s", l);
+	l = h_line(c2);
+	cr_assert(h_starts(l, "* GRANTED"), "%s", l);
+	cr_assert_gt(strtoull(l + strlen(want), NULL, 10), tok2, "%s", l);
+	/* the giver kept nothing of it */
+	cr_assert(h_starts(h_call(a0, "STATUS %s", name), "NO MOVED p2 "), "%s",
+		  a0->line);
+	cr_assert_eq(h_stats_value(a0, "partition_locks_moved_out"), 1);
+	cr_assert_eq(h_stats_value(a2, "partition_locks_imported"), 1);
+	h_close(a0);
+	h_close(b0);
+	h_close(a2);
+	h_close(b2);
+	h_close(c2);
+}
+
+Test(partition, a_move_waits_for_the_import_of_the_last_one)
+{
+	struct h_client *a0;
+	char name[32], *l;
+	int i;
+
+	init_map();
+	snprintf(name, sizeof(name), "%s", name_in(3300));
+	a0 = h_hello(d[0].port, "alice");
+	h_lock(a0, name, "ttl=20s");
+	/* p2 stopped: nobody imports move 1's lock */
+	h_daemon_stop(&d[2]);
+	l = h_call(a0, "PARTITION MOVE 3300 p2");
+	cr_assert(h_starts(l, "OK PARTITION"), "%s", l);
+	l = h_call(a0, "PARTITION MOVE 100 p1");
+	cr_assert(h_starts(l, "ERR LIMIT limit reached: partition p2 has not "
+			      "imported the locks of move 1"),
+		  "%s", l);
+	/* p2 back: it imports, the map says so, and moves go on */
+	h_daemon_restart(&d[2]);
+	for (i = 0; i < 200; i++) {
+		l = h_call(a0, "PARTITION MOVE 100 p1");
+		if (!h_starts(l, "ERR LIMIT"))
+			break;
+		h_sleep_ms(100);
+	}
+	cr_assert(h_starts(l, "OK PARTITION"), "%s", l);
+	cr_assert(strstr(l, " locks=0") != NULL, "%s", l);
+	h_close(a0);
 }
 
 Test(partition, not_this_partitions_slots_are_refused)

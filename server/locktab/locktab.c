@@ -1148,7 +1148,7 @@ static void serve_cb(const struct dl_lock *lk, void *arg)
  * a lock that changes staying dirty). A restored placeholder waits in no
  * session: while there is one, every lock is walked.
  */
-static void serve_queued(struct dl_locktab *t, uint64_t now)
+void dl__serve_queued(struct dl_locktab *t, uint64_t now)
 {
 	struct timer_run r = {t, now};
 	size_t i, k = 0, cap = t->st.waiters;
@@ -1187,7 +1187,7 @@ void dl_locktab_suspend_grants(struct dl_locktab *t, int suspended)
 	t->suspended = suspended;
 	/* Only queues can move; with none, nothing to do. */
 	if (!suspended && t->st.waiters)
-		serve_queued(t, dl__now_ms(t));
+		dl__serve_queued(t, dl__now_ms(t));
 }
 
 void dl_locktab_close_grants(struct dl_locktab *t, uint64_t until)
@@ -1198,7 +1198,7 @@ void dl_locktab_close_grants(struct dl_locktab *t, uint64_t until)
 	if (until > t->closed_until || until == 0)
 		t->closed_until = until;
 	if (was && !t->closed_until && !t->suspended && t->st.waiters)
-		serve_queued(t, now);
+		dl__serve_queued(t, now);
 }
 
 void dl_locktab_reserve(struct dl_locktab *t, size_t n)

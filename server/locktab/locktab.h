@@ -305,6 +305,8 @@ enum dl_event_type {
 			      lease's warning (LOCK warn=) */
 	DL_EVENT_WAITING,  /* token, holds = the waiters: others wait for
 			      a lease that asked (LOCK notify=waiters) */
+	DL_EVENT_MOVED,	   /* a waiter left the queue: its lock went to
+			      another partition (dl_locktab_extract) */
 };
 
 struct dl_event {
@@ -778,6 +780,20 @@ int dl_locktab_walk(struct dl_locktab *t, size_t *cursor, size_t slots,
  * fails with DL_EUNAVAILABLE and freed locks keep their queues. Resuming
  * serves every queue that can move. */
 void dl_locktab_suspend_grants(struct dl_locktab *t, int suspended);
+
+/*
+ * Locks leaving for another partition (locktab_move.c). While `slots`
+ * (DL_SLOTS bytes, non-zero for a frozen slot; kept by the caller, NULL:
+ * none) is set, no waiter of a lock in a frozen slot is served; whatever
+ * lessens a lock (an expiry, a wait's end, a withdrawal) still happens.
+ * Thawing serves the queues that can move.
+ */
+void dl_locktab_freeze(struct dl_locktab *t, const uint8_t *slots);
+/* Lock `name` leaves the table: its leases go silently, each waiter of a
+ * connection is told DL_EVENT_MOVED, placeholders and its delay go; the
+ * lock is left empty and dirty (its record is deleted by the next
+ * drain). 1 if there was such a lock, else 0. */
+int dl_locktab_extract(struct dl_locktab *t, struct dl_str name);
 
 /*
  * Close grants until `until` (monotonic ms; a later call may only move it

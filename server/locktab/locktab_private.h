@@ -46,6 +46,8 @@ struct dl_locktab {
 	 * partitions of one namespace give disjoint ones (part.c) */
 	uint64_t token_mod, token_res;
 	int suspended;	       /* grants suspended (store down) */
+	const uint8_t *frozen; /* slots whose queues are not served
+				  (locktab_move.c); NULL: none */
 	uint64_t closed_until; /* no new lease before (monotonic ms):
 				  dl_locktab_close_grants */
 	uint64_t horizon;      /* the latest deadline + delay ever set
@@ -168,6 +170,10 @@ void dl__waiter_to_head(struct dl_lock *lk, struct dl_waiter *w);
 void dl__waiter_requeue(struct dl_lock *lk, struct dl_waiter *w,
 			uint64_t token);
 void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
+/* Serve every lock that has a queue (grants resumed, or thawed). */
+void dl__serve_queued(struct dl_locktab *t, uint64_t now);
+/* lk's slot is frozen: its queue is not served (locktab_move.c). */
+int dl__frozen(const struct dl_locktab *t, const struct dl_lock *lk);
 void dl__reap(struct dl_locktab *t, struct dl_lock *lk, uint64_t now);
 /* The deadlock check (locktab_cycle.c): 1 if session s waiting for lk
  * in `shared` mode would close a cycle (t->cycle then says which), 0 if

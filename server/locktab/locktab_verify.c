@@ -165,14 +165,15 @@ static int verify_queue(struct verify *v, const struct dl_lock *lk)
 
 /* Nobody that could be served waits: a lock with room for its head's mode
  * (or whose head's owner holds it, a reentry) has an empty queue or a
- * placeholder at its head, unless grants are suspended. */
+ * placeholder at its head, unless grants are suspended or its slot is
+ * frozen. */
 static int verify_served(struct verify *v, const struct dl_lock *lk)
 {
 	const struct dl_waiter *w = lk->qhead;
 	const struct dl_lease *l;
 
 	if (v->t->suspended || v->t->closed_until || lk->delaying || !w ||
-	    !w->sess)
+	    !w->sess || dl__frozen(v->t, lk))
 		return 0;
 	l = dl__holder_of(lk, w->owner);
 	if (!l && dl__has_room(lk, w->shared))

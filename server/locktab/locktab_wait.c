@@ -208,6 +208,8 @@ void dl__serve(struct dl_locktab *t, struct dl_lock *lk, uint64_t now)
 	char tag[DL_TAG_MAX];
 	int nomem, served = 0;
 
+	if (dl__frozen(t, lk)) /* its slot is moving (locktab_move.c) */
+		return;
 	while (!t->suspended && (w = lk->qhead) != NULL && w->sess) {
 		l = dl__holder_of(lk, w->owner);
 		if (!l && (!dl__has_room(lk, w->shared) || dl__closed(t, now) ||

@@ -242,6 +242,11 @@ static int parse_part(struct dl_map *m, const char *s, const char *end,
 		} else if (n > 5 && memcmp(w, "gave=", 5) == 0) {
 			if (dl_parse_u64(w + 5, n - 5, &m->part[i].gave))
 				return bad(why, whylen, line, "bad gave");
+		} else if (n > 5 && memcmp(w, "pend=", 5) == 0) {
+			if (!dl_map_id_valid(w + 5, n - 5))
+				return bad(why, whylen, line, "bad pend");
+			memcpy(m->part[i].pend, w + 5, n - 5);
+			m->part[i].pend[n - 5] = '\0';
 		}
 		/* other key=value words: a later version's, ignored */
 	}
@@ -314,9 +319,15 @@ size_t dl_map_format(const struct dl_map *m, char *out, size_t cap)
 			return 0;
 		n += (size_t)w;
 		w = m->part[i].gave
-			    ? snprintf(out + n, cap - n, " gave=%llu\n",
+			    ? snprintf(out + n, cap - n, " gave=%llu",
 				       (unsigned long long)m->part[i].gave)
-			    : snprintf(out + n, cap - n, "\n");
+			    : 0;
+		if (w < 0 || (size_t)w >= cap - n)
+			return 0;
+		n += (size_t)w;
+		w = m->part[i].pend[0] ? snprintf(out + n, cap - n,
+						  " pend=%s\n", m->part[i].pend)
+				       : snprintf(out + n, cap - n, "\n");
 		if (w < 0 || (size_t)w >= cap - n)
 			return 0;
 		n += (size_t)w;

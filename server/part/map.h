@@ -21,8 +21,10 @@
  * of its tokens (a partition given names grants tokens above the tokens
  * the names had where they came from), and, once it gave slots away, how
  * many moves it gave them by (gave=<n>: its record of move n is in the
- * map, part.c). A slot named by no line belongs to no partition: names in
- * it are served by nobody.
+ * map, part.c), and, while the partition that move gave slots to has not
+ * yet imported the locks it carried, that partition (pend=<id>). A slot
+ * named by no line belongs to no partition: names in it are served by
+ * nobody.
  */
 #ifndef DL_SERVER_PART_MAP_H
 #define DL_SERVER_PART_MAP_H
@@ -54,6 +56,9 @@ struct dl_map_part {
 	char addrs[DL_PART_ADDRS_LEN]; /* "a,b", "" when none */
 	uint64_t floor;
 	uint64_t gave; /* the moves this partition gave slots by, in the map */
+	/* the partition that has yet to import the locks of move gave= ("":
+	 * none, or the move carried none): pend=<id> */
+	char pend[DL_PART_ID_MAX + 1];
 };
 
 struct dl_map {

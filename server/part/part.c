@@ -42,11 +42,35 @@
  * old ones: the receiver raises its counter to the floor before it serves
  * them (dl_part_route).
  *
- * What is not done yet: moving slots that hold locks (their leases and
- * queues would have to go along); a map that Redis forgot entirely is
- * written back only by a daemon that knew it, and a daemon that never
- * read a map serves nothing until one exists (PARTITION INIT creates the
- * first).
+ * Moving slots that hold locks. The locks go along, with the slots:
+ *   1. besides not serving the slots, the giver freezes them: no waiter
+ *      of theirs is served (dl_locktab_freeze), so no lease is granted
+ *      there that the record would not carry;
+ *   2. the record of move n is written with the records of the slots'
+ *      locks (store_part.c, "moved"), and says locks=<count>;
+ *   3. the map gives the slots away with the giver's gave=n and
+ *      pend=<receiver>: the receiver has the locks to import;
+ *   4. the receiver serves none of its slots while a line of the map says
+ *      pend=<itself> for a move it has not imported (its "took" record,
+ *      store_part.c), reads the giver's record, restores the locks (each
+ *      lease with its owner, token and proof for its whole TTL; each
+ *      waiter a placeholder its owner claims) and writes them into its own
+ *      keyspace with "took" in one fenced call; then it serves, and writes
+ *      the map without the pend=;
+ *   5. the giver, once the map has the move, extracts the locks from its
+ *      table: their holders hear nothing (their leases live at the
+ *      receiver: a client follows NO MOVED with the same token), each
+ *      waiter is told * MOVED (its place waits at the receiver).
+ * A partition makes no move while its line says pend= (the record holds
+ * the last move's locks only). A take-over at either end reads the record
+ * and goes on from where it is. What a lease costs here is time: the
+ * receiver restores it for its whole TTL, as a take-over does.
+ *
+ * What is not done yet: a map that Redis forgot entirely is written back
+ * only by a daemon that knew it, and a daemon that never read a map
+ * serves nothing until one exists (PARTITION INIT creates the first).
+ * A giver's record that Redis lost before the receiver imported it leaves
+ * the move's slots unserved (said in the log) until an operator acts.
  */
 #include "server/part/part.h"
 
@@ -55,6 +79,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/buf.h"
 #include "server/locktab/locktab.h"
 #include "server/log.h"
 #include "server/store/store.h"
@@ -67,7 +92,7 @@ static const char cas_script[] =
 	"end\n"
 	"return cur\n";
 
-enum job_kind { JOB_GET, JOB_CAS };
+enum job_kind { JOB_GET, JOB_CAS, JOB_TAKE };
 
 struct job {
 	uv_work_t req;
@@ -81,6 +106,11 @@ struct job {
 	char *text; /* the text Redis holds (GET; a refused CAS) */
 	size_t len;
 	int swapped; /* CAS: written */
+	/* TAKE: the record of move n of partition `from` (its "gone" and
+	 * its "moved" in text/len) */
+	char from[DL_PART_ID_MAX + 1];
+	uint64_t n;
+	char *gone;
 };
 
 /* What a change asked by a command is waiting for. */
@@ -122,8 +152,26 @@ struct dl_part {
 	uint64_t gone_n;   /* the move's number (0: no record) */
 	char gone_to[DL_PART_ID_MAX + 1];
 	uint64_t gone_floor;
-	uint8_t *gone;	 /* [DL_SLOTS] */
-	uint8_t *moving; /* [DL_SLOTS]: step 1 of a move under way */
+	uint8_t *gone;	     /* [DL_SLOTS] */
+	uint8_t *moving;     /* [DL_SLOTS]: step 1 of a move under way */
+	uint64_t gone_locks; /* the record's move carried locks (locks=) */
+	int carry;	     /* the move under way carries locks */
+	uint64_t move_n;     /* ... its number */
+	uint8_t *frozen;     /* [DL_SLOTS]: the table serves no queue there */
+	int frozen_on;	     /* ... and frozen is set in the table */
+
+	/* a move to this partition whose locks are not imported yet */
+	int awaiting;	    /* the giver's line + 1; 0: none */
+	unsigned await_gen; /* p->gen and the store's part gen it is of */
+	unsigned await_sgen;
+	int importing;	       /* its import is being written */
+	uint64_t take_ms;      /* when a read of its record last failed */
+	int take_said;	       /* the failure was said */
+	uint64_t locks_out;    /* locks extracted by moves (STATS) */
+	uint64_t locks_in;     /* ... imported */
+	uint64_t import_count; /* the import under way's */
+	unsigned extract_gen;  /* p->gen and the store's part gen of the */
+	unsigned extract_sgen; /* last extraction (extract_gone) */
 
 	/* a change asked by a command */
 	enum ask ask;
@@ -136,6 +184,10 @@ struct dl_part {
 
 static void next_job(struct dl_part *p);
 static void on_noted(int ok, void *arg);
+static int queue(struct dl_part *p, enum job_kind kind, const char *old,
+		 const char *new);
+static void after_work(uv_work_t *req, int status);
+static int pending(const struct dl_part *p, const struct dl_map *m);
 
 /* The record of the move under way (one at a time), sent again until
  * Redis is known to hold it. */
@@ -161,51 +213,123 @@ static void failed(struct dl_part *p, struct job *j, redisReply *r)
 	drop(p);
 }
 
-static int work_connect(struct dl_part *p, struct job *j)
+/* A connection to the primary that serves `slot`, authenticated and on
+ * the configured database: NULL with why set. */
+static redisContext *connect_slot(struct dl_part *p, unsigned slot, char *why,
+				  size_t whylen)
 {
 	struct timeval tv = {(time_t)(p->timeout_ms / 1000),
 			     (suseconds_t)(p->timeout_ms % 1000) * 1000};
 	char host[256], err[256];
 	redisReply *r = NULL;
+	redisContext *c;
 	int port = 0;
 
-	if (p->c)
-		return 0;
 	if (!p->addr.path &&
-	    dl_store_primary_sync(&p->addr, p->slot, p->timeout_ms, &p->seed,
-				  host, sizeof(host), &port, err,
-				  sizeof(err)) != 0) {
-		snprintf(j->why, sizeof(j->why), "%s", err);
-		return -1;
+	    dl_store_primary_sync(&p->addr, slot, p->timeout_ms, &p->seed, host,
+				  sizeof(host), &port, err, sizeof(err)) != 0) {
+		snprintf(why, whylen, "%s", err);
+		return NULL;
 	}
-	p->c = p->addr.path ? redisConnectUnixWithTimeout(p->addr.path, tv)
-			    : redisConnectWithTimeout(host, port, tv);
-	if (!p->c || p->c->err) {
-		snprintf(j->why, sizeof(j->why), "connect: %s",
-			 p->c ? p->c->errstr : "out of memory");
-		drop(p);
-		return -1;
+	c = p->addr.path ? redisConnectUnixWithTimeout(p->addr.path, tv)
+			 : redisConnectWithTimeout(host, port, tv);
+	if (!c || c->err) {
+		snprintf(why, whylen, "connect: %s",
+			 c ? c->errstr : "out of memory");
+		redisFree(c);
+		return NULL;
 	}
-	redisSetTimeout(p->c, tv);
+	redisSetTimeout(c, tv);
 	if (p->addr.password)
-		r = p->addr.user
-			    ? redisCommand(p->c, "AUTH %s %s", p->addr.user,
-					   p->addr.password)
-			    : redisCommand(p->c, "AUTH %s", p->addr.password);
+		r = p->addr.user ? redisCommand(c, "AUTH %s %s", p->addr.user,
+						p->addr.password)
+				 : redisCommand(c, "AUTH %s", p->addr.password);
 	if (p->addr.password && (!r || r->type == REDIS_REPLY_ERROR))
 		goto fail;
 	freeReplyObject(r);
 	r = NULL;
 	if (!p->addr.cluster) {
-		r = redisCommand(p->c, "SELECT %d", p->addr.db);
+		r = redisCommand(c, "SELECT %d", p->addr.db);
 		if (!r || r->type == REDIS_REPLY_ERROR)
 			goto fail;
 		freeReplyObject(r);
 	}
-	return 0;
+	return c;
 fail:
-	failed(p, j, r);
-	return -1;
+	snprintf(why, whylen, "%s",
+		 r		? r->str
+		 : c->errstr[0] ? c->errstr
+				: "no reply");
+	freeReplyObject(r);
+	redisFree(c);
+	return NULL;
+}
+
+static int work_connect(struct dl_part *p, struct job *j)
+{
+	if (p->c)
+		return 0;
+	p->c = connect_slot(p, p->slot, j->why, sizeof(j->why));
+	return p->c ? 0 : -1;
+}
+
+/* TAKE: the giver's record, from the shard of its keyspace (another slot
+ * than the map's: a connection of its own, for this job). */
+static void work_take(struct dl_part *p, struct job *j)
+{
+	size_t i, klen = strlen(p->cfg->redis_prefix) + DL_PART_ID_MAX + 16;
+	char *key = malloc(klen);
+	redisContext *c;
+	redisReply *r;
+
+	j->err = DL_EUNAVAILABLE;
+	if (!key) {
+		snprintf(j->why, sizeof(j->why), "out of memory");
+		return;
+	}
+	/* the giver's store prefix (dl_config_store_prefix) and "part" */
+	snprintf(key, klen, "%s{%s}:part", p->cfg->redis_prefix, j->from);
+	c = connect_slot(p, dl_key_slot(key, strlen(key)), j->why,
+			 sizeof(j->why));
+	if (!c) {
+		free(key);
+		return;
+	}
+	r = redisCommand(c, "HGETALL %s", key);
+	if (!r || r->type != REDIS_REPLY_ARRAY) {
+		snprintf(j->why, sizeof(j->why), "HGETALL %s: %s", key,
+			 r && r->type == REDIS_REPLY_ERROR ? r->str
+			 : c->errstr[0]			   ? c->errstr
+							   : "no reply");
+		freeReplyObject(r);
+		redisFree(c);
+		free(key);
+		return;
+	}
+	free(key);
+	j->err = 0;
+	for (i = 0; i + 1 < r->elements; i += 2) {
+		redisReply *f = r->element[i], *v = r->element[i + 1];
+
+		if (f->type != REDIS_REPLY_STRING ||
+		    v->type != REDIS_REPLY_STRING)
+			continue;
+		if (strcmp(f->str, "gone") == 0 && !j->gone &&
+		    !(j->gone = strndup(v->str, v->len)))
+			j->err = DL_ENOMEM;
+		if (strcmp(f->str, "moved") == 0 && !j->text) {
+			if (!(j->text = malloc(v->len + 1))) {
+				j->err = DL_ENOMEM;
+				continue;
+			}
+			memcpy(j->text, v->str, v->len + 1);
+			j->len = v->len;
+		}
+	}
+	if (j->err)
+		snprintf(j->why, sizeof(j->why), "out of memory");
+	freeReplyObject(r);
+	redisFree(c);
 }
 
 static void work(uv_work_t *req)
@@ -214,6 +338,10 @@ static void work(uv_work_t *req)
 	struct dl_part *p = j->p;
 	redisReply *r;
 
+	if (j->kind == JOB_TAKE) {
+		work_take(p, j);
+		return;
+	}
 	if (work_connect(p, j) != 0) {
 		j->err = DL_EUNAVAILABLE;
 		return;
@@ -251,13 +379,15 @@ static void work(uv_work_t *req)
 /* Parse the record of slots given away, if it changed. */
 static void read_gone(struct dl_part *p)
 {
-	const char *s = dl_store_part_gone(p->st), *sp;
+	const char *s = dl_store_part_gone(p->st), *sp, *lk;
 	unsigned long long e, f;
+	uint64_t locks = 0;
 	char to[DL_PART_ID_MAX + 1];
 	int n = 0;
 
 	p->gone_gen = dl_store_part_gen(p->st);
 	p->gone_n = 0;
+	p->gone_locks = 0;
 	if (!s[0])
 		return;
 	if (sscanf(s, "%llu %32s %llu %n", &e, to, &f, &n) != 3 || !n ||
@@ -268,12 +398,16 @@ static void read_gone(struct dl_part *p)
 		return;
 	}
 	sp = s + n;
+	lk = strstr(sp, " locks=");
 	memset(p->gone, 0, DL_SLOTS);
-	if (dl_slots_parse(sp, strlen(sp), p->gone) < 0) {
+	if (dl_slots_parse(sp, lk ? (size_t)(lk - sp) : strlen(sp), p->gone) <
+		    0 ||
+	    (lk && dl_parse_u64(lk + 7, strlen(lk + 7), &locks))) {
 		dl_error(
 			"partition: the record of slots given away names bad slots; ignoring it");
 		return;
 	}
+	p->gone_locks = locks;
 	p->gone_n = e;
 	p->gone_floor = f;
 	snprintf(p->gone_to, sizeof(p->gone_to), "%s", to);
@@ -322,6 +456,7 @@ static int pending(const struct dl_part *p, const struct dl_map *m)
 struct strays {
 	const struct dl_map *m;
 	int self;
+	const uint8_t *leaving; /* the record's slots, if it carried locks */
 	size_t n;
 	char first[DL_NAME_MAX + 1];
 };
@@ -329,19 +464,258 @@ struct strays {
 static void stray_cb(const struct dl_lock *lk, void *arg)
 {
 	struct strays *x = arg;
+	unsigned s = dl_key_slot(lk->name, lk->hn.len);
 
+	/* a move's locks wait here for their extraction: not strays */
 	if ((!lk->listed && !lk->delaying) ||
-	    x->m->owner[dl_key_slot(lk->name, lk->hn.len)] == (uint16_t)x->self)
+	    x->m->owner[s] == (uint16_t)x->self ||
+	    (x->leaving && x->leaving[s]))
 		return;
 	if (!x->n++)
 		snprintf(x->first, sizeof(x->first), "%.*s", (int)lk->hn.len,
 			 lk->name);
 }
 
+/* ---- moving locks ------------------------------------------------------ */
+
+/* The slots whose locks must not change: a move's under way (step 1),
+ * and those the record gave away with locks while the map does not have
+ * the move yet, or does and the table may still hold them (extracted
+ * below). Set in the table only while one is. */
+static void refreeze(struct dl_part *p)
+{
+	const struct dl_map *m = p->map;
+	int pend = pending(p, m), any = 0;
+	unsigned s;
+
+	for (s = 0; s < DL_SLOTS; s++) {
+		p->frozen[s] = p->moving[s] ||
+			       (p->gone_n && p->gone_locks && p->gone[s] &&
+				(pend || p->self < 0 ||
+				 m->owner[s] != (uint16_t)p->self));
+		any |= p->frozen[s];
+	}
+	if (any != p->frozen_on || any) {
+		dl_locktab_freeze(p->tab, any ? p->frozen : NULL);
+		p->frozen_on = any;
+	}
+}
+
+struct gone_walk {
+	const struct dl_part *p;
+	struct dl_buf names; /* NUL-separated */
+	int err;
+};
+
+static void gone_cb(const struct dl_lock *lk, void *arg)
+{
+	struct gone_walk *g = arg;
+	unsigned s = dl_key_slot(lk->name, lk->hn.len);
+
+	if (g->err || !g->p->gone[s] ||
+	    g->p->map->owner[s] == (uint16_t)g->p->self)
+		return;
+	if (dl_buf_add(&g->names, lk->name, lk->hn.len) ||
+	    dl_buf_add(&g->names, "", 1))
+		g->err = DL_ENOMEM;
+}
+
+/* Step 5: the map has the move, so the locks it carried leave the table
+ * (each waiter told * MOVED: its place is at the receiver). Once per
+ * record and map; again after a load (a take-over, a restart: the table
+ * read back what the last extraction had not deleted yet). */
+static void extract_gone(struct dl_part *p)
+{
+	struct gone_walk g = {.p = p};
+	size_t cursor = 0, off, n = 0;
+
+	if (!p->gone_n || !p->gone_locks || p->self < 0 || pending(p, p->map) ||
+	    !dl_store_active(p->st) ||
+	    (p->extract_gen == p->gen &&
+	     p->extract_sgen == dl_store_part_gen(p->st)))
+		return;
+	dl_locktab_pin(p->tab, 1);
+	while (!dl_locktab_walk(p->tab, &cursor, 4096, gone_cb, &g))
+		;
+	dl_locktab_pin(p->tab, 0);
+	if (g.err) {
+		free(g.names.p);
+		return; /* tried again at the next tick */
+	}
+	for (off = 0; off < g.names.len; off += strlen(g.names.p + off) + 1)
+		n += (size_t)dl_locktab_extract(
+			p->tab, (struct dl_str){g.names.p + off,
+						strlen(g.names.p + off)});
+	free(g.names.p);
+	p->locks_out += n;
+	p->extract_gen = p->gen;
+	p->extract_sgen = dl_store_part_gen(p->st);
+	if (n)
+		dl_notice(
+			"partition %s: %zu locks of move %llu left for partition %s",
+			p->id, n, (unsigned long long)p->gone_n, p->gone_to);
+}
+
+/* The last move of partition `id` whose locks this one imported (its
+ * "took" record: "<id>:<n> ..."), 0: none. */
+static uint64_t took_of(const struct dl_part *p, const char *id)
+{
+	const char *t = dl_store_part_took(p->st);
+	size_t len = strlen(id);
+	uint64_t n;
+
+	while (*t) {
+		const char *sp = strchr(t, ' '), *end = sp ? sp : t + strlen(t);
+
+		if ((size_t)(end - t) > len + 1 && memcmp(t, id, len) == 0 &&
+		    t[len] == ':' &&
+		    dl_parse_u64(t + len + 1, (size_t)(end - t) - len - 1,
+				 &n) == 0)
+			return n;
+		t = sp ? sp + 1 : end;
+	}
+	return 0;
+}
+
+/* A move to this partition whose locks it has not imported: the giver's
+ * line + 1, or 0. While there is one, the partition serves nothing (it
+ * does not know which slots the move brought before it reads the
+ * record). */
+static int awaiting(struct dl_part *p)
+{
+	unsigned i;
+
+	if (p->await_gen == p->gen && p->await_sgen == dl_store_part_gen(p->st))
+		return p->awaiting;
+	p->await_gen = p->gen;
+	p->await_sgen = dl_store_part_gen(p->st);
+	p->awaiting = 0;
+	for (i = 0; i < p->map->n && p->map->epoch; i++) {
+		const struct dl_map_part *mp = &p->map->part[i];
+
+		if (strcmp(mp->pend, p->id) == 0 && mp->gave &&
+		    took_of(p, mp->id) < mp->gave) {
+			p->awaiting = (int)i + 1;
+			break;
+		}
+	}
+	return p->awaiting;
+}
+
+static void on_imported(int ok, void *arg)
+{
+	struct dl_part *p = arg;
+
+	p->importing = 0;
+	if (!ok) {
+		dl_warn("partition %s: the imported locks could not be written; trying again",
+			p->id);
+		p->take_ms = uv_now(p->loop);
+		return;
+	}
+	p->locks_in += p->import_count;
+	dl_notice("partition %s: imported %llu locks moved here; took %s",
+		  p->id, (unsigned long long)p->import_count,
+		  dl_store_part_took(p->st));
+	next_job(p); /* the map without pend= (wanted) */
+}
+
+/* The record of a move to this partition, read (j): import its locks. */
+static void on_take(struct dl_part *p, struct job *j)
+{
+	char took[DL_STORE_PART_MAX], why[300], to[DL_PART_ID_MAX + 1];
+	const char *t = dl_store_part_took(p->st);
+	unsigned long long n = 0, hn = 0, count = 0;
+	char hfrom[DL_PART_ID_MAX + 1], hto[DL_PART_ID_MAX + 1];
+	int k = 0, r;
+	size_t len;
+
+	p->take_ms = uv_now(p->loop);
+	if (awaiting(p) == 0 ||
+	    strcmp(p->map->part[p->awaiting - 1].id, j->from) != 0 ||
+	    p->map->part[p->awaiting - 1].gave != j->n)
+		return; /* the map moved on meanwhile */
+	if (j->err) {
+		if (!p->take_said)
+			dl_warn("partition %s: reading move %llu of partition %s: %s; its slots are not served until it is read",
+				p->id, (unsigned long long)j->n, j->from,
+				j->why);
+		p->take_said = 1;
+		return;
+	}
+	/* its record is of this move, to here; its locks too */
+	if (!j->gone || sscanf(j->gone, "%llu %32s", &n, to) != 2 ||
+	    n != j->n || strcmp(to, p->id) != 0 || !j->text ||
+	    sscanf(j->text, "dlock-moved 1 %llu %32s %32s %llu%n", &hn, hfrom,
+		   hto, &count, &k) != 4 ||
+	    !k || hn != j->n || strcmp(hfrom, j->from) != 0 ||
+	    strcmp(hto, p->id) != 0) {
+		if (!p->take_said)
+			dl_error(
+				"partition %s: the map says move %llu of partition %s brought locks here, but its record says \"%.60s\" (Redis lost it?); those slots are not served until it is there",
+				p->id, (unsigned long long)j->n, j->from,
+				j->gone ? j->gone : "(none)");
+		p->take_said = 1;
+		return;
+	}
+	/* "took" with this move: the others' entries, then this one */
+	len = 0;
+	took[0] = '\0';
+	while (*t) {
+		const char *sp = strchr(t, ' '), *end = sp ? sp : t + strlen(t);
+		size_t flen = strlen(j->from);
+
+		if (!((size_t)(end - t) > flen &&
+		      memcmp(t, j->from, flen) == 0 && t[flen] == ':') &&
+		    len + (size_t)(end - t) + 2 < sizeof(took)) {
+			memcpy(took + len, t, (size_t)(end - t));
+			len += (size_t)(end - t);
+			took[len++] = ' ';
+			took[len] = '\0';
+		}
+		t = sp ? sp + 1 : end;
+	}
+	snprintf(took + len, sizeof(took) - len, "%s:%llu", j->from,
+		 (unsigned long long)j->n);
+	r = dl_store_import(p->st, j->text, j->len, took, on_imported, p, why,
+			    sizeof(why));
+	if (r == DL_EUNAVAILABLE)
+		return; /* another write of the record, or the link: again */
+	if (r) {
+		dl_error(
+			"partition %s: importing the locks of move %llu of partition %s: %s",
+			p->id, (unsigned long long)j->n, j->from, why);
+		return;
+	}
+	p->take_said = 0;
+	p->importing = 1;
+	p->import_count = count;
+}
+
+/* Step 4: read the record of a move to this partition not imported. */
+static int take(struct dl_part *p)
+{
+	const struct dl_map_part *mp;
+
+	if (!awaiting(p) || p->importing || p->job || !dl_store_active(p->st) ||
+	    (p->take_ms && uv_now(p->loop) - p->take_ms < DL_MAP_POLL_MS))
+		return 0;
+	mp = &p->map->part[p->awaiting - 1];
+	if (queue(p, JOB_TAKE, NULL, NULL) != 0)
+		return 0;
+	snprintf(p->job->from, sizeof(p->job->from), "%s", mp->id);
+	p->job->n = mp->gave;
+	uv_queue_work(p->loop, &p->job->req, work, after_work);
+	return 1;
+}
+
 static void say_map(struct dl_part *p)
 {
 	int i = own_index(p->map, p);
-	struct strays x = {.m = p->map, .self = i};
+	struct strays x = {.m = p->map,
+			   .self = i,
+			   .leaving =
+				   p->gone_n && p->gone_locks ? p->gone : NULL};
 	size_t cursor = 0;
 	unsigned s, n = 0;
 
@@ -410,8 +784,18 @@ static int wanted(struct dl_part *p, const struct dl_map *m, char *out,
 		if (n->part[t].floor < dl_locktab_last_token(p->tab))
 			n->part[t].floor = dl_locktab_last_token(p->tab);
 		n->part[i].gave = p->gone_n;
+		/* the receiver imports the locks the move carried */
+		snprintf(n->part[i].pend, sizeof(n->part[i].pend), "%s",
+			 p->gone_locks ? p->gone_to : "");
 		change = 1;
 	}
+	/* moves whose locks this partition imported: no longer pending */
+	for (t = 0; dl_store_active(p->st) && t < (int)n->n; t++)
+		if (strcmp(n->part[t].pend, p->id) == 0 &&
+		    took_of(p, n->part[t].id) >= n->part[t].gave) {
+			n->part[t].pend[0] = '\0';
+			change = 1;
+		}
 	/* this daemon's address in its partition's line */
 	i = dl_map_add(n, p->id, strlen(p->id));
 	if (i < 0 && !p->full_said) {
@@ -455,8 +839,9 @@ static void asked(struct dl_part *p, int ours)
 	} else if (p->ask == ASK_MOVE_MAP && !pending(p, p->map)) {
 		/* the move is in the map: this write, or one that completed
 		 * it (another active of the partition) */
-		snprintf(reply, sizeof(reply), "epoch=%llu to=%s",
-			 (unsigned long long)p->map->epoch, p->gone_to);
+		snprintf(reply, sizeof(reply), "epoch=%llu to=%s locks=%llu",
+			 (unsigned long long)p->map->epoch, p->gone_to,
+			 (unsigned long long)p->gone_locks);
 		finish(p, 0, reply);
 	}
 }
@@ -526,6 +911,20 @@ static void load_seen(struct dl_part *p)
 	free(m);
 }
 
+/* Step 2: the move's record, with the locks of its slots if it carries
+ * them (as the table holds them now: frozen, they only lessen since the
+ * move began). */
+static int send_note(struct dl_part *p)
+{
+	size_t nlocks;
+
+	if (!p->carry)
+		return dl_store_part_write(p->st, DL_PART_GONE, move_record,
+					   on_noted, p);
+	return dl_store_part_move(p->st, move_record, p->moving, p->id, p->to,
+				  p->move_n, &nlocks, on_noted, p);
+}
+
 static void on_copied(int ok, void *arg)
 {
 	struct dl_part *p = arg;
@@ -533,10 +932,29 @@ static void on_copied(int ok, void *arg)
 	p->copying = 0;
 	if (ok)
 		p->copy_epoch = p->pending_copy;
-	if (p->ask == ASK_MOVE_NOTE && p->note_again &&
-	    dl_store_part_write(p->st, DL_PART_GONE, move_record, on_noted,
-				p) == 0)
+	if (p->ask == ASK_MOVE_NOTE && p->note_again && send_note(p) == 0)
 		p->note_again = 0;
+}
+
+static void on_cleared(int ok, void *arg)
+{
+	(void)ok;
+	(void)arg;
+}
+
+/* The locks of the last move, once imported by their receiver (the map
+ * says no pend= for it), leave the record: every load reads it. */
+static void clear_moved(struct dl_part *p)
+{
+	int i;
+
+	if (!dl_store_part_moved_len(p->st) || p->ask != ASK_NONE ||
+	    p->copying || p->importing || !dl_store_active(p->st) ||
+	    !p->map->epoch || (i = own_index(p->map, p)) < 0 ||
+	    pending(p, p->map) || p->map->part[i].pend[0] ||
+	    p->fresh != dl_store_part_loads(p->st))
+		return;
+	(void)dl_store_part_write(p->st, DL_PART_MOVED, "", on_cleared, p);
 }
 
 /* The active keeps a copy of the newest map in its keyspace. */
@@ -602,6 +1020,8 @@ static void consider(struct dl_part *p, const char *text, size_t len, int ours,
 	 * found an older map, a restart served from its newer copy while
 	 * the others read the older one until the write-back) */
 	p->fresh = loads;
+	refreeze(p);
+	extract_gone(p);
 	asked(p, ours);
 	if (wanted(p, p->map, out, sizeof(out))) {
 		if (queue(p, JOB_CAS, p->text ? p->text : "", out) == 0)
@@ -625,7 +1045,9 @@ static void after_work(uv_work_t *req, int status)
 	(void)status;
 	p->job = NULL;
 	if (!p->closing) {
-		if (j->err) {
+		if (j->err && j->kind == JOB_TAKE) {
+			on_take(p, j); /* says it */
+		} else if (j->err) {
 			if (!p->failing)
 				dl_warn("partition %s: the map at %s: %s",
 					p->id, p->key, j->why);
@@ -635,7 +1057,9 @@ static void after_work(uv_work_t *req, int status)
 				dl_notice("partition %s: the map is read again",
 					  p->id);
 			p->failing = 0;
-			if (j->kind == JOB_CAS && j->swapped)
+			if (j->kind == JOB_TAKE)
+				on_take(p, j);
+			else if (j->kind == JOB_CAS && j->swapped)
 				consider(p, j->new, strlen(j->new), 1,
 					 j->loads);
 			else
@@ -645,12 +1069,13 @@ static void after_work(uv_work_t *req, int status)
 	free(j->old);
 	free(j->new);
 	free(j->text);
+	free(j->gone);
 	free(j);
 }
 
 static void next_job(struct dl_part *p)
 {
-	if (p->job || p->closing)
+	if (p->job || p->closing || take(p))
 		return;
 	if (queue(p, JOB_GET, NULL, NULL) == 0)
 		uv_queue_work(p->loop, &p->job->req, work, after_work);
@@ -663,10 +1088,11 @@ static void on_tick(uv_timer_t *t)
 
 	read_gone(p);
 	load_seen(p);
+	refreeze(p);
+	extract_gone(p);
 	copy_map(p);
-	if (p->ask == ASK_MOVE_NOTE && p->note_again &&
-	    dl_store_part_write(p->st, DL_PART_GONE, move_record, on_noted,
-				p) == 0)
+	clear_moved(p);
+	if (p->ask == ASK_MOVE_NOTE && p->note_again && send_note(p) == 0)
 		p->note_again = 0;
 	if (p->ask == ASK_MOVE_NOTE || p->ask == ASK_MOVE_MAP) {
 		if (p->done && now - p->asked_ms > DL_MAP_ASK_MS)
@@ -700,7 +1126,8 @@ struct dl_part *dl_part_new(uv_loop_t *loop, const struct dl_config *cfg,
 	p->map = malloc(sizeof(*p->map));
 	p->gone = calloc(1, DL_SLOTS);
 	p->moving = calloc(1, DL_SLOTS);
-	if (!p->key || !p->map || !p->gone || !p->moving ||
+	p->frozen = calloc(1, DL_SLOTS);
+	if (!p->key || !p->map || !p->gone || !p->moving || !p->frozen ||
 	    dl_redis_url_parse(cfg->redis, &p->addr) != 0) {
 		dl_part_free(p);
 		return NULL;
@@ -733,6 +1160,9 @@ void dl_part_close(struct dl_part *p)
 	if (!p || p->closing)
 		return;
 	p->closing = 1;
+	if (p->frozen_on) /* the table keeps no pointer into p */
+		dl_locktab_freeze(p->tab, NULL);
+	p->frozen_on = 0;
 	finish(p, DL_EUNAVAILABLE, "shutting down");
 	if (p->timer_on)
 		uv_close((uv_handle_t *)&p->timer, NULL);
@@ -749,6 +1179,7 @@ void dl_part_free(struct dl_part *p)
 	free(p->text);
 	free(p->gone);
 	free(p->moving);
+	free(p->frozen);
 	free(p);
 }
 
@@ -771,8 +1202,10 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 		return DL_ROUTE_UNKNOWN;
 	}
 	o = p->map->owner[slot]; /* after load_seen: the map it may adopt */
-	if (p->gone_gen != dl_store_part_gen(p->st))
+	if (p->gone_gen != dl_store_part_gen(p->st)) {
 		read_gone(p); /* a load or a write since */
+		refreeze(p);
+	}
 	if (o == DL_MAP_NOBODY)
 		return DL_ROUTE_NOBODY;
 	mp = &p->map->part[o];
@@ -782,6 +1215,10 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 	}
 	if (p->moving[slot] || (p->gone[slot] && pending(p, p->map)))
 		return DL_ROUTE_MOVING;
+	if (awaiting(p)) {
+		next_job(p); /* its import, now rather than at the next tick */
+		return DL_ROUTE_IMPORTING;
+	}
 	if (dl_locktab_last_token(p->tab) < mp->floor)
 		dl_locktab_raise_token(p->tab, mp->floor);
 	return DL_ROUTE_HERE;
@@ -800,6 +1237,16 @@ const char *dl_part_id(const struct dl_part *p)
 unsigned dl_part_map_gen(const struct dl_part *p)
 {
 	return p->gen;
+}
+
+uint64_t dl_part_locks_out(const struct dl_part *p)
+{
+	return p->locks_out;
+}
+
+uint64_t dl_part_locks_in(const struct dl_part *p)
+{
+	return p->locks_in;
 }
 
 unsigned dl_part_slots(const struct dl_part *p)
@@ -900,6 +1347,8 @@ static void on_noted(int ok, void *arg)
 	}
 	read_gone(p);
 	memset(p->moving, 0, DL_SLOTS); /* the record keeps them unserved */
+	p->carry = 0;
+	refreeze(p); /* ... and frozen, if it carried locks */
 	p->ask = ASK_MOVE_MAP;
 	next_job(p);
 }
@@ -920,6 +1369,14 @@ static void busy_cb(const struct dl_lock *lk, void *arg)
 	if (!b->n++)
 		snprintf(b->first, sizeof(b->first), "%.*s", (int)lk->hn.len,
 			 lk->name);
+}
+
+/* A move refused before its record went: its slots served again. */
+static void unmove(struct dl_part *p)
+{
+	memset(p->moving, 0, DL_SLOTS);
+	p->carry = 0;
+	refreeze(p);
 }
 
 int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
@@ -977,27 +1434,48 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 			(unsigned long long)p->gone_n);
 		return DL_ELIMIT;
 	}
-	/* step 1: nothing of them served from now on, none held */
-	memcpy(p->moving, set, DL_SLOTS);
+	if (awaiting(p)) {
+		/* its slots' locks are not all here yet: a move of them now
+		 * would leave the ones still to come behind */
+		snprintf(
+			why, whylen,
+			"limit reached: this partition has not imported the locks of move %llu of partition %s yet",
+			(unsigned long long)p->map->part[p->awaiting - 1].gave,
+			p->map->part[p->awaiting - 1].id);
+		return DL_ELIMIT;
+	}
+	if (p->map->part[i].pend[0]) {
+		/* the record holds one move's locks: the last one's first */
+		snprintf(
+			why, whylen,
+			"limit reached: partition %s has not imported the locks of move %llu of this one yet",
+			p->map->part[i].pend,
+			(unsigned long long)p->map->part[i].gave);
+		return DL_ELIMIT;
+	}
+	/* step 1: nothing of them served from now on, their queues frozen
+	 * (the record carries what they hold) */
 	dl_locktab_pin(p->tab, 1);
 	while (!dl_locktab_walk(p->tab, &cursor, 4096, busy_cb, &b))
 		;
 	dl_locktab_pin(p->tab, 0);
-	if (b.n) {
-		memset(p->moving, 0, DL_SLOTS);
+	if (b.n > DL_MOVE_LOCKS_MAX) {
 		snprintf(
 			why, whylen,
-			"%zu locks are held, waited for or in their delay in those slots (%s is one): moving slots with locks is not supported yet",
-			b.n, b.first);
-		return DL_EBADARG;
+			"limit reached: %zu locks in those slots, a move carries at most %d: move fewer slots at once",
+			b.n, DL_MOVE_LOCKS_MAX);
+		return DL_ELIMIT;
 	}
+	memcpy(p->moving, set, DL_SLOTS);
+	p->carry = b.n > 0;
+	refreeze(p);
 	/* step 2: the record, under the fence: move n, one past every move
 	 * the map or the record knows */
 	move_n = (p->map->part[i].gave > p->gone_n ? p->map->part[i].gave
 						   : p->gone_n) +
 		 1;
 	if (!(m = malloc(sizeof(*m)))) {
-		memset(p->moving, 0, DL_SLOTS);
+		unmove(p);
 		return DL_ENOMEM;
 	}
 	dl_map_init(m);
@@ -1010,20 +1488,30 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 			     (unsigned long long)dl_locktab_last_token(p->tab));
 	r = dl_map_ranges(m, i, gone + n, sizeof(move_record) - n);
 	free(m);
+	n = strlen(gone);
+	if (r == 0 && b.n &&
+	    (size_t)snprintf(gone + n, sizeof(move_record) - n, " locks=%zu",
+			     b.n) >= sizeof(move_record) - n)
+		r = -1;
 	if (r != 0) {
-		memset(p->moving, 0, DL_SLOTS);
+		unmove(p);
 		snprintf(why, whylen, "too many ranges of slots at once");
 		return DL_EBADARG;
 	}
+	snprintf(p->to, sizeof(p->to), "%.*s", (int)tolen, to);
+	p->move_n = move_n;
 	/* the record goes behind a copy of the map being written (found by
 	 * make check: refused then, a MOVE right after a map change failed
 	 * with "try again"); on_copied sends it */
 	if (p->copying) {
 		p->note_again = 1;
-	} else if ((r = dl_store_part_write(p->st, DL_PART_GONE, gone, on_noted,
-					    p)) != 0) {
-		memset(p->moving, 0, DL_SLOTS);
-		snprintf(why, whylen, "persistence is down, try again");
+	} else if ((r = send_note(p)) != 0) {
+		unmove(p);
+		snprintf(
+			why, whylen,
+			r == DL_ELIMIT
+				? "limit reached: the locks of those slots are more than a move carries (DL_MOVE_TEXT_MAX): move fewer slots at once"
+				: "persistence is down, try again");
 		return r;
 	}
 	p->ask = ASK_MOVE_NOTE;

@@ -40,11 +40,12 @@ void dl_part_close(struct dl_part *p);
 void dl_part_free(struct dl_part *p);
 
 enum dl_route {
-	DL_ROUTE_HERE,	  /* this partition's: serve it */
-	DL_ROUTE_AWAY,	  /* another partition's (*to) */
-	DL_ROUTE_NOBODY,  /* no partition's */
-	DL_ROUTE_UNKNOWN, /* no map read yet */
-	DL_ROUTE_MOVING,  /* given away, the map not written yet */
+	DL_ROUTE_HERE,	    /* this partition's: serve it */
+	DL_ROUTE_AWAY,	    /* another partition's (*to) */
+	DL_ROUTE_NOBODY,    /* no partition's */
+	DL_ROUTE_UNKNOWN,   /* no map read yet */
+	DL_ROUTE_MOVING,    /* given away, the map not written yet */
+	DL_ROUTE_IMPORTING, /* received with locks not imported yet */
 };
 
 /* Who serves name. For HERE it also raises the table's tokens to the
@@ -60,6 +61,10 @@ const char *dl_part_id(const struct dl_part *p);
 unsigned dl_part_map_gen(const struct dl_part *p);
 /* The slots the map gives this daemon's partition (STATS). */
 unsigned dl_part_slots(const struct dl_part *p);
+/* Locks this process's partition let go to others by its moves, and
+ * imported from theirs (STATS). */
+uint64_t dl_part_locks_out(const struct dl_part *p);
+uint64_t dl_part_locks_in(const struct dl_part *p);
 
 /* A change of the map asked by an admin command: done(0, text) with the
  * reply's text, or done(err, why). One at a time (DL_ELIMIT otherwise,

@@ -123,7 +123,13 @@ unsigned dl_store_part_gen(const struct dl_store *st);
 /* Raised by each load (a start, a take-over): the partition layer then
  * reads the map again before it serves. */
 unsigned dl_store_part_loads(const struct dl_store *st);
-enum dl_part_field { DL_PART_GONE, DL_PART_MAP };
+/* The moves of other partitions whose locks this one imported, as the
+ * partition layer wrote it ("" none). */
+const char *dl_store_part_took(const struct dl_store *st);
+/* Bytes of the locks the last move carried, still in the record (0:
+ * none, or cleared once imported: DL_PART_MOVED ""). */
+size_t dl_store_part_moved_len(const struct dl_store *st);
+enum dl_part_field { DL_PART_GONE, DL_PART_MAP, DL_PART_TOOK, DL_PART_MOVED };
 /* Write one field of it, fenced, behind every batch sent so far:
  * done(1) once Redis holds it, done(0) if it was refused or the link
  * failed. DL_EUNAVAILABLE when not the active with its link up, or a
@@ -131,6 +137,27 @@ enum dl_part_field { DL_PART_GONE, DL_PART_MAP };
 int dl_store_part_write(struct dl_store *st, enum dl_part_field field,
 			const char *value, void (*done)(int ok, void *arg),
 			void *arg);
+
+/* Move n of this partition: write "gone" (the partition layer's text)
+ * and the records of every lock of the table in `slots` (DL_SLOTS bytes,
+ * nonzero: given away), from partition `from` to `to`, in one fenced
+ * call, as dl_store_part_write does; *nlocks says how many. DL_ELIMIT
+ * past DL_MOVE_LOCKS_MAX locks or DL_MOVE_TEXT_MAX bytes of them. The
+ * caller keeps those locks from changing until they leave the table
+ * (dl_locktab_freeze, dl_locktab_extract). */
+int dl_store_part_move(struct dl_store *st, const char *gone,
+		       const uint8_t *slots, const char *from, const char *to,
+		       uint64_t n, size_t *nlocks,
+		       void (*done)(int ok, void *arg), void *arg);
+/* Import the locks of another partition's move (the "moved" text it
+ * wrote, len bytes): each restored as a load restores it, over whatever
+ * the table holds of that name, then written into this keyspace in one
+ * fenced call with "took" = `took`, done as dl_store_part_write. The
+ * caller serves none of those names until done(1). DL_EPROTO with why
+ * for a text that does not parse; DL_EUNAVAILABLE, DL_ENOMEM. */
+int dl_store_import(struct dl_store *st, const char *text, size_t len,
+		    const char *took, void (*done)(int ok, void *arg),
+		    void *arg, char *why, size_t whylen);
 
 /* Blocking, for a thread of its own (it touches no store): the host and
  * port of the Redis primary that serves `slot` in a cluster, that the

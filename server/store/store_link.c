@@ -273,6 +273,19 @@ static void on_wait(struct dl_store *st, enum batch_kind kind, uint64_t epoch,
 		dl__link_fail(st, "cannot queue a WAIT");
 }
 
+/* The reply that ends a write of the partition's record: the call's, or
+ * the WAIT's behind it (store_part.c). */
+static int part_ok(const struct dl_store *st, const redisAsyncContext *ac,
+		   const redisReply *r)
+{
+	if (!r || ac != st->ac || dl__store_reply_error(r))
+		return 0;
+	if (!st->cfg->min_replicas_ack)
+		return 1;
+	return r->type == REDIS_REPLY_INTEGER &&
+	       (uint64_t)r->integer >= st->cfg->min_replicas_ack;
+}
+
 static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct batch *b = priv;
@@ -283,9 +296,8 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 	char why[256];
 
 	batch_pop(st, b);
-	if (kind == BATCH_PART)
-		dl__part_reply(st, reply && ac == st->ac &&
-					   !dl__store_reply_error(reply));
+	if (kind == BATCH_PART && epoch != PART_WAITED)
+		dl__part_reply(st, part_ok(st, ac, reply));
 	if (!reply || ac != st->ac)
 		return; /* the link died; link_fail has run or will */
 	if (kind == BATCH_CONFIG) {
@@ -305,7 +317,9 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	if ((kind == BATCH_EPOCH || kind == BATCH_RESYNC ||
-	     kind == BATCH_RESYNC_PART || kind == BATCH_PART) &&
+	     kind == BATCH_RESYNC_PART ||
+	     (kind == BATCH_PART &&
+	      (epoch == PART_WAITED || !st->cfg->min_replicas_ack))) &&
 	    ((redisReply *)reply)->type == REDIS_REPLY_INTEGER)
 		dl_seen_note(&st->lead.seen, 0,
 			     (uint64_t)((redisReply *)reply)->integer);

@@ -657,7 +657,7 @@ static int write_back(struct load_ctx *x)
 }
 
 /* Hold the locks whose record could not be read (see the top comment). */
-static int quarantine(struct load_ctx *x)
+int dl__load_quarantine(struct load_ctx *x)
 {
 	const struct dl_buf *b = &x->bad_names;
 	uint64_t ttl = x->st->cfg->max_ttl_ms;
@@ -814,7 +814,7 @@ static int load(struct load_ctx *x, uint64_t unix_ms, int start)
 	if (dl__plausible(st, x->max_token, 0, why, sizeof(why)))
 		return dl__load_err(x, DL_EBADARG, "a record's token: %s", why);
 	resume_tokens(x, stored, unix_ms);
-	if ((rc = quarantine(x)) || (rc = dl__load_keep_lead(x)) ||
+	if ((rc = dl__load_quarantine(x)) || (rc = dl__load_keep_lead(x)) ||
 	    (rc = x->l1 ? dl__layout1_migrate(x) : write_back(x)))
 		return rc;
 	/* The async link takes the leadership again with this epoch: kept,

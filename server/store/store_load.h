@@ -78,6 +78,9 @@ void dl__load_prefetch(const struct load_ctx *x, struct dl_str far,
  * ended: see store_load.c). */
 int dl__load_record(struct load_ctx *x, struct dl_str name,
 		    const redisReply *val);
+/* Hold the locks whose record could not be read (x->bad_names), once the
+ * token counter has been raised. */
+int dl__load_quarantine(struct load_ctx *x);
 /* A record that cannot be read: logged, its lock held after the load. */
 int dl__load_unreadable(struct load_ctx *x, struct dl_str name,
 			const char *text, size_t len, const char *why);

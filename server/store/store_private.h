@@ -51,6 +51,10 @@ enum batch_kind {
 	BATCH_CONFIG,	   /* the running check of Redis's configuration */
 	BATCH_PART,	   /* the partition layer's record (store_part.c) */
 };
+/* A BATCH_PART's epoch: its reply is the write's (the call, or the WAIT
+ * behind it), or a WAIT follows the call (store_part.c). */
+#define PART_SENT   0
+#define PART_WAITED 2
 
 /* One awaited reply; kept in send order, which is reply order. */
 struct batch {
@@ -115,6 +119,9 @@ struct dl_store {
 	struct store_attest attest; /* store_attest.h */
 	struct {		    /* store_part.c */
 		char gone[DL_STORE_PART_MAX];	 /* as last read or written */
+		char took[DL_STORE_PART_MAX];	 /* ... */
+		size_t moved_len;		 /* ... bytes of "moved" */
+		size_t sending_moved;		 /* ... of the write's */
 		char *map;			 /* the map's copy, or NULL */
 		char *sending;			 /* the write under way */
 		enum dl_part_field field;	 /* ... of this field */
