@@ -232,6 +232,7 @@ type Client struct {
 	rtMu     sync.Mutex // making the router after a MOVED; and rtClosed
 	rtClosed bool       // Close was called: no router is made any more
 	leg      bool
+	parent   *router // a leg's router (nil: not a leg)
 
 	// news of waiters for OnContended, handed to its goroutine
 	newsMu   sync.Mutex
@@ -255,7 +256,7 @@ func Dial(ctx context.Context, servers string, opts ...Option) (*Client, error) 
 	if err != nil {
 		return nil, err
 	}
-	c, err := dialConfig(ctx, cfg, false)
+	c, err := dialConfig(ctx, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -274,8 +275,9 @@ func Dial(ctx context.Context, servers string, opts ...Option) (*Client, error) 
 }
 
 // dialConfig makes a client of cfg and waits until it is connected (see
-// Dial); leg: one partition's client of a router.
-func dialConfig(ctx context.Context, cfg *config, leg bool) (*Client, error) {
+// Dial); parent: the router it is one partition's client of (a leg),
+// nil for a Dial's.
+func dialConfig(ctx context.Context, cfg *config, parent *router) (*Client, error) {
 	c := &Client{
 		cfg:        cfg,
 		owner:      cfg.owner,
@@ -295,7 +297,8 @@ func dialConfig(ctx context.Context, cfg *config, leg bool) (*Client, error) {
 		quit:       make(chan struct{}),
 		readyCh:    make(chan struct{}),
 		multiTurn:  make(chan struct{}, 1),
-		leg:        leg,
+		leg:        parent != nil,
+		parent:     parent,
 	}
 	if c.owner == "" {
 		var b [8]byte

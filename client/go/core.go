@@ -67,7 +67,7 @@ func (c *Client) session(now float64) {
 		c.internal("DESCRIBE", "", 0, false)
 	}
 	for _, l := range c.leases {
-		if l.live() && l.deadlineM > now {
+		if l.live() && l.deadlineM > now && !l.rehoming {
 			c.renewLease(l, now)
 		}
 	}
@@ -254,6 +254,12 @@ func (c *Client) lineIn(s string, now float64) bool {
 		}
 		return true
 	}
+	if r.kind == "NO" && r.word == "MOVED" && r.tag != "" && c.waiting[r.tag] != nil {
+		// a LOCK that waited, answered where its name went (the
+		// event's form, * MOVED, is the server's; this one is taken too)
+		c.waitMoved(c.waiting[r.tag], r)
+		return !c.insane
+	}
 	if len(c.fifo) == 0 {
 		return false // a reply to nothing
 	}
@@ -426,6 +432,15 @@ func (c *Client) event(r *reply, now float64) {
 		c.eventLocked(r) // a multi-lock's grant
 	case "FAILED":
 		c.eventFailed(r) // a multi-lock's end without its locks
+	case "MOVED":
+		// * MOVED <name> <partition> <addrs>|- <epoch>: the LOCK that
+		// waited here for name ends: the name's slot went to another
+		// partition, where its place in the queue waits for it
+		q := c.waiting[r.tag]
+		if r.tag == "" || q == nil {
+			return
+		}
+		c.waitMoved(q, r)
 	case "TIMEOUT":
 		q := c.waiting[r.tag]
 		if r.tag == "" || q == nil {
@@ -504,6 +519,27 @@ func (c *Client) event(r *reply, now float64) {
 			}
 		}
 	}
+}
+
+// waitMoved: the request q that waited (a LOCK's, or a multi-lock's)
+// was told that its name went to another partition (* MOVED <name>
+// <partition> <addrs> <epoch>, or NO MOVED <partition> <addrs> <epoch>):
+// it ends with that MOVED, which the router follows (the wait left, the
+// same request id).
+func (c *Client) waitMoved(q *req, r *reply) {
+	delete(c.waiting, q.tag)
+	args := r.args
+	if r.kind == "*" {
+		if len(args) == 0 || args[0] != q.name {
+			c.insane = true
+			c.finish(q, newErr(ErrProtocol, "no server may end this wait so: "+r.text()), nil)
+			return
+		}
+		args = args[1:]
+	}
+	e := errorOf(&reply{kind: "NO", word: "MOVED", args: args})
+	e.Text = r.text()
+	c.finish(q, e, nil)
 }
 
 // ---- replies ---------------------------------------------------------------
@@ -715,6 +751,11 @@ func (c *Client) rConfirm(q *req, r *reply, now float64) bool {
 		} else {
 			c.finish(q, newErr(ErrTimeout, "the grant expired before it was confirmed"), nil)
 		}
+	case r.kind == "NO" && r.word == "MOVED":
+		// the grant went with its slot to another partition: the
+		// router sends the LOCK there again, with the same request id,
+		// which the lease it carried answers
+		c.finish(q, errorOf(r), nil)
 	default:
 		c.cleanupGrant(q.name, q.token)
 		c.finish(q, errorOf(r), nil)
@@ -796,6 +837,12 @@ func (c *Client) rUnlock(q *req, r *reply, now float64) bool {
 		c.write(q, now)
 	case r.kind == "OK" && (r.word == "RELEASED" || r.word == "HELD"):
 		c.finish(q, nil, nil)
+	case l != nil && !q.finished && (r.kind == "NO" && r.word == "MOVED" || moveUnderWay(errorOf(r))):
+		// the lease's slot moved, or is moving: not released, and the
+		// lease not given up (its hook): Unlock re-homes it and sends
+		// the UNLOCK again
+		q.hook = nil
+		c.finish(q, errorOf(r), nil)
 	case r.kind == "NO" && r.word == "NOT_HOLDER":
 		if q.lastHold && (q.resent || q.retries > 0) {
 			// released before the drop; or, giving back holds we
@@ -813,6 +860,12 @@ func (c *Client) rUnlock(q *req, r *reply, now float64) bool {
 
 func (c *Client) rRefresh(q *req, r *reply, now float64) bool {
 	l := q.lease
+	if l == nil {
+		// cut from its lease, which went to another partition's client
+		// (detach): finished already
+		c.finish(q, errorOf(r), nil)
+		return true
+	}
 	if q.op == "RENEW" || q.op == "RECLAIM" {
 		l.refreshing = false
 	}
@@ -855,9 +908,15 @@ func (c *Client) rRefresh(q *req, r *reply, now float64) bool {
 		c.finish(q, &Error{Kind: ErrLost, Code: r.word, Text: r.text(), Reason: LostRejected}, nil)
 		return true
 	}
+	if r.kind == "NO" && r.word == "MOVED" && (q.op == "RENEW" || q.op == "RECLAIM") && l.live() {
+		// the lease's slot went to another partition, and the lease
+		// with it: no loss; it follows (and is renewed there at once)
+		c.leaseMoved(l, errorOf(r), now)
+		return false
+	}
 	if (q.op == "RENEW" || q.op == "RECLAIM") && l.live() {
-		// UNAVAILABLE and the like: try again soon; the guard says when
-		// it is too late
+		// UNAVAILABLE (a slot moving, too) and the like: try again
+		// soon; the guard says when it is too late
 		l.renewAt = now + math.Max(l.ttl/10, renewRetryMinMs)
 		c.risk(l)
 	}
@@ -1072,6 +1131,7 @@ func (c *Client) confirmLease(l *Lease, q *req, sentAt, ms float64) {
 		}
 	}
 	l.renewAt = sentAt + l.ttl/3
+	l.movedN = 0
 	l.atRiskM = false
 	l.setDeadline(d, false)
 }
@@ -1369,7 +1429,7 @@ func (c *Client) tick(now float64) float64 {
 				next = math.Min(next, overdue)
 			}
 		}
-		if l.refreshing || c.state != stUp || !c.sessionOK {
+		if l.refreshing || l.rehoming || c.state != stUp || !c.sessionOK {
 			continue
 		}
 		if now < l.renewAt {

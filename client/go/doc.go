@@ -36,10 +36,22 @@
 // service split into partitions makes the Client a router over one
 // ordinary client per partition, dialed on first use: each call about a
 // name goes to the client of the name's partition (LockAll: of its first
-// name), a Lease stays with the client that granted it, calls without a
-// name (Ping, a Watch of a prefix) go to the first connection's daemon,
-// and a NO MOVED is followed (the map read again when it is newer), 3
-// times at most, then ErrMoved. Without partitions nothing changes.
+// name), a Lease to the client that granted it, calls without a name
+// (Ping, a Watch of a prefix) go to the first connection's daemon, and a
+// NO MOVED is followed (the map read again when it is newer), 3 times at
+// most, then ErrMoved. Without partitions nothing changes.
+//
+// A lease survives a move of its slot to another partition (PARTITION
+// MOVE carries the slot's locks), with the same token: a renewal,
+// Refresh, Proclaim, Check or Unlock answered NO MOVED re-homes the
+// lease on the client of the partition named, where it and every later
+// request about it (the renewals too) go from then on. While the slot
+// moves the renewals are answered ERR UNAVAILABLE and retried (AtRisk
+// may turn true for a moment), and a call meeting it (or a MOVED of a
+// daemon whose map is older than the client's) is sent again for up to
+// ServerTimeout; a Lock that was waiting for a name whose slot moved
+// is sent to the new partition with what is left of its wait, its place
+// in the queue kept there. The lease is lost only as any lease is.
 //
 // Standard library only.
 package dlockd

@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -31,7 +32,14 @@ import (
 // loaded machine), while Done and the background loss detection may come
 // a little later.
 type Lease struct {
-	c     *Client
+	// the client whose manager owns the lease (under mu; nil while it
+	// is re-homed, moveCh closed when that ends): the leg of a
+	// partition, which changes when the lease's slot moves to another
+	// partition (rehome)
+	c      *Client
+	moveCh chan struct{}
+	moveMu sync.Mutex // one re-home at a time
+
 	name  string
 	token uint64
 	mode  string
@@ -52,6 +60,8 @@ type Lease struct {
 	until      int64
 	value      string // what it says (Value, Proclaim), as sent: a RECLAIM says it again
 	ticket     *ticket
+	rehoming   bool // a renewal was answered MOVED: being re-homed (leaseMoved)
+	movedN     int  // renewals answered MOVED since one was confirmed
 
 	lostAtM float64 // deadlineM less the guard: lost from then on
 
@@ -202,7 +212,7 @@ func (l *Lease) Waiters() int {
 // Check asks the server whether the lease's token still holds the lock:
 // nil if it does, an error of kind ErrLost (Code "STALE") if it does not.
 func (l *Lease) Check(ctx context.Context) error {
-	_, err := l.c.call(ctx, func(now float64) (*req, error) {
+	_, _, err := l.call(ctx, ctx, false, func(x *Client, now float64) (*req, error) {
 		return &req{op: "CHECK", name: l.name, token: l.token}, nil
 	})
 	return err
@@ -212,7 +222,7 @@ func (l *Lease) Check(ctx context.Context) error {
 // shortens it, from the moment the request is sent. Later renewals use
 // that TTL. An error of kind ErrLost if the lease is gone.
 func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
-	_, err := l.c.call(ctx, func(now float64) (*req, error) {
+	_, _, err := l.call(ctx, ctx, false, func(x *Client, now float64) (*req, error) {
 		if l.lostM != NotLost {
 			return nil, l.Err()
 		}
@@ -241,7 +251,7 @@ func (l *Lease) Proclaim(ctx context.Context, value string) error {
 		return newErr(ErrInvalid, "Proclaim: an empty value")
 	}
 	enc := descEncode(value, valueMax)
-	_, err := l.c.call(ctx, func(now float64) (*req, error) {
+	_, _, err := l.call(ctx, ctx, false, func(x *Client, now float64) (*req, error) {
 		if l.lostM != NotLost {
 			return nil, l.Err()
 		}
@@ -263,23 +273,37 @@ func (l *Lease) Proclaim(ctx context.Context, value string) error {
 // the lock may still be held until its TTL runs out. (The Python client
 // returns success there; this client says so.) The lease is not valid
 // from the call on, whatever the outcome.
+//
+// Of a partitioned service, Refresh, Proclaim, Check and Unlock follow
+// the lease when its slot moved to another partition (NO MOVED): the
+// lease is re-homed there, same token, and the request sent again (see
+// the package documentation). An Unlock whose lease could not follow is
+// ErrUnconfirmed: no longer renewed, it ends by its TTL at the server.
 func (l *Lease) Unlock(ctx context.Context) error {
-	_, err := l.c.callFrom(context.Background(), ctx, func(now float64) (*req, error) {
-		if l.released || l.unlocking {
+	again := false // the UNLOCK is sent again: to the partition the lease moved to
+	_, x, err := l.call(context.Background(), ctx, true, func(x *Client, now float64) (*req, error) {
+		if l.released || (l.unlocking && !again) {
 			return nil, newErr(ErrNotHolder, "the lease of "+l.name+" is released already")
 		}
+		again = true
 		l.unlocking = true
 		l.setEnded()
 		q := &req{op: "UNLOCK", name: l.name, token: l.token, lease: l, lastHold: true}
-		q.hook = func() { l.c.released(l) }
+		q.hook = func() { x.released(l) }
 		return q, nil
 	})
+	if err != nil && again && l.giveUp() {
+		// not released where the lease is now: its slot moved and it
+		// could not follow (or the call ended while it did); given up
+		// here, not renewed: the server ends it by its TTL
+		return &Error{Kind: ErrUnconfirmed, Msg: l.name + ": the release could not follow the lease to its partition: " + err.Error()}
+	}
 	var e *Error
-	if errors.As(err, &e) && e.Code == "NOT_HOLDER" {
+	if errors.As(err, &e) && e.Code == "NOT_HOLDER" && x != nil {
 		// the server did not have it: it was lost before
-		l.c.execAlways(func() {
-			if l.lostM == NotLost {
-				l.c.lose(l, LostRejected, "")
+		x.execAlways(func() {
+			if l.homeIs(x) && l.lostM == NotLost {
+				x.lose(l, LostRejected, "")
 			}
 		})
 	}
@@ -311,8 +335,9 @@ func (l *Lease) Unlock(ctx context.Context) error {
 // ErrLimitMismatch, ErrUpgradeDeadlock, ErrDenied, ErrUnavailable, ErrLimit.
 func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Lease, error) {
 	var l *Lease
+	a := newAcquisition()
 	err := c.routed(ctx, name, func(x *Client) (err error) {
-		l, err = x.acquire(ctx, name, false, opts)
+		l, err = x.acquire(ctx, name, false, opts, a)
 		return err
 	})
 	return l, err
@@ -322,14 +347,35 @@ func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Le
 // names who holds it, when the server says) if not.
 func (c *Client) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lease, error) {
 	var l *Lease
+	a := newAcquisition()
 	err := c.routed(ctx, name, func(x *Client) (err error) {
-		l, err = x.acquire(ctx, name, true, opts)
+		l, err = x.acquire(ctx, name, true, opts, a)
 		return err
 	})
 	return l, err
 }
 
-func (c *Client) acquire(ctx context.Context, name string, try bool, opts []LockOption) (*Lease, error) {
+// acquisition is what the tries of one acquire share, when a MOVED sends
+// it to another partition (a LOCK's first answer, or the end of its wait
+// there: * MOVED): when it began -- its wait counts from then, what is
+// left of it is sent -- and its request id (req=), the same everywhere.
+type acquisition struct {
+	start float64
+	reqID uint64
+}
+
+func newAcquisition() *acquisition { return &acquisition{start: nowMs(), reqID: requestID()} }
+
+// movedOn: try q (nil: none made) of the acquisition ended with err; a
+// MOVED's next try keeps the request id q had last (a new one when a
+// grant was given back meanwhile).
+func (a *acquisition) movedOn(q *req, err error) {
+	if q != nil && movedOf(err) != nil {
+		a.reqID = q.reqID
+	}
+}
+
+func (c *Client) acquire(ctx context.Context, name string, try bool, opts []LockOption, a *acquisition) (*Lease, error) {
 	lc := lockConfig{renew: true}
 	for _, o := range opts {
 		o(&lc)
@@ -343,8 +389,7 @@ func (c *Client) acquire(ctx context.Context, name string, try bool, opts []Lock
 	if lc.shared && lc.limit > 1 {
 		return nil, newErr(ErrInvalid, "Shared and Limit do not mix: a semaphore's holders are all alike")
 	}
-	start := nowMs()
-	reqID := requestID()
+	start, reqID := a.start, a.reqID
 	waitMs := -1.0
 	switch {
 	case try:
@@ -366,7 +411,8 @@ func (c *Client) acquire(ctx context.Context, name string, try bool, opts []Lock
 		}
 		var timeout <-chan time.Time
 		if waitMs > 0 {
-			tm := time.NewTimer(time.Duration(waitMs * float64(time.Millisecond)))
+			left := math.Max(start+waitMs-nowMs(), 1)
+			tm := time.NewTimer(time.Duration(left * float64(time.Millisecond)))
 			defer tm.Stop()
 			timeout = tm.C
 		}
@@ -382,13 +428,16 @@ func (c *Client) acquire(ctx context.Context, name string, try bool, opts []Lock
 			return nil, newErr(ErrClosed, "")
 		}
 	}
+	var sent *req
 	res, err := c.call(ctx, func(now float64) (*req, error) {
 		q := &req{op: "LOCK", name: name, wait: waitMs, waitEnd: never, shared: lc.shared, limit: lc.limit, renew: lc.renew, ticket: t,
 			reqID: reqID, notify: lc.notify, value: lc.value}
 		c.waitAndTTL(q, lc, start, now)
+		sent = q
 		return q, nil
 	})
 	if err != nil {
+		a.movedOn(sent, err)
 		giveBack()
 		return nil, err
 	}

@@ -7,6 +7,7 @@ package dlockd
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -74,12 +75,13 @@ func (c *Client) TryLockAll(ctx context.Context, names []string, opts ...LockOpt
 // partitioned service: the names must share it, ErrServer with Code
 // BAD_ARG otherwise: put them under one {tag}).
 func (c *Client) routedAll(ctx context.Context, names []string, try bool, opts []LockOption) ([]*Lease, error) {
+	a := newAcquisition()
 	if len(names) == 0 {
-		return c.acquireAll(ctx, names, try, opts) // refused
+		return c.acquireAll(ctx, names, try, opts, a) // refused
 	}
 	var ls []*Lease
 	err := c.routed(ctx, names[0], func(x *Client) (err error) {
-		ls, err = x.acquireAll(ctx, names, try, opts)
+		ls, err = x.acquireAll(ctx, names, try, opts, a)
 		return err
 	})
 	return ls, err
@@ -136,9 +138,9 @@ func multiNames(names []string) ([]string, error) {
 	return sorted, nil
 }
 
-func (c *Client) acquireAll(ctx context.Context, names []string, try bool, opts []LockOption) ([]*Lease, error) {
+func (c *Client) acquireAll(ctx context.Context, names []string, try bool, opts []LockOption, a *acquisition) ([]*Lease, error) {
 	if len(names) == 1 {
-		l, err := c.acquire(ctx, names[0], try, opts)
+		l, err := c.acquire(ctx, names[0], try, opts, a)
 		if err != nil {
 			return nil, err
 		}
@@ -158,8 +160,7 @@ func (c *Client) acquireAll(ctx context.Context, names []string, try bool, opts 
 	if lc.shared || lc.limit > 1 || lc.notify || lc.value != "" {
 		return nil, newErr(ErrInvalid, "a multi-lock takes TTL, Wait and NoRenew only: every lock is taken exclusive")
 	}
-	start := nowMs()
-	reqID := requestID()
+	start, reqID := a.start, a.reqID
 	waitMs := -1.0
 	switch {
 	case try:
@@ -177,7 +178,8 @@ func (c *Client) acquireAll(ctx context.Context, names []string, try bool, opts 
 		}
 		var timeout <-chan time.Time
 		if waitMs > 0 {
-			tm := time.NewTimer(time.Duration(waitMs * float64(time.Millisecond)))
+			left := math.Max(start+waitMs-nowMs(), 1)
+			tm := time.NewTimer(time.Duration(left * float64(time.Millisecond)))
 			defer tm.Stop()
 			timeout = tm.C
 		}
@@ -212,13 +214,16 @@ func (c *Client) acquireAll(ctx context.Context, names []string, try bool, opts 
 	if mine != "" {
 		return nil, newErr(ErrHeldByOwner, mine+" is held (or being acquired) by this client: a multi-lock takes new leases only")
 	}
+	var sent *req
 	res, err := c.call(ctx, func(now float64) (*req, error) {
 		q := &req{op: "MLOCK", name: sorted[0], names: sorted, wait: waitMs, waitEnd: never, renew: lc.renew,
 			tickets: ts, reqID: reqID}
 		c.waitAndTTL(q, lc, start, now)
+		sent = q
 		return q, nil
 	})
 	if err != nil {
+		a.movedOn(sent, err)
 		c.execAlways(func() {
 			for _, t := range ts {
 				c.giveTurn(t)

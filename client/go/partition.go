@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -218,13 +219,43 @@ func (c *Client) MapEpoch() uint64 {
 	return 0
 }
 
-// movedOf is err when it is a NO MOVED that names a partition.
+// movedOf is err when it is a NO MOVED (or a waiting LOCK's * MOVED):
+// one that names a partition, or none (the map says where).
 func movedOf(err error) *Error {
 	var e *Error
-	if errors.As(err, &e) && e.Kind == ErrMoved && e.Partition != "" {
+	if errors.As(err, &e) && e.Kind == ErrMoved && e.Code == "MOVED" {
 		return e
 	}
 	return nil
+}
+
+// moveUnderWay: err is the ERR UNAVAILABLE of a slot that is moving
+// between partitions (the giver's "slot <s> is moving to another
+// partition", the receiver's while it imports the slot's locks): for a
+// moment, tried again.
+func moveUnderWay(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) || e.Code != "UNAVAILABLE" || !strings.Contains(e.Text, "slot ") {
+		return false
+	}
+	return strings.Contains(e.Text, " is moving") || strings.Contains(e.Text, " is arriving") ||
+		strings.Contains(e.Text, "importing")
+}
+
+// movePause waits before a request is sent again to a slot that is
+// moving: d (doubled for the next, up to 200 ms), or until ctx ends.
+func movePause(ctx context.Context, d *time.Duration) error {
+	t := time.NewTimer(*d)
+	defer t.Stop()
+	if *d *= 2; *d > 200*time.Millisecond {
+		*d = 200 * time.Millisecond
+	}
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // routed runs f, a call about name, on the client of name's partition:
@@ -300,29 +331,65 @@ func (rt *router) epoch() uint64 {
 	return rt.m.epoch
 }
 
+// follow is where a MOVED (from the client from) sends a request: a
+// partition and its addresses, or "" for the map's choice. A newer map
+// than ours is read and routed by (or, while none of that epoch could be
+// read, the request goes where the MOVED said); one as old or older: a
+// stale daemon or a race, it goes where the MOVED said. A MOVED that
+// names no partition (a multi-lock's * FAILED ... MOVED) has the map
+// read again, whatever its epoch.
+func (rt *router) follow(ctx context.Context, from *Client, mv *Error) (to, addrs string) {
+	if mv.Partition == "" || mv.Partition == "-" {
+		rt.refresh(ctx, from, rt.epoch()+1)
+		return "", ""
+	}
+	newer := mv.MapEpoch > rt.epoch()
+	if newer {
+		rt.refresh(ctx, from, mv.MapEpoch)
+	}
+	if !newer || mv.MapEpoch > rt.epoch() {
+		return mv.Partition, mv.Addrs
+	}
+	return "", ""
+}
+
+// stale: mv comes from a daemon whose map is older than ours (the
+// receiver of a slot that has not read the map giving it the slot yet,
+// which sends the request back where it came from): not followed, the
+// request is sent there again in a moment, as for a slot moving.
+func (rt *router) stale(mv *Error) bool {
+	return mv != nil && mv.Partition != "" && mv.MapEpoch > 0 && mv.MapEpoch < rt.epoch()
+}
+
 // do runs f on the leg of name's partition; mv: the MOVED the last try
-// got (from the client from), tries: how many were made.
+// got (from the client from), tries: how many were made. A reply that
+// the name's slot is moving (moveUnderWay), or a MOVED of an older map
+// than ours (stale), has f run again there, after a pause, for up to
+// ServerTimeout.
 func (rt *router) do(ctx context.Context, name string, f func(x *Client) error, mv *Error, from *Client, tries int) error {
+	var until time.Time
+	pause := 10 * time.Millisecond
+	to, addrs := "", "" // a partition a MOVED named, its addresses; "": the map's
 	for {
-		to := "" // a partition a MOVED named; "": the map's
-		addrs := ""
 		if mv != nil {
-			// a newer map than ours: read it and route by it (or, while
-			// none of that epoch could be read, go where it said); as
-			// old or older: a stale daemon or a race, go where it said
-			newer := mv.MapEpoch > rt.epoch()
-			if newer {
-				rt.refresh(ctx, from, mv.MapEpoch)
-			}
-			if !newer || mv.MapEpoch > rt.epoch() {
-				to, addrs = mv.Partition, mv.Addrs
-			}
+			to, addrs = rt.follow(ctx, from, mv)
 		}
 		x, err := rt.clientFor(ctx, name, to, addrs)
 		if err != nil {
 			return err
 		}
 		err = f(x)
+		if moveUnderWay(err) || rt.stale(movedOf(err)) {
+			// the same partition again, in a moment
+			if until.IsZero() {
+				until = time.Now().Add(x.cfg.serverTimeout)
+			}
+			if time.Now().Before(until) && movePause(ctx, &pause) == nil {
+				mv = nil
+				continue
+			}
+			return err
+		}
 		next := movedOf(err)
 		if next == nil {
 			return err
@@ -463,7 +530,7 @@ func (rt *router) dialLeg(ctx context.Context, addrs string) (*Client, error) {
 	cfg.owner = rt.root.owner
 	cfg.key = rt.root.OwnerKey()
 	cfg.cluster = ""
-	return dialConfig(ctx, &cfg, true)
+	return dialConfig(ctx, &cfg, rt)
 }
 
 // refresh reads the map again: from `from` (the client a MOVED came
@@ -544,4 +611,317 @@ func (rt *router) close() {
 	for _, x := range cs {
 		x.Close()
 	}
+}
+
+// ---- leases that follow their slot -------------------------------------------
+//
+// A PARTITION MOVE carries the locks of its slots: the giving partition
+// answers every later request about them NO MOVED (a LOCK that waited
+// there: * MOVED), and the receiving one has each lease with its owner,
+// token and proof. A lease belongs to the client (leg) whose manager
+// goroutine owns it; when a request about it is answered MOVED the lease
+// is re-homed: taken off that client (detach, on its manager), given to
+// the named partition's (attach, on that one's), and the request sent
+// again there. In between it is in transit (Lease.c nil): the callers
+// wait for its new home. A renewal's MOVED has a goroutine re-home it
+// (the leg may have to be dialed, the map read), then it is renewed at
+// once; it is lost only as any lease is.
+
+// errRehomed: a request about a lease found it re-homed to another
+// client, or was cut from it by the re-home: the caller sends it again
+// there.
+var errRehomed = errors.New("dlockd: the lease moved to another partition's client")
+
+// home is the client the lease belongs to, once a re-home under way has
+// ended.
+func (l *Lease) home(ctx context.Context) (*Client, error) {
+	for {
+		l.mu.Lock()
+		x, ch := l.c, l.moveCh
+		l.mu.Unlock()
+		if x != nil {
+			return x, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// homeIs: the lease belongs to x.
+func (l *Lease) homeIs(x *Client) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.c == x
+}
+
+// setHome gives the lease to x (nil: in transit).
+func (l *Lease) setHome(x *Client) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.c = x
+	if x == nil {
+		if l.moveCh == nil {
+			l.moveCh = make(chan struct{})
+		}
+	} else if l.moveCh != nil {
+		close(l.moveCh)
+		l.moveCh = nil
+	}
+}
+
+// call runs a caller's request about the lease (build makes it, on the
+// manager of the lease's client x) on the client the lease belongs to,
+// submitted while submitCtx lasts and waited for while ctx does. A
+// MOVED has the lease re-homed to the partition it names and the request
+// sent again there (3 redirects at most, then ErrMoved); a slot moving
+// (moveUnderWay), or a MOVED of an older map than ours (stale), has it
+// sent again after a pause, for up to ServerTimeout. unlock: the request is Unlock's. x: the client the
+// last try went to.
+func (l *Lease) call(submitCtx, ctx context.Context, unlock bool, build func(x *Client, now float64) (*req, error)) (res interface{}, x *Client, err error) {
+	redirects := 0
+	var until time.Time
+	pause := 10 * time.Millisecond
+	for {
+		if x, err = l.home(ctx); err != nil {
+			return nil, nil, err
+		}
+		res, err = x.callFrom(submitCtx, ctx, func(now float64) (*req, error) {
+			if !l.homeIs(x) {
+				return nil, errRehomed
+			}
+			return build(x, now)
+		})
+		if err == errRehomed {
+			continue
+		}
+		mv := movedOf(err)
+		if rt := x.routerNow(); moveUnderWay(err) || (rt != nil && rt.stale(mv)) {
+			// the slot moving, or a MOVED of a daemon that has not
+			// read our map yet: there again, in a moment
+			if until.IsZero() {
+				until = time.Now().Add(x.cfg.serverTimeout)
+			}
+			if time.Now().Before(until) && movePause(ctx, &pause) == nil {
+				continue
+			}
+			return nil, x, err
+		}
+		if mv == nil {
+			return res, x, err
+		}
+		if redirects >= maxRedirects {
+			return nil, x, &Error{Kind: ErrMoved, Code: mv.Code, Text: mv.Text,
+				Msg:       fmt.Sprintf("the lease of %s (token %d): still served by another partition after %d redirects", l.name, l.token, maxRedirects),
+				Partition: mv.Partition, Addrs: mv.Addrs, MapEpoch: mv.MapEpoch}
+		}
+		redirects++
+		if _, err := l.rehome(ctx, x, mv, unlock); err != nil {
+			return nil, x, err
+		}
+	}
+}
+
+// rehome gives the lease, which belongs to from and was answered mv
+// there, to the client of the partition mv names (the map read again
+// when mv's epoch is newer), and returns its client now: from itself
+// when the map still says from's partition. unlock: for an Unlock,
+// whose UNLOCK was answered mv (else a lease being released stays).
+func (l *Lease) rehome(ctx context.Context, from *Client, mv *Error, unlock bool) (*Client, error) {
+	l.moveMu.Lock()
+	defer l.moveMu.Unlock()
+	if !l.homeIs(from) {
+		return l.home(ctx) // re-homed by another call meanwhile
+	}
+	rt := from.routerOf(ctx)
+	if rt == nil {
+		return nil, mv // no map to follow
+	}
+	to, addrs := rt.follow(ctx, from, mv)
+	x, err := rt.clientFor(ctx, l.name, to, addrs)
+	if err != nil {
+		return nil, err
+	}
+	if x == from {
+		return from, nil
+	}
+	var t *ticket
+	var derr error
+	if err := from.exec(ctx, func() { t, derr = from.detach(l, unlock) }); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	if x.execAlways(func() { x.attach(l, nil, !unlock) }) {
+		// its turn there taken, its turn here is given back: a Lock of
+		// the name waiting for it goes there, behind it
+		from.execAlways(func() { from.giveTurn(t) })
+		return x, nil
+	}
+	// x was closed meanwhile (the client is being closed): back home
+	if !from.execAlways(func() { from.attach(l, t, false) }) {
+		l.lostM = LostClosed
+		l.setLost(&Error{Kind: ErrLost, Reason: LostClosed,
+			Msg: fmt.Sprintf("%s (token %d): the client was closed", l.name, l.token)})
+		l.setHome(from)
+	}
+	return nil, newErr(ErrClosed, "")
+}
+
+// routerNow is the router of this client, or of the leg it is (nil: none).
+func (c *Client) routerNow() *router {
+	if c.parent != nil {
+		return c.parent
+	}
+	return c.rt.Load()
+}
+
+// routerOf is the router a lease of this client follows MOVED by: a
+// leg's, or the client's own (made now if a MOVED is the first news of
+// partitions); nil when there is no map.
+func (c *Client) routerOf(ctx context.Context) *router {
+	if c.parent != nil {
+		return c.parent
+	}
+	if c.leg {
+		return nil
+	}
+	return c.becomeRouter(ctx)
+}
+
+// detach takes lease l off this client, for another (rehome): the
+// requests about it that wait here for a reply are cut from it and
+// finished (errRehomed: a caller's is sent again by its caller, there);
+// its turn on the name here is returned, to be given back once it has
+// one there. Refused once the lease is lost or released, and while an
+// UNLOCK of it is under way (or, unless unlock, asked).
+func (c *Client) detach(l *Lease, unlock bool) (*ticket, error) {
+	switch {
+	case !l.homeIs(c):
+		return nil, errRehomed
+	case l.lostM != NotLost:
+		l.mu.Lock()
+		err := l.err
+		l.mu.Unlock()
+		return nil, err
+	case l.released || (l.unlocking && !unlock):
+		return nil, newErr(ErrNotHolder, "the lease of "+l.name+" is released")
+	}
+	for _, qs := range [][]*req{c.fifo, c.unsent} {
+		for _, q := range qs {
+			if q.lease == l && q.op == "UNLOCK" {
+				return nil, newErr(ErrNotHolder, "the lease of "+l.name+" is being released")
+			}
+		}
+	}
+	for _, q := range c.fifo {
+		if q.lease == l {
+			q.lease = nil // its reply is read, and dropped (rRefresh)
+			c.finish(q, errRehomed, nil)
+		}
+	}
+	kept := c.unsent[:0]
+	for _, q := range c.unsent {
+		if q.lease == l {
+			q.lease = nil
+			c.finish(q, errRehomed, nil)
+		} else {
+			kept = append(kept, q)
+		}
+	}
+	for i := len(kept); i < len(c.unsent); i++ {
+		c.unsent[i] = nil
+	}
+	c.unsent = kept
+	for i, x := range c.leases {
+		if x == l {
+			c.leases = append(c.leases[:i], c.leases[i+1:]...)
+			break
+		}
+	}
+	t := l.ticket
+	l.ticket = nil
+	l.refreshing, l.rehoming = false, false
+	l.setHome(nil)
+	return t, nil
+}
+
+// attach makes lease l this client's (rehome): t is its turn on the name
+// here (nil: one is taken); renew: renewed at once.
+func (c *Client) attach(l *Lease, t *ticket, renew bool) {
+	if t == nil {
+		t = c.takeTurn(l.name)
+	}
+	l.ticket = t
+	l.refreshing, l.rehoming = false, false
+	c.leases = append(c.leases, l)
+	l.setHome(c)
+	if renew && l.renew && l.live() {
+		l.renewAt = nowMs()
+	}
+}
+
+// leaseMoved: a renewal of l was answered MOVED. No loss: a goroutine
+// re-homes the lease on the partition named, which renews it at once
+// (the lease is lost only as any lease is: NOT_HOLDER, or its deadline
+// passed unconfirmed). A lease sent back and forth (more than
+// maxRedirects MOVED without a confirmation) waits as after
+// UNAVAILABLE before it follows the next.
+func (c *Client) leaseMoved(l *Lease, mv *Error, now float64) {
+	if l.rehoming || !l.live() {
+		return
+	}
+	retry := now + math.Max(l.ttl/10, renewRetryMinMs)
+	if rt := c.routerNow(); rt != nil && rt.stale(mv) {
+		// a daemon that has not read our map yet: as UNAVAILABLE
+		l.renewAt = retry
+		c.risk(l)
+		return
+	}
+	if l.movedN++; l.movedN > maxRedirects {
+		l.movedN = 0
+		l.renewAt = retry
+		c.risk(l)
+		return
+	}
+	l.rehoming = true
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if x, err := l.rehome(c.dialCtx, c, mv, false); err == nil && x != c {
+			return
+		}
+		// it stays (no map, no leg, the map still says here): renewed
+		// here again in a moment
+		_ = c.exec(c.dialCtx, func() {
+			if l.homeIs(c) && l.rehoming {
+				l.rehoming = false
+				l.renewAt = math.Max(l.renewAt, retry)
+			}
+		})
+	}()
+}
+
+// giveUp: an Unlock that could not release the lease where it is now
+// (its slot moved and it could not follow): the lease is released here
+// all the same, no longer renewed -- the server ends it by its TTL. true
+// if it was not released yet.
+func (l *Lease) giveUp() bool {
+	l.moveMu.Lock()
+	defer l.moveMu.Unlock()
+	x, err := l.home(context.Background()) // not in transit: under moveMu
+	if err != nil {
+		return false
+	}
+	did := false
+	x.execAlways(func() {
+		if l.homeIs(x) && !l.released {
+			x.released(l)
+			did = true
+		}
+	})
+	return did
 }

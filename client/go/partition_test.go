@@ -131,12 +131,14 @@ func waitMap(t *testing.T, addr string, e uint64, wants ...string) {
 	})
 }
 
-// partitionCmd sends a PARTITION request to addr and returns its epoch.
+// partitionCmd sends a PARTITION request to addr and returns its epoch
+// (a MOVE's answer says to=<partition>, and how many locks went along
+// after it: locks=<n>).
 func partitionCmd(t *testing.T, addr, cmd, to string) uint64 {
 	t.Helper()
 	r := raw(t, addr, cmd)[0]
 	want := "OK PARTITION epoch="
-	if !strings.HasPrefix(r, want) || (to != "" && !strings.HasSuffix(r, " to="+to)) {
+	if !strings.HasPrefix(r, want) || (to != "" && !strings.Contains(r+" ", " to="+to+" ")) {
 		t.Fatalf("%s: %q", cmd, r)
 	}
 	e, err := strconv.ParseUint(strings.Fields(strings.TrimPrefix(r, want))[0], 10, 64)
@@ -666,4 +668,253 @@ func TestNewAddressesOfAPartition(t *testing.T) {
 	if got := b2.requests(); len(got) != 1 || got[0] != "STATUS foo" {
 		t.Fatalf("requests to b2 %q", got)
 	}
+}
+
+// ---- a PARTITION MOVE carries the slots' locks ----------------------------------
+
+// p0Names is n names of partition p0's slots (0-5460 in startPartitioned's
+// map), each of a slot of its own.
+func p0Names(prefix string, n int) []string {
+	var out []string
+	seen := map[int]bool{}
+	for i := 0; len(out) < n; i++ {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		if s := slotOf(name); s <= 5460 && !seen[s] {
+			seen[s] = true
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// moveName gives the slot of name from partition p<from> to p<to>
+// (PARTITION MOVE at p<from>'s daemon, as an admin: again while p<to>
+// has not imported the locks of an earlier move), and waits until every
+// daemon's map says so and p<to> serves the name.
+func (p *partitioned) moveName(t *testing.T, name string, from, to int) {
+	t.Helper()
+	cmd := fmt.Sprintf("PARTITION MOVE %d p%d", slotOf(name), to)
+	eventually(t, 30*time.Second, "p"+fmt.Sprint(to)+" imported an earlier move", func() bool {
+		r := raw(t, p.d[from].addr, cmd)[0]
+		if strings.HasPrefix(r, "ERR LIMIT ") && strings.Contains(r, "not imported") {
+			return false
+		}
+		if !strings.HasPrefix(r, "OK PARTITION epoch=") || !strings.Contains(r+" ", " to=p"+fmt.Sprint(to)+" ") {
+			t.Fatalf("%s: %q", cmd, r)
+		}
+		e, _ := strconv.ParseUint(strings.Fields(strings.TrimPrefix(r, "OK PARTITION epoch="))[0], 10, 64)
+		for _, d := range p.d {
+			waitMap(t, d.addr, e)
+		}
+		return true
+	})
+	eventually(t, 30*time.Second, "p"+fmt.Sprint(to)+" serves "+name, func() bool {
+		return strings.HasPrefix(statusAt(t, p.d[to].addr, name), "OK STATUS ")
+	})
+}
+
+// heldAt: the daemon at addr has name held by token.
+func heldAt(t *testing.T, addr, name string, token uint64) bool {
+	t.Helper()
+	st := statusAt(t, addr, name)
+	return strings.Contains(st, " state=held ") && strings.Contains(st, fmt.Sprintf(" token=%d ", token))
+}
+
+// A move of a slot whose locks are held or waited for: the leases follow
+// it with their tokens, the waiters with their places (the client
+// re-homes a lease on the partition a MOVED names).
+func TestPartitionMoveCarriesLocks(t *testing.T) {
+	p := startPartitioned(t)
+	ctx := ctxT(t, 180*time.Second)
+	c := dial(t, p.d[0].addr)
+	other := dial(t, p.d[0].addr) // another owner
+	names := p0Names("mv", 5)
+
+	t.Run("lease survives a move", func(t *testing.T) {
+		name := names[0]
+		ttl := 2 * time.Second
+		l, err := c.Lock(ctx, name, TTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.TryLock(ctx, name); !errors.Is(err, ErrBusy) {
+			t.Fatalf("TryLock of a held %s: %v", name, err)
+		}
+		p.moveName(t, name, 0, 1)
+		time.Sleep(3 * ttl) // renewed all along: at p0, then at p1
+		if !l.Valid() || l.Err() != nil {
+			t.Fatalf("the lease was lost over the move: %v", l.Err())
+		}
+		select {
+		case <-l.Done():
+			t.Fatalf("Done closed: %v", l.Err())
+		default:
+		}
+		if !heldAt(t, p.d[1].addr, name, l.Token()) {
+			t.Fatalf("%s at p1: %q (token %d)", name, statusAt(t, p.d[1].addr, name), l.Token())
+		}
+		if x, _ := l.home(ctx); x.addrs[0].name != p.d[1].addr {
+			t.Fatalf("the lease belongs to the client of %s, not p1's", x.addrs[0].name)
+		}
+		if _, err := other.TryLock(ctx, name); !errors.Is(err, ErrBusy) {
+			t.Fatalf("TryLock of %s after its move: %v", name, err)
+		}
+		if err := l.Refresh(ctx, 0); err != nil {
+			t.Fatalf("Refresh after the move: %v", err)
+		}
+		if err := l.Check(ctx); err != nil {
+			t.Fatalf("Check after the move: %v", err)
+		}
+		if err := l.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock after the move: %v", err)
+		}
+		l2, err := other.TryLock(ctx, name)
+		if err != nil {
+			t.Fatalf("TryLock after the Unlock: %v", err)
+		}
+		if l2.Token() <= l.Token() {
+			t.Fatalf("token %d after %d", l2.Token(), l.Token())
+		}
+		if err := l2.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a waiter follows its name", func(t *testing.T) {
+		name := names[1]
+		la, err := c.Lock(ctx, name, TTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			l   *Lease
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			l, err := other.Lock(ctx, name, TTL(10*time.Second), Wait(90*time.Second))
+			ch <- result{l, err}
+		}()
+		eventually(t, 10*time.Second, "a waiter at p0", func() bool {
+			return strings.Contains(statusAt(t, p.d[0].addr, name), " waiters=1 ")
+		})
+		p.moveName(t, name, 0, 1)
+		select {
+		case r := <-ch:
+			t.Fatalf("the waiter ended while the lock was held: %v", r.err)
+		case <-time.After(time.Second):
+		}
+		if err := la.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock after the move: %v", err)
+		}
+		var r result
+		select {
+		case r = <-ch:
+		case <-time.After(60 * time.Second):
+			t.Fatal("the waiter was not granted after the Unlock")
+		}
+		if r.err != nil {
+			t.Fatalf("the waiter: %v", r.err)
+		}
+		if r.l.Token() <= la.Token() {
+			t.Fatalf("the waiter's token %d after %d", r.l.Token(), la.Token())
+		}
+		if !heldAt(t, p.d[1].addr, name, r.l.Token()) {
+			t.Fatalf("%s at p1: %q (token %d)", name, statusAt(t, p.d[1].addr, name), r.l.Token())
+		}
+		if err := r.l.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("a caller's request follows", func(t *testing.T) {
+		// leases not renewed: the caller's Refresh, or Unlock, is the
+		// first request about them to meet the MOVED
+		lr, err := c.Lock(ctx, names[2], TTL(30*time.Second), NoRenew())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lu, err := c.Lock(ctx, names[3], TTL(30*time.Second), NoRenew())
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.moveName(t, names[2], 0, 1)
+		p.moveName(t, names[3], 0, 1)
+		if err := lr.Refresh(ctx, 0); err != nil {
+			t.Fatalf("Refresh of a lease moved: %v", err)
+		}
+		if err := lr.Check(ctx); err != nil {
+			t.Fatalf("Check of a lease moved: %v", err)
+		}
+		if !heldAt(t, p.d[1].addr, names[2], lr.Token()) {
+			t.Fatalf("%s at p1: %q", names[2], statusAt(t, p.d[1].addr, names[2]))
+		}
+		if _, err := other.TryLock(ctx, names[3]); !errors.Is(err, ErrBusy) {
+			t.Fatalf("TryLock of a held %s: %v", names[3], err)
+		}
+		if err := lu.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock of a lease moved: %v", err)
+		}
+		for _, l := range []*Lease{lr, lu} {
+			if l != lu {
+				if err := l.Unlock(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			l2, err := other.TryLock(ctx, l.Name())
+			if err != nil {
+				t.Fatalf("TryLock of %s after its Unlock: %v", l.Name(), err)
+			}
+			if l2.Token() <= l.Token() {
+				t.Fatalf("%s: token %d after %d", l.Name(), l2.Token(), l.Token())
+			}
+			if err := l2.Unlock(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("a multi-lock waiter follows its names", func(t *testing.T) {
+		// ended at p0 by * FAILED ... MOVED (no partition said): the map
+		// is read again and the multi-lock sent to p1
+		tag := names[4]
+		both := []string{"{" + tag + "}a", "{" + tag + "}b"}
+		held, err := c.Lock(ctx, both[1], TTL(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			ls  []*Lease
+			err error
+		}
+		ch := make(chan result, 1)
+		go func() {
+			ls, err := other.LockAll(ctx, both, TTL(10*time.Second), Wait(90*time.Second))
+			ch <- result{ls, err}
+		}()
+		eventually(t, 10*time.Second, "a waiter at p0", func() bool {
+			return strings.Contains(statusAt(t, p.d[0].addr, both[1]), " waiters=1 ")
+		})
+		p.moveName(t, tag, 0, 1)
+		if err := held.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock after the move: %v", err)
+		}
+		var r result
+		select {
+		case r = <-ch:
+		case <-time.After(60 * time.Second):
+			t.Fatal("the multi-lock was not granted after the Unlock")
+		}
+		if r.err != nil {
+			t.Fatalf("the multi-lock: %v", r.err)
+		}
+		for _, l := range r.ls {
+			if l.Token() <= held.Token() || !heldAt(t, p.d[1].addr, l.Name(), l.Token()) {
+				t.Fatalf("%s: token %d (after %d) at p1: %q", l.Name(), l.Token(), held.Token(), statusAt(t, p.d[1].addr, l.Name()))
+			}
+		}
+		if err := UnlockAll(ctx, r.ls); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
