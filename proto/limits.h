@@ -387,6 +387,9 @@
 /* A partitioned daemon reads the partition map this often, and gives up
  * on a change of it asked by an admin command after this long. */
 #define DL_MAP_POLL_MS 1000
+/* ... and, when it answers NO MOVED (it may not know yet that the map
+ * gave it the name), at most this often besides. */
+#define DL_MAP_KICK_MS 100
 /* PARTITION's positional words. */
 #define DL_WORDS_MAX  3
 #define DL_MAP_ASK_MS 10000

@@ -167,6 +167,7 @@ struct dl_part {
 	int importing;	       /* its import is being written */
 	uint64_t take_ms;      /* when a read of its record last failed */
 	int take_said;	       /* the failure was said */
+	uint64_t kick_ms;      /* a read asked by a MOVED answered */
 	uint64_t locks_out;    /* locks extracted by moves (STATS) */
 	uint64_t locks_in;     /* ... imported */
 	uint64_t import_count; /* the import under way's */
@@ -758,6 +759,8 @@ static int wanted(struct dl_part *p, const struct dl_map *m, char *out,
 
 	if (!n)
 		return 0;
+	if (p->gone_gen != dl_store_part_gen(p->st))
+		read_gone(p); /* a load since: its record, not the last one's */
 	memcpy(n, m, sizeof(*n));
 	if (p->ask == ASK_INIT && m->epoch == 0) {
 		/* the first map: this partition serves every slot */
@@ -1210,6 +1213,13 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 		return DL_ROUTE_NOBODY;
 	mp = &p->map->part[o];
 	if (o != p->self) {
+		/* the map may have just given it here (a client sent by the
+		 * giver, which knew first): read it now rather than at the
+		 * next tick, at most every DL_MAP_KICK_MS */
+		if (uv_now(p->loop) - p->kick_ms >= DL_MAP_KICK_MS) {
+			p->kick_ms = uv_now(p->loop);
+			next_job(p);
+		}
 		*to = mp;
 		return DL_ROUTE_AWAY;
 	}
