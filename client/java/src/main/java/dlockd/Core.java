@@ -85,6 +85,7 @@ abstract sealed class Core permits Protocol {
         double ttl, wait, waitEnd = NEVER, start;
         boolean shared, renew, internal, abandoned, resent, lastHold, exposed;
         int limit, retries, seq;
+        int moves; // an UNLOCK sent on to another partition: the MOVED answers it followed
         int lockWrites; // how often the LOCK was written: each may have made one hold
         long reqId; // LOCK: the acquire's request id (req=, unsigned, never 0), the same on every write of it
         boolean notify; // LOCK: notify=waiters
@@ -350,6 +351,7 @@ abstract sealed class Core permits Protocol {
         }
         l.renewAt = sentAt + l.ttl / 3;
         l.atRiskM = false;
+        l.moves = 0;
         l.setDeadline(d, false);
     }
 
@@ -359,8 +361,9 @@ abstract sealed class Core permits Protocol {
         q.where = Where.SENT;
         if (q.op.equals("LOCK")) q.lockWrites++;
         // A REFRESH that shortens the lease may take effect even if its reply never comes: count on it from now.
+        // (Not of a lease that moved to another partition's client since: its state is that one's.)
         Lease l = q.lease;
-        if ((q.op.equals("REFRESH") || q.op.equals("RENEW")) && l != null && q.ttl > 0) {
+        if ((q.op.equals("REFRESH") || q.op.equals("RENEW")) && l != null && l.c == this && q.ttl > 0) {
             l.ttl = Math.min(l.ttl, q.ttl);
             double d = l.deadlineM;
             double e = now + q.ttl - slackMs(q.ttl);
@@ -498,9 +501,7 @@ abstract sealed class Core permits Protocol {
             } else if (!f.complete(result) && (result instanceof Lease || result instanceof Leases)) {
                 // cancelled meanwhile: give the grants back
                 List<Lease> ls = result instanceof Lease ? List.of((Lease) result) : ((Leases) result).list();
-                exec(() -> {
-                    for (Lease l : ls) giveBack(l);
-                });
+                for (Lease l : ls) l.exec(e -> e.giveBack(l));
             }
         });
     }

@@ -53,11 +53,14 @@ import javax.net.ssl.SSLSocketFactory;
  * unpartitioned service (epoch 0, or no map said) is used as above, over one connection. A partitioned one makes the
  * client a router over one ordinary client per partition, made on first use with the same settings, owner id and key:
  * a call about a name goes to the partition that serves the name's {@link #slot slot}, a multi-lock to its first
- * name's (its names must share a partition: one {@code {tag}}), and the leases stay bound to the connection that
- * granted them. A {@code NO MOVED} is followed (the map read again when it is newer), at most 3 times per call, then
- * {@link MovedException}. A partitioned daemon that has not read its map yet (just started) says no map either: so a
- * {@code NO MOVED} answered to the unpartitioned client has it ask {@code MAP} again, and a map then makes it a router
- * from then on (the call sent on as that MOVED's redirect, within the same 3). Calls without a name ({@link #ping},
+ * name's (its names must share a partition: one {@code {tag}}), and a lease stays bound to the connection that
+ * granted it until its name's slot moves to another partition ({@code PARTITION MOVE}): the lease then follows it, same
+ * token (see {@link Lease}), and a {@code LOCK} waiting for the name is sent on to it with its request id and what is
+ * left of its wait. A {@code NO MOVED} is followed (the map read again when it is newer; a daemon behind the client's
+ * map asked again after a pause), at most 3 times per call, then {@link MovedException}. A partitioned daemon that
+ * has not read its map yet (just started) says no map either: so a {@code NO MOVED} answered to the unpartitioned
+ * client has it ask {@code MAP} again, and a map then makes it a router from then on (the call sent on as that MOVED's
+ * redirect, within the same 3; its leases follow their slots from then on too). Calls without a name ({@link #ping},
  * {@link #clusterId}, a watch of a prefix) go to the first connection and tell of its partition only. Closing the
  * client closes every partition's connection.
  *
@@ -84,6 +87,43 @@ public final class DlockClient implements AutoCloseable {
         this.e = e;
         this.router = router;
         this.base = base;
+        if (base != null && router == null) e.follower = new Promoting();
+    }
+
+    /**
+     * The follower of an unpartitioned client's leases (see {@link Follower}): a lease's request answered
+     * {@code NO MOVED} has the client ask {@code MAP} again ({@link #promote}); with a map, the client routes from then
+     * on (its router becomes the follower) and the lease goes where the router sends it.
+     */
+    private final class Promoting implements Follower {
+        @Override
+        public boolean follow(Engine from, Lease l, MovedException m) {
+            return promote(m).follow(from, l, m);
+        }
+
+        @Override
+        public DlockClient route(Engine from, String name, MovedException m) {
+            return promote(m).route(from, name, m);
+        }
+
+        @Override
+        public boolean behind(Engine from, String name, MovedException m) {
+            Router r = router;
+            return r != null && r.behind(from, name, m);
+        }
+
+        @Override
+        public void async(Runnable r) {
+            Thread t = new Thread(() -> {
+                try {
+                    r.run();
+                } catch (RuntimeException x) {
+                    // the caller's to handle: it tries again
+                }
+            }, "dlockd-follow-" + e.id);
+            t.setDaemon(true);
+            t.start();
+        }
     }
 
     /** @return a builder whose defaults come from the DLOCK_* environment */
@@ -515,30 +555,27 @@ public final class DlockClient implements AutoCloseable {
      *     {@link DeniedException}, {@link UnavailableException}, {@link LimitException}
      */
     public Lease lock(String name, LockOptions opts) {
-        Router r = router;
-        if (r == null) {
-            try {
-                return (Lease) e.await(acquire(name, opts, false, new CompletableFuture<>()));
-            } catch (MovedException m) {
-                return promote(m).callAfter(name, m, c -> c.lock(name, opts));
-            }
-        }
-        Wire.checkName(name, "lock name");
-        return r.call(name, c -> c.lock(name, opts));
+        return lock(name, opts, new Acq(), true);
     }
 
     /** As {@link #lock(String, LockOptions)}, but an interrupt does not stop the wait (the flag is kept). */
     Lease lockUninterruptibly(String name, LockOptions opts) {
+        return lock(name, opts, new Acq(), false);
+    }
+
+    /** The acquire a of name, on this client's connection or sent on by the router (a MOVED sends it on, as it is). */
+    private Lease lock(String name, LockOptions opts, Acq a, boolean interruptible) {
         Router r = router;
         if (r == null) {
             try {
-                return (Lease) e.awaitUninterruptibly(acquire(name, opts, false, new CompletableFuture<>()));
+                CompletableFuture<Object> f = acquire(name, opts, false, new CompletableFuture<>(), a);
+                return (Lease) (interruptible ? e.await(f) : e.awaitUninterruptibly(f));
             } catch (MovedException m) {
-                return promote(m).callAfter(name, m, c -> c.lockUninterruptibly(name, opts));
+                return promote(m).callAfter(name, m, c -> c.lock(name, opts, a, interruptible));
             }
         }
         Wire.checkName(name, "lock name");
-        return r.call(name, c -> c.lockUninterruptibly(name, opts));
+        return r.call(name, c -> c.lock(name, opts, a, interruptible));
     }
 
     /**
@@ -578,14 +615,18 @@ public final class DlockClient implements AutoCloseable {
      * @return the lease, to come; failed with the exceptions of {@link #lock(String, LockOptions)}
      */
     public CompletableFuture<Lease> lockAsync(String name, LockOptions opts) {
+        return lockAsync(name, opts, new Acq());
+    }
+
+    private CompletableFuture<Lease> lockAsync(String name, LockOptions opts, Acq a) {
         Router r = router;
         if (r != null) {
             Wire.checkName(name, "lock name");
-            return r.callAsync(name, c -> c.lockAsync(name, opts));
+            return r.callAsync(name, c -> c.lockAsync(name, opts, a));
         }
         AcquireFuture<Lease> f = new AcquireFuture<>(e);
-        followMoved(f, name, c -> c.lockAsync(name, opts));
-        acquire(name, opts, true, f);
+        followMoved(f, name, c -> c.lockAsync(name, opts, a));
+        acquire(name, opts, true, f, a);
         return f;
     }
 
@@ -647,9 +688,19 @@ public final class DlockClient implements AutoCloseable {
         return x;
     }
 
-    private CompletableFuture<Object> acquire(String name, LockOptions o, boolean exposed, CompletableFuture<?> f) {
+    /**
+     * One acquire as the caller asked it: when (its wait counts from then) and its request id. A MOVED sends it on to
+     * another partition as it is -- the same id, what is left of the wait -- also when it came after the LOCK waited
+     * (the name's slot moved meanwhile: the receiver keeps its place for the same owner).
+     */
+    static final class Acq {
+        final double start = Engine.nowMs();
+        final long reqId = requestId();
+    }
+
+    private CompletableFuture<Object> acquire(String name, LockOptions o, boolean exposed, CompletableFuture<?> f, Acq a) {
         Wire.checkName(name, "lock name");
-        return acquire(List.of(name), false, o, exposed, f);
+        return acquire(List.of(name), false, o, exposed, f, a);
     }
 
     /**
@@ -657,13 +708,13 @@ public final class DlockClient implements AutoCloseable {
      * each name within this client.
      */
     private CompletableFuture<Object> acquire(List<String> names, boolean all, LockOptions o, boolean exposed,
-            CompletableFuture<?> f) {
+            CompletableFuture<?> f, Acq a) {
         final String name = names.get(0);
         if (o == null) o = LockOptions.DEFAULT;
         final LockOptions lc = o;
-        final double start = Engine.nowMs();
+        final double start = a.start;
         final double waitMs = lc.wait == null ? -1 : lc.wait.toNanos() / 1e6;
-        final long reqId = requestId();
+        final long reqId = a.reqId;
         final String value = Wire.descEncode(lc.value, Wire.VALUE_MAX);
         CompletableFuture<Object> fo = objectFuture(f);
         return e.submitCall(now -> {
@@ -746,8 +797,9 @@ public final class DlockClient implements AutoCloseable {
         return List.copyOf(s);
     }
 
-    private CompletableFuture<Object> acquireAll(Collection<String> names, LockOptions o, boolean exposed, CompletableFuture<?> f) {
-        return acquire(checkAll(names, o), true, o, exposed, f);
+    private CompletableFuture<Object> acquireAll(Collection<String> names, LockOptions o, boolean exposed, CompletableFuture<?> f,
+            Acq a) {
+        return acquire(checkAll(names, o), true, o, exposed, f, a);
     }
 
     /** A multi-lock's names, checked, in byte order, and its options checked. */
@@ -795,17 +847,21 @@ public final class DlockClient implements AutoCloseable {
      *     {@link DeniedException}; code {@code "EXPIRED"} when a lock it had taken was broken meanwhile)
      */
     public Leases lockAll(Collection<String> names, LockOptions opts) {
+        return lockAll(names, opts, new Acq());
+    }
+
+    private Leases lockAll(Collection<String> names, LockOptions opts, Acq a) {
         Router r = router;
         if (r == null) {
             try {
-                return (Leases) e.await(acquireAll(names, opts, false, new CompletableFuture<>()));
+                return (Leases) e.await(acquireAll(names, opts, false, new CompletableFuture<>(), a));
             } catch (MovedException m) {
                 r = promote(m);
-                return r.callAfter(checkAll(names, opts).get(0), m, c -> c.lockAll(names, opts));
+                return r.callAfter(checkAll(names, opts).get(0), m, c -> c.lockAll(names, opts, a));
             }
         }
         String first = checkAll(names, opts).get(0); // the server's name of it: its partition is every name's
-        return r.call(first, c -> c.lockAll(names, opts));
+        return r.call(first, c -> c.lockAll(names, opts, a));
     }
 
     /**
@@ -844,10 +900,14 @@ public final class DlockClient implements AutoCloseable {
      * @return the leases, to come; failed with the exceptions of {@link #lockAll(Collection, LockOptions)}
      */
     public CompletableFuture<Leases> lockAllAsync(Collection<String> names, LockOptions opts) {
+        return lockAllAsync(names, opts, new Acq());
+    }
+
+    private CompletableFuture<Leases> lockAllAsync(Collection<String> names, LockOptions opts, Acq a) {
         Router r = router;
         if (r != null) {
             String first = checkAll(names, opts).get(0);
-            return r.callAsync(first, c -> c.lockAllAsync(names, opts));
+            return r.callAsync(first, c -> c.lockAllAsync(names, opts, a));
         }
         AcquireFuture<Leases> f = new AcquireFuture<>(e);
         if (base != null) {
@@ -857,9 +917,9 @@ public final class DlockClient implements AutoCloseable {
             } catch (RuntimeException x) {
                 ns = null; // acquireAll fails f with it
             }
-            if (ns != null) followMoved(f, ns.get(0), c -> c.lockAllAsync(names, opts));
+            if (ns != null) followMoved(f, ns.get(0), c -> c.lockAllAsync(names, opts, a));
         }
-        acquireAll(names, opts, true, f);
+        acquireAll(names, opts, true, f, a);
         return f;
     }
 

@@ -142,10 +142,13 @@ public class DlockException extends RuntimeException {
      * The exception of {@code * FAILED <first> <WORD> <rest...>}: a multi-lock that waited ended without its locks,
      * as a single LOCK of the failing name would have been answered {@code NO <WORD> <rest>} or
      * {@code ERR <WORD> <rest>} (DEADLOCK: {@link DeadlockException}; UNAVAILABLE: {@link UnavailableException};
-     * EXPIRED, a lock it had taken was ended meanwhile: a plain {@code DlockException} of code {@code "EXPIRED"}).
+     * EXPIRED, a lock it had taken was ended meanwhile: a plain {@code DlockException} of code {@code "EXPIRED"};
+     * MOVED, the slot of its names went to another partition: a {@link MovedException} that names none).
      */
     static DlockException ofFailed(Wire.Reply r) {
         String word = r.args.get(1);
+        // MOVED <name>: the name it waited for went to another partition (its place waits there); the map says which
+        if (word.equals("MOVED")) return new MovedException(word, r.text(), null, "", "", 0);
         boolean no;
         switch (word) {
             case "UNAVAILABLE": case "NOT_ACTIVE": case "LIMIT": case "NOAUTH": case "INTERNAL":

@@ -87,6 +87,8 @@ final class Engine extends Protocol {
     private final java.util.concurrent.ConcurrentLinkedQueue<Thread> rdWaiters = new java.util.concurrent.ConcurrentLinkedQueue<>();
 
     // shared
+    /** Where the leases go when their slot moves to another partition (the client's router); null: nowhere. */
+    volatile Follower follower;
     final CompletableFuture<Void> readyF = new CompletableFuture<>();
     volatile boolean quit;
     private final Thread manager;
@@ -202,6 +204,51 @@ final class Engine extends Protocol {
             failedI = -1;
             clusterRefused = 0;
         });
+    }
+
+    @Override
+    boolean followLease(Lease l, MovedException m) {
+        Follower fo = follower;
+        if (fo == null) return false;
+        l.moving = true;
+        l.refreshing = true; // no renewal here while it moves; its lost guard still runs
+        l.moves++;
+        fo.async(() -> {
+            boolean moved = false;
+            try {
+                moved = fo.follow(this, l, m);
+            } catch (RuntimeException x) {
+                // no partition's client to go to now (unreachable, or the client closing): tried again below
+            }
+            if (moved) return;
+            exec(() -> {
+                if (l.c != this || !l.moving) return;
+                // renewed here again in a moment: a MOVED again has it follow again, until its deadline
+                l.moving = false;
+                l.refreshing = false;
+                if (l.live()) {
+                    l.renewAt = nowMs() + Math.max(l.ttl / 10, RENEW_RETRY_MIN_MS);
+                    wakeAt(l.renewAt);
+                    risk(l);
+                }
+            });
+        });
+        return true;
+    }
+
+    @Override
+    boolean forwardUnlock(Req q, MovedException m) {
+        Follower fo = follower;
+        if (fo == null) return false;
+        String name = q.name;
+        long token = q.token;
+        boolean last = q.lastHold;
+        int moves = q.moves + 1;
+        fo.async(() -> {
+            Engine to = fo.route(this, name, m).engine();
+            to.exec(() -> to.internal("UNLOCK", name, token, last).moves = moves);
+        });
+        return true;
     }
 
     /** Runs f under the client's lock, on this thread; false if the client is closed. */

@@ -6,6 +6,7 @@ import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.locks.ReentrantLock;
 import java.util.function.Consumer;
+import java.util.function.Function;
 import java.util.function.IntConsumer;
 
 /**
@@ -32,6 +33,19 @@ import java.util.function.IntConsumer;
  * lock ({@link Status#value()}, {@link WatchEvent#value()}): held on an election's lock, it is the leadership, and
  * {@link #token()} the term. {@link #proclaim} says another value; {@link #unlock()} resigns.
  *
+ * <p><b>Partitions.</b> On a partitioned service a lease is served by the partition of its name's slot. When an
+ * operator moves that slot to another partition ({@code PARTITION MOVE}) while the lease is held, the lease goes along:
+ * same token, same owner, its TTL counted whole again from the import. The giving daemon then answers
+ * {@code NO MOVED} to every request about it; the client re-homes the lease onto its connection to the receiving
+ * partition (made if need be) and sends the request there again, so that the renewals, {@link #refresh},
+ * {@link #proclaim}, {@link #check} and {@link #unlock} go there from then on. Meanwhile (a move takes a few
+ * milliseconds, longer while the giver's Redis is down) the daemons answer {@code ERR UNAVAILABLE slot <s> is moving
+ * ...} or {@code ... is arriving ...}: the background renewal retries as for any {@code UNAVAILABLE} (the lease may turn
+ * {@linkplain #atRisk() at risk}, it is not lost), and a {@code refresh}, {@code proclaim}, {@code check} or
+ * {@code unlock} is sent again until the server timeout, then throws {@link UnavailableException}. A lease is lost
+ * only as always: {@code NOT_HOLDER}, or its local deadline passed without a confirmed renewal. More than 3
+ * {@code MOVED} in a row for one call throw {@link MovedException}.
+ *
  * <p><b>Before acting</b> on what the lock protects, call {@link #isValid()} (it reads the clock itself, so it turns
  * false in time even if no client thread ran) and pass {@link #token()} along to the resource.
  *
@@ -48,7 +62,11 @@ public final class Lease implements AutoCloseable {
         SEMAPHORE
     }
 
-    final Engine c;
+    /**
+     * The client (a partition's leg) that serves the lease: written under that engine's lock when the lease moves to
+     * another one ({@link #move}); the fields below are guarded by the lock of the engine it is on.
+     */
+    volatile Engine c;
     final String name;
     final long token;
     final Mode mode;
@@ -70,6 +88,8 @@ public final class Lease implements AutoCloseable {
     double lostAtM;
     int lockWrites = 1; // how often its LOCK was written: the holds it may have made (bounds UNLOCK's resends)
     String value = ""; // its value as sent (LOCK value=, then each proclaim the server took): a RECLAIM says it
+    boolean moving; // its renewal was answered MOVED and it is being re-homed: not renewed here meanwhile
+    int moves; // MOVED answers to its renewals since one was last confirmed
 
     // the public view, under mu
     private final ReentrantLock mu = new ReentrantLock();
@@ -374,7 +394,8 @@ public final class Lease implements AutoCloseable {
      *     current holder's token
      */
     public void check() {
-        c.await(c.submitCall(now -> {
+        send(e -> e.submitCall(now -> {
+            if (c != e) throw Rehomed.IT;
             Engine.Req q = new Engine.Req("CHECK", name);
             q.token = token;
             return q;
@@ -414,10 +435,11 @@ public final class Lease implements AutoCloseable {
 
     /** REFRESH, with ttl (null: the lease's TTL) and a new value (encoded; "": none). */
     private void refresh(Duration ttl, String value) {
-        c.await(c.submitCall(now -> {
+        send(e -> e.submitCall(now -> {
+            if (c != e) throw Rehomed.IT;
             if (lostM != LostReason.NOT_LOST) {
-                LeaseLostException e = lostCause();
-                throw e != null ? e : DlockException.of(DlockException.Kind.LOST, name + " is lost");
+                LeaseLostException x = lostCause();
+                throw x != null ? x : DlockException.of(DlockException.Kind.LOST, name + " is lost");
             }
             if (released || unlocking) throw DlockException.of(DlockException.Kind.NOT_HOLDER, "the lease of " + name + " is released");
             Engine.Req q = new Engine.Req("REFRESH", name);
@@ -442,35 +464,197 @@ public final class Lease implements AutoCloseable {
         awaitUnlock(startUnlock());
     }
 
+    /** An UNLOCK sent: where, its outcome to come, and whether it got as far as making the lease unlocking. */
+    static final class Unlock {
+        Engine e;
+        CompletableFuture<Object> f;
+        boolean started;
+    }
+
     /** Sends the UNLOCK (without waiting for its reply: {@link Leases#unlockAll()} sends them all first). */
-    CompletableFuture<Object> startUnlock() {
-        return c.submitCall(now -> {
-            if (released || unlocking) throw DlockException.of(DlockException.Kind.NOT_HOLDER, "the lease of " + name + " is released already");
-            unlocking = true;
-            setEnded();
+    Unlock startUnlock() {
+        Unlock u = new Unlock();
+        u.e = c;
+        u.f = sendUnlock(u, u.e);
+        return u;
+    }
+
+    /**
+     * Sends UNLOCK on e: the first that gets as far makes the lease unlocking (u.started); a later one -- after a
+     * {@code MOVED}, to where the lease is now -- sends it again.
+     */
+    private CompletableFuture<Object> sendUnlock(Unlock u, Engine e) {
+        return e.submitCall(now -> {
+            if (c != e) throw Rehomed.IT;
+            if (!u.started) {
+                if (released || unlocking) throw DlockException.of(DlockException.Kind.NOT_HOLDER, "the lease of " + name + " is released already");
+                unlocking = true;
+                u.started = true;
+                setEnded();
+            } else if (released) {
+                throw DlockException.of(DlockException.Kind.NOT_HOLDER, "the lease of " + name + " is released already");
+            }
             Engine.Req q = new Engine.Req("UNLOCK", name);
             q.token = token;
             q.lease = this;
             q.lastHold = true;
-            q.hook = () -> c.released(this);
+            q.hook = () -> {
+                if (c == e) e.released(this);
+            };
             return q;
         }, false);
     }
 
     /** Waits for the UNLOCK startUnlock sent: the outcome of {@link #unlock()}. */
-    void awaitUnlock(CompletableFuture<Object> f) {
+    void awaitUnlock(Unlock u) {
         try {
-            c.await(f);
+            u.e = send(u.e, u.f, e -> sendUnlock(u, e));
         } catch (NotHolderException e) {
             if ("NOT_HOLDER".equals(e.code())) {
-                c.exec(() -> {
-                    if (lostM == LostReason.NOT_LOST) c.lose(this, LostReason.REJECTED, "");
+                exec(x -> {
+                    if (lostM == LostReason.NOT_LOST) x.lose(this, LostReason.REJECTED, "");
                 });
             }
             throw e;
         } catch (LockTimeoutException e) {
             throw new UnconfirmedException(name + ": " + e.getMessage());
+        } catch (RuntimeException e) {
+            // a MOVED or a move under way, followed as far as it could be: given up here, as any other outcome
+            if (u.started) {
+                exec(x -> {
+                    if (!released) x.released(this);
+                });
+            }
+            throw e;
         }
+    }
+
+    // ---- following the lease's slot -------------------------------------------------------
+
+    /** Thrown by a request's making when the lease is on another engine by then: it is made there instead. */
+    static final class Rehomed extends RuntimeException {
+        private static final long serialVersionUID = 1L;
+        static final Rehomed IT = new Rehomed();
+
+        private Rehomed() {
+            super("the lease moved to another partition's connection", null, false, false);
+        }
+    }
+
+    /** Sends a request about the lease on its engine (made by send under its lock), and waits for it as below. */
+    private Object send(Function<Engine, CompletableFuture<Object>> send) {
+        Engine e = c;
+        Object[] out = new Object[1];
+        sendAndFollow(e, send.apply(e), send, out);
+        return out[0];
+    }
+
+    /** As {@link #send(Function)}, of a request sent on e already (f); returns the engine that answered. */
+    private Engine send(Engine e, CompletableFuture<Object> f, Function<Engine, CompletableFuture<Object>> send) {
+        return sendAndFollow(e, f, send, new Object[1]);
+    }
+
+    /**
+     * Waits for f, a request about the lease sent on e, and follows the lease where the answers send it: a lease that
+     * moved to another engine meanwhile has the request made there; a {@code NO MOVED} has the lease re-homed by the
+     * engine's {@link Follower} (at most {@value Router#MAX_REDIRECTS} times, then {@link MovedException}) and the
+     * request sent there again; an {@code ERR UNAVAILABLE} of a move under way (the giver freezing the slot: "is
+     * moving", the receiver importing it: "is arriving") has it sent again a little later, until the server timeout.
+     * The result goes to out[0].
+     *
+     * @return the engine that gave the outcome
+     */
+    private Engine sendAndFollow(Engine e, CompletableFuture<Object> f, Function<Engine, CompletableFuture<Object>> send,
+            Object[] out) {
+        int moves = 0;
+        Router.Pauses ps = new Router.Pauses(e.serverTimeoutMs());
+        while (true) {
+            try {
+                out[0] = e.await(f);
+                return e;
+            } catch (Rehomed x) {
+                // on another engine since: sent there
+            } catch (MovedException m) {
+                Follower fo = e.follower;
+                if (fo == null) throw m;
+                long p = fo.behind(e, name, m) ? ps.next() : -1;
+                if (p >= 0) {
+                    Router.pause(p); // a daemon behind the map: here again in a moment
+                } else {
+                    if (moves >= Router.MAX_REDIRECTS) throw Router.tooMany(name, m);
+                    moves++;
+                    fo.follow(e, this, m); // false: nowhere else to go, sent here again (counted)
+                }
+            } catch (UnavailableException u) {
+                long p = moveUnderWay(u) ? ps.next() : -1;
+                if (p < 0) throw u;
+                Router.pause(p);
+            }
+            e = c;
+            f = send.apply(e);
+        }
+    }
+
+    /** Whether u is a daemon's refusal while a move of the name's slot is under way (for a moment). */
+    static boolean moveUnderWay(DlockException u) {
+        String s = u.serverLine();
+        return s != null && s.startsWith("ERR UNAVAILABLE ")
+                && (s.contains(" is moving ") || s.contains(" is arriving ") || s.contains(" importing"));
+    }
+
+    /**
+     * Runs f under the lock of the engine the lease is on (with that engine), also if it moves meanwhile.
+     *
+     * @return false if that client is closed
+     */
+    boolean exec(Consumer<Engine> f) {
+        while (true) {
+            Engine e = c;
+            boolean[] here = new boolean[1];
+            if (!e.exec(() -> {
+                if (c == e) {
+                    here[0] = true;
+                    f.accept(e);
+                }
+            })) {
+                return false;
+            }
+            if (here[0]) return true;
+        }
+    }
+
+    /**
+     * Moves l from engine from to engine to (another partition's client): taken off from's leases (it is renewed no
+     * more there), given to's -- renewed there at once -- and only then is its turn on the name given up on from (so that
+     * a call of this client waiting for it there, sent on to to, finds it there). Never under an engine's lock.
+     *
+     * @return true if l is on another engine than from now, false if it is lost or released (it stays)
+     */
+    static boolean move(Lease l, Engine from, Engine to) {
+        Engine.Ticket[] old = new Engine.Ticket[1];
+        boolean[] moved = new boolean[1], elsewhere = new boolean[1];
+        from.exec(() -> {
+            if (l.c != from) {
+                elsewhere[0] = true;
+                return;
+            }
+            if (l.released || l.lostM != LostReason.NOT_LOST) return;
+            from.leases.remove(l);
+            old[0] = l.ticket;
+            l.ticket = null;
+            l.c = to;
+            moved[0] = true;
+        });
+        if (elsewhere[0]) return true;
+        if (!moved[0]) return false;
+        if (!to.exec(() -> to.takeIn(l, Engine.nowMs()))) {
+            // the client is being closed: the lease is lost to it, as every other
+            l.lostM = LostReason.CLIENT_CLOSED;
+            l.setLost(new LeaseLostException(null, null, l.name + " (token " + Wire.u64(l.token) + "): the client was closed",
+                    LostReason.CLIENT_CLOSED, null));
+        }
+        if (old[0] != null) from.exec(() -> from.giveTurn(old[0]));
+        return true;
     }
 
     /**
@@ -481,12 +665,12 @@ public final class Lease implements AutoCloseable {
      */
     @Override
     public void close() {
-        CompletableFuture<Object> f = startClose();
-        if (f != null) awaitClose(f);
+        Unlock u = startClose();
+        if (u != null) awaitClose(u);
     }
 
     /** The UNLOCK of close(), sent; null when nothing is left to release. */
-    CompletableFuture<Object> startClose() {
+    Unlock startClose() {
         mu.lock();
         try {
             if (ended) return null;
@@ -497,9 +681,9 @@ public final class Lease implements AutoCloseable {
     }
 
     /** Waits for the UNLOCK startClose sent: the outcome of {@link #close()}. */
-    void awaitClose(CompletableFuture<Object> f) {
+    void awaitClose(Unlock u) {
         try {
-            awaitUnlock(f);
+            awaitUnlock(u);
         } catch (NotHolderException | ClientClosedException e) {
             // lost or released before: nothing to give back
         }

@@ -3,7 +3,6 @@ package dlockd;
 import java.util.ArrayList;
 import java.util.Iterator;
 import java.util.List;
-import java.util.concurrent.CompletableFuture;
 
 /**
  * The leases of a multi-lock ({@link DlockClient#lockAll}): one {@link Lease} per name, in byte order of the names.
@@ -74,7 +73,7 @@ public final class Leases implements AutoCloseable, Iterable<Lease> {
      * @throws UnconfirmedException as {@link Lease#unlock()}
      */
     public void unlockAll() {
-        List<CompletableFuture<Object>> fs = new ArrayList<>();
+        List<Lease.Unlock> fs = new ArrayList<>();
         for (Lease l : list) fs.add(l.startUnlock());
         RuntimeException first = null;
         for (int i = 0; i < list.size(); i++) {
@@ -96,7 +95,7 @@ public final class Leases implements AutoCloseable, Iterable<Lease> {
      */
     @Override
     public void close() {
-        List<CompletableFuture<Object>> fs = new ArrayList<>();
+        List<Lease.Unlock> fs = new ArrayList<>();
         for (Lease l : list) fs.add(l.startClose());
         RuntimeException first = null;
         for (int i = 0; i < list.size(); i++) {

@@ -18,7 +18,7 @@ public class MovedException extends DlockException {
 
     MovedException(String code, String line, String msg, String partition, String addresses, long mapEpoch) {
         super(DlockException.Kind.MOVED, code, line, msg);
-        this.partition = partition == null ? "" : partition;
+        this.partition = partition == null || partition.equals("-") ? "" : partition;
         this.addresses = addresses == null || addresses.equals("-") ? "" : addresses;
         this.mapEpoch = mapEpoch;
     }
@@ -31,7 +31,7 @@ public class MovedException extends DlockException {
         return new MovedException(code, line, null, p, a, ep == null ? 0 : ep);
     }
 
-    /** @return the partition that serves the name, as the server said ("" if it did not) */
+    /** @return the partition that serves the name, as the server said ("" if it did not, or said "-") */
     public String partition() {
         return partition;
     }

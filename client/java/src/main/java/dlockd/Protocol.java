@@ -58,6 +58,35 @@ abstract sealed class Protocol extends Core permits Engine {
     /** Tells build() that the client is ready, or failed for good ({@link #fatal}). */
     abstract void signalReady();
 
+    /**
+     * The renewal of live lease l was answered m ({@code NO MOVED}: its slot moved to another partition): has the
+     * client's {@link Follower} re-home it, on a thread of its own; l is not renewed here meanwhile. False when the
+     * client cannot follow (no follower).
+     */
+    abstract boolean followLease(Lease l, MovedException m);
+
+    /**
+     * An UNLOCK nobody waits for (q: given up by its caller, or the client's own) was answered m: sends it on to the
+     * partition m names, on a thread of the follower's. False when the client cannot follow.
+     */
+    abstract boolean forwardUnlock(Req q, MovedException m);
+
+    /**
+     * Lease l, moved here from another partition's client ({@link Lease#move}), is this client's from now: it takes a
+     * turn on its name and is renewed at once (a little later after more than {@value Router#MAX_REDIRECTS}
+     * {@code MOVED} in a row).
+     */
+    void takeIn(Lease l, double now) {
+        leases.add(l);
+        l.ticket = takeTurn(l.name);
+        l.moving = false;
+        l.refreshing = false;
+        if (l.live() && l.renew) {
+            l.renewAt = l.moves > Router.MAX_REDIRECTS ? now + Math.max(l.ttl / 10, RENEW_RETRY_MIN_MS) : now;
+        }
+        l.setDeadline(l.deadlineM, l.atRiskM); // this client's manager looks after it now
+    }
+
     // ---- connections ---------------------------------------------------------------------
 
     void connectFailed(double now, String why, boolean isFatal) {
@@ -93,7 +122,7 @@ abstract sealed class Protocol extends Core permits Engine {
     private void session(double now) {
         if (cfg.describe && !descRefused) internal("DESCRIBE", "", 0, false);
         for (Lease l : new ArrayList<>(leases)) {
-            if (l.live() && l.deadlineM > now) renewLease(l, now);
+            if (l.live() && !l.moving && l.deadlineM > now) renewLease(l, now);
         }
         List<Req> kept = unsent;
         unsent = new ArrayList<>();
@@ -173,7 +202,8 @@ abstract sealed class Protocol extends Core permits Engine {
     /** True to write q again on the next connection. */
     private boolean keepOverDrop(Req q) {
         if (q.internal) {
-            if ((q.op.equals("RENEW") || q.op.equals("RECLAIM")) && q.lease != null) q.lease.refreshing = false;
+            Lease l = q.lease;
+            if ((q.op.equals("RENEW") || q.op.equals("RECLAIM")) && l != null && l.c == this && !l.moving) l.refreshing = false;
             return q.op.equals("UNLOCK") && q.lastHold;
         }
         if (q.abandoned || q.finished) {
@@ -274,8 +304,12 @@ abstract sealed class Protocol extends Core permits Engine {
             return true;
         }
         Req q = fifo.peekFirst();
+        if (!r.tag.isEmpty() && (q == null || !r.tag.equals(q.tag))) {
+            // not the next reply: the end of a wait (a LOCK that waited on a name whose slot moved meanwhile is
+            // answered NO MOVED then), or nothing
+            return waitReply(r);
+        }
         if (q == null) return false; // a reply to nothing
-        if (!r.tag.isEmpty() && !r.tag.equals(q.tag)) return false;
         if (standbyReply(q, r) || clusterReply(q, r)) return false;
         fifo.pollFirst();
         q.where = Where.NOWHERE;
@@ -285,6 +319,27 @@ abstract sealed class Protocol extends Core permits Engine {
             insane = false;
             return false;
         }
+        return true;
+    }
+
+    /**
+     * A reply (not an event) tagged as a LOCK waiting at the server: the wait's end. A daemon whose slot moved to
+     * another partition answers its waits {@code NO MOVED} (their place waits at the receiver for the same owner's
+     * LOCK): the call fails with {@link MovedException}, which its router follows (the same request id, what is left of
+     * the wait). A {@code NO MOVED} of a wait given up meanwhile is nothing. False when no server may send it.
+     */
+    private boolean waitReply(Wire.Reply r) {
+        Req w = waiting.get(r.tag);
+        if (w == null) {
+            // a wait given up, its CANCEL on the way: no grant of it will cross the CANCEL now
+            if (!r.is("NO", "MOVED") || crossing == 0) return false;
+            crossing--;
+            return true;
+        }
+        if (r.kind.equals("OK")) return false;
+        waiting.remove(r.tag);
+        w.where = Where.NOWHERE;
+        finish(w, DlockException.ofReply(r), null);
         return true;
     }
 
@@ -453,6 +508,20 @@ abstract sealed class Protocol extends Core permits Engine {
                     return;
                 }
                 finish(q, DlockException.ofFailed(r), null);
+                break;
+            }
+            case "MOVED": {
+                // * MOVED <name> <partition> <host:port,...>|- <map-epoch>: the slot of a name this LOCK waited for
+                // moved to another partition (its place waits there for the same owner): sent on there, as a MOVED
+                // reply is (the same request id, what is left of the wait)
+                Req q = r.tag.isEmpty() ? null : waiting.get(r.tag);
+                if (q == null) {
+                    if (crossing > 0) crossing--; // a wait given up, its CANCEL on the way: no grant of it will come
+                    return;
+                }
+                waiting.remove(r.tag);
+                q.where = Where.NOWHERE;
+                finish(q, MovedException.of("MOVED", r.text(), r.args.subList(1, r.args.size())), null);
                 break;
             }
             case "TIMEOUT": {
@@ -711,6 +780,10 @@ abstract sealed class Protocol extends Core permits Engine {
             } else {
                 finish(q, DlockException.of(DlockException.Kind.TIMEOUT, "the grant expired before it was confirmed"), null);
             }
+        } else if (r.is("NO", "MOVED")) {
+            // granted, then its slot moved (the lease with it): the acquire is sent on, with its request id, and the
+            // receiver answers it with this grant
+            finish(q, DlockException.ofReply(r), null);
         } else {
             cleanupGrant(q.name, q.token);
             finish(q, DlockException.ofReply(r), null);
@@ -866,7 +939,9 @@ abstract sealed class Protocol extends Core permits Engine {
             multiGranted(q, gs, now);
             return;
         }
-        for (Grant g : gs) if (!g.expired) cleanupGrant(g.name, g.token);
+        // granted, then their slot moved (the leases with it): kept for the acquire sent on with its request id
+        boolean moved = err instanceof MovedException;
+        for (Grant g : gs) if (!g.expired && !(moved && !q.finished)) cleanupGrant(g.name, g.token);
         if (q.finished) return;
         if (err != null) finish(q, err, null);
         else relock(q, now, "a grant expired before it was confirmed");
@@ -919,6 +994,26 @@ abstract sealed class Protocol extends Core permits Engine {
 
     private boolean rUnlock(Req q, Wire.Reply r, double now) {
         Lease l = q.lease;
+        boolean caller = !q.internal && !q.abandoned && q.lastHold && l != null && l.c == this;
+        if (r.is("NO", "MOVED")) {
+            MovedException m = (MovedException) DlockException.ofReply(r);
+            if (caller) {
+                // the lease's slot moved: its caller follows it there (Lease.awaitUnlock) and sends it again
+                q.hook = null;
+                finish(q, m, null);
+                return true;
+            }
+            if ((q.internal || q.abandoned) && q.moves < Router.MAX_REDIRECTS && forwardUnlock(q, m)) {
+                finish(q, null, null);
+                return true;
+            }
+            return false;
+        }
+        if (caller && r.is("ERR", "UNAVAILABLE") && Lease.moveUnderWay(DlockException.ofReply(r))) {
+            q.hook = null; // for a moment: its caller sends it again (Lease.awaitUnlock)
+            finish(q, DlockException.ofReply(r), null);
+            return true;
+        }
         boolean quiet = true;
         ArrayDeque<Ticket> dq = turns.get(q.name);
         if (dq != null && !dq.isEmpty() && (l == null || l.ticket != dq.peekFirst())) quiet = false;
@@ -947,7 +1042,25 @@ abstract sealed class Protocol extends Core permits Engine {
 
     private boolean rRefresh(Req q, Wire.Reply r, double now) {
         Lease l = q.lease;
+        if (l.c != this) {
+            // the lease moved to another partition's client since: this one's answers are not its any more
+            if (q.internal) {
+                finish(q, null, null);
+                return true;
+            }
+            if (r.is("OK", "REFRESHED")) {
+                finish(q, null, r.uarg(1));
+                return true;
+            }
+            return false;
+        }
         if (q.op.equals("RENEW") || q.op.equals("RECLAIM")) l.refreshing = false;
+        if (r.is("NO", "MOVED") && (q.op.equals("RENEW") || q.op.equals("RECLAIM")) && l.live()
+                && followLease(l, (MovedException) DlockException.ofReply(r))) {
+            // its slot moved to another partition, the lease with it: re-homed there, and renewed there at once
+            finish(q, null, null);
+            return true;
+        }
         if (r.kind.equals("OK") && (r.word.equals("REFRESHED") || r.word.equals("RECLAIMED"))) {
             Long ms = r.uarg(r.word.equals("RECLAIMED") ? 2 : 1);
             if (ms == null || ms > q.ttl) {

@@ -24,17 +24,26 @@ import java.util.function.Function;
  * name's slot, made on first use with the builder's settings (the owner id and key of the first connection, no pinned
  * cluster id: each leg holds to the first its partition's daemons name) and the partition's addresses from the map,
  * and is delegated to it unchanged -- so a leg fails over, confirms leases and sends waits again as any client does,
- * and the leases it grants stay bound to it. A {@code NO MOVED} reply is followed: with a newer map epoch than the
- * router's, the map is read again (from the daemon that said it, else the first connection) and the call routed by it;
- * else the call goes to the partition named. At most {@value #MAX_REDIRECTS} redirects per call, then
- * {@link MovedException}.
+ * and the leases it grants stay bound to it until their slot moves (below). A {@code NO MOVED} reply is followed: with
+ * a newer map epoch than the router's, the map is read again (from the daemon that said it, else the first
+ * connection) and the call routed by it; with the router's, the call goes to the partition named; with an older one
+ * the daemon is behind ({@link #behind}), and the call goes by the router's map. At most {@value #MAX_REDIRECTS}
+ * redirects per call, then {@link MovedException}; an acquire sent on keeps its request id ({@code req=}) and what is
+ * left of its wait.
  *
  * <p>Threads: the map is an immutable snapshot (volatile); the legs and the state below are guarded by {@link #mu},
  * never held around I/O (a leg is made, and a map read, outside it). A leg is made by the first call that needs it,
  * other calls wait for that one. The asynchronous calls follow a {@code MOVED} on a thread of the router's own
  * ({@code dlockd-router-N}), as they make a leg that does not exist yet.
+ *
+ * <p><b>Leases follow their slot.</b> A {@code PARTITION MOVE} carries the slots' locks to the receiving partition, same
+ * token: the giving daemon then answers {@code NO MOVED} to every request about them. A request about a lease (its
+ * renewal, a refresh, an unlock, a check) answered so has the lease <em>re-homed</em> ({@link #follow}): taken off the
+ * leg that granted it and given to the leg of the partition the {@code MOVED} names (or the newer map says), made if
+ * need be, so that every later request about it -- the renewals too -- goes there; the request is then sent there
+ * again. The router is each leg's {@link Follower} (and its first connection's), which asks it.
  */
-final class Router {
+final class Router implements Follower {
     static final int MAX_REDIRECTS = 3;
     private static final AtomicInteger POOL_IDS = new AtomicInteger();
 
@@ -65,6 +74,7 @@ final class Router {
         this.base = base;
         this.home = home;
         this.map = map;
+        home.engine().follower = this;
     }
 
     PartitionMap map() {
@@ -149,6 +159,7 @@ final class Router {
             cfg.key = home.ownerKey();
             cfg.cluster = ""; // a partition is a cluster of its own: the leg holds to the first id its daemons name
             c = DlockClient.open(cfg);
+            c.engine().follower = this; // its leases follow their slots through the router
         } catch (RuntimeException x) {
             mu.lock();
             try {
@@ -238,19 +249,85 @@ final class Router {
     }
 
     /**
-     * Where a call answered m goes next: null to route it by the router's map (read again when m's epoch is newer),
-     * else {partition, addresses} as m says.
+     * Where a call answered m goes next: null to route it by the router's map (read again when m's epoch is newer or m
+     * names no partition; as it is when m's is older: the daemon that said it is behind), else {partition, addresses}
+     * as m says.
      */
     private String[] redirect(MovedException m, DlockClient via) {
+        if (m.partition().isEmpty()) {
+            refresh(via); // it names no partition (a waiting multi-lock's): the map says
+            return null;
+        }
         if (m.mapEpoch() > map.epoch) {
             refresh(via);
             if (map.epoch >= m.mapEpoch()) return null;
         }
-        if (m.partition().isEmpty()) return null;
+        if (m.mapEpoch() != 0 && m.mapEpoch() < map.epoch) return null;
         return new String[] {m.partition(), m.addresses()};
     }
 
-    private static MovedException tooMany(String name, MovedException m) {
+    /**
+     * Whether m, said by c about name, comes from a daemon behind the router's map, which sends the name to c all the
+     * same: the receiver of a slot that has not read the map that gives it the slot yet (it reads it within a second).
+     * The call then goes to c again after a pause ({@link #pause}), not counted as a redirect.
+     */
+    private boolean behind(MovedException m, DlockClient c, String name) {
+        return m.mapEpoch() != 0 && m.mapEpoch() < map.epoch && readyLeg(name) == c;
+    }
+
+    @Override
+    public boolean behind(Engine from, String name, MovedException m) {
+        DlockClient c = readyLeg(name);
+        return m.mapEpoch() != 0 && m.mapEpoch() < map.epoch && c != null && c.engine() == from;
+    }
+
+    /** The first pause before a call is sent again to a slot on the move; doubled each time up to PAUSE_MAX_MS. */
+    static final long PAUSE_MIN_MS = 10, PAUSE_MAX_MS = 200;
+
+    /**
+     * The pauses of one call sent again while its name's slot is on the move (a daemon behind the map, or
+     * {@code ERR UNAVAILABLE} "is moving" / "is arriving"): for up to the server timeout from the first.
+     */
+    static final class Pauses {
+        private final double timeoutMs;
+        private double until = -1;
+        private long next = PAUSE_MIN_MS;
+
+        Pauses(double timeoutMs) {
+            this.timeoutMs = timeoutMs;
+        }
+
+        /** The pause to make now, or -1 when the time is up (the call then fails as it was answered). */
+        synchronized long next() {
+            double now = Engine.nowMs();
+            if (until < 0) until = now + timeoutMs;
+            if (now + next > until) return -1;
+            long p = next;
+            next = Math.min(next * 2, PAUSE_MAX_MS);
+            return p;
+        }
+    }
+
+    Pauses pauses() {
+        return new Pauses(base.serverTimeout.toNanos() / 1e6);
+    }
+
+    /** Sleeps ms; an interrupt throws DlockInterruptedException (the flag kept). */
+    static void pause(long ms) {
+        try {
+            Thread.sleep(ms);
+        } catch (InterruptedException x) {
+            Thread.currentThread().interrupt();
+            throw DlockException.of(DlockException.Kind.INTERRUPTED, "interrupted");
+        }
+    }
+
+    /** Whether x says that the slot of the name is on the move: sent again in a moment. */
+    static boolean moveUnderWay(Throwable x) {
+        return x instanceof UnavailableException && Lease.moveUnderWay((DlockException) x);
+    }
+
+    static MovedException tooMany(String name, MovedException m) {
         return new MovedException(m.code(), m.serverLine(), name + ": sent to another partition " + (MAX_REDIRECTS + 1)
                 + " times, last to " + m.partition() + " (map epoch " + m.mapEpoch() + "); the partition map is changing",
                 m.partition(), m.addresses(), m.mapEpoch());
@@ -273,13 +350,30 @@ final class Router {
     }
 
     private <T> T call(String name, Function<DlockClient, T> op, String[] to, int redirects) {
-        for (;; redirects++) {
+        Pauses ps = null;
+        while (true) {
             DlockClient c = to == null ? legOf(name) : leg(to[0], to[1]);
             try {
                 return op.apply(c);
             } catch (MovedException m) {
+                if (behind(m, c, name)) {
+                    if (ps == null) ps = pauses();
+                    long p = ps.next();
+                    if (p >= 0) {
+                        pause(p);
+                        to = null;
+                        continue;
+                    }
+                }
                 if (redirects >= MAX_REDIRECTS) throw tooMany(name, m);
+                redirects++;
                 to = redirect(m, c);
+            } catch (UnavailableException u) {
+                if (!moveUnderWay(u)) throw u;
+                if (ps == null) ps = pauses();
+                long p = ps.next();
+                if (p < 0) throw u;
+                pause(p); // then to the same partition again
             }
         }
     }
@@ -290,6 +384,7 @@ final class Router {
      */
     static class Routed<T> extends CompletableFuture<T> {
         volatile CompletableFuture<T> cur;
+        volatile Pauses pauses; // while the name's slot is on the move (made by the first pause)
 
         @Override
         public boolean cancel(boolean mayInterruptIfRunning) {
@@ -350,6 +445,19 @@ final class Router {
                 return;
             }
             Throwable t = x instanceof CompletionException && x.getCause() != null ? x.getCause() : x;
+            boolean behind = t instanceof MovedException && behind((MovedException) t, c, name);
+            if ((behind || moveUnderWay(t)) && !out.isDone()) {
+                // the name's slot is on the move: the same partition again in a moment
+                if (out.pauses == null) out.pauses = pauses();
+                long p = out.pauses.next();
+                if (p >= 0) {
+                    run(out, () -> {
+                        pause(p);
+                        attempt(out, name, behind ? null : c, null, redirects, op); // behind: by the map
+                    });
+                    return;
+                }
+            }
             if (t instanceof MovedException && !out.isDone()) {
                 MovedException m = (MovedException) t;
                 if (redirects >= MAX_REDIRECTS) {
@@ -366,7 +474,7 @@ final class Router {
     /** Gives back what an acquire granted to a future cancelled meanwhile. */
     private static void giveBack(Object v) {
         List<Lease> ls = v instanceof Lease ? List.of((Lease) v) : v instanceof Leases ? ((Leases) v).list() : List.of();
-        for (Lease l : ls) l.c.exec(() -> l.c.giveBack(l));
+        for (Lease l : ls) l.exec(e -> e.giveBack(l));
     }
 
     /** Runs r on a thread of the router's; out fails if r throws, or the client is closed. */
@@ -399,6 +507,43 @@ final class Router {
         } catch (RejectedExecutionException x) {
             out.completeExceptionally(DlockException.of(DlockException.Kind.CLOSED, "the client is closed"));
         }
+    }
+
+    // ---- leases that follow their slot ------------------------------------------------------
+
+    /** The client whose engine e is: the first connection, or a leg (the first connection when none is). */
+    private DlockClient clientOf(Engine e) {
+        if (home.engine() == e) return home;
+        mu.lock();
+        try {
+            for (Leg g : legs.values()) {
+                if (!g.client.isDone() || g.client.isCompletedExceptionally()) continue;
+                DlockClient c = g.client.join();
+                if (c.engine() == e) return c;
+            }
+        } finally {
+            mu.unlock();
+        }
+        return home;
+    }
+
+    @Override
+    public DlockClient route(Engine from, String name, MovedException m) {
+        String[] to = redirect(m, clientOf(from));
+        return to == null ? legOf(name) : leg(to[0], to[1]);
+    }
+
+    @Override
+    public boolean follow(Engine from, Lease l, MovedException m) {
+        if (behind(from, l.name, m)) return l.c != from; // the daemon is behind the map, which sends l there
+        Engine to = route(from, l.name, m).engine();
+        if (to == from) return l.c != from;
+        return Lease.move(l, from, to);
+    }
+
+    @Override
+    public void async(Runnable r) {
+        run(new CompletableFuture<Void>(), r); // what fails is the caller's to handle (it retries)
     }
 
     // ---- watches -------------------------------------------------------------------------

@@ -37,8 +37,8 @@ import org.junit.jupiter.api.Timeout;
 /**
  * A partitioned service: three real daemons (partitions p0, p1, p2) on one redis-server, the slots split in three
  * (p0 0-5460, p1 5461-10922, p2 10923-16383), and clients given p0's daemon only: each name goes to its partition's
- * daemon, multi-locks under one tag, MOVED followed after the map changed. The map changes (the last test moves slots)
- * run last.
+ * daemon, multi-locks under one tag, MOVED followed after the map changed, and leases and waiters that follow their
+ * slot when it moves to another partition with its locks. The map changes (the last tests move slots) run last.
  */
 @Timeout(90)
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
@@ -103,10 +103,16 @@ class PartitionTest {
         return Long.parseLong(map(addr).get(0).split(" ")[2]);
     }
 
-    /** PARTITION MOVE on daemon d; returns the map's new epoch. */
+    /** PARTITION MOVE on daemon d (slots with locks or without: the locks go along); returns the map's new epoch. */
     static long move(Daemons.Proc d, String slots, String to) {
-        String r = Daemons.raw(d.addr, "PARTITION MOVE " + slots + " " + to).get(0);
-        assertTrue(r.startsWith("OK PARTITION epoch=") && r.endsWith(" to=" + to), r);
+        String[] last = new String[1];
+        // a partition gives slots again once the receiver of its last move with locks imported them
+        Daemons.eventually(SETTLE, "PARTITION MOVE " + slots + " " + to + " taken", () -> {
+            last[0] = Daemons.raw(d.addr, "PARTITION MOVE " + slots + " " + to).get(0);
+            return !(last[0].startsWith("ERR LIMIT ") && last[0].contains(" imported "));
+        });
+        String r = last[0];
+        assertTrue(r.startsWith("OK PARTITION epoch=") && List.of(r.split(" ")).contains("to=" + to), r);
         return Long.parseLong(r.substring("OK PARTITION epoch=".length(), r.indexOf(' ', "OK PARTITION epoch=".length())));
     }
 
@@ -545,6 +551,127 @@ class PartitionTest {
                     q.unlock();
                 }
             }
+        }
+    }
+
+    /** What a future came to, so far (for a failure's message). */
+    static String outcome(CompletableFuture<?> f) {
+        if (!f.isDone()) return "waiting";
+        try {
+            return "done: " + f.getNow(null);
+        } catch (RuntimeException x) {
+            return "failed: " + (x.getCause() != null ? x.getCause() : x);
+        }
+    }
+
+    /** A name of p0's slots that no other test uses: the n-th of prefix's, each of a slot of its own. */
+    static String ofP0(String prefix, int n) {
+        Set<Integer> seen = new HashSet<>(Set.of(Slots.of("bar")));
+        for (int i = 0;; i++) {
+            String x = prefix + i;
+            int s = Slots.of(x);
+            if (s > 5460 || !seen.add(s)) continue;
+            if (n-- == 0) return x;
+        }
+    }
+
+    /**
+     * A lease renewed in the background keeps its lock when its slot moves to another partition: the giver answers
+     * its renewal MOVED, the client re-homes it onto p1's leg, and it lives on there with the same token, well past its
+     * TTL; the holder refreshes, checks and unlocks it there, and the next holder gets a larger token.
+     */
+    @Test
+    @Order(9)
+    void aLeaseSurvivesAMoveOfItsSlot() throws Exception {
+        String n = ofP0("keep-", 0);
+        Duration ttl = Duration.ofSeconds(2);
+        try (DlockClient c = Daemons.client(p0.addr).build(); DlockClient o = Daemons.client(p0.addr).build()) {
+            Lease l = c.lock(n, LockOptions.ttl(ttl));
+            heldOn(p0, n, l.token());
+            long e = move(p0, String.valueOf(Slots.of(n)), "p1");
+            waitEpoch(e, p0, p1, p2);
+            Daemons.sleep(3 * ttl.toMillis());
+            assertTrue(l.isValid(), "held across the move: " + l + " " + l.lostCause());
+            assertEquals(LostReason.NOT_LOST, l.lostReason());
+            heldOn(p1, n, l.token());
+            assertTrue(l.c == c.router().legs().get("p1").engine(), "re-homed onto p1's leg");
+            assertThrows(BusyException.class, () -> o.tryLock(n, TTL), "held for another owner");
+            l.refresh(Duration.ofSeconds(5));
+            l.check();
+            c.check(n, l.token());
+            assertThrows(BusyException.class, () -> o.tryLock(n, TTL), "still held");
+            l.unlock();
+            assertEquals("free", kv(status(p1, n), "state"));
+            Lease x = o.tryLock(n, TTL);
+            assertTrue(Long.compareUnsigned(x.token(), l.token()) > 0,
+                    Long.toUnsignedString(x.token()) + " after " + Long.toUnsignedString(l.token()));
+            heldOn(p1, n, x.token());
+            x.unlock();
+        }
+    }
+
+    /**
+     * The waiters of a name whose slot moves follow it: the giver answers their waiting LOCK MOVED, each is sent to
+     * p1 again (a blocking lock and an asynchronous one) and keeps its place there; the holder unlocks through its
+     * lease (told MOVED by the giver, re-homed), and the waiters are granted in order, each a larger token.
+     */
+    @Test
+    @Order(10)
+    void aWaiterFollowsItsName() throws Exception {
+        String n = ofP0("wait-", 0);
+        LockOptions wait = LockOptions.ttl(Duration.ofSeconds(10)).waitFor(Duration.ofSeconds(60));
+        try (DlockClient a = Daemons.client(p0.addr).build(); DlockClient b = Daemons.client(p0.addr).build();
+                DlockClient w = Daemons.client(p0.addr).build()) {
+            Lease la = a.lock(n, TTL);
+            heldOn(p0, n, la.token());
+            CompletableFuture<Lease> fb = CompletableFuture.supplyAsync(() -> b.lock(n, wait));
+            Daemons.eventually(SETTLE, "b waits on p0", () -> "1".equals(kv(status(p0, n), "waiters")));
+            CompletableFuture<Lease> fw = w.lockAsync(n, wait);
+            Daemons.eventually(SETTLE, "w waits on p0", () -> "2".equals(kv(status(p0, n), "waiters")));
+            long e = move(p0, String.valueOf(Slots.of(n)), "p1");
+            waitEpoch(e, p0, p1, p2);
+            assertTrue(!fb.isDone() && !fw.isDone(), "still waiting: " + outcome(fb) + ", " + outcome(fw));
+            la.unlock();
+            Lease lb = fb.get(30, TimeUnit.SECONDS);
+            assertTrue(Long.compareUnsigned(lb.token(), la.token()) > 0,
+                    Long.toUnsignedString(lb.token()) + " after " + Long.toUnsignedString(la.token()));
+            heldOn(p1, n, lb.token());
+            assertTrue(lb.c == b.router().legs().get("p1").engine(), "granted by p1");
+            assertTrue(!fw.isDone(), "w waits behind b");
+            lb.unlock();
+            Lease lw = fw.get(30, TimeUnit.SECONDS);
+            assertTrue(Long.compareUnsigned(lw.token(), lb.token()) > 0,
+                    Long.toUnsignedString(lw.token()) + " after " + Long.toUnsignedString(lb.token()));
+            heldOn(p1, n, lw.token());
+            lw.unlock();
+        }
+    }
+
+    /**
+     * A multi-lock waiting on a name whose slot moves is told so ({@code * FAILED <first> MOVED <name>}, nothing held),
+     * and is sent again, to p1, where it is granted every name once the holder (re-homed) unlocks.
+     */
+    @Test
+    @Order(11)
+    void aWaitingMultiLockFollowsItsNames() throws Exception {
+        String tag = ofP0("multi-", 0);
+        String na = "{" + tag + "}a", nb = "{" + tag + "}b";
+        try (DlockClient a = Daemons.client(p0.addr).build(); DlockClient m = Daemons.client(p0.addr).build()) {
+            Lease lb = a.lock(nb, TTL);
+            heldOn(p0, nb, lb.token());
+            CompletableFuture<Leases> fm = m.lockAllAsync(List.of(na, nb),
+                    LockOptions.ttl(Duration.ofSeconds(10)).waitFor(Duration.ofSeconds(60)));
+            Daemons.eventually(SETTLE, "the multi-lock waits on p0", () -> "1".equals(kv(status(p0, nb), "waiters")));
+            long e = move(p0, String.valueOf(Slots.of(na)), "p1");
+            waitEpoch(e, p0, p1, p2);
+            assertTrue(!fm.isDone(), "still waiting: " + outcome(fm));
+            lb.unlock();
+            Leases ls = fm.get(30, TimeUnit.SECONDS);
+            for (Lease l : ls) heldOn(p1, l.name(), l.token());
+            assertTrue(Long.compareUnsigned(ls.get(nb).token(), lb.token()) > 0,
+                    Long.toUnsignedString(ls.get(nb).token()) + " after " + Long.toUnsignedString(lb.token()));
+            ls.unlockAll();
+            assertEquals("free", kv(status(p1, nb), "state"));
         }
     }
 }
