@@ -14,7 +14,10 @@
  *   - a daemon without partitions: MAP says 0, the client routes
  *     nothing;
  *   - the slot function's vectors (Redis's CLUSTER KEYSLOT);
- *   - dlock admin map and dlock admin partition move.
+ *   - dlock admin map and dlock admin partition move;
+ *   - a PARTITION MOVE carries the slot's locks: a lease follows its name
+ *     (its renewals, refresh, value, unlock) with its token, and a
+ *     waiter its place in the queue.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -416,6 +419,197 @@ Test(route, watches_and_callbacks_of_a_partition_come_to_the_client)
 	dlock_close(c);
 }
 
+/* ---- a move carries the slot's locks ------------------------------------- */
+
+/* bar (and {bar}...) is p0's: slot 5061 */
+#define BAR_SLOT "5061"
+
+/* Daemon i holds `name` for lease `token`: once the move that brings it
+ * there is done (the partition answers UNAVAILABLE while it takes the
+ * locks over). */
+static void wait_held_on(int i, const char *name, uint64_t token,
+			 const char *owner)
+{
+	struct h_client *raw = h_connect(d[i].port);
+	uint64_t end = h_now_ms() + 15000;
+	const char *l;
+
+	for (;;) {
+		l = h_call(raw, "STATUS %s", name);
+		if (h_starts(l, "OK STATUS") && h_kv_u64(l, "token") == token)
+			break;
+		cr_assert(h_now_ms() < end, "daemon p%d, STATUS %s: %s", i,
+			  name, l);
+		h_sleep_ms(20);
+	}
+	h_close(raw);
+	expect_held_on(i, name, token, owner);
+}
+
+/* p0 gives bar's slot to p1: the map's new epoch, once p1 serves it. */
+static uint64_t move_bar(uint64_t epoch)
+{
+	uint64_t e;
+
+	cr_assert_eq(dl_key_slot("bar", 3), 5061u);
+	e = move_slots(0, BAR_SLOT, "p1");
+	cr_assert_gt(e, epoch);
+	map_of(1, e, NULL);
+	return e;
+}
+
+static dlock_client *client_with(struct dlock_options *o)
+{
+	char servers[64];
+	dlock_client *c;
+	int err;
+
+	snprintf(servers, sizeof(servers), "127.0.0.1:%d", d[0].port);
+	o->servers = servers;
+	err = dlock_connect(o, &c);
+	cr_assert_eq(err, 0, "connect: %s (%s)", dlock_strerror(err),
+		     dlock_last_error());
+	return c;
+}
+
+static void count_lost(dlock_client *c, const dlock_lease *lease,
+		       enum dlock_lost_reason why, void *arg)
+{
+	(void)c, (void)lease, (void)why;
+	atomic_fetch_add((_Atomic int *)arg, 1);
+}
+
+Test(route, a_renewed_lease_survives_a_move_of_its_slot_with_its_token)
+{
+	uint64_t epoch = partitioned(), token;
+	struct dlock_options o;
+	dlock_client *c, *other = client();
+	dlock_lease *l, *l2;
+	_Atomic int lost = 0;
+	int err;
+
+	dlock_options_init(&o);
+	o.on_lost = count_lost;
+	o.arg = &lost;
+	c = client_with(&o);
+	cr_assert_eq(dlock_lock(c, "bar", 2000, 0, &l), 0, "%s",
+		     dlock_last_error());
+	token = dlock_lease_token(l);
+	expect_held_on(0, "bar", token, dlock_owner(c));
+	move_bar(epoch);
+	wait_held_on(1, "bar", token, dlock_owner(c));
+	expect_moved(0, "bar", 1);
+	/* three TTLs: only renewals that go to p1 keep it */
+	h_sleep_ms(6000);
+	cr_assert_eq(atomic_load(&lost), 0, "on_lost was called");
+	cr_assert(dlock_lease_valid(l));
+	expect_held_on(1, "bar", token, dlock_owner(c));
+	err = dlock_trylock(other, "bar", 2000, &l2);
+	cr_assert_eq(err, DLOCK_EBUSY, "%s (%s)", dlock_strerror(err),
+		     dlock_last_error());
+	cr_assert_eq(dlock_refresh(c, l, 2000), 0, "%s", dlock_last_error());
+	cr_assert_eq(dlock_unlock(c, l), 0, "%s", dlock_last_error());
+	expect_free_on(1, "bar");
+	cr_assert_eq(dlock_trylock(other, "bar", 2000, &l2), 0, "%s",
+		     dlock_last_error());
+	cr_assert_gt(dlock_lease_token(l2), token);
+	cr_assert_eq(dlock_unlock(other, l2), 0);
+	cr_assert_eq(atomic_load(&lost), 0, "on_lost was called");
+	dlock_close(other);
+	dlock_close(c);
+}
+
+Test(route, refresh_value_and_unlock_of_a_lease_follow_its_moved_slot)
+{
+	uint64_t epoch = partitioned(), t1, t2;
+	struct dlock_options o;
+	struct dlock_status st;
+	dlock_lease *l1, *l2;
+	dlock_client *c;
+
+	/* no renewal: the caller's own calls are the first told MOVED */
+	dlock_options_init(&o);
+	o.renew = 0;
+	c = client_with(&o);
+	cr_assert_eq(dlock_lock(c, "bar", 30000, 0, &l1), 0, "%s",
+		     dlock_last_error());
+	cr_assert_eq(dlock_lock(c, "{bar}v", 30000, 0, &l2), 0, "%s",
+		     dlock_last_error());
+	t1 = dlock_lease_token(l1);
+	t2 = dlock_lease_token(l2);
+	move_bar(epoch);
+	wait_held_on(1, "bar", t1, dlock_owner(c));
+	wait_held_on(1, "{bar}v", t2, dlock_owner(c));
+	/* a value change, then a refresh, of the lease p0 gave away */
+	cr_assert_eq(dlock_proclaim(c, l1, "moved"), 0, "%s",
+		     dlock_last_error());
+	cr_assert_eq(dlock_refresh(c, l1, 20000), 0, "%s", dlock_last_error());
+	cr_assert_eq(dlock_status(c, "bar", &st), 0, "%s", dlock_last_error());
+	cr_assert(st.held);
+	cr_assert_eq(st.token, t1);
+	cr_assert_str_eq(st.value, "moved");
+	cr_assert(dlock_lease_valid(l1));
+	/* an unlock of the other */
+	cr_assert_eq(dlock_unlock(c, l2), 0, "%s", dlock_last_error());
+	expect_free_on(1, "{bar}v");
+	cr_assert_eq(dlock_unlock(c, l1), 0, "%s", dlock_last_error());
+	expect_free_on(1, "bar");
+	dlock_close(c);
+}
+
+struct waiter {
+	dlock_client *c;
+	dlock_lease *l;
+	int err;
+};
+
+static void *wait_bar(void *arg)
+{
+	struct waiter *w = arg;
+
+	w->err = dlock_lock(w->c, "bar", 30000, 60000, &w->l);
+	return NULL;
+}
+
+Test(route, a_waiter_follows_its_name_and_is_granted_after_the_holder)
+{
+	uint64_t epoch = partitioned(), token;
+	struct waiter w = {.c = client()};
+	dlock_client *a = client();
+	struct h_client *raw;
+	dlock_lease *l;
+	pthread_t t;
+
+	cr_assert_eq(dlock_lock(a, "bar", 30000, 0, &l), 0, "%s",
+		     dlock_last_error());
+	token = dlock_lease_token(l);
+	cr_assert_eq(pthread_create(&t, NULL, wait_bar, &w), 0);
+	/* it waits in p0's queue */
+	raw = h_connect(d[0].port);
+	for (uint64_t end = h_now_ms() + 5000;;) {
+		const char *line = h_call(raw, "STATUS bar");
+
+		if (h_kv_u64(line, "waiters") == 1)
+			break;
+		cr_assert(h_now_ms() < end, "%s", line);
+		h_sleep_ms(20);
+	}
+	h_close(raw);
+	move_bar(epoch);
+	wait_held_on(1, "bar", token, dlock_owner(a));
+	/* the holder's unlock goes to p1 through its lease, and the wait
+	 * went there too */
+	cr_assert_eq(dlock_unlock(a, l), 0, "%s", dlock_last_error());
+	pthread_join(t, NULL);
+	cr_assert_eq(w.err, 0, "%s", dlock_strerror(w.err));
+	cr_assert_gt(dlock_lease_token(w.l), token);
+	expect_held_on(1, "bar", dlock_lease_token(w.l), dlock_owner(w.c));
+	cr_assert_eq(dlock_unlock(w.c, w.l), 0, "%s", dlock_last_error());
+	expect_free_on(1, "bar");
+	dlock_close(a);
+	dlock_close(w.c);
+}
+
 /* ---- dlock(1) ------------------------------------------------------------ */
 
 struct result {
@@ -517,8 +711,10 @@ Test(route, dlock_admin_map_and_partition_move)
 	 * map, and sends the move to p2's */
 	dlock(&res, "admin", "partition", "move", "12182", "p1", NULL);
 	cr_assert_eq(res.status, 0, "%s", res.err);
-	snprintf(want, sizeof(want), "epoch=%" PRIu64 " to=p1\n", epoch + 1);
-	cr_assert_str_eq(res.out, want);
+	/* then locks=<n>, from a daemon whose moves carry the locks */
+	snprintf(want, sizeof(want), "epoch=%" PRIu64 " to=p1", epoch + 1);
+	cr_assert(h_starts(res.out, want) && strchr(res.out, '\n'), "%s",
+		  res.out);
 	map_of(0, epoch + 1, "slots p1 5461-10922,12182");
 	/* slots of no partition: the daemon reached answers for itself */
 	dlock(&res, "admin", "partition", "move", "99999", "p1", NULL);

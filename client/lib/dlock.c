@@ -233,9 +233,29 @@ void dlock__unhold(struct dlock_client *c)
 struct dlock_client *dlock__lease_client(struct dlock_client *c,
 					 const dlock_lease *h)
 {
-	if (c && h && h->l->c && h->l->c != c && h->l->c->parent == c)
-		return h->l->c;
+	struct dlock_client *lc = c && h ? atomic_load(&h->l->c) : NULL;
+
+	if (lc && lc != c && lc->parent == c)
+		return lc;
 	return c;
+}
+
+/* Enter the client that holds h's lease (c, or its leg), which a move to
+ * another partition may change until its mu is held. NULL with *err
+ * (DLOCK_ECANCELED) once closing. */
+static struct dlock_client *enter_lease(struct dlock_client *c,
+					const dlock_lease *h, int *err)
+{
+	struct dlock_client *lc;
+
+	for (;;) {
+		lc = dlock__lease_client(c, h);
+		if ((*err = enter(lc)) < 0)
+			return NULL;
+		if (dlock__lease_client(c, h) == lc)
+			return lc;
+		leave(lc);
+	}
 }
 
 /* ---- connect and close --------------------------------------------------- */
@@ -834,8 +854,14 @@ int dlock_lock(dlock_client *c, const char *name, int64_t ttl_ms,
 	return dlock_acquire(c, name, &o, out);
 }
 
+/* One try of an acquire that began at `start` with request id *reqid
+ * (the id its last write carried comes back in it): a try that follows
+ * a MOVED waits only what is left of the wait, with the same id, so that
+ * the partition the name went to finds the grant or the place in the
+ * queue the first one had. */
 static int acquire_at(dlock_client *c, const char *name,
-		      const struct dlock_lock_options *o, dlock_lease **out)
+		      const struct dlock_lock_options *o, dlock_lease **out,
+		      int64_t start, uint64_t *reqid)
 {
 	pthread_t self = pthread_self();
 	struct dlock__req *q;
@@ -860,8 +886,7 @@ static int acquire_at(dlock_client *c, const char *name,
 		return DLOCK_EINVAL;
 	if ((err = enter(c)) < 0)
 		return err;
-	now = dlock__now();
-	wait_end = wait_ms < 0 ? DLOCK__NEVER : now + wait_ms;
+	wait_end = wait_ms < 0 ? DLOCK__NEVER : start + wait_ms;
 	if ((err = wait_turn(c, name, wait_ms, wait_end)) < 0)
 		goto out;
 	if (!(q = dlock__req_new(DLOCK__LOCK, name, 0))) {
@@ -876,7 +901,7 @@ static int acquire_at(dlock_client *c, const char *name,
 	q->warn = o->warn_ms;
 	q->delay = o->delay_ms;
 	q->notify = o->notify_waiters ? 1 : 0;
-	q->reqid = dlock__request_id(q);
+	q->reqid = *reqid;
 	if (o->value && o->value[0])
 		q->value[dl_desc_encode(o->value, strlen(o->value), q->value,
 					DL_VALUE_MAX)] = '\0';
@@ -891,6 +916,7 @@ static int acquire_at(dlock_client *c, const char *name,
 	if (q) {
 		if (err == 0)
 			*out = q->handle;
+		*reqid = q->reqid;
 		dlock__acq_remove(c, q);
 		dlock__req_free(q);
 	}
@@ -903,10 +929,12 @@ int dlock_acquire(dlock_client *c, const char *name,
 		  const struct dlock_lock_options *o, dlock_lease **out)
 {
 	struct dlock__hop hop = {0};
+	int64_t start = dlock__now();
+	uint64_t reqid = dlock__request_id(&hop);
 	int err;
 
 	while (dlock__route(c, name, &hop, &err))
-		err = acquire_at(hop.leg, name, o, out);
+		err = acquire_at(hop.leg, name, o, out, start, &reqid);
 	return err;
 }
 
@@ -1009,7 +1037,7 @@ _Static_assert(DLOCK_MULTI_MAX == DL_MULTI_MAX, "dlock.h's multi-lock bound");
 
 static int acquire_all_at(dlock_client *c, const char *const names[], size_t n,
 			  const struct dlock_lock_all_options *o,
-			  dlock_lease *out[])
+			  dlock_lease *out[], int64_t start, uint64_t *reqid)
 {
 	struct dlock__multi *m;
 	struct dlock__req *q;
@@ -1034,7 +1062,7 @@ static int acquire_all_at(dlock_client *c, const char *const names[], size_t n,
 		dlock_lock_options_init(&lo);
 		lo.ttl_ms = ttl_ms;
 		lo.wait_ms = wait_ms;
-		return acquire_at(c, names[0], &lo, &out[0]);
+		return acquire_at(c, names[0], &lo, &out[0], start, reqid);
 	}
 	if (!(m = calloc(1, sizeof(*m))))
 		return DLOCK_ENOMEM;
@@ -1046,8 +1074,7 @@ static int acquire_all_at(dlock_client *c, const char *const names[], size_t n,
 		free(m);
 		return err;
 	}
-	now = dlock__now();
-	wait_end = wait_ms < 0 ? DLOCK__NEVER : now + wait_ms;
+	wait_end = wait_ms < 0 ? DLOCK__NEVER : start + wait_ms;
 	if ((err = wait_turns(c, m, wait_ms, wait_end)) < 0) {
 		free(m);
 		goto out;
@@ -1060,7 +1087,7 @@ static int acquire_all_at(dlock_client *c, const char *const names[], size_t n,
 	q->multi = m;
 	now = dlock__now();
 	q->ttl = ttl_ms ? ttl_ms : c->hello.default_ttl;
-	q->reqid = dlock__request_id(q);
+	q->reqid = *reqid;
 	if (wait_ms <= 0)
 		q->wait = wait_ms < 0 ? -1 : 0;
 	else
@@ -1073,6 +1100,7 @@ static int acquire_all_at(dlock_client *c, const char *const names[], size_t n,
 		if (err == 0)
 			for (i = 0; i < n; i++)
 				out[m->idx[i]] = m->handles[i];
+		*reqid = q->reqid;
 		dlock__acq_remove(c, q);
 		dlock__req_free(q);
 	}
@@ -1089,10 +1117,12 @@ int dlock_acquire_all(dlock_client *c, const char *const names[], size_t n,
 {
 	struct dlock__hop hop = {0};
 	const char *first = names && n > 0 ? names[0] : NULL;
+	int64_t start = dlock__now();
+	uint64_t reqid = dlock__request_id(&hop);
 	int err;
 
 	while (dlock__route(c, first, &hop, &err))
-		err = acquire_all_at(hop.leg, names, n, o, out);
+		err = acquire_all_at(hop.leg, names, n, o, out, start, &reqid);
 	return err;
 }
 
@@ -1119,34 +1149,78 @@ int dlock_release_all(dlock_client *c, dlock_lease *leases[], size_t n)
 	return first;
 }
 
+/* UNLOCK of one hold of lease l, through its client lc (mu held). */
+static int unlock_at(struct dlock_client *lc, struct dlock__lease *l, int last)
+{
+	struct dlock__req *q = dlock__req_new(DLOCK__UNLOCK, l->name, 0);
+	int err;
+
+	if (!q)
+		return DLOCK_ENOMEM;
+	q->token = l->token;
+	q->last_hold = last ? 1 : 0;
+	q->deadline = dlock__now() + lc->opt.request_timeout_ms;
+	err = dlock__call(lc, &q);
+	dlock__req_free(q);
+	return err;
+}
+
+/* Enter the client that holds l now, closing or not: a call that left
+ * its client's mu for the lease's move (dlock__lease_follow) ends
+ * there. */
+static struct dlock_client *lock_lease(struct dlock__lease *l)
+{
+	struct dlock_client *lc;
+
+	for (;;) {
+		lc = atomic_load(&l->c);
+		pthread_mutex_lock(&lc->mu);
+		if (atomic_load(&l->c) == lc) {
+			lc->ncallers++;
+			return lc;
+		}
+		pthread_mutex_unlock(&lc->mu);
+	}
+}
+
 int dlock_unlock(dlock_client *c, dlock_lease *h)
 {
+	struct dlock__hop hop = {0};
 	struct dlock__lease *l;
-	struct dlock__req *q;
+	struct dlock_client *lc;
 	dlock_lease **pp;
-	int err, last;
+	int err, last, used, again;
 
 	dlock__last_error_clear();
 	if (!h)
 		return 0;
 	if (!c)
 		return DLOCK_EINVAL;
-	c = dlock__lease_client(c, h); /* a router's: its leg's */
-	if ((err = enter(c)) < 0)
+	if ((err = dlock__router_use(c, &used)) < 0)
 		return err; /* dlock_close frees the handle */
-	while (c->ls.cb_handle == h)
-		pthread_cond_wait(&c->idle_cv, &c->mu);
+	for (;;) {
+		/* a router's lease: its leg's */
+		if (!(lc = enter_lease(c, h, &err))) {
+			dlock__router_unuse(c, used);
+			return err;
+		}
+		while (lc->ls.cb_handle == h)
+			pthread_cond_wait(&lc->idle_cv, &lc->mu);
+		if (dlock__lease_client(c, h) == lc)
+			break;
+		leave(lc); /* it moved meanwhile */
+	}
 	if (h->notify) {
 		h->notify = 0;
-		c->ls.notify_count--;
+		lc->ls.notify_count--;
 	}
 	if (h->risk_notify) {
 		h->risk_notify = 0;
-		c->ls.risk_count--;
+		lc->ls.risk_count--;
 	}
 	if (h->contended_notify) {
 		h->contended_notify = 0;
-		c->ls.contended_count--;
+		lc->ls.contended_count--;
 	}
 	l = h->l;
 	for (pp = &l->handles; *pp && *pp != h; pp = &(*pp)->next)
@@ -1157,55 +1231,75 @@ int dlock_unlock(dlock_client *c, dlock_lease *h)
 	last = l->nhandles == 0;
 	if (last)
 		l->unlocking = 1; /* no renewal, no guard; others still wait */
-	if (!(q = dlock__req_new(DLOCK__UNLOCK, l->name, 0))) {
-		err = DLOCK_ENOMEM;
-	} else {
-		q->token = l->token;
-		q->last_hold = last ? 1 : 0;
-		q->deadline = dlock__now() + c->opt.request_timeout_ms;
-		err = dlock__call(c, &q);
-		dlock__req_free(q);
+	/* its partition gave the name away: the lease follows it, and the
+	 * UNLOCK goes there */
+	while (((err = unlock_at(lc, l, last)) == DLOCK_EMOVED ||
+		err == DLOCK_EUNAVAILABLE) &&
+	       used) {
+		leave(lc);
+		again = dlock__lease_follow(c, l, lc, &hop, &err, 1);
+		lc = lock_lease(l);
+		if (!again)
+			break;
+		dlock__last_error_clear();
 	}
 	if (last) {
 		l->unlocking = 0;
 		l->dead = 1;
-		dlock__lease_unlink(c, l);
+		dlock__lease_unlink(lc, l);
 	}
 	dlock__lease_unref(l); /* the handle's */
 	free(h);
-	leave(c);
+	leave(lc);
+	dlock__router_unuse(c, used);
+	return err;
+}
+
+/* REFRESH of h's lease through its client lc (mu held). */
+static int refresh_at(struct dlock_client *lc, dlock_lease *h, int64_t ttl_ms,
+		      const char *value)
+{
+	struct dlock__lease *l = h->l;
+	struct dlock__req *q;
+	int err;
+
+	if (atomic_load(&h->lost))
+		return DLOCK_ELOST;
+	if (!(q = dlock__req_new(DLOCK__REFRESH, l->name, 0)))
+		return DLOCK_ENOMEM;
+	q->token = l->token;
+	q->ttl = ttl_ms ? ttl_ms : atomic_load(&l->ttl);
+	if (value)
+		q->value[dl_desc_encode(value, strlen(value), q->value,
+					DL_VALUE_MAX)] = '\0';
+	q->lease = l;
+	l->refs++;
+	q->deadline = dlock__now() + lc->opt.request_timeout_ms;
+	err = dlock__call(lc, &q);
+	dlock__req_free(q);
 	return err;
 }
 
 /* REFRESH of h's lease for ttl_ms (0: its TTL), with a new value (NULL:
- * none): dlock_refresh and dlock_proclaim. */
+ * none): dlock_refresh and dlock_proclaim. One told MOVED moves the
+ * lease to its name's partition and is sent again there. */
 static int refresh(dlock_client *c, dlock_lease *h, int64_t ttl_ms,
 		   const char *value)
 {
-	struct dlock__lease *l;
-	struct dlock__req *q;
-	int err;
+	struct dlock__hop hop = {0};
+	struct dlock_client *lc;
+	int err, used;
 
-	if ((err = enter(c)) < 0)
+	if ((err = dlock__router_use(c, &used)) < 0)
 		return err;
-	l = h->l;
-	if (atomic_load(&h->lost)) {
-		err = DLOCK_ELOST;
-	} else if (!(q = dlock__req_new(DLOCK__REFRESH, l->name, 0))) {
-		err = DLOCK_ENOMEM;
-	} else {
-		q->token = l->token;
-		q->ttl = ttl_ms ? ttl_ms : atomic_load(&l->ttl);
-		if (value)
-			q->value[dl_desc_encode(value, strlen(value), q->value,
-						DL_VALUE_MAX)] = '\0';
-		q->lease = l;
-		l->refs++;
-		q->deadline = dlock__now() + c->opt.request_timeout_ms;
-		err = dlock__call(c, &q);
-		dlock__req_free(q);
+	while ((lc = enter_lease(c, h, &err)) != NULL) {
+		err = refresh_at(lc, h, ttl_ms, value);
+		leave(lc);
+		if (!used || !dlock__lease_follow(c, h->l, lc, &hop, &err, 0))
+			break;
+		dlock__last_error_clear();
 	}
-	leave(c);
+	dlock__router_unuse(c, used);
 	return err;
 }
 
@@ -1214,7 +1308,7 @@ int dlock_refresh(dlock_client *c, dlock_lease *h, int64_t ttl_ms)
 	dlock__last_error_clear();
 	if (!c || !h || dlock__bad_ms(ttl_ms))
 		return DLOCK_EINVAL;
-	return refresh(dlock__lease_client(c, h), h, ttl_ms, NULL);
+	return refresh(c, h, ttl_ms, NULL);
 }
 
 _Static_assert(DLOCK_VALUE_MAX == DL_VALUE_MAX, "dlock.h's value limit");
@@ -1224,7 +1318,7 @@ int dlock_proclaim(dlock_client *c, dlock_lease *h, const char *value)
 	dlock__last_error_clear();
 	if (!c || !h || !value || !value[0])
 		return DLOCK_EINVAL;
-	return refresh(dlock__lease_client(c, h), h, 0, value);
+	return refresh(c, h, 0, value);
 }
 
 /* ---- lease handles ------------------------------------------------------- */

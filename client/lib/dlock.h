@@ -144,7 +144,9 @@ enum {
 	DLOCK_EMOVED = -23,	  /* a partitioned service (see Partitions)
 				     sent the call on to another partition
 				     more than 3 times (the map keeps
-				     changing): nothing was done;
+				     changing), or the partition a name
+				     moved to did not serve it within the
+				     request timeout: nothing was done;
 				     dlock_last_error() is the last NO MOVED.
 				     Try again */
 };
@@ -901,12 +903,37 @@ int64_t dlock_now_ms(void);
  *    reconnects and fails over as the client would). A multi-lock goes
  *    to the partition of its first name: its names must share one
  *    (DLOCK_EINVAL otherwise, the server's BAD_ARG: put them under one
- *    {tag}). A lease stays with the connection that took it:
- *    dlock_unlock(), dlock_refresh() and dlock_proclaim() go there. The
- *    callbacks get the client the application made.
+ *    {tag}). A lease belongs to the connection of its name's partition:
+ *    dlock_unlock(), dlock_refresh(), dlock_proclaim() and the renewals
+ *    go there. The callbacks get the client the application made.
  *  - when the map changes, a daemon answers a name it no longer serves
  *    with MOVED: the client reads the map again, or goes where it says,
- *    and sends the call there, at most 3 times (then DLOCK_EMOVED).
+ *    and sends the call there, at most 3 times (then DLOCK_EMOVED). A
+ *    daemon the new map names that has not read it yet (it answers
+ *    MOVED from the older one), or that is still taking the name's locks
+ *    over (DLOCK_EUNAVAILABLE), is asked again after short pauses, while
+ *    the request timeout lasts.
+ *  - a lease survives a move of its name's slot to another partition
+ *    (PARTITION MOVE, dlock_partition()): the locks go along, and the
+ *    lease keeps its token (and its proof, value and holds). The first
+ *    request about it that the old partition answers MOVED -- a
+ *    renewal, or the caller's dlock_unlock(), dlock_refresh(),
+ *    dlock_proclaim() -- moves the lease to the connection of the new
+ *    partition, where that request and every later one goes; the lease
+ *    is renewed there at once. Meanwhile (normally milliseconds; longer
+ *    when the old partition's Redis is down) the partitions answer
+ *    DLOCK_EUNAVAILABLE about the name: renewals are retried, as after
+ *    any refused renewal (on_at_risk may be called, then the lease is
+ *    confirmed again); a call that was told MOVED is retried at the new
+ *    partition while its request timeout lasts; any other call about
+ *    the name may fail with DLOCK_EUNAVAILABLE (try again). The lease is
+ *    lost only as ever: the server does not know it (on_lost,
+ *    REJECTED), or it could not be renewed before its deadline.
+ *  - a LOCK that waits in the queue of a partition that gives the name
+ *    away keeps its place: it is sent on to the new partition with the
+ *    wait that is left and the same request id, and claims its place
+ *    there. A multi-lock that waited is sent again to the new partition,
+ *    with the wait that is left.
  *  - the calls without a name (dlock_ping(), dlock_stats(), dlock_locks(),
  *    dlock_watch() of a prefix, dlock_server_role(), dlock_cluster()) are
  *    the first connection's: they show that partition only.

@@ -454,7 +454,7 @@ void dlock__io_hello_ok(struct dlock_client *c)
 	if (dlock__describing(c))
 		dlock__internal(c, DLOCK__DESCRIBE, NULL, 0, 0);
 	for (l = c->ls.leases; l; l = l->next) {
-		if (l->dead || l->unlocking || l->nhandles == 0 ||
+		if (l->dead || l->unlocking || l->nhandles == 0 || l->moving ||
 		    atomic_load(&l->deadline) <= now)
 			continue;
 		dlock__lease_renew(c, l);
@@ -814,7 +814,8 @@ static int64_t timers(struct dlock_client *c, int64_t now)
 			dlock__lease_risk(c, l);
 		else if (!l->at_risk && overdue < next)
 			next = overdue;
-		if (l->refreshing || c->conn.state != DLOCK__UP)
+		/* moving: its new partition's connection renews it */
+		if (l->refreshing || l->moving || c->conn.state != DLOCK__UP)
 			continue;
 		if (now < l->renew_at) {
 			if (l->renew_at < next)

@@ -251,9 +251,12 @@ struct dlock__req {
  */
 struct dlock__lease {
 	struct dlock__lease *next, *prev; /* c->leases */
-	/* the client that holds it (immutable): a router's leases live in
-	 * its legs, and dlock_unlock() on the router goes to this one */
-	struct dlock_client *c;
+	/* the client that holds it: a router's leases live in its legs, and
+	 * dlock_unlock() on the router goes to this one. It changes only
+	 * when the name's slot moves to another partition: under the mu of
+	 * both clients (dlock__lease_move), so that whoever holds the mu of
+	 * the client it names may use the lease's fields */
+	struct dlock_client *_Atomic c;
 	char name[DL_NAME_MAX + 1];
 	uint64_t token;
 	_Atomic int64_t deadline; /* local deadline, monotonic ms */
@@ -262,13 +265,18 @@ struct dlock__lease {
 	pthread_t holder;	  /* thread that acquired it */
 	dlock_lease *handles;	  /* its holds */
 	int nhandles;
-	int refs;
+	atomic_int refs;	 /* atomic: a request of the client it left may
+				    drop its reference under that client's mu */
 	unsigned linked : 1;	 /* on c->leases */
 	unsigned dead : 1;	 /* lost: not renewed nor guarded */
 	unsigned unlocking : 1;	 /* its last handle is being unlocked */
 	unsigned refreshing : 1; /* a renewal is in flight */
 	unsigned at_risk : 1;	 /* on_at_risk said, not confirmed since */
 	unsigned shared : 1;	 /* its mode, for a RECLAIM */
+	unsigned moving : 1;	 /* a renewal was told MOVED: the router
+				    moves it to its new partition's
+				    connection (dlock__move_later); not
+				    renewed here meanwhile */
 	uint32_t limit;		 /* its lock's limit, for a RECLAIM */
 	int64_t warn, delay;	 /* its warn= and the most delay= asked, for
 				    a RECLAIM (0: none) */
@@ -574,6 +582,16 @@ void dlock__lease_lose(struct dlock_client *c, struct dlock__lease *l,
 		       enum dlock_lost_reason why);
 void dlock__lease_unlink(struct dlock_client *c, struct dlock__lease *l);
 void dlock__lease_unref(struct dlock__lease *l);
+/* Lease l goes from client `from` to client `to` (another partition's
+ * connection of the same router, or the router's own): off from's list,
+ * onto to's, its pending callbacks with it, renewed by `to` at once.
+ * Takes both clients' mu (no other lock held; legs by address, a
+ * router's own client last) and waits for a callback of from's about one
+ * of its handles to return. Nothing is done when l is no longer from's
+ * (moved or released meanwhile), nor, unless `unlocking` (the caller is
+ * unlocking its last handle), when it is lost or being unlocked. */
+void dlock__lease_move(struct dlock__lease *l, struct dlock_client *from,
+		       struct dlock_client *to, int unlocking);
 /* Release a grant nobody wants: undo one hold, or the whole lease. */
 void dlock__cleanup_grant(struct dlock_client *c, const char *name,
 			  uint64_t token);
@@ -671,9 +689,40 @@ struct dlock__hop {
 	int held;		  /* dlock__hold(c) was taken */
 	int counted;		  /* leg is a leg, counted in the router's
 				     users until the next dlock__route */
+	int64_t settle_end;	  /* the name's new partition settling: no
+				     pause after this (0: none yet) */
+	int64_t pause;		  /* the next pause */
 };
 int dlock__route(struct dlock_client *c, const char *name,
 		 struct dlock__hop *hop, int *err);
+/*
+ * A lease follows its name (dlock_route.c, "A lease follows its slot").
+ * A call about lease l (dlock_unlock, dlock_refresh), sent through its
+ * client `from`, ended with *err: 1 to send it again through the
+ * lease's client (dlock__lease_client) -- after NO MOVED the lease went
+ * to the connection of the partition that serves its name now (MAP read
+ * again if newer, the connection made if need be), and after a move the
+ * partition may be settling (a pause); 0 with *err final. Blocks; no
+ * lock held. c is the router; `hop` (zeroed by the caller) counts the
+ * moves; `unlocking`: as for dlock__lease_move.
+ */
+int dlock__lease_follow(struct dlock_client *c, struct dlock__lease *l,
+			struct dlock_client *from, struct dlock__hop *hop,
+			int *err, int unlocking);
+/* A renewal of lease l through `from` was told `moved` (NO MOVED): its
+ * thread holds from->mu and may not block, so the move is the router's
+ * mover thread's; l->moving is set until it is made (its new client
+ * renews it at once) or given up (from renews it again after the usual
+ * pause). 0, or an error (the renewal is then retried as after any
+ * failure). */
+int dlock__move_later(struct dlock_client *from, struct dlock__lease *l,
+		      const char *moved);
+/* A call about a lease (dlock_unlock, dlock_refresh) counts itself on the
+ * router's users while it may go from one leg to another: no leg is
+ * closed under it. *used: 1 when counted (c routes), to give to
+ * dlock__router_unuse. DLOCK_ECANCELED once closing. */
+int dlock__router_use(struct dlock_client *c, int *used);
+void dlock__router_unuse(struct dlock_client *c, int used);
 /* dlock_connect: read MAP on c's first connection; a map of epoch > 0
  * makes c a router (an error, or epoch 0, leaves it as it is). */
 void dlock__router_start(struct dlock_client *c);

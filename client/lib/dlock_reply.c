@@ -419,6 +419,15 @@ static int reply_refresh(struct dlock_client *c, struct dlock__req *q,
 	int64_t ms;
 	int err;
 
+	if (atomic_load(&l->c) != c) {
+		/* the lease went to another partition's connection while
+		 * this was on its way (dlock__lease_move): its record is that
+		 * one's now, and this answer only ends the request */
+		dlock__req_finish(
+			c, q,
+			r->kind == DL_REPLY_OK ? 0 : dlock__reply_error(q, r));
+		return 1;
+	}
 	if (q->op == DLOCK__RENEW || q->op == DLOCK__RECLAIM)
 		l->refreshing = 0;
 	if (((is(r, DL_REPLY_OK, "REFRESHED") && arg_i64(r, 1, &ms) == 0) ||
@@ -449,6 +458,14 @@ static int reply_refresh(struct dlock_client *c, struct dlock__req *q,
 	if (err == DLOCK_ENOTHOLDER) {
 		if (!l->dead && !l->unlocking && l->nhandles > 0)
 			dlock__lease_lose(c, l, DLOCK_LOST_REJECTED);
+	} else if (err == DLOCK_EMOVED &&
+		   (q->op == DLOCK__RENEW || q->op == DLOCK__RECLAIM) &&
+		   !l->dead && !l->unlocking && l->nhandles > 0 &&
+		   dlock__move_later(c, l, q->err) == 0) {
+		/* its slot went to another partition, and the lease with it
+		 * (same token): the router moves it to that partition's
+		 * connection, which renews it at once. Neither lost nor at
+		 * risk. */
 	} else if (q->op == DLOCK__RENEW || q->op == DLOCK__RECLAIM) {
 		/* UNAVAILABLE and the like: try again soon; the guard says
 		 * when it is too late, and the application hears of the
@@ -1218,6 +1235,22 @@ static struct dlock__req *waiting_take(struct dlock_client *c,
 	return NULL;
 }
 
+/* A waiting LOCK's * MOVED: its NO MOVED line, for the router to read
+ * (dlock_last_error()). */
+static void moved_event(struct dlock_client *c, struct dlock__req *q,
+			const struct dl_reply *r)
+{
+	const char *to = r->argc >= 2 ? r->argv[1].p : "";
+	size_t n = r->argc >= 2 ? (size_t)(r->rest.p + r->rest.len - to) : 0;
+
+	if (not_of(c, q, r)) {
+		dlock__req_finish(c, q, DLOCK_EPROTO);
+		return;
+	}
+	snprintf(q->err, sizeof(q->err), "NO MOVED %.*s", (int)n, to);
+	dlock__req_finish(c, q, DLOCK_EMOVED);
+}
+
 static void event(struct dlock_client *c, const struct dl_reply *r)
 {
 	char name[DL_NAME_MAX + 1];
@@ -1287,6 +1320,13 @@ static void event(struct dlock_client *c, const struct dl_reply *r)
 			dlock__req_finish(c, q,
 					  not_of(c, q, r) ? DLOCK_EPROTO
 							  : DLOCK_ETIMEDOUT);
+	} else if (is(r, DL_REPLY_EVENT, "MOVED")) {
+		/* * MOVED <name> <partition> <addrs>|- <epoch>: the name went
+		 * to another partition while this LOCK waited, and its place
+		 * in the queue with it. It ends as a LOCK answered NO MOVED,
+		 * which the router sends on (dlock_route.c). */
+		if ((q = waiting_take(c, r->tag)) != NULL)
+			moved_event(c, q, r);
 	} else if (is(r, DL_REPLY_EVENT, "LOCKED")) {
 		lockall_event(c, r, name);
 	} else if (is(r, DL_REPLY_EVENT, "FAILED")) {

@@ -435,7 +435,7 @@ int dlock__req_write(struct dlock_client *c, struct dlock__req *q)
 	 * the lease counts on the shorter deadline from the moment it is sent
 	 * (PROTOCOL.md, REFRESH). */
 	if ((q->op == DLOCK__REFRESH || q->op == DLOCK__RENEW) && q->lease &&
-	    q->ttl > 0 &&
+	    atomic_load(&q->lease->c) == c && q->ttl > 0 &&
 	    now + q->ttl - dlock__slack(q->ttl) <
 		    atomic_load(&q->lease->deadline))
 		atomic_store(&q->lease->deadline,
@@ -975,8 +975,114 @@ void dlock__lease_unlink(struct dlock_client *c, struct dlock__lease *l)
 
 void dlock__lease_unref(struct dlock__lease *l)
 {
-	if (--l->refs == 0)
+	if (atomic_fetch_sub(&l->refs, 1) == 1)
 		free(l);
+}
+
+/* ---- a lease moves to another partition's client ------------------------ */
+
+/* The two clients' mu, in the library's order: legs by address, a
+ * router's own client after its leg (a leg's thread takes its router's
+ * mu under its own: dlock_watch.c). */
+static void lock_two(struct dlock_client *a, struct dlock_client *b)
+{
+	struct dlock_client *t;
+
+	if (!a->parent || (b->parent && (uintptr_t)b < (uintptr_t)a)) {
+		t = a;
+		a = b;
+		b = t;
+	}
+	pthread_mutex_lock(&a->mu);
+	pthread_mutex_lock(&b->mu);
+}
+
+static void unlock_two(struct dlock_client *a, struct dlock_client *b)
+{
+	pthread_mutex_unlock(&a->mu);
+	pthread_mutex_unlock(&b->mu);
+}
+
+/* A callback of c's thread is running about one of l's handles (c->mu
+ * released meanwhile): the handle must stay c's until it returns. */
+static int in_callback(const struct dlock_client *c,
+		       const struct dlock__lease *l)
+{
+	const dlock_lease *h;
+
+	for (h = l->handles; h && c->ls.cb_handle; h = h->next)
+		if (h == c->ls.cb_handle)
+			return 1;
+	return 0;
+}
+
+/* A handle's callback still to come is counted by the client whose
+ * thread will call it. */
+static void move_counts(struct dlock__lease *l, struct dlock_client *from,
+			struct dlock_client *to)
+{
+	dlock_lease *h;
+
+	for (h = l->handles; h; h = h->next) {
+		if (h->notify) {
+			from->ls.notify_count--;
+			to->ls.notify_count++;
+		}
+		if (h->risk_notify) {
+			from->ls.risk_count--;
+			to->ls.risk_count++;
+		}
+		if (h->contended_notify) {
+			from->ls.contended_count--;
+			to->ls.contended_count++;
+		}
+	}
+}
+
+void dlock__lease_move(struct dlock__lease *l, struct dlock_client *from,
+		       struct dlock_client *to, int unlocking)
+{
+	for (;;) {
+		lock_two(from, to);
+		if (atomic_load(&l->c) != from || !l->linked ||
+		    (!unlocking &&
+		     (l->dead || l->unlocking || l->nhandles == 0))) {
+			unlock_two(from, to);
+			return;
+		}
+		if (!in_callback(from, l))
+			break;
+		unlock_two(from, to);
+		pthread_mutex_lock(&from->mu);
+		while (atomic_load(&l->c) == from && in_callback(from, l))
+			pthread_cond_wait(&from->idle_cv, &from->mu);
+		pthread_mutex_unlock(&from->mu);
+	}
+	/* off from's list, the list's reference kept for to's */
+	if (l->prev)
+		l->prev->next = l->next;
+	else
+		from->ls.leases = l->next;
+	if (l->next)
+		l->next->prev = l->prev;
+	l->prev = NULL;
+	l->next = to->ls.leases;
+	if (to->ls.leases)
+		to->ls.leases->prev = l;
+	to->ls.leases = l;
+	move_counts(l, from, to);
+	atomic_store(&l->c, to);
+	/* a renewal still in flight on from ends there without it
+	 * (dlock_reply.c); to renews it now */
+	l->moving = 0;
+	l->refreshing = 0;
+	l->renew_at = dlock__now();
+	/* a thread of from waiting for the name finds it free there: its
+	 * LOCK is told MOVED, and follows the name (wait_turn would
+	 * otherwise wait for a release from never hears of) */
+	dlock__name_wake(from, l->name);
+	unlock_two(from, to);
+	dlock__wake(to);
 }
 
 void dlock__multi_giveback(struct dlock_client *c, struct dlock__req *q)

@@ -14,9 +14,11 @@
  * leg of the name's partition (dlock__route: the loop in each public
  * call); a lease belongs to the leg that took it (struct dlock__lease c),
  * and dlock_unlock(), dlock_refresh() and dlock_proclaim() go there
- * (dlock__lease_client). Calls without a name, and a name no partition
- * of the map serves, are the router's own first connection's, which is
- * an ordinary client too.
+ * (dlock__lease_client) -- until its slot moves to another partition,
+ * which takes the lease along: then to that partition's leg ("A lease
+ * follows its slot", below). Calls without a name, and a name no
+ * partition of the map serves, are the router's own first connection's,
+ * which is an ordinary client too.
  *
  * MOVED. A leg sent a name to a daemon that does not serve it (the map
  * changed): its call fails with DLOCK_EMOVED and the server's words
@@ -31,11 +33,17 @@
  * Threads. The router's state is under rt->mu, never held while a call
  * waits in a leg: the lock order is rt->mu, then a leg's mu (a new
  * address list), then the router's mu (a leg's watch event,
- * dlock_watch.c). A partition's entry is never removed (its index stays
- * its own), nor a leg before dlock_close: a lease keeps its leg. A
- * routed call holds the router (dlock__hold: dlock_close waits for it)
- * and counts itself on rt->users while it uses a leg, so that closing
- * frees no leg under it.
+ * dlock_watch.c); rt->move_mu, the mover's queue, is taken last (a
+ * leg's thread takes it under its own mu). Two clients' mu are held
+ * together only to move a lease from one to the other
+ * (dlock__lease_move, with no other lock held): legs by address, the
+ * router's own client last. A partition's entry is never removed (its
+ * index stays its own), nor a leg before dlock_close. A routed call
+ * holds the router (dlock__hold: dlock_close waits for it) and counts
+ * itself on rt->users while it uses a leg, so that closing frees no leg
+ * under it; so do a call about a lease (dlock__router_use), which may go
+ * from one leg to another, and the mover while it moves one (which
+ * dlock_close stops before it closes the legs).
  */
 #include "client/lib/dlock_private.h"
 #include "proto/slot.h"
@@ -44,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DLOCK__PARTS_MAX   64	  /* partitions a map may have */
 #define DLOCK__PART_ID_MAX 32	  /* bytes of a partition's id */
@@ -53,6 +62,14 @@
 /* A leg that cannot connect has MAP read again, at most this often: the
  * partition's daemons may be elsewhere now. */
 #define DLOCK__REREAD_MS 1000
+/* A name that moved: the daemon the map names for it may not have read
+ * that map yet (it says MOVED, from an older one), or may still be
+ * taking the name's locks over (ERR UNAVAILABLE): the call is sent
+ * again after a pause of this, doubled each time up to
+ * DLOCK__SETTLE_MAX_MS, while its request timeout lasts. A take-over of
+ * locks is a few ms; a daemon reads the map every second. */
+#define DLOCK__SETTLE_MS     20
+#define DLOCK__SETTLE_MAX_MS 250
 
 /* A partition: as MAP said it (addrs, floor, slots), and in the router
  * (addrs, its leg). */
@@ -72,6 +89,14 @@ struct dlock__map {
 	struct dlock__part part[DLOCK__PARTS_MAX];
 };
 
+/* A lease whose renewal was told MOVED, for the mover (a reference). */
+struct dlock__move {
+	struct dlock__move *next;
+	struct dlock__lease *l;
+	struct dlock_client *from; /* the client whose renewal was told */
+	char moved[DLOCK__ERR_MAX];
+};
+
 struct dlock__router {
 	pthread_mutex_t mu;
 	pthread_cond_t cv; /* a leg was made (or not); users left; closing */
@@ -83,6 +108,15 @@ struct dlock__router {
 	struct dlock__part part[DLOCK__PARTS_MAX];
 	uint16_t owner[DL_SLOTS];  /* slot: index in part, or NOBODY */
 	struct dlock_client *legs; /* every leg made, on leg_next */
+	/* The mover (dlock__move_later): its own lock, the last in the
+	 * library's order (a leg's thread takes it under its mu) */
+	pthread_mutex_t move_mu;
+	pthread_cond_t move_cv;	   /* a move to make; stop */
+	struct dlock__move *moves; /* to make, in order */
+	struct dlock__move *moves_tail;
+	int mover;     /* its thread was started */
+	int move_stop; /* closing: no more moves */
+	pthread_t mover_thread;
 };
 
 /* ---- reading MAP --------------------------------------------------------- */
@@ -320,6 +354,8 @@ static void router_destroy(struct dlock__router *rt)
 
 	for (i = 0; i < rt->n; i++)
 		free(rt->part[i].addrs);
+	pthread_cond_destroy(&rt->move_cv);
+	pthread_mutex_destroy(&rt->move_mu);
 	pthread_cond_destroy(&rt->cv);
 	pthread_mutex_destroy(&rt->mu);
 	free(rt);
@@ -347,6 +383,8 @@ static int upgrade(struct dlock_client *c)
 	}
 	pthread_mutex_init(&rt->mu, NULL);
 	dlock__cond_init(&rt->cv);
+	pthread_mutex_init(&rt->move_mu, NULL);
+	pthread_cond_init(&rt->move_cv, NULL);
 	memset(rt->owner, 0xff, sizeof(rt->owner));
 	pthread_mutex_lock(&rt->mu);
 	err = adopt(rt, &m);
@@ -508,44 +546,110 @@ static int moved_parse(const char *text, struct moved *mv)
 	return 0;
 }
 
-/* The last try ended with err: 1 to try again where a MOVED sends the
- * call, 0 to give err to the caller. */
-static int follow(struct dlock_client *c, struct dlock__hop *hop, int err)
+/* The index of the partition a MOVED names (rt->mu held), added if the
+ * router does not know it yet: -1 when it cannot be. */
+static int part_named(struct dlock__router *rt, const struct moved *mv)
 {
-	struct dlock__router *rt;
-	struct moved mv;
+	struct dl_str id = {mv->id, strlen(mv->id)};
+	char *a;
 	int i;
 
-	if (err != DLOCK_EMOVED || hop->moves >= DLOCK__MOVES_MAX ||
-	    moved_parse(dlock_last_error(), &mv) < 0)
-		return 0;
-	hop->moves++;
-	hop->to = -1;
-	if (!(rt = atomic_load(&c->rt)))
-		/* no map at first: the daemon has one now */
-		return upgrade(c) == 0 && atomic_load(&c->rt) != NULL;
-	if (mv.epoch > atomic_load(&rt->epoch)) {
-		reread(c, rt, hop->leg);
-		if (atomic_load(&rt->epoch) >= mv.epoch)
-			return 1; /* by the new map */
+	if ((i = part_find(rt->part, rt->n, id)) < 0)
+		return part_add(rt, id, mv->addrs);
+	if (!rt->part[i].addrs[0] && mv->addrs[0] &&
+	    (a = strdup(mv->addrs)) != NULL) {
+		free(rt->part[i].addrs);
+		rt->part[i].addrs = a;
 	}
-	/* a daemon behind the router's map, or a race: where it says */
-	pthread_mutex_lock(&rt->mu);
-	i = part_find(rt->part, rt->n, (struct dl_str){mv.id, strlen(mv.id)});
-	if (i < 0)
-		i = part_add(rt, (struct dl_str){mv.id, strlen(mv.id)},
-			     mv.addrs);
-	else if (!rt->part[i].addrs[0] && mv.addrs[0]) {
-		char *a = strdup(mv.addrs);
+	return i;
+}
 
-		if (a) {
-			free(rt->part[i].addrs);
-			rt->part[i].addrs = a;
-		}
+/* A MOVED (`text`) was told through `via`: 1 to go by the map (read
+ * again first when the MOVED's epoch is newer than the router's, or when
+ * it names no partition: a wait ended by a move, or a multi-lock's
+ * * FAILED ... MOVED), 0 to go where it says (*mv: the map could not be
+ * read again). */
+static int moved_where(struct dlock_client *c, struct dlock__router *rt,
+		       struct dlock_client *via, const char *text,
+		       struct moved *mv)
+{
+	if (moved_parse(text, mv) < 0 || strcmp(mv->id, "-") == 0) {
+		reread(c, rt, via);
+		return 1;
 	}
+	if (mv->epoch > atomic_load(&rt->epoch))
+		reread(c, rt, via);
+	return atomic_load(&rt->epoch) >= mv->epoch;
+}
+
+/* The client the map sends `name` to now (rt->mu held): its partition's
+ * leg (NULL: none made yet), or c for a name no partition serves. */
+static struct dlock_client *
+map_client(struct dlock_client *c, struct dlock__router *rt, const char *name)
+{
+	unsigned i = rt->owner[dl_key_slot(name, strlen(name))];
+
+	return i == DLOCK__NOBODY ? c : rt->part[i].leg;
+}
+
+/* The daemon the map names for a name that moved is settling (see
+ * DLOCK__SETTLE_MS): 1 after a pause, while the request timeout since
+ * the first lasts; else 0. */
+static int settle(struct dlock_client *c, struct dlock__hop *hop)
+{
+	int64_t now = dlock__now(), ms;
+
+	if (!hop->settle_end)
+		hop->settle_end = now + c->opt.request_timeout_ms;
+	if (now >= hop->settle_end)
+		return 0;
+	ms = hop->pause ? hop->pause : DLOCK__SETTLE_MS;
+	hop->pause =
+		ms * 2 < DLOCK__SETTLE_MAX_MS ? ms * 2 : DLOCK__SETTLE_MAX_MS;
+	if (ms > hop->settle_end - now)
+		ms = hop->settle_end - now;
+	usleep((useconds_t)ms * 1000);
+	return 1;
+}
+
+/* The last try about `name` ended with err: 1 to try again where a
+ * MOVED sends the call (or, the name's partition settling, where it
+ * went), 0 to give err to the caller. */
+static int follow(struct dlock_client *c, const char *name,
+		  struct dlock__hop *hop, int err)
+{
+	struct dlock__router *rt = atomic_load(&c->rt);
+	struct moved mv;
+	int i, same;
+
+	if (rt && err == DLOCK_EUNAVAILABLE && (hop->moves || hop->settle_end))
+		return settle(c, hop);
+	if (err != DLOCK_EMOVED || hop->moves >= DLOCK__MOVES_MAX)
+		return 0;
+	if (!rt) {
+		/* no map at first: the daemon has one now */
+		hop->moves++;
+		hop->to = -1;
+		return upgrade(c) == 0 && atomic_load(&c->rt) != NULL;
+	}
+	if (!moved_where(c, rt, hop->leg, dlock_last_error(), &mv)) {
+		hop->moves++;
+		pthread_mutex_lock(&rt->mu);
+		i = part_named(rt, &mv);
+		pthread_mutex_unlock(&rt->mu);
+		hop->to = i;
+		return i >= 0;
+	}
+	/* by the map; the daemon it names said MOVED from an older map:
+	 * again there, once it has read the new one */
+	pthread_mutex_lock(&rt->mu);
+	same = name && map_client(c, rt, name) == hop->leg;
 	pthread_mutex_unlock(&rt->mu);
-	hop->to = i;
-	return i >= 0;
+	hop->to = -1;
+	if (same)
+		return settle(c, hop);
+	hop->moves++;
+	return 1;
 }
 
 /* A leg could not be made: the map may name other daemons of its
@@ -589,7 +693,7 @@ int dlock__route(struct dlock_client *c, const char *name,
 		hop->to = -1;
 	} else {
 		/* follow reads MAP through the leg: it is counted until then */
-		int again = follow(c, hop, *err);
+		int again = follow(c, name, hop, *err);
 
 		uncount(c, hop);
 		if (!again)
@@ -605,6 +709,239 @@ done:
 	return 0;
 }
 
+/* ---- a lease follows its slot -------------------------------------------- */
+
+/*
+ * A PARTITION MOVE carries the slots' locks to their new partition: same
+ * owner, token and proof (PROTOCOL.md, Partitions). A request about a
+ * lease the old partition gave away is answered NO MOVED, and the lease
+ * goes where its name went: MAP read again if need be, then the lease
+ * moved to the connection of the name's partition (dlock__lease_move,
+ * made if need be), where every later request about it goes -- the
+ * caller's unlock, refresh and value change, which send theirs again
+ * there (dlock.c), and the renewals.
+ *
+ * A renewal is the leg's thread's, which may not block (it holds its
+ * mu, and making a connection takes a while): it hands the lease to the
+ * router's mover, a thread started at the first move, and stops renewing
+ * it meanwhile (l->moving; the guard still watches its deadline). The
+ * mover moves it and the new connection renews it at once; one it could
+ * not move is renewed again by its leg after the usual pause, told
+ * MOVED again, handed over again, until the lease's deadline (lost as
+ * any lease not renewed in time). While the partitions hand the locks
+ * over, renewals are answered ERR UNAVAILABLE and retried as always.
+ */
+
+int dlock__router_use(struct dlock_client *c, int *used)
+{
+	struct dlock__router *rt = c ? atomic_load(&c->rt) : NULL;
+	int err = 0;
+
+	*used = 0;
+	if (!rt)
+		return 0;
+	pthread_mutex_lock(&rt->mu);
+	if (rt->closing) {
+		err = DLOCK_ECANCELED;
+	} else {
+		rt->users++;
+		*used = 1;
+	}
+	pthread_mutex_unlock(&rt->mu);
+	return err;
+}
+
+void dlock__router_unuse(struct dlock_client *c, int used)
+{
+	struct dlock__router *rt;
+
+	if (!used)
+		return;
+	rt = atomic_load(&c->rt);
+	pthread_mutex_lock(&rt->mu);
+	if (--rt->users == 0 && rt->closing)
+		pthread_cond_broadcast(&rt->cv);
+	pthread_mutex_unlock(&rt->mu);
+}
+
+/* Lease l, told `moved` through from, goes to its name's partition's
+ * client: 0 (moved, or to be tried again where it is: where the MOVED
+ * sent it when the map could not be read), 1 when the map names from
+ * still (its daemon has not read the newest map yet), or why no
+ * connection could be had. */
+static int rehome(struct dlock_client *c, struct dlock__lease *l,
+		  struct dlock_client *from, const char *moved, int unlocking)
+{
+	struct dlock__router *rt = atomic_load(&c->rt);
+	struct dlock_client *to;
+	struct moved mv;
+	int i, by_map, used, err = 0;
+
+	if (!rt)
+		return DLOCK_EMOVED;
+	by_map = moved_where(c, rt, from, moved, &mv);
+	pthread_mutex_lock(&rt->mu);
+	if (by_map && map_client(c, rt, l->name) == from) {
+		pthread_mutex_unlock(&rt->mu);
+		return 1;
+	}
+	if (by_map)
+		i = rt->owner[dl_key_slot(l->name, strlen(l->name))];
+	else
+		i = part_named(rt, &mv);
+	if (i < 0) {
+		pthread_mutex_unlock(&rt->mu);
+		return DLOCK_EMOVED;
+	}
+	if (i == DLOCK__NOBODY) {
+		to = c; /* no partition's: the first connection's */
+	} else if (!(to = leg_of(c, rt, i, &err))) {
+		pthread_mutex_unlock(&rt->mu);
+		return err;
+	}
+	used = to != c;
+	if (used)
+		rt->users++;
+	pthread_mutex_unlock(&rt->mu);
+	if (to != from)
+		dlock__lease_move(l, from, to, unlocking);
+	dlock__router_unuse(c, used);
+	return 0;
+}
+
+int dlock__lease_follow(struct dlock_client *c, struct dlock__lease *l,
+			struct dlock_client *from, struct dlock__hop *hop,
+			int *err, int unlocking)
+{
+	char moved[DLOCK__ERR_MAX];
+	int e;
+
+	if (!atomic_load(&c->rt))
+		return 0;
+	if (*err == DLOCK_EUNAVAILABLE)
+		return (hop->moves || hop->settle_end) && settle(c, hop);
+	if (*err != DLOCK_EMOVED || hop->moves >= DLOCK__MOVES_MAX)
+		return 0;
+	snprintf(moved, sizeof(moved), "%s", dlock_last_error());
+	if ((e = rehome(c, l, from, moved, unlocking)) < 0) {
+		*err = e;
+		return 0;
+	}
+	if (e == 1)
+		return settle(c, hop);
+	hop->moves++;
+	return 1;
+}
+
+/* One move for a renewal; a lease left where it was is renewed there
+ * again after the usual pause (and is at risk if no connection to its
+ * partition could be had). */
+static void move_one(struct dlock_client *c, struct dlock__move *m)
+{
+	struct dlock__lease *l = m->l;
+	int64_t retry;
+	int err = rehome(c, l, m->from, m->moved, 0);
+
+	pthread_mutex_lock(&m->from->mu);
+	if (atomic_load(&l->c) == m->from && l->moving) {
+		l->moving = 0;
+		retry = atomic_load(&l->ttl) / 10;
+		l->renew_at =
+			dlock__now() + (retry > DLOCK__RENEW_RETRY_MIN_MS
+						? retry
+						: DLOCK__RENEW_RETRY_MIN_MS);
+		if (err < 0)
+			dlock__lease_risk(m->from, l);
+		dlock__wake(m->from);
+	}
+	pthread_mutex_unlock(&m->from->mu);
+	dlock__lease_unref(l);
+}
+
+static void *mover_main(void *arg)
+{
+	struct dlock_client *c = arg;
+	struct dlock__router *rt = atomic_load(&c->rt);
+	struct dlock__move *m;
+
+	pthread_mutex_lock(&rt->move_mu);
+	for (;;) {
+		while (!rt->moves && !rt->move_stop)
+			pthread_cond_wait(&rt->move_cv, &rt->move_mu);
+		if (rt->move_stop)
+			break;
+		m = rt->moves;
+		if (!(rt->moves = m->next))
+			rt->moves_tail = NULL;
+		pthread_mutex_unlock(&rt->move_mu);
+		move_one(c, m);
+		free(m);
+		pthread_mutex_lock(&rt->move_mu);
+	}
+	pthread_mutex_unlock(&rt->move_mu);
+	return NULL;
+}
+
+int dlock__move_later(struct dlock_client *from, struct dlock__lease *l,
+		      const char *moved)
+{
+	struct dlock_client *c = from->parent ? from->parent : from;
+	struct dlock__router *rt = atomic_load(&c->rt);
+	struct dlock__move *m;
+	int err = 0;
+
+	if (!rt)
+		return DLOCK_EMOVED; /* no map: nowhere to go */
+	if (l->moving)
+		return 0; /* on its way already */
+	if (!(m = calloc(1, sizeof(*m))))
+		return DLOCK_ENOMEM;
+	m->l = l;
+	m->from = from;
+	snprintf(m->moved, sizeof(m->moved), "%s", moved);
+	pthread_mutex_lock(&rt->move_mu);
+	if (rt->move_stop)
+		err = DLOCK_ECANCELED;
+	else if (!rt->mover &&
+		 pthread_create(&rt->mover_thread, NULL, mover_main, c) != 0)
+		err = DLOCK_ENOMEM;
+	if (err == 0) {
+		rt->mover = 1;
+		l->refs++; /* the move's */
+		l->moving = 1;
+		if (rt->moves_tail)
+			rt->moves_tail->next = m;
+		else
+			rt->moves = m;
+		rt->moves_tail = m;
+		pthread_cond_signal(&rt->move_cv);
+	}
+	pthread_mutex_unlock(&rt->move_mu);
+	if (err < 0)
+		free(m);
+	return err;
+}
+
+/* dlock_close: the mover stops (its calls in the legs end, canceled),
+ * and the moves it did not make are dropped. */
+static void mover_stop(struct dlock__router *rt)
+{
+	struct dlock__move *m;
+
+	if (rt->mover)
+		pthread_join(rt->mover_thread, NULL);
+	while ((m = rt->moves) != NULL) {
+		rt->moves = m->next;
+		pthread_mutex_lock(&m->from->mu);
+		if (atomic_load(&m->l->c) == m->from)
+			m->l->moving = 0;
+		pthread_mutex_unlock(&m->from->mu);
+		dlock__lease_unref(m->l);
+		free(m);
+	}
+	rt->moves_tail = NULL;
+}
+
 void dlock__router_close(struct dlock_client *c)
 {
 	struct dlock__router *rt = atomic_load(&c->rt);
@@ -613,6 +950,10 @@ void dlock__router_close(struct dlock_client *c)
 
 	if (!rt)
 		return;
+	pthread_mutex_lock(&rt->move_mu);
+	rt->move_stop = 1;
+	pthread_cond_broadcast(&rt->move_cv);
+	pthread_mutex_unlock(&rt->move_mu);
 	pthread_mutex_lock(&rt->mu);
 	rt->closing = 1;
 	pthread_cond_broadcast(&rt->cv);
@@ -625,6 +966,7 @@ void dlock__router_close(struct dlock_client *c)
 	 * a leg finds it closing; none is freed while a call has it */
 	for (leg = legs; leg; leg = leg->leg_next)
 		dlock__cancel(leg);
+	mover_stop(rt);
 	pthread_mutex_lock(&rt->mu);
 	while (rt->users > 0)
 		pthread_cond_wait(&rt->cv, &rt->mu);
