@@ -382,9 +382,13 @@ GO_CACHE_ENV = HOME=$(abspath $(O))/go/home \
   GOCACHE=$(abspath $(O))/go/cache GOPATH=$(abspath $(O))/go/path \
   GOFLAGS=-mod=mod GOPROXY=off
 GO_ENV = cd client/go && $(GO_CACHE_ENV)
+# Then the conformance scenarios on a partitioned service (about 20 s,
+# three at a time): the Go runner's DL_CONFORMANCE_PARTS=1.
 gotest: $(O)/dlockd
 	$(GO_ENV) $(GO) vet ./...
 	$(GO_ENV) DLOCKD=$(abspath $(O)/dlockd) $(GO) test -race -count=1 ./...
+	$(GO_ENV) DLOCKD=$(abspath $(O)/dlockd) DL_CONFORMANCE_PARTS=1 \
+	  $(GO) test -race -count=1 -parallel 3 -run '^TestConformance$$' ./...
 
 # The Java client (client/java, its rules in client/java/java.mk): make
 # java builds $(O)/java/dlockd.jar with Debian's JDK (javac --release 17,

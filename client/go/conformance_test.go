@@ -4,6 +4,16 @@
 // (tests/python/test_conformance.py) run the same file. One subtest per
 // scenario, each on a daemon of its own; a step whose outcome differs
 // fails with the scenario's name, its line and what was seen.
+//
+// With DL_CONFORMANCE_PARTS=1 every scenario runs on a partitioned service
+// instead, as libdlock's runner does (tests/test_conformance.c): a
+// redis-server and three daemons of partitions p0, p1 and p2, the map
+// giving p0 the slots below 5461, p1 those below 10923, p2 the rest. The
+// clients know p0's daemon only, and every name of a scenario is put
+// under one tag whose slot is p1's (even index) or p2's (odd index): each
+// call goes through the map and NO MOVED, and a multi-lock's names share
+// the tag. "daemon none" starts the same service (partitions need Redis);
+// "daemon kill9", "restart", "pause" and "resume" act on every daemon.
 
 package dlockd
 
@@ -13,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -74,12 +85,15 @@ func readScenarios(t *testing.T) []scenario {
 	return out
 }
 
+// partsMode: DL_CONFORMANCE_PARTS=1, the scenarios on a partitioned service.
+func partsMode() bool { return os.Getenv("DL_CONFORMANCE_PARTS") == "1" }
+
 func TestConformance(t *testing.T) {
-	for _, sc := range readScenarios(t) {
-		sc := sc
+	for i, sc := range readScenarios(t) {
+		i, sc := i, sc
 		t.Run(sc.name, func(t *testing.T) {
-			t.Parallel() // each on a daemon of its own
-			r := &run{t: t, name: sc.name, clients: map[string]*scenClient{},
+			t.Parallel() // each on a daemon (or service) of its own
+			r := &run{t: t, name: sc.name, index: i, parts: partsMode(), clients: map[string]*scenClient{},
 				leases: map[string]*Lease{}, jobs: map[string]*job{}, lost: map[*Lease]lossSeen{},
 				told: map[*Lease]int{}, stop: make(chan struct{})}
 			defer r.close()
@@ -113,11 +127,17 @@ type lossSeen struct {
 type run struct {
 	t       *testing.T
 	name    string
+	index   int // the scenario's, in the file
 	no      int
 	redis   *proc
-	d       *proc
+	d       *proc // the daemon the clients know (p0's with parts)
 	dargs   []string
 	dport   int
+	parts   bool       // DL_CONFORMANCE_PARTS: on a partitioned service
+	pd      []*proc    // with parts: p0's, p1's and p2's daemons
+	pports  []int      // and their ports
+	pargs   [][]string // and their other arguments
+	tag     string     // with parts: "{c<k>}", before every name
 	clients map[string]*scenClient
 	leases  map[string]*Lease
 	jobs    map[string]*job
@@ -157,6 +177,10 @@ func scenMs(s string) time.Duration {
 // ---- steps -----------------------------------------------------------------
 
 func (r *run) daemon(what string) {
+	if r.parts {
+		r.partsDaemon(what)
+		return
+	}
 	switch what {
 	case "none", "redis":
 		r.dport = freePort(r.t)
@@ -196,6 +220,135 @@ func startRedisAlways(t *testing.T) *proc {
 		"--maxmemory-policy", "noeviction", "--dir", t.TempDir())
 	p.waitListening(20 * time.Second)
 	return p
+}
+
+// ---- the partitioned service (DL_CONFORMANCE_PARTS) --------------------------
+
+const (
+	confParts = 3           // p0, p1, p2
+	p1First   = 5461        // p0 keeps the slots below
+	p2First   = 10923       // p1 gets those from p1First below this, p2 the rest
+	partsWait = time.Minute // the service's setup waits no longer
+)
+
+func (r *run) partsDaemon(what string) {
+	switch what {
+	case "none", "redis":
+		r.partsStart()
+	case "kill9":
+		for _, p := range r.pd {
+			p.kill()
+		}
+	case "restart":
+		for _, p := range r.pd {
+			p.kill()
+		}
+		r.partsSpawn()
+	case "pause":
+		for _, p := range r.pd {
+			p.signal(syscall.SIGSTOP)
+		}
+	case "resume":
+		for _, p := range r.pd {
+			p.signal(syscall.SIGCONT)
+		}
+	default:
+		r.fail("unknown daemon step %s", what)
+	}
+}
+
+// partsSpawn starts every daemon of the service with its arguments (the
+// same ports again on a restart) and waits until each listens.
+func (r *run) partsSpawn() {
+	bin := dlockdBin(r.t)
+	r.pd = make([]*proc, len(r.pargs))
+	for i, args := range r.pargs {
+		port := r.pports[i]
+		args = append([]string{"--port", fmt.Sprint(port)}, args...)
+		r.pd[i] = start(r.t, fmt.Sprintf("dlockd-p%d", i), bin, port, args...)
+	}
+	for _, p := range r.pd {
+		p.waitListening(20 * time.Second)
+	}
+	r.d = r.pd[0]
+}
+
+// partsStart: a redis-server, the daemons of p0, p1 and p2 on it, the map
+// made on p0, the scenario's tag on p1 (even index) or p2 (odd), and
+// every daemon serving from that map.
+func (r *run) partsStart() {
+	t := r.t
+	r.redis = startRedisAlways(t)
+	r.pports, r.pargs = nil, nil
+	for i := 0; i < confParts; i++ {
+		conf := filepath.Join(t.TempDir(), "dlockd.conf")
+		text := fmt.Sprintf("[persistence]\nredis_prefix = c:\n[partition]\nid = p%d\n", i)
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r.pports = append(r.pports, freePort(t))
+		r.pargs = append(r.pargs, []string{"-l", "info", "-c", conf,
+			"--persist", "redis", "--redis", fmt.Sprintf("redis://127.0.0.1:%d/0", r.redis.port)})
+	}
+	r.partsSpawn()
+	p0 := r.pd[0].addr
+	if e := partitionCmd(t, p0, "PARTITION INIT", ""); e != 1 {
+		r.fail("PARTITION INIT: epoch %d, expected 1", e)
+	}
+	moves := []string{"", fmt.Sprintf("%d-%d", p1First, p2First-1), fmt.Sprintf("%d-%d", p2First, slotCount-1)}
+	for i := 1; i < confParts; i++ {
+		waitMap(t, p0, 1, fmt.Sprintf("part p%d ", i)) // its daemon adds it within a second
+		partitionCmd(t, p0, fmt.Sprintf("PARTITION MOVE %s p%d", moves[i], i), fmt.Sprintf("p%d", i))
+	}
+	target, lo, hi := 1, p1First, p2First-1
+	if r.index%2 == 1 {
+		target, lo, hi = 2, p2First, slotCount-1
+	}
+	k := 0
+	for s := slotOf("c0"); s < lo || s > hi; s = slotOf(fmt.Sprintf("c%d", k)) {
+		k++
+	}
+	r.tag = fmt.Sprintf("{c%d}", k)
+	// each daemon reads the map every second: until each serves from it
+	for i, p := range r.pd {
+		want := "NO MOVED"
+		if i == target {
+			want = "OK STATUS"
+		}
+		var last string
+		for end := time.Now().Add(partsWait); ; time.Sleep(20 * time.Millisecond) {
+			if last = statusAt(t, p.addr, r.tag+"probe"); strings.HasPrefix(last, want) {
+				break
+			}
+			if time.Now().After(end) {
+				r.fail("p%d: STATUS %sprobe: %q, expected %s", i, r.tag, last, want)
+			}
+		}
+	}
+}
+
+// tagNames puts the scenario's names under the tag: <c>
+// lock|lockall|status|check|break <name>, <c> spawn <job> lock|lockall
+// <name> (each name of a lockall's list).
+func (r *run) tagNames(words []string) {
+	at := 0
+	switch {
+	case len(words) >= 5 && words[1] == "spawn":
+		at = 4
+	case len(words) >= 3:
+		switch words[1] {
+		case "lock", "lockall", "status", "check", "break":
+			at = 2
+		}
+	}
+	if at == 0 {
+		return
+	}
+	names := strings.Split(words[at], ",")
+	for i := range names {
+		names[i] = r.tag + names[i]
+	}
+	words[at] = strings.Join(names, ",")
 }
 
 func (r *run) client(words []string) {
@@ -561,6 +714,9 @@ func (r *run) contendedStep(words []string) {
 func (r *run) line(text string) {
 	left, right, _ := strings.Cut(text, " -> ")
 	words, want := strings.Fields(left), strings.Fields(right)
+	if r.tag != "" {
+		r.tagNames(words)
+	}
 	switch head := words[0]; head {
 	case "scenario":
 	case "daemon":
@@ -608,6 +764,9 @@ func (r *run) line(text string) {
 func (r *run) close() {
 	if r.d != nil {
 		r.d.signal(syscall.SIGCONT) // a paused daemon lets its clients go
+	}
+	for _, p := range r.pd {
+		p.signal(syscall.SIGCONT)
 	}
 	for _, sc := range r.clients {
 		sc.c.Close()
