@@ -104,7 +104,7 @@ SERVER_SRC := server/log.c server/config.c server/proof.c \
 # libdlock (client/lib/): the library, and its public header dlock.h.
 CLIENT_SRC := $(addprefix client/lib/,dlock.c dlock_ask.c dlock_io.c dlock_req.c \
                 dlock_reply.c dlock_tls.c dlock_watch.c dlock_desc.c \
-                dlock_err.c dlock_route.c)
+                dlock_err.c dlock_route.c dlock_span.c)
 # The dlock command (client/cli/), on libdlock.
 CLI_SRC    := $(addprefix client/cli/,dlock_cli.c dlock_clicore.c \
                 dlock_cmds.c dlock_run.c dlock_guard.c dlock_child.c \
@@ -382,7 +382,7 @@ GO_CACHE_ENV = HOME=$(abspath $(O))/go/home \
   GOCACHE=$(abspath $(O))/go/cache GOPATH=$(abspath $(O))/go/path \
   GOFLAGS=-mod=mod GOPROXY=off
 GO_ENV = cd client/go && $(GO_CACHE_ENV)
-# Then the conformance scenarios on a partitioned service (about 20 s,
+# make gotest ends with the conformance scenarios on a partitioned service (20 s,
 # three at a time): the Go runner's DL_CONFORMANCE_PARTS=1.
 gotest: $(O)/dlockd
 	$(GO_ENV) $(GO) vet ./...

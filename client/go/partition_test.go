@@ -732,7 +732,7 @@ func TestPartitionMoveCarriesLocks(t *testing.T) {
 
 	t.Run("lease survives a move", func(t *testing.T) {
 		name := names[0]
-		ttl := 2 * time.Second
+		ttl := 4 * time.Second
 		l, err := c.Lock(ctx, name, TTL(ttl))
 		if err != nil {
 			t.Fatal(err)
@@ -741,7 +741,7 @@ func TestPartitionMoveCarriesLocks(t *testing.T) {
 			t.Fatalf("TryLock of a held %s: %v", name, err)
 		}
 		p.moveName(t, name, 0, 1)
-		time.Sleep(3 * ttl) // renewed all along: at p0, then at p1
+		time.Sleep(2 * ttl) // renewed all along: at p0, then at p1
 		if !l.Valid() || l.Err() != nil {
 			t.Fatalf("the lease was lost over the move: %v", l.Err())
 		}

@@ -5,7 +5,9 @@
 #   make java       compile to $(O)/java/classes and make $(O)/java/dlockd.jar
 #   make javatest   compile the tests and run them (JUnit 5, Debian's junit5)
 #                   against this build's dlockd (DLOCKD), redis-server and
-#                   openssl; a missing daemon fails the run, never skips it
+#                   openssl; a missing daemon fails the run, never skips it;
+#                   then the conformance scenarios once more, each on a
+#                   partitioned service (DL_CONFORMANCE_PARTS=1)
 
 O          ?= build
 JAVAC      ?= javac
@@ -50,3 +52,9 @@ javatest: $(O)/dlockd $(JAVA_OUT)/dlockd.jar $(JAVA_OUT)/test-classes.stamp
 	  --config junit.jupiter.execution.parallel.mode.classes.default=concurrent \
 	  --config junit.jupiter.execution.parallel.config.strategy=fixed \
 	  --config junit.jupiter.execution.parallel.config.fixed.parallelism=4
+	@# then the conformance scenarios on a partitioned service (22 s,
+	@# three at a time): the Java runner's DL_CONFORMANCE_PARTS=1
+	DLOCKD=$(abspath $(O)/dlockd) DL_CONFORMANCE_PARTS=1 $(JAVA) -jar $(JUNIT_JAR) \
+	  --class-path $(JAVA_OUT)/classes:$(JAVA_OUT)/test-classes \
+	  --select-class dlockd.ConformanceTest \
+	  --disable-banner --details=tree --fail-if-no-tests

@@ -575,9 +575,9 @@ abstract sealed class Core permits Protocol {
             case UNCONFIRMED: msg = "it could not be confirmed before its local deadline"; break;
             default: msg = "the client was closed"; break;
         }
-        if (brokenBy != null && !brokenBy.isEmpty()) msg = "broken by " + brokenBy;
-        l.setLost(new LeaseLostException(null, null, l.name + " (token " + Wire.u64(l.token) + "): " + msg, why,
-                brokenBy == null || brokenBy.isEmpty() ? null : brokenBy));
+        boolean broken = brokenBy != null && !brokenBy.isEmpty();
+        l.setLost(new LeaseLostException(null, null, Lease.lossText(l.name, l.token, broken ? "broken by " : msg,
+                broken ? brokenBy : ""), why, broken ? brokenBy : null));
     }
 
     void risk(Lease l) {

@@ -207,11 +207,21 @@ public final class Lease implements AutoCloseable {
     private boolean lostLocked(double now) {
         if (err != null) return true;
         if (!ended && now >= lostAt) {
-            err = new LeaseLostException(null, null, name + " (token " + Wire.u64(token)
-                    + "): it could not be confirmed before its local deadline", LostReason.UNCONFIRMED, null);
+            err = new LeaseLostException(null, null, lossText(name, token,
+                    "it could not be confirmed before its local deadline", ""), LostReason.UNCONFIRMED, null);
             return true;
         }
         return false;
+    }
+
+    /**
+     * A loss's message: "name (token n): why more". With a StringBuilder, not +: a string concatenation's first run
+     * links its call site (invokedynamic), which takes milliseconds (tens on a loaded machine), and the first loss of
+     * a JVM must still reach its listeners within the guard (20 ms for a short lease).
+     */
+    static String lossText(String name, long token, String why, String more) {
+        return new StringBuilder(name).append(" (token ").append(Wire.u64(token)).append("): ").append(why).append(more)
+                .toString();
     }
 
     /** @return the lock's name */
@@ -650,7 +660,7 @@ public final class Lease implements AutoCloseable {
         if (!to.exec(() -> to.takeIn(l, Engine.nowMs()))) {
             // the client is being closed: the lease is lost to it, as every other
             l.lostM = LostReason.CLIENT_CLOSED;
-            l.setLost(new LeaseLostException(null, null, l.name + " (token " + Wire.u64(l.token) + "): the client was closed",
+            l.setLost(new LeaseLostException(null, null, lossText(l.name, l.token, "the client was closed", ""),
                     LostReason.CLIENT_CLOSED, null));
         }
         if (old[0] != null) from.exec(() -> from.giveTurn(old[0]));

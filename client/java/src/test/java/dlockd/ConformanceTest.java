@@ -22,6 +22,7 @@ import java.util.concurrent.TimeoutException;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.DynamicTest;
 import org.junit.jupiter.api.TestFactory;
+import org.junit.jupiter.api.parallel.Isolated;
 
 /**
  * The Java client's runner of the conformance scenarios (tests/conformance/scenarios.txt, which says the language);
@@ -41,12 +42,29 @@ import org.junit.jupiter.api.TestFactory;
  * <p>"contended L n within ms": the client's {@link DlockClient.Builder#onContended} listener said n for L's lease,
  * and {@link Lease#waiters()} says n. What the listener said is kept by lease object, not by the scenario's name: a
  * waiter's grant is told of the requests behind it before its lease is handed out (and bound to L at its join).
+ *
+ * <p>With DL_CONFORMANCE_PARTS=1 (as tests/test_conformance.c's test_conformance.parts) every scenario runs on a
+ * partitioned service instead: a redis-server and three daemons of partitions p0, p1 and p2, the map giving p0 the
+ * slots below 5461, p1 those below 10923, p2 the rest. The clients know p0's daemon only, and every name of a scenario
+ * is put under one tag "{c&lt;k&gt;}" whose slot is p1's (a scenario of even index in the file) or p2's (odd): each
+ * of its calls goes through the map and NO MOVED to the partition that serves it, and a multi-lock's names share it.
+ * "daemon none" starts the same service (partitions need Redis); "daemon kill9", "restart", "pause" and "resume" act
+ * on every daemon. The tests are named "&lt;scenario&gt; [parts]" then.
+ *
+ * <p>{@link Isolated}: no other test class runs meanwhile (javatest runs four at once). A "lost" step has the lease's
+ * guard as its margin, 40 ms for a lease of 400 ms, which two CPUs busy with other classes' daemons can eat.
  */
+@Isolated
 class ConformanceTest {
     static final Duration STATUS_POLL = Duration.ofSeconds(2); // a status step is polled this long
     static final long STEP_MAX_MS = 30_000; // no step waits longer
     static final long SCENARIO_MAX_MS = 120_000;
-    static final int PARALLEL = 6;
+    /** DL_CONFORMANCE_PARTS=1: each scenario on a partitioned service (see above). */
+    static final boolean PARTS = "1".equals(System.getenv("DL_CONFORMANCE_PARTS"));
+    // A partitioned scenario starts four processes: three at a time (as test_conformance.parts) on two CPUs.
+    static final int PARALLEL = PARTS ? 3 : 6;
+    static final int PART_COUNT = 3; // the partitioned service's partitions
+    static final long PARTS_SETTLE_MS = 20_000; // a partition shows in the map, a daemon serves from the new map
 
     record Line(int no, String text) {}
 
@@ -99,9 +117,11 @@ class ConformanceTest {
             return t;
         });
         List<Future<?>> runs = new ArrayList<>();
-        for (Scenario sc : all) {
+        for (int i = 0; i < all.size(); i++) {
+            Scenario sc = all.get(i);
+            int index = i; // by the scenario's index: its names on p1 or p2 with DL_CONFORMANCE_PARTS
             runs.add(pool.submit(() -> {
-                try (Run r = new Run(sc)) {
+                try (Run r = new Run(sc, index)) {
                     r.run();
                 }
                 return null;
@@ -111,7 +131,7 @@ class ConformanceTest {
         List<DynamicTest> tests = new ArrayList<>();
         for (int i = 0; i < all.size(); i++) {
             Future<?> f = runs.get(i);
-            String name = all.get(i).name();
+            String name = all.get(i).name() + (PARTS ? " [parts]" : "");
             tests.add(DynamicTest.dynamicTest(name, () -> {
                 try {
                     f.get(SCENARIO_MAX_MS, TimeUnit.MILLISECONDS);
@@ -147,10 +167,12 @@ class ConformanceTest {
 
     static final class Run implements AutoCloseable {
         final Scenario sc;
+        final int index; // in the file
         int no;
         final Daemons ds = new Daemons();
-        Daemons.Proc redis, d;
-        List<String> dargs = List.of();
+        Daemons.Proc redis, d; // d: the clients' daemon (p0's with DL_CONFORMANCE_PARTS)
+        final List<Daemons.Proc> service = new ArrayList<>(); // every daemon of the scenario: d, or p0's, p1's, p2's
+        String tag = ""; // "{c<k>}" with DL_CONFORMANCE_PARTS: put before each name of the scenario
         final Map<String, SClient> clients = new HashMap<>();
         final Map<String, Lease> leases = new HashMap<>();
         final Map<String, CompletableFuture<?>> jobs = new HashMap<>(); // of a Lease (lock) or Leases (lockall)
@@ -159,8 +181,9 @@ class ConformanceTest {
         volatile boolean stop;
         final Thread sampler;
 
-        Run(Scenario sc) {
+        Run(Scenario sc, int index) {
             this.sc = sc;
+            this.index = index;
             sampler = new Thread(this::sample, "conformance-sampler-" + sc.name());
             sampler.setDaemon(true);
             sampler.start();
@@ -217,44 +240,119 @@ class ConformanceTest {
 
         // ---- steps ---------------------------------------------------------------
 
+        /** A private redis-server, appendfsync always. */
+        Daemons.Proc startRedis() {
+            return ds.startListening("redis", "Ready to accept connections", port -> {
+                Path dir = ds.dir.resolve("redis-" + port);
+                try {
+                    Files.createDirectories(dir);
+                } catch (IOException e) {
+                    throw new IllegalStateException(e);
+                }
+                return List.of("redis-server", "--port", String.valueOf(port), "--bind", "127.0.0.1", "--save", "",
+                        "--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction", "--dir",
+                        dir.toString());
+            });
+        }
+
+        /** A daemon with these arguments, listening; one of the scenario's service. */
+        Daemons.Proc startDaemon(String name, List<String> args) {
+            Daemons.Proc p = ds.startListening(name, " ready (", port -> {
+                List<String> a = new ArrayList<>(List.of(Daemons.bin(), "--port", String.valueOf(port), "-l", "info"));
+                a.addAll(args);
+                return a;
+            });
+            service.add(p);
+            return p;
+        }
+
+        /** The first reply line to a request on a connection of its own to p. */
+        String ask(Daemons.Proc p, String request) {
+            try {
+                return Daemons.raw(p.addr, request).get(0);
+            } catch (RuntimeException e) {
+                fail(p.name + ": " + request + ": " + e);
+                return null;
+            }
+        }
+
+        /**
+         * The partitioned service (DL_CONFORMANCE_PARTS), as test_conformance.c's parts_start(): Redis, the daemons of
+         * p0, p1 and p2, the map made on p0, the scenario's tag chosen on p1 or p2, and every daemon serving from the
+         * new map (the tag's partition answers STATUS, the others NO MOVED).
+         */
+        void partsStart() {
+            redis = startRedis();
+            String url = "redis://127.0.0.1:" + redis.port + "/0";
+            for (int i = 0; i < PART_COUNT; i++) {
+                Path conf = ds.dir.resolve("p" + i + ".conf");
+                try {
+                    Files.writeString(conf, "[persistence]\nredis_prefix = c:\n[partition]\nid = p" + i + "\n");
+                } catch (IOException e) {
+                    throw new IllegalStateException(e);
+                }
+                startDaemon("dlockd-p" + i, List.of("-c", conf.toString(), "--persist", "redis", "--redis", url));
+            }
+            d = service.get(0);
+            String r = ask(d, "PARTITION INIT");
+            if (!r.equals("OK PARTITION epoch=1")) fail("PARTITION INIT: " + r);
+            for (int i = 1; i < PART_COUNT; i++) {
+                String part = "part p" + i + " "; // its daemon puts it in the map within a second
+                long end = System.nanoTime() + PARTS_SETTLE_MS * 1_000_000;
+                List<String> m;
+                while (!(m = PartitionTest.map(d.addr)).stream().anyMatch(l -> l.startsWith(part))) {
+                    if (System.nanoTime() > end) fail("p" + i + " not in p0's map in " + PARTS_SETTLE_MS + " ms: " + m);
+                    Daemons.sleep(20);
+                }
+                String slots = i == 1 ? "5461-10922" : "10923-16383";
+                r = ask(d, "PARTITION MOVE " + slots + " p" + i);
+                if (!r.startsWith("OK PARTITION")) fail("PARTITION MOVE " + slots + " p" + i + ": " + r);
+            }
+            int target = index % 2 == 0 ? 1 : 2, lo = target == 1 ? 5461 : 10923, hi = target == 1 ? 10922 : 16383;
+            for (int k = 0;; k++) {
+                int slot = DlockClient.slot("c" + k); // the slot of "{c<k>}..." is its tag's
+                if (slot >= lo && slot <= hi) {
+                    tag = "{c" + k + "}";
+                    break;
+                }
+            }
+            for (int i = 0; i < PART_COUNT; i++) { // each daemon reads the map every second
+                Daemons.Proc p = service.get(i);
+                String want = i == target ? "OK STATUS" : "NO MOVED";
+                long end = System.nanoTime() + PARTS_SETTLE_MS * 1_000_000;
+                while (!(r = ask(p, "STATUS " + tag + "probe")).startsWith(want)) {
+                    if (System.nanoTime() > end) fail("p" + i + ": STATUS " + tag + "probe: " + r + ", not " + want);
+                    Daemons.sleep(20);
+                }
+            }
+        }
+
         void daemon(String what) {
             switch (what) {
                 case "none":
                 case "redis":
-                    if (what.equals("redis")) {
-                        redis = ds.startListening("redis", "Ready to accept connections", port -> {
-                            Path dir = ds.dir.resolve("redis-" + port);
-                            try {
-                                Files.createDirectories(dir);
-                            } catch (IOException e) {
-                                throw new IllegalStateException(e);
-                            }
-                            return List.of("redis-server", "--port", String.valueOf(port), "--bind", "127.0.0.1",
-                                    "--save", "", "--appendonly", "yes", "--appendfsync", "always",
-                                    "--maxmemory-policy", "noeviction", "--dir", dir.toString());
-                        });
-                        dargs = List.of("--persist", "redis", "--redis", "redis://127.0.0.1:" + redis.port + "/0");
+                    if (PARTS) {
+                        partsStart(); // partitions need Redis
+                    } else if (what.equals("redis")) {
+                        redis = startRedis();
+                        String url = "redis://127.0.0.1:" + redis.port + "/0";
+                        d = startDaemon("dlockd", List.of("--persist", "redis", "--redis", url));
                     } else {
-                        dargs = List.of("--persist", "none");
+                        d = startDaemon("dlockd", List.of("--persist", "none"));
                     }
-                    d = ds.startListening("dlockd", " ready (", port -> {
-                        List<String> a = new ArrayList<>(List.of(Daemons.bin(), "--port", String.valueOf(port), "-l", "info"));
-                        a.addAll(dargs);
-                        return a;
-                    });
                     break;
                 case "kill9":
-                    d.kill();
+                    for (Daemons.Proc p : service) p.kill();
                     break;
                 case "restart":
-                    d.kill();
-                    d.restart();
+                    for (Daemons.Proc p : service) p.kill();
+                    for (Daemons.Proc p : service) p.restart();
                     break;
                 case "pause":
-                    d.signal("STOP");
+                    for (Daemons.Proc p : service) p.signal("STOP");
                     break;
                 case "resume":
-                    d.signal("CONT");
+                    for (Daemons.Proc p : service) p.signal("CONT");
                     break;
                 default:
                     fail("unknown daemon step " + what);
@@ -535,6 +633,22 @@ class ConformanceTest {
             if (l.waiters() != want) fail(words[1] + ": waiters() " + l.waiters() + ", expected " + want);
         }
 
+        /** A name (or a lockall's list of them) under the partitioned service's tag, in place of the scenario's. */
+        String tagged(String names) {
+            StringBuilder b = new StringBuilder();
+            for (String n : names.split(",", -1)) b.append(b.length() > 0 ? "," : "").append(tag).append(n);
+            return b.toString();
+        }
+
+        /** The words that are names: c lock|lockall|status|check|break NAME, c spawn job lock|lockall NAME. */
+        void tagNames(String[] words) {
+            if (words.length >= 5 && words[1].equals("spawn")) {
+                words[4] = tagged(words[4]);
+            } else if (words.length >= 3 && List.of("lock", "lockall", "status", "check", "break").contains(words[1])) {
+                words[2] = tagged(words[2]);
+            }
+        }
+
         void line(String text) {
             String left = text, right = "";
             int arrow = text.indexOf(" -> ");
@@ -544,6 +658,7 @@ class ConformanceTest {
             }
             String[] words = left.strip().split("\\s+");
             String[] want = right.isBlank() ? new String[0] : right.strip().split("\\s+");
+            if (!tag.isEmpty() && !words[0].equals("scenario")) tagNames(words);
             switch (words[0]) {
                 case "scenario":
                     break;
@@ -598,7 +713,7 @@ class ConformanceTest {
 
         @Override
         public void close() {
-            if (d != null) d.signal("CONT"); // a paused daemon lets its clients go
+            for (Daemons.Proc p : service) p.signal("CONT"); // a paused daemon lets its clients go
             for (CompletableFuture<?> j : jobs.values()) j.cancel(true);
             for (SClient s : clients.values()) s.c().close();
             stop = true;

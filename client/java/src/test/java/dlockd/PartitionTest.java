@@ -342,7 +342,7 @@ class PartitionTest {
             // p2 gives the other name's slot to p1: an asynchronous lock is told MOVED by p2, reads the map again
             // (from p2), and is sent to p1
             long e1 = move(p2, String.valueOf(Slots.of(other)), "p1");
-            waitEpoch(e1, p1, p2);
+            waitEpoch(e1, p0, p1, p2); // p0 too: heldOn asks it
             Lease lo = c.lockAsync(other, TTL).get(20, TimeUnit.SECONDS);
             assertTrue(c.mapEpoch() >= e1, "the map read again: epoch " + c.mapEpoch());
             heldOn(p1, other, lo.token());
@@ -354,7 +354,7 @@ class PartitionTest {
             assertTrue(r.startsWith("OK PARTITION epoch="), r);
             assertEquals("free", kv(status(p2, "foo"), "state"));
             long e2 = move(p2, "12182", "p1");
-            waitEpoch(e2, p1, p2);
+            waitEpoch(e2, p0, p1, p2);
             assertTrue(c.mapEpoch() < e2);
             Lease l = c.lock("foo", TTL);
             assertTrue(c.mapEpoch() >= e2, "the map read again: epoch " + c.mapEpoch());
@@ -584,13 +584,13 @@ class PartitionTest {
     @Order(9)
     void aLeaseSurvivesAMoveOfItsSlot() throws Exception {
         String n = ofP0("keep-", 0);
-        Duration ttl = Duration.ofSeconds(2);
+        Duration ttl = Duration.ofSeconds(4);
         try (DlockClient c = Daemons.client(p0.addr).build(); DlockClient o = Daemons.client(p0.addr).build()) {
             Lease l = c.lock(n, LockOptions.ttl(ttl));
             heldOn(p0, n, l.token());
             long e = move(p0, String.valueOf(Slots.of(n)), "p1");
             waitEpoch(e, p0, p1, p2);
-            Daemons.sleep(3 * ttl.toMillis());
+            Daemons.sleep(2 * ttl.toMillis());
             assertTrue(l.isValid(), "held across the move: " + l + " " + l.lostCause());
             assertEquals(LostReason.NOT_LOST, l.lostReason());
             heldOn(p1, n, l.token());
