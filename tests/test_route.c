@@ -17,7 +17,12 @@
  *   - dlock admin map and dlock admin partition move;
  *   - a PARTITION MOVE carries the slot's locks: a lease follows its name
  *     (its renewals, refresh, value, unlock) with its token, and a
- *     waiter its place in the queue.
+ *     waiter its place in the queue;
+ *   - what spans partitions (client/lib/dlock_span.c): dlock_locks()
+ *     lists every partition's locks, merged and paged; dlock_stats_all()
+ *     every partition's STATS; a prefix watch sees every partition; a
+ *     partition that cannot be reached fails them; dlock list and dlock
+ *     stats --all show them.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -37,7 +42,7 @@
 #include "tests/harness.h"
 
 #define NPARTS	3
-#define OUT_MAX 8192
+#define OUT_MAX 65536 /* dlock stats --all of three daemons */
 
 static struct h_redis r;
 static struct h_daemon d[NPARTS];
@@ -492,15 +497,17 @@ Test(route, a_renewed_lease_survives_a_move_of_its_slot_with_its_token)
 	o.on_lost = count_lost;
 	o.arg = &lost;
 	c = client_with(&o);
-	cr_assert_eq(dlock_lock(c, "bar", 2000, 0, &l), 0, "%s",
+	/* 4 s: a move on a loaded machine (make check runs three suites
+	 * at once, sanitized) may keep renewals waiting a second or two */
+	cr_assert_eq(dlock_lock(c, "bar", 4000, 0, &l), 0, "%s",
 		     dlock_last_error());
 	token = dlock_lease_token(l);
 	expect_held_on(0, "bar", token, dlock_owner(c));
 	move_bar(epoch);
 	wait_held_on(1, "bar", token, dlock_owner(c));
 	expect_moved(0, "bar", 1);
-	/* three TTLs: only renewals that go to p1 keep it */
-	h_sleep_ms(6000);
+	/* two TTLs: only renewals that go to p1 keep it */
+	h_sleep_ms(8000);
 	cr_assert_eq(atomic_load(&lost), 0, "on_lost was called");
 	cr_assert(dlock_lease_valid(l));
 	expect_held_on(1, "bar", token, dlock_owner(c));
@@ -608,6 +615,317 @@ Test(route, a_waiter_follows_its_name_and_is_granted_after_the_holder)
 	expect_free_on(1, "bar");
 	dlock_close(a);
 	dlock_close(w.c);
+}
+
+/* ---- what spans partitions ---------------------------------------------- */
+
+/* span/a .. span/l: each partition has some (span_names asserts it) */
+#define SPAN_N 12
+
+/* The partition of a name by the spec's map (partitioned()). */
+static int part_of(const char *name)
+{
+	unsigned s = dl_key_slot(name, strlen(name));
+
+	return s <= 5460 ? 0 : s <= 10922 ? 1 : 2;
+}
+
+/* span/a .. span/l, in byte order; at least two in each partition. */
+static void span_names(char names[SPAN_N][16])
+{
+	int i, in[NPARTS] = {0};
+
+	for (i = 0; i < SPAN_N; i++) {
+		snprintf(names[i], 16, "span/%c", 'a' + i);
+		in[part_of(names[i])]++;
+	}
+	for (i = 0; i < NPARTS; i++)
+		cr_assert_geq(in[i], 2, "partition p%d has %d of the names", i,
+			      in[i]);
+}
+
+/* c takes every name of span_names: their tokens into token[]. */
+static void hold_span(dlock_client *c, char names[SPAN_N][16],
+		      uint64_t token[SPAN_N], dlock_lease *l[SPAN_N])
+{
+	int i;
+
+	span_names(names);
+	for (i = 0; i < SPAN_N; i++) {
+		cr_assert_eq(dlock_lock(c, names[i], 60000, 0, &l[i]), 0,
+			     "%s: %s", names[i], dlock_last_error());
+		token[i] = dlock_lease_token(l[i]);
+	}
+}
+
+/* What dlock_locks gave, in the order given. */
+struct listing {
+	int n;
+	char name[SPAN_N + 4][DL_NAME_MAX + 1];
+	struct dlock_status st[SPAN_N + 4];
+};
+
+static void on_listed(const char *name, const struct dlock_status *st,
+		      void *arg)
+{
+	struct listing *ls = arg;
+
+	cr_assert_lt(ls->n, SPAN_N + 4, "more locks given than exist");
+	snprintf(ls->name[ls->n], sizeof(ls->name[0]), "%s", name);
+	ls->st[ls->n++] = *st;
+}
+
+Test(route, locks_lists_every_partitions_locks_in_order_and_pages_each_once)
+{
+	char names[SPAN_N][16];
+	uint64_t token[SPAN_N], more = 99;
+	struct listing all = {0}, page;
+	dlock_client *holder, *lister;
+	dlock_lease *l[SPAN_N], *other;
+	int i, k, seen, pages;
+
+	partitioned();
+	holder = client();
+	lister = client(); /* knows p0's daemon only */
+	hold_span(holder, names, token, l);
+	/* a lock outside the prefix is not listed */
+	cr_assert_eq(dlock_lock(holder, "other", 60000, 0, &other), 0);
+	cr_assert_eq(dlock_locks(lister, "span/", NULL, 0, 0, on_listed, &all,
+				 &more),
+		     0, "%s", dlock_last_error());
+	cr_assert_eq(all.n, SPAN_N);
+	cr_assert_eq(more, 0);
+	for (i = 0; i < SPAN_N; i++) {
+		cr_assert_str_eq(all.name[i], names[i]);
+		cr_assert(all.st[i].held, "%s", names[i]);
+		cr_assert_eq(all.st[i].token, token[i], "%s", names[i]);
+		cr_assert_str_eq(all.st[i].owner, dlock_owner(holder));
+	}
+	/* pages of 5: each name once, in order, more counting the rest */
+	for (seen = 0, pages = 0; seen < SPAN_N; pages++) {
+		memset(&page, 0, sizeof(page));
+		cr_assert_eq(dlock_locks(lister, "span/",
+					 seen ? names[seen - 1] : NULL, 5, 0,
+					 on_listed, &page, &more),
+			     0, "%s", dlock_last_error());
+		k = SPAN_N - seen < 5 ? SPAN_N - seen : 5;
+		cr_assert_eq(page.n, k, "page %d", pages);
+		for (i = 0; i < page.n; i++)
+			cr_assert_str_eq(page.name[i], names[seen + i]);
+		seen += page.n;
+		cr_assert_eq(more, (uint64_t)(SPAN_N - seen), "page %d", pages);
+	}
+	cr_assert_eq(pages, 3);
+	/* the server's default page (100) holds them all */
+	memset(&page, 0, sizeof(page));
+	cr_assert_eq(
+		dlock_locks(lister, NULL, NULL, 0, 0, on_listed, &page, &more),
+		0);
+	cr_assert_eq(page.n, SPAN_N + 1);
+	cr_assert_str_eq(page.name[0], "other");
+	cr_assert_eq(more, 0);
+	dlock_close(lister);
+	dlock_close(holder);
+}
+
+Test(route, locks_by_waiters_merges_the_partitions_most_waited_for_first)
+{
+	struct h_client *w[3];
+	struct listing ls = {0};
+	dlock_client *holder, *lister;
+	dlock_lease *l[2];
+	uint64_t more = 99;
+	int i;
+
+	partitioned();
+	holder = client();
+	lister = client();
+	cr_assert_eq(part_of("span/b"), 1);
+	cr_assert_eq(part_of("span/c"), 2);
+	cr_assert_eq(dlock_lock(holder, "span/b", 60000, 0, &l[0]), 0);
+	cr_assert_eq(dlock_lock(holder, "span/c", 60000, 0, &l[1]), 0);
+	/* two wait for span/c (p2), one for span/b (p1) */
+	for (i = 0; i < 3; i++) {
+		w[i] = h_connect(d[i < 2 ? 2 : 1].port);
+		cr_assert(h_starts(h_call(w[i], "LOCK %s ttl=30000 wait=60000",
+					  i < 2 ? "span/c" : "span/b"),
+				   "OK QUEUED"),
+			  "%s", w[i]->line);
+	}
+	cr_assert_eq(
+		dlock_locks(lister, NULL, NULL, 10, 1, on_listed, &ls, &more),
+		0, "%s", dlock_last_error());
+	cr_assert_eq(ls.n, 2);
+	cr_assert_str_eq(ls.name[0], "span/c");
+	cr_assert_eq(ls.st[0].waiters, 2);
+	cr_assert_str_eq(ls.name[1], "span/b");
+	cr_assert_eq(ls.st[1].waiters, 1);
+	cr_assert_eq(more, 0);
+	/* the first only: more counts the other */
+	memset(&ls, 0, sizeof(ls));
+	cr_assert_eq(
+		dlock_locks(lister, NULL, NULL, 1, 1, on_listed, &ls, &more), 0,
+		"%s", dlock_last_error());
+	cr_assert_eq(ls.n, 1);
+	cr_assert_str_eq(ls.name[0], "span/c");
+	cr_assert_eq(more, 1);
+	for (i = 0; i < 3; i++)
+		h_close(w[i]);
+	dlock_close(lister);
+	dlock_close(holder);
+}
+
+/* What dlock_stats_all gave: partition_slots of each partition, and
+ * the lines of each. */
+struct all_stats {
+	char part[NPARTS + 1][8];
+	uint64_t slots[NPARTS + 1];
+	int lines[NPARTS + 1];
+	int n;
+};
+
+static void on_part_stat(const char *partition, const char *key,
+			 const char *value, void *arg)
+{
+	struct all_stats *as = arg;
+	int k;
+
+	for (k = 0; k < as->n; k++)
+		if (strcmp(as->part[k], partition) == 0)
+			break;
+	if (k == as->n) {
+		cr_assert_lt(as->n, NPARTS + 1, "a fourth partition: %s",
+			     partition);
+		cr_assert_lt(strlen(partition), sizeof(as->part[0]));
+		strcpy(as->part[as->n++], partition);
+	}
+	as->lines[k]++;
+	if (strcmp(key, "partition_slots") == 0)
+		as->slots[k] = strtoull(value, NULL, 10);
+}
+
+Test(route, stats_all_gives_every_partitions_daemon)
+{
+	static const uint64_t slots[NPARTS] = {5461, 5462, 5461};
+	struct all_stats as = {0};
+	char id[8];
+	dlock_client *c;
+	int k;
+
+	partitioned();
+	c = client();
+	cr_assert_eq(dlock_stats_all(c, on_part_stat, &as), 0, "%s",
+		     dlock_last_error());
+	cr_assert_eq(as.n, NPARTS);
+	for (k = 0; k < NPARTS; k++) {
+		snprintf(id, sizeof(id), "p%d", k);
+		cr_assert_str_eq(as.part[k], id);
+		cr_assert_gt(as.lines[k], 10, "%s", id);
+		/* each partition's own daemon said it */
+		cr_assert_eq(as.slots[k], slots[k], "%s", id);
+	}
+	cr_assert_eq(dlock_stats_all(NULL, on_part_stat, &as), DLOCK_EINVAL);
+	cr_assert_eq(dlock_stats_all(c, NULL, &as), DLOCK_EINVAL);
+	dlock_close(c);
+}
+
+static int next_event(dlock_client *c, struct dlock_watch_event *ev)
+{
+	int err = dlock_watch_next(c, ev, 10000);
+
+	cr_assert_eq(err, 0, "%s", dlock_strerror(err));
+	return ev->kind;
+}
+
+Test(route, a_prefix_watch_sees_a_grant_on_every_partition)
+{
+	static const char *const names[NPARTS] = {"span/a", "span/b", "span/c"};
+	static const char *const late[NPARTS] = {"span/d", "span/f", "span/g"};
+	struct dlock_watch_event ev;
+	struct h_client *raw[NPARTS];
+	int seen[NPARTS] = {0}, i, k;
+	int64_t holders = 0;
+	dlock_client *c;
+
+	partitioned();
+	c = client();
+	cr_assert_eq(dlock_watch(c, "span/*", &holders), 0, "%s",
+		     dlock_last_error());
+	cr_assert_eq(holders, -1);
+	/* watching again changes nothing */
+	cr_assert_eq(dlock_watch(c, "span/*", NULL), 0, "%s",
+		     dlock_last_error());
+	for (i = 0; i < NPARTS; i++) {
+		cr_assert_eq(part_of(names[i]), i);
+		raw[i] = h_connect(d[i].port);
+		h_lock(raw[i], names[i], "ttl=60000");
+	}
+	for (k = 0; k < NPARTS; k++) {
+		cr_assert_eq(next_event(c, &ev), DLOCK_WATCH_GRANTED);
+		for (i = 0; i < NPARTS; i++)
+			if (strcmp(ev.name, names[i]) == 0)
+				seen[i]++;
+	}
+	for (i = 0; i < NPARTS; i++)
+		cr_assert_eq(seen[i], 1, "%s", names[i]);
+	/* unwatched at every partition: a later grant is not told, the
+	 * next event is of a name watched since */
+	cr_assert_eq(dlock_unwatch(c, "span/*"), 0, "%s", dlock_last_error());
+	cr_assert_eq(dlock_unwatch(c, "span/*"), DLOCK_EINVAL);
+	for (i = 0; i < NPARTS; i++) {
+		cr_assert_eq(part_of(late[i]), i);
+		h_lock(raw[i], late[i], "ttl=60000");
+	}
+	cr_assert_eq(dlock_watch(c, "qux", NULL), 0, "%s", dlock_last_error());
+	h_lock(raw[1], "qux", "ttl=60000");
+	cr_assert_eq(next_event(c, &ev), DLOCK_WATCH_GRANTED);
+	cr_assert_str_eq(ev.name, "qux");
+	for (i = 0; i < NPARTS; i++)
+		h_close(raw[i]);
+	dlock_close(c);
+}
+
+static void never_listed(const char *name, const struct dlock_status *st,
+			 void *arg)
+{
+	(void)st, (void)arg;
+	cr_assert_fail("listed %s", name);
+}
+
+static void never_stat(const char *partition, const char *key,
+		       const char *value, void *arg)
+{
+	(void)value, (void)arg;
+	cr_assert_fail("given %s %s", partition, key);
+}
+
+Test(route, a_partition_that_cannot_be_reached_fails_what_spans_them)
+{
+	struct h_client *raw;
+	dlock_client *c;
+	uint64_t more;
+	int err, i;
+
+	partitioned();
+	c = client();
+	h_daemon_kill9(&d[2]);
+	err = dlock_locks(c, NULL, NULL, 0, 0, never_listed, NULL, &more);
+	cr_assert_eq(err, DLOCK_ECONNECT, "%s (%s)", dlock_strerror(err),
+		     dlock_last_error());
+	err = dlock_stats_all(c, never_stat, NULL);
+	cr_assert_eq(err, DLOCK_ECONNECT, "%s (%s)", dlock_strerror(err),
+		     dlock_last_error());
+	/* all or none: p0 and p1 were watched, and are no more */
+	err = dlock_watch(c, "span/*", NULL);
+	cr_assert_eq(err, DLOCK_ECONNECT, "%s (%s)", dlock_strerror(err),
+		     dlock_last_error());
+	for (i = 0; i < 2; i++) {
+		raw = h_connect(d[i].port);
+		cr_assert_eq(h_stats_value(raw, "watches"), 0, "p%d", i);
+		h_close(raw);
+	}
+	cr_assert_eq(dlock_unwatch(c, "span/*"), DLOCK_EINVAL);
+	dlock_close(c);
 }
 
 /* ---- dlock(1) ------------------------------------------------------------ */
@@ -734,6 +1052,65 @@ Test(route, dlock_admin_map_and_partition_move)
 	cr_assert_eq(res.status, 64, "%s", res.err);
 }
 
+Test(route, dlock_list_and_stats_all_show_every_partition)
+{
+	char names[SPAN_N][16], want[64];
+	uint64_t token[SPAN_N];
+	dlock_lease *l[SPAN_N];
+	struct result res;
+	const char *at, *p;
+	dlock_client *holder;
+	int i;
+
+	partitioned();
+	holder = client();
+	hold_span(holder, names, token, l);
+	/* dlock list asks p0's daemon (DLOCK_PORT), and lists them all */
+	dlock(&res, "list", "span/", NULL);
+	cr_assert_eq(res.status, 0, "%s", res.err);
+	for (i = 0, at = res.out; i < SPAN_N; i++, at = p + 1) {
+		snprintf(want, sizeof(want), "\n%s ", names[i]);
+		p = strstr(at, want);
+		cr_assert(p, "%s is not listed after the one before:\n%s",
+			  names[i], res.out);
+		snprintf(want, sizeof(want), " %" PRIu64 " ", token[i]);
+		cr_assert(strstr(p, want), "%s: %s", names[i], p);
+	}
+	/* its pages are dlock_locks's: --max 5 of 12 */
+	dlock(&res, "list", "span/", "--max", "5", NULL);
+	cr_assert_eq(res.status, 0, "%s", res.err);
+	cr_assert(strstr(res.out, "\nspan/e ") && !strstr(res.out, "span/f"),
+		  "%s", res.out);
+	cr_assert(strstr(res.err, "7 more not listed"), "%s", res.err);
+	/* stats --all: every partition's daemon, each saying its slots */
+	dlock(&res, "stats", "--all", "--raw", NULL);
+	cr_assert_eq(res.status, 0, "%s", res.err);
+	cr_assert(strstr(res.out, "p0 partition_slots 5461\n"), "%s", res.out);
+	cr_assert(strstr(res.out, "p1 partition_slots 5462\n"), "%s", res.out);
+	cr_assert(strstr(res.out, "p2 partition_slots 5461\n"), "%s", res.out);
+	dlock(&res, "stats", "--all", "--json", NULL);
+	cr_assert_eq(res.status, 0, "%s", res.err);
+	cr_assert(h_starts(res.out, "{\"p0\": {\""), "%s", res.out);
+	p = strstr(res.out, "}, \"p1\": {\"");
+	cr_assert(p && strstr(p, "\"partition_slots\": 5462, "), "%s", res.out);
+	p = strstr(res.out, "}, \"p2\": {\"");
+	cr_assert(p && strstr(p, "}}\n") && !strchr(p, '\n')[1], "%s", res.out);
+	dlock(&res, "stats", "--all", NULL);
+	cr_assert_eq(res.status, 0, "%s", res.err);
+	cr_assert(h_starts(res.out, "Partition p0\n\nServer\n"), "%s", res.out);
+	cr_assert(strstr(res.out, "\n\nPartition p1\n\nServer\n"), "%s",
+		  res.out);
+	cr_assert(strstr(res.out, "\n\nPartition p2\n\nServer\n"), "%s",
+		  res.out);
+	/* without --all: the daemon reached, as ever */
+	dlock(&res, "stats", "--raw", NULL);
+	cr_assert_eq(res.status, 0, "%s", res.err);
+	cr_assert(h_starts(res.out, "uptime_ms ") &&
+			  strstr(res.out, "\npartition_slots 5461\n"),
+		  "%s", res.out);
+	dlock_close(holder);
+}
+
 /* ---- a daemon without partitions ---------------------------------------- */
 
 static struct h_daemon plain;
@@ -784,6 +1161,31 @@ Test(unpartitioned, map_says_0_and_the_client_routes_nothing)
 	cr_assert_str_eq(dlock_strerror(DLOCK_EMOVED),
 			 "the name's partition could not be found: moved "
 			 "again and again (the partition map is changing)");
+	dlock_close(c);
+}
+
+static void count_stat(const char *key, const char *value, void *arg)
+{
+	(void)key, (void)value;
+	++*(int *)arg;
+}
+
+Test(unpartitioned, stats_all_gives_the_one_daemon_as_partition_nothing)
+{
+	struct dlock_options o;
+	struct all_stats as = {0};
+	dlock_client *c;
+	int lines = 0;
+
+	dlock_options_init(&o);
+	o.port = plain.port;
+	cr_assert_eq(dlock_connect(&o, &c), 0, "%s", dlock_last_error());
+	cr_assert_eq(dlock_stats(c, count_stat, &lines), 0);
+	cr_assert_eq(dlock_stats_all(c, on_part_stat, &as), 0, "%s",
+		     dlock_last_error());
+	cr_assert_eq(as.n, 1);
+	cr_assert_str_eq(as.part[0], "");
+	cr_assert_eq(as.lines[0], lines);
 	dlock_close(c);
 }
 

@@ -89,6 +89,7 @@ static const struct {
 	[OPT_DESCRIBE] = {"describe", 1},
 	[OPT_WAITED_SIGNAL] = {"signal-when-waited", 1},
 	[OPT_VALUE] = {"value", 1},
+	[OPT_ALL] = {"all", 0},
 	[OPT_HELP] = {"help", 0},
 	[OPT_VERSION] = {"version", 0},
 };
@@ -291,11 +292,17 @@ static const struct subcmd subcmds[] = {
 	 "keys (numbers as numbers) and the lists \"holders_list\" and\n"
 	 "\"queue\".\n",
 	 0},
-	{"stats", dl_cli_stats, 0, OPTB(OPT_RAW) | OPTB(OPT_JSON),
-	 "stats [--raw|--json]",
+	{"stats", dl_cli_stats, 0,
+	 OPTB(OPT_RAW) | OPTB(OPT_JSON) | OPTB(OPT_ALL),
+	 "stats [--all] [--raw|--json]",
 	 "Print the server's counters for people, grouped and aligned. With\n"
 	 "--raw, print the server's `key value` lines as they come, for\n"
-	 "scripts; with --json, one JSON object {\"key\": value, ...}.\n",
+	 "scripts; with --json, one JSON object {\"key\": value, ...}.\n"
+	 "--all: the daemons of every partition of a partitioned service\n"
+	 "(the active one of each), one after the other, each under\n"
+	 "`Partition <id>`; with --raw, lines `<partition> <key> <value>`;\n"
+	 "with --json, {\"<partition>\": {\"key\": value, ...}, ...}.\n"
+	 "Without partitions: the one daemon, as partition `-`.\n",
 	 0},
 	{"list", dl_cli_list, 1,
 	 OPTB(OPT_MAX) | OPTB(OPT_LIMIT) | OPTB(OPT_BY_WAITERS) |
@@ -308,7 +315,8 @@ static const struct subcmd subcmds[] = {
 	 "most waited-for locks, most first (--max default 10). --json:\n"
 	 "{\"locks\": [{\"name\": ..., \"state\": ..., \"owner\": ..., \"token\":\n"
 	 "..., \"ttl_ms\": ..., \"count\": ..., \"waiters\": ...}, ...],\n"
-	 "\"more\": N}, where more counts the matching locks not listed.\n",
+	 "\"more\": N}, where more counts the matching locks not listed.\n"
+	 "On a partitioned service: every partition's locks, merged.\n",
 	 1},
 	{"ping", dl_cli_ping, 0, 0, "ping",
 	 "Send PING and print the round trip time in milliseconds, then\n"
@@ -327,7 +335,9 @@ static const struct subcmd subcmds[] = {
 	 "changes in between are not known. --json: one JSON object per\n"
 	 "line, {\"event\": ..., \"name\": ..., \"owner\": ..., \"token\":\n"
 	 "\"<digits>\", \"holders\": n, ...}. Needs the read right on the\n"
-	 "name, or on the whole prefix.\n",
+	 "name, or on the whole prefix. On a partitioned service a prefix\n"
+	 "is watched at every partition (a `resumed` line for each that\n"
+	 "reconnects).\n",
 	 0},
 	{"wait-free", dl_cli_wait_free, 1, 0, "wait-free <name> [--timeout D]",
 	 "Wait until the lock has no holder, without taking it (it may be\n"
@@ -693,6 +703,9 @@ static int set_option(struct cli *cl, enum opt_id id, char *v)
 		return 0;
 	case OPT_BY_WAITERS:
 		cl->by_waiters = 1;
+		return 0;
+	case OPT_ALL:
+		cl->all = 1;
 		return 0;
 	case OPT_CONFLICT_EXIT:
 		if (dl_parse_u64(v, strlen(v), &ms) != 0 || ms > 255)

@@ -122,6 +122,7 @@ enum opt_id {
 	OPT_DESCRIBE,
 	OPT_WAITED_SIGNAL,
 	OPT_VALUE,
+	OPT_ALL,
 	OPT_HELP,
 	OPT_VERSION,
 	OPT_COUNT_
@@ -191,6 +192,7 @@ struct cli {
 	uint64_t max;	   /* list --max: 0 for all */
 	int shared;	   /* lock, run --shared */
 	int by_waiters;	   /* list --by-waiters */
+	int all;	   /* stats --all: every partition's daemon */
 	int conflict_exit; /* -E: exit code when the lock is not taken, or
 			      0 for EXIT_TEMPFAIL */
 };

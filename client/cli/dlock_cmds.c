@@ -722,11 +722,15 @@ static const char *const stat_sections[] = {
 	"Contention", "Persistence", "Errors",	    "Other",
 };
 
+/* Bytes of a partition's id kept (dlockd's are at most 32). */
+#define STAT_PART_MAX 64
+
 struct stat_kv {
 	char *key, *value;
 	const char *section;
 	char label[DL_STATS_LINE_MAX];
 	enum stat_fmt fmt;
+	char part[STAT_PART_MAX + 1]; /* --all: its partition ("" none) */
 };
 
 struct stat_list {
@@ -735,7 +739,47 @@ struct stat_list {
 	int raw;
 	int json; /* how many printed so far, plus one */
 	int nomem;
+	int opened;		      /* --all --json: a partition's object */
+	char part[STAT_PART_MAX + 1]; /* --all --json: which */
 };
+
+/* --all: the partition as printed ("-": a service without partitions) */
+static const char *part_word(const char *partition)
+{
+	return partition[0] ? partition : "-";
+}
+
+/* --all --json: {"<partition>": {...}, ...}, an object per partition */
+static void json_part(struct stat_list *sl, const char *partition)
+{
+	if (sl->opened && strcmp(sl->part, partition) == 0)
+		return;
+	fputs(sl->opened ? "}, " : "{", stdout);
+	dl_cli_json_str(stdout, part_word(partition));
+	fputs(": ", stdout);
+	snprintf(sl->part, sizeof(sl->part), "%s", partition);
+	sl->opened = 1;
+	sl->json = 1; /* the next key opens the partition's object */
+}
+
+static void on_stat(const char *key, const char *value, void *arg);
+
+static void on_part_stat(const char *partition, const char *key,
+			 const char *value, void *arg)
+{
+	struct stat_list *sl = arg;
+
+	if (sl->raw) {
+		printf("%s %s %s\n", part_word(partition), key, value);
+		return;
+	}
+	if (sl->json)
+		json_part(sl, partition);
+	on_stat(key, value, arg);
+	if (!sl->json && !sl->nomem)
+		snprintf(sl->kv[sl->n - 1].part, sizeof(sl->kv[0].part), "%s",
+			 partition);
+}
 
 static void on_stat(const char *key, const char *value, void *arg)
 {
@@ -844,44 +888,87 @@ static void stat_value(const struct stat_kv *kv, char *out, size_t cap)
 	}
 }
 
+/* The human view of kv[from..to) (one daemon's): its sections in order,
+ * each under its name, the labels aligned across all of them. */
+static void stats_human(const struct stat_list *sl, size_t from, size_t to,
+			size_t width, int *sections)
+{
+	char value[64];
+	size_t i, k;
+	int any;
+
+	for (k = 0; k < sizeof(stat_sections) / sizeof(*stat_sections); k++) {
+		any = 0;
+		for (i = from; i < to; i++) {
+			if (strcmp(sl->kv[i].section, stat_sections[k]) != 0)
+				continue;
+			if (!any++)
+				printf("%s%s\n", (*sections)++ ? "\n" : "",
+				       stat_sections[k]);
+			stat_value(&sl->kv[i], value, sizeof(value));
+			printf("  %-*s  %s\n", (int)width, sl->kv[i].label,
+			       value);
+		}
+	}
+}
+
+/* stats --all, for people: each partition's daemon under "Partition <id>"
+ * (none when the service has no partitions). */
+static void stats_human_all(const struct stat_list *sl, size_t width)
+{
+	size_t from, to;
+	int sections = 0;
+
+	for (from = 0; from < sl->n; from = to) {
+		for (to = from + 1;
+		     to < sl->n &&
+		     strcmp(sl->kv[to].part, sl->kv[from].part) == 0;
+		     to++)
+			;
+		if (sl->kv[from].part[0]) {
+			printf("%sPartition %s\n", sections ? "\n" : "",
+			       sl->kv[from].part);
+			sections = 0;
+			printf("\n");
+		}
+		stats_human(sl, from, to, width, &sections);
+	}
+}
+
 int dl_cli_stats(struct cli *cl)
 {
 	struct stat_list sl = {.raw = cl->raw, .json = cl->json};
-	char value[64];
 	dlock_client *c;
-	size_t i, k, width = 0;
-	int rc, any, sections = 0;
+	size_t i, width = 0;
+	int rc, sections = 0;
 
-	if ((rc = health_connect(cl, &c)) != 0)
+	/* --all asks the service (the active daemon of each partition);
+	 * without, the daemon given, whatever its role */
+	rc = cl->all ? dl_cli_simple_connect(cl, &c) : health_connect(cl, &c);
+	if (rc != 0)
 		return rc;
-	rc = dlock_stats(c, on_stat, &sl);
+	if (cl->all)
+		rc = dlock_stats_all(c, on_part_stat, &sl);
+	else
+		rc = dlock_stats(c, on_stat, &sl);
 	dlock_close(c);
 	if (rc != 0) {
 		rc = dl_cli_fail(rc, "stats");
 	} else if (sl.nomem) {
 		dl_cli_msg("stats: out of memory");
 		rc = EXIT_SOFTWARE;
+	} else if (sl.json && cl->all) {
+		fputs(!sl.opened ? "{}\n" : "}}\n", stdout);
 	} else if (sl.json) {
 		fputs(sl.json == 1 ? "{}\n" : "}\n", stdout);
 	} else if (!sl.raw) {
 		for (i = 0; i < sl.n; i++)
 			if (strlen(sl.kv[i].label) > width)
 				width = strlen(sl.kv[i].label);
-		for (k = 0; k < sizeof(stat_sections) / sizeof(*stat_sections);
-		     k++) {
-			any = 0;
-			for (i = 0; i < sl.n; i++) {
-				if (strcmp(sl.kv[i].section,
-					   stat_sections[k]) != 0)
-					continue;
-				if (!any++)
-					printf("%s%s\n", sections++ ? "\n" : "",
-					       stat_sections[k]);
-				stat_value(&sl.kv[i], value, sizeof(value));
-				printf("  %-*s  %s\n", (int)width,
-				       sl.kv[i].label, value);
-			}
-		}
+		if (cl->all)
+			stats_human_all(&sl, width);
+		else
+			stats_human(&sl, 0, sl.n, width, &sections);
 	}
 	for (i = 0; i < sl.n; i++) {
 		free(sl.kv[i].key);

@@ -772,12 +772,24 @@ int dlock_break(dlock_client *c, const char *name, uint64_t token,
  * `prefix` (NULL or "": all) and sort after `after` (NULL or "": from the
  * first), at most `limit` (0: the server's default, 100; at most 1000).
  * With `by_waiters` the page is instead the locks with the most waiters,
- * most first (`after` must then be NULL). cb is called once per lock, in
- * order, on the calling thread (the strings live for the call); *more
- * (if not NULL) receives how many more locks match after the page: ask
- * again with `after` = the last name. A listing costs the server a pass
- * over every lock: right after one, the next may be refused with
- * DLOCK_ELIMIT for a few ms per million locks (wait and ask again). */
+ * most first, ties by name (`after` must then be NULL). cb is called once
+ * per lock, in order, on the calling thread (the strings live for the
+ * call); *more (if not NULL) receives how many more locks match after
+ * the page: ask again with `after` = the last name. A listing costs the
+ * server a pass over every lock: right after one, the next may be
+ * refused with DLOCK_ELIMIT for a few ms per million locks (wait and ask
+ * again).
+ *
+ * On a partitioned service (see Partitions) the page is the service's:
+ * every partition that serves a slot of the map (MAP read again first)
+ * is asked for the same page, through its own connection, and the pages
+ * are merged in the order asked; the first `limit` go to cb, and *more
+ * is what the partitions said matched, less what cb was given. A prefix
+ * that holds a whole {tag} ("{order:42}:") asks its partition only. A
+ * partition that cannot be reached, or refuses (DLOCK_ELIMIT...), fails
+ * the call with its error, cb never called. A lock whose slot moves to
+ * another partition while the partitions are asked may be listed twice
+ * or not at all. */
 int dlock_locks(dlock_client *c, const char *prefix, const char *after,
 		unsigned limit, int by_waiters,
 		void (*cb)(const char *name, const struct dlock_status *st,
@@ -785,10 +797,25 @@ int dlock_locks(dlock_client *c, const char *prefix, const char *after,
 		void *arg, uint64_t *more);
 
 /* The server's STATS: cb is called once per "key value" line, in order,
- * on the calling thread; the strings live for the duration of the call. */
+ * on the calling thread; the strings live for the duration of the call.
+ * On a partitioned service: the daemon of the client's first connection
+ * (dlock_stats_all() asks every partition). */
 int dlock_stats(dlock_client *c,
 		void (*cb)(const char *key, const char *value, void *arg),
 		void *arg);
+
+/* Every daemon's STATS: cb is called once per "key value" line of each,
+ * with the partition's id (its [partition] id), partition by partition
+ * in the order of the map, on the calling thread; the strings live for
+ * the callback. A client that is not partitioned has one daemon, its
+ * partition "". On a partitioned service, every partition that serves a
+ * slot of the map (MAP read again first) is asked, through its own
+ * connection (its active daemon); one that cannot be reached fails the
+ * call with its error, and then cb is never called. */
+int dlock_stats_all(dlock_client *c,
+		    void (*cb)(const char *partition, const char *key,
+			       const char *value, void *arg),
+		    void *arg);
 
 /* ---- watching ------------------------------------------------------------
  *
@@ -848,7 +875,18 @@ struct dlock_watch_event {
  * the watch begins (0: free), or -1 for a prefix. Watching again what is
  * watched changes nothing. DLOCK_ELIMIT: the server's bound of watches
  * per connection (256); DLOCK_EDENIED: a user without the read right on
- * the name, or on the whole prefix. */
+ * the name, or on the whole prefix.
+ *
+ * On a partitioned service (see Partitions) a name is watched at its
+ * partition, and a prefix at every partition that serves a slot of the
+ * map (MAP read again first), each through its own connection: the
+ * events of all come to this client's queue, in the order they arrive,
+ * and a reconnect of one partition's connection gives a RESUMED event of
+ * its own. All or none: a partition that cannot be reached or refuses
+ * fails the call with its error, and the partitions this call began to
+ * watch stop. A partition the map gains later is watched when the prefix
+ * is watched again (watching again adds it, and changes nothing else).
+ * dlock_unwatch() of a prefix stops it at every partition. */
 int dlock_watch(dlock_client *c, const char *pattern, int64_t *holders);
 /* Stop watching `pattern` (as given to dlock_watch): DLOCK_EINVAL if it
  * was not watched. Events of it still waiting in the client are kept. */
@@ -934,9 +972,14 @@ int64_t dlock_now_ms(void);
  *    wait that is left and the same request id, and claims its place
  *    there. A multi-lock that waited is sent again to the new partition,
  *    with the wait that is left.
- *  - the calls without a name (dlock_ping(), dlock_stats(), dlock_locks(),
- *    dlock_watch() of a prefix, dlock_server_role(), dlock_cluster()) are
- *    the first connection's: they show that partition only.
+ *  - what spans partitions is gathered by the client: dlock_locks()
+ *    asks every partition and merges their pages, dlock_stats_all()
+ *    gives every partition's STATS, and dlock_watch() of a prefix
+ *    watches it at every partition (see each). A partition that cannot
+ *    be reached fails such a call, as it would a routed call. The other
+ *    calls without a name (dlock_ping(), dlock_stats(),
+ *    dlock_server_role(), dlock_cluster()) are the first connection's:
+ *    they show that partition only.
  *  - a partition whose connection cannot be made fails the call as
  *    dlock_connect() would (DLOCK_ECONNECT, DLOCK_ETLS, ...; a map that
  *    names no daemon of it: DLOCK_EUNAVAILABLE), and has the map read

@@ -247,11 +247,20 @@ static int locks_line(char *line, const char **name, struct dlock_status *st)
 	return 0;
 }
 
-int dlock_locks(dlock_client *c, const char *prefix, const char *after,
-		unsigned limit, int by_waiters,
-		void (*cb)(const char *name, const struct dlock_status *st,
-			   void *arg),
-		void *arg, uint64_t *more)
+/* The arguments of dlock_locks() the server would refuse. */
+static int bad_locks_args(const char *prefix, const char *after, unsigned limit,
+			  int by_waiters)
+{
+	return (prefix && prefix[0] && dlock__bad_name(prefix)) ||
+	       (after && after[0] && (dlock__bad_name(after) || by_waiters)) ||
+	       limit > DL_LOCKS_PAGE_MAX;
+}
+
+int dlock__locks_at(dlock_client *c, const char *prefix, const char *after,
+		    unsigned limit, int by_waiters,
+		    void (*cb)(const char *name, const struct dlock_status *st,
+			       void *arg),
+		    void *arg, uint64_t *more)
 {
 	struct dlock_status st;
 	struct dlock__req *q;
@@ -261,9 +270,7 @@ int dlock_locks(dlock_client *c, const char *prefix, const char *after,
 	int err;
 
 	dlock__last_error_clear();
-	if (!c || !cb || (prefix && prefix[0] && dlock__bad_name(prefix)) ||
-	    (after && after[0] && (dlock__bad_name(after) || by_waiters)) ||
-	    limit > DL_LOCKS_PAGE_MAX)
+	if (!c || !cb || bad_locks_args(prefix, after, limit, by_waiters))
 		return DLOCK_EINVAL;
 	if ((err = dlock__enter(c)) < 0)
 		return err;
@@ -294,6 +301,23 @@ int dlock_locks(dlock_client *c, const char *prefix, const char *after,
 	}
 	dlock__req_free(q);
 	return err;
+}
+
+/* A router asks every partition and merges their pages (dlock_span.c). */
+int dlock_locks(dlock_client *c, const char *prefix, const char *after,
+		unsigned limit, int by_waiters,
+		void (*cb)(const char *name, const struct dlock_status *st,
+			   void *arg),
+		void *arg, uint64_t *more)
+{
+	dlock__last_error_clear();
+	if (!c || !cb || bad_locks_args(prefix, after, limit, by_waiters))
+		return DLOCK_EINVAL;
+	if (atomic_load(&c->rt))
+		return dlock__span_locks(c, prefix, after, limit, by_waiters,
+					 cb, arg, more);
+	return dlock__locks_at(c, prefix, after, limit, by_waiters, cb, arg,
+			       more);
 }
 
 /* "holder <owner> token= ttl_ms= count= mode= held_ms= [user= host= pid=

@@ -15,6 +15,8 @@
  *   dlock_desc.c who the client says it is, and who a holder said it is.
  *   dlock_route.c  a partitioned service: the map, a leg (an ordinary
  *                client) per partition, calls routed by name, MOVED.
+ *   dlock_span.c what spans partitions: LOCKS merged, every partition's
+ *                STATS, a prefix watched on every partition.
  *
  * Everything below is protected by dlock_client.mu, except what is marked
  * atomic (read by the lease accessors without the lock, also from on_lost)
@@ -681,7 +683,9 @@ struct dlock_client *dlock__lease_client(struct dlock_client *c,
  * MOVED the last try got (reading MAP again, or going to the partition it
  * names; at most DLOCK__MOVES_MAX), and returns 0 with *err final.
  */
-#define DLOCK__MOVES_MAX 3
+#define DLOCK__MOVES_MAX   3
+#define DLOCK__PARTS_MAX   64 /* partitions a map may have */
+#define DLOCK__PART_ID_MAX 32 /* bytes of a partition's id */
 struct dlock__hop {
 	struct dlock_client *leg; /* the client of this try; NULL: none yet */
 	int to;			  /* partition a MOVED named, -1: the map's */
@@ -731,6 +735,39 @@ void dlock__router_start(struct dlock_client *c);
 void dlock__router_close(struct dlock_client *c);
 void dlock__router_free(struct dlock_client *c);
 
+/*
+ * What spans partitions (dlock_span.c): a call made on every partition.
+ * dlock__span_parts reads MAP again on c's first connection (taken if
+ * newer) and lists into out (DLOCK__PARTS_MAX of room) the partitions
+ * that serve a slot of the map, in the router's order -- with `every`,
+ * every partition it knows, served or not; with a `prefix` (NULL: none)
+ * that holds a whole {tag}, the partition of its slot only (every name
+ * under it is in that slot) -- and says how many: 0 when c routes
+ * nothing. dlock__span_leg gives
+ * partition `i`'s leg -- made if need be when `make`, else NULL with *err
+ * 0 when none was made -- counted on the router's users until
+ * dlock__router_unuse(c, 1). The caller holds c (dlock__hold).
+ */
+struct dlock__span_part {
+	int i; /* the partition's index in the router */
+	char id[DLOCK__PART_ID_MAX + 1];
+};
+int dlock__span_parts(struct dlock_client *c, const char *prefix, int every,
+		      struct dlock__span_part *out);
+struct dlock_client *dlock__span_leg(struct dlock_client *c, int i, int make,
+				     int *err);
+/* dlock_locks() (dlock_ask.c) on a router: every partition's page,
+ * merged; the arguments checked. */
+int dlock__span_locks(struct dlock_client *c, const char *prefix,
+		      const char *after, unsigned limit, int by_waiters,
+		      void (*cb)(const char *name,
+				 const struct dlock_status *st, void *arg),
+		      void *arg, uint64_t *more);
+/* dlock_watch() or dlock_unwatch() (op) of a prefix on a router: on every
+ * partition's leg. */
+int dlock__span_watch(struct dlock_client *c, enum dlock__op op,
+		      const char *pat, int64_t *holders);
+
 /* ---- dlock_io.c (legs) --------------------------------------------------- */
 
 /* Give leg c a new server list (the map changed its partition's
@@ -749,6 +786,21 @@ int dlock__watch_event(struct dlock_client *c, const struct dl_reply *r);
 void dlock__watch_resume(struct dlock_client *c);
 /* Free the watches and the events (client_free). */
 void dlock__watch_free(struct dlock_client *c);
+
+/* WATCH or UNWATCH (op) of `pat` on c itself, routing nothing. */
+int dlock__watch_at(struct dlock_client *c, enum dlock__op op, const char *pat,
+		    int64_t *holders);
+/* c asked its server to watch `pat` (takes c->mu). */
+int dlock__watching(struct dlock_client *c, const char *pat);
+
+/* ---- dlock_ask.c --------------------------------------------------------- */
+
+/* dlock_locks() on c itself, routing nothing. */
+int dlock__locks_at(struct dlock_client *c, const char *prefix,
+		    const char *after, unsigned limit, int by_waiters,
+		    void (*cb)(const char *name, const struct dlock_status *st,
+			       void *arg),
+		    void *arg, uint64_t *more);
 
 /* ---- dlock_desc.c -------------------------------------------------------- */
 

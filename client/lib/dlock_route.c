@@ -54,9 +54,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define DLOCK__PARTS_MAX   64	  /* partitions a map may have */
-#define DLOCK__PART_ID_MAX 32	  /* bytes of a partition's id */
-#define DLOCK__NOBODY	   0xffff /* a slot no partition serves */
+#define DLOCK__NOBODY 0xffff /* a slot no partition serves */
 /* PARTITION: the server answers within 10 s (PROTOCOL.md) */
 #define DLOCK__PARTITION_MS 11000
 /* A leg that cannot connect has MAP read again, at most this often: the
@@ -707,6 +705,66 @@ done:
 	hop->held = 0;
 	dlock__unhold(c);
 	return 0;
+}
+
+/* ---- what spans partitions (dlock_span.c) -------------------------------- */
+
+int dlock__span_parts(struct dlock_client *c, const char *prefix, int every,
+		      struct dlock__span_part *out)
+{
+	struct dlock__router *rt = atomic_load(&c->rt);
+	unsigned char served[DLOCK__PARTS_MAX] = {0};
+	size_t off, taglen, len = prefix ? strlen(prefix) : 0;
+	unsigned s;
+	int i, n = 0;
+
+	if (!rt)
+		return 0;
+	/* a partition the map gained since is asked too */
+	reread(c, rt, c);
+	pthread_mutex_lock(&rt->mu);
+	if (len && dl_hash_tag(prefix, len, &off, &taglen)) {
+		s = dl_key_slot(prefix, len);
+		if (rt->owner[s] != DLOCK__NOBODY)
+			served[rt->owner[s]] = 1;
+	} else {
+		for (s = 0; s < DL_SLOTS; s++)
+			if (rt->owner[s] != DLOCK__NOBODY)
+				served[rt->owner[s]] = 1;
+	}
+	for (i = 0; i < rt->n; i++) {
+		if (!served[i] && !every)
+			continue;
+		out[n].i = i;
+		memcpy(out[n].id, rt->part[i].id, sizeof(out[n].id));
+		n++;
+	}
+	pthread_mutex_unlock(&rt->mu);
+	return n;
+}
+
+struct dlock_client *dlock__span_leg(struct dlock_client *c, int i, int make,
+				     int *err)
+{
+	struct dlock__router *rt = atomic_load(&c->rt);
+	struct dlock_client *leg;
+
+	*err = 0;
+	pthread_mutex_lock(&rt->mu);
+	if (rt->closing) {
+		*err = DLOCK_ECANCELED;
+		leg = NULL;
+	} else if (!make) {
+		leg = rt->part[i].leg;
+	} else {
+		leg = leg_of(c, rt, i, err);
+	}
+	if (leg)
+		rt->users++;
+	pthread_mutex_unlock(&rt->mu);
+	if (!leg && *err == DLOCK_ECONNECT)
+		reread_for_leg(c);
+	return leg;
 }
 
 /* ---- a lease follows its slot -------------------------------------------- */

@@ -18,6 +18,11 @@
  * DLOCK_WATCH_QUEUE_MAX; past that events are counted (c->w.missed) and
  * an OVERFLOW event stands where they were missing, as the server does
  * for a connection that does not read.
+ *
+ * A router's watches are its legs' (dlock_route.c): a name's at its
+ * partition, a prefix's at every partition (dlock_span.c). Each leg
+ * keeps its own list and watches again after its own reconnects; its
+ * events go to the router's queue, where dlock_watch_next() takes them.
  */
 #include "client/lib/dlock_private.h"
 #include "proto/desc.h"
@@ -298,8 +303,8 @@ static int bad_pattern(const char *pat)
 	return !pat || dl_check_name(pat, strlen(pat)) < 0;
 }
 
-static int call_at(struct dlock_client *c, enum dlock__op op, const char *pat,
-		   int64_t *holders)
+int dlock__watch_at(struct dlock_client *c, enum dlock__op op, const char *pat,
+		    int64_t *holders)
 {
 	struct dlock__req *q;
 	int err;
@@ -324,8 +329,18 @@ static int call_at(struct dlock_client *c, enum dlock__op op, const char *pat,
 	return err;
 }
 
-/* A lock's name is routed to its partition (its events come to this
- * client's queue); a prefix is the first connection's partition's. */
+int dlock__watching(struct dlock_client *c, const char *pat)
+{
+	int yes;
+
+	pthread_mutex_lock(&c->mu);
+	yes = watch_find(c, pat, NULL) != NULL;
+	pthread_mutex_unlock(&c->mu);
+	return yes;
+}
+
+/* A lock's name is routed to its partition, a prefix watched on every
+ * partition (dlock_span.c): the events come to this client's queue. */
 static int call(struct dlock_client *c, enum dlock__op op, const char *pat,
 		int64_t *holders)
 {
@@ -333,8 +348,14 @@ static int call(struct dlock_client *c, enum dlock__op op, const char *pat,
 	size_t n = pat ? strlen(pat) : 0;
 	int err;
 
+	if (n && pat[n - 1] == '*' && c && atomic_load(&c->rt)) {
+		dlock__last_error_clear();
+		if (bad_pattern(pat))
+			return DLOCK_EINVAL;
+		return dlock__span_watch(c, op, pat, holders);
+	}
 	while (dlock__route(c, n && pat[n - 1] != '*' ? pat : NULL, &hop, &err))
-		err = call_at(hop.leg, op, pat, holders);
+		err = dlock__watch_at(hop.leg, op, pat, holders);
 	return err;
 }
 
