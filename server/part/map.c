@@ -141,19 +141,20 @@ int dl_slots_parse(const char *s, size_t len, uint8_t *set)
 	return n;
 }
 
-int dl_map_ranges(const struct dl_map *m, int i, char *out, size_t cap)
+/* The ranges of the slots s with in(s, arg). */
+static int ranges(int (*in)(unsigned s, const void *arg), const void *arg,
+		  char *out, size_t cap)
 {
 	size_t n = 0;
 	unsigned s = 0, e;
 	int w;
 
 	while (s < DL_SLOTS) {
-		if (m->owner[s] != (uint16_t)i) {
+		if (!in(s, arg)) {
 			s++;
 			continue;
 		}
-		for (e = s; e + 1 < DL_SLOTS && m->owner[e + 1] == (uint16_t)i;
-		     e++)
+		for (e = s; e + 1 < DL_SLOTS && in(e + 1, arg); e++)
 			;
 		w = s == e ? snprintf(out + n, cap - n, "%s%u", n ? "," : "", s)
 			   : snprintf(out + n, cap - n, "%s%u-%u", n ? "," : "",
@@ -166,6 +167,35 @@ int dl_map_ranges(const struct dl_map *m, int i, char *out, size_t cap)
 	if (!n && snprintf(out, cap, "-") >= (int)cap)
 		return -1;
 	return 0;
+}
+
+struct owned {
+	const struct dl_map *m;
+	uint16_t i;
+};
+
+static int owned_in(unsigned s, const void *arg)
+{
+	const struct owned *o = arg;
+
+	return o->m->owner[s] == o->i;
+}
+
+int dl_map_ranges(const struct dl_map *m, int i, char *out, size_t cap)
+{
+	struct owned o = {m, (uint16_t)i};
+
+	return ranges(owned_in, &o, out, cap);
+}
+
+static int set_in(unsigned s, const void *arg)
+{
+	return ((const uint8_t *)arg)[s] != 0;
+}
+
+int dl_set_ranges(const uint8_t *set, char *out, size_t cap)
+{
+	return ranges(set_in, set, out, cap);
 }
 
 /* The next word of [*p, end) (spaces skip), or len 0. */
@@ -242,6 +272,12 @@ static int parse_part(struct dl_map *m, const char *s, const char *end,
 		} else if (n > 5 && memcmp(w, "gave=", 5) == 0) {
 			if (dl_parse_u64(w + 5, n - 5, &m->part[i].gave))
 				return bad(why, whylen, line, "bad gave");
+		} else if (n > 7 && memcmp(w, "pslots=", 7) == 0) {
+			if (n - 7 >= sizeof(m->part[i].pend_slots) ||
+			    dl_slots_parse(w + 7, n - 7, set) < 0)
+				return bad(why, whylen, line, "bad pslots");
+			memcpy(m->part[i].pend_slots, w + 7, n - 7);
+			m->part[i].pend_slots[n - 7] = '\0';
 		} else if (n > 5 && memcmp(w, "pend=", 5) == 0) {
 			if (!dl_map_id_valid(w + 5, n - 5))
 				return bad(why, whylen, line, "bad pend");
@@ -325,9 +361,12 @@ size_t dl_map_format(const struct dl_map *m, char *out, size_t cap)
 		if (w < 0 || (size_t)w >= cap - n)
 			return 0;
 		n += (size_t)w;
-		w = m->part[i].pend[0] ? snprintf(out + n, cap - n,
-						  " pend=%s\n", m->part[i].pend)
-				       : snprintf(out + n, cap - n, "\n");
+		w = !m->part[i].pend[0] ? snprintf(out + n, cap - n, "\n")
+		    : m->part[i].pend_slots[0]
+			    ? snprintf(out + n, cap - n, " pend=%s pslots=%s\n",
+				       m->part[i].pend, m->part[i].pend_slots)
+			    : snprintf(out + n, cap - n, " pend=%s\n",
+				       m->part[i].pend);
 		if (w < 0 || (size_t)w >= cap - n)
 			return 0;
 		n += (size_t)w;

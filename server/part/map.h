@@ -46,6 +46,9 @@
 #define DL_PART_ADDRS_LEN (DL_PART_ADDRS_MAX * (DL_ADVERTISE_MAX + 1))
 /* The map's text: every slot in its own range still fits. */
 #define DL_MAP_TEXT_MAX (256 * 1024)
+/* The ranges of the slots of a move with locks, as the map says them
+ * (pslots=): a move whose ranges take more is refused. */
+#define DL_PEND_SLOTS_MAX 1024
 /* owner[] of a slot that no partition serves. */
 #define DL_MAP_NOBODY 0xffff
 /* The text's first line: the format's version. */
@@ -59,6 +62,9 @@ struct dl_map_part {
 	/* the partition that has yet to import the locks of move gave= ("":
 	 * none, or the move carried none): pend=<id> */
 	char pend[DL_PART_ID_MAX + 1];
+	/* ... and the slots that move gave it (pslots=<ranges>), which it
+	 * does not serve before the import */
+	char pend_slots[DL_PEND_SLOTS_MAX];
 };
 
 struct dl_map {
@@ -96,6 +102,10 @@ int dl_map_add_addr(struct dl_map *m, int i, const char *addr);
 /* Partition i's slots as ranges ("0-99,200-300"; "-" when none) into out:
  * 0, or -1 when they do not fit. */
 int dl_map_ranges(const struct dl_map *m, int i, char *out, size_t cap);
+
+/* The slots of set[DL_SLOTS] (nonzero: in it) as ranges, as
+ * dl_map_ranges says them: 0, or -1 when they do not fit. */
+int dl_set_ranges(const uint8_t *set, char *out, size_t cap);
 
 /* Parse "a-b,c,d-e" (or "-": none) into set[DL_SLOTS] (1 for each slot
  * named; other bytes untouched): the number of slots named, or -1. */

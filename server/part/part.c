@@ -157,6 +157,7 @@ struct dl_part {
 	uint64_t gone_locks; /* the record's move carried locks (locks=) */
 	int carry;	     /* the move under way carries locks */
 	uint64_t move_n;     /* ... its number */
+	uint64_t note_epoch; /* the store's open epoch when it was sent */
 	uint8_t *frozen;     /* [DL_SLOTS]: the table serves no queue there */
 	int frozen_on;	     /* ... and frozen is set in the table */
 
@@ -166,6 +167,8 @@ struct dl_part {
 	unsigned await_sgen;
 	int importing;	       /* its import is being written */
 	uint64_t take_ms;      /* when a read of its record last failed */
+	uint64_t lost_since;   /* its record was found lost (0: no) */
+	uint8_t *incoming;     /* [DL_SLOTS]: the slots of the moves awaited */
 	int take_said;	       /* the failure was said */
 	uint64_t kick_ms;      /* a read asked by a MOVED answered */
 	uint64_t locks_out;    /* locks extracted by moves (STATS) */
@@ -189,6 +192,10 @@ static int queue(struct dl_part *p, enum job_kind kind, const char *old,
 		 const char *new);
 static void after_work(uv_work_t *req, int status);
 static int pending(const struct dl_part *p, const struct dl_map *m);
+static void took_with(const struct dl_part *p, const char *from, uint64_t n,
+		      char *took, size_t cap);
+struct job;
+static void lost_record(struct dl_part *p, struct job *j);
 
 /* The record of the move under way (one at a time), sent again until
  * Redis is known to hold it. */
@@ -530,6 +537,14 @@ static void extract_gone(struct dl_part *p)
 	struct gone_walk g = {.p = p};
 	size_t cursor = 0, off, n = 0;
 
+	/* not while a reply stating one of their leases may wait for its
+	 * epoch: it says what remains of the lease as the table has it
+	 * (held.c), and one extracted would be told 0 while it lives on at
+	 * the receiver (found from outside: a grant a few ms before the
+	 * move was told ttl_ms 0) */
+	if (p->note_epoch && dl_store_committed(p->st) < p->note_epoch &&
+	    !dl_store_idle(p->st))
+		return;
 	if (!p->gone_n || !p->gone_locks || p->self < 0 || pending(p, p->map) ||
 	    !dl_store_active(p->st) ||
 	    (p->extract_gen == p->gen &&
@@ -579,9 +594,8 @@ static uint64_t took_of(const struct dl_part *p, const char *id)
 }
 
 /* A move to this partition whose locks it has not imported: the giver's
- * line + 1, or 0. While there is one, the partition serves nothing (it
- * does not know which slots the move brought before it reads the
- * record). */
+ * line + 1, or 0. The slots of every such move (the map's pslots=) are
+ * not served meanwhile (p->incoming); the others are. */
 static int awaiting(struct dl_part *p)
 {
 	unsigned i;
@@ -591,14 +605,20 @@ static int awaiting(struct dl_part *p)
 	p->await_gen = p->gen;
 	p->await_sgen = dl_store_part_gen(p->st);
 	p->awaiting = 0;
+	memset(p->incoming, 0, DL_SLOTS);
 	for (i = 0; i < p->map->n && p->map->epoch; i++) {
 		const struct dl_map_part *mp = &p->map->part[i];
 
-		if (strcmp(mp->pend, p->id) == 0 && mp->gave &&
-		    took_of(p, mp->id) < mp->gave) {
+		if (strcmp(mp->pend, p->id) != 0 || !mp->gave ||
+		    took_of(p, mp->id) >= mp->gave)
+			continue;
+		if (!p->awaiting)
 			p->awaiting = (int)i + 1;
-			break;
-		}
+		/* its slots (a map without pslots=: all of them) */
+		if (!mp->pend_slots[0] ||
+		    dl_slots_parse(mp->pend_slots, strlen(mp->pend_slots),
+				   p->incoming) < 0)
+			memset(p->incoming, 1, DL_SLOTS);
 	}
 	return p->awaiting;
 }
@@ -625,11 +645,9 @@ static void on_imported(int ok, void *arg)
 static void on_take(struct dl_part *p, struct job *j)
 {
 	char took[DL_STORE_PART_MAX], why[300], to[DL_PART_ID_MAX + 1];
-	const char *t = dl_store_part_took(p->st);
 	unsigned long long n = 0, hn = 0, count = 0;
 	char hfrom[DL_PART_ID_MAX + 1], hto[DL_PART_ID_MAX + 1];
 	int k = 0, r;
-	size_t len;
 
 	p->take_ms = uv_now(p->loop);
 	if (awaiting(p) == 0 ||
@@ -651,33 +669,11 @@ static void on_take(struct dl_part *p, struct job *j)
 		   hto, &count, &k) != 4 ||
 	    !k || hn != j->n || strcmp(hfrom, j->from) != 0 ||
 	    strcmp(hto, p->id) != 0) {
-		if (!p->take_said)
-			dl_error(
-				"partition %s: the map says move %llu of partition %s brought locks here, but its record says \"%.60s\" (Redis lost it?); those slots are not served until it is there",
-				p->id, (unsigned long long)j->n, j->from,
-				j->gone ? j->gone : "(none)");
-		p->take_said = 1;
+		lost_record(p, j);
 		return;
 	}
-	/* "took" with this move: the others' entries, then this one */
-	len = 0;
-	took[0] = '\0';
-	while (*t) {
-		const char *sp = strchr(t, ' '), *end = sp ? sp : t + strlen(t);
-		size_t flen = strlen(j->from);
-
-		if (!((size_t)(end - t) > flen &&
-		      memcmp(t, j->from, flen) == 0 && t[flen] == ':') &&
-		    len + (size_t)(end - t) + 2 < sizeof(took)) {
-			memcpy(took + len, t, (size_t)(end - t));
-			len += (size_t)(end - t);
-			took[len++] = ' ';
-			took[len] = '\0';
-		}
-		t = sp ? sp + 1 : end;
-	}
-	snprintf(took + len, sizeof(took) - len, "%s:%llu", j->from,
-		 (unsigned long long)j->n);
+	p->lost_since = 0;
+	took_with(p, j->from, j->n, took, sizeof(took));
 	r = dl_store_import(p->st, j->text, j->len, took, on_imported, p, why,
 			    sizeof(why));
 	if (r == DL_EUNAVAILABLE)
@@ -691,6 +687,73 @@ static void on_take(struct dl_part *p, struct job *j)
 	p->take_said = 0;
 	p->importing = 1;
 	p->import_count = count;
+}
+
+/* "took" with move n of partition `from`: the others' entries, then
+ * this one. */
+static void took_with(const struct dl_part *p, const char *from, uint64_t n,
+		      char *took, size_t cap)
+{
+	const char *t = dl_store_part_took(p->st);
+	size_t len = 0, flen = strlen(from);
+
+	took[0] = '\0';
+	while (*t) {
+		const char *sp = strchr(t, ' '), *end = sp ? sp : t + strlen(t);
+
+		if (!((size_t)(end - t) > flen && memcmp(t, from, flen) == 0 &&
+		      t[flen] == ':') &&
+		    len + (size_t)(end - t) + 2 < cap) {
+			memcpy(took + len, t, (size_t)(end - t));
+			len += (size_t)(end - t);
+			took[len++] = ' ';
+			took[len] = '\0';
+		}
+		t = sp ? sp + 1 : end;
+	}
+	snprintf(took + len, cap - len, "%s:%llu", from, (unsigned long long)n);
+}
+
+static void on_given_up(int ok, void *arg)
+{
+	struct dl_part *p = arg;
+
+	p->importing = 0;
+	if (ok) {
+		dl_warn("partition %s: the slots of a move whose record was lost are served again, max_ttl after the loss was seen; took %s",
+			p->id, dl_store_part_took(p->st));
+		p->lost_since = 0;
+		next_job(p);
+	}
+}
+
+/* The record of a move to here is not in the giver's keyspace: Redis
+ * lost it (a FLUSHALL, a key deleted, a fail-over to a replica that
+ * missed it). Its locks cannot be known. The move's slots (the map's
+ * pslots=, the others are served) stay unserved until every lease of
+ * them has surely ended -- its holder could not refresh it since the
+ * move, and no lease is longer than max_ttl -- then this partition
+ * serves them as empty (found from outside: the whole receiving
+ * partition stopped, for good). A restart waits again, from its start. */
+static void lost_record(struct dl_part *p, struct job *j)
+{
+	char took[DL_STORE_PART_MAX];
+	uint64_t now = uv_now(p->loop);
+
+	if (!p->take_said)
+		dl_error(
+			"partition %s: the map says move %llu of partition %s brought locks here, but its record says \"%.60s\" (Redis lost it?); the move's slots are not served for max_ttl (%llu ms) unless it comes back",
+			p->id, (unsigned long long)j->n, j->from,
+			j->gone ? j->gone : "(none)",
+			(unsigned long long)p->cfg->max_ttl_ms);
+	p->take_said = 1;
+	if (!p->lost_since)
+		p->lost_since = now ? now : 1;
+	if (now - p->lost_since < p->cfg->max_ttl_ms)
+		return;
+	took_with(p, j->from, j->n, took, sizeof(took));
+	if (dl_store_part_write(p->st, DL_PART_TOOK, took, on_given_up, p) == 0)
+		p->importing = 1;
 }
 
 /* Step 4: read the record of a move to this partition not imported. */
@@ -787,9 +850,14 @@ static int wanted(struct dl_part *p, const struct dl_map *m, char *out,
 		if (n->part[t].floor < dl_locktab_last_token(p->tab))
 			n->part[t].floor = dl_locktab_last_token(p->tab);
 		n->part[i].gave = p->gone_n;
-		/* the receiver imports the locks the move carried */
+		/* the receiver imports the locks the move carried, and
+		 * serves their slots only then */
 		snprintf(n->part[i].pend, sizeof(n->part[i].pend), "%s",
 			 p->gone_locks ? p->gone_to : "");
+		if (!p->gone_locks ||
+		    dl_set_ranges(p->gone, n->part[i].pend_slots,
+				  sizeof(n->part[i].pend_slots)) != 0)
+			n->part[i].pend_slots[0] = '\0'; /* all of them */
 		change = 1;
 	}
 	/* moves whose locks this partition imported: no longer pending */
@@ -797,6 +865,7 @@ static int wanted(struct dl_part *p, const struct dl_map *m, char *out,
 		if (strcmp(n->part[t].pend, p->id) == 0 &&
 		    took_of(p, n->part[t].id) >= n->part[t].gave) {
 			n->part[t].pend[0] = '\0';
+			n->part[t].pend_slots[0] = '\0';
 			change = 1;
 		}
 	/* this daemon's address in its partition's line */
@@ -920,6 +989,10 @@ static void load_seen(struct dl_part *p)
 static int send_note(struct dl_part *p)
 {
 	size_t nlocks;
+
+	/* replies about those locks from before the record (a grant whose
+	 * reply waits for Redis) are in this epoch or an earlier one */
+	p->note_epoch = dl_store_epoch(p->st);
 
 	if (!p->carry)
 		return dl_store_part_write(p->st, DL_PART_GONE, move_record,
@@ -1130,8 +1203,9 @@ struct dl_part *dl_part_new(uv_loop_t *loop, const struct dl_config *cfg,
 	p->gone = calloc(1, DL_SLOTS);
 	p->moving = calloc(1, DL_SLOTS);
 	p->frozen = calloc(1, DL_SLOTS);
+	p->incoming = calloc(1, DL_SLOTS);
 	if (!p->key || !p->map || !p->gone || !p->moving || !p->frozen ||
-	    dl_redis_url_parse(cfg->redis, &p->addr) != 0) {
+	    !p->incoming || dl_redis_url_parse(cfg->redis, &p->addr) != 0) {
 		dl_part_free(p);
 		return NULL;
 	}
@@ -1183,6 +1257,7 @@ void dl_part_free(struct dl_part *p)
 	free(p->gone);
 	free(p->moving);
 	free(p->frozen);
+	free(p->incoming);
 	free(p);
 }
 
@@ -1225,7 +1300,7 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 	}
 	if (p->moving[slot] || (p->gone[slot] && pending(p, p->map)))
 		return DL_ROUTE_MOVING;
-	if (awaiting(p)) {
+	if (awaiting(p) && p->incoming[slot]) {
 		next_job(p); /* its import, now rather than at the next tick */
 		return DL_ROUTE_IMPORTING;
 	}
@@ -1475,6 +1550,18 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 			"limit reached: %zu locks in those slots, a move carries at most %d: move fewer slots at once",
 			b.n, DL_MOVE_LOCKS_MAX);
 		return DL_ELIMIT;
+	}
+	if (b.n) {
+		/* the map says the slots awaiting the import (pslots=) */
+		char rs[DL_PEND_SLOTS_MAX];
+
+		if (dl_set_ranges(set, rs, sizeof(rs)) != 0) {
+			snprintf(
+				why, whylen,
+				"limit reached: a move with locks names its slots in at most %d bytes of ranges: move fewer ranges at once",
+				DL_PEND_SLOTS_MAX - 1);
+			return DL_ELIMIT;
+		}
 	}
 	memcpy(p->moving, set, DL_SLOTS);
 	p->carry = b.n > 0;

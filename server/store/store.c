@@ -126,6 +126,11 @@ uint64_t dl_store_epoch(const struct dl_store *st)
 	return st->epoch;
 }
 
+uint64_t dl_store_committed(const struct dl_store *st)
+{
+	return st->committed;
+}
+
 int dl_store_available(const struct dl_store *st)
 {
 	if (st->replicas_short || st->hz.report_until)

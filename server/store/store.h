@@ -216,6 +216,8 @@ const char *dl_store_cluster(const struct dl_store *st);
 
 /* The open epoch: a change made now is durable when it commits. */
 uint64_t dl_store_epoch(const struct dl_store *st);
+/* Every epoch up to this one has committed. */
+uint64_t dl_store_committed(const struct dl_store *st);
 /* Close the open epoch: write what changed, once per loop iteration.
  * Changes no reply waits for may wait for a later batch (store.c, lazy
  * writes) unless `all`. Ends with dl_store_push(). */

@@ -301,6 +301,8 @@ static int check_item(const struct dl_record_item *it, void *arg)
 	 * busy, nobody holds it by this -- and the load goes on. */
 	if (it->has_proof &&
 	    dl_locktab_proof_conflicts(x->st->tab, it->owner, it->proof)) {
+		if (it->kind == 'W' && x->skip_bound_waiters)
+			return 0; /* left out (load_item) */
 		x->why =
 			"its owner is bound to another key by an earlier record";
 		return DL_EPROTO;
@@ -395,8 +397,13 @@ static int load_item(const struct dl_record_item *it, void *arg)
 						it->delay_running, it->limit);
 	if (it->kind == 'H')
 		return load_lease(x, it);
-	if (it->deadline != UINT64_MAX && it->deadline <= x->now_wall) {
-		x->changed = 1; /* its wait ended while we were down */
+	if ((it->deadline != UINT64_MAX && it->deadline <= x->now_wall) ||
+	    (x->skip_bound_waiters && it->has_proof &&
+	     dl_locktab_proof_conflicts(t, it->owner, it->proof))) {
+		/* its wait ended while we were down; or, imported, its
+		 * owner is another key's here (the waiter hears * MOVED
+		 * and is refused here: it holds nothing) */
+		x->changed = 1;
 		x->dropped++;
 		return 0;
 	}

@@ -43,6 +43,9 @@ struct load_ctx {
 	uint64_t run;	    /* Redis's process (dl__run_id_of; 0: not known) */
 	uint64_t meddled; /* ... its data replaced in place (dl__meddled_of) */
 	struct layout1 *l1; /* Redis is in layout 1: its names, to migrate */
+	/* an import (store_part.c): a waiter whose owner is bound to
+	 * another key here is left out, not the whole record unreadable */
+	int skip_bound_waiters;
 };
 
 /* ---- store_call.c: one call on x->c ---- */

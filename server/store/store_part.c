@@ -326,6 +326,25 @@ int dl_store_part_move(struct dl_store *st, const char *gone,
 
 /* ---- importing another partition's move --------------------------------- */
 
+/* A holder of a record whose owner is bound to another key here (the
+ * owner's id said HELLO with another key at this partition first): the
+ * longest such lease's TTL, or 0. */
+struct bound {
+	struct dl_locktab *t;
+	uint64_t ttl;
+};
+
+static int bound_cb(const struct dl_record_item *it, void *arg)
+{
+	struct bound *b = arg;
+
+	if (it->kind == 'H' && it->has_proof &&
+	    dl_locktab_proof_conflicts(b->t, it->owner, it->proof) &&
+	    it->ttl_ms > b->ttl)
+		b->ttl = it->ttl_ms;
+	return 0;
+}
+
 /* The next "L <name> <bytes>\n<record>\n" of text from *at: 1 and the
  * two, 0 at the end, -1 if it does not parse. */
 static int next_lock(const char *text, size_t len, size_t *at,
@@ -362,7 +381,10 @@ int dl_store_import(struct dl_store *st, const char *text, size_t len,
 		    void *arg, char *why, size_t whylen)
 {
 	char err[256] = "";
-	struct load_ctx x = {.st = st, .err = err, .errlen = sizeof(err)};
+	struct load_ctx x = {.st = st,
+			     .err = err,
+			     .errlen = sizeof(err),
+			     .skip_bound_waiters = 1};
 	struct dl_buf names = {0}, out = {0}, one = {0};
 	struct call k = {0};
 	struct dl_str name, rec;
@@ -391,9 +413,32 @@ int dl_store_import(struct dl_store *st, const char *text, size_t len,
 				.str = (char *)rec.p,
 				.len = rec.len};
 
+		struct bound b = {.t = st->tab};
+		const char *bwhy;
+
 		dl_locktab_extract(st->tab, name);
 		x.bucket = dl_store_bucket(name.p, name.len);
-		r = dl__load_record(&x, name, &v);
+		(void)dl_record_parse(rec.p, rec.len, bound_cb, &b, &bwhy);
+		if (b.ttl) {
+			/* A holder's owner is another key's here: its lease
+			 * cannot be restored to it, and nobody else may have
+			 * the lock while its holder may believe in it. Held
+			 * by nobody for that lease's TTL -- not max_ttl, as
+			 * for a record that cannot be read (found from
+			 * outside: an id that said HELLO here first, with
+			 * its own key, kept the lock a day). */
+			uint64_t ttl = b.ttl > DL_TTL_STORE_MAX
+					       ? DL_TTL_STORE_MAX
+					       : b.ttl;
+
+			dl_error(
+				"partition: imported lock %.*s: its holder's owner is bound to another key here; held by nobody for its lease's TTL (%llu ms)",
+				(int)name.len, name.p, (unsigned long long)ttl);
+			r = dl_locktab_quarantine(st->tab, name, (uint32_t)ttl,
+						  dl_mono_ms() + ttl);
+		} else {
+			r = dl__load_record(&x, name, &v);
+		}
 		if (!r && dl__load_add_name(&names, name))
 			r = DL_ENOMEM;
 		n++;
