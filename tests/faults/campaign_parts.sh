@@ -37,9 +37,11 @@
 #   failover_shard  CLUSTER FAILOVER on a replica (a planned fail-over)
 #   migrate_slot    the slot of a partition's keys (or of the map) to
 #                   another primary, 3 keys a batch, 0..100 ms apart
-#   move_slots      PARTITION MOVE of 1..2000 slots of one partition to
-#                   another, on the giver's active (refused while a name
-#                   there holds a lock, or while the giver is down)
+#   move_slots      PARTITION MOVE, on the giver's active, of 1..2000
+#                   slots of one partition to another, or (half the
+#                   time) of the slot of a name the workers use: its
+#                   leases and waiters go along (refused while the last
+#                   move's locks are not imported, or the giver is down)
 #   kill_worker     kill -9 a lock worker, start another in its place
 set -u
 
@@ -316,16 +318,41 @@ f_migrate_slot() {
 	for k in 0 1 2 3 4 5; do rcli "$k" CLUSTER SETSLOT "$s" NODE "$tid" > /dev/null; done
 	note migrate_slot "$key slot $s node $from -> $to"
 }
+# The slot of a workers' name (L0.., S0.., P0..), and the partition
+# serving it (its active answers STATUS): "<slot> <partition> <active>".
+busy_slot() {
+	local n name p i
+	rnd $((LOCKS + RWLOCKS + SEMAPHORES)); n=$R
+	if [ "$n" -lt "$LOCKS" ]; then name=L$n
+	elif [ "$n" -lt $((LOCKS + RWLOCKS)) ]; then name=S$((n - LOCKS))
+	else name=P$((n - LOCKS - RWLOCKS)); fi
+	for p in 0 1 2; do
+		i=$(active_of "$p")
+		[ -n "$i" ] || continue
+		case $(ask "$(dport "$p" $((i % 2)))" "STATUS $name") in
+		"OK STATUS"*) echo "$(rcli "$(live_node)" CLUSTER KEYSLOT "$name") $p $i"
+			return ;;
+		esac
+	done
+}
 f_move_slots() {
-	local from to i lo len r
+	local from to i lo len r b
 	rnd 3; from=$R
+	rnd 2
+	if [ "$R" = 0 ] && b=$(busy_slot) && [ -n "$b" ]; then
+		# half the moves take the slot of a name the workers use: it
+		# holds or queues a lock most of the time, which goes along
+		read -r lo from i <<< "$b"
+		len=1
+	else
+		i=$(active_of "$from")
+		[ -n "$i" ] || return
+		# a range the giver holds: from its map's slots lines
+		lo=$(first_slot_of "$(dport "$from" $((i % 2)))" "$from")
+		[ -n "$lo" ] && [ "$lo" != "-" ] || return
+		rnd 2000; len=$((1 + R))
+	fi
 	rnd 2; to=$(( (from + 1 + R) % 3 ))
-	i=$(active_of "$from")
-	[ -n "$i" ] || return
-	# a range the giver holds: from its map's slots lines
-	lo=$(first_slot_of "$(dport "$from" $((i % 2)))" "$from")
-	[ -n "$lo" ] && [ "$lo" != "-" ] || return
-	rnd 2000; len=$((1 + R))
 	r=$(ask "$(dport "$from" $((i % 2)))" "PARTITION MOVE $lo-$((lo + len - 1 > 16383 ? 16383 : lo + len - 1)) p$to")
 	note move_slots "p$from -> p$to: $lo+$len: $r"
 }
@@ -362,7 +389,7 @@ total=0
 for k in "${!count[@]}"; do total=$((total + count[$k])); done
 say "faults injected: $total"
 for k in $(echo "${!count[@]}" | tr ' ' '\n' | sort); do echo "  $k: ${count[$k]}"; done
-say "moves made: $(grep -c 'move_slots.*OK PARTITION' "$nemlog"), refused: $(grep -c 'move_slots.*ERR' "$nemlog")"
+say "moves made: $(grep -c 'move_slots.*OK PARTITION' "$nemlog") ($(grep -c 'move_slots.*OK PARTITION.*locks=[1-9]' "$nemlog") with locks), refused: $(grep -c 'move_slots.*ERR' "$nemlog")"
 say "map epoch at the end: $(ask "$(dport 0 0)" MAP)"
 "$CHECK" "$OUT/hist" "$OUT/forgets"
 status=$?
