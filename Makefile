@@ -92,7 +92,7 @@ STORE_SRC  := $(addprefix server/store/,store.c store_link.c store_load.c \
                 store_resync.c store_uv.c store_part.c record.c bucket.c \
                 seen.c)
 # The partitions (server/part/): the map, and this daemon's share of it.
-PART_SRC   := $(addprefix server/part/,map.c part.c)
+PART_SRC   := $(addprefix server/part/,map.c part.c part_move.c)
 SERVER_SRC := server/log.c server/config.c server/proof.c \
               server/conn.c server/conn_budget.c server/conn_lines.c server/held.c server/cmd.c \
               server/cmd_info.c server/cmd_reply.c server/cmd_multi.c \
@@ -104,7 +104,7 @@ SERVER_SRC := server/log.c server/config.c server/proof.c \
 # libdlock (client/lib/): the library, and its public header dlock.h.
 CLIENT_SRC := $(addprefix client/lib/,dlock.c dlock_ask.c dlock_io.c dlock_req.c \
                 dlock_reply.c dlock_tls.c dlock_watch.c dlock_desc.c \
-                dlock_err.c dlock_route.c dlock_span.c)
+                dlock_err.c dlock_route.c dlock_follow.c dlock_span.c)
 # The dlock command (client/cli/), on libdlock.
 CLI_SRC    := $(addprefix client/cli/,dlock_cli.c dlock_clicore.c \
                 dlock_cmds.c dlock_run.c dlock_guard.c dlock_child.c \

@@ -72,7 +72,7 @@
  * A giver's record that Redis lost before the receiver imported it leaves
  * the move's slots unserved (said in the log) until an operator acts.
  */
-#include "server/part/part.h"
+#include "server/part/part_private.h"
 
 #include <hiredis/hiredis.h>
 #include <stdio.h>
@@ -91,115 +91,6 @@ static const char cas_script[] =
 	"if cur == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 "
 	"end\n"
 	"return cur\n";
-
-enum job_kind { JOB_GET, JOB_CAS, JOB_TAKE };
-
-struct job {
-	uv_work_t req;
-	struct dl_part *p;
-	enum job_kind kind;
-	unsigned loads;	 /* the store's loads when it was queued */
-	char *old, *new; /* CAS: the text expected and the one written */
-	/* results */
-	int err; /* 0, or the call failed (why) */
-	char why[256];
-	char *text; /* the text Redis holds (GET; a refused CAS) */
-	size_t len;
-	int swapped; /* CAS: written */
-	/* TAKE: the record of move n of partition `from` (its "gone" and
-	 * its "moved" in text/len) */
-	char from[DL_PART_ID_MAX + 1];
-	uint64_t n;
-	char *gone;
-};
-
-/* What a change asked by a command is waiting for. */
-enum ask { ASK_NONE, ASK_INIT, ASK_MOVE_NOTE, ASK_MOVE_MAP, ASK_ADDRS };
-
-struct dl_part {
-	uv_loop_t *loop;
-	const struct dl_config *cfg;
-	struct dl_store *st;
-	struct dl_locktab *tab;
-	struct dl_redis_addr addr;
-	char *key;	     /* <redis_prefix>{map} */
-	unsigned slot;	     /* the key's */
-	uint64_t timeout_ms; /* redis_timeout, as at the start */
-	char id[DL_PART_ID_MAX + 1];
-	int seed;	 /* the seed to ask first (worker) */
-	redisContext *c; /* the worker's, between jobs */
-
-	uv_timer_t timer;
-	int timer_on, closing;
-	struct job *job; /* under way */
-
-	struct dl_map *map; /* the newest read; epoch 0: none */
-	char *text;	    /* its text as Redis held it */
-	uint64_t known_epoch;
-	int failing;	       /* the last job failed: said once */
-	unsigned fresh;	       /* the store's loads a map read came after */
-	unsigned copy_loads;   /* the store's loads its copy was read at */
-	uint64_t copy_epoch;   /* the epoch of the copy in the keyspace */
-	int copying;	       /* a write of the copy is under way */
-	uint64_t pending_copy; /* ... of this epoch */
-	int full_said;	       /* the map was full: said once */
-	int note_again;	       /* a move's record to send again */
-	unsigned gen;	       /* raised by each map adopted (MAP's cache) */
-	int self;	       /* this partition's line in the map, or -1 */
-
-	/* the record of slots given away (store_part.c), parsed */
-	unsigned gone_gen; /* dl_store_part_gen when parsed */
-	uint64_t gone_n;   /* the move's number (0: no record) */
-	char gone_to[DL_PART_ID_MAX + 1];
-	uint64_t gone_floor;
-	uint8_t *gone;	     /* [DL_SLOTS] */
-	uint8_t *moving;     /* [DL_SLOTS]: step 1 of a move under way */
-	uint64_t gone_locks; /* the record's move carried locks (locks=) */
-	int carry;	     /* the move under way carries locks */
-	uint64_t move_n;     /* ... its number */
-	uint64_t note_epoch; /* the store's open epoch when it was sent */
-	uint8_t *frozen;     /* [DL_SLOTS]: the table serves no queue there */
-	int frozen_on;	     /* ... and frozen is set in the table */
-
-	/* a move to this partition whose locks are not imported yet */
-	int awaiting;	    /* the giver's line + 1; 0: none */
-	unsigned await_gen; /* p->gen and the store's part gen it is of */
-	unsigned await_sgen;
-	int importing;	       /* its import is being written */
-	uint64_t take_ms;      /* when a read of its record last failed */
-	uint64_t lost_since;   /* its record was found lost (0: no) */
-	uint8_t *incoming;     /* [DL_SLOTS]: the slots of the moves awaited */
-	int take_said;	       /* the failure was said */
-	uint64_t kick_ms;      /* a read asked by a MOVED answered */
-	uint64_t locks_out;    /* locks extracted by moves (STATS) */
-	uint64_t locks_in;     /* ... imported */
-	uint64_t import_count; /* the import under way's */
-	unsigned extract_gen;  /* p->gen and the store's part gen of the */
-	unsigned extract_sgen; /* last extraction (extract_gone) */
-
-	/* a change asked by a command */
-	enum ask ask;
-	dl_part_done done;
-	void *arg;
-	char to[DL_PART_ID_MAX + 1];
-	char addrs[DL_PART_ADDRS_LEN];
-	uint64_t asked_ms;
-};
-
-static void next_job(struct dl_part *p);
-static void on_noted(int ok, void *arg);
-static int queue(struct dl_part *p, enum job_kind kind, const char *old,
-		 const char *new);
-static void after_work(uv_work_t *req, int status);
-static int pending(const struct dl_part *p, const struct dl_map *m);
-static void took_with(const struct dl_part *p, const char *from, uint64_t n,
-		      char *took, size_t cap);
-struct job;
-static void lost_record(struct dl_part *p, struct job *j);
-
-/* The record of the move under way (one at a time), sent again until
- * Redis is known to hold it. */
-static char move_record[DL_STORE_PART_MAX];
 
 /* ---- the worker (libuv's thread pool) ----------------------------------- */
 
@@ -223,8 +114,8 @@ static void failed(struct dl_part *p, struct job *j, redisReply *r)
 
 /* A connection to the primary that serves `slot`, authenticated and on
  * the configured database: NULL with why set. */
-static redisContext *connect_slot(struct dl_part *p, unsigned slot, char *why,
-				  size_t whylen)
+redisContext *dl__part_connect_slot(struct dl_part *p, unsigned slot, char *why,
+				    size_t whylen)
 {
 	struct timeval tv = {(time_t)(p->timeout_ms / 1000),
 			     (suseconds_t)(p->timeout_ms % 1000) * 1000};
@@ -277,77 +168,18 @@ static int work_connect(struct dl_part *p, struct job *j)
 {
 	if (p->c)
 		return 0;
-	p->c = connect_slot(p, p->slot, j->why, sizeof(j->why));
+	p->c = dl__part_connect_slot(p, p->slot, j->why, sizeof(j->why));
 	return p->c ? 0 : -1;
 }
 
-/* TAKE: the giver's record, from the shard of its keyspace (another slot
- * than the map's: a connection of its own, for this job). */
-static void work_take(struct dl_part *p, struct job *j)
-{
-	size_t i, klen = strlen(p->cfg->redis_prefix) + DL_PART_ID_MAX + 16;
-	char *key = malloc(klen);
-	redisContext *c;
-	redisReply *r;
-
-	j->err = DL_EUNAVAILABLE;
-	if (!key) {
-		snprintf(j->why, sizeof(j->why), "out of memory");
-		return;
-	}
-	/* the giver's store prefix (dl_config_store_prefix) and "part" */
-	snprintf(key, klen, "%s{%s}:part", p->cfg->redis_prefix, j->from);
-	c = connect_slot(p, dl_key_slot(key, strlen(key)), j->why,
-			 sizeof(j->why));
-	if (!c) {
-		free(key);
-		return;
-	}
-	r = redisCommand(c, "HGETALL %s", key);
-	if (!r || r->type != REDIS_REPLY_ARRAY) {
-		snprintf(j->why, sizeof(j->why), "HGETALL %s: %s", key,
-			 r && r->type == REDIS_REPLY_ERROR ? r->str
-			 : c->errstr[0]			   ? c->errstr
-							   : "no reply");
-		freeReplyObject(r);
-		redisFree(c);
-		free(key);
-		return;
-	}
-	free(key);
-	j->err = 0;
-	for (i = 0; i + 1 < r->elements; i += 2) {
-		redisReply *f = r->element[i], *v = r->element[i + 1];
-
-		if (f->type != REDIS_REPLY_STRING ||
-		    v->type != REDIS_REPLY_STRING)
-			continue;
-		if (strcmp(f->str, "gone") == 0 && !j->gone &&
-		    !(j->gone = strndup(v->str, v->len)))
-			j->err = DL_ENOMEM;
-		if (strcmp(f->str, "moved") == 0 && !j->text) {
-			if (!(j->text = malloc(v->len + 1))) {
-				j->err = DL_ENOMEM;
-				continue;
-			}
-			memcpy(j->text, v->str, v->len + 1);
-			j->len = v->len;
-		}
-	}
-	if (j->err)
-		snprintf(j->why, sizeof(j->why), "out of memory");
-	freeReplyObject(r);
-	redisFree(c);
-}
-
-static void work(uv_work_t *req)
+void dl__part_work(uv_work_t *req)
 {
 	struct job *j = req->data;
 	struct dl_part *p = j->p;
 	redisReply *r;
 
 	if (j->kind == JOB_TAKE) {
-		work_take(p, j);
+		dl__part_work_take(p, j);
 		return;
 	}
 	if (work_connect(p, j) != 0) {
@@ -385,7 +217,7 @@ static void work(uv_work_t *req)
 /* ---- what the loop does with the answers --------------------------------- */
 
 /* Parse the record of slots given away, if it changed. */
-static void read_gone(struct dl_part *p)
+void dl__part_read_gone(struct dl_part *p)
 {
 	const char *s = dl_store_part_gone(p->st), *sp, *lk;
 	unsigned long long e, f;
@@ -443,20 +275,20 @@ static void finish(struct dl_part *p, int err, const char *text)
 	answer(p, err, text);
 }
 
-static int own_index(const struct dl_map *m, const struct dl_part *p)
+int dl__part_own_index(const struct dl_map *m, const struct dl_part *p)
 {
 	return dl_map_find(m, p->id, strlen(p->id));
 }
 
 /* The record's move is not in map m yet (m's gave= of this partition is
  * below its number). */
-static int pending(const struct dl_part *p, const struct dl_map *m)
+int dl__part_pending(const struct dl_part *p, const struct dl_map *m)
 {
 	int i;
 
 	if (!p->gone_n || !m->epoch)
 		return 0;
-	i = own_index(m, p);
+	i = dl__part_own_index(m, p);
 	return i < 0 || m->part[i].gave < p->gone_n;
 }
 
@@ -484,298 +316,9 @@ static void stray_cb(const struct dl_lock *lk, void *arg)
 			 lk->name);
 }
 
-/* ---- moving locks ------------------------------------------------------ */
-
-/* The slots whose locks must not change: a move's under way (step 1),
- * and those the record gave away with locks while the map does not have
- * the move yet, or does and the table may still hold them (extracted
- * below). Set in the table only while one is. */
-static void refreeze(struct dl_part *p)
-{
-	const struct dl_map *m = p->map;
-	int pend = pending(p, m), any = 0;
-	unsigned s;
-
-	for (s = 0; s < DL_SLOTS; s++) {
-		p->frozen[s] = p->moving[s] ||
-			       (p->gone_n && p->gone_locks && p->gone[s] &&
-				(pend || p->self < 0 ||
-				 m->owner[s] != (uint16_t)p->self));
-		any |= p->frozen[s];
-	}
-	if (any != p->frozen_on || any) {
-		dl_locktab_freeze(p->tab, any ? p->frozen : NULL);
-		p->frozen_on = any;
-	}
-}
-
-struct gone_walk {
-	const struct dl_part *p;
-	struct dl_buf names; /* NUL-separated */
-	int err;
-};
-
-static void gone_cb(const struct dl_lock *lk, void *arg)
-{
-	struct gone_walk *g = arg;
-	unsigned s = dl_key_slot(lk->name, lk->hn.len);
-
-	if (g->err || !g->p->gone[s] ||
-	    g->p->map->owner[s] == (uint16_t)g->p->self)
-		return;
-	if (dl_buf_add(&g->names, lk->name, lk->hn.len) ||
-	    dl_buf_add(&g->names, "", 1))
-		g->err = DL_ENOMEM;
-}
-
-/* Step 5: the map has the move, so the locks it carried leave the table
- * (each waiter told * MOVED: its place is at the receiver). Once per
- * record and map; again after a load (a take-over, a restart: the table
- * read back what the last extraction had not deleted yet). */
-static void extract_gone(struct dl_part *p)
-{
-	struct gone_walk g = {.p = p};
-	size_t cursor = 0, off, n = 0;
-
-	/* not while a reply stating one of their leases may wait for its
-	 * epoch: it says what remains of the lease as the table has it
-	 * (held.c), and one extracted would be told 0 while it lives on at
-	 * the receiver (found from outside: a grant a few ms before the
-	 * move was told ttl_ms 0) */
-	if (p->note_epoch && dl_store_committed(p->st) < p->note_epoch &&
-	    !dl_store_idle(p->st))
-		return;
-	if (!p->gone_n || !p->gone_locks || p->self < 0 || pending(p, p->map) ||
-	    !dl_store_active(p->st) ||
-	    (p->extract_gen == p->gen &&
-	     p->extract_sgen == dl_store_part_gen(p->st)))
-		return;
-	dl_locktab_pin(p->tab, 1);
-	while (!dl_locktab_walk(p->tab, &cursor, 4096, gone_cb, &g))
-		;
-	dl_locktab_pin(p->tab, 0);
-	if (g.err) {
-		free(g.names.p);
-		return; /* tried again at the next tick */
-	}
-	for (off = 0; off < g.names.len; off += strlen(g.names.p + off) + 1)
-		n += (size_t)dl_locktab_extract(
-			p->tab, (struct dl_str){g.names.p + off,
-						strlen(g.names.p + off)});
-	free(g.names.p);
-	p->locks_out += n;
-	p->extract_gen = p->gen;
-	p->extract_sgen = dl_store_part_gen(p->st);
-	if (n)
-		dl_notice(
-			"partition %s: %zu locks of move %llu left for partition %s",
-			p->id, n, (unsigned long long)p->gone_n, p->gone_to);
-}
-
-/* The last move of partition `id` whose locks this one imported (its
- * "took" record: "<id>:<n> ..."), 0: none. */
-static uint64_t took_of(const struct dl_part *p, const char *id)
-{
-	const char *t = dl_store_part_took(p->st);
-	size_t len = strlen(id);
-	uint64_t n;
-
-	while (*t) {
-		const char *sp = strchr(t, ' '), *end = sp ? sp : t + strlen(t);
-
-		if ((size_t)(end - t) > len + 1 && memcmp(t, id, len) == 0 &&
-		    t[len] == ':' &&
-		    dl_parse_u64(t + len + 1, (size_t)(end - t) - len - 1,
-				 &n) == 0)
-			return n;
-		t = sp ? sp + 1 : end;
-	}
-	return 0;
-}
-
-/* A move to this partition whose locks it has not imported: the giver's
- * line + 1, or 0. The slots of every such move (the map's pslots=) are
- * not served meanwhile (p->incoming); the others are. */
-static int awaiting(struct dl_part *p)
-{
-	unsigned i;
-
-	if (p->await_gen == p->gen && p->await_sgen == dl_store_part_gen(p->st))
-		return p->awaiting;
-	p->await_gen = p->gen;
-	p->await_sgen = dl_store_part_gen(p->st);
-	p->awaiting = 0;
-	memset(p->incoming, 0, DL_SLOTS);
-	for (i = 0; i < p->map->n && p->map->epoch; i++) {
-		const struct dl_map_part *mp = &p->map->part[i];
-
-		if (strcmp(mp->pend, p->id) != 0 || !mp->gave ||
-		    took_of(p, mp->id) >= mp->gave)
-			continue;
-		if (!p->awaiting)
-			p->awaiting = (int)i + 1;
-		/* its slots (a map without pslots=: all of them) */
-		if (!mp->pend_slots[0] ||
-		    dl_slots_parse(mp->pend_slots, strlen(mp->pend_slots),
-				   p->incoming) < 0)
-			memset(p->incoming, 1, DL_SLOTS);
-	}
-	return p->awaiting;
-}
-
-static void on_imported(int ok, void *arg)
-{
-	struct dl_part *p = arg;
-
-	p->importing = 0;
-	if (!ok) {
-		dl_warn("partition %s: the imported locks could not be written; trying again",
-			p->id);
-		p->take_ms = uv_now(p->loop);
-		return;
-	}
-	p->locks_in += p->import_count;
-	dl_notice("partition %s: imported %llu locks moved here; took %s",
-		  p->id, (unsigned long long)p->import_count,
-		  dl_store_part_took(p->st));
-	next_job(p); /* the map without pend= (wanted) */
-}
-
-/* The record of a move to this partition, read (j): import its locks. */
-static void on_take(struct dl_part *p, struct job *j)
-{
-	char took[DL_STORE_PART_MAX], why[300], to[DL_PART_ID_MAX + 1];
-	unsigned long long n = 0, hn = 0, count = 0;
-	char hfrom[DL_PART_ID_MAX + 1], hto[DL_PART_ID_MAX + 1];
-	int k = 0, r;
-
-	p->take_ms = uv_now(p->loop);
-	if (awaiting(p) == 0 ||
-	    strcmp(p->map->part[p->awaiting - 1].id, j->from) != 0 ||
-	    p->map->part[p->awaiting - 1].gave != j->n)
-		return; /* the map moved on meanwhile */
-	if (j->err) {
-		if (!p->take_said)
-			dl_warn("partition %s: reading move %llu of partition %s: %s; its slots are not served until it is read",
-				p->id, (unsigned long long)j->n, j->from,
-				j->why);
-		p->take_said = 1;
-		return;
-	}
-	/* its record is of this move, to here; its locks too */
-	if (!j->gone || sscanf(j->gone, "%llu %32s", &n, to) != 2 ||
-	    n != j->n || strcmp(to, p->id) != 0 || !j->text ||
-	    sscanf(j->text, "dlock-moved 1 %llu %32s %32s %llu%n", &hn, hfrom,
-		   hto, &count, &k) != 4 ||
-	    !k || hn != j->n || strcmp(hfrom, j->from) != 0 ||
-	    strcmp(hto, p->id) != 0) {
-		lost_record(p, j);
-		return;
-	}
-	p->lost_since = 0;
-	took_with(p, j->from, j->n, took, sizeof(took));
-	r = dl_store_import(p->st, j->text, j->len, took, on_imported, p, why,
-			    sizeof(why));
-	if (r == DL_EUNAVAILABLE)
-		return; /* another write of the record, or the link: again */
-	if (r) {
-		dl_error(
-			"partition %s: importing the locks of move %llu of partition %s: %s",
-			p->id, (unsigned long long)j->n, j->from, why);
-		return;
-	}
-	p->take_said = 0;
-	p->importing = 1;
-	p->import_count = count;
-}
-
-/* "took" with move n of partition `from`: the others' entries, then
- * this one. */
-static void took_with(const struct dl_part *p, const char *from, uint64_t n,
-		      char *took, size_t cap)
-{
-	const char *t = dl_store_part_took(p->st);
-	size_t len = 0, flen = strlen(from);
-
-	took[0] = '\0';
-	while (*t) {
-		const char *sp = strchr(t, ' '), *end = sp ? sp : t + strlen(t);
-
-		if (!((size_t)(end - t) > flen && memcmp(t, from, flen) == 0 &&
-		      t[flen] == ':') &&
-		    len + (size_t)(end - t) + 2 < cap) {
-			memcpy(took + len, t, (size_t)(end - t));
-			len += (size_t)(end - t);
-			took[len++] = ' ';
-			took[len] = '\0';
-		}
-		t = sp ? sp + 1 : end;
-	}
-	snprintf(took + len, cap - len, "%s:%llu", from, (unsigned long long)n);
-}
-
-static void on_given_up(int ok, void *arg)
-{
-	struct dl_part *p = arg;
-
-	p->importing = 0;
-	if (ok) {
-		dl_warn("partition %s: the slots of a move whose record was lost are served again, max_ttl after the loss was seen; took %s",
-			p->id, dl_store_part_took(p->st));
-		p->lost_since = 0;
-		next_job(p);
-	}
-}
-
-/* The record of a move to here is not in the giver's keyspace: Redis
- * lost it (a FLUSHALL, a key deleted, a fail-over to a replica that
- * missed it). Its locks cannot be known. The move's slots (the map's
- * pslots=, the others are served) stay unserved until every lease of
- * them has surely ended -- its holder could not refresh it since the
- * move, and no lease is longer than max_ttl -- then this partition
- * serves them as empty (found from outside: the whole receiving
- * partition stopped, for good). A restart waits again, from its start. */
-static void lost_record(struct dl_part *p, struct job *j)
-{
-	char took[DL_STORE_PART_MAX];
-	uint64_t now = uv_now(p->loop);
-
-	if (!p->take_said)
-		dl_error(
-			"partition %s: the map says move %llu of partition %s brought locks here, but its record says \"%.60s\" (Redis lost it?); the move's slots are not served for max_ttl (%llu ms) unless it comes back",
-			p->id, (unsigned long long)j->n, j->from,
-			j->gone ? j->gone : "(none)",
-			(unsigned long long)p->cfg->max_ttl_ms);
-	p->take_said = 1;
-	if (!p->lost_since)
-		p->lost_since = now ? now : 1;
-	if (now - p->lost_since < p->cfg->max_ttl_ms)
-		return;
-	took_with(p, j->from, j->n, took, sizeof(took));
-	if (dl_store_part_write(p->st, DL_PART_TOOK, took, on_given_up, p) == 0)
-		p->importing = 1;
-}
-
-/* Step 4: read the record of a move to this partition not imported. */
-static int take(struct dl_part *p)
-{
-	const struct dl_map_part *mp;
-
-	if (!awaiting(p) || p->importing || p->job || !dl_store_active(p->st) ||
-	    (p->take_ms && uv_now(p->loop) - p->take_ms < DL_MAP_POLL_MS))
-		return 0;
-	mp = &p->map->part[p->awaiting - 1];
-	if (queue(p, JOB_TAKE, NULL, NULL) != 0)
-		return 0;
-	snprintf(p->job->from, sizeof(p->job->from), "%s", mp->id);
-	p->job->n = mp->gave;
-	uv_queue_work(p->loop, &p->job->req, work, after_work);
-	return 1;
-}
-
 static void say_map(struct dl_part *p)
 {
-	int i = own_index(p->map, p);
+	int i = dl__part_own_index(p->map, p);
 	struct strays x = {.m = p->map,
 			   .self = i,
 			   .leaving =
@@ -823,7 +366,8 @@ static int wanted(struct dl_part *p, const struct dl_map *m, char *out,
 	if (!n)
 		return 0;
 	if (p->gone_gen != dl_store_part_gen(p->st))
-		read_gone(p); /* a load since: its record, not the last one's */
+		dl__part_read_gone(
+			p); /* a load since: its record, not the last one's */
 	memcpy(n, m, sizeof(*n));
 	if (p->ask == ASK_INIT && m->epoch == 0) {
 		/* the first map: this partition serves every slot */
@@ -837,7 +381,7 @@ static int wanted(struct dl_part *p, const struct dl_map *m, char *out,
 		return 0; /* no map: nothing to add to */
 	}
 	/* slots given away (step 3), by this table's record */
-	if (dl_store_active(p->st) && pending(p, m) &&
+	if (dl_store_active(p->st) && dl__part_pending(p, m) &&
 	    (i = dl_map_add(n, p->id, strlen(p->id))) >= 0 &&
 	    (t = dl_map_add(n, p->gone_to, strlen(p->gone_to))) >= 0) {
 		for (s = 0; s < DL_SLOTS; s++)
@@ -863,7 +407,7 @@ static int wanted(struct dl_part *p, const struct dl_map *m, char *out,
 	/* moves whose locks this partition imported: no longer pending */
 	for (t = 0; dl_store_active(p->st) && t < (int)n->n; t++)
 		if (strcmp(n->part[t].pend, p->id) == 0 &&
-		    took_of(p, n->part[t].id) >= n->part[t].gave) {
+		    dl__part_took_of(p, n->part[t].id) >= n->part[t].gave) {
 			n->part[t].pend[0] = '\0';
 			n->part[t].pend_slots[0] = '\0';
 			change = 1;
@@ -908,7 +452,7 @@ static void asked(struct dl_part *p, int ours)
 			finish(p, 0, reply);
 		else
 			finish(p, DL_EBADARG, "a partition map exists already");
-	} else if (p->ask == ASK_MOVE_MAP && !pending(p, p->map)) {
+	} else if (p->ask == ASK_MOVE_MAP && !dl__part_pending(p, p->map)) {
 		/* the move is in the map: this write, or one that completed
 		 * it (another active of the partition) */
 		snprintf(reply, sizeof(reply), "epoch=%llu to=%s locks=%llu",
@@ -918,8 +462,8 @@ static void asked(struct dl_part *p, int ours)
 	}
 }
 
-static int queue(struct dl_part *p, enum job_kind kind, const char *old,
-		 const char *new)
+int dl__part_queue(struct dl_part *p, enum job_kind kind, const char *old,
+		   const char *new)
 {
 	struct job *j;
 
@@ -940,8 +484,6 @@ static int queue(struct dl_part *p, enum job_kind kind, const char *old,
 	p->job = j;
 	return 0;
 }
-
-static void after_work(uv_work_t *req, int status);
 
 /* After a load (a start, a take-over): the copy of the map the
  * partition's keyspace holds is known, if newer than the one in memory.
@@ -983,24 +525,6 @@ static void load_seen(struct dl_part *p)
 	free(m);
 }
 
-/* Step 2: the move's record, with the locks of its slots if it carries
- * them (as the table holds them now: frozen, they only lessen since the
- * move began). */
-static int send_note(struct dl_part *p)
-{
-	size_t nlocks;
-
-	/* replies about those locks from before the record (a grant whose
-	 * reply waits for Redis) are in this epoch or an earlier one */
-	p->note_epoch = dl_store_epoch(p->st);
-
-	if (!p->carry)
-		return dl_store_part_write(p->st, DL_PART_GONE, move_record,
-					   on_noted, p);
-	return dl_store_part_move(p->st, move_record, p->moving, p->id, p->to,
-				  p->move_n, &nlocks, on_noted, p);
-}
-
 static void on_copied(int ok, void *arg)
 {
 	struct dl_part *p = arg;
@@ -1008,29 +532,9 @@ static void on_copied(int ok, void *arg)
 	p->copying = 0;
 	if (ok)
 		p->copy_epoch = p->pending_copy;
-	if (p->ask == ASK_MOVE_NOTE && p->note_again && send_note(p) == 0)
+	if (p->ask == ASK_MOVE_NOTE && p->note_again &&
+	    dl__part_send_note(p) == 0)
 		p->note_again = 0;
-}
-
-static void on_cleared(int ok, void *arg)
-{
-	(void)ok;
-	(void)arg;
-}
-
-/* The locks of the last move, once imported by their receiver (the map
- * says no pend= for it), leave the record: every load reads it. */
-static void clear_moved(struct dl_part *p)
-{
-	int i;
-
-	if (!dl_store_part_moved_len(p->st) || p->ask != ASK_NONE ||
-	    p->copying || p->importing || !dl_store_active(p->st) ||
-	    !p->map->epoch || (i = own_index(p->map, p)) < 0 ||
-	    pending(p, p->map) || p->map->part[i].pend[0] ||
-	    p->fresh != dl_store_part_loads(p->st))
-		return;
-	(void)dl_store_part_write(p->st, DL_PART_MOVED, "", on_cleared, p);
 }
 
 /* The active keeps a copy of the newest map in its keyspace. */
@@ -1068,8 +572,9 @@ static void consider(struct dl_part *p, const char *text, size_t len, int ours,
 		dl_warn("partition %s: %s holds map epoch %llu, older than %llu known here: writing it back",
 			p->id, p->key, (unsigned long long)m->epoch,
 			(unsigned long long)p->known_epoch);
-		if (queue(p, JOB_CAS, text ? text : "", p->text) == 0)
-			uv_queue_work(p->loop, &p->job->req, work, after_work);
+		if (dl__part_queue(p, JOB_CAS, text ? text : "", p->text) == 0)
+			uv_queue_work(p->loop, &p->job->req, dl__part_work,
+				      dl__part_after_work);
 		free(m);
 		return;
 	}
@@ -1096,12 +601,14 @@ static void consider(struct dl_part *p, const char *text, size_t len, int ours,
 	 * found an older map, a restart served from its newer copy while
 	 * the others read the older one until the write-back) */
 	p->fresh = loads;
-	refreeze(p);
-	extract_gone(p);
+	dl__part_refreeze(p);
+	dl__part_extract_gone(p);
 	asked(p, ours);
 	if (wanted(p, p->map, out, sizeof(out))) {
-		if (queue(p, JOB_CAS, p->text ? p->text : "", out) == 0)
-			uv_queue_work(p->loop, &p->job->req, work, after_work);
+		if (dl__part_queue(p, JOB_CAS, p->text ? p->text : "", out) ==
+		    0)
+			uv_queue_work(p->loop, &p->job->req, dl__part_work,
+				      dl__part_after_work);
 		return;
 	}
 	if (p->ask == ASK_ADDRS) {
@@ -1113,7 +620,7 @@ static void consider(struct dl_part *p, const char *text, size_t len, int ours,
 	}
 }
 
-static void after_work(uv_work_t *req, int status)
+void dl__part_after_work(uv_work_t *req, int status)
 {
 	struct job *j = req->data;
 	struct dl_part *p = j->p;
@@ -1122,7 +629,7 @@ static void after_work(uv_work_t *req, int status)
 	p->job = NULL;
 	if (!p->closing) {
 		if (j->err && j->kind == JOB_TAKE) {
-			on_take(p, j); /* says it */
+			dl__part_on_take(p, j); /* says it */
 		} else if (j->err) {
 			if (!p->failing)
 				dl_warn("partition %s: the map at %s: %s",
@@ -1134,7 +641,7 @@ static void after_work(uv_work_t *req, int status)
 					  p->id);
 			p->failing = 0;
 			if (j->kind == JOB_TAKE)
-				on_take(p, j);
+				dl__part_on_take(p, j);
 			else if (j->kind == JOB_CAS && j->swapped)
 				consider(p, j->new, strlen(j->new), 1,
 					 j->loads);
@@ -1149,12 +656,13 @@ static void after_work(uv_work_t *req, int status)
 	free(j);
 }
 
-static void next_job(struct dl_part *p)
+void dl__part_next_job(struct dl_part *p)
 {
-	if (p->job || p->closing || take(p))
+	if (p->job || p->closing || dl__part_take(p))
 		return;
-	if (queue(p, JOB_GET, NULL, NULL) == 0)
-		uv_queue_work(p->loop, &p->job->req, work, after_work);
+	if (dl__part_queue(p, JOB_GET, NULL, NULL) == 0)
+		uv_queue_work(p->loop, &p->job->req, dl__part_work,
+			      dl__part_after_work);
 }
 
 static void on_tick(uv_timer_t *t)
@@ -1162,13 +670,14 @@ static void on_tick(uv_timer_t *t)
 	struct dl_part *p = t->data;
 	uint64_t now = uv_now(p->loop);
 
-	read_gone(p);
+	dl__part_read_gone(p);
 	load_seen(p);
-	refreeze(p);
-	extract_gone(p);
+	dl__part_refreeze(p);
+	dl__part_extract_gone(p);
 	copy_map(p);
-	clear_moved(p);
-	if (p->ask == ASK_MOVE_NOTE && p->note_again && send_note(p) == 0)
+	dl__part_clear_moved(p);
+	if (p->ask == ASK_MOVE_NOTE && p->note_again &&
+	    dl__part_send_note(p) == 0)
 		p->note_again = 0;
 	if (p->ask == ASK_MOVE_NOTE || p->ask == ASK_MOVE_MAP) {
 		if (p->done && now - p->asked_ms > DL_MAP_ASK_MS)
@@ -1178,7 +687,7 @@ static void on_tick(uv_timer_t *t)
 		finish(p, DL_EUNAVAILABLE,
 		       "the map could not be written in time, try again");
 	}
-	next_job(p);
+	dl__part_next_job(p);
 }
 
 /* ---- the interface ------------------------------------------------------- */
@@ -1276,13 +785,14 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 	 * from its old map; the record holds the last move only) */
 	load_seen(p);
 	if (p->map->epoch == 0 || p->fresh != dl_store_part_loads(p->st)) {
-		next_job(p); /* read it now rather than at the next tick */
+		dl__part_next_job(
+			p); /* read it now rather than at the next tick */
 		return DL_ROUTE_UNKNOWN;
 	}
 	o = p->map->owner[slot]; /* after load_seen: the map it may adopt */
 	if (p->gone_gen != dl_store_part_gen(p->st)) {
-		read_gone(p); /* a load or a write since */
-		refreeze(p);
+		dl__part_read_gone(p); /* a load or a write since */
+		dl__part_refreeze(p);
 	}
 	if (o == DL_MAP_NOBODY)
 		return DL_ROUTE_NOBODY;
@@ -1293,15 +803,16 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 		 * next tick, at most every DL_MAP_KICK_MS */
 		if (uv_now(p->loop) - p->kick_ms >= DL_MAP_KICK_MS) {
 			p->kick_ms = uv_now(p->loop);
-			next_job(p);
+			dl__part_next_job(p);
 		}
 		*to = mp;
 		return DL_ROUTE_AWAY;
 	}
-	if (p->moving[slot] || (p->gone[slot] && pending(p, p->map)))
+	if (p->moving[slot] || (p->gone[slot] && dl__part_pending(p, p->map)))
 		return DL_ROUTE_MOVING;
-	if (awaiting(p) && p->incoming[slot]) {
-		next_job(p); /* its import, now rather than at the next tick */
+	if (dl__part_awaiting(p) && p->incoming[slot]) {
+		dl__part_next_job(
+			p); /* its import, now rather than at the next tick */
 		return DL_ROUTE_IMPORTING;
 	}
 	if (dl_locktab_last_token(p->tab) < mp->floor)
@@ -1336,7 +847,7 @@ uint64_t dl_part_locks_in(const struct dl_part *p)
 
 unsigned dl_part_slots(const struct dl_part *p)
 {
-	int i = own_index(p->map, p);
+	int i = dl__part_own_index(p->map, p);
 	unsigned s, n = 0;
 
 	for (s = 0; i >= 0 && s < DL_SLOTS; s++)
@@ -1356,7 +867,7 @@ static int ask(struct dl_part *p, enum ask a, dl_part_done done, void *arg,
 	p->done = done;
 	p->arg = arg;
 	p->asked_ms = uv_now(p->loop);
-	next_job(p);
+	dl__part_next_job(p);
 	return 0;
 }
 
@@ -1415,207 +926,6 @@ int dl_part_set_addrs(struct dl_part *p, const char *id, size_t idlen,
 	snprintf(p->addrs, sizeof(p->addrs), "%s", m->part[i].addrs);
 	free(m);
 	return ask(p, ASK_ADDRS, done, arg, why, whylen);
-}
-
-/* Step 2 answered. */
-static void on_noted(int ok, void *arg)
-{
-	struct dl_part *p = arg;
-
-	if (p->ask != ASK_MOVE_NOTE)
-		return;
-	if (!ok) {
-		/* written or not, nobody knows: the slots stay unserved and
-		 * the same record goes again (a write of it is idempotent) */
-		p->note_again = 1;
-		return;
-	}
-	read_gone(p);
-	memset(p->moving, 0, DL_SLOTS); /* the record keeps them unserved */
-	p->carry = 0;
-	refreeze(p); /* ... and frozen, if it carried locks */
-	p->ask = ASK_MOVE_MAP;
-	next_job(p);
-}
-
-struct busy {
-	const uint8_t *set;
-	size_t n;
-	char first[DL_NAME_MAX + 1];
-};
-
-static void busy_cb(const struct dl_lock *lk, void *arg)
-{
-	struct busy *b = arg;
-
-	if ((!lk->listed && !lk->delaying) ||
-	    !b->set[dl_key_slot(lk->name, lk->hn.len)])
-		return;
-	if (!b->n++)
-		snprintf(b->first, sizeof(b->first), "%.*s", (int)lk->hn.len,
-			 lk->name);
-}
-
-/* A move refused before its record went: its slots served again. */
-static void unmove(struct dl_part *p)
-{
-	memset(p->moving, 0, DL_SLOTS);
-	p->carry = 0;
-	refreeze(p);
-}
-
-int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
-		 size_t tolen, dl_part_done done, void *arg, char *why,
-		 size_t whylen)
-{
-	char *gone = move_record;
-	struct dl_map *m;
-	struct busy b = {.set = set};
-	uint64_t move_n;
-	size_t cursor = 0, n;
-	int i, r;
-	unsigned s;
-
-	if (!dl_map_id_valid(to, tolen)) {
-		snprintf(why, whylen, "bad partition id");
-		return DL_EBADARG;
-	}
-	if (p->ask != ASK_NONE) {
-		snprintf(why, whylen,
-			 "limit reached: a change of the map is under way");
-		return DL_ELIMIT;
-	}
-	if (!p->map->epoch || (i = own_index(p->map, p)) < 0) {
-		snprintf(why, whylen,
-			 "this daemon knows no map that names its partition");
-		return DL_EBADARG;
-	}
-	for (s = 0; s < DL_SLOTS; s++)
-		if (set[s] && p->map->owner[s] != (uint16_t)i) {
-			snprintf(
-				why, whylen,
-				"slot %u is not this partition's (map epoch %llu)",
-				s, (unsigned long long)p->map->epoch);
-			return DL_EBADARG;
-		}
-	if (tolen == strlen(p->id) && memcmp(to, p->id, tolen) == 0) {
-		snprintf(why, whylen, "the slots are this partition's already");
-		return DL_EBADARG;
-	}
-	if (dl_map_find(p->map, to, tolen) < 0) {
-		/* its names would be sent where nobody answers */
-		snprintf(
-			why, whylen,
-			"no partition %.*s in the map: start its daemons first (each adds itself)",
-			(int)tolen, to);
-		return DL_EBADARG;
-	}
-	if (p->gone_gen != dl_store_part_gen(p->st))
-		read_gone(p);
-	if (pending(p, p->map)) {
-		snprintf(
-			why, whylen,
-			"limit reached: move %llu of this partition is not in the map yet",
-			(unsigned long long)p->gone_n);
-		return DL_ELIMIT;
-	}
-	if (awaiting(p)) {
-		/* its slots' locks are not all here yet: a move of them now
-		 * would leave the ones still to come behind */
-		snprintf(
-			why, whylen,
-			"limit reached: this partition has not imported the locks of move %llu of partition %s yet",
-			(unsigned long long)p->map->part[p->awaiting - 1].gave,
-			p->map->part[p->awaiting - 1].id);
-		return DL_ELIMIT;
-	}
-	if (p->map->part[i].pend[0]) {
-		/* the record holds one move's locks: the last one's first */
-		snprintf(
-			why, whylen,
-			"limit reached: partition %s has not imported the locks of move %llu of this one yet",
-			p->map->part[i].pend,
-			(unsigned long long)p->map->part[i].gave);
-		return DL_ELIMIT;
-	}
-	/* step 1: nothing of them served from now on, their queues frozen
-	 * (the record carries what they hold) */
-	dl_locktab_pin(p->tab, 1);
-	while (!dl_locktab_walk(p->tab, &cursor, 4096, busy_cb, &b))
-		;
-	dl_locktab_pin(p->tab, 0);
-	if (b.n > DL_MOVE_LOCKS_MAX) {
-		snprintf(
-			why, whylen,
-			"limit reached: %zu locks in those slots, a move carries at most %d: move fewer slots at once",
-			b.n, DL_MOVE_LOCKS_MAX);
-		return DL_ELIMIT;
-	}
-	if (b.n) {
-		/* the map says the slots awaiting the import (pslots=) */
-		char rs[DL_PEND_SLOTS_MAX];
-
-		if (dl_set_ranges(set, rs, sizeof(rs)) != 0) {
-			snprintf(
-				why, whylen,
-				"limit reached: a move with locks names its slots in at most %d bytes of ranges: move fewer ranges at once",
-				DL_PEND_SLOTS_MAX - 1);
-			return DL_ELIMIT;
-		}
-	}
-	memcpy(p->moving, set, DL_SLOTS);
-	p->carry = b.n > 0;
-	refreeze(p);
-	/* step 2: the record, under the fence: move n, one past every move
-	 * the map or the record knows */
-	move_n = (p->map->part[i].gave > p->gone_n ? p->map->part[i].gave
-						   : p->gone_n) +
-		 1;
-	if (!(m = malloc(sizeof(*m)))) {
-		unmove(p);
-		return DL_ENOMEM;
-	}
-	dl_map_init(m);
-	i = dl_map_add(m, "x", 1);
-	for (s = 0; s < DL_SLOTS; s++)
-		if (set[s])
-			m->owner[s] = (uint16_t)i;
-	n = (size_t)snprintf(gone, sizeof(move_record), "%llu %.*s %llu ",
-			     (unsigned long long)move_n, (int)tolen, to,
-			     (unsigned long long)dl_locktab_last_token(p->tab));
-	r = dl_map_ranges(m, i, gone + n, sizeof(move_record) - n);
-	free(m);
-	n = strlen(gone);
-	if (r == 0 && b.n &&
-	    (size_t)snprintf(gone + n, sizeof(move_record) - n, " locks=%zu",
-			     b.n) >= sizeof(move_record) - n)
-		r = -1;
-	if (r != 0) {
-		unmove(p);
-		snprintf(why, whylen, "too many ranges of slots at once");
-		return DL_EBADARG;
-	}
-	snprintf(p->to, sizeof(p->to), "%.*s", (int)tolen, to);
-	p->move_n = move_n;
-	/* the record goes behind a copy of the map being written (found by
-	 * make check: refused then, a MOVE right after a map change failed
-	 * with "try again"); on_copied sends it */
-	if (p->copying) {
-		p->note_again = 1;
-	} else if ((r = send_note(p)) != 0) {
-		unmove(p);
-		snprintf(
-			why, whylen,
-			r == DL_ELIMIT
-				? "limit reached: the locks of those slots are more than a move carries (DL_MOVE_TEXT_MAX): move fewer slots at once"
-				: "persistence is down, try again");
-		return r;
-	}
-	p->ask = ASK_MOVE_NOTE;
-	p->done = done;
-	p->arg = arg;
-	p->asked_ms = uv_now(p->loop);
-	return 0;
 }
 
 int dl_part_busy(const struct dl_part *p)
