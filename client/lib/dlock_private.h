@@ -15,6 +15,8 @@
  *   dlock_desc.c who the client says it is, and who a holder said it is.
  *   dlock_route.c  a partitioned service: the map, a leg (an ordinary
  *                client) per partition, calls routed by name, MOVED.
+ *   dlock_follow.c a lease follows its slot: moved from one partition's
+ *                leg to another's on NO MOVED (the mover thread).
  *   dlock_span.c what spans partitions: LOCKS merged, every partition's
  *                STATS, a prefix watched on every partition.
  *
@@ -699,34 +701,32 @@ struct dlock__hop {
 };
 int dlock__route(struct dlock_client *c, const char *name,
 		 struct dlock__hop *hop, int *err);
-/*
- * A lease follows its name (dlock_route.c, "A lease follows its slot").
- * A call about lease l (dlock_unlock, dlock_refresh), sent through its
- * client `from`, ended with *err: 1 to send it again through the
- * lease's client (dlock__lease_client) -- after NO MOVED the lease went
- * to the connection of the partition that serves its name now (MAP read
- * again if newer, the connection made if need be), and after a move the
- * partition may be settling (a pause); 0 with *err final. Blocks; no
- * lock held. c is the router; `hop` (zeroed by the caller) counts the
- * moves; `unlocking`: as for dlock__lease_move.
- */
-int dlock__lease_follow(struct dlock_client *c, struct dlock__lease *l,
-			struct dlock_client *from, struct dlock__hop *hop,
-			int *err, int unlocking);
-/* A renewal of lease l through `from` was told `moved` (NO MOVED): its
- * thread holds from->mu and may not block, so the move is the router's
- * mover thread's; l->moving is set until it is made (its new client
- * renews it at once) or given up (from renews it again after the usual
- * pause). 0, or an error (the renewal is then retried as after any
- * failure). */
-int dlock__move_later(struct dlock_client *from, struct dlock__lease *l,
-		      const char *moved);
+/* The name's new partition settling after a move (DLOCK__SETTLE_MS,
+ * dlock_route.c): 1 after a pause, while the request timeout since the
+ * first pause lasts; else 0. For dlock__route and dlock__lease_follow. */
+int dlock__settle(struct dlock_client *c, struct dlock__hop *hop);
 /* A call about a lease (dlock_unlock, dlock_refresh) counts itself on the
  * router's users while it may go from one leg to another: no leg is
  * closed under it. *used: 1 when counted (c routes), to give to
  * dlock__router_unuse. DLOCK_ECANCELED once closing. */
 int dlock__router_use(struct dlock_client *c, int *used);
 void dlock__router_unuse(struct dlock_client *c, int used);
+/* Where lease `name`, whose request through client `from` was told
+ * `moved` (NO MOVED), goes now (dlock_follow.c moves it there): 0 with
+ * *to the client of its name's partition by the map, read again first if
+ * need be (a leg, made if need be, or c for a name no partition serves)
+ * -- or of the partition the MOVED named, when the map could not be read
+ * -- and *used to give to dlock__router_unuse (the leg is counted on the
+ * router's users until then); 1 when the map names `from` still (its
+ * daemon has not read the newest map yet); DLOCK_EMOVED when c routes
+ * nothing or the partition named cannot be added; or why no connection
+ * could be had. Blocks; no lock held. c is the router. */
+int dlock__lease_home(struct dlock_client *c, const char *name,
+		      struct dlock_client *from, const char *moved,
+		      struct dlock_client **to, int *used);
+/* The mover of router c (a part of the router, dlock_follow.c's); NULL
+ * when c routes nothing. */
+struct dlock__mover *dlock__router_mover(struct dlock_client *c);
 /* dlock_connect: read MAP on c's first connection; a map of epoch > 0
  * makes c a router (an error, or epoch 0, leaves it as it is). */
 void dlock__router_start(struct dlock_client *c);
@@ -767,6 +767,60 @@ int dlock__span_locks(struct dlock_client *c, const char *prefix,
  * partition's leg. */
 int dlock__span_watch(struct dlock_client *c, enum dlock__op op,
 		      const char *pat, int64_t *holders);
+
+/* ---- dlock_follow.c ------------------------------------------------------ */
+
+/*
+ * A router's mover: the leases whose renewal was told MOVED, moved to
+ * their new partition's connection by a thread of its own (dlock_follow.c
+ * says why, and the lock order). A part of struct dlock__router
+ * (dlock_route.c), which calls dlock__mover_init when it is made,
+ * dlock__mover_halt then dlock__mover_stop when it closes, and
+ * dlock__mover_destroy when it is freed; only dlock_follow.c touches its
+ * fields.
+ */
+struct dlock__move; /* one lease to move (dlock_follow.c) */
+struct dlock__mover {
+	/* its own lock, the last in the library's order (a leg's thread
+	 * takes it under its mu) */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;	   /* a move to make; stop */
+	struct dlock__move *moves; /* to make, in order */
+	struct dlock__move *tail;
+	int started; /* its thread was started */
+	int stop;    /* closing: no more moves */
+	pthread_t thread;
+};
+void dlock__mover_init(struct dlock__mover *mv);
+void dlock__mover_destroy(struct dlock__mover *mv);
+/* dlock_close, first: no more moves, the thread woken to stop. */
+void dlock__mover_halt(struct dlock__mover *mv);
+/* dlock_close, once the legs are canceled: the mover stops (its calls in
+ * the legs end, canceled), and the moves it did not make are dropped. */
+void dlock__mover_stop(struct dlock__mover *mv);
+
+/*
+ * A lease follows its name (dlock_follow.c).
+ * A call about lease l (dlock_unlock, dlock_refresh), sent through its
+ * client `from`, ended with *err: 1 to send it again through the
+ * lease's client (dlock__lease_client) -- after NO MOVED the lease went
+ * to the connection of the partition that serves its name now (MAP read
+ * again if newer, the connection made if need be), and after a move the
+ * partition may be settling (a pause); 0 with *err final. Blocks; no
+ * lock held. c is the router; `hop` (zeroed by the caller) counts the
+ * moves; `unlocking`: as for dlock__lease_move.
+ */
+int dlock__lease_follow(struct dlock_client *c, struct dlock__lease *l,
+			struct dlock_client *from, struct dlock__hop *hop,
+			int *err, int unlocking);
+/* A renewal of lease l through `from` was told `moved` (NO MOVED): its
+ * thread holds from->mu and may not block, so the move is the router's
+ * mover thread's; l->moving is set until it is made (its new client
+ * renews it at once) or given up (from renews it again after the usual
+ * pause). 0, or an error (the renewal is then retried as after any
+ * failure). */
+int dlock__move_later(struct dlock_client *from, struct dlock__lease *l,
+		      const char *moved);
 
 /* ---- dlock_io.c (legs) --------------------------------------------------- */
 

@@ -15,8 +15,8 @@
  * call); a lease belongs to the leg that took it (struct dlock__lease c),
  * and dlock_unlock(), dlock_refresh() and dlock_proclaim() go there
  * (dlock__lease_client) -- until its slot moves to another partition,
- * which takes the lease along: then to that partition's leg ("A lease
- * follows its slot", below). Calls without a name, and a name no
+ * which takes the lease along: then to that partition's leg
+ * (dlock_follow.c). Calls without a name, and a name no
  * partition of the map serves, are the router's own first connection's,
  * which is an ordinary client too.
  *
@@ -33,17 +33,16 @@
  * Threads. The router's state is under rt->mu, never held while a call
  * waits in a leg: the lock order is rt->mu, then a leg's mu (a new
  * address list), then the router's mu (a leg's watch event,
- * dlock_watch.c); rt->move_mu, the mover's queue, is taken last (a
- * leg's thread takes it under its own mu). Two clients' mu are held
- * together only to move a lease from one to the other
- * (dlock__lease_move, with no other lock held): legs by address, the
- * router's own client last. A partition's entry is never removed (its
- * index stays its own), nor a leg before dlock_close. A routed call
- * holds the router (dlock__hold: dlock_close waits for it) and counts
- * itself on rt->users while it uses a leg, so that closing frees no leg
- * under it; so do a call about a lease (dlock__router_use), which may go
- * from one leg to another, and the mover while it moves one (which
- * dlock_close stops before it closes the legs).
+ * dlock_watch.c); the mover's lock (rt->mover: dlock_follow.c, which
+ * says the whole order, and the two clients' mu a lease's move holds)
+ * is taken last. A partition's entry is never removed (its index stays
+ * its own), nor a leg before dlock_close. A routed call holds the
+ * router (dlock__hold: dlock_close waits for it) and counts itself on
+ * rt->users while it uses a leg, so that closing frees no leg under it;
+ * so do a call about a lease (dlock__router_use), which may go from one
+ * leg to another, and the mover while it moves one (dlock__lease_home;
+ * dlock_close stops the mover before it closes the legs). The mover is
+ * part of the router, but only dlock_follow.c touches its fields.
  */
 #include "client/lib/dlock_private.h"
 #include "proto/slot.h"
@@ -87,14 +86,6 @@ struct dlock__map {
 	struct dlock__part part[DLOCK__PARTS_MAX];
 };
 
-/* A lease whose renewal was told MOVED, for the mover (a reference). */
-struct dlock__move {
-	struct dlock__move *next;
-	struct dlock__lease *l;
-	struct dlock_client *from; /* the client whose renewal was told */
-	char moved[DLOCK__ERR_MAX];
-};
-
 struct dlock__router {
 	pthread_mutex_t mu;
 	pthread_cond_t cv; /* a leg was made (or not); users left; closing */
@@ -106,15 +97,7 @@ struct dlock__router {
 	struct dlock__part part[DLOCK__PARTS_MAX];
 	uint16_t owner[DL_SLOTS];  /* slot: index in part, or NOBODY */
 	struct dlock_client *legs; /* every leg made, on leg_next */
-	/* The mover (dlock__move_later): its own lock, the last in the
-	 * library's order (a leg's thread takes it under its mu) */
-	pthread_mutex_t move_mu;
-	pthread_cond_t move_cv;	   /* a move to make; stop */
-	struct dlock__move *moves; /* to make, in order */
-	struct dlock__move *moves_tail;
-	int mover;     /* its thread was started */
-	int move_stop; /* closing: no more moves */
-	pthread_t mover_thread;
+	struct dlock__mover mover; /* dlock_follow.c's, under its own lock */
 };
 
 /* ---- reading MAP --------------------------------------------------------- */
@@ -352,8 +335,7 @@ static void router_destroy(struct dlock__router *rt)
 
 	for (i = 0; i < rt->n; i++)
 		free(rt->part[i].addrs);
-	pthread_cond_destroy(&rt->move_cv);
-	pthread_mutex_destroy(&rt->move_mu);
+	dlock__mover_destroy(&rt->mover);
 	pthread_cond_destroy(&rt->cv);
 	pthread_mutex_destroy(&rt->mu);
 	free(rt);
@@ -381,8 +363,7 @@ static int upgrade(struct dlock_client *c)
 	}
 	pthread_mutex_init(&rt->mu, NULL);
 	dlock__cond_init(&rt->cv);
-	pthread_mutex_init(&rt->move_mu, NULL);
-	pthread_cond_init(&rt->move_cv, NULL);
+	dlock__mover_init(&rt->mover);
 	memset(rt->owner, 0xff, sizeof(rt->owner));
 	pthread_mutex_lock(&rt->mu);
 	err = adopt(rt, &m);
@@ -593,7 +574,7 @@ map_client(struct dlock_client *c, struct dlock__router *rt, const char *name)
 /* The daemon the map names for a name that moved is settling (see
  * DLOCK__SETTLE_MS): 1 after a pause, while the request timeout since
  * the first lasts; else 0. */
-static int settle(struct dlock_client *c, struct dlock__hop *hop)
+int dlock__settle(struct dlock_client *c, struct dlock__hop *hop)
 {
 	int64_t now = dlock__now(), ms;
 
@@ -621,7 +602,7 @@ static int follow(struct dlock_client *c, const char *name,
 	int i, same;
 
 	if (rt && err == DLOCK_EUNAVAILABLE && (hop->moves || hop->settle_end))
-		return settle(c, hop);
+		return dlock__settle(c, hop);
 	if (err != DLOCK_EMOVED || hop->moves >= DLOCK__MOVES_MAX)
 		return 0;
 	if (!rt) {
@@ -645,7 +626,7 @@ static int follow(struct dlock_client *c, const char *name,
 	pthread_mutex_unlock(&rt->mu);
 	hop->to = -1;
 	if (same)
-		return settle(c, hop);
+		return dlock__settle(c, hop);
 	hop->moves++;
 	return 1;
 }
@@ -767,28 +748,7 @@ struct dlock_client *dlock__span_leg(struct dlock_client *c, int i, int make,
 	return leg;
 }
 
-/* ---- a lease follows its slot -------------------------------------------- */
-
-/*
- * A PARTITION MOVE carries the slots' locks to their new partition: same
- * owner, token and proof (PROTOCOL.md, Partitions). A request about a
- * lease the old partition gave away is answered NO MOVED, and the lease
- * goes where its name went: MAP read again if need be, then the lease
- * moved to the connection of the name's partition (dlock__lease_move,
- * made if need be), where every later request about it goes -- the
- * caller's unlock, refresh and value change, which send theirs again
- * there (dlock.c), and the renewals.
- *
- * A renewal is the leg's thread's, which may not block (it holds its
- * mu, and making a connection takes a while): it hands the lease to the
- * router's mover, a thread started at the first move, and stops renewing
- * it meanwhile (l->moving; the guard still watches its deadline). The
- * mover moves it and the new connection renews it at once; one it could
- * not move is renewed again by its leg after the usual pause, told
- * MOVED again, handed over again, until the lease's deadline (lost as
- * any lease not renewed in time). While the partitions hand the locks
- * over, renewals are answered ERR UNAVAILABLE and retried as always.
- */
+/* ---- where a lease goes (dlock_follow.c) --------------------------------- */
 
 int dlock__router_use(struct dlock_client *c, int *used)
 {
@@ -822,29 +782,24 @@ void dlock__router_unuse(struct dlock_client *c, int used)
 	pthread_mutex_unlock(&rt->mu);
 }
 
-/* Lease l, told `moved` through from, goes to its name's partition's
- * client: 0 (moved, or to be tried again where it is: where the MOVED
- * sent it when the map could not be read), 1 when the map names from
- * still (its daemon has not read the newest map yet), or why no
- * connection could be had. */
-static int rehome(struct dlock_client *c, struct dlock__lease *l,
-		  struct dlock_client *from, const char *moved, int unlocking)
+int dlock__lease_home(struct dlock_client *c, const char *name,
+		      struct dlock_client *from, const char *moved,
+		      struct dlock_client **to, int *used)
 {
 	struct dlock__router *rt = atomic_load(&c->rt);
-	struct dlock_client *to;
 	struct moved mv;
-	int i, by_map, used, err = 0;
+	int i, by_map, err = 0;
 
 	if (!rt)
 		return DLOCK_EMOVED;
 	by_map = moved_where(c, rt, from, moved, &mv);
 	pthread_mutex_lock(&rt->mu);
-	if (by_map && map_client(c, rt, l->name) == from) {
+	if (by_map && map_client(c, rt, name) == from) {
 		pthread_mutex_unlock(&rt->mu);
 		return 1;
 	}
 	if (by_map)
-		i = rt->owner[dl_key_slot(l->name, strlen(l->name))];
+		i = rt->owner[dl_key_slot(name, strlen(name))];
 	else
 		i = part_named(rt, &mv);
 	if (i < 0) {
@@ -852,152 +807,23 @@ static int rehome(struct dlock_client *c, struct dlock__lease *l,
 		return DLOCK_EMOVED;
 	}
 	if (i == DLOCK__NOBODY) {
-		to = c; /* no partition's: the first connection's */
-	} else if (!(to = leg_of(c, rt, i, &err))) {
+		*to = c; /* no partition's: the first connection's */
+	} else if (!(*to = leg_of(c, rt, i, &err))) {
 		pthread_mutex_unlock(&rt->mu);
 		return err;
 	}
-	used = to != c;
-	if (used)
+	*used = *to != c;
+	if (*used)
 		rt->users++;
 	pthread_mutex_unlock(&rt->mu);
-	if (to != from)
-		dlock__lease_move(l, from, to, unlocking);
-	dlock__router_unuse(c, used);
 	return 0;
 }
 
-int dlock__lease_follow(struct dlock_client *c, struct dlock__lease *l,
-			struct dlock_client *from, struct dlock__hop *hop,
-			int *err, int unlocking)
+struct dlock__mover *dlock__router_mover(struct dlock_client *c)
 {
-	char moved[DLOCK__ERR_MAX];
-	int e;
-
-	if (!atomic_load(&c->rt))
-		return 0;
-	if (*err == DLOCK_EUNAVAILABLE)
-		return (hop->moves || hop->settle_end) && settle(c, hop);
-	if (*err != DLOCK_EMOVED || hop->moves >= DLOCK__MOVES_MAX)
-		return 0;
-	snprintf(moved, sizeof(moved), "%s", dlock_last_error());
-	if ((e = rehome(c, l, from, moved, unlocking)) < 0) {
-		*err = e;
-		return 0;
-	}
-	if (e == 1)
-		return settle(c, hop);
-	hop->moves++;
-	return 1;
-}
-
-/* One move for a renewal; a lease left where it was is renewed there
- * again after the usual pause (and is at risk if no connection to its
- * partition could be had). */
-static void move_one(struct dlock_client *c, struct dlock__move *m)
-{
-	struct dlock__lease *l = m->l;
-	int64_t retry;
-	int err = rehome(c, l, m->from, m->moved, 0);
-
-	pthread_mutex_lock(&m->from->mu);
-	if (atomic_load(&l->c) == m->from && l->moving) {
-		l->moving = 0;
-		retry = atomic_load(&l->ttl) / 10;
-		l->renew_at =
-			dlock__now() + (retry > DLOCK__RENEW_RETRY_MIN_MS
-						? retry
-						: DLOCK__RENEW_RETRY_MIN_MS);
-		if (err < 0)
-			dlock__lease_risk(m->from, l);
-		dlock__wake(m->from);
-	}
-	pthread_mutex_unlock(&m->from->mu);
-	dlock__lease_unref(l);
-}
-
-static void *mover_main(void *arg)
-{
-	struct dlock_client *c = arg;
 	struct dlock__router *rt = atomic_load(&c->rt);
-	struct dlock__move *m;
 
-	pthread_mutex_lock(&rt->move_mu);
-	for (;;) {
-		while (!rt->moves && !rt->move_stop)
-			pthread_cond_wait(&rt->move_cv, &rt->move_mu);
-		if (rt->move_stop)
-			break;
-		m = rt->moves;
-		if (!(rt->moves = m->next))
-			rt->moves_tail = NULL;
-		pthread_mutex_unlock(&rt->move_mu);
-		move_one(c, m);
-		free(m);
-		pthread_mutex_lock(&rt->move_mu);
-	}
-	pthread_mutex_unlock(&rt->move_mu);
-	return NULL;
-}
-
-int dlock__move_later(struct dlock_client *from, struct dlock__lease *l,
-		      const char *moved)
-{
-	struct dlock_client *c = from->parent ? from->parent : from;
-	struct dlock__router *rt = atomic_load(&c->rt);
-	struct dlock__move *m;
-	int err = 0;
-
-	if (!rt)
-		return DLOCK_EMOVED; /* no map: nowhere to go */
-	if (l->moving)
-		return 0; /* on its way already */
-	if (!(m = calloc(1, sizeof(*m))))
-		return DLOCK_ENOMEM;
-	m->l = l;
-	m->from = from;
-	snprintf(m->moved, sizeof(m->moved), "%s", moved);
-	pthread_mutex_lock(&rt->move_mu);
-	if (rt->move_stop)
-		err = DLOCK_ECANCELED;
-	else if (!rt->mover &&
-		 pthread_create(&rt->mover_thread, NULL, mover_main, c) != 0)
-		err = DLOCK_ENOMEM;
-	if (err == 0) {
-		rt->mover = 1;
-		l->refs++; /* the move's */
-		l->moving = 1;
-		if (rt->moves_tail)
-			rt->moves_tail->next = m;
-		else
-			rt->moves = m;
-		rt->moves_tail = m;
-		pthread_cond_signal(&rt->move_cv);
-	}
-	pthread_mutex_unlock(&rt->move_mu);
-	if (err < 0)
-		free(m);
-	return err;
-}
-
-/* dlock_close: the mover stops (its calls in the legs end, canceled),
- * and the moves it did not make are dropped. */
-static void mover_stop(struct dlock__router *rt)
-{
-	struct dlock__move *m;
-
-	if (rt->mover)
-		pthread_join(rt->mover_thread, NULL);
-	while ((m = rt->moves) != NULL) {
-		rt->moves = m->next;
-		pthread_mutex_lock(&m->from->mu);
-		if (atomic_load(&m->l->c) == m->from)
-			m->l->moving = 0;
-		pthread_mutex_unlock(&m->from->mu);
-		dlock__lease_unref(m->l);
-		free(m);
-	}
-	rt->moves_tail = NULL;
+	return rt ? &rt->mover : NULL;
 }
 
 void dlock__router_close(struct dlock_client *c)
@@ -1008,10 +834,7 @@ void dlock__router_close(struct dlock_client *c)
 
 	if (!rt)
 		return;
-	pthread_mutex_lock(&rt->move_mu);
-	rt->move_stop = 1;
-	pthread_cond_broadcast(&rt->move_cv);
-	pthread_mutex_unlock(&rt->move_mu);
+	dlock__mover_halt(&rt->mover);
 	pthread_mutex_lock(&rt->mu);
 	rt->closing = 1;
 	pthread_cond_broadcast(&rt->cv);
@@ -1024,7 +847,7 @@ void dlock__router_close(struct dlock_client *c)
 	 * a leg finds it closing; none is freed while a call has it */
 	for (leg = legs; leg; leg = leg->leg_next)
 		dlock__cancel(leg);
-	mover_stop(rt);
+	dlock__mover_stop(&rt->mover);
 	pthread_mutex_lock(&rt->mu);
 	while (rt->users > 0)
 		pthread_cond_wait(&rt->cv, &rt->mu);
