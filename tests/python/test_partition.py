@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 from typing import Iterator
 
 import pytest
@@ -39,6 +40,28 @@ def _name_in(lo: int, hi: int, avoid: set[int]) -> str:
 ANOTHER_OF_P2 = _name_in(10923, 16383, {_route.slot(FOO)})
 
 
+def _tag_in(lo: int, hi: int, avoid: set[int]) -> str:
+    """A "{tag}" whose slot is in lo-hi and not in avoid: the names
+    "{tag}..." share it (the slot a test moves with its locks)."""
+    for k in range(100000):
+        t = f"{{m{k}}}"
+        if lo <= _route.slot(t) <= hi and _route.slot(t) not in avoid:
+            return t
+    raise AssertionError("no tag")
+
+
+# slots of p0 that the tests of leases carried by a move move to p1 (and
+# back): one each, none the other tests' names use
+_P0_USED = {_route.slot(BAR), _route.slot(_name_in(0, 5460, set()))}
+MOVE_SYNC = _tag_in(0, 5460, _P0_USED)
+MOVE_WAIT = _tag_in(0, 5460, _P0_USED | {_route.slot(MOVE_SYNC)})
+MOVE_ASYNC = _tag_in(0, 5460, _P0_USED | {_route.slot(MOVE_SYNC), _route.slot(MOVE_WAIT)})
+MOVE_MULTI = _tag_in(0, 5460, _P0_USED | {_route.slot(t) for t in (MOVE_SYNC, MOVE_WAIT,
+                                                                    MOVE_ASYNC)})
+MOVE_TURN = _tag_in(0, 5460, _P0_USED | {_route.slot(t) for t in (MOVE_SYNC, MOVE_WAIT,
+                                                                   MOVE_ASYNC, MOVE_MULTI)})
+
+
 # ---- a raw connection ---------------------------------------------------
 
 
@@ -61,10 +84,13 @@ def epoch_of(d: Daemon) -> int:
 
 
 def state_of(d: Daemon, name: str) -> str:
-    """"held", "free", or "moved" (another partition's)."""
+    """"held", "free", "moved" (another partition's), or "unavailable"
+    (its slot on its way between two partitions with its locks)."""
     line = raw(d.port, f"STATUS {name}")[0]
     if line.startswith("NO MOVED "):
         return "moved"
+    if line.startswith("ERR UNAVAILABLE "):
+        return "unavailable"
     assert line.startswith(f"OK STATUS {name} "), line
     return "held" if " state=held " in line else "free"
 
@@ -73,12 +99,21 @@ def where(ds: list[Daemon], name: str) -> list[str]:
     return [state_of(d, name) for d in ds]
 
 
+def settled(ds: list[Daemon], name: str, want: list[str]) -> bool:
+    """where() says `want` (within 10 s): after a move that carries locks,
+    the receiving daemon takes them in once it has read the map."""
+    return wait_until(lambda: where(ds, name) == want, 10, 0.02)
+
+
 def move(ds: list[Daemon], slots: str, src: int, dst: int) -> int:
     """PARTITION MOVE <slots> p<dst> on p<src>'s daemon; every daemon
-    then reads that map (within a second or two). Its epoch."""
+    then reads that map (within a second or two). Its epoch. (A daemon
+    that carries the slots' locks along says how many: locks=<n>.)"""
     line = raw(ds[src].port, f"PARTITION MOVE {slots} p{dst}")[0]
-    assert line.startswith("OK PARTITION epoch=") and line.endswith(f" to=p{dst}"), line
-    e = int(line.split("=")[1].split()[0])
+    w = line.split()
+    assert w[:2] == ["OK", "PARTITION"] and w[2].startswith("epoch="), line
+    assert w[3] == f"to=p{dst}" and all(x.startswith("locks=") for x in w[4:]), line
+    e = int(w[2].split("=")[1])
     assert wait_until(lambda: all(epoch_of(d) >= e for d in ds), 15, 0.05)
     return e
 
@@ -195,6 +230,18 @@ def test_the_router_keeps_the_newest_map_and_follows_moved():
     # tried: there
     assert rt.redirect(moved("NO MOVED p1 b:1 7"), BAR, "p0") == "p1"
     assert "moved 4 times" in str(_route.too_many(BAR, moved("NO MOVED p1 b:1 7")))
+    # a partition behind the router's map (epoch 6 < 7) that the map gives
+    # the name points back where the name was: asked again, not followed
+    assert _route.behind(rt, moved("NO MOVED p0 a:2 6"), BAR, "p1")
+    assert not _route.behind(rt, moved("NO MOVED p0 a:2 7"), BAR, "p1")
+    assert not _route.behind(rt, moved("NO MOVED p0 a:2 6"), BAR, "p0")
+    # a slot on its way between two partitions with its locks
+    for line in ("ERR UNAVAILABLE slot 5061 is moving to another partition, try again",
+                 "ERR UNAVAILABLE slot 5061 is arriving from another partition with its "
+                 "locks, try again"):  # fmt: skip
+        assert _route.in_move(dlockd._errors.error_of("ERR", "UNAVAILABLE", line))
+    assert not _route.in_move(dlockd._errors.error_of(
+        "ERR", "UNAVAILABLE", "ERR UNAVAILABLE persistence is down, try again"))
 
 
 def test_an_unpartitioned_daemon_says_map_0_and_nothing_changes(daemon):
@@ -321,6 +368,218 @@ def test_a_watch_of_a_name_is_its_partitions(svc):
                             for what in ("granted", "released")}  # fmt: skip
             assert w.get(0.2) is None
         assert w.closed
+
+
+# ---- leases carried by a PARTITION MOVE (issue 35) -------------------------
+#
+# The server moves the slot's locks with it: each lease keeps its token at
+# the receiving partition, each waiter its place. The client follows: the
+# lease's renewal, refresh, check or release answered MOVED moves it to
+# the new partition's client; a LOCK that waited there is answered
+# "* MOVED" and sent on with the wait it has left and the same req=.
+
+
+def test_a_lease_survives_a_move_of_its_slot(svc):
+    ds = svc.ds
+    tag = MOVE_SYNC
+    s = _route.slot(tag)
+    renewed, manual, unlocked = tag + "renewed", tag + "manual", tag + "unlock"
+    lost: list[str] = []
+    with dlockd.Client(ds[0].addr) as c, dlockd.Client(ds[0].addr) as other:
+        # renewed by the client (TTL 2 s); two more not renewed, long
+        # enough to last the test: their first request after the move is
+        # the caller's (a refresh, a release), answered MOVED
+        lease = c.lock(renewed, ttl=4, on_lost=lambda lz, why: lost.append(str(why)))
+        held = c.lock(manual, ttl=30, renew=False)
+        gone = c.lock(unlocked, ttl=30, renew=False)
+        tokens = (lease.token, held.token, gone.token)
+        assert lease._client is c._legs["p0"]
+        for n in (renewed, manual, unlocked):
+            assert where(ds, n) == ["held", "moved", "moved"], n
+        move(ds, str(s), 0, 1)  # while they are held
+        try:
+            for n in (renewed, manual, unlocked):
+                assert settled(ds, n, ["moved", "held", "moved"]), (n, where(ds, n))
+            # an UNLOCK answered MOVED is sent again where the lease went
+            gone.release()
+            assert not gone.valid and where(ds, unlocked)[1] == "free"
+            # a refresh answered MOVED too (the lease follows: same token)
+            assert 25 < held.refresh(30) <= 30
+            assert held._client is c._legs["p1"] and held.valid
+            # the renewed one, well past its TTL: still held, renewed by p1
+            time.sleep(8)
+            assert lease.valid and not lease.lost.is_set() and not lost
+            assert lease._client is c._legs["p1"]
+            assert (lease.token, held.token) == tokens[:2]
+            assert where(ds, renewed) == ["moved", "held", "moved"]
+            st = other.status(renewed)
+            assert st.held and st.token == lease.token and st.owner == c.owner
+            with pytest.raises(dlockd.LockTimeout) as busy:
+                other.lock(renewed, ttl=5, wait=0)  # TRYLOCK: refused
+            assert busy.value.code == "BUSY"
+            assert 3.5 < lease.refresh() <= 4 and 0 < lease.check() <= 4
+            lease.proclaim("here")
+            assert other.status(renewed).value == "here"
+            lease.release()
+            held.release()
+            assert where(ds, renewed)[1] == "free" and where(ds, manual)[1] == "free"
+            # the next owner's lease: a larger token
+            with other.lock(renewed, ttl=5, wait=0) as after:
+                assert after.token > lease.token
+                assert where(ds, renewed) == ["moved", "held", "moved"]
+        finally:
+            move(ds, str(s), 1, 0)
+
+
+def test_a_waiter_follows_its_name_to_the_new_partition(svc):
+    ds = svc.ds
+    name = MOVE_WAIT + "job"
+    s = _route.slot(name)
+    with dlockd.Client(ds[0].addr) as a, dlockd.Client(ds[0].addr) as b:
+        held = a.lock(name, ttl=5)
+        got: list[object] = []
+
+        def wait_for_it() -> None:
+            try:
+                got.append(b.lock(name, ttl=5, wait=60))
+            except BaseException as e:  # noqa: BLE001 -- the test says it
+                got.append(e)
+
+        t = threading.Thread(target=wait_for_it)
+        t.start()
+        try:
+            assert wait_until(lambda: a.holders(name).waiters, 10, 0.02)
+            move(ds, str(s), 0, 1)
+            # b's LOCK was answered "* MOVED" and sent again to p1, where
+            # its place waits (a's lease is there too)
+            assert wait_until(
+                lambda: any(w.owner == b.owner for w in a.holders(name).waiters), 10, 0.02)
+            time.sleep(0.2)
+            assert not got, got  # still waiting: a holds it
+            assert held.valid
+            held.release()  # answered MOVED at p0, sent again to p1
+            t.join(15)
+            assert not t.is_alive() and len(got) == 1
+            lease = got[0]
+            assert isinstance(lease, dlockd.Lease), lease
+            assert lease.token > held.token and lease.valid
+            assert lease._client is b._legs["p1"]
+            assert where(ds, name) == ["moved", "held", "moved"]
+            lease.release()
+        finally:
+            t.join(15)
+            move(ds, str(s), 1, 0)
+
+
+def test_a_waiting_multi_lock_follows_its_names(svc):
+    ds = svc.ds
+    names = [MOVE_MULTI + "a", MOVE_MULTI + "b"]
+    s = _route.slot(names[0])
+    with dlockd.Client(ds[0].addr) as a, dlockd.Client(ds[0].addr) as b:
+        held = a.lock(names[1], ttl=5)
+        got: list[object] = []
+
+        def wait_for_them() -> None:
+            try:
+                got.append(b.lock_all(names, ttl=5, wait=60))
+            except BaseException as e:  # noqa: BLE001 -- the test says it
+                got.append(e)
+
+        t = threading.Thread(target=wait_for_them)
+        t.start()
+        try:
+            assert wait_until(lambda: a.holders(names[1]).waiters, 10, 0.02)
+            move(ds, str(s), 0, 1)
+            assert held.valid
+            held.release()
+            t.join(15)
+            assert not t.is_alive() and len(got) == 1
+            leases = got[0]
+            assert isinstance(leases, dlockd.Leases), leases
+            assert leases[names[1]].token > held.token
+            for n in names:
+                assert where(ds, n) == ["moved", "held", "moved"], n
+            leases.release()
+        finally:
+            t.join(15)
+            move(ds, str(s), 1, 0)
+
+
+def test_a_moved_lease_keeps_its_turn_and_is_given_back_at_close(svc):
+    ds = svc.ds
+    name, probe, kept = MOVE_TURN + "x", MOVE_TURN + "probe", MOVE_TURN + "kept"
+    s = _route.slot(name)
+    c = dlockd.Client(ds[0].addr)
+    try:
+        # TTL 30 s: no renewal within the test, nothing moves the leases
+        # but the calls below
+        lease = c.lock(name, ttl=30)
+        last = c.lock(kept, ttl=30)
+        e = move(ds, str(s), 0, 1)
+        # the client learns the new map through another name of the slot;
+        # its leases are still with p0's client
+        c.lock(probe, ttl=5, wait=0).release()
+        assert c.map_epoch >= e and lease._client is c._legs["p0"]
+        # a second acquire of the name by this client goes to p1's: the
+        # lease moves there first, and the acquire waits its turn behind
+        # it (rather than being refused as another process's hold)
+        got: list[object] = []
+        t = threading.Thread(target=lambda: got.append(c.lock(name, ttl=5, wait=30)))
+        t.start()
+        time.sleep(0.5)
+        assert not got and lease._client is c._legs["p1"] and lease.valid
+        lease.release()
+        t.join(15)
+        assert len(got) == 1 and isinstance(got[0], dlockd.Lease)
+        assert got[0].token > lease.token
+        got[0].release()
+        # close() gives back a lease whose UNLOCK is answered MOVED at its
+        # new partition
+        assert last._client is c._legs["p0"] and where(ds, kept)[1] == "held"
+    finally:
+        c.close()
+        try:
+            assert last.lost.is_set() and where(ds, kept)[1] == "free"
+        finally:
+            move(ds, str(s), 1, 0)
+
+
+def test_async_a_lease_and_a_waiter_follow_a_move(svc):
+    ds = svc.ds
+    name, other_name = MOVE_ASYNC + "lease", MOVE_ASYNC + "queue"
+    s = _route.slot(name)
+
+    async def run() -> None:
+        async with dlockd.AsyncClient(ds[0].addr) as c, dlockd.AsyncClient(ds[0].addr) as o:
+            lease = await c.lock(name, ttl=4)
+            first = await c.lock(other_name, ttl=30, renew=False)
+            waiter = asyncio.ensure_future(o.lock(other_name, ttl=5, wait=60))
+            assert await asyncio.to_thread(
+                wait_until, lambda: raw(ds[0].port, f"STATUS {other_name}")[0].find(
+                    " waiters=1 ") > 0, 10, 0.02)  # fmt: skip
+            await asyncio.to_thread(move, ds, str(s), 0, 1)
+            try:
+                await asyncio.sleep(8)  # 2 TTLs: renewed at p1 after the move
+                assert lease.valid and not lease.lost.is_set()
+                assert lease._client is c._legs["p1"]
+                assert where(ds, name) == ["moved", "held", "moved"]
+                with pytest.raises(dlockd.LockTimeout):
+                    await o.lock(name, ttl=5, wait=0)
+                assert 3.5 < await lease.refresh() <= 4
+                assert not waiter.done()
+                await first.release()  # MOVED at p0, sent again to p1
+                second = await asyncio.wait_for(waiter, 15)
+                assert second.token > first.token and second._client is o._legs["p1"]
+                await second.release()
+                await lease.release()
+                async with o.lock(name, ttl=5, wait=0) as after:
+                    assert after.token > lease.token
+            finally:
+                waiter.cancel()
+                await asyncio.gather(waiter, return_exceptions=True)
+                await asyncio.to_thread(move, ds, str(s), 1, 0)
+
+    asyncio.run(run())
 
 
 # ---- the redirect limit: a daemon that always says MOVED ------------------

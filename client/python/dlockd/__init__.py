@@ -27,7 +27,8 @@ gives the changes of locks one does not hold, as an iterator.
 ``lock_all()`` acquires several locks at once, all or none (``Leases``).
 A partitioned service (``MAP`` at the first connect) is routed: each name
 to its partition's daemons, following ``MOVED`` (``Moved`` when it
-cannot), with one ordinary client per partition underneath.
+cannot), with one ordinary client per partition underneath; a lease
+follows its name when its slot moves to another partition (same token).
 """
 
 from ._async import (

@@ -30,7 +30,19 @@ from . import _api
 from . import _options
 from . import _route
 from ._api import _UNSET, LeasesView, LeaseView, lock_all_args, lock_args
-from ._core import DEAD, DOWN, NEVER, UP, Core, LeaseState, Req, Ticket, WatchState, now_ms
+from ._core import (
+    DEAD,
+    DOWN,
+    NEVER,
+    UP,
+    Core,
+    LeaseState,
+    Req,
+    Ticket,
+    WatchState,
+    move_retry_ms,
+    now_ms,
+)
 from ._errors import (
     ConnectionLost,
     DlockError,
@@ -54,45 +66,85 @@ class AsyncLease(LeaseView):
     at the loss (``cancel_on_loss``, on by default there), so the block
     stops where it is and ends with LockLost. A loss is logged at once
     (logger ``"dlockd"``, WARNING).
+
+    Of a partitioned service, a lease survives a ``PARTITION MOVE`` of its
+    name's slot (same token): as :class:`dlockd.Lease`, the first request
+    about it answered ``MOVED`` moves it to the new partition's client.
     """
 
     def __init__(self, client: AsyncClient, ls: LeaseState) -> None:
-        self._client = client
+        self._client = client  # the client that has it (a partition's, re-homed on a move)
         self._ls = ls
         self.lost = asyncio.Event()
         self._cancel: asyncio.Task[Any] | None = None  # cancel_on_loss
         self._cancelled_by_loss = False
 
-    async def check(self) -> float:
-        """The seconds this token's lease has left at the server;
-        LockLost if it no longer holds the lock."""
-        c = self._client
-        return float(await c._call(c._core.simple_request("CHECK", self.name, self.token)))
+    async def _follow(self, call: Callable[[AsyncClient], Any]) -> Any:
+        """As Lease._follow: await call(client) on the client that has
+        the lease now; MOVED moves the lease and calls again there, at
+        most MOVED_MAX times (then Moved); while its slot is on its way,
+        the call is made again soon, within STALE_MAX_MS."""
+        moves = 0
+        since = 0.0
+        while True:
+            c = self._client
+            try:
+                return await call(c)
+            except Unavailable as e:
+                home = c._home()
+                if home is None or home._router is None and not isinstance(e, Moved):
+                    raise
+                if isinstance(e, Moved):
+                    moves += 1
+                    if moves > _route.MOVED_MAX:
+                        raise _route.too_many(self.name, e) from None
+                    if await home._rehome(self._ls, c, e) is not c:
+                        continue
+                    moves -= 1  # not moved: its partition is behind the map
+                elif not _route.in_move(e):
+                    raise
+                since = since or now_ms()
+                if now_ms() - since >= _route.STALE_MAX_MS:
+                    raise
+                await asyncio.sleep(_route.STALE_PAUSE_MS / 1000.0)
 
-    async def refresh(self, ttl: Seconds | None = None) -> float:
-        """Extend the lease now to ``ttl`` seconds (default: its TTL);
-        returns the TTL granted. LockLost if it is gone."""
-        c = self._client
-        ttl_ms = float(_api.wire.ms_of(ttl, "ttl")) if ttl is not None else None
+    def _usable_lease(self) -> None:
+        """LockLost for a lease lost or released."""
         if self._ls.lost is not None or self._ls.released:
             why = lost_why(self._ls.lost, self._ls.broken_by) if self._ls.lost else ""
             raise LockLost(
                 f"the lease of {self.name!r} is " + (f"lost: {why}" if why else "released")
             )
-        return float(await c._call(c._core.refresh_request(self._ls, ttl_ms, now_ms())))
+
+    async def check(self) -> float:
+        """The seconds this token's lease has left at the server;
+        LockLost if it no longer holds the lock."""
+        return float(await self._follow(
+            lambda c: c._call(c._core.simple_request("CHECK", self.name, self.token))
+        ))  # fmt: skip
+
+    async def refresh(self, ttl: Seconds | None = None) -> float:
+        """Extend the lease now to ``ttl`` seconds (default: its TTL);
+        returns the TTL granted. LockLost if it is gone."""
+        ttl_ms = float(_api.wire.ms_of(ttl, "ttl")) if ttl is not None else None
+
+        async def once(c: AsyncClient) -> float:
+            self._usable_lease()
+            return float(await c._call(c._core.refresh_request(self._ls, ttl_ms, now_ms())))
+
+        return float(await self._follow(once))
 
     async def proclaim(self, value: str) -> None:
         """As :meth:`dlockd.Lease.proclaim`: the lease's new value (a
         REFRESH for its TTL with value=). ValueError for an empty value;
         LockLost if the lease is gone."""
-        c = self._client
         v = _api.value_arg(value)
-        if self._ls.lost is not None or self._ls.released:
-            why = lost_why(self._ls.lost, self._ls.broken_by) if self._ls.lost else ""
-            raise LockLost(
-                f"the lease of {self.name!r} is " + (f"lost: {why}" if why else "released")
-            )
-        await c._call(c._core.proclaim_request(self._ls, v, now_ms()))
+
+        async def once(c: AsyncClient) -> None:
+            self._usable_lease()
+            await c._call(c._core.proclaim_request(self._ls, v, now_ms()))
+
+        await self._follow(once)
 
     async def extend(self, additional_time: Seconds, replace_ttl: bool = False) -> float:
         """redis-py's ``extend``: refresh now so that ``additional_time``
@@ -105,19 +157,17 @@ class AsyncLease(LeaseView):
     async def locked(self) -> bool:
         """redis-py's ``await lock.locked()``: whether anyone holds the
         lock now (the server says)."""
-        return (await self._client.status(self.name)).held
+        c = self._client
+        return (await (c._home() or c).status(self.name)).held
 
     async def release(self) -> None:
         """Give the hold back. Cancellation-safe: a task cancelled here
         leaves the UNLOCK to complete (sent again after a reconnect until
         the server answers). NotHolder if the server no longer had the
-        lease."""
-        c = self._client
-        q = c._core.release_request(self._ls, now_ms())
-        if q is None:
-            return
+        lease. An UNLOCK answered MOVED (the lease's slot went to another
+        partition) is sent again there."""
         try:
-            await c._call(q, finish=lambda: c._core.released(self._ls), shield=True)
+            await self._follow(self._release_once)
         except DlockError as e:
             if e.code == "NOT_HOLDER":
                 if self._ls.lost is None:
@@ -127,6 +177,14 @@ class AsyncLease(LeaseView):
             if isinstance(e, LockTimeout):
                 return
             raise
+
+    async def _release_once(self, c: AsyncClient) -> None:
+        """The UNLOCK on client c; one answered MOVED leaves the lease
+        held, to follow its slot (_follow)."""
+        q = c._core.release_request(self._ls, now_ms())
+        if q is None:
+            return
+        await c._call(q, finish=lambda: c._core.release_over(self._ls, q), shield=True)
 
     async def __aenter__(self) -> AsyncLease:
         return self
@@ -199,7 +257,7 @@ class _Acquire(_Pending):
         self._coro: Any = None
 
     async def _acquire(self, scoped: bool = False) -> AsyncLease:
-        lease = await self._c._acquire(self._a)
+        lease = await self._c._acquire(self._a, None)
         cancel = self._cancel_on_loss
         if cancel is None:
             cancel = scoped  # the default: within ``async with`` only
@@ -289,7 +347,7 @@ class _AcquireAll(_Pending):
         self._coro: Any = None
 
     async def _acquire(self, scoped: bool = False) -> AsyncLeases:
-        leases = await self._c._acquire_all(self._a)
+        leases = await self._c._acquire_all(self._a, None)
         cancel = self._cancel_on_loss
         if cancel is None:
             cancel = scoped  # the default: within ``async with`` only
@@ -582,7 +640,9 @@ class AsyncClient:
     calls about names go to a client of their
     partition (an AsyncClient made on first use, connected by that
     use), MOVED is followed, the calls without a name stay on the first
-    connection (its partition only)."""
+    connection (its partition only). A lease follows its name's slot when
+    it moves to another partition (``PARTITION MOVE``: same token), and
+    a LOCK that waits then is sent on with the wait it has left."""
 
     def __init__(
         self,
@@ -598,6 +658,11 @@ class AsyncClient:
         self._router: _route.Routes | None = None
         self._legs: dict[str, AsyncClient] = {}  # partition id -> its client
         self._rclosed = False
+        # a leg's router (set by _leg_of); a router's lock over the moves
+        # of leases between its clients (_rehome; made on the loop)
+        self._parent: AsyncClient | None = None
+        self._moving: asyncio.Lock | None = None
+        self._movers: set[asyncio.Task[None]] = set()
         self._core = Core(self._o, self)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._proto: _Proto | None = None
@@ -870,18 +935,33 @@ class AsyncClient:
         a second, never longer than request_timeout: a server down or slow
         is left to end them by their TTL), end the watches, close the
         connection. ``release=False`` keeps the leases held until their
-        TTL runs out."""
+        TTL runs out. A lease whose UNLOCK is answered MOVED (its slot
+        moved meanwhile) is released at its new partition first."""
         self._user_closed = True
         if os.getpid() != self._pid or self._core.closing:
             return
+        for t in list(self._movers):
+            t.cancel()  # a lease being moved now is as the others
+        sent: list[tuple[AsyncClient, list[Req]]] = []
+        if release and not self._is_leg and self._router is not None:
+            sent = [(c, c._send_unlocks()) for c in [*self._legs.values(), self]]
+            await self._await_unlocks([q for _, qs in sent for q in qs])
+            await self._follow_unlocks(sent)
         self._rclosed = True
         legs, self._legs = list(self._legs.values()), {}
         if legs:
-            await asyncio.gather(*(leg.close(release) for leg in legs), return_exceptions=True)
+            await asyncio.gather(
+                *(leg._close_own(release, next((qs for c, qs in sent if c is leg), None))
+                  for leg in legs),
+                return_exceptions=True,
+            )  # fmt: skip
+        await self._close_own(release, next((qs for c, qs in sent if c is self), None))
+
+    def _send_unlocks(self) -> list[Req]:
+        """close(): the UNLOCK of every lease still held, sent now."""
         core = self._core
-        waits: list[_Wait] = []
         qs: list[Req] = []
-        if release and self._loop is not None and core.state == UP and core.session_ok:
+        if self._loop is not None and core.state == UP and core.session_ok and not core.closing:
             now = now_ms()
             for ls in list(core.leases):
                 if not ls.live() or not ls.owned:
@@ -889,17 +969,48 @@ class AsyncClient:
                 q = core.release_request(ls, now)
                 if q is None:
                     continue
-                w = _Wait(self._loop.create_future())
-                q.waker = w
+                q.waker = _Wait(self._loop.create_future())
                 core.submit(q, now)
-                waits.append(w)
                 qs.append(q)
             self._flush()
-            if waits:
-                bound = min(CLOSE_RELEASE_MS, self._o.request_timeout_ms) / 1000.0
-                await asyncio.wait([w.fut for w in waits], timeout=bound)
-            if core.closing:
-                return
+        return qs
+
+    async def _await_unlocks(self, qs: list[Req]) -> None:
+        """The answers of _send_unlocks: for at most a second (never
+        longer than request_timeout)."""
+        if qs:
+            bound = min(CLOSE_RELEASE_MS, self._o.request_timeout_ms) / 1000.0
+            await asyncio.wait([q.waker.fut for q in qs], timeout=bound)
+
+    async def _follow_unlocks(self, sent: list[tuple[AsyncClient, list[Req]]]) -> None:
+        """As Client._follow_unlocks: a lease whose UNLOCK was answered
+        MOVED is released at its new partition (AsyncLease.release)."""
+        for c, qs in sent:
+            for q in list(qs):
+                ls = q.lease
+                if ls is None or not q.done or not isinstance(q.error, Moved):
+                    continue
+                qs.remove(q)
+                c._core.release_over(ls, q)
+                if ls.handle is not None:
+                    try:
+                        await ls.handle.release()
+                    except DlockError:
+                        pass  # left to end by its TTL
+                    ls.handle.lost.set()  # as every lease at close
+
+    async def _close_own(self, release: bool, qs: list[Req] | None) -> None:
+        """close() of this client's own connection; qs: the UNLOCKs sent
+        already (_send_unlocks), else sent now if release."""
+        self._user_closed = True
+        if os.getpid() != self._pid or self._core.closing:
+            return
+        core = self._core
+        if qs is None:
+            qs = self._send_unlocks() if release else []
+            await self._await_unlocks(qs)
+        if core.closing:
+            return
         for q in qs:
             if not q.done:
                 core.abandon(q)
@@ -1039,7 +1150,82 @@ class AsyncClient:
         if leg is None:
             o = _route.leg_options(self._o, addrs, self._core.owner, self._core.key)
             leg = self._legs[pid] = AsyncClient(_leg=o)
+            leg._parent = self
         return leg
+
+    def _home(self) -> AsyncClient | None:
+        """The client that routes this one's calls (Client._home)."""
+        return self._parent if self._is_leg else self
+
+    # ---- leases that follow their slot (PARTITION MOVE) -------------------
+
+    async def _rehome(self, ls: LeaseState, src: AsyncClient, e: Moved) -> AsyncClient:
+        """As Client._rehome: lease ls of client src was answered MOVED
+        e; move it to the client of the partition it went to (the map
+        read first if e's is newer or does not say where), which renews
+        it from now on. Returns the client that has the lease."""
+        if self._router is None and not await self._promote():
+            raise e
+        rt = self._router
+        assert rt is not None
+        if self._moving is None:
+            self._moving = asyncio.Lock()
+        async with self._moving:
+            if ls.core is not src._core:  # moved (or released) meanwhile
+                return ls.handle._client if ls.handle is not None else src
+            if e.epoch > rt.epoch or not e.partition:
+                await self._reread(src)  # the daemon that said it knows that map
+            tried = next((p for p, leg in self._legs.items() if leg is src), "")
+            if _route.behind(rt, e, ls.name, tried):
+                return src  # it has not read the map that gives it the lease yet
+            pid = rt.redirect(e, ls.name, tried)
+            dst = await self._leg_of(pid, ls.name)
+            if dst is src:
+                return src
+            await dst._ensure_connected()  # a leg made now connects
+            dst._usable()
+            if not src._core.detach(ls):
+                return ls.handle._client if ls.handle is not None else src
+            if ls.handle is not None:
+                ls.handle._client = dst
+            dst._core.attach(ls, now_ms())
+            dst._schedule()  # renewed now
+            src._schedule()
+            return dst
+
+    def _gather(self, names: list[str], dst: AsyncClient) -> None:
+        """As Client._gather: a lease of one of `names` that another
+        client of this router has moves to dst (their partition's client)
+        before an acquire there, which then waits its turn behind it."""
+        if self._router is None or dst._core.closing:
+            return
+        for c in (self, *self._legs.values()):
+            if c is dst or not any(n in c._core.turns for n in names):
+                continue
+            mine = [ls for ls in c._core.leases if ls.name in names and c._core.detach(ls)]
+            for ls in mine:
+                if ls.handle is not None:
+                    ls.handle._client = dst
+                dst._core.attach(ls, now_ms())
+            if mine:
+                dst._schedule()
+
+    async def _rehome_bg(self, src: AsyncClient, ls: LeaseState, e: Moved) -> None:
+        """A renewal of ls was answered MOVED (src's hook): _rehome as a
+        task; one that fails leaves the lease where it was, renewed again
+        soon (so does a partition behind the map)."""
+        behind = False
+        try:
+            behind = await self._rehome(ls, src, e) is src
+        except Exception:  # noqa: BLE001 -- any failure: renewed again where it is
+            pass
+        finally:
+            if ls.moving and ls.core is src._core:
+                ls.moving = False
+                if behind:
+                    ls.moves = max(ls.moves - 1, 0)  # not a move
+                ls.renew_at = now_ms() + move_retry_ms(ls.ttl)
+                src._schedule()
 
     async def _aroute(
         self, name: str, call: Callable[[AsyncClient], Any], first: Moved | None = None
@@ -1067,18 +1253,28 @@ class AsyncClient:
                 if pid is None:
                     raise _route.no_partition(name, rt.map)
         retried = False
+        since = 0.0
         while True:
             leg = await self._leg_of(pid, name)
             try:
                 return await call(leg)
             except Moved as e:
+                if _route.behind(rt, e, name, pid) and await self._pause_stale(since):
+                    since = since or now_ms()
+                    continue  # the same partition, again: it reads the map soon
                 moves += 1
                 if moves > _route.MOVED_MAX:
                     raise _route.too_many(name, e) from None
-                if e.epoch > rt.epoch:
-                    await self._reread(leg)  # the daemon that said it knows that map
+                if e.epoch > rt.epoch or not e.partition:
+                    # the daemon that said it knows that map (a
+                    # multi-lock's wait that ended MOVED does not say
+                    # where: the map does)
+                    await self._reread(leg)
                 pid = rt.redirect(e, name, pid)
-            except Unavailable:
+            except Unavailable as e:
+                if _route.in_move(e) and await self._pause_stale(since):
+                    since = since or now_ms()
+                    continue  # its slot is on its way here: milliseconds
                 if retried or leg._core.ready or leg._loop is not None:
                     raise
                 retried = True
@@ -1086,6 +1282,15 @@ class AsyncClient:
                 again = await self._reread_for(pid)
                 if not again or again == addrs:
                     raise
+
+    @staticmethod
+    async def _pause_stale(since: float) -> bool:
+        """As Client._pause_stale: pause, True to ask again; False once
+        it has lasted STALE_MAX_MS."""
+        if since and now_ms() - since >= _route.STALE_MAX_MS:
+            return False
+        await asyncio.sleep(_route.STALE_PAUSE_MS / 1000.0)
+        return True
 
     # ---- acquiring and calls ---------------------------------------------
 
@@ -1095,24 +1300,35 @@ class AsyncClient:
         if self._core.closing or self._loop is None:
             raise ConnectionLost("the client is closed" if self._core.closing else "not connected")
 
-    async def _acquire(self, a: _api.LockArgs) -> AsyncLease:
+    async def _acquire(self, a: _api.LockArgs, at: _route.Attempt | None) -> AsyncLease:
+        """The acquire; at: as sent before (a router's redirect: sent
+        again with the wait left and the same request id)."""
+        if at is None:
+            at = _route.Attempt(NEVER if a.wait_ms < 0 else now_ms() + a.wait_ms)
         await self._ensure_connected()
         first: Moved | None = None
         if self._router is None:
             try:
-                return await self._acquire_here(a)
+                return await self._acquire_here(a, at)
             except Moved as e:
                 if not await self._promote():
                     raise
                 first = e
-        return await self._aroute(a.name, lambda leg: leg._acquire(a), first)
+        async def on(leg: AsyncClient) -> AsyncLease:
+            self._gather([a.name], leg)
+            return await leg._acquire(a, at)
 
-    async def _acquire_here(self, a: _api.LockArgs) -> AsyncLease:
+        return await self._aroute(a.name, on, first)
+
+    async def _acquire_here(self, a: _api.LockArgs, at: _route.Attempt) -> AsyncLease:
         """_acquire on this client's own connection."""
         self._usable()
         assert self._loop is not None
         start = now_ms()
-        wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
+        wait_end = at.wait_end
+        if at.sent and a.wait_ms > 0 and wait_end <= start:
+            raise _route.no_wait_left(a.name)
+        at.sent += 1
         t = self._core.take_turn(a.name)
         granted = False
         try:
@@ -1121,8 +1337,13 @@ class AsyncClient:
             now = now_ms()
             wait_ms = a.wait_ms if a.wait_ms <= 0 else max(wait_end - now, 1.0)
             q = self._core.lock_request(a.name, a.ttl_ms, wait_ms, a.shared, a.limit, now)
+            q.reqid = at.reqid or q.reqid
+            at.reqid = q.reqid
             q.opts = dict(a.opts, ticket=t)
-            ls: LeaseState = await self._call(q)
+            try:
+                ls: LeaseState = await self._call(q)
+            finally:
+                at.reqid = q.reqid  # the core may have taken a new one
             granted = True
         finally:
             if not granted:
@@ -1136,29 +1357,40 @@ class AsyncClient:
         self._schedule()
         return lease
 
-    async def _acquire_all(self, a: _api.LockAllArgs) -> AsyncLeases:
+    async def _acquire_all(
+        self, a: _api.LockAllArgs, at: _route.Attempt | None
+    ) -> AsyncLeases:
+        if at is None:
+            at = _route.Attempt(NEVER if a.wait_ms < 0 else now_ms() + a.wait_ms)
         if len(a.names) == 1:
             one = _api.LockArgs(a.names[0], a.ttl_ms, a.wait_ms, False, 0, a.opts)
-            return AsyncLeases([await self._acquire(one)])
+            return AsyncLeases([await self._acquire(one, at)])
         await self._ensure_connected()
         first: Moved | None = None
         if self._router is None:
             try:
-                return await self._acquire_all_here(a)
+                return await self._acquire_all_here(a, at)
             except Moved as e:
                 if not await self._promote():
                     raise
                 first = e
         # the partition of the first name (byte order); names of several
         # partitions are refused by the server (BAD_ARG)
-        return await self._aroute(a.names[0], lambda leg: leg._acquire_all(a), first)
+        async def on(leg: AsyncClient) -> AsyncLeases:
+            self._gather(a.names, leg)
+            return await leg._acquire_all(a, at)
 
-    async def _acquire_all_here(self, a: _api.LockAllArgs) -> AsyncLeases:
+        return await self._aroute(a.names[0], on, first)
+
+    async def _acquire_all_here(self, a: _api.LockAllArgs, at: _route.Attempt) -> AsyncLeases:
         """_acquire_all of several names on this client's own connection."""
         self._usable()
         assert self._loop is not None
         start = now_ms()
-        wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
+        wait_end = at.wait_end
+        if at.sent and a.wait_ms > 0 and wait_end <= start:
+            raise _route.no_wait_left(a.names[0])
+        at.sent += 1
         ts = [self._core.take_turn(n) for n in a.names]
         granted = False
         try:
@@ -1166,8 +1398,13 @@ class AsyncClient:
             now = now_ms()
             wait_ms = a.wait_ms if a.wait_ms <= 0 else max(wait_end - now, 1.0)
             q = self._core.lockall_request(a.names, a.ttl_ms, wait_ms, now)
+            q.reqid = at.reqid or q.reqid
+            at.reqid = q.reqid
             q.opts = dict(a.opts, tickets={t.name: t for t in ts})
-            lss: list[LeaseState] = await self._call(q)
+            try:
+                lss: list[LeaseState] = await self._call(q)
+            finally:
+                at.reqid = q.reqid
             granted = True
         finally:
             if not granted:
@@ -1327,6 +1564,17 @@ class AsyncClient:
         if ls.handle is None or self._o.on_contended is None:
             return
         self._callback(self._o.on_contended, ls.handle, ls.waiters)
+
+    def moved(self, ls: LeaseState, err: Moved) -> bool:
+        """A renewal of ls was answered MOVED: the router moves the lease
+        to the client of its new partition (a task on the loop)."""
+        home = self._home()
+        if home is None or self._loop is None or self._core.closing or self._core.forked:
+            return False
+        task = self._loop.create_task(home._rehome_bg(self, ls, err))
+        home._movers.add(task)
+        task.add_done_callback(home._movers.discard)
+        return True
 
     def _callback(self, cb: Callable[..., Any], *args: Any) -> None:
         def run() -> None:

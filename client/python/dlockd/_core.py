@@ -86,6 +86,7 @@ import time
 from typing import Any, Callable, Protocol
 
 from . import _wire as wire
+from ._route import in_move
 from ._errors import (
     ClusterMismatch,
     ConnectionLost,
@@ -94,6 +95,7 @@ from ._errors import (
     HeldByOwner,
     LockLost,
     LockTimeout,
+    Moved,
     NotHolder,
     ProtocolError,
     Unavailable,
@@ -126,6 +128,21 @@ REFUSED_ROUNDS = 2
 # the server is dropped
 BODY_LINES_MAX = 2 * 1000 + 1000 + 128
 REENTRY_MAX = (1 << 24) - 1  # holds= of a lease, at most
+# A renewal answered MOVED this many times in a row (its lease re-homed
+# each time) is retried as one answered UNAVAILABLE, then followed again
+# (as _route.MOVED_MAX for a call)
+RENEW_MOVES_MAX = 3
+# A renewal answered while its slot moves between partitions (UNAVAILABLE,
+# a partition behind the map) is tried again after at most this (ms)
+MOVE_RETRY_MS = 50
+
+
+def move_retry_ms(ttl: float) -> float:
+    """When a renewal refused while its slot moves is tried again: as
+    any refused renewal (TTL/10), but within MOVE_RETRY_MS -- the slot's
+    receiving partition takes the lease in within a second of the move,
+    and the lease must be confirmed there before its deadline."""
+    return max(float(RENEW_RETRY_MIN_MS), min(ttl / 10.0, float(MOVE_RETRY_MS)))
 
 
 def _program_name() -> str:
@@ -226,6 +243,11 @@ class Hooks(Protocol):
 
     def watch_event(self, w: WatchState) -> None: ...  # w has an event, or ended
 
+    # a renewal of lease was answered MOVED (its slot went to another
+    # partition): True if the driver re-homes it (detach/attach, later,
+    # out of the core's exclusion); False leaves it here, renewed again
+    def moved(self, lease: LeaseState, err: Moved) -> bool: ...
+
 
 WATCH_QUEUE_MAX = 4096  # events a watch keeps unread; past that, OVERFLOW
 
@@ -287,7 +309,7 @@ class LeaseState:
         "acquired_at", "max_hold", "renew", "refreshing", "lost", "broken_by",
         "unlocking", "released", "at_risk", "capped", "ticket", "handle",
         "on_lost", "on_at_risk", "owned", "proof", "until", "warn", "delay",
-        "waiters", "contended_due", "value",
+        "waiters", "contended_due", "value", "moving", "moves", "core",
     )  # fmt: skip
 
     def __init__(self, name: str, token: int) -> None:
@@ -330,6 +352,13 @@ class LeaseState:
         # then REFRESH value=: an elected leader's), as sent (encoded);
         # "" none. A RECLAIM says it again, as the lost record had it.
         self.value = ""
+        # its slot went to another partition (a renewal answered MOVED):
+        # the driver is moving it to that partition's client (Core.detach,
+        # Core.attach), which renews it; not renewed here meanwhile, its
+        # lost guard still counts. moves: renewals answered MOVED in a row.
+        self.moving = False
+        self.moves = 0
+        self.core: Any = None  # the Core that has it (its client's), once granted
 
     def live(self) -> bool:
         return self.lost is None and not self.released and not self.unlocking
@@ -519,7 +548,7 @@ class Core:
         if self.o.describe and not self.desc_refused:
             self._internal("DESCRIBE")
         for ls in self.leases:
-            if ls.live() and ls.owned and ls.deadline > now:
+            if ls.live() and ls.owned and ls.deadline > now and not ls.moving:
                 self._renew(ls, now)
         seen: set[str] = set()
         for w in self.watches:
@@ -704,6 +733,20 @@ class Core:
                 self.insane = False
                 return False  # as for a reply, below
             return True
+        if r.kind in ("NO", "ERR") and r.tag and (not self.fifo or self.fifo[0].tag != r.tag):
+            # the end of a wait (OK QUEUED) said as its tag's reply rather
+            # than as an event (dlockd says "* MOVED", _event, when the
+            # lock's slot went to another partition meanwhile: a NO MOVED
+            # so is read the same); one that crossed the CANCEL of a wait
+            # given up is nothing
+            w = self.waiting.pop(r.tag, None)
+            if w is not None:
+                w.where = NOWHERE
+                self._finish(w, error_of(r.kind, r.word, r.text()))
+                return True
+            if r.word == "MOVED" and self.crossing:
+                self.crossing -= 1
+                return True
         if not self.fifo:
             return False  # a reply to nothing
         q = self.fifo[0]
@@ -884,6 +927,21 @@ class Core:
                 self._finish(q, ProtocolError(f"no server may end this wait so: {r.text()}"))
                 return
             self._finish(q, failed_error(r.args[1:]))
+        elif r.word == "MOVED":
+            # * MOVED <name> <partition> <host:port,...>|- <epoch>: a
+            # wait ended without the lock, whose slot went to another
+            # partition (PARTITION MOVE); its place waits there, for
+            # this owner's next LOCK of the name (the router's redirect)
+            q = self.waiting.pop(r.tag, None) if r.tag else None
+            if q is None:
+                if self.crossing:
+                    self.crossing -= 1  # a wait given up: its CANCEL crossed this
+                return
+            if name != q.name:
+                self.insane = True
+                self._finish(q, ProtocolError(f"no server may end this wait so: {r.text()}"))
+                return
+            self._finish(q, error_of("NO", "MOVED", " ".join(["NO", "MOVED", *r.args[1:4]])))
         elif r.word == "EXPIRED":
             token = r.int_arg(1)
             for ls in self.leases:
@@ -1170,6 +1228,8 @@ class Core:
             ls.on_lost = o.get("on_lost")
             ls.on_at_risk = o.get("on_at_risk")
             ls.ticket = tickets.get(ls.name)
+        for ls in made:
+            ls.core = self
         self.leases.extend(made)
         self._finish(q, None, made)
 
@@ -1242,6 +1302,7 @@ class Core:
         ls.on_lost = o.get("on_lost")
         ls.on_at_risk = o.get("on_at_risk")
         ls.ticket = o.get("ticket")
+        ls.core = self
         self.leases.append(ls)
         if q.waiters:  # told while its grant was being confirmed
             self._contended(ls, q.waiters)
@@ -1281,6 +1342,11 @@ class Core:
     def _r_refresh(self, q: Req, r: wire.Reply, now: float) -> bool:
         ls = q.lease
         assert ls is not None
+        if q.op in ("RENEW", "RECLAIM") and ls.core is not self and ls.core is not None:
+            # the lease moved to another partition's client meanwhile
+            # (detach): its renewals are that client's now
+            self._finish(q, None)
+            return True
         if q.op in ("RENEW", "RECLAIM"):
             ls.refreshing = False
         if (r.kind == "OK" and r.word == "REFRESHED") or (
@@ -1295,11 +1361,34 @@ class Core:
                     ls.ttl = q.ttl
                 _note_proof(ls, r)
                 self._confirm(ls, q, q.sent_at, ms)
+                ls.moves = 0
             if q.op == "REFRESH" and q.extra.get("value"):
                 # a proclaim: the server has the lease's new value
                 self._say_value(q.name, q.token, q.extra["value"])
             self._finish(q, None, ms / 1000.0)
             return True
+        if (
+            r.kind == "NO"
+            and r.word == "MOVED"
+            and q.op in ("RENEW", "RECLAIM")
+            and ls.core is self
+            and ls.live()
+            and ls.owned
+            and not ls.moving
+        ):
+            # its slot went to another partition with its locks (PARTITION
+            # MOVE): the lease is there, same token. Not a loss: the
+            # driver moves it to that partition's client, which renews it
+            # at once. Too many in a row: retried as UNAVAILABLE, below.
+            err = error_of(r.kind, r.word, r.text())
+            ls.moves += 1
+            if ls.moves <= RENEW_MOVES_MAX and isinstance(err, Moved):
+                ls.moving = True
+                if self.hooks.moved(ls, err):
+                    self._finish(q, err)
+                    return True
+                ls.moving = False
+            ls.moves = 0
         if (
             r.kind == "NO"
             and r.word == "NOT_HOLDER"
@@ -1322,8 +1411,12 @@ class Core:
             return True
         if q.op in ("RENEW", "RECLAIM") and ls.live():
             # UNAVAILABLE and the like: try again soon; the guard says
-            # when it is too late
-            ls.renew_at = now + max(ls.ttl / 10.0, RENEW_RETRY_MIN_MS)
+            # when it is too late. A slot on its way to another partition
+            # with its locks: sooner (move_retry_ms).
+            if in_move(error_of(r.kind, r.word, r.text())):
+                ls.renew_at = now + move_retry_ms(ls.ttl)
+            else:
+                ls.renew_at = now + max(ls.ttl / 10.0, RENEW_RETRY_MIN_MS)
             self._risk(ls)
         return False
 
@@ -1861,6 +1954,57 @@ class Core:
             self.give_turn(ls.ticket)
             ls.ticket = None
 
+    def release_over(self, ls: LeaseState, q: Req) -> None:
+        """The UNLOCK q of ls has ended (or been given up): ls is
+        released (released()), unless q was answered MOVED -- the lease's
+        slot went to another partition with the lease, which this UNLOCK
+        did not reach: ls is held still, to be re-homed and released
+        there (the driver's); or UNAVAILABLE while its slot moves: held
+        still, released once there."""
+        if q.done and (isinstance(q.error, Moved) or in_move(q.error)):
+            ls.unlocking = False  # (or the slot is on its way: again soon)
+            return
+        self.released(ls)
+
+    def detach(self, ls: LeaseState) -> bool:
+        """ls leaves this client: its slot went to another partition,
+        whose client takes it (attach). Its turn goes with it (the next
+        acquisition of the name here, if any, goes: it is answered MOVED
+        and follows the name to the same client, where it waits behind
+        this lease). A reply that still comes here about it finds it gone.
+        False if ls is not this client's (moved or released already)."""
+        if ls.core is not self or ls.released or ls.unlocking:
+            return False  # (an UNLOCK in flight here: its answer is this client's)
+        if ls in self.leases:
+            self.leases.remove(ls)
+        ls.core = None
+        t = ls.ticket
+        dq = self.turns.get(t.name) if t is not None else None
+        if t is not None and dq is not None and t in dq:
+            head = dq[0] is t
+            dq.remove(t)
+            if not dq:
+                del self.turns[t.name]
+            elif head:
+                nxt = dq[0]
+                nxt.ready = True
+                self.hooks.turn(nxt)
+        return True
+
+    def attach(self, ls: LeaseState, now: float) -> None:
+        """ls comes from another partition's client (detach): same token
+        and proof; it holds its name's turn here, and is renewed at once
+        (the server restarted its TTL when it took the lease in)."""
+        ls.core = self
+        self.leases.append(ls)
+        t = ls.ticket
+        if t is not None:
+            self.turns.setdefault(t.name, collections.deque()).appendleft(t)
+            t.ready = True
+        ls.moving = False
+        ls.refreshing = False
+        ls.renew_at = now
+
     def refresh_request(self, ls: LeaseState, ttl_ms: float | None, now: float) -> Req:
         q = Req("REFRESH", ls.name)
         q.token = ls.token
@@ -2010,7 +2154,7 @@ class Core:
                     self._risk(ls)
                 else:
                     nxt = min(nxt, overdue)
-            if ls.refreshing or self.state != UP or not self.session_ok:
+            if ls.refreshing or ls.moving or self.state != UP or not self.session_ok:
                 continue
             if now < ls.renew_at:
                 nxt = min(nxt, ls.renew_at)

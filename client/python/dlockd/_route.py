@@ -13,7 +13,13 @@ that serves every name, and the client works as it always has. Otherwise
 it becomes a router over one ordinary client per partition (a *leg*,
 made on first use, whose server list is the partition's addresses in the
 map): each call about a name goes to the leg of the name's partition and
-is its call, unchanged; a lease stays with the leg that granted it. A
+is its call, unchanged; a lease stays with the leg that granted it until
+its slot moves to another partition (PARTITION MOVE carries the locks,
+same tokens): the first request about it answered MOVED moves it to that
+partition's leg (the faces' _rehome), and a LOCK whose wait ends so
+(``* MOVED``) is sent on with the wait it has left and the same request
+id (Attempt). A partition behind the router's map, or a slot on its way
+(UNAVAILABLE), is asked again (STALE_PAUSE_MS) rather than followed. A
 ``NO MOVED <partition> <addrs> <epoch>`` answer is followed here: a newer
 epoch than the router's has the map read again (from the daemon that
 said it) and the call sent where the new map says; an older or equal
@@ -36,11 +42,17 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from . import _options
-from ._errors import Moved, ProtocolError, Unavailable
+from ._errors import LockTimeout, Moved, ProtocolError, Unavailable
 
 SLOTS = 16384
 MOVED_MAX = 3  # redirects followed per call; one more is Moved
 MAP_REREAD_MS = 1000.0  # a map read again for a leg that cannot connect: at most this often
+# A partition behind the router's map (it reads the map once a second),
+# or a slot on its way between two partitions with its locks: the call is
+# asked again there after STALE_PAUSE_MS, for at most STALE_MAX_MS in all
+# (then as it was answered)
+STALE_PAUSE_MS = 50.0
+STALE_MAX_MS = 2500.0
 
 
 def crc16(data: bytes) -> int:
@@ -243,6 +255,24 @@ class Routes:
         return e.partition
 
 
+def in_move(e: Exception) -> bool:
+    """e is the UNAVAILABLE of a slot on its way between two partitions
+    (PARTITION MOVE carrying its locks): the giving one is writing them
+    down, or the receiving one taking them in. Milliseconds, normally:
+    try again."""
+    text = getattr(e, "text", "") or str(e)
+    return getattr(e, "code", "") == "UNAVAILABLE" and "another partition" in text
+
+
+def behind(rt: Routes, e: Moved, name: str, tried: str) -> bool:
+    """Partition `tried` answered MOVED `e` with an older map than the
+    router's, whose map gives it `name`: it has not read the newer map
+    yet (it will within a second; a slot that moved to it with its
+    locks is taken in then). Ask it again, rather than go back where it
+    points."""
+    return bool(tried and e.partition) and e.epoch < rt.epoch and rt.target(name) == tried
+
+
 def too_many(name: str, e: Moved) -> Moved:
     """The Moved a call ends with after MOVED_MAX redirects."""
     err = Moved(
@@ -287,3 +317,23 @@ def watch_split(patterns: Any) -> tuple[list[str], list[str]]:
     prefixes = [p for p in patterns if p.endswith("*")]
     names = [p for p in patterns if not p.endswith("*")]
     return prefixes, names
+
+
+@dataclass
+class Attempt:
+    """One acquire (a LOCK, a multi-lock) across the partitions it is
+    sent to: when its wait ends (ms on CLOCK_BOOTTIME, counted from the
+    call; inf: it waits for ever), its request id once it has one (0:
+    none yet), and how many times it was sent. A LOCK answered MOVED --
+    at once, or after it waited, when its name's slot moved with its
+    place in the queue -- is sent on with the wait it has left and the
+    same request id (``req=``): the receiving partition finds the grant
+    or the place that was the request's."""
+
+    wait_end: float
+    reqid: int = 0
+    sent: int = 0
+
+
+def no_wait_left(name: str) -> LockTimeout:
+    return LockTimeout(f"the wait for {name!r} ran out while it moved to another partition")

@@ -25,6 +25,7 @@ import selectors
 import socket
 import ssl
 import threading
+import time
 from typing import Any, Callable, Iterator
 
 from . import _api
@@ -42,6 +43,7 @@ from ._core import (
     Req,
     Ticket,
     WatchState,
+    move_retry_ms,
     now_ms,
 )
 from ._errors import (
@@ -53,7 +55,7 @@ from ._errors import (
     Moved,
     Unavailable,
 )
-from ._types import Holders, LocksPage, Status, WatchEvent, lost_why
+from ._types import Holders, LocksPage, LostReason, Status, WatchEvent, lost_why
 from ._wire import Seconds
 
 CLOCK_STEP = 0.25  # s: the longest sleep (a suspend is noticed this late)
@@ -76,33 +78,82 @@ class Lease(LeaseView):
     a thread from outside: code that must not go on unprotected checks
     ``lease.valid`` (or ``lease.lost.is_set()``) between steps, waits on
     ``lease.lost``, or passes ``on_lost=`` to ``lock()``.
+
+    Of a partitioned service, a lease survives a ``PARTITION MOVE`` of its
+    name's slot: the server carries it to the receiving partition, same
+    token, and the client follows -- the renewal, refresh, proclaim,
+    check or release answered ``MOVED`` moves the lease to that
+    partition's client, which sends it again there and renews the lease
+    from then on. Meanwhile a call may take a little longer (the slot is
+    unavailable for a few milliseconds: renewals retry as for any
+    unavailable server). The lease is lost only as always: its deadline
+    passed without a renewal, or the server no longer has it.
     """
 
     def __init__(self, client: Client, ls: LeaseState) -> None:
-        self._client = client
+        self._client = client  # the client that has it (a partition's, re-homed on a move)
         self._ls = ls
         self.lost = threading.Event()
+
+    def _follow(self, call: Callable[[Client], Any]) -> Any:
+        """call(client) on the client that has the lease now; a MOVED
+        answer (the lease's slot went to another partition, the lease
+        with it) moves the lease to that partition's client and calls
+        again there, at most MOVED_MAX times (then Moved). While the slot
+        is on its way (UNAVAILABLE, or a partition behind the map), the
+        call is made again soon, within STALE_MAX_MS (then as answered)."""
+        moves = 0
+        since = 0.0
+        while True:
+            c = self._client
+            try:
+                return call(c)
+            except Unavailable as e:
+                home = c._home()
+                if home is None or home._router is None and not isinstance(e, Moved):
+                    raise
+                if isinstance(e, Moved):
+                    moves += 1
+                    if moves > _route.MOVED_MAX:
+                        raise _route.too_many(self.name, e) from None
+                    if home._rehome(self._ls, c, e) is not c:
+                        continue
+                    moves -= 1  # not moved: its partition is behind the map
+                elif not _route.in_move(e):
+                    raise
+                since = since or now_ms()
+                if now_ms() - since >= _route.STALE_MAX_MS:
+                    raise
+                time.sleep(_route.STALE_PAUSE_MS / 1000.0)
 
     def check(self) -> float:
         """Ask the server whether this token still holds the lock: the
         seconds it has left there. LockLost if it does not."""
-        q = self._client._call(self._client._core.simple_request("CHECK", self.name, self.token))
-        return float(q)
+        return float(self._follow(
+            lambda c: c._call(c._core.simple_request("CHECK", self.name, self.token))
+        ))  # fmt: skip
 
     def refresh(self, ttl: Seconds | None = None) -> float:
         """Extend the lease now, to ``ttl`` seconds (default: its TTL); a
         shorter TTL shortens it. Returns the TTL granted. LockLost if the
         lease is gone."""
-        c = self._client
         ttl_ms = float(_api.wire.ms_of(ttl, "ttl")) if ttl is not None else None
-        with c._mu:
-            if self._ls.lost is not None or self._ls.released:
-                why = lost_why(self._ls.lost, self._ls.broken_by) if self._ls.lost else ""
-                raise LockLost(
-                    f"the lease of {self.name!r} is " + (f"lost: {why}" if why else "released")
-                )
-            q = c._core.refresh_request(self._ls, ttl_ms, now_ms())
-        return float(c._call(q))
+
+        def once(c: Client) -> float:
+            with c._mu:
+                self._usable_lease()
+                q = c._core.refresh_request(self._ls, ttl_ms, now_ms())
+            return float(c._call(q))
+
+        return float(self._follow(once))
+
+    def _usable_lease(self) -> None:
+        """LockLost for a lease lost or released."""
+        if self._ls.lost is not None or self._ls.released:
+            why = lost_why(self._ls.lost, self._ls.broken_by) if self._ls.lost else ""
+            raise LockLost(
+                f"the lease of {self.name!r} is " + (f"lost: {why}" if why else "released")
+            )
 
     def proclaim(self, value: str) -> None:
         """Give the lease a new value (an elected leader's new address):
@@ -112,16 +163,15 @@ class Lease(LeaseView):
         ``lock(value=)``). ValueError for an empty value (nothing is
         sent; resigning is ``release()``); LockLost if the lease is gone
         -- a leader that is no longer one."""
-        c = self._client
         v = _api.value_arg(value)
-        with c._mu:
-            if self._ls.lost is not None or self._ls.released:
-                why = lost_why(self._ls.lost, self._ls.broken_by) if self._ls.lost else ""
-                raise LockLost(
-                    f"the lease of {self.name!r} is " + (f"lost: {why}" if why else "released")
-                )
-            q = c._core.proclaim_request(self._ls, v, now_ms())
-        c._call(q)
+
+        def once(c: Client) -> None:
+            with c._mu:
+                self._usable_lease()
+                q = c._core.proclaim_request(self._ls, v, now_ms())
+            c._call(q)
+
+        self._follow(once)
 
     def extend(self, additional_time: Seconds, replace_ttl: bool = False) -> float:
         """redis-py's ``extend``: refresh the lease now so that
@@ -135,7 +185,8 @@ class Lease(LeaseView):
     def locked(self) -> bool:
         """redis-py's ``locked()``: whether anyone holds the lock now (the
         server says); whether this lease does is ``valid``."""
-        return self._client.status(self.name).held
+        c = self._client
+        return (c._home() or c).status(self.name).held
 
     def release(self) -> None:
         """Give the hold back. Cancellation-safe: once sent, the UNLOCK is
@@ -144,17 +195,13 @@ class Lease(LeaseView):
         NotHolder if the server no longer had the lease (it expired or was
         broken; a lost lease is released too, in case the server still
         has it). A lease not owned by this process (after fork) is left
-        alone."""
-        c = self._client
-        with c._mu:
-            q = c._core.release_request(self._ls, now_ms())
-            if q is None:
-                return
+        alone. An UNLOCK answered MOVED (the lease's slot went to another
+        partition) is sent again there (see the class)."""
         try:
-            c._call(q, finish=lambda: c._core.released(self._ls))
+            self._follow(self._release_once)
         except DlockError as e:
             if e.code == "NOT_HOLDER":
-                with c._mu:
+                with self._client._mu:
                     if self._ls.lost is None:
                         self._ls.lost = _api.LostReason.REJECTED
                         self.lost.set()
@@ -162,6 +209,15 @@ class Lease(LeaseView):
             if isinstance(e, LockTimeout):
                 return  # not answered in time: it is sent again until it is
             raise
+
+    def _release_once(self, c: Client) -> None:
+        """The UNLOCK on client c. One answered MOVED leaves the lease
+        held (and renewed), to follow its slot (_follow)."""
+        with c._mu:
+            q = c._core.release_request(self._ls, now_ms())
+            if q is None:
+                return
+        c._call(q, finish=lambda: c._core.release_over(self._ls, q))
 
     def __enter__(self) -> Lease:
         return self
@@ -428,8 +484,16 @@ class Client:
     partition, made on first use with the same options and owner, whose
     servers are that partition's daemons in the map; its leases stay
     with it (refresh, release, renewal, fail-over: each partition is an
-    ordinary service). A ``MOVED`` answer is followed (the map read again
-    when it is newer) up to three times, then Moved. The calls without a
+    ordinary service) until their name's slot is moved to another
+    partition (``PARTITION MOVE``): the server carries the locks along,
+    each lease keeping its token, and the lease follows on the first
+    request about it answered ``MOVED`` (a renewal, a refresh, the
+    release): it goes to the new partition's client, which renews it from
+    then on. A LOCK that waits when its name moves is answered ``MOVED``
+    and sent on to the new partition with the wait it has left and the
+    same request id, where its place in the queue waits for it. A
+    ``MOVED`` answer is followed (the map read again when it is newer) up
+    to three times, then Moved. The calls without a
     name (ping, stats, locks, watch of a prefix) go to the first
     connection as before: they show that daemon's partition only.
     ``partitioned`` and ``map_epoch`` say which it is.
@@ -451,6 +515,16 @@ class Client:
         self._making: dict[str, threading.Lock] = {}  # one leg made at a time
         self._rmu = threading.Lock()  # guards the router, _legs, _rclosed
         self._rclosed = False
+        # a leg's router (set by _leg_of); a router's lock over the moves
+        # of leases between its clients (_rehome)
+        self._parent: Client | None = None
+        self._moving = threading.Lock()
+        # leases whose renewal was answered MOVED, for the mover thread
+        # (_mover_run, one at a time, started on demand); under _rmu
+        self._to_move: collections.deque[tuple[Client, LeaseState, Moved]] = (
+            collections.deque()
+        )
+        self._mover: threading.Thread | None = None
         self._o.addresses = _options.resolve(self._o.addresses)
         if not self._o.addresses:
             raise Unavailable("no server address resolves")
@@ -595,24 +669,32 @@ class Client:
             name, ttl, w, mode, limit, max_hold, renew, on_lost, on_at_risk, warn, delay,
             notify_waiters, value,
         )
+        at = _route.Attempt(NEVER if a.wait_ms < 0 else now_ms() + a.wait_ms)
         first: Moved | None = None
         if self._router is None:
             try:
-                return self._lock_here(a)
+                return self._lock_here(a, at)
             except Moved as e:
                 if not self._promote():
                     raise
                 first = e
-        return self._routed(name, lambda leg: leg.lock(
-            name, ttl, w, mode=mode, limit=limit, max_hold=max_hold, renew=renew,
-            on_lost=on_lost, on_at_risk=on_at_risk, warn=warn, delay=delay,
-            notify_waiters=notify_waiters, value=value,
-        ), first)  # fmt: skip
+        def on(leg: Client) -> Lease:
+            self._gather([name], leg)
+            return leg._lock_here(a, at)
 
-    def _lock_here(self, a: _api.LockArgs) -> Lease:
-        """lock() on this client's own connection."""
+        return self._routed(name, on, first)
+
+    def _lock_here(self, a: _api.LockArgs, at: _route.Attempt | None = None) -> Lease:
+        """lock() on this client's own connection. at: the acquire as
+        sent before (a redirect sends it again with the wait left and
+        the same request id)."""
         start = now_ms()
-        wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
+        if at is None:
+            at = _route.Attempt(NEVER if a.wait_ms < 0 else start + a.wait_ms)
+        wait_end = at.wait_end
+        if at.sent and a.wait_ms > 0 and wait_end <= start:
+            raise _route.no_wait_left(a.name)
+        at.sent += 1
         with self._mu:
             self._usable()
             t = self._core.take_turn(a.name)
@@ -626,8 +708,13 @@ class Client:
                 now = now_ms()
                 wait_ms = a.wait_ms if a.wait_ms <= 0 else max(wait_end - now, 1.0)
                 q = self._core.lock_request(a.name, a.ttl_ms, wait_ms, a.shared, a.limit, now)
+                q.reqid = at.reqid or q.reqid
+                at.reqid = q.reqid
                 q.opts = dict(a.opts, ticket=t)
-            ls: LeaseState = self._call(q)
+            try:
+                ls: LeaseState = self._call(q)
+            finally:
+                at.reqid = q.reqid  # the core may have taken a new one
             granted = True
         finally:
             if not granted:
@@ -686,13 +773,11 @@ class Client:
         cycle of owners), HeldByOwner, LimitMismatch (one is a
         semaphore), LimitReached, Denied, Unavailable, ConnectionLost."""
         a = lock_all_args(names, ttl, wait, max_hold, renew, on_lost, on_at_risk)
+        at = _route.Attempt(NEVER if a.wait_ms < 0 else now_ms() + a.wait_ms)
         first: Moved | None = None
         if self._router is None:
             try:
-                if len(a.names) == 1:
-                    one = _api.LockArgs(a.names[0], a.ttl_ms, a.wait_ms, False, 0, a.opts)
-                    return Leases([self._lock_here(one)])
-                return self._lock_all_here(a)
+                return self._lock_all_any(a, at)
             except Moved as e:
                 if not self._promote():
                     raise
@@ -700,15 +785,27 @@ class Client:
         # the partition of the first name (in byte order, as the server
         # names a multi-lock); names of several partitions are refused
         # by the server (BAD_ARG)
-        return self._routed(a.names[0], lambda leg: leg.lock_all(
-            a.names, ttl, wait, max_hold=max_hold, renew=renew, on_lost=on_lost,
-            on_at_risk=on_at_risk,
-        ), first)  # fmt: skip
+        def on(leg: Client) -> Leases:
+            self._gather(a.names, leg)
+            return leg._lock_all_any(a, at)
 
-    def _lock_all_here(self, a: _api.LockAllArgs) -> Leases:
-        """lock_all() of several names on this client's own connection."""
+        return self._routed(a.names[0], on, first)
+
+    def _lock_all_any(self, a: _api.LockAllArgs, at: _route.Attempt) -> Leases:
+        """lock_all() on this client's own connection: one name is lock()."""
+        if len(a.names) == 1:
+            one = _api.LockArgs(a.names[0], a.ttl_ms, a.wait_ms, False, 0, a.opts)
+            return Leases([self._lock_here(one, at)])
+        return self._lock_all_here(a, at)
+
+    def _lock_all_here(self, a: _api.LockAllArgs, at: _route.Attempt) -> Leases:
+        """lock_all() of several names on this client's own connection
+        (at: as _lock_here's)."""
         start = now_ms()
-        wait_end = NEVER if a.wait_ms < 0 else start + a.wait_ms
+        wait_end = at.wait_end
+        if at.sent and a.wait_ms > 0 and wait_end <= start:
+            raise _route.no_wait_left(a.names[0])
+        at.sent += 1
         waker = threading.Event()
         with self._mu:
             self._usable()
@@ -722,8 +819,13 @@ class Client:
                 now = now_ms()
                 wait_ms = a.wait_ms if a.wait_ms <= 0 else max(wait_end - now, 1.0)
                 q = self._core.lockall_request(a.names, a.ttl_ms, wait_ms, now)
+                q.reqid = at.reqid or q.reqid
+                at.reqid = q.reqid
                 q.opts = dict(a.opts, tickets={t.name: t for t in ts})
-            lss: list[LeaseState] = self._call(q)
+            try:
+                lss: list[LeaseState] = self._call(q)
+            finally:
+                at.reqid = q.reqid
             granted = True
         finally:
             if not granted:
@@ -883,19 +985,38 @@ class Client:
         (for a process that hands them over, or to test a crash). Either
         way a ``with`` block of a lease still open then ends with
         LockLost (reason ``CLOSED``). A partitioned service's client
-        closes the client of each partition so."""
+        closes the client of each partition so; a lease whose UNLOCK is
+        answered MOVED (its slot moved meanwhile) is released at its new
+        partition first, as ``lease.release()`` does."""
         if os.getpid() != self._pid:
             return
+        sent: list[tuple[Client, list[Req]]] = []
+        if release and not self._is_leg and self._router is not None:
+            with self._rmu:
+                clients = [*self._legs.values(), self]
+            sent = [(c, c._send_unlocks()) for c in clients]
+            for c, qs in sent:
+                c._await_unlocks(qs)
+            self._follow_unlocks(sent)
         with self._rmu:
             self._rclosed = True
             legs, self._legs = list(self._legs.values()), {}
         for leg in legs:
-            leg.close(release)
+            qs = next((qs for c, qs in sent if c is leg), None)
+            if qs is None:
+                leg.close(release)
+            else:
+                leg._close_own(release, qs)
+        self._close_own(release, next((qs for c, qs in sent if c is self), None))
+
+    def _send_unlocks(self) -> list[Req]:
+        """close(): the UNLOCK of every lease still held, sent now (a
+        server down or slow is left to end them by their TTL)."""
         qs: list[Req] = []
         with self._mu:
             if self._core.closing:
-                return
-            if release and self._core.state == UP and self._core.session_ok:
+                return qs
+            if self._core.state == UP and self._core.session_ok:
                 now = now_ms()
                 for ls in list(self._core.leases):
                     if not ls.live() or not ls.owned:
@@ -908,6 +1029,10 @@ class Client:
                     self._core.submit(q, now)
                     qs.append(q)
                 self._flush()
+        return qs
+
+    def _await_unlocks(self, qs: list[Req]) -> None:
+        """The answers of _send_unlocks, each awaited until its deadline."""
         if qs and self._thread is not threading.current_thread():
             for q in qs:
                 while not q.done:
@@ -915,6 +1040,32 @@ class Client:
                     if left <= 0:
                         break
                     q.waker.wait(min(left / 1000.0, CLOCK_STEP))
+
+    def _follow_unlocks(self, sent: list[tuple[Client, list[Req]]]) -> None:
+        """close() of a router: the UNLOCKs answered MOVED (the lease's
+        slot moved meanwhile) leave the lease held; it is released at its
+        new partition (Lease.release follows it), within request_timeout."""
+        for c, qs in sent:
+            for q in list(qs):
+                ls = q.lease
+                if ls is None or not q.done or not isinstance(q.error, Moved):
+                    continue
+                qs.remove(q)
+                with c._mu:
+                    c._core.release_over(ls, q)
+                if ls.handle is not None:
+                    try:
+                        ls.handle.release()
+                    except DlockError:
+                        pass  # left to end by its TTL
+                    ls.handle.lost.set()  # as every lease at close
+
+    def _close_own(self, release: bool, qs: list[Req] | None) -> None:
+        """close() of this client's own connection; qs: the UNLOCKs sent
+        already (_send_unlocks), else sent now if release."""
+        if qs is None:
+            qs = self._send_unlocks() if release else []
+            self._await_unlocks(qs)
         with self._mu:
             if self._core.closing:
                 return
@@ -1081,7 +1232,118 @@ class Client:
 
     def _new_leg(self, addrs: tuple[str, ...]) -> Client:
         o = _route.leg_options(self._o, addrs, self._core.owner, self._core.key)
-        return Client(_leg=o)
+        leg = Client(_leg=o)
+        leg._parent = self
+        return leg
+
+    def _home(self) -> Client | None:
+        """The client that routes this one's calls: a leg's router, or
+        this client itself when it is not a leg (it may route, or come
+        to: _promote)."""
+        return self._parent if self._is_leg else self
+
+    # ---- leases that follow their slot (PARTITION MOVE) -------------------
+
+    def _rehome(self, ls: LeaseState, src: Client, e: Moved) -> Client:
+        """Lease ls, of client src (a leg, or this client's own
+        connection), was answered MOVED `e`: its slot went to another
+        partition, the lease with it (same token). Move it to that
+        partition's client (read the map first if e's is newer, or e does
+        not say where; the leg made if need be): from now on its
+        renewals and calls go there. Returns the client that has the
+        lease (src if it did not move: nothing newer is known yet)."""
+        if self._router is None and not self._promote():
+            raise e
+        rt = self._router
+        assert rt is not None
+        with self._moving:
+            with src._mu:
+                if ls.core is not src._core:  # moved (or released) meanwhile
+                    h = ls.handle
+                    return h._client if h is not None else src
+            if e.epoch > rt.epoch or not e.partition:
+                self._reread(src)  # the daemon that said it knows that map
+            with self._rmu:
+                tried = next((p for p, leg in self._legs.items() if leg is src), "")
+                if _route.behind(rt, e, ls.name, tried):
+                    return src  # it has not read the map that gives it the lease yet
+                pid = rt.redirect(e, ls.name, tried)
+            dst = self._leg_of(pid, ls.name)
+            if dst is src:
+                return src
+            with src._mu:
+                if not src._core.detach(ls):
+                    h = ls.handle
+                    return h._client if h is not None else src
+                if ls.handle is not None:
+                    ls.handle._client = dst
+            with dst._mu:
+                if dst._core.closing:
+                    # the client closes meanwhile: the lease is as its others
+                    if ls.lost is None and not ls.released:
+                        ls.lost = LostReason.CLOSED
+                    if ls.handle is not None:
+                        ls.handle.lost.set()
+                else:
+                    dst._core.attach(ls, now_ms())
+            dst._wake()  # its thread renews it now
+            return dst
+
+    def _gather(self, names: list[str], dst: Client) -> None:
+        """Before an acquire of `names` on dst, the client of their
+        partition: a lease of one of them that another client of this
+        router has -- its slot moved, and no answer told that client yet
+        -- moves to dst first (the map says where the server has it), so
+        that the acquire waits its turn behind it there, as within one
+        client (the server would grant it as a reentry)."""
+        if self._router is None or dst._core.closing:
+            return
+        with self._rmu:
+            others = [c for c in (self, *self._legs.values()) if c is not dst]
+        # a glance without the locks (a dict's "in" is atomic): almost
+        # always nothing, and no client's lock taken
+        todo = [c for c in others if any(n in c._core.turns for n in names)]
+        if not todo:
+            return
+        with self._moving:
+            for c in todo:
+                with c._mu:
+                    mine = [ls for ls in c._core.leases if ls.name in names]
+                    mine = [ls for ls in mine if c._core.detach(ls)]
+                    for ls in mine:
+                        if ls.handle is not None:
+                            ls.handle._client = dst
+                if mine:
+                    with dst._mu:
+                        for ls in mine:
+                            if dst._core.closing:
+                                if ls.lost is None:
+                                    ls.lost = LostReason.CLOSED
+                                if ls.handle is not None:
+                                    ls.handle.lost.set()
+                            else:
+                                dst._core.attach(ls, now_ms())
+                    dst._wake()
+
+    def _rehome_bg(self, src: Client, ls: LeaseState, e: Moved) -> None:
+        """A renewal of ls was answered MOVED (src's hook): _rehome on the
+        mover thread (it reads the map, makes a leg: calls that the
+        threads of the clients involved answer). One that fails leaves
+        the lease where it was, renewed again soon (answered MOVED again,
+        it is moved again); so does a partition behind the map."""
+        behind = False
+        try:
+            behind = self._rehome(ls, src, e) is src
+        except Exception:  # noqa: BLE001 -- any failure: renewed again where it is
+            pass
+        finally:
+            with src._mu:
+                if ls.moving and ls.core is src._core:
+                    ls.moving = False
+                    if behind:
+                        ls.moves = max(ls.moves - 1, 0)  # not a move
+                    ls.renew_at = now_ms() + move_retry_ms(ls.ttl)
+            src._wake()
 
     def _reread_for(self, pid: str) -> tuple[str, ...]:
         """Partition pid's addresses after reading the map again through
@@ -1115,18 +1377,42 @@ class Client:
                 pid = rt.target(name)
                 if pid is None:
                     raise _route.no_partition(name, rt.map)
+        since = 0.0
         while True:
             leg = self._leg_of(pid, name)
             try:
                 return call(leg)
             except Moved as e:
+                with self._rmu:
+                    stale = _route.behind(rt, e, name, pid)
+                if stale and self._pause_stale(since):
+                    since = since or now_ms()
+                    continue  # the same partition, again: it reads the map soon
                 moves += 1
                 if moves > _route.MOVED_MAX:
                     raise _route.too_many(name, e) from None
-                if e.epoch > rt.epoch:
-                    self._reread(leg)  # the daemon that said it knows that map
+                if e.epoch > rt.epoch or not e.partition:
+                    # the daemon that said it knows that map (a
+                    # multi-lock's wait that ended MOVED does not say
+                    # where: the map does)
+                    self._reread(leg)
                 with self._rmu:
                     pid = rt.redirect(e, name, pid)
+            except Unavailable as e:
+                if _route.in_move(e) and self._pause_stale(since):
+                    since = since or now_ms()
+                    continue  # its slot is on its way here: milliseconds
+                raise
+
+    @staticmethod
+    def _pause_stale(since: float) -> bool:
+        """A partition behind the map, or a slot on its way between two
+        (since: when the call first met it; 0: now): pause, True to ask
+        again; False when it has lasted STALE_MAX_MS."""
+        if since and now_ms() - since >= _route.STALE_MAX_MS:
+            return False
+        time.sleep(_route.STALE_PAUSE_MS / 1000.0)
+        return True
 
     # ---- calls and waiting ---------------------------------------------
 
@@ -1266,6 +1552,32 @@ class Client:
         if lease is None or self._o.on_contended is None:
             return
         self._callbacks.append((self._o.on_contended, (lease, ls.waiters)))
+
+    def moved(self, ls: LeaseState, err: Moved) -> bool:
+        """A renewal of ls was answered MOVED: the router moves the lease
+        to the client of its new partition, on its mover thread."""
+        home = self._home()
+        if home is None or self._core.closing or self._core.forked:
+            return False
+        with home._rmu:
+            home._to_move.append((self, ls, err))
+            if home._mover is None:
+                home._mover = threading.Thread(
+                    target=home._mover_run, name="dlockd-move", daemon=True
+                )
+                home._mover.start()
+        return True
+
+    def _mover_run(self) -> None:
+        """The mover thread: the leases queued by moved(), one at a time
+        (_rehome_bg); it ends when none is left."""
+        while True:
+            with self._rmu:
+                if not self._to_move:
+                    self._mover = None
+                    return
+                src, ls, err = self._to_move.popleft()
+            self._rehome_bg(src, ls, err)
 
     # ---- the thread ----------------------------------------------------
 
@@ -1515,6 +1827,9 @@ class Client:
         not exist here; the leases are not ours."""
         self._mu = threading.Lock()
         self._rmu = threading.Lock()
+        self._moving = threading.Lock()
+        self._to_move.clear()
+        self._mover = None
         self._making = {}
         self._core.after_fork()
         if self._sock is not None:
