@@ -39,9 +39,10 @@ void dl__cmd_fmt_moved(struct dl_conn *c, struct dl_fmt *f, struct dl_str name)
 {
 	const struct dl_map_part *to = NULL;
 
-	/* the event comes once the map gives the name away (part.c) */
-	if (c->srv->part &&
-	    dl_part_route(c->srv->part, name, &to) == DL_ROUTE_AWAY && to) {
+	/* the event comes once the map gives the name away (part.c); a
+	 * lookup without the route's side effects, which may serve queues
+	 * (found in review: called from inside an extraction) */
+	if (c->srv->part && (to = dl_part_owner_of(c->srv->part, name))) {
 		fmt_to(c, f, to);
 		return;
 	}

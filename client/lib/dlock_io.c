@@ -534,7 +534,11 @@ static int keep_over_drop(struct dlock_client *c, struct dlock__req *q)
 	if (q->internal) {
 		switch (q->op) {
 		case DLOCK__RENEW:
-			q->lease->refreshing = 0;
+			/* not a lease that moved to another leg meanwhile:
+			 * its bits are that leg's, under its mu (found in
+			 * review: a lost update could undo linked or dead) */
+			if (atomic_load(&q->lease->c) == c)
+				q->lease->refreshing = 0;
 			break;
 		case DLOCK__UNLOCK:
 			if (q->last_hold)

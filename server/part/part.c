@@ -60,9 +60,15 @@
  *   5. the giver, once the map has the move, extracts the locks from its
  *      table: their holders hear nothing (their leases live at the
  *      receiver: a client follows NO MOVED with the same token), each
- *      waiter is told * MOVED (its place waits at the receiver).
+ *      waiter is told * MOVED (its place waits at the receiver); once
+ *      those deletions are durable it writes the record again without
+ *      locks=, and only then do the slots thaw (and serve, should they
+ *      have come back meanwhile).
  * A partition makes no move while its line says pend= (the record holds
- * the last move's locks only). A take-over at either end reads the record
+ * the last move's locks only) or its record still says locks=, and
+ * imports nothing while its own record says locks=. A move whose record
+ * was not known written when a load came (a take-over) is not sent again:
+ * the record that load read says whether it landed (part_move.c). A take-over at either end reads the record
  * and goes on from where it is. What a lease costs here is time: the
  * receiver restores it for its whole TTL, as a take-over does.
  *
@@ -269,7 +275,7 @@ static void answer(struct dl_part *p, int err, const char *text)
  * here (found in review: a record whose reply the link lost, or that
  * outlived the answer's time limit, still landed, and a later load
  * completed the move after the slots had been served again). */
-static void finish(struct dl_part *p, int err, const char *text)
+void dl__part_finish(struct dl_part *p, int err, const char *text)
 {
 	p->ask = ASK_NONE;
 	answer(p, err, text);
@@ -449,16 +455,17 @@ static void asked(struct dl_part *p, int ours)
 		snprintf(reply, sizeof(reply), "epoch=%llu",
 			 (unsigned long long)p->map->epoch);
 		if (ours)
-			finish(p, 0, reply);
+			dl__part_finish(p, 0, reply);
 		else
-			finish(p, DL_EBADARG, "a partition map exists already");
+			dl__part_finish(p, DL_EBADARG,
+					"a partition map exists already");
 	} else if (p->ask == ASK_MOVE_MAP && !dl__part_pending(p, p->map)) {
 		/* the move is in the map: this write, or one that completed
 		 * it (another active of the partition) */
 		snprintf(reply, sizeof(reply), "epoch=%llu to=%s locks=%llu",
 			 (unsigned long long)p->map->epoch, p->gone_to,
 			 (unsigned long long)p->gone_locks);
-		finish(p, 0, reply);
+		dl__part_finish(p, 0, reply);
 	}
 }
 
@@ -532,9 +539,8 @@ static void on_copied(int ok, void *arg)
 	p->copying = 0;
 	if (ok)
 		p->copy_epoch = p->pending_copy;
-	if (p->ask == ASK_MOVE_NOTE && p->note_again &&
-	    dl__part_send_note(p) == 0)
-		p->note_again = 0;
+	if (p->ask == ASK_MOVE_NOTE && p->note_again)
+		dl__part_resend_note(p);
 }
 
 /* The active keeps a copy of the newest map in its keyspace. */
@@ -616,7 +622,7 @@ static void consider(struct dl_part *p, const char *text, size_t len, int ours,
 
 		snprintf(reply, sizeof(reply), "epoch=%llu",
 			 (unsigned long long)p->map->epoch);
-		finish(p, 0, reply);
+		dl__part_finish(p, 0, reply);
 	}
 }
 
@@ -674,18 +680,19 @@ static void on_tick(uv_timer_t *t)
 	load_seen(p);
 	dl__part_refreeze(p);
 	dl__part_extract_gone(p);
+	dl__part_gone_locks_done(p);
 	copy_map(p);
 	dl__part_clear_moved(p);
-	if (p->ask == ASK_MOVE_NOTE && p->note_again &&
-	    dl__part_send_note(p) == 0)
-		p->note_again = 0;
+	if (p->ask == ASK_MOVE_NOTE && p->note_again)
+		dl__part_resend_note(p);
 	if (p->ask == ASK_MOVE_NOTE || p->ask == ASK_MOVE_MAP) {
 		if (p->done && now - p->asked_ms > DL_MAP_ASK_MS)
 			answer(p, DL_EUNAVAILABLE,
 			       "the move is under way: this daemon completes it, and MAP will show it");
 	} else if (p->ask != ASK_NONE && now - p->asked_ms > DL_MAP_ASK_MS) {
-		finish(p, DL_EUNAVAILABLE,
-		       "the map could not be written in time, try again");
+		dl__part_finish(
+			p, DL_EUNAVAILABLE,
+			"the map could not be written in time, try again");
 	}
 	dl__part_next_job(p);
 }
@@ -749,7 +756,7 @@ void dl_part_close(struct dl_part *p)
 	if (p->frozen_on) /* the table keeps no pointer into p */
 		dl_locktab_freeze(p->tab, NULL);
 	p->frozen_on = 0;
-	finish(p, DL_EUNAVAILABLE, "shutting down");
+	dl__part_finish(p, DL_EUNAVAILABLE, "shutting down");
 	if (p->timer_on)
 		uv_close((uv_handle_t *)&p->timer, NULL);
 }
@@ -808,7 +815,11 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 		*to = mp;
 		return DL_ROUTE_AWAY;
 	}
-	if (p->moving[slot] || (p->gone[slot] && dl__part_pending(p, p->map)))
+	/* a record whose locks have not left yet keeps its slots too, if
+	 * they came back meanwhile (dl__part_refreeze) */
+	if (p->moving[slot] ||
+	    (p->gone[slot] &&
+	     (dl__part_pending(p, p->map) || (p->gone_n && p->gone_locks))))
 		return DL_ROUTE_MOVING;
 	if (dl__part_awaiting(p) && p->incoming[slot]) {
 		dl__part_next_job(
@@ -818,6 +829,16 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 	if (dl_locktab_last_token(p->tab) < mp->floor)
 		dl_locktab_raise_token(p->tab, mp->floor);
 	return DL_ROUTE_HERE;
+}
+
+const struct dl_map_part *dl_part_owner_of(const struct dl_part *p,
+					   struct dl_str name)
+{
+	uint16_t o = p->map->owner[dl_key_slot(name.p, name.len)];
+
+	if (!p->map->epoch || o == DL_MAP_NOBODY || (int)o == p->self)
+		return NULL;
+	return &p->map->part[o];
 }
 
 const struct dl_map *dl_part_map(const struct dl_part *p)

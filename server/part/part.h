@@ -56,6 +56,10 @@ enum dl_route dl_part_route(struct dl_part *p, struct dl_str name,
 
 /* The map as this daemon knows it (epoch 0: none read yet). */
 const struct dl_map *dl_part_map(const struct dl_part *p);
+/* The partition the newest map read gives name to, if another one (no
+ * side effects); NULL otherwise. */
+const struct dl_map_part *dl_part_owner_of(const struct dl_part *p,
+					   struct dl_str name);
 const char *dl_part_id(const struct dl_part *p);
 /* Raised each time the map in memory changes (MAP's reply cache). */
 unsigned dl_part_map_gen(const struct dl_part *p);

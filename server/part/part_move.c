@@ -23,6 +23,7 @@
 char dl__part_move_record[DL_STORE_PART_MAX];
 
 static void on_noted(int ok, void *arg);
+static void next_awaited(struct dl_part *p);
 static void took_with(const struct dl_part *p, const char *from, uint64_t n,
 		      char *took, size_t cap);
 static void lost_record(struct dl_part *p, struct job *j);
@@ -94,15 +95,16 @@ void dl__part_work_take(struct dl_part *p, struct job *j)
  * below). Set in the table only while one is. */
 void dl__part_refreeze(struct dl_part *p)
 {
-	const struct dl_map *m = p->map;
-	int pend = dl__part_pending(p, m), any = 0;
+	int any = 0;
 	unsigned s;
 
+	/* until the record says its locks are gone (locks= cleared, once
+	 * their extraction is durable), whoever the map gives the slots to
+	 * now (found in review: given back before the extraction ran, a
+	 * slot thawed and a waiter was granted a lock then extracted) */
 	for (s = 0; s < DL_SLOTS; s++) {
 		p->frozen[s] = p->moving[s] ||
-			       (p->gone_n && p->gone_locks && p->gone[s] &&
-				(pend || p->self < 0 ||
-				 m->owner[s] != (uint16_t)p->self));
+			       (p->gone_n && p->gone_locks && p->gone[s]);
 		any |= p->frozen[s];
 	}
 	if (any != p->frozen_on || any) {
@@ -122,8 +124,9 @@ static void gone_cb(const struct dl_lock *lk, void *arg)
 	struct gone_walk *g = arg;
 	unsigned s = dl_key_slot(lk->name, lk->hn.len);
 
-	if (g->err || !g->p->gone[s] ||
-	    g->p->map->owner[s] == (uint16_t)g->p->self)
+	/* every lock of the record's slots: until its locks= is cleared
+	 * this partition serves none of them, whoever has them now */
+	if (g->err || !g->p->gone[s])
 		return;
 	if (dl_buf_add(&g->names, lk->name, lk->hn.len) ||
 	    dl_buf_add(&g->names, "", 1))
@@ -133,7 +136,9 @@ static void gone_cb(const struct dl_lock *lk, void *arg)
 /* Step 5: the map has the move, so the locks it carried leave the table
  * (each waiter told * MOVED: its place is at the receiver). Once per
  * record and map; again after a load (a take-over, a restart: the table
- * read back what the last extraction had not deleted yet). */
+ * read back what the last extraction had not deleted yet). Once the
+ * deletions are durable the record's locks= goes (gone_locks_done): the
+ * slots thaw, and may be served again if they come back. */
 void dl__part_extract_gone(struct dl_part *p)
 {
 	struct gone_walk g = {.p = p};
@@ -168,10 +173,41 @@ void dl__part_extract_gone(struct dl_part *p)
 	p->locks_out += n;
 	p->extract_gen = p->gen;
 	p->extract_sgen = dl_store_part_gen(p->st);
+	p->extracted_n = p->gone_n;
+	p->extracted_loads = dl_store_part_loads(p->st); /* of this table */
+	p->extracted_epoch = dl_store_epoch(p->st);	 /* their deletions */
 	if (n)
 		dl_notice(
 			"partition %s: %zu locks of move %llu left for partition %s",
 			p->id, n, (unsigned long long)p->gone_n, p->gone_to);
+}
+
+static void on_let_go(int ok, void *arg)
+{
+	struct dl_part *p = arg;
+
+	if (ok) {
+		dl__part_read_gone(p);
+		dl__part_refreeze(p);
+	}
+}
+
+void dl__part_gone_locks_done(struct dl_part *p)
+{
+	char text[DL_STORE_PART_MAX];
+	const char *g = dl_store_part_gone(p->st), *lk;
+
+	if (!p->gone_n || !p->gone_locks || p->extracted_n != p->gone_n ||
+	    p->extracted_loads != dl_store_part_loads(p->st) ||
+	    p->ask != ASK_NONE || p->copying || p->importing ||
+	    !dl_store_active(p->st) ||
+	    (dl_store_committed(p->st) < p->extracted_epoch &&
+	     !dl_store_idle(p->st)) ||
+	    !(lk = strstr(g, " locks=")) || (size_t)(lk - g) >= sizeof(text))
+		return;
+	memcpy(text, g, (size_t)(lk - g));
+	text[lk - g] = '\0';
+	(void)dl_store_part_write(p->st, DL_PART_GONE, text, on_let_go, p);
 }
 
 /* The last move of partition `id` whose locks this one imported (its
@@ -214,7 +250,11 @@ int dl__part_awaiting(struct dl_part *p)
 		if (strcmp(mp->pend, p->id) != 0 || !mp->gave ||
 		    dl__part_took_of(p, mp->id) >= mp->gave)
 			continue;
-		if (!p->awaiting)
+		/* the one to read next: from await_from on, round the map
+		 * (found in review: one giver's shard down held every other
+		 * move to here) */
+		if (!p->awaiting || (p->awaiting - 1 < (int)p->await_from &&
+				     i >= p->await_from))
 			p->awaiting = (int)i + 1;
 		/* its slots (a map without pslots=: all of them) */
 		if (!mp->pend_slots[0] ||
@@ -223,6 +263,14 @@ int dl__part_awaiting(struct dl_part *p)
 			memset(p->incoming, 1, DL_SLOTS);
 	}
 	return p->awaiting;
+}
+
+/* The awaited move read next is the one after this one's line. */
+static void next_awaited(struct dl_part *p)
+{
+	if (p->awaiting)
+		p->await_from = (unsigned)p->awaiting % DL_PARTS_MAX;
+	p->await_gen = p->gen - 1; /* computed again */
 }
 
 static void on_imported(int ok, void *arg)
@@ -257,6 +305,7 @@ void dl__part_on_take(struct dl_part *p, struct job *j)
 	    p->map->part[p->awaiting - 1].gave != j->n)
 		return; /* the map moved on meanwhile */
 	if (j->err) {
+		next_awaited(p);
 		if (!p->take_said)
 			dl_warn("partition %s: reading move %llu of partition %s: %s; its slots are not served until it is read",
 				p->id, (unsigned long long)j->n, j->from,
@@ -280,10 +329,21 @@ void dl__part_on_take(struct dl_part *p, struct job *j)
 			    sizeof(why));
 	if (r == DL_EUNAVAILABLE)
 		return; /* another write of the record, or the link: again */
-	if (r) {
+	if (r == DL_EPROTO) {
+		/* its text does not parse: as lost (bounded by max_ttl) */
 		dl_error(
-			"partition %s: importing the locks of move %llu of partition %s: %s",
+			"partition %s: the locks of move %llu of partition %s: %s",
 			p->id, (unsigned long long)j->n, j->from, why);
+		lost_record(p, j);
+		return;
+	}
+	if (r) {
+		next_awaited(p);
+		if (!p->take_said)
+			dl_error(
+				"partition %s: importing the locks of move %llu of partition %s: %s",
+				p->id, (unsigned long long)j->n, j->from, why);
+		p->take_said = 1;
 		return;
 	}
 	p->take_said = 0;
@@ -339,6 +399,7 @@ static void on_given_up(int ok, void *arg)
  * partition stopped, for good). A restart waits again, from its start. */
 static void lost_record(struct dl_part *p, struct job *j)
 {
+	next_awaited(p);
 	char took[DL_STORE_PART_MAX];
 	uint64_t now = uv_now(p->loop);
 
@@ -349,6 +410,13 @@ static void lost_record(struct dl_part *p, struct job *j)
 			j->gone ? j->gone : "(none)",
 			(unsigned long long)p->cfg->max_ttl_ms);
 	p->take_said = 1;
+	/* since when this move's record is lost (found in review: kept
+	 * across another move awaited meanwhile) */
+	if (p->lost_n != j->n || strcmp(p->lost_from, j->from) != 0) {
+		p->lost_since = 0;
+		p->lost_n = j->n;
+		snprintf(p->lost_from, sizeof(p->lost_from), "%s", j->from);
+	}
 	if (!p->lost_since)
 		p->lost_since = now ? now : 1;
 	if (now - p->lost_since < p->cfg->max_ttl_ms)
@@ -363,8 +431,10 @@ int dl__part_take(struct dl_part *p)
 {
 	const struct dl_map_part *mp;
 
+	/* not before this partition's own last move let its locks go:
+	 * those slots may be the ones coming back */
 	if (!dl__part_awaiting(p) || p->importing || p->job ||
-	    !dl_store_active(p->st) ||
+	    (p->gone_n && p->gone_locks) || !dl_store_active(p->st) ||
 	    (p->take_ms && uv_now(p->loop) - p->take_ms < DL_MAP_POLL_MS))
 		return 0;
 	mp = &p->map->part[p->awaiting - 1];
@@ -393,6 +463,52 @@ int dl__part_send_note(struct dl_part *p)
 					   dl__part_move_record, on_noted, p);
 	return dl_store_part_move(p->st, dl__part_move_record, p->moving, p->id,
 				  p->to, p->move_n, &nlocks, on_noted, p);
+}
+
+/* A move given up before its record was known written: its slots are
+ * served again, its command told why. */
+static void abandon(struct dl_part *p, const char *why)
+{
+	memset(p->moving, 0, DL_SLOTS);
+	p->carry = 0;
+	p->note_again = 0;
+	dl__part_refreeze(p);
+	dl__part_finish(p, DL_EUNAVAILABLE, why);
+}
+
+void dl__part_resend_note(struct dl_part *p)
+{
+	int r;
+
+	if (dl_store_part_loads(p->st) != p->move_loads) {
+		/* A load since (a take-over, by this daemon or another):
+		 * the record it read says whether the move landed, and a
+		 * write of it now could overwrite a newer move's (found in
+		 * review: a deposed active that took the partition back
+		 * sent its stale move over the one its successor made). */
+		dl__part_read_gone(p);
+		if (strcmp(dl_store_part_gone(p->st), dl__part_move_record) ==
+		    0) {
+			p->note_again = 0;
+			on_noted(1, p);
+		} else {
+			abandon(p,
+				"the move was not recorded before this daemon lost the partition: see MAP");
+		}
+		return;
+	}
+	r = dl__part_send_note(p);
+	if (r == 0)
+		p->note_again = 0;
+	else if (r == DL_ELIMIT || r == DL_EBADARG)
+		/* it cannot be sent at all (found in review: a record too
+		 * big, deferred behind a copy of the map, was tried again
+		 * for good and its slots stayed unserved) */
+		abandon(p,
+			r == DL_ELIMIT
+				? "limit reached: the locks of those slots are more than a move carries (DL_MOVE_TEXT_MAX): move fewer slots at once"
+				: "the move's record cannot be written");
+	/* else the link, or another write of the record: at the next tick */
 }
 
 static void on_cleared(int ok, void *arg)
@@ -537,6 +653,13 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 			(unsigned long long)p->map->part[i].gave);
 		return DL_ELIMIT;
 	}
+	if (p->gone_n && p->gone_locks) {
+		snprintf(
+			why, whylen,
+			"limit reached: the locks of move %llu are still leaving this partition, try again",
+			(unsigned long long)p->gone_n);
+		return DL_ELIMIT;
+	}
 	/* step 1: nothing of them served from now on, their queues frozen
 	 * (the record carries what they hold) */
 	dl_locktab_pin(p->tab, 1);
@@ -598,6 +721,7 @@ int dl_part_move(struct dl_part *p, const uint8_t *set, const char *to,
 	}
 	snprintf(p->to, sizeof(p->to), "%.*s", (int)tolen, to);
 	p->move_n = move_n;
+	p->move_loads = dl_store_part_loads(p->st);
 	/* the record goes behind a copy of the map being written (found by
 	 * make check: refused then, a MOVE right after a map change failed
 	 * with "try again"); on_copied sends it */

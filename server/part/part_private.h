@@ -83,24 +83,31 @@ struct dl_part {
 	int carry;	     /* the move under way carries locks */
 	uint64_t move_n;     /* ... its number */
 	uint64_t note_epoch; /* the store's open epoch when it was sent */
+	unsigned move_loads; /* the store's loads when it was asked */
 	uint8_t *frozen;     /* [DL_SLOTS]: the table serves no queue there */
 	int frozen_on;	     /* ... and frozen is set in the table */
 
 	/* a move to this partition whose locks are not imported yet */
-	int awaiting;	    /* the giver's line + 1; 0: none */
-	unsigned await_gen; /* p->gen and the store's part gen it is of */
+	int awaiting;	     /* the giver's line + 1; 0: none */
+	unsigned await_from; /* the line from which the next is chosen */
+	unsigned await_gen;  /* p->gen and the store's part gen it is of */
 	unsigned await_sgen;
-	int importing;	       /* its import is being written */
-	uint64_t take_ms;      /* when a read of its record last failed */
-	uint64_t lost_since;   /* its record was found lost (0: no) */
+	int importing;	     /* its import is being written */
+	uint64_t take_ms;    /* when a read of its record last failed */
+	uint64_t lost_since; /* its record was found lost (0: no) */
+	uint64_t lost_n;     /* ... that move's number and giver */
+	char lost_from[DL_PART_ID_MAX + 1];
 	uint8_t *incoming;     /* [DL_SLOTS]: the slots of the moves awaited */
 	int take_said;	       /* the failure was said */
 	uint64_t kick_ms;      /* a read asked by a MOVED answered */
 	uint64_t locks_out;    /* locks extracted by moves (STATS) */
 	uint64_t locks_in;     /* ... imported */
 	uint64_t import_count; /* the import under way's */
-	unsigned extract_gen;  /* p->gen and the store's part gen of the */
-	unsigned extract_sgen; /* last extraction (extract_gone) */
+	uint64_t extracted_n;  /* the move whose locks were extracted */
+	uint64_t extracted_epoch; /* ... in this epoch's writes */
+	unsigned extracted_loads; /* ... from the table of this load */
+	unsigned extract_gen;	  /* p->gen and the store's part gen of the */
+	unsigned extract_sgen;	  /* last extraction (extract_gone) */
 
 	/* a change asked by a command */
 	enum ask ask;
@@ -134,6 +141,8 @@ int dl__part_pending(const struct dl_part *p, const struct dl_map *m);
 int dl__part_own_index(const struct dl_map *m, const struct dl_part *p);
 /* Parse the store's record of slots given away. */
 void dl__part_read_gone(struct dl_part *p);
+/* The change asked is over: its command is answered (once). */
+void dl__part_finish(struct dl_part *p, int err, const char *text);
 
 /* ---- part_move.c ---- */
 
@@ -143,7 +152,13 @@ void dl__part_read_gone(struct dl_part *p);
 void dl__part_refreeze(struct dl_part *p);
 void dl__part_extract_gone(struct dl_part *p);
 void dl__part_clear_moved(struct dl_part *p);
+/* Once the extraction's deletions are durable, the record's locks= goes
+ * (a write of "gone" without it): its slots thaw. */
+void dl__part_gone_locks_done(struct dl_part *p);
 int dl__part_send_note(struct dl_part *p);
+/* ... sent again (its last send failed, or waited behind a copy of the
+ * map), or given up (a load since, or a record that cannot be). */
+void dl__part_resend_note(struct dl_part *p);
 /* The receiver: the last move of `id` it imported; a move awaited
  * (its giver's line + 1, or 0; p->incoming its slots); the job that
  * reads the record (worker), its answer (loop), and queueing it. */

@@ -298,6 +298,13 @@ static void on_batch(redisAsyncContext *ac, void *reply, void *priv)
 	batch_pop(st, b);
 	if (kind == BATCH_PART && epoch != PART_WAITED)
 		dl__part_reply(st, part_ok(st, ac, reply));
+	else if (kind == BATCH_PART &&
+		 (!reply || ac != st->ac || dl__store_reply_error(reply)))
+		/* the call failed, or its link did (the WAIT behind it may
+		 * never have been queued: found in review, the record's
+		 * writes then stayed "under way" for good); the WAIT's own
+		 * answer, if it comes, finds no write waiting */
+		dl__part_reply(st, 0);
 	if (!reply || ac != st->ac)
 		return; /* the link died; link_fail has run or will */
 	if (kind == BATCH_CONFIG) {

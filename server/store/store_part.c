@@ -331,17 +331,27 @@ int dl_store_part_move(struct dl_store *st, const char *gone,
  * longest such lease's TTL, or 0. */
 struct bound {
 	struct dl_locktab *t;
-	uint64_t ttl;
+	int conflict;	/* a holder's owner is bound to another key here */
+	uint64_t ttl;	/* the longest TTL of all its holders */
+	uint64_t token; /* ... and the largest token */
 };
 
 static int bound_cb(const struct dl_record_item *it, void *arg)
 {
 	struct bound *b = arg;
 
-	if (it->kind == 'H' && it->has_proof &&
-	    dl_locktab_proof_conflicts(b->t, it->owner, it->proof) &&
-	    it->ttl_ms > b->ttl)
+	if (it->kind != 'H')
+		return 0;
+	if (it->has_proof &&
+	    dl_locktab_proof_conflicts(b->t, it->owner, it->proof))
+		b->conflict = 1;
+	/* every holder's: a shared one beside it believes as long (found
+	 * in review: held for the conflicting one's TTL only, a longer
+	 * shared lease was still believed when the lock was granted) */
+	if (it->ttl_ms > b->ttl)
 		b->ttl = it->ttl_ms;
+	if (it->token > b->token)
+		b->token = it->token;
 	return 0;
 }
 
@@ -419,7 +429,7 @@ int dl_store_import(struct dl_store *st, const char *text, size_t len,
 		dl_locktab_extract(st->tab, name);
 		x.bucket = dl_store_bucket(name.p, name.len);
 		(void)dl_record_parse(rec.p, rec.len, bound_cb, &b, &bwhy);
-		if (b.ttl) {
+		if (b.conflict && b.ttl) {
 			/* A holder's owner is another key's here: its lease
 			 * cannot be restored to it, and nobody else may have
 			 * the lock while its holder may believe in it. Held
@@ -434,6 +444,7 @@ int dl_store_import(struct dl_store *st, const char *text, size_t len,
 			dl_error(
 				"partition: imported lock %.*s: its holder's owner is bound to another key here; held by nobody for its lease's TTL (%llu ms)",
 				(int)name.len, name.p, (unsigned long long)ttl);
+			dl_locktab_raise_token(st->tab, b.token);
 			r = dl_locktab_quarantine(st->tab, name, (uint32_t)ttl,
 						  dl_mono_ms() + ttl);
 		} else {
@@ -443,6 +454,11 @@ int dl_store_import(struct dl_store *st, const char *text, size_t len,
 			r = DL_ENOMEM;
 		n++;
 	}
+	/* the moved tokens are this table's last ones too, before any
+	 * quarantine takes one and before the giver's next move names a
+	 * floor (found in review: raised only by a routed request, so a
+	 * move on at once could floor the next partition below them) */
+	dl_locktab_raise_token(st->tab, x.max_token);
 	if (!r && more < 0) {
 		snprintf(why, whylen,
 			 "the record of moved locks does not parse at byte %zu",
