@@ -369,9 +369,14 @@ test-all: test-bins
 # The Python client (client/python): its tests and the conformance
 # scenarios' Python runner, against this build's dlockd. Debian's Python:
 # the packages below (DEB_PKGS) install pytest there.
+# Then the Python runner's conformance scenarios on a partitioned
+# service (DL_CONFORMANCE_PARTS=1: 26 scenarios, 24 s; the CLI runner
+# has the mode too, tests/python/test_conformance_cli.py).
 PYTHON ?= /usr/bin/python3
 pytest: $(O)/dlockd $(O)/dlock
 	DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock $(PYTHON) -m pytest -q tests/python
+	DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DL_CONFORMANCE_PARTS=1 \
+	  $(PYTHON) -m pytest -q tests/python/test_conformance.py
 
 # The Go client (client/go): go vet, then its tests under the race
 # detector against this build's dlockd. Debian's Go (golang-go, in

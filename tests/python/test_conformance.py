@@ -3,26 +3,49 @@
 (tests/conformance/scenarios.txt, which says the language); libdlock runs
 the same file (tests/test_conformance.c). One test per scenario, on
 dlockd.Client; a step whose outcome differs fails with the scenario's
-name, its line and what was seen."""
+name, its line and what was seen.
+
+With DL_CONFORMANCE_PARTS=1 (as libdlock's test_conformance.parts) every
+scenario runs on a partitioned service instead: a redis-server and three
+daemons of partitions p0, p1 and p2, the map giving p0 the slots below
+5461, p1 those below 10923, p2 the rest. The clients know p0's daemon
+only, and every name of a scenario is put under one tag "{c<k>}" whose
+slot is p1's (even scenario index) or p2's (odd): each of its calls goes
+through the map and NO MOVED to the partition that serves it, and a
+multi-lock's names share it. "daemon none" starts the same service
+(partitions need Redis); "daemon kill9", "restart", "pause" and "resume"
+act on every daemon. The services are made ahead, PARTS_AHEAD at a time
+(Prepared): a scenario starts on one whose map every daemon serves.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import pytest
 
 import dlockd
 from dlockd import LostReason
+from dlockd._route import slot
 from procs import TOP, Daemon, Redis, boottime
 
 FILE = os.environ.get(
     "DL_CONFORMANCE", os.path.join(TOP, "tests", "conformance", "scenarios.txt")
 )
 STATUS_POLL = 2.0  # s: a status step is polled this long
+
+# The partitioned service (DL_CONFORMANCE_PARTS=1)
+PARTS = os.environ.get("DL_CONFORMANCE_PARTS") == "1"
+NPARTS = 3
+PART_CONF = "[persistence]\nredis_prefix = c:\n[partition]\nid = p{i}\n"
+MOVES = ((5461, 10922, 1), (10923, 16383, 2))  # made on p0, after INIT
+PARTS_AHEAD = 3  # services made ahead of the scenarios (Prepared)
+SETTLE = 15.0  # s: a daemon shows the map (or a name's partition) within this
 
 
 def scenarios() -> list[tuple[str, list[tuple[int, str]]]]:
@@ -42,6 +65,196 @@ def opts(words: list[str]) -> dict[str, str]:
     return dict(w.split("=", 1) for w in words if "=" in w)
 
 
+# ---- the partitioned service ------------------------------------------------
+
+
+def tag_of(index: int) -> str:
+    """The tag "{c<k>}" of scenario `index`'s names: the first k whose
+    slot is p1's (even index) or p2's (odd)."""
+    lo, hi, _ = MOVES[index % 2]
+    k = 0
+    while not lo <= slot(f"c{k}") <= hi:
+        k += 1
+    return f"{{c{k}}}"
+
+
+NAME_VERBS = ("lock", "lockall", "status", "check", "break")
+
+
+def tag_lines(lines: list[tuple[int, str]], tag: str) -> list[tuple[int, str]]:
+    """The scenario with each name under `tag` (each of a lockall's
+    list too): the words that are names, <c> lock|lockall|status|check|
+    break <name> and <c> spawn <job> lock|lockall <name>."""
+    out = []
+    for no, text in lines:
+        left, arrow, right = text.partition(" -> ")
+        w = left.split()
+        at = 4 if len(w) >= 5 and w[1] == "spawn" else \
+            2 if len(w) >= 3 and w[1] in NAME_VERBS else 0
+        if at:
+            w[at] = ",".join(tag + n for n in w[at].split(","))
+            text = " ".join(w) + arrow + right
+        out.append((no, text))
+    return out
+
+
+def call(port: int, line: str) -> list[str]:
+    """One request on a connection of its own: the reply's lines (a MAP's
+    with its body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        f = s.makefile("rwb")
+        f.write(line.encode() + b"\r\n")
+        f.flush()
+        out = [f.readline().decode().rstrip("\r\n")]
+        w = out[0].split()
+        if out[0].startswith("OK MAP ") and len(w) > 3:
+            out += [f.readline().decode().rstrip("\r\n") for _ in range(int(w[3]))]
+        return out
+
+
+def polled(port: int, line: str, good: Callable[[list[str]], bool], what: str) -> None:
+    """`line` asked every 20 ms until good(its reply), for SETTLE seconds;
+    then RuntimeError with `what` and the last reply."""
+    end = time.monotonic() + SETTLE
+    while True:
+        got = call(port, line)
+        if good(got):
+            return
+        if time.monotonic() > end:
+            raise RuntimeError(f"{what}: {line}: {got!r}")
+        time.sleep(0.02)
+
+
+class Parts:
+    """A partitioned service: a redis-server (appendfsync always) and
+    the daemons of p0, p1, p2 on it; the map made on p0 (PARTITION INIT,
+    each of p1 and p2 moved its slots once its daemon is in the map) and
+    read by every daemon."""
+
+    def __init__(self) -> None:
+        self.r = Redis("always")
+        self.ds: list[Daemon] = []
+        try:
+            for i in range(NPARTS):
+                self.ds.append(Daemon("--persist", "redis", "--redis", self.r.url,
+                                      conf=PART_CONF.format(i=i)))
+                self.ds[-1].start()
+            self.make_map()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def make_map(self) -> None:
+        p0 = self.ds[0].port
+        got = call(p0, "PARTITION INIT")[0]
+        if got != "OK PARTITION epoch=1":
+            raise RuntimeError(f"PARTITION INIT: {got!r}")
+        epoch = 1
+        for lo, hi, i in MOVES:
+            # its daemon puts it in the map within a second
+            polled(p0, "MAP", lambda m, i=i: any(x.startswith(f"part p{i} ") for x in m[1:]),
+                   f"p{i} not in p0's map")
+            got = call(p0, f"PARTITION MOVE {lo}-{hi} p{i}")[0]
+            if not got.startswith("OK PARTITION epoch="):
+                raise RuntimeError(f"PARTITION MOVE {lo}-{hi} p{i}: {got!r}")
+            epoch = int(got.split()[2].split("=")[1])
+        for i, d in enumerate(self.ds):  # each reads the map every second
+            polled(d.port, "MAP", lambda m: int(m[0].split()[2]) >= epoch,
+                   f"p{i}'s map, not epoch {epoch}")
+
+    def probe(self, tag: str) -> None:
+        """Until the tag's partition answers OK STATUS and the others NO
+        MOVED (RuntimeError)."""
+        target = next(i for lo, hi, i in MOVES if lo <= slot(tag) <= hi)
+        for i, d in enumerate(self.ds):
+            want = "OK STATUS" if i == target else "NO MOVED"
+            polled(d.port, f"STATUS {tag}probe", lambda a: a[0].startswith(want),
+                   f"p{i}, not {want}")
+
+    def cleanup(self) -> None:
+        for d in self.ds:
+            d.cleanup()
+        self.r.cleanup()
+
+
+class Prepared:
+    """Partitioned services made ahead, on threads of their own: at most
+    PARTS_AHEAD ready or on their way, and no more than the scenarios
+    left will take (expect()). A service takes seconds to make (each
+    daemon reads the map once a second); a scenario often less."""
+
+    def __init__(self) -> None:
+        self.cv = threading.Condition()
+        self.ready: list[Parts | BaseException] = []
+        self.making = 0
+        self.left = 0  # services the scenarios still take
+        self.threads: list[threading.Thread] = []
+
+    def _more(self) -> None:  # with cv held
+        while self.making + len(self.ready) < min(PARTS_AHEAD, self.left):
+            self.making += 1
+            t = threading.Thread(target=self._make, daemon=True)
+            self.threads.append(t)
+            t.start()
+
+    def _make(self) -> None:
+        try:
+            p: Parts | BaseException = Parts()
+        except BaseException as e:  # told to the scenario that takes it
+            p = e
+        with self.cv:
+            self.making -= 1
+            self.ready.append(p)
+            self.cv.notify_all()
+
+    def expect(self, n: int) -> None:
+        with self.cv:
+            self.left = n
+            self._more()
+
+    def take(self) -> Parts:
+        with self.cv:
+            self.left = max(self.left, 1)
+            self._more()
+            if not self.cv.wait_for(lambda: self.ready, timeout=120):
+                raise RuntimeError("no partitioned service made in 120 s")
+            p = self.ready.pop(0)
+            self.left -= 1
+            self._more()
+        if isinstance(p, BaseException):
+            raise p
+        return p
+
+    def close(self) -> None:
+        with self.cv:
+            self.left = 0
+        for t in self.threads:
+            t.join()
+        for p in self.ready:
+            if isinstance(p, Parts):
+                p.cleanup()
+        self.ready, self.threads = [], []
+
+
+PREPARED = Prepared()
+
+
+def made_ahead(request: pytest.FixtureRequest) -> Iterator[Prepared]:
+    """A module's fixture: PREPARED, told how many of the module's
+    scenarios run (not skipped), closed after them."""
+    if PARTS:
+        PREPARED.expect(sum(1 for it in request.session.items
+                            if it.module is request.module
+                            and it.get_closest_marker("skip") is None))
+    yield PREPARED
+    PREPARED.close()
+
+
+@pytest.fixture(scope="module")
+def prepared(request: pytest.FixtureRequest) -> Iterator[Prepared]:
+    yield from made_ahead(request)
+
+
 class Var:
     """A lease variable: the handle, its token, what on_lost saw."""
 
@@ -51,10 +264,12 @@ class Var:
 
 
 class Run:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, tag: str = "") -> None:
         self.name = name
         self.no = 0
-        self.d: Daemon | None = None
+        self.tag = tag  # the names' tag: on the partitioned service
+        self.d: Daemon | None = None  # p0's on the partitioned service
+        self.dp: list[Daemon] = []  # p1's and p2's
         self.r: Redis | None = None
         self.clients: dict[str, dlockd.Client] = {}
         self.leases: dict[str, Var] = {}
@@ -76,19 +291,29 @@ class Run:
     # ---- steps ---------------------------------------------------------
 
     def daemon(self, what: str) -> None:
-        if what == "none":
+        # the dlock runner's too (test_conformance_cli.Run: its d, dp, r,
+        # tag and fail())
+        if what in ("none", "redis") and self.tag:
+            p = PREPARED.take()
+            self.r, self.d, self.dp = p.r, p.ds[0], p.ds[1:]
+            try:
+                p.probe(self.tag)
+            except RuntimeError as e:
+                self.fail(f"the partitioned service: {e}")
+        elif what == "none":
             self.d = Daemon("--persist", "none").start()
         elif what == "redis":
             self.r = Redis("always")
             self.d = Daemon("--persist", "redis", "--redis", self.r.url).start()
         elif what == "kill9":
-            self.d.kill9()
+            for d in (self.d, *self.dp):
+                d.kill9()
         elif what == "restart":
-            self.d.restart()
-        elif what == "pause":
-            self.d.signal(signal.SIGSTOP)
-        elif what == "resume":
-            self.d.signal(signal.SIGCONT)
+            for d in (self.d, *self.dp):
+                d.restart()
+        elif what in ("pause", "resume"):
+            for d in (self.d, *self.dp):
+                d.signal(signal.SIGSTOP if what == "pause" else signal.SIGCONT)
         else:
             self.fail(f"unknown daemon step {what}")
 
@@ -344,15 +569,20 @@ class Run:
     def close(self) -> None:
         for c in self.clients.values():
             c.close()
-        if self.d is not None:
-            self.d.cleanup()
+        for d in (self.d, *self.dp):
+            if d is not None:
+                d.cleanup()
         if self.r is not None:
             self.r.cleanup()
 
 
-@pytest.mark.parametrize("name,lines", scenarios(), ids=[s[0] for s in scenarios()])
-def test_conformance(name: str, lines: list[tuple[int, str]]) -> None:
-    run = Run(name)
+@pytest.mark.parametrize("index,name,lines", [(i, *s) for i, s in enumerate(scenarios())],
+                         ids=[s[0] for s in scenarios()])
+def test_conformance(index: int, name: str, lines: list[tuple[int, str]],
+                     prepared: Prepared) -> None:
+    run = Run(name, tag_of(index) if PARTS else "")
+    if run.tag:
+        lines = tag_lines(lines, run.tag)
     try:
         for no, text in lines:
             run.no = no

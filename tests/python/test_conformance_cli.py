@@ -11,6 +11,9 @@ owner, no upgrade), from the message. "lock" is `dlock lock`/`trylock`,
 which exits leaving the lease held and unrenewed; "lockall" the same with
 several names (`dlock lock a b c`, one "<name> <token>" line each);
 "spawn" a `dlock lock` in the background, "join" its exit.
+With DL_CONFORMANCE_PARTS=1 the scenarios run on the library runner's
+partitioned service (test_conformance.py says it), dlock told p0's daemon
+only.
 
 Some steps have no meaning for a command-line client, and a scenario with
 one does not apply (skipped, with why, decided from the file's text when
@@ -43,12 +46,14 @@ import re
 import secrets
 import subprocess
 import time
+from typing import Iterator
 
 import pytest
 
 from procs import DLOCKD, Daemon, Redis
+from test_conformance import PARTS, Prepared, made_ahead  # the partitioned service, shared
 from test_conformance import Run as LibRun  # its daemon steps, shared
-from test_conformance import opts, scenarios  # the file's reading, shared
+from test_conformance import opts, scenarios, tag_lines, tag_of  # the file's reading, shared
 
 DLOCK = os.environ.get("DLOCK", os.path.join(os.path.dirname(DLOCKD), "dlock"))
 STATUS_POLL = 2.0  # s: a status step is polled this long
@@ -145,10 +150,10 @@ def not_applicable(lines: list[tuple[int, str]]) -> str | None:
 
 def params() -> list:  # type: ignore[type-arg]
     out = []
-    for name, lines in scenarios():
+    for index, (name, lines) in enumerate(scenarios()):
         why = not_applicable(lines)
         marks = [pytest.mark.skip(reason=f"does not apply to the CLI: {why}")] if why else []
-        out.append(pytest.param(name, lines, id=name, marks=marks))
+        out.append(pytest.param(index, name, lines, id=name, marks=marks))
     return out
 
 
@@ -183,11 +188,13 @@ class Done:
 
 
 class Run:
-    def __init__(self, name: str, lines: list[tuple[int, str]]) -> None:
+    def __init__(self, name: str, lines: list[tuple[int, str]], tag: str = "") -> None:
         self.name = name
         self.no = 0
         self.lock_of = lock_names(lines)  # lease variable -> its lock
-        self.d: Daemon | None = None
+        self.tag = tag  # the names' tag (in lines): on the partitioned service
+        self.d: Daemon | None = None  # p0's on the partitioned service
+        self.dp: list[Daemon] = []  # p1's and p2's
         self.r: Redis | None = None
         self.env: dict[str, str] = {}
         self.clients: dict[str, Client] = {}
@@ -437,10 +444,16 @@ class Run:
             if p.poll() is None:
                 p.kill()
             p.communicate()
-        if self.d is not None:
-            self.d.cleanup()
+        for d in (self.d, *self.dp):
+            if d is not None:
+                d.cleanup()
         if self.r is not None:
             self.r.cleanup()
+
+
+@pytest.fixture(scope="module")
+def prepared(request: pytest.FixtureRequest) -> Iterator[Prepared]:
+    yield from made_ahead(request)
 
 
 def lock_names(lines: list[tuple[int, str]]) -> dict[str, str]:
@@ -460,12 +473,18 @@ def lock_names(lines: list[tuple[int, str]]) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize("name,lines", params())
-def test_conformance_cli(name: str, lines: list[tuple[int, str]]) -> None:
+@pytest.mark.parametrize("index,name,lines", params())
+def test_conformance_cli(index: int, name: str, lines: list[tuple[int, str]],
+                         prepared: Prepared) -> None:
     if not (os.path.isfile(DLOCK) and os.access(DLOCK, os.X_OK)):
         pytest.fail(f"no dlock at {DLOCK} (set DLOCK, or build it next to DLOCKD)",
                     pytrace=False)
-    run = Run(name, lines)
+    # with DL_CONFORMANCE_PARTS=1, on the partitioned service (as the
+    # library runner's), its names under the scenario's tag
+    tag = tag_of(index) if PARTS else ""
+    if tag:
+        lines = tag_lines(lines, tag)
+    run = Run(name, lines, tag)
     try:
         for no, text in lines:
             run.no = no
