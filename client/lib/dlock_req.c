@@ -807,8 +807,17 @@ void dlock__lease_confirm(struct dlock_client *c, struct dlock__lease *l,
 			  const struct dlock__req *q, int64_t sent_at,
 			  int64_t ms)
 {
-	int64_t d = sent_at + ms - dlock__slack(ms), cap;
+	int64_t d, cap, ttl = atomic_load(&l->ttl);
 	const struct dlock__req *r;
+
+	/* never more than the lease's TTL as this client knows it, whatever
+	 * the server says (found by fuzz_client: a confirmation of a
+	 * reentry asked with no TTL was answered with more than the
+	 * lease's, and counted on): less is safe, the lease is renewed
+	 * sooner */
+	if (ttl > 0 && ms > ttl)
+		ms = ttl;
+	d = sent_at + ms - dlock__slack(ms);
 
 	/* The server counts the lease from when it read the request, which
 	 * is after sent_at: the deadline below is never later than the
