@@ -1978,17 +1978,8 @@ class Core:
         if ls in self.leases:
             self.leases.remove(ls)
         ls.core = None
-        t = ls.ticket
-        dq = self.turns.get(t.name) if t is not None else None
-        if t is not None and dq is not None and t in dq:
-            head = dq[0] is t
-            dq.remove(t)
-            if not dq:
-                del self.turns[t.name]
-            elif head:
-                nxt = dq[0]
-                nxt.ready = True
-                self.hooks.turn(nxt)
+        if ls.ticket is not None:
+            self.give_turn(ls.ticket)  # attach makes it ready there
         return True
 
     def attach(self, ls: LeaseState, now: float) -> None:
