@@ -136,7 +136,7 @@ HARNESS_OBJ := $(O)/tests/harness.o $(O)/tests/rcluster.o \
 HARNESS_LIBS := $(shell $(PKG_CONFIG) --libs hiredis 2>/dev/null)
 
 .PHONY: all check test test-all test-bins unit integ scripts run run-ha \
-        run-cluster \
+        run-cluster conformance-parts \
         install uninstall clean deps \
         java javatest bench bench-clients bench-election bench-multilock bench-partitions bench-failover bench-etcd bench-bound bench-watch bench-slow-watchers bench-deadlock-tenant bench-tls-flood bench-bins fuzz fuzz-smoke format faults faults-parts faults-short faults-selftest \
         faults-check-test deb deb-test sdist wheel pytest gotest bench-python \
@@ -369,14 +369,9 @@ test-all: test-bins
 # The Python client (client/python): its tests and the conformance
 # scenarios' Python runner, against this build's dlockd. Debian's Python:
 # the packages below (DEB_PKGS) install pytest there.
-# Then the Python runner's conformance scenarios on a partitioned
-# service (DL_CONFORMANCE_PARTS=1: 26 scenarios, 24 s; the CLI runner
-# has the mode too, tests/python/test_conformance_cli.py).
 PYTHON ?= /usr/bin/python3
 pytest: $(O)/dlockd $(O)/dlock
 	DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock $(PYTHON) -m pytest -q tests/python
-	DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DL_CONFORMANCE_PARTS=1 \
-	  $(PYTHON) -m pytest -q tests/python/test_conformance.py
 
 # The Go client (client/go): go vet, then its tests under the race
 # detector against this build's dlockd. Debian's Go (golang-go, in
@@ -387,19 +382,26 @@ GO_CACHE_ENV = HOME=$(abspath $(O))/go/home \
   GOCACHE=$(abspath $(O))/go/cache GOPATH=$(abspath $(O))/go/path \
   GOFLAGS=-mod=mod GOPROXY=off
 GO_ENV = cd client/go && $(GO_CACHE_ENV)
-# make gotest ends with the conformance scenarios on a partitioned service (20 s,
-# three at a time): the Go runner's DL_CONFORMANCE_PARTS=1.
 gotest: $(O)/dlockd
 	$(GO_ENV) $(GO) vet ./...
 	$(GO_ENV) DLOCKD=$(abspath $(O)/dlockd) $(GO) test -race -count=1 ./...
-	$(GO_ENV) DLOCKD=$(abspath $(O)/dlockd) DL_CONFORMANCE_PARTS=1 \
-	  $(GO) test -race -count=1 -parallel 3 -run '^TestConformance$$' ./...
 
 # The Java client (client/java, its rules in client/java/java.mk): make
 # java builds $(O)/java/dlockd.jar with Debian's JDK (javac --release 17,
 # no warning), make javatest runs its JUnit 5 tests (Debian's junit5)
 # against this build's dlockd.
 include client/java/java.mk
+
+# The conformance scenarios on a partitioned service in the Go, Java and
+# Python runners (DL_CONFORMANCE_PARTS=1: Redis and partitions p0, p1, p2,
+# the clients knowing p0, each scenario's names on p1 or p2), about 70 s
+# in all. make check runs the C runner's (test_conformance.parts) and
+# leaves these to this target, to stay near ten minutes.
+conformance-parts: $(O)/dlockd $(O)/dlock javatest-parts
+	$(GO_ENV) DLOCKD=$(abspath $(O)/dlockd) DL_CONFORMANCE_PARTS=1 \
+	  $(GO) test -race -count=1 -parallel 3 -run '^TestConformance$$' ./...
+	DLOCKD=$(O)/dlockd DLOCK=$(O)/dlock DL_CONFORMANCE_PARTS=1 \
+	  $(PYTHON) -m pytest -q tests/python/test_conformance.py
 
 # The front door for CI and for people: packages, a normal build with its
 # unit tests, then the whole suite under AddressSanitizer and UBSan.

@@ -5,9 +5,9 @@
 #   make java       compile to $(O)/java/classes and make $(O)/java/dlockd.jar
 #   make javatest   compile the tests and run them (JUnit 5, Debian's junit5)
 #                   against this build's dlockd (DLOCKD), redis-server and
-#                   openssl; a missing daemon fails the run, never skips it;
-#                   then the conformance scenarios once more, each on a
-#                   partitioned service (DL_CONFORMANCE_PARTS=1)
+#                   openssl; a missing daemon fails the run, never skips it
+#   make javatest-parts  the conformance scenarios, each on a partitioned
+#                   service (DL_CONFORMANCE_PARTS=1)
 
 O          ?= build
 JAVAC      ?= javac
@@ -21,7 +21,7 @@ JAVAC_FLAGS ?= --release 17 -Xlint:all -Werror -encoding UTF-8
 JAVA_SRC      = $(wildcard $(JAVA_DIR)/src/main/java/dlockd/*.java)
 JAVA_TEST_SRC = $(wildcard $(JAVA_DIR)/src/test/java/dlockd/*.java)
 
-.PHONY: java javatest
+.PHONY: java javatest javatest-parts
 
 java: $(JAVA_OUT)/dlockd.jar
 
@@ -52,8 +52,10 @@ javatest: $(O)/dlockd $(JAVA_OUT)/dlockd.jar $(JAVA_OUT)/test-classes.stamp
 	  --config junit.jupiter.execution.parallel.mode.classes.default=concurrent \
 	  --config junit.jupiter.execution.parallel.config.strategy=fixed \
 	  --config junit.jupiter.execution.parallel.config.fixed.parallelism=4
-	@# then the conformance scenarios on a partitioned service (22 s,
-	@# three at a time): the Java runner's DL_CONFORMANCE_PARTS=1
+
+# The conformance scenarios on a partitioned service (22 s, three at a
+# time): the Java runner's DL_CONFORMANCE_PARTS=1 (make conformance-parts).
+javatest-parts: $(O)/dlockd $(JAVA_OUT)/dlockd.jar $(JAVA_OUT)/test-classes.stamp
 	DLOCKD=$(abspath $(O)/dlockd) DL_CONFORMANCE_PARTS=1 $(JAVA) -jar $(JUNIT_JAR) \
 	  --class-path $(JAVA_OUT)/classes:$(JAVA_OUT)/test-classes \
 	  --select-class dlockd.ConformanceTest \
