@@ -68,9 +68,10 @@
  * the last move's locks only) or its record still says locks=, and
  * imports nothing while its own record says locks=. A move whose record
  * was not known written when a load came (a take-over) is not sent again:
- * the record that load read says whether it landed (part_move.c). A take-over at either end reads the record
- * and goes on from where it is. What a lease costs here is time: the
- * receiver restores it for its whole TTL, as a take-over does.
+ * the record that load read says whether it landed (part_move.c). A take-over
+ * at either end reads the record and goes on from where it is. What a lease
+ * costs here is time: the receiver restores it for its whole TTL, as a
+ * take-over does.
  *
  * What is not done yet: a map that Redis forgot entirely is written back
  * only by a daemon that knew it, and a daemon that never read a map
@@ -349,8 +350,12 @@ static void say_map(struct dl_part *p)
 	 * outside: both deleted by hand, an older map written back, and two
 	 * partitions granted one name). Said loudly: the leases stay, and
 	 * whoever holds them may be told another partition serves them. */
+	/* the active's table only (found from outside: a paused active,
+	 * resumed after its successor's move, raised it a moment before
+	 * it stepped down) */
 	dl_locktab_pin(p->tab, 1);
-	while (!dl_locktab_walk(p->tab, &cursor, 4096, stray_cb, &x))
+	while (dl_store_active(p->st) &&
+	       !dl_locktab_walk(p->tab, &cursor, 4096, stray_cb, &x))
 		;
 	dl_locktab_pin(p->tab, 0);
 	if (x.n)

@@ -24,6 +24,15 @@ char dl__part_move_record[DL_STORE_PART_MAX];
 
 static void on_noted(int ok, void *arg);
 static void next_awaited(struct dl_part *p);
+
+/* The record of this partition's last move, as the store has it now,
+ * says its locks have not all left yet (locks=). */
+static int own_locks_leaving(struct dl_part *p)
+{
+	if (p->gone_gen != dl_store_part_gen(p->st))
+		dl__part_read_gone(p);
+	return p->gone_n && p->gone_locks;
+}
 static void took_with(const struct dl_part *p, const char *from, uint64_t n,
 		      char *took, size_t cap);
 static void lost_record(struct dl_part *p, struct job *j);
@@ -143,6 +152,8 @@ void dl__part_extract_gone(struct dl_part *p)
 {
 	struct gone_walk g = {.p = p};
 	size_t cursor = 0, off, n = 0;
+
+	(void)own_locks_leaving(p); /* the record as the store has it */
 
 	/* not while a reply stating one of their leases may wait for its
 	 * epoch: it says what remains of the lease as the table has it
@@ -300,6 +311,8 @@ void dl__part_on_take(struct dl_part *p, struct job *j)
 	int k = 0, r;
 
 	p->take_ms = uv_now(p->loop);
+	if (own_locks_leaving(p)) /* a load since it was queued */
+		return;
 	if (dl__part_awaiting(p) == 0 ||
 	    strcmp(p->map->part[p->awaiting - 1].id, j->from) != 0 ||
 	    p->map->part[p->awaiting - 1].gave != j->n)
@@ -432,9 +445,13 @@ int dl__part_take(struct dl_part *p)
 	const struct dl_map_part *mp;
 
 	/* not before this partition's own last move let its locks go:
-	 * those slots may be the ones coming back */
+	 * those slots may be the ones coming back -- by the record as the
+	 * store has it now (found from outside: right after a take-over
+	 * the parse was the standby's, without locks=, so the new active
+	 * imported the slots coming back, then its extraction of its own
+	 * older move deleted the leases just imported) */
 	if (!dl__part_awaiting(p) || p->importing || p->job ||
-	    (p->gone_n && p->gone_locks) || !dl_store_active(p->st) ||
+	    own_locks_leaving(p) || !dl_store_active(p->st) ||
 	    (p->take_ms && uv_now(p->loop) - p->take_ms < DL_MAP_POLL_MS))
 		return 0;
 	mp = &p->map->part[p->awaiting - 1];
