@@ -29,8 +29,10 @@ static void next_awaited(struct dl_part *p);
  * says its locks have not all left yet (locks=). */
 static int own_locks_leaving(struct dl_part *p)
 {
-	if (p->gone_gen != dl_store_part_gen(p->st))
+	if (p->gone_gen != dl_store_part_gen(p->st)) {
 		dl__part_read_gone(p);
+		dl__part_refreeze(p); /* its slots, frozen at once */
+	}
 	return p->gone_n && p->gone_locks;
 }
 static void took_with(const struct dl_part *p, const char *from, uint64_t n,
